@@ -1,0 +1,174 @@
+# k3chat: C inference engine for Kimi K3 and its terminal chat.
+#
+# Layout is architecture:
+#   src/*.c      -> $(B)/libk3.a      engine (no curses); public header src/k3.h
+#   ui/*.c       -> $(B)/libk3ui.a    TUI, plain mode and CLI (ui/main.c is k3chat's main)
+#   tools/k3-*.c -> $(B)/k3-*         one program per file (generator, repacker, ...)
+#   bench/*.c    -> $(B)/k3-bench     all benchmarks in one program
+#   tests/test-*.c -> $(B)/tests/test-*   C tests; tests/t-*.sh and tests/t-*.py are script tests
+#   shaders/*.comp -> $(B)/shaders/*.spv -> embedded C arrays (VK=1 only)
+#
+# Targets (named, commented, llama2.c style):
+#   all      build everything into build/
+#   check    install deps, build normal + ASan/UBSan trees, run every test
+#   test     run the tests against an existing build (no deps, no asan)
+#   asan     build the sanitizer tree into build-asan/
+#   demo     build and open k3chat on a demo model
+#   bench    run the benchmarks (figures go in BENCHMARKS.md)
+#   install  PREFIX=/usr/local DESTDIR= (programs, man pages, themes)
+#   clean
+#
+# Knobs: VK=0/1 (default: 1 when the Vulkan loader and glslc are found), B=build dir,
+#        SAN=1 (sanitizer build), DEBUG=1, CI=true adds -Werror.
+
+B       ?= build
+PREFIX  ?= /usr/local
+DESTDIR ?=
+CC      ?= cc
+PKG     ?= pkg-config
+VERSION := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
+
+# Vulkan: on when the loader (pkg-config vulkan) and glslc are both present.
+VK_AUTO := $(shell $(PKG) --exists vulkan 2>/dev/null && command -v glslc >/dev/null 2>&1 && echo 1 || echo 0)
+VK      ?= $(VK_AUTO)
+
+PKGS := ncursesw libedit libutf8proc jansson
+ifeq ($(VK),1)
+PKGS += vulkan
+endif
+
+WARN := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wpointer-arith -Wcast-qual -Wdouble-promotion -Wformat=2 \
+        -Werror=implicit-function-declaration -Wno-unused-parameter
+ifeq ($(CI),true)
+WARN += -Werror
+endif
+
+OPT := -O2 -g
+ifeq ($(DEBUG),1)
+OPT := -O0 -g
+endif
+SANFLAGS :=
+ifeq ($(SAN),1)
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+OPT := -O1 -g -fno-omit-frame-pointer $(SANFLAGS)
+endif
+
+PKG_CFLAGS := $(shell $(PKG) --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell $(PKG) --libs $(PKGS) 2>/dev/null)
+
+CFLAGS  ?=
+CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fopenmp -pthread -MMD -MP \
+           -Isrc -Iui -I$(B)/gen $(PKG_CFLAGS) -DK3_VERSION='"$(VERSION)"' -DK3_VK=$(VK)
+LDFLAGS ?=
+LDFLAGS += -fopenmp -pthread $(SANFLAGS)
+LDLIBS  := $(PKG_LIBS) -lm
+
+# ---- sources ---------------------------------------------------------------
+SRC_ALL := $(sort $(wildcard src/*.c))
+ifeq ($(VK),1)
+SRC := $(SRC_ALL)
+else
+SRC := $(filter-out src/vk%.c,$(SRC_ALL))
+endif
+UI_SRC    := $(filter-out ui/main.c,$(sort $(wildcard ui/*.c)))
+TOOL_SRC  := $(sort $(wildcard tools/k3-*.c))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+TEST_SRC  := $(sort $(wildcard tests/test-*.c))
+SHADERS   := $(sort $(wildcard shaders/*.comp))
+
+LIB_OBJ   := $(SRC:%.c=$(B)/obj/%.o)
+UI_OBJ    := $(UI_SRC:%.c=$(B)/obj/%.o)
+TOOLS     := $(TOOL_SRC:tools/%.c=$(B)/%)
+TESTS     := $(TEST_SRC:tests/%.c=$(B)/tests/%)
+SPV       := $(SHADERS:shaders/%.comp=$(B)/shaders/%.spv)
+SPV_H     := $(if $(filter 1,$(VK)),$(B)/gen/shaders_spv.h)
+
+PROGS := $(B)/k3chat $(TOOLS) $(if $(BENCH_SRC),$(B)/k3-bench)
+
+# keep objects of single-file programs (no implicit-rule deletion)
+.SECONDARY:
+
+.PHONY: all check test asan demo bench install clean deps shaders
+all: $(PROGS) $(TESTS)
+
+# ---- compile ----------------------------------------------------------------
+# V=1 shows full command lines.
+Q := $(if $(filter 1,$(V)),,@)
+
+$(B)/obj/%.o: %.c | $(SPV_H)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/libk3.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(B)/libk3ui.a: $(UI_OBJ)
+	@mkdir -p $(dir $@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+LIBS := $(B)/libk3ui.a $(B)/libk3.a
+
+$(B)/k3chat: $(B)/obj/ui/main.o $(LIBS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
+$(B)/k3-%: $(B)/obj/tools/k3-%.o $(LIBS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
+$(B)/k3-bench: $(BENCH_SRC:%.c=$(B)/obj/%.o) $(LIBS)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS)
+
+$(B)/tests/%: $(B)/obj/tests/%.o $(LIBS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
+# ---- shaders: GLSL -> SPIR-V -> one generated header of C arrays -------------
+shaders: $(SPV_H)
+$(B)/shaders/%.spv: shaders/%.comp $(wildcard shaders/*.glsl)
+	@mkdir -p $(dir $@)
+	glslc --target-env=vulkan1.2 -O -Ishaders -o $@ $<
+
+$(B)/gen/shaders_spv.h: $(SPV) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	sh scripts/embed.sh $@ $(SPV)
+
+# ---- meta targets ------------------------------------------------------------
+deps:
+	@sh scripts/deps.sh
+
+# Build both trees, then run everything once per tree. CI calls exactly this.
+check: deps
+	$(MAKE) all
+	$(MAKE) all B=build-asan SAN=1
+	sh tests/run.sh build build-asan
+
+test: all
+	sh tests/run.sh $(B)
+
+asan:
+	$(MAKE) all B=build-asan SAN=1
+
+bench: deps all
+	$(B)/k3-bench $(BENCH_ARGS)
+
+demo: deps all
+	sh scripts/demo.sh $(B)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	           $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/k3chat/themes
+	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(wildcard man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
+	$(if $(wildcard man/*.5),install -m 644 $(wildcard man/*.5) $(DESTDIR)$(PREFIX)/share/man/man5/)
+	$(if $(wildcard themes/*.theme),install -m 644 $(wildcard themes/*.theme) $(DESTDIR)$(PREFIX)/share/k3chat/themes/)
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

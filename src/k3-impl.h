@@ -1,0 +1,55 @@
+/* k3-impl.h: engine internals shared by src/ modules (never included by ui/).
+ *
+ * Error reporting: a failing function records a one-line message with k3_err()
+ * (thread-local, read back with k3_errmsg()) and returns a negative k3_status.
+ * The message names the file and the tensor/key/line, and what was expected:
+ *     return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': shape [%s] but %zu bytes", path, ...);
+ * Invariants (programming errors, not bad input) use K3_ASSERT, which aborts.
+ */
+#pragma once
+#include "k3.h"
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define K3_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define K3_PRINTF(a, b)
+#endif
+
+/* Record the message for k3_errmsg() and return st (so `return k3_err(...)` works). */
+k3_status k3_err(k3_status st, const char *fmt, ...) K3_PRINTF(2, 3);
+/* Prefix the current message with "prefix: " (adds context on the way up). */
+void k3_err_prefix(const char *fmt, ...) K3_PRINTF(1, 2);
+
+void k3_log(int level, const char *fmt, ...) K3_PRINTF(2, 3);
+#define K3_LOG_ERROR(...) k3_log(K3_LOG_LEVEL_ERROR, __VA_ARGS__)
+#define K3_LOG_WARN(...)  k3_log(K3_LOG_LEVEL_WARN, __VA_ARGS__)
+#define K3_LOG_INFO(...)  k3_log(K3_LOG_LEVEL_INFO, __VA_ARGS__)
+#ifdef K3_DEBUG_LOG
+#define K3_LOG_DEBUG(...) k3_log(K3_LOG_LEVEL_DEBUG, __VA_ARGS__)
+#else
+#define K3_LOG_DEBUG(...) ((void)0)
+#endif
+
+_Noreturn void k3_assert_fail(const char *expr, const char *file, int line);
+#define K3_ASSERT(x) ((x) ? (void)0 : k3_assert_fail(#x, __FILE__, __LINE__))
+
+/* Checked allocation helpers: NULL on overflow or failure (callers report K3_ERR_NOMEM). */
+void *k3_malloc(size_t n);
+void *k3_calloc(size_t n, size_t size);
+void *k3_aligned_alloc(size_t align, size_t n); /* free with free() */
+char *k3_strdup(const char *s);
+
+/* Seconds from a monotonic clock. */
+double k3_time(void);
+
+/* Float formats. bf16/f16 -> f32 exactly. */
+static inline float k3_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+float    k3_f16_to_f32(uint16_t h);
+uint16_t k3_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */

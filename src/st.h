@@ -1,0 +1,55 @@
+/* st.h: safetensors model directory reader (implementation: st.c).
+ *
+ * A model directory holds either model.safetensors.index.json + shards, or a single
+ * model.safetensors. st_open() parses and validates every header of every shard that
+ * holds a text tensor (header length within the file, JSON well formed, known dtype,
+ * product(shape) * dtype size == end - begin, ranges inside the data section and not
+ * overlapping). Shards holding only vision_tower.* / mm_projector.* tensors are never
+ * opened. Tensor names are stored without the optional "language_model." prefix;
+ * st_find() accepts either form.
+ */
+#pragma once
+#include "k3-impl.h"
+#include <stdint.h>
+
+typedef enum st_dtype {
+    ST_F64, ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_I16, ST_I8, ST_U8, ST_BOOL,
+    ST_DTYPE_COUNT
+} st_dtype;
+
+size_t      st_dtype_size(st_dtype t);
+const char *st_dtype_name(st_dtype t);
+
+#define ST_MAX_DIMS 8
+
+typedef struct st_tensor {
+    const char *name;          /* without "language_model." prefix                 */
+    st_dtype    dtype;
+    int         ndim;
+    int64_t     shape[ST_MAX_DIMS];
+    int         shard;         /* index into the directory's shard list            */
+    uint64_t    offset;        /* absolute byte offset of the data in the shard     */
+    uint64_t    nbytes;
+} st_tensor;
+
+typedef struct st_dir st_dir;
+
+k3_status st_open(const char *dir, st_dir **out);
+void      st_close(st_dir *d);
+
+const char      *st_path(const st_dir *d);                 /* the directory            */
+int              st_n_tensors(const st_dir *d);
+const st_tensor *st_tensor_at(const st_dir *d, int i);
+const st_tensor *st_find(const st_dir *d, const char *name); /* NULL if absent          */
+int              st_has_prefix(const st_dir *d);           /* names carried language_model. */
+
+int         st_n_shards(const st_dir *d);
+const char *st_shard_path(const st_dir *d, int shard);     /* full path                */
+uint64_t    st_shard_size(const st_dir *d, int shard);
+int         st_shard_fd(const st_dir *d, int shard);       /* -1 for never-opened shards */
+
+/* Raw bytes of the whole tensor into dst (t->nbytes). Positioned reads; errors name the file. */
+k3_status st_read(const st_dir *d, const st_tensor *t, void *dst);
+/* Any float tensor (F32/F16/BF16/F64) converted to f32; dst holds numel floats. */
+k3_status st_read_f32(const st_dir *d, const st_tensor *t, float *dst);
+int64_t   st_numel(const st_tensor *t);

@@ -1,0 +1,162 @@
+/* util.c: status strings, thread-local error messages, logging, allocation, clocks.
+ *
+ * The last error message lives in a thread-local buffer so concurrent sessions (UI thread,
+ * engine worker, loader threads) never overwrite each other's detail.
+ */
+#include "k3-impl.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static _Thread_local char err_buf[1024];
+
+const char *k3_version(void) {
+    return K3_VERSION;
+}
+
+const char *k3_status_str(k3_status s) {
+    switch (s) {
+    case K3_OK: return "ok";
+    case K3_ERR_IO: return "I/O error";
+    case K3_ERR_FORMAT: return "malformed file";
+    case K3_ERR_CONFIG: return "invalid configuration";
+    case K3_ERR_NOMEM: return "out of memory";
+    case K3_ERR_ARG: return "invalid argument";
+    case K3_ERR_CONTEXT: return "context full";
+    case K3_ERR_NUMERIC: return "numeric error (NaN/inf)";
+    case K3_ERR_UNSUPPORTED: return "unsupported";
+    case K3_ABORTED: return "cancelled";
+    }
+    return "unknown status";
+}
+
+const char *k3_errmsg(void) {
+    return err_buf;
+}
+
+k3_status k3_err(k3_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_buf, sizeof err_buf, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void k3_err_prefix(const char *fmt, ...) {
+    char pre[256], old[sizeof err_buf - sizeof pre - 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    /* copy by hand: the message is cut on purpose when it would not fit */
+    size_t n = strnlen(err_buf, sizeof old - 1);
+    memcpy(old, err_buf, n);
+    old[n] = 0;
+    size_t np = strlen(pre);
+    memcpy(err_buf, pre, np);
+    memcpy(err_buf + np, ": ", 2);
+    memcpy(err_buf + np + 2, old, n + 1);
+}
+
+/* ---- logging ---- */
+
+static k3_log_cb log_cb;
+static void     *log_ud;
+
+void k3_log_set_callback(k3_log_cb cb, void *ud) {
+    log_cb = cb;
+    log_ud = ud;
+}
+
+void k3_log(int level, const char *fmt, ...) {
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (log_cb) {
+        log_cb(level, msg, log_ud);
+        return;
+    }
+    const char *v = getenv("K3_VERBOSE");
+    if (level <= K3_LOG_LEVEL_WARN || (v && *v && *v != '0'))
+        fprintf(stderr, "k3: %s: %s\n", names[level & 3], msg);
+}
+
+_Noreturn void k3_assert_fail(const char *expr, const char *file, int line) {
+    fprintf(stderr, "k3: assertion failed: %s (%s:%d)\n", expr, file, line);
+    fflush(stderr);
+    abort();
+}
+
+/* ---- allocation ---- */
+
+void *k3_malloc(size_t n) {
+    return malloc(n ? n : 1);
+}
+
+void *k3_calloc(size_t n, size_t size) {
+    if (size && n > SIZE_MAX / size)
+        return NULL;
+    return calloc(n ? n : 1, size ? size : 1);
+}
+
+void *k3_aligned_alloc(size_t align, size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, align, n ? n : align) != 0)
+        return NULL;
+    return p;
+}
+
+char *k3_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char  *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+double k3_time(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- float formats ---- */
+
+float k3_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: renormalise */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t k3_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}

@@ -1,0 +1,46 @@
+/* test.h: tiny assertion macros for C tests (redis test_cond style).
+ *
+ * Each check prints one line, "PASS: desc" or "FAIL: desc (file:line)", which
+ * tests/run.sh counts. T_SKIP prints "SKIP: why". t_done() returns the exit code.
+ * Usage:
+ *     T_CHECK(x == 3, "x is three (got %d)", x);
+ *     T_NEAR(a, b, 1e-6, "logit 0");
+ *     return t_done();
+ */
+#pragma once
+#include <math.h>
+#include <stdio.h>
+
+static int t_failed_, t_passed_;
+
+#define T_CHECK(cond, ...)                                                                         \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            t_passed_++;                                                                           \
+            printf("PASS: ");                                                                      \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        } else {                                                                                   \
+            t_failed_++;                                                                           \
+            printf("FAIL: ");                                                                      \
+            printf(__VA_ARGS__);                                                                   \
+            printf(" (%s:%d)\n", __FILE__, __LINE__);                                              \
+        }                                                                                          \
+        fflush(stdout);                                                                            \
+    } while (0)
+
+#define T_NEAR(a, b, tol, ...)                                                                     \
+    T_CHECK(fabs((double)(a) - (double)(b)) <= (tol), __VA_ARGS__)
+
+#define T_SKIP(...)                                                                                \
+    do {                                                                                           \
+        printf("SKIP: ");                                                                          \
+        printf(__VA_ARGS__);                                                                       \
+        printf("\n");                                                                              \
+        fflush(stdout);                                                                            \
+    } while (0)
+
+static inline int t_done(void) {
+    fprintf(stderr, "%d passed, %d failed\n", t_passed_, t_failed_);
+    return t_failed_ ? 1 : 0;
+}

@@ -1,0 +1,157 @@
+/* main.c: k3chat's entry point: parse the command line, pick a mode (cli.h), run it.
+ * Only main and the CLI modes may exit; the engine returns statuses. */
+#include "cli.h"
+#include "k3.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: k3chat [OPTIONS] MODEL_DIR          full-screen chat (line mode if not a terminal)\n"
+            "       k3chat MODEL_DIR --prompt TEXT       one-shot answer (response to stdout, reasoning to stderr)\n"
+            "       k3chat MODEL_DIR --ids \"1 2 3\"       one-shot from raw token ids\n"
+            "       k3chat --inspect MODEL_DIR          describe a checkpoint, or its first error\n"
+            "       k3chat --tokenize VOCAB_DIR FILE    print the token ids of FILE\n"
+            "       k3chat --detokenize VOCAB_DIR FILE  write the bytes of the ids in FILE\n"
+            "       k3chat --chat-ids MODEL_DIR TRANSCRIPT  ids the chat encoder makes for a transcript\n"
+            "       k3chat MODEL_DIR --replay FILE      re-run a transcript's user turns and compare\n"
+            "\n"
+            "options:\n"
+            "  --plain             line-mode REPL instead of the full-screen interface\n"
+            "  --load FILE         continue a saved conversation (transcript)\n"
+            "  --system TEXT       system prompt\n"
+            "  --max-tokens N      stop after N generated tokens\n"
+            "  --temp T            sampling temperature (0 = greedy)\n"
+            "  --top-p P           nucleus sampling threshold\n"
+            "  --seed S            random seed for reproducible sampling\n"
+            "  --think on|off      thinking mode (default on)\n"
+            "  --effort low|high|max  thinking effort (default max)\n"
+            "  --pattern kimi|o200k   pre-tokenizer family for --tokenize/--detokenize\n"
+            "  --theme NAME        color theme\n"
+            "  -h, --help          this help;  -V, --version  the version\n"
+            "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
+}
+
+static int parse_num(const char *opt, const char *s, double lo, double hi, double *out) {
+    char  *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "k3chat: %s: '%s' is not a number in %g..%g\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    enum {
+        O_INSPECT = 256, O_TOKENIZE, O_DETOKENIZE, O_CHAT_IDS, O_PROMPT, O_IDS, O_PATTERN, O_LOAD,
+        O_REPLAY, O_THEME, O_SYSTEM, O_MAXTOK, O_TEMP, O_TOPP, O_SEED, O_THINK, O_EFFORT, O_PLAIN
+    };
+    static const struct option lo[] = {
+        {"inspect", no_argument, 0, O_INSPECT},      {"tokenize", no_argument, 0, O_TOKENIZE},
+        {"detokenize", no_argument, 0, O_DETOKENIZE}, {"chat-ids", no_argument, 0, O_CHAT_IDS},
+        {"prompt", required_argument, 0, O_PROMPT},  {"ids", required_argument, 0, O_IDS},
+        {"pattern", required_argument, 0, O_PATTERN}, {"load", required_argument, 0, O_LOAD},
+        {"replay", required_argument, 0, O_REPLAY},  {"theme", required_argument, 0, O_THEME},
+        {"system", required_argument, 0, O_SYSTEM},  {"max-tokens", required_argument, 0, O_MAXTOK},
+        {"temp", required_argument, 0, O_TEMP},      {"top-p", required_argument, 0, O_TOPP},
+        {"seed", required_argument, 0, O_SEED},      {"think", required_argument, 0, O_THINK},
+        {"effort", required_argument, 0, O_EFFORT},  {"plain", no_argument, 0, O_PLAIN},
+        {"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
+        {0, 0, 0, 0}};
+    cli_opts o = {.max_tokens = -1, .temp = NAN, .top_p = NAN, .think = -1};
+    double   v;
+    int      c;
+    while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("k3chat %s\n", k3_version()); return 0;
+        case O_INSPECT: o.mode = CLI_INSPECT; break;
+        case O_TOKENIZE: o.mode = CLI_TOKENIZE; break;
+        case O_DETOKENIZE: o.mode = CLI_DETOKENIZE; break;
+        case O_CHAT_IDS: o.mode = CLI_CHAT_IDS; break;
+        case O_PROMPT: o.mode = CLI_ONESHOT; o.prompt = optarg; break;
+        case O_IDS: o.mode = CLI_ONESHOT; o.ids = optarg; break;
+        case O_REPLAY: o.mode = CLI_REPLAY; o.file = optarg; break;
+        case O_PATTERN:
+            if (strcmp(optarg, "kimi") && strcmp(optarg, "o200k")) {
+                fprintf(stderr, "k3chat: --pattern: '%s' is not kimi or o200k\n", optarg);
+                return 2;
+            }
+            o.pattern = optarg;
+            break;
+        case O_LOAD: o.load = optarg; break;
+        case O_THEME: o.theme = optarg; break;
+        case O_SYSTEM: o.system = optarg; break;
+        case O_MAXTOK:
+            if (parse_num("--max-tokens", optarg, 0, 1e9, &v)) return 2;
+            o.max_tokens = (int)v;
+            break;
+        case O_TEMP:
+            if (parse_num("--temp", optarg, 0, 100, &v)) return 2;
+            o.temp = (float)v;
+            break;
+        case O_TOPP:
+            if (parse_num("--top-p", optarg, 0, 1, &v)) return 2;
+            o.top_p = (float)v;
+            break;
+        case O_SEED: {
+            char *end;
+            o.seed = strtoull(optarg, &end, 10);
+            if (end == optarg || *end) {
+                fprintf(stderr, "k3chat: --seed: '%s' is not a non-negative integer\n", optarg);
+                return 2;
+            }
+            o.has_seed = 1;
+            break;
+        }
+        case O_THINK:
+            if (!strcmp(optarg, "on")) o.think = 1;
+            else if (!strcmp(optarg, "off")) o.think = 0;
+            else {
+                fprintf(stderr, "k3chat: --think: '%s' is not on or off\n", optarg);
+                return 2;
+            }
+            break;
+        case O_EFFORT:
+            if (strcmp(optarg, "low") && strcmp(optarg, "high") && strcmp(optarg, "max")) {
+                fprintf(stderr, "k3chat: --effort: '%s' is not low, high or max%s\n", optarg,
+                        strcmp(optarg, "medium") ? "" : " (the release rejects medium)");
+                return 2;
+            }
+            o.effort = optarg;
+            break;
+        case O_PLAIN: o.plain = 1; break;
+        default: usage(stderr); return 2;
+        }
+    }
+    int nargs = argc - optind, want = (o.mode == CLI_TOKENIZE || o.mode == CLI_DETOKENIZE ||
+                                       o.mode == CLI_CHAT_IDS) ? 2 : 1;
+    if (nargs != want) {
+        fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want > 1 ? "s" : "", nargs);
+        return 2;
+    }
+    o.dir = argv[optind];
+    if (want == 2)
+        o.file = argv[optind + 1];
+
+    switch (o.mode) {
+    case CLI_INSPECT: return cli_inspect(&o);
+    case CLI_TOKENIZE: return cli_tokenize(&o);
+    case CLI_DETOKENIZE: return cli_detokenize(&o);
+    case CLI_CHAT_IDS: return cli_chat_ids(&o);
+    case CLI_ONESHOT: return cli_oneshot(&o);
+    case CLI_REPLAY: return cli_replay(&o);
+    case CLI_CHAT:
+        if (o.plain || !isatty(0) || !isatty(1))
+            return cli_plain(&o);
+        return ui_tui_run(&o);
+    }
+    return 2;
+}
