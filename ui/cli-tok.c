@@ -8,4 +8,3 @@ static int todo(void) {
 }
 int cli_tokenize(const cli_opts *o) { (void)o; return todo(); }
 int cli_detokenize(const cli_opts *o) { (void)o; return todo(); }
-int cli_chat_ids(const cli_opts *o) { (void)o; return todo(); }

@@ -36,7 +36,7 @@ typedef struct cli_opts {
 int cli_inspect(const cli_opts *o);    /* cli-inspect.c */
 int cli_tokenize(const cli_opts *o);   /* cli-tok.c     */
 int cli_detokenize(const cli_opts *o); /* cli-tok.c     */
-int cli_chat_ids(const cli_opts *o);   /* cli-tok.c     */
+int cli_chat_ids(const cli_opts *o);   /* cli-chatids.c */
 int cli_oneshot(const cli_opts *o);    /* cli-gen.c     */
 int cli_replay(const cli_opts *o);     /* replay.c      */
 int cli_plain(const cli_opts *o);      /* plain.c       */
