@@ -26,6 +26,9 @@ import k3_ref as R        # noqa: E402
 import kimi_tiny          # noqa: E402
 
 TOL = 1e-5
+# Set when the engine's forward pass landed on main; from then on a missing or failing
+# build/k3chat or build/k3-mkmodel is a FAIL, never a pass or a skip.
+ENGINE_ON_MAIN = False
 n_fail = 0
 
 
@@ -343,6 +346,9 @@ def main():
     test_reader()
     test_reference()
 
+    if not ENGINE_ON_MAIN:
+        print("SKIP: engine comparison: the C forward pass is not on main yet (ENGINE_ON_MAIN in t-ref.py)")
+        return 1 if n_fail else 0
     models = [(f"ours seed {kw['seed']} ({lab})", os.path.join(TMP, "rd-" + str(kw["seed"])))
               for lab, kw in VARIANTS]
     if os.access(MKMODEL, os.X_OK):
