@@ -11,9 +11,10 @@
  *     to a temporary file in the same directory, fsync, rename over the target, fsync the
  *     directory: a crash leaves the old file or the new one, never a mix.
  *   - Autosave appends all the lines of a turn with ONE write(2) to an O_APPEND file and
- *     then fsync. SIGKILL cannot split a write to a regular file; a short write (disk
- *     full) is cut back with ftruncate. Power loss could still tear the last line, so the
- *     reader ignores a final line that has no newline and is not valid JSON, and says so.
+ *     then fsync. A short write we see (disk full) is cut back with ftruncate. One we do
+ *     not see (SIGKILL stops a large write between pages; power loss) leaves a prefix of
+ *     the turn's lines, so the reader ignores a final line that has no newline and is not
+ *     valid JSON, and says so: the file still holds every turn completed before.
  *   - Failures (full disk, unwritable directory) come back as K3_ERR_IO naming the path
  *     and errno; nothing in memory changes, and the next autosave retries.
  * Loading parses into a scratch conversation and swaps it in only when the whole file

@@ -73,6 +73,17 @@ static int conv_eq(const k3_conv *a, const k3_conv *b) {
     return 1;
 }
 
+/* a's messages are the first messages of b (a SIGKILL can stop a large append part way:
+ * the reader then drops the torn line, leaving a prefix of the turn being written). */
+static int prefix_of(const k3_conv *a, const k3_conv *b) {
+    if (k3_conv_count(a) > k3_conv_count(b))
+        return 0;
+    for (int i = 0; i < k3_conv_count(a); i++)
+        if (!msg_eq(k3_conv_msg(a, i), k3_conv_msg(b, i)))
+            return 0;
+    return 1;
+}
+
 /* Adds a finished assistant turn with stats and ids (as k3_conv_generate would). */
 static void add_reply(k3_conv *c, const char *content, const char *reasoning, int interrupted, int n_ids) {
     k3_msg m = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t)content,
@@ -363,8 +374,8 @@ static int crash_run(int round, char *big, size_t nbig) {
         if (k3_conv_load(l, p, &info) != K3_OK) {
             printf("  round %d: %s does not load: %s\n", round, p, k3_errmsg());
             ok = 0;
-        } else if (!conv_eq(l, s0) && !conv_eq(l, s1)) {
-            printf("  round %d: %s holds %d messages, not the state after op %d or %d\n", round, p,
+        } else if (!conv_eq(l, s0) && !conv_eq(l, s1) && !(prefix_of(s0, l) && prefix_of(l, s1))) {
+            printf("  round %d: %s holds %d messages, not (a prefix of) the state after op %d or %d\n", round, p,
                    k3_conv_count(l), done, done + 1);
             ok = 0;
         }
