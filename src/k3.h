@@ -67,6 +67,11 @@ typedef struct k3_params {
     double expert_gb;      /* K3_EXPERT_GB: routed-expert cache budget                 */
     k3_progress_cb progress;
     void          *progress_ud;
+    /* validation hooks (see k3chat(1)); NULL / 0 = off                                  */
+    int         n_layers;    /* K3_LAYERS: run only the first N layers (then mix, norm, head) */
+    const char *logits_path; /* K3_LOGITS: raw LE f32 (positions, vocab) of every position  */
+    const char *trace_path;  /* K3_TRACE: raw LE f32 (positions, layers, hidden) h per layer */
+    const char *x0_path;     /* K3_X0: raw LE f32 (positions, hidden) rows instead of embeddings */
 } k3_params;
 
 /* Defaults, then K3_* environment overrides. Invalid env values: K3_ERR_ARG naming the variable. */
@@ -99,6 +104,8 @@ int       k3_session_pos(const k3_session *s); /* tokens processed so far */
 k3_status    k3_session_feed(k3_session *s, const int32_t *ids, int n);
 const float *k3_session_logits(const k3_session *s); /* vocab floats, valid until next feed */
 void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by the next feed */
+/* A feed that returns K3_ABORTED (or K3_ERR_*) keeps every chunk committed before it:
+ * k3_session_pos() tells how many of the ids were applied. */
 
 /* Saved decode state, for the prompt cache, /retry and /undo. */
 typedef struct k3_snapshot k3_snapshot;
@@ -123,6 +130,10 @@ typedef struct k3_sampler_params {
     uint64_t seed;
 } k3_sampler_params;
 typedef struct k3_sampler k3_sampler;
+/* temp/top_p from generation_config.json (m may be NULL: 1.0, 1.0), top_k 0, min_p 0, seed 0. */
+void        k3_sampler_params_default(const k3_model *m, k3_sampler_params *p);
+/* Order: temperature, top-k, softmax, min-p (p >= min_p * p_max), top-p (smallest prefix of
+ * the sorted distribution whose mass reaches top_p), renormalise, draw with a seeded PRNG. */
 k3_sampler *k3_sampler_new(const k3_sampler_params *p);
 void        k3_sampler_free(k3_sampler *s);
 int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);

@@ -192,6 +192,7 @@ static void case_experts(vk_ctx *c, int n, int L, int F) {
 #endif
 
 int main(void) {
+    kern_set_idot(0); /* compare against the exact-float CPU kernels (IDOT is approximate) */
     /* layout mirrors: checked at compile time in vk-impl.h, at run time here too */
     T_CHECK(sizeof(vk_pc_matvec) == 32 && offsetof(vk_pc_matvec, x_off) == 16, "push constants mirror types.glsl");
     T_CHECK(sizeof(vk_pc_glu) == 32 && offsetof(vk_pc_glu, beta2) == 20, "push constants mirror glu.comp");
