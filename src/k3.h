@@ -138,6 +138,13 @@ k3_sampler *k3_sampler_new(const k3_sampler_params *p);
 void        k3_sampler_free(k3_sampler *s);
 int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);
 
+/* ==== checkpoint inspection (inspect.c) ================================= */
+
+/* Validate MODEL_DIR (config, every text shard header, every tensor the config implies) and
+ * print what it holds and the memory the K3_* settings would need to out. On failure nothing
+ * is printed and k3_errmsg() holds the first error (one line naming file and tensor/key). */
+k3_status k3_inspect(const char *dir, FILE *out);
+
 /* ==== tokenizer and chat format (tok.c, chat.c) ========================== */
 /* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md. */
 
