@@ -245,14 +245,14 @@ static void plan_layer(mk_plan *p, const mk_shape *s, const mk_opts *o, int i, u
     add_t(p, sh, I_NORM, 0, FT, 1, D, 0, 0, "%spost_attention_layernorm.weight", pre);
     add_t(p, sh, I_NORM, 0, FT, 1, D, 0, 0, "%sself_attention_res_norm.weight", pre);
     if (i % 2)
-        add_t(p, sh, I_MAT, 1.5, FT, 2, 1, D, 0, "%sself_attention_res_proj.weight", pre);
+        add_t(p, sh, I_MAT, 0.8, FT, 2, 1, D, 0, "%sself_attention_res_proj.weight", pre);
     else
-        add_t(p, sh, I_MAT, 1.5, FT, 1, D, 0, 0, "%sself_attention_res_proj.weight", pre);
+        add_t(p, sh, I_MAT, 0.8, FT, 1, D, 0, 0, "%sself_attention_res_proj.weight", pre);
     add_t(p, sh, I_NORM, 0, FT, 1, D, 0, 0, "%smlp_res_norm.weight", pre);
     if (i % 3 == 2)
-        add_t(p, sh, I_MAT, 1.5, FT, 2, 1, D, 0, "%smlp_res_proj.weight", pre);
+        add_t(p, sh, I_MAT, 0.8, FT, 2, 1, D, 0, "%smlp_res_proj.weight", pre);
     else
-        add_t(p, sh, I_MAT, 1.5, FT, 1, D, 0, 0, "%smlp_res_proj.weight", pre);
+        add_t(p, sh, I_MAT, 0.8, FT, 1, D, 0, 0, "%smlp_res_proj.weight", pre);
 
     if (!is_mla(s, i)) { /* KDA */
         const int H = s->kda_heads, d = s->kda_d, P = H * d, K = s->conv_k;
@@ -342,7 +342,7 @@ static void plan_model(mk_plan *p, const mk_shape *s, const mk_opts *o, int V) {
     add_t(p, g, I_MAT, 1.0 * sqrt((double)D), FT, 2, V, D, 0, "model.embed_tokens.weight");
     add_t(p, g, I_NORM, 0, FT, 1, D, 0, 0, "model.norm.weight");
     add_t(p, g, I_NORM, 0, FT, 1, D, 0, 0, "model.output_attn_res_norm.weight");
-    add_t(p, g, I_MAT, 1.5, FT, 1, D, 0, 0, "model.output_attn_res_proj.weight");
+    add_t(p, g, I_MAT, 0.8, FT, 1, D, 0, 0, "model.output_attn_res_proj.weight");
     add_t(p, g, I_MAT, 2.0, FT, 2, V, D, 0, "lm_head.weight");
     /* the vision tower: never read by k3chat, only has to be there */
     const int v = g + 1, first = p->n;
