@@ -30,7 +30,7 @@ response |éééabc|
 response |👩‍👩‍👧abcd|
 response |中a文b|
 M
-tui_start 100 30 K3_MOCK="$m" -- "$K3CHAT /no/model; echo EXIT=\$?; stty -a | tr ' ' '\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\n' ' '; echo; sleep 60"
+tui_start 100 30 K3_MOCK="$m" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; stty -a | tr ' ' '\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\n' ' '; echo; sleep 60"
 
 check "load progress: what is loading" wait_for "Loading /no/model" 5
 check "load progress: MB/s" wait_for "MB/s" 5
@@ -99,4 +99,5 @@ keys C-u
 keys C-d
 check "Ctrl-D at an empty prompt exits with 0" wait_for "EXIT=0" 5
 check "terminal back in canonical mode with echo" wait_for "icanon echo" 5
+check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
 finish

@@ -9,7 +9,7 @@ printf 'delay 0\nthink pondering {user}\nresponse reply to {user}\n' >"$m"
 mkdir -p "$K3_TMP/config/k3chat/themes"
 printf 'user = red default bold\n' >"$K3_TMP/config/k3chat/themes/mine.theme"
 printf 'user = purple default\n' >"$K3_TMP/config/k3chat/themes/broken.theme"
-tui_start 110 40 K3_MOCK="$m" -- "$K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+tui_start 110 40 K3_MOCK="$m" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 wait_for "mock · 3 layers" 10
 # cmd TEXT EXPECT DESC: type a command, wait for EXPECT on screen
 cmd() {
@@ -85,4 +85,5 @@ cmd "/xyzzy" "unknown command /xyzzy (/help" "an unknown command far from all"
 cmd "/quit now" "/quit takes no argument" "/quit with an argument"
 keys C-l; type_line "/quit"
 check "/quit exits with 0" wait_for "EXIT=0" 5
+check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
 finish

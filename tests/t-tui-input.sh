@@ -8,7 +8,7 @@ command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 
 m="$K3_TMP/mock.txt"
 printf 'delay 0\nthink t\nresponse got it\n' >"$m"
-run="$K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+run="$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 tui_start 100 30 K3_MOCK="$m" -- "$run"
 wait_for "mock · 3 layers" 10
 
@@ -74,4 +74,5 @@ check "Ctrl-C with text clears the line" wait_gone "some text" 3
 check "and does not quit" hasnt "EXIT="
 keys C-d
 check "Ctrl-D at an empty prompt quits" wait_for "EXIT=0" 5
+check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
 finish
