@@ -17,7 +17,7 @@ M=$T/tiny
 "$MK" --preset tiny --seed 7 "$M" >/dev/null 2>&1 || { fail "k3-mkmodel --preset tiny"; exit 1; }
 
 # ---- the valid checkpoint ----
-"$K3" --inspect "$M" >"$T/out" 2>"$T/err"; rc=$?
+K3_BITS=4 K3_MLA_BITS=8 K3_HEAD_BITS=8 "$K3" --inspect "$M" >"$T/out" 2>"$T/err"; rc=$?
 check $rc "valid checkpoint: exit 0 (stderr: $(head -c 300 "$T/err"))"
 check "$([ ! -s "$T/err" ]; echo $?)" "valid checkpoint: nothing on stderr"
 for want in "kimi_k3" "layers       6: 4 KDA + 2 MLA" "MLA layers   3, 5" "experts      60 routed" \
@@ -26,11 +26,12 @@ for want in "kimi_k3" "layers       6: 4 KDA + 2 MLA" "MLA layers   3, 5" "exper
     grep -qF "$want" "$T/out"; check $? "report mentions '$want'"
 done
 K3_BITS=32 K3_EXPERT_GB=1 "$K3" --inspect "$M" >"$T/out32" 2>&1
-grep -qF "K3_BITS=32" "$T/out32" && grep -qF "all experts" "$T/out32"; check $? "K3_BITS=32 K3_EXPERT_GB=1 reflected in the estimate"
+grep -qF "K3_BITS=32" "$T/out32" && grep -qF "the budget holds all experts" "$T/out32"; check $? "K3_BITS=32 K3_EXPERT_GB=1 reflected in the estimate"
 a=$(grep 'dense matrices' "$T/out" | awk '{print $5 $6}'); b=$(grep 'dense matrices' "$T/out32" | awk '{print $5 $6}')
 [ -n "$a" ] && [ "$a" != "$b" ]; check $? "dense-matrix memory depends on K3_BITS ($a vs $b)"
+K3_EXPERT_GB=0.00001 "$K3" --inspect "$M" 2>&1 | grep -q "cache floor: one expert per MoE layer"; check $? "tiny K3_EXPERT_GB: the one-expert-per-layer floor"
 K3_BITS=5 "$K3" --inspect "$M" >/dev/null 2>"$T/err"; rc=$?
-[ $rc -ne 0 ] && grep -q "K3_BITS: '5'" "$T/err"; check $? "K3_BITS=5 rejected naming the variable"
+[ $rc -eq 1 ] && grep -q "K3_BITS" "$T/err" && [ "$(wc -l <"$T/err")" -eq 1 ]; check $? "K3_BITS=5 rejected naming the variable ($(head -c 200 "$T/err"))"
 
 # The vision shard (listed in the index with only vision_tower.* / mm_projector.* names).
 vis=$(/usr/bin/python3 - "$M" <<'EOF'
@@ -48,6 +49,66 @@ for f in $vis; do chmod 000 "$T/novis/$f"; done
 "$K3" --inspect "$T/novis" >/dev/null 2>"$T/err"; check $? "vision shard unreadable: still loads ($(head -c 200 "$T/err"))"
 for f in $vis; do rm -f "$T/novis/$f"; done
 "$K3" --inspect "$T/novis" >/dev/null 2>"$T/err"; check $? "vision shard deleted: still loads ($(head -c 200 "$T/err"))"
+
+# ---- the same tensors as one model.safetensors without an index, and without the prefix ----
+cp -r "$M" "$T/single"
+/usr/bin/python3 - "$T/single" <<'EOF2' || fail "merging shards into model.safetensors"
+import json, os, struct, sys
+d = sys.argv[1]
+wm = json.load(open(d + "/model.safetensors.index.json"))["weight_map"]
+hdr, blobs, off = {}, [], 0
+for f in sorted(set(wm.values())):
+    b = open(d + "/" + f, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    for k, v in h.items():
+        if k == "__metadata__" or k.removeprefix("language_model.").startswith(("vision_tower.", "mm_projector.")):
+            continue
+        b0, b1 = v["data_offsets"]; blobs.append(b[8 + n + b0:8 + n + b1])
+        hdr[k.removeprefix("language_model.")] = dict(v, data_offsets=[off, off + b1 - b0]); off += b1 - b0
+    os.remove(d + "/" + f)
+os.remove(d + "/model.safetensors.index.json")
+h = json.dumps(hdr).encode(); h += b" " * (-len(h) % 8)
+open(d + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+EOF2
+"$K3" --inspect "$T/single" >"$T/out1" 2>"$T/err"; check $? "single model.safetensors without prefix: loads ($(head -c 200 "$T/err"))"
+grep -q "^shards       1 (0 vision-only" "$T/out1" && ! grep -q "language_model. prefix" "$T/out1"; check $? "single file: one shard, no prefix reported"
+a=$(grep "^tensors" "$T/out" | sed 's/;.*//'); b=$(grep "^tensors" "$T/out1")
+[ -n "$a" ] && [ "$a" = "$b" ]; check $? "single file: same tensor count and bytes as the sharded one ($b)"
+rm -f "$T/single/model.safetensors"
+"$K3" --inspect "$T/single" >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "model.safetensors" "$T/err"; check $? "no safetensors at all: one-line error ($(head -c 200 "$T/err"))"
+
+# ---- expert layout: split one tensor of every expert away from the other five; then id order ----
+cat >"$T/relayout.py" <<'EOF2'
+import json, os, re, struct, sys
+mode, d = sys.argv[1], sys.argv[2]
+wm = json.load(open(d + "/model.safetensors.index.json"))["weight_map"]
+def natural(k):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", k)]
+for f in sorted(set(wm.values())):
+    p = d + "/" + f
+    if not os.path.exists(p): continue
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    names = [k for k in h if k != "__metadata__"]
+    if mode == "split":   # every w2.weight_scale after all other tensors
+        names.sort(key=lambda k: (k.endswith("w2.weight_scale"), h[k]["data_offsets"][0]))
+    else:                 # experts in id order, each expert's six tensors together
+        names.sort(key=natural)
+    blobs, off, nh = [], 0, {}
+    for k in names:
+        b0, b1 = h[k]["data_offsets"]; blobs.append(b[8 + n + b0:8 + n + b1])
+        nh[k] = dict(h[k], data_offsets=[off, off + b1 - b0]); off += b1 - b0
+    hb = json.dumps(nh).encode(); hb += b" " * (-len(hb) % 8)
+    open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
+EOF2
+for mode in split sorted; do
+    rm -rf "$T/l-$mode"; cp -r "$M" "$T/l-$mode"
+    for f in $vis; do rm -f "$T/l-$mode/$f"; done   # vision shard: never opened, so it may go
+    /usr/bin/python3 "$T/relayout.py" $mode "$T/l-$mode" || fail "relayout $mode"
+    "$K3" --inspect "$T/l-$mode" >"$T/out-$mode" 2>"$T/err"; check $? "relayout $mode: loads ($(head -c 200 "$T/err"))"
+done
+grep -q "60 of 60 experts NOT contiguous" "$T/out-split"; check $? "split layout reported as not contiguous"
+grep -q "six tensors are contiguous" "$T/out-sorted" && grep -q "experts in id order inside shards" "$T/out-sorted"
+check $? "sorted layout: contiguous and in id order"
 
 # ---- corruptions: corrupt.py MODE DIR edits DIR and prints the two strings the error must name ----
 cat >"$T/corrupt.py" <<'EOF'
