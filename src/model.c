@@ -44,13 +44,13 @@ static k3_status env_bits(const char *name, int *out) {
 
 k3_status k3_params_default(k3_params *p) {
     memset(p, 0, sizeof *p);
-    p->bits      = 32;
+    p->bits      = 4; /* defaults justified by tools/k3-ab.c figures in BENCHMARKS.md */
+    p->mla_bits  = 8;
+    p->head_bits = 8;
     p->chunk     = 32;
     p->max_ctx   = 8192;
     k3_status st;
     if ((st = env_bits("K3_BITS", &p->bits))) return st;
-    p->mla_bits  = p->bits;
-    p->head_bits = p->bits;
     if ((st = env_bits("K3_MLA_BITS", &p->mla_bits))) return st;
     if ((st = env_bits("K3_HEAD_BITS", &p->head_bits))) return st;
     if ((st = env_int("K3_CHUNK", 1, 4096, &p->chunk))) return st;
@@ -157,16 +157,27 @@ static k3_status model_vec(k3_model *m, const char *name, int n, float **out) {
     return K3_OK;
 }
 
-/* Take ownership of w (rows x cols f32, from k3_aligned_alloc) as a matrix of the given bits.
- * The load-time quantization point: bits 8/4 will call the quantizer of quant.c here. */
+/* Take ownership of w (rows x cols f32, from k3_aligned_alloc) as a matrix of the given bits:
+ * 32 keeps it as is; 8 and 4 quantize it at load (quant.c: int8 per row, int4 groups of 64)
+ * into one allocation recorded in m->owned, and free w. */
 static k3_status matrix_from_f32(k3_model *m, const char *name, float *w, int rows, int cols,
                                  int bits, qmat *out) {
+    k3_status st;
     if (bits != 32) {
+        st = qmat_quantize(out, bits == 8 ? Q_I8 : Q_I4, w, rows, cols);
         free(w);
-        return k3_err(K3_ERR_UNSUPPORTED, "%s: %d-bit weights are not built yet (use K3_BITS=32)",
-                      name, bits);
+        if (st) {
+            k3_err_prefix("%s: tensor '%s'", m->dir, name);
+            return st;
+        }
+        if ((st = own(m, out->own))) {
+            qmat_free(out);
+            return st;
+        }
+        m->bytes_resident += q_wbytes(out->type, rows, cols) + q_sbytes(out->type, rows, cols);
+        return K3_OK;
     }
-    k3_status st = own(m, w);
+    st = own(m, w);
     if (st) {
         free(w);
         return st;
@@ -240,9 +251,9 @@ static k3_status load_kda(k3_model *m, int l, kda_weights *w) {
         (st = model_matrix(m, LN("self_attn.v_proj.weight"), P, D, bits, &w->v)) ||
         (st = model_matrix(m, LN("self_attn.g_proj.weight"), P, D, bits, &w->g)) ||
         (st = model_matrix(m, LN("self_attn.o_proj.weight"), D, P, bits, &w->o)) ||
-        (st = model_matrix(m, LN("self_attn.f_a_proj.weight"), d, D, bits, &w->fa)) ||
-        (st = model_matrix(m, LN("self_attn.f_b_proj.weight"), P, d, bits, &w->fb)) ||
-        (st = model_matrix(m, LN("self_attn.b_proj.weight"), H, D, bits, &w->b)))
+        (st = model_matrix(m, LN("self_attn.f_a_proj.weight"), d, D, 32, &w->fa)) ||
+        (st = model_matrix(m, LN("self_attn.f_b_proj.weight"), P, d, 32, &w->fb)) ||
+        (st = model_matrix(m, LN("self_attn.b_proj.weight"), H, D, 32, &w->b))) /* f_a, f_b, b: f32 */
         return st;
     static const char *conv[3] = {"self_attn.q_conv1d.weight", "self_attn.k_conv1d.weight",
                                   "self_attn.v_conv1d.weight"};

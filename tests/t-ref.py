@@ -220,7 +220,7 @@ MKMODEL = os.path.join(BUILD, "k3-mkmodel")
 
 def engine(mdir, ids, max_tokens, **env):
     """Run k3chat on raw ids at K3_BITS=32; returns (ok, generated ids, stderr)."""
-    e = dict(os.environ, K3_BITS="32")
+    e = dict(os.environ, K3_BITS="32", K3_MLA_BITS="32", K3_HEAD_BITS="32", K3_IDOT="0")
     e.update({k: str(v) for k, v in env.items()})
     cmd = [K3CHAT, mdir, "--ids", " ".join(str(int(t)) for t in ids),
            "--max-tokens", str(max_tokens), "--temp", "0"]
