@@ -265,7 +265,10 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
     if ((st = t_int(c, "hidden_size", 1, DIM_MAX, &o->hidden))) return st;
     if ((st = t_int(c, "vocab_size", 1, DIM_MAX, &o->vocab))) return st;
     if ((st = t_int(c, "first_k_dense_replace", 0, o->n_layers, &o->first_dense))) return st;
-    if ((st = t_int(c, "intermediate_size", 1, DIM_MAX, &o->inter))) return st;
+    /* the dense MLP width matters only when there are dense layers */
+    if ((o->first_dense > 0 || text_key(c, "intermediate_size", path, sizeof path)) &&
+        (st = t_int(c, "intermediate_size", 1, DIM_MAX, &o->inter)))
+        return st;
     if ((st = t_int(c, "num_attention_heads", 1, 65536, &o->n_heads))) return st;
     if ((st = t_int(c, "q_lora_rank", 1, DIM_MAX, &o->q_lora))) return st;
     if ((st = t_int(c, "kv_lora_rank", 1, DIM_MAX, &o->kv_lora))) return st;

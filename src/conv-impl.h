@@ -27,6 +27,8 @@ struct k3_conv {
     int              n_msgs, cap_msgs;
     k3_conv_settings set;
     uint64_t         n_turns_started; /* turns generated (seed derivation; never reset)   */
+    uint64_t         next_seed;       /* k3_conv_set_turn_seed, when has_next_seed        */
+    int              has_next_seed;
 
     /* model identity for transcript headers */
     char    *model_dir;      /* NULL when unknown                                          */
@@ -54,6 +56,7 @@ struct k3_conv {
     /* cancellation */
     atomic_int              cancel;
     _Atomic(k3_session *)   active; /* session being fed, for k3_conv_cancel           */
+    _Atomic(k3_conv *)      child;  /* conversation a replay runs, cancelled with this one */
 };
 
 /* conv.c */
@@ -65,5 +68,7 @@ k3_status conv_check_settings(const k3_conv_settings *s, const char *where);
 /* Marks that messages from index i on changed (autosave bookkeeping). */
 void      conv_touched(k3_conv *c, int i);
 const char *conv_role_str(k3_role r);
+/* conv-gen.c: the tokenizer of m's directory, loaded once and kept in c. */
+k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out);
 /* Exchange contents of two conversations' messages + settings (transcript loading). */
 void      conv_swap_content(k3_conv *a, k3_conv *b);

@@ -77,6 +77,7 @@ k3_conv *k3_conv_new(void) {
     k3_conv_settings_default(&c->set);
     atomic_init(&c->cancel, 0);
     atomic_init(&c->active, NULL);
+    atomic_init(&c->child, NULL);
     return c;
 }
 
@@ -153,6 +154,10 @@ k3_status k3_conv_set_model(k3_conv *c, const char *dir, const k3_params *p) {
     c->mla_bits = p ? p->mla_bits : 0;
     c->head_bits = p ? p->head_bits : 0;
     return K3_OK;
+}
+
+const char *k3_conv_model_fingerprint(const k3_conv *c) {
+    return c->config_fnv64;
 }
 
 /* ---- messages ------------------------------------------------------------ */

@@ -160,6 +160,9 @@ k3_status k3_inspect(const char *dir, FILE *out);
  *     if (st == K3_ERR_CONTEXT) ... offer k3_conv_clear or k3_conv_drop_oldest, or k3_conv_undo
  * /retry = k3_conv_pop_reply + k3_conv_generate; /undo = k3_conv_undo. */
 
+typedef struct k3_tok k3_tok; /* tokenizer section */
+typedef struct k3_ids k3_ids;
+
 typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT } k3_role;
 
 /* Why a turn stopped. */
@@ -223,6 +226,8 @@ void      k3_conv_get_settings(const k3_conv *c, k3_conv_settings *out);
 /* Records the model (directory, FNV-64 of its config.json, K3_*BITS from p, may be NULL)
  * for transcript headers. K3_ERR_IO if config.json cannot be read. */
 k3_status k3_conv_set_model(k3_conv *c, const char *dir, const k3_params *p);
+/* That fingerprint: 16 hex digits, "" before k3_conv_set_model. */
+const char *k3_conv_model_fingerprint(const k3_conv *c);
 
 /* Messages. The system prompt is message 0 when set; NULL or "" removes it. */
 k3_status     k3_conv_set_system(k3_conv *c, const char *text);
@@ -260,11 +265,37 @@ typedef struct k3_conv_callbacks {
 k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb);
 /* Thread-safe: stops a running k3_conv_generate (prefill included) soon. */
 void      k3_conv_cancel(k3_conv *c);
+/* The next turn samples with exactly this seed (replay); later turns derive their own. */
+void      k3_conv_set_turn_seed(k3_conv *c, uint64_t seed);
+/* Forgets the prompt cache and its snapshots: call before freeing or replacing the
+ * session or model the conversation generated with. */
+void      k3_conv_drop_cache(k3_conv *c);
 /* Context accounting: tokens the next turn's prompt needs, and the capacity. */
 k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity);
 /* Ids the chat encoder makes for the history (+ generation prompt when gen_prompt),
- * with the current think mode and effort. *ids is malloc'd (caller frees). */
-k3_status k3_conv_render(k3_conv *c, k3_model *m, int gen_prompt, int32_t **ids, int *n);
+ * with the conversation's think mode and effort, appended to *out. */
+k3_status k3_conv_render(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out);
+
+/* Replay (conv-replay.c): re-runs each user turn of `saved` (with the saved history
+ * before it) against m with settings `set`, and compares each new answer with the saved
+ * one: by token ids when the transcript has them, else by text. When keep_seeds, each
+ * turn samples with the seed recorded in its statistics (so a sampled transcript
+ * reproduces too). cb gets one report per assistant turn; *n_diff counts the turns that
+ * differ. Cancel with k3_conv_cancel(saved) from another thread. */
+typedef struct k3_replay_turn {
+    int         turn;         /* 1-based assistant turn number                          */
+    int         msg_index;    /* index of the saved assistant message                    */
+    int         match;        /* 1: identical (for an interrupted saved turn: its prefix) */
+    int         by_ids;       /* compared token ids (else text)                          */
+    int         n_saved, n_new; /* tokens (by_ids) or bytes of think+response (text)     */
+    int         first_diff;   /* index of the first differing token / byte, -1 if none  */
+    int32_t     saved_id, new_id; /* the differing ids (-1: past the end)               */
+    const char *saved_piece, *new_piece; /* their text (printable, NUL-terminated)      */
+    const k3_msg *new_msg;    /* the new answer (valid during the callback)              */
+} k3_replay_turn;
+typedef void (*k3_replay_cb)(const k3_replay_turn *t, void *ud);
+k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_conv_settings *set,
+                         int keep_seeds, k3_replay_cb cb, void *ud, int *n_diff);
 
 /* Transcripts (transcript.c): JSON Lines, format in man/k3chat.5. */
 typedef struct k3_load_info {

@@ -158,32 +158,32 @@ static k3_status model_vec(k3_model *m, const char *name, int n, float **out) {
 }
 
 /* Take ownership of w (rows x cols f32, from k3_aligned_alloc) as a matrix of the given bits:
- * 32 keeps it as is; 8 and 4 quantize it at load (quant.c: int8 per row, int4 groups of 64)
- * into one allocation recorded in m->owned, and free w. */
+ * the load-time quantization point (32: f32 as is; 8: Q_I8; 4: Q_I4, quant.c). */
 static k3_status matrix_from_f32(k3_model *m, const char *name, float *w, int rows, int cols,
                                  int bits, qmat *out) {
     k3_status st;
-    if (bits != 32) {
-        st = qmat_quantize(out, bits == 8 ? Q_I8 : Q_I4, w, rows, cols);
-        free(w);
-        if (st) {
-            k3_err_prefix("%s: tensor '%s'", m->dir, name);
+    if (bits == 32) {
+        if ((st = own(m, w))) {
+            free(w);
             return st;
         }
-        if ((st = own(m, out->own))) {
-            qmat_free(out);
-            return st;
-        }
-        m->bytes_resident += q_wbytes(out->type, rows, cols) + q_sbytes(out->type, rows, cols);
+        m->bytes_resident += q_wbytes(Q_F32, rows, cols);
+        *out = (qmat){.type = Q_F32, .rows = rows, .cols = cols, .w = w};
         return K3_OK;
     }
-    st = own(m, w);
+    int type = bits == 8 ? Q_I8 : Q_I4;
+    st       = qmat_quantize(out, type, w, rows, cols);
+    free(w);
     if (st) {
-        free(w);
+        k3_err_prefix("%s: tensor '%s'", m->dir, name);
         return st;
     }
-    m->bytes_resident += q_wbytes(Q_F32, rows, cols);
-    *out = (qmat){.type = Q_F32, .rows = rows, .cols = cols, .w = w};
+    if ((st = own(m, out->own))) {
+        qmat_free(out);
+        return st;
+    }
+    out->own = NULL; /* freed with the model's other allocations */
+    m->bytes_resident += q_wbytes(type, rows, cols) + q_sbytes(type, rows, cols);
     return K3_OK;
 }
 
@@ -519,6 +519,9 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
 #ifdef _OPENMP
     if (m->par.threads > 0) omp_set_num_threads(m->par.threads);
 #endif
+    /* The exact path (K3_BITS=32) computes the MXFP4 experts in float too, unless K3_IDOT asks
+     * for the int8-activation dot products. (A process-wide kernel setting.) */
+    if (m->par.bits == 32 && !getenv("K3_IDOT")) kern_set_idot(0);
     for (int i = 0; i < st_n_tensors(m->st); i++)
         m->load_total += st_tensor_at(m->st, i)->nbytes;
     if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers))) {

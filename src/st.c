@@ -247,7 +247,7 @@ static k3_status load_shard(st_dir *d, int si) {
     if (!hbuf) { st = k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen); goto fail; }
     if ((st = pread_all(sh->fd, sh->path, hbuf, hlen, 8))) goto fail;
     json_error_t jerr;
-    root = json_loadb(hbuf, (size_t)hlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    root = json_loadb(hbuf, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         st = k3_err(K3_ERR_FORMAT, "%s: header JSON malformed at byte %d: %s", file, jerr.position, jerr.text);
         goto fail;

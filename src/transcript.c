@@ -5,6 +5,8 @@
  * Line 1 is a header object (format, version, k3chat version, model, settings); then one
  * object per message in the OpenAI chat shape (role, content, reasoning_content) with
  * k3chat's extras (interrupted, token_ids, stats). All JSON goes through jansson.
+ * A file without the header (messages from the first line on) is read with default
+ * settings, so chat logs from other tools load too.
  *
  * Durability: a file on disk is always a valid transcript.
  *   - Whole files (/save, export, the first autosave, autosave rewrites after an edit) go
@@ -583,8 +585,8 @@ static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info
     json_t     *v = json_object_get(h, "version");
     TRY(get_str(L, h, "", "format", &fmt));
     if (!fmt || strcmp(fmt, TRANSCRIPT_FORMAT))
-        return LERR(L, "not a k3chat transcript header (expected \"format\": \"%s\"%s)", TRANSCRIPT_FORMAT,
-                    json_object_get(h, "role") ? "; the file starts with a message, not a header" : "");
+        return LERR(L, "neither a k3chat transcript header (\"format\": \"%s\") nor a message (\"role\")",
+                    TRANSCRIPT_FORMAT);
     if (!json_is_integer(v))
         return LERR(L, "header \"version\" is %s, expected an integer", v ? jtype(v) : "missing");
     if (json_integer_value(v) != TRANSCRIPT_VERSION)
@@ -785,7 +787,7 @@ static k3_status parse_line(const lctx *L, const char *p, size_t n, k3_conv *c, 
     if (!json_is_object(j))
         st = LERR(L, "%s is %s, expected a JSON object", L->line == 1 ? "the header" : "the message",
                   jtype(j));
-    else if (L->line == 1)
+    else if (L->line == 1 && (json_object_get(j, "format") || !json_object_get(j, "role")))
         st = parse_header(L, j, c, info);
     else
         st = parse_msg(L, j, c);

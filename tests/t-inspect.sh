@@ -49,6 +49,33 @@ for f in $vis; do chmod 000 "$T/novis/$f"; done
 for f in $vis; do rm -f "$T/novis/$f"; done
 "$K3" --inspect "$T/novis" >/dev/null 2>"$T/err"; check $? "vision shard deleted: still loads ($(head -c 200 "$T/err"))"
 
+# ---- the same tensors as one model.safetensors without an index, and without the prefix ----
+cp -r "$M" "$T/single"
+/usr/bin/python3 - "$T/single" <<'EOF2' || fail "merging shards into model.safetensors"
+import json, os, struct, sys
+d = sys.argv[1]
+wm = json.load(open(d + "/model.safetensors.index.json"))["weight_map"]
+hdr, blobs, off = {}, [], 0
+for f in sorted(set(wm.values())):
+    b = open(d + "/" + f, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    for k, v in h.items():
+        if k == "__metadata__" or k.removeprefix("language_model.").startswith(("vision_tower.", "mm_projector.")):
+            continue
+        b0, b1 = v["data_offsets"]; blobs.append(b[8 + n + b0:8 + n + b1])
+        hdr[k.removeprefix("language_model.")] = dict(v, data_offsets=[off, off + b1 - b0]); off += b1 - b0
+    os.remove(d + "/" + f)
+os.remove(d + "/model.safetensors.index.json")
+h = json.dumps(hdr).encode(); h += b" " * (-len(h) % 8)
+open(d + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+EOF2
+"$K3" --inspect "$T/single" >"$T/out1" 2>"$T/err"; check $? "single model.safetensors without prefix: loads ($(head -c 200 "$T/err"))"
+grep -q "^shards       1 (0 vision-only" "$T/out1" && ! grep -q "language_model. prefix" "$T/out1"; check $? "single file: one shard, no prefix reported"
+a=$(grep "^tensors" "$T/out" | sed 's/;.*//'); b=$(grep "^tensors" "$T/out1")
+[ -n "$a" ] && [ "$a" = "$b" ]; check $? "single file: same tensor count and bytes as the sharded one ($b)"
+rm -f "$T/single/model.safetensors"
+"$K3" --inspect "$T/single" >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "model.safetensors" "$T/err"; check $? "no safetensors at all: one-line error ($(head -c 200 "$T/err"))"
+
 # ---- corruptions: corrupt.py MODE DIR edits DIR and prints the two strings the error must name ----
 cat >"$T/corrupt.py" <<'EOF'
 import json, struct, sys, os

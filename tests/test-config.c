@@ -142,6 +142,16 @@ static void config_cases(void) {
     json_object_del(tc(j), "hidden_size");
     expect_cfg("missing-key", j, "config.json: text_config.hidden_size is missing", 1);
     j = base();
+    json_object_del(tc(j), "intermediate_size");
+    expect_cfg("dense-width", j, "config.json: text_config.intermediate_size is missing", 1);
+    j = base();
+    json_object_del(tc(j), "intermediate_size");
+    json_object_set_new(tc(j), "first_k_dense_replace", json_integer(0));
+    dir = case_dir("no-dense");
+    put_cfg(dir, j);
+    T_CHECK(cfg_load(dir, &c) == K3_OK && c.first_dense == 0, "no dense layer: intermediate_size may be absent (%s)",
+            k3_errmsg());
+    j = base();
     json_object_del(tc(j), "num_experts_per_token");
     expect_cfg("missing-topk", j, "config.json: text_config.num_experts_per_token is missing", 1);
     j = base();

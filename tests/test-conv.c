@@ -179,6 +179,15 @@ static void test_round_trip(void) {
     k3_conv_free(b);
     k3_conv_free(c);
 
+    /* no header: messages from line 1 on, default settings */
+    static const char bare[] = "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"assistant\",\"content\":\"y\"}\n";
+    path_in(p1, sizeof p1, "bare.jsonl");
+    write_file(p1, bare, sizeof bare - 1);
+    c = k3_conv_new();
+    T_CHECK(k3_conv_load(c, p1, NULL) == K3_OK && k3_conv_count(c) == 2, "a file without header loads (%s)",
+            k3_errmsg());
+    k3_conv_free(c);
+
     /* other writers' spellings: reasoning / thinking, content parts, null content, developer */
     const char *other =
         "{\"format\":\"k3chat-transcript\",\"version\":1}\n"
@@ -237,7 +246,9 @@ static void test_malformed(void) {
               S(HDR "{\"role\":\"user\",\"content\":\"ok\"}\n{\"role\":\"user\",\"content\":\"bad \xff\xfe\"}\n"),
               ":3:", "invalid UTF-8");
     malformed("overlong UTF-8", S(HDR "{\"role\":\"user\",\"content\":\"\xc0\xaf\"}\n"), ":2:", "invalid UTF-8");
-    malformed("no header", S("{\"role\":\"user\",\"content\":\"x\"}\n"), ":1:", "not a k3chat transcript header");
+    malformed("neither header nor message", S("{\"format\":\"other\",\"version\":1}\n"), ":1:",
+              "neither a k3chat transcript header");
+    malformed("header without format", S("{\"version\":1}\n"), ":1:", "neither a k3chat transcript header");
     malformed("empty file", "", 0, ":1:", "empty");
     malformed("tool role", S(HDR "{\"role\":\"tool\",\"content\":\"x\"}\n"), ":2:", "not supported");
     malformed("missing role", S(HDR "{\"content\":\"x\"}\n"), ":2:", "no \"role\"");
