@@ -8,64 +8,42 @@
  * table (shapes, dtypes, shard offsets), never from tensor data, so it is fast on the 1.5 TB
  * release.
  *
- * Memory estimate (settings from the environment, defaults as the engine's):
- *   K3_BITS      (4)  KDA q/k/v/g/o, latent down/up, shared experts, dense MLP matrices
- *   K3_MLA_BITS  (8)  MLA q_a, q_b, kv_a, kv_b, o, g
- *   K3_HEAD_BITS (8)  lm_head
+ * Memory estimate (the engine's settings: k3_params_default, i.e. its defaults and K3_*):
+ *   K3_BITS        KDA q/k/v/g/o, latent down/up, shared experts, dense MLP matrices
+ *   K3_MLA_BITS    MLA q_a, q_b, kv_a, kv_b, o, g
+ *   K3_HEAD_BITS   lm_head
  *   32 = f32, 8 = int8 per row, 4 = int4 in groups of 64 (quant.h); embeddings as stored; norms,
- *   router, conv taps, dt_bias, A_log, f_a/f_b, b_proj in f32; routed experts as stored, cached
- *   up to K3_EXPERT_GB (10^9 bytes; at least one expert per MoE layer); decode state for
+ *   router, conv taps, dt_bias, A_log, f_a/f_b, b_proj in f32; routed experts as stored: all of
+ *   them when K3_EXPERT_GB is unset, else a cache of K3_EXPERT_GB (10^9 bytes; at least one
+ *   expert per MoE layer); decode state for
  *   K3_MAXT positions (KDA state + conv tails, MLA latent cache, AttnRes blocks).
  */
 #include "config.h"
 #include "quant.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#define INSP_DEFAULT_MAXT 8192
-
+/* The engine's settings (k3_params_default: defaults, then the K3_* environment). */
 typedef struct insp_settings {
     int    bits, mla_bits, head_bits;
-    double expert_gb;  /* < 0: unset                 */
+    double expert_gb;  /* <= 0: unset (the floor of one expert per MoE layer) */
     long   maxt;
     int    maxt_set;
 } insp_settings;
 
-static k3_status env_bits(const char *var, int def, int *out) {
-    const char *s = getenv(var);
-    *out = def;
-    if (!s || !*s) return K3_OK;
-    if (strcmp(s, "4") && strcmp(s, "8") && strcmp(s, "32"))
-        return k3_err(K3_ERR_ARG, "%s: '%s' is not 4, 8 or 32", var, s);
-    *out = atoi(s);
-    return K3_OK;
-}
-
 static k3_status read_settings(insp_settings *s) {
-    k3_status st;
-    if ((st = env_bits("K3_BITS", 4, &s->bits)) || (st = env_bits("K3_MLA_BITS", 8, &s->mla_bits)) ||
-        (st = env_bits("K3_HEAD_BITS", 8, &s->head_bits)))
-        return st;
-    const char *g = getenv("K3_EXPERT_GB"), *t = getenv("K3_MAXT");
-    char       *end;
-    s->expert_gb = -1;
-    if (g && *g) {
-        errno = 0;
-        s->expert_gb = strtod(g, &end);
-        if (*end || errno || !(s->expert_gb >= 0 && s->expert_gb < 1e6))
-            return k3_err(K3_ERR_ARG, "K3_EXPERT_GB: '%s' is not a number of gigabytes >= 0", g);
-    }
-    s->maxt = INSP_DEFAULT_MAXT;
+    k3_params p;
+    k3_status st = k3_params_default(&p);
+    if (st) return st;
+    s->bits = p.bits;
+    s->mla_bits = p.mla_bits;
+    s->head_bits = p.head_bits;
+    s->expert_gb = p.expert_gb > 0 ? p.expert_gb : -1;
+    s->maxt = p.max_ctx;
+    const char *t = getenv("K3_MAXT");
     s->maxt_set = t && *t;
-    if (s->maxt_set) {
-        errno = 0;
-        s->maxt = strtol(t, &end, 10);
-        if (*end || errno || s->maxt < 1 || s->maxt > (1L << 30))
-            return k3_err(K3_ERR_ARG, "K3_MAXT: '%s' is not a positive token count", t);
-    }
     return K3_OK;
 }
 
@@ -251,7 +229,8 @@ static void print_memory(const k3_config *c, const st_dir *d, const insp_setting
     int n_moe = c->n_layers - c->first_dense, n_kda = 0, n_mla = 0;
     for (int l = 0; l < c->n_layers; l++) c->layer_kind[l] == K3_LAYER_KDA ? n_kda++ : n_mla++;
     uint64_t floor_b = (uint64_t)n_moe * es->bytes_per;
-    uint64_t budget = s->expert_gb < 0 ? floor_b : (uint64_t)(s->expert_gb * 1e9);
+    /* unset: every expert resident (the engine without a budget); set: the budget, at least the floor */
+    uint64_t budget = s->expert_gb < 0 ? es->total : (uint64_t)(s->expert_gb * 1e9);
     if (budget < floor_b) budget = floor_b;
     m[M_EXPERT] = budget < es->total ? budget : es->total;
     const uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
@@ -272,8 +251,12 @@ static void print_memory(const k3_config *c, const st_dir *d, const insp_setting
     fprintf(f, "  lm_head (K3_HEAD_BITS)       %12s\n", HB(m[M_HEAD]));
     fprintf(f, "  embeddings (as stored)       %12s\n", HB(m[M_EMBED]));
     fprintf(f, "  small tensors (f32)          %12s\n", HB(m[M_FLOAT]));
-    fprintf(f, "  routed-expert cache          %12s  (%s of %s; floor one expert per MoE layer)\n",
-            HB(m[M_EXPERT]), es->total && m[M_EXPERT] >= es->total ? "all experts" : "budget", HB(es->total));
+    fprintf(f, "  routed experts               %12s  (%s; all experts %s)\n", HB(m[M_EXPERT]),
+            s->expert_gb < 0       ? "K3_EXPERT_GB unset: all resident"
+            : m[M_EXPERT] >= es->total ? "the budget holds all experts"
+            : budget == floor_b    ? "cache floor: one expert per MoE layer"
+                                   : "cache budget",
+            HB(es->total));
     fprintf(f, "  KDA state + conv tails       %12s\n", HB(kda_state));
     fprintf(f, "  MLA latent cache             %12s  (%ld positions)\n", HB(mla_cache), s->maxt);
     fprintf(f, "  total                        %12s\n", HB(total));
