@@ -202,19 +202,21 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *dir = argv[ai];
-    setting     sa, sb;
+    setting     sa = {0}, sb = {0};
+    int32_t    *ids = NULL;
+    int         n = 0, rc = 2;
+    char       *text = NULL;
+    float      *la = NULL, *lb = NULL;
+    double     *pa = NULL, *pb = NULL;
     if (setting_parse(&sa, argv[ai + 1]) || setting_parse(&sb, argv[ai + 2]))
-        return 2;
+        goto out;
 
     /* token ids */
-    int32_t *ids = NULL;
-    int      n   = 0;
-    char    *text = NULL;
     if (ids_file) {
         FILE *f = fopen(ids_file, "rb");
         if (!f) {
             fprintf(stderr, "k3-ab: %s: %s\n", ids_file, strerror(errno));
-            return 2;
+            goto out;
         }
         size_t cap = 1 << 16, len = 0;
         text       = malloc(cap + 1);
@@ -232,8 +234,10 @@ int main(int argc, char **argv) {
             }
         }
         fclose(f);
-        if (!text)
-            return 1;
+        if (!text) {
+            rc = 1;
+            goto out;
+        }
         text[len] = '\0';
         ids_text  = text;
     }
@@ -250,26 +254,28 @@ int main(int argc, char **argv) {
             long v = strtol(p, &end, 10);
             if (end == p || errno || v < 0 || v > INT32_MAX) {
                 fprintf(stderr, "k3-ab: token ids: '%.20s' is not a non-negative integer\n", p);
-                return 2;
+                goto out;
             }
             if ((size_t)n == cap) {
                 int32_t *t = realloc(ids, 2 * cap * sizeof *ids);
-                if (!t)
-                    return 1;
+                if (!t) {
+                    rc = 1;
+                    goto out;
+                }
                 ids = t;
                 cap *= 2;
             }
             ids[n++] = (int32_t)v;
             p        = end;
         }
-        free(text);
     } else {
         /* random ids need the vocabulary size: open the model once with the caller's env */
         k3_params p;
         k3_model *m = NULL;
         if (k3_params_default(&p) || k3_model_open(dir, &p, &m)) {
             fprintf(stderr, "k3-ab: %s\n", k3_errmsg());
-            return 1;
+            rc = 1;
+            goto out;
         }
         k3_model_info info;
         k3_model_get_info(m, &info);
@@ -282,23 +288,24 @@ int main(int argc, char **argv) {
     }
     if (!ids || n == 0) {
         fprintf(stderr, "k3-ab: no token ids\n");
-        return 2;
+        goto out;
     }
 
-    int    va = 0, vb = 0;
-    float *la = NULL, *lb = NULL;
+    int va = 0, vb = 0;
+    rc     = 1;
     if (run_setting(dir, &sa, ids, n, &va, &la) || run_setting(dir, &sb, ids, n, &vb, &lb))
-        return 1;
+        goto out;
     if (va != vb) {
         fprintf(stderr, "k3-ab: vocabularies differ (%d vs %d)\n", va, vb);
-        return 1;
+        goto out;
     }
-    const int V    = va;
-    double   *pa   = malloc((size_t)V * sizeof(double)), *pb = malloc((size_t)V * sizeof(double));
-    int       agree = 0;
-    double    kl_sum = 0.0, kl_max = 0.0, maxerr = 0.0, d2 = 0.0, a2 = 0.0;
+    const int V = va;
+    pa          = malloc((size_t)V * sizeof(double));
+    pb          = malloc((size_t)V * sizeof(double));
     if (!pa || !pb)
-        return 1;
+        goto out;
+    int    agree  = 0;
+    double kl_sum = 0.0, kl_max = 0.0, maxerr = 0.0, d2 = 0.0, a2 = 0.0;
     for (int t = 0; t < n; t++) {
         const float *xa = la + (size_t)t * V, *xb = lb + (size_t)t * V;
         agree += argmax(xa, V) == argmax(xb, V);
@@ -324,7 +331,9 @@ int main(int argc, char **argv) {
     printf("rel L2 of logits  %.3e\n", rel);
     printf("AB top1 %.4f kl_mean %.3e kl_max %.3e maxerr %.4g rel_l2 %.3e n %d\n", (double)agree / n,
            kl_sum / n, kl_max, maxerr, rel, n);
-    free(pa), free(pb), free(la), free(lb), free(ids);
+    rc = 0;
+out:
+    free(pa), free(pb), free(la), free(lb), free(ids), free(text);
     free(sa.buf), free(sb.buf);
-    return 0;
+    return rc;
 }
