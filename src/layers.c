@@ -128,8 +128,9 @@ static void kda_forward(k3_session *s, int l, int n) {
             beta[(size_t)t * H + h] = sigmoidf_(beta[(size_t)t * H + h]);
     }
 
-    /* per head, token by token in order: the delta rule on S (H, d, d) */
-#pragma omp parallel for schedule(static)
+    /* per head, token by token in order: the delta rule on S (H, d, d); threads only when
+     * the work outweighs waking them */
+#pragma omp parallel for schedule(static) if ((long)n * H * d * d >= (1L << 18))
     for (int h = 0; h < H; h++) {
         double *u = s->dtmp + (size_t)h * 2 * d, *o = u + d;
         float  *S = ls->S[dst] + (size_t)h * d * d;
@@ -226,7 +227,7 @@ static void mla_forward(k3_session *s, int l, int n) {
         mm(&w->uk_t[h], b->gat, n, b->hd + (size_t)h * C * kl);
     }
     /* causal attention over the latent cache, token by token; ctx_lat into hd2 (Hm, C, kl) */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)n * Hm * (pos + n) * kl >= (1L << 18))
     for (int h = 0; h < Hm; h++) {
         float  *sc  = b->scores + (size_t)h * s->m->par.max_ctx;
         double *acc = s->dtmp + (size_t)h * kl;

@@ -77,6 +77,39 @@ rm -f "$T/single/model.safetensors"
 "$K3" --inspect "$T/single" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "model.safetensors" "$T/err"; check $? "no safetensors at all: one-line error ($(head -c 200 "$T/err"))"
 
+# ---- expert layout: split one tensor of every expert away from the other five; then id order ----
+cat >"$T/relayout.py" <<'EOF2'
+import json, os, re, struct, sys
+mode, d = sys.argv[1], sys.argv[2]
+wm = json.load(open(d + "/model.safetensors.index.json"))["weight_map"]
+def natural(k):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", k)]
+for f in sorted(set(wm.values())):
+    p = d + "/" + f
+    if not os.path.exists(p): continue
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    names = [k for k in h if k != "__metadata__"]
+    if mode == "split":   # every w2.weight_scale after all other tensors
+        names.sort(key=lambda k: (k.endswith("w2.weight_scale"), h[k]["data_offsets"][0]))
+    else:                 # experts in id order, each expert's six tensors together
+        names.sort(key=natural)
+    blobs, off, nh = [], 0, {}
+    for k in names:
+        b0, b1 = h[k]["data_offsets"]; blobs.append(b[8 + n + b0:8 + n + b1])
+        nh[k] = dict(h[k], data_offsets=[off, off + b1 - b0]); off += b1 - b0
+    hb = json.dumps(nh).encode(); hb += b" " * (-len(hb) % 8)
+    open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
+EOF2
+for mode in split sorted; do
+    rm -rf "$T/l-$mode"; cp -r "$M" "$T/l-$mode"
+    for f in $vis; do rm -f "$T/l-$mode/$f"; done   # vision shard: never opened, so it may go
+    /usr/bin/python3 "$T/relayout.py" $mode "$T/l-$mode" || fail "relayout $mode"
+    "$K3" --inspect "$T/l-$mode" >"$T/out-$mode" 2>"$T/err"; check $? "relayout $mode: loads ($(head -c 200 "$T/err"))"
+done
+grep -q "60 of 60 experts NOT contiguous" "$T/out-split"; check $? "split layout reported as not contiguous"
+grep -q "six tensors are contiguous" "$T/out-sorted" && grep -q "experts in id order inside shards" "$T/out-sorted"
+check $? "sorted layout: contiguous and in id order"
+
 # ---- corruptions: corrupt.py MODE DIR edits DIR and prints the two strings the error must name ----
 cat >"$T/corrupt.py" <<'EOF'
 import json, struct, sys, os

@@ -28,7 +28,7 @@ import kimi_tiny          # noqa: E402
 TOL = 1e-5
 # Set when the engine's forward pass landed on main; from then on a missing or failing
 # build/k3chat or build/k3-mkmodel is a FAIL, never a pass or a skip.
-ENGINE_ON_MAIN = False
+ENGINE_ON_MAIN = True
 n_fail = 0
 
 
@@ -221,6 +221,7 @@ MKMODEL = os.path.join(BUILD, "k3-mkmodel")
 def engine(mdir, ids, max_tokens, **env):
     """Run k3chat on raw ids at K3_BITS=32; returns (ok, generated ids, stderr)."""
     e = dict(os.environ, K3_BITS="32", K3_MLA_BITS="32", K3_HEAD_BITS="32", K3_IDOT="0")
+    e.setdefault("OMP_WAIT_POLICY", "passive")   # spinning OpenMP threads crawl on a loaded machine
     e.update({k: str(v) for k, v in env.items()})
     cmd = [K3CHAT, mdir, "--ids", " ".join(str(int(t)) for t in ids),
            "--max-tokens", str(max_tokens), "--temp", "0"]
@@ -258,7 +259,7 @@ def pick_inputs(m, n, seed, greedy=0):
             continue
         if best is None or margin > best[0]:
             best = (margin, ids)
-        if margin > 1e-3:
+        if margin > 1e-4:        # f32 rounding moves scores and logits by ~1e-6
             break
     return best[1] if best else ids
 
@@ -275,10 +276,10 @@ def compare_model(label, mdir):
     lg, tr, _ = R.run(m, ids)
     # the same spec evaluated in float32 arithmetic: if this is not well inside the limit, the
     # checkpoint (or the inputs) are ill-conditioned and the engine comparison is not meaningful
-    lg32, tr32, _ = R.run(R.Model(mdir, np.float32), ids, chunk=1)
+    lg32, tr32, _ = R.run(R.Model(mdir, np.float32), ids)
     sim = max(max(rel(tr32[:, i], tr[:, i]) for i in range(c.n_layers)), rel(lg32, lg))
-    check(sim <= TOL / 4, f"{label}: well conditioned: the reference evaluated in f32 is within "
-          f"{sim:.1e} of f64 (limit {TOL / 4:g}, a quarter of the engine's)")
+    check(sim <= TOL / 3, f"{label}: well conditioned: the reference evaluated in f32 is within "
+          f"{sim:.1e} of f64 (limit {TOL / 3:.2g}, a third of the engine's)")
     lf, tf = os.path.join(TMP, "e.logits"), os.path.join(TMP, "e.trace")
     for f in (lf, tf):
         if os.path.exists(f):
@@ -309,11 +310,24 @@ def compare_model(label, mdir):
               f"{desc}; logits {el:.1e} (limit {TOL:g}; numpy f32 gets {sim:.1e})")
 
     # greedy continuation of 32 tokens
+    # (the decode path: logits and states of the generated tokens, fed one at a time, too)
     p = pick_inputs(m, 16, seed=200, greedy=32)
-    _, _, rgen = R.run(m, p, greedy=32)
-    ok, gen, err = engine(mdir, p, 32)
+    rlg, rtr, rgen = R.run(m, p, greedy=32)
+    ok, gen, err = engine(mdir, p, 32, K3_LOGITS=lf, K3_TRACE=tf)
     check(ok and gen == rgen, f"{label}: greedy 32 tokens identical to the reference"
           + ("" if ok and gen == rgen else f" (engine {gen if ok else err.strip()[-200:]}, reference {rgen})"))
+    nn = len(p) + 31                                   # the last generated token is never fed
+    elg = read_rows(lf, c.V, nn) if ok else None
+    etr = read_rows(tf, c.n_layers * c.D, nn) if ok else None
+    if elg is None or etr is None or gen != rgen:
+        check(False, f"{label}: decode-path states and logits over {nn} positions (engine did not run, "
+              "wrote fewer rows, or generated other tokens)")
+    else:
+        etr = etr.reshape(nn, c.n_layers, c.D)
+        et = max(rel(etr[:, i], rtr[:, i]) for i in range(c.n_layers))
+        el = rel(elg, rlg)
+        check(et <= TOL and el <= TOL, f"{label}: prompt {len(p)} + 31 decoded positions: worst per-layer "
+              f"rel-L2 {et:.1e}, logits {el:.1e} (limit {TOL:g})")
 
     # K3_CHUNK=32 vs 1, bit-identical logits over 104 positions (boundaries at 32, 64, 96)
     ids = np.random.default_rng(300).integers(0, max(c.V - 256, 2), 104)
