@@ -210,6 +210,29 @@ def test_reference():
     check(ex < 1e-12, f"reference: AttnRes mix matches a per-entry loop version (rel {ex:.1e})")
 
 
+def test_cli():
+    """k3_ref.py's command line writes the hook formats and prints the greedy ids."""
+    d = os.path.join(TMP, "rd-12")
+    m = R.Model(d)
+    c = m.cfg
+    ids = [5, 17, 3, 60, 2, 9, 33]
+    idf, lf, tf = (os.path.join(TMP, f) for f in ("cli.ids", "cli.logits", "cli.trace"))
+    with open(idf, "w") as f:
+        f.write(" ".join(map(str, ids)) + "\n")
+    r = subprocess.run([sys.executable, os.path.join(SRC, "tools", "k3_ref.py"), d, "--ids-file", idf,
+                        "--logits", lf, "--trace", tf, "--greedy", "3"], capture_output=True, text=True)
+    lg, tr, gen = R.run(m, ids, greedy=3)
+    ok = r.returncode == 0 and r.stdout.split() == [str(t) for t in gen]
+    ok = ok and np.array_equal(np.fromfile(lf, "<f4"), lg.astype("<f4").ravel())
+    ok = ok and np.array_equal(np.fromfile(tf, "<f4"), tr.astype("<f4").ravel())
+    check(ok, f"k3_ref.py command line: --ids-file, --greedy 3 prints {gen}, logits {len(ids) + 2}x{c.V} "
+          f"and trace {len(ids) + 2}x{c.n_layers}x{c.D} f32 files" + ("" if ok else f" ({r.stderr.strip()[-200:]})"))
+    r = subprocess.run([sys.executable, os.path.join(SRC, "tools", "k3_ref.py"), d, "--ids", f"1 {c.V}"],
+                       capture_output=True, text=True)
+    check(r.returncode != 0 and "k3_ref.py:" in r.stderr and "Traceback" not in r.stderr,
+          f"k3_ref.py rejects an out-of-range id with a one-line error ({r.stderr.strip()})")
+
+
 # --------------------------------------------------------------------------------------------
 # Part 2: the engine against the reference
 # --------------------------------------------------------------------------------------------
@@ -278,8 +301,8 @@ def compare_model(label, mdir):
     # checkpoint (or the inputs) are ill-conditioned and the engine comparison is not meaningful
     lg32, tr32, _ = R.run(R.Model(mdir, np.float32), ids)
     sim = max(max(rel(tr32[:, i], tr[:, i]) for i in range(c.n_layers)), rel(lg32, lg))
-    check(sim <= TOL / 3, f"{label}: well conditioned: the reference evaluated in f32 is within "
-          f"{sim:.1e} of f64 (limit {TOL / 3:.2g}, a third of the engine's)")
+    check(sim <= TOL / 2, f"{label}: well conditioned: the reference evaluated in f32 is within "
+          f"{sim:.1e} of f64 (limit {TOL / 2:g}, half the engine's)")
     lf, tf = os.path.join(TMP, "e.logits"), os.path.join(TMP, "e.trace")
     for f in (lf, tf):
         if os.path.exists(f):
@@ -345,7 +368,7 @@ def compare_hooks(label, mdir):
     """K3_X0 (input rows instead of embeddings) and K3_LAYERS (first N layers only)."""
     m = R.Model(mdir)
     c = m.cfg
-    n, nl = 66, 2
+    n, nl = 66, 4                    # layers 0-3: KDA, MLA and an AttnRes restart (block 3)
     x0 = np.random.default_rng(400).standard_normal((n, c.D)).astype("<f4")
     xf, lf, tf = (os.path.join(TMP, f) for f in ("x0.f32", "h.logits", "h.trace"))
     x0.tofile(xf)
@@ -365,6 +388,7 @@ def main():
     test_mxfp4()
     test_reader()
     test_reference()
+    test_cli()
 
     if not ENGINE_ON_MAIN:
         print("SKIP: engine comparison: the C forward pass is not on main yet (ENGINE_ON_MAIN in t-ref.py)")
@@ -372,9 +396,11 @@ def main():
     models = [(f"ours seed {kw['seed']} ({lab})", os.path.join(TMP, "rd-" + str(kw["seed"])))
               for lab, kw in VARIANTS]
     if os.access(MKMODEL, os.X_OK):
-        for seed, flags in ((5, []), (6, ["--no-prefix", "--f32", "--dense", "0", "--single"])):
+        for seed, flags in ((5, []), (6, ["--no-prefix", "--f32", "--dense", "0", "--single"]),
+                            (7, ["--layers", "14", "--block", "12", "--dense", "1", "--experts", "16",
+                                 "--active", "4"])):
             d = os.path.join(TMP, f"mk-{seed}")
-            r = subprocess.run([MKMODEL, "--preset", "tiny", "--seed", str(seed)] + flags + [d],
+            r = subprocess.run([MKMODEL, "--preset", "tiny", "--force", "--quiet", "--seed", str(seed)] + flags + [d],
                                capture_output=True, text=True)
             if check(r.returncode == 0, f"k3-mkmodel --preset tiny --seed {seed} {' '.join(flags)}"
                      + ("" if r.returncode == 0 else f" ({r.stderr.strip()[-200:]})")):
