@@ -67,6 +67,7 @@ typedef struct entry {
     int    expanded; /* reasoning unfolded in the conversation pane        */
     int    status;   /* UE_DONE_* of an assistant turn                     */
     int    queued;   /* user message waiting for the model to load         */
+    char   summary[96]; /* the folded-reasoning line as drawn              */
 } entry;
 
 /* Final lines of a streaming pane (byte ranges of its buffer), and where wrapping resumes. */
@@ -373,11 +374,8 @@ static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int 
     }
 }
 
-static char fold_buf[1024][80]; /* summary lines of the conversation pane (static storage) */
-
 static void build_lines(tui *t, int width) {
-    t->n_dl     = 0;
-    int nfold   = 0;
+    t->n_dl = 0;
     for (int i = 0; i < t->n_ents; i++) {
         entry *e = &t->ents[i];
         if (i == t->cur && t->streaming)
@@ -394,8 +392,8 @@ static void build_lines(tui *t, int width) {
         }
         case UE_ROLE_ASSISTANT:
             if (e->think.len) {
-                char *fb = fold_buf[nfold++ % 1024];
-                snprintf(fb, 80, "%s thought for %.1f s · %d tokens", e->expanded ? "▾" : "▸", e->think_s,
+                char *fb = e->summary;
+                snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d tokens", e->expanded ? "▾" : "▸", e->think_s,
                          e->n_think);
                 dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
                 if (e->expanded)
@@ -1320,6 +1318,7 @@ int ui_tui_run(const cli_opts *o) {
     sa.sa_handler = on_term;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL); /* kill -INT from outside (Ctrl-C itself is a key in raw mode) */
 
     if (!getenv("ESCDELAY"))
         set_escdelay(25);
