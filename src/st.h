@@ -53,3 +53,15 @@ k3_status st_read(const st_dir *d, const st_tensor *t, void *dst);
 /* Any float tensor (F32/F16/BF16/F64) converted to f32; dst holds numel floats. */
 k3_status st_read_f32(const st_dir *d, const st_tensor *t, float *dst);
 int64_t   st_numel(const st_tensor *t);
+
+/* ---- additions (loader) ---- */
+const char *st_shard_name(const st_dir *d, int shard);    /* file name as in the index  */
+int         st_shard_opened(const st_dir *d, int shard);  /* 0 for vision-only shards   */
+/* Raw bytes [off, off+n) of a shard (absolute offsets, e.g. one expert's six tensors at once).
+ * Positioned reads: safe from any thread. */
+k3_status st_read_at(const st_dir *d, int shard, void *dst, uint64_t n, uint64_t off);
+/* Pointer to the tensor's bytes in a read-only shared mapping of its whole shard (mapped on
+ * first use, unmapped by st_close). Not thread-safe on first use of a shard: call it from one
+ * thread. A shard truncated after st_open would fault on access: prefer st_read for data that
+ * is read once. */
+k3_status st_map(st_dir *d, const st_tensor *t, const void **out);

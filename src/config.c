@@ -1,0 +1,515 @@
+/* config.c: config.json + generation_config.json -> k3_config, and the tensor inventory check
+ * (API in config.h; the keys are spec section 2, the tensors spec section 3).
+ *
+ * DESIGN
+ * Text keys are looked up in text_config first and then at the top level (a text-only checkpoint
+ * may be flat), so every error can name the key path where the key was found or, when missing,
+ * where it is expected ("text_config.hidden_size" when there is a text_config). Keys that switch
+ * the formulas of spec section 5 (mla_use_nope, hidden_act, ...) may be absent, but when present
+ * they must say what the formulas assume; gate_lower_bound must be present. Every error message is
+ * one line: "config.json: <key path> <what is wrong>".
+ *
+ * cfg_check_tensors() walks the tensor list the configuration implies (globals, then per layer:
+ * the common norms, KDA or MLA attention, dense MLP or MoE with every routed expert) and checks
+ * presence, dtype class (float: F32/F16/BF16; expert packs and scales: U8) and shape. The first
+ * problem is reported naming the shard file holding the tensor (or the index, when it is missing).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CFG_FILE "config.json"
+#define GEN_FILE "generation_config.json"
+#define DIM_MAX  (1 << 24) /* generous bound for any width: keeps every product inside int64 */
+
+typedef struct cfg_ctx {
+    json_t     *top;   /* root object                                   */
+    json_t     *tc;    /* text_config, or NULL when the keys are flat    */
+} cfg_ctx;
+
+/* ---- key lookup ------------------------------------------------------------------------------ */
+
+static void key_path(char *buf, size_t n, const char *obj, const char *key) {
+    snprintf(buf, n, "%s%s%s", obj ? obj : "", obj && *obj ? "." : "", key);
+}
+
+/* A text key: text_config.KEY, else top-level KEY. Sets path to where it was found or expected. */
+static json_t *text_key(const cfg_ctx *c, const char *key, char *path, size_t n) {
+    json_t *v = c->tc ? json_object_get(c->tc, key) : NULL;
+    if (v) {
+        key_path(path, n, "text_config", key);
+        return v;
+    }
+    v = json_object_get(c->top, key);
+    key_path(path, n, v || !c->tc ? "" : "text_config", key);
+    return v;
+}
+
+static k3_status missing(const char *path) {
+    return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is missing", path);
+}
+
+static k3_status to_int(json_t *v, const char *path, long lo, long hi, int *out) {
+    if (!v) return missing(path);
+    if (!json_is_integer(v)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an integer", path);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %lld is outside %ld..%ld", path, (long long)x, lo, hi);
+    *out = (int)x;
+    return K3_OK;
+}
+
+static k3_status to_float(json_t *v, const char *path, float *out) {
+    if (!v) return missing(path);
+    if (!json_is_number(v)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not a number", path);
+    double x = json_number_value(v);
+    if (!isfinite(x) || fabs(x) > 1e30)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %g is not a finite number", path, x);
+    *out = (float)x;
+    return K3_OK;
+}
+
+/* Required text integer in lo..hi. */
+static k3_status t_int(const cfg_ctx *c, const char *key, long lo, long hi, int *out) {
+    char path[128];
+    return to_int(text_key(c, key, path, sizeof path), path, lo, hi, out);
+}
+
+static k3_status t_float(const cfg_ctx *c, const char *key, float *out) {
+    char path[128];
+    return to_float(text_key(c, key, path, sizeof path), path, out);
+}
+
+/* Optional flag that must be true (spec section 2: the formulas assume it). */
+static k3_status want_true(json_t *v, const char *path) {
+    if (!v) return K3_OK;
+    if (!json_is_boolean(v)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not true/false", path);
+    if (!json_is_true(v))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = false is not supported (k3chat implements the true variant only)", path);
+    return K3_OK;
+}
+
+static k3_status want_string(json_t *v, const char *path, const char *want) {
+    if (!v) return K3_OK;
+    if (!json_is_string(v)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not a string", path);
+    if (strcmp(json_string_value(v), want))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = \"%s\" is not supported (expected \"%s\")", path,
+                      json_string_value(v), want);
+    return K3_OK;
+}
+
+static k3_status want_one(json_t *v, const char *path) {
+    if (!v || json_is_null(v)) return K3_OK;
+    if (!json_is_integer(v) || json_integer_value(v) != 1)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s must be 1 (grouped routing is not supported)", path);
+    return K3_OK;
+}
+
+/* Optional token id (-1 when absent or null); top level first, then text_config. */
+static k3_status token_id(const cfg_ctx *c, const char *key, int vocab, int *out) {
+    char    path[128];
+    json_t *v = json_object_get(c->top, key);
+    key_path(path, sizeof path, "", key);
+    if (!v && c->tc && (v = json_object_get(c->tc, key))) key_path(path, sizeof path, "text_config", key);
+    *out = -1;
+    if (!v || json_is_null(v)) return K3_OK;
+    if (json_is_array(v)) { /* some configs list several ids: the first is the one we use */
+        if (!json_array_size(v)) return K3_OK;
+        v = json_array_get(v, 0);
+        strncat(path, "[0]", sizeof path - strlen(path) - 1);
+    }
+    return to_int(v, path, 0, vocab - 1, out);
+}
+
+/* ---- sections ------------------------------------------------------------------------------- */
+
+static k3_status read_flags(const cfg_ctx *c, json_t *lac, const char *lpath) {
+    static const char *trues[] = {"mla_use_nope", "mla_use_output_gate", "latent_moe_use_norm", "moe_renormalize"};
+    char      path[160];
+    k3_status st;
+    for (size_t i = 0; i < sizeof trues / sizeof *trues; i++)
+        if ((st = want_true(text_key(c, trues[i], path, sizeof path), path))) return st;
+    key_path(path, sizeof path, lpath, "use_full_rank_gate");
+    if ((st = want_true(json_object_get(lac, "use_full_rank_gate"), path))) return st;
+    if ((st = want_string(text_key(c, "hidden_act", path, sizeof path), path, "situ"))) return st;
+    if ((st = want_string(text_key(c, "moe_router_activation_func", path, sizeof path), path, "sigmoid")))
+        return st;
+    if ((st = want_one(text_key(c, "num_expert_group", path, sizeof path), path))) return st;
+    if ((st = want_one(text_key(c, "topk_group", path, sizeof path), path))) return st;
+    return K3_OK;
+}
+
+/* kda_layers / full_attn_layers (1-indexed) -> layer_kind (0-indexed), each layer exactly once. */
+static k3_status read_layer_plan(json_t *lac, const char *lpath, k3_config *o) {
+    static const char *keys[2] = {"kda_layers", "full_attn_layers"};
+    static const int   kinds[2] = {K3_LAYER_KDA, K3_LAYER_MLA};
+    int                where[K3_MAX_LAYERS]; /* index into its list, for duplicate messages */
+    memset(o->layer_kind, 0, sizeof o->layer_kind);
+    for (int k = 0; k < 2; k++) {
+        char    path[160];
+        json_t *a = json_object_get(lac, keys[k]);
+        key_path(path, sizeof path, lpath, keys[k]);
+        if (!a) return missing(path);
+        if (!json_is_array(a)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not a list", path);
+        for (size_t i = 0; i < json_array_size(a); i++) {
+            char el[192];
+            int  l;
+            snprintf(el, sizeof el, "%s[%zu]", path, i);
+            k3_status st = to_int(json_array_get(a, i), el, 1, o->n_layers, &l);
+            if (st) return st;
+            if (o->layer_kind[l - 1])
+                return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %d repeats layer %d (already in %s[%d])", el, l, l,
+                              keys[o->layer_kind[l - 1] == K3_LAYER_KDA ? 0 : 1], where[l - 1]);
+            o->layer_kind[l - 1] = (unsigned char)kinds[k];
+            where[l - 1] = (int)i;
+        }
+    }
+    for (int l = 0; l < o->n_layers; l++)
+        if (!o->layer_kind[l])
+            return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s.kda_layers / full_attn_layers: layer %d (1-indexed) is in neither list",
+                          lpath, l + 1);
+    return K3_OK;
+}
+
+/* quantization_config: compressed-tensors, mxfp4-pack-quantized, group size 32. */
+static k3_status read_quant(const cfg_ctx *c, k3_config *o) {
+    char    path[160], p2[400];
+    json_t *q = text_key(c, "quantization_config", path, sizeof path);
+    if (!q && c->tc && (q = json_object_get(c->top, "quantization_config"))) key_path(path, sizeof path, "", "quantization_config");
+    if (!q) return k3_err(K3_ERR_CONFIG, CFG_FILE ": quantization_config is missing (the routed experts must be mxfp4-pack-quantized)");
+    if (!json_is_object(q)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an object", path);
+    k3_status st;
+    key_path(p2, sizeof p2, path, "quant_method");
+    if (!json_object_get(q, "quant_method")) return missing(p2);
+    if ((st = want_string(json_object_get(q, "quant_method"), p2, "compressed-tensors"))) return st;
+    json_t *fmt = json_object_get(q, "format");
+    key_path(p2, sizeof p2, path, "format");
+    if ((st = want_string(fmt, p2, "mxfp4-pack-quantized"))) return st;
+    int         found_fmt = fmt != NULL;
+    o->mxfp4_group = 32;
+    json_t     *groups = json_object_get(q, "config_groups"), *g;
+    const char *gname;
+    if (groups && json_is_object(groups)) {
+        json_object_foreach(groups, gname, g) {
+            char gp[224];
+            snprintf(gp, sizeof gp, "%s.config_groups.%s", path, gname);
+            if (!json_is_object(g)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an object", gp);
+            json_t *gf = json_object_get(g, "format");
+            key_path(p2, sizeof p2, gp, "format");
+            if ((st = want_string(gf, p2, "mxfp4-pack-quantized"))) return st;
+            found_fmt |= gf != NULL;
+            json_t *w = json_object_get(g, "weights");
+            if (!json_is_object(w)) continue;
+            json_t *gs = json_object_get(w, "group_size"), *nb = json_object_get(w, "num_bits");
+            snprintf(p2, sizeof p2, "%s.weights.group_size", gp);
+            if (gs && !json_is_null(gs) && (st = to_int(gs, p2, 32, 32, &o->mxfp4_group))) return st;
+            snprintf(p2, sizeof p2, "%s.weights.num_bits", gp);
+            int bits;
+            if (nb && !json_is_null(nb) && (st = to_int(nb, p2, 4, 4, &bits))) return st;
+        }
+    }
+    if (!found_fmt) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s.format is missing (expected \"mxfp4-pack-quantized\")", path);
+    return K3_OK;
+}
+
+static k3_status read_generation(const char *dir, k3_config *o) {
+    o->gen_temp = 1.0f;
+    o->gen_top_p = 1.0f;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/" GEN_FILE, dir);
+    json_error_t e;
+    FILE        *f = fopen(path, "rb");
+    if (!f) return K3_OK; /* absent: defaults */
+    json_t *g = json_loadf(f, JSON_REJECT_DUPLICATES, &e);
+    fclose(f);
+    if (!g) return k3_err(K3_ERR_CONFIG, GEN_FILE ": line %d column %d: %s", e.line, e.column, e.text);
+    k3_status st = K3_OK;
+    json_t   *t = json_object_get(g, "temperature"), *p = json_object_get(g, "top_p");
+    if (!json_is_object(g)) st = k3_err(K3_ERR_CONFIG, GEN_FILE ": not a JSON object");
+    else if (t && !json_is_null(t) && (!json_is_number(t) || !(json_number_value(t) >= 0 && json_number_value(t) <= 100)))
+        st = k3_err(K3_ERR_CONFIG, GEN_FILE ": temperature is not a number in 0..100");
+    else if (p && !json_is_null(p) && (!json_is_number(p) || !(json_number_value(p) > 0 && json_number_value(p) <= 1)))
+        st = k3_err(K3_ERR_CONFIG, GEN_FILE ": top_p is not a number in (0, 1]");
+    if (!st && t && json_is_number(t)) o->gen_temp = (float)json_number_value(t);
+    if (!st && p && json_is_number(p)) o->gen_top_p = (float)json_number_value(p);
+    json_decref(g);
+    return st;
+}
+
+/* ---- cfg_load ------------------------------------------------------------------------------- */
+
+static k3_status parse(const cfg_ctx *c, k3_config *o) {
+    k3_status st;
+    char      path[160];
+    json_t   *v;
+
+    /* top level */
+    if (!(v = json_object_get(c->top, "model_type"))) return missing("model_type");
+    if (!json_is_string(v) || strncmp(json_string_value(v), "kimi_k3", 7))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": model_type is not \"kimi_k3\"");
+    snprintf(o->model_type, sizeof o->model_type, "%s", json_string_value(v));
+    v = json_object_get(c->top, "tie_word_embeddings");
+    strcpy(path, "tie_word_embeddings");
+    if (!v && c->tc && (v = json_object_get(c->tc, "tie_word_embeddings"))) strcpy(path, "text_config.tie_word_embeddings");
+    if (v && !json_is_false(v))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s must be false (K3 has a separate lm_head)", path);
+    o->tie_word_embeddings = 0;
+
+    /* text_config dimensions */
+    if ((st = t_int(c, "num_hidden_layers", 1, K3_MAX_LAYERS, &o->n_layers))) return st;
+    if ((st = t_int(c, "hidden_size", 1, DIM_MAX, &o->hidden))) return st;
+    if ((st = t_int(c, "vocab_size", 1, DIM_MAX, &o->vocab))) return st;
+    if ((st = t_int(c, "first_k_dense_replace", 0, o->n_layers, &o->first_dense))) return st;
+    /* the dense MLP width matters only when there are dense layers */
+    if ((o->first_dense > 0 || text_key(c, "intermediate_size", path, sizeof path)) &&
+        (st = t_int(c, "intermediate_size", 1, DIM_MAX, &o->inter)))
+        return st;
+    if ((st = t_int(c, "num_attention_heads", 1, 65536, &o->n_heads))) return st;
+    if ((st = t_int(c, "q_lora_rank", 1, DIM_MAX, &o->q_lora))) return st;
+    if ((st = t_int(c, "kv_lora_rank", 1, DIM_MAX, &o->kv_lora))) return st;
+    if ((st = t_int(c, "qk_nope_head_dim", 0, 65536, &o->nope))) return st;
+    if ((st = t_int(c, "qk_rope_head_dim", 0, 65536, &o->rope))) return st;
+    if ((st = t_int(c, "v_head_dim", 1, 65536, &o->v_dim))) return st;
+    if (o->nope + o->rope == 0)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s + qk_rope_head_dim is 0 (query/key heads need a width)",
+                      (text_key(c, "qk_nope_head_dim", path, sizeof path), path));
+    if ((long)o->n_heads * (o->nope + o->rope + o->v_dim) > DIM_MAX)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s times the head widths exceeds %d",
+                      (text_key(c, "num_attention_heads", path, sizeof path), path), DIM_MAX);
+    if ((st = t_int(c, "num_experts", 1, 1 << 20, &o->n_experts))) return st;
+    v = text_key(c, "num_experts_per_token", path, sizeof path);
+    if (!v) {
+        char p2[160];
+        json_t *v2 = text_key(c, "num_experts_per_tok", p2, sizeof p2);
+        if (v2) {
+            v = v2;
+            strcpy(path, p2);
+        }
+    }
+    if ((st = to_int(v, path, 1, o->n_experts, &o->n_active))) return st;
+    if ((st = t_int(c, "moe_intermediate_size", 1, DIM_MAX, &o->moe_inter))) return st;
+    if ((st = t_int(c, "routed_expert_hidden_size", 1, DIM_MAX, &o->latent))) return st;
+    if (o->moe_inter % 32)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %d is not a multiple of 32 (MXFP4 groups of the down projection)",
+                      (text_key(c, "moe_intermediate_size", path, sizeof path), path), o->moe_inter);
+    if (o->latent % 32)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %d is not a multiple of 32 (MXFP4 groups of the gate/up projections)",
+                      (text_key(c, "routed_expert_hidden_size", path, sizeof path), path), o->latent);
+    if ((st = t_int(c, "num_shared_experts", 1, 64, &o->n_shared))) return st;
+    if ((long)o->n_shared * o->moe_inter > DIM_MAX)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s times moe_intermediate_size exceeds %d",
+                      (text_key(c, "num_shared_experts", path, sizeof path), path), DIM_MAX);
+    if ((st = t_int(c, "attn_res_block_size", 1, K3_MAX_LAYERS, &o->attn_res_block))) return st;
+
+    /* text_config scalars */
+    struct { const char *key; float *dst; float lo, hi; int open_lo; } fl[] = {
+        {"activation_situ_beta", &o->situ_beta, 0, 1e6f, 1},
+        {"activation_situ_linear_beta", &o->situ_linear_beta, 0, 1e6f, 1},
+        {"rms_norm_eps", &o->rms_eps, 0, 1, 1},
+        {"routed_scaling_factor", &o->routed_scale, 0, 1e6f, 1},
+    };
+    for (size_t i = 0; i < sizeof fl / sizeof *fl; i++) {
+        if ((st = t_float(c, fl[i].key, fl[i].dst))) return st;
+        if (!(*fl[i].dst > fl[i].lo && *fl[i].dst <= fl[i].hi))
+            return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %g is outside (%g, %g]",
+                          (text_key(c, fl[i].key, path, sizeof path), path), (double)*fl[i].dst,
+                          (double)fl[i].lo, (double)fl[i].hi);
+    }
+
+    /* linear_attn_config */
+    char    lpath[64];
+    json_t *lac = text_key(c, "linear_attn_config", lpath, sizeof lpath);
+    if (!lac) return missing(lpath);
+    if (!json_is_object(lac)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an object", lpath);
+    struct { const char *key; int *dst; long lo, hi; } li[] = {
+        {"num_heads", &o->kda_heads, 1, 65536},
+        {"head_dim", &o->kda_head_dim, 1, 65536},
+        {"short_conv_kernel_size", &o->conv_k, 1, 64},
+    };
+    for (size_t i = 0; i < sizeof li / sizeof *li; i++) {
+        key_path(path, sizeof path, lpath, li[i].key);
+        if ((st = to_int(json_object_get(lac, li[i].key), path, li[i].lo, li[i].hi, li[i].dst))) return st;
+    }
+    if ((long)o->kda_heads * o->kda_head_dim > DIM_MAX)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s.num_heads * head_dim exceeds %d", lpath, DIM_MAX);
+    key_path(path, sizeof path, lpath, "gate_lower_bound");
+    if ((st = to_float(json_object_get(lac, "gate_lower_bound"), path, &o->gate_lower_bound))) return st;
+    if (!(o->gate_lower_bound < 0))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %g must be negative", path, (double)o->gate_lower_bound);
+    if ((st = read_flags(c, lac, lpath))) return st;
+    if ((st = read_layer_plan(lac, lpath, o))) return st;
+
+    if ((st = token_id(c, "bos_token_id", o->vocab, &o->bos_id))) return st;
+    if ((st = token_id(c, "eos_token_id", o->vocab, &o->eos_id))) return st;
+    if ((st = token_id(c, "pad_token_id", o->vocab, &o->pad_id))) return st;
+    return read_quant(c, o);
+}
+
+k3_status cfg_load(const char *dir, k3_config *out) {
+    memset(out, 0, sizeof *out);
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/" CFG_FILE, dir) >= sizeof path)
+        return k3_err(K3_ERR_ARG, "%s: path too long", dir);
+    json_error_t e;
+    FILE        *f = fopen(path, "rb");
+    if (!f) return k3_err(K3_ERR_IO, CFG_FILE ": cannot open %s: %s", path, strerror(errno));
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &e);
+    fclose(f);
+    if (!root) return k3_err(K3_ERR_CONFIG, CFG_FILE ": line %d column %d: %s", e.line, e.column, e.text);
+    k3_status st;
+    cfg_ctx   c = {.top = root, .tc = json_object_get(root, "text_config")};
+    if (!json_is_object(root)) st = k3_err(K3_ERR_CONFIG, CFG_FILE ": not a JSON object");
+    else if (c.tc && !json_is_object(c.tc)) st = k3_err(K3_ERR_CONFIG, CFG_FILE ": text_config is not an object");
+    else st = parse(&c, out);
+    json_decref(root);
+    if (!st) st = read_generation(dir, out);
+    return st;
+}
+
+/* ---- cfg_check_tensors ---------------------------------------------------------------------- */
+
+enum { CLS_FLOAT, CLS_U8 };
+
+typedef struct shp {
+    int     n;       /* dims; -1 = none (no alternative); 0 = "numel >= s[0]" (any shape)  */
+    int64_t s[3];
+} shp;
+#define S1(a)       ((shp){1, {(a)}})
+#define S2(a, b)    ((shp){2, {(a), (b)}})
+#define S3(a, b, c) ((shp){3, {(a), (b), (c)}})
+#define NOALT       ((shp){-1, {0}})
+
+static void fmt_shape(char *buf, size_t n, int nd, const int64_t *s) {
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < nd && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static int shape_eq(const st_tensor *t, shp a) {
+    if (a.n == 0) return st_numel(t) >= a.s[0];
+    if (a.n != t->ndim) return 0;
+    for (int i = 0; i < a.n; i++)
+        if (t->shape[i] != a.s[i]) return 0;
+    return 1;
+}
+
+static const char *index_file(const st_dir *d) {
+    return st_n_shards(d) == 1 && !strcmp(st_shard_name(d, 0), "model.safetensors") ? "model.safetensors"
+                                                                                      : "model.safetensors.index.json";
+}
+
+/* Check one tensor: present, dtype class, shape a or b. what: why the config implies it. */
+static k3_status want(const st_dir *d, const char *what, int cls, shp a, shp b, const char *fmt, ...) K3_PRINTF(6, 7);
+static k3_status want(const st_dir *d, const char *what, int cls, shp a, shp b, const char *fmt, ...) {
+    char    name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const st_tensor *t = st_find(d, name);
+    if (!t) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing (config.json: %s)", index_file(d), name, what);
+    const char *file = st_shard_name(d, t->shard);
+    int         okdt = cls == CLS_U8 ? t->dtype == ST_U8
+                                     : t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16;
+    if (!okdt)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected %s", file, name,
+                      st_dtype_name(t->dtype), cls == CLS_U8 ? "U8" : "F32, F16 or BF16");
+    if (shape_eq(t, a) || (b.n >= 0 && shape_eq(t, b))) return K3_OK;
+    char got[160], e1[96], e2[96];
+    fmt_shape(got, sizeof got, t->ndim, t->shape);
+    if (a.n == 0) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected at least %lld values", file, name, got, (long long)a.s[0]);
+    fmt_shape(e1, sizeof e1, a.n, a.s);
+    if (b.n >= 0) fmt_shape(e2, sizeof e2, b.n, b.s);
+    return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s%s%s", file, name, got, e1,
+                  b.n >= 0 ? " or " : "", b.n >= 0 ? e2 : "");
+}
+
+#define W(cls, a, b, ...)                                                                          \
+    do {                                                                                           \
+        if ((st = want(d, what, cls, a, b, __VA_ARGS__))) return st;                               \
+    } while (0)
+
+static k3_status check_layer(const k3_config *c, const st_dir *d, int i) {
+    k3_status  st;
+    const long D = c->hidden, H = c->kda_heads, dh = c->kda_head_dim, P = H * dh, K = c->conv_k;
+    char       what[96];
+    const int  kda = c->layer_kind[i] == K3_LAYER_KDA, dense = i < c->first_dense;
+    snprintf(what, sizeof what, "layer %d is %s with a %s", i, kda ? "KDA" : "MLA", dense ? "dense MLP" : "MoE");
+
+    /* every layer: norms and attention-residual projections */
+    W(CLS_FLOAT, S1(D), NOALT, "model.layers.%d.input_layernorm.weight", i);
+    W(CLS_FLOAT, S1(D), NOALT, "model.layers.%d.post_attention_layernorm.weight", i);
+    W(CLS_FLOAT, S1(D), NOALT, "model.layers.%d.self_attention_res_norm.weight", i);
+    W(CLS_FLOAT, S1(D), S2(1, D), "model.layers.%d.self_attention_res_proj.weight", i);
+    W(CLS_FLOAT, S1(D), NOALT, "model.layers.%d.mlp_res_norm.weight", i);
+    W(CLS_FLOAT, S1(D), S2(1, D), "model.layers.%d.mlp_res_proj.weight", i);
+
+    if (kda) {
+        static const char *qkvg[] = {"q_proj", "k_proj", "v_proj", "g_proj"}, *conv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
+        for (int j = 0; j < 4; j++) W(CLS_FLOAT, S2(P, D), NOALT, "model.layers.%d.self_attn.%s.weight", i, qkvg[j]);
+        W(CLS_FLOAT, S2(D, P), NOALT, "model.layers.%d.self_attn.o_proj.weight", i);
+        for (int j = 0; j < 3; j++) W(CLS_FLOAT, S3(P, 1, K), S2(P, K), "model.layers.%d.self_attn.%s.weight", i, conv[j]);
+        W(CLS_FLOAT, S2(dh, D), NOALT, "model.layers.%d.self_attn.f_a_proj.weight", i);
+        W(CLS_FLOAT, S2(P, dh), NOALT, "model.layers.%d.self_attn.f_b_proj.weight", i);
+        W(CLS_FLOAT, S2(H, D), NOALT, "model.layers.%d.self_attn.b_proj.weight", i);
+        W(CLS_FLOAT, S1(P), NOALT, "model.layers.%d.self_attn.dt_bias", i);
+        W(CLS_FLOAT, ((shp){0, {H}}), NOALT, "model.layers.%d.self_attn.A_log", i);
+        W(CLS_FLOAT, S1(dh), NOALT, "model.layers.%d.self_attn.o_norm.weight", i);
+    } else {
+        const long Hm = c->n_heads, QL = c->q_lora, KL = c->kv_lora;
+        W(CLS_FLOAT, S2(QL, D), NOALT, "model.layers.%d.self_attn.q_a_proj.weight", i);
+        W(CLS_FLOAT, S1(QL), NOALT, "model.layers.%d.self_attn.q_a_layernorm.weight", i);
+        W(CLS_FLOAT, S2(Hm * (c->nope + c->rope), QL), NOALT, "model.layers.%d.self_attn.q_b_proj.weight", i);
+        W(CLS_FLOAT, S2(KL + c->rope, D), NOALT, "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", i);
+        W(CLS_FLOAT, S1(KL), NOALT, "model.layers.%d.self_attn.kv_a_layernorm.weight", i);
+        W(CLS_FLOAT, S2(Hm * (c->nope + c->v_dim), KL), NOALT, "model.layers.%d.self_attn.kv_b_proj.weight", i);
+        W(CLS_FLOAT, S2(D, Hm * c->v_dim), NOALT, "model.layers.%d.self_attn.o_proj.weight", i);
+        W(CLS_FLOAT, S2(Hm * c->v_dim, D), NOALT, "model.layers.%d.self_attn.g_proj.weight", i);
+    }
+
+    if (dense) {
+        const long I = c->inter;
+        W(CLS_FLOAT, S2(I, D), NOALT, "model.layers.%d.mlp.gate_proj.weight", i);
+        W(CLS_FLOAT, S2(I, D), NOALT, "model.layers.%d.mlp.up_proj.weight", i);
+        W(CLS_FLOAT, S2(D, I), NOALT, "model.layers.%d.mlp.down_proj.weight", i);
+        return K3_OK;
+    }
+    const long E = c->n_experts, L = c->latent, F = c->moe_inter, SF = (long)c->n_shared * F;
+    W(CLS_FLOAT, S2(E, D), NOALT, "model.layers.%d.block_sparse_moe.gate.weight", i);
+    W(CLS_FLOAT, S1(E), NOALT, "model.layers.%d.block_sparse_moe.gate.e_score_correction_bias", i);
+    W(CLS_FLOAT, S2(L, D), NOALT, "model.layers.%d.block_sparse_moe.routed_expert_down_proj.weight", i);
+    W(CLS_FLOAT, S2(D, L), NOALT, "model.layers.%d.block_sparse_moe.routed_expert_up_proj.weight", i);
+    W(CLS_FLOAT, S1(L), NOALT, "model.layers.%d.block_sparse_moe.routed_expert_norm.weight", i);
+    W(CLS_FLOAT, S2(SF, D), NOALT, "model.layers.%d.block_sparse_moe.shared_experts.gate_proj.weight", i);
+    W(CLS_FLOAT, S2(SF, D), NOALT, "model.layers.%d.block_sparse_moe.shared_experts.up_proj.weight", i);
+    W(CLS_FLOAT, S2(D, SF), NOALT, "model.layers.%d.block_sparse_moe.shared_experts.down_proj.weight", i);
+    for (long e = 0; e < E; e++) {
+        /* w1 (gate), w3 (up): [F, L]; w2 (down): [L, F]; packed = two columns per byte, scale per 32 */
+        static const char *wn[3] = {"w1", "w3", "w2"};
+        for (int j = 0; j < 3; j++) {
+            long rows = j < 2 ? F : L, cols = j < 2 ? L : F;
+            W(CLS_U8, S2(rows, cols / 2), NOALT, "model.layers.%d.block_sparse_moe.experts.%ld.%s.weight_packed", i, e, wn[j]);
+            W(CLS_U8, S2(rows, cols / 32), NOALT, "model.layers.%d.block_sparse_moe.experts.%ld.%s.weight_scale", i, e, wn[j]);
+        }
+    }
+    return K3_OK;
+}
+
+k3_status cfg_check_tensors(const k3_config *c, const st_dir *d) {
+    k3_status  st;
+    const long D = c->hidden, V = c->vocab;
+    const char what[] = "the model's global tensors";
+    W(CLS_FLOAT, S2(V, D), NOALT, "model.embed_tokens.weight");
+    W(CLS_FLOAT, S1(D), NOALT, "model.norm.weight");
+    W(CLS_FLOAT, S1(D), NOALT, "model.output_attn_res_norm.weight");
+    W(CLS_FLOAT, S1(D), S2(1, D), "model.output_attn_res_proj.weight");
+    W(CLS_FLOAT, S2(V, D), NOALT, "lm_head.weight");
+    for (int i = 0; i < c->n_layers; i++)
+        if ((st = check_layer(c, d, i))) return st;
+    return K3_OK;
+}

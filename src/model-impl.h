@@ -1,0 +1,163 @@
+/* model-impl.h: the K3 model's weights, the session's decode state and the layer functions
+ * shared by model.c (loading), layers.c (the forward pass of one layer over a chunk) and
+ * session.c (the engine API: feed, cancel, snapshots, hooks).
+ *
+ * DESIGN
+ * - Every weight matrix is a qmat (quant.h) made by model_matrix(), the one place where a
+ *   checkpoint tensor becomes an engine matrix (today f32; later quantized at load).
+ * - Routed experts are reached only through expert_get(), so a streaming LRU expert cache
+ *   can replace the all-in-RAM table without touching the layer code.
+ * - A chunk of n tokens runs layer-major: each layer function receives the n rows of the chunk,
+ *   reads each weight matrix once (qmat_matmul) and advances the sequential state token by token
+ *   in order. Sequential state that outlives a token (KDA state and conv tails) is double
+ *   buffered: a chunk reads buffer sel[l] and writes buffer 1-sel[l]; committing the chunk flips
+ *   sel. The MLA cache is append-only past the committed position. So an aborted chunk leaves
+ *   the committed state untouched, with no copy.
+ * - Everything runs in f32 with double accumulation where it is cheap (norms, softmax, mixes,
+ *   the KDA state products); the result of a token never depends on the chunk size.
+ */
+#pragma once
+#include "config.h"
+#include "k3-impl.h"
+#include "quant.h"
+#include "st.h"
+
+#include <stdatomic.h>
+
+/* ---- weights ------------------------------------------------------------- */
+
+/* One routed expert: three MXFP4 matrices on the stored bytes. */
+typedef struct k3_expert {
+    qmat w1; /* gate (F, L) */
+    qmat w3; /* up   (F, L) */
+    qmat w2; /* down (L, F) */
+} k3_expert;
+
+typedef struct kda_weights {
+    qmat   q, k, v, g;     /* q/k/v/g_proj (P, D)                                  */
+    qmat   o;              /* o_proj (D, P)                                        */
+    qmat   fa;             /* f_a_proj (d, D)                                      */
+    qmat   fb;             /* f_b_proj (P, d)                                      */
+    qmat   b;              /* b_proj (H, D)                                        */
+    float *conv[3];        /* q/k/v_conv1d taps (P, K), index 0 = oldest           */
+    float *dt_bias;        /* dt_bias (P)                                          */
+    float *a;              /* exp(A_log[h]) (H): the first H values of A_log       */
+    float *o_norm;         /* o_norm (d), shared by all heads                      */
+} kda_weights;
+
+typedef struct mla_weights {
+    qmat   qa;             /* q_a_proj (q_lora, D)                                 */
+    float *qa_norm;        /* q_a_layernorm (q_lora)                               */
+    qmat   qb;             /* q_b_proj (Hm*(nope+rope), q_lora)                    */
+    qmat   kva;            /* kv_a_proj_with_mqa (kv_lora+rope, D)                 */
+    float *kva_norm;       /* kv_a_layernorm (kv_lora)                             */
+    qmat  *uk_t;           /* [Hm] kv_b nope rows of head h, transposed (kv_lora, nope) */
+    qmat  *uv;             /* [Hm] kv_b v rows of head h (v, kv_lora)               */
+    qmat   o;              /* o_proj (D, Hm*v)                                     */
+    qmat   g;              /* g_proj (Hm*v, D)                                     */
+} mla_weights;
+
+typedef struct mlp_weights {
+    qmat gate, up;         /* (I, D) */
+    qmat down;             /* (D, I) */
+} mlp_weights;
+
+typedef struct moe_weights {
+    qmat        router;    /* gate (E, D), always f32 (selection is sensitive)     */
+    float      *bias;      /* e_score_correction_bias (E)                          */
+    qmat        down_lat;  /* routed_expert_down_proj (L, D)                       */
+    qmat        up_lat;    /* routed_expert_up_proj (D, L)                         */
+    float      *lat_norm;  /* routed_expert_norm (L)                               */
+    mlp_weights shared;    /* shared_experts gate/up (S*F, D), down (D, S*F)       */
+    k3_expert  *experts;   /* [E] all in RAM for now; use expert_get()             */
+} moe_weights;
+
+typedef struct layer_weights {
+    int    kind;           /* K3_LAYER_KDA or K3_LAYER_MLA                          */
+    int    dense;          /* i < first_k_dense_replace                             */
+    float *in_norm;        /* input_layernorm (D)                                  */
+    float *post_norm;      /* post_attention_layernorm (D)                         */
+    double *attn_res_w;    /* self_attention_res_norm ⊙ self_attention_res_proj (D) */
+    double *mlp_res_w;     /* mlp_res_norm ⊙ mlp_res_proj (D)                      */
+    kda_weights kda;
+    mla_weights mla;
+    mlp_weights mlp;       /* dense layers */
+    moe_weights moe;       /* MoE layers   */
+} layer_weights;
+
+struct k3_model {
+    char         *dir;
+    k3_config     cfg;
+    k3_params     par;
+    st_dir       *st;
+    int           n_run;         /* layers run (K3_LAYERS, else all)                 */
+    int           embed_dtype;   /* st_dtype of embed_tokens                         */
+    void         *embed;         /* embed_tokens (V, D) as stored (F32/F16/BF16)    */
+    float        *final_norm;    /* model.norm (D)                                   */
+    double       *out_res_w;     /* output_attn_res_norm ⊙ output_attn_res_proj (D)  */
+    qmat          lm_head;       /* lm_head (V, D)                                   */
+    layer_weights *layers;       /* [n_layers]                                       */
+    void        **owned;         /* every allocation of the weights, freed together  */
+    int           n_owned, cap_owned;
+    uint64_t      bytes_resident;
+    uint64_t      load_done, load_total;
+};
+
+/* Routed expert e of layer l (never NULL for a valid e). The only access path to experts. */
+const k3_expert *expert_get(const k3_model *m, int layer, int e);
+
+/* Embedding row of token id into out (D floats). */
+void model_embed(const k3_model *m, int id, float *out);
+
+/* ---- session state --------------------------------------------------------- */
+
+typedef struct layer_state {
+    float *S[2];           /* KDA: (H, d, d) f32, S[key][value]; S[sel] is committed   */
+    float *tail[2];        /* KDA: (3, K-1, P) last K-1 conv inputs of q, k, v          */
+    float *c;              /* MLA: latent cache (max_ctx, kv_lora), normalised c        */
+    float *kr;             /* MLA: (max_ctx, rope), raw kr                               */
+    int    sel;            /* committed buffer index of S/tail                           */
+} layer_state;
+
+/* Scratch for one chunk of up to C tokens (shapes in comments; W = widest projection). */
+typedef struct chunk_buf {
+    float *h;              /* (C, D) hidden state / running prefix p                     */
+    float *blocks;         /* (C, NB, D) AttnRes block snapshots                         */
+    float *x;              /* (C, D) mixed input                                         */
+    float *xn;             /* (C, D) normalised input                                    */
+    float *y;              /* (C, D) layer output                                        */
+    float *t0, *t1, *t2, *t3, *t4, *t5; /* (C, W) projections                            */
+    float *win;            /* (3, K-1+C, P) KDA conv windows                             */
+    float *hd;             /* (C, Hm, kv_lora) MLA per-head latent query / context        */
+    float *hd2;            /* (C, Hm, kv_lora)                                          */
+    float *gat;            /* (C, max(nope, kv_lora, L, H)) per-head / per-expert gather   */
+    float *gat2;           /* (C, max(v, kv_lora, L))                                   */
+    float *scores;         /* (Hm, max_ctx) MLA attention weights                        */
+    float *moe_y;          /* (C, k, L) per token and slot expert outputs                */
+    int   *moe_sel;        /* (C, k) selected expert ids                                 */
+    float *moe_w;          /* (C, k) their weights                                       */
+    int   *moe_tok;        /* (C*k) tokens of one expert / (C*k) slots                   */
+    float *logits;         /* (C, V) */
+    float *trace;          /* (C, n_run, D) when K3_TRACE is set                          */
+} chunk_buf;
+
+struct k3_session {
+    k3_model    *m;
+    int          pos;             /* committed positions                                 */
+    int          chunk;           /* C                                                   */
+    atomic_int   cancel;
+    layer_state *ls;              /* [n_layers] */
+    chunk_buf    cb;
+    double      *dtmp;            /* (max(H*2*d, Hm*kv_lora)) per-head double accumulators */
+    float       *logits;          /* (V) logits of the last committed position           */
+    int          have_logits;
+    k3_stats     stats;
+    FILE        *f_logits, *f_trace;
+    float       *x0;              /* (x0_rows, D) K3_X0 rows, or NULL                     */
+    int          x0_rows;
+};
+
+/* One layer over the chunk's n rows: cb.h in, cb.h out (Attention Residuals, attention, MLP). */
+void layer_forward(k3_session *s, int l, int n);
+/* Logits of rows t of the chunk for t in [t0, n): final mix, norm, lm_head into cb.logits. */
+void model_head(k3_session *s, int t0, int n);

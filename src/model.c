@@ -1,0 +1,574 @@
+/* model.c: open a K3 model directory: parameters, config, every text tensor of spec section 3.
+ *
+ * DESIGN
+ * Loading is table-free and reads top to bottom: globals, then per layer the AttnRes vectors,
+ * the attention (KDA or MLA) and the MLP (dense or Stable LatentMoE). Every weight matrix goes
+ * through model_matrix() -> matrix_from_f32(), the single point where load-time quantization
+ * (K3_BITS, K3_MLA_BITS, K3_HEAD_BITS) plugs in. Every float tensor is checked for NaN/inf and
+ * every MXFP4 scale for the NaN code 255, with an error naming the tensor. Routed experts keep
+ * the stored MXFP4 bytes (one allocation per expert: w1, w3, w2 packed + scales) and are reached
+ * through expert_get() only. All allocations are recorded in m->owned and freed together.
+ */
+#include "model-impl.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ==== parameters ========================================================== */
+
+static k3_status env_int(const char *name, int lo, int hi, int *out) {
+    const char *v = getenv(name);
+    if (!v || !*v) return K3_OK;
+    char *end;
+    errno     = 0;
+    long x    = strtol(v, &end, 10);
+    if (errno || *end || x < lo || x > hi)
+        return k3_err(K3_ERR_ARG, "%s='%s': expected an integer in %d..%d", name, v, lo, hi);
+    *out = (int)x;
+    return K3_OK;
+}
+
+static k3_status env_bits(const char *name, int *out) {
+    k3_status st = env_int(name, 4, 32, out);
+    if (st) return st;
+    if (*out != 4 && *out != 8 && *out != 32)
+        return k3_err(K3_ERR_ARG, "%s=%d: expected 4, 8 or 32", name, *out);
+    return K3_OK;
+}
+
+k3_status k3_params_default(k3_params *p) {
+    memset(p, 0, sizeof *p);
+    p->bits      = 32;
+    p->chunk     = 32;
+    p->max_ctx   = 8192;
+    k3_status st;
+    if ((st = env_bits("K3_BITS", &p->bits))) return st;
+    p->mla_bits  = p->bits;
+    p->head_bits = p->bits;
+    if ((st = env_bits("K3_MLA_BITS", &p->mla_bits))) return st;
+    if ((st = env_bits("K3_HEAD_BITS", &p->head_bits))) return st;
+    if ((st = env_int("K3_CHUNK", 1, 4096, &p->chunk))) return st;
+    if ((st = env_int("K3_MAXT", 1, 1 << 24, &p->max_ctx))) return st;
+    if ((st = env_int("K3_THREADS", 0, 4096, &p->threads))) return st;
+    if ((st = env_int("K3_LAYERS", 0, K3_MAX_LAYERS, &p->n_layers))) return st;
+    const char *v = getenv("K3_EXPERT_GB");
+    if (v && *v) {
+        char *end;
+        p->expert_gb = strtod(v, &end);
+        if (*end || !(p->expert_gb >= 0 && p->expert_gb < 1e9))
+            return k3_err(K3_ERR_ARG, "K3_EXPERT_GB='%s': expected a number of GB >= 0", v);
+    }
+    v = getenv("K3_LOGITS");
+    p->logits_path = v && *v ? v : NULL;
+    v = getenv("K3_TRACE");
+    p->trace_path = v && *v ? v : NULL;
+    v = getenv("K3_X0");
+    p->x0_path = v && *v ? v : NULL;
+    return K3_OK;
+}
+
+/* ==== loading helpers ======================================================= */
+
+static k3_status own(k3_model *m, void *p) {
+    if (m->n_owned == m->cap_owned) {
+        int    cap = m->cap_owned ? 2 * m->cap_owned : 256;
+        void **n   = realloc(m->owned, (size_t)cap * sizeof *n);
+        if (!n) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+        m->owned     = n;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return K3_OK;
+}
+
+/* Aligned allocation recorded in m->owned. */
+static void *alloc_owned(k3_model *m, size_t n) {
+    void *p = k3_aligned_alloc(64, n ? n : 64);
+    if (!p) return NULL;
+    if (own(m, p)) {
+        free(p);
+        return NULL;
+    }
+    m->bytes_resident += n;
+    return p;
+}
+
+static void progress(k3_model *m, const char *what, uint64_t bytes) {
+    m->load_done += bytes;
+    if (m->par.progress) m->par.progress(what, m->load_done, m->load_total, m->par.progress_ud);
+}
+
+static const st_tensor *need(const k3_model *m, const char *name, k3_status *st) {
+    const st_tensor *t = st_find(m->st, name);
+    if (!t) *st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", m->dir, name);
+    return t;
+}
+
+static int is_float(int dt) {
+    return dt == ST_F32 || dt == ST_F16 || dt == ST_BF16 || dt == ST_F64;
+}
+
+static k3_status check_finite(const k3_model *m, const char *name, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': %s at element %zu", m->dir, name,
+                          isnan(x[i]) ? "NaN" : "inf", i);
+    return K3_OK;
+}
+
+/* Read a float tensor of exactly n elements (any shape) as f32; checks NaN/inf. */
+static k3_status read_f32(k3_model *m, const char *name, int64_t n, int at_least, float **out) {
+    k3_status        st = K3_OK;
+    const st_tensor *t  = need(m, name, &st);
+    if (!t) return st;
+    int64_t numel = st_numel(t);
+    if (!is_float(t->dtype))
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': dtype %s, expected a float type", m->dir,
+                      name, st_dtype_name(t->dtype));
+    if (at_least ? numel < n : numel != n)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': %lld elements, expected %s%lld", m->dir,
+                      name, (long long)numel, at_least ? "at least " : "", (long long)n);
+    float *w = k3_aligned_alloc(64, (size_t)numel * sizeof(float));
+    if (!w) return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, name);
+    if ((st = st_read_f32(m->st, t, w)) || (st = check_finite(m, name, w, (size_t)numel))) {
+        free(w);
+        return st;
+    }
+    progress(m, name, t->nbytes);
+    *out = w;
+    return K3_OK;
+}
+
+/* A float vector of n elements (shape [n] or e.g. [1, n]), owned by the model. */
+static k3_status model_vec(k3_model *m, const char *name, int n, float **out) {
+    k3_status st = read_f32(m, name, n, 0, out);
+    if (st) return st;
+    if ((st = own(m, *out))) {
+        free(*out);
+        return st;
+    }
+    m->bytes_resident += (uint64_t)n * sizeof(float);
+    return K3_OK;
+}
+
+/* Take ownership of w (rows x cols f32, from k3_aligned_alloc) as a matrix of the given bits:
+ * the load-time quantization point (32: f32 as is; 8: Q_I8; 4: Q_I4, quant.c). */
+static k3_status matrix_from_f32(k3_model *m, const char *name, float *w, int rows, int cols,
+                                 int bits, qmat *out) {
+    k3_status st;
+    if (bits == 32) {
+        if ((st = own(m, w))) {
+            free(w);
+            return st;
+        }
+        m->bytes_resident += q_wbytes(Q_F32, rows, cols);
+        *out = (qmat){.type = Q_F32, .rows = rows, .cols = cols, .w = w};
+        return K3_OK;
+    }
+    int type = bits == 8 ? Q_I8 : Q_I4;
+    st       = qmat_quantize(out, type, w, rows, cols);
+    free(w);
+    if (st) {
+        k3_err_prefix("%s: tensor '%s'", m->dir, name);
+        return st;
+    }
+    if ((st = own(m, out->own))) {
+        qmat_free(out);
+        return st;
+    }
+    out->own = NULL; /* freed with the model's other allocations */
+    m->bytes_resident += q_wbytes(type, rows, cols) + q_sbytes(type, rows, cols);
+    return K3_OK;
+}
+
+/* A weight matrix [rows, cols] (stored [rows, cols]) read, checked and converted. */
+static k3_status model_matrix(k3_model *m, const char *name, int rows, int cols, int bits, qmat *out) {
+    k3_status        st = K3_OK;
+    const st_tensor *t  = need(m, name, &st);
+    if (!t) return st;
+    if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected shape [%d, %d]", m->dir, name,
+                      rows, cols);
+    float *w;
+    if ((st = read_f32(m, name, (int64_t)rows * cols, 0, &w))) return st;
+    return matrix_from_f32(m, name, w, rows, cols, bits, out);
+}
+
+/* AttnRes weight nw ⊙ pw, kept in double. */
+static k3_status model_mixw(k3_model *m, const char *norm, const char *proj, double **out) {
+    int       D = m->cfg.hidden;
+    float    *a = NULL, *b = NULL;
+    k3_status st;
+    if ((st = read_f32(m, norm, D, 0, &a)) || (st = read_f32(m, proj, D, 0, &b))) goto fail;
+    double *w = alloc_owned(m, (size_t)D * sizeof(double));
+    if (!w) {
+        st = k3_err(K3_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < D; i++)
+        w[i] = (double)a[i] * (double)b[i];
+    *out = w;
+fail:
+    free(a);
+    free(b);
+    return st;
+}
+
+/* ==== layers ================================================================ */
+
+static const char *lname(char *buf, size_t n, int l, const char *what) {
+    snprintf(buf, n, "model.layers.%d.%s", l, what);
+    return buf;
+}
+#define LN(what) lname(nb, sizeof nb, l, what)
+
+static k3_status load_mlp(k3_model *m, int l, const char *pfx, int inter, mlp_weights *w) {
+    int       D = m->cfg.hidden, bits = m->par.bits;
+    char      nb[256], nm[200];
+    k3_status st;
+    snprintf(nm, sizeof nm, "%s.gate_proj.weight", pfx);
+    if ((st = model_matrix(m, LN(nm), inter, D, bits, &w->gate))) return st;
+    snprintf(nm, sizeof nm, "%s.up_proj.weight", pfx);
+    if ((st = model_matrix(m, LN(nm), inter, D, bits, &w->up))) return st;
+    snprintf(nm, sizeof nm, "%s.down_proj.weight", pfx);
+    return model_matrix(m, LN(nm), D, inter, bits, &w->down);
+}
+
+static k3_status load_kda(k3_model *m, int l, kda_weights *w) {
+    const k3_config *c = &m->cfg;
+    int       D = c->hidden, H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k;
+    int       bits = m->par.bits;
+    char      nb[256];
+    k3_status st;
+    if ((st = model_matrix(m, LN("self_attn.q_proj.weight"), P, D, bits, &w->q)) ||
+        (st = model_matrix(m, LN("self_attn.k_proj.weight"), P, D, bits, &w->k)) ||
+        (st = model_matrix(m, LN("self_attn.v_proj.weight"), P, D, bits, &w->v)) ||
+        (st = model_matrix(m, LN("self_attn.g_proj.weight"), P, D, bits, &w->g)) ||
+        (st = model_matrix(m, LN("self_attn.o_proj.weight"), D, P, bits, &w->o)) ||
+        (st = model_matrix(m, LN("self_attn.f_a_proj.weight"), d, D, bits, &w->fa)) ||
+        (st = model_matrix(m, LN("self_attn.f_b_proj.weight"), P, d, bits, &w->fb)) ||
+        (st = model_matrix(m, LN("self_attn.b_proj.weight"), H, D, bits, &w->b)))
+        return st;
+    static const char *conv[3] = {"self_attn.q_conv1d.weight", "self_attn.k_conv1d.weight",
+                                  "self_attn.v_conv1d.weight"};
+    for (int i = 0; i < 3; i++)
+        if ((st = model_vec(m, LN(conv[i]), P * K, &w->conv[i]))) return st;
+    if ((st = model_vec(m, LN("self_attn.dt_bias"), P, &w->dt_bias)) ||
+        (st = model_vec(m, LN("self_attn.o_norm.weight"), d, &w->o_norm)))
+        return st;
+    /* A_log: per head, the first H values (spec section 3, Decision). */
+    float *alog;
+    if ((st = read_f32(m, LN("self_attn.A_log"), H, 1, &alog))) return st;
+    w->a = alloc_owned(m, (size_t)H * sizeof(float));
+    if (!w->a) {
+        free(alog);
+        return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    }
+    for (int h = 0; h < H; h++)
+        w->a[h] = (float)exp((double)alog[h]);
+    free(alog);
+    for (int h = 0; h < H; h++)
+        if (!isfinite(w->a[h]))
+            return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': exp(A_log[%d]) overflows", m->dir,
+                          LN("self_attn.A_log"), h);
+    return K3_OK;
+}
+
+static k3_status load_mla(k3_model *m, int l, mla_weights *w) {
+    const k3_config *c = &m->cfg;
+    int D = c->hidden, Hm = c->n_heads, ql = c->q_lora, kl = c->kv_lora;
+    int nope = c->nope, rope = c->rope, vd = c->v_dim, bits = m->par.mla_bits;
+    char      nb[256];
+    k3_status st;
+    if ((st = model_matrix(m, LN("self_attn.q_a_proj.weight"), ql, D, bits, &w->qa)) ||
+        (st = model_vec(m, LN("self_attn.q_a_layernorm.weight"), ql, &w->qa_norm)) ||
+        (st = model_matrix(m, LN("self_attn.q_b_proj.weight"), Hm * (nope + rope), ql, bits, &w->qb)) ||
+        (st = model_matrix(m, LN("self_attn.kv_a_proj_with_mqa.weight"), kl + rope, D, bits, &w->kva)) ||
+        (st = model_vec(m, LN("self_attn.kv_a_layernorm.weight"), kl, &w->kva_norm)) ||
+        (st = model_matrix(m, LN("self_attn.o_proj.weight"), D, Hm * vd, bits, &w->o)) ||
+        (st = model_matrix(m, LN("self_attn.g_proj.weight"), Hm * vd, D, bits, &w->g)))
+        return st;
+    /* kv_b (Hm*(nope+v), kv_lora), per head nope rows then v rows: split into the absorbed
+     * per-head matrices uk_t[h] = (nope rows)^T (kv_lora, nope) and uv[h] = v rows (v, kv_lora). */
+    const char      *name = LN("self_attn.kv_b_proj.weight");
+    const st_tensor *t    = need(m, name, &st);
+    if (!t) return st;
+    if (t->ndim != 2 || t->shape[0] != Hm * (nope + vd) || t->shape[1] != kl)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected shape [%d, %d]", m->dir, name,
+                      Hm * (nope + vd), kl);
+    float *kvb;
+    if ((st = read_f32(m, name, (int64_t)Hm * (nope + vd) * kl, 0, &kvb))) return st;
+    w->uk_t = alloc_owned(m, (size_t)Hm * sizeof(qmat));
+    w->uv   = alloc_owned(m, (size_t)Hm * sizeof(qmat));
+    if (!w->uk_t || !w->uv) {
+        st = k3_err(K3_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    for (int h = 0; h < Hm; h++) {
+        const float *rows = kvb + (size_t)h * (nope + vd) * kl;
+        float       *kt   = k3_aligned_alloc(64, (size_t)kl * nope * sizeof(float));
+        float       *vv   = k3_aligned_alloc(64, (size_t)vd * kl * sizeof(float));
+        if (!kt || !vv) {
+            free(kt);
+            free(vv);
+            st = k3_err(K3_ERR_NOMEM, "model: out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < kl; i++)
+            for (int n = 0; n < nope; n++)
+                kt[(size_t)i * nope + n] = rows[(size_t)n * kl + i];
+        memcpy(vv, rows + (size_t)nope * kl, (size_t)vd * kl * sizeof(float));
+        if ((st = matrix_from_f32(m, name, kt, kl, nope, bits, &w->uk_t[h]))) {
+            free(vv);
+            goto fail;
+        }
+        if ((st = matrix_from_f32(m, name, vv, vd, kl, bits, &w->uv[h]))) goto fail;
+    }
+fail:
+    free(kvb);
+    return st;
+}
+
+/* One routed expert: six U8 tensors into one allocation, MXFP4 as stored. */
+static k3_status load_expert(k3_model *m, int l, int e, k3_expert *x) {
+    const k3_config *c = &m->cfg;
+    int F = c->moe_inter, L = c->latent;
+    struct { const char *n; int rows, cols; qmat *q; } mats[3] = {
+        {"w1", F, L, &x->w1}, {"w3", F, L, &x->w3}, {"w2", L, F, &x->w2}};
+    size_t total = 0;
+    for (int i = 0; i < 3; i++)
+        total += q_wbytes(Q_MXFP4, mats[i].rows, mats[i].cols) +
+                 q_sbytes(Q_MXFP4, mats[i].rows, mats[i].cols);
+    uint8_t *buf = alloc_owned(m, total);
+    if (!buf) return k3_err(K3_ERR_NOMEM, "model: out of memory for expert %d of layer %d", e, l);
+    char      nb[256], nm[128];
+    k3_status st = K3_OK;
+    for (int i = 0; i < 3; i++) {
+        int rows = mats[i].rows, cols = mats[i].cols;
+        if (cols % Q_MXFP4_GROUP)
+            return k3_err(K3_ERR_CONFIG, "%s: expert width %d is not a multiple of %d", m->dir,
+                          cols, Q_MXFP4_GROUP);
+        uint8_t *part[2];
+        int64_t  width[2] = {cols / 2, cols / Q_MXFP4_GROUP};
+        static const char *suf[2] = {"weight_packed", "weight_scale"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(nm, sizeof nm, "block_sparse_moe.experts.%d.%s.%s", e, mats[i].n, suf[k]);
+            const st_tensor *t = need(m, LN(nm), &st);
+            if (!t) return st;
+            if (t->dtype != ST_U8 || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != width[k])
+                return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected U8 [%d, %lld]", m->dir,
+                              nb, rows, (long long)width[k]);
+            part[k] = buf;
+            if ((st = st_read(m->st, t, buf))) return st;
+            buf += t->nbytes;
+            progress(m, nb, t->nbytes);
+        }
+        size_t ns = q_sbytes(Q_MXFP4, rows, cols);
+        for (size_t j = 0; j < ns; j++)
+            if (part[1][j] == 255)
+                return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': scale byte %zu is 255 (NaN)",
+                              m->dir, nb, j);
+        *mats[i].q = (qmat){.type = Q_MXFP4, .rows = rows, .cols = cols, .w = part[0], .e = part[1]};
+    }
+    return K3_OK;
+}
+
+static k3_status load_moe(k3_model *m, int l, moe_weights *w) {
+    const k3_config *c = &m->cfg;
+    int D = c->hidden, E = c->n_experts, L = c->latent, bits = m->par.bits;
+    char      nb[256];
+    k3_status st;
+    if ((st = model_matrix(m, LN("block_sparse_moe.gate.weight"), E, D, 32, &w->router)) ||
+        (st = model_vec(m, LN("block_sparse_moe.gate.e_score_correction_bias"), E, &w->bias)) ||
+        (st = model_matrix(m, LN("block_sparse_moe.routed_expert_down_proj.weight"), L, D, bits, &w->down_lat)) ||
+        (st = model_matrix(m, LN("block_sparse_moe.routed_expert_up_proj.weight"), D, L, bits, &w->up_lat)) ||
+        (st = model_vec(m, LN("block_sparse_moe.routed_expert_norm.weight"), L, &w->lat_norm)) ||
+        (st = load_mlp(m, l, "block_sparse_moe.shared_experts", c->n_shared * c->moe_inter, &w->shared)))
+        return st;
+    w->experts = alloc_owned(m, (size_t)E * sizeof(k3_expert));
+    if (!w->experts) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    for (int e = 0; e < E; e++)
+        if ((st = load_expert(m, l, e, &w->experts[e]))) return st;
+    return K3_OK;
+}
+
+static k3_status load_layer(k3_model *m, int l) {
+    const k3_config *c = &m->cfg;
+    layer_weights   *w = &m->layers[l];
+    int              D = c->hidden;
+    char             nb[256], nb2[256];
+    k3_status        st;
+    w->kind  = c->layer_kind[l];
+    w->dense = l < c->first_dense;
+    if ((st = model_vec(m, LN("input_layernorm.weight"), D, &w->in_norm)) ||
+        (st = model_vec(m, LN("post_attention_layernorm.weight"), D, &w->post_norm)))
+        return st;
+    lname(nb2, sizeof nb2, l, "self_attention_res_proj.weight");
+    if ((st = model_mixw(m, LN("self_attention_res_norm.weight"), nb2, &w->attn_res_w))) return st;
+    lname(nb2, sizeof nb2, l, "mlp_res_proj.weight");
+    if ((st = model_mixw(m, LN("mlp_res_norm.weight"), nb2, &w->mlp_res_w))) return st;
+    if (w->kind == K3_LAYER_KDA) st = load_kda(m, l, &w->kda);
+    else if (w->kind == K3_LAYER_MLA) st = load_mla(m, l, &w->mla);
+    else return k3_err(K3_ERR_CONFIG, "%s: layer %d has no attention kind", m->dir, l);
+    if (st) return st;
+    return w->dense ? load_mlp(m, l, "mlp", c->inter, &w->mlp) : load_moe(m, l, &w->moe);
+}
+#undef LN
+
+/* ==== model API ============================================================== */
+
+const k3_expert *expert_get(const k3_model *m, int layer, int e) {
+    K3_ASSERT(layer >= 0 && layer < m->cfg.n_layers && e >= 0 && e < m->cfg.n_experts);
+    return &m->layers[layer].moe.experts[e];
+}
+
+/* Elements [i0, i0+n) of embedding row id, converted to f32. */
+static void embed_slice(const k3_model *m, int id, int i0, int n, float *out) {
+    size_t off = (size_t)id * m->cfg.hidden + i0;
+    switch (m->embed_dtype) {
+    case ST_F32: memcpy(out, (const float *)m->embed + off, (size_t)n * sizeof(float)); break;
+    case ST_BF16:
+        for (int i = 0; i < n; i++) out[i] = k3_bf16_to_f32(((const uint16_t *)m->embed)[off + i]);
+        break;
+    case ST_F16:
+        for (int i = 0; i < n; i++) out[i] = k3_f16_to_f32(((const uint16_t *)m->embed)[off + i]);
+        break;
+    default: K3_ASSERT(!"embed dtype");
+    }
+}
+
+void model_embed(const k3_model *m, int id, float *out) {
+    embed_slice(m, id, 0, m->cfg.hidden, out);
+}
+
+/* embed_tokens stays in its stored dtype (F32/F16/BF16); rows convert on lookup. */
+static k3_status load_embed(k3_model *m) {
+    const char      *name = "model.embed_tokens.weight";
+    k3_status        st   = K3_OK;
+    const st_tensor *t    = need(m, name, &st);
+    int              V = m->cfg.vocab, D = m->cfg.hidden;
+    if (!t) return st;
+    if (t->ndim != 2 || t->shape[0] != V || t->shape[1] != D ||
+        (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16))
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected F32/F16/BF16 [%d, %d]", m->dir,
+                      name, V, D);
+    if (!(m->embed = alloc_owned(m, t->nbytes))) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    m->embed_dtype = t->dtype;
+    if ((st = st_read(m->st, t, m->embed))) return st;
+    float buf[1024];
+    for (int v = 0; v < V; v++)
+        for (int i0 = 0; i0 < D; i0 += 1024) {
+            int n = D - i0 < 1024 ? D - i0 : 1024;
+            embed_slice(m, v, i0, n, buf);
+            for (int i = 0; i < n; i++)
+                if (!isfinite(buf[i]))
+                    return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': %s at element %lld", m->dir,
+                                  name, isnan(buf[i]) ? "NaN" : "inf",
+                                  (long long)v * D + i0 + i);
+        }
+    progress(m, name, t->nbytes);
+    return K3_OK;
+}
+
+static k3_status load_globals(k3_model *m) {
+    int       D = m->cfg.hidden, V = m->cfg.vocab;
+    k3_status st;
+    if ((st = load_embed(m)) ||
+        (st = model_vec(m, "model.norm.weight", D, &m->final_norm)) ||
+        (st = model_mixw(m, "model.output_attn_res_norm.weight", "model.output_attn_res_proj.weight",
+                         &m->out_res_w)))
+        return st;
+    return model_matrix(m, "lm_head.weight", V, D, m->par.head_bits, &m->lm_head);
+}
+
+k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
+    *out = NULL;
+    k3_status st;
+    k3_model *m = calloc(1, sizeof *m);
+    if (!m) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    if (p) m->par = *p;
+    else if ((st = k3_params_default(&m->par))) goto fail;
+    if (m->par.chunk < 1 || m->par.max_ctx < 1) {
+        st = k3_err(K3_ERR_ARG, "k3_model_open: chunk %d and max_ctx %d must be >= 1", m->par.chunk,
+                    m->par.max_ctx);
+        goto fail;
+    }
+    if (!(m->dir = k3_strdup(dir))) {
+        st = k3_err(K3_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    if ((st = cfg_load(dir, &m->cfg))) goto fail;
+    if ((st = st_open(dir, &m->st))) goto fail;
+    if ((st = cfg_check_tensors(&m->cfg, m->st))) goto fail;
+    const k3_config *c = &m->cfg;
+    m->n_run = c->n_layers;
+    if (m->par.n_layers) {
+        if (m->par.n_layers > c->n_layers) {
+            st = k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", m->par.n_layers,
+                        c->n_layers);
+            goto fail;
+        }
+        m->n_run = m->par.n_layers;
+    }
+#ifdef _OPENMP
+    if (m->par.threads > 0) omp_set_num_threads(m->par.threads);
+#endif
+    /* The exact path (K3_BITS=32) computes the MXFP4 experts in float too, unless K3_IDOT asks
+     * for the int8-activation dot products. (A process-wide kernel setting.) */
+    if (m->par.bits == 32 && !getenv("K3_IDOT")) kern_set_idot(0);
+    for (int i = 0; i < st_n_tensors(m->st); i++)
+        m->load_total += st_tensor_at(m->st, i)->nbytes;
+    if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers))) {
+        st = k3_err(K3_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    if ((st = load_globals(m))) goto fail;
+    for (int l = 0; l < m->n_run; l++)
+        if ((st = load_layer(m, l))) goto fail;
+    K3_LOG_INFO("%s: %d layers (%d run), %.1f MB resident", dir, c->n_layers, m->n_run,
+                (double)m->bytes_resident / 1e6);
+    *out = m;
+    return K3_OK;
+fail:
+    k3_model_free(m);
+    return st;
+}
+
+void k3_model_free(k3_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    if (m->st) st_close(m->st);
+    free(m->dir);
+    free(m);
+}
+
+void k3_model_get_info(const k3_model *m, k3_model_info *out) {
+    const k3_config *c = &m->cfg;
+    memset(out, 0, sizeof *out);
+    out->dir      = m->dir;
+    out->n_layers = c->n_layers;
+    out->hidden   = c->hidden;
+    out->vocab    = c->vocab;
+    for (int l = 0; l < c->n_layers; l++) {
+        out->n_kda += c->layer_kind[l] == K3_LAYER_KDA;
+        out->n_mla += c->layer_kind[l] == K3_LAYER_MLA;
+        out->n_dense += l < c->first_dense;
+    }
+    out->n_moe          = c->n_layers - out->n_dense;
+    out->n_experts      = c->n_experts;
+    out->n_active       = c->n_active;
+    out->max_ctx        = m->par.max_ctx;
+    out->eos_id         = c->eos_id;
+    out->gen_temp       = c->gen_temp;
+    out->gen_top_p      = c->gen_top_p;
+    out->bytes_resident = m->bytes_resident;
+}

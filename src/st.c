@@ -1,0 +1,551 @@
+/* st.c: safetensors model directory reader (API in st.h).
+ *
+ * DESIGN
+ * A safetensors file is: u64 little-endian header length N, N bytes of JSON
+ * {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
+ * then the data section; offsets are relative to the data section.
+ *
+ * st_open() decides from model.safetensors.index.json (weight_map: name -> shard file) which
+ * shards hold at least one text tensor. Shards whose every entry is vision_tower.* or
+ * mm_projector.* are recorded but never opened or stat'ed (fd -1, size 0), so a missing or
+ * unreadable vision shard does not matter. Every other shard is opened read-only and its whole
+ * header is validated before any tensor is recorded: header length within the file, JSON well
+ * formed (no duplicate keys), known dtype, product(shape) * dtype size == end - begin (with
+ * overflow checks), every range inside the data section, no two ranges overlapping (checked
+ * after sorting by begin). Tensors the index places in a shard must be in that shard's header;
+ * a name in two shards is an error.
+ *
+ * Text tensors are kept sorted by name (without the optional "language_model." prefix) for
+ * bsearch; vision tensors that happen to share a shard with text tensors are validated but not
+ * recorded. Reads are positioned (pread, looping on short reads and EINTR) so any thread may read
+ * any tensor concurrently; a read that hits end of file names the file and the offset.
+ */
+#include "st.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ST_PREFIX     "language_model."
+#define ST_PREFIX_LEN (sizeof ST_PREFIX - 1)
+#define ST_MAX_HEADER ((uint64_t)1 << 30) /* 1 GiB of JSON is surely not a header */
+
+typedef struct st_shard {
+    char    *path;       /* full path                                   */
+    char    *name;       /* file name as in the index                   */
+    uint64_t size;       /* file size (0 if never opened)               */
+    int      fd;         /* -1 if never opened (vision-only)            */
+    int      text;       /* holds at least one text tensor              */
+    void    *map;        /* st_map(): whole-file read-only map, or NULL */
+} st_shard;
+
+struct st_dir {
+    char      *path;
+    int        has_prefix;
+    int        n_shards;
+    st_shard  *shards;    /* [n_shards]                                  */
+    int        n_tensors;
+    int        cap_tensors;
+    st_tensor *tensors;   /* [n_tensors], sorted by name after st_open   */
+};
+
+static const struct {
+    const char *name;
+    size_t      size;
+} dtypes[ST_DTYPE_COUNT] = {
+    [ST_F64] = {"F64", 8}, [ST_F32] = {"F32", 4}, [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2},
+    [ST_I64] = {"I64", 8}, [ST_I32] = {"I32", 4}, [ST_I16] = {"I16", 2}, [ST_I8] = {"I8", 1},
+    [ST_U8] = {"U8", 1},   [ST_BOOL] = {"BOOL", 1},
+};
+
+size_t st_dtype_size(st_dtype t) {
+    K3_ASSERT((unsigned)t < ST_DTYPE_COUNT);
+    return dtypes[t].size;
+}
+
+const char *st_dtype_name(st_dtype t) {
+    return (unsigned)t < ST_DTYPE_COUNT ? dtypes[t].name : "?";
+}
+
+static int dtype_parse(const char *s) {
+    for (int i = 0; i < ST_DTYPE_COUNT; i++)
+        if (!strcmp(s, dtypes[i].name)) return i;
+    return -1;
+}
+
+static const char *strip_prefix(const char *name) {
+    return strncmp(name, ST_PREFIX, ST_PREFIX_LEN) ? name : name + ST_PREFIX_LEN;
+}
+
+static int is_vision(const char *name) {
+    name = strip_prefix(name);
+    return !strncmp(name, "vision_tower.", 13) || !strncmp(name, "mm_projector.", 13);
+}
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static char *path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char  *p = k3_malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+/* ---- positioned reads ------------------------------------------------------------------- */
+
+/* Read exactly n bytes at off. On error the message names the file (by base name) and offset. */
+static k3_status pread_all(int fd, const char *path, void *dst, uint64_t n, uint64_t off) {
+    unsigned char *p = dst;
+    uint64_t       done = 0;
+    while (done < n) {
+        size_t  want = (size_t)(n - done > (1u << 30) ? (1u << 30) : n - done);
+        ssize_t r = pread(fd, p + done, want, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return k3_err(K3_ERR_IO, "%s: read of %llu bytes at offset %llu failed: %s",
+                          base_name(path), (unsigned long long)(n - done),
+                          (unsigned long long)(off + done), strerror(errno));
+        }
+        if (r == 0)
+            return k3_err(K3_ERR_IO, "%s: unexpected end of file at offset %llu (wanted %llu more bytes; file truncated?)",
+                          base_name(path), (unsigned long long)(off + done),
+                          (unsigned long long)(n - done));
+        done += (uint64_t)r;
+    }
+    return K3_OK;
+}
+
+/* ---- header parsing ---------------------------------------------------------------------- */
+
+typedef struct hdr_entry {
+    const char *name;      /* points into the JSON object (valid while it lives) */
+    uint64_t    begin, end;
+} hdr_entry;
+
+static int cmp_entry_begin(const void *a, const void *b) {
+    const hdr_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static k3_status add_tensor(st_dir *d, const st_tensor *t) {
+    if (d->n_tensors == d->cap_tensors) {
+        int        cap = d->cap_tensors ? d->cap_tensors * 2 : 256;
+        st_tensor *nt = realloc(d->tensors, (size_t)cap * sizeof *nt);
+        if (!nt) return k3_err(K3_ERR_NOMEM, "out of memory for the tensor table");
+        d->tensors = nt;
+        d->cap_tensors = cap;
+    }
+    d->tensors[d->n_tensors++] = *t;
+    return K3_OK;
+}
+
+static int get_u64(json_t *v, uint64_t *out) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return -1;
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/* Parse one tensor entry of shard sh's header. Fills t (name not set) and its range. */
+static k3_status parse_entry(const char *file, const char *name, json_t *v, uint64_t data_size,
+                             st_tensor *t, hdr_entry *e) {
+    if (!json_is_object(v))
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': header entry is not an object", file, name);
+    json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
+           *jo = json_object_get(v, "data_offsets");
+    if (!json_is_string(jd))
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': dtype missing or not a string", file, name);
+    int dt = dtype_parse(json_string_value(jd));
+    if (dt < 0)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s'", file, name,
+                      json_string_value(jd));
+    if (!json_is_array(js))
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': shape missing or not an array", file, name);
+    size_t nd = json_array_size(js);
+    if (nd > ST_MAX_DIMS)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': %zu dimensions (at most %d supported)", file,
+                      name, nd, ST_MAX_DIMS);
+    memset(t, 0, sizeof *t);
+    t->dtype = (st_dtype)dt;
+    t->ndim = (int)nd;
+    uint64_t numel = 1;
+    int      overflow = 0;
+    for (size_t i = 0; i < nd; i++) {
+        uint64_t s;
+        if (get_u64(json_array_get(js, i), &s) || s > (uint64_t)INT64_MAX)
+            return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': shape[%zu] is not a non-negative integer",
+                          file, name, i);
+        t->shape[i] = (int64_t)s;
+        if (s && numel > UINT64_MAX / s) overflow = 1;
+        numel *= s;
+    }
+    size_t es = dtypes[dt].size;
+    if (numel && numel > UINT64_MAX / es) overflow = 1;
+    uint64_t want = numel * es;
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || get_u64(json_array_get(jo, 0), &e->begin) ||
+        get_u64(json_array_get(jo, 1), &e->end))
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': data_offsets is not [begin, end] (non-negative integers)",
+                      file, name);
+    if (e->end < e->begin)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before begin", file,
+                      name, (unsigned long long)e->begin, (unsigned long long)e->end);
+    if (overflow || want != e->end - e->begin)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': shape and dtype %s need %s%llu bytes but data_offsets [%llu, %llu] hold %llu",
+                      file, name, dtypes[dt].name, overflow ? "more than " : "",
+                      (unsigned long long)(overflow ? UINT64_MAX : want), (unsigned long long)e->begin,
+                      (unsigned long long)e->end, (unsigned long long)(e->end - e->begin));
+    if (e->end > data_size)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] beyond the data section (%llu bytes; file truncated?)",
+                      file, name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                      (unsigned long long)data_size);
+    t->nbytes = want;
+    e->name = name;
+    return K3_OK;
+}
+
+/* Open shard si, validate its whole header, record its text tensors. */
+static k3_status load_shard(st_dir *d, int si) {
+    st_shard   *sh = &d->shards[si];
+    const char *file = sh->name;
+    k3_status   st = K3_OK;
+    char       *hbuf = NULL;
+    json_t     *root = NULL;
+    hdr_entry  *ents = NULL;
+
+    sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+    if (sh->fd < 0) return k3_err(K3_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
+    struct stat sb;
+    if (fstat(sh->fd, &sb) < 0) return k3_err(K3_ERR_IO, "%s: cannot stat: %s", file, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return k3_err(K3_ERR_IO, "%s: not a regular file", file);
+    sh->size = (uint64_t)sb.st_size;
+    if (sh->size < 8)
+        return k3_err(K3_ERR_FORMAT, "%s: %llu bytes, too short for the 8-byte header length", file,
+                      (unsigned long long)sh->size);
+    unsigned char lb[8];
+    if ((st = pread_all(sh->fd, sh->path, lb, 8, 0))) return st;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | lb[i];
+    if (hlen > sh->size - 8)
+        return k3_err(K3_ERR_FORMAT, "%s: header length %llu beyond the file (%llu bytes after the length field)",
+                      file, (unsigned long long)hlen, (unsigned long long)(sh->size - 8));
+    if (hlen > ST_MAX_HEADER)
+        return k3_err(K3_ERR_FORMAT, "%s: header length %llu is implausibly large", file,
+                      (unsigned long long)hlen);
+    uint64_t data_start = 8 + hlen, data_size = sh->size - data_start;
+    hbuf = k3_malloc((size_t)hlen + 1);
+    if (!hbuf) { st = k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen); goto fail; }
+    if ((st = pread_all(sh->fd, sh->path, hbuf, hlen, 8))) goto fail;
+    json_error_t jerr;
+    root = json_loadb(hbuf, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        st = k3_err(K3_ERR_FORMAT, "%s: header JSON malformed at byte %d: %s", file, jerr.position, jerr.text);
+        goto fail;
+    }
+    if (!json_is_object(root)) {
+        st = k3_err(K3_ERR_FORMAT, "%s: header JSON is not an object", file);
+        goto fail;
+    }
+    size_t n = json_object_size(root), ne = 0;
+    ents = k3_calloc(n ? n : 1, sizeof *ents);
+    if (!ents) { st = k3_err(K3_ERR_NOMEM, "%s: out of memory", file); goto fail; }
+    const char *key;
+    json_t     *val;
+    json_object_foreach(root, key, val) {
+        if (!strcmp(key, "__metadata__")) continue;
+        st_tensor t;
+        if ((st = parse_entry(file, key, val, data_size, &t, &ents[ne]))) goto fail;
+        ne++;
+        if (is_vision(key)) continue;
+        t.name = k3_strdup(strip_prefix(key));
+        if (!t.name) { st = k3_err(K3_ERR_NOMEM, "%s: out of memory", file); goto fail; }
+        if (strip_prefix(key) != key) d->has_prefix = 1;
+        t.shard = si;
+        t.offset = data_start + ents[ne - 1].begin;
+        if ((st = add_tensor(d, &t))) { free((void *)(uintptr_t)t.name); goto fail; }
+    }
+    qsort(ents, ne, sizeof *ents, cmp_entry_begin);
+    for (size_t i = 1; i < ne; i++)
+        if (ents[i].begin < ents[i - 1].end) {
+            st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' data [%llu, %llu) overlaps tensor '%s' data [%llu, %llu)",
+                        file, ents[i].name, (unsigned long long)ents[i].begin,
+                        (unsigned long long)ents[i].end, ents[i - 1].name,
+                        (unsigned long long)ents[i - 1].begin, (unsigned long long)ents[i - 1].end);
+            goto fail;
+        }
+fail:
+    free(ents);
+    json_decref(root);
+    free(hbuf);
+    return st;
+}
+
+/* ---- directory ------------------------------------------------------------------------- */
+
+static int cmp_tensor_name(const void *a, const void *b) {
+    return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
+}
+
+static k3_status add_shard(st_dir *d, const char *name, int *idx) {
+    for (int i = 0; i < d->n_shards; i++)
+        if (!strcmp(d->shards[i].name, name)) { *idx = i; return K3_OK; }
+    st_shard *ns = realloc(d->shards, (size_t)(d->n_shards + 1) * sizeof *ns);
+    if (!ns) return k3_err(K3_ERR_NOMEM, "out of memory for the shard list");
+    d->shards = ns;
+    st_shard *s = &ns[d->n_shards];
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->name = k3_strdup(name);
+    s->path = path_join(d->path, name);
+    if (!s->name || !s->path) {
+        free(s->name);
+        free(s->path);
+        return k3_err(K3_ERR_NOMEM, "out of memory for the shard list");
+    }
+    *idx = d->n_shards++;
+    return K3_OK;
+}
+
+static int cmp_shard_name(const void *a, const void *b) {
+    return strcmp(((const st_shard *)a)->name, ((const st_shard *)b)->name);
+}
+
+/* Read model.safetensors.index.json: the shard list, which shards hold text tensors. The
+ * returned weight_map (new reference in *wm) is used afterwards to cross-check headers. */
+static k3_status read_index(st_dir *d, const char *ipath, json_t **root_out) {
+    const char  *file = base_name(ipath);
+    json_error_t jerr;
+    json_t      *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        if (jerr.line < 0 || strstr(jerr.text, "unable to open"))
+            return k3_err(K3_ERR_IO, "%s: %s", file, jerr.text);
+        return k3_err(K3_ERR_FORMAT, "%s: line %d column %d: %s", file, jerr.line, jerr.column, jerr.text);
+    }
+    *root_out = root;
+    json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
+    if (!json_is_object(wm)) return k3_err(K3_ERR_FORMAT, "%s: weight_map missing or not an object", file);
+    const char *key;
+    json_t     *val;
+    json_object_foreach(wm, key, val) {
+        const char *s = json_string_value(val);
+        if (!s || !*s || strchr(s, '/') || !strcmp(s, ".") || !strcmp(s, ".."))
+            return k3_err(K3_ERR_FORMAT, "%s: weight_map.%s is not a plain shard file name", file, key);
+        int idx;
+        k3_status st = add_shard(d, s, &idx);
+        if (st) return st;
+        if (!is_vision(key)) d->shards[idx].text = 1;
+    }
+    qsort(d->shards, (size_t)d->n_shards, sizeof *d->shards, cmp_shard_name);
+    return K3_OK;
+}
+
+static int shard_index(const st_dir *d, const char *name) {
+    for (int i = 0; i < d->n_shards; i++)
+        if (!strcmp(d->shards[i].name, name)) return i;
+    return -1;
+}
+
+k3_status st_open(const char *dir, st_dir **out) {
+    *out = NULL;
+    k3_status st = K3_OK;
+    json_t   *iroot = NULL;
+    char     *ipath = NULL;
+    st_dir   *d = k3_calloc(1, sizeof *d);
+    if (!d || !(d->path = k3_strdup(dir))) {
+        free(d);
+        return k3_err(K3_ERR_NOMEM, "out of memory");
+    }
+    ipath = path_join(dir, "model.safetensors.index.json");
+    if (!ipath) { st = k3_err(K3_ERR_NOMEM, "out of memory"); goto fail; }
+    struct stat sb;
+    if (stat(ipath, &sb) == 0) {
+        if ((st = read_index(d, ipath, &iroot))) goto fail;
+        if (d->n_shards == 0) {
+            st = k3_err(K3_ERR_FORMAT, "model.safetensors.index.json: weight_map is empty");
+            goto fail;
+        }
+    } else {
+        char *single = path_join(dir, "model.safetensors");
+        int   ok = single && stat(single, &sb) == 0;
+        free(single);
+        if (!ok) {
+            st = k3_err(K3_ERR_IO, "%s: neither model.safetensors.index.json nor model.safetensors found", dir);
+            goto fail;
+        }
+        int idx;
+        if ((st = add_shard(d, "model.safetensors", &idx))) goto fail;
+        d->shards[idx].text = 1;
+    }
+    for (int i = 0; i < d->n_shards; i++)
+        if (d->shards[i].text && (st = load_shard(d, i))) goto fail;
+
+    qsort(d->tensors, (size_t)d->n_tensors, sizeof *d->tensors, cmp_tensor_name);
+    for (int i = 1; i < d->n_tensors; i++)
+        if (!strcmp(d->tensors[i].name, d->tensors[i - 1].name)) {
+            const st_tensor *a = &d->tensors[i - 1], *b = &d->tensors[i];
+            st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is also in %s", d->shards[b->shard].name, b->name,
+                        d->shards[a->shard].name);
+            goto fail;
+        }
+    if (iroot) {
+        /* every text tensor of the index is where the index says */
+        json_t     *wm = json_object_get(iroot, "weight_map"), *val;
+        const char *key;
+        json_object_foreach(wm, key, val) {
+            if (is_vision(key)) continue;
+            const st_tensor *t = st_find(d, key);
+            int              want = shard_index(d, json_string_value(val));
+            if (!t) {
+                st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is in the index but not in the shard's header",
+                            d->shards[want].name, key);
+                goto fail;
+            }
+            if (t->shard != want) {
+                st = k3_err(K3_ERR_FORMAT, "model.safetensors.index.json: tensor '%s' is mapped to %s but stored in %s",
+                            key, d->shards[want].name, d->shards[t->shard].name);
+                goto fail;
+            }
+        }
+    }
+    json_decref(iroot);
+    free(ipath);
+    *out = d;
+    return K3_OK;
+fail:
+    json_decref(iroot);
+    free(ipath);
+    st_close(d);
+    return st;
+}
+
+void st_close(st_dir *d) {
+    if (!d) return;
+    for (int i = 0; i < d->n_tensors; i++) free((void *)(uintptr_t)d->tensors[i].name);
+    for (int i = 0; i < d->n_shards; i++) {
+        st_shard *s = &d->shards[i];
+        if (s->map) munmap(s->map, (size_t)s->size);
+        if (s->fd >= 0) close(s->fd);
+        free(s->path);
+        free(s->name);
+    }
+    free(d->tensors);
+    free(d->shards);
+    free(d->path);
+    free(d);
+}
+
+const char *st_path(const st_dir *d) { return d->path; }
+int st_n_tensors(const st_dir *d) { return d->n_tensors; }
+int st_has_prefix(const st_dir *d) { return d->has_prefix; }
+int st_n_shards(const st_dir *d) { return d->n_shards; }
+
+const st_tensor *st_tensor_at(const st_dir *d, int i) {
+    K3_ASSERT(i >= 0 && i < d->n_tensors);
+    return &d->tensors[i];
+}
+
+const st_tensor *st_find(const st_dir *d, const char *name) {
+    st_tensor key = {.name = strip_prefix(name)};
+    return bsearch(&key, d->tensors, (size_t)d->n_tensors, sizeof key, cmp_tensor_name);
+}
+
+const char *st_shard_path(const st_dir *d, int shard) {
+    K3_ASSERT(shard >= 0 && shard < d->n_shards);
+    return d->shards[shard].path;
+}
+
+const char *st_shard_name(const st_dir *d, int shard) {
+    K3_ASSERT(shard >= 0 && shard < d->n_shards);
+    return d->shards[shard].name;
+}
+
+uint64_t st_shard_size(const st_dir *d, int shard) {
+    K3_ASSERT(shard >= 0 && shard < d->n_shards);
+    return d->shards[shard].size;
+}
+
+int st_shard_fd(const st_dir *d, int shard) {
+    K3_ASSERT(shard >= 0 && shard < d->n_shards);
+    return d->shards[shard].fd;
+}
+
+int64_t st_numel(const st_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+k3_status st_read_at(const st_dir *d, int shard, void *dst, uint64_t n, uint64_t off) {
+    K3_ASSERT(shard >= 0 && shard < d->n_shards);
+    const st_shard *s = &d->shards[shard];
+    if (s->fd < 0) return k3_err(K3_ERR_IO, "%s: shard was never opened (vision only)", s->name);
+    return pread_all(s->fd, s->path, dst, n, off);
+}
+
+k3_status st_read(const st_dir *d, const st_tensor *t, void *dst) {
+    k3_status st = st_read_at(d, t->shard, dst, t->nbytes, t->offset);
+    if (st) k3_err_prefix("tensor '%s'", t->name);
+    return st;
+}
+
+k3_status st_read_f32(const st_dir *d, const st_tensor *t, float *dst) {
+    size_t es = dtypes[t->dtype].size;
+    if (t->dtype == ST_F32) return st_read(d, t, dst);
+    if (t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected a float type (F32/F16/BF16/F64)",
+                      d->shards[t->shard].name, t->name, dtypes[t->dtype].name);
+    /* convert in chunks through a bounce buffer (no second copy of a big tensor) */
+    enum { CHUNK = 1 << 16 };
+    unsigned char *buf = k3_malloc(CHUNK * 8);
+    if (!buf) return k3_err(K3_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+    uint64_t  numel = t->nbytes / es;
+    k3_status st = K3_OK;
+    for (uint64_t i0 = 0; i0 < numel; i0 += CHUNK) {
+        uint64_t n = numel - i0 < CHUNK ? numel - i0 : CHUNK;
+        if ((st = st_read_at(d, t->shard, buf, n * es, t->offset + i0 * es))) {
+            k3_err_prefix("tensor '%s'", t->name);
+            break;
+        }
+        float *o = dst + i0;
+        for (uint64_t i = 0; i < n; i++) {
+            if (t->dtype == ST_F64) {
+                double v;
+                memcpy(&v, buf + i * 8, 8);
+                o[i] = (float)v;
+            } else {
+                uint16_t h = (uint16_t)(buf[i * 2] | buf[i * 2 + 1] << 8);
+                o[i] = t->dtype == ST_BF16 ? k3_bf16_to_f32(h) : k3_f16_to_f32(h);
+            }
+        }
+    }
+    free(buf);
+    return st;
+}
+
+int st_shard_opened(const st_dir *d, int shard) {
+    K3_ASSERT(shard >= 0 && shard < d->n_shards);
+    return d->shards[shard].fd >= 0;
+}
+
+k3_status st_map(st_dir *d, const st_tensor *t, const void **out) {
+    st_shard *s = &d->shards[t->shard];
+    *out = NULL;
+    if (s->fd < 0) return k3_err(K3_ERR_IO, "%s: shard was never opened (vision only)", s->name);
+    if (!s->map) {
+        void *m = mmap(NULL, (size_t)s->size, PROT_READ, MAP_SHARED, s->fd, 0);
+        if (m == MAP_FAILED) return k3_err(K3_ERR_IO, "%s: mmap failed: %s", s->name, strerror(errno));
+        s->map = m;
+    }
+    *out = (const unsigned char *)s->map + t->offset;
+    return K3_OK;
+}

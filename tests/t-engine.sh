@@ -1,0 +1,41 @@
+#!/bin/sh
+# t-engine.sh: the one-shot CLI contract `k3chat MODEL_DIR --ids "..."` on a generated model:
+# generated ids on one line of stdout (decimal, single spaces), --max-tokens honoured, greedy
+# and seeded sampling reproducible, K3_CHUNK not changing the output, bad input a clear error.
+set -u
+B=$K3_BUILD
+T=$K3_TMP
+ok() { if [ "$1" = 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi; }
+
+if ! "$B/k3-mkmodel" --preset tiny --seed 9 --quiet "$T/m" >/dev/null 2>"$T/err"; then
+    echo "FAIL: k3-mkmodel --preset tiny ($(tail -c 200 "$T/err"))"
+    exit 1
+fi
+export OMP_NUM_THREADS=1
+ids="5 17 300 42 42 7 1000 3 99 12 8 640 2 33 71 250 11 19 23 29 31 37 41 43 47 53 59 61 67 71 73 79 83 89"
+
+out=$("$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>"$T/err"); rc=$?
+echo "$out" | grep -Eq '^[0-9]+( [0-9]+){0,5}$'; ok $? "greedy --ids prints up to 6 ids on one line ('$out', rc $rc)"
+n=$(echo "$out" | wc -w)
+[ "$rc" = 0 ] && [ "$(echo "$out" | wc -l)" = 1 ]; ok $? "exit 0 and exactly one line of output ($n ids)"
+
+out1=$(K3_CHUNK=1 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+out5=$(K3_CHUNK=5 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+[ "$out" = "$out1" ] && [ "$out" = "$out5" ]; ok $? "K3_CHUNK=1 and 5 give the same greedy ids"
+
+s1=$("$B/k3chat" "$T/m" --ids "$ids" --max-tokens 8 --temp 0.9 --seed 5 2>/dev/null)
+s2=$("$B/k3chat" "$T/m" --ids "$ids" --max-tokens 8 --temp 0.9 --seed 5 2>/dev/null)
+[ -n "$s1" ] && [ "$s1" = "$s2" ]; ok $? "--temp 0.9 --seed 5 twice: identical ids ('$s1')"
+
+"$B/k3chat" "$T/m" --ids "1 2 999999" --max-tokens 2 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "999999" "$T/err"; ok $? "an id outside the vocabulary: non-zero exit naming it ($(head -c 120 "$T/err"))"
+
+"$B/k3chat" "$T/m" --ids "1 x 3" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 2 ] && grep -q -- "--ids" "$T/err"; ok $? "a malformed --ids is a usage error (exit $rc)"
+
+K3_MAXT=8 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 2 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_MAXT" "$T/err"; ok $? "a prompt over K3_MAXT: clear error ($(head -c 120 "$T/err"))"
+
+K3_CHUNK=0 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_CHUNK" "$T/err"; ok $? "K3_CHUNK=0 is rejected naming the variable"
+exit 0

@@ -1,0 +1,323 @@
+/* test-st.c: the safetensors reader on hand-made files: a single file and an index with shards,
+ * the language_model. prefix, dtype conversions, a vision-only shard that must never be opened,
+ * and one case per header corruption (each must fail with a message naming the file and tensor).
+ */
+#include "st.h"
+#include "st-write.h"
+#include "test.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char root[512];
+
+/* A fresh empty directory root/name; returns its path (static buffer per call site is enough). */
+static const char *mkdir_case(const char *name, char *buf, size_t n) {
+    snprintf(buf, n, "%s/%s", root, name);
+    mkdir(buf, 0755);
+    return buf;
+}
+
+static void path2(char *buf, size_t n, const char *dir, const char *file) {
+    snprintf(buf, n, "%s/%s", dir, file);
+}
+
+static int msg_has(const char *a, const char *b) {
+    return strstr(k3_errmsg(), a) && (!b || strstr(k3_errmsg(), b));
+}
+
+/* Open dir expecting failure; the message must contain a and b. */
+static void expect_fail(const char *dir, const char *what, const char *a, const char *b) {
+    st_dir   *d = NULL;
+    k3_status st = st_open(dir, &d);
+    T_CHECK(st != K3_OK && !d, "%s: rejected", what);
+    T_CHECK(msg_has(a, b), "%s: message names '%s'%s%s (%s)", what, a, b ? " and " : "", b ? b : "", k3_errmsg());
+    T_CHECK(!strchr(k3_errmsg(), '\n'), "%s: message is one line", what);
+    st_close(d);
+}
+
+/* A single valid file with one F32 tensor "w" [2,3] plus whatever the callback adds. */
+static void single_with(const char *name, void (*extra)(stw *), const char *what, const char *a, const char *b) {
+    char dir[600], p[700];
+    mkdir_case(name, dir, sizeof dir);
+    stw w;
+    stw_init(&w);
+    stw_add(&w, "w", "F32", 2, (int64_t[]){2, 3}, NULL);
+    extra(&w);
+    path2(p, sizeof p, dir, "model.safetensors");
+    stw_write(&w, p);
+    expect_fail(dir, what, a, b);
+}
+
+static void x_unknown_dtype(stw *w) { stw_add_raw(w, "bad", "F8_E4M3", 1, (int64_t[]){4}, 24, 28); }
+static void x_size_mismatch(stw *w) { stw_add_raw(w, "bad", "F32", 1, (int64_t[]){4}, 24, 36); }
+static void x_overlap(stw *w) { stw_add_raw(w, "bad", "F32", 1, (int64_t[]){2}, 16, 24); }
+static void x_beyond(stw *w) { stw_add_raw(w, "bad", "F32", 1, (int64_t[]){2}, 1 << 20, (1 << 20) + 8); w->off = 24; }
+static void x_end_before(stw *w) { stw_add_raw(w, "bad", "F32", 1, (int64_t[]){0}, 24, 20); }
+static void x_neg_shape(stw *w) {
+    json_t *e = json_pack("{s:s,s:[i],s:[i,i]}", "dtype", "F32", "shape", -1, "data_offsets", 24, 28);
+    json_object_set_new(w->hdr, "bad", e);
+}
+
+static void corruptions(void) {
+    char dir[600], p[700];
+    single_with("dtype", x_unknown_dtype, "unknown dtype", "model.safetensors", "'bad'");
+    single_with("size", x_size_mismatch, "shape/size mismatch", "model.safetensors", "'bad'");
+    single_with("overlap", x_overlap, "overlapping ranges", "overlaps", "'bad'");
+    single_with("beyond", x_beyond, "range beyond the data section", "model.safetensors", "'bad'");
+    single_with("endbefore", x_end_before, "end before begin", "model.safetensors", "'bad'");
+    single_with("negshape", x_neg_shape, "negative dimension", "model.safetensors", "'bad'");
+
+    /* header length beyond the file */
+    mkdir_case("hlen", dir, sizeof dir);
+    path2(p, sizeof p, dir, "model.safetensors");
+    unsigned char b[16] = {0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}'};
+    stw_write_bytes(p, b, 10);
+    expect_fail(dir, "header length beyond the file", "model.safetensors", "header length 65535");
+    /* too short for the length */
+    stw_write_bytes(p, b, 5);
+    expect_fail(dir, "file shorter than 8 bytes", "model.safetensors", "too short");
+    /* malformed JSON */
+    static const char bad[] = "\x0f\0\0\0\0\0\0\0{\"w\": {\"dtype\":";
+    stw_write_bytes(p, bad, sizeof bad - 1);
+    expect_fail(dir, "malformed header JSON", "model.safetensors", "malformed");
+    static const char arr[] = "\x07\0\0\0\0\0\0\0[1,2,3]";
+    stw_write_bytes(p, arr, sizeof arr - 1);
+    expect_fail(dir, "header JSON not an object", "model.safetensors", "not an object");
+
+    /* truncated data section */
+    mkdir_case("trunc", dir, sizeof dir);
+    path2(p, sizeof p, dir, "model.safetensors");
+    stw w;
+    stw_init(&w);
+    stw_add(&w, "a", "F32", 1, (int64_t[]){100}, NULL);
+    stw_add(&w, "last", "BF16", 2, (int64_t[]){10, 10}, NULL);
+    stw_write(&w, p);
+    struct stat sb;
+    stat(p, &sb);
+    T_CHECK(truncate(p, sb.st_size - 7) == 0, "truncate shard");
+    expect_fail(dir, "truncated shard", "model.safetensors", "'last'");
+
+    /* empty directory */
+    mkdir_case("empty", dir, sizeof dir);
+    expect_fail(dir, "directory without safetensors", "model.safetensors", NULL);
+}
+
+/* Index with two text shards (one using the prefix), a vision-only shard, conversions. */
+static void sharded(void) {
+    char dir[600], p[700];
+    mkdir_case("sharded", dir, sizeof dir);
+    float    f32[6] = {1, -2, 3.5f, 0.25f, -0, 65504};
+    uint16_t bf[4] = {0x3f80, 0xc020, 0x0000, 0x7f80}; /* 1, -2.5, 0, inf */
+    uint16_t hf[3] = {0x3c00, 0xc500, 0x0001};         /* 1, -5, 2^-24 */
+    double   f64[2] = {0.1, -1e3};
+    uint8_t  u8[5] = {1, 2, 3, 4, 5};
+
+    stw w;
+    stw_init(&w);
+    stw_add(&w, "language_model.model.norm.weight", "F32", 2, (int64_t[]){2, 3}, f32);
+    stw_add(&w, "language_model.model.bf", "BF16", 1, (int64_t[]){4}, bf);
+    stw_add(&w, "vision_tower.mixed", "F32", 1, (int64_t[]){1}, NULL); /* vision tensor in a text shard */
+    json_object_set_new(w.hdr, "__metadata__", json_pack("{s:s}", "format", "pt"));
+    path2(p, sizeof p, dir, "m-1-of-3.safetensors");
+    T_CHECK(stw_write(&w, p) == 0, "write shard 1");
+    stw_init(&w);
+    stw_add(&w, "language_model.model.hf", "F16", 1, (int64_t[]){3}, hf);
+    stw_add(&w, "language_model.model.f64", "F64", 1, (int64_t[]){2}, f64);
+    stw_add(&w, "language_model.model.u8", "U8", 1, (int64_t[]){5}, u8);
+    stw_add(&w, "language_model.model.scalar", "F32", 0, NULL, f32);
+    path2(p, sizeof p, dir, "m-2-of-3.safetensors");
+    T_CHECK(stw_write(&w, p) == 0, "write shard 2");
+    stw_init(&w);
+    stw_add(&w, "vision_tower.a", "F32", 1, (int64_t[]){4}, NULL);
+    stw_add(&w, "mm_projector.b", "F32", 1, (int64_t[]){4}, NULL);
+    path2(p, sizeof p, dir, "m-3-of-3.safetensors");
+    T_CHECK(stw_write(&w, p) == 0, "write vision shard");
+
+    json_t *idx = json_pack("{s:{s:s}, s:{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}}", "metadata", "total_size", "0",
+                            "weight_map", "language_model.model.norm.weight", "m-1-of-3.safetensors",
+                            "language_model.model.bf", "m-1-of-3.safetensors", "vision_tower.mixed",
+                            "m-1-of-3.safetensors", "language_model.model.hf", "m-2-of-3.safetensors",
+                            "language_model.model.f64", "m-2-of-3.safetensors", "language_model.model.u8",
+                            "m-2-of-3.safetensors", "language_model.model.scalar", "m-2-of-3.safetensors",
+                            "vision_tower.a", "m-3-of-3.safetensors", "mm_projector.b", "m-3-of-3.safetensors");
+    path2(p, sizeof p, dir, "model.safetensors.index.json");
+    json_dump_file(idx, p, JSON_INDENT(2));
+
+    /* the vision shard: unreadable, then a directory in its place, then gone: never opened */
+    path2(p, sizeof p, dir, "m-3-of-3.safetensors");
+    chmod(p, 0);
+    for (int round = 0; round < 3; round++) {
+        if (round == 1) {
+            unlink(p);
+            mkdir(p, 0);
+        } else if (round == 2) {
+            rmdir(p);
+        }
+        st_dir   *d = NULL;
+        k3_status st = st_open(dir, &d);
+        T_CHECK(st == K3_OK, "sharded index opens with the vision shard %s (%s)",
+                round == 0 ? "unreadable" : round == 1 ? "a directory" : "deleted", k3_errmsg());
+        if (st) continue;
+        int vis = -1;
+        for (int i = 0; i < st_n_shards(d); i++)
+            if (!strcmp(st_shard_name(d, i), "m-3-of-3.safetensors")) vis = i;
+        T_CHECK(vis >= 0 && !st_shard_opened(d, vis) && st_shard_fd(d, vis) < 0, "vision shard listed, never opened");
+        if (round < 2) {
+            st_close(d);
+            continue;
+        }
+        T_CHECK(st_n_shards(d) == 3, "three shards (%d)", st_n_shards(d));
+        T_CHECK(st_n_tensors(d) == 6, "six text tensors (%d)", st_n_tensors(d));
+        T_CHECK(st_has_prefix(d), "prefix detected");
+        const st_tensor *a = st_find(d, "model.norm.weight"), *a2 = st_find(d, "language_model.model.norm.weight");
+        T_CHECK(a && a == a2, "st_find with and without the prefix");
+        T_CHECK(a && !strcmp(a->name, "model.norm.weight"), "names stored without the prefix");
+        T_CHECK(!st_find(d, "vision_tower.mixed") && !st_find(d, "vision_tower.a"), "vision tensors not listed");
+        T_CHECK(!st_find(d, "model.nothing"), "absent tensor -> NULL");
+        float out[8];
+        if (a) {
+            T_CHECK(a->ndim == 2 && a->shape[0] == 2 && a->shape[1] == 3 && a->nbytes == 24 && st_numel(a) == 6,
+                    "shape [2,3] F32");
+            T_CHECK(st_read_f32(d, a, out) == K3_OK && !memcmp(out, f32, sizeof f32), "F32 read");
+        }
+        const st_tensor *t = st_find(d, "model.bf");
+        T_CHECK(t && st_read_f32(d, t, out) == K3_OK && out[0] == 1 && out[1] == -2.5f && out[2] == 0 && isinf(out[3]),
+                "BF16 -> f32");
+        t = st_find(d, "model.hf");
+        T_CHECK(t && st_read_f32(d, t, out) == K3_OK && out[0] == 1 && out[1] == -5 && out[2] == 0x1p-24f, "F16 -> f32");
+        t = st_find(d, "model.f64");
+        T_CHECK(t && st_read_f32(d, t, out) == K3_OK && out[0] == 0.1f && out[1] == -1000, "F64 -> f32");
+        t = st_find(d, "model.u8");
+        uint8_t ub[5];
+        T_CHECK(t && st_read(d, t, ub) == K3_OK && !memcmp(ub, u8, 5), "U8 raw read");
+        T_CHECK(t && st_read_f32(d, t, out) != K3_OK && msg_has("'model.u8'", "U8"), "U8 as f32 rejected (%s)", k3_errmsg());
+        const void *m = NULL;
+        T_CHECK(t && st_map(d, t, &m) == K3_OK && m && !memcmp(m, u8, 5), "st_map U8");
+        t = st_find(d, "model.scalar");
+        T_CHECK(t && t->ndim == 0 && st_numel(t) == 1 && st_read_f32(d, t, out) == K3_OK && out[0] == 1, "0-dim scalar");
+
+        /* file shrinks after open: the read names the file and offset */
+        t = st_find(d, "model.u8");
+        path2(p, sizeof p, dir, "m-2-of-3.safetensors");
+        if (t) {
+            T_CHECK(truncate(p, (off_t)t->offset + 2) == 0, "shrink shard 2 after open");
+            k3_status rs = st_read(d, t, ub);
+            char off[32];
+            snprintf(off, sizeof off, "%llu", (unsigned long long)t->offset + 2);
+            T_CHECK(rs == K3_ERR_IO && msg_has("m-2-of-3.safetensors", off), "short read names file and offset (%s)",
+                    k3_errmsg());
+        }
+        st_close(d);
+        path2(p, sizeof p, dir, "m-3-of-3.safetensors");
+    }
+    json_decref(idx);
+}
+
+/* Index problems: a name in two shards, an index entry missing from its shard. */
+static void index_errors(void) {
+    char dir[600], p[700];
+    mkdir_case("dup", dir, sizeof dir);
+    for (int s = 1; s <= 2; s++) {
+        stw w;
+        stw_init(&w);
+        stw_add(&w, s == 1 ? "x" : "language_model.x", "F32", 1, (int64_t[]){1}, NULL);
+        char f[64];
+        snprintf(f, sizeof f, "s%d.safetensors", s);
+        path2(p, sizeof p, dir, f);
+        stw_write(&w, p);
+    }
+    json_t *idx = json_pack("{s:{s:s,s:s}}", "weight_map", "x", "s1.safetensors", "language_model.x", "s2.safetensors");
+    path2(p, sizeof p, dir, "model.safetensors.index.json");
+    json_dump_file(idx, p, 0);
+    json_decref(idx);
+    expect_fail(dir, "duplicate tensor across shards", "'x'", "also in");
+
+    idx = json_pack("{s:{s:s,s:s}}", "weight_map", "x", "s1.safetensors", "y", "s1.safetensors");
+    json_dump_file(idx, p, 0);
+    json_decref(idx);
+    path2(p, sizeof p, dir, "s2.safetensors");
+    unlink(p);
+    expect_fail(dir, "index entry absent from its shard", "s1.safetensors", "'y'");
+
+    path2(p, sizeof p, dir, "model.safetensors.index.json");
+    idx = json_pack("{s:{s:s}}", "weight_map", "x", "../etc/passwd");
+    json_dump_file(idx, p, 0);
+    json_decref(idx);
+    expect_fail(dir, "shard path outside the directory", "model.safetensors.index.json", "weight_map");
+
+    stw_write_bytes(p, "{\"weight_map\": {", 16);
+    expect_fail(dir, "malformed index JSON", "model.safetensors.index.json", NULL);
+
+    idx = json_pack("{s:{s:s}}", "weight_map", "x", "missing.safetensors");
+    json_dump_file(idx, p, 0);
+    json_decref(idx);
+    expect_fail(dir, "missing text shard", "missing.safetensors", NULL);
+}
+
+/* Random byte damage to a valid file: every open either succeeds or fails with a one-line
+ * message naming the file; never a crash (the ASan/UBSan tree checks memory). */
+static void fuzz(void) {
+    char dir[600], p[700];
+    mkdir_case("fuzz", dir, sizeof dir);
+    path2(p, sizeof p, dir, "model.safetensors");
+    stw w;
+    stw_init(&w);
+    stw_add(&w, "a", "F32", 2, (int64_t[]){3, 5}, NULL);
+    stw_add(&w, "language_model.b", "BF16", 1, (int64_t[]){7}, NULL);
+    stw_add(&w, "c", "U8", 3, (int64_t[]){2, 2, 3}, NULL);
+    stw_write(&w, p);
+    FILE *f = fopen(p, "rb");
+    unsigned char orig[4096], buf[4096];
+    size_t n = f ? fread(orig, 1, sizeof orig, f) : 0;
+    if (f) fclose(f);
+    uint64_t rng = 0x9e3779b97f4a7c15u;
+    int      bad = 0, opened = 0, rejected = 0;
+    for (int it = 0; it < 400 && n > 16; it++) {
+        memcpy(buf, orig, n);
+        int k = 1 + it % 4;
+        for (int j = 0; j < k; j++) {
+            rng = rng * 6364136223846793005u + 1442695040888963407u;
+            size_t at = (size_t)(rng >> 33) % (it % 8 == 0 ? 8 : n);
+            buf[at] = (unsigned char)(rng >> 24);
+        }
+        size_t len = it % 5 == 4 ? (size_t)(rng >> 40) % n : n; /* sometimes truncated too */
+        stw_write_bytes(p, buf, len);
+        st_dir   *d = NULL;
+        k3_status st = st_open(dir, &d);
+        if (st == K3_OK) {
+            opened++;
+            for (int i = 0; i < st_n_tensors(d); i++) { /* every recorded range is readable */
+                const st_tensor *t = st_tensor_at(d, i);
+                unsigned char    tmp[512];
+                if (t->nbytes > sizeof tmp || st_read(d, t, tmp) != K3_OK) bad++;
+            }
+        } else {
+            rejected++;
+            if (!strstr(k3_errmsg(), "model.safetensors") || strchr(k3_errmsg(), '\n')) bad++;
+        }
+        st_close(d);
+    }
+    T_CHECK(n > 16 && bad == 0, "400 damaged files: %d opened and readable, %d rejected naming the file, %d bad", opened,
+            rejected, bad);
+}
+
+int main(void) {
+    const char *tmp = getenv("K3_TMP");
+    snprintf(root, sizeof root, "%s/test-st.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(root)) {
+        T_CHECK(0, "mkdtemp %s", root);
+        return t_done();
+    }
+    T_CHECK(st_dtype_size(ST_BF16) == 2 && st_dtype_size(ST_F64) == 8 && !strcmp(st_dtype_name(ST_U8), "U8"),
+            "dtype table");
+    corruptions();
+    sharded();
+    index_errors();
+    fuzz();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd)) T_SKIP("could not remove %s", root);
+    return t_done();
+}

@@ -1,0 +1,75 @@
+# tui-lib.sh: helpers for the tmux-driven TUI tests (tests/t-tui-*.sh source this file).
+# A private tmux server (-L name, sockets under $K3_TMP) runs one window of a fixed size with
+# TERM=xterm-256color; tests type with send-keys and read the screen with capture-pane,
+# polling with a timeout rather than sleeping.
+set -u
+TMUX_TMPDIR="$K3_TMP"
+export TMUX_TMPDIR
+unset TMUX
+nserv=0
+T="tmux -L k3tui0 -f /dev/null"
+fails=0
+# ASan builds are slower
+case "$K3_BUILD" in *asan*) slow=3 ;; *) slow=1 ;; esac
+
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+check() { # check DESC CMD...
+    d=$1; shift
+    if "$@"; then pass "$d"; else fail "$d"; screen | sed 's/^/    | /'; fi
+}
+finish() {
+    $T kill-server 2>/dev/null
+    exit 0
+}
+trap '$T kill-server 2>/dev/null' EXIT
+
+# tui_start COLS ROWS ENV... -- SHELL-COMMAND : a fresh server with one window
+tui_start() {
+    cols=$1 rows=$2; shift 2
+    $T kill-server 2>/dev/null
+    # a fresh socket name: a server that is still shutting down cannot take the new session
+    nserv=$((nserv + 1))
+    T="tmux -L k3tui$nserv -f /dev/null"
+    envs=""
+    while [ "$1" != "--" ]; do envs="$envs -e $1"; shift; done
+    shift
+    # shellcheck disable=SC2086
+    $T new-session -d -x "$cols" -y "$rows" -e TERM=xterm-256color -e LANG=C.UTF-8 -e LC_ALL=C.UTF-8 \
+        -e XDG_STATE_HOME="$K3_TMP/state" -e XDG_DATA_HOME="$K3_TMP/data" -e XDG_CONFIG_HOME="$K3_TMP/config" \
+        -e HOME="$K3_TMP" $envs "$*"
+    $T set-option -g remain-on-exit on >/dev/null 2>&1
+}
+screen() { $T capture-pane -p 2>/dev/null; }
+keys() { $T send-keys "$@"; }
+type_line() { $T send-keys -l "$1"; $T send-keys Enter; }
+# wait_for TEXT [SECONDS]: poll the screen until TEXT (fixed string) shows up
+wait_for() {
+    lim=$(( ${2:-10} * 20 * slow )); i=0
+    while [ $i -lt $lim ]; do
+        screen | grep -qF -- "$1" && return 0
+        sleep 0.05; i=$((i + 1))
+    done
+    return 1
+}
+# wait_gone TEXT [SECONDS]
+wait_gone() {
+    lim=$(( ${2:-10} * 20 * slow )); i=0
+    while [ $i -lt $lim ]; do
+        screen | grep -qF -- "$1" || return 0
+        sleep 0.05; i=$((i + 1))
+    done
+    return 1
+}
+# wait_input_empty [SECONDS]: the last row is the bare prompt
+wait_input_empty() {
+    lim=$(( ${1:-10} * 20 * slow )); i=0
+    while [ $i -lt $lim ]; do
+        [ "$(screen | tail -n 1)" = "›" ] && return 0
+        sleep 0.05; i=$((i + 1))
+    done
+    return 1
+}
+has() { screen | grep -qF -- "$1"; }
+hasnt() { ! screen | grep -qF -- "$1"; }
+K3CHAT="$K3_BUILD/k3chat"
