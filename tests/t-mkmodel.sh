@@ -84,11 +84,12 @@ T = {}  # name -> (shard, dtype, shape, begin, end, data_start)
 hdr_ok, total = True, 0
 for s in shards:
     path = os.path.join(d, s)
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    good = 8 + n <= len(raw) and n % 8 == 0
-    h = json.loads(raw[8:8 + n]) if good else {}
-    data = len(raw) - 8 - n
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        good = 8 + n <= size and n % 8 == 0
+        h = json.loads(f.read(n)) if good else {}
+    data = size - 8 - n
     rng = []
     for name, t in h.items():
         if name == "__metadata__":
