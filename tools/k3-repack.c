@@ -193,8 +193,11 @@ static void mark(ctx *c, int role, int bits, int rows, int cols, const char *fmt
     *x       = (tinfo){.role = role, .type = rp_bits_type(bits), .rows = rows, .cols = cols};
 }
 
-/* bits: KDA, dense MLP, shared experts, latent projections; mla_bits: MLA; head_bits: lm_head.
- * The router, norms, vectors, conv taps and embeddings pass through as stored. */
+/* Mirrors model.c's load_* calls of model_matrix (keep them in step: t-repack.sh's
+ * bit-identity checks fail otherwise). bits: KDA q/k/v/g/o, dense MLP, shared experts, latent
+ * projections; mla_bits: MLA; head_bits: lm_head; 32 (stored F32): KDA f_a/f_b/b and the router.
+ * The router is stored F32 (the engine's form: usable from a mapping); norms, vectors, conv
+ * taps and embeddings pass through as stored. */
 static void classify(ctx *c) {
     const k3_config *g = &c->cfg;
     const int        D = g->hidden, b = c->o.bits, mb = c->o.mla_bits;
@@ -207,9 +210,9 @@ static void classify(ctx *c) {
             static const char *qkvg[4] = {"q_proj", "k_proj", "v_proj", "g_proj"};
             for (int j = 0; j < 4; j++) mark(c, R_MAT, b, P, D, "%s.%d.self_attn.%s.weight", p, l, qkvg[j]);
             mark(c, R_MAT, b, D, P, "%s.%d.self_attn.o_proj.weight", p, l);
-            mark(c, R_MAT, b, d, D, "%s.%d.self_attn.f_a_proj.weight", p, l);
-            mark(c, R_MAT, b, P, d, "%s.%d.self_attn.f_b_proj.weight", p, l);
-            mark(c, R_MAT, b, H, D, "%s.%d.self_attn.b_proj.weight", p, l);
+            mark(c, R_MAT, 32, d, D, "%s.%d.self_attn.f_a_proj.weight", p, l); /* f32 in load_kda */
+            mark(c, R_MAT, 32, P, d, "%s.%d.self_attn.f_b_proj.weight", p, l);
+            mark(c, R_MAT, 32, H, D, "%s.%d.self_attn.b_proj.weight", p, l);
         } else {
             int Hm = g->n_heads, ql = g->q_lora, kl = g->kv_lora;
             mark(c, R_MAT, mb, ql, D, "%s.%d.self_attn.q_a_proj.weight", p, l);
@@ -226,6 +229,7 @@ static void classify(ctx *c) {
             continue;
         }
         int L = g->latent, SF = g->n_shared * g->moe_inter;
+        mark(c, R_MAT, 32, g->n_experts, D, "%s.%d.%s.gate.weight", p, l, m); /* router: F32 */
         mark(c, R_MAT, b, L, D, "%s.%d.%s.routed_expert_down_proj.weight", p, l, m);
         mark(c, R_MAT, b, D, L, "%s.%d.%s.routed_expert_up_proj.weight", p, l, m);
         mark(c, R_MAT, b, SF, D, "%s.%d.%s.shared_experts.gate_proj.weight", p, l, m);
