@@ -1318,6 +1318,7 @@ int ui_tui_run(const cli_opts *o) {
     sa.sa_handler = on_term;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL); /* kill -INT from outside (Ctrl-C itself is a key in raw mode) */
 
     if (!getenv("ESCDELAY"))
         set_escdelay(25);
