@@ -117,6 +117,9 @@ typedef struct tui {
     int    streaming; /* a turn is in progress              */
     int    replaying;
     int    ignore_done; /* the EV_DONE of a turn already taken back by EV_UNDO */
+    /* commands the display applied at once; the worker's echo of them is ignored until its
+     * EV_ACK, so a message typed right after them is not dropped */
+    int    clear_pending, undo_pending, load_pending;
     double turn_t0, think_t0, think_t1;
 
     /* model and statistics */
@@ -796,7 +799,17 @@ static void on_event(tui *t, ui_ev *e) {
         break;
     case EV_ERROR: notice(t, ROLE_ERROR, "%s", e->text ? e->text : "error"); break;
     case EV_INFO: notice(t, ROLE_INFO, "%s", e->text ? e->text : ""); break;
+    case EV_ACK:
+        if (e->i == EV_CMD_CLEAR && t->clear_pending > 0)
+            t->clear_pending--;
+        else if (e->i == EV_CMD_UNDO && t->undo_pending > 0)
+            t->undo_pending--;
+        else if (e->i == EV_CMD_LOAD && t->load_pending > 0)
+            t->load_pending--;
+        break;
     case EV_RESET:
+        if (t->clear_pending)
+            break; /* the display was cleared already */
         if (t->streaming)
             end_turn(t, UE_DONE_CANCELLED, NULL);
         drop_entries(t, 0);
@@ -809,6 +822,8 @@ static void on_event(tui *t, ui_ev *e) {
         break;
     }
     case EV_UNDO: {
+        if (t->undo_pending)
+            break; /* done already */
         if (t->streaming) { /* the turn failed before it began: its entry goes too */
             t->streaming = 0;
             t->cur       = -1;
@@ -901,6 +916,8 @@ static void run_command(tui *t, const char *line) {
     if (chat_apply(&t->cs, t->eng, &r, msg, sizeof msg)) {
         if (r.id == CMD_REPLAY)
             t->replaying = 1;
+        if (r.id == CMD_LOAD)
+            t->load_pending++;
         if (msg[0])
             notice(t, ROLE_INFO, "%s", msg);
         if (r.id == CMD_SHOWTHINK)
@@ -919,6 +936,7 @@ static void run_command(tui *t, const char *line) {
         break;
     case CMD_CLEAR:
         ue_clear(t->eng);
+        t->clear_pending++;
         drop_entries(t, 0);
         t->scroll = 0;
         break;
@@ -938,7 +956,9 @@ static void run_command(tui *t, const char *line) {
             notice(t, ROLE_ERROR, "/undo: the conversation is empty");
             break;
         }
-        ue_undo(t->eng); /* the display follows EV_UNDO */
+        ue_undo(t->eng);
+        t->undo_pending++;
+        drop_entries(t, last_user(t));
         break;
     case CMD_STATS: show_stats(t); break;
     case CMD_THEME:
@@ -979,8 +999,9 @@ static void submit(tui *t, char *line) {
     }
     if (p[0] == '/')
         p++; /* "//text" sends "/text" */
-    if (t->streaming || t->replaying) {
-        notice(t, ROLE_ERROR, "a turn is in progress (Ctrl-C stops it); your message is back in the input line");
+    if (t->streaming || t->replaying || t->load_pending) {
+        notice(t, ROLE_ERROR, "%s; your message is back in the input line",
+               t->load_pending ? "a transcript is loading" : "a turn is in progress (Ctrl-C stops it)");
         inp_insert(t->in, line);
         return;
     }
