@@ -21,7 +21,9 @@
 
 /* The registry, in run order: one X(name) per benchmark function bench_<name>. */
 #define BENCHES(X)                                                                                 \
-    X(kern) /* bench-kern.c: memory read bandwidth; MXFP4/int4/int8 matvec GB/s */
+    X(kern) /* bench-kern.c: memory read bandwidth; MXFP4/int4/int8 matvec GB/s */              \
+    X(ui)   /* bench-ui.c: token-to-screen latency and UI CPU share of the TUI (mock engine) */    \
+    X(vk)   /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */
 
 #define DECLARE(name) int bench_##name(void);
 BENCHES(DECLARE)

@@ -67,6 +67,7 @@ typedef struct entry {
     int    expanded; /* reasoning unfolded in the conversation pane        */
     int    status;   /* UE_DONE_* of an assistant turn                     */
     int    queued;   /* user message waiting for the model to load         */
+    char   summary[96]; /* the folded-reasoning line as drawn              */
 } entry;
 
 /* Final lines of a streaming pane (byte ranges of its buffer), and where wrapping resumes. */
@@ -116,6 +117,9 @@ typedef struct tui {
     int    streaming; /* a turn is in progress              */
     int    replaying;
     int    ignore_done; /* the EV_DONE of a turn already taken back by EV_UNDO */
+    /* commands the display applied at once; the worker's echo of them is ignored until its
+     * EV_ACK, so a message typed right after them is not dropped */
+    int    clear_pending, undo_pending, load_pending;
     double turn_t0, think_t0, think_t1;
 
     /* model and statistics */
@@ -373,11 +377,8 @@ static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int 
     }
 }
 
-static char fold_buf[1024][80]; /* summary lines of the conversation pane (static storage) */
-
 static void build_lines(tui *t, int width) {
-    t->n_dl     = 0;
-    int nfold   = 0;
+    t->n_dl = 0;
     for (int i = 0; i < t->n_ents; i++) {
         entry *e = &t->ents[i];
         if (i == t->cur && t->streaming)
@@ -394,8 +395,8 @@ static void build_lines(tui *t, int width) {
         }
         case UE_ROLE_ASSISTANT:
             if (e->think.len) {
-                char *fb = fold_buf[nfold++ % 1024];
-                snprintf(fb, 80, "%s thought for %.1f s · %d tokens", e->expanded ? "▾" : "▸", e->think_s,
+                char *fb = e->summary;
+                snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d tokens", e->expanded ? "▾" : "▸", e->think_s,
                          e->n_think);
                 dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
                 if (e->expanded)
@@ -798,7 +799,17 @@ static void on_event(tui *t, ui_ev *e) {
         break;
     case EV_ERROR: notice(t, ROLE_ERROR, "%s", e->text ? e->text : "error"); break;
     case EV_INFO: notice(t, ROLE_INFO, "%s", e->text ? e->text : ""); break;
+    case EV_ACK:
+        if (e->i == EV_CMD_CLEAR && t->clear_pending > 0)
+            t->clear_pending--;
+        else if (e->i == EV_CMD_UNDO && t->undo_pending > 0)
+            t->undo_pending--;
+        else if (e->i == EV_CMD_LOAD && t->load_pending > 0)
+            t->load_pending--;
+        break;
     case EV_RESET:
+        if (t->clear_pending)
+            break; /* the display was cleared already */
         if (t->streaming)
             end_turn(t, UE_DONE_CANCELLED, NULL);
         drop_entries(t, 0);
@@ -811,6 +822,8 @@ static void on_event(tui *t, ui_ev *e) {
         break;
     }
     case EV_UNDO: {
+        if (t->undo_pending)
+            break; /* done already */
         if (t->streaming) { /* the turn failed before it began: its entry goes too */
             t->streaming = 0;
             t->cur       = -1;
@@ -903,6 +916,8 @@ static void run_command(tui *t, const char *line) {
     if (chat_apply(&t->cs, t->eng, &r, msg, sizeof msg)) {
         if (r.id == CMD_REPLAY)
             t->replaying = 1;
+        if (r.id == CMD_LOAD)
+            t->load_pending++;
         if (msg[0])
             notice(t, ROLE_INFO, "%s", msg);
         if (r.id == CMD_SHOWTHINK)
@@ -921,6 +936,7 @@ static void run_command(tui *t, const char *line) {
         break;
     case CMD_CLEAR:
         ue_clear(t->eng);
+        t->clear_pending++;
         drop_entries(t, 0);
         t->scroll = 0;
         break;
@@ -940,7 +956,9 @@ static void run_command(tui *t, const char *line) {
             notice(t, ROLE_ERROR, "/undo: the conversation is empty");
             break;
         }
-        ue_undo(t->eng); /* the display follows EV_UNDO */
+        ue_undo(t->eng);
+        t->undo_pending++;
+        drop_entries(t, last_user(t));
         break;
     case CMD_STATS: show_stats(t); break;
     case CMD_THEME:
@@ -981,8 +999,9 @@ static void submit(tui *t, char *line) {
     }
     if (p[0] == '/')
         p++; /* "//text" sends "/text" */
-    if (t->streaming || t->replaying) {
-        notice(t, ROLE_ERROR, "a turn is in progress (Ctrl-C stops it); your message is back in the input line");
+    if (t->streaming || t->replaying || t->load_pending) {
+        notice(t, ROLE_ERROR, "%s; your message is back in the input line",
+               t->load_pending ? "a transcript is loading" : "a turn is in progress (Ctrl-C stops it)");
         inp_insert(t->in, line);
         return;
     }
@@ -1320,6 +1339,7 @@ int ui_tui_run(const cli_opts *o) {
     sa.sa_handler = on_term;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL); /* kill -INT from outside (Ctrl-C itself is a key in raw mode) */
 
     if (!getenv("ESCDELAY"))
         set_escdelay(25);
