@@ -7,12 +7,13 @@
  * - Exact-float kernels: weights are decoded to f32 (nibbles through pshufb tables, bytes through
  *   cvtepi8) and multiplied with FMA into vector accumulators; per-group scales are applied as
  *   one FMA per group. These agree with row_dot within float reassociation.
- * - IDOT kernels: weights become signed int8 in the activation layout of kern-impl.h; the
- *   signed x signed dot without VNNI uses |w| (sign_epi8(w, w)) as the unsigned operand of
- *   maddubs and sign_epi8(x, w) as the signed one (|w| <= 128, |x| <= 127: an int16 pair sum is
- *   at most 32512, no saturation); madd with ones gives the eight 32-bit lane sums of the
- *   canonical order, then cvt, mul by the group scale, add (no FMA: the scalar twin rounds the
- *   product and the sum separately). Bit-identical to kern_idot_ref.
+ * - IDOT kernels (canonical order in kern-impl.h): Q_I8 does the signed x signed dot without
+ *   VNNI with |w| (sign_epi8(w, w)) as the unsigned operand of maddubs and sign_epi8(x, w) as
+ *   the signed one (|w| <= 128, |x| <= 127: an int16 pair sum is at most 32512, no saturation).
+ *   Nibble formats look each nibble up (pshufb) as an unsigned code w + o and subtract the
+ *   activation's precomputed o * lane sums. madd with ones gives the eight 32-bit lane sums,
+ *   then cvt and one FMA per step into two alternating accumulators; fmaf in the scalar twin
+ *   rounds the same way, so the twins are bit-identical.
  * - Row tails (a partial group) go through the same vector code on a zero-padded copy.
  */
 #include "kern-impl.h"
@@ -160,99 +161,137 @@ AVX2 void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1
 
 /* ==== IDOT ================================================================================== */
 
-/* acc += (lane sums of w . x) * d, the canonical per-group step. */
-AVX2 static inline __m256 idot_step(__m256i w, const int8_t *xq, float d, __m256 acc) {
-    __m256i x  = _mm256_loadu_si256((const __m256i *)xq);
-    __m256i p  = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-    __m256i s  = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-    return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d)));
+/* The canonical reduction: A + B lane-wise, then the hsum8 tree. */
+AVX2 static inline float idot_sum(__m256 A, __m256 B) { return hsum8(_mm256_add_ps(A, B)); }
+
+/* Q_I8 step: 32 weights w (natural order) against 32 codes at xq, lanes of 4 columns. */
+AVX2 static inline __m256 i8_step(__m256i w, const int8_t *xq, const float *d, __m256 acc) {
+    __m256i x = _mm256_loadu_si256((const __m256i *)xq);
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    __m256i s = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(d), acc);
 }
 
-/* 32 packed bytes = two 32-column groups -> two vectors [evens | odds] through table lut. */
-AVX2 static inline void nib64_i8(__m256i b, __m256i lut, __m256i *g0, __m256i *g1) {
-    const __m256i m4 = _mm256_set1_epi8(15);
-    __m256i       lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(b, m4));
-    __m256i       hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(b, 4), m4));
-    *g0              = _mm256_permute2x128_si256(lo, hi, 0x20);
-    *g1              = _mm256_permute2x128_si256(lo, hi, 0x31);
-}
-
-/* One 32-column group of nibbles (16 bytes) -> [evens | odds] through table lut. */
-AVX2 static inline __m256i nib32_idot(__m128i b, __m256i lut) {
-    const __m128i m4 = _mm_set1_epi8(15);
-    __m256i       v  = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(b, m4)),
-                                               _mm_and_si128(_mm_srli_epi16(b, 4), m4), 1);
-    return _mm256_shuffle_epi8(lut, v);
-}
-
-AVX2 static float idot_i8(const int8_t *w, const int8_t *xq, const float *xd, int n) {
-    __m256 acc = _mm256_setzero_ps();
-    int    g   = 0;
-    for (; (g + 1) * 32 <= n; g++)
-        acc = idot_step(_mm256_loadu_si256((const __m256i *)(w + g * 32)), xq + g * 32, xd[g], acc);
-    if (g * 32 < n) {
-        int8_t tail[32] = {0};
-        memcpy(tail, w + g * 32, (size_t)(n - g * 32));
-        acc = idot_step(_mm256_loadu_si256((const __m256i *)tail), xq + g * 32, xd[g], acc);
-    }
-    return hsum8(acc);
-}
-
-/* Nibble rows (Q_I4 with lut = nibble-8, Q_MXFP4 with the doubled e2m1 table); d[g] is
- * computed by dscale(g) inline to keep the scalar product identical to the reference. */
-AVX2 static float idot_i4(const uint8_t *w, const float *s, const int8_t *xq, const float *xd,
-                          int n) {
-    const __m256i lut = _mm256_setr_epi8(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7,
-                                         -8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-    __m256 acc = _mm256_setzero_ps();
-    int    g   = 0;
-    for (; (g + 2) * 32 <= n; g += 2) { /* one int4 group of 64 = two IDOT groups */
-        __m256i a, b;
-        nib64_i8(_mm256_loadu_si256((const __m256i *)(w + g * 16)), lut, &a, &b);
-        acc = idot_step(a, xq + g * 32, s[g / 2] * xd[g], acc);
-        acc = idot_step(b, xq + (g + 1) * 32, s[g / 2] * xd[g + 1], acc);
-    }
-    for (; g * 32 < n; g++) { /* remaining IDOT groups, the last maybe partial */
-        uint8_t tail[16];
-        int     nb = (n - g * 32 + 1) / 2;
-        memset(tail, 0x88, 16);
-        memcpy(tail, w + g * 16, (size_t)(nb < 16 ? nb : 16));
-        acc = idot_step(nib32_idot(_mm_loadu_si128((const __m128i *)tail), lut), xq + g * 32,
-                        s[g / 2] * xd[g], acc);
-    }
-    return hsum8(acc);
-}
-
-AVX2 static float idot_mxfp4(const uint8_t *w, const uint8_t *e, const int8_t *xq,
-                             const float *xd, int n) {
-    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kern_mxfp4_i8));
-    __m256 acc = _mm256_setzero_ps();
-    int    g   = 0;
+AVX2 static float idot_i8(const int8_t *w, const kern_act *a, int n) {
+    __m256 A = _mm256_setzero_ps(), B = A;
+    int    g = 0;
     for (; (g + 2) * 32 <= n; g += 2) {
-        __m256i a, b;
-        nib64_i8(_mm256_loadu_si256((const __m256i *)(w + g * 16)), lut, &a, &b);
-        acc = idot_step(a, xq + g * 32, kern_e8m0_half(e[g]) * xd[g], acc);
-        acc = idot_step(b, xq + (g + 1) * 32, kern_e8m0_half(e[g + 1]) * xd[g + 1], acc);
+        A = i8_step(_mm256_loadu_si256((const __m256i *)(w + g * 32)), a->q + g * 32, a->d + g, A);
+        B = i8_step(_mm256_loadu_si256((const __m256i *)(w + g * 32 + 32)), a->q + g * 32 + 32,
+                    a->d + g + 1, B);
     }
-    if (g * 32 < n)
-        acc = idot_step(nib32_idot(_mm_loadu_si128((const __m128i *)(w + g * 16)), lut),
-                        xq + g * 32, kern_e8m0_half(e[g]) * xd[g], acc);
-    return hsum8(acc);
+    for (; g * 32 < n; g++) { /* the last one or two groups, the last maybe partial */
+        int8_t tail[32] = {0};
+        memcpy(tail, w + g * 32, (size_t)(n - g * 32 < 32 ? n - g * 32 : 32));
+        __m256i v = _mm256_loadu_si256((const __m256i *)tail);
+        if (g & 1)
+            B = i8_step(v, a->q + g * 32, a->d + g, B);
+        else
+            A = i8_step(v, a->q + g * 32, a->d + g, A);
+    }
+    return idot_sum(A, B);
 }
 
-AVX2 void kern_idot_avx2(const qmat *m, const int8_t *xq, const float *xd, float *y, int r0,
-                         int r1) {
+/* Nibble pair step: 32 packed bytes b (64 columns) -> acc += (lane sums) * dv. The nibbles
+ * become unsigned codes w + o through lut (Q_I4: the nibble itself, o = 8; Q_MXFP4: doubled
+ * e2m1 + 12), so maddubs needs no sign handling (|code| <= 24, |x| <= 127: an int16 holds the
+ * four products of one position pair); sxo = o * (activation lane sums) restores w. */
+AVX2 static inline __m256i nib_isum(__m256i b, __m256i lut, const int8_t *xq, const int32_t *sxo) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(b, m4));
+    __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(b, 4), m4));
+    __m256i p  = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq)),
+                                  _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32))));
+    return _mm256_sub_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)),
+                            _mm256_loadu_si256((const __m256i *)sxo));
+}
+
+AVX2 static inline __m256 nib_step(__m256i b, __m256i lut, const kern_act *a, int p, __m256 dv,
+                                   __m256 acc) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(nib_isum(b, lut, a->q + p * 64, a->sxo + p * 8)), dv, acc);
+}
+
+/* Weight bytes of pair p of a nibble row of rb bytes, zero padded past the row. */
+AVX2 static inline __m256i pair_bytes(const uint8_t *w, size_t rb, int p) {
+    if ((size_t)p * 32 + 32 <= rb)
+        return _mm256_loadu_si256((const __m256i *)(w + p * 32));
+    uint8_t tail[32] = {0};
+    memcpy(tail, w + p * 32, rb - (size_t)p * 32);
+    return _mm256_loadu_si256((const __m256i *)tail);
+}
+
+AVX2 static float idot_i4(const uint8_t *w, const float *s, const kern_act *a, int n) {
+    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const int     np  = (n + 63) / 64;
+    const size_t  rb  = (size_t)(n + 1) / 2;
+    __m256        A = _mm256_setzero_ps(), B = A;
+    int           p = 0;
+    for (; p + 2 <= np; p += 2) {
+        A = nib_step(pair_bytes(w, rb, p), lut, a, p,
+                     _mm256_mul_ps(_mm256_broadcast_ss(s + p), _mm256_loadu_ps(a->d8 + p * 8)), A);
+        B = nib_step(pair_bytes(w, rb, p + 1), lut, a, p + 1,
+                     _mm256_mul_ps(_mm256_broadcast_ss(s + p + 1), _mm256_loadu_ps(a->d8 + p * 8 + 8)), B);
+    }
+    if (p < np)
+        A = nib_step(pair_bytes(w, rb, p), lut, a, p,
+                     _mm256_mul_ps(_mm256_broadcast_ss(s + p), _mm256_loadu_ps(a->d8 + p * 8)), A);
+    return idot_sum(A, B);
+}
+
+/* 2^(e-128) of 8 exponents (kern_e8m0_half, vectorised: same bits). */
+AVX2 static inline __m256 e8m0_half8(const uint8_t *e) {
+    __m256i v  = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
+    __m256i nr = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+    __m256i sb = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
+    __m256i is = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v); /* e < 2 */
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(nr, sb, is));
+}
+
+AVX2 static float idot_mxfp4(const uint8_t *w, const uint8_t *e, const kern_act *a, int n) {
+    const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                         12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    const int    ng = n / 32, np = (n + 63) / 64;
+    const size_t rb = (size_t)n / 2;
+    __m256       A = _mm256_setzero_ps(), B = A;
+    int          p = 0;
+    for (; p + 4 <= np && 2 * p + 8 <= ng; p += 4) { /* 4 pairs = 8 exponents at a time */
+        const __m256 h = e8m0_half8(e + 2 * p);
+        for (int k = 0; k < 4; k += 2) {
+            __m256 ha = _mm256_permutevar8x32_ps(h, _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1,
+                                                                     2 * k + 1, 2 * k + 1, 2 * k + 1));
+            __m256 hb = _mm256_permutevar8x32_ps(h, _mm256_setr_epi32(2 * k + 2, 2 * k + 2, 2 * k + 2, 2 * k + 2,
+                                                                     2 * k + 3, 2 * k + 3, 2 * k + 3, 2 * k + 3));
+            A = nib_step(_mm256_loadu_si256((const __m256i *)(w + (p + k) * 32)), lut, a, p + k,
+                         _mm256_mul_ps(ha, _mm256_loadu_ps(a->d8 + (p + k) * 8)), A);
+            B = nib_step(_mm256_loadu_si256((const __m256i *)(w + (p + k + 1) * 32)), lut, a, p + k + 1,
+                         _mm256_mul_ps(hb, _mm256_loadu_ps(a->d8 + (p + k + 1) * 8)), B);
+        }
+    }
+    for (; p < np; p++) { /* tail pairs; a missing second group has scale 0 */
+        float  h0 = kern_e8m0_half(e[2 * p]), h1 = 2 * p + 1 < ng ? kern_e8m0_half(e[2 * p + 1]) : 0.0f;
+        __m256 hv = _mm256_setr_ps(h0, h0, h0, h0, h1, h1, h1, h1);
+        __m256 dv = _mm256_mul_ps(hv, _mm256_loadu_ps(a->d8 + p * 8));
+        if (p & 1)
+            B = nib_step(pair_bytes(w, rb, p), lut, a, p, dv, B);
+        else
+            A = nib_step(pair_bytes(w, rb, p), lut, a, p, dv, A);
+    }
+    return idot_sum(A, B);
+}
+
+AVX2 void kern_idot_avx2(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
     const int n = m->cols;
     for (int r = r0; r < r1; r++) {
         switch (m->type) {
-        case Q_I8: y[r] = idot_i8((const int8_t *)m->w + (size_t)r * n, xq, xd, n) * m->s[r]; break;
+        case Q_I8: y[r] = idot_i8((const int8_t *)m->w + (size_t)r * n, a, n) * m->s[r]; break;
         case Q_I4:
             y[r] = idot_i4((const uint8_t *)m->w + (size_t)r * ((n + 1) / 2),
-                           m->s + (size_t)r * ((n + Q_I4_GROUP - 1) / Q_I4_GROUP), xq, xd, n);
+                           m->s + (size_t)r * ((n + Q_I4_GROUP - 1) / Q_I4_GROUP), a, n);
             break;
         case Q_MXFP4:
             y[r] = idot_mxfp4((const uint8_t *)m->w + (size_t)r * (n / 2),
-                              m->e + (size_t)r * (n / Q_MXFP4_GROUP), xq, xd, n);
+                              m->e + (size_t)r * (n / Q_MXFP4_GROUP), a, n);
             break;
         default: K3_ASSERT(!"kern_idot_avx2: type without integer weights");
         }
@@ -265,8 +304,8 @@ int kern_cpu_avx2(void) { return 0; }
 void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1) {
     kern_rows_ref(m, x, y, r0, r1);
 }
-void kern_idot_avx2(const qmat *m, const int8_t *xq, const float *xd, float *y, int r0, int r1) {
-    kern_idot_ref(m, xq, xd, y, r0, r1);
+void kern_idot_avx2(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
+    kern_idot_ref(m, a, y, r0, r1);
 }
 
 #endif

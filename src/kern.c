@@ -9,8 +9,8 @@
  * - qmat_matmul runs the very same row kernel per column, on blocks of rows small enough to stay
  *   in L2 while the n columns pass over them: the weights stream from memory once, and column t
  *   is bit-identical to qmat_matvec on column t (what chunked prefill relies on).
- * - IDOT activations are quantized once per call by one shared scalar function, so both twins
- *   see identical int8 inputs. The canonical IDOT order is documented in kern-impl.h.
+ * - IDOT activations are quantized once per call by one shared scalar function (kern_act_make),
+ *   so both twins see identical int8 inputs. The canonical IDOT order is documented in kern-impl.h.
  * - Selection (kern_isa, kern_idot) is read from K3_NOAVX2 / K3_IDOT once, then overridable.
  */
 #include "kern-impl.h"
@@ -104,48 +104,70 @@ void kern_rows_ref(const qmat *m, const float *x, float *y, int r0, int r1) {
 
 /* ==== IDOT: activation quantization and the scalar reference =============================== */
 
-void kern_quantize_x(int type, const float *x, int cols, int8_t *xq, float *xd) {
-    const int ng    = (cols + Q_IDOT_GROUP - 1) / Q_IDOT_GROUP;
-    const int inter = type == Q_I4 || type == Q_MXFP4; /* evens then odds within a group */
-    for (int g = 0; g < ng; g++) {
-        const int    c0  = g * Q_IDOT_GROUP;
-        const int    len = cols - c0 < Q_IDOT_GROUP ? cols - c0 : Q_IDOT_GROUP;
-        const float *xg  = x + c0;
-        int8_t      *qg  = xq + c0;
-        float        amax = 0.0f;
-        int          bad  = 0;
-        for (int c = 0; c < len; c++) {
-            bad |= !isfinite(xg[c]);
-            amax = fmaxf(amax, fabsf(xg[c]));
-        }
-        memset(qg, 0, Q_IDOT_GROUP);
-        if (bad || amax == 0.0f) {
-            xd[g] = bad ? NAN : 0.0f; /* a NaN/inf activation makes the output NaN */
-            continue;
-        }
-        const float inv = 127.0f / amax;
-        for (int c = 0; c < len; c++) {
-            float v = roundf(xg[c] * inv);
-            int   p = inter ? (c >> 1) + ((c & 1) << 4) : c;
-            qg[p]   = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : (int)v);
-        }
-        xd[g] = amax / 127.0f;
-    }
+static size_t round32(size_t n) { return (n + 31) & ~(size_t)31; }
+
+size_t kern_act_bytes(int cols) {
+    size_t np = (size_t)(cols + 63) / 64;
+    return np * 64 + round32(np * 2 * sizeof(float)) + np * 8 * sizeof(float) + np * 8 * sizeof(int32_t);
 }
 
-/* Integer weight at position p of IDOT group g of row r (0 past the row's end). */
-static int idot_w(const qmat *m, int r, int g, int p) {
+/* Position of column c in the activation layout of type (kern-impl.h). */
+static int act_pos(int type, int c) {
+    if (type == Q_I8)
+        return c;
+    int o = c & 63;
+    return (c & ~63) + ((o & 1) ? 32 + (o >> 1) : (o >> 1));
+}
+
+void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
+    const int np = (cols + 63) / 64;
+    char     *p  = buf;
+    a->q         = (int8_t *)p;
+    a->d         = (float *)(void *)(p + (size_t)np * 64);
+    a->d8        = (float *)(void *)(p + (size_t)np * 64 + round32((size_t)np * 2 * sizeof(float)));
+    a->sxo       = (int32_t *)(void *)(a->d8 + (size_t)np * 8);
+    memset(a->q, 0, (size_t)np * 64);
+    for (int g = 0; g < 2 * np; g++) {
+        const int c0  = g * Q_IDOT_GROUP;
+        const int len = cols - c0 < Q_IDOT_GROUP ? cols - c0 : Q_IDOT_GROUP;
+        float     amax = 0.0f;
+        int       bad  = 0;
+        for (int c = 0; c < len; c++) {
+            bad |= !isfinite(x[c0 + c]);
+            amax = fmaxf(amax, fabsf(x[c0 + c]));
+        }
+        if (len <= 0 || bad || amax == 0.0f) {
+            a->d[g] = bad ? NAN : 0.0f; /* a NaN/inf activation makes the output NaN */
+            continue;
+        }
+        /* round half away from zero as trunc(v + copysign(0.5, v)): no libm call, and
+         * |v| <= 127 (+ rounding) so the clamp only guards amax * inv > 127 */
+        const float inv = 127.0f / amax;
+        for (int c = c0; c < c0 + len; c++) {
+            float v                 = x[c] * inv;
+            int   qv                = (int)(v + copysignf(0.5f, v));
+            a->q[act_pos(type, c)] = (int8_t)(qv > 127 ? 127 : qv < -127 ? -127 : qv);
+        }
+        a->d[g] = amax / 127.0f;
+    }
+    const int off = type == Q_MXFP4 ? KERN_MXFP4_OFF : 8;
+    for (int pr = 0; pr < np; pr++)
+        for (int j = 0; j < 8; j++) {
+            int sum = 0;
+            for (int k = 0; k < 8; k++) /* lane j: pair columns 8j..8j+7 */
+                sum += a->q[act_pos(type, pr * 64 + 8 * j + k)];
+            a->d8[pr * 8 + j]  = a->d[2 * pr + (j >> 2)];
+            a->sxo[pr * 8 + j] = off * sum;
+        }
+}
+
+/* Integer weight of column c of row r (nibble - 8, doubled e2m1, or int8). */
+static int idot_w(const qmat *m, int r, int c) {
     const int n = m->cols;
     switch (m->type) {
-    case Q_I8: {
-        int c = g * Q_IDOT_GROUP + p;
-        return c < n ? ((const int8_t *)m->w)[(size_t)r * n + c] : 0;
-    }
+    case Q_I8: return ((const int8_t *)m->w)[(size_t)r * n + c];
     case Q_I4:
     case Q_MXFP4: {
-        int c = g * Q_IDOT_GROUP + (p < 16 ? 2 * p : 2 * (p - 16) + 1);
-        if (c >= n)
-            return 0;
         size_t  rb  = m->type == Q_I4 ? (size_t)(n + 1) / 2 : (size_t)n / 2;
         uint8_t b   = ((const uint8_t *)m->w)[(size_t)r * rb + (size_t)(c >> 1)];
         int     nib = (c & 1) ? b >> 4 : b & 15;
@@ -165,20 +187,23 @@ static float idot_wscale(const qmat *m, int r, int g) {
     return 1.0f;
 }
 
-void kern_idot_ref(const qmat *m, const int8_t *xq, const float *xd, float *y, int r0, int r1) {
-    const int ng = (m->cols + Q_IDOT_GROUP - 1) / Q_IDOT_GROUP;
+void kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
+    const int n = m->cols, ng = (n + Q_IDOT_GROUP - 1) / Q_IDOT_GROUP;
+    const int i8 = m->type == Q_I8, nsteps = i8 ? ng : (n + 63) / 64;
+    const int lane_cols = i8 ? 4 : 8, step_cols = i8 ? 32 : 64;
     for (int r = r0; r < r1; r++) {
-        float acc[8] = {0};
-        for (int g = 0; g < ng; g++) {
-            const float d = m->type == Q_I8 ? xd[g] : idot_wscale(m, r, g) * xd[g];
+        float acc[2][8] = {{0}};
+        for (int st = 0; st < nsteps; st++)
             for (int j = 0; j < 8; j++) {
-                int isum = 0;
-                for (int k = 4 * j; k < 4 * j + 4; k++)
-                    isum += idot_w(m, r, g, k) * xq[g * Q_IDOT_GROUP + k];
-                acc[j] += (float)isum * d;
+                const int c0   = st * step_cols + j * lane_cols;
+                const int g    = c0 / Q_IDOT_GROUP;
+                int       isum = 0;
+                for (int c = c0; c < c0 + lane_cols && c < n; c++)
+                    isum += idot_w(m, r, c) * a->q[act_pos(m->type, c)];
+                const float d = g >= ng ? 0.0f : i8 ? a->d[g] : idot_wscale(m, r, g) * a->d[g];
+                acc[st & 1][j] = fmaf((float)isum, d, acc[st & 1][j]);
             }
-        }
-        y[r] = m->type == Q_I8 ? kern_sum8(acc) * m->s[r] : kern_sum8(acc);
+        y[r] = i8 ? kern_sum8(acc[0], acc[1]) * m->s[r] : kern_sum8(acc[0], acc[1]);
     }
 }
 
@@ -225,10 +250,8 @@ static int block_rows(const qmat *m) {
 }
 
 /* y[t][rows] for t < n: the whole call, partitioned (ith, nth) over rows. Exactly one of x
- * (exact-float) or xq/xd (IDOT, each column ncol_q bytes / ng floats apart) is used. */
-static void run(const qmat *m, const float *x, const int8_t *xq, const float *xd, int n,
-                float *y) {
-    const int          ng   = (m->cols + Q_IDOT_GROUP - 1) / Q_IDOT_GROUP;
+ * (exact-float, columns cols floats apart) or act (IDOT, one kern_act per column) is used. */
+static void run(const qmat *m, const float *x, const kern_act *act, int n, float *y) {
     const int          avx2 = kern_isa() == KERN_AVX2;
     const kern_rows_fn fr   = avx2 ? kern_rows_avx2 : kern_rows_ref;
     const kern_idot_fn fq   = avx2 ? kern_idot_avx2 : kern_idot_ref;
@@ -242,8 +265,8 @@ static void run(const qmat *m, const float *x, const int8_t *xq, const float *xd
             const int b1 = r1 - b0 < br ? r1 : b0 + br;
             for (int t = 0; t < n; t++) {
                 float *yt = y + (size_t)t * m->rows;
-                if (xq)
-                    fq(m, xq + (size_t)t * ng * Q_IDOT_GROUP, xd + (size_t)t * ng, yt, b0, b1);
+                if (act)
+                    fq(m, &act[t], yt, b0, b1);
                 else
                     fr(m, x + (size_t)t * m->cols, yt, b0, b1);
             }
@@ -255,20 +278,19 @@ static void matmul(const qmat *m, const float *x, int n, float *y) {
     if (n <= 0)
         return;
     if (m->type == Q_F32 || !kern_idot()) {
-        run(m, x, NULL, NULL, n, y);
+        run(m, x, NULL, n, y);
         return;
     }
     /* IDOT: quantize every column once (the same function for every path and n). */
-    const int ng = (m->cols + Q_IDOT_GROUP - 1) / Q_IDOT_GROUP;
-    int8_t   *xq = malloc((size_t)ng * Q_IDOT_GROUP * (size_t)n);
-    float    *xd = malloc((size_t)ng * (size_t)n * sizeof(float));
-    K3_ASSERT(xq && xd); /* a few KiB per column: out of memory here is not recoverable */
+    const size_t ab  = kern_act_bytes(m->cols);
+    char        *buf = k3_aligned_alloc(32, ab * (size_t)n);
+    kern_act    *act = malloc((size_t)n * sizeof *act);
+    K3_ASSERT(buf && act); /* a few KiB per column: out of memory here is not recoverable */
     for (int t = 0; t < n; t++)
-        kern_quantize_x(m->type, x + (size_t)t * m->cols, m->cols, xq + (size_t)t * ng * Q_IDOT_GROUP,
-                        xd + (size_t)t * ng);
-    run(m, NULL, xq, xd, n, y);
-    free(xq);
-    free(xd);
+        kern_act_make(m->type, x + (size_t)t * m->cols, m->cols, buf + (size_t)t * ab, &act[t]);
+    run(m, NULL, act, n, y);
+    free(act);
+    free(buf);
 }
 
 void qmat_matvec(const qmat *m, const float *x, float *y) { matmul(m, x, 1, y); }

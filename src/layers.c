@@ -31,6 +31,18 @@ static void mm(const qmat *w, const float *x, int n, float *y) {
     else qmat_matmul(w, x, n, y);
 }
 
+/* dot(a, b) in f32 with 8 interleaved partial sums: vectorisable, and one fixed order. */
+static float dot8(const float *a, const float *b, int n) {
+    float acc[8] = {0}, tail = 0;
+    int   i      = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            acc[l] += a[i + l] * b[i + l];
+    for (; i < n; i++)
+        tail += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
 /* RMSNorm(x, w, eps) = x / sqrt(mean(x²) + eps) ⊙ w; out may alias x. */
 static void rmsnorm(float *out, const float *x, const float *w, int n, double eps) {
     double ss = 0;
@@ -157,6 +169,7 @@ static void kda_forward(k3_session *s, int l, int n) {
                 float        e   = (float)exp((double)g[i]);
                 const float *si  = Sin + (size_t)i * d;
                 float       *so  = S + (size_t)i * d;
+#pragma omp simd
                 for (int j = 0; j < d; j++) {
                     so[j] = si[j] * e;
                     u[j] += (double)so[j] * (double)k[i];
@@ -170,6 +183,7 @@ static void kda_forward(k3_session *s, int l, int n) {
             }
             for (int i = 0; i < d; i++) {
                 float *si = S + (size_t)i * d;
+#pragma omp simd
                 for (int j = 0; j < d; j++) {
                     si[j] = (float)((double)si[j] + (double)k[i] * u[j]);
                     o[j] += (double)si[j] * (double)q[i];
@@ -229,35 +243,34 @@ static void mla_forward(k3_session *s, int l, int n) {
     /* causal attention over the latent cache, token by token; ctx_lat into hd2 (Hm, C, kl) */
 #pragma omp parallel for schedule(static) if ((long)n * Hm * (pos + n) * kl >= (1L << 18))
     for (int h = 0; h < Hm; h++) {
-        float  *sc  = b->scores + (size_t)h * s->m->par.max_ctx;
-        double *acc = s->dtmp + (size_t)h * kl;
+        float *sc = b->scores + (size_t)h * s->m->par.max_ctx;
         for (int t = 0; t < n; t++) {
             const float *ql_ = b->hd + ((size_t)h * C + t) * kl;
             const float *qr  = q + (size_t)t * Hm * qw + (size_t)h * qw + nope;
-            int          T   = pos + t + 1;
-            double       mx  = -INFINITY, sum = 0;
+            const int    T   = pos + t + 1;
+            float        mx  = -INFINITY;
             for (int j = 0; j < T; j++) {
-                const float *cj = ls->c + (size_t)j * kl, *kj = ls->kr + (size_t)j * rope;
-                double       dot = 0;
-                for (int i = 0; i < kl; i++)
-                    dot += (double)ql_[i] * (double)cj[i];
-                for (int i = 0; i < rope; i++)
-                    dot += (double)qr[i] * (double)kj[i];
-                sc[j] = (float)(dot * scale);
-                if ((double)sc[j] > mx) mx = (double)sc[j];
+                sc[j] = (float)((double)(dot8(ql_, ls->c + (size_t)j * kl, kl) +
+                                         dot8(qr, ls->kr + (size_t)j * rope, rope)) * scale);
+                if (sc[j] > mx) mx = sc[j];
             }
-            for (int i = 0; i < kl; i++)
-                acc[i] = 0;
-            for (int j = 0; j < T; j++) {
-                double p = exp((double)sc[j] - mx);
-                sum += p;
-                const float *cj = ls->c + (size_t)j * kl;
-                for (int i = 0; i < kl; i++)
-                    acc[i] += p * (double)cj[i];
-            }
+            /* ctx_lat = Σ_j softmax_j c_j: f32 accumulation over i vectorises; the sum of the
+             * weights is kept in double */
             float *out = b->hd2 + ((size_t)h * C + t) * kl;
+            double sum = 0;
             for (int i = 0; i < kl; i++)
-                out[i] = (float)(acc[i] / sum);
+                out[i] = 0;
+            for (int j = 0; j < T; j++) {
+                const float  p  = expf(sc[j] - mx);
+                const float *cj = ls->c + (size_t)j * kl;
+                sum += (double)p;
+#pragma omp simd
+                for (int i = 0; i < kl; i++)
+                    out[i] += p * cj[i];
+            }
+            const float inv = (float)(1.0 / sum);
+            for (int i = 0; i < kl; i++)
+                out[i] *= inv;
         }
     }
     /* ctx[t][h] = kv_b_v_h ctx_lat, gated by σ(g_proj x) */

@@ -142,7 +142,7 @@ struct k3_session {
     atomic_int   cancel;
     layer_state *ls;              /* [n_layers] */
     chunk_buf    cb;
-    double      *dtmp;            /* (max(H*2*d, Hm*kv_lora)) per-head double accumulators */
+    double      *dtmp;            /* (H, 2, d) KDA per-head double accumulators             */
     float       *logits;          /* (V) logits of the last committed position           */
     int          have_logits;
     k3_stats     stats;

@@ -45,7 +45,9 @@ static k3_status env_bits(const char *name, int *out) {
 
 k3_status k3_params_default(k3_params *p) {
     memset(p, 0, sizeof *p);
-    p->bits      = 32;
+    p->bits      = 4; /* defaults justified by tools/k3-ab.c figures in BENCHMARKS.md */
+    p->mla_bits  = 8;
+    p->head_bits = 8;
     p->chunk     = 32;
     p->max_ctx   = 8192;
     p->expert_gb = -1;
@@ -55,8 +57,6 @@ k3_status k3_params_default(k3_params *p) {
     p->topp      = 1;
     k3_status st;
     if ((st = env_bits("K3_BITS", &p->bits))) return st;
-    p->mla_bits  = p->bits;
-    p->head_bits = p->bits;
     if ((st = env_bits("K3_MLA_BITS", &p->mla_bits))) return st;
     if ((st = env_bits("K3_HEAD_BITS", &p->head_bits))) return st;
     if ((st = env_int("K3_CHUNK", 1, 4096, &p->chunk))) return st;
@@ -267,9 +267,9 @@ static k3_status load_kda(k3_model *m, int l, kda_weights *w) {
         (st = model_matrix(m, LN("self_attn.v_proj.weight"), P, D, bits, &w->v)) ||
         (st = model_matrix(m, LN("self_attn.g_proj.weight"), P, D, bits, &w->g)) ||
         (st = model_matrix(m, LN("self_attn.o_proj.weight"), D, P, bits, &w->o)) ||
-        (st = model_matrix(m, LN("self_attn.f_a_proj.weight"), d, D, bits, &w->fa)) ||
-        (st = model_matrix(m, LN("self_attn.f_b_proj.weight"), P, d, bits, &w->fb)) ||
-        (st = model_matrix(m, LN("self_attn.b_proj.weight"), H, D, bits, &w->b)))
+        (st = model_matrix(m, LN("self_attn.f_a_proj.weight"), d, D, 32, &w->fa)) ||
+        (st = model_matrix(m, LN("self_attn.f_b_proj.weight"), P, d, 32, &w->fb)) ||
+        (st = model_matrix(m, LN("self_attn.b_proj.weight"), H, D, 32, &w->b))) /* f_a, f_b, b: f32 */
         return st;
     static const char *conv[3] = {"self_attn.q_conv1d.weight", "self_attn.k_conv1d.weight",
                                   "self_attn.v_conv1d.weight"};

@@ -102,7 +102,7 @@ k3_status k3_session_new(k3_model *m, k3_session **out) {
         !(b->moe_tok = calloc((size_t)C * c->n_active, sizeof(int))) ||
         !(b->moe_ids = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
         !(b->logits = falloc((size_t)C * V)) || !(s->logits = falloc((size_t)V)) ||
-        !(s->dtmp = calloc((size_t)MAX2(2 * P, Hm * kl), sizeof(double))))
+        !(s->dtmp = calloc((size_t)2 * P, sizeof(double))))
         goto oom;
     if (m->par.trace_path && !(b->trace = falloc((size_t)C * m->n_run * D))) goto oom;
     if (m->par.logits_path && !(s->f_logits = fopen(m->par.logits_path, "wb"))) {

@@ -43,5 +43,10 @@ k3_status vk_matvec(vk_ctx *c, const vk_job *jobs, int n);
 
 /* n experts on one input z[in]: out[e] = w2_e(SiTU-GLU(w1_e z, w3_e z)), each [w2.rows].
  * mats[e][0..2] = w1 (gate), w3 (up), w2 (down). */
+/* Benchmarks: best device read bandwidth over reps passes of a bytes-long buffer; and the
+ * time of reps back-to-back matvecs of one matrix in one submit (x uploaded once). */
+k3_status vk_read_bandwidth(vk_ctx *c, uint64_t bytes, int reps, double *gbps);
+k3_status vk_matvec_repeat(vk_ctx *c, const vk_mat *m, const float *x, int reps, double *seconds);
+
 k3_status vk_expert_ffn(vk_ctx *c, int n, const vk_mat *const *mats, const float *z, float beta1,
                         float beta2, float *out);

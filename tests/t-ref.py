@@ -243,7 +243,7 @@ MKMODEL = os.path.join(BUILD, "k3-mkmodel")
 
 def engine(mdir, ids, max_tokens, **env):
     """Run k3chat on raw ids at K3_BITS=32; returns (ok, generated ids, stderr)."""
-    e = dict(os.environ, K3_BITS="32")
+    e = dict(os.environ, K3_BITS="32", K3_MLA_BITS="32", K3_HEAD_BITS="32", K3_IDOT="0")
     e.setdefault("OMP_WAIT_POLICY", "passive")   # spinning OpenMP threads crawl on a loaded machine
     e.update({k: str(v) for k, v in env.items()})
     cmd = [K3CHAT, mdir, "--ids", " ".join(str(int(t)) for t in ids),

@@ -29,6 +29,10 @@ response |😀😀😀|
 response |éééabc|
 response |👩‍👩‍👧abcd|
 response |中a文b|
+---
+prefill 5000
+think never shown
+response never shown
 M
 tui_start 100 30 K3_MOCK="$m" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; stty -a | tr ' ' '\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\n' ' '; echo; sleep 60"
 
@@ -89,6 +93,12 @@ for line in sys.stdin:
     cols.add(w)
 print(len(cols))')
 check "CJK, emoji and combining rows align (distinct closing columns: $aligned)" [ "$aligned" = 1 ]
+check "no replacement character from tokens cut inside UTF-8 sequences" hasnt "�"
+keys -l "slow prefill"; keys Enter
+check "waiting for the first token" wait_for "waiting for the first token" 5
+keys C-c
+check "Ctrl-C during the prefill stops the turn" wait_for "[stopped]" 5
+check "nothing of the stopped turn was shown" hasnt "never shown"
 keys -l "日本語😀x"
 check "wide input is drawn" wait_for "› 日本語😀x" 3
 cx=$($T display -p '#{cursor_x}')

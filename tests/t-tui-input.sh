@@ -50,6 +50,18 @@ keys PPage
 check "PgUp scrolls the conversation" wait_for "more · PgDn" 3
 keys NPage; keys NPage; keys NPage
 check "PgDn scrolls back down" wait_gone "more · PgDn" 3
+mouse 64 10 5
+check "the mouse wheel scrolls up" wait_for "more · PgDn" 3
+mouse 65 10 5; mouse 65 10 5; mouse 65 10 5; mouse 65 10 5
+check "and back down" wait_gone "more · PgDn" 3
+keys C-l; type_line "/clear"
+check "/clear empties the conversation" wait_for "type a message and press Enter" 3
+type_line "short"
+check "a short exchange" wait_for "▸ thought for" 3
+mouse 0 3 3; mouse 3 3 3
+check "a click on the folded line unfolds the reasoning" wait_for "▾ thought for" 3
+mouse 0 3 3; mouse 3 3 3
+check "a second click folds it" wait_for "▸ thought for" 3
 keys F3
 check "F3 turns mouse capture off" wait_for "mouse off (F3)" 3
 keys F3
@@ -62,9 +74,9 @@ check "the history file is in the XDG state directory" grep -q "line" "$K3_TMP/s
 tui_start 100 30 K3_MOCK="$m" -- "$run"
 wait_for "mock · 3 layers" 10
 keys Up
-check "Up recalls the last message of the previous run" wait_for "mock · 3 layers" 3
-sleep 0.2
-check "the recalled message is in the input line" sh -c "$T capture-pane -p | tail -n 1 | grep -q 'pasted line 079'"
+check "Up recalls the last message of the previous run" wait_for "› short" 3
+keys Up; keys Up
+check "older entries follow: the long paste" wait_for "pasted line 079" 3
 keys C-u; keys C-r; keys -l "line on"
 check "Ctrl-R finds an older message" wait_for "line one" 3
 keys Enter

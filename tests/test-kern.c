@@ -97,22 +97,21 @@ static void check_mat(const qmat *m, int have_avx2) {
             run_mv(m, x, y1, KERN_AVX2, 1);
             T_CHECK(bits_equal(yi, y1, (size_t)rows), "%s: IDOT AVX2 bit-identical to scalar", what);
         }
-        int   ng = (cols + 31) / 32, ok = 1;
-        int8_t *xq = malloc((size_t)ng * 32);
-        float  *xd = malloc((size_t)ng * sizeof(float));
-        kern_quantize_x(m->type, x, cols, xq, xd);
+        int      ok  = 1;
+        void    *buf = k3_aligned_alloc(32, kern_act_bytes(cols));
+        kern_act a;
+        kern_act_make(m->type, x, cols, buf, &a);
         for (int r = 0; r < rows; r++) {
             qmat_dequant_row(m, r, wr);
             double b = 0.0, mag = 0.0;
             for (int c = 0; c < cols; c++) {
-                b += fabs((double)wr[c]) * (double)xd[c / 32] * 0.5;
+                b += fabs((double)wr[c]) * (double)a.d[c / 32] * 0.5;
                 mag += fabs((double)wr[c] * (double)x[c]);
             }
             ok &= fabs((double)yi[r] - (double)y0[r]) <= b * 1.001 + 4.0 * (cols + 4) * (double)FLT_EPSILON * mag;
         }
         T_CHECK(ok, "%s: IDOT within sum|w| d/2 of exact-float", what);
-        free(xq);
-        free(xd);
+        free(buf);
         free(yi);
     }
     /* matmul == matvec, bit for bit, every path, 1 and 2 threads */

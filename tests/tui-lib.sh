@@ -70,6 +70,14 @@ wait_input_empty() {
     done
     return 1
 }
+# mouse BUTTON COL ROW: an X10 mouse report (button 0 = left press, 3 = release, 64/65 = wheel
+# up/down; COL and ROW 1-based), typed into the pane as the terminal would send it
+mouse() {
+    mb=$(printf "\\$(printf %o $((32 + $1)))")
+    mc=$(printf "\\$(printf %o $((32 + $2)))")
+    mr=$(printf "\\$(printf %o $((32 + $3)))")
+    $T send-keys -l "$(printf '\033[M')$mb$mc$mr"
+}
 has() { screen | grep -qF -- "$1"; }
 hasnt() { ! screen | grep -qF -- "$1"; }
 K3CHAT="$K3_BUILD/k3chat"

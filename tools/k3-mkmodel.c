@@ -18,7 +18,7 @@
  *   slice  the release's widths: hidden 7168, MLA 96 heads (q_lora 1536, kv_lora 512, nope 128,
  *          rope 64, v 128), KDA 96 x 128, latent 3584, expert width 3072, 4 layers (KDA, KDA,
  *          KDA, MLA), no dense layer (--dense 1 adds one with intermediate 33792), 32 experts
- *          (16 active) + 2 shared, the release's vocabulary size (163584 + 256). About 12 GB;
+ *          (16 active) + 2 shared, the release's vocabulary size (163584 + 256). About 11.5 GB;
  *          written in streaming with progress lines. For benchmarks.
  *
  * OPTIONS (for tests: every option keeps the release format valid)
@@ -38,7 +38,7 @@
  * --f32 holds the same values as BF16 before rounding. Values are generated and written in
  * chunks (stw_write), so memory stays small even for the slice preset. The whole directory is
  * written to OUT_DIR.tmp-XXXXXX and renamed into place at the end, so an interrupted run never
- * leaves a complete-looking model.
+ * leaves a complete-looking model (SIGINT/SIGTERM/SIGHUP also remove the temporary directory).
  *
  * CONDITIONING (the forward pass is compared with a float64 reference at 1e-5 relative L2)
  * "gauss" below is an Irwin-Hall(4) approximation of N(0,1) (bounded at +-3.46: no outliers).
@@ -52,8 +52,8 @@
  *                    lies mostly in (0.2, 0.8)
  *   router           gate gain 1.2 (sigmoid not pinned); e_score_correction_bias a random
  *                    permutation of a grid with step 1/E (spread out, no ties between experts)
- *   MXFP4 experts    gauss / sqrt(fan_in) quantized per 32-column group: exponent
- *                    ceil(log2(amax / 6)) (ue8m0), nibbles rounded to nearest e2m1
+ *   MXFP4 experts    nibbles drawn from a Gaussian (sigma 2.2) rounded to e2m1, ue8m0
+ *                    exponents chosen (stochastic rounding) so weights ~ 1/sqrt(fan_in)
  *   embeddings       gauss (rms 1); lm_head gain 2 (logits spread of a few units)
  */
 #include "st-write.h"
@@ -62,8 +62,10 @@
 #include <ftw.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <dirent.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,12 +149,12 @@ static double u01(uint64_t *s) {
     return (double)(sm64(s) >> 11) * 0x1.0p-53;
 }
 
-/* Irwin-Hall(4): sum of four 16-bit uniforms, scaled to mean 0, variance 1 */
+/* Irwin-Hall(4): sum of four 16-bit uniforms (u + 0.5) / 65536, scaled to mean 0, variance 1 */
 static double gauss(uint64_t *s) {
     uint64_t r = sm64(s);
-    double   t = 0;
-    for (int i = 0; i < 4; i++) t += ((double)((r >> (16 * i)) & 0xffff) + 0.5) * (1.0 / 65536);
-    return (t - 2.0) * 1.7320508075688772;
+    int64_t  t = (int64_t)(r & 0xffff) + (int64_t)(r >> 16 & 0xffff) + (int64_t)(r >> 32 & 0xffff) +
+                (int64_t)(r >> 48);
+    return (double)(t - 131070) * (1.7320508075688772 / 65536);
 }
 
 /* the stream of one tensor: (seed, name without prefix) */
@@ -361,32 +363,46 @@ static void plan_model(mk_plan *p, const mk_shape *s, const mk_opts *o, int V) {
 
 /* ---- value generation ------------------------------------------------------------------------ */
 
-/* nearest e2m1 code: count the midpoints between neighbouring magnitudes that |x| exceeds */
-static uint8_t e2m1_nibble(double x) {
+/* MXFP4 nibbles are drawn directly (8 per random number) from the distribution of a Gaussian
+ * with sigma = 2.2 e2m1 units rounded to the nearest e2m1 magnitude (what amax/6 scaling of a
+ * Gaussian group gives), through a 256-entry table: bit 0 = sign, bits 1-7 = magnitude slot.
+ * nib_ms is the mean square of the coded values, used to pick the exponents. */
+static uint8_t nib_tab[256];
+static double  nib_ms;
+
+static void nib_init(void) {
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
     static const double mid[7] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
-    double              a      = fabs(x);
-    int                 k      = 0;
-    while (k < 7 && a > mid[k]) k++;
-    return (uint8_t)(k ? k | (x < 0 ? 8 : 0) : 0);
+    const double        sig    = 2.2;
+    int                 slot   = 0;
+    nib_ms                     = 0;
+    for (int k = 0; k < 8; k++) {
+        double cdf = k < 7 ? erf(mid[k] / (sig * 1.4142135623730951)) : 1.0;
+        int    end = (int)lround(128.0 * cdf);
+        for (; slot < end; slot++) {
+            nib_tab[2 * slot]     = (uint8_t)k;
+            nib_tab[2 * slot + 1] = (uint8_t)(k ? k | 8 : 0);
+            nib_ms += mag[k] * mag[k] / 128.0;
+        }
+    }
+    K3_ASSERT(slot == 128);
 }
 
-/* One row of an MXFP4 matrix: cols values ~ gauss / sqrt(cols), quantized per 32 columns. */
+/* One row of an MXFP4 matrix, weights ~ 1/sqrt(cols): per 32-column group an exponent by
+ * stochastic rounding of the ideal one (so rows mix neighbouring exponents), 32 table nibbles. */
 static void mxfp4_row(uint64_t *rng, int cols, uint8_t *packed, uint8_t *scale) {
-    double v[32];
+    double x = -0.5 * log2((double)cols * nib_ms); /* 2^x * rms(code) = 1/sqrt(cols) */
     for (int g = 0; g < cols / 32; g++) {
-        double amax = 0;
-        for (int j = 0; j < 32; j++) {
-            v[j] = gauss(rng) / sqrt((double)cols);
-            if (fabs(v[j]) > amax) amax = fabs(v[j]);
-        }
-        int e = amax > 0 ? (int)ceil(log2(amax / 6.0)) : -127;
+        int e = (int)floor(x + u01(rng));
         if (e < -127) e = -127;
         if (e > 127) e = 127;
-        scale[g]     = (uint8_t)(e + 127);
-        double inv   = ldexp(1.0, -e);
-        for (int j = 0; j < 32; j += 2)
-            packed[g * 16 + j / 2] =
-                (uint8_t)(e2m1_nibble(v[j] * inv) | e2m1_nibble(v[j + 1] * inv) << 4);
+        scale[g] = (uint8_t)(e + 127);
+        for (int j = 0; j < 16; j += 8) {
+            uint64_t r = sm64(rng), r2 = sm64(rng);
+            for (int b = 0; b < 8; b++)
+                packed[g * 16 + j + b] = (uint8_t)(nib_tab[r >> (8 * b) & 0xff] |
+                                                   nib_tab[r2 >> (8 * b) & 0xff] << 4);
+        }
     }
 }
 
@@ -397,7 +413,32 @@ typedef struct mk_writer {
     float    *fbuf;         /* [CHUNK]                                    */
     uint8_t  *bbuf;         /* [CHUNK * 4]                                */
     uint64_t  seed;
+    uint64_t  done, all;    /* data bytes written / to write (progress)   */
+    uint64_t  next;         /* print a progress line when done passes it  */
+    double    t0;
+    int       quiet;
 } mk_writer;
+
+/* stw_write plus a progress line every GiB (large presets) */
+static volatile sig_atomic_t stop_sig; /* SIGINT/SIGTERM/SIGHUP seen: stop and clean up */
+
+static void on_signal(int sig) {
+    stop_sig = sig;
+}
+
+static k3_status put(mk_writer *mw, const void *data, size_t n) {
+    if (stop_sig) return k3_err(K3_ERR_IO, "interrupted by signal %d", (int)stop_sig);
+    k3_status st = stw_write(mw->w, data, n);
+    mw->done += n;
+    if (!st && mw->done >= mw->next) {
+        if (!mw->quiet && mw->next)
+            fprintf(stderr, "k3-mkmodel: %.1f of %.1f GiB (%.0f%%, %.0f s)\n",
+                    (double)mw->done / 1073741824.0, (double)mw->all / 1073741824.0,
+                    100.0 * (double)mw->done / (double)mw->all, k3_time() - mw->t0);
+        mw->next = (mw->done / (1ull << 30) + 1) << 30;
+    }
+    return st;
+}
 
 #define CHUNK (1 << 16)
 
@@ -423,7 +464,7 @@ static k3_status write_mxfp4(mk_writer *mw, const mk_tensor *t) {
     const int rows = (int)t->sh[0], cols = (int)t->sh[2];
     if (t->init == I_MXS) {
         K3_ASSERT(mw->pend_scale && mw->pend_n == (size_t)rows * (size_t)(cols / 32));
-        k3_status st = stw_write(mw->w, mw->pend_scale, mw->pend_n);
+        k3_status st = put(mw, mw->pend_scale, mw->pend_n);
         free(mw->pend_scale);
         mw->pend_scale = NULL;
         return st;
@@ -440,7 +481,7 @@ static k3_status write_mxfp4(mk_writer *mw, const mk_tensor *t) {
     k3_status st = K3_OK;
     for (int rr = 0; rr < rows && !st; rr++) {
         mxfp4_row(&r, cols, row, mw->pend_scale + (size_t)rr * (size_t)(cols / 32));
-        st = stw_write(mw->w, row, (size_t)cols / 2);
+        st = put(mw, row, (size_t)cols / 2);
     }
     free(row);
     return st;
@@ -465,16 +506,21 @@ static k3_status write_tensor(mk_writer *mw, const mk_tensor *t) {
     k3_status st = K3_OK;
     for (int64_t i0 = 0; i0 < n && !st; i0 += CHUNK) {
         int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        for (int64_t j = 0; j < m; j++) mw->fbuf[j] = (float)value(t, i0 + j, &r, &r2, perm);
+        if (t->init == I_MAT) { /* the bulk of the bytes: no per-element dispatch */
+            double sc = t->gain / sqrt((double)(t->nd ? t->sh[t->nd - 1] : 1));
+            for (int64_t j = 0; j < m; j++) mw->fbuf[j] = (float)(gauss(&r) * sc);
+        } else {
+            for (int64_t j = 0; j < m; j++) mw->fbuf[j] = (float)value(t, i0 + j, &r, &r2, perm);
+        }
         if (t->dt == ST_F32) {
             memcpy(mw->bbuf, mw->fbuf, (size_t)m * 4); /* little-endian host */
-            st = stw_write(mw->w, mw->bbuf, (size_t)m * 4);
+            st = put(mw, mw->bbuf, (size_t)m * 4);
         } else {
             for (int64_t j = 0; j < m; j++) {
                 uint16_t h = k3_f32_to_bf16(mw->fbuf[j]);
                 mw->bbuf[2 * j] = (uint8_t)h, mw->bbuf[2 * j + 1] = (uint8_t)(h >> 8);
             }
-            st = stw_write(mw->w, mw->bbuf, (size_t)m * 2);
+            st = put(mw, mw->bbuf, (size_t)m * 2);
         }
     }
     free(perm);
@@ -964,6 +1010,7 @@ static k3_status write_shards(const char *dir, const mk_plan *p, const mk_opts *
         for (int d = 0; d < p->t[i].nd; d++) n *= (uint64_t)p->t[i].sh[d];
         all += n;
     }
+    mw.all = all, mw.t0 = t0, mw.quiet = o->quiet;
     for (int s = 0; s < ns && !st; s++) {
         char fname[64], path[PATH_MAX + 64], full[200];
         if (o->single) snprintf(fname, sizeof fname, "model.safetensors");
@@ -1036,7 +1083,7 @@ static int mkdir_parent(const char *path) {
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* 1 = exists and is a non-empty directory, 0 = absent or empty directory, -1 = error (printed) */
+/* 1 = exists and is a non-empty directory, 0 = absent or an empty directory, -1 = error (printed) */
 static int out_state(const char *out) {
     struct stat sb;
     if (stat(out, &sb) != 0) {
@@ -1048,7 +1095,17 @@ static int out_state(const char *out) {
         fprintf(stderr, "k3-mkmodel: %s exists and is not a directory\n", out);
         return -1;
     }
-    return rmdir(out) == 0 ? 0 : 1; /* removing an empty directory is how we test emptiness */
+    DIR *dp = opendir(out);
+    if (!dp) {
+        fprintf(stderr, "k3-mkmodel: %s: %s\n", out, strerror(errno));
+        return -1;
+    }
+    struct dirent *de;
+    int            n = 0;
+    while ((de = readdir(dp)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
+    closedir(dp);
+    return n > 0;
 }
 
 /* ---- main ------------------------------------------------------------------------------------- */
@@ -1065,7 +1122,7 @@ static void usage(FILE *f) {
         "          latent 64, expert width 96, attn_res_block_size 2, 1000 merges; a few MB\n"
         "  slice   release widths (hidden 7168, 96 heads, latent 3584, expert 3072), 4 layers\n"
         "          (KDA x3, MLA), no dense layer, 32 experts (16 active) + 2 shared, release\n"
-        "          vocabulary size; about 12 GB, written in streaming (for benchmarks)\n"
+        "          vocabulary size; about 11.5 GB, written in streaming (for benchmarks)\n"
         "\n"
         "options:\n"
         "  --seed N       random seed (default 1)\n"
@@ -1198,6 +1255,14 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    /* a signal stops the writing at the next chunk; the temporary directory is removed */
+    struct sigaction sa = {0};
+    sa.sa_handler       = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+
     char tmp[PATH_MAX];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", o.out) >= sizeof tmp) {
         fprintf(stderr, "k3-mkmodel: %s: path too long\n", o.out);
@@ -1209,6 +1274,7 @@ int main(int argc, char **argv) {
     }
     chmod(tmp, 0755);
 
+    nib_init();
     mk_vocab v = {0};
     vocab_build(&v, s.merges, o.seed);
     const int N = v.n;
@@ -1226,13 +1292,19 @@ int main(int argc, char **argv) {
                                   1.0, "top_p", 1.0, "do_sample", 1));
     vocab_free(&v);
     free(p.t);
-    if (st) {
-        fprintf(stderr, "k3-mkmodel: %s\n", k3_errmsg());
+    if (st || stop_sig) {
+        fprintf(stderr, "k3-mkmodel: %s; nothing written\n",
+                st ? k3_errmsg() : "interrupted by a signal");
         rm_tree(tmp);
+        if (stop_sig) {
+            signal(stop_sig, SIG_DFL);
+            raise(stop_sig);
+        }
         return 1;
     }
 
-    /* put it in place: an existing directory (--force) is moved aside first */
+    /* put it in place: rename() replaces an empty directory; a non-empty one (--force) is
+     * moved aside first and removed after */
     char old[PATH_MAX] = "";
     if (out_state(o.out) > 0) {
         snprintf(old, sizeof old, "%s.old-XXXXXX", o.out);

@@ -31,8 +31,13 @@ static void *worker_main(void *arg) {
                 atomic_store(&u->cancel, 0);
             u->be->cmd(u, u->self, &c);
             atomic_store(&u->busy, 0);
-        } else if (c.type != EV_CMD_EXPERTS && c.type != EV_CMD_STATS) {
-            ev_push_text(u->out, EV_ERROR, "no model is loaded");
+            ui_ev ack = {.type = EV_ACK, .i = c.type};
+            ev_push(u->out, &ack);
+        } else {
+            if (c.type != EV_CMD_EXPERTS && c.type != EV_CMD_STATS)
+                ev_push_text(u->out, EV_ERROR, "no model is loaded");
+            ui_ev ack = {.type = EV_ACK, .i = c.type};
+            ev_push(u->out, &ack);
         }
         ev_free(&c);
     }

@@ -435,7 +435,12 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
         break;
     case EV_CMD_SAVE: mock_save(u, m, c->text); break;
     case EV_CMD_LOAD: mock_load(u, m, c->text); break;
-    case EV_CMD_REPLAY: ue_emitf(u, EV_ERROR, "/replay: the mock engine cannot replay transcripts"); break;
+    case EV_CMD_REPLAY: {
+        ue_emitf(u, EV_ERROR, "/replay: the mock engine cannot replay transcripts");
+        ui_ev d = {.type = EV_DONE, .i = UE_DONE_ERROR};
+        ev_push(u->out, &d);
+        break;
+    }
     case EV_CMD_EXPORT: mock_export(u, m, c->text); break;
     case EV_CMD_EXPERTS: m->expert_gb = c->x; /* FALLTHROUGH */
     case EV_CMD_STATS: {

@@ -47,7 +47,8 @@
 #define FRAME_S  0.020
 
 enum { ROLE_INFO = 10, ROLE_ERROR };
-enum { DIRTY_HIST = 1, DIRTY_PANES = 2, DIRTY_STATUS = 4, DIRTY_INPUT = 8, DIRTY_ALL = 15 };
+enum { DIRTY_HIST = 1, DIRTY_THINK = 2, DIRTY_RESP = 4, DIRTY_STATUS = 8, DIRTY_INPUT = 16, DIRTY_ALL = 31 };
+#define DIRTY_PANES (DIRTY_THINK | DIRTY_RESP)
 enum { KEY_PASTE_BEGIN = KEY_MAX + 1, KEY_PASTE_END };
 
 /* ==== state ================================================================= */
@@ -66,7 +67,30 @@ typedef struct entry {
     int    expanded; /* reasoning unfolded in the conversation pane        */
     int    status;   /* UE_DONE_* of an assistant turn                     */
     int    queued;   /* user message waiting for the model to load         */
+    char   summary[96]; /* the folded-reasoning line as drawn              */
 } entry;
+
+/* Final lines of a streaming pane (byte ranges of its buffer), and where wrapping resumes. */
+#define TAIL_N 512
+typedef struct tail_line {
+    size_t off, len;
+    int    role;
+} tail_line;
+typedef struct wrap_state wrap_state;
+struct wrap_state {
+    int    in_code;   /* inside a ``` block at the start of the raw line           */
+    int    mid;       /* resuming inside a raw line                                */
+    int    mid_fence; /* that raw line is a fence line                              */
+    size_t last_off;  /* out: offset of the last line produced (where to resume)    */
+};
+typedef struct tail_cache {
+    const char *base;        /* the buffer wrapped (a realloc or a new turn resets)   */
+    size_t      len, start;  /* its length last time; where wrapping resumes          */
+    int         width;
+    wrap_state  ws;          /* state at start                                        */
+    tail_line   ring[TAIL_N];/* final lines before start, oldest first from head      */
+    int         head, n;
+} tail_cache;
 
 /* One drawn line of the conversation pane. */
 typedef struct dline {
@@ -92,6 +116,10 @@ typedef struct tui {
     int    cur;       /* entry being streamed, -1 when none */
     int    streaming; /* a turn is in progress              */
     int    replaying;
+    int    ignore_done; /* the EV_DONE of a turn already taken back by EV_UNDO */
+    /* commands the display applied at once; the worker's echo of them is ignored until its
+     * EV_ACK, so a message typed right after them is not dropped */
+    int    clear_pending, undo_pending, load_pending;
     double turn_t0, think_t0, think_t1;
 
     /* model and statistics */
@@ -110,12 +138,13 @@ typedef struct tui {
     int  mouse;
     int  paste;  /* inside a bracketed paste */
     buf  paste_buf;
-    double last_draw;
+    double last_draw, next_tick;
     int  quit;
 
     dline *dl; /* (n_dl) conversation pane lines, rebuilt when dirty */
     int    n_dl, cap_dl, dl_width, dl_valid;
     int    vis_first; /* dline index drawn on the pane's first row */
+    tail_cache tc_think, tc_resp; /* incremental wrapping of the streaming panes */
 
     /* latency bookkeeping (K3_UI_STATS) */
     double tok_t_pending; /* oldest undisplayed token's push time, 0 = none */
@@ -310,42 +339,46 @@ static void dl_push(tui *t, int ent, const char *s, size_t len, int role, int in
 }
 
 /* Wrap text into lines: code blocks (``` fences) get the code role; the text is cut at its last
- * complete UTF-8 character (a streamed token may end inside one). */
-static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int role, int indent) {
-    n          = txt_complete(s, n);
-    int in_code = 0, w = width - indent > 4 ? width - indent : 4;
+ * complete UTF-8 character (a streamed token may end inside one). ws (may be NULL: a whole
+ * text) gives the state at s[0] and receives the state at the start of the last line. */
+static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int role, int indent, wrap_state *ws) {
+    wrap_state z = {0, 0, 0, 0};
+    if (!ws)
+        ws = &z;
+    n           = txt_complete(s, n);
+    int w       = width - indent > 4 ? width - indent : 4;
+    int in_code = ws->in_code, first = 1;
     for (size_t p = 0; p <= n;) {
-        const char *eol = memchr(s + p, '\n', n - p);
-        size_t      ln  = eol ? (size_t)(eol - (s + p)) : n - p;
-        int         fence = ln >= 3 && !strncmp(s + p, "```", 3);
+        const char *eol   = memchr(s + p, '\n', n - p);
+        size_t      ln    = eol ? (size_t)(eol - (s + p)) : n - p;
+        int         mid   = first && ws->mid;
+        int         fence = mid ? ws->mid_fence : ln >= 3 && !strncmp(s + p, "```", 3);
         int         r     = (in_code || fence) ? THM_CODE : role;
-        txt_line    lines[64];
+        txt_line    lines[64], *lp = lines;
         int         nl = txt_wrap(s + p, ln, w, lines, 64);
-        if (nl > 64) { /* a very long paragraph: wrap it again in slices */
-            txt_line *big = malloc((size_t)nl * sizeof *big);
-            if (big) {
-                txt_wrap(s + p, ln, w, big, nl);
-                for (int k = 0; k < nl; k++)
-                    dl_push(t, ent, s + p + big[k].off, big[k].len, r, indent, 0);
-                free(big);
-            }
-        } else {
-            for (int k = 0; k < nl; k++)
-                dl_push(t, ent, s + p + lines[k].off, lines[k].len, r, indent, 0);
+        if (nl > 64 && (lp = malloc((size_t)nl * sizeof *lp)) != NULL)
+            txt_wrap(s + p, ln, w, lp, nl); /* a long paragraph: all its lines */
+        for (int k = 0; k < nl && lp; k++)
+            dl_push(t, ent, s + p + lp[k].off, lp[k].len, r, indent, 0);
+        if (nl > 0 && lp) {
+            ws->last_off  = p + lp[nl - 1].off;
+            ws->mid       = lp[nl - 1].off > 0 || mid;
+            ws->mid_fence = fence;
+            ws->in_code   = in_code;
         }
+        if (lp != lines)
+            free(lp);
         if (fence)
             in_code = !in_code;
+        first = 0;
         if (!eol)
             break;
         p += ln + 1;
     }
 }
 
-static char fold_buf[1024][80]; /* summary lines of the conversation pane (static storage) */
-
 static void build_lines(tui *t, int width) {
-    t->n_dl     = 0;
-    int nfold   = 0;
+    t->n_dl = 0;
     for (int i = 0; i < t->n_ents; i++) {
         entry *e = &t->ents[i];
         if (i == t->cur && t->streaming)
@@ -353,7 +386,7 @@ static void build_lines(tui *t, int width) {
         switch (e->role) {
         case UE_ROLE_USER: {
             size_t mark = t->n_dl;
-            text_lines(t, i, e->text.s ? e->text.s : "", e->text.len, width, THM_USER, 2);
+            text_lines(t, i, e->text.s ? e->text.s : "", e->text.len, width, THM_USER, 2, NULL);
             if ((size_t)t->n_dl > mark)
                 t->dl[mark].fold = 2; /* first line carries the "›" marker */
             if (e->queued)
@@ -362,24 +395,24 @@ static void build_lines(tui *t, int width) {
         }
         case UE_ROLE_ASSISTANT:
             if (e->think.len) {
-                char *fb = fold_buf[nfold++ % 1024];
-                snprintf(fb, 80, "%s thought for %.1f s · %d tokens", e->expanded ? "▾" : "▸", e->think_s,
+                char *fb = e->summary;
+                snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d tokens", e->expanded ? "▾" : "▸", e->think_s,
                          e->n_think);
                 dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
                 if (e->expanded)
-                    text_lines(t, i, e->think.s, e->think.len, width, THM_THINK, 2);
+                    text_lines(t, i, e->think.s, e->think.len, width, THM_THINK, 2, NULL);
             }
-            text_lines(t, i, e->text.s ? e->text.s : "", e->text.len, width, THM_ASSISTANT, 0);
+            text_lines(t, i, e->text.s ? e->text.s : "", e->text.len, width, THM_ASSISTANT, 0, NULL);
             if (e->status == UE_DONE_CANCELLED)
                 dl_push(t, i, "[stopped]", 9, THM_INFO, 0, 0);
             else if (e->status == UE_DONE_LENGTH)
                 dl_push(t, i, "[length limit reached]", 22, THM_INFO, 0, 0);
             break;
         case UE_ROLE_SYSTEM:
-            text_lines(t, i, e->text.s, e->text.len, width, THM_SYSTEM, 2);
+            text_lines(t, i, e->text.s, e->text.len, width, THM_SYSTEM, 2, NULL);
             break;
-        case ROLE_INFO: text_lines(t, i, e->text.s, e->text.len, width, THM_INFO, 0); break;
-        case ROLE_ERROR: text_lines(t, i, e->text.s, e->text.len, width, THM_ERROR, 0); break;
+        case ROLE_INFO: text_lines(t, i, e->text.s, e->text.len, width, THM_INFO, 0, NULL); break;
+        case ROLE_ERROR: text_lines(t, i, e->text.s, e->text.len, width, THM_ERROR, 0, NULL); break;
         }
         dl_push(t, i, "", 0, THM_NORMAL, 0, 0);
     }
@@ -452,41 +485,77 @@ static void draw_hist(tui *t) {
     }
 }
 
-/* The tail of a streaming text in rows [y0, y0 + h). */
-static void draw_tail(tui *t, int y0, int h, const buf *b, int role) {
-    for (int y = y0; y < y0 + h; y++)
-        fill_row(y, 0, t->cols, THM_NORMAL);
-    if (h <= 0 || !b->len)
+/* The tail of a streaming text in rows [y0, y0 + h). Greedy wrapping never changes a line once
+ * a later one exists, so each frame wraps only from the start of the last line drawn before
+ * (tail_cache): a frame costs the same however long the text grows. */
+static void draw_tail(tui *t, int y0, int h, const buf *b, int role, tail_cache *c) {
+    int width = t->cols - 1, used[TAIL_N] = {0};
+    if (c->width != width || c->len > b->len) {
+        memset(c, 0, sizeof *c);
+        c->width = width;
+    }
+    c->base = b->s;
+    c->len  = b->len;
+    if (h > TAIL_N)
+        h = TAIL_N;
+    if (h <= 0 || !b->len) {
+        for (int y = y0; y < y0 + h; y++)
+            fill_row(y, 0, t->cols, THM_NORMAL);
         return;
-    int save_n = t->n_dl;
-    text_lines(t, t->cur, b->s, b->len, t->cols - 1, role, 0);
-    int n = t->n_dl - save_n, first = n > h ? n - h : 0;
-    for (int r = 0; r + first < n; r++) {
-        dline *d = &t->dl[save_n + first + r];
-        draw_text(y0 + r, d->indent, t->cols - d->indent, d->s, d->len, d->role);
+    }
+    int        save_n = t->n_dl;
+    wrap_state ws     = c->ws;
+    text_lines(t, t->cur, b->s + c->start, b->len - c->start, width, role, 0, &ws);
+    int n_new = t->n_dl - save_n, n_old = c->n < h ? c->n : h;
+    int total = n_old + n_new, first = total > h ? total - h : 0;
+    for (int r = 0; first + r < total; r++) {
+        int k = first + r;
+        if (k < n_old) {
+            const tail_line *o = &c->ring[(c->head + c->n - n_old + k) % TAIL_N];
+            used[r]            = draw_text(y0 + r, 0, t->cols, b->s + o->off, o->len, o->role);
+        } else {
+            dline *d = &t->dl[save_n + k - n_old];
+            used[r]  = d->indent + draw_text(y0 + r, d->indent, t->cols - d->indent, d->s, d->len, d->role);
+        }
+    }
+    for (int r = 0; r < h; r++)
+        if (used[r] < t->cols)
+            fill_row(y0 + r, used[r], t->cols - used[r], THM_NORMAL);
+    /* every new line but the last is final: keep it, resume at the last */
+    for (int k = 0; k + 1 < n_new; k++) {
+        dline *d = &t->dl[save_n + k];
+        c->ring[(c->head + c->n) % TAIL_N] = (tail_line){(size_t)(d->s - b->s), d->len, d->role};
+        if (c->n < TAIL_N)
+            c->n++;
+        else
+            c->head = (c->head + 1) % TAIL_N;
+    }
+    if (n_new > 1) {
+        c->start += ws.last_off;
+        c->ws = ws;
     }
     t->n_dl = save_n; /* the pane lines were scratch */
 }
 
-static void draw_panes(tui *t) {
+static void draw_panes(tui *t, int dirty) {
     if (!t->streaming || t->cur < 0)
         return;
     entry *e = &t->ents[t->cur];
     char   extra[96];
-    if (t->think_h > 0) {
+    if (t->think_h > 0 && (dirty & DIRTY_THINK)) {
         double s = e->think.len ? (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0 : 0;
         snprintf(extra, sizeof extra, "%.1f s · %d tokens", e->think.len ? s : 0.0, e->n_think);
         draw_title(t->think_y, "thinking", extra, t->cols);
         if (!t->dl_valid) /* draw_tail uses the line list as scratch space */
             build_lines(t, t->cols - 1);
-        draw_tail(t, t->think_y + 1, t->think_h - 1, &e->think, THM_THINK);
+        draw_tail(t, t->think_y + 1, t->think_h - 1, &e->think, THM_THINK, &t->tc_think);
     }
-    if (t->resp_h > 0) {
+    if (t->resp_h > 0 && (dirty & DIRTY_RESP)) {
         snprintf(extra, sizeof extra, "%s", e->text.len ? "Ctrl-C stops" : "waiting for the first token · Ctrl-C stops");
         draw_title(t->resp_y, "response", extra, t->cols);
         if (!t->dl_valid)
             build_lines(t, t->cols - 1);
-        draw_tail(t, t->resp_y + 1, t->resp_h - 1, &e->text, THM_ASSISTANT);
+        draw_tail(t, t->resp_y + 1, t->resp_h - 1, &e->text, THM_ASSISTANT, &t->tc_resp);
     }
 }
 
@@ -592,7 +661,7 @@ static void render(tui *t, int force) {
     if (t->dirty & DIRTY_HIST)
         draw_hist(t);
     if (t->dirty & DIRTY_PANES)
-        draw_panes(t);
+        draw_panes(t, t->dirty);
     if (t->dirty & DIRTY_STATUS)
         draw_status(t);
     draw_input(t);
@@ -622,6 +691,8 @@ static void start_turn(tui *t) {
     t->turn_t0   = ev_now();
     t->think_t0  = t->think_t1 = 0;
     t->scroll    = 0;
+    memset(&t->tc_think, 0, sizeof t->tc_think);
+    memset(&t->tc_resp, 0, sizeof t->tc_resp);
     layout(t);
 }
 
@@ -695,7 +766,7 @@ static void on_event(tui *t, ui_ev *e) {
                 t->think_t1 = e->t;
             buf_add(&t->ents[t->cur].text, e->text, strlen(e->text));
         }
-        t->dirty |= DIRTY_PANES;
+        t->dirty |= e->ch == EV_CH_THINK ? DIRTY_THINK : DIRTY_RESP | DIRTY_THINK * (t->think_t1 == e->t);
         if (t->think_h == 0 && t->ents[t->cur].think.len && t->cs.show_thinking)
             layout(t);
         break;
@@ -709,7 +780,7 @@ static void on_event(tui *t, ui_ev *e) {
         } else {
             t->st = e->st;
         }
-        t->dirty |= DIRTY_STATUS | DIRTY_PANES;
+        t->dirty |= DIRTY_STATUS;
         break;
     case EV_DONE:
         if (!e->i || e->st.ctx_max)
@@ -720,11 +791,25 @@ static void on_event(tui *t, ui_ev *e) {
             t->replaying = 0;
             break;
         }
+        if (t->ignore_done) {
+            t->ignore_done = 0;
+            break;
+        }
         end_turn(t, e->i, &e->st);
         break;
     case EV_ERROR: notice(t, ROLE_ERROR, "%s", e->text ? e->text : "error"); break;
     case EV_INFO: notice(t, ROLE_INFO, "%s", e->text ? e->text : ""); break;
+    case EV_ACK:
+        if (e->i == EV_CMD_CLEAR && t->clear_pending > 0)
+            t->clear_pending--;
+        else if (e->i == EV_CMD_UNDO && t->undo_pending > 0)
+            t->undo_pending--;
+        else if (e->i == EV_CMD_LOAD && t->load_pending > 0)
+            t->load_pending--;
+        break;
     case EV_RESET:
+        if (t->clear_pending)
+            break; /* the display was cleared already */
         if (t->streaming)
             end_turn(t, UE_DONE_CANCELLED, NULL);
         drop_entries(t, 0);
@@ -737,6 +822,14 @@ static void on_event(tui *t, ui_ev *e) {
         break;
     }
     case EV_UNDO: {
+        if (t->undo_pending)
+            break; /* done already */
+        if (t->streaming) { /* the turn failed before it began: its entry goes too */
+            t->streaming = 0;
+            t->cur       = -1;
+            t->ignore_done = 1;
+            layout(t);
+        }
         int k = t->n_ents;
         while (k > 0 && t->ents[k - 1].role != UE_ROLE_USER)
             k--;
@@ -823,6 +916,8 @@ static void run_command(tui *t, const char *line) {
     if (chat_apply(&t->cs, t->eng, &r, msg, sizeof msg)) {
         if (r.id == CMD_REPLAY)
             t->replaying = 1;
+        if (r.id == CMD_LOAD)
+            t->load_pending++;
         if (msg[0])
             notice(t, ROLE_INFO, "%s", msg);
         if (r.id == CMD_SHOWTHINK)
@@ -841,6 +936,7 @@ static void run_command(tui *t, const char *line) {
         break;
     case CMD_CLEAR:
         ue_clear(t->eng);
+        t->clear_pending++;
         drop_entries(t, 0);
         t->scroll = 0;
         break;
@@ -860,7 +956,9 @@ static void run_command(tui *t, const char *line) {
             notice(t, ROLE_ERROR, "/undo: the conversation is empty");
             break;
         }
-        ue_undo(t->eng); /* the display follows EV_UNDO */
+        ue_undo(t->eng);
+        t->undo_pending++;
+        drop_entries(t, last_user(t));
         break;
     case CMD_STATS: show_stats(t); break;
     case CMD_THEME:
@@ -901,8 +999,9 @@ static void submit(tui *t, char *line) {
     }
     if (p[0] == '/')
         p++; /* "//text" sends "/text" */
-    if (t->streaming) {
-        notice(t, ROLE_ERROR, "a turn is in progress (Ctrl-C stops it); your message is back in the input line");
+    if (t->streaming || t->replaying || t->load_pending) {
+        notice(t, ROLE_ERROR, "%s; your message is back in the input line",
+               t->load_pending ? "a transcript is loading" : "a turn is in progress (Ctrl-C stops it)");
         inp_insert(t->in, line);
         return;
     }
@@ -957,32 +1056,47 @@ static void on_mouse(tui *t) {
 /* Wait for the next key, handling engine events and drawing meanwhile. Returns the key and
  * whether it is a function key (KEY_*), or 0 when asked to quit. */
 static int next_key(tui *t, wint_t *k, int *fn) {
+    int keys = 1; /* curses may hold keys already read: ask it first */
     for (;;) {
         if (got_term) {
             t->quit = 1;
             return 0;
         }
-        int r = get_wch(k);
-        if (r != ERR) {
-            *fn = r == KEY_CODE_YES;
-            return 1;
+        if (keys) {
+            int r = get_wch(k);
+            if (r != ERR) {
+                *fn = r == KEY_CODE_YES;
+                return 1;
+            }
         }
         render(t, 0);
-        struct pollfd p[2] = {{0, POLLIN, 0}, {ev_fd(t->q), POLLIN, 0}};
-        int           timeout = -1;
-        if (t->dirty)
-            timeout = (int)((FRAME_S - (ev_now() - t->last_draw)) * 1000) + 1;
+        double now = ev_now();
+        if ((t->streaming || !t->ready) && now >= t->next_tick) {
+            /* the think timer and the load rate move even without events */
+            t->dirty |= DIRTY_THINK | DIRTY_STATUS;
+            t->next_tick = now + 0.25;
+            continue;
+        }
+        /* While a frame is pending, sleep until it is due without waking for each token:
+         * the events wait in the queue and the frame takes them all at once. */
+        int pending = t->dirty != 0;
+        int timeout = -1;
+        if (pending)
+            timeout = (int)((FRAME_S - (now - t->last_draw)) * 1000) + 1;
         else if (t->streaming || !t->ready)
-            timeout = 250; /* tick: think timer, load rate */
-        if (timeout < 0 && t->dirty)
+            timeout = (int)((t->next_tick - now) * 1000) + 1;
+        if (timeout < 0 && pending)
             timeout = 0;
-        int pr = poll(p, 2, timeout);
+        if (timeout < 0)
+            timeout = 1000; /* idle: look for a SIGWINCH that came outside poll() once a second */
+        struct pollfd p[2] = {{0, POLLIN, 0}, {ev_fd(t->q), POLLIN, 0}};
+        int           pr   = poll(p, pending ? 1 : 2, timeout);
         if (pr < 0 && errno != EINTR)
             return 0;
-        if (p[1].revents & POLLIN)
+        /* EINTR: SIGWINCH, which curses turns into KEY_RESIZE on the next get_wch */
+        keys = pr < 0 || (pr == 0 && !pending) || (pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)));
+        if (pending || (p[1].revents & POLLIN))
             pump_events(t);
-        if (pr == 0 && (t->streaming || !t->ready))
-            t->dirty |= DIRTY_PANES | DIRTY_STATUS;
         if (t->quit)
             return 0;
     }
@@ -1225,6 +1339,7 @@ int ui_tui_run(const cli_opts *o) {
     sa.sa_handler = on_term;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL); /* kill -INT from outside (Ctrl-C itself is a key in raw mode) */
 
     if (!getenv("ESCDELAY"))
         set_escdelay(25);
