@@ -298,11 +298,16 @@ static double mem_available_gb(void) {
     return kb * 1024 / 1e9;
 }
 
+uint64_t ex_default_bytes(uint64_t all) {
+    double avail = mem_available_gb() * 1e9;
+    return avail <= 0 || (double)all <= 0.5 * avail ? all : (uint64_t)(0.4 * avail);
+}
+
 /* The budget in GB for a request (< 0: the default). */
 static double effective_gb(const ex_tier *t, double gb) {
     if (gb >= 0) return gb;
-    double all = (double)t->n_moe * t->E * (double)t->expert_bytes / 1e9, avail = mem_available_gb();
-    return avail <= 0 || all <= 0.5 * avail ? all : 0.4 * avail;
+    uint64_t all = (uint64_t)t->n_moe * (uint64_t)t->E * t->expert_bytes;
+    return (double)ex_default_bytes(all) / 1e9;
 }
 
 static int slots_for(const ex_tier *t, double gb) {

@@ -45,6 +45,9 @@ k3_status ex_set_budget(ex_tier *t, double budget_gb);
 double    ex_budget_gb(const ex_tier *t);    /* the budget in effect                          */
 uint64_t  ex_resident_bytes(const ex_tier *t); /* bytes of slot buffers allocated now          */
 int       ex_slots_per_layer(const ex_tier *t);
+/* The default budget in bytes for `all` bytes of routed experts: all of them when that is at
+ * most half of MemAvailable (or MemAvailable is unknown), else 40% of MemAvailable. */
+uint64_t  ex_default_bytes(uint64_t all);
 
 typedef struct ex_batch {
     ex_tier  *t;
