@@ -258,9 +258,6 @@ int       k3_chat_parser_channel(const k3_chat_parser *p); /* current K3_CHAN_* 
  *     if (st == K3_ERR_CONTEXT) ... offer k3_conv_clear or k3_conv_drop_oldest, or k3_conv_undo
  * /retry = k3_conv_pop_reply + k3_conv_generate; /undo = k3_conv_undo. */
 
-typedef struct k3_tok k3_tok; /* tokenizer section */
-typedef struct k3_ids k3_ids;
-
 typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT } k3_role;
 
 /* Why a turn stopped. */
