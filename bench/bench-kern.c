@@ -8,6 +8,9 @@
  *   (or plain) streaming read over the whole arena, median of the passes.
  * - Results: GB/s of weight bytes (weights + scales) = bytes of one pass / median pass time,
  *   first pass discarded as warm-up. Names: <fmt>[_idot]_matvec_<rows>x<cols>_t<threads>.
+ * - "_hot" results run the same number of matvecs on one copy that stays in the caches: the
+ *   kernel's compute ceiling on one thread, in GB per CPU-second of that thread (ratio > 1
+ *   means faster than DRAM could feed it).
  */
 #include "bench.h"
 #include "kern-impl.h"
@@ -15,13 +18,14 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-enum { PASSES = 6 }; /* first is warm-up */
+enum { PASSES = 4 }; /* first is warm-up */
 
 static uint8_t *arena;
 static size_t   arena_bytes;
@@ -87,15 +91,26 @@ static double mem_bw(int th) {
     return (double)(arena_bytes / 128 / (size_t)th * 128 * (size_t)th) / bench_median(t, PASSES - 1) / 1e9;
 }
 
-static void matvec_name(char *name, size_t size, int type, int rows, int cols, int idot, int th) {
-    static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
-    snprintf(name, size, "%s%s_matvec_%dx%d_t%d", fmt[type], idot ? "_idot" : "", rows, cols, th);
+/* CPU seconds of the calling thread (the hot results run on one thread: robust to time slicing
+ * on a shared machine, which wall time is not). */
+static double cpu_time(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* One format x shape x numerics x threads result. */
-static void bench_matvec(int type, int rows, int cols, int idot, int th, double ref) {
+static void matvec_name(char *name, size_t size, int type, int rows, int cols, int idot, int th,
+                        int hot) {
+    static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
+    snprintf(name, size, "%s%s_matvec_%dx%d_t%d%s", fmt[type], idot ? "_idot" : "", rows, cols, th,
+             hot ? "_hot" : "");
+}
+
+/* One format x shape x numerics x threads result. hot: one copy, read again and again from the
+ * caches (the kernel's compute ceiling), as many matvecs as a streaming pass would make. */
+static void bench_matvec(int type, int rows, int cols, int idot, int th, int hot, double ref) {
     char name[96];
-    matvec_name(name, sizeof name, type, rows, cols, idot, th);
+    matvec_name(name, sizeof name, type, rows, cols, idot, th, hot);
     if (!bench_want(name))
         return;
     const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
@@ -117,9 +132,9 @@ static void bench_matvec(int type, int rows, int cols, int idot, int th, double 
     kern_set_idot(idot);
     double t[PASSES - 1];
     for (int p = 0; p < PASSES; p++) {
-        double t0 = k3_time();
+        double t0 = hot ? cpu_time() : k3_time();
         for (size_t k = 0; k < copies; k++) {
-            uint8_t *base = arena + k * stride;
+            uint8_t *base = arena + (hot ? 0 : k) * stride;
             qmat     m    = {.type = type, .rows = rows, .cols = cols, .w = base};
             if (type == Q_MXFP4)
                 m.e = base + wb;
@@ -128,7 +143,7 @@ static void bench_matvec(int type, int rows, int cols, int idot, int th, double 
             qmat_matvec(&m, x, y);
         }
         if (p > 0)
-            t[p - 1] = k3_time() - t0;
+            t[p - 1] = (hot ? cpu_time() : k3_time()) - t0;
     }
     bench_report(name, (double)(copies * (wb + sb)) / bench_median(t, PASSES - 1) / 1e9, "GB/s", ref, "GB/s");
     free(x);
@@ -149,7 +164,9 @@ int bench_kern(void) {
         for (int idot = 0; idot <= 1; idot++)
             for (int th = 1; th <= 2; th++)
                 for (size_t s = 0; s < 3; s++) {
-                    matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th);
+                    matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, 0);
+                    any |= bench_want(name);
+                    matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, 1);
                     any |= bench_want(name);
                 }
     if (!any)
@@ -182,7 +199,11 @@ int bench_kern(void) {
         for (int idot = 0; idot <= 1; idot++)
             for (int th = 1; th <= 2; th++)
                 for (size_t s = 0; s < 3; s++)
-                    bench_matvec(types[t], shapes[s][0], shapes[s][1], idot, th, bw[th]);
+                    bench_matvec(types[t], shapes[s][0], shapes[s][1], idot, th, 0, bw[th]);
+    /* compute ceilings: the first shape, one thread, from the caches */
+    for (size_t t = 0; t < 3; t++)
+        for (int idot = 0; idot <= 1; idot++)
+            bench_matvec(types[t], shapes[0][0], shapes[0][1], idot, 1, 1, bw[1]);
     kern_set_idot(idot0);
     free(arena);
     arena = NULL;

@@ -13,7 +13,7 @@
 
 #include <stdatomic.h>
 
-#define CONV_MAX_SNAPSHOTS 4 /* saved decode states kept for /retry and /undo */
+#define CONV_MAX_SNAPSHOTS 8 /* saved decode states kept for /retry and /undo (at most) */
 
 /* A saved decode state and the ids that produced it. */
 typedef struct conv_snap {
@@ -49,7 +49,7 @@ struct k3_conv {
     int32_t         *cache_ids;    /* (n_cache, cap_cache) ids the session has processed    */
     int              n_cache, cap_cache;
     conv_snap        snaps[CONV_MAX_SNAPSHOTS];
-    int              n_snaps;
+    int              n_snaps, max_snaps; /* max_snaps: K3_CONV_SNAPSHOTS, default 3      */
     void            *render;       /* chat-encoder state (conv-gen.c), NULL until needed    */
     void           (*gen_free)(k3_conv *c); /* frees the cache, snapshots and render state  */
 
@@ -70,5 +70,8 @@ void      conv_touched(k3_conv *c, int i);
 const char *conv_role_str(k3_role r);
 /* conv-gen.c: the tokenizer of m's directory, loaded once and kept in c. */
 k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out);
+/* conv-gen.c: the ids generation prefills: k3_conv_render, except that replies generated
+ * here whose ids decode to their text are rendered as generated (see conv-gen.c). */
+k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out);
 /* Exchange contents of two conversations' messages + settings (transcript loading). */
 void      conv_swap_content(k3_conv *a, k3_conv *b);

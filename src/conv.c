@@ -78,6 +78,19 @@ k3_conv *k3_conv_new(void) {
     atomic_init(&c->cancel, 0);
     atomic_init(&c->active, NULL);
     atomic_init(&c->child, NULL);
+    /* Snapshots cost the whole decode state each (for the release: KDA states plus the
+     * MLA cache so far, hundreds of MB). Three cover /retry (after the prompt) and /undo
+     * (end of the turn before). K3_CONV_SNAPSHOTS=0 turns them off. */
+    c->max_snaps = 3;
+    const char *e = getenv("K3_CONV_SNAPSHOTS");
+    if (e && *e) {
+        char *end;
+        long  v = strtol(e, &end, 10);
+        if (*end || v < 0 || v > CONV_MAX_SNAPSHOTS)
+            K3_LOG_WARN("K3_CONV_SNAPSHOTS='%s' is not 0..%d, using 3", e, CONV_MAX_SNAPSHOTS);
+        else
+            c->max_snaps = (int)v;
+    }
     return c;
 }
 

@@ -146,7 +146,105 @@ int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);
 k3_status k3_inspect(const char *dir, FILE *out);
 
 /* ==== tokenizer and chat format (tok.c, chat.c) ========================== */
-/* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md. */
+/* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md.
+ * A k3_tok is read-only once loaded: every function below may be called from any
+ * number of threads at once on the same k3_tok (k3_detok / k3_chat_parser are
+ * per-stream objects, one thread each). */
+
+typedef struct k3_tok k3_tok;
+
+/* A growable array of token ids. Encoders APPEND to it (so a caller can build a prompt
+ * from several calls); start from {0} and release with k3_ids_free. */
+typedef struct k3_ids {
+    int32_t *v;       /* (cap) ids, the first n are valid */
+    size_t   n, cap;
+} k3_ids;
+void      k3_ids_free(k3_ids *ids);                     /* frees v, zeroes the struct   */
+k3_status k3_ids_push(k3_ids *ids, int32_t id);         /* K3_ERR_NOMEM on failure      */
+
+/* Load DIR/tiktoken.model (+ DIR/tokenizer_config.json when present: names of the 256
+ * reserved ids after the base vocabulary). pattern: "kimi", "o200k" or NULL = from the
+ * directory (kimi when tokenizer_config.json exists, else o200k). Errors name the file
+ * and line/key (bad base64, rank out of order, duplicate bytes, missing special, ...). */
+k3_status   k3_tok_load(const char *dir, const char *pattern, k3_tok **out);
+void        k3_tok_free(k3_tok *t);
+int32_t     k3_tok_n_vocab(const k3_tok *t);   /* base ranks + 256 reserved ids           */
+const char *k3_tok_pattern(const k3_tok *t);   /* "kimi" or "o200k"                        */
+
+/* Encode len bytes of text (any bytes: invalid UTF-8 is kept byte-exact), appending ids.
+ * allow_special = 0: special-token names are ordinary text (what user text must use);
+ * 1: every special name in the text becomes its id. Equal to tiktoken's encode. */
+k3_status k3_tok_encode(const k3_tok *t, const char *text, size_t len, int allow_special,
+                        k3_ids *out);
+/* Id of a special token by name ("<|open|>", "[EOS]", ...), or -1 when absent. */
+int32_t     k3_tok_special(const k3_tok *t, const char *name);
+int         k3_tok_is_special(const k3_tok *t, int32_t id);
+/* The bytes of one id (special ids: their name), *len set; NULL when id is out of range.
+ * Not NUL-terminated; valid while t lives. */
+const char *k3_tok_piece(const k3_tok *t, int32_t id, size_t *len);
+/* Whole-sequence decoding into a malloc'ed NUL-terminated buffer (free()).
+ * decode: the raw bytes (may end inside a UTF-8 sequence). decode_text: valid UTF-8,
+ * each invalid or incomplete sequence replaced by U+FFFD (maximal-subpart rule).
+ * K3_ERR_ARG naming the index for an id out of range. */
+k3_status k3_tok_decode(const k3_tok *t, const int32_t *ids, size_t n, char **out, size_t *len);
+k3_status k3_tok_decode_text(const k3_tok *t, const int32_t *ids, size_t n, char **out,
+                             size_t *len);
+
+/* Streaming decoder: feed ids one at a time, get only complete, valid UTF-8. An
+ * incomplete tail is held until a later id completes it; a sequence that cannot become
+ * valid is emitted as U+FFFD; flush ends the stream (a held tail becomes U+FFFD).
+ * The emitted text equals k3_tok_decode_text of the whole sequence. *text points into
+ * the decoder and is valid until its next call. */
+typedef struct k3_detok k3_detok;
+k3_status k3_detok_new(const k3_tok *t, k3_detok **out);
+void      k3_detok_free(k3_detok *d);
+k3_status k3_detok_feed(k3_detok *d, int32_t id, const char **text, size_t *len);
+k3_status k3_detok_feed_bytes(k3_detok *d, const char *b, size_t n, const char **text,
+                              size_t *len);
+void      k3_detok_flush(k3_detok *d, const char **text, size_t *len);
+
+/* Chat format (XTML), chat.c. One message of a conversation. */
+typedef struct k3_chat_msg {
+    const char *role;      /* "system", "user", "assistant"; "developer" is rendered as
+                            * system; "tool" and others: error                          */
+    const char *content;   /* UTF-8 text (NULL = empty); never parsed for control tokens */
+    const char *reasoning; /* assistant turns: that turn's thinking text (NULL = none)   */
+    int         n_images;  /* > 0: K3_ERR_UNSUPPORTED (images are not supported yet)    */
+} k3_chat_msg;
+
+typedef struct k3_chat_opts {
+    int         think;      /* 1 = thinking on (the default in k3chat), 0 = off          */
+    const char *effort;     /* "low" | "high" | "max"; NULL = "max". Else K3_ERR_ARG
+                             * (including "medium", which the release rejects)          */
+    int         gen_prompt; /* 1 = end with the assistant generation prompt            */
+    const char *tools;      /* tool declarations: non-NULL = K3_ERR_UNSUPPORTED         */
+} k3_chat_opts;
+
+/* Encode a conversation exactly as ../shared/spec/k3-chat.md section 2 (the thinking-
+ * effort system message when think is on, preserved reasoning, generation prompt),
+ * appending the ids to out. On error out->n is left as it was. */
+k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs,
+                         const k3_chat_opts *o, k3_ids *out);
+
+/* Output channel parser: feed the generated ids one at a time (starting right after the
+ * generation prompt); each call reports the new visible text of the think channel and
+ * of the response channel (in that order; UTF-8 complete) and whether <|end_of_msg|>
+ * was read. Structural tokens and tag names are hidden; anything unexpected is shown
+ * as text in the current channel, never dropped. Pointers are valid until the next call. */
+enum k3_chat_channel { K3_CHAN_THINK = 0, K3_CHAN_RESPONSE = 1 };
+typedef struct k3_chat_out {
+    const char *think;    size_t think_len;
+    const char *response; size_t response_len;
+    int         end;      /* 1 once <|end_of_msg|> was read (all text flushed)          */
+} k3_chat_out;
+typedef struct k3_chat_parser k3_chat_parser;
+/* think: the same flag as the prompt's (1: starts in the think channel). */
+k3_status k3_chat_parser_new(const k3_tok *t, int think, k3_chat_parser **out);
+void      k3_chat_parser_free(k3_chat_parser *p);
+k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *out);
+/* End of generation without <|end_of_msg|> (max tokens, cancel): flush held text. */
+void      k3_chat_parser_finish(k3_chat_parser *p, k3_chat_out *out);
+int       k3_chat_parser_channel(const k3_chat_parser *p); /* current K3_CHAN_*        */
 
 /* ==== conversation (conv.c, conv-gen.c, transcript.c) ===================== */
 /* A conversation: system prompt, user/assistant messages (with reasoning), its settings
@@ -159,9 +257,6 @@ k3_status k3_inspect(const char *dir, FILE *out);
  *     st = k3_conv_generate(c, model, session, &cb);   // streams via cb, appends the reply
  *     if (st == K3_ERR_CONTEXT) ... offer k3_conv_clear or k3_conv_drop_oldest, or k3_conv_undo
  * /retry = k3_conv_pop_reply + k3_conv_generate; /undo = k3_conv_undo. */
-
-typedef struct k3_tok k3_tok; /* tokenizer section */
-typedef struct k3_ids k3_ids;
 
 typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT } k3_role;
 

@@ -38,4 +38,16 @@ K3_MAXT=8 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 2 >/dev/null 2>"$T/err"; 
 
 K3_CHUNK=0 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" != 0 ] && grep -q "K3_CHUNK" "$T/err"; ok $? "K3_CHUNK=0 is rejected naming the variable"
+
+# --prompt: chat encoder + output parser (response on stdout, think on stderr)
+p1=$("$B/k3chat" "$T/m" --prompt "Hello, who are you?" --think off --max-tokens 12 --temp 0 2>"$T/err"); rc=$?
+p2=$("$B/k3chat" "$T/m" --prompt "Hello, who are you?" --think off --max-tokens 12 --temp 0 2>/dev/null)
+[ "$rc" = 0 ] && [ -n "$p1" ] && [ "$p1" = "$p2" ]; ok $? "--prompt --think off --temp 0: exit 0, a response on stdout, reproducible (rc $rc)"
+"$B/k3chat" "$T/m" --prompt "Hello" --think on --max-tokens 12 --temp 0.7 --seed 3 >"$T/out" 2>"$T/err"; rc=$?
+[ "$rc" = 0 ] && [ $(($(wc -c <"$T/out") + $(wc -c <"$T/err"))) -gt 2 ]; ok $? "--prompt --think on: exit 0 and text on the two channels ($(wc -c <"$T/out") + $(wc -c <"$T/err") bytes)"
+"$B/k3chat" "$T/m" --prompt "Hello" --system "Be brief." --effort low --max-tokens 4 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 0 ]; ok $? "--prompt with --system and --effort low (rc $rc $(head -c 100 "$T/err"))"
+mkdir -p "$T/notok" && cp "$T/m"/*.json "$T/m"/*.safetensors "$T/notok/" 2>/dev/null
+"$B/k3chat" "$T/notok" --prompt "Hello" --max-tokens 2 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "tiktoken" "$T/err"; ok $? "--prompt without tiktoken.model: clear error ($(head -c 120 "$T/err"))"
 exit 0

@@ -324,5 +324,16 @@ else fail "--force replaces an existing model"; fi
 check "--force leaves no old directory behind" [ -z "$(ls -d "$T"/a.old-* 2>/dev/null)" ]
 mkdir "$T/empty"
 gen "$T/empty" --preset tiny && check "an existing empty OUT_DIR is used" [ -f "$T/empty/config.json" ]
+# a signal while writing (a large model) leaves nothing that looks like a model, nor a temporary
+"$MK" --preset slice --layers 1 --experts 2 --active 1 --merges 0 --quiet "$T/k" 2>"$T/k.err" &
+pid=$!
+sleep 0.3
+kill -TERM $pid 2>/dev/null
+wait $pid
+rc=$?
+if [ -e "$T/k" ]; then check "a run that finished before the signal is complete" [ $rc -eq 0 -a -f "$T/k/tiktoken.model" ]
+else check "SIGTERM while writing: non-zero exit, no OUT_DIR (exit $rc)" [ $rc -ne 0 ]; fi
+check "SIGTERM while writing: the temporary directory is removed" [ -z "$(ls -d "$T"/k.tmp-* 2>/dev/null)" ]
+rm -rf "$T/k"
 "$MK" --help | grep -q "slice" && pass "--help documents the presets" || fail "--help documents the presets"
 exit 0

@@ -38,7 +38,7 @@
  * --f32 holds the same values as BF16 before rounding. Values are generated and written in
  * chunks (stw_write), so memory stays small even for the slice preset. The whole directory is
  * written to OUT_DIR.tmp-XXXXXX and renamed into place at the end, so an interrupted run never
- * leaves a complete-looking model.
+ * leaves a complete-looking model (SIGINT/SIGTERM/SIGHUP also remove the temporary directory).
  *
  * CONDITIONING (the forward pass is compared with a float64 reference at 1e-5 relative L2)
  * "gauss" below is an Irwin-Hall(4) approximation of N(0,1) (bounded at +-3.46: no outliers).
@@ -62,8 +62,10 @@
 #include <ftw.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <dirent.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -418,7 +420,14 @@ typedef struct mk_writer {
 } mk_writer;
 
 /* stw_write plus a progress line every GiB (large presets) */
+static volatile sig_atomic_t stop_sig; /* SIGINT/SIGTERM/SIGHUP seen: stop and clean up */
+
+static void on_signal(int sig) {
+    stop_sig = sig;
+}
+
 static k3_status put(mk_writer *mw, const void *data, size_t n) {
+    if (stop_sig) return k3_err(K3_ERR_IO, "interrupted by signal %d", (int)stop_sig);
     k3_status st = stw_write(mw->w, data, n);
     mw->done += n;
     if (!st && mw->done >= mw->next) {
@@ -1074,7 +1083,7 @@ static int mkdir_parent(const char *path) {
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* 1 = exists and is a non-empty directory, 0 = absent or empty directory, -1 = error (printed) */
+/* 1 = exists and is a non-empty directory, 0 = absent or an empty directory, -1 = error (printed) */
 static int out_state(const char *out) {
     struct stat sb;
     if (stat(out, &sb) != 0) {
@@ -1086,7 +1095,17 @@ static int out_state(const char *out) {
         fprintf(stderr, "k3-mkmodel: %s exists and is not a directory\n", out);
         return -1;
     }
-    return rmdir(out) == 0 ? 0 : 1; /* removing an empty directory is how we test emptiness */
+    DIR *dp = opendir(out);
+    if (!dp) {
+        fprintf(stderr, "k3-mkmodel: %s: %s\n", out, strerror(errno));
+        return -1;
+    }
+    struct dirent *de;
+    int            n = 0;
+    while ((de = readdir(dp)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
+    closedir(dp);
+    return n > 0;
 }
 
 /* ---- main ------------------------------------------------------------------------------------- */
@@ -1236,6 +1255,14 @@ int main(int argc, char **argv) {
         return 1;
     }
 
+    /* a signal stops the writing at the next chunk; the temporary directory is removed */
+    struct sigaction sa = {0};
+    sa.sa_handler       = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+
     char tmp[PATH_MAX];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", o.out) >= sizeof tmp) {
         fprintf(stderr, "k3-mkmodel: %s: path too long\n", o.out);
@@ -1265,13 +1292,19 @@ int main(int argc, char **argv) {
                                   1.0, "top_p", 1.0, "do_sample", 1));
     vocab_free(&v);
     free(p.t);
-    if (st) {
-        fprintf(stderr, "k3-mkmodel: %s\n", k3_errmsg());
+    if (st || stop_sig) {
+        fprintf(stderr, "k3-mkmodel: %s; nothing written\n",
+                st ? k3_errmsg() : "interrupted by a signal");
         rm_tree(tmp);
+        if (stop_sig) {
+            signal(stop_sig, SIG_DFL);
+            raise(stop_sig);
+        }
         return 1;
     }
 
-    /* put it in place: an existing directory (--force) is moved aside first */
+    /* put it in place: rename() replaces an empty directory; a non-empty one (--force) is
+     * moved aside first and removed after */
     char old[PATH_MAX] = "";
     if (out_state(o.out) > 0) {
         snprintf(old, sizeof old, "%s.old-XXXXXX", o.out);

@@ -5,9 +5,9 @@
  * stops before eos_token_id (which is not printed; the last generated token is not fed, so
  * K3_LOGITS holds prompt + generated - 1 rows). The reference comparison tests rely on
  * exactly this output.
- * --prompt renders a one-message conversation (--system, --think, --effort) through the
- * conversation module (k3_conv_generate: chat encoder, sampler, output parser) and streams
- * the response channel to stdout and the think channel to stderr.
+ * --prompt encodes [--system] + the user message with the chat encoder (--think, --effort),
+ * generates, and runs the output parser: the response channel streams to stdout, the think
+ * channel to stderr. It stops at <|end_of_msg|>, eos, --max-tokens or the context capacity.
  * Sampling defaults come from generation_config.json; --temp/--top-p/--seed override.
  * Errors go to stderr with exit status 1.
  */
@@ -61,12 +61,77 @@ static void show_progress(const char *what, uint64_t done, uint64_t total, void 
     *last = pct;
 }
 
-/* --prompt: waits for the conversation module's k3_conv_generate. */
-static int oneshot_prompt(const cli_opts *o, const k3_params *par, k3_model *m, k3_session *s,
+static void emit(FILE *f, const char *t, size_t n) {
+    if (n) {
+        fwrite(t, 1, n, f);
+        fflush(f);
+    }
+}
+
+/* --prompt: [system], user message -> chat encoder -> generate -> output parser; the
+ * response channel to stdout, the think channel to stderr. Stops at <|end_of_msg|>,
+ * eos_token_id, --max-tokens or the context capacity. */
+static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s,
                           const k3_sampler_params *sp) {
-    (void)o, (void)par, (void)m, (void)s, (void)sp;
-    fprintf(stderr, "k3chat: --prompt needs the chat encoder (not built yet); use --ids\n");
-    return 1;
+    k3_tok         *tok = NULL;
+    k3_chat_parser *prs = NULL;
+    k3_sampler     *smp = NULL;
+    k3_ids          ids = {0};
+    k3_status       st;
+    int             rc = 1, think = o->think >= 0 ? o->think : 1;
+    k3_chat_msg     msgs[2];
+    size_t          nm = 0;
+    if (o->system && *o->system) msgs[nm++] = (k3_chat_msg){.role = "system", .content = o->system};
+    msgs[nm++]       = (k3_chat_msg){.role = "user", .content = o->prompt};
+    k3_chat_opts opt = {.think = think, .effort = o->effort, .gen_prompt = 1};
+    if ((st = k3_tok_load(o->dir, NULL, &tok)) || (st = k3_chat_encode(tok, msgs, nm, &opt, &ids)) ||
+        (st = k3_chat_parser_new(tok, think, &prs))) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
+    if (!(smp = k3_sampler_new(sp))) {
+        fprintf(stderr, "k3chat: out of memory\n");
+        goto done;
+    }
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    if ((st = k3_session_feed(s, ids.v, (int)ids.n))) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
+    int         max_tokens = o->max_tokens >= 0 ? o->max_tokens : info.max_ctx;
+    k3_chat_out out        = {0};
+    int         ended = 0, thought = 0;
+    for (int i = 0; i < max_tokens && !ended; i++) {
+        int32_t t = k3_sampler_sample(smp, k3_session_logits(s), info.vocab);
+        if ((st = k3_chat_parser_feed(prs, t, &out))) break;
+        emit(stderr, out.think, out.think_len);
+        emit(stdout, out.response, out.response_len);
+        thought |= out.think_len > 0;
+        ended = out.end || t == info.eos_id;
+        if (ended || i + 1 == max_tokens) break;
+        if (k3_session_pos(s) >= info.max_ctx) {
+            fprintf(stderr, "\nk3chat: stopped: the context (K3_MAXT=%d) is full\n", info.max_ctx);
+            break;
+        }
+        if ((st = k3_session_feed(s, &t, 1))) break;
+    }
+    if (!ended) {
+        k3_chat_parser_finish(prs, &out);
+        emit(stderr, out.think, out.think_len);
+        emit(stdout, out.response, out.response_len);
+        thought |= out.think_len > 0;
+    }
+    if (thought) fputc('\n', stderr);
+    printf("\n");
+    if (st) fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+    else rc = 0;
+done:
+    k3_sampler_free(smp);
+    k3_chat_parser_free(prs);
+    k3_ids_free(&ids);
+    k3_tok_free(tok);
+    return rc;
 }
 
 /* --ids: raw ids in, generated ids out (one line). */
@@ -133,7 +198,7 @@ int cli_oneshot(const cli_opts *o) {
     if (!isnan(o->temp)) sp.temp = o->temp;
     if (!isnan(o->top_p)) sp.top_p = o->top_p;
     sp.seed = o->has_seed ? o->seed : (uint64_t)time(NULL);
-    rc      = o->ids ? oneshot_ids(o, m, s, &sp) : oneshot_prompt(o, &par, m, s, &sp);
+    rc      = o->ids ? oneshot_ids(o, m, s, &sp) : oneshot_prompt(o, m, s, &sp);
 done:
     k3_session_free(s);
     k3_model_free(m);
