@@ -13,12 +13,14 @@
  *   K3_MLA_BITS    MLA q_a, q_b, kv_a, kv_b, o, g
  *   K3_HEAD_BITS   lm_head
  *   32 = f32, 8 = int8 per row, 4 = int4 in groups of 64 (quant.h); embeddings as stored; norms,
- *   router, conv taps, dt_bias, A_log, f_a/f_b, b_proj in f32; routed experts as stored: all of
- *   them when K3_EXPERT_GB is unset, else a cache of K3_EXPERT_GB (10^9 bytes; at least one
- *   expert per MoE layer); decode state for
+ *   router, conv taps, dt_bias, A_log, f_a/f_b, b_proj in f32; routed experts as stored: a cache
+ *   of K3_EXPERT_GB (10^9 bytes; at least one expert per MoE layer), or when it is unset the
+ *   expert tier's default (all of them if that is at most half of MemAvailable, else 40% of
+ *   MemAvailable: ex_default_bytes); decode state for
  *   K3_MAXT positions (KDA state + conv tails, MLA latent cache, AttnRes blocks).
  */
 #include "config.h"
+#include "experts.h"
 #include "quant.h"
 
 #include <math.h>
@@ -28,7 +30,7 @@
 /* The engine's settings (k3_params_default: defaults, then the K3_* environment). */
 typedef struct insp_settings {
     int    bits, mla_bits, head_bits;
-    double expert_gb;  /* <= 0: unset (the floor of one expert per MoE layer) */
+    double expert_gb;  /* < 0: unset (the expert tier's default); 0: the floor of one expert per MoE layer */
     long   maxt;
     int    maxt_set;
 } insp_settings;
@@ -40,7 +42,7 @@ static k3_status read_settings(insp_settings *s) {
     s->bits = p.bits;
     s->mla_bits = p.mla_bits;
     s->head_bits = p.head_bits;
-    s->expert_gb = p.expert_gb > 0 ? p.expert_gb : -1;
+    s->expert_gb = p.expert_gb >= 0 ? p.expert_gb : -1;
     s->maxt = p.max_ctx;
     const char *t = getenv("K3_MAXT");
     s->maxt_set = t && *t;
@@ -230,7 +232,7 @@ static void print_memory(const k3_config *c, const st_dir *d, const insp_setting
     for (int l = 0; l < c->n_layers; l++) c->layer_kind[l] == K3_LAYER_KDA ? n_kda++ : n_mla++;
     uint64_t floor_b = (uint64_t)n_moe * es->bytes_per;
     /* unset: every expert resident (the engine without a budget); set: the budget, at least the floor */
-    uint64_t budget = s->expert_gb < 0 ? es->total : (uint64_t)(s->expert_gb * 1e9);
+    uint64_t budget = s->expert_gb < 0 ? ex_default_bytes(es->total) : (uint64_t)(s->expert_gb * 1e9);
     if (budget < floor_b) budget = floor_b;
     m[M_EXPERT] = budget < es->total ? budget : es->total;
     const uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
@@ -252,7 +254,8 @@ static void print_memory(const k3_config *c, const st_dir *d, const insp_setting
     fprintf(f, "  embeddings (as stored)       %12s\n", HB(m[M_EMBED]));
     fprintf(f, "  small tensors (f32)          %12s\n", HB(m[M_FLOAT]));
     fprintf(f, "  routed experts               %12s  (%s; all experts %s)\n", HB(m[M_EXPERT]),
-            s->expert_gb < 0       ? "K3_EXPERT_GB unset: all resident"
+            s->expert_gb < 0 && budget >= es->total ? "K3_EXPERT_GB unset: all resident"
+            : s->expert_gb < 0     ? "K3_EXPERT_GB unset: 40% of MemAvailable"
             : m[M_EXPERT] >= es->total ? "the budget holds all experts"
             : budget == floor_b    ? "cache floor: one expert per MoE layer"
                                    : "cache budget",

@@ -64,7 +64,14 @@ typedef struct k3_params {
     int    chunk;          /* K3_CHUNK: prefill chunk, default 32                      */
     int    max_ctx;        /* K3_MAXT: context capacity in tokens                      */
     int    threads;        /* OpenMP threads, 0 = default                              */
-    double expert_gb;      /* K3_EXPERT_GB: routed-expert cache budget                 */
+    double expert_gb;      /* K3_EXPERT_GB: routed-expert cache budget in GB (10^9 bytes);
+                              < 0 (default): every expert if that is <= 50% of MemAvailable,
+                              else 40% of MemAvailable; at least one expert per MoE layer    */
+    int    direct;         /* K3_DIRECT: 1 (default) O_DIRECT expert reads, 0 page cache  */
+    int    pipe;           /* K3_PIPE: 1 (default) read expert j+1 while j computes       */
+    int    load_threads;   /* K3_LOAD_THREADS: expert reader threads (default 4)          */
+    double topp;           /* K3_TOPP: keep the heaviest selected experts that hold this
+                              share of the routing weight, renormalised (default 1 = all) */
     k3_progress_cb progress;
     void          *progress_ud;
     /* validation hooks (see k3chat(1)); NULL / 0 = off                                  */
@@ -88,9 +95,13 @@ typedef struct k3_model_info {
     int   max_ctx;
     int   eos_id;                       /* config eos_token_id                      */
     float gen_temp, gen_top_p;          /* generation_config.json defaults          */
-    uint64_t bytes_resident;            /* weights held in RAM                      */
+    uint64_t bytes_resident;            /* weights held in RAM (expert cache: as now) */
 } k3_model_info;
 void k3_model_get_info(const k3_model *m, k3_model_info *out);
+/* Change the routed-expert cache budget live (GB; < 0: the default, see k3_params.expert_gb);
+ * shrinking evicts at once. Thread-safe; waits for a running layer to finish with its experts. */
+k3_status k3_model_set_expert_budget(k3_model *m, double gb);
+double    k3_model_expert_budget(const k3_model *m); /* the budget in effect, GB */
 
 /* A session holds the decode state (KDA states, conv tails, MLA latent cache, AttnRes). */
 k3_status k3_session_new(k3_model *m, k3_session **out);
@@ -418,7 +429,8 @@ k3_status   k3_conv_autosave_enable(k3_conv *c, const char *dir);
  * k3_conv_autosave_error and the next call tries again. */
 k3_status   k3_conv_autosave(k3_conv *c);
 const char *k3_conv_autosave_path(const k3_conv *c);  /* NULL before the first write */
-const char *k3_conv_autosave_error(const k3_conv *c); /* NULL when the last save worked */
+/* Why the last autosave failed ("PATH: what: strerror (errno N)"), NULL when it worked. */
+const char *k3_conv_autosave_error(const k3_conv *c);
 
 #ifdef __cplusplus
 }

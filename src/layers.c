@@ -296,12 +296,43 @@ static void mlp_forward(const k3_model *m, const mlp_weights *w, const float *x,
     mm(&w->down, g, n, out);
 }
 
+/* K3_TOPP: of one token's k selected experts keep the heaviest whose weights first reach
+ * share p of the total (ties: selection order); the rest get sel -1, weight 0; the kept
+ * weights are scaled so their sum is the total again. */
+static void topp_drop(int *sel, float *wt, int k, double p, int *idx /* (k) scratch */) {
+    double tot = 0;
+    for (int j = 0; j < k; j++) {
+        idx[j] = j;
+        tot += (double)wt[j];
+    }
+    for (int j = 1; j < k; j++) /* insertion sort by weight, descending, stable */
+        for (int i = j; i > 0 && wt[idx[i]] > wt[idx[i - 1]]; i--) {
+            int tmp    = idx[i];
+            idx[i]     = idx[i - 1];
+            idx[i - 1] = tmp;
+        }
+    double kept = 0;
+    int    nk   = 0;
+    while (nk < k && (nk == 0 || kept < p * tot))
+        kept += (double)wt[idx[nk++]];
+    for (int i = nk; i < k; i++) {
+        sel[idx[i]] = -1;
+        wt[idx[i]]  = 0;
+    }
+    for (int i = 0; i < nk && kept > 0; i++)
+        wt[idx[i]] = (float)((double)wt[idx[i]] * tot / kept);
+}
+
 /* Stable LatentMoE over the chunk: cb.xn (n, D) -> cb.y (n, D).
  *   s = σ(gate x);  T = top-k of (s + bias);  w_e = s_e / (Σ_T s + 1e-20) · routed_scale
  *   z = down_lat x;  u = Σ_{e∈T} w_e · w2_e(SiTU-GLU(w1_e z, w3_e z))
  *   y = up_lat RMSNorm(u, routed_expert_norm) + shared(x)
- * Each distinct expert of the chunk runs once over its tokens; u sums slots in selection order. */
-static void moe_forward(k3_session *s, int l, int n) {
+ * K3_TOPP < 1 keeps, per token, the heaviest selected experts whose weights reach that share of
+ * the total (ties: selection order) and scales them back to the total.
+ * Each distinct expert of the chunk runs once over its tokens, in the order the expert tier
+ * hands them out (hits, then reads as they land); u sums slots in selection order, so the
+ * result does not depend on that order. */
+static k3_status moe_forward(k3_session *s, int l, int n) {
     const k3_model    *m = s->m;
     const k3_config   *c = &m->cfg;
     const moe_weights *w = &m->layers[l].moe;
@@ -340,18 +371,26 @@ static void moe_forward(k3_session *s, int l, int n) {
         for (int j = 0; j < k; j++)
             wt[j] = (float)(k > 1 ? (double)st[sel[j]] / (tot + 1e-20) * (double)c->routed_scale
                                   : (double)st[sel[j]] * (double)c->routed_scale);
+        if (m->par.topp < 1) topp_drop(sel, wt, k, m->par.topp, b->moe_tok);
     }
 
     /* latent down projection, then each distinct expert once over its (token, slot) pairs */
     mm(&w->down_lat, b->xn, n, z);
-    int *pairs = b->moe_tok; /* (n*k) t*k + slot, grouped by expert */
-    for (int e = 0; e < E; e++) {
+    int  n_ids = 0, *ids = b->moe_ids, *pairs = b->moe_tok; /* pairs: t*k + slot of one expert */
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < n * k; i++)
+            if (b->moe_sel[i] == e) {
+                ids[n_ids++] = e;
+                break;
+            }
+    ex_batch  eb;
+    k3_status rc = ex_begin(m->tier, l, ids, n_ids, &s->stats, &eb);
+    int       e;
+    const k3_expert *x;
+    while (!rc && !(rc = ex_next(&eb, &e, &x)) && e >= 0) {
         int np = 0;
-        for (int t = 0; t < n; t++)
-            for (int j = 0; j < k; j++)
-                if (b->moe_sel[(size_t)t * k + j] == e) pairs[np++] = t * k + j;
-        if (!np) continue;
-        const k3_expert *x = expert_get(m, l, e);
+        for (int i = 0; i < n * k; i++)
+            if (b->moe_sel[i] == e) pairs[np++] = i;
         for (int i = 0; i < np; i++)
             memcpy(b->gat + (size_t)i * L, z + (size_t)(pairs[i] / k) * L, (size_t)L * sizeof(float));
         mm(&x->w1, b->gat, np, g);                                  /* (np, F) */
@@ -361,13 +400,16 @@ static void moe_forward(k3_session *s, int l, int n) {
         for (int i = 0; i < np; i++)
             memcpy(b->moe_y + (size_t)pairs[i] * L, b->gat2 + (size_t)i * L, (size_t)L * sizeof(float));
     }
+    ex_end(&eb);
+    if (rc) return rc;
     /* u = Σ_slot w · y_slot (selection order), RMSNorm, latent up, + shared */
     for (int t = 0; t < n; t++) {
         float *ut = lat + (size_t)t * L;
         for (int i = 0; i < L; i++) {
             double acc = 0;
             for (int j = 0; j < k; j++)
-                acc += (double)b->moe_w[(size_t)t * k + j] * (double)b->moe_y[((size_t)t * k + j) * L + i];
+                if (b->moe_sel[(size_t)t * k + j] >= 0)
+                    acc += (double)b->moe_w[(size_t)t * k + j] * (double)b->moe_y[((size_t)t * k + j) * L + i];
             ut[i] = (float)acc;
         }
         rmsnorm(ut, ut, w->lat_norm, L, c->rms_eps);
@@ -375,6 +417,7 @@ static void moe_forward(k3_session *s, int l, int n) {
     mm(&w->up_lat, lat, n, b->y);
     for (size_t i = 0; i < (size_t)n * D; i++)
         b->y[i] += sh[i];
+    return K3_OK;
 }
 
 /* ==== one decoder layer with Attention Residuals ============================== */
@@ -382,7 +425,7 @@ static void moe_forward(k3_session *s, int l, int n) {
 /* Spec 5, per token: p = h; x = blocks ? mix(p, blocks, attn_res) : p; on a block restart
  * blocks.append(p); a = Attn(RMSNorm(x)); p = restart ? a : p + a;
  * m = mix(p, blocks, mlp_res); p += MLP(RMSNorm(m)); h = p. */
-void layer_forward(k3_session *s, int l, int n) {
+k3_status layer_forward(k3_session *s, int l, int n) {
     const k3_model      *m = s->m;
     const k3_config     *c = &m->cfg;
     const layer_weights *w = &m->layers[l];
@@ -410,9 +453,13 @@ void layer_forward(k3_session *s, int l, int n) {
         rmsnorm(b->xn + (size_t)t * D, b->x + (size_t)t * D, w->post_norm, D, eps);
     }
     if (w->dense) mlp_forward(m, &w->mlp, b->xn, n, b->y, b->t0, b->t1);
-    else moe_forward(s, l, n);
+    else {
+        k3_status st = moe_forward(s, l, n);
+        if (st) return st;
+    }
     for (size_t i = 0; i < (size_t)n * D; i++)
         b->h[i] += b->y[i];
+    return K3_OK;
 }
 
 /* logits = lm_head · RMSNorm(mix(h, blocks, output_attn_res), model.norm), rows [t0, n). */

@@ -5,8 +5,10 @@
  * DESIGN
  * - Every weight matrix is a qmat (quant.h) made by model_matrix(), the one place where a
  *   checkpoint tensor becomes an engine matrix (today f32; later quantized at load).
- * - Routed experts are reached only through expert_get(), so a streaming LRU expert cache
- *   can replace the all-in-RAM table without touching the layer code.
+ * - Routed experts live in the streaming expert tier (experts.h: a per-layer LRU cache within
+ *   K3_EXPERT_GB, filled by loader threads); the layer code asks it for the distinct experts of
+ *   a chunk (ex_begin / ex_next / ex_end) and computes each once over its tokens. A failed read
+ *   ends the chunk with K3_ERR_IO (layer_forward returns it) and nothing is committed.
  * - A chunk of n tokens runs layer-major: each layer function receives the n rows of the chunk,
  *   reads each weight matrix once (qmat_matmul) and advances the sequential state token by token
  *   in order. Sequential state that outlives a token (KDA state and conv tails) is double
@@ -18,6 +20,7 @@
  */
 #pragma once
 #include "config.h"
+#include "experts.h"
 #include "k3-impl.h"
 #include "quant.h"
 #include "st.h"
@@ -25,13 +28,6 @@
 #include <stdatomic.h>
 
 /* ---- weights ------------------------------------------------------------- */
-
-/* One routed expert: three MXFP4 matrices on the stored bytes. */
-typedef struct k3_expert {
-    qmat w1; /* gate (F, L) */
-    qmat w3; /* up   (F, L) */
-    qmat w2; /* down (L, F) */
-} k3_expert;
 
 typedef struct kda_weights {
     qmat   q, k, v, g;     /* q/k/v/g_proj (P, D)                                  */
@@ -69,7 +65,6 @@ typedef struct moe_weights {
     qmat        up_lat;    /* routed_expert_up_proj (D, L)                         */
     float      *lat_norm;  /* routed_expert_norm (L)                               */
     mlp_weights shared;    /* shared_experts gate/up (S*F, D), down (D, S*F)       */
-    k3_expert  *experts;   /* [E] all in RAM for now; use expert_get()             */
 } moe_weights;
 
 typedef struct layer_weights {
@@ -97,14 +92,12 @@ struct k3_model {
     double       *out_res_w;     /* output_attn_res_norm ⊙ output_attn_res_proj (D)  */
     qmat          lm_head;       /* lm_head (V, D)                                   */
     layer_weights *layers;       /* [n_layers]                                       */
+    ex_tier      *tier;          /* routed experts (experts.c)                       */
     void        **owned;         /* every allocation of the weights, freed together  */
     int           n_owned, cap_owned;
     uint64_t      bytes_resident;
     uint64_t      load_done, load_total;
 };
-
-/* Routed expert e of layer l (never NULL for a valid e). The only access path to experts. */
-const k3_expert *expert_get(const k3_model *m, int layer, int e);
 
 /* Embedding row of token id into out (D floats). */
 void model_embed(const k3_model *m, int id, float *out);
@@ -137,6 +130,7 @@ typedef struct chunk_buf {
     int   *moe_sel;        /* (C, k) selected expert ids                                 */
     float *moe_w;          /* (C, k) their weights                                       */
     int   *moe_tok;        /* (C*k) tokens of one expert / (C*k) slots                   */
+    int   *moe_ids;        /* (E) distinct experts of the chunk                          */
     float *logits;         /* (C, V) */
     float *trace;          /* (C, n_run, D) when K3_TRACE is set                          */
 } chunk_buf;
@@ -157,7 +151,9 @@ struct k3_session {
     int          x0_rows;
 };
 
-/* One layer over the chunk's n rows: cb.h in, cb.h out (Attention Residuals, attention, MLP). */
-void layer_forward(k3_session *s, int l, int n);
+/* One layer over the chunk's n rows: cb.h in, cb.h out (Attention Residuals, attention, MLP).
+ * Fails only when an expert cannot be read (K3_ERR_IO, K3_ERR_NUMERIC, K3_ERR_NOMEM): the
+ * chunk must then not be committed. */
+k3_status layer_forward(k3_session *s, int l, int n);
 /* Logits of rows t of the chunk for t in [t0, n): final mix, norm, lm_head into cb.logits. */
 void model_head(k3_session *s, int t0, int n);

@@ -6,8 +6,9 @@
  * through model_matrix() -> matrix_from_f32(), the single point where load-time quantization
  * (K3_BITS, K3_MLA_BITS, K3_HEAD_BITS) plugs in. Every float tensor is checked for NaN/inf and
  * every MXFP4 scale for the NaN code 255, with an error naming the tensor. Routed experts keep
- * the stored MXFP4 bytes (one allocation per expert: w1, w3, w2 packed + scales) and are reached
- * through expert_get() only. All allocations are recorded in m->owned and freed together.
+ * the stored MXFP4 bytes and live in the streaming expert tier (experts.c: an LRU cache per
+ * layer within K3_EXPERT_GB, read from the shards on demand). All other allocations are
+ * recorded in m->owned and freed together.
  */
 #include "model-impl.h"
 
@@ -49,6 +50,11 @@ k3_status k3_params_default(k3_params *p) {
     p->head_bits = 8;
     p->chunk     = 32;
     p->max_ctx   = 8192;
+    p->expert_gb = -1;
+    p->direct    = 1;
+    p->pipe      = 1;
+    p->load_threads = 4;
+    p->topp      = 1;
     k3_status st;
     if ((st = env_bits("K3_BITS", &p->bits))) return st;
     if ((st = env_bits("K3_MLA_BITS", &p->mla_bits))) return st;
@@ -57,12 +63,22 @@ k3_status k3_params_default(k3_params *p) {
     if ((st = env_int("K3_MAXT", 1, 1 << 24, &p->max_ctx))) return st;
     if ((st = env_int("K3_THREADS", 0, 4096, &p->threads))) return st;
     if ((st = env_int("K3_LAYERS", 0, K3_MAX_LAYERS, &p->n_layers))) return st;
+    if ((st = env_int("K3_DIRECT", 0, 1, &p->direct))) return st;
+    if ((st = env_int("K3_PIPE", 0, 1, &p->pipe))) return st;
+    if ((st = env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads))) return st;
     const char *v = getenv("K3_EXPERT_GB");
     if (v && *v) {
         char *end;
         p->expert_gb = strtod(v, &end);
         if (*end || !(p->expert_gb >= 0 && p->expert_gb < 1e9))
             return k3_err(K3_ERR_ARG, "K3_EXPERT_GB='%s': expected a number of GB >= 0", v);
+    }
+    v = getenv("K3_TOPP");
+    if (v && *v) {
+        char *end;
+        p->topp = strtod(v, &end);
+        if (*end || !(p->topp > 0 && p->topp <= 1))
+            return k3_err(K3_ERR_ARG, "K3_TOPP='%s': expected a number in (0, 1]", v);
     }
     v = getenv("K3_LOGITS");
     p->logits_path = v && *v ? v : NULL;
@@ -335,50 +351,6 @@ fail:
     return st;
 }
 
-/* One routed expert: six U8 tensors into one allocation, MXFP4 as stored. */
-static k3_status load_expert(k3_model *m, int l, int e, k3_expert *x) {
-    const k3_config *c = &m->cfg;
-    int F = c->moe_inter, L = c->latent;
-    struct { const char *n; int rows, cols; qmat *q; } mats[3] = {
-        {"w1", F, L, &x->w1}, {"w3", F, L, &x->w3}, {"w2", L, F, &x->w2}};
-    size_t total = 0;
-    for (int i = 0; i < 3; i++)
-        total += q_wbytes(Q_MXFP4, mats[i].rows, mats[i].cols) +
-                 q_sbytes(Q_MXFP4, mats[i].rows, mats[i].cols);
-    uint8_t *buf = alloc_owned(m, total);
-    if (!buf) return k3_err(K3_ERR_NOMEM, "model: out of memory for expert %d of layer %d", e, l);
-    char      nb[256], nm[128];
-    k3_status st = K3_OK;
-    for (int i = 0; i < 3; i++) {
-        int rows = mats[i].rows, cols = mats[i].cols;
-        if (cols % Q_MXFP4_GROUP)
-            return k3_err(K3_ERR_CONFIG, "%s: expert width %d is not a multiple of %d", m->dir,
-                          cols, Q_MXFP4_GROUP);
-        uint8_t *part[2];
-        int64_t  width[2] = {cols / 2, cols / Q_MXFP4_GROUP};
-        static const char *suf[2] = {"weight_packed", "weight_scale"};
-        for (int k = 0; k < 2; k++) {
-            snprintf(nm, sizeof nm, "block_sparse_moe.experts.%d.%s.%s", e, mats[i].n, suf[k]);
-            const st_tensor *t = need(m, LN(nm), &st);
-            if (!t) return st;
-            if (t->dtype != ST_U8 || t->ndim != 2 || t->shape[0] != rows || t->shape[1] != width[k])
-                return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected U8 [%d, %lld]", m->dir,
-                              nb, rows, (long long)width[k]);
-            part[k] = buf;
-            if ((st = st_read(m->st, t, buf))) return st;
-            buf += t->nbytes;
-            progress(m, nb, t->nbytes);
-        }
-        size_t ns = q_sbytes(Q_MXFP4, rows, cols);
-        for (size_t j = 0; j < ns; j++)
-            if (part[1][j] == 255)
-                return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': scale byte %zu is 255 (NaN)",
-                              m->dir, nb, j);
-        *mats[i].q = (qmat){.type = Q_MXFP4, .rows = rows, .cols = cols, .w = part[0], .e = part[1]};
-    }
-    return K3_OK;
-}
-
 static k3_status load_moe(k3_model *m, int l, moe_weights *w) {
     const k3_config *c = &m->cfg;
     int D = c->hidden, E = c->n_experts, L = c->latent, bits = m->par.bits;
@@ -391,11 +363,7 @@ static k3_status load_moe(k3_model *m, int l, moe_weights *w) {
         (st = model_vec(m, LN("block_sparse_moe.routed_expert_norm.weight"), L, &w->lat_norm)) ||
         (st = load_mlp(m, l, "block_sparse_moe.shared_experts", c->n_shared * c->moe_inter, &w->shared)))
         return st;
-    w->experts = alloc_owned(m, (size_t)E * sizeof(k3_expert));
-    if (!w->experts) return k3_err(K3_ERR_NOMEM, "model: out of memory");
-    for (int e = 0; e < E; e++)
-        if ((st = load_expert(m, l, e, &w->experts[e]))) return st;
-    return K3_OK;
+    return K3_OK; /* routed experts: the expert tier (experts.c) */
 }
 
 static k3_status load_layer(k3_model *m, int l) {
@@ -422,11 +390,6 @@ static k3_status load_layer(k3_model *m, int l) {
 #undef LN
 
 /* ==== model API ============================================================== */
-
-const k3_expert *expert_get(const k3_model *m, int layer, int e) {
-    K3_ASSERT(layer >= 0 && layer < m->cfg.n_layers && e >= 0 && e < m->cfg.n_experts);
-    return &m->layers[layer].moe.experts[e];
-}
 
 /* Elements [i0, i0+n) of embedding row id, converted to f32. */
 static void embed_slice(const k3_model *m, int id, int i0, int n, float *out) {
@@ -531,6 +494,7 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
     if ((st = load_globals(m))) goto fail;
     for (int l = 0; l < m->n_run; l++)
         if ((st = load_layer(m, l))) goto fail;
+    if ((st = ex_open(m, &m->tier))) goto fail;
     K3_LOG_INFO("%s: %d layers (%d run), %.1f MB resident", dir, c->n_layers, m->n_run,
                 (double)m->bytes_resident / 1e6);
     *out = m;
@@ -542,6 +506,7 @@ fail:
 
 void k3_model_free(k3_model *m) {
     if (!m) return;
+    ex_close(m->tier);
     for (int i = 0; i < m->n_owned; i++)
         free(m->owned[i]);
     free(m->owned);
@@ -570,5 +535,14 @@ void k3_model_get_info(const k3_model *m, k3_model_info *out) {
     out->eos_id         = c->eos_id;
     out->gen_temp       = c->gen_temp;
     out->gen_top_p      = c->gen_top_p;
-    out->bytes_resident = m->bytes_resident;
+    out->bytes_resident = m->bytes_resident + (m->tier ? ex_resident_bytes(m->tier) : 0);
+}
+
+k3_status k3_model_set_expert_budget(k3_model *m, double gb) {
+    if (!(gb < 1e9)) return k3_err(K3_ERR_ARG, "expert budget %g GB: expected < 1e9", gb);
+    return ex_set_budget(m->tier, gb);
+}
+
+double k3_model_expert_budget(const k3_model *m) {
+    return ex_budget_gb(m->tier);
 }

@@ -100,6 +100,7 @@ k3_status k3_session_new(k3_model *m, k3_session **out) {
         !(b->moe_w = falloc((size_t)C * c->n_active)) ||
         !(b->moe_sel = calloc((size_t)C * c->n_active, sizeof(int))) ||
         !(b->moe_tok = calloc((size_t)C * c->n_active, sizeof(int))) ||
+        !(b->moe_ids = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
         !(b->logits = falloc((size_t)C * V)) || !(s->logits = falloc((size_t)V)) ||
         !(s->dtmp = calloc((size_t)2 * P, sizeof(double))))
         goto oom;
@@ -113,7 +114,7 @@ k3_status k3_session_new(k3_model *m, k3_session **out) {
         goto fail;
     }
     if (m->par.x0_path && (st = read_x0(s, m->par.x0_path))) goto fail;
-    s->stats.expert_gb_budget = m->par.expert_gb;
+    s->stats.expert_gb_budget = k3_model_expert_budget(m);
     *out = s;
     return K3_OK;
 oom:
@@ -139,7 +140,7 @@ void k3_session_free(k3_session *s) {
     chunk_buf *b = &s->cb;
     void *bufs[] = {b->h, b->blocks, b->x, b->xn, b->y, b->t0, b->t1, b->t2, b->t3, b->t4, b->t5,
                     b->win, b->hd, b->hd2, b->gat, b->gat2, b->scores, b->moe_y, b->moe_sel,
-                    b->moe_w, b->moe_tok, b->logits, b->trace, s->logits, s->dtmp, s->x0};
+                    b->moe_w, b->moe_tok, b->moe_ids, b->logits, b->trace, s->logits, s->dtmp, s->x0};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     if (s->f_logits) fclose(s->f_logits);
@@ -212,7 +213,8 @@ static k3_status run_chunk(k3_session *s, const int32_t *ids, int n) {
     for (int l = 0; l < m->n_run; l++) {
         if (atomic_load(&s->cancel))
             return k3_err(K3_ABORTED, "cancelled before layer %d of a %d-token chunk", l, n);
-        layer_forward(s, l, n);
+        k3_status st = layer_forward(s, l, n);
+        if (st) return st;
         if (s->cb.trace)
             for (int t = 0; t < n; t++)
                 memcpy(s->cb.trace + ((size_t)t * m->n_run + l) * D, s->cb.h + (size_t)t * D,
@@ -333,7 +335,8 @@ void k3_snapshot_free(k3_snapshot *snap) {
 /* ==== statistics ================================================================ */
 
 void k3_session_stats(const k3_session *s, k3_stats *out) {
-    *out = s->stats;
+    *out                  = s->stats;
+    out->expert_gb_budget = k3_model_expert_budget(s->m);
 }
 
 void k3_session_reset_stats(k3_session *s) {

@@ -19,6 +19,9 @@
  * bsearch; vision tensors that happen to share a shard with text tensors are validated but not
  * recorded. Reads are positioned (pread, looping on short reads and EINTR) so any thread may read
  * any tensor concurrently; a read that hits end of file names the file and the offset.
+ *
+ * K3_DIRS (a checkpoint split over drives): a colon-separated list of directories; a shard
+ * file that is not in the model directory is taken from the first of them that holds it.
  */
 #include "st.h"
 
@@ -307,6 +310,25 @@ static k3_status add_shard(st_dir *d, const char *name, int *idx) {
     s->fd = -1;
     s->name = k3_strdup(name);
     s->path = path_join(d->path, name);
+    const char *dirs = getenv("K3_DIRS");
+    struct stat sb;
+    for (const char *p = dirs; s->path && p && *p && stat(s->path, &sb) != 0;) {
+        size_t n   = strcspn(p, ":");
+        char  *dir = n ? k3_malloc(n + 1) : NULL;
+        if (dir) {
+            memcpy(dir, p, n);
+            dir[n] = 0;
+            char *alt = path_join(dir, name);
+            free(dir);
+            if (alt && stat(alt, &sb) == 0) {
+                free(s->path);
+                s->path = alt;
+            } else {
+                free(alt);
+            }
+        }
+        p += n + (p[n] == ':');
+    }
     if (!s->name || !s->path) {
         free(s->name);
         free(s->path);

@@ -431,8 +431,8 @@ k3_status k3_conv_autosave(k3_conv *c) {
         return K3_OK;
     k3_status st = autosave_write(c);
     if (st) {
-        snprintf(c->autosave_err, sizeof c->autosave_err, "autosave: %s", k3_errmsg());
-        K3_LOG_WARN("%s (the conversation is still in memory)", c->autosave_err);
+        snprintf(c->autosave_err, sizeof c->autosave_err, "%s", k3_errmsg());
+        K3_LOG_WARN("autosave: %s (the conversation is still in memory)", c->autosave_err);
     } else {
         c->autosave_err[0] = 0;
     }
