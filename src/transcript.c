@@ -13,7 +13,7 @@
  *     to a temporary file in the same directory, fsync, rename over the target, fsync the
  *     directory: a crash leaves the old file or the new one, never a mix.
  *   - Autosave appends all the lines of a turn with ONE write(2) to an O_APPEND file and
- *     then fsync. A short write we see (disk full) is cut back with ftruncate. One we do
+ *     then fsync. A failed write we see (disk full) is cut back with ftruncate. One we do
  *     not see (SIGKILL stops a large write between pages; power loss) leaves a prefix of
  *     the turn's lines, so the reader ignores a final line that has no newline and is not
  *     valid JSON, and says so: the file still holds every turn completed before.
@@ -236,7 +236,7 @@ static k3_status atomic_write(const char *path, const char *p, size_t n) {
         st = io_err(tmp, "chmod failed", errno);
         goto fail;
     }
-    if ((st = write_all(fd, p, n, tmp)))
+    if ((st = write_all(fd, p, n, path)))
         goto fail;
     if (fsync(fd) != 0) {
         st = io_err(tmp, "fsync failed", errno);
@@ -273,15 +273,10 @@ static k3_status durable_append(const char *path, const char *p, size_t n) {
         st = io_err(path, "stat failed", errno);
         goto done;
     }
-    ssize_t w;
-    do
-        w = write(fd, p, n);
-    while (w < 0 && errno == EINTR);
-    if (w != (ssize_t)n) {
-        int e = w < 0 ? errno : ENOSPC;
-        if (w > 0 && ftruncate(fd, sb.st_size) != 0)
+    /* one write(2) normally; a short one is retried to learn why (ENOSPC, EFBIG, EIO) */
+    if ((st = write_all(fd, p, n, path))) {
+        if (ftruncate(fd, sb.st_size) != 0)
             K3_LOG_WARN("%s: could not cut back a partial append: %s", path, strerror(errno));
-        st = io_err(path, "append failed", e);
         goto done;
     }
     if (fsync(fd) != 0)
