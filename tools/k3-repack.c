@@ -888,7 +888,7 @@ out:
 
 /* Write bytes to dir/name through a temp file + fsync + rename. */
 static k3_status put_file(const char *dir, const char *name, const void *data, size_t n) {
-    char     *tmp = xasprintf("%s/.%s.tmp", dir, name), *fin = xasprintf("%s/%s", dir, name);
+    char     *tmp = xasprintf("%s/.%s.%d.tmp", dir, name, (int)getpid()), *fin = xasprintf("%s/%s", dir, name);
     k3_status st  = K3_OK;
     int       fd  = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) st = k3_err(K3_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
