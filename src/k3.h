@@ -429,7 +429,8 @@ k3_status   k3_conv_autosave_enable(k3_conv *c, const char *dir);
  * k3_conv_autosave_error and the next call tries again. */
 k3_status   k3_conv_autosave(k3_conv *c);
 const char *k3_conv_autosave_path(const k3_conv *c);  /* NULL before the first write */
-const char *k3_conv_autosave_error(const k3_conv *c); /* NULL when the last save worked */
+/* Why the last autosave failed ("PATH: what: strerror (errno N)"), NULL when it worked. */
+const char *k3_conv_autosave_error(const k3_conv *c);
 
 #ifdef __cplusplus
 }

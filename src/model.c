@@ -482,9 +482,10 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
 #ifdef _OPENMP
     if (m->par.threads > 0) omp_set_num_threads(m->par.threads);
 #endif
-    /* The exact path (K3_BITS=32) computes the MXFP4 experts in float too, unless K3_IDOT asks
-     * for the int8-activation dot products. (A process-wide kernel setting.) */
-    if (m->par.bits == 32 && !getenv("K3_IDOT")) kern_set_idot(0);
+    /* The exact path (K3_BITS=32) computes the MXFP4 experts in float too, quantized paths use
+     * int8-activation dot products, unless K3_IDOT says otherwise. (A process-wide kernel
+     * setting: the model opened last decides.) */
+    if (!getenv("K3_IDOT")) kern_set_idot(m->par.bits != 32);
     for (int i = 0; i < st_n_tensors(m->st); i++)
         m->load_total += st_tensor_at(m->st, i)->nbytes;
     if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers))) {

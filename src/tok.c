@@ -86,15 +86,31 @@ static inline uint32_t hash_bytes(const uint8_t *s, size_t n) {
     return (uint32_t)(mix(h) >> 32);
 }
 
+static inline uint64_t head8(const uint8_t *s, size_t n) {
+    uint64_t v = 0;
+    if (n >= 8) return rd64(s);
+    memcpy(&v, s, n);
+    return v;
+}
+
+static inline uint32_t filter_bit(uint32_t h) { return (h * 0x9E3779B1u) >> (32 - TOK_FILTER_LOG2); }
+
+static inline uint32_t slot_tag(uint32_t h, size_t n) { return (h & ~0xFFu) | (uint32_t)(n < 255 ? n : 255); }
+
 int32_t tok_rank(const k3_tok *t, const uint8_t *s, size_t n) {
+    if (n == 2) return t->pair_rank[s[0] | s[1] << 8];
     if (n == 1) return t->byte_rank[s[0]];
     if (n == 0 || n > (size_t)t->max_len) return TOK_RANK_NONE;
-    uint32_t h = hash_bytes(s, n);
+    uint32_t h = hash_bytes(s, n), tag = slot_tag(h, n);
+    uint32_t fb = filter_bit(h);
+    if (!(t->filter[fb >> 6] >> (fb & 63) & 1)) return TOK_RANK_NONE;
+    uint64_t hd = head8(s, n);
     for (uint32_t i = h & t->ht_mask;; i = (i + 1) & t->ht_mask) {
-        int32_t r = t->ht_rank[i];
-        if (r < 0) return TOK_RANK_NONE;
-        if (t->ht_hash[i] == h && t->off[r + 1] - t->off[r] == n && !memcmp(t->blob + t->off[r], s, n))
-            return r;
+        const struct tok_slot *sl = &t->ht[i];
+        if (sl->rank < 0) return TOK_RANK_NONE;
+        if (sl->tag == tag && sl->head == hd &&
+            (n <= 8 || (t->off[sl->rank + 1] - t->off[sl->rank] == n && !memcmp(t->blob + t->off[sl->rank], s, n))))
+            return sl->rank;
     }
 }
 
@@ -104,8 +120,9 @@ void k3_tok_free(k3_tok *t) {
     if (!t) return;
     free(t->blob);
     free(t->off);
-    free(t->ht_hash);
-    free(t->ht_rank);
+    free(t->ht);
+    free(t->pair_rank);
+    free(t->filter);
     if (t->sp_name)
         for (int i = 0; i < TOK_N_RESERVED; i++) free(t->sp_name[i]);
     free(t->sp_name);
@@ -222,31 +239,37 @@ static k3_status parse_model(k3_tok *t, const char *txt, size_t n, const char *f
     uint32_t slots = 1;
     while (slots < (uint32_t)r * 2u) slots <<= 1;
     t->ht_mask = slots - 1;
-    t->ht_hash = malloc(slots * sizeof *t->ht_hash);
-    t->ht_rank = malloc(slots * sizeof *t->ht_rank);
-    if (!t->ht_hash || !t->ht_rank) {
+    t->ht = malloc(slots * sizeof *t->ht);
+    t->pair_rank = malloc(65536 * sizeof *t->pair_rank);
+    t->filter = calloc(TOK_FILTER_BITS / 64, sizeof *t->filter);
+    if (!t->ht || !t->pair_rank || !t->filter) {
         st = k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
         goto done;
     }
-    memset(t->ht_rank, 0xff, slots * sizeof *t->ht_rank);
+    for (uint32_t i = 0; i < slots; i++) t->ht[i].rank = -1;
     for (int b = 0; b < 256; b++) t->byte_rank[b] = TOK_RANK_NONE;
+    for (int b = 0; b < 65536; b++) t->pair_rank[b] = TOK_RANK_NONE;
     for (int32_t k = 0; k < r; k++) {
         const uint8_t *s = t->blob + t->off[k];
         uint32_t len = t->off[k + 1] - t->off[k];
-        uint32_t h = hash_bytes(s, len);
+        uint32_t h = hash_bytes(s, len), tag = slot_tag(h, len);
         uint32_t i = h & t->ht_mask;
         for (;; i = (i + 1) & t->ht_mask) {
-            int32_t o = t->ht_rank[i];
+            int32_t o = t->ht[i].rank;
             if (o < 0) break;
-            if (t->ht_hash[i] == h && t->off[o + 1] - t->off[o] == len && !memcmp(t->blob + t->off[o], s, len)) {
+            if (t->ht[i].tag == tag && t->off[o + 1] - t->off[o] == len && !memcmp(t->blob + t->off[o], s, len)) {
                 st = k3_err(K3_ERR_FORMAT, "%s: line %d: duplicate token bytes (rank %d has the same bytes, line %d)",
                             file, line_of[k], o, line_of[o]);
                 goto done;
             }
         }
-        t->ht_hash[i] = h;
-        t->ht_rank[i] = k;
+        uint32_t fb = filter_bit(h);
+        t->filter[fb >> 6] |= 1ull << (fb & 63);
+        t->ht[i].head = head8(s, len);
+        t->ht[i].tag = tag;
+        t->ht[i].rank = k;
         if (len == 1) t->byte_rank[s[0]] = k;
+        if (len == 2) t->pair_rank[s[0] | s[1] << 8] = k;
     }
     for (int b = 0; b < 256; b++)
         if (t->byte_rank[b] == TOK_RANK_NONE) {
@@ -338,6 +361,7 @@ k3_status tok_load_mem(const char *model_txt, size_t model_len, const char *mode
         t->sp_first[(uint8_t)t->sp_name[i][0]] = 1;
         if ((int32_t)t->sp_len[i] > t->max_sp_len) t->max_sp_len = (int32_t)t->sp_len[i];
     }
+    tok_pre_init();
     *out = t;
     return K3_OK;
 fail:

@@ -11,6 +11,8 @@
 
 #define TOK_N_RESERVED 256      /* reserved special ids after the base vocabulary */
 #define TOK_RANK_NONE  INT32_MAX
+#define TOK_FILTER_LOG2 21 /* 256 KB: stays in cache; ~9% false positives at 200K tokens */
+#define TOK_FILTER_BITS (1u << TOK_FILTER_LOG2)
 
 enum tok_family { TOK_KIMI = 0, TOK_O200K = 1 };
 
@@ -21,10 +23,17 @@ struct k3_tok {
     uint32_t *off;              /* (n_base + 1) offset of rank r's bytes in blob         */
     int32_t  max_len;           /* longest base token in bytes                           */
     int32_t  byte_rank[256];    /* rank of each single byte                              */
-    /* open-addressing hash: byte string -> rank */
-    uint32_t *ht_hash;          /* (ht_mask + 1) hash of the key in the slot             */
-    int32_t  *ht_rank;          /* (ht_mask + 1) rank, -1 = empty                        */
+    /* open-addressing hash: byte string -> rank. A slot holds the first 8 bytes of its
+     * token, so a lookup of a token of <= 8 bytes touches one cache line. */
+    struct tok_slot {
+        uint64_t head;          /* first min(len, 8) bytes, zero padded                  */
+        uint32_t tag;           /* hash & ~0xFF | min(len, 255)                          */
+        int32_t  rank;          /* -1 = empty                                            */
+    } *ht;                      /* (ht_mask + 1)                                         */
     uint32_t  ht_mask;
+    int32_t  *pair_rank;        /* (65536) rank of each 2-byte string, or TOK_RANK_NONE   */
+    uint64_t *filter;           /* (TOK_FILTER_BITS / 64) bit per hash of every token: a
+                                 * cache-resident "surely not a token" test before the slots */
     /* specials: ids n_base .. n_base + 255 */
     char    **sp_name;          /* (TOK_N_RESERVED) NUL-terminated names                 */
     uint32_t *sp_len;           /* (TOK_N_RESERVED) strlen of each name                  */
@@ -36,6 +45,9 @@ struct k3_tok {
 int32_t tok_rank(const k3_tok *t, const uint8_t *s, size_t n);
 
 /* ---- pre-tokenizer (tok-pre.c) ---- */
+/* Build the per-code-point class table (once per process; k3_tok_load calls it, so the
+ * first encode does not pay for it). */
+void   tok_pre_init(void);
 /* End (byte offset, > i) of the piece that starts at byte i of s[0..n). */
 size_t tok_pre_next(enum tok_family f, const uint8_t *s, size_t n, size_t i);
 /* Kimi input cutting (the release's wrapper): chunks of 400,000 chars from the start of

@@ -33,6 +33,11 @@ check $? "int8 head vs f32: small non-zero difference (rel_l2 $r, KL $k)"
 grep -q 'positions 7,' "$T/head"
 check $? "--ids: seven positions compared"
 
+printf 'The quick brown fox jumps over the lazy dog, twice: the quick brown fox.' >"$T/text"
+"$AB" --text "$T/text" --max 9 "$T/m" "$F" "$F K3_MLA_BITS=8" >"$T/txt" 2>&1
+grep -q 'positions 9,' "$T/txt" && grep -q '^AB top1' "$T/txt"
+check $? "--text: tokenized with the model's tokenizer, --max 9 keeps nine ($(grep '^positions' "$T/txt"))"
+
 "$AB" "$T/m" "$F" "K3_BITS=5" >"$T/bad" 2>&1
 [ $? -eq 1 ] && grep -q "K3_BITS" "$T/bad"
 check $? "invalid setting value: exit 1 naming the variable ($(head -c 200 "$T/bad"))"

@@ -12,6 +12,8 @@
 #include "conv-impl.h"
 #include "test.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,6 +78,101 @@ static int run(const char *cmd, char *out, size_t cap) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* ---- crash safety with real turns: a child generating turn after turn with autosave is
+ * killed with SIGKILL at a random moment; its autosave file must parse and hold every turn
+ * the child had finished (in order, each user message followed by its reply). ---- */
+static void crash_child(const char *dir, int fd) {
+    k3_params p;
+    k3_model *m;
+    k3_session *s;
+    k3_conv *c = k3_conv_new();
+    k3_conv_settings set;
+    k3_conv_settings_default(&set);
+    set.think = 0;
+    set.max_tokens = 3;
+    set.sampling.temp = 0;
+    if (k3_params_default(&p) || k3_model_open(model_dir, &p, &m) || k3_session_new(m, &s) ||
+        k3_conv_set_settings(c, &set) || k3_conv_autosave_enable(c, dir))
+        _exit(3);
+    for (int i = 0;; i++) {
+        char q[32];
+        snprintf(q, sizeof q, "q %d", i);
+        k3_conv_add(c, K3_ROLE_USER, q, NULL);
+        if (i % 4 == 3) { /* a settings change: the autosave rewrites the file */
+            set.sampling.seed++;
+            k3_conv_set_settings(c, &set);
+        }
+        if (k3_conv_generate(c, m, s, NULL) || k3_conv_autosave_error(c) || write(fd, &i, sizeof i) != sizeof i)
+            _exit(4);
+    }
+}
+
+static void crash_rounds(void) {
+    int rounds = 8, good = 0, turns = 0;
+    srand((unsigned)getpid());
+    for (int r = 0; r < rounds; r++) {
+        char dir[700];
+        snprintf(dir, sizeof dir, "%s/crash%d", tmpdir, r);
+        int fds[2];
+        if (pipe(fds))
+            break;
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            crash_child(dir, fds[1]);
+        }
+        close(fds[1]);
+        int done = -1, x, status;
+        if (read(fds[0], &x, sizeof x) == sizeof x) /* the first turn is done: kill from now on */
+            done = x;
+        usleep((useconds_t)(rand() % 400000));
+        kill(pid, SIGKILL);
+        while (read(fds[0], &x, sizeof x) == sizeof x)
+            done = x;
+        close(fds[0]);
+        waitpid(pid, &status, 0);
+        int ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, files = 0;
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            size_t n = strlen(e->d_name);
+            if (n < 6 || strcmp(e->d_name + n - 6, ".jsonl"))
+                continue;
+            files++;
+            char p[1500];
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            k3_conv *l = k3_conv_new();
+            int      n_ok = 0;
+            if (k3_conv_load(l, p, NULL) != K3_OK) {
+                printf("  round %d: %s\n", r, k3_errmsg());
+                ok = 0;
+            }
+            for (int i = 0; i + 1 < k3_conv_count(l); i += 2) { /* complete exchanges, in order */
+                char q[32];
+                snprintf(q, sizeof q, "q %d", i / 2);
+                const k3_msg *u = k3_conv_msg(l, i), *a = k3_conv_msg(l, i + 1);
+                if (u->role != K3_ROLE_USER || strcmp(u->content, q) || a->role != K3_ROLE_ASSISTANT || !a->has_stats)
+                    break;
+                n_ok++;
+            }
+            if (n_ok < done + 1) {
+                printf("  round %d: %s holds %d complete turns of %d finished\n", r, p, n_ok, done + 1);
+                ok = 0;
+            }
+            k3_conv_free(l);
+        }
+        if (d)
+            closedir(d);
+        if (done < 0 || files != 1) /* the child must have finished a turn and left one file */
+            ok = 0;
+        good += ok;
+        turns += done + 1;
+    }
+    T_CHECK(good == rounds, "kill -9 while generating (%d rounds, %d finished turns): every autosave file parses and "
+                            "holds every finished turn (%d/%d rounds ok)", rounds, turns, good, rounds);
+}
+
 int main(void) {
     const char *t = getenv("K3_TMP");
     build = getenv("K3_BUILD");
@@ -92,10 +189,11 @@ int main(void) {
         return 0;
     }
     setenv("XDG_DATA_HOME", tmpdir, 1);
+    setenv("K3_THREADS", "1", 1); /* tiny model: threads only contend (k3chat runs inherit it) */
+    crash_rounds(); /* first: children fork before this process starts any OpenMP threads */
     k3_params par;
     k3_model *m = NULL;
     k3_session *s = NULL;
-    setenv("K3_THREADS", "1", 1); /* tiny model: threads only contend (k3chat runs inherit it) */
     K3_ASSERT(k3_params_default(&par) == K3_OK);
     k3_status st = k3_model_open(model_dir, &par, &m);
     T_CHECK(st == K3_OK, "open the tiny model (%s)", st ? k3_errmsg() : "ok");

@@ -6,9 +6,10 @@
  * A setting is a space-separated list of K3_* environment assignments, applied on top of the
  * caller's environment for that run only ("" = the defaults), e.g.
  *   k3-ab m/ 'K3_BITS=32 K3_MLA_BITS=32 K3_HEAD_BITS=32 K3_IDOT=0' 'K3_BITS=4'
- * Tokens: --ids 'ID ID ...' or --ids-file FILE (whitespace-separated ids), or --random N
+ * Tokens: --text FILE (UTF-8 text, encoded with the model's tokenizer, special-token names as
+ * plain text), --ids 'ID ID ...' or --ids-file FILE (whitespace-separated ids), or --random N
  * (N ids drawn uniformly from the vocabulary with --seed S, default 1; the default is
- * --random 64). Each setting loads the model, feeds the whole sequence once (chunked prefill;
+ * --random 64). --max N keeps the first N tokens. Each setting loads the model, feeds the whole sequence once (chunked prefill;
  * the engine's K3_LOGITS hook writes every position's logits to a scratch file) and frees it.
  *
  * Report (A is the reference): per position the softmax of each side; then
@@ -32,7 +33,8 @@
 #define MAX_VARS 32
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: k3-ab [--ids 'ID ...' | --ids-file FILE | --random N] [--seed S] MODEL_DIR 'A settings' 'B settings'\n"
+    fprintf(f, "usage: k3-ab [--text FILE | --ids 'ID ...' | --ids-file FILE | --random N] [--seed S] [--max N]\n"
+               "             MODEL_DIR 'A settings' 'B settings'\n"
                "  settings: space-separated K3_*=VALUE assignments for that run ('' = defaults)\n");
 }
 
@@ -168,8 +170,8 @@ static int argmax(const float *x, int n) {
 }
 
 int main(int argc, char **argv) {
-    const char *ids_text = NULL, *ids_file = NULL;
-    int         n_random = 64;
+    const char *ids_text = NULL, *ids_file = NULL, *text_file = NULL;
+    int         n_random = 64, n_max = 0;
     unsigned long long seed = 1;
     int         ai       = 1;
     for (; ai < argc && argv[ai][0] == '-' && argv[ai][1]; ai++) {
@@ -187,6 +189,10 @@ int main(int argc, char **argv) {
             ids_text = v;
         else if (!strcmp(o, "--ids-file"))
             ids_file = v;
+        else if (!strcmp(o, "--text"))
+            text_file = v;
+        else if (!strcmp(o, "--max"))
+            n_max = atoi(v);
         else if (!strcmp(o, "--random"))
             n_random = atoi(v);
         else if (!strcmp(o, "--seed"))
@@ -212,13 +218,15 @@ int main(int argc, char **argv) {
         goto out;
 
     /* token ids */
-    if (ids_file) {
-        FILE *f = fopen(ids_file, "rb");
+    size_t len = 0;
+    if (ids_file || text_file) {
+        const char *fn = text_file ? text_file : ids_file;
+        FILE       *f  = fopen(fn, "rb");
         if (!f) {
-            fprintf(stderr, "k3-ab: %s: %s\n", ids_file, strerror(errno));
+            fprintf(stderr, "k3-ab: %s: %s\n", fn, strerror(errno));
             goto out;
         }
-        size_t cap = 1 << 16, len = 0;
+        size_t cap = 1 << 16;
         text       = malloc(cap + 1);
         for (size_t r; text && (r = fread(text + len, 1, cap - len, f)) > 0;) {
             len += r;
@@ -239,9 +247,25 @@ int main(int argc, char **argv) {
             goto out;
         }
         text[len] = '\0';
-        ids_text  = text;
+        if (ids_file)
+            ids_text = text;
     }
-    if (ids_text) {
+    if (text_file) {
+        k3_tok   *tok = NULL;
+        k3_ids    v   = {0};
+        k3_status st  = k3_tok_load(dir, NULL, &tok);
+        if (st == K3_OK)
+            st = k3_tok_encode(tok, text, len, 0, &v);
+        k3_tok_free(tok);
+        if (st != K3_OK) {
+            fprintf(stderr, "k3-ab: %s: %s\n", text_file, k3_errmsg());
+            k3_ids_free(&v);
+            rc = 1;
+            goto out;
+        }
+        ids = v.v; /* k3_ids owns a malloc'ed array: take it */
+        n   = (int)v.n;
+    } else if (ids_text) {
         size_t cap = 64;
         ids        = malloc(cap * sizeof *ids);
         for (const char *p = ids_text; ids;) {
@@ -290,6 +314,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "k3-ab: no token ids\n");
         goto out;
     }
+    if (n_max > 0 && n > n_max)
+        n = n_max;
 
     int va = 0, vb = 0;
     rc     = 1;

@@ -6,7 +6,7 @@
 //   node tiktoken-ref.cjs export DIR            write DIR/tiktoken.model from o200k_base
 //   node tiktoken-ref.cjs encode IMPL PAT FILE  ids of FILE (one line, spaces);
 //                                               IMPL = wasm | js, PAT = o200k | kimi
-//   node tiktoken-ref.cjs bench IMPL FILE       "MB/s" of o200k encode_ordinary on FILE
+//   node tiktoken-ref.cjs bench IMPL PAT FILE   MB/s encoding FILE (wall, best of 5)
 //
 // js-tiktoken ships the ranks as "! 0 tok tok ..." (base64 tokens from a start rank);
 // decoding that gives the rank table. The kimi pattern is expressed for each engine:
@@ -91,13 +91,14 @@ function cmdEncode(impl, pat, file) {
   process.stdout.write(Array.from(ids).join(" ") + "\n");
 }
 
-function cmdBench(impl, file) {
-  const enc = makeEncoder(impl, "o200k");
+function cmdBench(impl, pat, file) {
+  const enc0 = makeEncoder(impl, pat);
+  const enc = pat === "kimi" ? (s) => { for (const p of kimiPieces(s)) enc0(p); } : enc0;
   const text = fs.readFileSync(file, "utf8");
   const mb = Buffer.byteLength(text) / 1e6;
   enc(text.slice(0, 100000)); // warm up
   let best = Infinity;
-  for (let k = 0; k < 3; k++) {
+  for (let k = 0; k < 5; k++) {
     const t0 = process.hrtime.bigint();
     enc(text);
     const dt = Number(process.hrtime.bigint() - t0) / 1e9;
@@ -109,5 +110,5 @@ function cmdBench(impl, file) {
 const [cmd, ...a] = process.argv.slice(2);
 if (cmd === "export") cmdExport(a[0]);
 else if (cmd === "encode") cmdEncode(a[0], a[1], a[2]);
-else if (cmd === "bench") cmdBench(a[0], a[1]);
+else if (cmd === "bench") cmdBench(a[0], a[1], a[2]);
 else { process.stderr.write("usage: tiktoken-ref.cjs export|encode|bench ...\n"); process.exit(2); }
