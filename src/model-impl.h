@@ -4,7 +4,7 @@
  *
  * DESIGN
  * - Every weight matrix is a qmat (quant.h) made by model_matrix(), the one place where a
- *   checkpoint tensor becomes an engine matrix (today f32; later quantized at load).
+ *   checkpoint tensor becomes an engine matrix (f32, or quantized at load per K3_*BITS).
  * - Routed experts live in the streaming expert tier (experts.h: a per-layer LRU cache within
  *   K3_EXPERT_GB, filled by loader threads); the layer code asks it for the distinct experts of
  *   a chunk (ex_begin / ex_next / ex_end) and computes each once over its tokens. A failed read
@@ -15,8 +15,9 @@
  *   buffered: a chunk reads buffer sel[l] and writes buffer 1-sel[l]; committing the chunk flips
  *   sel. The MLA cache is append-only past the committed position. So an aborted chunk leaves
  *   the committed state untouched, with no copy.
- * - Everything runs in f32 with double accumulation where it is cheap (norms, softmax, mixes,
- *   the KDA state products); the result of a token never depends on the chunk size.
+ * - Activations and state are f32, with double accumulation where it is cheap (norms, mixes,
+ *   the KDA state products, softmax sums); the result of a token never depends on the chunk
+ *   size (every per-token reduction runs in one fixed order).
  */
 #pragma once
 #include "config.h"
@@ -87,7 +88,7 @@ struct k3_model {
     st_dir       *st;
     int           n_run;         /* layers run (K3_LAYERS, else all)                 */
     int           embed_dtype;   /* st_dtype of embed_tokens                         */
-    void         *embed;         /* embed_tokens (V, D) as stored (F32/F16/BF16)    */
+    const void   *embed;         /* embed_tokens (V, D) as stored (F32/F16/BF16)    */
     float        *final_norm;    /* model.norm (D)                                   */
     double       *out_res_w;     /* output_attn_res_norm ⊙ output_attn_res_proj (D)  */
     qmat          lm_head;       /* lm_head (V, D)                                   */
@@ -96,6 +97,8 @@ struct k3_model {
     void        **owned;         /* every allocation of the weights, freed together  */
     int           n_owned, cap_owned;
     uint64_t      bytes_resident;
+    int           map;           /* K3_MMAP=1: prepared tensors mapped, not copied    */
+    uint64_t      bytes_mapped;  /* bytes used in place from read-only mappings      */
     uint64_t      load_done, load_total;
 };
 
