@@ -24,6 +24,7 @@
  */
 #include "conv-impl.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -320,6 +321,25 @@ static k3_status mkdir_p(char *dir) {
     return K3_OK;
 }
 
+/* Removes temporary files a killed k3chat left in dir (NAME.jsonl.tmp-XXXXXX, older than
+ * a minute so that another running k3chat's write in progress is never touched). */
+static void remove_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    time_t         now = time(NULL);
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".jsonl.tmp-"))
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+            now - sb.st_mtime > 60 && unlinkat(dirfd(d), e->d_name, 0) == 0)
+            K3_LOG_INFO("autosave: removed %s/%s, left by an interrupted write", dir, e->d_name);
+    }
+    closedir(d);
+}
+
 k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir) {
     char *d = NULL;
     if (dir) {
@@ -344,6 +364,7 @@ k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir) {
     free(c->autosave_dir);
     c->autosave_dir = d;
     c->autosave_on = 1;
+    remove_stale_temps(d);
     return K3_OK;
 }
 

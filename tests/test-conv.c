@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -301,6 +302,18 @@ static void test_failures(void) {
     k3_conv *d = k3_conv_new();
     T_CHECK(k3_conv_load(d, k3_conv_autosave_path(c), NULL) == K3_OK && conv_eq(c, d), "autosaved file holds the conversation");
     k3_conv_free(d);
+
+    /* a temporary file left by a killed writer is removed when autosave starts (if old) */
+    char stale[800], fresh[800];
+    snprintf(stale, sizeof stale, "%s/x.jsonl.tmp-AbCdEf", bad);
+    snprintf(fresh, sizeof fresh, "%s/y.jsonl.tmp-AbCdEf", bad);
+    write_file(stale, "{", 1);
+    write_file(fresh, "{", 1);
+    struct timespec old_times[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    utimensat(AT_FDCWD, stale, old_times, 0);
+    k3_conv_autosave_enable(c, bad);
+    T_CHECK(access(stale, F_OK) != 0 && access(fresh, F_OK) == 0,
+            "autosave start removes an old temporary file, keeps a fresh one (another writer's)");
 
     /* /export */
     path_in(md, sizeof md, "conv.md");
