@@ -218,5 +218,25 @@ int main(void) {
         free(mx);
     }
     check_mxfp4_known(have_avx2);
+
+    /* a NaN activation poisons its output rows in every path (no silent zero) */
+    {
+        qmat     m;
+        uint8_t *mx;
+        float    x[96], y[4];
+        make_mat(&m, Q_MXFP4, 4, 96, &mx);
+        for (int c = 0; c < 96; c++)
+            x[c] = frnd();
+        x[40] = NAN;
+        int ok = 1;
+        for (int isa = 0; isa <= (have_avx2 ? 1 : 0); isa++)
+            for (int idot = 0; idot <= 1; idot++) {
+                run_mv(&m, x, y, isa, idot);
+                for (int r = 0; r < 4; r++)
+                    ok &= isnan(y[r]);
+            }
+        T_CHECK(ok, "NaN in x gives NaN rows in the exact-float and IDOT paths");
+        free(mx);
+    }
     return t_done();
 }
