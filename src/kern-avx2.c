@@ -279,7 +279,8 @@ AVX2 static INLINE void idot_mxfp4_n(const uint8_t *w, const uint8_t *e, const k
     int p = 0;
     for (; p + 4 <= np && 2 * p + 8 <= ng; p += 4) { /* 4 pairs = 8 exponents at a time */
         const __m256 h = e8m0_half8(e + 2 * p);
-        for (int k = 0; k < 4; k += 2) {
+#pragma GCC unroll 2
+        for (int k = 0; k < 4; k += 2) { /* unrolled: the permute indices are constants */
             const __m256 ha = _mm256_permutevar8x32_ps(
                 h, _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1));
             const __m256 hb = _mm256_permutevar8x32_ps(
