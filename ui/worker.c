@@ -127,7 +127,8 @@ static void turn(real *r, const ue_gen *g) {
             ev_push(r->u->out, &u);
         }
         if (st == K3_ERR_CONTEXT)
-            ue_emitf(r->u, EV_ERROR, "%s. /clear starts a new conversation; /undo drops the last exchange.", msg);
+            ue_emitf(r->u, EV_ERROR, "%s (/clear: new conversation; /forget: drop the oldest exchange). "
+                                     "Your message is back in the input line.", msg);
         else
             ue_emitf(r->u, EV_ERROR, "%s", msg[0] ? msg : k3_status_str(st));
         d.i = UE_DONE_ERROR;
@@ -252,6 +253,16 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
             ev_push(u->out, &e);
         }
         break;
+    case EV_CMD_FORGET: {
+        int n = k3_conv_drop_oldest(r->c);
+        if (n == 0) {
+            ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
+            break;
+        }
+        send_history(r);
+        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", n);
+        break;
+    }
     case EV_CMD_CLEAR: {
         k3_conv_clear(r->c);
         ui_ev e = {.type = EV_RESET};
