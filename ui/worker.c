@@ -297,8 +297,11 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
             ue_emitf(u, EV_INFO, "exported %d messages to %s", k3_conv_count(r->c), c->text);
         break;
     case EV_CMD_REPLAY: replay(r, c->text, &c->gen); break;
-    case EV_CMD_EXPERTS:
-        ue_emitf(u, EV_INFO, "the engine applies the expert budget at start-up: run with K3_EXPERT_GB=%.1f", c->x);
+    case EV_CMD_EXPERTS: /* applied live: shrinking evicts at once */
+        if (k3_model_set_expert_budget(r->m, c->x) != K3_OK)
+            ue_emitf(u, EV_ERROR, "/experts: %s", k3_errmsg());
+        else
+            ue_emitf(u, EV_INFO, "expert cache: %.2f GB in effect", k3_model_expert_budget(r->m));
         /* FALLTHROUGH */
     case EV_CMD_STATS: {
         ui_ev e = {.type = EV_STATS, .i = 1};
