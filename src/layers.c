@@ -15,6 +15,7 @@
  * cache rows at positions pos..pos+n-1 (committed only when the session advances pos).
  */
 #include "model-impl.h"
+#include "vkt.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -342,8 +343,9 @@ static k3_status moe_forward(k3_session *s, int l, int n) {
     const int E = c->n_experts, k = c->n_active, L = c->latent, F = c->moe_inter, D = c->hidden;
 
     float *sc = b->t0, *z = b->t1, *g = b->t2, *u = b->t3, *lat = b->t4, *sh = b->t5;
-    /* shared experts first (uses g/u as scratch) */
-    mlp_forward(m, &w->shared, b->xn, n, sh, g, u);
+    /* shared experts first (uses g/u as scratch); one decode token: on the device if resident */
+    if (n != 1 || !vkt_shared(m->vk, l, b->xn, sh))
+        mlp_forward(m, &w->shared, b->xn, n, sh, g, u);
 
     /* router: sigmoid scores, biased top-k selection, renormalised unbiased weights */
     mm(&w->router, b->xn, n, sc);
@@ -388,8 +390,17 @@ static k3_status moe_forward(k3_session *s, int l, int n) {
                 ids[n_ids++] = e;
                 break;
             }
-    ex_batch  eb;
-    k3_status rc = ex_begin(m->tier, l, ids, n_ids, &s->stats, &eb);
+    /* decode: experts resident on the Vulkan device skip the disk read and the CPU matmul */
+    int       n_res = n == 1 ? vkt_split(m->vk, l, ids, &n_ids, b->moe_res) : 0;
+    k3_status rc    = n_res ? vkt_experts(m->vk, l, b->moe_res, n_res, z, b->moe_resy) : K3_OK;
+    for (int r = 0; !rc && r < n_res; r++)
+        for (int i = 0; i < k; i++)
+            if (b->moe_sel[i] == b->moe_res[r])
+                memcpy(b->moe_y + (size_t)i * L, b->moe_resy + (size_t)r * L, (size_t)L * sizeof(float));
+    if (rc) return rc;
+    s->stats.vk_hits += (uint64_t)n_res;
+    ex_batch eb;
+    rc = ex_begin(m->tier, l, ids, n_ids, &s->stats, &eb);
     int       e;
     const k3_expert *x;
     while (!rc && !(rc = ex_next(&eb, &e, &x)) && e >= 0) {
@@ -404,6 +415,7 @@ static k3_status moe_forward(k3_session *s, int l, int n) {
         mm(&x->w2, g, np, b->gat2);                                 /* (np, L) */
         for (int i = 0; i < np; i++)
             memcpy(b->moe_y + (size_t)pairs[i] * L, b->gat2 + (size_t)i * L, (size_t)L * sizeof(float));
+        vkt_offer(m->vk, l, e, x); /* warm the device tier with what was just read */
     }
     ex_end(&eb);
     if (rc) return rc;
