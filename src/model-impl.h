@@ -4,7 +4,7 @@
  *
  * DESIGN
  * - Every weight matrix is a qmat (quant.h) made by model_matrix(), the one place where a
- *   checkpoint tensor becomes an engine matrix (today f32; later quantized at load).
+ *   checkpoint tensor becomes an engine matrix (f32, or quantized at load per K3_*BITS).
  * - Routed experts live in the streaming expert tier (experts.h: a per-layer LRU cache within
  *   K3_EXPERT_GB, filled by loader threads); the layer code asks it for the distinct experts of
  *   a chunk (ex_begin / ex_next / ex_end) and computes each once over its tokens. A failed read
@@ -15,8 +15,9 @@
  *   buffered: a chunk reads buffer sel[l] and writes buffer 1-sel[l]; committing the chunk flips
  *   sel. The MLA cache is append-only past the committed position. So an aborted chunk leaves
  *   the committed state untouched, with no copy.
- * - Everything runs in f32 with double accumulation where it is cheap (norms, softmax, mixes,
- *   the KDA state products); the result of a token never depends on the chunk size.
+ * - Activations and state are f32, with double accumulation where it is cheap (norms, mixes,
+ *   the KDA state products, softmax sums); the result of a token never depends on the chunk
+ *   size (every per-token reduction runs in one fixed order).
  */
 #pragma once
 #include "config.h"
@@ -93,6 +94,7 @@ struct k3_model {
     qmat          lm_head;       /* lm_head (V, D)                                   */
     layer_weights *layers;       /* [n_layers]                                       */
     ex_tier      *tier;          /* routed experts (experts.c)                       */
+    struct vkt   *vk;            /* Vulkan tier (vk-tier.c), NULL when off           */
     void        **owned;         /* every allocation of the weights, freed together  */
     int           n_owned, cap_owned;
     uint64_t      bytes_resident;
@@ -133,6 +135,8 @@ typedef struct chunk_buf {
     float *moe_w;          /* (C, k) their weights                                       */
     int   *moe_tok;        /* (C*k) tokens of one expert / (C*k) slots                   */
     int   *moe_ids;        /* (E) distinct experts of the chunk                          */
+    int   *moe_res;        /* (E) of those, the ones resident on the Vulkan device       */
+    float *moe_resy;       /* (E, L) their outputs                                       */
     float *logits;         /* (C, V) */
     float *trace;          /* (C, n_run, D) when K3_TRACE is set                          */
 } chunk_buf;

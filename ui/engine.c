@@ -93,13 +93,18 @@ static void post(ue *u, int type, const char *text, const ue_gen *g, double x) {
 void ue_send(ue *u, const char *t, const ue_gen *g) { post(u, EV_CMD_SEND, t, g, 0); }
 void ue_retry(ue *u, const ue_gen *g) { post(u, EV_CMD_RETRY, NULL, g, 0); }
 void ue_undo(ue *u) { post(u, EV_CMD_UNDO, NULL, NULL, 0); }
+void ue_forget(ue *u) { post(u, EV_CMD_FORGET, NULL, NULL, 0); }
 void ue_clear(ue *u) { post(u, EV_CMD_CLEAR, NULL, NULL, 0); }
 void ue_system(ue *u, const char *t) { post(u, EV_CMD_SYSTEM, t ? t : "", NULL, 0); }
 void ue_save(ue *u, const char *p) { post(u, EV_CMD_SAVE, p, NULL, 0); }
 void ue_load(ue *u, const char *p) { post(u, EV_CMD_LOAD, p, NULL, 0); }
 void ue_replay(ue *u, const char *p, const ue_gen *g) { post(u, EV_CMD_REPLAY, p, g, 0); }
 void ue_export(ue *u, const char *p) { post(u, EV_CMD_EXPORT, p, NULL, 0); }
-void ue_experts(ue *u, double gb) { post(u, EV_CMD_EXPERTS, NULL, NULL, gb); }
+void ue_experts(ue *u, double gb) {
+    if (u->be->experts && atomic_load(&u->ready) && u->self)
+        u->be->experts(u->self, gb); /* applied during a turn, between two tokens */
+    post(u, EV_CMD_EXPERTS, NULL, NULL, gb);
+}
 void ue_stats_req(ue *u) { post(u, EV_CMD_STATS, NULL, NULL, 0); }
 
 void ue_emit_token(ue *u, int ch, const char *text, size_t n) {

@@ -32,6 +32,8 @@ typedef struct ue_backend {
     int  (*open)(ue *u, void **self, char *err, size_t errn);
     void (*cmd)(ue *u, void *self, const ui_ev *c);
     void (*cancel)(void *self); /* optional: called from the UI thread, must be thread-safe */
+    /* optional, UI thread, thread-safe: note a new expert budget to apply between tokens */
+    void (*experts)(void *self, double gb);
     void (*close)(void *self);
 } ue_backend;
 
@@ -59,6 +61,7 @@ void ue_cancel(ue *u);
 void ue_send(ue *u, const char *user_text, const ue_gen *g);
 void ue_retry(ue *u, const ue_gen *g);
 void ue_undo(ue *u);
+void ue_forget(ue *u); /* drop the oldest exchange; answers EV_RESET + EV_MSG (or EV_ERROR) */
 void ue_clear(ue *u);
 void ue_system(ue *u, const char *text);
 void ue_save(ue *u, const char *path);
