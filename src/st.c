@@ -367,7 +367,8 @@ static k3_status read_index(st_dir *d, const char *ipath, json_t **root_out) {
         if (st) return st;
         if (!is_vision(key)) d->shards[idx].text = 1;
     }
-    qsort(d->shards, (size_t)d->n_shards, sizeof *d->shards, cmp_shard_name);
+    if (d->n_shards > 1) /* an empty weight_map leaves shards NULL (qsort wants non-NULL) */
+        qsort(d->shards, (size_t)d->n_shards, sizeof *d->shards, cmp_shard_name);
     return K3_OK;
 }
 
@@ -411,7 +412,8 @@ k3_status st_open(const char *dir, st_dir **out) {
     for (int i = 0; i < d->n_shards; i++)
         if (d->shards[i].text && (st = load_shard(d, i))) goto fail;
 
-    qsort(d->tensors, (size_t)d->n_tensors, sizeof *d->tensors, cmp_tensor_name);
+    if (d->n_tensors > 1) /* NULL when no text tensor at all */
+        qsort(d->tensors, (size_t)d->n_tensors, sizeof *d->tensors, cmp_tensor_name);
     for (int i = 1; i < d->n_tensors; i++)
         if (!strcmp(d->tensors[i].name, d->tensors[i - 1].name)) {
             const st_tensor *a = &d->tensors[i - 1], *b = &d->tensors[i];
@@ -478,6 +480,7 @@ const st_tensor *st_tensor_at(const st_dir *d, int i) {
 
 const st_tensor *st_find(const st_dir *d, const char *name) {
     st_tensor key = {.name = strip_prefix(name)};
+    if (!d->n_tensors) return NULL;
     return bsearch(&key, d->tensors, (size_t)d->n_tensors, sizeof key, cmp_tensor_name);
 }
 
