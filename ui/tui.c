@@ -1339,8 +1339,10 @@ int ui_tui_run(const cli_opts *o) {
     }
     if (o->system && *o->system)
         ue_system(t->eng, o->system);
-    if (o->load)
+    if (o->load) {
         ue_load(t->eng, o->load);
+        t->load_pending++; /* messages wait until the transcript is in */
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
