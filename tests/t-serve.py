@@ -254,7 +254,7 @@ try:
         ok(p.returncode == 0 and out == exp_resp + "\n" and exp_think in err,
            "`k3chat --endpoint URL --plain` streams the same answer (rc %d, %r)" % (p.returncode, err[-120:]))
         tr = os.path.join(T, "remote.jsonl")
-        p = subprocess.run(ep + ["--think", "off"], input=("why is the sky blue?\n/experts 2\n/save %s\n" % tr).encode(),
+        p = subprocess.run(ep[:-1] + ["20", "--think", "off"], input=("why is the sky blue?\n/experts 2\n/save %s\n" % tr).encode(),
                            capture_output=True, timeout=60, env=env)
         out, err = p.stdout.decode(), p.stderr.decode()
         ok(p.returncode == 0 and out.startswith(off_resp), "--think off reaches the server (%r)" % out[:40])
@@ -287,7 +287,7 @@ try:
             return False
         return got == want[q]
 
-    nload = 100 if ASAN else 200
+    nload = 40 if ASAN else 200
     list(concurrent.futures.ThreadPoolExecutor(8).map(one, range(16)))  # warm up
     rss0 = rss_kb(srv.pid)
     t0 = time.time()
@@ -297,7 +297,10 @@ try:
     rss1 = rss_kb(srv.pid)
     ok(len(res) == nload and all(res), "load: %d requests from 8 clients, %d answered right (%.1f s)"
        % (nload, sum(res), dt))
-    ok(rss1 - rss0 < 4096, "server RSS flat under load: %d kB -> %d kB" % (rss0, rss1))
+    if ASAN:  # the sanitizer's quarantine holds freed memory back on purpose
+        print("SKIP: server RSS under AddressSanitizer is not flat by design (%d kB -> %d kB)" % (rss0, rss1))
+    else:
+        ok(rss1 - rss0 < 4096, "server RSS flat under load: %d kB -> %d kB" % (rss0, rss1))
 
     # ---- SIGTERM while generating: a clean, prompt exit
     bg = subprocess.Popen(["curl", "-sN", "-H", "Authorization: Bearer " + KEY, BASE + "/v1/chat/completions",
