@@ -150,6 +150,51 @@ static void bench_matvec(int type, int rows, int cols, int idot, int th, int hot
     free(y);
 }
 
+/* Prefill: qmat_matmul of n columns on one cached copy, IDOT, one thread; GB/s counts the
+ * weight bytes once per column (what n matvecs would read), per CPU-second. The ref is the same
+ * work done as n separate matvecs, so the ratio is the speedup of the multi-column kernel. */
+static void bench_matmul(int type, int rows, int cols, int n) {
+    static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
+    char               name[96];
+    snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_hot", fmt[type], n, rows, cols);
+    if (!bench_want(name))
+        return;
+    const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
+    uint8_t     *s  = arena + wb;
+    if (type == Q_MXFP4)
+        memset(s, 120, sb);
+    else
+        for (size_t i = 0; i < sb / 4; i++)
+            memcpy(s + i * 4, &(float){0.01f}, 4);
+    qmat m = {.type = type, .rows = rows, .cols = cols, .w = arena};
+    if (type == Q_MXFP4)
+        m.e = s;
+    else
+        m.s = (const float *)(const void *)s;
+    float *x = malloc((size_t)n * cols * sizeof(float)), *y = malloc((size_t)n * rows * sizeof(float));
+    for (int i = 0; i < n * cols; i++)
+        x[i] = (float)((i * 37) % 101 - 50) / 50.0f;
+    omp_set_num_threads(1);
+    kern_set_idot(1);
+    double tm[PASSES - 1], tv[PASSES - 1];
+    for (int p = 0; p < PASSES; p++) {
+        double t0 = cpu_time();
+        qmat_matmul(&m, x, n, y);
+        double t1 = cpu_time();
+        for (int c = 0; c < n; c++)
+            qmat_matvec(&m, x + (size_t)c * cols, y + (size_t)c * rows);
+        if (p > 0) {
+            tm[p - 1] = t1 - t0;
+            tv[p - 1] = cpu_time() - t1;
+        }
+    }
+    const double bytes = (double)(wb + sb) * n;
+    bench_report(name, bytes / bench_median(tm, PASSES - 1) / 1e9, "GB/s",
+                 bytes / bench_median(tv, PASSES - 1) / 1e9, "GB/s");
+    free(x);
+    free(y);
+}
+
 int bench_kern(void); /* registered in bench-main.c */
 int bench_kern(void) {
     static const int shapes[][2] = {{3072, 3584}, {3584, 3072}, {7168, 3584}};
@@ -167,7 +212,7 @@ int bench_kern(void) {
                     matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, 0);
                     any |= bench_want(name);
                     matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, 1);
-                    any |= bench_want(name);
+                    any |= bench_want(name) || bench_want("matmul32");
                 }
     if (!any)
         return 0;
@@ -200,6 +245,9 @@ int bench_kern(void) {
             for (int th = 1; th <= 2; th++)
                 for (size_t s = 0; s < 3; s++)
                     bench_matvec(types[t], shapes[s][0], shapes[s][1], idot, th, 0, bw[th]);
+    /* prefill: matmul over 32 columns (each weight row decoded once per 4 columns), hot */
+    for (size_t t = 0; t < 3; t++)
+        bench_matmul(types[t], shapes[0][0], shapes[0][1], 32);
     /* compute ceilings: the first shape, one thread, from the caches */
     for (size_t t = 0; t < 3; t++)
         for (int idot = 0; idot <= 1; idot++)

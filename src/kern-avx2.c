@@ -220,23 +220,41 @@ AVX2 static inline __m256i pair_bytes(const uint8_t *w, size_t rb, int p) {
     return _mm256_loadu_si256((const __m256i *)tail);
 }
 
-AVX2 static float idot_i4(const uint8_t *w, const float *s, const kern_act *a, int n) {
+/* The nibble kernels run NC columns at once (NC = 1 for matvec, KERN_NC for matmul): each
+ * pair of weight groups is loaded and decoded once, then every column does exactly the steps
+ * it would do alone, in the same order, so a column's result does not depend on NC. */
+#define INLINE __attribute__((always_inline)) inline
+
+AVX2 static INLINE void idot_i4_n(const uint8_t *w, const float *s, const kern_act *a, int nc, int n,
+                                  float *res) {
     const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
                                          0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const int     np  = (n + 63) / 64;
     const size_t  rb  = (size_t)(n + 1) / 2;
-    __m256        A = _mm256_setzero_ps(), B = A;
-    int           p = 0;
+    __m256        A[KERN_NC], B[KERN_NC];
+#pragma GCC unroll 4
+    for (int c = 0; c < nc; c++)
+        A[c] = B[c] = _mm256_setzero_ps();
+    int p = 0;
     for (; p + 2 <= np; p += 2) {
-        A = nib_step(pair_bytes(w, rb, p), lut, a, p,
-                     _mm256_mul_ps(_mm256_broadcast_ss(s + p), _mm256_loadu_ps(a->d8 + p * 8)), A);
-        B = nib_step(pair_bytes(w, rb, p + 1), lut, a, p + 1,
-                     _mm256_mul_ps(_mm256_broadcast_ss(s + p + 1), _mm256_loadu_ps(a->d8 + p * 8 + 8)), B);
+        const __m256i wa = pair_bytes(w, rb, p), wb = pair_bytes(w, rb, p + 1);
+        const __m256  sa = _mm256_broadcast_ss(s + p), sb = _mm256_broadcast_ss(s + p + 1);
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) {
+            A[c] = nib_step(wa, lut, &a[c], p, _mm256_mul_ps(sa, _mm256_loadu_ps(a[c].d8 + p * 8)), A[c]);
+            B[c] = nib_step(wb, lut, &a[c], p + 1, _mm256_mul_ps(sb, _mm256_loadu_ps(a[c].d8 + p * 8 + 8)), B[c]);
+        }
     }
-    if (p < np)
-        A = nib_step(pair_bytes(w, rb, p), lut, a, p,
-                     _mm256_mul_ps(_mm256_broadcast_ss(s + p), _mm256_loadu_ps(a->d8 + p * 8)), A);
-    return idot_sum(A, B);
+    if (p < np) {
+        const __m256i wa = pair_bytes(w, rb, p);
+        const __m256  sa = _mm256_broadcast_ss(s + p);
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++)
+            A[c] = nib_step(wa, lut, &a[c], p, _mm256_mul_ps(sa, _mm256_loadu_ps(a[c].d8 + p * 8)), A[c]);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < nc; c++)
+        res[c] = idot_sum(A[c], B[c]);
 }
 
 /* 2^(e-128) of 8 exponents (kern_e8m0_half, vectorised: same bits). */
@@ -248,54 +266,87 @@ AVX2 static inline __m256 e8m0_half8(const uint8_t *e) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(nr, sb, is));
 }
 
-AVX2 static float idot_mxfp4(const uint8_t *w, const uint8_t *e, const kern_act *a, int n) {
+AVX2 static INLINE void idot_mxfp4_n(const uint8_t *w, const uint8_t *e, const kern_act *a, int nc,
+                                     int n, float *res) {
     const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
                                          12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
     const int    ng = n / 32, np = (n + 63) / 64;
     const size_t rb = (size_t)n / 2;
-    __m256       A = _mm256_setzero_ps(), B = A;
-    int          p = 0;
+    __m256       A[KERN_NC], B[KERN_NC];
+#pragma GCC unroll 4
+    for (int c = 0; c < nc; c++)
+        A[c] = B[c] = _mm256_setzero_ps();
+    int p = 0;
     for (; p + 4 <= np && 2 * p + 8 <= ng; p += 4) { /* 4 pairs = 8 exponents at a time */
         const __m256 h = e8m0_half8(e + 2 * p);
-        for (int k = 0; k < 4; k += 2) {
-            __m256 ha = _mm256_permutevar8x32_ps(h, _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1,
-                                                                     2 * k + 1, 2 * k + 1, 2 * k + 1));
-            __m256 hb = _mm256_permutevar8x32_ps(h, _mm256_setr_epi32(2 * k + 2, 2 * k + 2, 2 * k + 2, 2 * k + 2,
-                                                                     2 * k + 3, 2 * k + 3, 2 * k + 3, 2 * k + 3));
-            A = nib_step(_mm256_loadu_si256((const __m256i *)(w + (p + k) * 32)), lut, a, p + k,
-                         _mm256_mul_ps(ha, _mm256_loadu_ps(a->d8 + (p + k) * 8)), A);
-            B = nib_step(_mm256_loadu_si256((const __m256i *)(w + (p + k + 1) * 32)), lut, a, p + k + 1,
-                         _mm256_mul_ps(hb, _mm256_loadu_ps(a->d8 + (p + k + 1) * 8)), B);
+#pragma GCC unroll 2
+        for (int k = 0; k < 4; k += 2) { /* unrolled: the permute indices are constants */
+            const __m256 ha = _mm256_permutevar8x32_ps(
+                h, _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1));
+            const __m256 hb = _mm256_permutevar8x32_ps(
+                h, _mm256_setr_epi32(2 * k + 2, 2 * k + 2, 2 * k + 2, 2 * k + 2, 2 * k + 3, 2 * k + 3, 2 * k + 3,
+                                     2 * k + 3));
+            const __m256i wa = _mm256_loadu_si256((const __m256i *)(w + (p + k) * 32));
+            const __m256i wb = _mm256_loadu_si256((const __m256i *)(w + (p + k + 1) * 32));
+#pragma GCC unroll 4
+            for (int c = 0; c < nc; c++) {
+                A[c] = nib_step(wa, lut, &a[c], p + k, _mm256_mul_ps(ha, _mm256_loadu_ps(a[c].d8 + (p + k) * 8)),
+                                A[c]);
+                B[c] = nib_step(wb, lut, &a[c], p + k + 1,
+                                _mm256_mul_ps(hb, _mm256_loadu_ps(a[c].d8 + (p + k + 1) * 8)), B[c]);
+            }
         }
     }
     for (; p < np; p++) { /* tail pairs; a missing second group has scale 0 */
-        float  h0 = kern_e8m0_half(e[2 * p]), h1 = 2 * p + 1 < ng ? kern_e8m0_half(e[2 * p + 1]) : 0.0f;
-        __m256 hv = _mm256_setr_ps(h0, h0, h0, h0, h1, h1, h1, h1);
-        __m256 dv = _mm256_mul_ps(hv, _mm256_loadu_ps(a->d8 + p * 8));
-        if (p & 1)
-            B = nib_step(pair_bytes(w, rb, p), lut, a, p, dv, B);
-        else
-            A = nib_step(pair_bytes(w, rb, p), lut, a, p, dv, A);
+        const float   h0 = kern_e8m0_half(e[2 * p]), h1 = 2 * p + 1 < ng ? kern_e8m0_half(e[2 * p + 1]) : 0.0f;
+        const __m256  hv = _mm256_setr_ps(h0, h0, h0, h0, h1, h1, h1, h1);
+        const __m256i wv = pair_bytes(w, rb, p);
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) {
+            __m256 dv = _mm256_mul_ps(hv, _mm256_loadu_ps(a[c].d8 + p * 8));
+            if (p & 1)
+                B[c] = nib_step(wv, lut, &a[c], p, dv, B[c]);
+            else
+                A[c] = nib_step(wv, lut, &a[c], p, dv, A[c]);
+        }
     }
-    return idot_sum(A, B);
+#pragma GCC unroll 4
+    for (int c = 0; c < nc; c++)
+        res[c] = idot_sum(A[c], B[c]);
 }
 
-AVX2 void kern_idot_avx2(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
+/* Rows [r0, r1) for nc (1 or KERN_NC) columns: a[nc], y[c][rows]. */
+AVX2 static INLINE void idot_rows(const qmat *m, const kern_act *a, int nc, float *const *y, int r0,
+                                  int r1) {
     const int n = m->cols;
+    float     res[KERN_NC];
     for (int r = r0; r < r1; r++) {
         switch (m->type) {
-        case Q_I8: y[r] = idot_i8((const int8_t *)m->w + (size_t)r * n, a, n) * m->s[r]; break;
+        case Q_I8:
+            for (int c = 0; c < nc; c++)
+                y[c][r] = idot_i8((const int8_t *)m->w + (size_t)r * n, &a[c], n) * m->s[r];
+            continue;
         case Q_I4:
-            y[r] = idot_i4((const uint8_t *)m->w + (size_t)r * ((n + 1) / 2),
-                           m->s + (size_t)r * ((n + Q_I4_GROUP - 1) / Q_I4_GROUP), a, n);
+            idot_i4_n((const uint8_t *)m->w + (size_t)r * ((n + 1) / 2),
+                      m->s + (size_t)r * ((n + Q_I4_GROUP - 1) / Q_I4_GROUP), a, nc, n, res);
             break;
         case Q_MXFP4:
-            y[r] = idot_mxfp4((const uint8_t *)m->w + (size_t)r * (n / 2),
-                              m->e + (size_t)r * (n / Q_MXFP4_GROUP), a, n);
+            idot_mxfp4_n((const uint8_t *)m->w + (size_t)r * (n / 2), m->e + (size_t)r * (n / Q_MXFP4_GROUP), a,
+                         nc, n, res);
             break;
         default: K3_ASSERT(!"kern_idot_avx2: type without integer weights");
         }
+        for (int c = 0; c < nc; c++)
+            y[c][r] = res[c];
     }
+}
+
+AVX2 void kern_idot_avx2(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
+    idot_rows(m, a, 1, &y, r0, r1);
+}
+
+AVX2 void kern_idot_nc_avx2(const qmat *m, const kern_act *a, float *const *y, int r0, int r1) {
+    idot_rows(m, a, KERN_NC, y, r0, r1);
 }
 
 #else /* not x86: the scalar path is the only one */
@@ -306,6 +357,10 @@ void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1) {
 }
 void kern_idot_avx2(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
     kern_idot_ref(m, a, y, r0, r1);
+}
+void kern_idot_nc_avx2(const qmat *m, const kern_act *a, float *const *y, int r0, int r1) {
+    for (int c = 0; c < KERN_NC; c++)
+        kern_idot_ref(m, &a[c], y[c], r0, r1);
 }
 
 #endif

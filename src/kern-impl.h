@@ -42,9 +42,15 @@ typedef void (*kern_idot_fn)(const qmat *m, const kern_act *a, float *y, int r0,
 
 void kern_rows_ref(const qmat *m, const float *x, float *y, int r0, int r1);
 void kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1);
-/* AVX2+FMA twins (kern-avx2.c); call only when kern_cpu_avx2() is true. */
+/* Columns the AVX2 matmul decodes each weight block for at once. */
+#define KERN_NC 4
+
+/* AVX2+FMA twins (kern-avx2.c); call only when kern_cpu_avx2() is true.
+ * kern_idot_nc_avx2: KERN_NC columns a[KERN_NC] -> y[c][rows], each weight row decoded once;
+ * column c is bit-identical to kern_idot_avx2 on a[c] alone. */
 void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1);
 void kern_idot_avx2(const qmat *m, const kern_act *a, float *y, int r0, int r1);
+void kern_idot_nc_avx2(const qmat *m, const kern_act *a, float *const *y, int r0, int r1);
 int  kern_cpu_avx2(void);
 
 /* 2^(e-128) exactly (subnormal for e < 2), the scale of the doubled MXFP4 integers. */

@@ -8,7 +8,8 @@
  *   partition, so results are the same at every thread count.
  * - qmat_matmul runs the very same row kernel per column, on blocks of rows small enough to stay
  *   in L2 while the n columns pass over them: the weights stream from memory once, and column t
- *   is bit-identical to qmat_matvec on column t (what chunked prefill relies on).
+ *   is bit-identical to qmat_matvec on column t (what chunked prefill relies on). The AVX2 IDOT
+ *   path takes KERN_NC columns per decoded weight row, each column doing exactly its own steps.
  * - IDOT activations are quantized once per call by one shared scalar function (kern_act_make),
  *   so both twins see identical int8 inputs. The canonical IDOT order is documented in kern-impl.h.
  * - Selection (kern_isa, kern_idot) is read from K3_NOAVX2 / K3_IDOT once, then overridable.
@@ -263,7 +264,15 @@ static void run(const qmat *m, const float *x, const kern_act *act, int n, float
         const int r0 = (int)((long)m->rows * ith / nth), r1 = (int)((long)m->rows * (ith + 1) / nth);
         for (int b0 = r0; b0 < r1; b0 += br) {
             const int b1 = r1 - b0 < br ? r1 : b0 + br;
-            for (int t = 0; t < n; t++) {
+            int t = 0;
+            if (act && avx2) /* KERN_NC columns per weight decode */
+                for (; t + KERN_NC <= n; t += KERN_NC) {
+                    float *yc[KERN_NC];
+                    for (int c = 0; c < KERN_NC; c++)
+                        yc[c] = y + (size_t)(t + c) * m->rows;
+                    kern_idot_nc_avx2(m, &act[t], yc, b0, b1);
+                }
+            for (; t < n; t++) {
                 float *yt = y + (size_t)t * m->rows;
                 if (act)
                     fq(m, &act[t], yt, b0, b1);

@@ -351,21 +351,24 @@ static k3_status moe_forward(k3_session *s, int l, int n) {
             st[e] = sigmoidf_(st[e]);
         int   *sel = b->moe_sel + (size_t)t * k;
         float *wt  = b->moe_w + (size_t)t * k;
-        double tot = 0;
+        /* k passes, each taking the best expert after the previous one in the order
+         * (biased score descending, id ascending on ties) */
+        double tot = 0, pv = INFINITY;
+        int    pe  = -1;
         for (int j = 0; j < k; j++) {
             int    best = -1;
             double bv   = 0;
             for (int e = 0; e < E; e++) {
                 double v = (double)st[e] + (double)w->bias[e];
-                int   taken = 0;
-                for (int i = 0; i < j && !taken; i++)
-                    taken = sel[i] == e;
-                if (!taken && (best < 0 || v > bv)) {
+                if ((v < pv || (v == pv && e > pe)) && (best < 0 || v > bv)) {
                     best = e;
                     bv   = v;
                 }
             }
+            if (best < 0) best = j; /* NaN scores: any distinct id; the logits check fails */
             sel[j] = best;
+            pv     = bv;
+            pe     = best;
             tot += (double)st[best];
         }
         for (int j = 0; j < k; j++)

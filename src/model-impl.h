@@ -87,7 +87,7 @@ struct k3_model {
     st_dir       *st;
     int           n_run;         /* layers run (K3_LAYERS, else all)                 */
     int           embed_dtype;   /* st_dtype of embed_tokens                         */
-    void         *embed;         /* embed_tokens (V, D) as stored (F32/F16/BF16)    */
+    const void   *embed;         /* embed_tokens (V, D) as stored (F32/F16/BF16)    */
     float        *final_norm;    /* model.norm (D)                                   */
     double       *out_res_w;     /* output_attn_res_norm ⊙ output_attn_res_proj (D)  */
     qmat          lm_head;       /* lm_head (V, D)                                   */
@@ -96,6 +96,8 @@ struct k3_model {
     void        **owned;         /* every allocation of the weights, freed together  */
     int           n_owned, cap_owned;
     uint64_t      bytes_resident;
+    int           map;           /* K3_MMAP=1: prepared tensors mapped, not copied    */
+    uint64_t      bytes_mapped;  /* bytes used in place from read-only mappings      */
     uint64_t      load_done, load_total;
 };
 

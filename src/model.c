@@ -11,6 +11,7 @@
  * recorded in m->owned and freed together.
  */
 #include "model-impl.h"
+#include "repack.h"
 
 #include <errno.h>
 #include <math.h>
@@ -203,16 +204,80 @@ static k3_status matrix_from_f32(k3_model *m, const char *name, float *w, int ro
     return K3_OK;
 }
 
-/* A weight matrix [rows, cols] (stored [rows, cols]) read, checked and converted. */
+/* ---- k3 containers (repack.h) and K3_MMAP ------------------------------------------------ */
+
+/* K3_MMAP=1 maps prepared tensors instead of copying them: refuse what would need conversion. */
+static k3_status refuse_map(const k3_model *m, const rp_form *f, int want) {
+    if (!m->map) return K3_OK;
+    return k3_err(K3_ERR_UNSUPPORTED, "%s: K3_MMAP=1: tensor '%s' is stored as %s but the engine needs %s (K3_BITS/K3_MLA_BITS/K3_HEAD_BITS): it would need conversion; use a container made with those bits (k3-repack) or unset K3_MMAP",
+                  m->dir, f->w->name, f->type < 0 ? st_dtype_name(f->w->dtype) : rp_type_name(f->type),
+                  rp_type_name(want));
+}
+
+/* The bytes of t used in place: mapped read-only (K3_MMAP=1) or read into an owned block. */
+static k3_status tensor_data(k3_model *m, const st_tensor *t, size_t align, const void **out) {
+    k3_status st;
+    if (m->map) {
+        if ((st = st_map(m->st, t, out))) return st;
+        if ((uintptr_t)*out % align)
+            return k3_err(K3_ERR_UNSUPPORTED, "%s: K3_MMAP=1: tensor '%s' is not %zu-byte aligned in %s; repack it with k3-repack",
+                          m->dir, t->name, align, st_shard_name(m->st, t->shard));
+        m->bytes_mapped += t->nbytes;
+        return K3_OK;
+    }
+    void *p = alloc_owned(m, t->nbytes);
+    if (!p) return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, t->name);
+    *out = p;
+    return st_read(m->st, t, p);
+}
+
+/* A stored matrix already in the engine's form (container I8/I4 with scales, or F32 at 32 bits)
+ * used in place. Scales (or F32 weights) are checked finite. */
+static k3_status matrix_view(k3_model *m, const rp_form *f, int rows, int cols, qmat *out) {
+    const void *w, *s = NULL;
+    k3_status   st;
+    if ((st = tensor_data(m, f->w, f->type == Q_F32 ? 4 : 1, &w))) return st;
+    if (f->s && (st = tensor_data(m, f->s, 4, &s))) return st;
+    const st_tensor *c = f->s ? f->s : f->w;
+    if ((st = check_finite(m, c->name, f->s ? s : w, (size_t)(c->nbytes / 4)))) return st;
+    *out = (qmat){.type = f->type, .rows = rows, .cols = cols, .w = w, .s = s};
+    progress(m, f->w->name, f->w->nbytes + (f->s ? f->s->nbytes : 0));
+    return K3_OK;
+}
+
+/* A container matrix decoded to f32 (for a different K3_*BITS: dequantize, then quantize again
+ * with quant.c). Returns an aligned block the caller owns. */
+static k3_status container_to_f32(k3_model *m, const rp_form *f, int rows, int cols, float **out) {
+    void     *w = k3_aligned_alloc(64, f->w->nbytes), *s = k3_aligned_alloc(64, f->s->nbytes);
+    float    *x = k3_aligned_alloc(64, (size_t)rows * cols * sizeof(float));
+    k3_status st = K3_OK;
+    if (!w || !s || !x) st = k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, f->w->name);
+    if (!st && !(st = st_read(m->st, f->w, w)) && !(st = st_read(m->st, f->s, s)) &&
+        !(st = check_finite(m, f->s->name, s, f->s->nbytes / 4))) {
+        qmat q = {.type = f->type, .rows = rows, .cols = cols, .w = w, .s = s};
+        for (int r = 0; r < rows; r++) qmat_dequant_row(&q, r, x + (size_t)r * cols);
+        progress(m, f->w->name, f->w->nbytes + f->s->nbytes);
+    }
+    free(w);
+    free(s);
+    if (st) free(x);
+    else *out = x;
+    return st;
+}
+
+/* A weight matrix [rows, cols] read, checked and converted: used in place when stored in the
+ * engine's form (k3 container at these bits), else quantized at load (matrix_from_f32). */
 static k3_status model_matrix(k3_model *m, const char *name, int rows, int cols, int bits, qmat *out) {
-    k3_status        st = K3_OK;
-    const st_tensor *t  = need(m, name, &st);
-    if (!t) return st;
-    if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected shape [%d, %d]", m->dir, name,
-                      rows, cols);
+    rp_form   f;
+    k3_status st   = rp_matrix_form(m->st, name, rows, cols, &f);
+    int       want = rp_bits_type(bits);
+    if (st) return st;
+    if (f.type == want && (f.type != Q_F32 || m->map)) return matrix_view(m, &f, rows, cols, out);
+    if (f.type != want && (st = refuse_map(m, &f, want))) return st;
     float *w;
-    if ((st = read_f32(m, name, (int64_t)rows * cols, 0, &w))) return st;
+    if (f.type == Q_I8 || f.type == Q_I4) st = container_to_f32(m, &f, rows, cols, &w);
+    else st = read_f32(m, name, (int64_t)rows * cols, 0, &w);
+    if (st) return st;
     return matrix_from_f32(m, name, w, rows, cols, bits, out);
 }
 
@@ -296,6 +361,56 @@ static k3_status load_kda(k3_model *m, int l, kda_weights *w) {
     return K3_OK;
 }
 
+/* kv_b of a k3 container (split per head, repack.h) used in place: uk_t[h] then uv[h]. */
+static k3_status kvb_view(k3_model *m, const rp_form *f, const rp_kvb *k, mla_weights *w) {
+    const void *wb, *sb = NULL;
+    k3_status   st;
+    const int   type = f->type;
+    if ((st = tensor_data(m, f->w, type == Q_F32 ? 4 : 1, &wb))) return st;
+    if (f->s && (st = tensor_data(m, f->s, 4, &sb))) return st;
+    const st_tensor *c = f->s ? f->s : f->w;
+    if ((st = check_finite(m, c->name, f->s ? sb : wb, (size_t)(c->nbytes / 4)))) return st;
+    w->uk_t = alloc_owned(m, (size_t)k->Hm * sizeof(qmat));
+    w->uv   = alloc_owned(m, (size_t)k->Hm * sizeof(qmat));
+    if (!w->uk_t || !w->uv) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    const size_t hw = rp_kvb_head_wbytes(type, k), hs = rp_kvb_head_sfloats(type, k);
+    const size_t wk = q_wbytes(type, k->kl, k->nope), sk = q_sbytes(type, k->kl, k->nope) / 4;
+    for (int h = 0; h < k->Hm; h++) {
+        const uint8_t *wh = (const uint8_t *)wb + (size_t)h * hw;
+        const float   *sh = sb ? (const float *)sb + (size_t)h * hs : NULL;
+        w->uk_t[h] = (qmat){.type = type, .rows = k->kl, .cols = k->nope, .w = wh, .s = sh};
+        w->uv[h]   = (qmat){.type = type, .rows = k->v, .cols = k->kl, .w = wh + wk, .s = sh ? sh + sk : NULL};
+    }
+    progress(m, f->w->name, f->w->nbytes + (f->s ? f->s->nbytes : 0));
+    return K3_OK;
+}
+
+/* kv_b of a k3 container decoded back to the release layout (Hm*(nope+v), kv_lora) in f32. */
+static k3_status kvb_split_to_f32(k3_model *m, const rp_form *f, const rp_kvb *k, float **out) {
+    const int kl = k->kl, nope = k->nope, hr = k->nope + k->v;
+    float    *x = k3_aligned_alloc(64, (size_t)k->Hm * hr * kl * sizeof(float));
+    float    *t = k3_aligned_alloc(64, (size_t)kl * sizeof(float));
+    int       was_map = m->map;
+    k3_status st = K3_OK;
+    mla_weights tmp = {0};
+    if (!x || !t) st = k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, f->w->name);
+    m->map = 0; /* read into owned blocks (freed with the model) */
+    if (!st) st = kvb_view(m, f, k, &tmp);
+    m->map = was_map;
+    for (int h = 0; !st && h < k->Hm; h++) {
+        float *rows = x + (size_t)h * hr * kl;
+        for (int i = 0; i < kl; i++) { /* uk_t row i = column i of the nope rows */
+            qmat_dequant_row(&tmp.uk_t[h], i, t);
+            for (int n = 0; n < nope; n++) rows[(size_t)n * kl + i] = t[n];
+        }
+        for (int r = 0; r < k->v; r++) qmat_dequant_row(&tmp.uv[h], r, rows + (size_t)(nope + r) * kl);
+    }
+    free(t);
+    if (st) free(x);
+    else *out = x;
+    return st;
+}
+
 static k3_status load_mla(k3_model *m, int l, mla_weights *w) {
     const k3_config *c = &m->cfg;
     int D = c->hidden, Hm = c->n_heads, ql = c->q_lora, kl = c->kv_lora;
@@ -312,14 +427,18 @@ static k3_status load_mla(k3_model *m, int l, mla_weights *w) {
         return st;
     /* kv_b (Hm*(nope+v), kv_lora), per head nope rows then v rows: split into the absorbed
      * per-head matrices uk_t[h] = (nope rows)^T (kv_lora, nope) and uv[h] = v rows (v, kv_lora). */
-    const char      *name = LN("self_attn.kv_b_proj.weight");
-    const st_tensor *t    = need(m, name, &st);
-    if (!t) return st;
-    if (t->ndim != 2 || t->shape[0] != Hm * (nope + vd) || t->shape[1] != kl)
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected shape [%d, %d]", m->dir, name,
-                      Hm * (nope + vd), kl);
-    float *kvb;
-    if ((st = read_f32(m, name, (int64_t)Hm * (nope + vd) * kl, 0, &kvb))) return st;
+    const char *name = LN("self_attn.kv_b_proj.weight");
+    rp_kvb      kk   = {.Hm = Hm, .nope = nope, .v = vd, .kl = kl};
+    rp_form     f;
+    int         split, want = rp_bits_type(bits);
+    float      *kvb;
+    if ((st = rp_kvb_form(m->st, name, &kk, &f, &split))) return st;
+    if (split && f.type == want) return kvb_view(m, &f, &kk, w); /* k3 container: in place */
+    /* the release layout always needs the split below; a container at other bits is decoded */
+    if ((st = refuse_map(m, &f, want))) return st;
+    if (split) st = kvb_split_to_f32(m, &f, &kk, &kvb);
+    else st = read_f32(m, name, (int64_t)Hm * (nope + vd) * kl, 0, &kvb);
+    if (st) return st;
     w->uk_t = alloc_owned(m, (size_t)Hm * sizeof(qmat));
     w->uv   = alloc_owned(m, (size_t)Hm * sizeof(qmat));
     if (!w->uk_t || !w->uv) {
@@ -421,9 +540,10 @@ static k3_status load_embed(k3_model *m) {
         (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16))
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected F32/F16/BF16 [%d, %d]", m->dir,
                       name, V, D);
-    if (!(m->embed = alloc_owned(m, t->nbytes))) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    const void *e; /* used as stored: mapped with K3_MMAP=1 */
     m->embed_dtype = t->dtype;
-    if ((st = st_read(m->st, t, m->embed))) return st;
+    if ((st = tensor_data(m, t, st_dtype_size(t->dtype), &e))) return st;
+    m->embed = e;
     float buf[1024];
     for (int v = 0; v < V; v++)
         for (int i0 = 0; i0 < D; i0 += 1024) {
@@ -450,6 +570,35 @@ static k3_status load_globals(k3_model *m) {
     return model_matrix(m, "lm_head.weight", V, D, m->par.head_bits, &m->lm_head);
 }
 
+static int env_set(const char *name) {
+    const char *v = getenv(name);
+    return v && *v;
+}
+
+/* A k3 container (k3-repack) brings its bits: K3_BITS / K3_MLA_BITS / K3_HEAD_BITS left unset
+ * keep them (the matrices are then used as stored); set explicitly they win, and matrices stored
+ * at other bits are dequantized and quantized again at load (e.g. K3_BITS=4 on an int8
+ * container). K3_MMAP=1 (mapped, read-only, no heap copy) is refused with the Vulkan tier. */
+static k3_status container_params(k3_model *m) {
+    rp_info   ci;
+    k3_status st = rp_info_load(m->dir, &ci);
+    if (st) return st;
+    if (ci.present) {
+        int set_b = env_set("K3_BITS");
+        if (!set_b) m->par.bits = ci.bits;
+        if (!env_set("K3_MLA_BITS")) m->par.mla_bits = set_b ? m->par.bits : ci.mla_bits;
+        if (!env_set("K3_HEAD_BITS")) m->par.head_bits = set_b ? m->par.bits : ci.head_bits;
+        K3_LOG_INFO("%s: k3 container (bits %d, MLA %d, head %d); running at %d/%d/%d", m->dir, ci.bits,
+                    ci.mla_bits, ci.head_bits, m->par.bits, m->par.mla_bits, m->par.head_bits);
+    }
+    if ((st = env_int("K3_MMAP", 0, 1, &m->map))) return st;
+    const char *vk = getenv("K3_VK");
+    if (m->map && vk && *vk && strcmp(vk, "0"))
+        return k3_err(K3_ERR_UNSUPPORTED, "K3_MMAP=1 with K3_VK=%s: the Vulkan tier uploads weights from heap copies; unset one of them",
+                      vk);
+    return K3_OK;
+}
+
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
     *out = NULL;
     k3_status st;
@@ -467,6 +616,7 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
         goto fail;
     }
     if ((st = cfg_load(dir, &m->cfg))) goto fail;
+    if ((st = container_params(m))) goto fail;
     if ((st = st_open(dir, &m->st))) goto fail;
     if ((st = cfg_check_tensors(&m->cfg, m->st))) goto fail;
     const k3_config *c = &m->cfg;
@@ -482,9 +632,10 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
 #ifdef _OPENMP
     if (m->par.threads > 0) omp_set_num_threads(m->par.threads);
 #endif
-    /* The exact path (K3_BITS=32) computes the MXFP4 experts in float too, unless K3_IDOT asks
-     * for the int8-activation dot products. (A process-wide kernel setting.) */
-    if (m->par.bits == 32 && !getenv("K3_IDOT")) kern_set_idot(0);
+    /* The exact path (K3_BITS=32) computes the MXFP4 experts in float too, quantized paths use
+     * int8-activation dot products, unless K3_IDOT says otherwise. (A process-wide kernel
+     * setting: the model opened last decides.) */
+    if (!getenv("K3_IDOT")) kern_set_idot(m->par.bits != 32);
     for (int i = 0; i < st_n_tensors(m->st); i++)
         m->load_total += st_tensor_at(m->st, i)->nbytes;
     if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers))) {
@@ -495,8 +646,8 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
     for (int l = 0; l < m->n_run; l++)
         if ((st = load_layer(m, l))) goto fail;
     if ((st = ex_open(m, &m->tier))) goto fail;
-    K3_LOG_INFO("%s: %d layers (%d run), %.1f MB resident", dir, c->n_layers, m->n_run,
-                (double)m->bytes_resident / 1e6);
+    K3_LOG_INFO("%s: %d layers (%d run), %.1f MB resident, %.1f MB mapped", dir, c->n_layers,
+                m->n_run, (double)m->bytes_resident / 1e6, (double)m->bytes_mapped / 1e6);
     *out = m;
     return K3_OK;
 fail:

@@ -94,7 +94,7 @@ static int32_t argmax(const float *l, int n) {
 
 int32_t k3_sampler_sample(k3_sampler *s, const float *logits, int n) {
     const k3_sampler_params *p = &s->p;
-    if (n <= 0) return -1;
+    if (n <= 0 || !logits) return -1;
     int32_t best = argmax(logits, n);
     if (!(p->temp > 0) || isnan(logits[best])) return best;
     const double inv_t = 1.0 / (double)p->temp, mx = (double)logits[best];

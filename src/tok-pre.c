@@ -260,6 +260,8 @@ static size_t m_space(const pre_ctx *x, size_t i) {
     return e;                                       /* \s+                */
 }
 
+void tok_pre_init(void) { pthread_once(&cls_once, cls_init); }
+
 size_t tok_pre_next(enum tok_family f, const uint8_t *s, size_t n, size_t i) {
     pthread_once(&cls_once, cls_init);
     pre_ctx x = {s, n, f == TOK_KIMI ? (uint8_t)(CL_A | CL_B) : 0, f == TOK_O200K};

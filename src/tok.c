@@ -361,6 +361,7 @@ k3_status tok_load_mem(const char *model_txt, size_t model_len, const char *mode
         t->sp_first[(uint8_t)t->sp_name[i][0]] = 1;
         if ((int32_t)t->sp_len[i] > t->max_sp_len) t->max_sp_len = (int32_t)t->sp_len[i];
     }
+    tok_pre_init();
     *out = t;
     return K3_OK;
 fail:

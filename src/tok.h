@@ -45,6 +45,9 @@ struct k3_tok {
 int32_t tok_rank(const k3_tok *t, const uint8_t *s, size_t n);
 
 /* ---- pre-tokenizer (tok-pre.c) ---- */
+/* Build the per-code-point class table (once per process; k3_tok_load calls it, so the
+ * first encode does not pay for it). */
+void   tok_pre_init(void);
 /* End (byte offset, > i) of the piece that starts at byte i of s[0..n). */
 size_t tok_pre_next(enum tok_family f, const uint8_t *s, size_t n, size_t i);
 /* Kimi input cutting (the release's wrapper): chunks of 400,000 chars from the start of

@@ -13,7 +13,7 @@
  *     to a temporary file in the same directory, fsync, rename over the target, fsync the
  *     directory: a crash leaves the old file or the new one, never a mix.
  *   - Autosave appends all the lines of a turn with ONE write(2) to an O_APPEND file and
- *     then fsync. A short write we see (disk full) is cut back with ftruncate. One we do
+ *     then fsync. A failed write we see (disk full) is cut back with ftruncate. One we do
  *     not see (SIGKILL stops a large write between pages; power loss) leaves a prefix of
  *     the turn's lines, so the reader ignores a final line that has no newline and is not
  *     valid JSON, and says so: the file still holds every turn completed before.
@@ -24,6 +24,7 @@
  */
 #include "conv-impl.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -236,7 +237,7 @@ static k3_status atomic_write(const char *path, const char *p, size_t n) {
         st = io_err(tmp, "chmod failed", errno);
         goto fail;
     }
-    if ((st = write_all(fd, p, n, tmp)))
+    if ((st = write_all(fd, p, n, path)))
         goto fail;
     if (fsync(fd) != 0) {
         st = io_err(tmp, "fsync failed", errno);
@@ -273,15 +274,10 @@ static k3_status durable_append(const char *path, const char *p, size_t n) {
         st = io_err(path, "stat failed", errno);
         goto done;
     }
-    ssize_t w;
-    do
-        w = write(fd, p, n);
-    while (w < 0 && errno == EINTR);
-    if (w != (ssize_t)n) {
-        int e = w < 0 ? errno : ENOSPC;
-        if (w > 0 && ftruncate(fd, sb.st_size) != 0)
+    /* one write(2) normally; a short one is retried to learn why (ENOSPC, EFBIG, EIO) */
+    if ((st = write_all(fd, p, n, path))) {
+        if (ftruncate(fd, sb.st_size) != 0)
             K3_LOG_WARN("%s: could not cut back a partial append: %s", path, strerror(errno));
-        st = io_err(path, "append failed", e);
         goto done;
     }
     if (fsync(fd) != 0)
@@ -325,6 +321,25 @@ static k3_status mkdir_p(char *dir) {
     return K3_OK;
 }
 
+/* Removes temporary files a killed k3chat left in dir (NAME.jsonl.tmp-XXXXXX, older than
+ * a minute so that another running k3chat's write in progress is never touched). */
+static void remove_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    time_t         now = time(NULL);
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".jsonl.tmp-"))
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+            now - sb.st_mtime > 60 && unlinkat(dirfd(d), e->d_name, 0) == 0)
+            K3_LOG_INFO("autosave: removed %s/%s, left by an interrupted write", dir, e->d_name);
+    }
+    closedir(d);
+}
+
 k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir) {
     char *d = NULL;
     if (dir) {
@@ -349,6 +364,7 @@ k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir) {
     free(c->autosave_dir);
     c->autosave_dir = d;
     c->autosave_on = 1;
+    remove_stale_temps(d);
     return K3_OK;
 }
 

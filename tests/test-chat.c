@@ -139,6 +139,20 @@ static void test_think_on(const k3_tok *t) {
                                "response channel), supported values include `low`, `medium`, `high`, and `max`.\nNow the system is "
                                "invoked with `thinking_effort=max`.<|close|>message<|sep|><|end_of_msg|>") == dec + strlen("<|open|>message role=\"system\" type=\"thinking-effort\""),
             "thinking-effort message is the first message, body exact");
+    /* and the whole rendering as text, written out from the spec's layout */
+    static const char full[] =
+        "<|open|>message role=\"system\" type=\"thinking-effort\"<|sep|>`thinking_effort` guides on how much to think in "
+        "your thinking channel (not including the response channel), supported values include `low`, `medium`, `high`, "
+        "and `max`.\nNow the system is invoked with `thinking_effort=max`.<|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"user\"<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>hmm<|close|>think<|sep|><|open|>response<|sep|>Yo"
+        "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"user\"<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|><|close|>think<|sep|><|open|>response<|sep|>Yo"
+        "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"user\"<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+        "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>";
+    T_CHECK(dec && dl == strlen(full) && !memcmp(dec, full, dl), "rendering as text equals the spec layout");
     free(dec);
     k3_ids_free(&got);
     k3_ids_free(&want);

@@ -9,8 +9,10 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -301,6 +303,18 @@ static void test_failures(void) {
     T_CHECK(k3_conv_load(d, k3_conv_autosave_path(c), NULL) == K3_OK && conv_eq(c, d), "autosaved file holds the conversation");
     k3_conv_free(d);
 
+    /* a temporary file left by a killed writer is removed when autosave starts (if old) */
+    char stale[800], fresh[800];
+    snprintf(stale, sizeof stale, "%s/x.jsonl.tmp-AbCdEf", bad);
+    snprintf(fresh, sizeof fresh, "%s/y.jsonl.tmp-AbCdEf", bad);
+    write_file(stale, "{", 1);
+    write_file(fresh, "{", 1);
+    struct timespec old_times[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    utimensat(AT_FDCWD, stale, old_times, 0);
+    k3_conv_autosave_enable(c, bad);
+    T_CHECK(access(stale, F_OK) != 0 && access(fresh, F_OK) == 0,
+            "autosave start removes an old temporary file, keeps a fresh one (another writer's)");
+
     /* /export */
     path_in(md, sizeof md, "conv.md");
     T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown");
@@ -311,6 +325,71 @@ static void test_failures(void) {
     free(text);
     k3_conv_free(c);
     k3_conv_free(ref);
+}
+
+/* A full disk, simulated with RLIMIT_FSIZE (writes past the limit fail with EFBIG): /save
+ * leaves the old file and no temporary behind; a failed autosave append is cut back so the
+ * file still loads; memory is kept and the next autosave catches up. */
+static int count_files(const char *dir) {
+    int            n = 0;
+    DIR           *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void test_full_disk(void) {
+    char dir[600], p[700];
+    path_in(dir, sizeof dir, "full");
+    mkdir(dir, 0700);
+    snprintf(p, sizeof p, "%s/conv.jsonl", dir);
+    k3_conv *small = k3_conv_new(), *big = sample_conv();
+    k3_conv_add(small, K3_ROLE_USER, "small", NULL);
+    K3_ASSERT(k3_conv_save(small, p) == K3_OK);
+    struct rlimit old;
+    getrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {300, old.rlim_max};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    k3_status st = k3_conv_save(big, p);
+    setrlimit(RLIMIT_FSIZE, &old);
+    T_CHECK(st == K3_ERR_IO && strstr(k3_errmsg(), "conv.jsonl") && strstr(k3_errmsg(), "errno"),
+            "save on a full disk: clear error (%s)", k3_errmsg());
+    k3_conv *l = k3_conv_new();
+    T_CHECK(k3_conv_load(l, p, NULL) == K3_OK && conv_eq(l, small) && count_files(dir) == 1,
+            "the old file is intact and no temporary file is left");
+    k3_conv_free(l);
+
+    /* autosave: the first write works, the next append hits the limit */
+    snprintf(p, sizeof p, "%s/auto", dir);
+    k3_conv_autosave_enable(small, p);
+    K3_ASSERT(k3_conv_autosave(small) == K3_OK);
+    struct stat sb;
+    stat(k3_conv_autosave_path(small), &sb);
+    char big_text[4000];
+    memset(big_text, 'z', sizeof big_text - 1);
+    big_text[sizeof big_text - 1] = 0;
+    add_reply(small, big_text, NULL, 0, 0);
+    lim.rlim_cur = (rlim_t)sb.st_size + 100; /* room for part of the new line only */
+    setrlimit(RLIMIT_FSIZE, &lim);
+    st = k3_conv_autosave(small);
+    setrlimit(RLIMIT_FSIZE, &old);
+    struct stat sb2;
+    stat(k3_conv_autosave_path(small), &sb2);
+    T_CHECK(st == K3_ERR_IO && k3_conv_autosave_error(small) && sb2.st_size == sb.st_size,
+            "autosave append on a full disk fails and is cut back to the last complete turn (%lld bytes)",
+            (long long)sb2.st_size);
+    T_CHECK(k3_conv_count(small) == 2, "the conversation stays in memory");
+    T_CHECK(k3_conv_autosave(small) == K3_OK && !k3_conv_autosave_error(small), "the next autosave catches up");
+    l = k3_conv_new();
+    T_CHECK(k3_conv_load(l, k3_conv_autosave_path(small), NULL) == K3_OK && conv_eq(l, small),
+            "the autosave file then holds the whole conversation");
+    k3_conv_free(l);
+    k3_conv_free(small);
+    k3_conv_free(big);
 }
 
 /* ---- crash safety ---------------------------------------------------------------- */
@@ -431,6 +510,7 @@ int main(void) {
     test_round_trip();
     test_malformed();
     test_failures();
+    test_full_disk();
     test_crash();
     return t_done();
 }

@@ -60,7 +60,7 @@ static int bits_equal(const float *a, const float *b, size_t n) { return !memcmp
 
 /* Every check of one matrix. */
 static void check_mat(const qmat *m, int have_avx2) {
-    const int rows = m->rows, cols = m->cols, N = 3;
+    const int rows = m->rows, cols = m->cols, N = 6; /* 6 = one KERN_NC block + 2 single */
     float    *x    = malloc((size_t)N * cols * sizeof(float));
     float    *y0 = malloc((size_t)rows * sizeof(float)), *y1 = malloc((size_t)rows * sizeof(float));
     float    *ym = malloc((size_t)N * rows * sizeof(float)), *yv = malloc((size_t)N * rows * sizeof(float));
@@ -131,7 +131,7 @@ static void check_mat(const qmat *m, int have_avx2) {
                 else
                     ok &= bits_equal(y1, ym, (size_t)rows);
             }
-            T_CHECK(ok, "%s: %s%s matmul(n=3) == matvec per column, same at 1 and 2 threads", what,
+            T_CHECK(ok, "%s: %s%s matmul(n=6) == matvec per column, same at 1 and 2 threads", what,
                     isa ? "avx2" : "scalar", idot ? " idot" : "");
         }
     omp_set_num_threads(2);

@@ -24,6 +24,7 @@
 #define NPOS 110
 
 static char tmp[512], build[512];
+static int  g_quant; /* 1: open models with the default (quantized) K3_*BITS */
 
 static int sh(const char *fmt, ...) K3_PRINTF(1, 2);
 static int sh(const char *fmt, ...) {
@@ -38,7 +39,7 @@ static int sh(const char *fmt, ...) {
 static k3_model *open_model(const char *dir, int chunk, int max_ctx, const char *logits_path) {
     k3_params p;
     if (k3_params_default(&p)) return NULL;
-    p.bits = p.mla_bits = p.head_bits = 32;
+    if (!g_quant) p.bits = p.mla_bits = p.head_bits = 32;
     if (chunk) p.chunk = chunk;
     if (max_ctx) p.max_ctx = max_ctx;
     p.logits_path = logits_path;
@@ -66,6 +67,7 @@ static float *read_file(const char *path, size_t *n) {
 /* ---- chunk 32 vs chunk 1 ------------------------------------------------ */
 
 static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
+    const char *what = g_quant ? "default bits" : "f32";
     char f32[600], f1[600], fs[600];
     snprintf(f32, sizeof f32, "%s/c32.f32", tmp);
     snprintf(f1, sizeof f1, "%s/c1.f32", tmp);
@@ -95,9 +97,9 @@ static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
     T_CHECK(a && n32 == (size_t)NPOS * vocab, "K3_LOGITS holds %d positions x %d (got %zu floats)",
             NPOS, vocab, a ? n32 : 0);
     T_CHECK(a && b && n1 == n32 && !memcmp(a, b, n32 * 4),
-            "K3_CHUNK=32 and K3_CHUNK=1 logits bit-identical over %d positions", NPOS);
+            "%s: K3_CHUNK=32 and K3_CHUNK=1 logits bit-identical over %d positions", what, NPOS);
     T_CHECK(a && c && ns == n32 && !memcmp(a, c, n32 * 4),
-            "chunk 7 with feeds split 45+1+1+63 bit-identical to chunk 32");
+            "%s: chunk 7 with feeds split 45+1+1+63 bit-identical to chunk 32", what);
     free(a);
     free(b);
     free(c);
@@ -395,6 +397,9 @@ int main(void) {
         ids[i] = rand() % (info.vocab - 256 > 2 ? info.vocab - 256 : info.vocab);
 
     test_chunks(dir, ids, info.vocab);
+    g_quant = 1;
+    test_chunks(dir, ids, info.vocab);
+    g_quant = 0;
     test_cancel(dir, ids, info.vocab);
     test_snapshot(dir, ids, info.vocab);
     test_corrupt();
