@@ -8,6 +8,7 @@
 # The server runs on 127.0.0.1 with a port the kernel picks (--serve 127.0.0.1:0) and is
 # always killed at the end. Every wait is bounded.
 import concurrent.futures
+import http.client
 import json
 import os
 import re
@@ -233,14 +234,19 @@ try:
     ok(code == 400 and json.loads(text)["error"]["code"] == "context_length_exceeded"
        and "2048" in json.loads(text)["error"]["message"], "a prompt over the context (K3_MAXT 2048) -> 400: %s" % text[:120])
 
-    # ---- a client that disconnects cancels its generation
+    # ---- a client that disconnects cancels its generation ("hello" greedy runs to the context's end)
     n0 = log_text().count("cancelled:")
     t0 = time.time()
-    code, _ = curl("/v1/chat/completions", chat(user("go on"), max_tokens=100000, stream=True), extra=["--max-time", "1"])
-    ok(wait_for(lambda: log_text().count("cancelled:") > n0, 10),
-       "a streaming client that goes away (curl --max-time 1) cancels the turn (%.1f s)" % (time.time() - t0))
-    code, _ = curl("/v1/chat/completions", chat(user("go on"), max_tokens=100000), extra=["--max-time", "1"])
-    ok(wait_for(lambda: log_text().count("cancelled:") > n0 + 1, 10), "so does a non-streaming one")
+    hc = http.client.HTTPConnection("127.0.0.1", int(port.group(1)), timeout=30)
+    hc.request("POST", "/v1/chat/completions", chat(user("hello"), temperature=0, max_tokens=100000, stream=True),
+               {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+    first = hc.getresponse().read1(100)
+    hc.close()
+    ok(first.startswith(b"data: ") and wait_for(lambda: log_text().count("cancelled:") > n0, 15),
+       "a streaming client that goes away after the first chunk cancels the turn (%.1f s)" % (time.time() - t0))
+    code, _ = curl("/v1/chat/completions", chat(user("hello"), temperature=0, max_tokens=100000), extra=["--max-time", "2"])
+    ok(wait_for(lambda: log_text().count("cancelled:") > n0 + 1, 15),
+       "so does a non-streaming one (curl --max-time 2): %r" % log_text()[-300:])
     code, body = curl("/v1/chat/completions", chat(user("hello"), temperature=0, top_p=1, max_tokens=N))
     ok(code == 200 and json.loads(body)["choices"][0]["message"]["reasoning_content"] == exp_think,
        "the next request works and answers as before")
@@ -287,8 +293,8 @@ try:
             return False
         return got == want[q]
 
-    nload = 40 if ASAN else 200
-    list(concurrent.futures.ThreadPoolExecutor(8).map(one, range(16)))  # warm up
+    nload = 16 if ASAN else 200
+    list(concurrent.futures.ThreadPoolExecutor(8).map(one, range(8 if ASAN else 16)))  # warm up
     rss0 = rss_kb(srv.pid)
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(8) as ex:
@@ -304,7 +310,7 @@ try:
 
     # ---- SIGTERM while generating: a clean, prompt exit
     bg = subprocess.Popen(["curl", "-sN", "-H", "Authorization: Bearer " + KEY, BASE + "/v1/chat/completions",
-                           "-d", chat(user("long"), max_tokens=100000, stream=True)],
+                           "-d", chat(user("hello"), temperature=0, max_tokens=100000, stream=True)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)
     srv.send_signal(signal.SIGTERM)
