@@ -25,7 +25,8 @@
     X(ui)   /* bench-ui.c: token-to-screen latency and UI CPU share of the TUI (mock engine) */    \
     X(repack) /* bench-repack.c: start-up of a k3 container vs the BF16 source; K3_MMAP memory */ \
     X(tok)  /* bench-tok.c: tokenizer encode MB/s vs tiktoken's JS and WASM builds */          \
-    X(vk)   /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */
+    X(vk)   /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */              \
+    X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */
 
 #define DECLARE(name) int bench_##name(void);
 BENCHES(DECLARE)

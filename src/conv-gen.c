@@ -391,7 +391,9 @@ static uint64_t turn_seed(k3_conv *c) {
         c->has_next_seed = 0;
         return c->next_seed;
     }
-    return c->set.sampling.seed + 0x9e3779b97f4a7c15ull * c->n_turns_started;
+    if (!c->n_turns_started)
+        return c->set.sampling.seed;
+    return (c->set.sampling.seed + 0x9e3779b97f4a7c15ull * c->n_turns_started) & INT64_MAX; /* a JSON integer */
 }
 
 /* Streams the parser's output to the callbacks and the message buffers. */
@@ -433,7 +435,8 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
     atomic_store(&c->active, s);
 
     /* 1. prefill what the session has not processed yet */
-    k3_turn_stats ts = {.n_prompt = n, .think = c->set.think, .seed = turn_seed(c)};
+    k3_turn_stats ts = {.n_prompt = n, .think = c->set.think, .sampling = c->set.sampling, .has_sampling = 1};
+    ts.sampling.seed = turn_seed(c);
     c->n_turns_started++;
     k3_session_reset_stats(s);
     int k = cache_prepare(c, s, R.v, n);
@@ -450,9 +453,7 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
     k3_ids_free(&R);
 
     /* 2. sample until end of message, max_tokens, capacity or cancel */
-    k3_sampler_params sp = c->set.sampling;
-    sp.seed = ts.seed;
-    k3_sampler     *smp = st ? NULL : k3_sampler_new(&sp);
+    k3_sampler     *smp = st ? NULL : k3_sampler_new(&ts.sampling);
     k3_chat_parser *par = NULL;
     k3_ids          gen = {0};
     text_buf        think = {0}, resp = {0};

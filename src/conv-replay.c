@@ -7,8 +7,9 @@
  * in turn 2 does not cascade into turn 3, and the prompt cache keeps working (the saved
  * reply renders to the tokens just generated when they match).
  * With greedy sampling and the transcript's settings every turn must match exactly; with
- * keep_seeds each turn also gets the sampler seed its statistics recorded, so a sampled
- * transcript reproduces as well. Comparison is by token ids when the transcript stored
+ * K3_REPLAY_SEEDS | K3_REPLAY_SAMPLING each turn also samples as its statistics recorded
+ * (seed, temperature, top-p, ...), so a sampled transcript reproduces as well, even when
+ * the settings changed between turns. Comparison is by token ids when the transcript stored
  * them (exact, even for non-canonical tokenizations) and by text otherwise. A saved turn
  * that was interrupted matches when the new answer starts with it.
  */
@@ -110,7 +111,7 @@ static k3_status compare(const k3_tok *tok, const k3_msg *saved, const k3_msg *n
 }
 
 k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_conv_settings *set,
-                         int keep_seeds, k3_replay_cb cb, void *ud, int *n_diff) {
+                         unsigned flags, k3_replay_cb cb, void *ud, int *n_diff) {
     k3_conv  *r = k3_conv_new();
     k3_tok   *tok = NULL;
     k3_status st = r ? k3_conv_set_settings(r, set) : k3_err(K3_ERR_NOMEM, "replay: out of memory");
@@ -128,8 +129,18 @@ k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_co
             continue;
         }
         turn++;
-        if (keep_seeds && msg->has_stats)
-            k3_conv_set_turn_seed(r, msg->stats.seed);
+        const k3_turn_stats *ts = &msg->stats;
+        k3_conv_settings     turn_set = *set;
+        if ((flags & K3_REPLAY_SAMPLING) && msg->has_stats && ts->has_sampling) {
+            turn_set.sampling.temp = ts->sampling.temp;
+            turn_set.sampling.top_p = ts->sampling.top_p;
+            turn_set.sampling.min_p = ts->sampling.min_p;
+            turn_set.sampling.top_k = ts->sampling.top_k;
+        }
+        if ((st = k3_conv_set_settings(r, &turn_set)))
+            break;
+        if ((flags & K3_REPLAY_SEEDS) && msg->has_stats && ts->has_sampling)
+            k3_conv_set_turn_seed(r, ts->sampling.seed);
         if (atomic_load(&saved->cancel)) {
             st = k3_err(K3_ABORTED, "replay cancelled before turn %d", turn);
             break;

@@ -294,7 +294,8 @@ typedef struct k3_turn_stats {
     double   ttft;        /* seconds from the start of the turn to the first token         */
     double   t_think;     /* seconds from the start of the turn to the end of thinking     */
     double   tok_s;       /* n_gen / t_gen: decode tokens per second                       */
-    uint64_t seed;        /* the sampler seed this turn used                               */
+    k3_sampler_params sampling; /* what the turn sampled with, seed included               */
+    int      has_sampling;/* sampling is known (generated here, or recorded in the file)  */
     int      think;       /* thinking mode the turn was generated with (1/0)               */
     k3_stop  stop;
 } k3_turn_stats;
@@ -384,10 +385,13 @@ k3_status k3_conv_render(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3
 
 /* Replay (conv-replay.c): re-runs each user turn of `saved` (with the saved history
  * before it) against m with settings `set`, and compares each new answer with the saved
- * one: by token ids when the transcript has them, else by text. When keep_seeds, each
- * turn samples with the seed recorded in its statistics (so a sampled transcript
- * reproduces too). cb gets one report per assistant turn; *n_diff counts the turns that
- * differ. Cancel with k3_conv_cancel(saved) from another thread. */
+ * one: by token ids when the transcript has them, else by text. flags: with
+ * K3_REPLAY_SEEDS each turn samples with the seed its statistics recorded, with
+ * K3_REPLAY_SAMPLING with their temperature, top-p, min-p and top-k too, so a sampled
+ * transcript reproduces exactly (turns without recorded values use set's). cb gets one
+ * report per assistant turn; *n_diff counts the turns that differ. Cancel with
+ * k3_conv_cancel(saved) from another thread. */
+enum { K3_REPLAY_SEEDS = 1, K3_REPLAY_SAMPLING = 2 };
 typedef struct k3_replay_turn {
     int         turn;         /* 1-based assistant turn number                          */
     int         msg_index;    /* index of the saved assistant message                    */
@@ -401,7 +405,7 @@ typedef struct k3_replay_turn {
 } k3_replay_turn;
 typedef void (*k3_replay_cb)(const k3_replay_turn *t, void *ud);
 k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_conv_settings *set,
-                         int keep_seeds, k3_replay_cb cb, void *ud, int *n_diff);
+                         unsigned flags, k3_replay_cb cb, void *ud, int *n_diff);
 
 /* Transcripts (transcript.c): JSON Lines, format in man/k3chat.5. */
 typedef struct k3_load_info {

@@ -7,13 +7,14 @@
  * - Exact-float kernels: weights are decoded to f32 (nibbles through pshufb tables, bytes through
  *   cvtepi8) and multiplied with FMA into vector accumulators; per-group scales are applied as
  *   one FMA per group. These agree with row_dot within float reassociation.
- * - IDOT kernels (canonical order in kern-impl.h): Q_I8 does the signed x signed dot without
- *   VNNI with |w| (sign_epi8(w, w)) as the unsigned operand of maddubs and sign_epi8(x, w) as
- *   the signed one (|w| <= 128, |x| <= 127: an int16 pair sum is at most 32512, no saturation).
- *   Nibble formats look each nibble up (pshufb) as an unsigned code w + o and subtract the
- *   activation's precomputed o * lane sums. madd with ones gives the eight 32-bit lane sums,
- *   then cvt and one FMA per step into two alternating accumulators; fmaf in the scalar twin
- *   rounds the same way, so the twins are bit-identical.
+ * - IDOT kernels (canonical order in kern-impl.h): Q_I8 does the signed x signed dot with
+ *   |w| (sign_epi8(w, w)) as the unsigned operand and sign_epi8(x, w) as the signed one
+ *   (|w| <= 128, |x| <= 127: an int16 pair sum is at most 32512, no saturation). Nibble formats
+ *   look each nibble up (pshufb) as an unsigned code w + o and add the activation's
+ *   precomputed -o * lane sums. maddubs + madd (AVX2) or vpdpbusd (AVX-VNNI, where the CPU has
+ *   it) give the eight exact 32-bit lane sums, then cvt and one FMA per step into two
+ *   alternating accumulators; fmaf in the scalar twin rounds the same way, so all twins are
+ *   bit-identical. The row kernels are one template (kern-idot.inc) built for both ISAs.
  * - Row tails (a partial group) go through the same vector code on a zero-padded copy.
  */
 #include "kern-impl.h"
@@ -22,11 +23,14 @@
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2,fma")))
+#define VNNI __attribute__((target("avx2,fma,avxvnni")))
 
 int kern_cpu_avx2(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+
+int kern_cpu_vnni(void) { return kern_cpu_avx2() && __builtin_cpu_supports("avxvnni"); }
 
 /* ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), the same tree as kern_sum8. */
 AVX2 static inline float hsum8(__m256 v) {
@@ -164,51 +168,39 @@ AVX2 void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1
 /* The canonical reduction: A + B lane-wise, then the hsum8 tree. */
 AVX2 static inline float idot_sum(__m256 A, __m256 B) { return hsum8(_mm256_add_ps(A, B)); }
 
-/* Q_I8 step: 32 weights w (natural order) against 32 codes at xq, lanes of 4 columns. */
-AVX2 static inline __m256 i8_step(__m256i w, const int8_t *xq, const float *d, __m256 acc) {
-    __m256i x = _mm256_loadu_si256((const __m256i *)xq);
+/* The integer part of a step, per ISA. AVX2: Q_I8 does the signed x signed dot without VNNI
+ * with |w| (sign_epi8(w, w)) as the unsigned operand of maddubs and sign_epi8(x, w) as the
+ * signed one; madd with ones sums the int16 pairs into the eight 32-bit lanes. AVX-VNNI:
+ * vpdpbusd does both steps at once (no int16 stage, no saturation). The lane sums are exact
+ * integers either way, so both ISAs give the same bits. */
+AVX2 static inline __m256i i8_isum_avx2(__m256i w, __m256i x) {
     __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-    __m256i s = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(d), acc);
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
-
-AVX2 static float idot_i8(const int8_t *w, const kern_act *a, int n) {
-    __m256 A = _mm256_setzero_ps(), B = A;
-    int    g = 0;
-    for (; (g + 2) * 32 <= n; g += 2) {
-        A = i8_step(_mm256_loadu_si256((const __m256i *)(w + g * 32)), a->q + g * 32, a->d + g, A);
-        B = i8_step(_mm256_loadu_si256((const __m256i *)(w + g * 32 + 32)), a->q + g * 32 + 32,
-                    a->d + g + 1, B);
-    }
-    for (; g * 32 < n; g++) { /* the last one or two groups, the last maybe partial */
-        int8_t tail[32] = {0};
-        memcpy(tail, w + g * 32, (size_t)(n - g * 32 < 32 ? n - g * 32 : 32));
-        __m256i v = _mm256_loadu_si256((const __m256i *)tail);
-        if (g & 1)
-            B = i8_step(v, a->q + g * 32, a->d + g, B);
-        else
-            A = i8_step(v, a->q + g * 32, a->d + g, A);
-    }
-    return idot_sum(A, B);
+VNNI static inline __m256i i8_isum_vnni(__m256i w, __m256i x) {
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 
 /* Nibble pair step: 32 packed bytes b (64 columns) -> acc += (lane sums) * dv. The nibbles
  * become unsigned codes w + o through lut (Q_I4: the nibble itself, o = 8; Q_MXFP4: doubled
  * e2m1 + 12), so maddubs needs no sign handling (|code| <= 24, |x| <= 127: an int16 holds the
  * four products of one position pair); sxo = o * (activation lane sums) restores w. */
-AVX2 static inline __m256i nib_isum(__m256i b, __m256i lut, const int8_t *xq, const int32_t *sxo) {
-    const __m256i m4 = _mm256_set1_epi8(15);
-    __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(b, m4));
-    __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(b, 4), m4));
-    __m256i p  = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq)),
-                                  _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32))));
-    return _mm256_sub_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)),
-                            _mm256_loadu_si256((const __m256i *)sxo));
+AVX2 static inline __m256i nib_isum_avx2(__m256i lo, __m256i hi, const int8_t *xq, const int32_t *nsxo) {
+    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq)),
+                                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32))));
+    return _mm256_add_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), _mm256_loadu_si256((const __m256i *)nsxo));
+}
+VNNI static inline __m256i nib_isum_vnni(__m256i lo, __m256i hi, const int8_t *xq, const int32_t *nsxo) {
+    __m256i s = _mm256_dpbusd_avx_epi32(_mm256_loadu_si256((const __m256i *)nsxo), lo,
+                                        _mm256_loadu_si256((const __m256i *)xq));
+    return _mm256_dpbusd_avx_epi32(s, hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
 }
 
-AVX2 static inline __m256 nib_step(__m256i b, __m256i lut, const kern_act *a, int p, __m256 dv,
-                                   __m256 acc) {
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(nib_isum(b, lut, a->q + p * 64, a->sxo + p * 8)), dv, acc);
+/* The two nibble vectors of a pair (low nibbles = even columns, high = odd) through lut. */
+AVX2 static inline void nib_codes(__m256i b, __m256i lut, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    *lo              = _mm256_shuffle_epi8(lut, _mm256_and_si256(b, m4));
+    *hi              = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(b, 4), m4));
 }
 
 /* Weight bytes of pair p of a nibble row of rb bytes, zero padded past the row. */
@@ -220,42 +212,7 @@ AVX2 static inline __m256i pair_bytes(const uint8_t *w, size_t rb, int p) {
     return _mm256_loadu_si256((const __m256i *)tail);
 }
 
-/* The nibble kernels run NC columns at once (NC = 1 for matvec, KERN_NC for matmul): each
- * pair of weight groups is loaded and decoded once, then every column does exactly the steps
- * it would do alone, in the same order, so a column's result does not depend on NC. */
 #define INLINE __attribute__((always_inline)) inline
-
-AVX2 static INLINE void idot_i4_n(const uint8_t *w, const float *s, const kern_act *a, int nc, int n,
-                                  float *res) {
-    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                                         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const int     np  = (n + 63) / 64;
-    const size_t  rb  = (size_t)(n + 1) / 2;
-    __m256        A[KERN_NC], B[KERN_NC];
-#pragma GCC unroll 4
-    for (int c = 0; c < nc; c++)
-        A[c] = B[c] = _mm256_setzero_ps();
-    int p = 0;
-    for (; p + 2 <= np; p += 2) {
-        const __m256i wa = pair_bytes(w, rb, p), wb = pair_bytes(w, rb, p + 1);
-        const __m256  sa = _mm256_broadcast_ss(s + p), sb = _mm256_broadcast_ss(s + p + 1);
-#pragma GCC unroll 4
-        for (int c = 0; c < nc; c++) {
-            A[c] = nib_step(wa, lut, &a[c], p, _mm256_mul_ps(sa, _mm256_loadu_ps(a[c].d8 + p * 8)), A[c]);
-            B[c] = nib_step(wb, lut, &a[c], p + 1, _mm256_mul_ps(sb, _mm256_loadu_ps(a[c].d8 + p * 8 + 8)), B[c]);
-        }
-    }
-    if (p < np) {
-        const __m256i wa = pair_bytes(w, rb, p);
-        const __m256  sa = _mm256_broadcast_ss(s + p);
-#pragma GCC unroll 4
-        for (int c = 0; c < nc; c++)
-            A[c] = nib_step(wa, lut, &a[c], p, _mm256_mul_ps(sa, _mm256_loadu_ps(a[c].d8 + p * 8)), A[c]);
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < nc; c++)
-        res[c] = idot_sum(A[c], B[c]);
-}
 
 /* 2^(e-128) of 8 exponents (kern_e8m0_half, vectorised: same bits). */
 AVX2 static inline __m256 e8m0_half8(const uint8_t *e) {
@@ -266,92 +223,27 @@ AVX2 static inline __m256 e8m0_half8(const uint8_t *e) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(nr, sb, is));
 }
 
-AVX2 static INLINE void idot_mxfp4_n(const uint8_t *w, const uint8_t *e, const kern_act *a, int nc,
-                                     int n, float *res) {
-    const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
-                                         12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
-    const int    ng = n / 32, np = (n + 63) / 64;
-    const size_t rb = (size_t)n / 2;
-    __m256       A[KERN_NC], B[KERN_NC];
-#pragma GCC unroll 4
-    for (int c = 0; c < nc; c++)
-        A[c] = B[c] = _mm256_setzero_ps();
-    int p = 0;
-    for (; p + 4 <= np && 2 * p + 8 <= ng; p += 4) { /* 4 pairs = 8 exponents at a time */
-        const __m256 h = e8m0_half8(e + 2 * p);
-#pragma GCC unroll 2
-        for (int k = 0; k < 4; k += 2) { /* unrolled: the permute indices are constants */
-            const __m256 ha = _mm256_permutevar8x32_ps(
-                h, _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1));
-            const __m256 hb = _mm256_permutevar8x32_ps(
-                h, _mm256_setr_epi32(2 * k + 2, 2 * k + 2, 2 * k + 2, 2 * k + 2, 2 * k + 3, 2 * k + 3, 2 * k + 3,
-                                     2 * k + 3));
-            const __m256i wa = _mm256_loadu_si256((const __m256i *)(w + (p + k) * 32));
-            const __m256i wb = _mm256_loadu_si256((const __m256i *)(w + (p + k + 1) * 32));
-#pragma GCC unroll 4
-            for (int c = 0; c < nc; c++) {
-                A[c] = nib_step(wa, lut, &a[c], p + k, _mm256_mul_ps(ha, _mm256_loadu_ps(a[c].d8 + (p + k) * 8)),
-                                A[c]);
-                B[c] = nib_step(wb, lut, &a[c], p + k + 1,
-                                _mm256_mul_ps(hb, _mm256_loadu_ps(a[c].d8 + (p + k + 1) * 8)), B[c]);
-            }
-        }
-    }
-    for (; p < np; p++) { /* tail pairs; a missing second group has scale 0 */
-        const float   h0 = kern_e8m0_half(e[2 * p]), h1 = 2 * p + 1 < ng ? kern_e8m0_half(e[2 * p + 1]) : 0.0f;
-        const __m256  hv = _mm256_setr_ps(h0, h0, h0, h0, h1, h1, h1, h1);
-        const __m256i wv = pair_bytes(w, rb, p);
-#pragma GCC unroll 4
-        for (int c = 0; c < nc; c++) {
-            __m256 dv = _mm256_mul_ps(hv, _mm256_loadu_ps(a[c].d8 + p * 8));
-            if (p & 1)
-                B[c] = nib_step(wv, lut, &a[c], p, dv, B[c]);
-            else
-                A[c] = nib_step(wv, lut, &a[c], p, dv, A[c]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < nc; c++)
-        res[c] = idot_sum(A[c], B[c]);
-}
+/* The row kernels, once per ISA (kern-idot.inc is a template: KN(name) appends the ISA). */
+#define KCAT2(a, b) a##b
+#define KCAT(a, b)  KCAT2(a, b)
+#define KN(name)    KCAT(name, KSFX)
 
-/* Rows [r0, r1) for nc (1 or KERN_NC) columns: a[nc], y[c][rows]. */
-AVX2 static INLINE void idot_rows(const qmat *m, const kern_act *a, int nc, float *const *y, int r0,
-                                  int r1) {
-    const int n = m->cols;
-    float     res[KERN_NC];
-    for (int r = r0; r < r1; r++) {
-        switch (m->type) {
-        case Q_I8:
-            for (int c = 0; c < nc; c++)
-                y[c][r] = idot_i8((const int8_t *)m->w + (size_t)r * n, &a[c], n) * m->s[r];
-            continue;
-        case Q_I4:
-            idot_i4_n((const uint8_t *)m->w + (size_t)r * ((n + 1) / 2),
-                      m->s + (size_t)r * ((n + Q_I4_GROUP - 1) / Q_I4_GROUP), a, nc, n, res);
-            break;
-        case Q_MXFP4:
-            idot_mxfp4_n((const uint8_t *)m->w + (size_t)r * (n / 2), m->e + (size_t)r * (n / Q_MXFP4_GROUP), a,
-                         nc, n, res);
-            break;
-        default: K3_ASSERT(!"kern_idot_avx2: type without integer weights");
-        }
-        for (int c = 0; c < nc; c++)
-            y[c][r] = res[c];
-    }
-}
+#define KSFX _avx2
+#define KTGT AVX2
+#include "kern-idot.inc"
+#undef KSFX
+#undef KTGT
 
-AVX2 void kern_idot_avx2(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
-    idot_rows(m, a, 1, &y, r0, r1);
-}
-
-AVX2 void kern_idot_nc_avx2(const qmat *m, const kern_act *a, float *const *y, int r0, int r1) {
-    idot_rows(m, a, KERN_NC, y, r0, r1);
-}
+#define KSFX _vnni
+#define KTGT VNNI
+#include "kern-idot.inc"
+#undef KSFX
+#undef KTGT
 
 #else /* not x86: the scalar path is the only one */
 
 int kern_cpu_avx2(void) { return 0; }
+int kern_cpu_vnni(void) { return 0; }
 void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1) {
     kern_rows_ref(m, x, y, r0, r1);
 }
@@ -361,6 +253,12 @@ void kern_idot_avx2(const qmat *m, const kern_act *a, float *y, int r0, int r1) 
 void kern_idot_nc_avx2(const qmat *m, const kern_act *a, float *const *y, int r0, int r1) {
     for (int c = 0; c < KERN_NC; c++)
         kern_idot_ref(m, &a[c], y[c], r0, r1);
+}
+void kern_idot_vnni(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
+    kern_idot_ref(m, a, y, r0, r1);
+}
+void kern_idot_nc_vnni(const qmat *m, const kern_act *a, float *const *y, int r0, int r1) {
+    kern_idot_nc_avx2(m, a, y, r0, r1);
 }
 
 #endif

@@ -29,8 +29,8 @@ typedef struct kern_act {
     int8_t  *q;   /* Q_I8: [2*np][32] natural order; nibble types: [np][64] pair layout     */
     float   *d;   /* [2*np] scale per group (0 for groups past cols)                       */
     float   *d8;  /* nibble types: [np][8] d[2p] in lanes 0-3, d[2p+1] in lanes 4-7         */
-    int32_t *sxo; /* nibble types: [np][8] o * (sum of q over lane j's columns), o = 8 for Q_I4
-                     and 12 for Q_MXFP4: the AVX2 twin uses unsigned codes w + o */
+    int32_t *nsxo; /* nibble types: [np][8] -o * (sum of q over lane j's columns), o = 8 for
+                      Q_I4 and 12 for Q_MXFP4: the AVX2 twins use unsigned codes w + o */
 } kern_act;
 
 /* Bytes of one column's activation buffer; kern_act_make carves it (buf 32-byte aligned). */
@@ -51,6 +51,10 @@ void kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1);
 void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1);
 void kern_idot_avx2(const qmat *m, const kern_act *a, float *y, int r0, int r1);
 void kern_idot_nc_avx2(const qmat *m, const kern_act *a, float *const *y, int r0, int r1);
+/* The same with AVX-VNNI integer dots (vpdpbusd); call only when kern_cpu_vnni() is true. */
+void kern_idot_vnni(const qmat *m, const kern_act *a, float *y, int r0, int r1);
+void kern_idot_nc_vnni(const qmat *m, const kern_act *a, float *const *y, int r0, int r1);
+int  kern_cpu_vnni(void);
 int  kern_cpu_avx2(void);
 
 /* 2^(e-128) exactly (subnormal for e < 2), the scale of the doubled MXFP4 integers. */

@@ -126,7 +126,7 @@ void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
     a->q         = (int8_t *)p;
     a->d         = (float *)(void *)(p + (size_t)np * 64);
     a->d8        = (float *)(void *)(p + (size_t)np * 64 + round32((size_t)np * 2 * sizeof(float)));
-    a->sxo       = (int32_t *)(void *)(a->d8 + (size_t)np * 8);
+    a->nsxo      = (int32_t *)(void *)(a->d8 + (size_t)np * 8);
     memset(a->q, 0, (size_t)np * 64);
     for (int g = 0; g < 2 * np; g++) {
         const int c0  = g * Q_IDOT_GROUP;
@@ -158,7 +158,7 @@ void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
             for (int k = 0; k < 8; k++) /* lane j: pair columns 8j..8j+7 */
                 sum += a->q[act_pos(type, pr * 64 + 8 * j + k)];
             a->d8[pr * 8 + j]  = a->d[2 * pr + (j >> 2)];
-            a->sxo[pr * 8 + j] = off * sum;
+            a->nsxo[pr * 8 + j] = -off * sum;
         }
 }
 
@@ -219,14 +219,19 @@ static int env_flag(const char *name, int dflt) {
 }
 
 int kern_set_isa(int isa) {
-    int v = isa == KERN_AVX2 && kern_cpu_avx2() ? KERN_AVX2 : KERN_SCALAR;
+    int v = isa == KERN_AVX2_VNNI && kern_cpu_vnni()               ? KERN_AVX2_VNNI
+            : (isa == KERN_AVX2 || isa == KERN_AVX2_VNNI) && kern_cpu_avx2() ? KERN_AVX2
+                                                                             : KERN_SCALAR;
     atomic_store(&sel_isa, v);
     return v;
 }
 
 int kern_isa(void) {
     int v = atomic_load(&sel_isa);
-    return v >= 0 ? v : kern_set_isa(env_flag("K3_NOAVX2", 0) ? KERN_SCALAR : KERN_AVX2);
+    return v >= 0 ? v
+                  : kern_set_isa(env_flag("K3_NOAVX2", 0)   ? KERN_SCALAR
+                                 : env_flag("K3_NOVNNI", 0) ? KERN_AVX2
+                                                            : KERN_AVX2_VNNI);
 }
 
 void kern_set_idot(int on) { atomic_store(&sel_idot, on != 0); }
@@ -253,9 +258,11 @@ static int block_rows(const qmat *m) {
 /* y[t][rows] for t < n: the whole call, partitioned (ith, nth) over rows. Exactly one of x
  * (exact-float, columns cols floats apart) or act (IDOT, one kern_act per column) is used. */
 static void run(const qmat *m, const float *x, const kern_act *act, int n, float *y) {
-    const int          avx2 = kern_isa() == KERN_AVX2;
+    const int          isa  = kern_isa(), avx2 = isa != KERN_SCALAR;
     const kern_rows_fn fr   = avx2 ? kern_rows_avx2 : kern_rows_ref;
-    const kern_idot_fn fq   = avx2 ? kern_idot_avx2 : kern_idot_ref;
+    const kern_idot_fn fq   = isa == KERN_AVX2_VNNI ? kern_idot_vnni : avx2 ? kern_idot_avx2 : kern_idot_ref;
+    void (*const fnc)(const qmat *, const kern_act *, float *const *, int, int) =
+        isa == KERN_AVX2_VNNI ? kern_idot_nc_vnni : kern_idot_nc_avx2;
     const int          br   = n > 1 ? block_rows(m) : m->rows;
     const long         work = (long)m->rows * m->cols * n;
 #pragma omp parallel if (work > 65536)
@@ -270,7 +277,7 @@ static void run(const qmat *m, const float *x, const kern_act *act, int n, float
                     float *yc[KERN_NC];
                     for (int c = 0; c < KERN_NC; c++)
                         yc[c] = y + (size_t)(t + c) * m->rows;
-                    kern_idot_nc_avx2(m, &act[t], yc, b0, b1);
+                    fnc(m, &act[t], yc, b0, b1);
                 }
             for (; t < n; t++) {
                 float *yt = y + (size_t)t * m->rows;

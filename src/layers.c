@@ -6,8 +6,9 @@
  * every sequential recurrence (KDA conv and state, MLA cache) is advanced token by token in
  * order, so a token's result never depends on the chunk size. Per-token arithmetic that the
  * chunk size could change (sums over slots, experts, heads) always runs in one fixed order.
- * Accumulations that are cheap in double (norms, softmaxes, mixes, the KDA state products, the
- * attention context) are done in double; the stored activations and the state are f32.
+ * Accumulations that are cheap in double (norms, mixes, the KDA state products, softmax sums)
+ * are done in double; the MLA attention's long loops (scores, context) run in f32 with a fixed
+ * lane order so they vectorise; the stored activations and the state are f32.
  *
  * Buffers come from the session's chunk_buf (model-impl.h lists their shapes). Reads cb.h,
  * writes cb.h; KDA writes its new state into the uncommitted buffer 1-sel; MLA appends its

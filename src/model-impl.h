@@ -4,7 +4,7 @@
  *
  * DESIGN
  * - Every weight matrix is a qmat (quant.h) made by model_matrix(), the one place where a
- *   checkpoint tensor becomes an engine matrix (today f32; later quantized at load).
+ *   checkpoint tensor becomes an engine matrix (f32, or quantized at load per K3_*BITS).
  * - Routed experts live in the streaming expert tier (experts.h: a per-layer LRU cache within
  *   K3_EXPERT_GB, filled by loader threads); the layer code asks it for the distinct experts of
  *   a chunk (ex_begin / ex_next / ex_end) and computes each once over its tokens. A failed read
@@ -15,8 +15,9 @@
  *   buffered: a chunk reads buffer sel[l] and writes buffer 1-sel[l]; committing the chunk flips
  *   sel. The MLA cache is append-only past the committed position. So an aborted chunk leaves
  *   the committed state untouched, with no copy.
- * - Everything runs in f32 with double accumulation where it is cheap (norms, softmax, mixes,
- *   the KDA state products); the result of a token never depends on the chunk size.
+ * - Activations and state are f32, with double accumulation where it is cheap (norms, mixes,
+ *   the KDA state products, softmax sums); the result of a token never depends on the chunk
+ *   size (every per-token reduction runs in one fixed order).
  */
 #pragma once
 #include "config.h"

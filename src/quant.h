@@ -109,10 +109,11 @@ void qmat_matvec(const qmat *m, const float *x, float *y);
 void qmat_matmul(const qmat *m, const float *x, int n, float *y);
 
 /* Kernel selection. Read once from the environment on first use: K3_NOAVX2=1 forces the
- * scalar reference, K3_IDOT=0 selects exact-float. The setters override (tests, tools). */
-enum kern_isa { KERN_SCALAR = 0, KERN_AVX2 = 1 };
+ * scalar reference, K3_NOVNNI=1 plain AVX2 (no AVX-VNNI integer dots), K3_IDOT=0 selects
+ * exact-float. The setters override (tests, tools). All paths give the same IDOT bits. */
+enum kern_isa { KERN_SCALAR = 0, KERN_AVX2 = 1, KERN_AVX2_VNNI = 2 };
 int  kern_isa(void);
-/* Select isa; KERN_AVX2 where the CPU lacks AVX2+FMA stays scalar. Returns the isa in use. */
+/* Select isa, falling back to what the CPU has (VNNI -> AVX2 -> scalar). Returns the isa in use. */
 int  kern_set_isa(int isa);
 int  kern_idot(void);
 void kern_set_idot(int on);

@@ -71,26 +71,30 @@ static inline uint64_t mix(uint64_t h) {
     return h;
 }
 
-static inline uint32_t hash_bytes(const uint8_t *s, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
-    while (n >= 8) {
-        h = mix(h ^ rd64(s)) * 0x9E3779B97F4A7C15ull;
-        s += 8;
-        n -= 8;
-    }
-    if (n) {
-        uint64_t v = 0;
-        memcpy(&v, s, n);
-        h = mix(h ^ v ^ ((uint64_t)n << 56)) * 0x9E3779B97F4A7C15ull;
-    }
-    return (uint32_t)(mix(h) >> 32);
+static inline uint32_t rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
-static inline uint64_t head8(const uint8_t *s, size_t n) {
-    uint64_t v = 0;
+/* 8 bytes that determine s[0..n) exactly given n <= 8 (overlapping loads, no byte-wise
+ * copy: a partial copy followed by a wide read stalls store forwarding on every lookup). */
+static inline uint64_t key8(const uint8_t *s, size_t n) {
     if (n >= 8) return rd64(s);
-    memcpy(&v, s, n);
-    return v;
+    if (n >= 4) return rd32(s) | (uint64_t)rd32(s + n - 4) << 32;
+    return (uint64_t)s[0] | (uint64_t)s[n / 2] << 8 | (uint64_t)s[n - 1] << 16;
+}
+
+static inline uint32_t hash_bytes(const uint8_t *s, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
+    if (n <= 8) {
+        h = mix(h ^ key8(s, n)) * 0x9E3779B97F4A7C15ull;
+    } else {
+        size_t i = 0;
+        for (; i + 8 < n; i += 8) h = mix(h ^ rd64(s + i)) * 0x9E3779B97F4A7C15ull;
+        h = mix(h ^ rd64(s + n - 8)) * 0x9E3779B97F4A7C15ull; /* last 8, overlapping */
+    }
+    return (uint32_t)(mix(h) >> 32);
 }
 
 static inline uint32_t filter_bit(uint32_t h) { return (h * 0x9E3779B1u) >> (32 - TOK_FILTER_LOG2); }
@@ -104,7 +108,7 @@ int32_t tok_rank(const k3_tok *t, const uint8_t *s, size_t n) {
     uint32_t h = hash_bytes(s, n), tag = slot_tag(h, n);
     uint32_t fb = filter_bit(h);
     if (!(t->filter[fb >> 6] >> (fb & 63) & 1)) return TOK_RANK_NONE;
-    uint64_t hd = head8(s, n);
+    uint64_t hd = key8(s, n);
     for (uint32_t i = h & t->ht_mask;; i = (i + 1) & t->ht_mask) {
         const struct tok_slot *sl = &t->ht[i];
         if (sl->rank < 0) return TOK_RANK_NONE;
@@ -265,7 +269,7 @@ static k3_status parse_model(k3_tok *t, const char *txt, size_t n, const char *f
         }
         uint32_t fb = filter_bit(h);
         t->filter[fb >> 6] |= 1ull << (fb & 63);
-        t->ht[i].head = head8(s, len);
+        t->ht[i].head = key8(s, len);
         t->ht[i].tag = tag;
         t->ht[i].rank = k;
         if (len == 1) t->byte_rank[s[0]] = k;

@@ -26,7 +26,7 @@ struct k3_tok {
     /* open-addressing hash: byte string -> rank. A slot holds the first 8 bytes of its
      * token, so a lookup of a token of <= 8 bytes touches one cache line. */
     struct tok_slot {
-        uint64_t head;          /* first min(len, 8) bytes, zero padded                  */
+        uint64_t head;          /* key8 of the bytes: determines them when len <= 8      */
         uint32_t tag;           /* hash & ~0xFF | min(len, 255)                          */
         int32_t  rank;          /* -1 = empty                                            */
     } *ht;                      /* (ht_mask + 1)                                         */

@@ -136,12 +136,22 @@ static json_t *header_json(const k3_conv *c) {
 }
 
 static json_t *stats_json(const k3_turn_stats *t) {
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:b, s:s}",
-                     "prompt_tokens", t->n_prompt, "cached_tokens", t->n_cached, "prefill_tokens",
-                     t->n_prefill, "completion_tokens", t->n_gen, "think_tokens", t->n_think,
-                     "prefill_s", t->t_prefill, "decode_s", t->t_gen, "ttft_s", t->ttft, "think_s",
-                     t->t_think, "tok_s", t->tok_s, "seed", jseed(t->seed), "think", t->think,
-                     "stop", k3_stop_str(t->stop));
+    json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:b, s:s}", "prompt_tokens",
+                          t->n_prompt, "cached_tokens", t->n_cached, "prefill_tokens", t->n_prefill,
+                          "completion_tokens", t->n_gen, "think_tokens", t->n_think, "prefill_s", t->t_prefill,
+                          "decode_s", t->t_gen, "ttft_s", t->ttft, "think_s", t->t_think, "tok_s", t->tok_s,
+                          "think", t->think, "stop", k3_stop_str(t->stop));
+    if (o && t->has_sampling) {
+        const k3_sampler_params *p = &t->sampling;
+        json_t *x = json_pack("{s:o, s:o, s:o, s:i, s:o}", "temperature", jfloat(p->temp), "top_p", jfloat(p->top_p),
+                              "min_p", jfloat(p->min_p), "top_k", p->top_k, "seed", jseed(p->seed));
+        if (!x || json_object_update(o, x)) {
+            json_decref(o);
+            o = NULL;
+        }
+        json_decref(x);
+    }
+    return o;
 }
 
 static json_t *msg_json(const k3_msg *m) {
@@ -673,7 +683,20 @@ static k3_status parse_stats(const lctx *L, json_t *s, k3_turn_stats *t) {
     TRY(get_num(L, s, "stats.", "ttft_s", &t->ttft));
     TRY(get_num(L, s, "stats.", "think_s", &t->t_think));
     TRY(get_num(L, s, "stats.", "tok_s", &t->tok_s));
-    TRY(get_seed(L, s, "stats.", &t->seed));
+    double temp = -1, top_p = 1, min_p = 0;
+    TRY(get_num(L, s, "stats.", "temperature", &temp));
+    TRY(get_num(L, s, "stats.", "top_p", &top_p));
+    TRY(get_num(L, s, "stats.", "min_p", &min_p));
+    TRY(get_int(L, s, "stats.", "top_k", 0, INT_MAX, &t->sampling.top_k));
+    TRY(get_seed(L, s, "stats.", &t->sampling.seed));
+    if (temp >= 0) { /* the sampling this turn used is known */
+        if (!(temp <= 100 && top_p >= 0 && top_p <= 1 && min_p >= 0 && min_p <= 1))
+            return LERR(L, "stats: temperature %g / top_p %g / min_p %g out of range", temp, top_p, min_p);
+        t->sampling.temp = (float)temp;
+        t->sampling.top_p = (float)top_p;
+        t->sampling.min_p = (float)min_p;
+        t->has_sampling = 1;
+    }
     TRY(get_bool(L, s, "stats.", "think", &t->think));
     TRY(get_str(L, s, "stats.", "stop", &stop));
     if (stop) {

@@ -39,6 +39,22 @@ K3_MAXT=8 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 2 >/dev/null 2>"$T/err"; 
 K3_CHUNK=0 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" != 0 ] && grep -q "K3_CHUNK" "$T/err"; ok $? "K3_CHUNK=0 is rejected naming the variable"
 
+# validation hooks: shapes of the files and clear errors
+K3_BITS=32 K3_MLA_BITS=32 K3_HEAD_BITS=32 K3_LOGITS="$T/lg" K3_TRACE="$T/tr" K3_LAYERS=2 \
+    "$B/k3chat" "$T/m" --ids "1 2 3 4 5" --max-tokens 3 --temp 0 >/dev/null 2>"$T/err"; rc=$?
+vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$T/m/config.json" | head -1)
+hid=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$T/m/config.json" | head -1)
+[ "$rc" = 0 ] && [ "$(wc -c <"$T/lg")" = $((7 * vocab * 4)) ] && [ "$(wc -c <"$T/tr")" = $((7 * 2 * hid * 4)) ]
+ok $? "K3_LOGITS and K3_TRACE with K3_LAYERS=2: 5 prompt + 2 fed generated positions (vocab $vocab, hidden $hid)"
+head -c $((3 * hid * 4)) /dev/zero >"$T/x0"
+K3_X0="$T/x0" "$B/k3chat" "$T/m" --ids "1 2 3 4" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_X0" "$T/err"; ok $? "K3_X0 with 3 rows for 4 positions: clear error ($(head -c 100 "$T/err"))"
+head -c 10 /dev/zero >"$T/x0"
+K3_X0="$T/x0" "$B/k3chat" "$T/m" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_X0" "$T/err"; ok $? "K3_X0 of 10 bytes: clear error ($(head -c 100 "$T/err"))"
+K3_LAYERS=99 "$B/k3chat" "$T/m" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_LAYERS" "$T/err"; ok $? "K3_LAYERS beyond the model: clear error ($(head -c 100 "$T/err"))"
+
 # --prompt: chat encoder + output parser (response on stdout, think on stderr)
 p1=$("$B/k3chat" "$T/m" --prompt "Hello, who are you?" --think off --max-tokens 12 --temp 0 2>"$T/err"); rc=$?
 p2=$("$B/k3chat" "$T/m" --prompt "Hello, who are you?" --think off --max-tokens 12 --temp 0 2>/dev/null)

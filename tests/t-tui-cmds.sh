@@ -55,10 +55,16 @@ cmd "/save /nonexistent-dir/x.jsonl" "cannot write" "/save to an unwritable path
 cmd "/export $K3_TMP/t1.md" "exported 4 messages" "/export FILE.md"
 check "/export wrote Markdown with the reasoning folded" grep -q "<details>" "$K3_TMP/t1.md"
 cmd "/export" "missing the file name" "/export without a file"
+keys C-l; type_line "third question"
+check "a third message gets its answer" wait_for "reply to third question" 5
+cmd "/forget" "dropped the oldest exchange (2 messages)" "/forget drops the oldest exchange"
+check "/forget removed the first exchange" wait_gone "reply to first question" 5
+check "/forget kept the later ones" has "reply to third question"
+cmd "/forget now" "/forget takes no argument" "/forget with an argument"
 cmd "/undo" "" "/undo runs"
-check "/undo drops the last exchange" wait_gone "second question" 5
-check "/undo keeps the earlier exchange" has "reply to first question"
-cmd "/retry" "reply to first question" "/retry regenerates the last answer"
+check "/undo drops the last exchange" wait_gone "third question" 5
+check "/undo keeps the earlier exchange" has "reply to second question"
+cmd "/retry" "reply to second question" "/retry regenerates the last answer"
 cmd "/retry now" "/retry takes no argument" "/retry with an argument"
 cmd "/clear" "type a message and press Enter" "/clear starts a new conversation"
 cmd "/load $K3_TMP/t1.jsonl" "loaded 4 messages" "/load FILE"

@@ -40,11 +40,27 @@ keys C-c
 check "Ctrl-C stops it, keeping the partial answer" wait_for "[stopped]" 10
 type_line "again"
 check "a new message after Ctrl-C is accepted" wait_input_empty 5
-check "and is in the conversation" sh -c "$T capture-pane -p | head -n -2 | grep -q '› again'"
-keys C-c
-wait_for "[stopped]" 10
+if has "── response"; then keys C-c; fi # still streaming: stop it (an ended turn must not get a quitting Ctrl-C)
+wait_gone "── response" 10
+found=0
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+    if screen | head -n -2 | grep -q '› again'; then found=1; break; fi
+    keys PPage; sleep 0.1
+done
+check "and is in the conversation above its answer (PgUp finds it)" [ $found = 1 ]
 keys C-d
 check "exit with 0" wait_for "EXIT=0" 10
+# a context too small for the prompt: a clear message, nothing changed, the message back
+tui_start 100 30 K3_MAXT=64 -- "$K3CHAT $d 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+wait_for "tiny · " 20
+type_line "hello there"
+check "a turn that would overflow the context says so" wait_for "context holds 64" 10
+check "and offers /clear and /forget" has "/forget: drop the oldest"
+check "the message is back in the input line" sh -c "$T capture-pane -p | tail -n 1 | grep -q '› hello there'"
+check "the conversation is unchanged" sh -c "! $T capture-pane -p | head -n -1 | grep -q '› hello there'"
+keys C-u; keys C-d
+check "exit with 0 after the context error" wait_for "EXIT=0" 10
+
 # line mode on the same model: the answer on stdout, and the autosave transcript
 printf 'hello\n' | XDG_DATA_HOME="$K3_TMP/data2" HOME="$K3_TMP" "$K3CHAT" --max-tokens 12 --think off "$d" >"$K3_TMP/out" 2>>"$K3_TMP/stderr.txt"
 rc=$?

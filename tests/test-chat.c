@@ -318,6 +318,59 @@ static void test_parser(const k3_tok *t) {
     k3_ids_free(&ids);
 }
 
+/* Random streams of structure and text: never a crash, every chunk complete UTF-8, and
+ * every text marker reaches the output in order (nothing is lost). */
+static void test_parser_random(const k3_tok *t) {
+    static const char *const pool[] = {"<O>", "<C>", "<S>", "<E>", "think", "response", "message", "sp:[EOS]",
+                                       "b:\xe4", "b:\xbd", "b:\xa0", NULL};
+    uint64_t r = 12345;
+    int ok_utf8 = 1, ok_order = 1;
+    for (int it = 0; it < 300; it++) {
+        k3_ids ids = {0};
+        char markers[64][16];
+        int nm = 0;
+        for (int k = 0; k < 40; k++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            int pick = (int)(r >> 33) % 16;
+            if (pick < 11) {
+                const char *one[] = {pool[pick], NULL};
+                golden(t, one, &ids);
+            } else if (nm < 64) {
+                snprintf(markers[nm], sizeof markers[nm], "#%d#", nm);
+                k3_tok_encode(t, markers[nm], strlen(markers[nm]), 0, &ids);
+                nm++;
+            }
+        }
+        k3_chat_parser *p;
+        k3_chat_parser_new(t, (int)(r >> 40) & 1, &p);
+        char all[4096];
+        size_t an = 0;
+        k3_chat_out o;
+        for (size_t i = 0; i <= ids.n; i++) {
+            if (i < ids.n) k3_chat_parser_feed(p, ids.v[i], &o);
+            else k3_chat_parser_finish(p, &o);
+            ok_utf8 &= valid_utf8(o.think, o.think_len) && valid_utf8(o.response, o.response_len);
+            if (an + o.think_len + o.response_len < sizeof all) {
+                memcpy(all + an, o.think, o.think_len), an += o.think_len;
+                memcpy(all + an, o.response, o.response_len), an += o.response_len;
+            }
+        }
+        all[an] = 0;
+        const char *q = all;
+        for (int m = 0; m < nm && q; m++)
+            if ((q = strstr(q, markers[m]))) q += strlen(markers[m]);
+        if (!q) {
+            ok_order = 0;
+            printf("  lost a marker in [%s]\n", all);
+        }
+        k3_chat_parser_free(p);
+        k3_ids_free(&ids);
+        if (!ok_order) break;
+    }
+    T_CHECK(ok_utf8, "random structure: every chunk is complete UTF-8");
+    T_CHECK(ok_order, "random structure: all text reaches the output, in order");
+}
+
 int main(void) {
     k3_tok *t = vocab();
     T_CHECK(t != NULL, "chat test vocabulary loads");
@@ -326,6 +379,7 @@ int main(void) {
     test_think_on(t);
     test_text_and_errors(t);
     test_parser(t);
+    test_parser_random(t);
     k3_tok_free(t);
     return t_done();
 }

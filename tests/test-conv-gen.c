@@ -388,9 +388,38 @@ int main(void) {
     l = k3_conv_new();
     K3_ASSERT(k3_conv_load(l, path2, NULL) == K3_OK);
     int n_diff = -1;
-    st = k3_conv_replay(l, m, s, &off, 1, NULL, NULL, &n_diff);
+    st = k3_conv_replay(l, m, s, &off, K3_REPLAY_SEEDS | K3_REPLAY_SAMPLING, NULL, NULL, &n_diff);
     T_CHECK(st == K3_OK && n_diff == 0, "replay of the greedy transcript reproduces every turn token for token (%d differ)",
             n_diff);
+    /* sampled turns whose settings changed in between reproduce with the recorded sampling */
+    k3_conv *z = k3_conv_new();
+    k3_conv_settings zs = off;
+    zs.sampling.temp = 0.9f;
+    zs.sampling.seed = 11;
+    k3_conv_set_settings(z, &zs);
+    k3_conv_add(z, K3_ROLE_USER, "One.", NULL);
+    st = k3_conv_generate(z, m, s, NULL);
+    zs.sampling.temp = 1.4f;
+    zs.sampling.top_p = 0.8f;
+    k3_conv_set_settings(z, &zs);
+    k3_conv_add(z, K3_ROLE_USER, "Two.", NULL);
+    if (!st)
+        st = k3_conv_generate(z, m, s, NULL);
+    char pz[700];
+    snprintf(pz, sizeof pz, "%s/sampled.jsonl", tmpdir);
+    K3_ASSERT(st == K3_OK && k3_conv_save(z, pz) == K3_OK);
+    k3_conv_free(z);
+    z = k3_conv_new();
+    K3_ASSERT(k3_conv_load(z, pz, NULL) == K3_OK);
+    st = k3_conv_replay(z, m, s, &zs, K3_REPLAY_SEEDS | K3_REPLAY_SAMPLING, NULL, NULL, &n_diff);
+    T_CHECK(st == K3_OK && n_diff == 0,
+            "replay of sampled turns (temperature changed between them) with their recorded sampling: all match");
+    k3_conv_free(z);
+    snprintf(cmd, sizeof cmd, "'%s/k3chat' '%s' --replay '%s' 2>&1", build, model_dir, pz);
+    int rcz = run(cmd, out, sizeof out);
+    T_CHECK(rcz == 0 && strstr(out, "every turn matches"), "k3chat --replay of the sampled transcript: every turn "
+                                                            "matches (rc %d: %.200s)", rcz, out);
+
     k3_conv_settings other = off;
     other.sampling.temp = 1.5f;
     other.sampling.seed = 99;

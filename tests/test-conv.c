@@ -58,7 +58,8 @@ static int msg_eq(const k3_msg *a, const k3_msg *b) {
     if (a->has_stats) {
         const k3_turn_stats *x = &a->stats, *y = &b->stats;
         if (x->n_prompt != y->n_prompt || x->n_cached != y->n_cached || x->n_prefill != y->n_prefill ||
-            x->n_gen != y->n_gen || x->n_think != y->n_think || x->seed != y->seed || x->think != y->think ||
+            x->n_gen != y->n_gen || x->n_think != y->n_think || x->sampling.seed != y->sampling.seed || x->has_sampling != y->has_sampling ||
+            x->sampling.temp != y->sampling.temp || x->sampling.top_p != y->sampling.top_p || x->think != y->think ||
             x->stop != y->stop || fabs(x->tok_s - y->tok_s) > 1e-6 * (1 + fabs(x->tok_s)) ||
             fabs(x->ttft - y->ttft) > 1e-6)
             return 0;
@@ -97,7 +98,7 @@ static void add_reply(k3_conv *c, const char *content, const char *reasoning, in
     m.n_ids = n_ids;
     m.stats = (k3_turn_stats){.n_prompt = 40, .n_cached = 12, .n_prefill = 28, .n_gen = n_ids, .n_think = 3,
                               .t_prefill = 0.25, .t_gen = 1.5, .ttft = 0.3, .t_think = 0.7, .tok_s = 12.5,
-                              .seed = 42, .think = 1, .stop = interrupted ? K3_STOP_CANCEL : K3_STOP_EOS};
+                              .sampling = {.temp = 0.7f, .top_p = 0.9f, .seed = 42}, .has_sampling = 1, .think = 1, .stop = interrupted ? K3_STOP_CANCEL : K3_STOP_EOS};
     K3_ASSERT(conv_push(c, &m) == K3_OK);
 }
 

@@ -27,6 +27,8 @@ static uint32_t rnd(void) {
 static float frnd(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
 
 static const char *tname[] = {"f32", "i8", "i4", "mxfp4"};
+static const char *iname[] = {"scalar", "avx2", "avx-vnni"};
+static int         max_isa; /* highest enum kern_isa this CPU runs */
 
 /* A random matrix of the type: quantized from random floats, or random MXFP4 bytes. */
 static void make_mat(qmat *m, int type, int rows, int cols, uint8_t **mx) {
@@ -93,9 +95,9 @@ static void check_mat(const qmat *m, int have_avx2) {
     if (m->type != Q_F32) {
         float *yi = malloc((size_t)rows * sizeof(float));
         run_mv(m, x, yi, KERN_SCALAR, 1);
-        if (have_avx2) {
-            run_mv(m, x, y1, KERN_AVX2, 1);
-            T_CHECK(bits_equal(yi, y1, (size_t)rows), "%s: IDOT AVX2 bit-identical to scalar", what);
+        for (int isa = KERN_AVX2; isa <= max_isa; isa++) {
+            run_mv(m, x, y1, isa, 1);
+            T_CHECK(bits_equal(yi, y1, (size_t)rows), "%s: IDOT %s bit-identical to scalar", what, iname[isa]);
         }
         int      ok  = 1;
         void    *buf = k3_aligned_alloc(32, kern_act_bytes(cols));
@@ -115,7 +117,7 @@ static void check_mat(const qmat *m, int have_avx2) {
         free(yi);
     }
     /* matmul == matvec, bit for bit, every path, 1 and 2 threads */
-    for (int isa = 0; isa <= (have_avx2 ? 1 : 0); isa++)
+    for (int isa = 0; isa <= max_isa; isa++)
         for (int idot = 0; idot <= (m->type != Q_F32); idot++) {
             int ok = 1;
             for (int th = 1; th <= 2; th++) {
@@ -132,7 +134,7 @@ static void check_mat(const qmat *m, int have_avx2) {
                     ok &= bits_equal(y1, ym, (size_t)rows);
             }
             T_CHECK(ok, "%s: %s%s matmul(n=6) == matvec per column, same at 1 and 2 threads", what,
-                    isa ? "avx2" : "scalar", idot ? " idot" : "");
+                    iname[isa], idot ? " idot" : "");
         }
     omp_set_num_threads(2);
     free(x), free(y0), free(y1), free(ym), free(yv), free(wr);
@@ -174,7 +176,7 @@ static void check_mxfp4_known(int have_avx2) {
         for (int c = 0; c < 64; c += 11) {
             memset(x, 0, sizeof x);
             x[c] = 1.0f;
-            for (int isa = 0; isa <= (have_avx2 ? 1 : 0); isa++) {
+            for (int isa = 0; isa <= max_isa; isa++) {
                 run_mv(&m, x, &y, isa, 0);
                 okx &= y == d[c];
                 run_mv(&m, x, &y, isa, 1);
@@ -195,6 +197,9 @@ static void check_mxfp4_known(int have_avx2) {
 
 int main(void) {
     const int have_avx2 = kern_cpu_avx2();
+    max_isa             = kern_cpu_vnni() ? KERN_AVX2_VNNI : have_avx2 ? KERN_AVX2 : KERN_SCALAR;
+    if (max_isa < KERN_AVX2_VNNI)
+        T_SKIP("no AVX-VNNI on this CPU: the VNNI twins are not compared");
     if (!have_avx2)
         T_SKIP("no AVX2+FMA on this CPU: AVX2 twins not compared (scalar checks still run)");
     T_CHECK(kern_set_isa(KERN_SCALAR) == KERN_SCALAR, "scalar path selectable");
@@ -218,5 +223,25 @@ int main(void) {
         free(mx);
     }
     check_mxfp4_known(have_avx2);
+
+    /* a NaN activation poisons its output rows in every path (no silent zero) */
+    {
+        qmat     m;
+        uint8_t *mx;
+        float    x[96], y[4];
+        make_mat(&m, Q_MXFP4, 4, 96, &mx);
+        for (int c = 0; c < 96; c++)
+            x[c] = frnd();
+        x[40] = NAN;
+        int ok = 1;
+        for (int isa = 0; isa <= max_isa; isa++)
+            for (int idot = 0; idot <= 1; idot++) {
+                run_mv(&m, x, y, isa, idot);
+                for (int r = 0; r < 4; r++)
+                    ok &= isnan(y[r]);
+            }
+        T_CHECK(ok, "NaN in x gives NaN rows in the exact-float and IDOT paths");
+        free(mx);
+    }
     return t_done();
 }

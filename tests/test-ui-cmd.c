@@ -43,8 +43,8 @@ int main(void) {
             "/system keeps the text (got '%s')", r.arg);
     T_CHECK(ok("/system", CMD_SYSTEM) && r.arg[0] == 0, "/system without text");
     T_CHECK(ok("/clear", CMD_CLEAR) && ok("/retry", CMD_RETRY) && ok("/undo", CMD_UNDO) && ok("/stats", CMD_STATS) &&
-                ok("/quit", CMD_QUIT),
-            "/clear /retry /undo /stats /quit");
+                ok("/quit", CMD_QUIT) && ok("/forget", CMD_FORGET),
+            "/clear /retry /undo /stats /quit /forget");
     T_CHECK(bad("/clear all", "takes no argument"), "/clear all: %s", r.msg);
     T_CHECK(ok("/save", CMD_SAVE) && r.arg[0] == 0, "/save without a file");
     T_CHECK(ok("/save my chat.jsonl", CMD_SAVE) && !strcmp(r.arg, "my chat.jsonl"), "/save with a space in the name");
@@ -68,6 +68,8 @@ int main(void) {
     const char *c[32];
     int         n = cmd_complete("s", c, 32);
     T_CHECK(n == 4, "completion of 's': 4 commands (got %d)", n);
+    n = cmd_complete("f", c, 32);
+    T_CHECK(n == 1 && !strcmp(c[0], "forget"), "completion of 'f': forget");
     n = cmd_complete("th", c, 32);
     T_CHECK(n == 2, "completion of 'th': think, theme (got %d)", n);
     n = cmd_complete("", c, 32);

@@ -77,8 +77,10 @@ static void setting_apply(setting *s) {
     /* kernel switches are read once per process: re-read them for this run */
     const char *v = getenv("K3_IDOT");
     kern_set_idot(v && *v ? atoi(v) != 0 : 1);
-    v = getenv("K3_NOAVX2");
-    kern_set_isa(v && *v && atoi(v) != 0 ? KERN_SCALAR : KERN_AVX2);
+    const char *na = getenv("K3_NOAVX2"), *nv = getenv("K3_NOVNNI");
+    kern_set_isa(na && *na && atoi(na) != 0   ? KERN_SCALAR
+                 : nv && *nv && atoi(nv) != 0 ? KERN_AVX2
+                                              : KERN_AVX2_VNNI);
 }
 
 static void setting_restore(setting *s) {

@@ -16,6 +16,7 @@
     X(CMD_CLEAR,     "clear",         CMD_ARG_NONE, 0, 0, "", "start a new conversation")                                  \
     X(CMD_RETRY,     "retry",         CMD_ARG_NONE, 0, 0, "", "regenerate the last answer")                                \
     X(CMD_UNDO,      "undo",          CMD_ARG_NONE, 0, 0, "", "drop the last exchange (your message and the answer)")      \
+    X(CMD_FORGET,    "forget",        CMD_ARG_NONE, 0, 0, "", "drop the oldest exchange, to make room in the context")    \
     X(CMD_SAVE,      "save",          CMD_ARG_FILE_OPT, 0, 0, "[FILE]", "save the conversation as a transcript (default: a new file in the data directory)") \
     X(CMD_LOAD,      "load",          CMD_ARG_FILE, 0, 0, "FILE", "continue a saved conversation")                         \
     X(CMD_REPLAY,    "replay",        CMD_ARG_FILE, 0, 0, "FILE", "re-run a transcript's user turns and compare the answers") \

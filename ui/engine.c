@@ -93,6 +93,7 @@ static void post(ue *u, int type, const char *text, const ue_gen *g, double x) {
 void ue_send(ue *u, const char *t, const ue_gen *g) { post(u, EV_CMD_SEND, t, g, 0); }
 void ue_retry(ue *u, const ue_gen *g) { post(u, EV_CMD_RETRY, NULL, g, 0); }
 void ue_undo(ue *u) { post(u, EV_CMD_UNDO, NULL, NULL, 0); }
+void ue_forget(ue *u) { post(u, EV_CMD_FORGET, NULL, NULL, 0); }
 void ue_clear(ue *u) { post(u, EV_CMD_CLEAR, NULL, NULL, 0); }
 void ue_system(ue *u, const char *t) { post(u, EV_CMD_SYSTEM, t ? t : "", NULL, 0); }
 void ue_save(ue *u, const char *p) { post(u, EV_CMD_SAVE, p, NULL, 0); }

@@ -60,6 +60,7 @@ void ue_cancel(ue *u);
 void ue_send(ue *u, const char *user_text, const ue_gen *g);
 void ue_retry(ue *u, const ue_gen *g);
 void ue_undo(ue *u);
+void ue_forget(ue *u); /* drop the oldest exchange; answers EV_RESET + EV_MSG (or EV_ERROR) */
 void ue_clear(ue *u);
 void ue_system(ue *u, const char *text);
 void ue_save(ue *u, const char *path);

@@ -422,6 +422,32 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
         ev_push(u->out, &e);
         break;
     }
+    case EV_CMD_FORGET: {
+        int a = 0;
+        while (a < m->n_msgs && m->msgs[a].role != UE_ROLE_USER)
+            a++;
+        int b = a + 1;
+        while (b < m->n_msgs && m->msgs[b].role != UE_ROLE_USER)
+            b++;
+        if (a >= m->n_msgs) {
+            ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
+            break;
+        }
+        for (int k = a; k < b; k++) {
+            free(m->msgs[k].content);
+            free(m->msgs[k].reasoning);
+        }
+        memmove(m->msgs + a, m->msgs + b, (size_t)(m->n_msgs - b) * sizeof *m->msgs);
+        m->n_msgs -= b - a;
+        ui_ev r = {.type = EV_RESET};
+        ev_push(u->out, &r);
+        for (int k = 0; k < m->n_msgs; k++) {
+            ui_ev e = {.type = EV_MSG, .i = m->msgs[k].role, .text = m->msgs[k].content, .text2 = m->msgs[k].reasoning};
+            ev_push(u->out, &e);
+        }
+        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", b - a);
+        break;
+    }
     case EV_CMD_CLEAR: {
         drop_msgs(m, 0);
         m->ctx_used = 0;

@@ -149,6 +149,7 @@ static int handle_line(plain *p, char *line) {
         case CMD_CLEAR: ue_clear(p->eng); settle(p); break;
         case CMD_RETRY: ue_retry(p->eng, &p->cs.gen); drain(p, 1); break;
         case CMD_UNDO: ue_undo(p->eng); settle(p); break;
+        case CMD_FORGET: ue_forget(p->eng); settle(p); break;
         case CMD_QUIT: return 1;
         case CMD_THEME: fprintf(stderr, "k3chat: themes apply to the full-screen interface only\n"); break;
         case CMD_STATS: ue_stats_req(p->eng); settle(p); break;

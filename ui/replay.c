@@ -4,7 +4,8 @@
  *
  * Settings: the transcript's, each overridden by --temp, --top-p, --seed, --think,
  * --effort, --max-tokens when given. Without --seed every turn samples with the seed its
- * statistics recorded, so a transcript reproduces exactly whatever its temperature.
+ * statistics recorded, and without --temp/--top-p with its temperature and top-p too, so
+ * a transcript reproduces exactly whatever its sampling.
  * Exit status: 0 every turn matches, 3 some turn differs, 1 error. */
 #include "cli.h"
 #include "k3.h"
@@ -68,9 +69,11 @@ int cli_replay(const cli_opts *o) {
                "fingerprint %s, this model %s)\n", info.config_fnv64, k3_conv_model_fingerprint(c));
     printf("replay: %s: %d messages; think %s, effort %s, temperature %g, top-p %g, %s\n", o->file,
            info.n_messages, set.think ? "on" : "off", set.effort, (double)set.sampling.temp,
-           (double)set.sampling.top_p, o->has_seed ? "seed from --seed" : "seeds from the transcript");
+           (double)set.sampling.top_p, o->has_seed ? "seed from --seed" : "each turn's recorded seed");
     fflush(stdout);
-    if (k3_conv_replay(c, m, s, &set, !o->has_seed, report, NULL, &n_diff))
+    unsigned flags = (o->has_seed ? 0u : (unsigned)K3_REPLAY_SEEDS) |
+                     (isnan(o->temp) && isnan(o->top_p) ? (unsigned)K3_REPLAY_SAMPLING : 0u);
+    if (k3_conv_replay(c, m, s, &set, flags, report, NULL, &n_diff))
         goto fail;
     printf(n_diff ? "replay: %d turn%s differ%s\n" : "replay: every turn matches\n", n_diff, n_diff == 1 ? "" : "s",
            n_diff == 1 ? "s" : "");

@@ -682,6 +682,13 @@ static void render(tui *t, int force) {
 
 /* ==== engine events ========================================================= */
 
+static int last_user(tui *t) {
+    for (int k = t->n_ents - 1; k >= 0; k--)
+        if (t->ents[k].role == UE_ROLE_USER)
+            return k;
+    return -1;
+}
+
 static void start_turn(tui *t) {
     entry *a = add_entry(t, UE_ROLE_ASSISTANT, NULL);
     if (!a)
@@ -804,7 +811,7 @@ static void on_event(tui *t, ui_ev *e) {
             t->clear_pending--;
         else if (e->i == EV_CMD_UNDO && t->undo_pending > 0)
             t->undo_pending--;
-        else if (e->i == EV_CMD_LOAD && t->load_pending > 0)
+        else if ((e->i == EV_CMD_LOAD || e->i == EV_CMD_FORGET) && t->load_pending > 0)
             t->load_pending--;
         break;
     case EV_RESET:
@@ -825,6 +832,9 @@ static void on_event(tui *t, ui_ev *e) {
         if (t->undo_pending)
             break; /* done already */
         if (t->streaming) { /* the turn failed before it began: its entry goes too */
+            int k = last_user(t);
+            if (k >= 0 && inp_empty(t->in) && t->ents[k].text.s)
+                inp_insert(t->in, t->ents[k].text.s); /* to send again after /clear or /forget */
             t->streaming = 0;
             t->cur       = -1;
             t->ignore_done = 1;
@@ -852,12 +862,6 @@ static void pump_events(tui *t) {
 
 /* ==== commands and messages ================================================= */
 
-static int last_user(tui *t) {
-    for (int k = t->n_ents - 1; k >= 0; k--)
-        if (t->ents[k].role == UE_ROLE_USER)
-            return k;
-    return -1;
-}
 
 static void send_message(tui *t, const char *text) {
     if (t->fatal) {
@@ -907,7 +911,7 @@ static void run_command(tui *t, const char *line) {
         notice(t, ROLE_ERROR, "%s", r.msg);
         return;
     }
-    int conv_changing = r.id == CMD_CLEAR || r.id == CMD_RETRY || r.id == CMD_UNDO || r.id == CMD_LOAD ||
+    int conv_changing = r.id == CMD_CLEAR || r.id == CMD_RETRY || r.id == CMD_UNDO || r.id == CMD_LOAD || r.id == CMD_FORGET ||
                         r.id == CMD_REPLAY;
     if (conv_changing && t->streaming) {
         notice(t, ROLE_ERROR, "/%s: a turn is in progress; stop it first with Ctrl-C", cmd_name(r.id));
@@ -959,6 +963,10 @@ static void run_command(tui *t, const char *line) {
         ue_undo(t->eng);
         t->undo_pending++;
         drop_entries(t, last_user(t));
+        break;
+    case CMD_FORGET:
+        ue_forget(t->eng); /* the display follows the worker's EV_RESET + EV_MSG */
+        t->load_pending++;
         break;
     case CMD_STATS: show_stats(t); break;
     case CMD_THEME:

@@ -127,7 +127,8 @@ static void turn(real *r, const ue_gen *g) {
             ev_push(r->u->out, &u);
         }
         if (st == K3_ERR_CONTEXT)
-            ue_emitf(r->u, EV_ERROR, "%s. /clear starts a new conversation; /undo drops the last exchange.", msg);
+            ue_emitf(r->u, EV_ERROR, "%s (/clear: new conversation; /forget: drop the oldest exchange). "
+                                     "Your message is back in the input line.", msg);
         else
             ue_emitf(r->u, EV_ERROR, "%s", msg[0] ? msg : k3_status_str(st));
         d.i = UE_DONE_ERROR;
@@ -252,6 +253,16 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
             ev_push(u->out, &e);
         }
         break;
+    case EV_CMD_FORGET: {
+        int n = k3_conv_drop_oldest(r->c);
+        if (n == 0) {
+            ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
+            break;
+        }
+        send_history(r);
+        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", n);
+        break;
+    }
     case EV_CMD_CLEAR: {
         k3_conv_clear(r->c);
         ui_ev e = {.type = EV_RESET};
@@ -286,8 +297,11 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
             ue_emitf(u, EV_INFO, "exported %d messages to %s", k3_conv_count(r->c), c->text);
         break;
     case EV_CMD_REPLAY: replay(r, c->text, &c->gen); break;
-    case EV_CMD_EXPERTS:
-        ue_emitf(u, EV_INFO, "the engine applies the expert budget at start-up: run with K3_EXPERT_GB=%.1f", c->x);
+    case EV_CMD_EXPERTS: /* applied live: shrinking evicts at once */
+        if (k3_model_set_expert_budget(r->m, c->x) != K3_OK)
+            ue_emitf(u, EV_ERROR, "/experts: %s", k3_errmsg());
+        else
+            ue_emitf(u, EV_INFO, "expert cache: %.2f GB in effect", k3_model_expert_budget(r->m));
         /* FALLTHROUGH */
     case EV_CMD_STATS: {
         ui_ev e = {.type = EV_STATS, .i = 1};
