@@ -493,6 +493,16 @@ static void remote_cmd(ue *u, void *self, const ui_ev *c) {
             ev_push(u->out, &e);
         }
         break;
+    case EV_CMD_FORGET: {
+        int k = k3_conv_drop_oldest(r->c);
+        if (k == 0) {
+            ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
+            break;
+        }
+        send_history(r);
+        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", k);
+        break;
+    }
     case EV_CMD_CLEAR: {
         k3_conv_clear(r->c);
         ui_ev e = {.type = EV_RESET};
@@ -604,4 +614,4 @@ static void remote_close(void *self) {
     free(r);
 }
 
-const ue_backend ue_backend_remote = {"remote", remote_open, remote_cmd, NULL, remote_close};
+const ue_backend ue_backend_remote = {.name = "remote", .open = remote_open, .cmd = remote_cmd, .close = remote_close};
