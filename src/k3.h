@@ -130,6 +130,9 @@ typedef struct k3_stats {
     uint64_t expert_hits, expert_misses, expert_bytes_read;
     double   expert_read_s, expert_wait_s;
     double   expert_gb_budget;
+    uint64_t vk_hits;                   /* routed experts computed on the Vulkan device      */
+    uint64_t vk_used, vk_budget;        /* device bytes holding weights; its budget (0: off) */
+    int      vk_experts;                /* routed experts resident on the device             */
 } k3_stats;
 void k3_session_stats(const k3_session *s, k3_stats *out);
 void k3_session_reset_stats(k3_session *s);

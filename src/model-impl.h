@@ -94,6 +94,7 @@ struct k3_model {
     qmat          lm_head;       /* lm_head (V, D)                                   */
     layer_weights *layers;       /* [n_layers]                                       */
     ex_tier      *tier;          /* routed experts (experts.c)                       */
+    struct vkt   *vk;            /* Vulkan tier (vk-tier.c), NULL when off           */
     void        **owned;         /* every allocation of the weights, freed together  */
     int           n_owned, cap_owned;
     uint64_t      bytes_resident;
@@ -134,6 +135,8 @@ typedef struct chunk_buf {
     float *moe_w;          /* (C, k) their weights                                       */
     int   *moe_tok;        /* (C*k) tokens of one expert / (C*k) slots                   */
     int   *moe_ids;        /* (E) distinct experts of the chunk                          */
+    int   *moe_res;        /* (E) of those, the ones resident on the Vulkan device       */
+    float *moe_resy;       /* (E, L) their outputs                                       */
     float *logits;         /* (C, V) */
     float *trace;          /* (C, n_run, D) when K3_TRACE is set                          */
 } chunk_buf;

@@ -11,6 +11,7 @@
  * recorded in m->owned and freed together.
  */
 #include "model-impl.h"
+#include "vkt.h"
 #include "repack.h"
 
 #include <errno.h>
@@ -646,6 +647,7 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
     for (int l = 0; l < m->n_run; l++)
         if ((st = load_layer(m, l))) goto fail;
     if ((st = ex_open(m, &m->tier))) goto fail;
+    if ((st = vkt_open(m, &m->vk))) goto fail;
     K3_LOG_INFO("%s: %d layers (%d run), %.1f MB resident, %.1f MB mapped", dir, c->n_layers,
                 m->n_run, (double)m->bytes_resident / 1e6, (double)m->bytes_mapped / 1e6);
     *out = m;
@@ -657,6 +659,7 @@ fail:
 
 void k3_model_free(k3_model *m) {
     if (!m) return;
+    vkt_close(m->vk);
     ex_close(m->tier);
     for (int i = 0; i < m->n_owned; i++)
         free(m->owned[i]);

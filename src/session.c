@@ -10,6 +10,7 @@
  * commit, so they always hold exactly the committed positions, in order.
  */
 #include "model-impl.h"
+#include "vkt.h"
 
 #include <errno.h>
 #include <math.h>
@@ -101,6 +102,8 @@ k3_status k3_session_new(k3_model *m, k3_session **out) {
         !(b->moe_sel = calloc((size_t)C * c->n_active, sizeof(int))) ||
         !(b->moe_tok = calloc((size_t)C * c->n_active, sizeof(int))) ||
         !(b->moe_ids = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
+        !(b->moe_res = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
+        !(b->moe_resy = falloc((size_t)c->n_experts * L)) ||
         !(b->logits = falloc((size_t)C * V)) || !(s->logits = falloc((size_t)V)) ||
         !(s->dtmp = calloc((size_t)2 * P, sizeof(double))))
         goto oom;
@@ -140,7 +143,7 @@ void k3_session_free(k3_session *s) {
     chunk_buf *b = &s->cb;
     void *bufs[] = {b->h, b->blocks, b->x, b->xn, b->y, b->t0, b->t1, b->t2, b->t3, b->t4, b->t5,
                     b->win, b->hd, b->hd2, b->gat, b->gat2, b->scores, b->moe_y, b->moe_sel,
-                    b->moe_w, b->moe_tok, b->moe_ids, b->logits, b->trace, s->logits, s->dtmp, s->x0};
+                    b->moe_w, b->moe_tok, b->moe_ids, b->moe_res, b->moe_resy, b->logits, b->trace, s->logits, s->dtmp, s->x0};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     if (s->f_logits) fclose(s->f_logits);
@@ -337,6 +340,12 @@ void k3_snapshot_free(k3_snapshot *snap) {
 void k3_session_stats(const k3_session *s, k3_stats *out) {
     *out                  = s->stats;
     out->expert_gb_budget = k3_model_expert_budget(s->m);
+    vkt_stats vs;
+    vkt_get_stats(s->m->vk, &vs);
+    out->vk_hits    = vs.hits;
+    out->vk_used    = vs.used;
+    out->vk_budget  = vs.budget;
+    out->vk_experts = vs.experts;
 }
 
 void k3_session_reset_stats(k3_session *s) {

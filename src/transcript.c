@@ -892,6 +892,8 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
     info->n_messages = nc->n_msgs;
     /* the whole file is good: swap it in; the autosave continues in a new file */
     conv_swap_content(c, nc);
+    for (int i = 0; i < c->n_msgs; i++) /* later turns get seeds of their own */
+        c->n_turns_started += c->msgs[i].role == K3_ROLE_ASSISTANT;
     free(c->autosave_path);
     c->autosave_path = NULL;
     c->n_saved = 0;

@@ -69,6 +69,7 @@ struct vk_ctx {
     VkPipeline            pipe[PIPE_COUNT];
     VkPhysicalDeviceMemoryProperties memprops;
     char                  name[256];
+    int                   is_cpu;         /* VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe) */
     uint64_t              budget, used;
     uint64_t              chunk_size;     /* <= maxStorageBufferRange */
     chunk                 chunks[MAX_CHUNKS];
@@ -360,6 +361,7 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(c->phys, &props);
     snprintf(c->name, sizeof c->name, "%s", props.deviceName);
+    c->is_cpu = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     vkGetPhysicalDeviceMemoryProperties(c->phys, &c->memprops);
     c->chunk_size = CHUNK_DEFAULT;
     if (props.limits.maxStorageBufferRange < c->chunk_size)
@@ -489,6 +491,10 @@ void vk_ctx_free(vk_ctx *c) {
     if (c->inst)
         vkDestroyInstance(c->inst, NULL);
     free(c);
+}
+
+int vk_device_is_cpu(const vk_ctx *c) {
+    return c->is_cpu;
 }
 
 const char *vk_device_name(const vk_ctx *c) {

@@ -27,6 +27,7 @@ typedef struct vk_mat {
 k3_status   vk_ctx_new(uint64_t budget_bytes, vk_ctx **out);
 void        vk_ctx_free(vk_ctx *c);
 const char *vk_device_name(const vk_ctx *c);
+int         vk_device_is_cpu(const vk_ctx *c); /* a CPU-emulated device (lavapipe) */
 uint64_t    vk_budget(const vk_ctx *c);
 uint64_t    vk_used(const vk_ctx *c);
 

@@ -39,7 +39,7 @@ cmd "/effort" "missing the effort" "/effort without a value"
 cmd "/show-thinking off" "think pane hidden" "/show-thinking off"
 cmd "/show-thinking sometimes" "'sometimes' is not on or off" "/show-thinking with a bad word"
 cmd "/show-thinking on" "think pane shown" "/show-thinking on"
-cmd "/experts 2.5" "expert-cache budget 2.5 GB" "/experts GB"
+cmd "/experts 2.5" "expert-cache budget 2.5 GB requested" "/experts GB"
 check "status bar shows the expert budget" wait_for "of 2.5 GB" 3
 cmd "/experts lots" "'lots' is not a number" "/experts with a word"
 cmd "/system You are terse." "system prompt set" "/system TEXT"

@@ -16,6 +16,8 @@ check "status bar: tok/s" has "tok/s"
 check "status bar: context" has "ctx "
 keys C-l; type_line "/stats"
 check "/stats shows the prompt tokens processed" wait_for "prompt tokens processed" 5
+keys C-l; type_line "/experts 0.25"
+check "/experts applies the budget to the engine" wait_for "expert-cache budget now 0.25 GB" 10
 keys C-l; type_line "/retry"
 check "/retry generates again" wait_for "thought for" 30
 keys C-l; type_line "/save $K3_TMP/e.jsonl"

@@ -20,6 +20,7 @@ const char *__asan_default_options(void) {
     return "detect_leaks=0";
 }
 
+#if K3_VK
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
     rng ^= rng << 13;
@@ -115,7 +116,6 @@ static void matvec_f64(const qmat *m, const float *x, float *y) {
 
 static const char *tname[] = {"f32", "i8", "i4", "mxfp4"};
 
-#if K3_VK
 static void case_matvec(vk_ctx *c, int type, int rows, int cols) {
     owned o;
     if (make_mat(&o, type, rows, cols)) {

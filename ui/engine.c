@@ -100,7 +100,11 @@ void ue_save(ue *u, const char *p) { post(u, EV_CMD_SAVE, p, NULL, 0); }
 void ue_load(ue *u, const char *p) { post(u, EV_CMD_LOAD, p, NULL, 0); }
 void ue_replay(ue *u, const char *p, const ue_gen *g) { post(u, EV_CMD_REPLAY, p, g, 0); }
 void ue_export(ue *u, const char *p) { post(u, EV_CMD_EXPORT, p, NULL, 0); }
-void ue_experts(ue *u, double gb) { post(u, EV_CMD_EXPERTS, NULL, NULL, gb); }
+void ue_experts(ue *u, double gb) {
+    if (u->be->experts && atomic_load(&u->ready) && u->self)
+        u->be->experts(u->self, gb); /* applied during a turn, between two tokens */
+    post(u, EV_CMD_EXPERTS, NULL, NULL, gb);
+}
 void ue_stats_req(ue *u) { post(u, EV_CMD_STATS, NULL, NULL, 0); }
 
 void ue_emit_token(ue *u, int ch, const char *text, size_t n) {

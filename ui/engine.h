@@ -32,6 +32,8 @@ typedef struct ue_backend {
     int  (*open)(ue *u, void **self, char *err, size_t errn);
     void (*cmd)(ue *u, void *self, const ui_ev *c);
     void (*cancel)(void *self); /* optional: called from the UI thread, must be thread-safe */
+    /* optional, UI thread, thread-safe: note a new expert budget to apply between tokens */
+    void (*experts)(void *self, double gb);
     void (*close)(void *self);
 } ue_backend;
 

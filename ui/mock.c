@@ -495,4 +495,4 @@ static void mock_close(void *self) {
     free(m);
 }
 
-const ue_backend ue_backend_mock = {"mock", mock_open, mock_cmd, NULL, mock_close};
+const ue_backend ue_backend_mock = {"mock", mock_open, mock_cmd, NULL, NULL, mock_close};

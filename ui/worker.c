@@ -5,6 +5,7 @@
 #include "engine.h"
 #include "k3.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@ typedef struct real {
     int         n_think, n_resp;
     double      last_progress;
     pthread_mutex_t mu;     /* guards replaying against real_cancel      */
+    _Atomic double  experts_pending; /* a new expert budget (GB), NAN when none */
     k3_conv        *replaying; /* the saved conversation a replay runs on */
 } real;
 
@@ -43,7 +45,7 @@ static void fill_common(real *r, ue_stats *st) {
     st->ctx_max    = cap;
     uint64_t look  = ks.expert_hits + ks.expert_misses;
     st->expert_hit = look ? (double)ks.expert_hits / (double)look : -1;
-    st->expert_gb  = ks.expert_gb_budget > 0 ? ks.expert_gb_budget : -1;
+    st->expert_gb  = k3_model_expert_budget(r->m);
     st->mem_gb     = ue_mem_gb();
 }
 
@@ -67,7 +69,19 @@ static void live_stats(real *r) {
     ev_push(r->u->out, &e);
 }
 
+/* Apply a budget the UI asked for; on the worker thread, between tokens or as a command. */
+static void apply_experts(real *r) {
+    double gb = atomic_exchange(&r->experts_pending, NAN);
+    if (isnan(gb))
+        return;
+    if (k3_model_set_expert_budget(r->m, gb) != K3_OK)
+        ue_emitf(r->u, EV_ERROR, "/experts: %s", k3_errmsg());
+    else
+        ue_emitf(r->u, EV_INFO, "expert-cache budget now %.3g GB", k3_model_expert_budget(r->m));
+}
+
 static void on_piece(real *r, int ch, const char *text, size_t n) {
+    apply_experts(r);
     if (ue_cancelled(r->u))
         k3_conv_cancel(r->c); /* a Ctrl-C that came before the turn began (generate clears it) */
     if (r->t_first == 0)
@@ -297,11 +311,8 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
             ue_emitf(u, EV_INFO, "exported %d messages to %s", k3_conv_count(r->c), c->text);
         break;
     case EV_CMD_REPLAY: replay(r, c->text, &c->gen); break;
-    case EV_CMD_EXPERTS: /* applied live: shrinking evicts at once */
-        if (k3_model_set_expert_budget(r->m, c->x) != K3_OK)
-            ue_emitf(u, EV_ERROR, "/experts: %s", k3_errmsg());
-        else
-            ue_emitf(u, EV_INFO, "expert cache: %.2f GB in effect", k3_model_expert_budget(r->m));
+    case EV_CMD_EXPERTS:
+        apply_experts(r); /* unless a turn applied it already */
         /* FALLTHROUGH */
     case EV_CMD_STATS: {
         ui_ev e = {.type = EV_STATS, .i = 1};
@@ -320,6 +331,7 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
         return -1;
     r->u = u;
     pthread_mutex_init(&r->mu, NULL);
+    atomic_init(&r->experts_pending, NAN);
     if (k3_params_default(&p) != K3_OK) {
         snprintf(err, errn, "%s", k3_errmsg());
         goto fail;
@@ -366,6 +378,11 @@ static void real_cancel(void *self) {
     pthread_mutex_unlock(&r->mu);
 }
 
+static void real_experts(void *self, double gb) {
+    real *r = self;
+    atomic_store(&r->experts_pending, gb);
+}
+
 static void real_close(void *self) {
     real *r = self;
     k3_conv_drop_cache(r->c);
@@ -376,4 +393,4 @@ static void real_close(void *self) {
     free(r);
 }
 
-const ue_backend ue_backend_real = {"k3", real_open, real_cmd, real_cancel, real_close};
+const ue_backend ue_backend_real = {"k3", real_open, real_cmd, real_cancel, real_experts, real_close};
