@@ -252,28 +252,26 @@ try:
        "the next request works and answers as before")
 
     # ---- k3chat --endpoint (plain mode) against this server
-    HAVE_REMOTE = os.path.exists(os.path.join(os.environ["K3_SRC"], "ui", "remote.c"))
-    if HAVE_REMOTE:
-        ep = [K3, "--endpoint", BASE + "/v1", "--api-key", KEY, "--plain", "--temp", "0", "--top-p", "1", "--max-tokens", str(N)]
-        p = subprocess.run(ep, input=b"hello\n", capture_output=True, timeout=60, env=env)
-        out, err = p.stdout.decode(), p.stderr.decode()
-        ok(p.returncode == 0 and out == exp_resp + "\n" and exp_think in err,
-           "`k3chat --endpoint URL --plain` streams the same answer (rc %d, %r)" % (p.returncode, err[-120:]))
-        tr = os.path.join(T, "remote.jsonl")
-        p = subprocess.run(ep[:-1] + ["20", "--think", "off"], input=("why is the sky blue?\n/experts 2\n/save %s\n" % tr).encode(),
-                           capture_output=True, timeout=60, env=env)
-        out, err = p.stdout.decode(), p.stderr.decode()
-        ok(p.returncode == 0 and out.startswith(off_resp), "--think off reaches the server (%r)" % out[:40])
-        ok("remote" in err and "experts" in err, "/experts says the remote server decides (%r)" % err[-160:])
-        try:
-            lines = [json.loads(x) for x in open(tr)]
-            good = any(x.get("role") == "assistant" and x.get("content") == off_resp for x in lines)
-        except (OSError, ValueError):
-            good = False
-        ok(good, "/save writes the remote conversation as a transcript")
-        p = subprocess.run(ep[:3] + ep[5:], input=b"hello\n", capture_output=True, timeout=60, env=env)
-        ok("401" in p.stderr.decode() and "API key" in p.stderr.decode(),
-           "without the key the server's 401 message is shown: %r" % p.stderr.decode()[-120:])
+    ep = [K3, "--endpoint", BASE + "/v1", "--api-key", KEY, "--plain", "--temp", "0", "--top-p", "1", "--max-tokens", str(N)]
+    p = subprocess.run(ep, input=b"hello\n", capture_output=True, timeout=60, env=env)
+    out, err = p.stdout.decode(), p.stderr.decode()
+    ok(p.returncode == 0 and out == exp_resp + "\n" and exp_think in err,
+       "`k3chat --endpoint URL --plain` streams the same answer (rc %d, %r)" % (p.returncode, err[-120:]))
+    tr = os.path.join(T, "remote.jsonl")
+    p = subprocess.run(ep[:-1] + ["20", "--think", "off"], input=("why is the sky blue?\n/experts 2\n/save %s\n" % tr).encode(),
+                       capture_output=True, timeout=60, env=env)
+    out, err = p.stdout.decode(), p.stderr.decode()
+    ok(p.returncode == 0 and out.startswith(off_resp), "--think off reaches the server (%r)" % out[:40])
+    ok("remote" in err and "experts" in err, "/experts says the remote server decides (%r)" % err[-160:])
+    try:
+        lines = [json.loads(x) for x in open(tr)]
+        good = any(x.get("role") == "assistant" and x.get("content") == off_resp for x in lines)
+    except (OSError, ValueError):
+        good = False
+    ok(good, "/save writes the remote conversation as a transcript")
+    p = subprocess.run(ep[:3] + ep[5:], input=b"hello\n", capture_output=True, timeout=60, env=env)
+    ok("401" in p.stderr.decode() and "API key" in p.stderr.decode(),
+       "without the key the server's 401 message is shown: %r" % p.stderr.decode()[-120:])
 
     # ---- load: 8 concurrent clients, every answer checked, RSS flat
     prompts = ["p%d" % i for i in range(4)]
@@ -325,13 +323,12 @@ try:
         bg.kill()
     ok(bg.returncode is not None, "the streaming client is let go")
 
-    if HAVE_REMOTE:
-        # ---- the endpoint is down now
-        t0 = time.time()
-        p = subprocess.run(ep, input=b"hello\n", capture_output=True, timeout=60, env=env)
-        err = p.stderr.decode()
-        ok(("refused" in err or "connect" in err) and time.time() - t0 < 30,
-           "endpoint down: a clear message (%r)" % err.strip()[-120:])
+    # ---- the endpoint is down now
+    t0 = time.time()
+    p = subprocess.run(ep, input=b"hello\n", capture_output=True, timeout=60, env=env)
+    err = p.stderr.decode()
+    ok(("refused" in err or "connect" in err) and time.time() - t0 < 30,
+       "endpoint down: a clear message (%r)" % err.strip()[-120:])
 finally:
     if srv.poll() is None:
         srv.kill()
