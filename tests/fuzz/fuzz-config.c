@@ -4,17 +4,7 @@
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    size_t cut = size;
-    for (size_t i = 0; i < size; i++)
-        if (data[i] == 0) {
-            cut = i;
-            break;
-        }
-    fz_write("config.json", data, cut);
-    if (cut < size)
-        fz_write("generation_config.json", data + cut + 1, size - cut - 1);
-    else
-        unlink(fz_write("generation_config.json", data, 0));
+    fz_write_split("config.json", "generation_config.json", data, size);
     k3_config c;
     if (cfg_load(fz_scratch(), &c) != K3_OK)
         FZ_CHECK(k3_errmsg()[0] != 0);

@@ -5,17 +5,7 @@
 #include "k3.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    size_t cut = size;
-    for (size_t i = 0; i < size; i++)
-        if (data[i] == 0) {
-            cut = i;
-            break;
-        }
-    fz_write("tiktoken.model", data, cut);
-    if (cut < size)
-        fz_write("tokenizer_config.json", data + cut + 1, size - cut - 1);
-    else
-        unlink(fz_write("tokenizer_config.json", data, 0));
+    fz_write_split("tiktoken.model", "tokenizer_config.json", data, size);
     k3_tok *t;
     if (k3_tok_load(fz_scratch(), NULL, &t) != K3_OK) {
         FZ_CHECK(k3_errmsg()[0] != 0);

@@ -41,6 +41,22 @@ static const char *fz_write(const char *name, const uint8_t *data, size_t size) 
     return path;
 }
 
+/* Two files from one input: the bytes before the first NUL go to scratch/first, the bytes after
+ * it to scratch/second; without a NUL, second is removed (the "file absent" case). */
+static void fz_write_split(const char *first, const char *second, const uint8_t *data, size_t size) {
+    size_t cut = size;
+    for (size_t i = 0; i < size; i++)
+        if (data[i] == 0) {
+            cut = i;
+            break;
+        }
+    fz_write(first, data, cut);
+    if (cut < size)
+        fz_write(second, data + cut + 1, size - cut - 1);
+    else
+        unlink(fz_write(second, data, 0));
+}
+
 #define FZ_CHECK(x)                                                                                \
     do {                                                                                           \
         if (!(x)) {                                                                                \
