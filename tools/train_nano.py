@@ -9,6 +9,12 @@ blocks, Stable LatentMoE (sigmoid router, correction bias for selection only, re
 weights, latent down/up with RMSNorm, MXFP4 routed experts trained quantization-aware, shared
 experts), SiTU-GLU, a dense first layer.
 
+STATUS (2026-11-30): written and smoke-tested up to the first optimizer steps; no model has been
+trained yet. The per-token KDA recurrence makes one step of batch 32 take seconds on a 2-core
+machine (sequences are ~150-400 tokens because of the thinking-effort system message), so a full
+run needs a chunked (WY-form) KDA or a bigger machine. The exported layout follows the spec but
+has not yet been loaded by the C engine. See issue 10.
+
 Usage: train_nano.py [--steps N] [--seed S] [--threads T] OUT_DIR
 Writes OUT_DIR/{config.json, model.safetensors, tiktoken.model, tokenizer_config.json,
 generation_config.json, train_log.json, loss.png, accuracy.png}.
