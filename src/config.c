@@ -15,6 +15,7 @@
  * problem is reported naming the shard file holding the tensor (or the index, when it is missing).
  */
 #include "config.h"
+#include "repack.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -265,7 +266,10 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
     if ((st = t_int(c, "hidden_size", 1, DIM_MAX, &o->hidden))) return st;
     if ((st = t_int(c, "vocab_size", 1, DIM_MAX, &o->vocab))) return st;
     if ((st = t_int(c, "first_k_dense_replace", 0, o->n_layers, &o->first_dense))) return st;
-    if ((st = t_int(c, "intermediate_size", 1, DIM_MAX, &o->inter))) return st;
+    /* the dense MLP width matters only when there are dense layers */
+    if ((o->first_dense > 0 || text_key(c, "intermediate_size", path, sizeof path)) &&
+        (st = t_int(c, "intermediate_size", 1, DIM_MAX, &o->inter)))
+        return st;
     if ((st = t_int(c, "num_attention_heads", 1, 65536, &o->n_heads))) return st;
     if ((st = t_int(c, "q_lora_rank", 1, DIM_MAX, &o->q_lora))) return st;
     if ((st = t_int(c, "kv_lora_rank", 1, DIM_MAX, &o->kv_lora))) return st;
@@ -411,6 +415,10 @@ static k3_status want(const st_dir *d, const char *what, int cls, shp a, shp b, 
     const st_tensor *t = st_find(d, name);
     if (!t) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing (config.json: %s)", index_file(d), name, what);
     const char *file = st_shard_name(d, t->shard);
+    if (cls == CLS_FLOAT && a.n == 2 && t->dtype == ST_U8) { /* k3 container matrix (repack.h) */
+        rp_form f;
+        return rp_matrix_form(d, name, (int)a.s[0], (int)a.s[1], &f);
+    }
     int         okdt = cls == CLS_U8 ? t->dtype == ST_U8
                                      : t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16;
     if (!okdt)
@@ -464,7 +472,17 @@ static k3_status check_layer(const k3_config *c, const st_dir *d, int i) {
         W(CLS_FLOAT, S2(Hm * (c->nope + c->rope), QL), NOALT, "model.layers.%d.self_attn.q_b_proj.weight", i);
         W(CLS_FLOAT, S2(KL + c->rope, D), NOALT, "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", i);
         W(CLS_FLOAT, S1(KL), NOALT, "model.layers.%d.self_attn.kv_a_layernorm.weight", i);
-        W(CLS_FLOAT, S2(Hm * (c->nope + c->v_dim), KL), NOALT, "model.layers.%d.self_attn.kv_b_proj.weight", i);
+        char kvb[96];
+        snprintf(kvb, sizeof kvb, "model.layers.%d.self_attn.kv_b_proj.weight", i);
+        const st_tensor *t = st_find(d, kvb);
+        if (t && t->ndim == 1) { /* k3 container: split per head (repack.h) */
+            rp_kvb  k = {.Hm = c->n_heads, .nope = c->nope, .v = c->v_dim, .kl = c->kv_lora};
+            rp_form f;
+            int     split;
+            if ((st = rp_kvb_form(d, kvb, &k, &f, &split))) return st;
+        } else {
+            W(CLS_FLOAT, S2(Hm * (c->nope + c->v_dim), KL), NOALT, "%s", kvb);
+        }
         W(CLS_FLOAT, S2(D, Hm * c->v_dim), NOALT, "model.layers.%d.self_attn.o_proj.weight", i);
         W(CLS_FLOAT, S2(Hm * c->v_dim, D), NOALT, "model.layers.%d.self_attn.g_proj.weight", i);
     }

@@ -64,9 +64,21 @@ typedef struct k3_params {
     int    chunk;          /* K3_CHUNK: prefill chunk, default 32                      */
     int    max_ctx;        /* K3_MAXT: context capacity in tokens                      */
     int    threads;        /* OpenMP threads, 0 = default                              */
-    double expert_gb;      /* K3_EXPERT_GB: routed-expert cache budget                 */
+    double expert_gb;      /* K3_EXPERT_GB: routed-expert cache budget in GB (10^9 bytes);
+                              < 0 (default): every expert if that is <= 50% of MemAvailable,
+                              else 40% of MemAvailable; at least one expert per MoE layer    */
+    int    direct;         /* K3_DIRECT: 1 (default) O_DIRECT expert reads, 0 page cache  */
+    int    pipe;           /* K3_PIPE: 1 (default) read expert j+1 while j computes       */
+    int    load_threads;   /* K3_LOAD_THREADS: expert reader threads (default 4)          */
+    double topp;           /* K3_TOPP: keep the heaviest selected experts that hold this
+                              share of the routing weight, renormalised (default 1 = all) */
     k3_progress_cb progress;
     void          *progress_ud;
+    /* validation hooks (see k3chat(1)); NULL / 0 = off                                  */
+    int         n_layers;    /* K3_LAYERS: run only the first N layers (then mix, norm, head) */
+    const char *logits_path; /* K3_LOGITS: raw LE f32 (positions, vocab) of every position  */
+    const char *trace_path;  /* K3_TRACE: raw LE f32 (positions, layers, hidden) h per layer */
+    const char *x0_path;     /* K3_X0: raw LE f32 (positions, hidden) rows instead of embeddings */
 } k3_params;
 
 /* Defaults, then K3_* environment overrides. Invalid env values: K3_ERR_ARG naming the variable. */
@@ -83,9 +95,13 @@ typedef struct k3_model_info {
     int   max_ctx;
     int   eos_id;                       /* config eos_token_id                      */
     float gen_temp, gen_top_p;          /* generation_config.json defaults          */
-    uint64_t bytes_resident;            /* weights held in RAM                      */
+    uint64_t bytes_resident;            /* weights held in RAM (expert cache: as now) */
 } k3_model_info;
 void k3_model_get_info(const k3_model *m, k3_model_info *out);
+/* Change the routed-expert cache budget live (GB; < 0: the default, see k3_params.expert_gb);
+ * shrinking evicts at once. Thread-safe; waits for a running layer to finish with its experts. */
+k3_status k3_model_set_expert_budget(k3_model *m, double gb);
+double    k3_model_expert_budget(const k3_model *m); /* the budget in effect, GB */
 
 /* A session holds the decode state (KDA states, conv tails, MLA latent cache, AttnRes). */
 k3_status k3_session_new(k3_model *m, k3_session **out);
@@ -99,6 +115,8 @@ int       k3_session_pos(const k3_session *s); /* tokens processed so far */
 k3_status    k3_session_feed(k3_session *s, const int32_t *ids, int n);
 const float *k3_session_logits(const k3_session *s); /* vocab floats, valid until next feed */
 void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by the next feed */
+/* A feed that returns K3_ABORTED (or K3_ERR_*) keeps every chunk committed before it:
+ * k3_session_pos() tells how many of the ids were applied. */
 
 /* Saved decode state, for the prompt cache, /retry and /undo. */
 typedef struct k3_snapshot k3_snapshot;
@@ -112,6 +130,9 @@ typedef struct k3_stats {
     uint64_t expert_hits, expert_misses, expert_bytes_read;
     double   expert_read_s, expert_wait_s;
     double   expert_gb_budget;
+    uint64_t vk_hits;                   /* routed experts computed on the Vulkan device      */
+    uint64_t vk_used, vk_budget;        /* device bytes holding weights; its budget (0: off) */
+    int      vk_experts;                /* routed experts resident on the device             */
 } k3_stats;
 void k3_session_stats(const k3_session *s, k3_stats *out);
 void k3_session_reset_stats(k3_session *s);
@@ -123,15 +144,300 @@ typedef struct k3_sampler_params {
     uint64_t seed;
 } k3_sampler_params;
 typedef struct k3_sampler k3_sampler;
+/* temp/top_p from generation_config.json (m may be NULL: 1.0, 1.0), top_k 0, min_p 0, seed 0. */
+void        k3_sampler_params_default(const k3_model *m, k3_sampler_params *p);
+/* Order: temperature, top-k, softmax, min-p (p >= min_p * p_max), top-p (smallest prefix of
+ * the sorted distribution whose mass reaches top_p), renormalise, draw with a seeded PRNG. */
 k3_sampler *k3_sampler_new(const k3_sampler_params *p);
 void        k3_sampler_free(k3_sampler *s);
 int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);
 
-/* ==== tokenizer and chat format (tok.c, chat.c) ========================== */
-/* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md. */
+/* ==== checkpoint inspection (inspect.c) ================================= */
 
-/* ==== conversation (conv.c) ============================================== */
-/* Owned by the conversation module; see issue 7. */
+/* Validate MODEL_DIR (config, every text shard header, every tensor the config implies) and
+ * print what it holds and the memory the K3_* settings would need to out. On failure nothing
+ * is printed and k3_errmsg() holds the first error (one line naming file and tensor/key). */
+k3_status k3_inspect(const char *dir, FILE *out);
+
+/* ==== tokenizer and chat format (tok.c, chat.c) ========================== */
+/* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md.
+ * A k3_tok is read-only once loaded: every function below may be called from any
+ * number of threads at once on the same k3_tok (k3_detok / k3_chat_parser are
+ * per-stream objects, one thread each). */
+
+typedef struct k3_tok k3_tok;
+
+/* A growable array of token ids. Encoders APPEND to it (so a caller can build a prompt
+ * from several calls); start from {0} and release with k3_ids_free. */
+typedef struct k3_ids {
+    int32_t *v;       /* (cap) ids, the first n are valid */
+    size_t   n, cap;
+} k3_ids;
+void      k3_ids_free(k3_ids *ids);                     /* frees v, zeroes the struct   */
+k3_status k3_ids_push(k3_ids *ids, int32_t id);         /* K3_ERR_NOMEM on failure      */
+
+/* Load DIR/tiktoken.model (+ DIR/tokenizer_config.json when present: names of the 256
+ * reserved ids after the base vocabulary). pattern: "kimi", "o200k" or NULL = from the
+ * directory (kimi when tokenizer_config.json exists, else o200k). Errors name the file
+ * and line/key (bad base64, rank out of order, duplicate bytes, missing special, ...). */
+k3_status   k3_tok_load(const char *dir, const char *pattern, k3_tok **out);
+void        k3_tok_free(k3_tok *t);
+int32_t     k3_tok_n_vocab(const k3_tok *t);   /* base ranks + 256 reserved ids           */
+const char *k3_tok_pattern(const k3_tok *t);   /* "kimi" or "o200k"                        */
+
+/* Encode len bytes of text (any bytes: invalid UTF-8 is kept byte-exact), appending ids.
+ * allow_special = 0: special-token names are ordinary text (what user text must use);
+ * 1: every special name in the text becomes its id. Equal to tiktoken's encode. */
+k3_status k3_tok_encode(const k3_tok *t, const char *text, size_t len, int allow_special,
+                        k3_ids *out);
+/* Id of a special token by name ("<|open|>", "[EOS]", ...), or -1 when absent. */
+int32_t     k3_tok_special(const k3_tok *t, const char *name);
+int         k3_tok_is_special(const k3_tok *t, int32_t id);
+/* The bytes of one id (special ids: their name), *len set; NULL when id is out of range.
+ * Not NUL-terminated; valid while t lives. */
+const char *k3_tok_piece(const k3_tok *t, int32_t id, size_t *len);
+/* Whole-sequence decoding into a malloc'ed NUL-terminated buffer (free()).
+ * decode: the raw bytes (may end inside a UTF-8 sequence). decode_text: valid UTF-8,
+ * each invalid or incomplete sequence replaced by U+FFFD (maximal-subpart rule).
+ * K3_ERR_ARG naming the index for an id out of range. */
+k3_status k3_tok_decode(const k3_tok *t, const int32_t *ids, size_t n, char **out, size_t *len);
+k3_status k3_tok_decode_text(const k3_tok *t, const int32_t *ids, size_t n, char **out,
+                             size_t *len);
+
+/* Streaming decoder: feed ids one at a time, get only complete, valid UTF-8. An
+ * incomplete tail is held until a later id completes it; a sequence that cannot become
+ * valid is emitted as U+FFFD; flush ends the stream (a held tail becomes U+FFFD).
+ * The emitted text equals k3_tok_decode_text of the whole sequence. *text points into
+ * the decoder and is valid until its next call. */
+typedef struct k3_detok k3_detok;
+k3_status k3_detok_new(const k3_tok *t, k3_detok **out);
+void      k3_detok_free(k3_detok *d);
+k3_status k3_detok_feed(k3_detok *d, int32_t id, const char **text, size_t *len);
+k3_status k3_detok_feed_bytes(k3_detok *d, const char *b, size_t n, const char **text,
+                              size_t *len);
+void      k3_detok_flush(k3_detok *d, const char **text, size_t *len);
+
+/* Chat format (XTML), chat.c. One message of a conversation. */
+typedef struct k3_chat_msg {
+    const char *role;      /* "system", "user", "assistant"; "developer" is rendered as
+                            * system; "tool" and others: error                          */
+    const char *content;   /* UTF-8 text (NULL = empty); never parsed for control tokens */
+    const char *reasoning; /* assistant turns: that turn's thinking text (NULL = none)   */
+    int         n_images;  /* > 0: K3_ERR_UNSUPPORTED (images are not supported yet)    */
+} k3_chat_msg;
+
+typedef struct k3_chat_opts {
+    int         think;      /* 1 = thinking on (the default in k3chat), 0 = off          */
+    const char *effort;     /* "low" | "high" | "max"; NULL = "max". Else K3_ERR_ARG
+                             * (including "medium", which the release rejects)          */
+    int         gen_prompt; /* 1 = end with the assistant generation prompt            */
+    const char *tools;      /* tool declarations: non-NULL = K3_ERR_UNSUPPORTED         */
+} k3_chat_opts;
+
+/* Encode a conversation exactly as ../shared/spec/k3-chat.md section 2 (the thinking-
+ * effort system message when think is on, preserved reasoning, generation prompt),
+ * appending the ids to out. On error out->n is left as it was. */
+k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs,
+                         const k3_chat_opts *o, k3_ids *out);
+
+/* Output channel parser: feed the generated ids one at a time (starting right after the
+ * generation prompt); each call reports the new visible text of the think channel and
+ * of the response channel (in that order; UTF-8 complete) and whether <|end_of_msg|>
+ * was read. Structural tokens and tag names are hidden; anything unexpected is shown
+ * as text in the current channel, never dropped. Pointers are valid until the next call. */
+enum k3_chat_channel { K3_CHAN_THINK = 0, K3_CHAN_RESPONSE = 1 };
+typedef struct k3_chat_out {
+    const char *think;    size_t think_len;
+    const char *response; size_t response_len;
+    int         end;      /* 1 once <|end_of_msg|> was read (all text flushed)          */
+} k3_chat_out;
+typedef struct k3_chat_parser k3_chat_parser;
+/* think: the same flag as the prompt's (1: starts in the think channel). */
+k3_status k3_chat_parser_new(const k3_tok *t, int think, k3_chat_parser **out);
+void      k3_chat_parser_free(k3_chat_parser *p);
+k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *out);
+/* End of generation without <|end_of_msg|> (max tokens, cancel): flush held text. */
+void      k3_chat_parser_finish(k3_chat_parser *p, k3_chat_out *out);
+int       k3_chat_parser_channel(const k3_chat_parser *p); /* current K3_CHAN_*        */
+
+/* ==== conversation (conv.c, conv-gen.c, transcript.c) ===================== */
+/* A conversation: system prompt, user/assistant messages (with reasoning), its settings
+ * (thinking mode, effort, sampling), the prompt cache over a session, and its transcript
+ * files (JSON Lines, man/k3chat.5). One k3_conv is used by one thread at a time, except
+ * k3_conv_cancel, which any thread may call. Strings are UTF-8 and copied on the way in.
+ *
+ * Typical turn (worker thread):
+ *     k3_conv_add(c, K3_ROLE_USER, text, NULL);
+ *     st = k3_conv_generate(c, model, session, &cb);   // streams via cb, appends the reply
+ *     if (st == K3_ERR_CONTEXT) ... offer k3_conv_clear or k3_conv_drop_oldest, or k3_conv_undo
+ * /retry = k3_conv_pop_reply + k3_conv_generate; /undo = k3_conv_undo. */
+
+typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT } k3_role;
+
+/* Why a turn stopped. */
+typedef enum k3_stop {
+    K3_STOP_NONE = 0,  /* not generated here (typed in, or loaded without stats) */
+    K3_STOP_EOS,       /* the model ended its message                            */
+    K3_STOP_MAX_TOKENS,/* settings.max_tokens reached                            */
+    K3_STOP_CONTEXT,   /* context capacity reached                               */
+    K3_STOP_CANCEL,    /* k3_conv_cancel (the message is marked interrupted)      */
+    K3_STOP_ERROR,     /* engine error mid-turn (message kept, marked interrupted)*/
+} k3_stop;
+const char *k3_stop_str(k3_stop s); /* "eos", "max_tokens", "context", "cancel", "error", "" */
+
+/* Per-turn statistics of a generated assistant message. */
+typedef struct k3_turn_stats {
+    int      n_prompt;    /* tokens of the rendered prompt (history + generation prompt)   */
+    int      n_cached;    /* of which reused from the session's state (prompt cache)       */
+    int      n_prefill;   /* tokens prefilled for this turn (engine statistics)            */
+    int      n_gen;       /* tokens generated, including the end-of-message token          */
+    int      n_think;     /* generated tokens that went to the think channel              */
+    double   t_prefill;   /* seconds spent prefilling                                      */
+    double   t_gen;       /* seconds of decoding: end of prefill to the last token         */
+    double   ttft;        /* seconds from the start of the turn to the first token         */
+    double   t_think;     /* seconds from the start of the turn to the end of thinking     */
+    double   tok_s;       /* n_gen / t_gen: decode tokens per second                       */
+    k3_sampler_params sampling; /* what the turn sampled with, seed included               */
+    int      has_sampling;/* sampling is known (generated here, or recorded in the file)  */
+    int      think;       /* thinking mode the turn was generated with (1/0)               */
+    k3_stop  stop;
+} k3_turn_stats;
+
+/* One message. Owned by the conversation; read-only to callers; valid until the next
+ * call that changes the conversation. */
+typedef struct k3_msg {
+    k3_role       role;
+    char         *content;     /* never NULL                                              */
+    char         *reasoning;   /* think channel of an assistant turn; NULL when none      */
+    int           interrupted; /* cancelled or failed mid-turn                            */
+    int           has_stats;
+    k3_turn_stats stats;
+    int32_t      *ids;         /* (n_ids) generated token ids, NULL when unknown          */
+    int           n_ids;
+} k3_msg;
+
+typedef struct k3_conv_settings {
+    int               think;      /* thinking mode: 1 on (default), 0 off                 */
+    char              effort[8];  /* "low" | "high" | "max" (default); "medium" rejected  */
+    int               max_tokens; /* generated tokens per turn; 0 = up to the capacity    */
+    k3_sampler_params sampling;   /* temp, top_p, min_p, top_k, seed                       */
+} k3_conv_settings;
+
+typedef struct k3_conv k3_conv;
+
+/* Defaults: think on, effort max, max_tokens 0, temp 0.6 / top_p 0.95 (override with the
+ * model's generation_config via settings), seed 0. */
+void      k3_conv_settings_default(k3_conv_settings *s);
+k3_conv  *k3_conv_new(void);                 /* NULL on out of memory */
+void      k3_conv_free(k3_conv *c);
+/* Validates (effort, ranges); K3_ERR_ARG naming the field. Applies from the next turn. */
+k3_status k3_conv_set_settings(k3_conv *c, const k3_conv_settings *s);
+void      k3_conv_get_settings(const k3_conv *c, k3_conv_settings *out);
+/* Records the model (directory, FNV-64 of its config.json, K3_*BITS from p, may be NULL)
+ * for transcript headers. K3_ERR_IO if config.json cannot be read. */
+k3_status k3_conv_set_model(k3_conv *c, const char *dir, const k3_params *p);
+/* That fingerprint: 16 hex digits, "" before k3_conv_set_model. */
+const char *k3_conv_model_fingerprint(const k3_conv *c);
+
+/* Messages. The system prompt is message 0 when set; NULL or "" removes it. */
+k3_status     k3_conv_set_system(k3_conv *c, const char *text);
+const char   *k3_conv_system(const k3_conv *c);         /* NULL when none */
+k3_status     k3_conv_add(k3_conv *c, k3_role role, const char *content, const char *reasoning);
+int           k3_conv_count(const k3_conv *c);
+const k3_msg *k3_conv_msg(const k3_conv *c, int i);     /* NULL when out of range */
+/* New conversation: drops every message but the system prompt; settings stay; the
+ * autosave continues in a new file (the old one is kept). */
+void          k3_conv_clear(k3_conv *c);
+/* /undo: removes the last user message and everything after it. Returns messages removed. */
+int           k3_conv_undo(k3_conv *c);
+/* /retry: removes trailing assistant messages so the history ends with the user's turn.
+ * Returns messages removed (0: nothing to retry). */
+int           k3_conv_pop_reply(k3_conv *c);
+/* Drops the oldest exchange (first user message and the replies up to the next user
+ * message); the system prompt stays. Returns messages removed (0: nothing to drop). */
+int           k3_conv_drop_oldest(k3_conv *c);
+
+/* Generation (conv-gen.c). Callbacks get UTF-8 pieces of each channel as they decode
+ * (never a broken sequence); called on the generating thread; any may be NULL. */
+typedef struct k3_conv_callbacks {
+    void (*on_think)(const char *text, size_t n, void *ud);
+    void (*on_response)(const char *text, size_t n, void *ud);
+    void *ud;
+} k3_conv_callbacks;
+/* Renders the history (which must end with a user message) with the generation prompt,
+ * prefills only what the session has not processed yet (prompt cache, snapshots),
+ * samples until end of message / max_tokens / capacity / cancel, and appends the
+ * assistant message with its statistics (interrupted when cancelled: returns K3_ABORTED
+ * with the partial message kept). Then autosaves if enabled (an autosave failure does not
+ * fail the turn: see k3_conv_autosave_error). Errors before generation
+ * (K3_ERR_CONTEXT: the prompt would not fit; message says how many tokens) change nothing.
+ * The session must be used only through this conversation (or reset) between turns. */
+k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb);
+/* Thread-safe: stops a running k3_conv_generate (prefill included) soon. */
+void      k3_conv_cancel(k3_conv *c);
+/* The next turn samples with exactly this seed (replay); later turns derive their own. */
+void      k3_conv_set_turn_seed(k3_conv *c, uint64_t seed);
+/* Forgets the prompt cache and its snapshots: call before freeing or replacing the
+ * session or model the conversation generated with. */
+void      k3_conv_drop_cache(k3_conv *c);
+/* Context accounting: tokens the next turn's prompt needs, and the capacity. */
+k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity);
+/* Ids the chat encoder makes for the history (+ generation prompt when gen_prompt),
+ * with the conversation's think mode and effort, appended to *out. */
+k3_status k3_conv_render(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out);
+
+/* Replay (conv-replay.c): re-runs each user turn of `saved` (with the saved history
+ * before it) against m with settings `set`, and compares each new answer with the saved
+ * one: by token ids when the transcript has them, else by text. flags: with
+ * K3_REPLAY_SEEDS each turn samples with the seed its statistics recorded, with
+ * K3_REPLAY_SAMPLING with their temperature, top-p, min-p and top-k too, so a sampled
+ * transcript reproduces exactly (turns without recorded values use set's). cb gets one
+ * report per assistant turn; *n_diff counts the turns that differ. Cancel with
+ * k3_conv_cancel(saved) from another thread. */
+enum { K3_REPLAY_SEEDS = 1, K3_REPLAY_SAMPLING = 2 };
+typedef struct k3_replay_turn {
+    int         turn;         /* 1-based assistant turn number                          */
+    int         msg_index;    /* index of the saved assistant message                    */
+    int         match;        /* 1: identical (for an interrupted saved turn: its prefix) */
+    int         by_ids;       /* compared token ids (else text)                          */
+    int         n_saved, n_new; /* tokens (by_ids) or bytes of think+response (text)     */
+    int         first_diff;   /* index of the first differing token / byte, -1 if none  */
+    int32_t     saved_id, new_id; /* the differing ids (-1: past the end)               */
+    const char *saved_piece, *new_piece; /* their text (printable, NUL-terminated)      */
+    const k3_msg *new_msg;    /* the new answer (valid during the callback)              */
+} k3_replay_turn;
+typedef void (*k3_replay_cb)(const k3_replay_turn *t, void *ud);
+k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_conv_settings *set,
+                         unsigned flags, k3_replay_cb cb, void *ud, int *n_diff);
+
+/* Transcripts (transcript.c): JSON Lines, format in man/k3chat.5. */
+typedef struct k3_load_info {
+    int  n_messages;
+    int  torn_line;    /* line number of an ignored torn final line, 0 when none */
+    char version[32];  /* k3chat version that wrote the file                     */
+    char model_dir[512];
+    char config_fnv64[17];
+} k3_load_info;
+/* Writes the whole conversation atomically (temp file, fsync, rename, fsync dir).
+ * Failure: K3_ERR_IO naming the path and errno; the conversation is untouched. */
+k3_status k3_conv_save(const k3_conv *c, const char *path);
+/* Replaces c's messages and settings with the transcript's; on any error (K3_ERR_FORMAT /
+ * K3_ERR_IO, message "FILE:LINE: what") c is untouched. info may be NULL. A torn final
+ * line (no newline, unparseable: an interrupted append) is ignored and reported in info. */
+k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info);
+/* Markdown export (reasoning in <details> blocks), written atomically. */
+k3_status k3_conv_export_md(const k3_conv *c, const char *path);
+/* Autosave: off until enabled. dir NULL = $XDG_DATA_HOME/k3chat (~/.local/share/k3chat).
+ * Every finished or interrupted turn is appended (one write + fsync per turn); edits of
+ * saved history (undo, retry, system) rewrite the file atomically at the next save. */
+k3_status   k3_conv_autosave_enable(k3_conv *c, const char *dir);
+/* Brings the autosave file up to date now (k3_conv_generate calls it after each turn).
+ * On failure the conversation stays in memory, the error is also kept for
+ * k3_conv_autosave_error and the next call tries again. */
+k3_status   k3_conv_autosave(k3_conv *c);
+const char *k3_conv_autosave_path(const k3_conv *c);  /* NULL before the first write */
+/* Why the last autosave failed ("PATH: what: strerror (errno N)"), NULL when it worked. */
+const char *k3_conv_autosave_error(const k3_conv *c);
 
 #ifdef __cplusplus
 }

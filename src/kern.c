@@ -1,15 +1,28 @@
-/* kern.c: matrix-vector kernels over the qmat formats of quant.h.
+/* kern.c: matrix-vector kernels over the qmat formats of quant.h: the scalar reference path
+ * (the oracle every faster path is tested against), the IDOT activation quantizer, and the
+ * dispatch of qmat_matvec / qmat_matmul to the scalar or AVX2 twins (kern-avx2.c).
  *
  * DESIGN
- * This file is the scalar reference path (the oracle every faster path is tested against).
- * Each kernel computes rows [r0, r1) so it can be split as (ith, nth) partitions; the public
- * entry points parallelise over rows with OpenMP.
+ * - Each kernel computes rows [r0, r1); the entry points split the rows into (ith, nth)
+ *   partitions inside one OpenMP parallel region. A row's arithmetic never depends on the
+ *   partition, so results are the same at every thread count.
+ * - qmat_matmul runs the very same row kernel per column, on blocks of rows small enough to stay
+ *   in L2 while the n columns pass over them: the weights stream from memory once, and column t
+ *   is bit-identical to qmat_matvec on column t (what chunked prefill relies on). The AVX2 IDOT
+ *   path takes KERN_NC columns per decoded weight row, each column doing exactly its own steps.
+ * - IDOT activations are quantized once per call by one shared scalar function (kern_act_make),
+ *   so both twins see identical int8 inputs. The canonical IDOT order is documented in kern-impl.h.
+ * - Selection (kern_isa, kern_idot) is read from K3_NOAVX2 / K3_IDOT once, then overridable.
  */
-#include "quant.h"
+#include "kern-impl.h"
 
 #include <math.h>
+#include <omp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 
-const float q_e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+const float  q_e2m1[8]          = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+const int8_t kern_mxfp4_i8[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 size_t q_wbytes(int type, int rows, int cols) {
     size_t r = (size_t)rows;
@@ -32,9 +45,11 @@ size_t q_sbytes(int type, int rows, int cols) {
     return 0;
 }
 
+/* ==== scalar reference: exact-float ======================================================= */
+
 /* One output row: dot(W[r], x) in the matrix's format; float accumulation in row order. */
 static float row_dot(const qmat *m, int r, const float *x) {
-    const int n = m->cols;
+    const int n   = m->cols;
     float     acc = 0.0f;
     switch (m->type) {
     case Q_F32: {
@@ -51,8 +66,8 @@ static float row_dot(const qmat *m, int r, const float *x) {
         break;
     }
     case Q_I4: {
-        const uint8_t *w  = (const uint8_t *)m->w + (size_t)r * ((n + 1) / 2);
-        const float   *s  = m->s + (size_t)r * ((n + Q_I4_GROUP - 1) / Q_I4_GROUP);
+        const uint8_t *w = (const uint8_t *)m->w + (size_t)r * ((n + 1) / 2);
+        const float   *s = m->s + (size_t)r * ((n + Q_I4_GROUP - 1) / Q_I4_GROUP);
         for (int g = 0; g * Q_I4_GROUP < n; g++) {
             float part = 0.0f;
             int   end  = (g + 1) * Q_I4_GROUP < n ? (g + 1) * Q_I4_GROUP : n;
@@ -83,15 +98,217 @@ static float row_dot(const qmat *m, int r, const float *x) {
     return acc;
 }
 
-void qmat_matvec(const qmat *m, const float *x, float *y) {
-#pragma omp parallel for schedule(static) if (m->rows * (long)m->cols > 65536)
-    for (int r = 0; r < m->rows; r++)
+void kern_rows_ref(const qmat *m, const float *x, float *y, int r0, int r1) {
+    for (int r = r0; r < r1; r++)
         y[r] = row_dot(m, r, x);
 }
 
-void qmat_matmul(const qmat *m, const float *x, int n, float *y) {
-#pragma omp parallel for schedule(static) if (m->rows * (long)m->cols > 65536)
-    for (int r = 0; r < m->rows; r++)
-        for (int t = 0; t < n; t++)
-            y[(size_t)t * m->rows + r] = row_dot(m, r, x + (size_t)t * m->cols);
+/* ==== IDOT: activation quantization and the scalar reference =============================== */
+
+static size_t round32(size_t n) { return (n + 31) & ~(size_t)31; }
+
+size_t kern_act_bytes(int cols) {
+    size_t np = (size_t)(cols + 63) / 64;
+    return np * 64 + round32(np * 2 * sizeof(float)) + np * 8 * sizeof(float) + np * 8 * sizeof(int32_t);
 }
+
+/* Position of column c in the activation layout of type (kern-impl.h). */
+static int act_pos(int type, int c) {
+    if (type == Q_I8)
+        return c;
+    int o = c & 63;
+    return (c & ~63) + ((o & 1) ? 32 + (o >> 1) : (o >> 1));
+}
+
+void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
+    const int np = (cols + 63) / 64;
+    char     *p  = buf;
+    a->q         = (int8_t *)p;
+    a->d         = (float *)(void *)(p + (size_t)np * 64);
+    a->d8        = (float *)(void *)(p + (size_t)np * 64 + round32((size_t)np * 2 * sizeof(float)));
+    a->nsxo      = (int32_t *)(void *)(a->d8 + (size_t)np * 8);
+    memset(a->q, 0, (size_t)np * 64);
+    for (int g = 0; g < 2 * np; g++) {
+        const int c0  = g * Q_IDOT_GROUP;
+        const int len = cols - c0 < Q_IDOT_GROUP ? cols - c0 : Q_IDOT_GROUP;
+        float     amax = 0.0f;
+        int       bad  = 0;
+        for (int c = 0; c < len; c++) {
+            bad |= !isfinite(x[c0 + c]);
+            amax = fmaxf(amax, fabsf(x[c0 + c]));
+        }
+        if (len <= 0 || bad || amax == 0.0f) {
+            a->d[g] = bad ? NAN : 0.0f; /* a NaN/inf activation makes the output NaN */
+            continue;
+        }
+        /* round half away from zero as trunc(v + copysign(0.5, v)): no libm call, and
+         * |v| <= 127 (+ rounding) so the clamp only guards amax * inv > 127 */
+        const float inv = 127.0f / amax;
+        for (int c = c0; c < c0 + len; c++) {
+            float v                 = x[c] * inv;
+            int   qv                = (int)(v + copysignf(0.5f, v));
+            a->q[act_pos(type, c)] = (int8_t)(qv > 127 ? 127 : qv < -127 ? -127 : qv);
+        }
+        a->d[g] = amax / 127.0f;
+    }
+    const int off = type == Q_MXFP4 ? KERN_MXFP4_OFF : 8;
+    for (int pr = 0; pr < np; pr++)
+        for (int j = 0; j < 8; j++) {
+            int sum = 0;
+            for (int k = 0; k < 8; k++) /* lane j: pair columns 8j..8j+7 */
+                sum += a->q[act_pos(type, pr * 64 + 8 * j + k)];
+            a->d8[pr * 8 + j]  = a->d[2 * pr + (j >> 2)];
+            a->nsxo[pr * 8 + j] = -off * sum;
+        }
+}
+
+/* Integer weight of column c of row r (nibble - 8, doubled e2m1, or int8). */
+static int idot_w(const qmat *m, int r, int c) {
+    const int n = m->cols;
+    switch (m->type) {
+    case Q_I8: return ((const int8_t *)m->w)[(size_t)r * n + c];
+    case Q_I4:
+    case Q_MXFP4: {
+        size_t  rb  = m->type == Q_I4 ? (size_t)(n + 1) / 2 : (size_t)n / 2;
+        uint8_t b   = ((const uint8_t *)m->w)[(size_t)r * rb + (size_t)(c >> 1)];
+        int     nib = (c & 1) ? b >> 4 : b & 15;
+        return m->type == Q_I4 ? nib - 8 : kern_mxfp4_i8[nib];
+    }
+    }
+    K3_ASSERT(!"idot_w: type without integer weights");
+    return 0;
+}
+
+/* wscale(g) of the canonical order (kern-impl.h). */
+static float idot_wscale(const qmat *m, int r, int g) {
+    switch (m->type) {
+    case Q_I4: return m->s[(size_t)r * ((m->cols + Q_I4_GROUP - 1) / Q_I4_GROUP) + g / 2];
+    case Q_MXFP4: return kern_e8m0_half(m->e[(size_t)r * (m->cols / Q_MXFP4_GROUP) + g]);
+    }
+    return 1.0f;
+}
+
+void kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
+    const int n = m->cols, ng = (n + Q_IDOT_GROUP - 1) / Q_IDOT_GROUP;
+    const int i8 = m->type == Q_I8, nsteps = i8 ? ng : (n + 63) / 64;
+    const int lane_cols = i8 ? 4 : 8, step_cols = i8 ? 32 : 64;
+    for (int r = r0; r < r1; r++) {
+        float acc[2][8] = {{0}};
+        for (int st = 0; st < nsteps; st++)
+            for (int j = 0; j < 8; j++) {
+                const int c0   = st * step_cols + j * lane_cols;
+                const int g    = c0 / Q_IDOT_GROUP;
+                int       isum = 0;
+                for (int c = c0; c < c0 + lane_cols && c < n; c++)
+                    isum += idot_w(m, r, c) * a->q[act_pos(m->type, c)];
+                const float d = g >= ng ? 0.0f : i8 ? a->d[g] : idot_wscale(m, r, g) * a->d[g];
+                acc[st & 1][j] = fmaf((float)isum, d, acc[st & 1][j]);
+            }
+        y[r] = i8 ? kern_sum8(acc[0], acc[1]) * m->s[r] : kern_sum8(acc[0], acc[1]);
+    }
+}
+
+/* ==== selection ============================================================================= */
+
+static atomic_int sel_isa  = -1; /* enum kern_isa, -1 = not read yet */
+static atomic_int sel_idot = -1;
+
+static int env_flag(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) != 0 : dflt;
+}
+
+int kern_set_isa(int isa) {
+    int v = isa == KERN_AVX2_VNNI && kern_cpu_vnni()               ? KERN_AVX2_VNNI
+            : (isa == KERN_AVX2 || isa == KERN_AVX2_VNNI) && kern_cpu_avx2() ? KERN_AVX2
+                                                                             : KERN_SCALAR;
+    atomic_store(&sel_isa, v);
+    return v;
+}
+
+int kern_isa(void) {
+    int v = atomic_load(&sel_isa);
+    return v >= 0 ? v
+                  : kern_set_isa(env_flag("K3_NOAVX2", 0)   ? KERN_SCALAR
+                                 : env_flag("K3_NOVNNI", 0) ? KERN_AVX2
+                                                            : KERN_AVX2_VNNI);
+}
+
+void kern_set_idot(int on) { atomic_store(&sel_idot, on != 0); }
+
+int kern_idot(void) {
+    int v = atomic_load(&sel_idot);
+    if (v < 0) {
+        v = env_flag("K3_IDOT", 1);
+        atomic_store(&sel_idot, v);
+    }
+    return v;
+}
+
+/* ==== entry points ========================================================================== */
+
+/* Rows of one block of the matmul: about 256 KiB of weights, so the block stays in L2 while
+ * the columns pass over it. */
+static int block_rows(const qmat *m) {
+    size_t rb = (q_wbytes(m->type, 1, m->cols) + q_sbytes(m->type, 1, m->cols));
+    size_t b  = rb ? (256u << 10) / rb : 1;
+    return b < 1 ? 1 : b > 1024 ? 1024 : (int)b;
+}
+
+/* y[t][rows] for t < n: the whole call, partitioned (ith, nth) over rows. Exactly one of x
+ * (exact-float, columns cols floats apart) or act (IDOT, one kern_act per column) is used. */
+static void run(const qmat *m, const float *x, const kern_act *act, int n, float *y) {
+    const int          isa  = kern_isa(), avx2 = isa != KERN_SCALAR;
+    const kern_rows_fn fr   = avx2 ? kern_rows_avx2 : kern_rows_ref;
+    const kern_idot_fn fq   = isa == KERN_AVX2_VNNI ? kern_idot_vnni : avx2 ? kern_idot_avx2 : kern_idot_ref;
+    void (*const fnc)(const qmat *, const kern_act *, float *const *, int, int) =
+        isa == KERN_AVX2_VNNI ? kern_idot_nc_vnni : kern_idot_nc_avx2;
+    const int          br   = n > 1 ? block_rows(m) : m->rows;
+    const long         work = (long)m->rows * m->cols * n;
+#pragma omp parallel if (work > 65536)
+    {
+        const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
+        const int r0 = (int)((long)m->rows * ith / nth), r1 = (int)((long)m->rows * (ith + 1) / nth);
+        for (int b0 = r0; b0 < r1; b0 += br) {
+            const int b1 = r1 - b0 < br ? r1 : b0 + br;
+            int t = 0;
+            if (act && avx2) /* KERN_NC columns per weight decode */
+                for (; t + KERN_NC <= n; t += KERN_NC) {
+                    float *yc[KERN_NC];
+                    for (int c = 0; c < KERN_NC; c++)
+                        yc[c] = y + (size_t)(t + c) * m->rows;
+                    fnc(m, &act[t], yc, b0, b1);
+                }
+            for (; t < n; t++) {
+                float *yt = y + (size_t)t * m->rows;
+                if (act)
+                    fq(m, &act[t], yt, b0, b1);
+                else
+                    fr(m, x + (size_t)t * m->cols, yt, b0, b1);
+            }
+        }
+    }
+}
+
+static void matmul(const qmat *m, const float *x, int n, float *y) {
+    if (n <= 0)
+        return;
+    if (m->type == Q_F32 || !kern_idot()) {
+        run(m, x, NULL, n, y);
+        return;
+    }
+    /* IDOT: quantize every column once (the same function for every path and n). */
+    const size_t ab  = kern_act_bytes(m->cols);
+    char        *buf = k3_aligned_alloc(32, ab * (size_t)n);
+    kern_act    *act = malloc((size_t)n * sizeof *act);
+    K3_ASSERT(buf && act); /* a few KiB per column: out of memory here is not recoverable */
+    for (int t = 0; t < n; t++)
+        kern_act_make(m->type, x + (size_t)t * m->cols, m->cols, buf + (size_t)t * ab, &act[t]);
+    run(m, NULL, act, n, y);
+    free(act);
+    free(buf);
+}
+
+void qmat_matvec(const qmat *m, const float *x, float *y) { matmul(m, x, 1, y); }
+
+void qmat_matmul(const qmat *m, const float *x, int n, float *y) { matmul(m, x, n, y); }

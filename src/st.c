@@ -19,6 +19,9 @@
  * bsearch; vision tensors that happen to share a shard with text tensors are validated but not
  * recorded. Reads are positioned (pread, looping on short reads and EINTR) so any thread may read
  * any tensor concurrently; a read that hits end of file names the file and the offset.
+ *
+ * K3_DIRS (a checkpoint split over drives): a colon-separated list of directories; a shard
+ * file that is not in the model directory is taken from the first of them that holds it.
  */
 #include "st.h"
 
@@ -247,7 +250,7 @@ static k3_status load_shard(st_dir *d, int si) {
     if (!hbuf) { st = k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen); goto fail; }
     if ((st = pread_all(sh->fd, sh->path, hbuf, hlen, 8))) goto fail;
     json_error_t jerr;
-    root = json_loadb(hbuf, (size_t)hlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    root = json_loadb(hbuf, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         st = k3_err(K3_ERR_FORMAT, "%s: header JSON malformed at byte %d: %s", file, jerr.position, jerr.text);
         goto fail;
@@ -307,6 +310,25 @@ static k3_status add_shard(st_dir *d, const char *name, int *idx) {
     s->fd = -1;
     s->name = k3_strdup(name);
     s->path = path_join(d->path, name);
+    const char *dirs = getenv("K3_DIRS");
+    struct stat sb;
+    for (const char *p = dirs; s->path && p && *p && stat(s->path, &sb) != 0;) {
+        size_t n   = strcspn(p, ":");
+        char  *dir = n ? k3_malloc(n + 1) : NULL;
+        if (dir) {
+            memcpy(dir, p, n);
+            dir[n] = 0;
+            char *alt = path_join(dir, name);
+            free(dir);
+            if (alt && stat(alt, &sb) == 0) {
+                free(s->path);
+                s->path = alt;
+            } else {
+                free(alt);
+            }
+        }
+        p += n + (p[n] == ':');
+    }
     if (!s->name || !s->path) {
         free(s->name);
         free(s->path);
@@ -389,7 +411,8 @@ k3_status st_open(const char *dir, st_dir **out) {
     for (int i = 0; i < d->n_shards; i++)
         if (d->shards[i].text && (st = load_shard(d, i))) goto fail;
 
-    qsort(d->tensors, (size_t)d->n_tensors, sizeof *d->tensors, cmp_tensor_name);
+    if (d->n_tensors > 1) /* qsort with a NULL base (no text tensor at all) is undefined */
+        qsort(d->tensors, (size_t)d->n_tensors, sizeof *d->tensors, cmp_tensor_name);
     for (int i = 1; i < d->n_tensors; i++)
         if (!strcmp(d->tensors[i].name, d->tensors[i - 1].name)) {
             const st_tensor *a = &d->tensors[i - 1], *b = &d->tensors[i];

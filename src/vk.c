@@ -39,7 +39,7 @@
 #define MAX_CHUNKS    256
 #define MAX_GROUPS_X  65535u
 
-enum { PIPE_F32, PIPE_I8, PIPE_I4, PIPE_MXFP4, PIPE_GLU, PIPE_COUNT };
+enum { PIPE_F32, PIPE_I8, PIPE_I4, PIPE_MXFP4, PIPE_GLU, PIPE_MEMBW, PIPE_COUNT };
 
 typedef struct vk_buf {
     VkBuffer       buf;
@@ -69,6 +69,7 @@ struct vk_ctx {
     VkPipeline            pipe[PIPE_COUNT];
     VkPhysicalDeviceMemoryProperties memprops;
     char                  name[256];
+    int                   is_cpu;         /* VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe) */
     uint64_t              budget, used;
     uint64_t              chunk_size;     /* <= maxStorageBufferRange */
     chunk                 chunks[MAX_CHUNKS];
@@ -244,6 +245,7 @@ static k3_status pipelines_create(vk_ctx *c) {
         [PIPE_I4]    = {matvec_i4_spv, sizeof matvec_i4_spv},
         [PIPE_MXFP4] = {matvec_mxfp4_spv, sizeof matvec_mxfp4_spv},
         [PIPE_GLU]   = {glu_spv, sizeof glu_spv},
+        [PIPE_MEMBW] = {membw_spv, sizeof membw_spv},
     };
     k3_status st = K3_OK;
     VkShaderModule mod = VK_NULL_HANDLE;
@@ -359,6 +361,7 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     VkPhysicalDeviceProperties props;
     vkGetPhysicalDeviceProperties(c->phys, &props);
     snprintf(c->name, sizeof c->name, "%s", props.deviceName);
+    c->is_cpu = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     vkGetPhysicalDeviceMemoryProperties(c->phys, &c->memprops);
     c->chunk_size = CHUNK_DEFAULT;
     if (props.limits.maxStorageBufferRange < c->chunk_size)
@@ -430,6 +433,7 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     VK_CHECK(vkCreateDescriptorSetLayout(c->dev, &dli, NULL, &c->dsl));
     VkDescriptorPoolSize       ps  = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 3 * MAX_CHUNKS};
     VkDescriptorPoolCreateInfo dpi = {.sType         = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                      .flags         = VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,
                                       .maxSets       = MAX_CHUNKS,
                                       .poolSizeCount = 1,
                                       .pPoolSizes    = &ps};
@@ -487,6 +491,10 @@ void vk_ctx_free(vk_ctx *c) {
     if (c->inst)
         vkDestroyInstance(c->inst, NULL);
     free(c);
+}
+
+int vk_device_is_cpu(const vk_ctx *c) {
+    return c->is_cpu;
 }
 
 const char *vk_device_name(const vk_ctx *c) {
@@ -651,5 +659,72 @@ k3_status vk_expert_ffn(vk_ctx *c, int n, const vk_mat *const *mats, const float
         return st;
     for (int e = 0; e < n; e++)
         memcpy(out + (size_t)e * L, (const float *)c->y.map + (size_t)e * (2 * F + L) + 2 * F, (size_t)L * 4);
+    return K3_OK;
+}
+
+/* ---- benchmark support ---------------------------------------------------------- */
+
+k3_status vk_read_bandwidth(vk_ctx *c, uint64_t bytes, int reps, double *gbps) {
+    k3_status st = K3_OK;
+    chunk     tmp;
+    memset(&tmp, 0, sizeof tmp);
+    if (bytes > c->chunk_size) /* one storage buffer range at most */
+        bytes = c->chunk_size;
+    bytes &= ~(uint64_t)15;
+    if ((st = buf_create(c, bytes, 1, &tmp.b)) != K3_OK)
+        return st;
+    VkDescriptorSetAllocateInfo ai = {.sType              = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                      .descriptorPool     = c->dpool,
+                                      .descriptorSetCount = 1,
+                                      .pSetLayouts        = &c->dsl};
+    VK_CHECK(vkAllocateDescriptorSets(c->dev, &ai, &tmp.set));
+    const uint32_t groups = 1024;
+    if ((st = io_reserve(c, 0, groups)) != K3_OK)
+        goto fail;
+    set_write(c, &tmp);
+    if ((st = cmd_begin(c)) != K3_OK)
+        goto fail;
+    vkCmdFillBuffer(c->cmd, tmp.b.buf, 0, VK_WHOLE_SIZE, 0x5a5a5a5au);
+    if ((st = cmd_submit_wait(c)) != K3_OK)
+        goto fail;
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        if ((st = cmd_begin(c)) != K3_OK)
+            goto fail;
+        uint32_t pc[8] = {(uint32_t)(bytes / 16)};
+        vkCmdBindPipeline(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->pipe[PIPE_MEMBW]);
+        vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->playout, 0, 1, &tmp.set, 0, NULL);
+        vkCmdPushConstants(c->cmd, c->playout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, pc);
+        vkCmdDispatch(c->cmd, groups, 1, 1);
+        double t0 = k3_time();
+        if ((st = cmd_submit_wait(c)) != K3_OK)
+            goto fail;
+        double g = (double)bytes / (k3_time() - t0) / 1e9;
+        if (g > best)
+            best = g;
+    }
+    *gbps = best;
+fail:
+    if (tmp.set)
+        vkFreeDescriptorSets(c->dev, c->dpool, 1, &tmp.set);
+    buf_destroy(c, &tmp.b);
+    return st;
+}
+
+k3_status vk_matvec_repeat(vk_ctx *c, const vk_mat *m, const float *x, int reps, double *seconds) {
+    k3_status st;
+    if ((st = io_reserve(c, (uint64_t)m->cols, (uint64_t)m->rows)) != K3_OK)
+        return st;
+    memcpy(c->x.map, x, (size_t)m->cols * 4);
+    if ((st = cmd_begin(c)) != K3_OK)
+        return st;
+    for (int r = 0; r < reps; r++) {
+        record_matvec(c, m, 0, 0);
+        barrier(c);
+    }
+    double t0 = k3_time();
+    if ((st = cmd_submit_wait(c)) != K3_OK)
+        return st;
+    *seconds = k3_time() - t0;
     return K3_OK;
 }

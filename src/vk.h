@@ -27,6 +27,7 @@ typedef struct vk_mat {
 k3_status   vk_ctx_new(uint64_t budget_bytes, vk_ctx **out);
 void        vk_ctx_free(vk_ctx *c);
 const char *vk_device_name(const vk_ctx *c);
+int         vk_device_is_cpu(const vk_ctx *c); /* a CPU-emulated device (lavapipe) */
 uint64_t    vk_budget(const vk_ctx *c);
 uint64_t    vk_used(const vk_ctx *c);
 
@@ -43,5 +44,10 @@ k3_status vk_matvec(vk_ctx *c, const vk_job *jobs, int n);
 
 /* n experts on one input z[in]: out[e] = w2_e(SiTU-GLU(w1_e z, w3_e z)), each [w2.rows].
  * mats[e][0..2] = w1 (gate), w3 (up), w2 (down). */
+/* Benchmarks: best device read bandwidth over reps passes of a bytes-long buffer; and the
+ * time of reps back-to-back matvecs of one matrix in one submit (x uploaded once). */
+k3_status vk_read_bandwidth(vk_ctx *c, uint64_t bytes, int reps, double *gbps);
+k3_status vk_matvec_repeat(vk_ctx *c, const vk_mat *m, const float *x, int reps, double *seconds);
+
 k3_status vk_expert_ffn(vk_ctx *c, int n, const vk_mat *const *mats, const float *z, float beta1,
                         float beta2, float *out);

@@ -142,6 +142,16 @@ static void config_cases(void) {
     json_object_del(tc(j), "hidden_size");
     expect_cfg("missing-key", j, "config.json: text_config.hidden_size is missing", 1);
     j = base();
+    json_object_del(tc(j), "intermediate_size");
+    expect_cfg("dense-width", j, "config.json: text_config.intermediate_size is missing", 1);
+    j = base();
+    json_object_del(tc(j), "intermediate_size");
+    json_object_set_new(tc(j), "first_k_dense_replace", json_integer(0));
+    dir = case_dir("no-dense");
+    put_cfg(dir, j);
+    T_CHECK(cfg_load(dir, &c) == K3_OK && c.first_dense == 0, "no dense layer: intermediate_size may be absent (%s)",
+            k3_errmsg());
+    j = base();
     json_object_del(tc(j), "num_experts_per_token");
     expect_cfg("missing-topk", j, "config.json: text_config.num_experts_per_token is missing", 1);
     j = base();
@@ -210,6 +220,38 @@ static void config_cases(void) {
     dir = case_dir("absent");
     T_CHECK(cfg_load(dir, &c) == K3_ERR_IO && !strncmp(k3_errmsg(), "config.json:", 12), "absent config.json (%s)",
             k3_errmsg());
+}
+
+/* Every key of text_config and linear_attn_config: deleted, the config either loads (optional
+ * flags) or names the key; given a string instead, it is always rejected naming the key. */
+static void every_key(void) {
+    json_t     *keys = base(), *v;
+    const char *k;
+    int         bad_del = 0, bad_type = 0, n = 0;
+    char        failed[512] = "";
+    for (int sect = 0; sect < 2; sect++) {
+        json_t *obj = sect ? lac(keys) : tc(keys);
+        json_object_foreach(obj, k, v) {
+            for (int mode = 0; mode < 2; mode++) {
+                json_t *j = base(), *o = sect ? lac(j) : tc(j);
+                if (mode == 0) json_object_del(o, k);
+                else json_object_set_new(o, k, json_string("x"));
+                const char *dir = case_dir("every-key");
+                put_cfg(dir, j);
+                k3_config c;
+                k3_status st = cfg_load(dir, &c);
+                int named = st != K3_OK && strstr(k3_errmsg(), k) && !strncmp(k3_errmsg(), "config.json: ", 13);
+                if (mode == 0 ? !(st == K3_OK || named) : !named) {
+                    mode == 0 ? bad_del++ : bad_type++;
+                    if (strlen(failed) + strlen(k) + 4 < sizeof failed) strcat(strcat(failed, " "), k);
+                }
+            }
+            n++;
+        }
+    }
+    json_decref(keys);
+    T_CHECK(n > 30 && !bad_del, "%d keys deleted one at a time: load or name the key (bad:%s)", n, failed);
+    T_CHECK(n > 30 && !bad_type, "%d keys set to a string: rejected naming the key (bad:%s)", n, failed);
 }
 
 /* ---- tensors --------------------------------------------------------------------------------- */
@@ -353,6 +395,7 @@ int main(void) {
         return t_done();
     }
     config_cases();
+    every_key();
     tensor_cases();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

@@ -20,6 +20,7 @@ const char *__asan_default_options(void) {
     return "detect_leaks=0";
 }
 
+#if K3_VK
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
     rng ^= rng << 13;
@@ -115,7 +116,6 @@ static void matvec_f64(const qmat *m, const float *x, float *y) {
 
 static const char *tname[] = {"f32", "i8", "i4", "mxfp4"};
 
-#if K3_VK
 static void case_matvec(vk_ctx *c, int type, int rows, int cols) {
     owned o;
     if (make_mat(&o, type, rows, cols)) {
@@ -192,6 +192,7 @@ static void case_experts(vk_ctx *c, int n, int L, int F) {
 #endif
 
 int main(void) {
+    kern_set_idot(0); /* compare against the exact-float CPU kernels (IDOT is approximate) */
     /* layout mirrors: checked at compile time in vk-impl.h, at run time here too */
     T_CHECK(sizeof(vk_pc_matvec) == 32 && offsetof(vk_pc_matvec, x_off) == 16, "push constants mirror types.glsl");
     T_CHECK(sizeof(vk_pc_glu) == 32 && offsetof(vk_pc_glu, beta2) == 20, "push constants mirror glu.comp");

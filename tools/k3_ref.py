@@ -227,10 +227,14 @@ class Config:
 # --------------------------------------------------------------------------------------------
 
 class Model:
-    """All weights of the text model as float64 arrays (routed experts decoded from MXFP4)."""
+    """All weights of the text model as float64 arrays (routed experts decoded from MXFP4).
+    dtype=np.float32 turns the whole forward pass into float32 arithmetic: not the reference,
+    but a model of an f32 engine's rounding, used by tests to check that a checkpoint and its
+    inputs are well conditioned for a 1e-5 comparison."""
 
-    def __init__(self, mdir):
+    def __init__(self, mdir, dtype=np.float64):
         self.cfg = c = Config(mdir)
+        self.dtype = dtype
         ck = Checkpoint(mdir)
         self.prefixed = ck.prefixed
         D, P, d, H, K = c.D, c.H * c.d, c.d, c.H, c.K
@@ -310,6 +314,15 @@ class Model:
                     ex.append(tuple(mats))
                 ly["experts"] = ex                    # e -> (w1 [F,L], w3 [F,L], w2 [L,F])
             self.layers.append(ly)
+        if dtype != np.float64:
+            for ly in self.layers:
+                for k, v in ly.items():
+                    if isinstance(v, np.ndarray):
+                        ly[k] = v.astype(dtype)
+                if "experts" in ly:
+                    ly["experts"] = [tuple(a.astype(dtype) for a in t) for t in ly["experts"]]
+            for k in ("embed", "norm", "out_res_norm", "out_res_proj", "lm_head"):
+                setattr(self, k, getattr(self, k).astype(dtype))
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,17 +370,17 @@ class State:
     conv inputs of q, k, v; per MLA layer the latent cache (c and kr of every past position)."""
 
     def __init__(self, m):
-        c = m.cfg
+        c, dt = m.cfg, m.dtype
         P = c.H * c.d
         self.n_pos = 0
         self.route_margins = []      # see moe(); filled as positions are processed
         self.layer = []
         for ly in m.layers:
             if ly["kind"] == "kda":
-                self.layer.append({"S": np.zeros((c.H, c.d, c.d)),           # S[h][key][value]
-                                   "tail": {n: np.zeros((c.K - 1, P)) for n in "qkv"}})
+                self.layer.append({"S": np.zeros((c.H, c.d, c.d), dt),       # S[h][key][value]
+                                   "tail": {n: np.zeros((c.K - 1, P), dt) for n in "qkv"}})
             else:
-                self.layer.append({"c": np.zeros((0, c.kv_lora)), "kr": np.zeros((0, c.rope))})
+                self.layer.append({"c": np.zeros((0, c.kv_lora), dt), "kr": np.zeros((0, c.rope), dt)})
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,7 +423,7 @@ def kda(ly, x, st, c):
     beta = sigmoid(x @ ly["b_proj"].T)                                 # [T, H]
     decay = np.exp(g)
     S = st["S"]
-    o = np.empty((T, H, d))
+    o = np.empty((T, H, d), x.dtype)
     for t in range(T):                       # the delta rule is sequential over positions
         S *= decay[t][:, :, None]                                      # rows = key channels
         kS = np.einsum("hm,hmj->hj", k[t], S)                          # Sᵀk
@@ -530,7 +543,7 @@ def forward(m, st, x0, n_layers=None, absorbed=False):
     c = m.cfg
     n = c.n_layers if n_layers is None else n_layers
     T = x0.shape[0]
-    h = x0.astype(np.float64)
+    h = x0.astype(m.dtype)
     blocks = []
     trace = np.empty((T, n, c.D))
     for i in range(n):

@@ -1,9 +1,46 @@
-/* cli-chatids.c: placeholder until the conversation module lands (see ui/cli.h). */
+/* cli-chatids.c: `k3chat --chat-ids MODEL_DIR TRANSCRIPT`: the ids the chat encoder makes
+ * for a transcript's messages, ending with the generation prompt, as decimal numbers
+ * separated by single spaces on one line. The thinking mode and effort come from the
+ * transcript's header, overridden by --think / --effort. Only the vocabulary of
+ * MODEL_DIR is read (tiktoken.model, tokenizer_config.json), not the weights. */
 #include "cli.h"
+#include "k3.h"
+
 #include <stdio.h>
+#include <string.h>
 
 int cli_chat_ids(const cli_opts *o) {
-    (void)o;
-    fprintf(stderr, "k3chat: this mode is not built yet\n");
-    return 1;
+    k3_tok          *tok = NULL;
+    k3_conv         *c = k3_conv_new();
+    k3_ids           ids = {0};
+    k3_load_info     info;
+    k3_conv_settings set;
+    int              rc = 1;
+    if (!c) {
+        fprintf(stderr, "k3chat: out of memory\n");
+        return 1;
+    }
+    if (k3_tok_load(o->dir, o->pattern, &tok) || k3_conv_load(c, o->file, &info))
+        goto fail;
+    k3_conv_get_settings(c, &set);
+    if (o->think >= 0)
+        set.think = o->think;
+    if (o->effort)
+        snprintf(set.effort, sizeof set.effort, "%s", o->effort);
+    if (k3_conv_set_settings(c, &set) || k3_conv_render(c, tok, 1, &ids))
+        goto fail;
+    for (size_t i = 0; i < ids.n; i++)
+        printf(i ? " %d" : "%d", (int)ids.v[i]);
+    printf("\n");
+    rc = fflush(stdout) ? 1 : 0;
+    if (rc)
+        fprintf(stderr, "k3chat: writing the ids failed\n");
+    goto done;
+fail:
+    fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+done:
+    k3_ids_free(&ids);
+    k3_conv_free(c);
+    k3_tok_free(tok);
+    return rc;
 }

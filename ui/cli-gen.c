@@ -1,9 +1,206 @@
-/* cli-gen.c: placeholder until its module lands (see ui/cli.h). */
+/* cli-gen.c: one-shot generation, `k3chat MODEL_DIR --ids "1 2 3" | --prompt TEXT`.
+ *
+ * --ids feeds raw token ids, generates up to --max-tokens (default 256) and prints the
+ * generated ids on one line, decimal, separated by single spaces, then a newline. Generation
+ * stops before eos_token_id (which is not printed; the last generated token is not fed, so
+ * K3_LOGITS holds prompt + generated - 1 rows). The reference comparison tests rely on
+ * exactly this output.
+ * --prompt encodes [--system] + the user message with the chat encoder (--think, --effort),
+ * generates, and runs the output parser: the response channel streams to stdout, the think
+ * channel to stderr. It stops at <|end_of_msg|>, eos, --max-tokens or the context capacity.
+ * Sampling defaults come from generation_config.json; --temp/--top-p/--seed override.
+ * Errors go to stderr with exit status 1.
+ */
 #include "cli.h"
+#include "k3.h"
+
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Parse whitespace-separated decimal ids; returns the count or -1 (message printed). */
+static int parse_ids(const char *s, int32_t **out) {
+    int      n = 0, cap = 64;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    if (!v) return -1;
+    for (;;) {
+        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == ',') s++;
+        if (!*s) break;
+        char *end;
+        errno  = 0;
+        long x = strtol(s, &end, 10);
+        if (end == s || errno || x < 0 || x > INT32_MAX) {
+            fprintf(stderr, "k3chat: --ids: '%.20s' is not a token id\n", s);
+            free(v);
+            return -1;
+        }
+        if (n == cap) {
+            int32_t *nv = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+        }
+        v[n++] = (int32_t)x;
+        s      = end;
+    }
+    *out = v;
+    return n;
+}
+
+/* Load progress on stderr when it is a terminal. */
+static void show_progress(const char *what, uint64_t done, uint64_t total, void *ud) {
+    (void)what;
+    int *last = ud, pct = total ? (int)(100.0 * (double)done / (double)total) : 0;
+    if (total && pct != *last) fprintf(stderr, "\rloading %3d%%", pct);
+    *last = pct;
+}
+
+static void emit(FILE *f, const char *t, size_t n) {
+    if (n) {
+        fwrite(t, 1, n, f);
+        fflush(f);
+    }
+}
+
+/* --prompt: [system], user message -> chat encoder -> generate -> output parser; the
+ * response channel to stdout, the think channel to stderr. Stops at <|end_of_msg|>,
+ * eos_token_id, --max-tokens or the context capacity. */
+static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s,
+                          const k3_sampler_params *sp) {
+    k3_tok         *tok = NULL;
+    k3_chat_parser *prs = NULL;
+    k3_sampler     *smp = NULL;
+    k3_ids          ids = {0};
+    k3_status       st;
+    int             rc = 1, think = o->think >= 0 ? o->think : 1;
+    k3_chat_msg     msgs[2];
+    size_t          nm = 0;
+    if (o->system && *o->system) msgs[nm++] = (k3_chat_msg){.role = "system", .content = o->system};
+    msgs[nm++]       = (k3_chat_msg){.role = "user", .content = o->prompt};
+    k3_chat_opts opt = {.think = think, .effort = o->effort, .gen_prompt = 1};
+    if ((st = k3_tok_load(o->dir, NULL, &tok)) || (st = k3_chat_encode(tok, msgs, nm, &opt, &ids)) ||
+        (st = k3_chat_parser_new(tok, think, &prs))) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
+    if (!(smp = k3_sampler_new(sp))) {
+        fprintf(stderr, "k3chat: out of memory\n");
+        goto done;
+    }
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    if ((st = k3_session_feed(s, ids.v, (int)ids.n))) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
+    int         max_tokens = o->max_tokens >= 0 ? o->max_tokens : info.max_ctx;
+    k3_chat_out out        = {0};
+    int         ended = 0, thought = 0;
+    for (int i = 0; i < max_tokens && !ended; i++) {
+        int32_t t = k3_sampler_sample(smp, k3_session_logits(s), info.vocab);
+        if ((st = k3_chat_parser_feed(prs, t, &out))) break;
+        emit(stderr, out.think, out.think_len);
+        emit(stdout, out.response, out.response_len);
+        thought |= out.think_len > 0;
+        ended = out.end || t == info.eos_id;
+        if (ended || i + 1 == max_tokens) break;
+        if (k3_session_pos(s) >= info.max_ctx) {
+            fprintf(stderr, "\nk3chat: stopped: the context (K3_MAXT=%d) is full\n", info.max_ctx);
+            break;
+        }
+        if ((st = k3_session_feed(s, &t, 1))) break;
+    }
+    if (!ended) {
+        k3_chat_parser_finish(prs, &out);
+        emit(stderr, out.think, out.think_len);
+        emit(stdout, out.response, out.response_len);
+        thought |= out.think_len > 0;
+    }
+    if (thought) fputc('\n', stderr);
+    printf("\n");
+    if (st) fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+    else rc = 0;
+done:
+    k3_sampler_free(smp);
+    k3_chat_parser_free(prs);
+    k3_ids_free(&ids);
+    k3_tok_free(tok);
+    return rc;
+}
+
+/* --ids: raw ids in, generated ids out (one line). */
+static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
+    int32_t *ids = NULL;
+    int      n   = parse_ids(o->ids, &ids);
+    if (n < 0) return 2;
+    if (n == 0) {
+        fprintf(stderr, "k3chat: --ids: no token ids given\n");
+        free(ids);
+        return 2;
+    }
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    k3_sampler *smp = k3_sampler_new(sp);
+    if (!smp) {
+        fprintf(stderr, "k3chat: out of memory\n");
+        free(ids);
+        return 1;
+    }
+    int       max_tokens = o->max_tokens >= 0 ? o->max_tokens : 256;
+    k3_status st         = k3_session_feed(s, ids, n);
+    for (int i = 0; !st && i < max_tokens; i++) {
+        int32_t t = k3_sampler_sample(smp, k3_session_logits(s), info.vocab);
+        if (t == info.eos_id) break;
+        printf(i ? " %d" : "%d", (int)t);
+        fflush(stdout);
+        if (i + 1 < max_tokens) st = k3_session_feed(s, &t, 1);
+    }
+    printf("\n");
+    if (st) fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+    k3_sampler_free(smp);
+    free(ids);
+    return st ? 1 : 0;
+}
 
 int cli_oneshot(const cli_opts *o) {
-    (void)o;
-    fprintf(stderr, "k3chat: this mode is not built yet\n");
-    return 1;
+    int         rc = 1;
+    k3_params   par;
+    k3_model   *m = NULL;
+    k3_session *s = NULL;
+    k3_status   st;
+    if (o->ids && o->prompt) {
+        fprintf(stderr, "k3chat: --ids and --prompt exclude each other\n");
+        return 2;
+    }
+    if ((st = k3_params_default(&par))) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        return 1;
+    }
+    int last_pct = -1;
+    if (isatty(2)) {
+        par.progress    = show_progress;
+        par.progress_ud = &last_pct;
+    }
+    st = k3_model_open(o->dir, &par, &m);
+    if (par.progress) fprintf(stderr, "\r\033[K");
+    if (st || (st = k3_session_new(m, &s))) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
+    k3_sampler_params sp;
+    k3_sampler_params_default(m, &sp);
+    if (!isnan(o->temp)) sp.temp = o->temp;
+    if (!isnan(o->top_p)) sp.top_p = o->top_p;
+    sp.seed = o->has_seed ? o->seed : (uint64_t)time(NULL);
+    rc      = o->ids ? oneshot_ids(o, m, s, &sp) : oneshot_prompt(o, m, s, &sp);
+done:
+    k3_session_free(s);
+    k3_model_free(m);
+    return rc;
 }

@@ -1,9 +1,19 @@
-/* cli-inspect.c: placeholder until its module lands (see ui/cli.h). */
+/* cli-inspect.c: k3chat --inspect MODEL_DIR: the checkpoint report on stdout, or the first error
+ * as one line on stderr and exit status 1 (the engine side is k3_inspect in src/inspect.c). */
 #include "cli.h"
+#include "k3.h"
+
 #include <stdio.h>
 
 int cli_inspect(const cli_opts *o) {
-    (void)o;
-    fprintf(stderr, "k3chat: this mode is not built yet\n");
-    return 1;
+    if (!o->dir) {
+        fprintf(stderr, "k3chat: --inspect needs MODEL_DIR\n");
+        return 2;
+    }
+    k3_status st = k3_inspect(o->dir, stdout);
+    if (st != K3_OK) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        return 1;
+    }
+    return fflush(stdout) == 0 ? 0 : 1;
 }

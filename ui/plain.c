@@ -1,9 +1,269 @@
-/* plain.c: placeholder until its module lands (see ui/cli.h). */
+/* plain.c: k3chat's line mode, for pipes, scripts and dumb terminals (cli_plain).
+ *
+ * Each input line is a message (or a slash command). The answer streams to stdout as it is
+ * generated, followed by a newline; the reasoning goes to stderr, dimmed (ESC[2m ... ESC[0m)
+ * when stderr is a terminal. Notices and errors go to stderr as "k3chat: ...". On a terminal
+ * the line is read with libedit (history shared with the TUI); otherwise with getline().
+ * Ctrl-C stops the answer in progress; at the prompt (or at end of input) k3chat exits once
+ * the last answer is complete. The exit status is 1 when the model failed to load.
+ */
+#include "chat.h"
 #include "cli.h"
+#include "engine.h"
+#include "input.h"
+#include "k3.h"
+
+#include <errno.h>
+#include <histedit.h>
+#include <locale.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t got_int;
+static void on_int(int sig) {
+    (void)sig;
+    got_int = 1;
+}
+
+typedef struct plain {
+    ue           *eng;
+    ev_queue     *q;
+    chat_settings cs;
+    int           err_tty, fatal, ready, last_ch, busy;
+} plain;
+
+static void plain_log(int level, const char *msg, void *ud) {
+    (void)ud;
+    if (level <= K3_LOG_LEVEL_WARN)
+        fprintf(stderr, "k3chat: %s\n", msg);
+}
+
+/* Handle one event; returns 1 when a turn finished. */
+static int on_event(plain *p, ui_ev *e) {
+    switch (e->type) {
+    case EV_PROGRESS:
+        if (p->err_tty) {
+            fprintf(stderr, "\rloading %s %3.0f%%\033[K", e->text ? e->text : "",
+                    e->b ? 100.0 * (double)e->a / (double)e->b : 0.0);
+            fflush(stderr);
+        }
+        break;
+    case EV_READY:
+        p->ready = 1;
+        chat_settings_model(&p->cs, &e->gen);
+        if (p->err_tty)
+            fprintf(stderr, "\r\033[K");
+        break;
+    case EV_FATAL:
+        p->fatal = 1;
+        fprintf(stderr, "%sk3chat: %s\n", p->err_tty ? "\r\033[K" : "", e->text ? e->text : "the engine failed");
+        return 1;
+    case EV_TOKEN:
+        if (e->ch == EV_CH_THINK) {
+            fprintf(stderr, "%s%s%s", p->err_tty ? "\033[2m" : "", e->text, p->err_tty ? "\033[0m" : "");
+            fflush(stderr);
+        } else {
+            if (p->last_ch == EV_CH_THINK)
+                fputc('\n', stderr);
+            fputs(e->text, stdout);
+            fflush(stdout);
+        }
+        p->last_ch = e->ch;
+        break;
+    case EV_DONE:
+        if (p->last_ch == EV_CH_THINK)
+            fputc('\n', stderr);
+        if (p->last_ch >= 0 || e->i == UE_DONE_OK)
+            fputc('\n', stdout);
+        if (e->i == UE_DONE_CANCELLED)
+            fprintf(stderr, "k3chat: stopped\n");
+        fflush(stdout);
+        p->last_ch = -1;
+        return 1;
+    case EV_ERROR: fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "error"); break;
+    case EV_INFO: fprintf(stderr, "k3chat: %s\n", e->text ? e->text : ""); break;
+    default: break;
+    }
+    return 0;
+}
+
+/* Process events until a turn ends (until_done) or the queue is idle. */
+static void drain(plain *p, int until_done) {
+    for (;;) {
+        ui_ev e;
+        if (got_int) {
+            got_int = 0;
+            if (until_done)
+                ue_cancel(p->eng);
+        }
+        int got = ev_wait(p->q, &e, until_done ? 0.05 : 0.0);
+        if (!got) {
+            if (!until_done)
+                return;
+            continue;
+        }
+        int done = on_event(p, &e);
+        ev_free(&e);
+        if (done && until_done)
+            return;
+    }
+}
+
+/* Wait until the engine has run every command posted so far (load, save, ...). */
+static void settle(plain *p) {
+    while (!p->fatal && (!atomic_load(&p->eng->ready) || atomic_load(&p->eng->busy))) {
+        drain(p, 0);
+        usleep(2000);
+    }
+    usleep(20000);
+    drain(p, 0);
+}
+
+static int handle_line(plain *p, char *line) {
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = 0;
+    if (!n)
+        return 0;
+    if (line[0] == '/' && line[1] != '/') {
+        cmd_result r;
+        char       msg[1024];
+        if (cmd_parse(line, &r) != 0) {
+            fprintf(stderr, "k3chat: %s\n", r.msg);
+            return 0;
+        }
+        if (chat_apply(&p->cs, p->eng, &r, msg, sizeof msg)) {
+            if (msg[0])
+                fprintf(stderr, "k3chat: %s\n", msg);
+            if (r.id == CMD_REPLAY)
+                drain(p, 1);
+            else
+                settle(p);
+            return 0;
+        }
+        switch (r.id) {
+        case CMD_HELP: fprintf(stderr, "%s\n", chat_help_text()); break;
+        case CMD_CLEAR: ue_clear(p->eng); settle(p); break;
+        case CMD_RETRY: ue_retry(p->eng, &p->cs.gen); drain(p, 1); break;
+        case CMD_UNDO: ue_undo(p->eng); settle(p); break;
+        case CMD_FORGET: ue_forget(p->eng); settle(p); break;
+        case CMD_QUIT: return 1;
+        case CMD_THEME: fprintf(stderr, "k3chat: themes apply to the full-screen interface only\n"); break;
+        case CMD_STATS: ue_stats_req(p->eng); settle(p); break;
+        default: break;
+        }
+        return 0;
+    }
+    if (p->fatal) {
+        fprintf(stderr, "k3chat: no model is loaded\n");
+        return 1;
+    }
+    ue_send(p->eng, line[0] == '/' ? line + 1 : line, &p->cs.gen);
+    drain(p, 1);
+    return p->fatal;
+}
+
+static const char *prompt_fn(EditLine *el) {
+    (void)el;
+    return "> ";
+}
 
 int cli_plain(const cli_opts *o) {
-    (void)o;
-    fprintf(stderr, "k3chat: this mode is not built yet\n");
-    return 1;
+    plain P = {.last_ch = -1}, *p = &P;
+    setlocale(LC_ALL, "");
+    chat_settings_init(&p->cs, o);
+    p->err_tty = isatty(2);
+    p->q       = ev_queue_new(0);
+    if (!p->q)
+        return 1;
+    k3_log_set_callback(plain_log, NULL);
+    p->eng = ue_start(o, p->q);
+    if (!p->eng) {
+        ev_queue_free(p->q);
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_int;
+    sigaction(SIGINT, &sa, NULL);
+    if (o->system && *o->system)
+        ue_system(p->eng, o->system);
+    if (o->load) {
+        ue_load(p->eng, o->load);
+        settle(p);
+    }
+
+    EditLine *el   = NULL;
+    History  *hist = NULL;
+    char      hpath[4096];
+    int       has_hist = 0;
+    if (isatty(0) && isatty(2)) {
+        el = el_init("k3chat", stdin, stderr, stderr);
+        if (el) {
+            el_set(el, EL_EDITOR, "emacs");
+            el_set(el, EL_PROMPT, prompt_fn);
+            hist = history_init();
+            if (hist) {
+                HistEvent he;
+                history(hist, &he, H_SETSIZE, 1000);
+                has_hist = inp_history_path(hpath, sizeof hpath) == 0;
+                if (has_hist)
+                    history(hist, &he, H_LOAD, hpath);
+                el_set(el, EL_HIST, history, hist);
+            }
+        }
+    }
+    int rc = 0;
+    for (;;) {
+        drain(p, 0);
+        if (p->fatal) {
+            rc = 1;
+            break;
+        }
+        char *line = NULL;
+        if (el) {
+            int         n;
+            const char *s = el_gets(el, &n);
+            if (!s || n <= 0)
+                break;
+            line = strdup(s);
+            if (hist && line && line[0] != '\n') {
+                HistEvent he;
+                history(hist, &he, H_ENTER, s);
+                if (has_hist)
+                    history(hist, &he, H_SAVE, hpath);
+            }
+        } else {
+            size_t  cap = 0;
+            ssize_t n;
+            errno = 0;
+            n     = getline(&line, &cap, stdin);
+            if (n < 0) {
+                free(line);
+                break;
+            }
+        }
+        if (!line)
+            break;
+        int stop = handle_line(p, line);
+        free(line);
+        if (stop) {
+            rc = p->fatal;
+            break;
+        }
+    }
+    if (!p->fatal)
+        settle(p);
+    if (el)
+        el_end(el);
+    if (hist)
+        history_end(hist);
+    ue_close(p->eng);
+    drain(p, 0);
+    k3_log_set_callback(NULL, NULL);
+    ev_queue_free(p->q);
+    return rc ? 1 : 0;
 }

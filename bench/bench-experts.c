@@ -1,0 +1,280 @@
+/* bench-experts.c: the streaming expert tier on the slice preset (release-size experts).
+ *
+ *   K3_BENCH_SLICE=DIR   an existing `k3-mkmodel --preset slice` directory; unset: one is
+ *                        generated into $K3_BENCH_DIR (default /var/tmp; not a tmpfs: the
+ *                        model is ~11 GiB) with $K3_MKMODEL (default build/k3-mkmodel) and
+ *                        deleted afterwards. Skipped (a "# " note) when there is no room.
+ *
+ * Results
+ *   expert_stream      GB/s of expert bytes through the tier (ex_begin/ex_next, no compute):
+ *                      per layer, batches of 16 distinct experts that are never resident (half
+ *                      the experts fit), so every one is read; O_DIRECT (K3_DIRECT default), so
+ *                      the page cache is bypassed. ref: a plain single-threaded O_DIRECT
+ *                      sequential read (16 MiB requests) of the same shards' expert ranges,
+ *                      alternated with the tier passes in the same run; medians of 3.
+ *   prefill_{cold,warm}, decode_{cold,warm}
+ *                      seconds per token of the whole engine (k3_session_feed) at the default
+ *                      K3_BITS. cold prefill: an empty cache that can hold every expert; warm:
+ *                      every expert resident; cold decode: one slot per layer, so every token
+ *                      reads its experts; medians over decode steps. Each comes with _read
+ *                      (expert read busy time), _wait (time the layers waited on reads) and
+ *                      _compute (total - wait), per token, with the total as ref.
+ */
+#include "bench.h"
+#include "model-impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+int bench_experts(void);
+
+#define BX_PASSES 3
+#define BX_REQ    (16u << 20)
+
+/* ---- the tier alone: a model with config and tensor table only ------------------------------ */
+
+static k3_model *tier_model(const char *dir, double gb) {
+    k3_model *m = calloc(1, sizeof *m);
+    if (!m || k3_params_default(&m->par)) goto fail;
+    if (!(m->dir = k3_strdup(dir)) || cfg_load(dir, &m->cfg) || st_open(dir, &m->st)) goto fail;
+    m->n_run         = m->cfg.n_layers;
+    m->par.expert_gb = gb;
+    if (ex_open(m, &m->tier)) goto fail;
+    return m;
+fail:
+    fprintf(stderr, "bench-experts: %s: %s\n", dir, k3_errmsg());
+    if (m && m->st) st_close(m->st);
+    if (m) free(m->dir);
+    free(m);
+    return NULL;
+}
+
+static void tier_model_free(k3_model *m) {
+    ex_close(m->tier);
+    st_close(m->st);
+    free(m->dir);
+    free(m);
+}
+
+/* One pass: every layer, experts in batches of 16 (all misses). Returns GB/s or < 0. */
+static double tier_pass(k3_model *m, uint64_t *bytes) {
+    const int E = m->cfg.n_experts, B = E / 2 < 16 ? E / 2 : 16;
+    int      *ids = malloc((size_t)E * sizeof *ids);
+    k3_stats  st  = {0};
+    double    t0  = k3_time();
+    k3_status rc  = K3_OK;
+    for (int l = m->cfg.first_dense; l < m->cfg.n_layers && !rc; l++)
+        for (int b0 = 0; b0 + B <= E && !rc; b0 += B) {
+            for (int i = 0; i < B; i++)
+                ids[i] = b0 + i;
+            ex_batch         eb;
+            const k3_expert *x;
+            int              e;
+            rc = ex_begin(m->tier, l, ids, B, &st, &eb);
+            while (!rc && !(rc = ex_next(&eb, &e, &x)) && e >= 0) {}
+            ex_end(&eb);
+        }
+    double t = k3_time() - t0;
+    free(ids);
+    if (rc) {
+        fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
+        return -1;
+    }
+    *bytes = st.expert_bytes_read;
+    return (double)st.expert_bytes_read / t / 1e9;
+}
+
+/* The reference: O_DIRECT sequential read of each MoE layer shard's expert byte range. */
+static double ref_pass(k3_model *m, uint8_t *buf, uint64_t *bytes) {
+    const st_dir *d = m->st;
+    double        t0 = k3_time();
+    *bytes           = 0;
+    for (int sh = 0; sh < st_n_shards(d); sh++) {
+        uint64_t lo = UINT64_MAX, hi = 0;
+        for (int i = 0; i < st_n_tensors(d); i++) {
+            const st_tensor *t = st_tensor_at(d, i);
+            if (t->shard != sh || !strstr(t->name, ".experts.")) continue;
+            if (t->offset < lo) lo = t->offset;
+            if (t->offset + t->nbytes > hi) hi = t->offset + t->nbytes;
+        }
+        if (hi == 0) continue;
+        int fd = open(st_shard_path(d, sh), O_RDONLY | O_DIRECT);
+        if (fd < 0) {
+            fprintf(stderr, "bench-experts: %s: %s\n", st_shard_path(d, sh), strerror(errno));
+            return -1;
+        }
+        uint64_t a = lo & ~(uint64_t)4095;
+        while (a < hi) {
+            ssize_t r = pread(fd, buf, BX_REQ, (off_t)a);
+            if (r <= 0) break;
+            a += (uint64_t)r;
+        }
+        *bytes += hi - lo;
+        close(fd);
+    }
+    return (double)*bytes / (k3_time() - t0) / 1e9;
+}
+
+static void bench_stream(const char *dir) {
+    k3_model *m   = tier_model(dir, 0);
+    uint8_t  *buf = k3_aligned_alloc(4096, BX_REQ);
+    if (!m || !buf) {
+        free(buf);
+        if (m) tier_model_free(m);
+        return;
+    }
+    /* half of each layer's experts fit: batches alternate halves, so every expert misses */
+    const k3_config *c  = &m->cfg;
+    double           xb = 3.0 * ((double)c->moe_inter * c->latent / 2 + (double)c->moe_inter * c->latent / 32);
+    ex_set_budget(m->tier, (c->n_layers - c->first_dense) * (c->n_experts / 2) * xb / 1e9 + 1e-6);
+    printf("# expert_stream: %d experts of %.2f MB per MoE layer, %d cached per layer, %d loader threads\n",
+           c->n_experts, xb / 1e6, ex_slots_per_layer(m->tier), m->par.load_threads);
+    double   g[BX_PASSES], r[BX_PASSES];
+    uint64_t bt = 0, br = 0;
+    int      ok = 1;
+    for (int p = 0; p < BX_PASSES && ok; p++) {
+        r[p] = ref_pass(m, buf, &br);
+        g[p] = tier_pass(m, &bt);
+        ok   = r[p] > 0 && g[p] > 0;
+        printf("# expert_stream pass %d: tier %.3f GB/s (%.2f GB), O_DIRECT sequential %.3f GB/s (%.2f GB)\n",
+               p + 1, g[p], (double)bt / 1e9, r[p], (double)br / 1e9);
+    }
+    if (ok) bench_report("expert_stream", bench_median(g, BX_PASSES), "GB/s", bench_median(r, BX_PASSES), "GB/s");
+    free(buf);
+    tier_model_free(m);
+}
+
+/* ---- the engine: prefill and decode ------------------------------------------------------------ */
+
+typedef struct tok_time {
+    double total, read, wait;
+} tok_time;
+
+static void report_split(const char *name, tok_time t) {
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s_read", name);
+    bench_report(nm, t.read, "s/tok", t.total, "s/tok");
+    snprintf(nm, sizeof nm, "%s_wait", name);
+    bench_report(nm, t.wait, "s/tok", t.total, "s/tok");
+    snprintf(nm, sizeof nm, "%s_compute", name);
+    bench_report(nm, t.total - t.wait, "s/tok", t.total, "s/tok");
+}
+
+/* Feed n ids as one prefill; per-token times. */
+static int prefill(k3_session *s, const int32_t *ids, int n, tok_time *out) {
+    k3_session_reset(s);
+    k3_session_reset_stats(s);
+    if (k3_session_feed(s, ids, n)) return -1;
+    k3_stats st;
+    k3_session_stats(s, &st);
+    *out = (tok_time){st.t_prefill / n, st.expert_read_s / n, st.expert_wait_s / n};
+    return 0;
+}
+
+/* n decode steps after a 4-token prompt; medians per token. */
+static int decode(k3_session *s, const int32_t *ids, int n, tok_time *out) {
+    double tt[16], tr[16], tw[16];
+    k3_session_reset(s);
+    if (k3_session_feed(s, ids, 4)) return -1;
+    for (int i = 0; i < n && i < 16; i++) {
+        k3_session_reset_stats(s);
+        if (k3_session_feed(s, ids + 4 + i, 1)) return -1;
+        k3_stats st;
+        k3_session_stats(s, &st);
+        tt[i] = st.t_decode;
+        tr[i] = st.expert_read_s;
+        tw[i] = st.expert_wait_s;
+    }
+    *out = (tok_time){bench_median(tt, n), bench_median(tr, n), bench_median(tw, n)};
+    return 0;
+}
+
+static void bench_engine(const char *dir) {
+    k3_params p;
+    if (k3_params_default(&p)) return;
+    p.expert_gb = 0; /* no preload: the cache starts empty */
+    double     t0 = k3_time();
+    k3_model  *m  = NULL;
+    k3_session *s = NULL;
+    if (k3_model_open(dir, &p, &m) || k3_session_new(m, &s)) {
+        fprintf(stderr, "bench-experts: %s: %s\n", dir, k3_errmsg());
+        k3_model_free(m);
+        return;
+    }
+    printf("# slice model loaded in %.1f s (K3_BITS=%d K3_MLA_BITS=%d K3_HEAD_BITS=%d, chunk %d, "
+           "%d loader threads)\n", k3_time() - t0, p.bits, p.mla_bits, p.head_bits, p.chunk, p.load_threads);
+    enum { NP = 64, ND = 6 };
+    int32_t  ids[NP];
+    uint64_t r = 12345;
+    for (int i = 0; i < NP; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        ids[i] = (int32_t)(r % 100000) + 300;
+    }
+    tok_time pc, pw, dc, dw;
+    int      rc = 0;
+    /* cold prefill: room for every expert, none resident */
+    rc |= k3_model_set_expert_budget(m, -1);
+    rc |= prefill(s, ids, NP, &pc);
+    /* warm prefill: every expert of the model now resident? top up with a second pass */
+    rc |= prefill(s, ids, NP, &pw);
+    rc |= decode(s, ids, ND, &dw);
+    /* cold decode: one slot per layer, every token's experts read from disk */
+    rc |= k3_model_set_expert_budget(m, 0);
+    rc |= decode(s, ids + 8, ND, &dc);
+    if (rc) {
+        fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
+    } else {
+        bench_report("prefill_cold", pc.total, "s/tok", pw.total, "s/tok(warm)");
+        report_split("prefill_cold", pc);
+        bench_report("prefill_warm", pw.total, "s/tok", pc.total, "s/tok(cold)");
+        report_split("prefill_warm", pw);
+        bench_report("decode_cold", dc.total, "s/tok", dw.total, "s/tok(warm)");
+        report_split("decode_cold", dc);
+        bench_report("decode_warm", dw.total, "s/tok", dc.total, "s/tok(cold)");
+        report_split("decode_warm", dw);
+    }
+    k3_session_free(s);
+    k3_model_free(m);
+}
+
+/* ---- driver ---------------------------------------------------------------------------------- */
+
+int bench_experts(void) {
+    int want_s = bench_want("expert_stream"), want_e = bench_want("prefill_") || bench_want("decode_");
+    if (!want_s && !want_e) return 0;
+    const char *dir = getenv("K3_BENCH_SLICE");
+    char        gen[600] = "";
+    if (!dir || !*dir) {
+        const char *base = getenv("K3_BENCH_DIR"), *mk = getenv("K3_MKMODEL");
+        base = base && *base ? base : "/var/tmp";
+        mk   = mk && *mk ? mk : "build/k3-mkmodel";
+        struct statvfs sv;
+        if (statvfs(base, &sv) || (double)sv.f_bavail * sv.f_frsize < 16e9) {
+            printf("# expert benchmarks skipped: less than 16 GB free in %s (set K3_BENCH_DIR or K3_BENCH_SLICE)\n", base);
+            return 0;
+        }
+        snprintf(gen, sizeof gen, "%s/k3-bench-slice-%d", base, (int)getpid());
+        char cmd[1400];
+        snprintf(cmd, sizeof cmd, "'%s' --preset slice --seed 1 --quiet '%s'", mk, gen);
+        printf("# generating the slice preset: %s\n", cmd);
+        fflush(stdout);
+        if (system(cmd)) {
+            fprintf(stderr, "bench-experts: %s failed\n", cmd);
+            return 1;
+        }
+        dir = gen;
+    }
+    if (want_s) bench_stream(dir);
+    if (want_e) bench_engine(dir);
+    if (*gen) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", gen);
+        if (system(cmd)) fprintf(stderr, "bench-experts: could not remove %s\n", gen);
+    }
+    return 0;
+}

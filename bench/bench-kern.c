@@ -1,0 +1,260 @@
+/* bench-kern.c: memory read bandwidth and matrix-vector throughput of the quantized kernels.
+ *
+ * DESIGN
+ * - One arena, much larger than the last-level cache (4 x LLC, at least 512 MiB, at most
+ *   2 GiB; K3_BENCH_MB overrides), holds back-to-back copies of a matrix (weights then scales);
+ *   each pass runs one matvec per copy, so every weight byte comes from DRAM, as in decode.
+ * - The reference is the same run's sustained read bandwidth at the same thread count: an AVX2
+ *   (or plain) streaming read over the whole arena, median of the passes.
+ * - Results: GB/s of weight bytes (weights + scales) = bytes of one pass / median pass time,
+ *   first pass discarded as warm-up. Names: <fmt>[_idot]_matvec_<rows>x<cols>_t<threads>.
+ * - "_hot" results run the same number of matvecs on one copy that stays in the caches: the
+ *   kernel's compute ceiling on one thread, in GB per CPU-second of that thread (ratio > 1
+ *   means faster than DRAM could feed it).
+ */
+#include "bench.h"
+#include "kern-impl.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+enum { PASSES = 4 }; /* first is warm-up */
+
+static uint8_t *arena;
+static size_t   arena_bytes;
+
+static void fill_random(uint8_t *p, size_t n) {
+#pragma omp parallel
+    {
+        uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(omp_get_thread_num() + 1);
+#pragma omp for schedule(static)
+        for (size_t i = 0; i < n / 8; i++) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            memcpy(p + i * 8, &s, 8);
+        }
+    }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n) {
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a = _mm256_xor_si256(a, _mm256_load_si256((const __m256i *)(p + i)));
+        b = _mm256_xor_si256(b, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        c = _mm256_xor_si256(c, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        d = _mm256_xor_si256(d, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
+    return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
+}
+#endif
+
+/* XOR of every 8-byte word of p[n] (n a multiple of 128, p 64-byte aligned). */
+static uint64_t read_all(const uint8_t *p, size_t n) {
+#if defined(__x86_64__)
+    if (kern_cpu_avx2())
+        return read_avx2(p, n);
+#endif
+    uint64_t a = 0, w;
+    for (size_t i = 0; i < n; i += 8) {
+        memcpy(&w, p + i, 8);
+        a ^= w;
+    }
+    return a;
+}
+
+/* Sustained read bandwidth (GB/s) over the arena with th threads, median of the passes. */
+static double mem_bw(int th) {
+    double   t[PASSES - 1];
+    uint64_t sink = 0;
+    for (int p = 0; p < PASSES; p++) {
+        double t0 = k3_time();
+#pragma omp parallel num_threads(th) reduction(^ : sink)
+        {
+            size_t n = arena_bytes / 128 / (size_t)th * 128, i = (size_t)omp_get_thread_num();
+            sink ^= read_all(arena + i * n, n);
+        }
+        if (p > 0)
+            t[p - 1] = k3_time() - t0;
+    }
+    if (sink == 42)
+        printf("# (sink)\n");
+    return (double)(arena_bytes / 128 / (size_t)th * 128 * (size_t)th) / bench_median(t, PASSES - 1) / 1e9;
+}
+
+/* CPU seconds of the calling thread (the hot results run on one thread: robust to time slicing
+ * on a shared machine, which wall time is not). */
+static double cpu_time(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void matvec_name(char *name, size_t size, int type, int rows, int cols, int idot, int th,
+                        int hot) {
+    static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
+    snprintf(name, size, "%s%s_matvec_%dx%d_t%d%s", fmt[type], idot ? "_idot" : "", rows, cols, th,
+             hot ? "_hot" : "");
+}
+
+/* One format x shape x numerics x threads result. hot: one copy, read again and again from the
+ * caches (the kernel's compute ceiling), as many matvecs as a streaming pass would make. */
+static void bench_matvec(int type, int rows, int cols, int idot, int th, int hot, double ref) {
+    char name[96];
+    matvec_name(name, sizeof name, type, rows, cols, idot, th, hot);
+    if (!bench_want(name))
+        return;
+    const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
+    const size_t stride = (wb + sb + 63) / 64 * 64;
+    const size_t copies = arena_bytes / stride;
+    /* valid scales in every copy (random bytes could be NaN or subnormal) */
+    for (size_t k = 0; k < copies; k++) {
+        uint8_t *s = arena + k * stride + wb;
+        if (type == Q_MXFP4)
+            memset(s, 120, sb);
+        else
+            for (size_t i = 0; i < sb / 4; i++)
+                memcpy(s + i * 4, &(float){0.01f}, 4);
+    }
+    float *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
+    for (int c = 0; c < cols; c++)
+        x[c] = (float)((c * 37) % 101 - 50) / 50.0f;
+    omp_set_num_threads(th);
+    kern_set_idot(idot);
+    double t[PASSES - 1];
+    for (int p = 0; p < PASSES; p++) {
+        double t0 = hot ? cpu_time() : k3_time();
+        for (size_t k = 0; k < copies; k++) {
+            uint8_t *base = arena + (hot ? 0 : k) * stride;
+            qmat     m    = {.type = type, .rows = rows, .cols = cols, .w = base};
+            if (type == Q_MXFP4)
+                m.e = base + wb;
+            else
+                m.s = (const float *)(const void *)(base + wb);
+            qmat_matvec(&m, x, y);
+        }
+        if (p > 0)
+            t[p - 1] = (hot ? cpu_time() : k3_time()) - t0;
+    }
+    bench_report(name, (double)(copies * (wb + sb)) / bench_median(t, PASSES - 1) / 1e9, "GB/s", ref, "GB/s");
+    free(x);
+    free(y);
+}
+
+/* Prefill: qmat_matmul of n columns on one cached copy, IDOT, one thread; GB/s counts the
+ * weight bytes once per column (what n matvecs would read), per CPU-second. The ref is the same
+ * work done as n separate matvecs, so the ratio is the speedup of the multi-column kernel. */
+static void bench_matmul(int type, int rows, int cols, int n) {
+    static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
+    char               name[96];
+    snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_hot", fmt[type], n, rows, cols);
+    if (!bench_want(name))
+        return;
+    const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
+    uint8_t     *s  = arena + wb;
+    if (type == Q_MXFP4)
+        memset(s, 120, sb);
+    else
+        for (size_t i = 0; i < sb / 4; i++)
+            memcpy(s + i * 4, &(float){0.01f}, 4);
+    qmat m = {.type = type, .rows = rows, .cols = cols, .w = arena};
+    if (type == Q_MXFP4)
+        m.e = s;
+    else
+        m.s = (const float *)(const void *)s;
+    float *x = malloc((size_t)n * cols * sizeof(float)), *y = malloc((size_t)n * rows * sizeof(float));
+    for (int i = 0; i < n * cols; i++)
+        x[i] = (float)((i * 37) % 101 - 50) / 50.0f;
+    omp_set_num_threads(1);
+    kern_set_idot(1);
+    double tm[PASSES - 1], tv[PASSES - 1];
+    for (int p = 0; p < PASSES; p++) {
+        double t0 = cpu_time();
+        qmat_matmul(&m, x, n, y);
+        double t1 = cpu_time();
+        for (int c = 0; c < n; c++)
+            qmat_matvec(&m, x + (size_t)c * cols, y + (size_t)c * rows);
+        if (p > 0) {
+            tm[p - 1] = t1 - t0;
+            tv[p - 1] = cpu_time() - t1;
+        }
+    }
+    const double bytes = (double)(wb + sb) * n;
+    bench_report(name, bytes / bench_median(tm, PASSES - 1) / 1e9, "GB/s",
+                 bytes / bench_median(tv, PASSES - 1) / 1e9, "GB/s");
+    free(x);
+    free(y);
+}
+
+int bench_kern(void); /* registered in bench-main.c */
+int bench_kern(void) {
+    static const int shapes[][2] = {{3072, 3584}, {3584, 3072}, {7168, 3584}};
+    static const int types[]     = {Q_MXFP4, Q_I4, Q_I8};
+    int              any         = 0;
+    char             name[64];
+    for (int th = 1; th <= 2; th++) {
+        snprintf(name, sizeof name, "mem_read_t%d", th);
+        any |= bench_want(name);
+    }
+    for (size_t t = 0; t < 3 && !any; t++)
+        for (int idot = 0; idot <= 1; idot++)
+            for (int th = 1; th <= 2; th++)
+                for (size_t s = 0; s < 3; s++) {
+                    matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, 0);
+                    any |= bench_want(name);
+                    matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, 1);
+                    any |= bench_want(name) || bench_want("matmul32");
+                }
+    if (!any)
+        return 0;
+
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    arena_bytes = llc > 0 ? 4 * (size_t)llc : 0;
+    arena_bytes = arena_bytes < (512u << 20) ? (512u << 20) : arena_bytes > (2048u << 20) ? (2048u << 20) : arena_bytes;
+    const char *mb = getenv("K3_BENCH_MB");
+    if (mb && atol(mb) > 0)
+        arena_bytes = (size_t)atol(mb) << 20;
+    arena = k3_aligned_alloc(64, arena_bytes);
+    if (!arena) {
+        fprintf(stderr, "bench-kern: cannot allocate %zu MiB\n", arena_bytes >> 20);
+        return 1;
+    }
+    fill_random(arena, arena_bytes);
+    printf("# kern: arena %zu MiB (LLC %ld MiB), %s kernels, %d passes (first discarded), median\n",
+           arena_bytes >> 20, llc > 0 ? llc >> 20 : -1,
+           (const char *[]){"scalar", "AVX2", "AVX2+AVX-VNNI"}[kern_isa()],
+           PASSES);
+    double bw[3] = {0};
+    for (int th = 1; th <= 2; th++) {
+        bw[th] = mem_bw(th);
+        snprintf(name, sizeof name, "mem_read_t%d", th);
+        if (bench_want(name))
+            bench_report(name, bw[th], "GB/s", bw[th], "GB/s");
+    }
+    const int idot0 = kern_idot();
+    for (size_t t = 0; t < 3; t++)
+        for (int idot = 0; idot <= 1; idot++)
+            for (int th = 1; th <= 2; th++)
+                for (size_t s = 0; s < 3; s++)
+                    bench_matvec(types[t], shapes[s][0], shapes[s][1], idot, th, 0, bw[th]);
+    /* prefill: matmul over 32 columns (each weight row decoded once per 4 columns), hot */
+    for (size_t t = 0; t < 3; t++)
+        bench_matmul(types[t], shapes[0][0], shapes[0][1], 32);
+    /* compute ceilings: the first shape, one thread, from the caches */
+    for (size_t t = 0; t < 3; t++)
+        for (int idot = 0; idot <= 1; idot++)
+            bench_matvec(types[t], shapes[0][0], shapes[0][1], idot, 1, 1, bw[1]);
+    kern_set_idot(idot0);
+    free(arena);
+    arena = NULL;
+    return 0;
+}

@@ -1,0 +1,85 @@
+/* bench-main.c: k3-bench, the one benchmark program (`make bench` runs build/k3-bench).
+ *
+ *     k3-bench [FILTER]     run every benchmark, or only the results whose name (or whose
+ *                           benchmark's registry name) contains FILTER
+ *
+ * Every result is one line: BENCH <name> <value> <unit> ref <value> <unit> ratio <value/ref>;
+ * lines starting with "# " are notes for humans. Exit status: non-zero if a benchmark failed.
+ *
+ * ADDING A BENCHMARK (one-line edit of this file)
+ *   1. Write `int bench_xxx(void)` in bench/bench-xxx.c (include "bench.h", declare the prototype
+ *      above it for -Wmissing-prototypes, return 0 when it ran).
+ *      Print results with bench_report() and guard costly setup with bench_want("result_name").
+ *   2. Add `X(xxx)` to BENCHES below. That line declares bench_xxx and registers it as "xxx".
+ *   The Makefile picks up bench/ files by wildcard; nothing else to edit.
+ */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The registry, in run order: one X(name) per benchmark function bench_<name>. */
+#define BENCHES(X)                                                                                 \
+    X(kern) /* bench-kern.c: memory read bandwidth; MXFP4/int4/int8 matvec GB/s */              \
+    X(ui)   /* bench-ui.c: token-to-screen latency and UI CPU share of the TUI (mock engine) */    \
+    X(repack) /* bench-repack.c: start-up of a k3 container vs the BF16 source; K3_MMAP memory */ \
+    X(tok)  /* bench-tok.c: tokenizer encode MB/s vs tiktoken's JS and WASM builds */          \
+    X(vk)   /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */              \
+    X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */
+
+#define DECLARE(name) int bench_##name(void);
+BENCHES(DECLARE)
+#undef DECLARE
+
+static const struct bench_entry {
+    const char *name;
+    int (*fn)(void);
+} registry[] = {
+#define ENTRY(name) {#name, bench_##name},
+    BENCHES(ENTRY)
+#undef ENTRY
+};
+
+static const char *filter;  /* argv[1] or NULL */
+static const char *running; /* registry name of the benchmark being run */
+
+int bench_want(const char *name) {
+    return !filter || !*filter || strstr(name, filter) || (running && strstr(running, filter));
+}
+
+void bench_report(const char *name, double value, const char *unit, double ref, const char *ref_unit) {
+    printf("BENCH %s %.4g %s ref %.4g %s ratio %.3f\n", name, value, unit, ref, ref_unit,
+           ref != 0.0 ? value / ref : 0.0);
+    fflush(stdout);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 2 || (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))) {
+        fprintf(stderr, "usage: k3-bench [FILTER]\nbenchmarks:");
+        for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
+            fprintf(stderr, " %s", registry[i].name);
+        fprintf(stderr, "\n");
+        return argc > 2 ? 2 : 0;
+    }
+    filter   = argc == 2 ? argv[1] : NULL;
+    int fail = 0;
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++) {
+        running = registry[i].name;
+        if (registry[i].fn() != 0) {
+            fprintf(stderr, "k3-bench: %s failed\n", registry[i].name);
+            fail = 1;
+        }
+    }
+    return fail;
+}

@@ -1,0 +1,163 @@
+/* bench-ui.c: UI latency of the full-screen chat: the time from a token leaving the engine
+ * (pushed on the event queue) to it being on the screen (after doupdate), and the UI thread's
+ * CPU time as a share of the decode time.
+ *
+ * k3chat runs in a pseudo-terminal (forkpty) on the scripted mock engine (K3_MOCK), which
+ * streams tokens at a steady rate, far faster than a real model decodes (a stress case for the
+ * UI); K3_UI_STATS makes k3chat write its figures at exit. References: one 30 Hz frame (33 ms)
+ * for the latency, 1 % for the CPU share (the issue's target), and the 20 ms frame interval for
+ * the UI thread's CPU time per frame that showed new tokens.
+ */
+#include "bench.h"
+
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int bench_ui(void);
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Read the child's output until `needle` appears or the time is up (keeps the pty drained). */
+static int pump_until(int fd, const char *needle, double secs) {
+    static char   win[8192];
+    static size_t nwin;
+    double        end = now_s() + secs;
+    while (now_s() < end) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        char    b[4096];
+        ssize_t n = read(fd, b, sizeof b);
+        if (n <= 0)
+            return -1;
+        if (nwin + (size_t)n >= sizeof win - 1) { /* keep the tail */
+            memmove(win, win + nwin - 1024, 1024);
+            nwin = 1024;
+        }
+        memcpy(win + nwin, b, (size_t)n);
+        nwin += (size_t)n;
+        if (needle && memmem(win, nwin, needle, strlen(needle))) {
+            nwin = 0;
+            return 0;
+        }
+    }
+    return needle ? -1 : 0;
+}
+
+static void write_script(const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return;
+    /* 3 bytes per token: about 1800 tokens, one every 2 ms */
+    fprintf(f, "delay 2\nthink ");
+    for (int i = 0; i < 100; i++)
+        fprintf(f, "reasoning step %03d, ", i);
+    fprintf(f, "\nresponse ");
+    for (int i = 0; i < 120; i++)
+        fprintf(f, "answer words %03d and 日本語, ", i);
+    fprintf(f, "\n");
+    fclose(f);
+}
+
+int bench_ui(void) {
+    if (!bench_want("ui_token_to_screen_ms") && !bench_want("ui_cpu_share") && !bench_want("ui_frame_cpu_ms"))
+        return 0;
+    char    exe[4096], dir[64] = "/tmp/k3bench-ui.XXXXXX", script[128], stats[128], hist[160];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 16);
+    if (k <= 0 || !mkdtemp(dir))
+        return 1;
+    exe[k]      = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return 1;
+    strcpy(slash + 1, "k3chat");
+    snprintf(script, sizeof script, "%s/mock.txt", dir);
+    snprintf(stats, sizeof stats, "%s/stats.txt", dir);
+    write_script(script);
+
+    struct winsize ws = {.ws_row = 40, .ws_col = 120};
+    int            fd;
+    pid_t          pid = forkpty(&fd, NULL, NULL, &ws);
+    if (pid < 0)
+        return 1;
+    if (pid == 0) {
+        setenv("TERM", "xterm-256color", 1);
+        setenv("LC_ALL", "C.UTF-8", 1);
+        setenv("K3_MOCK", script, 1);
+        setenv("K3_UI_STATS", stats, 1);
+        setenv("XDG_STATE_HOME", dir, 1);
+        setenv("XDG_DATA_HOME", dir, 1);
+        execl(exe, "k3chat", "/bench/mock", (char *)NULL);
+        _exit(127);
+    }
+    int ok = pump_until(fd, "mock", 10) == 0;
+    if (ok && write(fd, "bench\r", 6) != 6)
+        ok = 0;
+    ok = ok && pump_until(fd, "thought for", 60) == 0;
+    pump_until(fd, NULL, 0.2);
+    if (write(fd, "\004", 1) != 1) /* Ctrl-D at the empty prompt: quit */
+        ok = 0;
+    for (int i = 0; i < 100 && pid; i++) {
+        pump_until(fd, NULL, 0.05);
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            pid = 0;
+    }
+    if (pid) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    close(fd);
+    double lat_mean = -1, lat_max = -1, cpu = -1, decode = -1, frames = 0;
+    FILE  *f = fopen(stats, "r");
+    if (f) {
+        char   key[64];
+        double v;
+        while (fscanf(f, "%63s %lf", key, &v) == 2) {
+            if (!strcmp(key, "latency_mean_ms"))
+                lat_mean = v;
+            else if (!strcmp(key, "latency_max_ms"))
+                lat_max = v;
+            else if (!strcmp(key, "ui_cpu_s"))
+                cpu = v;
+            else if (!strcmp(key, "decode_wall_s"))
+                decode = v;
+            else if (!strcmp(key, "frames_with_tokens"))
+                frames = v;
+        }
+        fclose(f);
+    }
+    remove(stats);
+    remove(script);
+    snprintf(hist, sizeof hist, "%s/k3chat/history", dir);
+    remove(hist);
+    snprintf(hist, sizeof hist, "%s/k3chat", dir);
+    rmdir(hist);
+    rmdir(dir);
+    if (!ok || lat_mean < 0 || decode <= 0) {
+        fprintf(stderr, "bench-ui: k3chat did not complete the scripted turn\n");
+        return 1;
+    }
+    printf("# ui: %.0f frames with new tokens, max latency %.2f ms, UI CPU %.3f s over %.3f s of decoding "
+           "(mock engine, one token per 2 ms)\n",
+           frames, lat_max, cpu, decode);
+    if (bench_want("ui_token_to_screen_ms"))
+        bench_report("ui_token_to_screen_ms", lat_mean, "ms", 33.3, "ms");
+    if (bench_want("ui_cpu_share"))
+        bench_report("ui_cpu_share", 100.0 * cpu / decode, "%", 1.0, "%");
+    /* the UI's cost per streaming frame against the frame interval (20 ms): the share at any
+     * decode speed is about frames/s x this */
+    if (bench_want("ui_frame_cpu_ms") && frames > 0)
+        bench_report("ui_frame_cpu_ms", 1e3 * cpu / frames, "ms", 20.0, "ms");
+    return 0;
+}

@@ -1,0 +1,77 @@
+/* conv-impl.h: the conversation object shared by conv.c (messages, settings), conv-gen.c
+ * (rendering, prompt cache, generation) and transcript.c (files). Not for ui/.
+ *
+ * The message array is the conversation's single source of truth; the prompt cache and
+ * the autosave file are derived from it and track it with two counters:
+ *   - n_saved:    messages [0, n_saved) are already in the autosave file, in order;
+ *                 an edit below n_saved sets rewrite so the next autosave replaces the file.
+ *   - cache:      the ids the session has processed (see conv-gen.c), compared by prefix
+ *                 with each new rendering, so edits need no bookkeeping there.
+ */
+#pragma once
+#include "k3-impl.h"
+
+#include <stdatomic.h>
+
+#define CONV_MAX_SNAPSHOTS 8 /* saved decode states kept for /retry and /undo (at most) */
+
+/* A saved decode state and the ids that produced it. */
+typedef struct conv_snap {
+    k3_snapshot *snap;
+    int32_t     *ids; /* (n) */
+    int          n;
+} conv_snap;
+
+struct k3_conv {
+    k3_msg          *msgs;  /* (n_msgs) msgs[0] is the system prompt when it has that role */
+    int              n_msgs, cap_msgs;
+    k3_conv_settings set;
+    uint64_t         n_turns_started; /* turns generated (seed derivation; never reset)   */
+    uint64_t         next_seed;       /* k3_conv_set_turn_seed, when has_next_seed        */
+    int              has_next_seed;
+
+    /* model identity for transcript headers */
+    char    *model_dir;      /* NULL when unknown                                          */
+    char     config_fnv64[17];
+    int      bits, mla_bits, head_bits; /* K3_BITS, K3_MLA_BITS, K3_HEAD_BITS (0 unknown)  */
+
+    /* autosave */
+    int      autosave_on;
+    char    *autosave_dir;   /* directory (created on first write)                         */
+    char    *autosave_path;  /* current file, NULL until the first write                   */
+    int      n_saved;        /* messages already in the autosave file                      */
+    int      rewrite;        /* history below n_saved changed: rewrite the whole file      */
+    k3_conv_settings saved_set; /* settings in the autosave file's header                  */
+    char     autosave_err[768]; /* "" when the last autosave worked                       */
+
+    /* prompt cache (conv-gen.c) */
+    const k3_session *cache_sess;  /* session the cache describes                           */
+    int32_t         *cache_ids;    /* (n_cache, cap_cache) ids the session has processed    */
+    int              n_cache, cap_cache;
+    conv_snap        snaps[CONV_MAX_SNAPSHOTS];
+    int              n_snaps, max_snaps; /* max_snaps: K3_CONV_SNAPSHOTS, default 3      */
+    void            *render;       /* chat-encoder state (conv-gen.c), NULL until needed    */
+    void           (*gen_free)(k3_conv *c); /* frees the cache, snapshots and render state  */
+
+    /* cancellation */
+    atomic_int              cancel;
+    _Atomic(k3_session *)   active; /* session being fed, for k3_conv_cancel           */
+    _Atomic(k3_conv *)      child;  /* conversation a replay runs, cancelled with this one */
+};
+
+/* conv.c */
+void      conv_msg_clear(k3_msg *m);
+/* Appends a copy of m (strings and ids duplicated). */
+k3_status conv_push(k3_conv *c, const k3_msg *m);
+/* Validates settings; K3_ERR_ARG naming the field (prefix "where" in the message). */
+k3_status conv_check_settings(const k3_conv_settings *s, const char *where);
+/* Marks that messages from index i on changed (autosave bookkeeping). */
+void      conv_touched(k3_conv *c, int i);
+const char *conv_role_str(k3_role r);
+/* conv-gen.c: the tokenizer of m's directory, loaded once and kept in c. */
+k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out);
+/* conv-gen.c: the ids generation prefills: k3_conv_render, except that replies generated
+ * here whose ids decode to their text are rendered as generated (see conv-gen.c). */
+k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out);
+/* Exchange contents of two conversations' messages + settings (transcript loading). */
+void      conv_swap_content(k3_conv *a, k3_conv *b);

@@ -1,0 +1,347 @@
+/* conv.c: the conversation model: messages, system prompt, settings, edits.
+ *
+ * DESIGN
+ * A conversation is an array of k3_msg in chat order; the system prompt, when set, is
+ * message 0. Every edit goes through this file so two derived things stay right:
+ *   - the autosave file (transcript.c): appends are cheap, so an edit that touches
+ *     messages already written (undo, retry, system prompt, drop) only flags a rewrite;
+ *   - the prompt cache (conv-gen.c) needs no flag: it compares rendered ids by prefix.
+ * Rendering and generation live in conv-gen.c, files in transcript.c.
+ */
+#include "conv-impl.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *k3_stop_str(k3_stop s) {
+    switch (s) {
+    case K3_STOP_NONE: return "";
+    case K3_STOP_EOS: return "eos";
+    case K3_STOP_MAX_TOKENS: return "max_tokens";
+    case K3_STOP_CONTEXT: return "context";
+    case K3_STOP_CANCEL: return "cancel";
+    case K3_STOP_ERROR: return "error";
+    }
+    return "";
+}
+
+const char *conv_role_str(k3_role r) {
+    switch (r) {
+    case K3_ROLE_SYSTEM: return "system";
+    case K3_ROLE_USER: return "user";
+    case K3_ROLE_ASSISTANT: return "assistant";
+    }
+    return "?";
+}
+
+void k3_conv_settings_default(k3_conv_settings *s) {
+    memset(s, 0, sizeof *s);
+    s->think = 1;
+    strcpy(s->effort, "max");
+    s->max_tokens = 0;
+    s->sampling.temp = 0.6f;
+    s->sampling.top_p = 0.95f;
+    s->sampling.min_p = 0.0f;
+    s->sampling.top_k = 0;
+    s->sampling.seed = 0;
+}
+
+k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
+    if (s->think != 0 && s->think != 1)
+        return k3_err(K3_ERR_ARG, "%s: think = %d, expected 0 or 1", where, s->think);
+    if (!memchr(s->effort, 0, sizeof s->effort) ||
+        (strcmp(s->effort, "low") && strcmp(s->effort, "high") && strcmp(s->effort, "max")))
+        return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not low, high or max%s", where,
+                      (int)sizeof s->effort, s->effort,
+                      strncmp(s->effort, "medium", sizeof s->effort) ? "" : " (the release rejects medium)");
+    if (s->max_tokens < 0)
+        return k3_err(K3_ERR_ARG, "%s: max_tokens = %d is negative", where, s->max_tokens);
+    const k3_sampler_params *p = &s->sampling;
+    if (!(p->temp >= 0.0f && p->temp <= 100.0f))
+        return k3_err(K3_ERR_ARG, "%s: temperature %g is outside 0..100", where, (double)p->temp);
+    if (!(p->top_p >= 0.0f && p->top_p <= 1.0f))
+        return k3_err(K3_ERR_ARG, "%s: top_p %g is outside 0..1", where, (double)p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
+        return k3_err(K3_ERR_ARG, "%s: min_p %g is outside 0..1", where, (double)p->min_p);
+    if (p->top_k < 0)
+        return k3_err(K3_ERR_ARG, "%s: top_k %d is negative", where, p->top_k);
+    return K3_OK;
+}
+
+k3_conv *k3_conv_new(void) {
+    k3_conv *c = k3_calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    k3_conv_settings_default(&c->set);
+    atomic_init(&c->cancel, 0);
+    atomic_init(&c->active, NULL);
+    atomic_init(&c->child, NULL);
+    /* Snapshots cost the whole decode state each (for the release: KDA states plus the
+     * MLA cache so far, hundreds of MB). Three cover /retry (after the prompt) and /undo
+     * (end of the turn before). K3_CONV_SNAPSHOTS=0 turns them off. */
+    c->max_snaps = 3;
+    const char *e = getenv("K3_CONV_SNAPSHOTS");
+    if (e && *e) {
+        char *end;
+        long  v = strtol(e, &end, 10);
+        if (*end || v < 0 || v > CONV_MAX_SNAPSHOTS)
+            K3_LOG_WARN("K3_CONV_SNAPSHOTS='%s' is not 0..%d, using 3", e, CONV_MAX_SNAPSHOTS);
+        else
+            c->max_snaps = (int)v;
+    }
+    return c;
+}
+
+void conv_msg_clear(k3_msg *m) {
+    free(m->content);
+    free(m->reasoning);
+    free(m->ids);
+    memset(m, 0, sizeof *m);
+}
+
+void k3_conv_free(k3_conv *c) {
+    if (!c)
+        return;
+    for (int i = 0; i < c->n_msgs; i++)
+        conv_msg_clear(&c->msgs[i]);
+    free(c->msgs);
+    free(c->model_dir);
+    free(c->autosave_dir);
+    free(c->autosave_path);
+    if (c->gen_free) /* conv-gen.c's state: prompt cache, snapshots, chat encoder */
+        c->gen_free(c);
+    free(c);
+}
+
+k3_status k3_conv_set_settings(k3_conv *c, const k3_conv_settings *s) {
+    k3_status st = conv_check_settings(s, "settings");
+    if (st)
+        return st;
+    c->set = *s;
+    return K3_OK;
+}
+
+void k3_conv_get_settings(const k3_conv *c, k3_conv_settings *out) {
+    *out = c->set;
+}
+
+/* FNV-1a 64 over the bytes of DIR/config.json: identifies the model configuration. */
+k3_status k3_conv_set_model(k3_conv *c, const char *dir, const k3_params *p) {
+    size_t plen = strlen(dir) + sizeof "/config.json";
+    char  *path = k3_malloc(plen);
+    char  *dcopy = k3_strdup(dir);
+    if (!path || !dcopy) {
+        free(path);
+        free(dcopy);
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    }
+    snprintf(path, plen, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        k3_status st = k3_err(K3_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        free(path);
+        free(dcopy);
+        return st;
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    unsigned char buf[4096];
+    size_t        n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        for (size_t i = 0; i < n; i++)
+            h = (h ^ buf[i]) * 0x100000001b3ull;
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        k3_status st = k3_err(K3_ERR_IO, "%s: read failed", path);
+        free(path);
+        free(dcopy);
+        return st;
+    }
+    free(path);
+    free(c->model_dir);
+    c->model_dir = dcopy;
+    snprintf(c->config_fnv64, sizeof c->config_fnv64, "%016llx", (unsigned long long)h);
+    c->bits = p ? p->bits : 0;
+    c->mla_bits = p ? p->mla_bits : 0;
+    c->head_bits = p ? p->head_bits : 0;
+    return K3_OK;
+}
+
+const char *k3_conv_model_fingerprint(const k3_conv *c) {
+    return c->config_fnv64;
+}
+
+/* ---- messages ------------------------------------------------------------ */
+
+void conv_touched(k3_conv *c, int i) {
+    if (i < c->n_saved) {
+        c->rewrite = 1;
+        c->n_saved = i;
+    }
+}
+
+static k3_status grow(k3_conv *c) {
+    if (c->n_msgs < c->cap_msgs)
+        return K3_OK;
+    int     ncap = c->cap_msgs ? 2 * c->cap_msgs : 16;
+    k3_msg *nm = realloc(c->msgs, (size_t)ncap * sizeof *nm);
+    if (!nm)
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory for %d messages", ncap);
+    c->msgs = nm;
+    c->cap_msgs = ncap;
+    return K3_OK;
+}
+
+/* Copies src's strings and ids into *dst (which is overwritten). */
+static k3_status msg_copy(k3_msg *dst, const k3_msg *src) {
+    *dst = *src;
+    dst->content = k3_strdup(src->content ? src->content : "");
+    dst->reasoning = src->reasoning ? k3_strdup(src->reasoning) : NULL;
+    dst->ids = NULL;
+    if (src->ids && src->n_ids > 0) {
+        dst->ids = k3_malloc((size_t)src->n_ids * sizeof *dst->ids);
+        if (dst->ids)
+            memcpy(dst->ids, src->ids, (size_t)src->n_ids * sizeof *dst->ids);
+    } else {
+        dst->n_ids = 0;
+    }
+    if (!dst->content || (src->reasoning && !dst->reasoning) || (src->ids && src->n_ids > 0 && !dst->ids)) {
+        conv_msg_clear(dst);
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory copying a message");
+    }
+    return K3_OK;
+}
+
+k3_status conv_push(k3_conv *c, const k3_msg *m) {
+    k3_status st = grow(c);
+    if (st)
+        return st;
+    st = msg_copy(&c->msgs[c->n_msgs], m);
+    if (st)
+        return st;
+    c->n_msgs++;
+    return K3_OK;
+}
+
+k3_status k3_conv_add(k3_conv *c, k3_role role, const char *content, const char *reasoning) {
+    if (role != K3_ROLE_SYSTEM && role != K3_ROLE_USER && role != K3_ROLE_ASSISTANT)
+        return k3_err(K3_ERR_ARG, "conversation: role %d is not system, user or assistant", (int)role);
+    k3_msg m = {.role = role, .content = (char *)(uintptr_t)(content ? content : ""),
+                .reasoning = (char *)(uintptr_t)reasoning};
+    return conv_push(c, &m);
+}
+
+int k3_conv_count(const k3_conv *c) {
+    return c->n_msgs;
+}
+
+const k3_msg *k3_conv_msg(const k3_conv *c, int i) {
+    return i >= 0 && i < c->n_msgs ? &c->msgs[i] : NULL;
+}
+
+const char *k3_conv_system(const k3_conv *c) {
+    return c->n_msgs && c->msgs[0].role == K3_ROLE_SYSTEM ? c->msgs[0].content : NULL;
+}
+
+/* Removes messages [i, i+n). */
+static void remove_range(k3_conv *c, int i, int n) {
+    if (n <= 0)
+        return;
+    for (int k = i; k < i + n; k++)
+        conv_msg_clear(&c->msgs[k]);
+    memmove(&c->msgs[i], &c->msgs[i + n], (size_t)(c->n_msgs - i - n) * sizeof *c->msgs);
+    c->n_msgs -= n;
+    conv_touched(c, i);
+}
+
+k3_status k3_conv_set_system(k3_conv *c, const char *text) {
+    int has = k3_conv_system(c) != NULL;
+    if (!text || !*text) {
+        if (has)
+            remove_range(c, 0, 1);
+        return K3_OK;
+    }
+    if (has && !strcmp(c->msgs[0].content, text))
+        return K3_OK;
+    char *copy = k3_strdup(text);
+    if (!copy)
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    if (!has) {
+        k3_status st = grow(c);
+        if (st) {
+            free(copy);
+            return st;
+        }
+        memmove(&c->msgs[1], &c->msgs[0], (size_t)c->n_msgs * sizeof *c->msgs);
+        memset(&c->msgs[0], 0, sizeof c->msgs[0]);
+        c->msgs[0].role = K3_ROLE_SYSTEM;
+        c->n_msgs++;
+    }
+    free(c->msgs[0].content);
+    c->msgs[0].content = copy;
+    conv_touched(c, 0);
+    return K3_OK;
+}
+
+void k3_conv_clear(k3_conv *c) {
+    int keep = k3_conv_system(c) != NULL;
+    for (int i = keep; i < c->n_msgs; i++)
+        conv_msg_clear(&c->msgs[i]);
+    c->n_msgs = keep;
+    /* a new conversation gets a new autosave file; the old file stays as it is */
+    free(c->autosave_path);
+    c->autosave_path = NULL;
+    c->n_saved = 0;
+    c->rewrite = 0;
+}
+
+int k3_conv_undo(k3_conv *c) {
+    int i = c->n_msgs - 1;
+    while (i >= 0 && c->msgs[i].role != K3_ROLE_USER)
+        i--;
+    if (i < 0)
+        return 0;
+    int n = c->n_msgs - i;
+    remove_range(c, i, n);
+    return n;
+}
+
+int k3_conv_pop_reply(k3_conv *c) {
+    int i = c->n_msgs;
+    while (i > 0 && c->msgs[i - 1].role == K3_ROLE_ASSISTANT)
+        i--;
+    if (i == 0 || c->msgs[i - 1].role != K3_ROLE_USER)
+        return 0;
+    int n = c->n_msgs - i;
+    remove_range(c, i, n);
+    return n;
+}
+
+int k3_conv_drop_oldest(k3_conv *c) {
+    int i = 0;
+    while (i < c->n_msgs && c->msgs[i].role != K3_ROLE_USER)
+        i++;
+    if (i == c->n_msgs)
+        return 0;
+    int j = i + 1;
+    while (j < c->n_msgs && c->msgs[j].role != K3_ROLE_USER)
+        j++;
+    remove_range(c, i, j - i);
+    return j - i;
+}
+
+void conv_swap_content(k3_conv *a, k3_conv *b) {
+    k3_msg          *m = a->msgs;
+    int              n = a->n_msgs, cap = a->cap_msgs;
+    k3_conv_settings s = a->set;
+    a->msgs = b->msgs;
+    a->n_msgs = b->n_msgs;
+    a->cap_msgs = b->cap_msgs;
+    a->set = b->set;
+    b->msgs = m;
+    b->n_msgs = n;
+    b->cap_msgs = cap;
+    b->set = s;
+}

@@ -1,0 +1,78 @@
+/* kern-impl.h: what the scalar reference kernels (kern.c) and their AVX2 twins (kern-avx2.c)
+ * share: row-range kernel signatures, the IDOT activation layout and the exact scale helpers.
+ *
+ * IDOT canonical order (both twins compute exactly this, so they agree bit for bit):
+ *   activations (kern_act): per group g of 32 columns an int8 code per column and a scale
+ *     d[g] (x ~ q * d, zero past cols). Q_I8: q in natural column order. Q_I4 and Q_MXFP4
+ *     (nibble-packed, low nibble = even column): per pair p of groups (64 columns) 64 bytes,
+ *     the 32 even columns of the pair then its 32 odd columns, so one 32-byte weight load
+ *     gives low nibbles matching the first half and high nibbles matching the second.
+ *   steps: Q_I8 one group per step, Q_I4/Q_MXFP4 one pair per step. A step yields eight exact
+ *     32-bit lane sums isum_j and eight lane scales d_j:
+ *       Q_I8:   isum_j = sum over columns 4j..4j+3 of group g, d_j = d[g];
+ *       nibble: lane j < 4 is group 2p, columns 8j..8j+7; lane j >= 4 group 2p+1, columns
+ *               8(j-4)..8(j-4)+7; d_j = wscale(group) * d[group] (0 for a missing last group).
+ *   accumulation: two sets of eight float lanes A (even steps) and B (odd steps), each
+ *     lane[j] = fmaf((float)isum_j, d_j, lane[j]); at the end acc_j = A_j + B_j and
+ *     y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7))   (then * s[r] for Q_I8).
+ *   wscale: Q_I4 s[r][g/2] (int4 values nibble - 8), Q_MXFP4 2^(e-128) on the doubled
+ *     integers {0,1,2,3,4,6,8,12}.
+ * fmaf rounds once, like the AVX2 FMA, so the twins agree on every input.
+ */
+#pragma once
+#include "quant.h"
+
+/* Rows [r0, r1) of y = W x, exact-float numerics. */
+typedef void (*kern_rows_fn)(const qmat *m, const float *x, float *y, int r0, int r1);
+/* IDOT activations of one column (layout above). np = pairs of 32-column groups. */
+typedef struct kern_act {
+    int8_t  *q;   /* Q_I8: [2*np][32] natural order; nibble types: [np][64] pair layout     */
+    float   *d;   /* [2*np] scale per group (0 for groups past cols)                       */
+    float   *d8;  /* nibble types: [np][8] d[2p] in lanes 0-3, d[2p+1] in lanes 4-7         */
+    int32_t *nsxo; /* nibble types: [np][8] -o * (sum of q over lane j's columns), o = 8 for
+                      Q_I4 and 12 for Q_MXFP4: the AVX2 twins use unsigned codes w + o */
+} kern_act;
+
+/* Bytes of one column's activation buffer; kern_act_make carves it (buf 32-byte aligned). */
+size_t kern_act_bytes(int cols);
+void   kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a);
+
+/* Rows [r0, r1) of y = W x on IDOT activations. Not for Q_F32. */
+typedef void (*kern_idot_fn)(const qmat *m, const kern_act *a, float *y, int r0, int r1);
+
+void kern_rows_ref(const qmat *m, const float *x, float *y, int r0, int r1);
+void kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1);
+/* Columns the AVX2 matmul decodes each weight block for at once. */
+#define KERN_NC 4
+
+/* AVX2+FMA twins (kern-avx2.c); call only when kern_cpu_avx2() is true.
+ * kern_idot_nc_avx2: KERN_NC columns a[KERN_NC] -> y[c][rows], each weight row decoded once;
+ * column c is bit-identical to kern_idot_avx2 on a[c] alone. */
+void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1);
+void kern_idot_avx2(const qmat *m, const kern_act *a, float *y, int r0, int r1);
+void kern_idot_nc_avx2(const qmat *m, const kern_act *a, float *const *y, int r0, int r1);
+/* The same with AVX-VNNI integer dots (vpdpbusd); call only when kern_cpu_vnni() is true. */
+void kern_idot_vnni(const qmat *m, const kern_act *a, float *y, int r0, int r1);
+void kern_idot_nc_vnni(const qmat *m, const kern_act *a, float *const *y, int r0, int r1);
+int  kern_cpu_vnni(void);
+int  kern_cpu_avx2(void);
+
+/* 2^(e-128) exactly (subnormal for e < 2), the scale of the doubled MXFP4 integers. */
+static inline float kern_e8m0_half(uint8_t e) {
+    uint32_t u = e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e;
+    float    f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Doubled e2m1 values by nibble (sign bit 3), exact int8. */
+extern const int8_t kern_mxfp4_i8[16];
+#define KERN_MXFP4_OFF 12 /* -12 <= doubled value: value + 12 is an unsigned code 0..24 */
+
+/* The fixed reduction of the IDOT canonical order: lanes A + B, then the tree. */
+static inline float kern_sum8(const float A[8], const float B[8]) {
+    float a[8];
+    for (int j = 0; j < 8; j++)
+        a[j] = A[j] + B[j];
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}

@@ -1,0 +1,494 @@
+/* layers.c: the K3 forward pass of one decoder layer over a chunk of n tokens (spec section 5).
+ *
+ * DESIGN
+ * Layer-major over a chunk: every weight matrix is applied once to the chunk's n rows with
+ * mm() (qmat_matmul, or qmat_matvec for one row; the kernels give the same bits either way), and
+ * every sequential recurrence (KDA conv and state, MLA cache) is advanced token by token in
+ * order, so a token's result never depends on the chunk size. Per-token arithmetic that the
+ * chunk size could change (sums over slots, experts, heads) always runs in one fixed order.
+ * Accumulations that are cheap in double (norms, mixes, the KDA state products, softmax sums)
+ * are done in double; the MLA attention's long loops (scores, context) run in f32 with a fixed
+ * lane order so they vectorise; the stored activations and the state are f32.
+ *
+ * Buffers come from the session's chunk_buf (model-impl.h lists their shapes). Reads cb.h,
+ * writes cb.h; KDA writes its new state into the uncommitted buffer 1-sel; MLA appends its
+ * cache rows at positions pos..pos+n-1 (committed only when the session advances pos).
+ */
+#include "model-impl.h"
+#include "vkt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==== small math ============================================================ */
+
+static float sigmoidf_(double x) {
+    return (float)(1.0 / (1.0 + exp(-x)));
+}
+
+/* Y[n][rows] = W X[n][cols]. */
+static void mm(const qmat *w, const float *x, int n, float *y) {
+    if (n == 1) qmat_matvec(w, x, y);
+    else qmat_matmul(w, x, n, y);
+}
+
+/* dot(a, b) in f32 with 8 interleaved partial sums: vectorisable, and one fixed order. */
+static float dot8(const float *a, const float *b, int n) {
+    float acc[8] = {0}, tail = 0;
+    int   i      = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            acc[l] += a[i + l] * b[i + l];
+    for (; i < n; i++)
+        tail += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+/* RMSNorm(x, w, eps) = x / sqrt(mean(x²) + eps) ⊙ w; out may alias x. */
+static void rmsnorm(float *out, const float *x, const float *w, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * (double)x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++)
+        out[i] = (float)((double)x[i] * r * (double)w[i]);
+}
+
+/* SiTU-GLU(g, u) = β₁·tanh(g/β₁)·σ(g) · β₂·tanh(u/β₂), into g. */
+static void situ_glu(float *g, const float *u, size_t n, double b1, double b2) {
+    for (size_t i = 0; i < n; i++) {
+        double a = (double)g[i];
+        g[i] = (float)(b1 * tanh(a / b1) / (1.0 + exp(-a)) * b2 * tanh((double)u[i] / b2));
+    }
+}
+
+/* Attention Residuals mix (spec 5): entries = blocks[0..nb) ++ [p];
+ * score_e = dot(entry_e, nw ⊙ pw) / sqrt(mean(entry_e²) + eps); out = Σ softmax(score)_e entry_e. */
+static void attnres_mix(float *out, const float *p, const float *blocks, int nb, const double *w,
+                        int D, double eps) {
+    double score[K3_MAX_LAYERS + 1], mx = -(double)INFINITY;
+    for (int e = 0; e <= nb; e++) {
+        const float *x = e < nb ? blocks + (size_t)e * D : p;
+        double       dot = 0, ss = 0;
+        for (int i = 0; i < D; i++) {
+            dot += (double)x[i] * w[i];
+            ss += (double)x[i] * (double)x[i];
+        }
+        score[e] = dot / sqrt(ss / D + eps);
+        if (score[e] > mx) mx = score[e];
+    }
+    double sum = 0;
+    for (int e = 0; e <= nb; e++)
+        sum += score[e] = exp(score[e] - mx);
+    for (int e = 0; e <= nb; e++)
+        score[e] /= sum;
+    for (int i = 0; i < D; i++) {
+        double acc = 0;
+        for (int e = 0; e < nb; e++)
+            acc += score[e] * (double)blocks[(size_t)e * D + i];
+        out[i] = (float)(acc + score[nb] * (double)p[i]);
+    }
+}
+
+/* ==== KDA =================================================================== */
+
+/* Kimi Delta Attention over the chunk: cb.xn (n, D) -> cb.y (n, D).
+ *   q, k, v = SiLU(causal depthwise conv_K(W_{q,k,v} x))      window oldest..newest, carried tails
+ *   q = q / sqrt(Σq² + 1e-6) · d^-½ ;  k = k / sqrt(Σk² + 1e-6)  per head
+ *   z = f_b(f_a(x)) + dt_bias ;  g = lb · σ(exp(A_log[h]) · z) ;  β = σ(b_proj x)
+ *   S ← Diag(e^g) S ;  S ← S + β k ⊗ (v − Sᵀk) ;  o = Sᵀ q       S[key][value], per head
+ *   y = o_proj(σ(g_proj x) ⊙ RMSNorm_head(o, o_norm)) */
+static void kda_forward(k3_session *s, int l, int n) {
+    const k3_model    *m = s->m;
+    const k3_config   *c = &m->cfg;
+    const kda_weights *w = &m->layers[l].kda;
+    layer_state       *ls = &s->ls[l];
+    chunk_buf         *b  = &s->cb;
+    const int H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k, C = s->chunk;
+    const int src = ls->sel, dst = 1 - src;
+
+    /* projections into the conv windows (3, K-1+C, P): rows 0..K-2 = carried tail */
+    const qmat *proj[3] = {&w->q, &w->k, &w->v};
+    float      *qkv[3]  = {b->t0, b->t1, b->t2};
+    for (int i = 0; i < 3; i++) {
+        float *win = b->win + (size_t)i * (K - 1 + C) * P;
+        memcpy(win, ls->tail[src] + (size_t)i * (K - 1) * P, (size_t)(K - 1) * P * sizeof(float));
+        mm(proj[i], b->xn, n, win + (size_t)(K - 1) * P);
+        /* causal depthwise conv + SiLU: out[t][ch] = Σ_k tap[ch][k] · win[t+k][ch] */
+        const float *tap = w->conv[i];
+        for (int t = 0; t < n; t++)
+            for (int ch = 0; ch < P; ch++) {
+                float acc = 0;
+                for (int k = 0; k < K; k++)
+                    acc += tap[(size_t)ch * K + k] * win[(size_t)(t + k) * P + ch];
+                qkv[i][(size_t)t * P + ch] = (float)((double)acc / (1.0 + exp(-(double)acc)));
+            }
+        /* the new tail: the last K-1 window rows */
+        memcpy(ls->tail[dst] + (size_t)i * (K - 1) * P, win + (size_t)n * P,
+               (size_t)(K - 1) * P * sizeof(float));
+    }
+    float *gate = b->t3, *gz = b->t4, *fa = b->t5, *beta = b->gat;
+    mm(&w->g, b->xn, n, gate);              /* g_proj x            (n, P) */
+    mm(&w->fa, b->xn, n, fa);               /* f_a x               (n, d) */
+    mm(&w->fb, fa, n, gz);                  /* f_b(f_a x)          (n, P) */
+    mm(&w->b, b->xn, n, beta);              /* b_proj x            (n, H) */
+    for (int t = 0; t < n; t++) {
+        for (int ch = 0; ch < P; ch++) {    /* g = lb · σ(exp(A_log[h]) · (z + dt_bias)) */
+            float z = gz[(size_t)t * P + ch] + w->dt_bias[ch];
+            gz[(size_t)t * P + ch] = (float)((double)c->gate_lower_bound * (double)sigmoidf_((double)w->a[ch / d] * (double)z));
+        }
+        for (int h = 0; h < H; h++)
+            beta[(size_t)t * H + h] = sigmoidf_((double)beta[(size_t)t * H + h]);
+    }
+
+    /* per head, token by token in order: the delta rule on S (H, d, d); threads only when
+     * the work outweighs waking them */
+#pragma omp parallel for schedule(static) if ((long)n * H * d * d >= (1L << 18))
+    for (int h = 0; h < H; h++) {
+        double *u = s->dtmp + (size_t)h * 2 * d, *o = u + d;
+        float  *S = ls->S[dst] + (size_t)h * d * d;
+        for (int t = 0; t < n; t++) {
+            const float *Sin = (t == 0 ? ls->S[src] : ls->S[dst]) + (size_t)h * d * d;
+            float       *q = b->t0 + (size_t)t * P + (size_t)h * d;
+            float       *k = b->t1 + (size_t)t * P + (size_t)h * d;
+            const float *v = b->t2 + (size_t)t * P + (size_t)h * d;
+            const float *g = gz + (size_t)t * P + (size_t)h * d;
+            double       sq = 0, sk = 0;
+            for (int i = 0; i < d; i++) {
+                sq += (double)q[i] * (double)q[i];
+                sk += (double)k[i] * (double)k[i];
+            }
+            double fq = 1.0 / sqrt(sq + 1e-6) / sqrt((double)d), fk = 1.0 / sqrt(sk + 1e-6);
+            for (int i = 0; i < d; i++) {
+                q[i] = (float)((double)q[i] * fq);
+                k[i] = (float)((double)k[i] * fk);
+            }
+            /* S ← Diag(e^g) S, and u = Sᵀk with the decayed S */
+            for (int j = 0; j < d; j++)
+                u[j] = 0;
+            for (int i = 0; i < d; i++) {
+                float        e   = (float)exp((double)g[i]);
+                const float *si  = Sin + (size_t)i * d;
+                float       *so  = S + (size_t)i * d;
+#pragma omp simd
+                for (int j = 0; j < d; j++) {
+                    so[j] = si[j] * e;
+                    u[j] += (double)so[j] * (double)k[i];
+                }
+            }
+            /* S += β k ⊗ (v − Sᵀk);  o = Sᵀq with the updated S */
+            double bt = (double)beta[(size_t)t * H + h];
+            for (int j = 0; j < d; j++) {
+                u[j] = bt * ((double)v[j] - u[j]);
+                o[j] = 0;
+            }
+            for (int i = 0; i < d; i++) {
+                float *si = S + (size_t)i * d;
+#pragma omp simd
+                for (int j = 0; j < d; j++) {
+                    si[j] = (float)((double)si[j] + (double)k[i] * u[j]);
+                    o[j] += (double)si[j] * (double)q[i];
+                }
+            }
+            /* σ(g_proj x) ⊙ RMSNorm_head(o, o_norm), into q's slot */
+            double ss = 0;
+            for (int j = 0; j < d; j++)
+                ss += o[j] * o[j];
+            double r = 1.0 / sqrt(ss / d + (double)c->rms_eps);
+            const float *gt = gate + (size_t)t * P + (size_t)h * d;
+            for (int j = 0; j < d; j++)
+                q[j] = (float)(o[j] * r * (double)w->o_norm[j] * (double)sigmoidf_((double)gt[j]));
+        }
+    }
+    mm(&w->o, b->t0, n, b->y);
+}
+
+/* ==== MLA =================================================================== */
+
+/* Gated MLA with NoPE over the chunk: cb.xn (n, D) -> cb.y (n, D).
+ *   q = q_b(RMSNorm(q_a x, q_a_layernorm, 1e-6))                per head [nope | rope]
+ *   c, kr = split(kv_a_proj_with_mqa x); c = RMSNorm(c, kv_a_layernorm, 1e-6)   cached
+ *   absorbed: score_j = (q_nopeᵀ kv_b_nope c_j + q_rope · kr_j) / sqrt(nope + rope)
+ *             ctx = kv_b_v Σ_j softmax_j c_j
+ *   y = o_proj(σ(g_proj x) ⊙ ctx) */
+static void mla_forward(k3_session *s, int l, int n) {
+    const k3_model    *m = s->m;
+    const k3_config   *c = &m->cfg;
+    const mla_weights *w = &m->layers[l].mla;
+    layer_state       *ls = &s->ls[l];
+    chunk_buf         *b  = &s->cb;
+    const int Hm = c->n_heads, kl = c->kv_lora, nope = c->nope, rope = c->rope, vd = c->v_dim;
+    const int qw = nope + rope, ql = c->q_lora, C = s->chunk, pos = s->pos;
+    const double scale = 1.0 / sqrt((double)qw);
+
+    float *qa = b->t0, *q = b->t1, *kva = b->t2, *gate = b->t3, *ctx = b->t4;
+    mm(&w->qa, b->xn, n, qa);                                   /* q_a x          (n, q_lora) */
+    for (int t = 0; t < n; t++)
+        rmsnorm(qa + (size_t)t * ql, qa + (size_t)t * ql, w->qa_norm, ql, 1e-6);
+    mm(&w->qb, qa, n, q);                                       /* q_b            (n, Hm*qw)  */
+    mm(&w->kva, b->xn, n, kva);                                 /* kv_a x         (n, kl+rope) */
+    for (int t = 0; t < n; t++) {                               /* append c, kr to the cache  */
+        const float *row = kva + (size_t)t * (kl + rope);
+        rmsnorm(ls->c + (size_t)(pos + t) * kl, row, w->kva_norm, kl, 1e-6);
+        memcpy(ls->kr + (size_t)(pos + t) * rope, row + kl, (size_t)rope * sizeof(float));
+    }
+    mm(&w->g, b->xn, n, gate);                                  /* g_proj x       (n, Hm*v)   */
+
+    /* absorbed query per head: qlat[h][t] = kv_b_nope_hᵀ q_nope[t][h]   (Hm, C, kl) */
+    for (int h = 0; h < Hm; h++) {
+        for (int t = 0; t < n; t++)
+            memcpy(b->gat + (size_t)t * nope, q + (size_t)t * Hm * qw + (size_t)h * qw,
+                   (size_t)nope * sizeof(float));
+        mm(&w->uk_t[h], b->gat, n, b->hd + (size_t)h * C * kl);
+    }
+    /* causal attention over the latent cache, token by token; ctx_lat into hd2 (Hm, C, kl) */
+#pragma omp parallel for schedule(static) if ((long)n * Hm * (pos + n) * kl >= (1L << 18))
+    for (int h = 0; h < Hm; h++) {
+        float *sc = b->scores + (size_t)h * s->m->par.max_ctx;
+        for (int t = 0; t < n; t++) {
+            const float *ql_ = b->hd + ((size_t)h * C + t) * kl;
+            const float *qr  = q + (size_t)t * Hm * qw + (size_t)h * qw + nope;
+            const int    T   = pos + t + 1;
+            float        mx  = -INFINITY;
+            for (int j = 0; j < T; j++) {
+                sc[j] = (float)((double)(dot8(ql_, ls->c + (size_t)j * kl, kl) +
+                                         dot8(qr, ls->kr + (size_t)j * rope, rope)) * scale);
+                if (sc[j] > mx) mx = sc[j];
+            }
+            /* ctx_lat = Σ_j softmax_j c_j: f32 accumulation over i vectorises; the sum of the
+             * weights is kept in double */
+            float *out = b->hd2 + ((size_t)h * C + t) * kl;
+            double sum = 0;
+            for (int i = 0; i < kl; i++)
+                out[i] = 0;
+            for (int j = 0; j < T; j++) {
+                const float  p  = expf(sc[j] - mx);
+                const float *cj = ls->c + (size_t)j * kl;
+                sum += (double)p;
+#pragma omp simd
+                for (int i = 0; i < kl; i++)
+                    out[i] += p * cj[i];
+            }
+            const float inv = (float)(1.0 / sum);
+            for (int i = 0; i < kl; i++)
+                out[i] *= inv;
+        }
+    }
+    /* ctx[t][h] = kv_b_v_h ctx_lat, gated by σ(g_proj x) */
+    for (int h = 0; h < Hm; h++) {
+        mm(&w->uv[h], b->hd2 + (size_t)h * C * kl, n, b->gat2);
+        for (int t = 0; t < n; t++)
+            for (int i = 0; i < vd; i++) {
+                size_t k = (size_t)t * Hm * vd + (size_t)h * vd + i;
+                ctx[k]   = b->gat2[(size_t)t * vd + i] * sigmoidf_((double)gate[k]);
+            }
+    }
+    mm(&w->o, ctx, n, b->y);
+}
+
+/* ==== MLPs ================================================================== */
+
+/* out = down(SiTU-GLU(gate x, up x)); g, u: scratch (n, I). */
+static void mlp_forward(const k3_model *m, const mlp_weights *w, const float *x, int n, float *out,
+                        float *g, float *u) {
+    mm(&w->gate, x, n, g);
+    mm(&w->up, x, n, u);
+    situ_glu(g, u, (size_t)n * w->gate.rows, (double)m->cfg.situ_beta,
+             (double)m->cfg.situ_linear_beta);
+    mm(&w->down, g, n, out);
+}
+
+/* K3_TOPP: of one token's k selected experts keep the heaviest whose weights first reach
+ * share p of the total (ties: selection order); the rest get sel -1, weight 0; the kept
+ * weights are scaled so their sum is the total again. */
+static void topp_drop(int *sel, float *wt, int k, double p, int *idx /* (k) scratch */) {
+    double tot = 0;
+    for (int j = 0; j < k; j++) {
+        idx[j] = j;
+        tot += (double)wt[j];
+    }
+    for (int j = 1; j < k; j++) /* insertion sort by weight, descending, stable */
+        for (int i = j; i > 0 && wt[idx[i]] > wt[idx[i - 1]]; i--) {
+            int tmp    = idx[i];
+            idx[i]     = idx[i - 1];
+            idx[i - 1] = tmp;
+        }
+    double kept = 0;
+    int    nk   = 0;
+    while (nk < k && (nk == 0 || kept < p * tot))
+        kept += (double)wt[idx[nk++]];
+    for (int i = nk; i < k; i++) {
+        sel[idx[i]] = -1;
+        wt[idx[i]]  = 0;
+    }
+    for (int i = 0; i < nk && kept > 0; i++)
+        wt[idx[i]] = (float)((double)wt[idx[i]] * tot / kept);
+}
+
+/* Stable LatentMoE over the chunk: cb.xn (n, D) -> cb.y (n, D).
+ *   s = σ(gate x);  T = top-k of (s + bias);  w_e = s_e / (Σ_T s + 1e-20) · routed_scale
+ *   z = down_lat x;  u = Σ_{e∈T} w_e · w2_e(SiTU-GLU(w1_e z, w3_e z))
+ *   y = up_lat RMSNorm(u, routed_expert_norm) + shared(x)
+ * K3_TOPP < 1 keeps, per token, the heaviest selected experts whose weights reach that share of
+ * the total (ties: selection order) and scales them back to the total.
+ * Each distinct expert of the chunk runs once over its tokens, in the order the expert tier
+ * hands them out (hits, then reads as they land); u sums slots in selection order, so the
+ * result does not depend on that order. */
+static k3_status moe_forward(k3_session *s, int l, int n) {
+    const k3_model    *m = s->m;
+    const k3_config   *c = &m->cfg;
+    const moe_weights *w = &m->layers[l].moe;
+    chunk_buf         *b = &s->cb;
+    const int E = c->n_experts, k = c->n_active, L = c->latent, F = c->moe_inter, D = c->hidden;
+
+    float *sc = b->t0, *z = b->t1, *g = b->t2, *u = b->t3, *lat = b->t4, *sh = b->t5;
+    /* shared experts first (uses g/u as scratch); one decode token: on the device if resident */
+    if (n != 1 || !vkt_shared(m->vk, l, b->xn, sh))
+        mlp_forward(m, &w->shared, b->xn, n, sh, g, u);
+
+    /* router: sigmoid scores, biased top-k selection, renormalised unbiased weights */
+    mm(&w->router, b->xn, n, sc);
+    for (int t = 0; t < n; t++) {
+        float *st = sc + (size_t)t * E;
+        for (int e = 0; e < E; e++)
+            st[e] = sigmoidf_((double)st[e]);
+        int   *sel = b->moe_sel + (size_t)t * k;
+        float *wt  = b->moe_w + (size_t)t * k;
+        /* k passes, each taking the best expert after the previous one in the order
+         * (biased score descending, id ascending on ties) */
+        double tot = 0, pv = (double)INFINITY;
+        int    pe  = -1;
+        for (int j = 0; j < k; j++) {
+            int    best = -1;
+            double bv   = 0;
+            for (int e = 0; e < E; e++) {
+                double v = (double)st[e] + (double)w->bias[e];
+                if ((v < pv || (v == pv && e > pe)) && (best < 0 || v > bv)) {
+                    best = e;
+                    bv   = v;
+                }
+            }
+            if (best < 0) best = j; /* NaN scores: any distinct id; the logits check fails */
+            sel[j] = best;
+            pv     = bv;
+            pe     = best;
+            tot += (double)st[best];
+        }
+        for (int j = 0; j < k; j++)
+            wt[j] = (float)(k > 1 ? (double)st[sel[j]] / (tot + 1e-20) * (double)c->routed_scale
+                                  : (double)st[sel[j]] * (double)c->routed_scale);
+        if (m->par.topp < 1) topp_drop(sel, wt, k, m->par.topp, b->moe_tok);
+    }
+
+    /* latent down projection, then each distinct expert once over its (token, slot) pairs */
+    mm(&w->down_lat, b->xn, n, z);
+    int  n_ids = 0, *ids = b->moe_ids, *pairs = b->moe_tok; /* pairs: t*k + slot of one expert */
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < n * k; i++)
+            if (b->moe_sel[i] == e) {
+                ids[n_ids++] = e;
+                break;
+            }
+    /* decode: experts resident on the Vulkan device skip the disk read and the CPU matmul */
+    int       n_res = n == 1 ? vkt_split(m->vk, l, ids, &n_ids, b->moe_res) : 0;
+    k3_status rc    = n_res ? vkt_experts(m->vk, l, b->moe_res, n_res, z, b->moe_resy) : K3_OK;
+    for (int r = 0; !rc && r < n_res; r++)
+        for (int i = 0; i < k; i++)
+            if (b->moe_sel[i] == b->moe_res[r])
+                memcpy(b->moe_y + (size_t)i * L, b->moe_resy + (size_t)r * L, (size_t)L * sizeof(float));
+    if (rc) return rc;
+    s->stats.vk_hits += (uint64_t)n_res;
+    ex_batch eb;
+    rc = ex_begin(m->tier, l, ids, n_ids, &s->stats, &eb);
+    int       e;
+    const k3_expert *x;
+    while (!rc && !(rc = ex_next(&eb, &e, &x)) && e >= 0) {
+        int np = 0;
+        for (int i = 0; i < n * k; i++)
+            if (b->moe_sel[i] == e) pairs[np++] = i;
+        for (int i = 0; i < np; i++)
+            memcpy(b->gat + (size_t)i * L, z + (size_t)(pairs[i] / k) * L, (size_t)L * sizeof(float));
+        mm(&x->w1, b->gat, np, g);                                  /* (np, F) */
+        mm(&x->w3, b->gat, np, u);
+        situ_glu(g, u, (size_t)np * F, (double)c->situ_beta, (double)c->situ_linear_beta);
+        mm(&x->w2, g, np, b->gat2);                                 /* (np, L) */
+        for (int i = 0; i < np; i++)
+            memcpy(b->moe_y + (size_t)pairs[i] * L, b->gat2 + (size_t)i * L, (size_t)L * sizeof(float));
+        vkt_offer(m->vk, l, e, x); /* warm the device tier with what was just read */
+    }
+    ex_end(&eb);
+    if (rc) return rc;
+    /* u = Σ_slot w · y_slot (selection order), RMSNorm, latent up, + shared */
+    for (int t = 0; t < n; t++) {
+        float *ut = lat + (size_t)t * L;
+        for (int i = 0; i < L; i++) {
+            double acc = 0;
+            for (int j = 0; j < k; j++)
+                if (b->moe_sel[(size_t)t * k + j] >= 0)
+                    acc += (double)b->moe_w[(size_t)t * k + j] * (double)b->moe_y[((size_t)t * k + j) * L + i];
+            ut[i] = (float)acc;
+        }
+        rmsnorm(ut, ut, w->lat_norm, L, (double)c->rms_eps);
+    }
+    mm(&w->up_lat, lat, n, b->y);
+    for (size_t i = 0; i < (size_t)n * D; i++)
+        b->y[i] += sh[i];
+    return K3_OK;
+}
+
+/* ==== one decoder layer with Attention Residuals ============================== */
+
+/* Spec 5, per token: p = h; x = blocks ? mix(p, blocks, attn_res) : p; on a block restart
+ * blocks.append(p); a = Attn(RMSNorm(x)); p = restart ? a : p + a;
+ * m = mix(p, blocks, mlp_res); p += MLP(RMSNorm(m)); h = p. */
+k3_status layer_forward(k3_session *s, int l, int n) {
+    const k3_model      *m = s->m;
+    const k3_config     *c = &m->cfg;
+    const layer_weights *w = &m->layers[l];
+    chunk_buf           *b = &s->cb;
+    const int    D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
+    const int    nb = (l + blk - 1) / blk, restart = l % blk == 0;
+    const double eps = (double)c->rms_eps;
+
+    for (int t = 0; t < n; t++) {
+        float *p = b->h + (size_t)t * D, *bl = b->blocks + (size_t)t * NB * D;
+        float *x = b->x + (size_t)t * D;
+        if (nb) attnres_mix(x, p, bl, nb, w->attn_res_w, D, eps);
+        else memcpy(x, p, (size_t)D * sizeof(float));
+        if (restart) memcpy(bl + (size_t)nb * D, p, (size_t)D * sizeof(float));
+        rmsnorm(b->xn + (size_t)t * D, x, w->in_norm, D, eps);
+    }
+    if (w->kind == K3_LAYER_KDA) kda_forward(s, l, n);
+    else mla_forward(s, l, n);
+    for (int t = 0; t < n; t++) {
+        float *p = b->h + (size_t)t * D, *a = b->y + (size_t)t * D;
+        for (int i = 0; i < D; i++)
+            p[i] = restart ? a[i] : p[i] + a[i];
+        attnres_mix(b->x + (size_t)t * D, p, b->blocks + (size_t)t * NB * D, nb + restart,
+                    w->mlp_res_w, D, eps);
+        rmsnorm(b->xn + (size_t)t * D, b->x + (size_t)t * D, w->post_norm, D, eps);
+    }
+    if (w->dense) mlp_forward(m, &w->mlp, b->xn, n, b->y, b->t0, b->t1);
+    else {
+        k3_status st = moe_forward(s, l, n);
+        if (st) return st;
+    }
+    for (size_t i = 0; i < (size_t)n * D; i++)
+        b->h[i] += b->y[i];
+    return K3_OK;
+}
+
+/* logits = lm_head · RMSNorm(mix(h, blocks, output_attn_res), model.norm), rows [t0, n). */
+void model_head(k3_session *s, int t0, int n) {
+    const k3_model  *m = s->m;
+    const k3_config *c = &m->cfg;
+    chunk_buf       *b = &s->cb;
+    const int D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
+    for (int t = t0; t < n; t++) {
+        attnres_mix(b->x + (size_t)t * D, b->h + (size_t)t * D, b->blocks + (size_t)t * NB * D, NB,
+                    m->out_res_w, D, (double)c->rms_eps);
+        rmsnorm(b->xn + (size_t)t * D, b->x + (size_t)t * D, m->final_norm, D, (double)c->rms_eps);
+    }
+    mm(&m->lm_head, b->xn + (size_t)t0 * D, n - t0, b->logits + (size_t)t0 * c->vocab);
+}

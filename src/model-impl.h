@@ -1,0 +1,165 @@
+/* model-impl.h: the K3 model's weights, the session's decode state and the layer functions
+ * shared by model.c (loading), layers.c (the forward pass of one layer over a chunk) and
+ * session.c (the engine API: feed, cancel, snapshots, hooks).
+ *
+ * DESIGN
+ * - Every weight matrix is a qmat (quant.h) made by model_matrix(), the one place where a
+ *   checkpoint tensor becomes an engine matrix (f32, or quantized at load per K3_*BITS).
+ * - Routed experts live in the streaming expert tier (experts.h: a per-layer LRU cache within
+ *   K3_EXPERT_GB, filled by loader threads); the layer code asks it for the distinct experts of
+ *   a chunk (ex_begin / ex_next / ex_end) and computes each once over its tokens. A failed read
+ *   ends the chunk with K3_ERR_IO (layer_forward returns it) and nothing is committed.
+ * - A chunk of n tokens runs layer-major: each layer function receives the n rows of the chunk,
+ *   reads each weight matrix once (qmat_matmul) and advances the sequential state token by token
+ *   in order. Sequential state that outlives a token (KDA state and conv tails) is double
+ *   buffered: a chunk reads buffer sel[l] and writes buffer 1-sel[l]; committing the chunk flips
+ *   sel. The MLA cache is append-only past the committed position. So an aborted chunk leaves
+ *   the committed state untouched, with no copy.
+ * - Activations and state are f32, with double accumulation where it is cheap (norms, mixes,
+ *   the KDA state products, softmax sums); the result of a token never depends on the chunk
+ *   size (every per-token reduction runs in one fixed order).
+ */
+#pragma once
+#include "config.h"
+#include "experts.h"
+#include "k3-impl.h"
+#include "quant.h"
+#include "st.h"
+
+#include <stdatomic.h>
+
+/* ---- weights ------------------------------------------------------------- */
+
+typedef struct kda_weights {
+    qmat   q, k, v, g;     /* q/k/v/g_proj (P, D)                                  */
+    qmat   o;              /* o_proj (D, P)                                        */
+    qmat   fa;             /* f_a_proj (d, D)                                      */
+    qmat   fb;             /* f_b_proj (P, d)                                      */
+    qmat   b;              /* b_proj (H, D)                                        */
+    float *conv[3];        /* q/k/v_conv1d taps (P, K), index 0 = oldest           */
+    float *dt_bias;        /* dt_bias (P)                                          */
+    float *a;              /* exp(A_log[h]) (H): the first H values of A_log       */
+    float *o_norm;         /* o_norm (d), shared by all heads                      */
+} kda_weights;
+
+typedef struct mla_weights {
+    qmat   qa;             /* q_a_proj (q_lora, D)                                 */
+    float *qa_norm;        /* q_a_layernorm (q_lora)                               */
+    qmat   qb;             /* q_b_proj (Hm*(nope+rope), q_lora)                    */
+    qmat   kva;            /* kv_a_proj_with_mqa (kv_lora+rope, D)                 */
+    float *kva_norm;       /* kv_a_layernorm (kv_lora)                             */
+    qmat  *uk_t;           /* [Hm] kv_b nope rows of head h, transposed (kv_lora, nope) */
+    qmat  *uv;             /* [Hm] kv_b v rows of head h (v, kv_lora)               */
+    qmat   o;              /* o_proj (D, Hm*v)                                     */
+    qmat   g;              /* g_proj (Hm*v, D)                                     */
+} mla_weights;
+
+typedef struct mlp_weights {
+    qmat gate, up;         /* (I, D) */
+    qmat down;             /* (D, I) */
+} mlp_weights;
+
+typedef struct moe_weights {
+    qmat        router;    /* gate (E, D), always f32 (selection is sensitive)     */
+    float      *bias;      /* e_score_correction_bias (E)                          */
+    qmat        down_lat;  /* routed_expert_down_proj (L, D)                       */
+    qmat        up_lat;    /* routed_expert_up_proj (D, L)                         */
+    float      *lat_norm;  /* routed_expert_norm (L)                               */
+    mlp_weights shared;    /* shared_experts gate/up (S*F, D), down (D, S*F)       */
+} moe_weights;
+
+typedef struct layer_weights {
+    int    kind;           /* K3_LAYER_KDA or K3_LAYER_MLA                          */
+    int    dense;          /* i < first_k_dense_replace                             */
+    float *in_norm;        /* input_layernorm (D)                                  */
+    float *post_norm;      /* post_attention_layernorm (D)                         */
+    double *attn_res_w;    /* self_attention_res_norm ⊙ self_attention_res_proj (D) */
+    double *mlp_res_w;     /* mlp_res_norm ⊙ mlp_res_proj (D)                      */
+    kda_weights kda;
+    mla_weights mla;
+    mlp_weights mlp;       /* dense layers */
+    moe_weights moe;       /* MoE layers   */
+} layer_weights;
+
+struct k3_model {
+    char         *dir;
+    k3_config     cfg;
+    k3_params     par;
+    st_dir       *st;
+    int           n_run;         /* layers run (K3_LAYERS, else all)                 */
+    int           embed_dtype;   /* st_dtype of embed_tokens                         */
+    const void   *embed;         /* embed_tokens (V, D) as stored (F32/F16/BF16)    */
+    float        *final_norm;    /* model.norm (D)                                   */
+    double       *out_res_w;     /* output_attn_res_norm ⊙ output_attn_res_proj (D)  */
+    qmat          lm_head;       /* lm_head (V, D)                                   */
+    layer_weights *layers;       /* [n_layers]                                       */
+    ex_tier      *tier;          /* routed experts (experts.c)                       */
+    struct vkt   *vk;            /* Vulkan tier (vk-tier.c), NULL when off           */
+    void        **owned;         /* every allocation of the weights, freed together  */
+    int           n_owned, cap_owned;
+    uint64_t      bytes_resident;
+    int           map;           /* K3_MMAP=1: prepared tensors mapped, not copied    */
+    uint64_t      bytes_mapped;  /* bytes used in place from read-only mappings      */
+    uint64_t      load_done, load_total;
+};
+
+/* Embedding row of token id into out (D floats). */
+void model_embed(const k3_model *m, int id, float *out);
+
+/* ---- session state --------------------------------------------------------- */
+
+typedef struct layer_state {
+    float *S[2];           /* KDA: (H, d, d) f32, S[key][value]; S[sel] is committed   */
+    float *tail[2];        /* KDA: (3, K-1, P) last K-1 conv inputs of q, k, v          */
+    float *c;              /* MLA: latent cache (max_ctx, kv_lora), normalised c        */
+    float *kr;             /* MLA: (max_ctx, rope), raw kr                               */
+    int    sel;            /* committed buffer index of S/tail                           */
+} layer_state;
+
+/* Scratch for one chunk of up to C tokens (shapes in comments; W = widest projection). */
+typedef struct chunk_buf {
+    float *h;              /* (C, D) hidden state / running prefix p                     */
+    float *blocks;         /* (C, NB, D) AttnRes block snapshots                         */
+    float *x;              /* (C, D) mixed input                                         */
+    float *xn;             /* (C, D) normalised input                                    */
+    float *y;              /* (C, D) layer output                                        */
+    float *t0, *t1, *t2, *t3, *t4, *t5; /* (C, W) projections                            */
+    float *win;            /* (3, K-1+C, P) KDA conv windows                             */
+    float *hd;             /* (C, Hm, kv_lora) MLA per-head latent query / context        */
+    float *hd2;            /* (C, Hm, kv_lora)                                          */
+    float *gat;            /* (C, max(nope, kv_lora, L, H)) per-head / per-expert gather   */
+    float *gat2;           /* (C, max(v, kv_lora, L))                                   */
+    float *scores;         /* (Hm, max_ctx) MLA attention weights                        */
+    float *moe_y;          /* (C, k, L) per token and slot expert outputs                */
+    int   *moe_sel;        /* (C, k) selected expert ids                                 */
+    float *moe_w;          /* (C, k) their weights                                       */
+    int   *moe_tok;        /* (C*k) tokens of one expert / (C*k) slots                   */
+    int   *moe_ids;        /* (E) distinct experts of the chunk                          */
+    int   *moe_res;        /* (E) of those, the ones resident on the Vulkan device       */
+    float *moe_resy;       /* (E, L) their outputs                                       */
+    float *logits;         /* (C, V) */
+    float *trace;          /* (C, n_run, D) when K3_TRACE is set                          */
+} chunk_buf;
+
+struct k3_session {
+    k3_model    *m;
+    int          pos;             /* committed positions                                 */
+    int          chunk;           /* C                                                   */
+    atomic_int   cancel;
+    layer_state *ls;              /* [n_layers] */
+    chunk_buf    cb;
+    double      *dtmp;            /* (H, 2, d) KDA per-head double accumulators             */
+    float       *logits;          /* (V) logits of the last committed position           */
+    int          have_logits;
+    k3_stats     stats;
+    FILE        *f_logits, *f_trace;
+    float       *x0;              /* (x0_rows, D) K3_X0 rows, or NULL                     */
+    int          x0_rows;
+};
+
+/* One layer over the chunk's n rows: cb.h in, cb.h out (Attention Residuals, attention, MLP).
+ * Fails only when an expert cannot be read (K3_ERR_IO, K3_ERR_NUMERIC, K3_ERR_NOMEM): the
+ * chunk must then not be committed. */
+k3_status layer_forward(k3_session *s, int l, int n);
+/* Logits of rows t of the chunk for t in [t0, n): final mix, norm, lm_head into cb.logits. */
+void model_head(k3_session *s, int t0, int n);

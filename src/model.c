@@ -1,0 +1,702 @@
+/* model.c: open a K3 model directory: parameters, config, every text tensor of spec section 3.
+ *
+ * DESIGN
+ * Loading is table-free and reads top to bottom: globals, then per layer the AttnRes vectors,
+ * the attention (KDA or MLA) and the MLP (dense or Stable LatentMoE). Every weight matrix goes
+ * through model_matrix() -> matrix_from_f32(), the single point where load-time quantization
+ * (K3_BITS, K3_MLA_BITS, K3_HEAD_BITS) plugs in. Every float tensor is checked for NaN/inf and
+ * every MXFP4 scale for the NaN code 255, with an error naming the tensor. Routed experts keep
+ * the stored MXFP4 bytes and live in the streaming expert tier (experts.c: an LRU cache per
+ * layer within K3_EXPERT_GB, read from the shards on demand). All other allocations are
+ * recorded in m->owned and freed together.
+ */
+#include "model-impl.h"
+#include "vkt.h"
+#include "repack.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ==== parameters ========================================================== */
+
+static k3_status env_int(const char *name, int lo, int hi, int *out) {
+    const char *v = getenv(name);
+    if (!v || !*v) return K3_OK;
+    char *end;
+    errno     = 0;
+    long x    = strtol(v, &end, 10);
+    if (errno || *end || x < lo || x > hi)
+        return k3_err(K3_ERR_ARG, "%s='%s': expected an integer in %d..%d", name, v, lo, hi);
+    *out = (int)x;
+    return K3_OK;
+}
+
+static k3_status env_bits(const char *name, int *out) {
+    k3_status st = env_int(name, 4, 32, out);
+    if (st) return st;
+    if (*out != 4 && *out != 8 && *out != 32)
+        return k3_err(K3_ERR_ARG, "%s=%d: expected 4, 8 or 32", name, *out);
+    return K3_OK;
+}
+
+k3_status k3_params_default(k3_params *p) {
+    memset(p, 0, sizeof *p);
+    p->bits      = 4; /* defaults justified by tools/k3-ab.c figures in BENCHMARKS.md */
+    p->mla_bits  = 8;
+    p->head_bits = 8;
+    p->chunk     = 32;
+    p->max_ctx   = 8192;
+    p->expert_gb = -1;
+    p->direct    = 1;
+    p->pipe      = 1;
+    p->load_threads = 4;
+    p->topp      = 1;
+    k3_status st;
+    if ((st = env_bits("K3_BITS", &p->bits))) return st;
+    if ((st = env_bits("K3_MLA_BITS", &p->mla_bits))) return st;
+    if ((st = env_bits("K3_HEAD_BITS", &p->head_bits))) return st;
+    if ((st = env_int("K3_CHUNK", 1, 4096, &p->chunk))) return st;
+    if ((st = env_int("K3_MAXT", 1, 1 << 24, &p->max_ctx))) return st;
+    if ((st = env_int("K3_THREADS", 0, 4096, &p->threads))) return st;
+    if ((st = env_int("K3_LAYERS", 0, K3_MAX_LAYERS, &p->n_layers))) return st;
+    if ((st = env_int("K3_DIRECT", 0, 1, &p->direct))) return st;
+    if ((st = env_int("K3_PIPE", 0, 1, &p->pipe))) return st;
+    if ((st = env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads))) return st;
+    const char *v = getenv("K3_EXPERT_GB");
+    if (v && *v) {
+        char *end;
+        p->expert_gb = strtod(v, &end);
+        if (*end || !(p->expert_gb >= 0 && p->expert_gb < 1e9))
+            return k3_err(K3_ERR_ARG, "K3_EXPERT_GB='%s': expected a number of GB >= 0", v);
+    }
+    v = getenv("K3_TOPP");
+    if (v && *v) {
+        char *end;
+        p->topp = strtod(v, &end);
+        if (*end || !(p->topp > 0 && p->topp <= 1))
+            return k3_err(K3_ERR_ARG, "K3_TOPP='%s': expected a number in (0, 1]", v);
+    }
+    v = getenv("K3_LOGITS");
+    p->logits_path = v && *v ? v : NULL;
+    v = getenv("K3_TRACE");
+    p->trace_path = v && *v ? v : NULL;
+    v = getenv("K3_X0");
+    p->x0_path = v && *v ? v : NULL;
+    return K3_OK;
+}
+
+/* ==== loading helpers ======================================================= */
+
+static k3_status own(k3_model *m, void *p) {
+    if (m->n_owned == m->cap_owned) {
+        int    cap = m->cap_owned ? 2 * m->cap_owned : 256;
+        void **n   = realloc(m->owned, (size_t)cap * sizeof *n);
+        if (!n) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+        m->owned     = n;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return K3_OK;
+}
+
+/* Aligned allocation recorded in m->owned. */
+static void *alloc_owned(k3_model *m, size_t n) {
+    void *p = k3_aligned_alloc(64, n ? n : 64);
+    if (!p) return NULL;
+    if (own(m, p)) {
+        free(p);
+        return NULL;
+    }
+    m->bytes_resident += n;
+    return p;
+}
+
+static void progress(k3_model *m, const char *what, uint64_t bytes) {
+    m->load_done += bytes;
+    if (m->par.progress) m->par.progress(what, m->load_done, m->load_total, m->par.progress_ud);
+}
+
+static const st_tensor *need(const k3_model *m, const char *name, k3_status *st) {
+    const st_tensor *t = st_find(m->st, name);
+    if (!t) *st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", m->dir, name);
+    return t;
+}
+
+static int is_float(int dt) {
+    return dt == ST_F32 || dt == ST_F16 || dt == ST_BF16 || dt == ST_F64;
+}
+
+static k3_status check_finite(const k3_model *m, const char *name, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': %s at element %zu", m->dir, name,
+                          isnan(x[i]) ? "NaN" : "inf", i);
+    return K3_OK;
+}
+
+/* Read a float tensor of exactly n elements (any shape) as f32; checks NaN/inf. */
+static k3_status read_f32(k3_model *m, const char *name, int64_t n, int at_least, float **out) {
+    k3_status        st = K3_OK;
+    const st_tensor *t  = need(m, name, &st);
+    if (!t) return st;
+    int64_t numel = st_numel(t);
+    if (!is_float(t->dtype))
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': dtype %s, expected a float type", m->dir,
+                      name, st_dtype_name(t->dtype));
+    if (at_least ? numel < n : numel != n)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': %lld elements, expected %s%lld", m->dir,
+                      name, (long long)numel, at_least ? "at least " : "", (long long)n);
+    float *w = k3_aligned_alloc(64, (size_t)numel * sizeof(float));
+    if (!w) return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, name);
+    if ((st = st_read_f32(m->st, t, w)) || (st = check_finite(m, name, w, (size_t)numel))) {
+        free(w);
+        return st;
+    }
+    progress(m, name, t->nbytes);
+    *out = w;
+    return K3_OK;
+}
+
+/* A float vector of n elements (shape [n] or e.g. [1, n]), owned by the model. */
+static k3_status model_vec(k3_model *m, const char *name, int n, float **out) {
+    k3_status st = read_f32(m, name, n, 0, out);
+    if (st) return st;
+    if ((st = own(m, *out))) {
+        free(*out);
+        return st;
+    }
+    m->bytes_resident += (uint64_t)n * sizeof(float);
+    return K3_OK;
+}
+
+/* Take ownership of w (rows x cols f32, from k3_aligned_alloc) as a matrix of the given bits:
+ * the load-time quantization point (32: f32 as is; 8: Q_I8; 4: Q_I4, quant.c). */
+static k3_status matrix_from_f32(k3_model *m, const char *name, float *w, int rows, int cols,
+                                 int bits, qmat *out) {
+    k3_status st;
+    if (bits == 32) {
+        if ((st = own(m, w))) {
+            free(w);
+            return st;
+        }
+        m->bytes_resident += q_wbytes(Q_F32, rows, cols);
+        *out = (qmat){.type = Q_F32, .rows = rows, .cols = cols, .w = w};
+        return K3_OK;
+    }
+    int type = bits == 8 ? Q_I8 : Q_I4;
+    st       = qmat_quantize(out, type, w, rows, cols);
+    free(w);
+    if (st) {
+        k3_err_prefix("%s: tensor '%s'", m->dir, name);
+        return st;
+    }
+    if ((st = own(m, out->own))) {
+        qmat_free(out);
+        return st;
+    }
+    out->own = NULL; /* freed with the model's other allocations */
+    m->bytes_resident += q_wbytes(type, rows, cols) + q_sbytes(type, rows, cols);
+    return K3_OK;
+}
+
+/* ---- k3 containers (repack.h) and K3_MMAP ------------------------------------------------ */
+
+/* K3_MMAP=1 maps prepared tensors instead of copying them: refuse what would need conversion. */
+static k3_status refuse_map(const k3_model *m, const rp_form *f, int want) {
+    if (!m->map) return K3_OK;
+    return k3_err(K3_ERR_UNSUPPORTED, "%s: K3_MMAP=1: tensor '%s' is stored as %s but the engine needs %s (K3_BITS/K3_MLA_BITS/K3_HEAD_BITS): it would need conversion; use a container made with those bits (k3-repack) or unset K3_MMAP",
+                  m->dir, f->w->name, f->type < 0 ? st_dtype_name(f->w->dtype) : rp_type_name(f->type),
+                  rp_type_name(want));
+}
+
+/* The bytes of t used in place: mapped read-only (K3_MMAP=1) or read into an owned block. */
+static k3_status tensor_data(k3_model *m, const st_tensor *t, size_t align, const void **out) {
+    k3_status st;
+    if (m->map) {
+        if ((st = st_map(m->st, t, out))) return st;
+        if ((uintptr_t)*out % align)
+            return k3_err(K3_ERR_UNSUPPORTED, "%s: K3_MMAP=1: tensor '%s' is not %zu-byte aligned in %s; repack it with k3-repack",
+                          m->dir, t->name, align, st_shard_name(m->st, t->shard));
+        m->bytes_mapped += t->nbytes;
+        return K3_OK;
+    }
+    void *p = alloc_owned(m, t->nbytes);
+    if (!p) return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, t->name);
+    *out = p;
+    return st_read(m->st, t, p);
+}
+
+/* A stored matrix already in the engine's form (container I8/I4 with scales, or F32 at 32 bits)
+ * used in place. Scales (or F32 weights) are checked finite. */
+static k3_status matrix_view(k3_model *m, const rp_form *f, int rows, int cols, qmat *out) {
+    const void *w, *s = NULL;
+    k3_status   st;
+    if ((st = tensor_data(m, f->w, f->type == Q_F32 ? 4 : 1, &w))) return st;
+    if (f->s && (st = tensor_data(m, f->s, 4, &s))) return st;
+    const st_tensor *c = f->s ? f->s : f->w;
+    if ((st = check_finite(m, c->name, f->s ? s : w, (size_t)(c->nbytes / 4)))) return st;
+    *out = (qmat){.type = f->type, .rows = rows, .cols = cols, .w = w, .s = s};
+    progress(m, f->w->name, f->w->nbytes + (f->s ? f->s->nbytes : 0));
+    return K3_OK;
+}
+
+/* A container matrix decoded to f32 (for a different K3_*BITS: dequantize, then quantize again
+ * with quant.c). Returns an aligned block the caller owns. */
+static k3_status container_to_f32(k3_model *m, const rp_form *f, int rows, int cols, float **out) {
+    void     *w = k3_aligned_alloc(64, f->w->nbytes), *s = k3_aligned_alloc(64, f->s->nbytes);
+    float    *x = k3_aligned_alloc(64, (size_t)rows * cols * sizeof(float));
+    k3_status st = K3_OK;
+    if (!w || !s || !x) st = k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, f->w->name);
+    if (!st && !(st = st_read(m->st, f->w, w)) && !(st = st_read(m->st, f->s, s)) &&
+        !(st = check_finite(m, f->s->name, s, f->s->nbytes / 4))) {
+        qmat q = {.type = f->type, .rows = rows, .cols = cols, .w = w, .s = s};
+        for (int r = 0; r < rows; r++) qmat_dequant_row(&q, r, x + (size_t)r * cols);
+        progress(m, f->w->name, f->w->nbytes + f->s->nbytes);
+    }
+    free(w);
+    free(s);
+    if (st) free(x);
+    else *out = x;
+    return st;
+}
+
+/* A weight matrix [rows, cols] read, checked and converted: used in place when stored in the
+ * engine's form (k3 container at these bits), else quantized at load (matrix_from_f32). */
+static k3_status model_matrix(k3_model *m, const char *name, int rows, int cols, int bits, qmat *out) {
+    rp_form   f;
+    k3_status st   = rp_matrix_form(m->st, name, rows, cols, &f);
+    int       want = rp_bits_type(bits);
+    if (st) return st;
+    if (f.type == want && (f.type != Q_F32 || m->map)) return matrix_view(m, &f, rows, cols, out);
+    if (f.type != want && (st = refuse_map(m, &f, want))) return st;
+    float *w;
+    if (f.type == Q_I8 || f.type == Q_I4) st = container_to_f32(m, &f, rows, cols, &w);
+    else st = read_f32(m, name, (int64_t)rows * cols, 0, &w);
+    if (st) return st;
+    return matrix_from_f32(m, name, w, rows, cols, bits, out);
+}
+
+/* AttnRes weight nw ⊙ pw, kept in double. */
+static k3_status model_mixw(k3_model *m, const char *norm, const char *proj, double **out) {
+    int       D = m->cfg.hidden;
+    float    *a = NULL, *b = NULL;
+    k3_status st;
+    if ((st = read_f32(m, norm, D, 0, &a)) || (st = read_f32(m, proj, D, 0, &b))) goto fail;
+    double *w = alloc_owned(m, (size_t)D * sizeof(double));
+    if (!w) {
+        st = k3_err(K3_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < D; i++)
+        w[i] = (double)a[i] * (double)b[i];
+    *out = w;
+fail:
+    free(a);
+    free(b);
+    return st;
+}
+
+/* ==== layers ================================================================ */
+
+static const char *lname(char *buf, size_t n, int l, const char *what) {
+    snprintf(buf, n, "model.layers.%d.%s", l, what);
+    return buf;
+}
+#define LN(what) lname(nb, sizeof nb, l, what)
+
+static k3_status load_mlp(k3_model *m, int l, const char *pfx, int inter, mlp_weights *w) {
+    int       D = m->cfg.hidden, bits = m->par.bits;
+    char      nb[256], nm[200];
+    k3_status st;
+    snprintf(nm, sizeof nm, "%s.gate_proj.weight", pfx);
+    if ((st = model_matrix(m, LN(nm), inter, D, bits, &w->gate))) return st;
+    snprintf(nm, sizeof nm, "%s.up_proj.weight", pfx);
+    if ((st = model_matrix(m, LN(nm), inter, D, bits, &w->up))) return st;
+    snprintf(nm, sizeof nm, "%s.down_proj.weight", pfx);
+    return model_matrix(m, LN(nm), D, inter, bits, &w->down);
+}
+
+static k3_status load_kda(k3_model *m, int l, kda_weights *w) {
+    const k3_config *c = &m->cfg;
+    int       D = c->hidden, H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k;
+    int       bits = m->par.bits;
+    char      nb[256];
+    k3_status st;
+    if ((st = model_matrix(m, LN("self_attn.q_proj.weight"), P, D, bits, &w->q)) ||
+        (st = model_matrix(m, LN("self_attn.k_proj.weight"), P, D, bits, &w->k)) ||
+        (st = model_matrix(m, LN("self_attn.v_proj.weight"), P, D, bits, &w->v)) ||
+        (st = model_matrix(m, LN("self_attn.g_proj.weight"), P, D, bits, &w->g)) ||
+        (st = model_matrix(m, LN("self_attn.o_proj.weight"), D, P, bits, &w->o)) ||
+        (st = model_matrix(m, LN("self_attn.f_a_proj.weight"), d, D, 32, &w->fa)) ||
+        (st = model_matrix(m, LN("self_attn.f_b_proj.weight"), P, d, 32, &w->fb)) ||
+        (st = model_matrix(m, LN("self_attn.b_proj.weight"), H, D, 32, &w->b))) /* f_a, f_b, b: f32 */
+        return st;
+    static const char *conv[3] = {"self_attn.q_conv1d.weight", "self_attn.k_conv1d.weight",
+                                  "self_attn.v_conv1d.weight"};
+    for (int i = 0; i < 3; i++)
+        if ((st = model_vec(m, LN(conv[i]), P * K, &w->conv[i]))) return st;
+    if ((st = model_vec(m, LN("self_attn.dt_bias"), P, &w->dt_bias)) ||
+        (st = model_vec(m, LN("self_attn.o_norm.weight"), d, &w->o_norm)))
+        return st;
+    /* A_log: per head, the first H values (spec section 3, Decision). */
+    float *alog;
+    if ((st = read_f32(m, LN("self_attn.A_log"), H, 1, &alog))) return st;
+    w->a = alloc_owned(m, (size_t)H * sizeof(float));
+    if (!w->a) {
+        free(alog);
+        return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    }
+    for (int h = 0; h < H; h++)
+        w->a[h] = (float)exp((double)alog[h]);
+    free(alog);
+    for (int h = 0; h < H; h++)
+        if (!isfinite(w->a[h]))
+            return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': exp(A_log[%d]) overflows", m->dir,
+                          LN("self_attn.A_log"), h);
+    return K3_OK;
+}
+
+/* kv_b of a k3 container (split per head, repack.h) used in place: uk_t[h] then uv[h]. */
+static k3_status kvb_view(k3_model *m, const rp_form *f, const rp_kvb *k, mla_weights *w) {
+    const void *wb, *sb = NULL;
+    k3_status   st;
+    const int   type = f->type;
+    if ((st = tensor_data(m, f->w, type == Q_F32 ? 4 : 1, &wb))) return st;
+    if (f->s && (st = tensor_data(m, f->s, 4, &sb))) return st;
+    const st_tensor *c = f->s ? f->s : f->w;
+    if ((st = check_finite(m, c->name, f->s ? sb : wb, (size_t)(c->nbytes / 4)))) return st;
+    w->uk_t = alloc_owned(m, (size_t)k->Hm * sizeof(qmat));
+    w->uv   = alloc_owned(m, (size_t)k->Hm * sizeof(qmat));
+    if (!w->uk_t || !w->uv) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    const size_t hw = rp_kvb_head_wbytes(type, k), hs = rp_kvb_head_sfloats(type, k);
+    const size_t wk = q_wbytes(type, k->kl, k->nope), sk = q_sbytes(type, k->kl, k->nope) / 4;
+    for (int h = 0; h < k->Hm; h++) {
+        const uint8_t *wh = (const uint8_t *)wb + (size_t)h * hw;
+        const float   *sh = sb ? (const float *)sb + (size_t)h * hs : NULL;
+        w->uk_t[h] = (qmat){.type = type, .rows = k->kl, .cols = k->nope, .w = wh, .s = sh};
+        w->uv[h]   = (qmat){.type = type, .rows = k->v, .cols = k->kl, .w = wh + wk, .s = sh ? sh + sk : NULL};
+    }
+    progress(m, f->w->name, f->w->nbytes + (f->s ? f->s->nbytes : 0));
+    return K3_OK;
+}
+
+/* kv_b of a k3 container decoded back to the release layout (Hm*(nope+v), kv_lora) in f32. */
+static k3_status kvb_split_to_f32(k3_model *m, const rp_form *f, const rp_kvb *k, float **out) {
+    const int kl = k->kl, nope = k->nope, hr = k->nope + k->v;
+    float    *x = k3_aligned_alloc(64, (size_t)k->Hm * hr * kl * sizeof(float));
+    float    *t = k3_aligned_alloc(64, (size_t)kl * sizeof(float));
+    int       was_map = m->map;
+    k3_status st = K3_OK;
+    mla_weights tmp = {0};
+    if (!x || !t) st = k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, f->w->name);
+    m->map = 0; /* read into owned blocks (freed with the model) */
+    if (!st) st = kvb_view(m, f, k, &tmp);
+    m->map = was_map;
+    for (int h = 0; !st && h < k->Hm; h++) {
+        float *rows = x + (size_t)h * hr * kl;
+        for (int i = 0; i < kl; i++) { /* uk_t row i = column i of the nope rows */
+            qmat_dequant_row(&tmp.uk_t[h], i, t);
+            for (int n = 0; n < nope; n++) rows[(size_t)n * kl + i] = t[n];
+        }
+        for (int r = 0; r < k->v; r++) qmat_dequant_row(&tmp.uv[h], r, rows + (size_t)(nope + r) * kl);
+    }
+    free(t);
+    if (st) free(x);
+    else *out = x;
+    return st;
+}
+
+static k3_status load_mla(k3_model *m, int l, mla_weights *w) {
+    const k3_config *c = &m->cfg;
+    int D = c->hidden, Hm = c->n_heads, ql = c->q_lora, kl = c->kv_lora;
+    int nope = c->nope, rope = c->rope, vd = c->v_dim, bits = m->par.mla_bits;
+    char      nb[256];
+    k3_status st;
+    if ((st = model_matrix(m, LN("self_attn.q_a_proj.weight"), ql, D, bits, &w->qa)) ||
+        (st = model_vec(m, LN("self_attn.q_a_layernorm.weight"), ql, &w->qa_norm)) ||
+        (st = model_matrix(m, LN("self_attn.q_b_proj.weight"), Hm * (nope + rope), ql, bits, &w->qb)) ||
+        (st = model_matrix(m, LN("self_attn.kv_a_proj_with_mqa.weight"), kl + rope, D, bits, &w->kva)) ||
+        (st = model_vec(m, LN("self_attn.kv_a_layernorm.weight"), kl, &w->kva_norm)) ||
+        (st = model_matrix(m, LN("self_attn.o_proj.weight"), D, Hm * vd, bits, &w->o)) ||
+        (st = model_matrix(m, LN("self_attn.g_proj.weight"), Hm * vd, D, bits, &w->g)))
+        return st;
+    /* kv_b (Hm*(nope+v), kv_lora), per head nope rows then v rows: split into the absorbed
+     * per-head matrices uk_t[h] = (nope rows)^T (kv_lora, nope) and uv[h] = v rows (v, kv_lora). */
+    const char *name = LN("self_attn.kv_b_proj.weight");
+    rp_kvb      kk   = {.Hm = Hm, .nope = nope, .v = vd, .kl = kl};
+    rp_form     f;
+    int         split, want = rp_bits_type(bits);
+    float      *kvb;
+    if ((st = rp_kvb_form(m->st, name, &kk, &f, &split))) return st;
+    if (split && f.type == want) return kvb_view(m, &f, &kk, w); /* k3 container: in place */
+    /* the release layout always needs the split below; a container at other bits is decoded */
+    if ((st = refuse_map(m, &f, want))) return st;
+    if (split) st = kvb_split_to_f32(m, &f, &kk, &kvb);
+    else st = read_f32(m, name, (int64_t)Hm * (nope + vd) * kl, 0, &kvb);
+    if (st) return st;
+    w->uk_t = alloc_owned(m, (size_t)Hm * sizeof(qmat));
+    w->uv   = alloc_owned(m, (size_t)Hm * sizeof(qmat));
+    if (!w->uk_t || !w->uv) {
+        st = k3_err(K3_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    for (int h = 0; h < Hm; h++) {
+        const float *rows = kvb + (size_t)h * (nope + vd) * kl;
+        float       *kt   = k3_aligned_alloc(64, (size_t)kl * nope * sizeof(float));
+        float       *vv   = k3_aligned_alloc(64, (size_t)vd * kl * sizeof(float));
+        if (!kt || !vv) {
+            free(kt);
+            free(vv);
+            st = k3_err(K3_ERR_NOMEM, "model: out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < kl; i++)
+            for (int n = 0; n < nope; n++)
+                kt[(size_t)i * nope + n] = rows[(size_t)n * kl + i];
+        memcpy(vv, rows + (size_t)nope * kl, (size_t)vd * kl * sizeof(float));
+        if ((st = matrix_from_f32(m, name, kt, kl, nope, bits, &w->uk_t[h]))) {
+            free(vv);
+            goto fail;
+        }
+        if ((st = matrix_from_f32(m, name, vv, vd, kl, bits, &w->uv[h]))) goto fail;
+    }
+fail:
+    free(kvb);
+    return st;
+}
+
+static k3_status load_moe(k3_model *m, int l, moe_weights *w) {
+    const k3_config *c = &m->cfg;
+    int D = c->hidden, E = c->n_experts, L = c->latent, bits = m->par.bits;
+    char      nb[256];
+    k3_status st;
+    if ((st = model_matrix(m, LN("block_sparse_moe.gate.weight"), E, D, 32, &w->router)) ||
+        (st = model_vec(m, LN("block_sparse_moe.gate.e_score_correction_bias"), E, &w->bias)) ||
+        (st = model_matrix(m, LN("block_sparse_moe.routed_expert_down_proj.weight"), L, D, bits, &w->down_lat)) ||
+        (st = model_matrix(m, LN("block_sparse_moe.routed_expert_up_proj.weight"), D, L, bits, &w->up_lat)) ||
+        (st = model_vec(m, LN("block_sparse_moe.routed_expert_norm.weight"), L, &w->lat_norm)) ||
+        (st = load_mlp(m, l, "block_sparse_moe.shared_experts", c->n_shared * c->moe_inter, &w->shared)))
+        return st;
+    return K3_OK; /* routed experts: the expert tier (experts.c) */
+}
+
+static k3_status load_layer(k3_model *m, int l) {
+    const k3_config *c = &m->cfg;
+    layer_weights   *w = &m->layers[l];
+    int              D = c->hidden;
+    char             nb[256], nb2[256];
+    k3_status        st;
+    w->kind  = c->layer_kind[l];
+    w->dense = l < c->first_dense;
+    if ((st = model_vec(m, LN("input_layernorm.weight"), D, &w->in_norm)) ||
+        (st = model_vec(m, LN("post_attention_layernorm.weight"), D, &w->post_norm)))
+        return st;
+    lname(nb2, sizeof nb2, l, "self_attention_res_proj.weight");
+    if ((st = model_mixw(m, LN("self_attention_res_norm.weight"), nb2, &w->attn_res_w))) return st;
+    lname(nb2, sizeof nb2, l, "mlp_res_proj.weight");
+    if ((st = model_mixw(m, LN("mlp_res_norm.weight"), nb2, &w->mlp_res_w))) return st;
+    if (w->kind == K3_LAYER_KDA) st = load_kda(m, l, &w->kda);
+    else if (w->kind == K3_LAYER_MLA) st = load_mla(m, l, &w->mla);
+    else return k3_err(K3_ERR_CONFIG, "%s: layer %d has no attention kind", m->dir, l);
+    if (st) return st;
+    return w->dense ? load_mlp(m, l, "mlp", c->inter, &w->mlp) : load_moe(m, l, &w->moe);
+}
+#undef LN
+
+/* ==== model API ============================================================== */
+
+/* Elements [i0, i0+n) of embedding row id, converted to f32. */
+static void embed_slice(const k3_model *m, int id, int i0, int n, float *out) {
+    size_t off = (size_t)id * m->cfg.hidden + i0;
+    switch (m->embed_dtype) {
+    case ST_F32: memcpy(out, (const float *)m->embed + off, (size_t)n * sizeof(float)); break;
+    case ST_BF16:
+        for (int i = 0; i < n; i++) out[i] = k3_bf16_to_f32(((const uint16_t *)m->embed)[off + i]);
+        break;
+    case ST_F16:
+        for (int i = 0; i < n; i++) out[i] = k3_f16_to_f32(((const uint16_t *)m->embed)[off + i]);
+        break;
+    default: K3_ASSERT(!"embed dtype");
+    }
+}
+
+void model_embed(const k3_model *m, int id, float *out) {
+    embed_slice(m, id, 0, m->cfg.hidden, out);
+}
+
+/* embed_tokens stays in its stored dtype (F32/F16/BF16); rows convert on lookup. */
+static k3_status load_embed(k3_model *m) {
+    const char      *name = "model.embed_tokens.weight";
+    k3_status        st   = K3_OK;
+    const st_tensor *t    = need(m, name, &st);
+    int              V = m->cfg.vocab, D = m->cfg.hidden;
+    if (!t) return st;
+    if (t->ndim != 2 || t->shape[0] != V || t->shape[1] != D ||
+        (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16))
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected F32/F16/BF16 [%d, %d]", m->dir,
+                      name, V, D);
+    const void *e; /* used as stored: mapped with K3_MMAP=1 */
+    m->embed_dtype = t->dtype;
+    if ((st = tensor_data(m, t, st_dtype_size(t->dtype), &e))) return st;
+    m->embed = e;
+    float buf[1024];
+    for (int v = 0; v < V; v++)
+        for (int i0 = 0; i0 < D; i0 += 1024) {
+            int n = D - i0 < 1024 ? D - i0 : 1024;
+            embed_slice(m, v, i0, n, buf);
+            for (int i = 0; i < n; i++)
+                if (!isfinite(buf[i]))
+                    return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': %s at element %lld", m->dir,
+                                  name, isnan(buf[i]) ? "NaN" : "inf",
+                                  (long long)v * D + i0 + i);
+        }
+    progress(m, name, t->nbytes);
+    return K3_OK;
+}
+
+static k3_status load_globals(k3_model *m) {
+    int       D = m->cfg.hidden, V = m->cfg.vocab;
+    k3_status st;
+    if ((st = load_embed(m)) ||
+        (st = model_vec(m, "model.norm.weight", D, &m->final_norm)) ||
+        (st = model_mixw(m, "model.output_attn_res_norm.weight", "model.output_attn_res_proj.weight",
+                         &m->out_res_w)))
+        return st;
+    return model_matrix(m, "lm_head.weight", V, D, m->par.head_bits, &m->lm_head);
+}
+
+static int env_set(const char *name) {
+    const char *v = getenv(name);
+    return v && *v;
+}
+
+/* A k3 container (k3-repack) brings its bits: K3_BITS / K3_MLA_BITS / K3_HEAD_BITS left unset
+ * keep them (the matrices are then used as stored); set explicitly they win, and matrices stored
+ * at other bits are dequantized and quantized again at load (e.g. K3_BITS=4 on an int8
+ * container). K3_MMAP=1 (mapped, read-only, no heap copy) is refused with the Vulkan tier. */
+static k3_status container_params(k3_model *m) {
+    rp_info   ci;
+    k3_status st = rp_info_load(m->dir, &ci);
+    if (st) return st;
+    if (ci.present) {
+        int set_b = env_set("K3_BITS");
+        if (!set_b) m->par.bits = ci.bits;
+        if (!env_set("K3_MLA_BITS")) m->par.mla_bits = set_b ? m->par.bits : ci.mla_bits;
+        if (!env_set("K3_HEAD_BITS")) m->par.head_bits = set_b ? m->par.bits : ci.head_bits;
+        K3_LOG_INFO("%s: k3 container (bits %d, MLA %d, head %d); running at %d/%d/%d", m->dir, ci.bits,
+                    ci.mla_bits, ci.head_bits, m->par.bits, m->par.mla_bits, m->par.head_bits);
+    }
+    if ((st = env_int("K3_MMAP", 0, 1, &m->map))) return st;
+    const char *vk = getenv("K3_VK");
+    if (m->map && vk && *vk && strcmp(vk, "0"))
+        return k3_err(K3_ERR_UNSUPPORTED, "K3_MMAP=1 with K3_VK=%s: the Vulkan tier uploads weights from heap copies; unset one of them",
+                      vk);
+    return K3_OK;
+}
+
+k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
+    *out = NULL;
+    k3_status st;
+    k3_model *m = calloc(1, sizeof *m);
+    if (!m) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    if (p) m->par = *p;
+    else if ((st = k3_params_default(&m->par))) goto fail;
+    if (m->par.chunk < 1 || m->par.max_ctx < 1) {
+        st = k3_err(K3_ERR_ARG, "k3_model_open: chunk %d and max_ctx %d must be >= 1", m->par.chunk,
+                    m->par.max_ctx);
+        goto fail;
+    }
+    if (!(m->dir = k3_strdup(dir))) {
+        st = k3_err(K3_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    if ((st = cfg_load(dir, &m->cfg))) goto fail;
+    if ((st = container_params(m))) goto fail;
+    if ((st = st_open(dir, &m->st))) goto fail;
+    if ((st = cfg_check_tensors(&m->cfg, m->st))) goto fail;
+    const k3_config *c = &m->cfg;
+    m->n_run = c->n_layers;
+    if (m->par.n_layers) {
+        if (m->par.n_layers > c->n_layers) {
+            st = k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", m->par.n_layers,
+                        c->n_layers);
+            goto fail;
+        }
+        m->n_run = m->par.n_layers;
+    }
+#ifdef _OPENMP
+    if (m->par.threads > 0) omp_set_num_threads(m->par.threads);
+#endif
+    /* The exact path (K3_BITS=32) computes the MXFP4 experts in float too, quantized paths use
+     * int8-activation dot products, unless K3_IDOT says otherwise. (A process-wide kernel
+     * setting: the model opened last decides.) */
+    if (!getenv("K3_IDOT")) kern_set_idot(m->par.bits != 32);
+    for (int i = 0; i < st_n_tensors(m->st); i++)
+        m->load_total += st_tensor_at(m->st, i)->nbytes;
+    if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers))) {
+        st = k3_err(K3_ERR_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    if ((st = load_globals(m))) goto fail;
+    for (int l = 0; l < m->n_run; l++)
+        if ((st = load_layer(m, l))) goto fail;
+    if ((st = ex_open(m, &m->tier))) goto fail;
+    if ((st = vkt_open(m, &m->vk))) goto fail;
+    K3_LOG_INFO("%s: %d layers (%d run), %.1f MB resident, %.1f MB mapped", dir, c->n_layers,
+                m->n_run, (double)m->bytes_resident / 1e6, (double)m->bytes_mapped / 1e6);
+    *out = m;
+    return K3_OK;
+fail:
+    k3_model_free(m);
+    return st;
+}
+
+void k3_model_free(k3_model *m) {
+    if (!m) return;
+    vkt_close(m->vk);
+    ex_close(m->tier);
+    for (int i = 0; i < m->n_owned; i++)
+        free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    if (m->st) st_close(m->st);
+    free(m->dir);
+    free(m);
+}
+
+void k3_model_get_info(const k3_model *m, k3_model_info *out) {
+    const k3_config *c = &m->cfg;
+    memset(out, 0, sizeof *out);
+    out->dir      = m->dir;
+    out->n_layers = c->n_layers;
+    out->hidden   = c->hidden;
+    out->vocab    = c->vocab;
+    for (int l = 0; l < c->n_layers; l++) {
+        out->n_kda += c->layer_kind[l] == K3_LAYER_KDA;
+        out->n_mla += c->layer_kind[l] == K3_LAYER_MLA;
+        out->n_dense += l < c->first_dense;
+    }
+    out->n_moe          = c->n_layers - out->n_dense;
+    out->n_experts      = c->n_experts;
+    out->n_active       = c->n_active;
+    out->max_ctx        = m->par.max_ctx;
+    out->eos_id         = c->eos_id;
+    out->gen_temp       = c->gen_temp;
+    out->gen_top_p      = c->gen_top_p;
+    out->bytes_resident = m->bytes_resident + (m->tier ? ex_resident_bytes(m->tier) : 0);
+}
+
+k3_status k3_model_set_expert_budget(k3_model *m, double gb) {
+    if (!(gb < 1e9)) return k3_err(K3_ERR_ARG, "expert budget %g GB: expected < 1e9", gb);
+    return ex_set_budget(m->tier, gb);
+}
+
+double k3_model_expert_budget(const k3_model *m) {
+    return ex_budget_gb(m->tier);
+}

@@ -1,0 +1,146 @@
+/* sample.c: next-token sampling from logits: greedy, temperature, top-k, min-p, top-p, seed.
+ *
+ * DESIGN
+ * temp <= 0 is greedy (the first maximum, NaN logits ignored). Otherwise the chain is
+ * temperature -> top-k -> softmax (double) -> min-p (p >= min_p * p_max) -> top-p (smallest
+ * prefix of the sorted distribution whose mass reaches top_p) -> renormalise -> one draw.
+ * Without any truncation no sort is needed: a single pass draws from the full softmax.
+ * The PRNG is our own xoshiro256** seeded through splitmix64, so a seed reproduces a run on
+ * every platform. Candidates are sorted by logit, ties by id, so the support is deterministic.
+ */
+#include "model-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct cand {
+    float   logit;
+    int32_t id;
+} cand;
+
+struct k3_sampler {
+    k3_sampler_params p;
+    uint64_t          rng[4]; /* xoshiro256** state */
+    cand             *c;      /* (cap) candidates   */
+    double           *prob;   /* (cap)              */
+    int               cap;
+};
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z          = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z          = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* Uniform double in [0, 1). */
+static double next_unit(uint64_t *s) {
+    return (double)(next_u64(s) >> 11) * 0x1.0p-53;
+}
+
+void k3_sampler_params_default(const k3_model *m, k3_sampler_params *p) {
+    p->temp  = m ? m->cfg.gen_temp : 1.0f;
+    p->top_p = m ? m->cfg.gen_top_p : 1.0f;
+    p->min_p = 0.0f;
+    p->top_k = 0;
+    p->seed  = 0;
+}
+
+k3_sampler *k3_sampler_new(const k3_sampler_params *p) {
+    k3_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    if (p) s->p = *p;
+    else k3_sampler_params_default(NULL, &s->p);
+    uint64_t x = s->p.seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
+    return s;
+}
+
+void k3_sampler_free(k3_sampler *s) {
+    if (!s) return;
+    free(s->c);
+    free(s->prob);
+    free(s);
+}
+
+static int cand_cmp(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static int32_t argmax(const float *l, int n) {
+    int32_t best = 0;
+    for (int i = 0; i < n; i++)
+        if (l[i] > l[best] || isnan(l[best])) best = i;
+    return best;
+}
+
+int32_t k3_sampler_sample(k3_sampler *s, const float *logits, int n) {
+    const k3_sampler_params *p = &s->p;
+    if (n <= 0 || !logits) return -1;
+    int32_t best = argmax(logits, n);
+    if (!(p->temp > 0) || isnan(logits[best])) return best;
+    const double inv_t = 1.0 / (double)p->temp, mx = (double)logits[best];
+    const int    trunc = (p->top_k > 0 && p->top_k < n) || p->top_p < 1.0f || p->min_p > 0.0f;
+
+    if (!trunc) { /* full softmax, one pass, no sort */
+        double sum = 0;
+        for (int i = 0; i < n; i++)
+            if (!isnan(logits[i])) sum += exp(((double)logits[i] - mx) * inv_t);
+        double r = next_unit(s->rng) * sum, acc = 0;
+        for (int i = 0; i < n; i++)
+            if (!isnan(logits[i]) && (acc += exp(((double)logits[i] - mx) * inv_t)) > r) return i;
+        return best;
+    }
+    if (s->cap < n) {
+        cand   *c = realloc(s->c, (size_t)n * sizeof *c);
+        double *q = c ? realloc(s->prob, (size_t)n * sizeof *q) : NULL;
+        if (c) s->c = c;
+        if (!q) return best; /* out of memory: degrade to greedy rather than fail a turn */
+        s->prob = q;
+        s->cap  = n;
+    }
+    /* min-p is a logit threshold: p/p_max >= min_p  <=>  (l - max)/T >= log(min_p) */
+    double lo = p->min_p > 0 ? mx + log((double)p->min_p) * (double)p->temp : -(double)INFINITY;
+    int    nc = 0;
+    for (int i = 0; i < n; i++)
+        if (!isnan(logits[i]) && (double)logits[i] >= lo) s->c[nc++] = (cand){logits[i], i};
+    qsort(s->c, (size_t)nc, sizeof *s->c, cand_cmp);
+    if (p->top_k > 0 && p->top_k < nc) nc = p->top_k;
+    double sum = 0;
+    for (int i = 0; i < nc; i++)
+        sum += s->prob[i] = exp(((double)s->c[i].logit - mx) * inv_t);
+    if (p->top_p < 1.0f) {
+        double acc = 0;
+        int    keep = 0;
+        while (keep < nc) {
+            acc += s->prob[keep++] / sum;
+            if (acc >= (double)p->top_p) break;
+        }
+        nc  = keep;
+        sum = 0;
+        for (int i = 0; i < nc; i++)
+            sum += s->prob[i];
+    }
+    double r = next_unit(s->rng) * sum, acc = 0;
+    for (int i = 0; i < nc; i++)
+        if ((acc += s->prob[i]) > r) return s->c[i].id;
+    return s->c[nc - 1].id;
+}

@@ -1,0 +1,355 @@
+/* session.c: the decode state and the engine API over it: feed (chunked prefill and decode),
+ * cancel, snapshots, statistics and the validation hooks (K3_LOGITS, K3_TRACE, K3_X0).
+ *
+ * DESIGN
+ * k3_session_feed() splits the ids into chunks of K3_CHUNK and runs each chunk layer-major
+ * (layers.c). A chunk is applied atomically: the layers write only uncommitted state (the KDA
+ * buffers 1-sel, MLA cache rows past pos), and commit() flips sel, advances pos and publishes
+ * the logits and hook rows. The cancel flag is checked before every chunk and between the
+ * layers of a chunk; an aborted chunk is simply never committed. Hook files receive rows at
+ * commit, so they always hold exactly the committed positions, in order.
+ */
+#include "model-impl.h"
+#include "vkt.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX2(a, b) ((a) > (b) ? (a) : (b))
+
+static k3_status nomem(void) {
+    return k3_err(K3_ERR_NOMEM, "session: out of memory");
+}
+
+static float *falloc(size_t n) {
+    float *p = k3_aligned_alloc(64, (n ? n : 1) * sizeof(float));
+    if (p) memset(p, 0, (n ? n : 1) * sizeof(float));
+    return p;
+}
+
+/* ==== new / free ============================================================= */
+
+static k3_status read_x0(k3_session *s, const char *path) {
+    int   D = s->m->cfg.hidden;
+    FILE *f = fopen(path, "rb");
+    if (!f) return k3_err(K3_ERR_IO, "K3_X0=%s: %s", path, strerror(errno));
+    k3_status st = K3_OK;
+    long      sz = -1;
+    if (fseek(f, 0, SEEK_END) == 0) sz = ftell(f);
+    rewind(f);
+    if (sz <= 0 || sz % ((long)D * 4)) {
+        st = k3_err(K3_ERR_FORMAT, "K3_X0=%s: %ld bytes, expected a positive multiple of %d "
+                    "(positions x hidden_size f32)", path, sz, D * 4);
+        goto done;
+    }
+    s->x0_rows = (int)(sz / ((long)D * 4));
+    if (!(s->x0 = falloc((size_t)sz / 4))) {
+        st = nomem();
+        goto done;
+    }
+    if (fread(s->x0, 4, (size_t)sz / 4, f) != (size_t)sz / 4)
+        st = k3_err(K3_ERR_IO, "K3_X0=%s: short read", path);
+done:
+    fclose(f);
+    return st;
+}
+
+k3_status k3_session_new(k3_model *m, k3_session **out) {
+    *out = NULL;
+    const k3_config *c = &m->cfg;
+    k3_session      *s = calloc(1, sizeof *s);
+    if (!s) return nomem();
+    s->m     = m;
+    s->chunk = m->par.chunk;
+    atomic_init(&s->cancel, 0);
+    const int C = s->chunk, D = c->hidden, T = m->par.max_ctx, V = c->vocab;
+    const int H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k;
+    const int Hm = c->n_heads, kl = c->kv_lora, qw = c->nope + c->rope, L = c->latent;
+    const int NB = (m->n_run + c->attn_res_block - 1) / c->attn_res_block;
+    k3_status st = K3_OK;
+
+    if (!(s->ls = calloc((size_t)c->n_layers, sizeof *s->ls))) goto oom;
+    for (int l = 0; l < m->n_run; l++) {
+        layer_state *ls = &s->ls[l];
+        if (c->layer_kind[l] == K3_LAYER_KDA) {
+            for (int i = 0; i < 2; i++)
+                if (!(ls->S[i] = falloc((size_t)P * d)) ||
+                    !(ls->tail[i] = falloc((size_t)3 * (K - 1) * P)))
+                    goto oom;
+        } else if (!(ls->c = falloc((size_t)T * kl)) || !(ls->kr = falloc((size_t)T * c->rope)))
+            goto oom;
+    }
+    /* W: the widest per-token projection any layer writes into t0..t5 */
+    int W = MAX2(MAX2(P, Hm * qw), MAX2(kl + c->rope, Hm * c->v_dim));
+    W     = MAX2(W, MAX2(MAX2(c->q_lora, c->n_experts), MAX2(c->n_shared * c->moe_inter, c->inter)));
+    W     = MAX2(W, MAX2(MAX2(D, L), c->moe_inter));
+    chunk_buf *b = &s->cb;
+    float    **tb[6] = {&b->t0, &b->t1, &b->t2, &b->t3, &b->t4, &b->t5};
+    for (int i = 0; i < 6; i++)
+        if (!(*tb[i] = falloc((size_t)C * W))) goto oom;
+    int gw = MAX2(MAX2(c->nope, kl), MAX2(L, H)), gw2 = MAX2(MAX2(c->v_dim, kl), L);
+    if (!(b->h = falloc((size_t)C * D)) || !(b->blocks = falloc((size_t)C * NB * D)) ||
+        !(b->x = falloc((size_t)C * D)) || !(b->xn = falloc((size_t)C * D)) ||
+        !(b->y = falloc((size_t)C * D)) || !(b->win = falloc((size_t)3 * (K - 1 + C) * P)) ||
+        !(b->hd = falloc((size_t)Hm * C * kl)) || !(b->hd2 = falloc((size_t)Hm * C * kl)) ||
+        !(b->gat = falloc((size_t)C * gw)) || !(b->gat2 = falloc((size_t)C * gw2)) ||
+        !(b->scores = falloc((size_t)Hm * T)) ||
+        !(b->moe_y = falloc((size_t)C * c->n_active * L)) ||
+        !(b->moe_w = falloc((size_t)C * c->n_active)) ||
+        !(b->moe_sel = calloc((size_t)C * c->n_active, sizeof(int))) ||
+        !(b->moe_tok = calloc((size_t)C * c->n_active, sizeof(int))) ||
+        !(b->moe_ids = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
+        !(b->moe_res = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
+        !(b->moe_resy = falloc((size_t)c->n_experts * L)) ||
+        !(b->logits = falloc((size_t)C * V)) || !(s->logits = falloc((size_t)V)) ||
+        !(s->dtmp = calloc((size_t)2 * P, sizeof(double))))
+        goto oom;
+    if (m->par.trace_path && !(b->trace = falloc((size_t)C * m->n_run * D))) goto oom;
+    if (m->par.logits_path && !(s->f_logits = fopen(m->par.logits_path, "wb"))) {
+        st = k3_err(K3_ERR_IO, "K3_LOGITS=%s: %s", m->par.logits_path, strerror(errno));
+        goto fail;
+    }
+    if (m->par.trace_path && !(s->f_trace = fopen(m->par.trace_path, "wb"))) {
+        st = k3_err(K3_ERR_IO, "K3_TRACE=%s: %s", m->par.trace_path, strerror(errno));
+        goto fail;
+    }
+    if (m->par.x0_path && (st = read_x0(s, m->par.x0_path))) goto fail;
+    s->stats.expert_gb_budget = k3_model_expert_budget(m);
+    *out = s;
+    return K3_OK;
+oom:
+    st = nomem();
+fail:
+    k3_session_free(s);
+    return st;
+}
+
+void k3_session_free(k3_session *s) {
+    if (!s) return;
+    if (s->ls)
+        for (int l = 0; l < s->m->cfg.n_layers; l++) {
+            layer_state *ls = &s->ls[l];
+            free(ls->S[0]);
+            free(ls->S[1]);
+            free(ls->tail[0]);
+            free(ls->tail[1]);
+            free(ls->c);
+            free(ls->kr);
+        }
+    free(s->ls);
+    chunk_buf *b = &s->cb;
+    void *bufs[] = {b->h, b->blocks, b->x, b->xn, b->y, b->t0, b->t1, b->t2, b->t3, b->t4, b->t5,
+                    b->win, b->hd, b->hd2, b->gat, b->gat2, b->scores, b->moe_y, b->moe_sel,
+                    b->moe_w, b->moe_tok, b->moe_ids, b->moe_res, b->moe_resy, b->logits, b->trace, s->logits, s->dtmp, s->x0};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        free(bufs[i]);
+    if (s->f_logits) fclose(s->f_logits);
+    if (s->f_trace) fclose(s->f_trace);
+    free(s);
+}
+
+/* Zero the committed state: position 0 of a new conversation. */
+void k3_session_reset(k3_session *s) {
+    const k3_config *c = &s->m->cfg;
+    const int        P = c->kda_heads * c->kda_head_dim;
+    for (int l = 0; l < s->m->n_run; l++) {
+        layer_state *ls = &s->ls[l];
+        if (ls->S[0]) {
+            memset(ls->S[ls->sel], 0, (size_t)P * c->kda_head_dim * sizeof(float));
+            memset(ls->tail[ls->sel], 0, (size_t)3 * (c->conv_k - 1) * P * sizeof(float));
+        }
+    }
+    s->pos         = 0;
+    s->have_logits = 0;
+    atomic_store(&s->cancel, 0);
+}
+
+int k3_session_pos(const k3_session *s) {
+    return s->pos;
+}
+
+const float *k3_session_logits(const k3_session *s) {
+    return s->have_logits ? s->logits : NULL;
+}
+
+void k3_session_cancel(k3_session *s) {
+    atomic_store(&s->cancel, 1);
+}
+
+/* ==== feed ==================================================================== */
+
+static k3_status write_rows(FILE *f, const char *var, const float *x, size_t n) {
+    if (fwrite(x, sizeof(float), n, f) != n || fflush(f))
+        return k3_err(K3_ERR_IO, "%s: write failed: %s", var, strerror(errno));
+    return K3_OK;
+}
+
+/* Apply the chunk: flip the KDA buffers, advance pos, publish logits and hook rows. */
+static k3_status commit(k3_session *s, int n, int t0) {
+    const k3_model *m = s->m;
+    const int       V = m->cfg.vocab, D = m->cfg.hidden;
+    for (int l = 0; l < m->n_run; l++)
+        if (s->ls[l].S[0]) s->ls[l].sel ^= 1;
+    s->pos += n;
+    memcpy(s->logits, s->cb.logits + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
+    s->have_logits = 1;
+    k3_status st   = K3_OK;
+    if (s->f_logits)
+        st = write_rows(s->f_logits, "K3_LOGITS", s->cb.logits + (size_t)t0 * V, (size_t)(n - t0) * V);
+    if (!st && s->f_trace)
+        st = write_rows(s->f_trace, "K3_TRACE", s->cb.trace, (size_t)n * m->n_run * D);
+    return st;
+}
+
+/* One chunk of n <= C tokens, layer-major; commits only if every layer ran. */
+static k3_status run_chunk(k3_session *s, const int32_t *ids, int n) {
+    const k3_model *m = s->m;
+    const int       D = m->cfg.hidden, V = m->cfg.vocab;
+    for (int t = 0; t < n; t++) {
+        float *h = s->cb.h + (size_t)t * D;
+        if (s->x0) memcpy(h, s->x0 + (size_t)(s->pos + t) * D, (size_t)D * sizeof(float));
+        else model_embed(m, ids[t], h);
+    }
+    for (int l = 0; l < m->n_run; l++) {
+        if (atomic_load(&s->cancel))
+            return k3_err(K3_ABORTED, "cancelled before layer %d of a %d-token chunk", l, n);
+        k3_status st = layer_forward(s, l, n);
+        if (st) return st;
+        if (s->cb.trace)
+            for (int t = 0; t < n; t++)
+                memcpy(s->cb.trace + ((size_t)t * m->n_run + l) * D, s->cb.h + (size_t)t * D,
+                       (size_t)D * sizeof(float));
+    }
+    /* lm_head for the last row only, or every row while K3_LOGITS is set */
+    int t0 = s->f_logits ? 0 : n - 1;
+    model_head(s, t0, n);
+    const float *lg = s->cb.logits + (size_t)(n - 1) * V;
+    for (int i = 0; i < V; i++)
+        if (!isfinite(lg[i]))
+            return k3_err(K3_ERR_NUMERIC, "logit %d at position %d is not finite", i, s->pos + n - 1);
+    return commit(s, n, t0);
+}
+
+k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
+    const k3_model *m = s->m;
+    atomic_store(&s->cancel, 0);
+    if (n < 0 || (n > 0 && !ids)) return k3_err(K3_ERR_ARG, "k3_session_feed: %d ids", n);
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->cfg.vocab)
+            return k3_err(K3_ERR_ARG, "token id %d (index %d) is outside 0..%d", (int)ids[i], i,
+                          m->cfg.vocab - 1);
+    if ((int64_t)s->pos + n > m->par.max_ctx)
+        return k3_err(K3_ERR_CONTEXT, "context full: %d tokens + %d new exceed K3_MAXT=%d",
+                      s->pos, n, m->par.max_ctx);
+    if (s->x0 && s->pos + n > s->x0_rows)
+        return k3_err(K3_ERR_ARG, "K3_X0=%s has %d rows, position %d needed", m->par.x0_path,
+                      s->x0_rows, s->pos + n - 1);
+    double    t   = k3_time();
+    int       pos = s->pos;
+    k3_status st  = K3_OK;
+    for (int i = 0; i < n && !st; i += s->chunk) {
+        int nc = n - i < s->chunk ? n - i : s->chunk;
+        st     = run_chunk(s, ids + i, nc);
+    }
+    if (st == K3_ABORTED) atomic_store(&s->cancel, 0);
+    t = k3_time() - t;
+    if (n > 1) {
+        s->stats.n_prefill += s->pos - pos;
+        s->stats.t_prefill += t;
+    } else {
+        s->stats.n_decode += s->pos - pos;
+        s->stats.t_decode += t;
+    }
+    return st;
+}
+
+/* ==== snapshots ================================================================ */
+
+struct k3_snapshot {
+    const k3_model *m;
+    int             pos, have_logits;
+    float          *data; /* logits (V), then per run layer: S, tail (KDA) or c, kr (MLA, pos rows) */
+};
+
+/* Walk the committed state in a fixed order: copy into (save) or out of (restore) buf. */
+static size_t state_copy(const k3_session *s, float *buf, int pos, int save) {
+    const k3_config *c = &s->m->cfg;
+    const int P = c->kda_heads * c->kda_head_dim, d = c->kda_head_dim;
+    size_t    off = 0;
+#define XFER(ptr, cnt)                                                                             \
+    do {                                                                                           \
+        size_t n_ = (size_t)(cnt);                                                                 \
+        if (buf) {                                                                                 \
+            if (save) memcpy(buf + off, (ptr), n_ * sizeof(float));                                \
+            else memcpy((ptr), buf + off, n_ * sizeof(float));                                     \
+        }                                                                                          \
+        off += n_;                                                                                 \
+    } while (0)
+    XFER(s->logits, c->vocab);
+    for (int l = 0; l < s->m->n_run; l++) {
+        layer_state *ls = &s->ls[l];
+        if (ls->S[0]) {
+            XFER(ls->S[ls->sel], (size_t)P * d);
+            XFER(ls->tail[ls->sel], (size_t)3 * (c->conv_k - 1) * P);
+        } else {
+            XFER(ls->c, (size_t)pos * c->kv_lora);
+            XFER(ls->kr, (size_t)pos * c->rope);
+        }
+    }
+#undef XFER
+    return off;
+}
+
+k3_status k3_session_save(const k3_session *s, k3_snapshot **out) {
+    k3_snapshot *snap = calloc(1, sizeof *snap);
+    if (!snap) return nomem();
+    size_t n = state_copy(s, NULL, s->pos, 1);
+    if (!(snap->data = malloc(n * sizeof(float)))) {
+        free(snap);
+        return nomem();
+    }
+    state_copy(s, snap->data, s->pos, 1);
+    snap->m           = s->m;
+    snap->pos         = s->pos;
+    snap->have_logits = s->have_logits;
+    *out              = snap;
+    return K3_OK;
+}
+
+k3_status k3_session_restore(k3_session *s, const k3_snapshot *snap) {
+    if (!snap || snap->m != s->m)
+        return k3_err(K3_ERR_ARG, "k3_session_restore: snapshot of another model");
+    state_copy(s, snap->data, snap->pos, 0);
+    s->pos         = snap->pos;
+    s->have_logits = snap->have_logits;
+    atomic_store(&s->cancel, 0);
+    return K3_OK;
+}
+
+void k3_snapshot_free(k3_snapshot *snap) {
+    if (!snap) return;
+    free(snap->data);
+    free(snap);
+}
+
+/* ==== statistics ================================================================ */
+
+void k3_session_stats(const k3_session *s, k3_stats *out) {
+    *out                  = s->stats;
+    out->expert_gb_budget = k3_model_expert_budget(s->m);
+    vkt_stats vs;
+    vkt_get_stats(s->m->vk, &vs);
+    out->vk_hits    = vs.hits;
+    out->vk_used    = vs.used;
+    out->vk_budget  = vs.budget;
+    out->vk_experts = vs.experts;
+}
+
+void k3_session_reset_stats(k3_session *s) {
+    double budget = s->stats.expert_gb_budget;
+    memset(&s->stats, 0, sizeof s->stats);
+    s->stats.expert_gb_budget = budget;
+}

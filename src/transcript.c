@@ -1,0 +1,952 @@
+/* transcript.c: conversation files: JSON Lines transcripts (save, load, autosave) and
+ * the Markdown export. The format is documented in man/k3chat.5.
+ *
+ * DESIGN
+ * Line 1 is a header object (format, version, k3chat version, model, settings); then one
+ * object per message in the OpenAI chat shape (role, content, reasoning_content) with
+ * k3chat's extras (interrupted, token_ids, stats). All JSON goes through jansson.
+ * A file without the header (messages from the first line on) is read with default
+ * settings, so chat logs from other tools load too.
+ *
+ * Durability: a file on disk is always a valid transcript.
+ *   - Whole files (/save, export, the first autosave, autosave rewrites after an edit) go
+ *     to a temporary file in the same directory, fsync, rename over the target, fsync the
+ *     directory: a crash leaves the old file or the new one, never a mix.
+ *   - Autosave appends all the lines of a turn with ONE write(2) to an O_APPEND file and
+ *     then fsync. A failed write we see (disk full) is cut back with ftruncate. One we do
+ *     not see (SIGKILL stops a large write between pages; power loss) leaves a prefix of
+ *     the turn's lines, so the reader ignores a final line that has no newline and is not
+ *     valid JSON, and says so: the file still holds every turn completed before.
+ *   - Failures (full disk, unwritable directory) come back as K3_ERR_IO naming the path
+ *     and errno; nothing in memory changes, and the next autosave retries.
+ * Loading parses into a scratch conversation and swaps it in only when the whole file
+ * is good, so a malformed file (reported as "FILE:LINE: what") leaves memory untouched.
+ */
+#include "conv-impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TRANSCRIPT_FORMAT  "k3chat-transcript"
+#define TRANSCRIPT_VERSION 1
+#define TRANSCRIPT_MAX     (1u << 30) /* bytes: refuse larger files */
+#define JSON_FLAGS         (JSON_COMPACT | JSON_REAL_PRECISION(9))
+
+/* ==== growable byte buffer ================================================= */
+
+typedef struct sbuf {
+    char  *p; /* (n, cap) */
+    size_t n, cap;
+    int    oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n) {
+    if (b->oom)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 1024;
+        while (nc < b->n + n + 1)
+            nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void sb_str(sbuf *b, const char *s) {
+    sb_add(b, s, strlen(s));
+}
+
+static void sb_fmt(sbuf *b, const char *fmt, ...) K3_PRINTF(2, 3);
+static void sb_fmt(sbuf *b, const char *fmt, ...) {
+    char    tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        sb_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* Appends j as one compact line (j is consumed). */
+static void sb_json_line(sbuf *b, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_FLAGS) : NULL;
+    json_decref(j);
+    if (!s) {
+        b->oom = 1;
+        return;
+    }
+    sb_str(b, s);
+    sb_add(b, "\n", 1);
+    free(s);
+}
+
+/* ==== JSON building ========================================================== */
+
+/* Float settings are stored as floats; print them with their shortest decimal. */
+static json_t *jfloat(float f) {
+    char tmp[32];
+    snprintf(tmp, sizeof tmp, "%.7g", (double)f);
+    return json_real(strtod(tmp, NULL));
+}
+
+static json_t *jseed(uint64_t seed) {
+    if (seed <= (uint64_t)INT64_MAX)
+        return json_integer((json_int_t)seed);
+    char tmp[24];
+    snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)seed);
+    return json_string(tmp);
+}
+
+static json_t *header_json(const k3_conv *c) {
+    char      when[32] = "";
+    time_t    now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const k3_conv_settings *s = &c->set;
+    json_t *set = json_pack("{s:o, s:o, s:o, s:i, s:o, s:b, s:s, s:i, s:i, s:i, s:i}",
+                            "temperature", jfloat(s->sampling.temp), "top_p", jfloat(s->sampling.top_p),
+                            "min_p", jfloat(s->sampling.min_p), "top_k", s->sampling.top_k,
+                            "seed", jseed(s->sampling.seed), "think", s->think, "effort", s->effort,
+                            "max_tokens", s->max_tokens, "bits", c->bits, "mla_bits", c->mla_bits,
+                            "head_bits", c->head_bits);
+    json_t *model = json_pack("{s:s?, s:s?}", "dir", c->model_dir,
+                              "config_fnv64", c->config_fnv64[0] ? c->config_fnv64 : NULL);
+    return json_pack("{s:s, s:i, s:s, s:s, s:o?, s:o?}", "format", TRANSCRIPT_FORMAT, "version",
+                     TRANSCRIPT_VERSION, "k3chat", k3_version(), "created", when, "model", model,
+                     "settings", set);
+}
+
+static json_t *stats_json(const k3_turn_stats *t) {
+    json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:b, s:s}", "prompt_tokens",
+                          t->n_prompt, "cached_tokens", t->n_cached, "prefill_tokens", t->n_prefill,
+                          "completion_tokens", t->n_gen, "think_tokens", t->n_think, "prefill_s", t->t_prefill,
+                          "decode_s", t->t_gen, "ttft_s", t->ttft, "think_s", t->t_think, "tok_s", t->tok_s,
+                          "think", t->think, "stop", k3_stop_str(t->stop));
+    if (o && t->has_sampling) {
+        const k3_sampler_params *p = &t->sampling;
+        json_t *x = json_pack("{s:o, s:o, s:o, s:i, s:o}", "temperature", jfloat(p->temp), "top_p", jfloat(p->top_p),
+                              "min_p", jfloat(p->min_p), "top_k", p->top_k, "seed", jseed(p->seed));
+        if (!x || json_object_update(o, x)) {
+            json_decref(o);
+            o = NULL;
+        }
+        json_decref(x);
+    }
+    return o;
+}
+
+static json_t *msg_json(const k3_msg *m) {
+    json_t *o = json_pack("{s:s, s:s}", "role", conv_role_str(m->role), "content", m->content);
+    if (!o)
+        return NULL;
+    int bad = 0;
+    if (m->reasoning)
+        bad |= json_object_set_new(o, "reasoning_content", json_string(m->reasoning));
+    if (m->interrupted)
+        bad |= json_object_set_new(o, "interrupted", json_true());
+    if (m->ids && m->n_ids > 0) {
+        json_t *a = json_array();
+        for (int i = 0; a && i < m->n_ids; i++)
+            bad |= json_array_append_new(a, json_integer(m->ids[i]));
+        bad |= json_object_set_new(o, "token_ids", a);
+    }
+    if (m->has_stats)
+        bad |= json_object_set_new(o, "stats", stats_json(&m->stats));
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The whole file: header + messages [0, n). */
+static void transcript_text(const k3_conv *c, sbuf *b) {
+    sb_json_line(b, header_json(c));
+    for (int i = 0; i < c->n_msgs; i++)
+        sb_json_line(b, msg_json(&c->msgs[i]));
+}
+
+/* ==== durable writes ======================================================= */
+
+static k3_status io_err(const char *path, const char *what, int e) {
+    return k3_err(K3_ERR_IO, "%s: %s: %s (errno %d)", path, what, strerror(e), e);
+}
+
+static k3_status write_all(int fd, const char *p, size_t n, const char *path) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return io_err(path, "write failed", errno);
+        if (w == 0)
+            return io_err(path, "write failed", ENOSPC);
+        p += w;
+        n -= (size_t)w;
+    }
+    return K3_OK;
+}
+
+static k3_status fsync_dir_of(const char *path) {
+    char       *d = k3_strdup(path);
+    if (!d)
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
+    char *slash = strrchr(d, '/');
+    if (slash == d)
+        d[1] = 0;
+    else if (slash)
+        *slash = 0;
+    else
+        strcpy(d, ".");
+    k3_status st = K3_OK;
+    int       fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        st = io_err(d, "cannot open directory to sync it", errno);
+    else if (fsync(fd) != 0 && errno != EINVAL)
+        st = io_err(d, "fsync of directory failed", errno);
+    if (fd >= 0)
+        close(fd);
+    free(d);
+    return st;
+}
+
+/* Replaces path with the n bytes of p: temp file, fsync, rename, fsync dir. */
+static k3_status atomic_write(const char *path, const char *p, size_t n) {
+    size_t    tl = strlen(path) + 32;
+    char     *tmp = k3_malloc(tl);
+    k3_status st = K3_OK;
+    if (!tmp)
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(tmp, tl, "%s.tmp-XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        st = io_err(path, "cannot create a temporary file next to it", errno);
+        free(tmp);
+        return st;
+    }
+    if (fchmod(fd, 0600) != 0) { /* conversations are private */
+        st = io_err(tmp, "chmod failed", errno);
+        goto fail;
+    }
+    if ((st = write_all(fd, p, n, path)))
+        goto fail;
+    if (fsync(fd) != 0) {
+        st = io_err(tmp, "fsync failed", errno);
+        goto fail;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        st = io_err(tmp, "close failed", errno);
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        st = io_err(path, "rename of the temporary file failed", errno);
+        goto fail;
+    }
+    free(tmp);
+    return fsync_dir_of(path);
+fail:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    free(tmp);
+    return st;
+}
+
+/* Appends n bytes with one write; on failure the file is cut back to its old size. */
+static k3_status durable_append(const char *path, const char *p, size_t n) {
+    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0)
+        return io_err(path, "cannot open for appending", errno);
+    struct stat sb;
+    k3_status   st = K3_OK;
+    if (fstat(fd, &sb) != 0) {
+        st = io_err(path, "stat failed", errno);
+        goto done;
+    }
+    /* one write(2) normally; a short one is retried to learn why (ENOSPC, EFBIG, EIO) */
+    if ((st = write_all(fd, p, n, path))) {
+        if (ftruncate(fd, sb.st_size) != 0)
+            K3_LOG_WARN("%s: could not cut back a partial append: %s", path, strerror(errno));
+        goto done;
+    }
+    if (fsync(fd) != 0)
+        st = io_err(path, "fsync failed", errno);
+done:
+    close(fd);
+    return st;
+}
+
+static k3_status write_text_file(const char *path, const sbuf *b) {
+    if (b->oom)
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory building the file", path);
+    return atomic_write(path, b->p ? b->p : "", b->n);
+}
+
+k3_status k3_conv_save(const k3_conv *c, const char *path) {
+    sbuf b = {0};
+    transcript_text(c, &b);
+    k3_status st = write_text_file(path, &b);
+    free(b.p);
+    return st;
+}
+
+/* ==== autosave ============================================================= */
+
+static k3_status mkdir_p(char *dir) {
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p)
+            continue;
+        char save = *p;
+        *p = 0;
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+            k3_status st = io_err(dir, "cannot create directory", errno);
+            *p = save;
+            return st;
+        }
+        *p = save;
+        if (!save)
+            break;
+    }
+    return K3_OK;
+}
+
+/* Removes temporary files a killed k3chat left in dir (NAME.jsonl.tmp-XXXXXX, older than
+ * a minute so that another running k3chat's write in progress is never touched). */
+static void remove_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    time_t         now = time(NULL);
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".jsonl.tmp-"))
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+            now - sb.st_mtime > 60 && unlinkat(dirfd(d), e->d_name, 0) == 0)
+            K3_LOG_INFO("autosave: removed %s/%s, left by an interrupted write", dir, e->d_name);
+    }
+    closedir(d);
+}
+
+k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir) {
+    char *d = NULL;
+    if (dir) {
+        d = k3_strdup(dir);
+    } else {
+        const char *x = getenv("XDG_DATA_HOME"), *h = getenv("HOME");
+        size_t      n;
+        if (x && x[0] == '/') { /* the XDG spec ignores relative paths */
+            n = strlen(x) + sizeof "/k3chat";
+            if ((d = k3_malloc(n)))
+                snprintf(d, n, "%s/k3chat", x);
+        } else if (h && *h) {
+            n = strlen(h) + sizeof "/.local/share/k3chat";
+            if ((d = k3_malloc(n)))
+                snprintf(d, n, "%s/.local/share/k3chat", h);
+        } else {
+            return k3_err(K3_ERR_ARG, "autosave: neither XDG_DATA_HOME nor HOME is set");
+        }
+    }
+    if (!d)
+        return k3_err(K3_ERR_NOMEM, "autosave: out of memory");
+    free(c->autosave_dir);
+    c->autosave_dir = d;
+    c->autosave_on = 1;
+    remove_stale_temps(d);
+    return K3_OK;
+}
+
+const char *k3_conv_autosave_path(const k3_conv *c) {
+    return c->autosave_path;
+}
+
+const char *k3_conv_autosave_error(const k3_conv *c) {
+    return c->autosave_err[0] ? c->autosave_err : NULL;
+}
+
+/* A fresh file name in the autosave directory: YYYYmmdd-HHMMSS-PID[-N].jsonl (local time). */
+static char *new_autosave_name(const k3_conv *c) {
+    char      stamp[32] = "conversation";
+    time_t    now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm))
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    size_t n = strlen(c->autosave_dir) + 64;
+    char  *p = k3_malloc(n);
+    for (int k = 1; p && k < 1000; k++) {
+        if (k == 1)
+            snprintf(p, n, "%s/%s-%ld.jsonl", c->autosave_dir, stamp, (long)getpid());
+        else
+            snprintf(p, n, "%s/%s-%ld-%d.jsonl", c->autosave_dir, stamp, (long)getpid(), k);
+        if (access(p, F_OK) != 0)
+            return p;
+    }
+    free(p);
+    return NULL;
+}
+
+static int settings_equal(const k3_conv_settings *a, const k3_conv_settings *b) {
+    return a->think == b->think && !strcmp(a->effort, b->effort) && a->max_tokens == b->max_tokens &&
+           a->sampling.temp == b->sampling.temp && a->sampling.top_p == b->sampling.top_p &&
+           a->sampling.min_p == b->sampling.min_p && a->sampling.top_k == b->sampling.top_k &&
+           a->sampling.seed == b->sampling.seed;
+}
+
+static k3_status autosave_write(k3_conv *c) {
+    int has_turn = 0;
+    for (int i = 0; i < c->n_msgs; i++)
+        has_turn |= c->msgs[i].role != K3_ROLE_SYSTEM;
+    if (!has_turn && !c->autosave_path)
+        return K3_OK; /* nothing worth a file yet */
+    int       whole = !c->autosave_path || c->rewrite || !settings_equal(&c->set, &c->saved_set);
+    sbuf      b = {0};
+    k3_status st;
+    if (whole) {
+        if (!c->autosave_path) {
+            char *dir = k3_strdup(c->autosave_dir);
+            st = dir ? mkdir_p(dir) : k3_err(K3_ERR_NOMEM, "autosave: out of memory");
+            free(dir);
+            if (st)
+                return st;
+            char *p = new_autosave_name(c);
+            if (!p)
+                return k3_err(K3_ERR_IO, "%s: no free autosave file name", c->autosave_dir);
+            c->autosave_path = p;
+        }
+        transcript_text(c, &b);
+        st = write_text_file(c->autosave_path, &b);
+    } else {
+        for (int i = c->n_saved; i < c->n_msgs; i++)
+            sb_json_line(&b, msg_json(&c->msgs[i]));
+        st = b.oom ? k3_err(K3_ERR_NOMEM, "%s: out of memory", c->autosave_path)
+                   : b.n ? durable_append(c->autosave_path, b.p, b.n) : K3_OK;
+    }
+    free(b.p);
+    if (st)
+        return st;
+    c->n_saved = c->n_msgs;
+    c->rewrite = 0;
+    c->saved_set = c->set;
+    return K3_OK;
+}
+
+k3_status k3_conv_autosave(k3_conv *c) {
+    if (!c->autosave_on)
+        return K3_OK;
+    k3_status st = autosave_write(c);
+    if (st) {
+        snprintf(c->autosave_err, sizeof c->autosave_err, "%s", k3_errmsg());
+        K3_LOG_WARN("autosave: %s (the conversation is still in memory)", c->autosave_err);
+    } else {
+        c->autosave_err[0] = 0;
+    }
+    return st;
+}
+
+/* ==== loading ============================================================== */
+
+/* Returns the byte offset of the first invalid UTF-8 sequence in p[0,n), or -1. */
+static long utf8_invalid_at(const unsigned char *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = p[i];
+        size_t   len;
+        unsigned min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            len = 2, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+            len = 3, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+            len = 4, min = 0x10000;
+        } else {
+            return (long)i;
+        }
+        if (i + len > n)
+            return (long)i;
+        unsigned cp = c & (0x7fu >> len);
+        for (size_t k = 1; k < len; k++) {
+            if ((p[i + k] & 0xc0) != 0x80)
+                return (long)i;
+            cp = (cp << 6) | (p[i + k] & 0x3fu);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return (long)i;
+        i += len;
+    }
+    return -1;
+}
+
+/* Parsing context: file name and line for messages. */
+typedef struct lctx {
+    const char *path;
+    int         line;
+} lctx;
+
+#define LERR(L, ...) lerr((L), __VA_ARGS__)
+static k3_status lerr(const lctx *L, const char *fmt, ...) K3_PRINTF(2, 3);
+static k3_status lerr(const lctx *L, const char *fmt, ...) {
+    char    msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return k3_err(K3_ERR_FORMAT, "%s:%d: %s", L->path, L->line, msg);
+}
+
+static const char *jtype(const json_t *j) {
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+/* Typed getters: absent keys leave *out alone; a wrong type is an error naming the key. */
+static k3_status get_num(const lctx *L, json_t *o, const char *obj, const char *key, double *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return K3_OK;
+    if (!json_is_number(v))
+        return LERR(L, "%s\"%s\" is %s, expected a number", obj, key, jtype(v));
+    *out = json_number_value(v);
+    return K3_OK;
+}
+
+static k3_status get_int(const lctx *L, json_t *o, const char *obj, const char *key, long long lo,
+                         long long hi, int *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return K3_OK;
+    if (!json_is_integer(v))
+        return LERR(L, "%s\"%s\" is %s, expected an integer", obj, key, jtype(v));
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return LERR(L, "%s\"%s\" = %lld is outside %lld..%lld", obj, key, x, lo, hi);
+    *out = (int)x;
+    return K3_OK;
+}
+
+static k3_status get_bool(const lctx *L, json_t *o, const char *obj, const char *key, int *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return K3_OK;
+    if (!json_is_boolean(v))
+        return LERR(L, "%s\"%s\" is %s, expected true or false", obj, key, jtype(v));
+    *out = json_is_true(v);
+    return K3_OK;
+}
+
+static k3_status get_seed(const lctx *L, json_t *o, const char *obj, uint64_t *out) {
+    json_t *v = json_object_get(o, "seed");
+    if (!v)
+        return K3_OK;
+    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+        *out = (uint64_t)json_integer_value(v);
+        return K3_OK;
+    }
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        char       *end;
+        errno = 0;
+        unsigned long long x = strtoull(s, &end, 10);
+        if (*s >= '0' && *s <= '9' && !*end && !errno) {
+            *out = x;
+            return K3_OK;
+        }
+    }
+    return LERR(L, "%s\"seed\" is %s, expected a non-negative integer", obj, jtype(v));
+}
+
+/* A string field: absent or null leaves *out alone; strings are copied. */
+static k3_status get_str(const lctx *L, json_t *o, const char *obj, const char *key, const char **out) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return K3_OK;
+    if (!json_is_string(v))
+        return LERR(L, "%s\"%s\" is %s, expected a string", obj, key, jtype(v));
+    *out = json_string_value(v);
+    return K3_OK;
+}
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        if ((st = (x)))                                                                            \
+            return st;                                                                             \
+    } while (0)
+
+static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info *info) {
+    k3_status   st;
+    const char *fmt = NULL;
+    json_t     *v = json_object_get(h, "version");
+    TRY(get_str(L, h, "", "format", &fmt));
+    if (!fmt || strcmp(fmt, TRANSCRIPT_FORMAT))
+        return LERR(L, "neither a k3chat transcript header (\"format\": \"%s\") nor a message (\"role\")",
+                    TRANSCRIPT_FORMAT);
+    if (!json_is_integer(v))
+        return LERR(L, "header \"version\" is %s, expected an integer", v ? jtype(v) : "missing");
+    if (json_integer_value(v) != TRANSCRIPT_VERSION)
+        return LERR(L, "unknown transcript version %lld (this k3chat reads version %d)",
+                    json_integer_value(v), TRANSCRIPT_VERSION);
+    const char *ver = NULL, *dir = NULL, *fp = NULL;
+    TRY(get_str(L, h, "header ", "k3chat", &ver));
+    json_t *model = json_object_get(h, "model");
+    if (model && !json_is_object(model))
+        return LERR(L, "header \"model\" is %s, expected an object", jtype(model));
+    if (model) {
+        TRY(get_str(L, model, "model.", "dir", &dir));
+        TRY(get_str(L, model, "model.", "config_fnv64", &fp));
+    }
+    if (info) {
+        snprintf(info->version, sizeof info->version, "%s", ver ? ver : "");
+        snprintf(info->model_dir, sizeof info->model_dir, "%s", dir ? dir : "");
+        snprintf(info->config_fnv64, sizeof info->config_fnv64, "%s", fp ? fp : "");
+    }
+    json_t *s = json_object_get(h, "settings");
+    if (!s)
+        return K3_OK;
+    if (!json_is_object(s))
+        return LERR(L, "header \"settings\" is %s, expected an object", jtype(s));
+    k3_conv_settings *cs = &c->set;
+    double            temp = cs->sampling.temp, top_p = cs->sampling.top_p, min_p = cs->sampling.min_p;
+    const char       *effort = NULL;
+    TRY(get_num(L, s, "settings.", "temperature", &temp));
+    TRY(get_num(L, s, "settings.", "top_p", &top_p));
+    TRY(get_num(L, s, "settings.", "min_p", &min_p));
+    TRY(get_int(L, s, "settings.", "top_k", 0, INT_MAX, &cs->sampling.top_k));
+    TRY(get_seed(L, s, "settings.", &cs->sampling.seed));
+    TRY(get_bool(L, s, "settings.", "think", &cs->think));
+    TRY(get_str(L, s, "settings.", "effort", &effort));
+    TRY(get_int(L, s, "settings.", "max_tokens", 0, INT_MAX, &cs->max_tokens));
+    int bits = 0;
+    TRY(get_int(L, s, "settings.", "bits", 0, 64, &bits));
+    TRY(get_int(L, s, "settings.", "mla_bits", 0, 64, &bits));
+    TRY(get_int(L, s, "settings.", "head_bits", 0, 64, &bits));
+    if (effort) {
+        if (strlen(effort) >= sizeof cs->effort)
+            return LERR(L, "settings.\"effort\" '%s' is not low, high or max", effort);
+        strcpy(cs->effort, effort);
+    }
+    cs->sampling.temp = (float)temp;
+    cs->sampling.top_p = (float)top_p;
+    cs->sampling.min_p = (float)min_p;
+    if ((st = conv_check_settings(cs, "settings"))) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", k3_errmsg());
+        return LERR(L, "%s", msg);
+    }
+    return K3_OK;
+}
+
+static k3_status parse_stats(const lctx *L, json_t *s, k3_turn_stats *t) {
+    k3_status   st;
+    const char *stop = NULL;
+    if (!json_is_object(s))
+        return LERR(L, "\"stats\" is %s, expected an object", jtype(s));
+    TRY(get_int(L, s, "stats.", "prompt_tokens", 0, INT_MAX, &t->n_prompt));
+    TRY(get_int(L, s, "stats.", "cached_tokens", 0, INT_MAX, &t->n_cached));
+    TRY(get_int(L, s, "stats.", "prefill_tokens", 0, INT_MAX, &t->n_prefill));
+    TRY(get_int(L, s, "stats.", "completion_tokens", 0, INT_MAX, &t->n_gen));
+    TRY(get_int(L, s, "stats.", "think_tokens", 0, INT_MAX, &t->n_think));
+    TRY(get_num(L, s, "stats.", "prefill_s", &t->t_prefill));
+    TRY(get_num(L, s, "stats.", "decode_s", &t->t_gen));
+    TRY(get_num(L, s, "stats.", "ttft_s", &t->ttft));
+    TRY(get_num(L, s, "stats.", "think_s", &t->t_think));
+    TRY(get_num(L, s, "stats.", "tok_s", &t->tok_s));
+    double temp = -1, top_p = 1, min_p = 0;
+    TRY(get_num(L, s, "stats.", "temperature", &temp));
+    TRY(get_num(L, s, "stats.", "top_p", &top_p));
+    TRY(get_num(L, s, "stats.", "min_p", &min_p));
+    TRY(get_int(L, s, "stats.", "top_k", 0, INT_MAX, &t->sampling.top_k));
+    TRY(get_seed(L, s, "stats.", &t->sampling.seed));
+    if (temp >= 0) { /* the sampling this turn used is known */
+        if (!(temp <= 100 && top_p >= 0 && top_p <= 1 && min_p >= 0 && min_p <= 1))
+            return LERR(L, "stats: temperature %g / top_p %g / min_p %g out of range", temp, top_p, min_p);
+        t->sampling.temp = (float)temp;
+        t->sampling.top_p = (float)top_p;
+        t->sampling.min_p = (float)min_p;
+        t->has_sampling = 1;
+    }
+    TRY(get_bool(L, s, "stats.", "think", &t->think));
+    TRY(get_str(L, s, "stats.", "stop", &stop));
+    if (stop) {
+        static const k3_stop all[] = {K3_STOP_NONE, K3_STOP_EOS, K3_STOP_MAX_TOKENS, K3_STOP_CONTEXT,
+                                      K3_STOP_CANCEL, K3_STOP_ERROR};
+        size_t i = 0;
+        while (i < sizeof all / sizeof all[0] && strcmp(stop, k3_stop_str(all[i])))
+            i++;
+        if (i == sizeof all / sizeof all[0])
+            return LERR(L, "stats.\"stop\" '%s' is not eos, max_tokens, context, cancel or error", stop);
+        t->stop = all[i];
+    }
+    return K3_OK;
+}
+
+/* content: a string, null, or an array of {"type": "text", "text": ...} parts. */
+static k3_status parse_content(const lctx *L, json_t *v, sbuf *out) {
+    if (!v || json_is_null(v))
+        return K3_OK;
+    if (json_is_string(v)) {
+        sb_add(out, json_string_value(v), json_string_length(v));
+        return K3_OK;
+    }
+    if (!json_is_array(v))
+        return LERR(L, "\"content\" is %s, expected a string or an array of text parts", jtype(v));
+    size_t  i;
+    json_t *part;
+    json_array_foreach(v, i, part) {
+        const char *type = json_is_object(part) ? json_string_value(json_object_get(part, "type")) : NULL;
+        json_t     *text = json_is_object(part) ? json_object_get(part, "text") : NULL;
+        if (!type || strcmp(type, "text") || !json_is_string(text))
+            return LERR(L, "\"content\"[%zu] is not a {\"type\": \"text\", \"text\": ...} part%s", i,
+                        type && strcmp(type, "text") ? " (images and other media are not supported)" : "");
+        sb_add(out, json_string_value(text), json_string_length(text));
+    }
+    return K3_OK;
+}
+
+static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
+    k3_status   st;
+    const char *role = NULL;
+    json_t     *rv = json_object_get(o, "role");
+    if (!rv)
+        return LERR(L, "message has no \"role\"");
+    TRY(get_str(L, o, "", "role", &role));
+    if (!role)
+        return LERR(L, "\"role\" is null, expected \"system\", \"user\" or \"assistant\"");
+    k3_msg m = {0};
+    if (!strcmp(role, "system") || !strcmp(role, "developer"))
+        m.role = K3_ROLE_SYSTEM; /* developer is rendered as system (k3-chat.md) */
+    else if (!strcmp(role, "user"))
+        m.role = K3_ROLE_USER;
+    else if (!strcmp(role, "assistant"))
+        m.role = K3_ROLE_ASSISTANT;
+    else
+        return LERR(L, "role '%s' is not system, user or assistant%s", role,
+                    !strcmp(role, "tool") ? " (tool calls are not supported yet)" : "");
+    if (json_object_get(o, "tool_calls") && !json_is_null(json_object_get(o, "tool_calls")))
+        return LERR(L, "\"tool_calls\": tool calls are not supported yet");
+    sbuf text = {0};
+    if ((st = parse_content(L, json_object_get(o, "content"), &text)))
+        goto out;
+    /* reasoning: reasoning_content (ours, DeepSeek/vLLM), reasoning, thinking */
+    const char *reasoning = NULL;
+    static const char *const rkeys[] = {"reasoning_content", "reasoning", "thinking"};
+    for (size_t k = 0; k < 3 && !reasoning; k++)
+        if ((st = get_str(L, o, "", rkeys[k], &reasoning)))
+            goto out;
+    if (reasoning && m.role != K3_ROLE_ASSISTANT) {
+        st = LERR(L, "a %s message has reasoning; only assistant messages do", role);
+        goto out;
+    }
+    if ((st = get_bool(L, o, "", "interrupted", &m.interrupted)))
+        goto out;
+    json_t *stats = json_object_get(o, "stats");
+    if (stats) {
+        if ((st = parse_stats(L, stats, &m.stats)))
+            goto out;
+        m.has_stats = 1;
+    }
+    json_t *ids = json_object_get(o, "token_ids");
+    if (ids) {
+        if (!json_is_array(ids)) {
+            st = LERR(L, "\"token_ids\" is %s, expected an array of integers", jtype(ids));
+            goto out;
+        }
+        m.n_ids = (int)json_array_size(ids);
+        m.ids = k3_malloc((size_t)m.n_ids * sizeof *m.ids + 1);
+        if (!m.ids) {
+            st = k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
+            goto out;
+        }
+        for (int i = 0; i < m.n_ids; i++) {
+            json_t *x = json_array_get(ids, (size_t)i);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
+                st = LERR(L, "\"token_ids\"[%d] is %s, expected a token id (integer >= 0)", i, jtype(x));
+                goto out;
+            }
+            m.ids[i] = (int32_t)json_integer_value(x);
+        }
+    }
+    m.content = text.p ? text.p : (char *)(uintptr_t)"";
+    m.reasoning = (char *)(uintptr_t)reasoning;
+    st = text.oom ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line) : conv_push(c, &m);
+out:
+    free(text.p);
+    free(m.ids);
+    return st;
+}
+
+/* Parses one line (p[0,n), no newline) into c. Returns K3_ERR_FORMAT with the line. */
+static k3_status parse_line(const lctx *L, const char *p, size_t n, k3_conv *c, k3_load_info *info,
+                            int *json_syntax) {
+    *json_syntax = 0;
+    long bad = utf8_invalid_at((const unsigned char *)p, n);
+    if (bad >= 0) {
+        *json_syntax = 1;
+        return LERR(L, "invalid UTF-8 at byte %ld of the line (0x%02x)", bad + 1, (unsigned char)p[bad]);
+    }
+    json_error_t e;
+    json_t      *j = json_loadb(p, n, JSON_REJECT_DUPLICATES, &e);
+    if (!j) {
+        *json_syntax = 1;
+        return LERR(L, "invalid JSON at column %d: %s", e.column, e.text);
+    }
+    k3_status st;
+    if (!json_is_object(j))
+        st = LERR(L, "%s is %s, expected a JSON object", L->line == 1 ? "the header" : "the message",
+                  jtype(j));
+    else if (L->line == 1 && (json_object_get(j, "format") || !json_object_get(j, "role")))
+        st = parse_header(L, j, c, info);
+    else
+        st = parse_msg(L, j, c);
+    json_decref(j);
+    return st;
+}
+
+k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
+    k3_load_info tmp_info;
+    if (!info)
+        info = &tmp_info;
+    memset(info, 0, sizeof *info);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return io_err(path, "cannot open", errno);
+    sbuf      b = {0};
+    char      chunk[65536];
+    size_t    n;
+    k3_status st = K3_OK;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        sb_add(&b, chunk, n);
+        if (b.oom || b.n > TRANSCRIPT_MAX)
+            break;
+    }
+    int rerr = ferror(f);
+    fclose(f);
+    k3_conv *nc = k3_conv_new();
+    if (rerr)
+        st = k3_err(K3_ERR_IO, "%s: read failed", path);
+    else if (b.oom || !nc)
+        st = k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
+    else if (b.n > TRANSCRIPT_MAX)
+        st = k3_err(K3_ERR_FORMAT, "%s: larger than %u bytes, not a transcript", path, TRANSCRIPT_MAX);
+    else if (b.n == 0)
+        st = k3_err(K3_ERR_FORMAT, "%s:1: empty file, expected a k3chat transcript header", path);
+    if (st)
+        goto done;
+    lctx   L = {path, 0};
+    size_t pos = 0;
+    while (pos < b.n) {
+        L.line++;
+        char  *nl = memchr(b.p + pos, '\n', b.n - pos);
+        size_t end = nl ? (size_t)(nl - b.p) : b.n, len = end - pos;
+        if (len && b.p[pos + len - 1] == '\r')
+            len--;
+        int syntax;
+        if (len == 0 && L.line > 1) {
+            pos = end + 1;
+            continue; /* blank lines between messages are allowed */
+        }
+        st = len ? parse_line(&L, b.p + pos, len, nc, info, &syntax)
+                 : LERR(&L, "empty line, expected the transcript header");
+        if (st && !nl && syntax && L.line > 1) {
+            /* an interrupted append: keep everything before it, and say so */
+            K3_LOG_WARN("%s:%d: ignoring a torn final line (%s)", path, L.line, k3_errmsg());
+            info->torn_line = L.line;
+            st = K3_OK;
+        }
+        if (st)
+            goto done;
+        pos = end + 1;
+    }
+    info->n_messages = nc->n_msgs;
+    /* the whole file is good: swap it in; the autosave continues in a new file */
+    conv_swap_content(c, nc);
+    for (int i = 0; i < c->n_msgs; i++) /* later turns get seeds of their own */
+        c->n_turns_started += c->msgs[i].role == K3_ROLE_ASSISTANT;
+    free(c->autosave_path);
+    c->autosave_path = NULL;
+    c->n_saved = 0;
+    c->rewrite = 0;
+done:
+    k3_conv_free(nc);
+    free(b.p);
+    return st;
+}
+
+/* ==== Markdown export ======================================================= */
+
+static void md_stats(sbuf *b, const k3_msg *m) {
+    if (m->interrupted)
+        sb_str(b, "*(interrupted)*\n\n");
+    if (!m->has_stats)
+        return;
+    const k3_turn_stats *t = &m->stats;
+    sb_fmt(b, "<sub>%d tokens, %.1f tok/s, first token after %.2f s", t->n_gen, t->tok_s, t->ttft);
+    if (t->n_think)
+        sb_fmt(b, ", thought %.1f s", t->t_think);
+    sb_fmt(b, ", prompt %d tokens (%d cached)</sub>\n\n", t->n_prompt, t->n_cached);
+}
+
+k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
+    sbuf                    b = {0};
+    const k3_conv_settings *s = &c->set;
+    sb_str(&b, "# k3chat conversation\n\n");
+    sb_fmt(&b, "k3chat %s", k3_version());
+    if (c->model_dir) {
+        sb_str(&b, ", model `");
+        sb_str(&b, c->model_dir);
+        sb_str(&b, "`");
+    }
+    sb_fmt(&b, ", thinking %s (effort %s), temperature %g, top-p %g, seed %llu\n\n", s->think ? "on" : "off",
+           s->effort, (double)s->sampling.temp, (double)s->sampling.top_p,
+           (unsigned long long)s->sampling.seed);
+    for (int i = 0; i < c->n_msgs; i++) {
+        const k3_msg *m = &c->msgs[i];
+        static const char *const title[] = {"System", "User", "Assistant"};
+        sb_fmt(&b, "## %s\n\n", title[m->role]);
+        if (m->reasoning && *m->reasoning) {
+            sb_str(&b, "<details>\n<summary>Reasoning</summary>\n\n");
+            sb_str(&b, m->reasoning);
+            sb_str(&b, "\n\n</details>\n\n");
+        }
+        if (*m->content) {
+            sb_str(&b, m->content);
+            sb_str(&b, "\n\n");
+        }
+        md_stats(&b, m);
+    }
+    k3_status st = write_text_file(path, &b);
+    free(b.p);
+    return st;
+}

@@ -1,0 +1,54 @@
+/* vkt.h: the engine's Vulkan tier (implementation: vk-tier.c, built only with VK=1).
+ *
+ * DESIGN
+ * - At open, the shared experts of every MoE layer (the largest always-used dense slice) are
+ *   uploaded once; a decode step (one token) computes them on the device.
+ * - Routed experts: a fill-once tier. An expert the expert cache (experts.c) has just read into
+ *   RAM is offered to the device; at most K3_VK_UP uploads happen per forward step, until the
+ *   budget (K3_VK_GB, default: what the driver reports) is full. At decode, an expert already on
+ *   the device skips both the disk read and the CPU matmul. Chunked prefill computes on the
+ *   CPU (bit-identical chunking) but warms the tier.
+ * - Numerics: the shaders compute exact-float (f32 activations), i.e. the K3_IDOT=0 path of
+ *   the CPU kernels up to summation order.
+ * - K3_VK=0 off, K3_VK=1 on with any device (lavapipe included, for tests), unset: on only
+ *   for a real GPU (a CPU-emulated device would be slower than the CPU kernels).
+ * With VK=0 builds every function below is a no-op stub.
+ */
+#pragma once
+#include "k3-impl.h"
+#include "experts.h"
+
+struct k3_model;
+typedef struct vkt vkt;
+
+typedef struct vkt_stats {
+    uint64_t used, budget;   /* device bytes                        */
+    uint64_t hits;           /* routed experts computed on the device */
+    int      experts;        /* routed experts resident              */
+} vkt_stats;
+
+#if K3_VK
+/* NULL in *out (and K3_OK) when the tier is off or no device is usable (one notice). */
+k3_status vkt_open(struct k3_model *m, vkt **out);
+void      vkt_close(vkt *t);
+/* Shared experts of MoE layer l for one token: out (D) = shared(x). 0 when not resident. */
+int       vkt_shared(vkt *t, int l, const float *x, float *out);
+/* Of ids[n], move the device-resident experts to res[] (returns their count) and leave the
+ * others, in order, at the front of ids (*n updated). */
+int       vkt_split(vkt *t, int l, int *ids, int *n, int *res);
+/* Run resident experts res[nr] on latent z (L): out[i] (L) = expert res[i](z). */
+k3_status vkt_experts(vkt *t, int l, const int *res, int nr, const float *z, float *out);
+/* An expert just read into RAM: upload it if the step quota and the budget allow. */
+void      vkt_offer(vkt *t, int l, int e, const k3_expert *x);
+void      vkt_get_stats(const vkt *t, vkt_stats *out);
+#else
+static inline k3_status vkt_open(struct k3_model *m, vkt **out) { (void)m; *out = NULL; return K3_OK; }
+static inline void vkt_close(vkt *t) { (void)t; }
+static inline int vkt_shared(vkt *t, int l, const float *x, float *out) { (void)t; (void)l; (void)x; (void)out; return 0; }
+static inline int vkt_split(vkt *t, int l, int *ids, int *n, int *res) { (void)t; (void)l; (void)ids; (void)n; (void)res; return 0; }
+static inline k3_status vkt_experts(vkt *t, int l, const int *res, int nr, const float *z, float *out) {
+    (void)t; (void)l; (void)res; (void)nr; (void)z; (void)out; return K3_OK;
+}
+static inline void vkt_offer(vkt *t, int l, int e, const k3_expert *x) { (void)t; (void)l; (void)e; (void)x; }
+static inline void vkt_get_stats(const vkt *t, vkt_stats *out) { (void)t; *out = (vkt_stats){0}; }
+#endif

@@ -1,0 +1,47 @@
+#!/bin/sh
+# t-ab.sh: tools/k3-ab (A/B logits comparison) on a tiny generated model: identical settings
+# agree exactly, a quantized head differs measurably but keeps top-1, K3_CHUNK does not change
+# a bit (chunked prefill == token at a time), bad input is refused with exit 2.
+set -u
+AB="$K3_BUILD/k3-ab"
+MK="$K3_BUILD/k3-mkmodel"
+T="$K3_TMP"
+check() { # status desc
+    if [ "$1" -eq 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi
+}
+[ -x "$AB" ] && [ -x "$MK" ] || { echo "FAIL: k3-ab or k3-mkmodel not built"; exit 1; }
+"$MK" --quiet --preset tiny --layers 2 "$T/m" 2>"$T/err" || { echo "FAIL: k3-mkmodel: $(cat "$T/err")"; exit 1; }
+F='K3_BITS=32 K3_MLA_BITS=32 K3_HEAD_BITS=32 K3_IDOT=0'
+val() { sed -n 's/^AB .* '"$1"' \([^ ]*\).*/\1/p' "$2"; }
+
+"$AB" --random 12 "$T/m" "$F" "$F" >"$T/same" 2>"$T/err"
+check $? "identical settings: exit 0 ($(head -c 200 "$T/err"))"
+grep -q '^AB top1 1.0000 kl_mean 0.000e+00 kl_max 0.000e+00 maxerr 0 rel_l2 0.000e+00 n 12$' "$T/same"
+check $? "identical settings: top-1 1, KL 0, max error 0 ($(grep '^AB' "$T/same"))"
+
+"$AB" --random 12 "$T/m" "$F K3_CHUNK=32" "$F K3_CHUNK=1" >"$T/chunk" 2>&1
+grep -q 'maxerr 0 rel_l2 0.000e+00' "$T/chunk"
+check $? "f32: K3_CHUNK=32 vs 1 bit-identical ($(grep '^AB' "$T/chunk"))"
+"$AB" --random 12 "$T/m" "K3_CHUNK=32" "K3_CHUNK=1" >"$T/chunkq" 2>&1
+grep -q 'maxerr 0 rel_l2 0.000e+00' "$T/chunkq"
+check $? "defaults (int4/int8, IDOT): K3_CHUNK=32 vs 1 bit-identical ($(grep '^AB' "$T/chunkq"))"
+
+"$AB" --ids '1 5 9 200 7 7 3' "$T/m" "$F" "$F K3_HEAD_BITS=8" >"$T/head" 2>&1
+r=$(val rel_l2 "$T/head"); k=$(val kl_mean "$T/head")
+awk -v r="$r" -v k="$k" 'BEGIN { exit !(r > 1e-4 && r < 0.05 && k > 0 && k < 0.01) }'
+check $? "int8 head vs f32: small non-zero difference (rel_l2 $r, KL $k)"
+grep -q 'positions 7,' "$T/head"
+check $? "--ids: seven positions compared"
+
+printf 'The quick brown fox jumps over the lazy dog, twice: the quick brown fox.' >"$T/text"
+"$AB" --text "$T/text" --max 9 "$T/m" "$F" "$F K3_MLA_BITS=8" >"$T/txt" 2>&1
+grep -q 'positions 9,' "$T/txt" && grep -q '^AB top1' "$T/txt"
+check $? "--text: tokenized with the model's tokenizer, --max 9 keeps nine ($(grep '^positions' "$T/txt"))"
+
+"$AB" "$T/m" "$F" "K3_BITS=5" >"$T/bad" 2>&1
+[ $? -eq 1 ] && grep -q "K3_BITS" "$T/bad"
+check $? "invalid setting value: exit 1 naming the variable ($(head -c 200 "$T/bad"))"
+"$AB" "$T/m" "BITS=4" "" >"$T/bad" 2>&1
+check $(( $? != 2 )) "assignment without K3_ prefix: exit 2"
+"$AB" --ids '1 x' "$T/m" "" "" >"$T/bad" 2>&1
+check $(( $? != 2 )) "bad token id: exit 2"

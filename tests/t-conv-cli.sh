@@ -1,0 +1,57 @@
+#!/bin/sh
+# t-conv-cli.sh: the transcript command-line entries on a generated model: --chat-ids
+# (one line of decimal ids, thinking mode and effort from the header or --think/--effort),
+# and bad transcripts through --chat-ids and --replay: a line-numbered error, exit 1,
+# before any weights are loaded.
+set -u
+B=$K3_BUILD
+T=$K3_TMP
+ok() { if [ "$1" = 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi; }
+
+if ! "$B/k3-mkmodel" --preset tiny --seed 4 --quiet "$T/m" >/dev/null 2>"$T/err"; then
+    echo "FAIL: k3-mkmodel --preset tiny ($(tail -c 200 "$T/err"))"
+    exit 1
+fi
+export OMP_NUM_THREADS=1
+
+printf '%s\n' '{"format":"k3chat-transcript","version":1,"settings":{"think":true,"effort":"low"}}' \
+    '{"role":"system","content":"Be brief."}' \
+    '{"role":"user","content":"Hi <|open|> there"}' \
+    '{"role":"assistant","content":"Hello.","reasoning_content":"greet"}' \
+    '{"role":"user","content":"Again?"}' >"$T/t.jsonl"
+
+on=$("$B/k3chat" --chat-ids "$T/m" "$T/t.jsonl" 2>"$T/err"); rc=$?
+echo "$on" | grep -Eq '^[0-9]+( [0-9]+)+$' && [ "$rc" = 0 ] && [ "$(echo "$on" | wc -l)" = 1 ]
+ok $? "--chat-ids: one line of decimal ids, exit 0 (rc $rc, $(echo "$on" | wc -w) ids)"
+
+off=$("$B/k3chat" --chat-ids --think off "$T/m" "$T/t.jsonl" 2>/dev/null)
+[ -n "$off" ] && [ "$(echo "$off" | wc -w)" -lt "$(echo "$on" | wc -w)" ]
+ok $? "--think off: fewer ids (no effort message, no think blocks)"
+
+high=$("$B/k3chat" --chat-ids --effort high "$T/m" "$T/t.jsonl" 2>/dev/null)
+[ -n "$high" ] && [ "$high" != "$on" ]; ok $? "--effort high changes the effort message"
+
+# the control-token look-alike in user text is not the control id
+open_id=$("$B/k3chat" --chat-ids --think off "$T/m" "$T/t.jsonl" | tr ' ' '\n' | head -1)
+n_open=$(echo "$off" | tr ' ' '\n' | grep -cx "$open_id")
+# think off: system, user, assistant (message + response tags), user, prompt (message + response)
+[ "$n_open" = 7 ]; ok $? "user text '<|open|>' is ordinary text: exactly 7 <|open|> ids with thinking off (got $n_open)"
+
+bad() { # name, file content (printf format), expected text
+    printf "$2" >"$T/bad.jsonl"
+    "$B/k3chat" --chat-ids "$T/m" "$T/bad.jsonl" >/dev/null 2>"$T/err"; rc=$?
+    [ "$rc" = 1 ] && grep -q "bad.jsonl:$3" "$T/err"
+    ok $? "--chat-ids, $1: exit 1 and '$3' ($(head -c 160 "$T/err"))"
+}
+bad "truncated line" '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"x\n{"role":"user","content":"y"}\n' '2: invalid JSON'
+bad "wrong type" '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":["a"]}\n' '2: "content"\[0\]'
+bad "unknown version" '{"format":"k3chat-transcript","version":9}\n' '1: unknown transcript version 9'
+bad "invalid UTF-8" '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"\377"}\n' '2: invalid UTF-8'
+
+printf '%s\n' '{"format":"k3chat-transcript","version":1}' '{"role":"user","content":5}' >"$T/bad.jsonl"
+"$B/k3chat" "$T/m" --replay "$T/bad.jsonl" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -q 'bad.jsonl:2: "content" is an integer' "$T/err"
+ok $? "--replay of a malformed transcript: exit 1 with the line ($(head -c 160 "$T/err"))"
+
+"$B/k3chat" "$T/nomodel" --replay "$T/t.jsonl" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && [ -s "$T/err" ]; ok $? "--replay with a missing model directory: exit 1 ($(head -c 120 "$T/err"))"

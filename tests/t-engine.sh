@@ -1,0 +1,69 @@
+#!/bin/sh
+# t-engine.sh: the one-shot CLI contract `k3chat MODEL_DIR --ids "..."` on a generated model:
+# generated ids on one line of stdout (decimal, single spaces), --max-tokens honoured, greedy
+# and seeded sampling reproducible, K3_CHUNK not changing the output, bad input a clear error.
+set -u
+B=$K3_BUILD
+T=$K3_TMP
+ok() { if [ "$1" = 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi; }
+
+if ! "$B/k3-mkmodel" --preset tiny --seed 9 --quiet "$T/m" >/dev/null 2>"$T/err"; then
+    echo "FAIL: k3-mkmodel --preset tiny ($(tail -c 200 "$T/err"))"
+    exit 1
+fi
+export OMP_NUM_THREADS=1
+ids="5 17 300 42 42 7 1000 3 99 12 8 640 2 33 71 250 11 19 23 29 31 37 41 43 47 53 59 61 67 71 73 79 83 89"
+
+out=$("$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>"$T/err"); rc=$?
+echo "$out" | grep -Eq '^[0-9]+( [0-9]+){0,5}$'; ok $? "greedy --ids prints up to 6 ids on one line ('$out', rc $rc)"
+n=$(echo "$out" | wc -w)
+[ "$rc" = 0 ] && [ "$(echo "$out" | wc -l)" = 1 ]; ok $? "exit 0 and exactly one line of output ($n ids)"
+
+out1=$(K3_CHUNK=1 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+out5=$(K3_CHUNK=5 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+[ "$out" = "$out1" ] && [ "$out" = "$out5" ]; ok $? "K3_CHUNK=1 and 5 give the same greedy ids"
+
+s1=$("$B/k3chat" "$T/m" --ids "$ids" --max-tokens 8 --temp 0.9 --seed 5 2>/dev/null)
+s2=$("$B/k3chat" "$T/m" --ids "$ids" --max-tokens 8 --temp 0.9 --seed 5 2>/dev/null)
+[ -n "$s1" ] && [ "$s1" = "$s2" ]; ok $? "--temp 0.9 --seed 5 twice: identical ids ('$s1')"
+
+"$B/k3chat" "$T/m" --ids "1 2 999999" --max-tokens 2 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "999999" "$T/err"; ok $? "an id outside the vocabulary: non-zero exit naming it ($(head -c 120 "$T/err"))"
+
+"$B/k3chat" "$T/m" --ids "1 x 3" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 2 ] && grep -q -- "--ids" "$T/err"; ok $? "a malformed --ids is a usage error (exit $rc)"
+
+K3_MAXT=8 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 2 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_MAXT" "$T/err"; ok $? "a prompt over K3_MAXT: clear error ($(head -c 120 "$T/err"))"
+
+K3_CHUNK=0 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_CHUNK" "$T/err"; ok $? "K3_CHUNK=0 is rejected naming the variable"
+
+# validation hooks: shapes of the files and clear errors
+K3_BITS=32 K3_MLA_BITS=32 K3_HEAD_BITS=32 K3_LOGITS="$T/lg" K3_TRACE="$T/tr" K3_LAYERS=2 \
+    "$B/k3chat" "$T/m" --ids "1 2 3 4 5" --max-tokens 3 --temp 0 >/dev/null 2>"$T/err"; rc=$?
+vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$T/m/config.json" | head -1)
+hid=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$T/m/config.json" | head -1)
+[ "$rc" = 0 ] && [ "$(wc -c <"$T/lg")" = $((7 * vocab * 4)) ] && [ "$(wc -c <"$T/tr")" = $((7 * 2 * hid * 4)) ]
+ok $? "K3_LOGITS and K3_TRACE with K3_LAYERS=2: 5 prompt + 2 fed generated positions (vocab $vocab, hidden $hid)"
+head -c $((3 * hid * 4)) /dev/zero >"$T/x0"
+K3_X0="$T/x0" "$B/k3chat" "$T/m" --ids "1 2 3 4" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_X0" "$T/err"; ok $? "K3_X0 with 3 rows for 4 positions: clear error ($(head -c 100 "$T/err"))"
+head -c 10 /dev/zero >"$T/x0"
+K3_X0="$T/x0" "$B/k3chat" "$T/m" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_X0" "$T/err"; ok $? "K3_X0 of 10 bytes: clear error ($(head -c 100 "$T/err"))"
+K3_LAYERS=99 "$B/k3chat" "$T/m" --ids "1" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_LAYERS" "$T/err"; ok $? "K3_LAYERS beyond the model: clear error ($(head -c 100 "$T/err"))"
+
+# --prompt: chat encoder + output parser (response on stdout, think on stderr)
+p1=$("$B/k3chat" "$T/m" --prompt "Hello, who are you?" --think off --max-tokens 12 --temp 0 2>"$T/err"); rc=$?
+p2=$("$B/k3chat" "$T/m" --prompt "Hello, who are you?" --think off --max-tokens 12 --temp 0 2>/dev/null)
+[ "$rc" = 0 ] && [ -n "$p1" ] && [ "$p1" = "$p2" ]; ok $? "--prompt --think off --temp 0: exit 0, a response on stdout, reproducible (rc $rc)"
+"$B/k3chat" "$T/m" --prompt "Hello" --think on --max-tokens 12 --temp 0.7 --seed 3 >"$T/out" 2>"$T/err"; rc=$?
+[ "$rc" = 0 ] && [ $(($(wc -c <"$T/out") + $(wc -c <"$T/err"))) -gt 2 ]; ok $? "--prompt --think on: exit 0 and text on the two channels ($(wc -c <"$T/out") + $(wc -c <"$T/err") bytes)"
+"$B/k3chat" "$T/m" --prompt "Hello" --system "Be brief." --effort low --max-tokens 4 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 0 ]; ok $? "--prompt with --system and --effort low (rc $rc $(head -c 100 "$T/err"))"
+mkdir -p "$T/notok" && cp "$T/m"/*.json "$T/m"/*.safetensors "$T/notok/" 2>/dev/null
+"$B/k3chat" "$T/notok" --prompt "Hello" --max-tokens 2 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "tiktoken" "$T/err"; ok $? "--prompt without tiktoken.model: clear error ($(head -c 120 "$T/err"))"
+exit 0

@@ -1,0 +1,195 @@
+#!/bin/sh
+# t-repack.sh: build/k3-repack writes a k3 container (src/repack.h) that k3chat runs bit-identically
+# to load-time quantization of the source (hidden states and logits via K3_TRACE / K3_LOGITS,
+# compared with cmp), at 8 and 4 bits, with mixed classes, and with K3_MMAP=1; resume after a
+# kill -9 mid-shard; disjoint --shards runs; duplicate names; --verify-full; bad arguments and
+# a corrupt source; K3_BITS downcast and K3_MMAP refusals.
+set -u
+B=$K3_BUILD
+T=$K3_TMP
+RP="$B/k3-repack"
+ok() { if [ "$1" = 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi; }
+PY=/usr/bin/python3
+
+if ! "$B/k3-mkmodel" --preset tiny --seed 3 --quiet "$T/src" >/dev/null 2>"$T/err"; then
+    echo "FAIL: k3-mkmodel --preset tiny ($(tail -c 200 "$T/err"))"
+    exit 1
+fi
+ids="5 17 300 42 7 1000 3 99 12 8 640 2"
+
+# run DIR TAG [VAR=value...]: greedy ids, logits and trace of DIR into $T/TAG.{ids,l,t}
+run() {
+    d=$1; tag=$2; shift 2
+    env "$@" K3_LOGITS="$T/$tag.l" K3_TRACE="$T/$tag.t" "$B/k3chat" "$d" --ids "$ids" \
+        --max-tokens 4 --temp 0 >"$T/$tag.ids" 2>"$T/$tag.err"
+}
+same() { # tagA tagB: ids, logits and hidden states identical, all non-empty
+    [ -s "$T/$1.l" ] && [ -s "$T/$1.t" ] && cmp -s "$T/$1.ids" "$T/$2.ids" &&
+        cmp -s "$T/$1.l" "$T/$2.l" && cmp -s "$T/$1.t" "$T/$2.t"
+}
+repack() { # args...: k3-repack, stderr in $T/rp.err
+    "$RP" "$@" 2>"$T/rp.err"
+}
+
+# ---- bit identity ----------------------------------------------------------------------------
+repack "$T/src" "$T/c8" --bits 8; ok $? "repack --bits 8 ($(tail -n 1 "$T/rp.err" | cut -c 1-150))"
+repack "$T/src" "$T/c4" --bits 4 --jobs 2; ok $? "repack --bits 4 --jobs 2"
+repack "$T/src" "$T/cx" --bits 8 --mla-bits 4 --head-bits 32 --quiet; ok $? "repack --bits 8 --mla-bits 4 --head-bits 32"
+[ ! -s "$T/rp.err" ]; ok $? "--quiet prints nothing"
+
+run "$T/src" s8 K3_BITS=8 K3_MLA_BITS=8 K3_HEAD_BITS=8
+run "$T/c8" c8
+run "$T/c8" c8m K3_MMAP=1
+same s8 c8; ok $? "int8 container (bits unset) = source quantized at load with K3_BITS=8: ids, logits, hidden states ($(cat "$T/c8.ids"))"
+same s8 c8m; ok $? "int8 container with K3_MMAP=1: bit-identical too"
+run "$T/c8" c8e K3_BITS=8
+same s8 c8e; ok $? "int8 container with K3_BITS=8 set explicitly: bit-identical"
+
+run "$T/src" s4 K3_BITS=4 K3_MLA_BITS=4 K3_HEAD_BITS=4
+run "$T/c4" c4
+run "$T/c4" c4m K3_MMAP=1
+same s4 c4; ok $? "int4 container = source with K3_BITS=4 ($(cat "$T/c4.ids"))"
+same s4 c4m; ok $? "int4 container with K3_MMAP=1: bit-identical"
+! cmp -s "$T/s4.l" "$T/s8.l"; ok $? "4-bit and 8-bit logits differ (the comparison can fail)"
+
+run "$T/src" sx K3_BITS=8 K3_MLA_BITS=4 K3_HEAD_BITS=32
+run "$T/cx" cx
+run "$T/cx" cxm K3_MMAP=1
+same sx cx; ok $? "mixed container (8/MLA 4/head F32) = source with K3_BITS=8 K3_MLA_BITS=4 K3_HEAD_BITS=32"
+same sx cxm; ok $? "mixed container with K3_MMAP=1: bit-identical"
+
+"$B/k3-mkmodel" --preset tiny --seed 3 --single --no-prefix --quiet "$T/single" >/dev/null 2>&1 &&
+    repack "$T/single" "$T/cs" --bits 8 --quiet; rc=$?
+run "$T/cs" cs
+[ "$rc" = 0 ] && same s8 cs; ok $? "a single-file source without prefix (--single --no-prefix): container bit-identical too"
+
+# ---- container structure ---------------------------------------------------------------------
+cat >"$T/check.py" <<'EOF'
+import json, os, struct, sys
+d = sys.argv[1]
+def ok(c, m): print(("PASS: " if c else "FAIL: ") + m)
+cfg = json.load(open(os.path.join(d, "config.json")))
+kc = cfg.get("k3_container", {})
+ok(kc.get("version") == 1 and kc.get("bits") == 8 and kc.get("mla_bits") == 8, "config.json carries k3_container (version 1, bits 8)")
+idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+wm = idx["weight_map"]
+ok(not any(k.startswith(("vision_tower.", "mm_projector.")) or ".vision_tower." in k for k in wm), "no vision tensors in the index")
+ok(all(os.path.exists(os.path.join(d, f)) for f in set(wm.values())), "every indexed shard exists")
+total, order_ok, back_ok, align_ok, q_ok = 0, True, True, True, True
+for f in sorted(set(wm.values())):
+    b = open(os.path.join(d, f), "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    meta = h.pop("__metadata__")
+    if (8 + n) % 64: align_ok = False
+    if meta.get("k3.container") != "1": q_ok = False
+    ents = sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0])
+    for k, v in ents:
+        total += v["data_offsets"][1] - v["data_offsets"][0]
+        if v["dtype"] == "F32" and v["data_offsets"][0] % 4: align_ok = False
+        if k.endswith(".qs") and ("k3.q." + k[:-3]) not in meta: q_ok = False
+    ex = [(k, v) for k, v in ents if ".experts." in k]
+    ids = []
+    for k, v in ex:
+        parts = k.split(".")
+        i = parts.index("experts")
+        key = (int(parts[2]), int(parts[i + 1]))
+        if not ids or ids[-1] != key: ids.append(key)
+    if ids != sorted(ids) or len(ids) != len(set(ids)): order_ok = False
+    for a in range(0, len(ex), 6):  # six per expert, back to back
+        grp = ex[a:a + 6]
+        if len({g[0].split(".experts.")[1].split(".")[0] for g in grp}) != 1: back_ok = False
+        for p, q in zip(grp, grp[1:]):
+            if p[1]["data_offsets"][1] != q[1]["data_offsets"][0]: back_ok = False
+ok(total == idx["metadata"]["total_size"], "index total_size = sum of tensor bytes")
+ok(order_ok, "routed experts in (layer, id) order in every shard")
+ok(back_ok, "each expert's six tensors back to back")
+ok(align_ok, "data sections 64-byte aligned, every F32 tensor 4-byte aligned")
+ok(q_ok, "every shard's __metadata__ marks the container and describes each quantized matrix")
+EOF
+$PY "$T/check.py" "$T/c8"
+for f in tiktoken.model tokenizer_config.json generation_config.json; do
+    cmp -s "$T/src/$f" "$T/c8/$f" || { echo "FAIL: $f not copied"; }
+done
+echo "PASS: tokenizer and generation files copied"
+
+# ---- resume after kill -9 mid-shard ---------------------------------------------------------
+K3_REPACK_KILL_AT=3 "$RP" "$T/src" "$T/k8" --bits 8 >/dev/null 2>"$T/rp.err"; rc=$?
+n_partial=$(ls -a "$T/k8" | grep -c '\.partial$')
+[ "$rc" = 137 ] && [ "$n_partial" = 1 ] && [ ! -e "$T/k8/model.safetensors.index.json" ]
+ok $? "killed (SIGKILL) halfway through the 3rd shard: exit $rc, $n_partial partial file, no index"
+repack "$T/src" "$T/k8" --bits 8; rc=$?
+n_skip=$(grep -c "complete, skipped" "$T/rp.err")
+[ "$rc" = 0 ] && [ "$n_skip" = 2 ]; ok $? "rerun finishes, skipping the 2 completed shards (exit $rc, $n_skip skipped)"
+diff -r -x '.k3-repack.lock' "$T/c8" "$T/k8" >/dev/null && [ -z "$(ls -a "$T/k8" | grep '\.partial$')" ]
+ok $? "the resumed container equals a clean run, file for file, no partial left"
+
+# ---- disjoint --shards ------------------------------------------------------------------------
+repack "$T/src" "$T/p8" --bits 8 --shards 1-3; rc1=$?
+grep -q "incomplete" "$T/rp.err"; ok $? "--shards 1-3: index published for 3 of 7 shards, reported incomplete"
+repack "$T/src" "$T/p8" --bits 8 --shards 4,5-8; rc2=$?
+[ "$rc1" = 0 ] && [ "$rc2" = 0 ] && cmp -s "$T/c8/model.safetensors.index.json" "$T/p8/model.safetensors.index.json"
+ok $? "--shards 1-3 then 4,5-8: the same index as one full run"
+
+# ---- duplicate names --------------------------------------------------------------------------
+cp "$T/c8/model.safetensors.index.json" "$T/idx.before"
+cp "$T/p8/model-00002-of-000008.safetensors" "$T/p8/model-00009-dup.safetensors"
+repack "$T/src" "$T/p8" --bits 8; rc=$?
+[ "$rc" = 1 ] && grep -q "duplicate" "$T/rp.err" && cmp -s "$T/idx.before" "$T/p8/model.safetensors.index.json"
+ok $? "a planted duplicate shard aborts, the published index unchanged ($(tail -c 160 "$T/rp.err"))"
+
+# ---- --verify-full ----------------------------------------------------------------------------
+cp -r "$T/c8" "$T/v8"
+repack "$T/src" "$T/v8" --bits 8 --verify-full; ok $? "--verify-full on an intact container passes"
+$PY - "$T/v8/model-00003-of-000008.safetensors" <<'EOF'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+v = h["model.layers.2.block_sparse_moe.experts.5.w3.weight_packed"]
+o = 8 + n + v["data_offsets"][0] + 7
+b[o] ^= 0x10
+open(p, "wb").write(b)
+EOF
+repack "$T/src" "$T/v8" --bits 8 --verify-full; rc=$?
+[ "$rc" = 1 ] && grep -q "experts.5.w3.weight_packed" "$T/rp.err" && grep -q "byte 7 " "$T/rp.err"
+ok $? "--verify-full catches one flipped expert byte, naming tensor and byte ($(tail -c 200 "$T/rp.err"))"
+
+# ---- downcast and K3_MMAP refusals --------------------------------------------------------------
+run "$T/c8" d4 K3_BITS=4
+[ -s "$T/d4.l" ] && ! cmp -s "$T/d4.l" "$T/c8.l"; ok $? "K3_BITS=4 on the int8 container: downcast at load, runs ($(cat "$T/d4.ids"))"
+K3_MMAP=1 K3_BITS=4 "$B/k3chat" "$T/c8" --ids "1 2" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_MMAP=1" "$T/err" && grep -q "conversion" "$T/err"; ok $? "K3_MMAP=1 with K3_BITS=4 on an int8 container refused ($(head -c 160 "$T/err"))"
+K3_MMAP=1 "$B/k3chat" "$T/src" --ids "1 2" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_MMAP=1" "$T/err"; ok $? "K3_MMAP=1 on a BF16 release checkpoint refused"
+K3_MMAP=1 K3_VK=1 "$B/k3chat" "$T/c8" --ids "1 2" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_VK" "$T/err"; ok $? "K3_MMAP=1 with the Vulkan tier (K3_VK=1) refused"
+K3_MMAP=2 "$B/k3chat" "$T/c8" --ids "1 2" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_MMAP" "$T/err"; ok $? "K3_MMAP=2 rejected naming the variable"
+
+# ---- bad arguments, corrupt source -------------------------------------------------------------
+"$RP" "$T/src" "$T/x" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 2 ] && grep -q -- "--bits" "$T/err"; ok $? "missing --bits: usage error (exit $rc)"
+"$RP" "$T/src" "$T/x" --bits 5 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "'5'" "$T/err"; ok $? "--bits 5 rejected ($(head -c 100 "$T/err"))"
+"$RP" "$T/src" "$T/x" --bits 8 --head-bits 16 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 2 ]; ok $? "--head-bits 16 rejected"
+"$RP" "$T/src" "$T/x" --bits 8 --shards 3-99 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -q -- "--shards" "$T/err"; ok $? "--shards 3-99 out of range rejected ($(head -c 120 "$T/err"))"
+"$RP" "$T/src" "$T/x" --bits 8 --shards 2-1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ]; ok $? "--shards 2-1 rejected"
+"$RP" "$T/src" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 2 ]; ok $? "a missing DST is a usage error"
+"$RP" "$T/nonexistent" "$T/x" --bits 8 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "config.json" "$T/err"; ok $? "a missing source: clear error ($(head -c 120 "$T/err"))"
+"$RP" "$T/c8" "$T/x" --bits 8 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "already a k3 container" "$T/err"; ok $? "a container as source refused"
+"$RP" "$T/src" "$T/src" --bits 8 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "DST is SRC" "$T/err"; ok $? "DST = SRC refused"
+cp -r "$T/src" "$T/bad"
+f="$T/bad/model-00004-of-000008.safetensors"
+head -c $(($(wc -c <"$f") - 100)) "$f" >"$T/trunc" && mv "$T/trunc" "$f"
+"$RP" "$T/bad" "$T/x2" --bits 8 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "model-00004-of-000008.safetensors" "$T/err" && [ ! -e "$T/x2/model.safetensors.index.json" ]
+ok $? "a truncated source shard: clear error naming it, no index ($(head -c 160 "$T/err"))"

@@ -1,0 +1,55 @@
+#!/bin/sh
+# t-tok-cli.sh: k3chat --tokenize / --detokenize on a vocabulary made here (no network):
+# output format, round trip of arbitrary bytes, --pattern, and one-line errors that
+# name the file (missing vocabulary, bad base64 line, bad id in the ids file).
+set -u
+: "${K3_BUILD:?}" "${K3_TMP:?}"
+K3="$K3_BUILD/k3chat"
+V="$K3_TMP/vocab"
+mkdir -p "$V"
+
+# the 256 single bytes (rank = byte value), then "ab" and "abab"
+i=0
+: > "$V/tiktoken.model"
+while [ $i -lt 256 ]; do
+    printf "$(printf '\\%03o' $i)" | base64 | tr -d '\n' >> "$V/tiktoken.model"
+    echo " $i" >> "$V/tiktoken.model"
+    i=$((i + 1))
+done
+printf 'YWI= 256\nYWJhYg== 257\n' >> "$V/tiktoken.model"
+
+printf 'abab ab' > "$K3_TMP/in.txt"
+out=$("$K3" --tokenize "$V" "$K3_TMP/in.txt" 2>&1)
+[ "$out" = "257 32 256" ] && echo "PASS: --tokenize prints ids on one line ($out)" || echo "FAIL: --tokenize printed '$out', want '257 32 256'"
+
+# arbitrary bytes (invalid UTF-8, NUL, CRLF) survive the round trip
+printf 'x\000\377\376 y\r\n\342\202 <|reserved_token_258|> \344\275\240' > "$K3_TMP/bytes.bin"
+for pat in kimi o200k; do
+    "$K3" --tokenize "$V" "$K3_TMP/bytes.bin" --pattern $pat > "$K3_TMP/ids.txt" &&
+        "$K3" --detokenize "$V" "$K3_TMP/ids.txt" --pattern $pat > "$K3_TMP/back.bin" &&
+        cmp -s "$K3_TMP/bytes.bin" "$K3_TMP/back.bin" &&
+        echo "PASS: --pattern $pat: --detokenize(--tokenize(bytes)) == bytes" ||
+        echo "FAIL: --pattern $pat: round trip of arbitrary bytes"
+done
+awk '{ for (i = 1; i <= NF; i++) if ($i >= 258) bad = 1 } END { exit bad }' "$K3_TMP/ids.txt" &&
+    echo "PASS: special names are ordinary text for --tokenize" ||
+    echo "FAIL: --tokenize produced a special id for <|reserved_token_258|>"
+
+# errors: one line, non-zero exit, naming the file
+err=$("$K3" --tokenize "$K3_TMP/nowhere" "$K3_TMP/in.txt" 2>&1); rc=$?
+[ $rc -ne 0 ] && echo "$err" | grep -q "nowhere/tiktoken.model" && echo "PASS: missing vocabulary names the file" ||
+    echo "FAIL: missing vocabulary: rc $rc, '$err'"
+mkdir -p "$K3_TMP/bad"
+sed '3s/.*/A!== 2/' "$V/tiktoken.model" > "$K3_TMP/bad/tiktoken.model"
+err=$("$K3" --tokenize "$K3_TMP/bad" "$K3_TMP/in.txt" 2>&1); rc=$?
+[ $rc -ne 0 ] && echo "$err" | grep -q "bad/tiktoken.model: line 3: bad base64" && [ "$(echo "$err" | wc -l)" -eq 1 ] &&
+    echo "PASS: bad base64: one line naming file and line ($err)" || echo "FAIL: bad base64: rc $rc, '$err'"
+printf '1 2 abc 4\n' > "$K3_TMP/badids.txt"
+err=$("$K3" --detokenize "$V" "$K3_TMP/badids.txt" 2>&1); rc=$?
+[ $rc -ne 0 ] && echo "$err" | grep -q "badids.txt: token 3: 'abc'" && echo "PASS: bad id names file and position ($err)" ||
+    echo "FAIL: bad id: rc $rc, '$err'"
+printf '1 999999\n' > "$K3_TMP/badids.txt"
+err=$("$K3" --detokenize "$V" "$K3_TMP/badids.txt" 2>&1); rc=$?
+[ $rc -ne 0 ] && echo "$err" | grep -q "token 2: '999999' is not an id" && echo "PASS: out-of-range id rejected ($err)" ||
+    echo "FAIL: out-of-range id: rc $rc, '$err'"
+exit 0

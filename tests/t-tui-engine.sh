@@ -1,0 +1,73 @@
+#!/bin/sh
+# t-tui-engine.sh: the full-screen chat on the real engine and a generated tiny checkpoint
+# (k3-mkmodel --preset tiny): tokens stream into the think and response panes, statistics reach
+# the status bar, Ctrl-C stops a long answer and a new message works, /retry, /undo, /save and
+# /load, /stats, resize while streaming, and a clean exit.
+. "$K3_SRC/tests/tui-lib.sh"
+command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
+d="$K3_TMP/tiny"
+"$K3_BUILD/k3-mkmodel" --preset tiny --seed 1 "$d" >/dev/null 2>&1 || { echo "FAIL: k3-mkmodel"; exit 1; }
+tui_start 100 30 -- "$K3CHAT --max-tokens 24 --temp 0 $d 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+check "the model loads and its name is in the status bar" wait_for "tiny · " 20
+type_line "hello"
+check "the think pane opens while the turn streams, or the turn has ended" wait_for "thought for" 30
+check "the turn reports its length limit (random weights rarely end a message)" has "[length limit reached]"
+check "status bar: tok/s" has "tok/s"
+check "status bar: context" has "ctx "
+keys C-l; type_line "/stats"
+check "/stats shows the prompt tokens processed" wait_for "prompt tokens processed" 5
+keys C-l; type_line "/experts 0.25"
+check "/experts applies the budget to the engine" wait_for "expert-cache budget now 0.25 GB" 10
+keys C-l; type_line "/retry"
+check "/retry generates again" wait_for "thought for" 30
+keys C-l; type_line "/save $K3_TMP/e.jsonl"
+check "/save writes a transcript" wait_for "saved " 5
+check "the transcript has a header and messages" sh -c "[ \$(wc -l <$K3_TMP/e.jsonl) -ge 3 ]"
+keys C-l; type_line "/undo"
+check "/undo drops the exchange" wait_gone "› hello" 5
+keys C-l; type_line "/load $K3_TMP/e.jsonl"
+check "/load brings it back" wait_for "› hello" 5
+keys C-d
+check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
+
+# a long answer (greedy: this model and prompt run thousands of tokens without ending):
+# Ctrl-C in the middle, then a new message
+tui_start 100 30 -- "$K3CHAT --max-tokens 100000 --temp 0 --think off $d 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+wait_for "tiny · " 20
+type_line "go on"
+check "a long answer streams into the response pane" wait_for "── response" 20
+$T resize-window -x 70 -y 20
+check "resize while streaming" wait_for "── response" 5
+keys C-c
+check "Ctrl-C stops it, keeping the partial answer" wait_for "[stopped]" 10
+type_line "again"
+check "a new message after Ctrl-C is accepted" wait_input_empty 5
+if has "── response"; then keys C-c; fi # still streaming: stop it (an ended turn must not get a quitting Ctrl-C)
+wait_gone "── response" 10
+found=0
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+    if screen | head -n -2 | grep -q '› again'; then found=1; break; fi
+    keys PPage; sleep 0.1
+done
+check "and is in the conversation above its answer (PgUp finds it)" [ $found = 1 ]
+keys C-d
+check "exit with 0" wait_for "EXIT=0" 10
+# a context too small for the prompt: a clear message, nothing changed, the message back
+tui_start 100 30 K3_MAXT=64 -- "$K3CHAT $d 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+wait_for "tiny · " 20
+type_line "hello there"
+check "a turn that would overflow the context says so" wait_for "context holds 64" 10
+check "and offers /clear and /forget" has "/forget: drop the oldest"
+check "the message is back in the input line" sh -c "$T capture-pane -p | tail -n 1 | grep -q '› hello there'"
+check "the conversation is unchanged" sh -c "! $T capture-pane -p | head -n -1 | grep -q '› hello there'"
+keys C-u; keys C-d
+check "exit with 0 after the context error" wait_for "EXIT=0" 10
+
+# line mode on the same model: the answer on stdout, and the autosave transcript
+printf 'hello\n' | XDG_DATA_HOME="$K3_TMP/data2" HOME="$K3_TMP" "$K3CHAT" --max-tokens 12 --think off "$d" >"$K3_TMP/out" 2>>"$K3_TMP/stderr.txt"
+rc=$?
+check "line mode on the real engine exits with 0 (got $rc)" [ "$rc" -eq 0 ]
+check "line mode writes the answer to stdout" [ -s "$K3_TMP/out" ]
+check "the turn was autosaved in the XDG data directory" sh -c "ls $K3_TMP/data2/k3chat/*.jsonl >/dev/null 2>&1 || ls $K3_TMP/data2/k3chat/*/*.jsonl >/dev/null 2>&1"
+check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
+finish

@@ -1,0 +1,90 @@
+#!/bin/sh
+# t-tui-input.sh: the input line of the full-screen chat (libedit fed by the UI) in tmux:
+# Emacs keys, multi-line input (Alt-Enter, trailing backslash), Tab completion, a long
+# bracketed paste, history kept across runs in the XDG state directory, Up and Ctrl-R,
+# PgUp/PgDn, the mouse toggle, and Ctrl-C at an empty prompt quitting.
+. "$K3_SRC/tests/tui-lib.sh"
+command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
+
+m="$K3_TMP/mock.txt"
+printf 'delay 0\nthink t\nresponse got it\n' >"$m"
+run="$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+tui_start 100 30 K3_MOCK="$m" -- "$run"
+wait_for "mock · 3 layers" 10
+
+keys -l "world"; keys C-a; keys -l "hello "
+check "Ctrl-A moves to the start of the line" wait_for "› hello world" 3
+keys C-e; keys -l "!"; keys C-a; keys M-f; keys C-k
+check "Alt-F / Ctrl-K edit by word" wait_for "› hello" 3
+check "the rest of the line was killed" hasnt "world!"
+keys C-u
+keys -l "line one"; keys M-Enter; keys -l "line two"
+check "Alt-Enter starts a second input line" wait_for "  line two" 3
+keys Enter
+check "a multi-line message is sent as one" wait_for "got it" 3
+check "both lines are in the conversation" sh -c "$T capture-pane -p | grep -A1 '› line one' | grep -q '  line two'"
+keys -l 'first part \'; keys Enter
+check "a trailing backslash continues the message" wait_for "  " 3
+keys -l "second part"; keys Enter
+check "the continued message is sent" wait_for "› first part" 3
+check "its second line follows" has "  second part"
+
+keys -l "/sh"; keys Tab
+check "Tab completes a unique command" wait_for "› /show-thinking" 3
+keys C-u; keys -l "/s"; keys Tab
+check "Tab lists the candidates" wait_for "/show-thinking  /system  /save  /stats" 3
+keys C-u; keys -l "/effort h"; keys Tab
+check "Tab completes an argument" wait_for "› /effort high" 3
+keys C-u
+
+# a long paste with newlines: inserted, not sent line by line
+/usr/bin/python3 -c 'print("\n".join("pasted line %03d " % i + "x" * 60 for i in range(80)), end="")' >"$K3_TMP/paste.txt"
+$T load-buffer "$K3_TMP/paste.txt"
+$T paste-buffer -p
+check "a long paste stays in the input line" wait_for "pasted line 079" 5
+check "the paste was not sent" hasnt "› pasted line 000"
+keys Enter
+check "the input line is empty after sending" wait_input_empty 5
+check "the pasted text is sent as one message" has "  pasted line 079"
+keys PPage
+check "PgUp scrolls the conversation" wait_for "more · PgDn" 3
+keys NPage; keys NPage; keys NPage
+check "PgDn scrolls back down" wait_gone "more · PgDn" 3
+mouse 64 10 5
+check "the mouse wheel scrolls up" wait_for "more · PgDn" 3
+mouse 65 10 5; mouse 65 10 5; mouse 65 10 5; mouse 65 10 5
+check "and back down" wait_gone "more · PgDn" 3
+keys C-l; type_line "/clear"
+check "/clear empties the conversation" wait_for "type a message and press Enter" 3
+type_line "short"
+check "a short exchange" wait_for "▸ thought for" 3
+mouse 0 3 3; mouse 3 3 3
+check "a click on the folded line unfolds the reasoning" wait_for "▾ thought for" 3
+mouse 0 3 3; mouse 3 3 3
+check "a second click folds it" wait_for "▸ thought for" 3
+keys F3
+check "F3 turns mouse capture off" wait_for "mouse off (F3)" 3
+keys F3
+check "F3 turns it back on" wait_gone "mouse off (F3)" 3
+keys C-c
+check "Ctrl-C at an empty prompt quits" wait_for "EXIT=0" 5
+check "the history file is in the XDG state directory" grep -q "line" "$K3_TMP/state/k3chat/history"
+
+# a second run finds the history
+tui_start 100 30 K3_MOCK="$m" -- "$run"
+wait_for "mock · 3 layers" 10
+keys Up
+check "Up recalls the last message of the previous run" wait_for "› short" 3
+keys Up; keys Up
+check "older entries follow: the long paste" wait_for "pasted line 079" 3
+keys C-u; keys C-r; keys -l "line on"
+check "Ctrl-R finds an older message" wait_for "line one" 3
+keys Enter
+check "Enter in the search sends the found message" wait_for "got it" 3
+keys -l "some text"; keys C-c
+check "Ctrl-C with text clears the line" wait_gone "some text" 3
+check "and does not quit" hasnt "EXIT="
+keys C-d
+check "Ctrl-D at an empty prompt quits" wait_for "EXIT=0" 5
+check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
+finish

@@ -1,0 +1,47 @@
+#!/bin/sh
+# t-tui-plain.sh: k3chat's line mode (pipes, --plain, dumb terminals) on the scripted mock:
+# the response on stdout, the reasoning on stderr, slash commands and their errors, exit status.
+set -u
+k="$K3_BUILD/k3chat"
+m="$K3_TMP/mock.txt"
+printf 'delay 0\nthink thinking about {user}\nresponse answer to {user}\n' >"$m"
+t() { if eval "$2"; then echo "PASS: $1"; else echo "FAIL: $1"; fi; }
+
+printf 'first\n/temp 5\n/think off\nsecond\n/nosuchcmd\n/save %s/p.jsonl\n' "$K3_TMP" |
+    K3_MOCK="$m" "$k" /no/model >"$K3_TMP/out" 2>"$K3_TMP/err"
+rc=$?
+t "exit status 0 at end of input (got $rc)" '[ $rc -eq 0 ]'
+t "stdout has exactly the two answers" '[ "$(cat "$K3_TMP/out")" = "$(printf "answer to first\nanswer to second")" ]'
+t "the reasoning goes to stderr" 'grep -q "thinking about first" "$K3_TMP/err"'
+t "no reasoning after /think off" '! grep -q "thinking about second" "$K3_TMP/err"'
+t "a bad argument is explained on stderr" 'grep -q "/temp X: .5. is not a number in 0..2" "$K3_TMP/err"'
+t "an unknown command is reported" 'grep -q "unknown command /nosuchcmd" "$K3_TMP/err"'
+t "/save works in line mode" 'grep -q "saved 4 messages" "$K3_TMP/err" && [ -s "$K3_TMP/p.jsonl" ]'
+t "stderr is not a terminal: no escape sequences" '! grep -q "$(printf "\033")" "$K3_TMP/err"'
+
+printf 'hello\n' | K3_MOCK="$m" "$k" --plain --think off /no/model >"$K3_TMP/out2" 2>/dev/null
+t "--plain --think off answers" 'grep -qx "answer to hello" "$K3_TMP/out2"'
+printf '/quit\nnever\n' | K3_MOCK="$m" "$k" /no/model >"$K3_TMP/out3" 2>/dev/null
+t "/quit stops reading input" '[ ! -s "$K3_TMP/out3" ]'
+printf 'hi\n' | K3_MOCK="$K3_TMP/missing" "$k" /no/model >/dev/null 2>"$K3_TMP/err4"
+rc=$?
+t "an engine that cannot start exits 1 (got $rc)" '[ $rc -eq 1 ]'
+t "and says why" 'grep -q "missing: cannot open" "$K3_TMP/err4"'
+printf '{"type":"k3chat-transcript"}\n{"role":"user","content":"old q"}\n{"role":"assistant","content":"old a"}\n' >"$K3_TMP/in.jsonl"
+printf 'new\n' | K3_MOCK="$m" "$k" --load "$K3_TMP/in.jsonl" /no/model >"$K3_TMP/out5" 2>"$K3_TMP/err5"
+t "--load continues a transcript" 'grep -q "loaded 2 messages" "$K3_TMP/err5" && grep -qx "answer to new" "$K3_TMP/out5"'
+if command -v tmux >/dev/null; then
+    export TMUX_TMPDIR="$K3_TMP"
+    tm="tmux -L k3plain -f /dev/null"
+    $tm new-session -d -x 80 -y 20 -e TERM=dumb -e K3_MOCK="$m" -e HOME="$K3_TMP" "$k /no/model; echo EXIT=\$?; sleep 30"
+    i=0; while [ $i -lt 100 ] && ! $tm capture-pane -p | grep -q '^> '; do sleep 0.05; i=$((i + 1)); done
+    $tm send-keys -l "dumb"; $tm send-keys Enter
+    i=0; while [ $i -lt 100 ] && ! $tm capture-pane -p | grep -q "answer to dumb"; do sleep 0.05; i=$((i + 1)); done
+    t "TERM=dumb gets the line mode with a prompt" '$tm capture-pane -p | grep -q "answer to dumb"'
+    $tm send-keys C-d
+    i=0; while [ $i -lt 100 ] && ! $tm capture-pane -p | grep -q "EXIT=0"; do sleep 0.05; i=$((i + 1)); done
+    t "Ctrl-D ends the line mode with 0" '$tm capture-pane -p | grep -q "EXIT=0"'
+    $tm kill-server 2>/dev/null
+else
+    echo "SKIP: tmux is not installed"
+fi

@@ -1,0 +1,517 @@
+/* test-conv.c: the conversation model and its transcripts (no model needed):
+ * edits, transcript round trip (save, load, continue), malformed files with line numbers
+ * and memory untouched, a torn final line, save/autosave failures that keep memory,
+ * Markdown export, and crash safety: a child autosaving turn after turn is killed with
+ * SIGKILL at random moments; every file it leaves parses and holds every completed turn.
+ * Generation and the prompt cache are tested in test-conv-gen.c (they need a model). */
+#include "conv-impl.h"
+#include "test.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char tmpdir[512];
+
+static void path_in(char *out, size_t n, const char *name) {
+    snprintf(out, n, "%s/%s", tmpdir, name);
+}
+
+static void write_file(const char *path, const char *text, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    fwrite(text, 1, n, f);
+    fclose(f);
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n + 1);
+    size_t r = fread(p, 1, (size_t)n, f);
+    p[r] = 0;
+    fclose(f);
+    return p;
+}
+
+static int msg_eq(const k3_msg *a, const k3_msg *b) {
+    if (a->role != b->role || strcmp(a->content, b->content) || !a->reasoning != !b->reasoning ||
+        (a->reasoning && strcmp(a->reasoning, b->reasoning)) || a->interrupted != b->interrupted ||
+        a->has_stats != b->has_stats || a->n_ids != b->n_ids)
+        return 0;
+    if (a->n_ids && memcmp(a->ids, b->ids, (size_t)a->n_ids * sizeof *a->ids))
+        return 0;
+    if (a->has_stats) {
+        const k3_turn_stats *x = &a->stats, *y = &b->stats;
+        if (x->n_prompt != y->n_prompt || x->n_cached != y->n_cached || x->n_prefill != y->n_prefill ||
+            x->n_gen != y->n_gen || x->n_think != y->n_think || x->sampling.seed != y->sampling.seed || x->has_sampling != y->has_sampling ||
+            x->sampling.temp != y->sampling.temp || x->sampling.top_p != y->sampling.top_p || x->think != y->think ||
+            x->stop != y->stop || fabs(x->tok_s - y->tok_s) > 1e-6 * (1 + fabs(x->tok_s)) ||
+            fabs(x->ttft - y->ttft) > 1e-6)
+            return 0;
+    }
+    return 1;
+}
+
+static int conv_eq(const k3_conv *a, const k3_conv *b) {
+    if (k3_conv_count(a) != k3_conv_count(b))
+        return 0;
+    for (int i = 0; i < k3_conv_count(a); i++)
+        if (!msg_eq(k3_conv_msg(a, i), k3_conv_msg(b, i)))
+            return 0;
+    return 1;
+}
+
+/* a's messages are the first messages of b (a SIGKILL can stop a large append part way:
+ * the reader then drops the torn line, leaving a prefix of the turn being written). */
+static int prefix_of(const k3_conv *a, const k3_conv *b) {
+    if (k3_conv_count(a) > k3_conv_count(b))
+        return 0;
+    for (int i = 0; i < k3_conv_count(a); i++)
+        if (!msg_eq(k3_conv_msg(a, i), k3_conv_msg(b, i)))
+            return 0;
+    return 1;
+}
+
+/* Adds a finished assistant turn with stats and ids (as k3_conv_generate would). */
+static void add_reply(k3_conv *c, const char *content, const char *reasoning, int interrupted, int n_ids) {
+    k3_msg m = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t)content,
+                .reasoning = (char *)(uintptr_t)reasoning, .interrupted = interrupted, .has_stats = 1};
+    int32_t ids[64];
+    for (int i = 0; i < n_ids && i < 64; i++)
+        ids[i] = 163584 + i * 7;
+    m.ids = n_ids ? ids : NULL;
+    m.n_ids = n_ids;
+    m.stats = (k3_turn_stats){.n_prompt = 40, .n_cached = 12, .n_prefill = 28, .n_gen = n_ids, .n_think = 3,
+                              .t_prefill = 0.25, .t_gen = 1.5, .ttft = 0.3, .t_think = 0.7, .tok_s = 12.5,
+                              .sampling = {.temp = 0.7f, .top_p = 0.9f, .seed = 42}, .has_sampling = 1, .think = 1, .stop = interrupted ? K3_STOP_CANCEL : K3_STOP_EOS};
+    K3_ASSERT(conv_push(c, &m) == K3_OK);
+}
+
+static void test_edits(void) {
+    k3_conv *c = k3_conv_new();
+    T_CHECK(k3_conv_set_system(c, "be brief") == K3_OK && k3_conv_count(c) == 1, "system prompt is message 0");
+    k3_conv_add(c, K3_ROLE_USER, "a", NULL);
+    k3_conv_add(c, K3_ROLE_ASSISTANT, "A", "thought a");
+    k3_conv_add(c, K3_ROLE_USER, "b", NULL);
+    k3_conv_add(c, K3_ROLE_ASSISTANT, "B", NULL);
+    T_CHECK(k3_conv_count(c) == 5, "five messages");
+    T_CHECK(k3_conv_pop_reply(c) == 1 && k3_conv_msg(c, k3_conv_count(c) - 1)->role == K3_ROLE_USER,
+            "pop_reply removes the last reply (retry)");
+    T_CHECK(k3_conv_pop_reply(c) == 0, "pop_reply on a history ending with a user message removes nothing");
+    T_CHECK(k3_conv_undo(c) == 1 && k3_conv_count(c) == 3, "undo removes the last user message");
+    k3_conv_add(c, K3_ROLE_USER, "c", NULL);
+    k3_conv_add(c, K3_ROLE_ASSISTANT, "C", NULL);
+    T_CHECK(k3_conv_drop_oldest(c) == 2 && k3_conv_count(c) == 3 && !strcmp(k3_conv_msg(c, 1)->content, "c"),
+            "drop_oldest removes the first exchange, keeps the system prompt");
+    T_CHECK(k3_conv_set_system(c, "be verbose") == K3_OK && !strcmp(k3_conv_system(c), "be verbose") &&
+                k3_conv_count(c) == 3, "system prompt replaced in place");
+    k3_conv_clear(c);
+    T_CHECK(k3_conv_count(c) == 1 && k3_conv_system(c), "clear keeps the system prompt");
+    T_CHECK(k3_conv_set_system(c, NULL) == K3_OK && k3_conv_count(c) == 0 && !k3_conv_system(c),
+            "system prompt removed");
+    T_CHECK(k3_conv_add(c, (k3_role)7, "x", NULL) == K3_ERR_ARG, "unknown role rejected");
+    k3_conv_settings s;
+    k3_conv_get_settings(c, &s);
+    T_CHECK(s.think == 1 && !strcmp(s.effort, "max"), "defaults: think on, effort max");
+    strcpy(s.effort, "medium");
+    T_CHECK(k3_conv_set_settings(c, &s) == K3_ERR_ARG && strstr(k3_errmsg(), "medium"),
+            "effort medium rejected (%s)", k3_errmsg());
+    k3_conv_free(c);
+}
+
+static k3_conv *sample_conv(void) {
+    k3_conv *c = k3_conv_new();
+    k3_conv_settings s;
+    k3_conv_settings_default(&s);
+    s.think = 0;
+    strcpy(s.effort, "low");
+    s.sampling.temp = 0.3f;
+    s.sampling.top_p = 0.9f;
+    s.sampling.top_k = 40;
+    s.sampling.seed = UINT64_MAX;
+    s.max_tokens = 77;
+    K3_ASSERT(k3_conv_set_settings(c, &s) == K3_OK);
+    k3_conv_set_system(c, "You are \"K3\".\nBe kind & brief.");
+    k3_conv_add(c, K3_ROLE_USER, "Héllo 世界 🎉 <|open|>message role=\"x\"<|sep|>\n\ttab", NULL);
+    add_reply(c, "Answer with\nnewlines and \\ backslash", "Let me think… 思考", 0, 9);
+    k3_conv_add(c, K3_ROLE_USER, "second", NULL);
+    add_reply(c, "partial ans", "half a thou", 1, 3);
+    return c;
+}
+
+static void test_round_trip(void) {
+    char p1[600], p2[600];
+    path_in(p1, sizeof p1, "rt.jsonl");
+    path_in(p2, sizeof p2, "rt2.jsonl");
+    k3_conv *a = sample_conv(), *b = k3_conv_new();
+    T_CHECK(k3_conv_save(a, p1) == K3_OK, "save (%s)", k3_errmsg());
+    k3_load_info info;
+    T_CHECK(k3_conv_load(b, p1, &info) == K3_OK, "load (%s)", k3_errmsg());
+    T_CHECK(conv_eq(a, b) && info.n_messages == 5 && info.torn_line == 0,
+            "loaded messages equal the saved ones (roles, text, reasoning, interrupted, ids, stats)");
+    k3_conv_settings sa, sb;
+    k3_conv_get_settings(a, &sa);
+    k3_conv_get_settings(b, &sb);
+    T_CHECK(sb.think == 0 && !strcmp(sb.effort, "low") && sb.sampling.temp == 0.3f && sb.sampling.top_p == 0.9f &&
+                sb.sampling.top_k == 40 && sb.sampling.seed == UINT64_MAX && sb.max_tokens == 77,
+            "settings round trip (seed 2^64-1 too)");
+    T_CHECK(!strcmp(info.version, k3_version()), "header records the k3chat version (%s)", info.version);
+    /* continue: one more exchange, save, load again */
+    k3_conv_add(b, K3_ROLE_USER, "third", NULL);
+    add_reply(b, "three", NULL, 0, 0);
+    T_CHECK(k3_conv_save(b, p2) == K3_OK, "save the continued conversation");
+    k3_conv *c = k3_conv_new();
+    T_CHECK(k3_conv_load(c, p2, NULL) == K3_OK && k3_conv_count(c) == 7 && conv_eq(b, c),
+            "continued conversation loads with all 7 messages");
+    k3_conv_free(a);
+    k3_conv_free(b);
+    k3_conv_free(c);
+
+    /* no header: messages from line 1 on, default settings */
+    static const char bare[] = "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"assistant\",\"content\":\"y\"}\n";
+    path_in(p1, sizeof p1, "bare.jsonl");
+    write_file(p1, bare, sizeof bare - 1);
+    c = k3_conv_new();
+    T_CHECK(k3_conv_load(c, p1, NULL) == K3_OK && k3_conv_count(c) == 2, "a file without header loads (%s)",
+            k3_errmsg());
+    k3_conv_free(c);
+
+    /* other writers' spellings: reasoning / thinking, content parts, null content, developer */
+    const char *other =
+        "{\"format\":\"k3chat-transcript\",\"version\":1}\n"
+        "{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"sys \"},{\"type\":\"text\",\"text\":\"two\"}]}\n"
+        "{\"role\":\"user\",\"content\":\"q\"}\n\n"
+        "{\"role\":\"assistant\",\"content\":null,\"reasoning\":\"r1\"}\r\n"
+        "{\"role\":\"user\",\"content\":\"q2\"}\n"
+        "{\"role\":\"assistant\",\"content\":\"a2\",\"thinking\":\"r2\"}\n";
+    path_in(p1, sizeof p1, "other.jsonl");
+    write_file(p1, other, strlen(other));
+    c = k3_conv_new();
+    k3_status st = k3_conv_load(c, p1, NULL);
+    T_CHECK(st == K3_OK && k3_conv_count(c) == 5 && !strcmp(k3_conv_system(c), "sys two") &&
+                !strcmp(k3_conv_msg(c, 2)->reasoning, "r1") && !strcmp(k3_conv_msg(c, 2)->content, "") &&
+                !strcmp(k3_conv_msg(c, 4)->reasoning, "r2"),
+            "reads reasoning, thinking, content parts, null content, developer as system, CRLF, blank lines (%s)",
+            st ? k3_errmsg() : "ok");
+    k3_conv_free(c);
+}
+
+/* Loads text into a conversation holding one message and checks the error and that the
+ * conversation was not touched. */
+static void malformed(const char *what, const char *text, size_t n, const char *want_line, const char *want) {
+    char p[600];
+    path_in(p, sizeof p, "bad.jsonl");
+    write_file(p, text, n);
+    k3_conv *c = k3_conv_new();
+    k3_conv_add(c, K3_ROLE_USER, "keep me", NULL);
+    k3_status st = k3_conv_load(c, p, NULL);
+    const char *msg = k3_errmsg();
+    T_CHECK(st == K3_ERR_FORMAT && strstr(msg, want_line) && strstr(msg, want), "%s: error names the line (%s)",
+            what, msg);
+    T_CHECK(k3_conv_count(c) == 1 && !strcmp(k3_conv_msg(c, 0)->content, "keep me"),
+            "%s: conversation in memory untouched", what);
+    k3_conv_free(c);
+}
+
+#define HDR "{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"think\":true}}\n"
+#define S(x) x, sizeof(x) - 1
+
+static void test_malformed(void) {
+    malformed("truncated line", S(HDR "{\"role\":\"user\",\"content\":\"hi\n{\"role\":\"user\",\"content\":\"x\"}\n"),
+              "bad.jsonl:2:", "invalid JSON");
+    malformed("truncated final line with newline", S(HDR "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"us\n"),
+              ":3:", "invalid JSON");
+    malformed("wrong type", S(HDR "{\"role\":\"user\",\"content\":5}\n"), ":2:", "\"content\" is an integer");
+    malformed("wrong stats type", S(HDR "{\"role\":\"assistant\",\"content\":\"\",\"stats\":{\"tok_s\":\"fast\"}}\n"),
+              ":2:", "\"tok_s\" is a string");
+    malformed("wrong settings type", S("{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"think\":\"yes\"}}\n"),
+              ":1:", "\"think\" is a string");
+    malformed("effort medium", S("{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"effort\":\"medium\"}}\n"),
+              ":1:", "medium");
+    malformed("unknown version", S("{\"format\":\"k3chat-transcript\",\"version\":2}\n"), ":1:",
+              "unknown transcript version 2");
+    malformed("invalid UTF-8",
+              S(HDR "{\"role\":\"user\",\"content\":\"ok\"}\n{\"role\":\"user\",\"content\":\"bad \xff\xfe\"}\n"),
+              ":3:", "invalid UTF-8");
+    malformed("overlong UTF-8", S(HDR "{\"role\":\"user\",\"content\":\"\xc0\xaf\"}\n"), ":2:", "invalid UTF-8");
+    malformed("neither header nor message", S("{\"format\":\"other\",\"version\":1}\n"), ":1:",
+              "neither a k3chat transcript header");
+    malformed("header without format", S("{\"version\":1}\n"), ":1:", "neither a k3chat transcript header");
+    malformed("empty file", "", 0, ":1:", "empty");
+    malformed("tool role", S(HDR "{\"role\":\"tool\",\"content\":\"x\"}\n"), ":2:", "not supported");
+    malformed("missing role", S(HDR "{\"content\":\"x\"}\n"), ":2:", "no \"role\"");
+    malformed("bad token id", S(HDR "{\"role\":\"assistant\",\"content\":\"x\",\"token_ids\":[1,-2]}\n"), ":2:",
+              "token_ids");
+    malformed("not an object", S(HDR "[1,2]\n"), ":2:", "expected a JSON object");
+    malformed("reasoning on a user turn", S(HDR "{\"role\":\"user\",\"content\":\"x\",\"reasoning\":\"r\"}\n"), ":2:",
+              "reasoning");
+    char p[600];
+    path_in(p, sizeof p, "missing.jsonl");
+    k3_conv *c = k3_conv_new();
+    T_CHECK(k3_conv_load(c, p, NULL) == K3_ERR_IO && strstr(k3_errmsg(), "missing.jsonl") &&
+                strstr(k3_errmsg(), "errno"), "missing file: I/O error naming path and errno (%s)", k3_errmsg());
+
+    /* a torn final line (an interrupted append) is ignored, and reported */
+    static const char torn[] = HDR "{\"role\":\"user\",\"content\":\"q\"}\n{\"role\":\"assistant\",\"content\":\"a\"}\n"
+                                   "{\"role\":\"user\",\"conte";
+    path_in(p, sizeof p, "torn.jsonl");
+    write_file(p, torn, sizeof torn - 1);
+    k3_load_info info;
+    k3_status    st = k3_conv_load(c, p, &info);
+    T_CHECK(st == K3_OK && k3_conv_count(c) == 2 && info.torn_line == 4,
+            "torn final line ignored, earlier turns kept, line reported (%d)", info.torn_line);
+    k3_conv_free(c);
+}
+
+static void test_failures(void) {
+    char file[600], bad[700], md[600];
+    path_in(file, sizeof file, "plainfile");
+    write_file(file, "x", 1);
+    snprintf(bad, sizeof bad, "%s/sub/conv.jsonl", file); /* ENOTDIR, even for root */
+    k3_conv *c = sample_conv(), *ref = sample_conv();
+    k3_status st = k3_conv_save(c, bad);
+    T_CHECK(st == K3_ERR_IO && strstr(k3_errmsg(), "plainfile/sub") && strstr(k3_errmsg(), "errno"),
+            "save to an unwritable path: clear error with path and errno (%s)", k3_errmsg());
+    T_CHECK(conv_eq(c, ref), "conversation still in memory after the failed save");
+
+    /* autosave into an unwritable directory: error kept, memory kept, later retry works */
+    snprintf(bad, sizeof bad, "%s/autosave", file);
+    T_CHECK(k3_conv_autosave_enable(c, bad) == K3_OK, "autosave enabled");
+    st = k3_conv_autosave(c);
+    T_CHECK(st == K3_ERR_IO && k3_conv_autosave_error(c) && strstr(k3_conv_autosave_error(c), "plainfile"),
+            "autosave failure is a clear error (%s)", k3_conv_autosave_error(c) ? k3_conv_autosave_error(c) : "none");
+    T_CHECK(conv_eq(c, ref), "conversation still in memory after the failed autosave");
+    snprintf(bad, sizeof bad, "%s/autosave-ok", tmpdir);
+    k3_conv_autosave_enable(c, bad);
+    st = k3_conv_autosave(c);
+    T_CHECK(st == K3_OK && !k3_conv_autosave_error(c) && k3_conv_autosave_path(c), "autosave retry succeeds");
+    k3_conv *d = k3_conv_new();
+    T_CHECK(k3_conv_load(d, k3_conv_autosave_path(c), NULL) == K3_OK && conv_eq(c, d), "autosaved file holds the conversation");
+    k3_conv_free(d);
+
+    /* a temporary file left by a killed writer is removed when autosave starts (if old) */
+    char stale[800], fresh[800];
+    snprintf(stale, sizeof stale, "%s/x.jsonl.tmp-AbCdEf", bad);
+    snprintf(fresh, sizeof fresh, "%s/y.jsonl.tmp-AbCdEf", bad);
+    write_file(stale, "{", 1);
+    write_file(fresh, "{", 1);
+    struct timespec old_times[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    utimensat(AT_FDCWD, stale, old_times, 0);
+    k3_conv_autosave_enable(c, bad);
+    T_CHECK(access(stale, F_OK) != 0 && access(fresh, F_OK) == 0,
+            "autosave start removes an old temporary file, keeps a fresh one (another writer's)");
+
+    /* /export */
+    path_in(md, sizeof md, "conv.md");
+    T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown");
+    char *text = read_file(md);
+    T_CHECK(text && strstr(text, "<details>\n<summary>Reasoning</summary>\n\nLet me think… 思考\n\n</details>") &&
+                strstr(text, "## User") && strstr(text, "Answer with\nnewlines") && strstr(text, "(interrupted)"),
+            "Markdown has the turns, reasoning in <details>, the interrupted mark");
+    free(text);
+    k3_conv_free(c);
+    k3_conv_free(ref);
+}
+
+/* A full disk, simulated with RLIMIT_FSIZE (writes past the limit fail with EFBIG): /save
+ * leaves the old file and no temporary behind; a failed autosave append is cut back so the
+ * file still loads; memory is kept and the next autosave catches up. */
+static int count_files(const char *dir) {
+    int            n = 0;
+    DIR           *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void test_full_disk(void) {
+    char dir[600], p[700];
+    path_in(dir, sizeof dir, "full");
+    mkdir(dir, 0700);
+    snprintf(p, sizeof p, "%s/conv.jsonl", dir);
+    k3_conv *small = k3_conv_new(), *big = sample_conv();
+    k3_conv_add(small, K3_ROLE_USER, "small", NULL);
+    K3_ASSERT(k3_conv_save(small, p) == K3_OK);
+    struct rlimit old;
+    getrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {300, old.rlim_max};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    k3_status st = k3_conv_save(big, p);
+    setrlimit(RLIMIT_FSIZE, &old);
+    T_CHECK(st == K3_ERR_IO && strstr(k3_errmsg(), "conv.jsonl") && strstr(k3_errmsg(), "errno"),
+            "save on a full disk: clear error (%s)", k3_errmsg());
+    k3_conv *l = k3_conv_new();
+    T_CHECK(k3_conv_load(l, p, NULL) == K3_OK && conv_eq(l, small) && count_files(dir) == 1,
+            "the old file is intact and no temporary file is left");
+    k3_conv_free(l);
+
+    /* autosave: the first write works, the next append hits the limit */
+    snprintf(p, sizeof p, "%s/auto", dir);
+    k3_conv_autosave_enable(small, p);
+    K3_ASSERT(k3_conv_autosave(small) == K3_OK);
+    struct stat sb;
+    stat(k3_conv_autosave_path(small), &sb);
+    char big_text[4000];
+    memset(big_text, 'z', sizeof big_text - 1);
+    big_text[sizeof big_text - 1] = 0;
+    add_reply(small, big_text, NULL, 0, 0);
+    lim.rlim_cur = (rlim_t)sb.st_size + 100; /* room for part of the new line only */
+    setrlimit(RLIMIT_FSIZE, &lim);
+    st = k3_conv_autosave(small);
+    setrlimit(RLIMIT_FSIZE, &old);
+    struct stat sb2;
+    stat(k3_conv_autosave_path(small), &sb2);
+    T_CHECK(st == K3_ERR_IO && k3_conv_autosave_error(small) && sb2.st_size == sb.st_size,
+            "autosave append on a full disk fails and is cut back to the last complete turn (%lld bytes)",
+            (long long)sb2.st_size);
+    T_CHECK(k3_conv_count(small) == 2, "the conversation stays in memory");
+    T_CHECK(k3_conv_autosave(small) == K3_OK && !k3_conv_autosave_error(small), "the next autosave catches up");
+    l = k3_conv_new();
+    T_CHECK(k3_conv_load(l, k3_conv_autosave_path(small), NULL) == K3_OK && conv_eq(l, small),
+            "the autosave file then holds the whole conversation");
+    k3_conv_free(l);
+    k3_conv_free(small);
+    k3_conv_free(big);
+}
+
+/* ---- crash safety ---------------------------------------------------------------- */
+
+/* Operation i applied to c: usually one more exchange; every 5th, an undo first (so the
+ * autosave rewrites the file); replies grow large now and then (longer writes). */
+static void crash_op(k3_conv *c, int i, char *big, size_t nbig) {
+    char q[64];
+    if (i % 5 == 4)
+        k3_conv_undo(c);
+    snprintf(q, sizeof q, "question %d", i);
+    k3_conv_add(c, K3_ROLE_USER, q, NULL);
+    size_t len = (size_t)(i % 3 == 0 ? 200000 : 50 + i);
+    if (len >= nbig)
+        len = nbig - 1;
+    memset(big, 'a' + i % 26, len);
+    big[len] = 0;
+    add_reply(c, big, i % 2 ? "reasoning" : NULL, i % 7 == 3, i % 10);
+}
+
+static int crash_run(int round, char *big, size_t nbig) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/crash%d", tmpdir, round);
+    int fds[2];
+    if (pipe(fds))
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        k3_conv *c = k3_conv_new();
+        k3_conv_set_system(c, "sys");
+        k3_conv_autosave_enable(c, dir);
+        for (int i = 0;; i++) {
+            crash_op(c, i, big, nbig);
+            if (k3_conv_autosave(c) != K3_OK)
+                _exit(3);
+            if (write(fds[1], &i, sizeof i) != sizeof i)
+                _exit(4);
+        }
+    }
+    close(fds[1]);
+    struct timespec ts = {0, (long)(rand() % 40000) * 1000};
+    nanosleep(&ts, NULL);
+    kill(pid, SIGKILL);
+    int status, done = -1, x;
+    while (read(fds[0], &x, sizeof x) == sizeof x)
+        done = x;
+    close(fds[0]);
+    waitpid(pid, &status, 0);
+    int ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+
+    /* expected states after `done` and `done + 1` operations */
+    k3_conv *s0 = k3_conv_new(), *s1 = k3_conv_new();
+    k3_conv_set_system(s0, "sys");
+    k3_conv_set_system(s1, "sys");
+    for (int i = 0; i <= done; i++)
+        crash_op(s0, i, big, nbig);
+    for (int i = 0; i <= done + 1; i++)
+        crash_op(s1, i, big, nbig);
+    int   files = 0;
+    DIR  *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 6 || strcmp(e->d_name + n - 6, ".jsonl"))
+            continue;
+        files++;
+        char p[1200];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        k3_conv *l = k3_conv_new();
+        k3_load_info info;
+        if (k3_conv_load(l, p, &info) != K3_OK) {
+            printf("  round %d: %s does not load: %s\n", round, p, k3_errmsg());
+            ok = 0;
+        } else if (!conv_eq(l, s0) && !conv_eq(l, s1) && !(prefix_of(s0, l) && prefix_of(l, s1))) {
+            printf("  round %d: %s holds %d messages, not (a prefix of) the state after op %d or %d\n", round, p,
+                   k3_conv_count(l), done, done + 1);
+            ok = 0;
+        }
+        k3_conv_free(l);
+    }
+    if (d)
+        closedir(d);
+    if (done >= 0 && files != 1) {
+        printf("  round %d: %d autosave files after %d turns\n", round, files, done + 1);
+        ok = 0;
+    }
+    k3_conv_free(s0);
+    k3_conv_free(s1);
+    return ok ? done + 1 : -1;
+}
+
+static void test_crash(void) {
+    size_t nbig = 300000;
+    char  *big = malloc(nbig);
+    int    rounds = 24, good = 0, turns = 0;
+    srand((unsigned)time(NULL) ^ (unsigned)getpid());
+    for (int r = 0; r < rounds; r++) {
+        int n = crash_run(r, big, nbig);
+        if (n >= 0) {
+            good++;
+            turns += n;
+        }
+    }
+    free(big);
+    T_CHECK(good == rounds, "kill -9 at random points (%d rounds, %d completed turns in all): every autosave "
+                            "file parses and holds every completed turn (%d/%d rounds ok)", rounds, turns, good, rounds);
+}
+
+int main(void) {
+    const char *t = getenv("K3_TMP");
+    snprintf(tmpdir, sizeof tmpdir, "%s/test-conv-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror(tmpdir);
+        return 1;
+    }
+    test_edits();
+    test_round_trip();
+    test_malformed();
+    test_failures();
+    test_full_disk();
+    test_crash();
+    return t_done();
+}

@@ -1,0 +1,247 @@
+/* test-kern.c: the matrix-vector kernels against their scalar oracle.
+ *
+ * - AVX2 twin == scalar reference: bit-identical for the IDOT (integer) paths; for exact-float
+ *   within the reassociation bound |y_avx - y_ref| <= 2 (n + 4) eps sum_c |w_c x_c| (a sum of n
+ *   rounded products in any order, plus one scale per group, errs by at most (n + 2) eps times
+ *   the sum of magnitudes; both sides err, hence the factor 2).
+ * - qmat_matmul column t == qmat_matvec on column t, bit for bit, in every path and at 1 and 2
+ *   threads; results do not depend on the thread count.
+ * - IDOT vs exact-float: within the activation quantization bound sum_c |w_c| d_g / 2.
+ * - MXFP4 decode on known values: signs, negative zero, exponent extremes (0, 1, 127, 254).
+ * Shapes are odd on purpose (rows and cols not multiples of 8/32/64; MXFP4 cols multiple of 32).
+ */
+#include "kern-impl.h"
+#include "test.h"
+
+#include <float.h>
+#include <omp.h>
+#include <stdlib.h>
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+static float frnd(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+
+static const char *tname[] = {"f32", "i8", "i4", "mxfp4"};
+static const char *iname[] = {"scalar", "avx2", "avx-vnni"};
+static int         max_isa; /* highest enum kern_isa this CPU runs */
+
+/* A random matrix of the type: quantized from random floats, or random MXFP4 bytes. */
+static void make_mat(qmat *m, int type, int rows, int cols, uint8_t **mx) {
+    if (type == Q_MXFP4) {
+        size_t   wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
+        uint8_t *p  = malloc(wb + sb);
+        for (size_t i = 0; i < wb; i++)
+            p[i] = (uint8_t)rnd();
+        for (size_t i = 0; i < sb; i++)
+            p[wb + i] = (uint8_t)(118 + rnd() % 12);
+        *m   = (qmat){.type = type, .rows = rows, .cols = cols, .w = p, .e = p + wb};
+        *mx  = p;
+        return;
+    }
+    float *w = malloc((size_t)rows * cols * sizeof(float));
+    for (size_t i = 0; i < (size_t)rows * cols; i++)
+        w[i] = frnd() * (1.0f + (float)(i % 7));
+    k3_status st = qmat_quantize(m, type, w, rows, cols);
+    T_CHECK(st == K3_OK, "quantize %s %dx%d", tname[type], rows, cols);
+    free(w);
+    *mx = NULL;
+}
+
+static void run_mv(const qmat *m, const float *x, float *y, int isa, int idot) {
+    kern_set_isa(isa);
+    kern_set_idot(idot);
+    qmat_matvec(m, x, y);
+}
+
+static int bits_equal(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
+
+/* Every check of one matrix. */
+static void check_mat(const qmat *m, int have_avx2) {
+    const int rows = m->rows, cols = m->cols, N = 6; /* 6 = one KERN_NC block + 2 single */
+    float    *x    = malloc((size_t)N * cols * sizeof(float));
+    float    *y0 = malloc((size_t)rows * sizeof(float)), *y1 = malloc((size_t)rows * sizeof(float));
+    float    *ym = malloc((size_t)N * rows * sizeof(float)), *yv = malloc((size_t)N * rows * sizeof(float));
+    float    *wr = malloc((size_t)cols * sizeof(float));
+    for (int i = 0; i < N * cols; i++)
+        x[i] = frnd() * (i % 5 == 0 ? 4.0f : 1.0f);
+    char what[96];
+    snprintf(what, sizeof what, "%s %dx%d", tname[m->type], rows, cols);
+
+    /* exact-float: AVX2 within the reassociation bound */
+    run_mv(m, x, y0, KERN_SCALAR, 0);
+    if (have_avx2) {
+        run_mv(m, x, y1, KERN_AVX2, 0);
+        double worst = 0.0;
+        int    ok    = 1;
+        for (int r = 0; r < rows; r++) {
+            qmat_dequant_row(m, r, wr);
+            double mag = 0.0;
+            for (int c = 0; c < cols; c++)
+                mag += fabs((double)wr[c] * (double)x[c]);
+            double bound = 2.0 * (cols + 4) * (double)FLT_EPSILON * mag + 1e-30;
+            double err   = fabs((double)y1[r] - (double)y0[r]);
+            ok &= err <= bound;
+            if (err / bound > worst)
+                worst = err / bound;
+        }
+        T_CHECK(ok, "%s: exact-float AVX2 within 2(n+4)eps sum|wx| of scalar (worst %.3f of bound)", what, worst);
+    }
+    /* IDOT: AVX2 bit-identical to scalar; both within the activation quantization bound */
+    if (m->type != Q_F32) {
+        float *yi = malloc((size_t)rows * sizeof(float));
+        run_mv(m, x, yi, KERN_SCALAR, 1);
+        for (int isa = KERN_AVX2; isa <= max_isa; isa++) {
+            run_mv(m, x, y1, isa, 1);
+            T_CHECK(bits_equal(yi, y1, (size_t)rows), "%s: IDOT %s bit-identical to scalar", what, iname[isa]);
+        }
+        int      ok  = 1;
+        void    *buf = k3_aligned_alloc(32, kern_act_bytes(cols));
+        kern_act a;
+        kern_act_make(m->type, x, cols, buf, &a);
+        for (int r = 0; r < rows; r++) {
+            qmat_dequant_row(m, r, wr);
+            double b = 0.0, mag = 0.0;
+            for (int c = 0; c < cols; c++) {
+                b += fabs((double)wr[c]) * (double)a.d[c / 32] * 0.5;
+                mag += fabs((double)wr[c] * (double)x[c]);
+            }
+            ok &= fabs((double)yi[r] - (double)y0[r]) <= b * 1.001 + 4.0 * (cols + 4) * (double)FLT_EPSILON * mag;
+        }
+        T_CHECK(ok, "%s: IDOT within sum|w| d/2 of exact-float", what);
+        free(buf);
+        free(yi);
+    }
+    /* matmul == matvec, bit for bit, every path, 1 and 2 threads */
+    for (int isa = 0; isa <= max_isa; isa++)
+        for (int idot = 0; idot <= (m->type != Q_F32); idot++) {
+            int ok = 1;
+            for (int th = 1; th <= 2; th++) {
+                omp_set_num_threads(th);
+                kern_set_isa(isa);
+                kern_set_idot(idot);
+                qmat_matmul(m, x, N, ym);
+                for (int t = 0; t < N; t++)
+                    qmat_matvec(m, x + (size_t)t * cols, yv + (size_t)t * rows);
+                ok &= bits_equal(ym, yv, (size_t)N * rows);
+                if (th == 1)
+                    memcpy(y1, ym, (size_t)rows * sizeof(float));
+                else
+                    ok &= bits_equal(y1, ym, (size_t)rows);
+            }
+            T_CHECK(ok, "%s: %s%s matmul(n=6) == matvec per column, same at 1 and 2 threads", what,
+                    iname[isa], idot ? " idot" : "");
+        }
+    omp_set_num_threads(2);
+    free(x), free(y0), free(y1), free(ym), free(yv), free(wr);
+}
+
+/* MXFP4 on hand-made bytes: decode and one-hot products give the exact values. */
+static void check_mxfp4_known(int have_avx2) {
+    /* one row of 64 columns: group 0 exponent 127 (x1), group 1 exponent given per case */
+    static const uint8_t ex[][2] = {{127, 0}, {127, 1}, {127, 254}, {128, 126}};
+    for (size_t k = 0; k < sizeof ex / sizeof ex[0]; k++) {
+        uint8_t w[32], e[2] = {ex[k][0], ex[k][1]};
+        for (int i = 0; i < 32; i++)
+            w[i] = (uint8_t)((i * 5 + 3) & 15) | (uint8_t)(((i * 3 + 9) & 15) << 4);
+        w[0] = 0x9A; /* col 0: nibble A = -1.0; col 1: nibble 9 = -0.5 */
+        w[1] = 0x87; /* col 2: 7 = +6.0; col 3: 8 = -0 */
+        if (e[1] == 254) /* keep |value| <= 1.5 * 2^127 (finite) */
+            for (int i = 16; i < 32; i++)
+                w[i] &= 0xBB;
+        w[16] = e[1] == 254 ? 0x31 : 0x71; /* col 32: 1 = 0.5 (x 2^(e1-127)); col 33: 3 = 1.5 or 7 = 6 */
+        qmat   m = {.type = Q_MXFP4, .rows = 1, .cols = 64, .w = w, .e = e};
+        float  d[64];
+        qmat_dequant_row(&m, 0, d);
+        float s0 = ldexpf(1.0f, e[0] - 127), s1 = ldexpf(1.0f, e[1] - 127);
+        T_CHECK(d[0] == -1.0f * s0 && d[1] == -0.5f * s0 && d[2] == 6.0f * s0 && d[3] == 0.0f &&
+                    signbit(d[3]),
+                "mxfp4 e=%d: -1, -0.5, 6, -0 decode", e[0]);
+        T_CHECK(d[32] == 0.5f * s1 && d[33] == (e[1] == 254 ? 1.5f : 6.0f) * s1, "mxfp4 e=%d: 0.5 and 6 (1.5) decode to %g %g", e[1],
+                (double)d[32], (double)d[33]);
+        int ok = 1;
+        for (int c = 0; c < 64; c++) {
+            int   nib = c & 1 ? w[c / 2] >> 4 : w[c / 2] & 15;
+            float v   = q_e2m1[nib & 7] * (c < 32 ? s0 : s1);
+            ok &= d[c] == ((nib & 8) ? -v : v);
+        }
+        T_CHECK(ok, "mxfp4 e=%d,%d: all 64 columns decode per the spec table", e[0], e[1]);
+        /* one-hot x: the exact-float paths return the weight exactly */
+        float x[64] = {0}, y;
+        int   okx   = 1;
+        for (int c = 0; c < 64; c += 11) {
+            memset(x, 0, sizeof x);
+            x[c] = 1.0f;
+            for (int isa = 0; isa <= max_isa; isa++) {
+                run_mv(&m, x, &y, isa, 0);
+                okx &= y == d[c];
+                run_mv(&m, x, &y, isa, 1);
+                okx &= fabsf(y - d[c]) <= fabsf(d[c]) * 1e-6f + 1e-40f; /* e < 2: the group scale is subnormal */
+            }
+        }
+        T_CHECK(okx, "mxfp4 e=%d,%d: one-hot matvec returns the decoded weight", e[0], e[1]);
+    }
+    int ok = 1;
+    for (int e = 0; e < 255; e++)
+        ok &= kern_e8m0_half((uint8_t)e) == ldexpf(1.0f, e - 128);
+    T_CHECK(ok, "2^(e-128) exact for e = 0..254 (subnormal for e < 2)");
+    ok = 1;
+    for (int n = 0; n < 16; n++)
+        ok &= kern_mxfp4_i8[n] == (int)((n & 8 ? -2.0f : 2.0f) * q_e2m1[n & 7]);
+    T_CHECK(ok, "doubled e2m1 table is 2 * value with sign");
+}
+
+int main(void) {
+    const int have_avx2 = kern_cpu_avx2();
+    max_isa             = kern_cpu_vnni() ? KERN_AVX2_VNNI : have_avx2 ? KERN_AVX2 : KERN_SCALAR;
+    if (max_isa < KERN_AVX2_VNNI)
+        T_SKIP("no AVX-VNNI on this CPU: the VNNI twins are not compared");
+    if (!have_avx2)
+        T_SKIP("no AVX2+FMA on this CPU: AVX2 twins not compared (scalar checks still run)");
+    T_CHECK(kern_set_isa(KERN_SCALAR) == KERN_SCALAR, "scalar path selectable");
+    omp_set_num_threads(2);
+
+    static const int shapes[][2] = {{1, 1}, {7, 5}, {13, 33}, {37, 100}, {5, 129}, {3, 200}, {300, 301}};
+    for (int type = Q_F32; type <= Q_I4; type++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            qmat     m;
+            uint8_t *mx;
+            make_mat(&m, type, shapes[s][0], shapes[s][1], &mx);
+            check_mat(&m, have_avx2);
+            qmat_free(&m);
+        }
+    static const int mshapes[][2] = {{1, 32}, {7, 96}, {13, 160}, {37, 224}, {301, 288}};
+    for (size_t s = 0; s < sizeof mshapes / sizeof mshapes[0]; s++) {
+        qmat     m;
+        uint8_t *mx;
+        make_mat(&m, Q_MXFP4, mshapes[s][0], mshapes[s][1], &mx);
+        check_mat(&m, have_avx2);
+        free(mx);
+    }
+    check_mxfp4_known(have_avx2);
+
+    /* a NaN activation poisons its output rows in every path (no silent zero) */
+    {
+        qmat     m;
+        uint8_t *mx;
+        float    x[96], y[4];
+        make_mat(&m, Q_MXFP4, 4, 96, &mx);
+        for (int c = 0; c < 96; c++)
+            x[c] = frnd();
+        x[40] = NAN;
+        int ok = 1;
+        for (int isa = 0; isa <= max_isa; isa++)
+            for (int idot = 0; idot <= 1; idot++) {
+                run_mv(&m, x, y, isa, idot);
+                for (int r = 0; r < 4; r++)
+                    ok &= isnan(y[r]);
+            }
+        T_CHECK(ok, "NaN in x gives NaN rows in the exact-float and IDOT paths");
+        free(mx);
+    }
+    return t_done();
+}

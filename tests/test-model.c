@@ -1,0 +1,430 @@
+/* test-model.c: the engine API on generated checkpoints (build/k3-mkmodel).
+ *
+ * Chunked prefill is bit-identical to token-at-a-time (K3_CHUNK 32 vs 1, and odd feed splits)
+ * over >= 100 positions; cancel during prefill and decode leaves a session that continues
+ * exactly like one never cancelled; snapshots restore identical logits; context overflow,
+ * bad ids, a missing tensor, NaN weights and a NaN MXFP4 scale give clear errors.
+ * The comparison against the numpy reference is tests/t-ref.py.
+ */
+#include "k3.h"
+#include "st.h"
+#include "test.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NPOS 110
+
+static char tmp[512], build[512];
+static int  g_quant;  /* 1: open models with the default (quantized) K3_*BITS        */
+static int  g_stream; /* 1: routed experts streamed through a one-slot expert cache   */
+
+static int sh(const char *fmt, ...) K3_PRINTF(1, 2);
+static int sh(const char *fmt, ...) {
+    char    cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+static k3_model *open_model(const char *dir, int chunk, int max_ctx, const char *logits_path) {
+    k3_params p;
+    if (k3_params_default(&p)) return NULL;
+    if (!g_quant) p.bits = p.mla_bits = p.head_bits = 32;
+    if (g_stream) p.expert_gb = 1e-6; /* the floor: one slot per layer */
+    if (chunk) p.chunk = chunk;
+    if (max_ctx) p.max_ctx = max_ctx;
+    p.logits_path = logits_path;
+    /* one thread after the first (default-threads) model: on a loaded 2-core test machine
+     * spinning OpenMP workers cost far more than they give on a tiny model */
+    static int n_open;
+    p.threads   = n_open++ ? 1 : 0;
+    k3_model *m = NULL;
+    if (k3_model_open(dir, &p, &m)) printf("# open %s: %s\n", dir, k3_errmsg());
+    return m;
+}
+
+static float *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    rewind(f);
+    float *b = malloc((size_t)sz + 1);
+    *n       = fread(b, 1, (size_t)sz, f) / sizeof(float);
+    fclose(f);
+    return b;
+}
+
+/* ---- chunk 32 vs chunk 1 ------------------------------------------------ */
+
+static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
+    const char *what = g_quant ? "default bits" : g_stream ? "f32, streamed experts" : "f32";
+    char f32[600], f1[600], fs[600];
+    snprintf(f32, sizeof f32, "%s/c32.f32", tmp);
+    snprintf(f1, sizeof f1, "%s/c1.f32", tmp);
+    snprintf(fs, sizeof fs, "%s/cs.f32", tmp);
+    const int   chunks[3] = {32, 1, 7};
+    const char *files[3]  = {f32, f1, fs};
+    for (int i = 0; i < 3; i++) {
+        k3_model   *m = open_model(dir, chunks[i], 0, files[i]);
+        k3_session *s = NULL;
+        if (!m || k3_session_new(m, &s)) {
+            T_CHECK(0, "open for chunk %d: %s", chunks[i], k3_errmsg());
+            k3_model_free(m);
+            return;
+        }
+        if (i < 2) T_CHECK(k3_session_feed(s, ids, NPOS) == K3_OK, "feed %d ids at chunk %d", NPOS, chunks[i]);
+        else { /* odd splits: 45, 1, 1, 63 at chunk 7 */
+            int ok = !k3_session_feed(s, ids, 45) && !k3_session_feed(s, ids + 45, 1) &&
+                     !k3_session_feed(s, ids + 46, 1) && !k3_session_feed(s, ids + 47, NPOS - 47);
+            T_CHECK(ok, "feed in splits 45+1+1+63 at chunk 7");
+        }
+        T_CHECK(k3_session_pos(s) == NPOS, "position %d after the feed (got %d)", NPOS, k3_session_pos(s));
+        k3_session_free(s);
+        k3_model_free(m);
+    }
+    size_t n32, n1, ns;
+    float *a = read_file(f32, &n32), *b = read_file(f1, &n1), *c = read_file(fs, &ns);
+    T_CHECK(a && n32 == (size_t)NPOS * vocab, "K3_LOGITS holds %d positions x %d (got %zu floats)",
+            NPOS, vocab, a ? n32 : 0);
+    T_CHECK(a && b && n1 == n32 && !memcmp(a, b, n32 * 4),
+            "%s: K3_CHUNK=32 and K3_CHUNK=1 logits bit-identical over %d positions", what, NPOS);
+    T_CHECK(a && c && ns == n32 && !memcmp(a, c, n32 * 4),
+            "%s: chunk 7 with feeds split 45+1+1+63 bit-identical to chunk 32", what);
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* ---- cancel ---------------------------------------------------------------- */
+
+typedef struct canceller {
+    k3_session *s;
+    atomic_int  stop, started;
+    long        delay_ns;
+} canceller;
+
+static void *cancel_main(void *arg) {
+    canceller      *c  = arg;
+    struct timespec ts = {0, c->delay_ns};
+    atomic_store(&c->started, 1);
+    if (c->delay_ns) nanosleep(&ts, NULL);
+    while (!atomic_load(&c->stop))
+        k3_session_cancel(c->s);
+    return NULL;
+}
+
+/* Feed with a thread cancelling after delay_ns; returns the status. */
+static k3_status feed_cancelled(k3_session *s, const int32_t *ids, int n, long delay_ns) {
+    canceller c = {.s = s, .delay_ns = delay_ns};
+    atomic_init(&c.stop, 0);
+    atomic_init(&c.started, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, cancel_main, &c);
+    while (!atomic_load(&c.started))
+        ;
+    k3_status st = k3_session_feed(s, ids, n);
+    atomic_store(&c.stop, 1);
+    pthread_join(th, NULL);
+    return st;
+}
+
+static int32_t argmax(const float *l, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+static void test_cancel(const char *dir, const int32_t *ids, int vocab) {
+    const char *w = g_stream ? "streamed experts: " : "";
+    k3_model   *m = open_model(dir, 8, 0, NULL);
+    k3_session *ref = NULL, *s = NULL;
+    if (!m || k3_session_new(m, &ref) || k3_session_new(m, &s)) {
+        T_CHECK(0, "open for cancel: %s", k3_errmsg());
+        goto done;
+    }
+    /* the uncancelled run: prompt, then NGEN greedy tokens */
+    enum { NGEN = 48 };
+    int32_t gen[NGEN];
+    float  *want = malloc((size_t)vocab * sizeof(float)), *want8 = malloc((size_t)vocab * sizeof(float));
+    k3_session_feed(ref, ids, NPOS);
+    for (int i = 0; i < NGEN; i++) {
+        if (i == 8) memcpy(want8, k3_session_logits(ref), (size_t)vocab * sizeof(float));
+        gen[i] = argmax(k3_session_logits(ref), vocab);
+        k3_session_feed(ref, &gen[i], 1);
+    }
+    memcpy(want, k3_session_logits(ref), (size_t)vocab * sizeof(float));
+
+    /* prefill cancelled at several moments, then resumed from where it stopped */
+    static const long delays[] = {0, 20000, 200000, 1000000, 3000000};
+    int n_aborted = 0, consistent = 1, mid = 0;
+    for (size_t k = 0; k < sizeof delays / sizeof *delays; k++) {
+        k3_session_reset(s);
+        k3_status st = feed_cancelled(s, ids, NPOS, delays[k]);
+        int       p  = k3_session_pos(s);
+        if (st == K3_ABORTED) n_aborted++;
+        else if (st != K3_OK) consistent = 0;
+        consistent &= p % 8 == 0 || p == NPOS; /* whole chunks only */
+        mid += p > 0 && p < NPOS;
+        if (p < NPOS && k3_session_feed(s, ids + p, NPOS - p)) consistent = 0;
+        int32_t tok[8];
+        for (int i = 0; i < 8 && consistent; i++) {
+            tok[i] = argmax(k3_session_logits(s), vocab);
+            consistent &= tok[i] == gen[i];
+            if (k3_session_feed(s, &tok[i], 1)) consistent = 0;
+        }
+        consistent &= !memcmp(k3_session_logits(s), want8, (size_t)vocab * sizeof(float));
+    }
+    T_CHECK(n_aborted > 0, "%scancel during prefill returns K3_ABORTED (%d of 5 runs)", w, n_aborted);
+    T_CHECK(consistent, "%safter a cancelled prefill (%d stopped mid-prompt) the session resumes at a chunk "
+            "boundary and gives the same tokens and bit-identical logits", w, mid);
+
+    /* decode cancelled: the step is not applied, repeating it continues identically */
+    k3_session_reset(s);
+    k3_session_feed(s, ids, NPOS);
+    int dec_ok = 1, dec_ab = 0;
+    for (int i = 0; i < NGEN; i++) {
+        int32_t   t  = argmax(k3_session_logits(s), vocab);
+        int       p  = k3_session_pos(s);
+        k3_status st = feed_cancelled(s, &t, 1, 0);
+        dec_ok &= t == gen[i] && (st == K3_OK || st == K3_ABORTED);
+        if (st == K3_ABORTED) {
+            dec_ab++;
+            dec_ok &= k3_session_pos(s) == p && argmax(k3_session_logits(s), vocab) == t;
+            if (k3_session_feed(s, &t, 1)) dec_ok = 0;
+        }
+    }
+    dec_ok &= !memcmp(k3_session_logits(s), want, (size_t)vocab * sizeof(float));
+    T_CHECK(dec_ab > 0, "%scancel during decode returns K3_ABORTED (%d of %d steps)", w, dec_ab, NGEN);
+    T_CHECK(dec_ok, "%safter cancelled decode steps the session gives the same tokens and logits", w);
+
+    /* a cancel before the feed is cleared by the feed (k3.h contract) */
+    k3_session_cancel(s);
+    T_CHECK(k3_session_feed(s, ids, 1) == K3_OK, "%sa cancel before a feed does not abort it", w);
+    free(want);
+    free(want8);
+done:
+    k3_session_free(ref);
+    k3_session_free(s);
+    k3_model_free(m);
+}
+
+/* ---- snapshots, context, bad ids ------------------------------------------------ */
+
+static void test_snapshot(const char *dir, const int32_t *ids, int vocab) {
+    k3_model   *m = open_model(dir, 16, 64, NULL);
+    k3_session *s = NULL, *s2 = NULL;
+    if (!m || k3_session_new(m, &s) || k3_session_new(m, &s2)) {
+        T_CHECK(0, "open for snapshots: %s", k3_errmsg());
+        goto done;
+    }
+    size_t       vb = (size_t)vocab * sizeof(float);
+    float       *at40 = malloc(vb), *at60 = malloc(vb);
+    k3_snapshot *snap = NULL;
+    T_CHECK(k3_session_logits(s) == NULL, "no logits before the first feed");
+    k3_session_feed(s, ids, 40);
+    memcpy(at40, k3_session_logits(s), vb);
+    T_CHECK(k3_session_save(s, &snap) == K3_OK, "save at position 40");
+    k3_session_feed(s, ids + 40, 20);
+    memcpy(at60, k3_session_logits(s), vb);
+    T_CHECK(k3_session_restore(s, snap) == K3_OK && k3_session_pos(s) == 40 &&
+                !memcmp(k3_session_logits(s), at40, vb),
+            "restore gives position 40 and its logits back");
+    k3_session_feed(s, ids + 40, 20);
+    T_CHECK(!memcmp(k3_session_logits(s), at60, vb), "feeding the same 20 ids after restore: identical logits");
+    T_CHECK(k3_session_restore(s2, snap) == K3_OK, "restore into another session of the model");
+    k3_session_feed(s2, ids + 40, 20);
+    T_CHECK(!memcmp(k3_session_logits(s2), at60, vb), "the other session continues identically");
+
+    /* context capacity 64 */
+    k3_status st = k3_session_feed(s, ids, 5);
+    T_CHECK(st == K3_ERR_CONTEXT && k3_session_pos(s) == 60 && strstr(k3_errmsg(), "K3_MAXT"),
+            "65 tokens in a 64-token context: K3_ERR_CONTEXT, nothing applied (%s)", k3_errmsg());
+    T_CHECK(k3_session_feed(s, ids, 4) == K3_OK && k3_session_pos(s) == 64, "exactly 64 tokens fit");
+    T_CHECK(k3_session_feed(s, ids, 1) == K3_ERR_CONTEXT, "one more token: K3_ERR_CONTEXT");
+    int32_t bad[2] = {1, vocab};
+    k3_session_reset(s);
+    T_CHECK(k3_session_pos(s) == 0 && k3_session_feed(s, bad, 2) == K3_ERR_ARG && k3_session_pos(s) == 0,
+            "an id >= vocab is K3_ERR_ARG and nothing is applied (%s)", k3_errmsg());
+    k3_session_feed(s, ids, 40);
+    T_CHECK(!memcmp(k3_session_logits(s), at40, vb), "after reset the same 40 ids give the same logits");
+
+    k3_stats stt;
+    k3_session_stats(s, &stt);
+    T_CHECK(stt.n_prefill >= 40 && stt.t_prefill > 0, "stats count prefill tokens (%lld)", (long long)stt.n_prefill);
+    k3_snapshot_free(snap);
+    free(at40);
+    free(at60);
+done:
+    k3_session_free(s);
+    k3_session_free(s2);
+    k3_model_free(m);
+}
+
+/* ---- corrupted checkpoints ---------------------------------------------------- */
+
+/* Overwrite 4 bytes at the start of tensor name's data in the single-file model dir. */
+static int poke(const char *dir, const char *name, const void *bytes, size_t n) {
+    st_dir *d = NULL;
+    if (st_open(dir, &d)) return -1;
+    const st_tensor *t = st_find(d, name);
+    int              rc = -1;
+    if (t) {
+        int fd = open(st_shard_path(d, t->shard), O_WRONLY);
+        if (fd >= 0) {
+            rc = pwrite(fd, bytes, n, (off_t)t->offset) == (ssize_t)n ? 0 : -1;
+            close(fd);
+        }
+    }
+    st_close(d);
+    return rc;
+}
+
+/* Rename a tensor in the header of DIR/model.safetensors by changing its last letter. */
+static int rename_tensor(const char *dir, const char *name) {
+    char path[1200], key[300];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(key, sizeof key, "%s\"", name);
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    uint64_t hl;
+    char    *h = NULL;
+    int      rc = -1;
+    if (fread(&hl, 8, 1, f) == 1 && hl < (1u << 26) && (h = malloc(hl + 1)) && fread(h, 1, hl, f) == hl) {
+        h[hl]   = 0;
+        char *p = strstr(h, key);
+        if (p) {
+            p[strlen(name) - 1] = 'X';
+            fseek(f, 8, SEEK_SET);
+            rc = fwrite(h, 1, hl, f) == hl ? 0 : -1;
+        }
+    }
+    free(h);
+    fclose(f);
+    return rc;
+}
+
+static void expect_open_error(const char *dir, k3_status want, const char *needle, const char *what) {
+    k3_params p;
+    k3_model *m = NULL;
+    k3_params_default(&p);
+    p.bits = p.mla_bits = p.head_bits = 32;
+    k3_status st = k3_model_open(dir, &p, &m);
+    T_CHECK(!m && st == want && strstr(k3_errmsg(), needle), "%s: %s, message names '%s' (%s)", what,
+            k3_status_str(want), needle, k3_errmsg());
+    k3_model_free(m);
+}
+
+static void test_corrupt(void) {
+    char good[600], bad[700];
+    snprintf(good, sizeof good, "%s/single", tmp);
+    if (sh("'%s/k3-mkmodel' --preset tiny --seed 4 --f32 --single --quiet '%s' >/dev/null", build, good)) {
+        T_CHECK(0, "k3-mkmodel --single --f32");
+        return;
+    }
+    k3_model *m = open_model(good, 0, 0, NULL);
+    T_CHECK(m != NULL, "the uncorrupted single-file F32 model opens");
+    k3_model_free(m);
+
+    const float nan = __builtin_nanf("");
+    snprintf(bad, sizeof bad, "%s/nan", tmp);
+    sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    T_CHECK(poke(bad, "model.layers.1.input_layernorm.weight", &nan, 4) == 0, "write a NaN into a copy");
+    expect_open_error(bad, K3_ERR_NUMERIC, "model.layers.1.input_layernorm.weight", "NaN in a norm weight");
+
+    sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    poke(bad, "model.layers.2.self_attn.q_proj.weight", &nan, 4);
+    expect_open_error(bad, K3_ERR_NUMERIC, "model.layers.2.self_attn.q_proj.weight", "NaN in a KDA matrix");
+
+    const float inf = __builtin_inff();
+    sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    poke(bad, "lm_head.weight", &inf, 4);
+    expect_open_error(bad, K3_ERR_NUMERIC, "lm_head.weight", "inf in lm_head");
+
+    const uint8_t s255 = 255;
+    sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    poke(bad, "model.layers.1.block_sparse_moe.experts.2.w3.weight_scale", &s255, 1);
+    expect_open_error(bad, K3_ERR_NUMERIC, "experts.2.w3.weight_scale", "MXFP4 scale 255 (NaN)");
+
+    sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    T_CHECK(rename_tensor(bad, "model.norm.weight") == 0, "rename model.norm.weight in a copy");
+    m = open_model(bad, 0, 0, NULL);
+    T_CHECK(!m && strstr(k3_errmsg(), "model.norm.weight"), "missing tensor: open fails naming it (%s)",
+            k3_errmsg());
+    k3_model_free(m);
+
+    T_CHECK(k3_model_open("/nonexistent/k3", NULL, &m) != K3_OK && !m && *k3_errmsg(),
+            "a missing directory is an error (%s)", k3_errmsg());
+    setenv("K3_CHUNK", "zero", 1);
+    k3_params p;
+    T_CHECK(k3_params_default(&p) == K3_ERR_ARG && strstr(k3_errmsg(), "K3_CHUNK"),
+            "K3_CHUNK=zero is K3_ERR_ARG naming the variable (%s)", k3_errmsg());
+    unsetenv("K3_CHUNK");
+}
+
+int main(void) {
+    /* the engine's settings come from the test, not from the caller's environment */
+    static const char *vars[] = {"K3_BITS", "K3_MLA_BITS", "K3_HEAD_BITS", "K3_CHUNK", "K3_MAXT",
+                                 "K3_EXPERT_GB", "K3_LOGITS", "K3_TRACE", "K3_X0", "K3_LAYERS",
+                                 "K3_IDOT", "K3_TOPP", "K3_THREADS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        unsetenv(vars[i]);
+    const char *t = getenv("K3_TMP"), *b = getenv("K3_BUILD");
+    snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
+    snprintf(build, sizeof build, "%s", b ? b : "build");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/tiny", tmp);
+    if (sh("'%s/k3-mkmodel' --preset tiny --seed 3 --quiet --force '%s' >/dev/null", build, dir)) {
+        T_CHECK(0, "k3-mkmodel --preset tiny writes a model (%s/k3-mkmodel)", build);
+        return t_done();
+    }
+    k3_model *m = open_model(dir, 0, 0, NULL);
+    T_CHECK(m != NULL, "open the tiny model (%s)", m ? "" : k3_errmsg());
+    if (!m) return t_done();
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    T_CHECK(info.n_kda + info.n_mla == info.n_layers && info.n_moe + info.n_dense == info.n_layers &&
+                info.bytes_resident > 0,
+            "model info: %d layers (%d KDA, %d MLA), %d MoE, %.1f MB", info.n_layers, info.n_kda,
+            info.n_mla, info.n_moe, (double)info.bytes_resident / 1e6);
+    k3_model_free(m);
+    int32_t ids[NPOS];
+    srand(7);
+    for (int i = 0; i < NPOS; i++)
+        ids[i] = rand() % (info.vocab - 256 > 2 ? info.vocab - 256 : info.vocab);
+
+    test_chunks(dir, ids, info.vocab);
+    char keep[700], got[700];
+    snprintf(keep, sizeof keep, "%s/c32-resident.f32", tmp);
+    snprintf(got, sizeof got, "%s/c32.f32", tmp);
+    rename(got, keep);
+    g_quant = 1;
+    test_chunks(dir, ids, info.vocab);
+    g_quant  = 0;
+    g_stream = 1;
+    test_chunks(dir, ids, info.vocab);
+    size_t na, nb;
+    float *ra = read_file(keep, &na), *rb = read_file(got, &nb);
+    T_CHECK(ra && rb && na == nb && !memcmp(ra, rb, na * 4),
+            "streamed experts (one cache slot) give the same logits as resident ones");
+    free(ra);
+    free(rb);
+    test_cancel(dir, ids, info.vocab);
+    g_stream = 0;
+    test_cancel(dir, ids, info.vocab);
+    test_snapshot(dir, ids, info.vocab);
+    test_corrupt();
+    return t_done();
+}

@@ -1,0 +1,103 @@
+/* test-ui-cmd.c: slash-command parsing (ui/cmd.c): every command, bad arguments with their
+ * messages, nearest-command suggestions and completion; theme file parsing (ui/theme.c). */
+#include "cmd.h"
+#include "test.h"
+#include "theme.h"
+
+#include <string.h>
+
+static cmd_result r;
+
+static int ok(const char *line, enum cmd_id id) {
+    return cmd_parse(line, &r) == 0 && r.id == id;
+}
+static int bad(const char *line, const char *msg_part) {
+    return cmd_parse(line, &r) != 0 && strstr(r.msg, msg_part) != NULL;
+}
+
+int main(void) {
+    T_CHECK(ok("/help", CMD_HELP), "/help");
+    T_CHECK(ok("/help temp", CMD_HELP) && r.flag == CMD_TEMP, "/help temp names /temp");
+    T_CHECK(ok("/help /effort", CMD_HELP) && r.flag == CMD_EFFORT, "/help /effort");
+    T_CHECK(bad("/help tmep", "did you mean /temp"), "/help tmep suggests /temp: %s", r.msg);
+    T_CHECK(ok("/temp 0.7", CMD_TEMP) && r.num > 0.69 && r.num < 0.71, "/temp 0.7");
+    T_CHECK(ok("  /temp 0  ", CMD_TEMP) && r.num == 0, "/temp 0 with spaces around");
+    T_CHECK(bad("/temp", "missing the value"), "/temp without value: %s", r.msg);
+    T_CHECK(bad("/temp abc", "'abc' is not a number in 0..2"), "/temp abc: %s", r.msg);
+    T_CHECK(bad("/temp 2.5", "not a number in 0..2"), "/temp 2.5 out of range");
+    T_CHECK(bad("/temp nan", "not a number"), "/temp nan");
+    T_CHECK(bad("/temp 1x", "not a number"), "/temp 1x");
+    T_CHECK(ok("/top-p 0.9", CMD_TOPP), "/top-p 0.9");
+    T_CHECK(bad("/top-p -0.1", "0..1"), "/top-p -0.1");
+    T_CHECK(ok("/think on", CMD_THINK) && r.flag == 1, "/think on");
+    T_CHECK(ok("/think off", CMD_THINK) && r.flag == 0, "/think off");
+    T_CHECK(bad("/think yes", "'yes' is not on or off"), "/think yes: %s", r.msg);
+    T_CHECK(bad("/think", "missing on or off"), "/think: %s", r.msg);
+    T_CHECK(ok("/effort low", CMD_EFFORT) && r.flag == 0, "/effort low");
+    T_CHECK(ok("/effort max", CMD_EFFORT) && r.flag == 2, "/effort max");
+    T_CHECK(bad("/effort medium", "rejects medium"), "/effort medium: %s", r.msg);
+    T_CHECK(ok("/show-thinking off", CMD_SHOWTHINK) && r.flag == 0, "/show-thinking off");
+    T_CHECK(ok("/experts 12.5", CMD_EXPERTS) && r.num == 12.5, "/experts 12.5");
+    T_CHECK(bad("/experts -1", "not a number"), "/experts -1");
+    T_CHECK(ok("/system Be brief.  Very brief.", CMD_SYSTEM) && !strcmp(r.arg, "Be brief.  Very brief."),
+            "/system keeps the text (got '%s')", r.arg);
+    T_CHECK(ok("/system", CMD_SYSTEM) && r.arg[0] == 0, "/system without text");
+    T_CHECK(ok("/clear", CMD_CLEAR) && ok("/retry", CMD_RETRY) && ok("/undo", CMD_UNDO) && ok("/stats", CMD_STATS) &&
+                ok("/quit", CMD_QUIT) && ok("/forget", CMD_FORGET),
+            "/clear /retry /undo /stats /quit /forget");
+    T_CHECK(bad("/clear all", "takes no argument"), "/clear all: %s", r.msg);
+    T_CHECK(ok("/save", CMD_SAVE) && r.arg[0] == 0, "/save without a file");
+    T_CHECK(ok("/save my chat.jsonl", CMD_SAVE) && !strcmp(r.arg, "my chat.jsonl"), "/save with a space in the name");
+    T_CHECK(ok("/load a.jsonl", CMD_LOAD) && bad("/load", "missing the file name"), "/load FILE and /load");
+    T_CHECK(ok("/replay a.jsonl", CMD_REPLAY) && bad("/replay", "missing the file name"), "/replay");
+    T_CHECK(ok("/export a.md", CMD_EXPORT), "/export");
+    T_CHECK(ok("/theme light", CMD_THEME) && ok("/theme", CMD_THEME), "/theme NAME and /theme");
+    T_CHECK(bad("/theme a b", "expected one word"), "/theme a b");
+    T_CHECK(bad("/tmep 1", "unknown command /tmep; did you mean /temp?"), "/tmep: %s", r.msg);
+    T_CHECK(bad("/qiut", "did you mean /quit?"), "/qiut: %s", r.msg);
+    T_CHECK(bad("/sav", "did you mean /save?"), "/sav (a prefix): %s", r.msg);
+    T_CHECK(bad("/showthinking on", "did you mean /show-thinking?"), "/showthinking: %s", r.msg);
+    T_CHECK(bad("/frobnicate", "unknown command /frobnicate (/help"), "far from everything: %s", r.msg);
+    T_CHECK(bad("hello", "not a command"), "text without / is not a command");
+    char big[5000];
+    memset(big, 'x', sizeof big);
+    memcpy(big, "/system ", 8);
+    big[sizeof big - 1] = 0;
+    T_CHECK(bad(big, "too long"), "an over-long argument is refused");
+
+    const char *c[32];
+    int         n = cmd_complete("s", c, 32);
+    T_CHECK(n == 4, "completion of 's': 4 commands (got %d)", n);
+    n = cmd_complete("f", c, 32);
+    T_CHECK(n == 1 && !strcmp(c[0], "forget"), "completion of 'f': forget");
+    n = cmd_complete("th", c, 32);
+    T_CHECK(n == 2, "completion of 'th': think, theme (got %d)", n);
+    n = cmd_complete("", c, 32);
+    T_CHECK(n == CMD_N, "completion of '': every command (%d)", n);
+    char u[64];
+    T_CHECK(!strcmp(cmd_usage(CMD_TEMP, u, sizeof u), "/temp X"), "usage of /temp");
+    for (int k = 0; k < CMD_N; k++)
+        if (!cmd_help((enum cmd_id)k)[0])
+            T_CHECK(0, "/%s has help text", cmd_name((enum cmd_id)k));
+    T_CHECK(1, "every command has help text");
+
+    /* theme files */
+    thm_spec t[THM_N];
+    char     err[256];
+    thm_defaults(t);
+    T_CHECK(thm_parse("# c\nuser = red default bold underline\n\nthink=245 0 dim\n", "x.theme", t, err, sizeof err) == 0 &&
+                t[THM_USER].fg == 1 && t[THM_USER].bg == -1 && t[THM_USER].attrs == (THM_A_BOLD | THM_A_UNDERLINE) &&
+                t[THM_THINK].fg == 245 && t[THM_THINK].bg == 0,
+            "theme: names, numbers and attributes");
+    T_CHECK(thm_parse("status = bright-white blue\n", "x.theme", t, err, sizeof err) == 0 && t[THM_STATUS].fg == 15,
+            "theme: bright-white is 15");
+    T_CHECK(thm_parse("\nnosuch = red red\n", "x.theme", t, err, sizeof err) != 0 && strstr(err, "x.theme:2: unknown role 'nosuch'"),
+            "theme: unknown role names file and line: %s", err);
+    T_CHECK(thm_parse("user = 300 default\n", "x.theme", t, err, sizeof err) != 0 && strstr(err, "'300' is not a color"),
+            "theme: color out of range: %s", err);
+    T_CHECK(thm_parse("user = red\n", "x.theme", t, err, sizeof err) != 0 && strstr(err, "expected"),
+            "theme: missing background: %s", err);
+    T_CHECK(thm_parse("user = red blue blink\n", "x.theme", t, err, sizeof err) != 0 && strstr(err, "'blink'"),
+            "theme: unknown attribute: %s", err);
+    return t_done();
+}

@@ -1,0 +1,93 @@
+/* test-ui-text.c: display widths and wrapping of ui/text.c (CJK, emoji incl. ZWJ sequences and
+ * flags, combining marks, tabs, invalid bytes), streaming UTF-8 cuts, word wrap by columns. */
+#include "test.h"
+#include "text.h"
+
+#include <string.h>
+
+static int W(const char *s) {
+    return txt_width(s, strlen(s), 0);
+}
+
+/* every wrapped line fits and the lines cover the text without losing a non-space byte */
+static int wrap_ok(const char *s, int cols, int *nlines) {
+    txt_line l[256];
+    int      n = txt_wrap(s, strlen(s), cols, l, 256);
+    size_t   covered = 0;
+    *nlines          = n;
+    for (int k = 0; k < n && k < 256; k++) {
+        if (l[k].width > cols && l[k].len > 1 && strchr(" ", s[l[k].off + l[k].len - 1]) == NULL)
+            return 0;
+        if (l[k].width != txt_width(s + l[k].off, l[k].len, 0))
+            return 0;
+        for (size_t j = covered; j < l[k].off; j++)
+            if (s[j] != ' ' && s[j] != '\n')
+                return 0; /* a skipped byte that is not a break */
+        covered = l[k].off + l[k].len;
+    }
+    return covered == strlen(s);
+}
+
+int main(void) {
+    T_CHECK(W("hello") == 5, "ASCII width 5 (got %d)", W("hello"));
+    T_CHECK(W("日本語") == 6, "CJK: 3 characters, 6 columns (got %d)", W("日本語"));
+    T_CHECK(W("ｈｉ") == 4, "fullwidth Latin is 2 columns each (got %d)", W("ｈｉ"));
+    T_CHECK(W("😀") == 2, "emoji is 2 columns (got %d)", W("😀"));
+    T_CHECK(W("👩\u200d👩\u200d👧") == 2, "ZWJ family sequence is one 2-column cluster (got %d)",
+            W("👩\u200d👩\u200d👧"));
+    T_CHECK(W("👍🏽") == 2, "emoji + skin-tone modifier is 2 columns (got %d)", W("👍🏽"));
+    T_CHECK(W("🇯🇵") == 2, "flag (regional indicator pair) is 2 columns (got %d)", W("🇯🇵"));
+    T_CHECK(W("❤\uFE0F") == 2, "text symbol + VS16 is 2 columns (got %d)", W("❤\uFE0F"));
+    T_CHECK(W("e\u0301") == 1, "e + combining acute is 1 column (got %d)", W("e\u0301"));
+    T_CHECK(W("a\u0308\u0323b") == 2, "two combining marks on one base (got %d)", W("a\u0308\u0323b"));
+    T_CHECK(W("한국어") == 6, "Hangul syllables are 2 columns (got %d)", W("한국어"));
+    T_CHECK(W("\t") == 8, "tab at column 0 is 8 columns (got %d)", W("\t"));
+    T_CHECK(W("abc\t") == 8, "tab after 3 columns reaches column 8 (got %d)", W("abc\t"));
+    T_CHECK(txt_width("\t", 1, 5) == 3, "tab from column 5 is 3 columns (got %d)", txt_width("\t", 1, 5));
+    T_CHECK(W("a\x1b[31mb") == 6, "ESC is not drawn, the rest is text (got %d)", W("a\x1b[31mb"));
+    T_CHECK(W("a\xff" "b") == 3, "an invalid byte counts 1 column (U+FFFD) (got %d)", W("a\xff" "b"));
+
+    int    w, f;
+    size_t l = txt_cluster("e\u0301x", 4, &w, &f);
+    T_CHECK(l == 3 && w == 1, "cluster e+acute is 3 bytes, 1 column (got %zu, %d)", l, w);
+    l = txt_cluster("👩\u200d👩\u200d👧!", strlen("👩\u200d👩\u200d👧!"), &w, &f);
+    T_CHECK(l == strlen("👩\u200d👩\u200d👧") && (f & TXT_F_EMOJI), "ZWJ sequence is one cluster (%zu bytes)", l);
+
+    /* streaming: a cut inside a character is held back, complete text passes */
+    const char *s = "a日";
+    T_CHECK(txt_complete(s, 1) == 1, "complete ASCII");
+    T_CHECK(txt_complete(s, 2) == 1, "1 of 3 bytes of 日 held back (got %zu)", txt_complete(s, 2));
+    T_CHECK(txt_complete(s, 3) == 1, "2 of 3 bytes of 日 held back (got %zu)", txt_complete(s, 3));
+    T_CHECK(txt_complete(s, 4) == 4, "all of 日 passes (got %zu)", txt_complete(s, 4));
+    T_CHECK(txt_complete("😀", 3) == 0, "3 of 4 bytes of an emoji held back");
+    T_CHECK(txt_complete("a\x80", 2) == 2, "a stray continuation byte is not held back");
+
+    /* wrapping */
+    txt_line ln[16];
+    int      n = txt_wrap("hello world foo", strlen("hello world foo"), 11, ln, 16);
+    T_CHECK(n == 2 && ln[0].len == 11 && ln[1].off == 12, "word wrap at a space (n=%d, len0=%zu)", n, ln[0].len);
+    n = txt_wrap("abcdefghij", strlen("abcdefghij"), 4, ln, 16);
+    T_CHECK(n == 3 && ln[0].len == 4 && ln[2].len == 2, "a word longer than the line is cut (n=%d)", n);
+    n = txt_wrap("日本語日本語", strlen("日本語日本語"), 5, ln, 16);
+    T_CHECK(n == 3 && ln[0].width == 4, "CJK wraps between characters, never past the margin (n=%d, w0=%d)", n,
+            ln[0].width);
+    n = txt_wrap("ab😀😀", strlen("ab😀😀"), 4, ln, 16);
+    T_CHECK(n == 2 && ln[0].width == 4 && ln[1].width == 2, "an emoji never straddles the margin (n=%d)", n);
+    n = txt_wrap("a\nb\n", strlen("a\nb\n"), 10, ln, 16);
+    T_CHECK(n == 3 && ln[2].len == 0, "newlines end lines; a trailing newline gives an empty line (n=%d)", n);
+    n = txt_wrap("", strlen(""), 10, ln, 16);
+    T_CHECK(n == 1 && ln[0].len == 0, "empty text is one empty line");
+    n = txt_wrap("e\u0301e\u0301e\u0301", strlen("e\u0301e\u0301e\u0301"), 2, ln, 16);
+    T_CHECK(n == 2 && ln[0].len == 6, "combining marks stay with their base when wrapping (len0=%zu)", ln[0].len);
+    n = txt_wrap("\tx\ty", strlen("\tx\ty"), 10, ln, 16);
+    T_CHECK(n == 2, "tabs expand by column when wrapping (n=%d)", n);
+    const char *para = "The quick brown fox 日本語のテキスト jumps over the lazy dog 😀 again and again, "
+                       "with e\u0301 marks and a verylongwordthatdoesnotfitanywhere at all.";
+    int ok = 1, nl;
+    for (int cols = 2; cols <= 40; cols++)
+        ok &= wrap_ok(para, cols, &nl);
+    T_CHECK(ok, "mixed paragraph: lines fit and cover the text at every width 2..40");
+    T_CHECK(txt_col_to_off("a日b", 4, 2) == 1, "column 2 is inside 日 (offset 1)");
+    T_CHECK(txt_col_to_off("a日b", 5, 3) == 4, "column 3 is b (offset 4)");
+    return t_done();
+}

@@ -1,0 +1,367 @@
+/* k3-ab.c: A/B quality tool: the logits of one model under two settings, compared position by
+ * position over a token sequence.
+ *
+ *   k3-ab [options] MODEL_DIR 'A settings' 'B settings'
+ *
+ * A setting is a space-separated list of K3_* environment assignments, applied on top of the
+ * caller's environment for that run only ("" = the defaults), e.g.
+ *   k3-ab m/ 'K3_BITS=32 K3_MLA_BITS=32 K3_HEAD_BITS=32 K3_IDOT=0' 'K3_BITS=4'
+ * Tokens: --text FILE (UTF-8 text, encoded with the model's tokenizer, special-token names as
+ * plain text), --ids 'ID ID ...' or --ids-file FILE (whitespace-separated ids), or --random N
+ * (N ids drawn uniformly from the vocabulary with --seed S, default 1; the default is
+ * --random 64). --max N keeps the first N tokens. Each setting loads the model, feeds the whole sequence once (chunked prefill;
+ * the engine's K3_LOGITS hook writes every position's logits to a scratch file) and frees it.
+ *
+ * Report (A is the reference): per position the softmax of each side; then
+ *   top1      fraction of positions where argmax A == argmax B
+ *   kl        mean and max over positions of KL(P_A || P_B) in nats
+ *   maxerr    max |logit_A - logit_B| over all positions and vocabulary
+ *   rel_l2    ||logits_A - logits_B|| / ||logits_A|| over everything
+ * as human lines and one machine line: "AB top1 T kl_mean K kl_max K maxerr E rel_l2 R n N".
+ * Exit 0 when both runs worked, 1 on a model/engine error, 2 on bad usage.
+ */
+#include "k3.h"
+#include "quant.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_VARS 32
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: k3-ab [--text FILE | --ids 'ID ...' | --ids-file FILE | --random N] [--seed S] [--max N]\n"
+               "             MODEL_DIR 'A settings' 'B settings'\n"
+               "  settings: space-separated K3_*=VALUE assignments for that run ('' = defaults)\n");
+}
+
+/* ---- settings --------------------------------------------------------------------------- */
+
+typedef struct setting {
+    char *buf;              /* owned copy of the text, split in place */
+    char *name[MAX_VARS];   /* variable names                         */
+    char *value[MAX_VARS];  /* their values                           */
+    char *saved[MAX_VARS];  /* the caller's values (strdup) or NULL   */
+    int   n;
+} setting;
+
+static int setting_parse(setting *s, const char *text) {
+    memset(s, 0, sizeof *s);
+    s->buf = strdup(text);
+    if (!s->buf)
+        return -1;
+    for (char *save = NULL, *tok = strtok_r(s->buf, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq || eq == tok || strncmp(tok, "K3_", 3) != 0 || s->n == MAX_VARS) {
+            fprintf(stderr, "k3-ab: setting '%s': expected K3_NAME=VALUE assignments (at most %d)\n", tok,
+                    MAX_VARS);
+            return -1;
+        }
+        *eq          = '\0';
+        s->name[s->n]  = tok;
+        s->value[s->n] = eq + 1;
+        s->n++;
+    }
+    return 0;
+}
+
+static void setting_apply(setting *s) {
+    for (int i = 0; i < s->n; i++) {
+        const char *old = getenv(s->name[i]);
+        s->saved[i]     = old ? strdup(old) : NULL;
+        setenv(s->name[i], s->value[i], 1);
+    }
+    /* kernel switches are read once per process: re-read them for this run */
+    const char *v = getenv("K3_IDOT");
+    kern_set_idot(v && *v ? atoi(v) != 0 : 1);
+    const char *na = getenv("K3_NOAVX2"), *nv = getenv("K3_NOVNNI");
+    kern_set_isa(na && *na && atoi(na) != 0   ? KERN_SCALAR
+                 : nv && *nv && atoi(nv) != 0 ? KERN_AVX2
+                                              : KERN_AVX2_VNNI);
+}
+
+static void setting_restore(setting *s) {
+    for (int i = s->n - 1; i >= 0; i--) {
+        if (s->saved[i])
+            setenv(s->name[i], s->saved[i], 1);
+        else
+            unsetenv(s->name[i]);
+        free(s->saved[i]);
+        s->saved[i] = NULL;
+    }
+}
+
+/* ---- one run ------------------------------------------------------------------------------ */
+
+/* Logits of every position (n x vocab, malloc'd into *out) of the model under setting s. */
+static int run_setting(const char *dir, setting *s, const int32_t *ids, int n, int *vocab, float **out) {
+    char path[] = "/tmp/k3-ab.XXXXXX";
+    int  fd     = mkstemp(path), rc = 1;
+    if (fd < 0) {
+        fprintf(stderr, "k3-ab: scratch file: %s\n", strerror(errno));
+        return 1;
+    }
+    close(fd);
+    setting_apply(s);
+    k3_params   p;
+    k3_model   *m  = NULL;
+    k3_session *se = NULL;
+    FILE       *f  = NULL;
+    k3_status   st = k3_params_default(&p);
+    if (st == K3_OK) {
+        p.logits_path = path;
+        if (p.max_ctx < n)
+            p.max_ctx = n;
+        st = k3_model_open(dir, &p, &m);
+    }
+    if (st == K3_OK)
+        st = k3_session_new(m, &se);
+    if (st == K3_OK)
+        st = k3_session_feed(se, ids, n);
+    if (st != K3_OK) {
+        fprintf(stderr, "k3-ab: %s: %s\n", k3_status_str(st), k3_errmsg());
+        goto done;
+    }
+    k3_session_free(se); /* flushes and closes the K3_LOGITS file */
+    se = NULL;
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    *vocab = info.vocab;
+    *out   = malloc((size_t)n * info.vocab * sizeof(float));
+    f      = fopen(path, "rb");
+    if (!*out || !f || fread(*out, sizeof(float) * info.vocab, (size_t)n, f) != (size_t)n) {
+        fprintf(stderr, "k3-ab: reading %d x %d logits from %s failed\n", n, info.vocab, path);
+        free(*out);
+        *out = NULL;
+        goto done;
+    }
+    rc = 0;
+done:
+    if (f)
+        fclose(f);
+    k3_session_free(se);
+    k3_model_free(m);
+    setting_restore(s);
+    unlink(path);
+    return rc;
+}
+
+/* ---- comparison ----------------------------------------------------------------------------- */
+
+/* log-softmax of x[n] into out (double) */
+static void log_softmax(const float *x, int n, double *out) {
+    double mx = -INFINITY, sum = 0.0;
+    for (int i = 0; i < n; i++)
+        mx = fmax(mx, (double)x[i]);
+    for (int i = 0; i < n; i++)
+        sum += exp((double)x[i] - mx);
+    double lse = mx + log(sum);
+    for (int i = 0; i < n; i++)
+        out[i] = (double)x[i] - lse;
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+int main(int argc, char **argv) {
+    const char *ids_text = NULL, *ids_file = NULL, *text_file = NULL;
+    int         n_random = 64, n_max = 0;
+    unsigned long long seed = 1;
+    int         ai       = 1;
+    for (; ai < argc && argv[ai][0] == '-' && argv[ai][1]; ai++) {
+        const char *o = argv[ai];
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (ai + 1 >= argc) {
+            fprintf(stderr, "k3-ab: %s needs a value\n", o);
+            return 2;
+        }
+        const char *v = argv[++ai];
+        if (!strcmp(o, "--ids"))
+            ids_text = v;
+        else if (!strcmp(o, "--ids-file"))
+            ids_file = v;
+        else if (!strcmp(o, "--text"))
+            text_file = v;
+        else if (!strcmp(o, "--max"))
+            n_max = atoi(v);
+        else if (!strcmp(o, "--random"))
+            n_random = atoi(v);
+        else if (!strcmp(o, "--seed"))
+            seed = strtoull(v, NULL, 10);
+        else {
+            fprintf(stderr, "k3-ab: unknown option '%s'\n", o);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (argc - ai != 3) {
+        usage(stderr);
+        return 2;
+    }
+    const char *dir = argv[ai];
+    setting     sa = {0}, sb = {0};
+    int32_t    *ids = NULL;
+    int         n = 0, rc = 2;
+    char       *text = NULL;
+    float      *la = NULL, *lb = NULL;
+    double     *pa = NULL, *pb = NULL;
+    if (setting_parse(&sa, argv[ai + 1]) || setting_parse(&sb, argv[ai + 2]))
+        goto out;
+
+    /* token ids */
+    size_t len = 0;
+    if (ids_file || text_file) {
+        const char *fn = text_file ? text_file : ids_file;
+        FILE       *f  = fopen(fn, "rb");
+        if (!f) {
+            fprintf(stderr, "k3-ab: %s: %s\n", fn, strerror(errno));
+            goto out;
+        }
+        size_t cap = 1 << 16;
+        text       = malloc(cap + 1);
+        for (size_t r; text && (r = fread(text + len, 1, cap - len, f)) > 0;) {
+            len += r;
+            if (len == cap) {
+                char *t = realloc(text, 2 * cap + 1);
+                if (!t) {
+                    free(text);
+                    text = NULL;
+                    break;
+                }
+                text = t;
+                cap *= 2;
+            }
+        }
+        fclose(f);
+        if (!text) {
+            rc = 1;
+            goto out;
+        }
+        text[len] = '\0';
+        if (ids_file)
+            ids_text = text;
+    }
+    if (text_file) {
+        k3_tok   *tok = NULL;
+        k3_ids    v   = {0};
+        k3_status st  = k3_tok_load(dir, NULL, &tok);
+        if (st == K3_OK)
+            st = k3_tok_encode(tok, text, len, 0, &v);
+        k3_tok_free(tok);
+        if (st != K3_OK) {
+            fprintf(stderr, "k3-ab: %s: %s\n", text_file, k3_errmsg());
+            k3_ids_free(&v);
+            rc = 1;
+            goto out;
+        }
+        ids = v.v; /* k3_ids owns a malloc'ed array: take it */
+        n   = (int)v.n;
+    } else if (ids_text) {
+        size_t cap = 64;
+        ids        = malloc(cap * sizeof *ids);
+        for (const char *p = ids_text; ids;) {
+            while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ',')
+                p++;
+            if (!*p)
+                break;
+            char *end;
+            errno  = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || v < 0 || v > INT32_MAX) {
+                fprintf(stderr, "k3-ab: token ids: '%.20s' is not a non-negative integer\n", p);
+                goto out;
+            }
+            if ((size_t)n == cap) {
+                int32_t *t = realloc(ids, 2 * cap * sizeof *ids);
+                if (!t) {
+                    rc = 1;
+                    goto out;
+                }
+                ids = t;
+                cap *= 2;
+            }
+            ids[n++] = (int32_t)v;
+            p        = end;
+        }
+    } else {
+        /* random ids need the vocabulary size: open the model once with the caller's env */
+        k3_params p;
+        k3_model *m = NULL;
+        if (k3_params_default(&p) || k3_model_open(dir, &p, &m)) {
+            fprintf(stderr, "k3-ab: %s\n", k3_errmsg());
+            rc = 1;
+            goto out;
+        }
+        k3_model_info info;
+        k3_model_get_info(m, &info);
+        k3_model_free(m);
+        ids = n_random > 0 ? malloc((size_t)n_random * sizeof *ids) : NULL;
+        for (int i = 0; ids && i < n_random; i++) {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            ids[n++] = (int32_t)(seed % (unsigned long long)info.vocab);
+        }
+    }
+    if (!ids || n == 0) {
+        fprintf(stderr, "k3-ab: no token ids\n");
+        goto out;
+    }
+    if (n_max > 0 && n > n_max)
+        n = n_max;
+
+    int va = 0, vb = 0;
+    rc     = 1;
+    if (run_setting(dir, &sa, ids, n, &va, &la) || run_setting(dir, &sb, ids, n, &vb, &lb))
+        goto out;
+    if (va != vb) {
+        fprintf(stderr, "k3-ab: vocabularies differ (%d vs %d)\n", va, vb);
+        goto out;
+    }
+    const int V = va;
+    pa          = malloc((size_t)V * sizeof(double));
+    pb          = malloc((size_t)V * sizeof(double));
+    if (!pa || !pb)
+        goto out;
+    int    agree  = 0;
+    double kl_sum = 0.0, kl_max = 0.0, maxerr = 0.0, d2 = 0.0, a2 = 0.0;
+    for (int t = 0; t < n; t++) {
+        const float *xa = la + (size_t)t * V, *xb = lb + (size_t)t * V;
+        agree += argmax(xa, V) == argmax(xb, V);
+        log_softmax(xa, V, pa);
+        log_softmax(xb, V, pb);
+        double kl = 0.0;
+        for (int i = 0; i < V; i++) {
+            kl += exp(pa[i]) * (pa[i] - pb[i]);
+            double d = (double)xa[i] - (double)xb[i];
+            maxerr   = fmax(maxerr, fabs(d));
+            d2 += d * d;
+            a2 += (double)xa[i] * (double)xa[i];
+        }
+        kl_sum += kl;
+        kl_max = fmax(kl_max, kl);
+    }
+    const double rel = a2 > 0 ? sqrt(d2 / a2) : 0.0;
+    printf("A: '%s'\nB: '%s'\n", argv[ai + 1], argv[ai + 2]);
+    printf("positions %d, vocabulary %d\n", n, V);
+    printf("top-1 agreement   %.4f (%d of %d)\n", (double)agree / n, agree, n);
+    printf("KL(A||B) nats     mean %.3e  max %.3e\n", kl_sum / n, kl_max);
+    printf("max logit error   %.4g\n", maxerr);
+    printf("rel L2 of logits  %.3e\n", rel);
+    printf("AB top1 %.4f kl_mean %.3e kl_max %.3e maxerr %.4g rel_l2 %.3e n %d\n", (double)agree / n,
+           kl_sum / n, kl_max, maxerr, rel, n);
+    rc = 0;
+out:
+    free(pa), free(pb), free(la), free(lb), free(ids), free(text);
+    free(sa.buf), free(sb.buf);
+    return rc;
+}

@@ -1,0 +1,1336 @@
+/* k3-mkmodel.c: writes a Kimi K3 test checkpoint in the release format, from a seed and a preset.
+ *
+ *   k3-mkmodel --preset tiny|slice [--seed N] [options] OUT_DIR
+ *
+ * The model directory has exactly the release's files and layout (spec k3-model.md section 1,
+ * k3-chat.md section 1): config.json (nested text_config + linear_attn_config,
+ * quantization_config in compressed-tensors form, a dummy vision_config), shards named like the
+ * release (model-00001-of-000008.safetensors: one decoder layer per shard, then a shard with the
+ * embeddings/norm/head, then a vision-only shard) plus model.safetensors.index.json,
+ * tiktoken.model, tokenizer_config.json and generation_config.json.
+ *
+ * PRESETS
+ *   tiny   6 layers (layer 0 dense; MLA at layers 3 and 5, as the release's rule "i % 4 == 3 or
+ *          last" gives; the rest KDA), attn_res_block_size 2 (3 blocks), hidden 100, KDA 3 heads
+ *          x 12, MLA 3 heads nope 10 rope 6 v 9, q_lora 40, kv_lora 24, dense intermediate 90,
+ *          12 experts (3 active) + 2 shared, latent 64, expert width 96, conv kernel 4,
+ *          1000 BPE merges (vocab 1256 + 256 reserved). A few MB; seconds to write.
+ *   slice  the release's widths: hidden 7168, MLA 96 heads (q_lora 1536, kv_lora 512, nope 128,
+ *          rope 64, v 128), KDA 96 x 128, latent 3584, expert width 3072, 4 layers (KDA, KDA,
+ *          KDA, MLA), no dense layer (--dense 1 adds one with intermediate 33792), 32 experts
+ *          (16 active) + 2 shared, the release's vocabulary size (163584 + 256). About 11.5 GB;
+ *          written in streaming with progress lines. For benchmarks.
+ *
+ * OPTIONS (for tests: every option keeps the release format valid)
+ *   --seed N       weights, expert order and filler tokens (default 1)
+ *   --layers N     number of layers (MLA at i % 4 == 3 and at the last layer)
+ *   --dense N      first_k_dense_replace (0 = every layer MoE)
+ *   --experts N, --active N, --shared N, --block N (attn_res_block_size), --merges N
+ *   --no-prefix    tensor names without "language_model."
+ *   --f32          F32 instead of BF16 for the dense tensors
+ *   --single       one model.safetensors (text + vision tensors), no index
+ *   --force        replace an existing non-empty OUT_DIR
+ *   --quiet        no progress lines
+ *
+ * DESIGN
+ * Every tensor's values come from its own splitmix64 stream seeded by (seed, tensor name without
+ * prefix), so values do not depend on the layout options (--no-prefix/--single/shard order), and
+ * --f32 holds the same values as BF16 before rounding. Values are generated and written in
+ * chunks (stw_write), so memory stays small even for the slice preset. The whole directory is
+ * written to OUT_DIR.tmp-XXXXXX and renamed into place at the end, so an interrupted run never
+ * leaves a complete-looking model (SIGINT/SIGTERM/SIGHUP also remove the temporary directory).
+ *
+ * CONDITIONING (the forward pass is compared with a float64 reference at 1e-5 relative L2)
+ * "gauss" below is an Irwin-Hall(4) approximation of N(0,1) (bounded at +-3.46: no outliers).
+ *   matrices         gauss * gain / sqrt(fan_in): activations keep rms ~1 through each layer
+ *   norm weights     1 + 0.1 u (u uniform in [-1,1])
+ *   *_res_proj       gauss * 0.8 / sqrt(D): AttnRes mix scores within about +-2.5, so the
+ *                    softmax over blocks is never one-hot
+ *   KDA              k_proj = 0.6 q_proj + 0.8 R and conv taps dominated by the newest tap, so
+ *                    q.k is positive and far from 0 (the head RMSNorm magnifies cancellation);
+ *                    A_log = log(U[0.5, 2]), dt_bias = -1.2 + 0.4u, f_b small, so
+ *                    g = -5 sigmoid(e^A z) lies mostly in (-3, -0.1); b_proj gain 0.6 so beta
+ *                    lies mostly in (0.2, 0.8)
+ *   router           gate gain 1.2 (sigmoid not pinned); e_score_correction_bias a random
+ *                    permutation of a grid with step 1/E (spread out, no ties between experts)
+ *   MXFP4 experts    nibbles drawn from a Gaussian (sigma 2.2) rounded to e2m1, ue8m0
+ *                    exponents chosen (stochastic rounding) so weights ~ 1/sqrt(fan_in)
+ *   embeddings       gauss (rms 1); lm_head gain 2 (logits spread of a few units)
+ * Measured with tools/k3_ref.py on tiny (80 positions): the spec evaluated in f32 stays within
+ * ~2e-6 of f64 through all 6 layers; g in (-4.7, -0.01) (5-95%: -2.2..-0.2), beta 0.27..0.71,
+ * router sigmoid 0.13..0.87 (5-95%); the same ranges hold at the slice widths.
+ *
+ * LAYOUT VARIATIONS (all allowed by the spec, so loaders get exercised)
+ *   self_attention_res_proj stored [1,D] in odd layers, mlp_res_proj in layers i % 3 == 2;
+ *   KDA conv taps [P,K] in layer 1, [P,1,K] elsewhere; A_log F32 [roundup(H+1, 32)] with exact
+ *   zeros after the H real values (the release: 96 -> 128); tiktoken ranks 0..255 are the single
+ *   bytes in the GPT-2/cl100k order (printable first), so rank != byte value; safetensors keys
+ *   sorted, data in writing order (experts shuffled per layer, never in id order).
+ */
+#include "st-write.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <dirent.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MK_PREFIX     "language_model."
+#define MK_MAX_LAYERS 256
+#define MK_RESERVED   256
+
+/* ---- the model's shape (config.json keys in comments) ------------------------------------- */
+
+typedef struct mk_shape {
+    int    D;           /* hidden_size                                   */
+    int    n_layers;    /* num_hidden_layers                             */
+    int    merges;      /* BPE merges: base vocab N = 256 + merges        */
+    int    first_dense; /* first_k_dense_replace                         */
+    int    inter;       /* intermediate_size                             */
+    int    mla_heads;   /* num_attention_heads                           */
+    int    q_lora;      /* q_lora_rank                                   */
+    int    kv_lora;     /* kv_lora_rank                                  */
+    int    nope, rope;  /* qk_nope_head_dim, qk_rope_head_dim            */
+    int    vdim;        /* v_head_dim                                    */
+    int    n_exp;       /* num_experts                                   */
+    int    n_act;       /* num_experts_per_token                         */
+    int    F;           /* moe_intermediate_size                         */
+    int    L;           /* routed_expert_hidden_size                     */
+    int    n_shared;    /* num_shared_experts                            */
+    int    block;       /* attn_res_block_size                           */
+    int    kda_heads;   /* linear_attn_config.num_heads                  */
+    int    kda_d;       /* linear_attn_config.head_dim                   */
+    int    conv_k;      /* linear_attn_config.short_conv_kernel_size     */
+    double glb;         /* linear_attn_config.gate_lower_bound           */
+    double eps;         /* rms_norm_eps                                  */
+    int    vis;         /* width of the dummy vision tower               */
+} mk_shape;
+
+static const mk_shape preset_tiny = {
+    .D = 100, .n_layers = 6, .merges = 1000, .first_dense = 1, .inter = 90,
+    .mla_heads = 3, .q_lora = 40, .kv_lora = 24, .nope = 10, .rope = 6, .vdim = 9,
+    .n_exp = 12, .n_act = 3, .F = 96, .L = 64, .n_shared = 2, .block = 2,
+    .kda_heads = 3, .kda_d = 12, .conv_k = 4, .glb = -5.0, .eps = 1e-5, .vis = 16,
+};
+
+static const mk_shape preset_slice = {
+    .D = 7168, .n_layers = 4, .merges = 163584 - 256, .first_dense = 0, .inter = 33792,
+    .mla_heads = 96, .q_lora = 1536, .kv_lora = 512, .nope = 128, .rope = 64, .vdim = 128,
+    .n_exp = 32, .n_act = 16, .F = 3072, .L = 3584, .n_shared = 2, .block = 2,
+    .kda_heads = 96, .kda_d = 128, .conv_k = 4, .glb = -5.0, .eps = 1e-5, .vis = 32,
+};
+
+typedef struct mk_opts {
+    uint64_t    seed;
+    int         prefix; /* names carry "language_model."          */
+    int         f32;    /* dense tensors F32 instead of BF16      */
+    int         single; /* one model.safetensors                  */
+    int         force;
+    int         quiet;
+    const char *out;
+} mk_opts;
+
+static int is_mla(const mk_shape *s, int i) {
+    return i % 4 == 3 || i == s->n_layers - 1;
+}
+
+/* ---- deterministic random numbers ---------------------------------------------------------- */
+
+static uint64_t sm64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z          = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z          = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1) */
+static double unif(uint64_t *s) {
+    return (double)(sm64(s) >> 11) * 0x1.0p-52 - 1.0;
+}
+
+static double u01(uint64_t *s) {
+    return (double)(sm64(s) >> 11) * 0x1.0p-53;
+}
+
+/* Irwin-Hall(4): sum of four 16-bit uniforms (u + 0.5) / 65536, scaled to mean 0, variance 1 */
+static double gauss(uint64_t *s) {
+    uint64_t r = sm64(s);
+    int64_t  t = (int64_t)(r & 0xffff) + (int64_t)(r >> 16 & 0xffff) + (int64_t)(r >> 32 & 0xffff) +
+                (int64_t)(r >> 48);
+    return (double)(t - 131070) * (1.7320508075688772 / 65536);
+}
+
+/* the stream of one tensor: (seed, name without prefix) */
+static uint64_t stream(uint64_t seed, const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    uint64_t s = seed * 0xD1B54A32D192ED03ull ^ h;
+    sm64(&s);
+    return s;
+}
+
+/* ---- tensor plan ----------------------------------------------------------------------------- */
+
+enum mk_init {
+    I_MAT,   /* gauss * gain / sqrt(last dim)                     */
+    I_NORM,  /* 1 + 0.1 u                                         */
+    I_CONV,  /* depthwise taps, newest (last) dominant            */
+    I_ALOG,  /* log(U[0.5,2]) for the first H, then exact zeros   */
+    I_DTB,   /* -1.2 + 0.4 u                                      */
+    I_EBIAS, /* permuted grid                                     */
+    I_KPROJ, /* 0.6 * (q_proj's stream) + 0.8 * own, / sqrt(D)    */
+    I_MXP,   /* MXFP4 weight_packed (generates the scales too)    */
+    I_MXS,   /* MXFP4 weight_scale of the preceding I_MXP         */
+};
+
+typedef struct mk_tensor {
+    char     name[160]; /* without prefix                                  */
+    char     src[160];  /* stream name (I_MXP/I_MXS: the matrix; I_KPROJ: q_proj) */
+    st_dtype dt;
+    int      nd;
+    int64_t  sh[4];
+    int      init;      /* enum mk_init                                    */
+    double   gain;
+    int      nreal;     /* I_ALOG: number of real values                   */
+    int      shard;     /* 0-based shard index                             */
+    int      text;      /* language-model tensor (gets the prefix)         */
+} mk_tensor;
+
+typedef struct mk_plan {
+    mk_tensor *t;
+    int        n, cap;
+    int        n_shards;
+} mk_plan;
+
+static mk_tensor *add_t(mk_plan *p, int shard, int init, double gain, st_dtype dt, int nd,
+                        int64_t d0, int64_t d1, int64_t d2, const char *fmt, ...)
+    K3_PRINTF(10, 11);
+
+static mk_tensor *add_t(mk_plan *p, int shard, int init, double gain, st_dtype dt, int nd,
+                        int64_t d0, int64_t d1, int64_t d2, const char *fmt, ...) {
+    if (p->n == p->cap) {
+        int        cap = p->cap ? 2 * p->cap : 256;
+        mk_tensor *nt  = realloc(p->t, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            fprintf(stderr, "k3-mkmodel: out of memory\n");
+            exit(1);
+        }
+        p->t = nt, p->cap = cap;
+    }
+    mk_tensor *t = &p->t[p->n++];
+    memset(t, 0, sizeof *t);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    snprintf(t->src, sizeof t->src, "%s", t->name);
+    t->shard = shard, t->init = init, t->gain = gain, t->dt = dt, t->nd = nd;
+    t->sh[0] = d0, t->sh[1] = d1, t->sh[2] = d2;
+    t->text  = 1;
+    return t;
+}
+
+/* a dense float matrix/vector in the chosen float dtype */
+#define FT (o->f32 ? ST_F32 : ST_BF16)
+
+static void plan_expert(mk_plan *p, int shard, const char *base, int rows, int cols) {
+    /* sh[2] remembers the matrix width for generation; nd stays 2 */
+    mk_tensor *t = add_t(p, shard, I_MXP, 1.0, ST_U8, 2, rows, cols / 2, cols, "%s.weight_packed", base);
+    snprintf(t->src, sizeof t->src, "%s", base);
+    t = add_t(p, shard, I_MXS, 1.0, ST_U8, 2, rows, cols / 32, cols, "%s.weight_scale", base);
+    snprintf(t->src, sizeof t->src, "%s", base);
+}
+
+static void plan_layer(mk_plan *p, const mk_shape *s, const mk_opts *o, int i, uint64_t *rng) {
+    const int D = s->D, sh = i;
+    char      pre[64];
+    snprintf(pre, sizeof pre, "model.layers.%d.", i);
+    /* norms and AttnRes; *_res_proj stored [1,D] in some layers, as the release may */
+    add_t(p, sh, I_NORM, 0, FT, 1, D, 0, 0, "%sinput_layernorm.weight", pre);
+    add_t(p, sh, I_NORM, 0, FT, 1, D, 0, 0, "%spost_attention_layernorm.weight", pre);
+    add_t(p, sh, I_NORM, 0, FT, 1, D, 0, 0, "%sself_attention_res_norm.weight", pre);
+    if (i % 2)
+        add_t(p, sh, I_MAT, 0.8, FT, 2, 1, D, 0, "%sself_attention_res_proj.weight", pre);
+    else
+        add_t(p, sh, I_MAT, 0.8, FT, 1, D, 0, 0, "%sself_attention_res_proj.weight", pre);
+    add_t(p, sh, I_NORM, 0, FT, 1, D, 0, 0, "%smlp_res_norm.weight", pre);
+    if (i % 3 == 2)
+        add_t(p, sh, I_MAT, 0.8, FT, 2, 1, D, 0, "%smlp_res_proj.weight", pre);
+    else
+        add_t(p, sh, I_MAT, 0.8, FT, 1, D, 0, 0, "%smlp_res_proj.weight", pre);
+
+    if (!is_mla(s, i)) { /* KDA */
+        const int H = s->kda_heads, d = s->kda_d, P = H * d, K = s->conv_k;
+        add_t(p, sh, I_MAT, 1.0, FT, 2, P, D, 0, "%sself_attn.q_proj.weight", pre);
+        mk_tensor *k = add_t(p, sh, I_KPROJ, 1.0, FT, 2, P, D, 0, "%sself_attn.k_proj.weight", pre);
+        snprintf(k->src, sizeof k->src, "%sself_attn.q_proj.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, P, D, 0, "%sself_attn.v_proj.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, P, D, 0, "%sself_attn.g_proj.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, D, P, 0, "%sself_attn.o_proj.weight", pre);
+        static const char *cv[3] = {"q", "k", "v"};
+        for (int c = 0; c < 3; c++) {
+            if (i == 1) /* one layer stores the taps as [P, K] (the spec allows both) */
+                add_t(p, sh, I_CONV, 0, ST_F32, 2, P, K, 0, "%sself_attn.%s_conv1d.weight", pre, cv[c]);
+            else
+                add_t(p, sh, I_CONV, 0, ST_F32, 3, P, 1, K, "%sself_attn.%s_conv1d.weight", pre, cv[c]);
+        }
+        add_t(p, sh, I_MAT, 1.0, FT, 2, d, D, 0, "%sself_attn.f_a_proj.weight", pre);
+        add_t(p, sh, I_MAT, 0.5, FT, 2, P, d, 0, "%sself_attn.f_b_proj.weight", pre);
+        add_t(p, sh, I_MAT, 0.6, FT, 2, H, D, 0, "%sself_attn.b_proj.weight", pre);
+        add_t(p, sh, I_DTB, 0, ST_F32, 1, P, 0, 0, "%sself_attn.dt_bias", pre);
+        int na = (H + 1 + 31) / 32 * 32; /* real values, then exact zeros (release: 96 -> 128) */
+        add_t(p, sh, I_ALOG, 0, ST_F32, 1, na, 0, 0, "%sself_attn.A_log", pre)->nreal = H;
+        add_t(p, sh, I_NORM, 0, ST_F32, 1, d, 0, 0, "%sself_attn.o_norm.weight", pre);
+    } else { /* MLA */
+        const int Hm = s->mla_heads, qk = s->nope + s->rope;
+        add_t(p, sh, I_MAT, 1.0, FT, 2, s->q_lora, D, 0, "%sself_attn.q_a_proj.weight", pre);
+        add_t(p, sh, I_NORM, 0, FT, 1, s->q_lora, 0, 0, "%sself_attn.q_a_layernorm.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, (int64_t)Hm * qk, s->q_lora, 0, "%sself_attn.q_b_proj.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, s->kv_lora + s->rope, D, 0,
+              "%sself_attn.kv_a_proj_with_mqa.weight", pre);
+        add_t(p, sh, I_NORM, 0, FT, 1, s->kv_lora, 0, 0, "%sself_attn.kv_a_layernorm.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, (int64_t)Hm * (s->nope + s->vdim), s->kv_lora, 0,
+              "%sself_attn.kv_b_proj.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, D, (int64_t)Hm * s->vdim, 0, "%sself_attn.o_proj.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, (int64_t)Hm * s->vdim, D, 0, "%sself_attn.g_proj.weight", pre);
+    }
+
+    if (i < s->first_dense) { /* dense MLP */
+        add_t(p, sh, I_MAT, 1.0, FT, 2, s->inter, D, 0, "%smlp.gate_proj.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, s->inter, D, 0, "%smlp.up_proj.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, D, s->inter, 0, "%smlp.down_proj.weight", pre);
+        return;
+    }
+    /* LatentMoE */
+    const int E = s->n_exp, SF = s->n_shared * s->F;
+    add_t(p, sh, I_MAT, 1.2, FT, 2, E, D, 0, "%sblock_sparse_moe.gate.weight", pre);
+    add_t(p, sh, I_EBIAS, 0, FT, 1, E, 0, 0, "%sblock_sparse_moe.gate.e_score_correction_bias", pre);
+    add_t(p, sh, I_MAT, 1.0, FT, 2, s->L, D, 0, "%sblock_sparse_moe.routed_expert_down_proj.weight", pre);
+    add_t(p, sh, I_MAT, 1.0, FT, 2, D, s->L, 0, "%sblock_sparse_moe.routed_expert_up_proj.weight", pre);
+    add_t(p, sh, I_NORM, 0, FT, 1, s->L, 0, 0, "%sblock_sparse_moe.routed_expert_norm.weight", pre);
+    if (SF > 0) {
+        add_t(p, sh, I_MAT, 1.0, FT, 2, SF, D, 0, "%sblock_sparse_moe.shared_experts.gate_proj.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, SF, D, 0, "%sblock_sparse_moe.shared_experts.up_proj.weight", pre);
+        add_t(p, sh, I_MAT, 1.0, FT, 2, D, SF, 0, "%sblock_sparse_moe.shared_experts.down_proj.weight", pre);
+    }
+    /* routed experts: six tensors back to back per expert, experts in a shuffled order */
+    int *perm = malloc((size_t)E * sizeof *perm);
+    if (!perm) {
+        fprintf(stderr, "k3-mkmodel: out of memory\n");
+        exit(1);
+    }
+    for (int e = 0; e < E; e++) perm[e] = e;
+    for (int e = E - 1; e > 0; e--) {
+        int j = (int)(sm64(rng) % (uint64_t)(e + 1)), t = perm[e];
+        perm[e] = perm[j], perm[j] = t;
+    }
+    if (E > 1 && perm[0] < perm[1]) { /* never in id order, even by chance */
+        int t = perm[0];
+        perm[0] = perm[1], perm[1] = t;
+    }
+    for (int k = 0; k < E; k++) {
+        char base[128];
+        snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w1", pre, perm[k]);
+        plan_expert(p, sh, base, s->F, s->L);
+        snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w2", pre, perm[k]);
+        plan_expert(p, sh, base, s->L, s->F);
+        snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w3", pre, perm[k]);
+        plan_expert(p, sh, base, s->F, s->L);
+    }
+    free(perm);
+}
+
+static void plan_model(mk_plan *p, const mk_shape *s, const mk_opts *o, int V) {
+    uint64_t rng = stream(o->seed, "expert order");
+    for (int i = 0; i < s->n_layers; i++) plan_layer(p, s, o, i, &rng);
+    const int g = s->n_layers, D = s->D, W = s->vis;
+    add_t(p, g, I_MAT, 1.0 * sqrt((double)D), FT, 2, V, D, 0, "model.embed_tokens.weight");
+    add_t(p, g, I_NORM, 0, FT, 1, D, 0, 0, "model.norm.weight");
+    add_t(p, g, I_NORM, 0, FT, 1, D, 0, 0, "model.output_attn_res_norm.weight");
+    add_t(p, g, I_MAT, 0.8, FT, 1, D, 0, 0, "model.output_attn_res_proj.weight");
+    add_t(p, g, I_MAT, 2.0, FT, 2, V, D, 0, "lm_head.weight");
+    /* the vision tower: never read by k3chat, only has to be there */
+    const int v = g + 1, first = p->n;
+    add_t(p, v, I_MAT, 1.0, FT, 4, W, 3, 14, "vision_tower.patch_embed.proj.weight");
+    add_t(p, v, I_MAT, 1.0, FT, 1, W, 0, 0, "vision_tower.patch_embed.proj.bias");
+    add_t(p, v, I_MAT, 1.0, FT, 2, 3 * W, W, 0, "vision_tower.encoder.blocks.0.wqkv.weight");
+    add_t(p, v, I_MAT, 1.0, FT, 2, W, W, 0, "vision_tower.encoder.blocks.0.wo.weight");
+    add_t(p, v, I_NORM, 0, FT, 1, W, 0, 0, "vision_tower.encoder.final_layernorm.weight");
+    add_t(p, v, I_NORM, 0, FT, 1, 4 * W, 0, 0, "mm_projector.pre_norm.weight");
+    add_t(p, v, I_MAT, 1.0, FT, 2, 4 * W, 4 * W, 0, "mm_projector.proj.0.weight");
+    add_t(p, v, I_MAT, 1.0, FT, 2, D, 4 * W, 0, "mm_projector.proj.2.weight");
+    for (int k = first; k < p->n; k++) p->t[k].text = 0;
+    p->t[first].sh[3] = 14; /* patch_embed [W, 3, 14, 14] */
+    p->n_shards = g + 2;
+}
+
+/* ---- value generation ------------------------------------------------------------------------ */
+
+/* MXFP4 nibbles are drawn directly (8 per random number) from the distribution of a Gaussian
+ * with sigma = 2.2 e2m1 units rounded to the nearest e2m1 magnitude (what amax/6 scaling of a
+ * Gaussian group gives), through a 256-entry table: bit 0 = sign, bits 1-7 = magnitude slot.
+ * nib_ms is the mean square of the coded values, used to pick the exponents. */
+static uint8_t nib_tab[256];
+static double  nib_ms;
+
+static void nib_init(void) {
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    static const double mid[7] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
+    const double        sig    = 2.2;
+    int                 slot   = 0;
+    nib_ms                     = 0;
+    for (int k = 0; k < 8; k++) {
+        double cdf = k < 7 ? erf(mid[k] / (sig * 1.4142135623730951)) : 1.0;
+        int    end = (int)lround(128.0 * cdf);
+        for (; slot < end; slot++) {
+            nib_tab[2 * slot]     = (uint8_t)k;
+            nib_tab[2 * slot + 1] = (uint8_t)(k ? k | 8 : 0);
+            nib_ms += mag[k] * mag[k] / 128.0;
+        }
+    }
+    K3_ASSERT(slot == 128);
+}
+
+/* One row of an MXFP4 matrix, weights ~ 1/sqrt(cols): per 32-column group an exponent by
+ * stochastic rounding of the ideal one (so rows mix neighbouring exponents), 32 table nibbles. */
+static void mxfp4_row(uint64_t *rng, int cols, uint8_t *packed, uint8_t *scale) {
+    double x = -0.5 * log2((double)cols * nib_ms); /* 2^x * rms(code) = 1/sqrt(cols) */
+    for (int g = 0; g < cols / 32; g++) {
+        int e = (int)floor(x + u01(rng));
+        if (e < -127) e = -127;
+        if (e > 127) e = 127;
+        scale[g] = (uint8_t)(e + 127);
+        for (int j = 0; j < 16; j += 8) {
+            uint64_t r = sm64(rng), r2 = sm64(rng);
+            for (int b = 0; b < 8; b++)
+                packed[g * 16 + j + b] = (uint8_t)(nib_tab[r >> (8 * b) & 0xff] |
+                                                   nib_tab[r2 >> (8 * b) & 0xff] << 4);
+        }
+    }
+}
+
+typedef struct mk_writer {
+    stw_file *w;
+    uint8_t  *pend_scale;   /* I_MXS bytes produced by the preceding I_MXP */
+    size_t    pend_n;
+    float    *fbuf;         /* [CHUNK]                                    */
+    uint8_t  *bbuf;         /* [CHUNK * 4]                                */
+    uint64_t  seed;
+    uint64_t  done, all;    /* data bytes written / to write (progress)   */
+    uint64_t  next;         /* print a progress line when done passes it  */
+    double    t0;
+    int       quiet;
+} mk_writer;
+
+/* stw_write plus a progress line every GiB (large presets) */
+static volatile sig_atomic_t stop_sig; /* SIGINT/SIGTERM/SIGHUP seen: stop and clean up */
+
+static void on_signal(int sig) {
+    stop_sig = sig;
+}
+
+static k3_status put(mk_writer *mw, const void *data, size_t n) {
+    if (stop_sig) return k3_err(K3_ERR_IO, "interrupted by signal %d", (int)stop_sig);
+    k3_status st = stw_write(mw->w, data, n);
+    mw->done += n;
+    if (!st && mw->done >= mw->next) {
+        if (!mw->quiet && mw->next)
+            fprintf(stderr, "k3-mkmodel: %.1f of %.1f GiB (%.0f%%, %.0f s)\n",
+                    (double)mw->done / 1073741824.0, (double)mw->all / 1073741824.0,
+                    100.0 * (double)mw->done / (double)mw->all, k3_time() - mw->t0);
+        mw->next = (mw->done / (1ull << 30) + 1) << 30;
+    }
+    return st;
+}
+
+#define CHUNK (1 << 16)
+
+static double value(const mk_tensor *t, int64_t i, uint64_t *r, uint64_t *r2, const int *perm) {
+    int64_t cols = t->nd ? t->sh[t->nd - 1] : 1;
+    switch (t->init) {
+    case I_MAT: return gauss(r) * t->gain / sqrt((double)cols);
+    case I_NORM: return 1.0 + 0.1 * unif(r);
+    case I_CONV: { /* index within the row of taps: 0 = oldest, K-1 = newest */
+        int64_t K = cols, tap = i % K;
+        return tap == K - 1 ? 0.9 + 0.2 * unif(r) : 0.25 * unif(r);
+    }
+    case I_ALOG: return i < t->nreal ? log(0.5 + 1.5 * u01(r)) : 0.0;
+    case I_DTB: return -1.2 + 0.4 * unif(r);
+    case I_EBIAS: return ((double)perm[i] - 0.5 * (double)(t->sh[0] - 1)) / (double)t->sh[0];
+    case I_KPROJ: return (0.6 * gauss(r2) + 0.8 * gauss(r)) / sqrt((double)cols);
+    default: K3_ASSERT(0);
+    }
+    return 0;
+}
+
+static k3_status write_mxfp4(mk_writer *mw, const mk_tensor *t) {
+    const int rows = (int)t->sh[0], cols = (int)t->sh[2];
+    if (t->init == I_MXS) {
+        K3_ASSERT(mw->pend_scale && mw->pend_n == (size_t)rows * (size_t)(cols / 32));
+        k3_status st = put(mw, mw->pend_scale, mw->pend_n);
+        free(mw->pend_scale);
+        mw->pend_scale = NULL;
+        return st;
+    }
+    uint64_t r     = stream(mw->seed, t->src);
+    size_t   ns    = (size_t)rows * (size_t)(cols / 32);
+    mw->pend_scale = malloc(ns);
+    uint8_t *row   = malloc((size_t)cols / 2);
+    if (!mw->pend_scale || !row) {
+        free(row);
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", t->name);
+    }
+    mw->pend_n  = ns;
+    k3_status st = K3_OK;
+    for (int rr = 0; rr < rows && !st; rr++) {
+        mxfp4_row(&r, cols, row, mw->pend_scale + (size_t)rr * (size_t)(cols / 32));
+        st = put(mw, row, (size_t)cols / 2);
+    }
+    free(row);
+    return st;
+}
+
+static k3_status write_tensor(mk_writer *mw, const mk_tensor *t) {
+    if (t->init == I_MXP || t->init == I_MXS) return write_mxfp4(mw, t);
+    int64_t n = 1;
+    for (int d = 0; d < t->nd; d++) n *= t->sh[d];
+    uint64_t r = stream(mw->seed, t->name), r2 = stream(mw->seed, t->src);
+    int     *perm = NULL;
+    if (t->init == I_EBIAS) { /* a permutation of the grid, from the tensor's own stream */
+        perm = malloc((size_t)n * sizeof *perm);
+        if (!perm) return k3_err(K3_ERR_NOMEM, "%s: out of memory", t->name);
+        for (int64_t e = 0; e < n; e++) perm[e] = (int)e;
+        for (int64_t e = n - 1; e > 0; e--) {
+            int64_t j = (int64_t)(sm64(&r) % (uint64_t)(e + 1));
+            int     x = perm[e];
+            perm[e] = perm[j], perm[j] = x;
+        }
+    }
+    k3_status st = K3_OK;
+    for (int64_t i0 = 0; i0 < n && !st; i0 += CHUNK) {
+        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        if (t->init == I_MAT) { /* the bulk of the bytes: no per-element dispatch */
+            double sc = t->gain / sqrt((double)(t->nd ? t->sh[t->nd - 1] : 1));
+            for (int64_t j = 0; j < m; j++) mw->fbuf[j] = (float)(gauss(&r) * sc);
+        } else {
+            for (int64_t j = 0; j < m; j++) mw->fbuf[j] = (float)value(t, i0 + j, &r, &r2, perm);
+        }
+        if (t->dt == ST_F32) {
+            memcpy(mw->bbuf, mw->fbuf, (size_t)m * 4); /* little-endian host */
+            st = put(mw, mw->bbuf, (size_t)m * 4);
+        } else {
+            for (int64_t j = 0; j < m; j++) {
+                uint16_t h = k3_f32_to_bf16(mw->fbuf[j]);
+                mw->bbuf[2 * j] = (uint8_t)h, mw->bbuf[2 * j + 1] = (uint8_t)(h >> 8);
+            }
+            st = put(mw, mw->bbuf, (size_t)m * 2);
+        }
+    }
+    free(perm);
+    return st;
+}
+
+/* ---- tokenizer: byte-level BPE learned from a built-in text ----------------------------------- */
+
+/* A few KB of varied text: prose, code, numbers, punctuation and other scripts (in parts: C
+ * compilers need only support 4095-character literals). */
+static const char *const corpus[] = {
+    "The river had been rising for three days before anyone in the village thought to move the "
+    "boats. By the time the mayor called a meeting, the water was lapping at the steps of the old "
+    "mill, and the children were sailing paper ships across the square. \"We should have listened "
+    "to Marta,\" said the baker, who had laughed at her warnings on Monday. Nobody answered him.\n"
+    "In the morning the sky cleared. The water stopped two inches below the bakery door, and the "
+    "baker's bread was, for once, the best in the valley: warm, dark, and a little salty.\n\n"
+    "How do computers add numbers? At the lowest level, an adder combines two bits and a carry. "
+    "Chain 64 of them together and you can add 18446744073709551615 + 1, which wraps around to 0. "
+    "Floating-point numbers are different: 0.1 + 0.2 gives 0.30000000000000004, because neither "
+    "0.1 nor 0.2 has an exact binary representation. Engineers learn to compare with a tolerance, "
+    "e.g. |a - b| <= 1e-9 * max(|a|, |b|), instead of testing equality.\n\n"
+    "Recipe for a simple tomato soup (serves 4):\n"
+    "  - 1 kg ripe tomatoes, chopped\n"
+    "  - 2 onions, 3 cloves of garlic\n"
+    "  - 750 ml vegetable stock; salt & pepper to taste\n"
+    "Cook the onions slowly for 10-12 minutes, add the rest, simmer 25 min, then blend. Serve hot "
+    "with a spoon of cream (or yoghurt!) and fresh basil.\n\n"
+    "int main(int argc, char **argv) {\n"
+    "    for (int i = 1; i < argc; i++)\n"
+    "        printf(\"%d: %s\\n\", i, argv[i]);\n"
+    "    return argc > 1 ? 0 : 1;\n"
+    "}\n"
+    "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n",
+    "She asked whether the meeting was on Tuesday or Wednesday; he wasn't sure, and he'd already "
+    "lost the e-mail. \"It's the 14th,\" she said. \"At 09:30, room B-207.\" They're always late "
+    "anyway, he thought, but he'll go. We've all been there, haven't we? I'm certain you'd agree.\n"
+    "THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG. The quick brown fox jumps over the lazy dog!\n"
+    "Prices rose 3.7% in March, after 2.9% in February; analysts had expected 3.1%. The central "
+    "bank said it would \"act as needed\" -- markets fell 1.2% ($45 billion) in an hour.\n\n"
+    "Le matin, nous avons pris un café au lait près de la gare. Où êtes-vous allés ensuite ? "
+    "Die Straße war voller Menschen, und die Bäckerei öffnete um sieben Uhr. ¿Dónde está la "
+    "biblioteca? Está cerca del río, señora. Ça va très bien, merci beaucoup.\n"
+    "Москва — столица России. Сегодня хорошая погода, и мы пойдём гулять в парк.\n"
+    "Η γλώσσα είναι το σπίτι του ανθρώπου. Καλημέρα σας!\n"
+    "今天天气很好，我们去公园散步吧。机器学习是人工智能的一个分支。你好，世界！\n"
+    "東京は日本の首都です。ありがとうございます。カタカナとひらがな。\n"
+    "서울은 한국의 수도입니다. 감사합니다.\n"
+    "مرحبا بالعالم. שלום עולם. नमस्ते दुनिया।\n"
+    "Symbols: ← → ↑ ↓ ≤ ≥ ≠ ∞ ∑ √ π ≈ ± × ÷ € £ ¥ © ® ™ … • ° 🙂 🚀 ✓ ★\n\n",
+    "A language model reads text as a sequence of tokens. Frequent words become single tokens, "
+    "rare words are split into pieces, and any byte sequence can still be written, because the "
+    "first 256 tokens are the single bytes. Training the merges is simple: count every adjacent "
+    "pair, merge the most frequent one, and repeat until the vocabulary is large enough. The "
+    "same procedure, run on a larger text, gives the tokenizers used by the largest models.\n"
+    "Weather report: cloudy in the north with light rain, sunny spells in the south, highs of "
+    "18 to 23 degrees. Tomorrow: windy, 40 km/h gusts along the coast; snow above 1500 m.\n"
+    "<html><body><p class=\"note\">Hello &amp; welcome</p></body></html>\n"
+    "{\"name\": \"k3\", \"layers\": [1, 2, 3], \"ok\": true, \"ratio\": 0.75}\n"
+    "git commit -m \"Fix the off-by-one error in the parser\" && make -j8 check\n"
+    "The committee reviewed the proposal carefully, considering the costs, the risks and the "
+    "expected benefits for the community. After a long discussion, the members voted 7 to 2 in "
+    "favour, with one abstention. The construction will begin next spring and should be "
+    "finished before the winter of the following year, if the weather allows it.\n"
+    "Mathematics: e^(i*pi) + 1 = 0; the integral of x^2 from 0 to 3 is 9; sqrt(2) ~ 1.41421356.\n"
+    "Questions, answers, thoughts, and reasons: people are curious, and curiosity is useful.\n",
+};
+
+typedef struct mk_tok {
+    unsigned char *b; /* [n] bytes */
+    int            n;
+} mk_tok;
+
+typedef struct mk_vocab {
+    mk_tok *tok;  /* [n], rank order */
+    int     n, cap;
+    int    *hash; /* open addressing over tok ids, -1 = empty; [hcap] */
+    size_t  hcap;
+} mk_vocab;
+
+static uint64_t bytes_hash(const unsigned char *b, int n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+static int vocab_find(const mk_vocab *v, const unsigned char *b, int n) {
+    for (size_t h = bytes_hash(b, n) & (v->hcap - 1);; h = (h + 1) & (v->hcap - 1)) {
+        int id = v->hash[h];
+        if (id < 0) return -1;
+        if (v->tok[id].n == n && !memcmp(v->tok[id].b, b, (size_t)n)) return id;
+    }
+}
+
+/* adds a copy of b; returns its id (vocab has room by construction) */
+static int vocab_add(mk_vocab *v, const unsigned char *b, int n) {
+    K3_ASSERT(v->n < v->cap);
+    unsigned char *c = malloc((size_t)n);
+    if (!c) {
+        fprintf(stderr, "k3-mkmodel: out of memory\n");
+        exit(1);
+    }
+    memcpy(c, b, (size_t)n);
+    v->tok[v->n] = (mk_tok){c, n};
+    size_t h     = bytes_hash(b, n) & (v->hcap - 1);
+    while (v->hash[h] >= 0) h = (h + 1) & (v->hcap - 1);
+    v->hash[h] = v->n;
+    return v->n++;
+}
+
+enum { CL_LETTER, CL_DIGIT, CL_SPACE, CL_NL, CL_PUNCT };
+
+static int byte_class(unsigned char c) {
+    if (c >= 0x80 || (unsigned)((c | 0x20) - 'a') < 26u || c == '\'') return CL_LETTER;
+    if ((unsigned)(c - '0') < 10u) return CL_DIGIT;
+    if (c == '\n' || c == '\r') return CL_NL;
+    if (c == ' ' || c == '\t') return CL_SPACE;
+    return CL_PUNCT;
+}
+
+/* Length of the piece at s (roughly the Kimi pre-tokenizer, on bytes; good enough to learn). */
+static int piece_len(const unsigned char *s, int n) {
+    int c0 = byte_class(s[0]), i = 1;
+    if ((c0 == CL_SPACE || c0 == CL_PUNCT) && n > 1 && byte_class(s[1]) == CL_LETTER) c0 = CL_LETTER;
+    else if (c0 == CL_LETTER) i = 0;
+    switch (c0) {
+    case CL_LETTER:
+        while (i < n && byte_class(s[i]) == CL_LETTER) i++;
+        return i;
+    case CL_DIGIT:
+        while (i < n && i < 3 && byte_class(s[i]) == CL_DIGIT) i++;
+        return i;
+    case CL_NL:
+        while (i < n && byte_class(s[i]) == CL_NL) i++;
+        return i;
+    case CL_SPACE:
+        while (i < n && byte_class(s[i]) == CL_SPACE) i++;
+        /* " ?punct" : the last space goes with the following punctuation */
+        if (i < n && byte_class(s[i]) == CL_PUNCT && i > 1) return i - 1;
+        if (i == 1 && i < n && byte_class(s[i]) == CL_PUNCT) {
+            while (i < n && byte_class(s[i]) == CL_PUNCT) i++;
+        }
+        return i;
+    default:
+        while (i < n && byte_class(s[i]) == CL_PUNCT) i++;
+        while (i < n && byte_class(s[i]) == CL_NL) i++;
+        return i;
+    }
+}
+
+typedef struct mk_piece {
+    int *ids; /* [n] token ids */
+    int  n;
+    int  count;
+} mk_piece;
+
+static int piece_cmp(const void *a, const void *b) {
+    const mk_piece *x = a, *y = b;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    return memcmp(x->ids, y->ids, (size_t)x->n * sizeof(int));
+}
+
+/* The base vocabulary: 256 single bytes in the GPT-2/cl100k order (printable bytes first, so
+ * rank != byte value), then `merges` tokens learned by BPE over the built-in text, then (if the
+ * text runs out of pairs) filler tokens made by joining two random tokens. */
+static void vocab_build(mk_vocab *v, int merges, uint64_t seed) {
+    v->cap  = 256 + merges;
+    v->tok  = calloc((size_t)v->cap, sizeof *v->tok);
+    v->hcap = 1;
+    while (v->hcap < (size_t)v->cap * 2) v->hcap <<= 1;
+    v->hash = malloc(v->hcap * sizeof *v->hash);
+    if (!v->tok || !v->hash) {
+        fprintf(stderr, "k3-mkmodel: out of memory\n");
+        exit(1);
+    }
+    memset(v->hash, 0xff, v->hcap * sizeof *v->hash);
+    for (int b = 0; b < 256; b++)
+        if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) {
+            unsigned char c = (unsigned char)b;
+            vocab_add(v, &c, 1);
+        }
+    for (int b = 0; b < 256; b++) {
+        unsigned char c = (unsigned char)b;
+        if (vocab_find(v, &c, 1) < 0) vocab_add(v, &c, 1);
+    }
+
+    /* distinct pieces with counts */
+    size_t cl = 0;
+    for (size_t k = 0; k < sizeof corpus / sizeof corpus[0]; k++) cl += strlen(corpus[k]);
+    char *text = malloc(cl + 1);
+    if (!text) {
+        fprintf(stderr, "k3-mkmodel: out of memory\n");
+        exit(1);
+    }
+    text[0] = 0;
+    for (size_t k = 0; k < sizeof corpus / sizeof corpus[0]; k++) strcat(text, corpus[k]);
+    const unsigned char *s  = (const unsigned char *)text;
+    int                  sn = (int)cl, np = 0;
+    mk_piece            *pc = calloc((size_t)sn, sizeof *pc);
+    int                 *ids = malloc((size_t)sn * sizeof *ids);
+    if (!pc || !ids) {
+        fprintf(stderr, "k3-mkmodel: out of memory\n");
+        exit(1);
+    }
+    for (int i = 0; i < sn;) {
+        int l = piece_len(s + i, sn - i);
+        pc[np].ids = ids + i, pc[np].n = l, pc[np].count = 1;
+        for (int j = 0; j < l; j++) ids[i + j] = vocab_find(v, s + i + j, 1);
+        np++, i += l;
+    }
+    qsort(pc, (size_t)np, sizeof *pc, piece_cmp);
+    int nu = 0;
+    for (int i = 0; i < np; i++) {
+        if (nu && !piece_cmp(&pc[nu - 1], &pc[i])) pc[nu - 1].count++;
+        else pc[nu++] = pc[i];
+    }
+
+    /* merges: the most frequent adjacent pair (ties: lowest ids), until done or out of pairs */
+    size_t    pcap = 1 << 16;
+    uint64_t *pkey = malloc(pcap * sizeof *pkey);
+    int      *pcnt = malloc(pcap * sizeof *pcnt);
+    if (!pkey || !pcnt) {
+        fprintf(stderr, "k3-mkmodel: out of memory\n");
+        exit(1);
+    }
+    while (v->n < v->cap) {
+        memset(pkey, 0xff, pcap * sizeof *pkey);
+        uint64_t best = UINT64_MAX;
+        int      bc   = 0;
+        for (int i = 0; i < nu; i++)
+            for (int j = 0; j + 1 < pc[i].n; j++) {
+                uint64_t k = (uint64_t)pc[i].ids[j] << 32 | (uint32_t)pc[i].ids[j + 1];
+                size_t   h = (size_t)((k * 0x9E3779B97F4A7C15ull) >> 48) & (pcap - 1);
+                while (pkey[h] != UINT64_MAX && pkey[h] != k) h = (h + 1) & (pcap - 1);
+                if (pkey[h] == UINT64_MAX) pkey[h] = k, pcnt[h] = 0;
+                pcnt[h] += pc[i].count;
+                if (pcnt[h] > bc || (pcnt[h] == bc && k < best)) bc = pcnt[h], best = k;
+            }
+        if (!bc) break;
+        int           a = (int)(best >> 32), b = (int)(best & 0xffffffffu);
+        int           la = v->tok[a].n, lb = v->tok[b].n;
+        unsigned char cat[512];
+        if (la + lb > (int)sizeof cat) break;
+        memcpy(cat, v->tok[a].b, (size_t)la);
+        memcpy(cat + la, v->tok[b].b, (size_t)lb);
+        int id = vocab_find(v, cat, la + lb);
+        if (id < 0) id = vocab_add(v, cat, la + lb);
+        for (int i = 0; i < nu; i++) { /* replace the pair in every piece */
+            int w = 0;
+            for (int j = 0; j < pc[i].n; j++) {
+                if (j + 1 < pc[i].n && pc[i].ids[j] == a && pc[i].ids[j + 1] == b)
+                    pc[i].ids[w++] = id, j++;
+                else
+                    pc[i].ids[w++] = pc[i].ids[j];
+            }
+            pc[i].n = w;
+        }
+    }
+    free(pkey);
+    free(pcnt);
+    free(pc);
+    free(ids);
+    free(text);
+
+    /* filler: join two random tokens (at most 16 bytes), skipping duplicates */
+    uint64_t r = stream(seed, "filler tokens");
+    while (v->n < v->cap) {
+        int a = (int)(sm64(&r) % (uint64_t)v->n), b = (int)(sm64(&r) % (uint64_t)v->n);
+        int la = v->tok[a].n, lb = v->tok[b].n;
+        if (la + lb > 16) continue;
+        unsigned char cat[32];
+        memcpy(cat, v->tok[a].b, (size_t)la);
+        memcpy(cat + la, v->tok[b].b, (size_t)lb);
+        if (vocab_find(v, cat, la + lb) < 0) vocab_add(v, cat, la + lb);
+    }
+}
+
+static void vocab_free(mk_vocab *v) {
+    for (int i = 0; i < v->n; i++) free(v->tok[i].b);
+    free(v->tok);
+    free(v->hash);
+}
+
+static void base64(const unsigned char *b, int n, char *out) {
+    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    int               o   = 0;
+    for (int i = 0; i < n; i += 3) {
+        uint32_t x = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) |
+                     (i + 2 < n ? b[i + 2] : 0);
+        out[o++] = a[x >> 18 & 63];
+        out[o++] = a[x >> 12 & 63];
+        out[o++] = i + 1 < n ? a[x >> 6 & 63] : '=';
+        out[o++] = i + 2 < n ? a[x & 63] : '=';
+    }
+    out[o] = 0;
+}
+
+/* ---- files ------------------------------------------------------------------------------------ */
+
+static k3_status write_text(const char *dir, const char *name, const char *text) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return k3_err(K3_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    int ok = fputs(text, f) >= 0;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) return k3_err(K3_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    return K3_OK;
+}
+
+static k3_status write_json(const char *dir, const char *name, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) : NULL;
+    json_decref(j);
+    if (!s) return k3_err(K3_ERR_NOMEM, "%s: out of memory", name);
+    size_t l = strlen(s);
+    char  *t = realloc(s, l + 2);
+    if (!t) {
+        free(s);
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", name);
+    }
+    t[l] = '\n', t[l + 1] = 0;
+    k3_status st = write_text(dir, name, t);
+    free(t);
+    return st;
+}
+
+static k3_status write_vocab(const char *dir, const mk_vocab *v) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/tiktoken.model", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return k3_err(K3_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    char b64[1024];
+    int  ok = 1;
+    for (int i = 0; i < v->n && ok; i++) {
+        base64(v->tok[i].b, v->tok[i].n, b64);
+        ok = fprintf(f, "%s %d\n", b64, i) > 0;
+    }
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) return k3_err(K3_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    return K3_OK;
+}
+
+/* names of the reserved ids, as offsets from N (spec k3-chat.md section 1) */
+static const char *reserved_name(int off) {
+    switch (off) {
+    case 0: return "[BOS]";
+    case 1: return "[EOS]";
+    case 2: return "<|end_of_msg|>";
+    case 3: return "<|open|>";
+    case 4: return "<|close|>";
+    case 5: return "<|sep|>";
+    case 6: return "[start_header_id]";
+    case 7: return "[end_header_id]";
+    case 9: return "[EOT]";
+    case 18: return "<|media_begin|>";
+    case 19: return "<|media_content|>";
+    case 20: return "<|media_end|>";
+    case 21: return "<|media_pad|>";
+    case 254: return "[UNK]";
+    case 255: return "[PAD]";
+    default: return NULL;
+    }
+}
+
+static json_t *tokenizer_config(int N) {
+    json_t *dec = json_object();
+    for (int off = 0; off < MK_RESERVED; off++) {
+        char        id[16], nm[48];
+        const char *name = reserved_name(off);
+        if (!name) snprintf(nm, sizeof nm, "<|reserved_token_%d|>", N + off), name = nm;
+        snprintf(id, sizeof id, "%d", N + off);
+        json_object_set_new(dec, id,
+                            json_pack("{s:s, s:b, s:b, s:b, s:b, s:b}", "content", name, "lstrip",
+                                      0, "normalized", 0, "rstrip", 0, "single_word", 0,
+                                      "special", 1));
+    }
+    return json_pack("{s:o, s:b, s:s, s:s, s:s, s:s, s:s, s:i, s:o}",
+                     "added_tokens_decoder", dec, "add_bos_token", 0, "bos_token", "[BOS]",
+                     "eos_token", "[EOS]", "pad_token", "[PAD]", "unk_token", "[UNK]",
+                     "tokenizer_class", "TikTokenTokenizer", "model_max_length", 1048576,
+                     "auto_map", json_pack("{s:[s,n]}", "AutoTokenizer",
+                                           "tokenization_kimi.TikTokenTokenizer"));
+}
+
+static json_t *int_list(const mk_shape *s, int mla) {
+    json_t *a = json_array();
+    for (int i = 0; i < s->n_layers; i++)
+        if (is_mla(s, i) == mla) json_array_append_new(a, json_integer(i + 1)); /* 1-indexed */
+    return a;
+}
+
+static json_t *model_config(const mk_shape *s, int N) {
+    const int V = N + MK_RESERVED;
+    json_t   *lin = json_pack("{s:i, s:i, s:i, s:f, s:b, s:o, s:o}", "num_heads", s->kda_heads,
+                              "head_dim", s->kda_d, "short_conv_kernel_size", s->conv_k,
+                              "gate_lower_bound", s->glb, "use_full_rank_gate", 1, "kda_layers",
+                              int_list(s, 0), "full_attn_layers", int_list(s, 1));
+    json_t   *tc  = json_object();
+#define SETI(k, v) json_object_set_new(tc, k, json_integer(v))
+#define SETF(k, v) json_object_set_new(tc, k, json_real(v))
+#define SETB(k, v) json_object_set_new(tc, k, json_boolean(v))
+#define SETS(k, v) json_object_set_new(tc, k, json_string(v))
+    SETS("model_type", "kimi_k3_text");
+    SETI("vocab_size", V);
+    SETI("hidden_size", s->D);
+    SETI("num_hidden_layers", s->n_layers);
+    SETI("first_k_dense_replace", s->first_dense);
+    SETI("intermediate_size", s->inter);
+    SETS("hidden_act", "situ");
+    SETF("activation_situ_beta", 4.0);
+    SETF("activation_situ_linear_beta", 25.0);
+    SETI("num_attention_heads", s->mla_heads);
+    SETI("num_key_value_heads", s->mla_heads);
+    SETI("q_lora_rank", s->q_lora);
+    SETI("kv_lora_rank", s->kv_lora);
+    SETI("qk_nope_head_dim", s->nope);
+    SETI("qk_rope_head_dim", s->rope);
+    SETI("v_head_dim", s->vdim);
+    SETB("mla_use_nope", 1);
+    SETB("mla_use_output_gate", 1);
+    SETI("num_experts", s->n_exp);
+    SETI("num_experts_per_token", s->n_act);
+    SETI("moe_intermediate_size", s->F);
+    SETI("routed_expert_hidden_size", s->L);
+    SETI("num_shared_experts", s->n_shared);
+    SETS("moe_router_activation_func", "sigmoid");
+    SETI("num_expert_group", 1);
+    SETI("topk_group", 1);
+    SETB("moe_renormalize", 1);
+    SETF("routed_scaling_factor", 1.0);
+    SETB("latent_moe_use_norm", 1);
+    SETI("attn_res_block_size", s->block);
+    SETF("rms_norm_eps", s->eps);
+    SETI("max_position_embeddings", 262144);
+    SETB("tie_word_embeddings", 0);
+    SETI("bos_token_id", N);
+    SETI("eos_token_id", N + 2);
+    SETI("pad_token_id", N + 255);
+    SETS("torch_dtype", "bfloat16");
+    json_object_set_new(tc, "linear_attn_config", lin);
+#undef SETI
+#undef SETF
+#undef SETB
+#undef SETS
+    json_t *weights = json_pack(
+        "{s:i, s:s, s:b, s:s, s:i, s:b, s:n, s:s, s:s}", "num_bits", 4, "type", "float",
+        "symmetric", 1, "strategy", "group", "group_size", 32, "dynamic", 0, "actorder",
+        "observer", "minmax", "scale_dtype", "ue8m0");
+    json_t *grp = json_pack("{s:[s], s:o, s:n, s:n, s:s}", "targets",
+                            "re:.*block_sparse_moe\\.experts\\.\\d+\\.w[123]$", "weights", weights,
+                            "input_activations", "output_activations", "format",
+                            "mxfp4-pack-quantized");
+    json_t *qc  = json_pack("{s:s, s:s, s:s, s:{s:o}, s:[s,s,s,s,s], s:n, s:n, s:{}}",
+                            "quant_method", "compressed-tensors", "format", "mxfp4-pack-quantized",
+                            "quantization_status", "compressed", "config_groups", "group_0", grp,
+                            "ignore", "lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                            "re:.*mlp.*", "re:vision_tower.*", "kv_cache_scheme",
+                            "global_compression_ratio", "sparsity_config");
+    json_t *vc  = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:[i,i]}", "model_type", "moonvit",
+                            "hidden_size", s->vis, "num_hidden_layers", 1, "num_attention_heads",
+                            2, "intermediate_size", 2 * s->vis, "patch_size", 14,
+                            "merge_kernel_size", 2, 2);
+    return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:b, s:s, s:o, s:o, s:o}", "architectures",
+                     "KimiK3ForConditionalGeneration", "model_type", "kimi_k3", "bos_token_id", N,
+                     "eos_token_id", N + 2, "pad_token_id", N + 255, "tie_word_embeddings", 0,
+                     "torch_dtype", "bfloat16", "text_config", tc, "quantization_config", qc,
+                     "vision_config", vc);
+}
+
+/* ---- shards ----------------------------------------------------------------------------------- */
+
+static k3_status write_shards(const char *dir, const mk_plan *p, const mk_opts *o) {
+    const int  ns    = o->single ? 1 : p->n_shards;
+    json_t    *wmap  = json_object();
+    uint64_t   total = 0, all = 0;
+    double     t0    = k3_time();
+    k3_status  st    = K3_OK;
+    mk_writer  mw    = {.seed = o->seed};
+    mw.fbuf          = malloc(CHUNK * sizeof(float));
+    mw.bbuf          = malloc(CHUNK * 4);
+    if (!wmap || !mw.fbuf || !mw.bbuf) {
+        st = k3_err(K3_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < p->n; i++) {
+        uint64_t n = stw_dtype_size(p->t[i].dt);
+        for (int d = 0; d < p->t[i].nd; d++) n *= (uint64_t)p->t[i].sh[d];
+        all += n;
+    }
+    mw.all = all, mw.t0 = t0, mw.quiet = o->quiet;
+    for (int s = 0; s < ns && !st; s++) {
+        char fname[64], path[PATH_MAX + 64], full[200];
+        if (o->single) snprintf(fname, sizeof fname, "model.safetensors");
+        else snprintf(fname, sizeof fname, "model-%05d-of-%06d.safetensors", s + 1, ns);
+        snprintf(path, sizeof path, "%s/%s", dir, fname);
+        stw_file *w = NULL;
+        if ((st = stw_create(path, &w))) break;
+        for (int i = 0; i < p->n && !st; i++) {
+            const mk_tensor *t = &p->t[i];
+            if (!o->single && t->shard != s) continue;
+            snprintf(full, sizeof full, "%s%s", t->text && o->prefix ? MK_PREFIX : "", t->name);
+            st = stw_add(w, full, t->dt, t->nd, t->sh);
+            if (!st) json_object_set_new(wmap, full, json_string(fname));
+        }
+        if (!st) st = stw_begin(w);
+        mw.w = w;
+        for (int i = 0; i < p->n && !st; i++) {
+            if (!o->single && p->t[i].shard != s) continue;
+            st = write_tensor(&mw, &p->t[i]);
+        }
+        if (!st) st = stw_end(w);
+        if (!st) {
+            total += stw_data_bytes(w);
+            if (!o->quiet)
+                fprintf(stderr, "k3-mkmodel: [%d/%d] %s  %.1f MiB  (%.0f%% of %.1f MiB, %.1f s)\n",
+                        s + 1, ns, fname, (double)stw_file_bytes(w) / 1048576.0,
+                        100.0 * (double)total / (double)(all ? all : 1), (double)all / 1048576.0,
+                        k3_time() - t0);
+        }
+        stw_free(w);
+    }
+    if (!st && !o->single) {
+        json_t *idx = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total,
+                                "weight_map", wmap);
+        wmap        = NULL;
+        st          = write_json(dir, "model.safetensors.index.json", idx);
+    }
+out:
+    json_decref(wmap);
+    free(mw.pend_scale);
+    free(mw.fbuf);
+    free(mw.bbuf);
+    return st;
+}
+
+/* ---- directory handling ----------------------------------------------------------------------- */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void rm_tree(const char *path) {
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* mkdir -p of the directory that will hold path */
+static int mkdir_parent(const char *path) {
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    char *slash = strrchr(buf, '/');
+    if (!slash || slash == buf) return 0;
+    *slash = 0;
+    for (char *q = buf + 1; *q; q++)
+        if (*q == '/') {
+            *q = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+            *q = '/';
+        }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* 1 = exists and is a non-empty directory, 0 = absent or an empty directory, -1 = error (printed) */
+static int out_state(const char *out) {
+    struct stat sb;
+    if (stat(out, &sb) != 0) {
+        if (errno == ENOENT) return 0;
+        fprintf(stderr, "k3-mkmodel: %s: %s\n", out, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "k3-mkmodel: %s exists and is not a directory\n", out);
+        return -1;
+    }
+    DIR *dp = opendir(out);
+    if (!dp) {
+        fprintf(stderr, "k3-mkmodel: %s: %s\n", out, strerror(errno));
+        return -1;
+    }
+    struct dirent *de;
+    int            n = 0;
+    while ((de = readdir(dp)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
+    closedir(dp);
+    return n > 0;
+}
+
+/* ---- main ------------------------------------------------------------------------------------- */
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: k3-mkmodel --preset tiny|slice [--seed N] [options] OUT_DIR\n"
+        "Writes a Kimi K3 test checkpoint in the release format (config.json, shards + index,\n"
+        "tiktoken.model, tokenizer_config.json, generation_config.json), deterministic from the seed.\n"
+        "\n"
+        "presets:\n"
+        "  tiny    6 layers (0 dense; 3, 5 MLA; others KDA), hidden 100, KDA 3x12, MLA 3 heads\n"
+        "          (nope 10, rope 6, v 9, q_lora 40, kv_lora 24), 12 experts (3 active) + 2 shared,\n"
+        "          latent 64, expert width 96, attn_res_block_size 2, 1000 merges; a few MB\n"
+        "  slice   release widths (hidden 7168, 96 heads, latent 3584, expert 3072), 4 layers\n"
+        "          (KDA x3, MLA), no dense layer, 32 experts (16 active) + 2 shared, release\n"
+        "          vocabulary size; about 11.5 GB, written in streaming (for benchmarks)\n"
+        "\n"
+        "options:\n"
+        "  --seed N       random seed (default 1)\n"
+        "  --layers N     number of layers; MLA at i %% 4 == 3 and at the last layer\n"
+        "  --dense N      first_k_dense_replace (0 = no dense layer)\n"
+        "  --experts N    routed experts        --active N   experts per token\n"
+        "  --shared N     shared experts        --block N    attn_res_block_size\n"
+        "  --merges N     BPE merges (base vocabulary = 256 + N)\n"
+        "  --no-prefix    tensor names without \"language_model.\"\n"
+        "  --f32          F32 dense tensors instead of BF16\n"
+        "  --single       one model.safetensors (no index)\n"
+        "  --force        replace an existing non-empty OUT_DIR\n"
+        "  --quiet        no progress lines\n"
+        "  -h, --help     this text\n");
+}
+
+static int parse_int(const char *opt, const char *s, long lo, long hi, int *out) {
+    char *end;
+    errno  = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "k3-mkmodel: %s '%s': expected an integer in %ld..%ld\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    enum { O_SEED = 256, O_LAYERS, O_DENSE, O_EXPERTS, O_ACTIVE, O_SHARED, O_BLOCK, O_MERGES,
+           O_NOPREFIX, O_F32, O_SINGLE, O_FORCE, O_QUIET, O_PRESET };
+    static const struct option lo[] = {
+        {"preset", required_argument, 0, O_PRESET}, {"seed", required_argument, 0, O_SEED},
+        {"layers", required_argument, 0, O_LAYERS}, {"dense", required_argument, 0, O_DENSE},
+        {"experts", required_argument, 0, O_EXPERTS}, {"active", required_argument, 0, O_ACTIVE},
+        {"shared", required_argument, 0, O_SHARED}, {"block", required_argument, 0, O_BLOCK},
+        {"merges", required_argument, 0, O_MERGES}, {"no-prefix", no_argument, 0, O_NOPREFIX},
+        {"f32", no_argument, 0, O_F32},           {"single", no_argument, 0, O_SINGLE},
+        {"force", no_argument, 0, O_FORCE},       {"quiet", no_argument, 0, O_QUIET},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+    };
+    mk_opts     o      = {.seed = 1, .prefix = 1};
+    const char *preset = NULL;
+    int         layers = -1, dense = -1, experts = -1, active = -1, shared = -1, block = -1,
+        merges = -1, c;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case O_PRESET: preset = optarg; break;
+        case O_SEED: {
+            char *end;
+            errno  = 0;
+            o.seed = strtoull(optarg, &end, 0);
+            if (errno || end == optarg || *end || optarg[0] == '-') {
+                fprintf(stderr, "k3-mkmodel: --seed '%s': expected a non-negative integer\n", optarg);
+                bad = 1;
+            }
+            break;
+        }
+        case O_LAYERS: bad = parse_int("--layers", optarg, 1, MK_MAX_LAYERS, &layers); break;
+        case O_DENSE: bad = parse_int("--dense", optarg, 0, MK_MAX_LAYERS, &dense); break;
+        case O_EXPERTS: bad = parse_int("--experts", optarg, 1, 4096, &experts); break;
+        case O_ACTIVE: bad = parse_int("--active", optarg, 1, 4096, &active); break;
+        case O_SHARED: bad = parse_int("--shared", optarg, 0, 64, &shared); break;
+        case O_BLOCK: bad = parse_int("--block", optarg, 1, MK_MAX_LAYERS, &block); break;
+        case O_MERGES: bad = parse_int("--merges", optarg, 0, 1 << 20, &merges); break;
+        case O_NOPREFIX: o.prefix = 0; break;
+        case O_F32: o.f32 = 1; break;
+        case O_SINGLE: o.single = 1; break;
+        case O_FORCE: o.force = 1; break;
+        case O_QUIET: o.quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (bad) return 2;
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, optind >= argc ? "k3-mkmodel: missing OUT_DIR\n"
+                                       : "k3-mkmodel: unexpected argument '%s'\n",
+                argv[optind + (optind < argc)]);
+        usage(stderr);
+        return 2;
+    }
+    static char outbuf[PATH_MAX];
+    if (snprintf(outbuf, sizeof outbuf, "%s", argv[optind]) >= (int)sizeof outbuf - 16) {
+        fprintf(stderr, "k3-mkmodel: %s: path too long\n", argv[optind]);
+        return 2;
+    }
+    for (size_t l = strlen(outbuf); l > 1 && outbuf[l - 1] == '/'; l--) outbuf[l - 1] = 0;
+    o.out = outbuf;
+    mk_shape s;
+    if (!preset) {
+        fprintf(stderr, "k3-mkmodel: --preset is required (tiny or slice)\n");
+        return 2;
+    } else if (!strcmp(preset, "tiny")) {
+        s = preset_tiny;
+    } else if (!strcmp(preset, "slice")) {
+        s = preset_slice;
+    } else {
+        fprintf(stderr, "k3-mkmodel: --preset '%s': expected tiny or slice\n", preset);
+        return 2;
+    }
+    if (layers > 0) s.n_layers = layers;
+    if (dense >= 0) s.first_dense = dense;
+    if (experts > 0) s.n_exp = experts;
+    if (active > 0) s.n_act = active;
+    if (shared >= 0) s.n_shared = shared;
+    if (block > 0) s.block = block;
+    if (merges >= 0) s.merges = merges;
+    if (s.first_dense > s.n_layers) {
+        fprintf(stderr, "k3-mkmodel: --dense %d: more than the %d layers\n", s.first_dense,
+                s.n_layers);
+        return 2;
+    }
+    if (s.n_act > s.n_exp) {
+        fprintf(stderr, "k3-mkmodel: --active %d: more than the %d experts\n", s.n_act, s.n_exp);
+        return 2;
+    }
+    if (!o.out[0]) {
+        fprintf(stderr, "k3-mkmodel: OUT_DIR is empty\n");
+        return 2;
+    }
+
+    /* refuse early, before minutes of work */
+    int state = out_state(o.out);
+    if (state < 0) return 1;
+    if (state > 0 && !o.force) {
+        fprintf(stderr, "k3-mkmodel: %s exists and is not empty (use --force to replace it)\n",
+                o.out);
+        return 1;
+    }
+
+    /* a signal stops the writing at the next chunk; the temporary directory is removed */
+    struct sigaction sa = {0};
+    sa.sa_handler       = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+
+    char tmp[PATH_MAX];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", o.out) >= sizeof tmp) {
+        fprintf(stderr, "k3-mkmodel: %s: path too long\n", o.out);
+        return 2;
+    }
+    if (mkdir_parent(o.out) != 0 || !mkdtemp(tmp)) {
+        fprintf(stderr, "k3-mkmodel: cannot create %s: %s\n", tmp, strerror(errno));
+        return 1;
+    }
+    chmod(tmp, 0755);
+
+    nib_init();
+    mk_vocab v = {0};
+    vocab_build(&v, s.merges, o.seed);
+    const int N = v.n;
+    mk_plan   p = {0};
+    plan_model(&p, &s, &o, N + MK_RESERVED);
+
+    k3_status st = write_shards(tmp, &p, &o);
+    if (!st) st = write_vocab(tmp, &v);
+    if (!st) st = write_json(tmp, "config.json", model_config(&s, N));
+    if (!st) st = write_json(tmp, "tokenizer_config.json", tokenizer_config(N));
+    if (!st)
+        st = write_json(tmp, "generation_config.json",
+                        json_pack("{s:i, s:i, s:i, s:f, s:f, s:b}", "bos_token_id", N,
+                                  "eos_token_id", N + 2, "pad_token_id", N + 255, "temperature",
+                                  1.0, "top_p", 1.0, "do_sample", 1));
+    vocab_free(&v);
+    free(p.t);
+    if (st || stop_sig) {
+        fprintf(stderr, "k3-mkmodel: %s; nothing written\n",
+                st ? k3_errmsg() : "interrupted by a signal");
+        rm_tree(tmp);
+        if (stop_sig) {
+            signal(stop_sig, SIG_DFL);
+            raise(stop_sig);
+        }
+        return 1;
+    }
+
+    /* put it in place: rename() replaces an empty directory; a non-empty one (--force) is
+     * moved aside first and removed after */
+    char old[PATH_MAX] = "";
+    if (out_state(o.out) > 0) {
+        snprintf(old, sizeof old, "%s.old-XXXXXX", o.out);
+        if (!mkdtemp(old) || rename(o.out, old) != 0) {
+            fprintf(stderr, "k3-mkmodel: cannot move %s aside: %s\n", o.out, strerror(errno));
+            rm_tree(tmp);
+            return 1;
+        }
+    }
+    if (rename(tmp, o.out) != 0) {
+        fprintf(stderr, "k3-mkmodel: cannot rename %s to %s: %s\n", tmp, o.out, strerror(errno));
+        rm_tree(tmp);
+        return 1;
+    }
+    if (old[0]) rm_tree(old);
+    if (!o.quiet) fprintf(stderr, "k3-mkmodel: wrote %s\n", o.out);
+    return 0;
+}

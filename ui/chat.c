@@ -1,0 +1,163 @@
+/* chat.c: settings and engine-side slash commands shared by the TUI and plain mode (chat.h). */
+#include "chat.h"
+#include "xdg.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static const char *effort_names[] = {"low", "high", "max"};
+
+void chat_settings_init(chat_settings *s, const cli_opts *o) {
+    memset(s, 0, sizeof *s);
+    s->gen.temp       = 0.6f;
+    s->gen.top_p      = 0.95f;
+    s->gen.think      = o->think != 0;
+    s->gen.effort     = 2;
+    s->gen.max_tokens = o->max_tokens;
+    s->gen.seed       = o->seed;
+    s->gen.has_seed   = o->has_seed;
+    s->show_thinking  = 1;
+    s->expert_gb      = -1;
+    if (!isnan(o->temp)) {
+        s->gen.temp = o->temp;
+        s->temp_set = 1;
+    }
+    if (!isnan(o->top_p)) {
+        s->gen.top_p  = o->top_p;
+        s->top_p_set = 1;
+    }
+    if (o->effort)
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(o->effort, effort_names[k]))
+                s->gen.effort = k;
+    if (o->system)
+        snprintf(s->system, sizeof s->system, "%s", o->system);
+}
+
+void chat_settings_model(chat_settings *s, const ue_gen *m) {
+    if (!s->temp_set && m->temp >= 0)
+        s->gen.temp = m->temp;
+    if (!s->top_p_set && m->top_p > 0)
+        s->gen.top_p = m->top_p;
+}
+
+void chat_settings_str(const chat_settings *s, char *buf, size_t n) {
+    snprintf(buf, n, "temp %.2f · top-p %.2f · think %s · effort %s", (double)s->gen.temp, (double)s->gen.top_p,
+             s->gen.think ? "on" : "off", effort_names[s->gen.effort % 3]);
+}
+
+int chat_default_save_path(char *buf, size_t n) {
+    char dir[PATH_MAX];
+    if (xdg_dir("XDG_DATA_HOME", ".local/share", "transcripts", 1, dir, sizeof dir) != 0)
+        return -1;
+    time_t    now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(buf, n, "%.3900s/chat-%s.jsonl", dir, stamp);
+    return 0;
+}
+
+int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t n) {
+    msg[0] = 0;
+    switch (r->id) {
+    case CMD_TEMP:
+        s->gen.temp = (float)r->num;
+        s->temp_set = 1;
+        snprintf(msg, n, "temperature %.2f%s", r->num, r->num == 0 ? " (greedy)" : "");
+        return 1;
+    case CMD_TOPP:
+        s->gen.top_p  = (float)r->num;
+        s->top_p_set = 1;
+        snprintf(msg, n, "top-p %.2f", r->num);
+        return 1;
+    case CMD_THINK:
+        s->gen.think = r->flag;
+        snprintf(msg, n, "thinking %s for the next turns", r->flag ? "on" : "off");
+        return 1;
+    case CMD_EFFORT:
+        s->gen.effort = r->flag;
+        snprintf(msg, n, "thinking effort %s%s", effort_names[r->flag], s->gen.think ? "" : " (thinking is off: /think on)");
+        return 1;
+    case CMD_SHOWTHINK:
+        s->show_thinking = r->flag;
+        snprintf(msg, n, "think pane %s (the model still thinks when /think is on)", r->flag ? "shown" : "hidden");
+        return 1;
+    case CMD_EXPERTS:
+        s->expert_gb = r->num;
+        if (eng)
+            ue_experts(eng, r->num);
+        snprintf(msg, n, "expert-cache budget %g GB requested", r->num);
+        return 1;
+    case CMD_SYSTEM:
+        if (!r->arg[0]) {
+            snprintf(msg, n, "system prompt: %s", s->system[0] ? s->system : "(none)");
+            return 1;
+        }
+        snprintf(s->system, sizeof s->system, "%s", r->arg);
+        if (eng)
+            ue_system(eng, s->system);
+        snprintf(msg, n, "system prompt set (%zu bytes); it applies from the next turn", strlen(s->system));
+        return 1;
+    case CMD_SAVE: {
+        char path[PATH_MAX];
+        if (r->arg[0])
+            snprintf(path, sizeof path, "%s", r->arg);
+        else if (chat_default_save_path(path, sizeof path) != 0) {
+            snprintf(msg, n, "/save: no data directory (set XDG_DATA_HOME or HOME, or give a FILE)");
+            return 1;
+        }
+        if (eng)
+            ue_save(eng, path);
+        return 1;
+    }
+    case CMD_LOAD:
+        if (eng)
+            ue_load(eng, r->arg);
+        return 1;
+    case CMD_EXPORT:
+        if (eng)
+            ue_export(eng, r->arg);
+        return 1;
+    case CMD_REPLAY:
+        if (eng)
+            ue_replay(eng, r->arg, &s->gen);
+        snprintf(msg, n, "replaying %s (Ctrl-C stops)", r->arg);
+        return 1;
+    default: return 0;
+    }
+}
+
+const char *chat_help_text(void) {
+    static char buf[8192];
+    if (buf[0])
+        return buf;
+    size_t u = (size_t)snprintf(buf, sizeof buf, "Commands:\n");
+    for (int k = 0; k < CMD_N; k++) {
+        char usage[96];
+        cmd_usage((enum cmd_id)k, usage, sizeof usage);
+        u += (size_t)snprintf(buf + u, sizeof buf - u, "  %-22s %s\n", usage, cmd_help((enum cmd_id)k));
+    }
+    snprintf(buf + u, sizeof buf - u,
+             "Keys:\n"
+             "  Enter                  send the message\n"
+             "  Alt-Enter, trailing \\  new line in the message\n"
+             "  Tab                    complete a command\n"
+             "  Up/Down, Ctrl-P/N      history;  Ctrl-R  search the history\n"
+             "  Ctrl-A/E/B/F/K/U/W/Y   Emacs editing keys\n"
+             "  Ctrl-C                 stop the answer; at an empty prompt: quit\n"
+             "  Ctrl-D                 quit (at an empty prompt)\n"
+             "  PgUp/PgDn, wheel       scroll the conversation;  Home/End with Ctrl: top/bottom\n"
+             "  F2                     expand/collapse all reasoning\n"
+             "  F3                     mouse capture on/off (off: the terminal selects text)\n"
+             "  Ctrl-L                 redraw the screen\n"
+             "A line starting with // sends a message that starts with /.");
+    return buf;
+}

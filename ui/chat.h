@@ -1,0 +1,28 @@
+/* chat.h: chat settings and the slash commands both front ends (TUI, plain) apply the same way.
+ * The TUI and plain.c handle the commands that touch their display (clear, retry, undo, help,
+ * theme, stats, quit); chat_apply does the rest: settings and commands posted to the engine. */
+#pragma once
+#include "cmd.h"
+#include "engine.h"
+
+typedef struct chat_settings {
+    ue_gen gen;
+    int    temp_set, top_p_set; /* chosen by the user: the model's defaults do not override */
+    int    show_thinking;
+    double expert_gb;           /* < 0 = engine default */
+    char   system[4096];
+} chat_settings;
+
+/* Defaults from the command line (NAN = model default). */
+void chat_settings_init(chat_settings *s, const cli_opts *o);
+/* The model's defaults (EV_READY gen) for what the user did not set. */
+void chat_settings_model(chat_settings *s, const ue_gen *model);
+/* Apply r when it is a settings/engine command: returns 1 and a message for the user in msg
+ * (info), or 0 when the caller must handle r itself. */
+int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t n);
+/* The whole /help text (commands and keys), newline-separated. */
+const char *chat_help_text(void);
+/* "temp 0.60 · top-p 0.95 · think on · effort max" */
+void chat_settings_str(const chat_settings *s, char *buf, size_t n);
+/* A new transcript path in the XDG data directory (created). -1 when there is no home. */
+int chat_default_save_path(char *buf, size_t n);

@@ -1,0 +1,140 @@
+/* engine.c: the worker thread and the command side of the UI/engine seam (see engine.h). */
+#include "engine.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void *worker_main(void *arg) {
+    ue  *u = arg;
+    char err[1024] = "";
+    if (u->be->open(u, &u->self, err, sizeof err) != 0) {
+        ev_push_text(u->out, EV_FATAL, err[0] ? err : "the engine failed to start");
+        u->self = NULL;
+    } else {
+        atomic_store(&u->ready, 1);
+    }
+    for (;;) {
+        ui_ev c;
+        if (!ev_wait(u->cmds, &c, -1))
+            continue;
+        if (c.type == EV_CMD_QUIT) {
+            ev_free(&c);
+            break;
+        }
+        if (u->self) {
+            atomic_store(&u->busy, 1);
+            if (c.type == EV_CMD_SEND || c.type == EV_CMD_RETRY || c.type == EV_CMD_REPLAY)
+                atomic_store(&u->cancel, 0);
+            u->be->cmd(u, u->self, &c);
+            atomic_store(&u->busy, 0);
+            ui_ev ack = {.type = EV_ACK, .i = c.type};
+            ev_push(u->out, &ack);
+        } else {
+            if (c.type != EV_CMD_EXPERTS && c.type != EV_CMD_STATS)
+                ev_push_text(u->out, EV_ERROR, "no model is loaded");
+            ui_ev ack = {.type = EV_ACK, .i = c.type};
+            ev_push(u->out, &ack);
+        }
+        ev_free(&c);
+    }
+    if (u->self)
+        u->be->close(u->self);
+    u->self = NULL;
+    return NULL;
+}
+
+ue *ue_start(const cli_opts *o, ev_queue *out) {
+    ue *u = calloc(1, sizeof *u);
+    if (!u)
+        return NULL;
+    const char *mock = getenv("K3_MOCK");
+    u->be   = mock && *mock ? &ue_backend_mock : o->endpoint ? &ue_backend_remote : &ue_backend_real;
+    u->opts = o;
+    u->out  = out;
+    u->cmds = ev_queue_new(0);
+    if (!u->cmds || pthread_create(&u->th, NULL, worker_main, u) != 0) {
+        ev_queue_free(u->cmds);
+        free(u);
+        return NULL;
+    }
+    u->started = 1;
+    return u;
+}
+
+void ue_cancel(ue *u) {
+    atomic_store(&u->cancel, 1);
+    if (u->be->cancel && atomic_load(&u->ready) && u->self)
+        u->be->cancel(u->self);
+}
+
+void ue_close(ue *u) {
+    if (!u)
+        return;
+    ue_cancel(u);
+    ui_ev q = {.type = EV_CMD_QUIT};
+    ev_push(u->cmds, &q);
+    if (u->started)
+        pthread_join(u->th, NULL);
+    ev_queue_free(u->cmds);
+    free(u);
+}
+
+static void post(ue *u, int type, const char *text, const ue_gen *g, double x) {
+    ui_ev c = {.type = type, .text = (char *)(uintptr_t)text, .x = x};
+    if (g)
+        c.gen = *g;
+    ev_push(u->cmds, &c);
+}
+
+void ue_send(ue *u, const char *t, const ue_gen *g) { post(u, EV_CMD_SEND, t, g, 0); }
+void ue_retry(ue *u, const ue_gen *g) { post(u, EV_CMD_RETRY, NULL, g, 0); }
+void ue_undo(ue *u) { post(u, EV_CMD_UNDO, NULL, NULL, 0); }
+void ue_forget(ue *u) { post(u, EV_CMD_FORGET, NULL, NULL, 0); }
+void ue_clear(ue *u) { post(u, EV_CMD_CLEAR, NULL, NULL, 0); }
+void ue_system(ue *u, const char *t) { post(u, EV_CMD_SYSTEM, t ? t : "", NULL, 0); }
+void ue_save(ue *u, const char *p) { post(u, EV_CMD_SAVE, p, NULL, 0); }
+void ue_load(ue *u, const char *p) { post(u, EV_CMD_LOAD, p, NULL, 0); }
+void ue_replay(ue *u, const char *p, const ue_gen *g) { post(u, EV_CMD_REPLAY, p, g, 0); }
+void ue_export(ue *u, const char *p) { post(u, EV_CMD_EXPORT, p, NULL, 0); }
+void ue_experts(ue *u, double gb) {
+    if (u->be->experts && atomic_load(&u->ready) && u->self)
+        u->be->experts(u->self, gb); /* applied during a turn, between two tokens */
+    post(u, EV_CMD_EXPERTS, NULL, NULL, gb);
+}
+void ue_stats_req(ue *u) { post(u, EV_CMD_STATS, NULL, NULL, 0); }
+
+void ue_emit_token(ue *u, int ch, const char *text, size_t n) {
+    char buf[256], *s = n < sizeof buf ? buf : malloc(n + 1);
+    if (!s)
+        return;
+    memcpy(s, text, n);
+    s[n]    = 0;
+    ui_ev e = {.type = EV_TOKEN, .ch = ch, .text = s};
+    ev_push(u->out, &e);
+    if (s != buf)
+        free(s);
+}
+
+void ue_emitf(ue *u, int type, const char *fmt, ...) {
+    char    buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    ev_push_text(u->out, type, buf);
+}
+
+double ue_mem_gb(void) {
+    long  pages = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &rss) != 2)
+            rss = 0;
+        fclose(f);
+    }
+    return (double)rss * (double)sysconf(_SC_PAGESIZE) / 1e9;
+}

@@ -1,0 +1,82 @@
+/* engine.h: the UI's seam to the engine: one chat engine on a worker thread.
+ *
+ * DESIGN
+ * The UI thread never calls the engine directly. ue_* functions post a command (EV_CMD_*) to the
+ * worker's queue and return at once; the worker runs commands one after another and answers with
+ * events on the UI's queue (ev.h): EV_PROGRESS while the model loads, EV_READY or EV_FATAL, then
+ * per turn EV_TURN, EV_TOKEN (think or response channel), EV_STATS, EV_DONE. Commands posted
+ * while the model loads simply wait their turn, so the user can type (and send) during loading.
+ * ue_cancel is the one call that acts immediately: an atomic flag the backend checks per token
+ * (and k3_session_cancel for a prefill in progress).
+ *
+ * Two backends implement struct ue_backend: the real one over src/k3.h (worker.c) and a scripted
+ * mock (mock.c, selected by K3_MOCK=FILE) that streams think/response text with delays, so the
+ * whole UI can be built and tested without a model.
+ */
+#pragma once
+#include "cli.h"
+#include "ev.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+enum { UE_ROLE_USER = 0, UE_ROLE_ASSISTANT, UE_ROLE_SYSTEM };
+enum { UE_DONE_OK = 0, UE_DONE_CANCELLED, UE_DONE_ERROR, UE_DONE_LENGTH };
+
+typedef struct ue ue;
+
+/* A backend runs on the worker thread only. open() loads the model (posting EV_PROGRESS) and
+ * returns 0, or posts nothing and returns -1 with a message in err. cmd() runs one command. */
+typedef struct ue_backend {
+    const char *name;
+    int  (*open)(ue *u, void **self, char *err, size_t errn);
+    void (*cmd)(ue *u, void *self, const ui_ev *c);
+    void (*cancel)(void *self); /* optional: called from the UI thread, must be thread-safe */
+    /* optional, UI thread, thread-safe: note a new expert budget to apply between tokens */
+    void (*experts)(void *self, double gb);
+    void (*close)(void *self);
+} ue_backend;
+
+extern const ue_backend ue_backend_mock; /* mock.c   */
+extern const ue_backend ue_backend_real; /* worker.c */
+extern const ue_backend ue_backend_remote; /* remote.c: --endpoint URL */
+
+struct ue {
+    const ue_backend *be;
+    void             *self;
+    const cli_opts   *opts;      /* options of the process (read-only)          */
+    ev_queue         *out;       /* events to the UI                            */
+    ev_queue         *cmds;      /* commands to the worker                      */
+    atomic_int        cancel;    /* set by ue_cancel, cleared when a turn starts */
+    atomic_int        ready;     /* model loaded                                */
+    atomic_int        busy;      /* a command is running                        */
+    int               started;
+    pthread_t         th;
+};
+
+/* Start the worker (mock when K3_MOCK is set, else the real engine). NULL when out of memory. */
+ue  *ue_start(const cli_opts *o, ev_queue *out);
+void ue_close(ue *u); /* cancel, stop and join the worker, free */
+void ue_cancel(ue *u);
+
+void ue_send(ue *u, const char *user_text, const ue_gen *g);
+void ue_retry(ue *u, const ue_gen *g);
+void ue_undo(ue *u);
+void ue_forget(ue *u); /* drop the oldest exchange; answers EV_RESET + EV_MSG (or EV_ERROR) */
+void ue_clear(ue *u);
+void ue_system(ue *u, const char *text);
+void ue_save(ue *u, const char *path);
+void ue_load(ue *u, const char *path);
+void ue_replay(ue *u, const char *path, const ue_gen *g);
+void ue_export(ue *u, const char *path);
+void ue_experts(ue *u, double gb);
+void ue_stats_req(ue *u);
+
+/* For backends: has the UI asked to stop? */
+static inline int ue_cancelled(ue *u) {
+    return atomic_load(&u->cancel);
+}
+/* Post a token / message / text event (helpers for backends). */
+void ue_emit_token(ue *u, int ch, const char *text, size_t n);
+void ue_emitf(ue *u, int type, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+double ue_mem_gb(void); /* resident set size of the process */

@@ -1,0 +1,323 @@
+/* input.c: libedit fed key by key, its output kept off the screen (see input.h). */
+#include "input.h"
+#include "cmd.h"
+#include "xdg.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <histedit.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <unistd.h>
+#include <utf8proc.h>
+
+struct inp {
+    EditLine   *el;
+    HistoryW   *hist;
+    FILE       *pty_in, *null_out; /* libedit's terminal: a private pty slave, and /dev/null */
+    int         pty_master;
+    char       *histfile;
+    inp_more_fn more;
+    void       *ud;
+    wchar_t     feed[64];  /* keys handed over, not yet read by libedit */
+    int         nfeed;
+    int         nonblock;  /* getc: return EOF instead of asking for more */
+    int         saw_enter; /* getc handed libedit a newline in this inp_key */
+    char       *text;      /* UTF-8 copy of the line for drawing */
+    size_t      text_cap;
+    char        hint[256];
+};
+
+static int getc_fn(EditLine *el, wchar_t *c) {
+    inp *in;
+    el_wget(el, EL_CLIENTDATA, (void **)&in);
+    if (in->nfeed > 0) {
+        *c = in->feed[0];
+        memmove(in->feed, in->feed + 1, (size_t)--in->nfeed * sizeof *in->feed);
+    } else if (in->nonblock || !in->more || !in->more(in->ud, c)) {
+        return 0;
+    }
+    if (*c == '\r' || *c == '\n')
+        in->saw_enter = 1;
+    return 1;
+}
+
+/* Tab: complete a slash command's name, or on|off / low|high|max arguments. */
+static unsigned char complete_fn(EditLine *el, int ch) {
+    inp             *in;
+    const LineInfoW *li = el_wline(el);
+    el_wget(el, EL_CLIENTDATA, (void **)&in);
+    in->hint[0] = 0;
+    size_t cur  = (size_t)(li->cursor - li->buffer);
+    if (cur == 0 || li->buffer[0] != L'/' || cur > 200)
+        return CC_ERROR;
+    char line[256];
+    for (size_t k = 0; k < cur; k++)
+        line[k] = li->buffer[k] < 128 ? (char)li->buffer[k] : '?';
+    line[cur]         = 0;
+    const char *space = strchr(line, ' ');
+    const char *cands[32];
+    int         n;
+    const char *word;
+    if (!space) {
+        word = line + 1;
+        n    = cmd_complete(word, cands, 32);
+    } else {
+        static const char *onoff[] = {"on", "off"}, *effort[] = {"low", "high", "max"};
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(space - line - 1), line + 1);
+        word = space + 1;
+        while (*word == ' ')
+            word++;
+        const char **set = NULL;
+        int          ns  = 0;
+        if (!strcmp(name, "think") || !strcmp(name, "show-thinking"))
+            set = onoff, ns = 2;
+        else if (!strcmp(name, "effort"))
+            set = effort, ns = 3;
+        n = 0;
+        for (int k = 0; k < ns; k++)
+            if (!strncmp(set[k], word, strlen(word)))
+                cands[n++] = set[k];
+    }
+    if (n == 0)
+        return CC_ERROR;
+    size_t lw = strlen(word), common = strlen(cands[0]);
+    for (int k = 1; k < n && k < 32; k++) {
+        size_t j = 0;
+        while (j < common && cands[k][j] == cands[0][j])
+            j++;
+        common = j;
+    }
+    wchar_t add[72];
+    size_t  na = 0;
+    for (size_t j = lw; j < common && na < 64; j++)
+        add[na++] = (wchar_t)cands[0][j];
+    if (n == 1)
+        add[na++] = L' ';
+    add[na] = 0;
+    if (na)
+        el_winsertstr(el, add);
+    if (n > 1) {
+        size_t u = 0;
+        for (int k = 0; k < n && k < 32 && u + 40 < sizeof in->hint; k++)
+            u += (size_t)snprintf(in->hint + u, sizeof in->hint - u, "%s%s%s", k ? "  " : "", space ? "" : "/",
+                                  cands[k]);
+    }
+    (void)ch;
+    return CC_REFRESH;
+}
+
+int inp_history_path(char *buf, size_t n) {
+    char dir[PATH_MAX];
+    if (xdg_dir("XDG_STATE_HOME", ".local/state", "", 1, dir, sizeof dir) != 0)
+        return -1;
+    snprintf(buf, n, "%.*s/history", (int)(n > 16 ? n - 16 : 0), dir);
+    return 0;
+}
+
+inp *inp_new(const char *histfile, inp_more_fn more, void *ud, char *err, size_t errn) {
+    inp *in = calloc(1, sizeof *in);
+    if (!in)
+        return NULL;
+    in->more       = more;
+    in->ud         = ud;
+    in->pty_master = -1;
+    /* libedit edits only on a terminal and sets that terminal's modes itself: give it a private
+     * pseudo-terminal, so the real one stays entirely curses'. */
+    in->pty_master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    const char *sname = in->pty_master >= 0 && grantpt(in->pty_master) == 0 && unlockpt(in->pty_master) == 0
+                            ? ptsname(in->pty_master) : NULL;
+    int sfd = sname ? open(sname, O_RDWR | O_NOCTTY | O_CLOEXEC) : -1;
+    if (sfd < 0) {
+        snprintf(err, errn, "cannot open a pseudo-terminal for the line editor: %s", strerror(errno));
+        goto fail;
+    }
+    struct winsize ws = {.ws_row = 24, .ws_col = 1000};
+    ioctl(sfd, TIOCSWINSZ, &ws);
+    in->pty_in   = fdopen(sfd, "r+");
+    in->null_out = fopen("/dev/null", "w");
+    if (!in->pty_in || !in->null_out) {
+        snprintf(err, errn, "cannot open /dev/null: %s", strerror(errno));
+        goto fail;
+    }
+    in->el = el_init("k3chat", in->pty_in, in->pty_in, in->null_out);
+    if (!in->el) {
+        snprintf(err, errn, "libedit: el_init failed");
+        goto fail;
+    }
+    el_wset(in->el, EL_SETFP, 1, in->null_out); /* output: nowhere (we draw the line) */
+    el_wset(in->el, EL_CLIENTDATA, (void *)in);
+    el_wset(in->el, EL_GETCFN, getc_fn);
+    el_wset(in->el, EL_EDITOR, L"emacs");
+    el_wset(in->el, EL_UNBUFFERED, 1);
+    el_wset(in->el, EL_SIGNAL, 0);
+    in->hist = history_winit();
+    if (in->hist) {
+        HistEventW ev;
+        history_w(in->hist, &ev, H_SETSIZE, 1000);
+        history_w(in->hist, &ev, H_SETUNIQUE, 1);
+        if (histfile) {
+            in->histfile = strdup(histfile);
+            history_w(in->hist, &ev, H_LOAD, histfile);
+        }
+        el_wset(in->el, EL_HIST, history_w, in->hist);
+    }
+    el_wset(in->el, EL_ADDFN, L"k3-complete", L"complete a slash command", complete_fn);
+    el_wset(in->el, EL_BIND, L"^I", L"k3-complete", NULL);
+    el_wset(in->el, EL_BIND, L"^R", L"em-inc-search-prev", NULL);
+    el_wset(in->el, EL_BIND, L"^S", L"em-inc-search-next", NULL);
+    el_wset(in->el, EL_BIND, L"^W", L"ed-delete-prev-word", NULL);
+    return in;
+fail:
+    inp_free(in);
+    return NULL;
+}
+
+void inp_free(inp *in) {
+    if (!in)
+        return;
+    if (in->hist) {
+        HistEventW ev;
+        if (in->histfile)
+            history_w(in->hist, &ev, H_SAVE, in->histfile);
+        history_wend(in->hist);
+    }
+    if (in->el)
+        el_end(in->el);
+    if (in->pty_in)
+        fclose(in->pty_in);
+    if (in->null_out)
+        fclose(in->null_out);
+    if (in->pty_master >= 0)
+        close(in->pty_master);
+    free(in->histfile);
+    free(in->text);
+    free(in);
+}
+
+/* The line as UTF-8 (into in->text); cursor byte offset. */
+static size_t line_utf8(inp *in, const wchar_t *b, const wchar_t *e, const wchar_t *cur, size_t *cursor) {
+    size_t need = (size_t)(e - b) * 4 + 1, n = 0;
+    if (need > in->text_cap) {
+        char *t = realloc(in->text, need);
+        if (!t)
+            return 0;
+        in->text     = t;
+        in->text_cap = need;
+    }
+    for (const wchar_t *p = b; p < e; p++) {
+        if (p == cur)
+            *cursor = n;
+        utf8proc_int32_t cp = (utf8proc_int32_t)*p;
+        if (!utf8proc_codepoint_valid(cp))
+            cp = 0xFFFD;
+        n += (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)in->text + n);
+    }
+    if (cur >= e)
+        *cursor = n;
+    in->text[n] = 0;
+    return n;
+}
+
+const char *inp_text(inp *in, size_t *cursor) {
+    const LineInfoW *li = el_wline(in->el);
+    size_t           c  = 0;
+    line_utf8(in, li->buffer, li->lastchar, li->cursor, &c);
+    if (cursor)
+        *cursor = c;
+    return in->text ? in->text : "";
+}
+
+int inp_empty(inp *in) {
+    const LineInfoW *li = el_wline(in->el);
+    return li->lastchar == li->buffer;
+}
+
+void inp_clear(inp *in) {
+    el_reset(in->el);
+    in->nfeed = 0;
+}
+
+void inp_insert(inp *in, const char *s) {
+    size_t   n = strlen(s), k = 0;
+    wchar_t *w = malloc((n + 1) * sizeof *w);
+    if (!w)
+        return;
+    for (utf8proc_ssize_t off = 0; off < (utf8proc_ssize_t)n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + off, (utf8proc_ssize_t)n - off, &cp);
+        if (l <= 0) {
+            cp = 0xFFFD;
+            l  = 1;
+        }
+        if (cp != '\r')
+            w[k++] = (wchar_t)cp;
+        off += l;
+    }
+    w[k] = 0;
+    el_winsertstr(in->el, w);
+    free(w);
+}
+
+void inp_history_add(inp *in, const char *line) {
+    if (!in->hist || !*line)
+        return;
+    HistEventW ev;
+    size_t     n = strlen(line) + 1;
+    wchar_t   *w = malloc(n * sizeof *w);
+    if (!w)
+        return;
+    mbstate_t st;
+    memset(&st, 0, sizeof st);
+    const char *src = line;
+    if (mbsrtowcs(w, &src, n, &st) != (size_t)-1) {
+        history_w(in->hist, &ev, H_ENTER, w);
+        if (in->histfile)
+            history_w(in->hist, &ev, H_SAVE, in->histfile);
+    }
+    free(w);
+}
+
+const char *inp_hint(inp *in) {
+    return in->hint;
+}
+
+void inp_set_hint(inp *in, const char *hint) {
+    snprintf(in->hint, sizeof in->hint, "%s", hint ? hint : "");
+}
+
+void inp_prefeed(inp *in, wchar_t key) {
+    if (in->nfeed < (int)(sizeof in->feed / sizeof *in->feed) - 1)
+        in->feed[in->nfeed++] = key;
+}
+
+int inp_key(inp *in, wchar_t key, char **line) {
+    int nread;
+    *line         = NULL;
+    in->saw_enter = 0;
+    if (in->nfeed < (int)(sizeof in->feed / sizeof *in->feed))
+        in->feed[in->nfeed++] = key;
+    el_wgets(in->el, &nread);
+    if (in->saw_enter) {
+        /* a command that ended on Enter (Ctrl-R search) pushes the Enter back as input:
+         * let libedit run it now rather than at the next key */
+        in->nonblock = 1;
+        el_wgets(in->el, &nread);
+        in->nonblock = 0;
+    }
+    in->nfeed = 0;
+    const LineInfoW *li = el_wline(in->el);
+    if (!in->saw_enter || li->lastchar == li->buffer || li->lastchar[-1] != L'\n')
+        return 0;
+    size_t c;
+    line_utf8(in, li->buffer, li->lastchar - 1, li->lastchar, &c);
+    *line = strdup(in->text ? in->text : "");
+    el_reset(in->el);
+    return *line != NULL;
+}

@@ -1,0 +1,40 @@
+/* input.h: the chat's input line: libedit driven key by key from the UI thread.
+ *
+ * DESIGN
+ * libedit and curses must never both write to the terminal. libedit gets its keys from us
+ * (EL_GETCFN), in unbuffered mode (el_wgets returns after each editing command), and its own
+ * output and terminal-mode changes go to a private pseudo-terminal and /dev/null, never to the
+ * real one: the UI draws el_wline()'s buffer in its curses input window. When a libedit command
+ * needs more keys than we handed it (an escape sequence, Ctrl-R incremental search), it calls
+ * back the `more` hook, which keeps the UI alive (events, drawing) until the next key comes.
+ * History is kept in the XDG state directory ($XDG_STATE_HOME/k3chat/history).
+ */
+#pragma once
+#include <stddef.h>
+#include <wchar.h>
+
+typedef struct inp inp;
+
+/* more(ud, &key): wait for the next key for libedit; return 1, or 0 to abort the command. */
+typedef int (*inp_more_fn)(void *ud, wchar_t *key);
+
+/* histfile NULL = no history file. NULL when libedit cannot start (err says why). */
+inp *inp_new(const char *histfile, inp_more_fn more, void *ud, char *err, size_t errn);
+void inp_free(inp *in);
+
+/* Hand one key to libedit. Returns 1 when the user submitted a line: *line gets it (UTF-8,
+ * malloc'd, without the final newline) and the editor is empty again. */
+int  inp_key(inp *in, wchar_t key, char **line);
+/* Queue a key to be read before the one given to the next inp_key (for ESC + key). */
+void inp_prefeed(inp *in, wchar_t key);
+void inp_insert(inp *in, const char *utf8);   /* insert text at the cursor (paste, newline)  */
+void inp_clear(inp *in);
+int  inp_empty(inp *in);
+/* The text to draw (UTF-8, valid until the next inp_* call) and the cursor's byte offset. */
+const char *inp_text(inp *in, size_t *cursor);
+void        inp_history_add(inp *in, const char *line);
+/* A one-line hint from the last completion (e.g. the matching commands), or "". */
+const char *inp_hint(inp *in);
+void        inp_set_hint(inp *in, const char *hint);
+/* Default history path in the XDG state directory (created); buf untouched and -1 when unknown. */
+int inp_history_path(char *buf, size_t n);

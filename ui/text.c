@@ -1,0 +1,189 @@
+/* text.c: UTF-8 display width and word wrapping (see text.h). */
+#include "text.h"
+
+#include <stdint.h>
+#include <utf8proc.h>
+
+/* Decode one code point; invalid or truncated sequences give -1 and a length of 1. */
+static utf8proc_int32_t decode(const char *s, size_t n, size_t *len) {
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)(n > 4 ? 4 : n), &cp);
+    if (k <= 0) {
+        *len = 1;
+        return -1;
+    }
+    *len = (size_t)k;
+    return cp;
+}
+
+static int is_emoji_pres(utf8proc_int32_t cp) {
+    /* Pictographs that terminals draw two columns wide even when utf8proc's East Asian width
+     * table says 1 only with VS16: treat the cluster as an emoji when one of these joins. */
+    return cp == 0xFE0F || cp == 0x200D || (cp >= 0x1F1E6 && cp <= 0x1F1FF) ||
+           (cp >= 0x1F3FB && cp <= 0x1F3FF);
+}
+
+size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
+    size_t            len;
+    utf8proc_int32_t  cp = decode(s, n, &len), prev = cp;
+    int               w = 0, f = 0, emoji = 0;
+    utf8proc_int32_t  state = 0;
+    if (cp < 0) {
+        *width = 1;
+        *flags = TXT_F_INVALID;
+        return 1;
+    }
+    if (cp == '\t') {
+        *width = 0;
+        *flags = TXT_F_TAB;
+        return len;
+    }
+    if (cp == '\n') {
+        *width = 0;
+        *flags = TXT_F_NL;
+        return len;
+    }
+    if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
+        *width = 0;
+        *flags = TXT_F_CTRL;
+        return len;
+    }
+    if (cp == ' ')
+        f |= TXT_F_SPACE;
+    w = utf8proc_charwidth(cp);
+    if (w < 0)
+        w = 1;
+    if (cp >= 0x1F1E6 && cp <= 0x1F1FF)
+        emoji = 1; /* regional indicators: a pair is a flag */
+    size_t off = len;
+    int    ncp = 1;
+    while (off < n) {
+        size_t           l2;
+        utf8proc_int32_t c2 = decode(s + off, n - off, &l2);
+        if (c2 < 0 || c2 == '\n' || c2 == '\t')
+            break;
+        if (!utf8proc_grapheme_break_stateful(prev, c2, &state)) {
+            if (is_emoji_pres(c2))
+                emoji = 1;
+            off += l2;
+            prev = c2;
+            ncp++;
+            continue;
+        }
+        break;
+    }
+    if (emoji && (ncp > 1 || w == 2)) {
+        w = 2;
+        f |= TXT_F_EMOJI;
+    } else if (w == 2 && utf8proc_get_property(cp)->category == UTF8PROC_CATEGORY_SO) {
+        f |= TXT_F_EMOJI;
+    }
+    if (emoji && ncp == 1)
+        w = 1; /* a lone regional indicator */
+    *width = w;
+    *flags = f;
+    return off;
+}
+
+int txt_width(const char *s, size_t n, int col0) {
+    int col = col0;
+    for (size_t off = 0; off < n;) {
+        int w, f;
+        off += txt_cluster(s + off, n - off, &w, &f);
+        if (f & TXT_F_TAB)
+            w = TXT_TAB - col % TXT_TAB;
+        else if (f & TXT_F_NL)
+            w = 0;
+        col += w;
+    }
+    return col - col0;
+}
+
+size_t txt_complete(const char *s, size_t n) {
+    /* look back at most 3 bytes for the lead byte of the last sequence */
+    for (size_t back = 1; back <= 4 && back <= n; back++) {
+        unsigned char c = (unsigned char)s[n - back];
+        if ((c & 0xC0) == 0x80)
+            continue;             /* continuation byte: keep looking */
+        size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+        return back < need ? n - back : n;
+    }
+    return n;
+}
+
+int txt_wrap(const char *s, size_t n, int cols, txt_line *out, int max) {
+    int    nl = 0, col = 0;
+    size_t start = 0;
+    /* the last break opportunity on the current line: the line would end at brk_end and the
+     * next one start at brk_next */
+    size_t brk_end = 0, brk_next = 0;
+    int    have_brk = 0;
+    if (cols < 1)
+        cols = 1;
+#define EMIT(o, l)                                                                                 \
+    do {                                                                                           \
+        if (out && nl < max)                                                                       \
+            out[nl] = (txt_line){(o), (l), txt_width(s + (o), (l), 0)};                            \
+        nl++;                                                                                      \
+    } while (0)
+    for (size_t off = 0; off < n;) {
+        int    w, f;
+        size_t len = txt_cluster(s + off, n - off, &w, &f);
+        /* a newline, or a space past the margin: the line ends before it, the next after it */
+        int hard = (f & TXT_F_NL) || ((f & TXT_F_SPACE) && col + w > cols);
+        if (hard) {
+            EMIT(start, off - start);
+            start    = off + len;
+            col      = 0;
+            have_brk = 0;
+            off += len;
+            continue;
+        }
+        if (f & TXT_F_TAB)
+            w = TXT_TAB - col % TXT_TAB;
+        if (col + w > cols && col > 0 && !(f & TXT_F_SPACE)) {
+            if (have_brk) {
+                EMIT(start, brk_end - start);
+                start = brk_next;
+            } else {
+                EMIT(start, off - start);
+                start = off;
+            }
+            have_brk = 0;
+            col      = txt_width(s + start, off - start, 0);
+            if (f & TXT_F_TAB)
+                w = TXT_TAB - col % TXT_TAB;
+        }
+        if (f & TXT_F_SPACE) {
+            /* a space never starts a wrapped line */
+            brk_end  = off;
+            brk_next = off + len;
+            have_brk = 1;
+
+        } else if (w == 2) {
+            brk_end = brk_next = off + len;
+            have_brk = 1;
+        }
+        col += w;
+        off += len;
+    }
+    if (start < n || nl == 0 || (n > 0 && s[n - 1] == '\n'))
+        EMIT(start, n - start);
+#undef EMIT
+    return nl;
+}
+
+size_t txt_col_to_off(const char *s, size_t n, int col) {
+    int c = 0;
+    for (size_t off = 0; off < n;) {
+        int    w, f;
+        size_t len = txt_cluster(s + off, n - off, &w, &f);
+        if (f & TXT_F_TAB)
+            w = TXT_TAB - c % TXT_TAB;
+        if (c + w > col)
+            return off;
+        c += w;
+        off += len;
+    }
+    return n;
+}

@@ -1,0 +1,42 @@
+/* text.h: display width and word wrapping of UTF-8 text by terminal columns (utf8proc).
+ *
+ * Text is measured in grapheme clusters (utf8proc's extended grapheme rules): a base character
+ * with its combining marks, an emoji ZWJ sequence, a flag (regional indicator pair) or an emoji
+ * with a variation selector or skin-tone modifier is one cluster. Widths: East Asian wide and
+ * fullwidth characters 2, emoji clusters 2, combining marks 0 (they join their base), control
+ * characters 0 (not drawn), invalid bytes 1 (drawn as U+FFFD), a tab advances to the next
+ * multiple of TXT_TAB columns. Wrapping breaks at spaces, after wide (CJK) characters, and inside
+ * a word only when the word alone is wider than the line; never inside a cluster.
+ */
+#pragma once
+#include <stddef.h>
+
+#define TXT_TAB 8
+
+/* Flags of one cluster. */
+enum { TXT_F_TAB = 1, TXT_F_NL = 2, TXT_F_SPACE = 4, TXT_F_INVALID = 8, TXT_F_CTRL = 16, TXT_F_EMOJI = 32 };
+
+/* Measure the cluster at s (n > 0 bytes available): returns its byte length (>= 1), stores its
+ * width (tabs: 0, the caller expands them by column) and TXT_F_* flags. */
+size_t txt_cluster(const char *s, size_t n, int *width, int *flags);
+
+/* Display width of s[0..n) starting at column col0 (tabs depend on the column). */
+int txt_width(const char *s, size_t n, int col0);
+
+/* Bytes of s[0..n) that end on a complete UTF-8 sequence: an incomplete sequence at the very end
+ * (a stream cut inside a character) is held back; invalid bytes elsewhere count as complete. */
+size_t txt_complete(const char *s, size_t n);
+
+/* One wrapped display line: bytes [off, off + len) of the source, width columns. */
+typedef struct txt_line {
+    size_t off, len;
+    int    width;
+} txt_line;
+
+/* Wrap s[0..n) at cols columns (cols >= 1). '\n' ends a line. Returns the number of lines
+ * (>= 1 for any input, an empty text is one empty line) and, when out != NULL, stores up to
+ * max lines. */
+int txt_wrap(const char *s, size_t n, int cols, txt_line *out, int max);
+
+/* Byte offset in s[0..n) of the cluster that covers display column col (or n). */
+size_t txt_col_to_off(const char *s, size_t n, int col);

@@ -1,0 +1,273 @@
+/* theme.c: role table, theme files and curses color pairs (see theme.h). */
+#include "theme.h"
+#include "xdg.h"
+
+#include <ctype.h>
+#include <curses.h>
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const struct {
+    const char *name;
+    thm_spec    def;
+} roles[THM_N] = {
+#define X(id, name, fg, bg, at) {name, {fg, bg, at}},
+    THEME_ROLES(X)
+#undef X
+};
+
+static int cur_attr[THM_N];
+
+const char *thm_role_name(enum thm_role r) {
+    return r < THM_N ? roles[r].name : "?";
+}
+
+void thm_defaults(thm_spec t[THM_N]) {
+    for (int r = 0; r < THM_N; r++)
+        t[r] = roles[r].def;
+}
+
+static const char *color_names[] = {"black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"};
+
+static int parse_color(const char *w, short *out) {
+    if (!strcmp(w, "default")) {
+        *out = -1;
+        return 0;
+    }
+    int bright = !strncmp(w, "bright-", 7);
+    for (int k = 0; k < 8; k++)
+        if (!strcmp(w + (bright ? 7 : 0), color_names[k])) {
+            *out = (short)(k + (bright ? 8 : 0));
+            return 0;
+        }
+    char *end;
+    long  v = strtol(w, &end, 10);
+    if (end != w && !*end && v >= 0 && v <= 255) {
+        *out = (short)v;
+        return 0;
+    }
+    return -1;
+}
+
+static int parse_attr(const char *w) {
+    static const char *names[] = {"bold", "dim", "italic", "underline", "reverse"};
+    for (int k = 0; k < 5; k++)
+        if (!strcmp(w, names[k]))
+            return 1 << k;
+    return 0;
+}
+
+int thm_parse(const char *text, const char *file, thm_spec t[THM_N], char *err, size_t errn) {
+    int lineno = 0;
+    for (const char *p = text; *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t      n   = eol ? (size_t)(eol - p) : strlen(p);
+        char        line[512];
+        lineno++;
+        if (n >= sizeof line) {
+            snprintf(err, errn, "%s:%d: line too long", file, lineno);
+            return -1;
+        }
+        memcpy(line, p, n);
+        line[n] = 0;
+        p += n + (eol ? 1 : 0);
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = 0;
+        char *words[8];
+        int   nw = 0;
+        for (char *tok = strtok(line, " \t\r="); tok && nw < 8; tok = strtok(NULL, " \t\r="))
+            words[nw++] = tok;
+        if (nw == 0)
+            continue;
+        int r;
+        for (r = 0; r < THM_N; r++)
+            if (!strcmp(words[0], roles[r].name))
+                break;
+        if (r == THM_N) {
+            snprintf(err, errn, "%s:%d: unknown role '%s' (roles: normal, user, think, code, status, ...)",
+                     file, lineno, words[0]);
+            return -1;
+        }
+        if (nw < 3) {
+            snprintf(err, errn, "%s:%d: %s: expected 'ROLE = FG BG [ATTRIBUTES]'", file, lineno, words[0]);
+            return -1;
+        }
+        thm_spec s = {0, 0, 0};
+        for (int k = 1; k <= 2; k++)
+            if (parse_color(words[k], k == 1 ? &s.fg : &s.bg)) {
+                snprintf(err, errn, "%s:%d: %s: '%s' is not a color (a name, bright-NAME, default or 0..255)",
+                         file, lineno, words[0], words[k]);
+                return -1;
+            }
+        for (int k = 3; k < nw; k++) {
+            int a = parse_attr(words[k]);
+            if (!a) {
+                snprintf(err, errn, "%s:%d: %s: '%s' is not bold, dim, italic, underline or reverse",
+                         file, lineno, words[0], words[k]);
+                return -1;
+            }
+            s.attrs |= a;
+        }
+        t[r] = s;
+    }
+    return 0;
+}
+
+/* Directories searched for NAME.theme, most specific first. */
+static int theme_dirs(char dirs[][PATH_MAX], int max) {
+    int         n = 0;
+    const char *d = getenv("K3_THEME_DIR");
+    if (d && *d && n < max)
+        snprintf(dirs[n++], PATH_MAX, "%s", d);
+    if (n < max && xdg_dir("XDG_CONFIG_HOME", ".config", "themes", 0, dirs[n], PATH_MAX) == 0)
+        n++;
+    char    exe[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k > 0) {
+        exe[k]      = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            if (n < max)
+                snprintf(dirs[n++], PATH_MAX, "%.*s/../themes", PATH_MAX - 16, exe);
+            if (n < max)
+                snprintf(dirs[n++], PATH_MAX, "%.*s/../share/k3chat/themes", PATH_MAX - 32, exe);
+        }
+    }
+    return n;
+}
+
+int thm_load(const char *name, thm_spec t[THM_N], char *err, size_t errn) {
+    char dirs[5][PATH_MAX];
+    int  nd = theme_dirs(dirs, 5);
+    thm_defaults(t);
+    if (strchr(name, '/')) {
+        snprintf(err, errn, "theme '%s': a theme name has no '/' (put NAME.theme in a themes directory)", name);
+        return -1;
+    }
+    for (int k = 0; k < nd; k++) {
+        char path[PATH_MAX + 80];
+        snprintf(path, sizeof path, "%.4000s/%.64s.theme", dirs[k], name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        char   buf[16384];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        return thm_parse(buf, path, t, err, errn);
+    }
+    if (!strcmp(name, "dark"))
+        return 0; /* the built-in defaults are the dark theme */
+    char list[512];
+    thm_list(list, sizeof list);
+    snprintf(err, errn, "no theme '%s' (themes: %s)", name, list);
+    return -1;
+}
+
+void thm_list(char *buf, size_t n) {
+    char   dirs[5][PATH_MAX];
+    int    nd = theme_dirs(dirs, 5);
+    size_t used = 0;
+    buf[0]      = 0;
+    char seen[32][64];
+    int  ns = 0;
+    snprintf(seen[ns++], 64, "dark");
+    for (int k = 0; k < nd; k++) {
+        DIR *d = opendir(dirs[k]);
+        if (!d)
+            continue;
+        for (struct dirent *e; (e = readdir(d));) {
+            size_t l = strlen(e->d_name);
+            if (l < 7 || l > 60 || strcmp(e->d_name + l - 6, ".theme"))
+                continue;
+            int dup = 0;
+            for (int s = 0; s < ns; s++)
+                dup |= !strncmp(seen[s], e->d_name, l - 6) && seen[s][l - 6] == 0;
+            if (!dup && ns < 32)
+                snprintf(seen[ns++], 64, "%.*s", (int)(l - 6), e->d_name);
+        }
+        closedir(d);
+    }
+    /* sorted, for a stable message */
+    for (int a = 0; a < ns; a++)
+        for (int b = a + 1; b < ns; b++)
+            if (strcmp(seen[a], seen[b]) > 0) {
+                char tmp[64];
+                memcpy(tmp, seen[a], 64);
+                memcpy(seen[a], seen[b], 64);
+                memcpy(seen[b], tmp, 64);
+            }
+    for (int s = 0; s < ns && used + 70 < n; s++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", s ? ", " : "", seen[s]);
+}
+
+/* Nearest of the 8 basic colors to a 256-color index (xterm palette). */
+static short fold8(short c) {
+    static const unsigned char base[8][3] = {{0, 0, 0}, {205, 0, 0}, {0, 205, 0}, {205, 205, 0},
+                                             {0, 0, 238}, {205, 0, 205}, {0, 205, 205}, {229, 229, 229}};
+    if (c < 0)
+        return c;
+    if (c < 16)
+        return (short)(c % 8);
+    int r, g, b;
+    if (c >= 232) {
+        r = g = b = 8 + (c - 232) * 10;
+    } else {
+        int k = c - 16;
+        r = k / 36 ? 55 + 40 * (k / 36) : 0;
+        g = (k / 6) % 6 ? 55 + 40 * ((k / 6) % 6) : 0;
+        b = k % 6 ? 55 + 40 * (k % 6) : 0;
+    }
+    int best = 0;
+    long bd  = -1;
+    for (int k = 0; k < 8; k++) {
+        long dr = r - base[k][0], dg = g - base[k][1], db = b - base[k][2];
+        long d  = dr * dr + dg * dg + db * db;
+        if (bd < 0 || d < bd) {
+            bd   = d;
+            best = k;
+        }
+    }
+    return (short)best;
+}
+
+void thm_apply(const thm_spec t[THM_N]) {
+    const char *nc  = getenv("NO_COLOR");
+    int         col = has_colors() && !(nc && *nc);
+    if (col) {
+        start_color();
+        use_default_colors();
+    }
+    for (int r = 0; r < THM_N; r++) {
+        int a = 0;
+        if (t[r].attrs & THM_A_BOLD) a |= (int)A_BOLD;
+        if (t[r].attrs & THM_A_DIM) a |= (int)A_DIM;
+        if (t[r].attrs & THM_A_ITALIC) a |= (int)A_ITALIC;
+        if (t[r].attrs & THM_A_UNDERLINE) a |= (int)A_UNDERLINE;
+        if (t[r].attrs & THM_A_REVERSE) a |= (int)A_REVERSE;
+        if (col && r + 1 < COLOR_PAIRS) {
+            short fg = t[r].fg, bg = t[r].bg;
+            if (COLORS < 256) {
+                fg = fold8(fg);
+                bg = fold8(bg);
+            }
+            if (COLORS < 16 && fg >= 8)
+                fg = (short)(fg - 8);
+            init_pair((short)(r + 1), fg, bg);
+            a |= (int)COLOR_PAIR(r + 1);
+        } else if (!col && r == THM_STATUS) {
+            a |= (int)A_REVERSE; /* the status bar stays visible without colors */
+        }
+        cur_attr[r] = a;
+    }
+}
+
+int thm_attr(enum thm_role r) {
+    return r < THM_N ? cur_attr[r] : 0;
+}

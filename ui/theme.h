@@ -1,0 +1,62 @@
+/* theme.h: colors by role (style.md point 14).
+ *
+ * THEME_ROLES is the one table of roles: drawing code asks for thm_attr(THM_USER) and never uses
+ * a raw color. A theme file (themes/NAME.theme, or NAME.theme in $XDG_CONFIG_HOME/k3chat/themes)
+ * overrides roles by name, one per line:
+ *     # comment
+ *     user      = cyan default bold
+ *     think     = 245 default dim
+ * FG and BG are default, black, red, green, yellow, blue, magenta, cyan, white, bright-NAME, or
+ * a 256-color number; attributes are bold, dim, italic, underline, reverse. On an 8-color
+ * terminal numbers fold to the nearest basic color; with NO_COLOR set (or a monochrome
+ * terminal) only the attributes are used.
+ */
+#pragma once
+#include <stddef.h>
+
+/*        role            name             fg  bg  attributes (THM_A_*) */
+#define THEME_ROLES(X)                                                            \
+    X(THM_NORMAL,         "normal",         -1, -1, 0)                            \
+    X(THM_USER,           "user",            6, -1, THM_A_BOLD)                   \
+    X(THM_ASSISTANT,      "assistant",      -1, -1, 0)                            \
+    X(THM_THINK,          "think",         245, -1, THM_A_DIM)                    \
+    X(THM_THINK_SUMMARY,  "think-summary", 244, -1, THM_A_DIM)                    \
+    X(THM_CODE,           "code",          150, -1, 0)                            \
+    X(THM_SYSTEM,         "system",          5, -1, 0)                            \
+    X(THM_TITLE,          "title",           4, -1, THM_A_BOLD)                   \
+    X(THM_BORDER,         "border",        240, -1, 0)                            \
+    X(THM_STATUS,         "status",        252, 236, 0)                           \
+    X(THM_STATUS_KEY,     "status-key",     12, 236, THM_A_BOLD)                  \
+    X(THM_PROMPT,         "prompt",          6, -1, THM_A_BOLD)                   \
+    X(THM_INPUT,          "input",          -1, -1, 0)                            \
+    X(THM_INFO,           "info",            3, -1, 0)                            \
+    X(THM_ERROR,          "error",           9, -1, THM_A_BOLD)                   \
+    X(THM_PROGRESS,       "progress",        2, -1, 0)
+
+enum { THM_A_BOLD = 1, THM_A_DIM = 2, THM_A_ITALIC = 4, THM_A_UNDERLINE = 8, THM_A_REVERSE = 16 };
+
+enum thm_role {
+#define X(id, name, fg, bg, at) id,
+    THEME_ROLES(X)
+#undef X
+    THM_N
+};
+
+typedef struct thm_spec {
+    short fg, bg; /* -1 = terminal default, 0..255 */
+    int   attrs;  /* THM_A_* */
+} thm_spec;
+
+/* Parse theme text into t (which holds the defaults to override). 0 ok; -1 with
+ * "FILE:LINE: what" in err. */
+int thm_parse(const char *text, const char *file, thm_spec t[THM_N], char *err, size_t errn);
+void thm_defaults(thm_spec t[THM_N]);
+/* Find and parse theme NAME ("dark" also works without a file). 0 ok; -1 with err. */
+int thm_load(const char *name, thm_spec t[THM_N], char *err, size_t errn);
+/* Space-separated names of the themes found (builtin + files). */
+void thm_list(char *buf, size_t n);
+
+/* curses side: make t current (after initscr); attributes for drawing. */
+void thm_apply(const thm_spec t[THM_N]);
+int  thm_attr(enum thm_role r); /* an attr_t with COLOR_PAIR, as int */
+const char *thm_role_name(enum thm_role r);

@@ -1,0 +1,396 @@
+/* worker.c: the real engine backend of the UI seam (engine.h): a model, one session and one
+ * conversation (src/k3.h), all used on the worker thread only. The conversation (conv.c) owns
+ * the history, the prompt cache, transcripts and the autosave; this file turns its callbacks
+ * and statistics into UI events. */
+#include "engine.h"
+#include "k3.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct real {
+    ue         *u;
+    k3_model   *m;
+    k3_session *s;
+    k3_conv    *c;
+    k3_model_info info;
+    double      t_turn0, t_last_stats, t_first;
+    int         n_think, n_resp;
+    double      last_progress;
+    pthread_mutex_t mu;     /* guards replaying against real_cancel      */
+    _Atomic double  experts_pending; /* a new expert budget (GB), NAN when none */
+    k3_conv        *replaying; /* the saved conversation a replay runs on */
+} real;
+
+static void on_progress(const char *what, uint64_t done, uint64_t total, void *ud) {
+    real  *r   = ud;
+    double now = ev_now();
+    if (now - r->last_progress < 0.05 && done != total)
+        return; /* a few updates per second are plenty */
+    r->last_progress = now;
+    ui_ev e = {.type = EV_PROGRESS, .text = (char *)(uintptr_t)what, .a = done, .b = total};
+    ev_push(r->u->out, &e);
+}
+
+static void fill_common(real *r, ue_stats *st) {
+    k3_stats ks;
+    int      used = 0, cap = r->info.max_ctx;
+    k3_session_stats(r->s, &ks);
+    if (k3_conv_context(r->c, r->m, &used, &cap) != K3_OK)
+        used = k3_session_pos(r->s);
+    st->ctx_used   = used;
+    st->ctx_max    = cap;
+    uint64_t look  = ks.expert_hits + ks.expert_misses;
+    st->expert_hit = look ? (double)ks.expert_hits / (double)look : -1;
+    st->expert_gb  = k3_model_expert_budget(r->m);
+    st->mem_gb     = ue_mem_gb();
+}
+
+static void live_stats(real *r) {
+    double now = ev_now();
+    if (now - r->t_last_stats < 0.2)
+        return;
+    r->t_last_stats = now;
+    ui_ev e         = {.type = EV_STATS};
+    e.st.ttft_s     = r->t_first > 0 ? r->t_first - r->t_turn0 : -1;
+    e.st.tok_s      = r->t_first > 0 && now > r->t_first ? (r->n_think + r->n_resp - 1) / (now - r->t_first) : -1;
+    e.st.prefill_tok_s = -1;
+    e.st.think_s    = -1;
+    e.st.n_think    = r->n_think;
+    e.st.n_response = r->n_resp;
+    e.st.ctx_used   = k3_session_pos(r->s);
+    e.st.ctx_max    = r->info.max_ctx;
+    e.st.expert_hit = -1;
+    e.st.expert_gb  = -1;
+    e.st.mem_gb     = ue_mem_gb();
+    ev_push(r->u->out, &e);
+}
+
+/* Apply a budget the UI asked for; on the worker thread, between tokens or as a command. */
+static void apply_experts(real *r) {
+    double gb = atomic_exchange(&r->experts_pending, NAN);
+    if (isnan(gb))
+        return;
+    if (k3_model_set_expert_budget(r->m, gb) != K3_OK)
+        ue_emitf(r->u, EV_ERROR, "/experts: %s", k3_errmsg());
+    else
+        ue_emitf(r->u, EV_INFO, "expert-cache budget now %.3g GB", k3_model_expert_budget(r->m));
+}
+
+static void on_piece(real *r, int ch, const char *text, size_t n) {
+    apply_experts(r);
+    if (ue_cancelled(r->u))
+        k3_conv_cancel(r->c); /* a Ctrl-C that came before the turn began (generate clears it) */
+    if (r->t_first == 0)
+        r->t_first = ev_now();
+    if (ch == EV_CH_THINK)
+        r->n_think++;
+    else
+        r->n_resp++;
+    ue_emit_token(r->u, ch, text, n);
+    live_stats(r);
+}
+static void on_think(const char *t, size_t n, void *ud) { on_piece(ud, EV_CH_THINK, t, n); }
+static void on_response(const char *t, size_t n, void *ud) { on_piece(ud, EV_CH_RESPONSE, t, n); }
+
+static const char *effort_str(int e) {
+    return e == 0 ? "low" : e == 1 ? "high" : "max";
+}
+
+static k3_status apply_gen(real *r, const ue_gen *g) {
+    k3_conv_settings set;
+    k3_conv_get_settings(r->c, &set);
+    set.think = g->think;
+    snprintf(set.effort, sizeof set.effort, "%s", effort_str(g->effort));
+    set.max_tokens       = g->max_tokens > 0 ? g->max_tokens : 0;
+    set.sampling.temp    = g->temp;
+    set.sampling.top_p   = g->top_p;
+    if (g->has_seed)
+        set.sampling.seed = g->seed;
+    return k3_conv_set_settings(r->c, &set);
+}
+
+/* Generate the reply to the history (which ends with a user message). */
+static void turn(real *r, const ue_gen *g) {
+    ui_ev e = {.type = EV_TURN};
+    ev_push(r->u->out, &e);
+    r->t_turn0 = ev_now();
+    r->t_first = r->t_last_stats = 0;
+    r->n_think = r->n_resp = 0;
+    k3_status st = apply_gen(r, g);
+    if (st == K3_OK && ue_cancelled(r->u)) {
+        st = K3_ABORTED; /* stopped before it began: the conversation keeps the user's message */
+    } else if (st == K3_OK) {
+        k3_conv_callbacks cb = {on_think, on_response, r};
+        k3_session_reset_stats(r->s);
+        st = k3_conv_generate(r->c, r->m, r->s, &cb);
+    }
+    ui_ev d = {.type = EV_DONE, .i = UE_DONE_OK};
+    int   n = k3_conv_count(r->c);
+    const k3_msg *last = n ? k3_conv_msg(r->c, n - 1) : NULL;
+    if (st != K3_OK && st != K3_ABORTED) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "%s", k3_errmsg());
+        if (!last || last->role != K3_ROLE_ASSISTANT) {
+            /* nothing was generated: the user's message goes too, so the conversation is as before */
+            k3_conv_undo(r->c);
+            ui_ev u = {.type = EV_UNDO};
+            ev_push(r->u->out, &u);
+        }
+        if (st == K3_ERR_CONTEXT)
+            ue_emitf(r->u, EV_ERROR, "%s (/clear: new conversation; /forget: drop the oldest exchange). "
+                                     "Your message is back in the input line.", msg);
+        else
+            ue_emitf(r->u, EV_ERROR, "%s", msg[0] ? msg : k3_status_str(st));
+        d.i = UE_DONE_ERROR;
+    } else if (st == K3_ABORTED) {
+        d.i = UE_DONE_CANCELLED;
+    }
+    fill_common(r, &d.st);
+    if (last && last->role == K3_ROLE_ASSISTANT && last->has_stats) {
+        const k3_turn_stats *ts = &last->stats;
+        d.st.tok_s         = ts->tok_s > 0 ? ts->tok_s : -1;
+        d.st.prefill_tok_s = ts->t_prefill > 0 ? ts->n_prefill / ts->t_prefill : -1;
+        d.st.ttft_s        = ts->ttft > 0 ? ts->ttft : -1;
+        d.st.think_s       = ts->t_think > ts->ttft ? ts->t_think - ts->ttft : -1;
+        d.st.n_think       = ts->n_think;
+        d.st.n_response    = ts->n_gen - ts->n_think;
+        d.st.n_prefill     = ts->n_prefill;
+        if (ts->stop == K3_STOP_MAX_TOKENS || ts->stop == K3_STOP_CONTEXT)
+            d.i = d.i == UE_DONE_OK ? UE_DONE_LENGTH : d.i;
+    } else {
+        d.st.tok_s = d.st.ttft_s = d.st.think_s = d.st.prefill_tok_s = -1;
+    }
+    ev_push(r->u->out, &d);
+    const char *ae = k3_conv_autosave_error(r->c);
+    if (ae)
+        ue_emitf(r->u, EV_ERROR, "autosave: %s (the conversation is kept in memory)", ae);
+}
+
+static void send_history(real *r) {
+    ui_ev e = {.type = EV_RESET};
+    ev_push(r->u->out, &e);
+    for (int k = 0; k < k3_conv_count(r->c); k++) {
+        const k3_msg *m = k3_conv_msg(r->c, k);
+        int role = m->role == K3_ROLE_USER ? UE_ROLE_USER : m->role == K3_ROLE_ASSISTANT ? UE_ROLE_ASSISTANT : UE_ROLE_SYSTEM;
+        ui_ev x  = {.type = EV_MSG, .i = role, .text = m->content, .text2 = m->reasoning};
+        ev_push(r->u->out, &x);
+    }
+}
+
+typedef struct replay_ctx {
+    real *r;
+} replay_ctx;
+
+static void on_replay(const k3_replay_turn *t, void *ud) {
+    replay_ctx *x = ud;
+    if (t->match)
+        ue_emitf(x->r->u, EV_INFO, "replay turn %d: same answer (%d %s)", t->turn, t->n_new, t->by_ids ? "tokens" : "bytes");
+    else
+        ue_emitf(x->r->u, EV_ERROR, "replay turn %d: differs at %s %d: saved %d '%s', new %d '%s'", t->turn,
+                 t->by_ids ? "token" : "byte", t->first_diff, (int)t->saved_id, t->saved_piece ? t->saved_piece : "",
+                 (int)t->new_id, t->new_piece ? t->new_piece : "");
+}
+
+static void replay(real *r, const char *path, const ue_gen *g) {
+    k3_conv *saved = k3_conv_new();
+    int      n_diff = 0;
+    ui_ev    d      = {.type = EV_DONE, .i = UE_DONE_OK};
+    if (!saved) {
+        ue_emitf(r->u, EV_ERROR, "/replay: out of memory");
+        d.i = UE_DONE_ERROR;
+        goto out;
+    }
+    if (k3_conv_load(saved, path, NULL) != K3_OK) {
+        ue_emitf(r->u, EV_ERROR, "/replay: %s", k3_errmsg());
+        d.i = UE_DONE_ERROR;
+        goto out;
+    }
+    k3_conv_settings set;
+    k3_conv_get_settings(saved, &set);
+    set.sampling.temp  = g->temp;
+    set.sampling.top_p = g->top_p;
+    k3_conv_drop_cache(r->c); /* the replay uses the session */
+    replay_ctx x = {r};
+    pthread_mutex_lock(&r->mu);
+    r->replaying = saved;
+    pthread_mutex_unlock(&r->mu);
+    k3_status st = ue_cancelled(r->u) ? K3_ABORTED : k3_conv_replay(saved, r->m, r->s, &set, 1, on_replay, &x, &n_diff);
+    pthread_mutex_lock(&r->mu);
+    r->replaying = NULL;
+    pthread_mutex_unlock(&r->mu);
+    k3_session_reset(r->s);
+    if (st == K3_ABORTED) {
+        ue_emitf(r->u, EV_INFO, "replay stopped");
+        d.i = UE_DONE_CANCELLED;
+    } else if (st != K3_OK) {
+        ue_emitf(r->u, EV_ERROR, "/replay: %s", k3_errmsg());
+        d.i = UE_DONE_ERROR;
+    } else {
+        ue_emitf(r->u, n_diff ? EV_ERROR : EV_INFO, "replay of %s: %d turn%s differ%s", path, n_diff,
+                 n_diff == 1 ? "" : "s", n_diff == 1 ? "s" : "");
+    }
+out:
+    ev_push(r->u->out, &d);
+    k3_conv_free(saved);
+}
+
+static void real_cmd(ue *u, void *self, const ui_ev *c) {
+    real *r = self;
+    switch (c->type) {
+    case EV_CMD_SEND:
+        if (k3_conv_add(r->c, K3_ROLE_USER, c->text, NULL) != K3_OK) {
+            ue_emitf(u, EV_ERROR, "%s", k3_errmsg());
+            ui_ev d = {.type = EV_DONE, .i = UE_DONE_ERROR};
+            ev_push(u->out, &d);
+            break;
+        }
+        turn(r, &c->gen);
+        break;
+    case EV_CMD_RETRY:
+        if (k3_conv_pop_reply(r->c) == 0) {
+            ue_emitf(u, EV_ERROR, "/retry: there is no answer to regenerate");
+            ui_ev d = {.type = EV_DONE, .i = UE_DONE_ERROR};
+            ev_push(u->out, &d);
+            break;
+        }
+        turn(r, &c->gen);
+        break;
+    case EV_CMD_UNDO:
+        if (k3_conv_undo(r->c) == 0) {
+            ue_emitf(u, EV_ERROR, "/undo: the conversation is empty");
+        } else {
+            ui_ev e = {.type = EV_UNDO};
+            ev_push(u->out, &e);
+        }
+        break;
+    case EV_CMD_FORGET: {
+        int n = k3_conv_drop_oldest(r->c);
+        if (n == 0) {
+            ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
+            break;
+        }
+        send_history(r);
+        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", n);
+        break;
+    }
+    case EV_CMD_CLEAR: {
+        k3_conv_clear(r->c);
+        ui_ev e = {.type = EV_RESET};
+        ev_push(u->out, &e);
+        break;
+    }
+    case EV_CMD_SYSTEM:
+        if (k3_conv_set_system(r->c, c->text) != K3_OK)
+            ue_emitf(u, EV_ERROR, "/system: %s", k3_errmsg());
+        break;
+    case EV_CMD_SAVE:
+        if (k3_conv_save(r->c, c->text) != K3_OK)
+            ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
+        else
+            ue_emitf(u, EV_INFO, "saved %d messages to %s", k3_conv_count(r->c), c->text);
+        break;
+    case EV_CMD_LOAD: {
+        k3_load_info li;
+        if (k3_conv_load(r->c, c->text, &li) != K3_OK) {
+            ue_emitf(u, EV_ERROR, "/load: %s", k3_errmsg());
+            break;
+        }
+        send_history(r);
+        ue_emitf(u, EV_INFO, "loaded %d messages from %s%s", li.n_messages, c->text,
+                 li.torn_line ? " (an incomplete last line was ignored)" : "");
+        break;
+    }
+    case EV_CMD_EXPORT:
+        if (k3_conv_export_md(r->c, c->text) != K3_OK)
+            ue_emitf(u, EV_ERROR, "/export: %s", k3_errmsg());
+        else
+            ue_emitf(u, EV_INFO, "exported %d messages to %s", k3_conv_count(r->c), c->text);
+        break;
+    case EV_CMD_REPLAY: replay(r, c->text, &c->gen); break;
+    case EV_CMD_EXPERTS:
+        apply_experts(r); /* unless a turn applied it already */
+        /* FALLTHROUGH */
+    case EV_CMD_STATS: {
+        ui_ev e = {.type = EV_STATS, .i = 1};
+        fill_common(r, &e.st);
+        ev_push(u->out, &e);
+        break;
+    }
+    default: break;
+    }
+}
+
+static int real_open(ue *u, void **self, char *err, size_t errn) {
+    real     *r = calloc(1, sizeof *r);
+    k3_params p;
+    if (!r)
+        return -1;
+    r->u = u;
+    pthread_mutex_init(&r->mu, NULL);
+    atomic_init(&r->experts_pending, NAN);
+    if (k3_params_default(&p) != K3_OK) {
+        snprintf(err, errn, "%s", k3_errmsg());
+        goto fail;
+    }
+    p.progress    = on_progress;
+    p.progress_ud = r;
+    if (k3_model_open(u->opts->dir, &p, &r->m) != K3_OK) {
+        snprintf(err, errn, "%s", k3_errmsg());
+        goto fail;
+    }
+    k3_model_get_info(r->m, &r->info);
+    if (k3_session_new(r->m, &r->s) != K3_OK || !(r->c = k3_conv_new())) {
+        snprintf(err, errn, "%s", k3_errmsg()[0] ? k3_errmsg() : "out of memory");
+        goto fail;
+    }
+    k3_conv_set_model(r->c, u->opts->dir, &p);
+    if (k3_conv_autosave_enable(r->c, NULL) != K3_OK)
+        ue_emitf(u, EV_ERROR, "autosave is off: %s", k3_errmsg());
+    const char *slash = strrchr(u->opts->dir, '/');
+    const char *name  = slash && slash[1] ? slash + 1 : u->opts->dir;
+    char        desc[256];
+    snprintf(desc, sizeof desc, "%.64s · %d layers · %.1f GB", name, r->info.n_layers,
+             (double)r->info.bytes_resident / 1e9);
+    ui_ev e = {.type = EV_READY, .text = desc, .i = r->info.max_ctx};
+    e.gen   = (ue_gen){.temp = r->info.gen_temp, .top_p = r->info.gen_top_p, .think = 1, .effort = 2};
+    ev_push(u->out, &e);
+    *self = r;
+    return 0;
+fail:
+    if (r->s)
+        k3_session_free(r->s);
+    if (r->m)
+        k3_model_free(r->m);
+    free(r);
+    return -1;
+}
+
+static void real_cancel(void *self) {
+    real *r = self;
+    k3_conv_cancel(r->c);
+    pthread_mutex_lock(&r->mu);
+    if (r->replaying)
+        k3_conv_cancel(r->replaying);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void real_experts(void *self, double gb) {
+    real *r = self;
+    atomic_store(&r->experts_pending, gb);
+}
+
+static void real_close(void *self) {
+    real *r = self;
+    k3_conv_drop_cache(r->c);
+    k3_conv_free(r->c);
+    k3_session_free(r->s);
+    k3_model_free(r->m);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+const ue_backend ue_backend_real = {"k3", real_open, real_cmd, real_cancel, real_experts, real_close};

@@ -1,0 +1,7 @@
+/* xdg.h: the XDG base directories k3chat uses (state: history; data: transcripts; config: themes). */
+#pragma once
+#include <stddef.h>
+
+/* "$VAR/k3chat/SUB", or "$HOME/FALLBACK/k3chat/SUB" when VAR is unset, created (mkdir -p) when
+ * create is set. 0 ok; -1 when neither variable is set or the directory cannot be made. */
+int xdg_dir(const char *var, const char *fallback, const char *sub, int create, char *out, size_t n);
