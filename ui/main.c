@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
     int nargs = argc - optind, want = (o.mode == CLI_TOKENIZE || o.mode == CLI_DETOKENIZE ||
                                        o.mode == CLI_CHAT_IDS) ? 2 : o.endpoint ? 0 : 1;
     if (nargs != want) {
-        fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want > 1 ? "s" : "", nargs);
+        fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want != 1 ? "s" : "", nargs);
         return 2;
     }
     o.dir = want ? argv[optind] : NULL;
