@@ -367,8 +367,9 @@ static k3_status read_index(st_dir *d, const char *ipath, json_t **root_out) {
         if (st) return st;
         if (!is_vision(key)) d->shards[idx].text = 1;
     }
-    if (d->n_shards > 1) /* an empty weight_map leaves shards NULL (qsort wants non-NULL) */
-        qsort(d->shards, (size_t)d->n_shards, sizeof *d->shards, cmp_shard_name);
+    if (d->n_shards == 0)
+        return k3_err(K3_ERR_FORMAT, "%s: weight_map names no shard file", file);
+    qsort(d->shards, (size_t)d->n_shards, sizeof *d->shards, cmp_shard_name);
     return K3_OK;
 }
 

@@ -98,6 +98,19 @@ def local(prompt, n, think=True, temp="0", seed=None):
     return out[:-1], (err[:-1] if err.endswith("\n") else err)
 
 
+client_err = []
+_run = subprocess.run
+
+
+def run_client(*a, **kw):
+    p = _run(*a, **kw)
+    client_err.append(p.stderr.decode("utf-8", "replace") if p.stderr else "")
+    return p
+
+
+subprocess.run = run_client
+
+
 def log_text():
     with open(LOG, errors="replace") as f:
         return f.read()
@@ -407,6 +420,9 @@ try:
            "a stream cut short is reported, the partial answer kept")
     finally:
         fake.shutdown()
+    bad_reports = [e for e in client_err + [log_text()] if "Sanitizer" in e or "runtime error" in e]
+    ok(not bad_reports, "no sanitizer or runtime error report from the server or any client (%s)"
+       % (bad_reports[0][:200] if bad_reports else "none"))
 finally:
     if srv.poll() is None:
         srv.kill()
