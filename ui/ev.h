@@ -47,6 +47,9 @@ typedef struct ue_stats {
     int    ctx_max;       /* context capacity                                             */
     double expert_hit;    /* expert-cache hit rate 0..1                                   */
     double expert_gb;     /* expert-cache budget in GB                                    */
+    double vk_used_gb;    /* Vulkan tier: device GB holding weights (0: tier off)         */
+    double vk_budget_gb;  /* Vulkan tier: its budget in GB                                */
+    long   vk_hits;       /* Vulkan tier: routed experts computed on the device           */
     double mem_gb;        /* resident memory of the process                               */
 } ue_stats;
 

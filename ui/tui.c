@@ -590,6 +590,8 @@ static void draw_status(tui *t) {
         snprintf(seg[n++], 96, "ctx %d/%d", s->ctx_used, s->ctx_max);
     if (s->expert_gb >= 0 && s->expert_hit >= 0)
         snprintf(seg[n++], 96, "experts %.0f%% of %.1f GB", s->expert_hit * 100, s->expert_gb);
+    if (s->vk_budget_gb > 0)
+        snprintf(seg[n++], 96, "VRAM %.1f/%.1f GB · %ld gpu hits", s->vk_used_gb, s->vk_budget_gb, s->vk_hits);
     if (s->mem_gb > 0)
         snprintf(seg[n++], 96, "mem %.2f GB", s->mem_gb);
     /* whole segments only: one that does not fit is left out (the model name is cut if need be) */
@@ -788,6 +790,9 @@ static void on_event(tui *t, ui_ev *e) {
             t->st.expert_hit = e->st.expert_hit;
             t->st.expert_gb  = e->st.expert_gb;
             t->st.mem_gb     = e->st.mem_gb;
+            t->st.vk_used_gb   = e->st.vk_used_gb;
+            t->st.vk_budget_gb = e->st.vk_budget_gb;
+            t->st.vk_hits      = e->st.vk_hits;
         } else {
             t->st = e->st;
         }
@@ -900,11 +905,13 @@ static void show_stats(tui *t) {
     notice(t, ROLE_INFO,
            "model: %s\nsettings: %s\nlast turn: %.1f tok/s decode, TTFT %.2f s, %d prompt tokens processed, "
            "%d reasoning + %d answer tokens, %.1f s thinking\ncontext: %d of %d tokens\n"
-           "experts: %.0f%% cache hits, budget %.1f GB\nmemory: %.2f GB resident\n"
+           "experts: %.0f%% cache hits, budget %.1f GB\nVulkan tier: %.2f of %.2f GB, %ld experts computed on the device\n"
+           "memory: %.2f GB resident\n"
            "UI: %ld frames with new tokens, token-to-screen latency mean %.2f ms, max %.2f ms",
            t->ready ? t->model : "(not loaded)", set, s->tok_s > 0 ? s->tok_s : 0, s->ttft_s > 0 ? s->ttft_s : 0,
            s->n_prefill, s->n_think, s->n_response, s->think_s > 0 ? s->think_s : 0, s->ctx_used, s->ctx_max,
-           s->expert_hit >= 0 ? s->expert_hit * 100 : 0, s->expert_gb >= 0 ? s->expert_gb : 0, s->mem_gb,
+           s->expert_hit >= 0 ? s->expert_hit * 100 : 0, s->expert_gb >= 0 ? s->expert_gb : 0, s->vk_used_gb,
+           s->vk_budget_gb, s->vk_hits, s->mem_gb,
            t->lat_n, t->lat_n ? t->lat_sum / (double)t->lat_n * 1e3 : 0, t->lat_max * 1e3);
 }
 

@@ -47,6 +47,9 @@ static void fill_common(real *r, ue_stats *st) {
     st->expert_hit = look ? (double)ks.expert_hits / (double)look : -1;
     st->expert_gb  = k3_model_expert_budget(r->m);
     st->mem_gb     = ue_mem_gb();
+    st->vk_used_gb   = (double)ks.vk_used / 1e9;
+    st->vk_budget_gb = (double)ks.vk_budget / 1e9;
+    st->vk_hits      = (long)ks.vk_hits;
 }
 
 static void live_stats(real *r) {
