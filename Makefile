@@ -32,7 +32,7 @@ VERSION := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 VK_AUTO := $(shell $(PKG) --exists vulkan 2>/dev/null && command -v glslc >/dev/null 2>&1 && echo 1 || echo 0)
 VK      ?= $(VK_AUTO)
 
-PKGS := ncursesw libedit libutf8proc jansson
+PKGS := ncursesw libedit libutf8proc jansson libmicrohttpd libcurl
 ifeq ($(VK),1)
 PKGS += vulkan
 endif
@@ -49,6 +49,10 @@ ifeq ($(DEBUG),1)
 OPT := -O0 -g
 endif
 SANFLAGS :=
+ifeq ($(SAN),fuzz)
+SANFLAGS := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+OPT := -O1 -g -fno-omit-frame-pointer $(SANFLAGS)
+endif
 ifeq ($(SAN),1)
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 OPT := -O1 -g -fno-omit-frame-pointer $(SANFLAGS)
@@ -89,7 +93,7 @@ PROGS := $(B)/k3chat $(TOOLS) $(if $(BENCH_SRC),$(B)/k3-bench)
 # keep objects of single-file programs (no implicit-rule deletion)
 .SECONDARY:
 
-.PHONY: all check test asan demo bench install clean deps shaders
+.PHONY: all check test asan demo bench install clean deps shaders fuzz fuzz-build
 all: $(PROGS) $(TESTS)
 
 # ---- compile ----------------------------------------------------------------
@@ -159,6 +163,26 @@ bench: deps all
 
 demo: deps all
 	sh scripts/demo.sh $(B)
+
+# ---- fuzzing (libFuzzer, clang): tests/fuzz/fuzz-*.c, seed corpora in tests/fuzz/corpus/NAME ----
+# `make fuzz` runs each target for FUZZ_SECONDS (default 60); make check runs each briefly
+# (tests/t-fuzz.sh). Findings land in build-fuzz/findings/.
+FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz-*.c))
+FUZZ_B       := build-fuzz
+FUZZ_SECONDS ?= 60
+fuzz-build:
+	$(MAKE) $(FUZZ_B)/libk3.a $(FUZZ_B)/libk3ui.a B=$(FUZZ_B) CC=clang SAN=fuzz CI= VK=$(VK) WARN=-w
+	@mkdir -p $(FUZZ_B)/fuzz
+	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  if [ ! -x $(FUZZ_B)/fuzz/$$n ] || [ $$f -nt $(FUZZ_B)/fuzz/$$n ] || [ $(FUZZ_B)/libk3.a -nt $(FUZZ_B)/fuzz/$$n ] \
+	     || [ $(FUZZ_B)/libk3ui.a -nt $(FUZZ_B)/fuzz/$$n ]; then \
+	    echo "  FUZZ    $$n"; \
+	    clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc -Iui -Itests/fuzz \
+	      $(PKG_CFLAGS) -DK3_VK=$(VK) $$f -o $(FUZZ_B)/fuzz/$$n $(FUZZ_B)/libk3ui.a $(FUZZ_B)/libk3.a \
+	      -fopenmp -pthread $(LDLIBS) || exit 1; fi; done
+
+fuzz: fuzz-build
+	sh tests/fuzz/run.sh $(FUZZ_B) $(FUZZ_SECONDS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \

@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,8 +93,8 @@ struct ex_tier {
     uint64_t        sub_off[EX_PARTS];     /* split layout: aligned place of each part     */
     uint64_t        expert_bytes;          /* the six tensors                              */
     size_t          slot_bytes;
-    double          budget_gb;
-    int             n_slots;               /* per MoE layer                                */
+    _Atomic double  budget_gb;             /* read without the lock by ex_budget_gb        */
+    _Atomic int     n_slots;               /* per MoE layer                                */
     int             direct, pipe;
     int             fake_einval;           /* test hook K3_TEST_DIRECT_EINVAL: O_DIRECT refused */
     int            *fds;                   /* [n_shards] -1 until opened                   */
@@ -109,7 +110,7 @@ struct ex_tier {
     uint64_t        bytes;                 /* read so far                                  */
     double          busy, busy_since;      /* seconds with >= 1 read running               */
     int             busy_n;
-    uint64_t        resident;              /* slot buffers allocated                       */
+    _Atomic uint64_t resident;             /* slot buffers allocated                       */
 };
 
 static uint64_t align_up(uint64_t x) {

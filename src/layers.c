@@ -58,7 +58,7 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, double ep
 /* SiTU-GLU(g, u) = β₁·tanh(g/β₁)·σ(g) · β₂·tanh(u/β₂), into g. */
 static void situ_glu(float *g, const float *u, size_t n, double b1, double b2) {
     for (size_t i = 0; i < n; i++) {
-        double a = g[i];
+        double a = (double)g[i];
         g[i] = (float)(b1 * tanh(a / b1) / (1.0 + exp(-a)) * b2 * tanh((double)u[i] / b2));
     }
 }
@@ -67,7 +67,7 @@ static void situ_glu(float *g, const float *u, size_t n, double b1, double b2) {
  * score_e = dot(entry_e, nw ⊙ pw) / sqrt(mean(entry_e²) + eps); out = Σ softmax(score)_e entry_e. */
 static void attnres_mix(float *out, const float *p, const float *blocks, int nb, const double *w,
                         int D, double eps) {
-    double score[K3_MAX_LAYERS + 1], mx = -INFINITY;
+    double score[K3_MAX_LAYERS + 1], mx = -(double)INFINITY;
     for (int e = 0; e <= nb; e++) {
         const float *x = e < nb ? blocks + (size_t)e * D : p;
         double       dot = 0, ss = 0;
@@ -139,7 +139,7 @@ static void kda_forward(k3_session *s, int l, int n) {
             gz[(size_t)t * P + ch] = (float)((double)c->gate_lower_bound * (double)sigmoidf_((double)w->a[ch / d] * (double)z));
         }
         for (int h = 0; h < H; h++)
-            beta[(size_t)t * H + h] = sigmoidf_(beta[(size_t)t * H + h]);
+            beta[(size_t)t * H + h] = sigmoidf_((double)beta[(size_t)t * H + h]);
     }
 
     /* per head, token by token in order: the delta rule on S (H, d, d); threads only when
@@ -178,7 +178,7 @@ static void kda_forward(k3_session *s, int l, int n) {
                 }
             }
             /* S += β k ⊗ (v − Sᵀk);  o = Sᵀq with the updated S */
-            double bt = beta[(size_t)t * H + h];
+            double bt = (double)beta[(size_t)t * H + h];
             for (int j = 0; j < d; j++) {
                 u[j] = bt * ((double)v[j] - u[j]);
                 o[j] = 0;
@@ -281,7 +281,7 @@ static void mla_forward(k3_session *s, int l, int n) {
         for (int t = 0; t < n; t++)
             for (int i = 0; i < vd; i++) {
                 size_t k = (size_t)t * Hm * vd + (size_t)h * vd + i;
-                ctx[k]   = b->gat2[(size_t)t * vd + i] * sigmoidf_(gate[k]);
+                ctx[k]   = b->gat2[(size_t)t * vd + i] * sigmoidf_((double)gate[k]);
             }
     }
     mm(&w->o, ctx, n, b->y);
@@ -294,7 +294,8 @@ static void mlp_forward(const k3_model *m, const mlp_weights *w, const float *x,
                         float *g, float *u) {
     mm(&w->gate, x, n, g);
     mm(&w->up, x, n, u);
-    situ_glu(g, u, (size_t)n * w->gate.rows, m->cfg.situ_beta, m->cfg.situ_linear_beta);
+    situ_glu(g, u, (size_t)n * w->gate.rows, (double)m->cfg.situ_beta,
+             (double)m->cfg.situ_linear_beta);
     mm(&w->down, g, n, out);
 }
 
@@ -351,12 +352,12 @@ static k3_status moe_forward(k3_session *s, int l, int n) {
     for (int t = 0; t < n; t++) {
         float *st = sc + (size_t)t * E;
         for (int e = 0; e < E; e++)
-            st[e] = sigmoidf_(st[e]);
+            st[e] = sigmoidf_((double)st[e]);
         int   *sel = b->moe_sel + (size_t)t * k;
         float *wt  = b->moe_w + (size_t)t * k;
         /* k passes, each taking the best expert after the previous one in the order
          * (biased score descending, id ascending on ties) */
-        double tot = 0, pv = INFINITY;
+        double tot = 0, pv = (double)INFINITY;
         int    pe  = -1;
         for (int j = 0; j < k; j++) {
             int    best = -1;
@@ -410,7 +411,7 @@ static k3_status moe_forward(k3_session *s, int l, int n) {
             memcpy(b->gat + (size_t)i * L, z + (size_t)(pairs[i] / k) * L, (size_t)L * sizeof(float));
         mm(&x->w1, b->gat, np, g);                                  /* (np, F) */
         mm(&x->w3, b->gat, np, u);
-        situ_glu(g, u, (size_t)np * F, c->situ_beta, c->situ_linear_beta);
+        situ_glu(g, u, (size_t)np * F, (double)c->situ_beta, (double)c->situ_linear_beta);
         mm(&x->w2, g, np, b->gat2);                                 /* (np, L) */
         for (int i = 0; i < np; i++)
             memcpy(b->moe_y + (size_t)pairs[i] * L, b->gat2 + (size_t)i * L, (size_t)L * sizeof(float));
@@ -428,7 +429,7 @@ static k3_status moe_forward(k3_session *s, int l, int n) {
                     acc += (double)b->moe_w[(size_t)t * k + j] * (double)b->moe_y[((size_t)t * k + j) * L + i];
             ut[i] = (float)acc;
         }
-        rmsnorm(ut, ut, w->lat_norm, L, c->rms_eps);
+        rmsnorm(ut, ut, w->lat_norm, L, (double)c->rms_eps);
     }
     mm(&w->up_lat, lat, n, b->y);
     for (size_t i = 0; i < (size_t)n * D; i++)
@@ -448,7 +449,7 @@ k3_status layer_forward(k3_session *s, int l, int n) {
     chunk_buf           *b = &s->cb;
     const int    D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
     const int    nb = (l + blk - 1) / blk, restart = l % blk == 0;
-    const double eps = c->rms_eps;
+    const double eps = (double)c->rms_eps;
 
     for (int t = 0; t < n; t++) {
         float *p = b->h + (size_t)t * D, *bl = b->blocks + (size_t)t * NB * D;
@@ -486,8 +487,8 @@ void model_head(k3_session *s, int t0, int n) {
     const int D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
     for (int t = t0; t < n; t++) {
         attnres_mix(b->x + (size_t)t * D, b->h + (size_t)t * D, b->blocks + (size_t)t * NB * D, NB,
-                    m->out_res_w, D, c->rms_eps);
-        rmsnorm(b->xn + (size_t)t * D, b->x + (size_t)t * D, m->final_norm, D, c->rms_eps);
+                    m->out_res_w, D, (double)c->rms_eps);
+        rmsnorm(b->xn + (size_t)t * D, b->x + (size_t)t * D, m->final_norm, D, (double)c->rms_eps);
     }
     mm(&m->lm_head, b->xn + (size_t)t0 * D, n - t0, b->logits + (size_t)t0 * c->vocab);
 }

@@ -15,7 +15,7 @@ set -u
 : "${K3_BUILD:?}" "${K3_SRC:?}" "${K3_TMP:?}"
 K3="$K3_BUILD/k3chat"
 REF="$K3_SRC/tools/tiktoken-ref.cjs"
-cache=${K3_TIKTOKEN_JS:-${XDG_CACHE_HOME:-$HOME/.cache}/k3chat/tiktoken-js}
+cache=${K3_TIKTOKEN_JS:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/k3chat/tiktoken-js}
 
 command -v node >/dev/null 2>&1 || { echo "SKIP: node is not installed (needed for tiktoken's JS port)"; exit 0; }
 command -v npm >/dev/null 2>&1 || { echo "SKIP: npm is not installed (needed for tiktoken's JS port)"; exit 0; }

@@ -15,7 +15,9 @@
 #include "test.h"
 #include "../src/st-write.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +126,46 @@ static int same_file(const char *a, const char *b, int vocab) {
     free(x);
     free(y);
     return ok;
+}
+
+/* ---- budget changes from another thread while the session feeds -------------------------- */
+
+typedef struct toggler {
+    k3_model  *m;
+    double     gb[3];
+    atomic_int stop;
+    int        n, failed;
+} toggler;
+
+static void *toggle_budget(void *arg) {
+    toggler *tg = arg;
+    while (!atomic_load(&tg->stop)) {
+        if (k3_model_set_expert_budget(tg->m, tg->gb[tg->n % 3])) tg->failed = 1;
+        tg->n++;
+        usleep(2000);
+    }
+    return NULL;
+}
+
+static int run_toggled(const char *dir, const opts *o, const char *lf, double all_gb, int *n_changes) {
+    k3_model   *m = open_opts(dir, o, lf);
+    k3_session *s = NULL;
+    int         rc = -1;
+    toggler     tg = {.m = m, .gb = {0, all_gb / 2, -1}};
+    atomic_init(&tg.stop, 0);
+    pthread_t th;
+    if (m && !k3_session_new(m, &s) && !pthread_create(&th, NULL, toggle_budget, &tg)) {
+        rc = k3_session_feed(s, ids, NPREF) ? -1 : 0;
+        for (int i = NPREF; !rc && i < NPOS; i++)
+            rc = k3_session_feed(s, ids + i, 1) ? -1 : 0;
+        atomic_store(&tg.stop, 1);
+        pthread_join(th, NULL);
+        rc = rc || tg.failed;
+    }
+    *n_changes = tg.n;
+    k3_session_free(s);
+    k3_model_free(m);
+    return rc;
 }
 
 /* ---- split layout: rewrite every expert shard with the tensors grouped by part ------------- */
@@ -302,6 +344,14 @@ int main(void) {
                 (unsigned long long)a.bytes_resident, (unsigned long long)c.bytes_resident);
         k3_model_free(m);
     }
+
+    /* the budget changed from another thread while the session feeds */
+    snprintf(lf, sizeof lf, "%s/toggle.f32", tmp);
+    o = defaults(0);
+    int n_changes = 0;
+    T_CHECK(run_toggled(dir, &o, lf, all_gb, &n_changes) == 0 && same_file(lf, ref, V) && n_changes > 0,
+            "budget switched among one slot / half / all from another thread %d times during the "
+            "feeds: bit-identical", n_changes);
 
     /* a repeated sequence hits more the second time (11 of 12 slots, cold at open) */
     o = defaults(all_gb * 11 / 12);

@@ -11,6 +11,7 @@ enum cli_mode {
     CLI_CHAT_IDS,     /* --chat-ids MODEL_DIR TRANSCRIPT             */
     CLI_ONESHOT,      /* MODEL_DIR --prompt TEXT | --ids "1 2 3"     */
     CLI_REPLAY,       /* MODEL_DIR --replay FILE                     */
+    CLI_SERVE,        /* MODEL_DIR --serve [ADDR:]PORT               */
 };
 
 typedef struct cli_opts {
@@ -31,6 +32,10 @@ typedef struct cli_opts {
     int           think;      /* --think on|off: 1/0, -1 = default (on)             */
     const char   *effort;     /* --effort low|high|max                              */
     int           plain;      /* --plain                                           */
+    const char   *serve;      /* --serve [ADDR:]PORT                               */
+    const char   *endpoint;   /* --endpoint URL: chat with a remote server (no MODEL_DIR) */
+    const char   *api_key;    /* --api-key KEY, else $K3_API_KEY (NULL = none)     */
+    const char   *model_name; /* --model NAME: served / requested model name       */
 } cli_opts;
 
 int cli_inspect(const cli_opts *o);    /* cli-inspect.c */
@@ -40,4 +45,5 @@ int cli_chat_ids(const cli_opts *o);   /* cli-chatids.c */
 int cli_oneshot(const cli_opts *o);    /* cli-gen.c     */
 int cli_replay(const cli_opts *o);     /* replay.c      */
 int cli_plain(const cli_opts *o);      /* plain.c       */
+int cli_serve(const cli_opts *o);      /* serve.c       */
 int ui_tui_run(const cli_opts *o);     /* tui.c         */

@@ -52,7 +52,7 @@ ue *ue_start(const cli_opts *o, ev_queue *out) {
     if (!u)
         return NULL;
     const char *mock = getenv("K3_MOCK");
-    u->be   = mock && *mock ? &ue_backend_mock : &ue_backend_real;
+    u->be   = mock && *mock ? &ue_backend_mock : o->endpoint ? &ue_backend_remote : &ue_backend_real;
     u->opts = o;
     u->out  = out;
     u->cmds = ev_queue_new(0);

@@ -39,6 +39,7 @@ typedef struct ue_backend {
 
 extern const ue_backend ue_backend_mock; /* mock.c   */
 extern const ue_backend ue_backend_real; /* worker.c */
+extern const ue_backend ue_backend_remote; /* remote.c: --endpoint URL */
 
 struct ue {
     const ue_backend *be;

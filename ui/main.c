@@ -22,6 +22,8 @@ static void usage(FILE *f) {
             "       k3chat --detokenize VOCAB_DIR FILE  write the bytes of the ids in FILE\n"
             "       k3chat --chat-ids MODEL_DIR TRANSCRIPT  ids the chat encoder makes for a transcript\n"
             "       k3chat MODEL_DIR --replay FILE      re-run a transcript's user turns and compare\n"
+            "       k3chat MODEL_DIR --serve [ADDR:]PORT  OpenAI-compatible HTTP server (127.0.0.1 by default)\n"
+            "       k3chat --endpoint URL [--model NAME]  chat with a remote OpenAI-compatible server\n"
             "\n"
             "options:\n"
             "  --plain             line-mode REPL instead of the full-screen interface\n"
@@ -35,6 +37,8 @@ static void usage(FILE *f) {
             "  --effort low|high|max  thinking effort (default max)\n"
             "  --pattern kimi|o200k   pre-tokenizer family for --tokenize/--detokenize\n"
             "  --theme NAME        color theme\n"
+            "  --api-key KEY       bearer token: required by --serve, sent by --endpoint (or K3_API_KEY)\n"
+            "  --model NAME        model name served (--serve) or requested (--endpoint)\n"
             "  -h, --help          this help;  -V, --version  the version\n"
             "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
@@ -71,6 +75,7 @@ static int run_mode(const cli_opts *o) {
     case CLI_CHAT_IDS: return cli_chat_ids(o);
     case CLI_ONESHOT: return cli_oneshot(o);
     case CLI_REPLAY: return cli_replay(o);
+    case CLI_SERVE: return cli_serve(o);
     case CLI_CHAT:
         if (o->plain || !isatty(0) || !isatty(1))
             return cli_plain(o);
@@ -91,7 +96,8 @@ static int stdout_done(int rc) {
 int main(int argc, char **argv) {
     enum {
         O_INSPECT = 256, O_TOKENIZE, O_DETOKENIZE, O_CHAT_IDS, O_PROMPT, O_IDS, O_PATTERN, O_LOAD,
-        O_REPLAY, O_THEME, O_SYSTEM, O_MAXTOK, O_TEMP, O_TOPP, O_SEED, O_THINK, O_EFFORT, O_PLAIN
+        O_REPLAY, O_THEME, O_SYSTEM, O_MAXTOK, O_TEMP, O_TOPP, O_SEED, O_THINK, O_EFFORT, O_PLAIN,
+        O_SERVE, O_ENDPOINT, O_APIKEY, O_MODEL
     };
     static const struct option lo[] = {
         {"inspect", no_argument, 0, O_INSPECT},      {"tokenize", no_argument, 0, O_TOKENIZE},
@@ -103,6 +109,8 @@ int main(int argc, char **argv) {
         {"temp", required_argument, 0, O_TEMP},      {"top-p", required_argument, 0, O_TOPP},
         {"seed", required_argument, 0, O_SEED},      {"think", required_argument, 0, O_THINK},
         {"effort", required_argument, 0, O_EFFORT},  {"plain", no_argument, 0, O_PLAIN},
+        {"serve", required_argument, 0, O_SERVE},    {"endpoint", required_argument, 0, O_ENDPOINT},
+        {"api-key", required_argument, 0, O_APIKEY}, {"model", required_argument, 0, O_MODEL},
         {"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     hold_std_fds();
@@ -169,16 +177,26 @@ int main(int argc, char **argv) {
             o.effort = optarg;
             break;
         case O_PLAIN: o.plain = 1; break;
+        case O_SERVE: o.mode = CLI_SERVE; o.serve = optarg; break;
+        case O_ENDPOINT: o.endpoint = optarg; break;
+        case O_APIKEY: o.api_key = optarg; break;
+        case O_MODEL: o.model_name = optarg; break;
         default: usage(stderr); return 2;
         }
     }
+    if (!o.api_key && getenv("K3_API_KEY") && *getenv("K3_API_KEY"))
+        o.api_key = getenv("K3_API_KEY");
+    if (o.endpoint && o.mode != CLI_CHAT) {
+        fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
+        return 2;
+    }
     int nargs = argc - optind, want = (o.mode == CLI_TOKENIZE || o.mode == CLI_DETOKENIZE ||
-                                       o.mode == CLI_CHAT_IDS) ? 2 : 1;
+                                       o.mode == CLI_CHAT_IDS) ? 2 : o.endpoint ? 0 : 1;
     if (nargs != want) {
         fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want > 1 ? "s" : "", nargs);
         return 2;
     }
-    o.dir = argv[optind];
+    o.dir = want ? argv[optind] : NULL;
     if (want == 2)
         o.file = argv[optind + 1];
 

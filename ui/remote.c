@@ -1,0 +1,617 @@
+/* remote.c: the UI seam's third backend (engine.h): `k3chat --endpoint URL` chats with a remote
+ * OpenAI-compatible server (vLLM, SGLang, `k3chat --serve`) over libcurl.
+ *
+ * DESIGN
+ * The conversation lives here, in a k3_conv (no model attached): messages, settings, /undo,
+ * /retry, /system, transcripts (/save, /load, /export) and the autosave work exactly as with a
+ * local model. Each turn POSTs the whole history to URL/chat/completions with "stream": true;
+ * assistant turns carry their reasoning back as "reasoning_content" (Kimi's preserved
+ * reasoning). The answer is parsed incrementally as server-sent events: bytes are cut into
+ * lines (any split across network reads is fine), "data:" lines are joined per event and each
+ * event is one JSON chunk; the think channel comes from delta.reasoning_content, .reasoning or
+ * .thinking, the answer from delta.content. A server that answers with one JSON body instead of
+ * a stream is accepted too.
+ *
+ * Failures (cannot connect, timeouts, HTTP errors with the server's error message, a malformed
+ * stream, a stream cut short) become one EV_ERROR line; the user's message stays in the
+ * conversation (with what was streamed, as an interrupted reply) and /retry sends it again.
+ * Ctrl-C aborts the transfer from libcurl's progress callback. What only a local engine can do
+ * (/experts, /replay) says so.
+ */
+#include "engine.h"
+#include "k3.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REMOTE_MAX_BODY   (1u << 20) /* bytes kept of a non-stream body (errors, JSON answers) */
+#define REMOTE_CONNECT_S  10L
+#define REMOTE_SILENCE_S  300L       /* no byte for this long: timed out */
+
+typedef struct rbuf {
+    char  *p; /* (cap) bytes, the first n used, NUL-terminated when p != NULL */
+    size_t n, cap;
+} rbuf;
+
+static int rb_add(rbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 512;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return -1;
+        b->p   = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+typedef struct remote {
+    ue      *u;
+    k3_conv *c;
+    char     base[1024];  /* ".../v1" without a trailing slash */
+    char     model[256];  /* "" = not known yet               */
+    char     auth[600];   /* "Authorization: Bearer KEY" or "" */
+    int      ctx_max;     /* from /models max_model_len, -1 unknown */
+    CURL    *curl;
+    char     cerr[CURL_ERROR_SIZE];
+    /* one turn */
+    int      http;        /* status of the response being read */
+    int      is_sse;
+    rbuf     line;        /* partial SSE line                   */
+    rbuf     data;        /* data lines of the current event    */
+    rbuf     body;        /* a non-stream body                  */
+    rbuf     think, resp; /* the answer so far                  */
+    int      done, n_think, n_resp, n_prompt, n_completion;
+    char     finish[32];
+    char     err[600];    /* why the stream was rejected        */
+    double   t0, t_first, t_last_stats;
+} remote;
+
+/* ---- HTTP ----------------------------------------------------------------------------- */
+
+static size_t on_body(char *p, size_t sz, size_t nm, void *ud);
+
+static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
+    (void)dt, (void)dn, (void)ut, (void)un;
+    remote *r = ud;
+    return ue_cancelled(r->u) ? 1 : 0;
+}
+
+/* GET or POST (body != NULL) base+path; the answer goes through on_body. */
+static CURLcode http(remote *r, const char *path, const char *body, long timeout_s) {
+    char url[1200];
+    snprintf(url, sizeof url, "%s%s", r->base, path);
+    struct curl_slist *h = NULL;
+    h = curl_slist_append(h, "Content-Type: application/json");
+    h = curl_slist_append(h, body ? "Accept: text/event-stream, application/json" : "Accept: application/json");
+    if (r->auth[0])
+        h = curl_slist_append(h, r->auth);
+    CURL *c = r->curl;
+    curl_easy_reset(c);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, REMOTE_CONNECT_S);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, REMOTE_SILENCE_S);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->cerr);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_xfer);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, r);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "k3chat/" K3_VERSION);
+    if (body)
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    r->cerr[0] = 0;
+    r->http    = 0;
+    r->is_sse  = -1;
+    r->body.n = r->line.n = r->data.n = 0;
+    CURLcode rc = curl_easy_perform(c);
+    long code = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    r->http = (int)code;
+    curl_slist_free_all(h);
+    return rc;
+}
+
+/* One line for a transfer that failed: curl's reason, or the server's error message. */
+static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
+    if (r->err[0]) {
+        snprintf(out, n, "%.300s: %.600s", r->base, r->err);
+    } else if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST) {
+        snprintf(out, n, "cannot connect to %.300s: %.300s", r->base, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+    } else if (rc == CURLE_OPERATION_TIMEDOUT) {
+        snprintf(out, n, "%.300s timed out: %.300s", r->base, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+    } else if (rc != CURLE_OK) {
+        snprintf(out, n, "%.300s: %.300s", r->base, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+    } else {
+        json_t     *o   = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
+        json_t     *e   = json_object_get(o, "error");
+        const char *msg = json_string_value(json_is_object(e) ? json_object_get(e, "message") : e);
+        if (!msg)
+            msg = json_string_value(json_object_get(o, "detail"));
+        snprintf(out, n, "the server answered %d: %.400s", r->http,
+                 msg ? msg : r->body.n ? r->body.p : "(no message)");
+        if (r->http == 401 && !r->auth[0])
+            snprintf(out + strlen(out), n - strlen(out), " (an API key is needed: --api-key KEY or K3_API_KEY)");
+        json_decref(o);
+    }
+}
+
+/* ---- the answer -------------------------------------------------------------------------- */
+
+static void piece(remote *r, int ch, const char *s, size_t n) {
+    if (!n)
+        return;
+    rb_add(ch == EV_CH_THINK ? &r->think : &r->resp, s, n);
+    if (r->t_first == 0)
+        r->t_first = ev_now();
+    if (ch == EV_CH_THINK)
+        r->n_think++;
+    else
+        r->n_resp++;
+    ue_emit_token(r->u, ch, s, n);
+    double now = ev_now();
+    if (now - r->t_last_stats >= 0.2) {
+        r->t_last_stats = now;
+        ui_ev e = {.type = EV_STATS};
+        e.st.ttft_s        = r->t_first - r->t0;
+        e.st.tok_s         = now > r->t_first ? (r->n_think + r->n_resp - 1) / (now - r->t_first) : -1;
+        e.st.prefill_tok_s = e.st.think_s = e.st.expert_hit = e.st.expert_gb = -1;
+        e.st.n_think       = r->n_think;
+        e.st.n_response    = r->n_resp;
+        e.st.ctx_used      = -1;
+        e.st.ctx_max       = r->ctx_max;
+        e.st.mem_gb        = ue_mem_gb();
+        ev_push(r->u->out, &e);
+    }
+}
+
+static const char *reasoning_of(json_t *o) {
+    static const char *keys[] = {"reasoning_content", "reasoning", "thinking"};
+    for (int k = 0; k < 3; k++) {
+        const char *s = json_string_value(json_object_get(o, keys[k]));
+        if (s)
+            return s;
+    }
+    return NULL;
+}
+
+static void usage_of(remote *r, json_t *o) {
+    json_t *u = json_object_get(o, "usage");
+    if (json_is_object(u)) {
+        r->n_prompt     = (int)json_integer_value(json_object_get(u, "prompt_tokens"));
+        r->n_completion = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+    }
+}
+
+/* One SSE event's data. Returns -1 (r->err set) to abort the transfer. */
+static int on_event(remote *r, const char *d, size_t n) {
+    if (n == 6 && !memcmp(d, "[DONE]", 6)) {
+        r->done = 1;
+        return 0;
+    }
+    json_error_t je;
+    json_t      *o = json_loadb(d, n, 0, &je);
+    if (!json_is_object(o)) {
+        snprintf(r->err, sizeof r->err, "malformed stream: an event is not a JSON object (%s): %.60s",
+                 o ? "wrong type" : je.text, d);
+        json_decref(o);
+        return -1;
+    }
+    json_t *e = json_object_get(o, "error");
+    if (e) {
+        const char *m = json_string_value(json_is_object(e) ? json_object_get(e, "message") : e);
+        snprintf(r->err, sizeof r->err, "the server failed mid-answer: %.400s", m ? m : "(no message)");
+        json_decref(o);
+        return -1;
+    }
+    usage_of(r, o);
+    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+    json_t *dl = json_object_get(ch, "delta");
+    if (json_is_object(dl)) {
+        const char *t = reasoning_of(dl), *c = json_string_value(json_object_get(dl, "content"));
+        if (t)
+            piece(r, EV_CH_THINK, t, strlen(t));
+        if (c)
+            piece(r, EV_CH_RESPONSE, c, strlen(c));
+    }
+    const char *f = json_string_value(json_object_get(ch, "finish_reason"));
+    if (f)
+        snprintf(r->finish, sizeof r->finish, "%s", f);
+    json_decref(o);
+    return 0;
+}
+
+/* One complete line of the event stream (without its end of line). */
+static int on_line(remote *r, const char *s, size_t n) {
+    if (n && s[n - 1] == '\r')
+        n--;
+    if (n == 0) { /* end of an event */
+        int rc = r->data.n ? on_event(r, r->data.p, r->data.n) : 0;
+        r->data.n = 0;
+        return rc;
+    }
+    if (s[0] == ':')
+        return 0; /* comment / keep-alive */
+    if (n >= 5 && !memcmp(s, "data:", 5)) {
+        s += 5, n -= 5;
+        if (n && *s == ' ')
+            s++, n--;
+        if (r->data.n)
+            rb_add(&r->data, "\n", 1);
+        return rb_add(&r->data, s, n);
+    }
+    return 0; /* event:, id:, retry: */
+}
+
+static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
+    remote *r = ud;
+    size_t  n = sz * nm;
+    if (r->is_sse < 0) {
+        long  code = 0;
+        char *ct   = NULL;
+        curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &code);
+        curl_easy_getinfo(r->curl, CURLINFO_CONTENT_TYPE, &ct);
+        r->is_sse = code < 300 && ct && strstr(ct, "text/event-stream") != NULL;
+    }
+    if (!r->is_sse) {
+        if (r->body.n + n > REMOTE_MAX_BODY) {
+            snprintf(r->err, sizeof r->err, "the answer is over %u bytes and is not a stream", REMOTE_MAX_BODY);
+            return 0;
+        }
+        return rb_add(&r->body, p, n) ? 0 : n;
+    }
+    for (size_t k = 0; k < n;) {
+        const char *nl = memchr(p + k, '\n', n - k);
+        size_t      m  = nl ? (size_t)(nl - (p + k)) : n - k;
+        if (!nl) { /* incomplete: keep for the next read */
+            if (rb_add(&r->line, p + k, m))
+                return 0;
+            break;
+        }
+        int rc;
+        if (r->line.n) {
+            if (rb_add(&r->line, p + k, m))
+                return 0;
+            rc        = on_line(r, r->line.p, r->line.n);
+            r->line.n = 0;
+        } else {
+            rc = on_line(r, p + k, m);
+        }
+        if (rc)
+            return 0;
+        k += m + 1;
+    }
+    return n;
+}
+
+/* A complete JSON answer (a server that ignored "stream"). */
+static int on_json_answer(remote *r) {
+    json_t *o   = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
+    json_t *ch  = json_array_get(json_object_get(o, "choices"), 0);
+    json_t *msg = json_object_get(ch, "message");
+    if (!json_is_object(msg)) {
+        snprintf(r->err, sizeof r->err, "malformed answer: no choices[0].message in %.80s", r->body.p ? r->body.p : "");
+        json_decref(o);
+        return -1;
+    }
+    const char *t = reasoning_of(msg), *c = json_string_value(json_object_get(msg, "content"));
+    if (t)
+        piece(r, EV_CH_THINK, t, strlen(t));
+    if (c)
+        piece(r, EV_CH_RESPONSE, c, strlen(c));
+    const char *f = json_string_value(json_object_get(ch, "finish_reason"));
+    snprintf(r->finish, sizeof r->finish, "%s", f ? f : "stop");
+    usage_of(r, o);
+    r->done = 1;
+    json_decref(o);
+    return 0;
+}
+
+/* ---- turns --------------------------------------------------------------------------------- */
+
+static const char *effort_str(int e) {
+    return e == 0 ? "low" : e == 1 ? "high" : "max";
+}
+
+/* GET /models: the model name (unless given) and its context length when the server says. */
+static int discover(remote *r, char *msg, size_t n) {
+    r->err[0]   = 0;
+    CURLcode rc = http(r, "/models", NULL, 20);
+    if (rc != CURLE_OK || r->http >= 300 || r->http == 0) {
+        describe_failure(r, rc, msg, n);
+        return -1;
+    }
+    json_t *o  = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
+    json_t *m0 = json_array_get(json_object_get(o, "data"), 0);
+    const char *id = json_string_value(json_object_get(m0, "id"));
+    if (!r->model[0] && id)
+        snprintf(r->model, sizeof r->model, "%s", id);
+    json_t *len = json_object_get(m0, "max_model_len");
+    if (json_is_integer(len))
+        r->ctx_max = (int)json_integer_value(len);
+    json_decref(o);
+    if (!r->model[0]) {
+        snprintf(msg, n, "%s/models names no model: use --model NAME", r->base);
+        return -1;
+    }
+    return 0;
+}
+
+static char *request_body(remote *r, const ue_gen *g) {
+    json_t *msgs = json_array();
+    for (int k = 0; k < k3_conv_count(r->c); k++) {
+        const k3_msg *m    = k3_conv_msg(r->c, k);
+        const char   *role = m->role == K3_ROLE_SYSTEM ? "system" : m->role == K3_ROLE_USER ? "user" : "assistant";
+        json_t       *o    = json_pack("{s:s,s:s}", "role", role, "content", m->content);
+        if (m->role == K3_ROLE_ASSISTANT && m->reasoning && m->reasoning[0])
+            json_object_set_new(o, "reasoning_content", json_string(m->reasoning));
+        json_array_append_new(msgs, o);
+    }
+    json_t *b = json_pack("{s:s,s:o,s:b,s:{s:b},s:f,s:f,s:{s:b}}", "model", r->model, "messages", msgs, "stream", 1,
+                          "stream_options", "include_usage", 1, "temperature", (double)g->temp, "top_p",
+                          (double)g->top_p, "chat_template_kwargs", "thinking", g->think);
+    if (!b)
+        return NULL;
+    if (g->max_tokens > 0)
+        json_object_set_new(b, "max_tokens", json_integer(g->max_tokens));
+    if (g->has_seed)
+        json_object_set_new(b, "seed", json_integer((json_int_t)g->seed));
+    if (g->think && g->effort != 2) /* the default (max) is not sent: other servers know low/high only */
+        json_object_set_new(b, "reasoning_effort", json_string(effort_str(g->effort)));
+    char *s = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    return s;
+}
+
+static void record_settings(remote *r, const ue_gen *g) {
+    k3_conv_settings set;
+    k3_conv_get_settings(r->c, &set);
+    set.think = g->think;
+    snprintf(set.effort, sizeof set.effort, "%s", effort_str(g->effort));
+    set.max_tokens     = g->max_tokens > 0 ? g->max_tokens : 0;
+    set.sampling.temp  = g->temp;
+    set.sampling.top_p = g->top_p;
+    if (g->has_seed)
+        set.sampling.seed = g->seed;
+    k3_conv_set_settings(r->c, &set); /* only for the transcript: invalid values are the server's to judge */
+}
+
+/* Answer the history (which ends with a user message). */
+static void turn(remote *r, const ue_gen *g) {
+    ui_ev e = {.type = EV_TURN};
+    ev_push(r->u->out, &e);
+    record_settings(r, g);
+    r->t0 = ev_now();
+    r->t_first = r->t_last_stats = 0;
+    r->n_think = r->n_resp = r->n_prompt = r->n_completion = r->done = 0;
+    r->think.n = r->resp.n = 0;
+    r->finish[0] = r->err[0] = 0;
+    char     msg[1200] = "";
+    CURLcode rc        = CURLE_OK;
+    int      failed    = 0;
+    char    *body      = NULL;
+    if (!r->model[0] && discover(r, msg, sizeof msg)) {
+        failed = 1;
+    } else if (!(body = request_body(r, g))) {
+        snprintf(msg, sizeof msg, "out of memory");
+        failed = 1;
+    } else {
+        rc = http(r, "/chat/completions", body, 0);
+        if (rc == CURLE_OK && r->is_sse && r->line.n) /* a last line without its newline */
+            on_line(r, r->line.p, r->line.n);
+        if (rc == CURLE_OK && r->is_sse && r->data.n) /* a last event without its blank line */
+            on_line(r, "", 0);
+        if (rc == CURLE_OK && r->http < 300 && r->is_sse == 0)
+            on_json_answer(r);
+        if (rc == CURLE_ABORTED_BY_CALLBACK && !r->err[0]) {
+            /* Ctrl-C: not a failure */
+        } else if (rc != CURLE_OK || r->http >= 300 || r->err[0]) {
+            describe_failure(r, rc, msg, sizeof msg);
+            failed = 1;
+        } else if (!r->done && !r->finish[0]) {
+            snprintf(msg, sizeof msg, "%s: the stream ended before the answer was complete", r->base);
+            failed = 1;
+        }
+    }
+    free(body);
+    int cancelled = !failed && rc == CURLE_ABORTED_BY_CALLBACK;
+    if (r->think.n || r->resp.n || (!failed && !cancelled))
+        k3_conv_add(r->c, K3_ROLE_ASSISTANT, r->resp.p ? r->resp.p : "", g->think ? (r->think.p ? r->think.p : "") : NULL);
+    ui_ev d = {.type = EV_DONE, .i = failed ? UE_DONE_ERROR : cancelled ? UE_DONE_CANCELLED
+                                    : !strcmp(r->finish, "length") ? UE_DONE_LENGTH : UE_DONE_OK};
+    if (failed)
+        ue_emitf(r->u, EV_ERROR, "%s (the conversation is kept: /retry sends the message again)", msg);
+    double now         = ev_now();
+    d.st.ttft_s        = r->t_first > 0 ? r->t_first - r->t0 : -1;
+    d.st.tok_s         = r->t_first > 0 && now > r->t_first && r->n_completion > 1
+                             ? (r->n_completion - 1) / (now - r->t_first) : -1;
+    d.st.prefill_tok_s = d.st.think_s = d.st.expert_hit = d.st.expert_gb = -1;
+    d.st.n_think       = r->n_think;
+    d.st.n_response    = r->n_completion > r->n_think ? r->n_completion - r->n_think : r->n_resp;
+    d.st.n_prefill     = r->n_prompt;
+    d.st.ctx_used      = r->n_prompt ? r->n_prompt + r->n_completion : -1;
+    d.st.ctx_max       = r->ctx_max;
+    d.st.mem_gb        = ue_mem_gb();
+    ev_push(r->u->out, &d);
+    k3_conv_autosave(r->c);
+    const char *ae = k3_conv_autosave_error(r->c);
+    if (ae)
+        ue_emitf(r->u, EV_ERROR, "autosave: %s (the conversation is kept in memory)", ae);
+}
+
+static void send_history(remote *r) {
+    ui_ev e = {.type = EV_RESET};
+    ev_push(r->u->out, &e);
+    for (int k = 0; k < k3_conv_count(r->c); k++) {
+        const k3_msg *m = k3_conv_msg(r->c, k);
+        int role = m->role == K3_ROLE_USER ? UE_ROLE_USER : m->role == K3_ROLE_ASSISTANT ? UE_ROLE_ASSISTANT : UE_ROLE_SYSTEM;
+        ui_ev x  = {.type = EV_MSG, .i = role, .text = m->content, .text2 = m->reasoning};
+        ev_push(r->u->out, &x);
+    }
+}
+
+static void done_error(ue *u, const char *msg) {
+    ue_emitf(u, EV_ERROR, "%s", msg);
+    ui_ev d = {.type = EV_DONE, .i = UE_DONE_ERROR};
+    ev_push(u->out, &d);
+}
+
+static void remote_cmd(ue *u, void *self, const ui_ev *c) {
+    remote *r = self;
+    int     n = k3_conv_count(r->c);
+    switch (c->type) {
+    case EV_CMD_SEND:
+        if (k3_conv_add(r->c, K3_ROLE_USER, c->text, NULL) != K3_OK)
+            done_error(u, k3_errmsg());
+        else
+            turn(r, &c->gen);
+        break;
+    case EV_CMD_RETRY: /* after a failed turn the history already ends with the user's message */
+        if ((n && k3_conv_msg(r->c, n - 1)->role == K3_ROLE_USER) || k3_conv_pop_reply(r->c) > 0)
+            turn(r, &c->gen);
+        else
+            done_error(u, "/retry: there is no answer to regenerate");
+        break;
+    case EV_CMD_UNDO:
+        if (k3_conv_undo(r->c) == 0) {
+            ue_emitf(u, EV_ERROR, "/undo: the conversation is empty");
+        } else {
+            ui_ev e = {.type = EV_UNDO};
+            ev_push(u->out, &e);
+        }
+        break;
+    case EV_CMD_FORGET: {
+        int k = k3_conv_drop_oldest(r->c);
+        if (k == 0) {
+            ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
+            break;
+        }
+        send_history(r);
+        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", k);
+        break;
+    }
+    case EV_CMD_CLEAR: {
+        k3_conv_clear(r->c);
+        ui_ev e = {.type = EV_RESET};
+        ev_push(u->out, &e);
+        break;
+    }
+    case EV_CMD_SYSTEM:
+        if (k3_conv_set_system(r->c, c->text) != K3_OK)
+            ue_emitf(u, EV_ERROR, "/system: %s", k3_errmsg());
+        break;
+    case EV_CMD_SAVE:
+        if (k3_conv_save(r->c, c->text) != K3_OK)
+            ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
+        else
+            ue_emitf(u, EV_INFO, "saved %d messages to %s", n, c->text);
+        break;
+    case EV_CMD_LOAD: {
+        k3_load_info li;
+        if (k3_conv_load(r->c, c->text, &li) != K3_OK) {
+            ue_emitf(u, EV_ERROR, "/load: %s", k3_errmsg());
+            break;
+        }
+        send_history(r);
+        ue_emitf(u, EV_INFO, "loaded %d messages from %s", li.n_messages, c->text);
+        break;
+    }
+    case EV_CMD_EXPORT:
+        if (k3_conv_export_md(r->c, c->text) != K3_OK)
+            ue_emitf(u, EV_ERROR, "/export: %s", k3_errmsg());
+        else
+            ue_emitf(u, EV_INFO, "exported %d messages to %s", n, c->text);
+        break;
+    case EV_CMD_REPLAY:
+        done_error(u, "/replay needs the model on this machine: k3chat MODEL_DIR --replay FILE");
+        break;
+    case EV_CMD_EXPERTS:
+        ue_emitf(u, EV_ERROR, "/experts: the remote server places its own experts; the budget applies to a local model only");
+        /* FALLTHROUGH */
+    case EV_CMD_STATS: {
+        ui_ev e = {.type = EV_STATS, .i = 1};
+        e.st.tok_s = e.st.ttft_s = e.st.think_s = e.st.prefill_tok_s = e.st.expert_hit = e.st.expert_gb = -1;
+        e.st.ctx_used = -1;
+        e.st.ctx_max  = r->ctx_max;
+        e.st.mem_gb   = ue_mem_gb();
+        ev_push(u->out, &e);
+        break;
+    }
+    default: break;
+    }
+}
+
+/* URL as given, without a trailing "/" or "/chat/completions"; a bare host gets "/v1". */
+static void set_base(remote *r, const char *url) {
+    snprintf(r->base, sizeof r->base, "%s", url);
+    size_t n = strlen(r->base);
+    while (n && r->base[n - 1] == '/')
+        r->base[--n] = 0;
+    static const char tail[] = "/chat/completions";
+    if (n >= sizeof tail - 1 && !strcmp(r->base + n - (sizeof tail - 1), tail))
+        r->base[n -= sizeof tail - 1] = 0;
+    const char *host = strstr(r->base, "://");
+    if (!strchr(host ? host + 3 : r->base, '/') && n + 3 < sizeof r->base)
+        strcat(r->base, "/v1");
+}
+
+static int remote_open(ue *u, void **self, char *err, size_t errn) {
+    remote *r = calloc(1, sizeof *r);
+    if (!r)
+        return -1;
+    r->u       = u;
+    r->ctx_max = -1;
+    set_base(r, u->opts->endpoint);
+    if (u->opts->model_name)
+        snprintf(r->model, sizeof r->model, "%s", u->opts->model_name);
+    if (u->opts->api_key)
+        snprintf(r->auth, sizeof r->auth, "Authorization: Bearer %s", u->opts->api_key);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(r->curl = curl_easy_init()) || !(r->c = k3_conv_new())) {
+        snprintf(err, errn, "cannot start libcurl");
+        if (r->curl)
+            curl_easy_cleanup(r->curl);
+        free(r);
+        return -1;
+    }
+    if (k3_conv_autosave_enable(r->c, NULL) != K3_OK)
+        ue_emitf(u, EV_ERROR, "autosave is off: %s", k3_errmsg());
+    char msg[1200];
+    int  down = discover(r, msg, sizeof msg);
+    char desc[400];
+    snprintf(desc, sizeof desc, "%.120s · remote %.200s", r->model[0] ? r->model : "?", r->base);
+    ui_ev e = {.type = EV_READY, .text = desc, .i = r->ctx_max > 0 ? r->ctx_max : 0};
+    e.gen   = (ue_gen){.temp = 1.0f, .top_p = 1.0f, .think = 1, .effort = 2, .max_tokens = -1}; /* K3's defaults */
+    ev_push(u->out, &e);
+    if (down) /* not fatal: the server may come up; each turn tries again */
+        ue_emitf(u, EV_ERROR, "%s", msg);
+    *self = r;
+    return 0;
+}
+
+static void remote_close(void *self) {
+    remote *r = self;
+    curl_easy_cleanup(r->curl);
+    curl_global_cleanup();
+    k3_conv_free(r->c);
+    free(r->line.p);
+    free(r->data.p);
+    free(r->body.p);
+    free(r->think.p);
+    free(r->resp.p);
+    free(r);
+}
+
+const ue_backend ue_backend_remote = {.name = "remote", .open = remote_open, .cmd = remote_cmd, .close = remote_close};

@@ -1,0 +1,1036 @@
+/* serve.c: `k3chat MODEL_DIR --serve [ADDR:]PORT`, an OpenAI-compatible HTTP server.
+ *
+ * DESIGN
+ * libmicrohttpd parses HTTP (one thread per connection, internal polling thread); jansson
+ * parses and writes every JSON body. Routes: GET /v1/models, GET /v1/models/NAME, GET
+ * /health, POST /v1/chat/completions (streaming as server-sent events, or one JSON answer).
+ *
+ * One model, one session, one conversation (k3_conv) and one worker thread: a connection
+ * thread validates its request, queues a job and waits; the worker runs jobs in arrival
+ * order. The conversation gives the prompt cache: the worker keeps the conversation's
+ * messages when they are a prefix of the request's (a client continuing its chat), so the
+ * previous turn's generated ids stay and the session's state is reused; otherwise it
+ * replaces them and k3_conv_generate reuses whatever prefix/snapshot still matches.
+ *
+ * Text flows from the worker's k3_conv callbacks into the job (under srv.mu): the reasoning
+ * at once, the response through the stop-string filter, which holds back a tail that could
+ * still become a stop string and cancels the turn when one appears. A streaming connection
+ * sends the job's bytes from a content-reader callback as they come; a plain one waits for
+ * the end. Both wait in 100 ms steps and peek at the socket (recv MSG_PEEK: 0 = closed):
+ * a client that went away cancels its job (k3_conv_cancel), queued or running.
+ *
+ * Errors are {"error": {"message", "type", "code"}} with 400 (bad JSON, wrong types, over
+ * the context), 401 (bearer token), 404, 405, 413 (body over SERVE_MAX_BODY), 500, 503.
+ * SIGINT/SIGTERM: stop accepting, cancel the running turn, answer queued jobs 503, exit 0.
+ */
+#include "cli.h"
+#include "k3.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SERVE_MAX_BODY  (8u << 20) /* bytes of a request body                        */
+#define SERVE_MAX_CONN  64         /* simultaneous connections                       */
+#define SERVE_MAX_STOPS 16         /* stop strings per request                       */
+#define SERVE_MIN_ROOM  8          /* tokens a turn must be able to generate (conv)  */
+
+/* ---- growable byte buffer ---------------------------------------------------- */
+
+typedef struct sbuf {
+    char  *p; /* (cap) bytes, the first n used, NUL-terminated when p != NULL */
+    size_t n, cap;
+} sbuf;
+
+static int sb_add(sbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return -1;
+        b->p   = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+/* ---- a parsed request ----------------------------------------------------------- */
+
+typedef struct smsg {
+    k3_role role;
+    char   *content;   /* never NULL           */
+    char   *reasoning; /* NULL when none given */
+} smsg;
+
+typedef struct sreq {
+    smsg    *msgs; /* (n_msgs) */
+    int      n_msgs;
+    int      stream, include_usage;
+    int      think;      /* 1 on, 0 off */
+    char     effort[8];  /* low | high | max */
+    int      max_tokens; /* 0 = up to the context */
+    float    temp, top_p;
+    uint64_t seed;
+    char    *stops[SERVE_MAX_STOPS]; /* (n_stops) stop strings, non-empty */
+    int      n_stops;
+    size_t   max_stop; /* longest stop string in bytes */
+} sreq;
+
+static void sreq_free(sreq *r) {
+    for (int i = 0; i < r->n_msgs; i++) {
+        free(r->msgs[i].content);
+        free(r->msgs[i].reasoning);
+    }
+    free(r->msgs);
+    for (int i = 0; i < r->n_stops; i++)
+        free(r->stops[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- jobs ------------------------------------------------------------------------- */
+
+enum { J_QUEUED = 0, J_RUNNING, J_DONE };
+
+typedef struct job {
+    sreq        r;
+    int         state;   /* J_*; all fields below are guarded by srv.mu */
+    int         refs;    /* connection + worker (+ streaming response)  */
+    int         gone;    /* the client disconnected                     */
+    int         fd;      /* the connection's socket                     */
+    unsigned    seq;     /* request number (logs)                       */
+    char        id[48];  /* "chatcmpl-..."                              */
+    long long   created; /* unix seconds                                */
+    double      t0;      /* monotonic seconds at arrival                */
+    sbuf        sse;     /* stream bytes not yet sent: [sse_off, sse.n)  */
+    size_t      sse_off;
+    int         role_sent; /* the first chunk (role) is in sse           */
+    sbuf        resp;      /* every response byte generated              */
+    size_t      rel;       /* of which released (not held by stop check) */
+    sbuf        reasoning; /* think channel                              */
+    int         stopped;   /* a stop string ended the turn               */
+    const char *finish;    /* "stop" | "length" when done without error  */
+    int         n_prompt, n_cached, n_gen;
+    int         http;      /* 0 = success; else the error's HTTP status  */
+    char        err_type[32], err_code[40];
+    char        err[600];
+    struct job *next;
+} job;
+
+static struct server {
+    pthread_mutex_t mu;
+    pthread_cond_t  work_cv, done_cv; /* done_cv: broadcast on any job progress */
+    job            *head, *tail;      /* queue                                  */
+    job            *cur;              /* running job                            */
+    int             stopping;
+    unsigned        seq;
+    unsigned long   n_ok, n_err, n_cancel;
+    k3_model       *m;
+    k3_session     *s;
+    k3_conv        *c;
+    k3_model_info   info;
+    const char     *name;    /* model id                    */
+    const char     *api_key; /* NULL = no authentication    */
+    long long       t_start;
+} srv = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void job_unref_locked(job *j) {
+    if (--j->refs > 0)
+        return;
+    sreq_free(&j->r);
+    free(j->sse.p);
+    free(j->resp.p);
+    free(j->reasoning.p);
+    free(j);
+}
+
+static void job_unref(job *j) {
+    pthread_mutex_lock(&srv.mu);
+    job_unref_locked(j);
+    pthread_mutex_unlock(&srv.mu);
+}
+
+/* The client went away: cancel the job (queued: the worker skips it). Lock held. */
+static void job_gone_locked(job *j) {
+    if (j->gone || j->state == J_DONE)
+        return;
+    j->gone = 1;
+    if (srv.cur == j)
+        k3_conv_cancel(srv.c);
+    pthread_cond_broadcast(&srv.done_cv);
+}
+
+/* 1 when the peer closed the connection (or it failed). */
+static int client_gone(int fd) {
+    char    c;
+    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Wait up to 100 ms for progress on j, then check the client. Lock held. */
+static void job_wait_step(job *j) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&srv.done_cv, &srv.mu, &ts);
+    if (j->state != J_DONE && j->fd >= 0 && client_gone(j->fd))
+        job_gone_locked(j);
+}
+
+/* ---- stream chunks (worker side, lock held) ---------------------------------------- */
+
+static void sse_json(job *j, json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (s) {
+        sb_add(&j->sse, "data: ", 6);
+        sb_add(&j->sse, s, strlen(s));
+        sb_add(&j->sse, "\n\n", 2);
+        free(s);
+    }
+    json_decref(o);
+}
+
+static json_t *chunk(job *j, json_t *delta, const char *finish) {
+    json_t *ch = json_pack("{s:i,s:o,s:o}", "index", 0, "delta", delta, "finish_reason",
+                           finish ? json_string(finish) : json_null());
+    return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk",
+                     "created", (json_int_t)j->created, "model", srv.name, "choices", ch);
+}
+
+/* A delta of one field ("content" or "reasoning_content"); the first also carries the role. */
+static void sse_delta(job *j, const char *field, const char *text, size_t n) {
+    if (!j->r.stream || !n)
+        return;
+    if (!j->role_sent) {
+        j->role_sent = 1;
+        sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
+    }
+    json_t *d = json_object();
+    json_object_set_new(d, field, json_stringn(text, n));
+    sse_json(j, chunk(j, d, NULL));
+}
+
+/* ---- the worker's callbacks ----------------------------------------------------------- */
+
+static void on_think(const char *text, size_t n, void *ud) {
+    job *j = ud;
+    pthread_mutex_lock(&srv.mu);
+    if (j->gone)
+        k3_conv_cancel(srv.c);
+    sb_add(&j->reasoning, text, n);
+    sse_delta(j, "reasoning_content", text, n);
+    j->state = J_RUNNING;
+    pthread_cond_broadcast(&srv.done_cv);
+    pthread_mutex_unlock(&srv.mu);
+}
+
+/* Release response bytes up to `to` (content + stream). */
+static void release(job *j, size_t to) {
+    if (to > j->rel) {
+        sse_delta(j, "content", j->resp.p + j->rel, to - j->rel);
+        j->rel = to;
+    }
+}
+
+/* Stop strings: find the first one in the unreleased text; else hold back the longest tail
+ * that is a prefix of one. Releases what is certain. Returns 1 when a stop string matched. */
+static int stop_filter(job *j, int final) {
+    const sreq *r = &j->r;
+    size_t      n = j->resp.n, at = n;
+    if (!r->n_stops || j->stopped) {
+        if (!j->stopped)
+            release(j, n);
+        return j->stopped;
+    }
+    for (int k = 0; k < r->n_stops; k++) {
+        const char *p = memmem(j->resp.p + j->rel, n - j->rel, r->stops[k], strlen(r->stops[k]));
+        if (p && (size_t)(p - j->resp.p) < at)
+            at = (size_t)(p - j->resp.p);
+    }
+    if (at < n) {
+        release(j, at);
+        j->stopped = 1;
+        return 1;
+    }
+    size_t hold = 0;
+    for (size_t k = r->max_stop - 1; !final && k > 0 && !hold; k--) {
+        if (k > n - j->rel)
+            continue;
+        for (int s = 0; s < r->n_stops && !hold; s++)
+            if (strlen(r->stops[s]) > k && !memcmp(j->resp.p + n - k, r->stops[s], k))
+                hold = k;
+    }
+    size_t to = n - hold;
+    while (to > j->rel && ((unsigned char)j->resp.p[to] & 0xC0) == 0x80 && to < n)
+        to--; /* never split a character (stop strings start on one anyway) */
+    release(j, to);
+    return 0;
+}
+
+static void on_response(const char *text, size_t n, void *ud) {
+    job *j = ud;
+    pthread_mutex_lock(&srv.mu);
+    if (j->gone)
+        k3_conv_cancel(srv.c);
+    if (!j->stopped) {
+        sb_add(&j->resp, text, n);
+        if (stop_filter(j, 0))
+            k3_conv_cancel(srv.c);
+    }
+    j->state = J_RUNNING;
+    pthread_cond_broadcast(&srv.done_cv);
+    pthread_mutex_unlock(&srv.mu);
+}
+
+/* ---- running a job on the conversation (worker thread) -------------------------------- */
+
+static int str_eq0(const char *a, const char *b) { /* NULL == "" */
+    return !strcmp(a ? a : "", b ? b : "");
+}
+
+/* Make the conversation hold r's messages, keeping its own (with their generated ids, so
+ * the prompt cache continues) when they are a prefix of r's. */
+static k3_status load_messages(k3_conv *c, const sreq *r) {
+    int n = k3_conv_count(c), keep = n <= r->n_msgs;
+    for (int i = 0; keep && i < n; i++) {
+        const k3_msg *m = k3_conv_msg(c, i);
+        keep = m->role == r->msgs[i].role && !m->interrupted && !strcmp(m->content, r->msgs[i].content) &&
+               str_eq0(m->reasoning, r->msgs[i].reasoning);
+    }
+    if (!keep) {
+        k3_conv_clear(c);
+        k3_conv_set_system(c, NULL);
+        n = 0;
+    }
+    k3_status st = K3_OK;
+    for (int i = n; !st && i < r->n_msgs; i++)
+        st = k3_conv_add(c, r->msgs[i].role, r->msgs[i].content, r->msgs[i].reasoning);
+    return st;
+}
+
+static void job_fail_locked(job *j, int http, const char *type, const char *code, const char *msg) {
+    j->http = http;
+    snprintf(j->err_type, sizeof j->err_type, "%s", type);
+    snprintf(j->err_code, sizeof j->err_code, "%s", code);
+    snprintf(j->err, sizeof j->err, "%s", msg);
+}
+
+static void run_job(job *j) {
+    const sreq      *r = &j->r;
+    k3_conv_settings set;
+    k3_status        st;
+    k3_conv_get_settings(srv.c, &set);
+    set.think = r->think;
+    snprintf(set.effort, sizeof set.effort, "%s", r->effort);
+    set.max_tokens = r->max_tokens;
+    k3_sampler_params_default(srv.m, &set.sampling);
+    set.sampling.temp  = r->temp;
+    set.sampling.top_p = r->top_p;
+    set.sampling.seed  = r->seed;
+    if ((st = k3_conv_set_settings(srv.c, &set)) || (st = load_messages(srv.c, r))) {
+        pthread_mutex_lock(&srv.mu);
+        job_fail_locked(j, st == K3_ERR_ARG ? 400 : 500, st == K3_ERR_ARG ? "invalid_request_error" : "server_error",
+                        st == K3_ERR_ARG ? "invalid_value" : "internal_error", k3_errmsg());
+        pthread_mutex_unlock(&srv.mu);
+        return;
+    }
+    k3_conv_set_turn_seed(srv.c, r->seed);
+    k3_conv_callbacks cb = {on_think, on_response, j};
+    st                   = k3_conv_generate(srv.c, srv.m, srv.s, &cb);
+    int           n     = k3_conv_count(srv.c);
+    const k3_msg *last  = n ? k3_conv_msg(srv.c, n - 1) : NULL;
+    pthread_mutex_lock(&srv.mu);
+    if (last && last->role == K3_ROLE_ASSISTANT && last->has_stats) {
+        j->n_prompt = last->stats.n_prompt;
+        j->n_cached = last->stats.n_cached;
+        j->n_gen    = last->stats.n_gen;
+    }
+    if (st == K3_OK || (st == K3_ABORTED && j->stopped)) {
+        if (!j->stopped)
+            stop_filter(j, 1);
+        j->finish = j->stopped || !last || last->stats.stop == K3_STOP_EOS ? "stop" : "length";
+    } else if (st == K3_ABORTED) {
+        job_fail_locked(j, 499, "cancelled", "client_disconnected",
+                        srv.stopping ? "the server is shutting down" : "the client disconnected");
+    } else if (st == K3_ERR_CONTEXT) {
+        char m[600];
+        snprintf(m, sizeof m, "%s", k3_errmsg());
+        m[strcspn(m, ";")] = 0; /* the conversation's advice is for the chat, not for a client */
+        job_fail_locked(j, 400, "invalid_request_error", "context_length_exceeded", m);
+    } else {
+        job_fail_locked(j, 500, "server_error", "engine_error", k3_errmsg());
+    }
+    if (j->http && j->http != 499 && j->r.stream && j->role_sent) { /* failed mid-stream */
+        sse_json(j, json_pack("{s:{s:s,s:s,s:s}}", "error", "message", j->err, "type", j->err_type, "code",
+                              j->err_code));
+    } else if (!j->http && j->r.stream) {
+        if (!j->role_sent) {
+            j->role_sent = 1;
+            sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
+        }
+        sse_json(j, chunk(j, json_object(), j->finish));
+        if (r->include_usage) {
+            json_t *o = chunk(j, json_object(), NULL);
+            json_object_set_new(o, "choices", json_array());
+            json_object_set_new(o, "usage", json_pack("{s:i,s:i,s:i}", "prompt_tokens", j->n_prompt,
+                                                      "completion_tokens", j->n_gen, "total_tokens",
+                                                      j->n_prompt + j->n_gen));
+            sse_json(j, o);
+        }
+    }
+    if (j->r.stream && (!j->http || j->role_sent))
+        sb_add(&j->sse, "data: [DONE]\n\n", 14);
+    pthread_mutex_unlock(&srv.mu);
+}
+
+static void log_job(const job *j) {
+    double dt = now_s() - j->t0;
+    if (!j->http)
+        fprintf(stderr, "k3chat: serve: #%u 200%s: %d prompt (%d cached) + %d completion tokens, %s, %.2f s\n",
+                j->seq, j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->finish, dt);
+    else if (j->http == 499)
+        fprintf(stderr, "k3chat: serve: #%u cancelled: %s after %d tokens, %.2f s\n", j->seq, j->err, j->n_gen,
+                dt);
+    else
+        fprintf(stderr, "k3chat: serve: #%u %d: %s\n", j->seq, j->http, j->err);
+}
+
+static void *worker_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&srv.mu);
+    for (;;) {
+        while (!srv.head && !srv.stopping)
+            pthread_cond_wait(&srv.work_cv, &srv.mu);
+        job *j = srv.head;
+        if (!j)
+            break;
+        srv.head = j->next;
+        if (!srv.head)
+            srv.tail = NULL;
+        if (srv.stopping) {
+            job_fail_locked(j, 503, "server_error", "shutting_down", "the server is shutting down");
+        } else if (j->gone) {
+            job_fail_locked(j, 499, "cancelled", "client_disconnected", "the client disconnected while queued");
+        } else {
+            srv.cur = j;
+            pthread_mutex_unlock(&srv.mu);
+            run_job(j);
+            pthread_mutex_lock(&srv.mu);
+            srv.cur = NULL;
+        }
+        j->state = J_DONE;
+        if (!j->http)
+            srv.n_ok++;
+        else if (j->http == 499)
+            srv.n_cancel++;
+        else
+            srv.n_err++;
+        log_job(j);
+        pthread_cond_broadcast(&srv.done_cv);
+        job_unref_locked(j);
+    }
+    pthread_mutex_unlock(&srv.mu);
+    return NULL;
+}
+
+/* ---- request parsing ------------------------------------------------------------------- */
+
+typedef struct perr {
+    char msg[400];
+    char code[40];
+} perr;
+
+static int bad(perr *e, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(perr *e, const char *code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    snprintf(e->code, sizeof e->code, "%s", code);
+    return -1;
+}
+
+/* Message content: a string, null, or an array of {"type":"text","text":...} parts. */
+static int parse_content(json_t *v, int i, const char *field, char **out, perr *e) {
+    if (!v || json_is_null(v)) {
+        *out = strdup("");
+        return *out ? 0 : bad(e, "out_of_memory", "out of memory");
+    }
+    if (json_is_string(v)) {
+        *out = strndup(json_string_value(v), json_string_length(v));
+        return *out ? 0 : bad(e, "out_of_memory", "out of memory");
+    }
+    if (!json_is_array(v))
+        return bad(e, "invalid_type", "messages[%d].%s: expected a string or an array of text parts", i, field);
+    sbuf   b = {0};
+    size_t k;
+    json_t *part;
+    json_array_foreach(v, k, part) {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        json_t     *text = json_object_get(part, "text");
+        if (type && strcmp(type, "text") != 0) {
+            free(b.p);
+            return bad(e, "unsupported_content", "messages[%d].%s[%zu]: '%s' parts are not supported (text only)", i,
+                       field, k, type);
+        }
+        if (!json_is_string(text)) {
+            free(b.p);
+            return bad(e, "invalid_type", "messages[%d].%s[%zu].text: expected a string", i, field, k);
+        }
+        if ((k && sb_add(&b, "\n", 1)) || sb_add(&b, json_string_value(text), json_string_length(text))) {
+            free(b.p);
+            return bad(e, "out_of_memory", "out of memory");
+        }
+    }
+    *out = b.p ? b.p : strdup("");
+    return *out ? 0 : bad(e, "out_of_memory", "out of memory");
+}
+
+static int parse_messages(json_t *msgs, sreq *r, perr *e) {
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return bad(e, msgs ? "invalid_type" : "missing_field", "messages: expected a non-empty array of messages");
+    size_t n = json_array_size(msgs);
+    r->msgs  = calloc(n, sizeof *r->msgs);
+    if (!r->msgs)
+        return bad(e, "out_of_memory", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t     *m    = json_array_get(msgs, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        smsg       *d    = &r->msgs[i];
+        if (!json_is_object(m))
+            return bad(e, "invalid_type", "messages[%zu]: expected an object", i);
+        if (!role)
+            return bad(e, "invalid_type", "messages[%zu].role: expected a string", i);
+        if (!strcmp(role, "system") || !strcmp(role, "developer"))
+            d->role = K3_ROLE_SYSTEM;
+        else if (!strcmp(role, "user"))
+            d->role = K3_ROLE_USER;
+        else if (!strcmp(role, "assistant"))
+            d->role = K3_ROLE_ASSISTANT;
+        else
+            return bad(e, "unsupported_role", "messages[%zu].role: '%s' is not supported (system, developer, user, assistant)",
+                       i, role);
+        r->n_msgs = (int)i + 1;
+        if (parse_content(json_object_get(m, "content"), (int)i, "content", &d->content, e))
+            return -1;
+        static const char *rk[] = {"reasoning_content", "reasoning", "thinking"};
+        for (int k = 0; k < 3 && d->role == K3_ROLE_ASSISTANT && !d->reasoning; k++) {
+            json_t *v = json_object_get(m, rk[k]);
+            if (v && !json_is_null(v) && parse_content(v, (int)i, rk[k], &d->reasoning, e))
+                return -1;
+        }
+    }
+    if (r->msgs[n - 1].role != K3_ROLE_USER)
+        return bad(e, "invalid_value", "messages: the last message must be the user's (got %s)",
+                   r->msgs[n - 1].role == K3_ROLE_SYSTEM ? "system" : "assistant");
+    return 0;
+}
+
+/* A boolean field (absent: keeps *out). */
+static int get_bool(json_t *o, const char *key, const char *path, int *out, perr *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return bad(e, "invalid_type", "%s: expected true or false", path);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_num(json_t *o, const char *key, double lo, double hi, float *out, perr *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v))
+        return bad(e, "invalid_type", "%s: expected a number", key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi))
+        return bad(e, "invalid_value", "%s: %g is outside %g..%g", key, x, lo, hi);
+    *out = (float)x;
+    return 0;
+}
+
+static int parse_request(json_t *b, sreq *r, perr *e) {
+    if (!json_is_object(b))
+        return bad(e, "invalid_type", "the body must be a JSON object");
+    r->think = 1;
+    snprintf(r->effort, sizeof r->effort, "max");
+    r->temp  = srv.info.gen_temp;
+    r->top_p = srv.info.gen_top_p;
+    r->seed  = (uint64_t)time(NULL) ^ ((uint64_t)srv.seq << 32);
+    json_t *v;
+    if ((v = json_object_get(b, "model")) && !json_is_string(v) && !json_is_null(v))
+        return bad(e, "invalid_type", "model: expected a string");
+    if (parse_messages(json_object_get(b, "messages"), r, e) || get_bool(b, "stream", "stream", &r->stream, e) ||
+        get_num(b, "temperature", 0, 2, &r->temp, e) || get_num(b, "top_p", 0, 1, &r->top_p, e))
+        return -1;
+    if ((v = json_object_get(b, "stream_options")) && !json_is_null(v)) {
+        if (!json_is_object(v))
+            return bad(e, "invalid_type", "stream_options: expected an object");
+        if (get_bool(v, "include_usage", "stream_options.include_usage", &r->include_usage, e))
+            return -1;
+    }
+    static const char *mk[] = {"max_completion_tokens", "max_tokens"};
+    for (int k = 0; k < 2 && !r->max_tokens; k++) {
+        if (!(v = json_object_get(b, mk[k])) || json_is_null(v))
+            continue;
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000000)
+            return bad(e, json_is_integer(v) ? "invalid_value" : "invalid_type", "%s: expected an integer >= 1", mk[k]);
+        r->max_tokens = (int)json_integer_value(v);
+    }
+    if ((v = json_object_get(b, "seed")) && !json_is_null(v)) {
+        if (!json_is_integer(v))
+            return bad(e, "invalid_type", "seed: expected an integer");
+        r->seed = (uint64_t)json_integer_value(v);
+    }
+    if ((v = json_object_get(b, "n")) && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1))
+        return bad(e, "unsupported_value", "n: only 1 choice per request is supported");
+    if ((v = json_object_get(b, "tools")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
+        return bad(e, "unsupported_value", "tools: tool calls are not supported");
+    if ((v = json_object_get(b, "logprobs")) && json_is_true(v))
+        return bad(e, "unsupported_value", "logprobs: not supported");
+    if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
+        json_t *one[1] = {v};
+        size_t  n      = json_is_array(v) ? json_array_size(v) : 1;
+        if (!json_is_string(v) && !json_is_array(v))
+            return bad(e, "invalid_type", "stop: expected a string or an array of strings");
+        if (n > SERVE_MAX_STOPS)
+            return bad(e, "invalid_value", "stop: at most %d strings", SERVE_MAX_STOPS);
+        for (size_t k = 0; k < n; k++) {
+            json_t *s = json_is_array(v) ? json_array_get(v, k) : one[0];
+            if (!json_is_string(s))
+                return bad(e, "invalid_type", "stop[%zu]: expected a string", k);
+            if (!json_string_length(s))
+                continue;
+            if (!(r->stops[r->n_stops] = strndup(json_string_value(s), json_string_length(s))))
+                return bad(e, "out_of_memory", "out of memory");
+            if (json_string_length(s) > r->max_stop)
+                r->max_stop = json_string_length(s);
+            r->n_stops++;
+        }
+    }
+    /* thinking: chat_template_kwargs.thinking / enable_thinking, or top-level enable_thinking;
+     * reasoning_effort low|high|max ("none": thinking off) */
+    if (get_bool(b, "enable_thinking", "enable_thinking", &r->think, e))
+        return -1;
+    if ((v = json_object_get(b, "chat_template_kwargs")) && !json_is_null(v)) {
+        if (!json_is_object(v))
+            return bad(e, "invalid_type", "chat_template_kwargs: expected an object");
+        if (get_bool(v, "enable_thinking", "chat_template_kwargs.enable_thinking", &r->think, e) ||
+            get_bool(v, "thinking", "chat_template_kwargs.thinking", &r->think, e))
+            return -1;
+    }
+    if ((v = json_object_get(b, "reasoning_effort")) && !json_is_null(v)) {
+        const char *s = json_string_value(v);
+        if (!s)
+            return bad(e, "invalid_type", "reasoning_effort: expected a string");
+        if (!strcmp(s, "none"))
+            r->think = 0;
+        else if (!strcmp(s, "low") || !strcmp(s, "high") || !strcmp(s, "max"))
+            snprintf(r->effort, sizeof r->effort, "%s", s);
+        else
+            return bad(e, "invalid_value", "reasoning_effort: '%.40s' is not low, high or max%s", s,
+                       strcmp(s, "medium") ? "" : " (Kimi K3 rejects medium)");
+    }
+    return 0;
+}
+
+/* ---- HTTP -------------------------------------------------------------------------------- */
+
+typedef struct conn {
+    sbuf body;
+    int  too_big;
+    job *j; /* the job this connection waits for (a reference) */
+} conn;
+
+static enum MHD_Result send_json(struct MHD_Connection *con, unsigned code, json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s)
+        return MHD_NO;
+    size_t n = strlen(s);
+    s[n]     = 0;
+    struct MHD_Response *rsp = MHD_create_response_from_buffer(n, s, MHD_RESPMEM_MUST_FREE);
+    if (!rsp) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(rsp, "Content-Type", "application/json");
+    if (code == 401)
+        MHD_add_response_header(rsp, "WWW-Authenticate", "Bearer");
+    enum MHD_Result ret = MHD_queue_response(con, code, rsp);
+    MHD_destroy_response(rsp);
+    return ret;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *con, unsigned code, const char *type, const char *ecode,
+                                  const char *msg) {
+    return send_json(con, code, json_pack("{s:{s:s,s:s,s:s}}", "error", "message", msg, "type", type, "code", ecode));
+}
+
+static json_t *model_obj(void) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", srv.name, "object", "model", "created",
+                     (json_int_t)srv.t_start, "owned_by", "k3chat", "max_model_len", srv.info.max_ctx);
+}
+
+static int auth_ok(struct MHD_Connection *con) {
+    if (!srv.api_key)
+        return 1;
+    const char *h = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7))
+        return 0;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    size_t a = strlen(h), b = strlen(srv.api_key);
+    unsigned diff = (unsigned)(a != b);
+    for (size_t k = 0; k < a && k < b; k++) /* no early exit on the first differing byte */
+        diff |= (unsigned)(h[k] ^ srv.api_key[k]);
+    return diff == 0;
+}
+
+/* Streaming body: the job's SSE bytes as they come (a connection thread; may block). */
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    job *j = cls;
+    pthread_mutex_lock(&srv.mu);
+    for (;;) {
+        if (j->sse_off < j->sse.n) {
+            size_t n = j->sse.n - j->sse_off < max ? j->sse.n - j->sse_off : max;
+            memcpy(buf, j->sse.p + j->sse_off, n);
+            j->sse_off += n;
+            if (j->sse_off == j->sse.n)
+                j->sse.n = j->sse_off = 0;
+            pthread_mutex_unlock(&srv.mu);
+            return (ssize_t)n;
+        }
+        if (j->state == J_DONE) {
+            pthread_mutex_unlock(&srv.mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (j->gone) {
+            pthread_mutex_unlock(&srv.mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        job_wait_step(j);
+    }
+}
+
+static void sse_free(void *cls) {
+    job *j = cls;
+    pthread_mutex_lock(&srv.mu);
+    if (j->state != J_DONE)
+        job_gone_locked(j); /* the response ended early: the client went away */
+    job_unref_locked(j);
+    pthread_mutex_unlock(&srv.mu);
+}
+
+static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
+    if (cc->too_big) {
+        char m[128];
+        snprintf(m, sizeof m, "the request body is over the limit of %u bytes", SERVE_MAX_BODY);
+        return send_error(con, 413, "invalid_request_error", "body_too_large", m);
+    }
+    json_error_t je;
+    json_t      *b = json_loadb(cc->body.p ? cc->body.p : "", cc->body.n, 0, &je);
+    if (!b) {
+        char m[400];
+        snprintf(m, sizeof m, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        return send_error(con, 400, "invalid_request_error", "invalid_json", m);
+    }
+    job *j = calloc(1, sizeof *j);
+    perr e = {{0}, {0}};
+    if (!j) {
+        json_decref(b);
+        return send_error(con, 500, "server_error", "out_of_memory", "out of memory");
+    }
+    pthread_mutex_lock(&srv.mu);
+    j->seq = ++srv.seq;
+    pthread_mutex_unlock(&srv.mu);
+    int rc = parse_request(b, &j->r, &e);
+    json_decref(b);
+    if (rc) {
+        fprintf(stderr, "k3chat: serve: #%u 400: %s\n", j->seq, e.msg);
+        sreq_free(&j->r);
+        free(j);
+        return send_error(con, 400, "invalid_request_error", e.code, e.msg);
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd      = ci ? ci->connect_fd : -1;
+    j->created = (long long)time(NULL);
+    j->t0      = now_s();
+    snprintf(j->id, sizeof j->id, "chatcmpl-k3-%llx-%u", (unsigned long long)srv.t_start, j->seq);
+    j->refs = 2; /* this connection + the worker */
+    pthread_mutex_lock(&srv.mu);
+    if (srv.stopping) {
+        pthread_mutex_unlock(&srv.mu);
+        sreq_free(&j->r);
+        free(j);
+        return send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
+    }
+    if (srv.tail)
+        srv.tail->next = j;
+    else
+        srv.head = j;
+    srv.tail = j;
+    cc->j    = j;
+    pthread_cond_signal(&srv.work_cv);
+    /* streaming: start the response at the first text (or at the end); plain: at the end */
+    while (j->state != J_DONE && !j->gone && !(j->r.stream && j->sse.n))
+        job_wait_step(j);
+    if (j->gone && j->state != J_DONE) {
+        pthread_mutex_unlock(&srv.mu);
+        return MHD_NO; /* the client is gone: close */
+    }
+    if (j->http && !(j->r.stream && j->sse.n)) {
+        unsigned code = j->http == 499 ? 503 : (unsigned)j->http;
+        char     type[32], ecode[40], msg[600];
+        snprintf(type, sizeof type, "%s", j->err_type);
+        snprintf(ecode, sizeof ecode, "%s", j->err_code);
+        snprintf(msg, sizeof msg, "%s", j->err);
+        pthread_mutex_unlock(&srv.mu);
+        return send_error(con, code, type, ecode, msg);
+    }
+    if (j->r.stream) {
+        j->refs++; /* the response's */
+        pthread_mutex_unlock(&srv.mu);
+        struct MHD_Response *rsp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, j, sse_free);
+        if (!rsp) {
+            job_unref(j);
+            return MHD_NO;
+        }
+        MHD_add_response_header(rsp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(rsp, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(con, 200, rsp);
+        MHD_destroy_response(rsp);
+        return ret;
+    }
+    json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", j->resp.p ? j->resp.p : "", j->rel);
+    if (j->r.think || j->reasoning.n)
+        json_object_set_new(msg, "reasoning_content", json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s}],s:{s:i,s:i,s:i,s:{s:i}}}", "id", j->id, "object",
+                          "chat.completion", "created", (json_int_t)j->created, "model", srv.name, "choices", "index", 0,
+                          "message", msg, "finish_reason", j->finish, "usage", "prompt_tokens", j->n_prompt,
+                          "completion_tokens", j->n_gen, "total_tokens", j->n_prompt + j->n_gen,
+                          "prompt_tokens_details", "cached_tokens", j->n_cached);
+    pthread_mutex_unlock(&srv.mu);
+    if (!o)
+        return send_error(con, 500, "server_error", "internal_error", "could not encode the answer");
+    return send_json(con, 200, o);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const char *url, const char *method,
+                                  const char *version, const char *data, size_t *size, void **con_cls) {
+    (void)cls;
+    (void)version;
+    conn *cc = *con_cls;
+    if (!cc) { /* headers only: authenticate and size-check before reading a body */
+        if (!(cc = calloc(1, sizeof *cc)))
+            return MHD_NO;
+        *con_cls = cc;
+        if (!auth_ok(con))
+            return send_error(con, 401, "invalid_request_error", "invalid_api_key",
+                              "missing or wrong API key (Authorization: Bearer KEY)");
+        const char *cl = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > SERVE_MAX_BODY)
+            cc->too_big = 1;
+        return MHD_YES;
+    }
+    if (*size) {
+        if (!cc->too_big && cc->body.n + *size > SERVE_MAX_BODY)
+            cc->too_big = 1;
+        if (!cc->too_big && sb_add(&cc->body, data, *size))
+            return MHD_NO;
+        *size = 0;
+        return MHD_YES;
+    }
+    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (!strcmp(url, "/v1/models") || !strcmp(url, "/health") || !strncmp(url, "/v1/models/", 11)) {
+        if (!get)
+            return send_error(con, 405, "invalid_request_error", "method_not_allowed", "use GET");
+        if (!strcmp(url, "/health"))
+            return send_json(con, 200, json_pack("{s:s}", "status", "ok"));
+        if (!strcmp(url, "/v1/models"))
+            return send_json(con, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj()));
+        if (strcmp(url + 11, srv.name))
+            return send_error(con, 404, "invalid_request_error", "model_not_found", "no such model");
+        return send_json(con, 200, model_obj());
+    }
+    if (!strcmp(url, "/v1/chat/completions")) {
+        if (!post)
+            return send_error(con, 405, "invalid_request_error", "method_not_allowed", "use POST");
+        return chat_completions(con, cc);
+    }
+    char m[300];
+    snprintf(m, sizeof m, "no route %s %.200s (try GET /v1/models or POST /v1/chat/completions)", method, url);
+    return send_error(con, 404, "invalid_request_error", "not_found", m);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)con;
+    (void)toe;
+    conn *cc = *con_cls;
+    if (!cc)
+        return;
+    if (cc->j) {
+        pthread_mutex_lock(&srv.mu);
+        job_gone_locked(cc->j); /* no-op when it finished */
+        job_unref_locked(cc->j);
+        pthread_mutex_unlock(&srv.mu);
+    }
+    free(cc->body.p);
+    free(cc);
+    *con_cls = NULL;
+}
+
+/* "[ADDR:]PORT": ADDR defaults to 127.0.0.1; IPv6 as [::1]:PORT. */
+static int parse_listen(const char *spec, struct addrinfo **out) {
+    char        host[256] = "127.0.0.1";
+    const char *port      = spec, *colon = strrchr(spec, ':');
+    if (colon) {
+        size_t hl = (size_t)(colon - spec);
+        if (hl >= sizeof host)
+            return -1;
+        memcpy(host, spec, hl);
+        host[hl] = 0;
+        if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+            memmove(host, host + 1, hl - 2);
+            host[hl - 2] = 0;
+        }
+        port = colon + 1;
+    }
+    char *end;
+    long  p = strtol(port, &end, 10);
+    if (end == port || *end || p < 0 || p > 65535)
+        return -1;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    return getaddrinfo(host[0] ? host : "127.0.0.1", port, &hints, out) == 0 ? 0 : -1;
+}
+
+int cli_serve(const cli_opts *o) {
+    struct addrinfo *ai = NULL;
+    if (parse_listen(o->serve, &ai)) {
+        fprintf(stderr, "k3chat: --serve: '%s' is not [ADDR:]PORT (an address of this machine, port 0..65535)\n",
+                o->serve);
+        return 2;
+    }
+    /* signals: handled by sigwait below; every thread created from here on blocks them */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int       rc = 1;
+    k3_params par;
+    pthread_t wt;
+    int       have_worker = 0;
+    struct MHD_Daemon *d  = NULL;
+    if (k3_params_default(&par) || k3_model_open(o->dir, &par, &srv.m) || k3_session_new(srv.m, &srv.s)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
+    if (!(srv.c = k3_conv_new())) {
+        fprintf(stderr, "k3chat: out of memory\n");
+        goto done;
+    }
+    k3_model_get_info(srv.m, &srv.info);
+    char        dname[256];
+    const char *dir = o->dir;
+    size_t      dl  = strlen(dir);
+    while (dl > 1 && dir[dl - 1] == '/')
+        dl--;
+    const char *slash = memrchr(dir, '/', dl);
+    snprintf(dname, sizeof dname, "%.*s", (int)(dl - (slash ? (size_t)(slash + 1 - dir) : 0)), slash ? slash + 1 : dir);
+    srv.name    = o->model_name ? o->model_name : dname;
+    srv.api_key = o->api_key;
+    srv.t_start = (long long)time(NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_cond_init(&srv.work_cv, &ca);
+    pthread_cond_init(&srv.done_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&wt, NULL, worker_main, NULL)) {
+        fprintf(stderr, "k3chat: cannot start the worker thread\n");
+        goto done;
+    }
+    have_worker = 1;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)SERVE_MAX_CONN, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)300, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, NULL, MHD_OPTION_END);
+    if (!d) {
+        fprintf(stderr, "k3chat: --serve %s: cannot listen there (%s)\n", o->serve, strerror(errno));
+        goto done;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    char host[128] = "?";
+    getnameinfo(ai->ai_addr, ai->ai_addrlen, host, sizeof host, NULL, 0, NI_NUMERICHOST);
+    fprintf(stderr, "k3chat: serving %s (context %d) on http://%s%s%s:%u/v1%s\n", srv.name, srv.info.max_ctx,
+            ai->ai_family == AF_INET6 ? "[" : "", host, ai->ai_family == AF_INET6 ? "]" : "",
+            di ? (unsigned)di->port : 0u, srv.api_key ? " (API key required)" : "");
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "k3chat: serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    pthread_mutex_lock(&srv.mu);
+    srv.stopping = 1;
+    if (srv.cur)
+        k3_conv_cancel(srv.c);
+    pthread_cond_broadcast(&srv.work_cv);
+    pthread_mutex_unlock(&srv.mu);
+    pthread_join(wt, NULL); /* finishes the running job (cancelled) and answers the queue */
+    have_worker = 0;
+    MHD_stop_daemon(d);
+    d = NULL;
+    fprintf(stderr, "k3chat: serve: %lu answered, %lu cancelled, %lu failed\n", srv.n_ok, srv.n_cancel, srv.n_err);
+    rc = 0;
+done:
+    if (have_worker) {
+        pthread_mutex_lock(&srv.mu);
+        srv.stopping = 1;
+        pthread_cond_broadcast(&srv.work_cv);
+        pthread_mutex_unlock(&srv.mu);
+        pthread_join(wt, NULL);
+    }
+    if (d)
+        MHD_stop_daemon(d);
+    if (srv.c) {
+        k3_conv_drop_cache(srv.c);
+        k3_conv_free(srv.c);
+    }
+    k3_session_free(srv.s);
+    k3_model_free(srv.m);
+    freeaddrinfo(ai);
+    return rc;
+}
