@@ -10,7 +10,8 @@ PKGS="build-essential pkg-config
 libncurses-dev libedit-dev libutf8proc-dev libjansson-dev
 libmicrohttpd-dev libcurl4-openssl-dev curl
 libvulkan-dev glslc mesa-vulkan-drivers
-python3 python3-numpy tmux"
+python3 python3-numpy tmux
+clang libclang-rt-dev valgrind"
 
 # nodejs/npm are needed only by the tokenizer cross-check; a node already on
 # PATH (from any source) is good enough.

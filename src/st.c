@@ -411,7 +411,8 @@ k3_status st_open(const char *dir, st_dir **out) {
     for (int i = 0; i < d->n_shards; i++)
         if (d->shards[i].text && (st = load_shard(d, i))) goto fail;
 
-    qsort(d->tensors, (size_t)d->n_tensors, sizeof *d->tensors, cmp_tensor_name);
+    if (d->n_tensors > 1) /* qsort with a NULL base (no text tensor at all) is undefined */
+        qsort(d->tensors, (size_t)d->n_tensors, sizeof *d->tensors, cmp_tensor_name);
     for (int i = 1; i < d->n_tensors; i++)
         if (!strcmp(d->tensors[i].name, d->tensors[i - 1].name)) {
             const st_tensor *a = &d->tensors[i - 1], *b = &d->tensors[i];

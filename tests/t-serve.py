@@ -4,7 +4,9 @@
 # cancels (and the next request works); bad JSON / wrong types / oversize bodies / missing
 # API key / unknown routes -> 4xx; a prompt over the context -> 400; `k3chat --endpoint` in
 # plain mode against the server; a bounded load test (8 concurrent clients, every answer
-# checked, server RSS flat); SIGTERM during a generation -> clean exit 0.
+# checked, server RSS flat); SIGTERM during a generation -> clean exit 0; then --endpoint
+# against the stopped server and a scripted Python server (1-byte SSE writes, HTTP 500,
+# malformed and cut-short streams, reasoning sent back).
 # The server runs on 127.0.0.1 with a port the kernel picks (--serve 127.0.0.1:0) and is
 # always killed at the end. Every wait is bounded.
 import concurrent.futures
@@ -94,6 +96,19 @@ def local(prompt, n, think=True, temp="0", seed=None):
     out, err = p.stdout.decode(), p.stderr.decode()
     assert out.endswith("\n"), out
     return out[:-1], (err[:-1] if err.endswith("\n") else err)
+
+
+client_err = []
+_run = subprocess.run
+
+
+def run_client(*a, **kw):
+    p = _run(*a, **kw)
+    client_err.append(p.stderr.decode("utf-8", "replace") if p.stderr else "")
+    return p
+
+
+subprocess.run = run_client
 
 
 def log_text():
@@ -252,28 +267,26 @@ try:
        "the next request works and answers as before")
 
     # ---- k3chat --endpoint (plain mode) against this server
-    HAVE_REMOTE = os.path.exists(os.path.join(os.environ["K3_SRC"], "ui", "remote.c"))
-    if HAVE_REMOTE:
-        ep = [K3, "--endpoint", BASE + "/v1", "--api-key", KEY, "--plain", "--temp", "0", "--top-p", "1", "--max-tokens", str(N)]
-        p = subprocess.run(ep, input=b"hello\n", capture_output=True, timeout=60, env=env)
-        out, err = p.stdout.decode(), p.stderr.decode()
-        ok(p.returncode == 0 and out == exp_resp + "\n" and exp_think in err,
-           "`k3chat --endpoint URL --plain` streams the same answer (rc %d, %r)" % (p.returncode, err[-120:]))
-        tr = os.path.join(T, "remote.jsonl")
-        p = subprocess.run(ep[:-1] + ["20", "--think", "off"], input=("why is the sky blue?\n/experts 2\n/save %s\n" % tr).encode(),
-                           capture_output=True, timeout=60, env=env)
-        out, err = p.stdout.decode(), p.stderr.decode()
-        ok(p.returncode == 0 and out.startswith(off_resp), "--think off reaches the server (%r)" % out[:40])
-        ok("remote" in err and "experts" in err, "/experts says the remote server decides (%r)" % err[-160:])
-        try:
-            lines = [json.loads(x) for x in open(tr)]
-            good = any(x.get("role") == "assistant" and x.get("content") == off_resp for x in lines)
-        except (OSError, ValueError):
-            good = False
-        ok(good, "/save writes the remote conversation as a transcript")
-        p = subprocess.run(ep[:3] + ep[5:], input=b"hello\n", capture_output=True, timeout=60, env=env)
-        ok("401" in p.stderr.decode() and "API key" in p.stderr.decode(),
-           "without the key the server's 401 message is shown: %r" % p.stderr.decode()[-120:])
+    ep = [K3, "--endpoint", BASE + "/v1", "--api-key", KEY, "--plain", "--temp", "0", "--top-p", "1", "--max-tokens", str(N)]
+    p = subprocess.run(ep, input=b"hello\n", capture_output=True, timeout=60, env=env)
+    out, err = p.stdout.decode(), p.stderr.decode()
+    ok(p.returncode == 0 and out == exp_resp + "\n" and exp_think in err,
+       "`k3chat --endpoint URL --plain` streams the same answer (rc %d, %r)" % (p.returncode, err[-120:]))
+    tr = os.path.join(T, "remote.jsonl")
+    p = subprocess.run(ep[:-1] + ["20", "--think", "off"], input=("why is the sky blue?\n/experts 2\n/save %s\n" % tr).encode(),
+                       capture_output=True, timeout=60, env=env)
+    out, err = p.stdout.decode(), p.stderr.decode()
+    ok(p.returncode == 0 and out.startswith(off_resp), "--think off reaches the server (%r)" % out[:40])
+    ok("remote" in err and "experts" in err, "/experts says the remote server decides (%r)" % err[-160:])
+    try:
+        lines = [json.loads(x) for x in open(tr)]
+        good = any(x.get("role") == "assistant" and x.get("content") == off_resp for x in lines)
+    except (OSError, ValueError):
+        good = False
+    ok(good, "/save writes the remote conversation as a transcript")
+    p = subprocess.run(ep[:3] + ep[5:], input=b"hello\n", capture_output=True, timeout=60, env=env)
+    ok("401" in p.stderr.decode() and "API key" in p.stderr.decode(),
+       "without the key the server's 401 message is shown: %r" % p.stderr.decode()[-120:])
 
     # ---- load: 8 concurrent clients, every answer checked, RSS flat
     prompts = ["p%d" % i for i in range(4)]
@@ -325,13 +338,91 @@ try:
         bg.kill()
     ok(bg.returncode is not None, "the streaming client is let go")
 
-    if HAVE_REMOTE:
-        # ---- the endpoint is down now
-        t0 = time.time()
-        p = subprocess.run(ep, input=b"hello\n", capture_output=True, timeout=60, env=env)
+    # ---- the endpoint is down now
+    t0 = time.time()
+    p = subprocess.run(ep, input=b"hello\n", capture_output=True, timeout=60, env=env)
+    err = p.stderr.decode()
+    ok(("refused" in err or "connect" in err) and time.time() - t0 < 30,
+       "endpoint down: a clear message (%r)" % err.strip()[-120:])
+
+    # ---- --endpoint against a scripted server: SSE cut into 1-byte writes with CRLF, the
+    # "reasoning" and "thinking" spellings, reasoning sent back, HTTP 500 (once), malformed and cut streams
+    import http.server
+    import threading
+    seen = []
+
+    class Fake(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            body = b'{"object":"list","data":[{"id":"fake-model","object":"model"}]}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(req)
+            last = req["messages"][-1]["content"]
+            if last == "e500" and sum(m["messages"][-1]["content"] == "e500" for m in seen) == 1:
+                self.send_response(500)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"error":{"message":"boom happened","type":"server_error"}}')
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+
+            def ev(o):
+                return ("data: " + json.dumps(o) + "\r\n\r\n").encode()
+            if last == "split":
+                data = (ev({"choices": [{"index": 0, "delta": {"reasoning": "abc"}}]}) +
+                        ev({"choices": [{"index": 0, "delta": {"thinking": "d\u00e9f"}}]}) +
+                        b": keep-alive\r\n\r\n" +
+                        ev({"choices": [{"index": 0, "delta": {"content": "Hello, w\u00f6rld"}}]}) +
+                        ev({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}) + b"data: [DONE]\r\n\r\n")
+                for k in range(len(data)):
+                    self.wfile.write(data[k:k + 1])
+                    self.wfile.flush()
+            elif last == "bad":
+                self.wfile.write(ev({"choices": [{"index": 0, "delta": {"content": "part"}}]}) + b"data: {not json\n\n")
+            elif last == "cut":
+                self.wfile.write(ev({"choices": [{"index": 0, "delta": {"content": "half"}}]}))
+            else:
+                self.wfile.write(ev({"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]})
+                                 + b"data: [DONE]\n\n")
+
+    fake = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    fep = [K3, "--endpoint", "http://127.0.0.1:%d" % fake.server_address[1], "--plain"]
+    try:
+        p = subprocess.run(fep, input=b"split\ncheck\n", capture_output=True, timeout=60, env=env)
+        out, err = p.stdout.decode(), p.stderr.decode()
+        ok(out == "Hello, w\u00f6rld\nok\n" and "abcd\u00e9f" in err,
+           "a stream cut into 1-byte writes: reasoning from 'reasoning' and 'thinking', the answer intact (%r)" % out)
+        sent = seen[-1]["messages"] if seen else []
+        ok(seen and seen[-1].get("model") == "fake-model" and len(sent) == 3 and sent[1].get("reasoning_content") == "abcd\u00e9f"
+           and sent[1]["content"] == "Hello, w\u00f6rld", "the earlier reasoning goes back as reasoning_content")
+        p = subprocess.run(fep, input=b"e500\n/retry\n", capture_output=True, timeout=60, env=env)
         err = p.stderr.decode()
-        ok(("refused" in err or "connect" in err) and time.time() - t0 < 30,
-           "endpoint down: a clear message (%r)" % err.strip()[-120:])
+        ok("500" in err and "boom happened" in err and p.stdout.decode().endswith("ok\n") and
+           [m["content"] for m in seen[-1]["messages"]] == ["e500"],
+           "HTTP 500: the server's message is shown, and /retry sends the kept message again (%r)" % err.strip()[-100:])
+        p = subprocess.run(fep, input=b"bad\n", capture_output=True, timeout=60, env=env)
+        ok("malformed stream" in p.stderr.decode(), "a malformed stream is reported (%r)" % p.stderr.decode().strip()[-100:])
+        p = subprocess.run(fep, input=b"cut\n", capture_output=True, timeout=60, env=env)
+        ok("ended before the answer was complete" in p.stderr.decode() and "half" in p.stdout.decode(),
+           "a stream cut short is reported, the partial answer kept")
+    finally:
+        fake.shutdown()
+    bad_reports = [e for e in client_err + [log_text()] if "Sanitizer" in e or "runtime error" in e]
+    ok(not bad_reports, "no sanitizer or runtime error report from the server or any client (%s)"
+       % (bad_reports[0][:200] if bad_reports else "none"))
 finally:
     if srv.poll() is None:
         srv.kill()

@@ -91,5 +91,13 @@ cmd "/xyzzy" "unknown command /xyzzy (/help" "an unknown command far from all"
 cmd "/quit now" "/quit takes no argument" "/quit with an argument"
 keys C-l; type_line "/quit"
 check "/quit exits with 0" wait_for "EXIT=0" 5
+
+# --load at start-up: the saved conversation is shown and continues
+tui_start 110 40 K3_MOCK="$m" -- "$K3CHAT --load $K3_TMP/t1.jsonl /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+check "--load FILE shows the saved conversation" wait_for "reply to second question" 10
+type_line "next one"
+check "and the conversation continues" wait_for "reply to next one" 5
+keys C-d
+check "exit with 0" wait_for "EXIT=0" 5
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
 finish

@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "  --effort low|high|max  thinking effort (default max)\n"
             "  --pattern kimi|o200k   pre-tokenizer family for --tokenize/--detokenize\n"
             "  --theme NAME        color theme\n"
-            "  --api-key KEY       bearer token: required by --serve, sent by --endpoint (or K3_API_KEY)\n"
+            "  --api-key KEY       bearer token --serve demands of clients, --endpoint sends (or K3_API_KEY)\n"
             "  --model NAME        model name served (--serve) or requested (--endpoint)\n"
             "  -h, --help          this help;  -V, --version  the version\n"
             "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
     int nargs = argc - optind, want = (o.mode == CLI_TOKENIZE || o.mode == CLI_DETOKENIZE ||
                                        o.mode == CLI_CHAT_IDS) ? 2 : o.endpoint ? 0 : 1;
     if (nargs != want) {
-        fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want > 1 ? "s" : "", nargs);
+        fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want != 1 ? "s" : "", nargs);
         return 2;
     }
     o.dir = want ? argv[optind] : NULL;

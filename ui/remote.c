@@ -61,6 +61,7 @@ typedef struct remote {
     char     model[256];  /* "" = not known yet               */
     char     auth[600];   /* "Authorization: Bearer KEY" or "" */
     int      ctx_max;     /* from /models max_model_len, -1 unknown */
+    int      ctx_used;    /* prompt + completion tokens of the last answered turn (usage) */
     CURL    *curl;
     char     cerr[CURL_ERROR_SIZE];
     /* one turn */
@@ -171,7 +172,7 @@ static void piece(remote *r, int ch, const char *s, size_t n) {
         e.st.prefill_tok_s = e.st.think_s = e.st.expert_hit = e.st.expert_gb = -1;
         e.st.n_think       = r->n_think;
         e.st.n_response    = r->n_resp;
-        e.st.ctx_used      = -1;
+        e.st.ctx_used      = r->ctx_used;
         e.st.ctx_max       = r->ctx_max;
         e.st.mem_gb        = ue_mem_gb();
         ev_push(r->u->out, &e);
@@ -432,8 +433,6 @@ static void turn(remote *r, const ue_gen *g) {
         k3_conv_add(r->c, K3_ROLE_ASSISTANT, r->resp.p ? r->resp.p : "", g->think ? (r->think.p ? r->think.p : "") : NULL);
     ui_ev d = {.type = EV_DONE, .i = failed ? UE_DONE_ERROR : cancelled ? UE_DONE_CANCELLED
                                     : !strcmp(r->finish, "length") ? UE_DONE_LENGTH : UE_DONE_OK};
-    if (failed)
-        ue_emitf(r->u, EV_ERROR, "%s (the conversation is kept: /retry sends the message again)", msg);
     double now         = ev_now();
     d.st.ttft_s        = r->t_first > 0 ? r->t_first - r->t0 : -1;
     d.st.tok_s         = r->t_first > 0 && now > r->t_first && r->n_completion > 1
@@ -442,10 +441,14 @@ static void turn(remote *r, const ue_gen *g) {
     d.st.n_think       = r->n_think;
     d.st.n_response    = r->n_completion > r->n_think ? r->n_completion - r->n_think : r->n_resp;
     d.st.n_prefill     = r->n_prompt;
-    d.st.ctx_used      = r->n_prompt ? r->n_prompt + r->n_completion : -1;
+    if (r->n_prompt)
+        r->ctx_used = r->n_prompt + r->n_completion;
+    d.st.ctx_used      = r->ctx_used;
     d.st.ctx_max       = r->ctx_max;
     d.st.mem_gb        = ue_mem_gb();
     ev_push(r->u->out, &d);
+    if (failed) /* after EV_DONE: the UI drops an empty failed turn, not this line */
+        ue_emitf(r->u, EV_ERROR, "%s (the conversation is kept: /retry sends the message again)", msg);
     k3_conv_autosave(r->c);
     const char *ae = k3_conv_autosave_error(r->c);
     if (ae)
@@ -544,7 +547,7 @@ static void remote_cmd(ue *u, void *self, const ui_ev *c) {
     case EV_CMD_STATS: {
         ui_ev e = {.type = EV_STATS, .i = 1};
         e.st.tok_s = e.st.ttft_s = e.st.think_s = e.st.prefill_tok_s = e.st.expert_hit = e.st.expert_gb = -1;
-        e.st.ctx_used = -1;
+        e.st.ctx_used = r->ctx_used;
         e.st.ctx_max  = r->ctx_max;
         e.st.mem_gb   = ue_mem_gb();
         ev_push(u->out, &e);

@@ -576,14 +576,14 @@ static int get_num(json_t *o, const char *key, double lo, double hi, float *out,
     return 0;
 }
 
-static int parse_request(json_t *b, sreq *r, perr *e) {
+static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
     if (!json_is_object(b))
         return bad(e, "invalid_type", "the body must be a JSON object");
     r->think = 1;
     snprintf(r->effort, sizeof r->effort, "max");
     r->temp  = srv.info.gen_temp;
     r->top_p = srv.info.gen_top_p;
-    r->seed  = (uint64_t)time(NULL) ^ ((uint64_t)srv.seq << 32);
+    r->seed  = (uint64_t)time(NULL) ^ ((uint64_t)seq << 32); /* a fresh seed per request */
     json_t *v;
     if ((v = json_object_get(b, "model")) && !json_is_string(v) && !json_is_null(v))
         return bad(e, "invalid_type", "model: expected a string");
@@ -773,7 +773,7 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
     pthread_mutex_lock(&srv.mu);
     j->seq = ++srv.seq;
     pthread_mutex_unlock(&srv.mu);
-    int rc = parse_request(b, &j->r, &e);
+    int rc = parse_request(b, j->seq, &j->r, &e);
     json_decref(b);
     if (rc) {
         fprintf(stderr, "k3chat: serve: #%u 400: %s\n", j->seq, e.msg);

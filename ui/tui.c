@@ -592,8 +592,12 @@ static void draw_status(tui *t) {
         snprintf(seg[n++], 96, "experts %.0f%% of %.1f GB", s->expert_hit * 100, s->expert_gb);
     if (s->mem_gb > 0)
         snprintf(seg[n++], 96, "mem %.2f GB", s->mem_gb);
+    /* whole segments only: one that does not fit is left out (the model name is cut if need be) */
     int x = 1;
     for (int k = 0; k < n && x < t->cols - 2; k++) {
+        int w = txt_width(seg[k], strlen(seg[k]), 0) + (k ? 3 : 0);
+        if (k && x + w > t->cols - 1)
+            continue;
         if (k)
             x += draw_text(t->status_y, x, t->cols - x, " │ ", strlen(" │ "), THM_STATUS);
         x += draw_text(t->status_y, x, t->cols - x, seg[k], strlen(seg[k]), k == 0 ? THM_STATUS_KEY : THM_STATUS);
@@ -1339,8 +1343,10 @@ int ui_tui_run(const cli_opts *o) {
     }
     if (o->system && *o->system)
         ue_system(t->eng, o->system);
-    if (o->load)
+    if (o->load) {
         ue_load(t->eng, o->load);
+        t->load_pending++; /* messages wait until the transcript is in */
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

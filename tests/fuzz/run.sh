@@ -1,5 +1,6 @@
 #!/bin/sh
 # run.sh BUILD SECONDS [NAME...]: run each fuzz target for SECONDS on its corpus
+# (FUZZ_RUNS=N instead: exactly N inputs from a fixed seed, so a short run is reproducible)
 # (tests/fuzz/corpus/NAME, seeds committed; new inputs go to BUILD/corpus/NAME so the
 # repository stays clean). Prints "PASS: NAME ..." or "FAIL: NAME ..." per target; a finding
 # is saved under BUILD/findings/NAME/.
@@ -14,12 +15,14 @@ for n in $names; do
     seeds="tests/fuzz/corpus/$n"; work="$b/corpus/$n"; find="$b/findings/$n"
     mkdir -p "$work" "$find" "$seeds"
     log="$b/fuzz-$n.log"
-    ASAN_OPTIONS=detect_leaks=1 "$exe" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+    if [ -n "${FUZZ_RUNS:-}" ]; then limit="-runs=$FUZZ_RUNS -seed=1"; what="fixed seed 1"
+    else limit="-max_total_time=$secs"; what="${secs}s"; fi
+    ASAN_OPTIONS=detect_leaks=1 "$exe" $limit -timeout=10 -rss_limit_mb=2048 \
         -max_len=65536 -artifact_prefix="$find/" -print_final_stats=1 "$work" "$seeds" >"$log" 2>&1
     st=$?
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
     if [ "$st" -eq 0 ]; then
-        echo "PASS: $n: ${runs:-?} inputs in ${secs}s, no finding"
+        echo "PASS: $n: ${runs:-?} inputs ($what), no finding"
     else
         echo "FAIL: $n: finding (exit $st), see $log and $find"; tail -n 20 "$log" | sed 's/^/    /'
         rc=1

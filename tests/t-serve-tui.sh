@@ -1,0 +1,63 @@
+#!/bin/sh
+# t-serve-tui.sh: the full-screen chat in --endpoint mode (tmux) against `k3chat --serve` on a
+# generated tiny checkpoint: the model name from /v1/models, an answer streams into the panes,
+# /experts says the remote side decides, Ctrl-C stops a long answer; with the server stopped a
+# turn fails with a clear message, and once it is back /retry answers the kept message.
+# The server listens on 127.0.0.1 (a port the kernel picks) and is always killed at the end.
+. "$K3_SRC/tests/tui-lib.sh"
+command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
+d="$K3_TMP/tiny"
+"$K3_BUILD/k3-mkmodel" --preset tiny --seed 1 "$d" >/dev/null 2>&1 || { echo "FAIL: k3-mkmodel"; exit 1; }
+spid=""
+stop_server() { [ -n "$spid" ] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null; spid=""; }
+trap 'stop_server; $T kill-server 2>/dev/null' EXIT
+# start_server ADDR:PORT: waits (bounded) for its "serving" line; sets $port
+start_server() {
+    : >"$K3_TMP/serve.log"
+    OMP_NUM_THREADS=1 "$K3CHAT" "$d" --serve "$1" --model tiny-remote 2>>"$K3_TMP/serve.log" &
+    spid=$!
+    _i=0
+    while [ $_i -lt $((200 * slow)) ] && ! grep -q "serving" "$K3_TMP/serve.log"; do sleep 0.05; _i=$((_i + 1)); done
+    port=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\)/v1.*|\1|p' "$K3_TMP/serve.log" | head -n 1)
+}
+start_server 127.0.0.1:0
+check "the server starts on a free loopback port ($port)" [ -n "$port" ]
+[ -n "$port" ] || finish
+
+tui_start 100 30 -- "$K3CHAT --endpoint http://127.0.0.1:$port --max-tokens 16 --temp 0 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+check "the status bar names the remote model" wait_for "tiny-remote" 10
+type_line "hello"
+check "the answer streams in (think pane) and the turn ends" wait_for "thought for" 30
+keys C-l; type_line "/experts 2"
+check "/experts says the remote server decides" wait_for "remote server places its own experts" 5
+keys C-l; type_line "/think off"
+type_line "go on"
+check "with thinking off the answer goes to the response pane" wait_for "── response" 20
+keys C-d
+check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
+
+# a long answer (greedy "hello" runs to the end of the context): Ctrl-C stops it
+tui_start 100 30 -- "$K3CHAT --endpoint http://127.0.0.1:$port/v1 --temp 0 --think off 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+wait_for "tiny-remote" 10
+type_line "hello"
+check "a long remote answer streams" wait_for "── response" 20
+keys C-c
+check "Ctrl-C stops it" wait_for "[stopped]" 10
+i=0; while [ $i -lt $((100 * slow)) ] && ! grep -q "cancelled" "$K3_TMP/serve.log"; do sleep 0.05; i=$((i + 1)); done
+check "and the server cancels the generation" grep -q "cancelled" "$K3_TMP/serve.log"
+
+# the server goes away: a clear error, the message is kept; back again: /retry answers it
+stop_server
+keys C-l; type_line "are you there"
+check "a turn with the server down says it cannot connect" wait_for "cannot connect" 10
+start_server "127.0.0.1:$port"
+check "the server is back on the same port" [ -n "$port" ]
+keys C-l; type_line "/retry"
+check "/retry sends the kept message again and it is answered" wait_for "── response" 20
+keys C-c
+wait_for "[stopped]" 10
+keys C-d
+check "exit with 0" wait_for "EXIT=0" 10
+check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
+stop_server
+finish
