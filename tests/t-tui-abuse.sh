@@ -30,7 +30,7 @@ check "resize storm: exits with 0" wait_for "EXIT=0" 5
 
 # 2. a tiny terminal (10x3): no crash, a usable exit; growing it back shows the chat again
 tui_start 10 3 K3_MOCK="$m" -- "$k /no/model 2>>$err; echo EXIT=\$?; sleep 30"
-sleep 0.5
+check "10x3: the too-small notice (cut to the width)" wait_for "Enlarge th" 10
 check "10x3: still running after start" sh -c "! $T capture-pane -p | grep -q EXIT="
 type_line "tiny"
 sleep 0.5
