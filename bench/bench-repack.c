@@ -4,9 +4,12 @@
  *                   token fed) of the int8 container, ref: the BF16 source quantized at load
  *                   to the same bits (K3_BITS=K3_MLA_BITS=K3_HEAD_BITS=8); ratio < 1 is faster.
  *                   The issue's target is a ratio <= 1/20 (start-up >= 20x faster).
- *   repack_private  private resident memory (/proc/self/smaps_rollup Private_Clean +
- *                   Private_Dirty) after that first token with K3_MMAP=1, ref: the same
- *                   container copied to the heap.
+ *   repack_startup_cpu  the same in CPU time (user + sys): on a shared machine the wall time
+ *                   depends on the other processes, the CPU time much less.
+ *   repack_private_dirty  private dirty memory (/proc/self/smaps_rollup Private_Dirty: heap
+ *                   copies, not reclaimable) after that first token with K3_MMAP=1, ref: the same
+ *                   container copied to the heap. Mapped shard pages show as Private_Clean
+ *                   (page cache only this process maps: reclaimable), printed in a note.
  *
  * The model is the `slice` preset of k3-mkmodel (the release's widths, 4 layers, ~12 GB),
  * generated with k3-mkmodel and repacked with k3-repack (found next to k3-bench) under
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -39,23 +43,32 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Private_Clean + Private_Dirty of this process in bytes (smaps_rollup), or -1. */
-static double private_bytes(void) {
+/* Private_Dirty (anonymous memory: heap copies, never reclaimable without swap) and
+ * Private_Clean (file pages only this process maps: page cache, reclaimable) of this process,
+ * in bytes, from /proc/self/smaps_rollup. */
+static void private_bytes(double *dirty, double *clean) {
+    *dirty = *clean = -1;
     FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    if (!f) return -1;
-    char   line[256];
-    double kb = 0;
+    if (!f) return;
+    char line[256];
+    long v;
     while (fgets(line, sizeof line, f)) {
-        long v;
-        if (sscanf(line, "Private_Clean: %ld kB", &v) == 1 || sscanf(line, "Private_Dirty: %ld kB", &v) == 1)
-            kb += (double)v;
+        if (sscanf(line, "Private_Clean: %ld kB", &v) == 1) *clean = (double)v * 1024;
+        if (sscanf(line, "Private_Dirty: %ld kB", &v) == 1) *dirty = (double)v * 1024;
     }
     fclose(f);
-    return kb * 1024;
+}
+
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
 typedef struct result {
-    double secs, priv;
+    double secs, cpu;    /* wall and CPU (user + sys) seconds to the first token */
+    double dirty, clean; /* Private_Dirty, Private_Clean bytes then              */
     int    ok;
 } result;
 
@@ -79,7 +92,7 @@ static result measure(const char *dir, const char *bits, int map) {
         if (map) setenv("K3_MMAP", "1", 1);
         else unsetenv("K3_MMAP");
         result      c = {0};
-        double      t0 = now_s();
+        double      t0 = now_s(), c0 = cpu_s();
         k3_params   p;
         k3_model   *m = NULL;
         k3_session *s = NULL;
@@ -87,8 +100,9 @@ static result measure(const char *dir, const char *bits, int map) {
         if (!k3_params_default(&p) && !k3_model_open(dir, &p, &m) && !k3_session_new(m, &s) &&
             !k3_session_feed(s, &id, 1) && k3_session_logits(s)) {
             c.secs = now_s() - t0;
-            c.priv = private_bytes();
-            c.ok   = 1;
+            c.cpu  = cpu_s() - c0;
+            private_bytes(&c.dirty, &c.clean);
+            c.ok = 1;
         } else {
             fprintf(stderr, "# bench-repack: %s: %s\n", dir, k3_errmsg());
         }
@@ -135,30 +149,34 @@ int bench_repack(void) {
         snprintf(cmd, sizeof cmd, "'%s/k3-repack' '%s' '%s' --bits 8 --quiet", bin, src, dst);
         if (run_cmd(cmd)) return 1;
         printf("# k3-repack --bits 8 of the slice preset: %.1f s\n", now_s() - t0);
+        fflush(stdout);
         FILE *f = fopen(done, "w");
         if (f) fclose(f);
     }
     result s = measure(src, "8", 0);
-    double t[3], tm[3], ph[3], pm[3];
+    double t[3], c[3], tm[3], hd[3], hc[3], md[3], mc[3];
     int    ok = s.ok;
     for (int i = 0; i < 3 && ok; i++) {
         result h = measure(dst, NULL, 0), m = measure(dst, NULL, 1);
         ok       = h.ok && m.ok;
-        t[i]     = h.secs;
-        tm[i]    = m.secs;
-        ph[i]    = h.priv;
-        pm[i]    = m.priv;
+        t[i] = h.secs, c[i] = h.cpu, tm[i] = m.secs;
+        hd[i] = h.dirty, hc[i] = h.clean, md[i] = m.dirty, mc[i] = m.clean;
     }
     if (!ok) rc = 1;
     else {
-        double tc = bench_median(t, 3), tcm = bench_median(tm, 3), hp = bench_median(ph, 3),
-               mp = bench_median(pm, 3);
-        printf("# slice preset: source (BF16, quantized at load to int8) %.2f s to the first token; "
-               "int8 container %.2f s (%.1fx faster), with K3_MMAP=1 %.2f s (%.1fx); private memory: "
-               "source %.0f MB, container heap %.0f MB, K3_MMAP=1 %.0f MB\n",
-               s.secs, tc, s.secs / tc, tcm, s.secs / tcm, s.priv / 1e6, hp / 1e6, mp / 1e6);
+        double tc = bench_median(t, 3), cc = bench_median(c, 3), tcm = bench_median(tm, 3);
+        double hdm = bench_median(hd, 3), hcm = bench_median(hc, 3), mdm = bench_median(md, 3),
+               mcm = bench_median(mc, 3);
+        printf("# slice preset, open to first token: source (BF16 quantized at load to int8) %.2f s "
+               "wall, %.2f s CPU; int8 container %.2f s wall (%.1fx faster), %.2f s CPU (%.1fx); "
+               "with K3_MMAP=1 %.2f s wall (%.1fx)\n",
+               s.secs, s.cpu, tc, s.secs / tc, cc, s.cpu / cc, tcm, s.secs / tcm);
+        printf("# private memory (MB) dirty / clean: source %.0f / %.0f, container on the heap %.0f / "
+               "%.0f, K3_MMAP=1 %.0f / %.0f\n",
+               s.dirty / 1e6, s.clean / 1e6, hdm / 1e6, hcm / 1e6, mdm / 1e6, mcm / 1e6);
         if (bench_want("repack_startup")) bench_report("repack_startup", tc, "s", s.secs, "s");
-        if (bench_want("repack_private")) bench_report("repack_private", mp / 1e6, "MB", hp / 1e6, "MB");
+        if (bench_want("repack_startup_cpu")) bench_report("repack_startup_cpu", cc, "s", s.cpu, "s");
+        if (bench_want("repack_private")) bench_report("repack_private_dirty", mdm / 1e6, "MB", hdm / 1e6, "MB");
     }
     if (!keep) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);

@@ -579,7 +579,8 @@ static int env_set(const char *name) {
 /* A k3 container (k3-repack) brings its bits: K3_BITS / K3_MLA_BITS / K3_HEAD_BITS left unset
  * keep them (the matrices are then used as stored); set explicitly they win, and matrices stored
  * at other bits are dequantized and quantized again at load (e.g. K3_BITS=4 on an int8
- * container). K3_MMAP=1 (mapped, read-only, no heap copy) is refused with the Vulkan tier. */
+ * container). K3_MMAP=1 (mapped, read-only, no heap copy) is refused with the Vulkan tier: here
+ * when K3_VK asks for it, after vkt_open when it came on by itself. */
 static k3_status container_params(k3_model *m) {
     rp_info   ci;
     k3_status st = rp_info_load(m->dir, &ci);
@@ -595,7 +596,7 @@ static k3_status container_params(k3_model *m) {
     if ((st = env_int("K3_MMAP", 0, 1, &m->map))) return st;
     const char *vk = getenv("K3_VK");
     if (m->map && vk && *vk && strcmp(vk, "0"))
-        return k3_err(K3_ERR_UNSUPPORTED, "K3_MMAP=1 with K3_VK=%s: the Vulkan tier uploads weights from heap copies; unset one of them",
+        return k3_err(K3_ERR_UNSUPPORTED, "K3_MMAP=1 with K3_VK=%s: the Vulkan tier is not supported on mapped weights; unset one of them",
                       vk);
     return K3_OK;
 }
@@ -648,6 +649,10 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
         if ((st = load_layer(m, l))) goto fail;
     if ((st = ex_open(m, &m->tier))) goto fail;
     if ((st = vkt_open(m, &m->vk))) goto fail;
+    if (m->map && m->vk) { /* K3_VK unset and a real GPU found: the tier came on by itself */
+        st = k3_err(K3_ERR_UNSUPPORTED, "K3_MMAP=1: the Vulkan tier is on (a GPU was found); set K3_VK=0 or unset K3_MMAP");
+        goto fail;
+    }
     K3_LOG_INFO("%s: %d layers (%d run), %.1f MB resident, %.1f MB mapped", dir, c->n_layers,
                 m->n_run, (double)m->bytes_resident / 1e6, (double)m->bytes_mapped / 1e6);
     *out = m;

@@ -367,6 +367,8 @@ static k3_status read_index(st_dir *d, const char *ipath, json_t **root_out) {
         if (st) return st;
         if (!is_vision(key)) d->shards[idx].text = 1;
     }
+    if (d->n_shards == 0)
+        return k3_err(K3_ERR_FORMAT, "%s: weight_map names no shard file", file);
     qsort(d->shards, (size_t)d->n_shards, sizeof *d->shards, cmp_shard_name);
     return K3_OK;
 }
@@ -479,6 +481,7 @@ const st_tensor *st_tensor_at(const st_dir *d, int i) {
 
 const st_tensor *st_find(const st_dir *d, const char *name) {
     st_tensor key = {.name = strip_prefix(name)};
+    if (!d->n_tensors) return NULL;
     return bsearch(&key, d->tensors, (size_t)d->n_tensors, sizeof key, cmp_tensor_name);
 }
 

@@ -168,6 +168,21 @@ K3_MMAP=1 K3_VK=1 "$B/k3chat" "$T/c8" --ids "1 2" --max-tokens 1 >/dev/null 2>"$
 K3_MMAP=2 "$B/k3chat" "$T/c8" --ids "1 2" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" != 0 ] && grep -q "K3_MMAP" "$T/err"; ok $? "K3_MMAP=2 rejected naming the variable"
 
+# ---- a damaged container ------------------------------------------------------------------------
+cp -r "$T/c8" "$T/dmg"
+$PY - "$T/dmg" <<'EOF'
+import os, sys
+d = sys.argv[1]
+for f in os.listdir(d):  # rename the sidecar lm_head.weight.qs (same length: offsets unchanged)
+    p = os.path.join(d, f)
+    if f.endswith((".safetensors", ".json")):
+        b = open(p, "rb").read()
+        open(p, "wb").write(b.replace(b'"lm_head.weight.qs"', b'"lm_head.weight.qz"'))
+EOF
+"$B/k3chat" "$T/dmg" --ids "1 2" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "lm_head.weight.qs" "$T/err" && grep -q "missing" "$T/err"
+ok $? "a container matrix without its scale sidecar: clear error naming it ($(head -c 160 "$T/err"))"
+
 # ---- bad arguments, corrupt source -------------------------------------------------------------
 "$RP" "$T/src" "$T/x" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q -- "--bits" "$T/err"; ok $? "missing --bits: usage error (exit $rc)"

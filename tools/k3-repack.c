@@ -17,8 +17,8 @@
  * - Inside a shard, tensors are placed by element size (8, 4, 2, then 1 byte), so the F32 scale
  *   sidecars are aligned in the file and usable from a mapping; data starts 64-byte aligned.
  * - Resume: a shard whose final file exists with exactly the planned header (which records the
- *   bits and the source shard) and size is skipped; a killed run leaves only .partial files,
- *   which the next run overwrites. --shards picks source shards (1-based, "1-3,7") so disjoint
+ *   bits and the source shard's name, size and mtime) and size is skipped; a killed run leaves
+ *   only .partial files, which the next run overwrites. --shards picks source shards (1-based, "1-3,7") so disjoint
  *   runs can share the work; each run then rebuilds the index from every completed shard in DST
  *   (under a lock, temp + rename), refusing to publish one when a tensor name appears twice.
  * - --verify-full re-reads every expert byte of every selected shard (fresh or skipped) from
@@ -355,6 +355,9 @@ static k3_status place(ctx *c, plan *p, int shard, json_t *meta) {
     meta_set(meta, "k3.head_bits", "%d", c->o.head_bits);
     meta_set(meta, "k3.source_shard", "%s", st_shard_name(c->d, shard));
     meta_set(meta, "k3.source_bytes", "%llu", (unsigned long long)st_shard_size(c->d, shard));
+    struct stat sb; /* a replaced source shard (new mtime) is repacked again on resume */
+    meta_set(meta, "k3.source_mtime", "%lld",
+             stat(st_shard_path(c->d, shard), &sb) ? 0LL : (long long)sb.st_mtime);
     json_object_set(h, "__metadata__", meta);
     char *js = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(h);
@@ -888,7 +891,7 @@ out:
 
 /* Write bytes to dir/name through a temp file + fsync + rename. */
 static k3_status put_file(const char *dir, const char *name, const void *data, size_t n) {
-    char     *tmp = xasprintf("%s/.%s.tmp", dir, name), *fin = xasprintf("%s/%s", dir, name);
+    char     *tmp = xasprintf("%s/.%s.%d.tmp", dir, name, (int)getpid()), *fin = xasprintf("%s/%s", dir, name);
     k3_status st  = K3_OK;
     int       fd  = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) st = k3_err(K3_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
