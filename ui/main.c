@@ -3,6 +3,8 @@
 #include "cli.h"
 #include "k3.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +54,45 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, doubl
     return 0;
 }
 
+/* A closed standard descriptor would be taken by the next open() (a shard, the autosave
+ * file) and the answer written into that file: hold it with /dev/null opened the other way,
+ * so that using it fails with EBADF as it would on the closed descriptor. */
+static void hold_std_fds(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        int n = open("/dev/null", fd ? O_RDONLY : O_WRONLY);
+        if (n >= 0 && n != fd)
+            close(n); /* a lower one was closed too: the loop reaches it first */
+    }
+}
+
+static int run_mode(const cli_opts *o) {
+    switch (o->mode) {
+    case CLI_INSPECT: return cli_inspect(o);
+    case CLI_TOKENIZE: return cli_tokenize(o);
+    case CLI_DETOKENIZE: return cli_detokenize(o);
+    case CLI_CHAT_IDS: return cli_chat_ids(o);
+    case CLI_ONESHOT: return cli_oneshot(o);
+    case CLI_REPLAY: return cli_replay(o);
+    case CLI_SERVE: return cli_serve(o);
+    case CLI_CHAT:
+        if (o->plain || !isatty(0) || !isatty(1))
+            return cli_plain(o);
+        return ui_tui_run(o);
+    }
+    return 2;
+}
+
+/* An answer that could not be written is a failure (plain mode reports its own). */
+static int stdout_done(int rc) {
+    if ((fflush(stdout) || ferror(stdout)) && !rc) {
+        fprintf(stderr, "k3chat: cannot write to standard output: %s\n", strerror(errno ? errno : EIO));
+        return 1;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
     enum {
         O_INSPECT = 256, O_TOKENIZE, O_DETOKENIZE, O_CHAT_IDS, O_PROMPT, O_IDS, O_PATTERN, O_LOAD,
@@ -72,6 +113,7 @@ int main(int argc, char **argv) {
         {"api-key", required_argument, 0, O_APIKEY}, {"model", required_argument, 0, O_MODEL},
         {"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
+    hold_std_fds();
     cli_opts o = {.max_tokens = -1, .temp = NAN, .top_p = NAN, .think = -1};
     double   v;
     int      c;
@@ -158,18 +200,5 @@ int main(int argc, char **argv) {
     if (want == 2)
         o.file = argv[optind + 1];
 
-    switch (o.mode) {
-    case CLI_INSPECT: return cli_inspect(&o);
-    case CLI_TOKENIZE: return cli_tokenize(&o);
-    case CLI_DETOKENIZE: return cli_detokenize(&o);
-    case CLI_CHAT_IDS: return cli_chat_ids(&o);
-    case CLI_ONESHOT: return cli_oneshot(&o);
-    case CLI_REPLAY: return cli_replay(&o);
-    case CLI_SERVE: return cli_serve(&o);
-    case CLI_CHAT:
-        if (o.plain || !isatty(0) || !isatty(1))
-            return cli_plain(&o);
-        return ui_tui_run(&o);
-    }
-    return 2;
+    return stdout_done(run_mode(&o));
 }

@@ -5,7 +5,8 @@
  * when stderr is a terminal. Notices and errors go to stderr as "k3chat: ...". On a terminal
  * the line is read with libedit (history shared with the TUI); otherwise with getline().
  * Ctrl-C stops the answer in progress; at the prompt (or at end of input) k3chat exits once
- * the last answer is complete. The exit status is 1 when the model failed to load.
+ * the last answer is complete. The exit status is 1 when the model failed to load or stdout
+ * could not be written (reported once on stderr).
  */
 #include "chat.h"
 #include "cli.h"
@@ -33,7 +34,20 @@ typedef struct plain {
     ev_queue     *q;
     chat_settings cs;
     int           err_tty, fatal, ready, last_ch, busy;
+    int           out_err; /* errno of the first failed write to stdout (0: none) */
 } plain;
+
+/* After writing to stdout: a closed or broken stdout is reported once and makes the exit
+ * status 1 (the conversation and its autosave go on). */
+static void out_check(plain *p) {
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return;
+    if (!p->out_err) {
+        p->out_err = errno ? errno : EIO;
+        fprintf(stderr, "k3chat: cannot write the answer to standard output: %s\n", strerror(p->out_err));
+    }
+    clearerr(stdout);
+}
 
 static void plain_log(int level, const char *msg, void *ud) {
     (void)ud;
@@ -69,7 +83,7 @@ static int on_event(plain *p, ui_ev *e) {
             if (p->last_ch == EV_CH_THINK)
                 fputc('\n', stderr);
             fputs(e->text, stdout);
-            fflush(stdout);
+            out_check(p);
         }
         p->last_ch = e->ch;
         break;
@@ -80,7 +94,7 @@ static int on_event(plain *p, ui_ev *e) {
             fputc('\n', stdout);
         if (e->i == UE_DONE_CANCELLED)
             fprintf(stderr, "k3chat: stopped\n");
-        fflush(stdout);
+        out_check(p);
         p->last_ch = -1;
         return 1;
     case EV_ERROR: fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "error"); break;
@@ -265,5 +279,5 @@ int cli_plain(const cli_opts *o) {
     drain(p, 0);
     k3_log_set_callback(NULL, NULL);
     ev_queue_free(p->q);
-    return rc ? 1 : 0;
+    return rc || p->out_err ? 1 : 0;
 }

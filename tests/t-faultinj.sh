@@ -1,0 +1,169 @@
+#!/bin/sh
+# t-faultinj.sh: read faults in the model files (tests/faultinj.c as an LD_PRELOAD shim, plus a
+# real truncation and a vanished shard between turns). The streaming expert tier is forced with
+# K3_EXPERT_GB=0 (one slot per MoE layer, so every token reads experts). Checks: a clear error
+# naming the file and offset, no crash or sanitizer report, short reads change nothing, and in
+# plain mode the conversation survives: the failed turn stays (marked interrupted) and, once
+# the fault is gone, /retry answers exactly as a run that never saw the fault.
+set -u
+k="$K3_BUILD/k3chat"
+M="$K3_TMP/m"
+so="$K3_TMP/faultinj.so"
+t() { if eval "$2"; then echo "PASS: $1"; else echo "FAIL: $1"; fi; }
+slow=1
+case "$K3_BUILD" in *asan*)
+    slow=4
+    ASAN_OPTIONS="verify_asan_link_order=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+    export ASAN_OPTIONS ;;
+esac
+if ! cc -shared -fPIC -O1 -o "$so" "$K3_SRC/tests/faultinj.c" -ldl 2>"$K3_TMP/cc.err"; then
+    echo "SKIP: cannot build the fault-injection shim: $(head -n 1 "$K3_TMP/cc.err")"
+    exit 0
+fi
+if ! "$K3_BUILD/k3-mkmodel" --preset tiny --seed 3 "$M" >/dev/null 2>&1; then
+    echo "FAIL: k3-mkmodel --preset tiny"
+    exit 0
+fi
+K3_VK=0 K3_EXPERT_GB=0
+export K3_VK K3_EXPERT_GB
+opts="--temp 0 --max-tokens 6 --think off"
+san() { ! grep -qE "ERROR: AddressSanitizer|runtime error:|LeakSanitizer" "$1"; }
+# fi VAR=VALUE... -- ARGS: k3chat under the shim, every shard of the model matched
+fi_run() {
+    _e="LD_PRELOAD=$so FI_PATH=$M/model- FI_LOG=$K3_TMP/fi.log"
+    while [ "$1" != "--" ]; do _e="$_e $1"; shift; done
+    shift
+    rm -f "$K3_TMP/fi.log"
+    # shellcheck disable=SC2086
+    env $_e "$k" "$M" "$@"
+}
+# wait_grep FILE PATTERN SECONDS: poll until FILE matches
+wait_grep() {
+    _i=0
+    while [ $_i -lt $(($3 * 20 * slow)) ]; do
+        grep -q -- "$2" "$1" 2>/dev/null && return 0
+        sleep 0.05; _i=$((_i + 1))
+    done
+    return 1
+}
+wait_size() { # wait_size FILE BYTES SECONDS (answers are random text, newlines included)
+    _i=0
+    while [ $_i -lt $(($3 * 20 * slow)) ]; do
+        [ "$(wc -c <"$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0
+        sleep 0.05; _i=$((_i + 1))
+    done
+    return 1
+}
+
+# baselines (no shim): one-shot, and plain mode with one and two turns
+# shellcheck disable=SC2086
+"$k" "$M" --prompt hello $opts >"$K3_TMP/base" 2>/dev/null
+# shellcheck disable=SC2086
+printf 'hello\n' | "$k" "$M" --plain $opts >"$K3_TMP/base1" 2>/dev/null
+# shellcheck disable=SC2086
+printf 'hello\nagain\n' | "$k" "$M" --plain $opts >"$K3_TMP/base2" 2>/dev/null
+n1=$(wc -c <"$K3_TMP/base1")
+t "baseline answers exist" '[ -s "$K3_TMP/base" ] && [ "$n1" -gt 0 ] && [ "$(wc -c <"$K3_TMP/base2")" -gt "$n1" ]'
+
+# how many reads loading takes (plain mode, no input), and that generation reads experts
+fi_run FI_MODE=pass -- --plain </dev/null >/dev/null 2>&1
+nload=$(wc -l <"$K3_TMP/fi.log" 2>/dev/null || echo 0)
+# shellcheck disable=SC2086
+fi_run FI_MODE=pass -- --prompt hello $opts >"$K3_TMP/o" 2>/dev/null
+nall=$(wc -l <"$K3_TMP/fi.log" 2>/dev/null || echo 0)
+t "the shim sees the loader's reads ($nload) and streamed expert reads ($nall in all)" \
+    '[ "$nload" -gt 0 ] && [ "$nall" -gt "$nload" ]'
+t "the pass-through shim changes nothing" 'cmp -s "$K3_TMP/o" "$K3_TMP/base"'
+
+# one-shot faults
+pat='model-[0-9]*-of-[0-9]*\.safetensors: expert read of [0-9]* bytes at offset [0-9]*'
+# shellcheck disable=SC2086
+fi_run FI_MODE=eio FI_AFTER="$nload" -- --prompt hello $opts >/dev/null 2>"$K3_TMP/e1"
+rc=$?
+t "EIO on an expert read: exit 1 (got $rc)" '[ $rc -eq 1 ]'
+t "EIO: the error names the file and offset" 'grep -q "$pat failed: Input/output error" "$K3_TMP/e1"'
+t "EIO: no sanitizer report" 'san "$K3_TMP/e1"'
+# shellcheck disable=SC2086
+fi_run FI_MODE=trunc FI_AFTER="$nload" -- --prompt hello $opts >/dev/null 2>"$K3_TMP/e2"
+rc=$?
+t "a file truncated under an expert read: exit 1 (got $rc)" '[ $rc -eq 1 ]'
+t "truncated: the error names the file and offset" \
+    'grep -q "model-[0-9]*-of-[0-9]*\.safetensors: unexpected end of file at offset [0-9]*" "$K3_TMP/e2"'
+t "truncated: no sanitizer report" 'san "$K3_TMP/e2"'
+# shellcheck disable=SC2086
+fi_run FI_MODE=eio -- --prompt hello $opts >/dev/null 2>"$K3_TMP/e3"
+rc=$?
+t "EIO while loading: exit 1 (got $rc)" '[ $rc -eq 1 ]'
+t "EIO while loading: the error names the file and offset" \
+    'grep -q "model-[0-9]*-of-[0-9]*\.safetensors: .*offset [0-9]*.*Input/output error" "$K3_TMP/e3" && san "$K3_TMP/e3"'
+# shellcheck disable=SC2086
+fi_run FI_MODE=short -- --prompt hello $opts >"$K3_TMP/o4" 2>"$K3_TMP/e4"
+rc=$?
+t "every read short (loader and experts): same answer, exit 0 (got $rc)" \
+    '[ $rc -eq 0 ] && cmp -s "$K3_TMP/o4" "$K3_TMP/base" && [ -s "$K3_TMP/fi.log" ] && san "$K3_TMP/e4"'
+
+# plain mode: the fault is on for the first turn only (FI_CTL), the conversation survives
+fifo="$K3_TMP/in"
+mkfifo "$fifo"
+plain_start() { # plain_start VAR=VALUE...: k3chat --plain reading the FIFO (fd 3 writes it)
+    rm -f "$K3_TMP/po" "$K3_TMP/pe"
+    # shellcheck disable=SC2086
+    fi_run "$@" -- --plain $opts <"$fifo" >"$K3_TMP/po" 2>"$K3_TMP/pe" &
+    pid=$!
+    exec 3>"$fifo"
+}
+plain_end() {
+    exec 3>&-
+    wait "$pid"
+    prc=$?
+}
+: >"$K3_TMP/ctl"
+plain_start FI_MODE=eio FI_AFTER="$nload" FI_CTL="$K3_TMP/ctl"
+echo hello >&3
+wait_grep "$K3_TMP/pe" "expert read" 30
+t "plain mode: the failed turn is reported with file and offset" 'grep -q "$pat failed" "$K3_TMP/pe"'
+rm -f "$K3_TMP/ctl"
+echo /retry >&3
+plain_end
+t "plain mode: after the fault clears /retry answers as without it (exit $prc)" \
+    '[ $prc -eq 0 ] && cmp -s "$K3_TMP/po" "$K3_TMP/base1" && san "$K3_TMP/pe"'
+
+# real truncation between turns (shim passes through): turn 2 fails, the files come back,
+# /retry answers turn 2
+mkdir "$K3_TMP/keep"
+plain_start FI_MODE=pass
+echo hello >&3
+wait_size "$K3_TMP/po" "$n1" 30
+for f in "$M"/model-*.safetensors; do
+    cp "$f" "$K3_TMP/keep/"
+    truncate -s "$(($(wc -c <"$f") / 2))" "$f"
+done
+echo again >&3
+wait_grep "$K3_TMP/pe" "unexpected end of file" 30
+t "real truncation between turns: reported with file and offset" \
+    'grep -q "model-[0-9]*-of-[0-9]*\.safetensors: unexpected end of file at offset [0-9]*" "$K3_TMP/pe"'
+for f in "$K3_TMP"/keep/*; do cp "$f" "$M/"; done # in place: the same inodes
+echo /retry >&3
+plain_end
+t "restored files: the next turn answers as without the fault (exit $prc)" \
+    '[ $prc -eq 0 ] && cmp -s "$K3_TMP/po" "$K3_TMP/base2" && san "$K3_TMP/pe"'
+
+# a vanished shard: the files are renamed away and the open descriptors fail (EIO), so the
+# retry's reopen by path cannot find them; then they come back and /retry answers
+rm -f "$K3_TMP/ctl"
+plain_start FI_MODE=eio FI_CTL="$K3_TMP/ctl" FI_PATH=.safetensors
+echo hello >&3
+wait_size "$K3_TMP/po" "$n1" 30
+mkdir "$K3_TMP/away"
+mv "$M"/model-*.safetensors "$K3_TMP/away/"
+: >"$K3_TMP/ctl"
+echo again >&3
+wait_grep "$K3_TMP/pe" "expert read" 30
+t "vanished shard: the error names the file and says it cannot be opened" \
+    'grep -q "model-[0-9]*-of-[0-9]*\.safetensors: cannot open: No such file" "$K3_TMP/pe"'
+mv "$K3_TMP"/away/* "$M/"
+rm -f "$K3_TMP/ctl"
+echo /retry >&3
+plain_end
+t "shard back: the next turn answers as without the fault (exit $prc)" \
+    '[ $prc -eq 0 ] && cmp -s "$K3_TMP/po" "$K3_TMP/base2" && san "$K3_TMP/pe"'
