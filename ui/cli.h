@@ -1,6 +1,7 @@
 /* cli.h: k3chat's command-line modes. main.c parses options into cli_opts and calls one
  * entry point; each returns the process exit status (0 ok, 1 error, 2 usage). */
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 enum cli_mode {
@@ -47,3 +48,6 @@ int cli_replay(const cli_opts *o);     /* replay.c      */
 int cli_plain(const cli_opts *o);      /* plain.c       */
 int cli_serve(const cli_opts *o);      /* serve.c       */
 int ui_tui_run(const cli_opts *o);     /* tui.c         */
+
+/* serve.c: parse an OpenAI chat request body as the server would; 0 ok, -1 with err set. */
+int serve_check_body(const char *body, size_t n, char *err, size_t errn);

@@ -911,6 +911,27 @@ static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls, 
 }
 
 /* "[ADDR:]PORT": ADDR defaults to 127.0.0.1; IPv6 as [::1]:PORT. */
+/* A request body through the same parser the server uses (for the fuzz target and tests):
+ * 0 when it would be served, -1 with the 4xx message in err. */
+int serve_check_body(const char *body, size_t n, char *err, size_t errn) {
+    json_error_t je;
+    json_t      *b = json_loadb(body, n, 0, &je);
+    if (!b) {
+        snprintf(err, errn, "the body is not JSON: %s (line %d)", je.text, je.line);
+        return -1;
+    }
+    sreq r;
+    perr e;
+    memset(&r, 0, sizeof r);
+    memset(&e, 0, sizeof e);
+    int rc = parse_request(b, 1, &r, &e);
+    if (rc)
+        snprintf(err, errn, "%s", e.msg);
+    sreq_free(&r);
+    json_decref(b);
+    return rc ? -1 : 0;
+}
+
 static int parse_listen(const char *spec, struct addrinfo **out) {
     char        host[256] = "127.0.0.1";
     const char *port      = spec, *colon = strrchr(spec, ':');
