@@ -1,5 +1,6 @@
 /* engine.c: the worker thread and the command side of the UI/engine seam (see engine.h). */
 #include "engine.h"
+#include "k3.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -137,4 +138,74 @@ double ue_mem_gb(void) {
         fclose(f);
     }
     return (double)rss * (double)sysconf(_SC_PAGESIZE) / 1e9;
+}
+
+/* ---- conversation edits shared by every backend that keeps a k3_conv ---------------------- */
+
+void ue_send_history(ue *u, const k3_conv *c) {
+    ui_ev e = {.type = EV_RESET};
+    ev_push(u->out, &e);
+    for (int k = 0; k < k3_conv_count(c); k++) {
+        const k3_msg *m = k3_conv_msg(c, k);
+        int role = m->role == K3_ROLE_USER ? UE_ROLE_USER : m->role == K3_ROLE_ASSISTANT ? UE_ROLE_ASSISTANT : UE_ROLE_SYSTEM;
+        ui_ev x  = {.type = EV_MSG, .i = role, .text = m->content, .text2 = m->reasoning};
+        ev_push(u->out, &x);
+    }
+}
+
+int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
+    switch (cmd->type) {
+    case EV_CMD_UNDO:
+        if (k3_conv_undo(c) == 0) {
+            ue_emitf(u, EV_ERROR, "/undo: the conversation is empty");
+        } else {
+            ui_ev e = {.type = EV_UNDO};
+            ev_push(u->out, &e);
+        }
+        return 1;
+    case EV_CMD_FORGET: {
+        int n = k3_conv_drop_oldest(c);
+        if (n == 0) {
+            ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
+            return 1;
+        }
+        ue_send_history(u, c);
+        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", n);
+        return 1;
+    }
+    case EV_CMD_CLEAR: {
+        k3_conv_clear(c);
+        ui_ev e = {.type = EV_RESET};
+        ev_push(u->out, &e);
+        return 1;
+    }
+    case EV_CMD_SYSTEM:
+        if (k3_conv_set_system(c, cmd->text) != K3_OK)
+            ue_emitf(u, EV_ERROR, "/system: %s", k3_errmsg());
+        return 1;
+    case EV_CMD_SAVE:
+        if (k3_conv_save(c, cmd->text) != K3_OK)
+            ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
+        else
+            ue_emitf(u, EV_INFO, "saved %d messages to %s", k3_conv_count(c), cmd->text);
+        return 1;
+    case EV_CMD_LOAD: {
+        k3_load_info li;
+        if (k3_conv_load(c, cmd->text, &li) != K3_OK) {
+            ue_emitf(u, EV_ERROR, "/load: %s", k3_errmsg());
+            return 1;
+        }
+        ue_send_history(u, c);
+        ue_emitf(u, EV_INFO, "loaded %d messages from %s%s", li.n_messages, cmd->text,
+                 li.torn_line ? " (an incomplete last line was ignored)" : "");
+        return 1;
+    }
+    case EV_CMD_EXPORT:
+        if (k3_conv_export_md(c, cmd->text) != K3_OK)
+            ue_emitf(u, EV_ERROR, "/export: %s", k3_errmsg());
+        else
+            ue_emitf(u, EV_INFO, "exported %d messages to %s", k3_conv_count(c), cmd->text);
+        return 1;
+    default: return 0;
+    }
 }

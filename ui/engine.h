@@ -79,4 +79,12 @@ static inline int ue_cancelled(ue *u) {
 /* Post a token / message / text event (helpers for backends). */
 void ue_emit_token(ue *u, int ch, const char *text, size_t n);
 void ue_emitf(ue *u, int type, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* For backends that keep the conversation in a k3_conv (worker.c, remote.c): */
+struct k3_conv;
+/* EV_RESET, then one EV_MSG per message of c. */
+void ue_send_history(ue *u, const struct k3_conv *c);
+/* Handle the conversation edits (/undo /forget /clear /system /save /load /export) the same way in
+ * every backend; 1 when cmd was one of them, 0 when the backend must handle it. */
+int ue_conv_cmd(ue *u, struct k3_conv *c, const ui_ev *cmd);
 double ue_mem_gb(void); /* resident set size of the process */

@@ -455,17 +455,6 @@ static void turn(remote *r, const ue_gen *g) {
         ue_emitf(r->u, EV_ERROR, "autosave: %s (the conversation is kept in memory)", ae);
 }
 
-static void send_history(remote *r) {
-    ui_ev e = {.type = EV_RESET};
-    ev_push(r->u->out, &e);
-    for (int k = 0; k < k3_conv_count(r->c); k++) {
-        const k3_msg *m = k3_conv_msg(r->c, k);
-        int role = m->role == K3_ROLE_USER ? UE_ROLE_USER : m->role == K3_ROLE_ASSISTANT ? UE_ROLE_ASSISTANT : UE_ROLE_SYSTEM;
-        ui_ev x  = {.type = EV_MSG, .i = role, .text = m->content, .text2 = m->reasoning};
-        ev_push(r->u->out, &x);
-    }
-}
-
 static void done_error(ue *u, const char *msg) {
     ue_emitf(u, EV_ERROR, "%s", msg);
     ui_ev d = {.type = EV_DONE, .i = UE_DONE_ERROR};
@@ -475,6 +464,8 @@ static void done_error(ue *u, const char *msg) {
 static void remote_cmd(ue *u, void *self, const ui_ev *c) {
     remote *r = self;
     int     n = k3_conv_count(r->c);
+    if (ue_conv_cmd(u, r->c, c)) /* /undo /forget /clear /system /save /load /export */
+        return;
     switch (c->type) {
     case EV_CMD_SEND:
         if (k3_conv_add(r->c, K3_ROLE_USER, c->text, NULL) != K3_OK)
@@ -487,56 +478,6 @@ static void remote_cmd(ue *u, void *self, const ui_ev *c) {
             turn(r, &c->gen);
         else
             done_error(u, "/retry: there is no answer to regenerate");
-        break;
-    case EV_CMD_UNDO:
-        if (k3_conv_undo(r->c) == 0) {
-            ue_emitf(u, EV_ERROR, "/undo: the conversation is empty");
-        } else {
-            ui_ev e = {.type = EV_UNDO};
-            ev_push(u->out, &e);
-        }
-        break;
-    case EV_CMD_FORGET: {
-        int k = k3_conv_drop_oldest(r->c);
-        if (k == 0) {
-            ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
-            break;
-        }
-        send_history(r);
-        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", k);
-        break;
-    }
-    case EV_CMD_CLEAR: {
-        k3_conv_clear(r->c);
-        ui_ev e = {.type = EV_RESET};
-        ev_push(u->out, &e);
-        break;
-    }
-    case EV_CMD_SYSTEM:
-        if (k3_conv_set_system(r->c, c->text) != K3_OK)
-            ue_emitf(u, EV_ERROR, "/system: %s", k3_errmsg());
-        break;
-    case EV_CMD_SAVE:
-        if (k3_conv_save(r->c, c->text) != K3_OK)
-            ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
-        else
-            ue_emitf(u, EV_INFO, "saved %d messages to %s", n, c->text);
-        break;
-    case EV_CMD_LOAD: {
-        k3_load_info li;
-        if (k3_conv_load(r->c, c->text, &li) != K3_OK) {
-            ue_emitf(u, EV_ERROR, "/load: %s", k3_errmsg());
-            break;
-        }
-        send_history(r);
-        ue_emitf(u, EV_INFO, "loaded %d messages from %s", li.n_messages, c->text);
-        break;
-    }
-    case EV_CMD_EXPORT:
-        if (k3_conv_export_md(r->c, c->text) != K3_OK)
-            ue_emitf(u, EV_ERROR, "/export: %s", k3_errmsg());
-        else
-            ue_emitf(u, EV_INFO, "exported %d messages to %s", n, c->text);
         break;
     case EV_CMD_REPLAY:
         done_error(u, "/replay needs the model on this machine: k3chat MODEL_DIR --replay FILE");

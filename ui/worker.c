@@ -173,17 +173,6 @@ static void turn(real *r, const ue_gen *g) {
         ue_emitf(r->u, EV_ERROR, "autosave: %s (the conversation is kept in memory)", ae);
 }
 
-static void send_history(real *r) {
-    ui_ev e = {.type = EV_RESET};
-    ev_push(r->u->out, &e);
-    for (int k = 0; k < k3_conv_count(r->c); k++) {
-        const k3_msg *m = k3_conv_msg(r->c, k);
-        int role = m->role == K3_ROLE_USER ? UE_ROLE_USER : m->role == K3_ROLE_ASSISTANT ? UE_ROLE_ASSISTANT : UE_ROLE_SYSTEM;
-        ui_ev x  = {.type = EV_MSG, .i = role, .text = m->content, .text2 = m->reasoning};
-        ev_push(r->u->out, &x);
-    }
-}
-
 typedef struct replay_ctx {
     real *r;
 } replay_ctx;
@@ -243,6 +232,8 @@ out:
 
 static void real_cmd(ue *u, void *self, const ui_ev *c) {
     real *r = self;
+    if (ue_conv_cmd(u, r->c, c)) /* /undo /forget /clear /system /save /load /export */
+        return;
     switch (c->type) {
     case EV_CMD_SEND:
         if (k3_conv_add(r->c, K3_ROLE_USER, c->text, NULL) != K3_OK) {
@@ -261,57 +252,6 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
             break;
         }
         turn(r, &c->gen);
-        break;
-    case EV_CMD_UNDO:
-        if (k3_conv_undo(r->c) == 0) {
-            ue_emitf(u, EV_ERROR, "/undo: the conversation is empty");
-        } else {
-            ui_ev e = {.type = EV_UNDO};
-            ev_push(u->out, &e);
-        }
-        break;
-    case EV_CMD_FORGET: {
-        int n = k3_conv_drop_oldest(r->c);
-        if (n == 0) {
-            ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
-            break;
-        }
-        send_history(r);
-        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", n);
-        break;
-    }
-    case EV_CMD_CLEAR: {
-        k3_conv_clear(r->c);
-        ui_ev e = {.type = EV_RESET};
-        ev_push(u->out, &e);
-        break;
-    }
-    case EV_CMD_SYSTEM:
-        if (k3_conv_set_system(r->c, c->text) != K3_OK)
-            ue_emitf(u, EV_ERROR, "/system: %s", k3_errmsg());
-        break;
-    case EV_CMD_SAVE:
-        if (k3_conv_save(r->c, c->text) != K3_OK)
-            ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
-        else
-            ue_emitf(u, EV_INFO, "saved %d messages to %s", k3_conv_count(r->c), c->text);
-        break;
-    case EV_CMD_LOAD: {
-        k3_load_info li;
-        if (k3_conv_load(r->c, c->text, &li) != K3_OK) {
-            ue_emitf(u, EV_ERROR, "/load: %s", k3_errmsg());
-            break;
-        }
-        send_history(r);
-        ue_emitf(u, EV_INFO, "loaded %d messages from %s%s", li.n_messages, c->text,
-                 li.torn_line ? " (an incomplete last line was ignored)" : "");
-        break;
-    }
-    case EV_CMD_EXPORT:
-        if (k3_conv_export_md(r->c, c->text) != K3_OK)
-            ue_emitf(u, EV_ERROR, "/export: %s", k3_errmsg());
-        else
-            ue_emitf(u, EV_INFO, "exported %d messages to %s", k3_conv_count(r->c), c->text);
         break;
     case EV_CMD_REPLAY: replay(r, c->text, &c->gen); break;
     case EV_CMD_EXPERTS:
