@@ -89,6 +89,7 @@ static void post(ue *u, int type, const char *text, const ue_gen *g, double x) {
     if (g)
         c.gen = *g;
     ev_push(u->cmds, &c);
+    u->posted++;
 }
 
 void ue_send(ue *u, const char *t, const ue_gen *g) { post(u, EV_CMD_SEND, t, g, 0); }

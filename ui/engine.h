@@ -50,6 +50,8 @@ struct ue {
     atomic_int        cancel;    /* set by ue_cancel, cleared when a turn starts */
     atomic_int        ready;     /* model loaded                                */
     atomic_int        busy;      /* a command is running                        */
+    unsigned          posted;    /* commands posted so far (UI thread only); each is
+                                    answered by one EV_ACK, EV_CMD_QUIT excepted  */
     int               started;
     pthread_t         th;
 };

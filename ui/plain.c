@@ -34,6 +34,7 @@ typedef struct plain {
     ev_queue     *q;
     chat_settings cs;
     int           err_tty, fatal, ready, last_ch, busy;
+    unsigned      acked;   /* EV_ACKs seen: the worker has run this many commands */
     int           out_err; /* errno of the first failed write to stdout (0: none) */
 } plain;
 
@@ -99,6 +100,7 @@ static int on_event(plain *p, ui_ev *e) {
         return 1;
     case EV_ERROR: fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "error"); break;
     case EV_INFO: fprintf(stderr, "k3chat: %s\n", e->text ? e->text : ""); break;
+    case EV_ACK: p->acked++; break;
     default: break;
     }
     return 0;
@@ -126,13 +128,19 @@ static void drain(plain *p, int until_done) {
     }
 }
 
-/* Wait until the engine has run every command posted so far (load, save, ...). */
+/* Wait until the engine has run every command posted so far (load, save, ...) and their
+ * events are printed: the worker answers each command with an EV_ACK after its other events,
+ * so this waits for the acknowledgements rather than for a time, however late the worker
+ * picks a command up. */
 static void settle(plain *p) {
-    while (!p->fatal && (!atomic_load(&p->eng->ready) || atomic_load(&p->eng->busy))) {
+    while (!p->fatal && (!atomic_load(&p->eng->ready) || p->acked != p->eng->posted)) {
+        ui_ev e;
+        if (ev_wait(p->q, &e, 0.01)) {
+            on_event(p, &e);
+            ev_free(&e);
+        }
         drain(p, 0);
-        usleep(2000);
     }
-    usleep(20000);
     drain(p, 0);
 }
 
