@@ -19,6 +19,7 @@
  * (/experts, /replay) says so.
  */
 #include "engine.h"
+#include "text.h"
 #include "k3.h"
 
 #include <curl/curl.h>
@@ -32,27 +33,6 @@
 #define REMOTE_CONNECT_S  10L
 #define REMOTE_SILENCE_S  300L       /* no byte for this long: timed out */
 
-typedef struct rbuf {
-    char  *p; /* (cap) bytes, the first n used, NUL-terminated when p != NULL */
-    size_t n, cap;
-} rbuf;
-
-static int rb_add(rbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 512;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p   = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
 
 typedef struct remote {
     ue      *u;
@@ -67,10 +47,10 @@ typedef struct remote {
     /* one turn */
     int      http;        /* status of the response being read */
     int      is_sse;
-    rbuf     line;        /* partial SSE line                   */
-    rbuf     data;        /* data lines of the current event    */
-    rbuf     body;        /* a non-stream body                  */
-    rbuf     think, resp; /* the answer so far                  */
+    txt_buf     line;        /* partial SSE line                   */
+    txt_buf     data;        /* data lines of the current event    */
+    txt_buf     body;        /* a non-stream body                  */
+    txt_buf     think, resp; /* the answer so far                  */
     int      done, n_think, n_resp, n_prompt, n_completion;
     char     finish[32];
     char     err[600];    /* why the stream was rejected        */
@@ -155,7 +135,7 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
 static void piece(remote *r, int ch, const char *s, size_t n) {
     if (!n)
         return;
-    rb_add(ch == EV_CH_THINK ? &r->think : &r->resp, s, n);
+    txt_buf_add(ch == EV_CH_THINK ? &r->think : &r->resp, s, n);
     if (r->t_first == 0)
         r->t_first = ev_now();
     if (ch == EV_CH_THINK)
@@ -251,8 +231,8 @@ static int on_line(remote *r, const char *s, size_t n) {
         if (n && *s == ' ')
             s++, n--;
         if (r->data.n)
-            rb_add(&r->data, "\n", 1);
-        return rb_add(&r->data, s, n);
+            txt_buf_add(&r->data, "\n", 1);
+        return txt_buf_add(&r->data, s, n);
     }
     return 0; /* event:, id:, retry: */
 }
@@ -272,19 +252,19 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
             snprintf(r->err, sizeof r->err, "the answer is over %u bytes and is not a stream", REMOTE_MAX_BODY);
             return 0;
         }
-        return rb_add(&r->body, p, n) ? 0 : n;
+        return txt_buf_add(&r->body, p, n) ? 0 : n;
     }
     for (size_t k = 0; k < n;) {
         const char *nl = memchr(p + k, '\n', n - k);
         size_t      m  = nl ? (size_t)(nl - (p + k)) : n - k;
         if (!nl) { /* incomplete: keep for the next read */
-            if (rb_add(&r->line, p + k, m))
+            if (txt_buf_add(&r->line, p + k, m))
                 return 0;
             break;
         }
         int rc;
         if (r->line.n) {
-            if (rb_add(&r->line, p + k, m))
+            if (txt_buf_add(&r->line, p + k, m))
                 return 0;
             rc        = on_line(r, r->line.p, r->line.n);
             r->line.n = 0;

@@ -25,6 +25,7 @@
  */
 #include "cli.h"
 #include "k3.h"
+#include "text.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -46,30 +47,6 @@
 #define SERVE_MAX_CONN  64         /* simultaneous connections                       */
 #define SERVE_MAX_STOPS 16         /* stop strings per request                       */
 #define SERVE_MIN_ROOM  8          /* tokens a turn must be able to generate (conv)  */
-
-/* ---- growable byte buffer ---------------------------------------------------- */
-
-typedef struct sbuf {
-    char  *p; /* (cap) bytes, the first n used, NUL-terminated when p != NULL */
-    size_t n, cap;
-} sbuf;
-
-static int sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p   = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
 
 /* ---- a parsed request ----------------------------------------------------------- */
 
@@ -118,12 +95,12 @@ typedef struct job {
     char        id[48];  /* "chatcmpl-..."                              */
     long long   created; /* unix seconds                                */
     double      t0;      /* monotonic seconds at arrival                */
-    sbuf        sse;     /* stream bytes not yet sent: [sse_off, sse.n)  */
+    txt_buf        sse;     /* stream bytes not yet sent: [sse_off, sse.n)  */
     size_t      sse_off;
     int         role_sent; /* the first chunk (role) is in sse           */
-    sbuf        resp;      /* every response byte generated              */
+    txt_buf        resp;      /* every response byte generated              */
     size_t      rel;       /* of which released (not held by stop check) */
-    sbuf        reasoning; /* think channel                              */
+    txt_buf        reasoning; /* think channel                              */
     int         stopped;   /* a stop string ended the turn               */
     const char *finish;    /* "stop" | "length" when done without error  */
     int         n_prompt, n_cached, n_gen;
@@ -208,9 +185,9 @@ static void job_wait_step(job *j) {
 static void sse_json(job *j, json_t *o) {
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (s) {
-        sb_add(&j->sse, "data: ", 6);
-        sb_add(&j->sse, s, strlen(s));
-        sb_add(&j->sse, "\n\n", 2);
+        txt_buf_add(&j->sse, "data: ", 6);
+        txt_buf_add(&j->sse, s, strlen(s));
+        txt_buf_add(&j->sse, "\n\n", 2);
         free(s);
     }
     json_decref(o);
@@ -243,7 +220,7 @@ static void on_think(const char *text, size_t n, void *ud) {
     pthread_mutex_lock(&srv.mu);
     if (j->gone)
         k3_conv_cancel(srv.c);
-    sb_add(&j->reasoning, text, n);
+    txt_buf_add(&j->reasoning, text, n);
     sse_delta(j, "reasoning_content", text, n);
     j->state = J_RUNNING;
     pthread_cond_broadcast(&srv.done_cv);
@@ -299,7 +276,7 @@ static void on_response(const char *text, size_t n, void *ud) {
     if (j->gone)
         k3_conv_cancel(srv.c);
     if (!j->stopped) {
-        sb_add(&j->resp, text, n);
+        txt_buf_add(&j->resp, text, n);
         if (stop_filter(j, 0))
             k3_conv_cancel(srv.c);
     }
@@ -405,7 +382,7 @@ static void run_job(job *j) {
         }
     }
     if (j->r.stream && (!j->http || j->role_sent))
-        sb_add(&j->sse, "data: [DONE]\n\n", 14);
+        txt_buf_add(&j->sse, "data: [DONE]\n\n", 14);
     pthread_mutex_unlock(&srv.mu);
 }
 
@@ -488,7 +465,7 @@ static int parse_content(json_t *v, int i, const char *field, char **out, perr *
     }
     if (!json_is_array(v))
         return bad(e, "invalid_type", "messages[%d].%s: expected a string or an array of text parts", i, field);
-    sbuf   b = {0};
+    txt_buf   b = {0};
     size_t k;
     json_t *part;
     json_array_foreach(v, k, part) {
@@ -503,7 +480,7 @@ static int parse_content(json_t *v, int i, const char *field, char **out, perr *
             free(b.p);
             return bad(e, "invalid_type", "messages[%d].%s[%zu].text: expected a string", i, field, k);
         }
-        if ((k && sb_add(&b, "\n", 1)) || sb_add(&b, json_string_value(text), json_string_length(text))) {
+        if ((k && txt_buf_add(&b, "\n", 1)) || txt_buf_add(&b, json_string_value(text), json_string_length(text))) {
             free(b.p);
             return bad(e, "out_of_memory", "out of memory");
         }
@@ -664,7 +641,7 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
 /* ---- HTTP -------------------------------------------------------------------------------- */
 
 typedef struct conn {
-    sbuf body;
+    txt_buf body;
     int  too_big;
     job *j; /* the job this connection waits for (a reference) */
 } conn;
@@ -865,7 +842,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
     if (*size) {
         if (!cc->too_big && cc->body.n + *size > SERVE_MAX_BODY)
             cc->too_big = 1;
-        if (!cc->too_big && sb_add(&cc->body, data, *size))
+        if (!cc->too_big && txt_buf_add(&cc->body, data, *size))
             return MHD_NO;
         *size = 0;
         return MHD_YES;

@@ -2,6 +2,8 @@
 #include "text.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <utf8proc.h>
 
 /* Decode one code point; invalid or truncated sequences give -1 and a length of 1. */
@@ -186,4 +188,24 @@ size_t txt_col_to_off(const char *s, size_t n, int col) {
         off += len;
     }
     return n;
+}
+
+int txt_buf_add(txt_buf *b, const char *s, size_t n) {
+    if (n > SIZE_MAX / 2 - b->n)
+        return -1;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return -1;
+        b->p   = p;
+        b->cap = cap;
+    }
+    if (n)
+        memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
 }

@@ -40,3 +40,13 @@ int txt_wrap(const char *s, size_t n, int cols, txt_line *out, int max);
 
 /* Byte offset in s[0..n) of the cluster that covers display column col (or n). */
 size_t txt_col_to_off(const char *s, size_t n, int col);
+
+/* A growable byte buffer (zero-initialise it; free(b.p) when done): n bytes used of cap, always
+ * NUL-terminated once p is set, so text can be used as a C string. */
+typedef struct txt_buf {
+    char  *p;
+    size_t n, cap;
+} txt_buf;
+
+/* Append n bytes of s; -1 (buffer unchanged) when memory runs out. */
+int txt_buf_add(txt_buf *b, const char *s, size_t n);
