@@ -41,6 +41,17 @@ t "and says why" 'grep -q "missing: cannot open" "$K3_TMP/err4"'
 printf '{"type":"k3chat-transcript"}\n{"role":"user","content":"old q"}\n{"role":"assistant","content":"old a"}\n' >"$K3_TMP/in.jsonl"
 printf 'new\n' | K3_MOCK="$m" "$k" --load "$K3_TMP/in.jsonl" /no/model >"$K3_TMP/out5" 2>"$K3_TMP/err5"
 t "--load continues a transcript" 'grep -q "loaded 2 messages" "$K3_TMP/err5" && grep -qx "answer to new" "$K3_TMP/out5"'
+# messages read while the model loads sample with the model's generation_config defaults, like
+# the later ones (they used to take the interface's built-in 0.6 / 0.95)
+if "$K3_BUILD/k3-mkmodel" --preset tiny --seed 5 --quiet "$K3_TMP/gm" >/dev/null 2>&1; then
+    printf '{"temperature": 0.3, "top_p": 0.7}\n' >"$K3_TMP/gm/generation_config.json"
+    printf 'one\ntwo\nthree\n' | OMP_WAIT_POLICY=passive XDG_DATA_HOME="$K3_TMP/gdata" HOME="$K3_TMP" \
+        "$k" --plain --max-tokens 2 "$K3_TMP/gm" >/dev/null 2>"$K3_TMP/err6"
+    n=$(cat "$K3_TMP"/gdata/k3chat/*.jsonl 2>/dev/null | grep -c '"role":"assistant".*"temperature":0.3[0-9]*,"top_p":0.7[0-9]*,')
+    t "every turn, the first included, samples with generation_config's temperature and top_p ($n of 3)" '[ "$n" -eq 3 ]'
+else
+    t "k3-mkmodel --preset tiny" false
+fi
 if command -v tmux >/dev/null; then
     export TMUX_TMPDIR="$K3_TMP"
     tm="tmux -L k3plain -f /dev/null"

@@ -22,15 +22,19 @@ void chat_settings_init(chat_settings *s, const cli_opts *o) {
     s->gen.max_tokens = o->max_tokens;
     s->gen.seed       = o->seed;
     s->gen.has_seed   = o->has_seed;
+    s->gen.model_temp  = 1;
+    s->gen.model_top_p = 1;
     s->show_thinking  = 1;
     s->expert_gb      = -1;
     if (!isnan(o->temp)) {
-        s->gen.temp = o->temp;
-        s->temp_set = 1;
+        s->gen.temp       = o->temp;
+        s->gen.model_temp = 0;
+        s->temp_set       = 1;
     }
     if (!isnan(o->top_p)) {
-        s->gen.top_p  = o->top_p;
-        s->top_p_set = 1;
+        s->gen.top_p       = o->top_p;
+        s->gen.model_top_p = 0;
+        s->top_p_set       = 1;
     }
     if (o->effort)
         for (int k = 0; k < 3; k++)
@@ -69,13 +73,15 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
     msg[0] = 0;
     switch (r->id) {
     case CMD_TEMP:
-        s->gen.temp = (float)r->num;
-        s->temp_set = 1;
+        s->gen.temp       = (float)r->num;
+        s->gen.model_temp = 0;
+        s->temp_set       = 1;
         snprintf(msg, n, "temperature %.2f%s", r->num, r->num == 0 ? " (greedy)" : "");
         return 1;
     case CMD_TOPP:
-        s->gen.top_p  = (float)r->num;
-        s->top_p_set = 1;
+        s->gen.top_p       = (float)r->num;
+        s->gen.model_top_p = 0;
+        s->top_p_set       = 1;
         snprintf(msg, n, "top-p %.2f", r->num);
         return 1;
     case CMD_THINK:

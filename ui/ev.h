@@ -61,6 +61,9 @@ typedef struct ue_gen {
     int      max_tokens; /* -1 = until end of message     */
     uint64_t seed;
     int      has_seed;
+    /* 1: not chosen by the user, so the backend uses the model's generation defaults (a message
+     * sent while the model loads is copied before the UI learns them) */
+    int      model_temp, model_top_p;
 } ue_gen;
 
 typedef struct ui_ev {

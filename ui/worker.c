@@ -103,14 +103,20 @@ static const char *effort_str(int e) {
     return e == 0 ? "low" : e == 1 ? "high" : "max";
 }
 
+/* The sampling of a command: the user's values, or the model's generation defaults where the
+ * user chose none (g was copied when the command was sent, maybe before the model was loaded). */
+static void gen_sampling(const real *r, const ue_gen *g, float *temp, float *top_p) {
+    *temp  = g->model_temp && r->info.gen_temp >= 0 ? r->info.gen_temp : g->temp;
+    *top_p = g->model_top_p && r->info.gen_top_p > 0 ? r->info.gen_top_p : g->top_p;
+}
+
 static k3_status apply_gen(real *r, const ue_gen *g) {
     k3_conv_settings set;
     k3_conv_get_settings(r->c, &set);
     set.think = g->think;
     snprintf(set.effort, sizeof set.effort, "%s", effort_str(g->effort));
     set.max_tokens       = g->max_tokens > 0 ? g->max_tokens : 0;
-    set.sampling.temp    = g->temp;
-    set.sampling.top_p   = g->top_p;
+    gen_sampling(r, g, &set.sampling.temp, &set.sampling.top_p);
     if (g->has_seed)
         set.sampling.seed = g->seed;
     return k3_conv_set_settings(r->c, &set);
@@ -203,8 +209,7 @@ static void replay(real *r, const char *path, const ue_gen *g) {
     }
     k3_conv_settings set;
     k3_conv_get_settings(saved, &set);
-    set.sampling.temp  = g->temp;
-    set.sampling.top_p = g->top_p;
+    gen_sampling(r, g, &set.sampling.temp, &set.sampling.top_p);
     k3_conv_drop_cache(r->c); /* the replay uses the session */
     replay_ctx x = {r};
     pthread_mutex_lock(&r->mu);
