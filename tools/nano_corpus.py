@@ -20,6 +20,7 @@ Usage: nano_corpus.py [--seed S] [--n N] [--task T] OUT.jsonl
 import argparse
 import json
 import random
+import re
 
 WORDS = """apple banana cherry grape lemon mango melon orange peach pear plum berry
 river mountain forest desert ocean island valley canyon meadow glacier
@@ -231,6 +232,34 @@ def example(rng, task=None):
     ex = {"task": task, "think": think_on, "effort": effort, "messages": msgs}
     assert all(ord(c) < 128 for c in json.dumps(ex)), "corpus must be ASCII"
     return ex
+
+
+NUMERIC = ("add", "sub", "compare", "sort")
+
+
+def heldout(seed, per_task):
+    """The held-out evaluation prompts: per task, per_task conversations with thinking on (each
+    effort), from a stream of its own (seed + 1000003)."""
+    rng = random.Random(seed + 1_000_003)
+    out = {}
+    for task in TASKS:
+        out[task] = []
+        while len(out[task]) < per_task:
+            ex = example(rng, task)
+            if ex["think"]:
+                out[task].append(ex)
+    return out
+
+
+def numeric_key(ex):
+    """What makes a numeric question the same question whatever its wording: the task and its
+    numbers. Training drops every example whose key is in the held-out set, so the held-out
+    arithmetic, comparisons and lists are unseen. (The word tasks draw on a 70-word list, so their
+    held-out prompts differ from training only in wording and letter choice.)"""
+    if ex["task"] not in NUMERIC:
+        return None
+    user = [m["content"] for m in ex["messages"] if m["role"] == "user"][-1]
+    return (ex["task"], tuple(re.findall(r"[0-9]+", user)))
 
 
 def main():
