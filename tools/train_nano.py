@@ -733,14 +733,15 @@ def main():
         log["prev"] = {"step": p["step"], "loss": p["loss"], "eval_step": p["eval_step"], "acc": p["acc"]}
     log["offset"] = off
 
-    def evaluate(step):
+    def evaluate(step, save=True):  # save: the checkpoint a later stage can start from (--init)
         log["eval_step"].append(step)
         line = []
         for t, d in held.items():
             log["acc"][t].append(score(model, d, pad))
             line.append(f"{t} {100 * log['acc'][t][-1]:.0f}%")
         print(f"eval {step:5d} " + " ".join(line), flush=True)
-        torch.save({"model": model.state_dict(), "step": step}, os.path.join(a.out, f"checkpoint-{step}.pt"))
+        if save:
+            torch.save({"model": model.state_dict(), "step": step}, os.path.join(a.out, f"checkpoint-{step}.pt"))
 
     if a.batch_seed is not None:
         rng = random.Random(a.batch_seed)
@@ -774,8 +775,9 @@ def main():
         if (step + 1) % a.eval_every == 0 and step + 1 < (a.stop_at or a.steps):
             evaluate(step + 1)
     log["train_seconds"] = time.time() - t0
-    snap_to_export(model)
-    evaluate(step + 1)
+    torch.save({"model": model.state_dict(), "step": step + 1}, os.path.join(a.out, f"checkpoint-{step + 1}.pt"))
+    snap_to_export(model)  # the curve's last point is the exported model
+    evaluate(step + 1, save=False)
     export(model, tok, CFG, a.out)
     torch.save(model.state_dict(), os.path.join(a.out, "torch_state.pt"))
     with open(f"{a.out}/train_log.json", "w") as f:
