@@ -58,7 +58,7 @@ typedef struct k3_session k3_session;
 typedef void (*k3_progress_cb)(const char *what, uint64_t done, uint64_t total, void *ud);
 
 typedef struct k3_params {
-    int    bits;           /* K3_BITS: KDA/latent/shared/dense matrices: 32 (f32), 8, 4 */
+    int    bits;           /* K3_BITS: KDA/latent/shared/dense matrices: 32 (f32), 8 (default), 4 */
     int    mla_bits;       /* K3_MLA_BITS                                              */
     int    head_bits;      /* K3_HEAD_BITS (lm_head)                                   */
     int    chunk;          /* K3_CHUNK: prefill chunk, default 32                      */

@@ -47,7 +47,7 @@ static k3_status env_bits(const char *name, int *out) {
 
 k3_status k3_params_default(k3_params *p) {
     memset(p, 0, sizeof *p);
-    p->bits      = 4; /* defaults justified by tools/k3-ab.c figures in BENCHMARKS.md */
+    p->bits      = 8; /* defaults justified by tools/k3-ab.c figures in BENCHMARKS.md (int4: k3-nano) */
     p->mla_bits  = 8;
     p->head_bits = 8;
     p->chunk     = 32;
