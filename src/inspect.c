@@ -8,11 +8,14 @@
  * table (shapes, dtypes, shard offsets), never from tensor data, so it is fast on the 1.5 TB
  * release.
  *
- * Memory estimate (the engine's settings: k3_params_default, i.e. its defaults and K3_*):
+ * Memory estimate (the engine's settings: k3_params_default, i.e. its defaults and K3_*, and for a
+ * k3 container the stored bits where K3_BITS / K3_MLA_BITS / K3_HEAD_BITS are unset, by the
+ * engine's rule rp_run_bits; the report marks those "(container)"):
  *   K3_BITS        KDA q/k/v/g/o, latent down/up, shared experts, dense MLP matrices
  *   K3_MLA_BITS    MLA q_a, q_b, kv_a, kv_b, o, g
  *   K3_HEAD_BITS   lm_head
- *   32 = f32, 8 = int8 per row, 4 = int4 in groups of 64 (quant.h); embeddings as stored; norms,
+ *   32 = f32, 8 = int8 per row, 4 = int4 in groups of 64 (quant.h), from the logical shape (a
+ *   container's quantized matrices and split kv_b: matrix_bytes); embeddings as stored; norms,
  *   router, conv taps, dt_bias, A_log, f_a/f_b, b_proj in f32; routed experts as stored: a cache
  *   of K3_EXPERT_GB (10^9 bytes; at least one expert per MoE layer), or when it is unset the
  *   expert tier's default (all of them if that is at most half of MemAvailable, else 40% of
@@ -22,23 +25,28 @@
 #include "config.h"
 #include "experts.h"
 #include "quant.h"
+#include "repack.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-/* The engine's settings (k3_params_default: defaults, then the K3_* environment). */
+/* The engine's settings (k3_params_default: defaults, then the K3_* environment; a container's
+ * bits as the engine takes them: rp_run_bits). */
 typedef struct insp_settings {
     int    bits, mla_bits, head_bits;
+    int    from;       /* RP_FROM_* mask: bits a k3 container brought (the variable unset) */
     double expert_gb;  /* < 0: unset (the expert tier's default); 0: the floor of one expert per MoE layer */
     long   maxt;
     int    maxt_set;
 } insp_settings;
 
-static k3_status read_settings(insp_settings *s) {
+static k3_status read_settings(const char *dir, insp_settings *s) {
     k3_params p;
+    rp_info   ci;
     k3_status st = k3_params_default(&p);
-    if (st) return st;
+    if (st || (st = rp_info_load(dir, &ci))) return st;
+    s->from = rp_run_bits(&ci, &p);
     s->bits = p.bits;
     s->mla_bits = p.mla_bits;
     s->head_bits = p.head_bits;
@@ -62,12 +70,8 @@ static const char *hbytes(char *buf, size_t n, double b) {
 }
 #define HB(x) hbytes((char[32]){0}, 32, (double)(x))
 
-static int qtype_of(int bits) {
-    return bits == 32 ? Q_F32 : bits == 8 ? Q_I8 : Q_I4;
-}
-
 static uint64_t qbytes(int bits, int64_t rows, int64_t cols) {
-    int t = qtype_of(bits);
+    int t = rp_bits_type(bits);
     return (uint64_t)q_wbytes(t, (int)rows, (int)cols) + q_sbytes(t, (int)rows, (int)cols);
 }
 
@@ -91,12 +95,34 @@ static int mem_class(const k3_config *c, const st_tensor *t) {
     if (strstr(n, ".experts.")) return M_EXPERT;
     if (!strcmp(n, "lm_head.weight")) return M_HEAD;
     if (!strcmp(n, "model.embed_tokens.weight")) return M_EMBED;
+    if (t->ndim == 1 && ends_with(n, ".self_attn.kv_b_proj.weight")) return M_MLA; /* container: split */
     if (t->ndim != 2 || strstr(n, "conv1d") || ends_with(n, ".gate.weight") || strstr(n, "f_a_proj") ||
         strstr(n, "f_b_proj") || ends_with(n, ".b_proj.weight") || ends_with(n, "_res_proj.weight"))
         return M_FLOAT;
     int l = layer_of(n);
     if (l >= 0 && l < c->n_layers && c->layer_kind[l] == K3_LAYER_MLA && strstr(n, ".self_attn.")) return M_MLA;
     return M_DENSE;
+}
+
+/* Bytes of quantizable matrix T held at BITS, from its logical shape. That is T's shape, except
+ * in a k3 container (repack.h): kv_b is 1-D, split per head (uk_t[h], uv[h], each quantized by
+ * rows), and a U8 matrix comes with NAME.qs: 1-D for int8 (as wide as stored), 2-D for int4 (two
+ * columns a byte; an odd width counts one column more, a byte or four per row over at 8 or 32
+ * bits, exact at 4). The sidecar itself is counted here, never on its own. */
+static uint64_t matrix_bytes(const k3_config *c, const st_dir *d, const st_tensor *t, int bits) {
+    if (t->ndim == 1) {
+        rp_kvb k = {.Hm = c->n_heads, .nope = c->nope, .v = c->v_dim, .kl = c->kv_lora};
+        int    q = rp_bits_type(bits);
+        return (uint64_t)c->n_heads * (rp_kvb_head_wbytes(q, &k) + rp_kvb_head_sfloats(q, &k) * sizeof(float));
+    }
+    int64_t cols = t->shape[1];
+    if (t->dtype == ST_U8) {
+        char sc[512];
+        snprintf(sc, sizeof sc, "%s" RP_SIDECAR, t->name);
+        const st_tensor *s = st_find(d, sc);
+        if (s && s->ndim == 2) cols *= 2;
+    }
+    return qbytes(bits, t->shape[0], cols);
 }
 
 /* ---- experts: size, contiguity, order ------------------------------------------------------- */
@@ -219,10 +245,11 @@ static void print_memory(const k3_config *c, const st_dir *d, const insp_setting
     for (int i = 0; i < st_n_tensors(d); i++) {
         const st_tensor *t = st_tensor_at(d, i);
         int              k = mem_class(c, t);
+        if (ends_with(t->name, RP_SIDECAR)) continue; /* a container's scales: with their matrix */
         switch (k) {
-        case M_DENSE: m[k] += qbytes(s->bits, t->shape[0], t->shape[1]); break;
-        case M_MLA: m[k] += qbytes(s->mla_bits, t->shape[0], t->shape[1]); break;
-        case M_HEAD: m[k] += qbytes(s->head_bits, t->shape[0], t->shape[1]); break;
+        case M_DENSE: m[k] += matrix_bytes(c, d, t, s->bits); break;
+        case M_MLA: m[k] += matrix_bytes(c, d, t, s->mla_bits); break;
+        case M_HEAD: m[k] += matrix_bytes(c, d, t, s->head_bits); break;
         case M_EMBED: m[k] += t->nbytes; break;
         case M_EXPERT: break;
         default: m[M_FLOAT] += (uint64_t)st_numel(t) * 4; break;
@@ -246,8 +273,11 @@ static void print_memory(const k3_config *c, const st_dir *d, const insp_setting
     char eg[48];
     if (s->expert_gb < 0) snprintf(eg, sizeof eg, "unset");
     else snprintf(eg, sizeof eg, "%g", s->expert_gb);
-    fprintf(f, "memory       K3_BITS=%d K3_MLA_BITS=%d K3_HEAD_BITS=%d K3_EXPERT_GB=%s K3_MAXT=%ld%s\n", s->bits,
-            s->mla_bits, s->head_bits, eg, s->maxt, s->maxt_set ? "" : " (default)");
+#define FROM(bit) (s->from & (bit) ? " (container)" : "")
+    fprintf(f, "memory       K3_BITS=%d%s K3_MLA_BITS=%d%s K3_HEAD_BITS=%d%s K3_EXPERT_GB=%s K3_MAXT=%ld%s\n", s->bits,
+            FROM(RP_FROM_BITS), s->mla_bits, FROM(RP_FROM_MLA), s->head_bits, FROM(RP_FROM_HEAD), eg, s->maxt,
+            s->maxt_set ? "" : " (default)");
+#undef FROM
     fprintf(f, "  dense matrices (K3_BITS)     %12s\n", HB(m[M_DENSE]));
     fprintf(f, "  MLA matrices (K3_MLA_BITS)   %12s\n", HB(m[M_MLA]));
     fprintf(f, "  lm_head (K3_HEAD_BITS)       %12s\n", HB(m[M_HEAD]));
@@ -272,7 +302,7 @@ k3_status k3_inspect(const char *dir, FILE *out) {
     k3_status     st;
     expert_stats  es;
     if (!c) return k3_err(K3_ERR_NOMEM, "out of memory");
-    if ((st = read_settings(&s)) || (st = cfg_load(dir, c)) || (st = st_open(dir, &d)) ||
+    if ((st = cfg_load(dir, c)) || (st = read_settings(dir, &s)) || (st = st_open(dir, &d)) ||
         (st = cfg_check_tensors(c, d)) || (st = scan_experts(c, d, &es)))
         goto fail;
 

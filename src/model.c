@@ -571,25 +571,17 @@ static k3_status load_globals(k3_model *m) {
     return model_matrix(m, "lm_head.weight", V, D, m->par.head_bits, &m->lm_head);
 }
 
-static int env_set(const char *name) {
-    const char *v = getenv(name);
-    return v && *v;
-}
-
-/* A k3 container (k3-repack) brings its bits: K3_BITS / K3_MLA_BITS / K3_HEAD_BITS left unset
- * keep them (the matrices are then used as stored); set explicitly they win, and matrices stored
- * at other bits are dequantized and quantized again at load (e.g. K3_BITS=4 on an int8
- * container). K3_MMAP=1 (mapped, read-only, no heap copy) is refused with the Vulkan tier: here
+/* A k3 container (k3-repack) brings its bits (rp_run_bits, shared with --inspect): K3_BITS /
+ * K3_MLA_BITS / K3_HEAD_BITS left unset keep them (the matrices are then used as stored); set
+ * explicitly they win, and matrices stored at other bits are dequantized and quantized again at
+ * load (e.g. K3_BITS=4 on an int8 container). K3_MMAP=1 (mapped, read-only, no heap copy) is refused with the Vulkan tier: here
  * when K3_VK asks for it, after vkt_open when it came on by itself. */
 static k3_status container_params(k3_model *m) {
     rp_info   ci;
     k3_status st = rp_info_load(m->dir, &ci);
     if (st) return st;
     if (ci.present) {
-        int set_b = env_set("K3_BITS");
-        if (!set_b) m->par.bits = ci.bits;
-        if (!env_set("K3_MLA_BITS")) m->par.mla_bits = set_b ? m->par.bits : ci.mla_bits;
-        if (!env_set("K3_HEAD_BITS")) m->par.head_bits = set_b ? m->par.bits : ci.head_bits;
+        rp_run_bits(&ci, &m->par);
         K3_LOG_INFO("%s: k3 container (bits %d, MLA %d, head %d); running at %d/%d/%d", m->dir, ci.bits,
                     ci.mla_bits, ci.head_bits, m->par.bits, m->par.mla_bits, m->par.head_bits);
     }

@@ -59,6 +59,29 @@ k3_status rp_info_load(const char *dir, rp_info *info) {
     return st;
 }
 
+static int env_set(const char *name) {
+    const char *v = getenv(name);
+    return v && *v;
+}
+
+int rp_run_bits(const rp_info *ci, k3_params *p) {
+    if (!ci->present) return 0;
+    int set_b = env_set("K3_BITS"), from = 0;
+    if (!set_b) {
+        p->bits = ci->bits;
+        from |= RP_FROM_BITS;
+    }
+    if (!env_set("K3_MLA_BITS")) {
+        p->mla_bits = set_b ? p->bits : ci->mla_bits;
+        from |= set_b ? 0 : RP_FROM_MLA;
+    }
+    if (!env_set("K3_HEAD_BITS")) {
+        p->head_bits = set_b ? p->bits : ci->head_bits;
+        from |= set_b ? 0 : RP_FROM_HEAD;
+    }
+    return from;
+}
+
 /* ---- matrices -------------------------------------------------------------------------------- */
 
 static int shape_is(const st_tensor *t, int nd, int64_t a, int64_t b) {

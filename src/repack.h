@@ -44,6 +44,14 @@ typedef struct rp_info {
  * K3_ERR_CONFIG naming the key when present but malformed. */
 k3_status rp_info_load(const char *dir, rp_info *info);
 
+/* The bits a model runs at (model.c at open, inspect.c for its report), one rule: P holds
+ * k3_params_default's (defaults, then K3_*); for a container (CI->present), K3_BITS /
+ * K3_MLA_BITS / K3_HEAD_BITS left unset take the stored bits, except that with K3_BITS set the
+ * unset two follow K3_BITS. Returns the RP_FROM_* mask of the bits taken from the container
+ * (0 when CI is not one). */
+enum { RP_FROM_BITS = 1, RP_FROM_MLA = 2, RP_FROM_HEAD = 4 };
+int rp_run_bits(const rp_info *ci, k3_params *p);
+
 /* How a logical rows x cols matrix is stored. */
 typedef struct rp_form {
     int              type;  /* Q_I8 / Q_I4 (container), Q_F32 (F32 as stored), -1: another float

@@ -3,7 +3,8 @@
 # to load-time quantization of the source (hidden states and logits via K3_TRACE / K3_LOGITS,
 # compared with cmp), at 8 and 4 bits, with mixed classes, and with K3_MMAP=1; resume after a
 # kill -9 mid-shard; disjoint --shards runs; duplicate names; --verify-full; bad arguments and
-# a corrupt source; K3_BITS downcast and K3_MMAP refusals.
+# a corrupt source; K3_BITS downcast and K3_MMAP refusals; --inspect reports (and sizes) a container
+# at its stored bits unless K3_BITS etc. are set.
 set -u
 B=$K3_BUILD
 T=$K3_TMP
@@ -36,6 +37,25 @@ repack "$T/src" "$T/c8" --bits 8; ok $? "repack --bits 8 ($(tail -n 1 "$T/rp.err
 repack "$T/src" "$T/c4" --bits 4 --jobs 2; ok $? "repack --bits 4 --jobs 2"
 repack "$T/src" "$T/cx" --bits 8 --mla-bits 4 --head-bits 32 --quiet; ok $? "repack --bits 8 --mla-bits 4 --head-bits 32"
 [ ! -s "$T/rp.err" ]; ok $? "--quiet prints nothing"
+
+# ---- --inspect reports the bits the engine would run at (rp_run_bits) ------------------------
+insp() { # DIR TAG [VAR=value...]: --inspect report into $T/TAG.insp
+    d=$1; tag=$2; shift 2
+    env -u K3_BITS -u K3_MLA_BITS -u K3_HEAD_BITS "$@" "$B/k3chat" --inspect "$d" >"$T/$tag.insp" 2>&1
+}
+dense_b() { # TAG: the dense-matrix estimate of $T/TAG.insp in bytes
+    awk '/dense matrices/ { m = $5 == "kB" ? 1e3 : $5 == "MB" ? 1e6 : $5 == "GB" ? 1e9 : 1; printf "%.0f", $4 * m }' "$T/$1.insp"
+}
+insp "$T/c8" i8; insp "$T/c4" i4; insp "$T/c4" i4e K3_BITS=8
+grep -qF "K3_BITS=4 (container) K3_MLA_BITS=4 (container) K3_HEAD_BITS=4 (container)" "$T/i4.insp"
+ok $? "--inspect on an int4 container, bits unset: the container's bits ($(grep '^memory' "$T/i4.insp" | cut -c 14-110))"
+d4=$(dense_b i4); d8=$(dense_b i8); d4e=$(dense_b i4e)
+[ -n "$d4" ] && [ -n "$d8" ] && [ "$d4" -lt "$d8" ]; ok $? "--inspect: int4 container's dense matrices smaller than int8's ($d4 < $d8 bytes)"
+grep -qF "K3_BITS=8 K3_MLA_BITS=8 K3_HEAD_BITS=8 " "$T/i4e.insp" && [ "$d4e" = "$d8" ]
+ok $? "--inspect: K3_BITS=8 on the int4 container overrides it (MLA/head follow; dense $d4e bytes as int8)"
+insp "$T/cx" ix
+grep -qF "K3_BITS=8 (container) K3_MLA_BITS=4 (container) K3_HEAD_BITS=32 (container)" "$T/ix.insp"
+ok $? "--inspect on the mixed container: its three bits"
 
 run "$T/src" s8 K3_BITS=8 K3_MLA_BITS=8 K3_HEAD_BITS=8
 run "$T/c8" c8
