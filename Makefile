@@ -180,12 +180,12 @@ nano: all
 		--init $(B)/nano1/checkpoint-750.pt $(B)/nano
 	/usr/bin/python3 tools/nano_eval.py render $(B)/nano
 	/usr/bin/python3 tools/nano_eval.py logits $(B)/nano
-	/usr/bin/python3 tools/nano_eval.py accuracy $(B)/nano --json $(B)/nano/accuracy.json
+	/usr/bin/python3 tools/nano_eval.py accuracy $(B)/nano --json $(B)/nano/accuracy.json --plot $(B)/nano/accuracy-greedy.png
 	/usr/bin/python3 tools/nano_eval.py accuracy $(B)/nano --think off --min-add2 0 --min-other 0 \
 		--json $(B)/nano/accuracy-think-off.json
 	mkdir -p models/k3-nano
 	cd $(B)/nano && cp config.json generation_config.json model.safetensors tiktoken.model \
-		tokenizer_config.json train_log.json loss.png accuracy.png accuracy.json \
+		tokenizer_config.json train_log.json loss.png accuracy.png accuracy-greedy.png accuracy.json \
 		accuracy-think-off.json $(CURDIR)/models/k3-nano/
 
 # ---- fuzzing (libFuzzer, clang): tests/fuzz/fuzz-*.c, seed corpora in tests/fuzz/corpus/NAME ----

@@ -101,12 +101,34 @@ def accuracy(a):
     print(f"  {answered}/{len(jobs)} answered in the response channel"
           f"{', with reasoning in the think channel' if a.think == 'on' else ', with no reasoning'}")
     acc = {k: v[0] / v[1] for k, v in res.items()}
+    if a.plot:
+        bars(acc, res, a)
     bad = [] if answered == len(jobs) else ["answers in the right channels"]
     bad += [k for k in ("add2", "sub2") if acc.get(k, 0) < a.min_add2]
     bad += [k for k in nano_corpus.TASKS if k not in ("add", "sub") and acc.get(k, 0) < a.min_other]
     if bad:
         print(f"below the bar: {', '.join(bad)}")
     return 1 if bad else 0
+
+
+def bars(acc, res, a):
+    """A bar chart of the accuracy per task (and per operand length for add/sub)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    keys = [k for k in ("add1", "add2", "add3", "sub1", "sub2", "sub3", "count", "reverse", "compare", "sort", "chat")
+            if k in acc]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar(keys, [100 * acc[k] for k in keys], color=["#4c72b0" if k[-1].isdigit() else "#55a868" for k in keys])
+    for i, k in enumerate(keys):
+        ax.text(i, 100 * acc[k] + 1, f"{100 * acc[k]:.0f}", ha="center", fontsize=8)
+    ax.axhline(95, color="#c44e52", lw=0.8, ls="--")
+    ax.axhline(80, color="#dd8452", lw=0.8, ls="--")
+    ax.set_ylim(0, 108)
+    ax.set_ylabel("right answers (%)")
+    ax.set_title(f"k3-nano through k3chat: {a.n} held-out prompts per task, greedy, thinking {a.think}")
+    fig.tight_layout()
+    fig.savefig(a.plot, dpi=90)
 
 
 def logits(a):
@@ -191,6 +213,7 @@ def main():
     ap.add_argument("--effort", choices=["low", "high", "max"], default="max")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json")
+    ap.add_argument("--plot", help="accuracy: also draw the figures as a bar chart (PNG; needs matplotlib)")
     ap.add_argument("--min-add2", type=float, default=0.95)
     ap.add_argument("--min-other", type=float, default=0.80)
     a = ap.parse_args()
