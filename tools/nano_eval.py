@@ -7,6 +7,8 @@
   nano_eval.py logits MODEL_DIR [--n 8]
       The exported files loaded into the PyTorch model (train_nano.load_export) against
       k3chat's logits (K3_LOGITS, f32 weights) on held-out conversations: worst relative L2.
+  nano_eval.py ids MODEL_DIR [--n 3]
+      The ids of n held-out conversations per task as one line (real text for tools/k3-ab).
   nano_eval.py render MODEL_DIR [--n 300]
       This module's tokenizer and chat renderer (nano_tok) against k3chat --tokenize and
       --chat-ids on corpus conversations (multi-turn, system prompts, thinking on and off).
@@ -203,9 +205,22 @@ def render(a):
     return 0 if bad == 0 and c == p else 1
 
 
+def ids(a):
+    """The ids of n held-out conversations per task (thinking on), one sequence: real text for
+    tools/k3-ab."""
+    tok = nano_tok.Tok.load(a.model)
+    out = []
+    for exs in nano_corpus.heldout(a.seed, a.n).values():
+        for ex in exs[:a.n]:
+            ctx, tgt = tok.render(ex["messages"], ex["think"], ex["effort"])
+            out += ctx + tgt
+    print(" ".join(map(str, out)))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=["accuracy", "logits", "render"])
+    ap.add_argument("mode", choices=["accuracy", "logits", "render", "ids"])
     ap.add_argument("model")
     ap.add_argument("--n", type=int)
     ap.add_argument("--seed", type=int, default=1, help="the training seed (held-out prompts derive from it)")
@@ -217,8 +232,8 @@ def main():
     ap.add_argument("--min-add2", type=float, default=0.95)
     ap.add_argument("--min-other", type=float, default=0.80)
     a = ap.parse_args()
-    a.n = a.n or {"accuracy": 200, "logits": 8, "render": 300}[a.mode]
-    sys.exit({"accuracy": accuracy, "logits": logits, "render": render}[a.mode](a))
+    a.n = a.n or {"accuracy": 200, "logits": 8, "render": 300, "ids": 3}[a.mode]
+    sys.exit({"accuracy": accuracy, "logits": logits, "render": render, "ids": ids}[a.mode](a))
 
 
 if __name__ == "__main__":
