@@ -217,7 +217,10 @@ TASKS = {"add": add_example, "sub": sub_example, "count": count_example, "revers
 WEIGHTS = {"add": 3, "sub": 3, "count": 2, "reverse": 2, "compare": 2, "sort": 2, "chat": 1}
 
 
-def example(rng, task=None):
+def example(rng, task=None, history=0.0):
+    """One conversation ending with the assistant turn to learn. With probability history, one
+    earlier exchange (another task, same thinking mode and effort) comes first, so the model
+    learns to answer the last question of a multi-turn chat (its earlier reasoning included)."""
     if task is None:
         task = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
     think_on = rng.random() < 0.8
@@ -227,6 +230,11 @@ def example(rng, task=None):
     if rng.random() < 0.15:
         msgs.append({"role": "system", "content": rng.choice(["You are a helpful assistant.",
                                                               "Answer concisely.", "You are k3-nano."])})
+    if history and rng.random() < history:
+        t2 = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        q2, think2, ans2 = TASKS[t2](rng, effort)
+        msgs.append({"role": "user", "content": q2})
+        msgs.append({"role": "assistant", "content": ans2, "reasoning_content": think2 if think_on else ""})
     msgs.append({"role": "user", "content": q})
     msgs.append({"role": "assistant", "content": ans, "reasoning_content": think if think_on else ""})
     ex = {"task": task, "think": think_on, "effort": effort, "messages": msgs}

@@ -105,7 +105,10 @@ def accuracy(a):
     acc = {k: v[0] / v[1] for k, v in res.items()}
     if a.plot:
         bars(acc, res, a)
-    bad = [] if answered == len(jobs) else ["answers in the right channels"]
+    right = sum(v[0] for k, v in res.items() if k in nano_corpus.TASKS)
+    print(f"  {right}/{len(jobs)} right in all ({100 * right / len(jobs):.1f} %)")
+    bad = [] if answered >= a.min_answered * len(jobs) else ["answers in the right channels"]
+    bad += [] if right >= a.min_all * len(jobs) else ["all tasks together"]
     bad += [k for k in ("add2", "sub2") if acc.get(k, 0) < a.min_add2]
     bad += [k for k in nano_corpus.TASKS if k not in ("add", "sub") and acc.get(k, 0) < a.min_other]
     if bad:
@@ -231,6 +234,9 @@ def main():
     ap.add_argument("--plot", help="accuracy: also draw the figures as a bar chart (PNG; needs matplotlib)")
     ap.add_argument("--min-add2", type=float, default=0.95)
     ap.add_argument("--min-other", type=float, default=0.80)
+    ap.add_argument("--min-all", type=float, default=0.0, help="accuracy: bar for all prompts together")
+    ap.add_argument("--min-answered", type=float, default=1.0,
+                    help="accuracy: share of prompts that must get an answer in the right channel")
     a = ap.parse_args()
     a.n = a.n or {"accuracy": 200, "logits": 8, "render": 300, "ids": 3}[a.mode]
     sys.exit({"accuracy": accuracy, "logits": logits, "render": render, "ids": ids}[a.mode](a))

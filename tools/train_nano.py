@@ -469,7 +469,8 @@ def export(model, tok, c, out):
         json.dump(cfg, f, indent=2)
         f.write("\n")
     with open(f"{out}/generation_config.json", "w") as f:
-        json.dump({"temperature": 1.0, "top_p": 1.0, "eos_token_id": n + 2}, f, indent=2)
+        # greedy: a model this small answers best without sampling (the release asks for 1.0)
+        json.dump({"temperature": 0.0, "top_p": 1.0, "eos_token_id": n + 2}, f, indent=2)
         f.write("\n")
     tok.save(out)
 
@@ -651,14 +652,15 @@ def vocabulary(exs):
     return nano_tok.Tok(nano_tok.learn_bpe(texts, CFG["merges"]))
 
 
-def training_set(seed, n, per_task_heldout):
-    """(held-out conversations per task, n training conversations that avoid their numeric keys)."""
+def training_set(seed, n, per_task_heldout, history=0.0):
+    """(held-out conversations per task, n training conversations that avoid their numeric keys;
+    with probability history a conversation has an earlier exchange)."""
     rng = random.Random(seed)
     held_all = nano_corpus.heldout(seed, per_task_heldout)
     unseen = {nano_corpus.numeric_key(ex) for v in held_all.values() for ex in v} - {None}
     exs = []
     while len(exs) < n:
-        ex = nano_corpus.example(rng)
+        ex = nano_corpus.example(rng, history=history)
         if nano_corpus.numeric_key(ex) not in unseen:
             exs.append(ex)
     return held_all, exs, rng
@@ -678,6 +680,7 @@ def main():
     ap.add_argument("--init", help="start from a checkpoint-N.pt / torch_state.pt, or an exported model "
                     "directory (same config), instead of random weights")
     ap.add_argument("--kinds", default=CFG["kinds"], help="attention kind per layer: K (KDA) or M (MLA)")
+    ap.add_argument("--history", type=float, default=0.0, help="share of conversations with an earlier exchange")
     ap.add_argument("--stop-at", type=int, help="stop after this many steps (the schedule still spans --steps)")
     ap.add_argument("--batch-seed", type=int, help="seed of the batch order (default: --seed)")
     ap.add_argument("--export-only", metavar="CKPT", help="export this checkpoint (same --seed/--n/--kinds) and stop")
@@ -689,7 +692,7 @@ def main():
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
-    held_all, exs, rng = training_set(a.seed, a.n, max(a.eval_n, 200))
+    held_all, exs, rng = training_set(a.seed, a.n, max(a.eval_n, 200), a.history)
     t0 = time.time()
     tok = vocabulary(exs)
     print(f"vocab: {tok.n} tokens ({time.time() - t0:.1f}s)", flush=True)

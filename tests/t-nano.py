@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+# t-nano.py: k3-nano, the trained model in models/k3-nano, through the C engine.
+#  - the release-format files are there, load (--inspect) and fit the 25 MB budget;
+#  - tools/nano_tok.py (the tokenizer and chat renderer training used) gives the same ids as
+#    k3chat --tokenize / --chat-ids on corpus conversations;
+#  - the PyTorch model (train_nano.load_export on the committed files) and the engine agree on
+#    logits within 1e-4 relative L2 (skipped without python3-torch; deps.sh installs it);
+#  - greedy answers through k3chat on 50 held-out prompts per task: a regression floor for the
+#    committed model (at least 45 % right over all tasks, every small-talk answer right, 97 % of
+#    the answers in the response channel after reasoning). The model card has the 200-per-task
+#    figures; the bars (95 % on 2-digit add/sub, 80 % on the others) are what
+#    `make nano` / nano_eval.py's defaults check, and the committed model does not meet them yet;
+#  - with thinking off every answer still arrives in the response channel.
+# run-once
+import os
+import subprocess
+import sys
+
+SRC = os.environ.get("K3_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+BUILD = os.environ.get("K3_BUILD", os.path.join(SRC, "build"))
+M = os.path.join(SRC, "models", "k3-nano")
+EVAL = os.path.join(SRC, "tools", "nano_eval.py")
+ENV = dict(os.environ, K3CHAT=os.path.join(BUILD, "k3chat"), OMP_WAIT_POLICY="passive")
+
+
+def report(ok, desc, out=""):
+    print(("PASS: " if ok else "FAIL: ") + desc)
+    if not ok and out:
+        for line in out.strip().splitlines()[-12:]:
+            print("    | " + line)
+
+
+def run(*args, timeout=600):
+    r = subprocess.run([sys.executable, EVAL, *args], capture_output=True, text=True, env=ENV, timeout=timeout)
+    return r.returncode, r.stdout + r.stderr
+
+
+files = ["config.json", "generation_config.json", "model.safetensors", "tiktoken.model", "tokenizer_config.json",
+         "README.md", "loss.png", "accuracy.png", "accuracy-greedy.png"]
+missing = [f for f in files if not os.path.isfile(os.path.join(M, f))]
+report(not missing, f"models/k3-nano has {', '.join(files)}" + (f" (missing: {', '.join(missing)})" if missing else ""))
+if missing:
+    sys.exit(0)
+size = sum(os.path.getsize(os.path.join(M, f)) for f in os.listdir(M))
+report(size <= 25e6, f"models/k3-nano is {size / 1e6:.1f} MB (budget 25 MB)")
+r = subprocess.run([ENV["K3CHAT"], "--inspect", M], capture_output=True, text=True, timeout=60)
+report(r.returncode == 0 and "kimi_k3" in r.stdout, "k3chat --inspect models/k3-nano", r.stdout + r.stderr)
+
+rc, out = run("render", M, "--n", "100")
+report(rc == 0, "nano_tok renderer and tokenizer give k3chat's ids on 100 corpus conversations", out)
+
+try:
+    import torch  # noqa: F401
+    have_torch = True
+except ImportError:
+    have_torch = False
+if have_torch:
+    rc, out = run("logits", M, "--n", "4")
+    worst = [line for line in out.splitlines() if "worst" in line]
+    report(rc == 0, "PyTorch vs engine logits within 1e-4: " + (worst[0].split(": ")[-1] if worst else "?"), out)
+else:
+    print("SKIP: PyTorch vs engine logits: python3-torch is not installed (scripts/deps.sh installs it)")
+
+rc, out = run("accuracy", M, "--n", "50", "--jobs", "2", "--min-add2", "0", "--min-other", "0", "--min-all", "0.45",
+              "--min-answered", "0.97")
+summary = " ".join(line.split()[0] + "=" + line.split()[1] + "%" for line in out.splitlines()
+                   if line.startswith("  ") and "%" in line and line.split()[0] in ("add2", "sub2", "count", "reverse",
+                                                                                   "compare", "sort", "chat"))
+chat = [line for line in out.splitlines() if line.startswith("  chat ")]
+report(rc == 0, f"greedy, thinking on, 50 held-out prompts per task, at least 45 % right in all: {summary}", out)
+report(bool(chat) and "(50/50)" in chat[0], "every small-talk answer right (50/50)", out)
+rc, out = run("accuracy", M, "--n", "4", "--jobs", "2", "--think", "off", "--min-add2", "0", "--min-other", "0")
+report(rc == 0, "thinking off: every answer arrives in the response channel, no reasoning", out)
