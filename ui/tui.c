@@ -53,15 +53,10 @@ enum { KEY_PASTE_BEGIN = KEY_MAX + 1, KEY_PASTE_END };
 
 /* ==== state ================================================================= */
 
-typedef struct buf {
-    char  *s;
-    size_t len, cap;
-} buf;
-
 typedef struct entry {
     int    role;     /* UE_ROLE_* or ROLE_INFO / ROLE_ERROR               */
-    buf    text;     /* content                                            */
-    buf    think;    /* reasoning (assistant)                              */
+    txt_buf text;     /* content                                            */
+    txt_buf think;    /* reasoning (assistant)                              */
     double think_s;  /* seconds of reasoning                               */
     int    n_think;  /* reasoning tokens                                   */
     int    expanded; /* reasoning unfolded in the conversation pane        */
@@ -137,7 +132,7 @@ typedef struct tui {
     int  scroll; /* conversation lines scrolled up from the bottom */
     int  mouse;
     int  paste;  /* inside a bracketed paste */
-    buf  paste_buf;
+    txt_buf paste_buf;
     double last_draw, next_tick;
     int  quit;
 
@@ -159,23 +154,6 @@ static void on_term(int sig) {
     got_term = 1;
 }
 
-static int buf_add(buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p)
-            return -1;
-        b->s   = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = 0;
-    return 0;
-}
-
 static entry *add_entry(tui *t, int role, const char *text) {
     if (t->n_ents == t->cap_ents) {
         int    cap = t->cap_ents ? t->cap_ents * 2 : 32;
@@ -189,7 +167,7 @@ static entry *add_entry(tui *t, int role, const char *text) {
     memset(e, 0, sizeof *e);
     e->role = role;
     if (text)
-        buf_add(&e->text, text, strlen(text));
+        txt_buf_add(&e->text, text, strlen(text));
     t->dl_valid = 0;
     t->dirty |= DIRTY_HIST;
     return e;
@@ -198,8 +176,8 @@ static entry *add_entry(tui *t, int role, const char *text) {
 static void drop_entries(tui *t, int keep) {
     while (t->n_ents > keep) {
         entry *e = &t->ents[--t->n_ents];
-        free(e->text.s);
-        free(e->think.s);
+        free(e->text.p);
+        free(e->think.p);
     }
     t->dl_valid = 0;
     t->dirty |= DIRTY_HIST;
@@ -239,7 +217,7 @@ static void layout(tui *t) {
     int main_h  = t->status_y;
     t->think_h = t->resp_h = 0;
     if (t->streaming && t->cur >= 0) {
-        int want_think = t->cs.show_thinking && (t->cs.gen.think || t->ents[t->cur].think.len);
+        int want_think = t->cs.show_thinking && (t->cs.gen.think || t->ents[t->cur].think.n);
         t->resp_h  = main_h * 2 / 5 > 4 ? main_h * 2 / 5 : 4;
         t->think_h = want_think ? (main_h / 4 > 3 ? main_h / 4 : 3) : 0;
         if (main_h - t->resp_h - t->think_h < 2)
@@ -386,7 +364,7 @@ static void build_lines(tui *t, int width) {
         switch (e->role) {
         case UE_ROLE_USER: {
             size_t mark = t->n_dl;
-            text_lines(t, i, e->text.s ? e->text.s : "", e->text.len, width, THM_USER, 2, NULL);
+            text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_USER, 2, NULL);
             if ((size_t)t->n_dl > mark)
                 t->dl[mark].fold = 2; /* first line carries the "›" marker */
             if (e->queued)
@@ -394,25 +372,25 @@ static void build_lines(tui *t, int width) {
             break;
         }
         case UE_ROLE_ASSISTANT:
-            if (e->think.len) {
+            if (e->think.n) {
                 char *fb = e->summary;
                 snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d tokens", e->expanded ? "▾" : "▸", e->think_s,
                          e->n_think);
                 dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
                 if (e->expanded)
-                    text_lines(t, i, e->think.s, e->think.len, width, THM_THINK, 2, NULL);
+                    text_lines(t, i, e->think.p, e->think.n, width, THM_THINK, 2, NULL);
             }
-            text_lines(t, i, e->text.s ? e->text.s : "", e->text.len, width, THM_ASSISTANT, 0, NULL);
+            text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_ASSISTANT, 0, NULL);
             if (e->status == UE_DONE_CANCELLED)
                 dl_push(t, i, "[stopped]", 9, THM_INFO, 0, 0);
             else if (e->status == UE_DONE_LENGTH)
                 dl_push(t, i, "[length limit reached]", 22, THM_INFO, 0, 0);
             break;
         case UE_ROLE_SYSTEM:
-            text_lines(t, i, e->text.s, e->text.len, width, THM_SYSTEM, 2, NULL);
+            text_lines(t, i, e->text.p, e->text.n, width, THM_SYSTEM, 2, NULL);
             break;
-        case ROLE_INFO: text_lines(t, i, e->text.s, e->text.len, width, THM_INFO, 0, NULL); break;
-        case ROLE_ERROR: text_lines(t, i, e->text.s, e->text.len, width, THM_ERROR, 0, NULL); break;
+        case ROLE_INFO: text_lines(t, i, e->text.p, e->text.n, width, THM_INFO, 0, NULL); break;
+        case ROLE_ERROR: text_lines(t, i, e->text.p, e->text.n, width, THM_ERROR, 0, NULL); break;
         }
         dl_push(t, i, "", 0, THM_NORMAL, 0, 0);
     }
@@ -488,31 +466,31 @@ static void draw_hist(tui *t) {
 /* The tail of a streaming text in rows [y0, y0 + h). Greedy wrapping never changes a line once
  * a later one exists, so each frame wraps only from the start of the last line drawn before
  * (tail_cache): a frame costs the same however long the text grows. */
-static void draw_tail(tui *t, int y0, int h, const buf *b, int role, tail_cache *c) {
+static void draw_tail(tui *t, int y0, int h, const txt_buf *b, int role, tail_cache *c) {
     int width = t->cols - 1, used[TAIL_N] = {0};
-    if (c->width != width || c->len > b->len) {
+    if (c->width != width || c->len > b->n) {
         memset(c, 0, sizeof *c);
         c->width = width;
     }
-    c->base = b->s;
-    c->len  = b->len;
+    c->base = b->p;
+    c->len  = b->n;
     if (h > TAIL_N)
         h = TAIL_N;
-    if (h <= 0 || !b->len) {
+    if (h <= 0 || !b->n) {
         for (int y = y0; y < y0 + h; y++)
             fill_row(y, 0, t->cols, THM_NORMAL);
         return;
     }
     int        save_n = t->n_dl;
     wrap_state ws     = c->ws;
-    text_lines(t, t->cur, b->s + c->start, b->len - c->start, width, role, 0, &ws);
+    text_lines(t, t->cur, b->p + c->start, b->n - c->start, width, role, 0, &ws);
     int n_new = t->n_dl - save_n, n_old = c->n < h ? c->n : h;
     int total = n_old + n_new, first = total > h ? total - h : 0;
     for (int r = 0; first + r < total; r++) {
         int k = first + r;
         if (k < n_old) {
             const tail_line *o = &c->ring[(c->head + c->n - n_old + k) % TAIL_N];
-            used[r]            = draw_text(y0 + r, 0, t->cols, b->s + o->off, o->len, o->role);
+            used[r]            = draw_text(y0 + r, 0, t->cols, b->p + o->off, o->len, o->role);
         } else {
             dline *d = &t->dl[save_n + k - n_old];
             used[r]  = d->indent + draw_text(y0 + r, d->indent, t->cols - d->indent, d->s, d->len, d->role);
@@ -524,7 +502,7 @@ static void draw_tail(tui *t, int y0, int h, const buf *b, int role, tail_cache 
     /* every new line but the last is final: keep it, resume at the last */
     for (int k = 0; k + 1 < n_new; k++) {
         dline *d = &t->dl[save_n + k];
-        c->ring[(c->head + c->n) % TAIL_N] = (tail_line){(size_t)(d->s - b->s), d->len, d->role};
+        c->ring[(c->head + c->n) % TAIL_N] = (tail_line){(size_t)(d->s - b->p), d->len, d->role};
         if (c->n < TAIL_N)
             c->n++;
         else
@@ -543,15 +521,15 @@ static void draw_panes(tui *t, int dirty) {
     entry *e = &t->ents[t->cur];
     char   extra[96];
     if (t->think_h > 0 && (dirty & DIRTY_THINK)) {
-        double s = e->think.len ? (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0 : 0;
-        snprintf(extra, sizeof extra, "%.1f s · %d tokens", e->think.len ? s : 0.0, e->n_think);
+        double s = e->think.n ? (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0 : 0;
+        snprintf(extra, sizeof extra, "%.1f s · %d tokens", e->think.n ? s : 0.0, e->n_think);
         draw_title(t->think_y, "thinking", extra, t->cols);
         if (!t->dl_valid) /* draw_tail uses the line list as scratch space */
             build_lines(t, t->cols - 1);
         draw_tail(t, t->think_y + 1, t->think_h - 1, &e->think, THM_THINK, &t->tc_think);
     }
     if (t->resp_h > 0 && (dirty & DIRTY_RESP)) {
-        snprintf(extra, sizeof extra, "%s", e->text.len ? "Ctrl-C stops" : "waiting for the first token · Ctrl-C stops");
+        snprintf(extra, sizeof extra, "%s", e->text.n ? "Ctrl-C stops" : "waiting for the first token · Ctrl-C stops");
         draw_title(t->resp_y, "response", extra, t->cols);
         if (!t->dl_valid)
             build_lines(t, t->cols - 1);
@@ -719,7 +697,7 @@ static void end_turn(tui *t, int status, const ue_stats *st) {
             e->think_s = st->think_s;
         else if (t->think_t0 > 0)
             e->think_s = (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0;
-        if (status == UE_DONE_ERROR && !e->text.len && !e->think.len)
+        if (status == UE_DONE_ERROR && !e->text.n && !e->think.n)
             drop_entries(t, t->cur); /* nothing to keep */
     }
     t->streaming = 0;
@@ -772,15 +750,15 @@ static void on_event(tui *t, ui_ev *e) {
         if (e->ch == EV_CH_THINK) {
             if (t->think_t0 == 0)
                 t->think_t0 = e->t;
-            buf_add(&t->ents[t->cur].think, e->text, strlen(e->text));
+            txt_buf_add(&t->ents[t->cur].think, e->text, strlen(e->text));
             t->ents[t->cur].n_think += e->i;
         } else {
             if (t->think_t0 > 0 && t->think_t1 == 0)
                 t->think_t1 = e->t;
-            buf_add(&t->ents[t->cur].text, e->text, strlen(e->text));
+            txt_buf_add(&t->ents[t->cur].text, e->text, strlen(e->text));
         }
         t->dirty |= e->ch == EV_CH_THINK ? DIRTY_THINK : DIRTY_RESP | DIRTY_THINK * (t->think_t1 == e->t);
-        if (t->think_h == 0 && t->ents[t->cur].think.len && t->cs.show_thinking)
+        if (t->think_h == 0 && t->ents[t->cur].think.n && t->cs.show_thinking)
             layout(t);
         break;
     case EV_STATS:
@@ -834,7 +812,7 @@ static void on_event(tui *t, ui_ev *e) {
     case EV_MSG: {
         entry *x = add_entry(t, e->i, e->text);
         if (x && e->text2)
-            buf_add(&x->think, e->text2, strlen(e->text2));
+            txt_buf_add(&x->think, e->text2, strlen(e->text2));
         break;
     }
     case EV_UNDO: {
@@ -842,8 +820,8 @@ static void on_event(tui *t, ui_ev *e) {
             break; /* done already */
         if (t->streaming) { /* the turn failed before it began: its entry goes too */
             int k = last_user(t);
-            if (k >= 0 && inp_empty(t->in) && t->ents[k].text.s)
-                inp_insert(t->in, t->ents[k].text.s); /* to send again after /clear or /forget */
+            if (k >= 0 && inp_empty(t->in) && t->ents[k].text.p)
+                inp_insert(t->in, t->ents[k].text.p); /* to send again after /clear or /forget */
             t->streaming = 0;
             t->cur       = -1;
             t->ignore_done = 1;
@@ -1045,7 +1023,7 @@ static void scroll_by(tui *t, int d) {
 static void toggle_fold_all(tui *t) {
     int any = 0;
     for (int i = 0; i < t->n_ents; i++)
-        any |= t->ents[i].role == UE_ROLE_ASSISTANT && t->ents[i].think.len && !t->ents[i].expanded;
+        any |= t->ents[i].role == UE_ROLE_ASSISTANT && t->ents[i].think.n && !t->ents[i].expanded;
     for (int i = 0; i < t->n_ents; i++)
         t->ents[i].expanded = any;
     t->dl_valid = 0;
@@ -1178,10 +1156,10 @@ static int more_key(void *ud, wchar_t *out) {
 }
 
 static void paste_flush(tui *t) {
-    if (t->paste_buf.len) {
-        inp_insert(t->in, t->paste_buf.s);
-        t->paste_buf.len = 0;
-        t->paste_buf.s[0] = 0;
+    if (t->paste_buf.n) {
+        inp_insert(t->in, t->paste_buf.p);
+        t->paste_buf.n = 0;
+        t->paste_buf.p[0] = 0;
     }
 }
 
@@ -1205,9 +1183,9 @@ static void on_key(tui *t, wint_t k, int fn) {
         wint_t  c = fn ? (k == KEY_ENTER ? '\n' : 0) : (k == '\r' ? '\n' : k);
         if (c) {
             utf8proc_ssize_t l = utf8proc_encode_char((utf8proc_int32_t)c, (utf8proc_uint8_t *)u);
-            buf_add(&t->paste_buf, u, (size_t)l);
+            txt_buf_add(&t->paste_buf, u, (size_t)l);
         }
-        if (t->paste_buf.len > 65536)
+        if (t->paste_buf.n > 65536)
             paste_flush(t);
         return;
     }
@@ -1401,6 +1379,6 @@ int ui_tui_run(const cli_opts *o) {
     drop_entries(t, 0);
     free(t->ents);
     free(t->dl);
-    free(t->paste_buf.s);
+    free(t->paste_buf.p);
     return 0;
 }
