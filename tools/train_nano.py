@@ -519,8 +519,16 @@ def load_export(d):
     model = Nano(c, t["vocab_size"])
     P = "language_model.model."
 
+    def take(name):
+        if name not in w:
+            raise ValueError(f"{d}/model.safetensors: tensor {name} is missing (config.json: {kinds} layers)")
+        return w.pop(name)
+
     def put(param, name):
-        src = w.pop(name)
+        src = take(name)
+        if src.numel() != param.numel():
+            raise ValueError(f"{d}/model.safetensors: {name} has shape {list(src.shape)}, "
+                             f"expected {list(param.shape)} from config.json")
         param.data.copy_(src.reshape(param.shape))
 
     with torch.no_grad():
@@ -538,7 +546,7 @@ def load_export(d):
                 for n in ("q", "k", "v"):
                     put(getattr(a, n + "_conv"), p + f"self_attn.{n}_conv1d.weight")
                 put(a.dt_bias, p + "self_attn.dt_bias")
-                a.A_log.data.copy_(w.pop(p + "self_attn.A_log")[:a.H])
+                a.A_log.data.copy_(take(p + "self_attn.A_log")[:a.H])
                 put(a.o_norm, p + "self_attn.o_norm.weight")
             else:
                 for n, m in (("q_a_proj", a.q_a), ("q_b_proj", a.q_b), ("kv_a_proj_with_mqa", a.kv_a),
@@ -553,7 +561,7 @@ def load_export(d):
                 continue
             q = p + "block_sparse_moe."
             put(m.gate.weight, q + "gate.weight")
-            m.bias.copy_(w.pop(q + "gate.e_score_correction_bias"))
+            m.bias.copy_(take(q + "gate.e_score_correction_bias"))
             put(m.down.weight, q + "routed_expert_down_proj.weight")
             put(m.up.weight, q + "routed_expert_up_proj.weight")
             put(m.norm, q + "routed_expert_norm.weight")
@@ -562,9 +570,9 @@ def load_export(d):
             put(m.sd.weight, q + "shared_experts.down_proj.weight")
             for e in range(m.E):
                 for wn, prm in (("w1", m.w1), ("w2", m.w2), ("w3", m.w3)):
-                    packed = w.pop(f"{q}experts.{e}.{wn}.weight_packed").long()
+                    packed = take(f"{q}experts.{e}.{wn}.weight_packed").long()
                     nib = torch.stack([packed & 15, packed >> 4], -1).reshape(packed.shape[0], -1)
-                    prm[e] = mxfp4_dequant(nib, w.pop(f"{q}experts.{e}.{wn}.weight_scale").long())
+                    prm[e] = mxfp4_dequant(nib, take(f"{q}experts.{e}.{wn}.weight_scale").long())
         put(model.norm, P + "norm.weight")
         put(model.out_norm, P + "output_attn_res_norm.weight")
         put(model.out_proj, P + "output_attn_res_proj.weight")
