@@ -217,12 +217,14 @@ TASKS = {"add": add_example, "sub": sub_example, "count": count_example, "revers
 WEIGHTS = {"add": 3, "sub": 3, "count": 2, "reverse": 2, "compare": 2, "sort": 2, "chat": 1}
 
 
-def example(rng, task=None, history=0.0):
+def example(rng, task=None, history=0.0, weights=None):
     """One conversation ending with the assistant turn to learn. With probability history, one
     earlier exchange (another task, same thinking mode and effort) comes first, so the model
-    learns to answer the last question of a multi-turn chat (its earlier reasoning included)."""
+    learns to answer the last question of a multi-turn chat (its earlier reasoning included).
+    weights: the task mix (default WEIGHTS)."""
+    weights = weights or WEIGHTS
     if task is None:
-        task = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        task = rng.choices(list(weights), weights=list(weights.values()))[0]
     think_on = rng.random() < 0.8
     effort = rng.choice(EFFORTS) if think_on else "max"
     q, think, ans = TASKS[task](rng, effort)
@@ -231,7 +233,7 @@ def example(rng, task=None, history=0.0):
         msgs.append({"role": "system", "content": rng.choice(["You are a helpful assistant.",
                                                               "Answer concisely.", "You are k3-nano."])})
     if history and rng.random() < history:
-        t2 = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        t2 = rng.choices(list(weights), weights=list(weights.values()))[0]
         q2, think2, ans2 = TASKS[t2](rng, effort)
         msgs.append({"role": "user", "content": q2})
         msgs.append({"role": "assistant", "content": ans2, "reasoning_content": think2 if think_on else ""})

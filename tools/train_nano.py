@@ -660,15 +660,15 @@ def vocabulary(exs):
     return nano_tok.Tok(nano_tok.learn_bpe(texts, CFG["merges"]))
 
 
-def training_set(seed, n, per_task_heldout, history=0.0):
+def training_set(seed, n, per_task_heldout, history=0.0, weights=None):
     """(held-out conversations per task, n training conversations that avoid their numeric keys;
-    with probability history a conversation has an earlier exchange)."""
+    with probability history a conversation has an earlier exchange; weights: the task mix)."""
     rng = random.Random(seed)
     held_all = nano_corpus.heldout(seed, per_task_heldout)
     unseen = {nano_corpus.numeric_key(ex) for v in held_all.values() for ex in v} - {None}
     exs = []
     while len(exs) < n:
-        ex = nano_corpus.example(rng, history=history)
+        ex = nano_corpus.example(rng, history=history, weights=weights)
         if nano_corpus.numeric_key(ex) not in unseen:
             exs.append(ex)
     return held_all, exs, rng
@@ -689,6 +689,7 @@ def main():
                     "directory (same config), instead of random weights")
     ap.add_argument("--kinds", default=CFG["kinds"], help="attention kind per layer: K (KDA) or M (MLA)")
     ap.add_argument("--history", type=float, default=0.0, help="share of conversations with an earlier exchange")
+    ap.add_argument("--weights", help="task mix, e.g. add=3,sub=3,sort=4 (the rest as in nano_corpus.WEIGHTS)")
     ap.add_argument("--stop-at", type=int, help="stop after this many steps (the schedule still spans --steps)")
     ap.add_argument("--batch-seed", type=int, help="seed of the batch order (default: --seed)")
     ap.add_argument("--export-only", metavar="CKPT", help="export this checkpoint (same --seed/--n/--kinds) and stop")
@@ -697,12 +698,27 @@ def main():
     if not a.kinds or set(a.kinds) - set("KM") or a.kinds[-1] != "M":
         ap.error("--kinds: K and M letters, the last one M (the last layer is MLA)")
     CFG.update(kinds=a.kinds, layers=len(a.kinds))
+    init_model = None
+    if a.init and os.path.isdir(a.init):  # an exported model: its config.json decides the shape
+        init_model, c = load_export(a.init)
+        CFG.update(c)
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
-    held_all, exs, rng = training_set(a.seed, a.n, max(a.eval_n, 200), a.history)
+    weights = dict(nano_corpus.WEIGHTS)
+    for kv in (a.weights or "").split(","):
+        if kv:
+            k, _, v = kv.partition("=")
+            if k not in weights or not v.replace(".", "", 1).isdigit():
+                ap.error(f"--weights: '{kv}' is not TASK=NUMBER with TASK one of {', '.join(weights)}")
+            weights[k] = float(v)
+    held_all, exs, rng = training_set(a.seed, a.n, max(a.eval_n, 200), a.history, weights)
     t0 = time.time()
-    tok = vocabulary(exs)
+    if a.init and os.path.isdir(a.init):  # continuing an exported model: keep its token ids
+        tok = nano_tok.Tok.load(a.init)
+    else:  # learned on the plain single-turn stream, so --history and --weights keep the same ids
+        tok = vocabulary(exs if not a.history and weights == nano_corpus.WEIGHTS else
+                         training_set(a.seed, min(a.n, 20000), max(a.eval_n, 200))[1])
     print(f"vocab: {tok.n} tokens ({time.time() - t0:.1f}s)", flush=True)
     if a.export_only:
         model = Nano(CFG, tok.n + 256)
@@ -717,8 +733,8 @@ def main():
     pad = tok.special["[PAD]"]
     V = tok.n + 256
     model = Nano(CFG, V)
-    if a.init and os.path.isdir(a.init):  # an exported model: continue training from its weights
-        model.load_state_dict(load_export(a.init)[0].state_dict())
+    if init_model is not None:  # an exported model: continue training from its weights
+        model.load_state_dict(init_model.state_dict())
         print(f"initialised from {a.init}", flush=True)
     elif a.init:
         st = torch.load(a.init)
@@ -730,18 +746,26 @@ def main():
     qat_from = int(a.steps * a.qat)
     log = {"step": [], "loss": [], "eval_step": [], "acc": {t: [] for t in held}, "config": CFG,
            "seed": a.seed, "steps": a.steps, "batch": a.batch, "lr": a.lr, "n": a.n, "qat_from": qat_from,
-           "kinds": a.kinds, "init": a.init,
-           "stop_at": a.stop_at, "batch_seed": a.batch_seed}
+           "kinds": CFG["kinds"], "init": a.init,
+           "stop_at": a.stop_at, "batch_seed": a.batch_seed, "history": a.history, "weights": weights}
     t0, ema, queue = time.time(), None, []
-    prev = os.path.join(os.path.dirname(os.path.abspath(a.init)), "train_log.json") if a.init else ""
+    prev = ""
+    if a.init:  # an exported model keeps its log beside it, a checkpoint in its run's directory
+        prev = os.path.join(a.init if os.path.isdir(a.init) else os.path.dirname(os.path.abspath(a.init)),
+                            "train_log.json")
     off = 0
-    if prev and os.path.isfile(prev):  # continuing a run: its curve comes first in the plots
+    if prev and os.path.isfile(prev):  # continuing a run: the curves of all earlier stages come first
         with open(prev) as f:
             p = json.load(f)
-        off = p.get("stop_at") or p["steps"]
-        log["stages"] = p.get("stages", []) + [{k: p[k] for k in ("steps", "lr", "seed", "stop_at", "init", "kinds")
+        poff = p.get("offset", 0)
+        pp = p.get("prev", {"step": [], "loss": [], "eval_step": [], "acc": {}})
+        off = poff + (p.get("stop_at") or p["steps"])
+        log["stages"] = p.get("stages", []) + [{k: p[k] for k in ("steps", "lr", "seed", "stop_at", "init", "kinds",
+                                                                  "batch_seed", "history", "weights")
                                                 if k in p}]
-        log["prev"] = {"step": p["step"], "loss": p["loss"], "eval_step": p["eval_step"], "acc": p["acc"]}
+        log["prev"] = {"step": pp["step"] + [poff + x for x in p["step"]], "loss": pp["loss"] + p["loss"],
+                       "eval_step": pp["eval_step"] + [poff + x for x in p["eval_step"]],
+                       "acc": {t: pp["acc"].get(t, []) + ys for t, ys in p["acc"].items()}}
     log["offset"] = off
 
     def evaluate(step, save=True):  # save: the checkpoint a later stage can start from (--init)
