@@ -1,0 +1,486 @@
+/* tui-draw.c: the full-screen chat's drawing (tui.c has the design notes).
+ *
+ * Everything here reads the state in `tui` and draws; nothing changes the conversation.
+ * tui_layout() splits the terminal into the conversation, think, response, status and input
+ * regions; tui_render() redraws the regions whose dirty bits are set, with one doupdate().
+ * The conversation pane is a list of wrapped lines (dline) rebuilt when it is dirty; the
+ * streaming panes wrap incrementally (tail_cache), so a long answer costs O(new text) a frame.
+ */
+#include "tui-int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <utf8proc.h>
+
+/* ==== layout ================================================================ */
+
+static int input_rows(tui *t, int width) {
+    size_t      cur;
+    const char *s = inp_text(t->in, &cur);
+    int         n = txt_wrap(s, strlen(s), width, NULL, 0);
+    if (inp_hint(t->in)[0])
+        n++;
+    int max = t->rows / 3 > 1 ? t->rows / 3 : 1;
+    return n < 1 ? 1 : n > max ? max : n;
+}
+
+void tui_layout(tui *t) {
+    getmaxyx(stdscr, t->rows, t->cols);
+    t->too_small = t->cols < MIN_COLS || t->rows < MIN_ROWS;
+    if (t->too_small)
+        return;
+    t->input_h  = input_rows(t, t->cols - 2);
+    t->input_y  = t->rows - t->input_h;
+    t->status_y = t->input_y - 1;
+    int main_h  = t->status_y;
+    t->think_h = t->resp_h = 0;
+    if (t->streaming && t->cur >= 0) {
+        int want_think = t->cs.show_thinking && (t->cs.gen.think || t->ents[t->cur].think.n);
+        t->resp_h  = main_h * 2 / 5 > 4 ? main_h * 2 / 5 : 4;
+        t->think_h = want_think ? (main_h / 4 > 3 ? main_h / 4 : 3) : 0;
+        if (main_h - t->resp_h - t->think_h < 2)
+            t->think_h = want_think ? 2 : 0;
+    }
+    t->hist_y  = 0;
+    t->hist_h  = main_h - t->think_h - t->resp_h;
+    t->think_y = t->hist_h;
+    t->resp_y  = t->think_y + t->think_h;
+    t->dirty   = DIRTY_ALL;
+}
+
+/* ==== drawing primitives ===================================================== */
+
+/* Draw s[0..n) at (y, x) within w columns in role r; returns the columns used. Clusters are
+ * placed one by one at the columns text.c computes, so curses' idea of widths cannot drift. */
+static int draw_text(int y, int x, int w, const char *s, size_t n, int role) {
+    int col = 0;
+    attrset((attr_t)thm_attr((enum thm_role)role));
+    for (size_t off = 0; off < n && col < w;) {
+        int    cw, f;
+        size_t len = txt_cluster(s + off, n - off, &cw, &f);
+        if (f & TXT_F_TAB) {
+            int sp = TXT_TAB - col % TXT_TAB;
+            for (int k = 0; k < sp && col < w; k++)
+                mvaddch(y, x + col++, ' ');
+        } else if (f & (TXT_F_NL | TXT_F_CTRL)) {
+            /* not drawn */
+        } else if (col + cw <= w) {
+            wchar_t wc[6];
+            int     nw = 0;
+            if (f & TXT_F_INVALID) {
+                wc[nw++] = 0xFFFD;
+            } else {
+                /* the base character and the zero-width ones that follow it (combining marks,
+                 * variation selectors); other members of an emoji ZWJ sequence are left out so
+                 * the terminal's width agrees with ours */
+                for (size_t o2 = 0; o2 < len && nw < 5;) {
+                    utf8proc_int32_t cp;
+                    utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + off + o2,
+                                                          (utf8proc_ssize_t)(len - o2), &cp);
+                    if (l <= 0)
+                        break;
+                    if (nw == 0 || (wcwidth((wchar_t)cp) == 0 && cp != 0x200D))
+                        wc[nw++] = (wchar_t)cp;
+                    o2 += (size_t)l;
+                }
+            }
+            wc[nw] = 0;
+            cchar_t cc;
+            if (setcchar(&cc, wc, 0, 0, NULL) == OK)
+                mvadd_wch(y, x + col, &cc);
+            else
+                mvaddch(y, x + col, '?');
+            if (cw == 2 && wcwidth(wc[0]) == 1 && col + 1 < w)
+                mvaddch(y, x + col + 1, ' ');
+            col += cw;
+        } else {
+            break;
+        }
+        off += len;
+    }
+    return col;
+}
+
+static void fill_row(int y, int x, int w, int role) {
+    attrset((attr_t)thm_attr((enum thm_role)role));
+    mvhline(y, x, ' ', w);
+}
+
+/* A pane title: "── NAME · extra ───────". */
+static void draw_title(int y, const char *name, const char *extra, int cols) {
+    attrset((attr_t)thm_attr(THM_BORDER));
+    mvhline(y, 0, ACS_HLINE, cols);
+    int x = 2;
+    x += draw_text(y, x, cols - x, " ", 1, THM_BORDER);
+    x += draw_text(y, x, cols - x, name, strlen(name), THM_TITLE);
+    if (extra && *extra) {
+        x += draw_text(y, x, cols - x, " · ", strlen(" · "), THM_BORDER);
+        x += draw_text(y, x, cols - x, extra, strlen(extra), THM_BORDER);
+    }
+    draw_text(y, x, cols - x, " ", 1, THM_BORDER);
+}
+
+/* ==== text to lines ========================================================= */
+
+static void dl_push(tui *t, int ent, const char *s, size_t len, int role, int indent, int fold) {
+    if (t->n_dl == t->cap_dl) {
+        int    cap = t->cap_dl ? t->cap_dl * 2 : 256;
+        dline *d   = realloc(t->dl, (size_t)cap * sizeof *d);
+        if (!d)
+            return;
+        t->dl     = d;
+        t->cap_dl = cap;
+    }
+    t->dl[t->n_dl++] = (dline){ent, s, len, role, indent, fold};
+}
+
+/* Wrap text into lines: code blocks (``` fences) get the code role; the text is cut at its last
+ * complete UTF-8 character (a streamed token may end inside one). ws (may be NULL: a whole
+ * text) gives the state at s[0] and receives the state at the start of the last line. */
+static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int role, int indent, wrap_state *ws) {
+    wrap_state z = {0, 0, 0, 0};
+    if (!ws)
+        ws = &z;
+    n           = txt_complete(s, n);
+    int w       = width - indent > 4 ? width - indent : 4;
+    int in_code = ws->in_code, first = 1;
+    for (size_t p = 0; p <= n;) {
+        const char *eol   = memchr(s + p, '\n', n - p);
+        size_t      ln    = eol ? (size_t)(eol - (s + p)) : n - p;
+        int         mid   = first && ws->mid;
+        int         fence = mid ? ws->mid_fence : ln >= 3 && !strncmp(s + p, "```", 3);
+        int         r     = (in_code || fence) ? THM_CODE : role;
+        txt_line    lines[64], *lp = lines;
+        int         nl = txt_wrap(s + p, ln, w, lines, 64);
+        if (nl > 64 && (lp = malloc((size_t)nl * sizeof *lp)) != NULL)
+            txt_wrap(s + p, ln, w, lp, nl); /* a long paragraph: all its lines */
+        for (int k = 0; k < nl && lp; k++)
+            dl_push(t, ent, s + p + lp[k].off, lp[k].len, r, indent, 0);
+        if (nl > 0 && lp) {
+            ws->last_off  = p + lp[nl - 1].off;
+            ws->mid       = lp[nl - 1].off > 0 || mid;
+            ws->mid_fence = fence;
+            ws->in_code   = in_code;
+        }
+        if (lp != lines)
+            free(lp);
+        if (fence)
+            in_code = !in_code;
+        first = 0;
+        if (!eol)
+            break;
+        p += ln + 1;
+    }
+}
+
+static void build_lines(tui *t, int width) {
+    t->n_dl = 0;
+    for (int i = 0; i < t->n_ents; i++) {
+        entry *e = &t->ents[i];
+        if (i == t->cur && t->streaming)
+            continue;
+        switch (e->role) {
+        case UE_ROLE_USER: {
+            size_t mark = t->n_dl;
+            text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_USER, 2, NULL);
+            if ((size_t)t->n_dl > mark)
+                t->dl[mark].fold = 2; /* first line carries the "›" marker */
+            if (e->queued)
+                dl_push(t, i, "(waiting for the model to load)", 31, THM_INFO, 2, 0);
+            break;
+        }
+        case UE_ROLE_ASSISTANT:
+            if (e->think.n) {
+                char *fb = e->summary;
+                snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d tokens", e->expanded ? "▾" : "▸", e->think_s,
+                         e->n_think);
+                dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
+                if (e->expanded)
+                    text_lines(t, i, e->think.p, e->think.n, width, THM_THINK, 2, NULL);
+            }
+            text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_ASSISTANT, 0, NULL);
+            if (e->status == UE_DONE_CANCELLED)
+                dl_push(t, i, "[stopped]", 9, THM_INFO, 0, 0);
+            else if (e->status == UE_DONE_LENGTH)
+                dl_push(t, i, "[length limit reached]", 22, THM_INFO, 0, 0);
+            break;
+        case UE_ROLE_SYSTEM:
+            text_lines(t, i, e->text.p, e->text.n, width, THM_SYSTEM, 2, NULL);
+            break;
+        case ROLE_INFO: text_lines(t, i, e->text.p, e->text.n, width, THM_INFO, 0, NULL); break;
+        case ROLE_ERROR: text_lines(t, i, e->text.p, e->text.n, width, THM_ERROR, 0, NULL); break;
+        }
+        dl_push(t, i, "", 0, THM_NORMAL, 0, 0);
+    }
+    t->dl_width = width;
+    t->dl_valid = 1;
+}
+
+/* ==== regions ================================================================ */
+
+static void draw_loading(tui *t) {
+    int y = t->hist_h / 2 - 2, w = t->cols - 8;
+    if (y < 0)
+        y = 0;
+    char line[512];
+    snprintf(line, sizeof line, "Loading %s", t->o->dir ? t->o->dir : "the model");
+    draw_text(y, 4, w, line, strlen(line), THM_TITLE);
+    draw_text(y + 1, 4, w, t->load_what, strlen(t->load_what), THM_NORMAL);
+    int    bar = w - 40 > 10 ? (w - 40 < 50 ? w - 40 : 50) : 10;
+    double f   = t->load_total ? (double)t->load_done / (double)t->load_total : 0;
+    int    fill = (int)(f * bar);
+    attrset((attr_t)thm_attr(THM_PROGRESS));
+    for (int k = 0; k < bar; k++)
+        mvaddstr(y + 2, 4 + k, k < fill ? "█" : "░");
+    if (t->load_total)
+        snprintf(line, sizeof line, " %3.0f%%  %.0f / %.0f MB  %.0f MB/s", f * 100, (double)t->load_done / 1e6,
+                 (double)t->load_total / 1e6, t->load_rate / 1e6);
+    else
+        snprintf(line, sizeof line, " %.0f MB  %.0f MB/s", (double)t->load_done / 1e6, t->load_rate / 1e6);
+    draw_text(y + 2, 4 + bar, w - bar, line, strlen(line), THM_NORMAL);
+    const char *hint = "You can type already: messages are sent when the model is ready.";
+    draw_text(y + 4, 4, w, hint, strlen(hint), THM_INFO);
+}
+
+static void draw_hist(tui *t) {
+    for (int y = t->hist_y; y < t->hist_y + t->hist_h; y++)
+        fill_row(y, 0, t->cols, THM_NORMAL);
+    if (!t->ready && !t->fatal && t->n_ents == 0) {
+        draw_loading(t);
+        return;
+    }
+    if (t->n_ents == 0) {
+        const char *w1 = "k3chat: type a message and press Enter. /help lists commands and keys.";
+        draw_text(t->hist_h / 2, 2, t->cols - 4, w1, strlen(w1), THM_INFO);
+        return;
+    }
+    int width = t->cols - 1;
+    if (!t->dl_valid || t->dl_width != width)
+        build_lines(t, width);
+    int max_scroll = t->n_dl - t->hist_h > 0 ? t->n_dl - t->hist_h : 0;
+    if (t->scroll > max_scroll)
+        t->scroll = max_scroll;
+    if (t->scroll < 0)
+        t->scroll = 0;
+    int first = t->n_dl - t->hist_h - t->scroll;
+    if (first < 0)
+        first = 0;
+    t->vis_first = first;
+    for (int r = 0; r < t->hist_h && first + r < t->n_dl; r++) {
+        dline *d = &t->dl[first + r];
+        int    x = d->indent;
+        if (d->fold == 2)
+            draw_text(t->hist_y + r, 0, 2, "› ", strlen("› "), THM_PROMPT);
+        draw_text(t->hist_y + r, x, t->cols - x, d->s, d->len, d->role);
+    }
+    if (t->scroll > 0) {
+        char m[64];
+        snprintf(m, sizeof m, " ↑ %d more · PgDn ", t->scroll);
+        int w = txt_width(m, strlen(m), 0);
+        draw_text(t->hist_y + t->hist_h - 1, t->cols - w - 1, w, m, strlen(m), THM_STATUS);
+    }
+}
+
+/* The tail of a streaming text in rows [y0, y0 + h). Greedy wrapping never changes a line once
+ * a later one exists, so each frame wraps only from the start of the last line drawn before
+ * (tail_cache): a frame costs the same however long the text grows. */
+static void draw_tail(tui *t, int y0, int h, const txt_buf *b, int role, tail_cache *c) {
+    int width = t->cols - 1, used[TAIL_N] = {0};
+    if (c->width != width || c->len > b->n) {
+        memset(c, 0, sizeof *c);
+        c->width = width;
+    }
+    c->base = b->p;
+    c->len  = b->n;
+    if (h > TAIL_N)
+        h = TAIL_N;
+    if (h <= 0 || !b->n) {
+        for (int y = y0; y < y0 + h; y++)
+            fill_row(y, 0, t->cols, THM_NORMAL);
+        return;
+    }
+    int        save_n = t->n_dl;
+    wrap_state ws     = c->ws;
+    text_lines(t, t->cur, b->p + c->start, b->n - c->start, width, role, 0, &ws);
+    int n_new = t->n_dl - save_n, n_old = c->n < h ? c->n : h;
+    int total = n_old + n_new, first = total > h ? total - h : 0;
+    for (int r = 0; first + r < total; r++) {
+        int k = first + r;
+        if (k < n_old) {
+            const tail_line *o = &c->ring[(c->head + c->n - n_old + k) % TAIL_N];
+            used[r]            = draw_text(y0 + r, 0, t->cols, b->p + o->off, o->len, o->role);
+        } else {
+            dline *d = &t->dl[save_n + k - n_old];
+            used[r]  = d->indent + draw_text(y0 + r, d->indent, t->cols - d->indent, d->s, d->len, d->role);
+        }
+    }
+    for (int r = 0; r < h; r++)
+        if (used[r] < t->cols)
+            fill_row(y0 + r, used[r], t->cols - used[r], THM_NORMAL);
+    /* every new line but the last is final: keep it, resume at the last */
+    for (int k = 0; k + 1 < n_new; k++) {
+        dline *d = &t->dl[save_n + k];
+        c->ring[(c->head + c->n) % TAIL_N] = (tail_line){(size_t)(d->s - b->p), d->len, d->role};
+        if (c->n < TAIL_N)
+            c->n++;
+        else
+            c->head = (c->head + 1) % TAIL_N;
+    }
+    if (n_new > 1) {
+        c->start += ws.last_off;
+        c->ws = ws;
+    }
+    t->n_dl = save_n; /* the pane lines were scratch */
+}
+
+static void draw_panes(tui *t, int dirty) {
+    if (!t->streaming || t->cur < 0)
+        return;
+    entry *e = &t->ents[t->cur];
+    char   extra[96];
+    if (t->think_h > 0 && (dirty & DIRTY_THINK)) {
+        double s = e->think.n ? (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0 : 0;
+        snprintf(extra, sizeof extra, "%.1f s · %d tokens", e->think.n ? s : 0.0, e->n_think);
+        draw_title(t->think_y, "thinking", extra, t->cols);
+        if (!t->dl_valid) /* draw_tail uses the line list as scratch space */
+            build_lines(t, t->cols - 1);
+        draw_tail(t, t->think_y + 1, t->think_h - 1, &e->think, THM_THINK, &t->tc_think);
+    }
+    if (t->resp_h > 0 && (dirty & DIRTY_RESP)) {
+        snprintf(extra, sizeof extra, "%s", e->text.n ? "Ctrl-C stops" : "waiting for the first token · Ctrl-C stops");
+        draw_title(t->resp_y, "response", extra, t->cols);
+        if (!t->dl_valid)
+            build_lines(t, t->cols - 1);
+        draw_tail(t, t->resp_y + 1, t->resp_h - 1, &e->text, THM_ASSISTANT, &t->tc_resp);
+    }
+}
+
+static void draw_status(tui *t) {
+    static const char *eff[] = {"low", "high", "max"};
+    char   seg[16][96];
+    int    n = 0;
+    const ue_stats *s = &t->st;
+    fill_row(t->status_y, 0, t->cols, THM_STATUS);
+    if (!t->ready) {
+        if (t->fatal)
+            snprintf(seg[n++], 96, "no model");
+        else if (t->load_total)
+            snprintf(seg[n++], 96, "loading %.0f%% · %.0f MB/s", 100.0 * (double)t->load_done / (double)t->load_total,
+                     t->load_rate / 1e6);
+        else
+            snprintf(seg[n++], 96, "loading…");
+    } else {
+        snprintf(seg[n++], 96, "%.90s", t->model);
+    }
+    if (!t->mouse)
+        snprintf(seg[n++], 96, "mouse off (F3)");
+    if (t->scroll > 0)
+        snprintf(seg[n++], 96, "scrolled ↑%d", t->scroll);
+    snprintf(seg[n++], 96, "think %s", t->cs.gen.think ? eff[t->cs.gen.effort % 3] : "off");
+    snprintf(seg[n++], 96, "T %.2f p %.2f", (double)t->cs.gen.temp, (double)t->cs.gen.top_p);
+    if (s->tok_s > 0)
+        snprintf(seg[n++], 96, "%.1f tok/s", s->tok_s);
+    if (s->ttft_s > 0)
+        snprintf(seg[n++], 96, "TTFT %.2f s", s->ttft_s);
+    if (s->ctx_max > 0)
+        snprintf(seg[n++], 96, "ctx %d/%d", s->ctx_used, s->ctx_max);
+    if (s->expert_gb >= 0 && s->expert_hit >= 0)
+        snprintf(seg[n++], 96, "experts %.0f%% of %.1f GB", s->expert_hit * 100, s->expert_gb);
+    if (s->vk_budget_gb > 0)
+        snprintf(seg[n++], 96, "VRAM %.1f/%.1f GB · %ld gpu hits", s->vk_used_gb, s->vk_budget_gb, s->vk_hits);
+    if (s->mem_gb > 0)
+        snprintf(seg[n++], 96, "mem %.2f GB", s->mem_gb);
+    /* whole segments only: one that does not fit is left out (the model name is cut if need be) */
+    int x = 1;
+    for (int k = 0; k < n && x < t->cols - 2; k++) {
+        int w = txt_width(seg[k], strlen(seg[k]), 0) + (k ? 3 : 0);
+        if (k && x + w > t->cols - 1)
+            continue;
+        if (k)
+            x += draw_text(t->status_y, x, t->cols - x, " │ ", strlen(" │ "), THM_STATUS);
+        x += draw_text(t->status_y, x, t->cols - x, seg[k], strlen(seg[k]), k == 0 ? THM_STATUS_KEY : THM_STATUS);
+    }
+}
+
+/* The input window; leaves the cursor at the editing position. */
+static void draw_input(tui *t) {
+    size_t      cur;
+    const char *s  = inp_text(t->in, &cur);
+    size_t      n  = strlen(s);
+    int         w  = t->cols - 2, hint = inp_hint(t->in)[0] != 0;
+    int         rows = t->input_h - hint;
+    txt_line    lines[256];
+    int         nl = txt_wrap(s, n, w, lines, 256);
+    if (nl > 256)
+        nl = 256;
+    /* the line holding the cursor: the last one starting at or before it */
+    int cl = 0;
+    for (int k = 0; k < nl; k++)
+        if (lines[k].off <= cur)
+            cl = k;
+    int first = cl - rows + 1 > 0 ? cl - rows + 1 : 0;
+    for (int r = 0; r < t->input_h; r++)
+        fill_row(t->input_y + r, 0, t->cols, THM_INPUT);
+    if (hint) {
+        const char *h = inp_hint(t->in);
+        draw_text(t->input_y, 2, w, h, strlen(h), THM_INFO);
+    }
+    int y0 = t->input_y + hint;
+    for (int r = 0; r < rows && first + r < nl; r++) {
+        draw_text(y0 + r, 0, 2, first + r == 0 ? "› " : "  ", strlen("› "), THM_PROMPT);
+        draw_text(y0 + r, 2, w, s + lines[first + r].off, lines[first + r].len, THM_INPUT);
+    }
+    int cx = 2 + txt_width(s + lines[cl].off, cur - lines[cl].off, 0);
+    if (cx >= t->cols)
+        cx = t->cols - 1;
+    move(y0 + cl - first, cx);
+}
+
+void tui_render(tui *t, int force) {
+    double now = ev_now();
+    if (!t->dirty && !force)
+        return;
+    if (!force && t->streaming && now - t->last_draw < FRAME_S && !(t->dirty & DIRTY_INPUT))
+        return; /* coalesce: poll() wakes us when the frame is due */
+    if (t->too_small) {
+        erase();
+        char m[128];
+        snprintf(m, sizeof m, "Terminal too small: %dx%d, k3chat needs at least %dx%d.", t->cols, t->rows,
+                 MIN_COLS, MIN_ROWS);
+        int w = t->cols > 0 ? t->cols : 1;
+        mvaddnstr(t->rows / 2, 0, m, w);
+        mvaddnstr(t->rows / 2 + 1, 0, "Enlarge the window (Ctrl-C or Ctrl-D quits).", w);
+        refresh();
+        t->dirty     = 0;
+        t->last_draw = now;
+        return;
+    }
+    if (t->dirty & (DIRTY_HIST | DIRTY_INPUT)) {
+        int h = input_rows(t, t->cols - 2);
+        if (h != t->input_h)
+            tui_layout(t);
+    }
+    if (t->dirty & DIRTY_HIST)
+        draw_hist(t);
+    if (t->dirty & DIRTY_PANES)
+        draw_panes(t, t->dirty);
+    if (t->dirty & DIRTY_STATUS)
+        draw_status(t);
+    draw_input(t);
+    attrset(A_NORMAL);
+    wnoutrefresh(stdscr);
+    doupdate();
+    t->dirty     = 0;
+    t->last_draw = ev_now();
+    if (t->tok_t_pending > 0) {
+        double lat = t->last_draw - t->tok_t_pending;
+        t->lat_sum += lat;
+        t->lat_n++;
+        if (lat > t->lat_max)
+            t->lat_max = lat;
+        t->tok_t_pending = 0;
+    }
+}

@@ -1,0 +1,128 @@
+/* tui-int.h: the state of the full-screen chat, shared by its two halves: tui.c (events,
+ * commands, keys, the main loop) and tui-draw.c (layout and drawing). Private to ui/. */
+#ifndef K3_TUI_INT_H
+#define K3_TUI_INT_H
+
+#include "chat.h"
+#include "cli.h"
+#include "engine.h"
+#include "input.h"
+#include "k3.h"
+#include "text.h"
+#include "theme.h"
+
+#include <curses.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MIN_COLS 40
+#define MIN_ROWS 12
+#define FRAME_S  0.020
+
+enum { ROLE_INFO = 10, ROLE_ERROR };
+enum { DIRTY_HIST = 1, DIRTY_THINK = 2, DIRTY_RESP = 4, DIRTY_STATUS = 8, DIRTY_INPUT = 16, DIRTY_ALL = 31 };
+#define DIRTY_PANES (DIRTY_THINK | DIRTY_RESP)
+enum { KEY_PASTE_BEGIN = KEY_MAX + 1, KEY_PASTE_END };
+
+/* ==== state ================================================================= */
+
+typedef struct entry {
+    int    role;     /* UE_ROLE_* or ROLE_INFO / ROLE_ERROR               */
+    txt_buf text;     /* content                                            */
+    txt_buf think;    /* reasoning (assistant)                              */
+    double think_s;  /* seconds of reasoning                               */
+    int    n_think;  /* reasoning tokens                                   */
+    int    expanded; /* reasoning unfolded in the conversation pane        */
+    int    status;   /* UE_DONE_* of an assistant turn                     */
+    int    queued;   /* user message waiting for the model to load         */
+    char   summary[96]; /* the folded-reasoning line as drawn              */
+} entry;
+
+/* Final lines of a streaming pane (byte ranges of its buffer), and where wrapping resumes. */
+#define TAIL_N 512
+typedef struct tail_line {
+    size_t off, len;
+    int    role;
+} tail_line;
+typedef struct wrap_state wrap_state;
+struct wrap_state {
+    int    in_code;   /* inside a ``` block at the start of the raw line           */
+    int    mid;       /* resuming inside a raw line                                */
+    int    mid_fence; /* that raw line is a fence line                              */
+    size_t last_off;  /* out: offset of the last line produced (where to resume)    */
+};
+typedef struct tail_cache {
+    const char *base;        /* the buffer wrapped (a realloc or a new turn resets)   */
+    size_t      len, start;  /* its length last time; where wrapping resumes          */
+    int         width;
+    wrap_state  ws;          /* state at start                                        */
+    tail_line   ring[TAIL_N];/* final lines before start, oldest first from head      */
+    int         head, n;
+} tail_cache;
+
+/* One drawn line of the conversation pane. */
+typedef struct dline {
+    int         ent;    /* entry index                           */
+    const char *s;      /* bytes (into the entry) or a static    */
+    size_t      len;
+    int         role;   /* thm role                              */
+    int         indent;
+    int         fold;   /* the reasoning summary line (clickable) */
+} dline;
+
+typedef struct tui {
+    const cli_opts *o;
+    ue             *eng;
+    ev_queue       *q;
+    inp            *in;
+    chat_settings   cs;
+    thm_spec        theme[THM_N];
+    char            theme_name[64];
+
+    entry *ents; /* (n_ents) the conversation as displayed */
+    int    n_ents, cap_ents;
+    int    cur;       /* entry being streamed, -1 when none */
+    int    streaming; /* a turn is in progress              */
+    int    replaying;
+    int    ignore_done; /* the EV_DONE of a turn already taken back by EV_UNDO */
+    /* commands the display applied at once; the worker's echo of them is ignored until its
+     * EV_ACK, so a message typed right after them is not dropped */
+    int    clear_pending, undo_pending, load_pending;
+    double turn_t0, think_t0, think_t1;
+
+    /* model and statistics */
+    int      ready, fatal;
+    char     model[160];
+    ue_stats st;
+    char     load_what[256];
+    uint64_t load_done, load_total;
+    double   load_t0, load_rate;
+
+    /* layout */
+    int  rows, cols, too_small;
+    int  hist_y, hist_h, think_y, think_h, resp_y, resp_h, status_y, input_y, input_h;
+    int  dirty;
+    int  scroll; /* conversation lines scrolled up from the bottom */
+    int  mouse;
+    int  paste;  /* inside a bracketed paste */
+    txt_buf paste_buf;
+    double last_draw, next_tick;
+    int  quit;
+
+    dline *dl; /* (n_dl) conversation pane lines, rebuilt when dirty */
+    int    n_dl, cap_dl, dl_width, dl_valid;
+    int    vis_first; /* dline index drawn on the pane's first row */
+    tail_cache tc_think, tc_resp; /* incremental wrapping of the streaming panes */
+
+    /* latency bookkeeping (K3_UI_STATS) */
+    double tok_t_pending; /* oldest undisplayed token's push time, 0 = none */
+    double lat_sum, lat_max;
+    long   lat_n;
+    double ui_cpu0, decode_wall;
+} tui;
+
+/* tui-draw.c */
+void tui_layout(tui *t);             /* pane geometry from the terminal size; marks all dirty */
+void tui_render(tui *t, int force);  /* redraw the dirty regions (coalesced while streaming) */
+
+#endif
