@@ -12,6 +12,9 @@
   nano_eval.py render MODEL_DIR [--n 300]
       This module's tokenizer and chat renderer (nano_tok) against k3chat --tokenize and
       --chat-ids on corpus conversations (multi-turn, system prompts, thinking on and off).
+  nano_eval.py multiturn MODEL_DIR [--n 50] [--min-all F]
+      Two held-out questions of different tasks in one k3chat --plain conversation (greedy,
+      thinking on): how often the second is answered right with the first turn in context.
 
 Exit status 1 when a check fails its bar (accuracy: --min-add2 / --min-other; logits: 1e-4;
 render: any difference). K3CHAT overrides the path of the k3chat binary.
@@ -221,9 +224,66 @@ def ids(a):
     return 0
 
 
+def multiturn(a):
+    """Conversations of two questions through k3chat's line mode (greedy, thinking on): the second
+    question is answered with the model's own first turn, reasoning included, in its context.
+    Pairs of held-out prompts from different tasks; the second answer is what is scored."""
+    held = nano_corpus.heldout(a.seed, a.n)
+    tasks = list(held)
+    rng = random.Random(a.seed + 13)
+    pairs = []
+    for i in range(a.n):
+        t1, t2 = rng.sample(tasks, 2)
+        pairs.append((held[t1][i], held[t2][(i + 1) % a.n]))
+
+    def one(pair):
+        with tempfile.TemporaryDirectory() as td:
+            path = os.path.join(td, "t.jsonl")
+            script = "".join(ex["messages"][-2]["content"] + "\n" for ex in pair) + f"/save {path}\n"
+            env = dict(os.environ, OMP_NUM_THREADS="1", K3_VK="0")
+            r = subprocess.run([K3CHAT, a.model, "--plain", "--temp", "0", "--max-tokens", "400", "--think", "on",
+                                "--effort", a.effort], input=script, capture_output=True, text=True, env=env,
+                               timeout=120)
+            try:
+                with open(path) as f:
+                    turns = [json.loads(line) for line in f][1:]
+            except OSError:
+                return None, r.stderr.strip()[-200:]
+            return [m.get("content", "") for m in turns if m.get("role") == "assistant"], ""
+
+    with ThreadPoolExecutor(a.jobs) as pool:
+        outs = list(pool.map(one, pairs))
+    first = second = both = 0
+    res, fails = {}, []
+    for pair, (answers, err) in zip(pairs, outs):
+        if answers is None or len(answers) != 2:
+            fails.append(f"  no transcript of two answers: {err}")
+            answers = ["", ""]
+        ok1, ok2 = expected(pair[0])(answers[0]), expected(pair[1])(answers[1])
+        first += ok1
+        second += ok2
+        both += ok1 and ok2
+        r = res.setdefault(pair[1]["task"], [0, 0])
+        r[0] += ok2
+        r[1] += 1
+        if not ok2 and len(fails) < 5:
+            fails.append(f"  {pair[0]['messages'][-2]['content']!r} then {pair[1]['messages'][-2]['content']!r}: "
+                         f"second answer {answers[1]!r}")
+    print(f"k3-nano, {a.n} two-question conversations through k3chat --plain, greedy, thinking on "
+          f"(effort {a.effort}):")
+    print(f"  first question right {first}/{a.n}, second question right {second}/{a.n}, both {both}/{a.n}")
+    print("  second question by task: " + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in sorted(res.items())))
+    print("\n".join(fails))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"n": a.n, "effort": a.effort, "first": first, "second": second, "both": both,
+                       "second_by_task": res}, f, indent=1)
+    return 0 if second >= a.min_all * a.n else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("mode", choices=["accuracy", "logits", "render", "ids"])
+    ap.add_argument("mode", choices=["accuracy", "logits", "render", "ids", "multiturn"])
     ap.add_argument("model")
     ap.add_argument("--n", type=int)
     ap.add_argument("--seed", type=int, default=1, help="the training seed (held-out prompts derive from it)")
@@ -234,12 +294,13 @@ def main():
     ap.add_argument("--plot", help="accuracy: also draw the figures as a bar chart (PNG; needs matplotlib)")
     ap.add_argument("--min-add2", type=float, default=0.95)
     ap.add_argument("--min-other", type=float, default=0.80)
-    ap.add_argument("--min-all", type=float, default=0.0, help="accuracy: bar for all prompts together")
+    ap.add_argument("--min-all", type=float, default=0.0, help="accuracy: bar for all prompts together; multiturn: for the second answers")
     ap.add_argument("--min-answered", type=float, default=1.0,
                     help="accuracy: share of prompts that must get an answer in the right channel")
     a = ap.parse_args()
-    a.n = a.n or {"accuracy": 200, "logits": 8, "render": 300, "ids": 3}[a.mode]
-    sys.exit({"accuracy": accuracy, "logits": logits, "render": render, "ids": ids}[a.mode](a))
+    a.n = a.n or {"accuracy": 200, "logits": 8, "render": 300, "ids": 3, "multiturn": 50}[a.mode]
+    sys.exit({"accuracy": accuracy, "logits": logits, "render": render, "ids": ids,
+              "multiturn": multiturn}[a.mode](a))
 
 
 if __name__ == "__main__":
