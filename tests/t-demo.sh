@@ -1,7 +1,8 @@
 #!/bin/sh
 # t-demo.sh: what a new user sees first. `make demo` (run as the README says) opens the
 # full-screen chat on k3-nano; a question gets its reasoning in the think channel (folded into
-# the conversation when the turn ends, F2 unfolds it) and the right answer in the response.
+# the conversation when the turn ends, F2 unfolds it) and the right answer in the response;
+# a second question in the same conversation is answered too, and /clear starts afresh.
 # run-once
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
@@ -24,9 +25,12 @@ keys F2
 check "F2 unfolds the reasoning: the column sums of the think channel (7 + 8 = 15)" wait_for "7 + 8 = 15" 5
 [ $seen_think = 1 ] && pass "the think pane showed while the reasoning streamed" ||
     echo "SKIP: the think pane streamed faster than the 20 ms screen polling could see"
-keys C-l; type_line "/clear"  # k3-nano was trained on one-question conversations
-type_line "Reverse the word planet."
-check "after /clear, a second question: tenalp" wait_for "tenalp" 30
+keys C-l
+type_line "Reverse the word planet."  # the first turn, its reasoning included, stays in context
+check "a second question in the same conversation: tenalp" wait_for "tenalp" 30
+keys C-l; type_line "/clear"
+type_line "What is 36 + 47?"
+check "after /clear, a new conversation: 83" wait_for "47 = 83" 30
 keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 check "no error on stderr" sh -c "! grep -q -i -e error -e Sanitizer $K3_TMP/stderr.txt"

@@ -628,8 +628,10 @@ def plots(log, out):
     off = log.get("offset", 0)
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(pv["step"] + [off + x for x in log["step"]], pv["loss"] + log["loss"])
-    if off:
-        ax.axvline(off, color="grey", lw=0.8, ls="--")
+    edge = 0
+    for st in log.get("stages", []):  # a dashed line where each later stage starts
+        edge += st.get("stop_at") or st["steps"]
+        ax.axvline(edge, color="grey", lw=0.8, ls="--")
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (EMA, nats/token)")
