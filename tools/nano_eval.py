@@ -62,14 +62,19 @@ def expected(ex):
     raise ValueError(task)
 
 
+def k3chat(d, args, think, effort, stdin=None):
+    """k3chat on model d, greedy, at most 400 tokens a turn, one thread, CPU only."""
+    return subprocess.run([K3CHAT, d, *args, "--temp", "0", "--max-tokens", "400", "--think", think,
+                           "--effort", effort], input=stdin, capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", K3_VK="0"), timeout=120)
+
+
 def run_one(d, ex, think, effort):
     msgs = ex["messages"]
-    cmd = [K3CHAT, d, "--prompt", msgs[-2]["content"], "--temp", "0", "--max-tokens", "400",
-           "--think", think, "--effort", effort]
+    args = ["--prompt", msgs[-2]["content"]]
     if msgs[0]["role"] == "system":
-        cmd += ["--system", msgs[0]["content"]]
-    env = dict(os.environ, OMP_NUM_THREADS="1", K3_VK="0")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        args += ["--system", msgs[0]["content"]]
+    r = k3chat(d, args, think, effort)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -240,10 +245,7 @@ def multiturn(a):
         with tempfile.TemporaryDirectory() as td:
             path = os.path.join(td, "t.jsonl")
             script = "".join(ex["messages"][-2]["content"] + "\n" for ex in pair) + f"/save {path}\n"
-            env = dict(os.environ, OMP_NUM_THREADS="1", K3_VK="0")
-            r = subprocess.run([K3CHAT, a.model, "--plain", "--temp", "0", "--max-tokens", "400", "--think", "on",
-                                "--effort", a.effort], input=script, capture_output=True, text=True, env=env,
-                               timeout=120)
+            r = k3chat(a.model, ["--plain"], "on", a.effort, stdin=script)
             try:
                 with open(path) as f:
                     turns = [json.loads(line) for line in f][1:]

@@ -716,7 +716,7 @@ def main():
             weights[k] = float(v)
     held_all, exs, rng = training_set(a.seed, a.n, max(a.eval_n, 200), a.history, weights)
     t0 = time.time()
-    if a.init and os.path.isdir(a.init):  # continuing an exported model: keep its token ids
+    if init_model is not None:  # continuing an exported model: keep its token ids
         tok = nano_tok.Tok.load(a.init)
     else:  # learned on the plain single-turn stream, so --history and --weights keep the same ids
         tok = vocabulary(exs if not a.history and weights == nano_corpus.WEIGHTS else

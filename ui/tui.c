@@ -27,7 +27,6 @@
 
 #include <errno.h>
 #include <locale.h>
-#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
