@@ -61,6 +61,13 @@ if have_torch:
     rc, out = run("logits", M, "--n", "4")
     worst = [line for line in out.splitlines() if "worst" in line]
     report(rc == 0, "PyTorch vs engine logits within 1e-4: " + (worst[0].split(": ")[-1] if worst else "?"), out)
+    for bad_w in ("sort=x", "divide=2"):  # train_nano's --weights names the bad entry before any work
+        out_dir = os.path.join(os.environ.get("K3_TMP", "/tmp"), "nano-bad")
+        r = subprocess.run([sys.executable, os.path.join(SRC, "tools", "train_nano.py"), "--weights", bad_w, out_dir],
+                           capture_output=True, text=True, timeout=120)
+        report(r.returncode == 2 and f"--weights: '{bad_w}' is not TASK=NUMBER" in r.stderr
+               and not os.path.exists(out_dir), f"train_nano --weights {bad_w}: a clear error, nothing written",
+               r.stderr)
 else:
     print("SKIP: PyTorch vs engine logits: python3-torch is not installed (scripts/deps.sh installs it)")
 

@@ -700,13 +700,6 @@ def main():
     if not a.kinds or set(a.kinds) - set("KM") or a.kinds[-1] != "M":
         ap.error("--kinds: K and M letters, the last one M (the last layer is MLA)")
     CFG.update(kinds=a.kinds, layers=len(a.kinds))
-    init_model = None
-    if a.init and os.path.isdir(a.init):  # an exported model: its config.json decides the shape
-        init_model, c = load_export(a.init)
-        CFG.update(c)
-    torch.manual_seed(a.seed)
-    torch.set_num_threads(a.threads)
-    os.makedirs(a.out, exist_ok=True)
     weights = dict(nano_corpus.WEIGHTS)
     for kv in (a.weights or "").split(","):
         if kv:
@@ -714,6 +707,13 @@ def main():
             if k not in weights or not v.replace(".", "", 1).isdigit():
                 ap.error(f"--weights: '{kv}' is not TASK=NUMBER with TASK one of {', '.join(weights)}")
             weights[k] = float(v)
+    init_model = None
+    if a.init and os.path.isdir(a.init):  # an exported model: its config.json decides the shape
+        init_model, c = load_export(a.init)
+        CFG.update(c)
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(a.threads)
+    os.makedirs(a.out, exist_ok=True)
     held_all, exs, rng = training_set(a.seed, a.n, max(a.eval_n, 200), a.history, weights)
     t0 = time.time()
     if init_model is not None:  # continuing an exported model: keep its token ids
