@@ -98,6 +98,10 @@ def sub_example(rng, effort):
     return q, think, ans
 
 
+def times(n):
+    return "1 time" if n == 1 else f"{n} times"
+
+
 def count_example(rng, effort):
     w = rng.choice(WORDS)
     spelled = " ".join(w)
@@ -119,15 +123,17 @@ def count_example(rng, effort):
         if effort == "low":
             think = f"{spelled}: {n}."
         else:
+            # a yes/no for every letter, the running count on each yes
             marks, k = [], 0
             for ch in w:
                 if ch == c:
                     k += 1
-                    marks.append(f"{ch} ({k})")
+                    marks.append(f"{ch} yes {k}")
                 else:
-                    marks.append(ch)
-            think = f"Go through {w} letter by letter: " + " ".join(marks) + f". The letter {c} appears {n} times."
-        ans = rng.choice(["The letter {c} appears {n} times in {w}.", "{n}"]).format(c=c, w=w, n=n)
+                    marks.append(f"{ch} no")
+            think = f"Look for {c} in {spelled}: " + ", ".join(marks) + \
+                f". The letter {c} appears {times(n)}."
+        ans = rng.choice(["The letter {c} appears {t} in {w}.", "{n}"]).format(c=c, w=w, n=n, t=times(n))
     return q, think, ans
 
 
@@ -174,12 +180,16 @@ def sort_example(rng, effort):
     if effort == "low":
         think = ", ".join(map(str, ys)) + "."
     else:
-        rest, steps = list(xs), []
-        for _ in range(n):
+        # each step names the pick and writes out what is left, so the next pick only looks at
+        # the line before it (a tiny model loses track of picks it has to remember)
+        word = "Largest" if desc else "Smallest"
+        rest, steps = list(xs), [f"Numbers: {', '.join(map(str, xs))}."]
+        while len(rest) > 1:
             m = max(rest) if desc else min(rest)
-            steps.append(f"{'largest' if desc else 'smallest'} left is {m}")
             rest.remove(m)
-        think = "; ".join(steps) + ". Result: " + ", ".join(map(str, ys)) + "."
+            steps.append(f"{word} is {m}, left {', '.join(map(str, rest))}.")
+        steps.append(f"Last is {rest[0]}.")
+        think = " ".join(steps) + " Result: " + ", ".join(map(str, ys)) + "."
     ans = ", ".join(map(str, ys))
     return q, think, ans
 
