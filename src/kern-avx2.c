@@ -38,6 +38,13 @@ int kern_cpu_vnni(void) {
 #endif
 }
 
+/* Ask for the weight bytes pf ahead of p (0: nothing). An address, not an access: past the end
+ * of the matrix it is harmless, so it is formed as an integer. */
+static inline void kern_prefetch(const void *p, int pf) {
+    if (pf)
+        __builtin_prefetch((const void *)((uintptr_t)p + (unsigned)pf), 0, 3);
+}
+
 /* ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), the same tree as kern_sum8. */
 AVX2 static inline float hsum8(__m256 v) {
     __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

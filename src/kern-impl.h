@@ -57,6 +57,13 @@ void kern_idot_nc_vnni(const qmat *m, const kern_act *a, float *const *y, int r0
 int  kern_cpu_vnni(void);
 int  kern_cpu_avx2(void);
 
+/* How far ahead (bytes) the AVX2 IDOT row kernels prefetch the weight stream: K3_PREFETCH,
+ * read once, default KERN_PREFETCH; 0 turns it off. A weight row is only a few KiB, so without
+ * it the core waits on DRAM at every row start (the hardware prefetcher stops at 4 KiB pages and
+ * restarts slowly); with it the stream runs a few rows ahead. See BENCHMARKS.md. */
+#define KERN_PREFETCH 4096
+int kern_prefetch_bytes(void);
+
 /* 2^(e-128) exactly (subnormal for e < 2), the scale of the doubled MXFP4 integers. */
 static inline float kern_e8m0_half(uint8_t e) {
     uint32_t u = e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e;

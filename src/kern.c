@@ -245,6 +245,18 @@ int kern_idot(void) {
     return v;
 }
 
+int kern_prefetch_bytes(void) {
+    static _Atomic int pf = -1;
+    int                v  = atomic_load(&pf);
+    if (v < 0) {
+        const char *e = getenv("K3_PREFETCH");
+        v             = e && *e ? atoi(e) : KERN_PREFETCH;
+        v             = v < 0 ? 0 : v > (1 << 20) ? 1 << 20 : v;
+        atomic_store(&pf, v);
+    }
+    return v;
+}
+
 /* ==== entry points ========================================================================== */
 
 /* Rows of one block of the matmul: about 256 KiB of weights, so the block stays in L2 while
