@@ -170,15 +170,15 @@ demo: deps all
 # accuracy on the held-out prompts through k3chat. Four stages: the first 750 steps of a
 # 1800-step schedule; 1800 more steps from that checkpoint on a new schedule and batch order;
 # 3000 more from the exported model, 15 % of the conversations with an earlier exchange; 2800
-# more weighted toward subtraction, counting and sorting. (The committed stages 1-3 were
-# trained on the sorting and counting formats of before stage 4; a rerun uses today's corpus.)
+# more weighted toward subtraction, counting and sorting. Each stage names the reasoning formats
+# of the corpus it was trained on (--formats, tools/nano_corpus.py), so a rerun repeats it exactly.
 # Writes $(B)/nano1, $(B)/nano2, $(B)/nano3 and $(B)/nano, then copies the release files and plots into
 # models/k3-nano (the model card's figures are updated by hand).
-NANO_1 ?= --steps 1800 --stop-at 750 --batch 16 --lr 3e-3 --kinds KMKM --threads 1 --seed 1
-NANO_2 ?= --steps 1800 --batch 16 --lr 2e-3 --batch-seed 2 --eval-every 300 --kinds KMKM --threads 1 --seed 1
-NANO_3 ?= --steps 3000 --batch 16 --lr 1e-3 --batch-seed 3 --eval-every 300 --history 0.15 --threads 1 --seed 1
+NANO_1 ?= --steps 1800 --stop-at 750 --batch 16 --lr 3e-3 --kinds KMKM --threads 1 --seed 1 --formats 1
+NANO_2 ?= --steps 1800 --batch 16 --lr 2e-3 --batch-seed 2 --eval-every 300 --kinds KMKM --threads 1 --seed 1 --formats 1
+NANO_3 ?= --steps 3000 --batch 16 --lr 1e-3 --batch-seed 3 --eval-every 300 --history 0.15 --threads 1 --seed 1 --formats 1
 NANO_4 ?= --steps 2800 --batch 16 --lr 1e-3 --batch-seed 5 --eval-every 400 --history 0.15 --threads 1 --seed 1 \
-	--weights add=2,sub=6,count=3,reverse=1,compare=2,sort=4,chat=1
+	--weights add=2,sub=6,count=3,reverse=1,compare=2,sort=4,chat=1 --formats 2
 nano: all
 	@sh scripts/deps.sh nano
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 tools/train_nano.py $(NANO_1) $(B)/nano1

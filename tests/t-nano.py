@@ -61,19 +61,32 @@ if have_torch:
     rc, out = run("logits", M, "--n", "4")
     worst = [line for line in out.splitlines() if "worst" in line]
     report(rc == 0, "PyTorch vs engine logits within 1e-4: " + (worst[0].split(": ")[-1] if worst else "?"), out)
-    for bad_w in ("sort=x", "divide=2"):  # train_nano's --weights names the bad entry before any work
+    for bad_w in ("sort=x", "divide=2", "--formats=0"):  # train_nano's --weights names the bad entry before any work
         out_dir = os.path.join(os.environ.get("K3_TMP", "/tmp"), "nano-bad")
-        r = subprocess.run([sys.executable, os.path.join(SRC, "tools", "train_nano.py"), "--weights", bad_w, out_dir],
+        arg = [bad_w] if bad_w.startswith("--") else ["--weights", bad_w]
+        want = "--formats: corpus formats 0: expected 1 to" if arg == [bad_w] else f"--weights: '{bad_w}' is not TASK=NUMBER"
+        r = subprocess.run([sys.executable, os.path.join(SRC, "tools", "train_nano.py"), *arg, out_dir],
                            capture_output=True, text=True, timeout=120)
-        report(r.returncode == 2 and f"--weights: '{bad_w}' is not TASK=NUMBER" in r.stderr
-               and not os.path.exists(out_dir), f"train_nano --weights {bad_w}: a clear error, nothing written",
-               r.stderr)
+        report(r.returncode == 2 and want in r.stderr and not os.path.exists(out_dir),
+               f"train_nano {' '.join(arg)}: a clear error, nothing written", r.stderr)
 else:
     print("SKIP: PyTorch vs engine logits: python3-torch is not installed (scripts/deps.sh installs it)")
 
 sys.path.insert(0, os.path.join(SRC, "tools"))
 import nano_corpus  # noqa: E402
 import nano_eval  # noqa: E402
+# every corpus format version (the stage a model was trained on) asks the same held-out questions,
+# and each version changes the reasoning of the tasks its docstring names
+think, asked = {}, {}
+for v in range(1, nano_corpus.FORMATS_LATEST + 1):
+    nano_corpus.set_formats(v)
+    h = nano_corpus.heldout(1, 40)
+    asked[v] = [[m["content"] for m in ex["messages"] if m["role"] == "user"] for exs in h.values() for ex in exs]
+    think[v] = {t: [ex["messages"][-1]["reasoning_content"] for ex in exs] for t, exs in h.items()}
+nano_corpus.set_formats(nano_corpus.FORMATS_LATEST)
+report(all(asked[v] == asked[1] for v in asked), f"corpus formats 1 to {nano_corpus.FORMATS_LATEST}: the same held-out questions")
+changed = {v: sorted(t for t in think[v] if think[v][t] != think[v - 1][t]) for v in range(2, nano_corpus.FORMATS_LATEST + 1)}
+report(changed == {2: ["count", "sort"], 3: ["sub"]}, f"corpus formats: reasoning that changed per version {changed}")
 held = nano_corpus.heldout(1, 200)
 bad = [t for t, exs in held.items() for ex in exs if not nano_eval.expected(ex)(ex["messages"][-1]["content"])]
 report(not bad, f"the answer checks accept all {sum(map(len, held.values()))} reference answers"

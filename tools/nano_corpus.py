@@ -14,8 +14,16 @@ Tasks (each a generator function below):
   sort        sort a short list of numbers
   chat        identity and small talk
 
+Formats: the reasoning of some tasks was rewritten between training stages, when the error
+analysis of a stage showed a tiny model slipping on a step it had to do in its head. --formats
+selects the version a stage was trained on, so `make nano` reproduces every stage exactly:
+  1  stages 1-3 (the first corpus)
+  2  stage 4: counting says yes/no per letter; sorting writes out what is left after each pick
+  3  stage 5: subtraction names each column's two digits before deciding on a borrow
+The held-out prompts are the same in every version (the generators draw the same numbers).
+
 Deterministic from the seed; pure ASCII (the tokenizer's ASCII behaviour is all it needs).
-Usage: nano_corpus.py [--seed S] [--n N] [--task T] OUT.jsonl
+Usage: nano_corpus.py [--seed S] [--n N] [--task T] [--formats V] OUT.jsonl
 """
 import argparse
 import json
@@ -31,6 +39,17 @@ silver golden purple yellow crimson violet marble copper bronze cobalt
 kernel matrix vector tensor buffer thread socket packet cursor syntax""".split()
 
 EFFORTS = ["low", "high", "max"]
+COLUMNS = ["Ones", "Tens", "Hundreds", "Thousands"]
+
+FORMATS_LATEST = 3
+FORMATS = FORMATS_LATEST  # the reasoning formats in use (module docstring); set_formats changes it
+
+
+def set_formats(v):
+    global FORMATS
+    if not 1 <= v <= FORMATS_LATEST:
+        raise ValueError(f"corpus formats {v}: expected 1 to {FORMATS_LATEST}")
+    FORMATS = v
 
 
 def digits_spaced(n):
@@ -83,12 +102,17 @@ def sub_example(rng, effort):
         for i in range(len(da)):
             x = int(da[i]) - borrow
             y = int(db[i]) if i < len(db) else 0
-            pre = f"{da[i]} - 1 = {x}, " if borrow else ""
+            if FORMATS >= 3:
+                # each column first names its two digits, then decides on a borrow with both in
+                # view (fetching the lower digit and comparing it in one token is where it slipped)
+                head = f"{COLUMNS[i]}: {da[i]} and {y}" + (f", {da[i]} - 1 = {x}" if borrow else "") + ". "
+            else:
+                head = f"{da[i]} - 1 = {x}, " if borrow else ""
             if x < y:
-                steps.append(f"{pre}{x} < {y}, borrow: {x + 10} - {y} = {x + 10 - y}.")
+                steps.append(f"{head}{x} < {y}, borrow: {x + 10} - {y} = {x + 10 - y}.")
                 borrow = 1
             else:
-                steps.append(f"{pre}{x} - {y} = {x - y}.")
+                steps.append(f"{head}{x} - {y} = {x - y}.")
                 borrow = 0
         think = " ".join(steps) + f" So {a} - {b} = {s}."
         if effort == "max":
@@ -123,17 +147,22 @@ def count_example(rng, effort):
         if effort == "low":
             think = f"{spelled}: {n}."
         else:
-            # a yes/no for every letter, the running count on each yes
             marks, k = [], 0
-            for ch in w:
-                if ch == c:
-                    k += 1
-                    marks.append(f"{ch} yes {k}")
-                else:
-                    marks.append(f"{ch} no")
-            think = f"Look for {c} in {spelled}: " + ", ".join(marks) + \
-                f". The letter {c} appears {times(n)}."
-        ans = rng.choice(["The letter {c} appears {t} in {w}.", "{n}"]).format(c=c, w=w, n=n, t=times(n))
+            if FORMATS >= 2:
+                # a yes/no for every letter, the running count on each yes
+                for ch in w:
+                    k += ch == c
+                    marks.append(f"{ch} yes {k}" if ch == c else f"{ch} no")
+                think = f"Look for {c} in {spelled}: " + ", ".join(marks) + \
+                    f". The letter {c} appears {times(n)}."
+            else:
+                for ch in w:
+                    k += ch == c
+                    marks.append(f"{ch} ({k})" if ch == c else ch)
+                think = f"Go through {w} letter by letter: " + " ".join(marks) + \
+                    f". The letter {c} appears {n} times."
+        t = times(n) if FORMATS >= 2 else f"{n} times"
+        ans = rng.choice(["The letter {c} appears {t} in {w}.", "{n}"]).format(c=c, w=w, n=n, t=t)
     return q, think, ans
 
 
@@ -180,15 +209,23 @@ def sort_example(rng, effort):
     if effort == "low":
         think = ", ".join(map(str, ys)) + "."
     else:
-        # each step names the pick and writes out what is left, so the next pick only looks at
-        # the line before it (a tiny model loses track of picks it has to remember)
         word = "Largest" if desc else "Smallest"
-        rest, steps = list(xs), [f"Numbers: {', '.join(map(str, xs))}."]
-        while len(rest) > 1:
-            m = max(rest) if desc else min(rest)
-            rest.remove(m)
-            steps.append(f"{word} is {m}, left {', '.join(map(str, rest))}.")
-        steps.append(f"Last is {rest[0]}.")
+        if FORMATS >= 2:
+            # each step names the pick and writes out what is left, so the next pick only looks
+            # at the line before it (a tiny model loses track of picks it has to remember)
+            rest, steps = list(xs), [f"Numbers: {', '.join(map(str, xs))}."]
+            while len(rest) > 1:
+                m = max(rest) if desc else min(rest)
+                rest.remove(m)
+                steps.append(f"{word} is {m}, left {', '.join(map(str, rest))}.")
+            steps.append(f"Last is {rest[0]}.")
+        else:
+            rest, steps = list(xs), []
+            for _ in range(n):
+                m = max(rest) if desc else min(rest)
+                steps.append(f"{word.lower()} left is {m}")
+                rest.remove(m)
+            steps = ["; ".join(steps) + "."]
         think = " ".join(steps) + " Result: " + ", ".join(map(str, ys)) + "."
     ans = ", ".join(map(str, ys))
     return q, think, ans
@@ -287,8 +324,10 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--task", choices=sorted(TASKS))
+    ap.add_argument("--formats", type=int, default=FORMATS_LATEST, help="reasoning formats (see above)")
     ap.add_argument("out")
     a = ap.parse_args()
+    set_formats(a.formats)
     rng = random.Random(a.seed)
     with open(a.out, "w") as f:
         for _ in range(a.n):

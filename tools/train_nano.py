@@ -691,6 +691,8 @@ def main():
                     "directory (same config), instead of random weights")
     ap.add_argument("--kinds", default=CFG["kinds"], help="attention kind per layer: K (KDA) or M (MLA)")
     ap.add_argument("--history", type=float, default=0.0, help="share of conversations with an earlier exchange")
+    ap.add_argument("--formats", type=int, default=nano_corpus.FORMATS_LATEST,
+                    help="reasoning formats of the corpus (nano_corpus.py: 1 for stages 1-3, 2 for stage 4, ...)")
     ap.add_argument("--weights", help="task mix, e.g. add=3,sub=3,sort=4 (the rest as in nano_corpus.WEIGHTS)")
     ap.add_argument("--stop-at", type=int, help="stop after this many steps (the schedule still spans --steps)")
     ap.add_argument("--batch-seed", type=int, help="seed of the batch order (default: --seed)")
@@ -700,6 +702,10 @@ def main():
     if not a.kinds or set(a.kinds) - set("KM") or a.kinds[-1] != "M":
         ap.error("--kinds: K and M letters, the last one M (the last layer is MLA)")
     CFG.update(kinds=a.kinds, layers=len(a.kinds))
+    try:
+        nano_corpus.set_formats(a.formats)
+    except ValueError as e:
+        ap.error(f"--formats: {e}")
     weights = dict(nano_corpus.WEIGHTS)
     for kv in (a.weights or "").split(","):
         if kv:
@@ -749,7 +755,8 @@ def main():
     log = {"step": [], "loss": [], "eval_step": [], "acc": {t: [] for t in held}, "config": CFG,
            "seed": a.seed, "steps": a.steps, "batch": a.batch, "lr": a.lr, "n": a.n, "qat_from": qat_from,
            "kinds": CFG["kinds"], "init": a.init,
-           "stop_at": a.stop_at, "batch_seed": a.batch_seed, "history": a.history, "weights": weights}
+           "stop_at": a.stop_at, "batch_seed": a.batch_seed, "history": a.history, "weights": weights,
+           "formats": a.formats}
     t0, ema, queue = time.time(), None, []
     prev = ""
     if a.init:  # an exported model keeps its log beside it, a checkpoint in its run's directory
@@ -763,7 +770,7 @@ def main():
         pp = p.get("prev", {"step": [], "loss": [], "eval_step": [], "acc": {}})
         off = poff + (p.get("stop_at") or p["steps"])
         log["stages"] = p.get("stages", []) + [{k: p[k] for k in ("steps", "lr", "seed", "stop_at", "init", "kinds",
-                                                                  "batch_seed", "history", "weights")
+                                                                  "batch_seed", "history", "weights", "formats")
                                                 if k in p}]
         log["prev"] = {"step": pp["step"] + [poff + x for x in p["step"]], "loss": pp["loss"] + p["loss"],
                        "eval_step": pp["eval_step"] + [poff + x for x in p["eval_step"]],
