@@ -205,7 +205,8 @@ int main(void) {
     T_CHECK(kern_set_isa(KERN_SCALAR) == KERN_SCALAR, "scalar path selectable");
     omp_set_num_threads(2);
 
-    static const int shapes[][2] = {{1, 1}, {7, 5}, {13, 33}, {37, 100}, {5, 129}, {3, 200}, {300, 301}};
+    static const int shapes[][2] = {{1, 1}, {7, 5}, {13, 33}, {37, 100}, {5, 129}, {3, 200}, {300, 301},
+                                    {9, 515},  {3, 704},  {2, 3584}}; /* several 4-pair blocks, then tails */
     for (int type = Q_F32; type <= Q_I4; type++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             qmat     m;
