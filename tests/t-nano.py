@@ -61,10 +61,12 @@ if have_torch:
     rc, out = run("logits", M, "--n", "4")
     worst = [line for line in out.splitlines() if "worst" in line]
     report(rc == 0, "PyTorch vs engine logits within 1e-4: " + (worst[0].split(": ")[-1] if worst else "?"), out)
-    for bad_w in ("sort=x", "divide=2", "--formats=0"):  # train_nano's --weights names the bad entry before any work
+    # train_nano names the bad argument before any work (exit 2, no output directory)
+    bad_args = [(["--weights", "sort=x"], "--weights: 'sort=x' is not TASK=NUMBER"),
+                (["--weights", "divide=2"], "--weights: 'divide=2' is not TASK=NUMBER"),
+                (["--formats", "0"], "--formats: corpus formats 0: expected 1 to")]
+    for arg, want in bad_args:
         out_dir = os.path.join(os.environ.get("K3_TMP", "/tmp"), "nano-bad")
-        arg = [bad_w] if bad_w.startswith("--") else ["--weights", bad_w]
-        want = "--formats: corpus formats 0: expected 1 to" if arg == [bad_w] else f"--weights: '{bad_w}' is not TASK=NUMBER"
         r = subprocess.run([sys.executable, os.path.join(SRC, "tools", "train_nano.py"), *arg, out_dir],
                            capture_output=True, text=True, timeout=120)
         report(r.returncode == 2 and want in r.stderr and not os.path.exists(out_dir),
@@ -87,6 +89,11 @@ nano_corpus.set_formats(nano_corpus.FORMATS_LATEST)
 report(all(asked[v] == asked[1] for v in asked), f"corpus formats 1 to {nano_corpus.FORMATS_LATEST}: the same held-out questions")
 changed = {v: sorted(t for t in think[v] if think[v][t] != think[v - 1][t]) for v in range(2, nano_corpus.FORMATS_LATEST + 1)}
 report(changed == {2: ["count", "sort"], 3: ["sub"]}, f"corpus formats: reasoning that changed per version {changed}")
+out_file = os.path.join(os.environ.get("K3_TMP", "/tmp"), "nano-bad.jsonl")
+r = subprocess.run([sys.executable, os.path.join(SRC, "tools", "nano_corpus.py"), "--formats", "9", out_file],
+                   capture_output=True, text=True, timeout=60)
+report(r.returncode == 2 and "--formats: corpus formats 9: expected 1 to" in r.stderr and not os.path.exists(out_file),
+       "nano_corpus --formats 9: a clear error, nothing written", r.stderr)
 held = nano_corpus.heldout(1, 200)
 bad = [t for t, exs in held.items() for ex in exs if not nano_eval.expected(ex)(ex["messages"][-1]["content"])]
 report(not bad, f"the answer checks accept all {sum(map(len, held.values()))} reference answers"

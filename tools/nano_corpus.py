@@ -327,7 +327,10 @@ def main():
     ap.add_argument("--formats", type=int, default=FORMATS_LATEST, help="reasoning formats (see above)")
     ap.add_argument("out")
     a = ap.parse_args()
-    set_formats(a.formats)
+    try:
+        set_formats(a.formats)
+    except ValueError as e:
+        ap.error(f"--formats: {e}")
     rng = random.Random(a.seed)
     with open(a.out, "w") as f:
         for _ in range(a.n):
