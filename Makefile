@@ -174,7 +174,8 @@ demo: deps all
 # corpus formats 3. Each stage names the reasoning formats
 # of the corpus it was trained on (--formats, tools/nano_corpus.py), so a rerun repeats it exactly.
 # Writes $(B)/nano1 to $(B)/nano4 and $(B)/nano, then copies the release files and plots into
-# models/k3-nano (the model card's figures are updated by hand).
+# models/k3-nano, and writes the model card from them (tools/nano_card.py; its prose, with the
+# analysis of each stage, is tools/nano_card.md).
 NANO_1 ?= --steps 1800 --stop-at 750 --batch 16 --lr 3e-3 --kinds KMKM --threads 1 --seed 1 --formats 1
 NANO_2 ?= --steps 1800 --batch 16 --lr 2e-3 --batch-seed 2 --eval-every 300 --kinds KMKM --threads 1 --seed 1 --formats 1
 NANO_3 ?= --steps 3000 --batch 16 --lr 1e-3 --batch-seed 3 --eval-every 300 --history 0.15 --threads 1 --seed 1 --formats 1
@@ -194,7 +195,7 @@ nano: all
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 tools/train_nano.py $(NANO_5) \
 		--init $(B)/nano4 $(B)/nano
 	/usr/bin/python3 tools/nano_eval.py render $(B)/nano
-	/usr/bin/python3 tools/nano_eval.py logits $(B)/nano
+	/usr/bin/python3 tools/nano_eval.py logits $(B)/nano --json $(B)/nano/logits.json
 	-/usr/bin/python3 tools/nano_eval.py accuracy $(B)/nano --json $(B)/nano/accuracy.json --plot $(B)/nano/accuracy-greedy.png
 	/usr/bin/python3 tools/nano_eval.py accuracy $(B)/nano --think off --min-add2 0 --min-other 0 \
 		--json $(B)/nano/accuracy-think-off.json
@@ -202,7 +203,8 @@ nano: all
 	mkdir -p models/k3-nano
 	cd $(B)/nano && cp config.json generation_config.json model.safetensors tiktoken.model \
 		tokenizer_config.json train_log.json loss.png accuracy.png accuracy-greedy.png accuracy.json \
-		accuracy-think-off.json multiturn.json $(CURDIR)/models/k3-nano/
+		accuracy-think-off.json multiturn.json logits.json $(CURDIR)/models/k3-nano/
+	/usr/bin/python3 tools/nano_card.py models/k3-nano
 
 # ---- fuzzing (libFuzzer, clang): tests/fuzz/fuzz-*.c, seed corpora in tests/fuzz/corpus/NAME ----
 # `make fuzz` runs each target for FUZZ_SECONDS (default 60); make check runs each briefly

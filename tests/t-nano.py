@@ -88,12 +88,29 @@ for v in range(1, nano_corpus.FORMATS_LATEST + 1):
 nano_corpus.set_formats(nano_corpus.FORMATS_LATEST)
 report(all(asked[v] == asked[1] for v in asked), f"corpus formats 1 to {nano_corpus.FORMATS_LATEST}: the same held-out questions")
 changed = {v: sorted(t for t in think[v] if think[v][t] != think[v - 1][t]) for v in range(2, nano_corpus.FORMATS_LATEST + 1)}
-report(changed == {2: ["count", "sort"], 3: ["sub"]}, f"corpus formats: reasoning that changed per version {changed}")
+report(changed == {2: ["count", "sort"], 3: ["sub"], 4: ["count", "sort"]}, f"corpus formats: reasoning that changed per version {changed}")
 out_file = os.path.join(os.environ.get("K3_TMP", "/tmp"), "nano-bad.jsonl")
 r = subprocess.run([sys.executable, os.path.join(SRC, "tools", "nano_corpus.py"), "--formats", "9", out_file],
                    capture_output=True, text=True, timeout=60)
 report(r.returncode == 2 and "--formats: corpus formats 9: expected 1 to" in r.stderr and not os.path.exists(out_file),
        "nano_corpus --formats 9: a clear error, nothing written", r.stderr)
+# the model card is what tools/nano_card.py writes from the committed measurements
+CARD = [sys.executable, os.path.join(SRC, "tools", "nano_card.py")]
+card_out = os.path.join(os.environ.get("K3_TMP", "/tmp"), "nano-card.md")
+r = subprocess.run(CARD + [M, "--out", card_out], capture_output=True, text=True, timeout=60)
+same = r.returncode == 0 and open(card_out).read() == open(os.path.join(M, "README.md")).read()
+report(same, "models/k3-nano/README.md is what tools/nano_card.py writes from the committed measurements", r.stderr)
+card_dir = os.path.join(os.environ.get("K3_TMP", "/tmp"), "nano-card")
+os.makedirs(card_dir, exist_ok=True)
+for f in ["accuracy.json", "accuracy-think-off.json", "logits.json"]:
+    with open(os.path.join(M, f)) as src, open(os.path.join(card_dir, f), "w") as dst:
+        dst.write(src.read())
+with open(os.path.join(card_dir, "multiturn.json"), "w") as f:
+    f.write('{"n": 50}')
+r = subprocess.run(CARD + [card_dir], capture_output=True, text=True, timeout=60)
+report(r.returncode == 1 and 'multiturn.json: no field "second"' in r.stderr
+       and not os.path.exists(os.path.join(card_dir, "README.md")),
+       "nano_card: a measurement file without its field is a clear error, no card written", r.stderr)
 held = nano_corpus.heldout(1, 200)
 bad = [t for t, exs in held.items() for ex in exs if not nano_eval.expected(ex)(ex["messages"][-1]["content"])]
 report(not bad, f"the answer checks accept all {sum(map(len, held.values()))} reference answers"

@@ -20,6 +20,8 @@ selects the version a stage was trained on, so `make nano` reproduces every stag
   1  stages 1-3 (the first corpus)
   2  stage 4: counting says yes/no per letter; sorting writes out what is left after each pick
   3  stage 5: subtraction names each column's two digits before deciding on a borrow
+  4  stage 6: counting names the letter asked for at every letter ("p is not a", "a is a: 1");
+     sorting inserts the numbers one by one into a growing sorted list
 The held-out prompts are the same in every version (the generators draw the same numbers).
 
 Deterministic from the seed; pure ASCII (the tokenizer's ASCII behaviour is all it needs).
@@ -41,7 +43,7 @@ kernel matrix vector tensor buffer thread socket packet cursor syntax""".split()
 EFFORTS = ["low", "high", "max"]
 COLUMNS = ["Ones", "Tens", "Hundreds", "Thousands"]
 
-FORMATS_LATEST = 3
+FORMATS_LATEST = 4
 FORMATS = FORMATS_LATEST  # the reasoning formats in use (module docstring); set_formats changes it
 
 
@@ -149,10 +151,15 @@ def count_example(rng, effort):
         else:
             marks, k = [], 0
             if FORMATS >= 2:
-                # a yes/no for every letter, the running count on each yes
+                # a mark for every letter, the running count on each hit; from formats 4 the
+                # letter asked for is written next to every letter, so the decision looks at two
+                # tokens side by side instead of fetching the letter from the question
                 for ch in w:
                     k += ch == c
-                    marks.append(f"{ch} yes {k}" if ch == c else f"{ch} no")
+                    if FORMATS >= 4:
+                        marks.append(f"{ch} is {c}: {k}" if ch == c else f"{ch} is not {c}")
+                    else:
+                        marks.append(f"{ch} yes {k}" if ch == c else f"{ch} no")
                 think = f"Look for {c} in {spelled}: " + ", ".join(marks) + \
                     f". The letter {c} appears {times(n)}."
             else:
@@ -210,7 +217,15 @@ def sort_example(rng, effort):
         think = ", ".join(map(str, ys)) + "."
     else:
         word = "Largest" if desc else "Smallest"
-        if FORMATS >= 2:
+        if FORMATS >= 4:
+            # insertion: take the numbers in the order of the question and write the sorted
+            # list so far after each one; every step copies the line before it with one number
+            # put in place, a decision made next to the numbers it is compared with
+            steps, done = [f"Numbers: {', '.join(map(str, xs))}.", f"Start with {xs[0]}."], [xs[0]]
+            for x in xs[1:]:
+                done = sorted(done + [x], reverse=desc)
+                steps.append(f"Add {x}: {', '.join(map(str, done))}.")
+        elif FORMATS >= 2:
             # each step names the pick and writes out what is left, so the next pick only looks
             # at the line before it (a tiny model loses track of picks it has to remember)
             rest, steps = list(xs), [f"Numbers: {', '.join(map(str, xs))}."]

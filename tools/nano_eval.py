@@ -175,6 +175,9 @@ def logits(a):
             worst = max(worst, rel.max())
             print(f"  {ex['task']:8s} {len(ids):4d} positions  max rel L2 {rel.max():.2e}")
     print(f"PyTorch vs C engine logits over {a.n} conversations: worst relative L2 {worst:.2e} (bar 1e-4)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"conversations": a.n, "seed": a.seed, "worst_rel_l2": worst, "bar": 1e-4}, f, indent=1)
     return 0 if worst <= 1e-4 else 1
 
 
