@@ -9,7 +9,8 @@ model directory, so the card cannot drift from what was measured:
   logits.json              nano_eval.py logits --json
 Placeholders in the template: @TABLE@ (results per task), @ANSWERED@ (which channel the answers
 came in), @RIGHT@ (right answers in all, thinking on), @MULTITURN@ (second questions right),
-@LOGITS@ (PyTorch against the engine, worst relative L2).
+@LOGITS@ (PyTorch against the engine, worst relative L2), @ON:key@ and @OFF:key@ (one row's
+figure with thinking on / off, e.g. @ON:sort@ -> "78.0 %"; keys as in accuracy.json).
 
 Usage: nano_card.py MODEL_DIR [--template FILE] [--out FILE]   (default out: MODEL_DIR/README.md)
 """
@@ -86,11 +87,16 @@ def card(model, template):
                 f"{off['answered']} of {off['prompts']} came in the response channel with no reasoning.")
     fill = {"TABLE": "\n".join(t), "ANSWERED": answered, "RIGHT": f"{n_right:,} of {n_asked:,}",
             "MULTITURN": f"{mt['second']} of {mt['n']}", "LOGITS": sci(lg["worst_rel_l2"])}
-    out = re.sub(r"@([A-Z]+)@", lambda m: fill.get(m.group(1), m.group(0)), template)
-    left = sorted(set(re.findall(r"@([A-Z]+)@", out)))
+    for key in on["counts"]:
+        fill[f"ON:{key}"] = f"{100 * pair(on, p_on, key)[0] / pair(on, p_on, key)[1]:.1f} %"
+    for key in off["counts"]:
+        fill[f"OFF:{key}"] = f"{100 * pair(off, p_off, key)[0] / pair(off, p_off, key)[1]:.1f} %"
+    pattern = r"@([A-Z]+(?::[a-z0-9]+)?)@"
+    out = re.sub(pattern, lambda m: fill.get(m.group(1), m.group(0)), template)
+    left = sorted(set(re.findall(pattern, out)))
     if left:
         raise CardError(f"template: unknown placeholder(s) {', '.join('@%s@' % x for x in left)} "
-                        f"(known: {', '.join('@%s@' % x for x in fill)})")
+                        f"(known: {', '.join('@%s@' % x for x in fill if ':' not in x)}, @ON:key@, @OFF:key@)")
     return out
 
 
