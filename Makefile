@@ -14,7 +14,7 @@
 #   test     run the tests against an existing build (no deps, no asan)
 #   asan     build the sanitizer tree into build-asan/
 #   demo     build and open k3chat on k3-nano (models/k3-nano, a trained K3-architecture model)
-#   nano     retrain k3-nano from scratch (CPU, about eight hours; NANO_1..6, see models/k3-nano/README.md)
+#   nano     retrain k3-nano from scratch (CPU, about eight and a half hours; NANO_1..7, see models/k3-nano/README.md)
 #   bench    run the benchmarks (figures go in BENCHMARKS.md)
 #   install  PREFIX=/usr/local DESTDIR= (programs, man pages, themes)
 #   clean
@@ -167,13 +167,13 @@ demo: deps all
 
 # k3-nano: the exact commands models/k3-nano was trained with (tools/train_nano.py, seed 1), then
 # the checks of its model card: renderer and tokenizer vs k3chat, PyTorch vs engine logits,
-# accuracy on the held-out prompts through k3chat. Six stages: the first 750 steps of a
+# accuracy on the held-out prompts through k3chat. Seven stages: the first 750 steps of a
 # 1800-step schedule; 1800 more steps from that checkpoint on a new schedule and batch order;
 # 3000 more from the exported model, 15 % of the conversations with an earlier exchange; 2800
 # more weighted toward subtraction, counting and sorting; 2400 more with the subtraction format of
-# corpus formats 3; 2000 more with the counting and sorting formats of corpus formats 4. Each
-# stage names the reasoning formats of the corpus it was trained on (--formats, tools/nano_corpus.py), so a rerun repeats it exactly.
-# Writes $(B)/nano1 to $(B)/nano5 and $(B)/nano, then copies the release files and plots into
+# corpus formats 3; 2000 more with the counting and sorting formats of corpus formats 4; 800
+# more at a lower peak, weighted toward sorting. Each stage names the reasoning formats of the corpus it was trained on (--formats, tools/nano_corpus.py), so a rerun repeats it exactly.
+# Writes $(B)/nano1 to $(B)/nano6 and $(B)/nano, then copies the release files and plots into
 # models/k3-nano, and writes the model card from them (tools/nano_card.py; its prose, with the
 # analysis of each stage, is tools/nano_card.md).
 NANO_1 ?= --steps 1800 --stop-at 750 --batch 16 --lr 3e-3 --kinds KMKM --threads 1 --seed 1 --formats 1
@@ -185,6 +185,8 @@ NANO_5 ?= --steps 2400 --batch 16 --lr 1e-3 --batch-seed 7 --eval-every 400 --hi
 	--weights add=2,sub=6,count=3,reverse=1,compare=2,sort=5,chat=1 --formats 3
 NANO_6 ?= --steps 2000 --batch 16 --lr 1e-3 --batch-seed 9 --eval-every 400 --history 0.15 --threads 1 --seed 1 \
 	--weights add=2,sub=3,count=6,reverse=1,compare=2,sort=7,chat=1 --formats 4
+NANO_7 ?= --steps 800 --batch 16 --lr 5e-4 --batch-seed 15 --eval-every 400 --history 0.15 --threads 1 --seed 1 \
+	--weights add=2,sub=3,count=2,reverse=1,compare=2,sort=8,chat=1 --formats 4
 nano: all
 	@sh scripts/deps.sh nano
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 tools/train_nano.py $(NANO_1) $(B)/nano1
@@ -197,7 +199,9 @@ nano: all
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 tools/train_nano.py $(NANO_5) \
 		--init $(B)/nano4 $(B)/nano5
 	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 tools/train_nano.py $(NANO_6) \
-		--init $(B)/nano5 $(B)/nano
+		--init $(B)/nano5 $(B)/nano6
+	OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 tools/train_nano.py $(NANO_7) \
+		--init $(B)/nano6 $(B)/nano
 	/usr/bin/python3 tools/nano_eval.py render $(B)/nano
 	/usr/bin/python3 tools/nano_eval.py logits $(B)/nano --json $(B)/nano/logits.json
 	-/usr/bin/python3 tools/nano_eval.py accuracy $(B)/nano --json $(B)/nano/accuracy.json --plot $(B)/nano/accuracy-greedy.png
