@@ -172,7 +172,8 @@ demo: deps all
 # 3000 more from the exported model, 15 % of the conversations with an earlier exchange; 2800
 # more weighted toward subtraction, counting and sorting; 2400 more with the subtraction format of
 # corpus formats 3; 2000 more with the counting and sorting formats of corpus formats 4; 800
-# more at a lower peak, weighted toward sorting. Each stage names the reasoning formats of the corpus it was trained on (--formats, tools/nano_corpus.py), so a rerun repeats it exactly.
+# more at a lower peak, weighted toward sorting. Each stage names the reasoning formats of the
+# corpus it was trained on (--formats, tools/nano_corpus.py), so a rerun repeats it exactly.
 # Writes $(B)/nano1 to $(B)/nano6 and $(B)/nano, then copies the release files and plots into
 # models/k3-nano, and writes the model card from them (tools/nano_card.py; its prose, with the
 # analysis of each stage, is tools/nano_card.md).

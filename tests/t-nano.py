@@ -17,6 +17,7 @@
 #  - with thinking off every answer still arrives in the response channel.
 # run-once
 import os
+import shutil
 import subprocess
 import sys
 
@@ -103,9 +104,10 @@ same = r.returncode == 0 and open(card_out).read() == open(os.path.join(M, "READ
 report(same, "models/k3-nano/README.md is what tools/nano_card.py writes from the committed measurements", r.stderr)
 card_dir = os.path.join(os.environ.get("K3_TMP", "/tmp"), "nano-card")
 os.makedirs(card_dir, exist_ok=True)
+if os.path.exists(os.path.join(card_dir, "README.md")):  # left by an earlier run
+    os.remove(os.path.join(card_dir, "README.md"))
 for f in ["accuracy.json", "accuracy-think-off.json", "logits.json"]:
-    with open(os.path.join(M, f)) as src, open(os.path.join(card_dir, f), "w") as dst:
-        dst.write(src.read())
+    shutil.copyfile(os.path.join(M, f), os.path.join(card_dir, f))
 with open(os.path.join(card_dir, "multiturn.json"), "w") as f:
     f.write('{"n": 50}')
 r = subprocess.run(CARD + [card_dir], capture_output=True, text=True, timeout=60)

@@ -21,6 +21,8 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import nano_corpus  # noqa: E402  (its task list)
 
 # (row name, accuracy key, bar of issue 10 or None)
 ROWS = [("2-digit addition", "add2", 95), ("2-digit subtraction", "sub2", 95),
@@ -29,7 +31,6 @@ ROWS = [("2-digit addition", "add2", 95), ("2-digit subtraction", "sub2", 95),
         ("counting letters", "count", 80), ("reversing a word", "reverse", 80),
         ("comparing numbers", "compare", 80), ("sorting numbers", "sort", 80),
         ("identity and small talk", "chat", 80)]
-TASKS = ["add", "sub", "count", "reverse", "compare", "sort", "chat"]
 
 
 class CardError(Exception):
@@ -59,6 +60,10 @@ def pair(d, path, k):
     return c
 
 
+def share(c):
+    return f"{100 * c[0] / c[1]:.1f} %"
+
+
 def sci(x):
     """1e-4 style: 3.6e-6, not 3.6e-06."""
     m, e = f"{x:.1e}".split("e")
@@ -73,12 +78,12 @@ def card(model, template):
     mt = load(p_mt, ["n", "second"])
     lg = load(p_lg, ["worst_rel_l2", "conversations"])
 
-    pct = lambda c: f"{100 * c[0] / c[1]:.1f} % ({c[0]}/{c[1]})"
+    pct = lambda c: f"{share(c)} ({c[0]}/{c[1]})"
     t = ["| task | thinking on (effort max) | thinking off | bar (issue 10) |", "|---|---|---|---|"]
     for name, k, bar in ROWS:
         t.append(f"| {name} | {pct(pair(on, p_on, k))} | {pct(pair(off, p_off, k))} | "
                  f"{'≥ %d %%' % bar if bar else ''} |")
-    right = [pair(on, p_on, k) for k in TASKS]
+    right = [pair(on, p_on, k) for k in nano_corpus.TASKS]
     n_right, n_asked = sum(c[0] for c in right), sum(c[1] for c in right)
     gave_none = on["prompts"] - on["answered"]
     answered = (f"{on['answered']} of {on['prompts']} answers with thinking on came in the response channel "
@@ -87,10 +92,8 @@ def card(model, template):
                 f"{off['answered']} of {off['prompts']} came in the response channel with no reasoning.")
     fill = {"TABLE": "\n".join(t), "ANSWERED": answered, "RIGHT": f"{n_right:,} of {n_asked:,}",
             "MULTITURN": f"{mt['second']} of {mt['n']}", "LOGITS": sci(lg["worst_rel_l2"])}
-    for key in on["counts"]:
-        fill[f"ON:{key}"] = f"{100 * pair(on, p_on, key)[0] / pair(on, p_on, key)[1]:.1f} %"
-    for key in off["counts"]:
-        fill[f"OFF:{key}"] = f"{100 * pair(off, p_off, key)[0] / pair(off, p_off, key)[1]:.1f} %"
+    for tag, d, path in (("ON", on, p_on), ("OFF", off, p_off)):
+        fill.update({f"{tag}:{key}": share(pair(d, path, key)) for key in d["counts"]})
     pattern = r"@([A-Z]+(?::[a-z0-9]+)?)@"
     out = re.sub(pattern, lambda m: fill.get(m.group(1), m.group(0)), template)
     left = sorted(set(re.findall(pattern, out)))
