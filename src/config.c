@@ -9,13 +9,14 @@
  * they must say what the formulas assume; gate_lower_bound must be present. Every error message is
  * one line: "config.json: <key path> <what is wrong>".
  *
- * cfg_check_tensors() walks the tensor list the configuration implies (globals, then per layer:
- * the common norms, KDA or MLA attention, dense MLP or MoE with every routed expert) and checks
- * presence, dtype class (float: F32/F16/BF16; expert packs and scales: U8) and shape. The first
+ * cfg_check_tensors() walks the tensor table (tensors.h) over the configuration (globals, then per
+ * layer: the common norms, KDA or MLA attention, dense MLP or MoE with every routed expert) and
+ * checks presence, dtype class (float: F32/F16/BF16; expert packs and scales: U8) and shape. The first
  * problem is reported naming the shard file holding the tensor (or the index, when it is missing).
  */
 #include "config.h"
 #include "repack.h"
+#include "tensors.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -374,24 +375,13 @@ k3_status cfg_load(const char *dir, k3_config *out) {
 
 /* ---- cfg_check_tensors ---------------------------------------------------------------------- */
 
-enum { CLS_FLOAT, CLS_U8 };
-
-typedef struct shp {
-    int     n;       /* dims; -1 = none (no alternative); 0 = "numel >= s[0]" (any shape)  */
-    int64_t s[3];
-} shp;
-#define S1(a)       ((shp){1, {(a)}})
-#define S2(a, b)    ((shp){2, {(a), (b)}})
-#define S3(a, b, c) ((shp){3, {(a), (b), (c)}})
-#define NOALT       ((shp){-1, {0}})
-
 static void fmt_shape(char *buf, size_t n, int nd, const int64_t *s) {
     size_t o = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < nd && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
     if (o < n) snprintf(buf + o, n - o, "]");
 }
 
-static int shape_eq(const st_tensor *t, shp a) {
+static int shape_eq(const st_tensor *t, tt_shape a) {
     if (a.n == 0) return st_numel(t) >= a.s[0];
     if (a.n != t->ndim) return 0;
     for (int i = 0; i < a.n; i++)
@@ -404,127 +394,63 @@ static const char *index_file(const st_dir *d) {
                                                                                       : "model.safetensors.index.json";
 }
 
-/* Check one tensor: present, dtype class, shape a or b. what: why the config implies it. */
-static k3_status want(const st_dir *d, const char *what, int cls, shp a, shp b, const char *fmt, ...) K3_PRINTF(6, 7);
-static k3_status want(const st_dir *d, const char *what, int cls, shp a, shp b, const char *fmt, ...) {
-    char    name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
+/* Check one tensor of the table: present, dtype class (float, or U8 for the routed experts),
+ * shape or its alternative. what: why the config implies it. */
+static k3_status want(const st_dir *d, const char *what, const tt_ref *r) {
+    const char      *name = r->name;
+    const tt_shape   a = r->shape, b = r->alt;
+    const int        u8 = tt_table[r->id].kind >= TT_K_PACK;
     const st_tensor *t = st_find(d, name);
     if (!t) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing (config.json: %s)", index_file(d), name, what);
     const char *file = st_shard_name(d, t->shard);
-    if (cls == CLS_FLOAT && a.n == 2 && t->dtype == ST_U8) { /* k3 container matrix (repack.h) */
+    if (!u8 && a.n == 2 && t->dtype == ST_U8) { /* k3 container matrix (repack.h) */
         rp_form f;
         return rp_matrix_form(d, name, (int)a.s[0], (int)a.s[1], &f);
     }
-    int         okdt = cls == CLS_U8 ? t->dtype == ST_U8
-                                     : t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16;
+    int okdt = u8 ? t->dtype == ST_U8 : t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16;
     if (!okdt)
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected %s", file, name,
-                      st_dtype_name(t->dtype), cls == CLS_U8 ? "U8" : "F32, F16 or BF16");
+                      st_dtype_name(t->dtype), u8 ? "U8" : "F32, F16 or BF16");
     if (shape_eq(t, a) || (b.n >= 0 && shape_eq(t, b))) return K3_OK;
     char got[160], e1[96], e2[96];
     fmt_shape(got, sizeof got, t->ndim, t->shape);
-    if (a.n == 0) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected at least %lld values", file, name, got, (long long)a.s[0]);
+    if (a.n == 0)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected at least %lld values", file,
+                      name, got, (long long)a.s[0]);
     fmt_shape(e1, sizeof e1, a.n, a.s);
     if (b.n >= 0) fmt_shape(e2, sizeof e2, b.n, b.s);
     return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s%s%s", file, name, got, e1,
                   b.n >= 0 ? " or " : "", b.n >= 0 ? e2 : "");
 }
 
-#define W(cls, a, b, ...)                                                                          \
-    do {                                                                                           \
-        if ((st = want(d, what, cls, a, b, __VA_ARGS__))) return st;                               \
-    } while (0)
+typedef struct check_ctx {
+    const k3_config *c;
+    const st_dir    *d;
+    char             what[96]; /* why the config implies the tensors of this walk */
+} check_ctx;
 
-static k3_status check_layer(const k3_config *c, const st_dir *d, int i) {
-    k3_status  st;
-    const long D = c->hidden, H = c->kda_heads, dh = c->kda_head_dim, P = H * dh, K = c->conv_k;
-    char       what[96];
-    const int  kda = c->layer_kind[i] == K3_LAYER_KDA, dense = i < c->first_dense;
-    snprintf(what, sizeof what, "layer %d is %s with a %s", i, kda ? "KDA" : "MLA", dense ? "dense MLP" : "MoE");
-
-    /* every layer: norms and attention-residual projections */
-    W(CLS_FLOAT, S1(D), NOALT, "model.layers.%d.input_layernorm.weight", i);
-    W(CLS_FLOAT, S1(D), NOALT, "model.layers.%d.post_attention_layernorm.weight", i);
-    W(CLS_FLOAT, S1(D), NOALT, "model.layers.%d.self_attention_res_norm.weight", i);
-    W(CLS_FLOAT, S1(D), S2(1, D), "model.layers.%d.self_attention_res_proj.weight", i);
-    W(CLS_FLOAT, S1(D), NOALT, "model.layers.%d.mlp_res_norm.weight", i);
-    W(CLS_FLOAT, S1(D), S2(1, D), "model.layers.%d.mlp_res_proj.weight", i);
-
-    if (kda) {
-        static const char *qkvg[] = {"q_proj", "k_proj", "v_proj", "g_proj"}, *conv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
-        for (int j = 0; j < 4; j++) W(CLS_FLOAT, S2(P, D), NOALT, "model.layers.%d.self_attn.%s.weight", i, qkvg[j]);
-        W(CLS_FLOAT, S2(D, P), NOALT, "model.layers.%d.self_attn.o_proj.weight", i);
-        for (int j = 0; j < 3; j++) W(CLS_FLOAT, S3(P, 1, K), S2(P, K), "model.layers.%d.self_attn.%s.weight", i, conv[j]);
-        W(CLS_FLOAT, S2(dh, D), NOALT, "model.layers.%d.self_attn.f_a_proj.weight", i);
-        W(CLS_FLOAT, S2(P, dh), NOALT, "model.layers.%d.self_attn.f_b_proj.weight", i);
-        W(CLS_FLOAT, S2(H, D), NOALT, "model.layers.%d.self_attn.b_proj.weight", i);
-        W(CLS_FLOAT, S1(P), NOALT, "model.layers.%d.self_attn.dt_bias", i);
-        W(CLS_FLOAT, ((shp){0, {H}}), NOALT, "model.layers.%d.self_attn.A_log", i);
-        W(CLS_FLOAT, S1(dh), NOALT, "model.layers.%d.self_attn.o_norm.weight", i);
-    } else {
-        const long Hm = c->n_heads, QL = c->q_lora, KL = c->kv_lora;
-        W(CLS_FLOAT, S2(QL, D), NOALT, "model.layers.%d.self_attn.q_a_proj.weight", i);
-        W(CLS_FLOAT, S1(QL), NOALT, "model.layers.%d.self_attn.q_a_layernorm.weight", i);
-        W(CLS_FLOAT, S2(Hm * (c->nope + c->rope), QL), NOALT, "model.layers.%d.self_attn.q_b_proj.weight", i);
-        W(CLS_FLOAT, S2(KL + c->rope, D), NOALT, "model.layers.%d.self_attn.kv_a_proj_with_mqa.weight", i);
-        W(CLS_FLOAT, S1(KL), NOALT, "model.layers.%d.self_attn.kv_a_layernorm.weight", i);
-        char kvb[96];
-        snprintf(kvb, sizeof kvb, "model.layers.%d.self_attn.kv_b_proj.weight", i);
-        const st_tensor *t = st_find(d, kvb);
-        if (t && t->ndim == 1) { /* k3 container: split per head (repack.h) */
-            rp_kvb  k = {.Hm = c->n_heads, .nope = c->nope, .v = c->v_dim, .kl = c->kv_lora};
-            rp_form f;
-            int     split;
-            if ((st = rp_kvb_form(d, kvb, &k, &f, &split))) return st;
-        } else {
-            W(CLS_FLOAT, S2(Hm * (c->nope + c->v_dim), KL), NOALT, "%s", kvb);
-        }
-        W(CLS_FLOAT, S2(D, Hm * c->v_dim), NOALT, "model.layers.%d.self_attn.o_proj.weight", i);
-        W(CLS_FLOAT, S2(Hm * c->v_dim, D), NOALT, "model.layers.%d.self_attn.g_proj.weight", i);
+static k3_status check_one(const tt_ref *r, void *ud) {
+    const check_ctx *x = ud;
+    const st_tensor *t = st_find(x->d, r->name);
+    if (tt_table[r->id].kind == TT_K_KVB && t && t->ndim == 1) { /* k3 container: split per head (repack.h) */
+        const k3_config *c = x->c;
+        rp_kvb           k = {.Hm = c->n_heads, .nope = c->nope, .v = c->v_dim, .kl = c->kv_lora};
+        rp_form          f;
+        int              split;
+        return rp_kvb_form(x->d, r->name, &k, &f, &split);
     }
-
-    if (dense) {
-        const long I = c->inter;
-        W(CLS_FLOAT, S2(I, D), NOALT, "model.layers.%d.mlp.gate_proj.weight", i);
-        W(CLS_FLOAT, S2(I, D), NOALT, "model.layers.%d.mlp.up_proj.weight", i);
-        W(CLS_FLOAT, S2(D, I), NOALT, "model.layers.%d.mlp.down_proj.weight", i);
-        return K3_OK;
-    }
-    const long E = c->n_experts, L = c->latent, F = c->moe_inter, SF = (long)c->n_shared * F;
-    W(CLS_FLOAT, S2(E, D), NOALT, "model.layers.%d.block_sparse_moe.gate.weight", i);
-    W(CLS_FLOAT, S1(E), NOALT, "model.layers.%d.block_sparse_moe.gate.e_score_correction_bias", i);
-    W(CLS_FLOAT, S2(L, D), NOALT, "model.layers.%d.block_sparse_moe.routed_expert_down_proj.weight", i);
-    W(CLS_FLOAT, S2(D, L), NOALT, "model.layers.%d.block_sparse_moe.routed_expert_up_proj.weight", i);
-    W(CLS_FLOAT, S1(L), NOALT, "model.layers.%d.block_sparse_moe.routed_expert_norm.weight", i);
-    W(CLS_FLOAT, S2(SF, D), NOALT, "model.layers.%d.block_sparse_moe.shared_experts.gate_proj.weight", i);
-    W(CLS_FLOAT, S2(SF, D), NOALT, "model.layers.%d.block_sparse_moe.shared_experts.up_proj.weight", i);
-    W(CLS_FLOAT, S2(D, SF), NOALT, "model.layers.%d.block_sparse_moe.shared_experts.down_proj.weight", i);
-    for (long e = 0; e < E; e++) {
-        /* w1 (gate), w3 (up): [F, L]; w2 (down): [L, F]; packed = two columns per byte, scale per 32 */
-        static const char *wn[3] = {"w1", "w3", "w2"};
-        for (int j = 0; j < 3; j++) {
-            long rows = j < 2 ? F : L, cols = j < 2 ? L : F;
-            W(CLS_U8, S2(rows, cols / 2), NOALT, "model.layers.%d.block_sparse_moe.experts.%ld.%s.weight_packed", i, e, wn[j]);
-            W(CLS_U8, S2(rows, cols / 32), NOALT, "model.layers.%d.block_sparse_moe.experts.%ld.%s.weight_scale", i, e, wn[j]);
-        }
-    }
-    return K3_OK;
+    return want(x->d, x->what, r);
 }
 
+/* Every tensor the table gives the configuration: the globals, then layer by layer. */
 k3_status cfg_check_tensors(const k3_config *c, const st_dir *d) {
-    k3_status  st;
-    const long D = c->hidden, V = c->vocab;
-    const char what[] = "the model's global tensors";
-    W(CLS_FLOAT, S2(V, D), NOALT, "model.embed_tokens.weight");
-    W(CLS_FLOAT, S1(D), NOALT, "model.norm.weight");
-    W(CLS_FLOAT, S1(D), NOALT, "model.output_attn_res_norm.weight");
-    W(CLS_FLOAT, S1(D), S2(1, D), "model.output_attn_res_proj.weight");
-    W(CLS_FLOAT, S2(V, D), NOALT, "lm_head.weight");
-    for (int i = 0; i < c->n_layers; i++)
-        if ((st = check_layer(c, d, i))) return st;
+    k3_status st;
+    check_ctx x = {.c = c, .d = d, .what = "the model's global tensors"};
+    if ((st = tt_walk(c, -1, 0, check_one, &x))) return st;
+    for (int i = 0; i < c->n_layers; i++) {
+        snprintf(x.what, sizeof x.what, "layer %d is %s with a %s", i,
+                 c->layer_kind[i] == K3_LAYER_KDA ? "KDA" : "MLA", i < c->first_dense ? "dense MLP" : "MoE");
+        if ((st = tt_walk(c, i, TT_WALK_EXPERTS, check_one, &x))) return st;
+    }
     return K3_OK;
 }

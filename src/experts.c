@@ -32,6 +32,7 @@
  */
 #include "experts.h"
 #include "model-impl.h"
+#include "tensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,10 +44,7 @@
 #include <unistd.h>
 
 #define EX_ALIGN 4096u /* O_DIRECT offset, length and buffer alignment */
-#define EX_PARTS 6     /* w1, w3, w2 x (packed, scale)                  */
-
-static const char *const ex_mat[3] = {"w1", "w3", "w2"};
-static const char *const ex_suf[2] = {"weight_packed", "weight_scale"};
+#define EX_PARTS TT_EXPERT_PARTS /* w1, w3, w2 x (packed, scale): tensors.h */
 
 typedef struct ex_loc {
     int      contig;              /* the six tensors are back to back in one shard     */
@@ -89,6 +87,7 @@ struct ex_tier {
     int             E, n_layers, n_moe;
     int             F, L;                  /* expert width, latent                         */
     ex_layer       *layers;                /* [n_layers]                                   */
+    int64_t         part_shape[EX_PARTS][2]; /* U8 [rows, width] of each part (tensors.h)   */
     uint64_t        part_n[EX_PARTS];      /* bytes of each part                           */
     uint64_t        sub_off[EX_PARTS];     /* split layout: aligned place of each part     */
     uint64_t        expert_bytes;          /* the six tensors                              */
@@ -118,8 +117,7 @@ static uint64_t align_up(uint64_t x) {
 }
 
 static void part_name(char *buf, size_t n, int l, int e, int p) {
-    snprintf(buf, n, "model.layers.%d.block_sparse_moe.experts.%d.%s.%s", l, e, ex_mat[p / 2],
-             ex_suf[p % 2]);
+    tt_name(buf, n, TT_EXPERT_FIRST + p, l, e);
 }
 
 /* ==== descriptors ========================================================== */
@@ -553,17 +551,16 @@ void ex_end(ex_batch *b) {
 /* Find and check the six tensors of expert e of layer l. */
 static k3_status locate(ex_tier *t, int l, int e, ex_loc *lc) {
     const st_dir *d = t->m->st;
-    const int     rows[3] = {t->F, t->F, t->L}, cols[3] = {t->L, t->L, t->F};
     char          nm[200];
     uint64_t      lo = UINT64_MAX, hi = 0;
     for (int p = 0; p < EX_PARTS; p++) {
         part_name(nm, sizeof nm, l, e, p);
         const st_tensor *ts = st_find(d, nm);
         if (!ts) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", t->m->dir, nm);
-        int64_t width = p % 2 ? cols[p / 2] / Q_MXFP4_GROUP : cols[p / 2] / 2;
-        if (ts->dtype != ST_U8 || ts->ndim != 2 || ts->shape[0] != rows[p / 2] || ts->shape[1] != width)
-            return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected U8 [%d, %lld]", t->m->dir, nm,
-                          rows[p / 2], (long long)width);
+        const int64_t *want = t->part_shape[p];
+        if (ts->dtype != ST_U8 || ts->ndim != 2 || ts->shape[0] != want[0] || ts->shape[1] != want[1])
+            return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected U8 [%lld, %lld]", t->m->dir, nm,
+                          (long long)want[0], (long long)want[1]);
         lc->shard[p]    = ts->shard;
         lc->part_off[p] = ts->offset;
         if (ts->offset < lo) lo = ts->offset;
@@ -626,9 +623,13 @@ k3_status ex_open(k3_model *m, ex_tier **out) {
                     m->dir, t->F, t->L, Q_MXFP4_GROUP);
         goto fail;
     }
-    const int rows[3] = {t->F, t->F, t->L}, cols[3] = {t->L, t->L, t->F};
+    int64_t dim[TT_D_COUNT];
+    tt_dims(c, dim);
     for (int p = 0; p < EX_PARTS; p++) {
-        t->part_n[p] = (uint64_t)rows[p / 2] * (p % 2 ? cols[p / 2] / Q_MXFP4_GROUP : cols[p / 2] / 2);
+        tt_shape sh           = tt_shape_of(dim, TT_EXPERT_FIRST + p, 0);
+        t->part_shape[p][0] = sh.s[0];
+        t->part_shape[p][1] = sh.s[1];
+        t->part_n[p]        = (uint64_t)tt_numel(sh);
         t->expert_bytes += t->part_n[p];
         t->sub_off[p] = t->slot_bytes;
         t->slot_bytes += align_up(t->part_n[p] + EX_ALIGN - 1);

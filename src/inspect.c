@@ -8,9 +8,10 @@
  * table (shapes, dtypes, shard offsets), never from tensor data, so it is fast on the 1.5 TB
  * release.
  *
- * Memory estimate (the engine's settings: k3_params_default, i.e. its defaults and K3_*, and for a
- * k3 container the stored bits where K3_BITS / K3_MLA_BITS / K3_HEAD_BITS are unset, by the
- * engine's rule rp_run_bits; the report marks those "(container)"):
+ * Memory estimate, by the kinds of the tensor table (tensors.h), at the engine's settings
+ * (k3_params_default, i.e. its defaults and K3_*, and for a k3 container the stored bits where
+ * K3_BITS / K3_MLA_BITS / K3_HEAD_BITS are unset, by the engine's rule rp_run_bits; the report
+ * marks those "(container)"):
  *   K3_BITS        KDA q/k/v/g/o, latent down/up, shared experts, dense MLP matrices
  *   K3_MLA_BITS    MLA q_a, q_b, kv_a, kv_b, o, g
  *   K3_HEAD_BITS   lm_head
@@ -26,6 +27,7 @@
 #include "experts.h"
 #include "quant.h"
 #include "repack.h"
+#include "tensors.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -75,33 +77,22 @@ static uint64_t qbytes(int bits, int64_t rows, int64_t cols) {
     return (uint64_t)q_wbytes(t, (int)rows, (int)cols) + q_sbytes(t, (int)rows, (int)cols);
 }
 
-static int ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
-/* Layer number of "model.layers.N.*", or -1. */
-static int layer_of(const char *name) {
-    if (strncmp(name, "model.layers.", 13)) return -1;
-    return atoi(name + 13);
-}
-
 /* ---- memory classes --------------------------------------------------------------------------- */
 
 enum { M_DENSE, M_MLA, M_HEAD, M_EMBED, M_FLOAT, M_EXPERT, M_COUNT };
 
-static int mem_class(const k3_config *c, const st_tensor *t) {
-    const char *n = t->name;
-    if (strstr(n, ".experts.")) return M_EXPERT;
-    if (!strcmp(n, "lm_head.weight")) return M_HEAD;
-    if (!strcmp(n, "model.embed_tokens.weight")) return M_EMBED;
-    if (t->ndim == 1 && ends_with(n, ".self_attn.kv_b_proj.weight")) return M_MLA; /* container: split */
-    if (t->ndim != 2 || strstr(n, "conv1d") || ends_with(n, ".gate.weight") || strstr(n, "f_a_proj") ||
-        strstr(n, "f_b_proj") || ends_with(n, ".b_proj.weight") || ends_with(n, "_res_proj.weight"))
-        return M_FLOAT;
-    int l = layer_of(n);
-    if (l >= 0 && l < c->n_layers && c->layer_kind[l] == K3_LAYER_MLA && strstr(n, ".self_attn.")) return M_MLA;
-    return M_DENSE;
+/* The memory class of a kind of the tensor table. */
+static int mem_class(int kind) {
+    switch (kind) {
+    case TT_K_BITS: return M_DENSE;
+    case TT_K_MLA:
+    case TT_K_KVB: return M_MLA;
+    case TT_K_HEAD: return M_HEAD;
+    case TT_K_EMBED: return M_EMBED;
+    case TT_K_PACK:
+    case TT_K_SCALE: return M_EXPERT;
+    default: return M_FLOAT; /* f32 matrices and vectors */
+    }
 }
 
 /* Bytes of quantizable matrix T held at BITS, from its logical shape. That is T's shape, except
@@ -139,15 +130,13 @@ static int cmp_pos(const void *a, const void *b) {
 }
 
 typedef struct expert_stats {
-    uint64_t bytes_per;         /* six tensors of one expert                   */
+    uint64_t bytes_per;         /* the tensors of one expert (six)             */
     uint64_t total;             /* all routed experts                          */
     long     n, n_split;        /* experts; experts not stored back to back     */
     int      layers_unordered;  /* MoE layers with experts out of id order      */
 } expert_stats;
 
 static k3_status scan_experts(const k3_config *c, const st_dir *d, expert_stats *es) {
-    static const char *parts[6] = {"w1.weight_packed", "w1.weight_scale", "w3.weight_packed",
-                                   "w3.weight_scale",  "w2.weight_packed", "w2.weight_scale"};
     memset(es, 0, sizeof *es);
     expert_pos *pos = k3_calloc((size_t)c->n_experts, sizeof *pos);
     if (!pos) return k3_err(K3_ERR_NOMEM, "out of memory");
@@ -155,10 +144,9 @@ static k3_status scan_experts(const k3_config *c, const st_dir *d, expert_stats 
         for (int e = 0; e < c->n_experts; e++) {
             uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
             int      shard = -1, split = 0;
-            for (int k = 0; k < 6; k++) {
-                char name[160];
-                snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s", l, e, parts[k]);
-                const st_tensor *t = st_find(d, name);
+            for (int k = TT_EXPERT_FIRST; k < TT_COUNT; k++) {
+                char             name[192];
+                const st_tensor *t = st_find(d, tt_name(name, sizeof name, k, l, e));
                 K3_ASSERT(t); /* cfg_check_tensors ran first */
                 if (shard >= 0 && t->shard != shard) split = 1;
                 shard = t->shard;
@@ -240,21 +228,31 @@ static void print_shards(const st_dir *d, FILE *f) {
     free(per);
 }
 
+typedef struct mem_ctx {
+    const k3_config     *c;
+    const st_dir        *d;
+    const insp_settings *s;
+    uint64_t             m[M_COUNT]; /* bytes per memory class */
+} mem_ctx;
+
+/* One tensor of the table: matrices as the engine holds them at their bits (a k3 container's
+ * scale sidecars are counted with their matrix), embeddings as stored, the rest as f32. */
+static k3_status add_bytes(const tt_ref *r, void *ud) {
+    mem_ctx         *x = ud;
+    const st_tensor *t = st_find(x->d, r->name);
+    const int        kind = tt_table[r->id].kind, k = mem_class(kind);
+    K3_ASSERT(t); /* cfg_check_tensors ran first */
+    if (k == M_DENSE || k == M_MLA || k == M_HEAD)
+        x->m[k] += matrix_bytes(x->c, x->d, t, tt_bits(kind, x->s->bits, x->s->mla_bits, x->s->head_bits));
+    else if (k == M_EMBED) x->m[k] += t->nbytes;
+    else x->m[M_FLOAT] += (uint64_t)st_numel(t) * 4;
+    return K3_OK;
+}
+
 static void print_memory(const k3_config *c, const st_dir *d, const insp_settings *s, const expert_stats *es, FILE *f) {
-    uint64_t m[M_COUNT] = {0};
-    for (int i = 0; i < st_n_tensors(d); i++) {
-        const st_tensor *t = st_tensor_at(d, i);
-        int              k = mem_class(c, t);
-        if (ends_with(t->name, RP_SIDECAR)) continue; /* a container's scales: with their matrix */
-        switch (k) {
-        case M_DENSE: m[k] += matrix_bytes(c, d, t, s->bits); break;
-        case M_MLA: m[k] += matrix_bytes(c, d, t, s->mla_bits); break;
-        case M_HEAD: m[k] += matrix_bytes(c, d, t, s->head_bits); break;
-        case M_EMBED: m[k] += t->nbytes; break;
-        case M_EXPERT: break;
-        default: m[M_FLOAT] += (uint64_t)st_numel(t) * 4; break;
-        }
-    }
+    mem_ctx x = {.c = c, .d = d, .s = s};
+    for (int l = -1; l < c->n_layers; l++) tt_walk(c, l, 0, add_bytes, &x); /* the routed experts: below */
+    uint64_t *m = x.m;
     int n_moe = c->n_layers - c->first_dense, n_kda = 0, n_mla = 0;
     for (int l = 0; l < c->n_layers; l++) c->layer_kind[l] == K3_LAYER_KDA ? n_kda++ : n_mla++;
     uint64_t floor_b = (uint64_t)n_moe * es->bytes_per;

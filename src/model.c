@@ -1,8 +1,9 @@
 /* model.c: open a K3 model directory: parameters, config, every text tensor of spec section 3.
  *
  * DESIGN
- * Loading is table-free and reads top to bottom: globals, then per layer the AttnRes vectors,
- * the attention (KDA or MLA) and the MLP (dense or Stable LatentMoE). Every weight matrix goes
+ * Loading follows the tensor table (tensors.h): globals, then per layer the norms and AttnRes
+ * vectors, the attention (KDA or MLA) and the MLP (dense or Stable LatentMoE); each row lands in
+ * the field its table line names, by its kind (load_one). Every weight matrix goes
  * through model_matrix() -> matrix_from_f32(), the single point where load-time quantization
  * (K3_BITS, K3_MLA_BITS, K3_HEAD_BITS) plugs in. Every float tensor is checked for NaN/inf and
  * every MXFP4 scale for the NaN code 255, with an error naming the tensor. Routed experts keep
@@ -11,11 +12,13 @@
  * recorded in m->owned and freed together.
  */
 #include "model-impl.h"
-#include "vkt.h"
 #include "repack.h"
+#include "tensors.h"
+#include "vkt.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,61 +307,23 @@ fail:
 
 /* ==== layers ================================================================ */
 
-static const char *lname(char *buf, size_t n, int l, const char *what) {
-    snprintf(buf, n, "model.layers.%d.%s", l, what);
-    return buf;
-}
-#define LN(what) lname(nb, sizeof nb, l, what)
-
-static k3_status load_mlp(k3_model *m, int l, const char *pfx, int inter, mlp_weights *w) {
-    int       D = m->cfg.hidden, bits = m->par.bits;
-    char      nb[256], nm[200];
+/* A_log: per head, the first H values (spec section 3, Decision), kept as exp(A_log). */
+static k3_status load_alog(k3_model *m, const char *name, int H, float **out) {
+    float    *alog;
     k3_status st;
-    snprintf(nm, sizeof nm, "%s.gate_proj.weight", pfx);
-    if ((st = model_matrix(m, LN(nm), inter, D, bits, &w->gate))) return st;
-    snprintf(nm, sizeof nm, "%s.up_proj.weight", pfx);
-    if ((st = model_matrix(m, LN(nm), inter, D, bits, &w->up))) return st;
-    snprintf(nm, sizeof nm, "%s.down_proj.weight", pfx);
-    return model_matrix(m, LN(nm), D, inter, bits, &w->down);
-}
-
-static k3_status load_kda(k3_model *m, int l, kda_weights *w) {
-    const k3_config *c = &m->cfg;
-    int       D = c->hidden, H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k;
-    int       bits = m->par.bits;
-    char      nb[256];
-    k3_status st;
-    if ((st = model_matrix(m, LN("self_attn.q_proj.weight"), P, D, bits, &w->q)) ||
-        (st = model_matrix(m, LN("self_attn.k_proj.weight"), P, D, bits, &w->k)) ||
-        (st = model_matrix(m, LN("self_attn.v_proj.weight"), P, D, bits, &w->v)) ||
-        (st = model_matrix(m, LN("self_attn.g_proj.weight"), P, D, bits, &w->g)) ||
-        (st = model_matrix(m, LN("self_attn.o_proj.weight"), D, P, bits, &w->o)) ||
-        (st = model_matrix(m, LN("self_attn.f_a_proj.weight"), d, D, 32, &w->fa)) ||
-        (st = model_matrix(m, LN("self_attn.f_b_proj.weight"), P, d, 32, &w->fb)) ||
-        (st = model_matrix(m, LN("self_attn.b_proj.weight"), H, D, 32, &w->b))) /* f_a, f_b, b: f32 */
-        return st;
-    static const char *conv[3] = {"self_attn.q_conv1d.weight", "self_attn.k_conv1d.weight",
-                                  "self_attn.v_conv1d.weight"};
-    for (int i = 0; i < 3; i++)
-        if ((st = model_vec(m, LN(conv[i]), P * K, &w->conv[i]))) return st;
-    if ((st = model_vec(m, LN("self_attn.dt_bias"), P, &w->dt_bias)) ||
-        (st = model_vec(m, LN("self_attn.o_norm.weight"), d, &w->o_norm)))
-        return st;
-    /* A_log: per head, the first H values (spec section 3, Decision). */
-    float *alog;
-    if ((st = read_f32(m, LN("self_attn.A_log"), H, 1, &alog))) return st;
-    w->a = alloc_owned(m, (size_t)H * sizeof(float));
-    if (!w->a) {
+    if ((st = read_f32(m, name, H, 1, &alog))) return st;
+    float *a = alloc_owned(m, (size_t)H * sizeof(float));
+    if (!a) {
         free(alog);
         return k3_err(K3_ERR_NOMEM, "model: out of memory");
     }
     for (int h = 0; h < H; h++)
-        w->a[h] = (float)exp((double)alog[h]);
+        a[h] = (float)exp((double)alog[h]);
     free(alog);
     for (int h = 0; h < H; h++)
-        if (!isfinite(w->a[h]))
-            return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': exp(A_log[%d]) overflows", m->dir,
-                          LN("self_attn.A_log"), h);
+        if (!isfinite(a[h]))
+            return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': exp(A_log[%d]) overflows", m->dir, name, h);
+    *out = a;
     return K3_OK;
 }
 
@@ -412,23 +377,12 @@ static k3_status kvb_split_to_f32(k3_model *m, const rp_form *f, const rp_kvb *k
     return st;
 }
 
-static k3_status load_mla(k3_model *m, int l, mla_weights *w) {
+/* kv_b (Hm*(nope+v), kv_lora), per head nope rows then v rows: split into the absorbed per-head
+ * matrices uk_t[h] = (nope rows)^T (kv_lora, nope) and uv[h] = v rows (v, kv_lora). */
+static k3_status load_kvb(k3_model *m, const char *name, mla_weights *w) {
     const k3_config *c = &m->cfg;
-    int D = c->hidden, Hm = c->n_heads, ql = c->q_lora, kl = c->kv_lora;
-    int nope = c->nope, rope = c->rope, vd = c->v_dim, bits = m->par.mla_bits;
-    char      nb[256];
+    int Hm = c->n_heads, kl = c->kv_lora, nope = c->nope, vd = c->v_dim, bits = m->par.mla_bits;
     k3_status st;
-    if ((st = model_matrix(m, LN("self_attn.q_a_proj.weight"), ql, D, bits, &w->qa)) ||
-        (st = model_vec(m, LN("self_attn.q_a_layernorm.weight"), ql, &w->qa_norm)) ||
-        (st = model_matrix(m, LN("self_attn.q_b_proj.weight"), Hm * (nope + rope), ql, bits, &w->qb)) ||
-        (st = model_matrix(m, LN("self_attn.kv_a_proj_with_mqa.weight"), kl + rope, D, bits, &w->kva)) ||
-        (st = model_vec(m, LN("self_attn.kv_a_layernorm.weight"), kl, &w->kva_norm)) ||
-        (st = model_matrix(m, LN("self_attn.o_proj.weight"), D, Hm * vd, bits, &w->o)) ||
-        (st = model_matrix(m, LN("self_attn.g_proj.weight"), Hm * vd, D, bits, &w->g)))
-        return st;
-    /* kv_b (Hm*(nope+v), kv_lora), per head nope rows then v rows: split into the absorbed
-     * per-head matrices uk_t[h] = (nope rows)^T (kv_lora, nope) and uv[h] = v rows (v, kv_lora). */
-    const char *name = LN("self_attn.kv_b_proj.weight");
     rp_kvb      kk   = {.Hm = Hm, .nope = nope, .v = vd, .kl = kl};
     rp_form     f;
     int         split, want = rp_bits_type(bits);
@@ -471,43 +425,62 @@ fail:
     return st;
 }
 
-static k3_status load_moe(k3_model *m, int l, moe_weights *w) {
-    const k3_config *c = &m->cfg;
-    int D = c->hidden, E = c->n_experts, L = c->latent, bits = m->par.bits;
-    char      nb[256];
-    k3_status st;
-    if ((st = model_matrix(m, LN("block_sparse_moe.gate.weight"), E, D, 32, &w->router)) ||
-        (st = model_vec(m, LN("block_sparse_moe.gate.e_score_correction_bias"), E, &w->bias)) ||
-        (st = model_matrix(m, LN("block_sparse_moe.routed_expert_down_proj.weight"), L, D, bits, &w->down_lat)) ||
-        (st = model_matrix(m, LN("block_sparse_moe.routed_expert_up_proj.weight"), D, L, bits, &w->up_lat)) ||
-        (st = model_vec(m, LN("block_sparse_moe.routed_expert_norm.weight"), L, &w->lat_norm)) ||
-        (st = load_mlp(m, l, "block_sparse_moe.shared_experts", c->n_shared * c->moe_inter, &w->shared)))
-        return st;
-    return K3_OK; /* routed experts: the expert tier (experts.c) */
+/* Where each row of the tensor table lives: a field of k3_model or of layer_weights. */
+#define OFF_ROOT(f)   offsetof(k3_model, f)
+#define OFF_MODEL(f)  offsetof(k3_model, f)
+#define OFF_LAYER(f)  offsetof(layer_weights, f)
+#define OFF_KDA(f)    offsetof(layer_weights, kda.f)
+#define OFF_MLA(f)    offsetof(layer_weights, mla.f)
+#define OFF_DENSE(f)  offsetof(layer_weights, mlp.f)
+#define OFF_MOE(f)    offsetof(layer_weights, moe.f)
+#define OFF_EXPERT(f) 0 /* read by the expert tier */
+#define X(id, scope, name, shape, alt, kind, dtype, field) [TT_##id] = OFF_##scope(field),
+static const size_t field_off[TT_COUNT] = {K3_TENSORS(X)};
+#undef X
+
+typedef struct load_ctx {
+    k3_model      *m;
+    char          *base;       /* the k3_model or the layer_weights the walk fills        */
+    layer_weights *lw;         /* the layer's weights (NULL for the globals)              */
+    char           mix[192];   /* the AttnRes norm waiting for its projection (TT_K_MIX)    */
+} load_ctx;
+
+static k3_status load_embed(k3_model *m, const char *name);
+
+/* One tensor of the table into its field: every matrix through model_matrix at its kind's bits. */
+static k3_status load_one(const tt_ref *r, void *ud) {
+    load_ctx        *x = ud;
+    k3_model        *m = x->m;
+    const k3_params *p = &m->par;
+    const int        kind = tt_table[r->id].kind;
+    void            *dst = x->base + field_off[r->id];
+    switch (kind) {
+    case TT_K_EMBED: return load_embed(m, r->name);
+    case TT_K_VEC: return model_vec(m, r->name, (int)tt_numel(r->shape), dst);
+    case TT_K_MIX: snprintf(x->mix, sizeof x->mix, "%s", r->name); return K3_OK;
+    case TT_K_MIXP: /* the row before is its norm */
+        K3_ASSERT(r->id > 0 && tt_table[r->id - 1].kind == TT_K_MIX);
+        return model_mixw(m, x->mix, r->name, dst);
+    case TT_K_ALOG: return load_alog(m, r->name, (int)r->shape.s[0], dst);
+    case TT_K_KVB: return load_kvb(m, r->name, &x->lw->mla);
+    case TT_K_PACK:
+    case TT_K_SCALE: return K3_OK; /* routed experts: the expert tier (experts.c) */
+    default:
+        return model_matrix(m, r->name, (int)r->shape.s[0], (int)r->shape.s[1],
+                            tt_bits(kind, p->bits, p->mla_bits, p->head_bits), dst);
+    }
 }
 
 static k3_status load_layer(k3_model *m, int l) {
     const k3_config *c = &m->cfg;
     layer_weights   *w = &m->layers[l];
-    int              D = c->hidden;
-    char             nb[256], nb2[256];
-    k3_status        st;
+    load_ctx         x = {.m = m, .base = (char *)w, .lw = w};
     w->kind  = c->layer_kind[l];
     w->dense = l < c->first_dense;
-    if ((st = model_vec(m, LN("input_layernorm.weight"), D, &w->in_norm)) ||
-        (st = model_vec(m, LN("post_attention_layernorm.weight"), D, &w->post_norm)))
-        return st;
-    lname(nb2, sizeof nb2, l, "self_attention_res_proj.weight");
-    if ((st = model_mixw(m, LN("self_attention_res_norm.weight"), nb2, &w->attn_res_w))) return st;
-    lname(nb2, sizeof nb2, l, "mlp_res_proj.weight");
-    if ((st = model_mixw(m, LN("mlp_res_norm.weight"), nb2, &w->mlp_res_w))) return st;
-    if (w->kind == K3_LAYER_KDA) st = load_kda(m, l, &w->kda);
-    else if (w->kind == K3_LAYER_MLA) st = load_mla(m, l, &w->mla);
-    else return k3_err(K3_ERR_CONFIG, "%s: layer %d has no attention kind", m->dir, l);
-    if (st) return st;
-    return w->dense ? load_mlp(m, l, "mlp", c->inter, &w->mlp) : load_moe(m, l, &w->moe);
+    if (w->kind != K3_LAYER_KDA && w->kind != K3_LAYER_MLA)
+        return k3_err(K3_ERR_CONFIG, "%s: layer %d has no attention kind", m->dir, l);
+    return tt_walk(c, l, 0, load_one, &x);
 }
-#undef LN
 
 /* ==== model API ============================================================== */
 
@@ -531,8 +504,7 @@ void model_embed(const k3_model *m, int id, float *out) {
 }
 
 /* embed_tokens stays in its stored dtype (F32/F16/BF16); rows convert on lookup. */
-static k3_status load_embed(k3_model *m) {
-    const char      *name = "model.embed_tokens.weight";
+static k3_status load_embed(k3_model *m, const char *name) {
     k3_status        st   = K3_OK;
     const st_tensor *t    = need(m, name, &st);
     int              V = m->cfg.vocab, D = m->cfg.hidden;
@@ -561,14 +533,8 @@ static k3_status load_embed(k3_model *m) {
 }
 
 static k3_status load_globals(k3_model *m) {
-    int       D = m->cfg.hidden, V = m->cfg.vocab;
-    k3_status st;
-    if ((st = load_embed(m)) ||
-        (st = model_vec(m, "model.norm.weight", D, &m->final_norm)) ||
-        (st = model_mixw(m, "model.output_attn_res_norm.weight", "model.output_attn_res_proj.weight",
-                         &m->out_res_w)))
-        return st;
-    return model_matrix(m, "lm_head.weight", V, D, m->par.head_bits, &m->lm_head);
+    load_ctx x = {.m = m, .base = (char *)m};
+    return tt_walk(&m->cfg, -1, 0, load_one, &x);
 }
 
 /* A k3 container (k3-repack) brings its bits (rp_run_bits, shared with --inspect): K3_BITS /

@@ -68,6 +68,7 @@
  *   sorted, data in writing order (experts shuffled per layer, never in id order).
  */
 #include "st-write.h"
+#include "tensors.h"
 
 #include <errno.h>
 #include <ftw.h>
@@ -238,91 +239,89 @@ static mk_tensor *add_t(mk_plan *p, int shard, int init, double gain, st_dtype d
     return t;
 }
 
-/* a dense float matrix/vector in the chosen float dtype */
-#define FT (o->f32 ? ST_F32 : ST_BF16)
-
-static void plan_expert(mk_plan *p, int shard, const char *base, int rows, int cols) {
-    /* sh[2] remembers the matrix width for generation; nd stays 2 */
-    mk_tensor *t = add_t(p, shard, I_MXP, 1.0, ST_U8, 2, rows, cols / 2, cols, "%s.weight_packed", base);
-    snprintf(t->src, sizeof t->src, "%s", base);
-    t = add_t(p, shard, I_MXS, 1.0, ST_U8, 2, rows, cols / 32, cols, "%s.weight_scale", base);
-    snprintf(t->src, sizeof t->src, "%s", base);
+/* The configuration the tensor table's shapes come from: the keys model_config writes. */
+static void mk_config(const mk_shape *s, int V, k3_config *c) {
+    memset(c, 0, sizeof *c);
+    c->hidden = s->D, c->n_layers = s->n_layers, c->vocab = V, c->first_dense = s->first_dense;
+    c->inter = s->inter, c->n_heads = s->mla_heads, c->q_lora = s->q_lora, c->kv_lora = s->kv_lora;
+    c->nope = s->nope, c->rope = s->rope, c->v_dim = s->vdim, c->n_experts = s->n_exp;
+    c->moe_inter = s->F, c->latent = s->L, c->n_shared = s->n_shared;
+    c->kda_heads = s->kda_heads, c->kda_head_dim = s->kda_d, c->conv_k = s->conv_k;
+    for (int i = 0; i < s->n_layers; i++) c->layer_kind[i] = is_mla(s, i) ? K3_LAYER_MLA : K3_LAYER_KDA;
 }
 
-static void plan_layer(mk_plan *p, const mk_shape *s, const mk_opts *o, int i, uint64_t *rng) {
-    const int D = s->D, sh = i;
-    char      pre[64];
-    snprintf(pre, sizeof pre, "model.layers.%d.", i);
-    /* norms and AttnRes; *_res_proj stored [1,D] in some layers, as the release may */
-    add_t(p, sh, I_NORM, 0, FT, 1, D, 0, 0, "%sinput_layernorm.weight", pre);
-    add_t(p, sh, I_NORM, 0, FT, 1, D, 0, 0, "%spost_attention_layernorm.weight", pre);
-    add_t(p, sh, I_NORM, 0, FT, 1, D, 0, 0, "%sself_attention_res_norm.weight", pre);
-    if (i % 2)
-        add_t(p, sh, I_MAT, 0.8, FT, 2, 1, D, 0, "%sself_attention_res_proj.weight", pre);
-    else
-        add_t(p, sh, I_MAT, 0.8, FT, 1, D, 0, 0, "%sself_attention_res_proj.weight", pre);
-    add_t(p, sh, I_NORM, 0, FT, 1, D, 0, 0, "%smlp_res_norm.weight", pre);
-    if (i % 3 == 2)
-        add_t(p, sh, I_MAT, 0.8, FT, 2, 1, D, 0, "%smlp_res_proj.weight", pre);
-    else
-        add_t(p, sh, I_MAT, 0.8, FT, 1, D, 0, 0, "%smlp_res_proj.weight", pre);
+/* How each row of the tensor table is filled (CONDITIONING above). Rows not listed go by their
+ * kind: matrices gauss * 1 / sqrt(fan_in), AttnRes projections gain 0.8, vectors 1 + 0.1 u,
+ * routed experts MXFP4. gain < 0: sqrt(D) (embeddings of rms 1). */
+static const struct {
+    int    id, init;
+    double gain;
+} conditioning[] = {
+    {TT_EMBED, I_MAT, -1},         {TT_LM_HEAD, I_MAT, 2.0},       {TT_KDA_K, I_KPROJ, 1.0},
+    {TT_KDA_Q_CONV, I_CONV, 0},    {TT_KDA_K_CONV, I_CONV, 0},     {TT_KDA_V_CONV, I_CONV, 0},
+    {TT_KDA_F_B, I_MAT, 0.5},      {TT_KDA_B, I_MAT, 0.6},         {TT_KDA_DT_BIAS, I_DTB, 0},
+    {TT_KDA_A_LOG, I_ALOG, 0},     {TT_MOE_ROUTER, I_MAT, 1.2},    {TT_MOE_BIAS, I_EBIAS, 0},
+};
 
-    if (!is_mla(s, i)) { /* KDA */
-        const int H = s->kda_heads, d = s->kda_d, P = H * d, K = s->conv_k;
-        add_t(p, sh, I_MAT, 1.0, FT, 2, P, D, 0, "%sself_attn.q_proj.weight", pre);
-        mk_tensor *k = add_t(p, sh, I_KPROJ, 1.0, FT, 2, P, D, 0, "%sself_attn.k_proj.weight", pre);
-        snprintf(k->src, sizeof k->src, "%sself_attn.q_proj.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, P, D, 0, "%sself_attn.v_proj.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, P, D, 0, "%sself_attn.g_proj.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, D, P, 0, "%sself_attn.o_proj.weight", pre);
-        static const char *cv[3] = {"q", "k", "v"};
-        for (int c = 0; c < 3; c++) {
-            if (i == 1) /* one layer stores the taps as [P, K] (the spec allows both) */
-                add_t(p, sh, I_CONV, 0, ST_F32, 2, P, K, 0, "%sself_attn.%s_conv1d.weight", pre, cv[c]);
-            else
-                add_t(p, sh, I_CONV, 0, ST_F32, 3, P, 1, K, "%sself_attn.%s_conv1d.weight", pre, cv[c]);
-        }
-        add_t(p, sh, I_MAT, 1.0, FT, 2, d, D, 0, "%sself_attn.f_a_proj.weight", pre);
-        add_t(p, sh, I_MAT, 0.5, FT, 2, P, d, 0, "%sself_attn.f_b_proj.weight", pre);
-        add_t(p, sh, I_MAT, 0.6, FT, 2, H, D, 0, "%sself_attn.b_proj.weight", pre);
-        add_t(p, sh, I_DTB, 0, ST_F32, 1, P, 0, 0, "%sself_attn.dt_bias", pre);
-        int na = (H + 1 + 31) / 32 * 32; /* real values, then exact zeros (release: 96 -> 128) */
-        add_t(p, sh, I_ALOG, 0, ST_F32, 1, na, 0, 0, "%sself_attn.A_log", pre)->nreal = H;
-        add_t(p, sh, I_NORM, 0, ST_F32, 1, d, 0, 0, "%sself_attn.o_norm.weight", pre);
-    } else { /* MLA */
-        const int Hm = s->mla_heads, qk = s->nope + s->rope;
-        add_t(p, sh, I_MAT, 1.0, FT, 2, s->q_lora, D, 0, "%sself_attn.q_a_proj.weight", pre);
-        add_t(p, sh, I_NORM, 0, FT, 1, s->q_lora, 0, 0, "%sself_attn.q_a_layernorm.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, (int64_t)Hm * qk, s->q_lora, 0, "%sself_attn.q_b_proj.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, s->kv_lora + s->rope, D, 0,
-              "%sself_attn.kv_a_proj_with_mqa.weight", pre);
-        add_t(p, sh, I_NORM, 0, FT, 1, s->kv_lora, 0, 0, "%sself_attn.kv_a_layernorm.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, (int64_t)Hm * (s->nope + s->vdim), s->kv_lora, 0,
-              "%sself_attn.kv_b_proj.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, D, (int64_t)Hm * s->vdim, 0, "%sself_attn.o_proj.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, (int64_t)Hm * s->vdim, D, 0, "%sself_attn.g_proj.weight", pre);
+/* Layout variations (LAYOUT VARIATIONS above): the spec's alternative shape in some layers. */
+static int use_alt(int id, int i) {
+    switch (id) {
+    case TT_ATTN_RES_PROJ: return i % 2;
+    case TT_MLP_RES_PROJ: return i % 3 == 2;
+    case TT_KDA_Q_CONV:
+    case TT_KDA_K_CONV:
+    case TT_KDA_V_CONV: return i == 1;
+    default: return 0;
     }
+}
 
-    if (i < s->first_dense) { /* dense MLP */
-        add_t(p, sh, I_MAT, 1.0, FT, 2, s->inter, D, 0, "%smlp.gate_proj.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, s->inter, D, 0, "%smlp.up_proj.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, D, s->inter, 0, "%smlp.down_proj.weight", pre);
-        return;
+typedef struct plan_ctx {
+    mk_plan        *p;
+    const mk_shape *s;
+    const mk_opts  *o;
+    int             shard;
+} plan_ctx;
+
+/* One tensor of the table into the plan: its name, shape (or the variation), dtype and filling. */
+static k3_status plan_row(const tt_ref *r, void *ud) {
+    const plan_ctx *x = ud;
+    const tt_row   *row = &tt_table[r->id];
+    tt_shape        sh = r->layer >= 0 && use_alt(r->id, r->layer) ? r->alt : r->shape;
+    const int       mat = tt_is_matrix(row->kind) || row->kind == TT_K_EMBED || row->kind == TT_K_MIXP;
+    int             init = row->kind == TT_K_PACK    ? I_MXP
+                           : row->kind == TT_K_SCALE ? I_MXS
+                           : mat                     ? I_MAT
+                                                     : I_NORM;
+    double          gain = row->kind == TT_K_MIXP ? 0.8 : init == I_MAT ? 1.0 : 0;
+    for (size_t k = 0; k < sizeof conditioning / sizeof *conditioning; k++)
+        if (conditioning[k].id == r->id) init = conditioning[k].init, gain = conditioning[k].gain;
+    if (gain < 0) gain = sqrt((double)x->s->D);
+    if (tt_numel(sh) == 0) return K3_OK; /* --shared 0: no shared experts */
+    if (sh.n == 0) sh = (tt_shape){1, {(sh.s[0] + 1 + 31) / 32 * 32}}; /* A_log: H values, then zeros */
+    st_dtype   dt = row->dtype == TT_DT_U8 ? ST_U8 : row->dtype == TT_DT_F32 || x->o->f32 ? ST_F32 : ST_BF16;
+    mk_tensor *t  = add_t(x->p, x->shard, init, gain, dt, sh.n, sh.s[0], sh.s[1], sh.s[2], "%s", r->name);
+    if (init == I_ALOG) t->nreal = (int)r->shape.s[0];
+    if (init == I_KPROJ) tt_name(t->src, sizeof t->src, TT_KDA_Q, r->layer, -1);
+    if (init == I_MXP || init == I_MXS) { /* sh[2]: the matrix width; the stream is the matrix's */
+        t->sh[2] = sh.s[1] * (init == I_MXP ? 2 : 32);
+        *strrchr(t->src, '.') = 0;
     }
-    /* LatentMoE */
-    const int E = s->n_exp, SF = s->n_shared * s->F;
-    add_t(p, sh, I_MAT, 1.2, FT, 2, E, D, 0, "%sblock_sparse_moe.gate.weight", pre);
-    add_t(p, sh, I_EBIAS, 0, FT, 1, E, 0, 0, "%sblock_sparse_moe.gate.e_score_correction_bias", pre);
-    add_t(p, sh, I_MAT, 1.0, FT, 2, s->L, D, 0, "%sblock_sparse_moe.routed_expert_down_proj.weight", pre);
-    add_t(p, sh, I_MAT, 1.0, FT, 2, D, s->L, 0, "%sblock_sparse_moe.routed_expert_up_proj.weight", pre);
-    add_t(p, sh, I_NORM, 0, FT, 1, s->L, 0, 0, "%sblock_sparse_moe.routed_expert_norm.weight", pre);
-    if (SF > 0) {
-        add_t(p, sh, I_MAT, 1.0, FT, 2, SF, D, 0, "%sblock_sparse_moe.shared_experts.gate_proj.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, SF, D, 0, "%sblock_sparse_moe.shared_experts.up_proj.weight", pre);
-        add_t(p, sh, I_MAT, 1.0, FT, 2, D, SF, 0, "%sblock_sparse_moe.shared_experts.down_proj.weight", pre);
-    }
-    /* routed experts: six tensors back to back per expert, experts in a shuffled order */
-    int *perm = malloc((size_t)E * sizeof *perm);
+    return K3_OK;
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(tt_table[*(const int *)a].name, tt_table[*(const int *)b].name);
+}
+
+static void plan_layer(mk_plan *p, const mk_shape *s, const mk_opts *o, const k3_config *c, int i,
+                       uint64_t *rng) {
+    plan_ctx x = {p, s, o, i};
+    tt_walk(c, i, 0, plan_row, &x);
+    if (i < s->first_dense) return;
+    /* routed experts: each expert's tensors back to back in name order (w1, w2, w3), experts in a
+     * shuffled order */
+    const int E = s->n_exp;
+    int      *perm = malloc((size_t)E * sizeof *perm), parts[TT_EXPERT_PARTS];
     if (!perm) {
         fprintf(stderr, "k3-mkmodel: out of memory\n");
         exit(1);
@@ -336,27 +335,35 @@ static void plan_layer(mk_plan *p, const mk_shape *s, const mk_opts *o, int i, u
         int t = perm[0];
         perm[0] = perm[1], perm[1] = t;
     }
-    for (int k = 0; k < E; k++) {
-        char base[128];
-        snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w1", pre, perm[k]);
-        plan_expert(p, sh, base, s->F, s->L);
-        snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w2", pre, perm[k]);
-        plan_expert(p, sh, base, s->L, s->F);
-        snprintf(base, sizeof base, "%sblock_sparse_moe.experts.%d.w3", pre, perm[k]);
-        plan_expert(p, sh, base, s->F, s->L);
-    }
+    for (int k = 0; k < TT_EXPERT_PARTS; k++) parts[k] = TT_EXPERT_FIRST + k;
+    qsort(parts, TT_EXPERT_PARTS, sizeof *parts, cmp_name);
+    int64_t dim[TT_D_COUNT];
+    tt_dims(c, dim);
+    for (int k = 0; k < E; k++)
+        for (int j = 0; j < TT_EXPERT_PARTS; j++) {
+            tt_ref r = {.id = parts[j], .layer = i, .expert = perm[k]};
+            tt_name(r.name, sizeof r.name, r.id, i, perm[k]);
+            r.shape = tt_shape_of(dim, r.id, 0);
+            r.alt   = tt_shape_of(dim, r.id, 1);
+            plan_row(&r, &x);
+        }
     free(perm);
 }
 
 static void plan_model(mk_plan *p, const mk_shape *s, const mk_opts *o, int V) {
-    uint64_t rng = stream(o->seed, "expert order");
-    for (int i = 0; i < s->n_layers; i++) plan_layer(p, s, o, i, &rng);
+    uint64_t   rng = stream(o->seed, "expert order");
+    k3_config *c   = calloc(1, sizeof *c);
+    if (!c) {
+        fprintf(stderr, "k3-mkmodel: out of memory\n");
+        exit(1);
+    }
+    mk_config(s, V, c);
+    for (int i = 0; i < s->n_layers; i++) plan_layer(p, s, o, c, i, &rng);
     const int g = s->n_layers, D = s->D, W = s->vis;
-    add_t(p, g, I_MAT, 1.0 * sqrt((double)D), FT, 2, V, D, 0, "model.embed_tokens.weight");
-    add_t(p, g, I_NORM, 0, FT, 1, D, 0, 0, "model.norm.weight");
-    add_t(p, g, I_NORM, 0, FT, 1, D, 0, 0, "model.output_attn_res_norm.weight");
-    add_t(p, g, I_MAT, 0.8, FT, 1, D, 0, 0, "model.output_attn_res_proj.weight");
-    add_t(p, g, I_MAT, 2.0, FT, 2, V, D, 0, "lm_head.weight");
+    plan_ctx  x = {p, s, o, g};
+    tt_walk(c, -1, 0, plan_row, &x);
+    free(c);
+#define FT (o->f32 ? ST_F32 : ST_BF16)
     /* the vision tower: never read by k3chat, only has to be there */
     const int v = g + 1, first = p->n;
     add_t(p, v, I_MAT, 1.0, FT, 4, W, 3, 14, "vision_tower.patch_embed.proj.weight");
@@ -371,6 +378,8 @@ static void plan_model(mk_plan *p, const mk_shape *s, const mk_opts *o, int V) {
     p->t[first].sh[3] = 14; /* patch_embed [W, 3, 14, 14] */
     p->n_shards = g + 2;
 }
+
+#undef FT
 
 /* ---- value generation ------------------------------------------------------------------------ */
 

@@ -30,6 +30,7 @@
 #include "quant.h"
 #include "repack.h"
 #include "st.h"
+#include "tensors.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -180,68 +181,31 @@ static int tindex(const ctx *c, const st_tensor *t) {
     return (int)(t - st_tensor_at(c->d, 0));
 }
 
-static void mark(ctx *c, int role, int bits, int rows, int cols, const char *fmt, ...) K3_PRINTF(6, 7);
-static void mark(ctx *c, int role, int bits, int rows, int cols, const char *fmt, ...) {
-    char    name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    const st_tensor *t = st_find(c->d, name);
+/* What one tensor of the table becomes: matrices are quantized at their kind's bits (k3-repack's
+ * --bits / --mla-bits / --head-bits for K3_BITS / K3_MLA_BITS / K3_HEAD_BITS, 32 = stored F32
+ * for the always-f32 kinds: KDA f_a/f_b/b and the router, the engine's form, usable from a
+ * mapping), kv_b is split per head, routed experts are copied; norms, vectors, conv taps and
+ * embeddings pass through as stored. The same rule as model.c's load_one, from the same table. */
+static k3_status classify_one(const tt_ref *r, void *ud) {
+    ctx             *c = ud;
+    const st_tensor *t = st_find(c->d, r->name);
+    const int        kind = tt_table[r->id].kind;
+    tinfo           *x;
     K3_ASSERT(t); /* cfg_check_tensors has checked presence and shape */
-    tinfo *x = &c->ti[tindex(c, t)];
-    *x       = (tinfo){.role = role, .type = rp_bits_type(bits), .rows = rows, .cols = cols};
+    x = &c->ti[tindex(c, t)];
+    if (kind == TT_K_PACK || kind == TT_K_SCALE)
+        *x = (tinfo){.role = R_EXPERT, .layer = r->layer, .exp = r->expert};
+    else if (tt_is_matrix(kind))
+        *x = (tinfo){.role = kind == TT_K_KVB ? R_KVB : R_MAT,
+                     .type = rp_bits_type(tt_bits(kind, c->o.bits, c->o.mla_bits, c->o.head_bits)),
+                     .rows = (int)r->shape.s[0], .cols = (int)r->shape.s[1]};
+    return K3_OK;
 }
 
-/* Mirrors model.c's load_* calls of model_matrix (keep them in step: t-repack.sh's
- * bit-identity checks fail otherwise). bits: KDA q/k/v/g/o, dense MLP, shared experts, latent
- * projections; mla_bits: MLA; head_bits: lm_head; 32 (stored F32): KDA f_a/f_b/b and the router.
- * The router is stored F32 (the engine's form: usable from a mapping); norms, vectors, conv
- * taps and embeddings pass through as stored. */
 static void classify(ctx *c) {
     const k3_config *g = &c->cfg;
-    const int        D = g->hidden, b = c->o.bits, mb = c->o.mla_bits;
-    const char      *p = "model.layers", *m = "block_sparse_moe";
-    mark(c, R_MAT, c->o.head_bits, g->vocab, D, "lm_head.weight");
     c->kvb = (rp_kvb){.Hm = g->n_heads, .nope = g->nope, .v = g->v_dim, .kl = g->kv_lora};
-    for (int l = 0; l < g->n_layers; l++) {
-        if (g->layer_kind[l] == K3_LAYER_KDA) {
-            int H = g->kda_heads, d = g->kda_head_dim, P = H * d;
-            static const char *qkvg[4] = {"q_proj", "k_proj", "v_proj", "g_proj"};
-            for (int j = 0; j < 4; j++) mark(c, R_MAT, b, P, D, "%s.%d.self_attn.%s.weight", p, l, qkvg[j]);
-            mark(c, R_MAT, b, D, P, "%s.%d.self_attn.o_proj.weight", p, l);
-            mark(c, R_MAT, 32, d, D, "%s.%d.self_attn.f_a_proj.weight", p, l); /* f32 in load_kda */
-            mark(c, R_MAT, 32, P, d, "%s.%d.self_attn.f_b_proj.weight", p, l);
-            mark(c, R_MAT, 32, H, D, "%s.%d.self_attn.b_proj.weight", p, l);
-        } else {
-            int Hm = g->n_heads, ql = g->q_lora, kl = g->kv_lora;
-            mark(c, R_MAT, mb, ql, D, "%s.%d.self_attn.q_a_proj.weight", p, l);
-            mark(c, R_MAT, mb, Hm * (g->nope + g->rope), ql, "%s.%d.self_attn.q_b_proj.weight", p, l);
-            mark(c, R_MAT, mb, kl + g->rope, D, "%s.%d.self_attn.kv_a_proj_with_mqa.weight", p, l);
-            mark(c, R_MAT, mb, D, Hm * g->v_dim, "%s.%d.self_attn.o_proj.weight", p, l);
-            mark(c, R_MAT, mb, Hm * g->v_dim, D, "%s.%d.self_attn.g_proj.weight", p, l);
-            mark(c, R_KVB, mb, Hm * (g->nope + g->v_dim), kl, "%s.%d.self_attn.kv_b_proj.weight", p, l);
-        }
-        if (l < g->first_dense) {
-            mark(c, R_MAT, b, g->inter, D, "%s.%d.mlp.gate_proj.weight", p, l);
-            mark(c, R_MAT, b, g->inter, D, "%s.%d.mlp.up_proj.weight", p, l);
-            mark(c, R_MAT, b, D, g->inter, "%s.%d.mlp.down_proj.weight", p, l);
-            continue;
-        }
-        int L = g->latent, SF = g->n_shared * g->moe_inter;
-        mark(c, R_MAT, 32, g->n_experts, D, "%s.%d.%s.gate.weight", p, l, m); /* router: F32 */
-        mark(c, R_MAT, b, L, D, "%s.%d.%s.routed_expert_down_proj.weight", p, l, m);
-        mark(c, R_MAT, b, D, L, "%s.%d.%s.routed_expert_up_proj.weight", p, l, m);
-        mark(c, R_MAT, b, SF, D, "%s.%d.%s.shared_experts.gate_proj.weight", p, l, m);
-        mark(c, R_MAT, b, SF, D, "%s.%d.%s.shared_experts.up_proj.weight", p, l, m);
-        mark(c, R_MAT, b, D, SF, "%s.%d.%s.shared_experts.down_proj.weight", p, l, m);
-    }
-    for (int i = 0; i < st_n_tensors(c->d); i++) {
-        int l, e, n = 0;
-        if (sscanf(st_tensor_at(c->d, i)->name, "model.layers.%d.block_sparse_moe.experts.%d.%n", &l,
-                   &e, &n) == 2 && n > 0)
-            c->ti[i] = (tinfo){.role = R_EXPERT, .layer = l, .exp = e};
-    }
+    for (int l = -1; l < g->n_layers; l++) tt_walk(g, l, TT_WALK_EXPERTS, classify_one, c);
 }
 
 /* ==== planning ================================================================================ */
@@ -373,14 +337,12 @@ static k3_status place(ctx *c, plan *p, int shard, json_t *meta) {
     return K3_OK;
 }
 
-/* The six tensors of expert (l, e) in canonical order (w1, w3, w2; packed, scale). */
+/* The six tensors of expert (l, e) in canonical order (the table's: w1, w3, w2; packed, scale). */
 static k3_status expert_tensors(ctx *c, int l, int e, int out[6]) {
-    static const char *wn[3] = {"w1", "w3", "w2"}, *sn[2] = {"weight_packed", "weight_scale"};
+    _Static_assert(TT_EXPERT_PARTS == 6, "an expert is six tensors");
     for (int k = 0; k < 6; k++) {
-        char name[256];
-        snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.%s", l, e,
-                 wn[k / 2], sn[k % 2]);
-        const st_tensor *t = st_find(c->d, name);
+        char             name[256];
+        const st_tensor *t = st_find(c->d, tt_name(name, sizeof name, TT_EXPERT_FIRST + k, l, e));
         if (!t) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", c->o.src, name);
         out[k] = tindex(c, t);
     }
