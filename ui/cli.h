@@ -37,6 +37,7 @@ typedef struct cli_opts {
     const char   *endpoint;   /* --endpoint URL: chat with a remote server (no MODEL_DIR) */
     const char   *api_key;    /* --api-key KEY, else $K3_API_KEY (NULL = none)     */
     const char   *model_name; /* --model NAME: served / requested model name       */
+    const char   *allow_hosts; /* --allow-host NAMES: Host names a keyless --serve answers */
 } cli_opts;
 
 int cli_inspect(const cli_opts *o);    /* cli-inspect.c */

@@ -19,12 +19,24 @@
  * the end. Both wait in 100 ms steps and peek at the socket (recv MSG_PEEK: 0 = closed):
  * a client that went away cancels its job (k3_conv_cancel), queued or running.
  *
- * Errors are {"error": {"message", "type", "code"}} with 400 (bad JSON, wrong types, over
- * the context), 401 (bearer token), 404, 405, 413 (body over SERVE_MAX_BODY), 500, 503.
- * SIGINT/SIGTERM: stop accepting, cancel the running turn, answer queued jobs 503, exit 0.
+ * A client that closed its sending side after the request (half-close) still gets its answer:
+ * at EOF an HTTP/1.1 client is sent an interim "100 Continue" now and then, which a client that
+ * is really gone answers with a reset (serve-http.c, http_peer_gone).
+ *
+ * Connections come through serve-http.c (the listening socket, request-head checks, limits);
+ * libmicrohttpd gets them with MHD_add_connection and answers one request per connection
+ * (Connection: close). Errors are {"error": {"message", "type", "code"}} with 400 (bad JSON,
+ * wrong types, over the context, bad framing), 401 (bearer token), 403 (Host), 404, 405 (with
+ * Allow), 408, 411, 413 (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 431,
+ * 500, 503 (busy, with Retry-After; shutting down), 505. Messages that echo the client's text
+ * are cut on a character boundary with control characters escaped, and so is every log line.
+ * SIGINT/SIGTERM: stop accepting, cancel the running turn (a stream ends with an error event
+ * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
+ * finish (up to SERVE_DRAIN_SECS), exit 0.
  */
 #include "cli.h"
 #include "k3.h"
+#include "serve-http.h"
 #include "text.h"
 
 #include <errno.h>
@@ -32,6 +44,8 @@
 #include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -44,8 +58,9 @@
 #include <unistd.h>
 
 #define SERVE_MAX_BODY  (8u << 20) /* bytes of a request body                        */
-#define SERVE_MAX_CONN  64         /* simultaneous connections                       */
+#define SERVE_DRAIN_SECS 10        /* at shutdown, for responses to finish           */
 #define SERVE_MAX_STOPS 16         /* stop strings per request                       */
+#define SERVE_MAX_TOKENS 1000000000 /* max_tokens accepted (the context ends a turn first) */
 #define SERVE_MIN_ROOM  8          /* tokens a turn must be able to generate (conv)  */
 
 /* ---- a parsed request ----------------------------------------------------------- */
@@ -91,6 +106,9 @@ typedef struct job {
     int         refs;    /* connection + worker (+ streaming response)  */
     int         gone;    /* the client disconnected                     */
     int         fd;      /* the connection's socket                     */
+    int         v11;     /* HTTP/1.1: an interim 100 may probe the peer  */
+    int         started; /* the response has begun (no more probes)     */
+    double      t_probe; /* monotonic seconds of the last probe         */
     unsigned    seq;     /* request number (logs)                       */
     char        id[48];  /* "chatcmpl-..."                              */
     long long   created; /* unix seconds                                */
@@ -159,13 +177,6 @@ static void job_gone_locked(job *j) {
     pthread_cond_broadcast(&srv.done_cv);
 }
 
-/* 1 when the peer closed the connection (or it failed). */
-static int client_gone(int fd) {
-    char    c;
-    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 /* Wait up to 100 ms for progress on j, then check the client. Lock held. */
 static void job_wait_step(job *j) {
     struct timespec ts;
@@ -176,7 +187,7 @@ static void job_wait_step(job *j) {
         ts.tv_nsec -= 1000000000L;
     }
     pthread_cond_timedwait(&srv.done_cv, &srv.mu, &ts);
-    if (j->state != J_DONE && j->fd >= 0 && client_gone(j->fd))
+    if (j->state != J_DONE && j->fd >= 0 && http_peer_gone(j->fd, j->v11 && !j->started, &j->t_probe))
         job_gone_locked(j);
 }
 
@@ -191,6 +202,11 @@ static void sse_json(job *j, json_t *o) {
         free(s);
     }
     json_decref(o);
+}
+
+static json_t *usage_obj(const job *j) {
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", j->n_prompt, "completion_tokens", j->n_gen,
+                     "total_tokens", j->n_prompt + j->n_gen, "prompt_tokens_details", "cached_tokens", j->n_cached);
 }
 
 static json_t *chunk(job *j, json_t *delta, const char *finish) {
@@ -352,9 +368,10 @@ static void run_job(job *j) {
         if (!j->stopped)
             stop_filter(j, 1);
         j->finish = j->stopped || !last || last->stats.stop == K3_STOP_EOS ? "stop" : "length";
+    } else if (st == K3_ABORTED && srv.stopping && !j->gone) {
+        job_fail_locked(j, 503, "server_error", "shutting_down", "the server is shutting down");
     } else if (st == K3_ABORTED) {
-        job_fail_locked(j, 499, "cancelled", "client_disconnected",
-                        srv.stopping ? "the server is shutting down" : "the client disconnected");
+        job_fail_locked(j, 499, "cancelled", "client_disconnected", "the client disconnected");
     } else if (st == K3_ERR_CONTEXT) {
         char m[600];
         snprintf(m, sizeof m, "%s", k3_errmsg());
@@ -375,9 +392,7 @@ static void run_job(job *j) {
         if (r->include_usage) {
             json_t *o = chunk(j, json_object(), NULL);
             json_object_set_new(o, "choices", json_array());
-            json_object_set_new(o, "usage", json_pack("{s:i,s:i,s:i}", "prompt_tokens", j->n_prompt,
-                                                      "completion_tokens", j->n_gen, "total_tokens",
-                                                      j->n_prompt + j->n_gen));
+            json_object_set_new(o, "usage", usage_obj(j));
             sse_json(j, o);
         }
     }
@@ -389,13 +404,12 @@ static void run_job(job *j) {
 static void log_job(const job *j) {
     double dt = now_s() - j->t0;
     if (!j->http)
-        fprintf(stderr, "k3chat: serve: #%u 200%s: %d prompt (%d cached) + %d completion tokens, %s, %.2f s\n",
-                j->seq, j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->finish, dt);
+        serve_log("#%u 200%s: %d prompt (%d cached) + %d completion tokens, %s, %.2f s", j->seq,
+                  j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->finish, dt);
     else if (j->http == 499)
-        fprintf(stderr, "k3chat: serve: #%u cancelled: %s after %d tokens, %.2f s\n", j->seq, j->err, j->n_gen,
-                dt);
+        serve_log("#%u cancelled: %s after %d tokens, %.2f s", j->seq, j->err, j->n_gen, dt);
     else
-        fprintf(stderr, "k3chat: serve: #%u %d: %s\n", j->seq, j->http, j->err);
+        serve_log("#%u %d: %s", j->seq, j->http, j->err);
 }
 
 static void *worker_main(void *arg) {
@@ -445,10 +459,13 @@ typedef struct perr {
 
 static int bad(perr *e, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(perr *e, const char *code, const char *fmt, ...) {
+    char    raw[sizeof e->msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    int n = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    /* the text may echo the client's (cut inside a character, control characters) */
+    http_clean(e->msg, sizeof e->msg, raw, n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1, 0);
     snprintf(e->code, sizeof e->code, "%s", code);
     return -1;
 }
@@ -469,8 +486,14 @@ static int parse_content(json_t *v, int i, const char *field, char **out, perr *
     size_t k;
     json_t *part;
     json_array_foreach(v, k, part) {
-        const char *type = json_string_value(json_object_get(part, "type"));
+        json_t     *tv   = json_object_get(part, "type");
+        const char *type = json_string_value(tv);
         json_t     *text = json_object_get(part, "text");
+        if (!json_is_object(part) || (tv && !type)) {
+            free(b.p);
+            return bad(e, "invalid_type", "messages[%d].%s[%zu]%s: expected %s", i, field, k,
+                       json_is_object(part) ? ".type" : "", json_is_object(part) ? "a string" : "an object");
+        }
         if (type && strcmp(type, "text") != 0) {
             free(b.p);
             return bad(e, "unsupported_content", "messages[%d].%s[%zu]: '%s' parts are not supported (text only)", i,
@@ -547,9 +570,55 @@ static int get_num(json_t *o, const char *key, double lo, double hi, float *out,
     if (!json_is_number(v))
         return bad(e, "invalid_type", "%s: expected a number", key);
     double x = json_number_value(v);
-    if (!(x >= lo && x <= hi))
-        return bad(e, "invalid_value", "%s: %g is outside %g..%g", key, x, lo, hi);
+    if (!(x >= lo && x <= hi)) {
+        char num[40]; /* the shortest text that reads back as x: 2.0000001 is not "2" */
+        for (int prec = 6; prec <= 17; prec++)
+            if (snprintf(num, sizeof num, "%.*g", prec, x), strtod(num, NULL) == x)
+                break;
+        return bad(e, "invalid_value", "%s: %s is outside %g..%g", key, num, lo, hi);
+    }
     *out = (float)x;
+    return 0;
+}
+
+/* Fields the server does not implement: refused, with the field named, unless they ask for
+ * what it does anyway (response_format text, penalties 0, no logprobs, no bias). */
+static int parse_unsupported(json_t *b, perr *e) {
+    json_t *v;
+    if ((v = json_object_get(b, "response_format")) && !json_is_null(v)) {
+        const char *t = json_string_value(json_object_get(v, "type"));
+        if (!json_is_object(v) || !t)
+            return bad(e, "invalid_type", "response_format: expected an object with a string type");
+        if (strcmp(t, "text"))
+            return bad(e, "unsupported_value", "response_format: type '%.40s' is not supported (text only)", t);
+    }
+    static const char *pen[] = {"frequency_penalty", "presence_penalty"};
+    for (int k = 0; k < 2; k++) {
+        if (!(v = json_object_get(b, pen[k])) || json_is_null(v))
+            continue;
+        if (!json_is_number(v))
+            return bad(e, "invalid_type", "%s: expected a number", pen[k]);
+        if (json_number_value(v) != 0)
+            return bad(e, "unsupported_value", "%s: not supported (only 0)", pen[k]);
+    }
+    if ((v = json_object_get(b, "logprobs")) && !json_is_null(v)) {
+        if (!json_is_boolean(v))
+            return bad(e, "invalid_type", "logprobs: expected true or false");
+        if (json_is_true(v))
+            return bad(e, "unsupported_value", "logprobs: not supported");
+    }
+    if ((v = json_object_get(b, "top_logprobs")) && !json_is_null(v)) {
+        if (!json_is_integer(v))
+            return bad(e, "invalid_type", "top_logprobs: expected an integer");
+        if (json_integer_value(v) != 0)
+            return bad(e, "unsupported_value", "top_logprobs: not supported");
+    }
+    if ((v = json_object_get(b, "logit_bias")) && !json_is_null(v)) {
+        if (!json_is_object(v))
+            return bad(e, "invalid_type", "logit_bias: expected an object");
+        if (json_object_size(v))
+            return bad(e, "unsupported_value", "logit_bias: not supported");
+    }
     return 0;
 }
 
@@ -577,8 +646,10 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
     for (int k = 0; k < 2 && !r->max_tokens; k++) {
         if (!(v = json_object_get(b, mk[k])) || json_is_null(v))
             continue;
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000000)
-            return bad(e, json_is_integer(v) ? "invalid_value" : "invalid_type", "%s: expected an integer >= 1", mk[k]);
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > SERVE_MAX_TOKENS)
+            return bad(e, json_is_integer(v) ? "invalid_value" : "invalid_type",
+                       "%s: expected an integer from 1 to %d (a turn also ends at the context's end)", mk[k],
+                       SERVE_MAX_TOKENS);
         r->max_tokens = (int)json_integer_value(v);
     }
     if ((v = json_object_get(b, "seed")) && !json_is_null(v)) {
@@ -586,12 +657,13 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
             return bad(e, "invalid_type", "seed: expected an integer");
         r->seed = (uint64_t)json_integer_value(v);
     }
-    if ((v = json_object_get(b, "n")) && !json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1))
-        return bad(e, "unsupported_value", "n: only 1 choice per request is supported");
+    if ((v = json_object_get(b, "n")) && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 1))
+        return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
+                   "n: only 1 choice per request is supported");
+    if (parse_unsupported(b, e))
+        return -1;
     if ((v = json_object_get(b, "tools")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
         return bad(e, "unsupported_value", "tools: tool calls are not supported");
-    if ((v = json_object_get(b, "logprobs")) && json_is_true(v))
-        return bad(e, "unsupported_value", "logprobs: not supported");
     if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
         json_t *one[1] = {v};
         size_t  n      = json_is_array(v) ? json_array_size(v) : 1;
@@ -642,33 +714,48 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
 
 typedef struct conn {
     txt_buf body;
+    double  t0; /* monotonic seconds when the head was in */
     int  too_big;
+    int     v11; /* HTTP/1.1 */
     job *j; /* the job this connection waits for (a reference) */
 } conn;
 
-static enum MHD_Result send_json(struct MHD_Connection *con, unsigned code, json_t *o) {
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
+/* A JSON body s (malloc'd, taken); allow: the Allow header of a 405. One request per
+ * connection: every answer closes it (serve-http.c checks each request head). */
+static enum MHD_Result send_text(struct MHD_Connection *con, unsigned code, char *s, const char *allow) {
     if (!s)
         return MHD_NO;
-    size_t n = strlen(s);
-    s[n]     = 0;
-    struct MHD_Response *rsp = MHD_create_response_from_buffer(n, s, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *rsp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
     if (!rsp) {
         free(s);
         return MHD_NO;
     }
     MHD_add_response_header(rsp, "Content-Type", "application/json");
+    MHD_add_response_header(rsp, "Connection", "close");
     if (code == 401)
         MHD_add_response_header(rsp, "WWW-Authenticate", "Bearer");
+    if (allow)
+        MHD_add_response_header(rsp, "Allow", allow);
     enum MHD_Result ret = MHD_queue_response(con, code, rsp);
     MHD_destroy_response(rsp);
     return ret;
 }
 
+static enum MHD_Result send_json(struct MHD_Connection *con, unsigned code, json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return send_text(con, code, s, NULL);
+}
+
 static enum MHD_Result send_error(struct MHD_Connection *con, unsigned code, const char *type, const char *ecode,
                                   const char *msg) {
-    return send_json(con, code, json_pack("{s:{s:s,s:s,s:s}}", "error", "message", msg, "type", type, "code", ecode));
+    return send_text(con, code, http_error_json(type, ecode, msg), NULL);
+}
+
+static enum MHD_Result send_405(struct MHD_Connection *con, const char *allow) {
+    char m[64];
+    snprintf(m, sizeof m, "use %s", allow);
+    return send_text(con, 405, http_error_json("invalid_request_error", "method_not_allowed", m), allow);
 }
 
 static json_t *model_obj(void) {
@@ -753,13 +840,14 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
     int rc = parse_request(b, j->seq, &j->r, &e);
     json_decref(b);
     if (rc) {
-        fprintf(stderr, "k3chat: serve: #%u 400: %s\n", j->seq, e.msg);
+        serve_log("#%u 400: %s", j->seq, e.msg);
         sreq_free(&j->r);
         free(j);
         return send_error(con, 400, "invalid_request_error", e.code, e.msg);
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd      = ci ? ci->connect_fd : -1;
+    j->v11     = cc->v11;
     j->created = (long long)time(NULL);
     j->t0      = now_s();
     snprintf(j->id, sizeof j->id, "chatcmpl-k3-%llx-%u", (unsigned long long)srv.t_start, j->seq);
@@ -796,6 +884,7 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
     }
     if (j->r.stream) {
         j->refs++; /* the response's */
+        j->started = 1;
         pthread_mutex_unlock(&srv.mu);
         struct MHD_Response *rsp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, j, sse_free);
         if (!rsp) {
@@ -804,6 +893,7 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         }
         MHD_add_response_header(rsp, "Content-Type", "text/event-stream");
         MHD_add_response_header(rsp, "Cache-Control", "no-cache");
+        MHD_add_response_header(rsp, "Connection", "close");
         enum MHD_Result ret = MHD_queue_response(con, 200, rsp);
         MHD_destroy_response(rsp);
         return ret;
@@ -811,11 +901,9 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
     json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", j->resp.p ? j->resp.p : "", j->rel);
     if (j->r.think || j->reasoning.n)
         json_object_set_new(msg, "reasoning_content", json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s}],s:{s:i,s:i,s:i,s:{s:i}}}", "id", j->id, "object",
-                          "chat.completion", "created", (json_int_t)j->created, "model", srv.name, "choices", "index", 0,
-                          "message", msg, "finish_reason", j->finish, "usage", "prompt_tokens", j->n_prompt,
-                          "completion_tokens", j->n_gen, "total_tokens", j->n_prompt + j->n_gen,
-                          "prompt_tokens_details", "cached_tokens", j->n_cached);
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
+                          "created", (json_int_t)j->created, "model", srv.name, "choices", "index", 0, "message", msg,
+                          "finish_reason", j->finish, "usage", usage_obj(j));
     pthread_mutex_unlock(&srv.mu);
     if (!o)
         return send_error(con, 500, "server_error", "internal_error", "could not encode the answer");
@@ -825,21 +913,21 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const char *url, const char *method,
                                   const char *version, const char *data, size_t *size, void **con_cls) {
     (void)cls;
-    (void)version;
     conn *cc = *con_cls;
-    if (!cc) { /* headers only: authenticate and size-check before reading a body */
+    if (!cc) { /* headers only (checked by serve-http.c): authenticate before reading a body */
         if (!(cc = calloc(1, sizeof *cc)))
             return MHD_NO;
         *con_cls = cc;
+        cc->t0   = now_s();
+        cc->v11  = !strcmp(version, MHD_HTTP_VERSION_1_1);
         if (!auth_ok(con))
             return send_error(con, 401, "invalid_request_error", "invalid_api_key",
                               "missing or wrong API key (Authorization: Bearer KEY)");
-        const char *cl = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > SERVE_MAX_BODY)
-            cc->too_big = 1;
         return MHD_YES;
     }
     if (*size) {
+        if (now_s() - cc->t0 > HTTP_BODY_SECS)
+            return MHD_NO; /* a body trickling in: close */
         if (!cc->too_big && cc->body.n + *size > SERVE_MAX_BODY)
             cc->too_big = 1;
         if (!cc->too_big && txt_buf_add(&cc->body, data, *size))
@@ -847,10 +935,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
         *size = 0;
         return MHD_YES;
     }
-    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/v1/models") || !strcmp(url, "/health") || !strncmp(url, "/v1/models/", 11)) {
         if (!get)
-            return send_error(con, 405, "invalid_request_error", "method_not_allowed", "use GET");
+            return send_405(con, "GET, HEAD");
         if (!strcmp(url, "/health"))
             return send_json(con, 200, json_pack("{s:s}", "status", "ok"));
         if (!strcmp(url, "/v1/models"))
@@ -861,7 +949,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
     }
     if (!strcmp(url, "/v1/chat/completions")) {
         if (!post)
-            return send_error(con, 405, "invalid_request_error", "method_not_allowed", "use POST");
+            return send_405(con, "POST");
         return chat_completions(con, cc);
     }
     char m[300];
@@ -932,12 +1020,42 @@ static int parse_listen(const char *spec, struct addrinfo **out) {
     return getaddrinfo(host[0] ? host : "127.0.0.1", port, &hints, out) == 0 ? 0 : -1;
 }
 
+static int is_loopback(const struct sockaddr *a) {
+    if (a->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+    return a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
+}
+
 int cli_serve(const cli_opts *o) {
     struct addrinfo *ai = NULL;
     if (parse_listen(o->serve, &ai)) {
         fprintf(stderr, "k3chat: --serve: '%s' is not [ADDR:]PORT (an address of this machine, port 0..65535)\n",
                 o->serve);
         return 2;
+    }
+    for (const char *k = o->api_key; k && *k; k++)
+        if (*k <= ' ' || *k > '~') {
+            fprintf(stderr, "k3chat: --api-key: a key is printable ASCII without spaces (byte %zu is 0x%02X)\n",
+                    (size_t)(k - o->api_key), (unsigned char)*k);
+            freeaddrinfo(ai);
+            return 2;
+        }
+    if (o->api_key && !*o->api_key) {
+        fprintf(stderr, "k3chat: --api-key: the key is empty (give a key, or no --api-key for a server without one)\n");
+        freeaddrinfo(ai);
+        return 2;
+    }
+    if (!o->api_key && !is_loopback(ai->ai_addr))
+        fprintf(stderr, "k3chat: warning: --serve %s without an API key: anyone who can reach this address can use "
+                        "the model (set K3_API_KEY)\n", o->serve);
+    /* the port first: a port in use fails at once, before the model loads */
+    http_rules rules = {.keyless = !o->api_key, .allow_hosts = o->allow_hosts, .max_body = SERVE_MAX_BODY};
+    http_gate *gate  = http_gate_open(ai->ai_addr, ai->ai_addrlen, &rules);
+    if (!gate) {
+        fprintf(stderr, "k3chat: --serve %s: %s\n", o->serve,
+                errno == EADDRINUSE ? "address already in use" : strerror(errno));
+        freeaddrinfo(ai);
+        return 1;
     }
     /* signals: handled by sigwait below; every thread created from here on blocks them */
     sigset_t sigs;
@@ -981,26 +1099,28 @@ int cli_serve(const cli_opts *o) {
         goto done;
     }
     have_worker = 1;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD;
+    /* connections come from the gate (serve-http.c), which enforces the limits */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET |
+                     MHD_USE_ITC;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)SERVE_MAX_CONN, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)300, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_NOTIFY_COMPLETED,
-                         on_completed, NULL, MHD_OPTION_END);
-    if (!d) {
-        fprintf(stderr, "k3chat: --serve %s: cannot listen there (%s)\n", o->serve, strerror(errno));
+    d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)HTTP_MAX_CONN + 8, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_SECS,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
+                         http_gate_notify, gate, MHD_OPTION_END);
+    if (!d || http_gate_start(gate, d)) {
+        fprintf(stderr, "k3chat: --serve %s: cannot start the HTTP server (%s)\n", o->serve, strerror(errno));
         goto done;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     char host[128] = "?";
     getnameinfo(ai->ai_addr, ai->ai_addrlen, host, sizeof host, NULL, 0, NI_NUMERICHOST);
     fprintf(stderr, "k3chat: serving %s (context %d) on http://%s%s%s:%u/v1%s\n", srv.name, srv.info.max_ctx,
             ai->ai_family == AF_INET6 ? "[" : "", host, ai->ai_family == AF_INET6 ? "]" : "",
-            di ? (unsigned)di->port : 0u, srv.api_key ? " (API key required)" : "");
+            http_gate_port(gate), srv.api_key ? " (API key required)" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "k3chat: serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    serve_log("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http_gate_stop(gate); /* no new connections; those not handed on yet get 503 */
     pthread_mutex_lock(&srv.mu);
     srv.stopping = 1;
     if (srv.cur)
@@ -1009,9 +1129,11 @@ int cli_serve(const cli_opts *o) {
     pthread_mutex_unlock(&srv.mu);
     pthread_join(wt, NULL); /* finishes the running job (cancelled) and answers the queue */
     have_worker = 0;
+    if (http_gate_drain(gate, SERVE_DRAIN_SECS)) /* every response out, its stream terminated */
+        serve_log("connections still open after %d s: closing them", SERVE_DRAIN_SECS);
     MHD_stop_daemon(d);
     d = NULL;
-    fprintf(stderr, "k3chat: serve: %lu answered, %lu cancelled, %lu failed\n", srv.n_ok, srv.n_cancel, srv.n_err);
+    serve_log("%lu answered, %lu cancelled, %lu failed", srv.n_ok, srv.n_cancel, srv.n_err);
     rc = 0;
 done:
     if (have_worker) {
@@ -1021,8 +1143,10 @@ done:
         pthread_mutex_unlock(&srv.mu);
         pthread_join(wt, NULL);
     }
+    http_gate_stop(gate);
     if (d)
         MHD_stop_daemon(d);
+    http_gate_free(gate);
     if (srv.c) {
         k3_conv_drop_cache(srv.c);
         k3_conv_free(srv.c);
