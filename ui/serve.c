@@ -59,6 +59,7 @@
 
 #define SERVE_MAX_BODY  (8u << 20) /* bytes of a request body                        */
 #define SERVE_DRAIN_SECS 10        /* at shutdown, for responses to finish           */
+#define SERVE_MAX_KEYS  64         /* API keys (one prompt cache owner at a time)    */
 #define SERVE_MAX_STOPS 16         /* stop strings per request                       */
 #define SERVE_MAX_TOKENS 1000000000 /* max_tokens accepted (the context ends a turn first) */
 #define SERVE_MIN_ROOM  8          /* tokens a turn must be able to generate (conv)  */
@@ -107,6 +108,7 @@ typedef struct job {
     int         gone;    /* the client disconnected                     */
     int         fd;      /* the connection's socket                     */
     int         v11;     /* HTTP/1.1: an interim 100 may probe the peer  */
+    int         key;     /* index of the request's API key (cache owner) */
     int         started; /* the response has begun (no more probes)     */
     double      t_probe; /* monotonic seconds of the last probe         */
     unsigned    seq;     /* request number (logs)                       */
@@ -141,7 +143,9 @@ static struct server {
     k3_conv        *c;
     k3_model_info   info;
     const char     *name;    /* model id                    */
-    const char     *api_key; /* NULL = no authentication    */
+    char           *keys[SERVE_MAX_KEYS]; /* (n_keys) API keys; none = no authentication */
+    int             n_keys;
+    int             cache_key;            /* key whose requests made the prompt cache, -1 */
     long long       t_start;
 } srv = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -431,6 +435,11 @@ static void *worker_main(void *arg) {
         } else {
             srv.cur = j;
             pthread_mutex_unlock(&srv.mu);
+            if (j->key != srv.cache_key) { /* the prompt cache is per API key: nothing crosses */
+                k3_conv_clear(srv.c);
+                k3_conv_drop_cache(srv.c);
+                srv.cache_key = j->key;
+            }
             run_job(j);
             pthread_mutex_lock(&srv.mu);
             srv.cur = NULL;
@@ -717,6 +726,7 @@ typedef struct conn {
     double  t0; /* monotonic seconds when the head was in */
     int  too_big;
     int     v11; /* HTTP/1.1 */
+    int     key; /* index of its API key */
     job *j; /* the job this connection waits for (a reference) */
 } conn;
 
@@ -763,20 +773,27 @@ static json_t *model_obj(void) {
                      (json_int_t)srv.t_start, "owned_by", "k3chat", "max_model_len", srv.info.max_ctx);
 }
 
-static int auth_ok(struct MHD_Connection *con) {
-    if (!srv.api_key)
-        return 1;
+/* The index of the request's API key (0 when the server has none), -1 when it is missing or
+ * wrong. Every key is compared in full: the time does not tell which byte or key differed. */
+static int auth_key(struct MHD_Connection *con) {
+    if (!srv.n_keys)
+        return 0;
     const char *h = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7))
-        return 0;
+        return -1;
     h += 7;
     while (*h == ' ')
         h++;
-    size_t a = strlen(h), b = strlen(srv.api_key);
-    unsigned diff = (unsigned)(a != b);
-    for (size_t k = 0; k < a && k < b; k++) /* no early exit on the first differing byte */
-        diff |= (unsigned)(h[k] ^ srv.api_key[k]);
-    return diff == 0;
+    int    found = -1;
+    size_t a     = strlen(h);
+    for (int i = 0; i < srv.n_keys; i++) {
+        size_t   b    = strlen(srv.keys[i]);
+        unsigned diff = (unsigned)(a != b);
+        for (size_t k = 0; k < a && k < b; k++)
+            diff |= (unsigned)(h[k] ^ srv.keys[i][k]);
+        found = diff == 0 ? i : found;
+    }
+    return found;
 }
 
 /* Streaming body: the job's SSE bytes as they come (a connection thread; may block). */
@@ -848,6 +865,7 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd      = ci ? ci->connect_fd : -1;
     j->v11     = cc->v11;
+    j->key     = cc->key;
     j->created = (long long)time(NULL);
     j->t0      = now_s();
     snprintf(j->id, sizeof j->id, "chatcmpl-k3-%llx-%u", (unsigned long long)srv.t_start, j->seq);
@@ -920,7 +938,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
         *con_cls = cc;
         cc->t0   = now_s();
         cc->v11  = !strcmp(version, MHD_HTTP_VERSION_1_1);
-        if (!auth_ok(con))
+        if ((cc->key = auth_key(con)) < 0)
             return send_error(con, 401, "invalid_request_error", "invalid_api_key",
                               "missing or wrong API key (Authorization: Bearer KEY)");
         return MHD_YES;
@@ -1020,6 +1038,34 @@ static int parse_listen(const char *spec, struct addrinfo **out) {
     return getaddrinfo(host[0] ? host : "127.0.0.1", port, &hints, out) == 0 ? 0 : -1;
 }
 
+static void free_keys(void) {
+    while (srv.n_keys > 0)
+        free(srv.keys[--srv.n_keys]);
+}
+
+/* --api-key / K3_API_KEY: one key, or several separated by spaces (each printable ASCII). */
+static int parse_keys(const char *v) {
+    for (const char *k = v; *k; k++)
+        if ((*k < ' ' || *k > '~')) {
+            fprintf(stderr, "k3chat: --api-key: a key is printable ASCII (byte %zu is 0x%02X)\n", (size_t)(k - v),
+                    (unsigned char)*k);
+            return -1;
+        }
+    for (const char *p = v + strspn(v, " "); *p; p += strspn(p, " ")) {
+        size_t n = strcspn(p, " ");
+        if (srv.n_keys == SERVE_MAX_KEYS) {
+            fprintf(stderr, "k3chat: --api-key: more than %d keys\n", SERVE_MAX_KEYS);
+            return -1;
+        }
+        if (!(srv.keys[srv.n_keys++] = strndup(p, n)))
+            return -1;
+        p += n;
+    }
+    if (!srv.n_keys)
+        fprintf(stderr, "k3chat: --api-key: the key is empty (give a key, or no --api-key for a server without one)\n");
+    return srv.n_keys ? 0 : -1;
+}
+
 static int is_loopback(const struct sockaddr *a) {
     if (a->sa_family == AF_INET)
         return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
@@ -1033,15 +1079,8 @@ int cli_serve(const cli_opts *o) {
                 o->serve);
         return 2;
     }
-    for (const char *k = o->api_key; k && *k; k++)
-        if (*k <= ' ' || *k > '~') {
-            fprintf(stderr, "k3chat: --api-key: a key is printable ASCII without spaces (byte %zu is 0x%02X)\n",
-                    (size_t)(k - o->api_key), (unsigned char)*k);
-            freeaddrinfo(ai);
-            return 2;
-        }
-    if (o->api_key && !*o->api_key) {
-        fprintf(stderr, "k3chat: --api-key: the key is empty (give a key, or no --api-key for a server without one)\n");
+    if (o->api_key && parse_keys(o->api_key)) {
+        free_keys();
         freeaddrinfo(ai);
         return 2;
     }
@@ -1087,7 +1126,7 @@ int cli_serve(const cli_opts *o) {
     const char *slash = memrchr(dir, '/', dl);
     snprintf(dname, sizeof dname, "%.*s", (int)(dl - (slash ? (size_t)(slash + 1 - dir) : 0)), slash ? slash + 1 : dir);
     srv.name    = o->model_name ? o->model_name : dname;
-    srv.api_key = o->api_key;
+    srv.cache_key = -1;
     srv.t_start = (long long)time(NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1116,7 +1155,7 @@ int cli_serve(const cli_opts *o) {
     getnameinfo(ai->ai_addr, ai->ai_addrlen, host, sizeof host, NULL, 0, NI_NUMERICHOST);
     fprintf(stderr, "k3chat: serving %s (context %d) on http://%s%s%s:%u/v1%s\n", srv.name, srv.info.max_ctx,
             ai->ai_family == AF_INET6 ? "[" : "", host, ai->ai_family == AF_INET6 ? "]" : "",
-            http_gate_port(gate), srv.api_key ? " (API key required)" : "");
+            http_gate_port(gate), srv.n_keys ? " (API key required)" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
     serve_log("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -1153,6 +1192,7 @@ done:
     }
     k3_session_free(srv.s);
     k3_model_free(srv.m);
+    free_keys();
     freeaddrinfo(ai);
     return rc;
 }
