@@ -25,30 +25,14 @@ import subprocess
 import threading
 import time
 
-B = os.environ["K3_BUILD"]
-T = os.environ["K3_TMP"]
-K3 = os.path.join(B, "k3chat")
-ASAN = "asan" in os.path.basename(B)
+from serve_lib import ok, setup, wait_for
+
+B, T, K3, ASAN, env = setup()
+M = os.path.join(T, "m")
 KEY = "attack-key"
-env = dict(os.environ, OMP_NUM_THREADS="1", K3_MAXT="2048", K3_BITS="4", HOME=T, XDG_DATA_HOME=T, XDG_STATE_HOME=T)
-env.pop("K3_API_KEY", None)
-fails = 0
 procs = []
 
 
-def ok(cond, desc):
-    global fails
-    fails += not cond
-    print(("PASS: " if cond else "FAIL: ") + desc, flush=True)
-
-
-def wait_for(pred, secs):
-    t = time.time() + secs
-    while time.time() < t:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 def read(path):
@@ -213,12 +197,6 @@ def sse_events(body):
     return ev
 
 
-M = os.path.join(T, "m")
-r = subprocess.run([os.path.join(B, "k3-mkmodel"), "--preset", "tiny", "--seed", "1", "--quiet", M],
-                   capture_output=True, timeout=60)
-if r.returncode:
-    print("FAIL: k3-mkmodel --preset tiny: " + r.stderr.decode()[-200:])
-    raise SystemExit(1)
 
 try:
     srv, PORT, LOG = start("keyed")

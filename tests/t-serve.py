@@ -19,22 +19,11 @@ import subprocess
 import time
 import urllib.request
 
-B = os.environ["K3_BUILD"]
-T = os.environ["K3_TMP"]
-K3 = os.path.join(B, "k3chat")
-ASAN = "asan" in os.path.basename(B)
+from serve_lib import ok, setup, wait_for
+
+B, T, K3, ASAN, env = setup()
+M = os.path.join(T, "m")
 KEY = "sekrit-key"
-# K3_BITS=4 pins the numerics under which greedy "hello" on this generated checkpoint runs to the
-# context's end (the disconnect checks need a long answer; at the default 8 bits it ends after ~250)
-env = dict(os.environ, OMP_NUM_THREADS="1", K3_MAXT="2048", K3_BITS="4", HOME=T, XDG_DATA_HOME=T, XDG_STATE_HOME=T)
-env.pop("K3_API_KEY", None)
-fails = 0
-
-
-def ok(cond, desc):
-    global fails
-    fails += not cond
-    print(("PASS: " if cond else "FAIL: ") + desc, flush=True)
 
 
 def curl(path, body=None, extra=(), key=KEY, timeout=60):
@@ -118,26 +107,12 @@ def log_text():
         return f.read()
 
 
-def wait_for(pred, secs):
-    t = time.time() + secs
-    while time.time() < t:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
-
 
 def rss_kb(pid):
     with open("/proc/%d/status" % pid) as f:
         return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
 
-M = os.path.join(T, "m")
-r = subprocess.run([os.path.join(B, "k3-mkmodel"), "--preset", "tiny", "--seed", "1", "--quiet", M],
-                   capture_output=True, timeout=60)
-if r.returncode:
-    print("FAIL: k3-mkmodel --preset tiny: " + r.stderr.decode()[-200:])
-    raise SystemExit(1)
 
 LOG = os.path.join(T, "serve.log")
 srv = subprocess.Popen([K3, M, "--serve", "127.0.0.1:0", "--model", "tiny-k3"], stdout=subprocess.DEVNULL,
