@@ -8,11 +8,12 @@
 # request-field details; a client that half-closes is answered; 100 simultaneous requests get
 # 200 or 503 with Retry-After, never a reset; a slowloris (hundreds of connections trickling a
 # head, from one address and from ten) while a normal client is served, and the attack's
-# connections end with 408 or 503; a keyless server's Host and Content-Type rules; an empty
-# --api-key and a keyless wildcard address; a prompt cache per API key (two keys: cached_tokens
-# never tells one key about the other's prompts); SIGTERM during a stream, three times: the same
-# event stream (an error event shutting_down, then [DONE], the chunked body terminated) and a
-# queued request 503 shutting_down.
+# connections end with 408 or 503; slow bodies from one address hold at most 16 slots; a
+# keyless server's Host and Content-Type rules; an empty --api-key and a keyless wildcard
+# address; a prompt cache per API key (two keys: cached_tokens never tells one key about the
+# other's prompts); SIGTERM during a stream, three times: the same event stream (an error event
+# shutting_down, then [DONE], the chunked body terminated) and a queued request 503
+# shutting_down.
 # Every server listens on 127.0.0.1 (attack connections come from other 127.0.0.x source
 # addresses), every loop and wait is bounded, and every server is killed at the end.
 import concurrent.futures
@@ -440,6 +441,35 @@ try:
     ok(served == [200] * 4, "slowloris from 10 addresses (300 connections, over the pending limit): a normal "
        "client is served (%s)" % served)
     th.join(30)
+
+    # slow bodies: 40 complete heads from one address, then one body byte and silence: at most
+    # HTTP_PER_ADDR (16) reach libmicrohttpd, the others wait 10 s for a slot and get 503
+    held = []
+    for _ in range(40):
+        try:
+            s = socket.create_connection(("127.0.0.1", PORT), timeout=5, source_address=("127.0.0.4", 0))
+            s.sendall(req("POST", "/v1/chat/completions", b"x" * 1000)[:-999])
+            s.setblocking(False)
+            held.append([s, b""])
+        except OSError:
+            pass
+    time.sleep(1)
+    served = [final(exchange(PORT, req("GET", "/health"), src="127.0.0.1", timeout=10)[0])[0] for _ in range(3)]
+    t_end = time.time() + 16
+    while time.time() < t_end and sum(x[1].startswith(b"HTTP/1.1 503") for x in held) < len(held) - 16:
+        for x in held:
+            try:
+                x[1] += x[0].recv(4096)
+            except OSError:
+                pass
+        time.sleep(0.2)
+    n503 = sum(x[1].startswith(b"HTTP/1.1 503") and b"Retry-After" in x[1] for x in held)
+    quiet = sum(not x[1] for x in held)
+    for x in held:
+        x[0].close()
+    ok(served == [200] * 3 and len(held) == 40 and quiet <= 16 and n503 + quiet == 40,
+       "40 slow bodies from one address: a normal client is served (%s); %d held by libmicrohttpd (at most 16), "
+       "%d got 503 with Retry-After" % (served, quiet, n503))
 
     # ---- 6: an empty key; a keyless wildcard address warns; the man page says to prefer K3_API_KEY
     def bounded(args):
