@@ -712,9 +712,11 @@ static void *gate_main(void *arg) {
     pthread_mutex_unlock(&g->mu);
     for (double t_end = mono() + 0.5; mono() < t_end;) {
         int np = 0;
+        pthread_mutex_lock(&g->mu); /* libmicrohttpd's threads still return slots */
         for (int i = 0; i < N_REC; i++)
             if (g->rec[i].state == R_LINGER)
                 idx[np] = i, pf[np++] = (struct pollfd){.fd = g->rec[i].fd, .events = POLLIN};
+        pthread_mutex_unlock(&g->mu);
         if (!np || poll(pf, (nfds_t)np, 50) < 0)
             break;
         pthread_mutex_lock(&g->mu);
