@@ -2,6 +2,7 @@
 # t-ab.sh: tools/k3-ab (A/B logits comparison) on a tiny generated model: identical settings
 # agree exactly, a quantized head differs measurably but keeps top-1, K3_CHUNK does not change
 # a bit (chunked prefill == token at a time), bad input is refused with exit 2.
+. "$K3_SRC/tests/count.sh"
 set -u
 AB="$K3_BUILD/k3-ab"
 MK="$K3_BUILD/k3-mkmodel"

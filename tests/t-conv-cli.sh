@@ -3,6 +3,7 @@
 # (one line of decimal ids, thinking mode and effort from the header or --think/--effort),
 # and bad transcripts through --chat-ids and --replay: a line-numbered error, exit 1,
 # before any weights are loaded.
+. "$K3_SRC/tests/count.sh"
 set -u
 B=$K3_BUILD
 T=$K3_TMP

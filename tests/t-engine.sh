@@ -2,6 +2,7 @@
 # t-engine.sh: the one-shot CLI contract `k3chat MODEL_DIR --ids "..."` on a generated model:
 # generated ids on one line of stdout (decimal, single spaces), --max-tokens honoured, greedy
 # and seeded sampling reproducible, K3_CHUNK not changing the output, bad input a clear error.
+. "$K3_SRC/tests/count.sh"
 set -u
 B=$K3_BUILD
 T=$K3_TMP

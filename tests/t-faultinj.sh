@@ -5,6 +5,7 @@
 # naming the file and offset, no crash or sanitizer report, short reads change nothing, and in
 # plain mode the conversation survives: the failed turn stays (marked interrupted) and, once
 # the fault is gone, /retry answers exactly as a run that never saw the fault.
+. "$K3_SRC/tests/count.sh"
 set -u
 k="$K3_BUILD/k3chat"
 M="$K3_TMP/m"

@@ -3,6 +3,7 @@
 # Each corruption must give exit status 1, nothing on stdout, exactly one line on stderr naming
 # the file and the tensor or key, and no sanitizer report. The vision-only shard is made
 # unreadable and then deleted: the checkpoint must still load (it is never opened).
+. "$K3_SRC/tests/count.sh"
 set -u
 B=${K3_BUILD:?}; T=${K3_TMP:?}
 K3=$B/k3chat; MK=$B/k3-mkmodel

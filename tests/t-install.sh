@@ -6,6 +6,7 @@
 # The install reuses the already built tree K3_BUILD and never compiles into it (that would race
 # other tests): when `make -q` says the tree is not up to date, the test reports SKIP.
 # run-once
+. "$K3_SRC/tests/count.sh"
 set -u
 B=${K3_BUILD:?}; S=${K3_SRC:?}; T=${K3_TMP:?}
 pass() { echo "PASS: $*"; }

@@ -6,6 +6,7 @@
 # set and shapes the config implies, dtypes as in the release, experts' six tensors back to back
 # and not in id order, A_log zero padding, MXFP4 scales, the vocabulary file and the reserved
 # token names, the vision-only shard.
+. "$K3_SRC/tests/count.sh"
 set -u
 MK="$K3_BUILD/k3-mkmodel"
 T="$K3_TMP"

@@ -9,13 +9,17 @@
 #    rejected right answers once made "reverse" look 33 % right when it was 100 %);
 #  - greedy answers through k3chat on 50 held-out prompts per task: a regression floor for the
 #    committed model (at least 88 % right over all tasks, every small-talk answer right, 97 % of
-#    the answers in the response channel after reasoning). The model card has the 200-per-task
+#    the answers in the response channel after reasoning, and each task at its model-card figure
+#    less a stated margin: three standard errors of a 50-prompt rate, at least 4 points). The
+#    model card has the 200-per-task
 #    figures; the bars (95 % on 2-digit add/sub, 80 % on the others) are what
 #    `make nano` / nano_eval.py's defaults check on 200 prompts per task (50 are too few for a
 #    bar a task clears by a point or two);
 #  - a second question in the same conversation (k3chat --plain): at least half right;
 #  - with thinking off every answer still arrives in the response channel.
 # run-once
+import json
+import math
 import os
 import shutil
 import subprocess
@@ -119,14 +123,30 @@ bad = [t for t, exs in held.items() for ex in exs if not nano_eval.expected(ex)(
 report(not bad, f"the answer checks accept all {sum(map(len, held.values()))} reference answers"
        + (f" (rejected: {len(bad)}, tasks {sorted(set(bad))})" if bad else ""))
 
+acc_json = os.path.join(os.environ.get("K3_TMP", "/tmp"), "nano-accuracy.json")
 rc, out = run("accuracy", M, "--n", "50", "--jobs", "2", "--min-add2", "0", "--min-other", "0", "--min-all", "0.88",
-              "--min-answered", "0.97")
+              "--min-answered", "0.97", "--json", acc_json)
 summary = " ".join(line.split()[0] + "=" + line.split()[1] + "%" for line in out.splitlines()
                    if line.startswith("  ") and "%" in line and line.split()[0] in ("add2", "sub2", "count", "reverse",
                                                                                    "compare", "sort", "chat"))
 chat = [line for line in out.splitlines() if line.startswith("  chat ")]
 report(rc == 0, f"greedy, thinking on, 50 held-out prompts per task, at least 88 % right in all: {summary}", out)
 report(bool(chat) and "(50/50)" in chat[0], "every small-talk answer right (50/50)", out)
+# Per-task floors from the model card's figures (models/k3-nano/accuracy.json, 200 prompts per
+# task): the card's rate less three standard errors of a 50-prompt rate, sqrt(p(1-p)/50), and at
+# least two answers (4 points), so a task that drops well below what the card says fails here.
+with open(os.path.join(M, "accuracy.json")) as f:
+    card = json.load(f)["accuracy"]
+got = {}
+if os.path.exists(acc_json):
+    with open(acc_json) as f:
+        got = json.load(f)["counts"]
+for task in nano_corpus.TASKS:
+    p = card[task]
+    floor = p - max(0.04, 3 * math.sqrt(p * (1 - p) / 50))
+    right, n = got.get(task, (0, 0))
+    report(n > 0 and right >= floor * n,
+           f"{task}: {right}/{n} right, floor {100 * floor:.1f} % (card {100 * p:.1f} % on 200)", out)
 rc, out = run("multiturn", M, "--n", "20", "--jobs", "2", "--min-all", "0.5")
 line = [x.strip() for x in out.splitlines() if "second question right" in x]
 report(rc == 0, "a second question in the same conversation, 20 pairs, at least half right: "

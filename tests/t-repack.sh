@@ -5,6 +5,7 @@
 # kill -9 mid-shard; disjoint --shards runs; duplicate names; --verify-full; bad arguments and
 # a corrupt source; K3_BITS downcast and K3_MMAP refusals; --inspect reports (and sizes) a container
 # at its stored bits unless K3_BITS etc. are set.
+. "$K3_SRC/tests/count.sh"
 set -u
 B=$K3_BUILD
 T=$K3_TMP
@@ -128,10 +129,11 @@ ok(align_ok, "data sections 64-byte aligned, every F32 tensor 4-byte aligned")
 ok(q_ok, "every shard's __metadata__ marks the container and describes each quantized matrix")
 EOF
 $PY "$T/check.py" "$T/c8"
+missing=""
 for f in tiktoken.model tokenizer_config.json generation_config.json; do
-    cmp -s "$T/src/$f" "$T/c8/$f" || { echo "FAIL: $f not copied"; }
+    cmp -s "$T/src/$f" "$T/c8/$f" || missing="$missing $f"
 done
-echo "PASS: tokenizer and generation files copied"
+[ -z "$missing" ]; ok $? "tokenizer and generation files copied (not copied:${missing:- none})"
 
 # ---- resume after kill -9 mid-shard ---------------------------------------------------------
 K3_REPACK_KILL_AT=3 "$RP" "$T/src" "$T/k8" --bits 8 >/dev/null 2>"$T/rp.err"; rc=$?

@@ -2,6 +2,7 @@
 # t-tok-cli.sh: k3chat --tokenize / --detokenize on a vocabulary made here (no network):
 # output format, round trip of arbitrary bytes, --pattern, and one-line errors that
 # name the file (missing vocabulary, bad base64 line, bad id in the ids file).
+. "$K3_SRC/tests/count.sh"
 set -u
 : "${K3_BUILD:?}" "${K3_TMP:?}"
 K3="$K3_BUILD/k3chat"

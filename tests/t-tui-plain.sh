@@ -1,6 +1,7 @@
 #!/bin/sh
 # t-tui-plain.sh: k3chat's line mode (pipes, --plain, dumb terminals) on the scripted mock:
 # the response on stdout, the reasoning on stderr, slash commands and their errors, exit status.
+. "$K3_SRC/tests/count.sh"
 set -u
 k="$K3_BUILD/k3chat"
 m="$K3_TMP/mock.txt"

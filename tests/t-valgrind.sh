@@ -4,6 +4,7 @@
 # definite leaks. CPU path only (K3_VK=0: a software Vulkan driver under valgrind is slow and
 # not ours to check). Skipped when valgrind is absent.
 # run-once
+. "$K3_SRC/tests/count.sh"
 set -u
 t() { if eval "$2"; then echo "PASS: $1"; else echo "FAIL: $1"; fi; }
 command -v valgrind >/dev/null 2>&1 || { echo "SKIP: valgrind is not installed"; exit 0; }

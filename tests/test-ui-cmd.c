@@ -76,10 +76,13 @@ int main(void) {
     T_CHECK(n == CMD_N, "completion of '': every command (%d)", n);
     char u[64];
     T_CHECK(!strcmp(cmd_usage(CMD_TEMP, u, sizeof u), "/temp X"), "usage of /temp");
+    int no_help = 0;
     for (int k = 0; k < CMD_N; k++)
-        if (!cmd_help((enum cmd_id)k)[0])
-            T_CHECK(0, "/%s has help text", cmd_name((enum cmd_id)k));
-    T_CHECK(1, "every command has help text");
+        if (!cmd_help((enum cmd_id)k)[0]) {
+            printf("  /%s has no help text\n", cmd_name((enum cmd_id)k));
+            no_help++;
+        }
+    T_CHECK(no_help == 0, "every command has help text (%d without)", no_help);
 
     /* theme files */
     thm_spec t[THM_N];

@@ -2,6 +2,7 @@
 # A private tmux server (-L name, sockets under $K3_TMP) runs one window of a fixed size with
 # TERM=xterm-256color; tests type with send-keys and read the screen with capture-pane,
 # polling with a timeout rather than sleeping.
+. "$K3_SRC/tests/count.sh"
 set -u
 TMUX_TMPDIR="$K3_TMP"
 export TMUX_TMPDIR
@@ -18,9 +19,10 @@ check() { # check DESC CMD... (library variables start with _: tests own the oth
     _desc=$1; shift
     if "$@"; then pass "$_desc"; else fail "$_desc"; screen | sed 's/^/    | /'; fi
 }
-finish() {
+finish() { # exit status 1 when a FAIL was printed through fail/check
     $T kill-server 2>/dev/null
-    exit 0
+    [ "$fails" -eq 0 ]
+    exit
 }
 trap '$T kill-server 2>/dev/null' EXIT
 
