@@ -9,9 +9,10 @@
  * ue_cancel is the one call that acts immediately: an atomic flag the backend checks per token
  * (and k3_session_cancel for a prefill in progress).
  *
- * Two backends implement struct ue_backend: the real one over src/k3.h (worker.c) and a scripted
- * mock (mock.c, selected by K3_MOCK=FILE) that streams think/response text with delays, so the
- * whole UI can be built and tested without a model.
+ * Three backends implement struct ue_backend: the real one over src/k3.h (worker.c), a client
+ * of an OpenAI-compatible server (remote.c, --endpoint URL), and a scripted mock (mock.c,
+ * selected by K3_MOCK=FILE) that streams think/response text with delays, so the whole UI can be
+ * built and tested without a model.
  */
 #pragma once
 #include "cli.h"
