@@ -9,7 +9,8 @@
  *
  * Sections (each owned by one module, see the banner):
  *   status and logging ........ util.c
- *   model and session ......... model.c (forward pass), sample.c
+ *   model and session ......... model.c (loading), session.c (feeding, the forward pass in
+ *                               layers.c), sample.c
  *   tokenizer and chat format . tok.c, chat.c
  *   conversation .............. conv.c (transcripts, prompt cache)
  */
@@ -49,7 +50,7 @@ void k3_log_set_callback(k3_log_cb cb, void *ud);
 
 const char *k3_version(void);
 
-/* ==== model and session (model.c, sample.c) ============================= */
+/* ==== model and session (model.c, session.c, sample.c) ================== */
 
 typedef struct k3_model   k3_model;
 typedef struct k3_session k3_session;

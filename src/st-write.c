@@ -25,25 +25,6 @@ struct stw_file {
     uint64_t hdr_bytes; /* 8 + padded header length               */
 };
 
-static const struct {
-    const char *name;
-    size_t      size;
-} wtypes[ST_DTYPE_COUNT] = {
-    [ST_F64] = {"F64", 8}, [ST_F32] = {"F32", 4}, [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2},
-    [ST_I64] = {"I64", 8}, [ST_I32] = {"I32", 4}, [ST_I16] = {"I16", 2}, [ST_I8] = {"I8", 1},
-    [ST_U8] = {"U8", 1},   [ST_BOOL] = {"BOOL", 1},
-};
-
-size_t stw_dtype_size(st_dtype t) {
-    K3_ASSERT((unsigned)t < ST_DTYPE_COUNT);
-    return wtypes[t].size;
-}
-
-const char *stw_dtype_name(st_dtype t) {
-    K3_ASSERT((unsigned)t < ST_DTYPE_COUNT);
-    return wtypes[t].name;
-}
-
 k3_status stw_create(const char *path, stw_file **out) {
     *out = NULL;
     stw_file *w = k3_calloc(1, sizeof *w);
@@ -70,7 +51,7 @@ k3_status stw_add(stw_file *w, const char *name, st_dtype dtype, int ndim, const
     if (ndim < 0 || ndim > ST_MAX_DIMS)
         return k3_err(K3_ERR_ARG, "%s: tensor '%s': %d dims, expected 0..%d", w->path, name, ndim,
                       ST_MAX_DIMS);
-    uint64_t n = stw_dtype_size(dtype);
+    uint64_t n = st_dtype_size(dtype);
     json_t  *sh = json_array(), *t = json_object();
     if (!sh || !t) goto nomem;
     for (int i = 0; i < ndim; i++) {
@@ -83,7 +64,7 @@ k3_status stw_add(stw_file *w, const char *name, st_dtype dtype, int ndim, const
         n *= (uint64_t)shape[i];
         if (json_array_append_new(sh, json_integer(shape[i]))) goto nomem;
     }
-    if (json_object_set_new(t, "dtype", json_string(stw_dtype_name(dtype))) ||
+    if (json_object_set_new(t, "dtype", json_string(st_dtype_name(dtype))) ||
         json_object_set_new(t, "shape", sh) ||
         json_object_set_new(t, "data_offsets", json_array()) ||
         json_object_set_new(t, "_n", json_integer((json_int_t)n)))

@@ -40,6 +40,4 @@ void      stw_free(stw_file *w);
 /* Bytes of the data section (sum of the declared tensors), and of the whole file. */
 uint64_t stw_data_bytes(const stw_file *w);
 uint64_t stw_file_bytes(const stw_file *w); /* valid after stw_begin */
-/* Size of one element of dtype; name as written in headers ("BF16", "U8", ...). */
-size_t      stw_dtype_size(st_dtype t);
-const char *stw_dtype_name(st_dtype t);
+/* Element sizes and header names of the dtypes: st_dtype_size / st_dtype_name (st.h, one table). */

@@ -124,7 +124,7 @@ int main(void) {
         T_CHECK(0, "mkdtemp %s", root);
         return t_done();
     }
-    T_CHECK(stw_dtype_size(ST_BF16) == 2 && !strcmp(stw_dtype_name(ST_U8), "U8"), "dtype table");
+    T_CHECK(st_dtype_size(ST_BF16) == 2 && !strcmp(st_dtype_name(ST_U8), "U8"), "dtype table");
     roundtrip();
     misuse();
     return t_done();

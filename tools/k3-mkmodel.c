@@ -1026,7 +1026,7 @@ static k3_status write_shards(const char *dir, const mk_plan *p, const mk_opts *
         goto out;
     }
     for (int i = 0; i < p->n; i++) {
-        uint64_t n = stw_dtype_size(p->t[i].dt);
+        uint64_t n = st_dtype_size(p->t[i].dt);
         for (int d = 0; d < p->t[i].nd; d++) n *= (uint64_t)p->t[i].sh[d];
         all += n;
     }
