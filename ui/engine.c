@@ -130,6 +130,30 @@ void ue_emitf(ue *u, int type, const char *fmt, ...) {
     ev_push_text(u->out, type, buf);
 }
 
+void ue_tok_begin(ue_tokstats *t) {
+    *t = (ue_tokstats){.t0 = ev_now()};
+}
+
+int ue_tok_piece(ue_tokstats *t, int ch, ue_stats *st) {
+    double now = ev_now();
+    if (t->t_first == 0)
+        t->t_first = now;
+    if (ch == EV_CH_THINK)
+        t->n_think++;
+    else
+        t->n_resp++;
+    if (now - t->t_last < UE_STATS_EVERY)
+        return 0;
+    t->t_last         = now;
+    st->ttft_s        = t->t_first - t->t0;
+    st->tok_s         = now > t->t_first ? (t->n_think + t->n_resp - 1) / (now - t->t_first) : -1;
+    st->prefill_tok_s = st->think_s = st->expert_hit = st->expert_gb = -1;
+    st->n_think       = t->n_think;
+    st->n_response    = t->n_resp;
+    st->mem_gb        = ue_mem_gb();
+    return 1;
+}
+
 double ue_mem_gb(void) {
     long  pages = 0, rss = 0;
     FILE *f = fopen("/proc/self/statm", "r");

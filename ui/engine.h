@@ -91,3 +91,18 @@ void ue_send_history(ue *u, const struct k3_conv *c);
  * every backend; 1 when cmd was one of them, 0 when the backend must handle it. */
 int ue_conv_cmd(ue *u, struct k3_conv *c, const ui_ev *cmd);
 double ue_mem_gb(void); /* resident set size of the process */
+
+/* Token statistics of a turn as it streams, the same for every backend (worker.c, remote.c). */
+#define UE_STATS_EVERY 0.2 /* seconds between two live EV_STATS */
+typedef struct ue_tokstats {
+    double t0;              /* the turn began (ev_now)              */
+    double t_first;         /* its first piece; 0 before            */
+    double t_last;          /* the last live EV_STATS               */
+    int    n_think, n_resp; /* pieces per channel                   */
+} ue_tokstats;
+/* A new turn begins now. */
+void ue_tok_begin(ue_tokstats *t);
+/* Count one piece of channel ch. When a live EV_STATS is due (every UE_STATS_EVERY s) fills st
+ * (time to first token, tokens/s, counts, memory; the engine-only figures -1; the backend adds
+ * the context) and returns 1. */
+int ue_tok_piece(ue_tokstats *t, int ch, ue_stats *st);

@@ -51,10 +51,11 @@ typedef struct remote {
     txt_buf     data;        /* data lines of the current event    */
     txt_buf     body;        /* a non-stream body                  */
     txt_buf     think, resp; /* the answer so far                  */
-    int      done, n_think, n_resp, n_prompt, n_completion;
+    int      done, n_prompt, n_completion;
+    ue_tokstats tok;
     char     finish[32];
     char     err[600];    /* why the stream was rejected        */
-    double   t0, t_first, t_last_stats;
+
 } remote;
 
 /* ---- HTTP ----------------------------------------------------------------------------- */
@@ -136,25 +137,11 @@ static void piece(remote *r, int ch, const char *s, size_t n) {
     if (!n)
         return;
     txt_buf_add(ch == EV_CH_THINK ? &r->think : &r->resp, s, n);
-    if (r->t_first == 0)
-        r->t_first = ev_now();
-    if (ch == EV_CH_THINK)
-        r->n_think++;
-    else
-        r->n_resp++;
     ue_emit_token(r->u, ch, s, n);
-    double now = ev_now();
-    if (now - r->t_last_stats >= 0.2) {
-        r->t_last_stats = now;
-        ui_ev e = {.type = EV_STATS};
-        e.st.ttft_s        = r->t_first - r->t0;
-        e.st.tok_s         = now > r->t_first ? (r->n_think + r->n_resp - 1) / (now - r->t_first) : -1;
-        e.st.prefill_tok_s = e.st.think_s = e.st.expert_hit = e.st.expert_gb = -1;
-        e.st.n_think       = r->n_think;
-        e.st.n_response    = r->n_resp;
-        e.st.ctx_used      = r->ctx_used;
-        e.st.ctx_max       = r->ctx_max;
-        e.st.mem_gb        = ue_mem_gb();
+    ui_ev e = {.type = EV_STATS};
+    if (ue_tok_piece(&r->tok, ch, &e.st)) {
+        e.st.ctx_used = r->ctx_used;
+        e.st.ctx_max  = r->ctx_max;
         ev_push(r->u->out, &e);
     }
 }
@@ -375,9 +362,8 @@ static void turn(remote *r, const ue_gen *g) {
     ui_ev e = {.type = EV_TURN};
     ev_push(r->u->out, &e);
     record_settings(r, g);
-    r->t0 = ev_now();
-    r->t_first = r->t_last_stats = 0;
-    r->n_think = r->n_resp = r->n_prompt = r->n_completion = r->done = 0;
+    ue_tok_begin(&r->tok);
+    r->n_prompt = r->n_completion = r->done = 0;
     r->think.n = r->resp.n = 0;
     r->finish[0] = r->err[0] = 0;
     char     msg[1200] = "";
@@ -414,12 +400,12 @@ static void turn(remote *r, const ue_gen *g) {
     ui_ev d = {.type = EV_DONE, .i = failed ? UE_DONE_ERROR : cancelled ? UE_DONE_CANCELLED
                                     : !strcmp(r->finish, "length") ? UE_DONE_LENGTH : UE_DONE_OK};
     double now         = ev_now();
-    d.st.ttft_s        = r->t_first > 0 ? r->t_first - r->t0 : -1;
-    d.st.tok_s         = r->t_first > 0 && now > r->t_first && r->n_completion > 1
-                             ? (r->n_completion - 1) / (now - r->t_first) : -1;
+    d.st.ttft_s        = r->tok.t_first > 0 ? r->tok.t_first - r->tok.t0 : -1;
+    d.st.tok_s         = r->tok.t_first > 0 && now > r->tok.t_first && r->n_completion > 1
+                             ? (r->n_completion - 1) / (now - r->tok.t_first) : -1;
     d.st.prefill_tok_s = d.st.think_s = d.st.expert_hit = d.st.expert_gb = -1;
-    d.st.n_think       = r->n_think;
-    d.st.n_response    = r->n_completion > r->n_think ? r->n_completion - r->n_think : r->n_resp;
+    d.st.n_think       = r->tok.n_think;
+    d.st.n_response    = r->n_completion > r->tok.n_think ? r->n_completion - r->tok.n_think : r->tok.n_resp;
     d.st.n_prefill     = r->n_prompt;
     if (r->n_prompt)
         r->ctx_used = r->n_prompt + r->n_completion;

@@ -17,8 +17,7 @@ typedef struct real {
     k3_session *s;
     k3_conv    *c;
     k3_model_info info;
-    double      t_turn0, t_last_stats, t_first;
-    int         n_think, n_resp;
+    ue_tokstats tok;
     double      last_progress;
     pthread_mutex_t mu;     /* guards replaying against real_cancel      */
     _Atomic double  experts_pending; /* a new expert budget (GB), NAN when none */
@@ -52,26 +51,6 @@ static void fill_common(real *r, ue_stats *st) {
     st->vk_hits      = (long)ks.vk_hits;
 }
 
-static void live_stats(real *r) {
-    double now = ev_now();
-    if (now - r->t_last_stats < 0.2)
-        return;
-    r->t_last_stats = now;
-    ui_ev e         = {.type = EV_STATS};
-    e.st.ttft_s     = r->t_first > 0 ? r->t_first - r->t_turn0 : -1;
-    e.st.tok_s      = r->t_first > 0 && now > r->t_first ? (r->n_think + r->n_resp - 1) / (now - r->t_first) : -1;
-    e.st.prefill_tok_s = -1;
-    e.st.think_s    = -1;
-    e.st.n_think    = r->n_think;
-    e.st.n_response = r->n_resp;
-    e.st.ctx_used   = k3_session_pos(r->s);
-    e.st.ctx_max    = r->info.max_ctx;
-    e.st.expert_hit = -1;
-    e.st.expert_gb  = -1;
-    e.st.mem_gb     = ue_mem_gb();
-    ev_push(r->u->out, &e);
-}
-
 /* Apply a budget the UI asked for; on the worker thread, between tokens or as a command. */
 static void apply_experts(real *r) {
     double gb = atomic_exchange(&r->experts_pending, NAN);
@@ -87,14 +66,13 @@ static void on_piece(real *r, int ch, const char *text, size_t n) {
     apply_experts(r);
     if (ue_cancelled(r->u))
         k3_conv_cancel(r->c); /* a Ctrl-C that came before the turn began (generate clears it) */
-    if (r->t_first == 0)
-        r->t_first = ev_now();
-    if (ch == EV_CH_THINK)
-        r->n_think++;
-    else
-        r->n_resp++;
     ue_emit_token(r->u, ch, text, n);
-    live_stats(r);
+    ui_ev e = {.type = EV_STATS};
+    if (ue_tok_piece(&r->tok, ch, &e.st)) {
+        e.st.ctx_used = k3_session_pos(r->s);
+        e.st.ctx_max  = r->info.max_ctx;
+        ev_push(r->u->out, &e);
+    }
 }
 static void on_think(const char *t, size_t n, void *ud) { on_piece(ud, EV_CH_THINK, t, n); }
 static void on_response(const char *t, size_t n, void *ud) { on_piece(ud, EV_CH_RESPONSE, t, n); }
@@ -126,9 +104,7 @@ static k3_status apply_gen(real *r, const ue_gen *g) {
 static void turn(real *r, const ue_gen *g) {
     ui_ev e = {.type = EV_TURN};
     ev_push(r->u->out, &e);
-    r->t_turn0 = ev_now();
-    r->t_first = r->t_last_stats = 0;
-    r->n_think = r->n_resp = 0;
+    ue_tok_begin(&r->tok);
     k3_status st = apply_gen(r, g);
     if (st == K3_OK && ue_cancelled(r->u)) {
         st = K3_ABORTED; /* stopped before it began: the conversation keeps the user's message */
