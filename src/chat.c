@@ -171,10 +171,6 @@ fail:
 
 #define TAG_MAX 32 /* longer "tag names" are text: the format's tags are short words */
 
-typedef struct obuf {
-    char  *b;     /* (cap) */
-    size_t n, cap;
-} obuf;
 
 struct k3_chat_parser {
     const k3_tok *t;
@@ -186,7 +182,7 @@ struct k3_chat_parser {
     int       tag_n;
     int       ended;
     k3_detok *dt[2];           /* one streaming decoder per channel                 */
-    obuf      out[2];          /* text produced by the current call, per channel    */
+    k3_buf    out[2];          /* text produced by the current call, per channel    */
 };
 
 k3_status k3_chat_parser_new(const k3_tok *t, int think, k3_chat_parser **out) {
@@ -215,26 +211,15 @@ void k3_chat_parser_free(k3_chat_parser *p) {
     if (!p) return;
     k3_detok_free(p->dt[0]);
     k3_detok_free(p->dt[1]);
-    free(p->out[0].b);
-    free(p->out[1].b);
+    free(p->out[0].p);
+    free(p->out[1].p);
     free(p);
 }
 
 int k3_chat_parser_channel(const k3_chat_parser *p) { return p->chan; }
 
-static k3_status obuf_add(obuf *o, const char *s, size_t n) {
-    if (o->n + n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap : 256;
-        while (cap < o->n + n + 1) cap *= 2;
-        char *b = realloc(o->b, cap);
-        if (!b) return k3_err(K3_ERR_NOMEM, "chat parser: out of memory");
-        o->b = b;
-        o->cap = cap;
-    }
-    memcpy(o->b + o->n, s, n);
-    o->n += n;
-    o->b[o->n] = 0;
-    return K3_OK;
+static k3_status obuf_add(k3_buf *o, const char *s, size_t n) {
+    return k3_buf_add(o, s, n) ? k3_err(K3_ERR_NOMEM, "chat parser: out of memory") : K3_OK;
 }
 
 /* bytes shown as text in the current channel */
@@ -294,7 +279,7 @@ hide:
 static void out_reset(k3_chat_parser *p) {
     for (int c = 0; c < 2; c++) {
         p->out[c].n = 0;
-        if (p->out[c].b) p->out[c].b[0] = 0;
+        if (p->out[c].p) p->out[c].p[0] = 0;
     }
 }
 
@@ -327,9 +312,9 @@ k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *o) {
     } else {
         st = emit(p, piece, pl);
     }
-    o->think = p->out[0].b ? p->out[0].b : "";
+    o->think = p->out[0].p ? p->out[0].p : "";
     o->think_len = p->out[0].n;
-    o->response = p->out[1].b ? p->out[1].b : "";
+    o->response = p->out[1].p ? p->out[1].p : "";
     o->response_len = p->out[1].n;
     o->end = p->ended;
     return st;
@@ -340,9 +325,9 @@ void k3_chat_parser_finish(k3_chat_parser *p, k3_chat_out *o) {
     (void)replay_tag(p);
     (void)flush_chan(p, K3_CHAN_THINK);
     (void)flush_chan(p, K3_CHAN_RESPONSE);
-    o->think = p->out[0].b ? p->out[0].b : "";
+    o->think = p->out[0].p ? p->out[0].p : "";
     o->think_len = p->out[0].n;
-    o->response = p->out[1].b ? p->out[1].b : "";
+    o->response = p->out[1].p ? p->out[1].p : "";
     o->response_len = p->out[1].n;
     o->end = p->ended;
 }

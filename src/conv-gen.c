@@ -110,28 +110,8 @@ k3_status k3_conv_render(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3
     return st;
 }
 
-typedef struct text_buf {
-    char  *p; /* (n, cap), NUL-terminated */
-    size_t n, cap;
-} text_buf;
-
-static k3_status tb_add(text_buf *b, const char *s, size_t n) {
-    if (!n)
-        return K3_OK;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return k3_err(K3_ERR_NOMEM, "conversation: out of memory for the reply");
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return K3_OK;
+static k3_status tb_add(k3_buf *b, const char *s, size_t n) {
+    return k3_buf_add(b, s, n) ? k3_err(K3_ERR_NOMEM, "conversation: out of memory for the reply") : K3_OK;
 }
 
 /* ---- what the model saw: generated replies as generated -------------------------
@@ -164,7 +144,7 @@ static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, c
     k3_status       st = k3_chat_parser_new(tok, think, &p);
     if (st)
         return st;
-    text_buf    th = {0}, re = {0};
+    k3_buf    th = {0}, re = {0};
     k3_chat_out o = {0};
     int         i;
     for (i = 0; i < m->n_ids && !o.end; i++)
@@ -397,7 +377,7 @@ static uint64_t turn_seed(k3_conv *c) {
 }
 
 /* Streams the parser's output to the callbacks and the message buffers. */
-static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, text_buf *think, text_buf *resp) {
+static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, k3_buf *think, k3_buf *resp) {
     k3_status st = tb_add(think, o->think, o->think_len);
     if (!st)
         st = tb_add(resp, o->response, o->response_len);
@@ -456,7 +436,7 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
     k3_sampler     *smp = st ? NULL : k3_sampler_new(&ts.sampling);
     k3_chat_parser *par = NULL;
     k3_ids          gen = {0};
-    text_buf        think = {0}, resp = {0};
+    k3_buf        think = {0}, resp = {0};
     k3_chat_out     out;
     if (!st && !smp)
         st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for the sampler");

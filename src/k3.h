@@ -50,6 +50,16 @@ void k3_log_set_callback(k3_log_cb cb, void *ud);
 
 const char *k3_version(void);
 
+/* A growable byte buffer, the one the engine and the front ends use (zero-initialise it; free(b.p)
+ * when done): n bytes used of cap, NUL-terminated once p is set, so text is a C string. */
+typedef struct k3_buf {
+    char  *p;   /* (cap)                                                      */
+    size_t n, cap;
+    int    oom; /* set when an append ran out of memory                       */
+} k3_buf;
+/* Append n bytes of s: 0, or -1 when memory runs out (the buffer keeps what it had, oom is set). */
+int k3_buf_add(k3_buf *b, const char *s, size_t n);
+
 /* ==== model and session (model.c, session.c, sample.c) ================== */
 
 typedef struct k3_model   k3_model;

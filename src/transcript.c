@@ -44,30 +44,11 @@
 
 /* ==== growable byte buffer ================================================= */
 
-typedef struct sbuf {
-    char  *p; /* (n, cap) */
-    size_t n, cap;
-    int    oom;
-} sbuf;
+typedef k3_buf sbuf; /* the engine's growable buffer (k3.h) */
 
+/* Appends after a failure do nothing, so a file is written whole or reported as out of memory. */
 static void sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 1024;
-        while (nc < b->n + n + 1)
-            nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
+    if (!b->oom) k3_buf_add(b, s, n);
 }
 
 static void sb_str(sbuf *b, const char *s) {

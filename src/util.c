@@ -96,6 +96,28 @@ _Noreturn void k3_assert_fail(const char *expr, const char *file, int line) {
 
 /* ---- allocation ---- */
 
+int k3_buf_add(k3_buf *b, const char *s, size_t n) {
+    if (n > SIZE_MAX / 2 - b->n) {
+        b->oom = 1;
+        return -1;
+    }
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return -1;
+        }
+        b->p   = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
 void *k3_malloc(size_t n) {
     return malloc(n ? n : 1);
 }

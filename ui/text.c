@@ -190,22 +190,3 @@ size_t txt_col_to_off(const char *s, size_t n, int col) {
     return n;
 }
 
-int txt_buf_add(txt_buf *b, const char *s, size_t n) {
-    if (n > SIZE_MAX / 2 - b->n)
-        return -1;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p   = p;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}

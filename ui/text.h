@@ -9,6 +9,8 @@
  * a word only when the word alone is wider than the line; never inside a cluster.
  */
 #pragma once
+#include "k3.h"
+
 #include <stddef.h>
 
 #define TXT_TAB 8
@@ -41,12 +43,7 @@ int txt_wrap(const char *s, size_t n, int cols, txt_line *out, int max);
 /* Byte offset in s[0..n) of the cluster that covers display column col (or n). */
 size_t txt_col_to_off(const char *s, size_t n, int col);
 
-/* A growable byte buffer (zero-initialise it; free(b.p) when done): n bytes used of cap, always
- * NUL-terminated once p is set, so text can be used as a C string. */
-typedef struct txt_buf {
-    char  *p;
-    size_t n, cap;
-} txt_buf;
-
-/* Append n bytes of s; -1 (buffer unchanged) when memory runs out. */
-int txt_buf_add(txt_buf *b, const char *s, size_t n);
+/* The growable byte buffer of the engine's public header (k3_buf, k3.h): zero-initialise it,
+ * free(b.p) when done; txt_buf_add appends n bytes of s, -1 when memory runs out. */
+typedef k3_buf txt_buf;
+#define txt_buf_add k3_buf_add
