@@ -21,7 +21,8 @@
  *                      _compute (total - wait), per token, with the total as ref.
  */
 #include "bench.h"
-#include "model-impl.h"
+#include "config.h"
+#include "experts.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,33 +37,36 @@ int bench_experts(void);
 #define BX_PASSES 3
 #define BX_REQ    (16u << 20)
 
-/* ---- the tier alone: a model with config and tensor table only ------------------------------ */
+/* ---- the tier alone: config, checkpoint and the expert tier's own constructor (no model) ------ */
 
-static k3_model *tier_model(const char *dir, double gb) {
-    k3_model *m = calloc(1, sizeof *m);
-    if (!m || k3_params_default(&m->par)) goto fail;
-    if (!(m->dir = k3_strdup(dir)) || cfg_load(dir, &m->cfg) || st_open(dir, &m->st)) goto fail;
-    m->n_run         = m->cfg.n_layers;
-    m->par.expert_gb = gb;
-    if (ex_open(m, &m->tier)) goto fail;
+typedef struct tier_bench {
+    k3_config cfg;
+    k3_params par;  /* the engine's defaults and K3_* (load threads, O_DIRECT, pipelining) */
+    st_dir   *st;
+    ex_tier  *tier;
+} tier_bench;
+
+static void tier_model_free(tier_bench *m) {
+    ex_close(m->tier);
+    st_close(m->st);
+    free(m);
+}
+
+static tier_bench *tier_model(const char *dir, double gb) {
+    tier_bench *m = calloc(1, sizeof *m);
+    if (!m || k3_params_default(&m->par) || cfg_load(dir, &m->cfg) || st_open(dir, &m->st)) goto fail;
+    ex_source src = {.st = m->st, .dir = dir, .cfg = &m->cfg, .n_run = m->cfg.n_layers, .expert_gb = gb,
+                     .direct = m->par.direct, .pipe = m->par.pipe, .load_threads = m->par.load_threads};
+    if (ex_open(&src, &m->tier)) goto fail;
     return m;
 fail:
     fprintf(stderr, "bench-experts: %s: %s\n", dir, k3_errmsg());
-    if (m && m->st) st_close(m->st);
-    if (m) free(m->dir);
-    free(m);
+    if (m) tier_model_free(m);
     return NULL;
 }
 
-static void tier_model_free(k3_model *m) {
-    ex_close(m->tier);
-    st_close(m->st);
-    free(m->dir);
-    free(m);
-}
-
 /* One pass: every layer, experts in batches of 16 (all misses). Returns GB/s or < 0. */
-static double tier_pass(k3_model *m, uint64_t *bytes) {
+static double tier_pass(tier_bench *m, uint64_t *bytes) {
     const int E = m->cfg.n_experts, B = E / 2 < 16 ? E / 2 : 16;
     int      *ids = malloc((size_t)E * sizeof *ids);
     k3_stats  st  = {0};
@@ -90,7 +94,7 @@ static double tier_pass(k3_model *m, uint64_t *bytes) {
 }
 
 /* The reference: O_DIRECT sequential read of each MoE layer shard's expert byte range. */
-static double ref_pass(k3_model *m, uint8_t *buf, uint64_t *bytes) {
+static double ref_pass(tier_bench *m, uint8_t *buf, uint64_t *bytes) {
     const st_dir *d = m->st;
     double        t0 = k3_time();
     *bytes           = 0;
@@ -121,7 +125,7 @@ static double ref_pass(k3_model *m, uint8_t *buf, uint64_t *bytes) {
 }
 
 static void bench_stream(const char *dir) {
-    k3_model *m   = tier_model(dir, 0);
+    tier_bench *m = tier_model(dir, 0);
     uint8_t  *buf = k3_aligned_alloc(4096, BX_REQ);
     if (!m || !buf) {
         free(buf);

@@ -31,7 +31,7 @@
  *   the state under the lock).
  */
 #include "experts.h"
-#include "model-impl.h"
+#include "config.h"
 #include "tensors.h"
 
 #include <errno.h>
@@ -83,7 +83,7 @@ typedef struct ex_job {
 } ex_job;
 
 struct ex_tier {
-    k3_model       *m;
+    ex_source       src;                   /* the checkpoint and settings (ex_open's copy) */
     int             E, n_layers, n_moe;
     int             F, L;                  /* expert width, latent                         */
     ex_layer       *layers;                /* [n_layers]                                   */
@@ -91,6 +91,7 @@ struct ex_tier {
     uint64_t        part_n[EX_PARTS];      /* bytes of each part                           */
     uint64_t        sub_off[EX_PARTS];     /* split layout: aligned place of each part     */
     uint64_t        expert_bytes;          /* the six tensors                              */
+    uint64_t        deferred;              /* experts' bytes left to read on demand at open */
     size_t          slot_bytes;
     _Atomic double  budget_gb;             /* read without the lock by ex_budget_gb        */
     _Atomic int     n_slots;               /* per MoE layer                                */
@@ -148,7 +149,7 @@ static void drop_direct(ex_tier *t, const char *path, int err) {
 
 /* The descriptor of shard (opened by path on first use, or reopened when reopen). */
 static k3_status shard_fd(ex_tier *t, int shard, int reopen, int *fd, int *direct) {
-    const char *path = st_shard_path(t->m->st, shard);
+    const char *path = st_shard_path(t->src.st, shard);
     k3_status   st   = K3_OK;
     pthread_mutex_lock(&t->mu);
     if (reopen) {
@@ -204,7 +205,7 @@ static k3_status ex_pread(ex_tier *t, int shard, uint8_t *buf, uint64_t off, uin
             *data = buf + head;
             return K3_OK;
         }
-        const char *path = st_shard_path(t->m->st, shard);
+        const char *path = st_shard_path(t->src.st, shard);
         if (err == EINVAL && direct) {
             pthread_mutex_lock(&t->mu);
             drop_direct(t, path, err);
@@ -245,7 +246,7 @@ static k3_status ex_load(ex_tier *t, ex_layer *ly, ex_slot *s) {
             char nm[200];
             part_name(nm, sizeof nm, ly->layer, s->expert, i);
             return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': MXFP4 scale byte %zu is 255 (NaN)",
-                          st_shard_path(t->m->st, lc->shard[i]), nm, (size_t)(bad - p[i]));
+                          st_shard_path(t->src.st, lc->shard[i]), nm, (size_t)(bad - p[i]));
         }
     }
     const int F = t->F, L = t->L;
@@ -550,16 +551,16 @@ void ex_end(ex_batch *b) {
 
 /* Find and check the six tensors of expert e of layer l. */
 static k3_status locate(ex_tier *t, int l, int e, ex_loc *lc) {
-    const st_dir *d = t->m->st;
+    const st_dir *d = t->src.st;
     char          nm[200];
     uint64_t      lo = UINT64_MAX, hi = 0;
     for (int p = 0; p < EX_PARTS; p++) {
         part_name(nm, sizeof nm, l, e, p);
         const st_tensor *ts = st_find(d, nm);
-        if (!ts) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", t->m->dir, nm);
+        if (!ts) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", t->src.dir, nm);
         const int64_t *want = t->part_shape[p];
         if (ts->dtype != ST_U8 || ts->ndim != 2 || ts->shape[0] != want[0] || ts->shape[1] != want[1])
-            return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected U8 [%lld, %lld]", t->m->dir, nm,
+            return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected U8 [%lld, %lld]", t->src.dir, nm,
                           (long long)want[0], (long long)want[1]);
         lc->shard[p]    = ts->shard;
         lc->part_off[p] = ts->offset;
@@ -577,7 +578,6 @@ static k3_status locate(ex_tier *t, int l, int e, ex_loc *lc) {
 
 /* Read every expert of every run MoE layer (the budget holds them all). */
 static k3_status preload(ex_tier *t) {
-    k3_model *m   = t->m;
     int      *ids = k3_calloc((size_t)t->E, sizeof *ids);
     if (!ids) return k3_err(K3_ERR_NOMEM, "expert cache: out of memory");
     for (int e = 0; e < t->E; e++)
@@ -589,38 +589,35 @@ static k3_status preload(ex_tier *t) {
         const k3_expert *x;
         int              e;
         st = ex_begin(t, l, ids, t->E, NULL, &b);
-        while (!st && !(st = ex_next(&b, &e, &x)) && e >= 0) {
-            m->load_done += t->expert_bytes;
-            if (m->par.progress)
-                m->par.progress("routed experts", m->load_done, m->load_total, m->par.progress_ud);
-        }
+        while (!st && !(st = ex_next(&b, &e, &x)) && e >= 0)
+            if (t->src.progress) t->src.progress(t->src.ud, t->expert_bytes);
         ex_end(&b);
     }
     free(ids);
     return st;
 }
 
-k3_status ex_open(k3_model *m, ex_tier **out) {
+k3_status ex_open(const ex_source *src, ex_tier **out) {
     *out = NULL;
-    const k3_config *c = &m->cfg;
+    const k3_config *c = src->cfg;
     ex_tier         *t = k3_calloc(1, sizeof *t);
     if (!t) return k3_err(K3_ERR_NOMEM, "expert cache: out of memory");
-    t->m        = m;
+    t->src      = *src;
     t->E        = c->n_experts;
     t->n_layers = c->n_layers;
     t->F        = c->moe_inter;
     t->L        = c->latent;
-    t->direct   = m->par.direct;
-    t->pipe     = m->par.pipe;
+    t->direct   = src->direct;
+    t->pipe     = src->pipe;
     const char *fe = getenv("K3_TEST_DIRECT_EINVAL");
     t->fake_einval = fe && *fe == '1';
-    t->n_shards = st_n_shards(m->st);
+    t->n_shards = st_n_shards(src->st);
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     k3_status st = K3_OK;
     if (t->F % Q_MXFP4_GROUP || t->L % Q_MXFP4_GROUP) {
         st = k3_err(K3_ERR_CONFIG, "%s: expert width %d and latent %d must be multiples of %d",
-                    m->dir, t->F, t->L, Q_MXFP4_GROUP);
+                    src->dir, t->F, t->L, Q_MXFP4_GROUP);
         goto fail;
     }
     int64_t dim[TT_D_COUNT];
@@ -643,7 +640,7 @@ k3_status ex_open(k3_model *m, ex_tier **out) {
         ex_layer *ly = &t->layers[l];
         ly->layer    = l;
         pthread_mutex_init(&ly->lock, NULL);
-        if (l >= m->n_run || l < c->first_dense) continue;
+        if (l >= src->n_run || l < c->first_dense) continue;
         t->n_moe++;
         if (!(ly->loc = k3_calloc((size_t)t->E, sizeof *ly->loc)) ||
             !(ly->where = k3_calloc((size_t)t->E, sizeof *ly->where)) ||
@@ -661,10 +658,10 @@ k3_status ex_open(k3_model *m, ex_tier **out) {
         for (int e = 0; t->layers[l].loc && e < t->E; e++)
             n_split += !t->layers[l].loc[e].contig;
     K3_LOG_INFO("%s: %d routed experts of %.2f MB in %d MoE layers; %ld contiguous (one read "
-                "each), %ld split (six reads each)", m->dir, t->n_moe * t->E,
+                "each), %ld split (six reads each)", src->dir, t->n_moe * t->E,
                 (double)t->expert_bytes / 1e6, t->n_moe, (long)t->n_moe * t->E - n_split, n_split);
     t->q_cap = t->n_moe * t->E + 1;
-    int nt   = m->par.load_threads > 0 ? m->par.load_threads : 4;
+    int nt   = src->load_threads > 0 ? src->load_threads : 4;
     if (!(t->queue = k3_calloc((size_t)t->q_cap, sizeof *t->queue)) ||
         !(t->thr = k3_calloc((size_t)nt, sizeof *t->thr)))
         goto oom;
@@ -673,11 +670,11 @@ k3_status ex_open(k3_model *m, ex_tier **out) {
             st = k3_err(K3_ERR_NOMEM, "expert cache: cannot start loader thread %d", t->n_thr);
             goto fail;
         }
-    if ((st = ex_set_budget(t, m->par.expert_gb))) goto fail;
+    if ((st = ex_set_budget(t, src->expert_gb))) goto fail;
     if (t->n_moe && t->n_slots == t->E) {
         if ((st = preload(t))) goto fail;
     } else {
-        m->load_total -= (uint64_t)t->n_moe * t->E * t->expert_bytes; /* read on demand */
+        t->deferred = (uint64_t)t->n_moe * t->E * t->expert_bytes; /* read on demand */
     }
     *out = t;
     return K3_OK;
@@ -686,6 +683,10 @@ oom:
 fail:
     ex_close(t);
     return st;
+}
+
+uint64_t ex_deferred_bytes(const ex_tier *t) {
+    return t->deferred;
 }
 
 void ex_close(ex_tier *t) {

@@ -18,6 +18,7 @@
  * reopened by path, so a restored file is picked up).
  */
 #pragma once
+#include "config.h"
 #include "k3-impl.h"
 #include "quant.h"
 
@@ -31,13 +32,27 @@ typedef struct k3_expert {
 typedef struct ex_tier  ex_tier;
 typedef struct ex_layer ex_layer;
 
-/* Locate and check every routed expert of the run MoE layers of m (six U8 tensors each),
- * start the loader threads and, when the budget holds every expert, read them all now.
- * Settings from m->par: expert_gb (< 0: the default, every expert when that is at most half of
- * MemAvailable, else 40% of MemAvailable), direct (K3_DIRECT), pipe (K3_PIPE), load_threads
- * (K3_LOAD_THREADS). Load progress goes to m->par.progress. */
-struct k3_model;
-k3_status ex_open(struct k3_model *m, ex_tier **out);
+/* What the tier reads and how: the checkpoint, its config and the settings, no model. */
+typedef struct ex_source {
+    const st_dir    *st;           /* the checkpoint: shards and tensor list (tensors.h names) */
+    const char      *dir;          /* named in messages                                         */
+    const k3_config *cfg;
+    int              n_run;        /* layers run (K3_LAYERS); MoE layers past it get no experts */
+    double           expert_gb;    /* budget in GB (< 0: the default, every expert when that is
+                                      at most half of MemAvailable, else 40% of MemAvailable)  */
+    int              direct, pipe; /* K3_DIRECT, K3_PIPE                                       */
+    int              load_threads; /* K3_LOAD_THREADS (<= 0: 4)                                 */
+    /* Called after each expert read at open (when the budget holds them all) with its bytes;
+     * may be NULL. */
+    void (*progress)(void *ud, uint64_t bytes);
+    void  *ud;
+} ex_source;
+
+/* Locate and check every routed expert of the run MoE layers (six U8 tensors each), start the
+ * loader threads and, when the budget holds every expert, read them all now. */
+k3_status ex_open(const ex_source *src, ex_tier **out);
+/* Bytes of the routed experts read on demand, not at open (0 when ex_open read them all). */
+uint64_t  ex_deferred_bytes(const ex_tier *t);
 void      ex_close(ex_tier *t);
 
 /* Change the budget live (GB, 10^9 bytes; < 0: the default); shrinking evicts at once. */

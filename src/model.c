@@ -125,6 +125,11 @@ static void progress(k3_model *m, const char *what, uint64_t bytes) {
     if (m->par.progress) m->par.progress(what, m->load_done, m->load_total, m->par.progress_ud);
 }
 
+/* The expert tier's progress at open (ex_source.progress). */
+static void expert_progress(void *ud, uint64_t bytes) {
+    progress(ud, "routed experts", bytes);
+}
+
 static const st_tensor *need(const k3_model *m, const char *name, k3_status *st) {
     const st_tensor *t = st_find(m->st, name);
     if (!t) *st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", m->dir, name);
@@ -605,7 +610,11 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
     if ((st = load_globals(m))) goto fail;
     for (int l = 0; l < m->n_run; l++)
         if ((st = load_layer(m, l))) goto fail;
-    if ((st = ex_open(m, &m->tier))) goto fail;
+    ex_source xs = {.st = m->st, .dir = m->dir, .cfg = &m->cfg, .n_run = m->n_run,
+                    .expert_gb = m->par.expert_gb, .direct = m->par.direct, .pipe = m->par.pipe,
+                    .load_threads = m->par.load_threads, .progress = expert_progress, .ud = m};
+    if ((st = ex_open(&xs, &m->tier))) goto fail;
+    m->load_total -= ex_deferred_bytes(m->tier); /* read on demand, not now */
     if ((st = vkt_open(m, &m->vk))) goto fail;
     if (m->map && m->vk) { /* K3_VK unset and a real GPU found: the tier came on by itself */
         st = k3_err(K3_ERR_UNSUPPORTED, "K3_MMAP=1: the Vulkan tier is on (a GPU was found); set K3_VK=0 or unset K3_MMAP");
