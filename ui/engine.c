@@ -130,6 +130,21 @@ void ue_emitf(ue *u, int type, const char *fmt, ...) {
     ev_push_text(u->out, type, buf);
 }
 
+const char *ue_effort_name(int e) {
+    return e == 0 ? "low" : e == 1 ? "high" : "max";
+}
+
+void ue_gen_settings(struct k3_conv *c, const ue_gen *g, float temp, float top_p, k3_conv_settings *set) {
+    k3_conv_get_settings(c, set);
+    set->think = g->think;
+    snprintf(set->effort, sizeof set->effort, "%s", ue_effort_name(g->effort));
+    set->max_tokens     = g->max_tokens > 0 ? g->max_tokens : 0;
+    set->sampling.temp  = temp;
+    set->sampling.top_p = top_p;
+    if (g->has_seed)
+        set->sampling.seed = g->seed;
+}
+
 void ue_tok_begin(ue_tokstats *t) {
     *t = (ue_tokstats){.t0 = ev_now()};
 }

@@ -92,6 +92,14 @@ void ue_send_history(ue *u, const struct k3_conv *c);
 int ue_conv_cmd(ue *u, struct k3_conv *c, const ui_ev *cmd);
 double ue_mem_gb(void); /* resident set size of the process */
 
+/* The conversation settings of a turn's command g (think, effort, max_tokens, seed) with the
+ * sampling temp / top_p the backend chose, over c's current settings: the same in every backend. */
+struct k3_conv_settings;
+void ue_gen_settings(struct k3_conv *c, const ue_gen *g, float temp, float top_p,
+                     struct k3_conv_settings *set);
+/* "low", "high" or "max": ue_gen.effort as the chat format and the OpenAI API name it. */
+const char *ue_effort_name(int effort);
+
 /* Token statistics of a turn as it streams, the same for every backend (worker.c, remote.c). */
 #define UE_STATS_EVERY 0.2 /* seconds between two live EV_STATS */
 typedef struct ue_tokstats {

@@ -290,10 +290,6 @@ static int on_json_answer(remote *r) {
 
 /* ---- turns --------------------------------------------------------------------------------- */
 
-static const char *effort_str(int e) {
-    return e == 0 ? "low" : e == 1 ? "high" : "max";
-}
-
 /* GET /models: the model name (unless given) and its context length when the server says. */
 static int discover(remote *r, char *msg, size_t n) {
     r->err[0]   = 0;
@@ -338,7 +334,7 @@ static char *request_body(remote *r, const ue_gen *g) {
     if (g->has_seed)
         json_object_set_new(b, "seed", json_integer((json_int_t)g->seed));
     if (g->think && g->effort != 2) /* the default (max) is not sent: other servers know low/high only */
-        json_object_set_new(b, "reasoning_effort", json_string(effort_str(g->effort)));
+        json_object_set_new(b, "reasoning_effort", json_string(ue_effort_name(g->effort)));
     char *s = json_dumps(b, JSON_COMPACT);
     json_decref(b);
     return s;
@@ -346,14 +342,7 @@ static char *request_body(remote *r, const ue_gen *g) {
 
 static void record_settings(remote *r, const ue_gen *g) {
     k3_conv_settings set;
-    k3_conv_get_settings(r->c, &set);
-    set.think = g->think;
-    snprintf(set.effort, sizeof set.effort, "%s", effort_str(g->effort));
-    set.max_tokens     = g->max_tokens > 0 ? g->max_tokens : 0;
-    set.sampling.temp  = g->temp;
-    set.sampling.top_p = g->top_p;
-    if (g->has_seed)
-        set.sampling.seed = g->seed;
+    ue_gen_settings(r->c, g, g->temp, g->top_p, &set);
     k3_conv_set_settings(r->c, &set); /* only for the transcript: invalid values are the server's to judge */
 }
 

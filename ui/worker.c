@@ -77,10 +77,6 @@ static void on_piece(real *r, int ch, const char *text, size_t n) {
 static void on_think(const char *t, size_t n, void *ud) { on_piece(ud, EV_CH_THINK, t, n); }
 static void on_response(const char *t, size_t n, void *ud) { on_piece(ud, EV_CH_RESPONSE, t, n); }
 
-static const char *effort_str(int e) {
-    return e == 0 ? "low" : e == 1 ? "high" : "max";
-}
-
 /* The sampling of a command: the user's values, or the model's generation defaults where the
  * user chose none (g was copied when the command was sent, maybe before the model was loaded). */
 static void gen_sampling(const real *r, const ue_gen *g, float *temp, float *top_p) {
@@ -90,13 +86,9 @@ static void gen_sampling(const real *r, const ue_gen *g, float *temp, float *top
 
 static k3_status apply_gen(real *r, const ue_gen *g) {
     k3_conv_settings set;
-    k3_conv_get_settings(r->c, &set);
-    set.think = g->think;
-    snprintf(set.effort, sizeof set.effort, "%s", effort_str(g->effort));
-    set.max_tokens       = g->max_tokens > 0 ? g->max_tokens : 0;
-    gen_sampling(r, g, &set.sampling.temp, &set.sampling.top_p);
-    if (g->has_seed)
-        set.sampling.seed = g->seed;
+    float            temp, top_p;
+    gen_sampling(r, g, &temp, &top_p);
+    ue_gen_settings(r->c, g, temp, top_p, &set);
     return k3_conv_set_settings(r->c, &set);
 }
 
