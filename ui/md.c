@@ -266,7 +266,7 @@ static void add_styled(R *r, const char *text, const span *sp, size_t n_sp, size
             /* newlines (hard breaks) and other controls are not part of a drawn line */
             size_t s0 = a;
             for (size_t q = a; q <= b; q++)
-                if (q == b || (unsigned char)text[q] < 0x20) {
+                if (q == b || (unsigned char)text[q] < 0x20 || text[q] == 0x7f) {
                     ln_add(r, text + s0, q - s0, sp[j].role, sp[j].link);
                     s0 = q + 1;
                 }
@@ -574,14 +574,24 @@ static styled *target(R *r) {
 
 static void add_text(R *r, const char *s, size_t n) {
     styled *t = target(r);
-    /* tabs become spaces; wrapping measures the rest */
+    /* tabs become spaces and invalid UTF-8 becomes U+FFFD here, so that the bytes of two spans
+     * can never join into one character when they are drawn as separate runs */
     size_t s0 = 0;
-    for (size_t k = 0; k <= n; k++)
-        if (k == n || s[k] == '\t') {
-            if (st_add(t, s + s0, k - s0, cur_role(r), r->link) || (k < n && st_add(t, " ", 1, cur_role(r), r->link)))
+    for (size_t k = 0; k <= n && !r->err;) {
+        utf8proc_int32_t cp = 0;
+        utf8proc_ssize_t l  = k < n ? utf8proc_iterate((const utf8proc_uint8_t *)s + k, (utf8proc_ssize_t)(n - k), &cp) : 0;
+        if (k == n || l <= 0 || cp == '\t') {
+            const char *rep = k == n ? "" : l <= 0 ? "\xEF\xBF\xBD" : " ";
+            if (st_add(t, s + s0, k - s0, cur_role(r), r->link) || st_add(t, rep, strlen(rep), cur_role(r), r->link))
                 r->err = r->d->oom = 1;
-            s0 = k + 1;
+            if (k == n)
+                break;
+            k += l <= 0 ? 1 : (size_t)l;
+            s0 = k;
+            continue;
         }
+        k += (size_t)l;
+    }
 }
 
 static void leave_leaf_heading(R *r) {
@@ -596,8 +606,9 @@ static void leave_leaf_heading(R *r) {
 
 static void set_lang(R *r, const MD_ATTRIBUTE *a) {
     r->lang.n = 0;
-    if (a && a->text && a->size)
-        txt_buf_add(&r->lang, a->text, a->size);
+    for (MD_SIZE k = 0; a && a->text && k < a->size; k++)
+        if ((unsigned char)a->text[k] >= 0x20 && a->text[k] != 0x7f) /* no control bytes */
+            txt_buf_add(&r->lang, a->text + k, 1);
 }
 
 static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
@@ -671,7 +682,7 @@ static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
         block_start(r);
         table_free(r->tb);
         r->tb = calloc(1, sizeof *r->tb);
-        if (!r->tb)
+        if (!r->tb || txt_buf_add(&r->tb->st.t, "", 0)) /* text never NULL, even when all cells are empty */
             r->err = r->d->oom = 1;
         r->in_table = 1;
         break;
