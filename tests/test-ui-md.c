@@ -246,6 +246,11 @@ static void test_stream(void) {
     md_stream_update(&st, half, strlen(half), 40, THM_ASSISTANT, MD_STREAMING);
     md_line_text(&st.open, 0, &a);
     T_CHECK(!strstr(a.p, "**") && strstr(a.p, "bol"), "unclosed ** shown styled while streaming: '%s'", a.p);
+    for (const char *const *m = (const char *const[]){"text **", "text *", "text `", "text ~", NULL}; *m; m++) {
+        md_stream_update(&st, *m, strlen(*m), 40, THM_ASSISTANT, MD_STREAMING);
+        md_line_text(&st.open, 0, &a);
+        T_CHECK(!strcmp(a.p, "text"), "a marker at the very end waits for its text: '%s' shows '%s'", *m, a.p);
+    }
     const char *tick = "call `foo(";
     md_stream_update(&st, tick, strlen(tick), 40, THM_ASSISTANT, MD_STREAMING);
     md_line_text(&st.open, 0, &a);

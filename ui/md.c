@@ -1101,6 +1101,12 @@ static int stream_view(md_stream *st, const char *s, size_t n) {
     }
     if (txt_buf_add(b, s, n))
         return -1;
+    /* markers at the very end open something whose text has not come yet ("**", "`", a "~~"
+     * cut in two): shown by the next token, or closed below once text follows them */
+    while (b->n > 0 && strchr("*`~_$", b->p[b->n - 1]))
+        b->p[--b->n] = 0;
+    s = b->p;
+    n = b->n;
     if (st->fence)
         return 0; /* an open fence: md4c shows the code to the end */
     /* the last paragraph: after the last blank line */

@@ -23,7 +23,8 @@
  * followed by a line starting at column 0. Finished chunks are rendered once and kept; only the
  * open (last) chunk is rendered again as text arrives. While streaming, an unclosed `code`,
  * **strong** or ~~strike~~ in the open chunk is closed for display, and a half-received table
- * row is held back, so half-written constructs show styled rather than as raw markers.
+ * row and markers at the very end are held back, so half-written constructs show styled rather
+ * than as raw markers.
  * (A link reference definition only applies within its chunk.)
  */
 #pragma once
