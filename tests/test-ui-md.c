@@ -345,7 +345,35 @@ static void test_bad_input(void) {
     }
 }
 
+/* every shipped theme parses and sets every Markdown role */
+static void test_themes(void) {
+    static const char *files[] = {"themes/dark.theme", "themes/light.theme", "themes/high-contrast.theme"};
+    for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+        FILE *f = fopen(files[k], "r");
+        if (!f) {
+            T_SKIP("%s not found (run from the repository root)", files[k]);
+            continue;
+        }
+        static char buf[16384];
+        size_t      n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n]        = 0;
+        fclose(f);
+        thm_spec t[THM_N];
+        char     err[512] = "";
+        thm_defaults(t);
+        int missing = 0;
+        for (int r = THM_MD_HEADING; r < THM_N; r++) {
+            char key[64];
+            snprintf(key, sizeof key, "\n%s ", thm_role_name((enum thm_role)r));
+            missing += strstr(buf, key) == NULL;
+        }
+        T_CHECK(thm_parse(buf, files[k], t, err, sizeof err) == 0 && !missing, "%s parses and sets all %d md-* roles (%d missing) %s",
+                files[k], THM_N - THM_MD_HEADING, missing, err);
+    }
+}
+
 int main(void) {
+    test_themes();
     test_blocks();
     test_lists();
     test_tables();
