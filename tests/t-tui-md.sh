@@ -179,4 +179,51 @@ check "a message after a cancelled edit is a new turn" wait_for "reply to plain 
 check "and the previous exchange stays" has "reply to follow-up"
 type_line "/quit"
 check "k3chat exits cleanly" wait_for "EXIT=0" 5
+
+# on k3-nano (the real engine and conversation): /copy of a real answer, /edit then send
+n="$K3_SRC/models/k3-nano"
+if [ ! -f "$n/config.json" ]; then
+    echo "SKIP: models/k3-nano is missing: no /copy and /edit on the real engine"
+    finish
+fi
+# wait_count TEXT N [SECONDS]: TEXT on at least N screen lines (the turns' folded reasoning)
+wait_count() {
+    _lim=$(( ${3:-30} * 20 * slow )); _i=0
+    while [ $_i -lt $_lim ]; do
+        [ "$(screen | grep -cF -- "$1")" -ge "$2" ] && return 0
+        sleep 0.05; _i=$((_i + 1))
+    done
+    return 1
+}
+tui_start 100 40 -- "$K3CHAT --temp 0 $n 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+$T set-option -g set-clipboard on >/dev/null 2>&1
+check "k3-nano loads" wait_for "k3-nano · " 60
+type_line "Reverse the word planet."
+check "k3-nano answers" wait_count "thought for" 1 60
+check "the answer is tenalp" has "tenalp"
+type_line "/copy"
+check "/copy of k3-nano's answer" wait_for "copied " 5
+check "tmux's buffer holds the answer" sh -c "$T show-buffer | grep -q tenalp"
+keys C-l; type_line "/edit"
+check "/edit brings the question back" wait_for "› Reverse the word planet." 5
+keys C-u; type_line "Reverse the word garden."
+check "the edited question is answered" wait_for "nedrag" 60
+check "the old question and answer are off the screen" sh -c "! screen | grep -qF -e planet -e tenalp"
+wait_count "thought for" 1 60
+type_line "What is 27 + 58?"
+check "the conversation continues from the new branch" wait_count "thought for" 2 60
+answer_has() { screen | grep -v -e '›' -e 'thought for' -e 'k3-nano · ' | grep -Eq "(^|[^0-9])$1([^0-9]|\$)"; }
+check "with the right answer (85)" answer_has 85
+type_line "/save $K3_TMP/nano.jsonl"
+check "/save" wait_for "saved 4 messages" 10
+# lineno FIXED-TEXT [abandoned|active]: the line number of the transcript line with that text
+lineno() { grep -nF -- "$1" "$K3_TMP/nano.jsonl" | if [ "$2" = abandoned ]; then grep -F '"abandoned":1'; else grep -vF '"abandoned"'; fi | head -n 1 | cut -d: -f1; }
+branches_ok() {
+    _ou=$(lineno '"content":"Reverse the word planet."' abandoned); _oa=$(lineno '"content":"planet reversed is tenalp' abandoned)
+    _nu=$(lineno '"content":"Reverse the word garden."' active); _nq=$(lineno '"content":"What is 27 + 58?"' active)
+    [ -n "$_ou" ] && [ -n "$_oa" ] && [ -n "$_nu" ] && [ -n "$_nq" ] && [ "$_ou" -lt "$_oa" ] && [ "$_oa" -lt "$_nu" ] && [ "$_nu" -lt "$_nq" ]
+}
+check "the transcript keeps the old exchange as abandoned branch 1, then the new branch" branches_ok
+keys C-d
+check "k3-nano session exits cleanly" wait_for "EXIT=0" 10
 finish

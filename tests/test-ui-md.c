@@ -242,6 +242,10 @@ static void test_stream(void) {
     T_CHECK(same, "streamed lines equal the whole render (%d lines)", whole.n_lines);
 
     /* half-written constructs */
+    const char *sp = "text with **bold ";
+    md_stream_update(&st, sp, strlen(sp), 40, THM_ASSISTANT, MD_STREAMING);
+    md_line_text(&st.open, 0, &a);
+    T_CHECK(!strstr(a.p, "**"), "unclosed ** before a space: still styled: '%s'", a.p);
     const char *half = "text with **bol";
     md_stream_update(&st, half, strlen(half), 40, THM_ASSISTANT, MD_STREAMING);
     md_line_text(&st.open, 0, &a);

@@ -1141,6 +1141,9 @@ static int stream_view(md_stream *st, const char *s, size_t n) {
         }
         k++;
     }
+    if (stars || tildes) /* a closer after a space would not close: end at the last word */
+        while (b->n > 0 && (b->p[b->n - 1] == ' ' || b->p[b->n - 1] == '\t'))
+            b->p[--b->n] = 0;
     if (ticks)
         for (int k = 0; k < tick_run; k++)
             txt_buf_add(b, "`", 1);
