@@ -495,6 +495,7 @@ void tui_render(tui *t, int force) {
     t->dirty     = 0;
     t->last_draw = ev_now();
     if (t->tok_t_pending > 0) {
+        t->flowing = 1;
         double lat = t->last_draw - t->tok_t_pending;
         t->lat_sum += lat;
         t->lat_n++;

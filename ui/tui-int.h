@@ -124,6 +124,7 @@ typedef struct tui {
     int       raw;          /* /raw on: answers as unrendered text                   */
     int       osc8;         /* links as OSC 8 hyperlinks (md_term_osc8)              */
     int       edit_pending; /* /edit: the next message replaces the last exchange    */
+    int       flowing;      /* the last frame showed new tokens (tui.c next_key)     */
     md_stream ms_resp;      /* the streaming response, chunk by chunk                */
     struct tui_link { int y, x; const md_doc *d; size_t run; } *links; /* drawn this frame */
     int       n_links, cap_links;

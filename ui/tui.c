@@ -521,7 +521,10 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         }
         /* While a frame is pending, sleep until it is due without waking for each token:
          * the events wait in the queue and the frame takes them all at once. */
-        int pending = t->dirty != 0;
+        /* While tokens flow, the next frame is due anyway: sleep until then without waking for
+         * its first token either (one wake-up per frame instead of two). */
+        int flowing = t->streaming && t->flowing && now - t->last_draw < FRAME_S;
+        int pending = t->dirty != 0 || flowing;
         int timeout = -1;
         if (pending)
             timeout = (int)((FRAME_S - (now - t->last_draw)) * 1000) + 1;
@@ -539,6 +542,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         keys = pr < 0 || (pr == 0 && !pending) || (pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)));
         if (pending || (p[1].revents & POLLIN))
             pump_events(t);
+        if (flowing && !t->dirty)
+            t->flowing = 0; /* a frame's time without tokens: wait for the next one again */
         if (t->quit)
             return 0;
     }
