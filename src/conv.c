@@ -190,16 +190,34 @@ void conv_touched(k3_conv *c, int i) {
     }
 }
 
-static k3_status grow(k3_conv *c) {
-    if (c->n_msgs < c->cap_msgs)
+/* Room for `need` elements of `elem` bytes in *arr (capacity *cap, doubling from `first`). */
+static k3_status grow_array(void **arr, int *cap, int need, size_t elem, int first, const char *what) {
+    if (need <= *cap)
         return K3_OK;
-    int     ncap = c->cap_msgs ? 2 * c->cap_msgs : 16;
-    k3_msg *nm = realloc(c->msgs, (size_t)ncap * sizeof *nm);
-    if (!nm)
-        return k3_err(K3_ERR_NOMEM, "conversation: out of memory for %d messages", ncap);
-    c->msgs = nm;
-    c->cap_msgs = ncap;
+    int ncap = *cap ? *cap : first;
+    while (ncap < need)
+        ncap *= 2;
+    void *p = realloc(*arr, (size_t)ncap * elem);
+    if (!p)
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory for %d %s", ncap, what);
+    *arr = p;
+    *cap = ncap;
     return K3_OK;
+}
+
+static k3_status grow(k3_conv *c) {
+    void     *p  = c->msgs;
+    k3_status st = grow_array(&p, &c->cap_msgs, c->n_msgs + 1, sizeof *c->msgs, 16, "messages");
+    c->msgs      = p;
+    return st;
+}
+
+/* Room for n more abandoned messages. */
+static k3_status grow_aban(k3_conv *c, int n) {
+    void     *p  = c->aban;
+    k3_status st = grow_array(&p, &c->cap_aban, c->n_aban + n, sizeof *c->aban, 8, "abandoned messages");
+    c->aban      = p;
+    return st;
 }
 
 /* Copies src's strings and ids into *dst (which is overwritten). */
@@ -310,10 +328,16 @@ void k3_conv_clear(k3_conv *c) {
     c->rewrite = 0;
 }
 
-int k3_conv_undo(k3_conv *c) {
+/* Index of the last user message, -1 when none. */
+static int last_user(const k3_conv *c) {
     int i = c->n_msgs - 1;
     while (i >= 0 && c->msgs[i].role != K3_ROLE_USER)
         i--;
+    return i;
+}
+
+int k3_conv_undo(k3_conv *c) {
+    int i = last_user(c);
     if (i < 0)
         return 0;
     int n = c->n_msgs - i;
@@ -321,20 +345,8 @@ int k3_conv_undo(k3_conv *c) {
     return n;
 }
 
-static k3_status grow_aban(k3_conv *c) {
-    if (c->n_aban < c->cap_aban)
-        return K3_OK;
-    int        ncap = c->cap_aban ? 2 * c->cap_aban : 8;
-    conv_aban *na   = realloc(c->aban, (size_t)ncap * sizeof *na);
-    if (!na)
-        return k3_err(K3_ERR_NOMEM, "conversation: out of memory for %d abandoned messages", ncap);
-    c->aban     = na;
-    c->cap_aban = ncap;
-    return K3_OK;
-}
-
 k3_status conv_push_abandoned(k3_conv *c, const k3_msg *m, int at, int branch) {
-    k3_status st = grow_aban(c);
+    k3_status st = grow_aban(c, 1);
     if (st)
         return st;
     conv_aban *a = &c->aban[c->n_aban];
@@ -349,15 +361,12 @@ k3_status conv_push_abandoned(k3_conv *c, const k3_msg *m, int at, int branch) {
 }
 
 int k3_conv_edit_last(k3_conv *c) {
-    int i = c->n_msgs - 1;
-    while (i >= 0 && c->msgs[i].role != K3_ROLE_USER)
-        i--;
+    int i = last_user(c);
     if (i < 0)
         return 0;
     int n = c->n_msgs - i;
-    while (c->cap_aban < c->n_aban + n)
-        if (grow_aban(c) || c->cap_aban < c->n_aban + n)
-            return -1;
+    if (grow_aban(c, n))
+        return -1;
     c->n_branches++;
     for (int k = i; k < c->n_msgs; k++)
         c->aban[c->n_aban++] = (conv_aban){c->msgs[k], i, c->n_branches}; /* moved, not copied */
