@@ -6,7 +6,8 @@
  * streams tokens at a steady rate, far faster than a real model decodes (a stress case for the
  * UI); K3_UI_STATS makes k3chat write its figures at exit. References: one 30 Hz frame (33 ms)
  * for the latency, 1 % for the CPU share (the issue's target), and the 20 ms frame interval for
- * the UI thread's CPU time per frame that showed new tokens.
+ * the UI thread's CPU time per frame that showed new tokens. Two turns: a plain-text answer (ui_*)
+ * and a Markdown-heavy one (ui_md_*: headings, lists, tables, code blocks, rendered as they stream).
  */
 #include "bench.h"
 
@@ -55,23 +56,39 @@ static int pump_until(int fd, const char *needle, double secs) {
     return needle ? -1 : 0;
 }
 
-static void write_script(const char *path) {
+/* 3 bytes per token, one every 2 ms: about 1800 tokens of plain text (markdown = 0) or of
+ * Markdown (headings, emphasis, inline code, links, math, nested and task lists, a table with
+ * CJK cells and a fenced block in each of 24 sections) */
+static void write_script(const char *path, int markdown) {
     FILE *f = fopen(path, "w");
     if (!f)
         return;
-    /* 3 bytes per token: about 1800 tokens, one every 2 ms */
     fprintf(f, "delay 2\nthink ");
     for (int i = 0; i < 100; i++)
         fprintf(f, "reasoning step %03d, ", i);
     fprintf(f, "\nresponse ");
-    for (int i = 0; i < 120; i++)
-        fprintf(f, "answer words %03d and 日本語, ", i);
+    if (markdown) /* one "response" line per Markdown line (they join with newlines) */
+        for (int i = 0; i < 24; i++)
+            fprintf(f, "## Section %d\nresponse\nresponse Some **bold** text with `code` and a [link](https://example.com/%d) "
+                       "and $x_%d^2$ here.\nresponse\nresponse - item one\nresponse   - nested *em*\nresponse - [x] task\n"
+                       "response\nresponse | a | b | 漢字 |\nresponse |---|---|---|\nresponse | 1 | 2 | 三 |\nresponse\n"
+                       "response ```c\nresponse int x%d = %d;\nresponse ```\nresponse\n%s",
+                    i, i, i, i, i, i + 1 < 24 ? "response " : "");
+    else
+        for (int i = 0; i < 120; i++)
+            fprintf(f, "answer words %03d and 日本語, ", i);
     fprintf(f, "\n");
     fclose(f);
 }
 
-int bench_ui(void) {
-    if (!bench_want("ui_token_to_screen_ms") && !bench_want("ui_cpu_share") && !bench_want("ui_frame_cpu_ms"))
+/* One scripted turn in k3chat; results named PREFIX_token_to_screen_ms, PREFIX_cpu_share and
+ * PREFIX_frame_cpu_ms. */
+static int run_turn(const char *prefix, int markdown) {
+    char lat_name[64], cpu_name[64], frame_name[64];
+    snprintf(lat_name, sizeof lat_name, "%s_token_to_screen_ms", prefix);
+    snprintf(cpu_name, sizeof cpu_name, "%s_cpu_share", prefix);
+    snprintf(frame_name, sizeof frame_name, "%s_frame_cpu_ms", prefix);
+    if (!bench_want(lat_name) && !bench_want(cpu_name) && !bench_want(frame_name))
         return 0;
     char    exe[4096], dir[64] = "/tmp/k3bench-ui.XXXXXX", script[128], stats[128], hist[160];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 16);
@@ -84,7 +101,7 @@ int bench_ui(void) {
     strcpy(slash + 1, "k3chat");
     snprintf(script, sizeof script, "%s/mock.txt", dir);
     snprintf(stats, sizeof stats, "%s/stats.txt", dir);
-    write_script(script);
+    write_script(script, markdown);
 
     struct winsize ws = {.ws_row = 40, .ws_col = 120};
     int            fd;
@@ -104,8 +121,10 @@ int bench_ui(void) {
     int ok = pump_until(fd, "mock", 10) == 0;
     if (ok && write(fd, "bench\r", 6) != 6)
         ok = 0;
-    ok = ok && pump_until(fd, "thought for", 60) == 0;
-    pump_until(fd, NULL, 0.2);
+    /* the end of the turn: the folded reasoning line (the plain answer fits the screen), or
+     * the last code line of the Markdown answer and a moment for the turn to close */
+    ok = ok && pump_until(fd, markdown ? "x23 = 23;" : "thought for", 60) == 0;
+    pump_until(fd, NULL, markdown ? 0.5 : 0.2);
     if (write(fd, "\004", 1) != 1) /* Ctrl-D at the empty prompt: quit */
         ok = 0;
     for (int i = 0; i < 100 && pid; i++) {
@@ -148,16 +167,21 @@ int bench_ui(void) {
         fprintf(stderr, "bench-ui: k3chat did not complete the scripted turn\n");
         return 1;
     }
-    printf("# ui: %.0f frames with new tokens, max latency %.2f ms, UI CPU %.3f s over %.3f s of decoding "
-           "(mock engine, one token per 2 ms)\n",
-           frames, lat_max, cpu, decode);
-    if (bench_want("ui_token_to_screen_ms"))
-        bench_report("ui_token_to_screen_ms", lat_mean, "ms", 33.3, "ms");
-    if (bench_want("ui_cpu_share"))
-        bench_report("ui_cpu_share", 100.0 * cpu / decode, "%", 1.0, "%");
+    printf("# %s: %.0f frames with new tokens, max latency %.2f ms, UI CPU %.3f s over %.3f s of decoding "
+           "(mock engine, one token per 2 ms, %s answer)\n",
+           prefix, frames, lat_max, cpu, decode, markdown ? "Markdown" : "plain-text");
+    if (bench_want(lat_name))
+        bench_report(lat_name, lat_mean, "ms", 33.3, "ms");
+    if (bench_want(cpu_name))
+        bench_report(cpu_name, 100.0 * cpu / decode, "%", 1.0, "%");
     /* the UI's cost per streaming frame against the frame interval (20 ms): the share at any
      * decode speed is about frames/s x this */
-    if (bench_want("ui_frame_cpu_ms") && frames > 0)
-        bench_report("ui_frame_cpu_ms", 1e3 * cpu / frames, "ms", 20.0, "ms");
+    if (bench_want(frame_name) && frames > 0)
+        bench_report(frame_name, 1e3 * cpu / frames, "ms", 20.0, "ms");
     return 0;
+}
+
+int bench_ui(void) {
+    /* ui_*: a plain-text answer; ui_md_*: a Markdown-heavy one (rendered as it streams) */
+    return run_turn("ui", 0) | run_turn("ui_md", 1);
 }

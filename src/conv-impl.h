@@ -22,9 +22,18 @@ typedef struct conv_snap {
     int          n;
 } conv_snap;
 
+/* A message of an abandoned branch (/edit): kept for the transcript, never in the prompt. */
+typedef struct conv_aban {
+    k3_msg m;
+    int    at;     /* index of the active message it is written before (the branch point) */
+    int    branch; /* branch number, 1-based; the messages of one /edit share it            */
+} conv_aban;
+
 struct k3_conv {
     k3_msg          *msgs;  /* (n_msgs) msgs[0] is the system prompt when it has that role */
     int              n_msgs, cap_msgs;
+    conv_aban       *aban;  /* (n_aban) abandoned branches, in the order they were made    */
+    int              n_aban, cap_aban, n_branches;
     k3_conv_settings set;
     uint64_t         n_turns_started; /* turns generated (seed derivation; never reset)   */
     uint64_t         next_seed;       /* k3_conv_set_turn_seed, when has_next_seed        */
@@ -73,5 +82,7 @@ k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out);
 /* conv-gen.c: the ids generation prefills: k3_conv_render, except that replies generated
  * here whose ids decode to their text are rendered as generated (see conv-gen.c). */
 k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out);
+/* Appends a copy of m to the abandoned branch `branch` at position at. */
+k3_status conv_push_abandoned(k3_conv *c, const k3_msg *m, int at, int branch);
 /* Exchange contents of two conversations' messages + settings (transcript loading). */
 void      conv_swap_content(k3_conv *a, k3_conv *b);

@@ -70,6 +70,12 @@ k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
     return K3_OK;
 }
 
+static void drop_abandoned(k3_conv *c) {
+    for (int i = 0; i < c->n_aban; i++)
+        conv_msg_clear(&c->aban[i].m);
+    c->n_aban = c->n_branches = 0;
+}
+
 k3_conv *k3_conv_new(void) {
     k3_conv *c = k3_calloc(1, sizeof *c);
     if (!c)
@@ -107,6 +113,8 @@ void k3_conv_free(k3_conv *c) {
     for (int i = 0; i < c->n_msgs; i++)
         conv_msg_clear(&c->msgs[i]);
     free(c->msgs);
+    drop_abandoned(c);
+    free(c->aban);
     free(c->model_dir);
     free(c->autosave_dir);
     free(c->autosave_path);
@@ -182,16 +190,34 @@ void conv_touched(k3_conv *c, int i) {
     }
 }
 
-static k3_status grow(k3_conv *c) {
-    if (c->n_msgs < c->cap_msgs)
+/* Room for `need` elements of `elem` bytes in *arr (capacity *cap, doubling from `first`). */
+static k3_status grow_array(void **arr, int *cap, int need, size_t elem, int first, const char *what) {
+    if (need <= *cap)
         return K3_OK;
-    int     ncap = c->cap_msgs ? 2 * c->cap_msgs : 16;
-    k3_msg *nm = realloc(c->msgs, (size_t)ncap * sizeof *nm);
-    if (!nm)
-        return k3_err(K3_ERR_NOMEM, "conversation: out of memory for %d messages", ncap);
-    c->msgs = nm;
-    c->cap_msgs = ncap;
+    int ncap = *cap ? *cap : first;
+    while (ncap < need)
+        ncap *= 2;
+    void *p = realloc(*arr, (size_t)ncap * elem);
+    if (!p)
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory for %d %s", ncap, what);
+    *arr = p;
+    *cap = ncap;
     return K3_OK;
+}
+
+static k3_status grow(k3_conv *c) {
+    void     *p  = c->msgs;
+    k3_status st = grow_array(&p, &c->cap_msgs, c->n_msgs + 1, sizeof *c->msgs, 16, "messages");
+    c->msgs      = p;
+    return st;
+}
+
+/* Room for n more abandoned messages. */
+static k3_status grow_aban(k3_conv *c, int n) {
+    void     *p  = c->aban;
+    k3_status st = grow_array(&p, &c->cap_aban, c->n_aban + n, sizeof *c->aban, 8, "abandoned messages");
+    c->aban      = p;
+    return st;
 }
 
 /* Copies src's strings and ids into *dst (which is overwritten). */
@@ -253,6 +279,10 @@ static void remove_range(k3_conv *c, int i, int n) {
         conv_msg_clear(&c->msgs[k]);
     memmove(&c->msgs[i], &c->msgs[i + n], (size_t)(c->n_msgs - i - n) * sizeof *c->msgs);
     c->n_msgs -= n;
+    /* abandoned branches after the removed messages move with their neighbours */
+    for (int k = 0; k < c->n_aban; k++)
+        if (c->aban[k].at > i)
+            c->aban[k].at = c->aban[k].at - i > n ? c->aban[k].at - n : i;
     conv_touched(c, i);
 }
 
@@ -290,6 +320,7 @@ void k3_conv_clear(k3_conv *c) {
     for (int i = keep; i < c->n_msgs; i++)
         conv_msg_clear(&c->msgs[i]);
     c->n_msgs = keep;
+    drop_abandoned(c);
     /* a new conversation gets a new autosave file; the old file stays as it is */
     free(c->autosave_path);
     c->autosave_path = NULL;
@@ -297,15 +328,67 @@ void k3_conv_clear(k3_conv *c) {
     c->rewrite = 0;
 }
 
-int k3_conv_undo(k3_conv *c) {
+/* Index of the last user message, -1 when none. */
+static int last_user(const k3_conv *c) {
     int i = c->n_msgs - 1;
     while (i >= 0 && c->msgs[i].role != K3_ROLE_USER)
         i--;
+    return i;
+}
+
+int k3_conv_undo(k3_conv *c) {
+    int i = last_user(c);
     if (i < 0)
         return 0;
     int n = c->n_msgs - i;
     remove_range(c, i, n);
     return n;
+}
+
+k3_status conv_push_abandoned(k3_conv *c, const k3_msg *m, int at, int branch) {
+    k3_status st = grow_aban(c, 1);
+    if (st)
+        return st;
+    conv_aban *a = &c->aban[c->n_aban];
+    if ((st = msg_copy(&a->m, m)))
+        return st;
+    a->at     = at;
+    a->branch = branch;
+    c->n_aban++;
+    if (branch > c->n_branches)
+        c->n_branches = branch;
+    return K3_OK;
+}
+
+int k3_conv_edit_last(k3_conv *c) {
+    int i = last_user(c);
+    if (i < 0)
+        return 0;
+    int n = c->n_msgs - i;
+    if (grow_aban(c, n))
+        return -1;
+    c->n_branches++;
+    for (int k = i; k < c->n_msgs; k++)
+        c->aban[c->n_aban++] = (conv_aban){c->msgs[k], i, c->n_branches}; /* moved, not copied */
+    c->n_msgs = i;
+    conv_touched(c, i);
+    if (c->autosave_path)
+        c->rewrite = 1; /* the branch goes into the file before the new exchange */
+    return n;
+}
+
+int k3_conv_abandoned_count(const k3_conv *c) {
+    return c->n_aban;
+}
+
+const k3_msg *k3_conv_abandoned(const k3_conv *c, int i, int *at, int *branch) {
+    if (i < 0 || i >= c->n_aban)
+        return NULL;
+    if (at)
+        *at = c->aban[i].at;
+    if (branch)
+        *branch = c->aban[i].branch;
+    return &c->aban[i].m;
 }
 
 int k3_conv_pop_reply(k3_conv *c) {
@@ -340,6 +423,16 @@ void conv_swap_content(k3_conv *a, k3_conv *b) {
     a->n_msgs = b->n_msgs;
     a->cap_msgs = b->cap_msgs;
     a->set = b->set;
+    conv_aban *ab = a->aban;
+    int        na = a->n_aban, ca = a->cap_aban, nb = a->n_branches;
+    a->aban = b->aban;
+    a->n_aban = b->n_aban;
+    a->cap_aban = b->cap_aban;
+    a->n_branches = b->n_branches;
+    b->aban = ab;
+    b->n_aban = na;
+    b->cap_aban = ca;
+    b->n_branches = nb;
     b->msgs = m;
     b->n_msgs = n;
     b->cap_msgs = cap;

@@ -361,6 +361,14 @@ const k3_msg *k3_conv_msg(const k3_conv *c, int i);     /* NULL when out of rang
 void          k3_conv_clear(k3_conv *c);
 /* /undo: removes the last user message and everything after it. Returns messages removed. */
 int           k3_conv_undo(k3_conv *c);
+/* /edit: moves the last user message and everything after it into a new abandoned branch:
+ * gone from the history (and the prompt), kept in transcripts, marked "abandoned" (k3chat.5).
+ * Returns the messages moved (0: no user message; -1 out of memory, nothing changed). */
+int           k3_conv_edit_last(k3_conv *c);
+/* The abandoned messages, oldest branch first: count; message i, with the index of the active
+ * message it was written before (its branch point) and its branch number (1-based). */
+int           k3_conv_abandoned_count(const k3_conv *c);
+const k3_msg *k3_conv_abandoned(const k3_conv *c, int i, int *at, int *branch);
 /* /retry: removes trailing assistant messages so the history ends with the user's turn.
  * Returns messages removed (0: nothing to retry). */
 int           k3_conv_pop_reply(k3_conv *c);

@@ -159,11 +159,30 @@ static json_t *msg_json(const k3_msg *m) {
     return o;
 }
 
-/* The whole file: header + messages [0, n). */
+/* Abandoned messages whose branch point is at (or, with last, past the end): each marked with
+ * "abandoned": its branch number. */
+static void abandoned_lines(const k3_conv *c, sbuf *b, int at, int last) {
+    for (int k = 0; k < c->n_aban; k++) {
+        const conv_aban *a = &c->aban[k];
+        if (a->at != at && !(last && a->at > at))
+            continue;
+        json_t *o = msg_json(&a->m);
+        if (o && json_object_set_new(o, "abandoned", json_integer(a->branch))) {
+            json_decref(o);
+            o = NULL;
+        }
+        sb_json_line(b, o);
+    }
+}
+
+/* The whole file: header + messages [0, n), abandoned branches before their branch point. */
 static void transcript_text(const k3_conv *c, sbuf *b) {
     sb_json_line(b, header_json(c));
-    for (int i = 0; i < c->n_msgs; i++)
+    for (int i = 0; i < c->n_msgs; i++) {
+        abandoned_lines(c, b, i, 0);
         sb_json_line(b, msg_json(&c->msgs[i]));
+    }
+    abandoned_lines(c, b, c->n_msgs, 1);
 }
 
 /* ==== durable writes ======================================================= */
@@ -779,9 +798,24 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
             m.ids[i] = (int32_t)json_integer_value(x);
         }
     }
+    /* "abandoned": N marks a message of abandoned branch N (/edit); it is kept, not replayed */
+    json_t *ab = json_object_get(o, "abandoned");
+    long long branch = 0;
+    if (ab && !json_is_null(ab)) {
+        if (json_is_true(ab))
+            branch = 1;
+        else if (json_is_integer(ab) && json_integer_value(ab) >= 1 && json_integer_value(ab) <= INT32_MAX)
+            branch = json_integer_value(ab);
+        else if (!json_is_false(ab)) {
+            st = LERR(L, "\"abandoned\" is %s, expected a branch number (integer >= 1)", jtype(ab));
+            goto out;
+        }
+    }
     m.content = text.p ? text.p : (char *)(uintptr_t)"";
     m.reasoning = (char *)(uintptr_t)reasoning;
-    st = text.oom ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line) : conv_push(c, &m);
+    st = text.oom ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line)
+         : branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch)
+                  : conv_push(c, &m);
 out:
     free(text.p);
     free(m.ids);

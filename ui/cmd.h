@@ -23,6 +23,9 @@
     X(CMD_EXPORT,    "export",        CMD_ARG_FILE, 0, 0, "FILE.md", "write the conversation as Markdown")                 \
     X(CMD_STATS,     "stats",         CMD_ARG_NONE, 0, 0, "", "show the statistics of the last turn and the session")     \
     X(CMD_THEME,     "theme",         CMD_ARG_OPT_WORD, 0, 0, "[NAME]", "switch the color theme (no name: list them)")   \
+    X(CMD_RAW,       "raw",           CMD_ARG_ONOFF, 0, 0, "on|off", "show answers as raw Markdown (on) or rendered (off)") \
+    X(CMD_COPY,      "copy",          CMD_ARG_TEXT_OPT, 0, 0, "[N|code [K]]", "copy the last answer, answer N or its K-th code block (OSC 52)") \
+    X(CMD_EDIT,      "edit",          CMD_ARG_NONE, 0, 0, "", "edit your last message; sending it replaces the last exchange") \
     X(CMD_QUIT,      "quit",          CMD_ARG_NONE, 0, 0, "", "leave k3chat")
 
 enum cmd_arg {

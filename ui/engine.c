@@ -28,7 +28,7 @@ static void *worker_main(void *arg) {
         }
         if (u->self) {
             atomic_store(&u->busy, 1);
-            if (c.type == EV_CMD_SEND || c.type == EV_CMD_RETRY || c.type == EV_CMD_REPLAY)
+            if (c.type == EV_CMD_SEND || c.type == EV_CMD_EDIT || c.type == EV_CMD_RETRY || c.type == EV_CMD_REPLAY)
                 atomic_store(&u->cancel, 0);
             u->be->cmd(u, u->self, &c);
             atomic_store(&u->busy, 0);
@@ -94,6 +94,7 @@ static void post(ue *u, int type, const char *text, const ue_gen *g, double x) {
 
 void ue_send(ue *u, const char *t, const ue_gen *g) { post(u, EV_CMD_SEND, t, g, 0); }
 void ue_retry(ue *u, const ue_gen *g) { post(u, EV_CMD_RETRY, NULL, g, 0); }
+void ue_edit(ue *u, const char *t, const ue_gen *g) { post(u, EV_CMD_EDIT, t, g, 0); }
 void ue_undo(ue *u) { post(u, EV_CMD_UNDO, NULL, NULL, 0); }
 void ue_forget(ue *u) { post(u, EV_CMD_FORGET, NULL, NULL, 0); }
 void ue_clear(ue *u) { post(u, EV_CMD_CLEAR, NULL, NULL, 0); }
@@ -195,6 +196,10 @@ void ue_send_history(ue *u, const k3_conv *c) {
 
 int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
     switch (cmd->type) {
+    case EV_CMD_EDIT: /* the old exchange becomes a branch; the backend then sends as usual */
+        if (k3_conv_edit_last(c) < 0)
+            ue_emitf(u, EV_ERROR, "/edit: %s (the old exchange is replaced, not kept)", k3_errmsg());
+        return 0;
     case EV_CMD_UNDO:
         if (k3_conv_undo(c) == 0) {
             ue_emitf(u, EV_ERROR, "/undo: the conversation is empty");

@@ -64,6 +64,9 @@ void ue_cancel(ue *u);
 
 void ue_send(ue *u, const char *user_text, const ue_gen *g);
 void ue_retry(ue *u, const ue_gen *g);
+/* /edit: the last exchange becomes an abandoned branch (kept in the transcript) and
+ * user_text is sent in its place. */
+void ue_edit(ue *u, const char *user_text, const ue_gen *g);
 void ue_undo(ue *u);
 void ue_forget(ue *u); /* drop the oldest exchange; answers EV_RESET + EV_MSG (or EV_ERROR) */
 void ue_clear(ue *u);
@@ -88,7 +91,9 @@ struct k3_conv;
 /* EV_RESET, then one EV_MSG per message of c. */
 void ue_send_history(ue *u, const struct k3_conv *c);
 /* Handle the conversation edits (/undo /forget /clear /system /save /load /export) the same way in
- * every backend; 1 when cmd was one of them, 0 when the backend must handle it. */
+ * every backend; 1 when cmd was one of them, 0 when the backend must handle it. EV_CMD_EDIT
+ * moves the last exchange to an abandoned branch and returns 0: the backend sends as for
+ * EV_CMD_SEND. */
 int ue_conv_cmd(ue *u, struct k3_conv *c, const ui_ev *cmd);
 double ue_mem_gb(void); /* resident set size of the process */
 

@@ -29,7 +29,7 @@ enum ev_type {
     EV_ACK,      /* the worker finished command i (EV_CMD_*); after its other events        */
     /* commands to the worker (ue_* in engine.h) */
     EV_CMD_SEND, EV_CMD_RETRY, EV_CMD_UNDO, EV_CMD_FORGET, EV_CMD_CLEAR, EV_CMD_SYSTEM, EV_CMD_SAVE,
-    EV_CMD_LOAD, EV_CMD_REPLAY, EV_CMD_EXPORT, EV_CMD_EXPERTS, EV_CMD_STATS, EV_CMD_QUIT,
+    EV_CMD_LOAD, EV_CMD_REPLAY, EV_CMD_EXPORT, EV_CMD_EXPERTS, EV_CMD_STATS, EV_CMD_EDIT, EV_CMD_QUIT,
 };
 
 enum { EV_CH_THINK = 0, EV_CH_RESPONSE = 1 };

@@ -28,13 +28,14 @@ typedef struct mturn {
 typedef struct mmsg {
     int   role;
     char *content, *reasoning;
+    int   abandoned; /* branch number of an exchange replaced by /edit, 0 when active */
 } mmsg;
 
 typedef struct mock {
     mturn   *turns; /* (n_turns) scripted turns */
     int      n_turns, next;
     mmsg    *msgs;  /* (n_msgs) the conversation */
-    int      n_msgs, cap_msgs;
+    int      n_msgs, cap_msgs, n_branches;
     char    *system;
     double   expert_gb;
     int      ctx_used;
@@ -186,7 +187,7 @@ static void add_msg(mock *m, int role, const char *content, const char *reasonin
         m->msgs     = nm;
         m->cap_msgs = cap;
     }
-    m->msgs[m->n_msgs++] = (mmsg){role, strdup(content ? content : ""), reasoning ? strdup(reasoning) : NULL};
+    m->msgs[m->n_msgs++] = (mmsg){role, strdup(content ? content : ""), reasoning ? strdup(reasoning) : NULL, 0};
 }
 
 static void drop_msgs(mock *m, int keep) {
@@ -301,6 +302,8 @@ static void mock_save(ue *u, mock *m, const char *path) {
         json_t *o = json_pack("{s:s,s:s}", "role", roles[m->msgs[k].role], "content", m->msgs[k].content);
         if (m->msgs[k].reasoning)
             json_object_set_new(o, "reasoning_content", json_string(m->msgs[k].reasoning));
+        if (m->msgs[k].abandoned)
+            json_object_set_new(o, "abandoned", json_integer(m->msgs[k].abandoned));
         s = json_dumps(o, JSON_COMPACT);
         fprintf(f, "%s\n", s);
         free(s);
@@ -345,6 +348,9 @@ static void mock_load(ue *u, mock *m, const char *path) {
         const char *rs = json_string_value(json_object_get(o, "reasoning_content"));
         add_msg(&tmp, !strcmp(role, "assistant") ? UE_ROLE_ASSISTANT : !strcmp(role, "system") ? UE_ROLE_SYSTEM : UE_ROLE_USER,
                 content, rs);
+        json_t *ab = json_object_get(o, "abandoned");
+        if (ab && json_is_integer(ab) && tmp.n_msgs)
+            tmp.msgs[tmp.n_msgs - 1].abandoned = (int)json_integer_value(ab);
         json_decref(o);
     }
     fclose(f);
@@ -356,6 +362,8 @@ static void mock_load(ue *u, mock *m, const char *path) {
     ui_ev r = {.type = EV_RESET};
     ev_push(u->out, &r);
     for (int k = 0; k < m->n_msgs; k++) {
+        if (m->msgs[k].abandoned)
+            continue;
         ui_ev e = {.type = EV_MSG, .i = m->msgs[k].role, .text = m->msgs[k].content, .text2 = m->msgs[k].reasoning};
         ev_push(u->out, &e);
     }
@@ -371,6 +379,8 @@ static void mock_export(ue *u, mock *m, const char *path) {
     fprintf(f, "# k3chat conversation\n\n");
     for (int k = 0; k < m->n_msgs; k++) {
         const mmsg *x = &m->msgs[k];
+        if (x->abandoned)
+            continue;
         if (x->role == UE_ROLE_USER)
             fprintf(f, "## You\n\n%s\n\n", x->content);
         else {
@@ -389,6 +399,16 @@ static void mock_export(ue *u, mock *m, const char *path) {
 static void mock_cmd(ue *u, void *self, const ui_ev *c) {
     mock *m = self;
     switch (c->type) {
+    case EV_CMD_EDIT: {
+        int k = m->n_msgs;
+        while (k > 0 && (m->msgs[k - 1].role != UE_ROLE_USER || m->msgs[k - 1].abandoned))
+            k--;
+        if (k > 0)
+            m->n_branches++;
+        for (int j = k - 1; k > 0 && j < m->n_msgs; j++)
+            m->msgs[j].abandoned = m->n_branches;
+    }
+        /* FALLTHROUGH */
     case EV_CMD_SEND:
         add_msg(m, UE_ROLE_USER, c->text, NULL);
         gen_turn(u, m, c->text, &c->gen);
@@ -411,7 +431,7 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
     }
     case EV_CMD_UNDO: {
         int k = m->n_msgs;
-        while (k > 0 && m->msgs[k - 1].role != UE_ROLE_USER)
+        while (k > 0 && (m->msgs[k - 1].role != UE_ROLE_USER || m->msgs[k - 1].abandoned))
             k--;
         if (k == 0) {
             ue_emitf(u, EV_ERROR, "/undo: the conversation is empty");
@@ -442,6 +462,8 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
         ui_ev r = {.type = EV_RESET};
         ev_push(u->out, &r);
         for (int k = 0; k < m->n_msgs; k++) {
+            if (m->msgs[k].abandoned)
+                continue;
             ui_ev e = {.type = EV_MSG, .i = m->msgs[k].role, .text = m->msgs[k].content, .text2 = m->msgs[k].reasoning};
             ev_push(u->out, &e);
         }

@@ -7,8 +7,13 @@
  * Ctrl-C stops the answer in progress; at the prompt (or at end of input) k3chat exits once
  * the last answer is complete. The exit status is 1 when the model failed to load or stdout
  * could not be written (reported once on stderr).
+ * Answers are printed as the raw Markdown they are. /copy puts one on the clipboard with OSC 52
+ * when stdout is a terminal (the answers of this session are kept for it); /edit offers the
+ * last message for editing (on a terminal) and sends the next line in place of the last
+ * exchange, which the transcript keeps as an abandoned branch.
  */
 #include "chat.h"
+#include "clip.h"
 #include "cli.h"
 #include "engine.h"
 #include "input.h"
@@ -36,7 +41,32 @@ typedef struct plain {
     int           err_tty, fatal, ready, last_ch, busy;
     unsigned      acked;   /* EV_ACKs seen: the worker has run this many commands */
     int           out_err; /* errno of the first failed write to stdout (0: none) */
+    txt_buf      *ans;     /* (n_ans) the answers of the conversation, for /copy */
+    int           n_ans, cap_ans;
+    txt_buf       cur;     /* the answer streaming now                            */
+    char         *last_user; /* the last message sent, for /edit (NULL: none)     */
+    int           edit_pending;
+    EditLine     *el;
 } plain;
+
+/* Keep an answer (an owned copy) for /copy; pop = drop the last one. */
+static void ans_push(plain *p, const char *s, size_t n) {
+    if (p->n_ans == p->cap_ans) {
+        int      cap = p->cap_ans ? p->cap_ans * 2 : 16;
+        txt_buf *a   = realloc(p->ans, (size_t)cap * sizeof *a);
+        if (!a)
+            return;
+        p->ans     = a;
+        p->cap_ans = cap;
+    }
+    txt_buf b = {0};
+    if (txt_buf_add(&b, s ? s : "", n) == 0)
+        p->ans[p->n_ans++] = b;
+}
+static void ans_drop(plain *p, int keep) {
+    while (p->n_ans > keep)
+        free(p->ans[--p->n_ans].p);
+}
 
 /* After writing to stdout: a closed or broken stdout is reported once and makes the exit
  * status 1 (the conversation and its autosave go on). */
@@ -84,6 +114,7 @@ static int on_event(plain *p, ui_ev *e) {
             if (p->last_ch == EV_CH_THINK)
                 fputc('\n', stderr);
             fputs(e->text, stdout);
+            txt_buf_add(&p->cur, e->text, strlen(e->text));
             out_check(p);
         }
         p->last_ch = e->ch;
@@ -95,15 +126,82 @@ static int on_event(plain *p, ui_ev *e) {
             fputc('\n', stdout);
         if (e->i == UE_DONE_CANCELLED)
             fprintf(stderr, "k3chat: stopped\n");
+        if (e->i != UE_DONE_ERROR || p->cur.n)
+            ans_push(p, p->cur.p, p->cur.n);
+        p->cur.n = 0;
         out_check(p);
         p->last_ch = -1;
         return 1;
     case EV_ERROR: fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "error"); break;
     case EV_INFO: fprintf(stderr, "k3chat: %s\n", e->text ? e->text : ""); break;
     case EV_ACK: p->acked++; break;
+    case EV_RESET:
+        ans_drop(p, 0);
+        free(p->last_user);
+        p->last_user = NULL;
+        break;
+    case EV_MSG:
+        if (e->i == UE_ROLE_ASSISTANT)
+            ans_push(p, e->text, e->text ? strlen(e->text) : 0);
+        if (e->i == UE_ROLE_USER && e->text) {
+            free(p->last_user);
+            p->last_user = strdup(e->text);
+        }
+        break;
+    case EV_UNDO: ans_drop(p, p->n_ans - 1); break;
     default: break;
     }
     return 0;
+}
+
+/* /copy, /edit and /raw in line mode; 1 when r was one of them. */
+static int md_command(plain *p, const cmd_result *r) {
+    char msg[1024];
+    switch (r->id) {
+    case CMD_RAW:
+        fprintf(stderr, "k3chat: line mode always prints the raw Markdown; /raw applies to the full-screen interface\n");
+        return 1;
+    case CMD_COPY: {
+        clip_req q;
+        txt_buf  out = {0};
+        const char **a = malloc((size_t)(p->n_ans + 1) * sizeof *a);
+        size_t      *l = malloc((size_t)(p->n_ans + 1) * sizeof *l);
+        for (int k = 0; a && l && k < p->n_ans; k++) {
+            a[k] = p->ans[k].p ? p->ans[k].p : "";
+            l[k] = p->ans[k].n;
+        }
+        if (!a || !l)
+            snprintf(msg, sizeof msg, "/copy: out of memory");
+        else if (clip_parse(r->arg, &q, msg, sizeof msg) == 0 && clip_select(&q, a, l, p->n_ans, &out, msg, sizeof msg) == 0) {
+            if (!isatty(1))
+                snprintf(msg, sizeof msg, "/copy: standard output is not a terminal, so there is no clipboard to "
+                                          "reach; /export FILE.md writes the conversation to a file");
+            else
+                clip_send(1, out.p, out.n, msg, sizeof msg);
+        }
+        fprintf(stderr, "k3chat: %s\n", msg);
+        free(a);
+        free(l);
+        free(out.p);
+        return 1;
+    }
+    case CMD_EDIT:
+        if (!p->last_user) {
+            fprintf(stderr, "k3chat: /edit: there is no message of yours to edit\n");
+            return 1;
+        }
+        p->edit_pending = 1;
+        if (p->el) {
+            /* offered on the next prompt, one line (newlines would send it at once) */
+            for (char *c = p->last_user; *c; c++)
+                if (*c == '\n' || *c == '\r')
+                    *c = ' ';
+            el_push(p->el, p->last_user);
+        }
+        fprintf(stderr, "k3chat: the next message replaces your last one and its answer (kept in the transcript)\n");
+        return 1;
+    default: return 0;
+    }
 }
 
 /* Process events until a turn ends (until_done) or the queue is idle. */
@@ -157,6 +255,8 @@ static int handle_line(plain *p, char *line) {
             fprintf(stderr, "k3chat: %s\n", r.msg);
             return 0;
         }
+        if (md_command(p, &r))
+            return 0;
         if (chat_apply(&p->cs, p->eng, &r, msg, sizeof msg)) {
             if (msg[0])
                 fprintf(stderr, "k3chat: %s\n", msg);
@@ -169,8 +269,13 @@ static int handle_line(plain *p, char *line) {
         switch (r.id) {
         case CMD_HELP: fprintf(stderr, "%s\n", chat_help_text()); break;
         case CMD_CLEAR: ue_clear(p->eng); settle(p); break;
-        case CMD_RETRY: ue_retry(p->eng, &p->cs.gen); drain(p, 1); break;
-        case CMD_UNDO: ue_undo(p->eng); settle(p); break;
+        case CMD_RETRY: ans_drop(p, p->n_ans - 1); ue_retry(p->eng, &p->cs.gen); drain(p, 1); break;
+        case CMD_UNDO:
+            free(p->last_user);
+            p->last_user = NULL;
+            ue_undo(p->eng);
+            settle(p);
+            break;
         case CMD_FORGET: ue_forget(p->eng); settle(p); break;
         case CMD_QUIT: return 1;
         case CMD_THEME: fprintf(stderr, "k3chat: themes apply to the full-screen interface only\n"); break;
@@ -183,7 +288,16 @@ static int handle_line(plain *p, char *line) {
         fprintf(stderr, "k3chat: no model is loaded\n");
         return 1;
     }
-    ue_send(p->eng, line[0] == '/' ? line + 1 : line, &p->cs.gen);
+    const char *text = line[0] == '/' ? line + 1 : line;
+    if (p->edit_pending && p->last_user) {
+        ans_drop(p, p->n_ans - 1);
+        ue_edit(p->eng, text, &p->cs.gen);
+    } else {
+        ue_send(p->eng, text, &p->cs.gen);
+    }
+    p->edit_pending = 0;
+    free(p->last_user);
+    p->last_user = strdup(text);
     drain(p, 1);
     return p->fatal;
 }
@@ -226,6 +340,7 @@ int cli_plain(const cli_opts *o) {
         el = el_init("k3chat", stdin, stderr, stderr);
         if (el) {
             el_set(el, EL_EDITOR, "emacs");
+            p->el = el;
             el_set(el, EL_PROMPT, prompt_fn);
             hist = history_init();
             if (hist) {
@@ -287,5 +402,9 @@ int cli_plain(const cli_opts *o) {
     drain(p, 0);
     k3_log_set_callback(NULL, NULL);
     ev_queue_free(p->q);
+    ans_drop(p, 0);
+    free(p->ans);
+    free(p->cur.p);
+    free(p->last_user);
     return rc || p->out_err ? 1 : 0;
 }

@@ -422,6 +422,7 @@ static void remote_cmd(ue *u, void *self, const ui_ev *c) {
     if (ue_conv_cmd(u, r->c, c)) /* /undo /forget /clear /system /save /load /export */
         return;
     switch (c->type) {
+    case EV_CMD_EDIT:
     case EV_CMD_SEND:
         if (k3_conv_add(r->c, K3_ROLE_USER, c->text, NULL) != K3_OK)
             done_error(u, k3_errmsg());

@@ -31,7 +31,20 @@
     X(THM_INPUT,          "input",          -1, -1, 0)                            \
     X(THM_INFO,           "info",            3, -1, 0)                            \
     X(THM_ERROR,          "error",           9, -1, THM_A_BOLD)                   \
-    X(THM_PROGRESS,       "progress",        2, -1, 0)
+    X(THM_PROGRESS,       "progress",        2, -1, 0)                            \
+    X(THM_MD_HEADING,     "md-heading",     75, -1, THM_A_BOLD)                   \
+    X(THM_MD_STRONG,      "md-strong",      -1, -1, THM_A_BOLD)                   \
+    X(THM_MD_EM,          "md-em",          -1, -1, THM_A_ITALIC)                 \
+    X(THM_MD_CODE,        "md-code",       150, -1, 0)                            \
+    X(THM_MD_MATH,        "md-math",       150, -1, 0)                            \
+    X(THM_MD_STRIKE,      "md-strike",     244, -1, THM_A_DIM)                    \
+    X(THM_MD_LINK,        "md-link",        39, -1, THM_A_UNDERLINE)              \
+    X(THM_MD_URL,         "md-url",        244, -1, 0)                            \
+    X(THM_MD_QUOTE,       "md-quote",      244, -1, 0)                            \
+    X(THM_MD_LIST,        "md-list",         3, -1, 0)                            \
+    X(THM_MD_BORDER,      "md-border",     240, -1, 0)                            \
+    X(THM_MD_LANG,        "md-lang",       244, -1, THM_A_ITALIC)                 \
+    X(THM_MD_TABLE_HEAD,  "md-table-head",  -1, -1, THM_A_BOLD)
 
 enum { THM_A_BOLD = 1, THM_A_DIM = 2, THM_A_ITALIC = 4, THM_A_UNDERLINE = 8, THM_A_REVERSE = 16 };
 

@@ -125,16 +125,28 @@ static void draw_title(int y, const char *name, const char *extra, int cols) {
 
 /* ==== text to lines ========================================================= */
 
-static void dl_push(tui *t, int ent, const char *s, size_t len, int role, int indent, int fold) {
+static int dl_push(tui *t, int ent, const char *s, size_t len, int role, int indent, int fold) {
     if (t->n_dl == t->cap_dl) {
         int    cap = t->cap_dl ? t->cap_dl * 2 : 256;
         dline *d   = realloc(t->dl, (size_t)cap * sizeof *d);
         if (!d)
-            return;
+            return -1;
         t->dl     = d;
         t->cap_dl = cap;
     }
-    t->dl[t->n_dl++] = (dline){ent, s, len, role, indent, fold};
+    t->dl[t->n_dl++] = (dline){ent, s, len, role, indent, fold, NULL, 0};
+    return 0;
+}
+
+/* for tui-md.c */
+int tui_dl_push(tui *t, int ent, const char *s, size_t len, int role, int indent, int fold) {
+    return dl_push(t, ent, s, len, role, indent, fold);
+}
+int tui_text(int y, int x, int w, const char *s, size_t n, int role) {
+    return draw_text(y, x, w, s, n, role);
+}
+void tui_fill(int y, int x, int w, int role) {
+    fill_row(y, x, w, role);
 }
 
 /* Wrap text into lines: code blocks (``` fences) get the code role; the text is cut at its last
@@ -201,7 +213,8 @@ static void build_lines(tui *t, int width) {
                 if (e->expanded)
                     text_lines(t, i, e->think.p, e->think.n, width, THM_THINK, 2, NULL);
             }
-            text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_ASSISTANT, 0, NULL);
+            if (t->raw || tui_md_entry(t, i, width)) /* rendered Markdown, or raw */
+                text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_ASSISTANT, 0, NULL);
             if (e->status == UE_DONE_CANCELLED)
                 dl_push(t, i, "[stopped]", 9, THM_INFO, 0, 0);
             else if (e->status == UE_DONE_LENGTH)
@@ -274,7 +287,10 @@ static void draw_hist(tui *t) {
         int    x = d->indent;
         if (d->fold == 2)
             draw_text(t->hist_y + r, 0, 2, "› ", strlen("› "), THM_PROMPT);
-        draw_text(t->hist_y + r, x, t->cols - x, d->s, d->len, d->role);
+        if (d->md)
+            tui_md_draw(t, t->hist_y + r, x, t->cols - x, d->md, d->mdl);
+        else
+            draw_text(t->hist_y + r, x, t->cols - x, d->s, d->len, d->role);
     }
     if (t->scroll > 0) {
         char m[64];
@@ -354,7 +370,8 @@ static void draw_panes(tui *t, int dirty) {
         draw_title(t->resp_y, "response", extra, t->cols);
         if (!t->dl_valid)
             build_lines(t, t->cols - 1);
-        draw_tail(t, t->resp_y + 1, t->resp_h - 1, &e->text, THM_ASSISTANT, &t->tc_resp);
+        if (tui_md_tail(t, t->resp_y + 1, t->resp_h - 1, &e->text))
+            draw_tail(t, t->resp_y + 1, t->resp_h - 1, &e->text, THM_ASSISTANT, &t->tc_resp);
     }
 }
 
@@ -463,6 +480,7 @@ void tui_render(tui *t, int force) {
         if (h != t->input_h)
             tui_layout(t);
     }
+    tui_md_frame(t);
     if (t->dirty & DIRTY_HIST)
         draw_hist(t);
     if (t->dirty & DIRTY_PANES)
@@ -473,9 +491,11 @@ void tui_render(tui *t, int force) {
     attrset(A_NORMAL);
     wnoutrefresh(stdscr);
     doupdate();
+    tui_md_links(t);
     t->dirty     = 0;
     t->last_draw = ev_now();
     if (t->tok_t_pending > 0) {
+        t->flowing = 1;
         double lat = t->last_draw - t->tok_t_pending;
         t->lat_sum += lat;
         t->lat_n++;

@@ -8,6 +8,7 @@
 #include "engine.h"
 #include "input.h"
 #include "k3.h"
+#include "md.h"
 #include "text.h"
 #include "theme.h"
 
@@ -36,6 +37,9 @@ typedef struct entry {
     int    status;   /* UE_DONE_* of an assistant turn                     */
     int    queued;   /* user message waiting for the model to load         */
     char   summary[96]; /* the folded-reasoning line as drawn              */
+    md_doc *md;      /* text rendered as Markdown at md_width (tui-md.c)  */
+    int    md_width;
+    size_t md_len;   /* bytes of text rendered                             */
 } entry;
 
 /* Final lines of a streaming pane (byte ranges of its buffer), and where wrapping resumes. */
@@ -68,6 +72,8 @@ typedef struct dline {
     int         role;   /* thm role                              */
     int         indent;
     int         fold;   /* the reasoning summary line (clickable) */
+    const md_doc *md;   /* a rendered Markdown line: line mdl of md */
+    int         mdl;
 } dline;
 
 typedef struct tui {
@@ -114,6 +120,15 @@ typedef struct tui {
     int    vis_first; /* dline index drawn on the pane's first row */
     tail_cache tc_think, tc_resp; /* incremental wrapping of the streaming panes */
 
+    /* Markdown (tui-md.c) */
+    int       raw;          /* /raw on: answers as unrendered text                   */
+    int       osc8;         /* links as OSC 8 hyperlinks (md_term_osc8)              */
+    int       edit_pending; /* /edit: the next message replaces the last exchange    */
+    int       flowing;      /* the last frame showed new tokens (tui.c next_key)     */
+    md_stream ms_resp;      /* the streaming response, chunk by chunk                */
+    struct tui_link { int y, x; const md_doc *d; size_t run; } *links; /* drawn this frame */
+    int       n_links, cap_links;
+
     /* latency bookkeeping (K3_UI_STATS) */
     double tok_t_pending; /* oldest undisplayed token's push time, 0 = none */
     double lat_sum, lat_max;
@@ -124,5 +139,23 @@ typedef struct tui {
 /* tui-draw.c */
 void tui_layout(tui *t);             /* pane geometry from the terminal size; marks all dirty */
 void tui_render(tui *t, int force);  /* redraw the dirty regions (coalesced while streaming) */
+/* Draw s[0..n) at (y, x) within w columns in role; returns the columns used. */
+int  tui_text(int y, int x, int w, const char *s, size_t n, int role);
+void tui_fill(int y, int x, int w, int role);
+int  tui_dl_push(tui *t, int ent, const char *s, size_t len, int role, int indent, int fold); /* 0, -1 */
+
+/* tui-md.c: Markdown in the panes, /raw, /copy */
+/* Lines of an assistant entry's text as rendered Markdown (cached per width); 0, or -1 when it
+ * could not be rendered (the caller shows the raw text). */
+int  tui_md_entry(tui *t, int ent, int width);
+/* Draw line i of d at (y, x) within w columns; returns the columns used. */
+int  tui_md_draw(tui *t, int y, int x, int w, const md_doc *d, int i);
+/* The streaming response's last h lines in rows [y0, y0 + h); -1 when not rendered. */
+int  tui_md_tail(tui *t, int y0, int h, const txt_buf *b);
+void tui_md_frame(tui *t);           /* before drawing: forget last frame's links */
+void tui_md_links(tui *t);           /* after doupdate: OSC 8 over the links drawn */
+void tui_md_entry_free(entry *e);
+/* /raw and /copy: 1 when r was one of them, with a message (role ROLE_INFO or ROLE_ERROR). */
+int  tui_md_command(tui *t, const cmd_result *r, char *msg, size_t n, int *role);
 
 #endif

@@ -64,6 +64,7 @@ static entry *add_entry(tui *t, int role, const char *text) {
 static void drop_entries(tui *t, int keep) {
     while (t->n_ents > keep) {
         entry *e = &t->ents[--t->n_ents];
+        tui_md_entry_free(e);
         free(e->text.p);
         free(e->think.p);
     }
@@ -102,6 +103,7 @@ static void start_turn(tui *t) {
     t->scroll    = 0;
     memset(&t->tc_think, 0, sizeof t->tc_think);
     memset(&t->tc_resp, 0, sizeof t->tc_resp);
+    t->ms_resp.base = NULL; /* a new text: md_stream starts over */
     tui_layout(t);
 }
 
@@ -273,11 +275,18 @@ static void send_message(tui *t, const char *text) {
         notice(t, ROLE_ERROR, "no model is loaded, so nothing can answer (see the error above)");
         return;
     }
+    int edit = t->edit_pending && last_user(t) >= 0;
+    t->edit_pending = 0;
+    if (edit)
+        drop_entries(t, last_user(t)); /* the engine keeps them as an abandoned branch */
     entry *u = add_entry(t, UE_ROLE_USER, text);
     if (u)
         u->queued = !t->ready;
     start_turn(t);
-    ue_send(t->eng, text, &t->cs.gen);
+    if (edit)
+        ue_edit(t->eng, text, &t->cs.gen);
+    else
+        ue_send(t->eng, text, &t->cs.gen);
 }
 
 static void apply_theme(tui *t, const char *name) {
@@ -319,9 +328,15 @@ static void run_command(tui *t, const char *line) {
         return;
     }
     int conv_changing = r.id == CMD_CLEAR || r.id == CMD_RETRY || r.id == CMD_UNDO || r.id == CMD_LOAD || r.id == CMD_FORGET ||
-                        r.id == CMD_REPLAY;
+                        r.id == CMD_REPLAY || r.id == CMD_EDIT;
     if (conv_changing && t->streaming) {
         notice(t, ROLE_ERROR, "/%s: a turn is in progress; stop it first with Ctrl-C", cmd_name(r.id));
+        return;
+    }
+    int mrole;
+    if (tui_md_command(t, &r, msg, sizeof msg, &mrole)) { /* /raw /copy */
+        if (msg[0])
+            notice(t, mrole, "%s", msg);
         return;
     }
     if (chat_apply(&t->cs, t->eng, &r, msg, sizeof msg)) {
@@ -376,6 +391,18 @@ static void run_command(tui *t, const char *line) {
         t->load_pending++;
         break;
     case CMD_STATS: show_stats(t); break;
+    case CMD_EDIT: {
+        int k = last_user(t);
+        if (k < 0 || !t->ents[k].text.p) {
+            notice(t, ROLE_ERROR, "/edit: there is no message of yours to edit");
+            break;
+        }
+        inp_clear(t->in);
+        inp_insert(t->in, t->ents[k].text.p);
+        t->edit_pending = 1;
+        inp_set_hint(t->in, "editing your last message: Enter sends it in place of the last exchange, Ctrl-C cancels");
+        break;
+    }
     case CMD_THEME:
         if (!r.arg[0]) {
             char list[512];
@@ -494,7 +521,10 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         }
         /* While a frame is pending, sleep until it is due without waking for each token:
          * the events wait in the queue and the frame takes them all at once. */
-        int pending = t->dirty != 0;
+        /* While tokens flow, the next frame is due anyway: sleep until then without waking for
+         * its first token either (one wake-up per frame instead of two). */
+        int flowing = t->streaming && t->flowing && now - t->last_draw < FRAME_S;
+        int pending = t->dirty != 0 || flowing;
         int timeout = -1;
         if (pending)
             timeout = (int)((FRAME_S - (now - t->last_draw)) * 1000) + 1;
@@ -512,6 +542,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         keys = pr < 0 || (pr == 0 && !pending) || (pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)));
         if (pending || (p[1].revents & POLLIN))
             pump_events(t);
+        if (flowing && !t->dirty)
+            t->flowing = 0; /* a frame's time without tokens: wait for the next one again */
         if (t->quit)
             return 0;
     }
@@ -619,6 +651,7 @@ static void on_key(tui *t, wint_t k, int fn) {
             if (!inp_empty(t->in)) {
                 inp_clear(t->in);
                 inp_set_hint(t->in, "");
+                t->edit_pending = 0;
                 return;
             }
             t->quit = 1;
@@ -775,6 +808,7 @@ int ui_tui_run(const cli_opts *o) {
     mouseinterval(0);
     set_mouse(t, getenv("K3_NO_MOUSE") == NULL);
     t->ui_cpu0 = thread_cpu();
+    t->osc8    = md_term_osc8();
     tui_layout(t);
 
     while (!t->quit) {
@@ -798,5 +832,7 @@ int ui_tui_run(const cli_opts *o) {
     free(t->ents);
     free(t->dl);
     free(t->paste_buf.p);
+    md_stream_free(&t->ms_resp);
+    free(t->links);
     return 0;
 }

@@ -1,0 +1,229 @@
+#!/bin/sh
+# t-tui-md.sh: Markdown in the full-screen chat on the scripted mock engine in tmux: a heading,
+# nested lists, a table with CJK and emoji cells (borders aligned), a fenced block with its
+# language, inline code, a link, a math span, a half-streamed construct, a resize during a
+# streamed table; /raw; /copy (OSC 52 on the pane's byte stream, and tmux's own buffer);
+# /edit then send (the transcript keeps both branches, the conversation goes on).
+. "$K3_SRC/tests/tui-lib.sh"
+command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
+PY=/usr/bin/python3
+
+m="$K3_TMP/mock.txt"
+cat >"$m" <<'EOF'
+delay 0
+response # Heading One
+response Some **strong** and `inline code` and a [link](https://example.com/k3) and $E=mc^2$ here.
+response
+response - item one
+response   - nested item
+response - [x] done task
+response
+response | name | 值 | e |
+response |------|---:|---|
+response | 漢字テスト | 12 | 😀 |
+response | plain | 3 | 👍 |
+response
+response ```python
+response print("hi")
+response ```
+---
+delay 60
+response Start **this bold part keeps going for quite a while so we can look at it mid way** end.
+---
+delay 25
+response | col one | col two | col three |
+response |---|---|---|
+response | alpha beta gamma | 一二三四五 | 🙂 🙃 |
+response | delta epsilon | 六七八九十 | more text here |
+response | zeta eta theta | 百千万 | and more |
+response | iota kappa | 上下左右 | last row |
+response
+response after the table
+---
+delay 0
+response reply to {user}
+EOF
+
+# width_ok: every captured line fits COLS display columns, and the lines of the box drawing
+# between two rows (table or code box) all have the same width with their right border at
+# the same column
+cat >"$K3_TMP/cols.py" <<'EOF'
+import sys, unicodedata
+cols = int(sys.argv[1]); text = open(sys.argv[2], encoding="utf-8").read().split("\n")
+def w(s):
+    n = 0
+    for ch in s:
+        if unicodedata.combining(ch): continue
+        n += 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+    return n
+bad = [l for l in text if w(l.rstrip()) > cols]
+# boxes: runs of lines starting with a box character, each from a top (┌) to a bottom (└)
+ok, box = True, []
+for l in text + [""]:
+    l = l.rstrip()
+    if l[:1] in "┌│├└" and l:
+        box.append(l)
+        continue
+    if box:
+        widths = {w(b) for b in box}
+        ends = all(b[-1] in "┐│┤┘" for b in box)
+        if len(widths) != 1 or not ends:
+            ok = False
+            print("box not aligned:", sorted(widths), "ends", ends)
+        box = []
+print("too wide:", len(bad))
+sys.exit(0 if ok and not bad else 1)
+EOF
+# has_line NEEDLE BAD: a line with NEEDLE is on screen, and none of those lines has BAD
+has_line() {
+    screen | grep -qF -- "$1" && ! screen | grep -F -- "$1" | grep -qF -- "$2"
+}
+width_ok() { # COLS: the screen now
+    screen >"$K3_TMP/screen.txt"
+    $PY "$K3_TMP/cols.py" "$1" "$K3_TMP/screen.txt"
+}
+
+tui_start 90 50 K3_MOCK="$m" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+$T set-option -g set-clipboard on >/dev/null 2>&1
+$T pipe-pane -O "cat >>'$K3_TMP/pane.bin'"
+wait_for "mock · 3 layers" 10
+type_line "show me markdown"
+check "the answer arrives" wait_for "print(\"hi\")" 10
+wait_for "›" 5
+check "heading without its '#'" has_line "Heading One" "#"
+check "a rule under the level-1 heading" has "━━━━━━━━━━"
+check "strong text without '**'" has_line "Some strong and" "**"
+check "inline code without backticks" has_line "inline code" '`'
+check "link text, then its URL (no OSC 8 inside tmux)" has "link <https://example.com/k3>"
+check "math span without dollars" has_line "E=mc^2" '$'
+check "bullet list" has "• item one"
+check "nested list indented" has "  ◦ nested item"
+check "task list box" has "[x] done task"
+check "table drawn with box characters" has "┌────"
+check "CJK and emoji cells in the table" has "│ 漢字テスト │ 12 │ 😀 │"
+check "no raw pipes or delimiter row left" hasnt "|"
+check "fenced block boxed with its language" has "┌─ python"
+check "no raw fence left" hasnt '```'
+check "table and box borders aligned, nothing wider than the pane" width_ok 90
+
+# a half-written construct while it streams
+keys C-l; type_line "slow one"
+check "bold text streams" wait_for "this bold part" 10
+check "the unclosed '**' is not shown while streaming" has_line "this bold part" "**"
+check "it renders right once closed" wait_for "mid way end." 15
+check "no '**' after it closed" has_line "mid way end." "**"
+
+# resize during a streamed table
+keys C-l; type_line "table please"
+check "the table starts streaming" wait_for "alpha beta" 10
+$T resize-window -x 60 -y 40 2>/dev/null
+sleep 0.3
+check "after a resize mid-table: aligned and within 60 columns" width_ok 60
+check "the table finishes" wait_for "after the table" 15
+sleep 0.3
+check "finished table re-wrapped at 60 columns without garbage" width_ok 60
+$T resize-window -x 90 -y 50 2>/dev/null
+
+# /raw
+keys C-l; type_line "/raw on"
+check "/raw on" wait_for "answers shown as raw Markdown" 5
+check "/raw on shows the Markdown source" has "Some **strong** and \`inline code\`"
+type_line "/raw off"
+check "/raw off renders again" wait_for "answers rendered as Markdown" 5
+check "/raw off: no '**'" has_line "Some strong and" "**"
+type_line "/raw maybe"
+check "/raw with a bad word" wait_for "'maybe' is not on or off" 5
+
+# /copy: OSC 52 on the byte stream, and tmux took it as its buffer
+keys C-l; type_line "/copy 1 code"
+check "/copy 1 code says how much" wait_for "copied 12 characters to the clipboard" 5
+b64=$(printf 'print("hi")\n' | base64 -w0)
+check "OSC 52 with the base64 of the code block on the pane's byte stream" grep -qF "]52;c;$b64" "$K3_TMP/pane.bin"
+check "tmux received it as its clipboard buffer" sh -c "[ \"\$($T show-buffer 2>/dev/null)\" = 'print(\"hi\")' ]"
+# the last answer: the response lines of the third scripted turn
+awk '/^---/{t++; next} t==2 && /^response/{sub(/^response ?/, ""); print}' "$m" >"$K3_TMP/ans3.txt"
+n3=$($PY -c "import sys; print(len(open(sys.argv[1], encoding='utf-8').read().rstrip('\n')))" "$K3_TMP/ans3.txt")
+type_line "/copy"
+check "/copy copies the last answer ($n3 characters)" wait_for "copied $n3 characters" 5
+check "tmux's buffer holds the whole answer" sh -c "$T show-buffer | cmp -s - '$K3_TMP/ans3.txt' || { $T show-buffer; echo; } | cmp -s - '$K3_TMP/ans3.txt'"
+type_line "/copy 9"
+check "/copy N past the end" wait_for "/copy 9: there are only 3 answers" 5
+type_line "/copy code 4"
+check "/copy code K past the end" wait_for "answer 3 has no code block" 5
+type_line "/copy lots"
+check "/copy with a bad word" wait_for "'lots' is not an answer number" 5
+
+# /edit then send
+keys C-l; type_line "/clear"
+wait_for "type a message" 5
+type_line "first question"
+check "an answer" wait_for "reply to first question" 5
+type_line "/edit"
+check "/edit puts the message in the input line" wait_for "› first question" 5
+check "/edit says what Enter does" has "editing your last message"
+keys C-u; type_line "better question"
+check "the edited message gets a new answer" wait_for "reply to better question" 5
+check "the old exchange is gone from the screen" hasnt "reply to first question"
+type_line "follow-up"
+check "the conversation continues from the new branch" wait_for "reply to follow-up" 5
+type_line "/save $K3_TMP/edit.jsonl"
+check "/save" wait_for "saved" 5
+check "the transcript keeps the abandoned branch, marked" sh -c "grep -F 'first question' '$K3_TMP/edit.jsonl' | grep -q '\"abandoned\":1' && grep -F 'reply to first question' '$K3_TMP/edit.jsonl' | grep -q '\"abandoned\":1'"
+check "and the new branch, unmarked, in order" sh -c "grep -n . '$K3_TMP/edit.jsonl' | grep -v abandoned | grep -F -e 'better question' -e 'follow-up' | wc -l | grep -qx 4"
+type_line "/edit"
+wait_for "› follow-up" 5
+keys C-c
+check "Ctrl-C cancels an edit" wait_input_empty 5
+type_line "plain again"
+check "a message after a cancelled edit is a new turn" wait_for "reply to plain again" 5
+check "and the previous exchange stays" has "reply to follow-up"
+type_line "/quit"
+check "k3chat exits cleanly" wait_for "EXIT=0" 5
+
+# on k3-nano (the real engine and conversation): /copy of a real answer, /edit then send
+n="$K3_SRC/models/k3-nano"
+if [ ! -f "$n/config.json" ]; then
+    echo "SKIP: models/k3-nano is missing: no /copy and /edit on the real engine"
+    finish
+fi
+# wait_count TEXT N [SECONDS]: TEXT on at least N screen lines (the turns' folded reasoning)
+wait_count() {
+    _lim=$(( ${3:-30} * 20 * slow )); _i=0
+    while [ $_i -lt $_lim ]; do
+        [ "$(screen | grep -cF -- "$1")" -ge "$2" ] && return 0
+        sleep 0.05; _i=$((_i + 1))
+    done
+    return 1
+}
+tui_start 100 40 -- "$K3CHAT --temp 0 $n 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+$T set-option -g set-clipboard on >/dev/null 2>&1
+check "k3-nano loads" wait_for "k3-nano · " 60
+type_line "Reverse the word planet."
+check "k3-nano answers" wait_count "thought for" 1 60
+check "the answer is tenalp" has "tenalp"
+type_line "/copy"
+check "/copy of k3-nano's answer" wait_for "copied " 5
+check "tmux's buffer holds the answer" sh -c "$T show-buffer | grep -q tenalp"
+keys C-l; type_line "/edit"
+check "/edit brings the question back" wait_for "› Reverse the word planet." 5
+keys C-u; type_line "Reverse the word garden."
+check "the edited question is answered" wait_for "nedrag" 60
+check "the old question and answer are off the screen" sh -c "! screen | grep -qF -e planet -e tenalp"
+wait_count "thought for" 1 60
+type_line "What is 27 + 58?"
+check "the conversation continues from the new branch" wait_count "thought for" 2 60
+answer_has() { screen | grep -v -e '›' -e 'thought for' -e 'k3-nano · ' | grep -Eq "(^|[^0-9])$1([^0-9]|\$)"; }
+check "with the right answer (85)" answer_has 85
+type_line "/save $K3_TMP/nano.jsonl"
+check "/save" wait_for "saved 4 messages" 10
+# lineno FIXED-TEXT [abandoned|active]: the line number of the transcript line with that text
+lineno() { grep -nF -- "$1" "$K3_TMP/nano.jsonl" | if [ "$2" = abandoned ]; then grep -F '"abandoned":1'; else grep -vF '"abandoned"'; fi | head -n 1 | cut -d: -f1; }
+branches_ok() {
+    _ou=$(lineno '"content":"Reverse the word planet."' abandoned); _oa=$(lineno '"content":"planet reversed is tenalp' abandoned)
+    _nu=$(lineno '"content":"Reverse the word garden."' active); _nq=$(lineno '"content":"What is 27 + 58?"' active)
+    [ -n "$_ou" ] && [ -n "$_oa" ] && [ -n "$_nu" ] && [ -n "$_nq" ] && [ "$_ou" -lt "$_oa" ] && [ "$_oa" -lt "$_nu" ] && [ "$_nu" -lt "$_nq" ]
+}
+check "the transcript keeps the old exchange as abandoned branch 1, then the new branch" branches_ok
+keys C-d
+check "k3-nano session exits cleanly" wait_for "EXIT=0" 10
+finish

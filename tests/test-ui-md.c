@@ -1,0 +1,391 @@
+/* test-ui-md.c: the Markdown renderer (ui/md.c) without a terminal: headings, emphasis, code
+ * (inline, fenced with a language, indented), lists (nested, ordered, task), quotes, tables with
+ * CJK and emoji cells (aligned borders, degradation when too wide), links (OSC 8 or URL shown),
+ * math spans, streaming (finished chunks kept, half-written constructs), code-block extraction
+ * for /copy, OSC 52 encoding, and pathological input in bounded time and memory. */
+#include "md.h"
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static md_doc D;
+static txt_buf L;
+
+static int render(const char *s, int width, unsigned flags) {
+    md_doc_reset(&D);
+    return md_render(&D, s, strlen(s), width, THM_ASSISTANT, flags);
+}
+
+static const char *line(int i) {
+    md_line_text(&D, i, &L);
+    return L.p;
+}
+
+/* the index of the first line containing needle, -1 when none */
+static int find(const char *needle) {
+    for (int i = 0; i < D.n_lines; i++)
+        if (strstr(line(i), needle))
+            return i;
+    return -1;
+}
+
+/* the role of the run of line i that contains needle, -1 when none */
+static int role_of(int i, const char *needle) {
+    if (i < 0)
+        return -1;
+    const md_line *l = &D.lines[i];
+    for (int k = 0; k < l->n_runs; k++) {
+        const md_run *r = &D.runs[l->run0 + (size_t)k];
+        if (r->len >= strlen(needle) && memmem(D.text.p + r->off, r->len, needle, strlen(needle)))
+            return r->role;
+    }
+    return -1;
+}
+
+static int all_fit(int width) {
+    for (int i = 0; i < D.n_lines; i++)
+        if (D.lines[i].width > width || txt_width(line(i), strlen(line(i)), 0) != D.lines[i].width)
+            return 0;
+    return 1;
+}
+
+static int any_line_has(const char *needle) {
+    return find(needle) >= 0;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void test_blocks(void) {
+    T_CHECK(render("# Title\n\nSome **bold** and *em* and `code` and $x^2$ and ~~gone~~.\n", 40, 0) == 0, "render a paragraph");
+    int h = find("Title");
+    T_CHECK(h == 0 && !strchr(line(0), '#'), "heading drawn without '#' (got '%s')", line(0));
+    T_CHECK(role_of(h, "Title") == THM_MD_HEADING, "heading in md-heading");
+    T_CHECK(strstr(line(1), "━") != NULL && D.lines[1].width == 40, "rule under level 1 across the width");
+    int p = find("Some");
+    T_CHECK(p > 0 && !strstr(line(p), "**") && !strstr(line(p), "`") && !strstr(line(p), "$"),
+            "no raw markers left: '%s'", p >= 0 ? line(p) : "");
+    T_CHECK(role_of(p, "bold") == THM_MD_STRONG, "strong role");
+    T_CHECK(role_of(p, "em") == THM_MD_EM, "emphasis role");
+    T_CHECK(role_of(find("code"), "code") == THM_MD_CODE, "inline code role");
+    T_CHECK(role_of(find("x^2"), "x^2") == THM_MD_MATH, "math span styled like code (md-math)");
+    T_CHECK(role_of(find("gone"), "gone") == THM_MD_STRIKE, "strikethrough role");
+    T_CHECK(all_fit(40), "every line fits 40 columns");
+
+    render("## Sub\n\ntext\n\n### Small\n", 30, 0);
+    T_CHECK(strstr(line(1), "─") != NULL, "rule under level 2");
+    int s = find("Small");
+    T_CHECK(s >= 0 && (s + 1 >= D.n_lines || !strstr(line(s + 1), "─")), "no rule under level 3");
+
+    render("```python\nprint('hi')\n\tx = 1\n```\n", 30, 0);
+    T_CHECK(strstr(line(0), "┌─") && strstr(line(0), "python") && strstr(line(0), "┐"),
+            "code box names the language on its first line: '%s'", line(0));
+    T_CHECK(strstr(line(1), "│ print('hi')") && strstr(line(1), " │"), "code line inside the box: '%s'", line(1));
+    T_CHECK(!strchr(line(2), '\t') && strstr(line(2), "│    ") && strstr(line(2), "x = 1"), "tab expanded inside the box: '%s'", line(2));
+    T_CHECK(role_of(1, "print") == THM_CODE, "code text in the code role");
+    T_CHECK(strstr(line(D.n_lines - 1), "└") && strstr(line(D.n_lines - 1), "┘"), "box closed");
+    int same = 1;
+    for (int i = 0; i < D.n_lines; i++)
+        same &= D.lines[i].width == 30;
+    T_CHECK(same, "every box line is exactly the pane width");
+
+    render("```\nabcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz\n```\n", 20, 0);
+    T_CHECK(D.n_lines >= 5 && all_fit(20), "a long code line wraps inside the box (%d lines)", D.n_lines);
+    int boxed = 1;
+    for (int i = 1; i + 1 < D.n_lines; i++)
+        boxed &= !strncmp(line(i), "│", 3) && strstr(line(i), " │") != NULL;
+    T_CHECK(boxed, "wrapped code lines keep both box sides");
+
+    render("para\n\n    indented code\n", 30, 0);
+    T_CHECK(any_line_has("│ indented code"), "indented code block boxed");
+
+    render("> quoted **text**\n> more\n", 30, 0);
+    T_CHECK(!strncmp(line(0), "│ quoted", strlen("│ quoted")), "quote bar: '%s'", line(0));
+    T_CHECK(role_of(0, "│") == THM_MD_QUOTE, "quote bar role");
+
+    render("a\n\n---\n\nb\n", 12, 0);
+    T_CHECK(any_line_has("────────────"), "thematic break is a rule");
+}
+
+static void test_lists(void) {
+    render("- one\n- two\n  - nested **a**\n    - deeper\n- three\n", 40, 0);
+    T_CHECK(!strcmp(line(0), "• one"), "bullet: '%s'", line(0));
+    int n = find("nested");
+    T_CHECK(n > 0 && !strncmp(line(n), "  ◦ nested", strlen("  ◦ nested")), "nested bullet indented: '%s'", n >= 0 ? line(n) : "");
+    int d = find("deeper");
+    T_CHECK(d > 0 && !strncmp(line(d), "    ▪ deeper", strlen("    ▪ deeper")), "third level: '%s'", d >= 0 ? line(d) : "");
+    T_CHECK(role_of(0, "•") == THM_MD_LIST, "marker role");
+
+    render("1. first item that is long enough to wrap around\n2. second\n", 20, 0);
+    T_CHECK(!strncmp(line(0), "1. first", 8), "ordered marker: '%s'", line(0));
+    T_CHECK(!strncmp(line(1), "   ", 3) && line(1)[3] != ' ', "hanging indent under the text: '%s'", line(1));
+    T_CHECK(all_fit(20), "wrapped item fits");
+    T_CHECK(any_line_has("2. second"), "second number");
+
+    render("7. seven\n8. eight\n", 20, 0);
+    T_CHECK(!strncmp(line(0), "7. ", 3) && !strncmp(line(1), "8. ", 3), "start number kept");
+
+    render("- [ ] todo\n- [x] done\n", 20, 0);
+    T_CHECK(!strcmp(line(0), "[ ] todo") && !strcmp(line(1), "[x] done"), "task boxes: '%s' '%s'", line(0), line(1));
+}
+
+static void test_tables(void) {
+    const char *t = "| name | 值 | emoji |\n|:-----|---:|:---:|\n| a | 漢字テスト | 😀 |\n| longer cell | 1 | 👍🏽 |\n";
+    render(t, 60, 0);
+    T_CHECK(strstr(line(0), "┌") && strstr(line(0), "┬") && strstr(line(0), "┐"), "table top border: '%s'", line(0));
+    int w0 = D.lines[0].width, aligned = 1;
+    for (int i = 0; i < D.n_lines; i++)
+        aligned &= D.lines[i].width == w0;
+    T_CHECK(aligned, "every table line has the same display width (%d)", w0);
+    /* the column joints sit at the same columns on every line */
+    int cols0[8], nc0 = 0, same = 1;
+    for (int i = 0; i < D.n_lines; i++) {
+        const char *s = line(i);
+        int         nc = 0, c = 0;
+        for (size_t o = 0; s[o];) {
+            int    w, f;
+            size_t l = txt_cluster(s + o, strlen(s + o), &w, &f);
+            if (!strncmp(s + o, "│", l) || !strncmp(s + o, "┼", l) || !strncmp(s + o, "┬", l) || !strncmp(s + o, "┴", l) ||
+                !strncmp(s + o, "├", l) || !strncmp(s + o, "┤", l) || !strncmp(s + o, "┌", l) || !strncmp(s + o, "┐", l) ||
+                !strncmp(s + o, "└", l) || !strncmp(s + o, "┘", l)) {
+                if (i == 0 && nc0 < 8)
+                    cols0[nc0++] = c;
+                else if (nc < 8 && (nc >= nc0 || cols0[nc] != c))
+                    same = 0;
+                nc++;
+            }
+            c += w;
+            o += l;
+        }
+        if (i > 0 && nc != nc0)
+            same = 0;
+    }
+    T_CHECK(same && nc0 == 4, "borders aligned on every line with CJK and emoji cells (%d joints)", nc0);
+    T_CHECK(!any_line_has("|") && !any_line_has(":---"), "no raw pipes or delimiter row");
+    int hd = find("name");
+    T_CHECK(role_of(hd, "name") == THM_MD_TABLE_HEAD, "header cell role");
+    T_CHECK(strstr(line(hd + 1), "├") != NULL, "rule under the header");
+    int r1 = find("longer");
+    T_CHECK(r1 > 0 && strstr(line(r1), "│          1 │") != NULL, "right-aligned column: '%s'", r1 >= 0 ? line(r1) : "");
+
+    render(t, 30, 0);
+    T_CHECK(all_fit(30) && any_line_has("┌"), "narrower pane: columns shrink and cells wrap, still a table");
+    render(t, 12, 0);
+    T_CHECK(all_fit(12) && !any_line_has("┌") && any_line_has("name: a"), "too narrow: rows as 'header: value' lines");
+
+    render("| a | b |\n|---|---|\n| 1 |\n", 30, 0);
+    T_CHECK(all_fit(30) && any_line_has("│ 1 │"), "short row padded");
+}
+
+static void test_links(void) {
+    render("see [the docs](https://example.com/x) now", 60, 0);
+    T_CHECK(any_line_has("the docs <https://example.com/x>"), "no OSC 8: URL shown after the text: '%s'", line(0));
+    T_CHECK(role_of(0, "the docs") == THM_MD_LINK && role_of(0, "https") == THM_MD_URL, "link and URL roles");
+    render("see [the docs](https://example.com/x) now", 60, MD_OSC8);
+    T_CHECK(!strcmp(line(0), "see the docs now"), "OSC 8: only the text: '%s'", line(0));
+    const md_line *l = &D.lines[0];
+    int            found = 0;
+    for (int k = 0; k < l->n_runs; k++) {
+        const md_run *r = &D.runs[l->run0 + (size_t)k];
+        if (r->link >= 0 && r->len == 8 && !memcmp(D.text.p + r->off, "the docs", 8)) {
+            const md_link *u = &D.links[r->link];
+            found = u->len == 21 && !memcmp(D.text.p + u->off, "https://example.com/x", 21);
+        }
+    }
+    T_CHECK(found, "the link run carries its URL");
+    render("plain https://example.org here", 60, 0);
+    T_CHECK(!strcmp(line(0), "plain https://example.org here"), "an autolink is not repeated: '%s'", line(0));
+}
+
+static void test_stream(void) {
+    md_stream st = {0};
+    const char *full = "# Head\n\nfirst paragraph\n\n```c\nint x;\n```\n\nlast **bold** end\n";
+    size_t      n    = strlen(full);
+    char       *buf  = malloc(n + 1);
+    int         ok   = 1, fin_grew = 0, fin_prev = 0;
+    for (size_t k = 1; k <= n; k++) {
+        memcpy(buf, full, k);
+        buf[k] = 0;
+        /* the same buffer grows, as an entry's text does */
+        ok &= md_stream_update(&st, buf, k, 30, THM_ASSISTANT, MD_STREAMING) == 0;
+        if (st.fin.n_lines < fin_prev)
+            ok = 0; /* finished lines are never taken back */
+        fin_grew |= st.fin.n_lines > fin_prev;
+        fin_prev = st.fin.n_lines;
+        for (int i = 0; i < st.fin.n_lines + st.open.n_lines; i++) {
+            const md_doc *d = i < st.fin.n_lines ? &st.fin : &st.open;
+            if (d->lines[i < st.fin.n_lines ? i : i - st.fin.n_lines].width > 30)
+                ok = 0;
+        }
+    }
+    T_CHECK(ok && fin_grew, "streamed byte by byte: finished chunks only grow, every line fits");
+    T_CHECK(st.done > 0 && st.done <= strlen("# Head\n\nfirst paragraph\n\n```c\nint x;\n```\n\n"),
+            "the open chunk is the last paragraph (done at %zu)", st.done);
+    /* the result equals a render of the whole text */
+    md_doc whole = {0};
+    md_render(&whole, full, n, 30, THM_ASSISTANT, 0);
+    int same = whole.n_lines == st.fin.n_lines + st.open.n_lines;
+    txt_buf a = {0}, b = {0};
+    for (int i = 0; same && i < whole.n_lines; i++) {
+        md_line_text(&whole, i, &a);
+        if (i < st.fin.n_lines)
+            md_line_text(&st.fin, i, &b);
+        else
+            md_line_text(&st.open, i - st.fin.n_lines, &b);
+        same = !strcmp(a.p, b.p);
+    }
+    T_CHECK(same, "streamed lines equal the whole render (%d lines)", whole.n_lines);
+
+    /* half-written constructs */
+    const char *sp = "text with **bold ";
+    md_stream_update(&st, sp, strlen(sp), 40, THM_ASSISTANT, MD_STREAMING);
+    md_line_text(&st.open, 0, &a);
+    T_CHECK(!strstr(a.p, "**"), "unclosed ** before a space: still styled: '%s'", a.p);
+    const char *half = "text with **bol";
+    md_stream_update(&st, half, strlen(half), 40, THM_ASSISTANT, MD_STREAMING);
+    md_line_text(&st.open, 0, &a);
+    T_CHECK(!strstr(a.p, "**") && strstr(a.p, "bol"), "unclosed ** shown styled while streaming: '%s'", a.p);
+    for (const char *const *m = (const char *const[]){"text **", "text *", "text `", "text ~", NULL}; *m; m++) {
+        md_stream_update(&st, *m, strlen(*m), 40, THM_ASSISTANT, MD_STREAMING);
+        md_line_text(&st.open, 0, &a);
+        T_CHECK(!strcmp(a.p, "text"), "a marker at the very end waits for its text: '%s' shows '%s'", *m, a.p);
+    }
+    const char *tick = "call `foo(";
+    md_stream_update(&st, tick, strlen(tick), 40, THM_ASSISTANT, MD_STREAMING);
+    md_line_text(&st.open, 0, &a);
+    T_CHECK(!strchr(a.p, '`'), "unclosed backtick shown as code: '%s'", a.p);
+    const char *fence = "```python\nx = 1\ny";
+    md_stream_update(&st, fence, strlen(fence), 40, THM_ASSISTANT, MD_STREAMING);
+    md_line_text(&st.open, 0, &a);
+    T_CHECK(st.open.n_lines >= 3 && strstr(a.p, "python") && !strstr(a.p, "```"), "unclosed fence shown as a box: '%s'", a.p);
+    const char *row = "| a | b |\n|---|---|\n| 1 | 2 |\n| 3";
+    md_stream_update(&st, row, strlen(row), 40, THM_ASSISTANT, MD_STREAMING);
+    int pipes = 0;
+    for (int i = 0; i < st.open.n_lines; i++) {
+        md_line_text(&st.open, i, &a);
+        pipes |= strchr(a.p, '|') != NULL;
+    }
+    T_CHECK(!pipes && st.open.n_lines == 5, "half-received table row held back (%d lines)", st.open.n_lines);
+    md_stream_free(&st);
+    md_doc_free(&whole);
+    free(a.p);
+    free(b.p);
+    free(buf);
+}
+
+static void test_copy(void) {
+    const char *s = "text\n\n```sh\necho one\n```\n\nmore\n\n    indented\n\n~~~\nthree\n~~~\n";
+    txt_buf     b = {0};
+    T_CHECK(md_code_block(s, strlen(s), 1, &b) == 3 && !strcmp(b.p, "echo one\n"), "code block 1 of 3: '%s'", b.p);
+    T_CHECK(md_code_block(s, strlen(s), 2, &b) == 3 && !strcmp(b.p, "indented\n"), "code block 2: '%s'", b.p);
+    T_CHECK(md_code_block(s, strlen(s), 9, &b) == 3 && b.n == 0, "no 9th block: count only");
+    b.n = 0;
+    md_base64(&b, "Man", 3);
+    T_CHECK(!strcmp(b.p, "TWFu"), "base64 of 'Man'");
+    b.n = 0;
+    md_base64(&b, "Ma", 2);
+    T_CHECK(!strcmp(b.p, "TWE="), "base64 padding");
+    b.n = 0;
+    md_osc52(&b, "hi", 2, MD_TERM_PLAIN);
+    T_CHECK(!strcmp(b.p, "\033]52;c;aGk=\a"), "OSC 52 sequence");
+    b.n = 0;
+    md_osc52(&b, "hi", 2, MD_TERM_TMUX);
+    T_CHECK(!strcmp(b.p, "\033Ptmux;\033\033]52;c;aGk=\a\033\\"), "tmux passthrough doubles ESC");
+    b.n = 0;
+    char big[200];
+    memset(big, 'x', sizeof big);
+    md_osc52(&b, big, sizeof big, MD_TERM_SCREEN);
+    T_CHECK(!strncmp(b.p, "\033P\033]52;c;", 9) && strstr(b.p + 2, "\033\\\033P") != NULL, "screen: DCS pieces");
+    free(b.p);
+}
+
+static void test_bad_input(void) {
+    /* 10,000 nested list levels */
+    size_t n = 10000;
+    char  *s = malloc(2 * n + 8);
+    for (size_t k = 0; k < n; k++)
+        memcpy(s + 2 * k, "- ", 2);
+    memcpy(s + 2 * n, "deep\n", 6);
+    double t0 = now();
+    int    rc = render(s, 80, 0);
+    double dt = now() - t0;
+    T_CHECK(rc == 0 && all_fit(80) && any_line_has("deep"), "10,000 nested list levels render, fit and keep the text (%.3f s)", dt);
+    for (size_t k = 0; k < n; k++)
+        memcpy(s + 2 * k, "> ", 2);
+    rc = render(s, 80, 0);
+    T_CHECK(rc == 0 && all_fit(80) && any_line_has("deep"), "10,000 nested quotes");
+    free(s);
+
+    /* a 1 MB table row */
+    size_t big = 1 << 20;
+    s          = malloc(big + 64);
+    size_t o   = 0;
+    o += (size_t)sprintf(s, "| a | b |\n|---|---|\n| ");
+    for (; o < big; o++)
+        s[o] = (char)('x' + o % 3);
+    strcpy(s + o, " | y |\n");
+    t0 = now();
+    rc = render(s, 80, 0);
+    dt = now() - t0;
+    T_CHECK(rc == 0 && all_fit(80) && D.n_lines > 10000, "1 MB table row wraps inside its cell (%d lines, %.2f s)", D.n_lines, dt);
+    free(s);
+
+    render("```\nunclosed fence\n\nmore", 30, 0);
+    T_CHECK(all_fit(30) && any_line_has("unclosed fence") && any_line_has("more"), "unbalanced fence: code to the end");
+    const char bad[] = "```\n\xff\xfe bad \xc3 utf8 \xe6\x97\n```\n`\x80`\n";
+    rc = render(bad, 30, 0);
+    T_CHECK(rc == 0 && all_fit(30) && any_line_has(" bad "), "invalid UTF-8 inside code renders");
+    const char ctl[] = "esc \033[31m red \033]8;;x\a";
+    render(ctl, 40, 0);
+    T_CHECK(!any_line_has("\033"), "control characters never reach a line");
+    for (int w = -3; w < 4; w++) {
+        rc = render("# h\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```\ncode\n```\n- x\n  - y\n> q\n", w, 0);
+        T_CHECK(rc == 0 && all_fit(w < 2 ? 2 : w), "width %d: everything fits", w);
+    }
+}
+
+/* every shipped theme parses and sets every Markdown role */
+static void test_themes(void) {
+    static const char *files[] = {"themes/dark.theme", "themes/light.theme", "themes/high-contrast.theme"};
+    for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+        FILE *f = fopen(files[k], "r");
+        if (!f) {
+            T_SKIP("%s not found (run from the repository root)", files[k]);
+            continue;
+        }
+        static char buf[16384];
+        size_t      n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n]        = 0;
+        fclose(f);
+        thm_spec t[THM_N];
+        char     err[512] = "";
+        thm_defaults(t);
+        int missing = 0;
+        for (int r = THM_MD_HEADING; r < THM_N; r++) {
+            char key[64];
+            snprintf(key, sizeof key, "\n%s ", thm_role_name((enum thm_role)r));
+            missing += strstr(buf, key) == NULL;
+        }
+        T_CHECK(thm_parse(buf, files[k], t, err, sizeof err) == 0 && !missing, "%s parses and sets all %d md-* roles (%d missing) %s",
+                files[k], THM_N - THM_MD_HEADING, missing, err);
+    }
+}
+
+int main(void) {
+    test_themes();
+    test_blocks();
+    test_lists();
+    test_tables();
+    test_links();
+    test_stream();
+    test_copy();
+    test_bad_input();
+    md_doc_free(&D);
+    free(L.p);
+    return t_done();
+}
