@@ -180,6 +180,17 @@ check "and the previous exchange stays" has "reply to follow-up"
 type_line "/quit"
 check "k3chat exits cleanly" wait_for "EXIT=0" 5
 
+# OSC 8 hyperlinks where the terminal supports them (forced with K3_HYPERLINKS=1)
+tui_start 90 50 K3_MOCK="$m" K3_HYPERLINKS=1 -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+$T pipe-pane -O "cat >>'$K3_TMP/pane8.bin'"
+wait_for "mock · 3 layers" 10
+type_line "links please"
+check "with OSC 8 the link shows as its text alone" wait_for "and a link and E=mc^2" 10
+sleep 0.3
+check "the link text is wrapped in an OSC 8 hyperlink on the byte stream" grep -qF "]8;;https://example.com/k3" "$K3_TMP/pane8.bin"
+keys C-d
+wait_for "EXIT=0" 5
+
 # on k3-nano (the real engine and conversation): /copy of a real answer, /edit then send
 n="$K3_SRC/models/k3-nano"
 if [ ! -f "$n/config.json" ]; then
