@@ -215,6 +215,13 @@ k3_status k3_tok_decode(const k3_tok *t, const int32_t *ids, size_t n, char **ou
 k3_status k3_tok_decode_text(const k3_tok *t, const int32_t *ids, size_t n, char **out,
                              size_t *len);
 
+/* Text from outside (typed, piped, pasted, command-line, transcript files) must be UTF-8.
+ * Counts the invalid sequences of s[0,n) (maximal-subpart rule, as decode_text) and returns
+ * that count (0: valid); *first_bad (may be NULL) gets the byte offset of the first. When out
+ * is not NULL it receives a malloc'ed NUL-terminated copy with each invalid sequence replaced
+ * by U+FFFD (free()). -1 when out of memory (*out is then NULL). */
+long        k3_utf8_repair(const char *s, size_t n, char **out, size_t *first_bad);
+
 /* Streaming decoder: feed ids one at a time, get only complete, valid UTF-8. An
  * incomplete tail is held until a later id completes it; a sequence that cannot become
  * valid is emitted as U+FFFD; flush ends the stream (a held tail becomes U+FFFD).
@@ -433,6 +440,8 @@ k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_co
 typedef struct k3_load_info {
     int  n_messages;
     int  torn_line;    /* line number of an ignored torn final line, 0 when none */
+    int  utf8_fixed;   /* invalid UTF-8 sequences replaced with U+FFFD, 0 when none */
+    int  utf8_line, utf8_byte; /* where the first was: line, byte of the line (1-based) */
     char version[32];  /* k3chat version that wrote the file                     */
     char model_dir[512];
     char config_fnv64[17];
@@ -442,7 +451,8 @@ typedef struct k3_load_info {
 k3_status k3_conv_save(const k3_conv *c, const char *path);
 /* Replaces c's messages and settings with the transcript's; on any error (K3_ERR_FORMAT /
  * K3_ERR_IO, message "FILE:LINE: what") c is untouched. info may be NULL. A torn final
- * line (no newline, unparseable: an interrupted append) is ignored and reported in info. */
+ * line (no newline, unparseable: an interrupted append) is ignored and reported in info;
+ * so is invalid UTF-8, which is replaced with U+FFFD (info->utf8_*). */
 k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info);
 /* Markdown export (reasoning in <details> blocks), written atomically. */
 k3_status k3_conv_export_md(const k3_conv *c, const char *path);

@@ -135,13 +135,26 @@ static json_t *stats_json(const k3_turn_stats *t) {
     return o;
 }
 
+/* A JSON string of text that should be UTF-8 (k3_conv_add refuses anything else); were a
+ * message ever to hold invalid bytes, they are written as U+FFFD rather than failing the
+ * whole file. */
+static json_t *jtext(const char *s) {
+    json_t *j = json_string(s);
+    char   *fixed;
+    if (!j && k3_utf8_repair(s, strlen(s), &fixed, NULL) > 0) {
+        j = json_string(fixed);
+        free(fixed);
+    }
+    return j;
+}
+
 static json_t *msg_json(const k3_msg *m) {
-    json_t *o = json_pack("{s:s, s:s}", "role", conv_role_str(m->role), "content", m->content);
+    json_t *o = json_pack("{s:s, s:o}", "role", conv_role_str(m->role), "content", jtext(m->content));
     if (!o)
         return NULL;
     int bad = 0;
     if (m->reasoning)
-        bad |= json_object_set_new(o, "reasoning_content", json_string(m->reasoning));
+        bad |= json_object_set_new(o, "reasoning_content", jtext(m->reasoning));
     if (m->interrupted)
         bad |= json_object_set_new(o, "interrupted", json_true());
     if (m->ids && m->n_ids > 0) {
@@ -458,7 +471,8 @@ k3_status k3_conv_autosave(k3_conv *c) {
     k3_status st = autosave_write(c);
     if (st) {
         snprintf(c->autosave_err, sizeof c->autosave_err, "%s", k3_errmsg());
-        K3_LOG_WARN("autosave: %s (the conversation is still in memory)", c->autosave_err);
+        /* info only: the caller reports the failure (k3_conv_autosave_error), once */
+        K3_LOG_INFO("autosave: %s (the conversation is still in memory)", c->autosave_err);
     } else {
         c->autosave_err[0] = 0;
     }
@@ -466,40 +480,6 @@ k3_status k3_conv_autosave(k3_conv *c) {
 }
 
 /* ==== loading ============================================================== */
-
-/* Returns the byte offset of the first invalid UTF-8 sequence in p[0,n), or -1. */
-static long utf8_invalid_at(const unsigned char *p, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = p[i];
-        size_t   len;
-        unsigned min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            len = 2, min = 0x80;
-        } else if ((c & 0xf0) == 0xe0) {
-            len = 3, min = 0x800;
-        } else if ((c & 0xf8) == 0xf0) {
-            len = 4, min = 0x10000;
-        } else {
-            return (long)i;
-        }
-        if (i + len > n)
-            return (long)i;
-        unsigned cp = c & (0x7fu >> len);
-        for (size_t k = 1; k < len; k++) {
-            if ((p[i + k] & 0xc0) != 0x80)
-                return (long)i;
-            cp = (cp << 6) | (p[i + k] & 0x3fu);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return (long)i;
-        i += len;
-    }
-    return -1;
-}
 
 /* Parsing context: file name and line for messages. */
 typedef struct lctx {
@@ -826,13 +806,16 @@ out:
 static k3_status parse_line(const lctx *L, const char *p, size_t n, k3_conv *c, k3_load_info *info,
                             int *json_syntax) {
     *json_syntax = 0;
-    long bad = utf8_invalid_at((const unsigned char *)p, n);
-    if (bad >= 0) {
-        *json_syntax = 1;
-        return LERR(L, "invalid UTF-8 at byte %ld of the line (0x%02x)", bad + 1, (unsigned char)p[bad]);
-    }
+    /* invalid UTF-8 (a Latin-1 byte, a cut character) becomes U+FFFD, as everywhere k3chat
+     * reads text; the caller reports how many and where (k3_load_info) */
+    char  *fixed = NULL;
+    size_t first = 0;
+    long   bad = k3_utf8_repair(p, n, &fixed, &first);
+    if (bad < 0)
+        return k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
     json_error_t e;
-    json_t      *j = json_loadb(p, n, JSON_REJECT_DUPLICATES, &e);
+    json_t      *j = json_loadb(bad ? fixed : p, bad ? strlen(fixed) : n, JSON_REJECT_DUPLICATES, &e);
+    free(fixed);
     if (!j) {
         *json_syntax = 1;
         return LERR(L, "invalid JSON at column %d: %s", e.column, e.text);
@@ -846,6 +829,13 @@ static k3_status parse_line(const lctx *L, const char *p, size_t n, k3_conv *c, 
     else
         st = parse_msg(L, j, c);
     json_decref(j);
+    if (!st && bad && info) {
+        if (!info->utf8_fixed) {
+            info->utf8_line = L->line;
+            info->utf8_byte = (int)first + 1;
+        }
+        info->utf8_fixed += (int)bad;
+    }
     return st;
 }
 

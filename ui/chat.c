@@ -1,5 +1,6 @@
 /* chat.c: settings and engine-side slash commands shared by the TUI and plain mode (chat.h). */
 #include "chat.h"
+#include "k3.h"
 #include "xdg.h"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *effort_names[] = {"low", "high", "max"};
 
@@ -56,6 +58,18 @@ void chat_settings_str(const chat_settings *s, char *buf, size_t n) {
              s->gen.think ? "on" : "off", effort_names[s->gen.effort % 3]);
 }
 
+char *chat_utf8_in(const char *what, const char *s, size_t n, char *note, size_t nn) {
+    char  *out   = NULL;
+    size_t first = 0;
+    long   bad   = k3_utf8_repair(s, n, &out, &first);
+    note[0]      = 0;
+    if (bad > 0)
+        snprintf(note, nn,
+                 "%s: invalid UTF-8 (byte %zu is 0x%02x%s) replaced with U+FFFD; k3chat reads UTF-8 text",
+                 what, first + 1, (unsigned char)s[first], bad > 1 ? ", and more after it" : "");
+    return out;
+}
+
 int chat_default_save_path(char *buf, size_t n) {
     char dir[PATH_MAX];
     if (xdg_dir("XDG_DATA_HOME", ".local/share", "transcripts", 1, dir, sizeof dir) != 0)
@@ -65,8 +79,20 @@ int chat_default_save_path(char *buf, size_t n) {
     localtime_r(&now, &tm);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-    snprintf(buf, n, "%.3900s/chat-%s.jsonl", dir, stamp);
-    return 0;
+    /* never an earlier save's name: a second /save in the same second (or one whose write
+     * the worker has not done yet: last) gets -2, -3, ... */
+    static char last[PATH_MAX];
+    for (int k = 1; k < 10000; k++) {
+        if (k == 1)
+            snprintf(buf, n, "%.3900s/chat-%s.jsonl", dir, stamp);
+        else
+            snprintf(buf, n, "%.3900s/chat-%s-%d.jsonl", dir, stamp, k);
+        if (access(buf, F_OK) != 0 && errno == ENOENT && strcmp(buf, last)) {
+            snprintf(last, sizeof last, "%s", buf);
+            return 0;
+        }
+    }
+    return -1;
 }
 
 int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t n) {

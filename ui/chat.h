@@ -24,5 +24,10 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
 const char *chat_help_text(void);
 /* "temp 0.60 · top-p 0.95 · think on · effort max" */
 void chat_settings_str(const chat_settings *s, char *buf, size_t n);
+/* Text from outside (a typed or piped line, a paste, --prompt, --system): a malloc'ed copy
+ * with each invalid UTF-8 sequence replaced by U+FFFD, the one rule at every entry point.
+ * note gets what the user is told ("" when s was valid), naming `what` and the first byte.
+ * NULL when out of memory. */
+char *chat_utf8_in(const char *what, const char *s, size_t n, char *note, size_t nn);
 /* A new transcript path in the XDG data directory (created). -1 when there is no home. */
 int chat_default_save_path(char *buf, size_t n);

@@ -194,6 +194,17 @@ void ue_send_history(ue *u, const k3_conv *c) {
     }
 }
 
+static const char *plural(int n) {
+    return n == 1 ? "" : "s";
+}
+
+/* An edit of the history reaches the autosave file at once (k3chat(5)): after /undo a secret
+ * typed by mistake must not stay on disk until the next turn, or for ever after /quit. */
+static void autosave_now(ue *u, k3_conv *c) {
+    if (k3_conv_autosave(c) != K3_OK)
+        ue_emitf(u, EV_ERROR, "autosave: %s (the conversation is kept in memory)", k3_conv_autosave_error(c));
+}
+
 int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
     switch (cmd->type) {
     case EV_CMD_EDIT: /* the old exchange becomes a branch; the backend then sends as usual */
@@ -206,6 +217,7 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         } else {
             ui_ev e = {.type = EV_UNDO};
             ev_push(u->out, &e);
+            autosave_now(u, c);
         }
         return 1;
     case EV_CMD_FORGET: {
@@ -215,7 +227,8 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
             return 1;
         }
         ue_send_history(u, c);
-        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", n);
+        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d message%s)", n, plural(n));
+        autosave_now(u, c);
         return 1;
     }
     case EV_CMD_CLEAR: {
@@ -227,12 +240,14 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
     case EV_CMD_SYSTEM:
         if (k3_conv_set_system(c, cmd->text) != K3_OK)
             ue_emitf(u, EV_ERROR, "/system: %s", k3_errmsg());
+        else
+            autosave_now(u, c);
         return 1;
     case EV_CMD_SAVE:
         if (k3_conv_save(c, cmd->text) != K3_OK)
             ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
         else
-            ue_emitf(u, EV_INFO, "saved %d messages to %s", k3_conv_count(c), cmd->text);
+            ue_emitf(u, EV_INFO, "saved %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)), cmd->text);
         return 1;
     case EV_CMD_LOAD: {
         k3_load_info li;
@@ -241,15 +256,19 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
             return 1;
         }
         ue_send_history(u, c);
-        ue_emitf(u, EV_INFO, "loaded %d messages from %s%s", li.n_messages, cmd->text,
-                 li.torn_line ? " (an incomplete last line was ignored)" : "");
+        char fixed[160] = "";
+        if (li.utf8_fixed)
+            snprintf(fixed, sizeof fixed, " (invalid UTF-8 replaced with U+FFFD: %d sequence%s, the first at line %d, byte %d)",
+                     li.utf8_fixed, plural(li.utf8_fixed), li.utf8_line, li.utf8_byte);
+        ue_emitf(u, EV_INFO, "loaded %d message%s from %s%s%s", li.n_messages, plural(li.n_messages), cmd->text,
+                 li.torn_line ? " (an incomplete last line was ignored)" : "", fixed);
         return 1;
     }
     case EV_CMD_EXPORT:
         if (k3_conv_export_md(c, cmd->text) != K3_OK)
             ue_emitf(u, EV_ERROR, "/export: %s", k3_errmsg());
         else
-            ue_emitf(u, EV_INFO, "exported %d messages to %s", k3_conv_count(c), cmd->text);
+            ue_emitf(u, EV_INFO, "exported %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)), cmd->text);
         return 1;
     default: return 0;
     }

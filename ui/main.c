@@ -1,5 +1,6 @@
 /* main.c: k3chat's entry point: parse the command line, pick a mode (cli.h), run it.
  * Only main and the CLI modes may exit; the engine returns statuses. */
+#include "chat.h"
 #include "cli.h"
 #include "k3.h"
 
@@ -83,6 +84,22 @@ static int run_mode(const cli_opts *o) {
         return ui_tui_run(o);
     }
     return 2;
+}
+
+/* The one rule for invalid UTF-8 (chat_utf8_in): an option's text gets U+FFFD where it is
+ * not UTF-8, and the user is told. *own holds the copy to free. */
+static int utf8_arg(const char *what, const char **s, char **own) {
+    char note[256];
+    if (!*s)
+        return 0;
+    if (!(*own = chat_utf8_in(what, *s, strlen(*s), note, sizeof note))) {
+        fprintf(stderr, "k3chat: %s: out of memory\n", what);
+        return -1;
+    }
+    if (note[0])
+        fprintf(stderr, "k3chat: %s\n", note);
+    *s = *own;
+    return 0;
 }
 
 /* An answer that could not be written is a failure (plain mode reports its own). */
@@ -203,5 +220,13 @@ int main(int argc, char **argv) {
     if (want == 2)
         o.file = argv[optind + 1];
 
-    return stdout_done(run_mode(&o));
+    char *prompt = NULL, *system = NULL;
+    if (utf8_arg("--prompt", &o.prompt, &prompt) || utf8_arg("--system", &o.system, &system)) {
+        free(prompt);
+        return 1;
+    }
+    int rc = stdout_done(run_mode(&o));
+    free(prompt);
+    free(system);
+    return rc;
 }

@@ -47,6 +47,7 @@ typedef struct plain {
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
     int           edit_pending;
     EditLine     *el;
+    int           lineno;  /* input lines read so far                             */
 } plain;
 
 /* Keep an answer (an owned copy) for /copy; pop = drop the last one. */
@@ -242,12 +243,7 @@ static void settle(plain *p) {
     drain(p, 0);
 }
 
-static int handle_line(plain *p, char *line) {
-    size_t n = strlen(line);
-    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-        line[--n] = 0;
-    if (!n)
-        return 0;
+static int handle_text(plain *p, char *line) {
     if (line[0] == '/' && line[1] != '/') {
         cmd_result r;
         char       msg[1024];
@@ -300,6 +296,26 @@ static int handle_line(plain *p, char *line) {
     p->last_user = strdup(text);
     drain(p, 1);
     return p->fatal;
+}
+
+static int handle_line(plain *p, char *line) {
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = 0;
+    if (!n)
+        return 0;
+    char what[32], note[256];
+    snprintf(what, sizeof what, "line %d", p->lineno);
+    char *fixed = chat_utf8_in(what, line, n, note, sizeof note);
+    if (!fixed) {
+        fprintf(stderr, "k3chat: %s: out of memory\n", what);
+        return 0;
+    }
+    if (note[0])
+        fprintf(stderr, "k3chat: %s\n", note);
+    int stop = handle_text(p, fixed);
+    free(fixed);
+    return stop;
 }
 
 static const char *prompt_fn(EditLine *el) {
@@ -385,6 +401,7 @@ int cli_plain(const cli_opts *o) {
         }
         if (!line)
             break;
+        p->lineno++;
         int stop = handle_line(p, line);
         free(line);
         if (stop) {
