@@ -408,6 +408,19 @@ void      k3_conv_set_turn_seed(k3_conv *c, uint64_t seed);
 void      k3_conv_drop_cache(k3_conv *c);
 /* Context accounting: tokens the next turn's prompt needs, and the capacity. */
 k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity);
+/* Fitting a conversation into the context (a transcript far larger than it, say): the fewest
+ * oldest exchanges (user message + answers; the system prompt stays) to drop so that the next
+ * turn's prompt leaves `room` tokens free. apply = 0 only measures; 1 also drops them (the
+ * autosave file is rewritten at its next write). drop = n_exchanges when even the system
+ * prompt alone does not leave room. */
+typedef struct k3_fit_info {
+    int used, capacity;  /* tokens the next prompt needs now, context capacity     */
+    int n_exchanges;     /* exchanges in the conversation                          */
+    int drop;            /* exchanges to drop (0: it fits)                         */
+    int used_after;      /* tokens the next prompt needs without them              */
+    int dropped_msgs;    /* apply: messages removed                                */
+} k3_fit_info;
+k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info *fi);
 /* Ids the chat encoder makes for the history (+ generation prompt when gen_prompt),
  * with the conversation's think mode and effort, appended to *out. */
 k3_status k3_conv_render(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out);
@@ -442,6 +455,7 @@ typedef struct k3_load_info {
     int  torn_line;    /* line number of an ignored torn final line, 0 when none */
     int  utf8_fixed;   /* invalid UTF-8 sequences replaced with U+FFFD, 0 when none */
     int  utf8_line, utf8_byte; /* where the first was: line, byte of the line (1-based) */
+    int  has_settings; /* the header had "settings" (else the defaults were used)          */
     char version[32];  /* k3chat version that wrote the file                     */
     char model_dir[512];
     char config_fnv64[17];

@@ -615,6 +615,8 @@ static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info
     json_t *s = json_object_get(h, "settings");
     if (!s)
         return K3_OK;
+    if (info)
+        info->has_settings = 1;
     if (!json_is_object(s))
         return LERR(L, "header \"settings\" is %s, expected an object", jtype(s));
     k3_conv_settings *cs = &c->set;

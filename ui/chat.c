@@ -53,6 +53,18 @@ void chat_settings_model(chat_settings *s, const ue_gen *m) {
         s->gen.top_p = m->top_p;
 }
 
+void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n) {
+    s->gen.temp        = g->temp;
+    s->gen.top_p       = g->top_p;
+    s->gen.think       = g->think;
+    s->gen.effort      = g->effort % 3;
+    s->gen.model_temp  = s->gen.model_top_p = 0;
+    s->temp_set        = s->top_p_set = 1;
+    char set[256];
+    chat_settings_str(s, set, sizeof set);
+    snprintf(msg, n, "settings from the transcript: %s", set);
+}
+
 void chat_settings_str(const chat_settings *s, char *buf, size_t n) {
     snprintf(buf, n, "temp %.2f · top-p %.2f · think %s · effort %s", (double)s->gen.temp, (double)s->gen.top_p,
              s->gen.think ? "on" : "off", effort_names[s->gen.effort % 3]);
@@ -95,7 +107,18 @@ int chat_default_save_path(char *buf, size_t n) {
     return -1;
 }
 
+/* A file argument as the shell would take it: "~/x" is $HOME/x. */
+static const char *file_arg(const char *arg, char *buf, size_t n) {
+    const char *home = getenv("HOME");
+    if (arg[0] == '~' && (arg[1] == '/' || !arg[1]) && home && *home) {
+        snprintf(buf, n, "%s%s", home, arg + 1);
+        return buf;
+    }
+    return arg;
+}
+
 int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t n) {
+    char file[PATH_MAX];
     msg[0] = 0;
     switch (r->id) {
     case CMD_TEMP:
@@ -133,6 +156,14 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
             snprintf(msg, n, "system prompt: %s", s->system[0] ? s->system : "(none)");
             return 1;
         }
+        if (!strcmp(r->arg, "--clear") || !strcmp(r->arg, "\"\"") || !strcmp(r->arg, "''")) {
+            int had = s->system[0] != 0;
+            s->system[0] = 0;
+            if (eng)
+                ue_system(eng, "");
+            snprintf(msg, n, had ? "system prompt removed; it applies from the next turn" : "there was no system prompt");
+            return 1;
+        }
         snprintf(s->system, sizeof s->system, "%s", r->arg);
         if (eng)
             ue_system(eng, s->system);
@@ -141,7 +172,7 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
     case CMD_SAVE: {
         char path[PATH_MAX];
         if (r->arg[0])
-            snprintf(path, sizeof path, "%s", r->arg);
+            snprintf(path, sizeof path, "%s", file_arg(r->arg, file, sizeof file));
         else if (chat_default_save_path(path, sizeof path) != 0) {
             snprintf(msg, n, "/save: no data directory (set XDG_DATA_HOME or HOME, or give a FILE)");
             return 1;
@@ -152,16 +183,21 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
     }
     case CMD_LOAD:
         if (eng)
-            ue_load(eng, r->arg);
+            ue_load(eng, file_arg(r->arg, file, sizeof file));
         return 1;
     case CMD_EXPORT:
         if (eng)
-            ue_export(eng, r->arg);
+            ue_export(eng, file_arg(r->arg, file, sizeof file));
         return 1;
-    case CMD_REPLAY:
+    case CMD_REPLAY: /* the engine says "replaying FILE" once it has read the file */
         if (eng)
-            ue_replay(eng, r->arg, &s->gen);
-        snprintf(msg, n, "replaying %s (Ctrl-C stops)", r->arg);
+            ue_replay(eng, file_arg(r->arg, file, sizeof file), &s->gen);
+        return 1;
+    case CMD_FORGET:
+        if (!r->arg[0])
+            return 0; /* the front end drops the oldest exchange from its display too */
+        if (eng)
+            ue_forget_fit(eng);
         return 1;
     default: return 0;
     }

@@ -17,6 +17,9 @@ typedef struct chat_settings {
 void chat_settings_init(chat_settings *s, const cli_opts *o);
 /* The model's defaults (EV_READY gen) for what the user did not set. */
 void chat_settings_model(chat_settings *s, const ue_gen *model);
+/* A loaded transcript's settings (EV_SETTINGS) become the ones the next turns use, as if the
+ * user had chosen them; msg says which. */
+void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n);
 /* Apply r when it is a settings/engine command: returns 1 and a message for the user in msg
  * (info), or 0 when the caller must handle r itself. */
 int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t n);

@@ -28,8 +28,13 @@ static void *worker_main(void *arg) {
         }
         if (u->self) {
             atomic_store(&u->busy, 1);
-            if (c.type == EV_CMD_SEND || c.type == EV_CMD_EDIT || c.type == EV_CMD_RETRY || c.type == EV_CMD_REPLAY)
+            if (c.type == EV_CMD_SEND || c.type == EV_CMD_EDIT || c.type == EV_CMD_RETRY || c.type == EV_CMD_REPLAY) {
+                /* clear, then look at cancel_upto: a ue_cancel racing with this either moved
+                 * cancel_upto before the load below or sets cancel after the clear */
                 atomic_store(&u->cancel, 0);
+                if (c.a <= atomic_load(&u->cancel_upto))
+                    atomic_store(&u->cancel, 1);
+            }
             u->be->cmd(u, u->self, &c);
             atomic_store(&u->busy, 0);
             ui_ev ack = {.type = EV_ACK, .i = c.type};
@@ -67,6 +72,7 @@ ue *ue_start(const cli_opts *o, ev_queue *out) {
 }
 
 void ue_cancel(ue *u) {
+    atomic_store(&u->cancel_upto, u->posted);
     atomic_store(&u->cancel, 1);
     if (u->be->cancel && atomic_load(&u->ready) && u->self)
         u->be->cancel(u->self);
@@ -85,7 +91,7 @@ void ue_close(ue *u) {
 }
 
 static void post(ue *u, int type, const char *text, const ue_gen *g, double x) {
-    ui_ev c = {.type = type, .text = (char *)(uintptr_t)text, .x = x};
+    ui_ev c = {.type = type, .text = (char *)(uintptr_t)text, .x = x, .a = u->posted + 1};
     if (g)
         c.gen = *g;
     ev_push(u->cmds, &c);
@@ -97,6 +103,7 @@ void ue_retry(ue *u, const ue_gen *g) { post(u, EV_CMD_RETRY, NULL, g, 0); }
 void ue_edit(ue *u, const char *t, const ue_gen *g) { post(u, EV_CMD_EDIT, t, g, 0); }
 void ue_undo(ue *u) { post(u, EV_CMD_UNDO, NULL, NULL, 0); }
 void ue_forget(ue *u) { post(u, EV_CMD_FORGET, NULL, NULL, 0); }
+void ue_forget_fit(ue *u) { post(u, EV_CMD_FORGET, "--fit", NULL, 0); }
 void ue_clear(ue *u) { post(u, EV_CMD_CLEAR, NULL, NULL, 0); }
 void ue_system(ue *u, const char *t) { post(u, EV_CMD_SYSTEM, t ? t : "", NULL, 0); }
 void ue_save(ue *u, const char *p) { post(u, EV_CMD_SAVE, p, NULL, 0); }
@@ -200,7 +207,7 @@ static const char *plural(int n) {
 
 /* An edit of the history reaches the autosave file at once (k3chat(5)): after /undo a secret
  * typed by mistake must not stay on disk until the next turn, or for ever after /quit. */
-static void autosave_now(ue *u, k3_conv *c) {
+void ue_conv_autosave(ue *u, k3_conv *c) {
     if (k3_conv_autosave(c) != K3_OK)
         ue_emitf(u, EV_ERROR, "autosave: %s (the conversation is kept in memory)", k3_conv_autosave_error(c));
 }
@@ -217,10 +224,14 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         } else {
             ui_ev e = {.type = EV_UNDO};
             ev_push(u->out, &e);
-            autosave_now(u, c);
+            ue_conv_autosave(u, c);
         }
         return 1;
     case EV_CMD_FORGET: {
+        if (cmd->text && cmd->text[0]) { /* --fit: the backend knows the context (worker.c) */
+            ue_emitf(u, EV_ERROR, "/forget --fit: this engine cannot measure the context; /forget drops one exchange");
+            return 1;
+        }
         int n = k3_conv_drop_oldest(c);
         if (n == 0) {
             ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
@@ -228,7 +239,7 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         }
         ue_send_history(u, c);
         ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d message%s)", n, plural(n));
-        autosave_now(u, c);
+        ue_conv_autosave(u, c);
         return 1;
     }
     case EV_CMD_CLEAR: {
@@ -241,7 +252,7 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         if (k3_conv_set_system(c, cmd->text) != K3_OK)
             ue_emitf(u, EV_ERROR, "/system: %s", k3_errmsg());
         else
-            autosave_now(u, c);
+            ue_conv_autosave(u, c);
         return 1;
     case EV_CMD_SAVE:
         if (k3_conv_save(c, cmd->text) != K3_OK)
@@ -262,7 +273,15 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
                      li.utf8_fixed, plural(li.utf8_fixed), li.utf8_line, li.utf8_byte);
         ue_emitf(u, EV_INFO, "loaded %d message%s from %s%s%s", li.n_messages, plural(li.n_messages), cmd->text,
                  li.torn_line ? " (an incomplete last line was ignored)" : "", fixed);
-        return 1;
+        if (li.has_settings) { /* the next turns continue with the transcript's settings */
+            k3_conv_settings set;
+            k3_conv_get_settings(c, &set);
+            ui_ev e = {.type = EV_SETTINGS};
+            e.gen   = (ue_gen){.temp = set.sampling.temp, .top_p = set.sampling.top_p, .think = set.think,
+                               .effort = !strcmp(set.effort, "low") ? 0 : !strcmp(set.effort, "high") ? 1 : 2};
+            ev_push(u->out, &e);
+        }
+        return 2;
     }
     case EV_CMD_EXPORT:
         if (k3_conv_export_md(c, cmd->text) != K3_OK)

@@ -213,6 +213,13 @@ static void on_event(tui *t, ui_ev *e) {
         break;
     case EV_ERROR: notice(t, ROLE_ERROR, "%s", e->text ? e->text : "error"); break;
     case EV_INFO: notice(t, ROLE_INFO, "%s", e->text ? e->text : ""); break;
+    case EV_SETTINGS: {
+        char msg[300];
+        chat_settings_loaded(&t->cs, &e->gen, msg, sizeof msg);
+        notice(t, ROLE_INFO, "%s", msg);
+        t->dirty |= DIRTY_STATUS;
+        break;
+    }
     case EV_ACK:
         if (e->i == EV_CMD_CLEAR && t->clear_pending > 0)
             t->clear_pending--;
@@ -342,7 +349,7 @@ static void run_command(tui *t, const char *line) {
     if (chat_apply(&t->cs, t->eng, &r, msg, sizeof msg)) {
         if (r.id == CMD_REPLAY)
             t->replaying = 1;
-        if (r.id == CMD_LOAD)
+        if (r.id == CMD_LOAD || r.id == CMD_FORGET) /* /forget --fit: history follows */
             t->load_pending++;
         if (msg[0])
             notice(t, ROLE_INFO, "%s", msg);
