@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -379,7 +380,7 @@ k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir) {
             if ((d = k3_malloc(n)))
                 snprintf(d, n, "%s/.local/share/k3chat", h);
         } else {
-            return k3_err(K3_ERR_ARG, "autosave: neither XDG_DATA_HOME nor HOME is set");
+            return k3_err(K3_ERR_ARG, "neither XDG_DATA_HOME nor HOME is set");
         }
     }
     if (!d)
@@ -913,6 +914,81 @@ done:
 
 /* ==== Markdown export ======================================================= */
 
+/* The user's and the system's text, literally: every ASCII punctuation character that can
+ * start Markdown is backslash-escaped (CommonMark allows it before any of them), leading
+ * spaces become &#32; (no indented code block), and a line break inside a paragraph is a
+ * hard break ("\" at the end of the line). */
+static void md_literal(sbuf *b, const char *s) {
+    int bol = 1;
+    for (; *s; s++) {
+        if (*s == '\n') {
+            sb_str(b, !bol && s[1] && s[1] != '\n' ? "\\\n" : "\n");
+            bol = 1;
+            continue;
+        }
+        if (bol && (*s == ' ' || *s == '\t')) {
+            sb_str(b, "&#32;");
+            continue;
+        }
+        bol = 0;
+        if (strchr("\\`*_{}[]<>()#+-.!|~&=", *s))
+            sb_add(b, "\\", 1);
+        sb_add(b, s, 1);
+    }
+}
+
+/* A code-fence line (``` or ~~~, three or more, indented at most 3 spaces): the marker's
+ * length, 0 when the line is not one; *ch gets its character, *bare whether nothing but
+ * blanks follows it (only such a line closes a fence). */
+static size_t fence_len(const char *line, size_t len, char *ch, int *bare) {
+    size_t i = 0, n = 0;
+    while (i < 3 && i < len && line[i] == ' ')
+        i++;
+    if (i == len || (line[i] != '`' && line[i] != '~'))
+        return 0;
+    *ch = line[i];
+    while (i + n < len && line[i + n] == *ch)
+        n++;
+    size_t k = i + n;
+    while (k < len && (line[k] == ' ' || line[k] == '\t'))
+        k++;
+    *bare = k == len;
+    return n >= 3 ? n : 0;
+}
+
+/* The model's Markdown, kept as Markdown but unable to swallow what follows it: a code fence
+ * left open is closed, and <details>/</details> tags outside code become text (one in a
+ * reasoning would close its block, or open one that never ends). */
+static void md_block(sbuf *b, const char *s) {
+    char   open_ch = 0, ch = 0;
+    size_t open_n = 0;
+    while (*s) {
+        size_t len = strcspn(s, "\n"), f;
+        int    bare = 0, in_code = open_n > 0;
+        if ((f = fence_len(s, len, &ch, &bare))) {
+            if (!open_n)
+                open_n = f, open_ch = ch;
+            else if (ch == open_ch && f >= open_n && bare)
+                open_n = 0;
+        }
+        for (size_t i = 0; i < len; i++) {
+            if (!in_code && s[i] == '<' &&
+                (!strncasecmp(s + i + 1, "details", 7) || !strncasecmp(s + i + 1, "/details", 8)))
+                sb_str(b, "&lt;");
+            else
+                sb_add(b, s + i, 1);
+        }
+        s += len;
+        if (*s)
+            sb_add(b, s++, 1);
+    }
+    if (open_n) { /* close the fence the text left open */
+        sb_str(b, "\n");
+        while (open_n--)
+            sb_add(b, &open_ch, 1);
+    }
+}
+
 static void md_stats(sbuf *b, const k3_msg *m) {
     if (m->interrupted)
         sb_str(b, "*(interrupted)*\n\n");
@@ -944,11 +1020,14 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
         sb_fmt(&b, "## %s\n\n", title[m->role]);
         if (m->reasoning && *m->reasoning) {
             sb_str(&b, "<details>\n<summary>Reasoning</summary>\n\n");
-            sb_str(&b, m->reasoning);
+            md_block(&b, m->reasoning);
             sb_str(&b, "\n\n</details>\n\n");
         }
         if (*m->content) {
-            sb_str(&b, m->content);
+            if (m->role == K3_ROLE_ASSISTANT)
+                md_block(&b, m->content);
+            else
+                md_literal(&b, m->content);
             sb_str(&b, "\n\n");
         }
         md_stats(&b, m);

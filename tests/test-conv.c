@@ -536,6 +536,27 @@ static void test_utf8(void) {
     k3_conv_free(c);
 }
 
+/* Issue 26 item 30: /export escapes what would break the Markdown: user text is literal, a
+ * </details> in reasoning does not close the block, an unclosed fence is closed. */
+static void test_export_escape(void) {
+    k3_conv *c = k3_conv_new();
+    char     md[600];
+    path_in(md, sizeof md, "escape.md");
+    K3_ASSERT(c && k3_conv_add(c, K3_ROLE_USER, "# x\n    indented\n1. item <b>", NULL) == K3_OK);
+    add_reply(c, "```py\nprint(1)", "a </details> b <DETAILS> c", 0, 0);
+    K3_ASSERT(k3_conv_add(c, K3_ROLE_USER, "next", NULL) == K3_OK);
+    T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown with hostile text");
+    char *t = read_file(md);
+    T_CHECK(t && strstr(t, "\\# x\\\n&#32;&#32;&#32;&#32;indented\\\n1\\. item \\<b\\>\n"),
+            "user text is literal: no heading, no code block, no list, no HTML, line breaks kept");
+    T_CHECK(t && strstr(t, "a &lt;/details> b &lt;DETAILS> c\n\n</details>"),
+            "a </details> or <details> in the reasoning is text; the block ends where k3chat ends it");
+    T_CHECK(t && strstr(t, "print(1)\n```\n\n") && strstr(t, "## User\n\nnext"),
+            "an unclosed fence in the answer is closed, the next message is outside it");
+    free(t);
+    k3_conv_free(c);
+}
+
 int main(void) {
     const char *t = getenv("K3_TMP");
     snprintf(tmpdir, sizeof tmpdir, "%s/test-conv-XXXXXX", t && *t ? t : "/tmp");
@@ -547,6 +568,7 @@ int main(void) {
     test_round_trip();
     test_malformed();
     test_utf8();
+    test_export_escape();
     test_failures();
     test_full_disk();
     test_crash();

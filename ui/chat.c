@@ -203,6 +203,11 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
     }
 }
 
+int chat_verbose(void) {
+    const char *v = getenv("K3_VERBOSE");
+    return v && *v && strcmp(v, "0");
+}
+
 const char *chat_help_text(void) {
     static char buf[8192];
     if (buf[0])

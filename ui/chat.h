@@ -23,6 +23,8 @@ void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n
 /* Apply r when it is a settings/engine command: returns 1 and a message for the user in msg
  * (info), or 0 when the caller must handle r itself. */
 int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t n);
+/* K3_VERBOSE is set (and not 0): the engine's info messages are shown too. */
+int chat_verbose(void);
 /* The whole /help text (commands and keys), newline-separated. */
 const char *chat_help_text(void);
 /* "temp 0.60 · top-p 0.95 · think on · effort max" */

@@ -88,11 +88,9 @@ static void out_check(plain *p) {
     clearerr(stdout);
 }
 
-static int verbose; /* K3_VERBOSE: the engine's info messages are shown too */
-
 static void plain_log(int level, const char *msg, void *ud) {
     (void)ud;
-    if (level <= K3_LOG_LEVEL_WARN || (verbose && level == K3_LOG_LEVEL_INFO))
+    if (level <= K3_LOG_LEVEL_WARN || (level == K3_LOG_LEVEL_INFO && chat_verbose()))
         fprintf(stderr, "k3chat: %s\n", msg);
 }
 
@@ -184,9 +182,9 @@ static int on_event(plain *p, ui_ev *e) {
         p->cur.n = 0;
         if (!p->replaying)
             p->st = e->st;
+        out_check(p);
         if (e->i == UE_DONE_LENGTH)
             report_cut(p, &e->st);
-        out_check(p);
         p->last_ch = -1;
         p->replaying = 0;
         return 1;
@@ -416,7 +414,6 @@ int cli_plain(const cli_opts *o) {
     p->err_tty = isatty(2);
     const char *term = getenv("TERM");
     p->esc     = p->err_tty && term && *term && strcmp(term, "dumb");
-    verbose    = getenv("K3_VERBOSE") && *getenv("K3_VERBOSE") && strcmp(getenv("K3_VERBOSE"), "0");
     p->q       = ev_queue_new(0);
     if (!p->q)
         return 1;

@@ -766,7 +766,7 @@ static void on_key(tui *t, wint_t k, int fn) {
 /* ==== startup and shutdown =================================================== */
 
 static void log_to_ui(int level, const char *msg, void *ud) {
-    if (level <= K3_LOG_LEVEL_WARN)
+    if (level <= K3_LOG_LEVEL_WARN || (level == K3_LOG_LEVEL_INFO && chat_verbose()))
         ev_push_text((ev_queue *)ud, level == K3_LOG_LEVEL_ERROR ? EV_ERROR : EV_INFO, msg);
 }
 
