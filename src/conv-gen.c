@@ -303,8 +303,10 @@ k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info 
     } else {
         hi = 0;
     }
-    if (!st)
+    if (!st && hi)
         st = need_without(c, tok, start, n_exch, hi, &fi->used_after);
+    else if (!st)
+        fi->used_after = fi->used;
     fi->drop = hi;
     if (!st && apply && hi > 0) {
         int n = (hi < n_exch ? start[hi] : c->n_msgs) - start[0];
