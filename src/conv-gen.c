@@ -246,6 +246,81 @@ k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity) {
     return K3_OK;
 }
 
+/* Tokens the next turn's prompt needs when the first `drop` exchanges are left out: the
+ * system prompt and messages [start[drop], n) rendered as a view (shallow copies). */
+static k3_status need_without(const k3_conv *c, const k3_tok *tok, const int *start, int n_exch, int drop, int *need) {
+    int      sys = k3_conv_system(c) != NULL, from = !drop ? sys : drop < n_exch ? start[drop] : c->n_msgs;
+    k3_msg  *v = k3_calloc((size_t)(sys + c->n_msgs - from) + 1, sizeof *v);
+    k3_conv *view = k3_calloc(1, sizeof *view);
+    k3_ids   r = {0};
+    k3_status st = v && view ? K3_OK : k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    if (!st) {
+        int n = 0;
+        if (sys)
+            v[n++] = c->msgs[0];
+        for (int i = from; i < c->n_msgs; i++)
+            v[n++] = c->msgs[i];
+        view->msgs = v;
+        view->n_msgs = n;
+        view->set = c->set;
+        st = conv_render_prompt(view, tok, 1, &r);
+        *need = (int)r.n;
+    }
+    k3_ids_free(&r);
+    free(v);
+    free(view);
+    return st;
+}
+
+k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info *fi) {
+    k3_tok       *tok;
+    k3_model_info info;
+    memset(fi, 0, sizeof *fi);
+    k3_status st = conv_get_tok(c, m, &tok);
+    if (st)
+        return st;
+    k3_model_get_info(m, &info);
+    int *start = k3_calloc((size_t)c->n_msgs + 1, sizeof *start), n_exch = 0;
+    if (!start)
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    for (int i = 0; i < c->n_msgs; i++)
+        if (c->msgs[i].role == K3_ROLE_USER)
+            start[n_exch++] = i;
+    fi->capacity = info.max_ctx;
+    fi->n_exchanges = n_exch;
+    int lo = 0, hi = n_exch, need = 0; /* the answer is in [lo, hi]: need(hi) fits or hi = n_exch */
+    if (!(st = need_without(c, tok, start, n_exch, 0, &fi->used)) && fi->used + room > info.max_ctx) {
+        lo = 1;
+        while (!st && lo < hi) { /* need() only shrinks as exchanges go */
+            int mid = lo + (hi - lo) / 2;
+            if ((st = need_without(c, tok, start, n_exch, mid, &need)))
+                break;
+            if (need + room <= info.max_ctx)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+    } else {
+        hi = 0;
+    }
+    if (!st && hi)
+        st = need_without(c, tok, start, n_exch, hi, &fi->used_after);
+    else if (!st)
+        fi->used_after = fi->used;
+    fi->drop = hi;
+    if (!st && apply && hi > 0) {
+        int n = (hi < n_exch ? start[hi] : c->n_msgs) - start[0];
+        for (int i = start[0]; i < start[0] + n; i++)
+            conv_msg_clear(&c->msgs[i]);
+        memmove(&c->msgs[start[0]], &c->msgs[start[0] + n], (size_t)(c->n_msgs - start[0] - n) * sizeof *c->msgs);
+        c->n_msgs -= n;
+        conv_touched(c, start[0]);
+        fi->dropped_msgs = n;
+    }
+    free(start);
+    return st;
+}
+
 /* ==== prompt cache ============================================================== */
 
 static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
@@ -406,10 +481,12 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
     int n = (int)R.n, room = info.max_ctx - n;
     if (room < CONV_MIN_ROOM) {
         k3_ids_free(&R);
-        return k3_err(K3_ERR_CONTEXT,
-                      "context full: the conversation needs %d tokens and the context holds %d "
-                      "(K3_MAXT); start a new conversation or drop the oldest turns",
-                      n + CONV_MIN_ROOM, info.max_ctx);
+        int users = 0; /* the advice depends on whether there are older turns to drop */
+        for (int i = 0; i < c->n_msgs; i++)
+            users += c->msgs[i].role == K3_ROLE_USER;
+        return k3_err(K3_ERR_CONTEXT, "context full: the conversation needs %d tokens and the context holds %d (K3_MAXT)%s",
+                      n + CONV_MIN_ROOM, info.max_ctx,
+                      users > 1 ? "; start a new conversation or drop the oldest turns" : "");
     }
     atomic_store(&c->cancel, 0);
     atomic_store(&c->active, s);

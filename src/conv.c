@@ -251,9 +251,24 @@ k3_status conv_push(k3_conv *c, const k3_msg *m) {
     return K3_OK;
 }
 
+/* Strings are UTF-8 by contract (k3.h): a caller's invalid text is refused here, with the
+ * byte, rather than failing later as a transcript that cannot be written. */
+static k3_status check_utf8(const char *what, const char *s) {
+    size_t at = 0;
+    if (s && k3_utf8_repair(s, strlen(s), NULL, &at) > 0)
+        return k3_err(K3_ERR_ARG, "conversation: the %s is not valid UTF-8 (byte %zu is 0x%02x)", what, at + 1,
+                      (unsigned char)s[at]);
+    return K3_OK;
+}
+
 k3_status k3_conv_add(k3_conv *c, k3_role role, const char *content, const char *reasoning) {
     if (role != K3_ROLE_SYSTEM && role != K3_ROLE_USER && role != K3_ROLE_ASSISTANT)
         return k3_err(K3_ERR_ARG, "conversation: role %d is not system, user or assistant", (int)role);
+    k3_status st = check_utf8("message", content);
+    if (!st)
+        st = check_utf8("reasoning", reasoning);
+    if (st)
+        return st;
     k3_msg m = {.role = role, .content = (char *)(uintptr_t)(content ? content : ""),
                 .reasoning = (char *)(uintptr_t)reasoning};
     return conv_push(c, &m);
@@ -295,11 +310,14 @@ k3_status k3_conv_set_system(k3_conv *c, const char *text) {
     }
     if (has && !strcmp(c->msgs[0].content, text))
         return K3_OK;
+    k3_status st = check_utf8("system prompt", text);
+    if (st)
+        return st;
     char *copy = k3_strdup(text);
     if (!copy)
         return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
     if (!has) {
-        k3_status st = grow(c);
+        st = grow(c);
         if (st) {
             free(copy);
             return st;

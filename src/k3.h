@@ -215,6 +215,13 @@ k3_status k3_tok_decode(const k3_tok *t, const int32_t *ids, size_t n, char **ou
 k3_status k3_tok_decode_text(const k3_tok *t, const int32_t *ids, size_t n, char **out,
                              size_t *len);
 
+/* Text from outside (typed, piped, pasted, command-line, transcript files) must be UTF-8.
+ * Counts the invalid sequences of s[0,n) (maximal-subpart rule, as decode_text) and returns
+ * that count (0: valid); *first_bad (may be NULL) gets the byte offset of the first. When out
+ * is not NULL it receives a malloc'ed NUL-terminated copy with each invalid sequence replaced
+ * by U+FFFD (free()). -1 when out of memory (*out is then NULL). */
+long        k3_utf8_repair(const char *s, size_t n, char **out, size_t *first_bad);
+
 /* Streaming decoder: feed ids one at a time, get only complete, valid UTF-8. An
  * incomplete tail is held until a later id completes it; a sequence that cannot become
  * valid is emitted as U+FFFD; flush ends the stream (a held tail becomes U+FFFD).
@@ -401,6 +408,19 @@ void      k3_conv_set_turn_seed(k3_conv *c, uint64_t seed);
 void      k3_conv_drop_cache(k3_conv *c);
 /* Context accounting: tokens the next turn's prompt needs, and the capacity. */
 k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity);
+/* Fitting a conversation into the context (a transcript far larger than it, say): the fewest
+ * oldest exchanges (user message + answers; the system prompt stays) to drop so that the next
+ * turn's prompt leaves `room` tokens free. apply = 0 only measures; 1 also drops them (the
+ * autosave file is rewritten at its next write). drop = n_exchanges when even the system
+ * prompt alone does not leave room. */
+typedef struct k3_fit_info {
+    int used, capacity;  /* tokens the next prompt needs now, context capacity     */
+    int n_exchanges;     /* exchanges in the conversation                          */
+    int drop;            /* exchanges to drop (0: it fits)                         */
+    int used_after;      /* tokens the next prompt needs without them              */
+    int dropped_msgs;    /* apply: messages removed                                */
+} k3_fit_info;
+k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info *fi);
 /* Ids the chat encoder makes for the history (+ generation prompt when gen_prompt),
  * with the conversation's think mode and effort, appended to *out. */
 k3_status k3_conv_render(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out);
@@ -433,6 +453,9 @@ k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_co
 typedef struct k3_load_info {
     int  n_messages;
     int  torn_line;    /* line number of an ignored torn final line, 0 when none */
+    int  utf8_fixed;   /* invalid UTF-8 sequences replaced with U+FFFD, 0 when none */
+    int  utf8_line, utf8_byte; /* where the first was: line, byte of the line (1-based) */
+    int  has_settings; /* the header had "settings" (else the defaults were used)          */
     char version[32];  /* k3chat version that wrote the file                     */
     char model_dir[512];
     char config_fnv64[17];
@@ -442,7 +465,8 @@ typedef struct k3_load_info {
 k3_status k3_conv_save(const k3_conv *c, const char *path);
 /* Replaces c's messages and settings with the transcript's; on any error (K3_ERR_FORMAT /
  * K3_ERR_IO, message "FILE:LINE: what") c is untouched. info may be NULL. A torn final
- * line (no newline, unparseable: an interrupted append) is ignored and reported in info. */
+ * line (no newline, unparseable: an interrupted append) is ignored and reported in info;
+ * so is invalid UTF-8, which is replaced with U+FFFD (info->utf8_*). */
 k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info);
 /* Markdown export (reasoning in <details> blocks), written atomically. */
 k3_status k3_conv_export_md(const k3_conv *c, const char *path);

@@ -772,6 +772,34 @@ k3_status tok_utf8_sanitize(const uint8_t *b, size_t n, char **out, size_t *len)
     return K3_OK;
 }
 
+long k3_utf8_repair(const char *s, size_t n, char **out, size_t *first_bad) {
+    const uint8_t *b = (const uint8_t *)s;
+    long           bad = 0;
+    size_t         on = 0;
+    char          *o = NULL;
+    if (out && !(o = *out = malloc(n * 3 + 1)))
+        return -1;
+    for (size_t i = 0; i < n;) {
+        int inc, r = utf8_seq(b + i, n - i, &inc);
+        if (r > 0) {
+            if (o)
+                memcpy(o + on, b + i, (size_t)r);
+            on += (size_t)r;
+            i += (size_t)r;
+            continue;
+        }
+        if (!bad++ && first_bad)
+            *first_bad = i;
+        if (o)
+            memcpy(o + on, REPL, 3);
+        on += 3;
+        i += (size_t)-r;
+    }
+    if (o)
+        o[on] = 0;
+    return bad;
+}
+
 k3_status k3_tok_decode_text(const k3_tok *t, const int32_t *ids, size_t n, char **out, size_t *len) {
     char *raw;
     size_t rn;

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -135,13 +136,26 @@ static json_t *stats_json(const k3_turn_stats *t) {
     return o;
 }
 
+/* A JSON string of text that should be UTF-8 (k3_conv_add refuses anything else); were a
+ * message ever to hold invalid bytes, they are written as U+FFFD rather than failing the
+ * whole file. */
+static json_t *jtext(const char *s) {
+    json_t *j = json_string(s);
+    char   *fixed;
+    if (!j && k3_utf8_repair(s, strlen(s), &fixed, NULL) > 0) {
+        j = json_string(fixed);
+        free(fixed);
+    }
+    return j;
+}
+
 static json_t *msg_json(const k3_msg *m) {
-    json_t *o = json_pack("{s:s, s:s}", "role", conv_role_str(m->role), "content", m->content);
+    json_t *o = json_pack("{s:s, s:o}", "role", conv_role_str(m->role), "content", jtext(m->content));
     if (!o)
         return NULL;
     int bad = 0;
     if (m->reasoning)
-        bad |= json_object_set_new(o, "reasoning_content", json_string(m->reasoning));
+        bad |= json_object_set_new(o, "reasoning_content", jtext(m->reasoning));
     if (m->interrupted)
         bad |= json_object_set_new(o, "interrupted", json_true());
     if (m->ids && m->n_ids > 0) {
@@ -366,7 +380,7 @@ k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir) {
             if ((d = k3_malloc(n)))
                 snprintf(d, n, "%s/.local/share/k3chat", h);
         } else {
-            return k3_err(K3_ERR_ARG, "autosave: neither XDG_DATA_HOME nor HOME is set");
+            return k3_err(K3_ERR_ARG, "neither XDG_DATA_HOME nor HOME is set");
         }
     }
     if (!d)
@@ -458,7 +472,8 @@ k3_status k3_conv_autosave(k3_conv *c) {
     k3_status st = autosave_write(c);
     if (st) {
         snprintf(c->autosave_err, sizeof c->autosave_err, "%s", k3_errmsg());
-        K3_LOG_WARN("autosave: %s (the conversation is still in memory)", c->autosave_err);
+        /* info only: the caller reports the failure (k3_conv_autosave_error), once */
+        K3_LOG_INFO("autosave: %s (the conversation is still in memory)", c->autosave_err);
     } else {
         c->autosave_err[0] = 0;
     }
@@ -466,40 +481,6 @@ k3_status k3_conv_autosave(k3_conv *c) {
 }
 
 /* ==== loading ============================================================== */
-
-/* Returns the byte offset of the first invalid UTF-8 sequence in p[0,n), or -1. */
-static long utf8_invalid_at(const unsigned char *p, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = p[i];
-        size_t   len;
-        unsigned min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            len = 2, min = 0x80;
-        } else if ((c & 0xf0) == 0xe0) {
-            len = 3, min = 0x800;
-        } else if ((c & 0xf8) == 0xf0) {
-            len = 4, min = 0x10000;
-        } else {
-            return (long)i;
-        }
-        if (i + len > n)
-            return (long)i;
-        unsigned cp = c & (0x7fu >> len);
-        for (size_t k = 1; k < len; k++) {
-            if ((p[i + k] & 0xc0) != 0x80)
-                return (long)i;
-            cp = (cp << 6) | (p[i + k] & 0x3fu);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return (long)i;
-        i += len;
-    }
-    return -1;
-}
 
 /* Parsing context: file name and line for messages. */
 typedef struct lctx {
@@ -635,6 +616,8 @@ static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info
     json_t *s = json_object_get(h, "settings");
     if (!s)
         return K3_OK;
+    if (info)
+        info->has_settings = 1;
     if (!json_is_object(s))
         return LERR(L, "header \"settings\" is %s, expected an object", jtype(s));
     k3_conv_settings *cs = &c->set;
@@ -826,13 +809,16 @@ out:
 static k3_status parse_line(const lctx *L, const char *p, size_t n, k3_conv *c, k3_load_info *info,
                             int *json_syntax) {
     *json_syntax = 0;
-    long bad = utf8_invalid_at((const unsigned char *)p, n);
-    if (bad >= 0) {
-        *json_syntax = 1;
-        return LERR(L, "invalid UTF-8 at byte %ld of the line (0x%02x)", bad + 1, (unsigned char)p[bad]);
-    }
+    /* invalid UTF-8 (a Latin-1 byte, a cut character) becomes U+FFFD, as everywhere k3chat
+     * reads text; the caller reports how many and where (k3_load_info) */
+    char  *fixed = NULL;
+    size_t first = 0;
+    long   bad = k3_utf8_repair(p, n, &fixed, &first);
+    if (bad < 0)
+        return k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
     json_error_t e;
-    json_t      *j = json_loadb(p, n, JSON_REJECT_DUPLICATES, &e);
+    json_t      *j = json_loadb(bad ? fixed : p, bad ? strlen(fixed) : n, JSON_REJECT_DUPLICATES, &e);
+    free(fixed);
     if (!j) {
         *json_syntax = 1;
         return LERR(L, "invalid JSON at column %d: %s", e.column, e.text);
@@ -846,6 +832,13 @@ static k3_status parse_line(const lctx *L, const char *p, size_t n, k3_conv *c, 
     else
         st = parse_msg(L, j, c);
     json_decref(j);
+    if (!st && bad && info) {
+        if (!info->utf8_fixed) {
+            info->utf8_line = L->line;
+            info->utf8_byte = (int)first + 1;
+        }
+        info->utf8_fixed += (int)bad;
+    }
     return st;
 }
 
@@ -921,6 +914,81 @@ done:
 
 /* ==== Markdown export ======================================================= */
 
+/* The user's and the system's text, literally: every ASCII punctuation character that can
+ * start Markdown is backslash-escaped (CommonMark allows it before any of them), leading
+ * spaces become &#32; (no indented code block), and a line break inside a paragraph is a
+ * hard break ("\" at the end of the line). */
+static void md_literal(sbuf *b, const char *s) {
+    int bol = 1;
+    for (; *s; s++) {
+        if (*s == '\n') {
+            sb_str(b, !bol && s[1] && s[1] != '\n' ? "\\\n" : "\n");
+            bol = 1;
+            continue;
+        }
+        if (bol && (*s == ' ' || *s == '\t')) {
+            sb_str(b, "&#32;");
+            continue;
+        }
+        bol = 0;
+        if (strchr("\\`*_{}[]<>()#+-.!|~&=", *s))
+            sb_add(b, "\\", 1);
+        sb_add(b, s, 1);
+    }
+}
+
+/* A code-fence line (``` or ~~~, three or more, indented at most 3 spaces): the marker's
+ * length, 0 when the line is not one; *ch gets its character, *bare whether nothing but
+ * blanks follows it (only such a line closes a fence). */
+static size_t fence_len(const char *line, size_t len, char *ch, int *bare) {
+    size_t i = 0, n = 0;
+    while (i < 3 && i < len && line[i] == ' ')
+        i++;
+    if (i == len || (line[i] != '`' && line[i] != '~'))
+        return 0;
+    *ch = line[i];
+    while (i + n < len && line[i + n] == *ch)
+        n++;
+    size_t k = i + n;
+    while (k < len && (line[k] == ' ' || line[k] == '\t'))
+        k++;
+    *bare = k == len;
+    return n >= 3 ? n : 0;
+}
+
+/* The model's Markdown, kept as Markdown but unable to swallow what follows it: a code fence
+ * left open is closed, and <details>/</details> tags outside code become text (one in a
+ * reasoning would close its block, or open one that never ends). */
+static void md_block(sbuf *b, const char *s) {
+    char   open_ch = 0, ch = 0;
+    size_t open_n = 0;
+    while (*s) {
+        size_t len = strcspn(s, "\n"), f;
+        int    bare = 0, in_code = open_n > 0;
+        if ((f = fence_len(s, len, &ch, &bare))) {
+            if (!open_n)
+                open_n = f, open_ch = ch;
+            else if (ch == open_ch && f >= open_n && bare)
+                open_n = 0;
+        }
+        for (size_t i = 0; i < len; i++) {
+            if (!in_code && s[i] == '<' &&
+                (!strncasecmp(s + i + 1, "details", 7) || !strncasecmp(s + i + 1, "/details", 8)))
+                sb_str(b, "&lt;");
+            else
+                sb_add(b, s + i, 1);
+        }
+        s += len;
+        if (*s)
+            sb_add(b, s++, 1);
+    }
+    if (open_n) { /* close the fence the text left open */
+        sb_str(b, "\n");
+        while (open_n--)
+            sb_add(b, &open_ch, 1);
+    }
+}
+
 static void md_stats(sbuf *b, const k3_msg *m) {
     if (m->interrupted)
         sb_str(b, "*(interrupted)*\n\n");
@@ -952,11 +1020,14 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
         sb_fmt(&b, "## %s\n\n", title[m->role]);
         if (m->reasoning && *m->reasoning) {
             sb_str(&b, "<details>\n<summary>Reasoning</summary>\n\n");
-            sb_str(&b, m->reasoning);
+            md_block(&b, m->reasoning);
             sb_str(&b, "\n\n</details>\n\n");
         }
         if (*m->content) {
-            sb_str(&b, m->content);
+            if (m->role == K3_ROLE_ASSISTANT)
+                md_block(&b, m->content);
+            else
+                md_literal(&b, m->content);
             sb_str(&b, "\n\n");
         }
         md_stats(&b, m);

@@ -55,9 +55,12 @@ k3_status vkt_open(k3_model *m, vkt **out) {
         return K3_OK;
     }
     if (!on && vk_device_is_cpu(c)) { /* a CPU-emulated device is slower than the CPU kernels */
+        K3_LOG_INFO("vulkan: '%s' is a CPU device, slower than the CPU kernels: not used (K3_VK=1 forces it)",
+                    vk_device_name(c));
         vk_ctx_free(c);
         return K3_OK;
     }
+    K3_LOG_INFO("vulkan: using '%s', budget %.2f GB", vk_device_name(c), (double)vk_budget(c) / 1e9);
     vkt *t = calloc(1, sizeof *t);
     const k3_config *cf = &m->cfg;
     if (!t || !(t->ly = calloc((size_t)cf->n_layers, sizeof *t->ly))) {

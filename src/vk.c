@@ -455,7 +455,7 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     if (budget_bytes && avail && budget_bytes > avail)
         K3_LOG_WARN("vulkan: K3_VK_GB asks for %.2f GB but '%s' reports %.2f GB available", budget_bytes / 1e9,
                     c->name, avail / 1e9);
-    K3_LOG_INFO("vulkan: using '%s', budget %.2f GB", c->name, c->budget / 1e9);
+    K3_LOG_DEBUG("vulkan: opened '%s', budget %.2f GB", c->name, c->budget / 1e9); /* vkt_open says if used */
     *out = c;
     return K3_OK;
 fail:

@@ -47,7 +47,11 @@ bad() { # name, file content (printf format), expected text
 bad "truncated line" '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"x\n{"role":"user","content":"y"}\n' '2: invalid JSON'
 bad "wrong type" '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":["a"]}\n' '2: "content"\[0\]'
 bad "unknown version" '{"format":"k3chat-transcript","version":9}\n' '1: unknown transcript version 9'
-bad "invalid UTF-8" '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"\377"}\n' '2: invalid UTF-8'
+# invalid UTF-8 is not an error: U+FFFD (as everywhere text comes in, k3chat(1)), and a note
+printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"\377"}\n' >"$T/latin.jsonl"
+"$B/k3chat" --chat-ids "$T/m" "$T/latin.jsonl" >"$T/out" 2>"$T/err"; rc=$?
+[ "$rc" = 0 ] && [ -s "$T/out" ] && grep -q "latin.jsonl: invalid UTF-8 replaced with U+FFFD (1 sequence, the first at line 2, byte 27)" "$T/err"
+ok $? "--chat-ids, invalid UTF-8: U+FFFD, exit 0, and a note naming line and byte ($(head -c 160 "$T/err"))"
 
 printf '%s\n' '{"format":"k3chat-transcript","version":1}' '{"role":"user","content":5}' >"$T/bad.jsonl"
 "$B/k3chat" "$T/m" --replay "$T/bad.jsonl" >/dev/null 2>"$T/err"; rc=$?

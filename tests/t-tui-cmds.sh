@@ -60,7 +60,7 @@ check "a third message gets its answer" wait_for "reply to third question" 5
 cmd "/forget" "dropped the oldest exchange (2 messages)" "/forget drops the oldest exchange"
 check "/forget removed the first exchange" wait_gone "reply to first question" 5
 check "/forget kept the later ones" has "reply to third question"
-cmd "/forget now" "/forget takes no argument" "/forget with an argument"
+cmd "/forget now" "/forget [--fit]: 'now' is not --fit" "/forget with an argument"
 cmd "/undo" "" "/undo runs"
 check "/undo drops the last exchange" wait_gone "third question" 5
 check "/undo keeps the earlier exchange" has "reply to second question"

@@ -245,10 +245,6 @@ static void test_malformed(void) {
               ":1:", "medium");
     malformed("unknown version", S("{\"format\":\"k3chat-transcript\",\"version\":2}\n"), ":1:",
               "unknown transcript version 2");
-    malformed("invalid UTF-8",
-              S(HDR "{\"role\":\"user\",\"content\":\"ok\"}\n{\"role\":\"user\",\"content\":\"bad \xff\xfe\"}\n"),
-              ":3:", "invalid UTF-8");
-    malformed("overlong UTF-8", S(HDR "{\"role\":\"user\",\"content\":\"\xc0\xaf\"}\n"), ":2:", "invalid UTF-8");
     malformed("neither header nor message", S("{\"format\":\"other\",\"version\":1}\n"), ":1:",
               "neither a k3chat transcript header");
     malformed("header without format", S("{\"version\":1}\n"), ":1:", "neither a k3chat transcript header");
@@ -500,6 +496,67 @@ static void test_crash(void) {
                             "file parses and holds every completed turn (%d/%d rounds ok)", rounds, turns, good, rounds);
 }
 
+/* Issue 26 item 1: one rule for invalid UTF-8. Text from outside gets U+FFFD and a report
+ * (k3_utf8_repair); the conversation refuses invalid text from a caller by name and byte
+ * rather than failing later as an unwritable transcript ("out of memory"); a transcript with
+ * a stray byte loads with U+FFFD, saying where. */
+static void test_utf8(void) {
+    char  *out = NULL;
+    size_t first = 99;
+    T_CHECK(k3_utf8_repair("caf\xc3\xa9 ok", 8, &out, &first) == 0 && first == 99 && !strcmp(out, "caf\xc3\xa9 ok"),
+            "valid UTF-8: nothing replaced, copied as is");
+    free(out);
+    T_CHECK(k3_utf8_repair("caf\xe9.", 5, &out, &first) == 1 && first == 3 && !strcmp(out, "caf\xef\xbf\xbd."),
+            "a Latin-1 byte becomes U+FFFD, its offset reported (%zu: %s)", first, out);
+    free(out);
+    T_CHECK(k3_utf8_repair("\xc0\xaf-\xe2\x82", 5, NULL, &first) == 3 && first == 0,
+            "overlong and cut sequences count, maximal subpart rule (count only, no copy)");
+
+    k3_conv *c = k3_conv_new();
+    K3_ASSERT(c);
+    T_CHECK(k3_conv_add(c, K3_ROLE_USER, "caf\xe9", NULL) == K3_ERR_ARG && strstr(k3_errmsg(), "not valid UTF-8") &&
+                strstr(k3_errmsg(), "byte 4") && !strstr(k3_errmsg(), "memory") && k3_conv_count(c) == 0,
+            "k3_conv_add refuses invalid UTF-8 naming the byte, not as memory (%s)", k3_errmsg());
+    T_CHECK(k3_conv_set_system(c, "\xff") == K3_ERR_ARG && !k3_conv_system(c), "so does k3_conv_set_system");
+
+    static const char text[] = HDR "{\"role\":\"user\",\"content\":\"ok\"}\n"
+                                   "{\"role\":\"user\",\"content\":\"bad \xff\xfe\"}\n"
+                                   "{\"role\":\"assistant\",\"content\":\"\xc0\xaf\"}\n";
+    char p[600], q[600];
+    path_in(p, sizeof p, "latin1.jsonl");
+    path_in(q, sizeof q, "latin1-saved.jsonl");
+    write_file(p, text, sizeof text - 1);
+    k3_load_info info;
+    k3_status    st = k3_conv_load(c, p, &info);
+    T_CHECK(st == K3_OK && k3_conv_count(c) == 3 && !strcmp(k3_conv_msg(c, 1)->content, "bad \xef\xbf\xbd\xef\xbf\xbd"),
+            "a transcript with invalid UTF-8 loads, with U+FFFD (%s)", st ? k3_errmsg() : "ok");
+    T_CHECK(info.utf8_fixed == 4 && info.utf8_line == 3 && info.utf8_byte == 31,
+            "and says how many and where (%d, line %d byte %d)", info.utf8_fixed, info.utf8_line, info.utf8_byte);
+    T_CHECK(k3_conv_save(c, q) == K3_OK, "the repaired conversation saves (%s)", k3_errmsg());
+    k3_conv_free(c);
+}
+
+/* Issue 26 item 30: /export escapes what would break the Markdown: user text is literal, a
+ * </details> in reasoning does not close the block, an unclosed fence is closed. */
+static void test_export_escape(void) {
+    k3_conv *c = k3_conv_new();
+    char     md[600];
+    path_in(md, sizeof md, "escape.md");
+    K3_ASSERT(c && k3_conv_add(c, K3_ROLE_USER, "# x\n    indented\n1. item <b>", NULL) == K3_OK);
+    add_reply(c, "```py\nprint(1)", "a </details> b <DETAILS> c", 0, 0);
+    K3_ASSERT(k3_conv_add(c, K3_ROLE_USER, "next", NULL) == K3_OK);
+    T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown with hostile text");
+    char *t = read_file(md);
+    T_CHECK(t && strstr(t, "\\# x\\\n&#32;&#32;&#32;&#32;indented\\\n1\\. item \\<b\\>\n"),
+            "user text is literal: no heading, no code block, no list, no HTML, line breaks kept");
+    T_CHECK(t && strstr(t, "a &lt;/details> b &lt;DETAILS> c\n\n</details>"),
+            "a </details> or <details> in the reasoning is text; the block ends where k3chat ends it");
+    T_CHECK(t && strstr(t, "print(1)\n```\n\n") && strstr(t, "## User\n\nnext"),
+            "an unclosed fence in the answer is closed, the next message is outside it");
+    free(t);
+    k3_conv_free(c);
+}
+
 int main(void) {
     const char *t = getenv("K3_TMP");
     snprintf(tmpdir, sizeof tmpdir, "%s/test-conv-XXXXXX", t && *t ? t : "/tmp");
@@ -510,6 +567,8 @@ int main(void) {
     test_edits();
     test_round_trip();
     test_malformed();
+    test_utf8();
+    test_export_escape();
     test_failures();
     test_full_disk();
     test_crash();

@@ -102,5 +102,24 @@ int main(void) {
             "theme: missing background: %s", err);
     T_CHECK(thm_parse("user = red blue blink\n", "x.theme", t, err, sizeof err) != 0 && strstr(err, "'blink'"),
             "theme: unknown attribute: %s", err);
+    /* issue 26 item 20: one number parser and one range per knob */
+    double v = -1, lo, hi;
+    T_CHECK(cmd_num("0.5", 0, 2, 0, &v) == 0 && v == 0.5 && cmd_num(".5", 0, 2, 0, &v) == 0 && cmd_num("2.", 0, 2, 0, &v) == 0,
+            "cmd_num takes plain decimals");
+    T_CHECK(cmd_num("-0", 0, 2, 0, &v) && cmd_num("0x1", 0, 2, 0, &v) && cmd_num("1e0", 0, 2, 0, &v) &&
+                cmd_num("inf", 0, 2, 0, &v) && cmd_num("nan", 0, 2, 0, &v) && cmd_num(".", 0, 2, 0, &v) &&
+                cmd_num("", 0, 2, 0, &v) && cmd_num(" 1", 0, 2, 0, &v) && cmd_num("+1", 0, 2, 0, &v),
+            "cmd_num refuses signs, hex, exponents, inf, nan, a lone dot, blanks");
+    T_CHECK(cmd_num("2.01", 0, 2, 0, &v) && cmd_num("1.5", 0, 10, 1, &v) && cmd_num("7", 0, 10, 1, &v) == 0 && v == 7,
+            "cmd_num keeps the range; integer knobs take digits only");
+    cmd_range(CMD_TEMP, &lo, &hi);
+    T_CHECK(lo == 0 && hi == 2, "/temp's range is 0..2 (what --temp uses too)");
+    cmd_result rr;
+    T_CHECK(cmd_parse("/temp -0", &rr) && strstr(rr.msg, "'-0' is not a number in 0..2"), "/temp -0 is refused (%s)", rr.msg);
+    char rs[64];
+    T_CHECK(!strcmp(cmd_range_str(0, 1e9, rs, sizeof rs), "0..1000000000"), "ranges print in full (%s)", rs);
+    T_CHECK(cmd_parse("/HELP", &rr) && strstr(rr.msg, "did you mean /help?"), "/HELP suggests /help (%s)", rr.msg);
+    T_CHECK(cmd_parse("/forget --fit", &rr) == 0 && !strcmp(rr.arg, "--fit") && cmd_parse("/forget x", &rr),
+            "/forget takes --fit and nothing else");
     return t_done();
 }

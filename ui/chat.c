@@ -1,5 +1,6 @@
 /* chat.c: settings and engine-side slash commands shared by the TUI and plain mode (chat.h). */
 #include "chat.h"
+#include "k3.h"
 #include "xdg.h"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *effort_names[] = {"low", "high", "max"};
 
@@ -51,9 +53,33 @@ void chat_settings_model(chat_settings *s, const ue_gen *m) {
         s->gen.top_p = m->top_p;
 }
 
+void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n) {
+    s->gen.temp        = g->temp;
+    s->gen.top_p       = g->top_p;
+    s->gen.think       = g->think;
+    s->gen.effort      = g->effort % 3;
+    s->gen.model_temp  = s->gen.model_top_p = 0;
+    s->temp_set        = s->top_p_set = 1;
+    char set[256];
+    chat_settings_str(s, set, sizeof set);
+    snprintf(msg, n, "settings from the transcript: %s", set);
+}
+
 void chat_settings_str(const chat_settings *s, char *buf, size_t n) {
     snprintf(buf, n, "temp %.2f · top-p %.2f · think %s · effort %s", (double)s->gen.temp, (double)s->gen.top_p,
              s->gen.think ? "on" : "off", effort_names[s->gen.effort % 3]);
+}
+
+char *chat_utf8_in(const char *what, const char *s, size_t n, char *note, size_t nn) {
+    char  *out   = NULL;
+    size_t first = 0;
+    long   bad   = k3_utf8_repair(s, n, &out, &first);
+    note[0]      = 0;
+    if (bad > 0)
+        snprintf(note, nn,
+                 "%s: invalid UTF-8 (byte %zu is 0x%02x%s) replaced with U+FFFD; k3chat reads UTF-8 text",
+                 what, first + 1, (unsigned char)s[first], bad > 1 ? ", and more after it" : "");
+    return out;
 }
 
 int chat_default_save_path(char *buf, size_t n) {
@@ -65,11 +91,34 @@ int chat_default_save_path(char *buf, size_t n) {
     localtime_r(&now, &tm);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-    snprintf(buf, n, "%.3900s/chat-%s.jsonl", dir, stamp);
-    return 0;
+    /* never an earlier save's name: a second /save in the same second (or one whose write
+     * the worker has not done yet: last) gets -2, -3, ... */
+    static char last[PATH_MAX];
+    for (int k = 1; k < 10000; k++) {
+        if (k == 1)
+            snprintf(buf, n, "%.3900s/chat-%s.jsonl", dir, stamp);
+        else
+            snprintf(buf, n, "%.3900s/chat-%s-%d.jsonl", dir, stamp, k);
+        if (access(buf, F_OK) != 0 && errno == ENOENT && strcmp(buf, last)) {
+            snprintf(last, sizeof last, "%s", buf);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A file argument as the shell would take it: "~/x" is $HOME/x. */
+static const char *file_arg(const char *arg, char *buf, size_t n) {
+    const char *home = getenv("HOME");
+    if (arg[0] == '~' && (arg[1] == '/' || !arg[1]) && home && *home) {
+        snprintf(buf, n, "%s%s", home, arg + 1);
+        return buf;
+    }
+    return arg;
 }
 
 int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t n) {
+    char file[PATH_MAX];
     msg[0] = 0;
     switch (r->id) {
     case CMD_TEMP:
@@ -107,6 +156,14 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
             snprintf(msg, n, "system prompt: %s", s->system[0] ? s->system : "(none)");
             return 1;
         }
+        if (!strcmp(r->arg, "--clear") || !strcmp(r->arg, "\"\"") || !strcmp(r->arg, "''")) {
+            int had = s->system[0] != 0;
+            s->system[0] = 0;
+            if (eng)
+                ue_system(eng, "");
+            snprintf(msg, n, had ? "system prompt removed; it applies from the next turn" : "there was no system prompt");
+            return 1;
+        }
         snprintf(s->system, sizeof s->system, "%s", r->arg);
         if (eng)
             ue_system(eng, s->system);
@@ -115,7 +172,7 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
     case CMD_SAVE: {
         char path[PATH_MAX];
         if (r->arg[0])
-            snprintf(path, sizeof path, "%s", r->arg);
+            snprintf(path, sizeof path, "%s", file_arg(r->arg, file, sizeof file));
         else if (chat_default_save_path(path, sizeof path) != 0) {
             snprintf(msg, n, "/save: no data directory (set XDG_DATA_HOME or HOME, or give a FILE)");
             return 1;
@@ -126,19 +183,29 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
     }
     case CMD_LOAD:
         if (eng)
-            ue_load(eng, r->arg);
+            ue_load(eng, file_arg(r->arg, file, sizeof file));
         return 1;
     case CMD_EXPORT:
         if (eng)
-            ue_export(eng, r->arg);
+            ue_export(eng, file_arg(r->arg, file, sizeof file));
         return 1;
-    case CMD_REPLAY:
+    case CMD_REPLAY: /* the engine says "replaying FILE" once it has read the file */
         if (eng)
-            ue_replay(eng, r->arg, &s->gen);
-        snprintf(msg, n, "replaying %s (Ctrl-C stops)", r->arg);
+            ue_replay(eng, file_arg(r->arg, file, sizeof file), &s->gen);
+        return 1;
+    case CMD_FORGET:
+        if (!r->arg[0])
+            return 0; /* the front end drops the oldest exchange from its display too */
+        if (eng)
+            ue_forget_fit(eng);
         return 1;
     default: return 0;
     }
+}
+
+int chat_verbose(void) {
+    const char *v = getenv("K3_VERBOSE");
+    return v && *v && strcmp(v, "0");
 }
 
 const char *chat_help_text(void) {

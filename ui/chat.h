@@ -17,12 +17,22 @@ typedef struct chat_settings {
 void chat_settings_init(chat_settings *s, const cli_opts *o);
 /* The model's defaults (EV_READY gen) for what the user did not set. */
 void chat_settings_model(chat_settings *s, const ue_gen *model);
+/* A loaded transcript's settings (EV_SETTINGS) become the ones the next turns use, as if the
+ * user had chosen them; msg says which. */
+void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n);
 /* Apply r when it is a settings/engine command: returns 1 and a message for the user in msg
  * (info), or 0 when the caller must handle r itself. */
 int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t n);
+/* K3_VERBOSE is set (and not 0): the engine's info messages are shown too. */
+int chat_verbose(void);
 /* The whole /help text (commands and keys), newline-separated. */
 const char *chat_help_text(void);
 /* "temp 0.60 · top-p 0.95 · think on · effort max" */
 void chat_settings_str(const chat_settings *s, char *buf, size_t n);
+/* Text from outside (a typed or piped line, a paste, --prompt, --system): a malloc'ed copy
+ * with each invalid UTF-8 sequence replaced by U+FFFD, the one rule at every entry point.
+ * note gets what the user is told ("" when s was valid), naming `what` and the first byte.
+ * NULL when out of memory. */
+char *chat_utf8_in(const char *what, const char *s, size_t n, char *note, size_t nn);
 /* A new transcript path in the XDG data directory (created). -1 when there is no home. */
 int chat_default_save_path(char *buf, size_t n);

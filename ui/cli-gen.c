@@ -99,7 +99,7 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s,
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
-    int         max_tokens = o->max_tokens >= 0 ? o->max_tokens : info.max_ctx;
+    int         max_tokens = o->max_tokens > 0 ? o->max_tokens : info.max_ctx; /* 0: no limit, as in the chat */
     k3_chat_out out        = {0};
     int         ended = 0, thought = 0;
     for (int i = 0; i < max_tokens && !ended; i++) {

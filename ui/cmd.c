@@ -33,6 +33,29 @@ const char *cmd_help(enum cmd_id id) {
     return id >= 0 && id < CMD_N ? defs[id].help : "";
 }
 
+int cmd_num(const char *s, double lo, double hi, int integer, double *out) {
+    size_t digits = strspn(s, "0123456789"), frac = 0;
+    if (s[digits] == '.' && !integer)
+        frac = 1 + strspn(s + digits + 1, "0123456789");
+    if (digits + frac == 0 || (digits == 0 && frac == 1) || s[digits + frac])
+        return -1; /* empty, a lone ".", or anything after the number */
+    double v = strtod(s, NULL);
+    if (!(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+const char *cmd_range_str(double lo, double hi, char *buf, size_t n) {
+    snprintf(buf, n, "%.15g..%.15g", lo, hi);
+    return buf;
+}
+
+void cmd_range(enum cmd_id id, double *lo, double *hi) {
+    *lo = id >= 0 && id < CMD_N ? defs[id].lo : 0;
+    *hi = id >= 0 && id < CMD_N ? defs[id].hi : 0;
+}
+
 /* Optimal string alignment distance (edits: insert, delete, substitute, swap neighbours). */
 static int distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b);
@@ -55,10 +78,14 @@ static int distance(const char *a, const char *b) {
     return d[la][lb];
 }
 
-const char *cmd_nearest(const char *name) {
+const char *cmd_nearest(const char *name_in) {
     const char *best = NULL;
     int         bd   = 99;
-    size_t      ln   = strlen(name);
+    char        name[64]; /* commands are lower case: /HELP is /help */
+    size_t      ln = 0;
+    for (; name_in[ln] && ln < sizeof name - 1; ln++)
+        name[ln] = (char)tolower((unsigned char)name_in[ln]);
+    name[ln] = 0;
     for (int k = 0; k < CMD_N; k++) {
         /* a prefix of a command ("/sa" -> "/save") is as near as it gets */
         int d = ln && !strncmp(defs[k].name, name, ln) ? 0 : distance(name, defs[k].name);
@@ -136,21 +163,16 @@ int cmd_parse(const char *line, cmd_result *r) {
         }
         break;
     case CMD_ARG_NUM: {
-        char  *end;
-        double v = 0;
-        end      = r->arg;
-        if (al)
-            v = strtod(r->arg, &end);
+        char range[64];
         if (!al) {
             snprintf(r->msg, sizeof r->msg, "%s: missing the value (%s)", usage, defs[k].help);
             return -1;
         }
-        if (*end || !isfinite(v) || v < defs[k].lo || v > defs[k].hi) {
-            snprintf(r->msg, sizeof r->msg, "%s: '%.60s' is not a number in %g..%g", usage, r->arg, defs[k].lo,
-                     defs[k].hi);
+        if (cmd_num(r->arg, defs[k].lo, defs[k].hi, 0, &r->num) != 0) {
+            snprintf(r->msg, sizeof r->msg, "%s: '%.60s' is not a number in %s", usage, r->arg,
+                     cmd_range_str(defs[k].lo, defs[k].hi, range, sizeof range));
             return -1;
         }
-        r->num = v;
         break;
     }
     case CMD_ARG_ONOFF:
@@ -177,6 +199,12 @@ int cmd_parse(const char *line, cmd_result *r) {
         } else {
             snprintf(r->msg, sizeof r->msg, "%s: '%.60s' is not low, high or max%s", usage, r->arg,
                      strcmp(r->arg, "medium") ? "" : " (the release rejects medium)");
+            return -1;
+        }
+        break;
+    case CMD_ARG_FORGET:
+        if (al && strcmp(r->arg, "--fit")) {
+            snprintf(r->msg, sizeof r->msg, "%s: '%.60s' is not --fit", usage, r->arg);
             return -1;
         }
         break;

@@ -12,11 +12,11 @@
     X(CMD_EFFORT,    "effort",        CMD_ARG_EFFORT, 0, 0, "low|high|max", "thinking effort for the next turns")          \
     X(CMD_SHOWTHINK, "show-thinking", CMD_ARG_ONOFF, 0, 0, "on|off", "show or hide the think pane (the model still thinks)") \
     X(CMD_EXPERTS,   "experts",       CMD_ARG_NUM, 0, 4096, "GB", "expert-cache budget in GB, applied live")             \
-    X(CMD_SYSTEM,    "system",        CMD_ARG_TEXT_OPT, 0, 0, "[TEXT]", "set the system prompt (no text: show it)")       \
+    X(CMD_SYSTEM,    "system",        CMD_ARG_TEXT_OPT, 0, 0, "[TEXT|--clear]", "set the system prompt (no text: show it; --clear or \"\": remove it)") \
     X(CMD_CLEAR,     "clear",         CMD_ARG_NONE, 0, 0, "", "start a new conversation")                                  \
     X(CMD_RETRY,     "retry",         CMD_ARG_NONE, 0, 0, "", "regenerate the last answer")                                \
     X(CMD_UNDO,      "undo",          CMD_ARG_NONE, 0, 0, "", "drop the last exchange (your message and the answer)")      \
-    X(CMD_FORGET,    "forget",        CMD_ARG_NONE, 0, 0, "", "drop the oldest exchange, to make room in the context")    \
+    X(CMD_FORGET,    "forget",        CMD_ARG_FORGET, 0, 0, "[--fit]", "drop the oldest exchange, to make room in the context (--fit: keep the newest exchanges that leave a quarter of it free)") \
     X(CMD_SAVE,      "save",          CMD_ARG_FILE_OPT, 0, 0, "[FILE]", "save the conversation as a transcript (default: a new file in the data directory)") \
     X(CMD_LOAD,      "load",          CMD_ARG_FILE, 0, 0, "FILE", "continue a saved conversation")                         \
     X(CMD_REPLAY,    "replay",        CMD_ARG_FILE, 0, 0, "FILE", "re-run a transcript's user turns and compare the answers") \
@@ -30,7 +30,7 @@
 
 enum cmd_arg {
     CMD_ARG_NONE, CMD_ARG_NUM, CMD_ARG_ONOFF, CMD_ARG_EFFORT, CMD_ARG_TEXT_OPT, CMD_ARG_FILE,
-    CMD_ARG_FILE_OPT, CMD_ARG_OPT_WORD
+    CMD_ARG_FILE_OPT, CMD_ARG_OPT_WORD, CMD_ARG_FORGET
 };
 
 enum cmd_id {
@@ -48,6 +48,17 @@ typedef struct cmd_result {
     char        arg[4096];/* text / file / word argument ("" when none)   */
     char        msg[512]; /* the error message when cmd_parse fails       */
 } cmd_result;
+
+/* Numeric knobs: one parser and one range each, for the command-line options and the slash
+ * commands alike (--temp and /temp take the range of the /temp row of CMD_TABLE). A number is
+ * plain decimal, "12", "0.5", ".5" or "5.": no sign, exponent, hex, inf or nan (so no "-0",
+ * "0x1", "1e9"); integer knobs take digits only. 0 ok, -1 when s is not such a number in
+ * lo..hi. */
+int cmd_num(const char *s, double lo, double hi, int integer, double *out);
+/* "0..2", "0..1000000000": a range as the error messages print it. */
+const char *cmd_range_str(double lo, double hi, char *buf, size_t n);
+/* The range of a CMD_ARG_NUM command (CMD_TEMP, CMD_TOPP, CMD_EXPERTS). */
+void cmd_range(enum cmd_id id, double *lo, double *hi);
 
 /* Parse "/name args". 0 ok; -1 with r->msg set (bad argument, unknown command + suggestion). */
 int cmd_parse(const char *line, cmd_result *r);

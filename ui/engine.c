@@ -28,8 +28,13 @@ static void *worker_main(void *arg) {
         }
         if (u->self) {
             atomic_store(&u->busy, 1);
-            if (c.type == EV_CMD_SEND || c.type == EV_CMD_EDIT || c.type == EV_CMD_RETRY || c.type == EV_CMD_REPLAY)
+            if (c.type == EV_CMD_SEND || c.type == EV_CMD_EDIT || c.type == EV_CMD_RETRY || c.type == EV_CMD_REPLAY) {
+                /* clear, then look at cancel_upto: a ue_cancel racing with this either moved
+                 * cancel_upto before the load below or sets cancel after the clear */
                 atomic_store(&u->cancel, 0);
+                if (c.a <= atomic_load(&u->cancel_upto))
+                    atomic_store(&u->cancel, 1);
+            }
             u->be->cmd(u, u->self, &c);
             atomic_store(&u->busy, 0);
             ui_ev ack = {.type = EV_ACK, .i = c.type};
@@ -67,6 +72,7 @@ ue *ue_start(const cli_opts *o, ev_queue *out) {
 }
 
 void ue_cancel(ue *u) {
+    atomic_store(&u->cancel_upto, u->posted);
     atomic_store(&u->cancel, 1);
     if (u->be->cancel && atomic_load(&u->ready) && u->self)
         u->be->cancel(u->self);
@@ -85,7 +91,7 @@ void ue_close(ue *u) {
 }
 
 static void post(ue *u, int type, const char *text, const ue_gen *g, double x) {
-    ui_ev c = {.type = type, .text = (char *)(uintptr_t)text, .x = x};
+    ui_ev c = {.type = type, .text = (char *)(uintptr_t)text, .x = x, .a = u->posted + 1};
     if (g)
         c.gen = *g;
     ev_push(u->cmds, &c);
@@ -97,6 +103,7 @@ void ue_retry(ue *u, const ue_gen *g) { post(u, EV_CMD_RETRY, NULL, g, 0); }
 void ue_edit(ue *u, const char *t, const ue_gen *g) { post(u, EV_CMD_EDIT, t, g, 0); }
 void ue_undo(ue *u) { post(u, EV_CMD_UNDO, NULL, NULL, 0); }
 void ue_forget(ue *u) { post(u, EV_CMD_FORGET, NULL, NULL, 0); }
+void ue_forget_fit(ue *u) { post(u, EV_CMD_FORGET, "--fit", NULL, 0); }
 void ue_clear(ue *u) { post(u, EV_CMD_CLEAR, NULL, NULL, 0); }
 void ue_system(ue *u, const char *t) { post(u, EV_CMD_SYSTEM, t ? t : "", NULL, 0); }
 void ue_save(ue *u, const char *p) { post(u, EV_CMD_SAVE, p, NULL, 0); }
@@ -194,6 +201,17 @@ void ue_send_history(ue *u, const k3_conv *c) {
     }
 }
 
+static const char *plural(int n) {
+    return n == 1 ? "" : "s";
+}
+
+/* An edit of the history reaches the autosave file at once (k3chat(5)): after /undo a secret
+ * typed by mistake must not stay on disk until the next turn, or for ever after /quit. */
+void ue_conv_autosave(ue *u, k3_conv *c) {
+    if (k3_conv_autosave(c) != K3_OK)
+        ue_emitf(u, EV_ERROR, "autosave: %s (the conversation is kept in memory)", k3_conv_autosave_error(c));
+}
+
 int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
     switch (cmd->type) {
     case EV_CMD_EDIT: /* the old exchange becomes a branch; the backend then sends as usual */
@@ -206,16 +224,22 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         } else {
             ui_ev e = {.type = EV_UNDO};
             ev_push(u->out, &e);
+            ue_conv_autosave(u, c);
         }
         return 1;
     case EV_CMD_FORGET: {
+        if (cmd->text && cmd->text[0]) { /* --fit: the backend knows the context (worker.c) */
+            ue_emitf(u, EV_ERROR, "/forget --fit: this engine cannot measure the context; /forget drops one exchange");
+            return 1;
+        }
         int n = k3_conv_drop_oldest(c);
         if (n == 0) {
             ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
             return 1;
         }
         ue_send_history(u, c);
-        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", n);
+        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d message%s)", n, plural(n));
+        ue_conv_autosave(u, c);
         return 1;
     }
     case EV_CMD_CLEAR: {
@@ -227,12 +251,14 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
     case EV_CMD_SYSTEM:
         if (k3_conv_set_system(c, cmd->text) != K3_OK)
             ue_emitf(u, EV_ERROR, "/system: %s", k3_errmsg());
+        else
+            ue_conv_autosave(u, c);
         return 1;
     case EV_CMD_SAVE:
         if (k3_conv_save(c, cmd->text) != K3_OK)
             ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
         else
-            ue_emitf(u, EV_INFO, "saved %d messages to %s", k3_conv_count(c), cmd->text);
+            ue_emitf(u, EV_INFO, "saved %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)), cmd->text);
         return 1;
     case EV_CMD_LOAD: {
         k3_load_info li;
@@ -241,15 +267,27 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
             return 1;
         }
         ue_send_history(u, c);
-        ue_emitf(u, EV_INFO, "loaded %d messages from %s%s", li.n_messages, cmd->text,
-                 li.torn_line ? " (an incomplete last line was ignored)" : "");
-        return 1;
+        char fixed[160] = "";
+        if (li.utf8_fixed)
+            snprintf(fixed, sizeof fixed, " (invalid UTF-8 replaced with U+FFFD: %d sequence%s, the first at line %d, byte %d)",
+                     li.utf8_fixed, plural(li.utf8_fixed), li.utf8_line, li.utf8_byte);
+        ue_emitf(u, EV_INFO, "loaded %d message%s from %s%s%s", li.n_messages, plural(li.n_messages), cmd->text,
+                 li.torn_line ? " (an incomplete last line was ignored)" : "", fixed);
+        if (li.has_settings) { /* the next turns continue with the transcript's settings */
+            k3_conv_settings set;
+            k3_conv_get_settings(c, &set);
+            ui_ev e = {.type = EV_SETTINGS};
+            e.gen   = (ue_gen){.temp = set.sampling.temp, .top_p = set.sampling.top_p, .think = set.think,
+                               .effort = !strcmp(set.effort, "low") ? 0 : !strcmp(set.effort, "high") ? 1 : 2};
+            ev_push(u->out, &e);
+        }
+        return 2;
     }
     case EV_CMD_EXPORT:
         if (k3_conv_export_md(c, cmd->text) != K3_OK)
             ue_emitf(u, EV_ERROR, "/export: %s", k3_errmsg());
         else
-            ue_emitf(u, EV_INFO, "exported %d messages to %s", k3_conv_count(c), cmd->text);
+            ue_emitf(u, EV_INFO, "exported %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)), cmd->text);
         return 1;
     default: return 0;
     }

@@ -49,6 +49,9 @@ struct ue {
     ev_queue         *out;       /* events to the UI                            */
     ev_queue         *cmds;      /* commands to the worker                      */
     atomic_int        cancel;    /* set by ue_cancel, cleared when a turn starts */
+    atomic_uint       cancel_upto; /* ue_cancel stops every command posted so far, a message
+                                      still waiting for the model included: the worker
+                                      starts command number <= cancel_upto cancelled */
     atomic_int        ready;     /* model loaded                                */
     atomic_int        busy;      /* a command is running                        */
     unsigned          posted;    /* commands posted so far (UI thread only); each is
@@ -69,6 +72,8 @@ void ue_retry(ue *u, const ue_gen *g);
 void ue_edit(ue *u, const char *user_text, const ue_gen *g);
 void ue_undo(ue *u);
 void ue_forget(ue *u); /* drop the oldest exchange; answers EV_RESET + EV_MSG (or EV_ERROR) */
+/* drop the oldest exchanges until a quarter of the context is free (a local model only) */
+void ue_forget_fit(ue *u);
 void ue_clear(ue *u);
 void ue_system(ue *u, const char *text);
 void ue_save(ue *u, const char *path);
@@ -91,11 +96,14 @@ struct k3_conv;
 /* EV_RESET, then one EV_MSG per message of c. */
 void ue_send_history(ue *u, const struct k3_conv *c);
 /* Handle the conversation edits (/undo /forget /clear /system /save /load /export) the same way in
- * every backend; 1 when cmd was one of them, 0 when the backend must handle it. EV_CMD_EDIT
+ * every backend; 1 when cmd was one of them (2: a /load that succeeded), 0 when the backend must
+ * handle it. EV_CMD_EDIT
  * moves the last exchange to an abandoned branch and returns 0: the backend sends as for
  * EV_CMD_SEND. */
 int ue_conv_cmd(ue *u, struct k3_conv *c, const ui_ev *cmd);
 double ue_mem_gb(void); /* resident set size of the process */
+/* Bring c's autosave file up to date now, reporting a failure as EV_ERROR. */
+void ue_conv_autosave(ue *u, struct k3_conv *c);
 
 /* The conversation settings of a turn's command g (think, effort, max_tokens, seed) with the
  * sampling temp / top_p the backend chose, over c's current settings: the same in every backend. */

@@ -27,6 +27,8 @@ enum ev_type {
     EV_MSG,      /* i = role (UE_ROLE_*), text = content, text2 = reasoning (may be NULL)   */
     EV_UNDO,     /* the last exchange was dropped                                           */
     EV_ACK,      /* the worker finished command i (EV_CMD_*); after its other events        */
+    EV_SETTINGS, /* a loaded transcript's settings (gen: temp, top_p, think, effort), which the
+                    next turns use                                                            */
     /* commands to the worker (ue_* in engine.h) */
     EV_CMD_SEND, EV_CMD_RETRY, EV_CMD_UNDO, EV_CMD_FORGET, EV_CMD_CLEAR, EV_CMD_SYSTEM, EV_CMD_SAVE,
     EV_CMD_LOAD, EV_CMD_REPLAY, EV_CMD_EXPORT, EV_CMD_EXPERTS, EV_CMD_STATS, EV_CMD_EDIT, EV_CMD_QUIT,

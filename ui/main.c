@@ -1,12 +1,15 @@
 /* main.c: k3chat's entry point: parse the command line, pick a mode (cli.h), run it.
  * Only main and the CLI modes may exit; the engine returns statuses. */
+#include "chat.h"
 #include "cli.h"
+#include "cmd.h"
 #include "k3.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,15 +47,20 @@ static void usage(FILE *f) {
             "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
 
-static int parse_num(const char *opt, const char *s, double lo, double hi, double *out) {
-    char  *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "k3chat: %s: '%s' is not a number in %g..%g\n", opt, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
+/* An option's number: cmd_num, the parser and range the slash commands use (cmd.h). */
+static int parse_num(const char *opt, const char *s, double lo, double hi, int integer, double *out) {
+    char range[64];
+    if (cmd_num(s, lo, hi, integer, out) == 0)
+        return 0;
+    fprintf(stderr, "k3chat: %s: '%s' is not %s in %s\n", opt, s, integer ? "an integer" : "a number",
+            cmd_range_str(lo, hi, range, sizeof range));
+    return -1;
+}
+
+static int parse_cmd_num(const char *opt, enum cmd_id id, const char *s, double *out) {
+    double lo, hi;
+    cmd_range(id, &lo, &hi);
+    return parse_num(opt, s, lo, hi, 0, out);
 }
 
 /* A closed standard descriptor would be taken by the next open() (a shard, the autosave
@@ -83,6 +91,35 @@ static int run_mode(const cli_opts *o) {
         return ui_tui_run(o);
     }
     return 2;
+}
+
+/* A transcript given to --load is read before anything starts (a bad one is a usage error, as
+ * a bad --theme is); the chat reads it again when the engine is up. */
+static int check_load(const char *path) {
+    k3_conv *c = k3_conv_new();
+    int      rc = 0;
+    if (!c || k3_conv_load(c, path, NULL) != K3_OK) {
+        fprintf(stderr, "k3chat: --load: %s\n", c ? k3_errmsg() : "out of memory");
+        rc = -1;
+    }
+    k3_conv_free(c);
+    return rc;
+}
+
+/* The one rule for invalid UTF-8 (chat_utf8_in): an option's text gets U+FFFD where it is
+ * not UTF-8, and the user is told. *own holds the copy to free. */
+static int utf8_arg(const char *what, const char **s, char **own) {
+    char note[256];
+    if (!*s)
+        return 0;
+    if (!(*own = chat_utf8_in(what, *s, strlen(*s), note, sizeof note))) {
+        fprintf(stderr, "k3chat: %s: out of memory\n", what);
+        return -1;
+    }
+    if (note[0])
+        fprintf(stderr, "k3chat: %s\n", note);
+    *s = *own;
+    return 0;
 }
 
 /* An answer that could not be written is a failure (plain mode reports its own). */
@@ -116,6 +153,9 @@ int main(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     hold_std_fds();
+    /* a reader that went away (k3chat ... | head) is a write error reported with a message and
+     * status 1, not a silent death by SIGPIPE (141) */
+    signal(SIGPIPE, SIG_IGN);
     cli_opts o = {.max_tokens = -1, .temp = NAN, .top_p = NAN, .think = -1};
     double   v;
     int      c;
@@ -141,22 +181,24 @@ int main(int argc, char **argv) {
         case O_THEME: o.theme = optarg; break;
         case O_SYSTEM: o.system = optarg; break;
         case O_MAXTOK:
-            if (parse_num("--max-tokens", optarg, 0, 1e9, &v)) return 2;
+            if (parse_num("--max-tokens", optarg, 0, 1e9, 1, &v)) return 2;
             o.max_tokens = (int)v;
             break;
         case O_TEMP:
-            if (parse_num("--temp", optarg, 0, 100, &v)) return 2;
+            if (parse_cmd_num("--temp", CMD_TEMP, optarg, &v)) return 2;
             o.temp = (float)v;
             break;
         case O_TOPP:
-            if (parse_num("--top-p", optarg, 0, 1, &v)) return 2;
+            if (parse_cmd_num("--top-p", CMD_TOPP, optarg, &v)) return 2;
             o.top_p = (float)v;
             break;
         case O_SEED: {
+            /* digits only (strtoull would take "-1" as 2^64-1), and what a transcript stores */
             char *end;
+            errno  = 0;
             o.seed = strtoull(optarg, &end, 10);
-            if (end == optarg || *end) {
-                fprintf(stderr, "k3chat: --seed: '%s' is not a non-negative integer\n", optarg);
+            if (!optarg[0] || optarg[strspn(optarg, "0123456789")] || errno || o.seed > (uint64_t)INT64_MAX) {
+                fprintf(stderr, "k3chat: --seed: '%s' is not an integer in 0..%lld\n", optarg, (long long)INT64_MAX);
                 return 2;
             }
             o.has_seed = 1;
@@ -202,6 +244,23 @@ int main(int argc, char **argv) {
     o.dir = want ? argv[optind] : NULL;
     if (want == 2)
         o.file = argv[optind + 1];
+    if (o.load && o.mode != CLI_CHAT) {
+        fprintf(stderr, "k3chat: --load continues a conversation in the chat only (not with --prompt, --ids, "
+                        "--replay, --serve or the tools); to ask one question after it, pipe the message in: "
+                        "echo TEXT | k3chat --load FILE MODEL_DIR\n");
+        return 2;
+    }
+    /* (the mock engine reads transcripts of its own, K3_MOCK in engine.h) */
+    if (o.load && !(getenv("K3_MOCK") && *getenv("K3_MOCK")) && check_load(o.load) != 0)
+        return 2;
 
-    return stdout_done(run_mode(&o));
+    char *prompt = NULL, *system = NULL;
+    if (utf8_arg("--prompt", &o.prompt, &prompt) || utf8_arg("--system", &o.system, &system)) {
+        free(prompt);
+        return 1;
+    }
+    int rc = stdout_done(run_mode(&o));
+    free(prompt);
+    free(system);
+    return rc;
 }

@@ -2,10 +2,12 @@
  *
  * Each input line is a message (or a slash command). The answer streams to stdout as it is
  * generated, followed by a newline; the reasoning goes to stderr, dimmed (ESC[2m ... ESC[0m)
- * when stderr is a terminal. Notices and errors go to stderr as "k3chat: ...". On a terminal
- * the line is read with libedit (history shared with the TUI); otherwise with getline().
- * Ctrl-C stops the answer in progress; at the prompt (or at end of input) k3chat exits once
- * the last answer is complete. The exit status is 1 when the model failed to load or stdout
+ * when stderr is a terminal other than TERM=dumb (which gets no escape sequences at all).
+ * Notices and errors go to stderr as "k3chat: ...". On a terminal the line is read with libedit
+ * (history shared with the TUI); otherwise with getline(). Ctrl-C stops the answer in progress
+ * (a message still waiting for the model included); at the prompt it clears a typed line, and
+ * at an empty prompt (or at end of input) k3chat exits once the last answer is complete. The
+ * exit status is 1 when the model failed to load (whether or not anything was read) or stdout
  * could not be written (reported once on stderr).
  * Answers are printed as the raw Markdown they are. /copy puts one on the clipboard with OSC 52
  * when stdout is a terminal (the answers of this session are kept for it); /edit offers the
@@ -39,6 +41,11 @@ typedef struct plain {
     ev_queue     *q;
     chat_settings cs;
     int           err_tty, fatal, ready, last_ch, busy;
+    int           esc;        /* stderr is a terminal that takes escape sequences (not dumb) */
+    int           progress;   /* a load-progress line is on stderr, not ended yet            */
+    int           replaying;  /* a /replay runs: its end writes no answer line              */
+    int           want_stats; /* /stats asked: print the next requested EV_STATS            */
+    ue_stats      st;         /* the last turn's statistics (EV_DONE)                        */
     unsigned      acked;   /* EV_ACKs seen: the worker has run this many commands */
     int           out_err; /* errno of the first failed write to stdout (0: none) */
     txt_buf      *ans;     /* (n_ans) the answers of the conversation, for /copy */
@@ -47,6 +54,7 @@ typedef struct plain {
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
     int           edit_pending;
     EditLine     *el;
+    int           lineno;  /* input lines read so far                             */
 } plain;
 
 /* Keep an answer (an owned copy) for /copy; pop = drop the last one. */
@@ -82,33 +90,75 @@ static void out_check(plain *p) {
 
 static void plain_log(int level, const char *msg, void *ud) {
     (void)ud;
-    if (level <= K3_LOG_LEVEL_WARN)
+    if (level <= K3_LOG_LEVEL_WARN || (level == K3_LOG_LEVEL_INFO && chat_verbose()))
         fprintf(stderr, "k3chat: %s\n", msg);
+}
+
+/* Ends a load-progress line before anything else goes to stderr or the prompt shows. */
+static void progress_end(plain *p) {
+    if (p->progress)
+        fputs("\r\033[K", stderr);
+    p->progress = 0;
+}
+
+static void print_stats(plain *p, const ue_stats *now) {
+    char set[256];
+    chat_settings_str(&p->cs, set, sizeof set);
+    fprintf(stderr, "k3chat: settings: %s\n", set);
+    const ue_stats *s = &p->st;
+    if (s->n_think + s->n_response > 0 || s->n_prefill > 0)
+        fprintf(stderr, "k3chat: last turn: %d reasoning + %d answer tokens, %.1f tok/s, first token after %.2f s, "
+                        "%d prompt tokens processed\n",
+                s->n_think, s->n_response, s->tok_s > 0 ? s->tok_s : 0, s->ttft_s > 0 ? s->ttft_s : 0, s->n_prefill);
+    else
+        fprintf(stderr, "k3chat: last turn: none yet\n");
+    fprintf(stderr, "k3chat: context: %d of %d tokens; memory: %.2f GB resident", now->ctx_used, now->ctx_max, now->mem_gb);
+    if (now->expert_gb >= 0)
+        fprintf(stderr, "; expert cache: %.1f GB", now->expert_gb);
+    if (now->expert_hit >= 0)
+        fprintf(stderr, ", %.0f%% hits", now->expert_hit * 100);
+    if (now->vk_budget_gb > 0)
+        fprintf(stderr, "; Vulkan tier: %.2f of %.2f GB", now->vk_used_gb, now->vk_budget_gb);
+    fputc('\n', stderr);
+}
+
+/* Why an answer stopped early, from the settings and the token counts. */
+static void report_cut(plain *p, const ue_stats *s) {
+    int n = s->n_think + s->n_response, max = p->cs.gen.max_tokens;
+    if (max > 0 && n >= max)
+        fprintf(stderr, "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n", max);
+    else
+        fprintf(stderr, "k3chat: the answer was cut off: the context is full (%d of %d tokens); "
+                        "/forget drops the oldest exchange, /clear starts anew\n", s->ctx_used, s->ctx_max);
 }
 
 /* Handle one event; returns 1 when a turn finished. */
 static int on_event(plain *p, ui_ev *e) {
     switch (e->type) {
     case EV_PROGRESS:
-        if (p->err_tty) {
+        if (p->esc) {
             fprintf(stderr, "\rloading %s %3.0f%%\033[K", e->text ? e->text : "",
                     e->b ? 100.0 * (double)e->a / (double)e->b : 0.0);
             fflush(stderr);
+            p->progress = 1;
         }
         break;
     case EV_READY:
         p->ready = 1;
         chat_settings_model(&p->cs, &e->gen);
-        if (p->err_tty)
-            fprintf(stderr, "\r\033[K");
+        progress_end(p);
         break;
     case EV_FATAL:
         p->fatal = 1;
-        fprintf(stderr, "%sk3chat: %s\n", p->err_tty ? "\r\033[K" : "", e->text ? e->text : "the engine failed");
+        progress_end(p);
+        fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "the engine failed");
         return 1;
     case EV_TOKEN:
+        progress_end(p);
         if (e->ch == EV_CH_THINK) {
-            fprintf(stderr, "%s%s%s", p->err_tty ? "\033[2m" : "", e->text, p->err_tty ? "\033[0m" : "");
+            if (!p->cs.show_thinking)
+                break; /* /show-thinking off: the model thinks, nothing is shown */
+            fprintf(stderr, "%s%s%s", p->esc ? "\033[2m" : "", e->text, p->esc ? "\033[0m" : "");
             fflush(stderr);
         } else {
             if (p->last_ch == EV_CH_THINK)
@@ -120,20 +170,32 @@ static int on_event(plain *p, ui_ev *e) {
         p->last_ch = e->ch;
         break;
     case EV_DONE:
+        progress_end(p);
         if (p->last_ch == EV_CH_THINK)
             fputc('\n', stderr);
-        if (p->last_ch >= 0 || e->i == UE_DONE_OK)
+        if (!p->replaying && (p->last_ch >= 0 || e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH))
             fputc('\n', stdout);
         if (e->i == UE_DONE_CANCELLED)
             fprintf(stderr, "k3chat: stopped\n");
-        if (e->i != UE_DONE_ERROR || p->cur.n)
+        if (!p->replaying && (e->i != UE_DONE_ERROR || p->cur.n))
             ans_push(p, p->cur.p, p->cur.n);
         p->cur.n = 0;
+        if (!p->replaying)
+            p->st = e->st;
         out_check(p);
+        if (e->i == UE_DONE_LENGTH)
+            report_cut(p, &e->st);
         p->last_ch = -1;
+        p->replaying = 0;
         return 1;
-    case EV_ERROR: fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "error"); break;
-    case EV_INFO: fprintf(stderr, "k3chat: %s\n", e->text ? e->text : ""); break;
+    case EV_STATS:
+        if (e->i && p->want_stats) {
+            p->want_stats = 0;
+            print_stats(p, &e->st);
+        }
+        break;
+    case EV_ERROR: progress_end(p); fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "error"); break;
+    case EV_INFO: progress_end(p); fprintf(stderr, "k3chat: %s\n", e->text ? e->text : ""); break;
     case EV_ACK: p->acked++; break;
     case EV_RESET:
         ans_drop(p, 0);
@@ -149,6 +211,12 @@ static int on_event(plain *p, ui_ev *e) {
         }
         break;
     case EV_UNDO: ans_drop(p, p->n_ans - 1); break;
+    case EV_SETTINGS: {
+        char msg[300];
+        chat_settings_loaded(&p->cs, &e->gen, msg, sizeof msg);
+        fprintf(stderr, "k3chat: %s\n", msg);
+        break;
+    }
     default: break;
     }
     return 0;
@@ -242,12 +310,7 @@ static void settle(plain *p) {
     drain(p, 0);
 }
 
-static int handle_line(plain *p, char *line) {
-    size_t n = strlen(line);
-    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-        line[--n] = 0;
-    if (!n)
-        return 0;
+static int handle_text(plain *p, char *line) {
     if (line[0] == '/' && line[1] != '/') {
         cmd_result r;
         char       msg[1024];
@@ -260,14 +323,23 @@ static int handle_line(plain *p, char *line) {
         if (chat_apply(&p->cs, p->eng, &r, msg, sizeof msg)) {
             if (msg[0])
                 fprintf(stderr, "k3chat: %s\n", msg);
-            if (r.id == CMD_REPLAY)
+            if (r.id == CMD_REPLAY) {
+                p->replaying = 1;
                 drain(p, 1);
+            }
             else
                 settle(p);
             return 0;
         }
         switch (r.id) {
-        case CMD_HELP: fprintf(stderr, "%s\n", chat_help_text()); break;
+        case CMD_HELP:
+            if (r.arg[0]) {
+                char u[128];
+                fprintf(stderr, "%s  %s\n", cmd_usage((enum cmd_id)r.flag, u, sizeof u), cmd_help((enum cmd_id)r.flag));
+            } else {
+                fprintf(stderr, "%s\n", chat_help_text());
+            }
+            break;
         case CMD_CLEAR: ue_clear(p->eng); settle(p); break;
         case CMD_RETRY: ans_drop(p, p->n_ans - 1); ue_retry(p->eng, &p->cs.gen); drain(p, 1); break;
         case CMD_UNDO:
@@ -279,7 +351,15 @@ static int handle_line(plain *p, char *line) {
         case CMD_FORGET: ue_forget(p->eng); settle(p); break;
         case CMD_QUIT: return 1;
         case CMD_THEME: fprintf(stderr, "k3chat: themes apply to the full-screen interface only\n"); break;
-        case CMD_STATS: ue_stats_req(p->eng); settle(p); break;
+        case CMD_STATS:
+            p->want_stats = 1;
+            ue_stats_req(p->eng);
+            settle(p);
+            if (p->want_stats) { /* no engine to ask (it failed to load): what the UI knows */
+                p->want_stats = 0;
+                print_stats(p, &p->st);
+            }
+            break;
         default: break;
         }
         return 0;
@@ -302,6 +382,26 @@ static int handle_line(plain *p, char *line) {
     return p->fatal;
 }
 
+static int handle_line(plain *p, char *line) {
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = 0;
+    if (!n)
+        return 0;
+    char what[32], note[256];
+    snprintf(what, sizeof what, "line %d", p->lineno);
+    char *fixed = chat_utf8_in(what, line, n, note, sizeof note);
+    if (!fixed) {
+        fprintf(stderr, "k3chat: %s: out of memory\n", what);
+        return 0;
+    }
+    if (note[0])
+        fprintf(stderr, "k3chat: %s\n", note);
+    int stop = handle_text(p, fixed);
+    free(fixed);
+    return stop;
+}
+
 static const char *prompt_fn(EditLine *el) {
     (void)el;
     return "> ";
@@ -312,6 +412,8 @@ int cli_plain(const cli_opts *o) {
     setlocale(LC_ALL, "");
     chat_settings_init(&p->cs, o);
     p->err_tty = isatty(2);
+    const char *term = getenv("TERM");
+    p->esc     = p->err_tty && term && *term && strcmp(term, "dumb");
     p->q       = ev_queue_new(0);
     if (!p->q)
         return 1;
@@ -363,7 +465,22 @@ int cli_plain(const cli_opts *o) {
         char *line = NULL;
         if (el) {
             int         n;
-            const char *s = el_gets(el, &n);
+            progress_end(p); /* the prompt starts its own line */
+            got_int         = 0;
+            const char *s   = el_gets(el, &n);
+            if ((!s || n <= 0) && got_int) {
+                /* Ctrl-C at the prompt: a typed line is dropped (as in the TUI); at an empty
+                 * prompt k3chat quits */
+                const LineInfo *li    = el_line(el);
+                int             draft = li && li->lastchar > li->buffer;
+                got_int               = 0;
+                fputs("^C\n", stderr);
+                if (draft) {
+                    el_reset(el);
+                    continue;
+                }
+                break;
+            }
             if (!s || n <= 0)
                 break;
             line = strdup(s);
@@ -385,6 +502,7 @@ int cli_plain(const cli_opts *o) {
         }
         if (!line)
             break;
+        p->lineno++;
         int stop = handle_line(p, line);
         free(line);
         if (stop) {
@@ -406,5 +524,5 @@ int cli_plain(const cli_opts *o) {
     free(p->ans);
     free(p->cur.p);
     free(p->last_user);
-    return rc || p->out_err ? 1 : 0;
+    return rc || p->out_err || p->fatal ? 1 : 0;
 }

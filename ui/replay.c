@@ -64,6 +64,9 @@ int cli_replay(const cli_opts *o) {
     if (info.torn_line)
         printf("replay: %s: line %d is a torn final line (an interrupted write), ignored\n", o->file,
                info.torn_line);
+    if (info.utf8_fixed)
+        printf("replay: %s: invalid UTF-8 replaced with U+FFFD (%d sequence%s, the first at line %d, byte %d)\n",
+               o->file, info.utf8_fixed, info.utf8_fixed == 1 ? "" : "s", info.utf8_line, info.utf8_byte);
     if (info.config_fnv64[0] && strcmp(info.config_fnv64, k3_conv_model_fingerprint(c)))
         printf("replay: note: the transcript was made with another model configuration (config.json "
                "fingerprint %s, this model %s)\n", info.config_fnv64, k3_conv_model_fingerprint(c));

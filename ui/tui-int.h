@@ -111,6 +111,7 @@ typedef struct tui {
     int  scroll; /* conversation lines scrolled up from the bottom */
     int  mouse;
     int  paste;  /* inside a bracketed paste */
+    int  bad_utf8; /* invalid UTF-8 sequences read (as U+FFFD) since the last notice */
     txt_buf paste_buf;
     double last_draw, next_tick;
     int  quit;

@@ -213,6 +213,13 @@ static void on_event(tui *t, ui_ev *e) {
         break;
     case EV_ERROR: notice(t, ROLE_ERROR, "%s", e->text ? e->text : "error"); break;
     case EV_INFO: notice(t, ROLE_INFO, "%s", e->text ? e->text : ""); break;
+    case EV_SETTINGS: {
+        char msg[300];
+        chat_settings_loaded(&t->cs, &e->gen, msg, sizeof msg);
+        notice(t, ROLE_INFO, "%s", msg);
+        t->dirty |= DIRTY_STATUS;
+        break;
+    }
     case EV_ACK:
         if (e->i == EV_CMD_CLEAR && t->clear_pending > 0)
             t->clear_pending--;
@@ -342,7 +349,7 @@ static void run_command(tui *t, const char *line) {
     if (chat_apply(&t->cs, t->eng, &r, msg, sizeof msg)) {
         if (r.id == CMD_REPLAY)
             t->replaying = 1;
-        if (r.id == CMD_LOAD)
+        if (r.id == CMD_LOAD || r.id == CMD_FORGET) /* /forget --fit: history follows */
             t->load_pending++;
         if (msg[0])
             notice(t, ROLE_INFO, "%s", msg);
@@ -497,6 +504,52 @@ static void on_mouse(tui *t) {
 
 /* Wait for the next key, handling engine events and drawing meanwhile. Returns the key and
  * whether it is a function key (KEY_*), or 0 when asked to quit. */
+/* get_wch over getch, decoding UTF-8 here: curses' own decoder swallows the bytes after an
+ * invalid one (as many as its buffer holds, the end-of-paste marker included). An invalid
+ * sequence (maximal subpart) becomes U+FFFD and is counted in t->bad_utf8; the byte that
+ * showed it invalid is read again. A sequence cut by the read waits up to 50 ms for the rest. */
+static int read_wch(tui *t, wint_t *k) {
+    int c = getch();
+    if (c == ERR)
+        return ERR;
+    *k = (wint_t)c;
+    if (c >= KEY_MIN)
+        return KEY_CODE_YES;
+    if (c < 0x80)
+        return OK;
+    int      need = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : 0;
+    unsigned cp   = (unsigned)c & (need == 1 ? 0x1f : need == 2 ? 0x0f : 0x07);
+    int      lo   = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    for (int i = 0; i < need; i++) {
+        timeout(50);
+        int b = getch();
+        timeout(0);
+        if (b == ERR || b < lo || b > hi) {
+            if (b != ERR)
+                ungetch(b);
+            need = 0;
+            break;
+        }
+        cp = cp << 6 | ((unsigned)b & 0x3f);
+        lo = 0x80, hi = 0xBF;
+    }
+    if (!need) {
+        t->bad_utf8++;
+        cp = 0xFFFD;
+    }
+    *k = (wint_t)cp;
+    return OK;
+}
+
+/* Tell the user once per paste or key that invalid UTF-8 became U+FFFD (chat_utf8_in's rule). */
+static void report_bad_utf8(tui *t, const char *what) {
+    if (!t->bad_utf8)
+        return;
+    notice(t, ROLE_ERROR, "%s: invalid UTF-8 (%d sequence%s) replaced with U+FFFD; k3chat reads UTF-8 text", what,
+           t->bad_utf8, t->bad_utf8 == 1 ? "" : "s");
+    t->bad_utf8 = 0;
+}
+
 static int next_key(tui *t, wint_t *k, int *fn) {
     int keys = 1; /* curses may hold keys already read: ask it first */
     for (;;) {
@@ -505,7 +558,7 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             return 0;
         }
         if (keys) {
-            int r = get_wch(k);
+            int r = read_wch(t, k);
             if (r != ERR) {
                 *fn = r == KEY_CODE_YES;
                 return 1;
@@ -626,6 +679,7 @@ static void on_key(tui *t, wint_t k, int fn) {
     if (fn && k == KEY_PASTE_END) {
         t->paste = 0;
         paste_flush(t);
+        report_bad_utf8(t, "the pasted text");
         return;
     }
     if (t->paste) { /* pasted text goes in as it is, newlines included */
@@ -639,6 +693,7 @@ static void on_key(tui *t, wint_t k, int fn) {
             paste_flush(t);
         return;
     }
+    report_bad_utf8(t, "the typed text");
     if (ui_key(t, k, fn))
         return;
     if (!fn) {
@@ -678,7 +733,7 @@ static void on_key(tui *t, wint_t k, int fn) {
             wint_t k2;
             int    r;
             timeout(30);
-            r = get_wch(&k2);
+            r = read_wch(t, &k2);
             timeout(0);
             if (r == ERR)
                 return;
@@ -711,7 +766,7 @@ static void on_key(tui *t, wint_t k, int fn) {
 /* ==== startup and shutdown =================================================== */
 
 static void log_to_ui(int level, const char *msg, void *ud) {
-    if (level <= K3_LOG_LEVEL_WARN)
+    if (level <= K3_LOG_LEVEL_WARN || (level == K3_LOG_LEVEL_INFO && chat_verbose()))
         ev_push_text((ev_queue *)ud, level == K3_LOG_LEVEL_ERROR ? EV_ERROR : EV_INFO, msg);
 }
 

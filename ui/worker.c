@@ -117,9 +117,15 @@ static void turn(real *r, const ue_gen *g) {
             ui_ev u = {.type = EV_UNDO};
             ev_push(r->u->out, &u);
         }
-        if (st == K3_ERR_CONTEXT)
-            ue_emitf(r->u, EV_ERROR, "%s (/clear: new conversation; /forget: drop the oldest exchange). "
-                                     "Your message is back in the input line.", msg);
+        int earlier = 0; /* exchanges before this message: /clear and /forget could help */
+        for (int k = 0; k < k3_conv_count(r->c); k++)
+            earlier |= k3_conv_msg(r->c, k)->role == K3_ROLE_USER;
+        if (st == K3_ERR_CONTEXT && earlier)
+            ue_emitf(r->u, EV_ERROR, "%s (/forget: drop the oldest exchange; /forget --fit: keep the newest that fit; "
+                                     "/clear: new conversation). Your message is back in the input line.", msg);
+        else if (st == K3_ERR_CONTEXT)
+            ue_emitf(r->u, EV_ERROR, "%s: this message alone is too long for the context; shorten it. "
+                                     "It is back in the input line.", msg);
         else
             ue_emitf(r->u, EV_ERROR, "%s", msg[0] ? msg : k3_status_str(st));
         d.i = UE_DONE_ERROR;
@@ -175,6 +181,10 @@ static void replay(real *r, const char *path, const ue_gen *g) {
         d.i = UE_DONE_ERROR;
         goto out;
     }
+    int n_user = 0;
+    for (int k = 0; k < k3_conv_count(saved); k++)
+        n_user += k3_conv_msg(saved, k)->role == K3_ROLE_USER;
+    ue_emitf(r->u, EV_INFO, "replaying %s: %d user turn%s (Ctrl-C stops)", path, n_user, n_user == 1 ? "" : "s");
     k3_conv_settings set;
     k3_conv_get_settings(saved, &set);
     gen_sampling(r, g, &set.sampling.temp, &set.sampling.top_p);
@@ -203,9 +213,57 @@ out:
     k3_conv_free(saved);
 }
 
+/* Room the next turn should have: a quarter of the context (what /forget --fit leaves free). */
+static int fit_room(const real *r) {
+    return r->info.max_ctx / 4;
+}
+
+/* After /load: how much of the context the conversation takes, and when it leaves the next
+ * turn little or no room, what /forget --fit would keep. */
+static void report_fit(real *r) {
+    k3_fit_info fi;
+    if (k3_conv_fit(r->c, r->m, fit_room(r), 0, &fi) != K3_OK) {
+        ue_emitf(r->u, EV_ERROR, "/load: %s", k3_errmsg());
+        return;
+    }
+    if (!fi.drop) {
+        ue_emitf(r->u, EV_INFO, "context: %d of %d tokens", fi.used, fi.capacity);
+        return;
+    }
+    int keep = fi.n_exchanges - fi.drop;
+    ue_emitf(r->u, EV_ERROR,
+             "this conversation needs %d tokens and the context holds %d: %s. /forget --fit keeps the newest %d of its "
+             "%d exchanges (%d tokens, a quarter of the context left free); /forget drops the oldest one",
+             fi.used, fi.capacity, fi.used + 8 > fi.capacity ? "the next message cannot fit" : "little room is left",
+             keep, fi.n_exchanges, fi.used_after);
+}
+
+static void forget_fit(real *r) {
+    k3_fit_info fi;
+    if (k3_conv_fit(r->c, r->m, fit_room(r), 1, &fi) != K3_OK) {
+        ue_emitf(r->u, EV_ERROR, "/forget --fit: %s", k3_errmsg());
+        return;
+    }
+    if (!fi.drop) {
+        ue_emitf(r->u, EV_INFO, "/forget --fit: the conversation fits already (%d of %d tokens)", fi.used, fi.capacity);
+        return;
+    }
+    ue_send_history(r->u, r->c);
+    ue_emitf(r->u, EV_INFO, "dropped the %d oldest exchange%s (%d messages); the conversation now needs %d of %d tokens",
+             fi.drop, fi.drop == 1 ? "" : "s", fi.dropped_msgs, fi.used_after, fi.capacity);
+    ue_conv_autosave(r->u, r->c);
+}
+
 static void real_cmd(ue *u, void *self, const ui_ev *c) {
     real *r = self;
-    if (ue_conv_cmd(u, r->c, c)) /* /undo /forget /clear /system /save /load /export */
+    if (c->type == EV_CMD_FORGET && c->text && !strcmp(c->text, "--fit")) {
+        forget_fit(r);
+        return;
+    }
+    int done = ue_conv_cmd(u, r->c, c); /* /undo /forget /clear /system /save /load /export */
+    if (done == 2)
+        report_fit(r);
+    if (done)
         return;
     switch (c->type) {
     case EV_CMD_EDIT:

@@ -1,0 +1,58 @@
+#!/bin/sh
+# t-tui-data.sh: the chat's data paths on a terminal, in tmux (issue 26): a paste with invalid
+# UTF-8 goes in whole, with U+FFFD and a notice (it used to be cut at the bad byte, taking the
+# end-of-paste marker with it); K3_VERBOSE and a loaded transcript's settings in the TUI; line
+# mode on a terminal: Ctrl-C clears a typed line, the load progress never sticks to the prompt,
+# TERM=dumb gets no escape sequences.
+. "$K3_SRC/tests/tui-lib.sh"
+command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
+
+m="$K3_TMP/mock.txt"
+printf 'delay 0\nresponse answer to {user}\n' >"$m"
+run="$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+tui_start 100 24 K3_MOCK="$m" -- "$run"
+wait_for "mock · 3 layers" 10
+
+printf 'abc\351def ghi' >"$K3_TMP/bad.txt"
+$T load-buffer "$K3_TMP/bad.txt"
+$T paste-buffer -p
+check "1: a paste with a Latin-1 byte goes in whole, the byte as U+FFFD" wait_for "› abc�def ghi" 3
+check "1: and the user is told" wait_for "the pasted text: invalid UTF-8 (1 sequence) replaced with U+FFFD" 3
+keys -l "XYZ"
+check "1: the paste ended: later keys are typed after it" wait_for "› abc�def ghiXYZ" 3
+keys Enter
+check "1: the whole message is sent" wait_for "answer to abc�def ghiXYZ" 3
+
+# 4 and 12 on models/k3-nano: the engine's info lines with K3_VERBOSE=1; /load adopts the
+# transcript's settings, which the status bar shows
+M="$K3_SRC/models/k3-nano"
+printf '{"format":"k3chat-transcript","version":1,"settings":{"temperature":0.3,"top_p":0.7,"think":false,"effort":"low"}}\n{"role":"user","content":"hi"}\n{"role":"assistant","content":"hello"}\n' >"$K3_TMP/set.jsonl"
+tui_start 120 30 K3_VERBOSE=1 -- "$K3CHAT $M 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+check "12: K3_VERBOSE=1 shows the engine's info lines in the TUI" wait_for "layers (4 run)" 20
+type_line "/load $K3_TMP/set.jsonl"
+check "4: /load says which settings it adopts" wait_for "settings from the transcript: temp 0.30" 10
+check "4: the status bar shows them" wait_for "T 0.30 p 0.70" 5
+
+# 10: line mode on a terminal (run through env: tmux sets TERM itself)
+printf 'load 1500\ndelay 0\nthink t\nresponse answer to {user}\n' >"$K3_TMP/slow.txt"
+plain="env TERM=xterm-256color K3_MOCK=$K3_TMP/slow.txt $K3CHAT --plain /no/model; echo EXIT=\$?; sleep 60"
+tui_start 100 20 -- "$plain"
+wait_for ">" 5
+sleep 0.3
+check "10: while the model loads, the prompt stands on its own (no progress glued to it)" \
+    sh -c "$T capture-pane -p | grep -q '^> *\$' && ! $T capture-pane -p | grep -q 'loading'"
+keys -l "draft text"; keys C-c
+check "10: Ctrl-C with a typed line clears it and prompts again" wait_for "^C" 3
+sleep 0.3
+check "10: k3chat is still running" hasnt "EXIT="
+keys -l "hello"; keys Enter
+check "10: the next line is sent" wait_for "answer to hello" 5
+check "10: the cleared draft was never sent" hasnt "answer to draft"
+keys C-c
+check "10: Ctrl-C at an empty prompt quits" wait_for "EXIT=0" 5
+tui_start 100 20 -- "env TERM=dumb K3_MOCK=$K3_TMP/slow.txt $K3CHAT --plain /no/model; echo EXIT=\$?; sleep 60"
+$T pipe-pane -o "cat >>$K3_TMP/raw.txt"
+keys -l "hello"; keys Enter
+check "10: TERM=dumb: the answer comes" wait_for "answer to hello" 8
+check "10: TERM=dumb: no escape sequence was written" sh -c "! grep -q \"\$(printf '\033')\" $K3_TMP/raw.txt"
+finish
