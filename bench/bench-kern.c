@@ -231,7 +231,7 @@ int bench_kern(void) {
     fill_random(arena, arena_bytes);
     printf("# kern: arena %zu MiB (LLC %ld MiB), %s kernels, %d passes (first discarded), median\n",
            arena_bytes >> 20, llc > 0 ? llc >> 20 : -1,
-           (const char *[]){"scalar", "AVX2", "AVX2+AVX-VNNI"}[kern_isa()],
+           kern_isa_name(kern_isa()),
            PASSES);
     double bw[3] = {0};
     for (int th = 1; th <= 2; th++) {
