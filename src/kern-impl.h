@@ -40,6 +40,11 @@ typedef struct kern_act {
 /* Bytes of one column's activation buffer; kern_act_make carves it (buf 32-byte aligned). */
 size_t kern_act_bytes(int cols);
 void   kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a);
+/* The quantizer of kern_act_make: x[cols] -> int8 codes q[ng][32] in natural column order and
+ * scales d[ng] (groups past cols: codes untouched, d 0; a non-finite x: d NaN, codes
+ * untouched). The AVX-512 twin gives the same bytes and floats (the same IEEE operations). */
+void   kern_act_quant_ref(const float *x, int cols, int ng, int8_t *q, float *d);
+void   kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d);
 
 /* Rows [r0, r1) of y = W x on IDOT activations. Not for Q_F32. */
 typedef void (*kern_idot_fn)(const qmat *m, const kern_act *a, float *y, int r0, int r1);

@@ -114,18 +114,38 @@ size_t kern_act_bytes(int cols) {
     return np * 64 + np2 * 64 + round32(np * 2 * sizeof(float)) + np * 16 * sizeof(float) + np * 16 * sizeof(int32_t);
 }
 
-/* Position of column c in the activation layout of type (kern-impl.h). */
-static int act_pos(int type, int c) {
-    if (type == Q_I8)
-        return c;
-    int o = c & 63;
-    return (c & ~63) + ((o & 1) ? 32 + (o >> 1) : (o >> 1));
+void kern_act_quant_ref(const float *x, int cols, int ng, int8_t *q, float *d) {
+    for (int g = 0; g < ng; g++) {
+        const int c0  = g * Q_IDOT_GROUP;
+        const int len = cols - c0 < Q_IDOT_GROUP ? cols - c0 : Q_IDOT_GROUP;
+        float     amax = 0.0f;
+        int       bad  = 0;
+        for (int c = 0; c < len; c++) {
+            bad |= !isfinite(x[c0 + c]);
+            amax = fmaxf(amax, fabsf(x[c0 + c]));
+        }
+        if (len <= 0 || bad || amax == 0.0f) {
+            d[g] = bad ? NAN : 0.0f; /* a NaN/inf activation makes the output NaN */
+            continue;
+        }
+        /* round half away from zero as trunc(v + copysign(0.5, v)): no libm call, and
+         * |v| <= 127 (+ rounding) so the clamp only guards amax * inv > 127 */
+        const float inv = 127.0f / amax;
+        for (int c = c0; c < c0 + len; c++) {
+            float v = x[c] * inv;
+            int   qv = (int)(v + copysignf(0.5f, v));
+            q[c]     = (int8_t)(qv > 127 ? 127 : qv < -127 ? -127 : qv);
+        }
+        d[g] = amax / 127.0f;
+    }
 }
 
-/* Position of nibble column c in the quad layout (q2). */
-static int quad_pos(int c) {
-    int p = c >> 6, o = c & 63;
-    return (p >> 1) * 128 + ((o & 1) ? 64 : 0) + (p & 1) * 32 + (o >> 1);
+/* Sum of q[0..n). */
+static int isum(const int8_t *q, int n) {
+    int s = 0;
+    for (int k = 0; k < n; k++)
+        s += q[k];
+    return s;
 }
 
 void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
@@ -138,51 +158,50 @@ void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
     a->nsxo      = (int32_t *)(void *)(a->d8 + (size_t)np * 16);
     memset(a->q, 0, (size_t)(np + np2) * 64);
     memset(a->d8, 0, (size_t)np * 16 * (sizeof(float) + sizeof(int32_t)));
-    for (int g = 0; g < 2 * np; g++) {
-        const int c0  = g * Q_IDOT_GROUP;
-        const int len = cols - c0 < Q_IDOT_GROUP ? cols - c0 : Q_IDOT_GROUP;
-        float     amax = 0.0f;
-        int       bad  = 0;
-        for (int c = 0; c < len; c++) {
-            bad |= !isfinite(x[c0 + c]);
-            amax = fmaxf(amax, fabsf(x[c0 + c]));
-        }
-        if (len <= 0 || bad || amax == 0.0f) {
-            a->d[g] = bad ? NAN : 0.0f; /* a NaN/inf activation makes the output NaN */
-            continue;
-        }
-        /* round half away from zero as trunc(v + copysign(0.5, v)): no libm call, and
-         * |v| <= 127 (+ rounding) so the clamp only guards amax * inv > 127 */
-        const float inv = 127.0f / amax;
-        for (int c = c0; c < c0 + len; c++) {
-            float v                 = x[c] * inv;
-            int   qv                = (int)(v + copysignf(0.5f, v));
-            a->q[act_pos(type, c)] = (int8_t)(qv > 127 ? 127 : qv < -127 ? -127 : qv);
-        }
-        a->d[g] = amax / 127.0f;
-    }
+    /* codes in natural column order: Q_I8 keeps them there, nibble types pass through q2 */
+    int8_t *nat = type == Q_I8 ? a->q : a->q2;
+    if (KERN_BUILD_AVX512 && kern_isa() >= KERN_AVX512)
+        kern_act_quant_avx512(x, cols, 2 * np, nat, a->d);
+    else
+        kern_act_quant_ref(x, cols, 2 * np, nat, a->d);
     if (type == Q_I8) { /* steps are groups; lane j: columns 4j..4j+3 */
         for (int g = 0; g * Q_IDOT_GROUP < cols; g++)
             for (int j = 0; j < 8; j++) {
-                int sum = 0;
-                for (int k = 0; k < 4; k++)
-                    sum += a->q[g * 32 + 4 * j + k];
                 a->d8[g * 8 + j]   = a->d[g];
-                a->nsxo[g * 8 + j] = -128 * sum;
+                a->nsxo[g * 8 + j] = -128 * isum(nat + g * 32 + 4 * j, 4);
             }
         return;
     }
     const int off = type == Q_MXFP4 ? KERN_MXFP4_OFF : 8;
-    for (int c = 0; c < np * 64; c++)
-        a->q2[quad_pos(c)] = a->q[act_pos(type, c)];
-    for (int pr = 0; pr < np; pr++)
-        for (int j = 0; j < 8; j++) {
-            int sum = 0;
-            for (int k = 0; k < 8; k++) /* lane j: pair columns 8j..8j+7 */
-                sum += a->q[act_pos(type, pr * 64 + 8 * j + k)];
-            a->d8[pr * 8 + j]  = a->d[2 * pr + (j >> 2)];
-            a->nsxo[pr * 8 + j] = -off * sum;
+    for (int pr = 0; pr < np; pr++) {
+        const int8_t *n64 = nat + pr * 64;
+        int8_t       *q64 = a->q + pr * 64;
+        for (int j = 0; j < 8; j++) { /* lane j: pair columns 8j..8j+7 */
+            a->d8[pr * 8 + j]   = a->d[2 * pr + (j >> 2)];
+            a->nsxo[pr * 8 + j] = -off * isum(n64 + 8 * j, 8);
         }
+        for (int i = 0; i < 32; i++) { /* pair layout: even columns, then odd */
+            q64[i]      = n64[2 * i];
+            q64[32 + i] = n64[2 * i + 1];
+        }
+    }
+    /* quad layout from the pair layout: per two pairs their even halves, then their odd halves */
+    for (int pr = 0; pr < np2; pr++)
+        for (int h = 0; h < 2; h++) {
+            int8_t *dst = a->q2 + (pr >> 1) * 128 + h * 64 + (pr & 1) * 32;
+            if (pr < np)
+                memcpy(dst, a->q + pr * 64 + h * 32, 32);
+            else
+                memset(dst, 0, 32);
+        }
+}
+
+/* Position of column c in the activation layout of type (kern-impl.h). */
+static int act_pos(int type, int c) {
+    if (type == Q_I8)
+        return c;
+    int o = c & 63;
+    return (c & ~63) + ((o & 1) ? 32 + (o >> 1) : (o >> 1));
 }
 
 /* Integer weight of column c of row r (nibble - 8, doubled e2m1, or int8). */

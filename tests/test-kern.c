@@ -217,6 +217,44 @@ static void check_isa_env(void) {
     T_CHECK(kern_isa_env() == K3_OK && kern_isa() == max_isa, "K3_ISA unset: the best level (%s)", kern_isa_name(kern_isa()));
 }
 
+/* The activation quantizer's AVX-512 twin: the same codes and scales, bit for bit, on random
+ * groups with partial tails, zeros, huge and tiny values, -0, NaN and inf. */
+static void check_act_quant(void) {
+    char why[128];
+    if (!kern_isa_ok(KERN_AVX512, why, sizeof why)) {
+        T_SKIP("activation quantizer avx512 twin not compared: %s", why);
+        return;
+    }
+    int ok = 1, cases = 0;
+    for (int cols = 1; cols <= 200; cols += 7) {
+        const int ng = (cols + 31) / 32 + 1; /* one group past cols */
+        float     x[232];
+        int8_t    q0[ng * 32], q1[ng * 32];
+        float     d0[ng], d1[ng];
+        for (int rep = 0; rep < 8; rep++, cases++) {
+            for (int c = 0; c < cols; c++) {
+                uint32_t r = rnd();
+                x[c]       = frnd() * (r % 3 == 0 ? 1e30f : r % 3 == 1 ? 1e-30f : 1.0f);
+                if (rep == 1 && c % 32 == 5)
+                    x[c] = 0.0f;
+                if (rep == 2)
+                    x[c] = c % 2 ? -0.0f : 0.0f;
+                if (rep == 3 && c == cols / 2)
+                    x[c] = NAN;
+                if (rep == 4 && c == cols - 1)
+                    x[c] = -INFINITY;
+                if (rep == 5) /* amax 127 (inv 1): v = x exactly, every other value a tie k + 0.5 */
+                    x[c] = c % 32 == 0 ? 127.0f : (float)((int)(rnd() % 253) - 126) + (c % 2 ? 0.5f : 0.0f);
+            }
+            memset(q0, 0x55, sizeof q0), memset(q1, 0x55, sizeof q1);
+            kern_act_quant_ref(x, cols, ng, q0, d0);
+            kern_act_quant_avx512(x, cols, ng, q1, d1);
+            ok &= !memcmp(q0, q1, sizeof q0) && !memcmp(d0, d1, sizeof d0);
+        }
+    }
+    T_CHECK(ok, "activation quantizer: avx512 twin bit-identical to scalar (%d cases)", cases);
+}
+
 int main(void) {
     const int have_avx2 = kern_cpu_avx2();
     max_isa             = kern_cpu_avx512() ? KERN_AVX512 : kern_cpu_vnni() ? KERN_AVX2_VNNI : have_avx2 ? KERN_AVX2 : KERN_SCALAR;
@@ -230,6 +268,7 @@ int main(void) {
             T_SKIP("amx: no AMX-INT8 tile kernels in this build (K3_ISA=amx runs the AVX-512 twins)");
     }
     check_isa_env();
+    check_act_quant();
     T_CHECK(kern_set_isa(KERN_SCALAR) == KERN_SCALAR, "scalar path selectable");
     omp_set_num_threads(2);
 
