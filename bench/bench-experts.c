@@ -19,10 +19,14 @@
  *                      reads its experts; medians over decode steps. Each comes with _read
  *                      (expert read busy time), _wait (time the layers waited on reads) and
  *                      _compute (total - wait), per token, with the total as ref.
+ *   prefill_warm_isa, decode_warm_isa
+ *                      warm prefill / decode at the running kernel level (K3_ISA, default the
+ *                      best) against the same session at K3_ISA=avx2, alternating rounds.
  */
 #include "bench.h"
 #include "config.h"
 #include "experts.h"
+#include "kern-impl.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -198,6 +202,36 @@ static int decode(k3_session *s, const int32_t *ids, int n, tok_time *out) {
     return 0;
 }
 
+/* Warm prefill and decode at the running kernel level against the same session forced to the
+ * AVX2 kernels (K3_ISA=avx2: AVX-VNNI where the CPU has it), alternating rounds, medians; every
+ * expert resident (the budget must hold them all). Nothing when the running level is AVX2 or
+ * below. Results prefill_warm_isa / decode_warm_isa, s/tok, ratio < 1 = faster than AVX2. */
+static int isa_ab(k3_session *s, const int32_t *ids, int np, int nd) {
+    enum { R = 3 };
+    const int best = kern_isa(), ref = kern_cpu_vnni() ? KERN_AVX2_VNNI : KERN_AVX2;
+    if (best <= ref || (!bench_want("prefill_warm_isa") && !bench_want("decode_warm_isa"))) return 0;
+    double   pa[R], pr[R], da[R], dr[R];
+    tok_time t;
+    int      rc = prefill(s, ids, np, &t); /* top up the cache */
+    for (int r = 0; r < R && !rc; r++) {
+        kern_set_isa(ref);
+        rc |= prefill(s, ids, np, &t), pr[r] = t.total;
+        rc |= decode(s, ids, nd, &t), dr[r] = t.total;
+        kern_set_isa(best);
+        rc |= prefill(s, ids, np, &t), pa[r] = t.total;
+        rc |= decode(s, ids, nd, &t), da[r] = t.total;
+    }
+    kern_set_isa(best);
+    if (rc) return rc;
+    printf("# kernel levels: %s against %s, %d alternating rounds, medians\n", kern_isa_name(best),
+           kern_isa_name(ref), R);
+    char unit[48];
+    snprintf(unit, sizeof unit, "s/tok(%s)", kern_isa_name(ref));
+    bench_report("prefill_warm_isa", bench_median(pa, R), "s/tok", bench_median(pr, R), unit);
+    bench_report("decode_warm_isa", bench_median(da, R), "s/tok", bench_median(dr, R), unit);
+    return 0;
+}
+
 static void bench_engine(const char *dir) {
     k3_params p;
     if (k3_params_default(&p)) return;
@@ -230,6 +264,8 @@ static void bench_engine(const char *dir) {
     /* cold decode: one slot per layer, every token's experts read from disk */
     rc |= k3_model_set_expert_budget(m, 0);
     rc |= decode(s, ids + 8, ND, &dc);
+    if (!rc) rc |= k3_model_set_expert_budget(m, -1);
+    if (!rc) rc |= isa_ab(s, ids, NP, ND);
     if (rc) {
         fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
     } else {

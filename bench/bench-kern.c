@@ -11,6 +11,9 @@
  * - "_hot" results run the same number of matvecs on one copy that stays in the caches: the
  *   kernel's compute ceiling on one thread, in GB per CPU-second of that thread (ratio > 1
  *   means faster than DRAM could feed it).
+ * - int8_peak_<isa>_t1: the core's int8 multiply-add peak for the running ISA (register-only
+ *   loop, CPU time; ref: the AVX2 maddubs loop). <fmt>_idot_matmul32_..._gops: the 32-column
+ *   matmul in int8 ops per CPU-second against that peak.
  */
 #include "bench.h"
 #include "kern-impl.h"
@@ -99,6 +102,65 @@ static double cpu_time(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- the core's int8 peak: register-only dot-product loops, one per ISA ---------------------
+ * Twelve independent accumulators (more than the latency x throughput of every pipe), the
+ * inputs never change; ops = 2 per int8 multiply-add. The loop count is fixed so the result
+ * is bounded in time; CPU seconds of the thread. */
+enum { PEAK_ITERS = 20000000 };
+
+#if defined(__x86_64__)
+#define PEAK_LOOP(T, zero, op, macs)                                                          \
+    do {                                                                                       \
+        T acc[12];                                                                             \
+        for (int i = 0; i < 12; i++)                                                           \
+            acc[i] = zero;                                                                     \
+        double t0 = cpu_time();                                                                \
+        for (long k = 0; k < PEAK_ITERS; k++) {                                                \
+            _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) acc[i] = op;                \
+            __asm__ volatile("" : "+x"(xa));                                                   \
+        }                                                                                      \
+        double t = cpu_time() - t0;                                                            \
+        memcpy(&sink, &acc[0], sizeof sink);                                                   \
+        for (int i = 1; i < 12; i++) {                                                         \
+            uint64_t v;                                                                        \
+            memcpy(&v, &acc[i], sizeof v);                                                     \
+            sink ^= v;                                                                         \
+        }                                                                                      \
+        return 2.0 * (macs) * 12 * PEAK_ITERS / t / 1e9 + (sink == 42 ? 1e-9 : 0);             \
+    } while (0)
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_avx512(void) {
+    __m512i  xa = _mm512_set1_epi8(3), xb = _mm512_set1_epi8(5);
+    uint64_t sink;
+    PEAK_LOOP(__m512i, _mm512_setzero_si512(), _mm512_dpbusd_epi32(acc[i], xa, xb), 64);
+}
+__attribute__((target("avx2,avxvnni"))) static double peak_avxvnni(void) {
+    __m256i  xa = _mm256_set1_epi8(3), xb = _mm256_set1_epi8(5);
+    uint64_t sink;
+    PEAK_LOOP(__m256i, _mm256_setzero_si256(), _mm256_dpbusd_avx_epi32(acc[i], xa, xb), 32);
+}
+__attribute__((target("avx2"))) static double peak_avx2(void) {
+    __m256i  xa = _mm256_set1_epi8(3), xb = _mm256_set1_epi8(5), one = _mm256_set1_epi16(1);
+    uint64_t sink;
+    PEAK_LOOP(__m256i, _mm256_setzero_si256(),
+              _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, xb), one)), 32);
+}
+#endif
+
+/* GOPS of the running ISA's int8 dot-product instruction (0 for the scalar level). */
+static double int8_peak(int isa) {
+#if defined(__x86_64__)
+    switch (isa) {
+    case KERN_AVX512:
+    case KERN_AMX: return peak_avx512();
+    case KERN_AVX2_VNNI: return peak_avxvnni();
+    case KERN_AVX2: return peak_avx2();
+    }
+#endif
+    (void)isa;
+    return 0.0;
+}
+
 static void matvec_name(char *name, size_t size, int type, int rows, int cols, int idot, int th,
                         int hot) {
     static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
@@ -153,7 +215,7 @@ static void bench_matvec(int type, int rows, int cols, int idot, int th, int hot
 /* Prefill: qmat_matmul of n columns on one cached copy, IDOT, one thread; GB/s counts the
  * weight bytes once per column (what n matvecs would read), per CPU-second. The ref is the same
  * work done as n separate matvecs, so the ratio is the speedup of the multi-column kernel. */
-static void bench_matmul(int type, int rows, int cols, int n) {
+static void bench_matmul(int type, int rows, int cols, int n, double peak) {
     static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
     char               name[96];
     snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_hot", fmt[type], n, rows, cols);
@@ -191,6 +253,10 @@ static void bench_matmul(int type, int rows, int cols, int n) {
     const double bytes = (double)(wb + sb) * n;
     bench_report(name, bytes / bench_median(tm, PASSES - 1) / 1e9, "GB/s",
                  bytes / bench_median(tv, PASSES - 1) / 1e9, "GB/s");
+    if (peak > 0) { /* the same matmul in int8 ops per CPU-second against the core's peak */
+        snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_gops", fmt[type], n, rows, cols);
+        bench_report(name, 2.0 * rows * cols * n / bench_median(tm, PASSES - 1) / 1e9, "GOPS", peak, "GOPS(peak)");
+    }
     free(x);
     free(y);
 }
@@ -212,7 +278,7 @@ int bench_kern(void) {
                     matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, 0);
                     any |= bench_want(name);
                     matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, 1);
-                    any |= bench_want(name) || bench_want("matmul32");
+                    any |= bench_want(name) || bench_want("matmul32") || bench_want("int8_peak");
                 }
     if (!any)
         return 0;
@@ -231,7 +297,7 @@ int bench_kern(void) {
     fill_random(arena, arena_bytes);
     printf("# kern: arena %zu MiB (LLC %ld MiB), %s kernels, %d passes (first discarded), median\n",
            arena_bytes >> 20, llc > 0 ? llc >> 20 : -1,
-           (const char *[]){"scalar", "AVX2", "AVX2+AVX-VNNI"}[kern_isa()],
+           kern_isa_name(kern_isa()),
            PASSES);
     double bw[3] = {0};
     for (int th = 1; th <= 2; th++) {
@@ -246,9 +312,18 @@ int bench_kern(void) {
             for (int th = 1; th <= 2; th++)
                 for (size_t s = 0; s < 3; s++)
                     bench_matvec(types[t], shapes[s][0], shapes[s][1], idot, th, 0, bw[th]);
-    /* prefill: matmul over 32 columns (each weight row decoded once per 4 columns), hot */
+    /* the core's int8 peak for the running ISA (the reference of the matmul GOPS) */
+    double peak = 0.0;
+    snprintf(name, sizeof name, "int8_peak_%s_t1", kern_isa_name(kern_isa()));
+    if (bench_want(name) || bench_want("matmul32")) {
+        peak = int8_peak(kern_isa());
+        double p2 = kern_cpu_avx2() ? int8_peak(KERN_AVX2) : 0.0;
+        if (peak > 0 && bench_want(name))
+            bench_report(name, peak, "GOPS", p2, "GOPS(avx2 maddubs)");
+    }
+    /* prefill: matmul over 32 columns (each weight load decoded once for several columns), hot */
     for (size_t t = 0; t < 3; t++)
-        bench_matmul(types[t], shapes[0][0], shapes[0][1], 32);
+        bench_matmul(types[t], shapes[0][0], shapes[0][1], 32, peak);
     /* compute ceilings: the first shape, one thread, from the caches */
     for (size_t t = 0; t < 3; t++)
         for (int idot = 0; idot <= 1; idot++)

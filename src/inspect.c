@@ -305,6 +305,7 @@ k3_status k3_inspect(const char *dir, FILE *out) {
         goto fail;
 
     fprintf(out, "model        %s (%s)\n", dir, c->model_type);
+    fprintf(out, "kernels      %s (K3_ISA=%s)\n", k3_kernels(), getenv("K3_ISA") && *getenv("K3_ISA") ? getenv("K3_ISA") : "unset: the best level this CPU runs");
     print_plan(c, out);
     fprintf(out, "dimensions   hidden %d, vocab %d, dense MLP %d, rms_norm_eps %g, attn_res_block_size %d\n",
             c->hidden, c->vocab, c->inter, (double)c->rms_eps, c->attn_res_block);

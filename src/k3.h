@@ -49,6 +49,9 @@ typedef void (*k3_log_cb)(int level, const char *msg, void *ud);
 void k3_log_set_callback(k3_log_cb cb, void *ud);
 
 const char *k3_version(void);
+/* The instruction-set level the CPU kernels run at ("scalar", "avx2", "avx2+avx-vnni",
+ * "avx512-vnni"): K3_ISA, else the best this CPU and OS support (kern-cpu.c). */
+const char *k3_kernels(void);
 
 /* A growable byte buffer, the one the engine and the front ends use (zero-initialise it; free(b.p)
  * when done): n bytes used of cap, NUL-terminated once p is set, so text is a C string. */
@@ -144,6 +147,7 @@ typedef struct k3_stats {
     uint64_t vk_hits;                   /* routed experts computed on the Vulkan device      */
     uint64_t vk_used, vk_budget;        /* device bytes holding weights; its budget (0: off) */
     int      vk_experts;                /* routed experts resident on the device             */
+    const char *kernels;                /* instruction set of the CPU kernels: k3_kernels()   */
 } k3_stats;
 void k3_session_stats(const k3_session *s, k3_stats *out);
 void k3_session_reset_stats(k3_session *s);

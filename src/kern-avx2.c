@@ -25,19 +25,6 @@
 #define AVX2 __attribute__((target("avx2,fma")))
 #define VNNI __attribute__((target("avx2,fma,avxvnni")))
 
-int kern_cpu_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
-int kern_cpu_vnni(void) {
-#if defined(__clang__) && __clang_major__ < 16
-    return 0; /* clang before 16 has no "avxvnni" feature name (the fuzz build uses clang 14) */
-#else
-    return kern_cpu_avx2() && __builtin_cpu_supports("avxvnni");
-#endif
-}
-
 /* Ask for the weight bytes pf ahead of p (0: nothing). An address, not an access: past the end
  * of the matrix it is harmless, so it is formed as an integer. */
 static inline void kern_prefetch(const void *p, int pf) {
@@ -255,8 +242,6 @@ AVX2 static inline __m256 e8m0_half8(const uint8_t *e) {
 
 #else /* not x86: the scalar path is the only one */
 
-int kern_cpu_avx2(void) { return 0; }
-int kern_cpu_vnni(void) { return 0; }
 void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1) {
     kern_rows_ref(m, x, y, r0, r1);
 }

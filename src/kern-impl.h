@@ -27,15 +27,24 @@ typedef void (*kern_rows_fn)(const qmat *m, const float *x, float *y, int r0, in
 /* IDOT activations of one column (layout above). np = pairs of 32-column groups. */
 typedef struct kern_act {
     int8_t  *q;   /* Q_I8: [2*np][32] natural order; nibble types: [np][64] pair layout     */
+    int8_t  *q2;  /* nibble types: [(np+1)/2][128] quad layout for the AVX-512 twins: per two
+                     pairs p, p+1 the 32 even columns of p, of p+1, then the odd ones of p, p+1 */
     float   *d;   /* [2*np] scale per group (0 for groups past cols)                       */
-    float   *d8;  /* nibble types: [np][8] d[2p] in lanes 0-3, d[2p+1] in lanes 4-7         */
-    int32_t *nsxo; /* nibble types: [np][8] -o * (sum of q over lane j's columns), o = 8 for
-                      Q_I4 and 12 for Q_MXFP4: the AVX2 twins use unsigned codes w + o */
+    float   *d8;  /* [2*np][8] lane scales: nibble types [p][8] d[2p] in lanes 0-3, d[2p+1]
+                     in lanes 4-7; Q_I8 [g][8] d[g] in every lane; 0 past the last step      */
+    int32_t *nsxo; /* [2*np][8] -o * (sum of q over lane j's columns) of each step: nibble types
+                      o = 8 (Q_I4) or 12 (Q_MXFP4), the twins use unsigned codes w + o; Q_I8
+                      o = 128, the AVX-512 twin uses w ^ 0x80 = w + 128; 0 past the last step */
 } kern_act;
 
 /* Bytes of one column's activation buffer; kern_act_make carves it (buf 32-byte aligned). */
 size_t kern_act_bytes(int cols);
 void   kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a);
+/* The quantizer of kern_act_make: x[cols] -> int8 codes q[ng][32] in natural column order and
+ * scales d[ng] (groups past cols: codes untouched, d 0; a non-finite x: d NaN, codes
+ * untouched). The AVX-512 twin gives the same bytes and floats (the same IEEE operations). */
+void   kern_act_quant_ref(const float *x, int cols, int ng, int8_t *q, float *d);
+void   kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d);
 
 /* Rows [r0, r1) of y = W x on IDOT activations. Not for Q_F32. */
 typedef void (*kern_idot_fn)(const qmat *m, const kern_act *a, float *y, int r0, int r1);
@@ -56,6 +65,20 @@ void kern_idot_vnni(const qmat *m, const kern_act *a, float *y, int r0, int r1);
 void kern_idot_nc_vnni(const qmat *m, const kern_act *a, float *const *y, int r0, int r1);
 int  kern_cpu_vnni(void);
 int  kern_cpu_avx2(void);
+int  kern_cpu_avx512(void);
+
+/* Columns the AVX-512 matmul decodes each weight load for at once. */
+#define KERN_NC512 8
+/* AVX-512 VNNI twin (kern-avx512.c); call only when kern_cpu_avx512() is true. nc (1 ..
+ * KERN_NC512) columns a[nc] -> y[c][rows]; column c is bit-identical to the scalar reference on
+ * a[c] alone, for every nc. */
+void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1);
+/* 1 when this build has the AVX-512 twins (x86-64, a compiler that knows the intrinsics). */
+#if defined(__x86_64__) && !(defined(__clang__) && __clang_major__ < 16)
+#define KERN_BUILD_AVX512 1
+#else
+#define KERN_BUILD_AVX512 0
+#endif
 
 /* How far ahead (bytes) the AVX2 IDOT row kernels prefetch the weight stream: K3_PREFETCH,
  * read once, default KERN_PREFETCH; 0 turns it off. A weight row is only a few KiB, so without

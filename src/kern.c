@@ -1,6 +1,7 @@
 /* kern.c: matrix-vector kernels over the qmat formats of quant.h: the scalar reference path
  * (the oracle every faster path is tested against), the IDOT activation quantizer, and the
- * dispatch of qmat_matvec / qmat_matmul to the scalar or AVX2 twins (kern-avx2.c).
+ * dispatch of qmat_matvec / qmat_matmul to the scalar, AVX2 (kern-avx2.c) or AVX-512 VNNI
+ * (kern-avx512.c) twins.
  *
  * DESIGN
  * - Each kernel computes rows [r0, r1); the entry points split the rows into (ith, nth)
@@ -9,10 +10,11 @@
  * - qmat_matmul runs the very same row kernel per column, on blocks of rows small enough to stay
  *   in L2 while the n columns pass over them: the weights stream from memory once, and column t
  *   is bit-identical to qmat_matvec on column t (what chunked prefill relies on). The AVX2 IDOT
- *   path takes KERN_NC columns per decoded weight row, each column doing exactly its own steps.
+ *   path takes KERN_NC columns per decoded weight row, the AVX-512 path up to KERN_NC512, each
+ *   column doing exactly its own steps.
  * - IDOT activations are quantized once per call by one shared scalar function (kern_act_make),
  *   so both twins see identical int8 inputs. The canonical IDOT order is documented in kern-impl.h.
- * - Selection (kern_isa, kern_idot) is read from K3_NOAVX2 / K3_IDOT once, then overridable.
+ * - Selection (kern_isa, kern_idot) lives in kern-cpu.c.
  */
 #include "kern-impl.h"
 
@@ -108,27 +110,12 @@ void kern_rows_ref(const qmat *m, const float *x, float *y, int r0, int r1) {
 static size_t round32(size_t n) { return (n + 31) & ~(size_t)31; }
 
 size_t kern_act_bytes(int cols) {
-    size_t np = (size_t)(cols + 63) / 64;
-    return np * 64 + round32(np * 2 * sizeof(float)) + np * 8 * sizeof(float) + np * 8 * sizeof(int32_t);
+    size_t np = (size_t)(cols + 63) / 64, np2 = (np + 1) & ~(size_t)1;
+    return np * 64 + np2 * 64 + round32(np * 2 * sizeof(float)) + np * 16 * sizeof(float) + np * 16 * sizeof(int32_t);
 }
 
-/* Position of column c in the activation layout of type (kern-impl.h). */
-static int act_pos(int type, int c) {
-    if (type == Q_I8)
-        return c;
-    int o = c & 63;
-    return (c & ~63) + ((o & 1) ? 32 + (o >> 1) : (o >> 1));
-}
-
-void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
-    const int np = (cols + 63) / 64;
-    char     *p  = buf;
-    a->q         = (int8_t *)p;
-    a->d         = (float *)(void *)(p + (size_t)np * 64);
-    a->d8        = (float *)(void *)(p + (size_t)np * 64 + round32((size_t)np * 2 * sizeof(float)));
-    a->nsxo      = (int32_t *)(void *)(a->d8 + (size_t)np * 8);
-    memset(a->q, 0, (size_t)np * 64);
-    for (int g = 0; g < 2 * np; g++) {
+void kern_act_quant_ref(const float *x, int cols, int ng, int8_t *q, float *d) {
+    for (int g = 0; g < ng; g++) {
         const int c0  = g * Q_IDOT_GROUP;
         const int len = cols - c0 < Q_IDOT_GROUP ? cols - c0 : Q_IDOT_GROUP;
         float     amax = 0.0f;
@@ -138,28 +125,83 @@ void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
             amax = fmaxf(amax, fabsf(x[c0 + c]));
         }
         if (len <= 0 || bad || amax == 0.0f) {
-            a->d[g] = bad ? NAN : 0.0f; /* a NaN/inf activation makes the output NaN */
+            d[g] = bad ? NAN : 0.0f; /* a NaN/inf activation makes the output NaN */
             continue;
         }
         /* round half away from zero as trunc(v + copysign(0.5, v)): no libm call, and
          * |v| <= 127 (+ rounding) so the clamp only guards amax * inv > 127 */
         const float inv = 127.0f / amax;
         for (int c = c0; c < c0 + len; c++) {
-            float v                 = x[c] * inv;
-            int   qv                = (int)(v + copysignf(0.5f, v));
-            a->q[act_pos(type, c)] = (int8_t)(qv > 127 ? 127 : qv < -127 ? -127 : qv);
+            float v = x[c] * inv;
+            int   qv = (int)(v + copysignf(0.5f, v));
+            q[c]     = (int8_t)(qv > 127 ? 127 : qv < -127 ? -127 : qv);
         }
-        a->d[g] = amax / 127.0f;
+        d[g] = amax / 127.0f;
+    }
+}
+
+/* Sum of q[0..n). */
+static int isum(const int8_t *q, int n) {
+    int s = 0;
+    for (int k = 0; k < n; k++)
+        s += q[k];
+    return s;
+}
+
+void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
+    const int np = (cols + 63) / 64, np2 = (np + 1) & ~1;
+    char     *p  = buf;
+    a->q         = (int8_t *)p;
+    a->q2        = a->q + (size_t)np * 64;
+    a->d         = (float *)(void *)(a->q2 + (size_t)np2 * 64);
+    a->d8        = (float *)(void *)((char *)a->d + round32((size_t)np * 2 * sizeof(float)));
+    a->nsxo      = (int32_t *)(void *)(a->d8 + (size_t)np * 16);
+    memset(a->q, 0, (size_t)(np + np2) * 64);
+    memset(a->d8, 0, (size_t)np * 16 * (sizeof(float) + sizeof(int32_t)));
+    /* codes in natural column order: Q_I8 keeps them there, nibble types pass through q2 */
+    int8_t *nat = type == Q_I8 ? a->q : a->q2;
+    if (KERN_BUILD_AVX512 && kern_isa() >= KERN_AVX512)
+        kern_act_quant_avx512(x, cols, 2 * np, nat, a->d);
+    else
+        kern_act_quant_ref(x, cols, 2 * np, nat, a->d);
+    if (type == Q_I8) { /* steps are groups; lane j: columns 4j..4j+3 */
+        for (int g = 0; g * Q_IDOT_GROUP < cols; g++)
+            for (int j = 0; j < 8; j++) {
+                a->d8[g * 8 + j]   = a->d[g];
+                a->nsxo[g * 8 + j] = -128 * isum(nat + g * 32 + 4 * j, 4);
+            }
+        return;
     }
     const int off = type == Q_MXFP4 ? KERN_MXFP4_OFF : 8;
-    for (int pr = 0; pr < np; pr++)
-        for (int j = 0; j < 8; j++) {
-            int sum = 0;
-            for (int k = 0; k < 8; k++) /* lane j: pair columns 8j..8j+7 */
-                sum += a->q[act_pos(type, pr * 64 + 8 * j + k)];
-            a->d8[pr * 8 + j]  = a->d[2 * pr + (j >> 2)];
-            a->nsxo[pr * 8 + j] = -off * sum;
+    for (int pr = 0; pr < np; pr++) {
+        const int8_t *n64 = nat + pr * 64;
+        int8_t       *q64 = a->q + pr * 64;
+        for (int j = 0; j < 8; j++) { /* lane j: pair columns 8j..8j+7 */
+            a->d8[pr * 8 + j]   = a->d[2 * pr + (j >> 2)];
+            a->nsxo[pr * 8 + j] = -off * isum(n64 + 8 * j, 8);
         }
+        for (int i = 0; i < 32; i++) { /* pair layout: even columns, then odd */
+            q64[i]      = n64[2 * i];
+            q64[32 + i] = n64[2 * i + 1];
+        }
+    }
+    /* quad layout from the pair layout: per two pairs their even halves, then their odd halves */
+    for (int pr = 0; pr < np2; pr++)
+        for (int h = 0; h < 2; h++) {
+            int8_t *dst = a->q2 + (pr >> 1) * 128 + h * 64 + (pr & 1) * 32;
+            if (pr < np)
+                memcpy(dst, a->q + pr * 64 + h * 32, 32);
+            else
+                memset(dst, 0, 32);
+        }
+}
+
+/* Position of column c in the activation layout of type (kern-impl.h). */
+static int act_pos(int type, int c) {
+    if (type == Q_I8)
+        return c;
+    int o = c & 63;
+    return (c & ~63) + ((o & 1) ? 32 + (o >> 1) : (o >> 1));
 }
 
 /* Integer weight of column c of row r (nibble - 8, doubled e2m1, or int8). */
@@ -208,55 +250,6 @@ void kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
     }
 }
 
-/* ==== selection ============================================================================= */
-
-static atomic_int sel_isa  = -1; /* enum kern_isa, -1 = not read yet */
-static atomic_int sel_idot = -1;
-
-static int env_flag(const char *name, int dflt) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) != 0 : dflt;
-}
-
-int kern_set_isa(int isa) {
-    int v = isa == KERN_AVX2_VNNI && kern_cpu_vnni()               ? KERN_AVX2_VNNI
-            : (isa == KERN_AVX2 || isa == KERN_AVX2_VNNI) && kern_cpu_avx2() ? KERN_AVX2
-                                                                             : KERN_SCALAR;
-    atomic_store(&sel_isa, v);
-    return v;
-}
-
-int kern_isa(void) {
-    int v = atomic_load(&sel_isa);
-    return v >= 0 ? v
-                  : kern_set_isa(env_flag("K3_NOAVX2", 0)   ? KERN_SCALAR
-                                 : env_flag("K3_NOVNNI", 0) ? KERN_AVX2
-                                                            : KERN_AVX2_VNNI);
-}
-
-void kern_set_idot(int on) { atomic_store(&sel_idot, on != 0); }
-
-int kern_idot(void) {
-    int v = atomic_load(&sel_idot);
-    if (v < 0) {
-        v = env_flag("K3_IDOT", 1);
-        atomic_store(&sel_idot, v);
-    }
-    return v;
-}
-
-int kern_prefetch_bytes(void) {
-    static _Atomic int pf = -1;
-    int                v  = atomic_load(&pf);
-    if (v < 0) {
-        const char *e = getenv("K3_PREFETCH");
-        v             = e && *e ? atoi(e) : KERN_PREFETCH;
-        v             = v < 0 ? 0 : v > (1 << 20) ? 1 << 20 : v;
-        atomic_store(&pf, v);
-    }
-    return v;
-}
-
 /* ==== entry points ========================================================================== */
 
 /* Rows of one block of the matmul: about 256 KiB of weights, so the block stays in L2 while
@@ -272,9 +265,9 @@ static int block_rows(const qmat *m) {
 static void run(const qmat *m, const float *x, const kern_act *act, int n, float *y) {
     const int          isa  = kern_isa(), avx2 = isa != KERN_SCALAR;
     const kern_rows_fn fr   = avx2 ? kern_rows_avx2 : kern_rows_ref;
-    const kern_idot_fn fq   = isa == KERN_AVX2_VNNI ? kern_idot_vnni : avx2 ? kern_idot_avx2 : kern_idot_ref;
+    const kern_idot_fn fq   = isa >= KERN_AVX2_VNNI ? kern_idot_vnni : avx2 ? kern_idot_avx2 : kern_idot_ref;
     void (*const fnc)(const qmat *, const kern_act *, float *const *, int, int) =
-        isa == KERN_AVX2_VNNI ? kern_idot_nc_vnni : kern_idot_nc_avx2;
+        isa >= KERN_AVX2_VNNI ? kern_idot_nc_vnni : kern_idot_nc_avx2;
     const int          br   = n > 1 ? block_rows(m) : m->rows;
     const long         work = (long)m->rows * m->cols * n;
 #pragma omp parallel if (work > 65536)
@@ -284,6 +277,14 @@ static void run(const qmat *m, const float *x, const kern_act *act, int n, float
         for (int b0 = r0; b0 < r1; b0 += br) {
             const int b1 = r1 - b0 < br ? r1 : b0 + br;
             int t = 0;
+            if (act && isa >= KERN_AVX512) /* up to KERN_NC512 columns per weight load */
+                for (; t < n; t += KERN_NC512) {
+                    const int nc = n - t < KERN_NC512 ? n - t : KERN_NC512;
+                    float    *yc[KERN_NC512];
+                    for (int c = 0; c < nc; c++)
+                        yc[c] = y + (size_t)(t + c) * m->rows;
+                    kern_idot_avx512(m, &act[t], nc, yc, b0, b1);
+                }
             if (act && avx2) /* KERN_NC columns per weight decode */
                 for (; t + KERN_NC <= n; t += KERN_NC) {
                     float *yc[KERN_NC];

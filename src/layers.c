@@ -326,37 +326,46 @@ static void topp_drop(int *sel, float *wt, int k, double p, int *idx /* (k) scra
         wt[idx[i]] = (float)((double)wt[idx[i]] * tot / kept);
 }
 
-/* Stable LatentMoE over the chunk: cb.xn (n, D) -> cb.y (n, D).
- *   s = σ(gate x);  T = top-k of (s + bias);  w_e = s_e / (Σ_T s + 1e-20) · routed_scale
- *   z = down_lat x;  u = Σ_{e∈T} w_e · w2_e(SiTU-GLU(w1_e z, w3_e z))
- *   y = up_lat RMSNorm(u, routed_expert_norm) + shared(x)
- * K3_TOPP < 1 keeps, per token, the heaviest selected experts whose weights reach that share of
- * the total (ties: selection order) and scales them back to the total.
- * Each distinct expert of the chunk runs once over its tokens, in the order the expert tier
- * hands them out (hits, then reads as they land); u sums slots in selection order, so the
- * result does not depend on that order. */
-static k3_status moe_forward(k3_session *s, int l, int n) {
-    const k3_model    *m = s->m;
-    const k3_config   *c = &m->cfg;
-    const moe_weights *w = &m->layers[l].moe;
-    chunk_buf         *b = &s->cb;
-    const int E = c->n_experts, k = c->n_active, L = c->latent, F = c->moe_inter, D = c->hidden;
+/* ==== LatentMoE: route, gather, compute, combine ======================================== */
 
-    float *sc = b->t0, *z = b->t1, *g = b->t2, *u = b->t3, *lat = b->t4, *sh = b->t5;
-    /* shared experts first (uses g/u as scratch); one decode token: on the device if resident */
-    if (n != 1 || !vkt_shared(m->vk, l, b->xn, sh))
-        mlp_forward(m, &w->shared, b->xn, n, sh, g, u);
+/* The MoE's scratch, named for its role; views of the session's chunk_buf (shapes per chunk
+ * of n tokens, np = tokens routed to one expert, at most n). */
+typedef struct moe_scratch {
+    float *scores;   /* (n, E) router sigmoid scores                                        */
+    float *z;        /* (n, L) latent down projection of every token                        */
+    float *gate;     /* (np, F) one expert's w1 rows, then SiTU-GLU(w1, w3)                  */
+    float *up;       /* (np, F) its w3 rows                                                 */
+    float *in;       /* (np, L) the gathered latent rows of the tokens routed to one expert  */
+    float *out;      /* (np, L) their expert outputs, before the scatter                    */
+    float *slot_y;   /* (n, k, L) per token and slot expert output (canonical order)        */
+    float *lat;      /* (n, L) Σ_slot w · slot_y, then RMSNorm                              */
+    float *shared;   /* (n, D) shared experts' output                                       */
+    int   *sel;      /* (n, k) selected expert ids (-1: dropped by K3_TOPP)                 */
+    float *w;        /* (n, k) their weights                                                */
+    int   *rows;     /* (n*k) t*k + slot of the rows of one expert / K3_TOPP scratch         */
+    int   *ids;      /* (E) distinct experts of the chunk                                   */
+} moe_scratch;
 
-    /* router: sigmoid scores, biased top-k selection, renormalised unbiased weights */
-    mm(&w->router, b->xn, n, sc);
+static moe_scratch moe_scratch_of(chunk_buf *b) {
+    return (moe_scratch){.scores = b->t0, .z = b->t1, .gate = b->t2, .up = b->t3, .in = b->gat, .out = b->gat2,
+                         .slot_y = b->moe_y, .lat = b->t4, .shared = b->t5, .sel = b->moe_sel, .w = b->moe_w,
+                         .rows = b->moe_tok, .ids = b->moe_ids};
+}
+
+/* Route: σ(router x); per token the top-k of (score + bias) in the order (biased score
+ * descending, id ascending on ties), weights w_e = s_e / (Σ_T s + 1e-20) · routed_scale;
+ * K3_TOPP < 1 then drops the lightest (topp_drop). xn (n, D) -> ms->sel, ms->w. */
+static void moe_route(const k3_model *m, const moe_weights *w, const float *xn, int n, moe_scratch *ms) {
+    const k3_config *c = &m->cfg;
+    const int        E = c->n_experts, k = c->n_active;
+    mm(&w->router, xn, n, ms->scores);
     for (int t = 0; t < n; t++) {
-        float *st = sc + (size_t)t * E;
+        float *st = ms->scores + (size_t)t * E;
         for (int e = 0; e < E; e++)
             st[e] = sigmoidf_((double)st[e]);
-        int   *sel = b->moe_sel + (size_t)t * k;
-        float *wt  = b->moe_w + (size_t)t * k;
-        /* k passes, each taking the best expert after the previous one in the order
-         * (biased score descending, id ascending on ties) */
+        int   *sel = ms->sel + (size_t)t * k;
+        float *wt  = ms->w + (size_t)t * k;
+        /* k passes, each taking the best expert after the previous one in the order */
         double tot = 0, pv = (double)INFINITY;
         int    pe  = -1;
         for (int j = 0; j < k; j++) {
@@ -378,62 +387,108 @@ static k3_status moe_forward(k3_session *s, int l, int n) {
         for (int j = 0; j < k; j++)
             wt[j] = (float)(k > 1 ? (double)st[sel[j]] / (tot + 1e-20) * (double)c->routed_scale
                                   : (double)st[sel[j]] * (double)c->routed_scale);
-        if (m->par.topp < 1) topp_drop(sel, wt, k, m->par.topp, b->moe_tok);
+        if (m->par.topp < 1) topp_drop(sel, wt, k, m->par.topp, ms->rows);
     }
+}
 
-    /* latent down projection, then each distinct expert once over its (token, slot) pairs */
-    mm(&w->down_lat, b->xn, n, z);
-    int  n_ids = 0, *ids = b->moe_ids, *pairs = b->moe_tok; /* pairs: t*k + slot of one expert */
+/* The distinct experts of the chunk in id order -> ms->ids; returns their number. */
+static int moe_experts(const moe_scratch *ms, int E, int nk) {
+    int n_ids = 0;
     for (int e = 0; e < E; e++)
-        for (int i = 0; i < n * k; i++)
-            if (b->moe_sel[i] == e) {
-                ids[n_ids++] = e;
+        for (int i = 0; i < nk; i++)
+            if (ms->sel[i] == e) {
+                ms->ids[n_ids++] = e;
                 break;
             }
-    /* decode: experts resident on the Vulkan device skip the disk read and the CPU matmul */
-    int       n_res = n == 1 ? vkt_split(m->vk, l, ids, &n_ids, b->moe_res) : 0;
-    k3_status rc    = n_res ? vkt_experts(m->vk, l, b->moe_res, n_res, z, b->moe_resy) : K3_OK;
-    for (int r = 0; !rc && r < n_res; r++)
-        for (int i = 0; i < k; i++)
-            if (b->moe_sel[i] == b->moe_res[r])
-                memcpy(b->moe_y + (size_t)i * L, b->moe_resy + (size_t)r * L, (size_t)L * sizeof(float));
-    if (rc) return rc;
-    s->stats.vk_hits += (uint64_t)n_res;
-    ex_batch eb;
-    rc = ex_begin(m->tier, l, ids, n_ids, &s->stats, &eb);
-    int       e;
-    const k3_expert *x;
-    while (!rc && !(rc = ex_next(&eb, &e, &x)) && e >= 0) {
-        int np = 0;
-        for (int i = 0; i < n * k; i++)
-            if (b->moe_sel[i] == e) pairs[np++] = i;
-        for (int i = 0; i < np; i++)
-            memcpy(b->gat + (size_t)i * L, z + (size_t)(pairs[i] / k) * L, (size_t)L * sizeof(float));
-        mm(&x->w1, b->gat, np, g);                                  /* (np, F) */
-        mm(&x->w3, b->gat, np, u);
-        situ_glu(g, u, (size_t)np * F, (double)c->situ_beta, (double)c->situ_linear_beta);
-        mm(&x->w2, g, np, b->gat2);                                 /* (np, L) */
-        for (int i = 0; i < np; i++)
-            memcpy(b->moe_y + (size_t)pairs[i] * L, b->gat2 + (size_t)i * L, (size_t)L * sizeof(float));
-        vkt_offer(m->vk, l, e, x); /* warm the device tier with what was just read */
-    }
-    ex_end(&eb);
-    if (rc) return rc;
-    /* u = Σ_slot w · y_slot (selection order), RMSNorm, latent up, + shared */
+    return n_ids;
+}
+
+/* Gather: the (token, slot) rows routed to expert e, in token order -> ms->rows, and their
+ * latent rows z -> ms->in. Returns np. */
+static int moe_gather(const moe_scratch *ms, int e, int nk, int k, int L) {
+    int np = 0;
+    for (int i = 0; i < nk; i++)
+        if (ms->sel[i] == e) ms->rows[np++] = i;
+    for (int i = 0; i < np; i++)
+        memcpy(ms->in + (size_t)i * L, ms->z + (size_t)(ms->rows[i] / k) * L, (size_t)L * sizeof(float));
+    return np;
+}
+
+/* Compute: one expert over its np gathered rows, each projection one matmul (grouped GEMM):
+ * ms->out = w2(SiTU-GLU(w1 in, w3 in)); then scatter the rows back to their (token, slot). */
+static void moe_compute(const k3_config *c, const k3_expert *x, int np, moe_scratch *ms) {
+    const int L = c->latent, F = c->moe_inter;
+    mm(&x->w1, ms->in, np, ms->gate); /* (np, F) */
+    mm(&x->w3, ms->in, np, ms->up);
+    situ_glu(ms->gate, ms->up, (size_t)np * F, (double)c->situ_beta, (double)c->situ_linear_beta);
+    mm(&x->w2, ms->gate, np, ms->out); /* (np, L) */
+    for (int i = 0; i < np; i++)
+        memcpy(ms->slot_y + (size_t)ms->rows[i] * L, ms->out + (size_t)i * L, (size_t)L * sizeof(float));
+}
+
+/* Combine: lat = RMSNorm(Σ_slot w · slot_y) in selection order (so the order experts ran in
+ * does not matter), y = up_lat lat + shared. */
+static void moe_combine(const k3_model *m, const moe_weights *w, int n, moe_scratch *ms, float *y) {
+    const k3_config *c = &m->cfg;
+    const int        k = c->n_active, L = c->latent, D = c->hidden;
     for (int t = 0; t < n; t++) {
-        float *ut = lat + (size_t)t * L;
+        float *ut = ms->lat + (size_t)t * L;
         for (int i = 0; i < L; i++) {
             double acc = 0;
             for (int j = 0; j < k; j++)
-                if (b->moe_sel[(size_t)t * k + j] >= 0)
-                    acc += (double)b->moe_w[(size_t)t * k + j] * (double)b->moe_y[((size_t)t * k + j) * L + i];
+                if (ms->sel[(size_t)t * k + j] >= 0)
+                    acc += (double)ms->w[(size_t)t * k + j] * (double)ms->slot_y[((size_t)t * k + j) * L + i];
             ut[i] = (float)acc;
         }
         rmsnorm(ut, ut, w->lat_norm, L, (double)c->rms_eps);
     }
-    mm(&w->up_lat, lat, n, b->y);
+    mm(&w->up_lat, ms->lat, n, y);
     for (size_t i = 0; i < (size_t)n * D; i++)
-        b->y[i] += sh[i];
+        y[i] += ms->shared[i];
+}
+
+/* Stable LatentMoE over the chunk: cb.xn (n, D) -> cb.y (n, D).
+ *   s = σ(gate x);  T = top-k of (s + bias);  w_e = s_e / (Σ_T s + 1e-20) · routed_scale
+ *   z = down_lat x;  u = Σ_{e∈T} w_e · w2_e(SiTU-GLU(w1_e z, w3_e z))
+ *   y = up_lat RMSNorm(u, routed_expert_norm) + shared(x)
+ * Route, then each distinct expert of the chunk once over its tokens (gather, compute as one
+ * matmul per projection, scatter), in the order the expert tier hands them out (hits, then
+ * reads as they land), then combine in selection order, so the result does not depend on
+ * that order nor on the chunk size. */
+static k3_status moe_forward(k3_session *s, int l, int n) {
+    const k3_model    *m = s->m;
+    const k3_config   *c = &m->cfg;
+    const moe_weights *w = &m->layers[l].moe;
+    chunk_buf         *b = &s->cb;
+    const int          k = c->n_active, L = c->latent, nk = n * k;
+    moe_scratch        ms = moe_scratch_of(b);
+
+    /* shared experts first (gate/up as scratch); one decode token: on the device if resident */
+    if (n != 1 || !vkt_shared(m->vk, l, b->xn, ms.shared))
+        mlp_forward(m, &w->shared, b->xn, n, ms.shared, ms.gate, ms.up);
+    moe_route(m, w, b->xn, n, &ms);
+    mm(&w->down_lat, b->xn, n, ms.z);
+    int n_ids = moe_experts(&ms, c->n_experts, nk);
+    /* decode: experts resident on the Vulkan device skip the disk read and the CPU matmul */
+    int       n_res = n == 1 ? vkt_split(m->vk, l, ms.ids, &n_ids, b->moe_res) : 0;
+    k3_status rc    = n_res ? vkt_experts(m->vk, l, b->moe_res, n_res, ms.z, b->moe_resy) : K3_OK;
+    for (int r = 0; !rc && r < n_res; r++)
+        for (int i = 0; i < k; i++)
+            if (ms.sel[i] == b->moe_res[r])
+                memcpy(ms.slot_y + (size_t)i * L, b->moe_resy + (size_t)r * L, (size_t)L * sizeof(float));
+    if (rc) return rc;
+    s->stats.vk_hits += (uint64_t)n_res;
+    ex_batch eb;
+    rc = ex_begin(m->tier, l, ms.ids, n_ids, &s->stats, &eb);
+    int              e;
+    const k3_expert *x;
+    while (!rc && !(rc = ex_next(&eb, &e, &x)) && e >= 0) {
+        moe_compute(c, x, moe_gather(&ms, e, nk, k, L), &ms);
+        vkt_offer(m->vk, l, e, x); /* warm the device tier with what was just read */
+    }
+    ex_end(&eb);
+    if (rc) return rc;
+    moe_combine(m, w, n, &ms, b->y);
     return K3_OK;
 }
 

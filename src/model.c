@@ -71,6 +71,7 @@ k3_status k3_params_default(k3_params *p) {
     if ((st = env_int("K3_DIRECT", 0, 1, &p->direct))) return st;
     if ((st = env_int("K3_PIPE", 0, 1, &p->pipe))) return st;
     if ((st = env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads))) return st;
+    if ((st = kern_isa_env())) return st;
     const char *v = getenv("K3_EXPERT_GB");
     if (v && *v) {
         char *end;

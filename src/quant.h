@@ -26,7 +26,7 @@
  *     (symmetric, d = maxabs/127) and each group is an exact integer dot product with the
  *     integer weights (int8 values, int4 nibble-8, MXFP4 doubled e2m1 {0,1,2,3,4,6,8,12}).
  *     Q_F32 always runs exact-float.
- * Each has a scalar reference (the oracle, K3_NOAVX2=1) and an AVX2 twin. The IDOT twins are
+ * Each has a scalar reference (the oracle, K3_ISA=scalar) and AVX2 / AVX-512 twins. The IDOT twins are
  * bit-identical by construction (same integer sums, same float operations in the same order);
  * the exact-float twins agree within float reassociation. qmat_matmul's column t is
  * bit-identical to qmat_matvec on column t in every path, at every thread count.
@@ -108,12 +108,24 @@ void qmat_matvec(const qmat *m, const float *x, float *y);
  * Column t of Y is bit-identical to qmat_matvec(m, X[t], .). */
 void qmat_matmul(const qmat *m, const float *x, int n, float *y);
 
-/* Kernel selection. Read once from the environment on first use: K3_NOAVX2=1 forces the
- * scalar reference, K3_NOVNNI=1 plain AVX2 (no AVX-VNNI integer dots), K3_IDOT=0 selects
- * exact-float. The setters override (tests, tools). All paths give the same IDOT bits. */
-enum kern_isa { KERN_SCALAR = 0, KERN_AVX2 = 1, KERN_AVX2_VNNI = 2 };
+/* Kernel selection by instruction set, read once from the environment on first use:
+ * K3_ISA=scalar|avx2|avx512|amx forces a level (unset: the best the CPU and OS support);
+ * avx2 means the AVX2 kernels with AVX-VNNI integer dots where the CPU has them (K3_NOVNNI=1:
+ * without). The older K3_NOAVX2=1 is K3_ISA=scalar. K3_IDOT=0 selects exact-float.
+ * The setters override (tests, tools). All levels give the same IDOT bits. */
+enum kern_isa { KERN_SCALAR = 0, KERN_AVX2 = 1, KERN_AVX2_VNNI = 2, KERN_AVX512 = 3, KERN_AMX = 4 };
+#define KERN_N_ISA 5
 int  kern_isa(void);
-/* Select isa, falling back to what the CPU has (VNNI -> AVX2 -> scalar). Returns the isa in use. */
+/* Select isa, falling back to what the CPU has (AMX -> AVX-512 -> VNNI -> AVX2 -> scalar).
+ * Returns the isa in use. */
 int  kern_set_isa(int isa);
+/* 1 when this CPU and OS run isa; else 0 and why (when not NULL) names the missing feature. */
+int  kern_isa_ok(int isa, char *why, size_t n);
+/* Short name of isa ("scalar", "avx2", "avx2+avx-vnni", "avx512-vnni", "amx-int8"). */
+const char *kern_isa_name(int isa);
+/* Check K3_ISA / K3_NOAVX2 / K3_NOVNNI and select the level they ask for: K3_ERR_ARG for an
+ * unknown name, K3_ERR_UNSUPPORTED naming the missing CPU or OS feature for a level this
+ * machine lacks (never an illegal instruction later). Called by k3_params_default. */
+k3_status kern_isa_env(void);
 int  kern_idot(void);
 void kern_set_idot(int on);

@@ -346,6 +346,7 @@ void k3_session_stats(const k3_session *s, k3_stats *out) {
     out->vk_used    = vs.used;
     out->vk_budget  = vs.budget;
     out->vk_experts = vs.experts;
+    out->kernels    = k3_kernels();
 }
 
 void k3_session_reset_stats(k3_session *s) {

@@ -27,8 +27,8 @@ static uint32_t rnd(void) {
 static float frnd(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
 
 static const char *tname[] = {"f32", "i8", "i4", "mxfp4"};
-static const char *iname[] = {"scalar", "avx2", "avx-vnni"};
-static int         max_isa; /* highest enum kern_isa this CPU runs */
+static const char *iname[] = {"scalar", "avx2", "avx-vnni", "avx512-vnni", "amx"};
+static int         max_isa; /* highest enum kern_isa this CPU runs with kernels of its own */
 
 /* A random matrix of the type: quantized from random floats, or random MXFP4 bytes. */
 static void make_mat(qmat *m, int type, int rows, int cols, uint8_t **mx) {
@@ -62,7 +62,8 @@ static int bits_equal(const float *a, const float *b, size_t n) { return !memcmp
 
 /* Every check of one matrix. */
 static void check_mat(const qmat *m, int have_avx2) {
-    const int rows = m->rows, cols = m->cols, N = 6; /* 6 = one KERN_NC block + 2 single */
+    /* 11 columns: two KERN_NC blocks + 3 single (AVX2), one KERN_NC512 block + one of 3 (AVX-512) */
+    const int rows = m->rows, cols = m->cols, N = 11;
     float    *x    = malloc((size_t)N * cols * sizeof(float));
     float    *y0 = malloc((size_t)rows * sizeof(float)), *y1 = malloc((size_t)rows * sizeof(float));
     float    *ym = malloc((size_t)N * rows * sizeof(float)), *yv = malloc((size_t)N * rows * sizeof(float));
@@ -133,7 +134,7 @@ static void check_mat(const qmat *m, int have_avx2) {
                 else
                     ok &= bits_equal(y1, ym, (size_t)rows);
             }
-            T_CHECK(ok, "%s: %s%s matmul(n=6) == matvec per column, same at 1 and 2 threads", what,
+            T_CHECK(ok, "%s: %s%s matmul(n=11) == matvec per column, same at 1 and 2 threads", what,
                     iname[isa], idot ? " idot" : "");
         }
     omp_set_num_threads(2);
@@ -195,13 +196,79 @@ static void check_mxfp4_known(int have_avx2) {
     T_CHECK(ok, "doubled e2m1 table is 2 * value with sign");
 }
 
+/* K3_ISA: every level either runs (and is selected) or is an error naming what is missing. */
+static void check_isa_env(void) {
+    static const char *const names[] = {"scalar", "avx2", "avx512", "amx"};
+    static const int         level[] = {KERN_SCALAR, KERN_AVX2, KERN_AVX512, KERN_AMX};
+    for (int i = 0; i < 4; i++) {
+        char why[128];
+        setenv("K3_ISA", names[i], 1);
+        k3_status st = kern_isa_env();
+        if (kern_isa_ok(level[i], why, sizeof why)) {
+            int want = level[i] == KERN_AMX ? KERN_AVX512 : level[i] == KERN_AVX2 && kern_cpu_vnni() ? KERN_AVX2_VNNI : level[i];
+            T_CHECK(st == K3_OK && kern_isa() == want, "K3_ISA=%s selects %s", names[i], kern_isa_name(kern_isa()));
+        } else
+            T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "lacks") && strstr(k3_errmsg(), names[i]),
+                    "K3_ISA=%s on this CPU: error '%s'", names[i], k3_errmsg());
+    }
+    setenv("K3_ISA", "avx9000", 1);
+    T_CHECK(kern_isa_env() == K3_ERR_ARG && strstr(k3_errmsg(), "K3_ISA='avx9000'"), "unknown K3_ISA: '%s'", k3_errmsg());
+    unsetenv("K3_ISA");
+    T_CHECK(kern_isa_env() == K3_OK && kern_isa() == max_isa, "K3_ISA unset: the best level (%s)", kern_isa_name(kern_isa()));
+}
+
+/* The activation quantizer's AVX-512 twin: the same codes and scales, bit for bit, on random
+ * groups with partial tails, zeros, huge and tiny values, -0, NaN and inf. */
+static void check_act_quant(void) {
+    char why[128];
+    if (!kern_isa_ok(KERN_AVX512, why, sizeof why)) {
+        T_SKIP("activation quantizer avx512 twin not compared: %s", why);
+        return;
+    }
+    int ok = 1, cases = 0;
+    for (int cols = 1; cols <= 200; cols += 7) {
+        const int ng = (cols + 31) / 32 + 1; /* one group past cols */
+        float     x[232];
+        int8_t    q0[ng * 32], q1[ng * 32];
+        float     d0[ng], d1[ng];
+        for (int rep = 0; rep < 8; rep++, cases++) {
+            for (int c = 0; c < cols; c++) {
+                uint32_t r = rnd();
+                x[c]       = frnd() * (r % 3 == 0 ? 1e30f : r % 3 == 1 ? 1e-30f : 1.0f);
+                if (rep == 1 && c % 32 == 5)
+                    x[c] = 0.0f;
+                if (rep == 2)
+                    x[c] = c % 2 ? -0.0f : 0.0f;
+                if (rep == 3 && c == cols / 2)
+                    x[c] = NAN;
+                if (rep == 4 && c == cols - 1)
+                    x[c] = -INFINITY;
+                if (rep == 5) /* amax 127 (inv 1): v = x exactly, every other value a tie k + 0.5 */
+                    x[c] = c % 32 == 0 ? 127.0f : (float)((int)(rnd() % 253) - 126) + (c % 2 ? 0.5f : 0.0f);
+            }
+            memset(q0, 0x55, sizeof q0), memset(q1, 0x55, sizeof q1);
+            kern_act_quant_ref(x, cols, ng, q0, d0);
+            kern_act_quant_avx512(x, cols, ng, q1, d1);
+            ok &= !memcmp(q0, q1, sizeof q0) && !memcmp(d0, d1, sizeof d0);
+        }
+    }
+    T_CHECK(ok, "activation quantizer: avx512 twin bit-identical to scalar (%d cases)", cases);
+}
+
 int main(void) {
     const int have_avx2 = kern_cpu_avx2();
-    max_isa             = kern_cpu_vnni() ? KERN_AVX2_VNNI : have_avx2 ? KERN_AVX2 : KERN_SCALAR;
-    if (max_isa < KERN_AVX2_VNNI)
-        T_SKIP("no AVX-VNNI on this CPU: the VNNI twins are not compared");
-    if (!have_avx2)
-        T_SKIP("no AVX2+FMA on this CPU: AVX2 twins not compared (scalar checks still run)");
+    max_isa             = kern_cpu_avx512() ? KERN_AVX512 : kern_cpu_vnni() ? KERN_AVX2_VNNI : have_avx2 ? KERN_AVX2 : KERN_SCALAR;
+    unsetenv("K3_NOAVX2");
+    unsetenv("K3_NOVNNI");
+    for (int isa = KERN_AVX2; isa < KERN_N_ISA; isa++) {
+        char why[128];
+        if (!kern_isa_ok(isa, why, sizeof why))
+            T_SKIP("%s twins not compared: %s", iname[isa], why);
+        else if (isa == KERN_AMX)
+            T_SKIP("amx: no AMX-INT8 tile kernels in this build (K3_ISA=amx runs the AVX-512 twins)");
+    }
+    check_isa_env();
+    check_act_quant();
     T_CHECK(kern_set_isa(KERN_SCALAR) == KERN_SCALAR, "scalar path selectable");
     omp_set_num_threads(2);
 

@@ -77,10 +77,7 @@ static void setting_apply(setting *s) {
     /* kernel switches are read once per process: re-read them for this run */
     const char *v = getenv("K3_IDOT");
     kern_set_idot(v && *v ? atoi(v) != 0 : 1);
-    const char *na = getenv("K3_NOAVX2"), *nv = getenv("K3_NOVNNI");
-    kern_set_isa(na && *na && atoi(na) != 0   ? KERN_SCALAR
-                 : nv && *nv && atoi(nv) != 0 ? KERN_AVX2
-                                              : KERN_AVX2_VNNI);
+    (void)kern_isa_env(); /* K3_ISA / K3_NOAVX2 / K3_NOVNNI; a level the CPU lacks fails the model open */
 }
 
 static void setting_restore(setting *s) {

@@ -53,6 +53,7 @@ typedef struct ue_stats {
     double vk_budget_gb;  /* Vulkan tier: its budget in GB                                */
     long   vk_hits;       /* Vulkan tier: routed experts computed on the device           */
     double mem_gb;        /* resident memory of the process                               */
+    const char *kernels;  /* instruction set of the engine's CPU kernels (NULL: unknown)  */
 } ue_stats;
 
 /* Generation settings, copied into each command (the worker never reads UI state). */

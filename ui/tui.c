@@ -191,6 +191,7 @@ static void on_event(tui *t, ui_ev *e) {
             t->st.vk_used_gb   = e->st.vk_used_gb;
             t->st.vk_budget_gb = e->st.vk_budget_gb;
             t->st.vk_hits      = e->st.vk_hits;
+            t->st.kernels      = e->st.kernels;
         } else {
             t->st = e->st;
         }
@@ -318,12 +319,12 @@ static void show_stats(tui *t) {
            "model: %s\nsettings: %s\nlast turn: %.1f tok/s decode, TTFT %.2f s, %d prompt tokens processed, "
            "%d reasoning + %d answer tokens, %.1f s thinking\ncontext: %d of %d tokens\n"
            "experts: %.0f%% cache hits, budget %.1f GB\nVulkan tier: %.2f of %.2f GB, %ld experts computed on the device\n"
-           "memory: %.2f GB resident\n"
+           "memory: %.2f GB resident\nCPU kernels: %s\n"
            "UI: %ld frames with new tokens, token-to-screen latency mean %.2f ms, max %.2f ms",
            t->ready ? t->model : "(not loaded)", set, s->tok_s > 0 ? s->tok_s : 0, s->ttft_s > 0 ? s->ttft_s : 0,
            s->n_prefill, s->n_think, s->n_response, s->think_s > 0 ? s->think_s : 0, s->ctx_used, s->ctx_max,
            s->expert_hit >= 0 ? s->expert_hit * 100 : 0, s->expert_gb >= 0 ? s->expert_gb : 0, s->vk_used_gb,
-           s->vk_budget_gb, s->vk_hits, s->mem_gb,
+           s->vk_budget_gb, s->vk_hits, s->mem_gb, s->kernels ? s->kernels : "(unknown)",
            t->lat_n, t->lat_n ? t->lat_sum / (double)t->lat_n * 1e3 : 0, t->lat_max * 1e3);
 }
 

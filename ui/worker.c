@@ -49,6 +49,7 @@ static void fill_common(real *r, ue_stats *st) {
     st->vk_used_gb   = (double)ks.vk_used / 1e9;
     st->vk_budget_gb = (double)ks.vk_budget / 1e9;
     st->vk_hits      = (long)ks.vk_hits;
+    st->kernels      = ks.kernels;
 }
 
 /* Apply a budget the UI asked for; on the worker thread, between tokens or as a command. */
@@ -71,6 +72,7 @@ static void on_piece(real *r, int ch, const char *text, size_t n) {
     if (ue_tok_piece(&r->tok, ch, &e.st)) {
         e.st.ctx_used = k3_session_pos(r->s);
         e.st.ctx_max  = r->info.max_ctx;
+        e.st.kernels  = k3_kernels();
         ev_push(r->u->out, &e);
     }
 }

@@ -1,0 +1,289 @@
+/* kern-avx512.c: AVX-512 VNNI twins of the IDOT kernels (canonical order in kern-impl.h).
+ *
+ * DESIGN
+ * - One 512-bit register holds two steps of the canonical order side by side: lanes 0-7 the
+ *   even step (accumulator A), lanes 8-15 the odd step (B). A 64-byte weight load is two
+ *   steps (Q_I8: groups g, g+1; nibble types: pairs p, p+1), one vpdpbusd chain gives the
+ *   sixteen exact lane sums, one cvt and one FMA with the sixteen lane scales accumulate both
+ *   steps. At the end A + B and the kern_sum8 tree, so every column is bit-identical to the
+ *   scalar reference and to the AVX2 twins.
+ * - Q_I8 (no vpsignb at 512 bits): the weight byte as an unsigned code w ^ 0x80 = w + 128 and
+ *   the activation's precomputed -128 * lane sums (kern_act.nsxo, Q_I8 layout) restore w.
+ *   The code is formed once per weight load and shared by every column.
+ * - Nibble types read the activations in the quad layout (kern_act.q2): per two pairs the even
+ *   columns of both, then the odd columns of both, so the low/high nibble codes of one 64-byte
+ *   weight load meet their activations with plain loads.
+ * - Matmul: up to KERN_NC512 columns per decoded weight load (register blocking: the weight
+ *   codes stay in registers while each column does its own steps, in its own order, so column
+ *   t does not depend on how many ran beside it). nc is a compile-time constant in each
+ *   instantiation (kern_idot_avx512 switches on it) so the accumulators stay in registers.
+ * - Row ends (a partial step) use masked loads, which never touch bytes past the row, and a
+ *   masked FMA that leaves B alone when only the even step exists.
+ * - Compiled for the baseline target with target attributes; reached only after
+ *   kern_isa_ok(KERN_AVX512) said yes.
+ */
+#include "kern-impl.h"
+
+#include <math.h>
+
+#if KERN_BUILD_AVX512
+#include <immintrin.h>
+
+#define Z      __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
+#define INLINE __attribute__((always_inline)) inline
+
+static inline void pf_ahead(const void *p, int pf) {
+    if (pf)
+        __builtin_prefetch((const void *)((uintptr_t)p + (unsigned)pf), 0, 3);
+}
+
+/* acc = [A | B]: A + B, then ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) as kern_sum8. */
+Z static inline float sum16(__m512 acc) {
+    __m256 v  = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+/* Mask of the first n (0..64) bytes. */
+static inline __mmask64 bytes_mask(size_t n) { return n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1; }
+
+/* One double step of a column: acc += cvt(isum) * dv; only the even half when half. */
+Z static INLINE __m512 fma_step(__m512i isum, __m512 dv, __m512 acc, int half) {
+    __m512 f = _mm512_cvtepi32_ps(isum);
+    return half ? _mm512_mask3_fmadd_ps(f, dv, acc, 0x00FF) : _mm512_fmadd_ps(f, dv, acc);
+}
+
+/* ---- tiles: RB rows x CB columns ------------------------------------------------------------
+ * A tile keeps RB * CB accumulators in registers: each weight load is decoded once for CB
+ * columns, each activation load (codes, corrections, lane scales) serves RB rows. Every
+ * (row, column) still does exactly its own canonical steps. rb and cb are compile-time
+ * constants at every call (tile_* are always inlined into one function per shape). */
+#define RB_MAX 4
+#define CB_I8  4 /* Q_I8: 16 accumulators + 4 weight codes */
+#define CB_NIB 3 /* nibble types: 12 accumulators + 8 weight codes + 4 scales */
+
+/* acc[i][c] = 0 */
+#define TILE_ZERO(acc, rb, cb)                                                                                 \
+    _Pragma("GCC unroll 4") for (int i = 0; i < (rb); i++) _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++) \
+        acc[i][c] = _mm512_setzero_ps()
+
+/* Q_I8 groups g, g+1 of rb rows (codes wu[i] = w ^ 0x80) for cb columns. */
+Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, int cb, int g, int half,
+                                  __m512 acc[RB_MAX][CB_I8]) {
+#pragma GCC unroll 4
+    for (int c = 0; c < cb; c++) {
+        const __m512i ns = _mm512_loadu_si512(a[c].nsxo + g * 8), xq = _mm512_loadu_si512(a[c].q + g * 32);
+        const __m512  dd = _mm512_loadu_ps(a[c].d8 + g * 8);
+#pragma GCC unroll 4
+        for (int i = 0; i < rb; i++)
+            acc[i][c] = fma_step(_mm512_dpbusd_epi32(ns, wu[i], xq), dd, acc[i][c], half);
+    }
+}
+
+/* Rows r .. r+rb-1 of a Q_I8 matrix for cb columns a[cb] -> y[c][row]. */
+Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, float *const *y, int r, int pf) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const int     n = m->cols, ng = (n + 31) / 32;
+    const int8_t *w[RB_MAX];
+    __m512        acc[RB_MAX][CB_I8];
+    __m512i       wu[RB_MAX];
+#pragma GCC unroll 4
+    for (int i = 0; i < rb; i++)
+        w[i] = (const int8_t *)m->w + (size_t)(r + i) * n;
+    TILE_ZERO(acc, rb, cb);
+    int g = 0;
+    for (; (g + 2) * 32 <= n; g += 2) {
+#pragma GCC unroll 4
+        for (int i = 0; i < rb; i++) {
+            pf_ahead(w[i] + g * 32, pf);
+            wu[i] = _mm512_xor_si512(_mm512_loadu_si512(w[i] + g * 32), flip);
+        }
+        i8_tile_step(wu, a, rb, cb, g, 0, acc);
+    }
+    if (g < ng) { /* the last one or two groups, the last maybe partial */
+        const __mmask64 k = bytes_mask((size_t)(n - g * 32));
+#pragma GCC unroll 4
+        for (int i = 0; i < rb; i++)
+            wu[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, w[i] + g * 32), flip);
+        i8_tile_step(wu, a, rb, cb, g, g + 1 >= ng, acc);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < rb; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < cb; c++)
+            y[c][r + i] = sum16(acc[i][c]) * m->s[r + i];
+}
+
+/* Lanes 0-7 = x, 8-15 = y. */
+Z static inline __m512 two8(float x, float y) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(x)), _mm256_set1_ps(y), 1);
+}
+
+/* 2^(e-128) of the 4 exponents e[0..cnt) (0 past cnt) spread 4 lanes each (kern_e8m0_half). */
+Z static inline __m512 e8m0_half16(const uint8_t *e, int cnt) {
+    __m128i v  = _mm_cvtepu8_epi32(_mm_maskz_loadu_epi8((__mmask16)((1u << cnt) - 1), e));
+    __m128i nr = _mm_slli_epi32(_mm_sub_epi32(v, _mm_set1_epi32(1)), 23);
+    __m128i sb = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), v);
+    __m128i h  = _mm_blendv_epi8(nr, sb, _mm_cmpgt_epi32(_mm_set1_epi32(2), v));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                 _mm512_castps128_ps512(_mm_castsi128_ps(h)));
+}
+
+/* Pairs p, p+1 of rb rows (nibble codes lo[i], hi[i], lane weight scales sv[i]) for cb columns. */
+Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, const __m512 *sv, const kern_act *a, int rb,
+                                   int cb, int p, int half, __m512 acc[RB_MAX][CB_NIB]) {
+#pragma GCC unroll 4
+    for (int c = 0; c < cb; c++) {
+        const __m512i ns = _mm512_loadu_si512(a[c].nsxo + p * 8);
+        const __m512i xe = _mm512_loadu_si512(a[c].q2 + p * 64), xo = _mm512_loadu_si512(a[c].q2 + p * 64 + 64);
+        const __m512  dd = _mm512_loadu_ps(a[c].d8 + p * 8);
+#pragma GCC unroll 4
+        for (int i = 0; i < rb; i++) {
+            __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ns, lo[i], xe), hi[i], xo);
+            acc[i][c] = fma_step(s, _mm512_mul_ps(sv[i], dd), acc[i][c], half);
+        }
+    }
+}
+
+/* Nibble codes of 64 weight bytes through lut. */
+Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    *lo              = _mm512_shuffle_epi8(lut, _mm512_and_si512(b, m4));
+    *hi              = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b, 4), m4));
+}
+
+/* Rows r .. r+rb-1 of a Q_I4 (mx = 0) or Q_MXFP4 (mx = 1) matrix for cb columns. */
+Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, int cb, float *const *y, int r,
+                              int pf) {
+    const __m512i  lut = mx ? _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0))
+                            : _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    const int      n = m->cols, np = (n + 63) / 64, ng = mx ? n / 32 : 0, sr = mx ? n / 32 : (n + 63) / 64;
+    const size_t   rb_bytes = mx ? (size_t)n / 2 : (size_t)(n + 1) / 2;
+    const uint8_t *w[RB_MAX], *e[RB_MAX];
+    const float   *s[RB_MAX];
+    __m512         acc[RB_MAX][CB_NIB], sv[RB_MAX];
+    __m512i        lo[RB_MAX], hi[RB_MAX];
+#pragma GCC unroll 4
+    for (int i = 0; i < rb; i++) {
+        w[i] = (const uint8_t *)m->w + (size_t)(r + i) * rb_bytes;
+        e[i] = mx ? m->e + (size_t)(r + i) * sr : NULL;
+        s[i] = mx ? NULL : m->s + (size_t)(r + i) * sr;
+    }
+    TILE_ZERO(acc, rb, cb);
+    int p = 0;
+    for (; (size_t)(p + 2) * 32 <= rb_bytes; p += 2) {
+#pragma GCC unroll 4
+        for (int i = 0; i < rb; i++) {
+            pf_ahead(w[i] + p * 32, pf);
+            nib_codes512(_mm512_loadu_si512(w[i] + p * 32), lut, &lo[i], &hi[i]);
+            sv[i] = mx ? e8m0_half16(e[i] + 2 * p, 4) : two8(s[i][p], s[i][p + 1]);
+        }
+        nib_tile_step(lo, hi, sv, a, rb, cb, p, 0, acc);
+    }
+    if (p < np) { /* one or two pairs left, the last maybe partial; a missing group scales 0 */
+        const int       two = p + 1 < np;
+        const __mmask64 k   = bytes_mask(rb_bytes - (size_t)p * 32);
+#pragma GCC unroll 4
+        for (int i = 0; i < rb; i++) {
+            nib_codes512(_mm512_maskz_loadu_epi8(k, w[i] + p * 32), lut, &lo[i], &hi[i]);
+            sv[i] = mx ? e8m0_half16(e[i] + 2 * p, ng - 2 * p < 4 ? ng - 2 * p : 4) : two8(s[i][p], two ? s[i][p + 1] : 0.0f);
+        }
+        nib_tile_step(lo, hi, sv, a, rb, cb, p, !two, acc);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < rb; i++)
+#pragma GCC unroll 4
+        for (int c = 0; c < cb; c++)
+            y[c][r + i] = sum16(acc[i][c]);
+}
+
+/* One function per (type, rows, columns) shape of a tile, so rb and cb are constants. */
+#define TILE_FN(name, call) \
+    Z static void name(const qmat *m, const kern_act *a, float *const *y, int r, int pf) { call; }
+#define TILE_FNS(rb)                                                               \
+    TILE_FN(i8_##rb##x1, i8_tile(m, a, rb, 1, y, r, pf))                            \
+    TILE_FN(i8_##rb##x2, i8_tile(m, a, rb, 2, y, r, pf))                            \
+    TILE_FN(i8_##rb##x3, i8_tile(m, a, rb, 3, y, r, pf))                            \
+    TILE_FN(i8_##rb##x4, i8_tile(m, a, rb, 4, y, r, pf))                            \
+    TILE_FN(i4_##rb##x1, nib_tile(m, a, 0, rb, 1, y, r, pf))                        \
+    TILE_FN(i4_##rb##x2, nib_tile(m, a, 0, rb, 2, y, r, pf))                        \
+    TILE_FN(i4_##rb##x3, nib_tile(m, a, 0, rb, 3, y, r, pf))                        \
+    TILE_FN(mx_##rb##x1, nib_tile(m, a, 1, rb, 1, y, r, pf))                        \
+    TILE_FN(mx_##rb##x2, nib_tile(m, a, 1, rb, 2, y, r, pf))                        \
+    TILE_FN(mx_##rb##x3, nib_tile(m, a, 1, rb, 3, y, r, pf))
+TILE_FNS(1)
+TILE_FNS(4)
+static_assert(RB_MAX == 4 && CB_I8 == 4 && CB_NIB == 3, "one tile function per shape");
+
+typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int);
+
+void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
+    /* [type][rb == 4][cb - 1] */
+    static const tile_fn tiles[3][2][4] = {
+        {{i8_1x1, i8_1x2, i8_1x3, i8_1x4}, {i8_4x1, i8_4x2, i8_4x3, i8_4x4}},
+        {{i4_1x1, i4_1x2, i4_1x3, NULL}, {i4_4x1, i4_4x2, i4_4x3, NULL}},
+        {{mx_1x1, mx_1x2, mx_1x3, NULL}, {mx_4x1, mx_4x2, mx_4x3, NULL}},
+    };
+    K3_ASSERT(nc >= 1 && nc <= KERN_NC512);
+    K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
+    const int t = m->type == Q_I8 ? 0 : m->type == Q_I4 ? 1 : 2, cbmax = t ? CB_NIB : CB_I8;
+    const int pf = kern_prefetch_bytes();
+    for (int r = r0; r < r1;) {
+        const int four = r + RB_MAX <= r1;
+        for (int c = 0; c < nc; c += cbmax) {
+            const int cb = nc - c < cbmax ? nc - c : cbmax;
+            tiles[t][four][cb - 1](m, a + c, y + c, r, pf);
+        }
+        r += four ? RB_MAX : 1;
+    }
+}
+
+/* ---- activation quantizer (kern_act_quant_ref's twin: the same IEEE operations per element) - */
+
+Z void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d) {
+    const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), inf = _mm512_set1_ps(INFINITY);
+    const __m512 half = _mm512_set1_ps(0.5f), sgn = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
+    const __m512i hi = _mm512_set1_epi32(127), lo = _mm512_set1_epi32(-127);
+    for (int g = 0; g < ng; g++) {
+        const int c0 = g * Q_IDOT_GROUP, len = cols - c0 < Q_IDOT_GROUP ? cols - c0 : Q_IDOT_GROUP;
+        if (len <= 0) {
+            d[g] = 0.0f;
+            continue;
+        }
+        const __mmask16 k0 = (__mmask16)(len >= 16 ? 0xFFFF : (1u << len) - 1);
+        const __mmask16 k1 = (__mmask16)(len >= 32 ? 0xFFFF : len <= 16 ? 0 : (1u << (len - 16)) - 1);
+        const __m512    x0 = _mm512_maskz_loadu_ps(k0, x + c0), x1 = _mm512_maskz_loadu_ps(k1, x + c0 + 16);
+        const __m512    a0 = _mm512_and_ps(x0, absm), a1 = _mm512_and_ps(x1, absm);
+        /* finite: |x| < inf (false for NaN); masked-off lanes are 0, finite */
+        const int   bad  = (_mm512_cmp_ps_mask(a0, inf, _CMP_LT_OQ) & _mm512_cmp_ps_mask(a1, inf, _CMP_LT_OQ)) != 0xFFFF;
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+        if (bad || amax == 0.0f) {
+            d[g] = bad ? NAN : 0.0f;
+            continue;
+        }
+        /* round half away from zero: trunc(v + copysign(0.5, v)), then the clamp */
+        const __m512 inv = _mm512_set1_ps(127.0f / amax);
+        const __m512 v0 = _mm512_mul_ps(x0, inv), v1 = _mm512_mul_ps(x1, inv);
+        __m512i      q0 = _mm512_cvttps_epi32(_mm512_add_ps(v0, _mm512_or_ps(half, _mm512_and_ps(v0, sgn))));
+        __m512i      q1 = _mm512_cvttps_epi32(_mm512_add_ps(v1, _mm512_or_ps(half, _mm512_and_ps(v1, sgn))));
+        q0 = _mm512_max_epi32(_mm512_min_epi32(q0, hi), lo);
+        q1 = _mm512_max_epi32(_mm512_min_epi32(q1, hi), lo);
+        _mm_mask_storeu_epi8(q + c0, k0, _mm512_cvtepi32_epi8(q0));
+        _mm_mask_storeu_epi8(q + c0 + 16, k1, _mm512_cvtepi32_epi8(q1));
+        d[g] = amax / 127.0f;
+    }
+}
+
+#else /* no AVX-512 build: never selected (kern_isa_ok says no), the reference stands in */
+
+void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d) {
+    kern_act_quant_ref(x, cols, ng, q, d);
+}
+
+void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
+    for (int c = 0; c < nc; c++)
+        kern_idot_ref(m, &a[c], y[c], r0, r1);
+}
+
+#endif

@@ -1,0 +1,231 @@
+/* kern-cpu.c: what instruction set the kernels may use on this CPU and OS, and which one runs.
+ *
+ * DESIGN
+ * - Every level is checked from cpuid and, for the register state the OS must save, from
+ *   xgetbv (XCR0): AVX needs the YMM state (XCR0 bits 1-2), AVX-512 the opmask and ZMM states
+ *   (bits 5-7). A CPU that lists AVX-512 under an OS that does not save ZMM registers would
+ *   fault on the first zmm instruction, so both must say yes. AMX-INT8 needs the tile state
+ *   (bits 17-18) and, on Linux, arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) before the
+ *   first tile instruction; there are no AMX kernels yet, so K3_ISA=amx on a CPU with AMX
+ *   runs the AVX-512 kernels with a notice, and on a CPU without it is an error.
+ * - kern_isa_ok names the first missing feature, so K3_ISA asking for more than the machine has
+ *   is an error message, never an illegal instruction.
+ * - Selection (kern_isa, kern_idot) is read once from K3_ISA (K3_NOAVX2 / K3_NOVNNI, older
+ *   names) and K3_IDOT, then overridable by the setters. Unset: the best level that runs.
+ */
+#include "kern-impl.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+enum {
+    F_AVX2 = 1 << 0, F_FMA = 1 << 1, F_OS_YMM = 1 << 2, F_AVXVNNI = 1 << 3, F_AVX512F = 1 << 4,
+    F_AVX512BW = 1 << 5, F_AVX512VL = 1 << 6, F_AVX512VNNI = 1 << 7, F_OS_ZMM = 1 << 8,
+    F_AMX_TILE = 1 << 9, F_AMX_INT8 = 1 << 10, F_OS_TILE = 1 << 11,
+};
+
+static unsigned cpu_features(void) {
+    static _Atomic unsigned cached = 0; /* bit 31: computed */
+    unsigned                v      = atomic_load(&cached);
+    if (v)
+        return v & 0x7fffffffu;
+    unsigned a, b, c, d, f = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+        if (c & (1u << 12))
+            f |= F_FMA;
+        if (osxsave && avx) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            if ((lo & 0x6) == 0x6)
+                f |= F_OS_YMM;
+            if ((lo & 0xE6) == 0xE6)
+                f |= F_OS_ZMM;
+            if ((lo & 0x60000u) == 0x60000u)
+                f |= F_OS_TILE;
+        }
+    }
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        f |= (b & (1u << 5)) ? F_AVX2 : 0;
+        f |= (b & (1u << 16)) ? F_AVX512F : 0;
+        f |= (b & (1u << 30)) ? F_AVX512BW : 0;
+        f |= (b & (1u << 31)) ? F_AVX512VL : 0;
+        f |= (c & (1u << 11)) ? F_AVX512VNNI : 0;
+        f |= (d & (1u << 24)) ? F_AMX_TILE : 0;
+        f |= (d & (1u << 25)) ? F_AMX_INT8 : 0;
+        unsigned max7 = a;
+        if (max7 >= 1) {
+            __cpuid_count(7, 1, a, b, c, d);
+            f |= (a & (1u << 4)) ? F_AVXVNNI : 0;
+        }
+    }
+    atomic_store(&cached, f | 0x80000000u);
+    return f;
+}
+#else
+enum { F_AVX2 = 1, F_FMA = 2, F_OS_YMM = 4, F_AVXVNNI = 8, F_AVX512F = 16, F_AVX512BW = 32, F_AVX512VL = 64,
+       F_AVX512VNNI = 128, F_OS_ZMM = 256, F_AMX_TILE = 512, F_AMX_INT8 = 1024, F_OS_TILE = 2048 };
+static unsigned cpu_features(void) { return 0; }
+#endif
+
+/* What each level needs, in the order the message names a missing one. */
+static const struct {
+    unsigned    bit;
+    const char *name;
+} feat_names[] = {
+    {F_AVX2, "AVX2"},
+    {F_FMA, "FMA"},
+    {F_OS_YMM, "OS support for the AVX registers (XCR0 YMM state)"},
+    {F_AVXVNNI, "AVX-VNNI"},
+    {F_AVX512F, "AVX-512F"},
+    {F_AVX512BW, "AVX-512BW"},
+    {F_AVX512VL, "AVX-512VL"},
+    {F_AVX512VNNI, "AVX-512 VNNI"},
+    {F_OS_ZMM, "OS support for the AVX-512 registers (XCR0 opmask/ZMM state)"},
+    {F_AMX_TILE, "AMX-TILE"},
+    {F_AMX_INT8, "AMX-INT8"},
+    {F_OS_TILE, "OS support for the AMX tile state (XCR0 XTILECFG/XTILEDATA)"},
+};
+
+static unsigned isa_needs(int isa) {
+    const unsigned avx2 = F_AVX2 | F_FMA | F_OS_YMM;
+    const unsigned z    = avx2 | F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VNNI | F_OS_ZMM;
+    switch (isa) {
+    case KERN_SCALAR: return 0;
+    case KERN_AVX2: return avx2;
+    case KERN_AVX2_VNNI: return avx2 | F_AVXVNNI;
+    case KERN_AVX512: return z;
+    case KERN_AMX: return z | F_AMX_TILE | F_AMX_INT8 | F_OS_TILE;
+    }
+    return ~0u;
+}
+
+int kern_isa_ok(int isa, char *why, size_t n) {
+    unsigned need = isa_needs(isa), have = cpu_features();
+#if defined(__clang__) && __clang_major__ < 16
+    if (isa == KERN_AVX2_VNNI)
+        have &= ~(unsigned)F_AVXVNNI; /* clang before 16 cannot build the AVX-VNNI twins */
+#endif
+    if (!KERN_BUILD_AVX512)
+        have &= ~(unsigned)F_AVX512VNNI; /* this build has no AVX-512 twins */
+    for (size_t i = 0; i < sizeof feat_names / sizeof feat_names[0]; i++)
+        if ((need & feat_names[i].bit) && !(have & feat_names[i].bit)) {
+            if (why)
+                snprintf(why, n, "this CPU lacks %s", feat_names[i].name);
+            return 0;
+        }
+    if (need == ~0u) {
+        if (why)
+            snprintf(why, n, "unknown kernel level %d", isa);
+        return 0;
+    }
+    return 1;
+}
+
+int kern_cpu_avx2(void) { return kern_isa_ok(KERN_AVX2, NULL, 0); }
+int kern_cpu_vnni(void) { return kern_isa_ok(KERN_AVX2_VNNI, NULL, 0); }
+int kern_cpu_avx512(void) { return kern_isa_ok(KERN_AVX512, NULL, 0); }
+
+static const char *const isa_names[KERN_N_ISA] = {"scalar", "avx2", "avx2+avx-vnni", "avx512-vnni", "amx-int8"};
+
+const char *kern_isa_name(int isa) { return isa >= 0 && isa < KERN_N_ISA ? isa_names[isa] : "?"; }
+
+const char *k3_kernels(void) { return kern_isa_name(kern_isa()); }
+
+/* ==== selection ============================================================================= */
+
+static atomic_int sel_isa  = -1; /* enum kern_isa, -1 = not read yet */
+static atomic_int sel_idot = -1;
+
+static int env_flag(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) != 0 : dflt;
+}
+
+/* The level actually run for a request: AMX has no kernels of its own yet (AVX-512 runs). */
+static int runnable(int isa) {
+    for (int v = isa > KERN_AVX512 ? KERN_AVX512 : isa; v > KERN_SCALAR; v--)
+        if (kern_isa_ok(v, NULL, 0))
+            return v;
+    return KERN_SCALAR;
+}
+
+int kern_set_isa(int isa) {
+    int v = runnable(isa < 0 ? KERN_SCALAR : isa);
+    atomic_store(&sel_isa, v);
+    return v;
+}
+
+/* What the environment asks for: -1 = an unknown K3_ISA name (kern_isa_env reports it). */
+static int env_isa(void) {
+    const char *v = getenv("K3_ISA");
+    if (v && *v) {
+        static const char *const names[] = {"scalar", "avx2", NULL, "avx512", "amx"};
+        for (int i = 0; i < KERN_N_ISA; i++)
+            if (names[i] && !strcmp(v, names[i]))
+                return i == KERN_AVX2 && !env_flag("K3_NOVNNI", 0) && kern_cpu_vnni() ? KERN_AVX2_VNNI : i;
+        return -1;
+    }
+    if (env_flag("K3_NOAVX2", 0))
+        return KERN_SCALAR;
+    int best = KERN_AVX512;
+    while (best > KERN_SCALAR && !kern_isa_ok(best, NULL, 0))
+        best--;
+    if (best == KERN_AVX2_VNNI && env_flag("K3_NOVNNI", 0))
+        best = KERN_AVX2;
+    return best;
+}
+
+int kern_isa(void) {
+    int v = atomic_load(&sel_isa);
+    if (v >= 0)
+        return v;
+    int want = env_isa();
+    return kern_set_isa(want < 0 ? KERN_AVX512 : want); /* a bad K3_ISA: kern_isa_env says so */
+}
+
+k3_status kern_isa_env(void) {
+    const int want = env_isa();
+    if (want < 0)
+        return k3_err(K3_ERR_ARG, "K3_ISA='%s': expected scalar, avx2, avx512 or amx", getenv("K3_ISA"));
+    char why[128];
+    if (!kern_isa_ok(want, why, sizeof why))
+        return k3_err(K3_ERR_UNSUPPORTED, "K3_ISA=%s: %s; levels this machine runs: %s%s%s%s", getenv("K3_ISA"),
+                      why, "scalar", kern_isa_ok(KERN_AVX2, NULL, 0) ? ", avx2" : "",
+                      kern_isa_ok(KERN_AVX512, NULL, 0) ? ", avx512" : "",
+                      kern_isa_ok(KERN_AMX, NULL, 0) ? ", amx" : "");
+    static atomic_int told;
+    if (want == KERN_AMX && !atomic_exchange(&told, 1))
+        K3_LOG_WARN("K3_ISA=amx: this build has no AMX-INT8 tile kernels yet; the AVX-512 VNNI kernels run");
+    kern_set_isa(want);
+    return K3_OK;
+}
+
+void kern_set_idot(int on) { atomic_store(&sel_idot, on != 0); }
+
+int kern_idot(void) {
+    int v = atomic_load(&sel_idot);
+    if (v < 0) {
+        v = env_flag("K3_IDOT", 1);
+        atomic_store(&sel_idot, v);
+    }
+    return v;
+}
+
+int kern_prefetch_bytes(void) {
+    static _Atomic int pf = -1;
+    int                v  = atomic_load(&pf);
+    if (v < 0) {
+        const char *e = getenv("K3_PREFETCH");
+        v             = e && *e ? atoi(e) : KERN_PREFETCH;
+        v             = v < 0 ? 0 : v > (1 << 20) ? 1 << 20 : v;
+        atomic_store(&pf, v);
+    }
+    return v;
+}
