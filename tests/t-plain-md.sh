@@ -3,6 +3,7 @@
 # stdout is not a terminal and writes OSC 52 (base64 of the answer) when it is (under script(1)
 # for a pty); /edit makes the next line replace the last exchange, kept in the transcript as an
 # abandoned branch; /copy and /raw arguments are checked.
+. "$K3_SRC/tests/count.sh"
 set -u
 K3CHAT="$K3_BUILD/k3chat"
 fails=0
