@@ -71,8 +71,8 @@ static void ans_push(plain *p, const char *s, size_t n) {
     if (txt_buf_add(&b, s ? s : "", n) == 0)
         p->ans[p->n_ans++] = b;
 }
-static void ans_drop(plain *p, int keep) {
-    while (p->n_ans > keep)
+static void ans_drop(plain *p, int keep) { /* keep < 0 (a /retry before any answer): none */
+    while (p->n_ans > keep && p->n_ans > 0)
         free(p->ans[--p->n_ans].p);
 }
 

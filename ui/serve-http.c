@@ -43,6 +43,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -831,7 +832,13 @@ int http_peer_gone(int fd, int can_probe, double *t_probe) {
         return 0;
     if (r < 0)
         return 1; /* reset */
-    /* EOF: half-closed (still reading) or gone. Only a write can tell. */
+    /* EOF: half-closed (still reading) or gone; only a write can tell. A closed peer answers
+     * the probe with a reset, which recv does not report after a FIN (it keeps returning 0):
+     * the connection's state does (TCP_CLOSE; CLOSE_WAIT while the peer may still read). */
+    struct tcp_info ti;
+    socklen_t       tl = sizeof ti;
+    if (!getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) && ti.tcpi_state == TCP_CLOSE)
+        return 1;
     if (!can_probe)
         return 0;
     double now = mono();
