@@ -109,6 +109,15 @@ static void fill_row(int y, int x, int w, int role) {
     mvhline(y, x, ' ', w);
 }
 
+/* s wrapped into at most max_rows rows of w columns from (y, x); returns the rows used. */
+static int draw_wrapped(int y, int x, int w, int max_rows, const char *s, int role) {
+    txt_line l[16];
+    int      n = txt_wrap(s, strlen(s), w > 1 ? w : 1, l, 16);
+    for (int k = 0; k < n && k < 16 && k < max_rows; k++)
+        draw_text(y + k, x, w, s + l[k].off, l[k].len, role);
+    return n < max_rows ? n : max_rows;
+}
+
 /* A pane title: "── NAME · extra ───────". */
 static void draw_title(int y, const char *name, const char *extra, int cols) {
     attrset((attr_t)thm_attr(THM_BORDER));
@@ -149,11 +158,35 @@ void tui_fill(int y, int x, int w, int role) {
     fill_row(y, x, w, role);
 }
 
+/* The hanging indent of a raw line laid out in two columns ("  /cmd ARG   what it does"): the
+ * column where its second column starts, or, when that leaves too little room, its own indent
+ * plus 2. 0 for other lines. */
+static int hang_of(const char *s, size_t n, int w) {
+    size_t i = 0;
+    while (i < n && s[i] == ' ')
+        i++;
+    if (i == 0 || i >= n)
+        return 0;
+    const char *gap = NULL;
+    for (size_t k = i; k + 2 < n; k++)
+        if (s[k] == ' ' && s[k + 1] == ' ') {
+            gap = s + k;
+            break;
+        }
+    if (!gap)
+        return 0;
+    while (*gap == ' ' && gap < s + n)
+        gap++;
+    int col = txt_width(s, (size_t)(gap - s), 0);
+    return col <= w / 2 ? col : (int)i + 2 < w / 2 ? (int)i + 2 : 0;
+}
+
 /* Wrap text into lines: code blocks (``` fences) get the code role; the text is cut at its last
  * complete UTF-8 character (a streamed token may end inside one). ws (may be NULL: a whole
  * text) gives the state at s[0] and receives the state at the start of the last line. */
 static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int role, int indent, wrap_state *ws) {
     wrap_state z = {0, 0, 0, 0};
+    int        ws_given = ws != NULL;
     if (!ws)
         ws = &z;
     n           = txt_complete(s, n);
@@ -167,6 +200,15 @@ static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int 
         int         r     = (in_code || fence) ? THM_CODE : role;
         txt_line    lines[64], *lp = lines;
         int         nl = txt_wrap(s + p, ln, w, lines, 64);
+        int         hang = role == THM_INFO && !ws_given && nl > 1 && nl <= 32 ? hang_of(s + p, ln, w) : 0;
+        if (hang > 0) { /* a two-column line (/help, /stats): continuation rows under column two */
+            dl_push(t, ent, s + p, lines[0].len, r, indent, 0);
+            size_t rest = lines[1].off;
+            nl = txt_wrap(s + p + rest, ln - rest, w - hang, lines, 64);
+            for (int k = 0; k < nl && k < 64; k++)
+                dl_push(t, ent, s + p + rest + lines[k].off, lines[k].len, r, indent + hang, 0);
+            nl = 0;
+        }
         if (nl > 64 && (lp = malloc((size_t)nl * sizeof *lp)) != NULL)
             txt_wrap(s + p, ln, w, lp, nl); /* a long paragraph: all its lines */
         for (int k = 0; k < nl && lp; k++)
@@ -267,22 +309,26 @@ static void draw_hist(tui *t) {
     }
     if (t->n_ents == 0) {
         const char *w1 = "k3chat: type a message and press Enter. /help lists commands and keys.";
-        draw_text(t->hist_h / 2, 2, t->cols - 4, w1, strlen(w1), THM_INFO);
+        draw_wrapped(t->hist_h / 2, 2, t->cols - 4, 3, w1, THM_INFO);
         return;
     }
     int width = t->cols - 1;
     if (!t->dl_valid || t->dl_width != width)
         build_lines(t, width);
-    int max_scroll = t->n_dl - t->hist_h > 0 ? t->n_dl - t->hist_h : 0;
+    /* scrolled up: the pane's last row says how many lines are below, the text gets the others */
+    int rows       = t->hist_h - (t->scroll > 0 && t->hist_h > 1);
+    int max_scroll = t->n_dl - rows > 0 ? t->n_dl - rows : 0;
     if (t->scroll > max_scroll)
         t->scroll = max_scroll;
     if (t->scroll < 0)
         t->scroll = 0;
-    int first = t->n_dl - t->hist_h - t->scroll;
+    if (t->scroll == 0)
+        rows = t->hist_h;
+    int first = t->n_dl - rows - t->scroll;
     if (first < 0)
         first = 0;
     t->vis_first = first;
-    for (int r = 0; r < t->hist_h && first + r < t->n_dl; r++) {
+    for (int r = 0; r < rows && first + r < t->n_dl; r++) {
         dline *d = &t->dl[first + r];
         int    x = d->indent;
         if (d->fold == 2)
@@ -292,11 +338,11 @@ static void draw_hist(tui *t) {
         else
             draw_text(t->hist_y + r, x, t->cols - x, d->s, d->len, d->role);
     }
-    if (t->scroll > 0) {
-        char m[64];
-        snprintf(m, sizeof m, " ↑ %d more · PgDn ", t->scroll);
-        int w = txt_width(m, strlen(m), 0);
-        draw_text(t->hist_y + t->hist_h - 1, t->cols - w - 1, w, m, strlen(m), THM_STATUS);
+    if (rows < t->hist_h) {
+        char m[96];
+        snprintf(m, sizeof m, "↓ %d more · PgDn, Ctrl-End: the latest", t->scroll);
+        fill_row(t->hist_y + rows, 0, t->cols, THM_STATUS);
+        draw_text(t->hist_y + rows, 2, t->cols - 3, m, strlen(m), THM_STATUS);
     }
 }
 
@@ -365,8 +411,16 @@ static void draw_panes(tui *t, int dirty) {
             build_lines(t, t->cols - 1);
         draw_tail(t, t->think_y + 1, t->think_h - 1, &e->think, THM_THINK, &t->tc_think);
     }
+    if (t->think_h == 0)
+        dirty |= (dirty & DIRTY_THINK) ? DIRTY_RESP : 0; /* hidden reasoning: its time is told here */
     if (t->resp_h > 0 && (dirty & DIRTY_RESP)) {
-        snprintf(extra, sizeof extra, "%s", e->text.n ? "Ctrl-C stops" : "waiting for the first token · Ctrl-C stops");
+        if (e->text.n)
+            snprintf(extra, sizeof extra, "Ctrl-C stops");
+        else if (e->think.n && t->think_h == 0)
+            snprintf(extra, sizeof extra, "thinking (hidden) %.1f s · %d tokens · Ctrl-C stops",
+                     (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0, e->n_think);
+        else
+            snprintf(extra, sizeof extra, "waiting for the first token · Ctrl-C stops");
         draw_title(t->resp_y, "response", extra, t->cols);
         if (!t->dl_valid)
             build_lines(t, t->cols - 1);
@@ -464,12 +518,13 @@ void tui_render(tui *t, int force) {
         return; /* coalesce: poll() wakes us when the frame is due */
     if (t->too_small) {
         erase();
-        char m[128];
-        snprintf(m, sizeof m, "Terminal too small: %dx%d, k3chat needs at least %dx%d.", t->cols, t->rows,
-                 MIN_COLS, MIN_ROWS);
-        int w = t->cols > 0 ? t->cols : 1;
-        mvaddnstr(t->rows / 2, 0, m, w);
-        mvaddnstr(t->rows / 2 + 1, 0, "Enlarge the window (Ctrl-C or Ctrl-D quits).", w);
+        char m[192];
+        snprintf(m, sizeof m, "Terminal too small: %dx%d, k3chat needs at least %dx%d. Enlarge the window "
+                 "(Ctrl-C or Ctrl-D quits).", t->cols, t->rows, MIN_COLS, MIN_ROWS);
+        int w = t->cols > 0 ? t->cols : 1, n = txt_wrap(m, strlen(m), w, NULL, 0);
+        int y = t->rows > n ? (t->rows - n) / 2 : 0;
+        draw_wrapped(y, 0, w, t->rows - y, m, THM_NORMAL);
+        attrset(A_NORMAL);
         refresh();
         t->dirty     = 0;
         t->last_draw = now;

@@ -23,7 +23,7 @@
 enum { ROLE_INFO = 10, ROLE_ERROR };
 enum { DIRTY_HIST = 1, DIRTY_THINK = 2, DIRTY_RESP = 4, DIRTY_STATUS = 8, DIRTY_INPUT = 16, DIRTY_ALL = 31 };
 #define DIRTY_PANES (DIRTY_THINK | DIRTY_RESP)
-enum { KEY_PASTE_BEGIN = KEY_MAX + 1, KEY_PASTE_END };
+enum { KEY_PASTE_BEGIN = KEY_MAX + 1, KEY_PASTE_END, KEY_CTRL_HOME, KEY_CTRL_END };
 
 /* ==== state ================================================================= */
 

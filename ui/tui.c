@@ -26,6 +26,7 @@
 #include "tui-int.h"
 
 #include <errno.h>
+#include <term.h>
 #include <locale.h>
 #include <poll.h>
 #include <signal.h>
@@ -61,13 +62,25 @@ static entry *add_entry(tui *t, int role, const char *text) {
     return e;
 }
 
+static void free_entry(entry *e) {
+    tui_md_entry_free(e);
+    free(e->text.p);
+    free(e->think.p);
+}
+
+/* Remove entry k alone: the notices after it stay (an error raised as a turn starts follows
+ * the turn's empty entry). */
+static void remove_entry(tui *t, int k) {
+    free_entry(&t->ents[k]);
+    memmove(t->ents + k, t->ents + k + 1, (size_t)(t->n_ents - k - 1) * sizeof *t->ents);
+    t->n_ents--;
+    t->dl_valid = 0;
+    t->dirty |= DIRTY_HIST;
+}
+
 static void drop_entries(tui *t, int keep) {
-    while (t->n_ents > keep) {
-        entry *e = &t->ents[--t->n_ents];
-        tui_md_entry_free(e);
-        free(e->text.p);
-        free(e->think.p);
-    }
+    while (t->n_ents > keep)
+        free_entry(&t->ents[--t->n_ents]);
     t->dl_valid = 0;
     t->dirty |= DIRTY_HIST;
 }
@@ -118,7 +131,7 @@ static void end_turn(tui *t, int status, const ue_stats *st) {
         else if (t->think_t0 > 0)
             e->think_s = (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0;
         if (status == UE_DONE_ERROR && !e->text.n && !e->think.n)
-            drop_entries(t, t->cur); /* nothing to keep */
+            remove_entry(t, t->cur); /* nothing to keep; the error notice after it stays */
     }
     t->streaming = 0;
     t->cur       = -1;
@@ -212,8 +225,15 @@ static void on_event(tui *t, ui_ev *e) {
         }
         end_turn(t, e->i, &e->st);
         break;
-    case EV_ERROR: notice(t, ROLE_ERROR, "%s", e->text ? e->text : "error"); break;
-    case EV_INFO: notice(t, ROLE_INFO, "%s", e->text ? e->text : ""); break;
+    case EV_ERROR:
+    case EV_INFO:
+        /* While a /clear is on its way to the worker, its notices are about the conversation
+         * the display cleared already: an info is dropped, an error is kept, saying so. */
+        if (t->clear_pending && e->type == EV_INFO)
+            break;
+        notice(t, e->type == EV_ERROR ? ROLE_ERROR : ROLE_INFO, "%s%s", t->clear_pending ? "before /clear: " : "",
+               e->text ? e->text : e->type == EV_ERROR ? "error" : "");
+        break;
     case EV_SETTINGS: {
         char msg[300];
         chat_settings_loaded(&t->cs, &e->gen, msg, sizeof msg);
@@ -380,7 +400,9 @@ static void run_command(tui *t, const char *line) {
             notice(t, ROLE_ERROR, "/retry: there is no answer to regenerate");
             break;
         }
-        drop_entries(t, k + 1);
+        for (int i = t->n_ents - 1; i > k; i--) /* the answers go; notices after them stay */
+            if (t->ents[i].role == UE_ROLE_ASSISTANT)
+                remove_entry(t, i);
         start_turn(t);
         ue_retry(t->eng, &t->cs.gen);
         break;
@@ -611,6 +633,8 @@ static int ui_key(tui *t, wint_t k, int fn) {
     case KEY_RESIZE: tui_layout(t); clearok(curscr, TRUE); return 1;
     case KEY_PPAGE: scroll_by(t, t->hist_h > 4 ? t->hist_h - 2 : 2); return 1;
     case KEY_NPAGE: scroll_by(t, -(t->hist_h > 4 ? t->hist_h - 2 : 2)); return 1;
+    case KEY_CTRL_HOME: scroll_by(t, 1 << 30); return 1; /* tui-draw.c clamps it to the top */
+    case KEY_CTRL_END: scroll_by(t, -(1 << 30)); return 1;
     case KEY_F(2): toggle_fold_all(t); return 1;
     case KEY_F(3): set_mouse(t, !t->mouse); return 1;
     case KEY_MOUSE: on_mouse(t); return 1;
@@ -645,7 +669,7 @@ static int more_key(void *ud, wchar_t *out) {
         t->dirty |= DIRTY_INPUT;
         if (!next_key(t, &k, &fn))
             return 0;
-        if (ui_key(t, k, fn))
+        if (ui_key(t, k, fn) || (t->too_small && !(!fn && k == 3)))
             continue;
         if (!fn && k == 3) { /* Ctrl-C: abort the search */
             *out = 7;
@@ -669,8 +693,13 @@ static void paste_flush(tui *t) {
 
 static void on_key(tui *t, wint_t k, int fn) {
     t->dirty |= DIRTY_INPUT;
-    if (t->too_small && !fn && (k == 3 || k == 4)) {
-        t->quit = 1;
+    if (t->too_small) {
+        /* the input line cannot be seen: nothing is typed or sent until the window grows */
+        if (!fn && (k == 3 || k == 4))
+            t->quit = 1;
+        else if (fn && k == KEY_RESIZE)
+            ui_key(t, k, fn);
+        t->paste = 0;
         return;
     }
     if (fn && k == KEY_PASTE_BEGIN) {
@@ -803,6 +832,20 @@ int ui_tui_run(const cli_opts *o) {
     if (!term || !*term || !strcmp(term, "dumb"))
         return cli_plain(o); /* no cursor addressing: line mode */
     setlocale(LC_ALL, "");
+    /* a terminal curses does not know (or one without cursor addressing) gets line mode too,
+     * rather than curses' own exit from initscr() */
+    int terr = 0;
+    if (setupterm(term, 1, &terr) != OK) {
+        fprintf(stderr, "k3chat: no terminfo entry for TERM '%s': using line mode\n", term);
+        return cli_plain(o);
+    }
+    char *cup = tigetstr("cup");
+    int   can = cup && cup != (char *)-1;
+    del_curterm(cur_term);
+    if (!can) {
+        fprintf(stderr, "k3chat: TERM '%s' cannot move the cursor: using line mode\n", term);
+        return cli_plain(o);
+    }
     chat_settings_init(&t->cs, o);
     const char *theme = o->theme ? o->theme : getenv("K3_THEME");
     if (!theme || !*theme)
@@ -859,6 +902,10 @@ int ui_tui_run(const cli_opts *o) {
     thm_apply(t->theme);
     define_key("\033[200~", KEY_PASTE_BEGIN);
     define_key("\033[201~", KEY_PASTE_END);
+    define_key("\033[1;5H", KEY_CTRL_HOME); /* xterm's Ctrl-Home / Ctrl-End */
+    define_key("\033[1;5F", KEY_CTRL_END);
+    define_key("\033[7^", KEY_CTRL_HOME);   /* rxvt's */
+    define_key("\033[8^", KEY_CTRL_END);
     printf("\033[?2004h"); /* bracketed paste on */
     fflush(stdout);
     mouseinterval(0);

@@ -1,0 +1,130 @@
+#!/bin/sh
+# t-tui-edges.sh: the full-screen chat's rough edges found by a new user (issue 26), on the mock
+# engine in tmux: errors at the start of a turn stay visible (6), Ctrl-Home/Ctrl-End (11),
+# input ignored while the terminal is too small (17), an unknown TERM falls back to line mode
+# (18), the scroll hint on a row of its own (25), the hidden-reasoning header (26), small screens
+# wrap (28), and notices around /retry and /clear (31). One section per item, each names it.
+. "$K3_SRC/tests/tui-lib.sh"
+command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
+run_mock() { # run_mock COLS ROWS SCRIPT [ENV...]: k3chat on the mock in a fresh window
+    _c=$1 _r=$2 _s=$3; shift 3
+    tui_start "$_c" "$_r" K3_MOCK="$_s" "$@" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+}
+wait_for_file() { # wait_for_file PATH: poll until it exists (bounded)
+    _i=0
+    while [ $_i -lt $((100 * slow)) ]; do [ -e "$1" ] && return 0; sleep 0.05; _i=$((_i + 1)); done
+    return 1
+}
+
+# --- item 6: an error raised as the turn starts is not erased with the turn ----------------
+m6="$K3_TMP/m6.txt"
+printf 'delay 0\nerror the mock failed at the start\n' >"$m6"
+run_mock 80 24 "$m6"
+wait_for "mock · 3 layers" 10
+type_line "hello"
+wait_gone "Ctrl-C stops" 10
+check "item 6: the turn's start error stays in the conversation" wait_for "the mock failed at the start" 5
+check "item 6: the user's message is still shown" has "› hello"
+keys C-d; wait_for "EXIT=0" 5
+
+# --- item 31: /retry keeps notices after the last message; /save then /clear at once --------
+m31="$K3_TMP/m31.txt"
+printf 'delay 0\nresponse answer to {user}\n' >"$m31"
+run_mock 80 24 "$m31"
+wait_for "mock · 3 layers" 10
+type_line "first"
+wait_for "answer to first" 10
+type_line "/save $K3_TMP/s31.jsonl"
+wait_for "saved 2 messages" 5
+type_line "/retry"
+wait_for "answer to first" 10
+wait_input_empty 5
+check "item 31: /retry keeps the /save notice shown after the last message" wait_for "saved 2 messages" 5
+# both commands in one write: the /clear reaches the UI before the save's notice does
+keys -l "$(printf '/save %s/t31.jsonl\r/clear\r' "$K3_TMP")"
+wait_for "type a message and press Enter" 5
+check "item 31: the file was saved" wait_for_file "$K3_TMP/t31.jsonl"
+sleep 0.3
+check "item 31: the save's notice is not in the new, empty conversation" hasnt "saved 2 messages to $K3_TMP/t31"
+keys C-d; wait_for "EXIT=0" 5
+
+# --- item 17: nothing is typed or sent while "Terminal too small" shows -----------------------
+run_mock 80 24 "$m31"
+wait_for "mock · 3 layers" 10
+$T resize-window -x 39 -y 11
+wait_for "Terminal too small" 5
+keys -l "typed while small"; keys Enter
+sleep 0.5
+$T resize-window -x 80 -y 24
+wait_gone "Terminal too small" 5
+check "item 17: the message typed while too small was not sent" hasnt "answer to typed while small"
+check "item 17: nor left in the input line" hasnt "typed while small"
+type_line "after"
+check "item 17: the chat answers once the window is large enough" wait_for "answer to after" 10
+keys C-d; wait_for "EXIT=0" 5
+
+# --- item 28: small screens wrap the notice, the welcome line and /help ---------------------
+run_mock 80 24 "$m31"
+wait_for "mock · 3 layers" 10
+$T resize-window -x 30 -y 11
+check "item 28: the too-small notice is wrapped, not cut (30 columns)" wait_for "Enlarge the window" 5
+check "item 28: it names the size it needs" sh -c "$T capture-pane -p | tr -d '\n' | grep -q 'needs at least 40x12'"
+$T resize-window -x 40 -y 12
+check "item 28: the welcome line is whole at 40 columns" wait_for "keys." 5
+check "item 28: ... and its start too" has "k3chat: type a message"
+$T resize-window -x 40 -y 60
+type_line "/help"
+check "item 28: /help at 40 columns lists the last key" wait_for "Ctrl-L" 5
+# a description wrapped under its own column: no continuation row starts at column 0
+check "item 28: wrapped /help rows keep a hanging indent" sh -c "! $T capture-pane -p | grep -E '^[a-z]' | grep -v -e '^A line' -e '^that starts' -e '^k3chat'"
+keys C-d; wait_for "EXIT=0" 5
+
+# --- item 18: an unknown TERM falls back to line mode ---------------------------------------
+tui_start 80 24 K3_MOCK="$m31" -- "TERM=no-such-terminal-k3 $K3CHAT /no/model 2>>$K3_TMP/stderr18.txt; echo EXIT=\$?; sleep 60"
+sleep 0.5
+type_line "hi there"
+check "item 18: an unknown TERM gets line mode, which answers" wait_for "answer to hi there" 10
+keys C-d
+check "item 18: line mode exits with 0" wait_for "EXIT=0" 5
+check "item 18: it says why it uses line mode" grep -q "no terminfo entry for TERM 'no-such-terminal-k3'" "$K3_TMP/stderr18.txt"
+
+# --- items 11 and 25: Ctrl-Home / Ctrl-End, and the scroll hint on its own row -----------------
+m25="$K3_TMP/m25.txt"
+/usr/bin/python3 -c 'print("delay 0\nresponse " + "\\n".join("row %02d " % i + "x" * 60 for i in range(40)))' >"$m25"
+for size in 80x24 120x40; do
+    run_mock "${size%x*}" "${size#*x}" "$m25"
+    wait_for "mock · 3 layers" 10
+    type_line "top message"
+    wait_for "row 39" 10
+    wait_input_empty 5
+    keys PPage
+    check "item 25 ($size): PgUp shows the hint" wait_for "more · PgDn" 5
+    check "item 25 ($size): the hint has its own row" sh -c "$T capture-pane -p | grep -F 'more · PgDn' | grep -qv 'row '"
+    check "item 25 ($size): the arrow points at the lines below" has "↓ "
+    # the hint counts the lines below the last text row: row 39, the blank line after the answer
+    hint=$(screen | grep -F 'more · PgDn' | sed 's/.*↓ \([0-9]*\) more.*/\1/')
+    last=$(screen | grep -o 'row [0-9][0-9]' | tail -n 1 | cut -c5-)
+    check "item 25 ($size): the count is the rows below ($hint after row $last)" [ "$hint" -eq $((39 - ${last#0} + 1)) ]
+    keys C-End
+    check "item 11 ($size): Ctrl-End goes back to the latest" wait_gone "more · PgDn" 5
+    keys C-Home
+    check "item 11 ($size): Ctrl-Home shows the first message" wait_for "› top message" 5
+    keys C-d; wait_for "EXIT=0" 5
+done
+
+# --- item 26: hidden reasoning is told apart from waiting ------------------------------------
+m26="$K3_TMP/m26.txt"
+/usr/bin/python3 -c 'print("delay 30\nthink " + "mull " * 200 + "\nresponse done")' >"$m26"
+run_mock 80 24 "$m26"
+wait_for "mock · 3 layers" 10
+type_line "/show-thinking off"
+wait_for "think pane hidden" 5
+type_line "go"
+check "item 26: the header says the model is thinking (hidden)" wait_for "thinking (hidden)" 10
+check "item 26: not 'waiting for the first token'" hasnt "waiting for the first token"
+keys C-c
+wait_gone "Ctrl-C stops" 10
+keys C-d; wait_for "EXIT=0" 5
+
+check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
+finish
