@@ -3,7 +3,8 @@
 # engine in tmux: errors at the start of a turn stay visible (6), Ctrl-Home/Ctrl-End (11),
 # input ignored while the terminal is too small (17), an unknown TERM falls back to line mode
 # (18), the scroll hint on a row of its own (25), the hidden-reasoning header (26), small screens
-# wrap (28), and notices around /retry and /clear (31). One section per item, each names it.
+# wrap (28), Tab lists every candidate (22), and notices around /retry and /clear (31).
+# One section per item; each check names its item.
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 run_mock() { # run_mock COLS ROWS SCRIPT [ENV...]: k3chat on the mock in a fresh window
@@ -124,6 +125,63 @@ check "item 26: the header says the model is thinking (hidden)" wait_for "thinki
 check "item 26: not 'waiting for the first token'" hasnt "waiting for the first token"
 keys C-c
 wait_gone "Ctrl-C stops" 10
+keys C-d; wait_for "EXIT=0" 5
+
+# --- item 22: Tab lists every candidate, over several rows ------------------------------------
+for size in 80x24 40x12; do
+    run_mock "${size%x*}" "${size#*x}" "$m31"
+    wait_for "mock · 3 layers" 10
+    keys -l "/"; keys Tab
+    check "item 22 ($size): Tab lists /help" wait_for "/help" 5
+    check "item 22 ($size): ... and /retry" has "/retry"
+    check "item 22 ($size): ... and the last one, /quit" has "/quit"
+    keys C-u; keys -l "/s"; keys Tab
+    check "item 22 ($size): a shorter list replaces it" wait_gone "/quit" 5
+    keys C-u; keys C-d; wait_for "EXIT=0" 5
+done
+
+# --- item 27: /stats before any turn ------------------------------------------------------
+run_mock 80 24 "$m31"
+wait_for "mock · 3 layers" 10
+type_line "/stats"
+check "item 27: /stats before a turn says there is none yet" wait_for "none yet" 5
+check "item 27: no Vulkan line when the tier is off" hasnt "Vulkan"
+check "item 27: memory is measured, not 0.00 GB" sh -c "$T capture-pane -p | grep 'memory ' | grep -qv ' 0.00 GB'"
+check "item 27: no row reading only 'thinking'" sh -c "! $T capture-pane -p | grep -qx ' *thinking *'"
+keys C-l; type_line "hello"
+wait_for "answer to hello" 10
+type_line "/stats"
+check "item 27: after a turn /stats tells the turn" wait_for "tok/s decode" 5
+keys C-d; wait_for "EXIT=0" 5
+
+# --- item 24: the context figure follows /clear, /undo, /load and stays at 80 columns -----------
+ctx() { screen | grep -o 'ctx [0-9]*/4096' | head -n 1 | sed 's/ctx \([0-9]*\).*/\1/'; }
+wait_ctx() { # wait_ctx TEST VALUE: poll until the figure compares so (test: -eq, -gt)
+    _i=0
+    while [ $_i -lt $((100 * slow)) ]; do
+        _c=$(ctx); [ -n "$_c" ] && [ "$_c" "$1" "$2" ] && return 0
+        sleep 0.05; _i=$((_i + 1))
+    done
+    return 1
+}
+run_mock 80 24 "$m31"
+wait_for "mock · 3 layers" 10
+type_line "a first message to count"
+wait_for "answer to a first" 10
+check "item 24: a turn fills the context" wait_ctx -gt 0
+type_line "/save $K3_TMP/s24.jsonl"
+wait_for "saved 2" 5
+keys F3
+wait_for "mouse off" 5
+keys PPage
+check "item 24: at 80 columns, mouse off and scrolled, the context is still in the bar" wait_for "ctx " 5
+keys C-End; keys F3
+type_line "/clear"
+check "item 24: /clear empties it" wait_ctx -eq 0
+type_line "/load $K3_TMP/s24.jsonl"
+check "item 24: /load counts the loaded turns" wait_ctx -gt 0
+type_line "/undo"
+check "item 24: /undo takes them back out" wait_ctx -eq 0
 keys C-d; wait_for "EXIT=0" 5
 
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"

@@ -30,7 +30,7 @@ struct inp {
     int         saw_enter; /* getc handed libedit a newline in this inp_key */
     char       *text;      /* UTF-8 copy of the line for drawing */
     size_t      text_cap;
-    char        hint[256];
+    char        hint[1024];
 };
 
 static int getc_fn(EditLine *el, wchar_t *c) {

@@ -198,6 +198,14 @@ static void drop_msgs(mock *m, int keep) {
     }
 }
 
+/* The mock's context accounting: 3 bytes a token, 8 tokens of framing a message. */
+static int mock_ctx(const mock *m) {
+    size_t n = 0;
+    for (int k = 0; k < m->n_msgs; k++)
+        n += (strlen(m->msgs[k].content) + (m->msgs[k].reasoning ? strlen(m->msgs[k].reasoning) : 0)) / 3 + 8;
+    return (int)n;
+}
+
 static void fill_stats(mock *m, ue_stats *st, double t0, double t_first, int n_think, int n_resp,
                        double think_s) {
     double now  = ev_now();
@@ -254,7 +262,7 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     int    n_think = 0, n_resp = 0, cancelled = 0;
     ui_ev  e = {.type = EV_TURN};
     ev_push(u->out, &e);
-    m->ctx_used += (int)strlen(user) / 3 + 8;
+    m->ctx_used = mock_ctx(m);
     for (int k = 0; k < t->prefill_ms / 10 && !ue_cancelled(u); k++)
         sleep_ms(10);
     if (t->error) {
@@ -440,7 +448,7 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
         drop_msgs(m, k - 1);
         ui_ev e = {.type = EV_UNDO};
         ev_push(u->out, &e);
-        break;
+        goto stats;
     }
     case EV_CMD_FORGET: {
         int a = 0;
@@ -468,21 +476,20 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
             ev_push(u->out, &e);
         }
         ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", b - a);
-        break;
+        goto stats;
     }
     case EV_CMD_CLEAR: {
         drop_msgs(m, 0);
-        m->ctx_used = 0;
         ui_ev e = {.type = EV_RESET};
         ev_push(u->out, &e);
-        break;
+        goto stats;
     }
     case EV_CMD_SYSTEM:
         free(m->system);
         m->system = strdup(c->text ? c->text : "");
         break;
     case EV_CMD_SAVE: mock_save(u, m, c->text); break;
-    case EV_CMD_LOAD: mock_load(u, m, c->text); break;
+    case EV_CMD_LOAD: mock_load(u, m, c->text); goto stats; /* the context figure follows */
     case EV_CMD_REPLAY: {
         ue_emitf(u, EV_ERROR, "/replay: the mock engine cannot replay transcripts");
         ui_ev d = {.type = EV_DONE, .i = UE_DONE_ERROR};
@@ -491,7 +498,9 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
     }
     case EV_CMD_EXPORT: mock_export(u, m, c->text); break;
     case EV_CMD_EXPERTS: m->expert_gb = c->x; /* FALLTHROUGH */
-    case EV_CMD_STATS: {
+    case EV_CMD_STATS:
+    stats: {
+        m->ctx_used = mock_ctx(m);
         ui_ev e = {.type = EV_STATS};
         fill_stats(m, &e.st, 0, 0, 0, 0, 0);
         e.st.tok_s = e.st.ttft_s = e.st.think_s = -1;

@@ -17,13 +17,24 @@
 
 /* ==== layout ================================================================ */
 
+/* Rows of the completion hint above the input line: all it needs, up to half the input area. */
+static int hint_rows(tui *t, int width, int max) {
+    const char *h = inp_hint(t->in);
+    if (!h[0])
+        return 0;
+    int n = txt_wrap(h, strlen(h), width, NULL, 0), lim = max > 1 ? max - 1 : 1;
+    return n < lim ? n : lim;
+}
+
 static int input_rows(tui *t, int width) {
     size_t      cur;
-    const char *s = inp_text(t->in, &cur);
-    int         n = txt_wrap(s, strlen(s), width, NULL, 0);
-    if (inp_hint(t->in)[0])
-        n++;
-    int max = t->rows / 3 > 1 ? t->rows / 3 : 1;
+    const char *s   = inp_text(t->in, &cur);
+    int         n   = txt_wrap(s, strlen(s), width, NULL, 0);
+    int         max = t->rows / 3 > 1 ? t->rows / 3 : 1;
+    if (inp_hint(t->in)[0]) { /* a list of candidates may use up to half the screen */
+        max = t->rows / 2 > 2 ? t->rows / 2 : 2;
+        n += hint_rows(t, width, max);
+    }
     return n < 1 ? 1 : n > max ? max : n;
 }
 
@@ -429,46 +440,62 @@ static void draw_panes(tui *t, int dirty) {
     }
 }
 
+/* The status bar: segments by priority (0 = always, higher = dropped sooner when the bar is too
+ * narrow), drawn whole and in their order; the model name is cut if even that does not fit. */
 static void draw_status(tui *t) {
     static const char *eff[] = {"low", "high", "max"};
     char   seg[16][96];
-    int    n = 0;
+    int    pri[16], n = 0;
     const ue_stats *s = &t->st;
+#define SEG(p, ...) (pri[n] = (p), snprintf(seg[n++], 96, __VA_ARGS__))
     fill_row(t->status_y, 0, t->cols, THM_STATUS);
     if (!t->ready) {
         if (t->fatal)
-            snprintf(seg[n++], 96, "no model");
+            SEG(0, "no model");
         else if (t->load_total)
-            snprintf(seg[n++], 96, "loading %.0f%% · %.0f MB/s", 100.0 * (double)t->load_done / (double)t->load_total,
-                     t->load_rate / 1e6);
+            SEG(0, "loading %.0f%% · %.0f MB/s", 100.0 * (double)t->load_done / (double)t->load_total, t->load_rate / 1e6);
         else
-            snprintf(seg[n++], 96, "loading…");
+            SEG(0, "loading…");
     } else {
-        snprintf(seg[n++], 96, "%.90s", t->model);
+        SEG(0, "%.90s", t->model);
     }
     if (!t->mouse)
-        snprintf(seg[n++], 96, "mouse off (F3)");
+        SEG(3, "mouse off (F3)");
     if (t->scroll > 0)
-        snprintf(seg[n++], 96, "scrolled ↑%d", t->scroll);
-    snprintf(seg[n++], 96, "think %s", t->cs.gen.think ? eff[t->cs.gen.effort % 3] : "off");
-    snprintf(seg[n++], 96, "T %.2f p %.2f", (double)t->cs.gen.temp, (double)t->cs.gen.top_p);
+        SEG(4, "scrolled ↑%d", t->scroll);
+    SEG(2, "think %s", t->cs.gen.think ? eff[t->cs.gen.effort % 3] : "off");
+    SEG(5, "T %.2f p %.2f", (double)t->cs.gen.temp, (double)t->cs.gen.top_p);
     if (s->tok_s > 0)
-        snprintf(seg[n++], 96, "%.1f tok/s", s->tok_s);
+        SEG(6, "%.1f tok/s", s->tok_s);
     if (s->ttft_s > 0)
-        snprintf(seg[n++], 96, "TTFT %.2f s", s->ttft_s);
-    if (s->ctx_max > 0)
-        snprintf(seg[n++], 96, "ctx %d/%d", s->ctx_used, s->ctx_max);
+        SEG(8, "TTFT %.2f s", s->ttft_s);
+    if (s->ctx_max > 0 && s->ctx_used >= s->ctx_max) /* the next prompt would not fit */
+        SEG(1, "ctx full %d/%d", s->ctx_max, s->ctx_max);
+    else if (s->ctx_max > 0)
+        SEG(1, "ctx %d/%d", s->ctx_used, s->ctx_max);
     if (s->expert_gb >= 0 && s->expert_hit >= 0)
-        snprintf(seg[n++], 96, "experts %.0f%% of %.1f GB", s->expert_hit * 100, s->expert_gb);
+        SEG(9, "experts %.0f%% of %.1f GB", s->expert_hit * 100, s->expert_gb);
     if (s->vk_budget_gb > 0)
-        snprintf(seg[n++], 96, "VRAM %.1f/%.1f GB · %ld gpu hits", s->vk_used_gb, s->vk_budget_gb, s->vk_hits);
+        SEG(9, "VRAM %.1f/%.1f GB · %ld gpu hits", s->vk_used_gb, s->vk_budget_gb, s->vk_hits);
     if (s->mem_gb > 0)
-        snprintf(seg[n++], 96, "mem %.2f GB", s->mem_gb);
-    /* whole segments only: one that does not fit is left out (the model name is cut if need be) */
+        SEG(7, "mem %.2f GB", s->mem_gb);
+#undef SEG
+    int w[16], total = 1;
+    for (int k = 0; k < n; k++)
+        total += (w[k] = txt_width(seg[k], strlen(seg[k]), 0) + (k ? 3 : 0));
+    while (total > t->cols - 1) { /* leave out the least important segment, the later on a tie */
+        int drop = -1;
+        for (int k = 1; k < n; k++)
+            if (w[k] && (drop < 0 || pri[k] >= pri[drop]))
+                drop = k;
+        if (drop < 0)
+            break;
+        total -= w[drop];
+        w[drop] = 0;
+    }
     int x = 1;
     for (int k = 0; k < n && x < t->cols - 2; k++) {
-        int w = txt_width(seg[k], strlen(seg[k]), 0) + (k ? 3 : 0);
-        if (k && x + w > t->cols - 1)
+        if (!w[k])
             continue;
         if (k)
             x += draw_text(t->status_y, x, t->cols - x, " │ ", strlen(" │ "), THM_STATUS);
@@ -481,7 +508,7 @@ static void draw_input(tui *t) {
     size_t      cur;
     const char *s  = inp_text(t->in, &cur);
     size_t      n  = strlen(s);
-    int         w  = t->cols - 2, hint = inp_hint(t->in)[0] != 0;
+    int         w  = t->cols - 2, hint = hint_rows(t, w, t->input_h);
     int         rows = t->input_h - hint;
     txt_line    lines[256];
     int         nl = txt_wrap(s, n, w, lines, 256);
@@ -495,10 +522,8 @@ static void draw_input(tui *t) {
     int first = cl - rows + 1 > 0 ? cl - rows + 1 : 0;
     for (int r = 0; r < t->input_h; r++)
         fill_row(t->input_y + r, 0, t->cols, THM_INPUT);
-    if (hint) {
-        const char *h = inp_hint(t->in);
-        draw_text(t->input_y, 2, w, h, strlen(h), THM_INFO);
-    }
+    if (hint)
+        draw_wrapped(t->input_y, 2, w, hint, inp_hint(t->in), THM_INFO);
     int y0 = t->input_y + hint;
     for (int r = 0; r < rows && first + r < nl; r++) {
         draw_text(y0 + r, 0, 2, first + r == 0 ? "› " : "  ", strlen("› "), THM_PROMPT);

@@ -94,6 +94,7 @@ typedef struct tui {
     /* commands the display applied at once; the worker's echo of them is ignored until its
      * EV_ACK, so a message typed right after them is not dropped */
     int    clear_pending, undo_pending, load_pending;
+    int    stats_pending; /* /stats waits for the worker's fresh figures */
     double turn_t0, think_t0, think_t1;
 
     /* model and statistics */

@@ -98,6 +98,8 @@ static void notice(tui *t, int role, const char *fmt, ...) {
 
 /* ==== engine events ========================================================= */
 
+static void show_stats(tui *t);
+
 static int last_user(tui *t) {
     for (int k = t->n_ents - 1; k >= 0; k--)
         if (t->ents[k].role == UE_ROLE_USER)
@@ -248,6 +250,10 @@ static void on_event(tui *t, ui_ev *e) {
             t->undo_pending--;
         else if ((e->i == EV_CMD_LOAD || e->i == EV_CMD_FORGET) && t->load_pending > 0)
             t->load_pending--;
+        else if (e->i == EV_CMD_STATS && t->stats_pending > 0) {
+            t->stats_pending--;
+            show_stats(t);
+        }
         break;
     case EV_RESET:
         if (t->clear_pending)
@@ -331,21 +337,29 @@ static void apply_theme(tui *t, const char *name) {
     t->dirty = DIRTY_ALL;
 }
 
+/* /stats, once the worker has answered ue_stats_req (fresh context, cache and memory figures).
+ * Two-column lines, so a narrow screen wraps each under its value. */
 static void show_stats(tui *t) {
     const ue_stats *s = &t->st;
-    char            set[256];
+    char            set[256], turn[256], vk[160] = "";
     chat_settings_str(&t->cs, set, sizeof set);
+    if (s->n_think + s->n_response == 0 && s->tok_s <= 0)
+        snprintf(turn, sizeof turn, "none yet");
+    else
+        snprintf(turn, sizeof turn, "%.1f tok/s decode, TTFT %.2f s, %d prompt tokens processed, %d reasoning + %d "
+                 "answer tokens, %.1f s thinking", s->tok_s > 0 ? s->tok_s : 0, s->ttft_s > 0 ? s->ttft_s : 0,
+                 s->n_prefill, s->n_think, s->n_response, s->think_s > 0 ? s->think_s : 0);
+    if (s->vk_budget_gb > 0)
+        snprintf(vk, sizeof vk, "\n  Vulkan tier  %.2f of %.2f GB, %ld experts computed on the device", s->vk_used_gb,
+                 s->vk_budget_gb, s->vk_hits);
     notice(t, ROLE_INFO,
-           "model: %s\nsettings: %s\nlast turn: %.1f tok/s decode, TTFT %.2f s, %d prompt tokens processed, "
-           "%d reasoning + %d answer tokens, %.1f s thinking\ncontext: %d of %d tokens\n"
-           "experts: %.0f%% cache hits, budget %.1f GB\nVulkan tier: %.2f of %.2f GB, %ld experts computed on the device\n"
-           "memory: %.2f GB resident\nCPU kernels: %s\n"
-           "UI: %ld frames with new tokens, token-to-screen latency mean %.2f ms, max %.2f ms",
-           t->ready ? t->model : "(not loaded)", set, s->tok_s > 0 ? s->tok_s : 0, s->ttft_s > 0 ? s->ttft_s : 0,
-           s->n_prefill, s->n_think, s->n_response, s->think_s > 0 ? s->think_s : 0, s->ctx_used, s->ctx_max,
-           s->expert_hit >= 0 ? s->expert_hit * 100 : 0, s->expert_gb >= 0 ? s->expert_gb : 0, s->vk_used_gb,
-           s->vk_budget_gb, s->vk_hits, s->mem_gb, s->kernels ? s->kernels : "(unknown)",
-           t->lat_n, t->lat_n ? t->lat_sum / (double)t->lat_n * 1e3 : 0, t->lat_max * 1e3);
+           "  model        %s\n  settings     %s\n  last turn    %s\n  context      %d of %d tokens\n"
+           "  experts      %.0f%% cache hits, budget %.1f GB%s\n  memory       %.2f GB resident\n  CPU kernels  %s\n"
+           "  UI           %ld frames with new tokens, token-to-screen latency mean %.2f ms, max %.2f ms",
+           t->ready ? t->model : "(not loaded)", set, turn, s->ctx_used, s->ctx_max,
+           s->expert_hit >= 0 ? s->expert_hit * 100 : 0, s->expert_gb >= 0 ? s->expert_gb : 0, vk, s->mem_gb,
+           s->kernels ? s->kernels : "(unknown)", t->lat_n,
+           t->lat_n ? t->lat_sum / (double)t->lat_n * 1e3 : 0, t->lat_max * 1e3);
 }
 
 static void run_command(tui *t, const char *line) {
@@ -420,7 +434,14 @@ static void run_command(tui *t, const char *line) {
         ue_forget(t->eng); /* the display follows the worker's EV_RESET + EV_MSG */
         t->load_pending++;
         break;
-    case CMD_STATS: show_stats(t); break;
+    case CMD_STATS:
+        if (t->ready) { /* shown when the worker's figures arrive (EV_ACK) */
+            ue_stats_req(t->eng);
+            t->stats_pending++;
+        } else {
+            show_stats(t);
+        }
+        break;
     case CMD_EDIT: {
         int k = last_user(t);
         if (k < 0 || !t->ents[k].text.p) {

@@ -18,6 +18,7 @@ typedef struct real {
     k3_conv    *c;
     k3_model_info info;
     ue_tokstats tok;
+    int         ctx_used0, ctx_cap; /* context at the start of the turn, and its capacity */
     double      last_progress;
     pthread_mutex_t mu;     /* guards replaying against real_cancel      */
     _Atomic double  experts_pending; /* a new expert budget (GB), NAN when none */
@@ -70,8 +71,9 @@ static void on_piece(real *r, int ch, const char *text, size_t n) {
     ue_emit_token(r->u, ch, text, n);
     ui_ev e = {.type = EV_STATS};
     if (ue_tok_piece(&r->tok, ch, &e.st)) {
-        e.st.ctx_used = k3_session_pos(r->s);
-        e.st.ctx_max  = r->info.max_ctx;
+        /* the same accounting as the turn's final figure (k3_conv_context), grown by what was generated */
+        e.st.ctx_used = r->ctx_used0 + r->tok.n_think + r->tok.n_resp;
+        e.st.ctx_max  = r->ctx_cap;
         e.st.kernels  = k3_kernels();
         ev_push(r->u->out, &e);
     }
@@ -99,6 +101,10 @@ static void turn(real *r, const ue_gen *g) {
     ui_ev e = {.type = EV_TURN};
     ev_push(r->u->out, &e);
     ue_tok_begin(&r->tok);
+    if (k3_conv_context(r->c, r->m, &r->ctx_used0, &r->ctx_cap) != K3_OK) {
+        r->ctx_used0 = k3_session_pos(r->s);
+        r->ctx_cap   = r->info.max_ctx;
+    }
     k3_status st = apply_gen(r, g);
     if (st == K3_OK && ue_cancelled(r->u)) {
         st = K3_ABORTED; /* stopped before it began: the conversation keeps the user's message */
@@ -258,15 +264,17 @@ static void forget_fit(real *r) {
 
 static void real_cmd(ue *u, void *self, const ui_ev *c) {
     real *r = self;
-    if (c->type == EV_CMD_FORGET && c->text && !strcmp(c->text, "--fit")) {
+    int done = 1;
+    if (c->type == EV_CMD_FORGET && c->text && !strcmp(c->text, "--fit"))
         forget_fit(r);
+    else if ((done = ue_conv_cmd(u, r->c, c)) == 2) /* /undo /forget /clear /system /save /load /export */
+        report_fit(r);
+    if (done) {
+        ui_ev e = {.type = EV_STATS, .i = 1}; /* the context figure follows the edit */
+        fill_common(r, &e.st);
+        ev_push(u->out, &e);
         return;
     }
-    int done = ue_conv_cmd(u, r->c, c); /* /undo /forget /clear /system /save /load /export */
-    if (done == 2)
-        report_fit(r);
-    if (done)
-        return;
     switch (c->type) {
     case EV_CMD_EDIT:
     case EV_CMD_SEND:
