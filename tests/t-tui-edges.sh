@@ -184,5 +184,60 @@ type_line "/undo"
 check "item 24: /undo takes them back out" wait_ctx -eq 0
 keys C-d; wait_for "EXIT=0" 5
 
+# --- item 15: loaded and re-sent turns keep their figures and markers ------------------------
+m15="$K3_TMP/m15.txt"
+printf 'delay 0\nthink quick thought\nresponse short answer\n---\ndelay 40\nthink a long one\nresponse %s\n---\ndelay 0\nthink third\nresponse third answer\n' \
+    "$(/usr/bin/python3 -c 'print("slow " * 300)')" >"$m15"
+run_mock 100 40 "$m15"
+wait_for "mock · 3 layers" 10
+type_line "one"
+wait_for "short answer" 10
+type_line "two"
+wait_for "slow slow" 10
+keys C-c
+check "item 15: the cut-off answer is marked" wait_for "[stopped]" 10
+type_line "three"
+wait_for "third answer" 10
+type_line "/save $K3_TMP/s15.jsonl"
+wait_for "saved 6 messages" 5
+keys C-l; type_line "/clear"
+wait_for "type a message and press Enter" 5
+type_line "/load $K3_TMP/s15.jsonl"
+wait_for "loaded 6 messages" 5
+check "item 15: loaded turns keep their reasoning figures" sh -c "! $T capture-pane -p | grep -q '0.0 s · 0 tokens'"
+check "item 15: ... three fold lines with a token count" sh -c "[ \$($T capture-pane -p | grep -c 'thought for .* · [1-9][0-9]* tokens') -eq 3 ]"
+check "item 15: the loaded cut-off turn keeps [stopped]" has "[stopped]"
+type_line "/forget"
+wait_for "dropped the oldest exchange" 5
+check "item 15: after /forget the rest keep their figures" sh -c "[ \$($T capture-pane -p | grep -c 'thought for .* · [1-9][0-9]* tokens') -eq 2 ]"
+check "item 15: ... and the marker" has "[stopped]"
+keys C-d; wait_for "EXIT=0" 5
+
+# --- items 15 and 24 on the real engine (k3-nano): markers survive /load, the figure follows /clear
+nano="$K3_SRC/models/k3-nano"
+if [ -f "$nano/model.safetensors" ]; then
+    nctx() { screen | grep -o 'ctx [0-9]*/' | head -n 1 | tr -dc 0-9; }
+    tui_start 100 30 -- "$K3CHAT --temp 0 --max-tokens 6 $nano 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+    wait_for "k3-nano" 30
+    type_line "What is 27 + 58?"
+    wait_for "length limit reached" 30
+    wait_input_empty 5
+    full=$(nctx)
+    type_line "/save $K3_TMP/n15.jsonl"
+    wait_for "saved 2 messages" 5
+    type_line "/clear"
+    wait_for "type a message and press Enter" 5
+    _i=0; while [ $_i -lt $((100 * slow)) ] && [ "$(nctx)" = "$full" ]; do sleep 0.05; _i=$((_i + 1)); done
+    check "item 24 (k3-nano): /clear lowers the context figure ($full -> $(nctx))" [ "$(nctx)" -lt "$full" ]
+    type_line "/load $K3_TMP/n15.jsonl"
+    wait_for "loaded 2 messages" 5
+    check "item 15 (k3-nano): the loaded turn keeps its length marker" has "[length limit reached]"
+    check "item 15 (k3-nano): ... and its reasoning figures" sh -c "$T capture-pane -p | grep -q 'thought for .* · 6 tokens'"
+    check "item 24 (k3-nano): /load brings the figure back ($(nctx))" [ "$(nctx)" -eq "$full" ]
+    keys C-d; wait_for "EXIT=0" 5
+else
+    echo "SKIP: items 15/24 on k3-nano (models/k3-nano/model.safetensors is not there)"
+fi
+
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
 finish

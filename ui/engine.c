@@ -197,6 +197,15 @@ void ue_send_history(ue *u, const k3_conv *c) {
         const k3_msg *m = k3_conv_msg(c, k);
         int role = m->role == K3_ROLE_USER ? UE_ROLE_USER : m->role == K3_ROLE_ASSISTANT ? UE_ROLE_ASSISTANT : UE_ROLE_SYSTEM;
         ui_ev x  = {.type = EV_MSG, .i = role, .text = m->content, .text2 = m->reasoning};
+        x.st.think_s = -1;
+        if (m->has_stats) { /* the figures the turn's EV_DONE gave (worker.c) */
+            x.st.think_s = m->stats.t_think > m->stats.ttft ? m->stats.t_think - m->stats.ttft : -1;
+            x.st.n_think = m->stats.n_think;
+            if (m->stats.stop == K3_STOP_MAX_TOKENS || m->stats.stop == K3_STOP_CONTEXT)
+                x.ch = UE_DONE_LENGTH;
+        }
+        if (m->interrupted)
+            x.ch = UE_DONE_CANCELLED;
         ev_push(u->out, &x);
     }
 }

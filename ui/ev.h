@@ -24,7 +24,9 @@ enum ev_type {
     EV_ERROR,    /* a command failed; text = one-line message                               */
     EV_INFO,     /* text = one-line notice (saved, loaded, ...)                             */
     EV_RESET,    /* conversation cleared (before EV_MSG replay of a loaded transcript)      */
-    EV_MSG,      /* i = role (UE_ROLE_*), text = content, text2 = reasoning (may be NULL)   */
+    EV_MSG,      /* i = role (UE_ROLE_*), text = content, text2 = reasoning (may be NULL);
+                    assistant: ch = UE_DONE_* it ended with, st.think_s (< 0 unknown) and
+                    st.n_think its reasoning figures                                        */
     EV_UNDO,     /* the last exchange was dropped                                           */
     EV_ACK,      /* the worker finished command i (EV_CMD_*); after its other events        */
     EV_SETTINGS, /* a loaded transcript's settings (gen: temp, top_p, think, effort), which the

@@ -26,9 +26,12 @@ typedef struct mturn {
 } mturn;
 
 typedef struct mmsg {
-    int   role;
-    char *content, *reasoning;
-    int   abandoned; /* branch number of an exchange replaced by /edit, 0 when active */
+    int    role;
+    char  *content, *reasoning;
+    int    abandoned; /* branch number of an exchange replaced by /edit, 0 when active */
+    double think_s;   /* assistant: seconds of reasoning (0 = unknown)  */
+    int    n_think;   /* reasoning tokens                               */
+    int    status;    /* UE_DONE_* (UE_DONE_CANCELLED: interrupted)      */
 } mmsg;
 
 typedef struct mock {
@@ -187,7 +190,7 @@ static void add_msg(mock *m, int role, const char *content, const char *reasonin
         m->msgs     = nm;
         m->cap_msgs = cap;
     }
-    m->msgs[m->n_msgs++] = (mmsg){role, strdup(content ? content : ""), reasoning ? strdup(reasoning) : NULL, 0};
+    m->msgs[m->n_msgs++] = (mmsg){role, strdup(content ? content : ""), reasoning ? strdup(reasoning) : NULL, 0, 0, 0, 0};
 }
 
 static void drop_msgs(mock *m, int keep) {
@@ -282,12 +285,30 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     resp[rl] = 0;
     think[tl] = 0;
     add_msg(m, UE_ROLE_ASSISTANT, resp, g->think ? think : NULL);
+    m->msgs[m->n_msgs - 1].think_s = think_s;
+    m->msgs[m->n_msgs - 1].n_think = n_think;
+    m->msgs[m->n_msgs - 1].status  = cancelled ? UE_DONE_CANCELLED : UE_DONE_OK;
     ui_ev d = {.type = EV_DONE, .i = cancelled ? UE_DONE_CANCELLED : UE_DONE_OK};
     fill_stats(m, &d.st, t0, t_first, n_think, n_resp, think_s);
     ev_push(u->out, &d);
 out:
     free(think);
     free(resp);
+}
+
+/* The display's copy of the conversation: EV_RESET, then one EV_MSG a message (engine.h). */
+static void send_history(ue *u, const mock *m) {
+    ui_ev r = {.type = EV_RESET};
+    ev_push(u->out, &r);
+    for (int k = 0; k < m->n_msgs; k++) {
+        const mmsg *x = &m->msgs[k];
+        if (x->abandoned)
+            continue;
+        ui_ev       e = {.type = EV_MSG, .i = x->role, .ch = x->status, .text = x->content, .text2 = x->reasoning};
+        e.st.think_s  = x->think_s > 0 ? x->think_s : -1;
+        e.st.n_think  = x->n_think;
+        ev_push(u->out, &e);
+    }
 }
 
 /* ---- transcripts (a minimal JSON Lines writer/reader for the mock) ---- */
@@ -312,6 +333,13 @@ static void mock_save(ue *u, mock *m, const char *path) {
             json_object_set_new(o, "reasoning_content", json_string(m->msgs[k].reasoning));
         if (m->msgs[k].abandoned)
             json_object_set_new(o, "abandoned", json_integer(m->msgs[k].abandoned));
+        if (m->msgs[k].role == UE_ROLE_ASSISTANT) { /* k3chat(5)'s keys, the few the mock knows */
+            if (m->msgs[k].status == UE_DONE_CANCELLED)
+                json_object_set_new(o, "interrupted", json_true());
+            json_object_set_new(o, "stats", json_pack("{s:i,s:f,s:s}", "think_tokens", m->msgs[k].n_think, "think_s",
+                                                      m->msgs[k].think_s, "stop",
+                                                      m->msgs[k].status == UE_DONE_CANCELLED ? "cancel" : "eos"));
+        }
         s = json_dumps(o, JSON_COMPACT);
         fprintf(f, "%s\n", s);
         free(s);
@@ -359,6 +387,14 @@ static void mock_load(ue *u, mock *m, const char *path) {
         json_t *ab = json_object_get(o, "abandoned");
         if (ab && json_is_integer(ab) && tmp.n_msgs)
             tmp.msgs[tmp.n_msgs - 1].abandoned = (int)json_integer_value(ab);
+        json_t *st = json_object_get(o, "stats");
+        if (tmp.n_msgs && st) {
+            mmsg *x    = &tmp.msgs[tmp.n_msgs - 1];
+            x->think_s = json_number_value(json_object_get(st, "think_s"));
+            x->n_think = (int)json_integer_value(json_object_get(st, "think_tokens"));
+        }
+        if (tmp.n_msgs && json_is_true(json_object_get(o, "interrupted")))
+            tmp.msgs[tmp.n_msgs - 1].status = UE_DONE_CANCELLED;
         json_decref(o);
     }
     fclose(f);
@@ -367,14 +403,7 @@ static void mock_load(ue *u, mock *m, const char *path) {
     m->msgs     = tmp.msgs;
     m->n_msgs   = tmp.n_msgs;
     m->cap_msgs = tmp.cap_msgs;
-    ui_ev r = {.type = EV_RESET};
-    ev_push(u->out, &r);
-    for (int k = 0; k < m->n_msgs; k++) {
-        if (m->msgs[k].abandoned)
-            continue;
-        ui_ev e = {.type = EV_MSG, .i = m->msgs[k].role, .text = m->msgs[k].content, .text2 = m->msgs[k].reasoning};
-        ev_push(u->out, &e);
-    }
+    send_history(u, m);
     ue_emitf(u, EV_INFO, "loaded %d messages from %s", m->n_msgs, path);
 }
 
@@ -467,14 +496,7 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
         }
         memmove(m->msgs + a, m->msgs + b, (size_t)(m->n_msgs - b) * sizeof *m->msgs);
         m->n_msgs -= b - a;
-        ui_ev r = {.type = EV_RESET};
-        ev_push(u->out, &r);
-        for (int k = 0; k < m->n_msgs; k++) {
-            if (m->msgs[k].abandoned)
-                continue;
-            ui_ev e = {.type = EV_MSG, .i = m->msgs[k].role, .text = m->msgs[k].content, .text2 = m->msgs[k].reasoning};
-            ev_push(u->out, &e);
-        }
+        send_history(u, m);
         ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", b - a);
         goto stats;
     }

@@ -260,8 +260,11 @@ static void build_lines(tui *t, int width) {
         case UE_ROLE_ASSISTANT:
             if (e->think.n) {
                 char *fb = e->summary;
-                snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d tokens", e->expanded ? "▾" : "▸", e->think_s,
-                         e->n_think);
+                if (e->think_s >= 0 || e->n_think > 0)
+                    snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d tokens", e->expanded ? "▾" : "▸",
+                             e->think_s > 0 ? e->think_s : 0, e->n_think);
+                else /* a transcript without figures */
+                    snprintf(fb, sizeof e->summary, "%s reasoning (not timed)", e->expanded ? "▾" : "▸");
                 dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
                 if (e->expanded)
                     text_lines(t, i, e->think.p, e->think.n, width, THM_THINK, 2, NULL);

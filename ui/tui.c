@@ -267,6 +267,11 @@ static void on_event(tui *t, ui_ev *e) {
         entry *x = add_entry(t, e->i, e->text);
         if (x && e->text2)
             txt_buf_add(&x->think, e->text2, strlen(e->text2));
+        if (x) { /* a loaded or replayed turn keeps its figures and its marker */
+            x->status  = e->ch;
+            x->think_s = e->st.think_s > 0 ? e->st.think_s : -1;
+            x->n_think = e->st.n_think;
+        }
         break;
     }
     case EV_UNDO: {
