@@ -213,6 +213,21 @@ check "item 15: after /forget the rest keep their figures" sh -c "[ \$($T captur
 check "item 15: ... and the marker" has "[stopped]"
 keys C-d; wait_for "EXIT=0" 5
 
+# --- item 13: Backspace, Delete and the arrows take a grapheme cluster at a time --------------
+m13="$K3_TMP/m13.txt"
+printf 'delay 0\nresponse got [{user}]\n' >"$m13"
+fam=$(printf 'A\360\237\221\251\342\200\215\360\237\221\251\342\200\215\360\237\221\247B')
+for term in xterm-256color screen-256color; do
+    tui_start 80 24 K3_MOCK="$m13" -- "TERM=$term $K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+    wait_for "mock · 3 layers" 10
+    keys -l "$fam"; keys BSpace; keys BSpace; keys -l "C"; keys Enter
+    check "item 13 ($term): two Backspaces take B and the whole ZWJ family" wait_for "got [AC]" 10
+    keys -l "x"; keys -l "$(printf '\360\237\207\253\360\237\207\267e\314\201')"; keys -l "y"
+    keys Left; keys Left; keys DC; keys Left; keys DC; keys BSpace; keys Enter
+    check "item 13 ($term): Left steps over e+accent and a flag; Delete and Backspace take them whole" wait_for "got [y]" 10
+    keys C-d; wait_for "EXIT=0" 5
+done
+
 # --- items 15 and 24 on the real engine (k3-nano): markers survive /load, the figure follows /clear
 nano="$K3_SRC/models/k3-nano"
 if [ -f "$nano/model.safetensors" ]; then

@@ -4,6 +4,7 @@
 #include "text.h"
 
 #include <string.h>
+#include <wchar.h>
 
 static int W(const char *s) {
     return txt_width(s, strlen(s), 0);
@@ -89,5 +90,29 @@ int main(void) {
     T_CHECK(ok, "mixed paragraph: lines fit and cover the text at every width 2..40");
     T_CHECK(txt_col_to_off("a日b", 4, 2) == 1, "column 2 is inside 日 (offset 1)");
     T_CHECK(txt_col_to_off("a日b", 5, 3) == 4, "column 3 is b (offset 4)");
+
+    /* clusters of the line editor's code points (issue 26 item 13): Backspace and the arrows
+     * step over what the screen shows as one character */
+    static const wchar_t fam[] = L"A\U0001F469\u200D\U0001F469\u200D\U0001F467B";
+    size_t nf = wcslen(fam);
+    T_CHECK(txt_wcluster_prev(fam, nf, nf) == 6, "Backspace after B takes B alone (start %zu)", txt_wcluster_prev(fam, nf, nf));
+    T_CHECK(txt_wcluster_prev(fam, nf, 6) == 1, "the ZWJ family is one cluster back from its end (start %zu)",
+            txt_wcluster_prev(fam, nf, 6));
+    T_CHECK(txt_wcluster_next(fam, nf, 1) == 6, "... and forward from its start (end %zu)", txt_wcluster_next(fam, nf, 1));
+    T_CHECK(txt_wcluster_prev(fam, nf, 1) == 0 && txt_wcluster_next(fam, nf, 0) == 1, "A is a cluster of its own");
+    static const wchar_t flags[] = L"\U0001F1EB\U0001F1F7\U0001F1E9\U0001F1EA"; /* FR DE */
+    T_CHECK(txt_wcluster_prev(flags, 4, 4) == 2 && txt_wcluster_next(flags, 4, 0) == 2,
+            "two flags are two clusters of two regional indicators");
+    static const wchar_t acc[] = L"e\u0301\u0323x";
+    T_CHECK(txt_wcluster_next(acc, 4, 0) == 3 && txt_wcluster_prev(acc, 4, 3) == 0, "e with two combining marks is one cluster");
+    static const wchar_t skin[] = L"\U0001F44D\U0001F3FD!";
+    T_CHECK(txt_wcluster_next(skin, 3, 0) == 2, "thumbs up + skin tone is one cluster");
+    static const wchar_t jamo[] = L"\u1100\u1161\u11A8a"; /* L V T: one Hangul syllable */
+    T_CHECK(txt_wcluster_next(jamo, 4, 0) == 3, "conjoining jamo L+V+T are one cluster");
+    static const wchar_t lf[] = L"a\n\u0301b";
+    T_CHECK(txt_wcluster_next(lf, 4, 1) == 2 && txt_wcluster_prev(lf, 4, 2) == 1, "a newline stands alone");
+    static const wchar_t bad[] = {L'a', (wchar_t)0xD800, L'b', 0};
+    T_CHECK(txt_wcluster_next(bad, 3, 1) == 2, "a lone surrogate is one cluster (drawn as U+FFFD)");
+    T_CHECK(txt_wcluster_prev(fam, nf, 0) == 0 && txt_wcluster_next(fam, nf, nf) == nf, "the ends stay put");
     return t_done();
 }

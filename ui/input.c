@@ -1,6 +1,7 @@
 /* input.c: libedit fed key by key, its output kept off the screen (see input.h). */
 #include "input.h"
 #include "cmd.h"
+#include "text.h"
 #include "xdg.h"
 
 #include <errno.h>
@@ -232,6 +233,14 @@ const char *inp_text(inp *in, size_t *cursor) {
     if (cursor)
         *cursor = c;
     return in->text ? in->text : "";
+}
+
+int inp_cluster_span(inp *in, int dir) {
+    const LineInfoW *li  = el_wline(in->el);
+    size_t           n   = (size_t)(li->lastchar - li->buffer), cur = (size_t)(li->cursor - li->buffer);
+    if (dir < 0)
+        return cur ? (int)(cur - txt_wcluster_prev(li->buffer, n, cur)) : 0;
+    return cur < n ? (int)(txt_wcluster_next(li->buffer, n, cur) - cur) : 0;
 }
 
 int inp_empty(inp *in) {

@@ -29,6 +29,9 @@ int  inp_key(inp *in, wchar_t key, char **line);
 void inp_prefeed(inp *in, wchar_t key);
 void inp_insert(inp *in, const char *utf8);   /* insert text at the cursor (paste, newline)  */
 void inp_clear(inp *in);
+/* Code points from the cursor to the next grapheme-cluster boundary before it (dir < 0) or
+ * after it (dir > 0); 0 at the start or end of the line. */
+int  inp_cluster_span(inp *in, int dir);
 int  inp_empty(inp *in);
 /* The text to draw (UTF-8, valid until the next inp_* call) and the cursor's byte offset. */
 const char *inp_text(inp *in, size_t *cursor);

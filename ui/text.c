@@ -190,3 +190,38 @@ size_t txt_col_to_off(const char *s, size_t n, int col) {
     return n;
 }
 
+/* ==== clusters of a code point array (the line editor's wide-character buffer) ============== */
+
+/* The cluster starting at w[i] (i < n), measured by txt_cluster on its UTF-8 form so editing
+ * and drawing agree: returns the index after it. A cluster longer than 64 code points is cut. */
+size_t txt_wcluster_next(const wchar_t *w, size_t n, size_t i) {
+    char   buf[64 * 4];
+    size_t nb = 0, ncp = 0;
+    for (size_t k = i; k < n && ncp < 64; k++, ncp++) {
+        utf8proc_int32_t cp = utf8proc_codepoint_valid((utf8proc_int32_t)w[k]) ? (utf8proc_int32_t)w[k] : 0xFFFD;
+        nb += (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)buf + nb);
+    }
+    if (nb == 0)
+        return n;
+    int    cw, f;
+    size_t len = txt_cluster(buf, nb, &cw, &f), k = i;
+    for (size_t off = 0; off < len && k < n; k++) {
+        size_t l;
+        decode(buf + off, nb - off, &l);
+        off += l;
+    }
+    return k > i ? k : i + 1;
+}
+
+/* The start of the cluster that ends at i (0 < i <= n): clusters are walked from the last
+ * newline or tab before it (those always stand alone). */
+size_t txt_wcluster_prev(const wchar_t *w, size_t n, size_t i) {
+    if (i == 0)
+        return 0;
+    size_t j = i - 1;
+    while (j > 0 && w[j - 1] != L'\n' && w[j - 1] != L'\t')
+        j--;
+    for (size_t nx; (nx = txt_wcluster_next(w, n, j)) < i;)
+        j = nx;
+    return j;
+}

@@ -43,6 +43,12 @@ int txt_wrap(const char *s, size_t n, int cols, txt_line *out, int max);
 /* Byte offset in s[0..n) of the cluster that covers display column col (or n). */
 size_t txt_col_to_off(const char *s, size_t n, int col);
 
+/* Cluster boundaries in a code point array (libedit's wchar_t line), by the same rules:
+ * txt_wcluster_next gives the index after the cluster starting at i (i < n), and
+ * txt_wcluster_prev the start of the cluster ending at i (0 < i <= n; 0 for i = 0). */
+size_t txt_wcluster_next(const wchar_t *w, size_t n, size_t i);
+size_t txt_wcluster_prev(const wchar_t *w, size_t n, size_t i);
+
 /* The growable byte buffer of the engine's public header (k3_buf, k3.h): zero-initialise it,
  * free(b.p) when done; txt_buf_add appends n bytes of s, -1 when memory runs out. */
 typedef k3_buf txt_buf;
