@@ -228,6 +228,30 @@ for term in xterm-256color screen-256color; do
     keys C-d; wait_for "EXIT=0" 5
 done
 
+# --- item 21: an abandoned Ctrl-R search leaves the line as it was, its label next to the line --
+for size in 80x24 40x12; do
+    run_mock "${size%x*}" "${size#*x}" "$m31"
+    wait_for "mock · 3 layers" 10
+    type_line "alpha one"; wait_for "answer to alpha one" 10
+    type_line "beta two"; wait_for "answer to beta two" 10
+    keys -l "my draft"; keys C-r; keys -l "alp"
+    check "item 21 ($size): Ctrl-R finds the older message" wait_for "› alpha one" 5
+    check "item 21 ($size): its label is right above the input line" sh -c "$T capture-pane -p | tail -n 3 | head -n 2 | grep -q 'history search: alp'"
+    keys C-c
+    check "item 21 ($size): Ctrl-C gives the draft back" wait_for "› my draft" 5
+    check "item 21 ($size): ... and no search label or text is left" sh -c "! $T capture-pane -p | grep -q -e 'search' -e 'alp\$' -e 'bck:'"
+    keys C-r; keys -l "bet"; wait_for "› beta two" 5; keys Escape
+    check "item 21 ($size): Esc gives the draft back too" wait_for "› my draft" 5
+    keys C-r; keys -l "zzz"
+    check "item 21 ($size): a pattern with no match says so" wait_for "no match: zzz" 5
+    keys C-g
+    check "item 21 ($size): Ctrl-G cancels" wait_gone "no match" 5
+    check "item 21 ($size): ... to the draft" has "› my draft"
+    keys C-u; keys C-r; keys -l "alp"; wait_for "› alpha one" 5; keys Enter
+    check "item 21 ($size): Enter sends the match" wait_for "answer to alpha one" 5
+    keys C-d; wait_for "EXIT=0" 5
+done
+
 # --- items 15 and 24 on the real engine (k3-nano): markers survive /load, the figure follows /clear
 nano="$K3_SRC/models/k3-nano"
 if [ -f "$nano/model.safetensors" ]; then

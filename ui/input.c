@@ -32,6 +32,7 @@ struct inp {
     char       *text;      /* UTF-8 copy of the line for drawing */
     size_t      text_cap;
     char        hint[1024];
+    char       *found;     /* the last history entry inp_history_find returned (UTF-8) */
 };
 
 static int getc_fn(EditLine *el, wchar_t *c) {
@@ -171,8 +172,6 @@ inp *inp_new(const char *histfile, inp_more_fn more, void *ud, char *err, size_t
     }
     el_wset(in->el, EL_ADDFN, L"k3-complete", L"complete a slash command", complete_fn);
     el_wset(in->el, EL_BIND, L"^I", L"k3-complete", NULL);
-    el_wset(in->el, EL_BIND, L"^R", L"em-inc-search-prev", NULL);
-    el_wset(in->el, EL_BIND, L"^S", L"em-inc-search-next", NULL);
     el_wset(in->el, EL_BIND, L"^W", L"ed-delete-prev-word", NULL);
     return in;
 fail:
@@ -199,6 +198,7 @@ void inp_free(inp *in) {
         close(in->pty_master);
     free(in->histfile);
     free(in->text);
+    free(in->found);
     free(in);
 }
 
@@ -291,6 +291,44 @@ void inp_history_add(inp *in, const char *line) {
             history_w(in->hist, &ev, H_SAVE, in->histfile);
     }
     free(w);
+}
+
+const char *inp_history_find(inp *in, const char *pat, int *pos, int dir) {
+    HistEventW ev;
+    if (!in->hist || history_w(in->hist, &ev, H_FIRST) != 0)
+        return NULL;
+    /* entries newest first: walk to the first candidate, then on in the direction asked */
+    int want = dir < 0 ? *pos - 1 : *pos, k = 0;
+    if (want < 0)
+        return NULL;
+    for (; k < want; k++)
+        if (history_w(in->hist, &ev, H_NEXT) != 0)
+            return NULL;
+    for (;;) {
+        size_t n = wcslen(ev.str);
+        char  *u = realloc(in->found, n * 4 + 1);
+        if (!u)
+            return NULL;
+        in->found = u;
+        size_t b  = 0;
+        for (size_t j = 0; j < n; j++) {
+            utf8proc_int32_t cp = utf8proc_codepoint_valid((utf8proc_int32_t)ev.str[j]) ? (utf8proc_int32_t)ev.str[j] : 0xFFFD;
+            b += (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)u + b);
+        }
+        while (b > 0 && u[b - 1] == '\n') /* history keeps the line's newline */
+            b--;
+        u[b] = 0;
+        if (strstr(u, pat)) {
+            *pos = k;
+            return u;
+        }
+        if (dir < 0) {
+            if (--k < 0 || history_w(in->hist, &ev, H_PREV) != 0)
+                return NULL;
+        } else if (k++, history_w(in->hist, &ev, H_NEXT) != 0) {
+            return NULL;
+        }
+    }
 }
 
 const char *inp_hint(inp *in) {

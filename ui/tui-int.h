@@ -113,6 +113,11 @@ typedef struct tui {
     int  mouse;
     int  paste;  /* inside a bracketed paste */
     int  bad_utf8; /* invalid UTF-8 sequences read (as U+FFFD) since the last notice */
+    /* Ctrl-R: the history search the UI runs itself (label in the hint rows above the line) */
+    int   srch;          /* searching                                   */
+    char  srch_pat[256]; /* the pattern typed (UTF-8)                   */
+    int   srch_pos;      /* history index of the match shown, -1: none  */
+    char *srch_draft;    /* the line before the search, put back on Esc */
     txt_buf paste_buf;
     double last_draw, next_tick;
     int  quit;

@@ -709,6 +709,77 @@ static int more_key(void *ud, wchar_t *out) {
     }
 }
 
+/* ==== Ctrl-R history search ==================================================== */
+
+/* Look for the pattern from history position `from` (dir > 0: that one and older, dir < 0:
+ * newer) and show the match in the line; the label above the line says what happens. */
+static void search_update(tui *t, int from, int dir) {
+    int         pos = from;
+    const char *m   = inp_history_find(t->in, t->srch_pat, &pos, dir);
+    char        hint[400];
+    if (m) {
+        t->srch_pos = pos;
+        inp_clear(t->in);
+        inp_insert(t->in, m);
+    }
+    snprintf(hint, sizeof hint, "%s: %s   (Ctrl-R older, Enter sends, Esc cancels)",
+             m || !t->srch_pat[0] ? "history search" : "no match", t->srch_pat);
+    inp_set_hint(t->in, hint);
+}
+
+static void search_start(tui *t) {
+    free(t->srch_draft);
+    t->srch_draft  = strdup(inp_text(t->in, NULL));
+    t->srch        = 1;
+    t->srch_pat[0] = 0;
+    t->srch_pos    = -1;
+    search_update(t, 0, 1);
+}
+
+/* keep: the match stays in the line; otherwise the line before the search comes back */
+static void search_end(tui *t, int keep) {
+    if (!keep) {
+        inp_clear(t->in);
+        inp_insert(t->in, t->srch_draft ? t->srch_draft : "");
+    }
+    free(t->srch_draft);
+    t->srch_draft = NULL;
+    t->srch       = 0;
+    inp_set_hint(t->in, "");
+}
+
+/* A key while searching: 1 when the search took it; 0 when it ended the search (keeping the
+ * match) and the key is to act on the line as usual (Enter sends, arrows move). */
+static int search_key(tui *t, wint_t k, int fn) {
+    size_t n = strlen(t->srch_pat);
+    if (!fn && k == 18) { /* Ctrl-R: the next older match */
+        search_update(t, t->srch_pos < 0 ? 0 : t->srch_pos + 1, 1);
+    } else if (!fn && k == 19) { /* Ctrl-S: the next newer one */
+        if (t->srch_pos > 0)
+            search_update(t, t->srch_pos, -1);
+    } else if (!fn && (k == 3 || k == 7 || k == 27)) { /* Ctrl-C, Ctrl-G, Esc: cancel */
+        search_end(t, 0);
+    } else if ((fn && k == KEY_BACKSPACE) || (!fn && (k == 127 || k == 8))) {
+        while (n > 0 && (t->srch_pat[n - 1] & 0xC0) == 0x80)
+            n--; /* a whole character */
+        t->srch_pat[n > 0 ? n - 1 : 0] = 0;
+        t->srch_pos = -1;
+        search_update(t, 0, 1);
+    } else if (!fn && k >= 32) {
+        char             u[8];
+        utf8proc_ssize_t l = utf8proc_encode_char((utf8proc_int32_t)k, (utf8proc_uint8_t *)u);
+        if (l > 0 && n + (size_t)l < sizeof t->srch_pat) {
+            memcpy(t->srch_pat + n, u, (size_t)l);
+            t->srch_pat[n + (size_t)l] = 0;
+        }
+        search_update(t, t->srch_pos < 0 ? 0 : t->srch_pos, 1);
+    } else {
+        search_end(t, 1);
+        return 0;
+    }
+    return 1;
+}
+
 static void paste_flush(tui *t) {
     if (t->paste_buf.n) {
         inp_insert(t->in, t->paste_buf.p);
@@ -752,6 +823,12 @@ static void on_key(tui *t, wint_t k, int fn) {
     report_bad_utf8(t, "the typed text");
     if (ui_key(t, k, fn))
         return;
+    if (t->srch && search_key(t, k, fn))
+        return;
+    if (!fn && k == 18) { /* Ctrl-R */
+        search_start(t);
+        return;
+    }
     if (!fn) {
         switch (k) {
         case 3: /* Ctrl-C */
@@ -971,5 +1048,6 @@ int ui_tui_run(const cli_opts *o) {
     free(t->paste_buf.p);
     md_stream_free(&t->ms_resp);
     free(t->links);
+    free(t->srch_draft);
     return 0;
 }
