@@ -252,6 +252,28 @@ for size in 80x24 40x12; do
     keys C-d; wait_for "EXIT=0" 5
 done
 
+# --- item 23: 8-color terminals: pane borders are not black, the light theme has no yellow text ---
+m23="$K3_TMP/m23.txt"
+printf 'delay 100\nthink %s\nresponse %s\n' "$(/usr/bin/python3 -c 'print("t " * 100)')" \
+    "$(/usr/bin/python3 -c 'print("ok " * 100)')" >"$m23"
+esc=$(printf '\033')
+for term in xterm linux; do
+    if ! infocmp "$term" >/dev/null 2>&1; then echo "SKIP: item 23 on $term (no terminfo entry)"; continue; fi
+    for theme in dark light; do
+        tui_start 80 24 K3_MOCK="$m23" -- "TERM=$term $K3CHAT --theme $theme /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+        wait_for "mock · 3 layers" 10
+        type_line "hi"
+        wait_for "── response" 10
+        $T capture-pane -p -e >"$K3_TMP/sgr.txt"
+        check "item 23 ($term, $theme): the pane titles' borders are not black" \
+            sh -c "! grep -a -e 'thinking' -e 'response' '$K3_TMP/sgr.txt' | grep -q -e '$esc\\[30m' -e '$esc\\[30;'"
+        [ $theme = light ] && check "item 23 ($term, light): no yellow text" \
+            sh -c "! grep -a -q -e '$esc\\[33m' -e '$esc\\[33;' '$K3_TMP/sgr.txt'"
+        keys C-c; wait_gone "Ctrl-C stops" 10
+        keys C-d; wait_for "EXIT=0" 5
+    done
+done
+
 # --- items 15 and 24 on the real engine (k3-nano): markers survive /load, the figure follows /clear
 nano="$K3_SRC/models/k3-nano"
 if [ -f "$nano/model.safetensors" ]; then

@@ -4,6 +4,7 @@
 #include "test.h"
 #include "theme.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static cmd_result r;
@@ -121,5 +122,51 @@ int main(void) {
     T_CHECK(cmd_parse("/HELP", &rr) && strstr(rr.msg, "did you mean /help?"), "/HELP suggests /help (%s)", rr.msg);
     T_CHECK(cmd_parse("/forget --fit", &rr) == 0 && !strcmp(rr.arg, "--fit") && cmd_parse("/forget x", &rr),
             "/forget takes --fit and nothing else");
+
+    /* 8-color terminals (issue 26 item 23): each role mapped deliberately */
+    T_CHECK(thm_parse("border = 240 default | default default dim\n", "x.theme", t, err, sizeof err) == 0 &&
+                t[THM_BORDER].has8 && t[THM_BORDER].fg8 == -1 && t[THM_BORDER].attrs8 == THM_A_DIM && t[THM_BORDER].fg == 240,
+            "theme: '|' gives the 8-color choice");
+    T_CHECK(thm_parse("border = 240 default |\n", "x.theme", t, err, sizeof err) != 0 && strstr(err, "after '|'"),
+            "theme: an empty 8-color part is an error: %s", err);
+    short fg, bg;
+    int   at;
+    thm_spec grey = {240, -1, 0, 0, 0, 0, 0}, bar = {252, 236, 0, 0, 0, 0, 0}, hue = {150, -1, 0, 0, 0, 0, 0};
+    thm_resolve(&grey, 8, &fg, &bg, &at);
+    T_CHECK(fg == -1 && bg == -1 && at == THM_A_DIM, "8 colors: a grey text is the default color, dimmed (fg %d)", fg);
+    thm_resolve(&bar, 8, &fg, &bg, &at);
+    T_CHECK(fg == -1 && bg == -1 && at == THM_A_REVERSE, "8 colors: a grey bar is reverse video (fg %d bg %d)", fg, bg);
+    thm_resolve(&hue, 8, &fg, &bg, &at);
+    T_CHECK(fg == 2, "8 colors: light green 150 is green by its hue (got %d)", fg);
+    thm_resolve(&hue, 256, &fg, &bg, &at);
+    T_CHECK(fg == 150, "256 colors: unchanged (got %d)", fg);
+    /* every shipped theme, and the built-in one, on 8 and 16 colors: no text in its background's
+     * color, none black on a dark theme, none white or yellow on the light one */
+    static const char *names[] = {"(built-in)", "dark", "light", "high-contrast"};
+    for (int th = 0; th < 4; th++) {
+        thm_defaults(t);
+        if (th > 0) {
+            char path[64], buf[8192];
+            snprintf(path, sizeof path, "themes/%s.theme", names[th]);
+            FILE  *f = fopen(path, "r");
+            size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f)
+                fclose(f);
+            buf[got] = 0;
+            T_CHECK(got > 0 && thm_parse(buf, path, t, err, sizeof err) == 0, "%s parses", path);
+        }
+        for (int colors = 8; colors <= 16; colors += 8) {
+            int bad = -1;
+            for (int ro = 0; ro < THM_N && bad < 0; ro++) {
+                thm_resolve(&t[ro], colors, &fg, &bg, &at);
+                int on_default = bg < 0 && !(at & THM_A_REVERSE);
+                if ((fg >= 0 && fg == bg) || (on_default && th != 2 && th != 3 && fg == 0) ||
+                    (on_default && th == 2 && (fg == 7 || fg == 3)))
+                    bad = ro;
+            }
+            T_CHECK(bad < 0, "theme %s on %d colors: every role readable (first bad: %s)", names[th], colors,
+                    bad < 0 ? "none" : thm_role_name((enum thm_role)bad));
+        }
+    }
     return t_done();
 }

@@ -15,7 +15,7 @@ static const struct {
     const char *name;
     thm_spec    def;
 } roles[THM_N] = {
-#define X(id, name, fg, bg, at) {name, {fg, bg, at}},
+#define X(id, name, fg, bg, at) {name, {fg, bg, at, 0, 0, 0, 0}},
     THEME_ROLES(X)
 #undef X
 };
@@ -97,21 +97,41 @@ int thm_parse(const char *text, const char *file, thm_spec t[THM_N], char *err, 
             snprintf(err, errn, "%s:%d: %s: expected 'ROLE = FG BG [ATTRIBUTES]'", file, lineno, words[0]);
             return -1;
         }
-        thm_spec s = {0, 0, 0};
-        for (int k = 1; k <= 2; k++)
-            if (parse_color(words[k], k == 1 ? &s.fg : &s.bg)) {
-                snprintf(err, errn, "%s:%d: %s: '%s' is not a color (a name, bright-NAME, default or 0..255)",
-                         file, lineno, words[0], words[k]);
+        thm_spec s = {0};
+        int      bar = nw;
+        for (int k = 1; k < nw; k++)
+            if (!strcmp(words[k], "|")) {
+                bar = k;
+                break;
+            }
+        if (bar < nw && nw - bar - 1 < 2) {
+            snprintf(err, errn, "%s:%d: %s: expected 'FG8 BG8 [ATTRIBUTES]' after '|'", file, lineno, words[0]);
+            return -1;
+        }
+        /* the 256-color part, then the 8-color part after '|' */
+        for (int part = 0; part < 2 && (part == 0 || bar < nw); part++) {
+            int    w0 = part ? bar + 1 : 1, w1 = part ? nw : bar, *at = part ? &s.attrs8 : &s.attrs;
+            short *fg = part ? &s.fg8 : &s.fg, *bg = part ? &s.bg8 : &s.bg;
+            if (w1 - w0 < 2) {
+                snprintf(err, errn, "%s:%d: %s: expected 'ROLE = FG BG [ATTRIBUTES]'", file, lineno, words[0]);
                 return -1;
             }
-        for (int k = 3; k < nw; k++) {
-            int a = parse_attr(words[k]);
-            if (!a) {
-                snprintf(err, errn, "%s:%d: %s: '%s' is not bold, dim, italic, underline or reverse",
-                         file, lineno, words[0], words[k]);
-                return -1;
+            for (int k = w0; k < w0 + 2; k++)
+                if (parse_color(words[k], k == w0 ? fg : bg)) {
+                    snprintf(err, errn, "%s:%d: %s: '%s' is not a color (a name, bright-NAME, default or 0..255)",
+                             file, lineno, words[0], words[k]);
+                    return -1;
+                }
+            for (int k = w0 + 2; k < w1; k++) {
+                int a = parse_attr(words[k]);
+                if (!a) {
+                    snprintf(err, errn, "%s:%d: %s: '%s' is not bold, dim, italic, underline or reverse",
+                             file, lineno, words[0], words[k]);
+                    return -1;
+                }
+                *at |= a;
             }
-            s.attrs |= a;
+            s.has8 = part;
         }
         t[r] = s;
     }
@@ -207,34 +227,72 @@ void thm_list(char *buf, size_t n) {
         used += (size_t)snprintf(buf + used, n - used, "%s%s", s ? ", " : "", seen[s]);
 }
 
-/* Nearest of the 8 basic colors to a 256-color index (xterm palette). */
-static short fold8(short c) {
-    static const unsigned char base[8][3] = {{0, 0, 0}, {205, 0, 0}, {0, 205, 0}, {205, 205, 0},
-                                             {0, 0, 238}, {205, 0, 205}, {0, 205, 205}, {229, 229, 229}};
-    if (c < 0)
-        return c;
-    if (c < 16)
-        return (short)(c % 8);
-    int r, g, b;
-    if (c >= 232) {
-        r = g = b = 8 + (c - 232) * 10;
+/* A 256-color index as RGB (xterm palette); 1 when it is a grey. */
+static int rgb256(short c, int *r, int *g, int *b) {
+    static const unsigned char base[16][3] = {{0, 0, 0},     {205, 0, 0},   {0, 205, 0},     {205, 205, 0},
+                                              {0, 0, 238},   {205, 0, 205}, {0, 205, 205},   {229, 229, 229},
+                                              {127, 127, 127}, {255, 0, 0}, {0, 255, 0},     {255, 255, 0},
+                                              {92, 92, 255}, {255, 0, 255}, {0, 255, 255},   {255, 255, 255}};
+    if (c < 16) {
+        *r = base[c][0], *g = base[c][1], *b = base[c][2];
+    } else if (c >= 232) {
+        *r = *g = *b = 8 + (c - 232) * 10;
     } else {
         int k = c - 16;
-        r = k / 36 ? 55 + 40 * (k / 36) : 0;
-        g = (k / 6) % 6 ? 55 + 40 * ((k / 6) % 6) : 0;
-        b = k % 6 ? 55 + 40 * (k % 6) : 0;
+        *r = k / 36 ? 55 + 40 * (k / 36) : 0;
+        *g = (k / 6) % 6 ? 55 + 40 * ((k / 6) % 6) : 0;
+        *b = k % 6 ? 55 + 40 * (k % 6) : 0;
     }
-    int best = 0;
-    long bd  = -1;
-    for (int k = 0; k < 8; k++) {
-        long dr = r - base[k][0], dg = g - base[k][1], db = b - base[k][2];
-        long d  = dr * dr + dg * dg + db * db;
-        if (bd < 0 || d < bd) {
-            bd   = d;
-            best = k;
+    return *r == *g && *g == *b;
+}
+
+/* The nearest of the six hues (red .. magenta: never black or white) to a non-grey color, by
+ * its hue angle: sector round(h / 60). */
+static short hue8(int r, int g, int b) {
+    static const short sector[6] = {1, 3, 2, 6, 4, 5}; /* red yellow green cyan blue magenta */
+    int    mx = r > g ? (r > b ? r : b) : (g > b ? g : b), mn = r < g ? (r < b ? r : b) : (g < b ? g : b);
+    double h, d = mx - mn > 0 ? mx - mn : 1;
+    if (mx == r)
+        h = 60 * ((g - b) / d);
+    else if (mx == g)
+        h = 60 * ((b - r) / d) + 120;
+    else
+        h = 60 * ((r - g) / d) + 240;
+    if (h < 0)
+        h += 360;
+    return sector[(int)((h + 30) / 60) % 6];
+}
+
+void thm_resolve(const thm_spec *s, int colors, short *fg, short *bg, int *attrs) {
+    *fg = s->fg, *bg = s->bg, *attrs = s->attrs;
+    if (colors >= 256)
+        return;
+    if (s->has8) {
+        *fg = s->fg8, *bg = s->bg8, *attrs = s->attrs8;
+    } else {
+        int r, g, b;
+        if (*bg >= 16 && rgb256(*bg, &r, &g, &b)) { /* a grey bar: reverse video */
+            *bg = -1;
+            *attrs |= THM_A_REVERSE;
+        } else if (*bg >= 16) {
+            *bg = hue8(r, g, b);
+        }
+        if (*fg >= 16 && rgb256(*fg, &r, &g, &b)) {
+            *fg = -1;
+            if (!(*attrs & THM_A_REVERSE))
+                *attrs |= THM_A_DIM;
+        } else if (*fg >= 16) {
+            *fg = hue8(r, g, b);
         }
     }
-    return (short)best;
+    if (colors < 16) {
+        if (*fg >= 8)
+            *fg = (short)(*fg - 8);
+        if (*bg >= 8)
+            *bg = (short)(*bg - 8);
+    }
+    if (*fg >= 0 && *fg == *bg)
+        *fg = -1;
 }
 
 void thm_apply(const thm_spec t[THM_N]) {
@@ -245,20 +303,17 @@ void thm_apply(const thm_spec t[THM_N]) {
         use_default_colors();
     }
     for (int r = 0; r < THM_N; r++) {
-        int a = 0;
-        if (t[r].attrs & THM_A_BOLD) a |= (int)A_BOLD;
-        if (t[r].attrs & THM_A_DIM) a |= (int)A_DIM;
-        if (t[r].attrs & THM_A_ITALIC) a |= (int)A_ITALIC;
-        if (t[r].attrs & THM_A_UNDERLINE) a |= (int)A_UNDERLINE;
-        if (t[r].attrs & THM_A_REVERSE) a |= (int)A_REVERSE;
+        short fg, bg;
+        int   at, a = 0;
+        thm_resolve(&t[r], col ? COLORS : 256, &fg, &bg, &at);
+        if (!col)
+            at = t[r].attrs;
+        if (at & THM_A_BOLD) a |= (int)A_BOLD;
+        if (at & THM_A_DIM) a |= (int)A_DIM;
+        if (at & THM_A_ITALIC) a |= (int)A_ITALIC;
+        if (at & THM_A_UNDERLINE) a |= (int)A_UNDERLINE;
+        if (at & THM_A_REVERSE) a |= (int)A_REVERSE;
         if (col && r + 1 < COLOR_PAIRS) {
-            short fg = t[r].fg, bg = t[r].bg;
-            if (COLORS < 256) {
-                fg = fold8(fg);
-                bg = fold8(bg);
-            }
-            if (COLORS < 16 && fg >= 8)
-                fg = (short)(fg - 8);
             init_pair((short)(r + 1), fg, bg);
             a |= (int)COLOR_PAIR(r + 1);
         } else if (!col && r == THM_STATUS) {

@@ -7,9 +7,11 @@
  *     user      = cyan default bold
  *     think     = 245 default dim
  * FG and BG are default, black, red, green, yellow, blue, magenta, cyan, white, bright-NAME, or
- * a 256-color number; attributes are bold, dim, italic, underline, reverse. On an 8-color
- * terminal numbers fold to the nearest basic color; with NO_COLOR set (or a monochrome
- * terminal) only the attributes are used.
+ * a 256-color number; attributes are bold, dim, italic, underline, reverse. A role may add
+ * its choice for 8- and 16-color terminals after a '|':
+ *     border    = 240 default | default default dim
+ * (otherwise thm_resolve derives one); with NO_COLOR set (or a monochrome terminal) only the
+ * attributes are used.
  */
 #pragma once
 #include <stddef.h>
@@ -58,6 +60,10 @@ enum thm_role {
 typedef struct thm_spec {
     short fg, bg; /* -1 = terminal default, 0..255 */
     int   attrs;  /* THM_A_* */
+    /* the choice for terminals with fewer than 256 colors ("... | FG8 BG8 [ATTRS]" in a
+     * theme file); has8 = 0: derived by thm_resolve's rules */
+    short fg8, bg8;
+    int   attrs8, has8;
 } thm_spec;
 
 /* Parse theme text into t (which holds the defaults to override). 0 ok; -1 with
@@ -68,6 +74,16 @@ void thm_defaults(thm_spec t[THM_N]);
 int thm_load(const char *name, thm_spec t[THM_N], char *err, size_t errn);
 /* Space-separated names of the themes found (builtin + files). */
 void thm_list(char *buf, size_t n);
+
+/* What role spec s becomes on a terminal with `colors` colors (8, 16, 256 or more): fg, bg
+ * and THM_A_* attributes. Below 256 colors a theme's own 8-color choice is used, else one is
+ * derived deliberately, never by the nearest RGB (which made grey borders black and grey
+ * reasoning yellow): a grey (232..255 or r = g = b in the 6x6x6 cube) foreground becomes the
+ * terminal's default color, dimmed; a grey background becomes reverse video on the default
+ * colors; other cube colors go to the nearest of the six hues (never black or white); bright
+ * colors 8..15 lose their brightness below 16 colors; a foreground equal to its background
+ * becomes the default. */
+void thm_resolve(const thm_spec *s, int colors, short *fg, short *bg, int *attrs);
 
 /* curses side: make t current (after initscr); attributes for drawing. */
 void thm_apply(const thm_spec t[THM_N]);
