@@ -295,6 +295,14 @@ if [ -f "$nano/model.safetensors" ]; then
     check "item 15 (k3-nano): the loaded turn keeps its length marker" has "[length limit reached]"
     check "item 15 (k3-nano): ... and its reasoning figures" sh -c "$T capture-pane -p | grep -q 'thought for .* · 6 tokens'"
     check "item 24 (k3-nano): /load brings the figure back ($(nctx))" [ "$(nctx)" -eq "$full" ]
+    # item 6 on the engine: /retry on a transcript that ends with the user's message
+    printf '{"role":"user","content":"What is 2+2?"}\n' >"$K3_TMP/u6.jsonl"
+    keys C-l; type_line "/load $K3_TMP/u6.jsonl"
+    wait_for "loaded 1 message" 5
+    type_line "/retry"
+    wait_gone "Ctrl-C stops" 10
+    check "item 6 (k3-nano): /retry's error on a conversation without an answer is shown" \
+        wait_for "/retry: there is no answer to regenerate" 5
     keys C-d; wait_for "EXIT=0" 5
 else
     echo "SKIP: items 15/24 on k3-nano (models/k3-nano/model.safetensors is not there)"
