@@ -95,6 +95,7 @@ m25="$K3_TMP/m25.txt"
 for size in 80x24 120x40; do
     run_mock "${size%x*}" "${size#*x}" "$m25"
     wait_for "mock · 3 layers" 10
+    type_line "/raw on" # answers as they came: one row per line, whatever Markdown would join
     type_line "top message"
     wait_for "row 39" 10
     wait_input_empty 5
@@ -263,8 +264,9 @@ for term in xterm linux; do
         tui_start 80 24 K3_MOCK="$m23" -- "TERM=$term $K3CHAT --theme $theme /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
         wait_for "mock · 3 layers" 10
         type_line "hi"
-        wait_for "── response" 10
+        wait_for "Ctrl-C stops" 10 # the title line (its rule may be ACS 'q's on these terminals)
         $T capture-pane -p -e >"$K3_TMP/sgr.txt"
+        check "item 23 ($term, $theme): the pane titles were captured while streaming" grep -a -q "Ctrl-C stops" "$K3_TMP/sgr.txt"
         check "item 23 ($term, $theme): the pane titles' borders are not black" \
             sh -c "! grep -a -e 'thinking' -e 'response' '$K3_TMP/sgr.txt' | grep -q -e '$esc\\[30m' -e '$esc\\[30;'"
         [ $theme = light ] && check "item 23 ($term, light): no yellow text" \
