@@ -275,8 +275,51 @@ static k3_status container_to_f32(k3_model *m, const rp_form *f, int rows, int c
     return st;
 }
 
+/* A float matrix quantized at load (8 or 4 bits) in bands of rows, at most ~64 MB of f32 at a
+ * time, so loading never holds an f32 copy of a whole matrix (the release's lm_head would take
+ * 4.7 GB). Same bytes as matrix_from_f32 (qmat_quantize_rows). */
+static k3_status matrix_banded(k3_model *m, const char *name, int rows, int cols, int bits, qmat *out) {
+    k3_status        st = K3_OK;
+    const st_tensor *t  = need(m, name, &st);
+    if (!t) return st;
+    if (!is_float(t->dtype))
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': dtype %s, expected a float type", m->dir, name,
+                      st_dtype_name(t->dtype));
+    if (st_numel(t) != (int64_t)rows * cols)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': %lld elements, expected %lld", m->dir, name,
+                      (long long)st_numel(t), (long long)rows * cols);
+    const int type = bits == 8 ? Q_I8 : Q_I4;
+    int64_t   band = ((int64_t)64 << 20) / ((int64_t)cols * 4);
+    band           = band < 1 ? 1 : band > rows ? rows : band;
+    float *buf     = k3_aligned_alloc(64, (size_t)band * cols * sizeof(float));
+    if (!buf) return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, name);
+    if ((st = qmat_alloc(out, type, rows, cols))) {
+        free(buf);
+        k3_err_prefix("%s: tensor '%s'", m->dir, name);
+        return st;
+    }
+    const size_t es = st_dtype_size(t->dtype);
+    for (int r0 = 0; r0 < rows && !st; r0 += (int)band) {
+        int n = rows - r0 < band ? rows - r0 : (int)band;
+        if (!(st = st_read_f32_part(m->st, t, (int64_t)r0 * cols, (int64_t)n * cols, buf)) &&
+            (st = qmat_quantize_rows(out, r0, n, buf)))
+            k3_err_prefix("%s: tensor '%s'", m->dir, name);
+        if (!st) progress(m, name, (uint64_t)n * (uint64_t)cols * es);
+    }
+    free(buf);
+    if (!st) st = own(m, out->own);
+    if (st) {
+        qmat_free(out);
+        return st;
+    }
+    out->own = NULL; /* freed with the model's other allocations */
+    m->bytes_resident += q_wbytes(type, rows, cols) + q_sbytes(type, rows, cols);
+    return K3_OK;
+}
+
 /* A weight matrix [rows, cols] read, checked and converted: used in place when stored in the
- * engine's form (k3 container at these bits), else quantized at load (matrix_from_f32). */
+ * engine's form (k3 container at these bits), else quantized at load (matrix_banded, or
+ * matrix_from_f32 for a container decoded to f32). */
 static k3_status model_matrix(k3_model *m, const char *name, int rows, int cols, int bits, qmat *out) {
     rp_form   f;
     k3_status st   = rp_matrix_form(m->st, name, rows, cols, &f);
@@ -286,6 +329,7 @@ static k3_status model_matrix(k3_model *m, const char *name, int rows, int cols,
     if (f.type != want && (st = refuse_map(m, &f, want))) return st;
     float *w;
     if (f.type == Q_I8 || f.type == Q_I4) st = container_to_f32(m, &f, rows, cols, &w);
+    else if (bits != 32) return matrix_banded(m, name, rows, cols, bits, out);
     else st = read_f32(m, name, (int64_t)rows * cols, 0, &w);
     if (st) return st;
     return matrix_from_f32(m, name, w, rows, cols, bits, out);

@@ -85,8 +85,8 @@ void q_quantize_row_i4(const float *x, int n, uint8_t *q, float *s) {
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-/* Allocate out's storage for type x rows x cols. */
-static k3_status qmat_alloc(qmat *out, int type, int rows, int cols) {
+/* Allocate out's storage for type x rows x cols (quant.h). */
+k3_status qmat_alloc(qmat *out, int type, int rows, int cols) {
     memset(out, 0, sizeof *out);
     if (type != Q_F32 && type != Q_I8 && type != Q_I4)
         return k3_err(K3_ERR_ARG, "qmat_quantize: type %d, expected Q_F32, Q_I8 or Q_I4", type);
@@ -170,6 +170,27 @@ static k3_status quantize(qmat *out, int type, const float *f32, const uint16_t 
             return k3_err(K3_ERR_NOMEM, "qmat_quantize: row buffer of %d floats", cols);
         return k3_err(K3_ERR_NUMERIC, "weight [%d][%d] is not finite", bad_r, bad_c);
     }
+    return K3_OK;
+}
+
+k3_status qmat_quantize_rows(qmat *m, int r0, int n, const float *w) {
+    K3_ASSERT(m->own && r0 >= 0 && n >= 0 && r0 + n <= m->rows);
+    int bad_r = -1, bad_c = -1;
+#pragma omp parallel for schedule(static) if ((long)n * m->cols > (1L << 18))
+    for (int r = 0; r < n; r++) {
+        const float *src = w + (size_t)r * m->cols;
+        int          c   = row_nonfinite(src, m->cols);
+        if (c >= 0) {
+#pragma omp critical(quant_bad)
+            if (bad_r < 0 || r < bad_r) {
+                bad_r = r;
+                bad_c = c;
+            }
+            continue;
+        }
+        quantize_row(m, r0 + r, src);
+    }
+    if (bad_r >= 0) return k3_err(K3_ERR_NUMERIC, "weight [%d][%d] is not finite", r0 + bad_r, bad_c);
     return K3_OK;
 }
 
