@@ -72,6 +72,13 @@ k3_status k3_params_default(k3_params *p) {
     if ((st = env_int("K3_PIPE", 0, 1, &p->pipe))) return st;
     if ((st = env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads))) return st;
     if ((st = kern_isa_env())) return st;
+    static const struct { const char *name; int bit; } given[] = {
+        {"K3_BITS", K3_SET_BITS}, {"K3_MLA_BITS", K3_SET_MLA_BITS}, {"K3_HEAD_BITS", K3_SET_HEAD_BITS},
+        {"K3_EXPERT_GB", K3_SET_EXPERT_GB}, {"K3_MAXT", K3_SET_MAXT}};
+    for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+        const char *e = getenv(given[i].name);
+        if (e && *e) p->set |= given[i].bit;
+    }
     const char *v = getenv("K3_EXPERT_GB");
     if (v && *v) {
         char *end;
@@ -587,6 +594,26 @@ static k3_status load_globals(k3_model *m) {
     return tt_walk(&m->cfg, -1, 0, load_one, &x);
 }
 
+/* The memory fit (fit.h), from the tensor table only: before any weight is read. Settings given
+ * explicitly (m->par.set) and bits a container brought stay; the others may be lowered, and an
+ * unset expert cache takes what is left. Refused: K3_ERR_NOMEM with the figures. */
+static k3_status model_fit(k3_model *m) {
+    k3_status st;
+    if ((st = fit_scan(&m->cfg, m->st, m->n_run, &m->fit_t)) || (st = fit_machine_get(&m->fit_mc))) return st;
+    int     mask  = m->par.set | (m->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
+               (m->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) | (m->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
+    fit_set given = {.bits = m->par.bits, .mla_bits = m->par.mla_bits, .head_bits = m->par.head_bits,
+                     .expert_gb = m->par.expert_gb, .maxt = m->par.max_ctx, .map = m->map};
+    fit_decide(&m->fit_t, &m->fit_mc, &given, mask, &m->fit);
+    if (!m->fit.ok) return k3_err(K3_ERR_NOMEM, "%s: %s", m->dir, m->fit.msg);
+    m->par.bits      = m->fit.set.bits;
+    m->par.mla_bits  = m->fit.set.mla_bits;
+    m->par.head_bits = m->fit.set.head_bits;
+    m->par.expert_gb = m->fit.set.expert_gb;
+    K3_LOG_INFO("%s: %s", m->dir, m->fit.msg);
+    return K3_OK;
+}
+
 /* A k3 container (k3-repack) brings its bits (rp_run_bits, shared with --inspect): K3_BITS /
  * K3_MLA_BITS / K3_HEAD_BITS left unset keep them (the matrices are then used as stored); set
  * explicitly they win, and matrices stored at other bits are dequantized and quantized again at
@@ -597,7 +624,7 @@ static k3_status container_params(k3_model *m) {
     k3_status st = rp_info_load(m->dir, &ci);
     if (st) return st;
     if (ci.present) {
-        rp_run_bits(&ci, &m->par);
+        m->from = rp_run_bits(&ci, &m->par);
         K3_LOG_INFO("%s: k3 container (bits %d, MLA %d, head %d); running at %d/%d/%d", m->dir, ci.bits,
                     ci.mla_bits, ci.head_bits, m->par.bits, m->par.mla_bits, m->par.head_bits);
     }
@@ -639,6 +666,7 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
         }
         m->n_run = m->par.n_layers;
     }
+    if ((st = model_fit(m))) goto fail;
 #ifdef _OPENMP
     if (m->par.threads > 0) omp_set_num_threads(m->par.threads);
 #endif
@@ -707,10 +735,22 @@ void k3_model_get_info(const k3_model *m, k3_model_info *out) {
     out->gen_temp       = c->gen_temp;
     out->gen_top_p      = c->gen_top_p;
     out->bytes_resident = m->bytes_resident + (m->tier ? ex_resident_bytes(m->tier) : 0);
+    out->fit            = m->fit.msg;
 }
 
 k3_status k3_model_set_expert_budget(k3_model *m, double gb) {
     if (!(gb < 1e9)) return k3_err(K3_ERR_ARG, "expert budget %g GB: expected < 1e9", gb);
+    if (gb >= 0) { /* the memory fit holds for live changes too */
+        fit_set  s = m->fit.set;
+        fit_plan p;
+        s.expert_gb = gb;
+        fit_plan_at(&m->fit_t, &s, &p);
+        if ((double)p.total > m->fit_mc.usable) {
+            double most = (m->fit_mc.usable - (double)p.total + (double)p.b[FIT_EXPERT]) / 1e9;
+            return k3_err(K3_ERR_NOMEM, "expert cache %g GB: the plan would need %.2f GB but %.2f GB is usable (%s); at most %.2f GB fits",
+                          gb, (double)p.total / 1e9, m->fit_mc.usable / 1e9, m->fit_mc.src, most > 0 ? floor(most * 100) / 100 : 0.0);
+        }
+    }
     return ex_set_budget(m->tier, gb);
 }
 
