@@ -86,6 +86,8 @@ k3_status k3_params_default(k3_params *p) {
         if (*end || !(p->expert_gb >= 0 && p->expert_gb < 1e9))
             return k3_err(K3_ERR_ARG, "K3_EXPERT_GB='%s': expected a number of GB >= 0", v);
     }
+    fit_machine mc; /* K3_MEM_GB is checked here, before any file is opened */
+    if ((st = fit_machine_get(&mc))) return st;
     v = getenv("K3_TOPP");
     if (v && *v) {
         char *end;
