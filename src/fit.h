@@ -93,3 +93,17 @@ k3_status fit_machine_get(fit_machine *out);
 void      fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given, int set_mask, fit_choice *out);
 /* "17.55 GB" style: decimal units, two decimals. */
 const char *fit_hb(char *buf, size_t n, double bytes);
+
+/* Expected speed (speed.c): quick measurements of this machine, cached per machine in
+ * $XDG_CACHE_HOME/k3chat/speed (mem_bw, matmul, and disk per drive), and the estimates. */
+typedef struct fit_speed {
+    double mem_bw;          /* bytes/s, summing a 256 MB buffer on all threads               */
+    double matmul;          /* int8 multiply-adds/s of qmat_matmul at 32 columns              */
+    double disk;            /* bytes/s, O_DIRECT 4 MB reads of the largest shard (0: unknown)  */
+    int    sparse;          /* that shard is sparse: the disk figure is holes, not the drive  */
+    int    cached;          /* every figure came from the cache                               */
+    char   cache[4200];     /* the cache file                                                 */
+} fit_speed;
+void fit_speed_get(const st_dir *d, fit_speed *out);
+void fit_speed_estimate(const fit_table *t, const fit_plan *p, const fit_speed *sp, int n_active, int chunk,
+                        double *decode_s, double *prefill_s);

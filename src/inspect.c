@@ -38,6 +38,7 @@ typedef struct insp_settings {
     int    set;        /* K3_SET_* mask (k3_params.set)                                      */
     int    n_layers;   /* K3_LAYERS (0: all)                                                 */
     int    map;        /* K3_MMAP=1                                                          */
+    int    chunk;      /* K3_CHUNK                                                           */
 } insp_settings;
 
 static k3_status read_settings(const char *dir, insp_settings *s) {
@@ -55,6 +56,7 @@ static k3_status read_settings(const char *dir, insp_settings *s) {
     s->set = p.set | (s->from & RP_FROM_BITS ? K3_SET_BITS : 0) | (s->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) |
              (s->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
     s->n_layers = p.n_layers;
+    s->chunk = p.chunk;
     const char *m = getenv("K3_MMAP");
     s->map = m && !strcmp(m, "1");
     return K3_OK;
@@ -280,6 +282,14 @@ k3_status k3_inspect(const char *dir, FILE *out) {
     fprintf(out, "  order      %s\n", es.layers_unordered ? "experts not in id order inside shards" : "experts in id order inside shards");
     print_shards(d, out);
     print_memory(&ft, &mc, fc, &s, s.set, out);
+    fit_speed sp;
+    double    dec, pre;
+    fit_speed_get(d, &sp);
+    fit_speed_estimate(&ft, &fc->plan, &sp, c->n_active, s.chunk, &dec, &pre);
+    fprintf(out, "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, K3_CHUNK=%d)\n", dec, pre, s.chunk);
+    fprintf(out, "  measured   memory read %.1f GB/s, int8 matmul %.1f G multiply-adds/s, drive %s%s%s (%s %s)\n", sp.mem_bw / 1e9,
+            sp.matmul / 1e9, sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
+            sp.sparse ? " (sparse file: holes, not the drive)" : "", sp.cached ? "cached in" : "measured now; cached in", sp.cache);
 fail:
     st_close(d);
     free(c);

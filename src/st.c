@@ -36,7 +36,7 @@
 
 #define ST_PREFIX     "language_model."
 #define ST_PREFIX_LEN (sizeof ST_PREFIX - 1)
-#define ST_MAX_HEADER ((uint64_t)1 << 30) /* 1 GiB of JSON is surely not a header */
+#define ST_MAX_HEADER ((uint64_t)100000000) /* 100 MB; the release's shard headers are under 1 MB */
 
 typedef struct st_shard {
     char    *path;       /* full path                                   */
@@ -243,8 +243,8 @@ static k3_status load_shard(st_dir *d, int si) {
         return k3_err(K3_ERR_FORMAT, "%s: header length %llu beyond the file (%llu bytes after the length field)",
                       file, (unsigned long long)hlen, (unsigned long long)(sh->size - 8));
     if (hlen > ST_MAX_HEADER)
-        return k3_err(K3_ERR_FORMAT, "%s: header length %llu is implausibly large", file,
-                      (unsigned long long)hlen);
+        return k3_err(K3_ERR_FORMAT, "%s: header length %llu at offset 0 is implausibly large (limit %llu bytes; the release's shard headers are under 1 MB)",
+                      file, (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
     uint64_t data_start = 8 + hlen, data_size = sh->size - data_start;
     hbuf = k3_malloc((size_t)hlen + 1);
     if (!hbuf) { st = k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen); goto fail; }
