@@ -26,7 +26,8 @@
     X(repack) /* bench-repack.c: start-up of a k3 container vs the BF16 source; K3_MMAP memory */ \
     X(tok)  /* bench-tok.c: tokenizer encode MB/s vs tiktoken's JS and WASM builds */          \
     X(vk)   /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */              \
-    X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */
+    X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */  \
+    X(release) /* bench-release.c: release widths, 2 layers: open, first token, s/token, RSS */
 
 #define DECLARE(name) int bench_##name(void);
 BENCHES(DECLARE)

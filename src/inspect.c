@@ -272,7 +272,8 @@ k3_status k3_inspect(const char *dir, FILE *out) {
     fprintf(out, "tokens       bos %d, eos %d, pad %d; generation defaults temperature %g, top_p %g\n", c->bos_id,
             c->eos_id, c->pad_id, (double)c->gen_temp, (double)c->gen_top_p);
     print_dtypes(d, out);
-    fprintf(out, "parameters   %.3f T (%.0f; MXFP4 weights two a byte, scales not counted)\n", n_params(d) / 1e12, n_params(d));
+    double np = n_params(d);
+    fprintf(out, "parameters   %.3f T (%.0f; MXFP4 weights two a byte, scales not counted)\n", np / 1e12, np);
     fprintf(out, "experts      %ld routed (%d MoE layers x %d), %s each (six MXFP4 tensors), %s in all\n", es.n,
             c->n_layers - c->first_dense, c->n_experts, HB(es.bytes_per), HB(es.total));
     if (es.n_split)
