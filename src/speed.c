@@ -10,7 +10,7 @@
  *   matmul  int8 multiply-adds per second of the engine's own kernel (qmat_matmul, 2048 x 4096
  *           at 32 columns: a prefill chunk), best of 3
  *   disk    O_DIRECT reads of 4 MB at spread offsets of the model's largest opened shard, for
- *           about a second or 256 MB. A sparse file reads its holes without the drive; the
+ *           half a second or 256 MB. A sparse file reads its holes without the drive; the
  *           figure is then marked "(sparse file: holes, not the drive)".
  * Estimates (routing is flat, so an expert cache holding a fraction f of the experts hits
  * about f of the time):
@@ -133,7 +133,7 @@ static double measure_disk(const char *path, uint64_t size) {
     void    *buf = k3_aligned_alloc(4096, blk);
     double   t0 = k3_time(), dt = 0;
     uint64_t done = 0, nblk = size / blk;
-    for (uint64_t i = 0; buf && done < ((uint64_t)256 << 20) && dt < 1.0; i++) {
+    for (uint64_t i = 0; buf && done < ((uint64_t)256 << 20) && dt < 0.5; i++) {
         uint64_t off = (i * 7919 % nblk) * blk;
         if (pread(fd, buf, blk, (off_t)off) != (ssize_t)blk) break;
         done += blk;
