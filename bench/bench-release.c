@@ -33,18 +33,7 @@ int bench_release(void) {
     const char *dir = getenv("K3_BENCH_RELEASE");
     char        gen[600] = "";
     if (!dir || !*dir) {
-        const char *base = getenv("K3_BENCH_DIR"), *mk = getenv("K3_MKMODEL");
-        base = base && *base ? base : "/var/tmp";
-        mk   = mk && *mk ? mk : "build/k3-mkmodel";
-        snprintf(gen, sizeof gen, "%s/k3-bench-release-%d", base, (int)getpid());
-        char cmd[1400];
-        snprintf(cmd, sizeof cmd, "'%s' --preset release --layers 2 --quiet '%s'", mk, gen);
-        printf("# generating the release replica: %s\n", cmd);
-        fflush(stdout);
-        if (system(cmd)) {
-            fprintf(stderr, "bench-release: %s failed\n", cmd);
-            return 1;
-        }
+        if (bench_mkmodel("--preset release --layers 2", "k3-bench-release", gen, sizeof gen)) return 1;
         dir = gen;
     }
     int         rc = 1;
@@ -84,10 +73,6 @@ done:
     if (rc) fprintf(stderr, "bench-release: %s: %s\n", dir, k3_errmsg());
     k3_session_free(s);
     k3_model_free(m);
-    if (*gen) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", gen);
-        if (system(cmd)) fprintf(stderr, "bench-release: could not remove %s\n", gen);
-    }
+    if (*gen) bench_rmmodel(gen);
     return rc;
 }

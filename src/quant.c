@@ -129,14 +129,13 @@ static int row_nonfinite(const float *x, int n) {
     return -1;
 }
 
-/* Shared driver: src is f32 (bf16 == NULL) or bf16 (f32 == NULL). */
-static k3_status quantize(qmat *out, int type, const float *f32, const uint16_t *bf16, int rows,
-                          int cols) {
-    k3_status st = qmat_alloc(out, type, rows, cols);
-    if (st != K3_OK)
-        return st;
-    int bad_r = -1, bad_c = -1, nomem = 0;
-#pragma omp parallel if ((long)rows * cols > (1L << 18))
+/* Rows [r0, r0+n) of m from src rows 0..n-1, f32 (bf16 == NULL) or bf16 (f32 == NULL). Returns
+ * K3_ERR_NUMERIC naming the first non-finite weight (matrix row), K3_ERR_NOMEM; rows before a
+ * bad one may be written. */
+static k3_status quantize_band(qmat *out, int r0, int n, const float *f32, const uint16_t *bf16) {
+    const int cols  = out->cols;
+    int       bad_r = -1, bad_c = -1, nomem = 0;
+#pragma omp parallel if ((long)n * cols > (1L << 18))
     {
         float *tmp = bf16 ? malloc((size_t)cols * sizeof(float)) : NULL;
         if (bf16 && !tmp) {
@@ -144,7 +143,7 @@ static k3_status quantize(qmat *out, int type, const float *f32, const uint16_t 
             nomem = 1;
         }
 #pragma omp for schedule(static)
-        for (int r = 0; r < rows; r++) {
+        for (int r = 0; r < n; r++) {
             const float *src = f32 ? f32 + (size_t)r * cols : tmp;
             if (!src)
                 continue;
@@ -160,38 +159,29 @@ static k3_status quantize(qmat *out, int type, const float *f32, const uint16_t 
                 }
                 continue;
             }
-            quantize_row(out, r, src);
+            quantize_row(out, r0 + r, src);
         }
         free(tmp);
     }
-    if (nomem || bad_r >= 0) {
-        qmat_free(out);
-        if (nomem)
-            return k3_err(K3_ERR_NOMEM, "qmat_quantize: row buffer of %d floats", cols);
-        return k3_err(K3_ERR_NUMERIC, "weight [%d][%d] is not finite", bad_r, bad_c);
-    }
+    if (nomem)
+        return k3_err(K3_ERR_NOMEM, "qmat_quantize: row buffer of %d floats", cols);
+    if (bad_r >= 0)
+        return k3_err(K3_ERR_NUMERIC, "weight [%d][%d] is not finite", r0 + bad_r, bad_c);
     return K3_OK;
+}
+
+/* Shared driver: src is f32 (bf16 == NULL) or bf16 (f32 == NULL). */
+static k3_status quantize(qmat *out, int type, const float *f32, const uint16_t *bf16, int rows,
+                          int cols) {
+    k3_status st = qmat_alloc(out, type, rows, cols);
+    if (st == K3_OK && (st = quantize_band(out, 0, rows, f32, bf16)) != K3_OK)
+        qmat_free(out);
+    return st;
 }
 
 k3_status qmat_quantize_rows(qmat *m, int r0, int n, const float *w) {
     K3_ASSERT(m->own && r0 >= 0 && n >= 0 && r0 + n <= m->rows);
-    int bad_r = -1, bad_c = -1;
-#pragma omp parallel for schedule(static) if ((long)n * m->cols > (1L << 18))
-    for (int r = 0; r < n; r++) {
-        const float *src = w + (size_t)r * m->cols;
-        int          c   = row_nonfinite(src, m->cols);
-        if (c >= 0) {
-#pragma omp critical(quant_bad)
-            if (bad_r < 0 || r < bad_r) {
-                bad_r = r;
-                bad_c = c;
-            }
-            continue;
-        }
-        quantize_row(m, r0 + r, src);
-    }
-    if (bad_r >= 0) return k3_err(K3_ERR_NUMERIC, "weight [%d][%d] is not finite", r0 + bad_r, bad_c);
-    return K3_OK;
+    return quantize_band(m, r0, n, w, NULL);
 }
 
 k3_status qmat_quantize(qmat *out, int type, const float *w, int rows, int cols) {
