@@ -290,31 +290,17 @@ int bench_experts(void) {
     const char *dir = getenv("K3_BENCH_SLICE");
     char        gen[600] = "";
     if (!dir || !*dir) {
-        const char *base = getenv("K3_BENCH_DIR"), *mk = getenv("K3_MKMODEL");
-        base = base && *base ? base : "/var/tmp";
-        mk   = mk && *mk ? mk : "build/k3-mkmodel";
+        const char    *base = bench_dir();
         struct statvfs sv;
         if (statvfs(base, &sv) || (double)sv.f_bavail * sv.f_frsize < 16e9) {
             printf("# expert benchmarks skipped: less than 16 GB free in %s (set K3_BENCH_DIR or K3_BENCH_SLICE)\n", base);
             return 0;
         }
-        snprintf(gen, sizeof gen, "%s/k3-bench-slice-%d", base, (int)getpid());
-        char cmd[1400];
-        snprintf(cmd, sizeof cmd, "'%s' --preset slice --seed 1 --quiet '%s'", mk, gen);
-        printf("# generating the slice preset: %s\n", cmd);
-        fflush(stdout);
-        if (system(cmd)) {
-            fprintf(stderr, "bench-experts: %s failed\n", cmd);
-            return 1;
-        }
+        if (bench_mkmodel("--preset slice --seed 1", "k3-bench-slice", gen, sizeof gen)) return 1;
         dir = gen;
     }
     if (want_s) bench_stream(dir);
     if (want_e) bench_engine(dir);
-    if (*gen) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", gen);
-        if (system(cmd)) fprintf(stderr, "bench-experts: could not remove %s\n", gen);
-    }
+    if (*gen) bench_rmmodel(gen);
     return 0;
 }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The registry, in run order: one X(name) per benchmark function bench_<name>. */
 #define BENCHES(X)                                                                                 \
@@ -26,7 +27,8 @@
     X(repack) /* bench-repack.c: start-up of a k3 container vs the BF16 source; K3_MMAP memory */ \
     X(tok)  /* bench-tok.c: tokenizer encode MB/s vs tiktoken's JS and WASM builds */          \
     X(vk)   /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */              \
-    X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */
+    X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */  \
+    X(release) /* bench-release.c: release widths, 2 layers: open, first token, s/token, RSS */
 
 #define DECLARE(name) int bench_##name(void);
 BENCHES(DECLARE)
@@ -52,6 +54,31 @@ void bench_report(const char *name, double value, const char *unit, double ref, 
     printf("BENCH %s %.4g %s ref %.4g %s ratio %.3f\n", name, value, unit, ref, ref_unit,
            ref != 0.0 ? value / ref : 0.0);
     fflush(stdout);
+}
+
+const char *bench_dir(void) {
+    const char *b = getenv("K3_BENCH_DIR");
+    return b && *b ? b : "/var/tmp";
+}
+
+int bench_mkmodel(const char *args, const char *name, char *out, size_t n) {
+    const char *mk = getenv("K3_MKMODEL");
+    char        cmd[1600];
+    snprintf(out, n, "%s/%s-%d", bench_dir(), name, (int)getpid());
+    snprintf(cmd, sizeof cmd, "'%s' %s --quiet '%s'", mk && *mk ? mk : "build/k3-mkmodel", args, out);
+    printf("# generating: %s\n", cmd);
+    fflush(stdout);
+    if (system(cmd)) {
+        fprintf(stderr, "k3-bench: %s failed\n", cmd);
+        return -1;
+    }
+    return 0;
+}
+
+void bench_rmmodel(const char *dir) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) fprintf(stderr, "k3-bench: could not remove %s\n", dir);
 }
 
 static int cmp_double(const void *a, const void *b) {

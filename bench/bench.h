@@ -7,11 +7,18 @@
  * Extra human-readable lines start with "# ".
  */
 #pragma once
+#include <stddef.h>
 
 /* 1 when the command-line filter selects result `name` (no filter, or the filter is a substring
  * of name or of the running benchmark's registry name). */
 int bench_want(const char *name);
 /* Print the BENCH line (ratio = value / ref; 0 when ref is 0). */
 void bench_report(const char *name, double value, const char *unit, double ref, const char *ref_unit);
+/* Where generated models go: $K3_BENCH_DIR, default /var/tmp (not a tmpfs). */
+const char *bench_dir(void);
+/* Run `$K3_MKMODEL ARGS DIR` (default build/k3-mkmodel) for DIR = bench_dir()/NAME-PID, written
+ * into out; 0 when it worked. bench_rmmodel removes such a directory. */
+int  bench_mkmodel(const char *args, const char *name, char *out, size_t n);
+void bench_rmmodel(const char *dir);
 /* Median of v[n] (sorts v in place). */
 double bench_median(double *v, int n);

@@ -32,6 +32,7 @@
  */
 #include "experts.h"
 #include "config.h"
+#include "fit.h"
 #include "tensors.h"
 
 #include <errno.h>
@@ -287,19 +288,8 @@ static void *ex_loader(void *arg) {
 
 /* ==== budget ================================================================= */
 
-static double mem_available_gb(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char   line[256];
-    double kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024 / 1e9;
-}
-
 uint64_t ex_default_bytes(uint64_t all) {
-    double avail = mem_available_gb() * 1e9;
+    double avail = fit_meminfo_available();
     return avail <= 0 || (double)all <= 0.5 * avail ? all : (uint64_t)(0.4 * avail);
 }
 

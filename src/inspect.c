@@ -8,23 +8,17 @@
  * table (shapes, dtypes, shard offsets), never from tensor data, so it is fast on the 1.5 TB
  * release.
  *
- * Memory estimate, by the kinds of the tensor table (tensors.h), at the engine's settings
- * (k3_params_default, i.e. its defaults and K3_*, and for a k3 container the stored bits where
- * K3_BITS / K3_MLA_BITS / K3_HEAD_BITS are unset, by the engine's rule rp_run_bits; the report
- * marks those "(container)"):
- *   K3_BITS        KDA q/k/v/g/o, latent down/up, shared experts, dense MLP matrices
- *   K3_MLA_BITS    MLA q_a, q_b, kv_a, kv_b, o, g
- *   K3_HEAD_BITS   lm_head
- *   32 = f32, 8 = int8 per row, 4 = int4 in groups of 64 (quant.h), from the logical shape (a
- *   container's quantized matrices and split kv_b: matrix_bytes); embeddings as stored; norms,
- *   router, conv taps, dt_bias, A_log, f_a/f_b, b_proj in f32; routed experts as stored: a cache
- *   of K3_EXPERT_GB (10^9 bytes; at least one expert per MoE layer), or when it is unset the
- *   expert tier's default (all of them if that is at most half of MemAvailable, else 40% of
- *   MemAvailable: ex_default_bytes); decode state for
- *   K3_MAXT positions (KDA state + conv tails, MLA latent cache, AttnRes blocks).
+ * Memory: the plan of fit.h (fit_scan / fit_plan_at / fit_decide, the same code k3_model_open
+ * runs before reading any weight) at the settings the engine would run with on this machine:
+ * k3_params_default (defaults and K3_*), a k3 container's stored bits where K3_BITS /
+ * K3_MLA_BITS / K3_HEAD_BITS are unset (rp_run_bits; marked "(container)"), and what the fit
+ * chooses for the settings not given (marked "(fit)"); then the bytes of each matrix class at
+ * 32 / 8 / 4 bits, the machine's available memory and the fit's one-line decision (or refusal
+ * with the figures). Only the layers that run count (K3_LAYERS).
  */
 #include "config.h"
 #include "experts.h"
+#include "fit.h"
 #include "quant.h"
 #include "repack.h"
 #include "tensors.h"
@@ -38,9 +32,13 @@
 typedef struct insp_settings {
     int    bits, mla_bits, head_bits;
     int    from;       /* RP_FROM_* mask: bits a k3 container brought (the variable unset) */
-    double expert_gb;  /* < 0: unset (the expert tier's default); 0: the floor of one expert per MoE layer */
+    double expert_gb;  /* < 0: unset (the fit chooses); 0: the floor of one expert per MoE layer */
     long   maxt;
     int    maxt_set;
+    int    set;        /* K3_SET_* mask (k3_params.set)                                      */
+    int    n_layers;   /* K3_LAYERS (0: all)                                                 */
+    int    map;        /* K3_MMAP=1                                                          */
+    int    chunk;      /* K3_CHUNK                                                           */
 } insp_settings;
 
 static k3_status read_settings(const char *dir, insp_settings *s) {
@@ -54,67 +52,17 @@ static k3_status read_settings(const char *dir, insp_settings *s) {
     s->head_bits = p.head_bits;
     s->expert_gb = p.expert_gb >= 0 ? p.expert_gb : -1;
     s->maxt = p.max_ctx;
-    const char *t = getenv("K3_MAXT");
-    s->maxt_set = t && *t;
+    s->maxt_set = !!(p.set & K3_SET_MAXT);
+    s->set = p.set | (s->from & RP_FROM_BITS ? K3_SET_BITS : 0) | (s->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) |
+             (s->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
+    s->n_layers = p.n_layers;
+    s->chunk = p.chunk;
+    const char *m = getenv("K3_MMAP");
+    s->map = m && !strcmp(m, "1");
     return K3_OK;
 }
 
-/* "17.55 MB": decimal units, as the spec's figures. */
-static const char *hbytes(char *buf, size_t n, double b) {
-    static const char *u[] = {"B", "kB", "MB", "GB", "TB", "PB"};
-    int i = 0;
-    while (b >= 1000 && i < 5) {
-        b /= 1000;
-        i++;
-    }
-    snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
-    return buf;
-}
-#define HB(x) hbytes((char[32]){0}, 32, (double)(x))
-
-static uint64_t qbytes(int bits, int64_t rows, int64_t cols) {
-    int t = rp_bits_type(bits);
-    return (uint64_t)q_wbytes(t, (int)rows, (int)cols) + q_sbytes(t, (int)rows, (int)cols);
-}
-
-/* ---- memory classes --------------------------------------------------------------------------- */
-
-enum { M_DENSE, M_MLA, M_HEAD, M_EMBED, M_FLOAT, M_EXPERT, M_COUNT };
-
-/* The memory class of a kind of the tensor table. */
-static int mem_class(int kind) {
-    switch (kind) {
-    case TT_K_BITS: return M_DENSE;
-    case TT_K_MLA:
-    case TT_K_KVB: return M_MLA;
-    case TT_K_HEAD: return M_HEAD;
-    case TT_K_EMBED: return M_EMBED;
-    case TT_K_PACK:
-    case TT_K_SCALE: return M_EXPERT;
-    default: return M_FLOAT; /* f32 matrices and vectors */
-    }
-}
-
-/* Bytes of quantizable matrix T held at BITS, from its logical shape. That is T's shape, except
- * in a k3 container (repack.h): kv_b is 1-D, split per head (uk_t[h], uv[h], each quantized by
- * rows), and a U8 matrix comes with NAME.qs: 1-D for int8 (as wide as stored), 2-D for int4 (two
- * columns a byte; an odd width counts one column more, a byte or four per row over at 8 or 32
- * bits, exact at 4). The sidecar itself is counted here, never on its own. */
-static uint64_t matrix_bytes(const k3_config *c, const st_dir *d, const st_tensor *t, int bits) {
-    if (t->ndim == 1) {
-        rp_kvb k = {.Hm = c->n_heads, .nope = c->nope, .v = c->v_dim, .kl = c->kv_lora};
-        int    q = rp_bits_type(bits);
-        return (uint64_t)c->n_heads * (rp_kvb_head_wbytes(q, &k) + rp_kvb_head_sfloats(q, &k) * sizeof(float));
-    }
-    int64_t cols = t->shape[1];
-    if (t->dtype == ST_U8) {
-        char sc[512];
-        snprintf(sc, sizeof sc, "%s" RP_SIDECAR, t->name);
-        const st_tensor *s = st_find(d, sc);
-        if (s && s->ndim == 2) cols *= 2;
-    }
-    return qbytes(bits, t->shape[0], cols);
-}
+#define HB(x) fit_hb((char[32]){0}, 32, (double)(x))
 
 /* ---- experts: size, contiguity, order ------------------------------------------------------- */
 
@@ -228,69 +176,59 @@ static void print_shards(const st_dir *d, FILE *f) {
     free(per);
 }
 
-typedef struct mem_ctx {
-    const k3_config     *c;
-    const st_dir        *d;
-    const insp_settings *s;
-    uint64_t             m[M_COUNT]; /* bytes per memory class */
-} mem_ctx;
-
-/* One tensor of the table: matrices as the engine holds them at their bits (a k3 container's
- * scale sidecars are counted with their matrix), embeddings as stored, the rest as f32. */
-static k3_status add_bytes(const tt_ref *r, void *ud) {
-    mem_ctx         *x = ud;
-    const st_tensor *t = st_find(x->d, r->name);
-    const int        kind = tt_table[r->id].kind, k = mem_class(kind);
-    K3_ASSERT(t); /* cfg_check_tensors ran first */
-    if (k == M_DENSE || k == M_MLA || k == M_HEAD)
-        x->m[k] += matrix_bytes(x->c, x->d, t, tt_bits(kind, x->s->bits, x->s->mla_bits, x->s->head_bits));
-    else if (k == M_EMBED) x->m[k] += t->nbytes;
-    else x->m[M_FLOAT] += (uint64_t)st_numel(t) * 4;
-    return K3_OK;
+/* Parameters: elements of float tensors, two per MXFP4 weight_packed byte (scales not counted),
+ * a container's U8 matrices at their logical width (sidecars not counted). */
+static double n_params(const st_dir *d) {
+    double n = 0;
+    for (int i = 0; i < st_n_tensors(d); i++) {
+        const st_tensor *t = st_tensor_at(d, i);
+        if (t->dtype != ST_U8) n += (double)st_numel(t);
+        else if (strstr(t->name, "weight_packed")) n += 2.0 * (double)t->nbytes;
+    }
+    return n;
 }
 
-static void print_memory(const k3_config *c, const st_dir *d, const insp_settings *s, const expert_stats *es, FILE *f) {
-    mem_ctx x = {.c = c, .d = d, .s = s};
-    for (int l = -1; l < c->n_layers; l++) tt_walk(c, l, 0, add_bytes, &x); /* the routed experts: below */
-    uint64_t *m = x.m;
-    int n_moe = c->n_layers - c->first_dense, n_kda = 0, n_mla = 0;
-    for (int l = 0; l < c->n_layers; l++) c->layer_kind[l] == K3_LAYER_KDA ? n_kda++ : n_mla++;
-    uint64_t floor_b = (uint64_t)n_moe * es->bytes_per;
-    /* unset: every expert resident (the engine without a budget); set: the budget, at least the floor */
-    uint64_t budget = s->expert_gb < 0 ? ex_default_bytes(es->total) : (uint64_t)(s->expert_gb * 1e9);
-    if (budget < floor_b) budget = floor_b;
-    m[M_EXPERT] = budget < es->total ? budget : es->total;
-    const uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
-    uint64_t       kda_state = (uint64_t)n_kda * ((uint64_t)c->kda_heads * c->kda_head_dim * c->kda_head_dim + 3 * (uint64_t)(c->conv_k - 1) * P) * 4;
-    uint64_t       mla_cache = (uint64_t)n_mla * (uint64_t)s->maxt * (uint64_t)(c->kv_lora + c->rope) * 4;
-    uint64_t       blocks = (uint64_t)(c->n_layers / c->attn_res_block + 2) * (uint64_t)c->hidden * 4;
-    uint64_t       total = 0;
-    for (int k = 0; k < M_COUNT; k++) total += m[k];
-    total += kda_state + mla_cache + blocks;
-
-    char eg[48];
+static void print_memory(const fit_table *ft, const fit_machine *mc, const fit_choice *fc, const insp_settings *s, int mask, FILE *f) {
+    const fit_plan *p = &fc->plan;
+    char            eg[48];
     if (s->expert_gb < 0) snprintf(eg, sizeof eg, "unset");
     else snprintf(eg, sizeof eg, "%g", s->expert_gb);
-#define FROM(bit) (s->from & (bit) ? " (container)" : "")
-    fprintf(f, "memory       K3_BITS=%d%s K3_MLA_BITS=%d%s K3_HEAD_BITS=%d%s K3_EXPERT_GB=%s K3_MAXT=%ld%s\n", s->bits,
-            FROM(RP_FROM_BITS), s->mla_bits, FROM(RP_FROM_MLA), s->head_bits, FROM(RP_FROM_HEAD), eg, s->maxt,
-            s->maxt_set ? "" : " (default)");
+#define FROM(bit, set, v, given) (s->from & (bit) ? " (container)" : !(mask & (set)) && (v) != (given) ? " (fit)" : "")
+    fprintf(f, "memory       K3_BITS=%d%s K3_MLA_BITS=%d%s K3_HEAD_BITS=%d%s K3_EXPERT_GB=%s K3_MAXT=%ld%s%s (the plan %s)\n",
+            fc->set.bits, FROM(RP_FROM_BITS, K3_SET_BITS, fc->set.bits, s->bits), fc->set.mla_bits,
+            FROM(RP_FROM_MLA, K3_SET_MLA_BITS, fc->set.mla_bits, s->mla_bits), fc->set.head_bits,
+            FROM(RP_FROM_HEAD, K3_SET_HEAD_BITS, fc->set.head_bits, s->head_bits), eg, s->maxt,
+            s->maxt_set ? "" : " (default)", s->map ? " K3_MMAP=1" : "",
+            fc->ok ? "the engine would run with on this machine" : "at these settings: they do not fit here");
 #undef FROM
-    fprintf(f, "  dense matrices (K3_BITS)     %12s\n", HB(m[M_DENSE]));
-    fprintf(f, "  MLA matrices (K3_MLA_BITS)   %12s\n", HB(m[M_MLA]));
-    fprintf(f, "  lm_head (K3_HEAD_BITS)       %12s\n", HB(m[M_HEAD]));
-    fprintf(f, "  embeddings (as stored)       %12s\n", HB(m[M_EMBED]));
-    fprintf(f, "  small tensors (f32)          %12s\n", HB(m[M_FLOAT]));
-    fprintf(f, "  routed experts               %12s  (%s; all experts %s)\n", HB(m[M_EXPERT]),
-            s->expert_gb < 0 && budget >= es->total ? "K3_EXPERT_GB unset: all resident"
-            : s->expert_gb < 0     ? "K3_EXPERT_GB unset: 40% of MemAvailable"
-            : m[M_EXPERT] >= es->total ? "the budget holds all experts"
-            : budget == floor_b    ? "cache floor: one expert per MoE layer"
-                                   : "cache budget",
-            HB(es->total));
-    fprintf(f, "  KDA state + conv tails       %12s\n", HB(kda_state));
-    fprintf(f, "  MLA latent cache             %12s  (%ld positions)\n", HB(mla_cache), s->maxt);
-    fprintf(f, "  total                        %12s\n", HB(total));
+    fprintf(f, "  dense matrices (K3_BITS)     %12s\n", HB(p->b[FIT_DENSE]));
+    fprintf(f, "  MLA matrices (K3_MLA_BITS)   %12s\n", HB(p->b[FIT_MLA]));
+    fprintf(f, "  lm_head (K3_HEAD_BITS)       %12s\n", HB(p->b[FIT_HEAD]));
+    fprintf(f, "  embeddings (as stored)       %12s\n", HB(p->b[FIT_EMBED]));
+    fprintf(f, "  small tensors (f32)          %12s\n", HB(p->b[FIT_SMALL]));
+    uint64_t floor_b = (uint64_t)ft->n_moe * ft->expert_one, e = p->b[FIT_EXPERT];
+    fprintf(f, "  routed experts               %12s  (%s; all experts %s)\n", HB(e),
+            s->expert_gb < 0 && e >= ft->expert_all ? "K3_EXPERT_GB unset: all resident"
+            : s->expert_gb < 0                  ? "K3_EXPERT_GB unset: what is left after the rest"
+            : e >= ft->expert_all               ? "the budget holds all experts"
+            : e == floor_b                      ? "cache floor: one expert per MoE layer"
+                                                : "cache budget",
+            HB(ft->expert_all));
+    fprintf(f, "  KDA state + conv tails       %12s  (double-buffered)\n", HB(p->b[FIT_KDA]));
+    fprintf(f, "  MLA latent cache             %12s  (%ld positions)\n", HB(p->b[FIT_MLACACHE]), s->maxt);
+    if (p->mapped) fprintf(f, "  mapped (page cache)          %12s  (K3_MMAP=1: not counted below)\n", HB(p->mapped));
+    fprintf(f, "  total                        %12s\n", HB(p->total));
+    fprintf(f, "by bits      bytes of each class at 32 / 8 / 4 bits (%d layers run)\n", ft->n_run);
+    static const char *cls[3] = {"dense", "MLA", "lm_head"};
+    for (int k = 0; k < 3; k++)
+        fprintf(f, "  %-8s   32: %llu  8: %llu  4: %llu\n", cls[k], (unsigned long long)ft->mat[k][0],
+                (unsigned long long)ft->mat[k][1], (unsigned long long)ft->mat[k][2]);
+    fprintf(f, "  embeddings %llu, small %llu, experts %llu (one %llu), KDA state %llu, MLA cache per position %llu\n",
+            (unsigned long long)ft->embed, (unsigned long long)ft->small, (unsigned long long)ft->expert_all,
+            (unsigned long long)ft->expert_one, (unsigned long long)ft->kda_state, (unsigned long long)ft->mla_per_pos);
+    fprintf(f, "machine      %s available (%s; MemAvailable %s, cgroup %s), %s usable\n", HB(mc->avail), mc->src,
+            mc->meminfo > 0 ? HB(mc->meminfo) : "unknown", mc->cgroup > 0 ? HB(mc->cgroup) : "no limit", HB(mc->usable));
+    fprintf(f, "fit          %s\n", fc->ok ? fc->msg + strlen("memory fit: ") : fc->msg);
 }
 
 k3_status k3_inspect(const char *dir, FILE *out) {
@@ -299,10 +237,25 @@ k3_status k3_inspect(const char *dir, FILE *out) {
     st_dir       *d = NULL;
     k3_status     st;
     expert_stats  es;
-    if (!c) return k3_err(K3_ERR_NOMEM, "out of memory");
+    fit_table     ft;
+    fit_machine   mc;
+    fit_choice   *fc = k3_calloc(1, sizeof *fc);
+    if (!c || !fc) {
+        free(c);
+        free(fc);
+        return k3_err(K3_ERR_NOMEM, "out of memory");
+    }
     if ((st = cfg_load(dir, c)) || (st = read_settings(dir, &s)) || (st = st_open(dir, &d)) ||
         (st = cfg_check_tensors(c, d)) || (st = scan_experts(c, d, &es)))
         goto fail;
+    if (s.n_layers > c->n_layers) {
+        st = k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", s.n_layers, c->n_layers);
+        goto fail;
+    }
+    if ((st = fit_scan(c, d, s.n_layers ? s.n_layers : c->n_layers, &ft)) || (st = fit_machine_get(&mc))) goto fail;
+    fit_set given = {.bits = s.bits, .mla_bits = s.mla_bits, .head_bits = s.head_bits, .expert_gb = s.expert_gb,
+                     .maxt = s.maxt, .map = s.map};
+    fit_decide(&ft, &mc, &given, s.set, fc);
 
     fprintf(out, "model        %s (%s)\n", dir, c->model_type);
     fprintf(out, "kernels      %s (K3_ISA=%s)\n", k3_kernels(), getenv("K3_ISA") && *getenv("K3_ISA") ? getenv("K3_ISA") : "unset: the best level this CPU runs");
@@ -319,6 +272,8 @@ k3_status k3_inspect(const char *dir, FILE *out) {
     fprintf(out, "tokens       bos %d, eos %d, pad %d; generation defaults temperature %g, top_p %g\n", c->bos_id,
             c->eos_id, c->pad_id, (double)c->gen_temp, (double)c->gen_top_p);
     print_dtypes(d, out);
+    double np = n_params(d);
+    fprintf(out, "parameters   %.3f T (%.0f; MXFP4 weights two a byte, scales not counted)\n", np / 1e12, np);
     fprintf(out, "experts      %ld routed (%d MoE layers x %d), %s each (six MXFP4 tensors), %s in all\n", es.n,
             c->n_layers - c->first_dense, c->n_experts, HB(es.bytes_per), HB(es.total));
     if (es.n_split)
@@ -327,9 +282,18 @@ k3_status k3_inspect(const char *dir, FILE *out) {
         fprintf(out, "  layout     every expert's six tensors are contiguous (one read per expert)\n");
     fprintf(out, "  order      %s\n", es.layers_unordered ? "experts not in id order inside shards" : "experts in id order inside shards");
     print_shards(d, out);
-    print_memory(c, d, &s, &es, out);
+    print_memory(&ft, &mc, fc, &s, s.set, out);
+    fit_speed sp;
+    double    dec, pre;
+    fit_speed_get(d, &sp);
+    fit_speed_estimate(&ft, &fc->plan, &sp, c->n_active, s.chunk, &dec, &pre);
+    fprintf(out, "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, K3_CHUNK=%d)\n", dec, pre, s.chunk);
+    fprintf(out, "  measured   memory read %.1f GB/s, int8 matmul %.1f G multiply-adds/s, drive %s%s%s (%s %s)\n", sp.mem_bw / 1e9,
+            sp.matmul / 1e9, sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
+            sp.sparse ? " (sparse file: holes, not the drive)" : "", sp.cached ? "cached in" : "measured now; cached in", sp.cache);
 fail:
     st_close(d);
     free(c);
+    free(fc);
     return st;
 }

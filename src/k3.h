@@ -86,6 +86,10 @@ typedef struct k3_params {
     int    load_threads;   /* K3_LOAD_THREADS: expert reader threads (default 4)          */
     double topp;           /* K3_TOPP: keep the heaviest selected experts that hold this
                               share of the routing weight, renormalised (default 1 = all) */
+    int    set;            /* K3_SET_* mask: settings given explicitly (k3_params_default sets
+                              them from the environment; a caller that sets a field itself may
+                              add its bit). The memory fit at open never changes those; the
+                              others it may lower (see k3chat(1), MEMORY FIT)                */
     k3_progress_cb progress;
     void          *progress_ud;
     /* validation hooks (see k3chat(1)); NULL / 0 = off                                  */
@@ -94,6 +98,8 @@ typedef struct k3_params {
     const char *trace_path;  /* K3_TRACE: raw LE f32 (positions, layers, hidden) h per layer */
     const char *x0_path;     /* K3_X0: raw LE f32 (positions, hidden) rows instead of embeddings */
 } k3_params;
+
+enum { K3_SET_BITS = 1, K3_SET_MLA_BITS = 2, K3_SET_HEAD_BITS = 4, K3_SET_EXPERT_GB = 8, K3_SET_MAXT = 16 };
 
 /* Defaults, then K3_* environment overrides. Invalid env values: K3_ERR_ARG naming the variable. */
 k3_status k3_params_default(k3_params *p);
@@ -110,6 +116,8 @@ typedef struct k3_model_info {
     int   eos_id;                       /* config eos_token_id                      */
     float gen_temp, gen_top_p;          /* generation_config.json defaults          */
     uint64_t bytes_resident;            /* weights held in RAM (expert cache: as now) */
+    const char *fit;                    /* the memory fit at open, one line: settings, plan,
+                                           available memory, what was chosen and why       */
 } k3_model_info;
 void k3_model_get_info(const k3_model *m, k3_model_info *out);
 /* Change the routed-expert cache budget live (GB; < 0: the default, see k3_params.expert_gb);

@@ -22,6 +22,7 @@
 #pragma once
 #include "config.h"
 #include "experts.h"
+#include "fit.h"
 #include "k3-impl.h"
 #include "quant.h"
 #include "st.h"
@@ -101,6 +102,10 @@ struct k3_model {
     int           map;           /* K3_MMAP=1: prepared tensors mapped, not copied    */
     uint64_t      bytes_mapped;  /* bytes used in place from read-only mappings      */
     uint64_t      load_done, load_total;
+    int           from;          /* RP_FROM_* bits a k3 container brought              */
+    fit_table     fit_t;         /* the memory plan's figures (fit.h), from the headers  */
+    fit_machine   fit_mc;        /* what the machine gave at open                      */
+    fit_choice    fit;           /* the settings chosen at open and why                */
 };
 
 /* Embedding row of token id into out (D floats). */

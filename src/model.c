@@ -72,6 +72,13 @@ k3_status k3_params_default(k3_params *p) {
     if ((st = env_int("K3_PIPE", 0, 1, &p->pipe))) return st;
     if ((st = env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads))) return st;
     if ((st = kern_isa_env())) return st;
+    static const struct { const char *name; int bit; } given[] = {
+        {"K3_BITS", K3_SET_BITS}, {"K3_MLA_BITS", K3_SET_MLA_BITS}, {"K3_HEAD_BITS", K3_SET_HEAD_BITS},
+        {"K3_EXPERT_GB", K3_SET_EXPERT_GB}, {"K3_MAXT", K3_SET_MAXT}};
+    for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+        const char *e = getenv(given[i].name);
+        if (e && *e) p->set |= given[i].bit;
+    }
     const char *v = getenv("K3_EXPERT_GB");
     if (v && *v) {
         char *end;
@@ -79,6 +86,8 @@ k3_status k3_params_default(k3_params *p) {
         if (*end || !(p->expert_gb >= 0 && p->expert_gb < 1e9))
             return k3_err(K3_ERR_ARG, "K3_EXPERT_GB='%s': expected a number of GB >= 0", v);
     }
+    fit_machine mc; /* K3_MEM_GB is checked here, before any file is opened */
+    if ((st = fit_machine_get(&mc))) return st;
     v = getenv("K3_TOPP");
     if (v && *v) {
         char *end;
@@ -275,8 +284,51 @@ static k3_status container_to_f32(k3_model *m, const rp_form *f, int rows, int c
     return st;
 }
 
+/* A float matrix quantized at load (8 or 4 bits) in bands of rows, at most ~64 MB of f32 at a
+ * time, so loading never holds an f32 copy of a whole matrix (the release's lm_head would take
+ * 4.7 GB). Same bytes as matrix_from_f32 (qmat_quantize_rows). */
+static k3_status matrix_banded(k3_model *m, const char *name, int rows, int cols, int bits, qmat *out) {
+    k3_status        st = K3_OK;
+    const st_tensor *t  = need(m, name, &st);
+    if (!t) return st;
+    if (!is_float(t->dtype))
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': dtype %s, expected a float type", m->dir, name,
+                      st_dtype_name(t->dtype));
+    if (st_numel(t) != (int64_t)rows * cols)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': %lld elements, expected %lld", m->dir, name,
+                      (long long)st_numel(t), (long long)rows * cols);
+    const int type = bits == 8 ? Q_I8 : Q_I4;
+    int64_t   band = ((int64_t)64 << 20) / ((int64_t)cols * 4);
+    band           = band < 1 ? 1 : band > rows ? rows : band;
+    float *buf     = k3_aligned_alloc(64, (size_t)band * cols * sizeof(float));
+    if (!buf) return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, name);
+    if ((st = qmat_alloc(out, type, rows, cols))) {
+        free(buf);
+        k3_err_prefix("%s: tensor '%s'", m->dir, name);
+        return st;
+    }
+    const size_t es = st_dtype_size(t->dtype);
+    for (int r0 = 0; r0 < rows && !st; r0 += (int)band) {
+        int n = rows - r0 < band ? rows - r0 : (int)band;
+        if (!(st = st_read_f32_part(m->st, t, (int64_t)r0 * cols, (int64_t)n * cols, buf)) &&
+            (st = qmat_quantize_rows(out, r0, n, buf)))
+            k3_err_prefix("%s: tensor '%s'", m->dir, name);
+        if (!st) progress(m, name, (uint64_t)n * (uint64_t)cols * es);
+    }
+    free(buf);
+    if (!st) st = own(m, out->own);
+    if (st) {
+        qmat_free(out);
+        return st;
+    }
+    out->own = NULL; /* freed with the model's other allocations */
+    m->bytes_resident += q_wbytes(type, rows, cols) + q_sbytes(type, rows, cols);
+    return K3_OK;
+}
+
 /* A weight matrix [rows, cols] read, checked and converted: used in place when stored in the
- * engine's form (k3 container at these bits), else quantized at load (matrix_from_f32). */
+ * engine's form (k3 container at these bits), else quantized at load (matrix_banded, or
+ * matrix_from_f32 for a container decoded to f32). */
 static k3_status model_matrix(k3_model *m, const char *name, int rows, int cols, int bits, qmat *out) {
     rp_form   f;
     k3_status st   = rp_matrix_form(m->st, name, rows, cols, &f);
@@ -286,6 +338,7 @@ static k3_status model_matrix(k3_model *m, const char *name, int rows, int cols,
     if (f.type != want && (st = refuse_map(m, &f, want))) return st;
     float *w;
     if (f.type == Q_I8 || f.type == Q_I4) st = container_to_f32(m, &f, rows, cols, &w);
+    else if (bits != 32) return matrix_banded(m, name, rows, cols, bits, out);
     else st = read_f32(m, name, (int64_t)rows * cols, 0, &w);
     if (st) return st;
     return matrix_from_f32(m, name, w, rows, cols, bits, out);
@@ -543,6 +596,26 @@ static k3_status load_globals(k3_model *m) {
     return tt_walk(&m->cfg, -1, 0, load_one, &x);
 }
 
+/* The memory fit (fit.h), from the tensor table only: before any weight is read. Settings given
+ * explicitly (m->par.set) and bits a container brought stay; the others may be lowered, and an
+ * unset expert cache takes what is left. Refused: K3_ERR_NOMEM with the figures. */
+static k3_status model_fit(k3_model *m) {
+    k3_status st;
+    if ((st = fit_scan(&m->cfg, m->st, m->n_run, &m->fit_t)) || (st = fit_machine_get(&m->fit_mc))) return st;
+    int     mask  = m->par.set | (m->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
+               (m->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) | (m->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
+    fit_set given = {.bits = m->par.bits, .mla_bits = m->par.mla_bits, .head_bits = m->par.head_bits,
+                     .expert_gb = m->par.expert_gb, .maxt = m->par.max_ctx, .map = m->map};
+    fit_decide(&m->fit_t, &m->fit_mc, &given, mask, &m->fit);
+    if (!m->fit.ok) return k3_err(K3_ERR_NOMEM, "%s: %s", m->dir, m->fit.msg);
+    m->par.bits      = m->fit.set.bits;
+    m->par.mla_bits  = m->fit.set.mla_bits;
+    m->par.head_bits = m->fit.set.head_bits;
+    m->par.expert_gb = m->fit.set.expert_gb;
+    K3_LOG_INFO("%s: %s", m->dir, m->fit.msg);
+    return K3_OK;
+}
+
 /* A k3 container (k3-repack) brings its bits (rp_run_bits, shared with --inspect): K3_BITS /
  * K3_MLA_BITS / K3_HEAD_BITS left unset keep them (the matrices are then used as stored); set
  * explicitly they win, and matrices stored at other bits are dequantized and quantized again at
@@ -553,7 +626,7 @@ static k3_status container_params(k3_model *m) {
     k3_status st = rp_info_load(m->dir, &ci);
     if (st) return st;
     if (ci.present) {
-        rp_run_bits(&ci, &m->par);
+        m->from = rp_run_bits(&ci, &m->par);
         K3_LOG_INFO("%s: k3 container (bits %d, MLA %d, head %d); running at %d/%d/%d", m->dir, ci.bits,
                     ci.mla_bits, ci.head_bits, m->par.bits, m->par.mla_bits, m->par.head_bits);
     }
@@ -595,6 +668,7 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
         }
         m->n_run = m->par.n_layers;
     }
+    if ((st = model_fit(m))) goto fail;
 #ifdef _OPENMP
     if (m->par.threads > 0) omp_set_num_threads(m->par.threads);
 #endif
@@ -663,10 +737,22 @@ void k3_model_get_info(const k3_model *m, k3_model_info *out) {
     out->gen_temp       = c->gen_temp;
     out->gen_top_p      = c->gen_top_p;
     out->bytes_resident = m->bytes_resident + (m->tier ? ex_resident_bytes(m->tier) : 0);
+    out->fit            = m->fit.msg;
 }
 
 k3_status k3_model_set_expert_budget(k3_model *m, double gb) {
     if (!(gb < 1e9)) return k3_err(K3_ERR_ARG, "expert budget %g GB: expected < 1e9", gb);
+    if (gb >= 0) { /* the memory fit holds for live changes too */
+        fit_set  s = m->fit.set;
+        fit_plan p;
+        s.expert_gb = gb;
+        fit_plan_at(&m->fit_t, &s, &p);
+        if ((double)p.total > m->fit_mc.usable) {
+            double most = (m->fit_mc.usable - (double)p.total + (double)p.b[FIT_EXPERT]) / 1e9;
+            return k3_err(K3_ERR_NOMEM, "expert cache %g GB: the plan would need %.2f GB but %.2f GB is usable (%s); at most %.2f GB fits",
+                          gb, (double)p.total / 1e9, m->fit_mc.usable / 1e9, m->fit_mc.src, most > 0 ? floor(most * 100) / 100 : 0.0);
+        }
+    }
     return ex_set_budget(m->tier, gb);
 }
 

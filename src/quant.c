@@ -85,8 +85,8 @@ void q_quantize_row_i4(const float *x, int n, uint8_t *q, float *s) {
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-/* Allocate out's storage for type x rows x cols. */
-static k3_status qmat_alloc(qmat *out, int type, int rows, int cols) {
+/* Allocate out's storage for type x rows x cols (quant.h). */
+k3_status qmat_alloc(qmat *out, int type, int rows, int cols) {
     memset(out, 0, sizeof *out);
     if (type != Q_F32 && type != Q_I8 && type != Q_I4)
         return k3_err(K3_ERR_ARG, "qmat_quantize: type %d, expected Q_F32, Q_I8 or Q_I4", type);
@@ -129,14 +129,13 @@ static int row_nonfinite(const float *x, int n) {
     return -1;
 }
 
-/* Shared driver: src is f32 (bf16 == NULL) or bf16 (f32 == NULL). */
-static k3_status quantize(qmat *out, int type, const float *f32, const uint16_t *bf16, int rows,
-                          int cols) {
-    k3_status st = qmat_alloc(out, type, rows, cols);
-    if (st != K3_OK)
-        return st;
-    int bad_r = -1, bad_c = -1, nomem = 0;
-#pragma omp parallel if ((long)rows * cols > (1L << 18))
+/* Rows [r0, r0+n) of m from src rows 0..n-1, f32 (bf16 == NULL) or bf16 (f32 == NULL). Returns
+ * K3_ERR_NUMERIC naming the first non-finite weight (matrix row), K3_ERR_NOMEM; rows before a
+ * bad one may be written. */
+static k3_status quantize_band(qmat *out, int r0, int n, const float *f32, const uint16_t *bf16) {
+    const int cols  = out->cols;
+    int       bad_r = -1, bad_c = -1, nomem = 0;
+#pragma omp parallel if ((long)n * cols > (1L << 18))
     {
         float *tmp = bf16 ? malloc((size_t)cols * sizeof(float)) : NULL;
         if (bf16 && !tmp) {
@@ -144,7 +143,7 @@ static k3_status quantize(qmat *out, int type, const float *f32, const uint16_t 
             nomem = 1;
         }
 #pragma omp for schedule(static)
-        for (int r = 0; r < rows; r++) {
+        for (int r = 0; r < n; r++) {
             const float *src = f32 ? f32 + (size_t)r * cols : tmp;
             if (!src)
                 continue;
@@ -160,17 +159,29 @@ static k3_status quantize(qmat *out, int type, const float *f32, const uint16_t 
                 }
                 continue;
             }
-            quantize_row(out, r, src);
+            quantize_row(out, r0 + r, src);
         }
         free(tmp);
     }
-    if (nomem || bad_r >= 0) {
-        qmat_free(out);
-        if (nomem)
-            return k3_err(K3_ERR_NOMEM, "qmat_quantize: row buffer of %d floats", cols);
-        return k3_err(K3_ERR_NUMERIC, "weight [%d][%d] is not finite", bad_r, bad_c);
-    }
+    if (nomem)
+        return k3_err(K3_ERR_NOMEM, "qmat_quantize: row buffer of %d floats", cols);
+    if (bad_r >= 0)
+        return k3_err(K3_ERR_NUMERIC, "weight [%d][%d] is not finite", r0 + bad_r, bad_c);
     return K3_OK;
+}
+
+/* Shared driver: src is f32 (bf16 == NULL) or bf16 (f32 == NULL). */
+static k3_status quantize(qmat *out, int type, const float *f32, const uint16_t *bf16, int rows,
+                          int cols) {
+    k3_status st = qmat_alloc(out, type, rows, cols);
+    if (st == K3_OK && (st = quantize_band(out, 0, rows, f32, bf16)) != K3_OK)
+        qmat_free(out);
+    return st;
+}
+
+k3_status qmat_quantize_rows(qmat *m, int r0, int n, const float *w) {
+    K3_ASSERT(m->own && r0 >= 0 && n >= 0 && r0 + n <= m->rows);
+    return quantize_band(m, r0, n, w, NULL);
 }
 
 k3_status qmat_quantize(qmat *out, int type, const float *w, int rows, int cols) {

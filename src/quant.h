@@ -95,6 +95,12 @@ void q_quantize_row_i4(const float *x, int n, uint8_t *q, float *s);
  * type or shape, K3_ERR_NOMEM. On failure *out is zeroed and owns nothing. */
 k3_status qmat_quantize(qmat *out, int type, const float *w, int rows, int cols);
 k3_status qmat_quantize_bf16(qmat *out, int type, const uint16_t *w, int rows, int cols);
+/* The same in bands of rows (load-time quantization without an f32 copy of the whole matrix):
+ * qmat_alloc makes *out's owned storage (rows x cols of type, uninitialised), then
+ * qmat_quantize_rows quantizes rows [r0, r0+n) from the f32 rows w[n][cols]; the bands together
+ * give exactly the bytes qmat_quantize gives. K3_ERR_NUMERIC names the matrix row and column. */
+k3_status qmat_alloc(qmat *out, int type, int rows, int cols);
+k3_status qmat_quantize_rows(qmat *m, int r0, int n, const float *w);
 /* Free what qmat_quantize allocated (nothing for a view) and zero *m. NULL is fine. */
 void qmat_free(qmat *m);
 /* Decode row r of any format to f32 (out[cols]); the oracle for the quantization tests. */

@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 struct stw_file {
     char    *path;
@@ -136,6 +137,17 @@ k3_status stw_write(stw_file *w, const void *data, size_t n) {
     return K3_OK;
 }
 
+k3_status stw_skip(stw_file *w, uint64_t n) {
+    K3_ASSERT(w->f);
+    if (n > w->data - w->written)
+        return k3_err(K3_ERR_ARG, "%s: %llu bytes skipped past the declared %llu data bytes", w->path,
+                      (unsigned long long)(n - (w->data - w->written)), (unsigned long long)w->data);
+    if (fflush(w->f) != 0 || fseeko(w->f, (off_t)n, SEEK_CUR) != 0)
+        return k3_err(K3_ERR_IO, "%s: seek failed: %s", w->path, strerror(errno));
+    w->written += n;
+    return K3_OK;
+}
+
 k3_status stw_end(stw_file *w) {
     K3_ASSERT(w->f);
     FILE *f = w->f;
@@ -146,6 +158,8 @@ k3_status stw_end(stw_file *w) {
                       (unsigned long long)w->written, (unsigned long long)w->data);
     }
     int bad = fflush(f) != 0 || ferror(f);
+    /* the exact length: holes left by stw_skip at the end are not written */
+    if (!bad && ftruncate(fileno(f), (off_t)(w->hdr_bytes + w->data)) != 0) bad = 1;
     if (fclose(f) != 0) bad = 1;
     if (bad) return k3_err(K3_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
     return K3_OK;

@@ -33,6 +33,8 @@ k3_status stw_meta(stw_file *w, const char *key, const char *value);
 k3_status stw_begin(stw_file *w);
 /* Append n bytes of data (the tensors' bytes in declaration order). */
 k3_status stw_write(stw_file *w, const void *data, size_t n);
+/* Skip n data bytes: left as a hole (reads as zeros; a sparse file takes no disk for it). */
+k3_status stw_skip(stw_file *w, uint64_t n);
 /* Check every declared byte was written; flush and close the file. */
 k3_status stw_end(stw_file *w);
 void      stw_free(stw_file *w);

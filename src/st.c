@@ -36,7 +36,7 @@
 
 #define ST_PREFIX     "language_model."
 #define ST_PREFIX_LEN (sizeof ST_PREFIX - 1)
-#define ST_MAX_HEADER ((uint64_t)1 << 30) /* 1 GiB of JSON is surely not a header */
+#define ST_MAX_HEADER ((uint64_t)100000000) /* 100 MB; the release's shard headers are under 1 MB */
 
 typedef struct st_shard {
     char    *path;       /* full path                                   */
@@ -243,8 +243,8 @@ static k3_status load_shard(st_dir *d, int si) {
         return k3_err(K3_ERR_FORMAT, "%s: header length %llu beyond the file (%llu bytes after the length field)",
                       file, (unsigned long long)hlen, (unsigned long long)(sh->size - 8));
     if (hlen > ST_MAX_HEADER)
-        return k3_err(K3_ERR_FORMAT, "%s: header length %llu is implausibly large", file,
-                      (unsigned long long)hlen);
+        return k3_err(K3_ERR_FORMAT, "%s: header length %llu at offset 0 is implausibly large (limit %llu bytes; the release's shard headers are under 1 MB)",
+                      file, (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
     uint64_t data_start = 8 + hlen, data_size = sh->size - data_start;
     hbuf = k3_malloc((size_t)hlen + 1);
     if (!hbuf) { st = k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen); goto fail; }
@@ -525,8 +525,18 @@ k3_status st_read(const st_dir *d, const st_tensor *t, void *dst) {
 }
 
 k3_status st_read_f32(const st_dir *d, const st_tensor *t, float *dst) {
-    size_t es = dtypes[t->dtype].size;
     if (t->dtype == ST_F32) return st_read(d, t, dst);
+    return st_read_f32_part(d, t, 0, st_numel(t), dst);
+}
+
+k3_status st_read_f32_part(const st_dir *d, const st_tensor *t, int64_t first, int64_t count, float *dst) {
+    size_t es = dtypes[t->dtype].size;
+    K3_ASSERT(first >= 0 && count >= 0 && (uint64_t)(first + count) * es <= t->nbytes);
+    if (t->dtype == ST_F32) {
+        k3_status st = st_read_at(d, t->shard, dst, (uint64_t)count * 4, t->offset + (uint64_t)first * 4);
+        if (st) k3_err_prefix("tensor '%s'", t->name);
+        return st;
+    }
     if (t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64)
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected a float type (F32/F16/BF16/F64)",
                       d->shards[t->shard].name, t->name, dtypes[t->dtype].name);
@@ -534,11 +544,11 @@ k3_status st_read_f32(const st_dir *d, const st_tensor *t, float *dst) {
     enum { CHUNK = 1 << 16 };
     unsigned char *buf = k3_malloc(CHUNK * 8);
     if (!buf) return k3_err(K3_ERR_NOMEM, "tensor '%s': out of memory", t->name);
-    uint64_t  numel = t->nbytes / es;
+    uint64_t  numel = (uint64_t)count, base = t->offset + (uint64_t)first * es;
     k3_status st = K3_OK;
     for (uint64_t i0 = 0; i0 < numel; i0 += CHUNK) {
         uint64_t n = numel - i0 < CHUNK ? numel - i0 : CHUNK;
-        if ((st = st_read_at(d, t->shard, buf, n * es, t->offset + i0 * es))) {
+        if ((st = st_read_at(d, t->shard, buf, n * es, base + i0 * es))) {
             k3_err_prefix("tensor '%s'", t->name);
             break;
         }

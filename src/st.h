@@ -52,6 +52,8 @@ int         st_shard_fd(const st_dir *d, int shard);       /* -1 for never-opene
 k3_status st_read(const st_dir *d, const st_tensor *t, void *dst);
 /* Any float tensor (F32/F16/BF16/F64) converted to f32; dst holds numel floats. */
 k3_status st_read_f32(const st_dir *d, const st_tensor *t, float *dst);
+/* Elements [first, first+count) of a float tensor, converted to f32 (a band of rows). */
+k3_status st_read_f32_part(const st_dir *d, const st_tensor *t, int64_t first, int64_t count, float *dst);
 int64_t   st_numel(const st_tensor *t);
 
 /* ---- additions (loader) ---- */

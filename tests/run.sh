@@ -28,7 +28,8 @@ run_one() { # name build cmd...
     mkdir -p "$b/test-logs"
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/k3test.XXXXXX")
     t0=$(date +%s)
-    K3_BUILD="$root/$b" K3_SRC="$root" K3_TMP="$tmp" timeout "$timeout_s" "$@" >"$log" 2>&1 </dev/null
+    # XDG_CACHE_HOME: the engine's measured-speed cache (--inspect) stays in the test's directory
+    K3_BUILD="$root/$b" K3_SRC="$root" K3_TMP="$tmp" XDG_CACHE_HOME="$tmp/cache" timeout "$timeout_s" "$@" >"$log" 2>&1 </dev/null
     rc=$?
     t1=$(date +%s)
     rm -rf "$tmp"

@@ -308,7 +308,7 @@ refuse() { # desc expected-substring args...
 }
 refuse "an existing non-empty OUT_DIR" "not empty" --preset tiny --quiet "$T/a"
 check "the existing model is untouched" [ "$(sum_dir "$T/a")" = "$(sum_dir "$T/b")" ]
-refuse "an unknown preset" "expected tiny or slice" --preset huge "$T/x"
+refuse "an unknown preset" "expected tiny, slice or release" --preset huge "$T/x"
 refuse "a missing --preset" "preset is required" "$T/x"
 refuse "a bad --seed" "--seed" --preset tiny --seed 12x "$T/x"
 refuse "--layers 0" "--layers" --preset tiny --layers 0 "$T/x"

@@ -85,6 +85,9 @@ def local(prompt, n, think=True, temp="0", seed=None):
         cmd += ["--seed", str(seed)]
     p = subprocess.run(cmd, capture_output=True, timeout=60, env=env)
     out, err = p.stdout.decode(), p.stderr.decode()
+    # stderr: the loading lines and the memory fit's line, then the reasoning
+    while err.startswith(("k3chat: loading", "k3chat: loaded", "k3chat: memory fit")):
+        err = err.split("\n", 1)[1] if "\n" in err else ""
     assert out.endswith("\n"), out
     return out[:-1], (err[:-1] if err.endswith("\n") else err)
 

@@ -89,7 +89,7 @@ full=$(grep -ac '^k3chat: context full' "$K3_TMP/err")
 turns=$((sent - full))
 # every stderr line is a notice the script asks for; anything else (a failed turn or command,
 # a replayed turn that differs, a sanitizer report) is reported here
-grep -avE '^k3chat: (context full: |saved [0-9]+ messages to |dropped the oldest exchange |expert-cache budget |replaying .* \(Ctrl-C stops\)$|replay turn [0-9]+: same answer |replay of .*: 0 turns differ$)' \
+grep -avE '^k3chat: (loading |loaded |memory fit: |the answer was cut off at the --max-tokens limit |context full: |saved [0-9]+ messages to |dropped the oldest exchange |expert-cache budget |replaying .* \(Ctrl-C stops\)$|replay turn [0-9]+: same answer |replay of .*: 0 turns differ$)' \
     "$K3_TMP/err" >"$K3_TMP/other"
 t "soak: $turns turns ($rounds rounds, $full refused at capacity) in ${secs} s end with exit 0 (got $rc)" \
     '[ $rc -eq 0 ] && [ $turns -ge $min_turns ]'

@@ -1,6 +1,6 @@
 /* k3-mkmodel.c: writes a Kimi K3 test checkpoint in the release format, from a seed and a preset.
  *
- *   k3-mkmodel --preset tiny|slice [--seed N] [options] OUT_DIR
+ *   k3-mkmodel --preset tiny|slice|release [--seed N] [options] OUT_DIR
  *
  * The model directory has exactly the release's files and layout (spec k3-model.md section 1,
  * k3-chat.md section 1): config.json (nested text_config + linear_attn_config,
@@ -20,6 +20,16 @@
  *          KDA, MLA), no dense layer (--dense 1 adds one with intermediate 33792), 32 experts
  *          (16 active) + 2 shared, the release's vocabulary size (163584 + 256). About 11.5 GB;
  *          written in streaming with progress lines. For benchmarks.
+ *   release the release itself (spec k3-model.md section 2 values, 93 layers: layer 0 dense,
+ *          MLA at i % 4 == 3 and 92, 896 experts (16 active) + 2 shared, attn_res_block_size
+ *          12, vocabulary 163584 + 256) in 96 shards (93 decoder layers, embeddings and head,
+ *          two vision shards), every tensor with its release name, dtype, shape and 64-bit
+ *          offsets, experts not in id order; the data are holes (ftruncate): all zeros, ~1.56 TB
+ *          apparent, ~150 MB on disk. --layers N keeps the widths and the release's layer
+ *          kinds for the first N layers (--layers 2: the dense layer and one KDA + MoE layer).
+ *          Zero weights run without NaN (zero scales are 2^-127, not the NaN code 255; equal
+ *          router scores route by expert id). The vision tower's shapes are not in the spec:
+ *          a stand-in of width 1152, its names as the release's prefixes.
  *
  * OPTIONS (for tests: every option keeps the release format valid)
  *   --seed N       weights, expert order and filler tokens (default 1)
@@ -113,6 +123,10 @@ typedef struct mk_shape {
     double glb;         /* linear_attn_config.gate_lower_bound           */
     double eps;         /* rms_norm_eps                                  */
     int    vis;         /* width of the dummy vision tower               */
+    int    vis_shards;  /* shards of the vision tower (1, or 2 as the release: 95-96) */
+    int    mla_last;    /* the layer the release rule makes MLA besides i % 4 == 3: -1 =
+                           the last layer; release: 92 whatever --layers says            */
+    int    holes;       /* tensor data left as holes (zeros, sparse files)              */
 } mk_shape;
 
 static const mk_shape preset_tiny = {
@@ -120,6 +134,7 @@ static const mk_shape preset_tiny = {
     .mla_heads = 3, .q_lora = 40, .kv_lora = 24, .nope = 10, .rope = 6, .vdim = 9,
     .n_exp = 12, .n_act = 3, .F = 96, .L = 64, .n_shared = 2, .block = 2,
     .kda_heads = 3, .kda_d = 12, .conv_k = 4, .glb = -5.0, .eps = 1e-5, .vis = 16,
+    .vis_shards = 1, .mla_last = -1,
 };
 
 static const mk_shape preset_slice = {
@@ -127,6 +142,17 @@ static const mk_shape preset_slice = {
     .mla_heads = 96, .q_lora = 1536, .kv_lora = 512, .nope = 128, .rope = 64, .vdim = 128,
     .n_exp = 32, .n_act = 16, .F = 3072, .L = 3584, .n_shared = 2, .block = 2,
     .kda_heads = 96, .kda_d = 128, .conv_k = 4, .glb = -5.0, .eps = 1e-5, .vis = 32,
+    .vis_shards = 1, .mla_last = -1,
+};
+
+/* The release (spec k3-model.md section 2) with zero data: 93 layers (layer 0 dense, MLA at
+ * i % 4 == 3 and at 92), 896 experts, block 12; 96 shards, the last two the vision tower. */
+static const mk_shape preset_release = {
+    .D = 7168, .n_layers = 93, .merges = 163584 - 256, .first_dense = 1, .inter = 33792,
+    .mla_heads = 96, .q_lora = 1536, .kv_lora = 512, .nope = 128, .rope = 64, .vdim = 128,
+    .n_exp = 896, .n_act = 16, .F = 3072, .L = 3584, .n_shared = 2, .block = 12,
+    .kda_heads = 96, .kda_d = 128, .conv_k = 4, .glb = -5.0, .eps = 1e-5, .vis = 1152,
+    .vis_shards = 2, .mla_last = 92, .holes = 1,
 };
 
 typedef struct mk_opts {
@@ -140,7 +166,7 @@ typedef struct mk_opts {
 } mk_opts;
 
 static int is_mla(const mk_shape *s, int i) {
-    return i % 4 == 3 || i == s->n_layers - 1;
+    return i % 4 == 3 || i == (s->mla_last >= 0 ? s->mla_last : s->n_layers - 1);
 }
 
 /* ---- deterministic random numbers ---------------------------------------------------------- */
@@ -364,19 +390,19 @@ static void plan_model(mk_plan *p, const mk_shape *s, const mk_opts *o, int V) {
     tt_walk(c, -1, 0, plan_row, &x);
     free(c);
 #define FT (o->f32 ? ST_F32 : ST_BF16)
-    /* the vision tower: never read by k3chat, only has to be there */
-    const int v = g + 1, first = p->n;
+    /* the vision tower: never read by k3chat, only has to be there (two shards in the release) */
+    const int v = g + 1, v2 = g + s->vis_shards, first = p->n;
     add_t(p, v, I_MAT, 1.0, FT, 4, W, 3, 14, "vision_tower.patch_embed.proj.weight");
     add_t(p, v, I_MAT, 1.0, FT, 1, W, 0, 0, "vision_tower.patch_embed.proj.bias");
     add_t(p, v, I_MAT, 1.0, FT, 2, 3 * W, W, 0, "vision_tower.encoder.blocks.0.wqkv.weight");
     add_t(p, v, I_MAT, 1.0, FT, 2, W, W, 0, "vision_tower.encoder.blocks.0.wo.weight");
-    add_t(p, v, I_NORM, 0, FT, 1, W, 0, 0, "vision_tower.encoder.final_layernorm.weight");
-    add_t(p, v, I_NORM, 0, FT, 1, 4 * W, 0, 0, "mm_projector.pre_norm.weight");
-    add_t(p, v, I_MAT, 1.0, FT, 2, 4 * W, 4 * W, 0, "mm_projector.proj.0.weight");
-    add_t(p, v, I_MAT, 1.0, FT, 2, D, 4 * W, 0, "mm_projector.proj.2.weight");
+    add_t(p, v2, I_NORM, 0, FT, 1, W, 0, 0, "vision_tower.encoder.final_layernorm.weight");
+    add_t(p, v2, I_NORM, 0, FT, 1, 4 * W, 0, 0, "mm_projector.pre_norm.weight");
+    add_t(p, v2, I_MAT, 1.0, FT, 2, 4 * W, 4 * W, 0, "mm_projector.proj.0.weight");
+    add_t(p, v2, I_MAT, 1.0, FT, 2, D, 4 * W, 0, "mm_projector.proj.2.weight");
     for (int k = first; k < p->n; k++) p->t[k].text = 0;
     p->t[first].sh[3] = 14; /* patch_embed [W, 3, 14, 14] */
-    p->n_shards = g + 2;
+    p->n_shards = g + 1 + s->vis_shards;
 }
 
 #undef FT
@@ -1012,7 +1038,7 @@ static json_t *model_config(const mk_shape *s, int N) {
 
 /* ---- shards ----------------------------------------------------------------------------------- */
 
-static k3_status write_shards(const char *dir, const mk_plan *p, const mk_opts *o) {
+static k3_status write_shards(const char *dir, const mk_plan *p, const mk_opts *o, int holes) {
     const int  ns    = o->single ? 1 : p->n_shards;
     json_t    *wmap  = json_object();
     uint64_t   total = 0, all = 0;
@@ -1047,7 +1073,8 @@ static k3_status write_shards(const char *dir, const mk_plan *p, const mk_opts *
         }
         if (!st) st = stw_begin(w);
         mw.w = w;
-        for (int i = 0; i < p->n && !st; i++) {
+        if (!st && holes) st = stw_skip(w, stw_data_bytes(w)); /* zeros: a sparse file */
+        for (int i = 0; i < p->n && !st && !holes; i++) {
             if (!o->single && p->t[i].shard != s) continue;
             st = write_tensor(&mw, &p->t[i]);
         }
@@ -1132,7 +1159,7 @@ static int out_state(const char *out) {
 
 static void usage(FILE *f) {
     fprintf(f,
-        "usage: k3-mkmodel --preset tiny|slice [--seed N] [options] OUT_DIR\n"
+        "usage: k3-mkmodel --preset tiny|slice|release [--seed N] [options] OUT_DIR\n"
         "Writes a Kimi K3 test checkpoint in the release format (config.json, shards + index,\n"
         "tiktoken.model, tokenizer_config.json, generation_config.json), deterministic from the seed.\n"
         "\n"
@@ -1143,6 +1170,10 @@ static void usage(FILE *f) {
         "  slice   release widths (hidden 7168, 96 heads, latent 3584, expert 3072), 4 layers\n"
         "          (KDA x3, MLA), no dense layer, 32 experts (16 active) + 2 shared, release\n"
         "          vocabulary size; about 11.5 GB, written in streaming (for benchmarks)\n"
+        "  release the release's layout and every figure of config (93 layers, 896 experts,\n"
+        "          96 shards, 1.56 TB apparent) with all data zero, as sparse files: ~150 MB\n"
+        "          on disk, seconds to write; --layers N keeps the widths and the release's\n"
+        "          layer kinds (MLA at i %% 4 == 3 and 92) for the first N layers\n"
         "\n"
         "options:\n"
         "  --seed N       random seed (default 1)\n"
@@ -1235,14 +1266,16 @@ int main(int argc, char **argv) {
     o.out = outbuf;
     mk_shape s;
     if (!preset) {
-        fprintf(stderr, "k3-mkmodel: --preset is required (tiny or slice)\n");
+        fprintf(stderr, "k3-mkmodel: --preset is required (tiny, slice or release)\n");
         return 2;
     } else if (!strcmp(preset, "tiny")) {
         s = preset_tiny;
     } else if (!strcmp(preset, "slice")) {
         s = preset_slice;
+    } else if (!strcmp(preset, "release")) {
+        s = preset_release;
     } else {
-        fprintf(stderr, "k3-mkmodel: --preset '%s': expected tiny or slice\n", preset);
+        fprintf(stderr, "k3-mkmodel: --preset '%s': expected tiny, slice or release\n", preset);
         return 2;
     }
     if (layers > 0) s.n_layers = layers;
@@ -1301,7 +1334,7 @@ int main(int argc, char **argv) {
     mk_plan   p = {0};
     plan_model(&p, &s, &o, N + MK_RESERVED);
 
-    k3_status st = write_shards(tmp, &p, &o);
+    k3_status st = write_shards(tmp, &p, &o, s.holes);
     if (!st) st = write_vocab(tmp, &v);
     if (!st) st = write_json(tmp, "config.json", model_config(&s, N));
     if (!st) st = write_json(tmp, "tokenizer_config.json", tokenizer_config(N));

@@ -12,6 +12,7 @@
  * Errors go to stderr with exit status 1.
  */
 #include "cli.h"
+#include "loadprog.h"
 #include "k3.h"
 
 #include <errno.h>
@@ -51,14 +52,6 @@ static int parse_ids(const char *s, int32_t **out) {
     }
     *out = v;
     return n;
-}
-
-/* Load progress on stderr when it is a terminal. */
-static void show_progress(const char *what, uint64_t done, uint64_t total, void *ud) {
-    (void)what;
-    int *last = ud, pct = total ? (int)(100.0 * (double)done / (double)total) : 0;
-    if (total && pct != *last) fprintf(stderr, "\rloading %3d%%", pct);
-    *last = pct;
 }
 
 static void emit(FILE *f, const char *t, size_t n) {
@@ -182,13 +175,7 @@ int cli_oneshot(const cli_opts *o) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         return 1;
     }
-    int last_pct = -1;
-    if (isatty(2)) {
-        par.progress    = show_progress;
-        par.progress_ud = &last_pct;
-    }
-    st = k3_model_open(o->dir, &par, &m);
-    if (par.progress) fprintf(stderr, "\r\033[K");
+    st = load_model_verbose(o->dir, &par, &m);
     if (st || (st = k3_session_new(m, &s))) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;

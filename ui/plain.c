@@ -20,6 +20,7 @@
 #include "engine.h"
 #include "input.h"
 #include "k3.h"
+#include "loadprog.h"
 
 #include <errno.h>
 #include <histedit.h>
@@ -46,6 +47,7 @@ typedef struct plain {
     int           replaying;  /* a /replay runs: its end writes no answer line              */
     int           want_stats; /* /stats asked: print the next requested EV_STATS            */
     ue_stats      st;         /* the last turn's statistics (EV_DONE)                        */
+    load_prog     lp;         /* the loading line on stderr (loadprog.h)                    */
     unsigned      acked;   /* EV_ACKs seen: the worker has run this many commands */
     int           out_err; /* errno of the first failed write to stdout (0: none) */
     txt_buf      *ans;     /* (n_ans) the answers of the conversation, for /copy */
@@ -136,21 +138,19 @@ static void report_cut(plain *p, const ue_stats *s) {
 static int on_event(plain *p, ui_ev *e) {
     switch (e->type) {
     case EV_PROGRESS:
-        if (p->esc) {
-            fprintf(stderr, "\rloading %s %3.0f%%\033[K", e->text ? e->text : "",
-                    e->b ? 100.0 * (double)e->a / (double)e->b : 0.0);
-            fflush(stderr);
-            p->progress = 1;
-        }
+        load_prog_cb(e->text, e->a, e->b, &p->lp);
+        p->progress = p->lp.tty; /* a live line is on stderr */
         break;
     case EV_READY:
         p->ready = 1;
         chat_settings_model(&p->cs, &e->gen);
         progress_end(p);
+        load_prog_finish(&p->lp, 1);
         break;
     case EV_FATAL:
         p->fatal = 1;
         progress_end(p);
+        load_prog_finish(&p->lp, 0);
         fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "the engine failed");
         return 1;
     case EV_TOKEN:
@@ -414,6 +414,11 @@ int cli_plain(const cli_opts *o) {
     p->err_tty = isatty(2);
     const char *term = getenv("TERM");
     p->esc     = p->err_tty && term && *term && strcmp(term, "dumb");
+    load_prog_init(&p->lp, stderr);
+    if (!p->esc) { /* a dumb terminal or no terminal: a line every ~10 s, no live line */
+        p->lp.tty   = 0;
+        p->lp.every = 10.0;
+    }
     p->q       = ev_queue_new(0);
     if (!p->q)
         return 1;

@@ -9,6 +9,7 @@
  * Exit status: 0 every turn matches, 3 some turn differs, 1 error. */
 #include "cli.h"
 #include "k3.h"
+#include "loadprog.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -43,7 +44,7 @@ int cli_replay(const cli_opts *o) {
         return 1;
     }
     /* the transcript first: a bad file fails fast, before loading weights */
-    if (k3_conv_load(c, o->file, &info) || k3_params_default(&par) || k3_model_open(o->dir, &par, &m) ||
+    if (k3_conv_load(c, o->file, &info) || k3_params_default(&par) || load_model_verbose(o->dir, &par, &m) ||
         k3_session_new(m, &s) || k3_conv_set_model(c, o->dir, &par))
         goto fail;
     k3_conv_get_settings(c, &set);

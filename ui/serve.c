@@ -34,6 +34,7 @@
  * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
  * finish (up to SERVE_DRAIN_SECS), exit 0.
  */
+#include "loadprog.h"
 #include "cli.h"
 #include "k3.h"
 #include "serve-http.h"
@@ -1109,7 +1110,7 @@ int cli_serve(const cli_opts *o) {
     pthread_t wt;
     int       have_worker = 0;
     struct MHD_Daemon *d  = NULL;
-    if (k3_params_default(&par) || k3_model_open(o->dir, &par, &srv.m) || k3_session_new(srv.m, &srv.s)) {
+    if (k3_params_default(&par) || load_model_verbose(o->dir, &par, &srv.m) || k3_session_new(srv.m, &srv.s)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }

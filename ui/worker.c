@@ -303,6 +303,7 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
         ui_ev e = {.type = EV_STATS, .i = 1};
         fill_common(r, &e.st);
         ev_push(u->out, &e);
+        ue_emitf(u, EV_INFO, "%s", r->info.fit);
         break;
     }
     default: break;
@@ -343,6 +344,7 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
     ui_ev e = {.type = EV_READY, .text = desc, .i = r->info.max_ctx};
     e.gen   = (ue_gen){.temp = r->info.gen_temp, .top_p = r->info.gen_top_p, .think = 1, .effort = 2};
     ev_push(u->out, &e);
+    ue_emitf(u, EV_INFO, "%s", r->info.fit); /* what the memory fit chose and why */
     *self = r;
     return 0;
 fail:

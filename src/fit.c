@@ -1,0 +1,331 @@
+/* fit.c: the memory plan, the machine's available memory and the fit decision (fit.h; rules
+ * and order there and in k3chat(1), MEMORY FIT).
+ *
+ * DESIGN
+ * fit_scan walks the tensor table (tensors.h) over the globals and the run layers, headers only
+ * (the routed experts are all alike: one is measured), and sums each memory class at 32, 8 and 4
+ * bits, so every candidate plan afterwards is
+ * arithmetic. fit_decide tries the documented order and writes one line saying what it chose and
+ * why, or, when nothing fits, the refusal with every figure a user needs to choose.
+ */
+#include "fit.h"
+#include "repack.h"
+#include "tensors.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FIT_GB 1e9
+
+const char *fit_hb(char *buf, size_t n, double b) {
+    static const char *u[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+    int i = 0;
+    while (b >= 1000 && i < 5) {
+        b /= 1000;
+        i++;
+    }
+    snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+    return buf;
+}
+#define HB(x) fit_hb((char[32]){0}, 32, (double)(x))
+
+/* ---- the tensor table ---------------------------------------------------------------------- */
+
+static uint64_t qbytes(int bits, int64_t rows, int64_t cols) {
+    int t = rp_bits_type(bits);
+    return (uint64_t)q_wbytes(t, (int)rows, (int)cols) + q_sbytes(t, (int)rows, (int)cols);
+}
+
+/* Bytes of quantizable matrix T held at BITS, from its logical shape. That is T's shape, except
+ * in a k3 container (repack.h): kv_b is 1-D, split per head (uk_t[h], uv[h], each quantized by
+ * rows), and a U8 matrix comes with NAME.qs: 1-D for int8 (as wide as stored), 2-D for int4 (two
+ * columns a byte; an odd width counts one column more, a byte or four per row over at 8 or 32
+ * bits, exact at 4). The sidecar itself is counted here, never on its own. */
+static uint64_t matrix_bytes(const k3_config *c, const st_dir *d, const st_tensor *t, int bits) {
+    if (t->ndim == 1) {
+        rp_kvb k = {.Hm = c->n_heads, .nope = c->nope, .v = c->v_dim, .kl = c->kv_lora};
+        int    q = rp_bits_type(bits);
+        return (uint64_t)c->n_heads * (rp_kvb_head_wbytes(q, &k) + rp_kvb_head_sfloats(q, &k) * sizeof(float));
+    }
+    int64_t cols = t->shape[1];
+    if (t->dtype == ST_U8) {
+        char sc[512];
+        snprintf(sc, sizeof sc, "%s" RP_SIDECAR, t->name);
+        const st_tensor *s = st_find(d, sc);
+        if (s && s->ndim == 2) cols *= 2;
+    }
+    return qbytes(bits, t->shape[0], cols);
+}
+
+typedef struct scan_ctx {
+    const k3_config *c;
+    const st_dir    *d;
+    fit_table       *o;
+} scan_ctx;
+
+/* One tensor of the table (tensors.h): matrices at 32, 8 and 4 bits by their kind (a k3
+ * container's scale sidecars counted with their matrix), embeddings as stored, the rest f32. */
+static k3_status scan_one(const tt_ref *r, void *ud) {
+    static const int bits[3] = {32, 8, 4};
+    scan_ctx        *x = ud;
+    const st_tensor *t = st_find(x->d, r->name);
+    const int        kind = tt_table[r->id].kind;
+    K3_ASSERT(t); /* cfg_check_tensors ran first */
+    int k = kind == TT_K_BITS ? FIT_DENSE : kind == TT_K_MLA || kind == TT_K_KVB ? FIT_MLA : kind == TT_K_HEAD ? FIT_HEAD : -1;
+    if (k >= 0) {
+        for (int b = 0; b < 3; b++) x->o->mat[k][b] += matrix_bytes(x->c, x->d, t, tt_bits(kind, bits[b], bits[b], bits[b]));
+        if (t->ndim == 2 && (uint64_t)st_numel(t) * 4 > x->o->big_f32) x->o->big_f32 = (uint64_t)st_numel(t) * 4;
+    } else if (kind == TT_K_EMBED) {
+        x->o->embed += t->nbytes;
+    } else {
+        x->o->small += (uint64_t)st_numel(t) * 4;
+    }
+    return K3_OK;
+}
+
+k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, fit_table *o) {
+    memset(o, 0, sizeof *o);
+    o->n_run   = n_run;
+    int moe_l  = -1;
+    for (int l = 0; l < n_run; l++) {
+        c->layer_kind[l] == K3_LAYER_KDA ? o->n_kda++ : o->n_mla++;
+        if (l >= c->first_dense) {
+            o->n_moe++;
+            if (moe_l < 0) moe_l = l;
+        }
+    }
+    scan_ctx  x = {c, d, o};
+    k3_status st;
+    for (int l = -1; l < n_run; l++) /* the globals, then the run layers; experts below */
+        if ((st = tt_walk(c, l, 0, scan_one, &x))) return st;
+    for (int k = TT_EXPERT_FIRST; moe_l >= 0 && k < TT_COUNT; k++) { /* one expert: all are alike */
+        char             name[192];
+        const st_tensor *t = st_find(d, tt_name(name, sizeof name, k, moe_l, 0));
+        K3_ASSERT(t);
+        o->expert_one += t->nbytes;
+    }
+    o->expert_all = o->expert_one * (uint64_t)o->n_moe * (uint64_t)c->n_experts;
+    const uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
+    /* double-buffered (model-impl.h: a chunk reads one buffer and writes the other) */
+    o->kda_state   = 2 * (uint64_t)o->n_kda * (P * (uint64_t)c->kda_head_dim + 3 * (uint64_t)(c->conv_k - 1) * P) * 4;
+    o->mla_per_pos = (uint64_t)o->n_mla * (uint64_t)(c->kv_lora + c->rope) * 4;
+    o->blocks      = (uint64_t)(n_run / (c->attn_res_block > 0 ? c->attn_res_block : 1) + 2) * (uint64_t)c->hidden * 4;
+    return K3_OK;
+}
+
+static int bits_ix(int bits) {
+    return bits == 32 ? 0 : bits == 8 ? 1 : 2;
+}
+
+void fit_plan_at(const fit_table *t, const fit_set *s, fit_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->b[FIT_DENSE] = t->mat[FIT_DENSE][bits_ix(s->bits)];
+    p->b[FIT_MLA]   = t->mat[FIT_MLA][bits_ix(s->mla_bits)];
+    p->b[FIT_HEAD]  = t->mat[FIT_HEAD][bits_ix(s->head_bits)];
+    p->b[FIT_EMBED] = t->embed;
+    p->b[FIT_SMALL] = t->small;
+    uint64_t floor_b = (uint64_t)t->n_moe * t->expert_one;
+    uint64_t want    = s->expert_gb < 0 ? floor_b : (uint64_t)(s->expert_gb * FIT_GB);
+    want             = want < floor_b ? floor_b : want > t->expert_all ? t->expert_all : want;
+    p->b[FIT_EXPERT]   = want;
+    p->b[FIT_KDA]      = t->kda_state;
+    p->b[FIT_MLACACHE] = t->mla_per_pos * (uint64_t)s->maxt;
+    p->b[FIT_BLOCKS]   = t->blocks;
+    if (s->map) {
+        for (int k = FIT_DENSE; k <= FIT_EMBED; k++) p->mapped += p->b[k];
+        for (int k = FIT_DENSE; k <= FIT_EMBED; k++) p->b[k] = 0;
+    }
+    for (int k = 0; k < FIT_NCLASS; k++) p->total += p->b[k];
+}
+
+/* ---- the machine --------------------------------------------------------------------------- */
+
+static double read_num(const char *path, int *is_max) {
+    FILE *f = fopen(path, "r");
+    char  buf[64] = "";
+    if (!f) return -1;
+    if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+    fclose(f);
+    if (is_max) *is_max = !strncmp(buf, "max", 3);
+    char  *end;
+    double v = strtod(buf, &end);
+    return end == buf ? -1 : v;
+}
+
+/* memory.max - memory.current of the tightest cgroup (v2) from the process's own up; 0 if none. */
+static double cgroup_room(void) {
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char  line[4096], path[4200];
+    char *cg = NULL;
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "0::", 3)) {
+            cg = line + 3;
+            cg[strcspn(cg, "\n")] = 0;
+            break;
+        }
+    fclose(f);
+    if (!cg) return 0;
+    double best = 0;
+    for (;;) {
+        int    is_max = 1;
+        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", strcmp(cg, "/") ? cg : "");
+        double mx = read_num(path, &is_max);
+        if (mx > 0 && !is_max) {
+            snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", strcmp(cg, "/") ? cg : "");
+            double cur = read_num(path, NULL), room = mx - (cur > 0 ? cur : 0);
+            if (room < 0) room = 0;
+            if (best == 0 || room < best) best = room > 0 ? room : 1;
+        }
+        char *slash = strrchr(cg, '/');
+        if (!slash || slash == cg) break;
+        *slash = 0;
+    }
+    return best;
+}
+
+double fit_meminfo_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char   line[256];
+    double kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
+k3_status fit_machine_get(fit_machine *o) {
+    memset(o, 0, sizeof *o);
+    o->meminfo = fit_meminfo_available();
+    o->cgroup  = cgroup_room();
+    const char *v = getenv("K3_MEM_GB");
+    if (v && *v) {
+        char *end;
+        errno    = 0;
+        double g = strtod(v, &end);
+        if (errno || end == v || *end || !(g > 0 && g < 1e9))
+            return k3_err(K3_ERR_ARG, "K3_MEM_GB='%s': expected a number of GB (10^9 bytes) > 0", v);
+        o->avail = g * FIT_GB;
+        o->src   = "K3_MEM_GB";
+    } else if (o->cgroup > 0 && (o->meminfo <= 0 || o->cgroup < o->meminfo)) {
+        o->avail = o->cgroup;
+        o->src   = "cgroup memory.max";
+    } else {
+        o->avail = o->meminfo;
+        o->src   = "MemAvailable";
+    }
+    o->usable = o->avail - (0.5 * FIT_GB + 0.05 * o->avail);
+    if (o->usable < 0) o->usable = 0;
+    return K3_OK;
+}
+
+/* ---- the decision --------------------------------------------------------------------------- */
+
+/* "K3_BITS=4 K3_MLA_BITS=8 ..." of s; only the settings that differ from ref when ref != NULL. */
+static void set_str(char *buf, size_t n, const fit_set *s, const fit_set *ref, int with_cache) {
+    size_t o = 0;
+    buf[0]   = 0;
+#define ADD(...) o += (size_t)snprintf(buf + o, o < n ? n - o : 0, __VA_ARGS__)
+    if (!ref || s->bits != ref->bits) ADD("%sK3_BITS=%d", o ? " " : "", s->bits);
+    if (!ref || s->mla_bits != ref->mla_bits) ADD("%sK3_MLA_BITS=%d", o ? " " : "", s->mla_bits);
+    if (!ref || s->head_bits != ref->head_bits) ADD("%sK3_HEAD_BITS=%d", o ? " " : "", s->head_bits);
+    if (with_cache && s->expert_gb >= 0 && (!ref || s->expert_gb != ref->expert_gb))
+        ADD("%sK3_EXPERT_GB=%.2f", o ? " " : "", s->expert_gb);
+    if (!ref || s->maxt != ref->maxt) ADD("%sK3_MAXT=%ld", o ? " " : "", s->maxt);
+#undef ADD
+}
+
+static int same_bits(const fit_set *a, const fit_set *b) {
+    return a->bits == b->bits && a->mla_bits == b->mla_bits && a->head_bits == b->head_bits;
+}
+
+/* The plan of s with the cache at its floor (unset) or as given; fits in usable? */
+static int fits(const fit_table *t, const fit_machine *mc, const fit_set *s, fit_plan *p) {
+    fit_plan_at(t, s, p);
+    return (double)p->total <= mc->usable;
+}
+
+void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given, int mask, fit_choice *out) {
+    fit_set cand[3] = {*given, *given, *given};
+    if (!(mask & K3_SET_BITS) && cand[1].bits > 4) cand[1].bits = 4;
+    cand[2] = cand[1];
+    if (!(mask & K3_SET_MLA_BITS) && cand[2].mla_bits > 4) cand[2].mla_bits = 4;
+    if (!(mask & K3_SET_HEAD_BITS) && cand[2].head_bits > 4) cand[2].head_bits = 4;
+    memset(out, 0, sizeof *out);
+    char   sets[256], room[256];
+    size_t o = 0, n = sizeof out->msg;
+    snprintf(room, sizeof room, "%s usable of %s available (%s; reserve 0.5 GB + 5%%)", HB(mc->usable),
+             HB(mc->avail), mc->src);
+    for (int i = 0; i < 3; i++) {
+        if (i && same_bits(&cand[i], &cand[i - 1])) continue;
+        fit_plan p;
+        if (!fits(t, mc, &cand[i], &p)) continue;
+        out->ok = 1, out->level = i, out->set = cand[i];
+        if (given->expert_gb < 0) { /* the cache takes what is left of usable, at most all experts */
+            double left = mc->usable - (double)p.total + (double)p.b[FIT_EXPERT];
+            double all  = (double)t->expert_all;
+            out->set.expert_gb = (left < all ? left : all) / FIT_GB;
+        }
+        fit_plan_at(t, &out->set, &out->plan);
+        set_str(sets, sizeof sets, &out->set, NULL, 0);
+        int nexp = t->expert_one ? (int)((double)out->plan.b[FIT_EXPERT] / (double)t->expert_one / (t->n_moe ? t->n_moe : 1)) : 0;
+        o += (size_t)snprintf(out->msg + o, n - o, "memory fit: %s, expert cache %s (%s; %d experts per MoE layer, all %s)%s: plan %s of %s",
+                              sets, HB(out->plan.b[FIT_EXPERT]), mask & K3_SET_EXPERT_GB ? "K3_EXPERT_GB" : "what is left",
+                              nexp, HB(t->expert_all), out->set.map ? " mapped weights not counted" : "", HB(out->plan.total), room);
+        if (i) {
+            fit_plan p0;
+            fit_plan_at(t, &cand[0], &p0);
+            set_str(sets, sizeof sets, &cand[0], NULL, 0);
+            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; chosen: step %d of the fit order, since %s needs %s with one expert per MoE layer",
+                                  i + 1, sets, HB(p0.total));
+        } else {
+            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; %s", mask ? "the given settings fit" : "the defaults fit");
+        }
+        return;
+    }
+    /* refused: the figures */
+    out->set = *given;
+    fit_plan_at(t, given, &out->plan);
+    set_str(sets, sizeof sets, given, NULL, 1);
+    o += (size_t)snprintf(out->msg + o, n - o, "memory: %s%s needs %s (%s) but only %s; ", sets,
+                          given->expert_gb < 0 ? " with one expert per MoE layer" : "", HB(out->plan.total),
+                          mask ? "settings given explicitly are never changed" : "nothing fits",
+                          room);
+    int any = 0;
+    /* every step of the order, over the explicit settings too, with the cache at its floor */
+    fit_set alt[4] = {*given, *given, *given, *given};
+    alt[0].bits = 8, alt[0].mla_bits = 8, alt[0].head_bits = 8;
+    alt[1] = alt[0], alt[1].bits = 4;
+    alt[2] = alt[1], alt[2].mla_bits = 4, alt[2].head_bits = 4;
+    for (int i = 0; i < 3; i++) {
+        fit_set a = alt[i];
+        a.expert_gb = -1;
+        if (a.maxt > 8192 && (mask & K3_SET_MAXT)) a.maxt = 8192;
+        fit_plan p;
+        int      ok = fits(t, mc, &a, &p);
+        set_str(sets, sizeof sets, &a, given, 0);
+        if (!sets[0]) continue;
+        o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "%s%s: %s%s", any++ ? "; " : "", sets, HB(p.total),
+                              ok ? " (fits)" : "");
+    }
+    if (mask & K3_SET_EXPERT_GB) { /* the largest cache that fits at the given bits */
+        fit_set a = *given;
+        a.expert_gb = -1;
+        fit_plan p;
+        if (fits(t, mc, &a, &p)) {
+            double most = (mc->usable - (double)p.total + (double)p.b[FIT_EXPERT]) / FIT_GB;
+            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "%sK3_EXPERT_GB=%.2f: %s (fits)", any++ ? "; " : "",
+                                  floor(most * 100) / 100, HB(mc->usable));
+        }
+    }
+    fit_set mm = *given;
+    mm.expert_gb = -1, mm.map = 1, mm.maxt = mm.maxt > 8192 ? 8192 : mm.maxt;
+    fit_plan pm;
+    int      ok = fits(t, mc, &mm, &pm);
+    snprintf(out->msg + o, o < n ? n - o : 0, "%sa k3-repack container with K3_MMAP=1: %s private%s (+ %s mapped from the page cache)",
+             any ? "; " : "", HB(pm.total), ok ? " (fits)" : "", HB(pm.mapped));
+}

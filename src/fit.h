@@ -1,0 +1,109 @@
+/* fit.h: the memory plan of a checkpoint, what the machine can give, and the settings that fit
+ * (implementation: fit.c). One plan answers both k3_model_open (before any weight is read) and
+ * `k3chat --inspect`.
+ *
+ * The plan (bytes, decimal GB in messages):
+ *   dense matrices  K3_BITS       KDA q/k/v/g/o, latent down/up, shared experts, dense MLP
+ *   MLA matrices    K3_MLA_BITS   q_a, q_b, kv_a, kv_b, o, g of MLA layers
+ *   lm_head         K3_HEAD_BITS
+ *   embeddings      as stored
+ *   small tensors   f32: norms, router, conv taps, dt_bias, A_log, f_a/f_b, b_proj, AttnRes
+ *   routed experts  the expert cache: K3_EXPERT_GB, at least one expert per MoE layer, at most all
+ *   KDA state + conv tails, MLA latent cache (K3_MAXT positions), AttnRes blocks
+ * 32 bits = f32, 8 = int8 per row, 4 = int4 in groups of 64 (quant.h), from each matrix's logical
+ * shape (a k3 container's split kv_b and .qs sidecars included). With K3_MMAP=1 the matrices and
+ * embeddings are mapped from the page cache and counted apart ("mapped"), not in the total.
+ * Only the layers that run (K3_LAYERS) are counted.
+ *
+ * What the machine can give ("available"): K3_MEM_GB when set (an override, for users and
+ * tests), else the smaller of MemAvailable (/proc/meminfo) and, when the process's cgroup (v2)
+ * or one above it sets memory.max, memory.max - memory.current. The plan must fit in
+ * "usable" = available - reserve, reserve = 0.5 GB + 5% of available (activations, logits,
+ * the 64 MB load bands, the OS).
+ *
+ * The decision (fit_decide), settings given explicitly (K3_BITS, K3_MLA_BITS, K3_HEAD_BITS,
+ * K3_EXPERT_GB, K3_MAXT as environment variables or k3_params.set; bits a k3 container brings)
+ * are never changed; the others are chosen in this order, the first that fits wins:
+ *   1. the given bits (8/8/8 by default)
+ *   2. 4 bits for the dense matrices (K3_BITS)
+ *   3. 4 bits everywhere (K3_BITS, K3_MLA_BITS, K3_HEAD_BITS)
+ * where "fits" means the plan with one expert per MoE layer fits in usable (or, with K3_EXPERT_GB
+ * given, the plan with that cache); an unset expert cache then takes what is left of usable, at
+ * most every expert. K3_MAXT is never lowered (8192 unless given). Nothing fits: refused with
+ * the figures (the plan, the available memory, and each alternative with its total, marked
+ * whether it fits, plus the private memory of a k3-repack container run with K3_MMAP=1).
+ */
+#pragma once
+#include "config.h"
+#include "st.h"
+
+/* Classes of the plan. */
+enum { FIT_DENSE, FIT_MLA, FIT_HEAD, FIT_EMBED, FIT_SMALL, FIT_EXPERT, FIT_KDA, FIT_MLACACHE, FIT_BLOCKS, FIT_NCLASS };
+
+/* What the tensor table says, once (bit-width independent). */
+typedef struct fit_table {
+    uint64_t mat[3][3];      /* [FIT_DENSE/MLA/HEAD][32, 8, 4 bits]                           */
+    uint64_t embed, small;
+    uint64_t expert_all;     /* every routed expert of the run layers, as stored              */
+    uint64_t expert_one;     /* one expert (six tensors)                                      */
+    uint64_t kda_state;      /* KDA state + conv tails of the run layers                      */
+    uint64_t mla_per_pos;    /* MLA latent cache bytes per position                           */
+    uint64_t blocks;         /* AttnRes block snapshots                                       */
+    uint64_t big_f32;        /* largest matrix as f32 (information: the load no longer holds it) */
+    int      n_run, n_moe, n_kda, n_mla;
+} fit_table;
+
+/* Settings of a plan. */
+typedef struct fit_set {
+    int    bits, mla_bits, head_bits;
+    double expert_gb;        /* < 0: unset (fit_decide chooses)                              */
+    long   maxt;
+    int    map;              /* K3_MMAP=1                                                     */
+} fit_set;
+
+typedef struct fit_plan {
+    uint64_t b[FIT_NCLASS];
+    uint64_t mapped;         /* K3_MMAP=1: matrices and embeddings used from the page cache  */
+    uint64_t total;          /* private bytes                                                 */
+} fit_plan;
+
+typedef struct fit_machine {
+    double      avail, usable; /* bytes                                                      */
+    const char *src;           /* "K3_MEM_GB", "MemAvailable", "cgroup memory.max"           */
+    double      meminfo;       /* MemAvailable (0: unknown)                                  */
+    double      cgroup;        /* memory.max - memory.current (0: no limit found)            */
+} fit_machine;
+
+/* Which settings were given explicitly (k3_params.set, K3_SET_* in k3.h). */
+typedef struct fit_choice {
+    fit_set  set;            /* the settings to run with                                      */
+    fit_plan plan;           /* and their plan                                                */
+    int      ok;             /* 0: refused (msg says why, with the figures)                   */
+    int      level;          /* 0..2: the step of the order that was taken                    */
+    char     msg[2048];      /* one line: what was chosen and why, or the refusal             */
+} fit_choice;
+
+k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, fit_table *out);
+void      fit_plan_at(const fit_table *t, const fit_set *s, fit_plan *out);
+/* MemAvailable of /proc/meminfo in bytes (0: unknown). */
+double    fit_meminfo_available(void);
+/* K3_ERR_ARG naming K3_MEM_GB when it is not a number > 0. */
+k3_status fit_machine_get(fit_machine *out);
+/* set_mask: K3_SET_* of the settings given explicitly. */
+void      fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given, int set_mask, fit_choice *out);
+/* "17.55 GB" style: decimal units, two decimals. */
+const char *fit_hb(char *buf, size_t n, double bytes);
+
+/* Expected speed (speed.c): quick measurements of this machine, cached per machine in
+ * $XDG_CACHE_HOME/k3chat/speed (mem_bw, matmul, and disk per drive), and the estimates. */
+typedef struct fit_speed {
+    double mem_bw;          /* bytes/s, summing a 256 MB buffer on all threads               */
+    double matmul;          /* int8 multiply-adds/s of qmat_matmul at 32 columns              */
+    double disk;            /* bytes/s, O_DIRECT 4 MB reads of the largest shard (0: unknown)  */
+    int    sparse;          /* that shard is sparse: the disk figure is holes, not the drive  */
+    int    cached;          /* every figure came from the cache                               */
+    char   cache[4200];     /* the cache file                                                 */
+} fit_speed;
+void fit_speed_get(const st_dir *d, fit_speed *out);
+void fit_speed_estimate(const fit_table *t, const fit_plan *p, const fit_speed *sp, int n_active, int chunk,
+                        double *decode_s, double *prefill_s);

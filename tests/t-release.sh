@@ -1,0 +1,218 @@
+#!/bin/sh
+# t-release.sh: the release's scale (issue 21) on a replica made by k3-mkmodel --preset release:
+# the 93-layer layout as sparse files (zeros), --inspect's figures against values computed here
+# from the spec's release figures, the memory fit at K3_MEM_GB 8/24/64/128/2000 with and without
+# explicit settings (chosen settings or refusal text, before any weight is read), the loading
+# progress and fit lines of --prompt, bad input (missing shard, truncated shard, 200 MB header,
+# K3_MEM_GB not a number), and an open + one token at --layers 2 (several GB; skipped in the
+# sanitizer tree, see below).
+set -u
+B=${K3_BUILD:?}; T=${K3_TMP:?}
+K3=$B/k3chat; MK=$B/k3-mkmodel; PY=/usr/bin/python3
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; }
+check() { if [ "$1" -eq 0 ]; then shift; pass "$@"; else shift; fail "$@"; fi; }
+export K3_VK=0
+# The sanitizer tree runs the same code on the two-layer replica instead (see below).
+SAN=; case "$B" in *asan*) SAN=1 ;; esac
+
+
+# bad input and the --prompt lines on replica $R (shard N = the N-th file; its name from the index)
+shard() { ls "$R" | grep '^model-.*safetensors$' | sort | sed -n "${1}p"; }
+bad_input() {
+# ---- bad input ----
+K3_MEM_GB=abc "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "K3_MEM_GB='abc': expected a number" "$T/err"; check $? "K3_MEM_GB=abc: error names the variable ($(head -c 120 "$T/err"))"
+K3_MEM_GB=abc "$K3" --inspect "$R" >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "K3_MEM_GB" "$T/err"; check $? "--inspect with K3_MEM_GB=abc: the same error"
+# copies: links to the shards, real copies only of what is damaged
+mkcopy() { rm -rf "$1"; mkdir "$1"; for f in "$R"/*; do ln -s "$f" "$1/"; done; }
+C=$T/bad; mkcopy "$C"
+rm "$C/$(shard 1)"
+K3_MEM_GB=2000 timeout 60 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "$(shard 1)" "$T/err"; check $? "index names a missing shard: error names it ($(head -c 160 "$T/err"))"
+mkcopy "$C"; rm "$C/$(shard 2)"
+cp --sparse=always "$R/$(shard 2)" "$C/"
+sz=$(stat -c %s "$C/$(shard 2)"); truncate -s $((sz / 2)) "$C/$(shard 2)"
+K3_MEM_GB=2000 timeout 60 "$K3" "$C" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "$(shard 2).*truncated" "$T/err" && ! grep -q "loading  *[1-9]" "$T/err"
+check $? "shard truncated in the middle: error names the file, nothing loaded ($(head -c 200 "$T/err"))"
+mkcopy "$C"; rm "$C/$(shard 3)"
+$PY - "$C/$(shard 3)" <<'EOF'
+import struct, sys
+n = 200_000_000
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", n)); f.write(b'{"a": 1'); f.truncate(8 + n + 4096)
+EOF
+K3_MEM_GB=2000 timeout 60 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "$(shard 3): header length 200000000 at offset 0 is implausibly large" "$T/err"
+check $? "a 200 MB header: error names the file and the length ($(head -c 200 "$T/err"))"
+rm -rf "$C"
+
+}
+prompt_lines() {
+# ---- --prompt: the loading line and the fit line (tiny model: quick) ----
+"$MK" --preset tiny --quiet "$T/tiny" || fail "k3-mkmodel --preset tiny"
+K3_MEM_GB=4 "$K3" "$T/tiny" --prompt hi --max-tokens 2 --temp 0 >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 0 ] && head -n 1 "$T/err" | grep -Eq '^k3chat: loading +[0-9]+%  [0-9.]+ of [0-9.]+ (MB|GB)  [0-9]+ MB/s' &&
+    grep -Eq '^k3chat: loaded [0-9.]+ (MB|GB) in [0-9.]+ s \([0-9]+ MB/s\)$' "$T/err" &&
+    grep -q '^k3chat: memory fit: K3_BITS=8 K3_MLA_BITS=8 K3_HEAD_BITS=8 .* of 3.30 GB usable of 4.00 GB available (K3_MEM_GB' "$T/err"
+check $? "--prompt: a loading line, a loaded line and the fit line on stderr ($(head -n 3 "$T/err" | tr '\n' '|' | head -c 300))"
+
+}
+
+if [ -n "$SAN" ]; then
+    # generating the 93-layer replica takes about 5 minutes and each --inspect of it about 3 under
+    # ASan on this loaded 2-core machine, beyond the test timeout: the same code runs here on the
+    # two-layer replica (all tensors at release widths, 5 shards)
+    echo "SKIP: the 93-layer replica's figures and fit decisions in the sanitizer tree (minutes per step under ASan; the normal tree checks them); here: --layers 2"
+    echo "SKIP: open + one token at --layers 2 (sanitizer tree: several GB and many minutes under ASan; the normal tree runs it)"
+    R=$T/rel2
+    "$MK" --preset release --layers 2 --quiet "$R"; check $? "k3-mkmodel --preset release --layers 2"
+    K3_MEM_GB=64 "$K3" --inspect "$R" >"$T/insp" 2>"$T/err"
+    grep -q "^layers       2: 2 KDA + 0 MLA attention; 1 dense MLP + 1 MoE" "$T/insp" && grep -q "^fit          K3_BITS=8 K3_MLA_BITS=8 K3_HEAD_BITS=8" "$T/insp" && grep -q "^speed        decode" "$T/insp"
+    check $? "--inspect --layers 2 replica: layers, fit and speed lines ($(head -c 200 "$T/err"))"
+    K3_MEM_GB=2 "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+    [ $rc -eq 1 ] && grep -q "(nothing fits) but only" "$T/err" && ! grep -q "loading  *[1-9]" "$T/err"
+    check $? "K3_MEM_GB=2: refused at open before any weight ($(head -c 200 "$T/err"))"
+    bad_input
+    prompt_lines
+    exit 0
+fi
+
+R=$T/rel
+t0=$(date +%s)
+"$MK" --preset release --quiet "$R" 2>"$T/mkerr"; rc=$?
+check $rc "k3-mkmodel --preset release: exit 0 in $(($(date +%s) - t0)) s ($(head -c 200 "$T/mkerr"))"
+[ $rc -eq 0 ] || exit 1
+disk=$(du -sk "$R" | cut -f1); app=$(du -sk --apparent-size "$R" | cut -f1)
+[ "$disk" -lt 400000 ] && [ "$app" -gt 1400000000 ]; check $? "replica is sparse: $((disk / 1024)) MB on disk, $((app / 1048576)) GB apparent"
+n=$(ls "$R" | grep -c '^model-000[0-9][0-9]-of-000096\.safetensors$')
+[ "$n" -eq 96 ]; check $? "96 shards named model-XXXXX-of-000096.safetensors ($n)"
+[ "$(wc -l <"$R/tiktoken.model")" -eq 163584 ]; check $? "tiktoken.model has 163,584 ranks"
+
+# ---- expected figures, computed here from the release's config (spec k3-model.md section 2) ----
+$PY - "$R" >"$T/expect" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1] + "/config.json"))["text_config"]
+D, NL, V, I = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["intermediate_size"]
+Hm, ql, kl, nope, rope, vd = c["num_attention_heads"], c["q_lora_rank"], c["kv_lora_rank"], c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]
+E, K, F, L, S = c["num_experts"], c["num_experts_per_token"], c["moe_intermediate_size"], c["routed_expert_hidden_size"], c["num_shared_experts"]
+la = c["linear_attn_config"]; H, d, CK = la["num_heads"], la["head_dim"], la["short_conv_kernel_size"]
+mla = [i - 1 for i in la["full_attn_layers"]]; fd = c["first_k_dense_replace"]; blk = c["attn_res_block_size"]
+P = H * d
+def q(bits, r, cols):
+    return r * cols * 4 if bits == 32 else r * cols + r * 4 if bits == 8 else r * ((cols + 1) // 2) + r * ((cols + 63) // 64) * 4
+dense, mlam, head = [], [], [(V, D)]
+for l in range(NL):
+    if l in mla:
+        mlam += [(ql, D), (Hm * (nope + rope), ql), (kl + rope, D), (Hm * (nope + vd), kl), (D, Hm * vd), (Hm * vd, D)]
+    else:
+        dense += [(P, D)] * 4 + [(D, P)]
+    dense += [(I, D), (I, D), (D, I)] if l < fd else [(L, D), (D, L), (S * F, D), (S * F, D), (D, S * F)]
+for name, m in (("dense", dense), ("MLA", mlam), ("lm_head", head)):
+    print(name, *[sum(q(b, r, cc) for r, cc in m) for b in (32, 8, 4)])
+n_kda, n_moe = NL - len(mla), NL - fd
+one = 3 * (F * L // 2 + F * L // 32)
+print("expert", one, n_moe * E * one)
+print("kda", 2 * n_kda * (P * d + 3 * (CK - 1) * P) * 4, "mlapos", len(mla) * (kl + rope) * 4, "blocks", (NL // blk + 2) * D * 4)
+# parameters: every matrix and vector (MXFP4 weights two a byte)
+small = NL * 6 * D + n_kda * (3 * P * CK + P + 128 + d + d * D + P * d + H * D) + len(mla) * (ql + kl) + n_moe * (E * D + E + L) + 3 * D
+params = sum(r * cc for r, cc in dense + mlam + head) + V * D + small + n_moe * E * 3 * F * L
+print("params", params, "mla", ",".join(map(str, mla)), "nmla", len(mla), "nkda", n_kda)
+print("small", small * 4, "embed", V * D * 2)
+EOF
+check $? "expected figures computed ($(tr '\n' ' ' <"$T/expect" | head -c 300))"
+ex() { awk -v k="$1" -v i="$2" '$1 == k { print $i }' "$T/expect"; }
+
+# ---- --inspect: layers, kinds, experts, parameters, bytes per class at each bit width ----
+t0=$(date +%s)
+K3_MEM_GB=24 "$K3" --inspect "$R" >"$T/insp" 2>"$T/err"; rc=$?
+check $rc "--inspect on the 93-layer replica: exit 0 in $(($(date +%s) - t0)) s ($(head -c 200 "$T/err"))"
+grep -q "^layers       93: $(ex params 8) KDA + $(ex params 6) MLA attention; 1 dense MLP + 92 MoE" "$T/insp"; check $? "93 layers: 69 KDA + 24 MLA, 1 dense + 92 MoE"
+want=$(ex params 4 | sed 's/,/, /g')
+grep -qF "MLA layers   $want (0-indexed)" "$T/insp"; check $? "MLA layers (0-indexed) are $want"
+grep -q "^MoE          896 experts, 16 active, 2 shared" "$T/insp"; check $? "896 experts, 16 active"
+grep -q "^experts      82432 routed (92 MoE layers x 896)" "$T/insp"; check $? "82,432 routed experts"
+got=$(sed -n 's/^parameters   [0-9.]* T (\([0-9]*\);.*/\1/p' "$T/insp")
+[ -n "$got" ] && [ "$got" = "$(ex params 2)" ]; check $? "parameters: $got = $(ex params 2) computed here (about 2.8 T)"
+$PY -c "import sys; sys.exit(0 if 2.7e12 < $(ex params 2) < 2.9e12 else 1)"; check $? "total parameters about 2.8 T"
+for cls in dense MLA lm_head; do
+    got=$(awk -v k="$cls" '$1 == k && $2 == "32:" { print $3, $5, $7 }' "$T/insp")
+    want=$(awk -v k="$cls" '$1 == k { print $2, $3, $4 }' "$T/expect")
+    [ -n "$got" ] && [ "$got" = "$want" ]; check $? "$cls bytes at 32 / 8 / 4 bits: $got (computed here: $want)"
+done
+grep -q "experts $(ex expert 3) (one $(ex expert 2))" "$T/insp"; check $? "experts $(ex expert 3) bytes, one $(ex expert 2) (17.55 MB)"
+grep -q "small $(ex small 2)," "$T/insp" && grep -q "embeddings $(ex small 4)," "$T/insp"; check $? "small tensors $(ex small 2) and embeddings $(ex small 4) bytes"
+grep -q "KDA state $(ex kda 2), MLA cache per position $(ex kda 4)" "$T/insp"; check $? "KDA state and MLA cache per position"
+
+# ---- the fit: K3_MEM_GB 8, 24, 64, 128, 2000, with and without explicit settings ----
+# plan(bits, mla, head, cache) and usable(G) as fit.h defines them, from the figures above
+plan() { # $1 $2 $3 bits, $4 expert cache bytes ("floor" = one per MoE layer) -> bytes
+    awk -v b="$1" -v mb="$2" -v hb="$3" -v cache="$4" '
+        function ix(x) { return x == 32 ? 2 : x == 8 ? 3 : 4 }
+        $1 == "dense" { dn = $ix(b) } $1 == "MLA" { ml = $ix(mb) } $1 == "lm_head" { hd = $ix(hb) }
+        $1 == "expert" { one = $2 } $1 == "kda" { kda = $2; pos = $4; blocks = $6 } $1 == "small" { sm = $2; em = $4 }
+        END { c = cache == "floor" ? 92 * one : cache; printf "%.0f\n", dn + ml + hd + sm + em + c + kda + pos * 8192 + blocks }' "$T/expect"
+}
+usable() { awk -v g="$1" 'BEGIN { printf "%.0f\n", g * 1e9 - (0.5e9 + 0.05 * g * 1e9) }'; }
+gb2() { awk -v x="$1" 'BEGIN { printf "%.2f GB\n", x / 1e9 }'; }
+fits() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+for G in 8 24 64 128 2000; do
+    U=$(usable $G)
+    K3_MEM_GB=$G "$K3" --inspect "$R" >"$T/f$G" 2>&1
+    line=$(grep '^fit ' "$T/f$G")
+    if fits "$(plan 8 8 8 floor)" "$U"; then want="K3_BITS=8 K3_MLA_BITS=8 K3_HEAD_BITS=8"; step=1
+    elif fits "$(plan 4 8 8 floor)" "$U"; then want="K3_BITS=4 K3_MLA_BITS=8 K3_HEAD_BITS=8"; step=2
+    elif fits "$(plan 4 4 4 floor)" "$U"; then want="K3_BITS=4 K3_MLA_BITS=4 K3_HEAD_BITS=4"; step=3
+    else want=""; fi
+    if [ -n "$want" ]; then
+        echo "$line" | grep -qF "fit          $want K3_MAXT=8192, expert cache" && { [ $step -eq 1 ] || echo "$line" | grep -qF "chosen: step $step of the fit order"; }
+        check $? "K3_MEM_GB=$G: $want chosen (step $step) ($(echo "$line" | head -c 250))"
+    else
+        echo "$line" | grep -qF "needs $(gb2 "$(plan 8 8 8 floor)") (nothing fits)" &&
+            echo "$line" | grep -qF "K3_BITS=4: $(gb2 "$(plan 4 8 8 floor)")" &&
+            echo "$line" | grep -qF "K3_BITS=4 K3_MLA_BITS=4 K3_HEAD_BITS=4: $(gb2 "$(plan 4 4 4 floor)")" &&
+            echo "$line" | grep -q "a k3-repack container with K3_MMAP=1: [0-9.]* GB private"
+        check $? "K3_MEM_GB=$G: nothing fits; the refusal names the plan and each alternative's figure ($(echo "$line" | head -c 300))"
+    fi
+done
+# 2000 GB: every expert resident; 128 GB: the cache takes what is left of usable
+grep -q "all resident" "$T/f2000"; check $? "K3_MEM_GB=2000: every expert resident"
+left=$(awk -v u="$(usable 128)" -v p="$(plan 8 8 8 0)" 'BEGIN { printf "%.2f GB\n", (u - p) / 1e9 }')
+grep -q "routed experts *$left" "$T/f128"; check $? "K3_MEM_GB=128: the expert cache takes what is left ($left)"
+# explicit settings are never changed: refused with the settings that would fit
+K3_MEM_GB=64 K3_BITS=8 "$K3" --inspect "$R" 2>&1 | grep '^fit ' >"$T/x1"
+grep -q "settings given explicitly are never changed" "$T/x1" && grep -qF "K3_BITS=4: $(gb2 "$(plan 4 8 8 floor)") (fits)" "$T/x1"
+check $? "K3_MEM_GB=64 K3_BITS=8: refused, K3_BITS=4 named as fitting ($(head -c 300 "$T/x1"))"
+K3_MEM_GB=128 K3_EXPERT_GB=100 "$K3" --inspect "$R" 2>&1 | grep '^fit ' >"$T/x2"
+grep -q "K3_EXPERT_GB=100.00 K3_MAXT=8192 needs" "$T/x2" && grep -q "K3_EXPERT_GB=[0-9.]*: .* (fits)" "$T/x2"
+check $? "K3_MEM_GB=128 K3_EXPERT_GB=100: refused, the largest cache that fits named ($(head -c 300 "$T/x2"))"
+K3_MEM_GB=2000 K3_BITS=4 K3_MAXT=16384 "$K3" --inspect "$R" 2>&1 | grep '^fit ' >"$T/x3"
+grep -q "fit          K3_BITS=4 K3_MLA_BITS=8 K3_HEAD_BITS=8 K3_MAXT=16384" "$T/x3"; check $? "K3_MEM_GB=2000 K3_BITS=4 K3_MAXT=16384: the given settings kept ($(head -c 200 "$T/x3"))"
+
+# the engine refuses at open, before reading weights (no loading line past 0 %), with the figures
+t0=$(date +%s)
+K3_MEM_GB=24 timeout 120 "$K3" "$R" --prompt hi >"$T/out" 2>"$T/err"; rc=$?
+secs=$(($(date +%s) - t0))
+[ $rc -eq 1 ] && grep -q "needs .* (nothing fits) but only" "$T/err" && ! grep -q "loading  *[1-9]" "$T/err" && [ ! -s "$T/out" ]
+check $? "--prompt at K3_MEM_GB=24: refused at open in $secs s, before any weight ($(head -c 200 "$T/err"))"
+K3_MEM_GB=64 K3_BITS=8 timeout 120 "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "K3_BITS=4: .* (fits)" "$T/err"; check $? "--prompt with K3_BITS=8 at K3_MEM_GB=64: refused naming K3_BITS=4 ($(head -c 150 "$T/err"))"
+
+bad_input
+prompt_lines
+# ---- open + one token at --layers 2: the dense layer (33,792), one KDA + 896-expert MoE layer,
+# the 163,840-row embeddings and head. About 4.4 GB at 4 bits; in the sanitizer tree the same
+# run takes many times longer and ASan's shadow memory doubles it, so it runs in the normal tree.
+rm -rf "$R"
+"$MK" --preset release --layers 2 --quiet "$T/rel2" || fail "k3-mkmodel --preset release --layers 2"
+$PY -c "import json,sys; c=json.load(open('$T/rel2/config.json'))['text_config']; sys.exit(0 if c['linear_attn_config']['full_attn_layers']==[] and c['first_k_dense_replace']==1 else 1)"
+check $? "--layers 2: both layers KDA (the release's kinds), layer 0 dense"
+t0=$(date +%s)
+K3_MEM_GB=8 K3_BITS=4 K3_MLA_BITS=4 K3_HEAD_BITS=4 timeout 600 "$K3" "$T/rel2" --ids "1 2 3" --max-tokens 1 --temp 0 >"$T/out" 2>"$T/err"; rc=$?
+secs=$(($(date +%s) - t0))
+[ $rc -eq 0 ] && [ "$(cat "$T/out")" = "0" ]
+check $? "--layers 2: open + one token in $secs s: exit 0, zero weights give all-equal logits and greedy picks id 0 (got '$(head -c 40 "$T/out")'; $(tail -n 2 "$T/err" | tr '\n' '|' | head -c 300))"
+grep -q "memory fit: K3_BITS=4 K3_MLA_BITS=4 K3_HEAD_BITS=4 K3_MAXT=8192, expert cache" "$T/err"; check $? "--layers 2: the fit line reports the given bits"
+rm -rf "$T/rel2"
