@@ -239,13 +239,28 @@ k3_status k3_detok_feed_bytes(k3_detok *d, const char *b, size_t n, const char *
                               size_t *len);
 void      k3_detok_flush(k3_detok *d, const char **text, size_t *len);
 
+/* One tool call of an assistant message (the OpenAI shape; ../shared/spec/k3-tools.md 1.3). */
+typedef struct k3_tool_call {
+    const char *id;        /* the call id ("call_..."): matched by tool results, not rendered */
+    const char *name;      /* function name                                               */
+    const char *arguments; /* JSON text of an object (typed arguments); NULL, blank or "{}":
+                            * none; text that is not JSON: the raw `json` block; JSON that
+                            * is not an object: K3_ERR_ARG                                 */
+} k3_tool_call;
+
 /* Chat format (XTML), chat.c. One message of a conversation. */
 typedef struct k3_chat_msg {
-    const char *role;      /* "system", "user", "assistant"; "developer" is rendered as
-                            * system; "tool" and others: error                          */
+    const char *role;      /* "system", "user", "assistant", "tool"; "developer" is
+                            * rendered as system; others: K3_ERR_ARG                    */
     const char *content;   /* UTF-8 text (NULL = empty); never parsed for control tokens */
     const char *reasoning; /* assistant turns: that turn's thinking text (NULL = none)   */
     int         n_images;  /* > 0: K3_ERR_UNSUPPORTED (images are not supported yet)    */
+    const k3_tool_call *tool_calls; /* assistant: (n_tool_calls) calls, in order        */
+    int         n_tool_calls;
+    const char *name;      /* tool: the tool's name (NULL: from the matching call)       */
+    const char *tool_call_id; /* tool: the id of the call this result answers           */
+    const char *tools;     /* system: a JSON array of tool declarations: rendered in
+                            * place as "New Tools Available" (content dropped)          */
 } k3_chat_msg;
 
 typedef struct k3_chat_opts {
@@ -253,12 +268,16 @@ typedef struct k3_chat_opts {
     const char *effort;     /* "low" | "high" | "max"; NULL = "max". Else K3_ERR_ARG
                              * (including "medium", which the release rejects)          */
     int         gen_prompt; /* 1 = end with the assistant generation prompt            */
-    const char *tools;      /* tool declarations: non-NULL = K3_ERR_UNSUPPORTED         */
+    const char *tools;      /* JSON array of tool declarations ({"type":"function",
+                             * "function":{...}} objects); NULL or "[]": none           */
+    const char *tool_choice;/* "auto" (NULL), "required" or "none"; else K3_ERR_ARG     */
 } k3_chat_opts;
 
 /* Encode a conversation exactly as ../shared/spec/k3-chat.md section 2 (the thinking-
- * effort system message when think is on, preserved reasoning, generation prompt),
- * appending the ids to out. On error out->n is left as it was. */
+ * effort system message when think is on, preserved reasoning, generation prompt) and
+ * ../shared/spec/k3-tools.md section 1 (tool declarations, calls, results re-sorted by
+ * call id, tool_choice), appending the ids to out. On error out->n is left as it was and
+ * the message names the message index and field. */
 k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs,
                          const k3_chat_opts *o, k3_ids *out);
 
@@ -272,10 +291,27 @@ typedef struct k3_chat_out {
     const char *think;    size_t think_len;
     const char *response; size_t response_len;
     int         end;      /* 1 once <|end_of_msg|> was read (all text flushed)          */
+    /* tool calls (only with k3_chat_parser_set_tools; k3-tools.md section 2.4): */
+    int         call_index; /* the call the three fields below are about (0-based)      */
+    const char *call_name;  /* non-NULL: that call opened in this feed (its name)       */
+    const char *call_args;  /* arguments JSON appended to that call in this feed; the
+                             * concatenation over the feeds is the call's final string  */
+    size_t      call_args_len;
+    int         call_done;  /* 1: that call closed in this feed                          */
 } k3_chat_out;
 typedef struct k3_chat_parser k3_chat_parser;
 /* think: the same flag as the prompt's (1: starts in the think channel). */
 k3_status k3_chat_parser_new(const k3_tok *t, int think, k3_chat_parser **out);
+/* on = 1: parse <|open|>tools<|sep|> blocks into calls (spec k3-tools.md section 2, with
+ * its leniency); 0 (default): they are shown as text like any unexpected tag. Call it
+ * before the first feed. */
+void      k3_chat_parser_set_tools(k3_chat_parser *p, int on);
+/* Calls parsed so far, in order of appearance (calls without a tool name are dropped).
+ * k3_chat_parser_call returns 1 when call i was closed, 0 when the stream stopped inside
+ * it (or -1 out of range); *name and *args (the arguments as a JSON object string, as
+ * Python's json.dumps writes it) stay valid while p lives. */
+int       k3_chat_parser_n_calls(const k3_chat_parser *p);
+int       k3_chat_parser_call(const k3_chat_parser *p, int i, const char **name, const char **args);
 void      k3_chat_parser_free(k3_chat_parser *p);
 k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *out);
 /* End of generation without <|end_of_msg|> (max tokens, cancel): flush held text. */
