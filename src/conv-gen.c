@@ -24,7 +24,9 @@
  * cancels the session's current feed, so a long prefill stops within a layer.
  */
 #include "conv-impl.h"
+#include "json.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,17 +97,29 @@ k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out) {
     return K3_OK;
 }
 
+void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out) {
+    for (int i = from; i < to; i++) {
+        const k3_msg *m = &c->msgs[i];
+        out[i - from] = (k3_chat_msg){.role = conv_role_str(m->role), .content = m->content,
+                                      .reasoning = m->reasoning, .tool_calls = m->tool_calls,
+                                      .n_tool_calls = m->n_tool_calls, .name = m->tool_name,
+                                      .tool_call_id = m->tool_call_id};
+    }
+}
+
+void conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o) {
+    *o = (k3_chat_opts){.think = c->set.think, .effort = c->set.effort, .gen_prompt = gen_prompt, .tools = c->tools,
+                        .tool_choice = c->set.tool_choice[0] ? c->set.tool_choice : NULL};
+}
+
 k3_status k3_conv_render(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out) {
     k3_chat_msg *cm = k3_calloc((size_t)c->n_msgs + 1, sizeof *cm);
     if (!cm)
         return k3_err(K3_ERR_NOMEM, "conversation: out of memory rendering %d messages", c->n_msgs);
-    for (int i = 0; i < c->n_msgs; i++) {
-        cm[i].role = conv_role_str(c->msgs[i].role);
-        cm[i].content = c->msgs[i].content;
-        cm[i].reasoning = c->msgs[i].reasoning;
-    }
-    k3_chat_opts o = {.think = c->set.think, .effort = c->set.effort, .gen_prompt = gen_prompt};
-    k3_status    st = k3_chat_encode(tok, cm, (size_t)c->n_msgs, &o, out);
+    conv_chat_msgs(c, 0, c->n_msgs, cm);
+    k3_chat_opts o;
+    conv_chat_opts(c, gen_prompt, &o);
+    k3_status st = k3_chat_encode(tok, cm, (size_t)c->n_msgs, &o, out);
     free(cm);
     return st;
 }
@@ -134,9 +148,25 @@ static k3_status push_tag(const k3_tok *tok, const char *ctl, const char *tag, k
     return st;
 }
 
-/* Appends G + m's ids (+ closing tags) when m qualifies (see above); *used = 1 then. */
-static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, const k3_ids *G, k3_ids *out,
-                                int *used) {
+/* Do the parser's complete calls equal m's (names and argument strings)? */
+static int same_calls(const k3_chat_parser *p, const k3_msg *m) {
+    int n = 0;
+    for (int k = 0; k < k3_chat_parser_n_calls(p); k++) {
+        const char *name, *args;
+        if (k3_chat_parser_call(p, k, &name, &args) != 1)
+            return 0; /* an unfinished call: render the stored calls instead */
+        if (n >= m->n_tool_calls || strcmp(name, m->tool_calls[n].name) ||
+            strcmp(args, m->tool_calls[n].arguments ? m->tool_calls[n].arguments : ""))
+            return 0;
+        n++;
+    }
+    return n == m->n_tool_calls;
+}
+
+/* Appends G + m's ids (+ closing tags) when m qualifies (see above); *used = 1 then.
+ * tools: the reply was generated with tool calls parsed. */
+static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, int tools, const k3_ids *G,
+                                k3_ids *out, int *used) {
     *used = 0;
     if (m->role != K3_ROLE_ASSISTANT || !m->ids || m->n_ids <= 0 || !m->has_stats || m->stats.think != think)
         return K3_OK;
@@ -144,6 +174,7 @@ static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, c
     k3_status       st = k3_chat_parser_new(tok, think, &p);
     if (st)
         return st;
+    k3_chat_parser_set_tools(p, tools || m->n_tool_calls > 0);
     k3_buf    th = {0}, re = {0};
     k3_chat_out o = {0};
     int         i;
@@ -156,7 +187,8 @@ static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, c
         k3_chat_parser_finish(p, &o);
         ok = !tb_add(&th, o.think, o.think_len) && !tb_add(&re, o.response, o.response_len);
     }
-    ok = ok && !strcmp(th.p ? th.p : "", m->reasoning ? m->reasoning : "") && !strcmp(re.p ? re.p : "", m->content);
+    ok = ok && !strcmp(th.p ? th.p : "", m->reasoning ? m->reasoning : "") && !strcmp(re.p ? re.p : "", m->content) &&
+         same_calls(p, m) && (o.end || !m->n_tool_calls);
     k3_chat_parser_free(p);
     free(th.p);
     free(re.p);
@@ -182,6 +214,33 @@ static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, c
     return st;
 }
 
+/* Appends the rendering of msgs[i, j) alone: the encoding of msgs[a, j) minus that of
+ * msgs[a, i), where a (<= i) starts the context the messages need (the assistant message
+ * whose calls a run of tool results answers), and minus the prefix E (declarations,
+ * effort) every encoding starts with. The encoding is a concatenation, so this is exact. */
+static k3_status render_part(const k3_conv *c, const k3_tok *tok, int a, int i, int j, const k3_chat_opts *o,
+                             size_t e_n, k3_ids *one, k3_ids *out) {
+    k3_chat_msg *cm = k3_calloc((size_t)(j - a) + 1, sizeof *cm);
+    if (!cm)
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory rendering");
+    conv_chat_msgs(c, a, j, cm);
+    size_t    skip = e_n;
+    k3_status st = K3_OK;
+    one->n = 0;
+    if (a < i) {
+        st = k3_chat_encode(tok, cm, (size_t)(i - a), o, one);
+        skip = one->n;
+        one->n = 0;
+    }
+    if (!st)
+        st = k3_chat_encode(tok, cm, (size_t)(j - a), o, one);
+    free(cm);
+    K3_ASSERT(st || one->n >= skip);
+    for (size_t k = skip; !st && k < one->n; k++)
+        st = k3_ids_push(out, one->v[k]);
+    return st;
+}
+
 /* The prompt generation uses: k3_conv_render, with qualifying replies as generated. */
 k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out) {
     int any = 0;
@@ -189,42 +248,50 @@ k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt
         any |= c->msgs[i].role == K3_ROLE_ASSISTANT && c->msgs[i].n_ids > 0;
     if (!any)
         return k3_conv_render(c, tok, gen_prompt, out);
-    /* the encoding is a concatenation: [effort message] + each message + [prompt] */
-    const k3_conv_settings *set = &c->set;
-    k3_chat_opts      o = {.think = set->think, .effort = set->effort, .gen_prompt = 0};
-    k3_ids            E = {0}, G = {0}, one = {0};
-    size_t            n0 = out->n;
-    k3_status         st = k3_chat_encode(tok, NULL, 0, &o, &E);
-    o.gen_prompt = 1;
+    /* the encoding is a concatenation: [declarations, effort] E + each message +
+     * [tool-choice] + [prompt]; G is the generation prompt alone, T the tail */
+    k3_chat_opts o;
+    conv_chat_opts(c, 0, &o);
+    k3_chat_opts oa = o; /* tool_choice auto: no tool-choice message */
+    oa.tool_choice = NULL;
+    k3_ids    E = {0}, G = {0}, T = {0}, one = {0};
+    size_t    n0 = out->n;
+    k3_status st = k3_chat_encode(tok, NULL, 0, &oa, &E);
+    oa.gen_prompt = 1;
     if (!st)
-        st = k3_chat_encode(tok, NULL, 0, &o, &G);
-    K3_ASSERT(st || (G.n >= E.n && (!E.n || !memcmp(G.v, E.v, E.n * sizeof *E.v))));
-    if (!st) { /* G = the generation prompt alone */
-        memmove(G.v, G.v + E.n, (G.n - E.n) * sizeof *G.v);
-        G.n -= E.n;
-    }
+        st = k3_chat_encode(tok, NULL, 0, &oa, &G);
+    o.gen_prompt = gen_prompt;
+    if (!st)
+        st = k3_chat_encode(tok, NULL, 0, &o, &T);
+    oa.gen_prompt = 0; /* each part: no tool-choice message, no prompt */
+    K3_ASSERT(st || (G.n >= E.n && T.n >= E.n && (!E.n || !memcmp(G.v, E.v, E.n * sizeof *E.v))));
     for (size_t k = 0; !st && k < E.n; k++)
         st = k3_ids_push(out, E.v[k]);
-    o.gen_prompt = 0;
+    int tools = c->tools && strcmp(c->set.tool_choice, "none");
     for (int i = 0; !st && i < c->n_msgs; i++) {
         int used;
-        if ((st = faithful_reply(tok, &c->msgs[i], set->think, &G, out, &used)) || used)
+        k3_ids g = {.v = G.v + E.n, .n = G.n - E.n};
+        if ((st = faithful_reply(tok, &c->msgs[i], c->set.think, tools, &g, out, &used)) || used)
             continue;
-        const k3_msg *m = &c->msgs[i];
-        k3_chat_msg   cm = {.role = conv_role_str(m->role), .content = m->content, .reasoning = m->reasoning};
-        one.n = 0;
-        if ((st = k3_chat_encode(tok, &cm, 1, &o, &one)))
-            break;
-        K3_ASSERT(one.n >= E.n && (!E.n || !memcmp(one.v, E.v, E.n * sizeof *E.v)));
-        for (size_t k = E.n; !st && k < one.n; k++)
-            st = k3_ids_push(out, one.v[k]);
+        int a = i, j = i + 1;
+        if (c->msgs[i].role == K3_ROLE_TOOL) { /* a run of results, with the calls they answer */
+            while (j < c->n_msgs && c->msgs[j].role == K3_ROLE_TOOL)
+                j++;
+            while (a > 0 && c->msgs[a].role != K3_ROLE_ASSISTANT)
+                a--;
+            if (c->msgs[a].role != K3_ROLE_ASSISTANT)
+                a = i;
+        }
+        st = render_part(c, tok, a, i, j, &oa, E.n, &one, out);
+        i = j - 1;
     }
-    for (size_t k = 0; !st && gen_prompt && k < G.n; k++)
-        st = k3_ids_push(out, G.v[k]);
+    for (size_t k = E.n; !st && k < T.n; k++) /* [tool-choice] + [generation prompt] */
+        st = k3_ids_push(out, T.v[k]);
     if (st)
         out->n = n0;
     k3_ids_free(&E);
     k3_ids_free(&G);
+    k3_ids_free(&T);
     k3_ids_free(&one);
     return st;
 }
@@ -451,8 +518,23 @@ static uint64_t turn_seed(k3_conv *c) {
     return (c->set.sampling.seed + 0x9e3779b97f4a7c15ull * c->n_turns_started) & INT64_MAX; /* a JSON integer */
 }
 
+/* Ids of the reply's tool calls, made as each call opens. */
+typedef struct call_ids {
+    char (*id)[40]; /* (n, cap) */
+    int  n, cap;
+} call_ids;
+
+/* "call_" + 24 hex digits, unique within the process (time, counter and turn seed mixed). */
+static void make_call_id(char out[40], uint64_t seed) {
+    static _Atomic uint64_t counter;
+    uint64_t k = atomic_fetch_add(&counter, 1) + 1, t = (uint64_t)(k3_time() * 1e9);
+    uint64_t a = (t ^ seed) * 0x9e3779b97f4a7c15ull + k, b = (k * 0xbf58476d1ce4e5b9ull) ^ (a >> 29) ^ seed;
+    snprintf(out, 40, "call_%016llx%08llx", (unsigned long long)a, (unsigned long long)(b & 0xffffffffu));
+}
+
 /* Streams the parser's output to the callbacks and the message buffers. */
-static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, k3_buf *think, k3_buf *resp) {
+static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, k3_buf *think, k3_buf *resp,
+                      call_ids *ci, uint64_t seed) {
     k3_status st = tb_add(think, o->think, o->think_len);
     if (!st)
         st = tb_add(resp, o->response, o->response_len);
@@ -460,12 +542,34 @@ static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, k3_buf 
         cb->on_think(o->think, o->think_len, cb->ud);
     if (cb && cb->on_response && o->response_len)
         cb->on_response(o->response, o->response_len, cb->ud);
+    if (!o->call_name && !o->call_args_len && !o->call_done)
+        return st;
+    if (o->call_name && o->call_index == ci->n) { /* a new call: its id */
+        if (ci->n == ci->cap) {
+            int   cap = ci->cap ? 2 * ci->cap : 4;
+            void *p = realloc(ci->id, (size_t)cap * sizeof *ci->id);
+            if (!p)
+                return k3_err(K3_ERR_NOMEM, "conversation: out of memory for tool calls");
+            ci->id = p;
+            ci->cap = cap;
+        }
+        make_call_id(ci->id[ci->n++], seed);
+    }
+    if (o->call_index < 0 || o->call_index >= ci->n || !cb || !cb->on_tool_call)
+        return st;
+    const char *id = ci->id[o->call_index];
+    if (o->call_name)
+        cb->on_tool_call(o->call_index, id, o->call_name, NULL, 0, 0, cb->ud);
+    if (o->call_args_len)
+        cb->on_tool_call(o->call_index, id, NULL, o->call_args, o->call_args_len, 0, cb->ud);
+    if (o->call_done)
+        cb->on_tool_call(o->call_index, id, NULL, NULL, 0, 1, cb->ud);
     return st;
 }
 
 k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb) {
-    if (!c->n_msgs || c->msgs[c->n_msgs - 1].role != K3_ROLE_USER)
-        return k3_err(K3_ERR_ARG, "conversation: nothing to answer (the last message is not the user's)");
+    if (!c->n_msgs || (c->msgs[c->n_msgs - 1].role != K3_ROLE_USER && c->msgs[c->n_msgs - 1].role != K3_ROLE_TOOL))
+        return k3_err(K3_ERR_ARG, "conversation: nothing to answer (the last message is not the user's or a tool result)");
     k3_model_info info;
     k3_model_get_info(m, &info);
     double    t0 = k3_time();
@@ -517,8 +621,11 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
     k3_chat_out     out;
     if (!st && !smp)
         st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for the sampler");
+    call_ids        ci = {0};
     if (!st)
         st = k3_chat_parser_new(tok, c->set.think, &par);
+    if (!st)
+        k3_chat_parser_set_tools(par, c->tools && strcmp(c->set.tool_choice, "none"));
     ts.stop = K3_STOP_EOS;
     int think_done = !c->set.think;
     while (!st) {
@@ -540,7 +647,7 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
             ts.ttft = k3_time() - t0;
         int in_think = k3_chat_parser_channel(par) == K3_CHAN_THINK;
         if ((st = k3_ids_push(&gen, id)) || (st = k3_chat_parser_feed(par, id, &out)) ||
-            (st = emit(&out, cb, &think, &resp)))
+            (st = emit(&out, cb, &think, &resp, &ci, ts.sampling.seed)))
             break;
         ts.n_think += in_think;
         if (!think_done && k3_chat_parser_channel(par) != K3_CHAN_THINK) {
@@ -557,7 +664,7 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
     }
     if (par && !out.end) {
         k3_chat_parser_finish(par, &out);
-        k3_status st2 = emit(&out, cb, &think, &resp);
+        k3_status st2 = emit(&out, cb, &think, &resp, &ci, ts.sampling.seed);
         if (!st)
             st = st2;
     }
@@ -582,7 +689,18 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
                     .reasoning = think.n || c->set.think ? (think.p ? think.p : (char *)(uintptr_t)"") : NULL,
                     .interrupted = st != K3_OK, .has_stats = 1, .stats = ts, .ids = gen.v,
                     .n_ids = (int)gen.n};
-    k3_status pst = conv_push(c, &reply);
+    int           nc = par ? k3_chat_parser_n_calls(par) : 0;
+    k3_tool_call *calls = nc ? k3_calloc((size_t)nc, sizeof *calls) : NULL;
+    for (int q = 0; calls && q < nc && q < ci.n; q++) { /* the complete calls */
+        const char *name, *args;
+        if (k3_chat_parser_call(par, q, &name, &args) == 1)
+            calls[reply.n_tool_calls++] = (k3_tool_call){.id = ci.id[q], .name = name, .arguments = args};
+    }
+    reply.tool_calls = calls;
+    k3_status pst = nc && !calls ? k3_err(K3_ERR_NOMEM, "conversation: out of memory for tool calls")
+                                 : conv_push(c, &reply);
+    free(calls);
+    free(ci.id);
     if (!pst)
         k3_conv_autosave(c); /* failure is kept in k3_conv_autosave_error, the turn stands */
     k3_sampler_free(smp);

@@ -31,6 +31,7 @@ typedef struct conv_aban {
 
 struct k3_conv {
     k3_msg          *msgs;  /* (n_msgs) msgs[0] is the system prompt when it has that role */
+    char            *tools; /* tool declarations (JSON array text), NULL when none         */
     int              n_msgs, cap_msgs;
     conv_aban       *aban;  /* (n_aban) abandoned branches, in the order they were made    */
     int              n_aban, cap_aban, n_branches;
@@ -84,5 +85,9 @@ k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out);
 k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out);
 /* Appends a copy of m to the abandoned branch `branch` at position at. */
 k3_status conv_push_abandoned(k3_conv *c, const k3_msg *m, int at, int branch);
-/* Exchange contents of two conversations' messages + settings (transcript loading). */
+/* conv-gen.c: msgs[from, to) as chat-format messages (pointers into c; out has to - from). */
+void      conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out);
+/* conv-gen.c: the chat-format options of c (think, effort, tools, tool_choice). */
+void      conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o);
+/* Exchange contents of two conversations' messages + settings + tools (transcript loading). */
 void      conv_swap_content(k3_conv *a, k3_conv *b);

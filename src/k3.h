@@ -330,7 +330,7 @@ int       k3_chat_parser_channel(const k3_chat_parser *p); /* current K3_CHAN_* 
  *     if (st == K3_ERR_CONTEXT) ... offer k3_conv_clear or k3_conv_drop_oldest, or k3_conv_undo
  * /retry = k3_conv_pop_reply + k3_conv_generate; /undo = k3_conv_undo. */
 
-typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT } k3_role;
+typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT, K3_ROLE_TOOL } k3_role;
 
 /* Why a turn stopped. */
 typedef enum k3_stop {
@@ -372,6 +372,10 @@ typedef struct k3_msg {
     k3_turn_stats stats;
     int32_t      *ids;         /* (n_ids) generated token ids, NULL when unknown          */
     int           n_ids;
+    k3_tool_call *tool_calls;  /* assistant: (n_tool_calls) calls it made (strings owned)  */
+    int           n_tool_calls;
+    char         *tool_name;   /* tool result: the tool's name (NULL: from its call)     */
+    char         *tool_call_id;/* tool result: the call it answers (NULL when unknown)   */
 } k3_msg;
 
 typedef struct k3_conv_settings {
@@ -379,6 +383,7 @@ typedef struct k3_conv_settings {
     char              effort[8];  /* "low" | "high" | "max" (default); "medium" rejected  */
     int               max_tokens; /* generated tokens per turn; 0 = up to the capacity    */
     k3_sampler_params sampling;   /* temp, top_p, min_p, top_k, seed                       */
+    char              tool_choice[12]; /* "auto" (or "") | "required" | "none" (k3-tools.md 1.6) */
 } k3_conv_settings;
 
 typedef struct k3_conv k3_conv;
@@ -401,6 +406,13 @@ const char *k3_conv_model_fingerprint(const k3_conv *c);
 k3_status     k3_conv_set_system(k3_conv *c, const char *text);
 const char   *k3_conv_system(const k3_conv *c);         /* NULL when none */
 k3_status     k3_conv_add(k3_conv *c, k3_role role, const char *content, const char *reasoning);
+/* Appends a copy of any message: an assistant message with tool calls, a tool result
+ * (K3_ROLE_TOOL with tool_call_id and/or tool_name). Strings and ids are copied. */
+k3_status     k3_conv_add_msg(k3_conv *c, const k3_msg *m);
+/* Tool declarations: a JSON array of {"type":"function","function":{...}} (rendered as the
+ * tool-declare message; checked at the next render). NULL, "" or "[]": none. */
+k3_status     k3_conv_set_tools(k3_conv *c, const char *json);
+const char   *k3_conv_tools(const k3_conv *c);              /* NULL when none */
 int           k3_conv_count(const k3_conv *c);
 const k3_msg *k3_conv_msg(const k3_conv *c, int i);     /* NULL when out of range */
 /* New conversation: drops every message but the system prompt; settings stay; the
@@ -429,8 +441,14 @@ typedef struct k3_conv_callbacks {
     void (*on_think)(const char *text, size_t n, void *ud);
     void (*on_response)(const char *text, size_t n, void *ud);
     void *ud;
+    /* A tool call of the reply (conversations with tools): first with name (args NULL),
+     * then with argument fragments whose concatenation is the final arguments string, then
+     * with done = 1. index is the call's 0-based position; id is made here ("call_...")
+     * and is the one the appended message stores. */
+    void (*on_tool_call)(int index, const char *id, const char *name, const char *args, size_t n, int done,
+                         void *ud);
 } k3_conv_callbacks;
-/* Renders the history (which must end with a user message) with the generation prompt,
+/* Renders the history (which must end with a user message or a tool result) with the generation prompt,
  * prefills only what the session has not processed yet (prompt cache, snapshots),
  * samples until end of message / max_tokens / capacity / cancel, and appends the
  * assistant message with its statistics (interrupted when cancelled: returns K3_ABORTED

@@ -223,7 +223,7 @@ int main(void) {
     T_CHECK(k3_conv_context(c, m, &used, &cap) == K3_OK && used == (int)R1.n && cap == info.max_ctx,
             "context accounting: %d of %d tokens", used, cap);
     streamed *sa = calloc(1, sizeof *sa);
-    k3_conv_callbacks cb = {on_think, on_resp, sa};
+    k3_conv_callbacks cb = {.on_think = on_think, .on_response = on_resp, .ud = sa};
     st = k3_conv_generate(c, m, s, &cb);
     const k3_msg *a1 = last(c);
     T_CHECK(st == K3_OK && a1->role == K3_ROLE_ASSISTANT && !a1->interrupted, "turn 1 generates (%s)",
@@ -344,6 +344,29 @@ int main(void) {
             "think off: replies generated with thinking render as text, exactly as the encoder (%zu ids)", Ra.n);
     k3_ids_free(&Ra);
     k3_ids_free(&Rb);
+    /* ... and with tools: declarations, a call, results out of order, tool_choice required */
+    k3_conv *tc = k3_conv_new();
+    k3_conv_settings toff = off;
+    strcpy(toff.tool_choice, "required");
+    k3_conv_set_settings(tc, &toff);
+    for (int i = 0; i < k3_conv_count(c); i++)
+        conv_push(tc, k3_conv_msg(c, i));
+    k3_conv_set_tools(tc, "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
+    k3_tool_call tcalls[] = {{.id = "1", .name = "f", .arguments = "{\"a\": 1}"}, {.id = "2", .name = "g"}};
+    k3_msg tam = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t)"", .tool_calls = tcalls, .n_tool_calls = 2};
+    k3_msg tr2 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"two", .tool_call_id = (char *)(uintptr_t)"2"};
+    k3_msg tr1 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"one", .tool_call_id = (char *)(uintptr_t)"1"};
+    if (last(tc)->role != K3_ROLE_USER)
+        k3_conv_add(tc, K3_ROLE_USER, "Use the tools.", NULL);
+    k3_conv_add_msg(tc, &tam);
+    k3_conv_add_msg(tc, &tr2);
+    k3_conv_add_msg(tc, &tr1);
+    K3_ASSERT(conv_render_prompt(tc, tok, 1, &Ra) == K3_OK && k3_conv_render(tc, tok, 1, &Rb) == K3_OK);
+    T_CHECK(Ra.n == Rb.n && !memcmp(Ra.v, Rb.v, Ra.n * 4),
+            "with tools, a call and re-sorted results: the prompt equals the encoder's (%zu ids)", Ra.n);
+    k3_ids_free(&Ra);
+    k3_ids_free(&Rb);
+    k3_conv_free(tc);
 
     /* ---- think off (shorter prompts): save, load, continue, replay ---- */
     char path[700], path2[700];

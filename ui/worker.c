@@ -103,7 +103,7 @@ static void turn(real *r, const ue_gen *g) {
     if (st == K3_OK && ue_cancelled(r->u)) {
         st = K3_ABORTED; /* stopped before it began: the conversation keeps the user's message */
     } else if (st == K3_OK) {
-        k3_conv_callbacks cb = {on_think, on_response, r};
+        k3_conv_callbacks cb = {.on_think = on_think, .on_response = on_response, .ud = r};
         k3_session_reset_stats(r->s);
         st = k3_conv_generate(r->c, r->m, r->s, &cb);
     }
