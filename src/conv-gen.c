@@ -501,6 +501,18 @@ void k3_conv_cancel(k3_conv *c) {
         k3_conv_cancel(child);
 }
 
+k3_status k3_conv_force_reply(k3_conv *c, const int32_t *ids, int n) {
+    int32_t *p = NULL;
+    if (n > 0 && !(p = k3_malloc((size_t)n * sizeof *p)))
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    if (n > 0)
+        memcpy(p, ids, (size_t)n * sizeof *p);
+    free(c->forced);
+    c->forced = p;
+    c->n_forced = n > 0 ? n : 0;
+    return K3_OK;
+}
+
 void k3_conv_set_turn_seed(k3_conv *c, uint64_t seed) {
     c->next_seed = seed;
     c->has_next_seed = 1;
@@ -568,8 +580,14 @@ static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, k3_buf 
 }
 
 k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb) {
-    if (!c->n_msgs || (c->msgs[c->n_msgs - 1].role != K3_ROLE_USER && c->msgs[c->n_msgs - 1].role != K3_ROLE_TOOL))
+    int32_t *forced = c->forced; /* k3_conv_force_reply: for this turn only, whatever happens */
+    int      n_forced = c->n_forced;
+    c->forced = NULL;
+    c->n_forced = 0;
+    if (!c->n_msgs || (c->msgs[c->n_msgs - 1].role != K3_ROLE_USER && c->msgs[c->n_msgs - 1].role != K3_ROLE_TOOL)) {
+        free(forced);
         return k3_err(K3_ERR_ARG, "conversation: nothing to answer (the last message is not the user's or a tool result)");
+    }
     k3_model_info info;
     k3_model_get_info(m, &info);
     double    t0 = k3_time();
@@ -580,11 +598,13 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
         st = conv_render_prompt(c, tok, 1, &R);
     if (st) {
         k3_ids_free(&R);
+        free(forced);
         return st;
     }
     int n = (int)R.n, room = info.max_ctx - n;
     if (room < CONV_MIN_ROOM) {
         k3_ids_free(&R);
+        free(forced);
         int users = 0; /* the advice depends on whether there are older turns to drop */
         for (int i = 0; i < c->n_msgs; i++)
             users += c->msgs[i].role == K3_ROLE_USER;
@@ -633,7 +653,7 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
             st = K3_ABORTED;
             break;
         }
-        if (c->set.max_tokens && (int)gen.n >= c->set.max_tokens) {
+        if ((c->set.max_tokens && (int)gen.n >= c->set.max_tokens) || (forced && (int)gen.n >= n_forced)) {
             ts.stop = K3_STOP_MAX_TOKENS;
             break;
         }
@@ -642,7 +662,7 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
             st = k3_err(K3_ERR_ARG, "conversation: the session has no logits to sample from");
             break;
         }
-        int32_t id = k3_sampler_sample(smp, logits, info.vocab);
+        int32_t id = forced ? forced[gen.n] : k3_sampler_sample(smp, logits, info.vocab);
         if (!gen.n)
             ts.ttft = k3_time() - t0;
         int in_think = k3_chat_parser_channel(par) == K3_CHAN_THINK;
@@ -703,6 +723,7 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
     free(ci.id);
     if (!pst)
         k3_conv_autosave(c); /* failure is kept in k3_conv_autosave_error, the turn stands */
+    free(forced);
     k3_sampler_free(smp);
     k3_chat_parser_free(par);
     k3_ids_free(&gen);

@@ -63,6 +63,9 @@ struct k3_conv {
     void            *render;       /* chat-encoder state (conv-gen.c), NULL until needed    */
     void           (*gen_free)(k3_conv *c); /* frees the cache, snapshots and render state  */
 
+    int32_t         *forced;       /* (n_forced) k3_conv_force_reply: the next reply's ids  */
+    int              n_forced;
+
     /* cancellation */
     atomic_int              cancel;
     _Atomic(k3_session *)   active; /* session being fed, for k3_conv_cancel           */

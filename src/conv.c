@@ -134,6 +134,7 @@ void k3_conv_free(k3_conv *c) {
     drop_abandoned(c);
     free(c->aban);
     free(c->tools);
+    free(c->forced);
     free(c->model_dir);
     free(c->autosave_dir);
     free(c->autosave_path);

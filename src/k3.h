@@ -457,6 +457,11 @@ typedef struct k3_conv_callbacks {
  * (K3_ERR_CONTEXT: the prompt would not fit; message says how many tokens) change nothing.
  * The session must be used only through this conversation (or reset) between turns. */
 k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb);
+/* The next k3_conv_generate writes exactly these ids instead of sampling (each is still
+ * fed, so the session and the prompt cache stay exact); the turn ends at <|end_of_msg|>
+ * or, when the ids run out first, as max_tokens. For tests and demos (scripted output
+ * through the real parser, conversation and server). ids are copied; n 0 clears. */
+k3_status k3_conv_force_reply(k3_conv *c, const int32_t *ids, int n);
 /* Thread-safe: stops a running k3_conv_generate (prefill included) soon. */
 void      k3_conv_cancel(k3_conv *c);
 /* The next turn samples with exactly this seed (replay); later turns derive their own. */
