@@ -49,7 +49,7 @@ ANSWER = "Got it.<|close|>think<|sep|><|open|>response<|sep|>It is 18 C.<|close|
 TRUNCATED = ("Hmm.<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>"
              + '<|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="city" type="string"<|sep|>Lon')
 # turns in the order the requests below reach the model (the last one repeats)
-TURNS = [TWO_CALLS, TWO_CALLS, ANSWER, TRUNCATED, TRUNCATED, TWO_CALLS, TWO_CALLS, TWO_CALLS, ANSWER, TWO_CALLS]
+TURNS = [TWO_CALLS, TWO_CALLS, ANSWER, TRUNCATED, TRUNCATED, TWO_CALLS, TWO_CALLS, TWO_CALLS, ANSWER, ANSWER, TWO_CALLS]
 SCRIPT = os.path.join(T, "script.txt")
 with open(SCRIPT, "w") as f:
     f.write("\n---\n".join(TURNS) + "\n")
@@ -231,6 +231,30 @@ try:
     code, o = post({"messages": q + [asst, {"role": "tool", "tool_call_id": "c1", "content": "x"}], "tools": TOOLS})
     ok(code == 200 and o["choices"][0]["message"]["content"] == "It is 18 C.",
        "arguments that are not JSON: rendered as the raw json block, answered (%d)" % code)
+    # `k3chat --endpoint` sends a loaded transcript's tool turns as they are (turn 10)
+    tr = os.path.join(T, "tools.jsonl")
+    with open(tr, "w") as f:
+        f.write(json.dumps({"format": "k3chat-transcript", "version": 1, "settings": {"think": True},
+                            "tools": TOOLS}) + "\n")
+        for mm in [q[0], {"role": "assistant", "content": "", "tool_calls": [{"id": "c9", "type": "function",
+                   "function": {"name": "get_time", "arguments": "{}"}}]},
+                   {"role": "tool", "tool_call_id": "c9", "content": "12:00"}]:
+            f.write(json.dumps(mm) + "\n")
+    p = subprocess.run([K3, "--endpoint", "http://127.0.0.1:%d/v1" % PORT, "--plain"],
+                       input=("/load %s\nand now?\n" % tr).encode(), capture_output=True, timeout=60, env=env)
+    out = p.stdout.decode()
+    ok(p.returncode == 0 and "It is 18 C." in out,
+       "--endpoint: a loaded transcript's tool calls and results reach the server (rc %d, %r)"
+       % (p.returncode, (out + p.stderr.decode())[-160:]))
+    with open(tr) as f:
+        bad_tr = f.read().replace('"tool_call_id": "c9"', '"tool_call_id": "zz"')
+    with open(tr, "w") as f:
+        f.write(bad_tr)
+    p = subprocess.run([K3, "--endpoint", "http://127.0.0.1:%d/v1" % PORT, "--plain"],
+                       input=("/load %s\nand now?\n" % tr).encode(), capture_output=True, timeout=60, env=env)
+    ok("messages[2].tool_call_id" in p.stderr.decode(),
+       "--endpoint: the tool result goes as role tool with its tool_call_id (a wrong id is the server's 400: %r)"
+       % p.stderr.decode()[-120:])
     many = [{"type": "function", "function": {"name": "f%d" % i}} for i in range(1000)]
     code, o = post({"messages": q, "tools": many})
     err = o.get("error", {}).get("code", "") if isinstance(o, dict) and code != 200 else ""
