@@ -148,9 +148,10 @@ static k3_status call(chat_enc *e, size_t mi, int ci, const k3_tool_call *c) {
             const char *ja[] = {"type", "object", NULL};
             if ((st = open_tag(e, "json", ja)) || (st = seg(e, a)) || (st = close_tag(e, "json"))) return st;
         } else if (v->kind != JV_OBJECT) {
+            st = k3_err(K3_ERR_ARG, "message %zu: tool_calls[%d].arguments: expected a JSON object, got %s", mi, ci,
+                        arg_type(v));
             jv_free(v);
-            return k3_err(K3_ERR_ARG, "message %zu: tool_calls[%d].arguments: expected a JSON object, got %s", mi, ci,
-                          arg_type(v));
+            return st;
         } else {
             for (size_t k = 0; !st && k < v->n; k++) {
                 const char *aa[] = {"key", v->keys[k].s, "type", arg_type(&v->items[k]), NULL};
