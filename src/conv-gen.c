@@ -45,6 +45,7 @@ void k3_conv_drop_cache(k3_conv *c) {
         free(c->snaps[i].ids);
     }
     c->n_snaps = 0;
+    c->snap_bytes = 0;
     c->n_cache = 0;
     c->cache_sess = NULL;
 }
@@ -423,14 +424,51 @@ static void cache_append(k3_conv *c, const int32_t *ids, int n) {
     c->n_cache += n;
 }
 
-/* Saves the session's state with the ids that produced it; the oldest snapshot goes when
- * all slots are used. Failure (memory) only costs a later re-prefill. */
+/* Drops snapshot i (the least recently used one, when called for room). */
+static void snap_drop(k3_conv *c, int i) {
+    k3_snapshot_free(c->snaps[i].snap);
+    free(c->snaps[i].ids);
+    c->snap_bytes -= c->snaps[i].bytes;
+    memmove(&c->snaps[i], &c->snaps[i + 1], (size_t)(c->n_snaps - i - 1) * sizeof c->snaps[0]);
+    c->n_snaps--;
+}
+
+static void snap_drop_lru(k3_conv *c) {
+    int lru = 0;
+    for (int i = 1; i < c->n_snaps; i++)
+        if (c->snaps[i].used < c->snaps[lru].used)
+            lru = i;
+    snap_drop(c, lru);
+}
+
+/* Evicts least recently used snapshots until `extra` more of `bytes` fit (count, budget). */
+static void snap_room(k3_conv *c, int extra, size_t bytes) {
+    while (c->n_snaps > 0 && (c->n_snaps + extra > c->max_snaps ||
+                              (c->snap_budget && c->snap_bytes + bytes > c->snap_budget)))
+        snap_drop_lru(c);
+}
+
+k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb) {
+    if (max_snapshots < 0 || max_snapshots > CONV_MAX_SNAPSHOTS || !(mb >= 0 && mb < 1e9))
+        return k3_err(K3_ERR_ARG, "prompt cache: %d snapshots / %g MB: expected 0..%d snapshots and MB >= 0",
+                      max_snapshots, mb, CONV_MAX_SNAPSHOTS);
+    c->max_snaps = max_snapshots;
+    c->snap_budget = (size_t)(mb * 1e6);
+    snap_room(c, 0, 0);
+    return K3_OK;
+}
+
+/* Saves the session's state with the ids that produced it; the least recently used
+ * snapshots go when the count or the byte budget is reached. Failure (memory) only
+ * costs a later re-prefill. */
 static void snap_take(k3_conv *c, k3_session *s) {
     if (c->cache_sess != s || c->n_cache == 0 || c->max_snaps == 0)
         return;
     for (int i = 0; i < c->n_snaps; i++) /* already saved */
-        if (c->snaps[i].n == c->n_cache && !memcmp(c->snaps[i].ids, c->cache_ids, (size_t)c->n_cache * 4))
+        if (c->snaps[i].n == c->n_cache && !memcmp(c->snaps[i].ids, c->cache_ids, (size_t)c->n_cache * 4)) {
+            c->snaps[i].used = ++c->snap_clock;
             return;
+        }
     conv_snap ns = {0};
     ns.ids = k3_malloc((size_t)c->n_cache * sizeof *ns.ids);
     if (!ns.ids || k3_session_save(s, &ns.snap) != K3_OK) {
@@ -440,13 +478,16 @@ static void snap_take(k3_conv *c, k3_session *s) {
     }
     memcpy(ns.ids, c->cache_ids, (size_t)c->n_cache * sizeof *ns.ids);
     ns.n = c->n_cache;
-    if (c->n_snaps == c->max_snaps) {
-        k3_snapshot_free(c->snaps[0].snap);
-        free(c->snaps[0].ids);
-        memmove(&c->snaps[0], &c->snaps[1], (size_t)(c->max_snaps - 1) * sizeof c->snaps[0]);
-        c->n_snaps--;
+    ns.bytes = k3_snapshot_bytes(ns.snap) + (size_t)ns.n * sizeof *ns.ids;
+    ns.used = ++c->snap_clock;
+    if (c->snap_budget && ns.bytes > c->snap_budget) { /* bigger than the whole budget */
+        k3_snapshot_free(ns.snap);
+        free(ns.ids);
+        return;
     }
+    snap_room(c, 1, ns.bytes);
     c->snaps[c->n_snaps++] = ns;
+    c->snap_bytes += ns.bytes;
 }
 
 /* Brings the session to the longest usable prefix of R (see DESIGN) and returns its
@@ -468,6 +509,7 @@ static int cache_prepare(k3_conv *c, k3_session *s, const int32_t *R, int n) {
         return live;
     if (best >= 0 && k3_session_restore(s, c->snaps[best].snap) == K3_OK &&
         (c->snaps[best].n < n || k3_session_logits(s))) {
+        c->snaps[best].used = ++c->snap_clock;
         c->cache_sess = s;
         c->n_cache = 0;
         cache_append(c, c->snaps[best].ids, c->snaps[best].n);

@@ -13,13 +13,15 @@
 
 #include <stdatomic.h>
 
-#define CONV_MAX_SNAPSHOTS 8 /* saved decode states kept for /retry and /undo (at most) */
+#define CONV_MAX_SNAPSHOTS 64 /* saved decode states (prompt cache, /retry, /undo), at most */
 
 /* A saved decode state and the ids that produced it. */
 typedef struct conv_snap {
     k3_snapshot *snap;
-    int32_t     *ids; /* (n) */
+    int32_t     *ids;   /* (n) */
     int          n;
+    uint64_t     used;  /* LRU clock of its last use (or of its saving) */
+    size_t       bytes; /* k3_snapshot_bytes + the ids                   */
 } conv_snap;
 
 /* A message of an abandoned branch (/edit): kept for the transcript, never in the prompt. */
@@ -60,6 +62,9 @@ struct k3_conv {
     int              n_cache, cap_cache;
     conv_snap        snaps[CONV_MAX_SNAPSHOTS];
     int              n_snaps, max_snaps; /* max_snaps: K3_CONV_SNAPSHOTS, default 3      */
+    size_t           snap_budget;   /* bytes the snapshots may hold, 0 = no limit           */
+    size_t           snap_bytes;    /* bytes they hold                                      */
+    uint64_t         snap_clock;    /* LRU clock                                            */
     void            *render;       /* chat-encoder state (conv-gen.c), NULL until needed    */
     void           (*gen_free)(k3_conv *c); /* frees the cache, snapshots and render state  */
 

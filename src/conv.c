@@ -103,6 +103,15 @@ k3_conv *k3_conv_new(void) {
         else
             c->max_snaps = (int)v;
     }
+    e = getenv("K3_CONV_SNAPSHOT_MB");
+    if (e && *e) {
+        char  *end;
+        double v = strtod(e, &end);
+        if (*end || !(v >= 0 && v < 1e9))
+            K3_LOG_WARN("K3_CONV_SNAPSHOT_MB='%s' is not a number of megabytes >= 0, no byte limit", e);
+        else
+            c->snap_budget = (size_t)(v * 1e6);
+    }
     return c;
 }
 

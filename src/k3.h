@@ -137,6 +137,7 @@ typedef struct k3_snapshot k3_snapshot;
 k3_status k3_session_save(const k3_session *s, k3_snapshot **out);
 k3_status k3_session_restore(k3_session *s, const k3_snapshot *snap);
 void      k3_snapshot_free(k3_snapshot *snap);
+size_t    k3_snapshot_bytes(const k3_snapshot *snap); /* memory it holds */
 
 typedef struct k3_stats {
     int64_t  n_prefill, n_decode;       /* tokens in the last feed calls since reset_stats */
@@ -466,6 +467,11 @@ k3_status k3_conv_force_reply(k3_conv *c, const int32_t *ids, int n);
 void      k3_conv_cancel(k3_conv *c);
 /* The next turn samples with exactly this seed (replay); later turns derive their own. */
 void      k3_conv_set_turn_seed(k3_conv *c, uint64_t seed);
+/* The prompt cache's saved states (snapshots keyed by the ids that produced them): at most
+ * max_snapshots (0..64; K3_CONV_SNAPSHOTS, default 3) holding at most mb megabytes (10^6
+ * bytes; 0 = no byte limit; K3_CONV_SNAPSHOT_MB). When full, the least recently used goes
+ * (a snapshot is used when a turn starts from it). Shrinking evicts at once. */
+k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb);
 /* Forgets the prompt cache and its snapshots: call before freeing or replacing the
  * session or model the conversation generated with. */
 void      k3_conv_drop_cache(k3_conv *c);

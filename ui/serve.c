@@ -1157,6 +1157,13 @@ int cli_serve(const cli_opts *o) {
         fprintf(stderr, "k3chat: out of memory\n");
         goto done;
     }
+    /* the prompt cache: clients take turns on one conversation object, so keep more saved
+     * states than the chat does (least recently used out; env overrides, see k3chat(1)) */
+    const char *ns = getenv("K3_CONV_SNAPSHOTS"), *mb = getenv("K3_CONV_SNAPSHOT_MB");
+    if (k3_conv_set_prompt_cache(srv.c, ns && *ns ? atoi(ns) : 16, mb && *mb ? atof(mb) : 2000)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
     const char *script = getenv("K3_SERVE_SCRIPT");
     stools_err  se;
     if (script && *script && stools_script_load(script, o->dir, &se)) {
