@@ -104,7 +104,7 @@ void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out) {
         out[i - from] = (k3_chat_msg){.role = conv_role_str(m->role), .content = m->content,
                                       .reasoning = m->reasoning, .tool_calls = m->tool_calls,
                                       .n_tool_calls = m->n_tool_calls, .name = m->tool_name,
-                                      .tool_call_id = m->tool_call_id};
+                                      .tool_call_id = m->tool_call_id, .tools = m->tools};
     }
 }
 

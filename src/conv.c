@@ -131,6 +131,7 @@ void conv_msg_clear(k3_msg *m) {
     calls_free(m->tool_calls, m->n_tool_calls);
     free(m->tool_name);
     free(m->tool_call_id);
+    free(m->tools);
     memset(m, 0, sizeof *m);
 }
 
@@ -267,7 +268,9 @@ static k3_status msg_copy(k3_msg *dst, const k3_msg *src) {
     dst->n_tool_calls = 0;
     dst->tool_name = src->tool_name ? k3_strdup(src->tool_name) : NULL;
     dst->tool_call_id = src->tool_call_id ? k3_strdup(src->tool_call_id) : NULL;
-    bad |= (src->tool_name && !dst->tool_name) || (src->tool_call_id && !dst->tool_call_id);
+    dst->tools = src->tools ? k3_strdup(src->tools) : NULL;
+    bad |= (src->tool_name && !dst->tool_name) || (src->tool_call_id && !dst->tool_call_id) ||
+           (src->tools && !dst->tools);
     if (src->tool_calls && src->n_tool_calls > 0) {
         dst->tool_calls = k3_calloc((size_t)src->n_tool_calls, sizeof *dst->tool_calls);
         bad |= !dst->tool_calls;
@@ -327,6 +330,8 @@ k3_status k3_conv_add_msg(k3_conv *c, const k3_msg *m) {
         return k3_err(K3_ERR_ARG, "conversation: role %d is not system, user, assistant or tool", (int)m->role);
     if (m->n_tool_calls > 0 && m->role != K3_ROLE_ASSISTANT)
         return k3_err(K3_ERR_ARG, "conversation: only assistant messages carry tool calls");
+    if (m->tools && m->role != K3_ROLE_SYSTEM)
+        return k3_err(K3_ERR_ARG, "conversation: only system messages declare tools in place");
     for (int k = 0; k < m->n_tool_calls; k++)
         if (!m->tool_calls[k].name || !*m->tool_calls[k].name)
             return k3_err(K3_ERR_ARG, "conversation: tool_calls[%d] has no function name", k);

@@ -377,6 +377,8 @@ typedef struct k3_msg {
     int           n_tool_calls;
     char         *tool_name;   /* tool result: the tool's name (NULL: from its call)     */
     char         *tool_call_id;/* tool result: the call it answers (NULL when unknown)   */
+    char         *tools;       /* system: tools declared here, in place (JSON array text;
+                                * k3-tools.md 1.2 "New Tools Available"), NULL when none  */
 } k3_msg;
 
 typedef struct k3_conv_settings {

@@ -176,6 +176,10 @@ static json_t *msg_json(const k3_msg *m) {
         bad |= json_object_set_new(o, "tool_call_id", jtext(m->tool_call_id));
     if (m->tool_name)
         bad |= json_object_set_new(o, "name", jtext(m->tool_name));
+    if (m->tools) { /* tools declared in place by a system message */
+        json_t *t = json_loads(m->tools, JSON_DECODE_ANY, NULL);
+        bad |= json_object_set_new(o, "tools", t ? t : jtext(m->tools));
+    }
     if (m->interrupted)
         bad |= json_object_set_new(o, "interrupted", json_true());
     if (m->ids && m->n_ids > 0) {
@@ -805,6 +809,7 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         return LERR(L, "role '%s' is not system, user, assistant or tool", role);
     sbuf        text = {0};
     const char *tcid = NULL, *tname = NULL;
+    char       *mtools = NULL;
     if ((st = parse_tool_calls(L, json_object_get(o, "tool_calls"), &m)))
         goto out;
     if (m.n_tool_calls && m.role != K3_ROLE_ASSISTANT) {
@@ -816,6 +821,18 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
     if (m.role == K3_ROLE_TOOL) {
         m.tool_call_id = (char *)(uintptr_t)tcid;
         m.tool_name = (char *)(uintptr_t)tname;
+    }
+    json_t *mt = json_object_get(o, "tools");
+    if (mt && !json_is_null(mt) && m.role == K3_ROLE_SYSTEM) {
+        if (!json_is_array(mt)) {
+            st = LERR(L, "\"tools\" is %s, expected an array", jtype(mt));
+            goto out;
+        }
+        if (json_array_size(mt) && !(mtools = json_dumps(mt, JSON_COMPACT))) {
+            st = k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
+            goto out;
+        }
+        m.tools = mtools;
     }
     if ((st = parse_content(L, json_object_get(o, "content"), &text)))
         goto out;
@@ -880,6 +897,7 @@ out:
     free(text.p);
     free(m.ids);
     free(m.tool_calls);
+    free(mtools);
     return st;
 }
 
@@ -1113,6 +1131,8 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
                 md_literal(&b, m->content);
             sb_str(&b, "\n\n");
         }
+        if (m->tools)
+            sb_fmt(&b, "**Tools declared here:**\n\n```json\n%s\n```\n\n", m->tools);
         for (int k = 0; k < m->n_tool_calls; k++) {
             const k3_tool_call *tc = &m->tool_calls[k];
             sb_fmt(&b, "**Tool call** `%s` (%s):\n\n```json\n%s\n```\n\n", tc->name, tc->id ? tc->id : "",

@@ -226,6 +226,10 @@ try:
     bad("parallel_tool_calls false", {"messages": q, "tools": TOOLS, "parallel_tool_calls": False},
         "parallel_tool_calls")
     bad("tools not an array", {"messages": q, "tools": {"type": "function"}}, "tools")
+    bad("a system message's in-place tools with a bad schema",
+        {"messages": [{"role": "system", "content": "", "tools": [{"type": "function", "function": {"name": "f",
+                                                                  "parameters": "x"}}]}] + q},
+        "messages[0].tools[0].function.parameters")
     # arguments that are not JSON render as the format's raw json block: a correct render (turn 9)
     asst["tool_calls"][0]["function"]["arguments"] = "not json {"
     code, o = post({"messages": q + [asst, {"role": "tool", "tool_call_id": "c1", "content": "x"}], "tools": TOOLS})

@@ -581,8 +581,14 @@ static void test_tools(void) {
                  .tool_name = (char *)(uintptr_t)"get_weather"};
     T_CHECK(!k3_conv_add_msg(a, &am) && !k3_conv_add_msg(a, &t1) && !k3_conv_add_msg(a, &t2) && k3_conv_count(a) == 4,
             "assistant with calls and two tool results added");
+    k3_msg dyn = {.role = K3_ROLE_SYSTEM, .content = (char *)(uintptr_t)"",
+                  .tools = (char *)(uintptr_t)"[{\"type\":\"function\",\"function\":{\"name\":\"late\"}}]"};
+    k3_msg dyn_bad = dyn;
+    dyn_bad.role = K3_ROLE_USER;
+    T_CHECK(!k3_conv_add_msg(a, &dyn) && k3_conv_add_msg(a, &dyn_bad) == K3_ERR_ARG && k3_conv_count(a) == 5,
+            "a system message declaring tools in place is added; a user message cannot");
     k3_msg bad = {.role = K3_ROLE_USER, .content = (char *)(uintptr_t)"x", .tool_calls = calls, .n_tool_calls = 1};
-    T_CHECK(k3_conv_add_msg(a, &bad) == K3_ERR_ARG && k3_conv_count(a) == 4, "tool calls on a user message are refused");
+    T_CHECK(k3_conv_add_msg(a, &bad) == K3_ERR_ARG && k3_conv_count(a) == 5, "tool calls on a user message are refused");
     char p[600], md[600];
     path_in(p, sizeof p, "tools.jsonl");
     path_in(md, sizeof md, "tools.md");
@@ -594,7 +600,9 @@ static void test_tools(void) {
                 strstr(txt, "\"tool_choice\":\"required\"") && strstr(txt, "\"tools\":[{"),
             "saved in the OpenAI shape: tool_calls with arguments as a string, role tool, tool_call_id, header tools");
     free(txt);
-    T_CHECK(k3_conv_load(b, p, NULL) == K3_OK && k3_conv_count(b) == 4, "load it back (%s)", k3_errmsg());
+    T_CHECK(k3_conv_load(b, p, NULL) == K3_OK && k3_conv_count(b) == 5, "load it back (%s)", k3_errmsg());
+    T_CHECK(k3_conv_msg(b, 4)->tools && strstr(k3_conv_msg(b, 4)->tools, "\"late\""),
+            "the in-place declarations come back with their system message");
     const k3_msg *m1 = k3_conv_msg(b, 1), *m2 = k3_conv_msg(b, 2), *m3 = k3_conv_msg(b, 3);
     k3_conv_get_settings(b, &set);
     T_CHECK(m1 && m1->n_tool_calls == 2 && !strcmp(m1->tool_calls[1].id, "call_b") &&
@@ -607,6 +615,7 @@ static void test_tools(void) {
     T_CHECK(txt && strstr(txt, "**Tool call** `get_weather` (call_a):\n\n```json\n{\"city\": \"Paris\"}\n```") &&
                 strstr(txt, "## Tool result: `get_weather` (call call_a)\n\n18 C\n"),
             "Markdown export shows each call with its arguments and each result");
+    T_CHECK(txt && strstr(txt, "**Tools declared here:**"), "... and the in-place declarations");
     free(txt);
     T_CHECK(k3_conv_pop_reply(b) == 0, "/retry after tool results: nothing to pop (the history ends with a result)");
     k3_conv_free(a);

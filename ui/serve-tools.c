@@ -51,36 +51,43 @@ static int name_ok(const char *s) {
     return n > 0 && n <= STOOLS_MAX_NAME;
 }
 
+/* A tools array (where: its field, "tools" or "messages[i].tools"): checked, then written
+ * compactly into *out (NULL when empty). */
+static int parse_tools(json_t *v, const char *where, char **out, stools_err *e) {
+    if (!json_is_array(v))
+        return bad(e, "invalid_type", "%s: expected an array of {\"type\": \"function\", \"function\": {...}}",
+                   where);
+    size_t  i;
+    json_t *t;
+    json_array_foreach(v, i, t) {
+        json_t     *f = json_object_get(t, "function"), *p = json_object_get(f, "parameters");
+        const char *type = json_string_value(json_object_get(t, "type"));
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!json_is_object(t))
+            return bad(e, "invalid_type", "%s[%zu]: expected an object", where, i);
+        if (!type || strcmp(type, "function"))
+            return bad(e, "invalid_value", "%s[%zu].type: expected \"function\"", where, i);
+        if (!json_is_object(f))
+            return bad(e, "invalid_type", "%s[%zu].function: expected an object", where, i);
+        if (!name)
+            return bad(e, "invalid_type", "%s[%zu].function.name: expected a string", where, i);
+        if (!name_ok(name))
+            return bad(e, "invalid_value",
+                       "%s[%zu].function.name: '%.60s' is not a plain name (letters, digits, _ - . :, 1..%d bytes)",
+                       where, i, name, STOOLS_MAX_NAME);
+        if (p && !json_is_null(p) && !json_is_object(p))
+            return bad(e, "invalid_type", "%s[%zu].function.parameters: expected a JSON Schema object", where, i);
+    }
+    if (json_array_size(v) && !(*out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+        return bad(e, "out_of_memory", "out of memory");
+    return 0;
+}
+
 int stools_parse_request(json_t *b, stools_req *r, stools_err *e) {
     snprintf(r->tool_choice, sizeof r->tool_choice, "auto");
     json_t *v = json_object_get(b, "tools");
-    if (v && !json_is_null(v)) {
-        if (!json_is_array(v))
-            return bad(e, "invalid_type", "tools: expected an array of {\"type\": \"function\", \"function\": {...}}");
-        size_t  i;
-        json_t *t;
-        json_array_foreach(v, i, t) {
-            json_t     *f = json_object_get(t, "function"), *p = json_object_get(f, "parameters");
-            const char *type = json_string_value(json_object_get(t, "type"));
-            const char *name = json_string_value(json_object_get(f, "name"));
-            if (!json_is_object(t))
-                return bad(e, "invalid_type", "tools[%zu]: expected an object", i);
-            if (!type || strcmp(type, "function"))
-                return bad(e, "invalid_value", "tools[%zu].type: expected \"function\"", i);
-            if (!json_is_object(f))
-                return bad(e, "invalid_type", "tools[%zu].function: expected an object", i);
-            if (!name)
-                return bad(e, "invalid_type", "tools[%zu].function.name: expected a string", i);
-            if (!name_ok(name))
-                return bad(e, "invalid_value",
-                           "tools[%zu].function.name: '%.60s' is not a plain name (letters, digits, _ - . :, 1..%d bytes)",
-                           i, name, STOOLS_MAX_NAME);
-            if (p && !json_is_null(p) && !json_is_object(p))
-                return bad(e, "invalid_type", "tools[%zu].function.parameters: expected a JSON Schema object", i);
-        }
-        if (json_array_size(v) && !(r->tools = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER)))
-            return bad(e, "out_of_memory", "out of memory");
-    }
+    if (v && !json_is_null(v) && parse_tools(v, "tools", &r->tools, e))
+        return -1;
     if ((v = json_object_get(b, "tool_choice")) && !json_is_null(v)) {
         const char *s = json_string_value(v);
         if (json_is_object(v))
@@ -113,9 +120,17 @@ static char *dup_str(json_t *v) {
     return strndup(json_string_value(v), json_string_length(v));
 }
 
-int stools_parse_message(json_t *m, size_t i, int is_tool, stools_msg *x, stools_err *e) {
+int stools_parse_message(json_t *m, size_t i, k3_role role, stools_msg *x, stools_err *e) {
     json_t *v;
-    if (is_tool) {
+    if (role == K3_ROLE_SYSTEM) { /* tools declared in place (k3-tools.md 1.2) */
+        char where[48];
+        snprintf(where, sizeof where, "messages[%zu].tools", i);
+        v = json_object_get(m, "tools");
+        return v && !json_is_null(v) ? parse_tools(v, where, &x->tools, e) : 0;
+    }
+    if (role == K3_ROLE_USER)
+        return 0;
+    if (role == K3_ROLE_TOOL) {
         v = json_object_get(m, "tool_call_id");
         if (!json_is_string(v))
             return bad(e, v ? "invalid_type" : "missing_field", "messages[%zu].tool_call_id: expected a string", i);
@@ -198,6 +213,7 @@ void stools_msg_free(stools_msg *x) {
     free(x->calls);
     free(x->tool_call_id);
     free(x->name);
+    free(x->tools);
     memset(x, 0, sizeof *x);
 }
 
@@ -206,7 +222,8 @@ static int eq0(const char *a, const char *b) {
 }
 
 int stools_msg_same(const k3_msg *m, const stools_msg *x) {
-    if (m->n_tool_calls != x->n_calls || !eq0(m->tool_call_id, x->tool_call_id) || !eq0(m->tool_name, x->name))
+    if (m->n_tool_calls != x->n_calls || !eq0(m->tool_call_id, x->tool_call_id) || !eq0(m->tool_name, x->name) ||
+        !eq0(m->tools, x->tools))
         return 0;
     for (int k = 0; k < x->n_calls; k++)
         if (!eq0(m->tool_calls[k].id, x->calls[k].id) || strcmp(m->tool_calls[k].name, x->calls[k].name) ||

@@ -24,14 +24,16 @@ typedef struct stools_msg {
     k3_tool_call *calls; /* (n_calls) strings owned */
     int           n_calls;
     char         *tool_call_id, *name;
+    char         *tools; /* a system message's in-place declarations (compact JSON), NULL: none */
 } stools_msg;
 
 /* tools, tool_choice, parallel_tool_calls. -1 with e filled (a 400 naming the field). */
 int  stools_parse_request(json_t *body, stools_req *r, stools_err *e);
 void stools_req_free(stools_req *r);
 
-/* The tool parts of messages[i] (role already checked: "assistant" or "tool"). */
-int  stools_parse_message(json_t *m, size_t i, int is_tool, stools_msg *x, stools_err *e);
+/* The tool parts of messages[i]: an assistant's tool_calls, a tool result's tool_call_id and
+ * name, a system message's tools (declared in place). */
+int  stools_parse_message(json_t *m, size_t i, k3_role role, stools_msg *x, stools_err *e);
 /* Every tool result must answer a call of the nearest assistant message before it. */
 int  stools_check_results(const k3_role *roles, const stools_msg *x, size_t n, stools_err *e);
 void stools_msg_free(stools_msg *x);

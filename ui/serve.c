@@ -358,7 +358,7 @@ static k3_status load_messages(k3_conv *c, const sreq *r) {
         const stools_msg *x = &r->tx[i];
         k3_msg m = {.role = r->msgs[i].role, .content = r->msgs[i].content, .reasoning = r->msgs[i].reasoning,
                     .tool_calls = x->calls, .n_tool_calls = x->n_calls, .tool_call_id = x->tool_call_id,
-                    .tool_name = x->name};
+                    .tool_name = x->name, .tools = x->tools};
         st = k3_conv_add_msg(c, &m);
     }
     return st;
@@ -575,8 +575,7 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
         r->n_msgs = (int)i + 1;
         if (parse_content(json_object_get(m, "content"), (int)i, "content", &d->content, e))
             return -1;
-        if ((d->role == K3_ROLE_ASSISTANT || d->role == K3_ROLE_TOOL) &&
-            stools_parse_message(m, i, d->role == K3_ROLE_TOOL, &r->tx[i], e))
+        if (stools_parse_message(m, i, d->role, &r->tx[i], e))
             return -1;
         static const char *rk[] = {"reasoning_content", "reasoning", "thinking"};
         for (int k = 0; k < 3 && d->role == K3_ROLE_ASSISTANT && !d->reasoning; k++) {
