@@ -13,29 +13,17 @@ import os
 import re
 import shutil
 import subprocess
-import time
 
-B = os.environ["K3_BUILD"]
-T = os.environ["K3_TMP"]
-K3 = os.path.join(B, "k3chat")
-env = dict(os.environ, OMP_NUM_THREADS="1", K3_MAXT="2048", HOME=T, XDG_DATA_HOME=T, XDG_STATE_HOME=T)
-env.pop("K3_API_KEY", None)
+import serve_lib
+from serve_lib import wait_for
+
+B, T, K3, ASAN, env = serve_lib.setup()  # a tiny generated checkpoint in T/m
 fails = 0
 
 
 def ok(cond, desc):
     global fails
-    fails += not cond
-    print(("PASS: " if cond else "FAIL: ") + desc, flush=True)
-
-
-def wait_for(pred, secs):
-    t = time.time() + secs
-    while time.time() < t:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
+    fails += not serve_lib.ok(cond, desc)
 
 
 CALL = ('<|open|>call tool="%s" index="%d"<|sep|>%s<|close|>call<|sep|>')
@@ -55,11 +43,6 @@ with open(SCRIPT, "w") as f:
     f.write("\n---\n".join(TURNS) + "\n")
 
 M = os.path.join(T, "m")
-r = subprocess.run([os.path.join(B, "k3-mkmodel"), "--preset", "tiny", "--seed", "1", "--quiet", M],
-                   capture_output=True, timeout=60)
-if r.returncode:
-    print("FAIL: k3-mkmodel --preset tiny: " + r.stderr.decode()[-200:])
-    raise SystemExit(1)
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
