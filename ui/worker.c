@@ -85,7 +85,8 @@ static void on_tool_call(int index, const char *id, const char *name, const char
     real *r = ud;
     (void)id;
     if (name) {
-        ue_emit_token(r->u, EV_CH_RESPONSE, index || r->n_resp ? "\n-> " : "-> ", index || r->n_resp ? 4 : 3);
+        (void)index;
+        ue_emit_token(r->u, EV_CH_RESPONSE, "\n-> ", 4);
         ue_emit_token(r->u, EV_CH_RESPONSE, name, strlen(name));
         ue_emit_token(r->u, EV_CH_RESPONSE, "(", 1);
     }
