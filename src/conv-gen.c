@@ -24,7 +24,9 @@
  * cancels the session's current feed, so a long prefill stops within a layer.
  */
 #include "conv-impl.h"
+#include "json.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +45,7 @@ void k3_conv_drop_cache(k3_conv *c) {
         free(c->snaps[i].ids);
     }
     c->n_snaps = 0;
+    c->snap_bytes = 0;
     c->n_cache = 0;
     c->cache_sess = NULL;
 }
@@ -95,17 +98,29 @@ k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out) {
     return K3_OK;
 }
 
+void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out) {
+    for (int i = from; i < to; i++) {
+        const k3_msg *m = &c->msgs[i];
+        out[i - from] = (k3_chat_msg){.role = conv_role_str(m->role), .content = m->content,
+                                      .reasoning = m->reasoning, .tool_calls = m->tool_calls,
+                                      .n_tool_calls = m->n_tool_calls, .name = m->tool_name,
+                                      .tool_call_id = m->tool_call_id, .tools = m->tools};
+    }
+}
+
+void conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o) {
+    *o = (k3_chat_opts){.think = c->set.think, .effort = c->set.effort, .gen_prompt = gen_prompt, .tools = c->tools,
+                        .tool_choice = c->set.tool_choice[0] ? c->set.tool_choice : NULL};
+}
+
 k3_status k3_conv_render(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out) {
     k3_chat_msg *cm = k3_calloc((size_t)c->n_msgs + 1, sizeof *cm);
     if (!cm)
         return k3_err(K3_ERR_NOMEM, "conversation: out of memory rendering %d messages", c->n_msgs);
-    for (int i = 0; i < c->n_msgs; i++) {
-        cm[i].role = conv_role_str(c->msgs[i].role);
-        cm[i].content = c->msgs[i].content;
-        cm[i].reasoning = c->msgs[i].reasoning;
-    }
-    k3_chat_opts o = {.think = c->set.think, .effort = c->set.effort, .gen_prompt = gen_prompt};
-    k3_status    st = k3_chat_encode(tok, cm, (size_t)c->n_msgs, &o, out);
+    conv_chat_msgs(c, 0, c->n_msgs, cm);
+    k3_chat_opts o;
+    conv_chat_opts(c, gen_prompt, &o);
+    k3_status st = k3_chat_encode(tok, cm, (size_t)c->n_msgs, &o, out);
     free(cm);
     return st;
 }
@@ -134,9 +149,25 @@ static k3_status push_tag(const k3_tok *tok, const char *ctl, const char *tag, k
     return st;
 }
 
-/* Appends G + m's ids (+ closing tags) when m qualifies (see above); *used = 1 then. */
-static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, const k3_ids *G, k3_ids *out,
-                                int *used) {
+/* Do the parser's complete calls equal m's (names and argument strings)? */
+static int same_calls(const k3_chat_parser *p, const k3_msg *m) {
+    int n = 0;
+    for (int k = 0; k < k3_chat_parser_n_calls(p); k++) {
+        const char *name, *args;
+        if (k3_chat_parser_call(p, k, &name, &args) != 1)
+            return 0; /* an unfinished call: render the stored calls instead */
+        if (n >= m->n_tool_calls || strcmp(name, m->tool_calls[n].name) ||
+            strcmp(args, m->tool_calls[n].arguments ? m->tool_calls[n].arguments : ""))
+            return 0;
+        n++;
+    }
+    return n == m->n_tool_calls;
+}
+
+/* Appends G + m's ids (+ closing tags) when m qualifies (see above); *used = 1 then.
+ * tools: the reply was generated with tool calls parsed. */
+static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, int tools, const k3_ids *G,
+                                k3_ids *out, int *used) {
     *used = 0;
     if (m->role != K3_ROLE_ASSISTANT || !m->ids || m->n_ids <= 0 || !m->has_stats || m->stats.think != think)
         return K3_OK;
@@ -144,6 +175,7 @@ static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, c
     k3_status       st = k3_chat_parser_new(tok, think, &p);
     if (st)
         return st;
+    k3_chat_parser_set_tools(p, tools || m->n_tool_calls > 0);
     k3_buf    th = {0}, re = {0};
     k3_chat_out o = {0};
     int         i;
@@ -156,7 +188,8 @@ static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, c
         k3_chat_parser_finish(p, &o);
         ok = !tb_add(&th, o.think, o.think_len) && !tb_add(&re, o.response, o.response_len);
     }
-    ok = ok && !strcmp(th.p ? th.p : "", m->reasoning ? m->reasoning : "") && !strcmp(re.p ? re.p : "", m->content);
+    ok = ok && !strcmp(th.p ? th.p : "", m->reasoning ? m->reasoning : "") && !strcmp(re.p ? re.p : "", m->content) &&
+         same_calls(p, m) && (o.end || !m->n_tool_calls);
     k3_chat_parser_free(p);
     free(th.p);
     free(re.p);
@@ -182,6 +215,33 @@ static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, c
     return st;
 }
 
+/* Appends the rendering of msgs[i, j) alone: the encoding of msgs[a, j) minus that of
+ * msgs[a, i), where a (<= i) starts the context the messages need (the assistant message
+ * whose calls a run of tool results answers), and minus the prefix E (declarations,
+ * effort) every encoding starts with. The encoding is a concatenation, so this is exact. */
+static k3_status render_part(const k3_conv *c, const k3_tok *tok, int a, int i, int j, const k3_chat_opts *o,
+                             size_t e_n, k3_ids *one, k3_ids *out) {
+    k3_chat_msg *cm = k3_calloc((size_t)(j - a) + 1, sizeof *cm);
+    if (!cm)
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory rendering");
+    conv_chat_msgs(c, a, j, cm);
+    size_t    skip = e_n;
+    k3_status st = K3_OK;
+    one->n = 0;
+    if (a < i) {
+        st = k3_chat_encode(tok, cm, (size_t)(i - a), o, one);
+        skip = one->n;
+        one->n = 0;
+    }
+    if (!st)
+        st = k3_chat_encode(tok, cm, (size_t)(j - a), o, one);
+    free(cm);
+    K3_ASSERT(st || one->n >= skip);
+    for (size_t k = skip; !st && k < one->n; k++)
+        st = k3_ids_push(out, one->v[k]);
+    return st;
+}
+
 /* The prompt generation uses: k3_conv_render, with qualifying replies as generated. */
 k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out) {
     int any = 0;
@@ -189,42 +249,50 @@ k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt
         any |= c->msgs[i].role == K3_ROLE_ASSISTANT && c->msgs[i].n_ids > 0;
     if (!any)
         return k3_conv_render(c, tok, gen_prompt, out);
-    /* the encoding is a concatenation: [effort message] + each message + [prompt] */
-    const k3_conv_settings *set = &c->set;
-    k3_chat_opts      o = {.think = set->think, .effort = set->effort, .gen_prompt = 0};
-    k3_ids            E = {0}, G = {0}, one = {0};
-    size_t            n0 = out->n;
-    k3_status         st = k3_chat_encode(tok, NULL, 0, &o, &E);
-    o.gen_prompt = 1;
+    /* the encoding is a concatenation: [declarations, effort] E + each message +
+     * [tool-choice] + [prompt]; G is the generation prompt alone, T the tail */
+    k3_chat_opts o;
+    conv_chat_opts(c, 0, &o);
+    k3_chat_opts oa = o; /* tool_choice auto: no tool-choice message */
+    oa.tool_choice = NULL;
+    k3_ids    E = {0}, G = {0}, T = {0}, one = {0};
+    size_t    n0 = out->n;
+    k3_status st = k3_chat_encode(tok, NULL, 0, &oa, &E);
+    oa.gen_prompt = 1;
     if (!st)
-        st = k3_chat_encode(tok, NULL, 0, &o, &G);
-    K3_ASSERT(st || (G.n >= E.n && (!E.n || !memcmp(G.v, E.v, E.n * sizeof *E.v))));
-    if (!st) { /* G = the generation prompt alone */
-        memmove(G.v, G.v + E.n, (G.n - E.n) * sizeof *G.v);
-        G.n -= E.n;
-    }
+        st = k3_chat_encode(tok, NULL, 0, &oa, &G);
+    o.gen_prompt = gen_prompt;
+    if (!st)
+        st = k3_chat_encode(tok, NULL, 0, &o, &T);
+    oa.gen_prompt = 0; /* each part: no tool-choice message, no prompt */
+    K3_ASSERT(st || (G.n >= E.n && T.n >= E.n && (!E.n || !memcmp(G.v, E.v, E.n * sizeof *E.v))));
     for (size_t k = 0; !st && k < E.n; k++)
         st = k3_ids_push(out, E.v[k]);
-    o.gen_prompt = 0;
+    int tools = c->tools && strcmp(c->set.tool_choice, "none");
     for (int i = 0; !st && i < c->n_msgs; i++) {
         int used;
-        if ((st = faithful_reply(tok, &c->msgs[i], set->think, &G, out, &used)) || used)
+        k3_ids g = {.v = G.v + E.n, .n = G.n - E.n};
+        if ((st = faithful_reply(tok, &c->msgs[i], c->set.think, tools, &g, out, &used)) || used)
             continue;
-        const k3_msg *m = &c->msgs[i];
-        k3_chat_msg   cm = {.role = conv_role_str(m->role), .content = m->content, .reasoning = m->reasoning};
-        one.n = 0;
-        if ((st = k3_chat_encode(tok, &cm, 1, &o, &one)))
-            break;
-        K3_ASSERT(one.n >= E.n && (!E.n || !memcmp(one.v, E.v, E.n * sizeof *E.v)));
-        for (size_t k = E.n; !st && k < one.n; k++)
-            st = k3_ids_push(out, one.v[k]);
+        int a = i, j = i + 1;
+        if (c->msgs[i].role == K3_ROLE_TOOL) { /* a run of results, with the calls they answer */
+            while (j < c->n_msgs && c->msgs[j].role == K3_ROLE_TOOL)
+                j++;
+            while (a > 0 && c->msgs[a].role != K3_ROLE_ASSISTANT)
+                a--;
+            if (c->msgs[a].role != K3_ROLE_ASSISTANT)
+                a = i;
+        }
+        st = render_part(c, tok, a, i, j, &oa, E.n, &one, out);
+        i = j - 1;
     }
-    for (size_t k = 0; !st && gen_prompt && k < G.n; k++)
-        st = k3_ids_push(out, G.v[k]);
+    for (size_t k = E.n; !st && k < T.n; k++) /* [tool-choice] + [generation prompt] */
+        st = k3_ids_push(out, T.v[k]);
     if (st)
         out->n = n0;
     k3_ids_free(&E);
     k3_ids_free(&G);
+    k3_ids_free(&T);
     k3_ids_free(&one);
     return st;
 }
@@ -356,14 +424,51 @@ static void cache_append(k3_conv *c, const int32_t *ids, int n) {
     c->n_cache += n;
 }
 
-/* Saves the session's state with the ids that produced it; the oldest snapshot goes when
- * all slots are used. Failure (memory) only costs a later re-prefill. */
+/* Drops snapshot i (the least recently used one, when called for room). */
+static void snap_drop(k3_conv *c, int i) {
+    k3_snapshot_free(c->snaps[i].snap);
+    free(c->snaps[i].ids);
+    c->snap_bytes -= c->snaps[i].bytes;
+    memmove(&c->snaps[i], &c->snaps[i + 1], (size_t)(c->n_snaps - i - 1) * sizeof c->snaps[0]);
+    c->n_snaps--;
+}
+
+static void snap_drop_lru(k3_conv *c) {
+    int lru = 0;
+    for (int i = 1; i < c->n_snaps; i++)
+        if (c->snaps[i].used < c->snaps[lru].used)
+            lru = i;
+    snap_drop(c, lru);
+}
+
+/* Evicts least recently used snapshots until `extra` more of `bytes` fit (count, budget). */
+static void snap_room(k3_conv *c, int extra, size_t bytes) {
+    while (c->n_snaps > 0 && (c->n_snaps + extra > c->max_snaps ||
+                              (c->snap_budget && c->snap_bytes + bytes > c->snap_budget)))
+        snap_drop_lru(c);
+}
+
+k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb) {
+    if (max_snapshots < 0 || max_snapshots > CONV_MAX_SNAPSHOTS || !(mb >= 0 && mb < 1e9))
+        return k3_err(K3_ERR_ARG, "prompt cache: %d snapshots / %g MB: expected 0..%d snapshots and MB >= 0",
+                      max_snapshots, mb, CONV_MAX_SNAPSHOTS);
+    c->max_snaps = max_snapshots;
+    c->snap_budget = (size_t)(mb * 1e6);
+    snap_room(c, 0, 0);
+    return K3_OK;
+}
+
+/* Saves the session's state with the ids that produced it; the least recently used
+ * snapshots go when the count or the byte budget is reached. Failure (memory) only
+ * costs a later re-prefill. */
 static void snap_take(k3_conv *c, k3_session *s) {
     if (c->cache_sess != s || c->n_cache == 0 || c->max_snaps == 0)
         return;
     for (int i = 0; i < c->n_snaps; i++) /* already saved */
-        if (c->snaps[i].n == c->n_cache && !memcmp(c->snaps[i].ids, c->cache_ids, (size_t)c->n_cache * 4))
+        if (c->snaps[i].n == c->n_cache && !memcmp(c->snaps[i].ids, c->cache_ids, (size_t)c->n_cache * 4)) {
+            c->snaps[i].used = ++c->snap_clock;
             return;
+        }
     conv_snap ns = {0};
     ns.ids = k3_malloc((size_t)c->n_cache * sizeof *ns.ids);
     if (!ns.ids || k3_session_save(s, &ns.snap) != K3_OK) {
@@ -373,13 +478,16 @@ static void snap_take(k3_conv *c, k3_session *s) {
     }
     memcpy(ns.ids, c->cache_ids, (size_t)c->n_cache * sizeof *ns.ids);
     ns.n = c->n_cache;
-    if (c->n_snaps == c->max_snaps) {
-        k3_snapshot_free(c->snaps[0].snap);
-        free(c->snaps[0].ids);
-        memmove(&c->snaps[0], &c->snaps[1], (size_t)(c->max_snaps - 1) * sizeof c->snaps[0]);
-        c->n_snaps--;
+    ns.bytes = k3_snapshot_bytes(ns.snap) + (size_t)ns.n * sizeof *ns.ids;
+    ns.used = ++c->snap_clock;
+    if (c->snap_budget && ns.bytes > c->snap_budget) { /* bigger than the whole budget */
+        k3_snapshot_free(ns.snap);
+        free(ns.ids);
+        return;
     }
+    snap_room(c, 1, ns.bytes);
     c->snaps[c->n_snaps++] = ns;
+    c->snap_bytes += ns.bytes;
 }
 
 /* Brings the session to the longest usable prefix of R (see DESIGN) and returns its
@@ -401,6 +509,7 @@ static int cache_prepare(k3_conv *c, k3_session *s, const int32_t *R, int n) {
         return live;
     if (best >= 0 && k3_session_restore(s, c->snaps[best].snap) == K3_OK &&
         (c->snaps[best].n < n || k3_session_logits(s))) {
+        c->snaps[best].used = ++c->snap_clock;
         c->cache_sess = s;
         c->n_cache = 0;
         cache_append(c, c->snaps[best].ids, c->snaps[best].n);
@@ -434,6 +543,18 @@ void k3_conv_cancel(k3_conv *c) {
         k3_conv_cancel(child);
 }
 
+k3_status k3_conv_force_reply(k3_conv *c, const int32_t *ids, int n) {
+    int32_t *p = NULL;
+    if (n > 0 && !(p = k3_malloc((size_t)n * sizeof *p)))
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    if (n > 0)
+        memcpy(p, ids, (size_t)n * sizeof *p);
+    free(c->forced);
+    c->forced = p;
+    c->n_forced = n > 0 ? n : 0;
+    return K3_OK;
+}
+
 void k3_conv_set_turn_seed(k3_conv *c, uint64_t seed) {
     c->next_seed = seed;
     c->has_next_seed = 1;
@@ -451,8 +572,23 @@ static uint64_t turn_seed(k3_conv *c) {
     return (c->set.sampling.seed + 0x9e3779b97f4a7c15ull * c->n_turns_started) & INT64_MAX; /* a JSON integer */
 }
 
+/* Ids of the reply's tool calls, made as each call opens. */
+typedef struct call_ids {
+    char (*id)[40]; /* (n, cap) */
+    int  n, cap;
+} call_ids;
+
+/* "call_" + 24 hex digits, unique within the process (time, counter and turn seed mixed). */
+static void make_call_id(char out[40], uint64_t seed) {
+    static _Atomic uint64_t counter;
+    uint64_t k = atomic_fetch_add(&counter, 1) + 1, t = (uint64_t)(k3_time() * 1e9);
+    uint64_t a = (t ^ seed) * 0x9e3779b97f4a7c15ull + k, b = (k * 0xbf58476d1ce4e5b9ull) ^ (a >> 29) ^ seed;
+    snprintf(out, 40, "call_%016llx%08llx", (unsigned long long)a, (unsigned long long)(b & 0xffffffffu));
+}
+
 /* Streams the parser's output to the callbacks and the message buffers. */
-static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, k3_buf *think, k3_buf *resp) {
+static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, k3_buf *think, k3_buf *resp,
+                      call_ids *ci, uint64_t seed) {
     k3_status st = tb_add(think, o->think, o->think_len);
     if (!st)
         st = tb_add(resp, o->response, o->response_len);
@@ -460,12 +596,40 @@ static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, k3_buf 
         cb->on_think(o->think, o->think_len, cb->ud);
     if (cb && cb->on_response && o->response_len)
         cb->on_response(o->response, o->response_len, cb->ud);
+    if (!o->call_name && !o->call_args_len && !o->call_done)
+        return st;
+    if (o->call_name && o->call_index == ci->n) { /* a new call: its id */
+        if (ci->n == ci->cap) {
+            int   cap = ci->cap ? 2 * ci->cap : 4;
+            void *p = realloc(ci->id, (size_t)cap * sizeof *ci->id);
+            if (!p)
+                return k3_err(K3_ERR_NOMEM, "conversation: out of memory for tool calls");
+            ci->id = p;
+            ci->cap = cap;
+        }
+        make_call_id(ci->id[ci->n++], seed);
+    }
+    if (o->call_index < 0 || o->call_index >= ci->n || !cb || !cb->on_tool_call)
+        return st;
+    const char *id = ci->id[o->call_index];
+    if (o->call_name)
+        cb->on_tool_call(o->call_index, id, o->call_name, NULL, 0, 0, cb->ud);
+    if (o->call_args_len)
+        cb->on_tool_call(o->call_index, id, NULL, o->call_args, o->call_args_len, 0, cb->ud);
+    if (o->call_done)
+        cb->on_tool_call(o->call_index, id, NULL, NULL, 0, 1, cb->ud);
     return st;
 }
 
 k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb) {
-    if (!c->n_msgs || c->msgs[c->n_msgs - 1].role != K3_ROLE_USER)
-        return k3_err(K3_ERR_ARG, "conversation: nothing to answer (the last message is not the user's)");
+    int32_t *forced = c->forced; /* k3_conv_force_reply: for this turn only, whatever happens */
+    int      n_forced = c->n_forced;
+    c->forced = NULL;
+    c->n_forced = 0;
+    if (!c->n_msgs || (c->msgs[c->n_msgs - 1].role != K3_ROLE_USER && c->msgs[c->n_msgs - 1].role != K3_ROLE_TOOL)) {
+        free(forced);
+        return k3_err(K3_ERR_ARG, "conversation: nothing to answer (the last message is not the user's or a tool result)");
+    }
     k3_model_info info;
     k3_model_get_info(m, &info);
     double    t0 = k3_time();
@@ -476,11 +640,13 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
         st = conv_render_prompt(c, tok, 1, &R);
     if (st) {
         k3_ids_free(&R);
+        free(forced);
         return st;
     }
     int n = (int)R.n, room = info.max_ctx - n;
     if (room < CONV_MIN_ROOM) {
         k3_ids_free(&R);
+        free(forced);
         int users = 0; /* the advice depends on whether there are older turns to drop */
         for (int i = 0; i < c->n_msgs; i++)
             users += c->msgs[i].role == K3_ROLE_USER;
@@ -517,8 +683,11 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
     k3_chat_out     out;
     if (!st && !smp)
         st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for the sampler");
+    call_ids        ci = {0};
     if (!st)
         st = k3_chat_parser_new(tok, c->set.think, &par);
+    if (!st)
+        k3_chat_parser_set_tools(par, c->tools && strcmp(c->set.tool_choice, "none"));
     ts.stop = K3_STOP_EOS;
     int think_done = !c->set.think;
     while (!st) {
@@ -526,7 +695,7 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
             st = K3_ABORTED;
             break;
         }
-        if (c->set.max_tokens && (int)gen.n >= c->set.max_tokens) {
+        if ((c->set.max_tokens && (int)gen.n >= c->set.max_tokens) || (forced && (int)gen.n >= n_forced)) {
             ts.stop = K3_STOP_MAX_TOKENS;
             break;
         }
@@ -535,12 +704,12 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
             st = k3_err(K3_ERR_ARG, "conversation: the session has no logits to sample from");
             break;
         }
-        int32_t id = k3_sampler_sample(smp, logits, info.vocab);
+        int32_t id = forced ? forced[gen.n] : k3_sampler_sample(smp, logits, info.vocab);
         if (!gen.n)
             ts.ttft = k3_time() - t0;
         int in_think = k3_chat_parser_channel(par) == K3_CHAN_THINK;
         if ((st = k3_ids_push(&gen, id)) || (st = k3_chat_parser_feed(par, id, &out)) ||
-            (st = emit(&out, cb, &think, &resp)))
+            (st = emit(&out, cb, &think, &resp, &ci, ts.sampling.seed)))
             break;
         ts.n_think += in_think;
         if (!think_done && k3_chat_parser_channel(par) != K3_CHAN_THINK) {
@@ -557,7 +726,7 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
     }
     if (par && !out.end) {
         k3_chat_parser_finish(par, &out);
-        k3_status st2 = emit(&out, cb, &think, &resp);
+        k3_status st2 = emit(&out, cb, &think, &resp, &ci, ts.sampling.seed);
         if (!st)
             st = st2;
     }
@@ -582,9 +751,21 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
                     .reasoning = think.n || c->set.think ? (think.p ? think.p : (char *)(uintptr_t)"") : NULL,
                     .interrupted = st != K3_OK, .has_stats = 1, .stats = ts, .ids = gen.v,
                     .n_ids = (int)gen.n};
-    k3_status pst = conv_push(c, &reply);
+    int           nc = par ? k3_chat_parser_n_calls(par) : 0;
+    k3_tool_call *calls = nc ? k3_calloc((size_t)nc, sizeof *calls) : NULL;
+    for (int q = 0; calls && q < nc && q < ci.n; q++) { /* the complete calls */
+        const char *name, *args;
+        if (k3_chat_parser_call(par, q, &name, &args) == 1)
+            calls[reply.n_tool_calls++] = (k3_tool_call){.id = ci.id[q], .name = name, .arguments = args};
+    }
+    reply.tool_calls = calls;
+    k3_status pst = nc && !calls ? k3_err(K3_ERR_NOMEM, "conversation: out of memory for tool calls")
+                                 : conv_push(c, &reply);
+    free(calls);
+    free(ci.id);
     if (!pst)
         k3_conv_autosave(c); /* failure is kept in k3_conv_autosave_error, the turn stands */
+    free(forced);
     k3_sampler_free(smp);
     k3_chat_parser_free(par);
     k3_ids_free(&gen);

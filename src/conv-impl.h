@@ -13,13 +13,15 @@
 
 #include <stdatomic.h>
 
-#define CONV_MAX_SNAPSHOTS 8 /* saved decode states kept for /retry and /undo (at most) */
+#define CONV_MAX_SNAPSHOTS 64 /* saved decode states (prompt cache, /retry, /undo), at most */
 
 /* A saved decode state and the ids that produced it. */
 typedef struct conv_snap {
     k3_snapshot *snap;
-    int32_t     *ids; /* (n) */
+    int32_t     *ids;   /* (n) */
     int          n;
+    uint64_t     used;  /* LRU clock of its last use (or of its saving) */
+    size_t       bytes; /* k3_snapshot_bytes + the ids                   */
 } conv_snap;
 
 /* A message of an abandoned branch (/edit): kept for the transcript, never in the prompt. */
@@ -31,6 +33,7 @@ typedef struct conv_aban {
 
 struct k3_conv {
     k3_msg          *msgs;  /* (n_msgs) msgs[0] is the system prompt when it has that role */
+    char            *tools; /* tool declarations (JSON array text), NULL when none         */
     int              n_msgs, cap_msgs;
     conv_aban       *aban;  /* (n_aban) abandoned branches, in the order they were made    */
     int              n_aban, cap_aban, n_branches;
@@ -59,8 +62,14 @@ struct k3_conv {
     int              n_cache, cap_cache;
     conv_snap        snaps[CONV_MAX_SNAPSHOTS];
     int              n_snaps, max_snaps; /* max_snaps: K3_CONV_SNAPSHOTS, default 3      */
+    size_t           snap_budget;   /* bytes the snapshots may hold, 0 = no limit           */
+    size_t           snap_bytes;    /* bytes they hold                                      */
+    uint64_t         snap_clock;    /* LRU clock                                            */
     void            *render;       /* chat-encoder state (conv-gen.c), NULL until needed    */
     void           (*gen_free)(k3_conv *c); /* frees the cache, snapshots and render state  */
+
+    int32_t         *forced;       /* (n_forced) k3_conv_force_reply: the next reply's ids  */
+    int              n_forced;
 
     /* cancellation */
     atomic_int              cancel;
@@ -84,5 +93,9 @@ k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out);
 k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out);
 /* Appends a copy of m to the abandoned branch `branch` at position at. */
 k3_status conv_push_abandoned(k3_conv *c, const k3_msg *m, int at, int branch);
-/* Exchange contents of two conversations' messages + settings (transcript loading). */
+/* conv-gen.c: msgs[from, to) as chat-format messages (pointers into c; out has to - from). */
+void      conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out);
+/* conv-gen.c: the chat-format options of c (think, effort, tools, tool_choice). */
+void      conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o);
+/* Exchange contents of two conversations' messages + settings + tools (transcript loading). */
 void      conv_swap_content(k3_conv *a, k3_conv *b);

@@ -32,6 +32,7 @@ const char *conv_role_str(k3_role r) {
     case K3_ROLE_SYSTEM: return "system";
     case K3_ROLE_USER: return "user";
     case K3_ROLE_ASSISTANT: return "assistant";
+    case K3_ROLE_TOOL: return "tool";
     }
     return "?";
 }
@@ -51,6 +52,11 @@ void k3_conv_settings_default(k3_conv_settings *s) {
 k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
     if (s->think != 0 && s->think != 1)
         return k3_err(K3_ERR_ARG, "%s: think = %d, expected 0 or 1", where, s->think);
+    if (!memchr(s->tool_choice, 0, sizeof s->tool_choice) ||
+        (s->tool_choice[0] && strcmp(s->tool_choice, "auto") && strcmp(s->tool_choice, "required") &&
+         strcmp(s->tool_choice, "none")))
+        return k3_err(K3_ERR_ARG, "%s: tool_choice '%.*s' is not auto, required or none", where,
+                      (int)sizeof s->tool_choice, s->tool_choice);
     if (!memchr(s->effort, 0, sizeof s->effort) ||
         (strcmp(s->effort, "low") && strcmp(s->effort, "high") && strcmp(s->effort, "max")))
         return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not low, high or max%s", where,
@@ -97,13 +103,35 @@ k3_conv *k3_conv_new(void) {
         else
             c->max_snaps = (int)v;
     }
+    e = getenv("K3_CONV_SNAPSHOT_MB");
+    if (e && *e) {
+        char  *end;
+        double v = strtod(e, &end);
+        if (*end || !(v >= 0 && v < 1e9))
+            K3_LOG_WARN("K3_CONV_SNAPSHOT_MB='%s' is not a number of megabytes >= 0, no byte limit", e);
+        else
+            c->snap_budget = (size_t)(v * 1e6);
+    }
     return c;
+}
+
+static void calls_free(k3_tool_call *tc, int n) {
+    for (int k = 0; k < n; k++) {
+        free((char *)(uintptr_t)tc[k].id);
+        free((char *)(uintptr_t)tc[k].name);
+        free((char *)(uintptr_t)tc[k].arguments);
+    }
+    free(tc);
 }
 
 void conv_msg_clear(k3_msg *m) {
     free(m->content);
     free(m->reasoning);
     free(m->ids);
+    calls_free(m->tool_calls, m->n_tool_calls);
+    free(m->tool_name);
+    free(m->tool_call_id);
+    free(m->tools);
     memset(m, 0, sizeof *m);
 }
 
@@ -115,6 +143,8 @@ void k3_conv_free(k3_conv *c) {
     free(c->msgs);
     drop_abandoned(c);
     free(c->aban);
+    free(c->tools);
+    free(c->forced);
     free(c->model_dir);
     free(c->autosave_dir);
     free(c->autosave_path);
@@ -233,7 +263,28 @@ static k3_status msg_copy(k3_msg *dst, const k3_msg *src) {
     } else {
         dst->n_ids = 0;
     }
-    if (!dst->content || (src->reasoning && !dst->reasoning) || (src->ids && src->n_ids > 0 && !dst->ids)) {
+    int bad = 0;
+    dst->tool_calls = NULL;
+    dst->n_tool_calls = 0;
+    dst->tool_name = src->tool_name ? k3_strdup(src->tool_name) : NULL;
+    dst->tool_call_id = src->tool_call_id ? k3_strdup(src->tool_call_id) : NULL;
+    dst->tools = src->tools ? k3_strdup(src->tools) : NULL;
+    bad |= (src->tool_name && !dst->tool_name) || (src->tool_call_id && !dst->tool_call_id) ||
+           (src->tools && !dst->tools);
+    if (src->tool_calls && src->n_tool_calls > 0) {
+        dst->tool_calls = k3_calloc((size_t)src->n_tool_calls, sizeof *dst->tool_calls);
+        bad |= !dst->tool_calls;
+        for (int k = 0; dst->tool_calls && k < src->n_tool_calls; k++) {
+            const k3_tool_call *sc = &src->tool_calls[k];
+            k3_tool_call       *dc = &dst->tool_calls[k];
+            dst->n_tool_calls = k + 1;
+            dc->id = k3_strdup(sc->id ? sc->id : "");
+            dc->name = k3_strdup(sc->name ? sc->name : "");
+            dc->arguments = sc->arguments ? k3_strdup(sc->arguments) : NULL;
+            bad |= !dc->id || !dc->name || (sc->arguments && !dc->arguments);
+        }
+    }
+    if (bad || !dst->content || (src->reasoning && !dst->reasoning) || (src->ids && src->n_ids > 0 && !dst->ids)) {
         conv_msg_clear(dst);
         return k3_err(K3_ERR_NOMEM, "conversation: out of memory copying a message");
     }
@@ -272,6 +323,37 @@ k3_status k3_conv_add(k3_conv *c, k3_role role, const char *content, const char 
     k3_msg m = {.role = role, .content = (char *)(uintptr_t)(content ? content : ""),
                 .reasoning = (char *)(uintptr_t)reasoning};
     return conv_push(c, &m);
+}
+
+k3_status k3_conv_add_msg(k3_conv *c, const k3_msg *m) {
+    if (m->role != K3_ROLE_SYSTEM && m->role != K3_ROLE_USER && m->role != K3_ROLE_ASSISTANT && m->role != K3_ROLE_TOOL)
+        return k3_err(K3_ERR_ARG, "conversation: role %d is not system, user, assistant or tool", (int)m->role);
+    if (m->n_tool_calls > 0 && m->role != K3_ROLE_ASSISTANT)
+        return k3_err(K3_ERR_ARG, "conversation: only assistant messages carry tool calls");
+    if (m->tools && m->role != K3_ROLE_SYSTEM)
+        return k3_err(K3_ERR_ARG, "conversation: only system messages declare tools in place");
+    for (int k = 0; k < m->n_tool_calls; k++)
+        if (!m->tool_calls[k].name || !*m->tool_calls[k].name)
+            return k3_err(K3_ERR_ARG, "conversation: tool_calls[%d] has no function name", k);
+    return conv_push(c, m);
+}
+
+k3_status k3_conv_set_tools(k3_conv *c, const char *json) {
+    const char *p = json;
+    while (p && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
+        p++;
+    char *copy = NULL;
+    if (p && *p && strncmp(p, "[]", 2) && !(copy = k3_strdup(json)))
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    if ((copy == NULL) != (c->tools == NULL) || (copy && strcmp(copy, c->tools)))
+        conv_touched(c, 0); /* the transcript header changes */
+    free(c->tools);
+    c->tools = copy;
+    return K3_OK;
+}
+
+const char *k3_conv_tools(const k3_conv *c) {
+    return c->tools;
 }
 
 int k3_conv_count(const k3_conv *c) {
@@ -413,7 +495,7 @@ int k3_conv_pop_reply(k3_conv *c) {
     int i = c->n_msgs;
     while (i > 0 && c->msgs[i - 1].role == K3_ROLE_ASSISTANT)
         i--;
-    if (i == 0 || c->msgs[i - 1].role != K3_ROLE_USER)
+    if (i == 0 || (c->msgs[i - 1].role != K3_ROLE_USER && c->msgs[i - 1].role != K3_ROLE_TOOL))
         return 0;
     int n = c->n_msgs - i;
     remove_range(c, i, n);
@@ -437,6 +519,9 @@ void conv_swap_content(k3_conv *a, k3_conv *b) {
     k3_msg          *m = a->msgs;
     int              n = a->n_msgs, cap = a->cap_msgs;
     k3_conv_settings s = a->set;
+    char            *tools = a->tools;
+    a->tools = b->tools;
+    b->tools = tools;
     a->msgs = b->msgs;
     a->n_msgs = b->n_msgs;
     a->cap_msgs = b->cap_msgs;

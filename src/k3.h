@@ -145,6 +145,7 @@ typedef struct k3_snapshot k3_snapshot;
 k3_status k3_session_save(const k3_session *s, k3_snapshot **out);
 k3_status k3_session_restore(k3_session *s, const k3_snapshot *snap);
 void      k3_snapshot_free(k3_snapshot *snap);
+size_t    k3_snapshot_bytes(const k3_snapshot *snap); /* memory it holds */
 
 typedef struct k3_stats {
     int64_t  n_prefill, n_decode;       /* tokens in the last feed calls since reset_stats */
@@ -247,13 +248,28 @@ k3_status k3_detok_feed_bytes(k3_detok *d, const char *b, size_t n, const char *
                               size_t *len);
 void      k3_detok_flush(k3_detok *d, const char **text, size_t *len);
 
+/* One tool call of an assistant message (the OpenAI shape; ../shared/spec/k3-tools.md 1.3). */
+typedef struct k3_tool_call {
+    const char *id;        /* the call id ("call_..."): matched by tool results, not rendered */
+    const char *name;      /* function name                                               */
+    const char *arguments; /* JSON text of an object (typed arguments); NULL, blank or "{}":
+                            * none; text that is not JSON: the raw `json` block; JSON that
+                            * is not an object: K3_ERR_ARG                                 */
+} k3_tool_call;
+
 /* Chat format (XTML), chat.c. One message of a conversation. */
 typedef struct k3_chat_msg {
-    const char *role;      /* "system", "user", "assistant"; "developer" is rendered as
-                            * system; "tool" and others: error                          */
+    const char *role;      /* "system", "user", "assistant", "tool"; "developer" is
+                            * rendered as system; others: K3_ERR_ARG                    */
     const char *content;   /* UTF-8 text (NULL = empty); never parsed for control tokens */
     const char *reasoning; /* assistant turns: that turn's thinking text (NULL = none)   */
     int         n_images;  /* > 0: K3_ERR_UNSUPPORTED (images are not supported yet)    */
+    const k3_tool_call *tool_calls; /* assistant: (n_tool_calls) calls, in order        */
+    int         n_tool_calls;
+    const char *name;      /* tool: the tool's name (NULL: from the matching call)       */
+    const char *tool_call_id; /* tool: the id of the call this result answers           */
+    const char *tools;     /* system: a JSON array of tool declarations: rendered in
+                            * place as "New Tools Available" (content dropped)          */
 } k3_chat_msg;
 
 typedef struct k3_chat_opts {
@@ -261,12 +277,16 @@ typedef struct k3_chat_opts {
     const char *effort;     /* "low" | "high" | "max"; NULL = "max". Else K3_ERR_ARG
                              * (including "medium", which the release rejects)          */
     int         gen_prompt; /* 1 = end with the assistant generation prompt            */
-    const char *tools;      /* tool declarations: non-NULL = K3_ERR_UNSUPPORTED         */
+    const char *tools;      /* JSON array of tool declarations ({"type":"function",
+                             * "function":{...}} objects); NULL or "[]": none           */
+    const char *tool_choice;/* "auto" (NULL), "required" or "none"; else K3_ERR_ARG     */
 } k3_chat_opts;
 
 /* Encode a conversation exactly as ../shared/spec/k3-chat.md section 2 (the thinking-
- * effort system message when think is on, preserved reasoning, generation prompt),
- * appending the ids to out. On error out->n is left as it was. */
+ * effort system message when think is on, preserved reasoning, generation prompt) and
+ * ../shared/spec/k3-tools.md section 1 (tool declarations, calls, results re-sorted by
+ * call id, tool_choice), appending the ids to out. On error out->n is left as it was and
+ * the message names the message index and field. */
 k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs,
                          const k3_chat_opts *o, k3_ids *out);
 
@@ -280,10 +300,27 @@ typedef struct k3_chat_out {
     const char *think;    size_t think_len;
     const char *response; size_t response_len;
     int         end;      /* 1 once <|end_of_msg|> was read (all text flushed)          */
+    /* tool calls (only with k3_chat_parser_set_tools; k3-tools.md section 2.4): */
+    int         call_index; /* the call the three fields below are about (0-based)      */
+    const char *call_name;  /* non-NULL: that call opened in this feed (its name)       */
+    const char *call_args;  /* arguments JSON appended to that call in this feed; the
+                             * concatenation over the feeds is the call's final string  */
+    size_t      call_args_len;
+    int         call_done;  /* 1: that call closed in this feed                          */
 } k3_chat_out;
 typedef struct k3_chat_parser k3_chat_parser;
 /* think: the same flag as the prompt's (1: starts in the think channel). */
 k3_status k3_chat_parser_new(const k3_tok *t, int think, k3_chat_parser **out);
+/* on = 1: parse <|open|>tools<|sep|> blocks into calls (spec k3-tools.md section 2, with
+ * its leniency); 0 (default): they are shown as text like any unexpected tag. Call it
+ * before the first feed. */
+void      k3_chat_parser_set_tools(k3_chat_parser *p, int on);
+/* Calls parsed so far, in order of appearance (calls without a tool name are dropped).
+ * k3_chat_parser_call returns 1 when call i was closed, 0 when the stream stopped inside
+ * it (or -1 out of range); *name and *args (the arguments as a JSON object string, as
+ * Python's json.dumps writes it) stay valid while p lives. */
+int       k3_chat_parser_n_calls(const k3_chat_parser *p);
+int       k3_chat_parser_call(const k3_chat_parser *p, int i, const char **name, const char **args);
 void      k3_chat_parser_free(k3_chat_parser *p);
 k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *out);
 /* End of generation without <|end_of_msg|> (max tokens, cancel): flush held text. */
@@ -302,7 +339,7 @@ int       k3_chat_parser_channel(const k3_chat_parser *p); /* current K3_CHAN_* 
  *     if (st == K3_ERR_CONTEXT) ... offer k3_conv_clear or k3_conv_drop_oldest, or k3_conv_undo
  * /retry = k3_conv_pop_reply + k3_conv_generate; /undo = k3_conv_undo. */
 
-typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT } k3_role;
+typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT, K3_ROLE_TOOL } k3_role;
 
 /* Why a turn stopped. */
 typedef enum k3_stop {
@@ -344,6 +381,12 @@ typedef struct k3_msg {
     k3_turn_stats stats;
     int32_t      *ids;         /* (n_ids) generated token ids, NULL when unknown          */
     int           n_ids;
+    k3_tool_call *tool_calls;  /* assistant: (n_tool_calls) calls it made (strings owned)  */
+    int           n_tool_calls;
+    char         *tool_name;   /* tool result: the tool's name (NULL: from its call)     */
+    char         *tool_call_id;/* tool result: the call it answers (NULL when unknown)   */
+    char         *tools;       /* system: tools declared here, in place (JSON array text;
+                                * k3-tools.md 1.2 "New Tools Available"), NULL when none  */
 } k3_msg;
 
 typedef struct k3_conv_settings {
@@ -351,6 +394,7 @@ typedef struct k3_conv_settings {
     char              effort[8];  /* "low" | "high" | "max" (default); "medium" rejected  */
     int               max_tokens; /* generated tokens per turn; 0 = up to the capacity    */
     k3_sampler_params sampling;   /* temp, top_p, min_p, top_k, seed                       */
+    char              tool_choice[12]; /* "auto" (or "") | "required" | "none" (k3-tools.md 1.6) */
 } k3_conv_settings;
 
 typedef struct k3_conv k3_conv;
@@ -373,6 +417,13 @@ const char *k3_conv_model_fingerprint(const k3_conv *c);
 k3_status     k3_conv_set_system(k3_conv *c, const char *text);
 const char   *k3_conv_system(const k3_conv *c);         /* NULL when none */
 k3_status     k3_conv_add(k3_conv *c, k3_role role, const char *content, const char *reasoning);
+/* Appends a copy of any message: an assistant message with tool calls, a tool result
+ * (K3_ROLE_TOOL with tool_call_id and/or tool_name). Strings and ids are copied. */
+k3_status     k3_conv_add_msg(k3_conv *c, const k3_msg *m);
+/* Tool declarations: a JSON array of {"type":"function","function":{...}} (rendered as the
+ * tool-declare message; checked at the next render). NULL, "" or "[]": none. */
+k3_status     k3_conv_set_tools(k3_conv *c, const char *json);
+const char   *k3_conv_tools(const k3_conv *c);              /* NULL when none */
 int           k3_conv_count(const k3_conv *c);
 const k3_msg *k3_conv_msg(const k3_conv *c, int i);     /* NULL when out of range */
 /* New conversation: drops every message but the system prompt; settings stay; the
@@ -401,8 +452,14 @@ typedef struct k3_conv_callbacks {
     void (*on_think)(const char *text, size_t n, void *ud);
     void (*on_response)(const char *text, size_t n, void *ud);
     void *ud;
+    /* A tool call of the reply (conversations with tools): first with name (args NULL),
+     * then with argument fragments whose concatenation is the final arguments string, then
+     * with done = 1. index is the call's 0-based position; id is made here ("call_...")
+     * and is the one the appended message stores. */
+    void (*on_tool_call)(int index, const char *id, const char *name, const char *args, size_t n, int done,
+                         void *ud);
 } k3_conv_callbacks;
-/* Renders the history (which must end with a user message) with the generation prompt,
+/* Renders the history (which must end with a user message or a tool result) with the generation prompt,
  * prefills only what the session has not processed yet (prompt cache, snapshots),
  * samples until end of message / max_tokens / capacity / cancel, and appends the
  * assistant message with its statistics (interrupted when cancelled: returns K3_ABORTED
@@ -411,10 +468,20 @@ typedef struct k3_conv_callbacks {
  * (K3_ERR_CONTEXT: the prompt would not fit; message says how many tokens) change nothing.
  * The session must be used only through this conversation (or reset) between turns. */
 k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb);
+/* The next k3_conv_generate writes exactly these ids instead of sampling (each is still
+ * fed, so the session and the prompt cache stay exact); the turn ends at <|end_of_msg|>
+ * or, when the ids run out first, as max_tokens. For tests and demos (scripted output
+ * through the real parser, conversation and server). ids are copied; n 0 clears. */
+k3_status k3_conv_force_reply(k3_conv *c, const int32_t *ids, int n);
 /* Thread-safe: stops a running k3_conv_generate (prefill included) soon. */
 void      k3_conv_cancel(k3_conv *c);
 /* The next turn samples with exactly this seed (replay); later turns derive their own. */
 void      k3_conv_set_turn_seed(k3_conv *c, uint64_t seed);
+/* The prompt cache's saved states (snapshots keyed by the ids that produced them): at most
+ * max_snapshots (0..64; K3_CONV_SNAPSHOTS, default 3) holding at most mb megabytes (10^6
+ * bytes; 0 = no byte limit; K3_CONV_SNAPSHOT_MB). When full, the least recently used goes
+ * (a snapshot is used when a turn starts from it). Shrinking evicts at once. */
+k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb);
 /* Forgets the prompt cache and its snapshots: call before freeing or replacing the
  * session or model the conversation generated with. */
 void      k3_conv_drop_cache(k3_conv *c);

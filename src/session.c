@@ -271,8 +271,13 @@ k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
 struct k3_snapshot {
     const k3_model *m;
     int             pos, have_logits;
+    size_t          n;    /* floats in data                                                          */
     float          *data; /* logits (V), then per run layer: S, tail (KDA) or c, kr (MLA, pos rows) */
 };
+
+static size_t state_copy_size(const k3_snapshot *snap) {
+    return snap->n * sizeof(float);
+}
 
 /* Walk the committed state in a fixed order: copy into (save) or out of (restore) buf. */
 static size_t state_copy(const k3_session *s, float *buf, int pos, int save) {
@@ -312,6 +317,7 @@ k3_status k3_session_save(const k3_session *s, k3_snapshot **out) {
         return nomem();
     }
     state_copy(s, snap->data, s->pos, 1);
+    snap->n           = n;
     snap->m           = s->m;
     snap->pos         = s->pos;
     snap->have_logits = s->have_logits;
@@ -327,6 +333,10 @@ k3_status k3_session_restore(k3_session *s, const k3_snapshot *snap) {
     s->have_logits = snap->have_logits;
     atomic_store(&s->cancel, 0);
     return K3_OK;
+}
+
+size_t k3_snapshot_bytes(const k3_snapshot *snap) {
+    return snap ? sizeof *snap + state_copy_size(snap) : 0;
 }
 
 void k3_snapshot_free(k3_snapshot *snap) {

@@ -112,9 +112,16 @@ static json_t *header_json(const k3_conv *c) {
                             "head_bits", c->head_bits);
     json_t *model = json_pack("{s:s?, s:s?}", "dir", c->model_dir,
                               "config_fnv64", c->config_fnv64[0] ? c->config_fnv64 : NULL);
-    return json_pack("{s:s, s:i, s:s, s:s, s:o?, s:o?}", "format", TRANSCRIPT_FORMAT, "version",
-                     TRANSCRIPT_VERSION, "k3chat", k3_version(), "created", when, "model", model,
-                     "settings", set);
+    if (set && s->tool_choice[0] && strcmp(s->tool_choice, "auto"))
+        json_object_set_new(set, "tool_choice", json_string(s->tool_choice));
+    json_t *h = json_pack("{s:s, s:i, s:s, s:s, s:o?, s:o?}", "format", TRANSCRIPT_FORMAT, "version",
+                          TRANSCRIPT_VERSION, "k3chat", k3_version(), "created", when, "model", model,
+                          "settings", set);
+    if (h && c->tools) { /* the declarations as given (a JSON array; kept as text if jansson cannot) */
+        json_t *t = json_loads(c->tools, JSON_DECODE_ANY, NULL);
+        json_object_set_new(h, "tools", t ? t : json_string(c->tools));
+    }
+    return h;
 }
 
 static json_t *stats_json(const k3_turn_stats *t) {
@@ -156,6 +163,23 @@ static json_t *msg_json(const k3_msg *m) {
     int bad = 0;
     if (m->reasoning)
         bad |= json_object_set_new(o, "reasoning_content", jtext(m->reasoning));
+    if (m->n_tool_calls > 0) { /* the OpenAI shape: arguments as a JSON string */
+        json_t *a = json_array();
+        for (int i = 0; a && i < m->n_tool_calls; i++)
+            bad |= json_array_append_new(
+                a, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", m->tool_calls[i].id ? m->tool_calls[i].id : "",
+                             "type", "function", "function", "name", m->tool_calls[i].name, "arguments",
+                             m->tool_calls[i].arguments ? m->tool_calls[i].arguments : ""));
+        bad |= json_object_set_new(o, "tool_calls", a);
+    }
+    if (m->tool_call_id)
+        bad |= json_object_set_new(o, "tool_call_id", jtext(m->tool_call_id));
+    if (m->tool_name)
+        bad |= json_object_set_new(o, "name", jtext(m->tool_name));
+    if (m->tools) { /* tools declared in place by a system message */
+        json_t *t = json_loads(m->tools, JSON_DECODE_ANY, NULL);
+        bad |= json_object_set_new(o, "tools", t ? t : jtext(m->tools));
+    }
     if (m->interrupted)
         bad |= json_object_set_new(o, "interrupted", json_true());
     if (m->ids && m->n_ids > 0) {
@@ -425,7 +449,7 @@ static int settings_equal(const k3_conv_settings *a, const k3_conv_settings *b) 
     return a->think == b->think && !strcmp(a->effort, b->effort) && a->max_tokens == b->max_tokens &&
            a->sampling.temp == b->sampling.temp && a->sampling.top_p == b->sampling.top_p &&
            a->sampling.min_p == b->sampling.min_p && a->sampling.top_k == b->sampling.top_k &&
-           a->sampling.seed == b->sampling.seed;
+           a->sampling.seed == b->sampling.seed && !strcmp(a->tool_choice, b->tool_choice);
 }
 
 static k3_status autosave_write(k3_conv *c) {
@@ -613,6 +637,16 @@ static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info
         snprintf(info->model_dir, sizeof info->model_dir, "%s", dir ? dir : "");
         snprintf(info->config_fnv64, sizeof info->config_fnv64, "%s", fp ? fp : "");
     }
+    json_t *tools = json_object_get(h, "tools");
+    if (tools && !json_is_null(tools)) {
+        char *t = json_is_string(tools) ? strdup(json_string_value(tools)) : json_dumps(tools, JSON_COMPACT);
+        if (!t)
+            return k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
+        st = k3_conv_set_tools(c, t);
+        free(t);
+        if (st)
+            return st;
+    }
     json_t *s = json_object_get(h, "settings");
     if (!s)
         return K3_OK;
@@ -630,6 +664,12 @@ static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info
     TRY(get_seed(L, s, "settings.", &cs->sampling.seed));
     TRY(get_bool(L, s, "settings.", "think", &cs->think));
     TRY(get_str(L, s, "settings.", "effort", &effort));
+    const char *choice = NULL;
+    TRY(get_str(L, s, "settings.", "tool_choice", &choice));
+    if (choice && strlen(choice) >= sizeof cs->tool_choice)
+        return LERR(L, "settings.\"tool_choice\" '%.40s' is not auto, required or none", choice);
+    if (choice)
+        strcpy(cs->tool_choice, choice);
     TRY(get_int(L, s, "settings.", "max_tokens", 0, INT_MAX, &cs->max_tokens));
     int bits = 0;
     TRY(get_int(L, s, "settings.", "bits", 0, 64, &bits));
@@ -718,6 +758,35 @@ static k3_status parse_content(const lctx *L, json_t *v, sbuf *out) {
     return K3_OK;
 }
 
+/* "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": string}}];
+ * m->tool_calls points into the JSON (the caller frees only the array). */
+static k3_status parse_tool_calls(const lctx *L, json_t *v, k3_msg *m) {
+    if (!v || json_is_null(v))
+        return K3_OK;
+    if (!json_is_array(v))
+        return LERR(L, "\"tool_calls\" is %s, expected an array", jtype(v));
+    size_t n = json_array_size(v);
+    if (!n)
+        return K3_OK;
+    m->tool_calls = k3_calloc(n, sizeof *m->tool_calls);
+    if (!m->tool_calls)
+        return k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
+    for (size_t i = 0; i < n; i++) {
+        json_t *c = json_array_get(v, i), *f = json_is_object(c) ? json_object_get(c, "function") : NULL;
+        json_t *name = json_object_get(f, "name"), *args = json_object_get(f, "arguments"), *id = json_object_get(c, "id");
+        if (!json_is_object(f) || !json_is_string(name) || !json_string_length(name))
+            return LERR(L, "\"tool_calls\"[%zu] is not {\"id\", \"function\": {\"name\", \"arguments\"}}", i);
+        if (args && !json_is_null(args) && !json_is_string(args))
+            return LERR(L, "\"tool_calls\"[%zu].function.arguments is %s, expected a JSON string", i, jtype(args));
+        if (id && !json_is_null(id) && !json_is_string(id))
+            return LERR(L, "\"tool_calls\"[%zu].id is %s, expected a string", i, jtype(id));
+        m->tool_calls[i] = (k3_tool_call){.id = json_string_value(id), .name = json_string_value(name),
+                                          .arguments = json_string_value(args)};
+        m->n_tool_calls = (int)i + 1;
+    }
+    return K3_OK;
+}
+
 static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
     k3_status   st;
     const char *role = NULL;
@@ -734,12 +803,37 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         m.role = K3_ROLE_USER;
     else if (!strcmp(role, "assistant"))
         m.role = K3_ROLE_ASSISTANT;
+    else if (!strcmp(role, "tool"))
+        m.role = K3_ROLE_TOOL;
     else
-        return LERR(L, "role '%s' is not system, user or assistant%s", role,
-                    !strcmp(role, "tool") ? " (tool calls are not supported yet)" : "");
-    if (json_object_get(o, "tool_calls") && !json_is_null(json_object_get(o, "tool_calls")))
-        return LERR(L, "\"tool_calls\": tool calls are not supported yet");
-    sbuf text = {0};
+        return LERR(L, "role '%s' is not system, user, assistant or tool", role);
+    sbuf        text = {0};
+    const char *tcid = NULL, *tname = NULL;
+    char       *mtools = NULL;
+    if ((st = parse_tool_calls(L, json_object_get(o, "tool_calls"), &m)))
+        goto out;
+    if (m.n_tool_calls && m.role != K3_ROLE_ASSISTANT) {
+        st = LERR(L, "a %s message has \"tool_calls\"; only assistant messages do", role);
+        goto out;
+    }
+    if ((st = get_str(L, o, "", "tool_call_id", &tcid)) || (st = get_str(L, o, "", "name", &tname)))
+        goto out;
+    if (m.role == K3_ROLE_TOOL) {
+        m.tool_call_id = (char *)(uintptr_t)tcid;
+        m.tool_name = (char *)(uintptr_t)tname;
+    }
+    json_t *mt = json_object_get(o, "tools");
+    if (mt && !json_is_null(mt) && m.role == K3_ROLE_SYSTEM) {
+        if (!json_is_array(mt)) {
+            st = LERR(L, "\"tools\" is %s, expected an array", jtype(mt));
+            goto out;
+        }
+        if (json_array_size(mt) && !(mtools = json_dumps(mt, JSON_COMPACT))) {
+            st = k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
+            goto out;
+        }
+        m.tools = mtools;
+    }
     if ((st = parse_content(L, json_object_get(o, "content"), &text)))
         goto out;
     /* reasoning: reasoning_content (ours, DeepSeek/vLLM), reasoning, thinking */
@@ -802,6 +896,8 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
 out:
     free(text.p);
     free(m.ids);
+    free(m.tool_calls);
+    free(mtools);
     return st;
 }
 
@@ -1016,8 +1112,13 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
            (unsigned long long)s->sampling.seed);
     for (int i = 0; i < c->n_msgs; i++) {
         const k3_msg *m = &c->msgs[i];
-        static const char *const title[] = {"System", "User", "Assistant"};
-        sb_fmt(&b, "## %s\n\n", title[m->role]);
+        static const char *const title[] = {"System", "User", "Assistant", "Tool result"};
+        if (m->role == K3_ROLE_TOOL)
+            sb_fmt(&b, "## Tool result%s%s%s%s%s%s\n\n", m->tool_name ? ": `" : "", m->tool_name ? m->tool_name : "",
+                   m->tool_name ? "`" : "", m->tool_call_id ? " (call " : "", m->tool_call_id ? m->tool_call_id : "",
+                   m->tool_call_id ? ")" : "");
+        else
+            sb_fmt(&b, "## %s\n\n", title[m->role]);
         if (m->reasoning && *m->reasoning) {
             sb_str(&b, "<details>\n<summary>Reasoning</summary>\n\n");
             md_block(&b, m->reasoning);
@@ -1029,6 +1130,13 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
             else
                 md_literal(&b, m->content);
             sb_str(&b, "\n\n");
+        }
+        if (m->tools)
+            sb_fmt(&b, "**Tools declared here:**\n\n```json\n%s\n```\n\n", m->tools);
+        for (int k = 0; k < m->n_tool_calls; k++) {
+            const k3_tool_call *tc = &m->tool_calls[k];
+            sb_fmt(&b, "**Tool call** `%s` (%s):\n\n```json\n%s\n```\n\n", tc->name, tc->id ? tc->id : "",
+                   tc->arguments && *tc->arguments ? tc->arguments : "{}");
         }
         md_stats(&b, m);
     }

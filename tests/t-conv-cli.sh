@@ -38,6 +38,26 @@ n_open=$(echo "$off" | tr ' ' '\n' | grep -cx "$open_id")
 # think off: system, user, assistant (message + response tags), user, prompt (message + response)
 [ "$n_open" = 7 ]; ok $? "user text '<|open|>' is ordinary text: exactly 7 <|open|> ids with thinking off (got $n_open)"
 
+# a transcript with tools (header "tools" and tool_choice, OpenAI tool_calls, a tool result):
+# --chat-ids renders them as k3-tools.md says; checked as text through --detokenize
+printf '%s\n' '{"format":"k3chat-transcript","version":1,"settings":{"think":false,"tool_choice":"required"},"tools":[{"type":"function","function":{"parameters":{"type":"object"},"name":"get_weather"}}]}' \
+    '{"role":"user","content":"Weather?"}' \
+    '{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]}' \
+    '{"role":"tool","tool_call_id":"c1","content":"18 C"}' >"$T/tools.jsonl"
+"$B/k3chat" --chat-ids "$T/m" "$T/tools.jsonl" >"$T/tools.ids" 2>"$T/err" &&
+    "$B/k3chat" --detokenize "$T/m" "$T/tools.ids" >"$T/tools.txt" 2>>"$T/err"
+printf '%s' '<|open|>message role="system" type="tool-declare"<|sep|># Tools
+Here are the available tools, described in JSONSchema.
+
+```json
+[{"function":{"name":"get_weather","parameters":{"type":"object"}},"type":"function"}]
+```<|close|>message<|sep|><|end_of_msg|><|open|>message role="user"<|sep|>Weather?<|close|>message<|sep|><|end_of_msg|><|open|>message role="assistant"<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="city" type="string"<|sep|>Paris<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|><|open|>message role="tool" tool="get_weather" index="1"<|sep|>18 C<|close|>message<|sep|><|end_of_msg|><|open|>message role="system" type="tool-choice"<|sep|>The system is invoked with `tool_choice=required`.
+You MUST call tools in the next message.<|close|>message<|sep|><|end_of_msg|><|open|>message role="assistant"<|sep|><|open|>response<|sep|>' >"$T/tools.want"
+cmp -s "$T/tools.txt" "$T/tools.want"
+ok $? "--chat-ids of a transcript with tools, a call and a result: the spec's rendering ($(head -c 200 "$T/err"))"
+n_open=$(tr ' ' '\n' <"$T/tools.ids" | grep -cx "$open_id")
+[ "$n_open" = 11 ]; ok $? "... with exactly 11 <|open|> control ids (got $n_open)"
+
 bad() { # name, file content (printf format), expected text
     printf "$2" >"$T/bad.jsonl"
     "$B/k3chat" --chat-ids "$T/m" "$T/bad.jsonl" >/dev/null 2>"$T/err"; rc=$?
@@ -52,6 +72,8 @@ printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"\3
 "$B/k3chat" --chat-ids "$T/m" "$T/latin.jsonl" >"$T/out" 2>"$T/err"; rc=$?
 [ "$rc" = 0 ] && [ -s "$T/out" ] && grep -q "latin.jsonl: invalid UTF-8 replaced with U+FFFD (1 sequence, the first at line 2, byte 27)" "$T/err"
 ok $? "--chat-ids, invalid UTF-8: U+FFFD, exit 0, and a note naming line and byte ($(head -c 160 "$T/err"))"
+bad "tool_calls not an array" '{"format":"k3chat-transcript","version":1}\n{"role":"assistant","content":"","tool_calls":{}}\n' '2: "tool_calls" is an object'
+bad "arguments not a string" '{"format":"k3chat-transcript","version":1}\n{"role":"assistant","content":"","tool_calls":[{"id":"a","function":{"name":"f","arguments":{}}}]}\n' '2: "tool_calls"\[0\].function.arguments is an object'
 
 printf '%s\n' '{"format":"k3chat-transcript","version":1}' '{"role":"user","content":5}' >"$T/bad.jsonl"
 "$B/k3chat" "$T/m" --replay "$T/bad.jsonl" >/dev/null 2>"$T/err"; rc=$?

@@ -28,6 +28,14 @@ keys C-l; type_line "/undo"
 check "/undo drops the exchange" wait_gone "› hello" 5
 keys C-l; type_line "/load $K3_TMP/e.jsonl"
 check "/load brings it back" wait_for "› hello" 5
+# a transcript with tool turns shows them read-only: the call and the result
+printf '%s\n' '{"format":"k3chat-transcript","version":1,"tools":[{"type":"function","function":{"name":"get_weather"}}]}' \
+    '{"role":"user","content":"weather?"}' \
+    '{"role":"assistant","content":"Checking.","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]}' \
+    '{"role":"tool","tool_call_id":"c1","content":"18 C"}' >"$K3_TMP/tools.jsonl"
+keys C-l; type_line "/load $K3_TMP/tools.jsonl"
+check "/load of tool turns: the call is shown" wait_for '-> get_weather({"city": "Paris"})' 5
+check "/load of tool turns: the result is shown with its call id" has "tool result (c1):"
 keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 

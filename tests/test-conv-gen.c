@@ -223,7 +223,7 @@ int main(void) {
     T_CHECK(k3_conv_context(c, m, &used, &cap) == K3_OK && used == (int)R1.n && cap == info.max_ctx,
             "context accounting: %d of %d tokens", used, cap);
     streamed *sa = calloc(1, sizeof *sa);
-    k3_conv_callbacks cb = {on_think, on_resp, sa};
+    k3_conv_callbacks cb = {.on_think = on_think, .on_response = on_resp, .ud = sa};
     st = k3_conv_generate(c, m, s, &cb);
     const k3_msg *a1 = last(c);
     T_CHECK(st == K3_OK && a1->role == K3_ROLE_ASSISTANT && !a1->interrupted, "turn 1 generates (%s)",
@@ -344,6 +344,29 @@ int main(void) {
             "think off: replies generated with thinking render as text, exactly as the encoder (%zu ids)", Ra.n);
     k3_ids_free(&Ra);
     k3_ids_free(&Rb);
+    /* ... and with tools: declarations, a call, results out of order, tool_choice required */
+    k3_conv *tc = k3_conv_new();
+    k3_conv_settings toff = off;
+    strcpy(toff.tool_choice, "required");
+    k3_conv_set_settings(tc, &toff);
+    for (int i = 0; i < k3_conv_count(c); i++)
+        conv_push(tc, k3_conv_msg(c, i));
+    k3_conv_set_tools(tc, "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
+    k3_tool_call tcalls[] = {{.id = "1", .name = "f", .arguments = "{\"a\": 1}"}, {.id = "2", .name = "g"}};
+    k3_msg tam = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t)"", .tool_calls = tcalls, .n_tool_calls = 2};
+    k3_msg tr2 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"two", .tool_call_id = (char *)(uintptr_t)"2"};
+    k3_msg tr1 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"one", .tool_call_id = (char *)(uintptr_t)"1"};
+    if (last(tc)->role != K3_ROLE_USER)
+        k3_conv_add(tc, K3_ROLE_USER, "Use the tools.", NULL);
+    k3_conv_add_msg(tc, &tam);
+    k3_conv_add_msg(tc, &tr2);
+    k3_conv_add_msg(tc, &tr1);
+    K3_ASSERT(conv_render_prompt(tc, tok, 1, &Ra) == K3_OK && k3_conv_render(tc, tok, 1, &Rb) == K3_OK);
+    T_CHECK(Ra.n == Rb.n && !memcmp(Ra.v, Rb.v, Ra.n * 4),
+            "with tools, a call and re-sorted results: the prompt equals the encoder's (%zu ids)", Ra.n);
+    k3_ids_free(&Ra);
+    k3_ids_free(&Rb);
+    k3_conv_free(tc);
 
     /* ---- think off (shorter prompts): save, load, continue, replay ---- */
     char path[700], path2[700];
@@ -373,6 +396,49 @@ int main(void) {
                 !memcmp(last(ns)->ids, last(q)->ids, (size_t)n_q * 4),
             "no snapshots: a retry re-prefills all %d tokens and gives the same answer", last(ns)->stats.n_prompt);
     k3_conv_free(ns);
+
+    /* prompt cache LRU: conversation A, then B, then A again on one conversation object (a
+     * server's clients taking turns): A's end-of-turn state was used last, so it stays
+     * while B's older snapshot goes (first in, first out would drop A's) */
+    k3_conv *lr = k3_conv_new();
+    k3_conv_set_settings(lr, &off);
+    T_CHECK(k3_conv_set_prompt_cache(lr, 3, 0) == K3_OK && k3_conv_set_prompt_cache(lr, 65, 0) == K3_ERR_ARG,
+            "prompt cache size: 3 snapshots accepted, 65 refused (%s)", k3_errmsg());
+    k3_conv_add(lr, K3_ROLE_USER, "Alpha.", NULL);
+    st = k3_conv_generate(lr, m, s, NULL); /* snapshots: A prompt, A end */
+    k3_conv *keep = k3_conv_new();
+    for (int i = 0; i < k3_conv_count(lr); i++)
+        conv_push(keep, k3_conv_msg(lr, i));
+    k3_conv_clear(lr);
+    k3_conv_add(lr, K3_ROLE_USER, "Bravo.", NULL);
+    if (!st)
+        st = k3_conv_generate(lr, m, s, NULL); /* B prompt evicts A prompt; B end evicts the LRU */
+    k3_conv_clear(lr);
+    for (int i = 0; i < k3_conv_count(keep); i++)
+        conv_push(lr, k3_conv_msg(keep, i));
+    k3_conv_add(lr, K3_ROLE_USER, "Again.", NULL);
+    int n_snaps_before = lr->n_snaps;
+    size_t bytes_before = lr->snap_bytes;
+    if (!st)
+        st = k3_conv_generate(lr, m, s, NULL);
+    int a_len = last(keep)->stats.n_prompt + last(keep)->n_ids - 1; /* A's prompt + reply, as processed */
+    int kept_a = 0;
+    for (int i = 0; i < lr->n_snaps; i++)
+        kept_a |= lr->snaps[i].n == last(lr)->stats.n_cached; /* the one the turn started from */
+    T_CHECK(st == K3_OK && n_snaps_before == 3 && bytes_before > 0 && last(lr)->stats.n_cached >= a_len,
+            "back to conversation A: its end-of-turn snapshot is restored (%d of %d cached, A took %d)",
+            last(lr)->stats.n_cached, last(lr)->stats.n_prompt, a_len);
+    T_CHECK(kept_a && lr->n_snaps == 3,
+            "LRU: the restored snapshot stays through two more saves (first in, first out would drop it)");
+    size_t big = 0;
+    for (int i = 0; i < lr->n_snaps; i++)
+        big = lr->snaps[i].bytes > big ? lr->snaps[i].bytes : big;
+    T_CHECK(k3_conv_set_prompt_cache(lr, 3, (double)(big + big / 2) / 1e6) == K3_OK && lr->n_snaps >= 1 &&
+                lr->n_snaps < 3 && lr->snap_bytes <= big + big / 2,
+            "a byte budget of 1.5 of the largest snapshot evicts down to it (%d kept, %zu bytes)", lr->n_snaps,
+            lr->snap_bytes);
+    k3_conv_free(keep);
+    k3_conv_free(lr);
     snprintf(path, sizeof path, "%s/greedy.jsonl", tmpdir);
     T_CHECK(k3_conv_save(q, path) == K3_OK, "save");
     k3_conv *l = k3_conv_new();

@@ -249,7 +249,8 @@ static void test_malformed(void) {
               "neither a k3chat transcript header");
     malformed("header without format", S("{\"version\":1}\n"), ":1:", "neither a k3chat transcript header");
     malformed("empty file", "", 0, ":1:", "empty");
-    malformed("tool role", S(HDR "{\"role\":\"tool\",\"content\":\"x\"}\n"), ":2:", "not supported");
+    malformed("unknown role", S(HDR "{\"role\":\"function\",\"content\":\"x\"}\n"), ":2:", "not system, user, assistant or tool");
+    malformed("tool_calls on a user message", S(HDR "{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"f\"}}]}\n"), ":2:", "only assistant messages do");
     malformed("missing role", S(HDR "{\"content\":\"x\"}\n"), ":2:", "no \"role\"");
     malformed("bad token id", S(HDR "{\"role\":\"assistant\",\"content\":\"x\",\"token_ids\":[1,-2]}\n"), ":2:",
               "token_ids");
@@ -557,6 +558,70 @@ static void test_export_escape(void) {
     k3_conv_free(c);
 }
 
+/* Tool turns: saved in the OpenAI shape, loaded back field for field, exported readably. */
+static void test_tools(void) {
+    k3_conv *a = k3_conv_new(), *b = k3_conv_new();
+    k3_conv_settings set;
+    k3_conv_get_settings(a, &set);
+    strcpy(set.tool_choice, "required");
+    T_CHECK(k3_conv_set_settings(a, &set) == K3_OK, "tool_choice required is a valid setting");
+    strcpy(set.tool_choice, "named");
+    T_CHECK(k3_conv_set_settings(a, &set) == K3_ERR_ARG && strstr(k3_errmsg(), "tool_choice"),
+            "tool_choice 'named' is rejected (%s)", k3_errmsg());
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]";
+    T_CHECK(k3_conv_set_tools(a, tools) == K3_OK && k3_conv_tools(a) && !strcmp(k3_conv_tools(a), tools),
+            "tools set");
+    k3_conv_add(a, K3_ROLE_USER, "Weather in Paris and Rome?", NULL);
+    k3_tool_call calls[] = {{.id = "call_a", .name = "get_weather", .arguments = "{\"city\": \"Paris\"}"},
+                            {.id = "call_b", .name = "get_weather", .arguments = "{\"city\": \"Rome\"}"}};
+    k3_msg am = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t)"", .reasoning = (char *)(uintptr_t)"two",
+                 .tool_calls = calls, .n_tool_calls = 2};
+    k3_msg t1 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"25 C", .tool_call_id = (char *)(uintptr_t)"call_b"};
+    k3_msg t2 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"18 C", .tool_call_id = (char *)(uintptr_t)"call_a",
+                 .tool_name = (char *)(uintptr_t)"get_weather"};
+    T_CHECK(!k3_conv_add_msg(a, &am) && !k3_conv_add_msg(a, &t1) && !k3_conv_add_msg(a, &t2) && k3_conv_count(a) == 4,
+            "assistant with calls and two tool results added");
+    k3_msg dyn = {.role = K3_ROLE_SYSTEM, .content = (char *)(uintptr_t)"",
+                  .tools = (char *)(uintptr_t)"[{\"type\":\"function\",\"function\":{\"name\":\"late\"}}]"};
+    k3_msg dyn_bad = dyn;
+    dyn_bad.role = K3_ROLE_USER;
+    T_CHECK(!k3_conv_add_msg(a, &dyn) && k3_conv_add_msg(a, &dyn_bad) == K3_ERR_ARG && k3_conv_count(a) == 5,
+            "a system message declaring tools in place is added; a user message cannot");
+    k3_msg bad = {.role = K3_ROLE_USER, .content = (char *)(uintptr_t)"x", .tool_calls = calls, .n_tool_calls = 1};
+    T_CHECK(k3_conv_add_msg(a, &bad) == K3_ERR_ARG && k3_conv_count(a) == 5, "tool calls on a user message are refused");
+    char p[600], md[600];
+    path_in(p, sizeof p, "tools.jsonl");
+    path_in(md, sizeof md, "tools.md");
+    T_CHECK(k3_conv_save(a, p) == K3_OK, "save with tools (%s)", k3_errmsg());
+    char *txt = read_file(p);
+    T_CHECK(txt && strstr(txt, "\"tool_calls\":[{\"id\":\"call_a\",\"type\":\"function\",\"function\":{\"name\":"
+                               "\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}") &&
+                strstr(txt, "{\"role\":\"tool\",\"content\":\"25 C\",\"tool_call_id\":\"call_b\"}") &&
+                strstr(txt, "\"tool_choice\":\"required\"") && strstr(txt, "\"tools\":[{"),
+            "saved in the OpenAI shape: tool_calls with arguments as a string, role tool, tool_call_id, header tools");
+    free(txt);
+    T_CHECK(k3_conv_load(b, p, NULL) == K3_OK && k3_conv_count(b) == 5, "load it back (%s)", k3_errmsg());
+    T_CHECK(k3_conv_msg(b, 4)->tools && strstr(k3_conv_msg(b, 4)->tools, "\"late\""),
+            "the in-place declarations come back with their system message");
+    const k3_msg *m1 = k3_conv_msg(b, 1), *m2 = k3_conv_msg(b, 2), *m3 = k3_conv_msg(b, 3);
+    k3_conv_get_settings(b, &set);
+    T_CHECK(m1 && m1->n_tool_calls == 2 && !strcmp(m1->tool_calls[1].id, "call_b") &&
+                !strcmp(m1->tool_calls[1].arguments, "{\"city\": \"Rome\"}") && m2 && m2->role == K3_ROLE_TOOL &&
+                !strcmp(m2->tool_call_id, "call_b") && !m2->tool_name && m3 && !strcmp(m3->tool_name, "get_weather") &&
+                !strcmp(set.tool_choice, "required") && k3_conv_tools(b) && strstr(k3_conv_tools(b), "get_weather"),
+            "loaded: calls, ids, arguments, tool results, tool_choice and tools as saved");
+    T_CHECK(k3_conv_export_md(b, md) == K3_OK, "export with tools");
+    txt = read_file(md);
+    T_CHECK(txt && strstr(txt, "**Tool call** `get_weather` (call_a):\n\n```json\n{\"city\": \"Paris\"}\n```") &&
+                strstr(txt, "## Tool result: `get_weather` (call call_a)\n\n18 C\n"),
+            "Markdown export shows each call with its arguments and each result");
+    T_CHECK(txt && strstr(txt, "**Tools declared here:**"), "... and the in-place declarations");
+    free(txt);
+    T_CHECK(k3_conv_pop_reply(b) == 0, "/retry after tool results: nothing to pop (the history ends with a result)");
+    k3_conv_free(a);
+    k3_conv_free(b);
+}
+
 int main(void) {
     const char *t = getenv("K3_TMP");
     snprintf(tmpdir, sizeof tmpdir, "%s/test-conv-XXXXXX", t && *t ? t : "/tmp");
@@ -566,6 +631,7 @@ int main(void) {
     }
     test_edits();
     test_round_trip();
+    test_tools();
     test_malformed();
     test_utf8();
     test_export_escape();

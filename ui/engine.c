@@ -190,13 +190,37 @@ double ue_mem_gb(void) {
 
 /* ---- conversation edits shared by every backend that keeps a k3_conv ---------------------- */
 
+/* How a tool turn reads in the transcript view: an assistant message's calls after its text
+ * ("-> tool name(arguments)"), a tool result as "tool name (call id):" and its output.
+ * NULL for other messages (shown as they are) or out of memory. */
+static char *tool_text(const k3_msg *m) {
+    if (m->role != K3_ROLE_TOOL && m->n_tool_calls == 0)
+        return NULL;
+    size_t n = strlen(m->content) + 64 + (m->tool_name ? strlen(m->tool_name) : 0) +
+               (m->tool_call_id ? strlen(m->tool_call_id) : 0);
+    for (int k = 0; k < m->n_tool_calls; k++)
+        n += 16 + strlen(m->tool_calls[k].name) + (m->tool_calls[k].arguments ? strlen(m->tool_calls[k].arguments) : 0);
+    char *s = malloc(n), *w = s;
+    if (!s)
+        return NULL;
+    if (m->role == K3_ROLE_TOOL)
+        w += sprintf(w, "tool %s%s%s%s:\n", m->tool_name ? m->tool_name : "result", m->tool_call_id ? " (" : "",
+                     m->tool_call_id ? m->tool_call_id : "", m->tool_call_id ? ")" : "");
+    w += sprintf(w, "%s", m->content);
+    for (int k = 0; k < m->n_tool_calls; k++)
+        w += sprintf(w, "%s-> %s(%s)", w > s ? "\n" : "", m->tool_calls[k].name,
+                     m->tool_calls[k].arguments ? m->tool_calls[k].arguments : "");
+    return s;
+}
+
 void ue_send_history(ue *u, const k3_conv *c) {
     ui_ev e = {.type = EV_RESET};
     ev_push(u->out, &e);
     for (int k = 0; k < k3_conv_count(c); k++) {
         const k3_msg *m = k3_conv_msg(c, k);
         int role = m->role == K3_ROLE_USER ? UE_ROLE_USER : m->role == K3_ROLE_ASSISTANT ? UE_ROLE_ASSISTANT : UE_ROLE_SYSTEM;
-        ui_ev x  = {.type = EV_MSG, .i = role, .text = m->content, .text2 = m->reasoning};
+        char *shown = tool_text(m); /* tool calls and results (loaded transcripts) are shown, read-only */
+        ui_ev x  = {.type = EV_MSG, .i = role, .text = shown ? shown : m->content, .text2 = m->reasoning};
         x.st.think_s = -1;
         if (m->has_stats) { /* the figures the turn's EV_DONE gave (worker.c) */
             x.st.think_s = m->stats.t_think > m->stats.ttft ? m->stats.t_think - m->stats.ttft : -1;
@@ -207,6 +231,7 @@ void ue_send_history(ue *u, const k3_conv *c) {
         if (m->interrupted)
             x.ch = UE_DONE_CANCELLED;
         ev_push(u->out, &x);
+        free(shown);
     }
 }
 

@@ -21,6 +21,7 @@
 #include "engine.h"
 #include "text.h"
 #include "k3.h"
+#include "serve-tools.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -318,10 +319,18 @@ static char *request_body(remote *r, const ue_gen *g) {
     json_t *msgs = json_array();
     for (int k = 0; k < k3_conv_count(r->c); k++) {
         const k3_msg *m    = k3_conv_msg(r->c, k);
-        const char   *role = m->role == K3_ROLE_SYSTEM ? "system" : m->role == K3_ROLE_USER ? "user" : "assistant";
+        const char   *role = m->role == K3_ROLE_SYSTEM ? "system" : m->role == K3_ROLE_USER ? "user"
+                               : m->role == K3_ROLE_TOOL ? "tool" : "assistant";
         json_t       *o    = json_pack("{s:s,s:s}", "role", role, "content", m->content);
         if (m->role == K3_ROLE_ASSISTANT && m->reasoning && m->reasoning[0])
             json_object_set_new(o, "reasoning_content", json_string(m->reasoning));
+        json_t *calls = stools_calls_json(m); /* tool turns of a loaded transcript go as they are */
+        if (calls)
+            json_object_set_new(o, "tool_calls", calls);
+        if (m->tool_call_id)
+            json_object_set_new(o, "tool_call_id", json_string(m->tool_call_id));
+        if (m->role == K3_ROLE_TOOL && m->tool_name)
+            json_object_set_new(o, "name", json_string(m->tool_name));
         json_array_append_new(msgs, o);
     }
     json_t *b = json_pack("{s:s,s:o,s:b,s:{s:b},s:f,s:f,s:{s:b}}", "model", r->model, "messages", msgs, "stream", 1,
@@ -331,6 +340,9 @@ static char *request_body(remote *r, const ue_gen *g) {
         return NULL;
     if (g->max_tokens > 0)
         json_object_set_new(b, "max_tokens", json_integer(g->max_tokens));
+    json_t *tools = k3_conv_tools(r->c) ? json_loads(k3_conv_tools(r->c), 0, NULL) : NULL;
+    if (tools)
+        json_object_set_new(b, "tools", tools);
     if (g->has_seed)
         json_object_set_new(b, "seed", json_integer((json_int_t)g->seed));
     if (g->think && g->effort != 2) /* the default (max) is not sent: other servers know low/high only */

@@ -38,6 +38,7 @@
 #include "cli.h"
 #include "k3.h"
 #include "serve-http.h"
+#include "serve-tools.h"
 #include "text.h"
 
 #include <errno.h>
@@ -85,14 +86,20 @@ typedef struct sreq {
     char    *stops[SERVE_MAX_STOPS]; /* (n_stops) stop strings, non-empty */
     int      n_stops;
     size_t   max_stop; /* longest stop string in bytes */
+    stools_req  tl;    /* tools, tool_choice (serve-tools.c)        */
+    stools_msg *tx;    /* (n_msgs) each message's tool calls / result ids */
 } sreq;
 
 static void sreq_free(sreq *r) {
     for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].content);
         free(r->msgs[i].reasoning);
+        if (r->tx)
+            stools_msg_free(&r->tx[i]);
     }
     free(r->msgs);
+    free(r->tx);
+    stools_req_free(&r->tl);
     for (int i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     memset(r, 0, sizeof *r);
@@ -125,6 +132,7 @@ typedef struct job {
     int         stopped;   /* a stop string ended the turn               */
     const char *finish;    /* "stop" | "length" when done without error  */
     int         n_prompt, n_cached, n_gen;
+    json_t     *calls;     /* the answer's tool_calls (NULL: none)       */
     int         http;      /* 0 = success; else the error's HTTP status  */
     char        err_type[32], err_code[40];
     char        err[600];
@@ -163,6 +171,7 @@ static void job_unref_locked(job *j) {
     free(j->sse.p);
     free(j->resp.p);
     free(j->reasoning.p);
+    json_decref(j->calls);
     free(j);
 }
 
@@ -306,6 +315,25 @@ static void on_response(const char *text, size_t n, void *ud) {
     pthread_mutex_unlock(&srv.mu);
 }
 
+/* A tool call of the reply: stream it as delta.tool_calls (name first, then fragments). */
+static void on_tool_call(int index, const char *id, const char *name, const char *args, size_t n, int done, void *ud) {
+    job *j = ud;
+    (void)done;
+    pthread_mutex_lock(&srv.mu);
+    if (j->gone)
+        k3_conv_cancel(srv.c);
+    if (j->r.stream && (name || n)) {
+        if (!j->role_sent) {
+            j->role_sent = 1;
+            sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
+        }
+        sse_json(j, chunk(j, name ? stools_delta_open(index, id, name) : stools_delta_args(index, args, n), NULL));
+    }
+    j->state = J_RUNNING;
+    pthread_cond_broadcast(&srv.done_cv);
+    pthread_mutex_unlock(&srv.mu);
+}
+
 /* ---- running a job on the conversation (worker thread) -------------------------------- */
 
 static int str_eq0(const char *a, const char *b) { /* NULL == "" */
@@ -319,7 +347,7 @@ static k3_status load_messages(k3_conv *c, const sreq *r) {
     for (int i = 0; keep && i < n; i++) {
         const k3_msg *m = k3_conv_msg(c, i);
         keep = m->role == r->msgs[i].role && !m->interrupted && !strcmp(m->content, r->msgs[i].content) &&
-               str_eq0(m->reasoning, r->msgs[i].reasoning);
+               str_eq0(m->reasoning, r->msgs[i].reasoning) && stools_msg_same(m, &r->tx[i]);
     }
     if (!keep) {
         k3_conv_clear(c);
@@ -327,8 +355,13 @@ static k3_status load_messages(k3_conv *c, const sreq *r) {
         n = 0;
     }
     k3_status st = K3_OK;
-    for (int i = n; !st && i < r->n_msgs; i++)
-        st = k3_conv_add(c, r->msgs[i].role, r->msgs[i].content, r->msgs[i].reasoning);
+    for (int i = n; !st && i < r->n_msgs; i++) {
+        const stools_msg *x = &r->tx[i];
+        k3_msg m = {.role = r->msgs[i].role, .content = r->msgs[i].content, .reasoning = r->msgs[i].reasoning,
+                    .tool_calls = x->calls, .n_tool_calls = x->n_calls, .tool_call_id = x->tool_call_id,
+                    .tool_name = x->name, .tools = x->tools};
+        st = k3_conv_add_msg(c, &m);
+    }
     return st;
 }
 
@@ -351,7 +384,9 @@ static void run_job(job *j) {
     set.sampling.temp  = r->temp;
     set.sampling.top_p = r->top_p;
     set.sampling.seed  = r->seed;
-    if ((st = k3_conv_set_settings(srv.c, &set)) || (st = load_messages(srv.c, r))) {
+    snprintf(set.tool_choice, sizeof set.tool_choice, "%s", r->tl.tool_choice);
+    if ((st = k3_conv_set_settings(srv.c, &set)) || (st = k3_conv_set_tools(srv.c, r->tl.tools)) ||
+        (st = load_messages(srv.c, r)) || (stools_script_next(srv.c) < 0 && (st = K3_ERR_NOMEM))) {
         pthread_mutex_lock(&srv.mu);
         job_fail_locked(j, st == K3_ERR_ARG ? 400 : 500, st == K3_ERR_ARG ? "invalid_request_error" : "server_error",
                         st == K3_ERR_ARG ? "invalid_value" : "internal_error", k3_errmsg());
@@ -359,7 +394,7 @@ static void run_job(job *j) {
         return;
     }
     k3_conv_set_turn_seed(srv.c, r->seed);
-    k3_conv_callbacks cb = {on_think, on_response, j};
+    k3_conv_callbacks cb = {.on_think = on_think, .on_response = on_response, .ud = j, .on_tool_call = on_tool_call};
     st                   = k3_conv_generate(srv.c, srv.m, srv.s, &cb);
     int           n     = k3_conv_count(srv.c);
     const k3_msg *last  = n ? k3_conv_msg(srv.c, n - 1) : NULL;
@@ -373,6 +408,10 @@ static void run_job(job *j) {
         if (!j->stopped)
             stop_filter(j, 1);
         j->finish = j->stopped || !last || last->stats.stop == K3_STOP_EOS ? "stop" : "length";
+        if (!j->stopped && last && last->n_tool_calls > 0 && last->stats.stop == K3_STOP_EOS) {
+            j->finish = "tool_calls";
+            j->calls  = stools_calls_json(last);
+        }
     } else if (st == K3_ABORTED && srv.stopping && !j->gone) {
         job_fail_locked(j, 503, "server_error", "shutting_down", "the server is shutting down");
     } else if (st == K3_ABORTED) {
@@ -462,23 +501,8 @@ static void *worker_main(void *arg) {
 
 /* ---- request parsing ------------------------------------------------------------------- */
 
-typedef struct perr {
-    char msg[400];
-    char code[40];
-} perr;
-
-static int bad(perr *e, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(perr *e, const char *code, const char *fmt, ...) {
-    char    raw[sizeof e->msg];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(raw, sizeof raw, fmt, ap);
-    va_end(ap);
-    /* the text may echo the client's (cut inside a character, control characters) */
-    http_clean(e->msg, sizeof e->msg, raw, n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1, 0);
-    snprintf(e->code, sizeof e->code, "%s", code);
-    return -1;
-}
+typedef stools_err perr; /* a 400's message and code (serve-tools.h) */
+#define bad serve_bad
 
 /* Message content: a string, null, or an array of {"type":"text","text":...} parts. */
 static int parse_content(json_t *v, int i, const char *field, char **out, perr *e) {
@@ -527,7 +551,8 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
         return bad(e, msgs ? "invalid_type" : "missing_field", "messages: expected a non-empty array of messages");
     size_t n = json_array_size(msgs);
     r->msgs  = calloc(n, sizeof *r->msgs);
-    if (!r->msgs)
+    r->tx    = calloc(n, sizeof *r->tx);
+    if (!r->msgs || !r->tx)
         return bad(e, "out_of_memory", "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t     *m    = json_array_get(msgs, i);
@@ -543,11 +568,15 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
             d->role = K3_ROLE_USER;
         else if (!strcmp(role, "assistant"))
             d->role = K3_ROLE_ASSISTANT;
+        else if (!strcmp(role, "tool"))
+            d->role = K3_ROLE_TOOL;
         else
-            return bad(e, "unsupported_role", "messages[%zu].role: '%s' is not supported (system, developer, user, assistant)",
-                       i, role);
+            return bad(e, "unsupported_role",
+                       "messages[%zu].role: '%s' is not supported (system, developer, user, assistant, tool)", i, role);
         r->n_msgs = (int)i + 1;
         if (parse_content(json_object_get(m, "content"), (int)i, "content", &d->content, e))
+            return -1;
+        if (stools_parse_message(m, i, d->role, &r->tx[i], e))
             return -1;
         static const char *rk[] = {"reasoning_content", "reasoning", "thinking"};
         for (int k = 0; k < 3 && d->role == K3_ROLE_ASSISTANT && !d->reasoning; k++) {
@@ -556,10 +585,17 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
                 return -1;
         }
     }
-    if (r->msgs[n - 1].role != K3_ROLE_USER)
-        return bad(e, "invalid_value", "messages: the last message must be the user's (got %s)",
+    if (r->msgs[n - 1].role != K3_ROLE_USER && r->msgs[n - 1].role != K3_ROLE_TOOL)
+        return bad(e, "invalid_value", "messages: the last message must be the user's or a tool result (got %s)",
                    r->msgs[n - 1].role == K3_ROLE_SYSTEM ? "system" : "assistant");
-    return 0;
+    k3_role *roles = calloc(n, sizeof *roles);
+    if (!roles)
+        return bad(e, "out_of_memory", "out of memory");
+    for (size_t i = 0; i < n; i++)
+        roles[i] = r->msgs[i].role;
+    int rc = stools_check_results(roles, r->tx, n, e);
+    free(roles);
+    return rc;
 }
 
 /* A boolean field (absent: keeps *out). */
@@ -670,10 +706,8 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
     if ((v = json_object_get(b, "n")) && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 1))
         return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
                    "n: only 1 choice per request is supported");
-    if (parse_unsupported(b, e))
+    if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e))
         return -1;
-    if ((v = json_object_get(b, "tools")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
-        return bad(e, "unsupported_value", "tools: tool calls are not supported");
     if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
         json_t *one[1] = {v};
         size_t  n      = json_is_array(v) ? json_array_size(v) : 1;
@@ -918,6 +952,11 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         return ret;
     }
     json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", j->resp.p ? j->resp.p : "", j->rel);
+    if (j->calls) { /* content is null when the answer is only calls */
+        json_object_set(msg, "tool_calls", j->calls);
+        if (!j->rel)
+            json_object_set_new(msg, "content", json_null());
+    }
     if (j->r.think || j->reasoning.n)
         json_object_set_new(msg, "reasoning_content", json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
@@ -1116,6 +1155,19 @@ int cli_serve(const cli_opts *o) {
     }
     if (!(srv.c = k3_conv_new())) {
         fprintf(stderr, "k3chat: out of memory\n");
+        goto done;
+    }
+    /* the prompt cache: clients take turns on one conversation object, so keep more saved
+     * states than the chat does (least recently used out; env overrides, see k3chat(1)) */
+    const char *ns = getenv("K3_CONV_SNAPSHOTS"), *mb = getenv("K3_CONV_SNAPSHOT_MB");
+    if (k3_conv_set_prompt_cache(srv.c, ns && *ns ? atoi(ns) : 16, mb && *mb ? atof(mb) : 2000)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
+    const char *script = getenv("K3_SERVE_SCRIPT");
+    stools_err  se;
+    if (script && *script && stools_script_load(script, o->dir, &se)) {
+        fprintf(stderr, "k3chat: %s\n", se.msg);
         goto done;
     }
     k3_model_get_info(srv.m, &srv.info);

@@ -80,6 +80,23 @@ static void on_piece(real *r, int ch, const char *text, size_t n) {
 }
 static void on_think(const char *t, size_t n, void *ud) { on_piece(ud, EV_CH_THINK, t, n); }
 static void on_response(const char *t, size_t n, void *ud) { on_piece(ud, EV_CH_RESPONSE, t, n); }
+/* A conversation with tools (a loaded transcript's): the model's calls are shown in the
+ * response pane as they stream, "-> name(arguments)", as loaded tool turns are shown. */
+static void on_tool_call(int index, const char *id, const char *name, const char *args, size_t n, int done,
+                         void *ud) {
+    real *r = ud;
+    (void)id;
+    if (name) {
+        (void)index;
+        ue_emit_token(r->u, EV_CH_RESPONSE, "\n-> ", 4);
+        ue_emit_token(r->u, EV_CH_RESPONSE, name, strlen(name));
+        ue_emit_token(r->u, EV_CH_RESPONSE, "(", 1);
+    }
+    if (n)
+        ue_emit_token(r->u, EV_CH_RESPONSE, args, n);
+    if (done)
+        ue_emit_token(r->u, EV_CH_RESPONSE, ")", 1);
+}
 
 /* The sampling of a command: the user's values, or the model's generation defaults where the
  * user chose none (g was copied when the command was sent, maybe before the model was loaded). */
@@ -109,7 +126,7 @@ static void turn(real *r, const ue_gen *g) {
     if (st == K3_OK && ue_cancelled(r->u)) {
         st = K3_ABORTED; /* stopped before it began: the conversation keeps the user's message */
     } else if (st == K3_OK) {
-        k3_conv_callbacks cb = {on_think, on_response, r};
+        k3_conv_callbacks cb = {.on_think = on_think, .on_response = on_response, .ud = r, .on_tool_call = on_tool_call};
         k3_session_reset_stats(r->s);
         st = k3_conv_generate(r->c, r->m, r->s, &cb);
     }

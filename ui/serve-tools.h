@@ -1,0 +1,53 @@
+/* serve-tools.h: OpenAI tool calling for `--serve` (serve-tools.c): request fields, the
+ * tool parts of messages, and the tool_calls of answers and stream chunks.
+ * serve.c keeps HTTP, jobs and the worker; it calls these small functions. */
+#pragma once
+#include "k3.h"
+
+#include <jansson.h>
+
+typedef struct stools_err {
+    char msg[400];
+    char code[40];
+} stools_err;
+/* Fills e (message from fmt, code) and returns -1: every 400 of the server goes through it. */
+int serve_bad(stools_err *e, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The request's tools (compact JSON text, NULL: none) and tool_choice. */
+typedef struct stools_req {
+    char *tools;
+    char  tool_choice[12]; /* "auto" | "required" | "none" */
+} stools_req;
+
+/* The tool parts of one message: an assistant's calls, a tool result's id and name. */
+typedef struct stools_msg {
+    k3_tool_call *calls; /* (n_calls) strings owned */
+    int           n_calls;
+    char         *tool_call_id, *name;
+    char         *tools; /* a system message's in-place declarations (compact JSON), NULL: none */
+} stools_msg;
+
+/* tools, tool_choice, parallel_tool_calls. -1 with e filled (a 400 naming the field). */
+int  stools_parse_request(json_t *body, stools_req *r, stools_err *e);
+void stools_req_free(stools_req *r);
+
+/* The tool parts of messages[i]: an assistant's tool_calls, a tool result's tool_call_id and
+ * name, a system message's tools (declared in place). */
+int  stools_parse_message(json_t *m, size_t i, k3_role role, stools_msg *x, stools_err *e);
+/* Every tool result must answer a call of the nearest assistant message before it. */
+int  stools_check_results(const k3_role *roles, const stools_msg *x, size_t n, stools_err *e);
+void stools_msg_free(stools_msg *x);
+/* A conversation message equals a request message's tool parts (calls: id, name, arguments). */
+int  stools_msg_same(const k3_msg *m, const stools_msg *x);
+
+/* The "tool_calls" array of an answer (OpenAI shape); NULL when m has none. */
+json_t *stools_calls_json(const k3_msg *m);
+/* Stream deltas: a call opening (index, id, type, name, empty arguments) and a fragment. */
+json_t *stools_delta_open(int index, const char *id, const char *name);
+json_t *stools_delta_args(int index, const char *args, size_t n);
+
+/* K3_SERVE_SCRIPT=FILE (tests): turns of model output in the chat format's notation
+ * (<|open|> etc. are the control ids), separated by lines "---", used in order, the last
+ * repeating. stools_script_next returns the next turn's ids (0 when no script is set). */
+int stools_script_load(const char *path, const char *model_dir, stools_err *e);
+int stools_script_next(k3_conv *c);
