@@ -82,6 +82,15 @@ width_ok() { # COLS: the screen now
     screen >"$K3_TMP/screen.txt"
     $PY "$K3_TMP/cols.py" "$1" "$K3_TMP/screen.txt"
 }
+# width_wait COLS SECONDS: width_ok once the redraw after a resize has landed (polled: a loaded
+# machine may take more than a frame to redraw)
+width_wait() {
+    end=$(($(date +%s) + $2))
+    until width_ok "$1" 2>/dev/null; do
+        [ "$(date +%s)" -ge "$end" ] && { width_ok "$1"; return 1; }
+        sleep 0.2
+    done
+}
 
 tui_start 90 50 K3_MOCK="$m" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 $T set-option -g set-clipboard on >/dev/null 2>&1
@@ -117,11 +126,9 @@ check "no '**' after it closed" has_line "mid way end." "**"
 keys C-l; type_line "table please"
 check "the table starts streaming" wait_for "alpha beta" 10
 $T resize-window -x 60 -y 40 2>/dev/null
-sleep 0.3
-check "after a resize mid-table: aligned and within 60 columns" width_ok 60
+check "after a resize mid-table: aligned and within 60 columns" width_wait 60 10
 check "the table finishes" wait_for "after the table" 15
-sleep 0.3
-check "finished table re-wrapped at 60 columns without garbage" width_ok 60
+check "finished table re-wrapped at 60 columns without garbage" width_wait 60 10
 $T resize-window -x 90 -y 50 2>/dev/null
 
 # /raw
