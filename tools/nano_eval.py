@@ -75,7 +75,10 @@ def run_one(d, ex, think, effort):
     if msgs[0]["role"] == "system":
         args += ["--system", msgs[0]["content"]]
     r = k3chat(d, args, think, effort)
-    return r.returncode, r.stdout, r.stderr
+    # stderr carries the reasoning and k3chat's own notices (loading progress, memory fit), which
+    # all start with "k3chat: "
+    err = "".join(l for l in r.stderr.splitlines(True) if not l.startswith("k3chat: "))
+    return r.returncode, r.stdout, err
 
 
 def accuracy(a):
