@@ -292,10 +292,16 @@ for f in text_files:
     s = re.sub(r'#include "\.\./((?:src|ui)/[^"]+)"', lambda m: '#include "../' + moves.get(m.group(1), m.group(1)) + '"', s)
     # renamed files: the base name in #include lines and in prose, in the part of the tree it belongs to
     for old, new in renamed.items():
+        # src or ui: "chat.c" in src/ and include/ means the chat format, in ui/ the settings
+        mine = "ui" if f.startswith("ui/") else "src"
         owner = [d for f0, d in moves.items() if os.path.basename(f0) == old]
         if len(owner) != 1:
-            continue
-        top = owner[0].split("/")[0]  # src or ui: "chat.c" in src/ means the chat format
+            owner = [d for d in owner if d.startswith(mine + "/")]
+            if len(owner) != 1 or not f.startswith(("src/", "include/", "ui/")):
+                continue
+        top, new = owner[0].split("/")[0], os.path.basename(owner[0])
+        if top == "src" and f.startswith("include/"):
+            top = "include"
         if old.endswith(".h"):
             s = re.sub(r'#include "' + re.escape(old) + '"', '#include "' + new + '"', s)
         if f.startswith(top + "/") or (old in ("model.c", "layers.c")):
