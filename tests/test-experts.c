@@ -13,7 +13,7 @@
 #include "k3.h"
 #include "st.h"
 #include "test.h"
-#include "../src/format/st-write.h"
+#include "st-write.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -106,22 +106,10 @@ static int run(const char *dir, const opts *o, const char *lf, k3_stats *st) {
     return rc;
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    rewind(f);
-    unsigned char *b = malloc((size_t)sz + 1);
-    *n               = b ? fread(b, 1, (size_t)sz, f) : 0;
-    fclose(f);
-    return b;
-}
-
 /* 1 when the two logits files hold the same bytes (and NPOS positions). */
 static int same_file(const char *a, const char *b, int vocab) {
     size_t         na = 0, nb = 0;
-    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
+    char          *x = t_read_file(a, &na), *y = t_read_file(b, &nb);
     int ok = x && y && na == nb && na == (size_t)NPOS * vocab * 4 && !memcmp(x, y, na);
     free(x);
     free(y);

@@ -54,19 +54,14 @@ static k3_model *open_model(const char *dir, int chunk, int max_ctx, const char 
     return m;
 }
 
-static float *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    rewind(f);
-    float *b = malloc((size_t)sz + 1);
-    *n       = fread(b, 1, (size_t)sz, f) / sizeof(float);
-    fclose(f);
-    return b;
-}
-
 /* ---- chunk 32 vs chunk 1 ------------------------------------------------ */
+
+/* A file of floats: n gets their count. */
+static float *read_floats(const char *path, size_t *n) {
+    float *p = (float *)(void *)t_read_file(path, n);
+    *n /= sizeof(float);
+    return p;
+}
 
 static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
     const char *what = g_quant ? "default bits" : g_stream ? "f32, streamed experts" : "f32";
@@ -95,7 +90,7 @@ static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
         k3_model_free(m);
     }
     size_t n32, n1, ns;
-    float *a = read_file(f32, &n32), *b = read_file(f1, &n1), *c = read_file(fs, &ns);
+    float *a = read_floats(f32, &n32), *b = read_floats(f1, &n1), *c = read_floats(fs, &ns);
     T_CHECK(a && n32 == (size_t)NPOS * vocab, "K3_LOGITS holds %d positions x %d (got %zu floats)",
             NPOS, vocab, a ? n32 : 0);
     T_CHECK(a && b && n1 == n32 && !memcmp(a, b, n32 * 4),
@@ -416,7 +411,7 @@ int main(void) {
     g_stream = 1;
     test_chunks(dir, ids, info.vocab);
     size_t na, nb;
-    float *ra = read_file(keep, &na), *rb = read_file(got, &nb);
+    float *ra = read_floats(keep, &na), *rb = read_floats(got, &nb);
     T_CHECK(ra && rb && na == nb && !memcmp(ra, rb, na * 4),
             "streamed experts (one cache slot) give the same logits as resident ones");
     free(ra);

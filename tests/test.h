@@ -10,6 +10,7 @@
 #pragma once
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static int t_failed_, t_passed_;
 
@@ -43,4 +44,21 @@ static int t_failed_, t_passed_;
 static inline int t_done(void) {
     fprintf(stderr, "%d passed, %d failed\n", t_passed_, t_failed_);
     return t_failed_ ? 1 : 0;
+}
+
+/* The whole file at path, NUL-terminated (malloc'd; NULL when it cannot be read); *n (when n is
+ * not NULL) gets its size in bytes. */
+static inline char *t_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char  *p  = NULL;
+    size_t got = 0;
+    long   sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (sz >= 0 && fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)sz + 1)))
+        p[got = fread(p, 1, (size_t)sz, f)] = 0;
+    fclose(f);
+    if (n)
+        *n = got;
+    return p;
 }
