@@ -354,8 +354,9 @@ int main(void) {
     k3_conv_set_tools(tc, "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
     k3_tool_call tcalls[] = {{.id = "1", .name = "f", .arguments = "{\"a\": 1}"}, {.id = "2", .name = "g"}};
     k3_msg tam = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t)"", .tool_calls = tcalls, .n_tool_calls = 2};
-    k3_msg tr2 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"two", .tool_call_id = (char *)(uintptr_t)"2"};
-    k3_msg tr1 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"one", .tool_call_id = (char *)(uintptr_t)"1"};
+    char   one[] = "one", two[] = "two", id1[] = "1", id2[] = "2";
+    k3_msg tr2 = {.role = K3_ROLE_TOOL, .content = two, .tool_call_id = id2};
+    k3_msg tr1 = {.role = K3_ROLE_TOOL, .content = one, .tool_call_id = id1};
     if (last(tc)->role != K3_ROLE_USER)
         k3_conv_add(tc, K3_ROLE_USER, "Use the tools.", NULL);
     k3_conv_add_msg(tc, &tam);
