@@ -164,7 +164,7 @@ INC = {
     "src/tok":    ["src/tok", "src/base", "include"],
     "src/conv":   ["src/conv", "src/base", "include"],
     "src/model":  ["src/model", "src/vk", "src/format", "src/kern", "src/base", "include"],
-    "src/vk":     ["src/vk", "src/model", "src/format", "src/kern", "src/base", "include", "$(B)/gen"],
+    "src/vk":     ["src/vk", "src/kern", "src/base", "include", "$(B)/gen"],
     "ui/common":  ["ui/common", "include"],
     "ui/tui":     ["ui/tui", "ui/common", "include"],
     "ui/cli":     ["ui/cli", "ui/common", "include"],
