@@ -437,8 +437,9 @@ static void split_tier(k3_session *const *ss, const int *cols, int count, const 
     }
 }
 
-/* The batch's scratch: the lead session's own chunk buffer when the columns fit, else its
- * batch buffer, grown to cap columns and lrows logits rows. */
+/* The batch's scratch: the lead session's own chunk buffer when the columns fit (always but
+ * for more sessions than K3_CHUNK), else its batch buffer, grown to cap columns and lrows
+ * logits rows. */
 static k3_status batch_buf(k3_session *lead, int cap, int lrows, fwd_pass *p) {
     if (cap <= lead->chunk) {
         p->b   = &lead->cb;
@@ -484,19 +485,27 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
         if ((st = feed_check(ss[i], ids[i], n[i]))) fail_ix(&r, i, st);
     }
     double t = k3_time();
-    /* rounds: one chunk of each session that has ids left, as k3_session_feed splits them */
+    /* rounds of at most K3_CHUNK columns (or one per session, when there are more sessions):
+     * one column for each session with ids left, then the rest of the budget to the longer
+     * feeds in order, at most a chunk each (a token's result does not depend on how its feed
+     * is chunked) */
     for (;;) {
-        int nc = 0, lrows = 0;
+        int nc = 0, lrows = 0, nact = 0;
+        for (int i = 0; i < count; i++)
+            nact += !r.st[i] && fed[i] < n[i];
+        if (!nact) break;
+        int left = MAX2(lead->chunk, nact) - nact;
         r.p.n = r.p.nseg = 0;
         for (int i = 0; i < count; i++) {
             if (r.st[i] || fed[i] == n[i]) continue;
-            int k            = MIN2(n[i] - fed[i], ss[i]->chunk);
-            seg[r.p.nseg]    = (pass_seg){.s = ss[i], .ix = i, .t0 = nc, .n = k};
-            sid[r.p.nseg++]  = ids[i] + fed[i];
+            int k = MIN2(MIN2(n[i] - fed[i], ss[i]->chunk) - 1, left);
+            left -= k;
+            k++;
+            seg[r.p.nseg]   = (pass_seg){.s = ss[i], .ix = i, .t0 = nc, .n = k};
+            sid[r.p.nseg++] = ids[i] + fed[i];
             nc += k;
             lrows += ss[i]->f_logits ? k : 1;
         }
-        if (!r.p.nseg) break;
         if ((st = batch_buf(lead, nc, lrows, &r.p))) {
             for (int g = 0; g < r.p.nseg; g++)
                 seg_fail(&r, g, st);
