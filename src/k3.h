@@ -143,8 +143,11 @@ void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by 
  * (n[i] >= 1; decode steps have n[i] == 1, a prefill chunk more). The sessions must be
  * distinct. Every dense matrix is read once for all the tokens of the batch (one matmul over
  * all their columns), every routed expert once for the union of the routes; each sequence
- * keeps its own state (KDA, conv tails, MLA cache, AttnRes). Prefills longer than K3_CHUNK go
- * in rounds of one chunk per session, as k3_session_feed splits them.
+ * keeps its own state (KDA, conv tails, MLA cache, AttnRes). The work goes in rounds of at
+ * most K3_CHUNK tokens (or one per session when there are more): each round takes one token
+ * of every session with tokens left, and gives the rest of the round to the longer feeds in
+ * order, at most K3_CHUNK each (a caller that wants its decode steps never to wait long passes
+ * prefills in chunks of its choosing, one call per step).
  * Afterwards k3_session_logits(ss[i]) and k3_session_pos(ss[i]) are bit for bit what
  * k3_session_feed(ss[i], ids[i], n[i]) alone would give (CPU kernels; with the Vulkan tier on,
  * a batch of several tokens computes on the CPU like a prefill chunk); so are the token counts
