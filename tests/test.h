@@ -9,6 +9,7 @@
  */
 #pragma once
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -61,4 +62,15 @@ static inline char *t_read_file(const char *path, size_t *n) {
     if (n)
         *n = got;
     return p;
+}
+
+/* Run a shell command made from fmt (system(3)); its status. */
+static inline int t_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int t_sh(const char *fmt, ...) {
+    char    cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
 }
