@@ -26,8 +26,8 @@ typedef struct vkt_src {
     int                n_experts; /* routed experts of an MoE layer (E)                      */
     int                latent;    /* routed_expert_hidden_size (L)                           */
     float              situ_beta, situ_linear_beta; /* the experts' activation constants     */
-    const qmat *const *shared;    /* (n_layers, 3): gate, up, down of layer l's shared
-                                   * experts; NULL for a dense layer (no experts there)      */
+    /* (n_layers, 3): gate, up, down of layer l's shared experts; NULL for a dense layer */
+    const qmat *const *shared;
 } vkt_src;
 
 typedef struct vkt_stats {
