@@ -134,14 +134,9 @@ static void crash_rounds(void) {
         waitpid(pid, &status, 0);
         int ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, files = 0;
         DIR *d = opendir(dir);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            size_t n = strlen(e->d_name);
-            if (n < 6 || strcmp(e->d_name + n - 6, ".jsonl"))
-                continue;
+        char p[1500];
+        while (t_next_file(d, dir, ".jsonl", p, sizeof p)) {
             files++;
-            char p[1500];
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
             k3_conv *l = k3_conv_new();
             int      n_ok = 0;
             if (k3_conv_load(l, p, NULL) != K3_OK) {

@@ -435,14 +435,9 @@ static int crash_run(int round, char *big, size_t nbig) {
         crash_op(s1, i, big, nbig);
     int   files = 0;
     DIR  *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (n < 6 || strcmp(e->d_name + n - 6, ".jsonl"))
-            continue;
+    char  p[1200];
+    while (t_next_file(d, dir, ".jsonl", p, sizeof p)) {
         files++;
-        char p[1200];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         k3_conv *l = k3_conv_new();
         k3_load_info info;
         if (k3_conv_load(l, p, &info) != K3_OK) {

@@ -8,10 +8,12 @@
  *     return t_done();
  */
 #pragma once
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int t_failed_, t_passed_;
 
@@ -73,4 +75,19 @@ static inline int t_sh(const char *fmt, ...) {
     vsnprintf(cmd, sizeof cmd, fmt, ap);
     va_end(ap);
     return system(cmd);
+}
+
+/* The next entry of the open directory d (NULL: none) whose name ends in suffix: 1 with its path
+ * (dir/name) in path, 0 at the end. */
+static inline int t_next_file(DIR *d, const char *dir, const char *suffix, char *path, size_t n) {
+    struct dirent *e;
+    size_t         ls = strlen(suffix);
+    while (d && (e = readdir(d))) {
+        size_t ln = strlen(e->d_name);
+        if (ln >= ls && !strcmp(e->d_name + ln - ls, suffix)) {
+            snprintf(path, n, "%s/%s", dir, e->d_name);
+            return 1;
+        }
+    }
+    return 0;
 }
