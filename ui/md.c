@@ -15,6 +15,7 @@
 #include "md.h"
 
 #include <md4c.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,11 +62,8 @@ typedef struct R {
     unsigned flags;
     int      err;
 
-    piece    pfx[PFX_MAX];
     int      n_pfx, pfx_w;
     int      depth;       /* containers entered (may exceed n_pfx)          */
-    int      pushed[PFX_MAX]; /* per container level: it added a piece     */
-    int      ol_next[PFX_MAX]; /* per list level: next number, -1 bullets   */
     int      list_depth;
 
     /* line being built */
@@ -85,6 +83,12 @@ typedef struct R {
     int      in_code;
     table   *tb;
     int      in_table, cell_open;
+
+    /* last, and not cleared (57 KB, md_render runs every frame while an answer streams): each
+     * entry is written before it is read */
+    piece    pfx[PFX_MAX];         /* [0, n_pfx): written by push_piece                  */
+    int      pushed[PFX_MAX];      /* per container level: it added a piece (push_piece) */
+    int      ol_next[PFX_MAX];     /* per list level: next number, -1 bullets (list entry) */
 } R;
 
 /* ==== output lines ========================================================== */
@@ -111,16 +115,27 @@ static int doc_run(md_doc *d, size_t run0, size_t off, size_t len, int role, int
     return 0;
 }
 
-static void ln_add(R *r, const char *s, size_t n, int role, int link) {
-    if (!n || r->err)
+/* s[0..n) repeated rep times as one run of rep x w columns. */
+static void ln_add_rep(R *r, const char *s, size_t n, int rep, int role, int link, int w) {
+    if (!n || rep <= 0 || r->err)
         return;
     md_doc *d   = r->d;
     size_t  off = d->text.n;
-    if (txt_buf_add(&d->text, s, n) || doc_run(d, r->line_run0, off, n, role, link)) {
+    for (int k = 0; k < rep; k++)
+        if (txt_buf_add(&d->text, s, n)) {
+            r->err = d->oom = 1;
+            return;
+        }
+    if (doc_run(d, r->line_run0, off, n * (size_t)rep, role, link)) {
         r->err = d->oom = 1;
         return;
     }
-    r->col += txt_width(s, n, r->col);
+    r->col += rep * w;
+}
+
+static void ln_add(R *r, const char *s, size_t n, int role, int link) {
+    if (n && !r->err)
+        ln_add_rep(r, s, n, 1, role, link, txt_width(s, n, r->col));
 }
 
 static void ln_spaces(R *r, int n, int role) {
@@ -132,9 +147,10 @@ static void ln_spaces(R *r, int n, int role) {
     }
 }
 
+/* n copies of the rule character s (its width does not depend on the column) */
 static void ln_rep(R *r, const char *s, int n, int role) {
-    for (int k = 0; k < n; k++)
-        ln_add(r, s, strlen(s), role, -1);
+    size_t l = strlen(s);
+    ln_add_rep(r, s, l, n, role, -1, txt_width(s, l, 0));
 }
 
 static void ln_begin(R *r) {
@@ -933,11 +949,12 @@ static int on_text(MD_TEXTTYPE type, const MD_CHAR *s, MD_SIZE n, void *ud) {
 /* ==== public ================================================================ */
 
 int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned flags) {
-    R *r = calloc(1, sizeof *r);
+    R *r = malloc(sizeof *r);
     if (!r) {
         d->oom = 1;
         return -1;
     }
+    memset(r, 0, offsetof(R, pfx));
     r->d     = d;
     r->width = width < 2 ? 2 : width;
     r->base  = base;
