@@ -60,6 +60,19 @@ static void note_link(tui *t, int y, int x, const md_doc *d, size_t run) {
     t->links[t->n_links++] = (struct tui_link){y, x, d, run};
 }
 
+/* The links of line i of d as drawn at (y, 0) within w columns, for a row not drawn again: a
+ * scrolled or repainted row may have lost its OSC 8 attribute on the terminal. */
+static void note_row_links(tui *t, int y, int w, const md_doc *d, int i) {
+    const md_line *l   = &d->lines[i];
+    int            col = 0;
+    for (int k = 0; k < l->n_runs && col < w; k++) {
+        const md_run *r = &d->runs[l->run0 + (size_t)k];
+        if (r->link >= 0)
+            note_link(t, y, col, d, l->run0 + (size_t)k);
+        col += txt_width(d->text.p + r->off, r->len, col);
+    }
+}
+
 int tui_md_draw(tui *t, int y, int x, int w, const md_doc *d, int i) {
     const md_line *l   = &d->lines[i];
     int            col = 0;
@@ -107,8 +120,11 @@ int tui_md_tail(tui *t, int y0, int h, const txt_buf *b) {
         int           k = first + r, used = 0;
         const md_doc *d = k < nf ? &st->fin : &st->open;
         int           i = k < nf ? k : k - nf;
-        if (tui_row_same(t, y0 + r, hs[r]))
+        if (tui_row_same(t, y0 + r, hs[r])) {
+            if (t->osc8 && k < total) /* its links are written again after doupdate all the same */
+                note_row_links(t, y0 + r, t->cols, d, i);
             continue;
+        }
         if (k < total)
             used = tui_md_draw(t, y0 + r, 0, t->cols, d, i);
         if (used < t->cols)
