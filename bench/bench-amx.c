@@ -24,13 +24,13 @@
 
 enum { ROUNDS = 5, AMX_PEAK_ITERS = 4000000 };
 
+#if KERN_BUILD_AMX
 static double cpu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-#if KERN_BUILD_AMX
 __attribute__((target("amx-tile,amx-int8"))) static double peak_amx(void) {
     _Alignas(64) amx_tilecfg cfg = {.palette = 1};
     _Alignas(64) static int8_t src[16 * 64];
@@ -60,9 +60,7 @@ __attribute__((target("amx-tile,amx-int8"))) static double peak_amx(void) {
     KT_RELEASE();
     return 2.0 * 16 * 16 * 64 * 4 * (double)AMX_PEAK_ITERS / t / 1e9 + (out[0] == 42 ? 1e-9 : 0);
 }
-#endif
 
-#if KERN_BUILD_AVX512
 #include <immintrin.h>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_avx512(void) {
     __m512i xa = _mm512_set1_epi8(3), xb = _mm512_set1_epi8(5), acc[12];
@@ -81,7 +79,6 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_avx512
         s ^= _mm_cvtsi128_si32(_mm512_castsi512_si128(acc[i]));
     return 2.0 * 64 * 12 * 20000000.0 / t / 1e9 + (s == 42 ? 1e-9 : 0);
 }
-#endif
 
 /* CPU seconds of one qmat_matmul of n columns at level isa. */
 static double time_matmul(const qmat *m, const float *x, int n, float *y, int isa) {
@@ -137,6 +134,7 @@ static void bench_amx_matmul(int type, int rows, int cols, int n, double peak) {
         bench_report(vs, ops / a / 1e9, "GOPS", ops / z / 1e9, "GOPS(avx512)");
     free(buf), free(x), free(y);
 }
+#endif
 
 int bench_amx(void); /* registered in bench-main.c */
 int bench_amx(void) {

@@ -125,10 +125,9 @@ int kern_isa_ok(int isa, char *why, size_t n) {
 #endif
     if (!KERN_BUILD_AVX512)
         have &= ~(unsigned)F_AVX512VNNI; /* this build has no AVX-512 twins */
-    if (kern_amx_emulated() && (have & F_AVX512VNNI))
+    const int emu = kern_amx_emulated() && (have & F_AVX512VNNI);
+    if (emu)
         have |= F_AMX_TILE | F_AMX_INT8 | F_OS_TILE; /* the emulated tiles stand in */
-    else if (!KERN_BUILD_AMX)
-        have &= ~(unsigned)F_AMX_INT8; /* this build has no AMX kernels */
     for (size_t i = 0; i < sizeof feat_names / sizeof feat_names[0]; i++)
         if ((need & feat_names[i].bit) && !(have & feat_names[i].bit)) {
             if (why)
@@ -138,6 +137,11 @@ int kern_isa_ok(int isa, char *why, size_t n) {
     if (need == ~0u) {
         if (why)
             snprintf(why, n, "unknown kernel level %d", isa);
+        return 0;
+    }
+    if (isa == KERN_AMX && !KERN_BUILD_AMX && !emu) {
+        if (why)
+            snprintf(why, n, "this build has no AMX-INT8 tile kernels (its compiler lacks the AMX intrinsics)");
         return 0;
     }
     return 1;

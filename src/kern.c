@@ -311,7 +311,7 @@ static void matmul(const qmat *m, const float *x, int n, float *y) {
         run(m, x, NULL, n, y);
         return;
     }
-    if (n >= 2 && kern_isa() == KERN_AMX) { /* tiles, in the AMX order (kern-amx.c) */
+    if (n >= 2 && m->cols > 0 && kern_isa() == KERN_AMX) { /* tiles, in the AMX order (kern-amx.c) */
         kern_amx_matmul(m, x, n, y);
         return;
     }

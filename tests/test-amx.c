@@ -270,7 +270,7 @@ static void check_order_bound(void) {
         double num = 0, den = 0;
         int    same = 0;
         for (int i = 0; i < n * rows; i++) {
-            const double a = ya[i], c = yc[i];
+            const double a = (double)ya[i], c = (double)yc[i];
             num += (a - c) * (a - c);
             den += c * c;
             same += ya[i] == yc[i];
