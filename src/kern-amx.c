@@ -315,6 +315,9 @@ void kern_amx_ref(const qmat *m, const float *x, int n, float *y) {
 }
 
 void kern_amx_matmul(const qmat *m, const float *x, int n, float *y) {
+    /* the level is KERN_AMX only after the grant (kern-cpu.c runnable); an abort with a message
+     * is still better than the SIGILL of a tile instruction without it */
+    K3_ASSERT(kern_amx_permission(NULL, 0));
     if (kern_amx_emulated())
         kern_amx_matmul_emu(m, x, n, y);
     else
