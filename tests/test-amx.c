@@ -86,6 +86,34 @@ static void check_emu_faults(void) {
     T_CHECK(faulted(0, NULL, msg, sizeof msg) && !amx_emu_configured(), "emu: palette 0 is the init state, no fault");
 }
 
+/* The configuration is per thread, as the tile registers are: a second thread that did not
+ * load its own faults (a kernel that configures only in the calling thread shows this way). */
+static void check_emu_per_thread(void) {
+    char        msg[256];
+    amx_tilecfg c = {.palette = 1};
+    cfg_set(&c, 0, 16, 64);
+    uint8_t buf[16 * 64] = {0};
+    int     configured[2] = {0, 0}, team = 0;
+    amx_emu_ldtilecfg(&c);
+#pragma omp parallel num_threads(2)
+    {
+        const int i = omp_get_thread_num();
+        if (i == 0)
+            team = omp_get_num_threads();
+        if (i < 2) {
+            configured[i] = amx_emu_configured();
+            if (i == 1)
+                amx_emu_tileloadd(0, buf, 64);
+        }
+    }
+    if (team < 2)
+        T_SKIP("emu: tile state per thread not checked: OpenMP gave a team of %d", team);
+    else
+        T_CHECK(configured[0] && !configured[1] && faulted(1, "in this thread", msg, sizeof msg),
+                "emu: tile state per thread: the thread that loaded a configuration has it, another faults (%s)", msg);
+    amx_emu_tilerelease();
+}
+
 /* C[m][n] += sum_k sum_i A[m][4k+i] * B[k][4n+i] (bytes signed or unsigned per operand), in
  * int64, then reduced mod 2^32: the definition, independent of the emulation. */
 static int32_t dot_ref(const uint8_t *a, const uint8_t *b, int bstride, int m, int n, int kd, int as, int32_t c0) {
@@ -293,6 +321,7 @@ int main(void) {
     check_emu_faults();
     amx_emu_grant();
     check_emu_semantics();
+    check_emu_per_thread();
 
     char why[160];
     if (!KERN_BUILD_AVX512 || !kern_isa_ok(KERN_AVX512, why, sizeof why))
