@@ -108,8 +108,8 @@ T static void unpack_row(const uint8_t *w, size_t nbytes, __m512i lut, int cols,
     }
 }
 
-/* Block rows r0 .. r0+rb-1: the weights as the A operand of every group (pointer and stride
- * of group g come from a_of). */
+/* Block rows r0 .. r0+rb-1: the weights as the A operand of every group (a_ptr gives the
+ * pointer and stride of group g). */
 typedef struct {
     const int8_t *base; /* group 0 of row r0                     */
     long          stride;
