@@ -32,7 +32,7 @@ static double cpu_now(void) {
 }
 
 __attribute__((target("amx-tile,amx-int8"))) static double peak_amx(void) {
-    _Alignas(64) amx_tilecfg cfg = {.palette = 1};
+    _Alignas(64) amx_tilecfg   cfg = {.palette = 1};
     _Alignas(64) static int8_t src[16 * 64];
     for (int i = 0; i < 16 * 64; i++)
         src[i] = (int8_t)(i % 7 - 3);
@@ -138,8 +138,8 @@ static void bench_amx_matmul(int type, int rows, int cols, int n, double peak) {
 
 int bench_amx(void); /* registered in bench-main.c */
 int bench_amx(void) {
-    static const int types[] = {Q_MXFP4, Q_I4, Q_I8};
-    static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
+    static const int   types[]  = {Q_MXFP4, Q_I4, Q_I8};
+    static const char *fmt[]    = {"f32", "int8", "int4", "mxfp4"};
     char               why[160] = "";
     const int          hw       = !kern_amx_emulated() && kern_isa_ok(KERN_AMX, why, sizeof why) &&
                    kern_amx_permission(why, sizeof why) && KERN_BUILD_AMX;
@@ -163,7 +163,8 @@ int bench_amx(void) {
         if (bench_want("int8_peak_amx_t1"))
             bench_report("int8_peak_amx_t1", peak, "GOPS", peak_avx512(), "GOPS(avx512 vpdpbusd)");
     }
-    printf("# amx: matmul of 32 columns, one thread, one cached weight copy, %d alternating rounds, median\n", ROUNDS);
+    printf("# amx: matmul of 32 columns, one thread, one cached weight copy, %d alternating rounds, median\n",
+           ROUNDS);
     for (size_t t = 0; t < 3; t++)
         bench_amx_matmul(types[t], 3072, 3584, 32, peak);
 #endif

@@ -21,7 +21,13 @@
 #include <string.h>
 
 /* palette 1 */
-enum { MAX_NAMES = AMX_TILES, BYTES_PER_ROW = AMX_ROW_BYTES, MAX_ROWS = AMX_MAX_ROWS, TMUL_MAXK = 16, TMUL_MAXN = 64 };
+enum {
+    MAX_NAMES     = AMX_TILES,
+    BYTES_PER_ROW = AMX_ROW_BYTES,
+    MAX_ROWS      = AMX_MAX_ROWS,
+    TMUL_MAXK     = 16,
+    TMUL_MAXN     = 64
+};
 
 typedef struct {
     int      configured; /* TILES_CONFIGURED                                   */
@@ -32,19 +38,29 @@ typedef struct {
     uint8_t  t[MAX_NAMES][MAX_ROWS][BYTES_PER_ROW]; /* tmm0..7 */
 } tile_state;
 
-static _Thread_local tile_state R; /* this thread's registers (zero: init state) */
-static atomic_int perm;            /* the process asked for XTILEDATA and got it  */
-static atomic_int trap;
-static atomic_long nfaults;
-static char        first_msg[200];
-static atomic_int  have_msg;
+static _Thread_local tile_state R;    /* this thread's registers (zero: init state) */
+static atomic_int               perm; /* the process asked for XTILEDATA and got it  */
+static atomic_int               trap;
+static atomic_long              nfaults;
+static char                     first_msg[200];
+static atomic_int               have_msg;
 
-void amx_emu_grant(void) { atomic_store(&perm, 1); }
-void amx_emu_revoke(void) { atomic_store(&perm, 0); }
-void amx_emu_trap(int on) { atomic_store(&trap, on != 0); }
-int  amx_emu_configured(void) { return R.configured; }
+void amx_emu_grant(void) {
+    atomic_store(&perm, 1);
+}
+void amx_emu_revoke(void) {
+    atomic_store(&perm, 0);
+}
+void amx_emu_trap(int on) {
+    atomic_store(&trap, on != 0);
+}
+int amx_emu_configured(void) {
+    return R.configured;
+}
 
-const uint8_t *amx_emu_row(int t, int r) { return R.t[t & 7][r & 15]; }
+const uint8_t *amx_emu_row(int t, int r) {
+    return R.t[t & 7][r & 15];
+}
 
 long amx_emu_faults(char *msg, size_t n) {
     long k = atomic_exchange(&nfaults, 0);
@@ -84,7 +100,9 @@ static int bad_tile(const char *insn, int t) {
     return 0;
 }
 
-static void zero_all_tile_data(void) { memset(R.t, 0, sizeof R.t); }
+static void zero_all_tile_data(void) {
+    memset(R.t, 0, sizeof R.t);
+}
 
 static void write_row_and_zero(int t, int row, const uint8_t *data, int nbytes) {
     memcpy(R.t[t][row], data, (size_t)nbytes);
@@ -96,7 +114,9 @@ static void zero_upper_rows(int t, int row) {
         memset(R.t[t][r], 0, BYTES_PER_ROW);
 }
 
-static void zero_tilecfg_start(void) { R.start_row = 0; }
+static void zero_tilecfg_start(void) {
+    R.start_row = 0;
+}
 
 void amx_emu_ldtilecfg(const void *mem) {
     if (bad_state("LDTILECFG", 0))
@@ -158,7 +178,8 @@ void amx_emu_tilerelease(void) {
 /* The emulation's one check past the SDM (see the header): the tile must have a shape. */
 static int bad_shape(const char *insn, int t) {
     if (!R.valid[t])
-        return fault(insn, "#UD (emulation: stricter than the SDM)", "the tile's configuration is empty (rows = colsb = 0)");
+        return fault(insn, "#UD (emulation: stricter than the SDM)",
+                     "the tile's configuration is empty (rows = colsb = 0)");
     return 0;
 }
 
@@ -242,8 +263,12 @@ static void tdpb(const char *insn, int c, int a, int b, int as, int bs) {
     zero_tilecfg_start();
 }
 
-void amx_emu_tdpbssd(int c, int a, int b) { tdpb("TDPBSSD", c, a, b, 1, 1); }
-void amx_emu_tdpbusd(int c, int a, int b) { tdpb("TDPBUSD", c, a, b, 0, 1); }
+void amx_emu_tdpbssd(int c, int a, int b) {
+    tdpb("TDPBSSD", c, a, b, 1, 1);
+}
+void amx_emu_tdpbusd(int c, int a, int b) {
+    tdpb("TDPBUSD", c, a, b, 0, 1);
+}
 
 /* ==== the AMX kernels on top of the emulation ================================================ */
 #include "kern-amx.c"

@@ -65,13 +65,13 @@ int amx_emu_configured(void);
 const uint8_t *amx_emu_row(int t, int r);
 
 #if KERN_AMX_EMU
-#define KT_LOADCFG(cfg)          amx_emu_ldtilecfg(cfg)
+#define KT_LOADCFG(cfg) amx_emu_ldtilecfg(cfg)
 #define KT_LOAD(t, base, stride) amx_emu_tileloadd(t, base, stride)
 #define KT_STORE(t, base, stride) amx_emu_tilestored(t, base, stride)
-#define KT_ZERO(t)               amx_emu_tilezero(t)
-#define KT_DPBSSD(c, a, b)       amx_emu_tdpbssd(c, a, b)
-#define KT_DPBUSD(c, a, b)       amx_emu_tdpbusd(c, a, b)
-#define KT_RELEASE()             amx_emu_tilerelease()
+#define KT_ZERO(t) amx_emu_tilezero(t)
+#define KT_DPBSSD(c, a, b) amx_emu_tdpbssd(c, a, b)
+#define KT_DPBUSD(c, a, b) amx_emu_tdpbusd(c, a, b)
+#define KT_RELEASE() amx_emu_tilerelease()
 #else
 #include <immintrin.h>
 #define KT_BARRIER() __asm__ volatile("" ::: "memory")
@@ -86,8 +86,8 @@ const uint8_t *amx_emu_row(int t, int r);
         _tile_loadd(t, base, stride);                                                                        \
     } while (0)
 #define KT_STORE(t, base, stride) _tile_stored(t, base, stride)
-#define KT_ZERO(t)                _tile_zero(t)
-#define KT_DPBSSD(c, a, b)        _tile_dpbssd(c, a, b)
-#define KT_DPBUSD(c, a, b)        _tile_dpbusd(c, a, b)
-#define KT_RELEASE()              _tile_release()
+#define KT_ZERO(t) _tile_zero(t)
+#define KT_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
+#define KT_DPBUSD(c, a, b) _tile_dpbusd(c, a, b)
+#define KT_RELEASE() _tile_release()
 #endif

@@ -47,12 +47,12 @@
 
 #if KERN_AMX_EMU
 #define AMX_FN(name) name##_emu
-#define AMX_ON       KERN_BUILD_AVX512
-#define T            __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+#define AMX_ON KERN_BUILD_AVX512
+#define T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
 #else
 #define AMX_FN(name) name##_hw
-#define AMX_ON       KERN_BUILD_AMX
-#define T            __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+#define AMX_ON KERN_BUILD_AMX
+#define T __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
 #endif
 
 #if AMX_ON
@@ -62,18 +62,18 @@ enum { TR = 16, TK = 32, TN = 16 }; /* rows of a block, K bytes (one group) and 
 
 /* Activations of one call: codes in the B layout and the scales of every token tile. */
 typedef struct {
-    int      ng, ntile;
-    int8_t  *b;  /* [ntile][ng][8][64]: row kq = codes 4kq..4kq+3 of the group, per column    */
-    float   *dt; /* [ntile][ng][16] d[g] of each column; 0 past n (and its codes 0)          */
+    int     ng, ntile;
+    int8_t *b;  /* [ntile][ng][8][64]: row kq = codes 4kq..4kq+3 of the group, per column    */
+    float  *dt; /* [ntile][ng][16] d[g] of each column; 0 past n (and its codes 0)          */
 } amx_act;
 
 /* One thread's buffers. */
 typedef struct {
-    int8_t  *wq;   /* nibble types: [16][ng * 32] the block's weights as int8, K zero-padded */
-    float   *ws;   /* nibble types: [16][ng] wscale of row i, group g; 0 past the block       */
-    int8_t  *tail; /* Q_I8 with K % 32: [16][32] the last group, zero-padded                 */
-    int32_t *cb;   /* [2][16][16] C tiles as stored                                          */
-    float   *fb;   /* [16][16] the block's results before the transposed write               */
+    int8_t  *wq;     /* nibble types: [16][ng * 32] the block's weights as int8, K zero-padded */
+    float   *ws;     /* nibble types: [16][ng] wscale of row i, group g; 0 past the block       */
+    int8_t  *tail;   /* Q_I8 with K % 32: [16][32] the last group, zero-padded                 */
+    int32_t *cb;     /* [2][16][16] C tiles as stored                                          */
+    float   *fb;     /* [16][16] the block's results before the transposed write               */
     int      rb, nt; /* the configuration loaded in this thread (0 = none)                   */
 } amx_thread;
 
@@ -83,8 +83,8 @@ T static void config(amx_thread *th, int rb, int nt) {
         return;
     _Alignas(64) amx_tilecfg cfg = {.palette = 1};
     for (int t = 0; t < 2; t++) {
-        cfg.rows[t] = (uint8_t)rb, cfg.colsb[t] = TK;                   /* A: rb x 32 bytes */
-        cfg.rows[2 + t] = TK / 4, cfg.colsb[2 + t] = (uint16_t)(4 * nt); /* B: 8 x 4nt       */
+        cfg.rows[t] = (uint8_t)rb, cfg.colsb[t] = TK;                         /* A: rb x 32 bytes */
+        cfg.rows[2 + t] = TK / 4, cfg.colsb[2 + t] = (uint16_t)(4 * nt);      /* B: 8 x 4nt       */
         cfg.rows[4 + t] = (uint8_t)rb, cfg.colsb[4 + t] = (uint16_t)(4 * nt); /* C: rb x 4nt */
     }
     KT_LOADCFG(&cfg);
@@ -96,14 +96,14 @@ T static void config(amx_thread *th, int rb, int nt) {
 T static void unpack_row(const uint8_t *w, size_t nbytes, __m512i lut, int cols, int kpad, int8_t *out) {
     const __m512i m4 = _mm512_set1_epi16(0x0F);
     for (int c = 0; c < kpad; c += 64) {
-        const size_t b0 = (size_t)c / 2, nb = nbytes > b0 ? nbytes - b0 : 0;
+        const size_t  b0 = (size_t)c / 2, nb = nbytes > b0 ? nbytes - b0 : 0;
         const __m256i p = _mm256_maskz_loadu_epi8((__mmask32)(nb >= 32 ? ~0u : (1u << nb) - 1), w + b0);
         __m512i       v = _mm512_cvtepu8_epi16(p); /* word k = byte k: low nibble, then high */
         v = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_srli_epi16(v, 4), 8));
         v = _mm512_shuffle_epi8(lut, v);
         const int       live = cols - c >= 64 ? 64 : cols - c > 0 ? cols - c : 0;
-        const __mmask64 kv = live == 64 ? ~(__mmask64)0 : ((__mmask64)1 << live) - 1;
-        const __mmask64 ks = kpad - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (kpad - c)) - 1;
+        const __mmask64 kv   = live == 64 ? ~(__mmask64)0 : ((__mmask64)1 << live) - 1;
+        const __mmask64 ks   = kpad - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (kpad - c)) - 1;
         _mm512_mask_storeu_epi8(out + c, ks, _mm512_maskz_mov_epi8(kv, v));
     }
 }
@@ -126,19 +126,19 @@ static inline const int8_t *a_ptr(const a_src *a, int g, int ng, long *stride) {
 }
 
 /* acc[i] += cvt(C row i) * scale of group g (nt columns live, the rest 0). */
-#define COMBINE(cbuf, g)                                                                                      \
-    do {                                                                                                      \
-        const __m512 dv = _mm512_loadu_ps(dt + (size_t)(g) * 16);                                            \
+#define COMBINE(cbuf, g)                                                                                     \
+    do {                                                                                                     \
+        const __m512 dv = _mm512_loadu_ps(dt + (size_t)(g)*16);                                              \
         _Pragma("GCC unroll 16") for (int i = 0; i < TR; i++) {                                              \
-            const __m512 f = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(km, (cbuf) + i * 16));             \
-            const __m512 sc = i8 ? dv : _mm512_mul_ps(_mm512_set1_ps(th->ws[i * ng + (g)]), dv);            \
-            acc[i]          = _mm512_fmadd_ps(f, sc, acc[i]);                                                 \
-        }                                                                                                     \
+            const __m512 f  = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(km, (cbuf) + i * 16));             \
+            const __m512 sc = i8 ? dv : _mm512_mul_ps(_mm512_set1_ps(th->ws[i * ng + (g)]), dv);             \
+            acc[i]          = _mm512_fmadd_ps(f, sc, acc[i]);                                                \
+        }                                                                                                    \
     } while (0)
 
 /* One token tile (nt columns, B tiles bt, scales dt) of one block: acc in the AMX order. */
-T static void block_tile(amx_thread *th, const a_src *a, const int8_t *bt, const float *dt, int ng, int nt, int i8,
-                         __m512 acc[TR]) {
+T static void block_tile(amx_thread *th, const a_src *a, const int8_t *bt, const float *dt, int ng, int nt,
+                         int i8, __m512 acc[TR]) {
     const __mmask16 km = (__mmask16)(nt >= 16 ? 0xFFFF : (1u << nt) - 1);
     int32_t        *c0 = th->cb, *c1 = th->cb + TR * TN;
 #pragma GCC unroll 16
@@ -175,20 +175,23 @@ T static void block_tile(amx_thread *th, const a_src *a, const int8_t *bt, const
 
 /* Rows of blocks [b0, b1) of y[n][rows] for every token tile. */
 T static void blocks(const qmat *m, const amx_act *x, int n, float *y, int b0, int b1, amx_thread *th) {
-    const int    rows = m->rows, cols = m->cols, ng = x->ng, i8 = m->type == Q_I8;
-    const int    kpad = ng * TK;
-    const size_t rbytes = m->type == Q_I4 ? (size_t)(cols + 1) / 2 : (size_t)cols / 2;
-    const __m512i lut = m->type == Q_MXFP4 ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)kern_mxfp4_i8))
-                                           : _mm512_broadcast_i32x4(_mm_setr_epi8(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7));
+    const int     rows = m->rows, cols = m->cols, ng = x->ng, i8 = m->type == Q_I8;
+    const int     kpad   = ng * TK;
+    const size_t  rbytes = m->type == Q_I4 ? (size_t)(cols + 1) / 2 : (size_t)cols / 2;
+    const __m512i lut =
+        m->type == Q_MXFP4
+            ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)kern_mxfp4_i8))
+            : _mm512_broadcast_i32x4(_mm_setr_epi8(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7));
     for (int blk = b0; blk < b1; blk++) {
         const int r0 = blk * TR, rb = rows - r0 < TR ? rows - r0 : TR;
-        a_src     a  = {0};
+        a_src     a = {0};
         if (i8) {
             a.base = (const int8_t *)m->w + (size_t)r0 * cols, a.stride = cols;
             if (cols % TK) { /* the last group, zero-padded */
                 memset(th->tail, 0, TR * TK);
                 for (int i = 0; i < rb; i++)
-                    memcpy(th->tail + i * TK, a.base + (size_t)i * cols + (size_t)(ng - 1) * TK, (size_t)(cols % TK));
+                    memcpy(th->tail + i * TK, a.base + (size_t)i * cols + (size_t)(ng - 1) * TK,
+                           (size_t)(cols % TK));
                 a.tail = th->tail;
             }
         } else { /* unpack the block once for every token tile; its weight scales */
@@ -196,8 +199,10 @@ T static void blocks(const qmat *m, const amx_act *x, int n, float *y, int b0, i
                 unpack_row((const uint8_t *)m->w + (size_t)(r0 + i) * rbytes, rbytes, lut, cols, kpad,
                            th->wq + (size_t)i * kpad);
                 for (int g = 0; g < ng; g++)
-                    th->ws[i * ng + g] = m->type == Q_I4 ? m->s[(size_t)(r0 + i) * ((cols + Q_I4_GROUP - 1) / Q_I4_GROUP) + g / 2]
-                                                         : kern_e8m0_half(m->e[(size_t)(r0 + i) * (cols / Q_MXFP4_GROUP) + g]);
+                    th->ws[i * ng + g] =
+                        m->type == Q_I4
+                            ? m->s[(size_t)(r0 + i) * ((cols + Q_I4_GROUP - 1) / Q_I4_GROUP) + g / 2]
+                            : kern_e8m0_half(m->e[(size_t)(r0 + i) * (cols / Q_MXFP4_GROUP) + g]);
             }
             for (int i = rb; i < TR; i++)
                 for (int g = 0; g < ng; g++)
@@ -211,7 +216,8 @@ T static void blocks(const qmat *m, const amx_act *x, int n, float *y, int b0, i
             block_tile(th, &a, x->b + (size_t)j * ng * 512, x->dt + (size_t)j * ng * 16, ng, nt, i8, acc);
 #pragma GCC unroll 16
             for (int i = 0; i < TR; i++)
-                _mm512_storeu_ps(th->fb + i * 16, i8 && i < rb ? _mm512_mul_ps(acc[i], _mm512_set1_ps(m->s[r0 + i])) : acc[i]);
+                _mm512_storeu_ps(th->fb + i * 16,
+                                 i8 && i < rb ? _mm512_mul_ps(acc[i], _mm512_set1_ps(m->s[r0 + i])) : acc[i]);
             for (int i = 0; i < rb; i++)
                 for (int t = 0; t < nt; t++)
                     y[(size_t)(j * TN + t) * rows + r0 + i] = th->fb[i * 16 + t];
@@ -225,8 +231,8 @@ T static void blocks(const qmat *m, const amx_act *x, int n, float *y, int b0, i
  * the B layout. 0 when out of memory. */
 T static int make_act(const float *x, int cols, int n, amx_act *a) {
     const int ng = (cols + TK - 1) / TK, ntile = (n + TN - 1) / TN;
-    int8_t   *q  = calloc((size_t)ng * TK, 1);
-    float    *d  = malloc((size_t)ng * sizeof *d);
+    int8_t   *q = calloc((size_t)ng * TK, 1);
+    float    *d = malloc((size_t)ng * sizeof *d);
     a->ng = ng, a->ntile = ntile;
     a->b  = k3_aligned_alloc(64, (size_t)ntile * ng * 512);
     a->dt = k3_aligned_alloc(64, (size_t)ntile * ng * 16 * sizeof(float));
@@ -257,7 +263,7 @@ void AMX_FN(kern_amx_matmul)(const qmat *m, const float *x, int n, float *y) {
     amx_act   a;
     const int made = make_act(x, m->cols, n, &a);
     K3_ASSERT(made); /* a few KiB per column: out of memory here is not recoverable (as in kern.c) */
-    const int  nb   = (m->rows + TR - 1) / TR, ng = a.ng;
+    const int  nb = (m->rows + TR - 1) / TR, ng = a.ng;
     const long work = (long)m->rows * m->cols * n;
 #pragma omp parallel if (work > 65536)
     {

@@ -17,8 +17,8 @@
  */
 #include "kern-amx-tile.h"
 #include "kern-impl.h"
-#include "test.h"
 #include "test-qmat.h"
+#include "test.h"
 
 #include <omp.h>
 #include <stdlib.h>
@@ -44,24 +44,27 @@ static void check_emu_faults(void) {
     cfg_set(&c, 0, 16, 64);
     amx_emu_revoke();
     amx_emu_ldtilecfg(&c);
-    T_CHECK(faulted(1, "ARCH_REQ_XCOMP_PERM", msg, sizeof msg), "emu: LDTILECFG before the permission request faults (%s)", msg);
+    T_CHECK(faulted(1, "ARCH_REQ_XCOMP_PERM", msg, sizeof msg),
+            "emu: LDTILECFG before the permission request faults (%s)", msg);
     amx_emu_grant();
     uint8_t buf[16 * 64] = {0};
     amx_emu_tileloadd(0, buf, 64);
-    T_CHECK(faulted(1, "TILES_CONFIGURED", msg, sizeof msg), "emu: TILELOADD with no configuration faults (%s)", msg);
+    T_CHECK(faulted(1, "TILES_CONFIGURED", msg, sizeof msg),
+            "emu: TILELOADD with no configuration faults (%s)", msg);
     amx_emu_tdpbssd(4, 0, 2);
     amx_emu_tilestored(0, buf, 64);
     amx_emu_tilezero(0);
-    T_CHECK(faulted(3, "#UD", msg, sizeof msg), "emu: TDPBSSD, TILESTORED, TILEZERO with no configuration fault (%s)", msg);
+    T_CHECK(faulted(3, "#UD", msg, sizeof msg),
+            "emu: TDPBSSD, TILESTORED, TILEZERO with no configuration fault (%s)", msg);
 
     /* invalid LDTILECFG operands (#GP), each on its own */
     struct {
         const char *what;
         int         byte, value;
     } bad[] = {
-        {"palette 2", 0, 2},           {"reserved byte 5", 5, 1},       {"colsb 65", 16, 65},
-        {"rows 17", 48, 17},           {"rows 0 with colsb 64", 48, 0}, {"colsb of tile 9", 34, 4},
-        {"rows of tile 8", 56, 1},     {"colsb 0 with rows 16", 16, 0},
+        {"palette 2", 0, 2},       {"reserved byte 5", 5, 1},       {"colsb 65", 16, 65},
+        {"rows 17", 48, 17},       {"rows 0 with colsb 64", 48, 0}, {"colsb of tile 9", 34, 4},
+        {"rows of tile 8", 56, 1}, {"colsb 0 with rows 16", 16, 0},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint8_t raw[64];
@@ -70,12 +73,15 @@ static void check_emu_faults(void) {
         if (bad[i].byte == 16)
             raw[17] = 0;
         amx_emu_ldtilecfg(raw);
-        T_CHECK(faulted(1, "#GP", msg, sizeof msg) && !amx_emu_configured(), "emu: LDTILECFG %s: #GP (%s)", bad[i].what, msg);
+        T_CHECK(faulted(1, "#GP", msg, sizeof msg) && !amx_emu_configured(), "emu: LDTILECFG %s: #GP (%s)",
+                bad[i].what, msg);
     }
     amx_emu_ldtilecfg(&c);
-    T_CHECK(faulted(0, NULL, msg, sizeof msg) && amx_emu_configured(), "emu: a valid palette-1 operand configures the tiles");
+    T_CHECK(faulted(0, NULL, msg, sizeof msg) && amx_emu_configured(),
+            "emu: a valid palette-1 operand configures the tiles");
     amx_emu_tileloadd(3, buf, 64);
-    T_CHECK(faulted(1, "empty", msg, sizeof msg), "emu: TILELOADD into an unconfigured tile faults (%s)", msg);
+    T_CHECK(faulted(1, "empty", msg, sizeof msg), "emu: TILELOADD into an unconfigured tile faults (%s)",
+            msg);
     amx_emu_tileloadd(9, buf, 64);
     T_CHECK(faulted(1, "max_names", msg, sizeof msg), "emu: tile register 9 faults (%s)", msg);
     amx_emu_tilerelease();
@@ -83,7 +89,8 @@ static void check_emu_faults(void) {
     amx_emu_tileloadd(0, buf, 64);
     T_CHECK(faulted(1, "TILES_CONFIGURED", msg, sizeof msg), "emu: TILELOADD after TILERELEASE faults");
     amx_emu_ldtilecfg(&(amx_tilecfg){.palette = 0});
-    T_CHECK(faulted(0, NULL, msg, sizeof msg) && !amx_emu_configured(), "emu: palette 0 is the init state, no fault");
+    T_CHECK(faulted(0, NULL, msg, sizeof msg) && !amx_emu_configured(),
+            "emu: palette 0 is the init state, no fault");
 }
 
 /* The configuration is per thread, as the tile registers are: a second thread that did not
@@ -92,7 +99,7 @@ static void check_emu_per_thread(void) {
     char        msg[256];
     amx_tilecfg c = {.palette = 1};
     cfg_set(&c, 0, 16, 64);
-    uint8_t buf[16 * 64] = {0};
+    uint8_t buf[16 * 64]  = {0};
     int     configured[2] = {0, 0}, team = 0;
     amx_emu_ldtilecfg(&c);
 #pragma omp parallel num_threads(2)
@@ -109,14 +116,17 @@ static void check_emu_per_thread(void) {
     if (team < 2)
         T_SKIP("emu: tile state per thread not checked: OpenMP gave a team of %d", team);
     else
-        T_CHECK(configured[0] && !configured[1] && faulted(1, "in this thread", msg, sizeof msg),
-                "emu: tile state per thread: the thread that loaded a configuration has it, another faults (%s)", msg);
+        T_CHECK(
+            configured[0] && !configured[1] && faulted(1, "in this thread", msg, sizeof msg),
+            "emu: tile state per thread: the thread that loaded a configuration has it, another faults (%s)",
+            msg);
     amx_emu_tilerelease();
 }
 
 /* C[m][n] += sum_k sum_i A[m][4k+i] * B[k][4n+i] (bytes signed or unsigned per operand), in
  * int64, then reduced mod 2^32: the definition, independent of the emulation. */
-static int32_t dot_ref(const uint8_t *a, const uint8_t *b, int bstride, int m, int n, int kd, int as, int32_t c0) {
+static int32_t dot_ref(const uint8_t *a, const uint8_t *b, int bstride, int m, int n, int kd, int as,
+                       int32_t c0) {
     int64_t s = c0;
     for (int k = 0; k < kd; k++)
         for (int i = 0; i < 4; i++) {
@@ -149,7 +159,7 @@ static void check_emu_semantics(void) {
         for (int k = 0; k < 64; k++)
             ok &= amx_emu_row(0, r)[k] == (r < 5 && k < 12 ? a[r * 64 + k] : 0);
     T_CHECK(ok, "emu: TILELOADD reads rows x colsb at the stride and zeroes the rest of the register");
-    amx_emu_tileloadd(2, b, 40); /* B rows 40 bytes apart */
+    amx_emu_tileloadd(2, b, 40);      /* B rows 40 bytes apart */
     for (int i = 0; i < 5 * 5; i++) { /* C preloaded with values near the int32 limits */
         int32_t v = (int32_t)(i % 2 ? 0x7FFFFF00u + (uint32_t)i : 0x80000010u + (uint32_t)i);
         memcpy(cb + 4 * i, &v, 4);
@@ -159,7 +169,7 @@ static void check_emu_semantics(void) {
     uint8_t out[5 * 24];
     memset(out, 0xA5, sizeof out);
     amx_emu_tilestored(4, out, 24); /* stride 24 > colsb 20: 4 bytes per row must stay */
-    ok = 1;
+    ok         = 1;
     int canary = 1;
     for (int m = 0; m < 5; m++) {
         for (int n = 0; n < 5; n++) {
@@ -192,15 +202,18 @@ static void check_emu_semantics(void) {
             ok &= amx_emu_row(5, r)[k] == 0;
     T_CHECK(ok && faulted(0, NULL, msg, sizeof msg), "emu: TILEZERO, and no fault in a correct sequence");
     amx_emu_tdpbssd(5, 0, 2); /* C 16 rows vs A 5 */
-    T_CHECK(faulted(1, "tsrcdest.rows != tsrc1.rows", msg, sizeof msg), "emu: C rows != A rows: #UD (%s)", msg);
+    T_CHECK(faulted(1, "tsrcdest.rows != tsrc1.rows", msg, sizeof msg), "emu: C rows != A rows: #UD (%s)",
+            msg);
     amx_emu_tdpbssd(4, 0, 6); /* K 3 = 3 rows of tmm6, but N of C 5 dwords, of tmm6 3 */
-    T_CHECK(faulted(1, "tsrcdest.colsb != tsrc2.colsb", msg, sizeof msg), "emu: B of another width than C: #UD (%s)", msg);
+    T_CHECK(faulted(1, "tsrcdest.colsb != tsrc2.colsb", msg, sizeof msg),
+            "emu: B of another width than C: #UD (%s)", msg);
     amx_emu_tdpbssd(4, 4, 2);
     T_CHECK(faulted(1, "not all different", msg, sizeof msg), "emu: one tile as C and A: #UD (%s)", msg);
     c.colsb[0] = 16; /* K of A 4 dwords, B still 3 rows */
     amx_emu_ldtilecfg(&c);
     amx_emu_tdpbssd(4, 0, 2);
-    T_CHECK(faulted(1, "tsrc1.colsb / 4 != tsrc2.rows", msg, sizeof msg), "emu: K of A != rows of B: #UD (%s)", msg);
+    T_CHECK(faulted(1, "tsrc1.colsb / 4 != tsrc2.rows", msg, sizeof msg),
+            "emu: K of A != rows of B: #UD (%s)", msg);
     amx_emu_tilerelease();
 }
 
@@ -223,8 +236,8 @@ typedef void (*amx_fn)(const qmat *, const float *, int, float *);
 static void check_kernel(amx_fn fn, const char *what, int emu) {
     static const int shapes[][3] = {
         /* rows, cols, n: full and partial row blocks, full and partial column tiles, K % 64, K % 32 */
-        {16, 64, 16}, {1, 32, 2}, {17, 96, 3}, {15, 100, 17}, {40, 160, 33}, {33, 320, 16}, {5, 7, 2},
-        {31, 224, 31}, {64, 130, 18},
+        {16, 64, 16},  {1, 32, 2}, {17, 96, 3},   {15, 100, 17}, {40, 160, 33},
+        {33, 320, 16}, {5, 7, 2},  {31, 224, 31}, {64, 130, 18},
     };
     char msg[256];
     for (int type = Q_I8; type <= Q_MXFP4; type++)
@@ -238,7 +251,8 @@ static void check_kernel(amx_fn fn, const char *what, int emu) {
                 qmat     m;
                 uint8_t *mx;
                 make_mat(&m, type, rows, cols, &mx);
-                float *x = make_x(n, cols), *y0 = malloc((size_t)n * rows * 4), *y1 = malloc((size_t)n * rows * 4);
+                float *x = make_x(n, cols), *y0 = malloc((size_t)n * rows * 4),
+                      *y1 = malloc((size_t)n * rows * 4);
                 memset(y1, 0xFF, (size_t)n * rows * 4); /* NaN: a result never written shows */
                 kern_amx_ref(&m, x, n, y0);
                 omp_set_num_threads(th);
@@ -257,11 +271,11 @@ static void check_kernel(amx_fn fn, const char *what, int emu) {
                 else
                     qmat_free(&m);
             }
-            T_CHECK(ok, "%s %s, %d thread%s: bit-identical to kern_amx_ref on %d shapes (%zu values differ)", what,
-                    tname[type], th, th > 1 ? "s" : "", cases, wrong);
+            T_CHECK(ok, "%s %s, %d thread%s: bit-identical to kern_amx_ref on %d shapes (%zu values differ)",
+                    what, tname[type], th, th > 1 ? "s" : "", cases, wrong);
             if (emu)
-                T_CHECK(clean, "%s %s, %d thread%s: no emulated fault, tiles released after every call", what, tname[type],
-                        th, th > 1 ? "s" : "");
+                T_CHECK(clean, "%s %s, %d thread%s: no emulated fault, tiles released after every call", what,
+                        tname[type], th, th > 1 ? "s" : "");
         }
 }
 
@@ -277,7 +291,8 @@ static void check_kernel_needs_perm(void) {
     amx_emu_revoke();
     kern_amx_matmul_emu(&m, x, 2, y);
     long k = amx_emu_faults(msg, sizeof msg);
-    T_CHECK(k > 0 && strstr(msg, "ARCH_REQ_XCOMP_PERM"), "emu kernel without the permission request faults (%ld faults: %s)", k, msg);
+    T_CHECK(k > 0 && strstr(msg, "ARCH_REQ_XCOMP_PERM"),
+            "emu kernel without the permission request faults (%ld faults: %s)", k, msg);
     amx_emu_grant();
     free(x);
     qmat_free(&m);
@@ -304,8 +319,9 @@ static void check_order_bound(void) {
             same += ya[i] == yc[i];
         }
         double rel = sqrt(num / den);
-        T_CHECK(rel < 1e-5 && rel > 0, "AMX order vs canonical, %s %dx%d x %d: rel L2 %.2e (< 1e-5; %d of %d equal)",
-                tname[type], rows, cols, n, rel, same, n * rows);
+        T_CHECK(rel < 1e-5 && rel > 0,
+                "AMX order vs canonical, %s %dx%d x %d: rel L2 %.2e (< 1e-5; %d of %d equal)", tname[type],
+                rows, cols, n, rel, same, n * rows);
         free(x), free(ya), free(yc);
         if (mx)
             free(mx);
