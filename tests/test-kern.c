@@ -238,7 +238,8 @@ int main(void) {
         if (!kern_isa_ok(isa, why, sizeof why))
             T_SKIP("%s twins not compared: %s", iname[isa], why);
         else if (isa == KERN_AMX)
-            T_SKIP("amx: its matmuls have their own order and twin, compared in test-amx (one column runs avx512)");
+            T_SKIP("amx: its matmuls have their own order and twin, compared in test-amx (one column runs "
+                   "avx512)");
     }
     check_isa_env();
     check_act_quant();

@@ -141,7 +141,8 @@ int kern_isa_ok(int isa, char *why, size_t n) {
     }
     if (isa == KERN_AMX && !KERN_BUILD_AMX && !emu) {
         if (why)
-            snprintf(why, n, "this build has no AMX-INT8 tile kernels (its compiler lacks the AMX intrinsics)");
+            snprintf(why, n, "this build has no AMX-INT8 tile kernels (its compiler lacks the AMX "
+                             "intrinsics)");
         return 0;
     }
     return 1;
@@ -195,14 +196,16 @@ int kern_amx_permission(char *why, size_t n) {
 #if defined(__linux__) && defined(SYS_arch_prctl)
             unsigned long bits = 0;
             if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM_, XFEATURE_XTILEDATA_) != 0)
-                snprintf(amx_why, sizeof amx_why, "arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) failed: %s",
-                         strerror(errno));
-            else if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM_, &bits) != 0 || !(bits & (1ul << XFEATURE_XTILEDATA_)))
+                snprintf(amx_why, sizeof amx_why,
+                         "arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) failed: %s", strerror(errno));
+            else if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM_, &bits) != 0 ||
+                     !(bits & (1ul << XFEATURE_XTILEDATA_)))
                 snprintf(amx_why, sizeof amx_why, "arch_prctl(ARCH_GET_XCOMP_PERM) does not list XTILEDATA");
             else
                 ok = 1;
 #else
-            snprintf(amx_why, sizeof amx_why, "no way to ask this OS for the AMX tile state (Linux arch_prctl only)");
+            snprintf(amx_why, sizeof amx_why,
+                     "no way to ask this OS for the AMX tile state (Linux arch_prctl only)");
 #endif
         }
         atomic_store(&amx_perm, ok ? 1 : -1);
@@ -235,7 +238,8 @@ static int runnable(int isa) {
             return KERN_AMX;
         static atomic_int told;
         if (!atomic_exchange(&told, 1))
-            K3_LOG_WARN("AMX-INT8: the kernel refused the tile state (%s); the AVX-512 VNNI kernels run", why);
+            K3_LOG_WARN("AMX-INT8: the kernel refused the tile state (%s); the AVX-512 VNNI kernels run",
+                        why);
     }
     for (int v = isa > KERN_AVX512 ? KERN_AVX512 : isa; v > KERN_SCALAR; v--)
         if (kern_isa_ok(v, NULL, 0))

@@ -82,7 +82,8 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
 
 /* 1 when this build has the AMX tile kernels for the hardware (the emulated ones need only
  * KERN_BUILD_AVX512): a compiler with the AMX intrinsics. */
-#if KERN_BUILD_AVX512 && ((defined(__clang__) && __clang_major__ >= 16) || (!defined(__clang__) && __GNUC__ >= 11))
+#if KERN_BUILD_AVX512 &&                                                                                  \
+    ((defined(__clang__) && __clang_major__ >= 16) || (!defined(__clang__) && __GNUC__ >= 11))
 #define KERN_BUILD_AMX 1
 #else
 #define KERN_BUILD_AMX 0
