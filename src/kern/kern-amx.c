@@ -95,10 +95,17 @@ T static void config(amx_thread *th, int rb, int nt) {
  * values then zeros up to kpad (a multiple of 32). */
 T static void unpack_row(const uint8_t *w, size_t nbytes, __m512i lut, int cols, int kpad, int8_t *out) {
     const __m512i m4 = _mm512_set1_epi16(0x0F);
-    for (int c = 0; c < kpad; c += 64) {
+    int           c  = 0;
+    for (; c + 64 <= cols; c += 64) { /* whole 32-byte loads and 64-byte stores (masked stores are
+                                         slow on some cores) */
+        __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(w + c / 2)));
+        v         = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_srli_epi16(v, 4), 8));
+        _mm512_storeu_si512(out + c, _mm512_shuffle_epi8(lut, v)); /* word k = byte k: low, high */
+    }
+    for (; c < kpad; c += 64) { /* the row's end: masked, never past the row or the buffer */
         const size_t  b0 = (size_t)c / 2, nb = nbytes > b0 ? nbytes - b0 : 0;
         const __m256i p = _mm256_maskz_loadu_epi8((__mmask32)(nb >= 32 ? ~0u : (1u << nb) - 1), w + b0);
-        __m512i       v = _mm512_cvtepu8_epi16(p); /* word k = byte k: low nibble, then high */
+        __m512i       v = _mm512_cvtepu8_epi16(p);
         v = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_srli_epi16(v, 4), 8));
         v = _mm512_shuffle_epi8(lut, v);
         const int       live = cols - c >= 64 ? 64 : cols - c > 0 ? cols - c : 0;
