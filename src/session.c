@@ -471,20 +471,25 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
     const k3_model *m    = lead->m;
     pass_run        r    = {.p = {.m = m}, .named = 1};
     k3_stats        tier = {0};
-    int            *iw   = calloc((size_t)count * 3, sizeof *iw); /* pos0, done, cols */
+    int            *iw   = calloc((size_t)count * 4, sizeof *iw); /* pos0, fed, cols, refused */
     pass_seg       *seg  = calloc((size_t)count, sizeof *seg);
     const int32_t **sid  = calloc((size_t)count, sizeof *sid);
     if (!(r.st = calloc((size_t)count, sizeof *r.st)) || !iw || !seg || !sid) {
         st = nomem();
         goto done;
     }
-    int *pos0 = iw, *fed = iw + count, *cols = iw + 2 * count;
+    int *pos0 = iw, *fed = iw + count, *cols = iw + 2 * count, *refused = iw + 3 * count;
     for (int i = 0; i < count; i++) {
         atomic_store(&ss[i]->cancel, 0);
         pos0[i] = ss[i]->pos;
-        if ((st = feed_check(ss[i], ids[i], n[i]))) fail_ix(&r, i, st);
+        if ((st = feed_check(ss[i], ids[i], n[i]))) {
+            fail_ix(&r, i, st);
+            refused[i] = 1;
+        }
     }
-    double t = k3_time();
+    r.p.seg   = seg;
+    r.p.stats = &tier;
+    double t  = k3_time();
     /* rounds of at most K3_CHUNK columns (or one per session, when there are more sessions):
      * one column for each session with ids left, then the rest of the budget to the longer
      * feeds in order, at most a chunk each (a token's result does not depend on how its feed
@@ -511,9 +516,7 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
                 seg_fail(&r, g, st);
             break;
         }
-        r.p.n     = nc;
-        r.p.seg   = seg;
-        r.p.stats = &tier;
+        r.p.n = nc;
         for (int g = 0; g < r.p.nseg; g++)
             cols[seg[g].ix] += seg[g].n;
         run_pass(&r, sid);
@@ -523,7 +526,7 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
     t = k3_time() - t;
     for (int i = 0; i < count; i++) {
         if (r.st[i] == K3_ABORTED) atomic_store(&ss[i]->cancel, 0);
-        if (ss[i]->pos > pos0[i] || r.st[i] == K3_OK || r.st[i] == K3_ABORTED) feed_stats(ss[i], n[i], pos0[i], t);
+        if (!refused[i]) feed_stats(ss[i], n[i], pos0[i], t); /* as k3_session_feed counts */
     }
     split_tier(ss, cols, count, &tier);
     st = r.first;
@@ -534,7 +537,7 @@ done:
     free(iw);
     free(seg);
     free(sid);
-    return st ? k3_err(st, "%s", r.first ? r.msg : k3_errmsg()) : K3_OK;
+    return st && r.first ? k3_err(st, "%s", r.msg) : st;
 }
 
 /* ==== snapshots ================================================================ */

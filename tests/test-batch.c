@@ -7,13 +7,16 @@
  * rounds and a mixed round; in f32 and with the default quantized bits at every K3_ISA level
  * this CPU runs, with K3_CHUNK 5 and 32, and with routed experts streamed through a one-slot
  * expert cache. Then a session cancelled mid-batch (the others finish identical, it resumes
- * exactly), per-session bad input (the others go on) and malformed calls (K3_ERR_ARG naming
- * the problem, nothing changed).
+ * exactly), per-session bad input (the others go on), malformed calls (K3_ERR_ARG naming
+ * the problem, nothing changed) and a failed expert read (K3_ERR_IO for the whole pass, nothing
+ * applied, then exact once the file is back).
  */
 #include "k3.h"
 #include "quant.h"
 #include "test.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -21,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAXS 8
 #define POOL 400
@@ -267,6 +271,73 @@ static void test_cancel(const char *dir) {
     k3_model_free(m);
 }
 
+/* ---- a failed expert read ------------------------------------------------------ */
+
+static int put_file(const char *path, const void *data, size_t n) {
+    int fd = open(path, O_WRONLY | O_TRUNC); /* same inode: the engine's descriptors see it */
+    if (fd < 0) return -1;
+    int ok = write(fd, data, n) == (ssize_t)n;
+    return close(fd) || !ok ? -1 : 0;
+}
+
+/* Experts streamed through a one-slot cache; layer 1's shard (its routed experts) is cut
+ * short under the open model: a batch fails with K3_ERR_IO in every session still in the pass,
+ * naming the file, and applies nothing; with the bytes back, the same batch gives the bits of
+ * each session alone. */
+static void test_io(const char *dir) {
+    char shard[700];
+    snprintf(shard, sizeof shard, "%s/model-00002-of-000008.safetensors", dir);
+    size_t len  = 0;
+    char  *keep = NULL;
+    FILE  *f    = fopen(shard, "rb");
+    if (f && !fseek(f, 0, SEEK_END) && (len = (size_t)ftell(f)) > 8192 && (keep = malloc(len))) {
+        rewind(f);
+        if (fread(keep, 1, len, f) != len) len = 0;
+    }
+    if (f) fclose(f);
+    if (!keep || !len) {
+        T_CHECK(0, "read %s (layer 1's shard of the tiny preset)", shard);
+        free(keep);
+        return;
+    }
+    cfg       c = {0, 1, 32};
+    k3_model *m = open_model(dir, &c);
+    sspec     sp[3] = {{3, 0, 1}, {5, 0, 4}, {2, 0, 1}};
+    pair      ps[3] = {{0}};
+    if (!m || !setup(m, sp, 3, ps)) {
+        T_CHECK(0, "io: set up: %s", k3_errmsg());
+        goto done;
+    }
+    const int32_t *tok[3];
+    int            n[3] = {1, 4, 1};
+    k3_session    *ss[3];
+    k3_status      each[3];
+    for (int i = 0; i < 3; i++) {
+        tok[i] = pool + ps[i].off + sp[i].pre;
+        ss[i]  = ps[i].b;
+    }
+    if (truncate(shard, 4096)) {
+        T_CHECK(0, "truncate %s: %s", shard, strerror(errno));
+        goto done;
+    }
+    k3_status st = k3_session_feed_batch(ss, tok, n, 3, each);
+    int       restored = !put_file(shard, keep, len);
+    T_CHECK(st == K3_ERR_IO && each[0] == K3_ERR_IO && each[1] == K3_ERR_IO && each[2] == K3_ERR_IO &&
+                strstr(k3_errmsg(), "model-00002") && k3_session_pos(ps[0].b) == 3 &&
+                k3_session_pos(ps[1].b) == 5 && k3_session_pos(ps[2].b) == 2,
+            "a failed expert read fails every session of the pass, naming the file, nothing applied (%s)",
+            k3_errmsg());
+    T_CHECK(restored && step(ps, 3, tok, n),
+            "with the shard's bytes back, the same batch gives the bits of each session alone");
+done:
+    for (int i = 0; i < 3; i++) {
+        k3_session_free(ps[i].b);
+        k3_session_free(ps[i].r);
+    }
+    k3_model_free(m);
+    free(keep);
+}
+
 /* ---- bad input --------------------------------------------------------------- */
 
 static void test_bad(const char *dir) {
@@ -404,5 +475,6 @@ int main(void) {
     unsetenv("K3_NOVNNI");
     test_cancel(dir);
     test_bad(dir);
+    test_io(dir);
     return t_done();
 }
