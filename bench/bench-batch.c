@@ -27,7 +27,7 @@
 int bench_batch(void);
 
 #define BB_MAXS   8
-#define BB_ROUNDS 5
+#define BB_ROUNDS 7
 #define BB_STEPS  3
 
 static int32_t argmax(const float *l, int n) {

@@ -196,18 +196,22 @@ static void scenarios(const char *dir, const cfg *c, const char *what, int all) 
 typedef struct canceller {
     k3_session *s;
     atomic_int  stop, started;
+    long        delay_ns;
 } canceller;
 
 static void *cancel_main(void *arg) {
-    canceller *c = arg;
+    canceller      *c  = arg;
+    struct timespec ts = {0, c->delay_ns};
     atomic_store(&c->started, 1);
+    if (c->delay_ns) nanosleep(&ts, NULL);
     while (!atomic_load(&c->stop))
         k3_session_cancel(c->s);
     return NULL;
 }
 
 /* Three sessions prefill 60 tokens each at K3_CHUNK 5 (rounds of 5 columns); a thread cancels
- * the middle one throughout. It stops with K3_ABORTED, the others finish bit-identical to
+ * the middle one from 0, 0.2, 1, 3 or 10 ms on (so the cancel lands before the first layer or
+ * between the layers of a later pass, where its columns leave the pass). It stops with K3_ABORTED, the others finish bit-identical to
  * alone; fed the rest alone, it ends identical too (what it applied was applied exactly). */
 static void test_cancel(const char *dir) {
     cfg       c = {0, 0, 5};
@@ -232,7 +236,8 @@ static void test_cancel(const char *dir) {
             tok[i] = pool + ps[i].off + sp[i].pre;
             ss[i]  = ps[i].b;
         }
-        canceller cn = {.s = ps[1].b};
+        static const long delays[5] = {0, 200000, 1000000, 3000000, 10000000};
+        canceller         cn        = {.s = ps[1].b, .delay_ns = delays[run]};
         atomic_init(&cn.stop, 0);
         atomic_init(&cn.started, 0);
         pthread_t th;
@@ -249,6 +254,8 @@ static void test_cancel(const char *dir) {
         if (each[1] == K3_ABORTED) {
             aborted++;
             int done = k3_session_pos(ps[1].b) - sp[1].pre;
+            printf("# run %d: cancelled from %.1f ms on, stopped after %d of 60 ids\n", run,
+                   (double)cn.delay_ns / 1e6, done);
             boundary &= st == K3_ABORTED && done >= 0 && done < 60;
             if (done < 60 && !k3_session_feed(ps[1].b, tok[1] + done, 60 - done)) {
                 k3_session_feed(ps[1].r, tok[1], 60);
