@@ -5,8 +5,8 @@
  * 1, 2, 3 and 8 sessions at different positions, fresh ones and ones restored from snapshots,
  * prefills longer than a chunk (several rounds) mixed with decode steps, then greedy decode
  * rounds and a mixed round; in f32 and with the default quantized bits at every K3_ISA level
- * this CPU runs, with K3_CHUNK 5 and 32, and with routed experts streamed through a one-slot
- * expert cache. Then a session cancelled mid-batch (the others finish identical, it resumes
+ * this CPU runs, with K3_CHUNK 5 and 32, with routed experts streamed through a one-slot
+ * expert cache, and on k3-nano's trained weights. The Vulkan tier is off (K3_VK=0). Then a session cancelled mid-batch (the others finish identical, it resumes
  * exactly), per-session bad input (the others go on), malformed calls (K3_ERR_ARG naming
  * the problem, nothing changed) and a failed expert read (K3_ERR_IO for the whole pass, nothing
  * applied, then exact once the file is back).
@@ -433,6 +433,9 @@ int main(void) {
                                  "K3_NOAVX2", "K3_VK"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
+    /* the CPU kernels: bit-identity to alone is the CPU path's promise (a lone decode step on
+     * a GPU's Vulkan tier sums in another order) */
+    setenv("K3_VK", "0", 1);
     const char *t = getenv("K3_TMP"), *b = getenv("K3_BUILD");
     snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
     snprintf(build, sizeof build, "%s", b ? b : "build");
@@ -483,5 +486,20 @@ int main(void) {
     test_cancel(dir);
     test_bad(dir);
     test_io(dir);
+
+    /* trained weights: k3-nano (its own vocabulary: the ids are drawn again) */
+    const char *src = getenv("K3_SRC");
+    char        nano[600];
+    snprintf(nano, sizeof nano, "%s/models/k3-nano", src && *src ? src : ".");
+    if (!(m = open_model(nano, &c0))) {
+        T_CHECK(0, "open %s: %s", nano, k3_errmsg());
+        return t_done();
+    }
+    k3_model_get_info(m, &info);
+    k3_model_free(m);
+    vocab = info.vocab;
+    for (int i = 0; i < POOL; i++)
+        pool[i] = rand() % vocab;
+    scenarios(nano, &q5, "k3-nano, default bits, chunk 5", 1);
     return t_done();
 }
