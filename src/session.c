@@ -8,6 +8,14 @@
  * the logits and hook rows. The cancel flag is checked before every chunk and between the
  * layers of a chunk; an aborted chunk is simply never committed. Hook files receive rows at
  * commit, so they always hold exactly the committed positions, in order.
+ *
+ * k3_session_feed_batch() runs the same passes (fwd_pass, model-impl.h) over the columns of
+ * several sessions: rounds of at most K3_CHUNK columns, one per session with ids left and the
+ * rest of the budget to the longer feeds in order. Each session of a pass is committed on its
+ * own; a session cancelled between layers leaves the pass (its columns are compacted away) and
+ * the others go on. The scratch is the lead session's (ss[0]) chunk buffer, or, with more
+ * sessions than K3_CHUNK, a batch buffer it keeps. Statistics: token counts as alone, each
+ * session the call's wall time, the expert tier's counters split by columns.
  */
 #include "model-impl.h"
 #include "vkt.h"
