@@ -11,6 +11,9 @@
  *                        vocabulary; about 1.5 GB resident at the default K3_BITS.
  * The engine's settings come from the environment as for k3chat (K3_BITS, K3_ISA, ...).
  *
+ * Then a check (a "# check:" line; the bench fails without it): one more batched step of all
+ * 8 sessions, each compared bit for bit with the session restored from a snapshot and fed alone.
+ *
  * Results (warm: every expert resident after a warm-up step)
  *   decode_batch_N     aggregate tokens/s of N = 1, 2, 4, 8 sessions each decoding one token
  *                      per k3_session_feed_batch call (greedy, BB_STEPS calls per round); ref:
@@ -128,6 +131,32 @@ int bench_batch(void) {
         char name[40];
         snprintf(name, sizeof name, "decode_batch_%d_cpu", sizes[k]);
         bench_report(name, bench_median(tpc[k], BB_ROUNDS), "tok/cpu-s", refc_med, "tok/cpu-s");
+    }
+    /* a check at these widths (OpenMP-parallel KDA and MLA paths, int4/MXFP4 kernels): one
+     * more batched step of all 8 against each session restored from a snapshot and fed alone */
+    {
+        k3_snapshot   *snap[BB_MAXS] = {0};
+        k3_session    *alone         = NULL;
+        int32_t        tok[BB_MAXS];
+        int            same = 0, ok = !k3_session_new(m, &alone);
+        for (int i = 0; ok && i < BB_MAXS; i++) {
+            ok     = !k3_session_save(ss[i], &snap[i]);
+            tok[i] = argmax(k3_session_logits(ss[i]), info.vocab);
+            ids[i] = &tok[i];
+            nn[i]  = 1;
+        }
+        ok = ok && !k3_session_feed_batch(ss, ids, nn, BB_MAXS, NULL);
+        for (int i = 0; ok && i < BB_MAXS; i++) {
+            ok = !k3_session_restore(alone, snap[i]) && !k3_session_feed(alone, &tok[i], 1);
+            same += ok && k3_session_pos(alone) == k3_session_pos(ss[i]) &&
+                    !memcmp(k3_session_logits(alone), k3_session_logits(ss[i]), (size_t)info.vocab * sizeof(float));
+        }
+        printf("# check: a batched decode step of %d sessions bit-identical to each alone: %d of %d\n", BB_MAXS,
+               same, BB_MAXS);
+        for (int i = 0; i < BB_MAXS; i++)
+            k3_snapshot_free(snap[i]);
+        k3_session_free(alone);
+        if (!ok || same != BB_MAXS) goto done;
     }
     rc = 0;
 done:
