@@ -93,6 +93,7 @@ k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int C, int lrows) {
         !(b->moe_tok = calloc((size_t)C * c->n_active, sizeof(int))) ||
         !(b->moe_ids = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
         !(b->moe_res = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
+        !(b->moe_dev = calloc((size_t)C * (c->n_active + 1), sizeof(int))) ||
         !(b->moe_resy = falloc((size_t)c->n_experts * L)) ||
         !(b->logits = falloc((size_t)lrows * V)))
         goto oom;
@@ -106,7 +107,8 @@ oom:
 void chunk_buf_free(chunk_buf *b) {
     void *bufs[] = {b->h, b->blocks, b->x, b->xn, b->y, b->t0, b->t1, b->t2, b->t3, b->t4, b->t5,
                     b->win, b->hd, b->hd2, b->gat, b->gat2, b->scores, b->moe_y, b->moe_sel,
-                    b->moe_w, b->moe_tok, b->moe_ids, b->moe_res, b->moe_resy, b->logits, b->trace};
+                    b->moe_w, b->moe_tok, b->moe_ids, b->moe_res, b->moe_dev, b->moe_resy, b->logits,
+                    b->trace};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     memset(b, 0, sizeof *b);
@@ -325,7 +327,7 @@ static void run_pass(pass_run *r, const int32_t *const *ids) {
 
 /* One chunk of n <= C tokens of one session. */
 static k3_status run_chunk(k3_session *s, const int32_t *ids, int n) {
-    pass_seg  seg = {.s = s, .ix = 0, .t0 = 0, .n = n};
+    pass_seg  seg = {.s = s, .ix = 0, .t0 = 0, .n = n, .dev = n == 1};
     k3_status st  = K3_OK;
     pass_run  r   = {.p = {.m = s->m, .b = &s->cb, .cap = s->chunk, .n = n, .nseg = 1, .seg = &seg,
                            .stats = &s->stats},
@@ -514,7 +516,9 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
             int k = MIN2(MIN2(n[i] - fed[i], ss[i]->chunk) - 1, left);
             left -= k;
             k++;
-            seg[r.p.nseg]   = (pass_seg){.s = ss[i], .ix = i, .t0 = nc, .n = k};
+            /* the last id of a feed whose alone chunking ends in a one-token pass */
+            int dev         = ss[i]->chunk == 1 || (fed[i] + k == n[i] && n[i] % ss[i]->chunk == 1);
+            seg[r.p.nseg]   = (pass_seg){.s = ss[i], .ix = i, .t0 = nc, .n = k, .dev = dev};
             sid[r.p.nseg++] = ids[i] + fed[i];
             nc += k;
             lrows += ss[i]->f_logits ? k : 1;

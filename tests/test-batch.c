@@ -6,7 +6,8 @@
  * prefills longer than a chunk (several rounds) mixed with decode steps, then greedy decode
  * rounds and a mixed round; in f32 and with the default quantized bits at every K3_ISA level
  * this CPU runs, with K3_CHUNK 5 and 32, with routed experts streamed through a one-slot
- * expert cache, and on k3-nano's trained weights. The Vulkan tier is off (K3_VK=0). Then a session cancelled mid-batch (the others finish identical, it resumes
+ * expert cache, and on k3-nano's trained weights; and with the Vulkan tier on (K3_VK=1, when
+ * a device is there) once every routed expert is resident. Then a session cancelled mid-batch (the others finish identical, it resumes
  * exactly), per-session bad input (the others go on), malformed calls (K3_ERR_ARG naming
  * the problem, nothing changed) and a failed expert read (K3_ERR_IO for the whole pass, nothing
  * applied, then exact once the file is back).
@@ -345,6 +346,59 @@ done:
     free(keep);
 }
 
+/* ---- the Vulkan tier --------------------------------------------------------------- */
+
+/* K3_VK=1 (lavapipe, or a GPU): a lone one-token pass computes the shared experts and the
+ * resident routed experts on the device, so a batch's columns that are such passes alone must
+ * too. Once the fill-once tier is warm (no expert a scenario routes to is still offered),
+ * batches equal each session alone bit for bit and use the device. */
+static void test_vk(const char *dir) {
+    setenv("K3_VK", "1", 1);
+    cfg       c = {0, 0, 32};
+    k3_model *m = open_model(dir, &c);
+    setenv("K3_VK", "0", 1);
+    k3_session *s = NULL;
+    k3_stats    st;
+    if (!m || k3_session_new(m, &s)) {
+        T_CHECK(0, "vk: open the model with K3_VK=1: %s", k3_errmsg());
+        goto done;
+    }
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    k3_session_stats(s, &st);
+    if (!st.vk_budget) {
+        T_SKIP("batched decode on the Vulkan tier: no Vulkan device here (K3_VK=1 left the tier off)");
+        goto done;
+    }
+    /* warm: prefill chunks of varied ids until every routed expert is resident (the tier
+     * takes K3_VK_UP of the experts read per step) */
+    int ok = 1;
+    for (int pass = 0; pass < 6; pass++) {
+        k3_session_reset(s);
+        for (int i = pass * 7 % 32; ok && i + 32 <= POOL && i + 32 <= 224 + pass * 7 % 32; i += 32)
+            ok = !k3_session_feed(s, pool + i, 32);
+        for (int i = 0; ok && i < 8; i++) {
+            int32_t t = argmax(k3_session_logits(s));
+            ok        = !k3_session_feed(s, &t, 1);
+        }
+        k3_session_stats(s, &st);
+        printf("# vk warm pass %d: %d of %d routed experts resident\n", pass, st.vk_experts, info.n_moe * info.n_experts);
+    }
+    uint64_t hits0 = st.vk_hits;
+    int      res0  = st.vk_experts;
+    scenario(m, "Vulkan tier on", sc3, 3);
+    scenario(m, "Vulkan tier on", sc8, 8);
+    k3_session_stats(s, &st);
+    T_CHECK(st.vk_hits > hits0, "vk: the batches' decode columns ran routed experts on the device (%llu hits)",
+            (unsigned long long)(st.vk_hits - hits0));
+    T_CHECK(st.vk_experts == res0, "vk: the tier's residency stayed as warmed (%d of %d routed experts; "
+            "the others were never routed), so each token ran where it runs alone", st.vk_experts,
+            info.n_moe * info.n_experts);
+done:
+    k3_session_free(s);
+    k3_model_free(m);
+}
+
 /* ---- bad input --------------------------------------------------------------- */
 
 static void test_bad(const char *dir) {
@@ -433,8 +487,8 @@ int main(void) {
                                  "K3_NOAVX2", "K3_VK"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
-    /* the CPU kernels: bit-identity to alone is the CPU path's promise (a lone decode step on
-     * a GPU's Vulkan tier sums in another order) */
+    /* the Vulkan tier off but in test_vk: its residency changes as it fills, and a token's
+     * experts then run on the device or not depending on the moment */
     setenv("K3_VK", "0", 1);
     const char *t = getenv("K3_TMP"), *b = getenv("K3_BUILD");
     snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
@@ -486,6 +540,7 @@ int main(void) {
     test_cancel(dir);
     test_bad(dir);
     test_io(dir);
+    test_vk(dir);
 
     /* trained weights: k3-nano (its own vocabulary: the ids are drawn again) */
     const char *src = getenv("K3_SRC");
