@@ -9,9 +9,9 @@
  *
  * Sections (each owned by one module, see the banner):
  *   status and logging ........ util.c
- *   model and session ......... model.c (loading), session.c (feeding, the forward pass in
- *                               layers.c), sample.c
- *   tokenizer and chat format . tok.c, chat.c
+ *   model and session ......... load.c (loading), session.c (feeding, the forward pass in
+ *                               forward.c), sample.c
+ *   tokenizer and chat format . tok.c, chat-format.c
  *   conversation .............. conv.c (transcripts, prompt cache)
  */
 #pragma once
@@ -63,7 +63,7 @@ typedef struct k3_buf {
 /* Append n bytes of s: 0, or -1 when memory runs out (the buffer keeps what it had, oom is set). */
 int k3_buf_add(k3_buf *b, const char *s, size_t n);
 
-/* ==== model and session (model.c, session.c, sample.c) ================== */
+/* ==== model and session (load.c, session.c, sample.c) ================== */
 
 typedef struct k3_model   k3_model;
 typedef struct k3_session k3_session;
@@ -210,7 +210,7 @@ int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);
  * is printed and k3_errmsg() holds the first error (one line naming file and tensor/key). */
 k3_status k3_inspect(const char *dir, FILE *out);
 
-/* ==== tokenizer and chat format (tok.c, chat.c) ========================== */
+/* ==== tokenizer and chat format (tok.c, chat-format.c) ========================== */
 /* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md.
  * A k3_tok is read-only once loaded: every function below may be called from any
  * number of threads at once on the same k3_tok (k3_detok / k3_chat_parser are
@@ -284,7 +284,7 @@ typedef struct k3_tool_call {
                             * is not an object: K3_ERR_ARG                                 */
 } k3_tool_call;
 
-/* Chat format (XTML), chat.c. One message of a conversation. */
+/* Chat format (XTML), chat-format.c. One message of a conversation. */
 typedef struct k3_chat_msg {
     const char *role;      /* "system", "user", "assistant", "tool"; "developer" is
                             * rendered as system; others: K3_ERR_ARG                    */

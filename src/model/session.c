@@ -3,7 +3,7 @@
  *
  * DESIGN
  * k3_session_feed() splits the ids into chunks of K3_CHUNK and runs each chunk layer-major
- * (layers.c). A chunk is applied atomically: the layers write only uncommitted state (the KDA
+ * (forward.c). A chunk is applied atomically: the layers write only uncommitted state (the KDA
  * buffers 1-sel, MLA cache rows past pos), and commit() flips sel, advances pos and publishes
  * the logits and hook rows. The cancel flag is checked before every chunk and between the
  * layers of a chunk; an aborted chunk is simply never committed. Hook files receive rows at

@@ -1,4 +1,4 @@
-/* layers.c: the K3 forward pass of one decoder layer over a chunk of n tokens (spec section 5).
+/* forward.c: the K3 forward pass of one decoder layer over a chunk of n tokens (spec section 5).
  *
  * DESIGN
  * Layer-major over a chunk: every weight matrix is applied once to the chunk's n rows with

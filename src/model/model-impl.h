@@ -1,5 +1,5 @@
 /* model-impl.h: the K3 model's weights, the session's decode state and the layer functions
- * shared by model.c (loading), layers.c (the forward pass of one layer over a chunk) and
+ * shared by load.c (loading), forward.c (the forward pass of one layer over a chunk) and
  * session.c (the engine API: feed, cancel, snapshots, hooks).
  *
  * DESIGN
