@@ -152,10 +152,11 @@ void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by 
  * k3_session_feed(ss[i], ids[i], n[i]) alone would give, and so are the token counts of the
  * stats (with the Vulkan tier on, a token that alone is a one-token pass, a decode step, runs
  * its shared and resident routed experts on the device in the batch too, the rest on the CPU;
- * equal bits then need the tier's residency to be the same, as it is once the tier is warm). Shared work is attributed thus: each session's t_prefill/t_decode gets the
- * whole wall time of the call (the latency it saw); the expert tier's counters (hits, misses,
- * bytes, read and wait time) are split among the sessions in proportion to their tokens, so
- * that they sum to what the tier did.
+ * equal bits then need the tier's residency to be the same, as it is once the tier is warm).
+ * Shared work is attributed thus: each session's t_prefill/t_decode gets the whole wall time
+ * of the call (the latency it saw); the expert tier's counters (hits, misses, bytes, read and
+ * wait time, Vulkan hits) are split among the sessions in proportion to their tokens, so that
+ * they sum to what the tier did.
  * each[i] (each may be NULL) gets that session's status: a session cancelled with
  * k3_session_cancel stops with K3_ABORTED (k3_session_pos says how many tokens were applied)
  * while the others go on; a session whose own input is bad (an id outside the vocabulary, a
