@@ -152,7 +152,9 @@ void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by 
  * k3_session_feed(ss[i], ids[i], n[i]) alone would give, and so are the token counts of the
  * stats (with the Vulkan tier on, a token that alone is a one-token pass, a decode step, runs
  * its shared and resident routed experts on the device in the batch too, the rest on the CPU;
- * equal bits then need the tier's residency to be the same, as it is once the tier is warm).
+ * equal bits then need the tier's residency to be the same, as it is once the tier is warm;
+ * at K3_ISA=amx, which rounds products of two or more columns more coarsely, a batch differs
+ * from alone by float rounding, as chunked prefill does there).
  * Shared work is attributed thus: each session's t_prefill/t_decode gets the whole wall time
  * of the call (the latency it saw); the expert tier's counters (hits, misses, bytes, read and
  * wait time, Vulkan hits) are split among the sessions in proportion to their tokens, so that
