@@ -133,7 +133,7 @@ int bench_batch(void) {
         snprintf(name, sizeof name, "decode_batch_%d_cpu", sizes[k]);
         bench_report(name, bench_median(tpc[k], BB_ROUNDS), "tok/cpu-s", refc_med, "tok/cpu-s");
     }
-    /* a check at these widths (OpenMP-parallel KDA and MLA paths, int4/MXFP4 kernels): one
+    /* a check at these widths (OpenMP-parallel KDA and MLA paths, int8/MXFP4 kernels): one
      * more batched step of all 8 against each session restored from a snapshot and fed alone */
     {
         k3_snapshot   *snap[BB_MAXS] = {0};
