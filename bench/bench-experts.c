@@ -22,11 +22,15 @@
  *   prefill_warm_isa, decode_warm_isa
  *                      warm prefill / decode at the running kernel level (K3_ISA, default the
  *                      best) against the same session at K3_ISA=avx2, alternating rounds.
+ *   prefill_warm_phase_<phase>   (K3_PROFILE=1 only) per phase of prof.h, wall seconds per token
+ *                      of the warm prefill; ref: the prefill's total. A "# " line gives the CPU
+ *                      seconds (both threads, spin waits included) against the process's.
  */
 #include "bench.h"
 #include "config.h"
 #include "experts.h"
 #include "kern-impl.h"
+#include "prof.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -232,6 +236,28 @@ static int isa_ab(k3_session *s, const int32_t *ids, int np, int nd) {
     return 0;
 }
 
+/* K3_PROFILE=1: the phases of the prefill that started at w0 (NP tokens), per token. */
+static void report_phases(int np, prof_t w0) {
+    const prof_t w1 = prof_now();
+    double       wsum = 0, csum = 0;
+    for (int ph = 0; ph < PROF_N; ph++) {
+        prof_t t = prof_get((prof_phase)ph);
+        if (ph == PROF_MATMUL) { /* the quantization ran inside the matmuls */
+            t.wall -= prof_get(PROF_QUANT).wall;
+            t.cpu -= prof_get(PROF_QUANT).cpu;
+        }
+        wsum += t.wall, csum += t.cpu;
+        char name[64];
+        snprintf(name, sizeof name, "prefill_warm_phase_%s", prof_name((prof_phase)ph));
+        bench_report(name, t.wall / np, "s/tok", (w1.wall - w0.wall) / np, "s/tok(total)");
+        printf("# %-10s cpu %.4f s/tok of %.4f (%.1f %%)\n", prof_name((prof_phase)ph), t.cpu / np,
+               (w1.cpu - w0.cpu) / np, 100.0 * t.cpu / (w1.cpu - w0.cpu));
+    }
+    printf("# phases cover %.1f %% of the wall time and %.1f %% of the CPU time; the rest: embedding,\n"
+           "# lm_head norm, expert tier bookkeeping, session\n",
+           100.0 * wsum / (w1.wall - w0.wall), 100.0 * csum / (w1.cpu - w0.cpu));
+}
+
 static void bench_engine(const char *dir) {
     k3_params p;
     if (k3_params_default(&p)) return;
@@ -259,7 +285,10 @@ static void bench_engine(const char *dir) {
     rc |= k3_model_set_expert_budget(m, -1);
     rc |= prefill(s, ids, NP, &pc);
     /* warm prefill: every expert of the model now resident? top up with a second pass */
+    prof_reset();
+    const prof_t w0 = prof_now();
     rc |= prefill(s, ids, NP, &pw);
+    if (!rc && prof_on) report_phases(NP, w0);
     rc |= decode(s, ids, ND, &dw);
     /* cold decode: one slot per layer, every token's experts read from disk */
     rc |= k3_model_set_expert_budget(m, 0);

@@ -17,6 +17,7 @@
  * - Selection (kern_isa, kern_idot) lives in kern-cpu.c.
  */
 #include "kern-impl.h"
+#include "prof.h"
 
 #include <math.h>
 #include <omp.h>
@@ -260,9 +261,11 @@ static int block_rows(const qmat *m) {
     return b < 1 ? 1 : b > 1024 ? 1024 : (int)b;
 }
 
-/* y[t][rows] for t < n: the whole call, partitioned (ith, nth) over rows. Exactly one of x
- * (exact-float, columns cols floats apart) or act (IDOT, one kern_act per column) is used. */
-static void run(const qmat *m, const float *x, const kern_act *act, int n, float *y) {
+/* y[t][rows] for t < n: the whole call, partitioned (ith, nth) over rows. Exact-float: act is
+ * NULL and x holds the columns, cols floats apart. IDOT: act[n] is filled first, in the same
+ * parallel region (columns split between the threads, then the region's barrier), from x into
+ * qbuf (kern_act_bytes(cols) per column), so quantizing costs no region of its own. */
+static void run(const qmat *m, const float *x, kern_act *act, char *qbuf, int n, float *y) {
     const int          isa  = kern_isa(), avx2 = isa != KERN_SCALAR;
     const kern_rows_fn fr   = avx2 ? kern_rows_avx2 : kern_rows_ref;
     const kern_idot_fn fq   = isa >= KERN_AVX2_VNNI ? kern_idot_vnni : avx2 ? kern_idot_avx2 : kern_idot_ref;
@@ -274,6 +277,14 @@ static void run(const qmat *m, const float *x, const kern_act *act, int n, float
     {
         const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
         const int r0 = (int)((long)m->rows * ith / nth), r1 = (int)((long)m->rows * (ith + 1) / nth);
+        if (act) { /* IDOT: quantize every column once (the same function for every path and n) */
+            const size_t ab = kern_act_bytes(m->cols);
+            prof_t       t0 = ith ? (prof_t){0, 0} : prof_begin();
+#pragma omp for schedule(static)
+            for (int t = 0; t < n; t++)
+                kern_act_make(m->type, x + (size_t)t * m->cols, m->cols, qbuf + (size_t)t * ab, &act[t]);
+            if (!ith) prof_end(PROF_QUANT, t0);
+        }
         for (int b0 = r0; b0 < r1; b0 += br) {
             const int b1 = r1 - b0 < br ? r1 : b0 + br;
             int t = 0;
@@ -307,17 +318,13 @@ static void matmul(const qmat *m, const float *x, int n, float *y) {
     if (n <= 0)
         return;
     if (m->type == Q_F32 || !kern_idot()) {
-        run(m, x, NULL, n, y);
+        run(m, x, NULL, NULL, n, y);
         return;
     }
-    /* IDOT: quantize every column once (the same function for every path and n). */
-    const size_t ab  = kern_act_bytes(m->cols);
-    char        *buf = k3_aligned_alloc(32, ab * (size_t)n);
-    kern_act    *act = malloc((size_t)n * sizeof *act);
+    char     *buf = k3_aligned_alloc(32, kern_act_bytes(m->cols) * (size_t)n);
+    kern_act *act = malloc((size_t)n * sizeof *act);
     K3_ASSERT(buf && act); /* a few KiB per column: out of memory here is not recoverable */
-    for (int t = 0; t < n; t++)
-        kern_act_make(m->type, x + (size_t)t * m->cols, m->cols, buf + (size_t)t * ab, &act[t]);
-    run(m, NULL, act, n, y);
+    run(m, x, act, buf, n, y);
     free(act);
     free(buf);
 }

@@ -15,6 +15,7 @@
  * cache rows at positions pos..pos+n-1 (committed only when the session advances pos).
  */
 #include "model-impl.h"
+#include "prof.h"
 #include "vkt.h"
 
 #include <math.h>
@@ -23,14 +24,21 @@
 
 /* ==== small math ============================================================ */
 
+/* Element-wise and per-token loops run on the OpenMP threads from this many scalar elements
+ * (a region costs a few microseconds; one element of the double-precision activations about
+ * 20-60 ns). Each element or token is computed alone, so the split never changes a bit. */
+#define PAR_MIN 4096
+
 static float sigmoidf_(double x) {
     return (float)(1.0 / (1.0 + exp(-x)));
 }
 
 /* Y[n][rows] = W X[n][cols]. */
 static void mm(const qmat *w, const float *x, int n, float *y) {
+    prof_t t0 = prof_begin();
     if (n == 1) qmat_matvec(w, x, y);
     else qmat_matmul(w, x, n, y);
+    prof_end(PROF_MATMUL, t0);
 }
 
 /* dot(a, b) in f32 with 8 interleaved partial sums: vectorisable, and one fixed order. */
@@ -57,10 +65,13 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, double ep
 
 /* SiTU-GLU(g, u) = β₁·tanh(g/β₁)·σ(g) · β₂·tanh(u/β₂), into g. */
 static void situ_glu(float *g, const float *u, size_t n, double b1, double b2) {
+    prof_t t0 = prof_begin();
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         double a = (double)g[i];
         g[i] = (float)(b1 * tanh(a / b1) / (1.0 + exp(-a)) * b2 * tanh((double)u[i] / b2));
     }
+    prof_end(PROF_GLU, t0);
 }
 
 /* Attention Residuals mix (spec 5): entries = blocks[0..nb) ++ [p];
@@ -117,6 +128,8 @@ static void kda_forward(k3_session *s, int l, int n) {
         mm(proj[i], b->xn, n, win + (size_t)(K - 1) * P);
         /* causal depthwise conv + SiLU: out[t][ch] = Σ_k tap[ch][k] · win[t+k][ch] */
         const float *tap = w->conv[i];
+        prof_t       t0  = prof_begin();
+#pragma omp parallel for collapse(2) schedule(static) if ((long)n * P >= PAR_MIN)
         for (int t = 0; t < n; t++)
             for (int ch = 0; ch < P; ch++) {
                 float acc = 0;
@@ -127,12 +140,15 @@ static void kda_forward(k3_session *s, int l, int n) {
         /* the new tail: the last K-1 window rows */
         memcpy(ls->tail[dst] + (size_t)i * (K - 1) * P, win + (size_t)n * P,
                (size_t)(K - 1) * P * sizeof(float));
+        prof_end(PROF_KDA_CONV, t0);
     }
     float *gate = b->t3, *gz = b->t4, *fa = b->t5, *beta = b->gat;
     mm(&w->g, b->xn, n, gate);              /* g_proj x            (n, P) */
     mm(&w->fa, b->xn, n, fa);               /* f_a x               (n, d) */
     mm(&w->fb, fa, n, gz);                  /* f_b(f_a x)          (n, P) */
     mm(&w->b, b->xn, n, beta);              /* b_proj x            (n, H) */
+    prof_t t0 = prof_begin();
+#pragma omp parallel for schedule(static) if ((long)n * P >= PAR_MIN)
     for (int t = 0; t < n; t++) {
         for (int ch = 0; ch < P; ch++) {    /* g = lb · σ(exp(A_log[h]) · (z + dt_bias)) */
             float z = gz[(size_t)t * P + ch] + w->dt_bias[ch];
@@ -141,6 +157,8 @@ static void kda_forward(k3_session *s, int l, int n) {
         for (int h = 0; h < H; h++)
             beta[(size_t)t * H + h] = sigmoidf_((double)beta[(size_t)t * H + h]);
     }
+    prof_end(PROF_KDA_GATE, t0);
+    t0 = prof_begin();
 
     /* per head, token by token in order: the delta rule on S (H, d, d); threads only when
      * the work outweighs waking them */
@@ -201,6 +219,7 @@ static void kda_forward(k3_session *s, int l, int n) {
                 q[j] = (float)(o[j] * r * (double)w->o_norm[j] * (double)sigmoidf_((double)gt[j]));
         }
     }
+    prof_end(PROF_KDA_REC, t0);
     mm(&w->o, b->t0, n, b->y);
 }
 
@@ -224,15 +243,19 @@ static void mla_forward(k3_session *s, int l, int n) {
 
     float *qa = b->t0, *q = b->t1, *kva = b->t2, *gate = b->t3, *ctx = b->t4;
     mm(&w->qa, b->xn, n, qa);                                   /* q_a x          (n, q_lora) */
+    prof_t t0 = prof_begin();
     for (int t = 0; t < n; t++)
         rmsnorm(qa + (size_t)t * ql, qa + (size_t)t * ql, w->qa_norm, ql, 1e-6);
+    prof_end(PROF_NORM, t0);
     mm(&w->qb, qa, n, q);                                       /* q_b            (n, Hm*qw)  */
     mm(&w->kva, b->xn, n, kva);                                 /* kv_a x         (n, kl+rope) */
+    t0 = prof_begin();
     for (int t = 0; t < n; t++) {                               /* append c, kr to the cache  */
         const float *row = kva + (size_t)t * (kl + rope);
         rmsnorm(ls->c + (size_t)(pos + t) * kl, row, w->kva_norm, kl, 1e-6);
         memcpy(ls->kr + (size_t)(pos + t) * rope, row + kl, (size_t)rope * sizeof(float));
     }
+    prof_end(PROF_NORM, t0);
     mm(&w->g, b->xn, n, gate);                                  /* g_proj x       (n, Hm*v)   */
 
     /* absorbed query per head: qlat[h][t] = kv_b_nope_hᵀ q_nope[t][h]   (Hm, C, kl) */
@@ -243,6 +266,7 @@ static void mla_forward(k3_session *s, int l, int n) {
         mm(&w->uk_t[h], b->gat, n, b->hd + (size_t)h * C * kl);
     }
     /* causal attention over the latent cache, token by token; ctx_lat into hd2 (Hm, C, kl) */
+    t0 = prof_begin();
 #pragma omp parallel for schedule(static) if ((long)n * Hm * (pos + n) * kl >= (1L << 18))
     for (int h = 0; h < Hm; h++) {
         float *sc = b->scores + (size_t)h * s->m->par.max_ctx;
@@ -275,14 +299,17 @@ static void mla_forward(k3_session *s, int l, int n) {
                 out[i] *= inv;
         }
     }
+    prof_end(PROF_MLA_ATT, t0);
     /* ctx[t][h] = kv_b_v_h ctx_lat, gated by σ(g_proj x) */
     for (int h = 0; h < Hm; h++) {
         mm(&w->uv[h], b->hd2 + (size_t)h * C * kl, n, b->gat2);
+        t0 = prof_begin();
         for (int t = 0; t < n; t++)
             for (int i = 0; i < vd; i++) {
                 size_t k = (size_t)t * Hm * vd + (size_t)h * vd + i;
                 ctx[k]   = b->gat2[(size_t)t * vd + i] * sigmoidf_((double)gate[k]);
             }
+        prof_end(PROF_MLA_ATT, t0);
     }
     mm(&w->o, ctx, n, b->y);
 }
@@ -359,6 +386,9 @@ static void moe_route(const k3_model *m, const moe_weights *w, const float *xn, 
     const k3_config *c = &m->cfg;
     const int        E = c->n_experts, k = c->n_active;
     mm(&w->router, xn, n, ms->scores);
+    prof_t t0 = prof_begin();
+    /* per token; K3_TOPP's drop shares ms->rows as scratch, so it stays on one thread */
+#pragma omp parallel for schedule(static) if (n > 1 && (long)n * E >= PAR_MIN / 8 && m->par.topp >= 1)
     for (int t = 0; t < n; t++) {
         float *st = ms->scores + (size_t)t * E;
         for (int e = 0; e < E; e++)
@@ -389,6 +419,7 @@ static void moe_route(const k3_model *m, const moe_weights *w, const float *xn, 
                                   : (double)st[sel[j]] * (double)c->routed_scale);
         if (m->par.topp < 1) topp_drop(sel, wt, k, m->par.topp, ms->rows);
     }
+    prof_end(PROF_ROUTE, t0);
 }
 
 /* The distinct experts of the chunk in id order -> ms->ids; returns their number. */
@@ -406,11 +437,13 @@ static int moe_experts(const moe_scratch *ms, int E, int nk) {
 /* Gather: the (token, slot) rows routed to expert e, in token order -> ms->rows, and their
  * latent rows z -> ms->in. Returns np. */
 static int moe_gather(const moe_scratch *ms, int e, int nk, int k, int L) {
-    int np = 0;
+    prof_t t0 = prof_begin();
+    int    np = 0;
     for (int i = 0; i < nk; i++)
         if (ms->sel[i] == e) ms->rows[np++] = i;
     for (int i = 0; i < np; i++)
         memcpy(ms->in + (size_t)i * L, ms->z + (size_t)(ms->rows[i] / k) * L, (size_t)L * sizeof(float));
+    prof_end(PROF_MOE_MOVE, t0);
     return np;
 }
 
@@ -422,8 +455,10 @@ static void moe_compute(const k3_config *c, const k3_expert *x, int np, moe_scra
     mm(&x->w3, ms->in, np, ms->up);
     situ_glu(ms->gate, ms->up, (size_t)np * F, (double)c->situ_beta, (double)c->situ_linear_beta);
     mm(&x->w2, ms->gate, np, ms->out); /* (np, L) */
+    prof_t t0 = prof_begin();
     for (int i = 0; i < np; i++)
         memcpy(ms->slot_y + (size_t)ms->rows[i] * L, ms->out + (size_t)i * L, (size_t)L * sizeof(float));
+    prof_end(PROF_MOE_MOVE, t0);
 }
 
 /* Combine: lat = RMSNorm(Σ_slot w · slot_y) in selection order (so the order experts ran in
@@ -431,6 +466,8 @@ static void moe_compute(const k3_config *c, const k3_expert *x, int np, moe_scra
 static void moe_combine(const k3_model *m, const moe_weights *w, int n, moe_scratch *ms, float *y) {
     const k3_config *c = &m->cfg;
     const int        k = c->n_active, L = c->latent, D = c->hidden;
+    prof_t           t0 = prof_begin();
+#pragma omp parallel for schedule(static) if (n > 1 && (long)n * L >= PAR_MIN)
     for (int t = 0; t < n; t++) {
         float *ut = ms->lat + (size_t)t * L;
         for (int i = 0; i < L; i++) {
@@ -442,9 +479,12 @@ static void moe_combine(const k3_model *m, const moe_weights *w, int n, moe_scra
         }
         rmsnorm(ut, ut, w->lat_norm, L, (double)c->rms_eps);
     }
+    prof_end(PROF_MOE_MOVE, t0);
     mm(&w->up_lat, ms->lat, n, y);
+    t0 = prof_begin();
     for (size_t i = 0; i < (size_t)n * D; i++)
         y[i] += ms->shared[i];
+    prof_end(PROF_MOE_MOVE, t0);
 }
 
 /* Stable LatentMoE over the chunk: cb.xn (n, D) -> cb.y (n, D).
@@ -506,6 +546,8 @@ k3_status layer_forward(k3_session *s, int l, int n) {
     const int    nb = (l + blk - 1) / blk, restart = l % blk == 0;
     const double eps = (double)c->rms_eps;
 
+    prof_t t0 = prof_begin();
+#pragma omp parallel for schedule(static) if (n > 1 && (long)n * D >= PAR_MIN)
     for (int t = 0; t < n; t++) {
         float *p = b->h + (size_t)t * D, *bl = b->blocks + (size_t)t * NB * D;
         float *x = b->x + (size_t)t * D;
@@ -514,8 +556,11 @@ k3_status layer_forward(k3_session *s, int l, int n) {
         if (restart) memcpy(bl + (size_t)nb * D, p, (size_t)D * sizeof(float));
         rmsnorm(b->xn + (size_t)t * D, x, w->in_norm, D, eps);
     }
+    prof_end(PROF_NORM, t0);
     if (w->kind == K3_LAYER_KDA) kda_forward(s, l, n);
     else mla_forward(s, l, n);
+    t0 = prof_begin();
+#pragma omp parallel for schedule(static) if (n > 1 && (long)n * D >= PAR_MIN)
     for (int t = 0; t < n; t++) {
         float *p = b->h + (size_t)t * D, *a = b->y + (size_t)t * D;
         for (int i = 0; i < D; i++)
@@ -524,13 +569,16 @@ k3_status layer_forward(k3_session *s, int l, int n) {
                     w->mlp_res_w, D, eps);
         rmsnorm(b->xn + (size_t)t * D, b->x + (size_t)t * D, w->post_norm, D, eps);
     }
+    prof_end(PROF_NORM, t0);
     if (w->dense) mlp_forward(m, &w->mlp, b->xn, n, b->y, b->t0, b->t1);
     else {
         k3_status st = moe_forward(s, l, n);
         if (st) return st;
     }
+    t0 = prof_begin();
     for (size_t i = 0; i < (size_t)n * D; i++)
         b->h[i] += b->y[i];
+    prof_end(PROF_NORM, t0);
     return K3_OK;
 }
 
@@ -540,10 +588,12 @@ void model_head(k3_session *s, int t0, int n) {
     const k3_config *c = &m->cfg;
     chunk_buf       *b = &s->cb;
     const int D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
+    prof_t p0 = prof_begin();
     for (int t = t0; t < n; t++) {
         attnres_mix(b->x + (size_t)t * D, b->h + (size_t)t * D, b->blocks + (size_t)t * NB * D, NB,
                     m->out_res_w, D, (double)c->rms_eps);
         rmsnorm(b->xn + (size_t)t * D, b->x + (size_t)t * D, m->final_norm, D, (double)c->rms_eps);
     }
+    prof_end(PROF_NORM, p0);
     mm(&m->lm_head, b->xn + (size_t)t0 * D, n - t0, b->logits + (size_t)t0 * c->vocab);
 }

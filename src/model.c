@@ -12,6 +12,7 @@
  * recorded in m->owned and freed together.
  */
 #include "model-impl.h"
+#include "prof.h"
 #include "repack.h"
 #include "tensors.h"
 #include "vkt.h"
@@ -72,6 +73,7 @@ k3_status k3_params_default(k3_params *p) {
     if ((st = env_int("K3_PIPE", 0, 1, &p->pipe))) return st;
     if ((st = env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads))) return st;
     if ((st = kern_isa_env())) return st;
+    prof_init();
     static const struct { const char *name; int bit; } given[] = {
         {"K3_BITS", K3_SET_BITS}, {"K3_MLA_BITS", K3_SET_MLA_BITS}, {"K3_HEAD_BITS", K3_SET_HEAD_BITS},
         {"K3_EXPERT_GB", K3_SET_EXPERT_GB}, {"K3_MAXT", K3_SET_MAXT}};

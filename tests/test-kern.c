@@ -273,7 +273,10 @@ int main(void) {
     omp_set_num_threads(2);
 
     static const int shapes[][2] = {{1, 1}, {7, 5}, {13, 33}, {37, 100}, {5, 129}, {3, 200}, {300, 301},
-                                    {9, 515},  {3, 704},  {2, 3584}}; /* several 4-pair blocks, then tails */
+                                    {9, 515},  {3, 704},  {2, 3584},
+                                    /* the AVX-512 matmul's K blocks (512 weight bytes) over row
+                                     * sub-blocks of 16: several of each, partial ones, tails */
+                                    {37, 1100}, {21, 2080}}; /* several 4-pair blocks, then tails */
     for (int type = Q_F32; type <= Q_I4; type++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             qmat     m;
@@ -282,7 +285,7 @@ int main(void) {
             check_mat(&m, have_avx2);
             qmat_free(&m);
         }
-    static const int mshapes[][2] = {{1, 32}, {7, 96}, {13, 160}, {37, 224}, {301, 288}};
+    static const int mshapes[][2] = {{1, 32}, {7, 96}, {13, 160}, {37, 224}, {301, 288}, {37, 2336}};
     for (size_t s = 0; s < sizeof mshapes / sizeof mshapes[0]; s++) {
         qmat     m;
         uint8_t *mx;
