@@ -22,6 +22,10 @@
  *   prefill_warm_isa, decode_warm_isa
  *                      warm prefill / decode at the running kernel level (K3_ISA, default the
  *                      best) against the same session at K3_ISA=avx2, alternating rounds.
+ *   prefill_chunk_<C>  warm prefill of 256 tokens with K3_CHUNK = C (32, 64, 128, 256), a session per
+ *                      chunk size on the same model, alternating rounds, medians; ref: chunk 32
+ *                      (the default before it was measured). Only when the filter names it
+ *                      (k3-bench prefill_chunk): it takes a while.
  *   prefill_warm_phase_<phase>   (K3_PROFILE=1 only) per phase of prof.h, wall seconds per token
  *                      of the warm prefill; ref: the prefill's total. A "# " line gives the CPU
  *                      seconds (both threads, spin waits included) against the process's.
@@ -30,6 +34,7 @@
 #include "config.h"
 #include "experts.h"
 #include "kern-impl.h"
+#include "model-impl.h"
 #include "prof.h"
 
 #include <errno.h>
@@ -258,6 +263,34 @@ static void report_phases(int np, prof_t w0) {
            100.0 * wsum / (w1.wall - w0.wall), 100.0 * csum / (w1.cpu - w0.cpu));
 }
 
+/* Warm prefill of np tokens at each chunk size, a fresh session each, alternating rounds. */
+static int chunk_ab(k3_model *m, const int32_t *ids, int np) {
+    enum { R = 3, NC = 4 };
+    static const int sizes[NC] = {32, 64, 128, 256};
+    double           t[NC][R];
+    const int        keep = m->par.chunk;
+    int              rc   = 0;
+    for (int r = 0; r < R && !rc; r++)
+        for (int i = 0; i < NC && !rc; i++) {
+            k3_session *s = NULL;
+            tok_time    tt = {0, 0, 0};
+            m->par.chunk  = sizes[i];
+            rc            = k3_session_new(m, &s) || prefill(s, ids, np, &tt);
+            t[i][r]       = tt.total;
+            k3_session_free(s);
+        }
+    m->par.chunk = keep;
+    if (rc) return rc;
+    printf("# chunk sizes: warm prefill of %d tokens, %d alternating rounds, medians\n", np, R);
+    const double ref = bench_median(t[0], R);
+    for (int i = 0; i < NC; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "prefill_chunk_%d", sizes[i]);
+        bench_report(name, i ? bench_median(t[i], R) : ref, "s/tok", ref, "s/tok(chunk 32)");
+    }
+    return 0;
+}
+
 static void bench_engine(const char *dir) {
     k3_params p;
     if (k3_params_default(&p)) return;
@@ -272,10 +305,10 @@ static void bench_engine(const char *dir) {
     }
     printf("# slice model loaded in %.1f s (K3_BITS=%d K3_MLA_BITS=%d K3_HEAD_BITS=%d, chunk %d, "
            "%d loader threads)\n", k3_time() - t0, p.bits, p.mla_bits, p.head_bits, p.chunk, p.load_threads);
-    enum { NP = 64, ND = 6 };
-    int32_t  ids[NP];
+    enum { NP = 64, ND = 6, NPC = 256 };
+    int32_t  ids[NPC];
     uint64_t r = 12345;
-    for (int i = 0; i < NP; i++) {
+    for (int i = 0; i < NPC; i++) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
         ids[i] = (int32_t)(r % 100000) + 300;
     }
@@ -295,6 +328,7 @@ static void bench_engine(const char *dir) {
     rc |= decode(s, ids + 8, ND, &dc);
     if (!rc) rc |= k3_model_set_expert_budget(m, -1);
     if (!rc) rc |= isa_ab(s, ids, NP, ND);
+    if (!rc && bench_asked("prefill_chunk")) rc |= chunk_ab(m, ids, NPC);
     if (rc) {
         fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
     } else {
@@ -314,7 +348,8 @@ static void bench_engine(const char *dir) {
 /* ---- driver ---------------------------------------------------------------------------------- */
 
 int bench_experts(void) {
-    int want_s = bench_want("expert_stream"), want_e = bench_want("prefill_") || bench_want("decode_");
+    int want_s = bench_want("expert_stream"), want_e = bench_want("prefill_") || bench_want("decode_") ||
+                                                   bench_asked("prefill_chunk");
     if (!want_s && !want_e) return 0;
     const char *dir = getenv("K3_BENCH_SLICE");
     char        gen[600] = "";

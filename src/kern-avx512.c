@@ -240,13 +240,12 @@ static_assert(RB_MAX == 4 && CB_I8 == 4 && CB_NIB == 3, "one tile function per s
 
 typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int, const kspan *);
 
-/* K blocking of a matmul (nc > 1): KB_STEPS double steps per block (512 weight bytes of each
- * row), rows in sub-blocks of RS_ROWS. The activations of one K block for KERN_NC512 columns
+/* K blocking of a matmul (nc > 1): kern_kblock_steps() double steps per block (default 8: 512
+ * weight bytes of each row), rows in sub-blocks of RS_ROWS. The activations of one K block for KERN_NC512 columns
  * (i8: 12 KiB, nibble types 16 KiB), the sub-block's weights (8 KiB) and the waiting lanes
  * ab (8 KiB) stay in L1 while the sub-block's tiles pass, instead of every 4-row tile pulling
  * the columns' whole activations (tens of KiB) from L2 again. A matvec (nc == 1) runs each row
  * in one pass: its one activation column stays in L1 anyway. See BENCHMARKS.md. */
-#define KB_STEPS 8
 #define RS_ROWS  16
 
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
@@ -262,7 +261,7 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
     const int pf = kern_prefetch_bytes();
     /* whole double steps of a row: 64 weight bytes each */
     const int nfull = (int)(t == 0 ? (size_t)m->cols / 64 : t == 1 ? (size_t)(m->cols + 1) / 2 / 64 : (size_t)m->cols / 2 / 64);
-    const int kb    = nc > 1 ? KB_STEPS : nfull;
+    const int kbs   = kern_kblock_steps(), kb = nc > 1 && kbs ? kbs : nfull;
     __m512    ab[RS_ROWS * KERN_NC512];
     for (int rs = r0; rs < r1; rs += RS_ROWS) {
         const int re = r1 - rs < RS_ROWS ? r1 : rs + RS_ROWS;

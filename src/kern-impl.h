@@ -86,6 +86,11 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
  * restarts slowly); with it the stream runs a few rows ahead. See BENCHMARKS.md. */
 #define KERN_PREFETCH 4096
 int kern_prefetch_bytes(void);
+/* K blocking of the AVX-512 matmul (kern-avx512.c): double steps (64 weight bytes of a row each)
+ * per K block, K3_KBLOCK, read once, default KERN_KBLOCK; 0 turns it off (one pass per row, the
+ * layout before). A benchmark knob: every setting gives the same bits. */
+#define KERN_KBLOCK 8
+int kern_kblock_steps(void);
 
 /* 2^(e-128) exactly (subnormal for e < 2), the scale of the doubled MXFP4 integers. */
 static inline float kern_e8m0_half(uint8_t e) {
