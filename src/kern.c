@@ -253,30 +253,75 @@ void kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
 
 /* ==== entry points ========================================================================== */
 
-/* Rows of one block of the matmul: about 256 KiB of weights, so the block stays in L2 while
- * the columns pass over it. */
-static int block_rows(const qmat *m) {
+/* Rows of one block: a matmul's about 256 KiB of weights, so the block stays in L2 while the
+ * columns pass over it; a matvec's about 128 KiB (KERN_MV_BLOCK), the unit the threads take. */
+static int block_rows(const qmat *m, size_t bytes) {
     size_t rb = (q_wbytes(m->type, 1, m->cols) + q_sbytes(m->type, 1, m->cols));
-    size_t b  = rb ? (256u << 10) / rb : 1;
+    size_t b  = rb ? bytes / rb : 1;
+    b         = b >= 16 ? b & ~(size_t)15 : b; /* whole AVX-512 row sub-blocks and tiles */
     return b < 1 ? 1 : b > 1024 ? 1024 : (int)b;
 }
 
-/* y[t][rows] for t < n: the whole call, partitioned (ith, nth) over rows. Exact-float: act is
- * NULL and x holds the columns, cols floats apart. IDOT: act[n] is filled first, in the same
- * parallel region (columns split between the threads, then the region's barrier), from x into
- * qbuf (kern_act_bytes(cols) per column), so quantizing costs no region of its own. */
-static void run(const qmat *m, const float *x, kern_act *act, char *qbuf, int n, float *y) {
-    const int          isa  = kern_isa(), avx2 = isa != KERN_SCALAR;
-    const kern_rows_fn fr   = avx2 ? kern_rows_avx2 : kern_rows_ref;
-    const kern_idot_fn fq   = isa >= KERN_AVX2_VNNI ? kern_idot_vnni : avx2 ? kern_idot_avx2 : kern_idot_ref;
+/* The kernels of one call, chosen once. */
+typedef struct run_ctx {
+    const qmat  *m;
+    const float *x;   /* exact-float columns, cols floats apart (act NULL)   */
+    kern_act    *act; /* IDOT columns, or NULL                               */
+    int          n, isa;
+    float       *y;
+} run_ctx;
+
+/* Rows [b0, b1) of every column. */
+static void run_block(const run_ctx *c, int b0, int b1) {
+    const qmat        *m = c->m;
+    const int          isa = c->isa, avx2 = isa != KERN_SCALAR, n = c->n;
+    const kern_rows_fn fr  = avx2 ? kern_rows_avx2 : kern_rows_ref;
+    const kern_idot_fn fq  = isa >= KERN_AVX2_VNNI ? kern_idot_vnni : avx2 ? kern_idot_avx2 : kern_idot_ref;
     void (*const fnc)(const qmat *, const kern_act *, float *const *, int, int) =
         isa >= KERN_AVX2_VNNI ? kern_idot_nc_vnni : kern_idot_nc_avx2;
-    const int          br   = n > 1 ? block_rows(m) : m->rows;
-    const long         work = (long)m->rows * m->cols * n;
+    const kern_act *act = c->act;
+    float          *y   = c->y;
+    int             t   = 0;
+    if (act && isa >= KERN_AVX512) /* up to KERN_NC512 columns per weight load */
+        for (; t < n; t += KERN_NC512) {
+            const int nc = n - t < KERN_NC512 ? n - t : KERN_NC512;
+            float    *yc[KERN_NC512];
+            for (int k = 0; k < nc; k++)
+                yc[k] = y + (size_t)(t + k) * m->rows;
+            kern_idot_avx512(m, &act[t], nc, yc, b0, b1);
+        }
+    if (act && avx2) /* KERN_NC columns per weight decode */
+        for (; t + KERN_NC <= n; t += KERN_NC) {
+            float *yc[KERN_NC];
+            for (int k = 0; k < KERN_NC; k++)
+                yc[k] = y + (size_t)(t + k) * m->rows;
+            fnc(m, &act[t], yc, b0, b1);
+        }
+    for (; t < n; t++) {
+        float *yt = y + (size_t)t * m->rows;
+        if (act)
+            fq(m, &act[t], yt, b0, b1);
+        else
+            fr(m, c->x + (size_t)t * m->cols, yt, b0, b1);
+    }
+}
+
+/* y[t][rows] for t < n: the whole call in one OpenMP parallel region. Exact-float: act is NULL
+ * and x holds the columns, cols floats apart. IDOT: act[n] is filled first, in the same region
+ * (columns split between the threads, then the region's barrier), from x into qbuf
+ * (kern_act_bytes(cols) per column), so quantizing costs no region of its own. Rows go to the
+ * threads in blocks of br: by default each thread takes the next free block (so a thread the
+ * machine descheduled or slowed holds up only its current block); K3_ROWSPLIT=0 gives thread
+ * ith the rows [rows*ith/nth, rows*(ith+1)/nth) as before. */
+static void run(const qmat *m, const float *x, kern_act *act, char *qbuf, int n, float *y) {
+    const int     dyn  = kern_rows_dynamic();
+    const int     br   = n > 1 ? block_rows(m, 256u << 10) : dyn ? block_rows(m, KERN_MV_BLOCK) : m->rows;
+    const int     nbl  = (m->rows + br - 1) / br;
+    const long    work = (long)m->rows * m->cols * n;
+    const run_ctx c    = {m, x, act, n, kern_isa(), y};
 #pragma omp parallel if (work > 65536)
     {
         const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
-        const int r0 = (int)((long)m->rows * ith / nth), r1 = (int)((long)m->rows * (ith + 1) / nth);
         if (act) { /* IDOT: quantize every column once (the same function for every path and n) */
             const size_t ab = kern_act_bytes(m->cols);
             prof_t       t0 = ith ? (prof_t){0, 0} : prof_begin();
@@ -285,31 +330,14 @@ static void run(const qmat *m, const float *x, kern_act *act, char *qbuf, int n,
                 kern_act_make(m->type, x + (size_t)t * m->cols, m->cols, qbuf + (size_t)t * ab, &act[t]);
             if (!ith) prof_end(PROF_QUANT, t0);
         }
-        for (int b0 = r0; b0 < r1; b0 += br) {
-            const int b1 = r1 - b0 < br ? r1 : b0 + br;
-            int t = 0;
-            if (act && isa >= KERN_AVX512) /* up to KERN_NC512 columns per weight load */
-                for (; t < n; t += KERN_NC512) {
-                    const int nc = n - t < KERN_NC512 ? n - t : KERN_NC512;
-                    float    *yc[KERN_NC512];
-                    for (int c = 0; c < nc; c++)
-                        yc[c] = y + (size_t)(t + c) * m->rows;
-                    kern_idot_avx512(m, &act[t], nc, yc, b0, b1);
-                }
-            if (act && avx2) /* KERN_NC columns per weight decode */
-                for (; t + KERN_NC <= n; t += KERN_NC) {
-                    float *yc[KERN_NC];
-                    for (int c = 0; c < KERN_NC; c++)
-                        yc[c] = y + (size_t)(t + c) * m->rows;
-                    fnc(m, &act[t], yc, b0, b1);
-                }
-            for (; t < n; t++) {
-                float *yt = y + (size_t)t * m->rows;
-                if (act)
-                    fq(m, &act[t], yt, b0, b1);
-                else
-                    fr(m, x + (size_t)t * m->cols, yt, b0, b1);
-            }
+        if (dyn) {
+#pragma omp for schedule(dynamic, 1)
+            for (int bi = 0; bi < nbl; bi++)
+                run_block(&c, bi * br, bi + 1 < nbl ? (bi + 1) * br : m->rows);
+        } else {
+            const int r0 = (int)((long)m->rows * ith / nth), r1 = (int)((long)m->rows * (ith + 1) / nth);
+            for (int b0 = r0; b0 < r1; b0 += br)
+                run_block(&c, b0, r1 - b0 < br ? r1 : b0 + br);
         }
     }
 }
