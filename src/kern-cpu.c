@@ -235,10 +235,11 @@ int kern_prefetch_bytes(void) {
     return env_int_once(&pf, "K3_PREFETCH", KERN_PREFETCH, 1 << 20);
 }
 
-int kern_rows_dynamic(void) {
-    static _Atomic int d = -1;
-    return env_int_once(&d, "K3_ROWSPLIT", 1, 1);
-}
+static _Atomic int rowsplit = -1;
+
+int kern_rows_dynamic(void) { return env_int_once(&rowsplit, "K3_ROWSPLIT", 0, 1); }
+
+void kern_set_rows_dynamic(int on) { atomic_store(&rowsplit, on != 0); }
 
 int kern_kblock_steps(void) {
     static _Atomic int kb = -1;

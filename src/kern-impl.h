@@ -91,11 +91,13 @@ int kern_prefetch_bytes(void);
  * layout before). A benchmark knob: every setting gives the same bits. */
 #define KERN_KBLOCK 8
 int kern_kblock_steps(void);
-/* Rows to threads (kern.c run): 1 (default) each thread takes the next free block of rows
- * (matvec blocks of about KERN_MV_BLOCK weight bytes); K3_ROWSPLIT=0 static halves. Read once.
- * Results do not depend on it. */
+/* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
+ * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
+ * BENCHMARKS.md) thread ith takes the ith fixed share. Read once; kern_set_rows_dynamic
+ * overrides it (tests). Results do not depend on it. */
 #define KERN_MV_BLOCK (128u << 10)
-int kern_rows_dynamic(void);
+int  kern_rows_dynamic(void);
+void kern_set_rows_dynamic(int on);
 
 /* 2^(e-128) exactly (subnormal for e < 2), the scale of the doubled MXFP4 integers. */
 static inline float kern_e8m0_half(uint8_t e) {

@@ -310,9 +310,9 @@ static void run_block(const run_ctx *c, int b0, int b1) {
  * and x holds the columns, cols floats apart. IDOT: act[n] is filled first, in the same region
  * (columns split between the threads, then the region's barrier), from x into qbuf
  * (kern_act_bytes(cols) per column), so quantizing costs no region of its own. Rows go to the
- * threads in blocks of br: by default each thread takes the next free block (so a thread the
- * machine descheduled or slowed holds up only its current block); K3_ROWSPLIT=0 gives thread
- * ith the rows [rows*ith/nth, rows*(ith+1)/nth) as before. */
+ * threads in blocks of br: by default thread ith takes the rows [rows*ith/nth, rows*(ith+1)/nth);
+ * with K3_ROWSPLIT=1 each thread takes the next free block (so a thread the machine slows down
+ * holds up only its current block). */
 static void run(const qmat *m, const float *x, kern_act *act, char *qbuf, int n, float *y) {
     const int     dyn  = kern_rows_dynamic();
     const int     br   = n > 1 ? block_rows(m, 256u << 10) : dyn ? block_rows(m, KERN_MV_BLOCK) : m->rows;

@@ -121,8 +121,11 @@ static void check_mat(const qmat *m, int have_avx2) {
     for (int isa = 0; isa <= max_isa; isa++)
         for (int idot = 0; idot <= (m->type != Q_F32); idot++) {
             int ok = 1;
-            for (int th = 1; th <= 2; th++) {
-                omp_set_num_threads(th);
+            for (int th = 1; th <= 4; th++) { /* 3, 4: 2 threads, rows taken dynamically */
+                omp_set_num_threads(th > 2 ? 2 : th);
+                kern_set_rows_dynamic(th > 2);
+                memset(ym, 0xff, (size_t)N * rows * sizeof(float)); /* NaN: a row left out shows */
+                memset(yv, 0xff, (size_t)N * rows * sizeof(float));
                 kern_set_isa(isa);
                 kern_set_idot(idot);
                 qmat_matmul(m, x, N, ym);
@@ -134,7 +137,8 @@ static void check_mat(const qmat *m, int have_avx2) {
                 else
                     ok &= bits_equal(y1, ym, (size_t)rows);
             }
-            T_CHECK(ok, "%s: %s%s matmul(n=11) == matvec per column, same at 1 and 2 threads", what,
+            kern_set_rows_dynamic(0);
+            T_CHECK(ok, "%s: %s%s matmul(n=11) == matvec per column, same at 1 and 2 threads (fixed and dynamic rows)", what,
                     iname[isa], idot ? " idot" : "");
         }
     omp_set_num_threads(2);
@@ -276,7 +280,9 @@ int main(void) {
                                     {9, 515},  {3, 704},  {2, 3584},
                                     /* the AVX-512 matmul's K blocks (512 weight bytes) over row
                                      * sub-blocks of 16: several of each, partial ones, tails */
-                                    {37, 1100}, {21, 2080}}; /* several 4-pair blocks, then tails */
+                                    {37, 1100}, {21, 2080},
+                                    /* several row blocks of a matvec (128 KiB) and a matmul (256 KiB) */
+                                    {150, 2080}}; /* several 4-pair blocks, then tails */
     for (int type = Q_F32; type <= Q_I4; type++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             qmat     m;
