@@ -23,7 +23,8 @@
  *                      warm prefill / decode at the running kernel level (K3_ISA, default the
  *                      best) against the same session at K3_ISA=avx2, alternating rounds.
  *   prefill_chunk_<C>  warm prefill of 256 tokens with K3_CHUNK = C (32, 64, 128, 256), a session per
- *                      chunk size on the same model, alternating rounds, medians; ref: chunk 32
+ *                      chunk size on the same model, 2 alternating rounds, medians (a "# " line
+ *                      gives the process CPU seconds per token); ref: chunk 32
  *                      (the default before it was measured). Only when the filter names it
  *                      (k3-bench prefill_chunk): it takes a while.
  *   prefill_warm_phase_<phase>   (K3_PROFILE=1 only) per phase of prof.h, wall seconds per token
@@ -265,9 +266,9 @@ static void report_phases(int np, prof_t w0) {
 
 /* Warm prefill of np tokens at each chunk size, a fresh session each, alternating rounds. */
 static int chunk_ab(k3_model *m, const int32_t *ids, int np) {
-    enum { R = 3, NC = 4 };
+    enum { R = 2, NC = 4 };
     static const int sizes[NC] = {32, 64, 128, 256};
-    double           t[NC][R];
+    double           t[NC][R], cpu[NC][R];
     const int        keep = m->par.chunk;
     int              rc   = 0;
     for (int r = 0; r < R && !rc; r++)
@@ -275,8 +276,10 @@ static int chunk_ab(k3_model *m, const int32_t *ids, int np) {
             k3_session *s = NULL;
             tok_time    tt = {0, 0, 0};
             m->par.chunk  = sizes[i];
-            rc            = k3_session_new(m, &s) || prefill(s, ids, np, &tt);
-            t[i][r]       = tt.total;
+            const double c0 = prof_now().cpu;
+            rc              = k3_session_new(m, &s) || prefill(s, ids, np, &tt);
+            t[i][r]         = tt.total;
+            cpu[i][r]       = (prof_now().cpu - c0) / np;
             k3_session_free(s);
         }
     m->par.chunk = keep;
@@ -287,6 +290,8 @@ static int chunk_ab(k3_model *m, const int32_t *ids, int np) {
         char name[48];
         snprintf(name, sizeof name, "prefill_chunk_%d", sizes[i]);
         bench_report(name, i ? bench_median(t[i], R) : ref, "s/tok", ref, "s/tok(chunk 32)");
+        printf("# chunk %d: CPU %.4f s/tok (both threads, spin waits included), chunk 32 %.4f\n", sizes[i],
+               bench_median(cpu[i], R), bench_median(cpu[0], R));
     }
     return 0;
 }
@@ -314,6 +319,13 @@ static void bench_engine(const char *dir) {
     }
     tok_time pc, pw, dc, dw;
     int      rc = 0;
+    if (bench_asked("prefill_chunk")) { /* only the chunk sizes, after a warm-up pass */
+        rc = k3_model_set_expert_budget(m, -1) || prefill(s, ids, NPC, &pc) || chunk_ab(m, ids, NPC);
+        if (rc) fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
+        k3_session_free(s);
+        k3_model_free(m);
+        return;
+    }
     /* cold prefill: room for every expert, none resident */
     rc |= k3_model_set_expert_budget(m, -1);
     rc |= prefill(s, ids, NP, &pc);
@@ -328,7 +340,6 @@ static void bench_engine(const char *dir) {
     rc |= decode(s, ids + 8, ND, &dc);
     if (!rc) rc |= k3_model_set_expert_budget(m, -1);
     if (!rc) rc |= isa_ab(s, ids, NP, ND);
-    if (!rc && bench_asked("prefill_chunk")) rc |= chunk_ab(m, ids, NPC);
     if (rc) {
         fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
     } else {

@@ -325,10 +325,11 @@ static void run(const qmat *m, const float *x, kern_act *act, char *qbuf, int n,
         if (act) { /* IDOT: quantize every column once (the same function for every path and n) */
             const size_t ab = kern_act_bytes(m->cols);
             prof_t       t0 = ith ? (prof_t){0, 0} : prof_begin();
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
             for (int t = 0; t < n; t++)
                 kern_act_make(m->type, x + (size_t)t * m->cols, m->cols, qbuf + (size_t)t * ab, &act[t]);
-            if (!ith) prof_end(PROF_QUANT, t0);
+            if (!ith) prof_end(PROF_QUANT, t0); /* thread 0's share; the wait below is the matmul's */
+#pragma omp barrier
         }
         if (dyn) {
 #pragma omp for schedule(dynamic, 1)
