@@ -306,58 +306,82 @@ static void run_block(const run_ctx *c, int b0, int b1) {
     }
 }
 
-/* y[t][rows] for t < n: the whole call in one OpenMP parallel region. Exact-float: act is NULL
- * and x holds the columns, cols floats apart. IDOT: act[n] is filled first, in the same region
- * (columns split between the threads, then the region's barrier), from x into qbuf
- * (kern_act_bytes(cols) per column), so quantizing costs no region of its own. Rows go to the
- * threads in blocks of br: by default thread ith takes the rows [rows*ith/nth, rows*(ith+1)/nth);
- * with K3_ROWSPLIT=1 each thread takes the next free block (so a thread the machine slows down
- * holds up only its current block). */
-static void run(const qmat *m, const float *x, kern_act *act, char *qbuf, int n, float *y) {
-    const int     dyn  = kern_rows_dynamic();
-    const int     br   = n > 1 ? block_rows(m, 256u << 10) : dyn ? block_rows(m, KERN_MV_BLOCK) : m->rows;
-    const int     nbl  = (m->rows + br - 1) / br;
-    const long    work = (long)m->rows * m->cols * n;
-    const run_ctx c    = {m, x, act, n, kern_isa(), y};
+/* y[i][t][rows of m[i]] for t < n, for the k matrices m[i] that share the input columns: the
+ * whole call in one OpenMP parallel region. Exact-float: act is NULL and x holds the columns,
+ * cols floats apart. IDOT (every m[i] of one type and cols): act[n] is filled first, once for
+ * all k, in the same region (columns split between the threads, then the region's barrier),
+ * from x into qbuf (kern_act_bytes(cols) per column), so quantizing costs no region of its own.
+ * Rows go to the threads in blocks of br: by default thread ith takes the rows
+ * [rows*ith/nth, rows*(ith+1)/nth) of each matrix; with K3_ROWSPLIT=1 each thread takes the
+ * next free block (so a thread the machine slows down holds up only its current block). */
+static void run(const qmat *const *m, int k, const float *x, kern_act *act, char *qbuf, int n, float *const *y) {
+    const int dyn  = kern_rows_dynamic(), isa = kern_isa();
+    long      work = 0;
+    for (int i = 0; i < k; i++)
+        work += (long)m[i]->rows * m[i]->cols * n;
 #pragma omp parallel if (work > 65536)
     {
         const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
         if (act) { /* IDOT: quantize every column once (the same function for every path and n) */
-            const size_t ab = kern_act_bytes(m->cols);
-            prof_t       t0 = ith ? (prof_t){0, 0} : prof_begin();
+            const int    cols = m[0]->cols;
+            const size_t ab   = kern_act_bytes(cols);
+            prof_t       t0   = ith ? (prof_t){0, 0} : prof_begin();
 #pragma omp for schedule(static) nowait
             for (int t = 0; t < n; t++)
-                kern_act_make(m->type, x + (size_t)t * m->cols, m->cols, qbuf + (size_t)t * ab, &act[t]);
+                kern_act_make(m[0]->type, x + (size_t)t * cols, cols, qbuf + (size_t)t * ab, &act[t]);
             if (!ith) prof_end(PROF_QUANT, t0); /* thread 0's share; the wait below is the matmul's */
 #pragma omp barrier
         }
-        if (dyn) {
-#pragma omp for schedule(dynamic, 1)
-            for (int bi = 0; bi < nbl; bi++)
-                run_block(&c, bi * br, bi + 1 < nbl ? (bi + 1) * br : m->rows);
-        } else {
-            const int r0 = (int)((long)m->rows * ith / nth), r1 = (int)((long)m->rows * (ith + 1) / nth);
-            for (int b0 = r0; b0 < r1; b0 += br)
-                run_block(&c, b0, r1 - b0 < br ? r1 : b0 + br);
+        for (int i = 0; i < k; i++) { /* no barrier between the matrices: each writes its own y */
+            const qmat   *mi = m[i];
+            const int     br = n > 1 ? block_rows(mi, 256u << 10) : dyn ? block_rows(mi, KERN_MV_BLOCK) : mi->rows;
+            const int     nbl = (mi->rows + br - 1) / br;
+            const run_ctx c   = {mi, x, act, n, isa, y[i]};
+            if (dyn) {
+#pragma omp for schedule(dynamic, 1) nowait
+                for (int bi = 0; bi < nbl; bi++)
+                    run_block(&c, bi * br, bi + 1 < nbl ? (bi + 1) * br : mi->rows);
+            } else {
+                const int r0 = (int)((long)mi->rows * ith / nth), r1 = (int)((long)mi->rows * (ith + 1) / nth);
+                for (int b0 = r0; b0 < r1; b0 += br)
+                    run_block(&c, b0, r1 - b0 < br ? r1 : b0 + br);
+            }
         }
     }
 }
 
-static void matmul(const qmat *m, const float *x, int n, float *y) {
-    if (n <= 0)
+/* k matrices over the same n input columns; one quantization when they can share it. */
+static void matmul(const qmat *const *m, int k, const float *x, int n, float *const *y) {
+    if (n <= 0 || k <= 0)
         return;
-    if (m->type == Q_F32 || !kern_idot()) {
-        run(m, x, NULL, NULL, n, y);
+    int share = kern_idot();
+    for (int i = 0; i < k; i++)
+        share &= m[i]->type != Q_F32 && m[i]->type == m[0]->type && m[i]->cols == m[0]->cols;
+    if (!share) {
+        for (int i = 0; i < k; i++) {
+            if (m[i]->type == Q_F32 || !kern_idot()) {
+                run(&m[i], 1, x, NULL, NULL, n, &y[i]);
+                continue;
+            }
+            matmul(&m[i], 1, x, n, &y[i]);
+        }
         return;
     }
-    char     *buf = k3_aligned_alloc(32, kern_act_bytes(m->cols) * (size_t)n);
+    char     *buf = k3_aligned_alloc(32, kern_act_bytes(m[0]->cols) * (size_t)n);
     kern_act *act = malloc((size_t)n * sizeof *act);
     K3_ASSERT(buf && act); /* a few KiB per column: out of memory here is not recoverable */
-    run(m, x, act, buf, n, y);
+    run(m, k, x, act, buf, n, y);
     free(act);
     free(buf);
 }
 
-void qmat_matvec(const qmat *m, const float *x, float *y) { matmul(m, x, 1, y); }
+void qmat_matvec(const qmat *m, const float *x, float *y) { matmul(&m, 1, x, 1, &y); }
 
-void qmat_matmul(const qmat *m, const float *x, int n, float *y) { matmul(m, x, n, y); }
+void qmat_matmul(const qmat *m, const float *x, int n, float *y) { matmul(&m, 1, x, n, &y); }
+
+void qmat_matmul_many(const qmat *const *m, int k, const float *x, int n, float *const *y) {
+    K3_ASSERT(k >= 0);
+    for (int i = 1; i < k; i++)
+        K3_ASSERT(m[i]->cols == m[0]->cols);
+    matmul(m, k, x, n, y);
+}

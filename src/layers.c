@@ -41,6 +41,14 @@ static void mm(const qmat *w, const float *x, int n, float *y) {
     prof_end(PROF_MATMUL, t0);
 }
 
+/* y[i] = W_i x for k matrices over the same input: one quantization and one OpenMP region for
+ * all (qmat_matmul_many; the same bits as k calls of mm). */
+static void mm_many(const qmat *const *w, int k, const float *x, int n, float *const *y) {
+    prof_t t0 = prof_begin();
+    qmat_matmul_many(w, k, x, n, y);
+    prof_end(PROF_MATMUL, t0);
+}
+
 /* dot(a, b) in f32 with 8 interleaved partial sums: vectorisable, and one fixed order. */
 static float dot8(const float *a, const float *b, int n) {
     float acc[8] = {0}, tail = 0;
@@ -119,13 +127,22 @@ static void kda_forward(k3_session *s, int l, int n) {
     const int H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k, C = s->chunk;
     const int src = ls->sel, dst = 1 - src;
 
-    /* projections into the conv windows (3, K-1+C, P): rows 0..K-2 = carried tail */
-    const qmat *proj[3] = {&w->q, &w->k, &w->v};
-    float      *qkv[3]  = {b->t0, b->t1, b->t2};
+    /* the projections of x: q, k, v into the conv windows (3, K-1+C, P) after their carried
+     * tails (rows 0..K-2), g_proj, f_a, b_proj */
+    float *qkv[3] = {b->t0, b->t1, b->t2};
+    float *gate = b->t3, *gz = b->t4, *fa = b->t5, *beta = b->gat;
+    {
+        const qmat *proj[6] = {&w->q, &w->k, &w->v, &w->g, &w->fa, &w->b};
+        float      *out[6]  = {NULL, NULL, NULL, gate, fa, beta};
+        for (int i = 0; i < 3; i++) {
+            float *win = b->win + (size_t)i * (K - 1 + C) * P;
+            memcpy(win, ls->tail[src] + (size_t)i * (K - 1) * P, (size_t)(K - 1) * P * sizeof(float));
+            out[i] = win + (size_t)(K - 1) * P;
+        }
+        mm_many(proj, 6, b->xn, n, out);
+    }
     for (int i = 0; i < 3; i++) {
         float *win = b->win + (size_t)i * (K - 1 + C) * P;
-        memcpy(win, ls->tail[src] + (size_t)i * (K - 1) * P, (size_t)(K - 1) * P * sizeof(float));
-        mm(proj[i], b->xn, n, win + (size_t)(K - 1) * P);
         /* causal depthwise conv + SiLU: out[t][ch] = Σ_k tap[ch][k] · win[t+k][ch] */
         const float *tap = w->conv[i];
         prof_t       t0  = prof_begin();
@@ -142,11 +159,7 @@ static void kda_forward(k3_session *s, int l, int n) {
                (size_t)(K - 1) * P * sizeof(float));
         prof_end(PROF_KDA_CONV, t0);
     }
-    float *gate = b->t3, *gz = b->t4, *fa = b->t5, *beta = b->gat;
-    mm(&w->g, b->xn, n, gate);              /* g_proj x            (n, P) */
-    mm(&w->fa, b->xn, n, fa);               /* f_a x               (n, d) */
     mm(&w->fb, fa, n, gz);                  /* f_b(f_a x)          (n, P) */
-    mm(&w->b, b->xn, n, beta);              /* b_proj x            (n, H) */
     prof_t t0 = prof_begin();
 #pragma omp parallel for schedule(static) if ((long)n * P >= PAR_MIN)
     for (int t = 0; t < n; t++) {
@@ -242,13 +255,16 @@ static void mla_forward(k3_session *s, int l, int n) {
     const double scale = 1.0 / sqrt((double)qw);
 
     float *qa = b->t0, *q = b->t1, *kva = b->t2, *gate = b->t3, *ctx = b->t4;
-    mm(&w->qa, b->xn, n, qa);                                   /* q_a x          (n, q_lora) */
+    {   /* q_a x (n, q_lora), kv_a x (n, kl+rope), g_proj x (n, Hm*v) */
+        const qmat *proj[3] = {&w->qa, &w->kva, &w->g};
+        float      *out[3]  = {qa, kva, gate};
+        mm_many(proj, 3, b->xn, n, out);
+    }
     prof_t t0 = prof_begin();
     for (int t = 0; t < n; t++)
         rmsnorm(qa + (size_t)t * ql, qa + (size_t)t * ql, w->qa_norm, ql, 1e-6);
     prof_end(PROF_NORM, t0);
     mm(&w->qb, qa, n, q);                                       /* q_b            (n, Hm*qw)  */
-    mm(&w->kva, b->xn, n, kva);                                 /* kv_a x         (n, kl+rope) */
     t0 = prof_begin();
     for (int t = 0; t < n; t++) {                               /* append c, kr to the cache  */
         const float *row = kva + (size_t)t * (kl + rope);
@@ -256,7 +272,6 @@ static void mla_forward(k3_session *s, int l, int n) {
         memcpy(ls->kr + (size_t)(pos + t) * rope, row + kl, (size_t)rope * sizeof(float));
     }
     prof_end(PROF_NORM, t0);
-    mm(&w->g, b->xn, n, gate);                                  /* g_proj x       (n, Hm*v)   */
 
     /* absorbed query per head: qlat[h][t] = kv_b_nope_hᵀ q_nope[t][h]   (Hm, C, kl) */
     for (int h = 0; h < Hm; h++) {
@@ -319,8 +334,9 @@ static void mla_forward(k3_session *s, int l, int n) {
 /* out = down(SiTU-GLU(gate x, up x)); g, u: scratch (n, I). */
 static void mlp_forward(const k3_model *m, const mlp_weights *w, const float *x, int n, float *out,
                         float *g, float *u) {
-    mm(&w->gate, x, n, g);
-    mm(&w->up, x, n, u);
+    const qmat *gu[2] = {&w->gate, &w->up};
+    float      *y[2]  = {g, u};
+    mm_many(gu, 2, x, n, y);
     situ_glu(g, u, (size_t)n * w->gate.rows, (double)m->cfg.situ_beta,
              (double)m->cfg.situ_linear_beta);
     mm(&w->down, g, n, out);
@@ -451,8 +467,9 @@ static int moe_gather(const moe_scratch *ms, int e, int nk, int k, int L) {
  * ms->out = w2(SiTU-GLU(w1 in, w3 in)); then scatter the rows back to their (token, slot). */
 static void moe_compute(const k3_config *c, const k3_expert *x, int np, moe_scratch *ms) {
     const int L = c->latent, F = c->moe_inter;
-    mm(&x->w1, ms->in, np, ms->gate); /* (np, F) */
-    mm(&x->w3, ms->in, np, ms->up);
+    const qmat *w13[2] = {&x->w1, &x->w3};
+    float      *y13[2] = {ms->gate, ms->up}; /* (np, F) each */
+    mm_many(w13, 2, ms->in, np, y13);
     situ_glu(ms->gate, ms->up, (size_t)np * F, (double)c->situ_beta, (double)c->situ_linear_beta);
     mm(&x->w2, ms->gate, np, ms->out); /* (np, L) */
     prof_t t0 = prof_begin();

@@ -301,6 +301,51 @@ int main(void) {
     }
     check_mxfp4_known(have_avx2);
 
+    /* qmat_matmul_many: each result bit-identical to its own qmat_matmul, shared quantization
+     * (same type) or not (mixed types, exact-float), every level, n = 1 and 11, 1 and 2 threads */
+    {
+        enum { K = 4, N = 11, COLS = 1100 };
+        static const int types[K] = {Q_I8, Q_I8, Q_I4, Q_F32}, rows[K] = {37, 150, 21, 5};
+        qmat             m[K];
+        uint8_t         *mx;
+        for (int i = 0; i < K; i++)
+            make_mat(&m[i], types[i], rows[i], COLS, &mx);
+        float *x = malloc((size_t)N * COLS * sizeof(float));
+        for (int i = 0; i < N * COLS; i++)
+            x[i] = frnd();
+        float *ya[K], *yb[K];
+        for (int i = 0; i < K; i++)
+            ya[i] = malloc((size_t)N * rows[i] * sizeof(float)), yb[i] = malloc((size_t)N * rows[i] * sizeof(float));
+        /* the sets: the two int8 (shared), all four (mixed: one by one) */
+        static const int sets[][2] = {{0, 2}, {0, 4}};
+        int              ok = 1, cases = 0;
+        for (int isa = 0; isa <= max_isa; isa++)
+            for (int th = 1; th <= 2; th++)
+                for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++)
+                    for (int n = 1; n <= N; n += N - 1) {
+                        const int   i0 = sets[si][0], k = sets[si][1];
+                        const qmat *mp[K];
+                        kern_set_isa(isa);
+                        kern_set_idot(1);
+                        omp_set_num_threads(th);
+                        for (int i = 0; i < K; i++) {
+                            mp[i] = &m[i];
+                            memset(ya[i], 0xff, (size_t)N * rows[i] * sizeof(float));
+                        }
+                        qmat_matmul_many(mp + i0, k, x, n, ya + i0);
+                        for (int i = i0; i < i0 + k; i++) {
+                            qmat_matmul(&m[i], x, n, yb[i]);
+                            ok &= bits_equal(ya[i], yb[i], (size_t)n * rows[i]);
+                        }
+                        cases++;
+                    }
+        T_CHECK(ok, "qmat_matmul_many == qmat_matmul per matrix, bit for bit (%d cases: shared int8, mixed types)", cases);
+        for (int i = 0; i < K; i++)
+            free(ya[i]), free(yb[i]), qmat_free(&m[i]);
+        free(x);
+        omp_set_num_threads(2);
+    }
+
     /* a NaN activation poisons its output rows in every path (no silent zero) */
     {
         qmat     m;
