@@ -312,10 +312,11 @@ static void bench_engine(const char *dir) {
            "%d loader threads)\n", k3_time() - t0, p.bits, p.mla_bits, p.head_bits, p.chunk, p.load_threads);
     enum { NP = 64, ND = 6, NPC = 256 };
     int32_t  ids[NPC];
-    uint64_t r = 12345;
+    uint64_t  r    = 12345;
+    const int V    = m->cfg.vocab, lo = V > 600 ? 300 : 0, span = V - lo < 100000 ? V - lo : 100000;
     for (int i = 0; i < NPC; i++) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-        ids[i] = (int32_t)(r % 100000) + 300;
+        ids[i] = (int32_t)(r % (uint64_t)(span > 0 ? span : 1)) + lo; /* inside any vocabulary */
     }
     tok_time pc, pw, dc, dw;
     int      rc = 0;
