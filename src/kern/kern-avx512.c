@@ -240,12 +240,14 @@ static_assert(RB_MAX == 4 && CB_I8 == 4 && CB_NIB == 3, "one tile function per s
 
 typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int, const kspan *);
 
-/* K blocking of a matmul (nc > 1): kern_kblock_steps() double steps per block (default 8: 512
- * weight bytes of each row), rows in sub-blocks of RS_ROWS. The activations of one K block for KERN_NC512 columns
- * (i8: 12 KiB, nibble types 16 KiB), the sub-block's weights (8 KiB) and the waiting lanes
- * ab (8 KiB) stay in L1 while the sub-block's tiles pass, instead of every 4-row tile pulling
- * the columns' whole activations (tens of KiB) from L2 again. A matvec (nc == 1) runs each row
- * in one pass: its one activation column stays in L1 anyway. See BENCHMARKS.md. */
+/* K blocking of a matmul (nc > 1): kern_kblock_steps() double steps per block (default 16: 1 KiB
+ * of each weight row), rows in sub-blocks of RS_ROWS. One K block's activations for KERN_NC512
+ * columns (i8: 24 KiB, nibble types 32 KiB) stay in L1/L2-near while the sub-block's 16 rows
+ * pass over them, with the waiting lanes ab (8 KiB), instead of every 4-row tile pulling the
+ * columns' whole activations (3 bytes per int8 column, 2 per nibble column: tens of KiB) from
+ * L2 again. Measured (BENCHMARKS.md, int8 matmul32): no blocking 135 GOPS, 8 steps 168, 16
+ * steps 198; nibble formats about even at 16, slower at 8. A matvec (nc == 1) runs each row in
+ * one pass: its one activation column stays in L1 anyway. */
 #define RS_ROWS  16
 
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {

@@ -89,7 +89,7 @@ int kern_prefetch_bytes(void);
 /* K blocking of the AVX-512 matmul (kern-avx512.c): double steps (64 weight bytes of a row each)
  * per K block, K3_KBLOCK, read once, default KERN_KBLOCK; 0 turns it off (one pass per row, the
  * layout before). A benchmark knob: every setting gives the same bits. */
-#define KERN_KBLOCK 8
+#define KERN_KBLOCK 16
 int kern_kblock_steps(void);
 /* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
  * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see

@@ -54,7 +54,7 @@ k3_status k3_params_default(k3_params *p) {
     p->bits      = 8; /* defaults justified by tools/k3-ab.c figures in BENCHMARKS.md (int4: k3-nano) */
     p->mla_bits  = 8;
     p->head_bits = 8;
-    p->chunk     = 32;
+    p->chunk     = 128; /* measured 32..256: BENCHMARKS.md "chunk size" (128 ~ 256 in CPU time, half the scratch) */
     p->max_ctx   = 8192;
     p->expert_gb = -1;
     p->direct    = 1;
