@@ -11,7 +11,8 @@
  *   in L2 while the n columns pass over them: the weights stream from memory once, and column t
  *   is bit-identical to qmat_matvec on column t (what chunked prefill relies on). The AVX2 IDOT
  *   path takes KERN_NC columns per decoded weight row, the AVX-512 path up to KERN_NC512, each
- *   column doing exactly its own steps.
+ *   column doing exactly its own steps. The exception is K3_ISA=amx: 2+ columns run the AMX
+ *   tile kernels (kern-amx.c) in their own, coarser float order; one column stays canonical.
  * - IDOT activations are quantized once per call by one shared scalar function (kern_act_make),
  *   so both twins see identical int8 inputs. The canonical IDOT order is documented in kern-impl.h.
  * - Selection (kern_isa, kern_idot) lives in kern-cpu.c.
@@ -367,6 +368,11 @@ static void matmul(const qmat *const *m, int k, const float *x, int n, float *co
         }
         return;
     }
+    if (n >= 2 && m[0]->cols > 0 && kern_isa() == KERN_AMX) { /* tiles, in the AMX order (kern-amx.c) */
+        for (int i = 0; i < k; i++)
+            kern_amx_matmul(m[i], x, n, y[i]);
+        return;
+    }
     char     *buf = k3_aligned_alloc(32, kern_act_bytes(m[0]->cols) * (size_t)n);
     kern_act *act = malloc((size_t)n * sizeof *act);
     K3_ASSERT(buf && act); /* a few KiB per column: out of memory here is not recoverable */
@@ -385,3 +391,6 @@ void qmat_matmul_many(const qmat *const *m, int k, const float *x, int n, float 
         K3_ASSERT(m[i]->cols == m[0]->cols);
     matmul(m, k, x, n, y);
 }
+
+int   kern_idot_weight(const qmat *m, int r, int c) { return idot_w(m, r, c); }
+float kern_idot_wscale(const qmat *m, int r, int g) { return idot_wscale(m, r, g); }
