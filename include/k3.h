@@ -75,7 +75,7 @@ typedef struct k3_params {
     int    bits;           /* K3_BITS: KDA/latent/shared/dense matrices: 32 (f32), 8 (default), 4 */
     int    mla_bits;       /* K3_MLA_BITS                                              */
     int    head_bits;      /* K3_HEAD_BITS (lm_head)                                   */
-    int    chunk;          /* K3_CHUNK: prefill chunk, default 32                      */
+    int    chunk;          /* K3_CHUNK: prefill chunk, default 128                     */
     int    max_ctx;        /* K3_MAXT: context capacity in tokens                      */
     int    threads;        /* OpenMP threads, 0 = default                              */
     double expert_gb;      /* K3_EXPERT_GB: routed-expert cache budget in GB (10^9 bytes);
