@@ -572,6 +572,8 @@ static void admit_locked(void) {
         sl->used = ++srv.clock;
         j->c     = sl->c;
         srv.n_active++;
+        serve_log("#%u joins slot %d after %.2f s (%d active, %d queued)", j->seq, (int)(sl - srv.slots) + 1,
+                  now_s() - j->t0, srv.n_active, srv.n_queued);
         pthread_mutex_unlock(&srv.mu);
         k3_status st = job_start(sl, j);
         pthread_mutex_lock(&srv.mu);
