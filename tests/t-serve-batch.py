@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -82,6 +83,21 @@ def post(port, data, timeout=120):
                      o["usage"]["completion_tokens"], True)
 
 
+def open_stream(port, data):
+    """A raw streaming request whose first event has arrived: (socket, bytes so far)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n%s" % (len(data), data)).encode())
+    first = b""
+    t_end = time.time() + 30
+    while b"data: " not in first and time.time() < t_end:
+        b = s.recv(4096)
+        if not b:
+            break
+        first += b
+    return s, first
+
+
 def same(a, b):
     """Two answers agree in text, reasoning and finish (usage only when both have it)."""
     return a[:3] == b[:3] and (a[3] is None or b[3] is None or a[3] == b[3])
@@ -131,13 +147,7 @@ try:
     queued_req = body("the queued one", 12)
     ref = [post(port, r) for r in others[:1] * 3 + [queued_req]]
     ok(ref[0][2][3] is None and ref[0][2][2] == "length", "the long reference stream runs to max_tokens")
-    s = __import__("socket").create_connection(("127.0.0.1", port), timeout=30)
-    s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-               "Content-Length: %d\r\n\r\n%s" % (len(long_req), long_req)).encode())
-    first = b""
-    t_end = time.time() + 30
-    while b"data: " not in first and time.time() < t_end:
-        first += s.recv(4096)
+    s, first = open_stream(port, long_req)
     res = {}
     ths = [threading.Thread(target=lambda k=k, r=r: res.update({k: post(port, r)})) for k, r in enumerate(others)]
     for t in ths:
@@ -197,13 +207,7 @@ try:
     srv3, port3, log3 = start("q2", "--parallel", "1", K3_SERVE_QUEUE="2")
     ok(port3 is not None, "a --parallel 1 server with K3_SERVE_QUEUE=2 starts")
     if port3:
-        s = __import__("socket").create_connection(("127.0.0.1", port3), timeout=30)
-        s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                   "Content-Length: %d\r\n\r\n%s" % (len(long_req), long_req)).encode())
-        first = b""
-        t_end = time.time() + 30
-        while b"data: " not in first and time.time() < t_end:
-            first += s.recv(4096)
+        s, first = open_stream(port3, long_req)
         res3 = {}
         ths = []
         for i in range(5):
