@@ -139,6 +139,29 @@ const float *k3_session_logits(const k3_session *s); /* vocab floats, valid unti
 void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by the next feed */
 /* A feed that returns K3_ABORTED (or K3_ERR_*) keeps every chunk committed before it:
  * k3_session_pos() tells how many of the ids were applied. */
+/* Several sessions of one model advance together: session ss[i] is fed the n[i] tokens ids[i]
+ * (n[i] >= 1; decode steps have n[i] == 1, a prefill chunk more). The sessions must be
+ * distinct. Every dense matrix is read once for all the tokens of the batch (one matmul over
+ * all their columns), every routed expert once for the union of the routes; each sequence
+ * keeps its own state (KDA, conv tails, MLA cache, AttnRes). Prefills longer than K3_CHUNK go
+ * in rounds of one chunk per session, as k3_session_feed splits them.
+ * Afterwards k3_session_logits(ss[i]) and k3_session_pos(ss[i]) are bit for bit what
+ * k3_session_feed(ss[i], ids[i], n[i]) alone would give (CPU kernels; with the Vulkan tier on,
+ * a batch of several tokens computes on the CPU like a prefill chunk); so are the token counts
+ * of the stats. Shared work is attributed thus: each session's t_prefill/t_decode gets the
+ * whole wall time of the call (the latency it saw); the expert tier's counters (hits, misses,
+ * bytes, read and wait time) are split among the sessions in proportion to their tokens, so
+ * that they sum to what the tier did.
+ * each[i] (each may be NULL) gets that session's status: a session cancelled with
+ * k3_session_cancel stops with K3_ABORTED (k3_session_pos says how many tokens were applied)
+ * while the others go on; a session whose own input is bad (an id outside the vocabulary, a
+ * full context) gets the error k3_session_feed would give, and the others go on. A call that
+ * is malformed as a whole (count < 1, a NULL array or session, the same session twice, n[i] < 1,
+ * ids[i] NULL, sessions of different models) changes nothing and gives K3_ERR_ARG in every
+ * each[i]. Returns K3_OK, or the first failure among them (k3_errmsg() names that session).
+ * Like k3_session_feed, it clears each session's cancel flag when it starts. */
+k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n,
+                                int count, k3_status *each);
 
 /* Saved decode state, for the prompt cache, /retry and /undo. */
 typedef struct k3_snapshot k3_snapshot;

@@ -233,10 +233,9 @@ static k3_status run_chunk(k3_session *s, const int32_t *ids, int n) {
     return commit(s, n, t0);
 }
 
-k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
+/* The checks of a feed of n ids that depend on the session (ids, context, K3_X0 rows). */
+static k3_status feed_check(const k3_session *s, const int32_t *ids, int n) {
     const k3_model *m = s->m;
-    atomic_store(&s->cancel, 0);
-    if (n < 0 || (n > 0 && !ids)) return k3_err(K3_ERR_ARG, "k3_session_feed: %d ids", n);
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= m->cfg.vocab)
             return k3_err(K3_ERR_ARG, "token id %d (index %d) is outside 0..%d", (int)ids[i], i,
@@ -247,15 +246,12 @@ k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
     if (s->x0 && s->pos + n > s->x0_rows)
         return k3_err(K3_ERR_ARG, "K3_X0=%s has %d rows, position %d needed", m->par.x0_path,
                       s->x0_rows, s->pos + n - 1);
-    double    t   = k3_time();
-    int       pos = s->pos;
-    k3_status st  = K3_OK;
-    for (int i = 0; i < n && !st; i += s->chunk) {
-        int nc = n - i < s->chunk ? n - i : s->chunk;
-        st     = run_chunk(s, ids + i, nc);
-    }
-    if (st == K3_ABORTED) atomic_store(&s->cancel, 0);
-    t = k3_time() - t;
+    return K3_OK;
+}
+
+/* Count the tokens applied since pos and the seconds t into the stats (prefill or decode by
+ * the size n of the feed). */
+static void feed_stats(k3_session *s, int n, int pos, double t) {
     if (n > 1) {
         s->stats.n_prefill += s->pos - pos;
         s->stats.t_prefill += t;
@@ -263,7 +259,91 @@ k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
         s->stats.n_decode += s->pos - pos;
         s->stats.t_decode += t;
     }
+}
+
+k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
+    atomic_store(&s->cancel, 0);
+    if (n < 0 || (n > 0 && !ids)) return k3_err(K3_ERR_ARG, "k3_session_feed: %d ids", n);
+    k3_status st = feed_check(s, ids, n);
+    if (st) return st;
+    double    t   = k3_time();
+    int       pos = s->pos;
+    for (int i = 0; i < n && !st; i += s->chunk) {
+        int nc = n - i < s->chunk ? n - i : s->chunk;
+        st     = run_chunk(s, ids + i, nc);
+    }
+    if (st == K3_ABORTED) atomic_store(&s->cancel, 0);
+    feed_stats(s, n, pos, k3_time() - t);
     return st;
+}
+
+/* ==== batched feed ============================================================== */
+
+typedef struct sess_ix {
+    uintptr_t p;
+    int       i;
+} sess_ix;
+
+static int sess_ix_cmp(const void *a, const void *b) {
+    const sess_ix *x = a, *y = b;
+    return x->p != y->p ? (x->p < y->p ? -1 : 1) : x->i - y->i;
+}
+
+/* The checks of the call as a whole: nothing is fed when one fails. */
+static k3_status batch_check(k3_session *const *ss, const int32_t *const *ids, const int *n, int count) {
+    if (count < 1) return k3_err(K3_ERR_ARG, "k3_session_feed_batch: count %d, expected >= 1", count);
+    if (!ss || !ids || !n)
+        return k3_err(K3_ERR_ARG, "k3_session_feed_batch: the %s array is NULL", !ss ? "session" : !ids ? "ids" : "n");
+    for (int i = 0; i < count; i++) {
+        if (!ss[i]) return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d is NULL", i);
+        if (n[i] < 1)
+            return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d: n %d, expected >= 1", i, n[i]);
+        if (!ids[i]) return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d: ids is NULL", i);
+        if (ss[i]->m != ss[0]->m)
+            return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d belongs to another model than session 0", i);
+    }
+    sess_ix *v = malloc((size_t)count * sizeof *v);
+    if (!v) return nomem();
+    for (int i = 0; i < count; i++)
+        v[i] = (sess_ix){(uintptr_t)ss[i], i};
+    qsort(v, (size_t)count, sizeof *v, sess_ix_cmp);
+    k3_status st = K3_OK;
+    for (int i = 1; i < count && !st; i++)
+        if (v[i].p == v[i - 1].p)
+            st = k3_err(K3_ERR_ARG, "k3_session_feed_batch: sessions %d and %d are the same session",
+                        v[i - 1].i, v[i].i);
+    free(v);
+    return st;
+}
+
+k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n,
+                                int count, k3_status *each) {
+    k3_status st = batch_check(ss, ids, n, count);
+    if (st) {
+        for (int i = 0; each && i < count; i++)
+            each[i] = st;
+        return st;
+    }
+    for (int i = 0; i < count; i++)
+        atomic_store(&ss[i]->cancel, 0);
+    k3_status first = K3_OK;
+    char      msg[512] = "";
+    for (int i = 0; i < count; i++) {
+        k3_session *s   = ss[i];
+        double      t   = k3_time();
+        int         pos = s->pos;
+        k3_status   si  = feed_check(s, ids[i], n[i]);
+        for (int j = 0; j < n[i] && !si; j += s->chunk)
+            si = run_chunk(s, ids[i] + j, n[i] - j < s->chunk ? n[i] - j : s->chunk);
+        if (si == K3_ABORTED) atomic_store(&s->cancel, 0);
+        feed_stats(s, n[i], pos, k3_time() - t);
+        if (each) each[i] = si;
+        if (si && !first) {
+            first = si;
+            snprintf(msg, sizeof msg, "session %d: %s", i, k3_errmsg());
+        }
+    }
+    return first ? k3_err(first, "%s", msg) : K3_OK;
 }
 
 /* ==== snapshots ================================================================ */
