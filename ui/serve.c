@@ -5,19 +5,24 @@
  * parses and writes every JSON body. Routes: GET /v1/models, GET /v1/models/NAME, GET
  * /health, POST /v1/chat/completions (streaming as server-sent events, or one JSON answer).
  *
- * One model, one session, one conversation (k3_conv) and one worker thread: a connection
- * thread validates its request, queues a job and waits; the worker runs jobs in arrival
- * order. The conversation gives the prompt cache: the worker keeps the conversation's
- * messages when they are a prefix of the request's (a client continuing its chat), so the
- * previous turn's generated ids stay and the session's state is reused; otherwise it
- * replaces them and k3_conv_generate reuses whatever prefix/snapshot still matches.
+ * One model and one engine thread (worker_main) that owns it. A connection thread validates
+ * its request, queues a job and waits. The engine thread runs continuous batching over
+ * --parallel N slots, each a conversation (k3_conv) with its own session: queued jobs join
+ * free slots in arrival order at the next step, every loop is one k3_conv_gen_step_batch over
+ * the slots' turns (each decoding turn's next token plus a prompt chunk of the oldest
+ * prefilling one, all in one batched engine feed), and a turn that is done leaves at once.
+ * A slot's conversation gives the prompt cache: it keeps its messages when they are a prefix
+ * of the request's (a client continuing its chat; such a request prefers that slot), so the
+ * previous turn's generated ids stay and the session's state is reused; otherwise it replaces
+ * them and the turn reuses whatever prefix/snapshot still matches, from one snapshot store
+ * shared by the slots (tagged by API key). Beyond the slots, jobs wait in a bounded FIFO.
  *
- * Text flows from the worker's k3_conv callbacks into the job (under srv.mu): the reasoning
+ * Text flows from the engine thread's k3_conv callbacks into the job (under srv.mu): the reasoning
  * at once, the response through the stop-string filter, which holds back a tail that could
  * still become a stop string and cancels the turn when one appears. A streaming connection
  * sends the job's bytes from a content-reader callback as they come; a plain one waits for
  * the end. Both wait in 100 ms steps and peek at the socket (recv MSG_PEEK: 0 = closed):
- * a client that went away cancels its job (k3_conv_cancel), queued or running.
+ * a client that went away cancels its job (k3_conv_cancel of its slot), queued or running.
  *
  * A client that closed its sending side after the request (half-close) still gets its answer:
  * at EOF an HTTP/1.1 client is sent an interim "100 Continue" now and then, which a client that
@@ -28,9 +33,9 @@
  * (Connection: close). Errors are {"error": {"message", "type", "code"}} with 400 (bad JSON,
  * wrong types, over the context, bad framing), 401 (bearer token), 403 (Host), 404, 405 (with
  * Allow), 408, 411, 413 (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 431,
- * 500, 503 (busy, with Retry-After; shutting down), 505. Messages that echo the client's text
+ * 500, 503 (busy or queue full, with Retry-After; shutting down), 505. Messages that echo the client's text
  * are cut on a character boundary with control characters escaped, and so is every log line.
- * SIGINT/SIGTERM: stop accepting, cancel the running turn (a stream ends with an error event
+ * SIGINT/SIGTERM: stop accepting, cancel the running turns (a stream ends with an error event
  * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
  * finish (up to SERVE_DRAIN_SECS), exit 0.
  */
