@@ -5,7 +5,8 @@
 #   - a client that disconnects mid-stream leaves the others intact, and its slot takes the
 #     queued request at once;
 #   - --parallel 2 with 8 clients: they join in arrival order (FIFO), every answer right;
-#   - --parallel 1 with K3_SERVE_QUEUE=2: beyond the queue a 503 queue_full with Retry-After;
+#   - --parallel 1 with K3_SERVE_QUEUE=2: beyond the queue a 503 queue_full with Retry-After, and
+#     after K3_SERVE_QUEUE_SECS in it a 503 queue_timeout;
 #   - RSS flat over 200 requests from 8 clients (bounded loop; not under ASan).
 # Every server listens on 127.0.0.1:0 and is killed at the end; every wait is bounded.
 import concurrent.futures
@@ -203,26 +204,34 @@ try:
         srv2.kill()
         srv2.wait()
 
-    # ---- --parallel 1, a queue of 2: the rest gets 503 queue_full with Retry-After
-    srv3, port3, log3 = start("q2", "--parallel", "1", K3_SERVE_QUEUE="2")
-    ok(port3 is not None, "a --parallel 1 server with K3_SERVE_QUEUE=2 starts")
+    # ---- --parallel 1, a queue of 2 for at most 2 s: the rest gets 503 queue_full, the queued ones
+    # 503 queue_timeout while the stream holds the slot (K3_MAXT 8192: it runs for many seconds)
+    srv3, port3, log3 = start("q2", "--parallel", "1", K3_SERVE_QUEUE="2", K3_SERVE_QUEUE_SECS="2", K3_MAXT="8192")
+    ok(port3 is not None, "a --parallel 1 server with K3_SERVE_QUEUE=2 and K3_SERVE_QUEUE_SECS=2 starts")
     if port3:
         s, first = open_stream(port3, long_req)
         res3 = {}
         ths = []
+        t0 = time.time()
         for i in range(5):
-            ths.append(threading.Thread(target=lambda i=i: res3.update({i: post(port3, body("q %d" % i, 4))})))
+            ths.append(threading.Thread(target=lambda i=i: res3.update({i: (post(port3, body("q %d" % i, 4)),
+                                                                             time.time() - t0)})))
             ths[-1].start()
             time.sleep(0.2)
         wait_for(lambda: len(res3) >= 3, 20)  # the three over the bound are answered at once
-        full = [r for r in res3.values() if r[0] == 503]
+        full = [r for r, _ in res3.values() if r[0] == 503]
         ok(len(full) == 3 and all(r[2].get("code") == "queue_full" and r[1].get("retry-after") == "5" for r in full),
-           "queue full: 3 of 5 get 503 queue_full with Retry-After: 5 (%s)" % sorted(r[0] for r in res3.values()))
-        s.close()
+           "queue full: 3 of 5 get 503 queue_full with Retry-After: 5 (%s)" % sorted(r[0] for r, _ in res3.values()))
         for t in ths:
             t.join(60)
-        ok(sorted(r[0] for r in res3.values()) == [200, 200, 503, 503, 503],
-           "the 2 queued ones are answered once the stream's client leaves")
+        late = [(r, dt) for r, dt in res3.values() if r[0] != 503 or r[2].get("code") != "queue_full"]
+        ok(len(late) == 2 and all(r[0] == 503 and r[2].get("code") == "queue_timeout" and
+                                  r[1].get("retry-after") == "5" and 1.9 < dt < 30 for r, dt in late),
+           "the 2 queued ones get 503 queue_timeout after the 2 s limit (%s)"
+           % [(r[0], r[2].get("code"), round(dt, 1)) for r, dt in late])
+        s.close()
+        ok(wait_for(lambda: "cancelled:" in read(log3), 15) and post(port3, body("after", 4))[0] == 200,
+           "once the stream's client leaves, the slot answers the next request")
         ok("queue full (1 active, 2 queued)" in read(log3), "the refusal is logged with the counts")
         srv3.kill()
         srv3.wait()

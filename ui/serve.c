@@ -74,6 +74,7 @@
 #define SERVE_PARALLEL  4          /* its default                                     */
 #define SERVE_QUEUE     32         /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
 #define SERVE_CHUNK     64         /* prompt ids per prefill step (K3_SERVE_CHUNK)    */
+#define SERVE_QUEUE_SECS 600       /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
 
 /* ---- a parsed request ----------------------------------------------------------- */
 
@@ -127,6 +128,7 @@ typedef struct job {
     int         v11;     /* HTTP/1.1: an interim 100 may probe the peer  */
     int         key;     /* index of the request's API key (cache owner) */
     int         started; /* the response has begun (no more probes)     */
+    int         queued;  /* waiting in the FIFO for a slot              */
     double      t_probe; /* monotonic seconds of the last probe         */
     unsigned    seq;     /* request number (logs)                       */
     char        id[48];  /* "chatcmpl-..."                              */
@@ -165,6 +167,7 @@ static struct server {
     pthread_cond_t  work_cv, done_cv; /* done_cv: broadcast on any job progress */
     job            *head, *tail;      /* queue (FIFO)                           */
     int             n_queued, max_queue;
+    int             queue_secs;       /* longest wait in it (K3_SERVE_QUEUE_SECS) */
     slot           *slots;            /* (n_slots) --parallel                   */
     int             n_slots, n_active;
     int             chunk;            /* prompt ids a prefill step feeds         */
@@ -213,7 +216,29 @@ static void job_gone_locked(job *j) {
     pthread_cond_broadcast(&srv.done_cv);
 }
 
-/* Wait up to 100 ms for progress on j, then check the client. Lock held. */
+static void job_fail_locked(job *j, int http, const char *type, const char *code, const char *msg);
+static void job_done_locked(job *j);
+
+/* j waited in the FIFO longer than K3_SERVE_QUEUE_SECS: out of it with a 503. Lock held. */
+static void job_expire_locked(job *j) {
+    job **p = &srv.head, *prev = NULL;
+    while (*p && *p != j)
+        prev = *p, p = &(*p)->next;
+    if (!*p)
+        return;
+    *p = j->next;
+    if (srv.tail == j)
+        srv.tail = prev;
+    srv.n_queued--;
+    j->queued = 0;
+    char m[160];
+    snprintf(m, sizeof m, "the server is busy: no generation slot came free in %d s (K3_SERVE_QUEUE_SECS); retry later",
+             srv.queue_secs);
+    job_fail_locked(j, 503, "server_error", "queue_timeout", m);
+    job_done_locked(j); /* the engine's reference: it never sees the job */
+}
+
+/* Wait up to 100 ms for progress on j, then check the client and the queue's time limit. Lock held. */
 static void job_wait_step(job *j) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -223,6 +248,8 @@ static void job_wait_step(job *j) {
         ts.tv_nsec -= 1000000000L;
     }
     pthread_cond_timedwait(&srv.done_cv, &srv.mu, &ts);
+    if (j->queued && now_s() - j->t0 > srv.queue_secs)
+        job_expire_locked(j);
     if (j->state != J_DONE && j->fd >= 0 && http_peer_gone(j->fd, j->v11 && !j->started, &j->t_probe))
         job_gone_locked(j);
 }
@@ -565,6 +592,7 @@ static void admit_locked(void) {
         if (!srv.head)
             srv.tail = NULL;
         srv.n_queued--;
+        j->queued = 0;
         if (!sl) {
             if (srv.stopping)
                 job_fail_locked(j, 503, "server_error", "shutting_down", "the server is shutting down");
@@ -1072,6 +1100,7 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         srv.head = j;
     srv.tail = j;
     srv.n_queued++;
+    j->queued = 1;
     cc->j    = j;
     pthread_cond_signal(&srv.work_cv);
     /* streaming: start the response at the first text (or at the end); plain: at the end */
@@ -1344,7 +1373,8 @@ int cli_serve(const cli_opts *o) {
         goto done;
     }
     if (env_count("K3_SERVE_QUEUE", 0, 100000, SERVE_QUEUE, &srv.max_queue) ||
-        env_count("K3_SERVE_CHUNK", 1, 1 << 20, SERVE_CHUNK, &srv.chunk))
+        env_count("K3_SERVE_CHUNK", 1, 1 << 20, SERVE_CHUNK, &srv.chunk) ||
+        env_count("K3_SERVE_QUEUE_SECS", 1, 86400, SERVE_QUEUE_SECS, &srv.queue_secs))
         goto done;
     const char *script = getenv("K3_SERVE_SCRIPT");
     stools_err  se;
