@@ -152,6 +152,7 @@ int bench_serve(void) {
     k3_model_get_info(b.m, &info);
     printf("# serve model %s loaded in %.0f s: %d layers, hidden %d, vocab %d, %.2f GB resident, kernels %s\n", dir,
            k3_time() - t0, info.n_layers, info.hidden, info.vocab, (double)info.bytes_resident / 1e9, k3_kernels());
+    fflush(stdout);
     for (int i = 0; i <= SB_MAXS; i++)
         if (!(b.c[i] = k3_conv_new()) || k3_session_new(b.m, &b.s[i]) || k3_conv_set_prompt_cache(b.c[i], 0, 0))
             goto done;
@@ -173,6 +174,7 @@ int bench_serve(void) {
             goto done;
         printf("# round %d: %.2f %.2f %.2f %.2f tokens/s (1 2 4 8 turns); ttft alone %.3f s, with 4 %.3f s\n", r + 1,
                tps[0][r], tps[1][r], tps[2][r], tps[3][r], ttft[0][r], ttft[1][r]);
+        fflush(stdout);
     }
     double ref = bench_median(tps[0], SB_ROUNDS);
     for (int k = 0; k < 4; k++) {
