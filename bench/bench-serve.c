@@ -105,7 +105,7 @@ static double sb_join(sb *b, int others, double *stall, double *plain, int *n_pr
     }
     *plain = others ? bench_median(dt, 4) : 0;
     *stall = 0;
-    if (sb_prompt(b, j, SB_PROMPT * 2 / 3, 2))
+    if (sb_prompt(b, j, SB_PROMPT / 3, 2))
         return -1;
     double t0 = k3_time();
     if (k3_conv_gen_begin(b->c[j], b->m, b->s[j], NULL, SB_CHUNK, &g[others]))
