@@ -9,9 +9,9 @@
  *
  * Sections (each owned by one module, see the banner):
  *   status and logging ........ util.c
- *   model and session ......... model.c (loading), session.c (feeding, the forward pass in
- *                               layers.c), sample.c
- *   tokenizer and chat format . tok.c, chat.c
+ *   model and session ......... load.c (loading), session.c (feeding, the forward pass in
+ *                               forward.c), sample.c
+ *   tokenizer and chat format . tok.c, chat-format.c
  *   conversation .............. conv.c (transcripts, prompt cache)
  */
 #pragma once
@@ -63,7 +63,7 @@ typedef struct k3_buf {
 /* Append n bytes of s: 0, or -1 when memory runs out (the buffer keeps what it had, oom is set). */
 int k3_buf_add(k3_buf *b, const char *s, size_t n);
 
-/* ==== model and session (model.c, session.c, sample.c) ================== */
+/* ==== model and session (load.c, session.c, sample.c) ================== */
 
 typedef struct k3_model   k3_model;
 typedef struct k3_session k3_session;
@@ -143,8 +143,11 @@ void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by 
  * (n[i] >= 1; decode steps have n[i] == 1, a prefill chunk more). The sessions must be
  * distinct. Every dense matrix is read once for all the tokens of the batch (one matmul over
  * all their columns), every routed expert once for the union of the routes; each sequence
- * keeps its own state (KDA, conv tails, MLA cache, AttnRes). Prefills longer than K3_CHUNK go
- * in rounds of one chunk per session, as k3_session_feed splits them.
+ * keeps its own state (KDA, conv tails, MLA cache, AttnRes). The work goes in rounds of at
+ * most K3_CHUNK tokens (or one per session when there are more): each round takes one token
+ * of every session with tokens left, and gives the rest of the round to the longer feeds in
+ * order, at most K3_CHUNK each (a caller that wants its decode steps never to wait long passes
+ * prefills in chunks of its choosing, one call per step).
  * Afterwards k3_session_logits(ss[i]) and k3_session_pos(ss[i]) are bit for bit what
  * k3_session_feed(ss[i], ids[i], n[i]) alone would give (CPU kernels; with the Vulkan tier on,
  * a batch of several tokens computes on the CPU like a prefill chunk); so are the token counts
@@ -206,7 +209,7 @@ int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);
  * is printed and k3_errmsg() holds the first error (one line naming file and tensor/key). */
 k3_status k3_inspect(const char *dir, FILE *out);
 
-/* ==== tokenizer and chat format (tok.c, chat.c) ========================== */
+/* ==== tokenizer and chat format (tok.c, chat-format.c) ========================== */
 /* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md.
  * A k3_tok is read-only once loaded: every function below may be called from any
  * number of threads at once on the same k3_tok (k3_detok / k3_chat_parser are
@@ -280,7 +283,7 @@ typedef struct k3_tool_call {
                             * is not an object: K3_ERR_ARG                                 */
 } k3_tool_call;
 
-/* Chat format (XTML), chat.c. One message of a conversation. */
+/* Chat format (XTML), chat-format.c. One message of a conversation. */
 typedef struct k3_chat_msg {
     const char *role;      /* "system", "user", "assistant", "tool"; "developer" is
                             * rendered as system; others: K3_ERR_ARG                    */

@@ -3,7 +3,7 @@
  *
  * DESIGN
  * k3_session_feed() splits the ids into chunks of K3_CHUNK and runs each chunk layer-major
- * (layers.c). A chunk is applied atomically: the layers write only uncommitted state (the KDA
+ * (forward.c). A chunk is applied atomically: the layers write only uncommitted state (the KDA
  * buffers 1-sel, MLA cache rows past pos), and commit() flips sel, advances pos and publishes
  * the logits and hook rows. The cancel flag is checked before every chunk and between the
  * layers of a chunk; an aborted chunk is simply never committed. Hook files receive rows at
@@ -19,6 +19,7 @@
 #include <string.h>
 
 #define MAX2(a, b) ((a) > (b) ? (a) : (b))
+#define MIN2(a, b) ((a) < (b) ? (a) : (b))
 
 static k3_status nomem(void) {
     return k3_err(K3_ERR_NOMEM, "session: out of memory");
@@ -57,37 +58,18 @@ done:
     return st;
 }
 
-k3_status k3_session_new(k3_model *m, k3_session **out) {
-    *out = NULL;
+k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int C, int lrows) {
     const k3_config *c = &m->cfg;
-    k3_session      *s = calloc(1, sizeof *s);
-    if (!s) return nomem();
-    s->m     = m;
-    s->chunk = m->par.chunk;
-    atomic_init(&s->cancel, 0);
-    const int C = s->chunk, D = c->hidden, T = m->par.max_ctx, V = c->vocab;
+    const int D = c->hidden, T = m->par.max_ctx, V = c->vocab;
     const int H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k;
     const int Hm = c->n_heads, kl = c->kv_lora, qw = c->nope + c->rope, L = c->latent;
     const int NB = (m->n_run + c->attn_res_block - 1) / c->attn_res_block;
-    k3_status st = K3_OK;
-
-    if (!(s->ls = calloc((size_t)c->n_layers, sizeof *s->ls))) goto oom;
-    for (int l = 0; l < m->n_run; l++) {
-        layer_state *ls = &s->ls[l];
-        if (c->layer_kind[l] == K3_LAYER_KDA) {
-            for (int i = 0; i < 2; i++)
-                if (!(ls->S[i] = falloc((size_t)P * d)) ||
-                    !(ls->tail[i] = falloc((size_t)3 * (K - 1) * P)))
-                    goto oom;
-        } else if (!(ls->c = falloc((size_t)T * kl)) || !(ls->kr = falloc((size_t)T * c->rope)))
-            goto oom;
-    }
+    memset(b, 0, sizeof *b);
     /* W: the widest per-token projection any layer writes into t0..t5 */
     int W = MAX2(MAX2(P, Hm * qw), MAX2(kl + c->rope, Hm * c->v_dim));
     W     = MAX2(W, MAX2(MAX2(c->q_lora, c->n_experts), MAX2(c->n_shared * c->moe_inter, c->inter)));
     W     = MAX2(W, MAX2(MAX2(D, L), c->moe_inter));
-    chunk_buf *b = &s->cb;
-    float    **tb[6] = {&b->t0, &b->t1, &b->t2, &b->t3, &b->t4, &b->t5};
+    float **tb[6] = {&b->t0, &b->t1, &b->t2, &b->t3, &b->t4, &b->t5};
     for (int i = 0; i < 6; i++)
         if (!(*tb[i] = falloc((size_t)C * W))) goto oom;
     int gw = MAX2(MAX2(c->nope, kl), MAX2(L, H)), gw2 = MAX2(MAX2(c->v_dim, kl), L);
@@ -104,10 +86,50 @@ k3_status k3_session_new(k3_model *m, k3_session **out) {
         !(b->moe_ids = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
         !(b->moe_res = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
         !(b->moe_resy = falloc((size_t)c->n_experts * L)) ||
-        !(b->logits = falloc((size_t)C * V)) || !(s->logits = falloc((size_t)V)) ||
-        !(s->dtmp = calloc((size_t)2 * P, sizeof(double))))
+        !(b->logits = falloc((size_t)lrows * V)))
         goto oom;
     if (m->par.trace_path && !(b->trace = falloc((size_t)C * m->n_run * D))) goto oom;
+    return K3_OK;
+oom:
+    chunk_buf_free(b);
+    return nomem();
+}
+
+void chunk_buf_free(chunk_buf *b) {
+    void *bufs[] = {b->h, b->blocks, b->x, b->xn, b->y, b->t0, b->t1, b->t2, b->t3, b->t4, b->t5,
+                    b->win, b->hd, b->hd2, b->gat, b->gat2, b->scores, b->moe_y, b->moe_sel,
+                    b->moe_w, b->moe_tok, b->moe_ids, b->moe_res, b->moe_resy, b->logits, b->trace};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        free(bufs[i]);
+    memset(b, 0, sizeof *b);
+}
+
+k3_status k3_session_new(k3_model *m, k3_session **out) {
+    *out = NULL;
+    const k3_config *c = &m->cfg;
+    k3_session      *s = calloc(1, sizeof *s);
+    if (!s) return nomem();
+    s->m     = m;
+    s->chunk = m->par.chunk;
+    atomic_init(&s->cancel, 0);
+    const int T = m->par.max_ctx, P = c->kda_heads * c->kda_head_dim, d = c->kda_head_dim;
+    const int K = c->conv_k, kl = c->kv_lora;
+    k3_status st = K3_OK;
+
+    if (!(s->ls = calloc((size_t)c->n_layers, sizeof *s->ls))) goto oom;
+    for (int l = 0; l < m->n_run; l++) {
+        layer_state *ls = &s->ls[l];
+        if (c->layer_kind[l] == K3_LAYER_KDA) {
+            for (int i = 0; i < 2; i++)
+                if (!(ls->S[i] = falloc((size_t)P * d)) ||
+                    !(ls->tail[i] = falloc((size_t)3 * (K - 1) * P)))
+                    goto oom;
+        } else if (!(ls->c = falloc((size_t)T * kl)) || !(ls->kr = falloc((size_t)T * c->rope)))
+            goto oom;
+    }
+    if ((st = chunk_buf_alloc(m, &s->cb, s->chunk, s->chunk))) goto fail;
+    if (!(s->logits = falloc((size_t)c->vocab)) || !(s->dtmp = calloc((size_t)2 * P, sizeof(double))))
+        goto oom;
     if (m->par.logits_path && !(s->f_logits = fopen(m->par.logits_path, "wb"))) {
         st = k3_err(K3_ERR_IO, "K3_LOGITS=%s: %s", m->par.logits_path, strerror(errno));
         goto fail;
@@ -140,12 +162,11 @@ void k3_session_free(k3_session *s) {
             free(ls->kr);
         }
     free(s->ls);
-    chunk_buf *b = &s->cb;
-    void *bufs[] = {b->h, b->blocks, b->x, b->xn, b->y, b->t0, b->t1, b->t2, b->t3, b->t4, b->t5,
-                    b->win, b->hd, b->hd2, b->gat, b->gat2, b->scores, b->moe_y, b->moe_sel,
-                    b->moe_w, b->moe_tok, b->moe_ids, b->moe_res, b->moe_resy, b->logits, b->trace, s->logits, s->dtmp, s->x0};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-        free(bufs[i]);
+    chunk_buf_free(&s->cb);
+    chunk_buf_free(&s->bb);
+    free(s->logits);
+    free(s->dtmp);
+    free(s->x0);
     if (s->f_logits) fclose(s->f_logits);
     if (s->f_trace) fclose(s->f_trace);
     free(s);
@@ -187,50 +208,123 @@ static k3_status write_rows(FILE *f, const char *var, const float *x, size_t n) 
     return K3_OK;
 }
 
-/* Apply the chunk: flip the KDA buffers, advance pos, publish logits and hook rows. */
-static k3_status commit(k3_session *s, int n, int t0) {
+/* Apply a chunk of n tokens: flip the KDA buffers, advance pos, publish the logits (lg: the
+ * rows of the last lcnt positions) and the hook rows (trace: n rows of (n_run, D)). */
+static k3_status commit(k3_session *s, int n, const float *lg, int lcnt, const float *trace) {
     const k3_model *m = s->m;
     const int       V = m->cfg.vocab, D = m->cfg.hidden;
     for (int l = 0; l < m->n_run; l++)
         if (s->ls[l].S[0]) s->ls[l].sel ^= 1;
     s->pos += n;
-    memcpy(s->logits, s->cb.logits + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
+    memcpy(s->logits, lg + (size_t)(lcnt - 1) * V, (size_t)V * sizeof(float));
     s->have_logits = 1;
     k3_status st   = K3_OK;
-    if (s->f_logits)
-        st = write_rows(s->f_logits, "K3_LOGITS", s->cb.logits + (size_t)t0 * V, (size_t)(n - t0) * V);
-    if (!st && s->f_trace)
-        st = write_rows(s->f_trace, "K3_TRACE", s->cb.trace, (size_t)n * m->n_run * D);
+    if (s->f_logits) st = write_rows(s->f_logits, "K3_LOGITS", lg, (size_t)lcnt * V);
+    if (!st && s->f_trace) st = write_rows(s->f_trace, "K3_TRACE", trace, (size_t)n * m->n_run * D);
     return st;
 }
 
-/* One chunk of n <= C tokens, layer-major; commits only if every layer ran. */
-static k3_status run_chunk(k3_session *s, const int32_t *ids, int n) {
-    const k3_model *m = s->m;
+/* A pass being run, and the outcome of each of its sessions (by the caller's index). */
+typedef struct pass_run {
+    fwd_pass   p;
+    k3_status *st;       /* [caller's count]                                    */
+    int        named;    /* messages say "session I: " (a batch)                 */
+    k3_status  first;    /* the first failure of the whole call, and its message */
+    char       msg[512];
+} pass_run;
+
+/* Session ix failed with st (its message is current). */
+static void fail_ix(pass_run *r, int ix, k3_status st) {
+    r->st[ix] = st;
+    if (r->first) return;
+    r->first = st;
+    if (r->named) snprintf(r->msg, sizeof r->msg, "session %d: %s", ix, k3_errmsg());
+    else snprintf(r->msg, sizeof r->msg, "%s", k3_errmsg());
+}
+
+static void seg_fail(pass_run *r, int g, k3_status st) {
+    fail_ix(r, r->p.seg[g].ix, st);
+}
+
+/* Take segment g out of the pass (a cancelled session): the columns after it move down; the
+ * only per-column state between layers is h, the AttnRes blocks and the trace rows. */
+static void seg_drop(fwd_pass *p, int g) {
+    const k3_model *m = p->m;
+    const int       D = m->cfg.hidden, NB = (m->n_run + m->cfg.attn_res_block - 1) / m->cfg.attn_res_block;
+    const int       t0 = p->seg[g].t0, k = p->seg[g].n, rest = p->n - t0 - k;
+    chunk_buf      *b = p->b;
+    memmove(b->h + (size_t)t0 * D, b->h + (size_t)(t0 + k) * D, (size_t)rest * D * sizeof(float));
+    memmove(b->blocks + (size_t)t0 * NB * D, b->blocks + (size_t)(t0 + k) * NB * D,
+            (size_t)rest * NB * D * sizeof(float));
+    if (b->trace)
+        memmove(b->trace + (size_t)t0 * m->n_run * D, b->trace + (size_t)(t0 + k) * m->n_run * D,
+                (size_t)rest * m->n_run * D * sizeof(float));
+    for (int i = g + 1; i < p->nseg; i++) {
+        p->seg[i].t0 -= k;
+        p->seg[i - 1] = p->seg[i];
+    }
+    p->nseg--;
+    p->n -= k;
+}
+
+/* Run the pass (segment g fed ids[g]), layer-major; a session is committed only if every
+ * layer ran for it. A session cancelled between layers leaves the pass (K3_ABORTED), the
+ * others go on; a failed expert read fails every session still in it. */
+static void run_pass(pass_run *r, const int32_t *const *ids) {
+    fwd_pass       *p = &r->p;
+    const k3_model *m = p->m;
     const int       D = m->cfg.hidden, V = m->cfg.vocab;
-    for (int t = 0; t < n; t++) {
-        float *h = s->cb.h + (size_t)t * D;
-        if (s->x0) memcpy(h, s->x0 + (size_t)(s->pos + t) * D, (size_t)D * sizeof(float));
-        else model_embed(m, ids[t], h);
+    chunk_buf      *b = p->b;
+    for (int g = 0; g < p->nseg; g++) {
+        const k3_session *s = p->seg[g].s;
+        for (int t = 0; t < p->seg[g].n; t++) {
+            float *h = b->h + (size_t)(p->seg[g].t0 + t) * D;
+            if (s->x0) memcpy(h, s->x0 + (size_t)(s->pos + t) * D, (size_t)D * sizeof(float));
+            else model_embed(m, ids[g][t], h);
+        }
     }
     for (int l = 0; l < m->n_run; l++) {
-        if (atomic_load(&s->cancel))
-            return k3_err(K3_ABORTED, "cancelled before layer %d of a %d-token chunk", l, n);
-        k3_status st = layer_forward(s, l, n);
-        if (st) return st;
-        if (s->cb.trace)
-            for (int t = 0; t < n; t++)
-                memcpy(s->cb.trace + ((size_t)t * m->n_run + l) * D, s->cb.h + (size_t)t * D,
-                       (size_t)D * sizeof(float));
+        for (int g = p->nseg - 1; g >= 0; g--)
+            if (atomic_load(&p->seg[g].s->cancel)) {
+                seg_fail(r, g, k3_err(K3_ABORTED, "cancelled before layer %d of a %d-token chunk", l, p->seg[g].n));
+                seg_drop(p, g);
+            }
+        if (!p->nseg) return;
+        k3_status st = layer_forward(p, l);
+        for (int g = 0; st && g < p->nseg; g++)
+            seg_fail(r, g, st);
+        if (st) return;
+        if (b->trace)
+            for (int t = 0; t < p->n; t++)
+                memcpy(b->trace + ((size_t)t * m->n_run + l) * D, b->h + (size_t)t * D, (size_t)D * sizeof(float));
     }
-    /* lm_head for the last row only, or every row while K3_LOGITS is set */
-    int t0 = s->f_logits ? 0 : n - 1;
-    model_head(s, t0, n);
-    const float *lg = s->cb.logits + (size_t)(n - 1) * V;
-    for (int i = 0; i < V; i++)
-        if (!isfinite(lg[i]))
-            return k3_err(K3_ERR_NUMERIC, "logit %d at position %d is not finite", i, s->pos + n - 1);
-    return commit(s, n, t0);
+    /* lm_head for the last row of each session, or every row while K3_LOGITS is set */
+    model_head(p);
+    for (int g = 0; g < p->nseg; g++) {
+        const pass_seg *sg = &p->seg[g];
+        const float    *lg = b->logits + (size_t)sg->lrow * V;
+        k3_status       st = K3_OK;
+        for (int i = 0; i < V && !st; i++)
+            if (!isfinite(lg[(size_t)(sg->lcnt - 1) * V + i]))
+                st = k3_err(K3_ERR_NUMERIC, "logit %d at position %d is not finite", i, sg->s->pos + sg->n - 1);
+        if (!st)
+            st = commit(sg->s, sg->n, lg, sg->lcnt,
+                        b->trace ? b->trace + (size_t)sg->t0 * m->n_run * D : NULL);
+        if (st) seg_fail(r, g, st);
+        else r->st[sg->ix] = K3_OK;
+    }
+}
+
+/* One chunk of n <= C tokens of one session. */
+static k3_status run_chunk(k3_session *s, const int32_t *ids, int n) {
+    pass_seg  seg = {.s = s, .ix = 0, .t0 = 0, .n = n};
+    k3_status st  = K3_OK;
+    pass_run  r   = {.p = {.m = s->m, .b = &s->cb, .cap = s->chunk, .n = n, .nseg = 1, .seg = &seg,
+                           .stats = &s->stats},
+                     .st = &st};
+    run_pass(&r, &ids);
+    if (st) k3_err(st, "%s", r.msg);
+    return st;
 }
 
 /* The checks of a feed of n ids that depend on the session (ids, context, K3_X0 rows). */
@@ -316,6 +410,55 @@ static k3_status batch_check(k3_session *const *ss, const int32_t *const *ids, c
     return st;
 }
 
+/* floor(x · c / tot) without overflow, for c <= tot < 2^31. */
+static uint64_t share_floor(uint64_t x, uint64_t c, uint64_t tot) {
+    return x / tot * c + x % tot * c / tot;
+}
+
+/* Split the expert tier's counters of a batch (tier) among its sessions in proportion to
+ * the columns each ran (cols), so that they sum to what the tier did. */
+static void split_tier(k3_session *const *ss, const int *cols, int count, const k3_stats *tier) {
+    uint64_t tot = 0;
+    for (int i = 0; i < count; i++)
+        tot += (uint64_t)cols[i];
+    if (!tot) return;
+    uint64_t cum = 0;
+    for (int i = 0; i < count; i++) {
+        uint64_t  c0 = cum, c1 = (cum += (uint64_t)cols[i]);
+        k3_stats *o  = &ss[i]->stats;
+#define SHARE_U(f) (o->f += share_floor(tier->f, c1, tot) - share_floor(tier->f, c0, tot))
+        SHARE_U(expert_hits);
+        SHARE_U(expert_misses);
+        SHARE_U(expert_bytes_read);
+        SHARE_U(vk_hits);
+#undef SHARE_U
+        o->expert_read_s += tier->expert_read_s * (double)cols[i] / (double)tot;
+        o->expert_wait_s += tier->expert_wait_s * (double)cols[i] / (double)tot;
+    }
+}
+
+/* The batch's scratch: the lead session's own chunk buffer when the columns fit (always but
+ * for more sessions than K3_CHUNK), else its batch buffer, grown to cap columns and lrows
+ * logits rows. */
+static k3_status batch_buf(k3_session *lead, int cap, int lrows, fwd_pass *p) {
+    if (cap <= lead->chunk) {
+        p->b   = &lead->cb;
+        p->cap = lead->chunk;
+        return K3_OK;
+    }
+    if (lead->bb_cap < cap || lead->bb_rows < lrows) {
+        chunk_buf_free(&lead->bb);
+        lead->bb_cap = lead->bb_rows = 0;
+        k3_status st = chunk_buf_alloc(lead->m, &lead->bb, cap, lrows);
+        if (st) return k3_err(st, "k3_session_feed_batch: scratch for %d columns: out of memory", cap);
+        lead->bb_cap  = cap;
+        lead->bb_rows = lrows;
+    }
+    p->b   = &lead->bb;
+    p->cap = lead->bb_cap;
+    return K3_OK;
+}
+
 k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n,
                                 int count, k3_status *each) {
     k3_status st = batch_check(ss, ids, n, count);
@@ -324,26 +467,74 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
             each[i] = st;
         return st;
     }
-    for (int i = 0; i < count; i++)
-        atomic_store(&ss[i]->cancel, 0);
-    k3_status first = K3_OK;
-    char      msg[512] = "";
-    for (int i = 0; i < count; i++) {
-        k3_session *s   = ss[i];
-        double      t   = k3_time();
-        int         pos = s->pos;
-        k3_status   si  = feed_check(s, ids[i], n[i]);
-        for (int j = 0; j < n[i] && !si; j += s->chunk)
-            si = run_chunk(s, ids[i] + j, n[i] - j < s->chunk ? n[i] - j : s->chunk);
-        if (si == K3_ABORTED) atomic_store(&s->cancel, 0);
-        feed_stats(s, n[i], pos, k3_time() - t);
-        if (each) each[i] = si;
-        if (si && !first) {
-            first = si;
-            snprintf(msg, sizeof msg, "session %d: %s", i, k3_errmsg());
-        }
+    k3_session     *lead = ss[0];
+    const k3_model *m    = lead->m;
+    pass_run        r    = {.p = {.m = m}, .named = 1};
+    k3_stats        tier = {0};
+    int            *iw   = calloc((size_t)count * 3, sizeof *iw); /* pos0, done, cols */
+    pass_seg       *seg  = calloc((size_t)count, sizeof *seg);
+    const int32_t **sid  = calloc((size_t)count, sizeof *sid);
+    if (!(r.st = calloc((size_t)count, sizeof *r.st)) || !iw || !seg || !sid) {
+        st = nomem();
+        goto done;
     }
-    return first ? k3_err(first, "%s", msg) : K3_OK;
+    int *pos0 = iw, *fed = iw + count, *cols = iw + 2 * count;
+    for (int i = 0; i < count; i++) {
+        atomic_store(&ss[i]->cancel, 0);
+        pos0[i] = ss[i]->pos;
+        if ((st = feed_check(ss[i], ids[i], n[i]))) fail_ix(&r, i, st);
+    }
+    double t = k3_time();
+    /* rounds of at most K3_CHUNK columns (or one per session, when there are more sessions):
+     * one column for each session with ids left, then the rest of the budget to the longer
+     * feeds in order, at most a chunk each (a token's result does not depend on how its feed
+     * is chunked) */
+    for (;;) {
+        int nc = 0, lrows = 0, nact = 0;
+        for (int i = 0; i < count; i++)
+            nact += !r.st[i] && fed[i] < n[i];
+        if (!nact) break;
+        int left = MAX2(lead->chunk, nact) - nact;
+        r.p.n = r.p.nseg = 0;
+        for (int i = 0; i < count; i++) {
+            if (r.st[i] || fed[i] == n[i]) continue;
+            int k = MIN2(MIN2(n[i] - fed[i], ss[i]->chunk) - 1, left);
+            left -= k;
+            k++;
+            seg[r.p.nseg]   = (pass_seg){.s = ss[i], .ix = i, .t0 = nc, .n = k};
+            sid[r.p.nseg++] = ids[i] + fed[i];
+            nc += k;
+            lrows += ss[i]->f_logits ? k : 1;
+        }
+        if ((st = batch_buf(lead, nc, lrows, &r.p))) {
+            for (int g = 0; g < r.p.nseg; g++)
+                seg_fail(&r, g, st);
+            break;
+        }
+        r.p.n     = nc;
+        r.p.seg   = seg;
+        r.p.stats = &tier;
+        for (int g = 0; g < r.p.nseg; g++)
+            cols[seg[g].ix] += seg[g].n;
+        run_pass(&r, sid);
+        for (int i = 0; i < count; i++)
+            fed[i] = ss[i]->pos - pos0[i];
+    }
+    t = k3_time() - t;
+    for (int i = 0; i < count; i++) {
+        if (r.st[i] == K3_ABORTED) atomic_store(&ss[i]->cancel, 0);
+        if (ss[i]->pos > pos0[i] || r.st[i] == K3_OK || r.st[i] == K3_ABORTED) feed_stats(ss[i], n[i], pos0[i], t);
+    }
+    split_tier(ss, cols, count, &tier);
+    st = r.first;
+done:
+    for (int i = 0; each && i < count; i++)
+        each[i] = r.st ? r.st[i] : st;
+    free(r.st);
+    free(iw);
+    free(seg);
+    free(sid);
+    return st ? k3_err(st, "%s", r.first ? r.msg : k3_errmsg()) : K3_OK;
 }
 
 /* ==== snapshots ================================================================ */
