@@ -33,10 +33,10 @@
 
 int bench_serve(void);
 
-#define SB_MAXS   8
+#define SB_MAXS 8
 #define SB_ROUNDS 3
 #define SB_TOKENS 8   /* decode steps timed per case                   */
-#define SB_CHUNK  64  /* prompt ids per prefill step (the server's default) */
+#define SB_CHUNK 64   /* prompt ids per prefill step (the server's default) */
 #define SB_PROMPT 200 /* the joining request's prompt, about (ids)      */
 
 typedef struct sb {
@@ -49,8 +49,8 @@ typedef struct sb {
 static int sb_prompt(sb *b, int i, int words, int max_tokens) {
     k3_conv_settings set;
     k3_conv_settings_default(&set);
-    set.think = 0;
-    set.max_tokens = max_tokens;
+    set.think         = 0;
+    set.max_tokens    = max_tokens;
     set.sampling.temp = 0;
     char text[8192];
     int  n = snprintf(text, sizeof text, "stream %d:", i);
@@ -112,7 +112,7 @@ static double sb_join(sb *b, int others, double *stall, double *plain, int *n_pr
         return -1;
     while (!k3_conv_gen_done(g[others])) { /* its prefill, then its first token */
         int    was_prefill = k3_conv_gen_prefill_left(g[others]) > 0;
-        double t = k3_time();
+        double t           = k3_time();
         if (k3_conv_gen_step_batch(g, others + 1))
             return -1;
         t = k3_time() - t;
@@ -134,7 +134,7 @@ static double sb_join(sb *b, int others, double *stall, double *plain, int *n_pr
 int bench_serve(void) {
     if (!bench_want("serve_batch") && !bench_want("serve_ttft"))
         return 0;
-    const char *dir = getenv("K3_BENCH_SERVE");
+    const char *dir      = getenv("K3_BENCH_SERVE");
     char        gen[600] = "";
     if (!dir || !*dir) {
         if (bench_mkmodel("--preset slice --layers 2 --experts 16 --active 8 --merges 1000 --seed 1",
@@ -143,18 +143,21 @@ int bench_serve(void) {
         dir = gen;
     }
     int       rc = 1;
-    sb        b = {0};
+    sb        b  = {0};
     k3_params p;
     double    t0 = k3_time();
     if (k3_params_default(&p) || k3_model_open(dir, &p, &b.m))
         goto done;
     k3_model_info info;
     k3_model_get_info(b.m, &info);
-    printf("# serve model %s loaded in %.0f s: %d layers, hidden %d, vocab %d, %.2f GB resident, kernels %s\n", dir,
-           k3_time() - t0, info.n_layers, info.hidden, info.vocab, (double)info.bytes_resident / 1e9, k3_kernels());
+    printf(
+        "# serve model %s loaded in %.0f s: %d layers, hidden %d, vocab %d, %.2f GB resident, kernels %s\n",
+        dir, k3_time() - t0, info.n_layers, info.hidden, info.vocab, (double)info.bytes_resident / 1e9,
+        k3_kernels());
     fflush(stdout);
     for (int i = 0; i <= SB_MAXS; i++)
-        if (!(b.c[i] = k3_conv_new()) || k3_session_new(b.m, &b.s[i]) || k3_conv_set_prompt_cache(b.c[i], 0, 0))
+        if (!(b.c[i] = k3_conv_new()) || k3_session_new(b.m, &b.s[i]) ||
+            k3_conv_set_prompt_cache(b.c[i], 0, 0))
             goto done;
     static const int ns[] = {1, 2, 4, 8};
     double           tps[4][SB_ROUNDS], ttft[2][SB_ROUNDS], stall[SB_ROUNDS], plain[SB_ROUNDS], x, y;
@@ -164,16 +167,17 @@ int bench_serve(void) {
         goto done;
     for (int r = 0; r < SB_ROUNDS; r++) {
         for (int k = 0; k < 4; k++) {
-            tok = 0;
+            tok      = 0;
             double t = sb_decode(&b, ns[k], SB_TOKENS, &tok);
             if (t <= 0)
                 goto done;
             tps[k][r] = (double)tok / t;
         }
-        if ((ttft[0][r] = sb_join(&b, 0, &x, &y, &np)) < 0 || (ttft[1][r] = sb_join(&b, 4, &stall[r], &plain[r], &np)) < 0)
+        if ((ttft[0][r] = sb_join(&b, 0, &x, &y, &np)) < 0 ||
+            (ttft[1][r] = sb_join(&b, 4, &stall[r], &plain[r], &np)) < 0)
             goto done;
-        printf("# round %d: %.2f %.2f %.2f %.2f tokens/s (1 2 4 8 turns); ttft alone %.3f s, with 4 %.3f s\n", r + 1,
-               tps[0][r], tps[1][r], tps[2][r], tps[3][r], ttft[0][r], ttft[1][r]);
+        printf("# round %d: %.2f %.2f %.2f %.2f tokens/s (1 2 4 8 turns); ttft alone %.3f s, with 4 %.3f s\n",
+               r + 1, tps[0][r], tps[1][r], tps[2][r], tps[3][r], ttft[0][r], ttft[1][r]);
         fflush(stdout);
     }
     double ref = bench_median(tps[0], SB_ROUNDS);
@@ -184,9 +188,12 @@ int bench_serve(void) {
             bench_report(name, k ? bench_median(tps[k], SB_ROUNDS) : ref, "tok/s", ref, "tok/s");
     }
     if (bench_want("serve_ttft"))
-        bench_report("serve_ttft_4", bench_median(ttft[1], SB_ROUNDS), "s", bench_median(ttft[0], SB_ROUNDS), "s");
-    printf("# the joining prompt: %d ids in chunks of %d; meanwhile the 4 streams' longest step %.3f s vs %.3f s plain "
-           "(medians)\n", np, SB_CHUNK, bench_median(stall, SB_ROUNDS), bench_median(plain, SB_ROUNDS));
+        bench_report("serve_ttft_4", bench_median(ttft[1], SB_ROUNDS), "s", bench_median(ttft[0], SB_ROUNDS),
+                     "s");
+    printf("# the joining prompt: %d ids in chunks of %d; meanwhile the 4 streams' longest step %.3f s vs "
+           "%.3f s plain "
+           "(medians)\n",
+           np, SB_CHUNK, bench_median(stall, SB_ROUNDS), bench_median(plain, SB_ROUNDS));
     rc = 0;
 done:
     if (rc)

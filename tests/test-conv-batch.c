@@ -48,8 +48,8 @@ static k3_conv *conv_for(const tcase *tc) {
     k3_conv_settings set;
     K3_ASSERT(c);
     k3_conv_settings_default(&set);
-    set.think = tc->think;
-    set.max_tokens = tc->max_tokens;
+    set.think         = tc->think;
+    set.max_tokens    = tc->max_tokens;
     set.sampling.temp = tc->temp;
     set.sampling.seed = tc->seed;
     K3_ASSERT(k3_conv_set_settings(c, &set) == K3_OK);
@@ -68,10 +68,11 @@ static int str_eq(const char *a, const char *b) {
 /* Same reply: ids, text, reasoning, stop and token counts; and the streamed text equals it. */
 static int same_reply(const k3_msg *a, const k3_msg *b, const text *tb) {
     return a->n_ids == b->n_ids && !memcmp(a->ids, b->ids, (size_t)a->n_ids * sizeof *a->ids) &&
-           str_eq(a->content, b->content) && str_eq(a->reasoning, b->reasoning) && a->stats.stop == b->stats.stop &&
-           a->stats.n_prompt == b->stats.n_prompt && a->stats.n_gen == b->stats.n_gen &&
-           a->stats.n_cached == b->stats.n_cached && a->interrupted == b->interrupted &&
-           str_eq(tb->resp.p, b->content) && str_eq(tb->think.p, b->reasoning ? b->reasoning : "");
+           str_eq(a->content, b->content) && str_eq(a->reasoning, b->reasoning) &&
+           a->stats.stop == b->stats.stop && a->stats.n_prompt == b->stats.n_prompt &&
+           a->stats.n_gen == b->stats.n_gen && a->stats.n_cached == b->stats.n_cached &&
+           a->interrupted == b->interrupted && str_eq(tb->resp.p, b->content) &&
+           str_eq(tb->think.p, b->reasoning ? b->reasoning : "");
 }
 
 /* Steps turns g[0, n) together until all are done; turn i begins at step join[i] (its
@@ -98,8 +99,8 @@ static void run_batch(k3_model *m, k3_conv **c, k3_session **s, text *tx, int n,
             K3_ASSERT(k3_conv_gen_step_batch(act, na) == K3_OK);
         for (int i = 0; i < n; i++)
             if (g[i] && k3_conv_gen_done(g[i])) {
-                st[i] = k3_conv_gen_end(g[i]);
-                g[i] = NULL;
+                st[i]    = k3_conv_gen_end(g[i]);
+                g[i]     = NULL;
                 ended[i] = 1;
                 left--;
             }
@@ -122,7 +123,8 @@ int main(void) {
         return 0;
     }
     snprintf(model_dir, sizeof model_dir, "%s/tiny", tmpdir);
-    snprintf(cmd, sizeof cmd, "'%s/k3-mkmodel' --preset tiny --seed 5 --quiet '%s' >/dev/null 2>&1", build, model_dir);
+    snprintf(cmd, sizeof cmd, "'%s/k3-mkmodel' --preset tiny --seed 5 --quiet '%s' >/dev/null 2>&1", build,
+             model_dir);
     if (system(cmd) != 0) {
         T_SKIP("k3-mkmodel could not make a tiny model");
         return 0;
@@ -138,15 +140,15 @@ int main(void) {
         return t_done();
 
     /* ---- alone: each case's two turns with k3_conv_generate on its own session */
-    k3_conv    *ca[N_CASE], *cb[N_CASE];
-    k3_session *sa[N_CASE], *sb[N_CASE];
-    text        ta[N_CASE] = {0}, tb[N_CASE] = {0};
+    k3_conv      *ca[N_CASE], *cb[N_CASE];
+    k3_session   *sa[N_CASE], *sb[N_CASE];
+    text          ta[N_CASE] = {0}, tb[N_CASE] = {0};
     const k3_msg *alone1[N_CASE];
     for (int i = 0; i < N_CASE; i++) {
         ca[i] = conv_for(&cases[i]);
         K3_ASSERT(k3_session_new(m, &sa[i]) == K3_OK);
         k3_conv_callbacks cbk = {.on_think = on_think, .on_response = on_resp, .ud = &ta[i]};
-        st = k3_conv_generate(ca[i], m, sa[i], &cbk);
+        st                    = k3_conv_generate(ca[i], m, sa[i], &cbk);
         K3_ASSERT(st == K3_OK);
         alone1[i] = last(ca[i]);
     }
@@ -164,7 +166,8 @@ int main(void) {
     for (int i = 0; i < N_CASE; i++)
         T_CHECK(sts[i] == K3_OK && same_reply(last(cb[i]), alone1[i], &tb[i]),
                 "turn 1, case %d stepped with the others equals it alone: %d ids (%s, seed %llu, think %s), "
-                "text and stream", i, last(cb[i])->n_ids, cases[i].temp > 0 ? "sampled" : "greedy",
+                "text and stream",
+                i, last(cb[i])->n_ids, cases[i].temp > 0 ? "sampled" : "greedy",
                 (unsigned long long)cases[i].seed, cases[i].think ? "on" : "off");
 
     /* ---- turn 2 (the live prompt cache), together again, prefill in one step each */
@@ -179,7 +182,8 @@ int main(void) {
     int join0[N_CASE] = {0, 0, 0, 0};
     run_batch(m, cb, sb, tb, N_CASE, join0, 0, -1, -1, sts);
     for (int i = 0; i < N_CASE; i++)
-        T_CHECK(sts[i] == K3_OK && same_reply(last(cb[i]), last(ca[i]), &tb[i]) && last(cb[i])->stats.n_cached > 0,
+        T_CHECK(sts[i] == K3_OK && same_reply(last(cb[i]), last(ca[i]), &tb[i]) &&
+                    last(cb[i])->stats.n_cached > 0,
                 "turn 2, case %d together equals it alone (%d of %d prompt ids from the cache)", i,
                 last(cb[i])->stats.n_cached, last(cb[i])->stats.n_prompt);
 
@@ -195,8 +199,8 @@ int main(void) {
     T_CHECK(sts[1] == K3_ABORTED && last(cc[1])->interrupted && last(cc[1])->stats.stop == K3_STOP_CANCEL &&
                 last(cc[1])->n_ids > 0 && last(cc[1])->n_ids < alone1[1]->n_ids &&
                 !memcmp(last(cc[1])->ids, alone1[1]->ids, (size_t)last(cc[1])->n_ids * sizeof(int32_t)),
-            "the cancelled turn ends interrupted with a prefix of its reply (%d of %d ids)", last(cc[1])->n_ids,
-            alone1[1]->n_ids);
+            "the cancelled turn ends interrupted with a prefix of its reply (%d of %d ids)",
+            last(cc[1])->n_ids, alone1[1]->n_ids);
     for (int i = 0; i < N_CASE; i += 1 + (i == 0))
         T_CHECK(sts[i] == K3_OK && same_reply(last(cc[i]), alone1[i], &tc[i]),
                 "case %d batched with the cancelled one is unchanged", i);
@@ -208,27 +212,30 @@ int main(void) {
     k3_conv_share_prompt_cache(cf, ce);
     k3_conv_share_prompt_cache(cg, ce);
     k3_conv_set_cache_owner(cg, 7);
-    T_CHECK(cf->sn == ce->sn && ce->sn->refs == 3, "three conversations share one store (%d refs)", ce->sn->refs);
+    T_CHECK(cf->sn == ce->sn && ce->sn->refs == 3, "three conversations share one store (%d refs)",
+            ce->sn->refs);
     K3_ASSERT(k3_conv_generate(ce, m, se, NULL) == K3_OK);
     K3_ASSERT(k3_conv_generate(cf, m, sf, NULL) == K3_OK);
     K3_ASSERT(k3_conv_generate(cg, m, sg, NULL) == K3_OK);
     T_CHECK(last(cf)->stats.n_cached == last(cf)->stats.n_prompt && last(cf)->stats.n_prefill == 0 &&
-                last(cf)->n_ids == alone1[0]->n_ids && !memcmp(last(cf)->ids, alone1[0]->ids, (size_t)alone1[0]->n_ids * 4),
+                last(cf)->n_ids == alone1[0]->n_ids &&
+                !memcmp(last(cf)->ids, alone1[0]->ids, (size_t)alone1[0]->n_ids * 4),
             "F (own session) starts from E's snapshot: %d of %d prompt ids cached, the same reply",
             last(cf)->stats.n_cached, last(cf)->stats.n_prompt);
     T_CHECK(last(cg)->stats.n_cached == 0 && last(cg)->n_ids == alone1[0]->n_ids,
-            "G (another owner) starts from nothing (%d cached) and answers the same", last(cg)->stats.n_cached);
+            "G (another owner) starts from nothing (%d cached) and answers the same",
+            last(cg)->stats.n_cached);
     k3_conv_free(ce); /* the store lives on with F and G */
-    T_CHECK(cf->sn->refs == 2 && cf->sn->n_snaps > 0, "freeing E keeps the store for the others (%d snapshots)",
-            cf->sn->n_snaps);
+    T_CHECK(cf->sn->refs == 2 && cf->sn->n_snaps > 0,
+            "freeing E keeps the store for the others (%d snapshots)", cf->sn->n_snaps);
 
     /* ---- bad input */
-    k3_conv_gen *g = NULL, *gg[2];
+    k3_conv_gen *g  = NULL, *gg[2];
     k3_conv     *cx = conv_for(&cases[2]), *cy = conv_for(&cases[2]);
     T_CHECK(k3_conv_gen_step_batch(NULL, 1) == K3_ERR_ARG && k3_conv_gen_step_batch(gg, 0) == K3_ERR_ARG,
             "step_batch of no turns: K3_ERR_ARG (%s)", k3_errmsg());
-    T_CHECK(k3_conv_gen_begin(cx, m, sf, NULL, -1, &g) == K3_ERR_ARG && !g, "a negative chunk: K3_ERR_ARG (%s)",
-            k3_errmsg());
+    T_CHECK(k3_conv_gen_begin(cx, m, sf, NULL, -1, &g) == K3_ERR_ARG && !g,
+            "a negative chunk: K3_ERR_ARG (%s)", k3_errmsg());
     K3_ASSERT(k3_conv_gen_begin(cx, m, sf, NULL, 0, &gg[0]) == K3_OK);
     gg[1] = gg[0];
     T_CHECK(k3_conv_gen_step_batch(gg, 2) == K3_ERR_ARG && strstr(k3_errmsg(), "share a turn"),

@@ -394,7 +394,8 @@ int main(void) {
     T_CHECK(st == K3_OK && ns->sn->n_snaps == 0 && last(ns)->stats.n_cached == 0 &&
                 last(ns)->stats.n_prefill == last(ns)->stats.n_prompt && last(ns)->n_ids == n_q &&
                 !memcmp(last(ns)->ids, last(q)->ids, (size_t)n_q * 4),
-            "no snapshots: a retry re-prefills all %d tokens and gives the same answer", last(ns)->stats.n_prompt);
+            "no snapshots: a retry re-prefills all %d tokens and gives the same answer",
+            last(ns)->stats.n_prompt);
     k3_conv_free(ns);
 
     /* prompt cache LRU: conversation A, then B, then A again on one conversation object (a
@@ -417,8 +418,8 @@ int main(void) {
     for (int i = 0; i < k3_conv_count(keep); i++)
         conv_push(lr, k3_conv_msg(keep, i));
     k3_conv_add(lr, K3_ROLE_USER, "Again.", NULL);
-    int n_snaps_before = lr->sn->n_snaps;
-    size_t bytes_before = lr->sn->bytes;
+    int    n_snaps_before = lr->sn->n_snaps;
+    size_t bytes_before   = lr->sn->bytes;
     if (!st)
         st = k3_conv_generate(lr, m, s, NULL);
     int a_len = last(keep)->stats.n_prompt + last(keep)->n_ids - 1; /* A's prompt + reply, as processed */
@@ -435,8 +436,8 @@ int main(void) {
         big = lr->sn->snaps[i].bytes > big ? lr->sn->snaps[i].bytes : big;
     T_CHECK(k3_conv_set_prompt_cache(lr, 3, (double)(big + big / 2) / 1e6) == K3_OK && lr->sn->n_snaps >= 1 &&
                 lr->sn->n_snaps < 3 && lr->sn->bytes <= big + big / 2,
-            "a byte budget of 1.5 of the largest snapshot evicts down to it (%d kept, %zu bytes)", lr->sn->n_snaps,
-            lr->sn->bytes);
+            "a byte budget of 1.5 of the largest snapshot evicts down to it (%d kept, %zu bytes)",
+            lr->sn->n_snaps, lr->sn->bytes);
     k3_conv_free(keep);
     k3_conv_free(lr);
     snprintf(path, sizeof path, "%s/greedy.jsonl", tmpdir);

@@ -46,7 +46,7 @@ static void store_clear(conv_store *sn) {
         free(sn->snaps[i].ids);
     }
     sn->n_snaps = 0;
-    sn->bytes = 0;
+    sn->bytes   = 0;
 }
 
 conv_store *conv_store_new(void) {
@@ -79,7 +79,7 @@ void k3_conv_share_prompt_cache(k3_conv *c, k3_conv *with) {
 
 void k3_conv_set_cache_owner(k3_conv *c, uint64_t owner) {
     if (c->owner != owner) { /* the live state was built for the other owner */
-        c->n_cache = 0;
+        c->n_cache    = 0;
         c->cache_sess = NULL;
     }
     c->owner = owner;
@@ -93,7 +93,7 @@ static void gen_free(k3_conv *c) {
         free(r);
     }
     c->render = NULL;
-    c->n_cache = 0; /* the snapshots go with the store (k3_conv_free) */
+    c->n_cache    = 0; /* the snapshots go with the store (k3_conv_free) */
     c->cache_sess = NULL;
     free(c->cache_ids);
     c->cache_ids = NULL;
@@ -489,7 +489,7 @@ k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb) {
         return k3_err(K3_ERR_ARG, "prompt cache: %d snapshots / %g MB: expected 0..%d snapshots and MB >= 0",
                       max_snapshots, mb, CONV_MAX_SNAPSHOTS);
     c->sn->max_snaps = max_snapshots;
-    c->sn->budget = (size_t)(mb * 1e6);
+    c->sn->budget    = (size_t)(mb * 1e6);
     snap_room(c->sn, 0, 0);
     return K3_OK;
 }
@@ -518,7 +518,7 @@ static void snap_take(k3_conv *c, k3_session *s) {
     ns.n = c->n_cache;
     ns.owner = c->owner;
     ns.bytes = k3_snapshot_bytes(ns.snap) + (size_t)ns.n * sizeof *ns.ids;
-    ns.used = ++sn->clock;
+    ns.used  = ++sn->clock;
     if (sn->budget && ns.bytes > sn->budget) { /* bigger than the whole budget */
         k3_snapshot_free(ns.snap);
         free(ns.ids);
@@ -533,7 +533,7 @@ static void snap_take(k3_conv *c, k3_session *s) {
  * length k: the caller feeds R[k, n). k == n only when the state's logits are those of
  * R's last position (a snapshot taken right after prefilling R: /retry). */
 static int cache_prepare(k3_conv *c, k3_session *s, const int32_t *R, int n) {
-    conv_store *sn = c->sn;
+    conv_store *sn   = c->sn;
     int live = c->cache_sess == s && k3_session_pos(s) == c->n_cache && c->n_cache <= n &&
                        common_prefix(c->cache_ids, c->n_cache, R, n) == c->n_cache &&
                        (c->n_cache < n || k3_session_logits(s))
@@ -667,35 +667,36 @@ struct k3_conv_gen {
     k3_conv          *c;
     k3_model         *m;
     k3_session       *s;
-    k3_conv_callbacks cb;    /* copy; has_cb says whether one was given */
+    k3_conv_callbacks cb; /* copy; has_cb says whether one was given */
     int               has_cb;
     k3_model_info     info;
     k3_tok           *tok;
     int32_t          *forced; /* (n_forced) k3_conv_force_reply of this turn */
     int               n_forced;
-    k3_ids            R;      /* the prompt (until prefilled)                */
-    int               n, k;   /* prompt length; ids of it the session holds   */
-    int               chunk;  /* prefill ids per step (INT_MAX: all at once)  */
-    int               phase;  /* GEN_*                                        */
+    k3_ids            R;     /* the prompt (until prefilled)                */
+    int               n, k;  /* prompt length; ids of it the session holds   */
+    int               chunk; /* prefill ids per step (INT_MAX: all at once)  */
+    int               phase; /* GEN_*                                        */
     double            t0, t1;
     k3_turn_stats     ts;
     k3_sampler       *smp;
     k3_chat_parser   *par;
-    k3_ids            gen;    /* generated ids                                */
+    k3_ids            gen; /* generated ids                                */
     k3_buf            think, resp;
     k3_chat_out       out;
     call_ids          ci;
     int               think_done;
-    k3_status         st;     /* the turn's status so far                     */
-    const int32_t    *feed;   /* this step's feed: (n_feed) ids, pos0 before  */
+    k3_status         st;   /* the turn's status so far                     */
+    const int32_t    *feed; /* this step's feed: (n_feed) ids, pos0 before  */
     int               n_feed, pos0;
-    int32_t           tok1;   /* the decode step's token                      */
+    int32_t           tok1; /* the decode step's token                      */
 };
 
 /* Engine feed of several sessions (count >= 1), each[i] the status of ss[i]: one batched
  * forward pass (session.c), bit for bit what each k3_session_feed alone gives; a malformed
  * call (never made here: step_batch checks the list) fails every one. */
-static void feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n, int count, k3_status *each) {
+static void feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n, int count,
+                       k3_status *each) {
     if (count == 1) /* the same thing, without the batch's bookkeeping */
         each[0] = k3_session_feed(ss[0], ids[0], n[0]);
     else
@@ -704,8 +705,8 @@ static void feed_batch(k3_session *const *ss, const int32_t *const *ids, const i
 
 /* The prompt is in: statistics, the /retry snapshot, and the sampler and parser. */
 static void prefill_done(k3_conv_gen *g) {
-    k3_conv *c = g->c;
-    g->t1 = k3_time();
+    k3_conv *c      = g->c;
+    g->t1           = k3_time();
     g->ts.n_prefill = k3_session_pos(g->s) - g->ts.n_cached;
     g->ts.t_prefill = g->t1 - g->t0;
     if (!g->st && atomic_load(&c->cancel))
@@ -728,15 +729,15 @@ static void prefill_done(k3_conv_gen *g) {
 /* Sets g->feed for this step (n_feed 0: nothing to feed; the turn may be done). */
 static void step_prepare(k3_conv_gen *g) {
     k3_conv *c = g->c;
-    g->n_feed = 0;
+    g->n_feed  = 0;
     if (g->phase == GEN_PREFILL) {
         if (atomic_load(&c->cancel)) {
             prefill_done(g); /* K3_ABORTED */
             return;
         }
-        g->feed = g->R.v + g->k;
+        g->feed   = g->R.v + g->k;
         g->n_feed = g->n - g->k < g->chunk ? g->n - g->k : g->chunk;
-        g->pos0 = k3_session_pos(g->s);
+        g->pos0   = k3_session_pos(g->s);
         return;
     }
     if (g->phase != GEN_DECODE)
@@ -747,7 +748,8 @@ static void step_prepare(k3_conv_gen *g) {
         g->st = K3_ABORTED;
         return;
     }
-    if ((c->set.max_tokens && (int)g->gen.n >= c->set.max_tokens) || (g->forced && (int)g->gen.n >= g->n_forced)) {
+    if ((c->set.max_tokens && (int)g->gen.n >= c->set.max_tokens) ||
+        (g->forced && (int)g->gen.n >= g->n_forced)) {
         g->ts.stop = K3_STOP_MAX_TOKENS;
         return;
     }
@@ -774,17 +776,17 @@ static void step_prepare(k3_conv_gen *g) {
         g->ts.stop = K3_STOP_CONTEXT;
         return;
     }
-    g->phase = GEN_DECODE;
-    g->tok1 = id;
-    g->feed = &g->tok1;
+    g->phase  = GEN_DECODE;
+    g->tok1   = id;
+    g->feed   = &g->tok1;
     g->n_feed = 1;
-    g->pos0 = k3_session_pos(g->s);
+    g->pos0   = k3_session_pos(g->s);
 }
 
 /* Records the step's feed (the part applied before a cancel or error counts). */
 static void step_finish(k3_conv_gen *g, k3_status st) {
     int done = k3_session_pos(g->s) - g->pos0;
-    done = done < 0 ? 0 : done > g->n_feed ? g->n_feed : done;
+    done     = done < 0 ? 0 : done > g->n_feed ? g->n_feed : done;
     cache_append(g->c, g->feed, done);
     if (g->phase == GEN_PREFILL) {
         g->k += done;
@@ -792,14 +794,14 @@ static void step_finish(k3_conv_gen *g, k3_status st) {
         if (st || g->k >= g->n)
             prefill_done(g);
     } else if (st) {
-        g->st = st;
+        g->st    = st;
         g->phase = GEN_DONE;
     }
 }
 
 k3_status k3_conv_gen_begin(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb, int chunk,
                             k3_conv_gen **out) {
-    *out = NULL;
+    *out              = NULL;
     int32_t *forced = c->forced; /* k3_conv_force_reply: for this turn only, whatever happens */
     int      n_forced = c->n_forced;
     c->forced = NULL;
@@ -810,29 +812,38 @@ k3_status k3_conv_gen_begin(k3_conv *c, k3_model *m, k3_session *s, const k3_con
     }
     if (chunk < 0) {
         free(forced);
-        return k3_err(K3_ERR_ARG, "conversation: prefill chunk %d (expected >= 1, or 0 for the whole prompt)", chunk);
+        return k3_err(K3_ERR_ARG, "conversation: prefill chunk %d (expected >= 1, or 0 for the whole prompt)",
+                      chunk);
     }
     k3_conv_gen *g = k3_calloc(1, sizeof *g);
     if (!g) {
         free(forced);
         return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
     }
-    *g = (k3_conv_gen){.c = c, .m = m, .s = s, .has_cb = cb != NULL, .forced = forced, .n_forced = n_forced,
-                       .chunk = chunk ? chunk : INT_MAX, .phase = GEN_PREFILL, .think_done = !c->set.think};
+    *g = (k3_conv_gen){.c          = c,
+                       .m          = m,
+                       .s          = s,
+                       .has_cb     = cb != NULL,
+                       .forced     = forced,
+                       .n_forced   = n_forced,
+                       .chunk      = chunk ? chunk : INT_MAX,
+                       .phase      = GEN_PREFILL,
+                       .think_done = !c->set.think};
     if (cb)
         g->cb = *cb;
     k3_model_get_info(m, &g->info);
-    g->t0 = k3_time();
+    g->t0        = k3_time();
     k3_status st = conv_get_tok(c, m, &g->tok);
     if (!st)
         st = conv_render_prompt(c, g->tok, 1, &g->R);
-    g->n = (int)g->R.n;
+    g->n     = (int)g->R.n;
     int room = g->info.max_ctx - g->n;
     if (!st && room < CONV_MIN_ROOM) {
         int users = 0; /* the advice depends on whether there are older turns to drop */
         for (int i = 0; i < c->n_msgs; i++)
             users += c->msgs[i].role == K3_ROLE_USER;
-        st = k3_err(K3_ERR_CONTEXT, "context full: the conversation needs %d tokens and the context holds %d (K3_MAXT)%s",
+        st = k3_err(K3_ERR_CONTEXT,
+                    "context full: the conversation needs %d tokens and the context holds %d (K3_MAXT)%s",
                     g->n + CONV_MIN_ROOM, g->info.max_ctx,
                     users > 1 ? "; start a new conversation or drop the oldest turns" : "");
     }
@@ -846,11 +857,12 @@ k3_status k3_conv_gen_begin(k3_conv *c, k3_model *m, k3_session *s, const k3_con
     atomic_store(&c->active, s);
 
     /* prefill (in steps) what the session has not processed yet */
-    g->ts = (k3_turn_stats){.n_prompt = g->n, .think = c->set.think, .sampling = c->set.sampling, .has_sampling = 1};
+    g->ts = (k3_turn_stats){
+        .n_prompt = g->n, .think = c->set.think, .sampling = c->set.sampling, .has_sampling = 1};
     g->ts.sampling.seed = turn_seed(c);
     c->n_turns_started++;
     k3_session_reset_stats(s);
-    g->k = cache_prepare(c, s, g->R.v, g->n);
+    g->k           = cache_prepare(c, s, g->R.v, g->n);
     g->ts.n_cached = g->k;
     if (g->k >= g->n)
         prefill_done(g);
@@ -868,7 +880,9 @@ k3_status k3_conv_gen_step_batch(k3_conv_gen *const *g, int count) {
         for (int j = 0; j < i; j++)
             if (g[j] == g[i] || g[j]->s == g[i]->s || g[j]->c == g[i]->c)
                 return k3_err(K3_ERR_ARG, "k3_conv_gen_step_batch: turns %d and %d share a %s", j, i,
-                              g[j] == g[i] ? "turn" : g[j]->s == g[i]->s ? "session" : "conversation");
+                              g[j] == g[i]         ? "turn"
+                              : g[j]->s == g[i]->s ? "session"
+                                                   : "conversation");
     }
     k3_session    *ss[MAX_BATCH];
     const int32_t *ids[MAX_BATCH];
@@ -877,9 +891,9 @@ k3_status k3_conv_gen_step_batch(k3_conv_gen *const *g, int count) {
     for (int i = 0; i < count; i++) {
         step_prepare(g[i]);
         if (g[i]->n_feed > 0) {
-            ss[nb] = g[i]->s;
-            ids[nb] = g[i]->feed;
-            n[nb] = g[i]->n_feed;
+            ss[nb]    = g[i]->s;
+            ids[nb]   = g[i]->feed;
+            n[nb]     = g[i]->n_feed;
             who[nb++] = i;
         }
     }
@@ -905,15 +919,15 @@ int k3_conv_gen_prefill_left(const k3_conv_gen *g) {
 k3_status k3_conv_gen_end(k3_conv_gen *g) {
     if (!g)
         return K3_OK;
-    k3_conv           *c = g->c;
-    k3_session        *s = g->s;
-    k3_turn_stats     *ts = &g->ts;
+    k3_conv                 *c  = g->c;
+    k3_session              *s  = g->s;
+    k3_turn_stats           *ts = &g->ts;
     const k3_conv_callbacks *cb = g->has_cb ? &g->cb : NULL;
-    k3_status          st = g->st;
+    k3_status                st = g->st;
     if (g->phase != GEN_DONE && !st) /* ended early: as a cancel */
         st = K3_ABORTED;
     if (g->phase == GEN_PREFILL) { /* statistics of the part prefilled */
-        g->t1 = k3_time();
+        g->t1         = k3_time();
         ts->n_prefill = k3_session_pos(s) - ts->n_cached;
         ts->t_prefill = g->t1 - g->t0;
         k3_ids_free(&g->R);
@@ -941,11 +955,16 @@ k3_status k3_conv_gen_end(k3_conv_gen *g) {
     /* append the reply (kept, marked, when cancelled or failed part way) and autosave */
     char      errmsg[512];
     snprintf(errmsg, sizeof errmsg, "%s", st ? k3_errmsg() : "");
-    k3_msg reply = {.role = K3_ROLE_ASSISTANT, .content = g->resp.p ? g->resp.p : (char *)(uintptr_t)"",
-                    .reasoning = g->think.n || c->set.think ? (g->think.p ? g->think.p : (char *)(uintptr_t)"") : NULL,
-                    .interrupted = st != K3_OK, .has_stats = 1, .stats = *ts, .ids = g->gen.v,
-                    .n_ids = (int)g->gen.n};
-    int           nc = g->par ? k3_chat_parser_n_calls(g->par) : 0;
+    k3_msg reply = {
+        .role        = K3_ROLE_ASSISTANT,
+        .content     = g->resp.p ? g->resp.p : (char *)(uintptr_t) "",
+        .reasoning   = g->think.n || c->set.think ? (g->think.p ? g->think.p : (char *)(uintptr_t) "") : NULL,
+        .interrupted = st != K3_OK,
+        .has_stats   = 1,
+        .stats       = *ts,
+        .ids         = g->gen.v,
+        .n_ids       = (int)g->gen.n};
+    int           nc    = g->par ? k3_chat_parser_n_calls(g->par) : 0;
     k3_tool_call *calls = nc ? k3_calloc((size_t)nc, sizeof *calls) : NULL;
     for (int q = 0; calls && q < nc && q < g->ci.n; q++) { /* the complete calls */
         const char *name, *args;

@@ -71,9 +71,9 @@
 #define SERVE_MAX_TOKENS 1000000000 /* max_tokens accepted (the context ends a turn first) */
 #define SERVE_MIN_ROOM  8          /* tokens a turn must be able to generate (conv)  */
 #define SERVE_MAX_PARALLEL 64      /* --parallel                                      */
-#define SERVE_PARALLEL  4          /* its default                                     */
-#define SERVE_QUEUE     32         /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
-#define SERVE_CHUNK     64         /* prompt ids per prefill step (K3_SERVE_CHUNK)    */
+#define SERVE_PARALLEL 4           /* its default                                     */
+#define SERVE_QUEUE 32             /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
+#define SERVE_CHUNK 64             /* prompt ids per prefill step (K3_SERVE_CHUNK)    */
 #define SERVE_QUEUE_SECS 600       /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
 
 /* ---- a parsed request ----------------------------------------------------------- */
@@ -128,7 +128,7 @@ typedef struct job {
     int         v11;     /* HTTP/1.1: an interim 100 may probe the peer  */
     int         key;     /* index of the request's API key (cache owner) */
     int         started; /* the response has begun (no more probes)     */
-    int         queued;  /* waiting in the FIFO for a slot              */
+    int            queued;  /* waiting in the FIFO for a slot              */
     double      t_probe; /* monotonic seconds of the last probe         */
     unsigned    seq;     /* request number (logs)                       */
     char        id[48];  /* "chatcmpl-..."                              */
@@ -144,7 +144,7 @@ typedef struct job {
     const char *finish;    /* "stop" | "length" when done without error  */
     int         n_prompt, n_cached, n_gen;
     json_t     *calls;     /* the answer's tool_calls (NULL: none)       */
-    k3_conv    *c;         /* the slot's conversation while it runs      */
+    k3_conv       *c;         /* the slot's conversation while it runs      */
     int         http;      /* 0 = success; else the error's HTTP status  */
     char        err_type[32], err_code[40];
     char        err[600];
@@ -167,11 +167,11 @@ static struct server {
     pthread_cond_t  work_cv, done_cv; /* done_cv: broadcast on any job progress */
     job            *head, *tail;      /* queue (FIFO)                           */
     int             n_queued, max_queue;
-    int             queue_secs;       /* longest wait in it (K3_SERVE_QUEUE_SECS) */
-    slot           *slots;            /* (n_slots) --parallel                   */
+    int             queue_secs; /* longest wait in it (K3_SERVE_QUEUE_SECS) */
+    slot           *slots;      /* (n_slots) --parallel                   */
     int             n_slots, n_active;
-    int             chunk;            /* prompt ids a prefill step feeds         */
-    uint64_t        clock;            /* admissions                             */
+    int             chunk; /* prompt ids a prefill step feeds         */
+    uint64_t        clock; /* admissions                             */
     int             stopping;
     unsigned        seq;
     unsigned long   n_ok, n_err, n_cancel;
@@ -232,7 +232,8 @@ static void job_expire_locked(job *j) {
     srv.n_queued--;
     j->queued = 0;
     char m[160];
-    snprintf(m, sizeof m, "the server is busy: no generation slot came free in %d s (K3_SERVE_QUEUE_SECS); retry later",
+    snprintf(m, sizeof m,
+             "the server is busy: no generation slot came free in %d s (K3_SERVE_QUEUE_SECS); retry later",
              srv.queue_secs);
     job_fail_locked(j, 503, "server_error", "queue_timeout", m);
     job_done_locked(j); /* the engine's reference: it never sees the job */
@@ -497,7 +498,8 @@ static void job_finish(slot *sl, job *j, k3_status st) {
         m[strcspn(m, ";")] = 0; /* the conversation's advice is for the chat, not for a client */
         job_fail_locked(j, 400, "invalid_request_error", "context_length_exceeded", m);
     } else if (!last && (st == K3_ERR_ARG || st == K3_ERR_NOMEM)) { /* setting the turn up */
-        job_fail_locked(j, st == K3_ERR_ARG ? 400 : 500, st == K3_ERR_ARG ? "invalid_request_error" : "server_error",
+        job_fail_locked(j, st == K3_ERR_ARG ? 400 : 500,
+                        st == K3_ERR_ARG ? "invalid_request_error" : "server_error",
                         st == K3_ERR_ARG ? "invalid_value" : "internal_error", k3_errmsg());
     } else {
         job_fail_locked(j, 500, "server_error", "engine_error", k3_errmsg());
@@ -526,12 +528,13 @@ static void job_finish(slot *sl, job *j, k3_status st) {
 static void log_job(const job *j) {
     double dt = now_s() - j->t0;
     if (!j->http)
-        serve_log("#%u 200%s: %d prompt (%d cached) + %d completion tokens, %s, %.2f s (%d active, %d queued)", j->seq,
-                  j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->finish, dt, srv.n_active,
-                  srv.n_queued);
+        serve_log(
+            "#%u 200%s: %d prompt (%d cached) + %d completion tokens, %s, %.2f s (%d active, %d queued)",
+            j->seq, j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->finish, dt,
+            srv.n_active, srv.n_queued);
     else if (j->http == 499)
-        serve_log("#%u cancelled: %s after %d tokens, %.2f s (%d active, %d queued)", j->seq, j->err, j->n_gen, dt,
-                  srv.n_active, srv.n_queued);
+        serve_log("#%u cancelled: %s after %d tokens, %.2f s (%d active, %d queued)", j->seq, j->err,
+                  j->n_gen, dt, srv.n_active, srv.n_queued);
     else
         serve_log("#%u %d: %s (%d active, %d queued)", j->seq, j->http, j->err, srv.n_active, srv.n_queued);
 }
@@ -554,7 +557,7 @@ static void job_done_locked(job *j) {
 /* The free slot for j: the one whose conversation j continues furthest (same API key), else
  * the least recently used. NULL when every slot is busy. Lock held. */
 static slot *pick_slot(const job *j) {
-    slot *best = NULL;
+    slot *best      = NULL;
     int   best_keep = -2;
     for (int i = 0; i < srv.n_slots; i++) {
         slot *sl = &srv.slots[i];
@@ -597,7 +600,8 @@ static void admit_locked(void) {
             if (srv.stopping)
                 job_fail_locked(j, 503, "server_error", "shutting_down", "the server is shutting down");
             else
-                job_fail_locked(j, 499, "cancelled", "client_disconnected", "the client disconnected while queued");
+                job_fail_locked(j, 499, "cancelled", "client_disconnected",
+                                "the client disconnected while queued");
             job_done_locked(j);
             continue;
         }
@@ -629,8 +633,8 @@ static void *worker_main(void *arg) {
             continue;
         }
         /* this step's turns: every decoding one, and the oldest prefilling one (all when none decodes) */
-        int    n = 0, decoding = 0;
-        slot  *pre = NULL;
+        int   n = 0, decoding = 0;
+        slot *pre = NULL;
         for (int i = 0; i < srv.n_slots; i++) {
             slot *sl = &srv.slots[i];
             if (!sl->j || !sl->g)
@@ -1089,8 +1093,8 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         sreq_free(&j->r);
         free(j);
         char m[160];
-        snprintf(m, sizeof m, "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later", q,
-                 srv.max_queue);
+        snprintf(m, sizeof m, "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later",
+                 q, srv.max_queue);
         serve_log("#%u 503: queue full (%d active, %d queued)", seq, a, q);
         return send_error(con, 503, "server_error", "queue_full", m);
     }
