@@ -368,6 +368,7 @@ typedef struct moe_scratch {
     float *lat;      /* (n, L) Σ_slot w · slot_y, then RMSNorm                              */
     float *shared;   /* (n, D) shared experts' output                                       */
     int   *sel;      /* (n, k) selected expert ids (-1: dropped by K3_TOPP)                 */
+    int   *csel;     /* (n, k) sel, -1 where the Vulkan tier computed the row: the CPU's     */
     float *w;        /* (n, k) their weights                                                */
     int   *rows;     /* (n*k) t*k + slot of the rows of one expert / K3_TOPP scratch         */
     int   *ids;      /* (E) distinct experts of the chunk                                   */
@@ -376,7 +377,7 @@ typedef struct moe_scratch {
 static moe_scratch moe_scratch_of(chunk_buf *b) {
     return (moe_scratch){.scores = b->t0, .z = b->t1, .gate = b->t2, .up = b->t3, .in = b->gat, .out = b->gat2,
                          .slot_y = b->moe_y, .lat = b->t4, .shared = b->t5, .sel = b->moe_sel, .w = b->moe_w,
-                         .rows = b->moe_tok, .ids = b->moe_ids};
+                         .csel = b->moe_sel, .rows = b->moe_tok, .ids = b->moe_ids};
 }
 
 /* Route: σ(router x); per token the top-k of (score + bias) in the order (biased score
@@ -418,24 +419,24 @@ static void moe_route(const k3_model *m, const moe_weights *w, const float *xn, 
     }
 }
 
-/* The distinct experts of the chunk in id order -> ms->ids; returns their number. */
-static int moe_experts(const moe_scratch *ms, int E, int nk) {
+/* The distinct experts of sel[0..nk) in id order -> ids; returns their number. */
+static int moe_experts(const int *sel, int nk, int E, int *ids) {
     int n_ids = 0;
     for (int e = 0; e < E; e++)
         for (int i = 0; i < nk; i++)
-            if (ms->sel[i] == e) {
-                ms->ids[n_ids++] = e;
+            if (sel[i] == e) {
+                ids[n_ids++] = e;
                 break;
             }
     return n_ids;
 }
 
-/* Gather: the (token, slot) rows routed to expert e, in token order -> ms->rows, and their
- * latent rows z -> ms->in. Returns np. */
+/* Gather: the (token, slot) rows routed to expert e on the CPU, in token order -> ms->rows,
+ * and their latent rows z -> ms->in. Returns np. */
 static int moe_gather(const moe_scratch *ms, int e, int nk, int k, int L) {
     int np = 0;
     for (int i = 0; i < nk; i++)
-        if (ms->sel[i] == e) ms->rows[np++] = i;
+        if (ms->csel[i] == e) ms->rows[np++] = i;
     for (int i = 0; i < np; i++)
         memcpy(ms->in + (size_t)i * L, ms->z + (size_t)(ms->rows[i] / k) * L, (size_t)L * sizeof(float));
     return np;
@@ -474,14 +475,58 @@ static void moe_combine(const k3_model *m, const moe_weights *w, int n, moe_scra
         y[i] += ms->shared[i];
 }
 
-/* Stable LatentMoE over the chunk: cb.xn (n, D) -> cb.y (n, D).
+/* Decode columns (pass_seg.dev: one-token passes when fed alone) use the Vulkan tier as such a
+ * lone step does: the
+ * shared experts when they are resident (else the CPU, one matmul over the other columns:
+ * gathered into b->x, out through b->y, both free during the MLP), and each column's resident
+ * routed experts, called exactly as for that token alone; their rows leave ms->csel. */
+static k3_status moe_device(fwd_pass *p, int l, moe_scratch *ms) {
+    const k3_model    *m = p->m;
+    const k3_config   *c = &m->cfg;
+    const moe_weights *w = &m->layers[l].moe;
+    chunk_buf         *b = p->b;
+    const int          n = p->n, k = c->n_active, L = c->latent, D = c->hidden;
+    int               *dev = b->moe_dev, ncpu = 0; /* (n) columns whose shared experts ran there */
+    for (int g = 0; g < p->nseg; g++)
+        for (int t = p->seg[g].t0; t < p->seg[g].t0 + p->seg[g].n; t++)
+            ncpu += !(dev[t] = p->seg[g].dev && t == p->seg[g].t0 + p->seg[g].n - 1 &&
+                               vkt_shared(m->vk, l, b->xn + (size_t)t * D, ms->shared + (size_t)t * D));
+    if (ncpu == n) mlp_forward(m, &w->shared, b->xn, n, ms->shared, ms->gate, ms->up);
+    else if (ncpu) {
+        for (int t = 0, r = 0; t < n; t++)
+            if (!dev[t]) memcpy(b->x + (size_t)r++ * D, b->xn + (size_t)t * D, (size_t)D * sizeof(float));
+        mlp_forward(m, &w->shared, b->x, ncpu, b->y, ms->gate, ms->up);
+        for (int t = 0, r = 0; t < n; t++)
+            if (!dev[t]) memcpy(ms->shared + (size_t)t * D, b->y + (size_t)r++ * D, (size_t)D * sizeof(float));
+    }
+    if (!m->vk) return K3_OK;
+    memcpy(ms->csel, ms->sel, (size_t)n * k * sizeof(int));
+    for (int g = 0; g < p->nseg; g++) {
+        if (!p->seg[g].dev) continue;
+        const int t = p->seg[g].t0 + p->seg[g].n - 1, *sel = ms->sel + (size_t)t * k;
+        int       n_ids = moe_experts(sel, k, c->n_experts, ms->ids);
+        int       n_res = vkt_split(m->vk, l, ms->ids, &n_ids, b->moe_res);
+        k3_status rc    = n_res ? vkt_experts(m->vk, l, b->moe_res, n_res, ms->z + (size_t)t * L, b->moe_resy) : K3_OK;
+        if (rc) return rc;
+        for (int r = 0; r < n_res; r++)
+            for (int j = 0; j < k; j++)
+                if (sel[j] == b->moe_res[r]) {
+                    memcpy(ms->slot_y + ((size_t)t * k + j) * L, b->moe_resy + (size_t)r * L, (size_t)L * sizeof(float));
+                    ms->csel[(size_t)t * k + j] = -1;
+                }
+        p->stats->vk_hits += (uint64_t)n_res;
+    }
+    return K3_OK;
+}
+
+/* Stable LatentMoE over the pass: b->xn (n, D) -> b->y (n, D).
  *   s = σ(gate x);  T = top-k of (s + bias);  w_e = s_e / (Σ_T s + 1e-20) · routed_scale
  *   z = down_lat x;  u = Σ_{e∈T} w_e · w2_e(SiTU-GLU(w1_e z, w3_e z))
  *   y = up_lat RMSNorm(u, routed_expert_norm) + shared(x)
- * Route, then each distinct expert of the chunk once over its tokens (gather, compute as one
+ * Route, then each distinct expert of the pass once over its tokens (gather, compute as one
  * matmul per projection, scatter), in the order the expert tier hands them out (hits, then
  * reads as they land), then combine in selection order, so the result does not depend on
- * that order nor on the chunk size. */
+ * that order nor on the other columns. */
 static k3_status moe_forward(fwd_pass *p, int l) {
     const k3_model    *m = p->m;
     const k3_config   *c = &m->cfg;
@@ -490,21 +535,12 @@ static k3_status moe_forward(fwd_pass *p, int l) {
     const int          n = p->n, k = c->n_active, L = c->latent, nk = n * k;
     moe_scratch        ms = moe_scratch_of(b);
 
-    /* shared experts first (gate/up as scratch); one decode token: on the device if resident */
-    if (n != 1 || !vkt_shared(m->vk, l, b->xn, ms.shared))
-        mlp_forward(m, &w->shared, b->xn, n, ms.shared, ms.gate, ms.up);
     moe_route(m, w, b->xn, n, &ms);
     mm(&w->down_lat, b->xn, n, ms.z);
-    int n_ids = moe_experts(&ms, c->n_experts, nk);
-    /* decode: experts resident on the Vulkan device skip the disk read and the CPU matmul */
-    int       n_res = n == 1 ? vkt_split(m->vk, l, ms.ids, &n_ids, b->moe_res) : 0;
-    k3_status rc    = n_res ? vkt_experts(m->vk, l, b->moe_res, n_res, ms.z, b->moe_resy) : K3_OK;
-    for (int r = 0; !rc && r < n_res; r++)
-        for (int i = 0; i < k; i++)
-            if (ms.sel[i] == b->moe_res[r])
-                memcpy(ms.slot_y + (size_t)i * L, b->moe_resy + (size_t)r * L, (size_t)L * sizeof(float));
+    if (m->vk) ms.csel = b->moe_dev + n; /* after the (n) column flags */
+    k3_status rc = moe_device(p, l, &ms);
     if (rc) return rc;
-    p->stats->vk_hits += (uint64_t)n_res;
+    int      n_ids = moe_experts(ms.csel, nk, c->n_experts, ms.ids);
     ex_batch eb;
     rc = ex_begin(m->tier, l, ms.ids, n_ids, p->stats, &eb);
     int              e;
