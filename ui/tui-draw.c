@@ -78,6 +78,8 @@ static int draw_text(int y, int x, int w, const char *s, size_t n, int role) {
                 mvaddch(y, x + col++, ' ');
         } else if (f & (TXT_F_NL | TXT_F_CTRL)) {
             /* not drawn */
+        } else if (col + cw <= w && (f & TXT_F_EMOJI) && len > 4 && tui_emoji_cell(y, x + col, cw, s + off, len, role)) {
+            col += cw; /* a multi-emoji cluster (tui-emoji.c) */
         } else if (col + cw <= w) {
             wchar_t wc[6];
             int     nw = 0;
@@ -553,7 +555,9 @@ void tui_render(tui *t, int force) {
         int y = t->rows > n ? (t->rows - n) / 2 : 0;
         draw_wrapped(y, 0, w, t->rows - y, m, THM_NORMAL);
         attrset(A_NORMAL);
+        tui_emoji_before();
         refresh();
+        tui_emoji_after();
         t->dirty     = 0;
         t->last_draw = now;
         return;
@@ -572,8 +576,10 @@ void tui_render(tui *t, int force) {
         draw_status(t);
     draw_input(t);
     attrset(A_NORMAL);
+    tui_emoji_before();
     wnoutrefresh(stdscr);
     doupdate();
+    tui_emoji_after();
     tui_md_links(t);
     t->dirty     = 0;
     t->last_draw = ev_now();
