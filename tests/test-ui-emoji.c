@@ -100,6 +100,8 @@ static void test_sgr(void) {
     T_CHECK(!strcmp(b, "\033[0;1;7;32;48;5;236m"), "bold reverse green on 236 (%s)", b + 1);
     emj_sgr(b, sizeof b, 12, 0, EMJ_A_DIM);
     T_CHECK(!strcmp(b, "\033[0;2;94;40m"), "bright blue on black, dim (%s)", b + 1);
+    emj_sgr(b, sizeof b, 70000, 300, EMJ_A_UNDERLINE);
+    T_CHECK(!strcmp(b, "\033[0;4m"), "colors past 255 are left at the default (%s)", b + 1);
 }
 
 static int find(const emj_set *s, int y, int x) {

@@ -189,8 +189,8 @@ void emj_sgr(char *out, size_t n, int fg, int bg, int attrs) {
             k += (size_t)snprintf(out + k, n - k, "%s", at[i].code);
     for (int layer = 0; layer < 2 && k < n; layer++) {
         int c = layer ? bg : fg, base = layer ? 40 : 30;
-        if (c < 0)
-            continue;
+        if (c < 0 || c > 255)
+            continue; /* default, or a direct color curses could not give us: the default */
         if (c < 8)
             k += (size_t)snprintf(out + k, n - k, ";%d", base + c);
         else if (c < 16)

@@ -62,7 +62,7 @@ size_t emj_probe_scan(const char *r, size_t n, int *widths, int *n_w, int *done,
 int emj_probe_result(const int *widths, int n_w);
 
 /* An SGR sequence for a cell's look: colors (-1 = the terminal's default; 0..7, 8..15, or a
- * 256-color index) and EMJ_A_* attributes. Starts with a reset (ESC [ 0 m). */
+ * 256-color index; others are left at the default) and EMJ_A_* attributes. Starts with a reset (ESC [ 0 m). */
 enum { EMJ_A_BOLD = 1, EMJ_A_DIM = 2, EMJ_A_ITALIC = 4, EMJ_A_UNDERLINE = 8, EMJ_A_REVERSE = 16, EMJ_A_BLINK = 32 };
 void emj_sgr(char *out, size_t n, int fg, int bg, int attrs);
 

@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PROBE_MS 400
+#define PROBE_MS 800
 
 static struct {
     int            mode;  /* EMJ_MODE_* */
