@@ -52,6 +52,8 @@ script="$K3_TMP/m.txt"
         printf '\\npara %02d %s%s and %s done %s\\n' $i "$pad" "$FAM" "$JP" "$pad"
         i=$((i + 1))
     done
+    # at 41 columns (40 for text) this family takes the last two text columns
+    printf '\\nedge %s%sz\\n' "$(printf 'y%.0s' $(seq 1 38))" "$FAM"
     printf '\\nlast row\n---\ndelay 40\nresponse stream %s then %s and more\\n\\nline two%s\n' "$FAM" "$JP" \
         "$(printf ' tail%03d' $(seq 1 40))"
 } >"$script"
@@ -85,6 +87,12 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
+check_edge() { # measured mode: the family at the last text columns is whole, z below it
+    [ "$mode" = auto ] && [ "$w_fam" -ge 1 ] && [ "$w_fam" -le 2 ] || return 0
+    check "41 columns: a family in the last two text columns is drawn whole" \
+        sh -c "$T capture-pane -p | grep -qx 'y*$FAM' && $T capture-pane -p | grep -qx 'z'"
+}
+
 run() { # the scenario, in $mode
     if [ "$mode" = fallback ]; then env="K3_EMOJI=fallback"; else env="K3_UNUSED=1"; fi
     tui_start 80 24 K3_MOCK="$script" "$env" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
@@ -95,6 +103,7 @@ run() { # the scenario, in $mode
     mouse 65 10 5; sleep 0.3; snap wheel # three rows down: the clusters move by less than a page
     keys NPage; keys NPage; wait_gone "more · PgDn" 5; snap pgdn
     $T resize-window -x 41 -y 19; sleep 0.5; wait_for "last row" 5; snap resize
+    check_edge
     $T resize-window -x 80 -y 24; sleep 0.5; wait_for "last row" 5
     keys -l "in $FAM and $JP x"; sleep 0.3; snap input
     keys Home; keys -l "ab"; sleep 0.3; snap input-moved
