@@ -115,6 +115,9 @@ static void test_set(void) {
     emj_set       s = {0};
     unsigned char touched[10], repaint[10];
     txt_buf       out = {0};
+    memset(touched, 1, sizeof touched);
+    T_CHECK(emj_set_frame(&s, touched, 10, 40, repaint) == 0 && s.n == 0, "a frame with nothing noted (no list yet)");
+    T_CHECK(emj_set_output(&s, touched, 10, &out) == 0 && out.n == 0, "... writes nothing");
     /* frame 0: two clusters on rows 2 and 5 */
     emj_set_add(&s, 2, 4, 2, 0x1F469, "\033[0m", FAM, strlen(FAM));
     emj_set_add(&s, 5, 0, 2, 'F', "\033[0m", FLAG, strlen(FLAG));

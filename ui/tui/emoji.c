@@ -243,7 +243,8 @@ static int rec_cmp(const void *a, const void *b) {
 int emj_set_frame(emj_set *s, const unsigned char *touched, int rows, int cols, unsigned char *repaint) {
     int nrep = 0, out = 0;
     memset(repaint, 0, (size_t)(rows > 0 ? rows : 0));
-    qsort(s->r, (size_t)s->n, sizeof *s->r, rec_cmp);
+    if (s->n > 1)
+        qsort(s->r, (size_t)s->n, sizeof *s->r, rec_cmp);
     for (int a = 0; a < s->n;) {
         int b = a;
         while (b < s->n && s->r[b].y == s->r[a].y && s->r[b].x == s->r[a].x)
