@@ -84,6 +84,14 @@ static void test_probe(void) {
     T_CHECK(emj_probe_result(w2, 3) == EMJ_ALL, "1 column fits the 2 reserved");
     T_CHECK(emj_probe_result(w1, 0) == 0, "no reply: nothing drawn whole");
 
+    /* replies are bytes, not C strings: nothing is read past n */
+    const char raw[8] = {'\033', '[', '5', ';', '1', '2', 'R', 'X'};
+    nw = 0, done = 0, no = 0;
+    used = emj_probe_scan(raw, 7, wd, &nw, &done, other, &no, sizeof other);
+    T_CHECK(used == 7 && nw == 1 && wd[0] == 11 && no == 0, "a reply at the very end of the bytes read (width %d)", nw ? wd[0] : -1);
+    nw = 0, no = 0;
+    used = emj_probe_scan("\033[1;R", 6, wd, &nw, &done, other, &no, sizeof other);
+    T_CHECK(nw == 0 && no == 6, "a reply without a column is not a width (kept as a key)");
     /* a reply cut in the middle waits for its rest */
     nw = 0, done = 0, no = 0;
     used = emj_probe_scan("\033[12;", 5, wd, &nw, &done, other, &no, sizeof other);

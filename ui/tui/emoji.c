@@ -154,8 +154,16 @@ size_t emj_probe_scan(const char *r, size_t n, int *widths, int *n_w, int *done,
             j++;
         if (j >= n)
             break; /* incomplete */
-        int row = 0, col = 0;
-        if (r[j] == 'R' && r[i + 2] != '?' && sscanf(r + i + 2, "%d;%d", &row, &col) == 2) {
+        /* ROW ; COL (parsed by hand: the bytes are not a C string) */
+        int    row = 0, col = 0, semi = 0;
+        size_t k   = i + 2;
+        for (; k < j && r[k] >= '0' && r[k] <= '9' && row < 100000; k++)
+            row = row * 10 + (r[k] - '0');
+        if (k < j && r[k] == ';')
+            semi = 1, k++;
+        for (; k < j && r[k] >= '0' && r[k] <= '9' && col < 100000; k++)
+            col = col * 10 + (r[k] - '0');
+        if (r[j] == 'R' && semi && k == j && row > 0 && col > 0) {
             if (*n_w < EMJ_PROBE_N)
                 widths[(*n_w)++] = col - 1;
         } else if (r[j] == 'c' && r[i + 2] == '?') {
