@@ -54,8 +54,11 @@ script="$K3_TMP/m.txt"
     done
     # at 41 columns (40 for text) this family takes the last two text columns
     printf '\\nedge %s%sz\\n' "$(printf 'y%.0s' $(seq 1 38))" "$FAM"
-    printf '\\nlast row\n---\ndelay 40\nresponse stream %s then %s and more\\n\\nline two%s\n' "$FAM" "$JP" \
-        "$(printf ' tail%03d' $(seq 1 40))"
+    # the second answer streams a list through the response pane, which scrolls as it grows
+    printf '\\nlast row\n---\ndelay 40\nresponse stream %s then %s and more\\n\\n' "$FAM" "$JP"
+    i=1
+    while [ $i -le 12 ]; do printf -- '- item %02d %s and %s\\n' $i "$FAM" "$JP"; i=$((i + 1)); done
+    printf -- '- item 13 plain\\n- item 14 plain\\n\\nline two%s\n' "$(printf ' tail%03d' $(seq 1 40))"
 } >"$script"
 
 # snap NAME: the screen, less the status bar (its speed figures differ between runs)
@@ -113,6 +116,7 @@ run() { # the scenario, in $mode
     keys Escape; keys C-u
     type_line "second"
     wait_for "and more" 10; snap stream
+    wait_for "item 13 plain" 20; snap stream2
     wait_for "tail040" 20; wait_gone "Ctrl-C stops" 10; snap second
     # Up recalls a message with a lone woman where the draft has a family: one keystroke
     keys -l "$(printf 'fam \360\237\221\251 x')"; keys Enter; sleep 0.5; wait_gone "Ctrl-C stops" 20
@@ -141,7 +145,9 @@ else
     check "Ctrl-R shows the match with its cluster whole" grep -qF -- "› first $FAM" "$K3_TMP/auto.search"
     check "while the answer streams: its clusters whole in the response pane" \
         sh -c "grep -q 'response · Ctrl-C stops' '$K3_TMP/auto.stream' && grep -qF -- 'stream $FAM then $JP and more' '$K3_TMP/auto.stream'"
-    check "while the answer streams: no stand-in anywhere" whole stream
+    check "the response pane scrolled while streaming: its clusters moved whole" \
+        sh -c "grep -q 'response · Ctrl-C stops' '$K3_TMP/auto.stream2' && ! grep -q 'and more' '$K3_TMP/auto.stream2' && grep -qF -- 'item 12 $FAM and $JP' '$K3_TMP/auto.stream2'"
+    check "... and no stand-in anywhere" whole stream2
 fi
 check "fallback: a flag stands in as its letters" grep -q 'JP done' "$K3_TMP/fallback.answer"
 check "fallback: no ZWJ sequence reaches the terminal" sh -c "! grep -qF '$FAM' '$K3_TMP/fallback.answer'"

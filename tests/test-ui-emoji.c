@@ -174,6 +174,40 @@ static void test_set(void) {
     int k = find(&s, 2, 5);
     T_CHECK(s.n == 1 && k >= 0 && strstr(s.r[k].bytes, FLAG), "the later note at a place wins, a dropped one is gone");
 
+    /* a pane (rows 4..7) scrolled up one row by curses (wscrl), its rows not drawn again: the
+     * records move with them; the place a record left is repainted unless another moved in */
+    emj_set_output(&s, touched, 10, &out);
+    free(out.p), out = (txt_buf){0};
+    emj_set_clear(&s);
+    memset(touched, 0, sizeof touched);
+    emj_set_add(&s, 5, 0, 2, 0x1F469, "\033[0m", FAM, strlen(FAM));
+    emj_set_add(&s, 6, 3, 2, 0x1F469, "\033[0m", FAM, strlen(FAM));
+    emj_set_add(&s, 9, 0, 2, 0x1F469, "\033[0m", FAM, strlen(FAM)); /* outside the pane */
+    emj_set_frame(&s, touched, 10, 40, repaint);
+    emj_set_output(&s, touched, 10, &out);
+    free(out.p), out = (txt_buf){0};
+    T_CHECK(emj_set_scroll(&s, 4, 4, 1) == 0, "scroll rows 4..7 up by one");
+    memset(touched + 4, 1, 4); /* wscrl touches the region */
+    emj_set_frame(&s, touched, 10, 40, repaint);
+    T_CHECK(s.n == 3 && find(&s, 4, 0) >= 0 && find(&s, 5, 3) >= 0 && find(&s, 9, 0) >= 0,
+            "the two records moved up a row, the one outside stayed (n %d)", s.n);
+    T_CHECK(repaint[5] && repaint[6] && !repaint[4] && !repaint[9],
+            "rows whose cluster left (5: column 0, 6: column 3) are repainted, row 4 is not");
+    emj_set_output(&s, touched, 10, &out);
+    T_CHECK(out.n && strstr(out.p, "\033[5;1H") && strstr(out.p, "\033[6;4H") && !strstr(out.p, "\033[10;1H"),
+            "the moved clusters are written at their new rows, the untouched one is not");
+    free(out.p), out = (txt_buf){0};
+    /* a record drawn earlier in the same frame moves; scrolled out of the region, it is gone */
+    emj_set_add(&s, 4, 6, 2, 'F', "\033[0m", FLAG, strlen(FLAG));
+    emj_set_scroll(&s, 4, 4, 1);
+    memset(touched, 0, sizeof touched);
+    touched[4] = touched[5] = touched[6] = touched[7] = 1;
+    emj_set_frame(&s, touched, 10, 40, repaint);
+    T_CHECK(find(&s, 4, 6) < 0 && find(&s, 3, 6) < 0 && find(&s, 4, 3) >= 0 && find(&s, 4, 0) < 0,
+            "this frame's record scrolled out is dropped, the others moved again");
+    emj_set_output(&s, touched, 10, &out);
+    free(out.p), out = (txt_buf){0};
+
     /* frame 5: the terminal shrinks to 2 rows (resize): records outside are dropped, not repainted */
     emj_set_output(&s, touched, 10, &out);
     free(out.p), out = (txt_buf){0};

@@ -212,10 +212,7 @@ void emj_sgr(char *out, size_t n, int fg, int bg, int attrs) {
 
 /* ==== the clusters on the screen ============================================ */
 
-int emj_set_add(emj_set *s, int y, int x, int w, int stand, const char *sgr, const char *c, size_t n) {
-    size_t ls = strlen(sgr);
-    if (ls + n > sizeof s->r[0].bytes)
-        return -1;
+static int grow(emj_set *s) {
     if (s->n == s->cap) {
         int      cap = s->cap ? s->cap * 2 : 64;
         emj_rec *r   = realloc(s->r, (size_t)cap * sizeof *r);
@@ -224,12 +221,45 @@ int emj_set_add(emj_set *s, int y, int x, int w, int stand, const char *sgr, con
         s->r   = r;
         s->cap = cap;
     }
+    return 0;
+}
+
+int emj_set_add(emj_set *s, int y, int x, int w, int stand, const char *sgr, const char *c, size_t n) {
+    size_t ls = strlen(sgr);
+    if (ls + n > sizeof s->r[0].bytes || grow(s))
+        return -1;
     emj_rec *r = &s->r[s->n++];
     r->y = y, r->x = x, r->w = w, r->gen = s->gen, r->stand = stand;
     r->seq = ++s->seq;
     memcpy(r->bytes, sgr, ls);
     memcpy(r->bytes + ls, c, n);
     r->len = ls + n;
+    return 0;
+}
+
+int emj_set_scroll(emj_set *s, int y0, int h, int k) {
+    int n = s->n;
+    for (int i = 0; i < n; i++) {
+        emj_rec r  = s->r[i];
+        int     ny = r.y - k, inside = ny >= y0 && ny < y0 + h;
+        if (r.y < y0 || r.y >= y0 + h || r.w == 0)
+            continue;
+        if (r.gen == s->gen) { /* drawn in this frame: it moves */
+            if (inside)
+                s->r[i].y = ny;
+            else
+                s->r[i].w = 0;
+            continue;
+        }
+        if (!inside)
+            continue;
+        if (grow(s))
+            return -1;
+        r.y              = ny;
+        r.gen            = s->gen;
+        r.seq            = ++s->seq;
+        s->r[s->n++]     = r;
+    }
     return 0;
 }
 

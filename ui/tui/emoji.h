@@ -93,6 +93,12 @@ int emj_set_add(emj_set *s, int y, int x, int w, int stand, const char *sgr, con
 /* Drop record k of this frame (its cell was drawn over after it): emj_set_frame then treats
  * its place as not drawn whole. */
 void emj_set_drop(emj_set *s, int k);
+/* Rows [y0, y0 + h) were scrolled up by k rows (down for k < 0) in curses' window, which moved
+ * the stand-ins: every record there is noted again, k rows up, as drawn in this frame (records
+ * of earlier frames also stay at their old place, where emj_set_frame judges them as usual;
+ * one drawn earlier in this frame moves, or is dropped when it leaves the region). 0, or -1
+ * (memory). */
+int emj_set_scroll(emj_set *s, int y0, int h, int k);
 /* End of a frame's drawing, before curses' update. touched[y] (rows entries) says which rows
  * this frame drew: every earlier record on such a row is dropped (its row was drawn again;
  * if the cluster is still there it was noted again), so is every record outside rows x cols.

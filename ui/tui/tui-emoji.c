@@ -8,7 +8,9 @@
  * drawn in the frame are written again (curses writes nowhere else; it may rewrite a stand-in
  * on those rows, when it moves the cursor by printing). A cluster that left its place (scroll,
  * resize, an edit) would stay on the terminal while curses believes the stand-in is there:
- * its row is repainted (wredrawln) in the same update.
+ * its row is repainted (wredrawln) in the same update. Rows that tui-draw.c scrolls with
+ * wscrl() and does not draw again keep their clusters: the notes move with them
+ * (tui_emoji_scroll).
  *
  * Which kinds the terminal draws whole: K3_EMOJI=whole or fallback decides; unset, the Linux
  * console gets the stand-ins and other terminals are measured once at start: each kind's
@@ -142,6 +144,11 @@ int tui_emoji_cell(int y, int x, int w, const char *s, size_t n, int role) {
         emj_set_add(&E.set, y, x, w, (int)wc[0], sgr, s, n);
     }
     return 1;
+}
+
+void tui_emoji_scroll(int y0, int h, int k) {
+    if (E.set.n && emj_set_scroll(&E.set, y0, h, k))
+        emj_set_clear(&E.set); /* out of memory: the stand-ins show */
 }
 
 /* Rows drawn in this frame, as curses knows them (before wnoutrefresh clears the marks). */
