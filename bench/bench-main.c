@@ -52,6 +52,8 @@ int bench_want(const char *name) {
     return !filter || !*filter || strstr(name, filter) || (running && strstr(running, filter));
 }
 
+int bench_asked(const char *what) { return filter && strstr(filter, what); }
+
 void bench_report(const char *name, double value, const char *unit, double ref, const char *ref_unit) {
     printf("BENCH %s %.4g %s ref %.4g %s ratio %.3f\n", name, value, unit, ref, ref_unit,
            ref != 0.0 ? value / ref : 0.0);

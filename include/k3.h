@@ -75,7 +75,7 @@ typedef struct k3_params {
     int    bits;           /* K3_BITS: KDA/latent/shared/dense matrices: 32 (f32), 8 (default), 4 */
     int    mla_bits;       /* K3_MLA_BITS                                              */
     int    head_bits;      /* K3_HEAD_BITS (lm_head)                                   */
-    int    chunk;          /* K3_CHUNK: prefill chunk, default 32                      */
+    int    chunk;          /* K3_CHUNK: prefill chunk, default 128                     */
     int    max_ctx;        /* K3_MAXT: context capacity in tokens                      */
     int    threads;        /* OpenMP threads, 0 = default                              */
     double expert_gb;      /* K3_EXPERT_GB: routed-expert cache budget in GB (10^9 bytes);
@@ -149,12 +149,16 @@ void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by 
  * order, at most K3_CHUNK each (a caller that wants its decode steps never to wait long passes
  * prefills in chunks of its choosing, one call per step).
  * Afterwards k3_session_logits(ss[i]) and k3_session_pos(ss[i]) are bit for bit what
- * k3_session_feed(ss[i], ids[i], n[i]) alone would give (CPU kernels; with the Vulkan tier on,
- * a batch of several tokens computes on the CPU like a prefill chunk); so are the token counts
- * of the stats. Shared work is attributed thus: each session's t_prefill/t_decode gets the
- * whole wall time of the call (the latency it saw); the expert tier's counters (hits, misses,
- * bytes, read and wait time) are split among the sessions in proportion to their tokens, so
- * that they sum to what the tier did.
+ * k3_session_feed(ss[i], ids[i], n[i]) alone would give, and so are the token counts of the
+ * stats (with the Vulkan tier on, a token that alone is a one-token pass, a decode step, runs
+ * its shared and resident routed experts on the device in the batch too, the rest on the CPU;
+ * equal bits then need the tier's residency to be the same, as it is once the tier is warm;
+ * at K3_ISA=amx, which rounds products of two or more columns more coarsely, a batch differs
+ * from alone by float rounding, as chunked prefill does there).
+ * Shared work is attributed thus: each session's t_prefill/t_decode gets the whole wall time
+ * of the call (the latency it saw); the expert tier's counters (hits, misses, bytes, read and
+ * wait time, Vulkan hits) are split among the sessions in proportion to their tokens, so that
+ * they sum to what the tier did.
  * each[i] (each may be NULL) gets that session's status: a session cancelled with
  * k3_session_cancel stops with K3_ABORTED (k3_session_pos says how many tokens were applied)
  * while the others go on; a session whose own input is bad (an id outside the vocabulary, a
