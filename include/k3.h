@@ -75,7 +75,7 @@ typedef struct k3_params {
     int    bits;           /* K3_BITS: KDA/latent/shared/dense matrices: 32 (f32), 8 (default), 4 */
     int    mla_bits;       /* K3_MLA_BITS                                              */
     int    head_bits;      /* K3_HEAD_BITS (lm_head)                                   */
-    int    chunk;          /* K3_CHUNK: prefill chunk, default 32                      */
+    int    chunk;          /* K3_CHUNK: prefill chunk, default 128                     */
     int    max_ctx;        /* K3_MAXT: context capacity in tokens                      */
     int    threads;        /* OpenMP threads, 0 = default                              */
     double expert_gb;      /* K3_EXPERT_GB: routed-expert cache budget in GB (10^9 bytes);
@@ -498,6 +498,31 @@ typedef struct k3_conv_callbacks {
  * (K3_ERR_CONTEXT: the prompt would not fit; message says how many tokens) change nothing.
  * The session must be used only through this conversation (or reset) between turns. */
 k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb);
+/* The same turn in steps, so one thread can run several conversations' turns together
+ * (the server's continuous batching). k3_conv_generate is begin + steps until done + end.
+ *   begin: renders, checks the context and brings s to the longest cached prefix (errors
+ *          here change nothing, as for k3_conv_generate; no handle then). chunk: prompt
+ *          ids fed per step (>= 1), 0 = the whole prompt in one step. cb is copied; cb->ud
+ *          must stay valid until end.
+ *   step:  one prefill chunk, or one decode token (sampled, parsed, streamed to the
+ *          callbacks, then fed). A finished turn's step does nothing.
+ *   step_batch: one step of each of count distinct turns (distinct conversations and
+ *          sessions of one model), their feeds in one batched engine feed. Each turn's
+ *          tokens are exactly those it would get stepped alone. K3_ERR_ARG for a bad
+ *          list (count outside 1..256, NULL, a turn, session or conversation twice);
+ *          a turn's own failure or cancel ends that turn only (see end).
+ *   done:  1 when the turn needs no more steps (finished, failed or cancelled).
+ *   end:   appends the reply and autosaves exactly as k3_conv_generate, frees g, and
+ *          returns what k3_conv_generate would have (an unfinished turn ends as cancelled).
+ * k3_conv_cancel works on a stepped turn as on k3_conv_generate. */
+typedef struct k3_conv_gen k3_conv_gen;
+k3_status k3_conv_gen_begin(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb, int chunk,
+                            k3_conv_gen **out);
+k3_status k3_conv_gen_step(k3_conv_gen *g);
+k3_status k3_conv_gen_step_batch(k3_conv_gen *const *g, int count);
+int       k3_conv_gen_done(const k3_conv_gen *g);
+int       k3_conv_gen_prefill_left(const k3_conv_gen *g); /* prompt ids still to feed */
+k3_status k3_conv_gen_end(k3_conv_gen *g);
 /* The next k3_conv_generate writes exactly these ids instead of sampling (each is still
  * fed, so the session and the prompt cache stay exact); the turn ends at <|end_of_msg|>
  * or, when the ids run out first, as max_tokens. For tests and demos (scripted output
@@ -512,8 +537,16 @@ void      k3_conv_set_turn_seed(k3_conv *c, uint64_t seed);
  * bytes; 0 = no byte limit; K3_CONV_SNAPSHOT_MB). When full, the least recently used goes
  * (a snapshot is used when a turn starts from it). Shrinking evicts at once. */
 k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb);
-/* Forgets the prompt cache and its snapshots: call before freeing or replacing the
- * session or model the conversation generated with. */
+/* c uses with's saved states from now on (its own are dropped): conversations of one
+ * model on their own sessions share one prompt cache, limits and LRU. They must then be
+ * driven by one thread (the store is not locked); it lives until the last one is freed. */
+void      k3_conv_share_prompt_cache(k3_conv *c, k3_conv *with);
+/* Whose snapshots c may restore and saves (default 0): a turn of c starts only from
+ * snapshots saved under the same owner, so a shared cache never crosses tenants. A new
+ * owner also forgets the state c's session holds. */
+void      k3_conv_set_cache_owner(k3_conv *c, uint64_t owner);
+/* Forgets the prompt cache and its snapshots (every sharer's): call before freeing or
+ * replacing the session or model the conversation generated with. */
 void      k3_conv_drop_cache(k3_conv *c);
 /* Context accounting: tokens the next turn's prompt needs, and the capacity. */
 k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity);
