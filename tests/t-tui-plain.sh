@@ -39,9 +39,15 @@ printf 'hi\n' | K3_MOCK="$K3_TMP/missing" "$k" /no/model >/dev/null 2>"$K3_TMP/e
 rc=$?
 t "an engine that cannot start exits 1 (got $rc)" '[ $rc -eq 1 ]'
 t "and says why" 'grep -q "missing: cannot open" "$K3_TMP/err4"'
-printf '{"type":"k3chat-transcript"}\n{"role":"user","content":"old q"}\n{"role":"assistant","content":"old a"}\n' >"$K3_TMP/in.jsonl"
+printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"old q"}\n{"role":"assistant","content":"old a"}\n' >"$K3_TMP/in.jsonl"
 printf 'new\n' | K3_MOCK="$m" "$k" --load "$K3_TMP/in.jsonl" /no/model >"$K3_TMP/out5" 2>"$K3_TMP/err5"
 t "--load continues a transcript" 'grep -q "loaded 2 messages" "$K3_TMP/err5" && grep -qx "answer to new" "$K3_TMP/out5"'
+# the mock loads through the engine's transcript code too: a bad --load stops before it starts
+printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":5}\n' >"$K3_TMP/bad5.jsonl"
+printf 'new\n' | K3_MOCK="$m" "$k" --load "$K3_TMP/bad5.jsonl" /no/model >"$K3_TMP/out5b" 2>"$K3_TMP/err5b"
+rc=$?
+t "a malformed --load exits 2 with the mock too (got $rc)" \
+    '[ $rc -eq 2 ] && grep -q "^k3chat: --load: .*bad5.jsonl:2:" "$K3_TMP/err5b" && [ ! -s "$K3_TMP/out5b" ]'
 # messages read while the model loads sample with the model's generation_config defaults, like
 # the later ones (they used to take the interface's built-in 0.6 / 0.95)
 if "$K3_BUILD/k3-mkmodel" --preset tiny --seed 5 --quiet "$K3_TMP/gm" >/dev/null 2>&1; then

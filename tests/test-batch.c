@@ -34,16 +34,6 @@ static char    tmp[512], build[512];
 static int32_t pool[POOL];
 static int     vocab;
 
-static int sh(const char *fmt, ...) K3_PRINTF(1, 2);
-static int sh(const char *fmt, ...) {
-    char    cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
 typedef struct cfg {
     int quant;  /* 1: default K3_*BITS, 0: f32                   */
     int stream; /* 1: routed experts through a one-slot cache    */
@@ -495,7 +485,7 @@ int main(void) {
     snprintf(build, sizeof build, "%s", b ? b : "build");
     char dir[600];
     snprintf(dir, sizeof dir, "%s/tiny-batch", tmp);
-    if (sh("'%s/k3-mkmodel' --preset tiny --seed 5 --quiet --force '%s' >/dev/null", build, dir)) {
+    if (t_sh("'%s/k3-mkmodel' --preset tiny --seed 5 --quiet --force '%s' >/dev/null", build, dir)) {
         T_CHECK(0, "k3-mkmodel --preset tiny writes a model (%s/k3-mkmodel)", build);
         return t_done();
     }

@@ -12,39 +12,11 @@
  */
 #include "test.h"
 #include "tok.h"
+#include "tok-vocab.h"
 
 #include <stdlib.h>
 
 /* ==== vocabularies =========================================================== */
-
-static void b64_line(char **m, size_t *o, size_t *cap, const uint8_t *s, size_t n, long rank) {
-    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    if (*o + 4 * n + 32 > *cap) {
-        *cap = 2 * *cap + 4 * n + 32;
-        *m = realloc(*m, *cap);
-    }
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t w = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
-        (*m)[(*o)++] = A[w >> 18 & 63];
-        (*m)[(*o)++] = A[w >> 12 & 63];
-        (*m)[(*o)++] = i + 1 < n ? A[w >> 6 & 63] : '=';
-        (*m)[(*o)++] = i + 2 < n ? A[w & 63] : '=';
-    }
-    *o += (size_t)sprintf(*m + *o, " %ld\n", rank);
-}
-
-static k3_tok *load(char *m, size_t o, int n_base) {
-    char cfg[512];
-    snprintf(cfg, sizeof cfg,
-             "{\"added_tokens_decoder\": {\"%d\": {\"content\": \"[BOS]\"}, \"%d\": {\"content\": \"[EOS]\"},"
-             " \"%d\": {\"content\": \"<|end_of_msg|>\"}, \"%d\": {\"content\": \"<|open|>\"},"
-             " \"%d\": {\"content\": \"<|close|>\"}, \"%d\": {\"content\": \"<|sep|>\"}}}",
-             n_base, n_base + 1, n_base + 2, n_base + 3, n_base + 4, n_base + 5);
-    k3_tok *t = NULL;
-    if (tok_load_mem(m, o, "tools.model", cfg, "tools_config.json", TOK_KIMI, &t)) printf("vocab: %s\n", k3_errmsg());
-    free(m);
-    return t;
-}
 
 /* Small vocabulary: 256 single bytes, the format's words, and traps that would only form
  * if two pieces were encoded as one segment. */
@@ -53,15 +25,10 @@ static const char *WORDS[] = {"message", " role", "=\"", "system", "user", "assi
                               "=\"1\"", "\" index", "call tool", "Paris"};
 
 static k3_tok *small_vocab(void) {
-    size_t cap = 1 << 16, o = 0;
-    char *m = malloc(cap);
-    int n = 256 + (int)(sizeof WORDS / sizeof WORDS[0]);
-    for (int r = 0; r < n; r++) {
-        uint8_t b = (uint8_t)r;
-        const uint8_t *s = r < 256 ? &b : (const uint8_t *)WORDS[r - 256];
-        b64_line(&m, &o, &cap, s, r < 256 ? 1 : strlen(WORDS[r - 256]), r);
-    }
-    return load(m, o, n);
+    t_vocab v = {0};
+    size_t  n = sizeof WORDS / sizeof WORDS[0];
+    t_vocab_bytes_words(&v, WORDS, n);
+    return t_vocab_chat(&v, 256 + (int)n, "tools");
 }
 
 /* The real vocabulary's ranks for the ids the S10 fixtures use. */
@@ -109,23 +76,22 @@ static k3_tok *real_ids_vocab(void) {
         if (!used[b]) order[k++] = b;
     const char **text = calloc(REAL_N_BASE, sizeof *text);
     for (size_t i = 0; i < sizeof REAL / sizeof REAL[0]; i++) text[REAL[i].id] = REAL[i].text;
-    size_t cap = 8u << 20, o = 0;
-    char *m = malloc(cap);
+    t_vocab v = {0};
     for (long r = 0; r < REAL_N_BASE; r++) {
-        char fill[24];
+        char    fill[24];
         uint8_t b;
         if (r < 256) {
             b = (uint8_t)order[r];
-            b64_line(&m, &o, &cap, &b, 1, r);
+            t_vocab_line(&v, &b, 1, r);
         } else if (text[r]) {
-            b64_line(&m, &o, &cap, (const uint8_t *)text[r], strlen(text[r]), r);
+            t_vocab_line(&v, text[r], strlen(text[r]), r);
         } else {
             int n = snprintf(fill, sizeof fill, "\x7f\x7f%ld", r);
-            b64_line(&m, &o, &cap, (const uint8_t *)fill, (size_t)n, r);
+            t_vocab_line(&v, fill, (size_t)n, r);
         }
     }
     free(text);
-    return load(m, o, REAL_N_BASE);
+    return t_vocab_chat(&v, REAL_N_BASE, "tools");
 }
 
 /* ==== helpers ================================================================= */

@@ -9,6 +9,7 @@
  * exactly one vocabulary token. */
 #include "test.h"
 #include "tok.h"
+#include "tok-vocab.h"
 
 #include <stdlib.h>
 
@@ -17,34 +18,10 @@ static const char *WORDS[] = {"message", " role", "=\"", "system", "user", "assi
 #define N_WORDS (sizeof WORDS / sizeof WORDS[0])
 
 static k3_tok *vocab(void) {
-    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t cap = 1 << 16, o = 0;
-    char *m = malloc(cap);
-    for (size_t r = 0; r < 256 + N_WORDS; r++) {
-        uint8_t b1 = (uint8_t)r;
-        const uint8_t *s = r < 256 ? &b1 : (const uint8_t *)WORDS[r - 256];
-        size_t n = r < 256 ? 1 : strlen(WORDS[r - 256]);
-        for (size_t i = 0; i < n; i += 3) {
-            uint32_t w = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
-            m[o++] = A[w >> 18 & 63];
-            m[o++] = A[w >> 12 & 63];
-            m[o++] = i + 1 < n ? A[w >> 6 & 63] : '=';
-            m[o++] = i + 2 < n ? A[w & 63] : '=';
-        }
-        o += (size_t)sprintf(m + o, " %zu\n", r);
-    }
     /* specials at the release's offsets: 2 end_of_msg, 3 open, 4 close, 5 sep */
-    int N = 256 + (int)N_WORDS;
-    char cfg[512];
-    snprintf(cfg, sizeof cfg,
-             "{\"added_tokens_decoder\": {\"%d\": {\"content\": \"[BOS]\"}, \"%d\": {\"content\": \"[EOS]\"},"
-             " \"%d\": {\"content\": \"<|end_of_msg|>\"}, \"%d\": {\"content\": \"<|open|>\"},"
-             " \"%d\": {\"content\": \"<|close|>\"}, \"%d\": {\"content\": \"<|sep|>\"}}}",
-             N, N + 1, N + 2, N + 3, N + 4, N + 5);
-    k3_tok *t = NULL;
-    if (tok_load_mem(m, o, "chat.model", cfg, "chat_config.json", TOK_KIMI, &t)) printf("vocab: %s\n", k3_errmsg());
-    free(m);
-    return t;
+    t_vocab v = {0};
+    t_vocab_bytes_words(&v, WORDS, N_WORDS);
+    return t_vocab_chat(&v, 256 + (int)N_WORDS, "chat");
 }
 
 /* Expand a hand-written golden list (terminated by NULL) into ids. */

@@ -4,7 +4,7 @@
  * of spec section 3, written independently of config.c.
  */
 #include "config.h"
-#include "st-write.h"
+#include "st-file.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -95,12 +95,12 @@ static void config_cases(void) {
 
     char p[800];
     snprintf(p, sizeof p, "%s/generation_config.json", dir);
-    stw_write_bytes(p, "{\"temperature\": 0.6, \"top_p\": 0.95, \"max_length\": 9}", 52);
+    tsf_bytes(p, "{\"temperature\": 0.6, \"top_p\": 0.95, \"max_length\": 9}", 52);
     T_CHECK(cfg_load(dir, &c) == K3_OK && c.gen_temp == 0.6f && c.gen_top_p == 0.95f, "generation_config.json read");
-    stw_write_bytes(p, "{\"temperature\": ", 16);
+    tsf_bytes(p, "{\"temperature\": ", 16);
     T_CHECK(cfg_load(dir, &c) != K3_OK && strstr(k3_errmsg(), "generation_config.json"), "malformed generation_config (%s)",
             k3_errmsg());
-    stw_write_bytes(p, "{\"top_p\": 2}", 12);
+    tsf_bytes(p, "{\"top_p\": 2}", 12);
     T_CHECK(cfg_load(dir, &c) != K3_OK && strstr(k3_errmsg(), "generation_config.json: top_p"), "top_p 2 rejected (%s)",
             k3_errmsg());
     unlink(p);
@@ -214,7 +214,7 @@ static void config_cases(void) {
 
     dir = case_dir("malformed");
     snprintf(p, sizeof p, "%s/config.json", dir);
-    stw_write_bytes(p, "{\"text_config\": {\"hidden_size\": 40,,}}", 37);
+    tsf_bytes(p, "{\"text_config\": {\"hidden_size\": 40,,}}", 37);
     T_CHECK(cfg_load(dir, &c) != K3_OK && !strncmp(k3_errmsg(), "config.json: line 1", 19), "malformed config.json (%s)",
             k3_errmsg());
     dir = case_dir("absent");
@@ -264,9 +264,9 @@ typedef struct gen_opts {
     int         prefix;    /* language_model. on every name                */
 } gen_opts;
 
-static void add(stw *w, const gen_opts *o, const char *dt, int nd, int64_t a, int64_t b, int64_t c, const char *fmt, ...)
+static void add(tsf *w, const gen_opts *o, const char *dt, int nd, int64_t a, int64_t b, int64_t c, const char *fmt, ...)
     K3_PRINTF(8, 9);
-static void add(stw *w, const gen_opts *o, const char *dt, int nd, int64_t a, int64_t b, int64_t c, const char *fmt, ...) {
+static void add(tsf *w, const gen_opts *o, const char *dt, int nd, int64_t a, int64_t b, int64_t c, const char *fmt, ...) {
     char    name[256], full[300];
     va_list ap;
     va_start(ap, fmt);
@@ -277,15 +277,14 @@ static void add(stw *w, const gen_opts *o, const char *dt, int nd, int64_t a, in
     if (o->wide && !strcmp(name, o->wide)) s[nd - 1]++;
     if (o->f64 && !strcmp(name, o->f64)) dt = "F64";
     snprintf(full, sizeof full, "%s%s", o->prefix ? "language_model." : "", name);
-    stw_add(w, full, dt, nd, s, NULL);
+    tsf_add(w, full, dt, nd, s, NULL);
 }
 
 /* The checkpoint the base config describes (D 40, 4 layers: 0 dense KDA, 1-2 KDA MoE, 3 MLA MoE). */
 static void gen_model(const char *dir, const gen_opts *o) {
     const int64_t D = 40, V = 300, I = 24, H = 2, d = 6, P = 12, K = 4, Hm = 2, QL = 16, KL = 8, nope = 4, rope = 2,
                   vd = 4, E = 4, F = 32, L = 64, S = 1;
-    stw           w;
-    stw_init(&w);
+    tsf           w = {0};
     add(&w, o, "BF16", 2, V, D, 0, "model.embed_tokens.weight");
     add(&w, o, "BF16", 1, D, 0, 0, "model.norm.weight");
     add(&w, o, "BF16", 1, D, 0, 0, "model.output_attn_res_norm.weight");
@@ -346,7 +345,7 @@ static void gen_model(const char *dir, const gen_opts *o) {
     }
     char p[800];
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    stw_write(&w, p);
+    T_CHECK(tsf_write(&w, p) == 0, "checkpoint written (%s)", dir);
     put_cfg(dir, base());
 }
 

@@ -12,22 +12,6 @@
 
 static char dir[256];
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n)
-        n = 0;
-    if (p)
-        p[n] = 0;
-    fclose(f);
-    return p;
-}
-
 /* line k (0-based) of text contains needle */
 static int line_has(const char *text, int k, const char *needle) {
     const char *p = text;
@@ -68,7 +52,7 @@ int main(void) {
     k3_conv_add(c, K3_ROLE_ASSISTANT, "a2 new", NULL);
     snprintf(path, sizeof path, "%s/t.jsonl", dir);
     T_CHECK(k3_conv_save(c, path) == K3_OK, "save");
-    char *t = slurp(path);
+    char *t = t_read_file(path, NULL);
     T_CHECK(t && line_has(t, 4, "\"u2 old\"") && line_has(t, 4, "\"abandoned\":1") && line_has(t, 5, "\"a2 old\"") &&
                 line_has(t, 5, "\"abandoned\":1") && line_has(t, 6, "\"u2 new\"") && !line_has(t, 6, "abandoned") &&
                 line_has(t, 7, "\"a2 new\""),
@@ -82,7 +66,7 @@ int main(void) {
     T_CHECK(m && !strcmp(m->content, "a2 old") && at == 3 && br == 1, "branch point and number survive a load");
     snprintf(path2, sizeof path2, "%s/t2.jsonl", dir);
     k3_conv_save(d, path2);
-    char *t2 = slurp(path2);
+    char *t2 = t_read_file(path2, NULL);
     /* the header has the time of writing: compare the messages */
     T_CHECK(t && t2 && strchr(t, '\n') && strchr(t2, '\n') && !strcmp(strchr(t, '\n'), strchr(t2, '\n')),
             "save, load, save: the same message lines, byte for byte");
@@ -95,7 +79,7 @@ int main(void) {
     T_CHECK(m && !strcmp(m->content, "u1") && at == 1 && br == 2, "branch 2 at message 1");
     k3_conv_add(d, K3_ROLE_USER, "u1 new", NULL);
     k3_conv_save(d, path2);
-    t2 = slurp(path2);
+    t2 = t_read_file(path2, NULL);
     T_CHECK(t2 && line_has(t2, 2, "\"abandoned\":2") && line_has(t2, 4, "\"u1 new\"") && line_has(t2, 5, "\"abandoned\":1"),
             "branches in order of their branch points; one past the end goes last");
     free(t2);
@@ -123,7 +107,7 @@ int main(void) {
     k3_conv_add(a, K3_ROLE_USER, "q new", NULL);
     k3_conv_add(a, K3_ROLE_ASSISTANT, "ans new", NULL);
     T_CHECK(k3_conv_autosave(a) == K3_OK, "autosave after the edit");
-    char *at3 = slurp(k3_conv_autosave_path(a));
+    char *at3 = t_read_file(k3_conv_autosave_path(a), NULL);
     T_CHECK(at3 && line_has(at3, 1, "q old") && line_has(at3, 1, "abandoned") && line_has(at3, 3, "q new") &&
                 !line_has(at3, 3, "abandoned"),
             "the autosave file holds both branches");

@@ -134,14 +134,9 @@ static void crash_rounds(void) {
         waitpid(pid, &status, 0);
         int ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, files = 0;
         DIR *d = opendir(dir);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            size_t n = strlen(e->d_name);
-            if (n < 6 || strcmp(e->d_name + n - 6, ".jsonl"))
-                continue;
+        char p[1500];
+        while (t_next_file(d, dir, ".jsonl", p, sizeof p)) {
             files++;
-            char p[1500];
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
             k3_conv *l = k3_conv_new();
             int      n_ok = 0;
             if (k3_conv_load(l, p, NULL) != K3_OK) {
@@ -354,8 +349,9 @@ int main(void) {
     k3_conv_set_tools(tc, "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
     k3_tool_call tcalls[] = {{.id = "1", .name = "f", .arguments = "{\"a\": 1}"}, {.id = "2", .name = "g"}};
     k3_msg tam = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t)"", .tool_calls = tcalls, .n_tool_calls = 2};
-    k3_msg tr2 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"two", .tool_call_id = (char *)(uintptr_t)"2"};
-    k3_msg tr1 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"one", .tool_call_id = (char *)(uintptr_t)"1"};
+    char   one[] = "one", two[] = "two", id1[] = "1", id2[] = "2";
+    k3_msg tr2 = {.role = K3_ROLE_TOOL, .content = two, .tool_call_id = id2};
+    k3_msg tr1 = {.role = K3_ROLE_TOOL, .content = one, .tool_call_id = id1};
     if (last(tc)->role != K3_ROLE_USER)
         k3_conv_add(tc, K3_ROLE_USER, "Use the tools.", NULL);
     k3_conv_add_msg(tc, &tam);

@@ -34,20 +34,6 @@ static void write_file(const char *path, const char *text, size_t n) {
     fclose(f);
 }
 
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    size_t r = fread(p, 1, (size_t)n, f);
-    p[r] = 0;
-    fclose(f);
-    return p;
-}
-
 static int msg_eq(const k3_msg *a, const k3_msg *b) {
     if (a->role != b->role || strcmp(a->content, b->content) || !a->reasoning != !b->reasoning ||
         (a->reasoning && strcmp(a->reasoning, b->reasoning)) || a->interrupted != b->interrupted ||
@@ -316,7 +302,7 @@ static void test_failures(void) {
     /* /export */
     path_in(md, sizeof md, "conv.md");
     T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown");
-    char *text = read_file(md);
+    char *text = t_read_file(md, NULL);
     T_CHECK(text && strstr(text, "<details>\n<summary>Reasoning</summary>\n\nLet me think… 思考\n\n</details>") &&
                 strstr(text, "## User") && strstr(text, "Answer with\nnewlines") && strstr(text, "(interrupted)"),
             "Markdown has the turns, reasoning in <details>, the interrupted mark");
@@ -449,14 +435,9 @@ static int crash_run(int round, char *big, size_t nbig) {
         crash_op(s1, i, big, nbig);
     int   files = 0;
     DIR  *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (n < 6 || strcmp(e->d_name + n - 6, ".jsonl"))
-            continue;
+    char  p[1200];
+    while (t_next_file(d, dir, ".jsonl", p, sizeof p)) {
         files++;
-        char p[1200];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         k3_conv *l = k3_conv_new();
         k3_load_info info;
         if (k3_conv_load(l, p, &info) != K3_OK) {
@@ -547,7 +528,7 @@ static void test_export_escape(void) {
     add_reply(c, "```py\nprint(1)", "a </details> b <DETAILS> c", 0, 0);
     K3_ASSERT(k3_conv_add(c, K3_ROLE_USER, "next", NULL) == K3_OK);
     T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown with hostile text");
-    char *t = read_file(md);
+    char *t = t_read_file(md, NULL);
     T_CHECK(t && strstr(t, "\\# x\\\n&#32;&#32;&#32;&#32;indented\\\n1\\. item \\<b\\>\n"),
             "user text is literal: no heading, no code block, no list, no HTML, line breaks kept");
     T_CHECK(t && strstr(t, "a &lt;/details> b &lt;DETAILS> c\n\n</details>"),
@@ -581,8 +562,8 @@ static void test_tools(void) {
                  .tool_name = (char *)(uintptr_t)"get_weather"};
     T_CHECK(!k3_conv_add_msg(a, &am) && !k3_conv_add_msg(a, &t1) && !k3_conv_add_msg(a, &t2) && k3_conv_count(a) == 4,
             "assistant with calls and two tool results added");
-    k3_msg dyn = {.role = K3_ROLE_SYSTEM, .content = (char *)(uintptr_t)"",
-                  .tools = (char *)(uintptr_t)"[{\"type\":\"function\",\"function\":{\"name\":\"late\"}}]"};
+    char   late[] = "[{\"type\":\"function\",\"function\":{\"name\":\"late\"}}]";
+    k3_msg dyn    = {.role = K3_ROLE_SYSTEM, .content = (char *)(uintptr_t)"", .tools = late};
     k3_msg dyn_bad = dyn;
     dyn_bad.role = K3_ROLE_USER;
     T_CHECK(!k3_conv_add_msg(a, &dyn) && k3_conv_add_msg(a, &dyn_bad) == K3_ERR_ARG && k3_conv_count(a) == 5,
@@ -593,7 +574,7 @@ static void test_tools(void) {
     path_in(p, sizeof p, "tools.jsonl");
     path_in(md, sizeof md, "tools.md");
     T_CHECK(k3_conv_save(a, p) == K3_OK, "save with tools (%s)", k3_errmsg());
-    char *txt = read_file(p);
+    char *txt = t_read_file(p, NULL);
     T_CHECK(txt && strstr(txt, "\"tool_calls\":[{\"id\":\"call_a\",\"type\":\"function\",\"function\":{\"name\":"
                                "\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}") &&
                 strstr(txt, "{\"role\":\"tool\",\"content\":\"25 C\",\"tool_call_id\":\"call_b\"}") &&
@@ -611,7 +592,7 @@ static void test_tools(void) {
                 !strcmp(set.tool_choice, "required") && k3_conv_tools(b) && strstr(k3_conv_tools(b), "get_weather"),
             "loaded: calls, ids, arguments, tool results, tool_choice and tools as saved");
     T_CHECK(k3_conv_export_md(b, md) == K3_OK, "export with tools");
-    txt = read_file(md);
+    txt = t_read_file(md, NULL);
     T_CHECK(txt && strstr(txt, "**Tool call** `get_weather` (call_a):\n\n```json\n{\"city\": \"Paris\"}\n```") &&
                 strstr(txt, "## Tool result: `get_weather` (call call_a)\n\n18 C\n"),
             "Markdown export shows each call with its arguments and each result");

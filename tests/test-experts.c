@@ -13,7 +13,7 @@
 #include "k3.h"
 #include "st.h"
 #include "test.h"
-#include "../src/format/st-write.h"
+#include "st-write.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -31,16 +31,6 @@ static char    tmp[512], build[512];
 static int32_t ids[NPOS];
 static int     n_warn_direct, n_split_msgs;
 static long    last_split = -1;
-
-static int sh(const char *fmt, ...) K3_PRINTF(1, 2);
-static int sh(const char *fmt, ...) {
-    char    cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
 
 static void log_cb(int level, const char *msg, void *ud) {
     (void)ud;
@@ -106,22 +96,10 @@ static int run(const char *dir, const opts *o, const char *lf, k3_stats *st) {
     return rc;
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    rewind(f);
-    unsigned char *b = malloc((size_t)sz + 1);
-    *n               = b ? fread(b, 1, (size_t)sz, f) : 0;
-    fclose(f);
-    return b;
-}
-
 /* 1 when the two logits files hold the same bytes (and NPOS positions). */
 static int same_file(const char *a, const char *b, int vocab) {
     size_t         na = 0, nb = 0;
-    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
+    char          *x = t_read_file(a, &na), *y = t_read_file(b, &nb);
     int ok = x && y && na == nb && na == (size_t)NPOS * vocab * 4 && !memcmp(x, y, na);
     free(x);
     free(y);
@@ -262,7 +240,7 @@ int main(void) {
     k3_log_set_callback(log_cb, NULL);
     char dir[600], lf[700], ref[700];
     snprintf(dir, sizeof dir, "%s/tiny", tmp);
-    if (sh("'%s/k3-mkmodel' --preset tiny --seed 7 --quiet --force '%s' >/dev/null", build, dir)) {
+    if (t_sh("'%s/k3-mkmodel' --preset tiny --seed 7 --quiet --force '%s' >/dev/null", build, dir)) {
         T_CHECK(0, "k3-mkmodel --preset tiny writes a model (%s/k3-mkmodel)", build);
         return t_done();
     }
@@ -396,7 +374,7 @@ int main(void) {
     /* split layout: every expert's six tensors apart */
     char sdir[700];
     snprintf(sdir, sizeof sdir, "%s/split", tmp);
-    sh("rm -rf '%s' && cp -r '%s' '%s'", sdir, dir, sdir);
+    t_sh("rm -rf '%s' && cp -r '%s' '%s'", sdir, dir, sdir);
     T_CHECK(relayout_split(sdir) == 0, "rewrite the expert shards with the tensors grouped by part");
     snprintf(lf, sizeof lf, "%s/split.f32", tmp);
     o          = defaults(0);
@@ -412,10 +390,10 @@ int main(void) {
     long long lo;
     snprintf(d1, sizeof d1, "%s/d1", tmp);
     snprintf(d2, sizeof d2, "%s/d2", tmp);
-    sh("rm -rf '%s' '%s' && cp -r '%s' '%s' && mkdir -p '%s'", d1, d2, dir, d1, d2);
+    t_sh("rm -rf '%s' '%s' && cp -r '%s' '%s' && mkdir -p '%s'", d1, d2, dir, d1, d2);
     int moved = 0;
     if (!expert_shard(d1, 2, shard, sizeof shard, &lo) && !expert_shard(d1, 4, shard2, sizeof shard2, &lo))
-        moved = (sh("mv '%s' '%s/'", shard, d2) == 0) + (sh("mv '%s' '%s/'", shard2, d2) == 0);
+        moved = (t_sh("mv '%s' '%s/'", shard, d2) == 0) + (t_sh("mv '%s' '%s/'", shard2, d2) == 0);
     T_CHECK(moved == 2, "moved the shards of layers 2 and 4 to a second directory");
     m = open_opts(d1, &o, NULL);
     T_CHECK(!m && strstr(k3_errmsg(), "model-"), "without K3_DIRS the open fails naming the shard (%s)",
@@ -431,13 +409,13 @@ int main(void) {
     /* failure injection: truncate, then remove, then restore a shard mid-conversation */
     char fdir[700], bak[1300];
     snprintf(fdir, sizeof fdir, "%s/fail", tmp);
-    sh("rm -rf '%s' && cp -r '%s' '%s'", fdir, dir, fdir);
+    t_sh("rm -rf '%s' && cp -r '%s' '%s'", fdir, dir, fdir);
     snprintf(lf, sizeof lf, "%s/fail.f32", tmp);
     if (expert_shard(fdir, 2, shard, sizeof shard, &lo)) {
         T_CHECK(0, "find the shard of layer 2's experts");
     } else {
         snprintf(bak, sizeof bak, "%s.bak", shard);
-        sh("cp '%s' '%s'", shard, bak);
+        t_sh("cp '%s' '%s'", shard, bak);
         o = defaults(0);
         m = open_opts(fdir, &o, lf);
         s = NULL;
@@ -451,7 +429,7 @@ int main(void) {
                         k3_session_pos(s) == 32,
                     "truncated shard: feed fails with K3_ERR_IO naming the file and offset, nothing "
                     "committed (pos %d): %s", k3_session_pos(s), k3_errmsg());
-            sh("rm -f '%s'", shard);
+            t_sh("rm -f '%s'", shard);
             st = k3_session_feed(s, ids + 32, NPREF - 32);
             T_CHECK(st == K3_ERR_IO && strstr(k3_errmsg(), base) && k3_session_pos(s) == 32,
                     "removed shard: K3_ERR_IO naming the file: %s", k3_errmsg());
@@ -470,7 +448,7 @@ int main(void) {
     char shm[600];
     snprintf(shm, sizeof shm, "/dev/shm/k3-test-experts-%d", (int)getpid());
     struct stat sb;
-    if (stat("/dev/shm", &sb) != 0 || sh("rm -rf '%s' && cp -r '%s' '%s'", shm, dir, shm)) {
+    if (stat("/dev/shm", &sb) != 0 || t_sh("rm -rf '%s' && cp -r '%s' '%s'", shm, dir, shm)) {
         T_SKIP("no /dev/shm tmpfs to test the O_DIRECT fallback on");
     } else {
         snprintf(lf, sizeof lf, "%s/shm.f32", tmp);
@@ -485,7 +463,7 @@ int main(void) {
         T_CHECK(run(shm, &o, lf, &s1) == 0 && same_file(lf, ref, V) && n_warn_direct == 1,
                 "O_DIRECT refused with EINVAL: buffered fallback with exactly one notice, bit-identical");
         unsetenv("K3_TEST_DIRECT_EINVAL");
-        sh("rm -rf '%s'", shm);
+        t_sh("rm -rf '%s'", shm);
     }
     return t_done();
 }

@@ -27,16 +27,6 @@ static char tmp[512], build[512];
 static int  g_quant;  /* 1: open models with the default (quantized) K3_*BITS        */
 static int  g_stream; /* 1: routed experts streamed through a one-slot expert cache   */
 
-static int sh(const char *fmt, ...) K3_PRINTF(1, 2);
-static int sh(const char *fmt, ...) {
-    char    cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
 static k3_model *open_model(const char *dir, int chunk, int max_ctx, const char *logits_path) {
     k3_params p;
     if (k3_params_default(&p)) return NULL;
@@ -54,19 +44,14 @@ static k3_model *open_model(const char *dir, int chunk, int max_ctx, const char 
     return m;
 }
 
-static float *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    rewind(f);
-    float *b = malloc((size_t)sz + 1);
-    *n       = fread(b, 1, (size_t)sz, f) / sizeof(float);
-    fclose(f);
-    return b;
-}
-
 /* ---- chunk 32 vs chunk 1 ------------------------------------------------ */
+
+/* A file of floats: n gets their count. */
+static float *read_floats(const char *path, size_t *n) {
+    float *p = (float *)(void *)t_read_file(path, n);
+    *n /= sizeof(float);
+    return p;
+}
 
 static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
     const char *what = g_quant ? "default bits" : g_stream ? "f32, streamed experts" : "f32";
@@ -95,7 +80,7 @@ static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
         k3_model_free(m);
     }
     size_t n32, n1, ns;
-    float *a = read_file(f32, &n32), *b = read_file(f1, &n1), *c = read_file(fs, &ns);
+    float *a = read_floats(f32, &n32), *b = read_floats(f1, &n1), *c = read_floats(fs, &ns);
     T_CHECK(a && n32 == (size_t)NPOS * vocab, "K3_LOGITS holds %d positions x %d (got %zu floats)",
             NPOS, vocab, a ? n32 : 0);
     T_CHECK(a && b && n1 == n32 && !memcmp(a, b, n32 * 4),
@@ -330,7 +315,7 @@ static void expect_open_error(const char *dir, k3_status want, const char *needl
 static void test_corrupt(void) {
     char good[600], bad[700];
     snprintf(good, sizeof good, "%s/single", tmp);
-    if (sh("'%s/k3-mkmodel' --preset tiny --seed 4 --f32 --single --quiet '%s' >/dev/null", build, good)) {
+    if (t_sh("'%s/k3-mkmodel' --preset tiny --seed 4 --f32 --single --quiet '%s' >/dev/null", build, good)) {
         T_CHECK(0, "k3-mkmodel --single --f32");
         return;
     }
@@ -340,25 +325,25 @@ static void test_corrupt(void) {
 
     const float nan = __builtin_nanf("");
     snprintf(bad, sizeof bad, "%s/nan", tmp);
-    sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    t_sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
     T_CHECK(poke(bad, "model.layers.1.input_layernorm.weight", &nan, 4) == 0, "write a NaN into a copy");
     expect_open_error(bad, K3_ERR_NUMERIC, "model.layers.1.input_layernorm.weight", "NaN in a norm weight");
 
-    sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    t_sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
     poke(bad, "model.layers.2.self_attn.q_proj.weight", &nan, 4);
     expect_open_error(bad, K3_ERR_NUMERIC, "model.layers.2.self_attn.q_proj.weight", "NaN in a KDA matrix");
 
     const float inf = __builtin_inff();
-    sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    t_sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
     poke(bad, "lm_head.weight", &inf, 4);
     expect_open_error(bad, K3_ERR_NUMERIC, "lm_head.weight", "inf in lm_head");
 
     const uint8_t s255 = 255;
-    sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    t_sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
     poke(bad, "model.layers.1.block_sparse_moe.experts.2.w3.weight_scale", &s255, 1);
     expect_open_error(bad, K3_ERR_NUMERIC, "experts.2.w3.weight_scale", "MXFP4 scale 255 (NaN)");
 
-    sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
+    t_sh("rm -rf '%s' && cp -r '%s' '%s'", bad, good, bad);
     T_CHECK(rename_tensor(bad, "model.norm.weight") == 0, "rename model.norm.weight in a copy");
     m = open_model(bad, 0, 0, NULL);
     T_CHECK(!m && strstr(k3_errmsg(), "model.norm.weight"), "missing tensor: open fails naming it (%s)",
@@ -386,7 +371,7 @@ int main(void) {
     snprintf(build, sizeof build, "%s", b ? b : "build");
     char dir[600];
     snprintf(dir, sizeof dir, "%s/tiny", tmp);
-    if (sh("'%s/k3-mkmodel' --preset tiny --seed 3 --quiet --force '%s' >/dev/null", build, dir)) {
+    if (t_sh("'%s/k3-mkmodel' --preset tiny --seed 3 --quiet --force '%s' >/dev/null", build, dir)) {
         T_CHECK(0, "k3-mkmodel --preset tiny writes a model (%s/k3-mkmodel)", build);
         return t_done();
     }
@@ -416,7 +401,7 @@ int main(void) {
     g_stream = 1;
     test_chunks(dir, ids, info.vocab);
     size_t na, nb;
-    float *ra = read_file(keep, &na), *rb = read_file(got, &nb);
+    float *ra = read_floats(keep, &na), *rb = read_floats(got, &nb);
     T_CHECK(ra && rb && na == nb && !memcmp(ra, rb, na * 4),
             "streamed experts (one cache slot) give the same logits as resident ones");
     free(ra);

@@ -2,9 +2,9 @@
  * reader (src/format/st.c): names, dtypes, shapes and bytes come back exactly, data lies in declaration
  * order whatever the header's key order, chunked writes may cross tensor boundaries, and misuse
  * (duplicate name, too many or too few bytes, unwritable path) fails with a message naming the
- * file. (tests/st-write.h is a different, test-only helper; this includes the engine's header.)
+ * file. (The other tests write their safetensors files with it too, through tests/st-file.h.)
  */
-#include "../src/format/st-write.h"
+#include "st-write.h"
 #include "st.h"
 #include "test.h"
 

@@ -2,8 +2,8 @@
  * the language_model. prefix, dtype conversions, a vision-only shard that must never be opened,
  * and one case per header corruption (each must fail with a message naming the file and tensor).
  */
+#include "st-file.h"
 #include "st.h"
-#include "st-write.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -37,63 +37,91 @@ static void expect_fail(const char *dir, const char *what, const char *a, const 
     st_close(d);
 }
 
-/* A single valid file with one F32 tensor "w" [2,3] plus whatever the callback adds. */
-static void single_with(const char *name, void (*extra)(stw *), const char *what, const char *a, const char *b) {
+/* A single valid file with one F32 tensor "w" [2,3], written by the engine's writer, then a
+ * header entry "bad" put in by edit. Where the bad entry needs data, the writer first writes a
+ * placeholder "bad" of that many U8 bytes after "w"; every offset an edit uses is read back from
+ * the written header (tsf_range), none is assumed. */
+static void single_with(const char *name, int64_t placeholder, int (*edit)(json_t *), const char *what,
+                        const char *a, const char *b) {
     char dir[600], p[700];
     mkdir_case(name, dir, sizeof dir);
-    stw w;
-    stw_init(&w);
-    stw_add(&w, "w", "F32", 2, (int64_t[]){2, 3}, NULL);
-    extra(&w);
     path2(p, sizeof p, dir, "model.safetensors");
-    stw_write(&w, p);
+    tsf f = {0};
+    tsf_add(&f, "w", "F32", 2, (int64_t[]){2, 3}, NULL);
+    if (placeholder)
+        tsf_add(&f, "bad", "U8", 1, (int64_t[]){placeholder}, NULL);
+    T_CHECK(tsf_write(&f, p) == 0 && tsf_edit_header(p, edit) == 0, "%s: file written, header changed", what);
     expect_fail(dir, what, a, b);
 }
 
-static void x_unknown_dtype(stw *w) { stw_add_raw(w, "bad", "F8_E4M3", 1, (int64_t[]){4}, 24, 28); }
-static void x_size_mismatch(stw *w) { stw_add_raw(w, "bad", "F32", 1, (int64_t[]){4}, 24, 36); }
-static void x_overlap(stw *w) { stw_add_raw(w, "bad", "F32", 1, (int64_t[]){2}, 16, 24); }
-static void x_beyond(stw *w) { stw_add_raw(w, "bad", "F32", 1, (int64_t[]){2}, 1 << 20, (1 << 20) + 8); w->off = 24; }
-static void x_end_before(stw *w) { stw_add_raw(w, "bad", "F32", 1, (int64_t[]){0}, 24, 20); }
-static void x_neg_shape(stw *w) {
-    json_t *e = json_pack("{s:s,s:[i],s:[i,i]}", "dtype", "F32", "shape", -1, "data_offsets", 24, 28);
-    json_object_set_new(w->hdr, "bad", e);
+/* "bad" as dtype[dim] over data_offsets [begin, end). */
+static int set_bad(json_t *h, const char *dt, int64_t dim, uint64_t begin, uint64_t end) {
+    return json_object_set_new(h, "bad", json_pack("{s:s,s:[I],s:[I,I]}", "dtype", dt, "shape", (json_int_t)dim,
+                                                    "data_offsets", (json_int_t)begin, (json_int_t)end));
+}
+/* the placeholder's own bytes (4), under a dtype the reader does not know */
+static int x_unknown_dtype(json_t *h) {
+    uint64_t b, e;
+    return tsf_range(h, "bad", &b, &e) || e - b != 4 || set_bad(h, "F8_E4M3", 4, b, e);
+}
+/* 12 bytes of placeholder for F32[4], which needs 16 */
+static int x_size_mismatch(json_t *h) {
+    uint64_t b, e;
+    return tsf_range(h, "bad", &b, &e) || e - b != 12 || set_bad(h, "F32", 4, b, e);
+}
+/* the last 8 bytes of "w" */
+static int x_overlap(json_t *h) {
+    uint64_t b, e;
+    return tsf_range(h, "w", &b, &e) || e - b != 24 || set_bad(h, "F32", 2, e - 8, e);
+}
+/* 1 MiB past the end of the data section (which ends with "w") */
+static int x_beyond(json_t *h) {
+    uint64_t b, e;
+    return tsf_range(h, "w", &b, &e) || set_bad(h, "F32", 2, e + (1 << 20), e + (1 << 20) + 8);
+}
+static int x_end_before(json_t *h) {
+    uint64_t b, e;
+    return tsf_range(h, "w", &b, &e) || set_bad(h, "F32", 0, e, e - 4);
+}
+/* the placeholder's 4 bytes as F32[-1] */
+static int x_neg_shape(json_t *h) {
+    uint64_t b, e;
+    return tsf_range(h, "bad", &b, &e) || e - b != 4 || set_bad(h, "F32", -1, b, e);
 }
 
 static void corruptions(void) {
     char dir[600], p[700];
-    single_with("dtype", x_unknown_dtype, "unknown dtype", "model.safetensors", "'bad'");
-    single_with("size", x_size_mismatch, "shape/size mismatch", "model.safetensors", "'bad'");
-    single_with("overlap", x_overlap, "overlapping ranges", "overlaps", "'bad'");
-    single_with("beyond", x_beyond, "range beyond the data section", "model.safetensors", "'bad'");
-    single_with("endbefore", x_end_before, "end before begin", "model.safetensors", "'bad'");
-    single_with("negshape", x_neg_shape, "negative dimension", "model.safetensors", "'bad'");
+    single_with("dtype", 4, x_unknown_dtype, "unknown dtype", "model.safetensors", "'bad'");
+    single_with("size", 12, x_size_mismatch, "shape/size mismatch", "model.safetensors", "'bad'");
+    single_with("overlap", 0, x_overlap, "overlapping ranges", "overlaps", "'bad'");
+    single_with("beyond", 0, x_beyond, "range beyond the data section", "model.safetensors", "'bad'");
+    single_with("endbefore", 0, x_end_before, "end before begin", "model.safetensors", "'bad'");
+    single_with("negshape", 4, x_neg_shape, "negative dimension", "model.safetensors", "'bad'");
 
     /* header length beyond the file */
     mkdir_case("hlen", dir, sizeof dir);
     path2(p, sizeof p, dir, "model.safetensors");
     unsigned char b[16] = {0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}'};
-    stw_write_bytes(p, b, 10);
+    tsf_bytes(p, b, 10);
     expect_fail(dir, "header length beyond the file", "model.safetensors", "header length 65535");
     /* too short for the length */
-    stw_write_bytes(p, b, 5);
+    tsf_bytes(p, b, 5);
     expect_fail(dir, "file shorter than 8 bytes", "model.safetensors", "too short");
     /* malformed JSON */
     static const char bad[] = "\x0f\0\0\0\0\0\0\0{\"w\": {\"dtype\":";
-    stw_write_bytes(p, bad, sizeof bad - 1);
+    tsf_bytes(p, bad, sizeof bad - 1);
     expect_fail(dir, "malformed header JSON", "model.safetensors", "malformed");
     static const char arr[] = "\x07\0\0\0\0\0\0\0[1,2,3]";
-    stw_write_bytes(p, arr, sizeof arr - 1);
+    tsf_bytes(p, arr, sizeof arr - 1);
     expect_fail(dir, "header JSON not an object", "model.safetensors", "not an object");
 
     /* truncated data section */
     mkdir_case("trunc", dir, sizeof dir);
     path2(p, sizeof p, dir, "model.safetensors");
-    stw w;
-    stw_init(&w);
-    stw_add(&w, "a", "F32", 1, (int64_t[]){100}, NULL);
-    stw_add(&w, "last", "BF16", 2, (int64_t[]){10, 10}, NULL);
-    stw_write(&w, p);
+    tsf w = {0};
+    tsf_add(&w, "a", "F32", 1, (int64_t[]){100}, NULL);
+    tsf_add(&w, "last", "BF16", 2, (int64_t[]){10, 10}, NULL);
+    tsf_write(&w, p);
     struct stat sb;
     stat(p, &sb);
     T_CHECK(truncate(p, sb.st_size - 7) == 0, "truncate shard");
@@ -114,26 +142,22 @@ static void sharded(void) {
     double   f64[2] = {0.1, -1e3};
     uint8_t  u8[5] = {1, 2, 3, 4, 5};
 
-    stw w;
-    stw_init(&w);
-    stw_add(&w, "language_model.model.norm.weight", "F32", 2, (int64_t[]){2, 3}, f32);
-    stw_add(&w, "language_model.model.bf", "BF16", 1, (int64_t[]){4}, bf);
-    stw_add(&w, "vision_tower.mixed", "F32", 1, (int64_t[]){1}, NULL); /* vision tensor in a text shard */
-    json_object_set_new(w.hdr, "__metadata__", json_pack("{s:s}", "format", "pt"));
+    tsf w = {0};
+    tsf_add(&w, "language_model.model.norm.weight", "F32", 2, (int64_t[]){2, 3}, f32);
+    tsf_add(&w, "language_model.model.bf", "BF16", 1, (int64_t[]){4}, bf);
+    tsf_add(&w, "vision_tower.mixed", "F32", 1, (int64_t[]){1}, NULL); /* vision tensor in a text shard */
     path2(p, sizeof p, dir, "m-1-of-3.safetensors");
-    T_CHECK(stw_write(&w, p) == 0, "write shard 1");
-    stw_init(&w);
-    stw_add(&w, "language_model.model.hf", "F16", 1, (int64_t[]){3}, hf);
-    stw_add(&w, "language_model.model.f64", "F64", 1, (int64_t[]){2}, f64);
-    stw_add(&w, "language_model.model.u8", "U8", 1, (int64_t[]){5}, u8);
-    stw_add(&w, "language_model.model.scalar", "F32", 0, NULL, f32);
+    T_CHECK(tsf_write(&w, p) == 0, "write shard 1");
+    tsf_add(&w, "language_model.model.hf", "F16", 1, (int64_t[]){3}, hf);
+    tsf_add(&w, "language_model.model.f64", "F64", 1, (int64_t[]){2}, f64);
+    tsf_add(&w, "language_model.model.u8", "U8", 1, (int64_t[]){5}, u8);
+    tsf_add(&w, "language_model.model.scalar", "F32", 0, NULL, f32);
     path2(p, sizeof p, dir, "m-2-of-3.safetensors");
-    T_CHECK(stw_write(&w, p) == 0, "write shard 2");
-    stw_init(&w);
-    stw_add(&w, "vision_tower.a", "F32", 1, (int64_t[]){4}, NULL);
-    stw_add(&w, "mm_projector.b", "F32", 1, (int64_t[]){4}, NULL);
+    T_CHECK(tsf_write(&w, p) == 0, "write shard 2");
+    tsf_add(&w, "vision_tower.a", "F32", 1, (int64_t[]){4}, NULL);
+    tsf_add(&w, "mm_projector.b", "F32", 1, (int64_t[]){4}, NULL);
     path2(p, sizeof p, dir, "m-3-of-3.safetensors");
-    T_CHECK(stw_write(&w, p) == 0, "write vision shard");
+    T_CHECK(tsf_write(&w, p) == 0, "write vision shard");
 
     json_t *idx = json_pack("{s:{s:s}, s:{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}}", "metadata", "total_size", "0",
                             "weight_map", "language_model.model.norm.weight", "m-1-of-3.safetensors",
@@ -220,13 +244,12 @@ static void index_errors(void) {
     char dir[600], p[700];
     mkdir_case("dup", dir, sizeof dir);
     for (int s = 1; s <= 2; s++) {
-        stw w;
-        stw_init(&w);
-        stw_add(&w, s == 1 ? "x" : "language_model.x", "F32", 1, (int64_t[]){1}, NULL);
+        tsf w = {0};
+        tsf_add(&w, s == 1 ? "x" : "language_model.x", "F32", 1, (int64_t[]){1}, NULL);
         char f[64];
         snprintf(f, sizeof f, "s%d.safetensors", s);
         path2(p, sizeof p, dir, f);
-        stw_write(&w, p);
+        tsf_write(&w, p);
     }
     json_t *idx = json_pack("{s:{s:s,s:s}}", "weight_map", "x", "s1.safetensors", "language_model.x", "s2.safetensors");
     path2(p, sizeof p, dir, "model.safetensors.index.json");
@@ -247,7 +270,7 @@ static void index_errors(void) {
     json_decref(idx);
     expect_fail(dir, "shard path outside the directory", "model.safetensors.index.json", "weight_map");
 
-    stw_write_bytes(p, "{\"weight_map\": {", 16);
+    tsf_bytes(p, "{\"weight_map\": {", 16);
     expect_fail(dir, "malformed index JSON", "model.safetensors.index.json", NULL);
 
     idx = json_pack("{s:{s:s}}", "weight_map", "x", "missing.safetensors");
@@ -262,12 +285,11 @@ static void fuzz(void) {
     char dir[600], p[700];
     mkdir_case("fuzz", dir, sizeof dir);
     path2(p, sizeof p, dir, "model.safetensors");
-    stw w;
-    stw_init(&w);
-    stw_add(&w, "a", "F32", 2, (int64_t[]){3, 5}, NULL);
-    stw_add(&w, "language_model.b", "BF16", 1, (int64_t[]){7}, NULL);
-    stw_add(&w, "c", "U8", 3, (int64_t[]){2, 2, 3}, NULL);
-    stw_write(&w, p);
+    tsf w = {0};
+    tsf_add(&w, "a", "F32", 2, (int64_t[]){3, 5}, NULL);
+    tsf_add(&w, "language_model.b", "BF16", 1, (int64_t[]){7}, NULL);
+    tsf_add(&w, "c", "U8", 3, (int64_t[]){2, 2, 3}, NULL);
+    tsf_write(&w, p);
     FILE *f = fopen(p, "rb");
     unsigned char orig[4096], buf[4096];
     size_t n = f ? fread(orig, 1, sizeof orig, f) : 0;
@@ -283,7 +305,7 @@ static void fuzz(void) {
             buf[at] = (unsigned char)(rng >> 24);
         }
         size_t len = it % 5 == 4 ? (size_t)(rng >> 40) % n : n; /* sometimes truncated too */
-        stw_write_bytes(p, buf, len);
+        tsf_bytes(p, buf, len);
         st_dir   *d = NULL;
         k3_status st = st_open(dir, &d);
         if (st == K3_OK) {

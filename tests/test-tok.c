@@ -4,6 +4,7 @@
  * real o200k ranks is tests/t-tiktoken.sh). */
 #include "test.h"
 #include "tok.h"
+#include "tok-vocab.h"
 
 #include <stdlib.h>
 
@@ -17,33 +18,11 @@ static uint32_t rnd(void) {
     return (uint32_t)(rng >> 11);
 }
 
-static void b64(const uint8_t *s, size_t n, char *out) {
-    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t w = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
-        out[o++] = A[w >> 18 & 63];
-        out[o++] = A[w >> 12 & 63];
-        out[o++] = i + 1 < n ? A[w >> 6 & 63] : '=';
-        out[o++] = i + 2 < n ? A[w & 63] : '=';
-    }
-    out[o] = 0;
-}
-
 /* tiktoken.model text: the 256 bytes (rank = byte) then the given extra tokens. */
 static char *model_text(const char *const *extra, size_t n_extra) {
-    size_t cap = 64 * (256 + n_extra) + 4096, o = 0;
-    char *t = malloc(cap), enc[512];
-    for (int b = 0; b < 256; b++) {
-        uint8_t c = (uint8_t)b;
-        b64(&c, 1, enc);
-        o += (size_t)snprintf(t + o, cap - o, "%s %d\n", enc, b);
-    }
-    for (size_t i = 0; i < n_extra; i++) {
-        b64((const uint8_t *)extra[i], strlen(extra[i]), enc);
-        o += (size_t)snprintf(t + o, cap - o, "%s %zu\n", enc, 256 + i);
-    }
-    return t;
+    t_vocab v = {0};
+    t_vocab_bytes_words(&v, extra, n_extra);
+    return v.p;
 }
 
 static k3_tok *mk(const char *const *extra, size_t n, enum tok_family f) {

@@ -8,8 +8,12 @@
  *     return t_done();
  */
 #pragma once
+#include <dirent.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static int t_failed_, t_passed_;
 
@@ -43,4 +47,47 @@ static int t_failed_, t_passed_;
 static inline int t_done(void) {
     fprintf(stderr, "%d passed, %d failed\n", t_passed_, t_failed_);
     return t_failed_ ? 1 : 0;
+}
+
+/* The whole file at path, NUL-terminated (malloc'd; NULL when it cannot be read); *n (when n is
+ * not NULL) gets its size in bytes. */
+static inline char *t_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char  *p  = NULL;
+    size_t got = 0;
+    long   sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (sz >= 0 && fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)sz + 1)))
+        p[got = fread(p, 1, (size_t)sz, f)] = 0;
+    fclose(f);
+    if (n)
+        *n = got;
+    return p;
+}
+
+/* Run a shell command made from fmt (system(3)); its status. */
+static inline int t_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int t_sh(const char *fmt, ...) {
+    char    cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* The next entry of the open directory d (NULL: none) whose name ends in suffix: 1 with its path
+ * (dir/name) in path, 0 at the end. */
+static inline int t_next_file(DIR *d, const char *dir, const char *suffix, char *path, size_t n) {
+    struct dirent *e;
+    size_t         ls = strlen(suffix);
+    while (d && (e = readdir(d))) {
+        size_t ln = strlen(e->d_name);
+        if (ln >= ls && !strcmp(e->d_name + ln - ls, suffix)) {
+            snprintf(path, n, "%s/%s", dir, e->d_name);
+            return 1;
+        }
+    }
+    return 0;
 }

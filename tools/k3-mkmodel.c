@@ -616,7 +616,8 @@ static const char *const corpus[] = {
     "東京は日本の首都です。ありがとうございます。カタカナとひらがな。\n"
     "서울은 한국의 수도입니다. 감사합니다.\n"
     "مرحبا بالعالم. שלום עולם. नमस्ते दुनिया।\n"
-    "Symbols: ← → ↑ ↓ ≤ ≥ ≠ ∞ ∑ √ π ≈ ± × ÷ € £ ¥ © ® ™ … • ° 🙂 🚀 ✓ ★\n\n",
+    "Symbols: ← → ↑ ↓ ≤ ≥ ≠ ∞ ∑ √ π ≈ ± × ÷ "
+    "€ £ ¥ © ® ™ … • ° 🙂 🚀 ✓ ★\n\n",
     "A language model reads text as a sequence of tokens. Frequent words become single tokens, "
     "rare words are split into pieces, and any byte sequence can still be written, because the "
     "first 256 tokens are the single bytes. Training the merges is simple: count every adjacent "
@@ -1019,12 +1020,13 @@ static json_t *model_config(const mk_shape *s, int N) {
                             "re:.*block_sparse_moe\\.experts\\.\\d+\\.w[123]$", "weights", weights,
                             "input_activations", "output_activations", "format",
                             "mxfp4-pack-quantized");
-    json_t *qc  = json_pack("{s:s, s:s, s:s, s:{s:o}, s:[s,s,s,s,s], s:n, s:n, s:{}}",
+
+    json_t *ign = json_pack("[s,s,s,s,s]", "lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                            "re:.*mlp.*", "re:vision_tower.*");
+    json_t *qc  = json_pack("{s:s, s:s, s:s, s:{s:o}, s:o, s:n, s:n, s:{}}",
                             "quant_method", "compressed-tensors", "format", "mxfp4-pack-quantized",
                             "quantization_status", "compressed", "config_groups", "group_0", grp,
-                            "ignore", "lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
-                            "re:.*mlp.*", "re:vision_tower.*", "kv_cache_scheme",
-                            "global_compression_ratio", "sparsity_config");
+                            "ignore", ign, "kv_cache_scheme", "global_compression_ratio", "sparsity_config");
     json_t *vc  = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:[i,i]}", "model_type", "moonvit",
                             "hidden_size", s->vis, "num_hidden_layers", 1, "num_attention_heads",
                             2, "intermediate_size", 2 * s->vis, "patch_size", 14,

@@ -104,6 +104,7 @@ static json_t *header_json(const k3_conv *c) {
     if (gmtime_r(&now, &tm))
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     const k3_conv_settings *s = &c->set;
+
     json_t *set = json_pack("{s:o, s:o, s:o, s:i, s:o, s:b, s:s, s:i, s:i, s:i, s:i}",
                             "temperature", jfloat(s->sampling.temp), "top_p", jfloat(s->sampling.top_p),
                             "min_p", jfloat(s->sampling.min_p), "top_k", s->sampling.top_k,

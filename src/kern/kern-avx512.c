@@ -81,6 +81,8 @@ typedef struct kspan {
     _Pragma("GCC unroll 4") for (int i = 0; i < (rb); i++) _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++) \
         (ks)->ab[i * KERN_NC512 + c] = acc[i][c]
 
+// (kept as written: clang-format 14 aligns a leading #pragma with the declarations after it)
+// clang-format off
 /* Q_I8 groups g, g+1 of rb rows (codes wu[i] = w ^ 0x80) for cb columns. */
 Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, int cb, int g, int half,
                                   __m512 acc[RB_MAX][CB_I8]) {
@@ -93,6 +95,7 @@ Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, 
             acc[i][c] = fma_step(_mm512_dpbusd_epi32(ns, wu[i], xq), dd, acc[i][c], half);
     }
 }
+// clang-format on
 
 /* Rows r .. r+rb-1 of a Q_I8 matrix for cb columns a[cb] -> y[c][row]. */
 Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, float *const *y, int r, int pf,
@@ -148,13 +151,16 @@ Z static inline __m512 e8m0_half16(const uint8_t *e, int cnt) {
                                  _mm512_castps128_ps512(_mm_castsi128_ps(h)));
 }
 
+// (kept as written: clang-format 14 aligns a leading #pragma with the declarations after it)
+// clang-format off
 /* Pairs p, p+1 of rb rows (nibble codes lo[i], hi[i], lane weight scales sv[i]) for cb columns. */
-Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, const __m512 *sv, const kern_act *a, int rb,
-                                   int cb, int p, int half, __m512 acc[RB_MAX][CB_NIB]) {
+Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, const __m512 *sv, const kern_act *a,
+                                   int rb, int cb, int p, int half, __m512 acc[RB_MAX][CB_NIB]) {
 #pragma GCC unroll 4
     for (int c = 0; c < cb; c++) {
         const __m512i ns = _mm512_loadu_si512(a[c].nsxo + p * 8);
-        const __m512i xe = _mm512_loadu_si512(a[c].q2 + p * 64), xo = _mm512_loadu_si512(a[c].q2 + p * 64 + 64);
+        const __m512i xe = _mm512_loadu_si512(a[c].q2 + p * 64);
+        const __m512i xo = _mm512_loadu_si512(a[c].q2 + p * 64 + 64);
         const __m512  dd = _mm512_loadu_ps(a[c].d8 + p * 8);
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
@@ -163,6 +169,7 @@ Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, const _
         }
     }
 }
+// clang-format on
 
 /* Nibble codes of 64 weight bytes through lut. */
 Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *hi) {

@@ -603,7 +603,7 @@ static k3_status moe_forward(fwd_pass *p, int l) {
     const k3_expert *x;
     while (!rc && !(rc = ex_next(&eb, &e, &x)) && e >= 0) {
         moe_compute(c, x, moe_gather(&ms, e, nk, k, L), &ms);
-        vkt_offer(m->vk, l, e, x); /* warm the device tier with what was just read */
+        vkt_offer(m->vk, l, e, &x->w1, &x->w3, &x->w2); /* warm the device tier with what was just read */
     }
     ex_end(&eb);
     if (rc) return rc;

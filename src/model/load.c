@@ -618,6 +618,23 @@ static k3_status model_fit(k3_model *m) {
     return K3_OK;
 }
 
+/* The Vulkan tier, given only what it needs of the model (vkt_src): sizes, the activation
+ * constants and each MoE layer's shared experts. */
+static k3_status open_vk(k3_model *m) {
+    const qmat **sh = calloc((size_t)(m->n_run > 0 ? m->n_run : 1) * 3, sizeof *sh);
+    if (!sh) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    for (int l = 0; l < m->n_run; l++)
+        if (!m->layers[l].dense) {
+            const mlp_weights *w = &m->layers[l].moe.shared;
+            sh[3 * l] = &w->gate, sh[3 * l + 1] = &w->up, sh[3 * l + 2] = &w->down;
+        }
+    vkt_src src = {.n_layers = m->n_run, .n_experts = m->cfg.n_experts, .latent = m->cfg.latent,
+                   .situ_beta = m->cfg.situ_beta, .situ_linear_beta = m->cfg.situ_linear_beta, .shared = sh};
+    k3_status st = vkt_open(&src, &m->vk);
+    free(sh);
+    return st;
+}
+
 /* A k3 container (k3-repack) brings its bits (rp_run_bits, shared with --inspect): K3_BITS /
  * K3_MLA_BITS / K3_HEAD_BITS left unset keep them (the matrices are then used as stored); set
  * explicitly they win, and matrices stored at other bits are dequantized and quantized again at
@@ -692,7 +709,7 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
                     .load_threads = m->par.load_threads, .progress = expert_progress, .ud = m};
     if ((st = ex_open(&xs, &m->tier))) goto fail;
     m->load_total -= ex_deferred_bytes(m->tier); /* read on demand, not now */
-    if ((st = vkt_open(m, &m->vk))) goto fail;
+    if ((st = open_vk(m))) goto fail;
     if (m->map && m->vk) { /* K3_VK unset and a real GPU found: the tier came on by itself */
         st = k3_err(K3_ERR_UNSUPPORTED, "K3_MMAP=1: the Vulkan tier is on (a GPU was found); set K3_VK=0 or unset K3_MMAP");
         goto fail;

@@ -329,9 +329,8 @@ static void run_pass(pass_run *r, const int32_t *const *ids) {
 static k3_status run_chunk(k3_session *s, const int32_t *ids, int n) {
     pass_seg  seg = {.s = s, .ix = 0, .t0 = 0, .n = n, .dev = n == 1};
     k3_status st  = K3_OK;
-    pass_run  r   = {.p = {.m = s->m, .b = &s->cb, .cap = s->chunk, .n = n, .nseg = 1, .seg = &seg,
-                           .stats = &s->stats},
-                     .st = &st};
+    fwd_pass  p   = {.m = s->m, .b = &s->cb, .cap = s->chunk, .n = n, .nseg = 1, .seg = &seg, .stats = &s->stats};
+    pass_run  r   = {.p = p, .st = &st};
     run_pass(&r, &ids);
     if (st) k3_err(st, "%s", r.msg);
     return st;

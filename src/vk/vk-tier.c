@@ -1,6 +1,6 @@
-/* vk-tier.c: the engine's Vulkan tier over vk.c (contract and design in vkt.h). */
+/* vk-tier.c: the engine's Vulkan tier over vk.c (contract and design in vkt.h). It sees the
+ * model only through vkt_src: sizes, activation constants and the shared experts' matrices. */
 #include "vkt.h"
-#include "model-impl.h"
 #include "vk.h"
 
 #include <stdlib.h>
@@ -15,7 +15,8 @@ typedef struct vkt_layer {
 
 struct vkt {
     vk_ctx        *c;
-    const k3_model *m;
+    int            n_layers, latent;
+    float          beta, linear_beta; /* situ_beta, situ_linear_beta    */
     vkt_layer     *ly;          /* (n_layers)                          */
     int            up_per_step; /* K3_VK_UP                            */
     int            step_ups, last_layer;
@@ -37,7 +38,7 @@ static k3_status env_num(const char *name, double lo, double hi, double def, dou
     return K3_OK;
 }
 
-k3_status vkt_open(k3_model *m, vkt **out) {
+k3_status vkt_open(const vkt_src *src, vkt **out) {
     *out = NULL;
     const char *on = getenv("K3_VK");
     if (on && !strcmp(on, "0"))
@@ -62,30 +63,31 @@ k3_status vkt_open(k3_model *m, vkt **out) {
     }
     K3_LOG_INFO("vulkan: using '%s', budget %.2f GB", vk_device_name(c), (double)vk_budget(c) / 1e9);
     vkt *t = calloc(1, sizeof *t);
-    const k3_config *cf = &m->cfg;
-    if (!t || !(t->ly = calloc((size_t)cf->n_layers, sizeof *t->ly))) {
+    if (!t || !(t->ly = calloc((size_t)src->n_layers, sizeof *t->ly))) {
         free(t);
         vk_ctx_free(c);
         return K3_ERR_NOMEM;
     }
-    t->c = c;
-    t->m = m;
+    t->c           = c;
+    t->n_layers    = src->n_layers;
+    t->latent      = src->latent;
+    t->beta        = src->situ_beta;
+    t->linear_beta = src->situ_linear_beta;
     t->up_per_step = (int)up;
-    t->last_layer = -1;
-    for (int l = 0; l < m->n_run; l++) {
-        const layer_weights *w = &m->layers[l];
-        if (w->dense)
-            continue;
+    t->last_layer  = -1;
+    for (int l = 0; l < src->n_layers; l++) {
+        const qmat *const *sh = src->shared + (size_t)l * 3;
+        if (!sh[0])
+            continue; /* dense layer */
         vkt_layer *ly = &t->ly[l];
-        ly->resident  = calloc((size_t)cf->n_experts, 1);
-        ly->experts   = calloc((size_t)cf->n_experts * 3, sizeof *ly->experts);
+        ly->resident  = calloc((size_t)src->n_experts, 1);
+        ly->experts   = calloc((size_t)src->n_experts * 3, sizeof *ly->experts);
         if (!ly->resident || !ly->experts) {
             vkt_close(t);
             return K3_ERR_NOMEM;
         }
-        const mlp_weights *sh = &w->moe.shared;
-        if (vk_upload(c, &sh->gate, &ly->shared[0]) == K3_OK && vk_upload(c, &sh->up, &ly->shared[1]) == K3_OK &&
-            vk_upload(c, &sh->down, &ly->shared[2]) == K3_OK)
+        if (vk_upload(c, sh[0], &ly->shared[0]) == K3_OK && vk_upload(c, sh[1], &ly->shared[1]) == K3_OK &&
+            vk_upload(c, sh[2], &ly->shared[2]) == K3_OK)
             ly->shared_ok = 1;
     }
     K3_LOG_INFO("Vulkan tier on '%s': shared experts resident, %.2f of %.2f GB used", vk_device_name(c),
@@ -98,7 +100,7 @@ void vkt_close(vkt *t) {
     if (!t)
         return;
     if (t->ly)
-        for (int l = 0; l < t->m->cfg.n_layers; l++) {
+        for (int l = 0; l < t->n_layers; l++) {
             free(t->ly[l].resident);
             free(t->ly[l].experts);
         }
@@ -111,7 +113,7 @@ int vkt_shared(vkt *t, int l, const float *x, float *out) {
     if (!t || !t->ly[l].shared_ok)
         return 0;
     const vk_mat *mats[3] = {&t->ly[l].shared[0], &t->ly[l].shared[1], &t->ly[l].shared[2]};
-    return vk_expert_ffn(t->c, 1, mats, x, t->m->cfg.situ_beta, t->m->cfg.situ_linear_beta, out) == K3_OK;
+    return vk_expert_ffn(t->c, 1, mats, x, t->beta, t->linear_beta, out) == K3_OK;
 }
 
 int vkt_split(vkt *t, int l, int *ids, int *n, int *res) {
@@ -136,8 +138,7 @@ k3_status vkt_experts(vkt *t, int l, const int *res, int nr, const float *z, flo
         for (int i = 0; i < n; i++)
             for (int k = 0; k < 3; k++)
                 mats[3 * i + k] = &t->ly[l].experts[(size_t)res[i0 + i] * 3 + k];
-        k3_status st = vk_expert_ffn(t->c, n, mats, z, t->m->cfg.situ_beta, t->m->cfg.situ_linear_beta,
-                                     out + (size_t)i0 * t->m->cfg.latent);
+        k3_status st = vk_expert_ffn(t->c, n, mats, z, t->beta, t->linear_beta, out + (size_t)i0 * t->latent);
         if (st)
             return st;
     }
@@ -145,7 +146,7 @@ k3_status vkt_experts(vkt *t, int l, const int *res, int nr, const float *z, flo
     return K3_OK;
 }
 
-void vkt_offer(vkt *t, int l, int e, const k3_expert *x) {
+void vkt_offer(vkt *t, int l, int e, const qmat *w1, const qmat *w3, const qmat *w2) {
     if (!t || t->full || !t->ly[l].resident || t->ly[l].resident[e])
         return;
     if (l <= t->last_layer) /* a new forward step began */
@@ -154,7 +155,7 @@ void vkt_offer(vkt *t, int l, int e, const k3_expert *x) {
     if (t->step_ups >= t->up_per_step)
         return;
     vk_mat *v = &t->ly[l].experts[(size_t)e * 3];
-    if (vk_upload(t->c, &x->w1, &v[0]) || vk_upload(t->c, &x->w3, &v[1]) || vk_upload(t->c, &x->w2, &v[2])) {
+    if (vk_upload(t->c, w1, &v[0]) || vk_upload(t->c, w3, &v[1]) || vk_upload(t->c, w2, &v[2])) {
         t->full = 1; /* fill-once: the arena is never freed, so the tier is complete */
         K3_LOG_INFO("Vulkan tier full: %d routed experts resident, %.2f GB", t->n_resident,
                     (double)vk_used(t->c) / 1e9);

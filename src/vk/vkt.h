@@ -16,10 +16,19 @@
  */
 #pragma once
 #include "k3-impl.h"
-#include "experts.h"
+#include "quant.h"
 
-struct k3_model;
 typedef struct vkt vkt;
+
+/* What the tier needs of the model (no more: the tier does not see the model's structs). */
+typedef struct vkt_src {
+    int                n_layers;  /* layers run; the tier's layer tables are this long       */
+    int                n_experts; /* routed experts of an MoE layer (E)                      */
+    int                latent;    /* routed_expert_hidden_size (L)                           */
+    float              situ_beta, situ_linear_beta; /* the experts' activation constants     */
+    /* (n_layers, 3): gate, up, down of layer l's shared experts; NULL for a dense layer */
+    const qmat *const *shared;
+} vkt_src;
 
 typedef struct vkt_stats {
     uint64_t used, budget;   /* device bytes                        */
@@ -29,7 +38,7 @@ typedef struct vkt_stats {
 
 #if K3_VK
 /* NULL in *out (and K3_OK) when the tier is off or no device is usable (one notice). */
-k3_status vkt_open(struct k3_model *m, vkt **out);
+k3_status vkt_open(const vkt_src *src, vkt **out);
 void      vkt_close(vkt *t);
 /* Shared experts of MoE layer l for one token: out (D) = shared(x). 0 when not resident. */
 int       vkt_shared(vkt *t, int l, const float *x, float *out);
@@ -38,17 +47,20 @@ int       vkt_shared(vkt *t, int l, const float *x, float *out);
 int       vkt_split(vkt *t, int l, int *ids, int *n, int *res);
 /* Run resident experts res[nr] on latent z (L): out[i] (L) = expert res[i](z). */
 k3_status vkt_experts(vkt *t, int l, const int *res, int nr, const float *z, float *out);
-/* An expert just read into RAM: upload it if the step quota and the budget allow. */
-void      vkt_offer(vkt *t, int l, int e, const k3_expert *x);
+/* Expert e of layer l (w1 gate, w3 up, w2 down) just read into RAM: upload it if the step
+ * quota and the budget allow. */
+void      vkt_offer(vkt *t, int l, int e, const qmat *w1, const qmat *w3, const qmat *w2);
 void      vkt_get_stats(const vkt *t, vkt_stats *out);
 #else
-static inline k3_status vkt_open(struct k3_model *m, vkt **out) { (void)m; *out = NULL; return K3_OK; }
+static inline k3_status vkt_open(const vkt_src *src, vkt **out) { (void)src; *out = NULL; return K3_OK; }
 static inline void vkt_close(vkt *t) { (void)t; }
 static inline int vkt_shared(vkt *t, int l, const float *x, float *out) { (void)t; (void)l; (void)x; (void)out; return 0; }
 static inline int vkt_split(vkt *t, int l, int *ids, int *n, int *res) { (void)t; (void)l; (void)ids; (void)n; (void)res; return 0; }
 static inline k3_status vkt_experts(vkt *t, int l, const int *res, int nr, const float *z, float *out) {
     (void)t; (void)l; (void)res; (void)nr; (void)z; (void)out; return K3_OK;
 }
-static inline void vkt_offer(vkt *t, int l, int e, const k3_expert *x) { (void)t; (void)l; (void)e; (void)x; }
+static inline void vkt_offer(vkt *t, int l, int e, const qmat *w1, const qmat *w3, const qmat *w2) {
+    (void)t; (void)l; (void)e; (void)w1; (void)w3; (void)w2;
+}
 static inline void vkt_get_stats(const vkt *t, vkt_stats *out) { (void)t; *out = (vkt_stats){0}; }
 #endif

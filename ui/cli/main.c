@@ -255,8 +255,7 @@ int main(int argc, char **argv) {
                         "echo TEXT | k3chat --load FILE MODEL_DIR\n");
         return 2;
     }
-    /* (the mock engine reads transcripts of its own, K3_MOCK in engine.h) */
-    if (o.load && !(getenv("K3_MOCK") && *getenv("K3_MOCK")) && check_load(o.load) != 0)
+    if (o.load && check_load(o.load) != 0)
         return 2;
 
     char *prompt = NULL, *system = NULL;

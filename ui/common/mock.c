@@ -10,11 +10,14 @@
  *     ---              next turn; turns are used in order and the last one repeats
  * In TEXT, "{user}" is replaced by the user's message and "\n" by a newline. Tokens are cut
  * every 3 bytes, deliberately inside UTF-8 characters, as a real tokenizer's byte tokens can be.
- * The mock keeps the conversation (for /undo, /retry, /save, /load) in memory.
+ * The conversation is a k3_conv with no model attached, as in the remote backend (remote.c):
+ * /undo, /edit, /forget, /clear, /system, /save, /load and /export run the engine's transcript
+ * code (ue_conv_cmd), so the UI tests exercise it; a /load adopts the transcript's settings.
+ * No autosave: the mock writes only the files it is asked to.
  */
 #include "engine.h"
+#include "k3.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,21 +28,10 @@ typedef struct mturn {
     int   delay_ms, prefill_ms;
 } mturn;
 
-typedef struct mmsg {
-    int    role;
-    char  *content, *reasoning;
-    int    abandoned; /* branch number of an exchange replaced by /edit, 0 when active */
-    double think_s;   /* assistant: seconds of reasoning (0 = unknown)  */
-    int    n_think;   /* reasoning tokens                               */
-    int    status;    /* UE_DONE_* (UE_DONE_CANCELLED: interrupted)      */
-} mmsg;
-
 typedef struct mock {
     mturn   *turns; /* (n_turns) scripted turns */
     int      n_turns, next;
-    mmsg    *msgs;  /* (n_msgs) the conversation */
-    int      n_msgs, cap_msgs, n_branches;
-    char    *system;
+    k3_conv *c;     /* the conversation (no model) */
     double   expert_gb;
     int      ctx_used;
 } mock;
@@ -153,13 +145,17 @@ static char *expand(const char *s, const char *user) {
     return d;
 }
 
+static void mock_close(void *self);
+
 static int mock_open(ue *u, void **self, char *err, size_t errn) {
     mock *m = calloc(1, sizeof *m);
     int   load_ms = 0;
     if (!m)
         return -1;
-    if (parse_script(m, getenv("K3_MOCK"), &load_ms, err, errn) != 0) {
-        free(m);
+    if (!(m->c = k3_conv_new()) || parse_script(m, getenv("K3_MOCK"), &load_ms, err, errn) != 0) {
+        if (!m->c)
+            snprintf(err, errn, "K3_MOCK: out of memory");
+        mock_close(m);
         return -1;
     }
     m->expert_gb = 4.0;
@@ -181,31 +177,13 @@ static int mock_open(ue *u, void **self, char *err, size_t errn) {
     return 0;
 }
 
-static void add_msg(mock *m, int role, const char *content, const char *reasoning) {
-    if (m->n_msgs == m->cap_msgs) {
-        int   cap = m->cap_msgs ? m->cap_msgs * 2 : 16;
-        mmsg *nm  = realloc(m->msgs, (size_t)cap * sizeof *nm);
-        if (!nm)
-            return;
-        m->msgs     = nm;
-        m->cap_msgs = cap;
-    }
-    m->msgs[m->n_msgs++] = (mmsg){role, strdup(content ? content : ""), reasoning ? strdup(reasoning) : NULL, 0, 0, 0, 0};
-}
-
-static void drop_msgs(mock *m, int keep) {
-    while (m->n_msgs > keep) {
-        mmsg *x = &m->msgs[--m->n_msgs];
-        free(x->content);
-        free(x->reasoning);
-    }
-}
-
 /* The mock's context accounting: 3 bytes a token, 8 tokens of framing a message. */
 static int mock_ctx(const mock *m) {
     size_t n = 0;
-    for (int k = 0; k < m->n_msgs; k++)
-        n += (strlen(m->msgs[k].content) + (m->msgs[k].reasoning ? strlen(m->msgs[k].reasoning) : 0)) / 3 + 8;
+    for (int k = 0; k < k3_conv_count(m->c); k++) {
+        const k3_msg *x = k3_conv_msg(m->c, k);
+        n += (strlen(x->content) + (x->reasoning ? strlen(x->reasoning) : 0)) / 3 + 8;
+    }
     return (int)n;
 }
 
@@ -265,6 +243,9 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     int    n_think = 0, n_resp = 0, cancelled = 0;
     ui_ev  e = {.type = EV_TURN};
     ev_push(u->out, &e);
+    k3_conv_settings set; /* for the transcript, as a model would have run the turn */
+    ue_gen_settings(m->c, g, g->temp, g->top_p, &set);
+    k3_conv_set_settings(m->c, &set);
     m->ctx_used = mock_ctx(m);
     for (int k = 0; k < t->prefill_ms / 10 && !ue_cancelled(u); k++)
         sleep_ms(10);
@@ -284,10 +265,16 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     size_t tl = (size_t)n_think * 3 < strlen(think) ? (size_t)n_think * 3 : strlen(think);
     resp[rl] = 0;
     think[tl] = 0;
-    add_msg(m, UE_ROLE_ASSISTANT, resp, g->think ? think : NULL);
-    m->msgs[m->n_msgs - 1].think_s = think_s;
-    m->msgs[m->n_msgs - 1].n_think = n_think;
-    m->msgs[m->n_msgs - 1].status  = cancelled ? UE_DONE_CANCELLED : UE_DONE_OK;
+    k3_msg a = {.role = K3_ROLE_ASSISTANT, .content = resp, .reasoning = g->think ? think : NULL,
+                .interrupted = cancelled, .has_stats = 1};
+    a.stats.n_gen   = n_think + n_resp;
+    a.stats.n_think = n_think;
+    a.stats.ttft    = t_first > 0 ? t_first - t0 : 0;
+    a.stats.t_think = think_s > 0 ? a.stats.ttft + think_s : 0;
+    a.stats.think   = g->think;
+    a.stats.stop    = cancelled ? K3_STOP_CANCEL : K3_STOP_EOS;
+    if (k3_conv_add_msg(m->c, &a) != K3_OK)
+        ue_emitf(u, EV_ERROR, "%s", k3_errmsg());
     ui_ev d = {.type = EV_DONE, .i = cancelled ? UE_DONE_CANCELLED : UE_DONE_OK};
     fill_stats(m, &d.st, t0, t_first, n_think, n_resp, think_s);
     ev_push(u->out, &d);
@@ -296,240 +283,51 @@ out:
     free(resp);
 }
 
-/* The display's copy of the conversation: EV_RESET, then one EV_MSG a message (engine.h). */
-static void send_history(ue *u, const mock *m) {
-    ui_ev r = {.type = EV_RESET};
-    ev_push(u->out, &r);
-    for (int k = 0; k < m->n_msgs; k++) {
-        const mmsg *x = &m->msgs[k];
-        if (x->abandoned)
-            continue;
-        ui_ev       e = {.type = EV_MSG, .i = x->role, .ch = x->status, .text = x->content, .text2 = x->reasoning};
-        e.st.think_s  = x->think_s > 0 ? x->think_s : -1;
-        e.st.n_think  = x->n_think;
-        ev_push(u->out, &e);
-    }
+static void done_error(ue *u, const char *msg) {
+    ue_emitf(u, EV_ERROR, "%s", msg);
+    ui_ev d = {.type = EV_DONE, .i = UE_DONE_ERROR};
+    ev_push(u->out, &d);
 }
 
-/* ---- transcripts (a minimal JSON Lines writer/reader for the mock) ---- */
-
-static void mock_save(ue *u, mock *m, const char *path) {
-    char  tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        ue_emitf(u, EV_ERROR, "/save: %s: cannot write", path);
-        return;
-    }
-    json_t *h = json_pack("{s:s,s:i,s:s}", "type", "k3chat-transcript", "version", 1, "model", "mock");
-    char   *s = json_dumps(h, JSON_COMPACT);
-    fprintf(f, "%s\n", s);
-    free(s);
-    json_decref(h);
-    static const char *roles[] = {"user", "assistant", "system"};
-    for (int k = 0; k < m->n_msgs; k++) {
-        json_t *o = json_pack("{s:s,s:s}", "role", roles[m->msgs[k].role], "content", m->msgs[k].content);
-        if (m->msgs[k].reasoning)
-            json_object_set_new(o, "reasoning_content", json_string(m->msgs[k].reasoning));
-        if (m->msgs[k].abandoned)
-            json_object_set_new(o, "abandoned", json_integer(m->msgs[k].abandoned));
-        if (m->msgs[k].role == UE_ROLE_ASSISTANT) { /* k3chat(5)'s keys, the few the mock knows */
-            if (m->msgs[k].status == UE_DONE_CANCELLED)
-                json_object_set_new(o, "interrupted", json_true());
-            json_object_set_new(o, "stats", json_pack("{s:i,s:f,s:s}", "think_tokens", m->msgs[k].n_think, "think_s",
-                                                      m->msgs[k].think_s, "stop",
-                                                      m->msgs[k].status == UE_DONE_CANCELLED ? "cancel" : "eos"));
-        }
-        s = json_dumps(o, JSON_COMPACT);
-        fprintf(f, "%s\n", s);
-        free(s);
-        json_decref(o);
-    }
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        ue_emitf(u, EV_ERROR, "/save: %s: write failed", path);
-        remove(tmp);
-        return;
-    }
-    ue_emitf(u, EV_INFO, "saved %d messages to %s", m->n_msgs, path);
-}
-
-static void mock_load(ue *u, mock *m, const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        ue_emitf(u, EV_ERROR, "/load: %s: cannot open", path);
-        return;
-    }
-    mock  tmp = {0};
-    char  line[65536];
-    int   lineno = 0;
-    while (fgets(line, sizeof line, f)) {
-        json_error_t je;
-        lineno++;
-        json_t *o = json_loads(line, 0, &je);
-        const char *role = o ? json_string_value(json_object_get(o, "role")) : NULL;
-        const char *content = o ? json_string_value(json_object_get(o, "content")) : NULL;
-        if (lineno == 1 && o && json_object_get(o, "type")) {
-            json_decref(o);
-            continue;
-        }
-        if (!o || !role || !content) {
-            ue_emitf(u, EV_ERROR, "/load: %s:%d: %s", path, lineno,
-                     !o ? je.text : "expected a message with string 'role' and 'content'");
-            json_decref(o);
-            drop_msgs(&tmp, 0);
-            free(tmp.msgs);
-            fclose(f);
-            return;
-        }
-        const char *rs = json_string_value(json_object_get(o, "reasoning_content"));
-        add_msg(&tmp, !strcmp(role, "assistant") ? UE_ROLE_ASSISTANT : !strcmp(role, "system") ? UE_ROLE_SYSTEM : UE_ROLE_USER,
-                content, rs);
-        json_t *ab = json_object_get(o, "abandoned");
-        if (ab && json_is_integer(ab) && tmp.n_msgs)
-            tmp.msgs[tmp.n_msgs - 1].abandoned = (int)json_integer_value(ab);
-        json_t *st = json_object_get(o, "stats");
-        if (tmp.n_msgs && st) {
-            mmsg *x    = &tmp.msgs[tmp.n_msgs - 1];
-            x->think_s = json_number_value(json_object_get(st, "think_s"));
-            x->n_think = (int)json_integer_value(json_object_get(st, "think_tokens"));
-        }
-        if (tmp.n_msgs && json_is_true(json_object_get(o, "interrupted")))
-            tmp.msgs[tmp.n_msgs - 1].status = UE_DONE_CANCELLED;
-        json_decref(o);
-    }
-    fclose(f);
-    drop_msgs(m, 0);
-    free(m->msgs);
-    m->msgs     = tmp.msgs;
-    m->n_msgs   = tmp.n_msgs;
-    m->cap_msgs = tmp.cap_msgs;
-    send_history(u, m);
-    ue_emitf(u, EV_INFO, "loaded %d messages from %s", m->n_msgs, path);
-}
-
-static void mock_export(ue *u, mock *m, const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        ue_emitf(u, EV_ERROR, "/export: %s: cannot write", path);
-        return;
-    }
-    fprintf(f, "# k3chat conversation\n\n");
-    for (int k = 0; k < m->n_msgs; k++) {
-        const mmsg *x = &m->msgs[k];
-        if (x->abandoned)
-            continue;
-        if (x->role == UE_ROLE_USER)
-            fprintf(f, "## You\n\n%s\n\n", x->content);
-        else {
-            fprintf(f, "## Assistant\n\n");
-            if (x->reasoning && *x->reasoning)
-                fprintf(f, "<details><summary>Reasoning</summary>\n\n%s\n\n</details>\n\n", x->reasoning);
-            fprintf(f, "%s\n\n", x->content);
-        }
-    }
-    if (fclose(f) != 0)
-        ue_emitf(u, EV_ERROR, "/export: %s: write failed", path);
-    else
-        ue_emitf(u, EV_INFO, "exported %d messages to %s", m->n_msgs, path);
+/* A partial EV_STATS: only the context, cache and memory fields are meaningful. */
+static void ctx_stats(ue *u, mock *m) {
+    m->ctx_used = mock_ctx(m);
+    ui_ev e = {.type = EV_STATS, .i = 1};
+    fill_stats(m, &e.st, 0, 0, 0, 0, 0);
+    e.st.tok_s = e.st.ttft_s = e.st.think_s = -1;
+    ev_push(u->out, &e);
 }
 
 static void mock_cmd(ue *u, void *self, const ui_ev *c) {
     mock *m = self;
-    switch (c->type) {
-    case EV_CMD_EDIT: {
-        int k = m->n_msgs;
-        while (k > 0 && (m->msgs[k - 1].role != UE_ROLE_USER || m->msgs[k - 1].abandoned))
-            k--;
-        if (k > 0)
-            m->n_branches++;
-        for (int j = k - 1; k > 0 && j < m->n_msgs; j++)
-            m->msgs[j].abandoned = m->n_branches;
+    int   n = k3_conv_count(m->c);
+    if (ue_conv_cmd(u, m->c, c)) { /* /undo /forget /clear /system /save /load /export */
+        if (c->type == EV_CMD_UNDO || c->type == EV_CMD_FORGET || c->type == EV_CMD_CLEAR || c->type == EV_CMD_LOAD)
+            ctx_stats(u, m); /* the context figure follows */
+        return;
     }
-        /* FALLTHROUGH */
+    switch (c->type) {
+    case EV_CMD_EDIT: /* ue_conv_cmd moved the old exchange to a branch */
     case EV_CMD_SEND:
-        add_msg(m, UE_ROLE_USER, c->text, NULL);
-        gen_turn(u, m, c->text, &c->gen);
+        if (k3_conv_add(m->c, K3_ROLE_USER, c->text, NULL) != K3_OK)
+            done_error(u, k3_errmsg());
+        else
+            gen_turn(u, m, c->text, &c->gen);
         break;
     case EV_CMD_RETRY: {
-        int k = m->n_msgs;
-        while (k > 0 && m->msgs[k - 1].role != UE_ROLE_USER)
-            k--;
-        if (k == 0) {
-            ue_emitf(u, EV_ERROR, "/retry: there is no answer to regenerate");
-            ui_ev d = {.type = EV_DONE, .i = UE_DONE_ERROR};
-            ev_push(u->out, &d);
+        if (!(n && k3_conv_msg(m->c, n - 1)->role == K3_ROLE_USER) && k3_conv_pop_reply(m->c) <= 0) {
+            done_error(u, "/retry: there is no answer to regenerate");
             break;
         }
-        drop_msgs(m, k);
-        char *user = strdup(m->msgs[k - 1].content);
+        const k3_msg *last = k3_conv_msg(m->c, k3_conv_count(m->c) - 1);
+        char         *user = last ? strdup(last->content) : NULL;
         gen_turn(u, m, user ? user : "", &c->gen);
         free(user);
         break;
     }
-    case EV_CMD_UNDO: {
-        int k = m->n_msgs;
-        while (k > 0 && (m->msgs[k - 1].role != UE_ROLE_USER || m->msgs[k - 1].abandoned))
-            k--;
-        if (k == 0) {
-            ue_emitf(u, EV_ERROR, "/undo: the conversation is empty");
-            break;
-        }
-        drop_msgs(m, k - 1);
-        ui_ev e = {.type = EV_UNDO};
-        ev_push(u->out, &e);
-        goto stats;
-    }
-    case EV_CMD_FORGET: {
-        int a = 0;
-        while (a < m->n_msgs && m->msgs[a].role != UE_ROLE_USER)
-            a++;
-        int b = a + 1;
-        while (b < m->n_msgs && m->msgs[b].role != UE_ROLE_USER)
-            b++;
-        if (a >= m->n_msgs) {
-            ue_emitf(u, EV_ERROR, "/forget: there is no exchange to drop");
-            break;
-        }
-        for (int k = a; k < b; k++) {
-            free(m->msgs[k].content);
-            free(m->msgs[k].reasoning);
-        }
-        memmove(m->msgs + a, m->msgs + b, (size_t)(m->n_msgs - b) * sizeof *m->msgs);
-        m->n_msgs -= b - a;
-        send_history(u, m);
-        ue_emitf(u, EV_INFO, "dropped the oldest exchange (%d messages)", b - a);
-        goto stats;
-    }
-    case EV_CMD_CLEAR: {
-        drop_msgs(m, 0);
-        ui_ev e = {.type = EV_RESET};
-        ev_push(u->out, &e);
-        goto stats;
-    }
-    case EV_CMD_SYSTEM:
-        free(m->system);
-        m->system = strdup(c->text ? c->text : "");
-        break;
-    case EV_CMD_SAVE: mock_save(u, m, c->text); break;
-    case EV_CMD_LOAD: mock_load(u, m, c->text); goto stats; /* the context figure follows */
-    case EV_CMD_REPLAY: {
-        ue_emitf(u, EV_ERROR, "/replay: the mock engine cannot replay transcripts");
-        ui_ev d = {.type = EV_DONE, .i = UE_DONE_ERROR};
-        ev_push(u->out, &d);
-        break;
-    }
-    case EV_CMD_EXPORT: mock_export(u, m, c->text); break;
+    case EV_CMD_REPLAY: done_error(u, "/replay: the mock engine cannot replay transcripts"); break;
     case EV_CMD_EXPERTS: m->expert_gb = c->x; /* FALLTHROUGH */
-    case EV_CMD_STATS:
-    stats: {
-        m->ctx_used = mock_ctx(m);
-        ui_ev e = {.type = EV_STATS};
-        fill_stats(m, &e.st, 0, 0, 0, 0, 0);
-        e.st.tok_s = e.st.ttft_s = e.st.think_s = -1;
-        e.i = 1; /* partial: only the context/cache/memory fields are meaningful */
-        ev_push(u->out, &e);
-        break;
-    }
+    case EV_CMD_STATS: ctx_stats(u, m); break;
     default: break;
     }
 }
@@ -542,9 +340,7 @@ static void mock_close(void *self) {
         free(m->turns[k].error);
     }
     free(m->turns);
-    drop_msgs(m, 0);
-    free(m->msgs);
-    free(m->system);
+    k3_conv_free(m->c);
     free(m);
 }
 
