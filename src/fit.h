@@ -83,7 +83,10 @@ typedef struct fit_choice {
     char     msg[2048];      /* one line: what was chosen and why, or the refusal             */
 } fit_choice;
 
-k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, fit_table *out);
+/* The figures of the plan for the first n_run layers of config c (fit.c: DESIGN). D: the open
+ * shards, for the stored size of embeddings and experts, or NULL (the release's dtypes). SPLIT:
+ * a k3 container (kv_b held split per head). */
+k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, int split, fit_table *out);
 void      fit_plan_at(const fit_table *t, const fit_set *s, fit_plan *out);
 /* MemAvailable of /proc/meminfo in bytes (0: unknown). */
 double    fit_meminfo_available(void);

@@ -252,7 +252,7 @@ k3_status k3_inspect(const char *dir, FILE *out) {
         st = k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", s.n_layers, c->n_layers);
         goto fail;
     }
-    if ((st = fit_scan(c, d, s.n_layers ? s.n_layers : c->n_layers, &ft)) || (st = fit_machine_get(&mc))) goto fail;
+    if ((st = fit_scan(c, d, s.n_layers ? s.n_layers : c->n_layers, 0, &ft)) || (st = fit_machine_get(&mc))) goto fail;
     fit_set given = {.bits = s.bits, .mla_bits = s.mla_bits, .head_bits = s.head_bits, .expert_gb = s.expert_gb,
                      .maxt = s.maxt, .map = s.map};
     fit_decide(&ft, &mc, &given, s.set, fc);

@@ -596,12 +596,15 @@ static k3_status load_globals(k3_model *m) {
     return tt_walk(&m->cfg, -1, 0, load_one, &x);
 }
 
-/* The memory fit (fit.h), from the tensor table only: before any weight is read. Settings given
+/* The memory fit (fit.h), from the tensor table: before any weight is read. Settings given
  * explicitly (m->par.set) and bits a container brought stay; the others may be lowered, and an
- * unset expert cache takes what is left. Refused: K3_ERR_NOMEM with the figures. */
+ * unset expert cache takes what is left. Refused: K3_ERR_NOMEM with the figures. Runs twice:
+ * with m->st NULL, before any shard header is read (config.json only; its figures are a lower
+ * bound, so what it refuses cannot fit), then with the shards open, for the exact plan. The
+ * first run only refuses; the settings come from the second, from the original parameters. */
 static k3_status model_fit(k3_model *m) {
     k3_status st;
-    if ((st = fit_scan(&m->cfg, m->st, m->n_run, &m->fit_t)) || (st = fit_machine_get(&m->fit_mc))) return st;
+    if ((st = fit_scan(&m->cfg, m->st, m->n_run, m->container, &m->fit_t)) || (st = fit_machine_get(&m->fit_mc))) return st;
     int     mask  = m->par.set | (m->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
                (m->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) | (m->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
     fit_set given = {.bits = m->par.bits, .mla_bits = m->par.mla_bits, .head_bits = m->par.head_bits,
@@ -612,7 +615,7 @@ static k3_status model_fit(k3_model *m) {
     m->par.mla_bits  = m->fit.set.mla_bits;
     m->par.head_bits = m->fit.set.head_bits;
     m->par.expert_gb = m->fit.set.expert_gb;
-    K3_LOG_INFO("%s: %s", m->dir, m->fit.msg);
+    if (m->st) K3_LOG_INFO("%s: %s", m->dir, m->fit.msg);
     return K3_OK;
 }
 
@@ -625,6 +628,7 @@ static k3_status container_params(k3_model *m) {
     rp_info   ci;
     k3_status st = rp_info_load(m->dir, &ci);
     if (st) return st;
+    m->container = ci.present;
     if (ci.present) {
         m->from = rp_run_bits(&ci, &m->par);
         K3_LOG_INFO("%s: k3 container (bits %d, MLA %d, head %d); running at %d/%d/%d", m->dir, ci.bits,
@@ -656,8 +660,6 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
     }
     if ((st = cfg_load(dir, &m->cfg))) goto fail;
     if ((st = container_params(m))) goto fail;
-    if ((st = st_open(dir, &m->st))) goto fail;
-    if ((st = cfg_check_tensors(&m->cfg, m->st))) goto fail;
     const k3_config *c = &m->cfg;
     m->n_run = c->n_layers;
     if (m->par.n_layers) {
@@ -668,6 +670,11 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
         }
         m->n_run = m->par.n_layers;
     }
+    k3_params given = m->par; /* the fit below may lower what was not given */
+    if ((st = model_fit(m))) goto fail; /* config.json only: refuse at once */
+    m->par = given;
+    if ((st = st_open(dir, &m->st))) goto fail;
+    if ((st = cfg_check_tensors(&m->cfg, m->st))) goto fail;
     if ((st = model_fit(m))) goto fail;
 #ifdef _OPENMP
     if (m->par.threads > 0) omp_set_num_threads(m->par.threads);

@@ -25,30 +25,60 @@ K3_MEM_GB=abc "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "K3_MEM_GB='abc': expected a number" "$T/err"; check $? "K3_MEM_GB=abc: error names the variable ($(head -c 120 "$T/err"))"
 K3_MEM_GB=abc "$K3" --inspect "$R" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "K3_MEM_GB" "$T/err"; check $? "--inspect with K3_MEM_GB=abc: the same error"
-# copies: links to the shards, real copies only of what is damaged
+# copies: links to the shards, real copies only of what is damaged. Each case damages the LAST
+# text shard and also breaks the JSON of shard 1's header: the error must name the last shard,
+# which shows that every shard's size and header length are checked before any header is parsed.
 mkcopy() { rm -rf "$1"; mkdir "$1"; for f in "$R"/*; do ln -s "$f" "$1/"; done; }
-C=$T/bad; mkcopy "$C"
-rm "$C/$(shard 1)"
-K3_MEM_GB=2000 timeout 60 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
-[ $rc -eq 1 ] && grep -q "$(shard 1)" "$T/err"; check $? "index names a missing shard: error names it ($(head -c 160 "$T/err"))"
-mkcopy "$C"; rm "$C/$(shard 2)"
-cp --sparse=always "$R/$(shard 2)" "$C/"
-sz=$(stat -c %s "$C/$(shard 2)"); truncate -s $((sz / 2)) "$C/$(shard 2)"
-K3_MEM_GB=2000 timeout 60 "$K3" "$C" --prompt hi >/dev/null 2>"$T/err"; rc=$?
-[ $rc -eq 1 ] && grep -q "$(shard 2).*truncated" "$T/err" && ! grep -q "loading  *[1-9]" "$T/err"
-check $? "shard truncated in the middle: error names the file, nothing loaded ($(head -c 200 "$T/err"))"
-mkcopy "$C"; rm "$C/$(shard 3)"
-$PY - "$C/$(shard 3)" <<'EOF'
+nt=$(($(ls "$R" | grep -c '^model-.*safetensors$') - 2)) # the last text shard (two vision shards follow)
+L=$(shard $nt); F=$(shard 1)
+breakjson() { rm "$C/$F"; cp --sparse=always "$R/$F" "$C/$F"; printf 'x' | dd of="$C/$F" bs=1 seek=8 conv=notrunc 2>/dev/null; }
+C=$T/bad; mkcopy "$C"; breakjson
+K3_MEM_GB=2000 timeout 120 "$K3" "$C" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "$F: header JSON malformed" "$T/err"; check $? "shard 1's header JSON broken: the error names it ($(head -c 160 "$T/err"))"
+rm "$C/$L"
+t0=$(date +%s.%N)
+K3_MEM_GB=2000 timeout 120 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+[ $rc -eq 1 ] && grep -q "$L: cannot open" "$T/err"; check $? "index names a missing shard (the last): error names it, before shard 1's header is parsed ($secs s: $(head -c 160 "$T/err"))"
+mkcopy "$C"; breakjson; rm "$C/$L"
+cp --sparse=always "$R/$L" "$C/"
+sz=$(stat -c %s "$C/$L"); truncate -s $((sz / 2)) "$C/$L"
+t0=$(date +%s.%N)
+K3_MEM_GB=2000 timeout 120 "$K3" "$C" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+[ $rc -eq 1 ] && grep -q "$L: .* but the file has $((sz / 2)) bytes (file truncated?)" "$T/err" && ! grep -q "loading  *[1-9]" "$T/err"
+check $? "last shard truncated in the middle: error names the file and the offset, nothing loaded ($secs s: $(head -c 200 "$T/err"))"
+mkcopy "$C"; breakjson; rm "$C/$L"
+$PY - "$C/$L" <<'EOF2'
 import struct, sys
 n = 200_000_000
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<Q", n)); f.write(b'{"a": 1'); f.truncate(8 + n + 4096)
-EOF
-K3_MEM_GB=2000 timeout 60 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
-[ $rc -eq 1 ] && grep -q "$(shard 3): header length 200000000 at offset 0 is implausibly large" "$T/err"
-check $? "a 200 MB header: error names the file and the length ($(head -c 200 "$T/err"))"
+EOF2
+t0=$(date +%s.%N)
+K3_MEM_GB=2000 timeout 120 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+[ $rc -eq 1 ] && grep -q "$L: header length 200000000 at offset 0 is implausibly large" "$T/err"
+check $? "a 200 MB header (last shard): error names the file and the length ($secs s: $(head -c 200 "$T/err"))"
 rm -rf "$C"
 
+}
+# refusal from config.json alone: a copy of the replica without index or shards (nothing a header
+# could come from) is refused with the plan's figures, so the refusal reads no shard header
+noshards() { # $1: K3_MEM_GB where nothing fits; $2 (optional): where K3_BITS=8 does not but 4 does
+N=$T/noshards; rm -rf "$N"; mkdir "$N"; cp "$R/config.json" "$N/"
+K3_MEM_GB=$1 "$K3" "$N" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "needs .* (nothing fits) but only" "$T/err" && ! grep -q "loading" "$T/err"
+check $? "K3_MEM_GB=$1, config.json only (no index, no shards): refused with the figures, no header read ($(head -c 200 "$T/err"))"
+if [ -n "${2:-}" ]; then
+K3_MEM_GB=$2 K3_BITS=8 "$K3" "$N" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "settings given explicitly are never changed" "$T/err" && grep -q "K3_BITS=4: .* (fits)" "$T/err"
+check $? "K3_MEM_GB=$2 K3_BITS=8, config.json only: the explicit setting refused at once, K3_BITS=4 named ($(head -c 200 "$T/err"))"
+K3_MEM_GB=$2 "$K3" "$N" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "neither model.safetensors.index.json nor model.safetensors found" "$T/err"
+check $? "K3_MEM_GB=$2 unset bits, config.json only: the fit passes (K3_BITS=4 chosen) and the open goes on to the missing shards ($(head -c 160 "$T/err"))"
+fi
+rm -rf "$N"
 }
 prompt_lines() {
 # ---- --prompt: the loading line and the fit line (tiny model: quick) ----
@@ -75,6 +105,7 @@ if [ -n "$SAN" ]; then
     K3_MEM_GB=2 "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
     [ $rc -eq 1 ] && grep -q "(nothing fits) but only" "$T/err" && ! grep -q "loading  *[1-9]" "$T/err"
     check $? "K3_MEM_GB=2: refused at open before any weight ($(head -c 200 "$T/err"))"
+    noshards 2
     bad_input
     prompt_lines
     exit 0
@@ -200,6 +231,7 @@ check $? "--prompt at K3_MEM_GB=24: refused at open in $secs s, before any weigh
 K3_MEM_GB=64 K3_BITS=8 timeout 120 "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "K3_BITS=4: .* (fits)" "$T/err"; check $? "--prompt with K3_BITS=8 at K3_MEM_GB=64: refused naming K3_BITS=4 ($(head -c 150 "$T/err"))"
 
+noshards 24 64
 bad_input
 prompt_lines
 # ---- open + one token at --layers 2: the dense layer (33,792), one KDA + 896-expert MoE layer,

@@ -631,12 +631,30 @@ static uint64_t expert_bytes(const ctx *c, const job *j) {
     return n;
 }
 
+/* Whether [off, off + n) of fd is a hole (SEEK_DATA finds no data before its end). */
+static int src_hole(int fd, uint64_t off, uint64_t n) {
+    off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+    return (d < 0 && errno == ENXIO) || (d >= 0 && (uint64_t)d >= off + n);
+}
+
+static int all_zero(const unsigned char *b, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++)
+        if (b[i]) return 0;
+    return 1;
+}
+
+/* An expert that is all zeros (a hole of a sparse source, e.g. k3-mkmodel's release replica) is
+ * not written: the output file was sized at creation, so it reads back as the same zeros, and a
+ * sparse source stays sparse (the 1.45 TB of replica experts take no disk). */
 static k3_status do_expert(ctx *c, const wctx *o, const plan *p, const job *j, unsigned char *buf) {
-    uint64_t  n;
-    k3_status st = read_expert(c, j, buf, &n);
-    if (st) return st;
+    const st_tensor *a = st_tensor_at(c->d, j->ex[0]);
+    uint64_t         n = expert_bytes(c, j);
+    k3_status        st = K3_OK;
     K3_ASSERT(p->items[j->it[5]].off + p->items[j->it[5]].nbytes - p->items[j->it[0]].off == n);
-    st = pwrite_all(o->fd, o->path, buf, (size_t)n, o->base + p->items[j->it[0]].off);
+    if (!(j->contiguous && src_hole(st_shard_fd(c->d, a->shard), a->offset, n))) {
+        if ((st = read_expert(c, j, buf, &n))) return st;
+        if (!all_zero(buf, n)) st = pwrite_all(o->fd, o->path, buf, (size_t)n, o->base + p->items[j->it[0]].off);
+    }
     progress(c, n, st_tensor_at(c->d, j->src)->name);
     return st;
 }
@@ -700,6 +718,8 @@ static k3_status write_shard(ctx *c, const plan *p, const char *tmp) {
     if (!buf) die_oom();
     c->n_started++;
     k3_status st = pwrite_all(o.fd, tmp, p->header, p->header_len, 0);
+    if (!st && ftruncate(o.fd, (off_t)(p->header_len + p->data_bytes))) /* all-zero experts are skipped */
+        st = k3_err(K3_ERR_IO, "%s: cannot size to %llu bytes: %s", tmp, (unsigned long long)(p->header_len + p->data_bytes), strerror(errno));
     for (int jn = 0; jn < p->n_jobs && !st; jn++) {
         const job *j = &p->jobs[jn];
         if (c->kill_at == c->n_started && jn == p->n_jobs / 2) {
