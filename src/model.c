@@ -610,6 +610,7 @@ static k3_status model_fit(k3_model *m) {
     fit_set given = {.bits = m->par.bits, .mla_bits = m->par.mla_bits, .head_bits = m->par.head_bits,
                      .expert_gb = m->par.expert_gb, .maxt = m->par.max_ctx, .map = m->map};
     fit_decide(&m->fit_t, &m->fit_mc, &given, mask, &m->fit);
+    m->expert_auto = given.expert_gb < 0;
     if (!m->fit.ok) return k3_err(K3_ERR_NOMEM, "%s: %s", m->dir, m->fit.msg);
     m->par.bits      = m->fit.set.bits;
     m->par.mla_bits  = m->fit.set.mla_bits;
@@ -694,7 +695,8 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
         if ((st = load_layer(m, l))) goto fail;
     ex_source xs = {.st = m->st, .dir = m->dir, .cfg = &m->cfg, .n_run = m->n_run,
                     .expert_gb = m->par.expert_gb, .direct = m->par.direct, .pipe = m->par.pipe,
-                    .load_threads = m->par.load_threads, .progress = expert_progress, .ud = m};
+                    .load_threads = m->par.load_threads, .progress = expert_progress, .ud = m,
+                    .lazy = m->expert_auto && (double)m->fit_t.expert_all > 0.5 * m->fit_mc.avail};
     if ((st = ex_open(&xs, &m->tier))) goto fail;
     m->load_total -= ex_deferred_bytes(m->tier); /* read on demand, not now */
     if ((st = vkt_open(m, &m->vk))) goto fail;
@@ -745,6 +747,7 @@ void k3_model_get_info(const k3_model *m, k3_model_info *out) {
     out->gen_top_p      = c->gen_top_p;
     out->bytes_resident = m->bytes_resident + (m->tier ? ex_resident_bytes(m->tier) : 0);
     out->fit            = m->fit.msg;
+    out->fit_brief      = m->fit.brief;
 }
 
 k3_status k3_model_set_expert_budget(k3_model *m, double gb) {

@@ -358,7 +358,7 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
     char        desc[256];
     snprintf(desc, sizeof desc, "%.64s · %d layers · %.1f GB", name, r->info.n_layers,
              (double)r->info.bytes_resident / 1e9);
-    ui_ev e = {.type = EV_READY, .text = desc, .i = r->info.max_ctx};
+    ui_ev e = {.type = EV_READY, .text = desc, .text2 = (char *)(uintptr_t)r->info.fit_brief, .i = r->info.max_ctx};
     e.gen   = (ue_gen){.temp = r->info.gen_temp, .top_p = r->info.gen_top_p, .think = 1, .effort = 2};
     ev_push(u->out, &e);
     ue_emitf(u, EV_INFO, "%s", r->info.fit); /* what the memory fit chose and why */
