@@ -80,6 +80,7 @@ static k3_status scan_one(const tt_ref *r, void *ud) {
     int k = kind == TT_K_BITS ? FIT_DENSE : kind == TT_K_MLA || kind == TT_K_KVB ? FIT_MLA : kind == TT_K_HEAD ? FIT_HEAD : -1;
     if (k >= 0) {
         int split = x->split || (t && t->ndim == 1); /* a container's kv_b is 1-D */
+        x->o->n_mats += kind == TT_K_KVB ? 2 * x->c->n_heads : 1; /* kv_b: uk_t and uv per head */
         for (int b = 0; b < 3; b++) x->o->mat[k][b] += matrix_bytes(x->c, r, split, tt_bits(kind, bits[b], bits[b], bits[b]));
         uint64_t f32 = (uint64_t)tt_numel(r->shape) * 4;
         if (f32 > x->o->big_f32) x->o->big_f32 = f32;
@@ -87,6 +88,7 @@ static k3_status scan_one(const tt_ref *r, void *ud) {
         x->o->embed += stored_bytes(x->d, r);
     } else {
         x->o->small += n * 4;
+        x->o->n_mats += kind == TT_K_F32; /* router, f_a, f_b, b_proj: f32 products */
     }
     return K3_OK;
 }
