@@ -1,8 +1,9 @@
 # k3chat: C inference engine for Kimi K3 and its terminal chat.
 #
-# Layout is architecture:
-#   src/*.c      -> $(B)/libk3.a      engine (no curses); public header src/k3.h
-#   ui/*.c       -> $(B)/libk3ui.a    TUI, plain mode and CLI (ui/main.c is k3chat's main)
+# Layout is architecture (README's Layout table; include paths per folder: INC_ below):
+#   include/k3.h       public engine API: the only engine header ui/ sees
+#   src/*/*.c    -> $(B)/libk3.a    engine parts: base, kern, format, tok, conv, model, vk
+#   ui/*/*.c     -> $(B)/libk3ui.a  front ends: common, tui, cli (ui/cli/main.c is k3chat's main), serve
 #   tools/k3-*.c -> $(B)/k3-*         one program per file (generator, repacker, ...)
 #   bench/*.c    -> $(B)/k3-bench     all benchmarks in one program
 #   tests/test-*.c -> $(B)/tests/test-*   C tests; tests/t-*.sh and tests/t-*.py are script tests
@@ -64,19 +65,39 @@ PKG_LIBS   := $(shell $(PKG) --libs $(PKGS) 2>/dev/null)
 
 CFLAGS  ?=
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fopenmp -pthread -MMD -MP \
-           -Isrc -Iui -I$(B)/gen $(PKG_CFLAGS) -DK3_VERSION='"$(VERSION)"' -DK3_VK=$(VK)
+           -I$(B)/gen $(PKG_CFLAGS) -DK3_VERSION='"$(VERSION)"' -DK3_VK=$(VK)
 LDFLAGS ?=
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm
 
+# Include paths per folder (relayout): a folder sees its own headers and these, nothing else.
+# The seams are enforced here: a front end that includes an engine internal fails to compile.
+INC_include := include
+INC_src/base := src/base include
+INC_src/kern := src/kern src/base include
+INC_src/format := src/format src/kern src/base include
+INC_src/tok := src/tok src/base include
+INC_src/conv := src/conv src/base include
+INC_src/model := src/model src/vk src/format src/kern src/base include
+INC_src/vk := src/vk src/model src/format src/kern src/base include $(B)/gen
+INC_ui/common := ui/common include
+INC_ui/tui := ui/tui ui/common include
+INC_ui/cli := ui/cli ui/common include
+INC_ui/serve := ui/serve ui/common include
+INC_tools := tools src/format src/kern src/base include
+INC_bench := bench src/model src/vk src/format src/kern src/tok src/conv src/base include
+INC_tests := tests src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
+INC_tests/fuzz := tests/fuzz src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
+# -I flags for source file $(1): its folder's INC_ list (an unknown folder is an error)
+incs = $(addprefix -I,$(or $(INC_$(patsubst %/,%,$(dir $(1)))),$(error no INC_ line in the Makefile for $(dir $(1)))))
 # ---- sources ---------------------------------------------------------------
-SRC_ALL := $(sort $(wildcard src/*.c))
+SRC_ALL := $(sort $(wildcard src/*/*.c))
 ifeq ($(VK),1)
 SRC := $(SRC_ALL)
 else
-SRC := $(filter-out src/vk%.c,$(SRC_ALL))
+SRC := $(filter-out src/vk/%.c,$(SRC_ALL))
 endif
-UI_SRC    := $(filter-out ui/main.c,$(sort $(wildcard ui/*.c)))
+UI_SRC    := $(filter-out ui/cli/main.c,$(sort $(wildcard ui/*/*.c)))
 TOOL_SRC  := $(sort $(wildcard tools/k3-*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test-*.c))
@@ -104,7 +125,7 @@ Q := $(if $(filter 1,$(V)),,@)
 $(B)/obj/%.o: %.c | $(SPV_H)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS) $(call incs,$<) -c $< -o $@
 
 $(B)/libk3.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -116,7 +137,7 @@ $(B)/libk3ui.a: $(UI_OBJ)
 
 LIBS := $(B)/libk3ui.a $(B)/libk3.a
 
-$(B)/k3chat: $(B)/obj/ui/main.o $(LIBS)
+$(B)/k3chat: $(B)/obj/ui/cli/main.o $(LIBS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
@@ -181,7 +202,7 @@ fuzz-build:
 	  if [ ! -x $(FUZZ_B)/fuzz/$$n ] || [ $$f -nt $(FUZZ_B)/fuzz/$$n ] || [ $(FUZZ_B)/libk3.a -nt $(FUZZ_B)/fuzz/$$n ] \
 	     || [ $(FUZZ_B)/libk3ui.a -nt $(FUZZ_B)/fuzz/$$n ]; then \
 	    echo "  FUZZ    $$n"; \
-	    clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc -Iui -Itests/fuzz \
+	    clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined $(call incs,tests/fuzz/x.c) \
 	      $(PKG_CFLAGS) -DK3_VK=$(VK) $$f -o $(FUZZ_B)/fuzz/$$n $(FUZZ_B)/libk3ui.a $(FUZZ_B)/libk3.a \
 	      -fopenmp -pthread $(LDLIBS) || exit 1; fi; done
 

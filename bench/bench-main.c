@@ -28,7 +28,8 @@
     X(tok)  /* bench-tok.c: tokenizer encode MB/s vs tiktoken's JS and WASM builds */          \
     X(vk)   /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */              \
     X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */  \
-    X(release) /* bench-release.c: release widths, 2 layers: open, first token, s/token, RSS */
+    X(release) /* bench-release.c: release widths, 2 layers: open, first token, s/token, RSS */ \
+    X(batch)   /* bench-batch.c: aggregate decode tok/s of 1..8 sessions batched vs one alone */
 
 #define DECLARE(name) int bench_##name(void);
 BENCHES(DECLARE)

@@ -127,8 +127,8 @@ RULES = [
     ("ui/plain*", "ui/cli", None),
     ("ui/cli-*", "ui/cli", None),
     ("ui/replay*", "ui/cli", None),
-    # serve-tools (OpenAI tool-call JSON) is shared by the server and the remote backend (remote.c):
-    # it belongs in ui/common once its one use of serve-http.h (http_clean) moves there too
+    # serve-tools: the server's request side of tool calling; the OpenAI tool-call JSON that the
+    # remote backend shares is ui/tool-json.c (ui/tool* -> ui/common)
     ("ui/serve*", "ui/serve", None),
     ("ui/http*", "ui/serve", None),
     ("ui/openai*", "ui/serve", None),
@@ -221,9 +221,40 @@ dests = list(moves.values())
 clash = sorted({d for d in dests if dests.count(d) > 1})
 if clash:
     sys.exit("relayout.sh: two files would land on " + ", ".join(clash))
+# ---- seams: every #include "x" resolves inside the folder's include paths ----
+# where: {path after the move: path to read it from now}; inc_map rewrites an include as the
+# move would (renamed headers, "../src/X"), so `check` sees the seams before anything moves.
+def seams(where, inc_map=lambda s: s):
+    bad = []
+    for f, src in sorted(where.items()):
+        if not f.endswith((".c", ".h", ".inc")) or f.startswith("tests/fuzz/corpus/"):
+            continue
+        d = os.path.dirname(f)
+        paths = INC.get(d)
+        if paths is None:
+            bad.append(f"{f}: no include paths for folder {d}")
+            continue
+        for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', open(src, errors="replace").read(), re.M):
+            inc = inc_map(inc)
+            cands = [os.path.normpath(os.path.join(d, inc))] + \
+                    [os.path.join(p, inc) for p in paths if not p.startswith("$(")]
+            if not any(c in where for c in cands) and inc != "shaders_spv.h":
+                bad.append(f'{f}: #include "{inc}" is not visible from {d}')
+    if bad:
+        print("relayout.sh: includes that cross a seam (fix the include or the INC table):", file=sys.stderr)
+        for b in bad:
+            print("  " + b, file=sys.stderr)
+        sys.exit(1)
+
 if MODE == "check":
     for f in sorted(moves):
         print(f"{f:28s} -> {moves[f]}")
+    hdr = {os.path.basename(f): os.path.basename(d) for f, d in moves.items() if f.endswith(".h")}
+    rel = lambda i: re.sub(r"^\.\./((?:src|ui)/.*)$", lambda m: "../" + moves.get(m.group(1), m.group(1)), i)
+    seams({moves.get(f, f): f for f in git("ls-files", "src", "ui", "include", "tools", "bench",
+                                            "tests").split("\n") if f},
+          lambda i: rel(hdr.get(i, i)))
+    print(f"relayout.sh: check: {len(moves)} files placed, every include resolves within its folder's seams")
     sys.exit(0)
 
 # ---- move ----
@@ -233,7 +264,8 @@ for f, d in sorted(moves.items()):
 
 # ---- rewrite text: moved paths, #include lines of renamed headers, renamed base names ----
 text_files = [f for f in git("ls-files").split("\n") if f and not f.startswith(("models/", "tests/fuzz/corpus/",
-              "tests/fixtures/")) and os.path.isfile(f) and not os.path.islink(f)]
+              "tests/fixtures/")) and f != "scripts/relayout.sh" and os.path.isfile(f) and not os.path.islink(f)]
+# (not this script: bash is still reading it, and its rules name the old paths on purpose)
 def is_text(f):
     with open(f, "rb") as h:
         return b"\0" not in h.read(65536)
@@ -260,10 +292,16 @@ for f in text_files:
     s = re.sub(r'#include "\.\./((?:src|ui)/[^"]+)"', lambda m: '#include "../' + moves.get(m.group(1), m.group(1)) + '"', s)
     # renamed files: the base name in #include lines and in prose, in the part of the tree it belongs to
     for old, new in renamed.items():
+        # src or ui: "chat.c" in src/ and include/ means the chat format, in ui/ the settings
+        mine = "ui" if f.startswith("ui/") else "src"
         owner = [d for f0, d in moves.items() if os.path.basename(f0) == old]
         if len(owner) != 1:
-            continue
-        top = owner[0].split("/")[0]  # src or ui: "chat.c" in src/ means the chat format
+            owner = [d for d in owner if d.startswith(mine + "/")]
+            if len(owner) != 1 or not f.startswith(("src/", "include/", "ui/")):
+                continue
+        top, new = owner[0].split("/")[0], os.path.basename(owner[0])
+        if top == "src" and f.startswith("include/"):
+            top = "include"
         if old.endswith(".h"):
             s = re.sub(r'#include "' + re.escape(old) + '"', '#include "' + new + '"', s)
         if f.startswith(top + "/") or (old in ("model.c", "layers.c")):
@@ -317,25 +355,8 @@ if m:
 else:
     print("relayout.sh: README.md: no Layout table found", file=sys.stderr)
 
-# ---- seams: every #include "x" resolves inside the folder's include paths ----
-bad = []
-for f in git("ls-files", "src", "ui", "include", "tools", "bench", "tests").split("\n"):
-    if not f.endswith((".c", ".h", ".inc")) or f.startswith("tests/fuzz/corpus/"):
-        continue
-    d = os.path.dirname(f)
-    paths = INC.get(d)
-    if paths is None:
-        bad.append(f"{f}: no include paths for folder {d}")
-        continue
-    for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', open(f, errors="replace").read(), re.M):
-        cands = [os.path.join(d, inc)] + [os.path.join(p, inc) for p in paths if not p.startswith("$(")]
-        if not any(os.path.isfile(c) for c in cands) and inc != "shaders_spv.h":
-            bad.append(f'{f}: #include "{inc}" is not visible from {d}')
-if bad:
-    print("relayout.sh: includes that cross a seam (fix the include or the INC table):", file=sys.stderr)
-    for b in bad:
-        print("  " + b, file=sys.stderr)
-    sys.exit(1)
+where = {f: f for f in git("ls-files", "src", "ui", "include", "tools", "bench", "tests").split("\n") if f}
+seams(where)
 print(f"relayout.sh: moved {len(moves)} files, rewrote {changed} files, Makefile and README updated")
 PY
 

@@ -1,8 +1,8 @@
 // types.glsl: layouts shared by the compute shaders; mirrored field for field by
-// struct vk_pc_matvec / vk_pc_glu in src/vk-impl.h (test-vk checks sizes and offsets).
+// struct vk_pc_matvec / vk_pc_glu in src/vk/vk-impl.h (test-vk checks sizes and offsets).
 //
 // Weight bytes live in one storage buffer per arena chunk, addressed in bytes; the
-// formats are those of src/quant.h, uploaded exactly as the CPU holds them:
+// formats are those of src/kern/quant.h, uploaded exactly as the CPU holds them:
 //   Q_F32    float rows
 //   Q_I8     int8 [rows][cols], float s[rows]
 //   Q_I4     nibbles [rows][(cols+1)/2] (low = even column, value nibble-8), float s[rows][groups of 64]

@@ -1,7 +1,7 @@
 #!/bin/sh
 # t-install.sh: `make install DESTDIR=... PREFIX=/usr` into a scratch root: programs (executable),
 # man pages 1 and 5, themes; the installed k3chat runs (--version, and finds its installed themes);
-# `k3chat --help`, the man page's OPTIONS and the getopt table in ui/main.c name the same options;
+# `k3chat --help`, the man page's OPTIONS and the getopt table in ui/cli/main.c name the same options;
 # the man pages render without groff warnings.
 # The install reuses the already built tree K3_BUILD and never compiles into it (that would race
 # other tests): when `make -q` says the tree is not up to date, the test reports SKIP.
@@ -51,8 +51,8 @@ check $rc "installed k3chat --version exits 0"
 
 # ---- --help, the man page and the getopt table agree ----
 "$R/usr/bin/k3chat" --help >"$T/help" 2>&1; check $? "k3chat --help exits 0"
-grep -oE '\{"[a-z][a-z0-9-]*"' "$S/ui/main.c" | tr -d '{"' | sort -u >"$T/getopt"
-[ -s "$T/getopt" ]; check $? "getopt table found in ui/main.c ($(wc -l <"$T/getopt") options)"
+grep -oE '\{"[a-z][a-z0-9-]*"' "$S/ui/cli/main.c" | tr -d '{"' | sort -u >"$T/getopt"
+[ -s "$T/getopt" ]; check $? "getopt table found in ui/cli/main.c ($(wc -l <"$T/getopt") options)"
 # the man page's OPTIONS section, \- unescaped
 sed -n '/^\.SH OPTIONS/,/^\.SH /p' "$S/man/k3chat.1" | sed 's/\\-/-/g' | grep -oE -- '--[a-z][a-z0-9-]*' |
     sed 's/^--//' | sort -u >"$T/man"

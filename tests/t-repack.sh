@@ -1,5 +1,5 @@
 #!/bin/sh
-# t-repack.sh: build/k3-repack writes a k3 container (src/repack.h) that k3chat runs bit-identically
+# t-repack.sh: build/k3-repack writes a k3 container (src/format/repack.h) that k3chat runs bit-identically
 # to load-time quantization of the source (hidden states and logits via K3_TRACE / K3_LOGITS,
 # compared with cmp), at 8 and 4 bits, with mixed classes, and with K3_MMAP=1; resume after a
 # kill -9 mid-shard; disjoint --shards runs; duplicate names; --verify-full; bad arguments and

@@ -1,4 +1,4 @@
-/* test-experts.c: the streaming expert tier (src/experts.c) on generated tiny checkpoints.
+/* test-experts.c: the streaming expert tier (src/model/experts.c) on generated tiny checkpoints.
  *
  * Every run feeds the same 72 ids (a chunked prefill of 56, then 16 decode steps) with K3_LOGITS
  * on, and compares the logits of all 72 positions bit for bit with a reference run that holds
@@ -13,7 +13,7 @@
 #include "k3.h"
 #include "st.h"
 #include "test.h"
-#include "../src/st-write.h"
+#include "../src/format/st-write.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -1,10 +1,10 @@
-/* test-st-write.c: the streaming safetensors writer (src/st-write.c) round-trips through the
- * reader (src/st.c): names, dtypes, shapes and bytes come back exactly, data lies in declaration
+/* test-st-write.c: the streaming safetensors writer (src/format/st-write.c) round-trips through the
+ * reader (src/format/st.c): names, dtypes, shapes and bytes come back exactly, data lies in declaration
  * order whatever the header's key order, chunked writes may cross tensor boundaries, and misuse
  * (duplicate name, too many or too few bytes, unwritable path) fails with a message naming the
  * file. (tests/st-write.h is a different, test-only helper; this includes the engine's header.)
  */
-#include "../src/st-write.h"
+#include "../src/format/st-write.h"
 #include "st.h"
 #include "test.h"
 

@@ -1,5 +1,5 @@
-/* test-ui-cmd.c: slash-command parsing (ui/cmd.c): every command, bad arguments with their
- * messages, nearest-command suggestions and completion; theme file parsing (ui/theme.c). */
+/* test-ui-cmd.c: slash-command parsing (ui/common/cmd.c): every command, bad arguments with their
+ * messages, nearest-command suggestions and completion; theme file parsing (ui/common/theme.c). */
 #include "cmd.h"
 #include "test.h"
 #include "theme.h"

@@ -1,4 +1,4 @@
-/* test-ui-md.c: the Markdown renderer (ui/md.c) without a terminal: headings, emphasis, code
+/* test-ui-md.c: the Markdown renderer (ui/common/md.c) without a terminal: headings, emphasis, code
  * (inline, fenced with a language, indented), lists (nested, ordered, task), quotes, tables with
  * CJK and emoji cells (aligned borders, degradation when too wide), links (OSC 8 or URL shown),
  * math spans, streaming (finished chunks kept, half-written constructs), code-block extraction

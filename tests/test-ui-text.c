@@ -1,4 +1,4 @@
-/* test-ui-text.c: display widths and wrapping of ui/text.c (CJK, emoji incl. ZWJ sequences and
+/* test-ui-text.c: display widths and wrapping of ui/common/text.c (CJK, emoji incl. ZWJ sequences and
  * flags, combining marks, tabs, invalid bytes), streaming UTF-8 cuts, word wrap by columns. */
 #include "test.h"
 #include "text.h"

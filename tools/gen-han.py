@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""gen-han.py: generate src/tok-han.h, the code point ranges of Script=Han.
+"""gen-han.py: generate src/tok/tok-han.h, the code point ranges of Script=Han.
 
-Usage: python3 tools/gen-han.py [/usr/share/unicode/Scripts.txt] > src/tok-han.h
+Usage: python3 tools/gen-han.py [/usr/share/unicode/Scripts.txt] > src/tok/tok-han.h
 
 Scripts.txt comes from Debian's unicode-data package (apt-get install unicode-data).
 The output is committed, so building never needs the package; rerun this only to move

@@ -9,7 +9,7 @@
  *   source shard's text tensors (its header is fully known before any data), written to
  *   DST/.NAME.partial with positioned writes, fsync'ed and renamed to DST/NAME. Memory holds one
  *   chunk of rows (~64 MB of f32) or one routed expert, never a whole tensor of the model.
- * - Matrices that model.c quantizes at load (K3_BITS / K3_MLA_BITS / K3_HEAD_BITS classes) are
+ * - Matrices that load.c quantizes at load (K3_BITS / K3_MLA_BITS / K3_HEAD_BITS classes) are
  *   quantized here with quant.c's own row functions (q_quantize_row_i8/i4), so the bytes equal
  *   qmat_quantize's. kv_b_proj is split per head and transposed exactly as load_mla does.
  * - Routed experts are copied byte for byte, in (layer, id) order, one contiguous read per
@@ -175,7 +175,7 @@ static void say(const ctx *c, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* ==== classification: the same matrix classes as model.c ===================================== */
+/* ==== classification: the same matrix classes as load.c ===================================== */
 
 static int tindex(const ctx *c, const st_tensor *t) {
     return (int)(t - st_tensor_at(c->d, 0));
@@ -185,7 +185,7 @@ static int tindex(const ctx *c, const st_tensor *t) {
  * --bits / --mla-bits / --head-bits for K3_BITS / K3_MLA_BITS / K3_HEAD_BITS, 32 = stored F32
  * for the always-f32 kinds: KDA f_a/f_b/b and the router, the engine's form, usable from a
  * mapping), kv_b is split per head, routed experts are copied; norms, vectors, conv taps and
- * embeddings pass through as stored. The same rule as model.c's load_one, from the same table. */
+ * embeddings pass through as stored. The same rule as load.c's load_one, from the same table. */
 static k3_status classify_one(const tt_ref *r, void *ud) {
     ctx             *c = ud;
     const st_tensor *t = st_find(c->d, r->name);

@@ -1,4 +1,4 @@
-/* fuzz-md.c: the Markdown renderer (ui/md.c) on random bytes at random widths: it never
+/* fuzz-md.c: the Markdown renderer (ui/common/md.c) on random bytes at random widths: it never
  * crashes, every line fits the width, the streaming renderer agrees on the lines it finished,
  * and the input is left as it was (the raw text is never touched). Also /copy's code blocks. */
 #include "fuzz.h"

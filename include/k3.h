@@ -9,9 +9,9 @@
  *
  * Sections (each owned by one module, see the banner):
  *   status and logging ........ util.c
- *   model and session ......... model.c (loading), session.c (feeding, the forward pass in
- *                               layers.c), sample.c
- *   tokenizer and chat format . tok.c, chat.c
+ *   model and session ......... load.c (loading), session.c (feeding, the forward pass in
+ *                               forward.c), sample.c
+ *   tokenizer and chat format . tok.c, chat-format.c
  *   conversation .............. conv.c (transcripts, prompt cache)
  */
 #pragma once
@@ -63,7 +63,7 @@ typedef struct k3_buf {
 /* Append n bytes of s: 0, or -1 when memory runs out (the buffer keeps what it had, oom is set). */
 int k3_buf_add(k3_buf *b, const char *s, size_t n);
 
-/* ==== model and session (model.c, session.c, sample.c) ================== */
+/* ==== model and session (load.c, session.c, sample.c) ================== */
 
 typedef struct k3_model   k3_model;
 typedef struct k3_session k3_session;
@@ -141,6 +141,32 @@ const float *k3_session_logits(const k3_session *s); /* vocab floats, valid unti
 void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by the next feed */
 /* A feed that returns K3_ABORTED (or K3_ERR_*) keeps every chunk committed before it:
  * k3_session_pos() tells how many of the ids were applied. */
+/* Several sessions of one model advance together: session ss[i] is fed the n[i] tokens ids[i]
+ * (n[i] >= 1; decode steps have n[i] == 1, a prefill chunk more). The sessions must be
+ * distinct. Every dense matrix is read once for all the tokens of the batch (one matmul over
+ * all their columns), every routed expert once for the union of the routes; each sequence
+ * keeps its own state (KDA, conv tails, MLA cache, AttnRes). The work goes in rounds of at
+ * most K3_CHUNK tokens (or one per session when there are more): each round takes one token
+ * of every session with tokens left, and gives the rest of the round to the longer feeds in
+ * order, at most K3_CHUNK each (a caller that wants its decode steps never to wait long passes
+ * prefills in chunks of its choosing, one call per step).
+ * Afterwards k3_session_logits(ss[i]) and k3_session_pos(ss[i]) are bit for bit what
+ * k3_session_feed(ss[i], ids[i], n[i]) alone would give (CPU kernels; with the Vulkan tier on,
+ * a batch of several tokens computes on the CPU like a prefill chunk); so are the token counts
+ * of the stats. Shared work is attributed thus: each session's t_prefill/t_decode gets the
+ * whole wall time of the call (the latency it saw); the expert tier's counters (hits, misses,
+ * bytes, read and wait time) are split among the sessions in proportion to their tokens, so
+ * that they sum to what the tier did.
+ * each[i] (each may be NULL) gets that session's status: a session cancelled with
+ * k3_session_cancel stops with K3_ABORTED (k3_session_pos says how many tokens were applied)
+ * while the others go on; a session whose own input is bad (an id outside the vocabulary, a
+ * full context) gets the error k3_session_feed would give, and the others go on. A call that
+ * is malformed as a whole (count < 1, a NULL array or session, the same session twice, n[i] < 1,
+ * ids[i] NULL, sessions of different models) changes nothing and gives K3_ERR_ARG in every
+ * each[i]. Returns K3_OK, or the first failure among them (k3_errmsg() names that session).
+ * Like k3_session_feed, it clears each session's cancel flag when it starts. */
+k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n,
+                                int count, k3_status *each);
 
 /* Saved decode state, for the prompt cache, /retry and /undo. */
 typedef struct k3_snapshot k3_snapshot;
@@ -185,7 +211,7 @@ int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);
  * is printed and k3_errmsg() holds the first error (one line naming file and tensor/key). */
 k3_status k3_inspect(const char *dir, FILE *out);
 
-/* ==== tokenizer and chat format (tok.c, chat.c) ========================== */
+/* ==== tokenizer and chat format (tok.c, chat-format.c) ========================== */
 /* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md.
  * A k3_tok is read-only once loaded: every function below may be called from any
  * number of threads at once on the same k3_tok (k3_detok / k3_chat_parser are
@@ -259,7 +285,7 @@ typedef struct k3_tool_call {
                             * is not an object: K3_ERR_ARG                                 */
 } k3_tool_call;
 
-/* Chat format (XTML), chat.c. One message of a conversation. */
+/* Chat format (XTML), chat-format.c. One message of a conversation. */
 typedef struct k3_chat_msg {
     const char *role;      /* "system", "user", "assistant", "tool"; "developer" is
                             * rendered as system; others: K3_ERR_ARG                    */

@@ -1,5 +1,5 @@
-/* chat.c: settings and engine-side slash commands shared by the TUI and plain mode (chat.h). */
-#include "chat.h"
+/* settings.c: settings and engine-side slash commands shared by the TUI and plain mode (settings.h). */
+#include "settings.h"
 #include "k3.h"
 #include "xdg.h"
 

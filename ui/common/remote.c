@@ -21,7 +21,7 @@
 #include "engine.h"
 #include "text.h"
 #include "k3.h"
-#include "serve-tools.h"
+#include "tool-json.h"
 
 #include <curl/curl.h>
 #include <jansson.h>

@@ -1,4 +1,4 @@
-/* tui-md.c: Markdown in the full-screen chat (ui/md.c renders; this file places the lines).
+/* tui-md.c: Markdown in the full-screen chat (ui/common/md.c renders; this file places the lines).
  *
  * Earlier answers: each assistant entry keeps its rendered lines (entry.md) for the width they
  * were made at, so the conversation pane re-renders an answer only after a resize. The streaming

@@ -9,7 +9,7 @@
  * ue_cancel is the one call that acts immediately: an atomic flag the backend checks per token
  * (and k3_session_cancel for a prefill in progress).
  *
- * Three backends implement struct ue_backend: the real one over src/k3.h (worker.c), a client
+ * Three backends implement struct ue_backend: the real one over include/k3.h (worker.c), a client
  * of an OpenAI-compatible server (remote.c, --endpoint URL), and a scripted mock (mock.c,
  * selected by K3_MOCK=FILE) that streams think/response text with delays, so the whole UI can be
  * built and tested without a model.

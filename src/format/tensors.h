@@ -5,7 +5,7 @@
  * K3_TENSORS is an X-macro: one line per tensor, in the order the release-format generator
  * writes a layer (and the loader reads it). Every module that needs the list expands it:
  *   config.c    cfg_check_tensors: presence, dtype class and shape of each tensor
- *   model.c     the loader: each row into its field of layer_weights / k3_model, at its bits
+ *   load.c     the loader: each row into its field of layer_weights / k3_model, at its bits
  *   experts.c   the six tensors of a routed expert
  *   inspect.c   --inspect's memory classes and the experts' layout
  *   k3-repack   which matrices are quantized, at which bits, and which rows are experts
@@ -36,7 +36,7 @@
  *           projection; ALOG = per head, the first H values); a routed expert's MXFP4 nibbles
  *           (PACK, [rows, cols/2]) or exponents (SCALE, [rows, cols/32])
  *   dtype   the release's dtype (BF16, F32 or U8); loaders accept F32/F16/BF16 for any float
- *   field   where model.c keeps it: a field of k3_model (ROOT, MODEL), layer_weights (LAYER), or
+ *   field   where load.c keeps it: a field of k3_model (ROOT, MODEL), layer_weights (LAYER), or
  *           its kda / mla / mlp / moe part; unused for EXPERT rows (the expert tier reads them)
  *
  * The routed experts' rows are in the engine's canonical order (w1, w3, w2; packed, scale), the

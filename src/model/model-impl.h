@@ -1,5 +1,5 @@
 /* model-impl.h: the K3 model's weights, the session's decode state and the layer functions
- * shared by model.c (loading), layers.c (the forward pass of one layer over a chunk) and
+ * shared by load.c (loading), forward.c (the forward pass of one layer over a chunk) and
  * session.c (the engine API: feed, cancel, snapshots, hooks).
  *
  * DESIGN
@@ -161,14 +161,46 @@ struct k3_session {
     float       *logits;          /* (V) logits of the last committed position           */
     int          have_logits;
     k3_stats     stats;
+    chunk_buf    bb;              /* scratch of the batches this session leads (ss[0])    */
+    int          bb_cap, bb_rows; /* its columns and logits rows; 0 before the first one  */
     FILE        *f_logits, *f_trace;
     float       *x0;              /* (x0_rows, D) K3_X0 rows, or NULL                     */
     int          x0_rows;
 };
 
-/* One layer over the chunk's n rows: cb.h in, cb.h out (Attention Residuals, attention, MLP).
- * Fails only when an expert cannot be read (K3_ERR_IO, K3_ERR_NUMERIC, K3_ERR_NOMEM): the
- * chunk must then not be committed. */
-k3_status layer_forward(k3_session *s, int l, int n);
-/* Logits of rows t of the chunk for t in [t0, n): final mix, norm, lm_head into cb.logits. */
-void model_head(k3_session *s, int t0, int n);
+/* Scratch for a chunk of up to cap columns with lrows rows of logits; K3_ERR_NOMEM. */
+k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int cap, int lrows);
+void      chunk_buf_free(chunk_buf *b);
+
+/* ---- the forward pass --------------------------------------------------------
+ * A pass runs n columns through the layers: the tokens of one chunk of one session
+ * (k3_session_feed), or of one chunk of each of several sessions (k3_session_feed_batch: a
+ * chunk whose columns belong to different sessions). Dense matrices and each routed expert
+ * are applied once to all the columns that need them; every per-sequence part (KDA
+ * recurrence and conv tails, MLA cache and attention, positions, hooks) uses the state of the
+ * segment's own session. A column's result does not depend on the other columns. */
+typedef struct pass_seg {
+    k3_session *s;
+    int         ix;         /* the caller's index of the session                     */
+    int         t0, n;      /* its columns [t0, t0 + n) of the pass                  */
+    int         lrow, lcnt; /* its logits: rows [lrow, lrow + lcnt) of b->logits,
+                               for positions pos + n - lcnt .. pos + n - 1          */
+} pass_seg;
+
+typedef struct fwd_pass {
+    const k3_model *m;
+    chunk_buf      *b;     /* scratch (the single session's own, or the batch's)     */
+    int             cap;   /* columns b holds: the stride of hd / hd2                */
+    int             n;     /* columns                                                */
+    int             nseg;
+    pass_seg       *seg;   /* [nseg], columns in order                               */
+    k3_stats       *stats; /* where the expert tier and the Vulkan tier count        */
+} fwd_pass;
+
+/* One layer over the pass's columns: b->h in, b->h out (Attention Residuals, attention, MLP).
+ * Fails only when an expert cannot be read (K3_ERR_IO, K3_ERR_NUMERIC, K3_ERR_NOMEM): no
+ * session of the pass may then be committed. */
+k3_status layer_forward(fwd_pass *p, int l);
+/* Final mix, norm and lm_head of the rows the segments need (the last of each, every one
+ * while K3_LOGITS is set) into b->logits; sets each segment's lrow, lcnt. */
+void model_head(fwd_pass *p);

@@ -14,7 +14,7 @@
  * last message for editing (on a terminal) and sends the next line in place of the last
  * exchange, which the transcript keeps as an abandoned branch.
  */
-#include "chat.h"
+#include "settings.h"
 #include "clip.h"
 #include "cli.h"
 #include "engine.h"

@@ -1,5 +1,5 @@
 /* worker.c: the real engine backend of the UI seam (engine.h): a model, one session and one
- * conversation (src/k3.h), all used on the worker thread only. The conversation (conv.c) owns
+ * conversation (include/k3.h), all used on the worker thread only. The conversation (conv.c) owns
  * the history, the prompt cache, transcripts and the autosave; this file turns its callbacks
  * and statistics into UI events. */
 #include "engine.h"

@@ -10,9 +10,8 @@
  * arguments (an object is accepted and written as JSON; JSON that is not an object is
  * refused, text that is not JSON becomes the format's raw json block); a tool result's
  * tool_call_id must name a call of the nearest assistant message before it.
- * The answer side writes the final message's tool_calls and the stream's delta.tool_calls
- * (the call's index, id, type and name first, then argument fragments that concatenate to
- * the final arguments string).
+ * The answer side (the final message's tool_calls, the stream's delta.tool_calls) is in
+ * tool-json.c, which the remote backend shares.
  * K3_SERVE_SCRIPT (tests): each turn's ids come from a script instead of the sampler
  * (k3_conv_force_reply), so the real parser, conversation and prompt cache run end to end.
  */
@@ -230,26 +229,6 @@ int stools_msg_same(const k3_msg *m, const stools_msg *x) {
             !eq0(m->tool_calls[k].arguments, x->calls[k].arguments))
             return 0;
     return 1;
-}
-
-json_t *stools_calls_json(const k3_msg *m) {
-    if (!m || m->n_tool_calls <= 0)
-        return NULL;
-    json_t *a = json_array();
-    for (int k = 0; a && k < m->n_tool_calls; k++)
-        json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", m->tool_calls[k].id, "type", "function",
-                                           "function", "name", m->tool_calls[k].name, "arguments",
-                                           m->tool_calls[k].arguments ? m->tool_calls[k].arguments : "{}"));
-    return a;
-}
-
-json_t *stools_delta_open(int index, const char *id, const char *name) {
-    return json_pack("{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index", index, "id", id, "type", "function",
-                     "function", "name", name, "arguments", "");
-}
-
-json_t *stools_delta_args(int index, const char *args, size_t n) {
-    return json_pack("{s:[{s:i,s:{s:s%}}]}", "tool_calls", "index", index, "function", "arguments", args, n);
 }
 
 /* ---- scripted output (K3_SERVE_SCRIPT) ------------------------------------------------- */

@@ -1,4 +1,4 @@
-/* layers.c: the K3 forward pass of one decoder layer over a chunk of n tokens (spec section 5).
+/* forward.c: the K3 forward pass of one decoder layer over a chunk of n tokens (spec section 5).
  *
  * DESIGN
  * Layer-major over a chunk: every weight matrix is applied once to the chunk's n rows with
@@ -10,9 +10,16 @@
  * are done in double; the MLA attention's long loops (scores, context) run in f32 with a fixed
  * lane order so they vectorise; the stored activations and the state are f32.
  *
- * Buffers come from the session's chunk_buf (model-impl.h lists their shapes). Reads cb.h,
- * writes cb.h; KDA writes its new state into the uncommitted buffer 1-sel; MLA appends its
- * cache rows at positions pos..pos+n-1 (committed only when the session advances pos).
+ * A pass (fwd_pass, model-impl.h) is one chunk of one session, or one chunk of each of several
+ * sessions (a batch): the columns are concatenated, every weight matrix and every routed
+ * expert is applied once to all the columns that need it, and each recurrence runs over the
+ * columns of its own session (segment) with that session's state. Column c's arithmetic is
+ * the same whatever the other columns are, so a batched token gives the bits it gives alone.
+ *
+ * Buffers come from the pass's chunk_buf (model-impl.h lists their shapes). Reads b->h,
+ * writes b->h; KDA writes each session's new state into its uncommitted buffer 1-sel; MLA
+ * appends each session's cache rows at its positions pos..pos+n-1 (committed only when the
+ * session advances pos).
  */
 #include "model-impl.h"
 #include "vkt.h"
@@ -93,40 +100,44 @@ static void attnres_mix(float *out, const float *p, const float *blocks, int nb,
 
 /* ==== KDA =================================================================== */
 
-/* Kimi Delta Attention over the chunk: cb.xn (n, D) -> cb.y (n, D).
+/* Kimi Delta Attention over the pass: b->xn (n, D) -> b->y (n, D).
  *   q, k, v = SiLU(causal depthwise conv_K(W_{q,k,v} x))      window oldest..newest, carried tails
  *   q = q / sqrt(Σq² + 1e-6) · d^-½ ;  k = k / sqrt(Σk² + 1e-6)  per head
  *   z = f_b(f_a(x)) + dt_bias ;  g = lb · σ(exp(A_log[h]) · z) ;  β = σ(b_proj x)
  *   S ← Diag(e^g) S ;  S ← S + β k ⊗ (v − Sᵀk) ;  o = Sᵀ q       S[key][value], per head
  *   y = o_proj(σ(g_proj x) ⊙ RMSNorm_head(o, o_norm)) */
-static void kda_forward(k3_session *s, int l, int n) {
-    const k3_model    *m = s->m;
+static void kda_forward(fwd_pass *p, int l) {
+    const k3_model    *m = p->m;
     const k3_config   *c = &m->cfg;
     const kda_weights *w = &m->layers[l].kda;
-    layer_state       *ls = &s->ls[l];
-    chunk_buf         *b  = &s->cb;
-    const int H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k, C = s->chunk;
-    const int src = ls->sel, dst = 1 - src;
+    chunk_buf         *b = p->b;
+    const int H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k, C = p->cap, n = p->n;
 
-    /* projections into the conv windows (3, K-1+C, P): rows 0..K-2 = carried tail */
+    /* projections of every column into t3, then per sequence its conv window (K-1+n, P):
+     * rows 0..K-2 = its carried tail, then its columns */
     const qmat *proj[3] = {&w->q, &w->k, &w->v};
     float      *qkv[3]  = {b->t0, b->t1, b->t2};
     for (int i = 0; i < 3; i++) {
         float *win = b->win + (size_t)i * (K - 1 + C) * P;
-        memcpy(win, ls->tail[src] + (size_t)i * (K - 1) * P, (size_t)(K - 1) * P * sizeof(float));
-        mm(proj[i], b->xn, n, win + (size_t)(K - 1) * P);
-        /* causal depthwise conv + SiLU: out[t][ch] = Σ_k tap[ch][k] · win[t+k][ch] */
+        mm(proj[i], b->xn, n, b->t3);
         const float *tap = w->conv[i];
-        for (int t = 0; t < n; t++)
-            for (int ch = 0; ch < P; ch++) {
-                float acc = 0;
-                for (int k = 0; k < K; k++)
-                    acc += tap[(size_t)ch * K + k] * win[(size_t)(t + k) * P + ch];
-                qkv[i][(size_t)t * P + ch] = (float)((double)acc / (1.0 + exp(-(double)acc)));
-            }
-        /* the new tail: the last K-1 window rows */
-        memcpy(ls->tail[dst] + (size_t)i * (K - 1) * P, win + (size_t)n * P,
-               (size_t)(K - 1) * P * sizeof(float));
+        for (int g = 0; g < p->nseg; g++) {
+            const pass_seg *sg = &p->seg[g];
+            layer_state    *ls = &sg->s->ls[l];
+            memcpy(win, ls->tail[ls->sel] + (size_t)i * (K - 1) * P, (size_t)(K - 1) * P * sizeof(float));
+            memcpy(win + (size_t)(K - 1) * P, b->t3 + (size_t)sg->t0 * P, (size_t)sg->n * P * sizeof(float));
+            /* causal depthwise conv + SiLU: out[t][ch] = Σ_k tap[ch][k] · win[t+k][ch] */
+            for (int t = 0; t < sg->n; t++)
+                for (int ch = 0; ch < P; ch++) {
+                    float acc = 0;
+                    for (int k = 0; k < K; k++)
+                        acc += tap[(size_t)ch * K + k] * win[(size_t)(t + k) * P + ch];
+                    qkv[i][(size_t)(sg->t0 + t) * P + ch] = (float)((double)acc / (1.0 + exp(-(double)acc)));
+                }
+            /* the new tail: the last K-1 window rows */
+            memcpy(ls->tail[1 - ls->sel] + (size_t)i * (K - 1) * P, win + (size_t)sg->n * P,
+                   (size_t)(K - 1) * P * sizeof(float));
+        }
     }
     float *gate = b->t3, *gz = b->t4, *fa = b->t5, *beta = b->gat;
     mm(&w->g, b->xn, n, gate);              /* g_proj x            (n, P) */
@@ -142,14 +153,19 @@ static void kda_forward(k3_session *s, int l, int n) {
             beta[(size_t)t * H + h] = sigmoidf_((double)beta[(size_t)t * H + h]);
     }
 
-    /* per head, token by token in order: the delta rule on S (H, d, d); threads only when
-     * the work outweighs waking them */
+    /* per sequence and head, token by token in order: the delta rule on the sequence's S
+     * (H, d, d), read from buffer sel, written to 1-sel; threads only when the work outweighs
+     * waking them */
 #pragma omp parallel for schedule(static) if ((long)n * H * d * d >= (1L << 18))
-    for (int h = 0; h < H; h++) {
-        double *u = s->dtmp + (size_t)h * 2 * d, *o = u + d;
+    for (int hs = 0; hs < p->nseg * H; hs++) {
+        const int       h = hs % H;
+        const pass_seg *sg = &p->seg[hs / H];
+        layer_state    *ls = &sg->s->ls[l];
+        const int       src = ls->sel, dst = 1 - src;
+        double *u = sg->s->dtmp + (size_t)h * 2 * d, *o = u + d;
         float  *S = ls->S[dst] + (size_t)h * d * d;
-        for (int t = 0; t < n; t++) {
-            const float *Sin = (t == 0 ? ls->S[src] : ls->S[dst]) + (size_t)h * d * d;
+        for (int t = sg->t0; t < sg->t0 + sg->n; t++) {
+            const float *Sin = (t == sg->t0 ? ls->S[src] : ls->S[dst]) + (size_t)h * d * d;
             float       *q = b->t0 + (size_t)t * P + (size_t)h * d;
             float       *k = b->t1 + (size_t)t * P + (size_t)h * d;
             const float *v = b->t2 + (size_t)t * P + (size_t)h * d;
@@ -206,20 +222,19 @@ static void kda_forward(k3_session *s, int l, int n) {
 
 /* ==== MLA =================================================================== */
 
-/* Gated MLA with NoPE over the chunk: cb.xn (n, D) -> cb.y (n, D).
+/* Gated MLA with NoPE over the pass: b->xn (n, D) -> b->y (n, D).
  *   q = q_b(RMSNorm(q_a x, q_a_layernorm, 1e-6))                per head [nope | rope]
  *   c, kr = split(kv_a_proj_with_mqa x); c = RMSNorm(c, kv_a_layernorm, 1e-6)   cached
  *   absorbed: score_j = (q_nopeᵀ kv_b_nope c_j + q_rope · kr_j) / sqrt(nope + rope)
  *             ctx = kv_b_v Σ_j softmax_j c_j
  *   y = o_proj(σ(g_proj x) ⊙ ctx) */
-static void mla_forward(k3_session *s, int l, int n) {
-    const k3_model    *m = s->m;
+static void mla_forward(fwd_pass *p, int l) {
+    const k3_model    *m = p->m;
     const k3_config   *c = &m->cfg;
     const mla_weights *w = &m->layers[l].mla;
-    layer_state       *ls = &s->ls[l];
-    chunk_buf         *b  = &s->cb;
+    chunk_buf         *b = p->b;
     const int Hm = c->n_heads, kl = c->kv_lora, nope = c->nope, rope = c->rope, vd = c->v_dim;
-    const int qw = nope + rope, ql = c->q_lora, C = s->chunk, pos = s->pos;
+    const int qw = nope + rope, ql = c->q_lora, C = p->cap, n = p->n;
     const double scale = 1.0 / sqrt((double)qw);
 
     float *qa = b->t0, *q = b->t1, *kva = b->t2, *gate = b->t3, *ctx = b->t4;
@@ -228,10 +243,15 @@ static void mla_forward(k3_session *s, int l, int n) {
         rmsnorm(qa + (size_t)t * ql, qa + (size_t)t * ql, w->qa_norm, ql, 1e-6);
     mm(&w->qb, qa, n, q);                                       /* q_b            (n, Hm*qw)  */
     mm(&w->kva, b->xn, n, kva);                                 /* kv_a x         (n, kl+rope) */
-    for (int t = 0; t < n; t++) {                               /* append c, kr to the cache  */
-        const float *row = kva + (size_t)t * (kl + rope);
-        rmsnorm(ls->c + (size_t)(pos + t) * kl, row, w->kva_norm, kl, 1e-6);
-        memcpy(ls->kr + (size_t)(pos + t) * rope, row + kl, (size_t)rope * sizeof(float));
+    for (int g = 0; g < p->nseg; g++) {                         /* append c, kr to each cache */
+        const pass_seg *sg = &p->seg[g];
+        layer_state    *ls = &sg->s->ls[l];
+        for (int t = 0; t < sg->n; t++) {
+            const float *row = kva + (size_t)(sg->t0 + t) * (kl + rope);
+            const size_t j   = (size_t)sg->s->pos + (size_t)t;
+            rmsnorm(ls->c + j * kl, row, w->kva_norm, kl, 1e-6);
+            memcpy(ls->kr + j * rope, row + kl, (size_t)rope * sizeof(float));
+        }
     }
     mm(&w->g, b->xn, n, gate);                                  /* g_proj x       (n, Hm*v)   */
 
@@ -242,15 +262,22 @@ static void mla_forward(k3_session *s, int l, int n) {
                    (size_t)nope * sizeof(float));
         mm(&w->uk_t[h], b->gat, n, b->hd + (size_t)h * C * kl);
     }
-    /* causal attention over the latent cache, token by token; ctx_lat into hd2 (Hm, C, kl) */
-#pragma omp parallel for schedule(static) if ((long)n * Hm * (pos + n) * kl >= (1L << 18))
+    /* causal attention of each sequence over its own latent cache, token by token; ctx_lat
+     * into hd2 (Hm, C, kl) */
+    long work = 0;
+    for (int g = 0; g < p->nseg; g++)
+        work += (long)p->seg[g].n * (p->seg[g].s->pos + p->seg[g].n);
+#pragma omp parallel for schedule(static) if (work * Hm * kl >= (1L << 18))
     for (int h = 0; h < Hm; h++) {
-        float *sc = b->scores + (size_t)h * s->m->par.max_ctx;
-        for (int t = 0; t < n; t++) {
-            const float *ql_ = b->hd + ((size_t)h * C + t) * kl;
-            const float *qr  = q + (size_t)t * Hm * qw + (size_t)h * qw + nope;
-            const int    T   = pos + t + 1;
-            float        mx  = -INFINITY;
+        float *sc = b->scores + (size_t)h * m->par.max_ctx;
+        for (int t = 0, g = 0; t < n; t++) {
+            while (t >= p->seg[g].t0 + p->seg[g].n)
+                g++;
+            const layer_state *ls  = &p->seg[g].s->ls[l];
+            const float       *ql_ = b->hd + ((size_t)h * C + t) * kl;
+            const float       *qr  = q + (size_t)t * Hm * qw + (size_t)h * qw + nope;
+            const int          T   = p->seg[g].s->pos + (t - p->seg[g].t0) + 1;
+            float              mx  = -INFINITY;
             for (int j = 0; j < T; j++) {
                 sc[j] = (float)((double)(dot8(ql_, ls->c + (size_t)j * kl, kl) +
                                          dot8(qr, ls->kr + (size_t)j * rope, rope)) * scale);
@@ -263,12 +290,12 @@ static void mla_forward(k3_session *s, int l, int n) {
             for (int i = 0; i < kl; i++)
                 out[i] = 0;
             for (int j = 0; j < T; j++) {
-                const float  p  = expf(sc[j] - mx);
+                const float  pj = expf(sc[j] - mx);
                 const float *cj = ls->c + (size_t)j * kl;
-                sum += (double)p;
+                sum += (double)pj;
 #pragma omp simd
                 for (int i = 0; i < kl; i++)
-                    out[i] += p * cj[i];
+                    out[i] += pj * cj[i];
             }
             const float inv = (float)(1.0 / sum);
             for (int i = 0; i < kl; i++)
@@ -455,12 +482,12 @@ static void moe_combine(const k3_model *m, const moe_weights *w, int n, moe_scra
  * matmul per projection, scatter), in the order the expert tier hands them out (hits, then
  * reads as they land), then combine in selection order, so the result does not depend on
  * that order nor on the chunk size. */
-static k3_status moe_forward(k3_session *s, int l, int n) {
-    const k3_model    *m = s->m;
+static k3_status moe_forward(fwd_pass *p, int l) {
+    const k3_model    *m = p->m;
     const k3_config   *c = &m->cfg;
     const moe_weights *w = &m->layers[l].moe;
-    chunk_buf         *b = &s->cb;
-    const int          k = c->n_active, L = c->latent, nk = n * k;
+    chunk_buf         *b = p->b;
+    const int          n = p->n, k = c->n_active, L = c->latent, nk = n * k;
     moe_scratch        ms = moe_scratch_of(b);
 
     /* shared experts first (gate/up as scratch); one decode token: on the device if resident */
@@ -477,9 +504,9 @@ static k3_status moe_forward(k3_session *s, int l, int n) {
             if (ms.sel[i] == b->moe_res[r])
                 memcpy(ms.slot_y + (size_t)i * L, b->moe_resy + (size_t)r * L, (size_t)L * sizeof(float));
     if (rc) return rc;
-    s->stats.vk_hits += (uint64_t)n_res;
+    p->stats->vk_hits += (uint64_t)n_res;
     ex_batch eb;
-    rc = ex_begin(m->tier, l, ms.ids, n_ids, &s->stats, &eb);
+    rc = ex_begin(m->tier, l, ms.ids, n_ids, p->stats, &eb);
     int              e;
     const k3_expert *x;
     while (!rc && !(rc = ex_next(&eb, &e, &x)) && e >= 0) {
@@ -497,11 +524,12 @@ static k3_status moe_forward(k3_session *s, int l, int n) {
 /* Spec 5, per token: p = h; x = blocks ? mix(p, blocks, attn_res) : p; on a block restart
  * blocks.append(p); a = Attn(RMSNorm(x)); p = restart ? a : p + a;
  * m = mix(p, blocks, mlp_res); p += MLP(RMSNorm(m)); h = p. */
-k3_status layer_forward(k3_session *s, int l, int n) {
-    const k3_model      *m = s->m;
+k3_status layer_forward(fwd_pass *pa, int l) {
+    const k3_model      *m = pa->m;
     const k3_config     *c = &m->cfg;
     const layer_weights *w = &m->layers[l];
-    chunk_buf           *b = &s->cb;
+    chunk_buf           *b = pa->b;
+    const int            n = pa->n;
     const int    D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
     const int    nb = (l + blk - 1) / blk, restart = l % blk == 0;
     const double eps = (double)c->rms_eps;
@@ -514,8 +542,8 @@ k3_status layer_forward(k3_session *s, int l, int n) {
         if (restart) memcpy(bl + (size_t)nb * D, p, (size_t)D * sizeof(float));
         rmsnorm(b->xn + (size_t)t * D, x, w->in_norm, D, eps);
     }
-    if (w->kind == K3_LAYER_KDA) kda_forward(s, l, n);
-    else mla_forward(s, l, n);
+    if (w->kind == K3_LAYER_KDA) kda_forward(pa, l);
+    else mla_forward(pa, l);
     for (int t = 0; t < n; t++) {
         float *p = b->h + (size_t)t * D, *a = b->y + (size_t)t * D;
         for (int i = 0; i < D; i++)
@@ -526,7 +554,7 @@ k3_status layer_forward(k3_session *s, int l, int n) {
     }
     if (w->dense) mlp_forward(m, &w->mlp, b->xn, n, b->y, b->t0, b->t1);
     else {
-        k3_status st = moe_forward(s, l, n);
+        k3_status st = moe_forward(pa, l);
         if (st) return st;
     }
     for (size_t i = 0; i < (size_t)n * D; i++)
@@ -534,16 +562,23 @@ k3_status layer_forward(k3_session *s, int l, int n) {
     return K3_OK;
 }
 
-/* logits = lm_head · RMSNorm(mix(h, blocks, output_attn_res), model.norm), rows [t0, n). */
-void model_head(k3_session *s, int t0, int n) {
-    const k3_model  *m = s->m;
+/* logits = lm_head · RMSNorm(mix(h, blocks, output_attn_res), model.norm) for the rows each
+ * segment needs, gathered in order into xn's first rows: one lm_head matmul for all. */
+void model_head(fwd_pass *p) {
+    const k3_model  *m = p->m;
     const k3_config *c = &m->cfg;
-    chunk_buf       *b = &s->cb;
+    chunk_buf       *b = p->b;
     const int D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
-    for (int t = t0; t < n; t++) {
-        attnres_mix(b->x + (size_t)t * D, b->h + (size_t)t * D, b->blocks + (size_t)t * NB * D, NB,
-                    m->out_res_w, D, (double)c->rms_eps);
-        rmsnorm(b->xn + (size_t)t * D, b->x + (size_t)t * D, m->final_norm, D, (double)c->rms_eps);
+    int       r = 0;
+    for (int g = 0; g < p->nseg; g++) {
+        pass_seg *sg = &p->seg[g];
+        sg->lrow     = r;
+        sg->lcnt     = sg->s->f_logits ? sg->n : 1;
+        for (int t = sg->t0 + sg->n - sg->lcnt; t < sg->t0 + sg->n; t++, r++) {
+            attnres_mix(b->x + (size_t)t * D, b->h + (size_t)t * D, b->blocks + (size_t)t * NB * D, NB,
+                        m->out_res_w, D, (double)c->rms_eps);
+            rmsnorm(b->xn + (size_t)r * D, b->x + (size_t)t * D, m->final_norm, D, (double)c->rms_eps);
+        }
     }
-    mm(&m->lm_head, b->xn + (size_t)t0 * D, n - t0, b->logits + (size_t)t0 * c->vocab);
+    mm(&m->lm_head, b->xn, r, b->logits);
 }

@@ -1,4 +1,4 @@
-/* chat.c: the XTML chat format: conversation -> ids, and the output channel parser.
+/* chat-format.c: the XTML chat format: conversation -> ids, and the output channel parser.
  *
  * DESIGN
  * Encoder (../shared/spec/k3-chat.md section 2). Only <|open|>, <|close|>, <|sep|> and

@@ -3,7 +3,7 @@
 #ifndef K3_TUI_INT_H
 #define K3_TUI_INT_H
 
-#include "chat.h"
+#include "settings.h"
 #include "cli.h"
 #include "engine.h"
 #include "input.h"

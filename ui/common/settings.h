@@ -1,4 +1,4 @@
-/* chat.h: chat settings and the slash commands both front ends (TUI, plain) apply the same way.
+/* settings.h: chat settings and the slash commands both front ends (TUI, plain) apply the same way.
  * The TUI and plain.c handle the commands that touch their display (clear, retry, undo, help,
  * theme, stats, quit); chat_apply does the rest: settings and commands posted to the engine. */
 #pragma once

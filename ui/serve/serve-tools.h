@@ -3,6 +3,7 @@
  * serve.c keeps HTTP, jobs and the worker; it calls these small functions. */
 #pragma once
 #include "k3.h"
+#include "tool-json.h" /* the answer side: tool_calls and stream deltas */
 
 #include <jansson.h>
 
@@ -39,12 +40,6 @@ int  stools_check_results(const k3_role *roles, const stools_msg *x, size_t n, s
 void stools_msg_free(stools_msg *x);
 /* A conversation message equals a request message's tool parts (calls: id, name, arguments). */
 int  stools_msg_same(const k3_msg *m, const stools_msg *x);
-
-/* The "tool_calls" array of an answer (OpenAI shape); NULL when m has none. */
-json_t *stools_calls_json(const k3_msg *m);
-/* Stream deltas: a call opening (index, id, type, name, empty arguments) and a fragment. */
-json_t *stools_delta_open(int index, const char *id, const char *name);
-json_t *stools_delta_args(int index, const char *args, size_t n);
 
 /* K3_SERVE_SCRIPT=FILE (tests): turns of model output in the chat format's notation
  * (<|open|> etc. are the control ids), separated by lines "---", used in order, the last

@@ -1,6 +1,6 @@
 /* main.c: k3chat's entry point: parse the command line, pick a mode (cli.h), run it.
  * Only main and the CLI modes may exit; the engine returns statuses. */
-#include "chat.h"
+#include "settings.h"
 #include "cli.h"
 #include "cmd.h"
 #include "k3.h"

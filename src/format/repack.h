@@ -1,9 +1,9 @@
 /* repack.h: the pre-quantized "k3 container" format, shared by tools/k3-repack.c (writer) and
- * the engine (model.c, config.c: readers) (implementation: repack.c).
+ * the engine (load.c, config.c: readers) (implementation: repack.c).
  *
  * A container is an ordinary model directory (config.json, safetensors shards + index,
  * tokenizer files) written by k3-repack from a release checkpoint:
- *   - big weight matrices (those model.c quantizes at load) are stored already quantized, in the
+ *   - big weight matrices (those load.c quantizes at load) are stored already quantized, in the
  *     qmat byte layout of quant.h, with the same quant.c row functions the engine uses, so the
  *     bytes are bit-identical to load-time quantization:
  *       Q_I8  NAME      U8  [rows, cols]                 NAME.qs F32 [rows]
@@ -44,7 +44,7 @@ typedef struct rp_info {
  * K3_ERR_CONFIG naming the key when present but malformed. */
 k3_status rp_info_load(const char *dir, rp_info *info);
 
-/* The bits a model runs at (model.c at open, inspect.c for its report), one rule: P holds
+/* The bits a model runs at (load.c at open, inspect.c for its report), one rule: P holds
  * k3_params_default's (defaults, then K3_*); for a container (CI->present), K3_BITS /
  * K3_MLA_BITS / K3_HEAD_BITS left unset take the stored bits, except that with K3_BITS set the
  * unset two follow K3_BITS. Returns the RP_FROM_* mask of the bits taken from the container

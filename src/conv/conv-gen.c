@@ -2,7 +2,7 @@
  * runner (k3_conv_generate).
  *
  * DESIGN
- * Rendering goes through the chat encoder (k3_chat_encode, chat.c) with the
+ * Rendering goes through the chat encoder (k3_chat_encode, chat-format.c) with the
  * conversation's think mode and effort; the tokenizer is loaded once per model
  * directory and kept in c->render.
  *

@@ -1,5 +1,5 @@
 /* cli-inspect.c: k3chat --inspect MODEL_DIR: the checkpoint report on stdout, or the first error
- * as one line on stderr and exit status 1 (the engine side is k3_inspect in src/inspect.c). */
+ * as one line on stderr and exit status 1 (the engine side is k3_inspect in src/model/inspect.c). */
 #include "cli.h"
 #include "k3.h"
 

@@ -1,4 +1,4 @@
-/* tok.h: tokenizer internals shared by tok.c, tok-pre.c, chat.c and the tests/bench.
+/* tok.h: tokenizer internals shared by tok.c, tok-pre.c, chat-format.c and the tests/bench.
  *
  * The public face is the "tokenizer and chat format" section of k3.h; this header
  * exposes the pieces below it so tests can check each stage on its own:
@@ -91,5 +91,5 @@ k3_status tok_load_mem(const char *model_txt, size_t model_len, const char *mode
  * buffer; whole-string reference used by k3_tok_decode_text. */
 k3_status tok_utf8_sanitize(const uint8_t *b, size_t n, char **out, size_t *len);
 
-/* chat.c's open_tag on its own (tests: attribute escaping and segment boundaries). */
+/* chat-format.c's open_tag on its own (tests: attribute escaping and segment boundaries). */
 k3_status chat_test_open_tag(const k3_tok *t, const char *tag, const char *const *attrs, k3_ids *out);

@@ -1,4 +1,4 @@
-/* model.c: open a K3 model directory: parameters, config, every text tensor of spec section 3.
+/* load.c: open a K3 model directory: parameters, config, every text tensor of spec section 3.
  *
  * DESIGN
  * Loading follows the tensor table (tensors.h): globals, then per layer the norms and AttnRes

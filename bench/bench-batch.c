@@ -1,0 +1,121 @@
+/* bench-batch.c: batched decode (k3_session_feed_batch): aggregate tokens/s of N sessions
+ * decoding together against one session decoding alone, in the same run.
+ *
+ *   K3_BENCH_BATCH=DIR   an existing model directory; unset: `k3-mkmodel --preset slice
+ *                        --layers 2 --experts 16 --active 8 --merges 1000 --seed 1` is generated
+ *                        into $K3_BENCH_DIR (default /var/tmp; ~4.7 GB on disk) with $K3_MKMODEL
+ *                        (default build/k3-mkmodel) and deleted afterwards unless K3_BENCH_KEEP=1.
+ *                        That is the release's widths (hidden 7168, KDA 96x128, MLA 96 heads,
+ *                        expert 3072 x latent 3584) with one KDA and one MLA layer, half of the 16
+ *                        experts active per token as the slice preset has, and a small
+ *                        vocabulary; about 1.5 GB resident at the default K3_BITS.
+ * The engine's settings come from the environment as for k3chat (K3_BITS, K3_ISA, ...).
+ *
+ * Results (warm: every expert resident after a warm-up step)
+ *   decode_batch_N     aggregate tokens/s of N = 1, 2, 4, 8 sessions each decoding one token
+ *                      per k3_session_feed_batch call (greedy, BB_STEPS calls per round); ref:
+ *                      one session alone (k3_session_feed) in the same round. Each round runs
+ *                      alone, 1, 2, 4, 8 in turn; medians of BB_ROUNDS rounds.
+ */
+#include "bench.h"
+#include "k3-impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int bench_batch(void);
+
+#define BB_MAXS   8
+#define BB_ROUNDS 5
+#define BB_STEPS  3
+
+static int32_t argmax(const float *l, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+/* BB_STEPS greedy decode steps of sessions ss[0..n) together (n > 1, or n == 1 through
+ * k3_session_feed when alone); returns tokens/s, or -1 on an error. */
+static double decode(k3_session **ss, int n, int alone, int vocab) {
+    int32_t        tok[BB_MAXS];
+    const int32_t *ids[BB_MAXS];
+    int            nn[BB_MAXS];
+    double         t = k3_time();
+    for (int step = 0; step < BB_STEPS; step++) {
+        for (int i = 0; i < n; i++) {
+            tok[i] = argmax(k3_session_logits(ss[i]), vocab);
+            ids[i] = &tok[i];
+            nn[i]  = 1;
+        }
+        k3_status st = alone ? k3_session_feed(ss[0], ids[0], 1) : k3_session_feed_batch(ss, ids, nn, n, NULL);
+        if (st) {
+            fprintf(stderr, "bench-batch: decode of %d: %s\n", n, k3_errmsg());
+            return -1;
+        }
+    }
+    return (double)n * BB_STEPS / (k3_time() - t);
+}
+
+int bench_batch(void) {
+    if (!bench_want("decode_batch")) return 0;
+    const char *dir = getenv("K3_BENCH_BATCH");
+    char        gen[600] = "";
+    if (!dir || !*dir) {
+        if (bench_mkmodel("--preset slice --layers 2 --experts 16 --active 8 --merges 1000 --seed 1",
+                          "k3-bench-batch", gen, sizeof gen))
+            return 1;
+        dir = gen;
+    }
+    int         rc = 1;
+    k3_params   p;
+    k3_model   *m = NULL;
+    k3_session *ss[BB_MAXS] = {0};
+    double      t0 = k3_time();
+    if (k3_params_default(&p) || k3_model_open(dir, &p, &m)) goto done;
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    printf("# batch model %s loaded in %.0f s: %d layers, hidden %d, vocab %d, %.2f GB resident, kernels %s\n",
+           dir, k3_time() - t0, info.n_layers, info.hidden, info.vocab, (double)info.bytes_resident / 1e9,
+           k3_kernels());
+    /* 8 sessions, each with its own 4-token prompt, then one warm-up step of all of them
+     * (reads every routed expert the routes need into the cache) */
+    const int32_t *ids[BB_MAXS];
+    int            nn[BB_MAXS];
+    int32_t        prompt[BB_MAXS][4];
+    for (int i = 0; i < BB_MAXS; i++) {
+        if (k3_session_new(m, &ss[i])) goto done;
+        for (int j = 0; j < 4; j++)
+            prompt[i][j] = (int32_t)((i * 131 + j * 17 + 3) % info.vocab);
+        ids[i] = prompt[i];
+        nn[i]  = 4;
+    }
+    if (k3_session_feed_batch(ss, ids, nn, BB_MAXS, NULL) || decode(ss, BB_MAXS, 0, info.vocab) < 0) goto done;
+    static const int sizes[4] = {1, 2, 4, 8};
+    double           ref[BB_ROUNDS], tps[4][BB_ROUNDS];
+    for (int r = 0; r < BB_ROUNDS; r++) {
+        if ((ref[r] = decode(ss, 1, 1, info.vocab)) < 0) goto done;
+        for (int k = 0; k < 4; k++)
+            if ((tps[k][r] = decode(ss, sizes[k], 0, info.vocab)) < 0) goto done;
+        printf("# round %d: alone %.3f tok/s; together 1: %.3f, 2: %.3f, 4: %.3f, 8: %.3f tok/s\n", r + 1,
+               ref[r], tps[0][r], tps[1][r], tps[2][r], tps[3][r]);
+        fflush(stdout);
+    }
+    double ref_med = bench_median(ref, BB_ROUNDS);
+    for (int k = 0; k < 4; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "decode_batch_%d", sizes[k]);
+        bench_report(name, bench_median(tps[k], BB_ROUNDS), "tok/s", ref_med, "tok/s");
+    }
+    rc = 0;
+done:
+    if (rc && m) fprintf(stderr, "bench-batch: %s: %s\n", dir, k3_errmsg());
+    else if (rc) fprintf(stderr, "bench-batch: open %s: %s\n", dir, k3_errmsg());
+    for (int i = 0; i < BB_MAXS; i++)
+        k3_session_free(ss[i]);
+    k3_model_free(m);
+    if (*gen && !getenv("K3_BENCH_KEEP")) bench_rmmodel(gen);
+    return rc;
+}

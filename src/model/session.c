@@ -1,0 +1,637 @@
+/* session.c: the decode state and the engine API over it: feed (chunked prefill and decode),
+ * cancel, snapshots, statistics and the validation hooks (K3_LOGITS, K3_TRACE, K3_X0).
+ *
+ * DESIGN
+ * k3_session_feed() splits the ids into chunks of K3_CHUNK and runs each chunk layer-major
+ * (forward.c). A chunk is applied atomically: the layers write only uncommitted state (the KDA
+ * buffers 1-sel, MLA cache rows past pos), and commit() flips sel, advances pos and publishes
+ * the logits and hook rows. The cancel flag is checked before every chunk and between the
+ * layers of a chunk; an aborted chunk is simply never committed. Hook files receive rows at
+ * commit, so they always hold exactly the committed positions, in order.
+ */
+#include "model-impl.h"
+#include "vkt.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX2(a, b) ((a) > (b) ? (a) : (b))
+#define MIN2(a, b) ((a) < (b) ? (a) : (b))
+
+static k3_status nomem(void) {
+    return k3_err(K3_ERR_NOMEM, "session: out of memory");
+}
+
+static float *falloc(size_t n) {
+    float *p = k3_aligned_alloc(64, (n ? n : 1) * sizeof(float));
+    if (p) memset(p, 0, (n ? n : 1) * sizeof(float));
+    return p;
+}
+
+/* ==== new / free ============================================================= */
+
+static k3_status read_x0(k3_session *s, const char *path) {
+    int   D = s->m->cfg.hidden;
+    FILE *f = fopen(path, "rb");
+    if (!f) return k3_err(K3_ERR_IO, "K3_X0=%s: %s", path, strerror(errno));
+    k3_status st = K3_OK;
+    long      sz = -1;
+    if (fseek(f, 0, SEEK_END) == 0) sz = ftell(f);
+    rewind(f);
+    if (sz <= 0 || sz % ((long)D * 4)) {
+        st = k3_err(K3_ERR_FORMAT, "K3_X0=%s: %ld bytes, expected a positive multiple of %d "
+                    "(positions x hidden_size f32)", path, sz, D * 4);
+        goto done;
+    }
+    s->x0_rows = (int)(sz / ((long)D * 4));
+    if (!(s->x0 = falloc((size_t)sz / 4))) {
+        st = nomem();
+        goto done;
+    }
+    if (fread(s->x0, 4, (size_t)sz / 4, f) != (size_t)sz / 4)
+        st = k3_err(K3_ERR_IO, "K3_X0=%s: short read", path);
+done:
+    fclose(f);
+    return st;
+}
+
+k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int C, int lrows) {
+    const k3_config *c = &m->cfg;
+    const int D = c->hidden, T = m->par.max_ctx, V = c->vocab;
+    const int H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k;
+    const int Hm = c->n_heads, kl = c->kv_lora, qw = c->nope + c->rope, L = c->latent;
+    const int NB = (m->n_run + c->attn_res_block - 1) / c->attn_res_block;
+    memset(b, 0, sizeof *b);
+    /* W: the widest per-token projection any layer writes into t0..t5 */
+    int W = MAX2(MAX2(P, Hm * qw), MAX2(kl + c->rope, Hm * c->v_dim));
+    W     = MAX2(W, MAX2(MAX2(c->q_lora, c->n_experts), MAX2(c->n_shared * c->moe_inter, c->inter)));
+    W     = MAX2(W, MAX2(MAX2(D, L), c->moe_inter));
+    float **tb[6] = {&b->t0, &b->t1, &b->t2, &b->t3, &b->t4, &b->t5};
+    for (int i = 0; i < 6; i++)
+        if (!(*tb[i] = falloc((size_t)C * W))) goto oom;
+    int gw = MAX2(MAX2(c->nope, kl), MAX2(L, H)), gw2 = MAX2(MAX2(c->v_dim, kl), L);
+    if (!(b->h = falloc((size_t)C * D)) || !(b->blocks = falloc((size_t)C * NB * D)) ||
+        !(b->x = falloc((size_t)C * D)) || !(b->xn = falloc((size_t)C * D)) ||
+        !(b->y = falloc((size_t)C * D)) || !(b->win = falloc((size_t)3 * (K - 1 + C) * P)) ||
+        !(b->hd = falloc((size_t)Hm * C * kl)) || !(b->hd2 = falloc((size_t)Hm * C * kl)) ||
+        !(b->gat = falloc((size_t)C * gw)) || !(b->gat2 = falloc((size_t)C * gw2)) ||
+        !(b->scores = falloc((size_t)Hm * T)) ||
+        !(b->moe_y = falloc((size_t)C * c->n_active * L)) ||
+        !(b->moe_w = falloc((size_t)C * c->n_active)) ||
+        !(b->moe_sel = calloc((size_t)C * c->n_active, sizeof(int))) ||
+        !(b->moe_tok = calloc((size_t)C * c->n_active, sizeof(int))) ||
+        !(b->moe_ids = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
+        !(b->moe_res = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
+        !(b->moe_resy = falloc((size_t)c->n_experts * L)) ||
+        !(b->logits = falloc((size_t)lrows * V)))
+        goto oom;
+    if (m->par.trace_path && !(b->trace = falloc((size_t)C * m->n_run * D))) goto oom;
+    return K3_OK;
+oom:
+    chunk_buf_free(b);
+    return nomem();
+}
+
+void chunk_buf_free(chunk_buf *b) {
+    void *bufs[] = {b->h, b->blocks, b->x, b->xn, b->y, b->t0, b->t1, b->t2, b->t3, b->t4, b->t5,
+                    b->win, b->hd, b->hd2, b->gat, b->gat2, b->scores, b->moe_y, b->moe_sel,
+                    b->moe_w, b->moe_tok, b->moe_ids, b->moe_res, b->moe_resy, b->logits, b->trace};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        free(bufs[i]);
+    memset(b, 0, sizeof *b);
+}
+
+k3_status k3_session_new(k3_model *m, k3_session **out) {
+    *out = NULL;
+    const k3_config *c = &m->cfg;
+    k3_session      *s = calloc(1, sizeof *s);
+    if (!s) return nomem();
+    s->m     = m;
+    s->chunk = m->par.chunk;
+    atomic_init(&s->cancel, 0);
+    const int T = m->par.max_ctx, P = c->kda_heads * c->kda_head_dim, d = c->kda_head_dim;
+    const int K = c->conv_k, kl = c->kv_lora;
+    k3_status st = K3_OK;
+
+    if (!(s->ls = calloc((size_t)c->n_layers, sizeof *s->ls))) goto oom;
+    for (int l = 0; l < m->n_run; l++) {
+        layer_state *ls = &s->ls[l];
+        if (c->layer_kind[l] == K3_LAYER_KDA) {
+            for (int i = 0; i < 2; i++)
+                if (!(ls->S[i] = falloc((size_t)P * d)) ||
+                    !(ls->tail[i] = falloc((size_t)3 * (K - 1) * P)))
+                    goto oom;
+        } else if (!(ls->c = falloc((size_t)T * kl)) || !(ls->kr = falloc((size_t)T * c->rope)))
+            goto oom;
+    }
+    if ((st = chunk_buf_alloc(m, &s->cb, s->chunk, s->chunk))) goto fail;
+    if (!(s->logits = falloc((size_t)c->vocab)) || !(s->dtmp = calloc((size_t)2 * P, sizeof(double))))
+        goto oom;
+    if (m->par.logits_path && !(s->f_logits = fopen(m->par.logits_path, "wb"))) {
+        st = k3_err(K3_ERR_IO, "K3_LOGITS=%s: %s", m->par.logits_path, strerror(errno));
+        goto fail;
+    }
+    if (m->par.trace_path && !(s->f_trace = fopen(m->par.trace_path, "wb"))) {
+        st = k3_err(K3_ERR_IO, "K3_TRACE=%s: %s", m->par.trace_path, strerror(errno));
+        goto fail;
+    }
+    if (m->par.x0_path && (st = read_x0(s, m->par.x0_path))) goto fail;
+    s->stats.expert_gb_budget = k3_model_expert_budget(m);
+    *out = s;
+    return K3_OK;
+oom:
+    st = nomem();
+fail:
+    k3_session_free(s);
+    return st;
+}
+
+void k3_session_free(k3_session *s) {
+    if (!s) return;
+    if (s->ls)
+        for (int l = 0; l < s->m->cfg.n_layers; l++) {
+            layer_state *ls = &s->ls[l];
+            free(ls->S[0]);
+            free(ls->S[1]);
+            free(ls->tail[0]);
+            free(ls->tail[1]);
+            free(ls->c);
+            free(ls->kr);
+        }
+    free(s->ls);
+    chunk_buf_free(&s->cb);
+    chunk_buf_free(&s->bb);
+    free(s->logits);
+    free(s->dtmp);
+    free(s->x0);
+    if (s->f_logits) fclose(s->f_logits);
+    if (s->f_trace) fclose(s->f_trace);
+    free(s);
+}
+
+/* Zero the committed state: position 0 of a new conversation. */
+void k3_session_reset(k3_session *s) {
+    const k3_config *c = &s->m->cfg;
+    const int        P = c->kda_heads * c->kda_head_dim;
+    for (int l = 0; l < s->m->n_run; l++) {
+        layer_state *ls = &s->ls[l];
+        if (ls->S[0]) {
+            memset(ls->S[ls->sel], 0, (size_t)P * c->kda_head_dim * sizeof(float));
+            memset(ls->tail[ls->sel], 0, (size_t)3 * (c->conv_k - 1) * P * sizeof(float));
+        }
+    }
+    s->pos         = 0;
+    s->have_logits = 0;
+    atomic_store(&s->cancel, 0);
+}
+
+int k3_session_pos(const k3_session *s) {
+    return s->pos;
+}
+
+const float *k3_session_logits(const k3_session *s) {
+    return s->have_logits ? s->logits : NULL;
+}
+
+void k3_session_cancel(k3_session *s) {
+    atomic_store(&s->cancel, 1);
+}
+
+/* ==== feed ==================================================================== */
+
+static k3_status write_rows(FILE *f, const char *var, const float *x, size_t n) {
+    if (fwrite(x, sizeof(float), n, f) != n || fflush(f))
+        return k3_err(K3_ERR_IO, "%s: write failed: %s", var, strerror(errno));
+    return K3_OK;
+}
+
+/* Apply a chunk of n tokens: flip the KDA buffers, advance pos, publish the logits (lg: the
+ * rows of the last lcnt positions) and the hook rows (trace: n rows of (n_run, D)). */
+static k3_status commit(k3_session *s, int n, const float *lg, int lcnt, const float *trace) {
+    const k3_model *m = s->m;
+    const int       V = m->cfg.vocab, D = m->cfg.hidden;
+    for (int l = 0; l < m->n_run; l++)
+        if (s->ls[l].S[0]) s->ls[l].sel ^= 1;
+    s->pos += n;
+    memcpy(s->logits, lg + (size_t)(lcnt - 1) * V, (size_t)V * sizeof(float));
+    s->have_logits = 1;
+    k3_status st   = K3_OK;
+    if (s->f_logits) st = write_rows(s->f_logits, "K3_LOGITS", lg, (size_t)lcnt * V);
+    if (!st && s->f_trace) st = write_rows(s->f_trace, "K3_TRACE", trace, (size_t)n * m->n_run * D);
+    return st;
+}
+
+/* A pass being run, and the outcome of each of its sessions (by the caller's index). */
+typedef struct pass_run {
+    fwd_pass   p;
+    k3_status *st;       /* [caller's count]                                    */
+    int        named;    /* messages say "session I: " (a batch)                 */
+    k3_status  first;    /* the first failure of the whole call, and its message */
+    char       msg[512];
+} pass_run;
+
+/* Session ix failed with st (its message is current). */
+static void fail_ix(pass_run *r, int ix, k3_status st) {
+    r->st[ix] = st;
+    if (r->first) return;
+    r->first = st;
+    if (r->named) snprintf(r->msg, sizeof r->msg, "session %d: %s", ix, k3_errmsg());
+    else snprintf(r->msg, sizeof r->msg, "%s", k3_errmsg());
+}
+
+static void seg_fail(pass_run *r, int g, k3_status st) {
+    fail_ix(r, r->p.seg[g].ix, st);
+}
+
+/* Take segment g out of the pass (a cancelled session): the columns after it move down; the
+ * only per-column state between layers is h, the AttnRes blocks and the trace rows. */
+static void seg_drop(fwd_pass *p, int g) {
+    const k3_model *m = p->m;
+    const int       D = m->cfg.hidden, NB = (m->n_run + m->cfg.attn_res_block - 1) / m->cfg.attn_res_block;
+    const int       t0 = p->seg[g].t0, k = p->seg[g].n, rest = p->n - t0 - k;
+    chunk_buf      *b = p->b;
+    memmove(b->h + (size_t)t0 * D, b->h + (size_t)(t0 + k) * D, (size_t)rest * D * sizeof(float));
+    memmove(b->blocks + (size_t)t0 * NB * D, b->blocks + (size_t)(t0 + k) * NB * D,
+            (size_t)rest * NB * D * sizeof(float));
+    if (b->trace)
+        memmove(b->trace + (size_t)t0 * m->n_run * D, b->trace + (size_t)(t0 + k) * m->n_run * D,
+                (size_t)rest * m->n_run * D * sizeof(float));
+    for (int i = g + 1; i < p->nseg; i++) {
+        p->seg[i].t0 -= k;
+        p->seg[i - 1] = p->seg[i];
+    }
+    p->nseg--;
+    p->n -= k;
+}
+
+/* Run the pass (segment g fed ids[g]), layer-major; a session is committed only if every
+ * layer ran for it. A session cancelled between layers leaves the pass (K3_ABORTED), the
+ * others go on; a failed expert read fails every session still in it. */
+static void run_pass(pass_run *r, const int32_t *const *ids) {
+    fwd_pass       *p = &r->p;
+    const k3_model *m = p->m;
+    const int       D = m->cfg.hidden, V = m->cfg.vocab;
+    chunk_buf      *b = p->b;
+    for (int g = 0; g < p->nseg; g++) {
+        const k3_session *s = p->seg[g].s;
+        for (int t = 0; t < p->seg[g].n; t++) {
+            float *h = b->h + (size_t)(p->seg[g].t0 + t) * D;
+            if (s->x0) memcpy(h, s->x0 + (size_t)(s->pos + t) * D, (size_t)D * sizeof(float));
+            else model_embed(m, ids[g][t], h);
+        }
+    }
+    for (int l = 0; l < m->n_run; l++) {
+        for (int g = p->nseg - 1; g >= 0; g--)
+            if (atomic_load(&p->seg[g].s->cancel)) {
+                seg_fail(r, g, k3_err(K3_ABORTED, "cancelled before layer %d of a %d-token chunk", l, p->seg[g].n));
+                seg_drop(p, g);
+            }
+        if (!p->nseg) return;
+        k3_status st = layer_forward(p, l);
+        for (int g = 0; st && g < p->nseg; g++)
+            seg_fail(r, g, st);
+        if (st) return;
+        if (b->trace)
+            for (int t = 0; t < p->n; t++)
+                memcpy(b->trace + ((size_t)t * m->n_run + l) * D, b->h + (size_t)t * D, (size_t)D * sizeof(float));
+    }
+    /* lm_head for the last row of each session, or every row while K3_LOGITS is set */
+    model_head(p);
+    for (int g = 0; g < p->nseg; g++) {
+        const pass_seg *sg = &p->seg[g];
+        const float    *lg = b->logits + (size_t)sg->lrow * V;
+        k3_status       st = K3_OK;
+        for (int i = 0; i < V && !st; i++)
+            if (!isfinite(lg[(size_t)(sg->lcnt - 1) * V + i]))
+                st = k3_err(K3_ERR_NUMERIC, "logit %d at position %d is not finite", i, sg->s->pos + sg->n - 1);
+        if (!st)
+            st = commit(sg->s, sg->n, lg, sg->lcnt,
+                        b->trace ? b->trace + (size_t)sg->t0 * m->n_run * D : NULL);
+        if (st) seg_fail(r, g, st);
+        else r->st[sg->ix] = K3_OK;
+    }
+}
+
+/* One chunk of n <= C tokens of one session. */
+static k3_status run_chunk(k3_session *s, const int32_t *ids, int n) {
+    pass_seg  seg = {.s = s, .ix = 0, .t0 = 0, .n = n};
+    k3_status st  = K3_OK;
+    pass_run  r   = {.p = {.m = s->m, .b = &s->cb, .cap = s->chunk, .n = n, .nseg = 1, .seg = &seg,
+                           .stats = &s->stats},
+                     .st = &st};
+    run_pass(&r, &ids);
+    if (st) k3_err(st, "%s", r.msg);
+    return st;
+}
+
+/* The checks of a feed of n ids that depend on the session (ids, context, K3_X0 rows). */
+static k3_status feed_check(const k3_session *s, const int32_t *ids, int n) {
+    const k3_model *m = s->m;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= m->cfg.vocab)
+            return k3_err(K3_ERR_ARG, "token id %d (index %d) is outside 0..%d", (int)ids[i], i,
+                          m->cfg.vocab - 1);
+    if ((int64_t)s->pos + n > m->par.max_ctx)
+        return k3_err(K3_ERR_CONTEXT, "context full: %d tokens + %d new exceed K3_MAXT=%d",
+                      s->pos, n, m->par.max_ctx);
+    if (s->x0 && s->pos + n > s->x0_rows)
+        return k3_err(K3_ERR_ARG, "K3_X0=%s has %d rows, position %d needed", m->par.x0_path,
+                      s->x0_rows, s->pos + n - 1);
+    return K3_OK;
+}
+
+/* Count the tokens applied since pos and the seconds t into the stats (prefill or decode by
+ * the size n of the feed). */
+static void feed_stats(k3_session *s, int n, int pos, double t) {
+    if (n > 1) {
+        s->stats.n_prefill += s->pos - pos;
+        s->stats.t_prefill += t;
+    } else {
+        s->stats.n_decode += s->pos - pos;
+        s->stats.t_decode += t;
+    }
+}
+
+k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
+    atomic_store(&s->cancel, 0);
+    if (n < 0 || (n > 0 && !ids)) return k3_err(K3_ERR_ARG, "k3_session_feed: %d ids", n);
+    k3_status st = feed_check(s, ids, n);
+    if (st) return st;
+    double    t   = k3_time();
+    int       pos = s->pos;
+    for (int i = 0; i < n && !st; i += s->chunk) {
+        int nc = n - i < s->chunk ? n - i : s->chunk;
+        st     = run_chunk(s, ids + i, nc);
+    }
+    if (st == K3_ABORTED) atomic_store(&s->cancel, 0);
+    feed_stats(s, n, pos, k3_time() - t);
+    return st;
+}
+
+/* ==== batched feed ============================================================== */
+
+typedef struct sess_ix {
+    uintptr_t p;
+    int       i;
+} sess_ix;
+
+static int sess_ix_cmp(const void *a, const void *b) {
+    const sess_ix *x = a, *y = b;
+    return x->p != y->p ? (x->p < y->p ? -1 : 1) : x->i - y->i;
+}
+
+/* The checks of the call as a whole: nothing is fed when one fails. */
+static k3_status batch_check(k3_session *const *ss, const int32_t *const *ids, const int *n, int count) {
+    if (count < 1) return k3_err(K3_ERR_ARG, "k3_session_feed_batch: count %d, expected >= 1", count);
+    if (!ss || !ids || !n)
+        return k3_err(K3_ERR_ARG, "k3_session_feed_batch: the %s array is NULL", !ss ? "session" : !ids ? "ids" : "n");
+    for (int i = 0; i < count; i++) {
+        if (!ss[i]) return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d is NULL", i);
+        if (n[i] < 1)
+            return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d: n %d, expected >= 1", i, n[i]);
+        if (!ids[i]) return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d: ids is NULL", i);
+        if (ss[i]->m != ss[0]->m)
+            return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d belongs to another model than session 0", i);
+    }
+    sess_ix *v = malloc((size_t)count * sizeof *v);
+    if (!v) return nomem();
+    for (int i = 0; i < count; i++)
+        v[i] = (sess_ix){(uintptr_t)ss[i], i};
+    qsort(v, (size_t)count, sizeof *v, sess_ix_cmp);
+    k3_status st = K3_OK;
+    for (int i = 1; i < count && !st; i++)
+        if (v[i].p == v[i - 1].p)
+            st = k3_err(K3_ERR_ARG, "k3_session_feed_batch: sessions %d and %d are the same session",
+                        v[i - 1].i, v[i].i);
+    free(v);
+    return st;
+}
+
+/* floor(x · c / tot) without overflow, for c <= tot < 2^31. */
+static uint64_t share_floor(uint64_t x, uint64_t c, uint64_t tot) {
+    return x / tot * c + x % tot * c / tot;
+}
+
+/* Split the expert tier's counters of a batch (tier) among its sessions in proportion to
+ * the columns each ran (cols), so that they sum to what the tier did. */
+static void split_tier(k3_session *const *ss, const int *cols, int count, const k3_stats *tier) {
+    uint64_t tot = 0;
+    for (int i = 0; i < count; i++)
+        tot += (uint64_t)cols[i];
+    if (!tot) return;
+    uint64_t cum = 0;
+    for (int i = 0; i < count; i++) {
+        uint64_t  c0 = cum, c1 = (cum += (uint64_t)cols[i]);
+        k3_stats *o  = &ss[i]->stats;
+#define SHARE_U(f) (o->f += share_floor(tier->f, c1, tot) - share_floor(tier->f, c0, tot))
+        SHARE_U(expert_hits);
+        SHARE_U(expert_misses);
+        SHARE_U(expert_bytes_read);
+        SHARE_U(vk_hits);
+#undef SHARE_U
+        o->expert_read_s += tier->expert_read_s * (double)cols[i] / (double)tot;
+        o->expert_wait_s += tier->expert_wait_s * (double)cols[i] / (double)tot;
+    }
+}
+
+/* The batch's scratch: the lead session's own chunk buffer when the columns fit (always but
+ * for more sessions than K3_CHUNK), else its batch buffer, grown to cap columns and lrows
+ * logits rows. */
+static k3_status batch_buf(k3_session *lead, int cap, int lrows, fwd_pass *p) {
+    if (cap <= lead->chunk) {
+        p->b   = &lead->cb;
+        p->cap = lead->chunk;
+        return K3_OK;
+    }
+    if (lead->bb_cap < cap || lead->bb_rows < lrows) {
+        chunk_buf_free(&lead->bb);
+        lead->bb_cap = lead->bb_rows = 0;
+        k3_status st = chunk_buf_alloc(lead->m, &lead->bb, cap, lrows);
+        if (st) return k3_err(st, "k3_session_feed_batch: scratch for %d columns: out of memory", cap);
+        lead->bb_cap  = cap;
+        lead->bb_rows = lrows;
+    }
+    p->b   = &lead->bb;
+    p->cap = lead->bb_cap;
+    return K3_OK;
+}
+
+k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n,
+                                int count, k3_status *each) {
+    k3_status st = batch_check(ss, ids, n, count);
+    if (st) {
+        for (int i = 0; each && i < count; i++)
+            each[i] = st;
+        return st;
+    }
+    k3_session     *lead = ss[0];
+    const k3_model *m    = lead->m;
+    pass_run        r    = {.p = {.m = m}, .named = 1};
+    k3_stats        tier = {0};
+    int            *iw   = calloc((size_t)count * 3, sizeof *iw); /* pos0, done, cols */
+    pass_seg       *seg  = calloc((size_t)count, sizeof *seg);
+    const int32_t **sid  = calloc((size_t)count, sizeof *sid);
+    if (!(r.st = calloc((size_t)count, sizeof *r.st)) || !iw || !seg || !sid) {
+        st = nomem();
+        goto done;
+    }
+    int *pos0 = iw, *fed = iw + count, *cols = iw + 2 * count;
+    for (int i = 0; i < count; i++) {
+        atomic_store(&ss[i]->cancel, 0);
+        pos0[i] = ss[i]->pos;
+        if ((st = feed_check(ss[i], ids[i], n[i]))) fail_ix(&r, i, st);
+    }
+    double t = k3_time();
+    /* rounds of at most K3_CHUNK columns (or one per session, when there are more sessions):
+     * one column for each session with ids left, then the rest of the budget to the longer
+     * feeds in order, at most a chunk each (a token's result does not depend on how its feed
+     * is chunked) */
+    for (;;) {
+        int nc = 0, lrows = 0, nact = 0;
+        for (int i = 0; i < count; i++)
+            nact += !r.st[i] && fed[i] < n[i];
+        if (!nact) break;
+        int left = MAX2(lead->chunk, nact) - nact;
+        r.p.n = r.p.nseg = 0;
+        for (int i = 0; i < count; i++) {
+            if (r.st[i] || fed[i] == n[i]) continue;
+            int k = MIN2(MIN2(n[i] - fed[i], ss[i]->chunk) - 1, left);
+            left -= k;
+            k++;
+            seg[r.p.nseg]   = (pass_seg){.s = ss[i], .ix = i, .t0 = nc, .n = k};
+            sid[r.p.nseg++] = ids[i] + fed[i];
+            nc += k;
+            lrows += ss[i]->f_logits ? k : 1;
+        }
+        if ((st = batch_buf(lead, nc, lrows, &r.p))) {
+            for (int g = 0; g < r.p.nseg; g++)
+                seg_fail(&r, g, st);
+            break;
+        }
+        r.p.n     = nc;
+        r.p.seg   = seg;
+        r.p.stats = &tier;
+        for (int g = 0; g < r.p.nseg; g++)
+            cols[seg[g].ix] += seg[g].n;
+        run_pass(&r, sid);
+        for (int i = 0; i < count; i++)
+            fed[i] = ss[i]->pos - pos0[i];
+    }
+    t = k3_time() - t;
+    for (int i = 0; i < count; i++) {
+        if (r.st[i] == K3_ABORTED) atomic_store(&ss[i]->cancel, 0);
+        if (ss[i]->pos > pos0[i] || r.st[i] == K3_OK || r.st[i] == K3_ABORTED) feed_stats(ss[i], n[i], pos0[i], t);
+    }
+    split_tier(ss, cols, count, &tier);
+    st = r.first;
+done:
+    for (int i = 0; each && i < count; i++)
+        each[i] = r.st ? r.st[i] : st;
+    free(r.st);
+    free(iw);
+    free(seg);
+    free(sid);
+    return st ? k3_err(st, "%s", r.first ? r.msg : k3_errmsg()) : K3_OK;
+}
+
+/* ==== snapshots ================================================================ */
+
+struct k3_snapshot {
+    const k3_model *m;
+    int             pos, have_logits;
+    size_t          n;    /* floats in data                                                          */
+    float          *data; /* logits (V), then per run layer: S, tail (KDA) or c, kr (MLA, pos rows) */
+};
+
+static size_t state_copy_size(const k3_snapshot *snap) {
+    return snap->n * sizeof(float);
+}
+
+/* Walk the committed state in a fixed order: copy into (save) or out of (restore) buf. */
+static size_t state_copy(const k3_session *s, float *buf, int pos, int save) {
+    const k3_config *c = &s->m->cfg;
+    const int P = c->kda_heads * c->kda_head_dim, d = c->kda_head_dim;
+    size_t    off = 0;
+#define XFER(ptr, cnt)                                                                             \
+    do {                                                                                           \
+        size_t n_ = (size_t)(cnt);                                                                 \
+        if (buf) {                                                                                 \
+            if (save) memcpy(buf + off, (ptr), n_ * sizeof(float));                                \
+            else memcpy((ptr), buf + off, n_ * sizeof(float));                                     \
+        }                                                                                          \
+        off += n_;                                                                                 \
+    } while (0)
+    XFER(s->logits, c->vocab);
+    for (int l = 0; l < s->m->n_run; l++) {
+        layer_state *ls = &s->ls[l];
+        if (ls->S[0]) {
+            XFER(ls->S[ls->sel], (size_t)P * d);
+            XFER(ls->tail[ls->sel], (size_t)3 * (c->conv_k - 1) * P);
+        } else {
+            XFER(ls->c, (size_t)pos * c->kv_lora);
+            XFER(ls->kr, (size_t)pos * c->rope);
+        }
+    }
+#undef XFER
+    return off;
+}
+
+k3_status k3_session_save(const k3_session *s, k3_snapshot **out) {
+    k3_snapshot *snap = calloc(1, sizeof *snap);
+    if (!snap) return nomem();
+    size_t n = state_copy(s, NULL, s->pos, 1);
+    if (!(snap->data = malloc(n * sizeof(float)))) {
+        free(snap);
+        return nomem();
+    }
+    state_copy(s, snap->data, s->pos, 1);
+    snap->n           = n;
+    snap->m           = s->m;
+    snap->pos         = s->pos;
+    snap->have_logits = s->have_logits;
+    *out              = snap;
+    return K3_OK;
+}
+
+k3_status k3_session_restore(k3_session *s, const k3_snapshot *snap) {
+    if (!snap || snap->m != s->m)
+        return k3_err(K3_ERR_ARG, "k3_session_restore: snapshot of another model");
+    state_copy(s, snap->data, snap->pos, 0);
+    s->pos         = snap->pos;
+    s->have_logits = snap->have_logits;
+    atomic_store(&s->cancel, 0);
+    return K3_OK;
+}
+
+size_t k3_snapshot_bytes(const k3_snapshot *snap) {
+    return snap ? sizeof *snap + state_copy_size(snap) : 0;
+}
+
+void k3_snapshot_free(k3_snapshot *snap) {
+    if (!snap) return;
+    free(snap->data);
+    free(snap);
+}
+
+/* ==== statistics ================================================================ */
+
+void k3_session_stats(const k3_session *s, k3_stats *out) {
+    *out                  = s->stats;
+    out->expert_gb_budget = k3_model_expert_budget(s->m);
+    vkt_stats vs;
+    vkt_get_stats(s->m->vk, &vs);
+    out->vk_hits    = vs.hits;
+    out->vk_used    = vs.used;
+    out->vk_budget  = vs.budget;
+    out->vk_experts = vs.experts;
+    out->kernels    = k3_kernels();
+}
+
+void k3_session_reset_stats(k3_session *s) {
+    double budget = s->stats.expert_gb_budget;
+    memset(&s->stats, 0, sizeof s->stats);
+    s->stats.expert_gb_budget = budget;
+}

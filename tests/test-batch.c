@@ -1,0 +1,408 @@
+/* test-batch.c: k3_session_feed_batch, several sessions of one model advancing together.
+ *
+ * Every check compares the batch against each session run alone with k3_session_feed on a
+ * reference session of the same model, BIT FOR BIT (logits memcmp, positions, token counts):
+ * 1, 2, 3 and 8 sessions at different positions, fresh ones and ones restored from snapshots,
+ * prefills longer than a chunk (several rounds) mixed with decode steps, then greedy decode
+ * rounds and a mixed round; in f32 and with the default quantized bits at every K3_ISA level
+ * this CPU runs, with K3_CHUNK 5 and 32, and with routed experts streamed through a one-slot
+ * expert cache. Then a session cancelled mid-batch (the others finish identical, it resumes
+ * exactly), per-session bad input (the others go on) and malformed calls (K3_ERR_ARG naming
+ * the problem, nothing changed).
+ */
+#include "k3.h"
+#include "quant.h"
+#include "test.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAXS 8
+#define POOL 400
+
+static char    tmp[512], build[512];
+static int32_t pool[POOL];
+static int     vocab;
+
+static int sh(const char *fmt, ...) K3_PRINTF(1, 2);
+static int sh(const char *fmt, ...) {
+    char    cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+typedef struct cfg {
+    int quant;  /* 1: default K3_*BITS, 0: f32                   */
+    int stream; /* 1: routed experts through a one-slot cache    */
+    int chunk;
+} cfg;
+
+static k3_model *open_model(const char *dir, const cfg *c) {
+    k3_params p;
+    if (k3_params_default(&p)) return NULL;
+    if (!c->quant) p.bits = p.mla_bits = p.head_bits = 32;
+    if (c->stream) p.expert_gb = 1e-6;
+    p.chunk   = c->chunk;
+    p.max_ctx = 256;
+    static int n_open; /* default threads once (the OpenMP paths), then one */
+    p.threads   = n_open++ ? 1 : 0;
+    k3_model *m = NULL;
+    if (k3_model_open(dir, &p, &m)) printf("# open %s: %s\n", dir, k3_errmsg());
+    return m;
+}
+
+static int32_t argmax(const float *l) {
+    int b = 0;
+    for (int i = 1; i < vocab; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+/* One session of a scenario: fed pre tokens first (restored from a snapshot when snap), then
+ * n tokens in the batch. */
+typedef struct sspec {
+    int pre, snap, n;
+} sspec;
+
+typedef struct pair {
+    k3_session *b, *r; /* batched, reference (alone) */
+    int         off;   /* where its ids start in pool */
+} pair;
+
+/* Same position, same logits bits, same token counts. */
+static int same(const pair *p) {
+    const float *a = k3_session_logits(p->b), *b = k3_session_logits(p->r);
+    k3_stats     sa, sb;
+    k3_session_stats(p->b, &sa);
+    k3_session_stats(p->r, &sb);
+    return k3_session_pos(p->b) == k3_session_pos(p->r) && a && b && !memcmp(a, b, (size_t)vocab * sizeof(float)) &&
+           sa.n_prefill == sb.n_prefill && sa.n_decode == sb.n_decode;
+}
+
+static int setup(k3_model *m, const sspec *sp, int count, pair *ps) {
+    for (int i = 0; i < count; i++) {
+        ps[i].off = (i * 37) % (POOL - 200);
+        if (k3_session_new(m, &ps[i].b) || k3_session_new(m, &ps[i].r)) return 0;
+        if (!sp[i].pre) continue;
+        if (k3_session_feed(ps[i].r, pool + ps[i].off, sp[i].pre)) return 0;
+        if (sp[i].snap) { /* from a snapshot of another session */
+            k3_session  *o = NULL;
+            k3_snapshot *snap = NULL;
+            int ok = !k3_session_new(m, &o) && !k3_session_feed(o, pool + ps[i].off, sp[i].pre) &&
+                     !k3_session_save(o, &snap) && !k3_session_restore(ps[i].b, snap);
+            k3_snapshot_free(snap);
+            k3_session_free(o);
+            if (!ok) return 0;
+        } else if (k3_session_feed(ps[i].b, pool + ps[i].off, sp[i].pre))
+            return 0;
+        k3_session_reset_stats(ps[i].b);
+        k3_session_reset_stats(ps[i].r);
+    }
+    return 1;
+}
+
+/* One batch call with n[i] ids per session from tok[i]; the references fed alone. Returns 1
+ * when every session matches its reference. */
+static int step(pair *ps, int count, const int32_t *const *tok, const int *n) {
+    k3_session *ss[MAXS] = {0};
+    k3_status   each[MAXS];
+    for (int i = 0; i < count; i++)
+        ss[i] = ps[i].b;
+    k3_status st = k3_session_feed_batch(ss, tok, n, count, each);
+    if (st) printf("# batch: %s\n", k3_errmsg());
+    int ok = st == K3_OK;
+    for (int i = 0; i < count; i++) {
+        k3_status sr = k3_session_feed(ps[i].r, tok[i], n[i]);
+        ok &= each[i] == K3_OK && sr == K3_OK && same(&ps[i]);
+    }
+    return ok;
+}
+
+/* The scenario, then 3 greedy decode rounds, a mixed round (odd sessions a 4-token chunk),
+ * and 2 more decode rounds. */
+static void scenario(k3_model *m, const char *what, const sspec *sp, int count) {
+    pair ps[MAXS] = {{0}};
+    if (!setup(m, sp, count, ps)) {
+        T_CHECK(0, "%s: %d sessions set up: %s", what, count, k3_errmsg());
+        goto done;
+    }
+    const int32_t *tok[MAXS];
+    int            n[MAXS], fed[MAXS];
+    for (int i = 0; i < count; i++) {
+        tok[i] = pool + ps[i].off + sp[i].pre;
+        n[i]   = sp[i].n;
+        fed[i] = sp[i].pre + sp[i].n;
+    }
+    T_CHECK(step(ps, count, tok, n), "%s: %d sessions, first batch (prefills and decode steps mixed) "
+            "bit-identical to each alone", what, count);
+    int ok = 1;
+    int32_t next[MAXS];
+    for (int r = 0; r < 6 && ok; r++) {
+        for (int i = 0; i < count; i++) {
+            next[i] = argmax(k3_session_logits(ps[i].r));
+            tok[i]  = &next[i];
+            n[i]    = 1;
+            if (r == 3 && i % 2) { /* the mixed round: a chunk of the pool for odd sessions */
+                tok[i] = pool + ps[i].off + fed[i];
+                n[i]   = 4;
+            }
+        }
+        ok = step(ps, count, tok, n);
+    }
+    T_CHECK(ok, "%s: %d sessions, 6 more rounds (greedy decode, one round mixing 4-token chunks) "
+            "bit-identical to each alone", what, count);
+done:
+    for (int i = 0; i < count; i++) {
+        k3_session_free(ps[i].b);
+        k3_session_free(ps[i].r);
+    }
+}
+
+static const sspec sc1[1] = {{0, 0, 7}};
+static const sspec sc2[2] = {{10, 0, 1}, {0, 0, 12}};
+static const sspec sc3[3] = {{0, 0, 1}, {5, 0, 17}, {20, 1, 1}};
+static const sspec sc8[8] = {{0, 0, 1}, {3, 1, 1}, {9, 0, 6}, {31, 0, 1},
+                             {0, 0, 23}, {50, 1, 1}, {12, 0, 2}, {70, 0, 1}};
+
+static void scenarios(const char *dir, const cfg *c, const char *what, int all) {
+    k3_model *m = open_model(dir, c);
+    if (!m) {
+        T_CHECK(0, "%s: open the model: %s", what, k3_errmsg());
+        return;
+    }
+    if (all) {
+        scenario(m, what, sc1, 1);
+        scenario(m, what, sc2, 2);
+        scenario(m, what, sc3, 3);
+    }
+    scenario(m, what, sc8, 8);
+    k3_model_free(m);
+}
+
+/* ---- cancel ---------------------------------------------------------------- */
+
+typedef struct canceller {
+    k3_session *s;
+    atomic_int  stop, started;
+} canceller;
+
+static void *cancel_main(void *arg) {
+    canceller *c = arg;
+    atomic_store(&c->started, 1);
+    while (!atomic_load(&c->stop))
+        k3_session_cancel(c->s);
+    return NULL;
+}
+
+/* Three sessions prefill 60 tokens each at K3_CHUNK 5 (rounds of 5 columns); a thread cancels
+ * the middle one throughout. It stops with K3_ABORTED, the others finish bit-identical to
+ * alone; fed the rest alone, it ends identical too (what it applied was applied exactly). */
+static void test_cancel(const char *dir) {
+    cfg       c = {0, 0, 5};
+    k3_model *m = open_model(dir, &c);
+    if (!m) {
+        T_CHECK(0, "cancel: open the model: %s", k3_errmsg());
+        return;
+    }
+    int aborted = 0, others = 1, resumed = 1, boundary = 1;
+    for (int run = 0; run < 5; run++) {
+        sspec sp[3] = {{run, 0, 60}, {2 * run, 0, 60}, {0, 0, 60}};
+        pair  ps[3] = {{0}};
+        if (!setup(m, sp, 3, ps)) {
+            T_CHECK(0, "cancel: set up: %s", k3_errmsg());
+            break;
+        }
+        const int32_t *tok[3];
+        int            n[3] = {60, 60, 60};
+        k3_session    *ss[3];
+        k3_status      each[3];
+        for (int i = 0; i < 3; i++) {
+            tok[i] = pool + ps[i].off + sp[i].pre;
+            ss[i]  = ps[i].b;
+        }
+        canceller cn = {.s = ps[1].b};
+        atomic_init(&cn.stop, 0);
+        atomic_init(&cn.started, 0);
+        pthread_t th;
+        pthread_create(&th, NULL, cancel_main, &cn);
+        while (!atomic_load(&cn.started))
+            ;
+        k3_status st = k3_session_feed_batch(ss, tok, n, 3, each);
+        atomic_store(&cn.stop, 1);
+        pthread_join(th, NULL);
+        for (int i = 0; i < 3; i += 2) {
+            k3_session_feed(ps[i].r, tok[i], n[i]);
+            others &= each[i] == K3_OK && same(&ps[i]);
+        }
+        if (each[1] == K3_ABORTED) {
+            aborted++;
+            int done = k3_session_pos(ps[1].b) - sp[1].pre;
+            boundary &= st == K3_ABORTED && done >= 0 && done < 60;
+            if (done < 60 && !k3_session_feed(ps[1].b, tok[1] + done, 60 - done)) {
+                k3_session_feed(ps[1].r, tok[1], 60);
+                k3_stats sb;
+                k3_session_stats(ps[1].b, &sb);
+                const float *a = k3_session_logits(ps[1].b), *b = k3_session_logits(ps[1].r);
+                resumed &= k3_session_pos(ps[1].b) == k3_session_pos(ps[1].r) && a && b &&
+                           !memcmp(a, b, (size_t)vocab * sizeof(float)) && sb.n_prefill == 60;
+            } else resumed = 0;
+        } else boundary &= each[1] == K3_OK;
+        for (int i = 0; i < 3; i++) {
+            k3_session_free(ps[i].b);
+            k3_session_free(ps[i].r);
+        }
+    }
+    T_CHECK(aborted > 0, "a session cancelled mid-batch stops with K3_ABORTED (%d of 5 runs)", aborted);
+    T_CHECK(boundary, "the cancelled session stopped short of its 60 ids, and the call returned K3_ABORTED");
+    T_CHECK(others, "the other sessions of the batch finish bit-identical to alone");
+    T_CHECK(resumed, "fed the rest alone, the cancelled session ends bit-identical to one never cancelled");
+    k3_model_free(m);
+}
+
+/* ---- bad input --------------------------------------------------------------- */
+
+static void test_bad(const char *dir) {
+    cfg       c  = {0, 0, 32};
+    k3_model *m  = open_model(dir, &c), *m2 = open_model(dir, &c);
+    k3_session *a = NULL, *b = NULL, *o = NULL;
+    if (!m || !m2 || k3_session_new(m, &a) || k3_session_new(m, &b) || k3_session_new(m2, &o)) {
+        T_CHECK(0, "bad input: open models and sessions: %s", k3_errmsg());
+        goto done;
+    }
+    k3_session_feed(a, pool, 3);
+    const int32_t *ids[2] = {pool, pool + 1};
+    int            n[2]   = {2, 1};
+    k3_status      each[2];
+    k3_session    *ss[2] = {a, b};
+    struct {
+        k3_session   *s0, *s1;
+        const int32_t *i1;
+        int           n1, count;
+        const char   *needle, *what;
+    } cases[] = {
+        {a, b, pool, 1, 0, "count 0", "count 0"},
+        {a, b, pool, 1, -3, "count -3", "count -3"},
+        {a, a, pool, 1, 2, "sessions 0 and 1 are the same", "the same session twice"},
+        {a, b, pool, 0, 2, "session 1: n 0", "n[1] == 0"},
+        {a, b, pool, -1, 2, "session 1: n -1", "n[1] < 0"},
+        {a, b, NULL, 1, 2, "session 1: ids is NULL", "ids[1] NULL"},
+        {a, o, pool, 1, 2, "session 1 belongs to another model", "a session of another model"},
+        {a, NULL, pool, 1, 2, "session 1 is NULL", "a NULL session"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        ss[0] = cases[k].s0;
+        ss[1] = cases[k].s1;
+        ids[1] = cases[k].i1;
+        n[1]   = cases[k].n1;
+        each[0] = each[1] = K3_OK;
+        k3_status st = k3_session_feed_batch(ss, ids, n, cases[k].count, each);
+        int nothing = k3_session_pos(a) == 3 && k3_session_pos(b) == 0 && k3_session_pos(o) == 0;
+        int filled  = cases[k].count < 1 || (each[0] == K3_ERR_ARG && each[1] == K3_ERR_ARG);
+        T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), cases[k].needle) && nothing && filled,
+                "%s: K3_ERR_ARG, nothing fed, each[] filled (%s)", cases[k].what, k3_errmsg());
+    }
+    T_CHECK(k3_session_feed_batch(NULL, ids, n, 2, NULL) == K3_ERR_ARG && strstr(k3_errmsg(), "session array"),
+            "a NULL session array: K3_ERR_ARG (%s)", k3_errmsg());
+    T_CHECK(k3_session_feed_batch(ss, NULL, n, 2, NULL) == K3_ERR_ARG && strstr(k3_errmsg(), "ids array"),
+            "a NULL ids array: K3_ERR_ARG (%s)", k3_errmsg());
+    T_CHECK(k3_session_feed_batch(ss, ids, NULL, 2, NULL) == K3_ERR_ARG && strstr(k3_errmsg(), "n array"),
+            "a NULL n array: K3_ERR_ARG (%s)", k3_errmsg());
+
+    /* per-session bad input: that session gets feed's error, the other goes on */
+    ss[0] = a;
+    ss[1] = b;
+    int32_t bad[2] = {pool[0], (int32_t)vocab};
+    ids[0] = pool + 3;
+    ids[1] = bad;
+    n[0] = 1;
+    n[1] = 2;
+    k3_status st = k3_session_feed_batch(ss, ids, n, 2, each);
+    T_CHECK(st == K3_ERR_ARG && each[0] == K3_OK && each[1] == K3_ERR_ARG && k3_session_pos(a) == 4 &&
+                k3_session_pos(b) == 0 && strstr(k3_errmsg(), "session 1") && strstr(k3_errmsg(), "token id"),
+            "an id outside the vocabulary fails that session only, naming it (%s)", k3_errmsg());
+    static int32_t big[300];
+    ids[0] = big;
+    n[0]   = 300;
+    ids[1] = pool;
+    n[1]   = 1;
+    st     = k3_session_feed_batch(ss, ids, n, 2, each);
+    T_CHECK(st == K3_ERR_CONTEXT && each[0] == K3_ERR_CONTEXT && each[1] == K3_OK && k3_session_pos(a) == 4 &&
+                k3_session_pos(b) == 1 && strstr(k3_errmsg(), "session 0") && strstr(k3_errmsg(), "context full"),
+            "a full context fails that session only (%s)", k3_errmsg());
+    st = k3_session_feed_batch(ss, ids, n, 2, NULL);
+    T_CHECK(st == K3_ERR_CONTEXT && k3_session_pos(b) == 2, "each may be NULL (%s)", k3_errmsg());
+done:
+    k3_session_free(a);
+    k3_session_free(b);
+    k3_session_free(o);
+    k3_model_free(m);
+    k3_model_free(m2);
+}
+
+int main(void) {
+    /* the engine's settings come from the test, not from the caller's environment */
+    static const char *vars[] = {"K3_BITS", "K3_MLA_BITS", "K3_HEAD_BITS", "K3_CHUNK", "K3_MAXT",
+                                 "K3_EXPERT_GB", "K3_LOGITS", "K3_TRACE", "K3_X0", "K3_LAYERS",
+                                 "K3_IDOT", "K3_TOPP", "K3_THREADS", "K3_ISA", "K3_NOVNNI",
+                                 "K3_NOAVX2", "K3_VK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        unsetenv(vars[i]);
+    const char *t = getenv("K3_TMP"), *b = getenv("K3_BUILD");
+    snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
+    snprintf(build, sizeof build, "%s", b ? b : "build");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/tiny-batch", tmp);
+    if (sh("'%s/k3-mkmodel' --preset tiny --seed 5 --quiet --force '%s' >/dev/null", build, dir)) {
+        T_CHECK(0, "k3-mkmodel --preset tiny writes a model (%s/k3-mkmodel)", build);
+        return t_done();
+    }
+    cfg       c0 = {0, 0, 32};
+    k3_model *m  = open_model(dir, &c0);
+    if (!m) {
+        T_CHECK(0, "open the tiny model: %s", k3_errmsg());
+        return t_done();
+    }
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    k3_model_free(m);
+    vocab = info.vocab;
+    srand(11);
+    for (int i = 0; i < POOL; i++)
+        pool[i] = rand() % vocab;
+
+    cfg f32c5 = {0, 0, 5}, f32c32 = {0, 0, 32}, q5 = {1, 0, 5}, st5 = {0, 1, 5};
+    scenarios(dir, &f32c5, "f32, chunk 5", 1);
+    scenarios(dir, &f32c32, "f32, chunk 32", 1);
+    scenarios(dir, &st5, "f32, chunk 5, experts streamed (one cache slot)", 1);
+    /* the quantized kernels at every level this CPU runs (K3_ISA, read when a model opens) */
+    static const struct {
+        int         isa;
+        const char *env, *novnni;
+    } lv[] = {{KERN_SCALAR, "scalar", "0"}, {KERN_AVX2, "avx2", "1"}, {KERN_AVX2_VNNI, "avx2", "0"},
+              {KERN_AVX512, "avx512", "0"}};
+    for (size_t i = 0; i < sizeof lv / sizeof *lv; i++) {
+        char why[128] = "", what[200];
+        if (!kern_isa_ok(lv[i].isa, why, sizeof why)) {
+            T_SKIP("quantized bits at %s: this CPU lacks it (%s)", kern_isa_name(lv[i].isa), why);
+            continue;
+        }
+        setenv("K3_ISA", lv[i].env, 1);
+        setenv("K3_NOVNNI", lv[i].novnni, 1);
+        snprintf(what, sizeof what, "default bits, chunk 5, kernels %s", kern_isa_name(lv[i].isa));
+        scenarios(dir, &q5, what, lv[i].isa == KERN_AVX512);
+        T_CHECK(kern_isa() == lv[i].isa, "%s: the kernels ran at that level (%s)", what, kern_isa_name(kern_isa()));
+    }
+    unsetenv("K3_ISA");
+    unsetenv("K3_NOVNNI");
+    test_cancel(dir);
+    test_bad(dir);
+    return t_done();
+}
