@@ -247,4 +247,23 @@ secs=$(($(date +%s) - t0))
 [ $rc -eq 0 ] && [ "$(cat "$T/out")" = "0" ]
 check $? "--layers 2: open + one token in $secs s: exit 0, zero weights give all-equal logits and greedy picks id 0 (got '$(head -c 40 "$T/out")'; $(tail -n 2 "$T/err" | tr '\n' '|' | head -c 300))"
 grep -q "memory fit: K3_BITS=4 K3_MLA_BITS=4 K3_HEAD_BITS=4 K3_MAXT=8192, expert cache" "$T/err"; check $? "--layers 2: the fit line reports the given bits"
+head -n 1 "$T/err" | grep -Eq '^k3chat: expected speed on this machine: decode [0-9.e+-]+ s/token, prefill [0-9.e+-]+ s/token \(bits 4/4/4'
+check $? "--layers 2: the speed estimate is printed before loading ($(head -n 1 "$T/err" | head -c 200))"
+# the TUI shows the estimate while the model loads (the load is stopped: only the screen matters)
+if command -v tmux >/dev/null; then
+    S="tmux -L k3rel$$ -f /dev/null"
+    $S new-session -d -x 160 -y 30 -e TERM=xterm-256color -e LANG=C.UTF-8 -e LC_ALL=C.UTF-8 -e HOME="$T" \
+        -e XDG_STATE_HOME="$T/state" -e XDG_CACHE_HOME="${XDG_CACHE_HOME:-$T/cache}" -e K3_MEM_GB=8 -e K3_BITS=4 -e K3_MLA_BITS=4 -e K3_HEAD_BITS=4 \
+        "$K3 $T/rel2 2>/dev/null; sleep 30"
+    i=0; ok=1
+    while [ $i -lt 600 ]; do # up to 60 s
+        scr=$($S capture-pane -p 2>/dev/null)
+        echo "$scr" | grep -q "expected speed on this machine: decode" && echo "$scr" | grep -q " loading" && { ok=0; break; }
+        sleep 0.1; i=$((i + 1))
+    done
+    check $ok "TUI: the speed estimate is shown while the model loads ($(echo "$scr" | grep -m1 -o 'expected speed.*' | head -c 120))"
+    $S kill-server 2>/dev/null
+else
+    echo "SKIP: TUI speed estimate while loading (tmux is not installed)"
+fi
 rm -rf "$T/rel2"

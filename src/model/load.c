@@ -643,36 +643,52 @@ static k3_status container_params(k3_model *m) {
     return K3_OK;
 }
 
+/* The first half of an open, from config.json alone (no shard header): m (calloc'ed) gets its
+ * parameters, config, container bits, run layers and the memory fit's first run, which refuses
+ * what cannot fit. *given: the parameters before the fit lowered anything. */
+static k3_status open_plan(k3_model *m, const char *dir, const k3_params *p, k3_params *given) {
+    k3_status st;
+    if (p) m->par = *p;
+    else if ((st = k3_params_default(&m->par))) return st;
+    if (m->par.chunk < 1 || m->par.max_ctx < 1)
+        return k3_err(K3_ERR_ARG, "k3_model_open: chunk %d and max_ctx %d must be >= 1", m->par.chunk, m->par.max_ctx);
+    if (!(m->dir = k3_strdup(dir))) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    if ((st = cfg_load(dir, &m->cfg)) || (st = container_params(m))) return st;
+    m->n_run = m->cfg.n_layers;
+    if (m->par.n_layers) {
+        if (m->par.n_layers > m->cfg.n_layers)
+            return k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", m->par.n_layers, m->cfg.n_layers);
+        m->n_run = m->par.n_layers;
+    }
+    *given = m->par; /* the fit below may lower what was not given */
+    return model_fit(m); /* config.json only: refuse at once */
+}
+
+k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size_t n) {
+    k3_params given;
+    k3_model *m  = calloc(1, sizeof *m);
+    k3_status st = m ? open_plan(m, dir, p, &given) : k3_err(K3_ERR_NOMEM, "model: out of memory");
+    if (n) buf[0] = 0;
+    if (!st && m->fit.plan.total + m->fit.plan.mapped >= (uint64_t)1e9) {
+        fit_speed sp;
+        double    dec, pre;
+        fit_speed_get(dir, 0, &sp);
+        fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk, &dec, &pre);
+        snprintf(buf, n, "expected speed on this machine: decode %.3g s/token, prefill %.3g s/token (%s; estimate from the memory plan and this machine's measured kernels%s)",
+                 dec, pre, m->fit.brief, sp.sparse ? "; the drive figure is a sparse file's holes" : "");
+    }
+    k3_model_free(m);
+    return st;
+}
+
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
     *out = NULL;
     k3_status st;
+    k3_params given;
     k3_model *m = calloc(1, sizeof *m);
     if (!m) return k3_err(K3_ERR_NOMEM, "model: out of memory");
-    if (p) m->par = *p;
-    else if ((st = k3_params_default(&m->par))) goto fail;
-    if (m->par.chunk < 1 || m->par.max_ctx < 1) {
-        st = k3_err(K3_ERR_ARG, "k3_model_open: chunk %d and max_ctx %d must be >= 1", m->par.chunk,
-                    m->par.max_ctx);
-        goto fail;
-    }
-    if (!(m->dir = k3_strdup(dir))) {
-        st = k3_err(K3_ERR_NOMEM, "model: out of memory");
-        goto fail;
-    }
-    if ((st = cfg_load(dir, &m->cfg))) goto fail;
-    if ((st = container_params(m))) goto fail;
+    if ((st = open_plan(m, dir, p, &given))) goto fail;
     const k3_config *c = &m->cfg;
-    m->n_run = c->n_layers;
-    if (m->par.n_layers) {
-        if (m->par.n_layers > c->n_layers) {
-            st = k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", m->par.n_layers,
-                        c->n_layers);
-            goto fail;
-        }
-        m->n_run = m->par.n_layers;
-    }
-    k3_params given = m->par; /* the fit below may lower what was not given */
-    if ((st = model_fit(m))) goto fail; /* config.json only: refuse at once */
     m->par = given;
     if ((st = st_open(dir, &m->st))) goto fail;
     if ((st = cfg_check_tensors(&m->cfg, m->st))) goto fail;

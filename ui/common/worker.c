@@ -341,6 +341,9 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
     }
     p.progress    = on_progress;
     p.progress_ud = r;
+    char est[512]; /* shown while the model loads */
+    if (k3_model_estimate(u->opts->dir, &p, est, sizeof est) == K3_OK && est[0])
+        ue_emitf(u, EV_INFO, "%s", est);
     if (k3_model_open(u->opts->dir, &p, &r->m) != K3_OK) {
         snprintf(err, errn, "%s", k3_errmsg());
         goto fail;
