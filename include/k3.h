@@ -107,7 +107,7 @@ k3_status k3_params_default(k3_params *p);
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out);
 /* Before k3_model_open: the expected decode and prefill seconds per token of DIR with P on this
  * machine, one line into buf ("expected speed on this machine: ..."), from config.json and this
- * machine's speed figures (measured in about half a second the first time, then cached in
+ * machine's speed figures (measured in one to two seconds the first time, then cached in
  * $XDG_CACHE_HOME/k3chat/speed). Empty when the plan is under 1 GB (it loads in seconds) or
  * when the open would fail (k3_model_open then says why; the status says so too). */
 k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size_t n);

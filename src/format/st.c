@@ -219,21 +219,32 @@ static k3_status parse_entry(const char *file, const char *name, json_t *v, uint
 }
 
 /* Open shard si, validate its whole header, record its text tensors. */
-/* The largest data_offsets end in header text h (n bytes), found without parsing the JSON; 0
- * when none. A quick bound for shard_check; load_shard's full parse checks every entry. */
-static uint64_t header_data_end(const char *h, size_t n) {
+/* The largest data_offsets end in header text h (n bytes), found without parsing the JSON, and
+ * the name of its tensor (the key before the enclosing '{'; "?" when it cannot be told) into
+ * name; 0 when none. A quick bound for shard_check; load_shard's full parse checks every entry. */
+static uint64_t header_data_end(const char *h, size_t n, char *name, size_t nn) {
     static const char key[] = "\"data_offsets\"";
     uint64_t          best  = 0;
+    snprintf(name, nn, "?");
     for (const char *p = h, *e = h + n; (p = memmem(p, (size_t)(e - p), key, sizeof key - 1));) {
+        const char *at = p;
         p += sizeof key - 1;
         const char *q = memchr(p, ']', (size_t)(e - p));
         if (!q) break;
         const char *c = memchr(p, ',', (size_t)(q - p)); /* [begin, end]: the number after the comma */
+        uint64_t    v = 0;
         if (c) {
-            uint64_t v = 0;
             for (c++; c < q && (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r'); c++) {}
             for (; c < q && *c >= '0' && *c <= '9' && v < UINT64_MAX / 10; c++) v = v * 10 + (uint64_t)(*c - '0');
-            if (v > best) best = v;
+        }
+        if (v > best) {
+            best = v;
+            const char *b = at; /* back to the object's '{', then its key: "NAME" : { */
+            while (b > h && *b != '{') b--;
+            for (b--; b > h && (*b == ' ' || *b == ':' || *b == '\n' || *b == '\t' || *b == '\r'); b--) {}
+            const char *ke = b, *ks = b > h ? b - 1 : h;
+            while (ks > h && *ks != '"') ks--;
+            if (*ke == '"' && *ks == '"' && ke > ks) snprintf(name, nn, "%.*s", (int)(ke - ks - 1), ks + 1);
         }
         p = q;
     }
@@ -271,11 +282,12 @@ static k3_status shard_check(st_dir *d, int si) {
     char *hbuf = k3_malloc((size_t)hlen + 1);
     if (!hbuf) return k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen);
     st         = pread_all(sh->fd, sh->path, hbuf, hlen, 8);
-    uint64_t end = st ? 0 : header_data_end(hbuf, (size_t)hlen);
+    char     tname[256];
+    uint64_t end = st ? 0 : header_data_end(hbuf, (size_t)hlen, tname, sizeof tname);
     free(hbuf);
     if (!st && end > sh->size - 8 - hlen)
-        st = k3_err(K3_ERR_FORMAT, "%s: the header places tensor data up to byte %llu of the file, but the file has %llu bytes (file truncated?)",
-                    file, (unsigned long long)(8 + hlen + end), (unsigned long long)sh->size);
+        st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s': its data ends at byte %llu of the file, but the file has %llu bytes (file truncated?)",
+                    file, tname, (unsigned long long)(8 + hlen + end), (unsigned long long)sh->size);
     return st;
 }
 

@@ -2,18 +2,20 @@
  * from the memory plan and quick measurements of this machine's own kernels, cached per machine.
  *
  * DESIGN
- * Measurements (about half a second in all, then cached in $XDG_CACHE_HOME/k3chat/speed,
+ * Measurements (one to two seconds in all, then cached in $XDG_CACHE_HOME/k3chat/speed,
  * default ~/.cache/k3chat/speed, one line per figure: "KEY VALUE", the disk as "disk DEVICE
  * BYTES_PER_S" keyed by the drive's st_dev; a line that does not parse is ignored and the
  * figure measured again):
  *   mem_bw         read bandwidth: the sum of a 256 MB buffer (u64), all OpenMP threads, best of 3
- *   dec_f32 .. dec_mxfp4
- *                  weight bytes per second of qmat_matvec (one column: a decode step) on a 56 MB
- *                  matrix of each format (F32, int8, int4, MXFP4), larger than the caches, so
- *                  each figure is what bounds that format, memory or arithmetic, best of 3
- *   pre_f32 .. pre_mxfp4
+ *   dec2_f32 .. dec2_mxfp4
+ *                  weight bytes per second of qmat_matvec (one column: a decode step) on a 256 MB
+ *                  matrix of each format (F32, int8, int4, MXFP4), larger than the caches (a 56
+ *                  MB one stayed in this EPYC's L3 and read 3-10x too fast), so each figure is
+ *                  what bounds that format, memory or arithmetic; median of 3 (on a loaded
+ *                  machine the best of 3 is an outlier)
+ *   pre2_f32 .. pre2_mxfp4
  *                  weight bytes x columns per second of qmat_matmul at 32 columns (a prefill
- *                  chunk) on a 7 MB slice of the same matrix, best of 3
+ *                  chunk) on an 8 MB slice of the same matrix, median of 3
  *   call           seconds of one qmat_matvec on a 64 x 64 matrix: the fixed cost of a call
  *                  (thread start and join), which is what a small model's token costs
  *   disk           O_DIRECT reads of 4 MB at spread offsets of the model's largest shard, for
@@ -135,11 +137,16 @@ static k3_status rate_matrix(int fmt, int rows, int cols, qmat *q, void **own) {
     return K3_OK;
 }
 
+static double median3(const double v[3]) {
+    double a = v[0], b = v[1], c = v[2];
+    return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+}
+
 /* dec (bytes/s, one column) and pre (bytes x columns/s, 32 columns) of format fmt. */
 static void measure_fmt(int fmt, double *dec, double *pre) {
     const int cols = 7168, n = 32; /* the release's hidden width */
     const int bpr  = (int)(q_wbytes(fmt, 1, cols) + q_sbytes(fmt, 1, cols));
-    const int rows = (int)(((size_t)56 << 20) / (size_t)bpr);
+    const int rows = (int)(((size_t)256 << 20) / (size_t)bpr); /* beyond any L3 (56 MB was not) */
     qmat      q    = {0};
     void     *own  = NULL;
     float    *x    = k3_aligned_alloc(64, (size_t)n * cols * sizeof(float));
@@ -148,20 +155,23 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
     if (x && y && rate_matrix(fmt, rows, cols, &q, &own) == K3_OK) {
         for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
         const double bytes = (double)rows * bpr;
-        for (int r = 0; r < 3; r++) {
+        double       v[3];
+        for (int r = 0; r < 3; r++) { /* the median: on a loaded machine the best is an outlier */
             double t0 = k3_time();
             qmat_matvec(&q, x, y);
             double dt = k3_time() - t0;
-            if (dt > 0 && bytes / dt > *dec) *dec = bytes / dt;
+            v[r]      = dt > 0 ? bytes / dt : 0;
         }
-        qmat part = q; /* 1/8 of the rows: a prefill chunk's matmul is long enough on it */
-        part.rows = rows / 8;
+        *dec      = median3(v);
+        qmat part = q; /* 1/32 of the rows: a prefill chunk's matmul is long enough on it */
+        part.rows = rows / 32;
         for (int r = 0; r < 3; r++) {
             double t0 = k3_time();
             qmat_matmul(&part, x, n, y);
             double dt = k3_time() - t0;
-            if (dt > 0 && bytes / 8 * n / dt > *pre) *pre = bytes / 8 * n / dt;
+            v[r]      = dt > 0 ? bytes / 32 * n / dt : 0;
         }
+        *pre = median3(v);
     }
     if (own) free(own);
     else qmat_free(&q);
@@ -236,7 +246,8 @@ static double cached(int fresh, const char *key, unsigned long long dev) {
     return fresh ? 0 : cache_get(key, dev);
 }
 
-static const char *const fmt_key[4][2] = {{"dec_f32", "pre_f32"}, {"dec_i8", "pre_i8"}, {"dec_i4", "pre_i4"}, {"dec_mxfp4", "pre_mxfp4"}};
+/* (v2: the 256 MB matrix and the median; figures cached under the first names were too fast) */
+static const char *const fmt_key[4][2] = {{"dec2_f32", "pre2_f32"}, {"dec2_i8", "pre2_i8"}, {"dec2_i4", "pre2_i4"}, {"dec2_mxfp4", "pre2_mxfp4"}};
 
 void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
     memset(o, 0, sizeof *o);
