@@ -138,22 +138,21 @@ static int run_turn(const char *prefix, int markdown) {
     }
     close(fd);
     double lat_mean = -1, lat_max = -1, cpu = -1, decode = -1, frames = 0;
+    double t_user = 0, t_sys = 0, t_wakes = 0, t_frames = 0; /* while the turn streamed */
     FILE  *f = fopen(stats, "r");
     if (f) {
         char   key[64];
         double v;
-        while (fscanf(f, "%63s %lf", key, &v) == 2) {
-            if (!strcmp(key, "latency_mean_ms"))
-                lat_mean = v;
-            else if (!strcmp(key, "latency_max_ms"))
-                lat_max = v;
-            else if (!strcmp(key, "ui_cpu_s"))
-                cpu = v;
-            else if (!strcmp(key, "decode_wall_s"))
-                decode = v;
-            else if (!strcmp(key, "frames_with_tokens"))
-                frames = v;
-        }
+        const struct {
+            const char *key;
+            double     *v;
+        } fields[] = {{"latency_mean_ms", &lat_mean}, {"latency_max_ms", &lat_max}, {"ui_cpu_s", &cpu},
+                      {"decode_wall_s", &decode},     {"frames_with_tokens", &frames}, {"turn_user_s", &t_user},
+                      {"turn_sys_s", &t_sys},         {"turn_wakeups", &t_wakes},  {"turn_frames", &t_frames}};
+        while (fscanf(f, "%63s %lf", key, &v) == 2)
+            for (size_t j = 0; j < sizeof fields / sizeof fields[0]; j++)
+                if (!strcmp(key, fields[j].key))
+                    *fields[j].v = v;
         fclose(f);
     }
     remove(stats);
@@ -170,6 +169,8 @@ static int run_turn(const char *prefix, int markdown) {
     printf("# %s: %.0f frames with new tokens, max latency %.2f ms, UI CPU %.3f s over %.3f s of decoding "
            "(mock engine, one token per 2 ms, %s answer)\n",
            prefix, frames, lat_max, cpu, decode, markdown ? "Markdown" : "plain-text");
+    printf("# %s: while the turn streamed: UI user %.3f s + system %.3f s, %.0f wake-ups, %.0f frames\n", prefix,
+           t_user, t_sys, t_wakes, t_frames);
     if (bench_want(lat_name))
         bench_report(lat_name, lat_mean, "ms", 33.3, "ms");
     if (bench_want(cpu_name))

@@ -202,6 +202,73 @@ static void test_links(void) {
     T_CHECK(!strcmp(line(0), "plain https://example.org here"), "an autolink is not repeated: '%s'", line(0));
 }
 
+/* 1 when docs a and b hold the same lines: text, widths and each run's role, link and bytes. */
+static int same_doc(const md_doc *a, const md_doc *b) {
+    if (a->n_lines != b->n_lines)
+        return 0;
+    for (int i = 0; i < a->n_lines; i++) {
+        const md_line *x = &a->lines[i], *y = &b->lines[i];
+        if (x->n_runs != y->n_runs || x->width != y->width)
+            return 0;
+        for (int k = 0; k < x->n_runs; k++) {
+            const md_run *r = &a->runs[x->run0 + (size_t)k], *q = &b->runs[y->run0 + (size_t)k];
+            if (r->role != q->role || r->link != q->link || r->len != q->len ||
+                memcmp(a->text.p + r->off, b->text.p + q->off, r->len))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* A long paragraph without Markdown syntax streams through a layout that wraps again only from
+ * its last line (md.c pl_layout); at every step its lines must be md_render's, run for run. */
+static void test_stream_plain(void) {
+    static const char *words[] = {"answer", "words", "日本語,", "a", "reasonably-long-word", "x", "😀",
+                                  "e\xcc\x81t\xc3\xa9", "", "www", "9.5", "and"};
+    unsigned seed = 12345;
+    int      steps = 0, bad = 0, plain_steps = 0;
+    for (int doc = 0; doc < 40 && !bad; doc++) {
+        char   text[4096];
+        size_t n = 0;
+        if (doc % 4 == 3) /* after a finished chunk: the blank line between blocks */
+            n += (size_t)snprintf(text, sizeof text, "# Title\n\n");
+        size_t p0 = n;
+        while (n < 1500) {
+            seed = seed * 1103515245u + 12345u;
+            const char *w = words[(seed >> 16) % 12];
+            n += (size_t)snprintf(text + n, sizeof text - n, "%s%s", w, (seed >> 8) % 7 == 0 ? "  " : " ");
+        }
+        if (doc % 5 == 4) /* ends in a different block: the layout gives way to md4c */
+            n += (size_t)snprintf(text + n, sizeof text - n, "**bold** and more\n\nnext");
+        int width = 8 + (doc * 13) % 100;
+        md_stream st = {0};
+        char     *buf = malloc(n + 1);
+        for (size_t k = p0 + 1; k <= n && !bad; k += 1 + (seed >> 4) % 23) {
+            seed = seed * 1103515245u + 12345u;
+            memcpy(buf, text, k);
+            buf[k] = 0;
+            if (md_stream_update(&st, buf, k, width, THM_ASSISTANT, MD_STREAMING)) {
+                bad = 1;
+                break;
+            }
+            md_doc want = {0};
+            size_t kc   = txt_complete(buf, k);
+            md_render(&want, buf + st.done, kc - st.done, width, THM_ASSISTANT, st.fin.n_lines ? MD_CONT : 0);
+            if (st.pl && !same_doc(&want, &st.open)) {
+                T_CHECK(0, "plain paragraph at width %d, %zu bytes: the lines differ from md_render's", width, k);
+                bad = 1;
+            }
+            plain_steps += st.pl;
+            steps++;
+            md_doc_free(&want);
+        }
+        free(buf);
+        md_stream_free(&st);
+    }
+    T_CHECK(!bad && plain_steps > steps / 2, "a streamed plain paragraph is laid out as md_render does (%d of %d steps "
+            "without md4c, 40 texts, widths 8 to 107, CJK, emoji, combining marks, double spaces)", plain_steps, steps);
+}
+
 static void test_stream(void) {
     md_stream st = {0};
     const char *full = "# Head\n\nfirst paragraph\n\n```c\nint x;\n```\n\nlast **bold** end\n";
@@ -383,6 +450,7 @@ int main(void) {
     test_tables();
     test_links();
     test_stream();
+    test_stream_plain();
     test_copy();
     test_bad_input();
     md_doc_free(&D);

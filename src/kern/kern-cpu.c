@@ -6,19 +6,30 @@
  *   (bits 5-7). A CPU that lists AVX-512 under an OS that does not save ZMM registers would
  *   fault on the first zmm instruction, so both must say yes. AMX-INT8 needs the tile state
  *   (bits 17-18) and, on Linux, arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) before the
- *   first tile instruction; there are no AMX kernels yet, so K3_ISA=amx on a CPU with AMX
- *   runs the AVX-512 kernels with a notice, and on a CPU without it is an error.
+ *   first tile instruction: selecting KERN_AMX asks for it once per process (the permission
+ *   is process-wide; each thread loads its own tile configuration in the kernel). A refusal
+ *   is a notice and the next level down (avx512), never a SIGILL. K3_ISA=amx on a CPU without
+ *   AMX is an error naming the missing feature.
+ * - AMX is never the default level: its matmuls round in a coarser order (kern-amx.c).
+ * - Test hooks: K3_AMX_EMU=1 runs the AMX level on the tile emulation (kern-amx-emu.c) where
+ *   the CPU has the AVX-512 level; K3_AMX_DENY=1 makes the permission request a refusal.
  * - kern_isa_ok names the first missing feature, so K3_ISA asking for more than the machine has
  *   is an error message, never an illegal instruction.
  * - Selection (kern_isa, kern_idot) is read once from K3_ISA (K3_NOAVX2 / K3_NOVNNI, older
  *   names) and K3_IDOT, then overridable by the setters. Unset: the best level that runs.
  */
+#include "kern-amx-tile.h"
 #include "kern-impl.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -114,6 +125,9 @@ int kern_isa_ok(int isa, char *why, size_t n) {
 #endif
     if (!KERN_BUILD_AVX512)
         have &= ~(unsigned)F_AVX512VNNI; /* this build has no AVX-512 twins */
+    const int emu = kern_amx_emulated() && (have & F_AVX512VNNI);
+    if (emu)
+        have |= F_AMX_TILE | F_AMX_INT8 | F_OS_TILE; /* the emulated tiles stand in */
     for (size_t i = 0; i < sizeof feat_names / sizeof feat_names[0]; i++)
         if ((need & feat_names[i].bit) && !(have & feat_names[i].bit)) {
             if (why)
@@ -125,6 +139,12 @@ int kern_isa_ok(int isa, char *why, size_t n) {
             snprintf(why, n, "unknown kernel level %d", isa);
         return 0;
     }
+    if (isa == KERN_AMX && !KERN_BUILD_AMX && !emu) {
+        if (why)
+            snprintf(why, n, "this build has no AMX-INT8 tile kernels (its compiler lacks the AMX "
+                             "intrinsics)");
+        return 0;
+    }
     return 1;
 }
 
@@ -134,7 +154,68 @@ int kern_cpu_avx512(void) { return kern_isa_ok(KERN_AVX512, NULL, 0); }
 
 static const char *const isa_names[KERN_N_ISA] = {"scalar", "avx2", "avx2+avx-vnni", "avx512-vnni", "amx-int8"};
 
-const char *kern_isa_name(int isa) { return isa >= 0 && isa < KERN_N_ISA ? isa_names[isa] : "?"; }
+const char *kern_isa_name(int isa) {
+    if (isa == KERN_AMX && kern_amx_emulated())
+        return "amx-int8 (emulated tiles, K3_AMX_EMU=1)";
+    return isa >= 0 && isa < KERN_N_ISA ? isa_names[isa] : "?";
+}
+
+int kern_amx_emulated(void) {
+    static atomic_int emu = -1;
+    int               v   = atomic_load(&emu);
+    if (v < 0) {
+        const char *e = getenv("K3_AMX_EMU");
+        v             = e && *e && atoi(e) != 0;
+        atomic_store(&emu, v);
+    }
+    return v;
+}
+
+/* ==== AMX tile permission ===================================================================== */
+
+#define ARCH_GET_XCOMP_PERM_ 0x1022 /* <asm/prctl.h>, Linux 5.16 */
+#define ARCH_REQ_XCOMP_PERM_ 0x1023
+#define XFEATURE_XTILEDATA_  18
+
+static atomic_int amx_perm; /* 0 not asked, 1 granted, -1 refused */
+static char       amx_why[160];
+
+int kern_amx_permission(char *why, size_t n) {
+    static atomic_flag busy = ATOMIC_FLAG_INIT;
+    while (atomic_load(&amx_perm) == 0) {
+        if (atomic_flag_test_and_set(&busy))
+            continue; /* another thread is asking */
+        int         ok = 0;
+        const char *deny = getenv("K3_AMX_DENY");
+        if (deny && *deny && atoi(deny) != 0)
+            snprintf(amx_why, sizeof amx_why, "refused by K3_AMX_DENY=%s (test hook)", deny);
+        else if (kern_amx_emulated()) {
+            amx_emu_grant(); /* the emulation's ARCH_REQ_XCOMP_PERM */
+            ok = 1;
+        } else {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+            unsigned long bits = 0;
+            if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM_, XFEATURE_XTILEDATA_) != 0)
+                snprintf(amx_why, sizeof amx_why,
+                         "arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) failed: %s", strerror(errno));
+            else if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM_, &bits) != 0 ||
+                     !(bits & (1ul << XFEATURE_XTILEDATA_)))
+                snprintf(amx_why, sizeof amx_why, "arch_prctl(ARCH_GET_XCOMP_PERM) does not list XTILEDATA");
+            else
+                ok = 1;
+#else
+            snprintf(amx_why, sizeof amx_why,
+                     "no way to ask this OS for the AMX tile state (Linux arch_prctl only)");
+#endif
+        }
+        atomic_store(&amx_perm, ok ? 1 : -1);
+        atomic_flag_clear(&busy);
+    }
+    const int ok = atomic_load(&amx_perm) > 0;
+    if (!ok && why)
+        snprintf(why, n, "%s", amx_why);
+    return ok;
+}
 
 const char *k3_kernels(void) { return kern_isa_name(kern_isa()); }
 
@@ -148,8 +229,18 @@ static int env_flag(const char *name, int dflt) {
     return v && *v ? atoi(v) != 0 : dflt;
 }
 
-/* The level actually run for a request: AMX has no kernels of its own yet (AVX-512 runs). */
+/* The level actually run for a request: AMX only with the tile permission (a refusal is a
+ * notice, once, and the next level down). */
 static int runnable(int isa) {
+    if (isa >= KERN_AMX && kern_isa_ok(KERN_AMX, NULL, 0)) {
+        char why[160];
+        if (kern_amx_permission(why, sizeof why))
+            return KERN_AMX;
+        static atomic_int told;
+        if (!atomic_exchange(&told, 1))
+            K3_LOG_WARN("AMX-INT8: the kernel refused the tile state (%s); the AVX-512 VNNI kernels run",
+                        why);
+    }
     for (int v = isa > KERN_AVX512 ? KERN_AVX512 : isa; v > KERN_SCALAR; v--)
         if (kern_isa_ok(v, NULL, 0))
             return v;
@@ -200,10 +291,7 @@ k3_status kern_isa_env(void) {
                       why, "scalar", kern_isa_ok(KERN_AVX2, NULL, 0) ? ", avx2" : "",
                       kern_isa_ok(KERN_AVX512, NULL, 0) ? ", avx512" : "",
                       kern_isa_ok(KERN_AMX, NULL, 0) ? ", amx" : "");
-    static atomic_int told;
-    if (want == KERN_AMX && !atomic_exchange(&told, 1))
-        K3_LOG_WARN("K3_ISA=amx: this build has no AMX-INT8 tile kernels yet; the AVX-512 VNNI kernels run");
-    kern_set_isa(want);
+    kern_set_isa(want); /* amx: a refused permission is a notice and avx512 */
     return K3_OK;
 }
 

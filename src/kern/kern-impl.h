@@ -80,6 +80,35 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
 #define KERN_BUILD_AVX512 0
 #endif
 
+/* 1 when this build has the AMX tile kernels for the hardware (the emulated ones need only
+ * KERN_BUILD_AVX512): a compiler with the AMX intrinsics. */
+#if KERN_BUILD_AVX512 &&                                                                                  \
+    ((defined(__clang__) && __clang_major__ >= 16) || (!defined(__clang__) && __GNUC__ >= 11))
+#define KERN_BUILD_AMX 1
+#else
+#define KERN_BUILD_AMX 0
+#endif
+/* AMX-INT8 matmul of n >= 2 columns x[n][cols] -> y[n][rows] in the AMX order (kern-amx.c, not
+ * the canonical order above: it rounds once per group of 32). kern_amx_matmul runs the tile
+ * kernel of the selected implementation: the hardware (_hw; only after kern_set_isa gave
+ * KERN_AMX, which requested the tile permission) or the emulation (_emu, K3_AMX_EMU=1).
+ * kern_amx_ref is the scalar twin of the AMX order; the tile kernels match it bit for bit. */
+void kern_amx_matmul(const qmat *m, const float *x, int n, float *y);
+void kern_amx_matmul_hw(const qmat *m, const float *x, int n, float *y);
+void kern_amx_matmul_emu(const qmat *m, const float *x, int n, float *y);
+void kern_amx_ref(const qmat *m, const float *x, int n, float *y);
+/* 1 when K3_AMX_EMU=1 (read once): the AMX level runs the emulated tile kernels, and counts as
+ * present on a CPU with the AVX-512 level (tests of the dispatch on machines without AMX). */
+int  kern_amx_emulated(void);
+/* Ask the kernel for the AMX tile state once per process (Linux: arch_prctl(
+ * ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); 1 when granted, else 0 and why (when not NULL) says
+ * what refused it. K3_AMX_DENY=1 makes it a refusal (a test hook for the fallback path). */
+int  kern_amx_permission(char *why, size_t n);
+/* The integer weight of column c of row r, and the weight scale of group g (kern.c; the scalar
+ * twins' decoding, shared with kern_amx_ref). */
+int   kern_idot_weight(const qmat *m, int r, int c);
+float kern_idot_wscale(const qmat *m, int r, int g);
+
 /* How far ahead (bytes) the AVX2 IDOT row kernels prefetch the weight stream: K3_PREFETCH,
  * read once, default KERN_PREFETCH; 0 turns it off. A weight row is only a few KiB, so without
  * it the core waits on DRAM at every row start (the hardware prefetcher stops at 4 KiB pages and

@@ -11,7 +11,8 @@
  *   in L2 while the n columns pass over them: the weights stream from memory once, and column t
  *   is bit-identical to qmat_matvec on column t (what chunked prefill relies on). The AVX2 IDOT
  *   path takes KERN_NC columns per decoded weight row, the AVX-512 path up to KERN_NC512, each
- *   column doing exactly its own steps.
+ *   column doing exactly its own steps. The exception is K3_ISA=amx: 2+ columns run the AMX
+ *   tile kernels (kern-amx.c) in their own, coarser float order; one column stays canonical.
  * - IDOT activations are quantized once per call by one shared scalar function (kern_act_make),
  *   so both twins see identical int8 inputs. The canonical IDOT order is documented in kern-impl.h.
  * - Selection (kern_isa, kern_idot) lives in kern-cpu.c.
@@ -310,6 +311,10 @@ static void matmul(const qmat *m, const float *x, int n, float *y) {
         run(m, x, NULL, n, y);
         return;
     }
+    if (n >= 2 && m->cols > 0 && kern_isa() == KERN_AMX) { /* tiles, in the AMX order (kern-amx.c) */
+        kern_amx_matmul(m, x, n, y);
+        return;
+    }
     /* IDOT: quantize every column once (the same function for every path and n). */
     const size_t ab  = kern_act_bytes(m->cols);
     char        *buf = k3_aligned_alloc(32, ab * (size_t)n);
@@ -325,3 +330,6 @@ static void matmul(const qmat *m, const float *x, int n, float *y) {
 void qmat_matvec(const qmat *m, const float *x, float *y) { matmul(m, x, 1, y); }
 
 void qmat_matmul(const qmat *m, const float *x, int n, float *y) { matmul(m, x, n, y); }
+
+int   kern_idot_weight(const qmat *m, int r, int c) { return idot_w(m, r, c); }
+float kern_idot_wscale(const qmat *m, int r, int g) { return idot_wscale(m, r, g); }

@@ -111,14 +111,16 @@ void qmat_dequant_row(const qmat *m, int r, float *out);
 /* y[rows] = W x[cols]. */
 void qmat_matvec(const qmat *m, const float *x, float *y);
 /* Y[n][rows] = W X[n][cols]: n input vectors, each weight row read once for all n.
- * Column t of Y is bit-identical to qmat_matvec(m, X[t], .). */
+ * Column t of Y is bit-identical to qmat_matvec(m, X[t], .), except at the AMX level (n >= 2
+ * runs the AMX order of kern-amx.c, within float rounding of it). */
 void qmat_matmul(const qmat *m, const float *x, int n, float *y);
 
 /* Kernel selection by instruction set, read once from the environment on first use:
  * K3_ISA=scalar|avx2|avx512|amx forces a level (unset: the best the CPU and OS support);
  * avx2 means the AVX2 kernels with AVX-VNNI integer dots where the CPU has them (K3_NOVNNI=1:
  * without). The older K3_NOAVX2=1 is K3_ISA=scalar. K3_IDOT=0 selects exact-float.
- * The setters override (tests, tools). All levels give the same IDOT bits. */
+ * The setters override (tests, tools). All levels give the same IDOT bits, except amx, which
+ * is never the default: its matmuls of 2+ columns round once per group of 32 (kern-amx.c). */
 enum kern_isa { KERN_SCALAR = 0, KERN_AVX2 = 1, KERN_AVX2_VNNI = 2, KERN_AVX512 = 3, KERN_AMX = 4 };
 #define KERN_N_ISA 5
 int  kern_isa(void);

@@ -16,6 +16,8 @@ struct ev_queue {
     size_t          cap, head, n;
     int             merge_ok; /* the tail EV_TOKEN may still take more text */
     int             pfd[2];   /* wake-up pipe, -1 when none                  */
+    int             armed;    /* the consumer sleeps on the pipe (ev_arm)    */
+    int             signalled;/* a wake-up byte is in the pipe               */
 };
 
 double ev_now(void) {
@@ -92,9 +94,13 @@ static int merge_token(ev_queue *q, const ui_ev *e) {
 }
 
 int ev_push(ev_queue *q, const ui_ev *e) {
-    int fail = 0, was_empty;
+    int fail = 0, wake;
     pthread_mutex_lock(&q->mu);
-    was_empty = q->n == 0;
+    /* one byte per sleep of the consumer: a queue that fills while the UI is drawing, or while it
+     * sleeps to a frame that is due anyway, costs no write and no read */
+    wake = q->armed && q->pfd[1] >= 0;
+    q->armed = 0;
+    q->signalled |= wake;
     if (merge_token(q, e) == 0)
         goto done;
     if (q->n == q->cap) {
@@ -129,7 +135,7 @@ int ev_push(ev_queue *q, const ui_ev *e) {
 done:
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
-    if (was_empty && q->pfd[1] >= 0) {
+    if (wake) {
         char c = 1;
         ssize_t r;
         do
@@ -185,10 +191,24 @@ int ev_fd(const ev_queue *q) {
     return q->pfd[0];
 }
 
-void ev_drain_fd(ev_queue *q) {
-    char buf[256];
-    if (q->pfd[0] < 0)
-        return;
-    while (read(q->pfd[0], buf, sizeof buf) > 0) {
-    }
+int ev_arm(ev_queue *q) {
+    pthread_mutex_lock(&q->mu);
+    int waiting = q->n > 0;
+    q->armed    = !waiting;
+    pthread_mutex_unlock(&q->mu);
+    return waiting;
+}
+
+void ev_drain_fd(ev_queue *q, int readable) {
+    char buf[64];
+    pthread_mutex_lock(&q->mu);
+    int sig      = q->signalled;
+    q->signalled = 0;
+    q->armed     = 0;
+    pthread_mutex_unlock(&q->mu);
+    /* the producer writes its byte just after setting the flag, so a read may come too early and
+     * leave the byte for later: poll() then says readable, and that read takes it */
+    if ((sig || readable) && q->pfd[0] >= 0)
+        while (read(q->pfd[0], buf, sizeof buf) < 0 && errno == EINTR) {
+        }
 }

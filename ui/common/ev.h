@@ -1,8 +1,10 @@
 /* ev.h: the event queue between the engine worker and the UI thread (style.md point 11).
  *
  * A mutex + condvar queue of small value events (redis bio.c style). Producers never block on
- * the consumer: ev_push copies the event in, and when the queue goes from empty to non-empty it
- * writes one byte to a self-pipe so the UI's poll() on {stdin, pipe} wakes up. Consecutive
+ * the consumer: ev_push copies the event in, and when the consumer said it is about to sleep on the
+ * self-pipe (ev_arm, with the queue empty) it writes one byte there so the UI's poll() on
+ * {stdin, pipe} wakes up. A consumer that is busy, or sleeps until a frame is due without
+ * watching the pipe, costs the producer no write and itself no read. Consecutive
  * EV_TOKEN events of one channel that the consumer has not taken yet are merged into one
  * (the UI draws at most every ~16-33 ms anyway), keeping the first token's timestamp.
  * The same queue type carries commands to the worker (ev_wait blocks on the condvar).
@@ -93,6 +95,11 @@ int       ev_pop(ev_queue *q, ui_ev *out);
 /* Like ev_pop but waits up to timeout_s (< 0: forever). */
 int       ev_wait(ev_queue *q, ui_ev *out, double timeout_s);
 int       ev_fd(const ev_queue *q);   /* read end of the wake-up pipe (-1 without)  */
-void      ev_drain_fd(ev_queue *q);   /* empty the pipe before popping              */
+/* Before poll() on ev_fd: 1 when events wait already (do not sleep); 0, and the next push
+ * writes the wake-up byte. */
+int       ev_arm(ev_queue *q);
+/* Before popping: disarm, and read the wake-up byte if one was written or poll() found the
+ * pipe readable. */
+void      ev_drain_fd(ev_queue *q, int readable);
 void      ev_free(ui_ev *e);
 double    ev_now(void);               /* CLOCK_MONOTONIC seconds                    */

@@ -15,6 +15,7 @@
 #include "md.h"
 
 #include <md4c.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,11 +62,8 @@ typedef struct R {
     unsigned flags;
     int      err;
 
-    piece    pfx[PFX_MAX];
     int      n_pfx, pfx_w;
     int      depth;       /* containers entered (may exceed n_pfx)          */
-    int      pushed[PFX_MAX]; /* per container level: it added a piece     */
-    int      ol_next[PFX_MAX]; /* per list level: next number, -1 bullets   */
     int      list_depth;
 
     /* line being built */
@@ -85,6 +83,12 @@ typedef struct R {
     int      in_code;
     table   *tb;
     int      in_table, cell_open;
+
+    /* last, and not cleared (57 KB, md_render runs every frame while an answer streams): each
+     * entry is written before it is read */
+    piece    pfx[PFX_MAX];         /* [0, n_pfx): written by push_piece                  */
+    int      pushed[PFX_MAX];      /* per container level: it added a piece (push_piece) */
+    int      ol_next[PFX_MAX];     /* per list level: next number, -1 bullets (list entry) */
 } R;
 
 /* ==== output lines ========================================================== */
@@ -111,16 +115,27 @@ static int doc_run(md_doc *d, size_t run0, size_t off, size_t len, int role, int
     return 0;
 }
 
-static void ln_add(R *r, const char *s, size_t n, int role, int link) {
-    if (!n || r->err)
+/* s[0..n) repeated rep times as one run of rep x w columns. */
+static void ln_add_rep(R *r, const char *s, size_t n, int rep, int role, int link, int w) {
+    if (!n || rep <= 0 || r->err)
         return;
     md_doc *d   = r->d;
     size_t  off = d->text.n;
-    if (txt_buf_add(&d->text, s, n) || doc_run(d, r->line_run0, off, n, role, link)) {
+    for (int k = 0; k < rep; k++)
+        if (txt_buf_add(&d->text, s, n)) {
+            r->err = d->oom = 1;
+            return;
+        }
+    if (doc_run(d, r->line_run0, off, n * (size_t)rep, role, link)) {
         r->err = d->oom = 1;
         return;
     }
-    r->col += txt_width(s, n, r->col);
+    r->col += rep * w;
+}
+
+static void ln_add(R *r, const char *s, size_t n, int role, int link) {
+    if (n && !r->err)
+        ln_add_rep(r, s, n, 1, role, link, txt_width(s, n, r->col));
 }
 
 static void ln_spaces(R *r, int n, int role) {
@@ -132,9 +147,10 @@ static void ln_spaces(R *r, int n, int role) {
     }
 }
 
+/* n copies of the rule character s (its width does not depend on the column) */
 static void ln_rep(R *r, const char *s, int n, int role) {
-    for (int k = 0; k < n; k++)
-        ln_add(r, s, strlen(s), role, -1);
+    size_t l = strlen(s);
+    ln_add_rep(r, s, l, n, role, -1, txt_width(s, l, 0));
 }
 
 static void ln_begin(R *r) {
@@ -933,11 +949,12 @@ static int on_text(MD_TEXTTYPE type, const MD_CHAR *s, MD_SIZE n, void *ud) {
 /* ==== public ================================================================ */
 
 int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned flags) {
-    R *r = calloc(1, sizeof *r);
+    R *r = malloc(sizeof *r);
     if (!r) {
         d->oom = 1;
         return -1;
     }
+    memset(r, 0, offsetof(R, pfx));
     r->d     = d;
     r->width = width < 2 ? 2 : width;
     r->base  = base;
@@ -1154,12 +1171,102 @@ static int stream_view(md_stream *st, const char *s, size_t n) {
     return 0;
 }
 
+/* ==== streaming a plain paragraph ========================================== */
+
+/* Whether s[from, n) keeps the chunk s[done, n) a plain paragraph: it starts with a letter (no
+ * block marker), and has no newline, no control character, no invalid UTF-8 and nothing md4c
+ * gives a meaning inline (emphasis, code, math, strike, links and autolinks, entities, escapes,
+ * table pipes). Then md_render shows it as its bytes, trailing spaces trimmed, greedily wrapped
+ * at the width in the base role: what pl_layout does. Returns the end of the plain bytes. */
+static size_t plain_scan(const char *s, size_t done, size_t from, size_t n) {
+    if (from == done && !(n > done && (((unsigned char)s[done] | 0x20) >= 'a' && ((unsigned char)s[done] | 0x20) <= 'z')) &&
+        !(n > done && (unsigned char)s[done] >= 0xC2))
+        return done;
+    for (size_t k = from; k < n;) {
+        unsigned char c = (unsigned char)s[k];
+        if (c < 0x80) {
+            if (c < 0x20 || c == 0x7f || strchr("\\`*_~$[]<>!&|:@", c))
+                return k;
+            if (c == '.' && k >= done + 3 && !strncasecmp(s + k - 3, "www", 3))
+                return k; /* a www autolink */
+            k++;
+            continue;
+        }
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + k, (utf8proc_ssize_t)(n - k), &cp);
+        if (l <= 0)
+            return k;
+        k += (size_t)l;
+    }
+    return n;
+}
+
+/* One line of a plain paragraph: its bytes as one run in role (as ln_begin, ln_add, ln_end
+ * make it without a prefix). 0, or -1 out of memory. */
+static int pl_line_add(md_doc *d, const char *s, size_t n, int role, int width) {
+    size_t run0 = d->n_runs, off = d->text.n;
+    if (n && (txt_buf_add(&d->text, s, n) || doc_run(d, run0, off, n, role, -1)))
+        return d->oom = 1, -1;
+    if (d->n_lines == d->cap_lines) {
+        int      cap = d->cap_lines ? d->cap_lines * 2 : 64;
+        md_line *l   = realloc(d->lines, (size_t)cap * sizeof *l);
+        if (!l)
+            return d->oom = 1, -1;
+        d->lines     = l;
+        d->cap_lines = cap;
+    }
+    d->lines[d->n_lines++] = (md_line){run0, (int)(d->n_runs - run0), width};
+    return 0;
+}
+
+/* Lay out the plain paragraph s[done, n) into st->open, wrapping again only from the start of
+ * its last line: greedy wrapping restarted at a line start gives the same lines after it, and a
+ * line is final once a later one exists. 0, or -1 out of memory. */
+static int pl_layout(md_stream *st, const char *s, size_t n, int role) {
+    md_doc *d = &st->open;
+    if (!st->pl) {
+        md_doc_reset(d);
+        st->pl      = 1;
+        st->pl_line = st->done;
+        if (st->fin.n_lines && pl_line_add(d, NULL, 0, role, 0)) /* the blank line between blocks */
+            return -1;
+    } else if (d->n_lines > 0) { /* the last line is laid out again */
+        const md_line *l = &d->lines[--d->n_lines];
+        if (l->n_runs) {
+            d->text.n = d->runs[l->run0].off;
+            d->n_runs = l->run0;
+        }
+    }
+    size_t e = n;
+    while (e > st->pl_line && s[e - 1] == ' ')
+        e--; /* md4c drops a paragraph's trailing spaces */
+    const char *p = s + st->pl_line;
+    int         w = st->width < 2 ? 2 : st->width;
+    txt_line    buf[64], *L = buf;
+    int         nl = txt_wrap(p, e - st->pl_line, w, L, 64);
+    if (nl > 64) { /* a long paragraph laid out afresh (a new width) */
+        if (!(L = malloc((size_t)nl * sizeof *L)))
+            return d->oom = 1, -1;
+        txt_wrap(p, e - st->pl_line, w, L, nl);
+    }
+    int rc = 0;
+    for (int i = 0; i < nl && !rc; i++)
+        rc = pl_line_add(d, p + L[i].off, L[i].len, role, L[i].width);
+    if (nl > 0)
+        st->pl_line += L[nl - 1].off;
+    if (L != buf)
+        free(L);
+    return rc;
+}
+
 int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role, unsigned flags) {
     n = txt_complete(s, n);
     if (st->base != s || n < st->len || st->width != width || st->role != role ||
         (st->flags & ~(unsigned)MD_STREAMING) != (flags & ~(unsigned)MD_STREAMING)) {
         md_doc_reset(&st->fin);
         st->done = st->scan = 0;
+        st->pl   = 0;
+        st->pl_done = (size_t)-1;
         st->fence = st->blank = 0;
         st->base  = s;
         st->width = width;
@@ -1194,6 +1301,17 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         st->blank = blank_line(s + p, ln);
         st->scan  = p + ln + 1;
     }
+    if (st->pl_done != st->done) { /* a new open chunk: is it a plain paragraph? */
+        st->pl      = st->pl_no = 0;
+        st->pl_done = st->pl_scan = st->done;
+    }
+    if ((flags & MD_STREAMING) && !st->pl_no && st->done < n) {
+        st->pl_scan = plain_scan(s, st->done, st->pl_scan, n);
+        if (st->pl_scan == n)
+            return pl_layout(st, s, n, role);
+        st->pl_no = 1; /* for good: the chunk only grows */
+    }
+    st->pl = 0;
     md_doc_reset(&st->open);
     if (st->done >= n)
         return 0;

@@ -96,6 +96,14 @@ typedef struct md_stream {
     int         blank;      /* the line before scan was blank                                 */
     md_doc      fin, open;  /* lines of the finished chunks; of the open chunk               */
     txt_buf     tmp;
+    /* The open chunk as a plain paragraph (one source line without Markdown syntax, the usual
+     * case of a long streamed paragraph): open was laid out here without md4c, exactly as
+     * md_render lays it out, and each update wraps only from the start of its last line. */
+    int         pl;         /* open is such a layout of the chunk at pl_done                   */
+    int         pl_no;      /* that chunk is not a plain paragraph                             */
+    size_t      pl_done;    /* the chunk start it was made for                                 */
+    size_t      pl_scan;    /* bytes [pl_done, pl_scan) are known to be plain                  */
+    size_t      pl_line;    /* where open's last line starts                                    */
 } md_stream;
 
 /* Bring st up to date with s[0..n) at width columns. 0 ok, -1 out of memory. The lines to show

@@ -26,6 +26,14 @@ static int is_emoji_pres(utf8proc_int32_t cp) {
 }
 
 size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
+    /* printable ASCII not followed by a combining character (which would not be ASCII): a
+     * cluster of one byte and one column, without a table lookup */
+    unsigned char c0 = (unsigned char)s[0];
+    if (c0 >= 0x20 && c0 < 0x7f && (n == 1 || (unsigned char)s[1] < 0x80)) {
+        *width = 1;
+        *flags = c0 == ' ' ? TXT_F_SPACE : 0;
+        return 1;
+    }
     size_t            len;
     utf8proc_int32_t  cp = decode(s, n, &len), prev = cp;
     int               w = 0, f = 0, emoji = 0;

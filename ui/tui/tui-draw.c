@@ -70,6 +70,17 @@ static int draw_text(int y, int x, int w, const char *s, size_t n, int role) {
     int col = 0;
     attrset((attr_t)thm_attr((enum thm_role)role));
     for (size_t off = 0; off < n && col < w;) {
+        /* a run of printable ASCII (each byte a cluster of one column): one curses call */
+        size_t a = off;
+        while (a < n && col + (int)(a - off) < w && (unsigned char)s[a] >= 0x20 && (unsigned char)s[a] < 0x7f &&
+               (a + 1 == n || (unsigned char)s[a + 1] < 0x80))
+            a++;
+        if (a > off) {
+            mvaddnstr(y, x + col, s + off, (int)(a - off));
+            col += (int)(a - off);
+            off = a;
+            continue;
+        }
         int    cw, f;
         size_t len = txt_cluster(s + off, n - off, &cw, &f);
         if (f & TXT_F_TAB) {
@@ -130,7 +141,10 @@ static int draw_wrapped(int y, int x, int w, int max_rows, const char *s, int ro
 }
 
 /* A pane title: "── NAME · extra ───────". */
-static void draw_title(int y, const char *name, const char *extra, int cols) {
+static void draw_title(tui *t, int y, const char *name, const char *extra, int cols) {
+    uint64_t h = tui_hash(tui_hash(TUI_HASH0, name, strlen(name) + 1), extra ? extra : "", extra ? strlen(extra) : 0);
+    if (tui_row_same(t, y, h))
+        return;
     attrset((attr_t)thm_attr(THM_BORDER));
     mvhline(y, 0, ACS_HLINE, cols);
     int x = 2;
@@ -141,6 +155,76 @@ static void draw_title(int y, const char *name, const char *extra, int cols) {
         x += draw_text(y, x, cols - x, extra, strlen(extra), THM_BORDER);
     }
     draw_text(y, x, cols - x, " ", 1, THM_BORDER);
+}
+
+/* ==== rows already drawn ===================================================== */
+
+uint64_t tui_hash(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t hash_int(uint64_t h, int v) {
+    return tui_hash(h, &v, sizeof v);
+}
+
+int tui_row_same(tui *t, int y, uint64_t h) {
+    if (y < 0 || y >= t->n_row_sig)
+        return 0;
+    h += h == 0; /* 0 means unknown */
+    if (t->row_sig[y] == h)
+        return 1;
+    t->row_sig[y] = h;
+    return 0;
+}
+
+void tui_rows_scroll(tui *t, int y0, int h, const uint64_t *hs) {
+    if (y0 < 0 || h < 3 || y0 + h > t->n_row_sig)
+        return;
+    const uint64_t *old = t->row_sig + y0;
+    for (int k = 1; k < h - 1; k++) {
+        /* rows [0, h - k - 1) would show what rows [k, h - 1) show now (the old last row may have
+         * grown since): all of them, and at least half the pane */
+        int r = 0;
+        while (r < h - k - 1 && old[r + k] != 0 && old[r + k] == hs[r] + (hs[r] == 0))
+            r++;
+        if (r < h - k - 1)
+            continue;
+        if (2 * (h - k - 1) < h)
+            return;
+        wsetscrreg(stdscr, y0, y0 + h - 1);
+        scrollok(stdscr, TRUE);
+        wscrl(stdscr, k);
+        scrollok(stdscr, FALSE);
+        wsetscrreg(stdscr, 0, t->rows - 1);
+        memmove(t->row_sig + y0, t->row_sig + y0 + k, (size_t)(h - k) * sizeof *t->row_sig);
+        memset(t->row_sig + y0 + h - k, 0, (size_t)k * sizeof *t->row_sig);
+        return;
+    }
+}
+
+/* Forget what the rows show (their next drawing happens); sized for the current screen. */
+static void rows_forget(tui *t) {
+    if (t->rows > t->n_row_sig) {
+        uint64_t *r = realloc(t->row_sig, (size_t)t->rows * sizeof *r);
+        if (!r) { /* without the cache every row is drawn */
+            free(t->row_sig);
+            t->row_sig   = NULL;
+            t->n_row_sig = 0;
+            return;
+        }
+        t->row_sig   = r;
+        t->n_row_sig = t->rows;
+    }
+    if (t->row_sig)
+        memset(t->row_sig, 0, (size_t)t->n_row_sig * sizeof *t->row_sig);
+}
+
+/* The hash of a text row: its bytes, role and starting column. */
+static uint64_t text_hash(const char *s, size_t n, int role, int x) {
+    return tui_hash(hash_int(hash_int(TUI_HASH0, role), x), s, n);
 }
 
 /* ==== text to lines ========================================================= */
@@ -364,18 +448,19 @@ static void draw_hist(tui *t) {
  * a later one exists, so each frame wraps only from the start of the last line drawn before
  * (tail_cache): a frame costs the same however long the text grows. */
 static void draw_tail(tui *t, int y0, int h, const txt_buf *b, int role, tail_cache *c) {
-    int width = t->cols - 1, used[TAIL_N] = {0};
+    int width = t->cols - 1;
     if (c->width != width || c->len > b->n) {
         memset(c, 0, sizeof *c);
         c->width = width;
     }
     c->base = b->p;
     c->len  = b->n;
-    if (h > TAIL_N)
-        h = TAIL_N;
+    if (h > TUI_PANE_MAX)
+        h = TUI_PANE_MAX;
     if (h <= 0 || !b->n) {
         for (int y = y0; y < y0 + h; y++)
-            fill_row(y, 0, t->cols, THM_NORMAL);
+            if (!tui_row_same(t, y, text_hash("", 0, THM_NORMAL, 0)))
+                fill_row(y, 0, t->cols, THM_NORMAL);
         return;
     }
     int        save_n = t->n_dl;
@@ -383,19 +468,34 @@ static void draw_tail(tui *t, int y0, int h, const txt_buf *b, int role, tail_ca
     text_lines(t, t->cur, b->p + c->start, b->n - c->start, width, role, 0, &ws);
     int n_new = t->n_dl - save_n, n_old = c->n < h ? c->n : h;
     int total = n_old + n_new, first = total > h ? total - h : 0;
-    for (int r = 0; first + r < total; r++) {
-        int k = first + r;
+    struct pane_row {
+        const char *p;
+        size_t      len;
+        int         role, x;
+    } row[TUI_PANE_MAX];
+    uint64_t hs[TUI_PANE_MAX];
+    for (int r = 0; r < h; r++) {
+        int k  = first + r;
+        row[r] = (struct pane_row){"", 0, THM_NORMAL, 0};
         if (k < n_old) {
             const tail_line *o = &c->ring[(c->head + c->n - n_old + k) % TAIL_N];
-            used[r]            = draw_text(y0 + r, 0, t->cols, b->p + o->off, o->len, o->role);
-        } else {
-            dline *d = &t->dl[save_n + k - n_old];
-            used[r]  = d->indent + draw_text(y0 + r, d->indent, t->cols - d->indent, d->s, d->len, d->role);
+            row[r] = (struct pane_row){b->p + o->off, o->len, o->role, 0};
+        } else if (k < total) {
+            const dline *d = &t->dl[save_n + k - n_old];
+            row[r] = (struct pane_row){d->s, d->len, d->role, d->indent};
         }
+        hs[r] = text_hash(row[r].p, row[r].len, row[r].role, row[r].x);
     }
-    for (int r = 0; r < h; r++)
-        if (used[r] < t->cols)
-            fill_row(y0 + r, used[r], t->cols - used[r], THM_NORMAL);
+    tui_rows_scroll(t, y0, h, hs);
+    for (int r = 0; r < h; r++) { /* rows that show what they showed last frame are left alone */
+        int used = 0;
+        if (tui_row_same(t, y0 + r, hs[r]))
+            continue;
+        if (row[r].len)
+            used = row[r].x + draw_text(y0 + r, row[r].x, t->cols - row[r].x, row[r].p, row[r].len, row[r].role);
+        if (used < t->cols)
+            fill_row(y0 + r, used, t->cols - used, THM_NORMAL);
+    }
     /* every new line but the last is final: keep it, resume at the last */
     for (int k = 0; k + 1 < n_new; k++) {
         dline *d = &t->dl[save_n + k];
@@ -420,7 +520,7 @@ static void draw_panes(tui *t, int dirty) {
     if (t->think_h > 0 && (dirty & DIRTY_THINK)) {
         double s = e->think.n ? (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0 : 0;
         snprintf(extra, sizeof extra, "%.1f s · %d tokens", e->think.n ? s : 0.0, e->n_think);
-        draw_title(t->think_y, "thinking", extra, t->cols);
+        draw_title(t, t->think_y, "thinking", extra, t->cols);
         if (!t->dl_valid) /* draw_tail uses the line list as scratch space */
             build_lines(t, t->cols - 1);
         draw_tail(t, t->think_y + 1, t->think_h - 1, &e->think, THM_THINK, &t->tc_think);
@@ -435,7 +535,7 @@ static void draw_panes(tui *t, int dirty) {
                      (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0, e->n_think);
         else
             snprintf(extra, sizeof extra, "waiting for the first token · Ctrl-C stops");
-        draw_title(t->resp_y, "response", extra, t->cols);
+        draw_title(t, t->resp_y, "response", extra, t->cols);
         if (!t->dl_valid)
             build_lines(t, t->cols - 1);
         if (tui_md_tail(t, t->resp_y + 1, t->resp_h - 1, &e->text))
@@ -451,7 +551,6 @@ static void draw_status(tui *t) {
     int    pri[16], n = 0;
     const ue_stats *s = &t->st;
 #define SEG(p, ...) (pri[n] = (p), snprintf(seg[n++], 96, __VA_ARGS__))
-    fill_row(t->status_y, 0, t->cols, THM_STATUS);
     if (!t->ready) {
         if (t->fatal)
             SEG(0, "no model");
@@ -498,6 +597,13 @@ static void draw_status(tui *t) {
         total -= w[drop];
         w[drop] = 0;
     }
+    uint64_t h = TUI_HASH0; /* the segments shown: unchanged figures are not drawn again */
+    for (int k = 0; k < n; k++)
+        if (w[k])
+            h = tui_hash(h, seg[k], strlen(seg[k]) + 1);
+    if (tui_row_same(t, t->status_y, h))
+        return;
+    fill_row(t->status_y, 0, t->cols, THM_STATUS);
     int x = 1;
     for (int k = 0; k < n && x < t->cols - 2; k++) {
         if (!w[k])
@@ -525,14 +631,19 @@ static void draw_input(tui *t) {
         if (lines[k].off <= cur)
             cl = k;
     int first = cl - rows + 1 > 0 ? cl - rows + 1 : 0;
-    for (int r = 0; r < t->input_h; r++)
-        fill_row(t->input_y + r, 0, t->cols, THM_INPUT);
-    if (hint)
-        draw_wrapped(t->input_y, 2, w, hint, inp_hint(t->in), THM_INFO);
-    int y0 = t->input_y + hint;
-    for (int r = 0; r < rows && first + r < nl; r++) {
-        draw_text(y0 + r, 0, 2, first + r == 0 ? "› " : "  ", strlen("› "), THM_PROMPT);
-        draw_text(y0 + r, 2, w, s + lines[first + r].off, lines[first + r].len, THM_INPUT);
+    int y0    = t->input_y + hint;
+    /* the whole input area keyed on its first row: the text, the first line shown, the hint */
+    const char *ht = inp_hint(t->in);
+    uint64_t    h  = tui_hash(hash_int(hash_int(TUI_HASH0, first), hint), s, n + 1);
+    if (!tui_row_same(t, t->input_y, tui_hash(h, ht, strlen(ht)))) {
+        for (int r = 0; r < t->input_h; r++)
+            fill_row(t->input_y + r, 0, t->cols, THM_INPUT);
+        if (hint)
+            draw_wrapped(t->input_y, 2, w, hint, ht, THM_INFO);
+        for (int r = 0; r < rows && first + r < nl; r++) {
+            draw_text(y0 + r, 0, 2, first + r == 0 ? "› " : "  ", strlen("› "), THM_PROMPT);
+            draw_text(y0 + r, 2, w, s + lines[first + r].off, lines[first + r].len, THM_INPUT);
+        }
     }
     int cx = 2 + txt_width(s + lines[cl].off, cur - lines[cl].off, 0);
     if (cx >= t->cols)
@@ -554,6 +665,7 @@ void tui_render(tui *t, int force) {
         int w = t->cols > 0 ? t->cols : 1, n = txt_wrap(m, strlen(m), w, NULL, 0);
         int y = t->rows > n ? (t->rows - n) / 2 : 0;
         draw_wrapped(y, 0, w, t->rows - y, m, THM_NORMAL);
+        rows_forget(t);
         attrset(A_NORMAL);
         refresh();
         t->dirty     = 0;
@@ -565,6 +677,8 @@ void tui_render(tui *t, int force) {
         if (h != t->input_h)
             tui_layout(t);
     }
+    if ((t->dirty & DIRTY_ALL) == DIRTY_ALL)
+        rows_forget(t); /* a new layout, theme or full repaint: every row is drawn */
     tui_md_frame(t);
     if (t->dirty & DIRTY_HIST)
         draw_hist(t);
@@ -576,6 +690,7 @@ void tui_render(tui *t, int force) {
     attrset(A_NORMAL);
     wnoutrefresh(stdscr);
     doupdate();
+    t->turn_frames += t->streaming;
     tui_md_links(t);
     t->dirty     = 0;
     t->last_draw = ev_now();

@@ -44,6 +44,7 @@ typedef struct entry {
 
 /* Final lines of a streaming pane (byte ranges of its buffer), and where wrapping resumes. */
 #define TAIL_N 512
+#define TUI_PANE_MAX TAIL_N /* rows of a streaming pane drawn at most */
 typedef struct tail_line {
     size_t off, len;
     int    role;
@@ -128,6 +129,12 @@ typedef struct tui {
     int    n_dl, cap_dl, dl_width, dl_valid;
     int    vis_first; /* dline index drawn on the pane's first row */
     tail_cache tc_think, tc_resp; /* incremental wrapping of the streaming panes */
+    /* what each screen row shows (a hash of its content, 0: unknown): drawing that would put the
+     * same again is skipped, so a streaming frame touches only the rows that changed. Valid
+     * while only the routine that drew a row draws there: tui_render forgets it all on
+     * DIRTY_ALL (layout, theme, Ctrl-L, resume) */
+    uint64_t *row_sig;
+    int       n_row_sig;
 
     /* Markdown (tui-md.c) */
     int       raw;          /* /raw on: answers as unrendered text                   */
@@ -143,6 +150,10 @@ typedef struct tui {
     double lat_sum, lat_max;
     long   lat_n;
     double ui_cpu0, decode_wall;
+    /* the UI thread's CPU time while turns stream (first token to EV_DONE), user and system
+     * (getrusage), and the poll() wake-ups and frames in that time */
+    double turn_ru0[2], turn_user, turn_sys;
+    long   turn_wakes, turn_frames;
 } tui;
 
 /* tui-draw.c */
@@ -152,6 +163,15 @@ void tui_render(tui *t, int force);  /* redraw the dirty regions (coalesced whil
 int  tui_text(int y, int x, int w, const char *s, size_t n, int role);
 void tui_fill(int y, int x, int w, int role);
 int  tui_dl_push(tui *t, int ent, const char *s, size_t len, int role, int indent, int fold); /* 0, -1 */
+/* FNV-1a of p[0..n) continuing from h (start with TUI_HASH0): the content of a screen row. */
+#define TUI_HASH0 1469598103934665603ull
+uint64_t tui_hash(uint64_t h, const void *p, size_t n);
+/* 1 when row y shows h already (skip drawing it); otherwise records h and returns 0. */
+int  tui_row_same(tui *t, int y, uint64_t h);
+/* A pane of rows [y0, y0 + h) is about to show hs[0..h): when that is what it shows now moved up
+ * by some rows (a streaming pane that gained lines), scroll the rows in the window instead of
+ * drawing them all again (curses sends the terminal a scroll, idlok) and move their hashes. */
+void tui_rows_scroll(tui *t, int y0, int h, const uint64_t *hs);
 
 /* tui-md.c: Markdown in the panes, /raw, /copy */
 /* Lines of an assistant entry's text as rendered Markdown (cached per width); 0, or -1 when it

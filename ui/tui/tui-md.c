@@ -60,6 +60,19 @@ static void note_link(tui *t, int y, int x, const md_doc *d, size_t run) {
     t->links[t->n_links++] = (struct tui_link){y, x, d, run};
 }
 
+/* The links of line i of d as drawn at (y, 0) within w columns, for a row not drawn again: a
+ * scrolled or repainted row may have lost its OSC 8 attribute on the terminal. */
+static void note_row_links(tui *t, int y, int w, const md_doc *d, int i) {
+    const md_line *l   = &d->lines[i];
+    int            col = 0;
+    for (int k = 0; k < l->n_runs && col < w; k++) {
+        const md_run *r = &d->runs[l->run0 + (size_t)k];
+        if (r->link >= 0)
+            note_link(t, y, col, d, l->run0 + (size_t)k);
+        col += txt_width(d->text.p + r->off, r->len, col);
+    }
+}
+
 int tui_md_draw(tui *t, int y, int x, int w, const md_doc *d, int i) {
     const md_line *l   = &d->lines[i];
     int            col = 0;
@@ -72,6 +85,20 @@ int tui_md_draw(tui *t, int y, int x, int w, const md_doc *d, int i) {
     return col;
 }
 
+/* What line i of d shows: each run's role, bytes and (drawn as OSC 8) link target. */
+static uint64_t line_hash(const tui *t, const md_doc *d, int i) {
+    const md_line *l = &d->lines[i];
+    uint64_t       h = TUI_HASH0;
+    for (int k = 0; k < l->n_runs; k++) {
+        const md_run *r = &d->runs[l->run0 + (size_t)k];
+        int           a[2] = {r->role, r->link >= 0 && t->osc8};
+        h = tui_hash(tui_hash(h, a, sizeof a), d->text.p + r->off, r->len);
+        if (a[1])
+            h = tui_hash(h, d->text.p + d->links[r->link].off, d->links[r->link].len);
+    }
+    return h;
+}
+
 int tui_md_tail(tui *t, int y0, int h, const txt_buf *b) {
     if (t->raw)
         return -1;
@@ -81,11 +108,25 @@ int tui_md_tail(tui *t, int y0, int h, const txt_buf *b) {
         return -1;
     int nf = st->fin.n_lines, total = nf + st->open.n_lines;
     int first = total > h ? total - h : 0;
+    uint64_t hs[TUI_PANE_MAX];
+    if (h > TUI_PANE_MAX)
+        h = TUI_PANE_MAX;
     for (int r = 0; r < h; r++) {
-        int k = first + r, used = 0;
+        int k = first + r;
+        hs[r] = k >= total ? TUI_HASH0 : k < nf ? line_hash(t, &st->fin, k) : line_hash(t, &st->open, k - nf);
+    }
+    tui_rows_scroll(t, y0, h, hs);
+    for (int r = 0; r < h; r++) { /* rows that show what they showed last frame are left alone */
+        int           k = first + r, used = 0;
+        const md_doc *d = k < nf ? &st->fin : &st->open;
+        int           i = k < nf ? k : k - nf;
+        if (tui_row_same(t, y0 + r, hs[r])) {
+            if (t->osc8 && k < total) /* its links are written again after doupdate all the same */
+                note_row_links(t, y0 + r, t->cols, d, i);
+            continue;
+        }
         if (k < total)
-            used = k < nf ? tui_md_draw(t, y0 + r, 0, t->cols, &st->fin, k)
-                          : tui_md_draw(t, y0 + r, 0, t->cols, &st->open, k - nf);
+            used = tui_md_draw(t, y0 + r, 0, t->cols, d, i);
         if (used < t->cols)
             tui_fill(y0 + r, used, t->cols - used, THM_NORMAL);
     }

@@ -33,14 +33,39 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include <utf8proc.h>
 
-static volatile sig_atomic_t got_term;
+static volatile sig_atomic_t got_term, got_tstp;
 static void on_term(int sig) {
     (void)sig;
     got_term = 1;
+}
+/* SIGTSTP from outside (kill -TSTP; Ctrl-Z itself is a key in raw mode): suspend from the loop.
+ * Having our own handler also keeps curses from installing its one, which doupdate() would
+ * switch off and on again with two sigaction calls in every frame. */
+static void on_tstp(int sig) {
+    (void)sig;
+    got_tstp = 1;
+}
+
+/* Stop the process (the shell's job control) with the terminal as it was before us; redraw
+ * everything on SIGCONT. */
+static void suspend(tui *t) {
+    struct sigaction dfl, ours;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    got_tstp       = 0;
+    def_prog_mode();
+    endwin();
+    sigaction(SIGTSTP, &dfl, &ours);
+    kill(getpid(), SIGTSTP); /* stops here until SIGCONT */
+    sigaction(SIGTSTP, &ours, NULL);
+    reset_prog_mode();
+    clearok(curscr, TRUE);
+    t->dirty = DIRTY_ALL;
 }
 
 static entry *add_entry(tui *t, int role, const char *text) {
@@ -141,6 +166,15 @@ static void end_turn(tui *t, int status, const ue_stats *st) {
     tui_layout(t);
 }
 
+/* The UI thread's user and system CPU seconds so far. */
+static void thread_usage(double ru[2]) {
+    struct rusage r;
+    if (getrusage(RUSAGE_THREAD, &r) != 0)
+        memset(&r, 0, sizeof r);
+    ru[0] = (double)r.ru_utime.tv_sec + (double)r.ru_utime.tv_usec * 1e-6;
+    ru[1] = (double)r.ru_stime.tv_sec + (double)r.ru_stime.tv_usec * 1e-6;
+}
+
 static void on_event(tui *t, ui_ev *e) {
     switch (e->type) {
     case EV_PROGRESS: {
@@ -181,6 +215,8 @@ static void on_event(tui *t, ui_ev *e) {
     case EV_TOKEN:
         if (t->cur < 0 || !t->streaming)
             break;
+        if (t->turn_ru0[0] == 0 && t->turn_ru0[1] == 0)
+            thread_usage(t->turn_ru0);
         if (t->tok_t_pending == 0)
             t->tok_t_pending = e->t;
         if (e->ch == EV_CH_THINK) {
@@ -214,6 +250,13 @@ static void on_event(tui *t, ui_ev *e) {
         t->dirty |= DIRTY_STATUS;
         break;
     case EV_DONE:
+        if (t->turn_ru0[0] > 0 || t->turn_ru0[1] > 0) {
+            double ru[2];
+            thread_usage(ru);
+            t->turn_user += ru[0] - t->turn_ru0[0];
+            t->turn_sys += ru[1] - t->turn_ru0[1];
+            t->turn_ru0[0] = t->turn_ru0[1] = 0;
+        }
         if (!e->i || e->st.ctx_max)
             t->st = e->st;
         if (e->st.tok_s > 0 && e->st.n_response + e->st.n_think > 0)
@@ -298,9 +341,9 @@ static void on_event(tui *t, ui_ev *e) {
     }
 }
 
-static void pump_events(tui *t) {
+static void pump_events(tui *t, int readable) {
     ui_ev e;
-    ev_drain_fd(t->q);
+    ev_drain_fd(t->q, readable);
     while (ev_pop(t->q, &e)) {
         on_event(t, &e);
         ev_free(&e);
@@ -607,6 +650,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             t->quit = 1;
             return 0;
         }
+        if (got_tstp)
+            suspend(t);
         if (keys) {
             int r = read_wch(t, k);
             if (r != ERR) {
@@ -637,14 +682,17 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             timeout = 0;
         if (timeout < 0)
             timeout = 1000; /* idle: look for a SIGWINCH that came outside poll() once a second */
-        struct pollfd p[2] = {{0, POLLIN, 0}, {ev_fd(t->q), POLLIN, 0}};
-        int           pr   = poll(p, pending ? 1 : 2, timeout);
+        /* Sleeping on the event pipe: arm it first (ev.h), or take the events already there. */
+        int           waiting = !pending && ev_arm(t->q);
+        struct pollfd p[2]    = {{0, POLLIN, 0}, {ev_fd(t->q), POLLIN, 0}};
+        int           pr      = waiting ? 0 : poll(p, pending ? 1 : 2, timeout);
+        t->turn_wakes += t->streaming && !waiting;
         if (pr < 0 && errno != EINTR)
             return 0;
         /* EINTR: SIGWINCH, which curses turns into KEY_RESIZE on the next get_wch */
-        keys = pr < 0 || (pr == 0 && !pending) || (pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)));
-        if (pending || (p[1].revents & POLLIN))
-            pump_events(t);
+        keys = pr < 0 || (pr == 0 && !pending && !waiting) || (pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)));
+        if (pending || waiting || (p[1].revents & POLLIN))
+            pump_events(t, (p[1].revents & POLLIN) != 0);
         if (flowing && !t->dirty)
             t->flowing = 0; /* a frame's time without tokens: wait for the next one again */
         if (t->quit)
@@ -856,12 +904,7 @@ static void on_key(tui *t, wint_t k, int fn) {
             t->dirty = DIRTY_ALL;
             return;
         case 26: /* Ctrl-Z */
-            def_prog_mode();
-            endwin();
-            kill(getpid(), SIGTSTP);
-            reset_prog_mode();
-            clearok(curscr, TRUE);
-            t->dirty = DIRTY_ALL;
+            suspend(t);
             return;
         case 27: { /* ESC: Alt-Enter inserts a newline; ESC + key is a meta key for libedit */
             wint_t k2;
@@ -928,6 +971,8 @@ static void write_ui_stats(tui *t) {
     fprintf(f, "frames_with_tokens %ld\nlatency_mean_ms %.4f\nlatency_max_ms %.4f\nui_cpu_s %.6f\ndecode_wall_s %.6f\n",
             t->lat_n, t->lat_n ? t->lat_sum / (double)t->lat_n * 1e3 : 0, t->lat_max * 1e3, thread_cpu() - t->ui_cpu0,
             t->decode_wall);
+    fprintf(f, "turn_user_s %.6f\nturn_sys_s %.6f\nturn_wakeups %ld\nturn_frames %ld\n", t->turn_user, t->turn_sys,
+            t->turn_wakes, t->turn_frames);
     fclose(f);
 }
 
@@ -1001,6 +1046,8 @@ int ui_tui_run(const cli_opts *o) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     sigaction(SIGINT, &sa, NULL); /* kill -INT from outside (Ctrl-C itself is a key in raw mode) */
+    sa.sa_handler = on_tstp;
+    sigaction(SIGTSTP, &sa, NULL);
 
     if (!getenv("ESCDELAY"))
         set_escdelay(25);
@@ -1011,6 +1058,15 @@ int ui_tui_run(const cli_opts *o) {
     keypad(stdscr, TRUE);
     timeout(0);
     intrflush(stdscr, FALSE);
+    /* One write(2) per frame: ncurses 6.4 flushes its output buffer at every cursor movement
+     * inside doupdate() until the screen has once been resumed after endwin() (its _endwin state
+     * stays "initial"), which made a streaming frame 4 to 6 writes; an endwin() and refresh()
+     * now, before anything is drawn, ends that state. typeahead(-1): doupdate() does not poll
+     * stdin for typed-ahead keys (twice a frame); we draw one frame at a time anyway. */
+    endwin();
+    refresh();
+    typeahead(-1);
+    idlok(stdscr, TRUE); /* a streaming pane that gains a line scrolls (tui_rows_scroll) */
     thm_apply(t->theme);
     define_key("\033[200~", KEY_PASTE_BEGIN);
     define_key("\033[201~", KEY_PASTE_END);
@@ -1046,6 +1102,7 @@ int ui_tui_run(const cli_opts *o) {
     drop_entries(t, 0);
     free(t->ents);
     free(t->dl);
+    free(t->row_sig);
     free(t->paste_buf.p);
     md_stream_free(&t->ms_resp);
     free(t->links);

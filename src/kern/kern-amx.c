@@ -1,0 +1,339 @@
+/* kern-amx.c: AMX-INT8 tile kernels for the IDOT matmul of 2+ columns (int8, int4 and MXFP4
+ * weights x int8 activations), their scalar twin, and the AMX order they compute.
+ *
+ * DESIGN
+ * - The weights are the A operand: tile row m = weight row, 32 bytes of K per tile, loaded
+ *   straight from the row-major matrix with stride = the row's bytes. So no weight copy exists
+ *   (memory cost 0 for int8). The activations take the VNNI B layout instead, once per call:
+ *   per token tile (16 columns) and group g, B row kq = the four codes 4kq..4kq+3 of the group
+ *   for each of the 16 columns (8 rows x 64 bytes). C = A B is then 16 weight rows x 16 columns
+ *   of exact int32 group sums (TDPBSSD: both operands signed).
+ * - int4 and MXFP4 rows are unpacked to int8 once per block of 16 rows (MXFP4: the doubled e2m1
+ *   values, exact in int8), into a per-thread buffer of 16 x K bytes that every token tile
+ *   then reads; K is padded to whole groups with zeros. An int8 matrix whose K is not a multiple
+ *   of 32 has its last group copied to a zero-padded 16 x 32 buffer, so no tile load reads past
+ *   a row's end.
+ * - THE AMX ORDER (why not the canonical one of kern-impl.h): the canonical order rounds one
+ *   float FMA per 4 (int8) or 8 (nibble) columns; at that rate the float work, not the integer
+ *   dot, bounds any kernel (about 0.45 TOPS on a core that does two 16-lane FMAs per cycle), so
+ *   AMX could not beat AVX-512 and stay bit-identical. The AMX order rounds once per group of 32:
+ *     isum_g = exact sum over the group's columns of w * q (int32, no overflow: 32 * 127 * 127)
+ *     acc    = fmaf((float)isum_g, dscale_g, acc) for g = 0, 1, ... in order, acc from 0
+ *     dscale_g = d[g] (Q_I8) or wscale(g) * d[g] (Q_I4: s[r][g/2]; Q_MXFP4: 2^(e-128))
+ *     y = acc * s[r] (Q_I8) or acc.
+ *   The activation codes and scales are the canonical ones (the same quantizer), so the
+ *   difference from the canonical order is float rounding only; tests/test-amx.c bounds it
+ *   (relative L2) and t-amx.sh checks top-1 and rel_l2 of whole-model logits with k3-ab. The
+ *   canonical kernels stay selectable (K3_ISA=avx512), and K3_ISA=amx is never the default.
+ *   kern_amx_ref is this order in plain C, the twin the tile kernels match bit for bit.
+ * - Tiles (palette 1): tmm0/tmm1 A of even/odd groups (rb x 32 bytes), tmm2/tmm3 B (8 x 4nt),
+ *   tmm4/tmm5 C (rb x 4nt), rb = rows of the block (16 but the last), nt = columns of the token
+ *   tile (16 but the last). Each thread loads its own configuration (tile state is per thread)
+ *   when (rb, nt) changes and releases the tiles when done. The float combination runs on
+ *   AVX-512: one zmm per weight row holds the 16 columns of the token tile.
+ * - Threads take whole blocks of 16 rows, so a row's arithmetic never depends on the split.
+ * - Compiled twice: here for the hardware (kern_amx_matmul_hw) and from kern-amx-emu.c on the
+ *   tile emulation (kern_amx_matmul_emu), from this one source.
+ */
+#ifndef KERN_AMX_EMU
+#define KERN_AMX_EMU 0
+#endif
+#include "kern-amx-tile.h"
+#include "kern-impl.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+
+#if KERN_AMX_EMU
+#define AMX_FN(name) name##_emu
+#define AMX_ON KERN_BUILD_AVX512
+#define T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+#else
+#define AMX_FN(name) name##_hw
+#define AMX_ON KERN_BUILD_AMX
+#define T __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+#endif
+
+#if AMX_ON
+#include <immintrin.h>
+
+enum { TR = 16, TK = 32, TN = 16 }; /* rows of a block, K bytes (one group) and columns per tile */
+
+/* Activations of one call: codes in the B layout and the scales of every token tile. */
+typedef struct {
+    int     ng, ntile;
+    int8_t *b;  /* [ntile][ng][8][64]: row kq = codes 4kq..4kq+3 of the group, per column    */
+    float  *dt; /* [ntile][ng][16] d[g] of each column; 0 past n (and its codes 0)          */
+} amx_act;
+
+/* One thread's buffers. */
+typedef struct {
+    int8_t  *wq;     /* nibble types: [16][ng * 32] the block's weights as int8, K zero-padded */
+    float   *ws;     /* nibble types: [16][ng] wscale of row i, group g; 0 past the block       */
+    int8_t  *tail;   /* Q_I8 with K % 32: [16][32] the last group, zero-padded                 */
+    int32_t *cb;     /* [2][16][16] C tiles as stored                                          */
+    float   *fb;     /* [16][16] the block's results before the transposed write               */
+    int      rb, nt; /* the configuration loaded in this thread (0 = none)                   */
+} amx_thread;
+
+/* Load the configuration for rb rows and nt columns (tiles as the design says). */
+T static void config(amx_thread *th, int rb, int nt) {
+    if (th->rb == rb && th->nt == nt)
+        return;
+    _Alignas(64) amx_tilecfg cfg = {.palette = 1};
+    for (int t = 0; t < 2; t++) {
+        cfg.rows[t] = (uint8_t)rb, cfg.colsb[t] = TK;                         /* A: rb x 32 bytes */
+        cfg.rows[2 + t] = TK / 4, cfg.colsb[2 + t] = (uint16_t)(4 * nt);      /* B: 8 x 4nt       */
+        cfg.rows[4 + t] = (uint8_t)rb, cfg.colsb[4 + t] = (uint16_t)(4 * nt); /* C: rb x 4nt */
+    }
+    KT_LOADCFG(&cfg);
+    th->rb = rb, th->nt = nt;
+}
+
+/* Nibbles of one row (nbytes packed bytes, low nibble = even column) -> int8 through lut, cols
+ * values then zeros up to kpad (a multiple of 32). */
+T static void unpack_row(const uint8_t *w, size_t nbytes, __m512i lut, int cols, int kpad, int8_t *out) {
+    const __m512i m4 = _mm512_set1_epi16(0x0F);
+    int           c  = 0;
+    for (; c + 64 <= cols; c += 64) { /* whole 32-byte loads and 64-byte stores (masked stores are
+                                         slow on some cores) */
+        __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(w + c / 2)));
+        v         = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_srli_epi16(v, 4), 8));
+        _mm512_storeu_si512(out + c, _mm512_shuffle_epi8(lut, v)); /* word k = byte k: low, high */
+    }
+    for (; c < kpad; c += 64) { /* the row's end: masked, never past the row or the buffer */
+        const size_t  b0 = (size_t)c / 2, nb = nbytes > b0 ? nbytes - b0 : 0;
+        const __m256i p = _mm256_maskz_loadu_epi8((__mmask32)(nb >= 32 ? ~0u : (1u << nb) - 1), w + b0);
+        __m512i       v = _mm512_cvtepu8_epi16(p);
+        v = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_srli_epi16(v, 4), 8));
+        v = _mm512_shuffle_epi8(lut, v);
+        const int       live = cols - c >= 64 ? 64 : cols - c > 0 ? cols - c : 0;
+        const __mmask64 kv   = live == 64 ? ~(__mmask64)0 : ((__mmask64)1 << live) - 1;
+        const __mmask64 ks   = kpad - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (kpad - c)) - 1;
+        _mm512_mask_storeu_epi8(out + c, ks, _mm512_maskz_mov_epi8(kv, v));
+    }
+}
+
+/* Block rows r0 .. r0+rb-1: the weights as the A operand of every group (a_ptr gives the
+ * pointer and stride of group g). */
+typedef struct {
+    const int8_t *base; /* group 0 of row r0                     */
+    long          stride;
+    const int8_t *tail; /* the last group when it comes from th->tail (else NULL) */
+} a_src;
+
+static inline const int8_t *a_ptr(const a_src *a, int g, int ng, long *stride) {
+    if (a->tail && g == ng - 1) {
+        *stride = TK;
+        return a->tail;
+    }
+    *stride = a->stride;
+    return a->base + (size_t)g * TK;
+}
+
+/* acc[i] += cvt(C row i) * scale of group g (nt columns live, the rest 0). */
+#define COMBINE(cbuf, g)                                                                                     \
+    do {                                                                                                     \
+        const __m512 dv = _mm512_loadu_ps(dt + (size_t)(g)*16);                                              \
+        _Pragma("GCC unroll 16") for (int i = 0; i < TR; i++) {                                              \
+            const __m512 f  = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(km, (cbuf) + i * 16));             \
+            const __m512 sc = i8 ? dv : _mm512_mul_ps(_mm512_set1_ps(th->ws[i * ng + (g)]), dv);             \
+            acc[i]          = _mm512_fmadd_ps(f, sc, acc[i]);                                                \
+        }                                                                                                    \
+    } while (0)
+
+/* One token tile (nt columns, B tiles bt, scales dt) of one block: acc in the AMX order. */
+T static void block_tile(amx_thread *th, const a_src *a, const int8_t *bt, const float *dt, int ng, int nt,
+                         int i8, __m512 acc[TR]) {
+    const __mmask16 km = (__mmask16)(nt >= 16 ? 0xFFFF : (1u << nt) - 1);
+    int32_t        *c0 = th->cb, *c1 = th->cb + TR * TN;
+#pragma GCC unroll 16
+    for (int i = 0; i < TR; i++)
+        acc[i] = _mm512_setzero_ps();
+    int g = 0;
+    for (; g + 2 <= ng; g += 2) { /* two groups on two tile sets, then their sums in order */
+        long          s0, s1;
+        const int8_t *p0 = a_ptr(a, g, ng, &s0), *p1 = a_ptr(a, g + 1, ng, &s1);
+        KT_LOAD(0, p0, s0);
+        KT_LOAD(2, bt + (size_t)g * 512, 64);
+        KT_ZERO(4);
+        KT_DPBSSD(4, 0, 2);
+        KT_LOAD(1, p1, s1);
+        KT_LOAD(3, bt + (size_t)(g + 1) * 512, 64);
+        KT_ZERO(5);
+        KT_DPBSSD(5, 1, 3);
+        KT_STORE(4, c0, 64);
+        KT_STORE(5, c1, 64);
+        COMBINE(c0, g);
+        COMBINE(c1, g + 1);
+    }
+    if (g < ng) {
+        long          s0;
+        const int8_t *p0 = a_ptr(a, g, ng, &s0);
+        KT_LOAD(0, p0, s0);
+        KT_LOAD(2, bt + (size_t)g * 512, 64);
+        KT_ZERO(4);
+        KT_DPBSSD(4, 0, 2);
+        KT_STORE(4, c0, 64);
+        COMBINE(c0, g);
+    }
+}
+
+/* Rows of blocks [b0, b1) of y[n][rows] for every token tile. */
+T static void blocks(const qmat *m, const amx_act *x, int n, float *y, int b0, int b1, amx_thread *th) {
+    const int     rows = m->rows, cols = m->cols, ng = x->ng, i8 = m->type == Q_I8;
+    const int     kpad   = ng * TK;
+    const size_t  rbytes = m->type == Q_I4 ? (size_t)(cols + 1) / 2 : (size_t)cols / 2;
+    const __m512i lut =
+        m->type == Q_MXFP4
+            ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)kern_mxfp4_i8))
+            : _mm512_broadcast_i32x4(_mm_setr_epi8(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7));
+    for (int blk = b0; blk < b1; blk++) {
+        const int r0 = blk * TR, rb = rows - r0 < TR ? rows - r0 : TR;
+        a_src     a = {0};
+        if (i8) {
+            a.base = (const int8_t *)m->w + (size_t)r0 * cols, a.stride = cols;
+            if (cols % TK) { /* the last group, zero-padded */
+                memset(th->tail, 0, TR * TK);
+                for (int i = 0; i < rb; i++)
+                    memcpy(th->tail + i * TK, a.base + (size_t)i * cols + (size_t)(ng - 1) * TK,
+                           (size_t)(cols % TK));
+                a.tail = th->tail;
+            }
+        } else { /* unpack the block once for every token tile; its weight scales */
+            for (int i = 0; i < rb; i++) {
+                unpack_row((const uint8_t *)m->w + (size_t)(r0 + i) * rbytes, rbytes, lut, cols, kpad,
+                           th->wq + (size_t)i * kpad);
+                for (int g = 0; g < ng; g++)
+                    th->ws[i * ng + g] =
+                        m->type == Q_I4
+                            ? m->s[(size_t)(r0 + i) * ((cols + Q_I4_GROUP - 1) / Q_I4_GROUP) + g / 2]
+                            : kern_e8m0_half(m->e[(size_t)(r0 + i) * (cols / Q_MXFP4_GROUP) + g]);
+            }
+            for (int i = rb; i < TR; i++)
+                for (int g = 0; g < ng; g++)
+                    th->ws[i * ng + g] = 0.0f;
+            a.base = th->wq, a.stride = kpad;
+        }
+        for (int j = 0; j < x->ntile; j++) {
+            const int nt = n - j * TN < TN ? n - j * TN : TN;
+            __m512    acc[TR];
+            config(th, rb, nt);
+            block_tile(th, &a, x->b + (size_t)j * ng * 512, x->dt + (size_t)j * ng * 16, ng, nt, i8, acc);
+#pragma GCC unroll 16
+            for (int i = 0; i < TR; i++)
+                _mm512_storeu_ps(th->fb + i * 16,
+                                 i8 && i < rb ? _mm512_mul_ps(acc[i], _mm512_set1_ps(m->s[r0 + i])) : acc[i]);
+            for (int i = 0; i < rb; i++)
+                for (int t = 0; t < nt; t++)
+                    y[(size_t)(j * TN + t) * rows + r0 + i] = th->fb[i * 16 + t];
+        }
+    }
+    if (th->rb)
+        KT_RELEASE(); /* tiles back to the init state: no tile state to save on a switch */
+}
+
+/* Quantize the n columns (the canonical quantizer: same codes and scales as every level) into
+ * the B layout. 0 when out of memory. */
+T static int make_act(const float *x, int cols, int n, amx_act *a) {
+    const int ng = (cols + TK - 1) / TK, ntile = (n + TN - 1) / TN;
+    int8_t   *q = calloc((size_t)ng * TK, 1);
+    float    *d = malloc((size_t)ng * sizeof *d);
+    a->ng = ng, a->ntile = ntile;
+    a->b  = k3_aligned_alloc(64, (size_t)ntile * ng * 512);
+    a->dt = k3_aligned_alloc(64, (size_t)ntile * ng * 16 * sizeof(float));
+    if (!q || !d || !a->b || !a->dt) {
+        free(q), free(d), free(a->b), free(a->dt);
+        return 0;
+    }
+    memset(a->b, 0, (size_t)ntile * ng * 512);
+    memset(a->dt, 0, (size_t)ntile * ng * 16 * sizeof(float));
+    for (int t = 0; t < n; t++) {
+        memset(q, 0, (size_t)ng * TK);
+        kern_act_quant_avx512(x + (size_t)t * cols, cols, ng, q, d);
+        const int j = t / TN, tt = t % TN;
+        for (int g = 0; g < ng; g++) {
+            int8_t *bt = a->b + ((size_t)j * ng + g) * 512;
+            for (int kq = 0; kq < TK / 4; kq++)
+                memcpy(bt + kq * 64 + tt * 4, q + g * TK + kq * 4, 4);
+            a->dt[((size_t)j * ng + g) * 16 + tt] = d[g];
+        }
+    }
+    free(q);
+    free(d);
+    return 1;
+}
+
+void AMX_FN(kern_amx_matmul)(const qmat *m, const float *x, int n, float *y) {
+    K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
+    amx_act   a;
+    const int made = make_act(x, m->cols, n, &a);
+    K3_ASSERT(made); /* a few KiB per column: out of memory here is not recoverable (as in kern.c) */
+    const int  nb = (m->rows + TR - 1) / TR, ng = a.ng;
+    const long work = (long)m->rows * m->cols * n;
+#pragma omp parallel if (work > 65536)
+    {
+        const int  ith = omp_get_thread_num(), nth = omp_get_num_threads();
+        const int  b0 = (int)((long)nb * ith / nth), b1 = (int)((long)nb * (ith + 1) / nth);
+        amx_thread th = {0};
+        th.wq         = k3_aligned_alloc(64, (size_t)TR * ng * TK);
+        th.ws         = malloc((size_t)TR * ng * sizeof(float));
+        th.tail       = k3_aligned_alloc(64, TR * TK);
+        th.cb         = k3_aligned_alloc(64, 2 * TR * TN * sizeof(int32_t));
+        th.fb         = k3_aligned_alloc(64, TR * 16 * sizeof(float));
+        K3_ASSERT(th.wq && th.ws && th.tail && th.cb && th.fb);
+        memset(th.cb, 0, 2 * TR * TN * sizeof(int32_t)); /* rows past rb are read, never used */
+        if (b0 < b1)
+            blocks(m, &a, n, y, b0, b1, &th);
+        free(th.wq), free(th.ws), free(th.tail), free(th.cb), free(th.fb);
+    }
+    free(a.b);
+    free(a.dt);
+}
+
+#else /* no build for this target: never selected (kern_isa_ok says no) */
+
+void AMX_FN(kern_amx_matmul)(const qmat *m, const float *x, int n, float *y) {
+    (void)m, (void)x, (void)n, (void)y;
+    K3_ASSERT(!"AMX kernels not built for this target");
+}
+
+#endif
+
+#if !KERN_AMX_EMU
+/* ==== the scalar twin (the AMX order in plain C) and the dispatch ============================ */
+
+void kern_amx_ref(const qmat *m, const float *x, int n, float *y) {
+    const int cols = m->cols, ng = (cols + Q_IDOT_GROUP - 1) / Q_IDOT_GROUP, i8 = m->type == Q_I8;
+    int8_t   *q = malloc((size_t)ng * Q_IDOT_GROUP);
+    float    *d = malloc((size_t)ng * sizeof *d);
+    K3_ASSERT(q && d);
+    for (int t = 0; t < n; t++) {
+        memset(q, 0, (size_t)ng * Q_IDOT_GROUP);
+        kern_act_quant_ref(x + (size_t)t * cols, cols, ng, q, d);
+        for (int r = 0; r < m->rows; r++) {
+            float acc = 0.0f;
+            for (int g = 0; g < ng; g++) {
+                int32_t isum = 0;
+                for (int c = g * Q_IDOT_GROUP; c < (g + 1) * Q_IDOT_GROUP && c < cols; c++)
+                    isum += kern_idot_weight(m, r, c) * q[c];
+                acc = fmaf((float)isum, i8 ? d[g] : kern_idot_wscale(m, r, g) * d[g], acc);
+            }
+            y[(size_t)t * m->rows + r] = i8 ? acc * m->s[r] : acc;
+        }
+    }
+    free(q);
+    free(d);
+}
+
+void kern_amx_matmul(const qmat *m, const float *x, int n, float *y) {
+    /* the level is KERN_AMX only after the grant (kern-cpu.c runnable); an abort with a message
+     * is still better than the SIGILL of a tile instruction without it */
+    K3_ASSERT(kern_amx_permission(NULL, 0));
+    if (kern_amx_emulated())
+        kern_amx_matmul_emu(m, x, n, y);
+    else
+        kern_amx_matmul_hw(m, x, n, y);
+}
+#endif
