@@ -11,11 +11,18 @@
  *                        vocabulary; about 1.5 GB resident at the default K3_BITS.
  * The engine's settings come from the environment as for k3chat (K3_BITS, K3_ISA, ...).
  *
+ * Then a check (a "# check:" line; the bench fails without it, but at K3_ISA=amx, whose
+ * multi-column rounding differs): one more batched step of all 8 sessions, each compared bit
+ * for bit with the session restored from a snapshot and fed alone.
+ *
  * Results (warm: every expert resident after a warm-up step)
  *   decode_batch_N     aggregate tokens/s of N = 1, 2, 4, 8 sessions each decoding one token
  *                      per k3_session_feed_batch call (greedy, BB_STEPS calls per round); ref:
  *                      one session alone (k3_session_feed) in the same round. Each round runs
  *                      alone, 1, 2, 4, 8 in turn; medians of BB_ROUNDS rounds.
+ *   decode_batch_N_cpu the same in tokens per CPU second of the process (user + system of all
+ *                      its threads): on a machine shared with other work, where the wall time
+ *                      depends on the CPU share the process gets, this one much less.
  */
 #include "bench.h"
 #include "k3-impl.h"
@@ -23,11 +30,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int bench_batch(void);
 
 #define BB_MAXS   8
-#define BB_ROUNDS 5
+#define BB_ROUNDS 7
 #define BB_STEPS  3
 
 static int32_t argmax(const float *l, int n) {
@@ -37,13 +45,20 @@ static int32_t argmax(const float *l, int n) {
     return b;
 }
 
-/* BB_STEPS greedy decode steps of sessions ss[0..n) together (n > 1, or n == 1 through
- * k3_session_feed when alone); returns tokens/s, or -1 on an error. */
-static double decode(k3_session **ss, int n, int alone, int vocab) {
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* BB_STEPS greedy decode steps of sessions ss[0..n) together (through k3_session_feed when
+ * alone); returns tokens per wall second, or -1 on an error; *per_cpu: tokens per CPU second
+ * of the process. */
+static double decode(k3_session **ss, int n, int alone, int vocab, double *per_cpu) {
     int32_t        tok[BB_MAXS];
     const int32_t *ids[BB_MAXS];
     int            nn[BB_MAXS];
-    double         t = k3_time();
+    double         t = k3_time(), c = cpu_s();
     for (int step = 0; step < BB_STEPS; step++) {
         for (int i = 0; i < n; i++) {
             tok[i] = argmax(k3_session_logits(ss[i]), vocab);
@@ -56,6 +71,7 @@ static double decode(k3_session **ss, int n, int alone, int vocab) {
             return -1;
         }
     }
+    *per_cpu = (double)n * BB_STEPS / (cpu_s() - c);
     return (double)n * BB_STEPS / (k3_time() - t);
 }
 
@@ -92,22 +108,57 @@ int bench_batch(void) {
         ids[i] = prompt[i];
         nn[i]  = 4;
     }
-    if (k3_session_feed_batch(ss, ids, nn, BB_MAXS, NULL) || decode(ss, BB_MAXS, 0, info.vocab) < 0) goto done;
+    double warm;
+    if (k3_session_feed_batch(ss, ids, nn, BB_MAXS, NULL) || decode(ss, BB_MAXS, 0, info.vocab, &warm) < 0) goto done;
     static const int sizes[4] = {1, 2, 4, 8};
-    double           ref[BB_ROUNDS], tps[4][BB_ROUNDS];
+    double           ref[BB_ROUNDS], tps[4][BB_ROUNDS], ref_c[BB_ROUNDS], tpc[4][BB_ROUNDS];
     for (int r = 0; r < BB_ROUNDS; r++) {
-        if ((ref[r] = decode(ss, 1, 1, info.vocab)) < 0) goto done;
+        if ((ref[r] = decode(ss, 1, 1, info.vocab, &ref_c[r])) < 0) goto done;
         for (int k = 0; k < 4; k++)
-            if ((tps[k][r] = decode(ss, sizes[k], 0, info.vocab)) < 0) goto done;
-        printf("# round %d: alone %.3f tok/s; together 1: %.3f, 2: %.3f, 4: %.3f, 8: %.3f tok/s\n", r + 1,
-               ref[r], tps[0][r], tps[1][r], tps[2][r], tps[3][r]);
+            if ((tps[k][r] = decode(ss, sizes[k], 0, info.vocab, &tpc[k][r])) < 0) goto done;
+        printf("# round %d: tok/s (tok per CPU s): alone %.3f (%.3f); together 1: %.3f (%.3f), 2: %.3f (%.3f), "
+               "4: %.3f (%.3f), 8: %.3f (%.3f)\n",
+               r + 1, ref[r], ref_c[r], tps[0][r], tpc[0][r], tps[1][r], tpc[1][r], tps[2][r], tpc[2][r],
+               tps[3][r], tpc[3][r]);
         fflush(stdout);
     }
-    double ref_med = bench_median(ref, BB_ROUNDS);
+    double ref_med = bench_median(ref, BB_ROUNDS), refc_med = bench_median(ref_c, BB_ROUNDS);
     for (int k = 0; k < 4; k++) {
-        char name[32];
+        char name[40];
         snprintf(name, sizeof name, "decode_batch_%d", sizes[k]);
         bench_report(name, bench_median(tps[k], BB_ROUNDS), "tok/s", ref_med, "tok/s");
+    }
+    for (int k = 0; k < 4; k++) {
+        char name[40];
+        snprintf(name, sizeof name, "decode_batch_%d_cpu", sizes[k]);
+        bench_report(name, bench_median(tpc[k], BB_ROUNDS), "tok/cpu-s", refc_med, "tok/cpu-s");
+    }
+    /* a check at these widths (OpenMP-parallel KDA and MLA paths, int8/MXFP4 kernels): one
+     * more batched step of all 8 against each session restored from a snapshot and fed alone */
+    {
+        k3_snapshot   *snap[BB_MAXS] = {0};
+        k3_session    *alone         = NULL;
+        int32_t        tok[BB_MAXS];
+        int            same = 0, ok = !k3_session_new(m, &alone);
+        for (int i = 0; ok && i < BB_MAXS; i++) {
+            ok     = !k3_session_save(ss[i], &snap[i]);
+            tok[i] = argmax(k3_session_logits(ss[i]), info.vocab);
+            ids[i] = &tok[i];
+            nn[i]  = 1;
+        }
+        ok = ok && !k3_session_feed_batch(ss, ids, nn, BB_MAXS, NULL);
+        for (int i = 0; ok && i < BB_MAXS; i++) {
+            ok = !k3_session_restore(alone, snap[i]) && !k3_session_feed(alone, &tok[i], 1);
+            same += ok && k3_session_pos(alone) == k3_session_pos(ss[i]) &&
+                    !memcmp(k3_session_logits(alone), k3_session_logits(ss[i]), (size_t)info.vocab * sizeof(float));
+        }
+        printf("# check: a batched decode step of %d sessions bit-identical to each alone: %d of %d\n", BB_MAXS,
+               same, BB_MAXS);
+        for (int i = 0; i < BB_MAXS; i++)
+            k3_snapshot_free(snap[i]);
+        k3_session_free(alone);
+        /* K3_ISA=amx rounds products of two or more columns more coarsely: no bit-identity */
+        if (!ok || (same != BB_MAXS && strncmp(k3_kernels(), "amx", 3))) goto done;
     }
     rc = 0;
 done:

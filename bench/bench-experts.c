@@ -22,11 +22,21 @@
  *   prefill_warm_isa, decode_warm_isa
  *                      warm prefill / decode at the running kernel level (K3_ISA, default the
  *                      best) against the same session at K3_ISA=avx2, alternating rounds.
+ *   prefill_chunk_<C>  warm prefill of 256 tokens with K3_CHUNK = C (32, 64, 128, 256), a session per
+ *                      chunk size on the same model, 2 alternating rounds, medians (a "# " line
+ *                      gives the process CPU seconds per token); ref: chunk 32
+ *                      (the default before it was measured). Only when the filter names it
+ *                      (k3-bench prefill_chunk): it takes a while.
+ *   prefill_warm_phase_<phase>   (K3_PROFILE=1 only) per phase of prof.h, wall seconds per token
+ *                      of the warm prefill; ref: the prefill's total. A "# " line gives the CPU
+ *                      seconds (both threads, spin waits included) against the process's.
  */
 #include "bench.h"
 #include "config.h"
 #include "experts.h"
 #include "kern-impl.h"
+#include "model-impl.h"
+#include "prof.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -232,6 +242,60 @@ static int isa_ab(k3_session *s, const int32_t *ids, int np, int nd) {
     return 0;
 }
 
+/* K3_PROFILE=1: the phases of the prefill that started at w0 (NP tokens), per token. */
+static void report_phases(int np, prof_t w0) {
+    const prof_t w1 = prof_now();
+    double       wsum = 0, csum = 0;
+    for (int ph = 0; ph < PROF_N; ph++) {
+        prof_t t = prof_get((prof_phase)ph);
+        if (ph == PROF_MATMUL) { /* the quantization ran inside the matmuls */
+            t.wall -= prof_get(PROF_QUANT).wall;
+            t.cpu -= prof_get(PROF_QUANT).cpu;
+        }
+        wsum += t.wall, csum += t.cpu;
+        char name[64];
+        snprintf(name, sizeof name, "prefill_warm_phase_%s", prof_name((prof_phase)ph));
+        bench_report(name, t.wall / np, "s/tok", (w1.wall - w0.wall) / np, "s/tok(total)");
+        printf("# %-10s cpu %.4f s/tok of %.4f (%.1f %%)\n", prof_name((prof_phase)ph), t.cpu / np,
+               (w1.cpu - w0.cpu) / np, 100.0 * t.cpu / (w1.cpu - w0.cpu));
+    }
+    printf("# phases cover %.1f %% of the wall time and %.1f %% of the CPU time; the rest: embedding,\n"
+           "# lm_head norm, expert tier bookkeeping, session\n",
+           100.0 * wsum / (w1.wall - w0.wall), 100.0 * csum / (w1.cpu - w0.cpu));
+}
+
+/* Warm prefill of np tokens at each chunk size, a fresh session each, alternating rounds. */
+static int chunk_ab(k3_model *m, const int32_t *ids, int np) {
+    enum { R = 2, NC = 4 };
+    static const int sizes[NC] = {32, 64, 128, 256};
+    double           t[NC][R], cpu[NC][R];
+    const int        keep = m->par.chunk;
+    int              rc   = 0;
+    for (int r = 0; r < R && !rc; r++)
+        for (int i = 0; i < NC && !rc; i++) {
+            k3_session *s = NULL;
+            tok_time    tt = {0, 0, 0};
+            m->par.chunk  = sizes[i];
+            const double c0 = prof_now().cpu;
+            rc              = k3_session_new(m, &s) || prefill(s, ids, np, &tt);
+            t[i][r]         = tt.total;
+            cpu[i][r]       = (prof_now().cpu - c0) / np;
+            k3_session_free(s);
+        }
+    m->par.chunk = keep;
+    if (rc) return rc;
+    printf("# chunk sizes: warm prefill of %d tokens, %d alternating rounds, medians\n", np, R);
+    const double ref = bench_median(t[0], R);
+    for (int i = 0; i < NC; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "prefill_chunk_%d", sizes[i]);
+        bench_report(name, i ? bench_median(t[i], R) : ref, "s/tok", ref, "s/tok(chunk 32)");
+        printf("# chunk %d: CPU %.4f s/tok (both threads, spin waits included), chunk 32 %.4f\n", sizes[i],
+               bench_median(cpu[i], R), bench_median(cpu[0], R));
+    }
+    return 0;
+}
+
 static void bench_engine(const char *dir) {
     k3_params p;
     if (k3_params_default(&p)) return;
@@ -246,20 +310,31 @@ static void bench_engine(const char *dir) {
     }
     printf("# slice model loaded in %.1f s (K3_BITS=%d K3_MLA_BITS=%d K3_HEAD_BITS=%d, chunk %d, "
            "%d loader threads)\n", k3_time() - t0, p.bits, p.mla_bits, p.head_bits, p.chunk, p.load_threads);
-    enum { NP = 64, ND = 6 };
-    int32_t  ids[NP];
-    uint64_t r = 12345;
-    for (int i = 0; i < NP; i++) {
+    enum { NP = 64, ND = 6, NPC = 256 };
+    int32_t  ids[NPC];
+    uint64_t  r    = 12345;
+    const int V    = m->cfg.vocab, lo = V > 600 ? 300 : 0, span = V - lo < 100000 ? V - lo : 100000;
+    for (int i = 0; i < NPC; i++) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
-        ids[i] = (int32_t)(r % 100000) + 300;
+        ids[i] = (int32_t)(r % (uint64_t)(span > 0 ? span : 1)) + lo; /* inside any vocabulary */
     }
     tok_time pc, pw, dc, dw;
     int      rc = 0;
+    if (bench_asked("prefill_chunk")) { /* only the chunk sizes, after a warm-up pass */
+        rc = k3_model_set_expert_budget(m, -1) || prefill(s, ids, NPC, &pc) || chunk_ab(m, ids, NPC);
+        if (rc) fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
+        k3_session_free(s);
+        k3_model_free(m);
+        return;
+    }
     /* cold prefill: room for every expert, none resident */
     rc |= k3_model_set_expert_budget(m, -1);
     rc |= prefill(s, ids, NP, &pc);
     /* warm prefill: every expert of the model now resident? top up with a second pass */
+    prof_reset();
+    const prof_t w0 = prof_now();
     rc |= prefill(s, ids, NP, &pw);
+    if (!rc && prof_on) report_phases(NP, w0);
     rc |= decode(s, ids, ND, &dw);
     /* cold decode: one slot per layer, every token's experts read from disk */
     rc |= k3_model_set_expert_budget(m, 0);
@@ -285,7 +360,8 @@ static void bench_engine(const char *dir) {
 /* ---- driver ---------------------------------------------------------------------------------- */
 
 int bench_experts(void) {
-    int want_s = bench_want("expert_stream"), want_e = bench_want("prefill_") || bench_want("decode_");
+    int want_s = bench_want("expert_stream"), want_e = bench_want("prefill_") || bench_want("decode_") ||
+                                                   bench_asked("prefill_chunk");
     if (!want_s && !want_e) return 0;
     const char *dir = getenv("K3_BENCH_SLICE");
     char        gen[600] = "";

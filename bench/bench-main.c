@@ -30,7 +30,8 @@
     X(vk)   /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */              \
     X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */  \
     X(release) /* bench-release.c: release widths, 2 layers: open, first token, s/token, RSS */ \
-    X(batch)   /* bench-batch.c: aggregate decode tok/s of 1..8 sessions batched vs one alone */
+    X(batch)   /* bench-batch.c: aggregate decode tok/s of 1..8 sessions batched vs one alone */ \
+    X(serve) /* bench-serve.c: continuous batching: aggregate tok/s of 1-8 turns, TTFT joining 4 */
 
 #define DECLARE(name) int bench_##name(void);
 BENCHES(DECLARE)
@@ -51,6 +52,8 @@ static const char *running; /* registry name of the benchmark being run */
 int bench_want(const char *name) {
     return !filter || !*filter || strstr(name, filter) || (running && strstr(running, filter));
 }
+
+int bench_asked(const char *what) { return filter && strstr(filter, what); }
 
 void bench_report(const char *name, double value, const char *unit, double ref, const char *ref_unit) {
     printf("BENCH %s %.4g %s ref %.4g %s ratio %.3f\n", name, value, unit, ref, ref_unit,

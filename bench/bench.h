@@ -12,6 +12,8 @@
 /* 1 when the command-line filter selects result `name` (no filter, or the filter is a substring
  * of name or of the running benchmark's registry name). */
 int bench_want(const char *name);
+/* 1 only when a filter is given and contains `what` (results too slow for the default run). */
+int bench_asked(const char *what);
 /* Print the BENCH line (ratio = value / ref; 0 when ref is 0). */
 void bench_report(const char *name, double value, const char *unit, double ref, const char *ref_unit);
 /* Where generated models go: $K3_BENCH_DIR, default /var/tmp (not a tmpfs). */

@@ -75,7 +75,7 @@ typedef struct k3_params {
     int    bits;           /* K3_BITS: KDA/latent/shared/dense matrices: 32 (f32), 8 (default), 4 */
     int    mla_bits;       /* K3_MLA_BITS                                              */
     int    head_bits;      /* K3_HEAD_BITS (lm_head)                                   */
-    int    chunk;          /* K3_CHUNK: prefill chunk, default 32                      */
+    int    chunk;          /* K3_CHUNK: prefill chunk, default 128                     */
     int    max_ctx;        /* K3_MAXT: context capacity in tokens                      */
     int    threads;        /* OpenMP threads, 0 = default                              */
     double expert_gb;      /* K3_EXPERT_GB: routed-expert cache budget in GB (10^9 bytes);
@@ -157,12 +157,16 @@ void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by 
  * order, at most K3_CHUNK each (a caller that wants its decode steps never to wait long passes
  * prefills in chunks of its choosing, one call per step).
  * Afterwards k3_session_logits(ss[i]) and k3_session_pos(ss[i]) are bit for bit what
- * k3_session_feed(ss[i], ids[i], n[i]) alone would give (CPU kernels; with the Vulkan tier on,
- * a batch of several tokens computes on the CPU like a prefill chunk); so are the token counts
- * of the stats. Shared work is attributed thus: each session's t_prefill/t_decode gets the
- * whole wall time of the call (the latency it saw); the expert tier's counters (hits, misses,
- * bytes, read and wait time) are split among the sessions in proportion to their tokens, so
- * that they sum to what the tier did.
+ * k3_session_feed(ss[i], ids[i], n[i]) alone would give, and so are the token counts of the
+ * stats (with the Vulkan tier on, a token that alone is a one-token pass, a decode step, runs
+ * its shared and resident routed experts on the device in the batch too, the rest on the CPU;
+ * equal bits then need the tier's residency to be the same, as it is once the tier is warm;
+ * at K3_ISA=amx, which rounds products of two or more columns more coarsely, a batch differs
+ * from alone by float rounding, as chunked prefill does there).
+ * Shared work is attributed thus: each session's t_prefill/t_decode gets the whole wall time
+ * of the call (the latency it saw); the expert tier's counters (hits, misses, bytes, read and
+ * wait time, Vulkan hits) are split among the sessions in proportion to their tokens, so that
+ * they sum to what the tier did.
  * each[i] (each may be NULL) gets that session's status: a session cancelled with
  * k3_session_cancel stops with K3_ABORTED (k3_session_pos says how many tokens were applied)
  * while the others go on; a session whose own input is bad (an id outside the vocabulary, a
@@ -502,6 +506,31 @@ typedef struct k3_conv_callbacks {
  * (K3_ERR_CONTEXT: the prompt would not fit; message says how many tokens) change nothing.
  * The session must be used only through this conversation (or reset) between turns. */
 k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb);
+/* The same turn in steps, so one thread can run several conversations' turns together
+ * (the server's continuous batching). k3_conv_generate is begin + steps until done + end.
+ *   begin: renders, checks the context and brings s to the longest cached prefix (errors
+ *          here change nothing, as for k3_conv_generate; no handle then). chunk: prompt
+ *          ids fed per step (>= 1), 0 = the whole prompt in one step. cb is copied; cb->ud
+ *          must stay valid until end.
+ *   step:  one prefill chunk, or one decode token (sampled, parsed, streamed to the
+ *          callbacks, then fed). A finished turn's step does nothing.
+ *   step_batch: one step of each of count distinct turns (distinct conversations and
+ *          sessions of one model), their feeds in one batched engine feed. Each turn's
+ *          tokens are exactly those it would get stepped alone. K3_ERR_ARG for a bad
+ *          list (count outside 1..256, NULL, a turn, session or conversation twice);
+ *          a turn's own failure or cancel ends that turn only (see end).
+ *   done:  1 when the turn needs no more steps (finished, failed or cancelled).
+ *   end:   appends the reply and autosaves exactly as k3_conv_generate, frees g, and
+ *          returns what k3_conv_generate would have (an unfinished turn ends as cancelled).
+ * k3_conv_cancel works on a stepped turn as on k3_conv_generate. */
+typedef struct k3_conv_gen k3_conv_gen;
+k3_status k3_conv_gen_begin(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb, int chunk,
+                            k3_conv_gen **out);
+k3_status k3_conv_gen_step(k3_conv_gen *g);
+k3_status k3_conv_gen_step_batch(k3_conv_gen *const *g, int count);
+int       k3_conv_gen_done(const k3_conv_gen *g);
+int       k3_conv_gen_prefill_left(const k3_conv_gen *g); /* prompt ids still to feed */
+k3_status k3_conv_gen_end(k3_conv_gen *g);
 /* The next k3_conv_generate writes exactly these ids instead of sampling (each is still
  * fed, so the session and the prompt cache stay exact); the turn ends at <|end_of_msg|>
  * or, when the ids run out first, as max_tokens. For tests and demos (scripted output
@@ -516,8 +545,16 @@ void      k3_conv_set_turn_seed(k3_conv *c, uint64_t seed);
  * bytes; 0 = no byte limit; K3_CONV_SNAPSHOT_MB). When full, the least recently used goes
  * (a snapshot is used when a turn starts from it). Shrinking evicts at once. */
 k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb);
-/* Forgets the prompt cache and its snapshots: call before freeing or replacing the
- * session or model the conversation generated with. */
+/* c uses with's saved states from now on (its own are dropped): conversations of one
+ * model on their own sessions share one prompt cache, limits and LRU. They must then be
+ * driven by one thread (the store is not locked); it lives until the last one is freed. */
+void      k3_conv_share_prompt_cache(k3_conv *c, k3_conv *with);
+/* Whose snapshots c may restore and saves (default 0): a turn of c starts only from
+ * snapshots saved under the same owner, so a shared cache never crosses tenants. A new
+ * owner also forgets the state c's session holds. */
+void      k3_conv_set_cache_owner(k3_conv *c, uint64_t owner);
+/* Forgets the prompt cache and its snapshots (every sharer's): call before freeing or
+ * replacing the session or model the conversation generated with. */
 void      k3_conv_drop_cache(k3_conv *c);
 /* Context accounting: tokens the next turn's prompt needs, and the capacity. */
 k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity);

@@ -306,8 +306,26 @@ if [ -f "$nano/model.safetensors" ]; then
     check "item 6 (k3-nano): /retry's error on a conversation without an answer is shown" \
         wait_for "/retry: there is no answer to regenerate" 5
     keys C-d; wait_for "EXIT=0" 5
+    # item 24: a context of 120 tokens that the first answer fills: the bar says "ctx full", and
+    # it means it (the next message is refused); /clear makes room again
+    tui_start 120 30 K3_MAXT=120 -- "$K3CHAT --temp 0 $nano 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+    wait_for "k3-nano" 30
+    wait_for "ctx " 10
+    ctx0=$(nctx)
+    check "item 24 (k3-nano, K3_MAXT=120): at start the bar counts the empty conversation's prompt (ctx $ctx0/120)" \
+        sh -c "[ '$ctx0' -gt 0 ] && [ '$ctx0' -lt 120 ]"
+    type_line "What is 27 + 58?"
+    wait_for "length limit reached" 60
+    check "item 24 (k3-nano, K3_MAXT=120): an answer that fills the context: the bar says ctx full 120/120" \
+        wait_for "ctx full 120/120" 10
+    type_line "hi"
+    check "item 24 (k3-nano, K3_MAXT=120): ... and the next message does not fit" wait_for "context full: the conversation needs" 10
+    keys C-u; type_line "/clear"
+    check "item 24 (k3-nano, K3_MAXT=120): /clear: the figure of the empty conversation again, as at start" \
+        wait_for "ctx $ctx0/120" 5
+    keys C-d; wait_for "EXIT=0" 5
 else
-    echo "SKIP: items 15/24 on k3-nano (models/k3-nano/model.safetensors is not there)"
+    echo "SKIP: items 15/24 on k3-nano, ctx full included (models/k3-nano/model.safetensors is not there)"
 fi
 
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"

@@ -5,15 +5,19 @@
  * 1, 2, 3 and 8 sessions at different positions, fresh ones and ones restored from snapshots,
  * prefills longer than a chunk (several rounds) mixed with decode steps, then greedy decode
  * rounds and a mixed round; in f32 and with the default quantized bits at every K3_ISA level
- * this CPU runs, with K3_CHUNK 5 and 32, and with routed experts streamed through a one-slot
- * expert cache. Then a session cancelled mid-batch (the others finish identical, it resumes
- * exactly), per-session bad input (the others go on) and malformed calls (K3_ERR_ARG naming
- * the problem, nothing changed).
+ * this CPU runs, with K3_CHUNK 5 and 32, with routed experts streamed through a one-slot
+ * expert cache, and on k3-nano's trained weights; and with the Vulkan tier on (K3_VK=1, when
+ * a device is there) once every routed expert is resident. Then a session cancelled mid-batch (the others finish identical, it resumes
+ * exactly), per-session bad input (the others go on), malformed calls (K3_ERR_ARG naming
+ * the problem, nothing changed) and a failed expert read (K3_ERR_IO for the whole pass, nothing
+ * applied, then exact once the file is back).
  */
 #include "k3.h"
 #include "quant.h"
 #include "test.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -21,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAXS 8
 #define POOL 400
@@ -192,18 +197,22 @@ static void scenarios(const char *dir, const cfg *c, const char *what, int all) 
 typedef struct canceller {
     k3_session *s;
     atomic_int  stop, started;
+    long        delay_ns;
 } canceller;
 
 static void *cancel_main(void *arg) {
-    canceller *c = arg;
+    canceller      *c  = arg;
+    struct timespec ts = {0, c->delay_ns};
     atomic_store(&c->started, 1);
+    if (c->delay_ns) nanosleep(&ts, NULL);
     while (!atomic_load(&c->stop))
         k3_session_cancel(c->s);
     return NULL;
 }
 
 /* Three sessions prefill 60 tokens each at K3_CHUNK 5 (rounds of 5 columns); a thread cancels
- * the middle one throughout. It stops with K3_ABORTED, the others finish bit-identical to
+ * the middle one from 0, 0.2, 1, 3 or 10 ms on (so the cancel lands before the first layer or
+ * between the layers of a later pass, where its columns leave the pass). It stops with K3_ABORTED, the others finish bit-identical to
  * alone; fed the rest alone, it ends identical too (what it applied was applied exactly). */
 static void test_cancel(const char *dir) {
     cfg       c = {0, 0, 5};
@@ -228,7 +237,8 @@ static void test_cancel(const char *dir) {
             tok[i] = pool + ps[i].off + sp[i].pre;
             ss[i]  = ps[i].b;
         }
-        canceller cn = {.s = ps[1].b};
+        static const long delays[5] = {0, 200000, 1000000, 3000000, 10000000};
+        canceller         cn        = {.s = ps[1].b, .delay_ns = delays[run]};
         atomic_init(&cn.stop, 0);
         atomic_init(&cn.started, 0);
         pthread_t th;
@@ -245,6 +255,8 @@ static void test_cancel(const char *dir) {
         if (each[1] == K3_ABORTED) {
             aborted++;
             int done = k3_session_pos(ps[1].b) - sp[1].pre;
+            printf("# run %d: cancelled from %.1f ms on, stopped after %d of 60 ids\n", run,
+                   (double)cn.delay_ns / 1e6, done);
             boundary &= st == K3_ABORTED && done >= 0 && done < 60;
             if (done < 60 && !k3_session_feed(ps[1].b, tok[1] + done, 60 - done)) {
                 k3_session_feed(ps[1].r, tok[1], 60);
@@ -264,6 +276,126 @@ static void test_cancel(const char *dir) {
     T_CHECK(boundary, "the cancelled session stopped short of its 60 ids, and the call returned K3_ABORTED");
     T_CHECK(others, "the other sessions of the batch finish bit-identical to alone");
     T_CHECK(resumed, "fed the rest alone, the cancelled session ends bit-identical to one never cancelled");
+    k3_model_free(m);
+}
+
+/* ---- a failed expert read ------------------------------------------------------ */
+
+static int put_file(const char *path, const void *data, size_t n) {
+    int fd = open(path, O_WRONLY | O_TRUNC); /* same inode: the engine's descriptors see it */
+    if (fd < 0) return -1;
+    int ok = write(fd, data, n) == (ssize_t)n;
+    return close(fd) || !ok ? -1 : 0;
+}
+
+/* Experts streamed through a one-slot cache; layer 1's shard (its routed experts) is cut
+ * short under the open model: a batch fails with K3_ERR_IO in every session still in the pass,
+ * naming the file, and applies nothing; with the bytes back, the same batch gives the bits of
+ * each session alone. */
+static void test_io(const char *dir) {
+    char shard[700];
+    snprintf(shard, sizeof shard, "%s/model-00002-of-000008.safetensors", dir);
+    size_t len  = 0;
+    char  *keep = NULL;
+    FILE  *f    = fopen(shard, "rb");
+    if (f && !fseek(f, 0, SEEK_END) && (len = (size_t)ftell(f)) > 8192 && (keep = malloc(len))) {
+        rewind(f);
+        if (fread(keep, 1, len, f) != len) len = 0;
+    }
+    if (f) fclose(f);
+    if (!keep || !len) {
+        T_CHECK(0, "read %s (layer 1's shard of the tiny preset)", shard);
+        free(keep);
+        return;
+    }
+    cfg       c = {0, 1, 32};
+    k3_model *m = open_model(dir, &c);
+    sspec     sp[3] = {{3, 0, 1}, {5, 0, 4}, {2, 0, 1}};
+    pair      ps[3] = {{0}};
+    if (!m || !setup(m, sp, 3, ps)) {
+        T_CHECK(0, "io: set up: %s", k3_errmsg());
+        goto done;
+    }
+    const int32_t *tok[3];
+    int            n[3] = {1, 4, 1};
+    k3_session    *ss[3];
+    k3_status      each[3];
+    for (int i = 0; i < 3; i++) {
+        tok[i] = pool + ps[i].off + sp[i].pre;
+        ss[i]  = ps[i].b;
+    }
+    if (truncate(shard, 4096)) {
+        T_CHECK(0, "truncate %s: %s", shard, strerror(errno));
+        goto done;
+    }
+    k3_status st = k3_session_feed_batch(ss, tok, n, 3, each);
+    int       restored = !put_file(shard, keep, len);
+    T_CHECK(st == K3_ERR_IO && each[0] == K3_ERR_IO && each[1] == K3_ERR_IO && each[2] == K3_ERR_IO &&
+                strstr(k3_errmsg(), "model-00002") && k3_session_pos(ps[0].b) == 3 &&
+                k3_session_pos(ps[1].b) == 5 && k3_session_pos(ps[2].b) == 2,
+            "a failed expert read fails every session of the pass, naming the file, nothing applied (%s)",
+            k3_errmsg());
+    T_CHECK(restored && step(ps, 3, tok, n),
+            "with the shard's bytes back, the same batch gives the bits of each session alone");
+done:
+    for (int i = 0; i < 3; i++) {
+        k3_session_free(ps[i].b);
+        k3_session_free(ps[i].r);
+    }
+    k3_model_free(m);
+    free(keep);
+}
+
+/* ---- the Vulkan tier --------------------------------------------------------------- */
+
+/* K3_VK=1 (lavapipe, or a GPU): a lone one-token pass computes the shared experts and the
+ * resident routed experts on the device, so a batch's columns that are such passes alone must
+ * too. Once the fill-once tier is warm (no expert a scenario routes to is still offered),
+ * batches equal each session alone bit for bit and use the device. */
+static void test_vk(const char *dir) {
+    setenv("K3_VK", "1", 1);
+    cfg       c = {0, 0, 32};
+    k3_model *m = open_model(dir, &c);
+    setenv("K3_VK", "0", 1);
+    k3_session *s = NULL;
+    k3_stats    st;
+    if (!m || k3_session_new(m, &s)) {
+        T_CHECK(0, "vk: open the model with K3_VK=1: %s", k3_errmsg());
+        goto done;
+    }
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    k3_session_stats(s, &st);
+    if (!st.vk_budget) {
+        T_SKIP("batched decode on the Vulkan tier: no Vulkan device here (K3_VK=1 left the tier off)");
+        goto done;
+    }
+    /* warm: prefill chunks of varied ids until every routed expert is resident (the tier
+     * takes K3_VK_UP of the experts read per step) */
+    int ok = 1;
+    for (int pass = 0; pass < 6; pass++) {
+        k3_session_reset(s);
+        for (int i = pass * 7 % 32; ok && i + 32 <= POOL && i + 32 <= 224 + pass * 7 % 32; i += 32)
+            ok = !k3_session_feed(s, pool + i, 32);
+        for (int i = 0; ok && i < 8; i++) {
+            int32_t t = argmax(k3_session_logits(s));
+            ok        = !k3_session_feed(s, &t, 1);
+        }
+        k3_session_stats(s, &st);
+        printf("# vk warm pass %d: %d of %d routed experts resident\n", pass, st.vk_experts, info.n_moe * info.n_experts);
+    }
+    uint64_t hits0 = st.vk_hits;
+    int      res0  = st.vk_experts;
+    scenario(m, "Vulkan tier on", sc3, 3);
+    scenario(m, "Vulkan tier on", sc8, 8);
+    k3_session_stats(s, &st);
+    T_CHECK(st.vk_hits > hits0, "vk: the batches' decode columns ran routed experts on the device (%llu hits)",
+            (unsigned long long)(st.vk_hits - hits0));
+    T_CHECK(st.vk_experts == res0, "vk: the tier's residency stayed as warmed (%d of %d routed experts; "
+            "the others were never routed), so each token ran where it runs alone", st.vk_experts,
+            info.n_moe * info.n_experts);
+done:
+    k3_session_free(s);
     k3_model_free(m);
 }
 
@@ -355,6 +487,9 @@ int main(void) {
                                  "K3_NOAVX2", "K3_VK"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
+    /* the Vulkan tier off but in test_vk: its residency changes as it fills, and a token's
+     * experts then run on the device or not depending on the moment */
+    setenv("K3_VK", "0", 1);
     const char *t = getenv("K3_TMP"), *b = getenv("K3_BUILD");
     snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
     snprintf(build, sizeof build, "%s", b ? b : "build");
@@ -404,5 +539,22 @@ int main(void) {
     unsetenv("K3_NOVNNI");
     test_cancel(dir);
     test_bad(dir);
+    test_io(dir);
+    test_vk(dir);
+
+    /* trained weights: k3-nano (its own vocabulary: the ids are drawn again) */
+    const char *src = getenv("K3_SRC");
+    char        nano[600];
+    snprintf(nano, sizeof nano, "%s/models/k3-nano", src && *src ? src : ".");
+    if (!(m = open_model(nano, &c0))) {
+        T_CHECK(0, "open %s: %s", nano, k3_errmsg());
+        return t_done();
+    }
+    k3_model_get_info(m, &info);
+    k3_model_free(m);
+    vocab = info.vocab;
+    for (int i = 0; i < POOL; i++)
+        pool[i] = rand() % vocab;
+    scenarios(nano, &q5, "k3-nano, default bits, chunk 5", 1);
     return t_done();
 }

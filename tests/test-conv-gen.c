@@ -269,9 +269,9 @@ int main(void) {
     const float *cached = NULL;
     k3_session *s3;
     K3_ASSERT(k3_session_new(m, &s3) == K3_OK);
-    for (int i = 0; i < c->n_snaps; i++)
-        if (c->snaps[i].n == (int)R2.n && !memcmp(c->snaps[i].ids, R2.v, R2.n * sizeof *R2.v) &&
-            k3_session_restore(s3, c->snaps[i].snap) == K3_OK)
+    for (int i = 0; i < c->sn->n_snaps; i++)
+        if (c->sn->snaps[i].n == (int)R2.n && !memcmp(c->sn->snaps[i].ids, R2.v, R2.n * sizeof *R2.v) &&
+            k3_session_restore(s3, c->sn->snaps[i].snap) == K3_OK)
             cached = k3_session_logits(s3);
     double maxd = 0;
     for (int i = 0; full && cached && i < info.vocab; i++)
@@ -391,10 +391,11 @@ int main(void) {
     k3_conv_pop_reply(ns);
     if (!st)
         st = k3_conv_generate(ns, m, s, NULL);
-    T_CHECK(st == K3_OK && ns->n_snaps == 0 && last(ns)->stats.n_cached == 0 &&
+    T_CHECK(st == K3_OK && ns->sn->n_snaps == 0 && last(ns)->stats.n_cached == 0 &&
                 last(ns)->stats.n_prefill == last(ns)->stats.n_prompt && last(ns)->n_ids == n_q &&
                 !memcmp(last(ns)->ids, last(q)->ids, (size_t)n_q * 4),
-            "no snapshots: a retry re-prefills all %d tokens and gives the same answer", last(ns)->stats.n_prompt);
+            "no snapshots: a retry re-prefills all %d tokens and gives the same answer",
+            last(ns)->stats.n_prompt);
     k3_conv_free(ns);
 
     /* prompt cache LRU: conversation A, then B, then A again on one conversation object (a
@@ -417,26 +418,26 @@ int main(void) {
     for (int i = 0; i < k3_conv_count(keep); i++)
         conv_push(lr, k3_conv_msg(keep, i));
     k3_conv_add(lr, K3_ROLE_USER, "Again.", NULL);
-    int n_snaps_before = lr->n_snaps;
-    size_t bytes_before = lr->snap_bytes;
+    int    n_snaps_before = lr->sn->n_snaps;
+    size_t bytes_before   = lr->sn->bytes;
     if (!st)
         st = k3_conv_generate(lr, m, s, NULL);
     int a_len = last(keep)->stats.n_prompt + last(keep)->n_ids - 1; /* A's prompt + reply, as processed */
     int kept_a = 0;
-    for (int i = 0; i < lr->n_snaps; i++)
-        kept_a |= lr->snaps[i].n == last(lr)->stats.n_cached; /* the one the turn started from */
+    for (int i = 0; i < lr->sn->n_snaps; i++)
+        kept_a |= lr->sn->snaps[i].n == last(lr)->stats.n_cached; /* the one the turn started from */
     T_CHECK(st == K3_OK && n_snaps_before == 3 && bytes_before > 0 && last(lr)->stats.n_cached >= a_len,
             "back to conversation A: its end-of-turn snapshot is restored (%d of %d cached, A took %d)",
             last(lr)->stats.n_cached, last(lr)->stats.n_prompt, a_len);
-    T_CHECK(kept_a && lr->n_snaps == 3,
+    T_CHECK(kept_a && lr->sn->n_snaps == 3,
             "LRU: the restored snapshot stays through two more saves (first in, first out would drop it)");
     size_t big = 0;
-    for (int i = 0; i < lr->n_snaps; i++)
-        big = lr->snaps[i].bytes > big ? lr->snaps[i].bytes : big;
-    T_CHECK(k3_conv_set_prompt_cache(lr, 3, (double)(big + big / 2) / 1e6) == K3_OK && lr->n_snaps >= 1 &&
-                lr->n_snaps < 3 && lr->snap_bytes <= big + big / 2,
-            "a byte budget of 1.5 of the largest snapshot evicts down to it (%d kept, %zu bytes)", lr->n_snaps,
-            lr->snap_bytes);
+    for (int i = 0; i < lr->sn->n_snaps; i++)
+        big = lr->sn->snaps[i].bytes > big ? lr->sn->snaps[i].bytes : big;
+    T_CHECK(k3_conv_set_prompt_cache(lr, 3, (double)(big + big / 2) / 1e6) == K3_OK && lr->sn->n_snaps >= 1 &&
+                lr->sn->n_snaps < 3 && lr->sn->bytes <= big + big / 2,
+            "a byte budget of 1.5 of the largest snapshot evicts down to it (%d kept, %zu bytes)",
+            lr->sn->n_snaps, lr->sn->bytes);
     k3_conv_free(keep);
     k3_conv_free(lr);
     snprintf(path, sizeof path, "%s/greedy.jsonl", tmpdir);

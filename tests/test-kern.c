@@ -91,8 +91,11 @@ static void check_mat(const qmat *m, int have_avx2) {
     for (int isa = 0; isa <= max_isa; isa++)
         for (int idot = 0; idot <= (m->type != Q_F32); idot++) {
             int ok = 1;
-            for (int th = 1; th <= 2; th++) {
-                omp_set_num_threads(th);
+            for (int th = 1; th <= 4; th++) { /* 3, 4: 2 threads, rows taken dynamically */
+                omp_set_num_threads(th > 2 ? 2 : th);
+                kern_set_rows_dynamic(th > 2);
+                memset(ym, 0xff, (size_t)N * rows * sizeof(float)); /* NaN: a row left out shows */
+                memset(yv, 0xff, (size_t)N * rows * sizeof(float));
                 kern_set_isa(isa);
                 kern_set_idot(idot);
                 qmat_matmul(m, x, N, ym);
@@ -104,7 +107,8 @@ static void check_mat(const qmat *m, int have_avx2) {
                 else
                     ok &= bits_equal(y1, ym, (size_t)rows);
             }
-            T_CHECK(ok, "%s: %s%s matmul(n=11) == matvec per column, same at 1 and 2 threads", what,
+            kern_set_rows_dynamic(0);
+            T_CHECK(ok, "%s: %s%s matmul(n=11) == matvec per column, same at 1 and 2 threads (fixed and dynamic rows)", what,
                     iname[isa], idot ? " idot" : "");
         }
     omp_set_num_threads(2);
@@ -247,7 +251,12 @@ int main(void) {
     omp_set_num_threads(2);
 
     static const int shapes[][2] = {{1, 1}, {7, 5}, {13, 33}, {37, 100}, {5, 129}, {3, 200}, {300, 301},
-                                    {9, 515},  {3, 704},  {2, 3584}}; /* several 4-pair blocks, then tails */
+                                    {9, 515},  {3, 704},  {2, 3584},
+                                    /* the AVX-512 matmul's K blocks (512 weight bytes) over row
+                                     * sub-blocks of 16: several of each, partial ones, tails */
+                                    {37, 1100}, {21, 2080},
+                                    /* several row blocks of a matvec (128 KiB) and a matmul (256 KiB) */
+                                    {150, 2080}}; /* several 4-pair blocks, then tails */
     for (int type = Q_F32; type <= Q_I4; type++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             qmat     m;
@@ -256,7 +265,7 @@ int main(void) {
             check_mat(&m, have_avx2);
             qmat_free(&m);
         }
-    static const int mshapes[][2] = {{1, 32}, {7, 96}, {13, 160}, {37, 224}, {301, 288}};
+    static const int mshapes[][2] = {{1, 32}, {7, 96}, {13, 160}, {37, 224}, {301, 288}, {37, 2336}};
     for (size_t s = 0; s < sizeof mshapes / sizeof mshapes[0]; s++) {
         qmat     m;
         uint8_t *mx;
@@ -265,6 +274,51 @@ int main(void) {
         free(mx);
     }
     check_mxfp4_known(have_avx2);
+
+    /* qmat_matmul_many: each result bit-identical to its own qmat_matmul, shared quantization
+     * (same type) or not (mixed types, exact-float), every level, n = 1 and 11, 1 and 2 threads */
+    {
+        enum { K = 4, N = 11, COLS = 1100 };
+        static const int types[K] = {Q_I8, Q_I8, Q_I4, Q_F32}, rows[K] = {37, 150, 21, 5};
+        qmat             m[K];
+        uint8_t         *mx;
+        for (int i = 0; i < K; i++)
+            make_mat(&m[i], types[i], rows[i], COLS, &mx);
+        float *x = malloc((size_t)N * COLS * sizeof(float));
+        for (int i = 0; i < N * COLS; i++)
+            x[i] = frnd();
+        float *ya[K], *yb[K];
+        for (int i = 0; i < K; i++)
+            ya[i] = malloc((size_t)N * rows[i] * sizeof(float)), yb[i] = malloc((size_t)N * rows[i] * sizeof(float));
+        /* the sets: the two int8 (shared), all four (mixed: one by one) */
+        static const int sets[][2] = {{0, 2}, {0, 4}};
+        int              ok = 1, cases = 0;
+        for (int isa = 0; isa <= max_isa; isa++)
+            for (int th = 1; th <= 2; th++)
+                for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++)
+                    for (int n = 1; n <= N; n += N - 1) {
+                        const int   i0 = sets[si][0], k = sets[si][1];
+                        const qmat *mp[K];
+                        kern_set_isa(isa);
+                        kern_set_idot(1);
+                        omp_set_num_threads(th);
+                        for (int i = 0; i < K; i++) {
+                            mp[i] = &m[i];
+                            memset(ya[i], 0xff, (size_t)N * rows[i] * sizeof(float));
+                        }
+                        qmat_matmul_many(mp + i0, k, x, n, ya + i0);
+                        for (int i = i0; i < i0 + k; i++) {
+                            qmat_matmul(&m[i], x, n, yb[i]);
+                            ok &= bits_equal(ya[i], yb[i], (size_t)n * rows[i]);
+                        }
+                        cases++;
+                    }
+        T_CHECK(ok, "qmat_matmul_many == qmat_matmul per matrix, bit for bit (%d cases: shared int8, mixed types)", cases);
+        for (int i = 0; i < K; i++)
+            free(ya[i]), free(yb[i]), qmat_free(&m[i]);
+        free(x);
+        omp_set_num_threads(2);
+    }
 
     /* a NaN activation poisons its output rows in every path (no silent zero) */
     {

@@ -26,6 +26,7 @@
 #include "conv-impl.h"
 #include "json.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,15 +40,49 @@ typedef struct conv_render {
     k3_tok *tok;
 } conv_render;
 
-void k3_conv_drop_cache(k3_conv *c) {
-    for (int i = 0; i < c->n_snaps; i++) {
-        k3_snapshot_free(c->snaps[i].snap);
-        free(c->snaps[i].ids);
+static void store_clear(conv_store *sn) {
+    for (int i = 0; i < sn->n_snaps; i++) {
+        k3_snapshot_free(sn->snaps[i].snap);
+        free(sn->snaps[i].ids);
     }
-    c->n_snaps = 0;
-    c->snap_bytes = 0;
+    sn->n_snaps = 0;
+    sn->bytes   = 0;
+}
+
+conv_store *conv_store_new(void) {
+    conv_store *sn = k3_calloc(1, sizeof *sn);
+    if (sn)
+        sn->refs = 1;
+    return sn;
+}
+
+void conv_store_unref(conv_store *sn) {
+    if (sn && --sn->refs == 0) {
+        store_clear(sn);
+        free(sn);
+    }
+}
+
+void k3_conv_drop_cache(k3_conv *c) {
+    store_clear(c->sn);
     c->n_cache = 0;
     c->cache_sess = NULL;
+}
+
+void k3_conv_share_prompt_cache(k3_conv *c, k3_conv *with) {
+    if (c->sn == with->sn)
+        return;
+    conv_store_unref(c->sn);
+    c->sn = with->sn;
+    c->sn->refs++;
+}
+
+void k3_conv_set_cache_owner(k3_conv *c, uint64_t owner) {
+    if (c->owner != owner) { /* the live state was built for the other owner */
+        c->n_cache    = 0;
+        c->cache_sess = NULL;
+    }
+    c->owner = owner;
 }
 
 static void gen_free(k3_conv *c) {
@@ -58,7 +93,8 @@ static void gen_free(k3_conv *c) {
         free(r);
     }
     c->render = NULL;
-    k3_conv_drop_cache(c);
+    c->n_cache    = 0; /* the snapshots go with the store (k3_conv_free) */
+    c->cache_sess = NULL;
     free(c->cache_ids);
     c->cache_ids = NULL;
     c->cap_cache = 0;
@@ -425,36 +461,36 @@ static void cache_append(k3_conv *c, const int32_t *ids, int n) {
 }
 
 /* Drops snapshot i (the least recently used one, when called for room). */
-static void snap_drop(k3_conv *c, int i) {
-    k3_snapshot_free(c->snaps[i].snap);
-    free(c->snaps[i].ids);
-    c->snap_bytes -= c->snaps[i].bytes;
-    memmove(&c->snaps[i], &c->snaps[i + 1], (size_t)(c->n_snaps - i - 1) * sizeof c->snaps[0]);
-    c->n_snaps--;
+static void snap_drop(conv_store *sn, int i) {
+    k3_snapshot_free(sn->snaps[i].snap);
+    free(sn->snaps[i].ids);
+    sn->bytes -= sn->snaps[i].bytes;
+    memmove(&sn->snaps[i], &sn->snaps[i + 1], (size_t)(sn->n_snaps - i - 1) * sizeof sn->snaps[0]);
+    sn->n_snaps--;
 }
 
-static void snap_drop_lru(k3_conv *c) {
+static void snap_drop_lru(conv_store *sn) {
     int lru = 0;
-    for (int i = 1; i < c->n_snaps; i++)
-        if (c->snaps[i].used < c->snaps[lru].used)
+    for (int i = 1; i < sn->n_snaps; i++)
+        if (sn->snaps[i].used < sn->snaps[lru].used)
             lru = i;
-    snap_drop(c, lru);
+    snap_drop(sn, lru);
 }
 
 /* Evicts least recently used snapshots until `extra` more of `bytes` fit (count, budget). */
-static void snap_room(k3_conv *c, int extra, size_t bytes) {
-    while (c->n_snaps > 0 && (c->n_snaps + extra > c->max_snaps ||
-                              (c->snap_budget && c->snap_bytes + bytes > c->snap_budget)))
-        snap_drop_lru(c);
+static void snap_room(conv_store *sn, int extra, size_t bytes) {
+    while (sn->n_snaps > 0 &&
+           (sn->n_snaps + extra > sn->max_snaps || (sn->budget && sn->bytes + bytes > sn->budget)))
+        snap_drop_lru(sn);
 }
 
 k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb) {
     if (max_snapshots < 0 || max_snapshots > CONV_MAX_SNAPSHOTS || !(mb >= 0 && mb < 1e9))
         return k3_err(K3_ERR_ARG, "prompt cache: %d snapshots / %g MB: expected 0..%d snapshots and MB >= 0",
                       max_snapshots, mb, CONV_MAX_SNAPSHOTS);
-    c->max_snaps = max_snapshots;
-    c->snap_budget = (size_t)(mb * 1e6);
-    snap_room(c, 0, 0);
+    c->sn->max_snaps = max_snapshots;
+    c->sn->budget    = (size_t)(mb * 1e6);
+    snap_room(c->sn, 0, 0);
     return K3_OK;
 }
 
@@ -462,11 +498,13 @@ k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb) {
  * snapshots go when the count or the byte budget is reached. Failure (memory) only
  * costs a later re-prefill. */
 static void snap_take(k3_conv *c, k3_session *s) {
-    if (c->cache_sess != s || c->n_cache == 0 || c->max_snaps == 0)
+    conv_store *sn = c->sn;
+    if (c->cache_sess != s || c->n_cache == 0 || sn->max_snaps == 0)
         return;
-    for (int i = 0; i < c->n_snaps; i++) /* already saved */
-        if (c->snaps[i].n == c->n_cache && !memcmp(c->snaps[i].ids, c->cache_ids, (size_t)c->n_cache * 4)) {
-            c->snaps[i].used = ++c->snap_clock;
+    for (int i = 0; i < sn->n_snaps; i++) /* already saved */
+        if (sn->snaps[i].owner == c->owner && sn->snaps[i].n == c->n_cache &&
+            !memcmp(sn->snaps[i].ids, c->cache_ids, (size_t)c->n_cache * 4)) {
+            sn->snaps[i].used = ++sn->clock;
             return;
         }
     conv_snap ns = {0};
@@ -478,41 +516,43 @@ static void snap_take(k3_conv *c, k3_session *s) {
     }
     memcpy(ns.ids, c->cache_ids, (size_t)c->n_cache * sizeof *ns.ids);
     ns.n = c->n_cache;
+    ns.owner = c->owner;
     ns.bytes = k3_snapshot_bytes(ns.snap) + (size_t)ns.n * sizeof *ns.ids;
-    ns.used = ++c->snap_clock;
-    if (c->snap_budget && ns.bytes > c->snap_budget) { /* bigger than the whole budget */
+    ns.used  = ++sn->clock;
+    if (sn->budget && ns.bytes > sn->budget) { /* bigger than the whole budget */
         k3_snapshot_free(ns.snap);
         free(ns.ids);
         return;
     }
-    snap_room(c, 1, ns.bytes);
-    c->snaps[c->n_snaps++] = ns;
-    c->snap_bytes += ns.bytes;
+    snap_room(sn, 1, ns.bytes);
+    sn->snaps[sn->n_snaps++] = ns;
+    sn->bytes += ns.bytes;
 }
 
 /* Brings the session to the longest usable prefix of R (see DESIGN) and returns its
  * length k: the caller feeds R[k, n). k == n only when the state's logits are those of
  * R's last position (a snapshot taken right after prefilling R: /retry). */
 static int cache_prepare(k3_conv *c, k3_session *s, const int32_t *R, int n) {
+    conv_store *sn   = c->sn;
     int live = c->cache_sess == s && k3_session_pos(s) == c->n_cache && c->n_cache <= n &&
                        common_prefix(c->cache_ids, c->n_cache, R, n) == c->n_cache &&
                        (c->n_cache < n || k3_session_logits(s))
                    ? c->n_cache
                    : 0;
     int best = -1;
-    for (int i = 0; i < c->n_snaps; i++)
-        if (c->snaps[i].n > live && c->snaps[i].n <= n &&
-            common_prefix(c->snaps[i].ids, c->snaps[i].n, R, n) == c->snaps[i].n &&
-            (best < 0 || c->snaps[i].n > c->snaps[best].n))
+    for (int i = 0; i < sn->n_snaps; i++)
+        if (sn->snaps[i].owner == c->owner && sn->snaps[i].n > live && sn->snaps[i].n <= n &&
+            common_prefix(sn->snaps[i].ids, sn->snaps[i].n, R, n) == sn->snaps[i].n &&
+            (best < 0 || sn->snaps[i].n > sn->snaps[best].n))
             best = i;
     if (best < 0 && live > 0)
         return live;
-    if (best >= 0 && k3_session_restore(s, c->snaps[best].snap) == K3_OK &&
-        (c->snaps[best].n < n || k3_session_logits(s))) {
-        c->snaps[best].used = ++c->snap_clock;
+    if (best >= 0 && k3_session_restore(s, sn->snaps[best].snap) == K3_OK &&
+        (sn->snaps[best].n < n || k3_session_logits(s))) {
+        sn->snaps[best].used = ++sn->clock;
         c->cache_sess = s;
         c->n_cache = 0;
-        cache_append(c, c->snaps[best].ids, c->snaps[best].n);
+        cache_append(c, sn->snaps[best].ids, sn->snaps[best].n);
         if (c->cache_sess == s)
             return c->n_cache;
     }
@@ -520,15 +560,6 @@ static int cache_prepare(k3_conv *c, k3_session *s, const int32_t *R, int n) {
     c->cache_sess = s;
     c->n_cache = 0;
     return 0;
-}
-
-/* Feeds ids through the cache; a partial feed (cancel, error) is recorded as applied. */
-static k3_status cache_feed(k3_conv *c, k3_session *s, const int32_t *ids, int n) {
-    int       pos0 = k3_session_pos(s);
-    k3_status st = k3_session_feed(s, ids, n);
-    int       done = k3_session_pos(s) - pos0;
-    cache_append(c, ids, done < 0 ? 0 : done > n ? n : done);
-    return st;
 }
 
 /* ==== the turn runner ============================================================ */
@@ -621,7 +652,156 @@ static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, k3_buf 
     return st;
 }
 
-k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb) {
+/* ---- the steppable turn (k3_conv_gen_*) -------------------------------------------
+ *
+ * A turn is begin (render, context check, prompt cache), steps, end (the reply appended).
+ * A step prepares what the session is fed next: a prefill chunk, or (decode) one sampled
+ * token after its callbacks ran; then the feed (one session, or one batched feed of
+ * several turns' sessions); then it records what was applied. Sampling, parsing and the
+ * callbacks are exactly those of the single-turn loop, so a turn's tokens do not depend
+ * on what it was batched with (the engine's batched feed is bit for bit the single one). */
+
+enum { GEN_PREFILL, GEN_DECODE, GEN_DONE };
+
+struct k3_conv_gen {
+    k3_conv          *c;
+    k3_model         *m;
+    k3_session       *s;
+    k3_conv_callbacks cb; /* copy; has_cb says whether one was given */
+    int               has_cb;
+    k3_model_info     info;
+    k3_tok           *tok;
+    int32_t          *forced; /* (n_forced) k3_conv_force_reply of this turn */
+    int               n_forced;
+    k3_ids            R;     /* the prompt (until prefilled)                */
+    int               n, k;  /* prompt length; ids of it the session holds   */
+    int               chunk; /* prefill ids per step (INT_MAX: all at once)  */
+    int               phase; /* GEN_*                                        */
+    double            t0, t1;
+    k3_turn_stats     ts;
+    k3_sampler       *smp;
+    k3_chat_parser   *par;
+    k3_ids            gen; /* generated ids                                */
+    k3_buf            think, resp;
+    k3_chat_out       out;
+    call_ids          ci;
+    int               think_done;
+    k3_status         st;   /* the turn's status so far                     */
+    const int32_t    *feed; /* this step's feed: (n_feed) ids, pos0 before  */
+    int               n_feed, pos0;
+    int32_t           tok1; /* the decode step's token                      */
+};
+
+/* Engine feed of several sessions (count >= 1), each[i] the status of ss[i]: one batched
+ * forward pass (session.c), bit for bit what each k3_session_feed alone gives; a malformed
+ * call (never made here: step_batch checks the list) fails every one. */
+static void feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n, int count,
+                       k3_status *each) {
+    if (count == 1) /* the same thing, without the batch's bookkeeping */
+        each[0] = k3_session_feed(ss[0], ids[0], n[0]);
+    else
+        k3_session_feed_batch(ss, ids, n, count, each);
+}
+
+/* The prompt is in: statistics, the /retry snapshot, and the sampler and parser. */
+static void prefill_done(k3_conv_gen *g) {
+    k3_conv *c      = g->c;
+    g->t1           = k3_time();
+    g->ts.n_prefill = k3_session_pos(g->s) - g->ts.n_cached;
+    g->ts.t_prefill = g->t1 - g->t0;
+    if (!g->st && atomic_load(&c->cancel))
+        g->st = K3_ABORTED;
+    if (!g->st)
+        snap_take(c, g->s); /* /retry restarts here */
+    k3_ids_free(&g->R);
+    g->phase = GEN_DONE;
+    if (g->st)
+        return;
+    if (!(g->smp = k3_sampler_new(&g->ts.sampling)))
+        g->st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for the sampler");
+    else if (!(g->st = k3_chat_parser_new(g->tok, c->set.think, &g->par)))
+        k3_chat_parser_set_tools(g->par, c->tools && strcmp(c->set.tool_choice, "none"));
+    g->ts.stop = K3_STOP_EOS;
+    if (!g->st)
+        g->phase = GEN_DECODE;
+}
+
+/* Sets g->feed for this step (n_feed 0: nothing to feed; the turn may be done). */
+static void step_prepare(k3_conv_gen *g) {
+    k3_conv *c = g->c;
+    g->n_feed  = 0;
+    if (g->phase == GEN_PREFILL) {
+        if (atomic_load(&c->cancel)) {
+            prefill_done(g); /* K3_ABORTED */
+            return;
+        }
+        g->feed   = g->R.v + g->k;
+        g->n_feed = g->n - g->k < g->chunk ? g->n - g->k : g->chunk;
+        g->pos0   = k3_session_pos(g->s);
+        return;
+    }
+    if (g->phase != GEN_DECODE)
+        return;
+    /* sample until end of message, max_tokens, capacity or cancel */
+    g->phase = GEN_DONE;
+    if (atomic_load(&c->cancel)) {
+        g->st = K3_ABORTED;
+        return;
+    }
+    if ((c->set.max_tokens && (int)g->gen.n >= c->set.max_tokens) ||
+        (g->forced && (int)g->gen.n >= g->n_forced)) {
+        g->ts.stop = K3_STOP_MAX_TOKENS;
+        return;
+    }
+    const float *logits = k3_session_logits(g->s);
+    if (!logits) {
+        g->st = k3_err(K3_ERR_ARG, "conversation: the session has no logits to sample from");
+        return;
+    }
+    int32_t id = g->forced ? g->forced[g->gen.n] : k3_sampler_sample(g->smp, logits, g->info.vocab);
+    if (!g->gen.n)
+        g->ts.ttft = k3_time() - g->t0;
+    int in_think = k3_chat_parser_channel(g->par) == K3_CHAN_THINK;
+    if ((g->st = k3_ids_push(&g->gen, id)) || (g->st = k3_chat_parser_feed(g->par, id, &g->out)) ||
+        (g->st = emit(&g->out, g->has_cb ? &g->cb : NULL, &g->think, &g->resp, &g->ci, g->ts.sampling.seed)))
+        return;
+    g->ts.n_think += in_think;
+    if (!g->think_done && k3_chat_parser_channel(g->par) != K3_CHAN_THINK) {
+        g->think_done = 1;
+        g->ts.t_think = k3_time() - g->t0;
+    }
+    if (g->out.end || id == g->info.eos_id)
+        return;
+    if (k3_session_pos(g->s) + 1 > g->info.max_ctx) {
+        g->ts.stop = K3_STOP_CONTEXT;
+        return;
+    }
+    g->phase  = GEN_DECODE;
+    g->tok1   = id;
+    g->feed   = &g->tok1;
+    g->n_feed = 1;
+    g->pos0   = k3_session_pos(g->s);
+}
+
+/* Records the step's feed (the part applied before a cancel or error counts). */
+static void step_finish(k3_conv_gen *g, k3_status st) {
+    int done = k3_session_pos(g->s) - g->pos0;
+    done     = done < 0 ? 0 : done > g->n_feed ? g->n_feed : done;
+    cache_append(g->c, g->feed, done);
+    if (g->phase == GEN_PREFILL) {
+        g->k += done;
+        g->st = st;
+        if (st || g->k >= g->n)
+            prefill_done(g);
+    } else if (st) {
+        g->st    = st;
+        g->phase = GEN_DONE;
+    }
+}
+
+k3_status k3_conv_gen_begin(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb, int chunk,
+                            k3_conv_gen **out) {
+    *out              = NULL;
     int32_t *forced = c->forced; /* k3_conv_force_reply: for this turn only, whatever happens */
     int      n_forced = c->n_forced;
     c->forced = NULL;
@@ -630,150 +810,194 @@ k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv
         free(forced);
         return k3_err(K3_ERR_ARG, "conversation: nothing to answer (the last message is not the user's or a tool result)");
     }
-    k3_model_info info;
-    k3_model_get_info(m, &info);
-    double    t0 = k3_time();
-    k3_tok   *tok;
-    k3_ids    R = {0};
-    k3_status st = conv_get_tok(c, m, &tok);
-    if (!st)
-        st = conv_render_prompt(c, tok, 1, &R);
-    if (st) {
-        k3_ids_free(&R);
+    if (chunk < 0) {
         free(forced);
-        return st;
+        return k3_err(K3_ERR_ARG, "conversation: prefill chunk %d (expected >= 1, or 0 for the whole prompt)",
+                      chunk);
     }
-    int n = (int)R.n, room = info.max_ctx - n;
-    if (room < CONV_MIN_ROOM) {
-        k3_ids_free(&R);
+    k3_conv_gen *g = k3_calloc(1, sizeof *g);
+    if (!g) {
         free(forced);
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    }
+    *g = (k3_conv_gen){.c          = c,
+                       .m          = m,
+                       .s          = s,
+                       .has_cb     = cb != NULL,
+                       .forced     = forced,
+                       .n_forced   = n_forced,
+                       .chunk      = chunk ? chunk : INT_MAX,
+                       .phase      = GEN_PREFILL,
+                       .think_done = !c->set.think};
+    if (cb)
+        g->cb = *cb;
+    k3_model_get_info(m, &g->info);
+    g->t0        = k3_time();
+    k3_status st = conv_get_tok(c, m, &g->tok);
+    if (!st)
+        st = conv_render_prompt(c, g->tok, 1, &g->R);
+    g->n     = (int)g->R.n;
+    int room = g->info.max_ctx - g->n;
+    if (!st && room < CONV_MIN_ROOM) {
         int users = 0; /* the advice depends on whether there are older turns to drop */
         for (int i = 0; i < c->n_msgs; i++)
             users += c->msgs[i].role == K3_ROLE_USER;
-        return k3_err(K3_ERR_CONTEXT, "context full: the conversation needs %d tokens and the context holds %d (K3_MAXT)%s",
-                      n + CONV_MIN_ROOM, info.max_ctx,
-                      users > 1 ? "; start a new conversation or drop the oldest turns" : "");
+        st = k3_err(K3_ERR_CONTEXT,
+                    "context full: the conversation needs %d tokens and the context holds %d (K3_MAXT)%s",
+                    g->n + CONV_MIN_ROOM, g->info.max_ctx,
+                    users > 1 ? "; start a new conversation or drop the oldest turns" : "");
+    }
+    if (st) {
+        k3_ids_free(&g->R);
+        free(forced);
+        free(g);
+        return st;
     }
     atomic_store(&c->cancel, 0);
     atomic_store(&c->active, s);
 
-    /* 1. prefill what the session has not processed yet */
-    k3_turn_stats ts = {.n_prompt = n, .think = c->set.think, .sampling = c->set.sampling, .has_sampling = 1};
-    ts.sampling.seed = turn_seed(c);
+    /* prefill (in steps) what the session has not processed yet */
+    g->ts = (k3_turn_stats){
+        .n_prompt = g->n, .think = c->set.think, .sampling = c->set.sampling, .has_sampling = 1};
+    g->ts.sampling.seed = turn_seed(c);
     c->n_turns_started++;
     k3_session_reset_stats(s);
-    int k = cache_prepare(c, s, R.v, n);
-    ts.n_cached = k;
-    if (k < n && !atomic_load(&c->cancel))
-        st = cache_feed(c, s, R.v + k, n - k);
-    double t1 = k3_time();
-    ts.n_prefill = k3_session_pos(s) - k;
-    ts.t_prefill = t1 - t0;
-    if (!st && atomic_load(&c->cancel))
-        st = K3_ABORTED;
-    if (!st)
-        snap_take(c, s); /* /retry restarts here */
-    k3_ids_free(&R);
+    g->k           = cache_prepare(c, s, g->R.v, g->n);
+    g->ts.n_cached = g->k;
+    if (g->k >= g->n)
+        prefill_done(g);
+    *out = g;
+    return K3_OK;
+}
 
-    /* 2. sample until end of message, max_tokens, capacity or cancel */
-    k3_sampler     *smp = st ? NULL : k3_sampler_new(&ts.sampling);
-    k3_chat_parser *par = NULL;
-    k3_ids          gen = {0};
-    k3_buf        think = {0}, resp = {0};
-    k3_chat_out     out;
-    if (!st && !smp)
-        st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for the sampler");
-    call_ids        ci = {0};
-    if (!st)
-        st = k3_chat_parser_new(tok, c->set.think, &par);
-    if (!st)
-        k3_chat_parser_set_tools(par, c->tools && strcmp(c->set.tool_choice, "none"));
-    ts.stop = K3_STOP_EOS;
-    int think_done = !c->set.think;
-    while (!st) {
-        if (atomic_load(&c->cancel)) {
-            st = K3_ABORTED;
-            break;
-        }
-        if ((c->set.max_tokens && (int)gen.n >= c->set.max_tokens) || (forced && (int)gen.n >= n_forced)) {
-            ts.stop = K3_STOP_MAX_TOKENS;
-            break;
-        }
-        const float *logits = k3_session_logits(s);
-        if (!logits) {
-            st = k3_err(K3_ERR_ARG, "conversation: the session has no logits to sample from");
-            break;
-        }
-        int32_t id = forced ? forced[gen.n] : k3_sampler_sample(smp, logits, info.vocab);
-        if (!gen.n)
-            ts.ttft = k3_time() - t0;
-        int in_think = k3_chat_parser_channel(par) == K3_CHAN_THINK;
-        if ((st = k3_ids_push(&gen, id)) || (st = k3_chat_parser_feed(par, id, &out)) ||
-            (st = emit(&out, cb, &think, &resp, &ci, ts.sampling.seed)))
-            break;
-        ts.n_think += in_think;
-        if (!think_done && k3_chat_parser_channel(par) != K3_CHAN_THINK) {
-            think_done = 1;
-            ts.t_think = k3_time() - t0;
-        }
-        if (out.end || id == info.eos_id)
-            break;
-        if (k3_session_pos(s) + 1 > info.max_ctx) {
-            ts.stop = K3_STOP_CONTEXT;
-            break;
-        }
-        st = cache_feed(c, s, &id, 1);
+k3_status k3_conv_gen_step_batch(k3_conv_gen *const *g, int count) {
+    enum { MAX_BATCH = 256 };
+    if (count < 1 || count > MAX_BATCH || !g)
+        return k3_err(K3_ERR_ARG, "k3_conv_gen_step_batch: %d turns (expected 1..%d)", count, MAX_BATCH);
+    for (int i = 0; i < count; i++) {
+        if (!g[i])
+            return k3_err(K3_ERR_ARG, "k3_conv_gen_step_batch: turn %d is NULL", i);
+        for (int j = 0; j < i; j++)
+            if (g[j] == g[i] || g[j]->s == g[i]->s || g[j]->c == g[i]->c)
+                return k3_err(K3_ERR_ARG, "k3_conv_gen_step_batch: turns %d and %d share a %s", j, i,
+                              g[j] == g[i]         ? "turn"
+                              : g[j]->s == g[i]->s ? "session"
+                                                   : "conversation");
     }
-    if (par && !out.end) {
-        k3_chat_parser_finish(par, &out);
-        k3_status st2 = emit(&out, cb, &think, &resp, &ci, ts.sampling.seed);
+    k3_session    *ss[MAX_BATCH];
+    const int32_t *ids[MAX_BATCH];
+    int            n[MAX_BATCH], who[MAX_BATCH], nb = 0;
+    k3_status      each[MAX_BATCH];
+    for (int i = 0; i < count; i++) {
+        step_prepare(g[i]);
+        if (g[i]->n_feed > 0) {
+            ss[nb]    = g[i]->s;
+            ids[nb]   = g[i]->feed;
+            n[nb]     = g[i]->n_feed;
+            who[nb++] = i;
+        }
+    }
+    if (nb > 0)
+        feed_batch(ss, ids, n, nb, each);
+    for (int b = 0; b < nb; b++)
+        step_finish(g[who[b]], each[b]);
+    return K3_OK;
+}
+
+k3_status k3_conv_gen_step(k3_conv_gen *g) {
+    return k3_conv_gen_step_batch(&g, 1);
+}
+
+int k3_conv_gen_done(const k3_conv_gen *g) {
+    return g->phase == GEN_DONE;
+}
+
+int k3_conv_gen_prefill_left(const k3_conv_gen *g) {
+    return g->phase == GEN_PREFILL ? g->n - g->k : 0;
+}
+
+k3_status k3_conv_gen_end(k3_conv_gen *g) {
+    if (!g)
+        return K3_OK;
+    k3_conv                 *c  = g->c;
+    k3_session              *s  = g->s;
+    k3_turn_stats           *ts = &g->ts;
+    const k3_conv_callbacks *cb = g->has_cb ? &g->cb : NULL;
+    k3_status                st = g->st;
+    if (g->phase != GEN_DONE && !st) /* ended early: as a cancel */
+        st = K3_ABORTED;
+    if (g->phase == GEN_PREFILL) { /* statistics of the part prefilled */
+        g->t1         = k3_time();
+        ts->n_prefill = k3_session_pos(s) - ts->n_cached;
+        ts->t_prefill = g->t1 - g->t0;
+        k3_ids_free(&g->R);
+    }
+    if (g->par && !g->out.end) {
+        k3_chat_parser_finish(g->par, &g->out);
+        k3_status st2 = emit(&g->out, cb, &g->think, &g->resp, &g->ci, ts->sampling.seed);
         if (!st)
             st = st2;
     }
     double t2 = k3_time();
-    if (!think_done)
-        ts.t_think = t2 - t0;
-    ts.n_gen = (int)gen.n;
-    ts.t_gen = t2 - t1;
-    ts.tok_s = ts.t_gen > 0 ? ts.n_gen / ts.t_gen : 0;
+    if (!g->think_done)
+        ts->t_think = t2 - g->t0;
+    ts->n_gen = (int)g->gen.n;
+    ts->t_gen = t2 - g->t1;
+    ts->tok_s = ts->t_gen > 0 ? ts->n_gen / ts->t_gen : 0;
     if (st == K3_ABORTED)
-        ts.stop = K3_STOP_CANCEL;
+        ts->stop = K3_STOP_CANCEL;
     else if (st)
-        ts.stop = K3_STOP_ERROR;
+        ts->stop = K3_STOP_ERROR;
     atomic_store(&c->active, NULL);
     if (!st || st == K3_ABORTED)
         snap_take(c, s); /* /undo of the next turn continues from here */
 
-    /* 3. append the reply (kept, marked, when cancelled or failed part way) and autosave */
+    /* append the reply (kept, marked, when cancelled or failed part way) and autosave */
     char      errmsg[512];
     snprintf(errmsg, sizeof errmsg, "%s", st ? k3_errmsg() : "");
-    k3_msg reply = {.role = K3_ROLE_ASSISTANT, .content = resp.p ? resp.p : (char *)(uintptr_t)"",
-                    .reasoning = think.n || c->set.think ? (think.p ? think.p : (char *)(uintptr_t)"") : NULL,
-                    .interrupted = st != K3_OK, .has_stats = 1, .stats = ts, .ids = gen.v,
-                    .n_ids = (int)gen.n};
-    int           nc = par ? k3_chat_parser_n_calls(par) : 0;
+    k3_msg reply = {
+        .role        = K3_ROLE_ASSISTANT,
+        .content     = g->resp.p ? g->resp.p : (char *)(uintptr_t) "",
+        .reasoning   = g->think.n || c->set.think ? (g->think.p ? g->think.p : (char *)(uintptr_t) "") : NULL,
+        .interrupted = st != K3_OK,
+        .has_stats   = 1,
+        .stats       = *ts,
+        .ids         = g->gen.v,
+        .n_ids       = (int)g->gen.n};
+    int           nc    = g->par ? k3_chat_parser_n_calls(g->par) : 0;
     k3_tool_call *calls = nc ? k3_calloc((size_t)nc, sizeof *calls) : NULL;
-    for (int q = 0; calls && q < nc && q < ci.n; q++) { /* the complete calls */
+    for (int q = 0; calls && q < nc && q < g->ci.n; q++) { /* the complete calls */
         const char *name, *args;
-        if (k3_chat_parser_call(par, q, &name, &args) == 1)
-            calls[reply.n_tool_calls++] = (k3_tool_call){.id = ci.id[q], .name = name, .arguments = args};
+        if (k3_chat_parser_call(g->par, q, &name, &args) == 1)
+            calls[reply.n_tool_calls++] = (k3_tool_call){.id = g->ci.id[q], .name = name, .arguments = args};
     }
     reply.tool_calls = calls;
     k3_status pst = nc && !calls ? k3_err(K3_ERR_NOMEM, "conversation: out of memory for tool calls")
                                  : conv_push(c, &reply);
     free(calls);
-    free(ci.id);
+    free(g->ci.id);
     if (!pst)
         k3_conv_autosave(c); /* failure is kept in k3_conv_autosave_error, the turn stands */
-    free(forced);
-    k3_sampler_free(smp);
-    k3_chat_parser_free(par);
-    k3_ids_free(&gen);
-    free(think.p);
-    free(resp.p);
+    free(g->forced);
+    k3_sampler_free(g->smp);
+    k3_chat_parser_free(g->par);
+    k3_ids_free(&g->gen);
+    free(g->think.p);
+    free(g->resp.p);
+    free(g);
     if (pst)
         return pst;
     if (st)
         return k3_err(st, "%s", errmsg);
     return K3_OK;
+}
+
+k3_status k3_conv_generate(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb) {
+    k3_conv_gen *g;
+    k3_status    st = k3_conv_gen_begin(c, m, s, cb, 0, &g);
+    if (st)
+        return st;
+    while (!k3_conv_gen_done(g))
+        k3_conv_gen_step(g);
+    return k3_conv_gen_end(g);
 }

@@ -20,9 +20,21 @@ typedef struct conv_snap {
     k3_snapshot *snap;
     int32_t     *ids;   /* (n) */
     int          n;
+    uint64_t     owner; /* k3_conv_set_cache_owner of the conversation that saved it */
     uint64_t     used;  /* LRU clock of its last use (or of its saving) */
     size_t       bytes; /* k3_snapshot_bytes + the ids                   */
 } conv_snap;
+
+/* The saved states (prompt cache): owned by one conversation, or shared by several
+ * (k3_conv_share_prompt_cache, driven by one thread); freed with the last of them. */
+typedef struct conv_store {
+    conv_snap snaps[CONV_MAX_SNAPSHOTS];
+    int       n_snaps, max_snaps; /* max_snaps: K3_CONV_SNAPSHOTS, default 3          */
+    size_t    budget;             /* bytes the snapshots may hold, 0 = no limit       */
+    size_t    bytes;              /* bytes they hold                                  */
+    uint64_t  clock;              /* LRU clock                                        */
+    int       refs;               /* conversations using it                           */
+} conv_store;
 
 /* A message of an abandoned branch (/edit): kept for the transcript, never in the prompt. */
 typedef struct conv_aban {
@@ -60,11 +72,8 @@ struct k3_conv {
     const k3_session *cache_sess;  /* session the cache describes                           */
     int32_t         *cache_ids;    /* (n_cache, cap_cache) ids the session has processed    */
     int              n_cache, cap_cache;
-    conv_snap        snaps[CONV_MAX_SNAPSHOTS];
-    int              n_snaps, max_snaps; /* max_snaps: K3_CONV_SNAPSHOTS, default 3      */
-    size_t           snap_budget;   /* bytes the snapshots may hold, 0 = no limit           */
-    size_t           snap_bytes;    /* bytes they hold                                      */
-    uint64_t         snap_clock;    /* LRU clock                                            */
+    conv_store      *sn;           /* saved states (never NULL; maybe shared)              */
+    uint64_t         owner;        /* k3_conv_set_cache_owner: whose snapshots it may use   */
     void            *render;       /* chat-encoder state (conv-gen.c), NULL until needed    */
     void           (*gen_free)(k3_conv *c); /* frees the cache, snapshots and render state  */
 
@@ -76,6 +85,10 @@ struct k3_conv {
     _Atomic(k3_session *)   active; /* session being fed, for k3_conv_cancel           */
     _Atomic(k3_conv *)      child;  /* conversation a replay runs, cancelled with this one */
 };
+
+/* conv-gen.c: a new store of saved states (NULL on out of memory); drops one reference. */
+conv_store *conv_store_new(void);
+void        conv_store_unref(conv_store *sn);
 
 /* conv.c */
 void      conv_msg_clear(k3_msg *m);

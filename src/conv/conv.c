@@ -86,6 +86,10 @@ k3_conv *k3_conv_new(void) {
     k3_conv *c = k3_calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    if (!(c->sn = conv_store_new())) {
+        free(c);
+        return NULL;
+    }
     k3_conv_settings_default(&c->set);
     atomic_init(&c->cancel, 0);
     atomic_init(&c->active, NULL);
@@ -93,7 +97,7 @@ k3_conv *k3_conv_new(void) {
     /* Snapshots cost the whole decode state each (for the release: KDA states plus the
      * MLA cache so far, hundreds of MB). Three cover /retry (after the prompt) and /undo
      * (end of the turn before). K3_CONV_SNAPSHOTS=0 turns them off. */
-    c->max_snaps = 3;
+    c->sn->max_snaps = 3;
     const char *e = getenv("K3_CONV_SNAPSHOTS");
     if (e && *e) {
         char *end;
@@ -101,7 +105,7 @@ k3_conv *k3_conv_new(void) {
         if (*end || v < 0 || v > CONV_MAX_SNAPSHOTS)
             K3_LOG_WARN("K3_CONV_SNAPSHOTS='%s' is not 0..%d, using 3", e, CONV_MAX_SNAPSHOTS);
         else
-            c->max_snaps = (int)v;
+            c->sn->max_snaps = (int)v;
     }
     e = getenv("K3_CONV_SNAPSHOT_MB");
     if (e && *e) {
@@ -110,7 +114,7 @@ k3_conv *k3_conv_new(void) {
         if (*end || !(v >= 0 && v < 1e9))
             K3_LOG_WARN("K3_CONV_SNAPSHOT_MB='%s' is not a number of megabytes >= 0, no byte limit", e);
         else
-            c->snap_budget = (size_t)(v * 1e6);
+            c->sn->budget = (size_t)(v * 1e6);
     }
     return c;
 }
@@ -150,6 +154,7 @@ void k3_conv_free(k3_conv *c) {
     free(c->autosave_path);
     if (c->gen_free) /* conv-gen.c's state: prompt cache, snapshots, chat encoder */
         c->gen_free(c);
+    conv_store_unref(c->sn);
     free(c);
 }
 

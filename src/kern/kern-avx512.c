@@ -63,10 +63,23 @@ Z static INLINE __m512 fma_step(__m512i isum, __m512 dv, __m512 acc, int half) {
 #define CB_I8  4 /* Q_I8: 16 accumulators + 4 weight codes */
 #define CB_NIB 3 /* nibble types: 12 accumulators + 8 weight codes + 4 scales */
 
-/* acc[i][c] = 0 */
-#define TILE_ZERO(acc, rb, cb)                                                                                 \
+/* K blocking (matmul): a tile call covers the whole double steps [k0, k1) of its rows (64 weight
+ * bytes per row each); the call with k1 == the row's whole double steps also runs the partial
+ * tail and writes y. Between calls acc[i][c] waits in ab[i * KERN_NC512 + c] (an f32 register
+ * stored and reloaded: the canonical order is unchanged, only where the lanes wait). */
+typedef struct kspan {
+    int     k0, k1;
+    __m512 *ab;
+} kspan;
+
+/* acc[i][c] = 0 at the first K block, else the lanes stored by the previous one */
+#define TILE_INIT(acc, rb, cb, ks)                                                                             \
     _Pragma("GCC unroll 4") for (int i = 0; i < (rb); i++) _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++) \
-        acc[i][c] = _mm512_setzero_ps()
+        acc[i][c] = (ks)->k0 ? (ks)->ab[i * KERN_NC512 + c] : _mm512_setzero_ps()
+/* store the lanes for the next K block */
+#define TILE_KEEP(acc, rb, cb, ks)                                                                             \
+    _Pragma("GCC unroll 4") for (int i = 0; i < (rb); i++) _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++) \
+        (ks)->ab[i * KERN_NC512 + c] = acc[i][c]
 
 /* Q_I8 groups g, g+1 of rb rows (codes wu[i] = w ^ 0x80) for cb columns. */
 Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, int cb, int g, int half,
@@ -82,7 +95,8 @@ Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, 
 }
 
 /* Rows r .. r+rb-1 of a Q_I8 matrix for cb columns a[cb] -> y[c][row]. */
-Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, float *const *y, int r, int pf) {
+Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, float *const *y, int r, int pf,
+                             const kspan *ks) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int     n = m->cols, ng = (n + 31) / 32;
     const int8_t *w[RB_MAX];
@@ -91,15 +105,19 @@ Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, f
 #pragma GCC unroll 4
     for (int i = 0; i < rb; i++)
         w[i] = (const int8_t *)m->w + (size_t)(r + i) * n;
-    TILE_ZERO(acc, rb, cb);
-    int g = 0;
-    for (; (g + 2) * 32 <= n; g += 2) {
+    TILE_INIT(acc, rb, cb, ks);
+    int g = 2 * ks->k0;
+    for (; g < 2 * ks->k1; g += 2) {
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
             pf_ahead(w[i] + g * 32, pf);
             wu[i] = _mm512_xor_si512(_mm512_loadu_si512(w[i] + g * 32), flip);
         }
         i8_tile_step(wu, a, rb, cb, g, 0, acc);
+    }
+    if (ks->k1 < n / 64) {
+        TILE_KEEP(acc, rb, cb, ks);
+        return;
     }
     if (g < ng) { /* the last one or two groups, the last maybe partial */
         const __mmask64 k = bytes_mask((size_t)(n - g * 32));
@@ -155,7 +173,7 @@ Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *
 
 /* Rows r .. r+rb-1 of a Q_I4 (mx = 0) or Q_MXFP4 (mx = 1) matrix for cb columns. */
 Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, int cb, float *const *y, int r,
-                              int pf) {
+                              int pf, const kspan *ks) {
     const __m512i  lut = mx ? _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0))
                             : _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     const int      n = m->cols, np = (n + 63) / 64, ng = mx ? n / 32 : 0, sr = mx ? n / 32 : (n + 63) / 64;
@@ -170,9 +188,9 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
         e[i] = mx ? m->e + (size_t)(r + i) * sr : NULL;
         s[i] = mx ? NULL : m->s + (size_t)(r + i) * sr;
     }
-    TILE_ZERO(acc, rb, cb);
-    int p = 0;
-    for (; (size_t)(p + 2) * 32 <= rb_bytes; p += 2) {
+    TILE_INIT(acc, rb, cb, ks);
+    int p = 2 * ks->k0;
+    for (; p < 2 * ks->k1; p += 2) {
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
             pf_ahead(w[i] + p * 32, pf);
@@ -180,6 +198,10 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
             sv[i] = mx ? e8m0_half16(e[i] + 2 * p, 4) : two8(s[i][p], s[i][p + 1]);
         }
         nib_tile_step(lo, hi, sv, a, rb, cb, p, 0, acc);
+    }
+    if ((size_t)ks->k1 < rb_bytes / 64) {
+        TILE_KEEP(acc, rb, cb, ks);
+        return;
     }
     if (p < np) { /* one or two pairs left, the last maybe partial; a missing group scales 0 */
         const int       two = p + 1 < np;
@@ -200,23 +222,33 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
 
 /* One function per (type, rows, columns) shape of a tile, so rb and cb are constants. */
 #define TILE_FN(name, call) \
-    Z static void name(const qmat *m, const kern_act *a, float *const *y, int r, int pf) { call; }
+    Z static void name(const qmat *m, const kern_act *a, float *const *y, int r, int pf, const kspan *ks) { call; }
 #define TILE_FNS(rb)                                                               \
-    TILE_FN(i8_##rb##x1, i8_tile(m, a, rb, 1, y, r, pf))                            \
-    TILE_FN(i8_##rb##x2, i8_tile(m, a, rb, 2, y, r, pf))                            \
-    TILE_FN(i8_##rb##x3, i8_tile(m, a, rb, 3, y, r, pf))                            \
-    TILE_FN(i8_##rb##x4, i8_tile(m, a, rb, 4, y, r, pf))                            \
-    TILE_FN(i4_##rb##x1, nib_tile(m, a, 0, rb, 1, y, r, pf))                        \
-    TILE_FN(i4_##rb##x2, nib_tile(m, a, 0, rb, 2, y, r, pf))                        \
-    TILE_FN(i4_##rb##x3, nib_tile(m, a, 0, rb, 3, y, r, pf))                        \
-    TILE_FN(mx_##rb##x1, nib_tile(m, a, 1, rb, 1, y, r, pf))                        \
-    TILE_FN(mx_##rb##x2, nib_tile(m, a, 1, rb, 2, y, r, pf))                        \
-    TILE_FN(mx_##rb##x3, nib_tile(m, a, 1, rb, 3, y, r, pf))
+    TILE_FN(i8_##rb##x1, i8_tile(m, a, rb, 1, y, r, pf, ks))                            \
+    TILE_FN(i8_##rb##x2, i8_tile(m, a, rb, 2, y, r, pf, ks))                            \
+    TILE_FN(i8_##rb##x3, i8_tile(m, a, rb, 3, y, r, pf, ks))                            \
+    TILE_FN(i8_##rb##x4, i8_tile(m, a, rb, 4, y, r, pf, ks))                            \
+    TILE_FN(i4_##rb##x1, nib_tile(m, a, 0, rb, 1, y, r, pf, ks))                        \
+    TILE_FN(i4_##rb##x2, nib_tile(m, a, 0, rb, 2, y, r, pf, ks))                        \
+    TILE_FN(i4_##rb##x3, nib_tile(m, a, 0, rb, 3, y, r, pf, ks))                        \
+    TILE_FN(mx_##rb##x1, nib_tile(m, a, 1, rb, 1, y, r, pf, ks))                        \
+    TILE_FN(mx_##rb##x2, nib_tile(m, a, 1, rb, 2, y, r, pf, ks))                        \
+    TILE_FN(mx_##rb##x3, nib_tile(m, a, 1, rb, 3, y, r, pf, ks))
 TILE_FNS(1)
 TILE_FNS(4)
 static_assert(RB_MAX == 4 && CB_I8 == 4 && CB_NIB == 3, "one tile function per shape");
 
-typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int);
+typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int, const kspan *);
+
+/* K blocking of a matmul (nc > 1): kern_kblock_steps() double steps per block (default 16: 1 KiB
+ * of each weight row), rows in sub-blocks of RS_ROWS. One K block's activations for KERN_NC512
+ * columns (i8: 24 KiB, nibble types 32 KiB) stay in L1/L2-near while the sub-block's 16 rows
+ * pass over them, with the waiting lanes ab (8 KiB), instead of every 4-row tile pulling the
+ * columns' whole activations (3 bytes per int8 column, 2 per nibble column: tens of KiB) from
+ * L2 again. Measured (BENCHMARKS.md, int8 matmul32): no blocking 135 GOPS, 8 steps 168, 16
+ * steps 198; nibble formats about even at 16, slower at 8. A matvec (nc == 1) runs each row in
+ * one pass: its one activation column stays in L1 anyway. */
+#define RS_ROWS  16
 
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
     /* [type][rb == 4][cb - 1] */
@@ -229,13 +261,25 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
     K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
     const int t = m->type == Q_I8 ? 0 : m->type == Q_I4 ? 1 : 2, cbmax = t ? CB_NIB : CB_I8;
     const int pf = kern_prefetch_bytes();
-    for (int r = r0; r < r1;) {
-        const int four = r + RB_MAX <= r1;
-        for (int c = 0; c < nc; c += cbmax) {
-            const int cb = nc - c < cbmax ? nc - c : cbmax;
-            tiles[t][four][cb - 1](m, a + c, y + c, r, pf);
+    /* whole double steps of a row: 64 weight bytes each */
+    const int nfull = (int)(t == 0 ? (size_t)m->cols / 64 : t == 1 ? (size_t)(m->cols + 1) / 2 / 64 : (size_t)m->cols / 2 / 64);
+    const int kbs   = kern_kblock_steps(), kb = nc > 1 && kbs ? kbs : nfull;
+    __m512    ab[RS_ROWS * KERN_NC512];
+    for (int rs = r0; rs < r1; rs += RS_ROWS) {
+        const int re = r1 - rs < RS_ROWS ? r1 : rs + RS_ROWS;
+        for (int k0 = 0;; k0 += kb) {
+            kspan ks = {k0, nfull - k0 < kb ? nfull : k0 + kb, NULL};
+            for (int r = rs; r < re;) {
+                const int four = r + RB_MAX <= re;
+                for (int c = 0; c < nc; c += cbmax) {
+                    const int cb = nc - c < cbmax ? nc - c : cbmax;
+                    ks.ab        = ab + (size_t)(r - rs) * KERN_NC512 + c;
+                    tiles[t][four][cb - 1](m, a + c, y + c, r, pf, &ks);
+                }
+                r += four ? RB_MAX : 1;
+            }
+            if (ks.k1 >= nfull) break;
         }
-        r += four ? RB_MAX : 1;
     }
 }
 

@@ -306,14 +306,30 @@ int kern_idot(void) {
     return v;
 }
 
-int kern_prefetch_bytes(void) {
-    static _Atomic int pf = -1;
-    int                v  = atomic_load(&pf);
+/* A non-negative integer from the environment (default dflt, at most max), read once into *c. */
+static int env_int_once(_Atomic int *c, const char *name, int dflt, int max) {
+    int v = atomic_load(c);
     if (v < 0) {
-        const char *e = getenv("K3_PREFETCH");
-        v             = e && *e ? atoi(e) : KERN_PREFETCH;
-        v             = v < 0 ? 0 : v > (1 << 20) ? 1 << 20 : v;
-        atomic_store(&pf, v);
+        const char *e = getenv(name);
+        v             = e && *e ? atoi(e) : dflt;
+        v             = v < 0 ? 0 : v > max ? max : v;
+        atomic_store(c, v);
     }
     return v;
+}
+
+int kern_prefetch_bytes(void) {
+    static _Atomic int pf = -1;
+    return env_int_once(&pf, "K3_PREFETCH", KERN_PREFETCH, 1 << 20);
+}
+
+static _Atomic int rowsplit = -1;
+
+int kern_rows_dynamic(void) { return env_int_once(&rowsplit, "K3_ROWSPLIT", 0, 1); }
+
+void kern_set_rows_dynamic(int on) { atomic_store(&rowsplit, on != 0); }
+
+int kern_kblock_steps(void) {
+    static _Atomic int kb = -1;
+    return env_int_once(&kb, "K3_KBLOCK", KERN_KBLOCK, 1 << 20);
 }

@@ -115,6 +115,18 @@ float kern_idot_wscale(const qmat *m, int r, int g);
  * restarts slowly); with it the stream runs a few rows ahead. See BENCHMARKS.md. */
 #define KERN_PREFETCH 4096
 int kern_prefetch_bytes(void);
+/* K blocking of the AVX-512 matmul (kern-avx512.c): double steps (64 weight bytes of a row each)
+ * per K block, K3_KBLOCK, read once, default KERN_KBLOCK; 0 turns it off (one pass per row, the
+ * layout before). A benchmark knob: every setting gives the same bits. */
+#define KERN_KBLOCK 16
+int kern_kblock_steps(void);
+/* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
+ * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
+ * BENCHMARKS.md) thread ith takes the ith fixed share. Read once; kern_set_rows_dynamic
+ * overrides it (tests). Results do not depend on it. */
+#define KERN_MV_BLOCK (128u << 10)
+int  kern_rows_dynamic(void);
+void kern_set_rows_dynamic(int on);
 
 /* 2^(e-128) exactly (subnormal for e < 2), the scale of the doubled MXFP4 integers. */
 static inline float kern_e8m0_half(uint8_t e) {

@@ -18,6 +18,7 @@
  * - Selection (kern_isa, kern_idot) lives in kern-cpu.c.
  */
 #include "kern-impl.h"
+#include "prof.h"
 
 #include <math.h>
 #include <omp.h>
@@ -253,83 +254,143 @@ void kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
 
 /* ==== entry points ========================================================================== */
 
-/* Rows of one block of the matmul: about 256 KiB of weights, so the block stays in L2 while
- * the columns pass over it. */
-static int block_rows(const qmat *m) {
+/* Rows of one block: a matmul's about 256 KiB of weights, so the block stays in L2 while the
+ * columns pass over it; a matvec's about 128 KiB (KERN_MV_BLOCK), the unit the threads take. */
+static int block_rows(const qmat *m, size_t bytes) {
     size_t rb = (q_wbytes(m->type, 1, m->cols) + q_sbytes(m->type, 1, m->cols));
-    size_t b  = rb ? (256u << 10) / rb : 1;
+    size_t b  = rb ? bytes / rb : 1;
+    b         = b >= 16 ? b & ~(size_t)15 : b; /* whole AVX-512 row sub-blocks and tiles */
     return b < 1 ? 1 : b > 1024 ? 1024 : (int)b;
 }
 
-/* y[t][rows] for t < n: the whole call, partitioned (ith, nth) over rows. Exactly one of x
- * (exact-float, columns cols floats apart) or act (IDOT, one kern_act per column) is used. */
-static void run(const qmat *m, const float *x, const kern_act *act, int n, float *y) {
-    const int          isa  = kern_isa(), avx2 = isa != KERN_SCALAR;
-    const kern_rows_fn fr   = avx2 ? kern_rows_avx2 : kern_rows_ref;
-    const kern_idot_fn fq   = isa >= KERN_AVX2_VNNI ? kern_idot_vnni : avx2 ? kern_idot_avx2 : kern_idot_ref;
+/* The kernels of one call, chosen once. */
+typedef struct run_ctx {
+    const qmat  *m;
+    const float *x;   /* exact-float columns, cols floats apart (act NULL)   */
+    kern_act    *act; /* IDOT columns, or NULL                               */
+    int          n, isa;
+    float       *y;
+} run_ctx;
+
+/* Rows [b0, b1) of every column. */
+static void run_block(const run_ctx *c, int b0, int b1) {
+    const qmat        *m = c->m;
+    const int          isa = c->isa, avx2 = isa != KERN_SCALAR, n = c->n;
+    const kern_rows_fn fr  = avx2 ? kern_rows_avx2 : kern_rows_ref;
+    const kern_idot_fn fq  = isa >= KERN_AVX2_VNNI ? kern_idot_vnni : avx2 ? kern_idot_avx2 : kern_idot_ref;
     void (*const fnc)(const qmat *, const kern_act *, float *const *, int, int) =
         isa >= KERN_AVX2_VNNI ? kern_idot_nc_vnni : kern_idot_nc_avx2;
-    const int          br   = n > 1 ? block_rows(m) : m->rows;
-    const long         work = (long)m->rows * m->cols * n;
+    const kern_act *act = c->act;
+    float          *y   = c->y;
+    int             t   = 0;
+    if (act && isa >= KERN_AVX512) /* up to KERN_NC512 columns per weight load */
+        for (; t < n; t += KERN_NC512) {
+            const int nc = n - t < KERN_NC512 ? n - t : KERN_NC512;
+            float    *yc[KERN_NC512];
+            for (int k = 0; k < nc; k++)
+                yc[k] = y + (size_t)(t + k) * m->rows;
+            kern_idot_avx512(m, &act[t], nc, yc, b0, b1);
+        }
+    if (act && avx2) /* KERN_NC columns per weight decode */
+        for (; t + KERN_NC <= n; t += KERN_NC) {
+            float *yc[KERN_NC];
+            for (int k = 0; k < KERN_NC; k++)
+                yc[k] = y + (size_t)(t + k) * m->rows;
+            fnc(m, &act[t], yc, b0, b1);
+        }
+    for (; t < n; t++) {
+        float *yt = y + (size_t)t * m->rows;
+        if (act)
+            fq(m, &act[t], yt, b0, b1);
+        else
+            fr(m, c->x + (size_t)t * m->cols, yt, b0, b1);
+    }
+}
+
+/* y[i][t][rows of m[i]] for t < n, for the k matrices m[i] that share the input columns: the
+ * whole call in one OpenMP parallel region. Exact-float: act is NULL and x holds the columns,
+ * cols floats apart. IDOT (every m[i] of one type and cols): act[n] is filled first, once for
+ * all k, in the same region (columns split between the threads, then the region's barrier),
+ * from x into qbuf (kern_act_bytes(cols) per column), so quantizing costs no region of its own.
+ * Rows go to the threads in blocks of br: by default thread ith takes the rows
+ * [rows*ith/nth, rows*(ith+1)/nth) of each matrix; with K3_ROWSPLIT=1 each thread takes the
+ * next free block (so a thread the machine slows down holds up only its current block). */
+static void run(const qmat *const *m, int k, const float *x, kern_act *act, char *qbuf, int n, float *const *y) {
+    const int dyn  = kern_rows_dynamic(), isa = kern_isa();
+    long      work = 0;
+    for (int i = 0; i < k; i++)
+        work += (long)m[i]->rows * m[i]->cols * n;
 #pragma omp parallel if (work > 65536)
     {
         const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
-        const int r0 = (int)((long)m->rows * ith / nth), r1 = (int)((long)m->rows * (ith + 1) / nth);
-        for (int b0 = r0; b0 < r1; b0 += br) {
-            const int b1 = r1 - b0 < br ? r1 : b0 + br;
-            int t = 0;
-            if (act && isa >= KERN_AVX512) /* up to KERN_NC512 columns per weight load */
-                for (; t < n; t += KERN_NC512) {
-                    const int nc = n - t < KERN_NC512 ? n - t : KERN_NC512;
-                    float    *yc[KERN_NC512];
-                    for (int c = 0; c < nc; c++)
-                        yc[c] = y + (size_t)(t + c) * m->rows;
-                    kern_idot_avx512(m, &act[t], nc, yc, b0, b1);
-                }
-            if (act && avx2) /* KERN_NC columns per weight decode */
-                for (; t + KERN_NC <= n; t += KERN_NC) {
-                    float *yc[KERN_NC];
-                    for (int c = 0; c < KERN_NC; c++)
-                        yc[c] = y + (size_t)(t + c) * m->rows;
-                    fnc(m, &act[t], yc, b0, b1);
-                }
-            for (; t < n; t++) {
-                float *yt = y + (size_t)t * m->rows;
-                if (act)
-                    fq(m, &act[t], yt, b0, b1);
-                else
-                    fr(m, x + (size_t)t * m->cols, yt, b0, b1);
+        if (act) { /* IDOT: quantize every column once (the same function for every path and n) */
+            const int    cols = m[0]->cols;
+            const size_t ab   = kern_act_bytes(cols);
+            prof_t       t0   = ith ? (prof_t){0, 0} : prof_begin();
+#pragma omp for schedule(static) nowait
+            for (int t = 0; t < n; t++)
+                kern_act_make(m[0]->type, x + (size_t)t * cols, cols, qbuf + (size_t)t * ab, &act[t]);
+            if (!ith) prof_end(PROF_QUANT, t0); /* thread 0's share; the wait below is the matmul's */
+#pragma omp barrier
+        }
+        for (int i = 0; i < k; i++) { /* no barrier between the matrices: each writes its own y */
+            const qmat   *mi = m[i];
+            const int     br = n > 1 ? block_rows(mi, 256u << 10) : dyn ? block_rows(mi, KERN_MV_BLOCK) : mi->rows;
+            const int     nbl = (mi->rows + br - 1) / br;
+            const run_ctx c   = {mi, x, act, n, isa, y[i]};
+            if (dyn) {
+#pragma omp for schedule(dynamic, 1) nowait
+                for (int bi = 0; bi < nbl; bi++)
+                    run_block(&c, bi * br, bi + 1 < nbl ? (bi + 1) * br : mi->rows);
+            } else {
+                const int r0 = (int)((long)mi->rows * ith / nth), r1 = (int)((long)mi->rows * (ith + 1) / nth);
+                for (int b0 = r0; b0 < r1; b0 += br)
+                    run_block(&c, b0, r1 - b0 < br ? r1 : b0 + br);
             }
         }
     }
 }
 
-static void matmul(const qmat *m, const float *x, int n, float *y) {
-    if (n <= 0)
+/* k matrices over the same n input columns; one quantization when they can share it. */
+static void matmul(const qmat *const *m, int k, const float *x, int n, float *const *y) {
+    if (n <= 0 || k <= 0)
         return;
-    if (m->type == Q_F32 || !kern_idot()) {
-        run(m, x, NULL, n, y);
+    int share = kern_idot();
+    for (int i = 0; i < k; i++)
+        share &= m[i]->type != Q_F32 && m[i]->type == m[0]->type && m[i]->cols == m[0]->cols;
+    if (!share) {
+        for (int i = 0; i < k; i++) {
+            if (m[i]->type == Q_F32 || !kern_idot()) {
+                run(&m[i], 1, x, NULL, NULL, n, &y[i]);
+                continue;
+            }
+            matmul(&m[i], 1, x, n, &y[i]);
+        }
         return;
     }
-    if (n >= 2 && m->cols > 0 && kern_isa() == KERN_AMX) { /* tiles, in the AMX order (kern-amx.c) */
-        kern_amx_matmul(m, x, n, y);
+    if (n >= 2 && m[0]->cols > 0 && kern_isa() == KERN_AMX) { /* tiles, in the AMX order (kern-amx.c) */
+        for (int i = 0; i < k; i++)
+            kern_amx_matmul(m[i], x, n, y[i]);
         return;
     }
-    /* IDOT: quantize every column once (the same function for every path and n). */
-    const size_t ab  = kern_act_bytes(m->cols);
-    char        *buf = k3_aligned_alloc(32, ab * (size_t)n);
-    kern_act    *act = malloc((size_t)n * sizeof *act);
+    char     *buf = k3_aligned_alloc(32, kern_act_bytes(m[0]->cols) * (size_t)n);
+    kern_act *act = malloc((size_t)n * sizeof *act);
     K3_ASSERT(buf && act); /* a few KiB per column: out of memory here is not recoverable */
-    for (int t = 0; t < n; t++)
-        kern_act_make(m->type, x + (size_t)t * m->cols, m->cols, buf + (size_t)t * ab, &act[t]);
-    run(m, NULL, act, n, y);
+    run(m, k, x, act, buf, n, y);
     free(act);
     free(buf);
 }
 
-void qmat_matvec(const qmat *m, const float *x, float *y) { matmul(m, x, 1, y); }
+void qmat_matvec(const qmat *m, const float *x, float *y) { matmul(&m, 1, x, 1, &y); }
 
-void qmat_matmul(const qmat *m, const float *x, int n, float *y) { matmul(m, x, n, y); }
+void qmat_matmul(const qmat *m, const float *x, int n, float *y) { matmul(&m, 1, x, n, &y); }
+
+void qmat_matmul_many(const qmat *const *m, int k, const float *x, int n, float *const *y) {
+    K3_ASSERT(k >= 0);
+    for (int i = 1; i < k; i++)
+        K3_ASSERT(m[i]->cols == m[0]->cols);
+    matmul(m, k, x, n, y);
+}
 
 int   kern_idot_weight(const qmat *m, int r, int c) { return idot_w(m, r, c); }
 float kern_idot_wscale(const qmat *m, int r, int g) { return idot_wscale(m, r, g); }

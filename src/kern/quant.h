@@ -114,6 +114,10 @@ void qmat_matvec(const qmat *m, const float *x, float *y);
  * Column t of Y is bit-identical to qmat_matvec(m, X[t], .), except at the AMX level (n >= 2
  * runs the AMX order of kern-amx.c, within float rounding of it). */
 void qmat_matmul(const qmat *m, const float *x, int n, float *y);
+/* Y_i = W_i X for k matrices W_i (same cols) over the same n columns X[n][cols] into y[i][n][rows
+ * of W_i]: each result bit-identical to qmat_matmul(W_i, X, n, .), but the activations are
+ * quantized once for all of them when they share a type, and one OpenMP region runs them all. */
+void qmat_matmul_many(const qmat *const *m, int k, const float *x, int n, float *const *y);
 
 /* Kernel selection by instruction set, read once from the environment on first use:
  * K3_ISA=scalar|avx2|avx512|amx forces a level (unset: the best the CPU and OS support);

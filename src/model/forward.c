@@ -22,6 +22,7 @@
  * session advances pos).
  */
 #include "model-impl.h"
+#include "prof.h"
 #include "vkt.h"
 
 #include <math.h>
@@ -30,14 +31,29 @@
 
 /* ==== small math ============================================================ */
 
+/* Element-wise and per-token loops run on the OpenMP threads from this many scalar elements
+ * (a region costs a few microseconds; one element of the double-precision activations about
+ * 20-60 ns). Each element or token is computed alone, so the split never changes a bit. */
+#define PAR_MIN 4096
+
 static float sigmoidf_(double x) {
     return (float)(1.0 / (1.0 + exp(-x)));
 }
 
 /* Y[n][rows] = W X[n][cols]. */
 static void mm(const qmat *w, const float *x, int n, float *y) {
+    prof_t t0 = prof_begin();
     if (n == 1) qmat_matvec(w, x, y);
     else qmat_matmul(w, x, n, y);
+    prof_end(PROF_MATMUL, t0);
+}
+
+/* y[i] = W_i x for k matrices over the same input: one quantization and one OpenMP region for
+ * all (qmat_matmul_many; the same bits as k calls of mm). */
+static void mm_many(const qmat *const *w, int k, const float *x, int n, float *const *y) {
+    prof_t t0 = prof_begin();
+    qmat_matmul_many(w, k, x, n, y);
+    prof_end(PROF_MATMUL, t0);
 }
 
 /* dot(a, b) in f32 with 8 interleaved partial sums: vectorisable, and one fixed order. */
@@ -64,10 +80,13 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, double ep
 
 /* SiTU-GLU(g, u) = β₁·tanh(g/β₁)·σ(g) · β₂·tanh(u/β₂), into g. */
 static void situ_glu(float *g, const float *u, size_t n, double b1, double b2) {
+    prof_t t0 = prof_begin();
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         double a = (double)g[i];
         g[i] = (float)(b1 * tanh(a / b1) / (1.0 + exp(-a)) * b2 * tanh((double)u[i] / b2));
     }
+    prof_end(PROF_GLU, t0);
 }
 
 /* Attention Residuals mix (spec 5): entries = blocks[0..nb) ++ [p];
@@ -113,20 +132,24 @@ static void kda_forward(fwd_pass *p, int l) {
     chunk_buf         *b = p->b;
     const int H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k, C = p->cap, n = p->n;
 
-    /* projections of every column into t3, then per sequence its conv window (K-1+n, P):
-     * rows 0..K-2 = its carried tail, then its columns */
-    const qmat *proj[3] = {&w->q, &w->k, &w->v};
-    float      *qkv[3]  = {b->t0, b->t1, b->t2};
+    /* projections of every column: q, k, v into t3, t4, t5 (one quantization of x), then per
+     * sequence its conv window (K-1+n, P): rows 0..K-2 = its carried tail, then its columns */
+    float *qkv[3] = {b->t0, b->t1, b->t2}, *pj[3] = {b->t3, b->t4, b->t5};
+    {
+        const qmat *proj[3] = {&w->q, &w->k, &w->v};
+        mm_many(proj, 3, b->xn, n, pj);
+    }
     for (int i = 0; i < 3; i++) {
-        float *win = b->win + (size_t)i * (K - 1 + C) * P;
-        mm(proj[i], b->xn, n, b->t3);
+        float       *win = b->win + (size_t)i * (K - 1 + C) * P;
         const float *tap = w->conv[i];
+        prof_t       t0  = prof_begin();
         for (int g = 0; g < p->nseg; g++) {
             const pass_seg *sg = &p->seg[g];
             layer_state    *ls = &sg->s->ls[l];
             memcpy(win, ls->tail[ls->sel] + (size_t)i * (K - 1) * P, (size_t)(K - 1) * P * sizeof(float));
-            memcpy(win + (size_t)(K - 1) * P, b->t3 + (size_t)sg->t0 * P, (size_t)sg->n * P * sizeof(float));
+            memcpy(win + (size_t)(K - 1) * P, pj[i] + (size_t)sg->t0 * P, (size_t)sg->n * P * sizeof(float));
             /* causal depthwise conv + SiLU: out[t][ch] = Σ_k tap[ch][k] · win[t+k][ch] */
+#pragma omp parallel for collapse(2) schedule(static) if ((long)sg->n * P >= PAR_MIN)
             for (int t = 0; t < sg->n; t++)
                 for (int ch = 0; ch < P; ch++) {
                     float acc = 0;
@@ -138,12 +161,17 @@ static void kda_forward(fwd_pass *p, int l) {
             memcpy(ls->tail[1 - ls->sel] + (size_t)i * (K - 1) * P, win + (size_t)sg->n * P,
                    (size_t)(K - 1) * P * sizeof(float));
         }
+        prof_end(PROF_KDA_CONV, t0);
     }
     float *gate = b->t3, *gz = b->t4, *fa = b->t5, *beta = b->gat;
-    mm(&w->g, b->xn, n, gate);              /* g_proj x            (n, P) */
-    mm(&w->fa, b->xn, n, fa);               /* f_a x               (n, d) */
+    {   /* g_proj x (n, P), f_a x (n, d), b_proj x (n, H): one more quantization of x */
+        const qmat *proj[3] = {&w->g, &w->fa, &w->b};
+        float      *out[3]  = {gate, fa, beta};
+        mm_many(proj, 3, b->xn, n, out);
+    }
     mm(&w->fb, fa, n, gz);                  /* f_b(f_a x)          (n, P) */
-    mm(&w->b, b->xn, n, beta);              /* b_proj x            (n, H) */
+    prof_t t0 = prof_begin();
+#pragma omp parallel for schedule(static) if ((long)n * P >= PAR_MIN)
     for (int t = 0; t < n; t++) {
         for (int ch = 0; ch < P; ch++) {    /* g = lb · σ(exp(A_log[h]) · (z + dt_bias)) */
             float z = gz[(size_t)t * P + ch] + w->dt_bias[ch];
@@ -152,6 +180,8 @@ static void kda_forward(fwd_pass *p, int l) {
         for (int h = 0; h < H; h++)
             beta[(size_t)t * H + h] = sigmoidf_((double)beta[(size_t)t * H + h]);
     }
+    prof_end(PROF_KDA_GATE, t0);
+    t0 = prof_begin();
 
     /* per sequence and head, token by token in order: the delta rule on the sequence's S
      * (H, d, d), read from buffer sel, written to 1-sel; threads only when the work outweighs
@@ -217,6 +247,7 @@ static void kda_forward(fwd_pass *p, int l) {
                 q[j] = (float)(o[j] * r * (double)w->o_norm[j] * (double)sigmoidf_((double)gt[j]));
         }
     }
+    prof_end(PROF_KDA_REC, t0);
     mm(&w->o, b->t0, n, b->y);
 }
 
@@ -238,11 +269,17 @@ static void mla_forward(fwd_pass *p, int l) {
     const double scale = 1.0 / sqrt((double)qw);
 
     float *qa = b->t0, *q = b->t1, *kva = b->t2, *gate = b->t3, *ctx = b->t4;
-    mm(&w->qa, b->xn, n, qa);                                   /* q_a x          (n, q_lora) */
+    {   /* q_a x (n, q_lora), kv_a x (n, kl+rope), g_proj x (n, Hm*v) */
+        const qmat *proj[3] = {&w->qa, &w->kva, &w->g};
+        float      *out[3]  = {qa, kva, gate};
+        mm_many(proj, 3, b->xn, n, out);
+    }
+    prof_t t0 = prof_begin();
     for (int t = 0; t < n; t++)
         rmsnorm(qa + (size_t)t * ql, qa + (size_t)t * ql, w->qa_norm, ql, 1e-6);
+    prof_end(PROF_NORM, t0);
     mm(&w->qb, qa, n, q);                                       /* q_b            (n, Hm*qw)  */
-    mm(&w->kva, b->xn, n, kva);                                 /* kv_a x         (n, kl+rope) */
+    t0 = prof_begin();
     for (int g = 0; g < p->nseg; g++) {                         /* append c, kr to each cache */
         const pass_seg *sg = &p->seg[g];
         layer_state    *ls = &sg->s->ls[l];
@@ -253,7 +290,7 @@ static void mla_forward(fwd_pass *p, int l) {
             memcpy(ls->kr + j * rope, row + kl, (size_t)rope * sizeof(float));
         }
     }
-    mm(&w->g, b->xn, n, gate);                                  /* g_proj x       (n, Hm*v)   */
+    prof_end(PROF_NORM, t0);
 
     /* absorbed query per head: qlat[h][t] = kv_b_nope_hᵀ q_nope[t][h]   (Hm, C, kl) */
     for (int h = 0; h < Hm; h++) {
@@ -267,6 +304,7 @@ static void mla_forward(fwd_pass *p, int l) {
     long work = 0;
     for (int g = 0; g < p->nseg; g++)
         work += (long)p->seg[g].n * (p->seg[g].s->pos + p->seg[g].n);
+    t0 = prof_begin();
 #pragma omp parallel for schedule(static) if (work * Hm * kl >= (1L << 18))
     for (int h = 0; h < Hm; h++) {
         float *sc = b->scores + (size_t)h * m->par.max_ctx;
@@ -302,14 +340,17 @@ static void mla_forward(fwd_pass *p, int l) {
                 out[i] *= inv;
         }
     }
+    prof_end(PROF_MLA_ATT, t0);
     /* ctx[t][h] = kv_b_v_h ctx_lat, gated by σ(g_proj x) */
     for (int h = 0; h < Hm; h++) {
         mm(&w->uv[h], b->hd2 + (size_t)h * C * kl, n, b->gat2);
+        t0 = prof_begin();
         for (int t = 0; t < n; t++)
             for (int i = 0; i < vd; i++) {
                 size_t k = (size_t)t * Hm * vd + (size_t)h * vd + i;
                 ctx[k]   = b->gat2[(size_t)t * vd + i] * sigmoidf_((double)gate[k]);
             }
+        prof_end(PROF_MLA_ATT, t0);
     }
     mm(&w->o, ctx, n, b->y);
 }
@@ -319,8 +360,9 @@ static void mla_forward(fwd_pass *p, int l) {
 /* out = down(SiTU-GLU(gate x, up x)); g, u: scratch (n, I). */
 static void mlp_forward(const k3_model *m, const mlp_weights *w, const float *x, int n, float *out,
                         float *g, float *u) {
-    mm(&w->gate, x, n, g);
-    mm(&w->up, x, n, u);
+    const qmat *gu[2] = {&w->gate, &w->up};
+    float      *y[2]  = {g, u};
+    mm_many(gu, 2, x, n, y);
     situ_glu(g, u, (size_t)n * w->gate.rows, (double)m->cfg.situ_beta,
              (double)m->cfg.situ_linear_beta);
     mm(&w->down, g, n, out);
@@ -368,6 +410,7 @@ typedef struct moe_scratch {
     float *lat;      /* (n, L) Σ_slot w · slot_y, then RMSNorm                              */
     float *shared;   /* (n, D) shared experts' output                                       */
     int   *sel;      /* (n, k) selected expert ids (-1: dropped by K3_TOPP)                 */
+    int   *csel;     /* (n, k) sel, -1 where the Vulkan tier computed the row: the CPU's     */
     float *w;        /* (n, k) their weights                                                */
     int   *rows;     /* (n*k) t*k + slot of the rows of one expert / K3_TOPP scratch         */
     int   *ids;      /* (E) distinct experts of the chunk                                   */
@@ -376,7 +419,7 @@ typedef struct moe_scratch {
 static moe_scratch moe_scratch_of(chunk_buf *b) {
     return (moe_scratch){.scores = b->t0, .z = b->t1, .gate = b->t2, .up = b->t3, .in = b->gat, .out = b->gat2,
                          .slot_y = b->moe_y, .lat = b->t4, .shared = b->t5, .sel = b->moe_sel, .w = b->moe_w,
-                         .rows = b->moe_tok, .ids = b->moe_ids};
+                         .csel = b->moe_sel, .rows = b->moe_tok, .ids = b->moe_ids};
 }
 
 /* Route: σ(router x); per token the top-k of (score + bias) in the order (biased score
@@ -386,6 +429,9 @@ static void moe_route(const k3_model *m, const moe_weights *w, const float *xn, 
     const k3_config *c = &m->cfg;
     const int        E = c->n_experts, k = c->n_active;
     mm(&w->router, xn, n, ms->scores);
+    prof_t t0 = prof_begin();
+    /* per token; K3_TOPP's drop shares ms->rows as scratch, so it stays on one thread */
+#pragma omp parallel for schedule(static) if (n > 1 && (long)n * E >= PAR_MIN / 8 && m->par.topp >= 1)
     for (int t = 0; t < n; t++) {
         float *st = ms->scores + (size_t)t * E;
         for (int e = 0; e < E; e++)
@@ -416,28 +462,31 @@ static void moe_route(const k3_model *m, const moe_weights *w, const float *xn, 
                                   : (double)st[sel[j]] * (double)c->routed_scale);
         if (m->par.topp < 1) topp_drop(sel, wt, k, m->par.topp, ms->rows);
     }
+    prof_end(PROF_ROUTE, t0);
 }
 
-/* The distinct experts of the chunk in id order -> ms->ids; returns their number. */
-static int moe_experts(const moe_scratch *ms, int E, int nk) {
+/* The distinct experts of sel[0..nk) in id order -> ids; returns their number. */
+static int moe_experts(const int *sel, int nk, int E, int *ids) {
     int n_ids = 0;
     for (int e = 0; e < E; e++)
         for (int i = 0; i < nk; i++)
-            if (ms->sel[i] == e) {
-                ms->ids[n_ids++] = e;
+            if (sel[i] == e) {
+                ids[n_ids++] = e;
                 break;
             }
     return n_ids;
 }
 
-/* Gather: the (token, slot) rows routed to expert e, in token order -> ms->rows, and their
- * latent rows z -> ms->in. Returns np. */
+/* Gather: the (token, slot) rows routed to expert e on the CPU, in token order -> ms->rows,
+ * and their latent rows z -> ms->in. Returns np. */
 static int moe_gather(const moe_scratch *ms, int e, int nk, int k, int L) {
-    int np = 0;
+    prof_t t0 = prof_begin();
+    int    np = 0;
     for (int i = 0; i < nk; i++)
-        if (ms->sel[i] == e) ms->rows[np++] = i;
+        if (ms->csel[i] == e) ms->rows[np++] = i;
     for (int i = 0; i < np; i++)
         memcpy(ms->in + (size_t)i * L, ms->z + (size_t)(ms->rows[i] / k) * L, (size_t)L * sizeof(float));
+    prof_end(PROF_MOE_MOVE, t0);
     return np;
 }
 
@@ -445,12 +494,15 @@ static int moe_gather(const moe_scratch *ms, int e, int nk, int k, int L) {
  * ms->out = w2(SiTU-GLU(w1 in, w3 in)); then scatter the rows back to their (token, slot). */
 static void moe_compute(const k3_config *c, const k3_expert *x, int np, moe_scratch *ms) {
     const int L = c->latent, F = c->moe_inter;
-    mm(&x->w1, ms->in, np, ms->gate); /* (np, F) */
-    mm(&x->w3, ms->in, np, ms->up);
+    const qmat *w13[2] = {&x->w1, &x->w3};
+    float      *y13[2] = {ms->gate, ms->up}; /* (np, F) each */
+    mm_many(w13, 2, ms->in, np, y13);
     situ_glu(ms->gate, ms->up, (size_t)np * F, (double)c->situ_beta, (double)c->situ_linear_beta);
     mm(&x->w2, ms->gate, np, ms->out); /* (np, L) */
+    prof_t t0 = prof_begin();
     for (int i = 0; i < np; i++)
         memcpy(ms->slot_y + (size_t)ms->rows[i] * L, ms->out + (size_t)i * L, (size_t)L * sizeof(float));
+    prof_end(PROF_MOE_MOVE, t0);
 }
 
 /* Combine: lat = RMSNorm(Σ_slot w · slot_y) in selection order (so the order experts ran in
@@ -458,6 +510,8 @@ static void moe_compute(const k3_config *c, const k3_expert *x, int np, moe_scra
 static void moe_combine(const k3_model *m, const moe_weights *w, int n, moe_scratch *ms, float *y) {
     const k3_config *c = &m->cfg;
     const int        k = c->n_active, L = c->latent, D = c->hidden;
+    prof_t           t0 = prof_begin();
+#pragma omp parallel for schedule(static) if (n > 1 && (long)n * L >= PAR_MIN)
     for (int t = 0; t < n; t++) {
         float *ut = ms->lat + (size_t)t * L;
         for (int i = 0; i < L; i++) {
@@ -469,19 +523,66 @@ static void moe_combine(const k3_model *m, const moe_weights *w, int n, moe_scra
         }
         rmsnorm(ut, ut, w->lat_norm, L, (double)c->rms_eps);
     }
+    prof_end(PROF_MOE_MOVE, t0);
     mm(&w->up_lat, ms->lat, n, y);
+    t0 = prof_begin();
     for (size_t i = 0; i < (size_t)n * D; i++)
         y[i] += ms->shared[i];
+    prof_end(PROF_MOE_MOVE, t0);
 }
 
-/* Stable LatentMoE over the chunk: cb.xn (n, D) -> cb.y (n, D).
+/* Decode columns (pass_seg.dev: one-token passes when fed alone) use the Vulkan tier as such a
+ * lone step does: the
+ * shared experts when they are resident (else the CPU, one matmul over the other columns:
+ * gathered into b->x, out through b->y, both free during the MLP), and each column's resident
+ * routed experts, called exactly as for that token alone; their rows leave ms->csel. */
+static k3_status moe_device(fwd_pass *p, int l, moe_scratch *ms) {
+    const k3_model    *m = p->m;
+    const k3_config   *c = &m->cfg;
+    const moe_weights *w = &m->layers[l].moe;
+    chunk_buf         *b = p->b;
+    const int          n = p->n, k = c->n_active, L = c->latent, D = c->hidden;
+    int               *dev = b->moe_dev, ncpu = 0; /* (n) columns whose shared experts ran there */
+    for (int g = 0; g < p->nseg; g++)
+        for (int t = p->seg[g].t0; t < p->seg[g].t0 + p->seg[g].n; t++)
+            ncpu += !(dev[t] = p->seg[g].dev && t == p->seg[g].t0 + p->seg[g].n - 1 &&
+                               vkt_shared(m->vk, l, b->xn + (size_t)t * D, ms->shared + (size_t)t * D));
+    if (ncpu == n) mlp_forward(m, &w->shared, b->xn, n, ms->shared, ms->gate, ms->up);
+    else if (ncpu) {
+        for (int t = 0, r = 0; t < n; t++)
+            if (!dev[t]) memcpy(b->x + (size_t)r++ * D, b->xn + (size_t)t * D, (size_t)D * sizeof(float));
+        mlp_forward(m, &w->shared, b->x, ncpu, b->y, ms->gate, ms->up);
+        for (int t = 0, r = 0; t < n; t++)
+            if (!dev[t]) memcpy(ms->shared + (size_t)t * D, b->y + (size_t)r++ * D, (size_t)D * sizeof(float));
+    }
+    if (!m->vk) return K3_OK;
+    memcpy(ms->csel, ms->sel, (size_t)n * k * sizeof(int));
+    for (int g = 0; g < p->nseg; g++) {
+        if (!p->seg[g].dev) continue;
+        const int t = p->seg[g].t0 + p->seg[g].n - 1, *sel = ms->sel + (size_t)t * k;
+        int       n_ids = moe_experts(sel, k, c->n_experts, ms->ids);
+        int       n_res = vkt_split(m->vk, l, ms->ids, &n_ids, b->moe_res);
+        k3_status rc    = n_res ? vkt_experts(m->vk, l, b->moe_res, n_res, ms->z + (size_t)t * L, b->moe_resy) : K3_OK;
+        if (rc) return rc;
+        for (int r = 0; r < n_res; r++)
+            for (int j = 0; j < k; j++)
+                if (sel[j] == b->moe_res[r]) {
+                    memcpy(ms->slot_y + ((size_t)t * k + j) * L, b->moe_resy + (size_t)r * L, (size_t)L * sizeof(float));
+                    ms->csel[(size_t)t * k + j] = -1;
+                }
+        p->stats->vk_hits += (uint64_t)n_res;
+    }
+    return K3_OK;
+}
+
+/* Stable LatentMoE over the pass: b->xn (n, D) -> b->y (n, D).
  *   s = σ(gate x);  T = top-k of (s + bias);  w_e = s_e / (Σ_T s + 1e-20) · routed_scale
  *   z = down_lat x;  u = Σ_{e∈T} w_e · w2_e(SiTU-GLU(w1_e z, w3_e z))
  *   y = up_lat RMSNorm(u, routed_expert_norm) + shared(x)
- * Route, then each distinct expert of the chunk once over its tokens (gather, compute as one
+ * Route, then each distinct expert of the pass once over its tokens (gather, compute as one
  * matmul per projection, scatter), in the order the expert tier hands them out (hits, then
  * reads as they land), then combine in selection order, so the result does not depend on
- * that order nor on the chunk size. */
+ * that order nor on the other columns. */
 static k3_status moe_forward(fwd_pass *p, int l) {
     const k3_model    *m = p->m;
     const k3_config   *c = &m->cfg;
@@ -490,21 +591,12 @@ static k3_status moe_forward(fwd_pass *p, int l) {
     const int          n = p->n, k = c->n_active, L = c->latent, nk = n * k;
     moe_scratch        ms = moe_scratch_of(b);
 
-    /* shared experts first (gate/up as scratch); one decode token: on the device if resident */
-    if (n != 1 || !vkt_shared(m->vk, l, b->xn, ms.shared))
-        mlp_forward(m, &w->shared, b->xn, n, ms.shared, ms.gate, ms.up);
     moe_route(m, w, b->xn, n, &ms);
     mm(&w->down_lat, b->xn, n, ms.z);
-    int n_ids = moe_experts(&ms, c->n_experts, nk);
-    /* decode: experts resident on the Vulkan device skip the disk read and the CPU matmul */
-    int       n_res = n == 1 ? vkt_split(m->vk, l, ms.ids, &n_ids, b->moe_res) : 0;
-    k3_status rc    = n_res ? vkt_experts(m->vk, l, b->moe_res, n_res, ms.z, b->moe_resy) : K3_OK;
-    for (int r = 0; !rc && r < n_res; r++)
-        for (int i = 0; i < k; i++)
-            if (ms.sel[i] == b->moe_res[r])
-                memcpy(ms.slot_y + (size_t)i * L, b->moe_resy + (size_t)r * L, (size_t)L * sizeof(float));
+    if (m->vk) ms.csel = b->moe_dev + n; /* after the (n) column flags */
+    k3_status rc = moe_device(p, l, &ms);
     if (rc) return rc;
-    p->stats->vk_hits += (uint64_t)n_res;
+    int      n_ids = moe_experts(ms.csel, nk, c->n_experts, ms.ids);
     ex_batch eb;
     rc = ex_begin(m->tier, l, ms.ids, n_ids, p->stats, &eb);
     int              e;
@@ -534,6 +626,8 @@ k3_status layer_forward(fwd_pass *pa, int l) {
     const int    nb = (l + blk - 1) / blk, restart = l % blk == 0;
     const double eps = (double)c->rms_eps;
 
+    prof_t t0 = prof_begin();
+#pragma omp parallel for schedule(static) if (n > 1 && (long)n * D >= PAR_MIN)
     for (int t = 0; t < n; t++) {
         float *p = b->h + (size_t)t * D, *bl = b->blocks + (size_t)t * NB * D;
         float *x = b->x + (size_t)t * D;
@@ -542,8 +636,11 @@ k3_status layer_forward(fwd_pass *pa, int l) {
         if (restart) memcpy(bl + (size_t)nb * D, p, (size_t)D * sizeof(float));
         rmsnorm(b->xn + (size_t)t * D, x, w->in_norm, D, eps);
     }
+    prof_end(PROF_NORM, t0);
     if (w->kind == K3_LAYER_KDA) kda_forward(pa, l);
     else mla_forward(pa, l);
+    t0 = prof_begin();
+#pragma omp parallel for schedule(static) if (n > 1 && (long)n * D >= PAR_MIN)
     for (int t = 0; t < n; t++) {
         float *p = b->h + (size_t)t * D, *a = b->y + (size_t)t * D;
         for (int i = 0; i < D; i++)
@@ -552,13 +649,16 @@ k3_status layer_forward(fwd_pass *pa, int l) {
                     w->mlp_res_w, D, eps);
         rmsnorm(b->xn + (size_t)t * D, b->x + (size_t)t * D, w->post_norm, D, eps);
     }
+    prof_end(PROF_NORM, t0);
     if (w->dense) mlp_forward(m, &w->mlp, b->xn, n, b->y, b->t0, b->t1);
     else {
         k3_status st = moe_forward(pa, l);
         if (st) return st;
     }
+    t0 = prof_begin();
     for (size_t i = 0; i < (size_t)n * D; i++)
         b->h[i] += b->y[i];
+    prof_end(PROF_NORM, t0);
     return K3_OK;
 }
 
@@ -569,7 +669,8 @@ void model_head(fwd_pass *p) {
     const k3_config *c = &m->cfg;
     chunk_buf       *b = p->b;
     const int D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
-    int       r = 0;
+    prof_t    p0 = prof_begin();
+    int       r  = 0;
     for (int g = 0; g < p->nseg; g++) {
         pass_seg *sg = &p->seg[g];
         sg->lrow     = r;
@@ -580,5 +681,6 @@ void model_head(fwd_pass *p) {
             rmsnorm(b->xn + (size_t)r * D, b->x + (size_t)t * D, m->final_norm, D, (double)c->rms_eps);
         }
     }
+    prof_end(PROF_NORM, p0);
     mm(&m->lm_head, b->xn, r, b->logits);
 }

@@ -12,6 +12,7 @@
  * recorded in m->owned and freed together.
  */
 #include "model-impl.h"
+#include "prof.h"
 #include "repack.h"
 #include "tensors.h"
 #include "vkt.h"
@@ -53,7 +54,7 @@ k3_status k3_params_default(k3_params *p) {
     p->bits      = 8; /* defaults justified by tools/k3-ab.c figures in BENCHMARKS.md (int4: k3-nano) */
     p->mla_bits  = 8;
     p->head_bits = 8;
-    p->chunk     = 32;
+    p->chunk     = 128; /* measured 32..256: BENCHMARKS.md "chunk size" (128 ~ 256 in CPU time, half the scratch) */
     p->max_ctx   = 8192;
     p->expert_gb = -1;
     p->direct    = 1;
@@ -72,6 +73,7 @@ k3_status k3_params_default(k3_params *p) {
     if ((st = env_int("K3_PIPE", 0, 1, &p->pipe))) return st;
     if ((st = env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads))) return st;
     if ((st = kern_isa_env())) return st;
+    prof_init();
     static const struct { const char *name; int bit; } given[] = {
         {"K3_BITS", K3_SET_BITS}, {"K3_MLA_BITS", K3_SET_MLA_BITS}, {"K3_HEAD_BITS", K3_SET_HEAD_BITS},
         {"K3_EXPERT_GB", K3_SET_EXPERT_GB}, {"K3_MAXT", K3_SET_MAXT}};

@@ -145,6 +145,8 @@ typedef struct chunk_buf {
     int   *moe_tok;        /* (C*k) tokens of one expert / (C*k) slots                   */
     int   *moe_ids;        /* (E) distinct experts of the chunk                          */
     int   *moe_res;        /* (E) of those, the ones resident on the Vulkan device       */
+    int   *moe_dev;        /* (C) columns whose shared experts ran on the device, then
+                              (C, k) the selections left to the CPU                      */
     float *moe_resy;       /* (E, L) their outputs                                       */
     float *logits;         /* (C, V) */
     float *trace;          /* (C, n_run, D) when K3_TRACE is set                          */
@@ -183,6 +185,8 @@ typedef struct pass_seg {
     k3_session *s;
     int         ix;         /* the caller's index of the session                     */
     int         t0, n;      /* its columns [t0, t0 + n) of the pass                  */
+    int         dev;        /* its last column is, fed alone, a pass of one token: the
+                               Vulkan tier's decode path applies to it              */
     int         lrow, lcnt; /* its logits: rows [lrow, lrow + lcnt) of b->logits,
                                for positions pos + n - lcnt .. pos + n - 1          */
 } pass_seg;

@@ -8,6 +8,14 @@
  * the logits and hook rows. The cancel flag is checked before every chunk and between the
  * layers of a chunk; an aborted chunk is simply never committed. Hook files receive rows at
  * commit, so they always hold exactly the committed positions, in order.
+ *
+ * k3_session_feed_batch() runs the same passes (fwd_pass, model-impl.h) over the columns of
+ * several sessions: rounds of at most K3_CHUNK columns, one per session with ids left and the
+ * rest of the budget to the longer feeds in order. Each session of a pass is committed on its
+ * own; a session cancelled between layers leaves the pass (its columns are compacted away) and
+ * the others go on. The scratch is the lead session's (ss[0]) chunk buffer, or, with more
+ * sessions than K3_CHUNK, a batch buffer it keeps. Statistics: token counts as alone, each
+ * session the call's wall time, the expert tier's counters split by columns.
  */
 #include "model-impl.h"
 #include "vkt.h"
@@ -85,6 +93,7 @@ k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int C, int lrows) {
         !(b->moe_tok = calloc((size_t)C * c->n_active, sizeof(int))) ||
         !(b->moe_ids = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
         !(b->moe_res = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
+        !(b->moe_dev = calloc((size_t)C * (c->n_active + 1), sizeof(int))) ||
         !(b->moe_resy = falloc((size_t)c->n_experts * L)) ||
         !(b->logits = falloc((size_t)lrows * V)))
         goto oom;
@@ -98,7 +107,8 @@ oom:
 void chunk_buf_free(chunk_buf *b) {
     void *bufs[] = {b->h, b->blocks, b->x, b->xn, b->y, b->t0, b->t1, b->t2, b->t3, b->t4, b->t5,
                     b->win, b->hd, b->hd2, b->gat, b->gat2, b->scores, b->moe_y, b->moe_sel,
-                    b->moe_w, b->moe_tok, b->moe_ids, b->moe_res, b->moe_resy, b->logits, b->trace};
+                    b->moe_w, b->moe_tok, b->moe_ids, b->moe_res, b->moe_dev, b->moe_resy, b->logits,
+                    b->trace};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     memset(b, 0, sizeof *b);
@@ -317,7 +327,7 @@ static void run_pass(pass_run *r, const int32_t *const *ids) {
 
 /* One chunk of n <= C tokens of one session. */
 static k3_status run_chunk(k3_session *s, const int32_t *ids, int n) {
-    pass_seg  seg = {.s = s, .ix = 0, .t0 = 0, .n = n};
+    pass_seg  seg = {.s = s, .ix = 0, .t0 = 0, .n = n, .dev = n == 1};
     k3_status st  = K3_OK;
     pass_run  r   = {.p = {.m = s->m, .b = &s->cb, .cap = s->chunk, .n = n, .nseg = 1, .seg = &seg,
                            .stats = &s->stats},
@@ -471,20 +481,25 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
     const k3_model *m    = lead->m;
     pass_run        r    = {.p = {.m = m}, .named = 1};
     k3_stats        tier = {0};
-    int            *iw   = calloc((size_t)count * 3, sizeof *iw); /* pos0, done, cols */
+    int            *iw   = calloc((size_t)count * 4, sizeof *iw); /* pos0, fed, cols, refused */
     pass_seg       *seg  = calloc((size_t)count, sizeof *seg);
     const int32_t **sid  = calloc((size_t)count, sizeof *sid);
     if (!(r.st = calloc((size_t)count, sizeof *r.st)) || !iw || !seg || !sid) {
         st = nomem();
         goto done;
     }
-    int *pos0 = iw, *fed = iw + count, *cols = iw + 2 * count;
+    int *pos0 = iw, *fed = iw + count, *cols = iw + 2 * count, *refused = iw + 3 * count;
     for (int i = 0; i < count; i++) {
         atomic_store(&ss[i]->cancel, 0);
         pos0[i] = ss[i]->pos;
-        if ((st = feed_check(ss[i], ids[i], n[i]))) fail_ix(&r, i, st);
+        if ((st = feed_check(ss[i], ids[i], n[i]))) {
+            fail_ix(&r, i, st);
+            refused[i] = 1;
+        }
     }
-    double t = k3_time();
+    r.p.seg   = seg;
+    r.p.stats = &tier;
+    double t  = k3_time();
     /* rounds of at most K3_CHUNK columns (or one per session, when there are more sessions):
      * one column for each session with ids left, then the rest of the budget to the longer
      * feeds in order, at most a chunk each (a token's result does not depend on how its feed
@@ -501,7 +516,9 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
             int k = MIN2(MIN2(n[i] - fed[i], ss[i]->chunk) - 1, left);
             left -= k;
             k++;
-            seg[r.p.nseg]   = (pass_seg){.s = ss[i], .ix = i, .t0 = nc, .n = k};
+            /* the last id of a feed whose alone chunking ends in a one-token pass */
+            int dev         = ss[i]->chunk == 1 || (fed[i] + k == n[i] && n[i] % ss[i]->chunk == 1);
+            seg[r.p.nseg]   = (pass_seg){.s = ss[i], .ix = i, .t0 = nc, .n = k, .dev = dev};
             sid[r.p.nseg++] = ids[i] + fed[i];
             nc += k;
             lrows += ss[i]->f_logits ? k : 1;
@@ -511,9 +528,7 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
                 seg_fail(&r, g, st);
             break;
         }
-        r.p.n     = nc;
-        r.p.seg   = seg;
-        r.p.stats = &tier;
+        r.p.n = nc;
         for (int g = 0; g < r.p.nseg; g++)
             cols[seg[g].ix] += seg[g].n;
         run_pass(&r, sid);
@@ -523,7 +538,7 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
     t = k3_time() - t;
     for (int i = 0; i < count; i++) {
         if (r.st[i] == K3_ABORTED) atomic_store(&ss[i]->cancel, 0);
-        if (ss[i]->pos > pos0[i] || r.st[i] == K3_OK || r.st[i] == K3_ABORTED) feed_stats(ss[i], n[i], pos0[i], t);
+        if (!refused[i]) feed_stats(ss[i], n[i], pos0[i], t); /* as k3_session_feed counts */
     }
     split_tier(ss, cols, count, &tier);
     st = r.first;
@@ -534,7 +549,7 @@ done:
     free(iw);
     free(seg);
     free(sid);
-    return st ? k3_err(st, "%s", r.first ? r.msg : k3_errmsg()) : K3_OK;
+    return st && r.first ? k3_err(st, "%s", r.msg) : st;
 }
 
 /* ==== snapshots ================================================================ */

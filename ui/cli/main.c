@@ -43,6 +43,7 @@ static void usage(FILE *f) {
             "  --api-key KEY       bearer token --serve demands of clients, --endpoint sends (or K3_API_KEY)\n"
             "  --model NAME        model name served (--serve) or requested (--endpoint)\n"
             "  --allow-host NAMES  Host names (comma-separated) a --serve without a key answers\n"
+            "  --parallel N        requests --serve generates at once (1..64, default 4)\n"
             "  -h, --help          this help;  -V, --version  the version\n"
             "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
@@ -135,7 +136,7 @@ int main(int argc, char **argv) {
     enum {
         O_INSPECT = 256, O_TOKENIZE, O_DETOKENIZE, O_CHAT_IDS, O_PROMPT, O_IDS, O_PATTERN, O_LOAD,
         O_REPLAY, O_THEME, O_SYSTEM, O_MAXTOK, O_TEMP, O_TOPP, O_SEED, O_THINK, O_EFFORT, O_PLAIN,
-        O_SERVE, O_ENDPOINT, O_APIKEY, O_MODEL, O_ALLOWHOST
+        O_SERVE, O_ENDPOINT, O_APIKEY, O_MODEL, O_ALLOWHOST, O_PARALLEL
     };
     static const struct option lo[] = {
         {"inspect", no_argument, 0, O_INSPECT},      {"tokenize", no_argument, 0, O_TOKENIZE},
@@ -149,7 +150,7 @@ int main(int argc, char **argv) {
         {"effort", required_argument, 0, O_EFFORT},  {"plain", no_argument, 0, O_PLAIN},
         {"serve", required_argument, 0, O_SERVE},    {"endpoint", required_argument, 0, O_ENDPOINT},
         {"api-key", required_argument, 0, O_APIKEY}, {"model", required_argument, 0, O_MODEL},
-        {"allow-host", required_argument, 0, O_ALLOWHOST},
+        {"allow-host", required_argument, 0, O_ALLOWHOST}, {"parallel", required_argument, 0, O_PARALLEL},
         {"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
         {0, 0, 0, 0}};
     hold_std_fds();
@@ -226,6 +227,10 @@ int main(int argc, char **argv) {
         case O_APIKEY: o.api_key = optarg; break;
         case O_MODEL: o.model_name = optarg; break;
         case O_ALLOWHOST: o.allow_hosts = optarg; break;
+        case O_PARALLEL:
+            if (parse_num("--parallel", optarg, 1, 64, 1, &v)) return 2;
+            o.parallel = (int)v;
+            break;
         default: usage(stderr); return 2;
         }
     }

@@ -38,6 +38,7 @@ typedef struct cli_opts {
     const char   *api_key;    /* --api-key KEY, else $K3_API_KEY (NULL = none)     */
     const char   *model_name; /* --model NAME: served / requested model name       */
     const char   *allow_hosts; /* --allow-host NAMES: Host names a keyless --serve answers */
+    int           parallel;    /* --parallel N: turns --serve runs at once (0 = default 4) */
 } cli_opts;
 
 int cli_inspect(const cli_opts *o);    /* cli-inspect.c */

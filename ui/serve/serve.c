@@ -5,19 +5,24 @@
  * parses and writes every JSON body. Routes: GET /v1/models, GET /v1/models/NAME, GET
  * /health, POST /v1/chat/completions (streaming as server-sent events, or one JSON answer).
  *
- * One model, one session, one conversation (k3_conv) and one worker thread: a connection
- * thread validates its request, queues a job and waits; the worker runs jobs in arrival
- * order. The conversation gives the prompt cache: the worker keeps the conversation's
- * messages when they are a prefix of the request's (a client continuing its chat), so the
- * previous turn's generated ids stay and the session's state is reused; otherwise it
- * replaces them and k3_conv_generate reuses whatever prefix/snapshot still matches.
+ * One model and one engine thread (worker_main) that owns it. A connection thread validates
+ * its request, queues a job and waits. The engine thread runs continuous batching over
+ * --parallel N slots, each a conversation (k3_conv) with its own session: queued jobs join
+ * free slots in arrival order at the next step, every loop is one k3_conv_gen_step_batch over
+ * the slots' turns (each decoding turn's next token plus a prompt chunk of the oldest
+ * prefilling one, all in one batched engine feed), and a turn that is done leaves at once.
+ * A slot's conversation gives the prompt cache: it keeps its messages when they are a prefix
+ * of the request's (a client continuing its chat; such a request prefers that slot), so the
+ * previous turn's generated ids stay and the session's state is reused; otherwise it replaces
+ * them and the turn reuses whatever prefix/snapshot still matches, from one snapshot store
+ * shared by the slots (tagged by API key). Beyond the slots, jobs wait in a bounded FIFO.
  *
- * Text flows from the worker's k3_conv callbacks into the job (under srv.mu): the reasoning
+ * Text flows from the engine thread's k3_conv callbacks into the job (under srv.mu): the reasoning
  * at once, the response through the stop-string filter, which holds back a tail that could
  * still become a stop string and cancels the turn when one appears. A streaming connection
  * sends the job's bytes from a content-reader callback as they come; a plain one waits for
  * the end. Both wait in 100 ms steps and peek at the socket (recv MSG_PEEK: 0 = closed):
- * a client that went away cancels its job (k3_conv_cancel), queued or running.
+ * a client that went away cancels its job (k3_conv_cancel of its slot), queued or running.
  *
  * A client that closed its sending side after the request (half-close) still gets its answer:
  * at EOF an HTTP/1.1 client is sent an interim "100 Continue" now and then, which a client that
@@ -28,9 +33,9 @@
  * (Connection: close). Errors are {"error": {"message", "type", "code"}} with 400 (bad JSON,
  * wrong types, over the context, bad framing), 401 (bearer token), 403 (Host), 404, 405 (with
  * Allow), 408, 411, 413 (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 431,
- * 500, 503 (busy, with Retry-After; shutting down), 505. Messages that echo the client's text
+ * 500, 503 (busy or queue full, with Retry-After; shutting down), 505. Messages that echo the client's text
  * are cut on a character boundary with control characters escaped, and so is every log line.
- * SIGINT/SIGTERM: stop accepting, cancel the running turn (a stream ends with an error event
+ * SIGINT/SIGTERM: stop accepting, cancel the running turns (a stream ends with an error event
  * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
  * finish (up to SERVE_DRAIN_SECS), exit 0.
  */
@@ -65,6 +70,11 @@
 #define SERVE_MAX_STOPS 16         /* stop strings per request                       */
 #define SERVE_MAX_TOKENS 1000000000 /* max_tokens accepted (the context ends a turn first) */
 #define SERVE_MIN_ROOM  8          /* tokens a turn must be able to generate (conv)  */
+#define SERVE_MAX_PARALLEL 64      /* --parallel                                      */
+#define SERVE_PARALLEL 4           /* its default                                     */
+#define SERVE_QUEUE 32             /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
+#define SERVE_CHUNK 64             /* prompt ids per prefill step (K3_SERVE_CHUNK)    */
+#define SERVE_QUEUE_SECS 600       /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
 
 /* ---- a parsed request ----------------------------------------------------------- */
 
@@ -118,6 +128,7 @@ typedef struct job {
     int         v11;     /* HTTP/1.1: an interim 100 may probe the peer  */
     int         key;     /* index of the request's API key (cache owner) */
     int         started; /* the response has begun (no more probes)     */
+    int            queued;  /* waiting in the FIFO for a slot              */
     double      t_probe; /* monotonic seconds of the last probe         */
     unsigned    seq;     /* request number (logs)                       */
     char        id[48];  /* "chatcmpl-..."                              */
@@ -133,28 +144,42 @@ typedef struct job {
     const char *finish;    /* "stop" | "length" when done without error  */
     int         n_prompt, n_cached, n_gen;
     json_t     *calls;     /* the answer's tool_calls (NULL: none)       */
+    k3_conv       *c;         /* the slot's conversation while it runs      */
     int         http;      /* 0 = success; else the error's HTTP status  */
     char        err_type[32], err_code[40];
     char        err[600];
     struct job *next;
 } job;
 
+/* A generation slot: one of --parallel N turns that run together. Its conversation and
+ * session are touched only by the engine thread; j is guarded by srv.mu. */
+typedef struct slot {
+    k3_conv     *c;    /* settings, messages and live prompt cache of its last job */
+    k3_session  *s;    /* made on first use                                        */
+    k3_conv_gen *g;    /* the running turn (NULL between begin and end)            */
+    job         *j;    /* the job it runs, NULL when free                          */
+    int          key;  /* API key whose requests its conversation holds, -1 none   */
+    uint64_t     used; /* admission clock of its last job                          */
+} slot;
+
 static struct server {
     pthread_mutex_t mu;
     pthread_cond_t  work_cv, done_cv; /* done_cv: broadcast on any job progress */
-    job            *head, *tail;      /* queue                                  */
-    job            *cur;              /* running job                            */
+    job            *head, *tail;      /* queue (FIFO)                           */
+    int             n_queued, max_queue;
+    int             queue_secs; /* longest wait in it (K3_SERVE_QUEUE_SECS) */
+    slot           *slots;      /* (n_slots) --parallel                   */
+    int             n_slots, n_active;
+    int             chunk; /* prompt ids a prefill step feeds         */
+    uint64_t        clock; /* admissions                             */
     int             stopping;
     unsigned        seq;
     unsigned long   n_ok, n_err, n_cancel;
     k3_model       *m;
-    k3_session     *s;
-    k3_conv        *c;
     k3_model_info   info;
     const char     *name;    /* model id                    */
     char           *keys[SERVE_MAX_KEYS]; /* (n_keys) API keys; none = no authentication */
     int             n_keys;
-    int             cache_key;            /* key whose requests made the prompt cache, -1 */
     long long       t_start;
 } srv = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -186,12 +211,35 @@ static void job_gone_locked(job *j) {
     if (j->gone || j->state == J_DONE)
         return;
     j->gone = 1;
-    if (srv.cur == j)
-        k3_conv_cancel(srv.c);
+    if (j->c)
+        k3_conv_cancel(j->c);
     pthread_cond_broadcast(&srv.done_cv);
 }
 
-/* Wait up to 100 ms for progress on j, then check the client. Lock held. */
+static void job_fail_locked(job *j, int http, const char *type, const char *code, const char *msg);
+static void job_done_locked(job *j);
+
+/* j waited in the FIFO longer than K3_SERVE_QUEUE_SECS: out of it with a 503. Lock held. */
+static void job_expire_locked(job *j) {
+    job **p = &srv.head, *prev = NULL;
+    while (*p && *p != j)
+        prev = *p, p = &(*p)->next;
+    if (!*p)
+        return;
+    *p = j->next;
+    if (srv.tail == j)
+        srv.tail = prev;
+    srv.n_queued--;
+    j->queued = 0;
+    char m[160];
+    snprintf(m, sizeof m,
+             "the server is busy: no generation slot came free in %d s (K3_SERVE_QUEUE_SECS); retry later",
+             srv.queue_secs);
+    job_fail_locked(j, 503, "server_error", "queue_timeout", m);
+    job_done_locked(j); /* the engine's reference: it never sees the job */
+}
+
+/* Wait up to 100 ms for progress on j, then check the client and the queue's time limit. Lock held. */
 static void job_wait_step(job *j) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -201,6 +249,8 @@ static void job_wait_step(job *j) {
         ts.tv_nsec -= 1000000000L;
     }
     pthread_cond_timedwait(&srv.done_cv, &srv.mu, &ts);
+    if (j->queued && now_s() - j->t0 > srv.queue_secs)
+        job_expire_locked(j);
     if (j->state != J_DONE && j->fd >= 0 && http_peer_gone(j->fd, j->v11 && !j->started, &j->t_probe))
         job_gone_locked(j);
 }
@@ -249,7 +299,7 @@ static void on_think(const char *text, size_t n, void *ud) {
     job *j = ud;
     pthread_mutex_lock(&srv.mu);
     if (j->gone)
-        k3_conv_cancel(srv.c);
+        k3_conv_cancel(j->c);
     txt_buf_add(&j->reasoning, text, n);
     sse_delta(j, "reasoning_content", text, n);
     j->state = J_RUNNING;
@@ -304,11 +354,11 @@ static void on_response(const char *text, size_t n, void *ud) {
     job *j = ud;
     pthread_mutex_lock(&srv.mu);
     if (j->gone)
-        k3_conv_cancel(srv.c);
+        k3_conv_cancel(j->c);
     if (!j->stopped) {
         txt_buf_add(&j->resp, text, n);
         if (stop_filter(j, 0))
-            k3_conv_cancel(srv.c);
+            k3_conv_cancel(j->c);
     }
     j->state = J_RUNNING;
     pthread_cond_broadcast(&srv.done_cv);
@@ -321,7 +371,7 @@ static void on_tool_call(int index, const char *id, const char *name, const char
     (void)done;
     pthread_mutex_lock(&srv.mu);
     if (j->gone)
-        k3_conv_cancel(srv.c);
+        k3_conv_cancel(j->c);
     if (j->r.stream && (name || n)) {
         if (!j->role_sent) {
             j->role_sent = 1;
@@ -340,16 +390,23 @@ static int str_eq0(const char *a, const char *b) { /* NULL == "" */
     return !strcmp(a ? a : "", b ? b : "");
 }
 
-/* Make the conversation hold r's messages, keeping its own (with their generated ids, so
- * the prompt cache continues) when they are a prefix of r's. */
-static k3_status load_messages(k3_conv *c, const sreq *r) {
+/* The number of c's messages when they are a prefix of r's (a client continuing that
+ * chat), else -1. */
+static int msgs_kept(const k3_conv *c, const sreq *r) {
     int n = k3_conv_count(c), keep = n <= r->n_msgs;
     for (int i = 0; keep && i < n; i++) {
         const k3_msg *m = k3_conv_msg(c, i);
         keep = m->role == r->msgs[i].role && !m->interrupted && !strcmp(m->content, r->msgs[i].content) &&
                str_eq0(m->reasoning, r->msgs[i].reasoning) && stools_msg_same(m, &r->tx[i]);
     }
-    if (!keep) {
+    return keep ? n : -1;
+}
+
+/* Make the conversation hold r's messages, keeping its own (with their generated ids, so
+ * the prompt cache continues) when they are a prefix of r's. */
+static k3_status load_messages(k3_conv *c, const sreq *r) {
+    int n = msgs_kept(c, r);
+    if (n < 0) {
         k3_conv_clear(c);
         k3_conv_set_system(c, NULL);
         n = 0;
@@ -372,11 +429,28 @@ static void job_fail_locked(job *j, int http, const char *type, const char *code
     snprintf(j->err, sizeof j->err, "%s", msg);
 }
 
-static void run_job(job *j) {
+/* ---- the engine thread: continuous batching over the slots ------------------------------
+ *
+ * Jobs wait in a FIFO (bounded: a full queue answers 503 at once) and join a free slot at the
+ * next step. Each loop is one k3_conv_gen_step_batch over the slots' turns: every decoding
+ * turn's next token, plus the next prompt chunk (srv.chunk ids) of the oldest turn still
+ * prefilling (of every one when none decodes), so a request that arrives while others
+ * stream delays them by one chunk per step, never by its whole prompt. A turn that is done
+ * (finished, cancelled, disconnected, failed) ends at once and frees its slot. */
+
+/* Sets the slot's conversation up for j and begins its turn (engine thread, lock free). */
+static k3_status job_start(slot *sl, job *j) {
     const sreq      *r = &j->r;
     k3_conv_settings set;
     k3_status        st;
-    k3_conv_get_settings(srv.c, &set);
+    if (!sl->s && (st = k3_session_new(srv.m, &sl->s)))
+        return st;
+    if (j->key != sl->key) { /* the prompt cache is per API key: nothing crosses */
+        k3_conv_clear(sl->c);
+        k3_conv_set_cache_owner(sl->c, (uint64_t)(j->key + 1));
+        sl->key = j->key;
+    }
+    k3_conv_get_settings(sl->c, &set);
     set.think = r->think;
     snprintf(set.effort, sizeof set.effort, "%s", r->effort);
     set.max_tokens = r->max_tokens;
@@ -385,21 +459,23 @@ static void run_job(job *j) {
     set.sampling.top_p = r->top_p;
     set.sampling.seed  = r->seed;
     snprintf(set.tool_choice, sizeof set.tool_choice, "%s", r->tl.tool_choice);
-    if ((st = k3_conv_set_settings(srv.c, &set)) || (st = k3_conv_set_tools(srv.c, r->tl.tools)) ||
-        (st = load_messages(srv.c, r)) || (stools_script_next(srv.c) < 0 && (st = K3_ERR_NOMEM))) {
-        pthread_mutex_lock(&srv.mu);
-        job_fail_locked(j, st == K3_ERR_ARG ? 400 : 500, st == K3_ERR_ARG ? "invalid_request_error" : "server_error",
-                        st == K3_ERR_ARG ? "invalid_value" : "internal_error", k3_errmsg());
-        pthread_mutex_unlock(&srv.mu);
-        return;
-    }
-    k3_conv_set_turn_seed(srv.c, r->seed);
+    if ((st = k3_conv_set_settings(sl->c, &set)) || (st = k3_conv_set_tools(sl->c, r->tl.tools)) ||
+        (st = load_messages(sl->c, r)) || (stools_script_next(sl->c) < 0 && (st = K3_ERR_NOMEM)))
+        return st == K3_ERR_ARG ? K3_ERR_ARG : K3_ERR_NOMEM;
+    k3_conv_set_turn_seed(sl->c, r->seed);
     k3_conv_callbacks cb = {.on_think = on_think, .on_response = on_response, .ud = j, .on_tool_call = on_tool_call};
-    st                   = k3_conv_generate(srv.c, srv.m, srv.s, &cb);
-    int           n     = k3_conv_count(srv.c);
-    const k3_msg *last  = n ? k3_conv_msg(srv.c, n - 1) : NULL;
+    return k3_conv_gen_begin(sl->c, srv.m, sl->s, &cb, srv.chunk, &sl->g);
+}
+
+/* The job's answer from its turn's status st (engine thread, lock free). */
+static void job_finish(slot *sl, job *j, k3_status st) {
+    const sreq   *r    = &j->r;
+    int           n    = k3_conv_count(sl->c);
+    const k3_msg *last = n ? k3_conv_msg(sl->c, n - 1) : NULL;
+    if (last && (last->role != K3_ROLE_ASSISTANT || !last->has_stats))
+        last = NULL; /* the turn did not start */
     pthread_mutex_lock(&srv.mu);
-    if (last && last->role == K3_ROLE_ASSISTANT && last->has_stats) {
+    if (last) {
         j->n_prompt = last->stats.n_prompt;
         j->n_cached = last->stats.n_cached;
         j->n_gen    = last->stats.n_gen;
@@ -421,6 +497,10 @@ static void run_job(job *j) {
         snprintf(m, sizeof m, "%s", k3_errmsg());
         m[strcspn(m, ";")] = 0; /* the conversation's advice is for the chat, not for a client */
         job_fail_locked(j, 400, "invalid_request_error", "context_length_exceeded", m);
+    } else if (!last && (st == K3_ERR_ARG || st == K3_ERR_NOMEM)) { /* setting the turn up */
+        job_fail_locked(j, st == K3_ERR_ARG ? 400 : 500,
+                        st == K3_ERR_ARG ? "invalid_request_error" : "server_error",
+                        st == K3_ERR_ARG ? "invalid_value" : "internal_error", k3_errmsg());
     } else {
         job_fail_locked(j, 500, "server_error", "engine_error", k3_errmsg());
     }
@@ -448,52 +528,144 @@ static void run_job(job *j) {
 static void log_job(const job *j) {
     double dt = now_s() - j->t0;
     if (!j->http)
-        serve_log("#%u 200%s: %d prompt (%d cached) + %d completion tokens, %s, %.2f s", j->seq,
-                  j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->finish, dt);
+        serve_log(
+            "#%u 200%s: %d prompt (%d cached) + %d completion tokens, %s, %.2f s (%d active, %d queued)",
+            j->seq, j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->finish, dt,
+            srv.n_active, srv.n_queued);
     else if (j->http == 499)
-        serve_log("#%u cancelled: %s after %d tokens, %.2f s", j->seq, j->err, j->n_gen, dt);
+        serve_log("#%u cancelled: %s after %d tokens, %.2f s (%d active, %d queued)", j->seq, j->err,
+                  j->n_gen, dt, srv.n_active, srv.n_queued);
     else
-        serve_log("#%u %d: %s", j->seq, j->http, j->err);
+        serve_log("#%u %d: %s (%d active, %d queued)", j->seq, j->http, j->err, srv.n_active, srv.n_queued);
+}
+
+/* j is answered: count, log, wake its connection, drop the engine's reference. Lock held. */
+static void job_done_locked(job *j) {
+    j->state = J_DONE;
+    j->c     = NULL;
+    if (!j->http)
+        srv.n_ok++;
+    else if (j->http == 499)
+        srv.n_cancel++;
+    else
+        srv.n_err++;
+    log_job(j);
+    pthread_cond_broadcast(&srv.done_cv);
+    job_unref_locked(j);
+}
+
+/* The free slot for j: the one whose conversation j continues furthest (same API key), else
+ * the least recently used. NULL when every slot is busy. Lock held. */
+static slot *pick_slot(const job *j) {
+    slot *best      = NULL;
+    int   best_keep = -2;
+    for (int i = 0; i < srv.n_slots; i++) {
+        slot *sl = &srv.slots[i];
+        if (sl->j)
+            continue;
+        int keep = sl->key == j->key ? msgs_kept(sl->c, &j->r) : -1;
+        if (keep > best_keep || (keep == best_keep && sl->used < best->used)) {
+            best      = sl;
+            best_keep = keep;
+        }
+    }
+    return best;
+}
+
+/* The slot's job is over (turn ended or never began): answer it, free the slot. Lock held. */
+static void slot_release_locked(slot *sl, k3_status st) {
+    job *j = sl->j;
+    pthread_mutex_unlock(&srv.mu);
+    job_finish(sl, j, st);
+    pthread_mutex_lock(&srv.mu);
+    sl->j = NULL;
+    srv.n_active--;
+    job_done_locked(j);
+}
+
+/* Moves queued jobs into free slots, in arrival order (all of them answered 503 while
+ * stopping). Lock held; released while a turn begins. */
+static void admit_locked(void) {
+    while (srv.head) {
+        job  *j  = srv.head;
+        slot *sl = srv.stopping || j->gone ? NULL : pick_slot(j);
+        if (!sl && !srv.stopping && !j->gone)
+            return; /* every slot busy: j waits at the head of the FIFO */
+        srv.head = j->next;
+        if (!srv.head)
+            srv.tail = NULL;
+        srv.n_queued--;
+        j->queued = 0;
+        if (!sl) {
+            if (srv.stopping)
+                job_fail_locked(j, 503, "server_error", "shutting_down", "the server is shutting down");
+            else
+                job_fail_locked(j, 499, "cancelled", "client_disconnected",
+                                "the client disconnected while queued");
+            job_done_locked(j);
+            continue;
+        }
+        sl->j    = j;
+        sl->used = ++srv.clock;
+        j->c     = sl->c;
+        srv.n_active++;
+        serve_log("#%u joins slot %d after %.2f s (%d active, %d queued)", j->seq, (int)(sl - srv.slots) + 1,
+                  now_s() - j->t0, srv.n_active, srv.n_queued);
+        pthread_mutex_unlock(&srv.mu);
+        k3_status st = job_start(sl, j);
+        pthread_mutex_lock(&srv.mu);
+        if (st)
+            slot_release_locked(sl, st);
+    }
 }
 
 static void *worker_main(void *arg) {
     (void)arg;
+    k3_conv_gen *gs[SERVE_MAX_PARALLEL];
     pthread_mutex_lock(&srv.mu);
     for (;;) {
-        while (!srv.head && !srv.stopping)
+        while (!srv.head && !srv.n_active && !srv.stopping)
             pthread_cond_wait(&srv.work_cv, &srv.mu);
-        job *j = srv.head;
-        if (!j)
-            break;
-        srv.head = j->next;
-        if (!srv.head)
-            srv.tail = NULL;
-        if (srv.stopping) {
-            job_fail_locked(j, 503, "server_error", "shutting_down", "the server is shutting down");
-        } else if (j->gone) {
-            job_fail_locked(j, 499, "cancelled", "client_disconnected", "the client disconnected while queued");
-        } else {
-            srv.cur = j;
-            pthread_mutex_unlock(&srv.mu);
-            if (j->key != srv.cache_key) { /* the prompt cache is per API key: nothing crosses */
-                k3_conv_clear(srv.c);
-                k3_conv_drop_cache(srv.c);
-                srv.cache_key = j->key;
-            }
-            run_job(j);
-            pthread_mutex_lock(&srv.mu);
-            srv.cur = NULL;
+        admit_locked();
+        if (!srv.n_active) {
+            if (srv.stopping && !srv.head)
+                break;
+            continue;
         }
-        j->state = J_DONE;
-        if (!j->http)
-            srv.n_ok++;
-        else if (j->http == 499)
-            srv.n_cancel++;
-        else
-            srv.n_err++;
-        log_job(j);
-        pthread_cond_broadcast(&srv.done_cv);
-        job_unref_locked(j);
+        /* this step's turns: every decoding one, and the oldest prefilling one (all when none decodes) */
+        int   n = 0, decoding = 0;
+        slot *pre = NULL;
+        for (int i = 0; i < srv.n_slots; i++) {
+            slot *sl = &srv.slots[i];
+            if (!sl->j || !sl->g)
+                continue;
+            if (sl->j->gone || srv.stopping) /* also a cancel that came before the turn began */
+                k3_conv_cancel(sl->c);
+            if (!k3_conv_gen_prefill_left(sl->g))
+                decoding++;
+            else if (!pre || sl->used < pre->used)
+                pre = sl;
+        }
+        for (int i = 0; i < srv.n_slots; i++) {
+            slot *sl = &srv.slots[i];
+            if (sl->j && sl->g && (!k3_conv_gen_prefill_left(sl->g) || !decoding || sl == pre))
+                gs[n++] = sl->g;
+        }
+        pthread_mutex_unlock(&srv.mu);
+        k3_status st = k3_conv_gen_step_batch(gs, n);
+        if (st) /* a bad list: a bug here, never the client's */
+            serve_log("engine: %s", k3_errmsg());
+        pthread_mutex_lock(&srv.mu);
+        for (int i = 0; i < srv.n_slots; i++) {
+            slot *sl = &srv.slots[i];
+            if (!sl->j || !sl->g || (!st && !k3_conv_gen_done(sl->g)))
+                continue;
+            pthread_mutex_unlock(&srv.mu);
+            k3_status end = k3_conv_gen_end(sl->g); /* may stream the parser's last text */
+            pthread_mutex_lock(&srv.mu);
+            sl->g = NULL;
+            slot_release_locked(sl, end);
+        }
     }
     pthread_mutex_unlock(&srv.mu);
     return NULL;
@@ -781,6 +953,8 @@ static enum MHD_Result send_text(struct MHD_Connection *con, unsigned code, char
         MHD_add_response_header(rsp, "WWW-Authenticate", "Bearer");
     if (allow)
         MHD_add_response_header(rsp, "Allow", allow);
+    if (code == 503) /* busy or shutting down: try again in a while */
+        MHD_add_response_header(rsp, "Retry-After", "5");
     enum MHD_Result ret = MHD_queue_response(con, code, rsp);
     MHD_destroy_response(rsp);
     return ret;
@@ -912,11 +1086,25 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         free(j);
         return send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
     }
+    if (srv.n_queued >= srv.max_queue + (srv.n_slots - srv.n_active)) { /* free slots take theirs at once */
+        int      q = srv.n_queued, a = srv.n_active;
+        unsigned seq = j->seq;
+        pthread_mutex_unlock(&srv.mu);
+        sreq_free(&j->r);
+        free(j);
+        char m[160];
+        snprintf(m, sizeof m, "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later",
+                 q, srv.max_queue);
+        serve_log("#%u 503: queue full (%d active, %d queued)", seq, a, q);
+        return send_error(con, 503, "server_error", "queue_full", m);
+    }
     if (srv.tail)
         srv.tail->next = j;
     else
         srv.head = j;
     srv.tail = j;
+    srv.n_queued++;
+    j->queued = 1;
     cc->j    = j;
     pthread_cond_signal(&srv.work_cv);
     /* streaming: start the response at the first text (or at the end); plain: at the end */
@@ -1106,6 +1294,19 @@ static int parse_keys(const char *v) {
     return srv.n_keys ? 0 : -1;
 }
 
+/* A count from the environment (name unset or empty: def); a bad value is an error at start. */
+static int env_count(const char *name, int lo, int hi, int def, int *out) {
+    const char *v = getenv(name);
+    char       *end;
+    long        x = v && *v ? strtol(v, &end, 10) : def;
+    if (v && *v && (*end || x < lo || x > hi)) {
+        fprintf(stderr, "k3chat: %s='%s': expected an integer from %d to %d\n", name, v, lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
 static int is_loopback(const struct sockaddr *a) {
     if (a->sa_family == AF_INET)
         return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
@@ -1149,21 +1350,36 @@ int cli_serve(const cli_opts *o) {
     pthread_t wt;
     int       have_worker = 0;
     struct MHD_Daemon *d  = NULL;
-    if (k3_params_default(&par) || load_model_verbose(o->dir, &par, &srv.m) || k3_session_new(srv.m, &srv.s)) {
+    if (k3_params_default(&par) || load_model_verbose(o->dir, &par, &srv.m)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
-    if (!(srv.c = k3_conv_new())) {
+    /* --parallel slots, each a conversation (its session is made on first use); one prompt
+     * cache for all of them: clients take turns on the slots, so keep more saved states than
+     * the chat does (least recently used out; env overrides, see k3chat(1)) */
+    srv.n_slots = o->parallel > 0 ? o->parallel : SERVE_PARALLEL;
+    if (!(srv.slots = calloc((size_t)srv.n_slots, sizeof *srv.slots))) {
         fprintf(stderr, "k3chat: out of memory\n");
         goto done;
     }
-    /* the prompt cache: clients take turns on one conversation object, so keep more saved
-     * states than the chat does (least recently used out; env overrides, see k3chat(1)) */
+    for (int i = 0; i < srv.n_slots; i++) {
+        srv.slots[i].key = -1;
+        if (!(srv.slots[i].c = k3_conv_new())) {
+            fprintf(stderr, "k3chat: out of memory\n");
+            goto done;
+        }
+        if (i)
+            k3_conv_share_prompt_cache(srv.slots[i].c, srv.slots[0].c);
+    }
     const char *ns = getenv("K3_CONV_SNAPSHOTS"), *mb = getenv("K3_CONV_SNAPSHOT_MB");
-    if (k3_conv_set_prompt_cache(srv.c, ns && *ns ? atoi(ns) : 16, mb && *mb ? atof(mb) : 2000)) {
+    if (k3_conv_set_prompt_cache(srv.slots[0].c, ns && *ns ? atoi(ns) : 16, mb && *mb ? atof(mb) : 2000)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
+    if (env_count("K3_SERVE_QUEUE", 0, 100000, SERVE_QUEUE, &srv.max_queue) ||
+        env_count("K3_SERVE_CHUNK", 1, 1 << 20, SERVE_CHUNK, &srv.chunk) ||
+        env_count("K3_SERVE_QUEUE_SECS", 1, 86400, SERVE_QUEUE_SECS, &srv.queue_secs))
+        goto done;
     const char *script = getenv("K3_SERVE_SCRIPT");
     stools_err  se;
     if (script && *script && stools_script_load(script, o->dir, &se)) {
@@ -1179,7 +1395,6 @@ int cli_serve(const cli_opts *o) {
     const char *slash = memrchr(dir, '/', dl);
     snprintf(dname, sizeof dname, "%.*s", (int)(dl - (slash ? (size_t)(slash + 1 - dir) : 0)), slash ? slash + 1 : dir);
     srv.name    = o->model_name ? o->model_name : dname;
-    srv.cache_key = -1;
     srv.t_start = (long long)time(NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1215,8 +1430,9 @@ int cli_serve(const cli_opts *o) {
     http_gate_stop(gate); /* no new connections; those not handed on yet get 503 */
     pthread_mutex_lock(&srv.mu);
     srv.stopping = 1;
-    if (srv.cur)
-        k3_conv_cancel(srv.c);
+    for (int i = 0; i < srv.n_slots; i++) /* the running turns end as shutting_down */
+        if (srv.slots[i].j)
+            k3_conv_cancel(srv.slots[i].c);
     pthread_cond_broadcast(&srv.work_cv);
     pthread_mutex_unlock(&srv.mu);
     pthread_join(wt, NULL); /* finishes the running job (cancelled) and answers the queue */
@@ -1239,11 +1455,13 @@ done:
     if (d)
         MHD_stop_daemon(d);
     http_gate_free(gate);
-    if (srv.c) {
-        k3_conv_drop_cache(srv.c);
-        k3_conv_free(srv.c);
+    for (int i = 0; srv.slots && i < srv.n_slots; i++) {
+        if (srv.slots[i].c)
+            k3_conv_drop_cache(srv.slots[i].c);
+        k3_conv_free(srv.slots[i].c);
+        k3_session_free(srv.slots[i].s);
     }
-    k3_session_free(srv.s);
+    free(srv.slots);
     k3_model_free(srv.m);
     free_keys();
     freeaddrinfo(ai);

@@ -89,6 +89,8 @@ static int draw_text(int y, int x, int w, const char *s, size_t n, int role) {
                 mvaddch(y, x + col++, ' ');
         } else if (f & (TXT_F_NL | TXT_F_CTRL)) {
             /* not drawn */
+        } else if (col + cw <= w && (f & TXT_F_EMOJI) && len > 4 && tui_emoji_cell(y, x + col, cw, s + off, len, role)) {
+            col += cw; /* a multi-emoji cluster (tui-emoji.c) */
         } else if (col + cw <= w) {
             wchar_t wc[6];
             int     nw = 0;
@@ -197,6 +199,7 @@ void tui_rows_scroll(tui *t, int y0, int h, const uint64_t *hs) {
         wsetscrreg(stdscr, y0, y0 + h - 1);
         scrollok(stdscr, TRUE);
         wscrl(stdscr, k);
+        tui_emoji_scroll(y0, h, k); /* the clusters drawn whole move with their rows */
         scrollok(stdscr, FALSE);
         wsetscrreg(stdscr, 0, t->rows - 1);
         memmove(t->row_sig + y0, t->row_sig + y0 + k, (size_t)(h - k) * sizeof *t->row_sig);
@@ -667,7 +670,9 @@ void tui_render(tui *t, int force) {
         draw_wrapped(y, 0, w, t->rows - y, m, THM_NORMAL);
         rows_forget(t);
         attrset(A_NORMAL);
+        tui_emoji_before();
         refresh();
+        tui_emoji_after();
         t->dirty     = 0;
         t->last_draw = now;
         return;
@@ -688,8 +693,10 @@ void tui_render(tui *t, int force) {
         draw_status(t);
     draw_input(t);
     attrset(A_NORMAL);
+    tui_emoji_before();
     wnoutrefresh(stdscr);
     doupdate();
+    tui_emoji_after();
     t->turn_frames += t->streaming;
     tui_md_links(t);
     t->dirty     = 0;

@@ -184,6 +184,18 @@ int  tui_md_tail(tui *t, int y0, int h, const txt_buf *b);
 void tui_md_frame(tui *t);           /* before drawing: forget last frame's links */
 void tui_md_links(tui *t);           /* after doupdate: OSC 8 over the links drawn */
 void tui_md_entry_free(entry *e);
+/* tui-emoji.c: multi-emoji clusters (ZWJ sequences, flags, skin tones) drawn whole where the
+ * terminal can, over a stand-in curses holds (emoji.h) */
+int  tui_emoji_setup(char *err, size_t n); /* K3_EMOJI, before initscr; -1 with a message */
+void tui_emoji_probe(void);                /* after the first refresh: measure the terminal */
+/* Draw the cluster s[0..n) at (y, x) in w columns in role when it is a multi-emoji one;
+ * returns 1 when it did, 0 for other clusters. */
+int  tui_emoji_cell(int y, int x, int w, const char *s, size_t n, int role);
+void tui_emoji_scroll(int y0, int h, int k); /* rows [y0, y0 + h) were scrolled up k (wscrl) */
+void tui_emoji_before(void);               /* before wnoutrefresh/refresh */
+void tui_emoji_after(void);                /* after doupdate */
+void tui_emoji_free(void);
+
 /* /raw and /copy: 1 when r was one of them, with a message (role ROLE_INFO or ROLE_ERROR). */
 int  tui_md_command(tui *t, const cmd_result *r, char *msg, size_t n, int *role);
 

@@ -20,7 +20,9 @@
  *
  * Terminal features used: wide-character curses (setcchar/wadd_wch), keypad keys, KEY_RESIZE,
  * mouse events (wheel = BUTTON4/BUTTON5, toggled with F3), bracketed paste (ESC[?2004h, with
- * ESC[200~/ESC[201~ defined as keys), use_default_colors, A_DIM/A_BOLD/A_REVERSE.
+ * ESC[200~/ESC[201~ defined as keys), use_default_colors, A_DIM/A_BOLD/A_REVERSE. Written
+ * around curses after doupdate(): OSC 8 links (tui-md.c) and clusters of several emoji
+ * (tui-emoji.c, with its start-up probe: ESC[6n after each sample, ESC[c).
  */
 
 #include "tui-int.h"
@@ -1011,6 +1013,10 @@ int ui_tui_run(const cli_opts *o) {
         fprintf(stderr, "k3chat: --theme: %s\n", err);
         return 2;
     }
+    if (tui_emoji_setup(err, sizeof err) != 0) {
+        fprintf(stderr, "k3chat: %s\n", err);
+        return 2;
+    }
     snprintf(t->theme_name, sizeof t->theme_name, "%.63s", theme);
     t->q = ev_queue_new(1);
     if (!t->q) {
@@ -1080,6 +1086,8 @@ int ui_tui_run(const cli_opts *o) {
     set_mouse(t, getenv("K3_NO_MOUSE") == NULL);
     t->ui_cpu0 = thread_cpu();
     t->osc8    = md_term_osc8();
+    refresh(); /* the screen is cleared before the probe writes on it */
+    tui_emoji_probe();
     tui_layout(t);
 
     while (!t->quit) {
@@ -1107,5 +1115,6 @@ int ui_tui_run(const cli_opts *o) {
     md_stream_free(&t->ms_resp);
     free(t->links);
     free(t->srch_draft);
+    tui_emoji_free();
     return 0;
 }

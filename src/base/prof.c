@@ -1,0 +1,38 @@
+/* prof.c: the phase timers of prof.h. */
+#include "prof.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+#include "k3-impl.h"
+
+int prof_on;
+
+static prof_t acc[PROF_N];
+
+static const char *const names[PROF_N] = {"matmul", "act_quant", "norm_mix", "kda_conv", "kda_gate",
+                                          "kda_recur", "mla_attn", "route", "moe_move", "glu"};
+
+void prof_init(void) {
+    const char *e = getenv("K3_PROFILE");
+    prof_on       = e && *e && strcmp(e, "0") != 0;
+}
+
+prof_t prof_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (prof_t){k3_time(), (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec};
+}
+
+void prof_end(prof_phase ph, prof_t t0) {
+    if (!prof_on) return;
+    prof_t t = prof_now();
+    acc[ph].wall += t.wall - t0.wall;
+    acc[ph].cpu += t.cpu - t0.cpu;
+}
+
+void prof_reset(void) { memset(acc, 0, sizeof acc); }
+
+prof_t prof_get(prof_phase ph) { return acc[ph]; }
+
+const char *prof_name(prof_phase ph) { return ph < PROF_N ? names[ph] : "?"; }
