@@ -124,8 +124,8 @@ typedef struct k3_model_info {
     uint64_t bytes_resident;            /* weights held in RAM (expert cache: as now) */
     const char *fit;                    /* the memory fit at open, one line: settings, plan,
                                            available memory, what was chosen and why       */
-    const char *fit_brief;              /* the same in a few words: "bits 4/8/8 (fit step 2) ·
-                                           experts 1.61 GB" (status bar)                   */
+    const char *fit_brief;              /* the same in a few words: "4/8/8 bits (fit step 2) ·
+                                           cache 1.61 GB" (status bar)                   */
 } k3_model_info;
 void k3_model_get_info(const k3_model *m, k3_model_info *out);
 /* Change the routed-expert cache budget live (GB; < 0: the default, see k3_params.expert_gb);

@@ -285,7 +285,7 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
         o += (size_t)snprintf(out->msg + o, n - o, "memory fit: %s, expert cache %s (%s; %d experts per MoE layer, all %s)%s: plan %s of %s",
                               sets, HB(out->plan.b[FIT_EXPERT]), mask & K3_SET_EXPERT_GB ? "K3_EXPERT_GB" : "what is left",
                               nexp, HB(t->expert_all), out->set.map ? " mapped weights not counted" : "", HB(out->plan.total), room);
-        snprintf(out->brief, sizeof out->brief, "bits %d/%d/%d%s · experts %s", out->set.bits, out->set.mla_bits,
+        snprintf(out->brief, sizeof out->brief, "%d/%d/%d bits%s · cache %s", out->set.bits, out->set.mla_bits,
                  out->set.head_bits, i == 1 ? " (fit step 2)" : i == 2 ? " (fit step 3)" : "", HB(out->plan.b[FIT_EXPERT]));
         if (i) {
             fit_plan p0;

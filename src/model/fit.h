@@ -82,8 +82,8 @@ typedef struct fit_choice {
     int      ok;             /* 0: refused (msg says why, with the figures)                   */
     int      level;          /* 0..2: the step of the order that was taken                    */
     char     msg[2048];      /* one line: what was chosen and why, or the refusal             */
-    char     brief[128];     /* the choice in a few words (status bar): "bits 4/8/8 (fit step
-                                2) · experts 1.61 GB"                                          */
+    char     brief[128];     /* the choice in a few words (status bar): "4/8/8 bits (fit step
+                                2) · cache 1.61 GB"                                          */
 } fit_choice;
 
 /* The figures of the plan for the first n_run layers of config c (fit.c: DESIGN). D: the open
