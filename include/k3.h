@@ -105,6 +105,12 @@ enum { K3_SET_BITS = 1, K3_SET_MLA_BITS = 2, K3_SET_HEAD_BITS = 4, K3_SET_EXPERT
 k3_status k3_params_default(k3_params *p);
 
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out);
+/* Before k3_model_open: the expected decode and prefill seconds per token of DIR with P on this
+ * machine, one line into buf ("expected speed on this machine: ..."), from config.json and this
+ * machine's speed figures (measured in one to two seconds the first time, then cached in
+ * $XDG_CACHE_HOME/k3chat/speed). Empty when the plan is under 1 GB (it loads in seconds) or
+ * when the open would fail (k3_model_open then says why; the status says so too). */
+k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size_t n);
 void      k3_model_free(k3_model *m);
 
 typedef struct k3_model_info {
@@ -118,6 +124,8 @@ typedef struct k3_model_info {
     uint64_t bytes_resident;            /* weights held in RAM (expert cache: as now) */
     const char *fit;                    /* the memory fit at open, one line: settings, plan,
                                            available memory, what was chosen and why       */
+    const char *fit_brief;              /* the same in a few words: "4/8/8 bits (fit step 2) ·
+                                           cache 1.61 GB" (status bar)                   */
 } k3_model_info;
 void k3_model_get_info(const k3_model *m, k3_model_info *out);
 /* Change the routed-expert cache budget live (GB; < 0: the default, see k3_params.expert_gb);

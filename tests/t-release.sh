@@ -26,30 +26,60 @@ K3_MEM_GB=abc "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "K3_MEM_GB='abc': expected a number" "$T/err"; check $? "K3_MEM_GB=abc: error names the variable ($(head -c 120 "$T/err"))"
 K3_MEM_GB=abc "$K3" --inspect "$R" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "K3_MEM_GB" "$T/err"; check $? "--inspect with K3_MEM_GB=abc: the same error"
-# copies: links to the shards, real copies only of what is damaged
+# copies: links to the shards, real copies only of what is damaged. Each case damages the LAST
+# text shard and also breaks the JSON of shard 1's header: the error must name the last shard,
+# which shows that every shard's size and header length are checked before any header is parsed.
 mkcopy() { rm -rf "$1"; mkdir "$1"; for f in "$R"/*; do ln -s "$f" "$1/"; done; }
-C=$T/bad; mkcopy "$C"
-rm "$C/$(shard 1)"
-K3_MEM_GB=2000 timeout 60 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
-[ $rc -eq 1 ] && grep -q "$(shard 1)" "$T/err"; check $? "index names a missing shard: error names it ($(head -c 160 "$T/err"))"
-mkcopy "$C"; rm "$C/$(shard 2)"
-cp --sparse=always "$R/$(shard 2)" "$C/"
-sz=$(stat -c %s "$C/$(shard 2)"); truncate -s $((sz / 2)) "$C/$(shard 2)"
-K3_MEM_GB=2000 timeout 60 "$K3" "$C" --prompt hi >/dev/null 2>"$T/err"; rc=$?
-[ $rc -eq 1 ] && grep -q "$(shard 2).*truncated" "$T/err" && ! grep -q "loading  *[1-9]" "$T/err"
-check $? "shard truncated in the middle: error names the file, nothing loaded ($(head -c 200 "$T/err"))"
-mkcopy "$C"; rm "$C/$(shard 3)"
-$PY - "$C/$(shard 3)" <<'EOF'
+nt=$(($(ls "$R" | grep -c '^model-.*safetensors$') - 2)) # the last text shard (two vision shards follow)
+L=$(shard $nt); F=$(shard 1)
+breakjson() { rm "$C/$F"; cp --sparse=always "$R/$F" "$C/$F"; printf 'x' | dd of="$C/$F" bs=1 seek=8 conv=notrunc 2>/dev/null; }
+C=$T/bad; mkcopy "$C"; breakjson
+K3_MEM_GB=2000 timeout 120 "$K3" "$C" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "$F: header JSON malformed" "$T/err"; check $? "shard 1's header JSON broken: the error names it ($(head -c 160 "$T/err"))"
+rm "$C/$L"
+t0=$(date +%s.%N)
+K3_MEM_GB=2000 timeout 120 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+[ $rc -eq 1 ] && grep -q "$L: cannot open" "$T/err"; check $? "index names a missing shard (the last): error names it, before shard 1's header is parsed ($secs s: $(head -c 160 "$T/err"))"
+mkcopy "$C"; breakjson; rm "$C/$L"
+cp --sparse=always "$R/$L" "$C/"
+sz=$(stat -c %s "$C/$L"); truncate -s $((sz / 2)) "$C/$L"
+t0=$(date +%s.%N)
+K3_MEM_GB=2000 timeout 120 "$K3" "$C" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+[ $rc -eq 1 ] && grep -q "$L: .* but the file has $((sz / 2)) bytes (file truncated?)" "$T/err" && ! grep -q "loading  *[1-9]" "$T/err"
+check $? "last shard truncated in the middle: error names the file and the offset, nothing loaded ($secs s: $(head -c 200 "$T/err"))"
+mkcopy "$C"; breakjson; rm "$C/$L"
+$PY - "$C/$L" <<'EOF2'
 import struct, sys
 n = 200_000_000
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<Q", n)); f.write(b'{"a": 1'); f.truncate(8 + n + 4096)
-EOF
-K3_MEM_GB=2000 timeout 60 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
-[ $rc -eq 1 ] && grep -q "$(shard 3): header length 200000000 at offset 0 is implausibly large" "$T/err"
-check $? "a 200 MB header: error names the file and the length ($(head -c 200 "$T/err"))"
+EOF2
+t0=$(date +%s.%N)
+K3_MEM_GB=2000 timeout 120 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+[ $rc -eq 1 ] && grep -q "$L: header length 200000000 at offset 0 is implausibly large" "$T/err"
+check $? "a 200 MB header (last shard): error names the file and the length ($secs s: $(head -c 200 "$T/err"))"
 rm -rf "$C"
 
+}
+# refusal from config.json alone: a copy of the replica without index or shards (nothing a header
+# could come from) is refused with the plan's figures, so the refusal reads no shard header
+noshards() { # $1: K3_MEM_GB where nothing fits; $2 (optional): where K3_BITS=8 does not but 4 does
+N=$T/noshards; rm -rf "$N"; mkdir "$N"; cp "$R/config.json" "$N/"
+K3_MEM_GB=$1 "$K3" "$N" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "needs .* (nothing fits) but only" "$T/err" && ! grep -q "loading" "$T/err"
+check $? "K3_MEM_GB=$1, config.json only (no index, no shards): refused with the figures, no header read ($(head -c 200 "$T/err"))"
+if [ -n "${2:-}" ]; then
+K3_MEM_GB=$2 K3_BITS=8 "$K3" "$N" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "settings given explicitly are never changed" "$T/err" && grep -q "K3_BITS=4: .* (fits)" "$T/err"
+check $? "K3_MEM_GB=$2 K3_BITS=8, config.json only: the explicit setting refused at once, K3_BITS=4 named ($(head -c 200 "$T/err"))"
+K3_MEM_GB=$2 "$K3" "$N" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "neither model.safetensors.index.json nor model.safetensors found" "$T/err"
+check $? "K3_MEM_GB=$2 unset bits, config.json only: the fit passes (K3_BITS=4 chosen) and the open goes on to the missing shards ($(head -c 160 "$T/err"))"
+fi
+rm -rf "$N"
 }
 prompt_lines() {
 # ---- --prompt: the loading line and the fit line (tiny model: quick) ----
@@ -76,6 +106,7 @@ if [ -n "$SAN" ]; then
     K3_MEM_GB=2 "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
     [ $rc -eq 1 ] && grep -q "(nothing fits) but only" "$T/err" && ! grep -q "loading  *[1-9]" "$T/err"
     check $? "K3_MEM_GB=2: refused at open before any weight ($(head -c 200 "$T/err"))"
+    noshards 2
     bad_input
     prompt_lines
     exit 0
@@ -159,9 +190,17 @@ plan() { # $1 $2 $3 bits, $4 expert cache bytes ("floor" = one per MoE layer) ->
 usable() { awk -v g="$1" 'BEGIN { printf "%.0f\n", g * 1e9 - (0.5e9 + 0.05 * g * 1e9) }'; }
 gb2() { awk -v x="$1" 'BEGIN { printf "%.2f GB\n", x / 1e9 }'; }
 fits() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+# the eight --inspect runs four at a time (each parses the 96 headers: about 3 s of CPU, a minute
+# on a loaded 2-core machine; about 0.5 GB each)
+for G in 8 24 64 128; do K3_MEM_GB=$G "$K3" --inspect "$R" >"$T/f$G" 2>&1 & done
+wait
+K3_MEM_GB=2000 "$K3" --inspect "$R" >"$T/f2000" 2>&1 &
+K3_MEM_GB=64 K3_BITS=8 "$K3" --inspect "$R" >"$T/x1a" 2>&1 &
+K3_MEM_GB=128 K3_EXPERT_GB=100 "$K3" --inspect "$R" >"$T/x2a" 2>&1 &
+K3_MEM_GB=2000 K3_BITS=4 K3_MAXT=16384 "$K3" --inspect "$R" >"$T/x3a" 2>&1 &
+wait
 for G in 8 24 64 128 2000; do
     U=$(usable $G)
-    K3_MEM_GB=$G "$K3" --inspect "$R" >"$T/f$G" 2>&1
     line=$(grep '^fit ' "$T/f$G")
     if fits "$(plan 8 8 8 floor)" "$U"; then want="K3_BITS=8 K3_MLA_BITS=8 K3_HEAD_BITS=8"; step=1
     elif fits "$(plan 4 8 8 floor)" "$U"; then want="K3_BITS=4 K3_MLA_BITS=8 K3_HEAD_BITS=8"; step=2
@@ -183,13 +222,13 @@ grep -q "all resident" "$T/f2000"; check $? "K3_MEM_GB=2000: every expert reside
 left=$(awk -v u="$(usable 128)" -v p="$(plan 8 8 8 0)" 'BEGIN { printf "%.2f GB\n", (u - p) / 1e9 }')
 grep -q "routed experts *$left" "$T/f128"; check $? "K3_MEM_GB=128: the expert cache takes what is left ($left)"
 # explicit settings are never changed: refused with the settings that would fit
-K3_MEM_GB=64 K3_BITS=8 "$K3" --inspect "$R" 2>&1 | grep '^fit ' >"$T/x1"
+grep '^fit ' "$T/x1a" >"$T/x1"
 grep -q "settings given explicitly are never changed" "$T/x1" && grep -qF "K3_BITS=4: $(gb2 "$(plan 4 8 8 floor)") (fits)" "$T/x1"
 check $? "K3_MEM_GB=64 K3_BITS=8: refused, K3_BITS=4 named as fitting ($(head -c 300 "$T/x1"))"
-K3_MEM_GB=128 K3_EXPERT_GB=100 "$K3" --inspect "$R" 2>&1 | grep '^fit ' >"$T/x2"
+grep '^fit ' "$T/x2a" >"$T/x2"
 grep -q "K3_EXPERT_GB=100.00 K3_MAXT=8192 needs" "$T/x2" && grep -q "K3_EXPERT_GB=[0-9.]*: .* (fits)" "$T/x2"
 check $? "K3_MEM_GB=128 K3_EXPERT_GB=100: refused, the largest cache that fits named ($(head -c 300 "$T/x2"))"
-K3_MEM_GB=2000 K3_BITS=4 K3_MAXT=16384 "$K3" --inspect "$R" 2>&1 | grep '^fit ' >"$T/x3"
+grep '^fit ' "$T/x3a" >"$T/x3"
 grep -q "fit          K3_BITS=4 K3_MLA_BITS=8 K3_HEAD_BITS=8 K3_MAXT=16384" "$T/x3"; check $? "K3_MEM_GB=2000 K3_BITS=4 K3_MAXT=16384: the given settings kept ($(head -c 200 "$T/x3"))"
 
 # the engine refuses at open, before reading weights (no loading line past 0 %), with the figures
@@ -201,6 +240,7 @@ check $? "--prompt at K3_MEM_GB=24: refused at open in $secs s, before any weigh
 K3_MEM_GB=64 K3_BITS=8 timeout 120 "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "K3_BITS=4: .* (fits)" "$T/err"; check $? "--prompt with K3_BITS=8 at K3_MEM_GB=64: refused naming K3_BITS=4 ($(head -c 150 "$T/err"))"
 
+noshards 24 64
 bad_input
 prompt_lines
 # ---- open + one token at --layers 2: the dense layer (33,792), one KDA + 896-expert MoE layer,
@@ -216,4 +256,23 @@ secs=$(($(date +%s) - t0))
 [ $rc -eq 0 ] && [ "$(cat "$T/out")" = "0" ]
 check $? "--layers 2: open + one token in $secs s: exit 0, zero weights give all-equal logits and greedy picks id 0 (got '$(head -c 40 "$T/out")'; $(tail -n 2 "$T/err" | tr '\n' '|' | head -c 300))"
 grep -q "memory fit: K3_BITS=4 K3_MLA_BITS=4 K3_HEAD_BITS=4 K3_MAXT=8192, expert cache" "$T/err"; check $? "--layers 2: the fit line reports the given bits"
+head -n 1 "$T/err" | grep -Eq '^k3chat: expected speed on this machine: decode [0-9.e+-]+ s/token, prefill [0-9.e+-]+ s/token \(bits 4/4/4'
+check $? "--layers 2: the speed estimate is printed before loading ($(head -n 1 "$T/err" | head -c 200))"
+# the TUI shows the estimate while the model loads (the load is stopped: only the screen matters)
+if command -v tmux >/dev/null; then
+    S="tmux -L k3rel$$ -f /dev/null"
+    $S new-session -d -x 160 -y 30 -e TERM=xterm-256color -e LANG=C.UTF-8 -e LC_ALL=C.UTF-8 -e HOME="$T" \
+        -e XDG_STATE_HOME="$T/state" -e XDG_CACHE_HOME="${XDG_CACHE_HOME:-$T/cache}" -e K3_MEM_GB=8 -e K3_BITS=4 -e K3_MLA_BITS=4 -e K3_HEAD_BITS=4 \
+        "$K3 $T/rel2 2>/dev/null; sleep 30"
+    i=0; ok=1
+    while [ $i -lt 600 ]; do # up to 60 s
+        scr=$($S capture-pane -p 2>/dev/null)
+        echo "$scr" | grep -q "expected speed on this machine: decode" && echo "$scr" | grep -q " loading" && { ok=0; break; }
+        sleep 0.1; i=$((i + 1))
+    done
+    check $ok "TUI: the speed estimate is shown while the model loads ($(echo "$scr" | grep -m1 -o 'expected speed.*' | head -c 120))"
+    $S kill-server 2>/dev/null
+else
+    echo "SKIP: TUI speed estimate while loading (tmux is not installed)"
+fi
 rm -rf "$T/rel2"

@@ -124,6 +124,9 @@ try:
     ok(wait_for(lambda: "serving" in log_text() or srv.poll() is not None, 30), "the server starts")
     port = re.search(r"http://127\.0\.0\.1:(\d+)/v1", log_text())
     ok(port is not None and "API key required" in log_text(), "it logs its address and that a key is required")
+    fitl = [l for l in log_text().splitlines() if l.startswith("k3chat: memory fit: K3_BITS=")]
+    ok(len(fitl) == 1 and "usable of" in fitl[0] and any(w in fitl[0] for w in ("the defaults fit", "the given settings fit", "chosen: step")),
+       "the log says what the memory fit chose and why (%r)" % (fitl[0][:160] if fitl else log_text()[-300:]))
     if port is None:
         raise SystemExit(1)
     BASE = "http://127.0.0.1:%s" % port.group(1)

@@ -9,6 +9,7 @@ d="$K3_TMP/tiny"
 "$K3_BUILD/k3-mkmodel" --preset tiny --seed 1 "$d" >/dev/null 2>&1 || { echo "FAIL: k3-mkmodel"; exit 1; }
 tui_start 100 30 -- "$K3CHAT --max-tokens 24 --temp 0 $d 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 check "the model loads and its name is in the status bar" wait_for "tiny · " 20
+check "status bar: the memory fit's choice (the defaults fit here)" has "8/8/8 bits · cache"
 type_line "hello"
 check "the think pane opens while the turn streams, or the turn has ended" wait_for "thought for" 30
 check "the turn reports its length limit (random weights rarely end a message)" has "[length limit reached]"
@@ -16,6 +17,8 @@ check "status bar: tok/s" has "tok/s"
 check "status bar: context" has "ctx "
 keys C-l; type_line "/stats"
 check "/stats shows the prompt tokens processed" wait_for "prompt tokens processed" 5
+check "/stats shows the memory fit's choice" has "memory fit   8/8/8 bits · cache"
+check "/stats shows the memory fit's full line (plan, available memory, why)" has "the defaults fit"
 check "/stats names the CPU kernels' instruction set" wait_for "CPU kernels  $(K3_EXPERT_GB= "$K3CHAT" --inspect "$d" 2>/dev/null | sed -n 's/^kernels *\([^ ]*\).*/\1/p')" 5
 keys C-l; type_line "/experts 0.25"
 check "/experts applies the budget to the engine" wait_for "expert-cache budget now 0.25 GB" 10
@@ -36,6 +39,16 @@ printf '%s\n' '{"format":"k3chat-transcript","version":1,"tools":[{"type":"funct
 keys C-l; type_line "/load $K3_TMP/tools.jsonl"
 check "/load of tool turns: the call is shown" wait_for '-> get_weather({"city": "Paris"})' 5
 check "/load of tool turns: the result is shown with its call id" has "tool result (c1):"
+keys C-d
+check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
+
+# the fit lowers the dense matrices to 4 bits: K3_MEM_GB leaves 3.00 MB usable, where this model
+# needs 3.08 MB at 8/8/8 and 2.87 MB at 4/8/8 (one expert per MoE layer); the status bar says so
+tui_start 100 30 K3_MEM_GB=0.52947 -- "$K3CHAT --max-tokens 4 --temp 0 $d 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+check "K3_MEM_GB=0.52947: the model loads" wait_for "tiny · " 20
+check "status bar: the fit chose 4 bits for the dense matrices (step 2)" has "4/8/8 bits (fit step 2) · cache"
+keys C-l; type_line "/stats"
+check "/stats: the fit's choice and why" wait_for "chosen: step 2 of the fit order, since K3_BITS=8" 5
 keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 

@@ -524,14 +524,30 @@ typedef struct wctx {
     uint64_t    base;  /* header length: data section start */
 } wctx;
 
+/* Whether [off, off + n) of fd is a hole (SEEK_DATA finds no data before its end). */
+static int src_hole(int fd, uint64_t off, uint64_t n) {
+    off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+    return (d < 0 && errno == ENXIO) || (d >= 0 && (uint64_t)d >= off + n);
+}
+
+static int all_zero(const unsigned char *b, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++)
+        if (b[i]) return 0;
+    return 1;
+}
+
+/* A hole of a sparse source (k3-mkmodel's release replica) is neither read nor written: the
+ * output file was sized at creation, so it reads back as the same zeros. */
 static k3_status do_pass(ctx *c, const wctx *o, const plan *p, const job *j, unsigned char *buf) {
     const st_tensor *t  = st_tensor_at(c->d, j->src);
     const item      *it = &p->items[j->w];
     k3_status        st = K3_OK;
     for (uint64_t k = 0; k < t->nbytes && !st; k += CHUNK_BYTES) {
         size_t n = (size_t)(t->nbytes - k < CHUNK_BYTES ? t->nbytes - k : CHUNK_BYTES);
-        if ((st = st_read_at(c->d, t->shard, buf, n, t->offset + k))) break;
-        st = pwrite_all(o->fd, o->path, buf, n, o->base + it->off + k);
+        if (!src_hole(st_shard_fd(c->d, t->shard), t->offset + k, n)) {
+            if ((st = st_read_at(c->d, t->shard, buf, n, t->offset + k))) break;
+            st = pwrite_all(o->fd, o->path, buf, n, o->base + it->off + k);
+        }
         progress(c, n, t->name);
     }
     return st;
@@ -551,8 +567,24 @@ static k3_status do_mat(ctx *c, const wctx *o, const plan *p, const job *j) {
     float         *f = malloc((size_t)step * cols * sizeof(float));
     k3_status      st = K3_OK;
     if (!raw || !w || !f || (srow && !s)) die_oom();
+    int zero_rows = -1; /* rows of w and s hold the quantized zero row: as many as last filled */
     for (int64_t r0 = 0; r0 < x->rows && !st; r0 += step) {
         int64_t n = x->rows - r0 < step ? x->rows - r0 : step;
+        if (src_hole(st_shard_fd(c->d, t->shard), t->offset + (uint64_t)r0 * cols * es, (uint64_t)n * cols * es)) {
+            /* zero rows quantize to fixed bytes: made once (bit-identical to quantizing them), and
+             * not written at all when those bytes are zeros */
+            if (zero_rows < n) {
+                memset(f, 0, (size_t)n * cols * sizeof(float));
+                if (type != Q_F32) quant_rows(type, f, n, cols, w, s);
+                zero_rows = (int)n;
+            }
+            int nz = type == Q_F32 || (all_zero(w, wrow) && (!srow || all_zero(s, srow)));
+            if (!nz && !(st = pwrite_all(o->fd, o->path, w, (size_t)n * wrow, o->base + p->items[j->w].off + (uint64_t)r0 * wrow)))
+                st = pwrite_all(o->fd, o->path, s, (size_t)n * srow, o->base + p->items[j->s].off + (uint64_t)r0 * srow);
+            progress(c, (uint64_t)n * cols * es, t->name);
+            continue;
+        }
+        zero_rows = -1;
         if ((st = read_rows(c, t, cols, r0, n, raw, f))) break;
         if (type == Q_F32) {
             st = pwrite_all(o->fd, o->path, f, (size_t)n * wrow, o->base + p->items[j->w].off + (uint64_t)r0 * wrow);
@@ -631,12 +663,18 @@ static uint64_t expert_bytes(const ctx *c, const job *j) {
     return n;
 }
 
+/* An expert that is all zeros (a hole of a sparse source, e.g. k3-mkmodel's release replica) is
+ * not written: the output file was sized at creation, so it reads back as the same zeros, and a
+ * sparse source stays sparse (the 1.45 TB of replica experts take no disk). */
 static k3_status do_expert(ctx *c, const wctx *o, const plan *p, const job *j, unsigned char *buf) {
-    uint64_t  n;
-    k3_status st = read_expert(c, j, buf, &n);
-    if (st) return st;
+    const st_tensor *a = st_tensor_at(c->d, j->ex[0]);
+    uint64_t         n = expert_bytes(c, j);
+    k3_status        st = K3_OK;
     K3_ASSERT(p->items[j->it[5]].off + p->items[j->it[5]].nbytes - p->items[j->it[0]].off == n);
-    st = pwrite_all(o->fd, o->path, buf, (size_t)n, o->base + p->items[j->it[0]].off);
+    if (!(j->contiguous && src_hole(st_shard_fd(c->d, a->shard), a->offset, n))) {
+        if ((st = read_expert(c, j, buf, &n))) return st;
+        if (!all_zero(buf, n)) st = pwrite_all(o->fd, o->path, buf, (size_t)n, o->base + p->items[j->it[0]].off);
+    }
     progress(c, n, st_tensor_at(c->d, j->src)->name);
     return st;
 }
@@ -700,6 +738,8 @@ static k3_status write_shard(ctx *c, const plan *p, const char *tmp) {
     if (!buf) die_oom();
     c->n_started++;
     k3_status st = pwrite_all(o.fd, tmp, p->header, p->header_len, 0);
+    if (!st && ftruncate(o.fd, (off_t)(p->header_len + p->data_bytes))) /* all-zero experts are skipped */
+        st = k3_err(K3_ERR_IO, "%s: cannot size to %llu bytes: %s", tmp, (unsigned long long)(p->header_len + p->data_bytes), strerror(errno));
     for (int jn = 0; jn < p->n_jobs && !st; jn++) {
         const job *j = &p->jobs[jn];
         if (c->kill_at == c->n_started && jn == p->n_jobs / 2) {

@@ -42,6 +42,7 @@ typedef struct st_shard {
     char    *path;       /* full path                                   */
     char    *name;       /* file name as in the index                   */
     uint64_t size;       /* file size (0 if never opened)               */
+    uint64_t hlen;       /* header length (shard_check)                 */
     int      fd;         /* -1 if never opened (vision-only)            */
     int      text;       /* holds at least one text tensor              */
     void    *map;        /* st_map(): whole-file read-only map, or NULL */
@@ -218,14 +219,46 @@ static k3_status parse_entry(const char *file, const char *name, json_t *v, uint
 }
 
 /* Open shard si, validate its whole header, record its text tensors. */
-static k3_status load_shard(st_dir *d, int si) {
+/* The largest data_offsets end in header text h (n bytes), found without parsing the JSON, and
+ * the name of its tensor (the key before the enclosing '{'; "?" when it cannot be told) into
+ * name; 0 when none. A quick bound for shard_check; load_shard's full parse checks every entry. */
+static uint64_t header_data_end(const char *h, size_t n, char *name, size_t nn) {
+    static const char key[] = "\"data_offsets\"";
+    uint64_t          best  = 0;
+    snprintf(name, nn, "?");
+    for (const char *p = h, *e = h + n; (p = memmem(p, (size_t)(e - p), key, sizeof key - 1));) {
+        const char *at = p;
+        p += sizeof key - 1;
+        const char *q = memchr(p, ']', (size_t)(e - p));
+        if (!q) break;
+        const char *c = memchr(p, ',', (size_t)(q - p)); /* [begin, end]: the number after the comma */
+        uint64_t    v = 0;
+        if (c) {
+            for (c++; c < q && (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r'); c++) {}
+            for (; c < q && *c >= '0' && *c <= '9' && v < UINT64_MAX / 10; c++) v = v * 10 + (uint64_t)(*c - '0');
+        }
+        if (v > best) {
+            best = v;
+            const char *b = at; /* back to the object's '{', then its key: "NAME" : { */
+            while (b > h && *b != '{') b--;
+            for (b--; b > h && (*b == ' ' || *b == ':' || *b == '\n' || *b == '\t' || *b == '\r'); b--) {}
+            const char *ke = b, *ks = b > h ? b - 1 : h;
+            while (ks > h && *ks != '"') ks--;
+            if (*ke == '"' && *ks == '"' && ke > ks) snprintf(name, nn, "%.*s", (int)(ke - ks - 1), ks + 1);
+        }
+        p = q;
+    }
+    return best;
+}
+
+/* Open shard si and check what costs no JSON parse: a regular file, the header length within the
+ * file and under ST_MAX_HEADER, and no tensor's data past the end of the file. st_open runs it on
+ * every shard before parsing any header, so a missing, truncated or absurd shard is reported at
+ * once, whichever it is of the 96. */
+static k3_status shard_check(st_dir *d, int si) {
     st_shard   *sh = &d->shards[si];
     const char *file = sh->name;
-    k3_status   st = K3_OK;
-    char       *hbuf = NULL;
-    json_t     *root = NULL;
-    hdr_entry  *ents = NULL;
-
+    k3_status   st;
     sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC);
     if (sh->fd < 0) return k3_err(K3_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
     struct stat sb;
@@ -245,7 +278,28 @@ static k3_status load_shard(st_dir *d, int si) {
     if (hlen > ST_MAX_HEADER)
         return k3_err(K3_ERR_FORMAT, "%s: header length %llu at offset 0 is implausibly large (limit %llu bytes; the release's shard headers are under 1 MB)",
                       file, (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
-    uint64_t data_start = 8 + hlen, data_size = sh->size - data_start;
+    sh->hlen   = hlen;
+    char *hbuf = k3_malloc((size_t)hlen + 1);
+    if (!hbuf) return k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen);
+    st         = pread_all(sh->fd, sh->path, hbuf, hlen, 8);
+    char     tname[256];
+    uint64_t end = st ? 0 : header_data_end(hbuf, (size_t)hlen, tname, sizeof tname);
+    free(hbuf);
+    if (!st && end > sh->size - 8 - hlen)
+        st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s': its data ends at byte %llu of the file, but the file has %llu bytes (file truncated?)",
+                    file, tname, (unsigned long long)(8 + hlen + end), (unsigned long long)sh->size);
+    return st;
+}
+
+/* Parse and validate the header of shard si (shard_check ran) and record its text tensors. */
+static k3_status load_shard(st_dir *d, int si) {
+    st_shard   *sh = &d->shards[si];
+    const char *file = sh->name;
+    k3_status   st = K3_OK;
+    char       *hbuf = NULL;
+    json_t     *root = NULL;
+    hdr_entry  *ents = NULL;
+    uint64_t    hlen = sh->hlen, data_start = 8 + hlen, data_size = sh->size - data_start;
     hbuf = k3_malloc((size_t)hlen + 1);
     if (!hbuf) { st = k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen); goto fail; }
     if ((st = pread_all(sh->fd, sh->path, hbuf, hlen, 8))) goto fail;
@@ -300,6 +354,10 @@ static int cmp_tensor_name(const void *a, const void *b) {
 }
 
 static k3_status add_shard(st_dir *d, const char *name, int *idx) {
+    if (d->n_shards && !strcmp(d->shards[d->n_shards - 1].name, name)) { /* the index groups by shard */
+        *idx = d->n_shards - 1;
+        return K3_OK;
+    }
     for (int i = 0; i < d->n_shards; i++)
         if (!strcmp(d->shards[i].name, name)) { *idx = i; return K3_OK; }
     st_shard *ns = realloc(d->shards, (size_t)(d->n_shards + 1) * sizeof *ns);
@@ -347,7 +405,22 @@ static int cmp_shard_name(const void *a, const void *b) {
 static k3_status read_index(st_dir *d, const char *ipath, json_t **root_out) {
     const char  *file = base_name(ipath);
     json_error_t jerr;
-    json_t      *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &jerr);
+    json_t      *root = NULL;
+    /* one read and json_loadb: json_load_file reads a character at a time (the release's index
+     * is 60 MB) */
+    int fd = open(ipath, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) < 0) {
+        k3_status st = k3_err(K3_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
+        if (fd >= 0) close(fd);
+        return st;
+    }
+    char     *buf = k3_malloc((size_t)sb.st_size + 1);
+    k3_status rst = buf ? pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0) : k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
+    close(fd);
+    if (!rst) root = json_loadb(buf, (size_t)sb.st_size, JSON_REJECT_DUPLICATES, &jerr);
+    free(buf);
+    if (rst) return rst;
     if (!root) {
         if (jerr.line < 0 || strstr(jerr.text, "unable to open"))
             return k3_err(K3_ERR_IO, "%s: %s", file, jerr.text);
@@ -410,6 +483,8 @@ k3_status st_open(const char *dir, st_dir **out) {
         if ((st = add_shard(d, "model.safetensors", &idx))) goto fail;
         d->shards[idx].text = 1;
     }
+    for (int i = 0; i < d->n_shards; i++) /* every shard's size first: no header parsed yet */
+        if (d->shards[i].text && (st = shard_check(d, i))) goto fail;
     for (int i = 0; i < d->n_shards; i++)
         if (d->shards[i].text && (st = load_shard(d, i))) goto fail;
 

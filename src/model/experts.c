@@ -661,7 +661,7 @@ k3_status ex_open(const ex_source *src, ex_tier **out) {
             goto fail;
         }
     if ((st = ex_set_budget(t, src->expert_gb))) goto fail;
-    if (t->n_moe && t->n_slots == t->E) {
+    if (t->n_moe && t->n_slots == t->E && !src->lazy) {
         if ((st = preload(t))) goto fail;
     } else {
         t->deferred = (uint64_t)t->n_moe * t->E * t->expert_bytes; /* read on demand */

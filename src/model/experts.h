@@ -42,6 +42,8 @@ typedef struct ex_source {
                                       at most half of MemAvailable, else 40% of MemAvailable)  */
     int              direct, pipe; /* K3_DIRECT, K3_PIPE                                       */
     int              load_threads; /* K3_LOAD_THREADS (<= 0: 4)                                 */
+    int              lazy;         /* 1: never read experts at open, even when the budget holds
+                                      them all (an automatic budget: model.c, the memory fit)  */
     /* Called after each expert read at open (when the budget holds them all) with its bytes;
      * may be NULL. */
     void (*progress)(void *ud, uint64_t bytes);
@@ -49,7 +51,7 @@ typedef struct ex_source {
 } ex_source;
 
 /* Locate and check every routed expert of the run MoE layers (six U8 tensors each), start the
- * loader threads and, when the budget holds every expert, read them all now. */
+ * loader threads and, when the budget holds every expert and src->lazy is 0, read them all now. */
 k3_status ex_open(const ex_source *src, ex_tier **out);
 /* Bytes of the routed experts read on demand, not at open (0 when ex_open read them all). */
 uint64_t  ex_deferred_bytes(const ex_tier *t);

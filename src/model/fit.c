@@ -2,10 +2,13 @@
  * and order there and in k3chat(1), MEMORY FIT).
  *
  * DESIGN
- * fit_scan walks the tensor table (tensors.h) over the globals and the run layers, headers only
- * (the routed experts are all alike: one is measured), and sums each memory class at 32, 8 and 4
- * bits, so every candidate plan afterwards is
- * arithmetic. fit_decide tries the documented order and writes one line saying what it chose and
+ * fit_scan walks the tensor table (tensors.h) over the globals and the run layers (the routed
+ * experts are all alike: one is measured) and sums each memory class at 32, 8 and 4 bits, so
+ * every candidate plan afterwards is arithmetic. It needs only config.json: matrices count at
+ * their logical shape, and what is held as stored (embeddings, experts) at the release's dtype,
+ * or at the header's when the shards are open. k3_model_open runs it twice: before any shard
+ * header is read, to refuse at once what cannot fit (the figures are a lower bound: a
+ * checkpoint may store BF16 tensors as F32), and after, for the exact plan it runs with. fit_decide tries the documented order and writes one line saying what it chose and
  * why, or, when nothing fits, the refusal with every figure a user needs to choose.
  */
 #include "fit.h"
@@ -39,54 +42,65 @@ static uint64_t qbytes(int bits, int64_t rows, int64_t cols) {
     return (uint64_t)q_wbytes(t, (int)rows, (int)cols) + q_sbytes(t, (int)rows, (int)cols);
 }
 
-/* Bytes of quantizable matrix T held at BITS, from its logical shape. That is T's shape, except
- * in a k3 container (repack.h): kv_b is 1-D, split per head (uk_t[h], uv[h], each quantized by
- * rows), and a U8 matrix comes with NAME.qs: 1-D for int8 (as wide as stored), 2-D for int4 (two
- * columns a byte; an odd width counts one column more, a byte or four per row over at 8 or 32
- * bits, exact at 4). The sidecar itself is counted here, never on its own. */
-static uint64_t matrix_bytes(const k3_config *c, const st_dir *d, const st_tensor *t, int bits) {
-    if (t->ndim == 1) {
+/* Bytes of a matrix of the table held at BITS, from its logical shape (the table's, from
+ * config.json), so the plan needs no shard header. In a k3 container (repack.h; SPLIT) kv_b is
+ * held split per head (uk_t[h], uv[h], each quantized by rows), as the engine holds it. */
+static uint64_t matrix_bytes(const k3_config *c, const tt_ref *r, int split, int bits) {
+    if (split && tt_table[r->id].kind == TT_K_KVB) {
         rp_kvb k = {.Hm = c->n_heads, .nope = c->nope, .v = c->v_dim, .kl = c->kv_lora};
         int    q = rp_bits_type(bits);
         return (uint64_t)c->n_heads * (rp_kvb_head_wbytes(q, &k) + rp_kvb_head_sfloats(q, &k) * sizeof(float));
     }
-    int64_t cols = t->shape[1];
-    if (t->dtype == ST_U8) {
-        char sc[512];
-        snprintf(sc, sizeof sc, "%s" RP_SIDECAR, t->name);
-        const st_tensor *s = st_find(d, sc);
-        if (s && s->ndim == 2) cols *= 2;
-    }
-    return qbytes(bits, t->shape[0], cols);
+    return qbytes(bits, r->shape.s[0], r->shape.s[1]);
+}
+
+/* Bytes of a tensor as stored: from its header when the shards are open (D), else the release's
+ * dtype of the row (a lower bound: loaders take F32/F16/BF16 where the release has BF16). */
+static uint64_t stored_bytes(const st_dir *d, const tt_ref *r) {
+    static const int dt_size[] = {[TT_DT_BF16] = 2, [TT_DT_F32] = 4, [TT_DT_U8] = 1};
+    const st_tensor *t         = d ? st_find(d, r->name) : NULL;
+    return t ? t->nbytes : (uint64_t)tt_numel(r->shape) * (uint64_t)dt_size[tt_table[r->id].dtype];
 }
 
 typedef struct scan_ctx {
     const k3_config *c;
     const st_dir    *d;
+    int              split;
     fit_table       *o;
 } scan_ctx;
 
-/* One tensor of the table (tensors.h): matrices at 32, 8 and 4 bits by their kind (a k3
- * container's scale sidecars counted with their matrix), embeddings as stored, the rest f32. */
+/* One tensor of the table (tensors.h): matrices at 32, 8 and 4 bits by their kind, embeddings
+ * as stored, the rest f32. */
 static k3_status scan_one(const tt_ref *r, void *ud) {
     static const int bits[3] = {32, 8, 4};
     scan_ctx        *x = ud;
-    const st_tensor *t = st_find(x->d, r->name);
     const int        kind = tt_table[r->id].kind;
-    K3_ASSERT(t); /* cfg_check_tensors ran first */
+    const st_tensor *t    = x->d ? st_find(x->d, r->name) : NULL;
+    const uint64_t   n    = t ? (uint64_t)st_numel(t) : (uint64_t)tt_numel(r->shape);
     int k = kind == TT_K_BITS ? FIT_DENSE : kind == TT_K_MLA || kind == TT_K_KVB ? FIT_MLA : kind == TT_K_HEAD ? FIT_HEAD : -1;
     if (k >= 0) {
-        for (int b = 0; b < 3; b++) x->o->mat[k][b] += matrix_bytes(x->c, x->d, t, tt_bits(kind, bits[b], bits[b], bits[b]));
-        if (t->ndim == 2 && (uint64_t)st_numel(t) * 4 > x->o->big_f32) x->o->big_f32 = (uint64_t)st_numel(t) * 4;
+        int split = x->split || (t && t->ndim == 1); /* a container's kv_b is 1-D */
+        x->o->n_mats += kind == TT_K_KVB ? 2 * x->c->n_heads : 1; /* kv_b: uk_t and uv per head */
+        for (int b = 0; b < 3; b++) x->o->mat[k][b] += matrix_bytes(x->c, r, split, tt_bits(kind, bits[b], bits[b], bits[b]));
+        uint64_t f32 = (uint64_t)tt_numel(r->shape) * 4;
+        if (f32 > x->o->big_f32) x->o->big_f32 = f32;
     } else if (kind == TT_K_EMBED) {
-        x->o->embed += t->nbytes;
+        x->o->embed += stored_bytes(x->d, r);
     } else {
-        x->o->small += (uint64_t)st_numel(t) * 4;
+        x->o->small += n * 4;
+        x->o->n_mats += kind == TT_K_F32; /* router, f_a, f_b, b_proj: f32 products */
     }
     return K3_OK;
 }
 
-k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, fit_table *o) {
+/* One routed expert (all are alike): its six tensors as stored. */
+static k3_status scan_expert(const tt_ref *r, void *ud) {
+    scan_ctx *x = ud;
+    if (r->expert == 0) x->o->expert_one += stored_bytes(x->d, r);
+    return K3_OK;
+}
+
+k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, int split, fit_table *o) {
     memset(o, 0, sizeof *o);
     o->n_run   = n_run;
     int moe_l  = -1;
@@ -97,16 +111,11 @@ k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, fit_table *o)
             if (moe_l < 0) moe_l = l;
         }
     }
-    scan_ctx  x = {c, d, o};
+    scan_ctx  x = {c, d, split, o};
     k3_status st;
     for (int l = -1; l < n_run; l++) /* the globals, then the run layers; experts below */
         if ((st = tt_walk(c, l, 0, scan_one, &x))) return st;
-    for (int k = TT_EXPERT_FIRST; moe_l >= 0 && k < TT_COUNT; k++) { /* one expert: all are alike */
-        char             name[192];
-        const st_tensor *t = st_find(d, tt_name(name, sizeof name, k, moe_l, 0));
-        K3_ASSERT(t);
-        o->expert_one += t->nbytes;
-    }
+    if (moe_l >= 0 && (st = tt_walk(c, moe_l, TT_WALK_EXPERTS, scan_expert, &x))) return st; /* expert 0 */
     o->expert_all = o->expert_one * (uint64_t)o->n_moe * (uint64_t)c->n_experts;
     const uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
     /* double-buffered (model-impl.h: a chunk reads one buffer and writes the other) */
@@ -276,6 +285,8 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
         o += (size_t)snprintf(out->msg + o, n - o, "memory fit: %s, expert cache %s (%s; %d experts per MoE layer, all %s)%s: plan %s of %s",
                               sets, HB(out->plan.b[FIT_EXPERT]), mask & K3_SET_EXPERT_GB ? "K3_EXPERT_GB" : "what is left",
                               nexp, HB(t->expert_all), out->set.map ? " mapped weights not counted" : "", HB(out->plan.total), room);
+        snprintf(out->brief, sizeof out->brief, "%d/%d/%d bits%s · cache %s", out->set.bits, out->set.mla_bits,
+                 out->set.head_bits, i == 1 ? " (fit step 2)" : i == 2 ? " (fit step 3)" : "", HB(out->plan.b[FIT_EXPERT]));
         if (i) {
             fit_plan p0;
             fit_plan_at(t, &cand[0], &p0);

@@ -50,6 +50,7 @@ typedef struct fit_table {
     uint64_t mla_per_pos;    /* MLA latent cache bytes per position                           */
     uint64_t blocks;         /* AttnRes block snapshots                                       */
     uint64_t big_f32;        /* largest matrix as f32 (information: the load no longer holds it) */
+    int      n_mats;         /* matrix products per token outside the routed experts          */
     int      n_run, n_moe, n_kda, n_mla;
 } fit_table;
 
@@ -81,9 +82,14 @@ typedef struct fit_choice {
     int      ok;             /* 0: refused (msg says why, with the figures)                   */
     int      level;          /* 0..2: the step of the order that was taken                    */
     char     msg[2048];      /* one line: what was chosen and why, or the refusal             */
+    char     brief[128];     /* the choice in a few words (status bar): "4/8/8 bits (fit step
+                                2) · cache 1.61 GB"                                          */
 } fit_choice;
 
-k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, fit_table *out);
+/* The figures of the plan for the first n_run layers of config c (fit.c: DESIGN). D: the open
+ * shards, for the stored size of embeddings and experts, or NULL (the release's dtypes). SPLIT:
+ * a k3 container (kv_b held split per head). */
+k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, int split, fit_table *out);
 void      fit_plan_at(const fit_table *t, const fit_set *s, fit_plan *out);
 /* MemAvailable of /proc/meminfo in bytes (0: unknown). */
 double    fit_meminfo_available(void);
@@ -94,16 +100,20 @@ void      fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *g
 /* "17.55 GB" style: decimal units, two decimals. */
 const char *fit_hb(char *buf, size_t n, double bytes);
 
-/* Expected speed (speed.c): quick measurements of this machine, cached per machine in
- * $XDG_CACHE_HOME/k3chat/speed (mem_bw, matmul, and disk per drive), and the estimates. */
+/* Expected speed (speed.c): quick measurements of this machine's kernels, cached per machine
+ * in $XDG_CACHE_HOME/k3chat/speed, and the estimates (speed.c: DESIGN). */
 typedef struct fit_speed {
     double mem_bw;          /* bytes/s, summing a 256 MB buffer on all threads               */
-    double matmul;          /* int8 multiply-adds/s of qmat_matmul at 32 columns              */
+    double dec[4];          /* [enum qtype] weight bytes/s of a one-column product            */
+    double pre[4];          /* [enum qtype] weight bytes x columns/s at 32 columns            */
+    double call;            /* seconds of one small product (the fixed cost of a call)        */
     double disk;            /* bytes/s, O_DIRECT 4 MB reads of the largest shard (0: unknown)  */
     int    sparse;          /* that shard is sparse: the disk figure is holes, not the drive  */
     int    cached;          /* every figure came from the cache                               */
     char   cache[4200];     /* the cache file                                                 */
 } fit_speed;
-void fit_speed_get(const st_dir *d, fit_speed *out);
-void fit_speed_estimate(const fit_table *t, const fit_plan *p, const fit_speed *sp, int n_active, int chunk,
-                        double *decode_s, double *prefill_s);
+/* Measures (or, unless FRESH, takes from the cache) the figures, the drive's from the largest
+ * shard of DIR. */
+void fit_speed_get(const char *dir, int fresh, fit_speed *out);
+void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp, int n_active,
+                        int chunk, double *decode_s, double *prefill_s);

@@ -252,7 +252,7 @@ k3_status k3_inspect(const char *dir, FILE *out) {
         st = k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", s.n_layers, c->n_layers);
         goto fail;
     }
-    if ((st = fit_scan(c, d, s.n_layers ? s.n_layers : c->n_layers, &ft)) || (st = fit_machine_get(&mc))) goto fail;
+    if ((st = fit_scan(c, d, s.n_layers ? s.n_layers : c->n_layers, 0, &ft)) || (st = fit_machine_get(&mc))) goto fail;
     fit_set given = {.bits = s.bits, .mla_bits = s.mla_bits, .head_bits = s.head_bits, .expert_gb = s.expert_gb,
                      .maxt = s.maxt, .map = s.map};
     fit_decide(&ft, &mc, &given, s.set, fc);
@@ -285,11 +285,13 @@ k3_status k3_inspect(const char *dir, FILE *out) {
     print_memory(&ft, &mc, fc, &s, s.set, out);
     fit_speed sp;
     double    dec, pre;
-    fit_speed_get(d, &sp);
-    fit_speed_estimate(&ft, &fc->plan, &sp, c->n_active, s.chunk, &dec, &pre);
+    fit_speed_get(dir, 0, &sp);
+    fit_speed_estimate(&ft, &fc->set, &fc->plan, &sp, c->n_active, s.chunk, &dec, &pre);
     fprintf(out, "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, K3_CHUNK=%d)\n", dec, pre, s.chunk);
-    fprintf(out, "  measured   memory read %.1f GB/s, int8 matmul %.1f G multiply-adds/s, drive %s%s%s (%s %s)\n", sp.mem_bw / 1e9,
-            sp.matmul / 1e9, sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
+    fprintf(out, "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 %.1f, MXFP4 %.1f GB/s of weights; "
+                 "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns; %.1f us a call; drive %s%s%s (%s %s)\n",
+            sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9, sp.pre[0] / 1e9, sp.pre[1] / 1e9,
+            sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6, sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
             sp.sparse ? " (sparse file: holes, not the drive)" : "", sp.cached ? "cached in" : "measured now; cached in", sp.cache);
 fail:
     st_close(d);

@@ -598,23 +598,27 @@ static k3_status load_globals(k3_model *m) {
     return tt_walk(&m->cfg, -1, 0, load_one, &x);
 }
 
-/* The memory fit (fit.h), from the tensor table only: before any weight is read. Settings given
+/* The memory fit (fit.h), from the tensor table: before any weight is read. Settings given
  * explicitly (m->par.set) and bits a container brought stay; the others may be lowered, and an
- * unset expert cache takes what is left. Refused: K3_ERR_NOMEM with the figures. */
+ * unset expert cache takes what is left. Refused: K3_ERR_NOMEM with the figures. Runs twice:
+ * with m->st NULL, before any shard header is read (config.json only; its figures are a lower
+ * bound, so what it refuses cannot fit), then with the shards open, for the exact plan. The
+ * first run only refuses; the settings come from the second, from the original parameters. */
 static k3_status model_fit(k3_model *m) {
     k3_status st;
-    if ((st = fit_scan(&m->cfg, m->st, m->n_run, &m->fit_t)) || (st = fit_machine_get(&m->fit_mc))) return st;
+    if ((st = fit_scan(&m->cfg, m->st, m->n_run, m->container, &m->fit_t)) || (st = fit_machine_get(&m->fit_mc))) return st;
     int     mask  = m->par.set | (m->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
                (m->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) | (m->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
     fit_set given = {.bits = m->par.bits, .mla_bits = m->par.mla_bits, .head_bits = m->par.head_bits,
                      .expert_gb = m->par.expert_gb, .maxt = m->par.max_ctx, .map = m->map};
     fit_decide(&m->fit_t, &m->fit_mc, &given, mask, &m->fit);
+    m->expert_auto = given.expert_gb < 0;
     if (!m->fit.ok) return k3_err(K3_ERR_NOMEM, "%s: %s", m->dir, m->fit.msg);
     m->par.bits      = m->fit.set.bits;
     m->par.mla_bits  = m->fit.set.mla_bits;
     m->par.head_bits = m->fit.set.head_bits;
     m->par.expert_gb = m->fit.set.expert_gb;
-    K3_LOG_INFO("%s: %s", m->dir, m->fit.msg);
+    if (m->st) K3_LOG_INFO("%s: %s", m->dir, m->fit.msg);
     return K3_OK;
 }
 
@@ -644,6 +648,7 @@ static k3_status container_params(k3_model *m) {
     rp_info   ci;
     k3_status st = rp_info_load(m->dir, &ci);
     if (st) return st;
+    m->container = ci.present;
     if (ci.present) {
         m->from = rp_run_bits(&ci, &m->par);
         K3_LOG_INFO("%s: k3 container (bits %d, MLA %d, head %d); running at %d/%d/%d", m->dir, ci.bits,
@@ -657,36 +662,55 @@ static k3_status container_params(k3_model *m) {
     return K3_OK;
 }
 
+/* The first half of an open, from config.json alone (no shard header): m (calloc'ed) gets its
+ * parameters, config, container bits, run layers and the memory fit's first run, which refuses
+ * what cannot fit. *given: the parameters before the fit lowered anything. */
+static k3_status open_plan(k3_model *m, const char *dir, const k3_params *p, k3_params *given) {
+    k3_status st;
+    if (p) m->par = *p;
+    else if ((st = k3_params_default(&m->par))) return st;
+    if (m->par.chunk < 1 || m->par.max_ctx < 1)
+        return k3_err(K3_ERR_ARG, "k3_model_open: chunk %d and max_ctx %d must be >= 1", m->par.chunk, m->par.max_ctx);
+    if (!(m->dir = k3_strdup(dir))) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    if ((st = cfg_load(dir, &m->cfg)) || (st = container_params(m))) return st;
+    m->n_run = m->cfg.n_layers;
+    if (m->par.n_layers) {
+        if (m->par.n_layers > m->cfg.n_layers)
+            return k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", m->par.n_layers, m->cfg.n_layers);
+        m->n_run = m->par.n_layers;
+    }
+    *given = m->par; /* the fit below may lower what was not given */
+    return model_fit(m); /* config.json only: refuse at once */
+}
+
+k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size_t n) {
+    k3_params given;
+    k3_model *m  = calloc(1, sizeof *m);
+    k3_status st = m ? open_plan(m, dir, p, &given) : k3_err(K3_ERR_NOMEM, "model: out of memory");
+    if (n) buf[0] = 0;
+    if (!st && m->fit.plan.total + m->fit.plan.mapped >= (uint64_t)1e9) {
+        fit_speed sp;
+        double    dec, pre;
+        fit_speed_get(dir, 0, &sp);
+        fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk, &dec, &pre);
+        snprintf(buf, n, "expected speed on this machine: decode %.3g s/token, prefill %.3g s/token (%s; estimate from the memory plan and this machine's measured kernels%s)",
+                 dec, pre, m->fit.brief, sp.sparse ? "; the drive figure is a sparse file's holes" : "");
+    }
+    k3_model_free(m);
+    return st;
+}
+
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
     *out = NULL;
     k3_status st;
+    k3_params given;
     k3_model *m = calloc(1, sizeof *m);
     if (!m) return k3_err(K3_ERR_NOMEM, "model: out of memory");
-    if (p) m->par = *p;
-    else if ((st = k3_params_default(&m->par))) goto fail;
-    if (m->par.chunk < 1 || m->par.max_ctx < 1) {
-        st = k3_err(K3_ERR_ARG, "k3_model_open: chunk %d and max_ctx %d must be >= 1", m->par.chunk,
-                    m->par.max_ctx);
-        goto fail;
-    }
-    if (!(m->dir = k3_strdup(dir))) {
-        st = k3_err(K3_ERR_NOMEM, "model: out of memory");
-        goto fail;
-    }
-    if ((st = cfg_load(dir, &m->cfg))) goto fail;
-    if ((st = container_params(m))) goto fail;
+    if ((st = open_plan(m, dir, p, &given))) goto fail;
+    const k3_config *c = &m->cfg;
+    m->par = given;
     if ((st = st_open(dir, &m->st))) goto fail;
     if ((st = cfg_check_tensors(&m->cfg, m->st))) goto fail;
-    const k3_config *c = &m->cfg;
-    m->n_run = c->n_layers;
-    if (m->par.n_layers) {
-        if (m->par.n_layers > c->n_layers) {
-            st = k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", m->par.n_layers,
-                        c->n_layers);
-            goto fail;
-        }
-        m->n_run = m->par.n_layers;
-    }
     if ((st = model_fit(m))) goto fail;
 #ifdef _OPENMP
     if (m->par.threads > 0) omp_set_num_threads(m->par.threads);
@@ -706,7 +730,8 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
         if ((st = load_layer(m, l))) goto fail;
     ex_source xs = {.st = m->st, .dir = m->dir, .cfg = &m->cfg, .n_run = m->n_run,
                     .expert_gb = m->par.expert_gb, .direct = m->par.direct, .pipe = m->par.pipe,
-                    .load_threads = m->par.load_threads, .progress = expert_progress, .ud = m};
+                    .load_threads = m->par.load_threads, .progress = expert_progress, .ud = m,
+                    .lazy = m->expert_auto && (double)m->fit_t.expert_all > 0.5 * m->fit_mc.avail};
     if ((st = ex_open(&xs, &m->tier))) goto fail;
     m->load_total -= ex_deferred_bytes(m->tier); /* read on demand, not now */
     if ((st = open_vk(m))) goto fail;
@@ -757,6 +782,7 @@ void k3_model_get_info(const k3_model *m, k3_model_info *out) {
     out->gen_top_p      = c->gen_top_p;
     out->bytes_resident = m->bytes_resident + (m->tier ? ex_resident_bytes(m->tier) : 0);
     out->fit            = m->fit.msg;
+    out->fit_brief      = m->fit.brief;
 }
 
 k3_status k3_model_set_expert_budget(k3_model *m, double gb) {

@@ -103,6 +103,10 @@ struct k3_model {
     uint64_t      bytes_mapped;  /* bytes used in place from read-only mappings      */
     uint64_t      load_done, load_total;
     int           from;          /* RP_FROM_* bits a k3 container brought              */
+    int           container;     /* DIR is a k3 container (repack.h)                   */
+    int           expert_auto;   /* the fit chose the expert budget ("what is left"): the
+                                    cache fills on demand unless every expert takes at most
+                                    half of the available memory (then read at open)     */
     fit_table     fit_t;         /* the memory plan's figures (fit.h), from the headers  */
     fit_machine   fit_mc;        /* what the machine gave at open                      */
     fit_choice    fit;           /* the settings chosen at open and why                */

@@ -1,30 +1,45 @@
 /* speed.c: expected decode and prefill seconds per token before loading (fit.h: fit_speed_*),
- * from the memory plan and three quick measurements of this machine, cached per machine.
+ * from the memory plan and quick measurements of this machine's own kernels, cached per machine.
  *
  * DESIGN
- * Measurements (about a second in all, then cached in $XDG_CACHE_HOME/k3chat/speed, default
- * ~/.cache/k3chat/speed, one line per figure: "mem_bw BYTES_PER_S", "matmul OPS_PER_S",
- * "disk DEVICE BYTES_PER_S" keyed by the drive's st_dev; a line that does not parse is ignored
- * and measured again):
- *   mem_bw  read bandwidth: the sum of a 256 MB buffer (u64), all OpenMP threads, best of 3
- *   matmul  int8 multiply-adds per second of the engine's own kernel (qmat_matmul, 2048 x 4096
- *           at 32 columns: a prefill chunk), best of 3
- *   disk    O_DIRECT reads of 4 MB at spread offsets of the model's largest opened shard, for
- *           half a second or 256 MB. A sparse file reads its holes without the drive; the
- *           figure is then marked "(sparse file: holes, not the drive)".
- * Estimates (routing is flat, so an expert cache holding a fraction f of the experts hits
- * about f of the time):
- *   decode  s/token = (matrices at their bits + active experts that hit) / mem_bw
- *                     + experts that miss x expert bytes / disk
- *   prefill s/token = max(matrices / chunk / mem_bw, active parameters / matmul)
- *                     + misses / 2.7 x expert bytes / disk (spec section 6: a 32-token chunk
- *                     needs about 2.7x fewer distinct expert loads than 32 separate tokens)
+ * Measurements (one to two seconds in all, then cached in $XDG_CACHE_HOME/k3chat/speed,
+ * default ~/.cache/k3chat/speed, one line per figure: "KEY VALUE", the disk as "disk DEVICE
+ * BYTES_PER_S" keyed by the drive's st_dev; a line that does not parse is ignored and the
+ * figure measured again):
+ *   mem_bw         read bandwidth: the sum of a 256 MB buffer (u64), all OpenMP threads, best of 3
+ *   dec2_f32 .. dec2_mxfp4
+ *                  weight bytes per second of qmat_matvec (one column: a decode step) on a 256 MB
+ *                  matrix of each format (F32, int8, int4, MXFP4), larger than the caches (a 56
+ *                  MB one stayed in this EPYC's L3 and read 3-10x too fast), so each figure is
+ *                  what bounds that format, memory or arithmetic; median of 3 (on a loaded
+ *                  machine the best of 3 is an outlier)
+ *   pre2_f32 .. pre2_mxfp4
+ *                  weight bytes x columns per second of qmat_matmul at 32 columns (a prefill
+ *                  chunk) on an 8 MB slice of the same matrix, median of 3
+ *   call           seconds of one qmat_matvec on a 64 x 64 matrix: the fixed cost of a call
+ *                  (thread start and join), which is what a small model's token costs
+ *   disk           O_DIRECT reads of 4 MB at spread offsets of the model's largest shard, for
+ *                  half a second or 256 MB. A sparse file reads its holes without the drive; the
+ *                  figure is then marked "(sparse file: holes, not the drive)" and not cached.
+ * The machine's load at measuring time counts: a figure cached on an idle machine is too fast
+ * for a loaded one (delete the cache file to measure again).
+ *
+ * Estimates. A matrix of B bytes multiplied by n columns takes B x max(1/dec, n/pre) (memory
+ * or arithmetic, whichever bounds it), plus `call` per multiplication. Per decode token: every
+ * matrix class at its bits, the f32 tensors (router, f_a/f_b, b_proj: "small" in the plan), the
+ * active experts (n_moe x n_active, MXFP4), the KDA state read and written (mem_bw), and the
+ * expert misses read from the drive: routing is flat, so a cache holding a fraction f of the
+ * experts hits about f of the time. Per prefill token: the same for a chunk of C tokens,
+ * divided by C, where a MoE layer's chunk touches distinct = E (1 - (1 - k/E)^C) experts, each
+ * with C k / distinct columns.
  */
 #include "fit.h"
 #include "quant.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,8 +87,8 @@ static void cache_put(const char *key, unsigned long long dev, double v) {
     cache_path(path, sizeof path, 1);
     FILE *f = fopen(path, "a");
     if (!f) return; /* a cache we cannot write is measured again next time */
-    if (!strcmp(key, "disk")) fprintf(f, "%s %llu %.0f\n", key, dev, v);
-    else fprintf(f, "%s %.0f\n", key, v);
+    if (!strcmp(key, "disk")) fprintf(f, "%s %llu %.6g\n", key, dev, v);
+    else fprintf(f, "%s %.6g\n", key, v);
     fclose(f);
 }
 
@@ -96,28 +111,90 @@ static double measure_mem(void) {
     return best;
 }
 
-static double measure_matmul(void) {
-    const int rows = 2048, cols = 4096, n = 32;
-    float    *w = k3_aligned_alloc(64, (size_t)rows * cols * sizeof(float));
-    float    *x = k3_aligned_alloc(64, (size_t)n * cols * sizeof(float));
-    float    *y = k3_aligned_alloc(64, (size_t)n * rows * sizeof(float));
-    qmat      q = {0};
-    double    best = 0;
-    if (w && x && y) {
-        for (size_t i = 0; i < (size_t)rows * cols; i++) w[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-        for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
-        if (qmat_quantize(&q, Q_I8, w, rows, cols) == K3_OK)
-            for (int r = 0; r < 3; r++) {
-                double t0 = k3_time();
-                qmat_matmul(&q, x, n, y);
-                double dt = k3_time() - t0;
-                if (dt > 0 && (double)rows * cols * n / dt > best) best = (double)rows * cols * n / dt;
-            }
+/* A FMT matrix of rows x cols with plausible bytes (weights 0x37: small values; scales 0.01,
+ * MXFP4 exponents 2^0). K3_OK or K3_ERR_NOMEM. */
+static k3_status rate_matrix(int fmt, int rows, int cols, qmat *q, void **own) {
+    *own = NULL;
+    if (fmt != Q_MXFP4) {
+        k3_status st = qmat_alloc(q, fmt, rows, cols);
+        if (st) return st;
+        size_t wb = q_wbytes(fmt, rows, cols), sb = q_sbytes(fmt, rows, cols);
+        if (fmt == Q_F32) {
+            for (size_t i = 0; i < wb / 4; i++) ((float *)q->own)[i] = (float)(i % 13) * 0.01f - 0.06f;
+        } else {
+            memset(q->own, 0x37, wb);
+            for (size_t i = 0; i < sb / 4; i++) ((float *)(uintptr_t)q->s)[i] = 0.01f;
+        }
+        return K3_OK;
     }
-    qmat_free(&q);
-    free(w);
+    size_t   wb = q_wbytes(fmt, rows, cols), eb = q_sbytes(fmt, rows, cols);
+    uint8_t *p  = k3_aligned_alloc(64, wb + eb + 64);
+    if (!p) return K3_ERR_NOMEM;
+    memset(p, 0x37, wb);
+    memset(p + wb, 127, eb);
+    *q    = (qmat){.type = Q_MXFP4, .rows = rows, .cols = cols, .w = p, .e = p + wb};
+    *own  = p;
+    return K3_OK;
+}
+
+static double median3(const double v[3]) {
+    double a = v[0], b = v[1], c = v[2];
+    return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+}
+
+/* dec (bytes/s, one column) and pre (bytes x columns/s, 32 columns) of format fmt. */
+static void measure_fmt(int fmt, double *dec, double *pre) {
+    const int cols = 7168, n = 32; /* the release's hidden width */
+    const int bpr  = (int)(q_wbytes(fmt, 1, cols) + q_sbytes(fmt, 1, cols));
+    const int rows = (int)(((size_t)256 << 20) / (size_t)bpr); /* beyond any L3 (56 MB was not) */
+    qmat      q    = {0};
+    void     *own  = NULL;
+    float    *x    = k3_aligned_alloc(64, (size_t)n * cols * sizeof(float));
+    float    *y    = k3_aligned_alloc(64, (size_t)n * rows * sizeof(float));
+    *dec = *pre = 0;
+    if (x && y && rate_matrix(fmt, rows, cols, &q, &own) == K3_OK) {
+        for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
+        const double bytes = (double)rows * bpr;
+        double       v[3];
+        for (int r = 0; r < 3; r++) { /* the median: on a loaded machine the best is an outlier */
+            double t0 = k3_time();
+            qmat_matvec(&q, x, y);
+            double dt = k3_time() - t0;
+            v[r]      = dt > 0 ? bytes / dt : 0;
+        }
+        *dec      = median3(v);
+        qmat part = q; /* 1/32 of the rows: a prefill chunk's matmul is long enough on it */
+        part.rows = rows / 32;
+        for (int r = 0; r < 3; r++) {
+            double t0 = k3_time();
+            qmat_matmul(&part, x, n, y);
+            double dt = k3_time() - t0;
+            v[r]      = dt > 0 ? bytes / 32 * n / dt : 0;
+        }
+        *pre = median3(v);
+    }
+    if (own) free(own);
+    else qmat_free(&q);
     free(x);
     free(y);
+}
+
+/* Seconds of one small matvec (the per-call cost: threads started and joined). */
+static double measure_call(void) {
+    const int rows = 64, cols = 64, reps = 200;
+    qmat      q   = {0};
+    void     *own = NULL;
+    float     x[64], y[64];
+    double    best = 0;
+    for (int i = 0; i < cols; i++) x[i] = (float)i * 0.01f;
+    if (rate_matrix(Q_I8, rows, cols, &q, &own) != K3_OK) return 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = k3_time();
+        for (int i = 0; i < reps; i++) qmat_matvec(&q, x, y);
+        double dt = (k3_time() - t0) / reps;
+        if (dt > 0 && (best == 0 || dt < best)) best = dt;
+    }
+    qmat_free(&q);
     return best;
 }
 
@@ -144,45 +221,100 @@ static double measure_disk(const char *path, uint64_t size) {
     return dt > 0 && done ? (double)done / dt : 0;
 }
 
-void fit_speed_get(const st_dir *d, fit_speed *o) {
+/* The largest *.safetensors file of dir (its path into path), or 0 bytes when none. */
+static uint64_t largest_shard(const char *dir, char *path, size_t n) {
+    DIR *dp = opendir(dir);
+    if (!dp) return 0;
+    uint64_t       best = 0;
+    struct dirent *de;
+    char           p[4200];
+    struct stat    sb;
+    while ((de = readdir(dp))) {
+        size_t l = strlen(de->d_name);
+        if (l < 12 || strcmp(de->d_name + l - 12, ".safetensors")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > best) {
+            best = (uint64_t)sb.st_size;
+            snprintf(path, n, "%s", p);
+        }
+    }
+    closedir(dp);
+    return best;
+}
+
+static double cached(int fresh, const char *key, unsigned long long dev) {
+    return fresh ? 0 : cache_get(key, dev);
+}
+
+/* (v2: the 256 MB matrix and the median; figures cached under the first names were too fast) */
+static const char *const fmt_key[4][2] = {{"dec2_f32", "pre2_f32"}, {"dec2_i8", "pre2_i8"}, {"dec2_i4", "pre2_i4"}, {"dec2_mxfp4", "pre2_mxfp4"}};
+
+void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
     memset(o, 0, sizeof *o);
-    /* the largest opened shard */
-    int      best = -1;
-    uint64_t bsz  = 0;
-    for (int s = 0; s < st_n_shards(d); s++)
-        if (st_shard_opened(d, s) && st_shard_size(d, s) > bsz) bsz = st_shard_size(d, s), best = s;
+    char     shard[4200] = "";
+    uint64_t bsz         = largest_shard(dir, shard, sizeof shard);
     struct stat sb;
     unsigned long long dev = 0;
-    if (best >= 0 && stat(st_shard_path(d, best), &sb) == 0) {
+    if (bsz && stat(shard, &sb) == 0) {
         dev       = (unsigned long long)sb.st_dev;
         o->sparse = (uint64_t)sb.st_blocks * 512 < (uint64_t)sb.st_size / 2;
     }
     o->cached = 1;
-    if (!(o->mem_bw = cache_get("mem_bw", 0))) {
+    if (!(o->mem_bw = cached(fresh, "mem_bw", 0))) {
         o->cached = 0;
         if ((o->mem_bw = measure_mem()) > 0) cache_put("mem_bw", 0, o->mem_bw);
     }
-    if (!(o->matmul = cache_get("matmul", 0))) {
+    for (int f = 0; f < 4; f++) /* enum qtype order: F32, I8, I4, MXFP4 */
+        if (!(o->dec[f] = cached(fresh, fmt_key[f][0], 0)) || !(o->pre[f] = cached(fresh, fmt_key[f][1], 0))) {
+            o->cached = 0;
+            measure_fmt(f, &o->dec[f], &o->pre[f]);
+            if (o->dec[f] > 0 && o->pre[f] > 0) cache_put(fmt_key[f][0], 0, o->dec[f]), cache_put(fmt_key[f][1], 0, o->pre[f]);
+        }
+    if (!(o->call = cached(fresh, "call", 0))) {
         o->cached = 0;
-        if ((o->matmul = measure_matmul()) > 0) cache_put("matmul", 0, o->matmul);
+        if ((o->call = measure_call()) > 0) cache_put("call", 0, o->call);
     }
-    if (best >= 0 && !(o->disk = cache_get("disk", dev))) {
+    if (bsz && !(o->disk = cached(fresh, "disk", dev))) {
         o->cached = 0;
-        if ((o->disk = measure_disk(st_shard_path(d, best), bsz)) > 0 && !o->sparse) cache_put("disk", dev, o->disk);
+        if ((o->disk = measure_disk(shard, bsz)) > 0 && !o->sparse) cache_put("disk", dev, o->disk);
     }
     cache_path(o->cache, sizeof o->cache, 0);
 }
 
-void fit_speed_estimate(const fit_table *t, const fit_plan *p, const fit_speed *sp, int n_active, int chunk,
-                        double *decode_s, double *prefill_s) {
-    double mats = (double)(p->b[FIT_DENSE] + p->b[FIT_MLA] + p->b[FIT_HEAD] + p->mapped - (p->mapped ? t->embed : 0));
-    double f    = t->expert_all ? (double)p->b[FIT_EXPERT] / (double)t->expert_all : 1;
-    double act  = (double)t->n_moe * n_active * (double)t->expert_one; /* expert bytes per token */
-    double mem  = sp->mem_bw > 0 ? sp->mem_bw : 1e10, disk = sp->disk > 0 ? sp->disk : 1e9;
-    double mm   = sp->matmul > 0 ? sp->matmul : 1e10;
-    *decode_s   = (mats + f * act) / mem + (1 - f) * act / disk;
-    /* multiply-adds per token: the matrices' parameters (f32 bytes / 4), MXFP4 experts 32 per 17 bytes */
-    double ops = (double)(t->mat[FIT_DENSE][0] + t->mat[FIT_MLA][0] + t->mat[FIT_HEAD][0]) / 4 + act * 32.0 / 17.0;
-    double m1 = mats / (chunk > 0 ? chunk : 1) / mem, m2 = ops / mm;
-    *prefill_s = (m1 > m2 ? m1 : m2) + (1 - f) * act / 2.7 / disk;
+static int bits_fmt(int bits) {
+    return bits == 32 ? Q_F32 : bits == 8 ? Q_I8 : Q_I4;
+}
+
+/* Seconds for B bytes of format f times n columns (speed.c: DESIGN). */
+static double mat_s(const fit_speed *sp, int f, double B, double n) {
+    double dec = sp->dec[f] > 0 ? sp->dec[f] : 1e10, pre = sp->pre[f] > 0 ? sp->pre[f] : 1e11;
+    double a = B / dec, b = B * n / pre;
+    return a > b ? a : b;
+}
+
+void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp, int n_active,
+                        int chunk, double *decode_s, double *prefill_s) {
+    const int    cls[3]  = {FIT_DENSE, FIT_MLA, FIT_HEAD};
+    const int    bits[3] = {s->bits, s->mla_bits, s->head_bits};
+    const double C = chunk > 0 ? chunk : 1, k = n_active;
+    const double E = t->expert_one && t->n_moe ? (double)t->expert_all / (double)t->expert_one / t->n_moe : 1;
+    const double f = t->expert_all ? (double)p->b[FIT_EXPERT] / (double)t->expert_all : 1; /* hit rate */
+    const double one = (double)t->expert_one, mem = sp->mem_bw > 0 ? sp->mem_bw : 1e10, disk = sp->disk > 0 ? sp->disk : 1e9;
+    const double call = sp->call > 0 ? sp->call : 1e-5;
+    double dec = 0, pre = 0;
+    for (int i = 0; i < 3; i++) {
+        double B = (double)t->mat[cls[i]][bits[i] == 32 ? 0 : bits[i] == 8 ? 1 : 2];
+        dec += mat_s(sp, bits_fmt(bits[i]), B, 1);
+        pre += mat_s(sp, bits_fmt(bits[i]), B, C);
+    }
+    dec += mat_s(sp, Q_F32, (double)t->small, 1) + (double)t->kda_state / mem + t->n_mats * call;
+    pre += mat_s(sp, Q_F32, (double)t->small, C) + (double)t->kda_state / mem + t->n_mats * call;
+    /* decode: n_moe x k experts, each a one-column MXFP4 product; misses also read the drive */
+    double act = (double)t->n_moe * k;
+    dec += act * (mat_s(sp, Q_MXFP4, one, 1) + 3 * call) + (1 - f) * act * one / disk;
+    /* prefill: a chunk touches `distinct` experts per MoE layer, each with C k / distinct columns */
+    double distinct = E * (1 - pow(1 - k / E, C)), cols = C * k / (distinct > 0 ? distinct : 1);
+    double per_chunk = t->n_moe * distinct * (mat_s(sp, Q_MXFP4, one, cols) + 3 * call + (1 - f) * one / disk);
+    *decode_s  = dec;
+    *prefill_s = pre / C + per_chunk / C;
 }

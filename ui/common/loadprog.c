@@ -46,6 +46,8 @@ void load_prog_finish(load_prog *p, int ok) {
 
 int load_model_verbose(const char *dir, k3_params *par, k3_model **out) {
     load_prog lp;
+    char      est[512];
+    if (k3_model_estimate(dir, par, est, sizeof est) == K3_OK && est[0]) fprintf(stderr, "k3chat: %s\n", est);
     load_prog_init(&lp, stderr);
     par->progress    = load_prog_cb;
     par->progress_ud = &lp;

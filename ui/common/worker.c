@@ -341,6 +341,9 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
     }
     p.progress    = on_progress;
     p.progress_ud = r;
+    char est[512]; /* shown while the model loads */
+    if (k3_model_estimate(u->opts->dir, &p, est, sizeof est) == K3_OK && est[0])
+        ue_emitf(u, EV_INFO, "%s", est);
     if (k3_model_open(u->opts->dir, &p, &r->m) != K3_OK) {
         snprintf(err, errn, "%s", k3_errmsg());
         goto fail;
@@ -358,7 +361,7 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
     char        desc[256];
     snprintf(desc, sizeof desc, "%.64s · %d layers · %.1f GB", name, r->info.n_layers,
              (double)r->info.bytes_resident / 1e9);
-    ui_ev e = {.type = EV_READY, .text = desc, .i = r->info.max_ctx};
+    ui_ev e = {.type = EV_READY, .text = desc, .text2 = (char *)(uintptr_t)r->info.fit_brief, .i = r->info.max_ctx};
     e.gen   = (ue_gen){.temp = r->info.gen_temp, .top_p = r->info.gen_top_p, .think = 1, .effort = 2};
     ev_push(u->out, &e);
     ui_ev ctx = {.type = EV_STATS, .i = 1}; /* the empty conversation's context, as after /clear */

@@ -563,6 +563,8 @@ static void draw_status(tui *t) {
             SEG(0, "loading…");
     } else {
         SEG(0, "%.90s", t->model);
+        if (t->fit[0])
+            SEG(strstr(t->fit, "fit step") ? 4 : 7, "%.90s", t->fit); /* lowered settings matter more */
     }
     if (!t->mouse)
         SEG(3, "mouse off (F3)");

@@ -101,6 +101,8 @@ typedef struct tui {
     /* model and statistics */
     int      ready, fatal;
     char     model[160];
+    char     fit[128];     /* the memory fit in a few words (EV_READY text2; status bar, /stats) */
+    char     estimate[128]; /* expected speed while loading (EV_ESTIMATE)                     */
     ue_stats st;
     char     load_what[256];
     uint64_t load_done, load_total;

@@ -194,6 +194,7 @@ static void on_event(tui *t, ui_ev *e) {
     case EV_READY:
         t->ready = 1;
         snprintf(t->model, sizeof t->model, "%s", e->text ? e->text : "model");
+        snprintf(t->fit, sizeof t->fit, "%s", e->text2 ? e->text2 : "");
         t->st.ctx_max = e->i;
         chat_settings_model(&t->cs, &e->gen);
         for (int i = 0; i < t->n_ents; i++)
@@ -403,10 +404,10 @@ static void show_stats(tui *t) {
         snprintf(vk, sizeof vk, "\n  Vulkan tier  %.2f of %.2f GB, %ld experts computed on the device", s->vk_used_gb,
                  s->vk_budget_gb, s->vk_hits);
     notice(t, ROLE_INFO,
-           "  model        %s\n  settings     %s\n  last turn    %s\n  context      %d of %d tokens\n"
+           "  model        %s\n  memory fit   %s\n  settings     %s\n  last turn    %s\n  context      %d of %d tokens\n"
            "  experts      %.0f%% cache hits, budget %.1f GB%s\n  memory       %.2f GB resident\n  CPU kernels  %s\n"
            "  UI           %ld frames with new tokens, token-to-screen latency mean %.2f ms, max %.2f ms",
-           t->ready ? t->model : "(not loaded)", set, turn, s->ctx_used, s->ctx_max,
+           t->ready ? t->model : "(not loaded)", t->fit[0] ? t->fit : "(none: not this engine)", set, turn, s->ctx_used, s->ctx_max,
            s->expert_hit >= 0 ? s->expert_hit * 100 : 0, s->expert_gb >= 0 ? s->expert_gb : 0, vk, s->mem_gb,
            s->kernels ? s->kernels : "(unknown)", t->lat_n,
            t->lat_n ? t->lat_sum / (double)t->lat_n * 1e3 : 0, t->lat_max * 1e3);
