@@ -34,14 +34,15 @@
 
 int bench_batch(void);
 
-#define BB_MAXS   8
+#define BB_MAXS 8
 #define BB_ROUNDS 7
-#define BB_STEPS  3
+#define BB_STEPS 3
 
 static int32_t argmax(const float *l, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
-        if (l[i] > l[b]) b = i;
+        if (l[i] > l[b])
+            b = i;
     return b;
 }
 
@@ -65,7 +66,8 @@ static double decode(k3_session **ss, int n, int alone, int vocab, double *per_c
             ids[i] = &tok[i];
             nn[i]  = 1;
         }
-        k3_status st = alone ? k3_session_feed(ss[0], ids[0], 1) : k3_session_feed_batch(ss, ids, nn, n, NULL);
+        k3_status st =
+            alone ? k3_session_feed(ss[0], ids[0], 1) : k3_session_feed_batch(ss, ids, nn, n, NULL);
         if (st) {
             fprintf(stderr, "bench-batch: decode of %d: %s\n", n, k3_errmsg());
             return -1;
@@ -76,8 +78,9 @@ static double decode(k3_session **ss, int n, int alone, int vocab, double *per_c
 }
 
 int bench_batch(void) {
-    if (!bench_want("decode_batch")) return 0;
-    const char *dir = getenv("K3_BENCH_BATCH");
+    if (!bench_want("decode_batch"))
+        return 0;
+    const char *dir      = getenv("K3_BENCH_BATCH");
     char        gen[600] = "";
     if (!dir || !*dir) {
         if (bench_mkmodel("--preset slice --layers 2 --experts 16 --active 8 --merges 1000 --seed 1",
@@ -87,39 +90,46 @@ int bench_batch(void) {
     }
     int         rc = 1;
     k3_params   p;
-    k3_model   *m = NULL;
+    k3_model   *m           = NULL;
     k3_session *ss[BB_MAXS] = {0};
-    double      t0 = k3_time();
-    if (k3_params_default(&p) || k3_model_open(dir, &p, &m)) goto done;
+    double      t0          = k3_time();
+    if (k3_params_default(&p) || k3_model_open(dir, &p, &m))
+        goto done;
     k3_model_info info;
     k3_model_get_info(m, &info);
-    printf("# batch model %s loaded in %.0f s: %d layers, hidden %d, vocab %d, %.2f GB resident, kernels %s\n",
-           dir, k3_time() - t0, info.n_layers, info.hidden, info.vocab, (double)info.bytes_resident / 1e9,
-           k3_kernels());
+    printf(
+        "# batch model %s loaded in %.0f s: %d layers, hidden %d, vocab %d, %.2f GB resident, kernels %s\n",
+        dir, k3_time() - t0, info.n_layers, info.hidden, info.vocab, (double)info.bytes_resident / 1e9,
+        k3_kernels());
     /* 8 sessions, each with its own 4-token prompt, then one warm-up step of all of them
      * (reads every routed expert the routes need into the cache) */
     const int32_t *ids[BB_MAXS];
     int            nn[BB_MAXS];
     int32_t        prompt[BB_MAXS][4];
     for (int i = 0; i < BB_MAXS; i++) {
-        if (k3_session_new(m, &ss[i])) goto done;
+        if (k3_session_new(m, &ss[i]))
+            goto done;
         for (int j = 0; j < 4; j++)
             prompt[i][j] = (int32_t)((i * 131 + j * 17 + 3) % info.vocab);
         ids[i] = prompt[i];
         nn[i]  = 4;
     }
     double warm;
-    if (k3_session_feed_batch(ss, ids, nn, BB_MAXS, NULL) || decode(ss, BB_MAXS, 0, info.vocab, &warm) < 0) goto done;
+    if (k3_session_feed_batch(ss, ids, nn, BB_MAXS, NULL) || decode(ss, BB_MAXS, 0, info.vocab, &warm) < 0)
+        goto done;
     static const int sizes[4] = {1, 2, 4, 8};
     double           ref[BB_ROUNDS], tps[4][BB_ROUNDS], ref_c[BB_ROUNDS], tpc[4][BB_ROUNDS];
     for (int r = 0; r < BB_ROUNDS; r++) {
-        if ((ref[r] = decode(ss, 1, 1, info.vocab, &ref_c[r])) < 0) goto done;
+        if ((ref[r] = decode(ss, 1, 1, info.vocab, &ref_c[r])) < 0)
+            goto done;
         for (int k = 0; k < 4; k++)
-            if ((tps[k][r] = decode(ss, sizes[k], 0, info.vocab, &tpc[k][r])) < 0) goto done;
-        printf("# round %d: tok/s (tok per CPU s): alone %.3f (%.3f); together 1: %.3f (%.3f), 2: %.3f (%.3f), "
-               "4: %.3f (%.3f), 8: %.3f (%.3f)\n",
-               r + 1, ref[r], ref_c[r], tps[0][r], tpc[0][r], tps[1][r], tpc[1][r], tps[2][r], tpc[2][r],
-               tps[3][r], tpc[3][r]);
+            if ((tps[k][r] = decode(ss, sizes[k], 0, info.vocab, &tpc[k][r])) < 0)
+                goto done;
+        printf(
+            "# round %d: tok/s (tok per CPU s): alone %.3f (%.3f); together 1: %.3f (%.3f), 2: %.3f (%.3f), "
+            "4: %.3f (%.3f), 8: %.3f (%.3f)\n",
+            r + 1, ref[r], ref_c[r], tps[0][r], tpc[0][r], tps[1][r], tpc[1][r], tps[2][r], tpc[2][r],
+            tps[3][r], tpc[3][r]);
         fflush(stdout);
     }
     double ref_med = bench_median(ref, BB_ROUNDS), refc_med = bench_median(ref_c, BB_ROUNDS);
@@ -136,10 +146,10 @@ int bench_batch(void) {
     /* a check at these widths (OpenMP-parallel KDA and MLA paths, int8/MXFP4 kernels): one
      * more batched step of all 8 against each session restored from a snapshot and fed alone */
     {
-        k3_snapshot   *snap[BB_MAXS] = {0};
-        k3_session    *alone         = NULL;
-        int32_t        tok[BB_MAXS];
-        int            same = 0, ok = !k3_session_new(m, &alone);
+        k3_snapshot *snap[BB_MAXS] = {0};
+        k3_session  *alone         = NULL;
+        int32_t      tok[BB_MAXS];
+        int          same = 0, ok = !k3_session_new(m, &alone);
         for (int i = 0; ok && i < BB_MAXS; i++) {
             ok     = !k3_session_save(ss[i], &snap[i]);
             tok[i] = argmax(k3_session_logits(ss[i]), info.vocab);
@@ -150,23 +160,28 @@ int bench_batch(void) {
         for (int i = 0; ok && i < BB_MAXS; i++) {
             ok = !k3_session_restore(alone, snap[i]) && !k3_session_feed(alone, &tok[i], 1);
             same += ok && k3_session_pos(alone) == k3_session_pos(ss[i]) &&
-                    !memcmp(k3_session_logits(alone), k3_session_logits(ss[i]), (size_t)info.vocab * sizeof(float));
+                    !memcmp(k3_session_logits(alone), k3_session_logits(ss[i]),
+                            (size_t)info.vocab * sizeof(float));
         }
-        printf("# check: a batched decode step of %d sessions bit-identical to each alone: %d of %d\n", BB_MAXS,
-               same, BB_MAXS);
+        printf("# check: a batched decode step of %d sessions bit-identical to each alone: %d of %d\n",
+               BB_MAXS, same, BB_MAXS);
         for (int i = 0; i < BB_MAXS; i++)
             k3_snapshot_free(snap[i]);
         k3_session_free(alone);
         /* K3_ISA=amx rounds products of two or more columns more coarsely: no bit-identity */
-        if (!ok || (same != BB_MAXS && strncmp(k3_kernels(), "amx", 3))) goto done;
+        if (!ok || (same != BB_MAXS && strncmp(k3_kernels(), "amx", 3)))
+            goto done;
     }
     rc = 0;
 done:
-    if (rc && m) fprintf(stderr, "bench-batch: %s: %s\n", dir, k3_errmsg());
-    else if (rc) fprintf(stderr, "bench-batch: open %s: %s\n", dir, k3_errmsg());
+    if (rc && m)
+        fprintf(stderr, "bench-batch: %s: %s\n", dir, k3_errmsg());
+    else if (rc)
+        fprintf(stderr, "bench-batch: open %s: %s\n", dir, k3_errmsg());
     for (int i = 0; i < BB_MAXS; i++)
         k3_session_free(ss[i]);
     k3_model_free(m);
-    if (*gen && !getenv("K3_BENCH_KEEP")) bench_rmmodel(gen);
+    if (*gen && !getenv("K3_BENCH_KEEP"))
+        bench_rmmodel(gen);
     return rc;
 }

@@ -49,13 +49,13 @@
 int bench_experts(void);
 
 #define BX_PASSES 3
-#define BX_REQ    (16u << 20)
+#define BX_REQ (16u << 20)
 
 /* ---- the tier alone: config, checkpoint and the expert tier's own constructor (no model) ------ */
 
 typedef struct tier_bench {
     k3_config cfg;
-    k3_params par;  /* the engine's defaults and K3_* (load threads, O_DIRECT, pipelining) */
+    k3_params par; /* the engine's defaults and K3_* (load threads, O_DIRECT, pipelining) */
     st_dir   *st;
     ex_tier  *tier;
 } tier_bench;
@@ -68,14 +68,23 @@ static void tier_model_free(tier_bench *m) {
 
 static tier_bench *tier_model(const char *dir, double gb) {
     tier_bench *m = calloc(1, sizeof *m);
-    if (!m || k3_params_default(&m->par) || cfg_load(dir, &m->cfg) || st_open(dir, &m->st)) goto fail;
-    ex_source src = {.st = m->st, .dir = dir, .cfg = &m->cfg, .n_run = m->cfg.n_layers, .expert_gb = gb,
-                     .direct = m->par.direct, .pipe = m->par.pipe, .load_threads = m->par.load_threads};
-    if (ex_open(&src, &m->tier)) goto fail;
+    if (!m || k3_params_default(&m->par) || cfg_load(dir, &m->cfg) || st_open(dir, &m->st))
+        goto fail;
+    ex_source src = {.st           = m->st,
+                     .dir          = dir,
+                     .cfg          = &m->cfg,
+                     .n_run        = m->cfg.n_layers,
+                     .expert_gb    = gb,
+                     .direct       = m->par.direct,
+                     .pipe         = m->par.pipe,
+                     .load_threads = m->par.load_threads};
+    if (ex_open(&src, &m->tier))
+        goto fail;
     return m;
 fail:
     fprintf(stderr, "bench-experts: %s: %s\n", dir, k3_errmsg());
-    if (m) tier_model_free(m);
+    if (m)
+        tier_model_free(m);
     return NULL;
 }
 
@@ -94,7 +103,8 @@ static double tier_pass(tier_bench *m, uint64_t *bytes) {
             const k3_expert *x;
             int              e;
             rc = ex_begin(m->tier, l, ids, B, &st, &eb);
-            while (!rc && !(rc = ex_next(&eb, &e, &x)) && e >= 0) {}
+            while (!rc && !(rc = ex_next(&eb, &e, &x)) && e >= 0) {
+            }
             ex_end(&eb);
         }
     double t = k3_time() - t0;
@@ -109,18 +119,22 @@ static double tier_pass(tier_bench *m, uint64_t *bytes) {
 
 /* The reference: O_DIRECT sequential read of each MoE layer shard's expert byte range. */
 static double ref_pass(tier_bench *m, uint8_t *buf, uint64_t *bytes) {
-    const st_dir *d = m->st;
+    const st_dir *d  = m->st;
     double        t0 = k3_time();
     *bytes           = 0;
     for (int sh = 0; sh < st_n_shards(d); sh++) {
         uint64_t lo = UINT64_MAX, hi = 0;
         for (int i = 0; i < st_n_tensors(d); i++) {
             const st_tensor *t = st_tensor_at(d, i);
-            if (t->shard != sh || !strstr(t->name, ".experts.")) continue;
-            if (t->offset < lo) lo = t->offset;
-            if (t->offset + t->nbytes > hi) hi = t->offset + t->nbytes;
+            if (t->shard != sh || !strstr(t->name, ".experts."))
+                continue;
+            if (t->offset < lo)
+                lo = t->offset;
+            if (t->offset + t->nbytes > hi)
+                hi = t->offset + t->nbytes;
         }
-        if (hi == 0) continue;
+        if (hi == 0)
+            continue;
         int fd = open(st_shard_path(d, sh), O_RDONLY | O_DIRECT);
         if (fd < 0) {
             fprintf(stderr, "bench-experts: %s: %s\n", st_shard_path(d, sh), strerror(errno));
@@ -129,7 +143,8 @@ static double ref_pass(tier_bench *m, uint8_t *buf, uint64_t *bytes) {
         uint64_t a = lo & ~(uint64_t)4095;
         while (a < hi) {
             ssize_t r = pread(fd, buf, BX_REQ, (off_t)a);
-            if (r <= 0) break;
+            if (r <= 0)
+                break;
             a += (uint64_t)r;
         }
         *bytes += hi - lo;
@@ -139,16 +154,17 @@ static double ref_pass(tier_bench *m, uint8_t *buf, uint64_t *bytes) {
 }
 
 static void bench_stream(const char *dir) {
-    tier_bench *m = tier_model(dir, 0);
-    uint8_t  *buf = k3_aligned_alloc(4096, BX_REQ);
+    tier_bench *m   = tier_model(dir, 0);
+    uint8_t    *buf = k3_aligned_alloc(4096, BX_REQ);
     if (!m || !buf) {
         free(buf);
-        if (m) tier_model_free(m);
+        if (m)
+            tier_model_free(m);
         return;
     }
     /* half of each layer's experts fit: batches alternate halves, so every expert misses */
-    const k3_config *c  = &m->cfg;
-    double           xb = 3.0 * ((double)c->moe_inter * c->latent / 2 + (double)c->moe_inter * c->latent / 32);
+    const k3_config *c = &m->cfg;
+    double xb          = 3.0 * ((double)c->moe_inter * c->latent / 2 + (double)c->moe_inter * c->latent / 32);
     ex_set_budget(m->tier, (c->n_layers - c->first_dense) * (c->n_experts / 2) * xb / 1e9 + 1e-6);
     printf("# expert_stream: %d experts of %.2f MB per MoE layer, %d cached per layer, %d loader threads\n",
            c->n_experts, xb / 1e6, ex_slots_per_layer(m->tier), m->par.load_threads);
@@ -162,7 +178,8 @@ static void bench_stream(const char *dir) {
         printf("# expert_stream pass %d: tier %.3f GB/s (%.2f GB), O_DIRECT sequential %.3f GB/s (%.2f GB)\n",
                p + 1, g[p], (double)bt / 1e9, r[p], (double)br / 1e9);
     }
-    if (ok) bench_report("expert_stream", bench_median(g, BX_PASSES), "GB/s", bench_median(r, BX_PASSES), "GB/s");
+    if (ok)
+        bench_report("expert_stream", bench_median(g, BX_PASSES), "GB/s", bench_median(r, BX_PASSES), "GB/s");
     free(buf);
     tier_model_free(m);
 }
@@ -187,7 +204,8 @@ static void report_split(const char *name, tok_time t) {
 static int prefill(k3_session *s, const int32_t *ids, int n, tok_time *out) {
     k3_session_reset(s);
     k3_session_reset_stats(s);
-    if (k3_session_feed(s, ids, n)) return -1;
+    if (k3_session_feed(s, ids, n))
+        return -1;
     k3_stats st;
     k3_session_stats(s, &st);
     *out = (tok_time){st.t_prefill / n, st.expert_read_s / n, st.expert_wait_s / n};
@@ -198,10 +216,12 @@ static int prefill(k3_session *s, const int32_t *ids, int n, tok_time *out) {
 static int decode(k3_session *s, const int32_t *ids, int n, tok_time *out) {
     double tt[16], tr[16], tw[16];
     k3_session_reset(s);
-    if (k3_session_feed(s, ids, 4)) return -1;
+    if (k3_session_feed(s, ids, 4))
+        return -1;
     for (int i = 0; i < n && i < 16; i++) {
         k3_session_reset_stats(s);
-        if (k3_session_feed(s, ids + 4 + i, 1)) return -1;
+        if (k3_session_feed(s, ids + 4 + i, 1))
+            return -1;
         k3_stats st;
         k3_session_stats(s, &st);
         tt[i] = st.t_decode;
@@ -219,20 +239,22 @@ static int decode(k3_session *s, const int32_t *ids, int n, tok_time *out) {
 static int isa_ab(k3_session *s, const int32_t *ids, int np, int nd) {
     enum { R = 3 };
     const int best = kern_isa(), ref = kern_cpu_vnni() ? KERN_AVX2_VNNI : KERN_AVX2;
-    if (best <= ref || (!bench_want("prefill_warm_isa") && !bench_want("decode_warm_isa"))) return 0;
+    if (best <= ref || (!bench_want("prefill_warm_isa") && !bench_want("decode_warm_isa")))
+        return 0;
     double   pa[R], pr[R], da[R], dr[R];
     tok_time t;
     int      rc = prefill(s, ids, np, &t); /* top up the cache */
     for (int r = 0; r < R && !rc; r++) {
         kern_set_isa(ref);
         rc |= prefill(s, ids, np, &t), pr[r] = t.total;
-        rc |= decode(s, ids, nd, &t), dr[r] = t.total;
+        rc |= decode(s, ids, nd, &t), dr[r]  = t.total;
         kern_set_isa(best);
         rc |= prefill(s, ids, np, &t), pa[r] = t.total;
-        rc |= decode(s, ids, nd, &t), da[r] = t.total;
+        rc |= decode(s, ids, nd, &t), da[r]  = t.total;
     }
     kern_set_isa(best);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     printf("# kernel levels: %s against %s, %d alternating rounds, medians\n", kern_isa_name(best),
            kern_isa_name(ref), R);
     char unit[48];
@@ -244,7 +266,7 @@ static int isa_ab(k3_session *s, const int32_t *ids, int np, int nd) {
 
 /* K3_PROFILE=1: the phases of the prefill that started at w0 (NP tokens), per token. */
 static void report_phases(int np, prof_t w0) {
-    const prof_t w1 = prof_now();
+    const prof_t w1   = prof_now();
     double       wsum = 0, csum = 0;
     for (int ph = 0; ph < PROF_N; ph++) {
         prof_t t = prof_get((prof_phase)ph);
@@ -273,9 +295,9 @@ static int chunk_ab(k3_model *m, const int32_t *ids, int np) {
     int              rc   = 0;
     for (int r = 0; r < R && !rc; r++)
         for (int i = 0; i < NC && !rc; i++) {
-            k3_session *s = NULL;
-            tok_time    tt = {0, 0, 0};
-            m->par.chunk  = sizes[i];
+            k3_session *s   = NULL;
+            tok_time    tt  = {0, 0, 0};
+            m->par.chunk    = sizes[i];
             const double c0 = prof_now().cpu;
             rc              = k3_session_new(m, &s) || prefill(s, ids, np, &tt);
             t[i][r]         = tt.total;
@@ -283,7 +305,8 @@ static int chunk_ab(k3_model *m, const int32_t *ids, int np) {
             k3_session_free(s);
         }
     m->par.chunk = keep;
-    if (rc) return rc;
+    if (rc)
+        return rc;
     printf("# chunk sizes: warm prefill of %d tokens, %d alternating rounds, medians\n", np, R);
     const double ref = bench_median(t[0], R);
     for (int i = 0; i < NC; i++) {
@@ -298,22 +321,24 @@ static int chunk_ab(k3_model *m, const int32_t *ids, int np) {
 
 static void bench_engine(const char *dir) {
     k3_params p;
-    if (k3_params_default(&p)) return;
-    p.expert_gb = 0; /* no preload: the cache starts empty */
-    double     t0 = k3_time();
-    k3_model  *m  = NULL;
-    k3_session *s = NULL;
+    if (k3_params_default(&p))
+        return;
+    p.expert_gb    = 0; /* no preload: the cache starts empty */
+    double      t0 = k3_time();
+    k3_model   *m  = NULL;
+    k3_session *s  = NULL;
     if (k3_model_open(dir, &p, &m) || k3_session_new(m, &s)) {
         fprintf(stderr, "bench-experts: %s: %s\n", dir, k3_errmsg());
         k3_model_free(m);
         return;
     }
     printf("# slice model loaded in %.1f s (K3_BITS=%d K3_MLA_BITS=%d K3_HEAD_BITS=%d, chunk %d, "
-           "%d loader threads)\n", k3_time() - t0, p.bits, p.mla_bits, p.head_bits, p.chunk, p.load_threads);
+           "%d loader threads)\n",
+           k3_time() - t0, p.bits, p.mla_bits, p.head_bits, p.chunk, p.load_threads);
     enum { NP = 64, ND = 6, NPC = 256 };
-    int32_t  ids[NPC];
-    uint64_t  r    = 12345;
-    const int V    = m->cfg.vocab, lo = V > 600 ? 300 : 0, span = V - lo < 100000 ? V - lo : 100000;
+    int32_t   ids[NPC];
+    uint64_t  r = 12345;
+    const int V = m->cfg.vocab, lo = V > 600 ? 300 : 0, span = V - lo < 100000 ? V - lo : 100000;
     for (int i = 0; i < NPC; i++) {
         r ^= r << 13, r ^= r >> 7, r ^= r << 17;
         ids[i] = (int32_t)(r % (uint64_t)(span > 0 ? span : 1)) + lo; /* inside any vocabulary */
@@ -322,7 +347,8 @@ static void bench_engine(const char *dir) {
     int      rc = 0;
     if (bench_asked("prefill_chunk")) { /* only the chunk sizes, after a warm-up pass */
         rc = k3_model_set_expert_budget(m, -1) || prefill(s, ids, NPC, &pc) || chunk_ab(m, ids, NPC);
-        if (rc) fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
+        if (rc)
+            fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
         k3_session_free(s);
         k3_model_free(m);
         return;
@@ -334,13 +360,16 @@ static void bench_engine(const char *dir) {
     prof_reset();
     const prof_t w0 = prof_now();
     rc |= prefill(s, ids, NP, &pw);
-    if (!rc && prof_on) report_phases(NP, w0);
+    if (!rc && prof_on)
+        report_phases(NP, w0);
     rc |= decode(s, ids, ND, &dw);
     /* cold decode: one slot per layer, every token's experts read from disk */
     rc |= k3_model_set_expert_budget(m, 0);
     rc |= decode(s, ids + 8, ND, &dc);
-    if (!rc) rc |= k3_model_set_expert_budget(m, -1);
-    if (!rc) rc |= isa_ab(s, ids, NP, ND);
+    if (!rc)
+        rc |= k3_model_set_expert_budget(m, -1);
+    if (!rc)
+        rc |= isa_ab(s, ids, NP, ND);
     if (rc) {
         fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
     } else {
@@ -360,23 +389,30 @@ static void bench_engine(const char *dir) {
 /* ---- driver ---------------------------------------------------------------------------------- */
 
 int bench_experts(void) {
-    int want_s = bench_want("expert_stream"), want_e = bench_want("prefill_") || bench_want("decode_") ||
-                                                   bench_asked("prefill_chunk");
-    if (!want_s && !want_e) return 0;
-    const char *dir = getenv("K3_BENCH_SLICE");
+    int want_s = bench_want("expert_stream"),
+        want_e = bench_want("prefill_") || bench_want("decode_") || bench_asked("prefill_chunk");
+    if (!want_s && !want_e)
+        return 0;
+    const char *dir      = getenv("K3_BENCH_SLICE");
     char        gen[600] = "";
     if (!dir || !*dir) {
         const char    *base = bench_dir();
         struct statvfs sv;
         if (statvfs(base, &sv) || (double)sv.f_bavail * sv.f_frsize < 16e9) {
-            printf("# expert benchmarks skipped: less than 16 GB free in %s (set K3_BENCH_DIR or K3_BENCH_SLICE)\n", base);
+            printf("# expert benchmarks skipped: less than 16 GB free in %s (set K3_BENCH_DIR or "
+                   "K3_BENCH_SLICE)\n",
+                   base);
             return 0;
         }
-        if (bench_mkmodel("--preset slice --seed 1", "k3-bench-slice", gen, sizeof gen)) return 1;
+        if (bench_mkmodel("--preset slice --seed 1", "k3-bench-slice", gen, sizeof gen))
+            return 1;
         dir = gen;
     }
-    if (want_s) bench_stream(dir);
-    if (want_e) bench_engine(dir);
-    if (*gen) bench_rmmodel(gen);
+    if (want_s)
+        bench_stream(dir);
+    if (want_e)
+        bench_engine(dir);
+    if (*gen)
+        bench_rmmodel(gen);
     return 0;
 }

@@ -109,24 +109,24 @@ static double cpu_time(void) {
 enum { PEAK_ITERS = 20000000 };
 
 #if defined(__x86_64__)
-#define PEAK_LOOP(T, zero, op, macs)                                                          \
-    do {                                                                                       \
-        T acc[12];                                                                             \
-        for (int i = 0; i < 12; i++)                                                           \
-            acc[i] = zero;                                                                     \
-        double t0 = cpu_time();                                                                \
-        for (long k = 0; k < PEAK_ITERS; k++) {                                                \
-            _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) acc[i] = op;                \
-            __asm__ volatile("" : "+x"(xa));                                                   \
-        }                                                                                      \
-        double t = cpu_time() - t0;                                                            \
-        memcpy(&sink, &acc[0], sizeof sink);                                                   \
-        for (int i = 1; i < 12; i++) {                                                         \
-            uint64_t v;                                                                        \
-            memcpy(&v, &acc[i], sizeof v);                                                     \
-            sink ^= v;                                                                         \
-        }                                                                                      \
-        return 2.0 * (macs) * 12 * PEAK_ITERS / t / 1e9 + (sink == 42 ? 1e-9 : 0);             \
+#define PEAK_LOOP(T, zero, op, macs)                                                                         \
+    do {                                                                                                     \
+        T acc[12];                                                                                           \
+        for (int i = 0; i < 12; i++)                                                                         \
+            acc[i] = zero;                                                                                   \
+        double t0 = cpu_time();                                                                              \
+        for (long k = 0; k < PEAK_ITERS; k++) {                                                              \
+            _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) acc[i] = op;                               \
+            __asm__ volatile("" : "+x"(xa));                                                                 \
+        }                                                                                                    \
+        double t = cpu_time() - t0;                                                                          \
+        memcpy(&sink, &acc[0], sizeof sink);                                                                 \
+        for (int i = 1; i < 12; i++) {                                                                       \
+            uint64_t v;                                                                                      \
+            memcpy(&v, &acc[i], sizeof v);                                                                   \
+            sink ^= v;                                                                                       \
+        }                                                                                                    \
+        return 2.0 * (macs)*12 * PEAK_ITERS / t / 1e9 + (sink == 42 ? 1e-9 : 0);                             \
     } while (0)
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_avx512(void) {
@@ -152,17 +152,19 @@ static double int8_peak(int isa) {
 #if defined(__x86_64__)
     switch (isa) {
     case KERN_AVX512:
-    case KERN_AMX: return peak_avx512();
-    case KERN_AVX2_VNNI: return peak_avxvnni();
-    case KERN_AVX2: return peak_avx2();
+    case KERN_AMX:
+        return peak_avx512();
+    case KERN_AVX2_VNNI:
+        return peak_avxvnni();
+    case KERN_AVX2:
+        return peak_avx2();
     }
 #endif
     (void)isa;
     return 0.0;
 }
 
-static void matvec_name(char *name, size_t size, int type, int rows, int cols, int idot, int th,
-                        int hot) {
+static void matvec_name(char *name, size_t size, int type, int rows, int cols, int idot, int th, int hot) {
     static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
     snprintf(name, size, "%s%s_matvec_%dx%d_t%d%s", fmt[type], idot ? "_idot" : "", rows, cols, th,
              hot ? "_hot" : "");
@@ -222,7 +224,7 @@ static void bench_matmul(int type, int rows, int cols, int n, double peak) {
     if (!bench_want(name))
         return;
     const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
-    uint8_t     *s  = arena + wb;
+    uint8_t     *s = arena + wb;
     if (type == Q_MXFP4)
         memset(s, 120, sb);
     else
@@ -255,7 +257,8 @@ static void bench_matmul(int type, int rows, int cols, int n, double peak) {
                  bytes / bench_median(tv, PASSES - 1) / 1e9, "GB/s");
     if (peak > 0) { /* the same matmul in int8 ops per CPU-second against the core's peak */
         snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_gops", fmt[type], n, rows, cols);
-        bench_report(name, 2.0 * rows * cols * n / bench_median(tm, PASSES - 1) / 1e9, "GOPS", peak, "GOPS(peak)");
+        bench_report(name, 2.0 * rows * cols * n / bench_median(tm, PASSES - 1) / 1e9, "GOPS", peak,
+                     "GOPS(peak)");
     }
     free(x);
     free(y);
@@ -283,9 +286,11 @@ int bench_kern(void) {
     if (!any)
         return 0;
 
-    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    arena_bytes = llc > 0 ? 4 * (size_t)llc : 0;
-    arena_bytes = arena_bytes < (512u << 20) ? (512u << 20) : arena_bytes > (2048u << 20) ? (2048u << 20) : arena_bytes;
+    long llc       = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    arena_bytes    = llc > 0 ? 4 * (size_t)llc : 0;
+    arena_bytes    = arena_bytes < (512u << 20)    ? (512u << 20)
+                     : arena_bytes > (2048u << 20) ? (2048u << 20)
+                                                   : arena_bytes;
     const char *mb = getenv("K3_BENCH_MB");
     if (mb && atol(mb) > 0)
         arena_bytes = (size_t)atol(mb) << 20;
@@ -296,9 +301,7 @@ int bench_kern(void) {
     }
     fill_random(arena, arena_bytes);
     printf("# kern: arena %zu MiB (LLC %ld MiB), %s kernels, %d passes (first discarded), median\n",
-           arena_bytes >> 20, llc > 0 ? llc >> 20 : -1,
-           kern_isa_name(kern_isa()),
-           PASSES);
+           arena_bytes >> 20, llc > 0 ? llc >> 20 : -1, kern_isa_name(kern_isa()), PASSES);
     double bw[3] = {0};
     for (int th = 1; th <= 2; th++) {
         bw[th] = mem_bw(th);
@@ -316,7 +319,7 @@ int bench_kern(void) {
     double peak = 0.0;
     snprintf(name, sizeof name, "int8_peak_%s_t1", kern_isa_name(kern_isa()));
     if (bench_want(name) || bench_want("matmul32")) {
-        peak = int8_peak(kern_isa());
+        peak      = int8_peak(kern_isa());
         double p2 = kern_cpu_avx2() ? int8_peak(KERN_AVX2) : 0.0;
         if (peak > 0 && bench_want(name))
             bench_report(name, peak, "GOPS", p2, "GOPS(avx2 maddubs)");

@@ -21,17 +21,17 @@
 #include <unistd.h>
 
 /* The registry, in run order: one X(name) per benchmark function bench_<name>. */
-#define BENCHES(X)                                                                                 \
-    X(kern) /* bench-kern.c: memory read bandwidth; MXFP4/int4/int8 matvec GB/s */              \
-    X(amx)  /* bench-amx.c: AMX-INT8 tile peak and matmul GOPS (hardware only; SKIP otherwise) */ \
-    X(ui)   /* bench-ui.c: token-to-screen latency and UI CPU share of the TUI (mock engine) */    \
-    X(repack) /* bench-repack.c: start-up of a k3 container vs the BF16 source; K3_MMAP memory */ \
-    X(tok)  /* bench-tok.c: tokenizer encode MB/s vs tiktoken's JS and WASM builds */          \
-    X(vk)   /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */              \
-    X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */  \
-    X(release) /* bench-release.c: release widths, 2 layers: open, first token, s/token, RSS */ \
-    X(batch)   /* bench-batch.c: aggregate decode tok/s of 1..8 sessions batched vs one alone */ \
-    X(serve) /* bench-serve.c: continuous batching: aggregate tok/s of 1-8 turns, TTFT joining 4 */
+#define BENCHES(X)                                                                                           \
+    X(kern)    /* bench-kern.c: memory read bandwidth; MXFP4/int4/int8 matvec GB/s */                        \
+    X(amx)     /* bench-amx.c: AMX-INT8 tile peak and matmul GOPS (hardware only; SKIP otherwise) */         \
+    X(ui)      /* bench-ui.c: token-to-screen latency and UI CPU share of the TUI (mock engine) */           \
+    X(repack)  /* bench-repack.c: start-up of a k3 container vs the BF16 source; K3_MMAP memory */           \
+    X(tok)     /* bench-tok.c: tokenizer encode MB/s vs tiktoken's JS and WASM builds */                     \
+    X(vk)      /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */                             \
+    X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */                  \
+    X(release) /* bench-release.c: release widths, 2 layers: open, first token, s/token, RSS */              \
+    X(batch)   /* bench-batch.c: aggregate decode tok/s of 1..8 sessions batched vs one alone */             \
+    X(serve)   /* bench-serve.c: continuous batching: aggregate tok/s of 1-8 turns, TTFT joining 4 */
 
 #define DECLARE(name) int bench_##name(void);
 BENCHES(DECLARE)
@@ -53,7 +53,9 @@ int bench_want(const char *name) {
     return !filter || !*filter || strstr(name, filter) || (running && strstr(running, filter));
 }
 
-int bench_asked(const char *what) { return filter && strstr(filter, what); }
+int bench_asked(const char *what) {
+    return filter && strstr(filter, what);
+}
 
 void bench_report(const char *name, double value, const char *unit, double ref, const char *ref_unit) {
     printf("BENCH %s %.4g %s ref %.4g %s ratio %.3f\n", name, value, unit, ref, ref_unit,
@@ -83,7 +85,8 @@ int bench_mkmodel(const char *args, const char *name, char *out, size_t n) {
 void bench_rmmodel(const char *dir) {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) fprintf(stderr, "k3-bench: could not remove %s\n", dir);
+    if (system(cmd))
+        fprintf(stderr, "k3-bench: could not remove %s\n", dir);
 }
 
 static int cmp_double(const void *a, const void *b) {

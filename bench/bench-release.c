@@ -39,40 +39,50 @@ int bench_release(void);
 enum { MAX_ROUNDS = 16 };
 
 int bench_release(void) {
-    if (!bench_want("release_open") && !bench_want("release_decode")) return 0;
-    const char *dir = getenv("K3_BENCH_RELEASE");
+    if (!bench_want("release_open") && !bench_want("release_decode"))
+        return 0;
+    const char *dir      = getenv("K3_BENCH_RELEASE");
     char        gen[600] = "";
     if (!dir || !*dir) {
-        if (bench_mkmodel("--preset release --layers 2", "k3-bench-release", gen, sizeof gen)) return 1;
+        if (bench_mkmodel("--preset release --layers 2", "k3-bench-release", gen, sizeof gen))
+            return 1;
         dir = gen;
     }
     const char *rs = getenv("K3_BENCH_ROUNDS");
     int         R  = rs && atoi(rs) > 0 ? atoi(rs) : 3;
-    if (R > MAX_ROUNDS) R = MAX_ROUNDS;
-    double open_s[MAX_ROUNDS], open_ref[MAX_ROUNDS], first[MAX_ROUNDS], first_est[MAX_ROUNDS], pre[MAX_ROUNDS],
-        pre_est[MAX_ROUNDS], dec[MAX_ROUNDS], dec_est[MAX_ROUNDS], plan_gb = 0;
+    if (R > MAX_ROUNDS)
+        R = MAX_ROUNDS;
+    double open_s[MAX_ROUNDS], open_ref[MAX_ROUNDS], first[MAX_ROUNDS], first_est[MAX_ROUNDS],
+        pre[MAX_ROUNDS], pre_est[MAX_ROUNDS], dec[MAX_ROUNDS], dec_est[MAX_ROUNDS], plan_gb = 0;
     int rc = 1, r;
     for (r = 0; r < R; r++) {
         k3_params   p;
         k3_model   *m = NULL;
         k3_session *s = NULL;
-        if (k3_params_default(&p)) break;
+        if (k3_params_default(&p))
+            break;
         double t0 = k3_time();
-        if (k3_model_open(dir, &p, &m)) break;
+        if (k3_model_open(dir, &p, &m))
+            break;
         open_s[r] = k3_time() - t0;
-        if (r == 0) printf("# %s\n", m->fit.msg);
+        if (r == 0)
+            printf("# %s\n", m->fit.msg);
         fit_speed sp;
         double    est_dec, est_first, est_pre, d[4];
         fit_speed_get(dir, 1, &sp);
-        fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 3, &est_dec, &est_first);
-        fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 16, &est_dec, &est_pre);
-        printf("# round %d: one column f32 %.2f, int8 %.2f, int4 %.2f, MXFP4 %.2f GB/s; 32 columns %.0f, %.0f, %.0f, %.0f GB/s; "
-               "call %.1f us; memory %.1f GB/s; drive %.2f GB/s%s\n", r + 1, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9,
-               sp.dec[3] / 1e9, sp.pre[0] / 1e9, sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6,
-               sp.mem_bw / 1e9, sp.disk / 1e9, sp.sparse ? " (sparse file: holes)" : "");
-        open_ref[r] = (double)m->load_total / (sp.disk > 0 ? sp.disk : 1e9);
-        plan_gb     = (double)m->fit.plan.total / 1e9;
-        int ok      = !k3_session_new(m, &s);
+        fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 3, &est_dec,
+                           &est_first);
+        fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 16, &est_dec,
+                           &est_pre);
+        printf("# round %d: one column f32 %.2f, int8 %.2f, int4 %.2f, MXFP4 %.2f GB/s; 32 columns %.0f, "
+               "%.0f, %.0f, %.0f GB/s; "
+               "call %.1f us; memory %.1f GB/s; drive %.2f GB/s%s\n",
+               r + 1, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9, sp.pre[0] / 1e9,
+               sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6, sp.mem_bw / 1e9,
+               sp.disk / 1e9, sp.sparse ? " (sparse file: holes)" : "");
+        open_ref[r]    = (double)m->load_total / (sp.disk > 0 ? sp.disk : 1e9);
+        plan_gb        = (double)m->fit.plan.total / 1e9;
+        int     ok     = !k3_session_new(m, &s);
         int32_t ids[3] = {1, 2, 3};
         t0             = k3_time();
         ok             = ok && !k3_session_feed(s, ids, 3);
@@ -84,20 +94,24 @@ int bench_release(void) {
             d[i]      = k3_time() - t0;
         }
         int32_t chunk[16];
-        for (int i = 0; i < 16; i++) chunk[i] = (int32_t)(100 + 37 * i);
+        for (int i = 0; i < 16; i++)
+            chunk[i] = (int32_t)(100 + 37 * i);
         t0     = k3_time();
         ok     = ok && !k3_session_feed(s, chunk, 16);
         pre[r] = (k3_time() - t0) / 16;
         if (ok) {
             dec[r]       = bench_median(d, 4);
             first_est[r] = 3 * est_first, pre_est[r] = est_pre, dec_est[r] = est_dec;
-            printf("# round %d: open %.1f s, first token %.3g s (estimate %.3g), decode %.3g s/token (estimate %.3g), "
-                   "prefill %.3g s/token (estimate %.3g)\n", r + 1, open_s[r], first[r], first_est[r], dec[r], est_dec, pre[r], est_pre);
+            printf("# round %d: open %.1f s, first token %.3g s (estimate %.3g), decode %.3g s/token "
+                   "(estimate %.3g), "
+                   "prefill %.3g s/token (estimate %.3g)\n",
+                   r + 1, open_s[r], first[r], first_est[r], dec[r], est_dec, pre[r], est_pre);
             fflush(stdout);
         }
         k3_session_free(s);
         k3_model_free(m);
-        if (!ok) break;
+        if (!ok)
+            break;
     }
     if (r == R) {
         struct rusage ru;
@@ -111,6 +125,7 @@ int bench_release(void) {
     } else {
         fprintf(stderr, "bench-release: %s: round %d: %s\n", dir, r + 1, k3_errmsg());
     }
-    if (*gen) bench_rmmodel(gen);
+    if (*gen)
+        bench_rmmodel(gen);
     return rc;
 }

@@ -48,13 +48,16 @@ static double now_s(void) {
  * in bytes, from /proc/self/smaps_rollup. */
 static void private_bytes(double *dirty, double *clean) {
     *dirty = *clean = -1;
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    if (!f) return;
+    FILE *f         = fopen("/proc/self/smaps_rollup", "r");
+    if (!f)
+        return;
     char line[256];
     long v;
     while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "Private_Clean: %ld kB", &v) == 1) *clean = (double)v * 1024;
-        if (sscanf(line, "Private_Dirty: %ld kB", &v) == 1) *dirty = (double)v * 1024;
+        if (sscanf(line, "Private_Clean: %ld kB", &v) == 1)
+            *clean = (double)v * 1024;
+        if (sscanf(line, "Private_Dirty: %ld kB", &v) == 1)
+            *dirty = (double)v * 1024;
     }
     fclose(f);
 }
@@ -76,7 +79,8 @@ typedef struct result {
 static result measure(const char *dir, const char *bits, int map) {
     result r = {0};
     int    fd[2];
-    if (pipe(fd)) return r;
+    if (pipe(fd))
+        return r;
     pid_t pid = fork();
     if (pid == 0) {
         close(fd[0]);
@@ -89,13 +93,15 @@ static result measure(const char *dir, const char *bits, int map) {
             unsetenv("K3_MLA_BITS");
             unsetenv("K3_HEAD_BITS");
         }
-        if (map) setenv("K3_MMAP", "1", 1);
-        else unsetenv("K3_MMAP");
-        result      c = {0};
+        if (map)
+            setenv("K3_MMAP", "1", 1);
+        else
+            unsetenv("K3_MMAP");
+        result      c  = {0};
         double      t0 = now_s(), c0 = cpu_s();
         k3_params   p;
-        k3_model   *m = NULL;
-        k3_session *s = NULL;
+        k3_model   *m  = NULL;
+        k3_session *s  = NULL;
         int32_t     id = 1;
         if (!k3_params_default(&p) && !k3_model_open(dir, &p, &m) && !k3_session_new(m, &s) &&
             !k3_session_feed(s, &id, 1) && k3_session_logits(s)) {
@@ -106,13 +112,16 @@ static result measure(const char *dir, const char *bits, int map) {
         } else {
             fprintf(stderr, "# bench-repack: %s: %s\n", dir, k3_errmsg());
         }
-        if (write(fd[1], &c, sizeof c) != (ssize_t)sizeof c) _exit(1);
+        if (write(fd[1], &c, sizeof c) != (ssize_t)sizeof c)
+            _exit(1);
         _exit(0);
     }
     close(fd[1]);
-    if (pid > 0 && read(fd[0], &r, sizeof r) != (ssize_t)sizeof r) r.ok = 0;
+    if (pid > 0 && read(fd[0], &r, sizeof r) != (ssize_t)sizeof r)
+        r.ok = 0;
     close(fd[0]);
-    if (pid > 0) waitpid(pid, NULL, 0);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
     return r;
 }
 
@@ -124,17 +133,21 @@ static int run_cmd(const char *cmd) {
 }
 
 int bench_repack(void) {
-    if (!bench_want("repack_startup") && !bench_want("repack_private")) return 0;
-    char exe[PATH_MAX], bin[PATH_MAX], cmd[4 * PATH_MAX + 256];
+    if (!bench_want("repack_startup") && !bench_want("repack_private"))
+        return 0;
+    char    exe[PATH_MAX], bin[PATH_MAX], cmd[4 * PATH_MAX + 256];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return 1;
+    if (n <= 0)
+        return 1;
     exe[n] = 0;
     snprintf(bin, sizeof bin, "%s", exe);
     char *slash = strrchr(bin, '/');
-    if (slash) *slash = 0;
+    if (slash)
+        *slash = 0;
     const char *base = getenv("K3_BENCH_DIR");
-    if (!base || !*base) base = "/var/tmp/k3-bench-repack";
-    int keep = getenv("K3_BENCH_KEEP") && !strcmp(getenv("K3_BENCH_KEEP"), "1");
+    if (!base || !*base)
+        base = "/var/tmp/k3-bench-repack";
+    int  keep = getenv("K3_BENCH_KEEP") && !strcmp(getenv("K3_BENCH_KEEP"), "1");
     char src[PATH_MAX], dst[PATH_MAX], done[PATH_MAX + 16];
     snprintf(src, sizeof src, "%s/slice", base);
     snprintf(dst, sizeof dst, "%s/slice-q8", base);
@@ -142,27 +155,32 @@ int bench_repack(void) {
     struct stat sb;
     int         rc = 0;
     if (stat(done, &sb)) {
-        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && '%s/k3-mkmodel' --preset slice --quiet '%s'", base,
-                 base, bin, src);
-        if (run_cmd(cmd)) return 1;
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf '%s' && mkdir -p '%s' && '%s/k3-mkmodel' --preset slice --quiet '%s'", base, base,
+                 bin, src);
+        if (run_cmd(cmd))
+            return 1;
         double t0 = now_s();
         snprintf(cmd, sizeof cmd, "'%s/k3-repack' '%s' '%s' --bits 8 --quiet", bin, src, dst);
-        if (run_cmd(cmd)) return 1;
+        if (run_cmd(cmd))
+            return 1;
         printf("# k3-repack --bits 8 of the slice preset: %.1f s\n", now_s() - t0);
         fflush(stdout);
         FILE *f = fopen(done, "w");
-        if (f) fclose(f);
+        if (f)
+            fclose(f);
     }
     result s = measure(src, "8", 0);
     double t[3], c[3], tm[3], hd[3], hc[3], md[3], mc[3];
     int    ok = s.ok;
     for (int i = 0; i < 3 && ok; i++) {
         result h = measure(dst, NULL, 0), m = measure(dst, NULL, 1);
-        ok       = h.ok && m.ok;
+        ok   = h.ok && m.ok;
         t[i] = h.secs, c[i] = h.cpu, tm[i] = m.secs;
         hd[i] = h.dirty, hc[i] = h.clean, md[i] = m.dirty, mc[i] = m.clean;
     }
-    if (!ok) rc = 1;
+    if (!ok)
+        rc = 1;
     else {
         double tc = bench_median(t, 3), cc = bench_median(c, 3), tcm = bench_median(tm, 3);
         double hdm = bench_median(hd, 3), hcm = bench_median(hc, 3), mdm = bench_median(md, 3),
@@ -174,13 +192,17 @@ int bench_repack(void) {
         printf("# private memory (MB) dirty / clean: source %.0f / %.0f, container on the heap %.0f / "
                "%.0f, K3_MMAP=1 %.0f / %.0f\n",
                s.dirty / 1e6, s.clean / 1e6, hdm / 1e6, hcm / 1e6, mdm / 1e6, mcm / 1e6);
-        if (bench_want("repack_startup")) bench_report("repack_startup", tc, "s", s.secs, "s");
-        if (bench_want("repack_startup_cpu")) bench_report("repack_startup_cpu", cc, "s", s.cpu, "s");
-        if (bench_want("repack_private")) bench_report("repack_private_dirty", mdm / 1e6, "MB", hdm / 1e6, "MB");
+        if (bench_want("repack_startup"))
+            bench_report("repack_startup", tc, "s", s.secs, "s");
+        if (bench_want("repack_startup_cpu"))
+            bench_report("repack_startup_cpu", cc, "s", s.cpu, "s");
+        if (bench_want("repack_private"))
+            bench_report("repack_private_dirty", mdm / 1e6, "MB", hdm / 1e6, "MB");
     }
     if (!keep) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-        if (system(cmd) != 0) fprintf(stderr, "# bench-repack: could not remove %s\n", base);
+        if (system(cmd) != 0)
+            fprintf(stderr, "# bench-repack: could not remove %s\n", base);
     }
     return rc;
 }

@@ -40,16 +40,19 @@ static int sh(const char *cmd) {
 /* First line of a command's output as a number (0 on failure). */
 static double run_num(const char *cmd) {
     FILE *p = popen(cmd, "r");
-    if (!p) return 0;
+    if (!p)
+        return 0;
     char line[128] = "";
-    if (!fgets(line, sizeof line, p)) line[0] = 0;
+    if (!fgets(line, sizeof line, p))
+        line[0] = 0;
     int rc = pclose(p);
     return rc == 0 ? atof(line) : 0;
 }
 
 static char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    if (!f)
+        return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
@@ -68,20 +71,22 @@ static double encode_mbs(const k3_tok *t, const char *text, size_t len) {
     double best = 1e30;
     for (int r = 0; r < 5; r++) {
         k3_ids ids = {0};
-        double t0 = now();
+        double t0  = now();
         if (k3_tok_encode(t, text, len, 0, &ids)) {
             fprintf(stderr, "bench-tok: encode: %s\n", k3_errmsg());
             return 0;
         }
         double dt = now() - t0;
-        if (dt < best) best = dt;
+        if (dt < best)
+            best = dt;
         k3_ids_free(&ids);
     }
     return (double)len / 1e6 / best;
 }
 
 int bench_tok(void) {
-    if (!bench_want("tok_encode_o200k") && !bench_want("tok_encode_kimi")) return 0;
+    if (!bench_want("tok_encode_o200k") && !bench_want("tok_encode_kimi"))
+        return 0;
     if (access("tools/mkcorpus.js", R_OK) || access("tools/tiktoken-ref.cjs", R_OK)) {
         printf("# tok: run from the repository root (tools/mkcorpus.js not found)\n");
         return 1;
@@ -91,18 +96,26 @@ int bench_tok(void) {
         return 0;
     }
     const char *home = getenv("HOME");
-    char cache[1024], dir[] = "/tmp/k3-bench-tok.XXXXXX", cmd[4096];
-    if (getenv("K3_TIKTOKEN_JS")) snprintf(cache, sizeof cache, "%s", getenv("K3_TIKTOKEN_JS"));
-    else snprintf(cache, sizeof cache, "%s/.cache/k3chat/tiktoken-js", home ? home : "/tmp");
-    if (!mkdtemp(dir)) return 1;
+    char        cache[1024], dir[] = "/tmp/k3-bench-tok.XXXXXX", cmd[4096];
+    if (getenv("K3_TIKTOKEN_JS"))
+        snprintf(cache, sizeof cache, "%s", getenv("K3_TIKTOKEN_JS"));
+    else
+        snprintf(cache, sizeof cache, "%s/.cache/k3chat/tiktoken-js", home ? home : "/tmp");
+    if (!mkdtemp(dir))
+        return 1;
 
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s' && cd '%s' && { [ -f package.json ] || echo '{\"private\":true}' > package.json; } && "
-             "{ [ -f node_modules/js-tiktoken/package.json ] || npm install --no-audit --no-fund js-tiktoken@1.0.21 >/dev/null 2>&1; } && "
-             "{ [ -f node_modules/tiktoken/package.json ] || npm install --no-audit --no-fund tiktoken@1.0.22 >/dev/null 2>&1; true; }",
-             cache, cache);
+    snprintf(
+        cmd, sizeof cmd,
+        "mkdir -p '%s' && cd '%s' && { [ -f package.json ] || echo '{\"private\":true}' > package.json; } && "
+        "{ [ -f node_modules/js-tiktoken/package.json ] || npm install --no-audit --no-fund "
+        "js-tiktoken@1.0.21 >/dev/null 2>&1; } && "
+        "{ [ -f node_modules/tiktoken/package.json ] || npm install --no-audit --no-fund tiktoken@1.0.22 "
+        ">/dev/null 2>&1; true; }",
+        cache, cache);
     int have_js = sh(cmd) == 0;
-    snprintf(cmd, sizeof cmd, "node tools/mkcorpus.js %s/corpus.txt 1.2 nolong && NODE_PATH='%s/node_modules' node tools/tiktoken-ref.cjs export %s",
+    snprintf(cmd, sizeof cmd,
+             "node tools/mkcorpus.js %s/corpus.txt 1.2 nolong && NODE_PATH='%s/node_modules' node "
+             "tools/tiktoken-ref.cjs export %s",
              dir, cache, dir);
     if (!have_js || sh(cmd)) {
         printf("# tok: could not install tiktoken's JS port from npm or export o200k_base; skipped\n");
@@ -112,28 +125,35 @@ int bench_tok(void) {
     }
     char path[1200];
     snprintf(path, sizeof path, "%s/corpus.txt", dir);
-    size_t len;
-    char *text = slurp(path, &len);
-    int rc = 1;
+    size_t  len;
+    char   *text  = slurp(path, &len);
+    int     rc    = 1;
     k3_tok *o200k = NULL, *kimi = NULL;
     if (!text || k3_tok_load(dir, "o200k", &o200k) || k3_tok_load(dir, "kimi", &kimi)) {
         fprintf(stderr, "bench-tok: %s\n", text ? k3_errmsg() : "no corpus");
         goto done;
     }
-    printf("# tok: corpus %.2f MB (tools/mkcorpus.js, no long runs), vocabulary o200k_base, best of 5, wall time\n",
+    printf("# tok: corpus %.2f MB (tools/mkcorpus.js, no long runs), vocabulary o200k_base, best of 5, wall "
+           "time\n",
            (double)len / 1e6);
     double c_o200k = encode_mbs(o200k, text, len);
-    double c_kimi = encode_mbs(kimi, text, len);
+    double c_kimi  = encode_mbs(kimi, text, len);
     if (bench_want("tok_encode_o200k")) {
-        snprintf(cmd, sizeof cmd, "NODE_PATH='%s/node_modules' node tools/tiktoken-ref.cjs bench js o200k %s", cache, path);
+        snprintf(cmd, sizeof cmd, "NODE_PATH='%s/node_modules' node tools/tiktoken-ref.cjs bench js o200k %s",
+                 cache, path);
         bench_report("tok_encode_o200k", c_o200k, "MB/s", run_num(cmd), "MB/s");
-        snprintf(cmd, sizeof cmd, "NODE_PATH='%s/node_modules' node tools/tiktoken-ref.cjs bench wasm o200k %s 2>/dev/null", cache, path);
+        snprintf(cmd, sizeof cmd,
+                 "NODE_PATH='%s/node_modules' node tools/tiktoken-ref.cjs bench wasm o200k %s 2>/dev/null",
+                 cache, path);
         double w = run_num(cmd);
-        if (w == 0) printf("# tok: WASM tiktoken not available: ref 0\n");
+        if (w == 0)
+            printf("# tok: WASM tiktoken not available: ref 0\n");
         bench_report("tok_encode_o200k_wasm", c_o200k, "MB/s", w, "MB/s");
     }
     if (bench_want("tok_encode_kimi")) {
-        snprintf(cmd, sizeof cmd, "NODE_PATH='%s/node_modules' node tools/tiktoken-ref.cjs bench wasm kimi %s 2>/dev/null", cache, path);
+        snprintf(cmd, sizeof cmd,
+                 "NODE_PATH='%s/node_modules' node tools/tiktoken-ref.cjs bench wasm kimi %s 2>/dev/null",
+                 cache, path);
         bench_report("tok_encode_kimi", c_kimi, "MB/s", run_num(cmd), "MB/s");
     }
     rc = 0;

@@ -69,10 +69,14 @@ static void write_script(const char *path, int markdown) {
     fprintf(f, "\nresponse ");
     if (markdown) /* one "response" line per Markdown line (they join with newlines) */
         for (int i = 0; i < 24; i++)
-            fprintf(f, "## Section %d\nresponse\nresponse Some **bold** text with `code` and a [link](https://example.com/%d) "
-                       "and $x_%d^2$ here.\nresponse\nresponse - item one\nresponse   - nested *em*\nresponse - [x] task\n"
-                       "response\nresponse | a | b | 漢字 |\nresponse |---|---|---|\nresponse | 1 | 2 | 三 |\nresponse\n"
-                       "response ```c\nresponse int x%d = %d;\nresponse ```\nresponse\n%s",
+            fprintf(f,
+                    "## Section %d\nresponse\nresponse Some **bold** text with `code` and a "
+                    "[link](https://example.com/%d) "
+                    "and $x_%d^2$ here.\nresponse\nresponse - item one\nresponse   - nested *em*\nresponse - "
+                    "[x] task\n"
+                    "response\nresponse | a | b | 漢字 |\nresponse |---|---|---|\nresponse | 1 | 2 | 三 "
+                    "|\nresponse\n"
+                    "response ```c\nresponse int x%d = %d;\nresponse ```\nresponse\n%s",
                     i, i, i, i, i, i + 1 < 24 ? "response " : "");
     else
         for (int i = 0; i < 120; i++)
@@ -146,9 +150,10 @@ static int run_turn(const char *prefix, int markdown) {
         const struct {
             const char *key;
             double     *v;
-        } fields[] = {{"latency_mean_ms", &lat_mean}, {"latency_max_ms", &lat_max}, {"ui_cpu_s", &cpu},
-                      {"decode_wall_s", &decode},     {"frames_with_tokens", &frames}, {"turn_user_s", &t_user},
-                      {"turn_sys_s", &t_sys},         {"turn_wakeups", &t_wakes},  {"turn_frames", &t_frames}};
+        } fields[] = {
+            {"latency_mean_ms", &lat_mean}, {"latency_max_ms", &lat_max},    {"ui_cpu_s", &cpu},
+            {"decode_wall_s", &decode},     {"frames_with_tokens", &frames}, {"turn_user_s", &t_user},
+            {"turn_sys_s", &t_sys},         {"turn_wakeups", &t_wakes},      {"turn_frames", &t_frames}};
         while (fscanf(f, "%63s %lf", key, &v) == 2)
             for (size_t j = 0; j < sizeof fields / sizeof fields[0]; j++)
                 if (!strcmp(key, fields[j].key))
@@ -169,8 +174,8 @@ static int run_turn(const char *prefix, int markdown) {
     printf("# %s: %.0f frames with new tokens, max latency %.2f ms, UI CPU %.3f s over %.3f s of decoding "
            "(mock engine, one token per 2 ms, %s answer)\n",
            prefix, frames, lat_max, cpu, decode, markdown ? "Markdown" : "plain-text");
-    printf("# %s: while the turn streamed: UI user %.3f s + system %.3f s, %.0f wake-ups, %.0f frames\n", prefix,
-           t_user, t_sys, t_wakes, t_frames);
+    printf("# %s: while the turn streamed: UI user %.3f s + system %.3f s, %.0f wake-ups, %.0f frames\n",
+           prefix, t_user, t_sys, t_wakes, t_frames);
     if (bench_want(lat_name))
         bench_report(lat_name, lat_mean, "ms", 33.3, "ms");
     if (bench_want(cpu_name))

@@ -40,7 +40,7 @@ int bench_vk(void) {
         return 1;
     }
     static const struct {
-        int type, rows, cols;
+        int         type, rows, cols;
         const char *tag;
     } shapes[] = {
         {Q_MXFP4, 3072, 3584, "mxfp4"}, {Q_MXFP4, 3584, 3072, "mxfp4"}, {Q_I4, 7168, 3584, "i4"},
@@ -52,8 +52,8 @@ int bench_vk(void) {
         snprintf(name, sizeof name, "vk_%s_matvec_%dx%d", shapes[i].tag, shapes[i].rows, shapes[i].cols);
         if (!bench_want(name))
             continue;
-        int    t = shapes[i].type, r = shapes[i].rows, k = shapes[i].cols;
-        size_t wb = q_wbytes(t, r, k), sb = q_sbytes(t, r, k);
+        int      t = shapes[i].type, r = shapes[i].rows, k = shapes[i].cols;
+        size_t   wb = q_wbytes(t, r, k), sb = q_sbytes(t, r, k);
         uint8_t *w = malloc(wb), *s = malloc(sb);
         float   *x = malloc((size_t)k * 4);
         fill(w, wb, 1);
@@ -66,10 +66,14 @@ int bench_vk(void) {
                 ((float *)s)[j] = 0.01f;
         for (int j = 0; j < k; j++)
             x[j] = 0.5f;
-        qmat   m  = {.type = t, .rows = r, .cols = k, .w = w, .s = t == Q_MXFP4 ? NULL : (float *)s,
-                     .e = t == Q_MXFP4 ? s : NULL};
-        vk_mat vm;
-        double best = 1e30, sec;
+        qmat      m = {.type = t,
+                       .rows = r,
+                       .cols = k,
+                       .w    = w,
+                       .s    = t == Q_MXFP4 ? NULL : (float *)s,
+                       .e    = t == Q_MXFP4 ? s : NULL};
+        vk_mat    vm;
+        double    best = 1e30, sec;
         const int reps = 20;
         if (vk_upload(c, &m, &vm) != K3_OK) {
             printf("# %s: upload failed: %s\n", name, k3_errmsg());

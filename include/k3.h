@@ -27,15 +27,15 @@ extern "C" {
 
 typedef enum k3_status {
     K3_OK              = 0,
-    K3_ERR_IO          = -1,  /* open/read/write failed (errno in the message)        */
-    K3_ERR_FORMAT      = -2,  /* malformed file: safetensors, JSON, vocab, transcript */
-    K3_ERR_CONFIG      = -3,  /* config.json missing/invalid key or inconsistent      */
+    K3_ERR_IO          = -1, /* open/read/write failed (errno in the message)        */
+    K3_ERR_FORMAT      = -2, /* malformed file: safetensors, JSON, vocab, transcript */
+    K3_ERR_CONFIG      = -3, /* config.json missing/invalid key or inconsistent      */
     K3_ERR_NOMEM       = -4,
-    K3_ERR_ARG         = -5,  /* bad argument from the caller / user                  */
-    K3_ERR_CONTEXT     = -6,  /* context capacity (K3_MAXT) exceeded                  */
-    K3_ERR_NUMERIC     = -7,  /* NaN/inf in weights or activations                    */
-    K3_ERR_UNSUPPORTED = -8,  /* valid but not supported (tools, images, ...)         */
-    K3_ABORTED         = -9,  /* cancelled by k3_session_cancel or a cancel flag      */
+    K3_ERR_ARG         = -5, /* bad argument from the caller / user                  */
+    K3_ERR_CONTEXT     = -6, /* context capacity (K3_MAXT) exceeded                  */
+    K3_ERR_NUMERIC     = -7, /* NaN/inf in weights or activations                    */
+    K3_ERR_UNSUPPORTED = -8, /* valid but not supported (tools, images, ...)         */
+    K3_ABORTED         = -9, /* cancelled by k3_session_cancel or a cancel flag      */
 } k3_status;
 
 const char *k3_status_str(k3_status s);
@@ -56,7 +56,7 @@ const char *k3_kernels(void);
 /* A growable byte buffer, the one the engine and the front ends use (zero-initialise it; free(b.p)
  * when done): n bytes used of cap, NUL-terminated once p is set, so text is a C string. */
 typedef struct k3_buf {
-    char  *p;   /* (cap)                                                      */
+    char  *p; /* (cap)                                                      */
     size_t n, cap;
     int    oom; /* set when an append ran out of memory                       */
 } k3_buf;
@@ -72,24 +72,24 @@ typedef struct k3_session k3_session;
 typedef void (*k3_progress_cb)(const char *what, uint64_t done, uint64_t total, void *ud);
 
 typedef struct k3_params {
-    int    bits;           /* K3_BITS: KDA/latent/shared/dense matrices: 32 (f32), 8 (default), 4 */
-    int    mla_bits;       /* K3_MLA_BITS                                              */
-    int    head_bits;      /* K3_HEAD_BITS (lm_head)                                   */
-    int    chunk;          /* K3_CHUNK: prefill chunk, default 128                     */
-    int    max_ctx;        /* K3_MAXT: context capacity in tokens                      */
-    int    threads;        /* OpenMP threads, 0 = default                              */
-    double expert_gb;      /* K3_EXPERT_GB: routed-expert cache budget in GB (10^9 bytes);
-                              < 0 (default): every expert if that is <= 50% of MemAvailable,
-                              else 40% of MemAvailable; at least one expert per MoE layer    */
-    int    direct;         /* K3_DIRECT: 1 (default) O_DIRECT expert reads, 0 page cache  */
-    int    pipe;           /* K3_PIPE: 1 (default) read expert j+1 while j computes       */
-    int    load_threads;   /* K3_LOAD_THREADS: expert reader threads (default 4)          */
-    double topp;           /* K3_TOPP: keep the heaviest selected experts that hold this
-                              share of the routing weight, renormalised (default 1 = all) */
-    int    set;            /* K3_SET_* mask: settings given explicitly (k3_params_default sets
-                              them from the environment; a caller that sets a field itself may
-                              add its bit). The memory fit at open never changes those; the
-                              others it may lower (see k3chat(1), MEMORY FIT)                */
+    int    bits;         /* K3_BITS: KDA/latent/shared/dense matrices: 32 (f32), 8 (default), 4 */
+    int    mla_bits;     /* K3_MLA_BITS                                              */
+    int    head_bits;    /* K3_HEAD_BITS (lm_head)                                   */
+    int    chunk;        /* K3_CHUNK: prefill chunk, default 128                     */
+    int    max_ctx;      /* K3_MAXT: context capacity in tokens                      */
+    int    threads;      /* OpenMP threads, 0 = default                              */
+    double expert_gb;    /* K3_EXPERT_GB: routed-expert cache budget in GB (10^9 bytes);
+                            < 0 (default): every expert if that is <= 50% of MemAvailable,
+                            else 40% of MemAvailable; at least one expert per MoE layer    */
+    int    direct;       /* K3_DIRECT: 1 (default) O_DIRECT expert reads, 0 page cache  */
+    int    pipe;         /* K3_PIPE: 1 (default) read expert j+1 while j computes       */
+    int    load_threads; /* K3_LOAD_THREADS: expert reader threads (default 4)          */
+    double topp;         /* K3_TOPP: keep the heaviest selected experts that hold this
+                            share of the routing weight, renormalised (default 1 = all) */
+    int set;             /* K3_SET_* mask: settings given explicitly (k3_params_default sets
+                            them from the environment; a caller that sets a field itself may
+                            add its bit). The memory fit at open never changes those; the
+                            others it may lower (see k3chat(1), MEMORY FIT)                */
     k3_progress_cb progress;
     void          *progress_ud;
     /* validation hooks (see k3chat(1)); NULL / 0 = off                                  */
@@ -115,17 +115,17 @@ void      k3_model_free(k3_model *m);
 
 typedef struct k3_model_info {
     const char *dir;
-    int   n_layers, hidden, vocab;      /* vocab = logits width (config vocab_size) */
-    int   n_kda, n_mla, n_dense, n_moe;
-    int   n_experts, n_active;
-    int   max_ctx;
-    int   eos_id;                       /* config eos_token_id                      */
-    float gen_temp, gen_top_p;          /* generation_config.json defaults          */
-    uint64_t bytes_resident;            /* weights held in RAM (expert cache: as now) */
-    const char *fit;                    /* the memory fit at open, one line: settings, plan,
-                                           available memory, what was chosen and why       */
-    const char *fit_brief;              /* the same in a few words: "4/8/8 bits (fit step 2) ·
-                                           cache 1.61 GB" (status bar)                   */
+    int         n_layers, hidden, vocab; /* vocab = logits width (config vocab_size) */
+    int         n_kda, n_mla, n_dense, n_moe;
+    int         n_experts, n_active;
+    int         max_ctx;
+    int         eos_id;              /* config eos_token_id                      */
+    float       gen_temp, gen_top_p; /* generation_config.json defaults          */
+    uint64_t    bytes_resident;      /* weights held in RAM (expert cache: as now) */
+    const char *fit;                 /* the memory fit at open, one line: settings, plan,
+                                        available memory, what was chosen and why       */
+    const char *fit_brief;           /* the same in a few words: "4/8/8 bits (fit step 2) ·
+                                        cache 1.61 GB" (status bar)                   */
 } k3_model_info;
 void k3_model_get_info(const k3_model *m, k3_model_info *out);
 /* Change the routed-expert cache budget live (GB; < 0: the default, see k3_params.expert_gb);
@@ -175,26 +175,26 @@ void         k3_session_cancel(k3_session *s);       /* thread-safe; cleared by 
  * ids[i] NULL, sessions of different models) changes nothing and gives K3_ERR_ARG in every
  * each[i]. Returns K3_OK, or the first failure among them (k3_errmsg() names that session).
  * Like k3_session_feed, it clears each session's cancel flag when it starts. */
-k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n,
-                                int count, k3_status *each);
+k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n, int count,
+                                k3_status *each);
 
 /* Saved decode state, for the prompt cache, /retry and /undo. */
 typedef struct k3_snapshot k3_snapshot;
-k3_status k3_session_save(const k3_session *s, k3_snapshot **out);
-k3_status k3_session_restore(k3_session *s, const k3_snapshot *snap);
-void      k3_snapshot_free(k3_snapshot *snap);
-size_t    k3_snapshot_bytes(const k3_snapshot *snap); /* memory it holds */
+k3_status                  k3_session_save(const k3_session *s, k3_snapshot **out);
+k3_status                  k3_session_restore(k3_session *s, const k3_snapshot *snap);
+void                       k3_snapshot_free(k3_snapshot *snap);
+size_t                     k3_snapshot_bytes(const k3_snapshot *snap); /* memory it holds */
 
 typedef struct k3_stats {
-    int64_t  n_prefill, n_decode;       /* tokens in the last feed calls since reset_stats */
-    double   t_prefill, t_decode;       /* seconds                                          */
-    uint64_t expert_hits, expert_misses, expert_bytes_read;
-    double   expert_read_s, expert_wait_s;
-    double   expert_gb_budget;
-    uint64_t vk_hits;                   /* routed experts computed on the Vulkan device      */
-    uint64_t vk_used, vk_budget;        /* device bytes holding weights; its budget (0: off) */
-    int      vk_experts;                /* routed experts resident on the device             */
-    const char *kernels;                /* instruction set of the CPU kernels: k3_kernels()   */
+    int64_t     n_prefill, n_decode; /* tokens in the last feed calls since reset_stats */
+    double      t_prefill, t_decode; /* seconds                                          */
+    uint64_t    expert_hits, expert_misses, expert_bytes_read;
+    double      expert_read_s, expert_wait_s;
+    double      expert_gb_budget;
+    uint64_t    vk_hits;            /* routed experts computed on the Vulkan device      */
+    uint64_t    vk_used, vk_budget; /* device bytes holding weights; its budget (0: off) */
+    int         vk_experts;         /* routed experts resident on the device             */
+    const char *kernels;            /* instruction set of the CPU kernels: k3_kernels()   */
 } k3_stats;
 void k3_session_stats(const k3_session *s, k3_stats *out);
 void k3_session_reset_stats(k3_session *s);
@@ -202,12 +202,12 @@ void k3_session_reset_stats(k3_session *s);
 /* Sampling (sample.c). temp 0 = greedy. */
 typedef struct k3_sampler_params {
     float    temp, top_p, min_p;
-    int      top_k;                     /* 0 = off */
+    int      top_k; /* 0 = off */
     uint64_t seed;
 } k3_sampler_params;
 typedef struct k3_sampler k3_sampler;
 /* temp/top_p from generation_config.json (m may be NULL: 1.0, 1.0), top_k 0, min_p 0, seed 0. */
-void        k3_sampler_params_default(const k3_model *m, k3_sampler_params *p);
+void k3_sampler_params_default(const k3_model *m, k3_sampler_params *p);
 /* Order: temperature, top-k, softmax, min-p (p >= min_p * p_max), top-p (smallest prefix of
  * the sorted distribution whose mass reaches top_p), renormalise, draw with a seeded PRNG. */
 k3_sampler *k3_sampler_new(const k3_sampler_params *p);
@@ -232,11 +232,11 @@ typedef struct k3_tok k3_tok;
 /* A growable array of token ids. Encoders APPEND to it (so a caller can build a prompt
  * from several calls); start from {0} and release with k3_ids_free. */
 typedef struct k3_ids {
-    int32_t *v;       /* (cap) ids, the first n are valid */
+    int32_t *v; /* (cap) ids, the first n are valid */
     size_t   n, cap;
 } k3_ids;
-void      k3_ids_free(k3_ids *ids);                     /* frees v, zeroes the struct   */
-k3_status k3_ids_push(k3_ids *ids, int32_t id);         /* K3_ERR_NOMEM on failure      */
+void      k3_ids_free(k3_ids *ids);             /* frees v, zeroes the struct   */
+k3_status k3_ids_push(k3_ids *ids, int32_t id); /* K3_ERR_NOMEM on failure      */
 
 /* Load DIR/tiktoken.model (+ DIR/tokenizer_config.json when present: names of the 256
  * reserved ids after the base vocabulary). pattern: "kimi", "o200k" or NULL = from the
@@ -244,17 +244,16 @@ k3_status k3_ids_push(k3_ids *ids, int32_t id);         /* K3_ERR_NOMEM on failu
  * and line/key (bad base64, rank out of order, duplicate bytes, missing special, ...). */
 k3_status   k3_tok_load(const char *dir, const char *pattern, k3_tok **out);
 void        k3_tok_free(k3_tok *t);
-int32_t     k3_tok_n_vocab(const k3_tok *t);   /* base ranks + 256 reserved ids           */
-const char *k3_tok_pattern(const k3_tok *t);   /* "kimi" or "o200k"                        */
+int32_t     k3_tok_n_vocab(const k3_tok *t); /* base ranks + 256 reserved ids           */
+const char *k3_tok_pattern(const k3_tok *t); /* "kimi" or "o200k"                        */
 
 /* Encode len bytes of text (any bytes: invalid UTF-8 is kept byte-exact), appending ids.
  * allow_special = 0: special-token names are ordinary text (what user text must use);
  * 1: every special name in the text becomes its id. Equal to tiktoken's encode. */
-k3_status k3_tok_encode(const k3_tok *t, const char *text, size_t len, int allow_special,
-                        k3_ids *out);
+k3_status k3_tok_encode(const k3_tok *t, const char *text, size_t len, int allow_special, k3_ids *out);
 /* Id of a special token by name ("<|open|>", "[EOS]", ...), or -1 when absent. */
-int32_t     k3_tok_special(const k3_tok *t, const char *name);
-int         k3_tok_is_special(const k3_tok *t, int32_t id);
+int32_t k3_tok_special(const k3_tok *t, const char *name);
+int     k3_tok_is_special(const k3_tok *t, int32_t id);
 /* The bytes of one id (special ids: their name), *len set; NULL when id is out of range.
  * Not NUL-terminated; valid while t lives. */
 const char *k3_tok_piece(const k3_tok *t, int32_t id, size_t *len);
@@ -263,15 +262,14 @@ const char *k3_tok_piece(const k3_tok *t, int32_t id, size_t *len);
  * each invalid or incomplete sequence replaced by U+FFFD (maximal-subpart rule).
  * K3_ERR_ARG naming the index for an id out of range. */
 k3_status k3_tok_decode(const k3_tok *t, const int32_t *ids, size_t n, char **out, size_t *len);
-k3_status k3_tok_decode_text(const k3_tok *t, const int32_t *ids, size_t n, char **out,
-                             size_t *len);
+k3_status k3_tok_decode_text(const k3_tok *t, const int32_t *ids, size_t n, char **out, size_t *len);
 
 /* Text from outside (typed, piped, pasted, command-line, transcript files) must be UTF-8.
  * Counts the invalid sequences of s[0,n) (maximal-subpart rule, as decode_text) and returns
  * that count (0: valid); *first_bad (may be NULL) gets the byte offset of the first. When out
  * is not NULL it receives a malloc'ed NUL-terminated copy with each invalid sequence replaced
  * by U+FFFD (free()). -1 when out of memory (*out is then NULL). */
-long        k3_utf8_repair(const char *s, size_t n, char **out, size_t *first_bad);
+long k3_utf8_repair(const char *s, size_t n, char **out, size_t *first_bad);
 
 /* Streaming decoder: feed ids one at a time, get only complete, valid UTF-8. An
  * incomplete tail is held until a later id completes it; a sequence that cannot become
@@ -279,11 +277,10 @@ long        k3_utf8_repair(const char *s, size_t n, char **out, size_t *first_ba
  * The emitted text equals k3_tok_decode_text of the whole sequence. *text points into
  * the decoder and is valid until its next call. */
 typedef struct k3_detok k3_detok;
-k3_status k3_detok_new(const k3_tok *t, k3_detok **out);
-void      k3_detok_free(k3_detok *d);
-k3_status k3_detok_feed(k3_detok *d, int32_t id, const char **text, size_t *len);
-k3_status k3_detok_feed_bytes(k3_detok *d, const char *b, size_t n, const char **text,
-                              size_t *len);
+k3_status               k3_detok_new(const k3_tok *t, k3_detok **out);
+void                    k3_detok_free(k3_detok *d);
+k3_status               k3_detok_feed(k3_detok *d, int32_t id, const char **text, size_t *len);
+k3_status k3_detok_feed_bytes(k3_detok *d, const char *b, size_t n, const char **text, size_t *len);
 void      k3_detok_flush(k3_detok *d, const char **text, size_t *len);
 
 /* One tool call of an assistant message (the OpenAI shape; ../shared/spec/k3-tools.md 1.3). */
@@ -297,27 +294,27 @@ typedef struct k3_tool_call {
 
 /* Chat format (XTML), chat-format.c. One message of a conversation. */
 typedef struct k3_chat_msg {
-    const char *role;      /* "system", "user", "assistant", "tool"; "developer" is
-                            * rendered as system; others: K3_ERR_ARG                    */
-    const char *content;   /* UTF-8 text (NULL = empty); never parsed for control tokens */
-    const char *reasoning; /* assistant turns: that turn's thinking text (NULL = none)   */
-    int         n_images;  /* > 0: K3_ERR_UNSUPPORTED (images are not supported yet)    */
+    const char *role;               /* "system", "user", "assistant", "tool"; "developer" is
+                                     * rendered as system; others: K3_ERR_ARG                    */
+    const char         *content;    /* UTF-8 text (NULL = empty); never parsed for control tokens */
+    const char         *reasoning;  /* assistant turns: that turn's thinking text (NULL = none)   */
+    int                 n_images;   /* > 0: K3_ERR_UNSUPPORTED (images are not supported yet)    */
     const k3_tool_call *tool_calls; /* assistant: (n_tool_calls) calls, in order        */
-    int         n_tool_calls;
-    const char *name;      /* tool: the tool's name (NULL: from the matching call)       */
-    const char *tool_call_id; /* tool: the id of the call this result answers           */
-    const char *tools;     /* system: a JSON array of tool declarations: rendered in
-                            * place as "New Tools Available" (content dropped)          */
+    int                 n_tool_calls;
+    const char         *name;         /* tool: the tool's name (NULL: from the matching call)       */
+    const char         *tool_call_id; /* tool: the id of the call this result answers           */
+    const char         *tools;        /* system: a JSON array of tool declarations: rendered in
+                                       * place as "New Tools Available" (content dropped)          */
 } k3_chat_msg;
 
 typedef struct k3_chat_opts {
-    int         think;      /* 1 = thinking on (the default in k3chat), 0 = off          */
-    const char *effort;     /* "low" | "high" | "max"; NULL = "max". Else K3_ERR_ARG
-                             * (including "medium", which the release rejects)          */
-    int         gen_prompt; /* 1 = end with the assistant generation prompt            */
-    const char *tools;      /* JSON array of tool declarations ({"type":"function",
-                             * "function":{...}} objects); NULL or "[]": none           */
-    const char *tool_choice;/* "auto" (NULL), "required" or "none"; else K3_ERR_ARG     */
+    int         think;       /* 1 = thinking on (the default in k3chat), 0 = off          */
+    const char *effort;      /* "low" | "high" | "max"; NULL = "max". Else K3_ERR_ARG
+                              * (including "medium", which the release rejects)          */
+    int         gen_prompt;  /* 1 = end with the assistant generation prompt            */
+    const char *tools;       /* JSON array of tool declarations ({"type":"function",
+                              * "function":{...}} objects); NULL or "[]": none           */
+    const char *tool_choice; /* "auto" (NULL), "required" or "none"; else K3_ERR_ARG     */
 } k3_chat_opts;
 
 /* Encode a conversation exactly as ../shared/spec/k3-chat.md section 2 (the thinking-
@@ -325,8 +322,8 @@ typedef struct k3_chat_opts {
  * ../shared/spec/k3-tools.md section 1 (tool declarations, calls, results re-sorted by
  * call id, tool_choice), appending the ids to out. On error out->n is left as it was and
  * the message names the message index and field. */
-k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs,
-                         const k3_chat_opts *o, k3_ids *out);
+k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs, const k3_chat_opts *o,
+                         k3_ids *out);
 
 /* Output channel parser: feed the generated ids one at a time (starting right after the
  * generation prompt); each call reports the new visible text of the think channel and
@@ -335,16 +332,18 @@ k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs
  * as text in the current channel, never dropped. Pointers are valid until the next call. */
 enum k3_chat_channel { K3_CHAN_THINK = 0, K3_CHAN_RESPONSE = 1 };
 typedef struct k3_chat_out {
-    const char *think;    size_t think_len;
-    const char *response; size_t response_len;
-    int         end;      /* 1 once <|end_of_msg|> was read (all text flushed)          */
+    const char *think;
+    size_t      think_len;
+    const char *response;
+    size_t      response_len;
+    int         end; /* 1 once <|end_of_msg|> was read (all text flushed)          */
     /* tool calls (only with k3_chat_parser_set_tools; k3-tools.md section 2.4): */
     int         call_index; /* the call the three fields below are about (0-based)      */
     const char *call_name;  /* non-NULL: that call opened in this feed (its name)       */
     const char *call_args;  /* arguments JSON appended to that call in this feed; the
                              * concatenation over the feeds is the call's final string  */
-    size_t      call_args_len;
-    int         call_done;  /* 1: that call closed in this feed                          */
+    size_t call_args_len;
+    int    call_done; /* 1: that call closed in this feed                          */
 } k3_chat_out;
 typedef struct k3_chat_parser k3_chat_parser;
 /* think: the same flag as the prompt's (1: starts in the think channel). */
@@ -352,7 +351,7 @@ k3_status k3_chat_parser_new(const k3_tok *t, int think, k3_chat_parser **out);
 /* on = 1: parse <|open|>tools<|sep|> blocks into calls (spec k3-tools.md section 2, with
  * its leniency); 0 (default): they are shown as text like any unexpected tag. Call it
  * before the first feed. */
-void      k3_chat_parser_set_tools(k3_chat_parser *p, int on);
+void k3_chat_parser_set_tools(k3_chat_parser *p, int on);
 /* Calls parsed so far, in order of appearance (calls without a tool name are dropped).
  * k3_chat_parser_call returns 1 when call i was closed, 0 when the stream stopped inside
  * it (or -1 out of range); *name and *args (the arguments as a JSON object string, as
@@ -362,8 +361,8 @@ int       k3_chat_parser_call(const k3_chat_parser *p, int i, const char **name,
 void      k3_chat_parser_free(k3_chat_parser *p);
 k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *out);
 /* End of generation without <|end_of_msg|> (max tokens, cancel): flush held text. */
-void      k3_chat_parser_finish(k3_chat_parser *p, k3_chat_out *out);
-int       k3_chat_parser_channel(const k3_chat_parser *p); /* current K3_CHAN_*        */
+void k3_chat_parser_finish(k3_chat_parser *p, k3_chat_out *out);
+int  k3_chat_parser_channel(const k3_chat_parser *p); /* current K3_CHAN_*        */
 
 /* ==== conversation (conv.c, conv-gen.c, transcript.c) ===================== */
 /* A conversation: system prompt, user/assistant messages (with reasoning), its settings
@@ -381,31 +380,31 @@ typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT, K3_R
 
 /* Why a turn stopped. */
 typedef enum k3_stop {
-    K3_STOP_NONE = 0,  /* not generated here (typed in, or loaded without stats) */
-    K3_STOP_EOS,       /* the model ended its message                            */
-    K3_STOP_MAX_TOKENS,/* settings.max_tokens reached                            */
-    K3_STOP_CONTEXT,   /* context capacity reached                               */
-    K3_STOP_CANCEL,    /* k3_conv_cancel (the message is marked interrupted)      */
-    K3_STOP_ERROR,     /* engine error mid-turn (message kept, marked interrupted)*/
+    K3_STOP_NONE = 0,   /* not generated here (typed in, or loaded without stats) */
+    K3_STOP_EOS,        /* the model ended its message                            */
+    K3_STOP_MAX_TOKENS, /* settings.max_tokens reached                            */
+    K3_STOP_CONTEXT,    /* context capacity reached                               */
+    K3_STOP_CANCEL,     /* k3_conv_cancel (the message is marked interrupted)      */
+    K3_STOP_ERROR,      /* engine error mid-turn (message kept, marked interrupted)*/
 } k3_stop;
 const char *k3_stop_str(k3_stop s); /* "eos", "max_tokens", "context", "cancel", "error", "" */
 
 /* Per-turn statistics of a generated assistant message. */
 typedef struct k3_turn_stats {
-    int      n_prompt;    /* tokens of the rendered prompt (history + generation prompt)   */
-    int      n_cached;    /* of which reused from the session's state (prompt cache)       */
-    int      n_prefill;   /* tokens prefilled for this turn (engine statistics)            */
-    int      n_gen;       /* tokens generated, including the end-of-message token          */
-    int      n_think;     /* generated tokens that went to the think channel              */
-    double   t_prefill;   /* seconds spent prefilling                                      */
-    double   t_gen;       /* seconds of decoding: end of prefill to the last token         */
-    double   ttft;        /* seconds from the start of the turn to the first token         */
-    double   t_think;     /* seconds from the start of the turn to the end of thinking     */
-    double   tok_s;       /* n_gen / t_gen: decode tokens per second                       */
-    k3_sampler_params sampling; /* what the turn sampled with, seed included               */
-    int      has_sampling;/* sampling is known (generated here, or recorded in the file)  */
-    int      think;       /* thinking mode the turn was generated with (1/0)               */
-    k3_stop  stop;
+    int               n_prompt;     /* tokens of the rendered prompt (history + generation prompt)   */
+    int               n_cached;     /* of which reused from the session's state (prompt cache)       */
+    int               n_prefill;    /* tokens prefilled for this turn (engine statistics)            */
+    int               n_gen;        /* tokens generated, including the end-of-message token          */
+    int               n_think;      /* generated tokens that went to the think channel              */
+    double            t_prefill;    /* seconds spent prefilling                                      */
+    double            t_gen;        /* seconds of decoding: end of prefill to the last token         */
+    double            ttft;         /* seconds from the start of the turn to the first token         */
+    double            t_think;      /* seconds from the start of the turn to the end of thinking     */
+    double            tok_s;        /* n_gen / t_gen: decode tokens per second                       */
+    k3_sampler_params sampling;     /* what the turn sampled with, seed included               */
+    int               has_sampling; /* sampling is known (generated here, or recorded in the file)  */
+    int               think;        /* thinking mode the turn was generated with (1/0)               */
+    k3_stop           stop;
 } k3_turn_stats;
 
 /* One message. Owned by the conversation; read-only to callers; valid until the next
@@ -417,21 +416,21 @@ typedef struct k3_msg {
     int           interrupted; /* cancelled or failed mid-turn                            */
     int           has_stats;
     k3_turn_stats stats;
-    int32_t      *ids;         /* (n_ids) generated token ids, NULL when unknown          */
+    int32_t      *ids; /* (n_ids) generated token ids, NULL when unknown          */
     int           n_ids;
-    k3_tool_call *tool_calls;  /* assistant: (n_tool_calls) calls it made (strings owned)  */
+    k3_tool_call *tool_calls; /* assistant: (n_tool_calls) calls it made (strings owned)  */
     int           n_tool_calls;
-    char         *tool_name;   /* tool result: the tool's name (NULL: from its call)     */
-    char         *tool_call_id;/* tool result: the call it answers (NULL when unknown)   */
-    char         *tools;       /* system: tools declared here, in place (JSON array text;
-                                * k3-tools.md 1.2 "New Tools Available"), NULL when none  */
+    char         *tool_name;    /* tool result: the tool's name (NULL: from its call)     */
+    char         *tool_call_id; /* tool result: the call it answers (NULL when unknown)   */
+    char         *tools;        /* system: tools declared here, in place (JSON array text;
+                                 * k3-tools.md 1.2 "New Tools Available"), NULL when none  */
 } k3_msg;
 
 typedef struct k3_conv_settings {
-    int               think;      /* thinking mode: 1 on (default), 0 off                 */
-    char              effort[8];  /* "low" | "high" | "max" (default); "medium" rejected  */
-    int               max_tokens; /* generated tokens per turn; 0 = up to the capacity    */
-    k3_sampler_params sampling;   /* temp, top_p, min_p, top_k, seed                       */
+    int               think;           /* thinking mode: 1 on (default), 0 off                 */
+    char              effort[8];       /* "low" | "high" | "max" (default); "medium" rejected  */
+    int               max_tokens;      /* generated tokens per turn; 0 = up to the capacity    */
+    k3_sampler_params sampling;        /* temp, top_p, min_p, top_k, seed                       */
     char              tool_choice[12]; /* "auto" (or "") | "required" | "none" (k3-tools.md 1.6) */
 } k3_conv_settings;
 
@@ -439,9 +438,9 @@ typedef struct k3_conv k3_conv;
 
 /* Defaults: think on, effort max, max_tokens 0, temp 0.6 / top_p 0.95 (override with the
  * model's generation_config via settings), seed 0. */
-void      k3_conv_settings_default(k3_conv_settings *s);
-k3_conv  *k3_conv_new(void);                 /* NULL on out of memory */
-void      k3_conv_free(k3_conv *c);
+void     k3_conv_settings_default(k3_conv_settings *s);
+k3_conv *k3_conv_new(void); /* NULL on out of memory */
+void     k3_conv_free(k3_conv *c);
 /* Validates (effort, ranges); K3_ERR_ARG naming the field. Applies from the next turn. */
 k3_status k3_conv_set_settings(k3_conv *c, const k3_conv_settings *s);
 void      k3_conv_get_settings(const k3_conv *c, k3_conv_settings *out);
@@ -452,37 +451,37 @@ k3_status k3_conv_set_model(k3_conv *c, const char *dir, const k3_params *p);
 const char *k3_conv_model_fingerprint(const k3_conv *c);
 
 /* Messages. The system prompt is message 0 when set; NULL or "" removes it. */
-k3_status     k3_conv_set_system(k3_conv *c, const char *text);
-const char   *k3_conv_system(const k3_conv *c);         /* NULL when none */
-k3_status     k3_conv_add(k3_conv *c, k3_role role, const char *content, const char *reasoning);
+k3_status   k3_conv_set_system(k3_conv *c, const char *text);
+const char *k3_conv_system(const k3_conv *c); /* NULL when none */
+k3_status   k3_conv_add(k3_conv *c, k3_role role, const char *content, const char *reasoning);
 /* Appends a copy of any message: an assistant message with tool calls, a tool result
  * (K3_ROLE_TOOL with tool_call_id and/or tool_name). Strings and ids are copied. */
-k3_status     k3_conv_add_msg(k3_conv *c, const k3_msg *m);
+k3_status k3_conv_add_msg(k3_conv *c, const k3_msg *m);
 /* Tool declarations: a JSON array of {"type":"function","function":{...}} (rendered as the
  * tool-declare message; checked at the next render). NULL, "" or "[]": none. */
 k3_status     k3_conv_set_tools(k3_conv *c, const char *json);
-const char   *k3_conv_tools(const k3_conv *c);              /* NULL when none */
+const char   *k3_conv_tools(const k3_conv *c); /* NULL when none */
 int           k3_conv_count(const k3_conv *c);
-const k3_msg *k3_conv_msg(const k3_conv *c, int i);     /* NULL when out of range */
+const k3_msg *k3_conv_msg(const k3_conv *c, int i); /* NULL when out of range */
 /* New conversation: drops every message but the system prompt; settings stay; the
  * autosave continues in a new file (the old one is kept). */
-void          k3_conv_clear(k3_conv *c);
+void k3_conv_clear(k3_conv *c);
 /* /undo: removes the last user message and everything after it. Returns messages removed. */
-int           k3_conv_undo(k3_conv *c);
+int k3_conv_undo(k3_conv *c);
 /* /edit: moves the last user message and everything after it into a new abandoned branch:
  * gone from the history (and the prompt), kept in transcripts, marked "abandoned" (k3chat.5).
  * Returns the messages moved (0: no user message; -1 out of memory, nothing changed). */
-int           k3_conv_edit_last(k3_conv *c);
+int k3_conv_edit_last(k3_conv *c);
 /* The abandoned messages, oldest branch first: count; message i, with the index of the active
  * message it was written before (its branch point) and its branch number (1-based). */
 int           k3_conv_abandoned_count(const k3_conv *c);
 const k3_msg *k3_conv_abandoned(const k3_conv *c, int i, int *at, int *branch);
 /* /retry: removes trailing assistant messages so the history ends with the user's turn.
  * Returns messages removed (0: nothing to retry). */
-int           k3_conv_pop_reply(k3_conv *c);
+int k3_conv_pop_reply(k3_conv *c);
 /* Drops the oldest exchange (first user message and the replies up to the next user
  * message); the system prompt stays. Returns messages removed (0: nothing to drop). */
-int           k3_conv_drop_oldest(k3_conv *c);
+int k3_conv_drop_oldest(k3_conv *c);
 
 /* Generation (conv-gen.c). Callbacks get UTF-8 pieces of each channel as they decode
  * (never a broken sequence); called on the generating thread; any may be NULL. */
@@ -537,9 +536,9 @@ k3_status k3_conv_gen_end(k3_conv_gen *g);
  * through the real parser, conversation and server). ids are copied; n 0 clears. */
 k3_status k3_conv_force_reply(k3_conv *c, const int32_t *ids, int n);
 /* Thread-safe: stops a running k3_conv_generate (prefill included) soon. */
-void      k3_conv_cancel(k3_conv *c);
+void k3_conv_cancel(k3_conv *c);
 /* The next turn samples with exactly this seed (replay); later turns derive their own. */
-void      k3_conv_set_turn_seed(k3_conv *c, uint64_t seed);
+void k3_conv_set_turn_seed(k3_conv *c, uint64_t seed);
 /* The prompt cache's saved states (snapshots keyed by the ids that produced them): at most
  * max_snapshots (0..64; K3_CONV_SNAPSHOTS, default 3) holding at most mb megabytes (10^6
  * bytes; 0 = no byte limit; K3_CONV_SNAPSHOT_MB). When full, the least recently used goes
@@ -548,14 +547,14 @@ k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb);
 /* c uses with's saved states from now on (its own are dropped): conversations of one
  * model on their own sessions share one prompt cache, limits and LRU. They must then be
  * driven by one thread (the store is not locked); it lives until the last one is freed. */
-void      k3_conv_share_prompt_cache(k3_conv *c, k3_conv *with);
+void k3_conv_share_prompt_cache(k3_conv *c, k3_conv *with);
 /* Whose snapshots c may restore and saves (default 0): a turn of c starts only from
  * snapshots saved under the same owner, so a shared cache never crosses tenants. A new
  * owner also forgets the state c's session holds. */
-void      k3_conv_set_cache_owner(k3_conv *c, uint64_t owner);
+void k3_conv_set_cache_owner(k3_conv *c, uint64_t owner);
 /* Forgets the prompt cache and its snapshots (every sharer's): call before freeing or
  * replacing the session or model the conversation generated with. */
-void      k3_conv_drop_cache(k3_conv *c);
+void k3_conv_drop_cache(k3_conv *c);
 /* Context accounting: tokens the next turn's prompt needs, and the capacity. */
 k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity);
 /* Fitting a conversation into the context (a transcript far larger than it, say): the fewest
@@ -564,11 +563,11 @@ k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity);
  * autosave file is rewritten at its next write). drop = n_exchanges when even the system
  * prompt alone does not leave room. */
 typedef struct k3_fit_info {
-    int used, capacity;  /* tokens the next prompt needs now, context capacity     */
-    int n_exchanges;     /* exchanges in the conversation                          */
-    int drop;            /* exchanges to drop (0: it fits)                         */
-    int used_after;      /* tokens the next prompt needs without them              */
-    int dropped_msgs;    /* apply: messages removed                                */
+    int used, capacity; /* tokens the next prompt needs now, context capacity     */
+    int n_exchanges;    /* exchanges in the conversation                          */
+    int drop;           /* exchanges to drop (0: it fits)                         */
+    int used_after;     /* tokens the next prompt needs without them              */
+    int dropped_msgs;   /* apply: messages removed                                */
 } k3_fit_info;
 k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info *fi);
 /* Ids the chat encoder makes for the history (+ generation prompt when gen_prompt),
@@ -585,15 +584,15 @@ k3_status k3_conv_render(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3
  * k3_conv_cancel(saved) from another thread. */
 enum { K3_REPLAY_SEEDS = 1, K3_REPLAY_SAMPLING = 2 };
 typedef struct k3_replay_turn {
-    int         turn;         /* 1-based assistant turn number                          */
-    int         msg_index;    /* index of the saved assistant message                    */
-    int         match;        /* 1: identical (for an interrupted saved turn: its prefix) */
-    int         by_ids;       /* compared token ids (else text)                          */
-    int         n_saved, n_new; /* tokens (by_ids) or bytes of think+response (text)     */
-    int         first_diff;   /* index of the first differing token / byte, -1 if none  */
-    int32_t     saved_id, new_id; /* the differing ids (-1: past the end)               */
-    const char *saved_piece, *new_piece; /* their text (printable, NUL-terminated)      */
-    const k3_msg *new_msg;    /* the new answer (valid during the callback)              */
+    int           turn;                    /* 1-based assistant turn number                          */
+    int           msg_index;               /* index of the saved assistant message                    */
+    int           match;                   /* 1: identical (for an interrupted saved turn: its prefix) */
+    int           by_ids;                  /* compared token ids (else text)                          */
+    int           n_saved, n_new;          /* tokens (by_ids) or bytes of think+response (text)     */
+    int           first_diff;              /* index of the first differing token / byte, -1 if none  */
+    int32_t       saved_id, new_id;        /* the differing ids (-1: past the end)               */
+    const char   *saved_piece, *new_piece; /* their text (printable, NUL-terminated)      */
+    const k3_msg *new_msg;                 /* the new answer (valid during the callback)              */
 } k3_replay_turn;
 typedef void (*k3_replay_cb)(const k3_replay_turn *t, void *ud);
 k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_conv_settings *set,
@@ -602,11 +601,11 @@ k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_co
 /* Transcripts (transcript.c): JSON Lines, format in man/k3chat.5. */
 typedef struct k3_load_info {
     int  n_messages;
-    int  torn_line;    /* line number of an ignored torn final line, 0 when none */
-    int  utf8_fixed;   /* invalid UTF-8 sequences replaced with U+FFFD, 0 when none */
+    int  torn_line;            /* line number of an ignored torn final line, 0 when none */
+    int  utf8_fixed;           /* invalid UTF-8 sequences replaced with U+FFFD, 0 when none */
     int  utf8_line, utf8_byte; /* where the first was: line, byte of the line (1-based) */
-    int  has_settings; /* the header had "settings" (else the defaults were used)          */
-    char version[32];  /* k3chat version that wrote the file                     */
+    int  has_settings;         /* the header had "settings" (else the defaults were used)          */
+    char version[32];          /* k3chat version that wrote the file                     */
     char model_dir[512];
     char config_fnv64[17];
 } k3_load_info;
@@ -623,12 +622,12 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path);
 /* Autosave: off until enabled. dir NULL = $XDG_DATA_HOME/k3chat (~/.local/share/k3chat).
  * Every finished or interrupted turn is appended (one write + fsync per turn); edits of
  * saved history (undo, retry, system) rewrite the file atomically at the next save. */
-k3_status   k3_conv_autosave_enable(k3_conv *c, const char *dir);
+k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir);
 /* Brings the autosave file up to date now (k3_conv_generate calls it after each turn).
  * On failure the conversation stays in memory, the error is also kept for
  * k3_conv_autosave_error and the next call tries again. */
 k3_status   k3_conv_autosave(k3_conv *c);
-const char *k3_conv_autosave_path(const k3_conv *c);  /* NULL before the first write */
+const char *k3_conv_autosave_path(const k3_conv *c); /* NULL before the first write */
 /* Why the last autosave failed ("PATH: what: strerror (errno N)"), NULL when it worked. */
 const char *k3_conv_autosave_error(const k3_conv *c);
 

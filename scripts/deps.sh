@@ -14,7 +14,7 @@ libncurses-dev libedit-dev libutf8proc-dev libjansson-dev libmd4c-dev
 libmicrohttpd-dev libcurl4-openssl-dev curl
 libvulkan-dev glslc mesa-vulkan-drivers
 python3 python3-numpy python3-torch tmux
-clang libclang-rt-dev valgrind"
+clang clang-format libclang-rt-dev valgrind"
 
 # nodejs/npm are needed only by the tokenizer cross-check; a node already on
 # PATH (from any source) is good enough.

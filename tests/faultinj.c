@@ -41,17 +41,22 @@ static long long env_ll(const char *name, long long def) {
 /* 1 when this read on fd should be faulted; path gets the descriptor's path. */
 static int fi_want(int fd, char *path, size_t n) {
     const char *pat = getenv("FI_PATH");
-    if (!pat || !*pat) return 0;
+    if (!pat || !*pat)
+        return 0;
     char link[64];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     ssize_t l = readlink(link, path, n - 1);
-    if (l < 0) return 0;
+    if (l < 0)
+        return 0;
     path[l] = 0;
-    if (!strstr(path, pat)) return 0;
+    if (!strstr(path, pat))
+        return 0;
     long long k = __atomic_fetch_add(&fi_seen, 1, __ATOMIC_SEQ_CST);
-    if (k < env_ll("FI_AFTER", 0)) return 0;
+    if (k < env_ll("FI_AFTER", 0))
+        return 0;
     const char *ctl = getenv("FI_CTL");
-    if (ctl && *ctl && access(ctl, F_OK) != 0) return 0;
+    if (ctl && *ctl && access(ctl, F_OK) != 0)
+        return 0;
     long long lim = env_ll("FI_COUNT", -1);
     long long f   = __atomic_fetch_add(&fi_faulted, 1, __ATOMIC_SEQ_CST);
     return lim < 0 || f < lim;
@@ -59,12 +64,15 @@ static int fi_want(int fd, char *path, size_t n) {
 
 static void fi_log(const char *mode, const char *path, off_t off, size_t len) {
     const char *log = getenv("FI_LOG");
-    if (!log || !*log) return;
+    if (!log || !*log)
+        return;
     char line[4200];
-    int  n = snprintf(line, sizeof line, "%s %s %lld %zu\n", mode, path, (long long)off, len);
+    int  n  = snprintf(line, sizeof line, "%s %s %lld %zu\n", mode, path, (long long)off, len);
     int  fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return;
-    if (write(fd, line, (size_t)n) < 0) { /* nothing to do */ }
+    if (fd < 0)
+        return;
+    if (write(fd, line, (size_t)n) < 0) { /* nothing to do */
+    }
     close(fd);
 }
 
@@ -76,14 +84,18 @@ static ssize_t fi_pread(pread_fn real, int fd, void *buf, size_t len, off_t off)
         return real ? real(fd, buf, len, off) : (errno = ENOSYS, -1);
     }
     const char *mode = getenv("FI_MODE");
-    if (!mode) mode = "eio";
+    if (!mode)
+        mode = "eio";
     fi_log(mode, path, off, len);
-    if (!strcmp(mode, "pass")) return real(fd, buf, len, off);
+    if (!strcmp(mode, "pass"))
+        return real(fd, buf, len, off);
     if (!strcmp(mode, "short")) {
-        size_t n = len / 2 & ~(size_t)4095;
+        size_t n  = len / 2 & ~(size_t)4095;
         int    fl = fcntl(fd, F_GETFL);
-        if (!n && !(fl >= 0 && (fl & O_DIRECT))) n = len > 1 ? len / 2 : len;
-        if (!n) n = len; /* O_DIRECT reads come in whole blocks */
+        if (!n && !(fl >= 0 && (fl & O_DIRECT)))
+            n = len > 1 ? len / 2 : len;
+        if (!n)
+            n = len; /* O_DIRECT reads come in whole blocks */
         return real(fd, buf, n, off);
     }
     if (!strcmp(mode, "trunc")) {
@@ -94,7 +106,8 @@ static ssize_t fi_pread(pread_fn real, int fd, void *buf, size_t len, off_t off)
                                         __ATOMIC_SEQ_CST);
             at = __atomic_load_n(&fi_trunc, __ATOMIC_SEQ_CST);
         }
-        if ((long long)off >= at) return 0;
+        if ((long long)off >= at)
+            return 0;
         size_t n = (long long)(off + (off_t)len) > at ? (size_t)(at - (long long)off) : len;
         return real(fd, buf, n, off);
     }
@@ -104,12 +117,14 @@ static ssize_t fi_pread(pread_fn real, int fd, void *buf, size_t len, off_t off)
 
 ssize_t pread(int fd, void *buf, size_t len, off_t off) {
     static pread_fn real;
-    if (!real) real = (pread_fn)dlsym(RTLD_NEXT, "pread");
+    if (!real)
+        real = (pread_fn)dlsym(RTLD_NEXT, "pread");
     return fi_pread(real, fd, buf, len, off);
 }
 
 ssize_t pread64(int fd, void *buf, size_t len, off_t off) {
     static pread_fn real;
-    if (!real) real = (pread_fn)dlsym(RTLD_NEXT, "pread64");
+    if (!real)
+        real = (pread_fn)dlsym(RTLD_NEXT, "pread64");
     return fi_pread(real, fd, buf, len, off);
 }

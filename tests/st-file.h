@@ -94,7 +94,8 @@ static inline int tsf_bytes(const char *path, const void *p, size_t n) {
 /* The data_offsets of entry name in a header; 0, or -1 when it has none. */
 static inline int tsf_range(json_t *hdr, const char *name, uint64_t *begin, uint64_t *end) {
     json_t *o = json_object_get(json_object_get(hdr, name), "data_offsets");
-    if (json_array_size(o) != 2 || !json_is_integer(json_array_get(o, 0)) || !json_is_integer(json_array_get(o, 1)))
+    if (json_array_size(o) != 2 || !json_is_integer(json_array_get(o, 0)) ||
+        !json_is_integer(json_array_get(o, 1)))
         return -1;
     *begin = (uint64_t)json_integer_value(json_array_get(o, 0));
     *end   = (uint64_t)json_integer_value(json_array_get(o, 1));
@@ -104,8 +105,8 @@ static inline int tsf_range(json_t *hdr, const char *name, uint64_t *begin, uint
 /* Rewrite path's header through edit (which returns 0 when it applied): the new header JSON
  * (keys sorted, padded with spaces to 8 bytes), then the data section as it was. 0 or -1. */
 static inline int tsf_edit_header(const char *path, int (*edit)(json_t *hdr)) {
-    size_t   n   = 0;
-    char    *p   = t_read_file(path, &n), *h = NULL;
+    size_t   n = 0;
+    char    *p = t_read_file(path, &n), *h = NULL;
     uint64_t hl  = 0;
     int      rc  = -1;
     json_t  *hdr = NULL;

@@ -7,10 +7,10 @@
  * rounds and a mixed round; in f32 and with the default quantized bits at every K3_ISA level
  * this CPU runs, with K3_CHUNK 5 and 32, with routed experts streamed through a one-slot
  * expert cache, and on k3-nano's trained weights; and with the Vulkan tier on (K3_VK=1, when
- * a device is there) once every routed expert is resident. Then a session cancelled mid-batch (the others finish identical, it resumes
- * exactly), per-session bad input (the others go on), malformed calls (K3_ERR_ARG naming
- * the problem, nothing changed) and a failed expert read (K3_ERR_IO for the whole pass, nothing
- * applied, then exact once the file is back).
+ * a device is there) once every routed expert is resident. Then a session cancelled mid-batch (the others
+ * finish identical, it resumes exactly), per-session bad input (the others go on), malformed calls
+ * (K3_ERR_ARG naming the problem, nothing changed) and a failed expert read (K3_ERR_IO for the whole pass,
+ * nothing applied, then exact once the file is back).
  */
 #include "k3.h"
 #include "quant.h"
@@ -42,22 +42,27 @@ typedef struct cfg {
 
 static k3_model *open_model(const char *dir, const cfg *c) {
     k3_params p;
-    if (k3_params_default(&p)) return NULL;
-    if (!c->quant) p.bits = p.mla_bits = p.head_bits = 32;
-    if (c->stream) p.expert_gb = 1e-6;
+    if (k3_params_default(&p))
+        return NULL;
+    if (!c->quant)
+        p.bits = p.mla_bits = p.head_bits = 32;
+    if (c->stream)
+        p.expert_gb = 1e-6;
     p.chunk   = c->chunk;
     p.max_ctx = 256;
     static int n_open; /* default threads once (the OpenMP paths), then one */
     p.threads   = n_open++ ? 1 : 0;
     k3_model *m = NULL;
-    if (k3_model_open(dir, &p, &m)) printf("# open %s: %s\n", dir, k3_errmsg());
+    if (k3_model_open(dir, &p, &m))
+        printf("# open %s: %s\n", dir, k3_errmsg());
     return m;
 }
 
 static int32_t argmax(const float *l) {
     int b = 0;
     for (int i = 1; i < vocab; i++)
-        if (l[i] > l[b]) b = i;
+        if (l[i] > l[b])
+            b = i;
     return b;
 }
 
@@ -78,24 +83,29 @@ static int same(const pair *p) {
     k3_stats     sa, sb;
     k3_session_stats(p->b, &sa);
     k3_session_stats(p->r, &sb);
-    return k3_session_pos(p->b) == k3_session_pos(p->r) && a && b && !memcmp(a, b, (size_t)vocab * sizeof(float)) &&
-           sa.n_prefill == sb.n_prefill && sa.n_decode == sb.n_decode;
+    return k3_session_pos(p->b) == k3_session_pos(p->r) && a && b &&
+           !memcmp(a, b, (size_t)vocab * sizeof(float)) && sa.n_prefill == sb.n_prefill &&
+           sa.n_decode == sb.n_decode;
 }
 
 static int setup(k3_model *m, const sspec *sp, int count, pair *ps) {
     for (int i = 0; i < count; i++) {
         ps[i].off = (i * 37) % (POOL - 200);
-        if (k3_session_new(m, &ps[i].b) || k3_session_new(m, &ps[i].r)) return 0;
-        if (!sp[i].pre) continue;
-        if (k3_session_feed(ps[i].r, pool + ps[i].off, sp[i].pre)) return 0;
+        if (k3_session_new(m, &ps[i].b) || k3_session_new(m, &ps[i].r))
+            return 0;
+        if (!sp[i].pre)
+            continue;
+        if (k3_session_feed(ps[i].r, pool + ps[i].off, sp[i].pre))
+            return 0;
         if (sp[i].snap) { /* from a snapshot of another session */
-            k3_session  *o = NULL;
+            k3_session  *o    = NULL;
             k3_snapshot *snap = NULL;
-            int ok = !k3_session_new(m, &o) && !k3_session_feed(o, pool + ps[i].off, sp[i].pre) &&
+            int          ok   = !k3_session_new(m, &o) && !k3_session_feed(o, pool + ps[i].off, sp[i].pre) &&
                      !k3_session_save(o, &snap) && !k3_session_restore(ps[i].b, snap);
             k3_snapshot_free(snap);
             k3_session_free(o);
-            if (!ok) return 0;
+            if (!ok)
+                return 0;
         } else if (k3_session_feed(ps[i].b, pool + ps[i].off, sp[i].pre))
             return 0;
         k3_session_reset_stats(ps[i].b);
@@ -112,7 +122,8 @@ static int step(pair *ps, int count, const int32_t *const *tok, const int *n) {
     for (int i = 0; i < count; i++)
         ss[i] = ps[i].b;
     k3_status st = k3_session_feed_batch(ss, tok, n, count, each);
-    if (st) printf("# batch: %s\n", k3_errmsg());
+    if (st)
+        printf("# batch: %s\n", k3_errmsg());
     int ok = st == K3_OK;
     for (int i = 0; i < count; i++) {
         k3_status sr = k3_session_feed(ps[i].r, tok[i], n[i]);
@@ -136,9 +147,11 @@ static void scenario(k3_model *m, const char *what, const sspec *sp, int count) 
         n[i]   = sp[i].n;
         fed[i] = sp[i].pre + sp[i].n;
     }
-    T_CHECK(step(ps, count, tok, n), "%s: %d sessions, first batch (prefills and decode steps mixed) "
-            "bit-identical to each alone", what, count);
-    int ok = 1;
+    T_CHECK(step(ps, count, tok, n),
+            "%s: %d sessions, first batch (prefills and decode steps mixed) "
+            "bit-identical to each alone",
+            what, count);
+    int     ok = 1;
     int32_t next[MAXS];
     for (int r = 0; r < 6 && ok; r++) {
         for (int i = 0; i < count; i++) {
@@ -152,8 +165,10 @@ static void scenario(k3_model *m, const char *what, const sspec *sp, int count) 
         }
         ok = step(ps, count, tok, n);
     }
-    T_CHECK(ok, "%s: %d sessions, 6 more rounds (greedy decode, one round mixing 4-token chunks) "
-            "bit-identical to each alone", what, count);
+    T_CHECK(ok,
+            "%s: %d sessions, 6 more rounds (greedy decode, one round mixing 4-token chunks) "
+            "bit-identical to each alone",
+            what, count);
 done:
     for (int i = 0; i < count; i++) {
         k3_session_free(ps[i].b);
@@ -164,7 +179,7 @@ done:
 static const sspec sc1[1] = {{0, 0, 7}};
 static const sspec sc2[2] = {{10, 0, 1}, {0, 0, 12}};
 static const sspec sc3[3] = {{0, 0, 1}, {5, 0, 17}, {20, 1, 1}};
-static const sspec sc8[8] = {{0, 0, 1}, {3, 1, 1}, {9, 0, 6}, {31, 0, 1},
+static const sspec sc8[8] = {{0, 0, 1},  {3, 1, 1},  {9, 0, 6},  {31, 0, 1},
                              {0, 0, 23}, {50, 1, 1}, {12, 0, 2}, {70, 0, 1}};
 
 static void scenarios(const char *dir, const cfg *c, const char *what, int all) {
@@ -194,7 +209,8 @@ static void *cancel_main(void *arg) {
     canceller      *c  = arg;
     struct timespec ts = {0, c->delay_ns};
     atomic_store(&c->started, 1);
-    if (c->delay_ns) nanosleep(&ts, NULL);
+    if (c->delay_ns)
+        nanosleep(&ts, NULL);
     while (!atomic_load(&c->stop))
         k3_session_cancel(c->s);
     return NULL;
@@ -202,8 +218,9 @@ static void *cancel_main(void *arg) {
 
 /* Three sessions prefill 60 tokens each at K3_CHUNK 5 (rounds of 5 columns); a thread cancels
  * the middle one from 0, 0.2, 1, 3 or 10 ms on (so the cancel lands before the first layer or
- * between the layers of a later pass, where its columns leave the pass). It stops with K3_ABORTED, the others finish bit-identical to
- * alone; fed the rest alone, it ends identical too (what it applied was applied exactly). */
+ * between the layers of a later pass, where its columns leave the pass). It stops with K3_ABORTED, the others
+ * finish bit-identical to alone; fed the rest alone, it ends identical too (what it applied was applied
+ * exactly). */
 static void test_cancel(const char *dir) {
     cfg       c = {0, 0, 5};
     k3_model *m = open_model(dir, &c);
@@ -255,8 +272,10 @@ static void test_cancel(const char *dir) {
                 const float *a = k3_session_logits(ps[1].b), *b = k3_session_logits(ps[1].r);
                 resumed &= k3_session_pos(ps[1].b) == k3_session_pos(ps[1].r) && a && b &&
                            !memcmp(a, b, (size_t)vocab * sizeof(float)) && sb.n_prefill == 60;
-            } else resumed = 0;
-        } else boundary &= each[1] == K3_OK;
+            } else
+                resumed = 0;
+        } else
+            boundary &= each[1] == K3_OK;
         for (int i = 0; i < 3; i++) {
             k3_session_free(ps[i].b);
             k3_session_free(ps[i].r);
@@ -273,7 +292,8 @@ static void test_cancel(const char *dir) {
 
 static int put_file(const char *path, const void *data, size_t n) {
     int fd = open(path, O_WRONLY | O_TRUNC); /* same inode: the engine's descriptors see it */
-    if (fd < 0) return -1;
+    if (fd < 0)
+        return -1;
     int ok = write(fd, data, n) == (ssize_t)n;
     return close(fd) || !ok ? -1 : 0;
 }
@@ -290,16 +310,18 @@ static void test_io(const char *dir) {
     FILE  *f    = fopen(shard, "rb");
     if (f && !fseek(f, 0, SEEK_END) && (len = (size_t)ftell(f)) > 8192 && (keep = malloc(len))) {
         rewind(f);
-        if (fread(keep, 1, len, f) != len) len = 0;
+        if (fread(keep, 1, len, f) != len)
+            len = 0;
     }
-    if (f) fclose(f);
+    if (f)
+        fclose(f);
     if (!keep || !len) {
         T_CHECK(0, "read %s (layer 1's shard of the tiny preset)", shard);
         free(keep);
         return;
     }
-    cfg       c = {0, 1, 32};
-    k3_model *m = open_model(dir, &c);
+    cfg       c     = {0, 1, 32};
+    k3_model *m     = open_model(dir, &c);
     sspec     sp[3] = {{3, 0, 1}, {5, 0, 4}, {2, 0, 1}};
     pair      ps[3] = {{0}};
     if (!m || !setup(m, sp, 3, ps)) {
@@ -318,7 +340,7 @@ static void test_io(const char *dir) {
         T_CHECK(0, "truncate %s: %s", shard, strerror(errno));
         goto done;
     }
-    k3_status st = k3_session_feed_batch(ss, tok, n, 3, each);
+    k3_status st       = k3_session_feed_batch(ss, tok, n, 3, each);
     int       restored = !put_file(shard, keep, len);
     T_CHECK(st == K3_ERR_IO && each[0] == K3_ERR_IO && each[1] == K3_ERR_IO && each[2] == K3_ERR_IO &&
                 strstr(k3_errmsg(), "model-00002") && k3_session_pos(ps[0].b) == 3 &&
@@ -372,18 +394,21 @@ static void test_vk(const char *dir) {
             ok        = !k3_session_feed(s, &t, 1);
         }
         k3_session_stats(s, &st);
-        printf("# vk warm pass %d: %d of %d routed experts resident\n", pass, st.vk_experts, info.n_moe * info.n_experts);
+        printf("# vk warm pass %d: %d of %d routed experts resident\n", pass, st.vk_experts,
+               info.n_moe * info.n_experts);
     }
     uint64_t hits0 = st.vk_hits;
     int      res0  = st.vk_experts;
     scenario(m, "Vulkan tier on", sc3, 3);
     scenario(m, "Vulkan tier on", sc8, 8);
     k3_session_stats(s, &st);
-    T_CHECK(st.vk_hits > hits0, "vk: the batches' decode columns ran routed experts on the device (%llu hits)",
+    T_CHECK(st.vk_hits > hits0,
+            "vk: the batches' decode columns ran routed experts on the device (%llu hits)",
             (unsigned long long)(st.vk_hits - hits0));
-    T_CHECK(st.vk_experts == res0, "vk: the tier's residency stayed as warmed (%d of %d routed experts; "
-            "the others were never routed), so each token ran where it runs alone", st.vk_experts,
-            info.n_moe * info.n_experts);
+    T_CHECK(st.vk_experts == res0,
+            "vk: the tier's residency stayed as warmed (%d of %d routed experts; "
+            "the others were never routed), so each token ran where it runs alone",
+            st.vk_experts, info.n_moe * info.n_experts);
 done:
     k3_session_free(s);
     k3_model_free(m);
@@ -392,8 +417,8 @@ done:
 /* ---- bad input --------------------------------------------------------------- */
 
 static void test_bad(const char *dir) {
-    cfg       c  = {0, 0, 32};
-    k3_model *m  = open_model(dir, &c), *m2 = open_model(dir, &c);
+    cfg         c = {0, 0, 32};
+    k3_model   *m = open_model(dir, &c), *m2 = open_model(dir, &c);
     k3_session *a = NULL, *b = NULL, *o = NULL;
     if (!m || !m2 || k3_session_new(m, &a) || k3_session_new(m, &b) || k3_session_new(m2, &o)) {
         T_CHECK(0, "bad input: open models and sessions: %s", k3_errmsg());
@@ -405,10 +430,10 @@ static void test_bad(const char *dir) {
     k3_status      each[2];
     k3_session    *ss[2] = {a, b};
     struct {
-        k3_session   *s0, *s1;
+        k3_session    *s0, *s1;
         const int32_t *i1;
-        int           n1, count;
-        const char   *needle, *what;
+        int            n1, count;
+        const char    *needle, *what;
     } cases[] = {
         {a, b, pool, 1, 0, "count 0", "count 0"},
         {a, b, pool, 1, -3, "count -3", "count -3"},
@@ -420,18 +445,19 @@ static void test_bad(const char *dir) {
         {a, NULL, pool, 1, 2, "session 1 is NULL", "a NULL session"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        ss[0] = cases[k].s0;
-        ss[1] = cases[k].s1;
-        ids[1] = cases[k].i1;
-        n[1]   = cases[k].n1;
+        ss[0]   = cases[k].s0;
+        ss[1]   = cases[k].s1;
+        ids[1]  = cases[k].i1;
+        n[1]    = cases[k].n1;
         each[0] = each[1] = K3_OK;
-        k3_status st = k3_session_feed_batch(ss, ids, n, cases[k].count, each);
-        int nothing = k3_session_pos(a) == 3 && k3_session_pos(b) == 0 && k3_session_pos(o) == 0;
-        int filled  = cases[k].count < 1 || (each[0] == K3_ERR_ARG && each[1] == K3_ERR_ARG);
+        k3_status st      = k3_session_feed_batch(ss, ids, n, cases[k].count, each);
+        int       nothing = k3_session_pos(a) == 3 && k3_session_pos(b) == 0 && k3_session_pos(o) == 0;
+        int       filled  = cases[k].count < 1 || (each[0] == K3_ERR_ARG && each[1] == K3_ERR_ARG);
         T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), cases[k].needle) && nothing && filled,
                 "%s: K3_ERR_ARG, nothing fed, each[] filled (%s)", cases[k].what, k3_errmsg());
     }
-    T_CHECK(k3_session_feed_batch(NULL, ids, n, 2, NULL) == K3_ERR_ARG && strstr(k3_errmsg(), "session array"),
+    T_CHECK(k3_session_feed_batch(NULL, ids, n, 2, NULL) == K3_ERR_ARG &&
+                strstr(k3_errmsg(), "session array"),
             "a NULL session array: K3_ERR_ARG (%s)", k3_errmsg());
     T_CHECK(k3_session_feed_batch(ss, NULL, n, 2, NULL) == K3_ERR_ARG && strstr(k3_errmsg(), "ids array"),
             "a NULL ids array: K3_ERR_ARG (%s)", k3_errmsg());
@@ -439,14 +465,14 @@ static void test_bad(const char *dir) {
             "a NULL n array: K3_ERR_ARG (%s)", k3_errmsg());
 
     /* per-session bad input: that session gets feed's error, the other goes on */
-    ss[0] = a;
-    ss[1] = b;
+    ss[0]          = a;
+    ss[1]          = b;
     int32_t bad[2] = {pool[0], (int32_t)vocab};
-    ids[0] = pool + 3;
-    ids[1] = bad;
-    n[0] = 1;
-    n[1] = 2;
-    k3_status st = k3_session_feed_batch(ss, ids, n, 2, each);
+    ids[0]         = pool + 3;
+    ids[1]         = bad;
+    n[0]           = 1;
+    n[1]           = 2;
+    k3_status st   = k3_session_feed_batch(ss, ids, n, 2, each);
     T_CHECK(st == K3_ERR_ARG && each[0] == K3_OK && each[1] == K3_ERR_ARG && k3_session_pos(a) == 4 &&
                 k3_session_pos(b) == 0 && strstr(k3_errmsg(), "session 1") && strstr(k3_errmsg(), "token id"),
             "an id outside the vocabulary fails that session only, naming it (%s)", k3_errmsg());
@@ -457,7 +483,8 @@ static void test_bad(const char *dir) {
     n[1]   = 1;
     st     = k3_session_feed_batch(ss, ids, n, 2, each);
     T_CHECK(st == K3_ERR_CONTEXT && each[0] == K3_ERR_CONTEXT && each[1] == K3_OK && k3_session_pos(a) == 4 &&
-                k3_session_pos(b) == 1 && strstr(k3_errmsg(), "session 0") && strstr(k3_errmsg(), "context full"),
+                k3_session_pos(b) == 1 && strstr(k3_errmsg(), "session 0") &&
+                strstr(k3_errmsg(), "context full"),
             "a full context fails that session only (%s)", k3_errmsg());
     st = k3_session_feed_batch(ss, ids, n, 2, NULL);
     T_CHECK(st == K3_ERR_CONTEXT && k3_session_pos(b) == 2, "each may be NULL (%s)", k3_errmsg());
@@ -471,10 +498,10 @@ done:
 
 int main(void) {
     /* the engine's settings come from the test, not from the caller's environment */
-    static const char *vars[] = {"K3_BITS", "K3_MLA_BITS", "K3_HEAD_BITS", "K3_CHUNK", "K3_MAXT",
-                                 "K3_EXPERT_GB", "K3_LOGITS", "K3_TRACE", "K3_X0", "K3_LAYERS",
-                                 "K3_IDOT", "K3_TOPP", "K3_THREADS", "K3_ISA", "K3_NOVNNI",
-                                 "K3_NOAVX2", "K3_VK"};
+    static const char *vars[] = {"K3_BITS",      "K3_MLA_BITS", "K3_HEAD_BITS", "K3_CHUNK", "K3_MAXT",
+                                 "K3_EXPERT_GB", "K3_LOGITS",   "K3_TRACE",     "K3_X0",    "K3_LAYERS",
+                                 "K3_IDOT",      "K3_TOPP",     "K3_THREADS",   "K3_ISA",   "K3_NOVNNI",
+                                 "K3_NOAVX2",    "K3_VK"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
     /* the Vulkan tier off but in test_vk: its residency changes as it fills, and a token's
@@ -511,7 +538,9 @@ int main(void) {
     static const struct {
         int         isa;
         const char *env, *novnni;
-    } lv[] = {{KERN_SCALAR, "scalar", "0"}, {KERN_AVX2, "avx2", "1"}, {KERN_AVX2_VNNI, "avx2", "0"},
+    } lv[] = {{KERN_SCALAR, "scalar", "0"},
+              {KERN_AVX2, "avx2", "1"},
+              {KERN_AVX2_VNNI, "avx2", "0"},
               {KERN_AVX512, "avx512", "0"}};
     for (size_t i = 0; i < sizeof lv / sizeof *lv; i++) {
         char why[128] = "", what[200];
@@ -523,7 +552,8 @@ int main(void) {
         setenv("K3_NOVNNI", lv[i].novnni, 1);
         snprintf(what, sizeof what, "default bits, chunk 5, kernels %s", kern_isa_name(lv[i].isa));
         scenarios(dir, &q5, what, lv[i].isa == KERN_AVX512);
-        T_CHECK(kern_isa() == lv[i].isa, "%s: the kernels ran at that level (%s)", what, kern_isa_name(kern_isa()));
+        T_CHECK(kern_isa() == lv[i].isa, "%s: the kernels ran at that level (%s)", what,
+                kern_isa_name(kern_isa()));
     }
     unsetenv("K3_ISA");
     unsetenv("K3_NOVNNI");

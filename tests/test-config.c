@@ -28,20 +28,27 @@ static const char base_cfg[] =
     "  \"linear_attn_config\": {\"num_heads\": 2, \"head_dim\": 6, \"short_conv_kernel_size\": 4,"
     "   \"gate_lower_bound\": -5.0, \"use_full_rank_gate\": true, \"kda_layers\": [1, 2, 3],"
     "   \"full_attn_layers\": [4]},"
-    "  \"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": \"mxfp4-pack-quantized\","
-    "   \"config_groups\": {\"group_0\": {\"weights\": {\"num_bits\": 4, \"type\": \"float\", \"group_size\": 32},"
+    "  \"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": "
+    "\"mxfp4-pack-quantized\","
+    "   \"config_groups\": {\"group_0\": {\"weights\": {\"num_bits\": 4, \"type\": \"float\", "
+    "\"group_size\": 32},"
     "   \"targets\": [\"Linear\"]}}}},"
     " \"vision_config\": {}}";
 
 static json_t *base(void) {
     json_error_t e;
     json_t      *j = json_loads(base_cfg, 0, &e);
-    if (!j) fprintf(stderr, "base config: %s\n", e.text);
+    if (!j)
+        fprintf(stderr, "base config: %s\n", e.text);
     return j;
 }
 
-static json_t *tc(json_t *j) { return json_object_get(j, "text_config"); }
-static json_t *lac(json_t *j) { return json_object_get(tc(j), "linear_attn_config"); }
+static json_t *tc(json_t *j) {
+    return json_object_get(j, "text_config");
+}
+static json_t *lac(json_t *j) {
+    return json_object_get(tc(j), "linear_attn_config");
+}
 
 static char *case_dir(const char *name) {
     static char buf[700];
@@ -83,30 +90,34 @@ static void config_cases(void) {
             "MLA widths read");
     T_CHECK(c.n_experts == 4 && c.n_active == 2 && c.moe_inter == 32 && c.latent == 64 && c.n_shared == 1,
             "MoE widths read");
-    T_CHECK(c.kda_heads == 2 && c.kda_head_dim == 6 && c.conv_k == 4 && c.gate_lower_bound == -5.0f, "KDA config read");
-    T_CHECK(c.attn_res_block == 2 && c.situ_beta == 4.0f && c.situ_linear_beta == 25.0f && c.rms_eps == 1e-5f &&
-                c.routed_scale == 1.0f,
+    T_CHECK(c.kda_heads == 2 && c.kda_head_dim == 6 && c.conv_k == 4 && c.gate_lower_bound == -5.0f,
+            "KDA config read");
+    T_CHECK(c.attn_res_block == 2 && c.situ_beta == 4.0f && c.situ_linear_beta == 25.0f &&
+                c.rms_eps == 1e-5f && c.routed_scale == 1.0f,
             "scalars read");
-    T_CHECK(c.layer_kind[0] == K3_LAYER_KDA && c.layer_kind[2] == K3_LAYER_KDA && c.layer_kind[3] == K3_LAYER_MLA,
+    T_CHECK(c.layer_kind[0] == K3_LAYER_KDA && c.layer_kind[2] == K3_LAYER_KDA &&
+                c.layer_kind[3] == K3_LAYER_MLA,
             "1-indexed layer lists -> 0-indexed plan");
-    T_CHECK(c.bos_id == 1 && c.eos_id == 2 && c.pad_id == 0 && !strcmp(c.model_type, "kimi_k3"), "top-level ids");
+    T_CHECK(c.bos_id == 1 && c.eos_id == 2 && c.pad_id == 0 && !strcmp(c.model_type, "kimi_k3"),
+            "top-level ids");
     T_CHECK(c.mxfp4_group == 32, "MXFP4 group 32");
     T_CHECK(c.gen_temp == 1.0f && c.gen_top_p == 1.0f, "no generation_config.json: 1.0 / 1.0");
 
     char p[800];
     snprintf(p, sizeof p, "%s/generation_config.json", dir);
     tsf_bytes(p, "{\"temperature\": 0.6, \"top_p\": 0.95, \"max_length\": 9}", 52);
-    T_CHECK(cfg_load(dir, &c) == K3_OK && c.gen_temp == 0.6f && c.gen_top_p == 0.95f, "generation_config.json read");
+    T_CHECK(cfg_load(dir, &c) == K3_OK && c.gen_temp == 0.6f && c.gen_top_p == 0.95f,
+            "generation_config.json read");
     tsf_bytes(p, "{\"temperature\": ", 16);
-    T_CHECK(cfg_load(dir, &c) != K3_OK && strstr(k3_errmsg(), "generation_config.json"), "malformed generation_config (%s)",
-            k3_errmsg());
+    T_CHECK(cfg_load(dir, &c) != K3_OK && strstr(k3_errmsg(), "generation_config.json"),
+            "malformed generation_config (%s)", k3_errmsg());
     tsf_bytes(p, "{\"top_p\": 2}", 12);
-    T_CHECK(cfg_load(dir, &c) != K3_OK && strstr(k3_errmsg(), "generation_config.json: top_p"), "top_p 2 rejected (%s)",
-            k3_errmsg());
+    T_CHECK(cfg_load(dir, &c) != K3_OK && strstr(k3_errmsg(), "generation_config.json: top_p"),
+            "top_p 2 rejected (%s)", k3_errmsg());
     unlink(p);
 
     /* flat: every text key at the top level, _per_tok alias, quantization_config top level */
-    j = base();
+    j         = base();
     json_t *t = json_incref(tc(j));
     json_object_del(j, "text_config");
     json_object_update(j, t);
@@ -115,8 +126,8 @@ static void config_cases(void) {
     json_decref(t);
     dir = case_dir("flat");
     put_cfg(dir, j);
-    T_CHECK(cfg_load(dir, &c) == K3_OK && c.n_active == 3 && c.hidden == 40, "flat config with num_experts_per_tok (%s)",
-            k3_errmsg());
+    T_CHECK(cfg_load(dir, &c) == K3_OK && c.n_active == 3 && c.hidden == 40,
+            "flat config with num_experts_per_tok (%s)", k3_errmsg());
 
     j = base();
     json_object_set(j, "quantization_config", json_object_get(tc(j), "quantization_config"));
@@ -128,16 +139,19 @@ static void config_cases(void) {
     /* one case per rule */
     j = base();
     json_array_set_new(json_object_get(lac(j), "kda_layers"), 2, json_integer(5));
-    expect_cfg("layer-range", j, "config.json: text_config.linear_attn_config.kda_layers[2] = 5 is outside 1..4", 1);
+    expect_cfg("layer-range", j,
+               "config.json: text_config.linear_attn_config.kda_layers[2] = 5 is outside 1..4", 1);
     j = base();
     json_array_set_new(json_object_get(lac(j), "full_attn_layers"), 0, json_integer(3));
-    expect_cfg("layer-dup", j, "config.json: text_config.linear_attn_config.full_attn_layers[0] = 3 repeats layer 3", 0);
+    expect_cfg("layer-dup", j,
+               "config.json: text_config.linear_attn_config.full_attn_layers[0] = 3 repeats layer 3", 0);
     j = base();
     json_array_remove(json_object_get(lac(j), "kda_layers"), 1);
     expect_cfg("layer-gap", j, "layer 2 (1-indexed) is in neither list", 0);
     j = base();
     json_object_del(lac(j), "full_attn_layers");
-    expect_cfg("layer-list-missing", j, "config.json: text_config.linear_attn_config.full_attn_layers is missing", 1);
+    expect_cfg("layer-list-missing", j,
+               "config.json: text_config.linear_attn_config.full_attn_layers is missing", 1);
     j = base();
     json_object_del(tc(j), "hidden_size");
     expect_cfg("missing-key", j, "config.json: text_config.hidden_size is missing", 1);
@@ -149,8 +163,8 @@ static void config_cases(void) {
     json_object_set_new(tc(j), "first_k_dense_replace", json_integer(0));
     dir = case_dir("no-dense");
     put_cfg(dir, j);
-    T_CHECK(cfg_load(dir, &c) == K3_OK && c.first_dense == 0, "no dense layer: intermediate_size may be absent (%s)",
-            k3_errmsg());
+    T_CHECK(cfg_load(dir, &c) == K3_OK && c.first_dense == 0,
+            "no dense layer: intermediate_size may be absent (%s)", k3_errmsg());
     j = base();
     json_object_del(tc(j), "num_experts_per_token");
     expect_cfg("missing-topk", j, "config.json: text_config.num_experts_per_token is missing", 1);
@@ -159,10 +173,12 @@ static void config_cases(void) {
     expect_cfg("topk-range", j, "config.json: text_config.num_experts_per_token = 5 is outside 1..4", 1);
     j = base();
     json_object_set_new(tc(j), "moe_intermediate_size", json_integer(40));
-    expect_cfg("mxfp4-width", j, "config.json: text_config.moe_intermediate_size = 40 is not a multiple of 32", 0);
+    expect_cfg("mxfp4-width", j,
+               "config.json: text_config.moe_intermediate_size = 40 is not a multiple of 32", 0);
     j = base();
     json_object_set_new(tc(j), "routed_expert_hidden_size", json_integer(48));
-    expect_cfg("mxfp4-latent", j, "config.json: text_config.routed_expert_hidden_size = 48 is not a multiple of 32", 0);
+    expect_cfg("mxfp4-latent", j,
+               "config.json: text_config.routed_expert_hidden_size = 48 is not a multiple of 32", 0);
     j = base();
     json_object_set_new(tc(j), "hidden_size", json_string("40"));
     expect_cfg("type", j, "config.json: text_config.hidden_size is not an integer", 1);
@@ -209,17 +225,19 @@ static void config_cases(void) {
     json_object_del(tc(j), "quantization_config");
     expect_cfg("quant-missing", j, "config.json: quantization_config is missing", 0);
     j = base();
-    json_object_set_new(json_object_get(tc(j), "linear_attn_config"), "short_conv_kernel_size", json_integer(0));
-    expect_cfg("conv", j, "config.json: text_config.linear_attn_config.short_conv_kernel_size = 0 is outside 1..64", 1);
+    json_object_set_new(json_object_get(tc(j), "linear_attn_config"), "short_conv_kernel_size",
+                        json_integer(0));
+    expect_cfg("conv", j,
+               "config.json: text_config.linear_attn_config.short_conv_kernel_size = 0 is outside 1..64", 1);
 
     dir = case_dir("malformed");
     snprintf(p, sizeof p, "%s/config.json", dir);
     tsf_bytes(p, "{\"text_config\": {\"hidden_size\": 40,,}}", 37);
-    T_CHECK(cfg_load(dir, &c) != K3_OK && !strncmp(k3_errmsg(), "config.json: line 1", 19), "malformed config.json (%s)",
-            k3_errmsg());
+    T_CHECK(cfg_load(dir, &c) != K3_OK && !strncmp(k3_errmsg(), "config.json: line 1", 19),
+            "malformed config.json (%s)", k3_errmsg());
     dir = case_dir("absent");
-    T_CHECK(cfg_load(dir, &c) == K3_ERR_IO && !strncmp(k3_errmsg(), "config.json:", 12), "absent config.json (%s)",
-            k3_errmsg());
+    T_CHECK(cfg_load(dir, &c) == K3_ERR_IO && !strncmp(k3_errmsg(), "config.json:", 12),
+            "absent config.json (%s)", k3_errmsg());
 }
 
 /* Every key of text_config and linear_attn_config: deleted, the config either loads (optional
@@ -234,16 +252,20 @@ static void every_key(void) {
         json_object_foreach(obj, k, v) {
             for (int mode = 0; mode < 2; mode++) {
                 json_t *j = base(), *o = sect ? lac(j) : tc(j);
-                if (mode == 0) json_object_del(o, k);
-                else json_object_set_new(o, k, json_string("x"));
+                if (mode == 0)
+                    json_object_del(o, k);
+                else
+                    json_object_set_new(o, k, json_string("x"));
                 const char *dir = case_dir("every-key");
                 put_cfg(dir, j);
                 k3_config c;
                 k3_status st = cfg_load(dir, &c);
-                int named = st != K3_OK && strstr(k3_errmsg(), k) && !strncmp(k3_errmsg(), "config.json: ", 13);
+                int       named =
+                    st != K3_OK && strstr(k3_errmsg(), k) && !strncmp(k3_errmsg(), "config.json: ", 13);
                 if (mode == 0 ? !(st == K3_OK || named) : !named) {
                     mode == 0 ? bad_del++ : bad_type++;
-                    if (strlen(failed) + strlen(k) + 4 < sizeof failed) strcat(strcat(failed, " "), k);
+                    if (strlen(failed) + strlen(k) + 4 < sizeof failed)
+                        strcat(strcat(failed, " "), k);
                 }
             }
             n++;
@@ -257,57 +279,72 @@ static void every_key(void) {
 /* ---- tensors --------------------------------------------------------------------------------- */
 
 typedef struct gen_opts {
-    const char *skip;      /* leave this tensor out                      */
-    const char *wide;      /* give this tensor one more column             */
-    const char *f64;       /* store this one as F64 (not allowed)          */
-    int         alt;       /* [1,D] res_proj, [P,K] conv, A_log padded     */
-    int         prefix;    /* language_model. on every name                */
+    const char *skip;   /* leave this tensor out                      */
+    const char *wide;   /* give this tensor one more column             */
+    const char *f64;    /* store this one as F64 (not allowed)          */
+    int         alt;    /* [1,D] res_proj, [P,K] conv, A_log padded     */
+    int         prefix; /* language_model. on every name                */
 } gen_opts;
 
-static void add(tsf *w, const gen_opts *o, const char *dt, int nd, int64_t a, int64_t b, int64_t c, const char *fmt, ...)
-    K3_PRINTF(8, 9);
-static void add(tsf *w, const gen_opts *o, const char *dt, int nd, int64_t a, int64_t b, int64_t c, const char *fmt, ...) {
+static void add(tsf *w, const gen_opts *o, const char *dt, int nd, int64_t a, int64_t b, int64_t c,
+                const char *fmt, ...) K3_PRINTF(8, 9);
+static void add(tsf *w, const gen_opts *o, const char *dt, int nd, int64_t a, int64_t b, int64_t c,
+                const char *fmt, ...) {
     char    name[256], full[300];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    if (o->skip && !strcmp(name, o->skip)) return;
+    if (o->skip && !strcmp(name, o->skip))
+        return;
     int64_t s[3] = {a, b, c};
-    if (o->wide && !strcmp(name, o->wide)) s[nd - 1]++;
-    if (o->f64 && !strcmp(name, o->f64)) dt = "F64";
+    if (o->wide && !strcmp(name, o->wide))
+        s[nd - 1]++;
+    if (o->f64 && !strcmp(name, o->f64))
+        dt = "F64";
     snprintf(full, sizeof full, "%s%s", o->prefix ? "language_model." : "", name);
     tsf_add(w, full, dt, nd, s, NULL);
 }
 
 /* The checkpoint the base config describes (D 40, 4 layers: 0 dense KDA, 1-2 KDA MoE, 3 MLA MoE). */
 static void gen_model(const char *dir, const gen_opts *o) {
-    const int64_t D = 40, V = 300, I = 24, H = 2, d = 6, P = 12, K = 4, Hm = 2, QL = 16, KL = 8, nope = 4, rope = 2,
-                  vd = 4, E = 4, F = 32, L = 64, S = 1;
-    tsf           w = {0};
+    const int64_t D = 40, V = 300, I = 24, H = 2, d = 6, P = 12, K = 4, Hm = 2, QL = 16, KL = 8, nope = 4,
+                  rope = 2, vd = 4, E = 4, F = 32, L = 64, S = 1;
+    tsf w = {0};
     add(&w, o, "BF16", 2, V, D, 0, "model.embed_tokens.weight");
     add(&w, o, "BF16", 1, D, 0, 0, "model.norm.weight");
     add(&w, o, "BF16", 1, D, 0, 0, "model.output_attn_res_norm.weight");
     add(&w, o, "BF16", 1, D, 0, 0, "model.output_attn_res_proj.weight");
     add(&w, o, "BF16", 2, V, D, 0, "lm_head.weight");
     for (int i = 0; i < 4; i++) {
-        static const char *norms[] = {"input_layernorm", "post_attention_layernorm", "self_attention_res_norm", "mlp_res_norm"};
-        for (int k = 0; k < 4; k++) add(&w, o, "F32", 1, D, 0, 0, "model.layers.%d.%s.weight", i, norms[k]);
+        static const char *norms[] = {"input_layernorm", "post_attention_layernorm",
+                                      "self_attention_res_norm", "mlp_res_norm"};
+        for (int k = 0; k < 4; k++)
+            add(&w, o, "F32", 1, D, 0, 0, "model.layers.%d.%s.weight", i, norms[k]);
         for (int k = 0; k < 2; k++)
-            if (o->alt) add(&w, o, "F16", 2, 1, D, 0, "model.layers.%d.%s_res_proj.weight", i, k ? "mlp" : "self_attention");
-            else add(&w, o, "F32", 1, D, 0, 0, "model.layers.%d.%s_res_proj.weight", i, k ? "mlp" : "self_attention");
+            if (o->alt)
+                add(&w, o, "F16", 2, 1, D, 0, "model.layers.%d.%s_res_proj.weight", i,
+                    k ? "mlp" : "self_attention");
+            else
+                add(&w, o, "F32", 1, D, 0, 0, "model.layers.%d.%s_res_proj.weight", i,
+                    k ? "mlp" : "self_attention");
         if (i < 3) {
-            static const char *pr[] = {"q_proj", "k_proj", "v_proj", "g_proj"}, *cv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
-            for (int k = 0; k < 4; k++) add(&w, o, "BF16", 2, P, D, 0, "model.layers.%d.self_attn.%s.weight", i, pr[k]);
+            static const char *pr[] = {"q_proj", "k_proj", "v_proj", "g_proj"},
+                              *cv[] = {"q_conv1d", "k_conv1d", "v_conv1d"};
+            for (int k = 0; k < 4; k++)
+                add(&w, o, "BF16", 2, P, D, 0, "model.layers.%d.self_attn.%s.weight", i, pr[k]);
             add(&w, o, "BF16", 2, D, P, 0, "model.layers.%d.self_attn.o_proj.weight", i);
             for (int k = 0; k < 3; k++)
-                add(&w, o, "F32", o->alt ? 2 : 3, P, o->alt ? K : 1, K, "model.layers.%d.self_attn.%s.weight", i, cv[k]);
+                add(&w, o, "F32", o->alt ? 2 : 3, P, o->alt ? K : 1, K, "model.layers.%d.self_attn.%s.weight",
+                    i, cv[k]);
             add(&w, o, "BF16", 2, d, D, 0, "model.layers.%d.self_attn.f_a_proj.weight", i);
             add(&w, o, "BF16", 2, P, d, 0, "model.layers.%d.self_attn.f_b_proj.weight", i);
             add(&w, o, "BF16", 2, H, D, 0, "model.layers.%d.self_attn.b_proj.weight", i);
             add(&w, o, "F32", 1, P, 0, 0, "model.layers.%d.self_attn.dt_bias", i);
-            if (o->alt) add(&w, o, "F32", 1, 8, 0, 0, "model.layers.%d.self_attn.A_log", i);
-            else add(&w, o, "F32", 3, 1, H, 1, "model.layers.%d.self_attn.A_log", i);
+            if (o->alt)
+                add(&w, o, "F32", 1, 8, 0, 0, "model.layers.%d.self_attn.A_log", i);
+            else
+                add(&w, o, "F32", 3, 1, H, 1, "model.layers.%d.self_attn.A_log", i);
             add(&w, o, "F32", 1, d, 0, 0, "model.layers.%d.self_attn.o_norm.weight", i);
         } else {
             add(&w, o, "BF16", 2, QL, D, 0, "model.layers.%d.self_attn.q_a_proj.weight", i);
@@ -354,12 +391,17 @@ static void tensor_case(const char *name, const gen_opts *o, const char *msg) {
     const char *dir = case_dir(name);
     gen_model(dir, o);
     k3_config c;
-    st_dir   *d = NULL;
+    st_dir   *d  = NULL;
     k3_status st = cfg_load(dir, &c);
-    if (!st) st = st_open(dir, &d);
-    if (!st) st = cfg_check_tensors(&c, d);
-    if (!msg) T_CHECK(st == K3_OK, "%s: tensors match the config (%s)", name, k3_errmsg());
-    else T_CHECK(st != K3_OK && !strcmp(k3_errmsg(), msg), "%s: '%s' (got: %s)", name, msg, st ? k3_errmsg() : "accepted");
+    if (!st)
+        st = st_open(dir, &d);
+    if (!st)
+        st = cfg_check_tensors(&c, d);
+    if (!msg)
+        T_CHECK(st == K3_OK, "%s: tensors match the config (%s)", name, k3_errmsg());
+    else
+        T_CHECK(st != K3_OK && !strcmp(k3_errmsg(), msg), "%s: '%s' (got: %s)", name, msg,
+                st ? k3_errmsg() : "accepted");
     st_close(d);
 }
 
@@ -367,23 +409,31 @@ static void tensor_cases(void) {
     tensor_case("t-ok", &(gen_opts){0}, NULL);
     tensor_case("t-alt", &(gen_opts){.alt = 1, .prefix = 1}, NULL);
     tensor_case("t-wide", &(gen_opts){.wide = "model.layers.1.self_attn.q_proj.weight"},
-                "model.safetensors: tensor 'model.layers.1.self_attn.q_proj.weight' has shape [12, 41], expected [12, 40]");
+                "model.safetensors: tensor 'model.layers.1.self_attn.q_proj.weight' has shape [12, 41], "
+                "expected [12, 40]");
     tensor_case("t-conv", &(gen_opts){.wide = "model.layers.2.self_attn.k_conv1d.weight"},
-                "model.safetensors: tensor 'model.layers.2.self_attn.k_conv1d.weight' has shape [12, 1, 5], expected [12, 1, 4] or [12, 4]");
+                "model.safetensors: tensor 'model.layers.2.self_attn.k_conv1d.weight' has shape [12, 1, 5], "
+                "expected [12, 1, 4] or [12, 4]");
     tensor_case("t-missing", &(gen_opts){.skip = "model.layers.3.self_attn.kv_b_proj.weight"},
-                "model.safetensors: tensor 'model.layers.3.self_attn.kv_b_proj.weight' is missing (config.json: layer 3 is MLA with a MoE)");
+                "model.safetensors: tensor 'model.layers.3.self_attn.kv_b_proj.weight' is missing "
+                "(config.json: layer 3 is MLA with a MoE)");
     tensor_case("t-expert", &(gen_opts){.skip = "model.layers.2.block_sparse_moe.experts.3.w2.weight_scale"},
-                "model.safetensors: tensor 'model.layers.2.block_sparse_moe.experts.3.w2.weight_scale' is missing (config.json: layer 2 is KDA with a MoE)");
+                "model.safetensors: tensor 'model.layers.2.block_sparse_moe.experts.3.w2.weight_scale' is "
+                "missing (config.json: layer 2 is KDA with a MoE)");
     tensor_case("t-packed", &(gen_opts){.wide = "model.layers.1.block_sparse_moe.experts.0.w2.weight_packed"},
-                "model.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.0.w2.weight_packed' has shape [64, 17], expected [64, 16]");
+                "model.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.0.w2.weight_packed' has "
+                "shape [64, 17], expected [64, 16]");
     tensor_case("t-dtype", &(gen_opts){.f64 = "model.layers.1.block_sparse_moe.experts.2.w1.weight_packed"},
-                "model.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.2.w1.weight_packed' has dtype F64, expected U8");
+                "model.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.2.w1.weight_packed' has "
+                "dtype F64, expected U8");
     tensor_case("t-fdtype", &(gen_opts){.f64 = "model.norm.weight"},
                 "model.safetensors: tensor 'model.norm.weight' has dtype F64, expected F32, F16 or BF16");
-    tensor_case("t-head", &(gen_opts){.skip = "lm_head.weight"},
-                "model.safetensors: tensor 'lm_head.weight' is missing (config.json: the model's global tensors)");
+    tensor_case(
+        "t-head", &(gen_opts){.skip = "lm_head.weight"},
+        "model.safetensors: tensor 'lm_head.weight' is missing (config.json: the model's global tensors)");
     tensor_case("t-dense", &(gen_opts){.wide = "model.layers.0.mlp.down_proj.weight"},
-                "model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight' has shape [40, 25], expected [40, 24]");
+                "model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight' has shape [40, 25], "
+                "expected [40, 24]");
 }
 
 int main(void) {
@@ -398,6 +448,7 @@ int main(void) {
     tensor_cases();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd)) T_SKIP("could not remove %s", root);
+    if (system(cmd))
+        T_SKIP("could not remove %s", root);
     return t_done();
 }

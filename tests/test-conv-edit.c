@@ -44,7 +44,7 @@ int main(void) {
     k3_conv_add(c, K3_ROLE_ASSISTANT, "a2 old", NULL);
     T_CHECK(k3_conv_edit_last(c) == 2, "/edit moves the last exchange (2 messages)");
     T_CHECK(k3_conv_count(c) == 3, "the history ends before it (%d messages)", k3_conv_count(c));
-    int at = -1, br = -1;
+    int           at = -1, br = -1;
     const k3_msg *m = k3_conv_abandoned(c, 0, &at, &br);
     T_CHECK(k3_conv_abandoned_count(c) == 2 && m && !strcmp(m->content, "u2 old") && at == 3 && br == 1,
             "kept as branch 1 at message 3");
@@ -53,17 +53,18 @@ int main(void) {
     snprintf(path, sizeof path, "%s/t.jsonl", dir);
     T_CHECK(k3_conv_save(c, path) == K3_OK, "save");
     char *t = t_read_file(path, NULL);
-    T_CHECK(t && line_has(t, 4, "\"u2 old\"") && line_has(t, 4, "\"abandoned\":1") && line_has(t, 5, "\"a2 old\"") &&
-                line_has(t, 5, "\"abandoned\":1") && line_has(t, 6, "\"u2 new\"") && !line_has(t, 6, "abandoned") &&
-                line_has(t, 7, "\"a2 new\""),
+    T_CHECK(t && line_has(t, 4, "\"u2 old\"") && line_has(t, 4, "\"abandoned\":1") &&
+                line_has(t, 5, "\"a2 old\"") && line_has(t, 5, "\"abandoned\":1") &&
+                line_has(t, 6, "\"u2 new\"") && !line_has(t, 6, "abandoned") && line_has(t, 7, "\"a2 new\""),
             "the transcript holds both branches, the old one marked, before the new one");
 
-    k3_conv *d = k3_conv_new();
+    k3_conv     *d = k3_conv_new();
     k3_load_info li;
     T_CHECK(k3_conv_load(d, path, &li) == K3_OK, "load: %s", k3_errmsg());
     T_CHECK(k3_conv_count(d) == 5 && k3_conv_abandoned_count(d) == 2, "loaded: 5 active, 2 abandoned");
     m = k3_conv_abandoned(d, 1, &at, &br);
-    T_CHECK(m && !strcmp(m->content, "a2 old") && at == 3 && br == 1, "branch point and number survive a load");
+    T_CHECK(m && !strcmp(m->content, "a2 old") && at == 3 && br == 1,
+            "branch point and number survive a load");
     snprintf(path2, sizeof path2, "%s/t2.jsonl", dir);
     k3_conv_save(d, path2);
     char *t2 = t_read_file(path2, NULL);
@@ -80,7 +81,8 @@ int main(void) {
     k3_conv_add(d, K3_ROLE_USER, "u1 new", NULL);
     k3_conv_save(d, path2);
     t2 = t_read_file(path2, NULL);
-    T_CHECK(t2 && line_has(t2, 2, "\"abandoned\":2") && line_has(t2, 4, "\"u1 new\"") && line_has(t2, 5, "\"abandoned\":1"),
+    T_CHECK(t2 && line_has(t2, 2, "\"abandoned\":2") && line_has(t2, 4, "\"u1 new\"") &&
+                line_has(t2, 5, "\"abandoned\":1"),
             "branches in order of their branch points; one past the end goes last");
     free(t2);
     /* dropping the oldest exchange moves branch points back */
@@ -117,10 +119,12 @@ int main(void) {
     char bad[512];
     snprintf(bad, sizeof bad, "%s/bad.jsonl", dir);
     FILE *f = fopen(bad, "w");
-    fprintf(f, "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"assistant\",\"content\":\"y\",\"abandoned\":\"yes\"}\n");
+    fprintf(f, "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"assistant\",\"content\":\"y\","
+               "\"abandoned\":\"yes\"}\n");
     fclose(f);
     int n0 = k3_conv_count(c);
-    T_CHECK(k3_conv_load(c, bad, NULL) != K3_OK && strstr(k3_errmsg(), ":2:") && strstr(k3_errmsg(), "abandoned"),
+    T_CHECK(k3_conv_load(c, bad, NULL) != K3_OK && strstr(k3_errmsg(), ":2:") &&
+                strstr(k3_errmsg(), "abandoned"),
             "a bad \"abandoned\" names the line and the field: %s", k3_errmsg());
     T_CHECK(k3_conv_count(c) == n0 && k3_conv_abandoned_count(c) == 2, "and memory is untouched");
 

@@ -18,14 +18,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char tmpdir[512], model_dir[600];
+static char        tmpdir[512], model_dir[600];
 static const char *build;
 
 typedef struct streamed {
-    char think[65536], resp[65536];
-    size_t nt, nr;
-    int    cancel_after; /* cancel the conversation after this many callbacks (0 = never) */
-    int    calls;
+    char     think[65536], resp[65536];
+    size_t   nt, nr;
+    int      cancel_after; /* cancel the conversation after this many callbacks (0 = never) */
+    int      calls;
     k3_conv *c;
 } streamed;
 
@@ -73,8 +73,8 @@ static int run(const char *cmd, char *out, size_t cap) {
     if (!p)
         return -1;
     size_t n = fread(out, 1, cap - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
+    out[n]   = 0;
+    int st   = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -82,14 +82,14 @@ static int run(const char *cmd, char *out, size_t cap) {
  * killed with SIGKILL at a random moment; its autosave file must parse and hold every turn
  * the child had finished (in order, each user message followed by its reply). ---- */
 static void crash_child(const char *dir, int fd) {
-    k3_params p;
-    k3_model *m;
-    k3_session *s;
-    k3_conv *c = k3_conv_new();
+    k3_params        p;
+    k3_model        *m;
+    k3_session      *s;
+    k3_conv         *c = k3_conv_new();
     k3_conv_settings set;
     k3_conv_settings_default(&set);
-    set.think = 0;
-    set.max_tokens = 3;
+    set.think         = 0;
+    set.max_tokens    = 3;
     set.sampling.temp = 0;
     if (k3_params_default(&p) || k3_model_open(model_dir, &p, &m) || k3_session_new(m, &s) ||
         k3_conv_set_settings(c, &set) || k3_conv_autosave_enable(c, dir))
@@ -102,7 +102,8 @@ static void crash_child(const char *dir, int fd) {
             set.sampling.seed++;
             k3_conv_set_settings(c, &set);
         }
-        if (k3_conv_generate(c, m, s, NULL) || k3_conv_autosave_error(c) || write(fd, &i, sizeof i) != sizeof i)
+        if (k3_conv_generate(c, m, s, NULL) || k3_conv_autosave_error(c) ||
+            write(fd, &i, sizeof i) != sizeof i)
             _exit(4);
     }
 }
@@ -132,12 +133,12 @@ static void crash_rounds(void) {
             done = x;
         close(fds[0]);
         waitpid(pid, &status, 0);
-        int ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, files = 0;
+        int  ok = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, files = 0;
         DIR *d = opendir(dir);
         char p[1500];
         while (t_next_file(d, dir, ".jsonl", p, sizeof p)) {
             files++;
-            k3_conv *l = k3_conv_new();
+            k3_conv *l    = k3_conv_new();
             int      n_ok = 0;
             if (k3_conv_load(l, p, NULL) != K3_OK) {
                 printf("  round %d: %s\n", r, k3_errmsg());
@@ -147,7 +148,8 @@ static void crash_rounds(void) {
                 char q[32];
                 snprintf(q, sizeof q, "q %d", i / 2);
                 const k3_msg *u = k3_conv_msg(l, i), *a = k3_conv_msg(l, i + 1);
-                if (u->role != K3_ROLE_USER || strcmp(u->content, q) || a->role != K3_ROLE_ASSISTANT || !a->has_stats)
+                if (u->role != K3_ROLE_USER || strcmp(u->content, q) || a->role != K3_ROLE_ASSISTANT ||
+                    !a->has_stats)
                     break;
                 n_ok++;
             }
@@ -164,13 +166,15 @@ static void crash_rounds(void) {
         good += ok;
         turns += done + 1;
     }
-    T_CHECK(good == rounds, "kill -9 while generating (%d rounds, %d finished turns): every autosave file parses and "
-                            "holds every finished turn (%d/%d rounds ok)", rounds, turns, good, rounds);
+    T_CHECK(good == rounds,
+            "kill -9 while generating (%d rounds, %d finished turns): every autosave file parses and "
+            "holds every finished turn (%d/%d rounds ok)",
+            rounds, turns, good, rounds);
 }
 
 int main(void) {
     const char *t = getenv("K3_TMP");
-    build = getenv("K3_BUILD");
+    build         = getenv("K3_BUILD");
     snprintf(tmpdir, sizeof tmpdir, "%s/test-conv-gen-XXXXXX", t && *t ? t : "/tmp");
     if (!build || !mkdtemp(tmpdir)) {
         T_SKIP("needs K3_BUILD (run through tests/run.sh)");
@@ -185,9 +189,9 @@ int main(void) {
     }
     setenv("XDG_DATA_HOME", tmpdir, 1);
     setenv("K3_THREADS", "1", 1); /* tiny model: threads only contend (k3chat runs inherit it) */
-    crash_rounds(); /* first: children fork before this process starts any OpenMP threads */
-    k3_params par;
-    k3_model *m = NULL;
+    crash_rounds();               /* first: children fork before this process starts any OpenMP threads */
+    k3_params   par;
+    k3_model   *m = NULL;
     k3_session *s = NULL;
     K3_ASSERT(k3_params_default(&par) == K3_OK);
     k3_status st = k3_model_open(model_dir, &par, &m);
@@ -198,11 +202,11 @@ int main(void) {
     k3_model_info info;
     k3_model_get_info(m, &info);
 
-    k3_conv *c = k3_conv_new();
+    k3_conv         *c = k3_conv_new();
     k3_conv_settings set;
     k3_conv_settings_default(&set);
     set.sampling.temp = 0; /* greedy */
-    set.max_tokens = 10;
+    set.max_tokens    = 10;
     K3_ASSERT(k3_conv_set_settings(c, &set) == K3_OK);
     K3_ASSERT(k3_conv_set_model(c, model_dir, &par) == K3_OK);
     K3_ASSERT(k3_conv_autosave_enable(c, NULL) == K3_OK);
@@ -217,10 +221,10 @@ int main(void) {
     int used, cap;
     T_CHECK(k3_conv_context(c, m, &used, &cap) == K3_OK && used == (int)R1.n && cap == info.max_ctx,
             "context accounting: %d of %d tokens", used, cap);
-    streamed *sa = calloc(1, sizeof *sa);
+    streamed         *sa = calloc(1, sizeof *sa);
     k3_conv_callbacks cb = {.on_think = on_think, .on_response = on_resp, .ud = sa};
-    st = k3_conv_generate(c, m, s, &cb);
-    const k3_msg *a1 = last(c);
+    st                   = k3_conv_generate(c, m, s, &cb);
+    const k3_msg *a1     = last(c);
     T_CHECK(st == K3_OK && a1->role == K3_ROLE_ASSISTANT && !a1->interrupted, "turn 1 generates (%s)",
             st ? k3_errmsg() : "ok");
     T_CHECK(a1->has_stats && a1->stats.n_prompt == (int)R1.n && a1->stats.n_cached == 0 &&
@@ -228,16 +232,18 @@ int main(void) {
                 a1->n_ids <= 10 && (a1->stats.stop == K3_STOP_EOS || a1->stats.stop == K3_STOP_MAX_TOKENS),
             "turn 1 statistics: prompt %d, prefill %d, generated %d, stop %s", a1->stats.n_prompt,
             a1->stats.n_prefill, a1->stats.n_gen, k3_stop_str(a1->stats.stop));
-    T_CHECK(sa->nt == strlen(a1->reasoning ? a1->reasoning : "") && !memcmp(sa->think, a1->reasoning, sa->nt) &&
-                sa->nr == strlen(a1->content) && !memcmp(sa->resp, a1->content, sa->nr),
+    T_CHECK(sa->nt == strlen(a1->reasoning ? a1->reasoning : "") &&
+                !memcmp(sa->think, a1->reasoning, sa->nt) && sa->nr == strlen(a1->content) &&
+                !memcmp(sa->resp, a1->content, sa->nr),
             "streamed think/response text equals the stored reply");
     T_CHECK(k3_conv_autosave_path(c) && !k3_conv_autosave_error(c) &&
                 !strncmp(k3_conv_autosave_path(c), tmpdir, strlen(tmpdir)),
-            "turn autosaved under $XDG_DATA_HOME/k3chat (%s)", k3_conv_autosave_path(c) ? k3_conv_autosave_path(c) : "none");
+            "turn autosaved under $XDG_DATA_HOME/k3chat (%s)",
+            k3_conv_autosave_path(c) ? k3_conv_autosave_path(c) : "none");
 
     /* what the session processed: R1 + every generated id but a final end-of-message */
-    int     n_fed = a1->n_ids - (a1->stats.stop == K3_STOP_EOS);
-    int32_t *proc = malloc((R1.n + (size_t)a1->n_ids) * sizeof *proc);
+    int      n_fed = a1->n_ids - (a1->stats.stop == K3_STOP_EOS);
+    int32_t *proc  = malloc((R1.n + (size_t)a1->n_ids) * sizeof *proc);
     memcpy(proc, R1.v, R1.n * sizeof *proc);
     memcpy(proc + R1.n, a1->ids, (size_t)n_fed * sizeof *proc);
     int n_proc = (int)R1.n + n_fed;
@@ -247,22 +253,22 @@ int main(void) {
     k3_ids R2 = {0};
     K3_ASSERT(conv_render_prompt(c, tok, 1, &R2) == K3_OK);
     int lcp = common_prefix(proc, n_proc, R2.v, (int)R2.n);
-    T_CHECK(lcp == n_proc, "turn 2's prompt starts with everything the session processed in turn 1 (%d of %d)", lcp,
-            n_proc);
-    st = k3_conv_generate(c, m, s, NULL);
+    T_CHECK(lcp == n_proc,
+            "turn 2's prompt starts with everything the session processed in turn 1 (%d of %d)", lcp, n_proc);
+    st               = k3_conv_generate(c, m, s, NULL);
     const k3_msg *a2 = last(c);
-    k3_stats es;
+    k3_stats      es;
     k3_session_stats(s, &es);
     T_CHECK(st == K3_OK && a2->stats.n_cached == n_proc && a2->stats.n_prefill == (int)R2.n - n_proc,
-            "turn 2 prefills only the %d new tokens (cached %d, prefilled %d)", (int)R2.n - n_proc, a2->stats.n_cached,
-            a2->stats.n_prefill);
+            "turn 2 prefills only the %d new tokens (cached %d, prefilled %d)", (int)R2.n - n_proc,
+            a2->stats.n_cached, a2->stats.n_prefill);
     T_CHECK((int)R2.n - n_proc < 2 || es.n_prefill == (int)R2.n - n_proc,
             "engine statistics: %lld tokens prefilled for turn 2 (expected %d)", (long long)es.n_prefill,
             (int)R2.n - n_proc);
     /* logits after the cached prefill (kept in the snapshot taken there) vs a full re-prefill */
-    float *full = full_prefill_logits(m, &R2, info.vocab);
+    float       *full   = full_prefill_logits(m, &R2, info.vocab);
     const float *cached = NULL;
-    k3_session *s3;
+    k3_session  *s3;
     K3_ASSERT(k3_session_new(m, &s3) == K3_OK);
     for (int i = 0; i < c->sn->n_snaps; i++)
         if (c->sn->snaps[i].n == (int)R2.n && !memcmp(c->sn->snaps[i].ids, R2.v, R2.n * sizeof *R2.v) &&
@@ -271,12 +277,12 @@ int main(void) {
     double maxd = 0;
     for (int i = 0; full && cached && i < info.vocab; i++)
         maxd = fmax(maxd, fabs((double)full[i] - (double)cached[i]));
-    T_CHECK(full && cached && maxd == 0.0, "turn 2 logits after the cached prefill equal a full re-prefill (max diff %g)",
-            maxd);
+    T_CHECK(full && cached && maxd == 0.0,
+            "turn 2 logits after the cached prefill equal a full re-prefill (max diff %g)", maxd);
     free(full);
     k3_session_free(s3);
     /* the same turn in a fresh conversation and session generates the same ids */
-    k3_conv *f = k3_conv_new();
+    k3_conv    *f = k3_conv_new();
     k3_session *sf;
     K3_ASSERT(k3_session_new(m, &sf) == K3_OK);
     k3_conv_set_settings(f, &set);
@@ -285,7 +291,8 @@ int main(void) {
         conv_push(f, mm);
     }
     st = k3_conv_generate(f, m, sf, NULL);
-    T_CHECK(st == K3_OK && last(f)->n_ids == a2->n_ids && !memcmp(last(f)->ids, a2->ids, (size_t)a2->n_ids * 4),
+    T_CHECK(st == K3_OK && last(f)->n_ids == a2->n_ids &&
+                !memcmp(last(f)->ids, a2->ids, (size_t)a2->n_ids * 4),
             "turn 2 with a full prefill in a fresh session generates the same %d ids", a2->n_ids);
     k3_conv_free(f);
     k3_session_free(sf);
@@ -298,7 +305,8 @@ int main(void) {
     st = k3_conv_generate(c, m, s, NULL);
     T_CHECK(st == K3_OK && last(c)->stats.n_cached == (int)R2.n && last(c)->stats.n_prefill == 0,
             "retry prefills nothing (cached %d of %d)", last(c)->stats.n_cached, (int)R2.n);
-    T_CHECK(last(c)->n_ids == a2n && !memcmp(last(c)->ids, a2ids, (size_t)a2n * 4), "greedy retry gives the same answer");
+    T_CHECK(last(c)->n_ids == a2n && !memcmp(last(c)->ids, a2ids, (size_t)a2n * 4),
+            "greedy retry gives the same answer");
 
     /* ---- /undo: continue from the end of turn 1 ---- */
     T_CHECK(k3_conv_undo(c) == 2, "undo removes the last exchange");
@@ -311,36 +319,37 @@ int main(void) {
     /* ---- cancel: partial reply kept, marked, autosaved ---- */
     k3_conv_add(c, K3_ROLE_USER, "Tell me a long story.", NULL);
     k3_conv_settings s2 = set;
-    s2.max_tokens = 40;
+    s2.max_tokens       = 40;
     k3_conv_set_settings(c, &s2);
     memset(sa, 0, sizeof *sa);
     sa->cancel_after = 1;
-    sa->c = c;
-    int n_before = k3_conv_count(c);
-    st = k3_conv_generate(c, m, s, &cb);
+    sa->c            = c;
+    int n_before     = k3_conv_count(c);
+    st               = k3_conv_generate(c, m, s, &cb);
     T_CHECK(st == K3_ABORTED && k3_conv_count(c) == n_before + 1 && last(c)->interrupted &&
                 last(c)->stats.stop == K3_STOP_CANCEL && last(c)->n_ids < 40,
             "cancel: K3_ABORTED, partial reply kept and marked interrupted (%d tokens)", last(c)->n_ids);
     k3_conv *ld = k3_conv_new();
-    T_CHECK(k3_conv_load(ld, k3_conv_autosave_path(c), NULL) == K3_OK && k3_conv_count(ld) == k3_conv_count(c) &&
-                last(ld)->interrupted,
+    T_CHECK(k3_conv_load(ld, k3_conv_autosave_path(c), NULL) == K3_OK &&
+                k3_conv_count(ld) == k3_conv_count(c) && last(ld)->interrupted,
             "autosave holds every turn, the interrupted one marked");
     k3_conv_free(ld);
     k3_conv_set_settings(c, &set);
 
     /* rendering piece by piece (replies that do not qualify) equals the encoder's */
     k3_conv_settings off = set;
-    off.think = 0;
-    off.max_tokens = 6;
+    off.think            = 0;
+    off.max_tokens       = 6;
     k3_conv_set_settings(c, &off);
     k3_ids Ra = {0}, Rb = {0};
     K3_ASSERT(conv_render_prompt(c, tok, 1, &Ra) == K3_OK && k3_conv_render(c, tok, 1, &Rb) == K3_OK);
     T_CHECK(Ra.n == Rb.n && !memcmp(Ra.v, Rb.v, Ra.n * 4),
-            "think off: replies generated with thinking render as text, exactly as the encoder (%zu ids)", Ra.n);
+            "think off: replies generated with thinking render as text, exactly as the encoder (%zu ids)",
+            Ra.n);
     k3_ids_free(&Ra);
     k3_ids_free(&Rb);
     /* ... and with tools: declarations, a call, results out of order, tool_choice required */
-    k3_conv *tc = k3_conv_new();
+    k3_conv         *tc   = k3_conv_new();
     k3_conv_settings toff = off;
     strcpy(toff.tool_choice, "required");
     k3_conv_set_settings(tc, &toff);
@@ -348,10 +357,13 @@ int main(void) {
         conv_push(tc, k3_conv_msg(c, i));
     k3_conv_set_tools(tc, "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
     k3_tool_call tcalls[] = {{.id = "1", .name = "f", .arguments = "{\"a\": 1}"}, {.id = "2", .name = "g"}};
-    k3_msg tam = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t)"", .tool_calls = tcalls, .n_tool_calls = 2};
-    char   one[] = "one", two[] = "two", id1[] = "1", id2[] = "2";
-    k3_msg tr2 = {.role = K3_ROLE_TOOL, .content = two, .tool_call_id = id2};
-    k3_msg tr1 = {.role = K3_ROLE_TOOL, .content = one, .tool_call_id = id1};
+    k3_msg       tam      = {.role         = K3_ROLE_ASSISTANT,
+                             .content      = (char *)(uintptr_t) "",
+                             .tool_calls   = tcalls,
+                             .n_tool_calls = 2};
+    char         one[] = "one", two[] = "two", id1[] = "1", id2[] = "2";
+    k3_msg       tr2 = {.role = K3_ROLE_TOOL, .content = two, .tool_call_id = id2};
+    k3_msg       tr1 = {.role = K3_ROLE_TOOL, .content = one, .tool_call_id = id1};
     if (last(tc)->role != K3_ROLE_USER)
         k3_conv_add(tc, K3_ROLE_USER, "Use the tools.", NULL);
     k3_conv_add_msg(tc, &tam);
@@ -365,7 +377,7 @@ int main(void) {
     k3_conv_free(tc);
 
     /* ---- think off (shorter prompts): save, load, continue, replay ---- */
-    char path[700], path2[700];
+    char     path[700], path2[700];
     k3_conv *q = k3_conv_new();
     k3_conv_set_settings(q, &off);
     k3_conv_add(q, K3_ROLE_USER, "One.", NULL);
@@ -373,7 +385,8 @@ int main(void) {
     k3_conv_add(q, K3_ROLE_USER, "Two.", NULL);
     if (!st)
         st = k3_conv_generate(q, m, s, NULL);
-    T_CHECK(st == K3_OK && k3_conv_count(q) == 4 && !last(q)->reasoning, "think off: two turns, no reasoning stored");
+    T_CHECK(st == K3_OK && k3_conv_count(q) == 4 && !last(q)->reasoning,
+            "think off: two turns, no reasoning stored");
     /* without snapshots (K3_CONV_SNAPSHOTS=0) a retry re-prefills in full */
     setenv("K3_CONV_SNAPSHOTS", "0", 1);
     k3_conv *ns = k3_conv_new();
@@ -383,7 +396,7 @@ int main(void) {
         conv_push(ns, k3_conv_msg(q, i));
     k3_conv_pop_reply(ns);
     int n_q = last(q)->n_ids;
-    st = k3_conv_generate(ns, m, s, NULL);
+    st      = k3_conv_generate(ns, m, s, NULL);
     k3_conv_pop_reply(ns);
     if (!st)
         st = k3_conv_generate(ns, m, s, NULL);
@@ -402,7 +415,7 @@ int main(void) {
     T_CHECK(k3_conv_set_prompt_cache(lr, 3, 0) == K3_OK && k3_conv_set_prompt_cache(lr, 65, 0) == K3_ERR_ARG,
             "prompt cache size: 3 snapshots accepted, 65 refused (%s)", k3_errmsg());
     k3_conv_add(lr, K3_ROLE_USER, "Alpha.", NULL);
-    st = k3_conv_generate(lr, m, s, NULL); /* snapshots: A prompt, A end */
+    st            = k3_conv_generate(lr, m, s, NULL); /* snapshots: A prompt, A end */
     k3_conv *keep = k3_conv_new();
     for (int i = 0; i < k3_conv_count(lr); i++)
         conv_push(keep, k3_conv_msg(lr, i));
@@ -418,7 +431,7 @@ int main(void) {
     size_t bytes_before   = lr->sn->bytes;
     if (!st)
         st = k3_conv_generate(lr, m, s, NULL);
-    int a_len = last(keep)->stats.n_prompt + last(keep)->n_ids - 1; /* A's prompt + reply, as processed */
+    int a_len  = last(keep)->stats.n_prompt + last(keep)->n_ids - 1; /* A's prompt + reply, as processed */
     int kept_a = 0;
     for (int i = 0; i < lr->sn->n_snaps; i++)
         kept_a |= lr->sn->snaps[i].n == last(lr)->stats.n_cached; /* the one the turn started from */
@@ -451,18 +464,18 @@ int main(void) {
     l = k3_conv_new();
     K3_ASSERT(k3_conv_load(l, path2, NULL) == K3_OK);
     int n_diff = -1;
-    st = k3_conv_replay(l, m, s, &off, K3_REPLAY_SEEDS | K3_REPLAY_SAMPLING, NULL, NULL, &n_diff);
-    T_CHECK(st == K3_OK && n_diff == 0, "replay of the greedy transcript reproduces every turn token for token (%d differ)",
-            n_diff);
+    st         = k3_conv_replay(l, m, s, &off, K3_REPLAY_SEEDS | K3_REPLAY_SAMPLING, NULL, NULL, &n_diff);
+    T_CHECK(st == K3_OK && n_diff == 0,
+            "replay of the greedy transcript reproduces every turn token for token (%d differ)", n_diff);
     /* sampled turns whose settings changed in between reproduce with the recorded sampling */
-    k3_conv *z = k3_conv_new();
+    k3_conv         *z  = k3_conv_new();
     k3_conv_settings zs = off;
-    zs.sampling.temp = 0.9f;
-    zs.sampling.seed = 11;
+    zs.sampling.temp    = 0.9f;
+    zs.sampling.seed    = 11;
     k3_conv_set_settings(z, &zs);
     k3_conv_add(z, K3_ROLE_USER, "One.", NULL);
-    st = k3_conv_generate(z, m, s, NULL);
-    zs.sampling.temp = 1.4f;
+    st                = k3_conv_generate(z, m, s, NULL);
+    zs.sampling.temp  = 1.4f;
     zs.sampling.top_p = 0.8f;
     k3_conv_set_settings(z, &zs);
     k3_conv_add(z, K3_ROLE_USER, "Two.", NULL);
@@ -475,18 +488,21 @@ int main(void) {
     z = k3_conv_new();
     K3_ASSERT(k3_conv_load(z, pz, NULL) == K3_OK);
     st = k3_conv_replay(z, m, s, &zs, K3_REPLAY_SEEDS | K3_REPLAY_SAMPLING, NULL, NULL, &n_diff);
-    T_CHECK(st == K3_OK && n_diff == 0,
-            "replay of sampled turns (temperature changed between them) with their recorded sampling: all match");
+    T_CHECK(
+        st == K3_OK && n_diff == 0,
+        "replay of sampled turns (temperature changed between them) with their recorded sampling: all match");
     k3_conv_free(z);
     snprintf(cmd, sizeof cmd, "'%s/k3chat' '%s' --replay '%s' 2>&1", build, model_dir, pz);
     int rcz = run(cmd, out, sizeof out);
-    T_CHECK(rcz == 0 && strstr(out, "every turn matches"), "k3chat --replay of the sampled transcript: every turn "
-                                                            "matches (rc %d: %.200s)", rcz, out);
+    T_CHECK(rcz == 0 && strstr(out, "every turn matches"),
+            "k3chat --replay of the sampled transcript: every turn "
+            "matches (rc %d: %.200s)",
+            rcz, out);
 
     k3_conv_settings other = off;
-    other.sampling.temp = 1.5f;
-    other.sampling.seed = 99;
-    st = k3_conv_replay(l, m, s, &other, 0, NULL, NULL, &n_diff);
+    other.sampling.temp    = 1.5f;
+    other.sampling.seed    = 99;
+    st                     = k3_conv_replay(l, m, s, &other, 0, NULL, NULL, &n_diff);
     T_CHECK(st == K3_OK && n_diff > 0, "replay under other settings reports differences (%d turns)", n_diff);
     k3_conv_free(l);
 
@@ -495,33 +511,36 @@ int main(void) {
     int rc = run(cmd, out, sizeof out);
     T_CHECK(rc == 0 && strstr(out, "turn 1: match") && strstr(out, "every turn matches"),
             "k3chat --replay: every turn matches, exit 0 (rc %d: %.300s)", rc, out);
-    snprintf(cmd, sizeof cmd, "'%s/k3chat' '%s' --replay '%s' --temp 1.5 --seed 99 2>&1", build,
-             model_dir, path2);
+    snprintf(cmd, sizeof cmd, "'%s/k3chat' '%s' --replay '%s' --temp 1.5 --seed 99 2>&1", build, model_dir,
+             path2);
     rc = run(cmd, out, sizeof out);
-    T_CHECK(rc == 3 && strstr(out, "DIFFERS at token"), "k3chat --replay with other settings names the first "
-                                                          "differing token, exit 3 (rc %d: %.300s)", rc, out);
+    T_CHECK(rc == 3 && strstr(out, "DIFFERS at token"),
+            "k3chat --replay with other settings names the first "
+            "differing token, exit 3 (rc %d: %.300s)",
+            rc, out);
     snprintf(cmd, sizeof cmd, "'%s/k3chat' --chat-ids '%s' '%s'", build, model_dir, path2);
-    rc = run(cmd, out, sizeof out);
-    l = k3_conv_new();
+    rc       = run(cmd, out, sizeof out);
+    l        = k3_conv_new();
     k3_ids R = {0};
     K3_ASSERT(k3_conv_load(l, path2, NULL) == K3_OK && k3_conv_render(l, tok, 1, &R) == K3_OK);
-    char *p = out;
+    char *p  = out;
     int   ok = rc == 0;
     for (size_t i = 0; ok && i < R.n; i++) {
         char *end;
         long  v = strtol(p, &end, 10);
-        ok = end != p && v == R.v[i] && (*end == ' ' || (*end == '\n' && i + 1 == R.n));
-        p = end + 1;
+        ok      = end != p && v == R.v[i] && (*end == ' ' || (*end == '\n' && i + 1 == R.n));
+        p       = end + 1;
     }
-    T_CHECK(ok && R.n > 0, "k3chat --chat-ids prints the rendered ids with the generation prompt (%zu ids)", R.n);
+    T_CHECK(ok && R.n > 0, "k3chat --chat-ids prints the rendered ids with the generation prompt (%zu ids)",
+            R.n);
     k3_ids_free(&R);
     k3_conv_free(l);
 
     /* ---- context overflow: refused, nothing changes; dropping old turns makes room ---- */
-    k3_model *ms;
+    k3_model   *ms;
     k3_session *ss;
-    k3_params p2 = par;
-    k3_conv *o = k3_conv_new();
+    k3_params   p2 = par;
+    k3_conv    *o  = k3_conv_new();
     K3_ASSERT(k3_conv_load(o, path2, NULL) == K3_OK);
     int need;
     k3_conv_pop_reply(o);

@@ -44,10 +44,10 @@ static int msg_eq(const k3_msg *a, const k3_msg *b) {
     if (a->has_stats) {
         const k3_turn_stats *x = &a->stats, *y = &b->stats;
         if (x->n_prompt != y->n_prompt || x->n_cached != y->n_cached || x->n_prefill != y->n_prefill ||
-            x->n_gen != y->n_gen || x->n_think != y->n_think || x->sampling.seed != y->sampling.seed || x->has_sampling != y->has_sampling ||
-            x->sampling.temp != y->sampling.temp || x->sampling.top_p != y->sampling.top_p || x->think != y->think ||
-            x->stop != y->stop || fabs(x->tok_s - y->tok_s) > 1e-6 * (1 + fabs(x->tok_s)) ||
-            fabs(x->ttft - y->ttft) > 1e-6)
+            x->n_gen != y->n_gen || x->n_think != y->n_think || x->sampling.seed != y->sampling.seed ||
+            x->has_sampling != y->has_sampling || x->sampling.temp != y->sampling.temp ||
+            x->sampling.top_p != y->sampling.top_p || x->think != y->think || x->stop != y->stop ||
+            fabs(x->tok_s - y->tok_s) > 1e-6 * (1 + fabs(x->tok_s)) || fabs(x->ttft - y->ttft) > 1e-6)
             return 0;
     }
     return 1;
@@ -75,22 +75,37 @@ static int prefix_of(const k3_conv *a, const k3_conv *b) {
 
 /* Adds a finished assistant turn with stats and ids (as k3_conv_generate would). */
 static void add_reply(k3_conv *c, const char *content, const char *reasoning, int interrupted, int n_ids) {
-    k3_msg m = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t)content,
-                .reasoning = (char *)(uintptr_t)reasoning, .interrupted = interrupted, .has_stats = 1};
+    k3_msg  m = {.role        = K3_ROLE_ASSISTANT,
+                 .content     = (char *)(uintptr_t)content,
+                 .reasoning   = (char *)(uintptr_t)reasoning,
+                 .interrupted = interrupted,
+                 .has_stats   = 1};
     int32_t ids[64];
     for (int i = 0; i < n_ids && i < 64; i++)
         ids[i] = 163584 + i * 7;
-    m.ids = n_ids ? ids : NULL;
+    m.ids   = n_ids ? ids : NULL;
     m.n_ids = n_ids;
-    m.stats = (k3_turn_stats){.n_prompt = 40, .n_cached = 12, .n_prefill = 28, .n_gen = n_ids, .n_think = 3,
-                              .t_prefill = 0.25, .t_gen = 1.5, .ttft = 0.3, .t_think = 0.7, .tok_s = 12.5,
-                              .sampling = {.temp = 0.7f, .top_p = 0.9f, .seed = 42}, .has_sampling = 1, .think = 1, .stop = interrupted ? K3_STOP_CANCEL : K3_STOP_EOS};
+    m.stats = (k3_turn_stats){.n_prompt     = 40,
+                              .n_cached     = 12,
+                              .n_prefill    = 28,
+                              .n_gen        = n_ids,
+                              .n_think      = 3,
+                              .t_prefill    = 0.25,
+                              .t_gen        = 1.5,
+                              .ttft         = 0.3,
+                              .t_think      = 0.7,
+                              .tok_s        = 12.5,
+                              .sampling     = {.temp = 0.7f, .top_p = 0.9f, .seed = 42},
+                              .has_sampling = 1,
+                              .think        = 1,
+                              .stop         = interrupted ? K3_STOP_CANCEL : K3_STOP_EOS};
     K3_ASSERT(conv_push(c, &m) == K3_OK);
 }
 
 static void test_edits(void) {
     k3_conv *c = k3_conv_new();
-    T_CHECK(k3_conv_set_system(c, "be brief") == K3_OK && k3_conv_count(c) == 1, "system prompt is message 0");
+    T_CHECK(k3_conv_set_system(c, "be brief") == K3_OK && k3_conv_count(c) == 1,
+            "system prompt is message 0");
     k3_conv_add(c, K3_ROLE_USER, "a", NULL);
     k3_conv_add(c, K3_ROLE_ASSISTANT, "A", "thought a");
     k3_conv_add(c, K3_ROLE_USER, "b", NULL);
@@ -105,7 +120,8 @@ static void test_edits(void) {
     T_CHECK(k3_conv_drop_oldest(c) == 2 && k3_conv_count(c) == 3 && !strcmp(k3_conv_msg(c, 1)->content, "c"),
             "drop_oldest removes the first exchange, keeps the system prompt");
     T_CHECK(k3_conv_set_system(c, "be verbose") == K3_OK && !strcmp(k3_conv_system(c), "be verbose") &&
-                k3_conv_count(c) == 3, "system prompt replaced in place");
+                k3_conv_count(c) == 3,
+            "system prompt replaced in place");
     k3_conv_clear(c);
     T_CHECK(k3_conv_count(c) == 1 && k3_conv_system(c), "clear keeps the system prompt");
     T_CHECK(k3_conv_set_system(c, NULL) == K3_OK && k3_conv_count(c) == 0 && !k3_conv_system(c),
@@ -121,16 +137,16 @@ static void test_edits(void) {
 }
 
 static k3_conv *sample_conv(void) {
-    k3_conv *c = k3_conv_new();
+    k3_conv         *c = k3_conv_new();
     k3_conv_settings s;
     k3_conv_settings_default(&s);
     s.think = 0;
     strcpy(s.effort, "low");
-    s.sampling.temp = 0.3f;
+    s.sampling.temp  = 0.3f;
     s.sampling.top_p = 0.9f;
     s.sampling.top_k = 40;
-    s.sampling.seed = UINT64_MAX;
-    s.max_tokens = 77;
+    s.sampling.seed  = UINT64_MAX;
+    s.max_tokens     = 77;
     K3_ASSERT(k3_conv_set_settings(c, &s) == K3_OK);
     k3_conv_set_system(c, "You are \"K3\".\nBe kind & brief.");
     k3_conv_add(c, K3_ROLE_USER, "Héllo 世界 🎉 <|open|>message role=\"x\"<|sep|>\n\ttab", NULL);
@@ -153,8 +169,9 @@ static void test_round_trip(void) {
     k3_conv_settings sa, sb;
     k3_conv_get_settings(a, &sa);
     k3_conv_get_settings(b, &sb);
-    T_CHECK(sb.think == 0 && !strcmp(sb.effort, "low") && sb.sampling.temp == 0.3f && sb.sampling.top_p == 0.9f &&
-                sb.sampling.top_k == 40 && sb.sampling.seed == UINT64_MAX && sb.max_tokens == 77,
+    T_CHECK(sb.think == 0 && !strcmp(sb.effort, "low") && sb.sampling.temp == 0.3f &&
+                sb.sampling.top_p == 0.9f && sb.sampling.top_k == 40 && sb.sampling.seed == UINT64_MAX &&
+                sb.max_tokens == 77,
             "settings round trip (seed 2^64-1 too)");
     T_CHECK(!strcmp(info.version, k3_version()), "header records the k3chat version (%s)", info.version);
     /* continue: one more exchange, save, load again */
@@ -169,7 +186,8 @@ static void test_round_trip(void) {
     k3_conv_free(c);
 
     /* no header: messages from line 1 on, default settings */
-    static const char bare[] = "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"assistant\",\"content\":\"y\"}\n";
+    static const char bare[] =
+        "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"assistant\",\"content\":\"y\"}\n";
     path_in(p1, sizeof p1, "bare.jsonl");
     write_file(p1, bare, sizeof bare - 1);
     c = k3_conv_new();
@@ -178,22 +196,23 @@ static void test_round_trip(void) {
     k3_conv_free(c);
 
     /* other writers' spellings: reasoning / thinking, content parts, null content, developer */
-    const char *other =
-        "{\"format\":\"k3chat-transcript\",\"version\":1}\n"
-        "{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"sys \"},{\"type\":\"text\",\"text\":\"two\"}]}\n"
-        "{\"role\":\"user\",\"content\":\"q\"}\n\n"
-        "{\"role\":\"assistant\",\"content\":null,\"reasoning\":\"r1\"}\r\n"
-        "{\"role\":\"user\",\"content\":\"q2\"}\n"
-        "{\"role\":\"assistant\",\"content\":\"a2\",\"thinking\":\"r2\"}\n";
+    const char *other = "{\"format\":\"k3chat-transcript\",\"version\":1}\n"
+                        "{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"sys "
+                        "\"},{\"type\":\"text\",\"text\":\"two\"}]}\n"
+                        "{\"role\":\"user\",\"content\":\"q\"}\n\n"
+                        "{\"role\":\"assistant\",\"content\":null,\"reasoning\":\"r1\"}\r\n"
+                        "{\"role\":\"user\",\"content\":\"q2\"}\n"
+                        "{\"role\":\"assistant\",\"content\":\"a2\",\"thinking\":\"r2\"}\n";
     path_in(p1, sizeof p1, "other.jsonl");
     write_file(p1, other, strlen(other));
-    c = k3_conv_new();
+    c            = k3_conv_new();
     k3_status st = k3_conv_load(c, p1, NULL);
-    T_CHECK(st == K3_OK && k3_conv_count(c) == 5 && !strcmp(k3_conv_system(c), "sys two") &&
-                !strcmp(k3_conv_msg(c, 2)->reasoning, "r1") && !strcmp(k3_conv_msg(c, 2)->content, "") &&
-                !strcmp(k3_conv_msg(c, 4)->reasoning, "r2"),
-            "reads reasoning, thinking, content parts, null content, developer as system, CRLF, blank lines (%s)",
-            st ? k3_errmsg() : "ok");
+    T_CHECK(
+        st == K3_OK && k3_conv_count(c) == 5 && !strcmp(k3_conv_system(c), "sys two") &&
+            !strcmp(k3_conv_msg(c, 2)->reasoning, "r1") && !strcmp(k3_conv_msg(c, 2)->content, "") &&
+            !strcmp(k3_conv_msg(c, 4)->reasoning, "r2"),
+        "reads reasoning, thinking, content parts, null content, developer as system, CRLF, blank lines (%s)",
+        st ? k3_errmsg() : "ok");
     k3_conv_free(c);
 }
 
@@ -205,10 +224,10 @@ static void malformed(const char *what, const char *text, size_t n, const char *
     write_file(p, text, n);
     k3_conv *c = k3_conv_new();
     k3_conv_add(c, K3_ROLE_USER, "keep me", NULL);
-    k3_status st = k3_conv_load(c, p, NULL);
+    k3_status   st  = k3_conv_load(c, p, NULL);
     const char *msg = k3_errmsg();
-    T_CHECK(st == K3_ERR_FORMAT && strstr(msg, want_line) && strstr(msg, want), "%s: error names the line (%s)",
-            what, msg);
+    T_CHECK(st == K3_ERR_FORMAT && strstr(msg, want_line) && strstr(msg, want),
+            "%s: error names the line (%s)", what, msg);
     T_CHECK(k3_conv_count(c) == 1 && !strcmp(k3_conv_msg(c, 0)->content, "keep me"),
             "%s: conversation in memory untouched", what);
     k3_conv_free(c);
@@ -218,40 +237,50 @@ static void malformed(const char *what, const char *text, size_t n, const char *
 #define S(x) x, sizeof(x) - 1
 
 static void test_malformed(void) {
-    malformed("truncated line", S(HDR "{\"role\":\"user\",\"content\":\"hi\n{\"role\":\"user\",\"content\":\"x\"}\n"),
+    malformed("truncated line",
+              S(HDR "{\"role\":\"user\",\"content\":\"hi\n{\"role\":\"user\",\"content\":\"x\"}\n"),
               "bad.jsonl:2:", "invalid JSON");
-    malformed("truncated final line with newline", S(HDR "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"us\n"),
-              ":3:", "invalid JSON");
+    malformed("truncated final line with newline",
+              S(HDR "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"us\n"), ":3:", "invalid JSON");
     malformed("wrong type", S(HDR "{\"role\":\"user\",\"content\":5}\n"), ":2:", "\"content\" is an integer");
-    malformed("wrong stats type", S(HDR "{\"role\":\"assistant\",\"content\":\"\",\"stats\":{\"tok_s\":\"fast\"}}\n"),
+    malformed("wrong stats type",
+              S(HDR "{\"role\":\"assistant\",\"content\":\"\",\"stats\":{\"tok_s\":\"fast\"}}\n"),
               ":2:", "\"tok_s\" is a string");
-    malformed("wrong settings type", S("{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"think\":\"yes\"}}\n"),
+    malformed("wrong settings type",
+              S("{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"think\":\"yes\"}}\n"),
               ":1:", "\"think\" is a string");
-    malformed("effort medium", S("{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"effort\":\"medium\"}}\n"),
+    malformed("effort medium",
+              S("{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"effort\":\"medium\"}}\n"),
               ":1:", "medium");
-    malformed("unknown version", S("{\"format\":\"k3chat-transcript\",\"version\":2}\n"), ":1:",
-              "unknown transcript version 2");
-    malformed("neither header nor message", S("{\"format\":\"other\",\"version\":1}\n"), ":1:",
-              "neither a k3chat transcript header");
+    malformed("unknown version", S("{\"format\":\"k3chat-transcript\",\"version\":2}\n"),
+              ":1:", "unknown transcript version 2");
+    malformed("neither header nor message", S("{\"format\":\"other\",\"version\":1}\n"),
+              ":1:", "neither a k3chat transcript header");
     malformed("header without format", S("{\"version\":1}\n"), ":1:", "neither a k3chat transcript header");
     malformed("empty file", "", 0, ":1:", "empty");
-    malformed("unknown role", S(HDR "{\"role\":\"function\",\"content\":\"x\"}\n"), ":2:", "not system, user, assistant or tool");
-    malformed("tool_calls on a user message", S(HDR "{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"f\"}}]}\n"), ":2:", "only assistant messages do");
+    malformed("unknown role", S(HDR "{\"role\":\"function\",\"content\":\"x\"}\n"),
+              ":2:", "not system, user, assistant or tool");
+    malformed("tool_calls on a user message",
+              S(HDR "{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[{\"id\":\"a\",\"function\":{"
+                    "\"name\":\"f\"}}]}\n"),
+              ":2:", "only assistant messages do");
     malformed("missing role", S(HDR "{\"content\":\"x\"}\n"), ":2:", "no \"role\"");
-    malformed("bad token id", S(HDR "{\"role\":\"assistant\",\"content\":\"x\",\"token_ids\":[1,-2]}\n"), ":2:",
-              "token_ids");
+    malformed("bad token id", S(HDR "{\"role\":\"assistant\",\"content\":\"x\",\"token_ids\":[1,-2]}\n"),
+              ":2:", "token_ids");
     malformed("not an object", S(HDR "[1,2]\n"), ":2:", "expected a JSON object");
-    malformed("reasoning on a user turn", S(HDR "{\"role\":\"user\",\"content\":\"x\",\"reasoning\":\"r\"}\n"), ":2:",
-              "reasoning");
+    malformed("reasoning on a user turn",
+              S(HDR "{\"role\":\"user\",\"content\":\"x\",\"reasoning\":\"r\"}\n"), ":2:", "reasoning");
     char p[600];
     path_in(p, sizeof p, "missing.jsonl");
     k3_conv *c = k3_conv_new();
     T_CHECK(k3_conv_load(c, p, NULL) == K3_ERR_IO && strstr(k3_errmsg(), "missing.jsonl") &&
-                strstr(k3_errmsg(), "errno"), "missing file: I/O error naming path and errno (%s)", k3_errmsg());
+                strstr(k3_errmsg(), "errno"),
+            "missing file: I/O error naming path and errno (%s)", k3_errmsg());
 
     /* a torn final line (an interrupted append) is ignored, and reported */
-    static const char torn[] = HDR "{\"role\":\"user\",\"content\":\"q\"}\n{\"role\":\"assistant\",\"content\":\"a\"}\n"
-                                   "{\"role\":\"user\",\"conte";
+    static const char torn[] =
+        HDR "{\"role\":\"user\",\"content\":\"q\"}\n{\"role\":\"assistant\",\"content\":\"a\"}\n"
+            "{\"role\":\"user\",\"conte";
     path_in(p, sizeof p, "torn.jsonl");
     write_file(p, torn, sizeof torn - 1);
     k3_load_info info;
@@ -266,7 +295,7 @@ static void test_failures(void) {
     path_in(file, sizeof file, "plainfile");
     write_file(file, "x", 1);
     snprintf(bad, sizeof bad, "%s/sub/conv.jsonl", file); /* ENOTDIR, even for root */
-    k3_conv *c = sample_conv(), *ref = sample_conv();
+    k3_conv  *c = sample_conv(), *ref = sample_conv();
     k3_status st = k3_conv_save(c, bad);
     T_CHECK(st == K3_ERR_IO && strstr(k3_errmsg(), "plainfile/sub") && strstr(k3_errmsg(), "errno"),
             "save to an unwritable path: clear error with path and errno (%s)", k3_errmsg());
@@ -277,14 +306,16 @@ static void test_failures(void) {
     T_CHECK(k3_conv_autosave_enable(c, bad) == K3_OK, "autosave enabled");
     st = k3_conv_autosave(c);
     T_CHECK(st == K3_ERR_IO && k3_conv_autosave_error(c) && strstr(k3_conv_autosave_error(c), "plainfile"),
-            "autosave failure is a clear error (%s)", k3_conv_autosave_error(c) ? k3_conv_autosave_error(c) : "none");
+            "autosave failure is a clear error (%s)",
+            k3_conv_autosave_error(c) ? k3_conv_autosave_error(c) : "none");
     T_CHECK(conv_eq(c, ref), "conversation still in memory after the failed autosave");
     snprintf(bad, sizeof bad, "%s/autosave-ok", tmpdir);
     k3_conv_autosave_enable(c, bad);
     st = k3_conv_autosave(c);
     T_CHECK(st == K3_OK && !k3_conv_autosave_error(c) && k3_conv_autosave_path(c), "autosave retry succeeds");
     k3_conv *d = k3_conv_new();
-    T_CHECK(k3_conv_load(d, k3_conv_autosave_path(c), NULL) == K3_OK && conv_eq(c, d), "autosaved file holds the conversation");
+    T_CHECK(k3_conv_load(d, k3_conv_autosave_path(c), NULL) == K3_OK && conv_eq(c, d),
+            "autosaved file holds the conversation");
     k3_conv_free(d);
 
     /* a temporary file left by a killed writer is removed when autosave starts (if old) */
@@ -303,9 +334,10 @@ static void test_failures(void) {
     path_in(md, sizeof md, "conv.md");
     T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown");
     char *text = t_read_file(md, NULL);
-    T_CHECK(text && strstr(text, "<details>\n<summary>Reasoning</summary>\n\nLet me think… 思考\n\n</details>") &&
-                strstr(text, "## User") && strstr(text, "Answer with\nnewlines") && strstr(text, "(interrupted)"),
-            "Markdown has the turns, reasoning in <details>, the interrupted mark");
+    T_CHECK(
+        text && strstr(text, "<details>\n<summary>Reasoning</summary>\n\nLet me think… 思考\n\n</details>") &&
+            strstr(text, "## User") && strstr(text, "Answer with\nnewlines") && strstr(text, "(interrupted)"),
+        "Markdown has the turns, reasoning in <details>, the interrupted mark");
     free(text);
     k3_conv_free(c);
     k3_conv_free(ref);
@@ -367,7 +399,8 @@ static void test_full_disk(void) {
             "autosave append on a full disk fails and is cut back to the last complete turn (%lld bytes)",
             (long long)sb2.st_size);
     T_CHECK(k3_conv_count(small) == 2, "the conversation stays in memory");
-    T_CHECK(k3_conv_autosave(small) == K3_OK && !k3_conv_autosave_error(small), "the next autosave catches up");
+    T_CHECK(k3_conv_autosave(small) == K3_OK && !k3_conv_autosave_error(small),
+            "the next autosave catches up");
     l = k3_conv_new();
     T_CHECK(k3_conv_load(l, k3_conv_autosave_path(small), NULL) == K3_OK && conv_eq(l, small),
             "the autosave file then holds the whole conversation");
@@ -433,19 +466,19 @@ static int crash_run(int round, char *big, size_t nbig) {
         crash_op(s0, i, big, nbig);
     for (int i = 0; i <= done + 1; i++)
         crash_op(s1, i, big, nbig);
-    int   files = 0;
-    DIR  *d = opendir(dir);
-    char  p[1200];
+    int  files = 0;
+    DIR *d     = opendir(dir);
+    char p[1200];
     while (t_next_file(d, dir, ".jsonl", p, sizeof p)) {
         files++;
-        k3_conv *l = k3_conv_new();
+        k3_conv     *l = k3_conv_new();
         k3_load_info info;
         if (k3_conv_load(l, p, &info) != K3_OK) {
             printf("  round %d: %s does not load: %s\n", round, p, k3_errmsg());
             ok = 0;
         } else if (!conv_eq(l, s0) && !conv_eq(l, s1) && !(prefix_of(s0, l) && prefix_of(l, s1))) {
-            printf("  round %d: %s holds %d messages, not (a prefix of) the state after op %d or %d\n", round, p,
-                   k3_conv_count(l), done, done + 1);
+            printf("  round %d: %s holds %d messages, not (a prefix of) the state after op %d or %d\n", round,
+                   p, k3_conv_count(l), done, done + 1);
             ok = 0;
         }
         k3_conv_free(l);
@@ -462,8 +495,8 @@ static int crash_run(int round, char *big, size_t nbig) {
 }
 
 static void test_crash(void) {
-    size_t nbig = 300000;
-    char  *big = malloc(nbig);
+    size_t nbig   = 300000;
+    char  *big    = malloc(nbig);
     int    rounds = 24, good = 0, turns = 0;
     srand((unsigned)time(NULL) ^ (unsigned)getpid());
     for (int r = 0; r < rounds; r++) {
@@ -474,8 +507,10 @@ static void test_crash(void) {
         }
     }
     free(big);
-    T_CHECK(good == rounds, "kill -9 at random points (%d rounds, %d completed turns in all): every autosave "
-                            "file parses and holds every completed turn (%d/%d rounds ok)", rounds, turns, good, rounds);
+    T_CHECK(good == rounds,
+            "kill -9 at random points (%d rounds, %d completed turns in all): every autosave "
+            "file parses and holds every completed turn (%d/%d rounds ok)",
+            rounds, turns, good, rounds);
 }
 
 /* Issue 26 item 1: one rule for invalid UTF-8. Text from outside gets U+FFFD and a report
@@ -483,12 +518,14 @@ static void test_crash(void) {
  * rather than failing later as an unwritable transcript ("out of memory"); a transcript with
  * a stray byte loads with U+FFFD, saying where. */
 static void test_utf8(void) {
-    char  *out = NULL;
+    char  *out   = NULL;
     size_t first = 99;
-    T_CHECK(k3_utf8_repair("caf\xc3\xa9 ok", 8, &out, &first) == 0 && first == 99 && !strcmp(out, "caf\xc3\xa9 ok"),
+    T_CHECK(k3_utf8_repair("caf\xc3\xa9 ok", 8, &out, &first) == 0 && first == 99 &&
+                !strcmp(out, "caf\xc3\xa9 ok"),
             "valid UTF-8: nothing replaced, copied as is");
     free(out);
-    T_CHECK(k3_utf8_repair("caf\xe9.", 5, &out, &first) == 1 && first == 3 && !strcmp(out, "caf\xef\xbf\xbd."),
+    T_CHECK(k3_utf8_repair("caf\xe9.", 5, &out, &first) == 1 && first == 3 &&
+                !strcmp(out, "caf\xef\xbf\xbd."),
             "a Latin-1 byte becomes U+FFFD, its offset reported (%zu: %s)", first, out);
     free(out);
     T_CHECK(k3_utf8_repair("\xc0\xaf-\xe2\x82", 5, NULL, &first) == 3 && first == 0,
@@ -496,24 +533,27 @@ static void test_utf8(void) {
 
     k3_conv *c = k3_conv_new();
     K3_ASSERT(c);
-    T_CHECK(k3_conv_add(c, K3_ROLE_USER, "caf\xe9", NULL) == K3_ERR_ARG && strstr(k3_errmsg(), "not valid UTF-8") &&
-                strstr(k3_errmsg(), "byte 4") && !strstr(k3_errmsg(), "memory") && k3_conv_count(c) == 0,
+    T_CHECK(k3_conv_add(c, K3_ROLE_USER, "caf\xe9", NULL) == K3_ERR_ARG &&
+                strstr(k3_errmsg(), "not valid UTF-8") && strstr(k3_errmsg(), "byte 4") &&
+                !strstr(k3_errmsg(), "memory") && k3_conv_count(c) == 0,
             "k3_conv_add refuses invalid UTF-8 naming the byte, not as memory (%s)", k3_errmsg());
     T_CHECK(k3_conv_set_system(c, "\xff") == K3_ERR_ARG && !k3_conv_system(c), "so does k3_conv_set_system");
 
     static const char text[] = HDR "{\"role\":\"user\",\"content\":\"ok\"}\n"
                                    "{\"role\":\"user\",\"content\":\"bad \xff\xfe\"}\n"
                                    "{\"role\":\"assistant\",\"content\":\"\xc0\xaf\"}\n";
-    char p[600], q[600];
+    char              p[600], q[600];
     path_in(p, sizeof p, "latin1.jsonl");
     path_in(q, sizeof q, "latin1-saved.jsonl");
     write_file(p, text, sizeof text - 1);
     k3_load_info info;
     k3_status    st = k3_conv_load(c, p, &info);
-    T_CHECK(st == K3_OK && k3_conv_count(c) == 3 && !strcmp(k3_conv_msg(c, 1)->content, "bad \xef\xbf\xbd\xef\xbf\xbd"),
+    T_CHECK(st == K3_OK && k3_conv_count(c) == 3 &&
+                !strcmp(k3_conv_msg(c, 1)->content, "bad \xef\xbf\xbd\xef\xbf\xbd"),
             "a transcript with invalid UTF-8 loads, with U+FFFD (%s)", st ? k3_errmsg() : "ok");
     T_CHECK(info.utf8_fixed == 4 && info.utf8_line == 3 && info.utf8_byte == 31,
-            "and says how many and where (%d, line %d byte %d)", info.utf8_fixed, info.utf8_line, info.utf8_byte);
+            "and says how many and where (%d, line %d byte %d)", info.utf8_fixed, info.utf8_line,
+            info.utf8_byte);
     T_CHECK(k3_conv_save(c, q) == K3_OK, "the repaired conversation saves (%s)", k3_errmsg());
     k3_conv_free(c);
 }
@@ -541,7 +581,7 @@ static void test_export_escape(void) {
 
 /* Tool turns: saved in the OpenAI shape, loaded back field for field, exported readably. */
 static void test_tools(void) {
-    k3_conv *a = k3_conv_new(), *b = k3_conv_new();
+    k3_conv         *a = k3_conv_new(), *b = k3_conv_new();
     k3_conv_settings set;
     k3_conv_get_settings(a, &set);
     strcpy(set.tool_choice, "required");
@@ -549,37 +589,50 @@ static void test_tools(void) {
     strcpy(set.tool_choice, "named");
     T_CHECK(k3_conv_set_settings(a, &set) == K3_ERR_ARG && strstr(k3_errmsg(), "tool_choice"),
             "tool_choice 'named' is rejected (%s)", k3_errmsg());
-    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]";
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{"
+                        "\"type\":\"object\"}}}]";
     T_CHECK(k3_conv_set_tools(a, tools) == K3_OK && k3_conv_tools(a) && !strcmp(k3_conv_tools(a), tools),
             "tools set");
     k3_conv_add(a, K3_ROLE_USER, "Weather in Paris and Rome?", NULL);
     k3_tool_call calls[] = {{.id = "call_a", .name = "get_weather", .arguments = "{\"city\": \"Paris\"}"},
                             {.id = "call_b", .name = "get_weather", .arguments = "{\"city\": \"Rome\"}"}};
-    k3_msg am = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t)"", .reasoning = (char *)(uintptr_t)"two",
-                 .tool_calls = calls, .n_tool_calls = 2};
-    k3_msg t1 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"25 C", .tool_call_id = (char *)(uintptr_t)"call_b"};
-    k3_msg t2 = {.role = K3_ROLE_TOOL, .content = (char *)(uintptr_t)"18 C", .tool_call_id = (char *)(uintptr_t)"call_a",
-                 .tool_name = (char *)(uintptr_t)"get_weather"};
-    T_CHECK(!k3_conv_add_msg(a, &am) && !k3_conv_add_msg(a, &t1) && !k3_conv_add_msg(a, &t2) && k3_conv_count(a) == 4,
+    k3_msg       am      = {.role         = K3_ROLE_ASSISTANT,
+                            .content      = (char *)(uintptr_t) "",
+                            .reasoning    = (char *)(uintptr_t) "two",
+                            .tool_calls   = calls,
+                            .n_tool_calls = 2};
+    k3_msg       t1      = {.role         = K3_ROLE_TOOL,
+                            .content      = (char *)(uintptr_t) "25 C",
+                            .tool_call_id = (char *)(uintptr_t) "call_b"};
+    k3_msg       t2      = {.role         = K3_ROLE_TOOL,
+                            .content      = (char *)(uintptr_t) "18 C",
+                            .tool_call_id = (char *)(uintptr_t) "call_a",
+                            .tool_name    = (char *)(uintptr_t) "get_weather"};
+    T_CHECK(!k3_conv_add_msg(a, &am) && !k3_conv_add_msg(a, &t1) && !k3_conv_add_msg(a, &t2) &&
+                k3_conv_count(a) == 4,
             "assistant with calls and two tool results added");
-    char   late[] = "[{\"type\":\"function\",\"function\":{\"name\":\"late\"}}]";
-    k3_msg dyn    = {.role = K3_ROLE_SYSTEM, .content = (char *)(uintptr_t)"", .tools = late};
+    char   late[]  = "[{\"type\":\"function\",\"function\":{\"name\":\"late\"}}]";
+    k3_msg dyn     = {.role = K3_ROLE_SYSTEM, .content = (char *)(uintptr_t) "", .tools = late};
     k3_msg dyn_bad = dyn;
-    dyn_bad.role = K3_ROLE_USER;
+    dyn_bad.role   = K3_ROLE_USER;
     T_CHECK(!k3_conv_add_msg(a, &dyn) && k3_conv_add_msg(a, &dyn_bad) == K3_ERR_ARG && k3_conv_count(a) == 5,
             "a system message declaring tools in place is added; a user message cannot");
-    k3_msg bad = {.role = K3_ROLE_USER, .content = (char *)(uintptr_t)"x", .tool_calls = calls, .n_tool_calls = 1};
-    T_CHECK(k3_conv_add_msg(a, &bad) == K3_ERR_ARG && k3_conv_count(a) == 5, "tool calls on a user message are refused");
+    k3_msg bad = {
+        .role = K3_ROLE_USER, .content = (char *)(uintptr_t) "x", .tool_calls = calls, .n_tool_calls = 1};
+    T_CHECK(k3_conv_add_msg(a, &bad) == K3_ERR_ARG && k3_conv_count(a) == 5,
+            "tool calls on a user message are refused");
     char p[600], md[600];
     path_in(p, sizeof p, "tools.jsonl");
     path_in(md, sizeof md, "tools.md");
     T_CHECK(k3_conv_save(a, p) == K3_OK, "save with tools (%s)", k3_errmsg());
     char *txt = t_read_file(p, NULL);
-    T_CHECK(txt && strstr(txt, "\"tool_calls\":[{\"id\":\"call_a\",\"type\":\"function\",\"function\":{\"name\":"
-                               "\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}") &&
+    T_CHECK(txt &&
+                strstr(txt, "\"tool_calls\":[{\"id\":\"call_a\",\"type\":\"function\",\"function\":{\"name\":"
+                            "\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}") &&
                 strstr(txt, "{\"role\":\"tool\",\"content\":\"25 C\",\"tool_call_id\":\"call_b\"}") &&
                 strstr(txt, "\"tool_choice\":\"required\"") && strstr(txt, "\"tools\":[{"),
-            "saved in the OpenAI shape: tool_calls with arguments as a string, role tool, tool_call_id, header tools");
+            "saved in the OpenAI shape: tool_calls with arguments as a string, role tool, tool_call_id, "
+            "header tools");
     free(txt);
     T_CHECK(k3_conv_load(b, p, NULL) == K3_OK && k3_conv_count(b) == 5, "load it back (%s)", k3_errmsg());
     T_CHECK(k3_conv_msg(b, 4)->tools && strstr(k3_conv_msg(b, 4)->tools, "\"late\""),
@@ -587,18 +640,21 @@ static void test_tools(void) {
     const k3_msg *m1 = k3_conv_msg(b, 1), *m2 = k3_conv_msg(b, 2), *m3 = k3_conv_msg(b, 3);
     k3_conv_get_settings(b, &set);
     T_CHECK(m1 && m1->n_tool_calls == 2 && !strcmp(m1->tool_calls[1].id, "call_b") &&
-                !strcmp(m1->tool_calls[1].arguments, "{\"city\": \"Rome\"}") && m2 && m2->role == K3_ROLE_TOOL &&
-                !strcmp(m2->tool_call_id, "call_b") && !m2->tool_name && m3 && !strcmp(m3->tool_name, "get_weather") &&
-                !strcmp(set.tool_choice, "required") && k3_conv_tools(b) && strstr(k3_conv_tools(b), "get_weather"),
+                !strcmp(m1->tool_calls[1].arguments, "{\"city\": \"Rome\"}") && m2 &&
+                m2->role == K3_ROLE_TOOL && !strcmp(m2->tool_call_id, "call_b") && !m2->tool_name && m3 &&
+                !strcmp(m3->tool_name, "get_weather") && !strcmp(set.tool_choice, "required") &&
+                k3_conv_tools(b) && strstr(k3_conv_tools(b), "get_weather"),
             "loaded: calls, ids, arguments, tool results, tool_choice and tools as saved");
     T_CHECK(k3_conv_export_md(b, md) == K3_OK, "export with tools");
     txt = t_read_file(md, NULL);
-    T_CHECK(txt && strstr(txt, "**Tool call** `get_weather` (call_a):\n\n```json\n{\"city\": \"Paris\"}\n```") &&
+    T_CHECK(txt &&
+                strstr(txt, "**Tool call** `get_weather` (call_a):\n\n```json\n{\"city\": \"Paris\"}\n```") &&
                 strstr(txt, "## Tool result: `get_weather` (call call_a)\n\n18 C\n"),
             "Markdown export shows each call with its arguments and each result");
     T_CHECK(txt && strstr(txt, "**Tools declared here:**"), "... and the in-place declarations");
     free(txt);
-    T_CHECK(k3_conv_pop_reply(b) == 0, "/retry after tool results: nothing to pop (the history ends with a result)");
+    T_CHECK(k3_conv_pop_reply(b) == 0,
+            "/retry after tool results: nothing to pop (the history ends with a result)");
     k3_conv_free(a);
     k3_conv_free(b);
 }

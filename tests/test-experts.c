@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define NPOS  72
+#define NPOS 72
 #define NPREF 56
 
 static char    tmp[512], build[512];
@@ -34,20 +34,22 @@ static long    last_split = -1;
 
 static void log_cb(int level, const char *msg, void *ud) {
     (void)ud;
-    if (level == K3_LOG_LEVEL_WARN && strstr(msg, "O_DIRECT")) n_warn_direct++;
+    if (level == K3_LOG_LEVEL_WARN && strstr(msg, "O_DIRECT"))
+        n_warn_direct++;
     const char *p = strstr(msg, " contiguous (one read each), ");
     if (p) {
         n_split_msgs++;
         last_split = strtol(p + strlen(" contiguous (one read each), "), NULL, 10);
     }
-    if (level <= K3_LOG_LEVEL_WARN) printf("# log: %s\n", msg);
+    if (level <= K3_LOG_LEVEL_WARN)
+        printf("# log: %s\n", msg);
 }
 
 typedef struct opts {
-    double gb;          /* budget at open (< 0 default)                          */
+    double gb; /* budget at open (< 0 default)                          */
     int    pipe, direct, threads;
     double topp;
-    int    live;        /* change the budget after the prefill and mid-decode    */
+    int    live; /* change the budget after the prefill and mid-decode    */
     double live_gb[2];
 } opts;
 
@@ -57,28 +59,34 @@ static opts defaults(double gb) {
 
 static k3_model *open_opts(const char *dir, const opts *o, const char *logits) {
     k3_params p;
-    if (k3_params_default(&p)) return NULL;
+    if (k3_params_default(&p))
+        return NULL;
     p.bits = p.mla_bits = p.head_bits = 32;
-    p.threads      = 1;
-    p.chunk        = 16;
-    p.expert_gb    = o->gb;
-    p.pipe         = o->pipe;
-    p.direct       = o->direct;
-    p.load_threads = o->threads;
-    p.topp         = o->topp;
-    p.logits_path  = logits;
-    k3_model *m    = NULL;
-    if (k3_model_open(dir, &p, &m)) printf("# open %s: %s\n", dir, k3_errmsg());
+    p.threads                         = 1;
+    p.chunk                           = 16;
+    p.expert_gb                       = o->gb;
+    p.pipe                            = o->pipe;
+    p.direct                          = o->direct;
+    p.load_threads                    = o->threads;
+    p.topp                            = o->topp;
+    p.logits_path                     = logits;
+    k3_model *m                       = NULL;
+    if (k3_model_open(dir, &p, &m))
+        printf("# open %s: %s\n", dir, k3_errmsg());
     return m;
 }
 
 /* Feed the prefill and the decode steps; stats of the whole run into *out. */
 static int feed_all(k3_model *m, k3_session *s, const opts *o, k3_stats *out) {
-    if (k3_session_feed(s, ids, NPREF)) return -1;
-    if (o->live && k3_model_set_expert_budget(m, o->live_gb[0])) return -1;
+    if (k3_session_feed(s, ids, NPREF))
+        return -1;
+    if (o->live && k3_model_set_expert_budget(m, o->live_gb[0]))
+        return -1;
     for (int i = NPREF; i < NPOS; i++) {
-        if (o->live && i == NPREF + 8 && k3_model_set_expert_budget(m, o->live_gb[1])) return -1;
-        if (k3_session_feed(s, ids + i, 1)) return -1;
+        if (o->live && i == NPREF + 8 && k3_model_set_expert_budget(m, o->live_gb[1]))
+            return -1;
+        if (k3_session_feed(s, ids + i, 1))
+            return -1;
     }
     k3_session_stats(s, out);
     return 0;
@@ -86,11 +94,13 @@ static int feed_all(k3_model *m, k3_session *s, const opts *o, k3_stats *out) {
 
 /* One full run into logits file `lf`. 0 on success. */
 static int run(const char *dir, const opts *o, const char *lf, k3_stats *st) {
-    k3_model   *m = open_opts(dir, o, lf);
-    k3_session *s = NULL;
+    k3_model   *m  = open_opts(dir, o, lf);
+    k3_session *s  = NULL;
     int         rc = -1;
-    if (m && !k3_session_new(m, &s)) rc = feed_all(m, s, o, st);
-    if (rc) printf("# run %s: %s\n", dir, k3_errmsg());
+    if (m && !k3_session_new(m, &s))
+        rc = feed_all(m, s, o, st);
+    if (rc)
+        printf("# run %s: %s\n", dir, k3_errmsg());
     k3_session_free(s);
     k3_model_free(m);
     return rc;
@@ -98,9 +108,9 @@ static int run(const char *dir, const opts *o, const char *lf, k3_stats *st) {
 
 /* 1 when the two logits files hold the same bytes (and NPOS positions). */
 static int same_file(const char *a, const char *b, int vocab) {
-    size_t         na = 0, nb = 0;
-    char          *x = t_read_file(a, &na), *y = t_read_file(b, &nb);
-    int ok = x && y && na == nb && na == (size_t)NPOS * vocab * 4 && !memcmp(x, y, na);
+    size_t na = 0, nb = 0;
+    char  *x = t_read_file(a, &na), *y = t_read_file(b, &nb);
+    int    ok = x && y && na == nb && na == (size_t)NPOS * vocab * 4 && !memcmp(x, y, na);
     free(x);
     free(y);
     return ok;
@@ -118,7 +128,8 @@ typedef struct toggler {
 static void *toggle_budget(void *arg) {
     toggler *tg = arg;
     while (!atomic_load(&tg->stop)) {
-        if (k3_model_set_expert_budget(tg->m, tg->gb[tg->n % 3])) tg->failed = 1;
+        if (k3_model_set_expert_budget(tg->m, tg->gb[tg->n % 3]))
+            tg->failed = 1;
         tg->n++;
         usleep(2000);
     }
@@ -126,8 +137,8 @@ static void *toggle_budget(void *arg) {
 }
 
 static int run_toggled(const char *dir, const opts *o, const char *lf, double all_gb, int *n_changes) {
-    k3_model   *m = open_opts(dir, o, lf);
-    k3_session *s = NULL;
+    k3_model   *m  = open_opts(dir, o, lf);
+    k3_session *s  = NULL;
     int         rc = -1;
     toggler     tg = {.m = m, .gb = {0, all_gb / 2, -1}};
     atomic_init(&tg.stop, 0);
@@ -150,7 +161,8 @@ static int run_toggled(const char *dir, const opts *o, const char *lf, double al
 
 static int part_key(const char *name, const char **tail, long *e) {
     const char *p = strstr(name, ".experts.");
-    if (!p) return 0;
+    if (!p)
+        return 0;
     char *end;
     *e    = strtol(p + 9, &end, 10);
     *tail = end;
@@ -162,26 +174,31 @@ static int cmp_split(const void *a, const void *b) {
     const char      *tx, *ty;
     long             ex, ey;
     int              kx = part_key(x->name, &tx, &ex), ky = part_key(y->name, &ty, &ey);
-    if (kx != ky) return kx - ky;
-    if (!kx) return strcmp(x->name, y->name);
+    if (kx != ky)
+        return kx - ky;
+    if (!kx)
+        return strcmp(x->name, y->name);
     int c = strcmp(tx, ty);
     return c ? c : (ex > ey) - (ex < ey);
 }
 
 static int relayout_split(const char *dir) {
     st_dir *d = NULL;
-    if (st_open(dir, &d)) return -1;
+    if (st_open(dir, &d))
+        return -1;
     int               rc = 0, nt = st_n_tensors(d);
     const st_tensor **ts = calloc((size_t)nt, sizeof *ts);
     for (int shd = 0; shd < st_n_shards(d) && !rc; shd++) {
-        if (!st_shard_opened(d, shd)) continue;
+        if (!st_shard_opened(d, shd))
+            continue;
         int n = 0, has = 0;
         for (int i = 0; i < nt; i++)
             if (st_tensor_at(d, i)->shard == shd) {
                 ts[n++] = st_tensor_at(d, i);
                 has |= strstr(ts[n - 1]->name, ".experts.") != NULL;
             }
-        if (!has) continue;
+        if (!has)
+            continue;
         qsort(ts, (size_t)n, sizeof *ts, cmp_split);
         char path[1200], name[400];
         snprintf(path, sizeof path, "%s.split", st_shard_path(d, shd));
@@ -194,7 +211,7 @@ static int relayout_split(const char *dir) {
         rc = rc || stw_begin(w) != K3_OK;
         for (int i = 0; i < n && !rc; i++) {
             void *buf = malloc(ts[i]->nbytes ? ts[i]->nbytes : 1);
-            rc = !buf || st_read(d, ts[i], buf) || stw_write(w, buf, ts[i]->nbytes);
+            rc        = !buf || st_read(d, ts[i], buf) || stw_write(w, buf, ts[i]->nbytes);
             free(buf);
         }
         rc = rc || stw_end(w) != K3_OK;
@@ -209,20 +226,23 @@ static int relayout_split(const char *dir) {
 /* Shard file of layer l's experts and the lowest offset of any of them. */
 static int expert_shard(const char *dir, int l, char *path, size_t n, long long *lo) {
     st_dir *d = NULL;
-    if (st_open(dir, &d)) return -1;
+    if (st_open(dir, &d))
+        return -1;
     char nm[200];
     int  rc = -1;
     *lo     = -1;
     for (int e = 0;; e++) {
         snprintf(nm, sizeof nm, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight_packed", l, e);
         const st_tensor *t = st_find(d, nm);
-        if (!t) break;
+        if (!t)
+            break;
         for (int p = 0; p < 6; p++) {
-            static const char *suf[6] = {"w1.weight_packed", "w1.weight_scale", "w3.weight_packed",
-                                         "w3.weight_scale", "w2.weight_packed", "w2.weight_scale"};
+            static const char *suf[6] = {"w1.weight_packed", "w1.weight_scale",  "w3.weight_packed",
+                                         "w3.weight_scale",  "w2.weight_packed", "w2.weight_scale"};
             snprintf(nm, sizeof nm, "model.layers.%d.block_sparse_moe.experts.%d.%s", l, e, suf[p]);
             const st_tensor *u = st_find(d, nm);
-            if (u && (*lo < 0 || (long long)u->offset < *lo)) *lo = (long long)u->offset;
+            if (u && (*lo < 0 || (long long)u->offset < *lo))
+                *lo = (long long)u->offset;
         }
         snprintf(path, n, "%s", st_shard_path(d, t->shard));
         rc = 0;
@@ -257,7 +277,7 @@ int main(void) {
     snprintf(ref, sizeof ref, "%s/ref.f32", tmp);
     opts      o  = defaults(-1);
     k3_stats  sr = {0}, s1 = {0}, s2 = {0};
-    k3_model *m  = open_opts(dir, &o, NULL);
+    k3_model *m = open_opts(dir, &o, NULL);
     if (!m) {
         T_CHECK(0, "open the tiny model: %s", k3_errmsg());
         return t_done();
@@ -269,8 +289,8 @@ int main(void) {
     const int      V      = info.vocab;
     k3_model_free(m);
     T_CHECK(all_gb > 0 && xbytes == 3 * (96 * 64 / 2 + 96 * 64 / 32),
-            "default budget holds all %d x %d experts (%.6f GB, %llu bytes each)", info.n_moe,
-            info.n_experts, all_gb, (unsigned long long)xbytes);
+            "default budget holds all %d x %d experts (%.6f GB, %llu bytes each)", info.n_moe, info.n_experts,
+            all_gb, (unsigned long long)xbytes);
     T_CHECK(run(dir, &o, ref, &sr) == 0, "reference run, every expert resident");
     T_CHECK(sr.expert_misses == 0 && sr.expert_hits > 0 && sr.expert_bytes_read == 0,
             "all resident: %llu hits, no misses, no reads", (unsigned long long)sr.expert_hits);
@@ -325,15 +345,16 @@ int main(void) {
 
     /* the budget changed from another thread while the session feeds */
     snprintf(lf, sizeof lf, "%s/toggle.f32", tmp);
-    o = defaults(0);
+    o             = defaults(0);
     int n_changes = 0;
     T_CHECK(run_toggled(dir, &o, lf, all_gb, &n_changes) == 0 && same_file(lf, ref, V) && n_changes > 0,
             "budget switched among one slot / half / all from another thread %d times during the "
-            "feeds: bit-identical", n_changes);
+            "feeds: bit-identical",
+            n_changes);
 
     /* a repeated sequence hits more the second time (11 of 12 slots, cold at open) */
-    o = defaults(all_gb * 11 / 12);
-    m = open_opts(dir, &o, NULL);
+    o             = defaults(all_gb * 11 / 12);
+    m             = open_opts(dir, &o, NULL);
     k3_session *s = NULL;
     if (m && !k3_session_new(m, &s) && !feed_all(m, s, &o, &s1)) {
         k3_session_reset(s);
@@ -386,7 +407,7 @@ int main(void) {
     T_CHECK(last_split == 0, "the generated layout is contiguous (one read per expert)");
 
     /* K3_DIRS: two layers' shards in a second directory */
-    char d1[700], d2[700], shard[1200], shard2[1200];
+    char      d1[700], d2[700], shard[1200], shard2[1200];
     long long lo;
     snprintf(d1, sizeof d1, "%s/d1", tmp);
     snprintf(d2, sizeof d2, "%s/d2", tmp);
@@ -423,12 +444,14 @@ int main(void) {
             T_CHECK(0, "open and prefill 32: %s", k3_errmsg());
         } else {
             const char *base = strrchr(shard, '/') + 1;
-            T_CHECK(truncate(shard, lo) == 0, "truncate %s to %lld bytes while the session is open", base, lo);
+            T_CHECK(truncate(shard, lo) == 0, "truncate %s to %lld bytes while the session is open", base,
+                    lo);
             k3_status st = k3_session_feed(s, ids + 32, NPREF - 32);
             T_CHECK(st == K3_ERR_IO && strstr(k3_errmsg(), base) && strstr(k3_errmsg(), "offset") &&
                         k3_session_pos(s) == 32,
                     "truncated shard: feed fails with K3_ERR_IO naming the file and offset, nothing "
-                    "committed (pos %d): %s", k3_session_pos(s), k3_errmsg());
+                    "committed (pos %d): %s",
+                    k3_session_pos(s), k3_errmsg());
             t_sh("rm -f '%s'", shard);
             st = k3_session_feed(s, ids + 32, NPREF - 32);
             T_CHECK(st == K3_ERR_IO && strstr(k3_errmsg(), base) && k3_session_pos(s) == 32,

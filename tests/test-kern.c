@@ -28,13 +28,15 @@ static void run_mv(const qmat *m, const float *x, float *y, int isa, int idot) {
     qmat_matvec(m, x, y);
 }
 
-static int bits_equal(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
+static int bits_equal(const float *a, const float *b, size_t n) {
+    return !memcmp(a, b, n * sizeof(float));
+}
 
 /* Every check of one matrix. */
 static void check_mat(const qmat *m, int have_avx2) {
     /* 11 columns: two KERN_NC blocks + 3 single (AVX2), one KERN_NC512 block + one of 3 (AVX-512) */
     const int rows = m->rows, cols = m->cols, N = 11;
-    float    *x    = malloc((size_t)N * cols * sizeof(float));
+    float    *x  = malloc((size_t)N * cols * sizeof(float));
     float    *y0 = malloc((size_t)rows * sizeof(float)), *y1 = malloc((size_t)rows * sizeof(float));
     float    *ym = malloc((size_t)N * rows * sizeof(float)), *yv = malloc((size_t)N * rows * sizeof(float));
     float    *wr = malloc((size_t)cols * sizeof(float));
@@ -60,7 +62,8 @@ static void check_mat(const qmat *m, int have_avx2) {
             if (err / bound > worst)
                 worst = err / bound;
         }
-        T_CHECK(ok, "%s: exact-float AVX2 within 2(n+4)eps sum|wx| of scalar (worst %.3f of bound)", what, worst);
+        T_CHECK(ok, "%s: exact-float AVX2 within 2(n+4)eps sum|wx| of scalar (worst %.3f of bound)", what,
+                worst);
     }
     /* IDOT: AVX2 bit-identical to scalar; both within the activation quantization bound */
     if (m->type != Q_F32) {
@@ -68,7 +71,8 @@ static void check_mat(const qmat *m, int have_avx2) {
         run_mv(m, x, yi, KERN_SCALAR, 1);
         for (int isa = KERN_AVX2; isa <= max_isa; isa++) {
             run_mv(m, x, y1, isa, 1);
-            T_CHECK(bits_equal(yi, y1, (size_t)rows), "%s: IDOT %s bit-identical to scalar", what, iname[isa]);
+            T_CHECK(bits_equal(yi, y1, (size_t)rows), "%s: IDOT %s bit-identical to scalar", what,
+                    iname[isa]);
         }
         int      ok  = 1;
         void    *buf = k3_aligned_alloc(32, kern_act_bytes(cols));
@@ -81,7 +85,8 @@ static void check_mat(const qmat *m, int have_avx2) {
                 b += fabs((double)wr[c]) * (double)a.d[c / 32] * 0.5;
                 mag += fabs((double)wr[c] * (double)x[c]);
             }
-            ok &= fabs((double)yi[r] - (double)y0[r]) <= b * 1.001 + 4.0 * (cols + 4) * (double)FLT_EPSILON * mag;
+            ok &= fabs((double)yi[r] - (double)y0[r]) <=
+                  b * 1.001 + 4.0 * (cols + 4) * (double)FLT_EPSILON * mag;
         }
         T_CHECK(ok, "%s: IDOT within sum|w| d/2 of exact-float", what);
         free(buf);
@@ -108,8 +113,10 @@ static void check_mat(const qmat *m, int have_avx2) {
                     ok &= bits_equal(y1, ym, (size_t)rows);
             }
             kern_set_rows_dynamic(0);
-            T_CHECK(ok, "%s: %s%s matmul(n=11) == matvec per column, same at 1 and 2 threads (fixed and dynamic rows)", what,
-                    iname[isa], idot ? " idot" : "");
+            T_CHECK(ok,
+                    "%s: %s%s matmul(n=11) == matvec per column, same at 1 and 2 threads (fixed and dynamic "
+                    "rows)",
+                    what, iname[isa], idot ? " idot" : "");
         }
     omp_set_num_threads(2);
     free(x), free(y0), free(y1), free(ym), free(yv), free(wr);
@@ -123,21 +130,21 @@ static void check_mxfp4_known(int have_avx2) {
         uint8_t w[32], e[2] = {ex[k][0], ex[k][1]};
         for (int i = 0; i < 32; i++)
             w[i] = (uint8_t)((i * 5 + 3) & 15) | (uint8_t)(((i * 3 + 9) & 15) << 4);
-        w[0] = 0x9A; /* col 0: nibble A = -1.0; col 1: nibble 9 = -0.5 */
-        w[1] = 0x87; /* col 2: 7 = +6.0; col 3: 8 = -0 */
+        w[0] = 0x9A;     /* col 0: nibble A = -1.0; col 1: nibble 9 = -0.5 */
+        w[1] = 0x87;     /* col 2: 7 = +6.0; col 3: 8 = -0 */
         if (e[1] == 254) /* keep |value| <= 1.5 * 2^127 (finite) */
             for (int i = 16; i < 32; i++)
                 w[i] &= 0xBB;
-        w[16] = e[1] == 254 ? 0x31 : 0x71; /* col 32: 1 = 0.5 (x 2^(e1-127)); col 33: 3 = 1.5 or 7 = 6 */
-        qmat   m = {.type = Q_MXFP4, .rows = 1, .cols = 64, .w = w, .e = e};
-        float  d[64];
+        w[16]   = e[1] == 254 ? 0x31 : 0x71; /* col 32: 1 = 0.5 (x 2^(e1-127)); col 33: 3 = 1.5 or 7 = 6 */
+        qmat  m = {.type = Q_MXFP4, .rows = 1, .cols = 64, .w = w, .e = e};
+        float d[64];
         qmat_dequant_row(&m, 0, d);
         float s0 = ldexpf(1.0f, e[0] - 127), s1 = ldexpf(1.0f, e[1] - 127);
         T_CHECK(d[0] == -1.0f * s0 && d[1] == -0.5f * s0 && d[2] == 6.0f * s0 && d[3] == 0.0f &&
                     signbit(d[3]),
                 "mxfp4 e=%d: -1, -0.5, 6, -0 decode", e[0]);
-        T_CHECK(d[32] == 0.5f * s1 && d[33] == (e[1] == 254 ? 1.5f : 6.0f) * s1, "mxfp4 e=%d: 0.5 and 6 (1.5) decode to %g %g", e[1],
-                (double)d[32], (double)d[33]);
+        T_CHECK(d[32] == 0.5f * s1 && d[33] == (e[1] == 254 ? 1.5f : 6.0f) * s1,
+                "mxfp4 e=%d: 0.5 and 6 (1.5) decode to %g %g", e[1], (double)d[32], (double)d[33]);
         int ok = 1;
         for (int c = 0; c < 64; c++) {
             int   nib = c & 1 ? w[c / 2] >> 4 : w[c / 2] & 15;
@@ -155,7 +162,8 @@ static void check_mxfp4_known(int have_avx2) {
                 run_mv(&m, x, &y, isa, 0);
                 okx &= y == d[c];
                 run_mv(&m, x, &y, isa, 1);
-                okx &= fabsf(y - d[c]) <= fabsf(d[c]) * 1e-6f + 1e-40f; /* e < 2: the group scale is subnormal */
+                okx &=
+                    fabsf(y - d[c]) <= fabsf(d[c]) * 1e-6f + 1e-40f; /* e < 2: the group scale is subnormal */
             }
         }
         T_CHECK(okx, "mxfp4 e=%d,%d: one-hot matvec returns the decoded weight", e[0], e[1]);
@@ -180,18 +188,21 @@ static void check_isa_env(void) {
         k3_status st = kern_isa_env();
         if (kern_isa_ok(level[i], why, sizeof why)) {
             /* amx: the tiles, or avx512 when the kernel refused the tile state */
-            int want = level[i] == KERN_AMX   ? (kern_amx_permission(NULL, 0) ? KERN_AMX : KERN_AVX512)
+            int want = level[i] == KERN_AMX ? (kern_amx_permission(NULL, 0) ? KERN_AMX : KERN_AVX512)
                        : level[i] == KERN_AVX2 && kern_cpu_vnni() ? KERN_AVX2_VNNI
                                                                   : level[i];
-            T_CHECK(st == K3_OK && kern_isa() == want, "K3_ISA=%s selects %s", names[i], kern_isa_name(kern_isa()));
+            T_CHECK(st == K3_OK && kern_isa() == want, "K3_ISA=%s selects %s", names[i],
+                    kern_isa_name(kern_isa()));
         } else
             T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "lacks") && strstr(k3_errmsg(), names[i]),
                     "K3_ISA=%s on this CPU: error '%s'", names[i], k3_errmsg());
     }
     setenv("K3_ISA", "avx9000", 1);
-    T_CHECK(kern_isa_env() == K3_ERR_ARG && strstr(k3_errmsg(), "K3_ISA='avx9000'"), "unknown K3_ISA: '%s'", k3_errmsg());
+    T_CHECK(kern_isa_env() == K3_ERR_ARG && strstr(k3_errmsg(), "K3_ISA='avx9000'"), "unknown K3_ISA: '%s'",
+            k3_errmsg());
     unsetenv("K3_ISA");
-    T_CHECK(kern_isa_env() == K3_OK && kern_isa() == max_isa, "K3_ISA unset: the best level (%s)", kern_isa_name(kern_isa()));
+    T_CHECK(kern_isa_env() == K3_OK && kern_isa() == max_isa, "K3_ISA unset: the best level (%s)",
+            kern_isa_name(kern_isa()));
 }
 
 /* The activation quantizer's AVX-512 twin: the same codes and scales, bit for bit, on random
@@ -234,7 +245,10 @@ static void check_act_quant(void) {
 
 int main(void) {
     const int have_avx2 = kern_cpu_avx2();
-    max_isa             = kern_cpu_avx512() ? KERN_AVX512 : kern_cpu_vnni() ? KERN_AVX2_VNNI : have_avx2 ? KERN_AVX2 : KERN_SCALAR;
+    max_isa             = kern_cpu_avx512() ? KERN_AVX512
+                          : kern_cpu_vnni() ? KERN_AVX2_VNNI
+                          : have_avx2       ? KERN_AVX2
+                                            : KERN_SCALAR;
     unsetenv("K3_NOAVX2");
     unsetenv("K3_NOVNNI");
     for (int isa = KERN_AVX2; isa < KERN_N_ISA; isa++) {
@@ -250,11 +264,20 @@ int main(void) {
     T_CHECK(kern_set_isa(KERN_SCALAR) == KERN_SCALAR, "scalar path selectable");
     omp_set_num_threads(2);
 
-    static const int shapes[][2] = {{1, 1}, {7, 5}, {13, 33}, {37, 100}, {5, 129}, {3, 200}, {300, 301},
-                                    {9, 515},  {3, 704},  {2, 3584},
+    static const int shapes[][2] = {{1, 1},
+                                    {7, 5},
+                                    {13, 33},
+                                    {37, 100},
+                                    {5, 129},
+                                    {3, 200},
+                                    {300, 301},
+                                    {9, 515},
+                                    {3, 704},
+                                    {2, 3584},
                                     /* the AVX-512 matmul's K blocks (512 weight bytes) over row
                                      * sub-blocks of 16: several of each, partial ones, tails */
-                                    {37, 1100}, {21, 2080},
+                                    {37, 1100},
+                                    {21, 2080},
                                     /* several row blocks of a matvec (128 KiB) and a matmul (256 KiB) */
                                     {150, 2080}}; /* several 4-pair blocks, then tails */
     for (int type = Q_F32; type <= Q_I4; type++)
@@ -289,7 +312,8 @@ int main(void) {
             x[i] = frnd();
         float *ya[K], *yb[K];
         for (int i = 0; i < K; i++)
-            ya[i] = malloc((size_t)N * rows[i] * sizeof(float)), yb[i] = malloc((size_t)N * rows[i] * sizeof(float));
+            ya[i] = malloc((size_t)N * rows[i] * sizeof(float)),
+            yb[i] = malloc((size_t)N * rows[i] * sizeof(float));
         /* the sets: the two int8 (shared), all four (mixed: one by one) */
         static const int sets[][2] = {{0, 2}, {0, 4}};
         int              ok = 1, cases = 0;
@@ -313,7 +337,10 @@ int main(void) {
                         }
                         cases++;
                     }
-        T_CHECK(ok, "qmat_matmul_many == qmat_matmul per matrix, bit for bit (%d cases: shared int8, mixed types)", cases);
+        T_CHECK(
+            ok,
+            "qmat_matmul_many == qmat_matmul per matrix, bit for bit (%d cases: shared int8, mixed types)",
+            cases);
         for (int i = 0; i < K; i++)
             free(ya[i]), free(yb[i]), qmat_free(&m[i]);
         free(x);
@@ -328,7 +355,7 @@ int main(void) {
         make_mat(&m, Q_MXFP4, 4, 96, &mx);
         for (int c = 0; c < 96; c++)
             x[c] = frnd();
-        x[40] = NAN;
+        x[40]  = NAN;
         int ok = 1;
         for (int isa = 0; isa <= max_isa; isa++)
             for (int idot = 0; idot <= 1; idot++) {

@@ -29,18 +29,24 @@ static int  g_stream; /* 1: routed experts streamed through a one-slot expert ca
 
 static k3_model *open_model(const char *dir, int chunk, int max_ctx, const char *logits_path) {
     k3_params p;
-    if (k3_params_default(&p)) return NULL;
-    if (!g_quant) p.bits = p.mla_bits = p.head_bits = 32;
-    if (g_stream) p.expert_gb = 1e-6; /* the floor: one slot per layer */
-    if (chunk) p.chunk = chunk;
-    if (max_ctx) p.max_ctx = max_ctx;
+    if (k3_params_default(&p))
+        return NULL;
+    if (!g_quant)
+        p.bits = p.mla_bits = p.head_bits = 32;
+    if (g_stream)
+        p.expert_gb = 1e-6; /* the floor: one slot per layer */
+    if (chunk)
+        p.chunk = chunk;
+    if (max_ctx)
+        p.max_ctx = max_ctx;
     p.logits_path = logits_path;
     /* one thread after the first (default-threads) model: on a loaded 2-core test machine
      * spinning OpenMP workers cost far more than they give on a tiny model */
     static int n_open;
     p.threads   = n_open++ ? 1 : 0;
     k3_model *m = NULL;
-    if (k3_model_open(dir, &p, &m)) printf("# open %s: %s\n", dir, k3_errmsg());
+    if (k3_model_open(dir, &p, &m))
+        printf("# open %s: %s\n", dir, k3_errmsg());
     return m;
 }
 
@@ -55,7 +61,7 @@ static float *read_floats(const char *path, size_t *n) {
 
 static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
     const char *what = g_quant ? "default bits" : g_stream ? "f32, streamed experts" : "f32";
-    char f32[600], f1[600], fs[600];
+    char        f32[600], f1[600], fs[600];
     snprintf(f32, sizeof f32, "%s/c32.f32", tmp);
     snprintf(f1, sizeof f1, "%s/c1.f32", tmp);
     snprintf(fs, sizeof fs, "%s/cs.f32", tmp);
@@ -69,7 +75,8 @@ static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
             k3_model_free(m);
             return;
         }
-        if (i < 2) T_CHECK(k3_session_feed(s, ids, NPOS) == K3_OK, "feed %d ids at chunk %d", NPOS, chunks[i]);
+        if (i < 2)
+            T_CHECK(k3_session_feed(s, ids, NPOS) == K3_OK, "feed %d ids at chunk %d", NPOS, chunks[i]);
         else { /* odd splits: 45, 1, 1, 63 at chunk 7 */
             int ok = !k3_session_feed(s, ids, 45) && !k3_session_feed(s, ids + 45, 1) &&
                      !k3_session_feed(s, ids + 46, 1) && !k3_session_feed(s, ids + 47, NPOS - 47);
@@ -81,8 +88,8 @@ static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
     }
     size_t n32, n1, ns;
     float *a = read_floats(f32, &n32), *b = read_floats(f1, &n1), *c = read_floats(fs, &ns);
-    T_CHECK(a && n32 == (size_t)NPOS * vocab, "K3_LOGITS holds %d positions x %d (got %zu floats)",
-            NPOS, vocab, a ? n32 : 0);
+    T_CHECK(a && n32 == (size_t)NPOS * vocab, "K3_LOGITS holds %d positions x %d (got %zu floats)", NPOS,
+            vocab, a ? n32 : 0);
     T_CHECK(a && b && n1 == n32 && !memcmp(a, b, n32 * 4),
             "%s: K3_CHUNK=32 and K3_CHUNK=1 logits bit-identical over %d positions", what, NPOS);
     T_CHECK(a && c && ns == n32 && !memcmp(a, c, n32 * 4),
@@ -104,7 +111,8 @@ static void *cancel_main(void *arg) {
     canceller      *c  = arg;
     struct timespec ts = {0, c->delay_ns};
     atomic_store(&c->started, 1);
-    if (c->delay_ns) nanosleep(&ts, NULL);
+    if (c->delay_ns)
+        nanosleep(&ts, NULL);
     while (!atomic_load(&c->stop))
         k3_session_cancel(c->s);
     return NULL;
@@ -128,13 +136,14 @@ static k3_status feed_cancelled(k3_session *s, const int32_t *ids, int n, long d
 static int32_t argmax(const float *l, int n) {
     int32_t b = 0;
     for (int i = 1; i < n; i++)
-        if (l[i] > l[b]) b = i;
+        if (l[i] > l[b])
+            b = i;
     return b;
 }
 
 static void test_cancel(const char *dir, const int32_t *ids, int vocab) {
-    const char *w = g_stream ? "streamed experts: " : "";
-    k3_model   *m = open_model(dir, 8, 0, NULL);
+    const char *w   = g_stream ? "streamed experts: " : "";
+    k3_model   *m   = open_model(dir, 8, 0, NULL);
     k3_session *ref = NULL, *s = NULL;
     if (!m || k3_session_new(m, &ref) || k3_session_new(m, &s)) {
         T_CHECK(0, "open for cancel: %s", k3_errmsg());
@@ -146,35 +155,42 @@ static void test_cancel(const char *dir, const int32_t *ids, int vocab) {
     float  *want = malloc((size_t)vocab * sizeof(float)), *want8 = malloc((size_t)vocab * sizeof(float));
     k3_session_feed(ref, ids, NPOS);
     for (int i = 0; i < NGEN; i++) {
-        if (i == 8) memcpy(want8, k3_session_logits(ref), (size_t)vocab * sizeof(float));
+        if (i == 8)
+            memcpy(want8, k3_session_logits(ref), (size_t)vocab * sizeof(float));
         gen[i] = argmax(k3_session_logits(ref), vocab);
         k3_session_feed(ref, &gen[i], 1);
     }
     memcpy(want, k3_session_logits(ref), (size_t)vocab * sizeof(float));
 
     /* prefill cancelled at several moments, then resumed from where it stopped */
-    static const long delays[] = {0, 20000, 200000, 1000000, 3000000};
-    int n_aborted = 0, consistent = 1, mid = 0;
+    static const long delays[]  = {0, 20000, 200000, 1000000, 3000000};
+    int               n_aborted = 0, consistent = 1, mid = 0;
     for (size_t k = 0; k < sizeof delays / sizeof *delays; k++) {
         k3_session_reset(s);
         k3_status st = feed_cancelled(s, ids, NPOS, delays[k]);
         int       p  = k3_session_pos(s);
-        if (st == K3_ABORTED) n_aborted++;
-        else if (st != K3_OK) consistent = 0;
+        if (st == K3_ABORTED)
+            n_aborted++;
+        else if (st != K3_OK)
+            consistent = 0;
         consistent &= p % 8 == 0 || p == NPOS; /* whole chunks only */
         mid += p > 0 && p < NPOS;
-        if (p < NPOS && k3_session_feed(s, ids + p, NPOS - p)) consistent = 0;
+        if (p < NPOS && k3_session_feed(s, ids + p, NPOS - p))
+            consistent = 0;
         int32_t tok[8];
         for (int i = 0; i < 8 && consistent; i++) {
             tok[i] = argmax(k3_session_logits(s), vocab);
             consistent &= tok[i] == gen[i];
-            if (k3_session_feed(s, &tok[i], 1)) consistent = 0;
+            if (k3_session_feed(s, &tok[i], 1))
+                consistent = 0;
         }
         consistent &= !memcmp(k3_session_logits(s), want8, (size_t)vocab * sizeof(float));
     }
     T_CHECK(n_aborted > 0, "%scancel during prefill returns K3_ABORTED (%d of 5 runs)", w, n_aborted);
-    T_CHECK(consistent, "%safter a cancelled prefill (%d stopped mid-prompt) the session resumes at a chunk "
-            "boundary and gives the same tokens and bit-identical logits", w, mid);
+    T_CHECK(consistent,
+            "%safter a cancelled prefill (%d stopped mid-prompt) the session resumes at a chunk "
+            "boundary and gives the same tokens and bit-identical logits",
+            w, mid);
 
     /* decode cancelled: the step is not applied, repeating it continues identically */
     k3_session_reset(s);
@@ -188,7 +204,8 @@ static void test_cancel(const char *dir, const int32_t *ids, int vocab) {
         if (st == K3_ABORTED) {
             dec_ab++;
             dec_ok &= k3_session_pos(s) == p && argmax(k3_session_logits(s), vocab) == t;
-            if (k3_session_feed(s, &t, 1)) dec_ok = 0;
+            if (k3_session_feed(s, &t, 1))
+                dec_ok = 0;
         }
     }
     dec_ok &= !memcmp(k3_session_logits(s), want, (size_t)vocab * sizeof(float));
@@ -215,7 +232,7 @@ static void test_snapshot(const char *dir, const int32_t *ids, int vocab) {
         T_CHECK(0, "open for snapshots: %s", k3_errmsg());
         goto done;
     }
-    size_t       vb = (size_t)vocab * sizeof(float);
+    size_t       vb   = (size_t)vocab * sizeof(float);
     float       *at40 = malloc(vb), *at60 = malloc(vb);
     k3_snapshot *snap = NULL;
     T_CHECK(k3_session_logits(s) == NULL, "no logits before the first feed");
@@ -228,7 +245,8 @@ static void test_snapshot(const char *dir, const int32_t *ids, int vocab) {
                 !memcmp(k3_session_logits(s), at40, vb),
             "restore gives position 40 and its logits back");
     k3_session_feed(s, ids + 40, 20);
-    T_CHECK(!memcmp(k3_session_logits(s), at60, vb), "feeding the same 20 ids after restore: identical logits");
+    T_CHECK(!memcmp(k3_session_logits(s), at60, vb),
+            "feeding the same 20 ids after restore: identical logits");
     T_CHECK(k3_session_restore(s2, snap) == K3_OK, "restore into another session of the model");
     k3_session_feed(s2, ids + 40, 20);
     T_CHECK(!memcmp(k3_session_logits(s2), at60, vb), "the other session continues identically");
@@ -248,7 +266,8 @@ static void test_snapshot(const char *dir, const int32_t *ids, int vocab) {
 
     k3_stats stt;
     k3_session_stats(s, &stt);
-    T_CHECK(stt.n_prefill >= 40 && stt.t_prefill > 0, "stats count prefill tokens (%lld)", (long long)stt.n_prefill);
+    T_CHECK(stt.n_prefill >= 40 && stt.t_prefill > 0, "stats count prefill tokens (%lld)",
+            (long long)stt.n_prefill);
     k3_snapshot_free(snap);
     free(at40);
     free(at60);
@@ -263,8 +282,9 @@ done:
 /* Overwrite 4 bytes at the start of tensor name's data in the single-file model dir. */
 static int poke(const char *dir, const char *name, const void *bytes, size_t n) {
     st_dir *d = NULL;
-    if (st_open(dir, &d)) return -1;
-    const st_tensor *t = st_find(d, name);
+    if (st_open(dir, &d))
+        return -1;
+    const st_tensor *t  = st_find(d, name);
     int              rc = -1;
     if (t) {
         int fd = open(st_shard_path(d, t->shard), O_WRONLY);
@@ -283,9 +303,10 @@ static int rename_tensor(const char *dir, const char *name) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     snprintf(key, sizeof key, "%s\"", name);
     FILE *f = fopen(path, "r+b");
-    if (!f) return -1;
+    if (!f)
+        return -1;
     uint64_t hl;
-    char    *h = NULL;
+    char    *h  = NULL;
     int      rc = -1;
     if (fread(&hl, 8, 1, f) == 1 && hl < (1u << 26) && (h = malloc(hl + 1)) && fread(h, 1, hl, f) == hl) {
         h[hl]   = 0;
@@ -306,7 +327,7 @@ static void expect_open_error(const char *dir, k3_status want, const char *needl
     k3_model *m = NULL;
     k3_params_default(&p);
     p.bits = p.mla_bits = p.head_bits = 32;
-    k3_status st = k3_model_open(dir, &p, &m);
+    k3_status st                      = k3_model_open(dir, &p, &m);
     T_CHECK(!m && st == want && strstr(k3_errmsg(), needle), "%s: %s, message names '%s' (%s)", what,
             k3_status_str(want), needle, k3_errmsg());
     k3_model_free(m);
@@ -361,9 +382,9 @@ static void test_corrupt(void) {
 
 int main(void) {
     /* the engine's settings come from the test, not from the caller's environment */
-    static const char *vars[] = {"K3_BITS", "K3_MLA_BITS", "K3_HEAD_BITS", "K3_CHUNK", "K3_MAXT",
-                                 "K3_EXPERT_GB", "K3_LOGITS", "K3_TRACE", "K3_X0", "K3_LAYERS",
-                                 "K3_IDOT", "K3_TOPP", "K3_THREADS"};
+    static const char *vars[] = {"K3_BITS",      "K3_MLA_BITS", "K3_HEAD_BITS", "K3_CHUNK", "K3_MAXT",
+                                 "K3_EXPERT_GB", "K3_LOGITS",   "K3_TRACE",     "K3_X0",    "K3_LAYERS",
+                                 "K3_IDOT",      "K3_TOPP",     "K3_THREADS"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
     const char *t = getenv("K3_TMP"), *b = getenv("K3_BUILD");
@@ -377,13 +398,14 @@ int main(void) {
     }
     k3_model *m = open_model(dir, 0, 0, NULL);
     T_CHECK(m != NULL, "open the tiny model (%s)", m ? "" : k3_errmsg());
-    if (!m) return t_done();
+    if (!m)
+        return t_done();
     k3_model_info info;
     k3_model_get_info(m, &info);
     T_CHECK(info.n_kda + info.n_mla == info.n_layers && info.n_moe + info.n_dense == info.n_layers &&
                 info.bytes_resident > 0,
-            "model info: %d layers (%d KDA, %d MLA), %d MoE, %.1f MB", info.n_layers, info.n_kda,
-            info.n_mla, info.n_moe, (double)info.bytes_resident / 1e6);
+            "model info: %d layers (%d KDA, %d MLA), %d MoE, %.1f MB", info.n_layers, info.n_kda, info.n_mla,
+            info.n_moe, (double)info.bytes_resident / 1e6);
     k3_model_free(m);
     int32_t ids[NPOS];
     srand(7);

@@ -15,10 +15,10 @@
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static double   urnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return ((double)(rng >> 11) + 0.5) / 9007199254740992.0;
+      rng ^= rng << 13;
+      rng ^= rng >> 7;
+      rng ^= rng << 17;
+      return ((double)(rng >> 11) + 0.5) / 9007199254740992.0;
 }
 static float grnd(void) { /* standard normal (Box-Muller) */
     return (float)(sqrt(-2.0 * log(urnd())) * cos(6.283185307179586 * urnd()));
@@ -68,7 +68,7 @@ static double plain7_err(const float *x, int n) {
 
 int main(void) {
     const int rows = 96, cols = 1000; /* cols: not a multiple of 64 (last int4 group of 40) */
-    float    *w    = malloc((size_t)rows * cols * sizeof(float));
+    float    *w = malloc((size_t)rows * cols * sizeof(float));
     for (size_t i = 0; i < (size_t)rows * cols; i++)
         w[i] = grnd() * 0.02f * (i % 97 == 0 ? 8.0f : 1.0f); /* a few outliers */
     for (int c = 0; c < cols; c++)
@@ -104,12 +104,12 @@ int main(void) {
     /* ---- int4 ---- */
     qmat m4;
     T_CHECK(qmat_quantize(&m4, Q_I4, w, rows, cols) == K3_OK, "int4 quantize");
-    int    ng = (cols + 63) / 64, better = 1, strict = 0;
+    int ng = (cols + 63) / 64, better = 1, strict = 0;
     for (int r = 0; r < rows; r++) {
         qmat_dequant_row(&m4, r, row);
         for (int g = 0; g < ng; g++) {
             int    c0 = g * 64, len = cols - c0 < 64 ? cols - c0 : 64;
-            double e  = 0;
+            double e = 0;
             for (int c = c0; c < c0 + len; c++)
                 e += ((double)row[c] - (double)w[(size_t)r * cols + c]) *
                      ((double)row[c] - (double)w[(size_t)r * cols + c]);

@@ -16,7 +16,8 @@ static void draw(const k3_sampler_params *p, const float *l, int n, int *count) 
     memset(count, 0, V * sizeof(int));
     for (int i = 0; i < n; i++) {
         int32_t t = k3_sampler_sample(s, l, V);
-        if (t >= 0 && t < V) count[t]++;
+        if (t >= 0 && t < V)
+            count[t]++;
     }
     k3_sampler_free(s);
 }
@@ -27,7 +28,8 @@ static int support_is(const int *count, const int *ids, int n) {
     for (int i = 0; i < n; i++)
         in[ids[i]] = 1;
     for (int v = 0; v < V; v++)
-        if ((count[v] > 0) != in[v]) return 0;
+        if ((count[v] > 0) != in[v])
+            return 0;
     return 1;
 }
 
@@ -47,7 +49,7 @@ int main(void) {
     T_CHECK(count[5] == 50, "temp 0 is greedy: always the argmax");
     float tie[V] = {0};
     tie[7] = tie[3] = 1.0f;
-    k3_sampler *g = k3_sampler_new(&p);
+    k3_sampler *g   = k3_sampler_new(&p);
     T_CHECK(k3_sampler_sample(g, tie, V) == 3, "greedy picks the first of tied maxima");
     k3_sampler_free(g);
 
@@ -55,14 +57,15 @@ int main(void) {
     draw(&p, l, 20000, count);
     T_CHECK(fabs(count[5] / 20000.0 - 0.5) < 0.02 && fabs(count[9] / 20000.0 - 0.25) < 0.02 &&
                 fabs(count[2] / 20000.0 - 0.15) < 0.02 && fabs(count[40] / 20000.0 - 0.10) < 0.02,
-            "temp 1 frequencies follow softmax (%d %d %d %d of 20000)", count[5], count[9], count[2], count[40]);
+            "temp 1 frequencies follow softmax (%d %d %d %d of 20000)", count[5], count[9], count[2],
+            count[40]);
     draw(&p, l, 2000, count);
     draw(&p, l, 2000, count2);
     T_CHECK(!memcmp(count, count2, sizeof count), "the same seed gives the same draws");
     k3_sampler *a = k3_sampler_new(&p), *b;
-    p.seed = 43;
-    b      = k3_sampler_new(&p);
-    int diff = 0;
+    p.seed        = 43;
+    b             = k3_sampler_new(&p);
+    int diff      = 0;
     for (int i = 0; i < 200; i++)
         diff += k3_sampler_sample(a, l, V) != k3_sampler_sample(b, l, V);
     T_CHECK(diff > 0, "another seed gives other draws (%d of 200 differ)", diff);
@@ -98,8 +101,8 @@ int main(void) {
     p.min_p = 0.4f;
     draw(&p, l, 5000, count);
     T_CHECK(support_is(count, (int[]){5, 9}, 2), "min-p 0.4: p >= 0.2 keeps {5, 9}");
-    T_CHECK(fabs(count[5] / 5000.0 - 2.0 / 3) < 0.03, "renormalised after truncation (id 5: %.3f, want 0.667)",
-            count[5] / 5000.0);
+    T_CHECK(fabs(count[5] / 5000.0 - 2.0 / 3) < 0.03,
+            "renormalised after truncation (id 5: %.3f, want 0.667)", count[5] / 5000.0);
 
     p = (k3_sampler_params){.temp = 1.0f, .top_p = 0.8f, .top_k = 2, .min_p = 0.0f, .seed = 4};
     draw(&p, l, 5000, count);

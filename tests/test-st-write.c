@@ -20,59 +20,69 @@ static void roundtrip(void) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
 
     /* declared in an order that is not the sorted order of the names */
-    static const char *names[3] = {"zeta.weight", "alpha.bias", "mid.weight_packed"};
-    static const st_dtype dts[3] = {ST_BF16, ST_F32, ST_U8};
-    int64_t shp[3][2] = {{3, 5}, {7, 1}, {4, 9}};
-    size_t  nb[3]     = {3 * 5 * 2, 7 * 4, 4 * 9};
-    uint8_t data[200];
-    for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)(i * 37 + 11);
+    static const char    *names[3]  = {"zeta.weight", "alpha.bias", "mid.weight_packed"};
+    static const st_dtype dts[3]    = {ST_BF16, ST_F32, ST_U8};
+    int64_t               shp[3][2] = {{3, 5}, {7, 1}, {4, 9}};
+    size_t                nb[3]     = {3 * 5 * 2, 7 * 4, 4 * 9};
+    uint8_t               data[200];
+    for (size_t i = 0; i < sizeof data; i++)
+        data[i] = (uint8_t)(i * 37 + 11);
 
     stw_file *w  = NULL;
     k3_status st = stw_create(path, &w);
-    for (int i = 0; i < 3 && !st; i++) st = stw_add(w, names[i], dts[i], 2, shp[i]);
-    if (!st) st = stw_meta(w, "producer", "test");
+    for (int i = 0; i < 3 && !st; i++)
+        st = stw_add(w, names[i], dts[i], 2, shp[i]);
+    if (!st)
+        st = stw_meta(w, "producer", "test");
     T_CHECK(!st, "declare three tensors (%s)", st ? k3_errmsg() : "ok");
     T_CHECK(stw_add(w, "alpha.bias", ST_F32, 1, shp[0]) == K3_ERR_ARG && strstr(k3_errmsg(), path),
             "a duplicate name is rejected, naming the file (%s)", k3_errmsg());
     size_t total = nb[0] + nb[1] + nb[2];
     T_CHECK(stw_data_bytes(w) == total, "data bytes = sum of the tensors (%llu)",
             (unsigned long long)stw_data_bytes(w));
-    if (!st) st = stw_begin(w);
+    if (!st)
+        st = stw_begin(w);
     /* chunks of 13 bytes: every tensor boundary falls inside a chunk */
-    for (size_t o = 0; o < total && !st; o += 13) st = stw_write(w, data + o, total - o < 13 ? total - o : 13);
+    for (size_t o = 0; o < total && !st; o += 13)
+        st = stw_write(w, data + o, total - o < 13 ? total - o : 13);
     T_CHECK(!st, "chunked writes across tensor boundaries (%s)", st ? k3_errmsg() : "ok");
     T_CHECK(stw_write(w, data, 1) == K3_ERR_ARG && strstr(k3_errmsg(), path),
             "a byte past the declared data is rejected (%s)", k3_errmsg());
     uint64_t fb = stw_file_bytes(w);
-    if (!st) st = stw_end(w);
+    if (!st)
+        st = stw_end(w);
     T_CHECK(!st, "stw_end (%s)", st ? k3_errmsg() : "ok");
     stw_free(w);
 
     struct stat sb;
     T_CHECK(stat(path, &sb) == 0 && (uint64_t)sb.st_size == fb, "file size = header + data (%llu)",
             (unsigned long long)fb);
-    FILE   *f  = fopen(path, "rb");
+    FILE   *f     = fopen(path, "rb");
     uint8_t le[8] = {0};
     T_CHECK(f && fread(le, 1, 8, f) == 8, "read the header length");
-    if (f) fclose(f);
+    if (f)
+        fclose(f);
     uint64_t hl = 0;
-    for (int b = 7; b >= 0; b--) hl = hl << 8 | le[b];
+    for (int b = 7; b >= 0; b--)
+        hl = hl << 8 | le[b];
     T_CHECK(hl % 8 == 0 && 8 + hl + total == fb, "header length %llu is a multiple of 8",
             (unsigned long long)hl);
 
     st_dir *d = NULL;
     st        = st_open(dir, &d);
     T_CHECK(!st, "the reader opens the file (%s)", st ? k3_errmsg() : "ok");
-    if (st) return;
+    if (st)
+        return;
     T_CHECK(st_n_tensors(d) == 3, "three tensors (%d)", st_n_tensors(d));
-    size_t   off = 0;
+    size_t   off  = 0;
     uint64_t prev = 0;
     for (int i = 0; i < 3; i++) {
         const st_tensor *t = st_find(d, names[i]);
         T_CHECK(t && t->dtype == dts[i] && t->ndim == 2 && t->shape[0] == shp[i][0] &&
                     t->shape[1] == shp[i][1] && t->nbytes == nb[i],
                 "%s: dtype and shape as declared", names[i]);
-        if (!t) continue;
+        if (!t)
+            continue;
         T_CHECK(i == 0 || t->offset > prev, "%s: data in declaration order", names[i]);
         prev        = t->offset;
         uint8_t *b  = malloc(t->nbytes);
@@ -90,10 +100,13 @@ static void misuse(void) {
     int64_t   shp[1] = {10};
     stw_file *w      = NULL;
     k3_status st     = stw_create(path, &w);
-    if (!st) st = stw_add(w, "x", ST_F32, 1, shp);
-    if (!st) st = stw_begin(w);
+    if (!st)
+        st = stw_add(w, "x", ST_F32, 1, shp);
+    if (!st)
+        st = stw_begin(w);
     float v[4] = {1, 2, 3, 4};
-    if (!st) st = stw_write(w, v, sizeof v);
+    if (!st)
+        st = stw_write(w, v, sizeof v);
     T_CHECK(!st, "partial data written");
     st = stw_end(w);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "16 of 40"),
@@ -103,14 +116,16 @@ static void misuse(void) {
     snprintf(path, sizeof path, "%s/no/such/dir/x.safetensors", root);
     w  = NULL;
     st = stw_create(path, &w);
-    if (!st) st = stw_add(w, "x", ST_F32, 1, shp);
-    if (!st) st = stw_begin(w);
+    if (!st)
+        st = stw_add(w, "x", ST_F32, 1, shp);
+    if (!st)
+        st = stw_begin(w);
     T_CHECK(st == K3_ERR_IO && strstr(k3_errmsg(), path), "an unwritable path fails, naming it (%s)",
             k3_errmsg());
     stw_free(w);
 
-    w  = NULL;
-    st = stw_create(path, &w);
+    w              = NULL;
+    st             = stw_create(path, &w);
     int64_t neg[1] = {-1};
     T_CHECK(!st && stw_add(w, "y", ST_F32, 1, neg) == K3_ERR_ARG, "a negative dimension is rejected");
     T_CHECK(stw_add(w, "__metadata__", ST_F32, 1, shp) == K3_ERR_ARG, "the name __metadata__ is rejected");

@@ -29,10 +29,11 @@ static int msg_has(const char *a, const char *b) {
 
 /* Open dir expecting failure; the message must contain a and b. */
 static void expect_fail(const char *dir, const char *what, const char *a, const char *b) {
-    st_dir   *d = NULL;
+    st_dir   *d  = NULL;
     k3_status st = st_open(dir, &d);
     T_CHECK(st != K3_OK && !d, "%s: rejected", what);
-    T_CHECK(msg_has(a, b), "%s: message names '%s'%s%s (%s)", what, a, b ? " and " : "", b ? b : "", k3_errmsg());
+    T_CHECK(msg_has(a, b), "%s: message names '%s'%s%s (%s)", what, a, b ? " and " : "", b ? b : "",
+            k3_errmsg());
     T_CHECK(!strchr(k3_errmsg(), '\n'), "%s: message is one line", what);
     st_close(d);
 }
@@ -56,8 +57,9 @@ static void single_with(const char *name, int64_t placeholder, int (*edit)(json_
 
 /* "bad" as dtype[dim] over data_offsets [begin, end). */
 static int set_bad(json_t *h, const char *dt, int64_t dim, uint64_t begin, uint64_t end) {
-    return json_object_set_new(h, "bad", json_pack("{s:s,s:[I],s:[I,I]}", "dtype", dt, "shape", (json_int_t)dim,
-                                                    "data_offsets", (json_int_t)begin, (json_int_t)end));
+    return json_object_set_new(h, "bad",
+                               json_pack("{s:s,s:[I],s:[I,I]}", "dtype", dt, "shape", (json_int_t)dim,
+                                         "data_offsets", (json_int_t)begin, (json_int_t)end));
 }
 /* the placeholder's own bytes (4), under a dtype the reader does not know */
 static int x_unknown_dtype(json_t *h) {
@@ -137,10 +139,10 @@ static void sharded(void) {
     char dir[600], p[700];
     mkdir_case("sharded", dir, sizeof dir);
     float    f32[6] = {1, -2, 3.5f, 0.25f, -0, 65504};
-    uint16_t bf[4] = {0x3f80, 0xc020, 0x0000, 0x7f80}; /* 1, -2.5, 0, inf */
-    uint16_t hf[3] = {0x3c00, 0xc500, 0x0001};         /* 1, -5, 2^-24 */
+    uint16_t bf[4]  = {0x3f80, 0xc020, 0x0000, 0x7f80}; /* 1, -2.5, 0, inf */
+    uint16_t hf[3]  = {0x3c00, 0xc500, 0x0001};         /* 1, -5, 2^-24 */
     double   f64[2] = {0.1, -1e3};
-    uint8_t  u8[5] = {1, 2, 3, 4, 5};
+    uint8_t  u8[5]  = {1, 2, 3, 4, 5};
 
     tsf w = {0};
     tsf_add(&w, "language_model.model.norm.weight", "F32", 2, (int64_t[]){2, 3}, f32);
@@ -159,13 +161,13 @@ static void sharded(void) {
     path2(p, sizeof p, dir, "m-3-of-3.safetensors");
     T_CHECK(tsf_write(&w, p) == 0, "write vision shard");
 
-    json_t *idx = json_pack("{s:{s:s}, s:{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}}", "metadata", "total_size", "0",
-                            "weight_map", "language_model.model.norm.weight", "m-1-of-3.safetensors",
-                            "language_model.model.bf", "m-1-of-3.safetensors", "vision_tower.mixed",
-                            "m-1-of-3.safetensors", "language_model.model.hf", "m-2-of-3.safetensors",
-                            "language_model.model.f64", "m-2-of-3.safetensors", "language_model.model.u8",
-                            "m-2-of-3.safetensors", "language_model.model.scalar", "m-2-of-3.safetensors",
-                            "vision_tower.a", "m-3-of-3.safetensors", "mm_projector.b", "m-3-of-3.safetensors");
+    json_t *idx = json_pack(
+        "{s:{s:s}, s:{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}}", "metadata", "total_size", "0", "weight_map",
+        "language_model.model.norm.weight", "m-1-of-3.safetensors", "language_model.model.bf",
+        "m-1-of-3.safetensors", "vision_tower.mixed", "m-1-of-3.safetensors", "language_model.model.hf",
+        "m-2-of-3.safetensors", "language_model.model.f64", "m-2-of-3.safetensors", "language_model.model.u8",
+        "m-2-of-3.safetensors", "language_model.model.scalar", "m-2-of-3.safetensors", "vision_tower.a",
+        "m-3-of-3.safetensors", "mm_projector.b", "m-3-of-3.safetensors");
     path2(p, sizeof p, dir, "model.safetensors.index.json");
     json_dump_file(idx, p, JSON_INDENT(2));
 
@@ -179,15 +181,21 @@ static void sharded(void) {
         } else if (round == 2) {
             rmdir(p);
         }
-        st_dir   *d = NULL;
+        st_dir   *d  = NULL;
         k3_status st = st_open(dir, &d);
         T_CHECK(st == K3_OK, "sharded index opens with the vision shard %s (%s)",
-                round == 0 ? "unreadable" : round == 1 ? "a directory" : "deleted", k3_errmsg());
-        if (st) continue;
+                round == 0   ? "unreadable"
+                : round == 1 ? "a directory"
+                             : "deleted",
+                k3_errmsg());
+        if (st)
+            continue;
         int vis = -1;
         for (int i = 0; i < st_n_shards(d); i++)
-            if (!strcmp(st_shard_name(d, i), "m-3-of-3.safetensors")) vis = i;
-        T_CHECK(vis >= 0 && !st_shard_opened(d, vis) && st_shard_fd(d, vis) < 0, "vision shard listed, never opened");
+            if (!strcmp(st_shard_name(d, i), "m-3-of-3.safetensors"))
+                vis = i;
+        T_CHECK(vis >= 0 && !st_shard_opened(d, vis) && st_shard_fd(d, vis) < 0,
+                "vision shard listed, never opened");
         if (round < 2) {
             st_close(d);
             continue;
@@ -195,32 +203,39 @@ static void sharded(void) {
         T_CHECK(st_n_shards(d) == 3, "three shards (%d)", st_n_shards(d));
         T_CHECK(st_n_tensors(d) == 6, "six text tensors (%d)", st_n_tensors(d));
         T_CHECK(st_has_prefix(d), "prefix detected");
-        const st_tensor *a = st_find(d, "model.norm.weight"), *a2 = st_find(d, "language_model.model.norm.weight");
+        const st_tensor *a  = st_find(d, "model.norm.weight"),
+                        *a2 = st_find(d, "language_model.model.norm.weight");
         T_CHECK(a && a == a2, "st_find with and without the prefix");
         T_CHECK(a && !strcmp(a->name, "model.norm.weight"), "names stored without the prefix");
-        T_CHECK(!st_find(d, "vision_tower.mixed") && !st_find(d, "vision_tower.a"), "vision tensors not listed");
+        T_CHECK(!st_find(d, "vision_tower.mixed") && !st_find(d, "vision_tower.a"),
+                "vision tensors not listed");
         T_CHECK(!st_find(d, "model.nothing"), "absent tensor -> NULL");
         float out[8];
         if (a) {
-            T_CHECK(a->ndim == 2 && a->shape[0] == 2 && a->shape[1] == 3 && a->nbytes == 24 && st_numel(a) == 6,
+            T_CHECK(a->ndim == 2 && a->shape[0] == 2 && a->shape[1] == 3 && a->nbytes == 24 &&
+                        st_numel(a) == 6,
                     "shape [2,3] F32");
             T_CHECK(st_read_f32(d, a, out) == K3_OK && !memcmp(out, f32, sizeof f32), "F32 read");
         }
         const st_tensor *t = st_find(d, "model.bf");
-        T_CHECK(t && st_read_f32(d, t, out) == K3_OK && out[0] == 1 && out[1] == -2.5f && out[2] == 0 && isinf(out[3]),
+        T_CHECK(t && st_read_f32(d, t, out) == K3_OK && out[0] == 1 && out[1] == -2.5f && out[2] == 0 &&
+                    isinf(out[3]),
                 "BF16 -> f32");
         t = st_find(d, "model.hf");
-        T_CHECK(t && st_read_f32(d, t, out) == K3_OK && out[0] == 1 && out[1] == -5 && out[2] == 0x1p-24f, "F16 -> f32");
+        T_CHECK(t && st_read_f32(d, t, out) == K3_OK && out[0] == 1 && out[1] == -5 && out[2] == 0x1p-24f,
+                "F16 -> f32");
         t = st_find(d, "model.f64");
         T_CHECK(t && st_read_f32(d, t, out) == K3_OK && out[0] == 0.1f && out[1] == -1000, "F64 -> f32");
         t = st_find(d, "model.u8");
         uint8_t ub[5];
         T_CHECK(t && st_read(d, t, ub) == K3_OK && !memcmp(ub, u8, 5), "U8 raw read");
-        T_CHECK(t && st_read_f32(d, t, out) != K3_OK && msg_has("'model.u8'", "U8"), "U8 as f32 rejected (%s)", k3_errmsg());
+        T_CHECK(t && st_read_f32(d, t, out) != K3_OK && msg_has("'model.u8'", "U8"),
+                "U8 as f32 rejected (%s)", k3_errmsg());
         const void *m = NULL;
         T_CHECK(t && st_map(d, t, &m) == K3_OK && m && !memcmp(m, u8, 5), "st_map U8");
         t = st_find(d, "model.scalar");
-        T_CHECK(t && t->ndim == 0 && st_numel(t) == 1 && st_read_f32(d, t, out) == K3_OK && out[0] == 1, "0-dim scalar");
+        T_CHECK(t && t->ndim == 0 && st_numel(t) == 1 && st_read_f32(d, t, out) == K3_OK && out[0] == 1,
+                "0-dim scalar");
 
         /* file shrinks after open: the read names the file and offset */
         t = st_find(d, "model.u8");
@@ -228,10 +243,10 @@ static void sharded(void) {
         if (t) {
             T_CHECK(truncate(p, (off_t)t->offset + 2) == 0, "shrink shard 2 after open");
             k3_status rs = st_read(d, t, ub);
-            char off[32];
+            char      off[32];
             snprintf(off, sizeof off, "%llu", (unsigned long long)t->offset + 2);
-            T_CHECK(rs == K3_ERR_IO && msg_has("m-2-of-3.safetensors", off), "short read names file and offset (%s)",
-                    k3_errmsg());
+            T_CHECK(rs == K3_ERR_IO && msg_has("m-2-of-3.safetensors", off),
+                    "short read names file and offset (%s)", k3_errmsg());
         }
         st_close(d);
         path2(p, sizeof p, dir, "m-3-of-3.safetensors");
@@ -251,7 +266,8 @@ static void index_errors(void) {
         path2(p, sizeof p, dir, f);
         tsf_write(&w, p);
     }
-    json_t *idx = json_pack("{s:{s:s,s:s}}", "weight_map", "x", "s1.safetensors", "language_model.x", "s2.safetensors");
+    json_t *idx =
+        json_pack("{s:{s:s,s:s}}", "weight_map", "x", "s1.safetensors", "language_model.x", "s2.safetensors");
     path2(p, sizeof p, dir, "model.safetensors.index.json");
     json_dump_file(idx, p, 0);
     json_decref(idx);
@@ -290,38 +306,42 @@ static void fuzz(void) {
     tsf_add(&w, "language_model.b", "BF16", 1, (int64_t[]){7}, NULL);
     tsf_add(&w, "c", "U8", 3, (int64_t[]){2, 2, 3}, NULL);
     tsf_write(&w, p);
-    FILE *f = fopen(p, "rb");
+    FILE         *f = fopen(p, "rb");
     unsigned char orig[4096], buf[4096];
-    size_t n = f ? fread(orig, 1, sizeof orig, f) : 0;
-    if (f) fclose(f);
+    size_t        n = f ? fread(orig, 1, sizeof orig, f) : 0;
+    if (f)
+        fclose(f);
     uint64_t rng = 0x9e3779b97f4a7c15u;
     int      bad = 0, opened = 0, rejected = 0;
     for (int it = 0; it < 400 && n > 16; it++) {
         memcpy(buf, orig, n);
         int k = 1 + it % 4;
         for (int j = 0; j < k; j++) {
-            rng = rng * 6364136223846793005u + 1442695040888963407u;
+            rng       = rng * 6364136223846793005u + 1442695040888963407u;
             size_t at = (size_t)(rng >> 33) % (it % 8 == 0 ? 8 : n);
-            buf[at] = (unsigned char)(rng >> 24);
+            buf[at]   = (unsigned char)(rng >> 24);
         }
         size_t len = it % 5 == 4 ? (size_t)(rng >> 40) % n : n; /* sometimes truncated too */
         tsf_bytes(p, buf, len);
-        st_dir   *d = NULL;
+        st_dir   *d  = NULL;
         k3_status st = st_open(dir, &d);
         if (st == K3_OK) {
             opened++;
             for (int i = 0; i < st_n_tensors(d); i++) { /* every recorded range is readable */
                 const st_tensor *t = st_tensor_at(d, i);
                 unsigned char    tmp[512];
-                if (t->nbytes > sizeof tmp || st_read(d, t, tmp) != K3_OK) bad++;
+                if (t->nbytes > sizeof tmp || st_read(d, t, tmp) != K3_OK)
+                    bad++;
             }
         } else {
             rejected++;
-            if (!strstr(k3_errmsg(), "model.safetensors") || strchr(k3_errmsg(), '\n')) bad++;
+            if (!strstr(k3_errmsg(), "model.safetensors") || strchr(k3_errmsg(), '\n'))
+                bad++;
         }
         st_close(d);
     }
-    T_CHECK(n > 16 && bad == 0, "400 damaged files: %d opened and readable, %d rejected naming the file, %d bad", opened,
+    T_CHECK(n > 16 && bad == 0,
+            "400 damaged files: %d opened and readable, %d rejected naming the file, %d bad", opened,
             rejected, bad);
 }
 
@@ -340,6 +360,7 @@ int main(void) {
     fuzz();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd)) T_SKIP("could not remove %s", root);
+    if (system(cmd))
+        T_SKIP("could not remove %s", root);
     return t_done();
 }

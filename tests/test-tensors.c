@@ -13,7 +13,7 @@
 
 typedef struct seen {
     char (*names)[192];
-    int   n, cap, experts;
+    int n, cap, experts;
 } seen;
 
 static k3_status collect(const tt_ref *r, void *ud) {
@@ -21,7 +21,8 @@ static k3_status collect(const tt_ref *r, void *ud) {
     if (s->n == s->cap) {
         s->cap   = s->cap ? 2 * s->cap : 256;
         s->names = realloc(s->names, (size_t)s->cap * sizeof *s->names);
-        if (!s->names) return K3_ERR_NOMEM;
+        if (!s->names)
+            return K3_ERR_NOMEM;
     }
     memcpy(s->names[s->n++], r->name, sizeof r->name);
     s->experts += r->expert >= 0;
@@ -36,7 +37,8 @@ static int cmp_str(const void *a, const void *b) {
 static int duplicates(seen *s) {
     int d = 0;
     qsort(s->names, (size_t)s->n, sizeof *s->names, cmp_str);
-    for (int i = 1; i < s->n; i++) d += !strcmp(s->names[i], s->names[i - 1]);
+    for (int i = 1; i < s->n; i++)
+        d += !strcmp(s->names[i], s->names[i - 1]);
     return d;
 }
 
@@ -58,17 +60,31 @@ static void test_rows(void) {
     T_CHECK(mix_ok, "every AttnRes projection row follows its norm row");
     T_CHECK(expert_ok, "the routed experts' rows come last, and only they");
     T_CHECK(dtype_ok, "release dtypes: F32 for dt_bias, A_log, conv taps, o_norm; U8 experts; BF16 else");
-    static const char *canon[] = {"w1.weight_packed", "w1.weight_scale", "w3.weight_packed",
+    static const char *canon[] = {"w1.weight_packed", "w1.weight_scale",  "w3.weight_packed",
                                   "w3.weight_scale",  "w2.weight_packed", "w2.weight_scale"};
-    int ok = TT_EXPERT_PARTS == 6;
-    for (int k = 0; ok && k < 6; k++) ok = !strcmp(tt_table[TT_EXPERT_FIRST + k].name, canon[k]);
+    int                ok      = TT_EXPERT_PARTS == 6;
+    for (int k = 0; ok && k < 6; k++)
+        ok = !strcmp(tt_table[TT_EXPERT_FIRST + k].name, canon[k]);
     T_CHECK(ok, "an expert's six rows in the canonical order w1, w3, w2 (packed, scale)");
 }
 
 static void test_shapes(void) {
-    k3_config c = {.hidden = 40, .vocab = 300, .n_heads = 2, .q_lora = 16, .kv_lora = 8, .nope = 4,
-                   .rope = 2, .v_dim = 5, .n_experts = 4, .moe_inter = 32, .latent = 64, .n_shared = 2,
-                   .kda_heads = 3, .kda_head_dim = 6, .conv_k = 4, .inter = 24};
+    k3_config c = {.hidden       = 40,
+                   .vocab        = 300,
+                   .n_heads      = 2,
+                   .q_lora       = 16,
+                   .kv_lora      = 8,
+                   .nope         = 4,
+                   .rope         = 2,
+                   .v_dim        = 5,
+                   .n_experts    = 4,
+                   .moe_inter    = 32,
+                   .latent       = 64,
+                   .n_shared     = 2,
+                   .kda_heads    = 3,
+                   .kda_head_dim = 6,
+                   .conv_k       = 4,
+                   .inter        = 24};
     int64_t   dim[TT_D_COUNT];
     tt_dims(&c, dim);
     tt_shape q = tt_shape_of(dim, TT_MLA_Q_B, 0), kv = tt_shape_of(dim, TT_MLA_KV_B, 0);
@@ -111,9 +127,11 @@ static void test_walk(const char *build, const char *tmp) {
         return;
     }
     k3_status st = K3_OK;
-    for (int l = -1; l < c->n_layers && !st; l++) st = tt_walk(c, l, TT_WALK_EXPERTS, collect, &s);
+    for (int l = -1; l < c->n_layers && !st; l++)
+        st = tt_walk(c, l, TT_WALK_EXPERTS, collect, &s);
     int missing = 0;
-    for (int i = 0; i < s.n; i++) missing += !st_find(d, s.names[i]);
+    for (int i = 0; i < s.n; i++)
+        missing += !st_find(d, s.names[i]);
     long want_experts = (long)(c->n_layers - c->first_dense) * c->n_experts * 6;
     T_CHECK(!st && missing == 0, "every tensor the walk names is in the checkpoint (%d missing)", missing);
     T_CHECK(s.n == st_n_tensors(d), "the walk names as many tensors as the checkpoint holds (%d, %d)", s.n,

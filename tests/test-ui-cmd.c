@@ -43,12 +43,13 @@ int main(void) {
     T_CHECK(ok("/system Be brief.  Very brief.", CMD_SYSTEM) && !strcmp(r.arg, "Be brief.  Very brief."),
             "/system keeps the text (got '%s')", r.arg);
     T_CHECK(ok("/system", CMD_SYSTEM) && r.arg[0] == 0, "/system without text");
-    T_CHECK(ok("/clear", CMD_CLEAR) && ok("/retry", CMD_RETRY) && ok("/undo", CMD_UNDO) && ok("/stats", CMD_STATS) &&
-                ok("/quit", CMD_QUIT) && ok("/forget", CMD_FORGET),
+    T_CHECK(ok("/clear", CMD_CLEAR) && ok("/retry", CMD_RETRY) && ok("/undo", CMD_UNDO) &&
+                ok("/stats", CMD_STATS) && ok("/quit", CMD_QUIT) && ok("/forget", CMD_FORGET),
             "/clear /retry /undo /stats /quit /forget");
     T_CHECK(bad("/clear all", "takes no argument"), "/clear all: %s", r.msg);
     T_CHECK(ok("/save", CMD_SAVE) && r.arg[0] == 0, "/save without a file");
-    T_CHECK(ok("/save my chat.jsonl", CMD_SAVE) && !strcmp(r.arg, "my chat.jsonl"), "/save with a space in the name");
+    T_CHECK(ok("/save my chat.jsonl", CMD_SAVE) && !strcmp(r.arg, "my chat.jsonl"),
+            "/save with a space in the name");
     T_CHECK(ok("/load a.jsonl", CMD_LOAD) && bad("/load", "missing the file name"), "/load FILE and /load");
     T_CHECK(ok("/replay a.jsonl", CMD_REPLAY) && bad("/replay", "missing the file name"), "/replay");
     T_CHECK(ok("/export a.md", CMD_EXPORT), "/export");
@@ -89,53 +90,67 @@ int main(void) {
     thm_spec t[THM_N];
     char     err[256];
     thm_defaults(t);
-    T_CHECK(thm_parse("# c\nuser = red default bold underline\n\nthink=245 0 dim\n", "x.theme", t, err, sizeof err) == 0 &&
-                t[THM_USER].fg == 1 && t[THM_USER].bg == -1 && t[THM_USER].attrs == (THM_A_BOLD | THM_A_UNDERLINE) &&
-                t[THM_THINK].fg == 245 && t[THM_THINK].bg == 0,
+    T_CHECK(thm_parse("# c\nuser = red default bold underline\n\nthink=245 0 dim\n", "x.theme", t, err,
+                      sizeof err) == 0 &&
+                t[THM_USER].fg == 1 && t[THM_USER].bg == -1 &&
+                t[THM_USER].attrs == (THM_A_BOLD | THM_A_UNDERLINE) && t[THM_THINK].fg == 245 &&
+                t[THM_THINK].bg == 0,
             "theme: names, numbers and attributes");
-    T_CHECK(thm_parse("status = bright-white blue\n", "x.theme", t, err, sizeof err) == 0 && t[THM_STATUS].fg == 15,
+    T_CHECK(thm_parse("status = bright-white blue\n", "x.theme", t, err, sizeof err) == 0 &&
+                t[THM_STATUS].fg == 15,
             "theme: bright-white is 15");
-    T_CHECK(thm_parse("\nnosuch = red red\n", "x.theme", t, err, sizeof err) != 0 && strstr(err, "x.theme:2: unknown role 'nosuch'"),
+    T_CHECK(thm_parse("\nnosuch = red red\n", "x.theme", t, err, sizeof err) != 0 &&
+                strstr(err, "x.theme:2: unknown role 'nosuch'"),
             "theme: unknown role names file and line: %s", err);
-    T_CHECK(thm_parse("user = 300 default\n", "x.theme", t, err, sizeof err) != 0 && strstr(err, "'300' is not a color"),
+    T_CHECK(thm_parse("user = 300 default\n", "x.theme", t, err, sizeof err) != 0 &&
+                strstr(err, "'300' is not a color"),
             "theme: color out of range: %s", err);
     T_CHECK(thm_parse("user = red\n", "x.theme", t, err, sizeof err) != 0 && strstr(err, "expected"),
             "theme: missing background: %s", err);
-    T_CHECK(thm_parse("user = red blue blink\n", "x.theme", t, err, sizeof err) != 0 && strstr(err, "'blink'"),
+    T_CHECK(thm_parse("user = red blue blink\n", "x.theme", t, err, sizeof err) != 0 &&
+                strstr(err, "'blink'"),
             "theme: unknown attribute: %s", err);
     /* issue 26 item 20: one number parser and one range per knob */
     double v = -1, lo, hi;
-    T_CHECK(cmd_num("0.5", 0, 2, 0, &v) == 0 && v == 0.5 && cmd_num(".5", 0, 2, 0, &v) == 0 && cmd_num("2.", 0, 2, 0, &v) == 0,
+    T_CHECK(cmd_num("0.5", 0, 2, 0, &v) == 0 && v == 0.5 && cmd_num(".5", 0, 2, 0, &v) == 0 &&
+                cmd_num("2.", 0, 2, 0, &v) == 0,
             "cmd_num takes plain decimals");
     T_CHECK(cmd_num("-0", 0, 2, 0, &v) && cmd_num("0x1", 0, 2, 0, &v) && cmd_num("1e0", 0, 2, 0, &v) &&
                 cmd_num("inf", 0, 2, 0, &v) && cmd_num("nan", 0, 2, 0, &v) && cmd_num(".", 0, 2, 0, &v) &&
                 cmd_num("", 0, 2, 0, &v) && cmd_num(" 1", 0, 2, 0, &v) && cmd_num("+1", 0, 2, 0, &v),
             "cmd_num refuses signs, hex, exponents, inf, nan, a lone dot, blanks");
-    T_CHECK(cmd_num("2.01", 0, 2, 0, &v) && cmd_num("1.5", 0, 10, 1, &v) && cmd_num("7", 0, 10, 1, &v) == 0 && v == 7,
+    T_CHECK(cmd_num("2.01", 0, 2, 0, &v) && cmd_num("1.5", 0, 10, 1, &v) && cmd_num("7", 0, 10, 1, &v) == 0 &&
+                v == 7,
             "cmd_num keeps the range; integer knobs take digits only");
     cmd_range(CMD_TEMP, &lo, &hi);
     T_CHECK(lo == 0 && hi == 2, "/temp's range is 0..2 (what --temp uses too)");
     cmd_result rr;
-    T_CHECK(cmd_parse("/temp -0", &rr) && strstr(rr.msg, "'-0' is not a number in 0..2"), "/temp -0 is refused (%s)", rr.msg);
+    T_CHECK(cmd_parse("/temp -0", &rr) && strstr(rr.msg, "'-0' is not a number in 0..2"),
+            "/temp -0 is refused (%s)", rr.msg);
     char rs[64];
     T_CHECK(!strcmp(cmd_range_str(0, 1e9, rs, sizeof rs), "0..1000000000"), "ranges print in full (%s)", rs);
-    T_CHECK(cmd_parse("/HELP", &rr) && strstr(rr.msg, "did you mean /help?"), "/HELP suggests /help (%s)", rr.msg);
+    T_CHECK(cmd_parse("/HELP", &rr) && strstr(rr.msg, "did you mean /help?"), "/HELP suggests /help (%s)",
+            rr.msg);
     T_CHECK(cmd_parse("/forget --fit", &rr) == 0 && !strcmp(rr.arg, "--fit") && cmd_parse("/forget x", &rr),
             "/forget takes --fit and nothing else");
 
     /* 8-color terminals (issue 26 item 23): each role mapped deliberately */
     T_CHECK(thm_parse("border = 240 default | default default dim\n", "x.theme", t, err, sizeof err) == 0 &&
-                t[THM_BORDER].has8 && t[THM_BORDER].fg8 == -1 && t[THM_BORDER].attrs8 == THM_A_DIM && t[THM_BORDER].fg == 240,
+                t[THM_BORDER].has8 && t[THM_BORDER].fg8 == -1 && t[THM_BORDER].attrs8 == THM_A_DIM &&
+                t[THM_BORDER].fg == 240,
             "theme: '|' gives the 8-color choice");
-    T_CHECK(thm_parse("border = 240 default |\n", "x.theme", t, err, sizeof err) != 0 && strstr(err, "after '|'"),
+    T_CHECK(thm_parse("border = 240 default |\n", "x.theme", t, err, sizeof err) != 0 &&
+                strstr(err, "after '|'"),
             "theme: an empty 8-color part is an error: %s", err);
-    short fg, bg;
-    int   at;
+    short    fg, bg;
+    int      at;
     thm_spec grey = {240, -1, 0, 0, 0, 0, 0}, bar = {252, 236, 0, 0, 0, 0, 0}, hue = {150, -1, 0, 0, 0, 0, 0};
     thm_resolve(&grey, 8, &fg, &bg, &at);
-    T_CHECK(fg == -1 && bg == -1 && at == THM_A_DIM, "8 colors: a grey text is the default color, dimmed (fg %d)", fg);
+    T_CHECK(fg == -1 && bg == -1 && at == THM_A_DIM,
+            "8 colors: a grey text is the default color, dimmed (fg %d)", fg);
     thm_resolve(&bar, 8, &fg, &bg, &at);
-    T_CHECK(fg == -1 && bg == -1 && at == THM_A_REVERSE, "8 colors: a grey bar is reverse video (fg %d bg %d)", fg, bg);
+    T_CHECK(fg == -1 && bg == -1 && at == THM_A_REVERSE,
+            "8 colors: a grey bar is reverse video (fg %d bg %d)", fg, bg);
     thm_resolve(&hue, 8, &fg, &bg, &at);
     T_CHECK(fg == 2, "8 colors: light green 150 is green by its hue (got %d)", fg);
     thm_resolve(&hue, 256, &fg, &bg, &at);
@@ -148,7 +163,7 @@ int main(void) {
         if (th > 0) {
             char path[64], buf[8192];
             snprintf(path, sizeof path, "themes/%s.theme", names[th]);
-            FILE  *f = fopen(path, "r");
+            FILE  *f   = fopen(path, "r");
             size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
             if (f)
                 fclose(f);

@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAM   "\U0001F469\u200D\U0001F469\u200D\U0001F467" /* woman ZWJ woman ZWJ girl */
-#define FLAG  "\U0001F1EB\U0001F1F7"                       /* FR */
-#define SKIN  "\U0001F44D\U0001F3FD"                       /* thumbs up, medium skin tone */
-#define CODER "\U0001F469\U0001F3FD\u200D\U0001F4BB"       /* woman, skin tone, ZWJ laptop */
-#define KEYC  "1\uFE0F\u20E3"                              /* keycap 1 */
-#define HEART "\u2764\uFE0F"                               /* heart + VS16 */
-#define ENG   "\U0001F3F4\U000E0067\U000E0062\U000E0065\U000E006E\U000E0067\U000E007F" /* England */
+#define FAM "\U0001F469\u200D\U0001F469\u200D\U0001F467" /* woman ZWJ woman ZWJ girl */
+#define FLAG "\U0001F1EB\U0001F1F7"                      /* FR */
+#define SKIN "\U0001F44D\U0001F3FD"                      /* thumbs up, medium skin tone */
+#define CODER "\U0001F469\U0001F3FD\u200D\U0001F4BB"     /* woman, skin tone, ZWJ laptop */
+#define KEYC "1\uFE0F\u20E3"                             /* keycap 1 */
+#define HEART "\u2764\uFE0F"                             /* heart + VS16 */
+#define ENG "\U0001F3F4\U000E0067\U000E0062\U000E0065\U000E006E\U000E0067\U000E007F" /* England */
 
 static int J(const char *s) {
     return emj_joins(s, strlen(s));
@@ -28,21 +28,24 @@ static void test_joins(void) {
     T_CHECK(J(ENG) == EMJ_ZWJ, "a tag sequence (England) is a joined sequence (got %d)", J(ENG));
     T_CHECK(J(KEYC) == 0, "a keycap fits one curses cell (base + non-spacing) (got %d)", J(KEYC));
     T_CHECK(J(HEART) == 0, "an emoji with VS16 fits one cell (got %d)", J(HEART));
-    T_CHECK(J("e\u0301") == 0 && J("a") == 0 && J("\U0001F600") == 0, "letters, accents and lone emoji fit one cell");
+    T_CHECK(J("e\u0301") == 0 && J("a") == 0 && J("\U0001F600") == 0,
+            "letters, accents and lone emoji fit one cell");
     T_CHECK(J("\U0001F469\u200D") == 0, "a trailing ZWJ joins nothing (got %d)", J("\U0001F469\u200D"));
 }
 
 static void test_fallback(void) {
     wchar_t w[8];
     int     cells, n = emj_fallback(FLAG, strlen(FLAG), w, 8, &cells);
-    T_CHECK(n == 2 && cells == 2 && w[0] == L'F' && w[1] == L'R' && w[2] == 0, "a flag stands in as its letters FR");
+    T_CHECK(n == 2 && cells == 2 && w[0] == L'F' && w[1] == L'R' && w[2] == 0,
+            "a flag stands in as its letters FR");
     n = emj_fallback(FAM, strlen(FAM), w, 8, &cells);
     T_CHECK(n == 1 && cells == 1 && w[0] == 0x1F469, "a family stands in as its first emoji (n %d)", n);
     n = emj_fallback(SKIN, strlen(SKIN), w, 8, &cells);
     T_CHECK(n == 1 && w[0] == 0x1F44D, "a skin-toned emoji stands in without its modifier (n %d)", n);
     const char *rb = "\U0001F3F3\uFE0F\u200D\U0001F308"; /* rainbow flag */
     n              = emj_fallback(rb, strlen(rb), w, 8, &cells);
-    T_CHECK(n == 2 && w[0] == 0x1F3F3 && w[1] == 0xFE0F && cells == 1, "the rainbow flag keeps its VS16, not the ZWJ (n %d)", n);
+    T_CHECK(n == 2 && w[0] == 0x1F3F3 && w[1] == 0xFE0F && cells == 1,
+            "the rainbow flag keeps its VS16, not the ZWJ (n %d)", n);
     n = emj_fallback(ENG, strlen(ENG), w, 8, &cells);
     T_CHECK(n == 1 && w[0] == 0x1F3F4, "a tag sequence stands in as its black flag (n %d)", n);
     n = emj_fallback(FAM, strlen(FAM), w, 2, &cells);
@@ -51,7 +54,8 @@ static void test_fallback(void) {
 
 static void test_mode(void) {
     T_CHECK(emj_mode(NULL, "xterm-256color") == EMJ_MODE_PROBE, "unset: measured");
-    T_CHECK(emj_mode("auto", "xterm") == EMJ_MODE_PROBE && emj_mode("", "xterm") == EMJ_MODE_PROBE, "auto or empty: measured");
+    T_CHECK(emj_mode("auto", "xterm") == EMJ_MODE_PROBE && emj_mode("", "xterm") == EMJ_MODE_PROBE,
+            "auto or empty: measured");
     T_CHECK(emj_mode(NULL, "linux") == EMJ_MODE_FALLBACK, "the Linux console: stand-ins");
     T_CHECK(emj_mode("whole", "linux") == EMJ_MODE_WHOLE, "whole overrides TERM");
     T_CHECK(emj_mode("fallback", "xterm-kitty") == EMJ_MODE_FALLBACK, "fallback overrides TERM");
@@ -66,7 +70,8 @@ static void test_probe(void) {
         asks += !memcmp(req.p + k, "\033[6n", 4);
     T_CHECK(asks == EMJ_PROBE_N && strstr(req.p, FAM) && strstr(req.p, FLAG) && strstr(req.p, SKIN),
             "it writes each sample and asks the cursor position after each (%d)", asks);
-    T_CHECK(req.n >= 13 && !memcmp(req.p + req.n - 13, "\033[c\033[1;1H\033[2K", 13), "... then device attributes, and erases");
+    T_CHECK(req.n >= 13 && !memcmp(req.p + req.n - 13, "\033[c\033[1;1H\033[2K", 13),
+            "... then device attributes, and erases");
     free(req.p);
 
     /* tmux 3.3a: the family and the flag advance 2 columns, the skin tone 4 */
@@ -77,10 +82,11 @@ static void test_probe(void) {
     T_CHECK(used == strlen(rep) && nw == 3 && wd[0] == 2 && wd[1] == 2 && wd[2] == 4 && done,
             "replies give widths 2 2 4 and the end (used %zu, n %d)", used, nw);
     T_CHECK(no == 1 && other[0] == 'x', "a key typed among the replies is kept for the program");
-    T_CHECK(emj_probe_result(wd, nw) == (EMJ_ZWJ | EMJ_FLAG), "ZWJ and flags drawn whole, skin tones not (%d)",
-            emj_probe_result(wd, nw));
+    T_CHECK(emj_probe_result(wd, nw) == (EMJ_ZWJ | EMJ_FLAG),
+            "ZWJ and flags drawn whole, skin tones not (%d)", emj_probe_result(wd, nw));
     int w1[3] = {6, 2, 2}, w2[3] = {1, 1, 1};
-    T_CHECK(emj_probe_result(w1, 3) == (EMJ_FLAG | EMJ_MOD), "a family 6 columns wide (xterm) is not drawn whole");
+    T_CHECK(emj_probe_result(w1, 3) == (EMJ_FLAG | EMJ_MOD),
+            "a family 6 columns wide (xterm) is not drawn whole");
     T_CHECK(emj_probe_result(w2, 3) == EMJ_ALL, "1 column fits the 2 reserved");
     T_CHECK(emj_probe_result(w1, 0) == 0, "no reply: nothing drawn whole");
 
@@ -88,16 +94,19 @@ static void test_probe(void) {
     const char raw[8] = {'\033', '[', '5', ';', '1', '2', 'R', 'X'};
     nw = 0, done = 0, no = 0;
     used = emj_probe_scan(raw, 7, wd, &nw, &done, other, &no, sizeof other);
-    T_CHECK(used == 7 && nw == 1 && wd[0] == 11 && no == 0, "a reply at the very end of the bytes read (width %d)", nw ? wd[0] : -1);
+    T_CHECK(used == 7 && nw == 1 && wd[0] == 11 && no == 0,
+            "a reply at the very end of the bytes read (width %d)", nw ? wd[0] : -1);
     nw = 0, no = 0;
     used = emj_probe_scan("\033[1;R", 6, wd, &nw, &done, other, &no, sizeof other);
     T_CHECK(nw == 0 && no == 6, "a reply without a column is not a width (kept as a key)");
     /* a reply cut in the middle waits for its rest */
     nw = 0, done = 0, no = 0;
     used = emj_probe_scan("\033[12;", 5, wd, &nw, &done, other, &no, sizeof other);
-    T_CHECK(used == 0 && nw == 0 && no == 0, "an incomplete reply is left for the next read (used %zu)", used);
+    T_CHECK(used == 0 && nw == 0 && no == 0, "an incomplete reply is left for the next read (used %zu)",
+            used);
     used = emj_probe_scan("\033[A\033", 4, wd, &nw, &done, other, &no, sizeof other);
-    T_CHECK(used == 3 && no == 3 && !memcmp(other, "\033[A", 3), "an arrow key is kept whole, a lone ESC at the end waits");
+    T_CHECK(used == 3 && no == 3 && !memcmp(other, "\033[A", 3),
+            "an arrow key is kept whole, a lone ESC at the end waits");
 }
 
 static void test_sgr(void) {
@@ -124,17 +133,19 @@ static void test_set(void) {
     unsigned char touched[10], repaint[10];
     txt_buf       out = {0};
     memset(touched, 1, sizeof touched);
-    T_CHECK(emj_set_frame(&s, touched, 10, 40, repaint) == 0 && s.n == 0, "a frame with nothing noted (no list yet)");
+    T_CHECK(emj_set_frame(&s, touched, 10, 40, repaint) == 0 && s.n == 0,
+            "a frame with nothing noted (no list yet)");
     T_CHECK(emj_set_output(&s, touched, 10, &out) == 0 && out.n == 0, "... writes nothing");
     /* frame 0: two clusters on rows 2 and 5 */
     emj_set_add(&s, 2, 4, 2, 0x1F469, "\033[0m", FAM, strlen(FAM));
     emj_set_add(&s, 5, 0, 2, 'F', "\033[0m", FLAG, strlen(FLAG));
     memset(touched, 0, sizeof touched);
     touched[2] = touched[5] = 1;
-    T_CHECK(emj_set_frame(&s, touched, 10, 40, repaint) == 0 && s.n == 2, "first frame: both kept, nothing to repaint");
+    T_CHECK(emj_set_frame(&s, touched, 10, 40, repaint) == 0 && s.n == 2,
+            "first frame: both kept, nothing to repaint");
     T_CHECK(emj_set_output(&s, touched, 10, &out) == 0 && out.n > 0, "output for the frame");
-    T_CHECK(!memcmp(out.p, "\0337", 2) && strstr(out.p, "\033[3;5H\033[0m" FAM) && strstr(out.p, "\033[6;1H\033[0m" FLAG) &&
-                !memcmp(out.p + out.n - 6, "\033[0m\0338", 6),
+    T_CHECK(!memcmp(out.p, "\0337", 2) && strstr(out.p, "\033[3;5H\033[0m" FAM) &&
+                strstr(out.p, "\033[6;1H\033[0m" FLAG) && !memcmp(out.p + out.n - 6, "\033[0m\0338", 6),
             "each cluster written at its place between cursor save and restore");
     free(out.p), out = (txt_buf){0};
 
@@ -152,7 +163,8 @@ static void test_set(void) {
     memset(touched, 0, sizeof touched);
     touched[2] = 1;
     emj_set_add(&s, 2, 4, 2, 0x1F469, "\033[0m", FAM, strlen(FAM));
-    T_CHECK(emj_set_frame(&s, touched, 10, 40, repaint) == 0 && s.n == 1, "the same cluster again: one record, no repaint");
+    T_CHECK(emj_set_frame(&s, touched, 10, 40, repaint) == 0 && s.n == 1,
+            "the same cluster again: one record, no repaint");
     emj_set_output(&s, touched, 10, &out);
     T_CHECK(out.n > 0 && strstr(out.p, FAM), "... written over curses' stand-in again");
     free(out.p), out = (txt_buf){0};
@@ -172,7 +184,8 @@ static void test_set(void) {
     touched[3] = 1;
     emj_set_frame(&s, touched, 10, 40, repaint);
     int k = find(&s, 2, 5);
-    T_CHECK(s.n == 1 && k >= 0 && strstr(s.r[k].bytes, FLAG), "the later note at a place wins, a dropped one is gone");
+    T_CHECK(s.n == 1 && k >= 0 && strstr(s.r[k].bytes, FLAG),
+            "the later note at a place wins, a dropped one is gone");
 
     /* a pane (rows 4..7) scrolled up one row by curses (wscrl), its rows not drawn again: the
      * records move with them; the place a record left is repainted unless another moved in */
@@ -212,7 +225,8 @@ static void test_set(void) {
     emj_set_output(&s, touched, 10, &out);
     free(out.p), out = (txt_buf){0};
     memset(touched, 0, sizeof touched);
-    T_CHECK(emj_set_frame(&s, touched, 2, 40, repaint) == 0 && s.n == 0, "a resize drops what is off the screen");
+    T_CHECK(emj_set_frame(&s, touched, 2, 40, repaint) == 0 && s.n == 0,
+            "a resize drops what is off the screen");
     /* a cluster past the right edge is never kept */
     emj_set_add(&s, 0, 39, 2, 'F', "\033[0m", FLAG, strlen(FLAG));
     touched[0] = 1;
@@ -220,7 +234,8 @@ static void test_set(void) {
     T_CHECK(s.n == 0, "a cluster that would cross the right edge is not drawn whole");
     char big[200];
     memset(big, 'x', sizeof big);
-    T_CHECK(emj_set_add(&s, 0, 0, 2, 'x', "", big, sizeof big) == -1, "a cluster too long for a record is refused");
+    T_CHECK(emj_set_add(&s, 0, 0, 2, 'x', "", big, sizeof big) == -1,
+            "a cluster too long for a record is refused");
     emj_set_free(&s);
 }
 

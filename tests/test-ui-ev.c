@@ -85,13 +85,13 @@ static void test_threads(void) {
         ev_queue_free(q);
         return;
     }
-    long tokens = 0, sleeps = 0, timeouts = 0, spurious = 0;
-    int  done = 0;
-    double end = ev_now() + 30;
+    long   tokens = 0, sleeps = 0, timeouts = 0, spurious = 0;
+    int    done = 0;
+    double end  = ev_now() + 30;
     while (!done && ev_now() < end) {
         int rd = 0;
         if (!ev_arm(q)) { /* nothing waiting: sleep until the producer's byte */
-            struct pollfd p = {ev_fd(q), POLLIN, 0};
+            struct pollfd p  = {ev_fd(q), POLLIN, 0};
             int           pr = poll(&p, 1, 2000);
             sleeps++;
             timeouts += pr == 0; /* a lost wake-up: the producer pushed without waking us */
@@ -112,9 +112,11 @@ static void test_threads(void) {
     }
     pthread_join(th, NULL);
     T_CHECK(done && tokens == N_TOK && timeouts == 0,
-            "%d tokens from a thread reach a consumer sleeping on the pipe: %ld arrived, %ld sleeps, %ld lost wake-ups",
+            "%d tokens from a thread reach a consumer sleeping on the pipe: %ld arrived, %ld sleeps, %ld "
+            "lost wake-ups",
             N_TOK, tokens, sleeps, timeouts);
-    T_CHECK(spurious <= sleeps / 10 + 1, "wake-ups with nothing to take are rare (%ld of %ld)", spurious, sleeps);
+    T_CHECK(spurious <= sleeps / 10 + 1, "wake-ups with nothing to take are rare (%ld of %ld)", spurious,
+            sleeps);
     T_CHECK(!readable(q) || (ev_drain_fd(q, 1), !readable(q)), "no byte is left behind in the pipe");
     ev_queue_free(q);
 }

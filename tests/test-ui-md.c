@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-static md_doc D;
+static md_doc  D;
 static txt_buf L;
 
 static int render(const char *s, int width, unsigned flags) {
@@ -62,7 +62,8 @@ static double now(void) {
 }
 
 static void test_blocks(void) {
-    T_CHECK(render("# Title\n\nSome **bold** and *em* and `code` and $x^2$ and ~~gone~~.\n", 40, 0) == 0, "render a paragraph");
+    T_CHECK(render("# Title\n\nSome **bold** and *em* and `code` and $x^2$ and ~~gone~~.\n", 40, 0) == 0,
+            "render a paragraph");
     int h = find("Title");
     T_CHECK(h == 0 && !strchr(line(0), '#'), "heading drawn without '#' (got '%s')", line(0));
     T_CHECK(role_of(h, "Title") == THM_MD_HEADING, "heading in md-heading");
@@ -85,8 +86,10 @@ static void test_blocks(void) {
     render("```python\nprint('hi')\n\tx = 1\n```\n", 30, 0);
     T_CHECK(strstr(line(0), "┌─") && strstr(line(0), "python") && strstr(line(0), "┐"),
             "code box names the language on its first line: '%s'", line(0));
-    T_CHECK(strstr(line(1), "│ print('hi')") && strstr(line(1), " │"), "code line inside the box: '%s'", line(1));
-    T_CHECK(!strchr(line(2), '\t') && strstr(line(2), "│    ") && strstr(line(2), "x = 1"), "tab expanded inside the box: '%s'", line(2));
+    T_CHECK(strstr(line(1), "│ print('hi')") && strstr(line(1), " │"), "code line inside the box: '%s'",
+            line(1));
+    T_CHECK(!strchr(line(2), '\t') && strstr(line(2), "│    ") && strstr(line(2), "x = 1"),
+            "tab expanded inside the box: '%s'", line(2));
     T_CHECK(role_of(1, "print") == THM_CODE, "code text in the code role");
     T_CHECK(strstr(line(D.n_lines - 1), "└") && strstr(line(D.n_lines - 1), "┘"), "box closed");
     int same = 1;
@@ -116,9 +119,11 @@ static void test_lists(void) {
     render("- one\n- two\n  - nested **a**\n    - deeper\n- three\n", 40, 0);
     T_CHECK(!strcmp(line(0), "• one"), "bullet: '%s'", line(0));
     int n = find("nested");
-    T_CHECK(n > 0 && !strncmp(line(n), "  ◦ nested", strlen("  ◦ nested")), "nested bullet indented: '%s'", n >= 0 ? line(n) : "");
+    T_CHECK(n > 0 && !strncmp(line(n), "  ◦ nested", strlen("  ◦ nested")), "nested bullet indented: '%s'",
+            n >= 0 ? line(n) : "");
     int d = find("deeper");
-    T_CHECK(d > 0 && !strncmp(line(d), "    ▪ deeper", strlen("    ▪ deeper")), "third level: '%s'", d >= 0 ? line(d) : "");
+    T_CHECK(d > 0 && !strncmp(line(d), "    ▪ deeper", strlen("    ▪ deeper")), "third level: '%s'",
+            d >= 0 ? line(d) : "");
     T_CHECK(role_of(0, "•") == THM_MD_LIST, "marker role");
 
     render("1. first item that is long enough to wrap around\n2. second\n", 20, 0);
@@ -131,13 +136,16 @@ static void test_lists(void) {
     T_CHECK(!strncmp(line(0), "7. ", 3) && !strncmp(line(1), "8. ", 3), "start number kept");
 
     render("- [ ] todo\n- [x] done\n", 20, 0);
-    T_CHECK(!strcmp(line(0), "[ ] todo") && !strcmp(line(1), "[x] done"), "task boxes: '%s' '%s'", line(0), line(1));
+    T_CHECK(!strcmp(line(0), "[ ] todo") && !strcmp(line(1), "[x] done"), "task boxes: '%s' '%s'", line(0),
+            line(1));
 }
 
 static void test_tables(void) {
-    const char *t = "| name | 值 | emoji |\n|:-----|---:|:---:|\n| a | 漢字テスト | 😀 |\n| longer cell | 1 | 👍🏽 |\n";
+    const char *t = "| name | 值 | emoji |\n|:-----|---:|:---:|\n| a | 漢字テスト | 😀 |\n| longer cell | 1 | "
+                    "👍🏽 |\n";
     render(t, 60, 0);
-    T_CHECK(strstr(line(0), "┌") && strstr(line(0), "┬") && strstr(line(0), "┐"), "table top border: '%s'", line(0));
+    T_CHECK(strstr(line(0), "┌") && strstr(line(0), "┬") && strstr(line(0), "┐"), "table top border: '%s'",
+            line(0));
     int w0 = D.lines[0].width, aligned = 1;
     for (int i = 0; i < D.n_lines; i++)
         aligned &= D.lines[i].width == w0;
@@ -145,14 +153,15 @@ static void test_tables(void) {
     /* the column joints sit at the same columns on every line */
     int cols0[8], nc0 = 0, same = 1;
     for (int i = 0; i < D.n_lines; i++) {
-        const char *s = line(i);
+        const char *s  = line(i);
         int         nc = 0, c = 0;
         for (size_t o = 0; s[o];) {
             int    w, f;
             size_t l = txt_cluster(s + o, strlen(s + o), &w, &f);
-            if (!strncmp(s + o, "│", l) || !strncmp(s + o, "┼", l) || !strncmp(s + o, "┬", l) || !strncmp(s + o, "┴", l) ||
-                !strncmp(s + o, "├", l) || !strncmp(s + o, "┤", l) || !strncmp(s + o, "┌", l) || !strncmp(s + o, "┐", l) ||
-                !strncmp(s + o, "└", l) || !strncmp(s + o, "┘", l)) {
+            if (!strncmp(s + o, "│", l) || !strncmp(s + o, "┼", l) || !strncmp(s + o, "┬", l) ||
+                !strncmp(s + o, "┴", l) || !strncmp(s + o, "├", l) || !strncmp(s + o, "┤", l) ||
+                !strncmp(s + o, "┌", l) || !strncmp(s + o, "┐", l) || !strncmp(s + o, "└", l) ||
+                !strncmp(s + o, "┘", l)) {
                 if (i == 0 && nc0 < 8)
                     cols0[nc0++] = c;
                 else if (nc < 8 && (nc >= nc0 || cols0[nc] != c))
@@ -171,12 +180,14 @@ static void test_tables(void) {
     T_CHECK(role_of(hd, "name") == THM_MD_TABLE_HEAD, "header cell role");
     T_CHECK(strstr(line(hd + 1), "├") != NULL, "rule under the header");
     int r1 = find("longer");
-    T_CHECK(r1 > 0 && strstr(line(r1), "│          1 │") != NULL, "right-aligned column: '%s'", r1 >= 0 ? line(r1) : "");
+    T_CHECK(r1 > 0 && strstr(line(r1), "│          1 │") != NULL, "right-aligned column: '%s'",
+            r1 >= 0 ? line(r1) : "");
 
     render(t, 30, 0);
     T_CHECK(all_fit(30) && any_line_has("┌"), "narrower pane: columns shrink and cells wrap, still a table");
     render(t, 12, 0);
-    T_CHECK(all_fit(12) && !any_line_has("┌") && any_line_has("name: a"), "too narrow: rows as 'header: value' lines");
+    T_CHECK(all_fit(12) && !any_line_has("┌") && any_line_has("name: a"),
+            "too narrow: rows as 'header: value' lines");
 
     render("| a | b |\n|---|---|\n| 1 |\n", 30, 0);
     T_CHECK(all_fit(30) && any_line_has("│ 1 │"), "short row padded");
@@ -184,17 +195,18 @@ static void test_tables(void) {
 
 static void test_links(void) {
     render("see [the docs](https://example.com/x) now", 60, 0);
-    T_CHECK(any_line_has("the docs <https://example.com/x>"), "no OSC 8: URL shown after the text: '%s'", line(0));
+    T_CHECK(any_line_has("the docs <https://example.com/x>"), "no OSC 8: URL shown after the text: '%s'",
+            line(0));
     T_CHECK(role_of(0, "the docs") == THM_MD_LINK && role_of(0, "https") == THM_MD_URL, "link and URL roles");
     render("see [the docs](https://example.com/x) now", 60, MD_OSC8);
     T_CHECK(!strcmp(line(0), "see the docs now"), "OSC 8: only the text: '%s'", line(0));
-    const md_line *l = &D.lines[0];
+    const md_line *l     = &D.lines[0];
     int            found = 0;
     for (int k = 0; k < l->n_runs; k++) {
         const md_run *r = &D.runs[l->run0 + (size_t)k];
         if (r->link >= 0 && r->len == 8 && !memcmp(D.text.p + r->off, "the docs", 8)) {
             const md_link *u = &D.links[r->link];
-            found = u->len == 21 && !memcmp(D.text.p + u->off, "https://example.com/x", 21);
+            found            = u->len == 21 && !memcmp(D.text.p + u->off, "https://example.com/x", 21);
         }
     }
     T_CHECK(found, "the link run carries its URL");
@@ -223,9 +235,10 @@ static int same_doc(const md_doc *a, const md_doc *b) {
 /* A long paragraph without Markdown syntax streams through a layout that wraps again only from
  * its last line (md.c pl_layout); at every step its lines must be md_render's, run for run. */
 static void test_stream_plain(void) {
-    static const char *words[] = {"answer", "words", "日本語,", "a", "reasonably-long-word", "x", "😀",
-                                  "e\xcc\x81t\xc3\xa9", "", "www", "9.5", "and"};
-    unsigned seed = 12345;
+    static const char *words[] = {
+        "answer", "words", "日本語,", "a",  "reasonably-long-word", "x", "😀", "e\xcc\x81t\xc3\xa9",
+        "",       "www",   "9.5",     "and"};
+    unsigned seed  = 12345;
     int      steps = 0, bad = 0, plain_steps = 0;
     for (int doc = 0; doc < 40 && !bad; doc++) {
         char   text[4096];
@@ -234,15 +247,15 @@ static void test_stream_plain(void) {
             n += (size_t)snprintf(text, sizeof text, "# Title\n\n");
         size_t p0 = n;
         while (n < 1500) {
-            seed = seed * 1103515245u + 12345u;
+            seed          = seed * 1103515245u + 12345u;
             const char *w = words[(seed >> 16) % 12];
             n += (size_t)snprintf(text + n, sizeof text - n, "%s%s", w, (seed >> 8) % 7 == 0 ? "  " : " ");
         }
         if (doc % 5 == 4) /* ends in a different block: the layout gives way to md4c */
             n += (size_t)snprintf(text + n, sizeof text - n, "**bold** and more\n\nnext");
-        int width = 8 + (doc * 13) % 100;
-        md_stream st = {0};
-        char     *buf = malloc(n + 1);
+        int       width = 8 + (doc * 13) % 100;
+        md_stream st    = {0};
+        char     *buf   = malloc(n + 1);
         for (size_t k = p0 + 1; k <= n && !bad; k += 1 + (seed >> 4) % 23) {
             seed = seed * 1103515245u + 12345u;
             memcpy(buf, text, k);
@@ -255,7 +268,8 @@ static void test_stream_plain(void) {
             size_t kc   = txt_complete(buf, k);
             md_render(&want, buf + st.done, kc - st.done, width, THM_ASSISTANT, st.fin.n_lines ? MD_CONT : 0);
             if (st.pl && !same_doc(&want, &st.open)) {
-                T_CHECK(0, "plain paragraph at width %d, %zu bytes: the lines differ from md_render's", width, k);
+                T_CHECK(0, "plain paragraph at width %d, %zu bytes: the lines differ from md_render's", width,
+                        k);
                 bad = 1;
             }
             plain_steps += st.pl;
@@ -265,16 +279,18 @@ static void test_stream_plain(void) {
         free(buf);
         md_stream_free(&st);
     }
-    T_CHECK(!bad && plain_steps > steps / 2, "a streamed plain paragraph is laid out as md_render does (%d of %d steps "
-            "without md4c, 40 texts, widths 8 to 107, CJK, emoji, combining marks, double spaces)", plain_steps, steps);
+    T_CHECK(!bad && plain_steps > steps / 2,
+            "a streamed plain paragraph is laid out as md_render does (%d of %d steps "
+            "without md4c, 40 texts, widths 8 to 107, CJK, emoji, combining marks, double spaces)",
+            plain_steps, steps);
 }
 
 static void test_stream(void) {
-    md_stream st = {0};
+    md_stream   st   = {0};
     const char *full = "# Head\n\nfirst paragraph\n\n```c\nint x;\n```\n\nlast **bold** end\n";
     size_t      n    = strlen(full);
     char       *buf  = malloc(n + 1);
-    int         ok   = 1, fin_grew = 0, fin_prev = 0;
+    int         ok = 1, fin_grew = 0, fin_prev = 0;
     for (size_t k = 1; k <= n; k++) {
         memcpy(buf, full, k);
         buf[k] = 0;
@@ -296,7 +312,7 @@ static void test_stream(void) {
     /* the result equals a render of the whole text */
     md_doc whole = {0};
     md_render(&whole, full, n, 30, THM_ASSISTANT, 0);
-    int same = whole.n_lines == st.fin.n_lines + st.open.n_lines;
+    int     same = whole.n_lines == st.fin.n_lines + st.open.n_lines;
     txt_buf a = {0}, b = {0};
     for (int i = 0; same && i < whole.n_lines; i++) {
         md_line_text(&whole, i, &a);
@@ -317,10 +333,12 @@ static void test_stream(void) {
     md_stream_update(&st, half, strlen(half), 40, THM_ASSISTANT, MD_STREAMING);
     md_line_text(&st.open, 0, &a);
     T_CHECK(!strstr(a.p, "**") && strstr(a.p, "bol"), "unclosed ** shown styled while streaming: '%s'", a.p);
-    for (const char *const *m = (const char *const[]){"text **", "text *", "text `", "text ~", NULL}; *m; m++) {
+    for (const char *const *m = (const char *const[]){"text **", "text *", "text `", "text ~", NULL}; *m;
+         m++) {
         md_stream_update(&st, *m, strlen(*m), 40, THM_ASSISTANT, MD_STREAMING);
         md_line_text(&st.open, 0, &a);
-        T_CHECK(!strcmp(a.p, "text"), "a marker at the very end waits for its text: '%s' shows '%s'", *m, a.p);
+        T_CHECK(!strcmp(a.p, "text"), "a marker at the very end waits for its text: '%s' shows '%s'", *m,
+                a.p);
     }
     const char *tick = "call `foo(";
     md_stream_update(&st, tick, strlen(tick), 40, THM_ASSISTANT, MD_STREAMING);
@@ -329,7 +347,8 @@ static void test_stream(void) {
     const char *fence = "```python\nx = 1\ny";
     md_stream_update(&st, fence, strlen(fence), 40, THM_ASSISTANT, MD_STREAMING);
     md_line_text(&st.open, 0, &a);
-    T_CHECK(st.open.n_lines >= 3 && strstr(a.p, "python") && !strstr(a.p, "```"), "unclosed fence shown as a box: '%s'", a.p);
+    T_CHECK(st.open.n_lines >= 3 && strstr(a.p, "python") && !strstr(a.p, "```"),
+            "unclosed fence shown as a box: '%s'", a.p);
     const char *row = "| a | b |\n|---|---|\n| 1 | 2 |\n| 3";
     md_stream_update(&st, row, strlen(row), 40, THM_ASSISTANT, MD_STREAMING);
     int pipes = 0;
@@ -348,7 +367,8 @@ static void test_stream(void) {
 static void test_copy(void) {
     const char *s = "text\n\n```sh\necho one\n```\n\nmore\n\n    indented\n\n~~~\nthree\n~~~\n";
     txt_buf     b = {0};
-    T_CHECK(md_code_block(s, strlen(s), 1, &b) == 3 && !strcmp(b.p, "echo one\n"), "code block 1 of 3: '%s'", b.p);
+    T_CHECK(md_code_block(s, strlen(s), 1, &b) == 3 && !strcmp(b.p, "echo one\n"), "code block 1 of 3: '%s'",
+            b.p);
     T_CHECK(md_code_block(s, strlen(s), 2, &b) == 3 && !strcmp(b.p, "indented\n"), "code block 2: '%s'", b.p);
     T_CHECK(md_code_block(s, strlen(s), 9, &b) == 3 && b.n == 0, "no 9th block: count only");
     b.n = 0;
@@ -367,7 +387,8 @@ static void test_copy(void) {
     char big[200];
     memset(big, 'x', sizeof big);
     md_osc52(&b, big, sizeof big, MD_TERM_SCREEN);
-    T_CHECK(!strncmp(b.p, "\033P\033]52;c;", 9) && strstr(b.p + 2, "\033\\\033P") != NULL, "screen: DCS pieces");
+    T_CHECK(!strncmp(b.p, "\033P\033]52;c;", 9) && strstr(b.p + 2, "\033\\\033P") != NULL,
+            "screen: DCS pieces");
     free(b.p);
 }
 
@@ -381,7 +402,8 @@ static void test_bad_input(void) {
     double t0 = now();
     int    rc = render(s, 80, 0);
     double dt = now() - t0;
-    T_CHECK(rc == 0 && all_fit(80) && any_line_has("deep"), "10,000 nested list levels render, fit and keep the text (%.3f s)", dt);
+    T_CHECK(rc == 0 && all_fit(80) && any_line_has("deep"),
+            "10,000 nested list levels render, fit and keep the text (%.3f s)", dt);
     for (size_t k = 0; k < n; k++)
         memcpy(s + 2 * k, "> ", 2);
     rc = render(s, 80, 0);
@@ -399,13 +421,15 @@ static void test_bad_input(void) {
     t0 = now();
     rc = render(s, 80, 0);
     dt = now() - t0;
-    T_CHECK(rc == 0 && all_fit(80) && D.n_lines > 10000, "1 MB table row wraps inside its cell (%d lines, %.2f s)", D.n_lines, dt);
+    T_CHECK(rc == 0 && all_fit(80) && D.n_lines > 10000,
+            "1 MB table row wraps inside its cell (%d lines, %.2f s)", D.n_lines, dt);
     free(s);
 
     render("```\nunclosed fence\n\nmore", 30, 0);
-    T_CHECK(all_fit(30) && any_line_has("unclosed fence") && any_line_has("more"), "unbalanced fence: code to the end");
+    T_CHECK(all_fit(30) && any_line_has("unclosed fence") && any_line_has("more"),
+            "unbalanced fence: code to the end");
     const char bad[] = "```\n\xff\xfe bad \xc3 utf8 \xe6\x97\n```\n`\x80`\n";
-    rc = render(bad, 30, 0);
+    rc               = render(bad, 30, 0);
     T_CHECK(rc == 0 && all_fit(30) && any_line_has(" bad "), "invalid UTF-8 inside code renders");
     const char ctl[] = "esc \033[31m red \033]8;;x\a";
     render(ctl, 40, 0);
@@ -438,8 +462,9 @@ static void test_themes(void) {
             snprintf(key, sizeof key, "\n%s ", thm_role_name((enum thm_role)r));
             missing += strstr(buf, key) == NULL;
         }
-        T_CHECK(thm_parse(buf, files[k], t, err, sizeof err) == 0 && !missing, "%s parses and sets all %d md-* roles (%d missing) %s",
-                files[k], THM_N - THM_MD_HEADING, missing, err);
+        T_CHECK(thm_parse(buf, files[k], t, err, sizeof err) == 0 && !missing,
+                "%s parses and sets all %d md-* roles (%d missing) %s", files[k], THM_N - THM_MD_HEADING,
+                missing, err);
     }
 }
 

@@ -13,7 +13,7 @@ static int W(const char *s) {
 /* every wrapped line fits and the lines cover the text without losing a non-space byte */
 static int wrap_ok(const char *s, int cols, int *nlines) {
     txt_line l[256];
-    int      n = txt_wrap(s, strlen(s), cols, l, 256);
+    int      n       = txt_wrap(s, strlen(s), cols, l, 256);
     size_t   covered = 0;
     *nlines          = n;
     for (int k = 0; k < n && k < 256; k++) {
@@ -46,13 +46,18 @@ int main(void) {
     T_CHECK(W("abc\t") == 8, "tab after 3 columns reaches column 8 (got %d)", W("abc\t"));
     T_CHECK(txt_width("\t", 1, 5) == 3, "tab from column 5 is 3 columns (got %d)", txt_width("\t", 1, 5));
     T_CHECK(W("a\x1b[31mb") == 6, "ESC is not drawn, the rest is text (got %d)", W("a\x1b[31mb"));
-    T_CHECK(W("a\xff" "b") == 3, "an invalid byte counts 1 column (U+FFFD) (got %d)", W("a\xff" "b"));
+    T_CHECK(W("a\xff"
+              "b") == 3,
+            "an invalid byte counts 1 column (U+FFFD) (got %d)",
+            W("a\xff"
+              "b"));
 
     int    w, f;
     size_t l = txt_cluster("e\u0301x", 4, &w, &f);
     T_CHECK(l == 3 && w == 1, "cluster e+acute is 3 bytes, 1 column (got %zu, %d)", l, w);
     l = txt_cluster("👩\u200d👩\u200d👧!", strlen("👩\u200d👩\u200d👧!"), &w, &f);
-    T_CHECK(l == strlen("👩\u200d👩\u200d👧") && (f & TXT_F_EMOJI), "ZWJ sequence is one cluster (%zu bytes)", l);
+    T_CHECK(l == strlen("👩\u200d👩\u200d👧") && (f & TXT_F_EMOJI), "ZWJ sequence is one cluster (%zu bytes)",
+            l);
 
     /* streaming: a cut inside a character is held back, complete text passes */
     const char *s = "a日";
@@ -66,12 +71,13 @@ int main(void) {
     /* wrapping */
     txt_line ln[16];
     int      n = txt_wrap("hello world foo", strlen("hello world foo"), 11, ln, 16);
-    T_CHECK(n == 2 && ln[0].len == 11 && ln[1].off == 12, "word wrap at a space (n=%d, len0=%zu)", n, ln[0].len);
+    T_CHECK(n == 2 && ln[0].len == 11 && ln[1].off == 12, "word wrap at a space (n=%d, len0=%zu)", n,
+            ln[0].len);
     n = txt_wrap("abcdefghij", strlen("abcdefghij"), 4, ln, 16);
     T_CHECK(n == 3 && ln[0].len == 4 && ln[2].len == 2, "a word longer than the line is cut (n=%d)", n);
     n = txt_wrap("日本語日本語", strlen("日本語日本語"), 5, ln, 16);
-    T_CHECK(n == 3 && ln[0].width == 4, "CJK wraps between characters, never past the margin (n=%d, w0=%d)", n,
-            ln[0].width);
+    T_CHECK(n == 3 && ln[0].width == 4, "CJK wraps between characters, never past the margin (n=%d, w0=%d)",
+            n, ln[0].width);
     n = txt_wrap("ab😀😀", strlen("ab😀😀"), 4, ln, 16);
     T_CHECK(n == 2 && ln[0].width == 4 && ln[1].width == 2, "an emoji never straddles the margin (n=%d)", n);
     n = txt_wrap("a\nb\n", strlen("a\nb\n"), 10, ln, 16);
@@ -79,12 +85,13 @@ int main(void) {
     n = txt_wrap("", strlen(""), 10, ln, 16);
     T_CHECK(n == 1 && ln[0].len == 0, "empty text is one empty line");
     n = txt_wrap("e\u0301e\u0301e\u0301", strlen("e\u0301e\u0301e\u0301"), 2, ln, 16);
-    T_CHECK(n == 2 && ln[0].len == 6, "combining marks stay with their base when wrapping (len0=%zu)", ln[0].len);
+    T_CHECK(n == 2 && ln[0].len == 6, "combining marks stay with their base when wrapping (len0=%zu)",
+            ln[0].len);
     n = txt_wrap("\tx\ty", strlen("\tx\ty"), 10, ln, 16);
     T_CHECK(n == 2, "tabs expand by column when wrapping (n=%d)", n);
     const char *para = "The quick brown fox 日本語のテキスト jumps over the lazy dog 😀 again and again, "
                        "with e\u0301 marks and a verylongwordthatdoesnotfitanywhere at all.";
-    int ok = 1, nl;
+    int         ok = 1, nl;
     for (int cols = 2; cols <= 40; cols++)
         ok &= wrap_ok(para, cols, &nl);
     T_CHECK(ok, "mixed paragraph: lines fit and cover the text at every width 2..40");
@@ -94,17 +101,21 @@ int main(void) {
     /* clusters of the line editor's code points (issue 26 item 13): Backspace and the arrows
      * step over what the screen shows as one character */
     static const wchar_t fam[] = L"A\U0001F469\u200D\U0001F469\u200D\U0001F467B";
-    size_t nf = wcslen(fam);
-    T_CHECK(txt_wcluster_prev(fam, nf, nf) == 6, "Backspace after B takes B alone (start %zu)", txt_wcluster_prev(fam, nf, nf));
+    size_t               nf    = wcslen(fam);
+    T_CHECK(txt_wcluster_prev(fam, nf, nf) == 6, "Backspace after B takes B alone (start %zu)",
+            txt_wcluster_prev(fam, nf, nf));
     T_CHECK(txt_wcluster_prev(fam, nf, 6) == 1, "the ZWJ family is one cluster back from its end (start %zu)",
             txt_wcluster_prev(fam, nf, 6));
-    T_CHECK(txt_wcluster_next(fam, nf, 1) == 6, "... and forward from its start (end %zu)", txt_wcluster_next(fam, nf, 1));
-    T_CHECK(txt_wcluster_prev(fam, nf, 1) == 0 && txt_wcluster_next(fam, nf, 0) == 1, "A is a cluster of its own");
+    T_CHECK(txt_wcluster_next(fam, nf, 1) == 6, "... and forward from its start (end %zu)",
+            txt_wcluster_next(fam, nf, 1));
+    T_CHECK(txt_wcluster_prev(fam, nf, 1) == 0 && txt_wcluster_next(fam, nf, 0) == 1,
+            "A is a cluster of its own");
     static const wchar_t flags[] = L"\U0001F1EB\U0001F1F7\U0001F1E9\U0001F1EA"; /* FR DE */
     T_CHECK(txt_wcluster_prev(flags, 4, 4) == 2 && txt_wcluster_next(flags, 4, 0) == 2,
             "two flags are two clusters of two regional indicators");
     static const wchar_t acc[] = L"e\u0301\u0323x";
-    T_CHECK(txt_wcluster_next(acc, 4, 0) == 3 && txt_wcluster_prev(acc, 4, 3) == 0, "e with two combining marks is one cluster");
+    T_CHECK(txt_wcluster_next(acc, 4, 0) == 3 && txt_wcluster_prev(acc, 4, 3) == 0,
+            "e with two combining marks is one cluster");
     static const wchar_t skin[] = L"\U0001F44D\U0001F3FD!";
     T_CHECK(txt_wcluster_next(skin, 3, 0) == 2, "thumbs up + skin tone is one cluster");
     static const wchar_t jamo[] = L"\u1100\u1161\u11A8a"; /* L V T: one Hangul syllable */

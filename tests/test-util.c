@@ -11,7 +11,8 @@ int main(void) {
     T_CHECK(st == K3_ERR_FORMAT, "k3_err returns its status");
     T_CHECK(!strcmp(k3_errmsg(), "x.safetensors: tensor 'w' is bad"), "message recorded (%s)", k3_errmsg());
     k3_err_prefix("loading %s", "dir");
-    T_CHECK(!strcmp(k3_errmsg(), "loading dir: x.safetensors: tensor 'w' is bad"), "prefix (%s)", k3_errmsg());
+    T_CHECK(!strcmp(k3_errmsg(), "loading dir: x.safetensors: tensor 'w' is bad"), "prefix (%s)",
+            k3_errmsg());
     T_CHECK(k3_bf16_to_f32(0x3f80) == 1.0f, "bf16 1.0");
     T_CHECK(k3_bf16_to_f32(k3_f32_to_bf16(-2.5f)) == -2.5f, "bf16 round trip -2.5");
     T_CHECK(k3_f32_to_bf16(1.00390625f) == 0x3f80, "bf16 ties to even (down)");
@@ -21,9 +22,10 @@ int main(void) {
     T_CHECK(k3_f16_to_f32(0xc500) == -5.0f, "f16 -5");
     T_CHECK(isinf(k3_f16_to_f32(0x7c00)), "f16 inf");
     /* the growable buffer (k3_buf): appends, growth, NUL termination, a refused size */
-    k3_buf b = {0};
+    k3_buf b  = {0};
     int    ok = 1;
-    for (int i = 0; i < 1000; i++) ok &= k3_buf_add(&b, "abc", 3) == 0;
+    for (int i = 0; i < 1000; i++)
+        ok &= k3_buf_add(&b, "abc", 3) == 0;
     T_CHECK(ok && b.n == 3000 && b.cap > 3000 && b.p[2999] == 'c' && b.p[3000] == 0 &&
                 !strncmp(b.p, "abcabc", 6),
             "k3_buf_add: 1000 appends of 3 bytes, grown and NUL-terminated (n %zu)", b.n);

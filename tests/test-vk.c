@@ -86,8 +86,10 @@ static double rel_l2(const float *a, const float *b, int n) {
 static double wval(const qmat *m, int r, int c) {
     const uint8_t *b = m->w;
     switch (m->type) {
-    case Q_F32: return ((const float *)m->w)[(size_t)r * m->cols + c];
-    case Q_I8: return (double)((const int8_t *)m->w)[(size_t)r * m->cols + c] * (double)m->s[r];
+    case Q_F32:
+        return ((const float *)m->w)[(size_t)r * m->cols + c];
+    case Q_I8:
+        return (double)((const int8_t *)m->w)[(size_t)r * m->cols + c] * (double)m->s[r];
     case Q_I4: {
         uint8_t byte = b[(size_t)r * ((m->cols + 1) / 2) + c / 2];
         int     nib  = (c & 1) ? byte >> 4 : byte & 15;
@@ -95,9 +97,9 @@ static double wval(const qmat *m, int r, int c) {
     }
     case Q_MXFP4: {
         static const double e2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-        uint8_t byte = b[(size_t)r * (m->cols / 2) + c / 2];
-        int     nib  = (c & 1) ? byte >> 4 : byte & 15;
-        double  v    = (nib & 8) ? -e2m1[nib & 7] : e2m1[nib & 7];
+        uint8_t             byte    = b[(size_t)r * (m->cols / 2) + c / 2];
+        int                 nib     = (c & 1) ? byte >> 4 : byte & 15;
+        double              v       = (nib & 8) ? -e2m1[nib & 7] : e2m1[nib & 7];
         return ldexp(v, m->e[(size_t)r * (m->cols / 32) + c / 32] - 127);
     }
     }
@@ -139,8 +141,8 @@ static void case_matvec(vk_ctx *c, int type, int rows, int cols) {
     double e = st == K3_OK ? rel_l2(got, ref, rows) : 1.0, ec = rel_l2(cpu, ref, rows);
     double ed = st == K3_OK ? rel_l2(got, cpu, rows) : 1.0;
     T_CHECK(st == K3_OK && e <= 1e-6 && ed <= 1e-6 + ec,
-            "matvec %s %dx%d: rel L2 vs exact %.2e <= 1e-6, vs CPU kernel %.2e <= 1e-6 + %.2e (%s)", tname[type],
-            rows, cols, e, ed, ec, st ? k3_errmsg() : "ok");
+            "matvec %s %dx%d: rel L2 vs exact %.2e <= 1e-6, vs CPU kernel %.2e <= 1e-6 + %.2e (%s)",
+            tname[type], rows, cols, e, ed, ec, st ? k3_errmsg() : "ok");
     free(cpu);
     free(x);
     free(ref);
@@ -154,11 +156,11 @@ static float situ_glu(float g, float u, float b1, float b2) {
 
 /* n experts, latent L, intermediate F: the whole expert on the device vs the CPU. */
 static void case_experts(vk_ctx *c, int n, int L, int F) {
-    owned   o[3 * 8];
-    vk_mat  vm[3 * 8];
+    owned         o[3 * 8];
+    vk_mat        vm[3 * 8];
     const vk_mat *pm[3 * 8];
-    float  *z = malloc((size_t)L * 4), *ref = malloc((size_t)n * L * 4), *got = malloc((size_t)n * L * 4);
-    float  *g = malloc((size_t)F * 4), *u = malloc((size_t)F * 4);
+    float    *z = malloc((size_t)L * 4), *ref = malloc((size_t)n * L * 4), *got = malloc((size_t)n * L * 4);
+    float    *g = malloc((size_t)F * 4), *u = malloc((size_t)F * 4);
     k3_status st = K3_OK;
     for (int i = 0; i < L; i++)
         z[i] = rndf() * 2;
@@ -194,7 +196,8 @@ static void case_experts(vk_ctx *c, int n, int L, int F) {
 int main(void) {
     kern_set_idot(0); /* compare against the exact-float CPU kernels (IDOT is approximate) */
     /* layout mirrors: checked at compile time in vk-impl.h, at run time here too */
-    T_CHECK(sizeof(vk_pc_matvec) == 32 && offsetof(vk_pc_matvec, x_off) == 16, "push constants mirror types.glsl");
+    T_CHECK(sizeof(vk_pc_matvec) == 32 && offsetof(vk_pc_matvec, x_off) == 16,
+            "push constants mirror types.glsl");
     T_CHECK(sizeof(vk_pc_glu) == 32 && offsetof(vk_pc_glu, beta2) == 20, "push constants mirror glu.comp");
 #if !K3_VK
     T_SKIP("built with VK=0: no Vulkan tier to test");

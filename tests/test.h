@@ -17,31 +17,30 @@
 
 static int t_failed_, t_passed_;
 
-#define T_CHECK(cond, ...)                                                                         \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            t_passed_++;                                                                           \
-            printf("PASS: ");                                                                      \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        } else {                                                                                   \
-            t_failed_++;                                                                           \
-            printf("FAIL: ");                                                                      \
-            printf(__VA_ARGS__);                                                                   \
-            printf(" (%s:%d)\n", __FILE__, __LINE__);                                              \
-        }                                                                                          \
-        fflush(stdout);                                                                            \
+#define T_CHECK(cond, ...)                                                                                   \
+    do {                                                                                                     \
+        if (cond) {                                                                                          \
+            t_passed_++;                                                                                     \
+            printf("PASS: ");                                                                                \
+            printf(__VA_ARGS__);                                                                             \
+            printf("\n");                                                                                    \
+        } else {                                                                                             \
+            t_failed_++;                                                                                     \
+            printf("FAIL: ");                                                                                \
+            printf(__VA_ARGS__);                                                                             \
+            printf(" (%s:%d)\n", __FILE__, __LINE__);                                                        \
+        }                                                                                                    \
+        fflush(stdout);                                                                                      \
     } while (0)
 
-#define T_NEAR(a, b, tol, ...)                                                                     \
-    T_CHECK(fabs((double)(a) - (double)(b)) <= (tol), __VA_ARGS__)
+#define T_NEAR(a, b, tol, ...) T_CHECK(fabs((double)(a) - (double)(b)) <= (tol), __VA_ARGS__)
 
-#define T_SKIP(...)                                                                                \
-    do {                                                                                           \
-        printf("SKIP: ");                                                                          \
-        printf(__VA_ARGS__);                                                                       \
-        printf("\n");                                                                              \
-        fflush(stdout);                                                                            \
+#define T_SKIP(...)                                                                                          \
+    do {                                                                                                     \
+        printf("SKIP: ");                                                                                    \
+        printf(__VA_ARGS__);                                                                                 \
+        printf("\n");                                                                                        \
+        fflush(stdout);                                                                                      \
     } while (0)
 
 static inline int t_done(void) {
@@ -55,9 +54,9 @@ static inline char *t_read_file(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    char  *p  = NULL;
+    char  *p   = NULL;
     size_t got = 0;
-    long   sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    long   sz  = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
     if (sz >= 0 && fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)sz + 1)))
         p[got = fread(p, 1, (size_t)sz, f)] = 0;
     fclose(f);

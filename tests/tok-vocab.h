@@ -31,7 +31,8 @@ static inline void t_vocab_line(t_vocab *v, const void *s, size_t n, long rank) 
         v->p = p, v->cap = cap;
     }
     for (size_t i = 0; i < n; i += 3) {
-        uint32_t w = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
+        uint32_t w =
+            (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
         v->p[v->n++] = A[w >> 18 & 63];
         v->p[v->n++] = A[w >> 12 & 63];
         v->p[v->n++] = i + 1 < n ? A[w >> 6 & 63] : '=';

@@ -9,8 +9,9 @@
  * Tokens: --text FILE (UTF-8 text, encoded with the model's tokenizer, special-token names as
  * plain text), --ids 'ID ID ...' or --ids-file FILE (whitespace-separated ids), or --random N
  * (N ids drawn uniformly from the vocabulary with --seed S, default 1; the default is
- * --random 64). --max N keeps the first N tokens. Each setting loads the model, feeds the whole sequence once (chunked prefill;
- * the engine's K3_LOGITS hook writes every position's logits to a scratch file) and frees it.
+ * --random 64). --max N keeps the first N tokens. Each setting loads the model, feeds the whole sequence once
+ * (chunked prefill; the engine's K3_LOGITS hook writes every position's logits to a scratch file) and frees
+ * it.
  *
  * Report (A is the reference): per position the softmax of each side; then
  *   top1      fraction of positions where argmax A == argmax B
@@ -33,18 +34,19 @@
 #define MAX_VARS 32
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: k3-ab [--text FILE | --ids 'ID ...' | --ids-file FILE | --random N] [--seed S] [--max N]\n"
-               "             MODEL_DIR 'A settings' 'B settings'\n"
-               "  settings: space-separated K3_*=VALUE assignments for that run ('' = defaults)\n");
+    fprintf(
+        f, "usage: k3-ab [--text FILE | --ids 'ID ...' | --ids-file FILE | --random N] [--seed S] [--max N]\n"
+           "             MODEL_DIR 'A settings' 'B settings'\n"
+           "  settings: space-separated K3_*=VALUE assignments for that run ('' = defaults)\n");
 }
 
 /* ---- settings --------------------------------------------------------------------------- */
 
 typedef struct setting {
-    char *buf;              /* owned copy of the text, split in place */
-    char *name[MAX_VARS];   /* variable names                         */
-    char *value[MAX_VARS];  /* their values                           */
-    char *saved[MAX_VARS];  /* the caller's values (strdup) or NULL   */
+    char *buf;             /* owned copy of the text, split in place */
+    char *name[MAX_VARS];  /* variable names                         */
+    char *value[MAX_VARS]; /* their values                           */
+    char *saved[MAX_VARS]; /* the caller's values (strdup) or NULL   */
     int   n;
 } setting;
 
@@ -53,14 +55,15 @@ static int setting_parse(setting *s, const char *text) {
     s->buf = strdup(text);
     if (!s->buf)
         return -1;
-    for (char *save = NULL, *tok = strtok_r(s->buf, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save)) {
+    for (char *save = NULL, *tok = strtok_r(s->buf, " \t\n", &save); tok;
+         tok = strtok_r(NULL, " \t\n", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq || eq == tok || strncmp(tok, "K3_", 3) != 0 || s->n == MAX_VARS) {
             fprintf(stderr, "k3-ab: setting '%s': expected K3_NAME=VALUE assignments (at most %d)\n", tok,
                     MAX_VARS);
             return -1;
         }
-        *eq          = '\0';
+        *eq            = '\0';
         s->name[s->n]  = tok;
         s->value[s->n] = eq + 1;
         s->n++;
@@ -96,7 +99,7 @@ static void setting_restore(setting *s) {
 /* Logits of every position (n x vocab, malloc'd into *out) of the model under setting s. */
 static int run_setting(const char *dir, setting *s, const int32_t *ids, int n, int *vocab, float **out) {
     char path[] = "/tmp/k3-ab.XXXXXX";
-    int  fd     = mkstemp(path), rc = 1;
+    int  fd = mkstemp(path), rc = 1;
     if (fd < 0) {
         fprintf(stderr, "k3-ab: scratch file: %s\n", strerror(errno));
         return 1;
@@ -169,10 +172,10 @@ static int argmax(const float *x, int n) {
 }
 
 int main(int argc, char **argv) {
-    const char *ids_text = NULL, *ids_file = NULL, *text_file = NULL;
-    int         n_random = 64, n_max = 0;
+    const char        *ids_text = NULL, *ids_file = NULL, *text_file = NULL;
+    int                n_random = 64, n_max = 0;
     unsigned long long seed = 1;
-    int         ai       = 1;
+    int                ai   = 1;
     for (; ai < argc && argv[ai][0] == '-' && argv[ai][1]; ai++) {
         const char *o = argv[ai];
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -317,7 +320,7 @@ int main(int argc, char **argv) {
         n = n_max;
 
     int va = 0, vb = 0;
-    rc     = 1;
+    rc = 1;
     if (run_setting(dir, &sa, ids, n, &va, &la) || run_setting(dir, &sb, ids, n, &vb, &lb))
         goto out;
     if (va != vb) {

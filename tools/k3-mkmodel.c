@@ -94,9 +94,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MK_PREFIX     "language_model."
+#define MK_PREFIX "language_model."
 #define MK_MAX_LAYERS 256
-#define MK_RESERVED   256
+#define MK_RESERVED 256
 
 /* ---- the model's shape (config.json keys in comments) ------------------------------------- */
 
@@ -126,33 +126,94 @@ typedef struct mk_shape {
     int    vis_shards;  /* shards of the vision tower (1, or 2 as the release: 95-96) */
     int    mla_last;    /* the layer the release rule makes MLA besides i % 4 == 3: -1 =
                            the last layer; release: 92 whatever --layers says            */
-    int    holes;       /* tensor data left as holes (zeros, sparse files)              */
+    int holes;          /* tensor data left as holes (zeros, sparse files)              */
 } mk_shape;
 
 static const mk_shape preset_tiny = {
-    .D = 100, .n_layers = 6, .merges = 1000, .first_dense = 1, .inter = 90,
-    .mla_heads = 3, .q_lora = 40, .kv_lora = 24, .nope = 10, .rope = 6, .vdim = 9,
-    .n_exp = 12, .n_act = 3, .F = 96, .L = 64, .n_shared = 2, .block = 2,
-    .kda_heads = 3, .kda_d = 12, .conv_k = 4, .glb = -5.0, .eps = 1e-5, .vis = 16,
-    .vis_shards = 1, .mla_last = -1,
+    .D           = 100,
+    .n_layers    = 6,
+    .merges      = 1000,
+    .first_dense = 1,
+    .inter       = 90,
+    .mla_heads   = 3,
+    .q_lora      = 40,
+    .kv_lora     = 24,
+    .nope        = 10,
+    .rope        = 6,
+    .vdim        = 9,
+    .n_exp       = 12,
+    .n_act       = 3,
+    .F           = 96,
+    .L           = 64,
+    .n_shared    = 2,
+    .block       = 2,
+    .kda_heads   = 3,
+    .kda_d       = 12,
+    .conv_k      = 4,
+    .glb         = -5.0,
+    .eps         = 1e-5,
+    .vis         = 16,
+    .vis_shards  = 1,
+    .mla_last    = -1,
 };
 
 static const mk_shape preset_slice = {
-    .D = 7168, .n_layers = 4, .merges = 163584 - 256, .first_dense = 0, .inter = 33792,
-    .mla_heads = 96, .q_lora = 1536, .kv_lora = 512, .nope = 128, .rope = 64, .vdim = 128,
-    .n_exp = 32, .n_act = 16, .F = 3072, .L = 3584, .n_shared = 2, .block = 2,
-    .kda_heads = 96, .kda_d = 128, .conv_k = 4, .glb = -5.0, .eps = 1e-5, .vis = 32,
-    .vis_shards = 1, .mla_last = -1,
+    .D           = 7168,
+    .n_layers    = 4,
+    .merges      = 163584 - 256,
+    .first_dense = 0,
+    .inter       = 33792,
+    .mla_heads   = 96,
+    .q_lora      = 1536,
+    .kv_lora     = 512,
+    .nope        = 128,
+    .rope        = 64,
+    .vdim        = 128,
+    .n_exp       = 32,
+    .n_act       = 16,
+    .F           = 3072,
+    .L           = 3584,
+    .n_shared    = 2,
+    .block       = 2,
+    .kda_heads   = 96,
+    .kda_d       = 128,
+    .conv_k      = 4,
+    .glb         = -5.0,
+    .eps         = 1e-5,
+    .vis         = 32,
+    .vis_shards  = 1,
+    .mla_last    = -1,
 };
 
 /* The release (spec k3-model.md section 2) with zero data: 93 layers (layer 0 dense, MLA at
  * i % 4 == 3 and at 92), 896 experts, block 12; 96 shards, the last two the vision tower. */
 static const mk_shape preset_release = {
-    .D = 7168, .n_layers = 93, .merges = 163584 - 256, .first_dense = 1, .inter = 33792,
-    .mla_heads = 96, .q_lora = 1536, .kv_lora = 512, .nope = 128, .rope = 64, .vdim = 128,
-    .n_exp = 896, .n_act = 16, .F = 3072, .L = 3584, .n_shared = 2, .block = 12,
-    .kda_heads = 96, .kda_d = 128, .conv_k = 4, .glb = -5.0, .eps = 1e-5, .vis = 1152,
-    .vis_shards = 2, .mla_last = 92, .holes = 1,
+    .D           = 7168,
+    .n_layers    = 93,
+    .merges      = 163584 - 256,
+    .first_dense = 1,
+    .inter       = 33792,
+    .mla_heads   = 96,
+    .q_lora      = 1536,
+    .kv_lora     = 512,
+    .nope        = 128,
+    .rope        = 64,
+    .vdim        = 128,
+    .n_exp       = 896,
+    .n_act       = 16,
+    .F           = 3072,
+    .L           = 3584,
+    .n_shared    = 2,
+    .block       = 12,
+    .kda_heads   = 96,
+    .kda_d       = 128,
+    .conv_k      = 4,
+    .glb         = -5.0,
+    .eps         = 1e-5,
+    .vis         = 1152,
+    .vis_shards  = 2,
+    .mla_last    = 92,
+    .holes       = 1,
 };
 
 typedef struct mk_opts {
@@ -198,7 +259,8 @@ static double gauss(uint64_t *s) {
 /* the stream of one tensor: (seed, name without prefix) */
 static uint64_t stream(uint64_t seed, const char *name) {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    for (const char *p = name; *p; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
     uint64_t s = seed * 0xD1B54A32D192ED03ull ^ h;
     sm64(&s);
     return s;
@@ -224,11 +286,11 @@ typedef struct mk_tensor {
     st_dtype dt;
     int      nd;
     int64_t  sh[4];
-    int      init;      /* enum mk_init                                    */
+    int      init; /* enum mk_init                                    */
     double   gain;
-    int      nreal;     /* I_ALOG: number of real values                   */
-    int      shard;     /* 0-based shard index                             */
-    int      text;      /* language-model tensor (gets the prefix)         */
+    int      nreal; /* I_ALOG: number of real values                   */
+    int      shard; /* 0-based shard index                             */
+    int      text;  /* language-model tensor (gets the prefix)         */
 } mk_tensor;
 
 typedef struct mk_plan {
@@ -237,12 +299,11 @@ typedef struct mk_plan {
     int        n_shards;
 } mk_plan;
 
-static mk_tensor *add_t(mk_plan *p, int shard, int init, double gain, st_dtype dt, int nd,
-                        int64_t d0, int64_t d1, int64_t d2, const char *fmt, ...)
-    K3_PRINTF(10, 11);
+static mk_tensor *add_t(mk_plan *p, int shard, int init, double gain, st_dtype dt, int nd, int64_t d0,
+                        int64_t d1, int64_t d2, const char *fmt, ...) K3_PRINTF(10, 11);
 
-static mk_tensor *add_t(mk_plan *p, int shard, int init, double gain, st_dtype dt, int nd,
-                        int64_t d0, int64_t d1, int64_t d2, const char *fmt, ...) {
+static mk_tensor *add_t(mk_plan *p, int shard, int init, double gain, st_dtype dt, int nd, int64_t d0,
+                        int64_t d1, int64_t d2, const char *fmt, ...) {
     if (p->n == p->cap) {
         int        cap = p->cap ? 2 * p->cap : 256;
         mk_tensor *nt  = realloc(p->t, (size_t)cap * sizeof *nt);
@@ -261,7 +322,7 @@ static mk_tensor *add_t(mk_plan *p, int shard, int init, double gain, st_dtype d
     snprintf(t->src, sizeof t->src, "%s", t->name);
     t->shard = shard, t->init = init, t->gain = gain, t->dt = dt, t->nd = nd;
     t->sh[0] = d0, t->sh[1] = d1, t->sh[2] = d2;
-    t->text  = 1;
+    t->text = 1;
     return t;
 }
 
@@ -273,7 +334,8 @@ static void mk_config(const mk_shape *s, int V, k3_config *c) {
     c->nope = s->nope, c->rope = s->rope, c->v_dim = s->vdim, c->n_experts = s->n_exp;
     c->moe_inter = s->F, c->latent = s->L, c->n_shared = s->n_shared;
     c->kda_heads = s->kda_heads, c->kda_head_dim = s->kda_d, c->conv_k = s->conv_k;
-    for (int i = 0; i < s->n_layers; i++) c->layer_kind[i] = is_mla(s, i) ? K3_LAYER_MLA : K3_LAYER_KDA;
+    for (int i = 0; i < s->n_layers; i++)
+        c->layer_kind[i] = is_mla(s, i) ? K3_LAYER_MLA : K3_LAYER_KDA;
 }
 
 /* How each row of the tensor table is filled (CONDITIONING above). Rows not listed go by their
@@ -283,21 +345,25 @@ static const struct {
     int    id, init;
     double gain;
 } conditioning[] = {
-    {TT_EMBED, I_MAT, -1},         {TT_LM_HEAD, I_MAT, 2.0},       {TT_KDA_K, I_KPROJ, 1.0},
-    {TT_KDA_Q_CONV, I_CONV, 0},    {TT_KDA_K_CONV, I_CONV, 0},     {TT_KDA_V_CONV, I_CONV, 0},
-    {TT_KDA_F_B, I_MAT, 0.5},      {TT_KDA_B, I_MAT, 0.6},         {TT_KDA_DT_BIAS, I_DTB, 0},
-    {TT_KDA_A_LOG, I_ALOG, 0},     {TT_MOE_ROUTER, I_MAT, 1.2},    {TT_MOE_BIAS, I_EBIAS, 0},
+    {TT_EMBED, I_MAT, -1},      {TT_LM_HEAD, I_MAT, 2.0},    {TT_KDA_K, I_KPROJ, 1.0},
+    {TT_KDA_Q_CONV, I_CONV, 0}, {TT_KDA_K_CONV, I_CONV, 0},  {TT_KDA_V_CONV, I_CONV, 0},
+    {TT_KDA_F_B, I_MAT, 0.5},   {TT_KDA_B, I_MAT, 0.6},      {TT_KDA_DT_BIAS, I_DTB, 0},
+    {TT_KDA_A_LOG, I_ALOG, 0},  {TT_MOE_ROUTER, I_MAT, 1.2}, {TT_MOE_BIAS, I_EBIAS, 0},
 };
 
 /* Layout variations (LAYOUT VARIATIONS above): the spec's alternative shape in some layers. */
 static int use_alt(int id, int i) {
     switch (id) {
-    case TT_ATTN_RES_PROJ: return i % 2;
-    case TT_MLP_RES_PROJ: return i % 3 == 2;
+    case TT_ATTN_RES_PROJ:
+        return i % 2;
+    case TT_MLP_RES_PROJ:
+        return i % 3 == 2;
     case TT_KDA_Q_CONV:
     case TT_KDA_K_CONV:
-    case TT_KDA_V_CONV: return i == 1;
-    default: return 0;
+    case TT_KDA_V_CONV:
+        return i == 1;
+    default:
+        return 0;
     }
 }
 
@@ -310,26 +376,29 @@ typedef struct plan_ctx {
 
 /* One tensor of the table into the plan: its name, shape (or the variation), dtype and filling. */
 static k3_status plan_row(const tt_ref *r, void *ud) {
-    const plan_ctx *x = ud;
+    const plan_ctx *x   = ud;
     const tt_row   *row = &tt_table[r->id];
-    tt_shape        sh = r->layer >= 0 && use_alt(r->id, r->layer) ? r->alt : r->shape;
+    tt_shape        sh  = r->layer >= 0 && use_alt(r->id, r->layer) ? r->alt : r->shape;
     const int       mat = tt_is_matrix(row->kind) || row->kind == TT_K_EMBED || row->kind == TT_K_MIXP;
-    int             init = row->kind == TT_K_PACK    ? I_MXP
-                           : row->kind == TT_K_SCALE ? I_MXS
-                           : mat                     ? I_MAT
-                                                     : I_NORM;
-    double          gain = row->kind == TT_K_MIXP ? 0.8 : init == I_MAT ? 1.0 : 0;
+    int    init = row->kind == TT_K_PACK ? I_MXP : row->kind == TT_K_SCALE ? I_MXS : mat ? I_MAT : I_NORM;
+    double gain = row->kind == TT_K_MIXP ? 0.8 : init == I_MAT ? 1.0 : 0;
     for (size_t k = 0; k < sizeof conditioning / sizeof *conditioning; k++)
-        if (conditioning[k].id == r->id) init = conditioning[k].init, gain = conditioning[k].gain;
-    if (gain < 0) gain = sqrt((double)x->s->D);
-    if (tt_numel(sh) == 0) return K3_OK; /* --shared 0: no shared experts */
-    if (sh.n == 0) sh = (tt_shape){1, {(sh.s[0] + 1 + 31) / 32 * 32}}; /* A_log: H values, then zeros */
+        if (conditioning[k].id == r->id)
+            init = conditioning[k].init, gain = conditioning[k].gain;
+    if (gain < 0)
+        gain = sqrt((double)x->s->D);
+    if (tt_numel(sh) == 0)
+        return K3_OK; /* --shared 0: no shared experts */
+    if (sh.n == 0)
+        sh = (tt_shape){1, {(sh.s[0] + 1 + 31) / 32 * 32}}; /* A_log: H values, then zeros */
     st_dtype   dt = row->dtype == TT_DT_U8 ? ST_U8 : row->dtype == TT_DT_F32 || x->o->f32 ? ST_F32 : ST_BF16;
     mk_tensor *t  = add_t(x->p, x->shard, init, gain, dt, sh.n, sh.s[0], sh.s[1], sh.s[2], "%s", r->name);
-    if (init == I_ALOG) t->nreal = (int)r->shape.s[0];
-    if (init == I_KPROJ) tt_name(t->src, sizeof t->src, TT_KDA_Q, r->layer, -1);
+    if (init == I_ALOG)
+        t->nreal = (int)r->shape.s[0];
+    if (init == I_KPROJ)
+        tt_name(t->src, sizeof t->src, TT_KDA_Q, r->layer, -1);
     if (init == I_MXP || init == I_MXS) { /* sh[2]: the matrix width; the stream is the matrix's */
-        t->sh[2] = sh.s[1] * (init == I_MXP ? 2 : 32);
+        t->sh[2]              = sh.s[1] * (init == I_MXP ? 2 : 32);
         *strrchr(t->src, '.') = 0;
     }
     return K3_OK;
@@ -343,25 +412,28 @@ static void plan_layer(mk_plan *p, const mk_shape *s, const mk_opts *o, const k3
                        uint64_t *rng) {
     plan_ctx x = {p, s, o, i};
     tt_walk(c, i, 0, plan_row, &x);
-    if (i < s->first_dense) return;
+    if (i < s->first_dense)
+        return;
     /* routed experts: each expert's tensors back to back in name order (w1, w2, w3), experts in a
      * shuffled order */
-    const int E = s->n_exp;
+    const int E    = s->n_exp;
     int      *perm = malloc((size_t)E * sizeof *perm), parts[TT_EXPERT_PARTS];
     if (!perm) {
         fprintf(stderr, "k3-mkmodel: out of memory\n");
         exit(1);
     }
-    for (int e = 0; e < E; e++) perm[e] = e;
+    for (int e = 0; e < E; e++)
+        perm[e] = e;
     for (int e = E - 1; e > 0; e--) {
         int j = (int)(sm64(rng) % (uint64_t)(e + 1)), t = perm[e];
         perm[e] = perm[j], perm[j] = t;
     }
     if (E > 1 && perm[0] < perm[1]) { /* never in id order, even by chance */
-        int t = perm[0];
+        int t   = perm[0];
         perm[0] = perm[1], perm[1] = t;
     }
-    for (int k = 0; k < TT_EXPERT_PARTS; k++) parts[k] = TT_EXPERT_FIRST + k;
+    for (int k = 0; k < TT_EXPERT_PARTS; k++)
+        parts[k] = TT_EXPERT_FIRST + k;
     qsort(parts, TT_EXPERT_PARTS, sizeof *parts, cmp_name);
     int64_t dim[TT_D_COUNT];
     tt_dims(c, dim);
@@ -384,7 +456,8 @@ static void plan_model(mk_plan *p, const mk_shape *s, const mk_opts *o, int V) {
         exit(1);
     }
     mk_config(s, V, c);
-    for (int i = 0; i < s->n_layers; i++) plan_layer(p, s, o, c, i, &rng);
+    for (int i = 0; i < s->n_layers; i++)
+        plan_layer(p, s, o, c, i, &rng);
     const int g = s->n_layers, D = s->D, W = s->vis;
     plan_ctx  x = {p, s, o, g};
     tt_walk(c, -1, 0, plan_row, &x);
@@ -400,9 +473,10 @@ static void plan_model(mk_plan *p, const mk_shape *s, const mk_opts *o, int V) {
     add_t(p, v2, I_NORM, 0, FT, 1, 4 * W, 0, 0, "mm_projector.pre_norm.weight");
     add_t(p, v2, I_MAT, 1.0, FT, 2, 4 * W, 4 * W, 0, "mm_projector.proj.0.weight");
     add_t(p, v2, I_MAT, 1.0, FT, 2, D, 4 * W, 0, "mm_projector.proj.2.weight");
-    for (int k = first; k < p->n; k++) p->t[k].text = 0;
+    for (int k = first; k < p->n; k++)
+        p->t[k].text = 0;
     p->t[first].sh[3] = 14; /* patch_embed [W, 3, 14, 14] */
-    p->n_shards = g + 1 + s->vis_shards;
+    p->n_shards       = g + 1 + s->vis_shards;
 }
 
 #undef FT
@@ -440,27 +514,29 @@ static void mxfp4_row(uint64_t *rng, int cols, uint8_t *packed, uint8_t *scale) 
     double x = -0.5 * log2((double)cols * nib_ms); /* 2^x * rms(code) = 1/sqrt(cols) */
     for (int g = 0; g < cols / 32; g++) {
         int e = (int)floor(x + u01(rng));
-        if (e < -127) e = -127;
-        if (e > 127) e = 127;
+        if (e < -127)
+            e = -127;
+        if (e > 127)
+            e = 127;
         scale[g] = (uint8_t)(e + 127);
         for (int j = 0; j < 16; j += 8) {
             uint64_t r = sm64(rng), r2 = sm64(rng);
             for (int b = 0; b < 8; b++)
-                packed[g * 16 + j + b] = (uint8_t)(nib_tab[r >> (8 * b) & 0xff] |
-                                                   nib_tab[r2 >> (8 * b) & 0xff] << 4);
+                packed[g * 16 + j + b] =
+                    (uint8_t)(nib_tab[r >> (8 * b) & 0xff] | nib_tab[r2 >> (8 * b) & 0xff] << 4);
         }
     }
 }
 
 typedef struct mk_writer {
     stw_file *w;
-    uint8_t  *pend_scale;   /* I_MXS bytes produced by the preceding I_MXP */
+    uint8_t  *pend_scale; /* I_MXS bytes produced by the preceding I_MXP */
     size_t    pend_n;
-    float    *fbuf;         /* [CHUNK]                                    */
-    uint8_t  *bbuf;         /* [CHUNK * 4]                                */
+    float    *fbuf; /* [CHUNK]                                    */
+    uint8_t  *bbuf; /* [CHUNK * 4]                                */
     uint64_t  seed;
-    uint64_t  done, all;    /* data bytes written / to write (progress)   */
-    uint64_t  next;         /* print a progress line when done passes it  */
+    uint64_t  done, all; /* data bytes written / to write (progress)   */
+    uint64_t  next;      /* print a progress line when done passes it  */
     double    t0;
     int       quiet;
 } mk_writer;
@@ -473,7 +549,8 @@ static void on_signal(int sig) {
 }
 
 static k3_status put(mk_writer *mw, const void *data, size_t n) {
-    if (stop_sig) return k3_err(K3_ERR_IO, "interrupted by signal %d", (int)stop_sig);
+    if (stop_sig)
+        return k3_err(K3_ERR_IO, "interrupted by signal %d", (int)stop_sig);
     k3_status st = stw_write(mw->w, data, n);
     mw->done += n;
     if (!st && mw->done >= mw->next) {
@@ -491,17 +568,24 @@ static k3_status put(mk_writer *mw, const void *data, size_t n) {
 static double value(const mk_tensor *t, int64_t i, uint64_t *r, uint64_t *r2, const int *perm) {
     int64_t cols = t->nd ? t->sh[t->nd - 1] : 1;
     switch (t->init) {
-    case I_MAT: return gauss(r) * t->gain / sqrt((double)cols);
-    case I_NORM: return 1.0 + 0.1 * unif(r);
+    case I_MAT:
+        return gauss(r) * t->gain / sqrt((double)cols);
+    case I_NORM:
+        return 1.0 + 0.1 * unif(r);
     case I_CONV: { /* index within the row of taps: 0 = oldest, K-1 = newest */
         int64_t K = cols, tap = i % K;
         return tap == K - 1 ? 0.9 + 0.2 * unif(r) : 0.25 * unif(r);
     }
-    case I_ALOG: return i < t->nreal ? log(0.5 + 1.5 * u01(r)) : 0.0;
-    case I_DTB: return -1.2 + 0.4 * unif(r);
-    case I_EBIAS: return ((double)perm[i] - 0.5 * (double)(t->sh[0] - 1)) / (double)t->sh[0];
-    case I_KPROJ: return (0.6 * gauss(r2) + 0.8 * gauss(r)) / sqrt((double)cols);
-    default: K3_ASSERT(0);
+    case I_ALOG:
+        return i < t->nreal ? log(0.5 + 1.5 * u01(r)) : 0.0;
+    case I_DTB:
+        return -1.2 + 0.4 * unif(r);
+    case I_EBIAS:
+        return ((double)perm[i] - 0.5 * (double)(t->sh[0] - 1)) / (double)t->sh[0];
+    case I_KPROJ:
+        return (0.6 * gauss(r2) + 0.8 * gauss(r)) / sqrt((double)cols);
+    default:
+        K3_ASSERT(0);
     }
     return 0;
 }
@@ -523,7 +607,7 @@ static k3_status write_mxfp4(mk_writer *mw, const mk_tensor *t) {
         free(row);
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", t->name);
     }
-    mw->pend_n  = ns;
+    mw->pend_n   = ns;
     k3_status st = K3_OK;
     for (int rr = 0; rr < rows && !st; rr++) {
         mxfp4_row(&r, cols, row, mw->pend_scale + (size_t)rr * (size_t)(cols / 32));
@@ -534,15 +618,19 @@ static k3_status write_mxfp4(mk_writer *mw, const mk_tensor *t) {
 }
 
 static k3_status write_tensor(mk_writer *mw, const mk_tensor *t) {
-    if (t->init == I_MXP || t->init == I_MXS) return write_mxfp4(mw, t);
+    if (t->init == I_MXP || t->init == I_MXS)
+        return write_mxfp4(mw, t);
     int64_t n = 1;
-    for (int d = 0; d < t->nd; d++) n *= t->sh[d];
+    for (int d = 0; d < t->nd; d++)
+        n *= t->sh[d];
     uint64_t r = stream(mw->seed, t->name), r2 = stream(mw->seed, t->src);
     int     *perm = NULL;
     if (t->init == I_EBIAS) { /* a permutation of the grid, from the tensor's own stream */
         perm = malloc((size_t)n * sizeof *perm);
-        if (!perm) return k3_err(K3_ERR_NOMEM, "%s: out of memory", t->name);
-        for (int64_t e = 0; e < n; e++) perm[e] = (int)e;
+        if (!perm)
+            return k3_err(K3_ERR_NOMEM, "%s: out of memory", t->name);
+        for (int64_t e = 0; e < n; e++)
+            perm[e] = (int)e;
         for (int64_t e = n - 1; e > 0; e--) {
             int64_t j = (int64_t)(sm64(&r) % (uint64_t)(e + 1));
             int     x = perm[e];
@@ -554,16 +642,18 @@ static k3_status write_tensor(mk_writer *mw, const mk_tensor *t) {
         int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
         if (t->init == I_MAT) { /* the bulk of the bytes: no per-element dispatch */
             double sc = t->gain / sqrt((double)(t->nd ? t->sh[t->nd - 1] : 1));
-            for (int64_t j = 0; j < m; j++) mw->fbuf[j] = (float)(gauss(&r) * sc);
+            for (int64_t j = 0; j < m; j++)
+                mw->fbuf[j] = (float)(gauss(&r) * sc);
         } else {
-            for (int64_t j = 0; j < m; j++) mw->fbuf[j] = (float)value(t, i0 + j, &r, &r2, perm);
+            for (int64_t j = 0; j < m; j++)
+                mw->fbuf[j] = (float)value(t, i0 + j, &r, &r2, perm);
         }
         if (t->dt == ST_F32) {
             memcpy(mw->bbuf, mw->fbuf, (size_t)m * 4); /* little-endian host */
             st = put(mw, mw->bbuf, (size_t)m * 4);
         } else {
             for (int64_t j = 0; j < m; j++) {
-                uint16_t h = k3_f32_to_bf16(mw->fbuf[j]);
+                uint16_t h      = k3_f32_to_bf16(mw->fbuf[j]);
                 mw->bbuf[2 * j] = (uint8_t)h, mw->bbuf[2 * j + 1] = (uint8_t)(h >> 8);
             }
             st = put(mw, mw->bbuf, (size_t)m * 2);
@@ -642,7 +732,7 @@ typedef struct mk_tok {
 } mk_tok;
 
 typedef struct mk_vocab {
-    mk_tok *tok;  /* [n], rank order */
+    mk_tok *tok; /* [n], rank order */
     int     n, cap;
     int    *hash; /* open addressing over tok ids, -1 = empty; [hcap] */
     size_t  hcap;
@@ -650,15 +740,18 @@ typedef struct mk_vocab {
 
 static uint64_t bytes_hash(const unsigned char *b, int n) {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    for (int i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
     return h ^ (h >> 29);
 }
 
 static int vocab_find(const mk_vocab *v, const unsigned char *b, int n) {
     for (size_t h = bytes_hash(b, n) & (v->hcap - 1);; h = (h + 1) & (v->hcap - 1)) {
         int id = v->hash[h];
-        if (id < 0) return -1;
-        if (v->tok[id].n == n && !memcmp(v->tok[id].b, b, (size_t)n)) return id;
+        if (id < 0)
+            return -1;
+        if (v->tok[id].n == n && !memcmp(v->tok[id].b, b, (size_t)n))
+            return id;
     }
 }
 
@@ -673,7 +766,8 @@ static int vocab_add(mk_vocab *v, const unsigned char *b, int n) {
     memcpy(c, b, (size_t)n);
     v->tok[v->n] = (mk_tok){c, n};
     size_t h     = bytes_hash(b, n) & (v->hcap - 1);
-    while (v->hash[h] >= 0) h = (h + 1) & (v->hcap - 1);
+    while (v->hash[h] >= 0)
+        h = (h + 1) & (v->hcap - 1);
     v->hash[h] = v->n;
     return v->n++;
 }
@@ -681,39 +775,53 @@ static int vocab_add(mk_vocab *v, const unsigned char *b, int n) {
 enum { CL_LETTER, CL_DIGIT, CL_SPACE, CL_NL, CL_PUNCT };
 
 static int byte_class(unsigned char c) {
-    if (c >= 0x80 || (unsigned)((c | 0x20) - 'a') < 26u || c == '\'') return CL_LETTER;
-    if ((unsigned)(c - '0') < 10u) return CL_DIGIT;
-    if (c == '\n' || c == '\r') return CL_NL;
-    if (c == ' ' || c == '\t') return CL_SPACE;
+    if (c >= 0x80 || (unsigned)((c | 0x20) - 'a') < 26u || c == '\'')
+        return CL_LETTER;
+    if ((unsigned)(c - '0') < 10u)
+        return CL_DIGIT;
+    if (c == '\n' || c == '\r')
+        return CL_NL;
+    if (c == ' ' || c == '\t')
+        return CL_SPACE;
     return CL_PUNCT;
 }
 
 /* Length of the piece at s (roughly the Kimi pre-tokenizer, on bytes; good enough to learn). */
 static int piece_len(const unsigned char *s, int n) {
     int c0 = byte_class(s[0]), i = 1;
-    if ((c0 == CL_SPACE || c0 == CL_PUNCT) && n > 1 && byte_class(s[1]) == CL_LETTER) c0 = CL_LETTER;
-    else if (c0 == CL_LETTER) i = 0;
+    if ((c0 == CL_SPACE || c0 == CL_PUNCT) && n > 1 && byte_class(s[1]) == CL_LETTER)
+        c0 = CL_LETTER;
+    else if (c0 == CL_LETTER)
+        i = 0;
     switch (c0) {
     case CL_LETTER:
-        while (i < n && byte_class(s[i]) == CL_LETTER) i++;
+        while (i < n && byte_class(s[i]) == CL_LETTER)
+            i++;
         return i;
     case CL_DIGIT:
-        while (i < n && i < 3 && byte_class(s[i]) == CL_DIGIT) i++;
+        while (i < n && i < 3 && byte_class(s[i]) == CL_DIGIT)
+            i++;
         return i;
     case CL_NL:
-        while (i < n && byte_class(s[i]) == CL_NL) i++;
+        while (i < n && byte_class(s[i]) == CL_NL)
+            i++;
         return i;
     case CL_SPACE:
-        while (i < n && byte_class(s[i]) == CL_SPACE) i++;
+        while (i < n && byte_class(s[i]) == CL_SPACE)
+            i++;
         /* " ?punct" : the last space goes with the following punctuation */
-        if (i < n && byte_class(s[i]) == CL_PUNCT && i > 1) return i - 1;
+        if (i < n && byte_class(s[i]) == CL_PUNCT && i > 1)
+            return i - 1;
         if (i == 1 && i < n && byte_class(s[i]) == CL_PUNCT) {
-            while (i < n && byte_class(s[i]) == CL_PUNCT) i++;
+            while (i < n && byte_class(s[i]) == CL_PUNCT)
+                i++;
         }
         return i;
     default:
-        while (i < n && byte_class(s[i]) == CL_PUNCT) i++;
-        while (i < n && byte_class(s[i]) == CL_NL) i++;
+        while (i < n && byte_class(s[i]) == CL_PUNCT)
+            i++;
+        while (i < n && byte_class(s[i]) == CL_NL)
+            i++;
         return i;
     }
 }
@@ -726,7 +834,8 @@ typedef struct mk_piece {
 
 static int piece_cmp(const void *a, const void *b) {
     const mk_piece *x = a, *y = b;
-    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    if (x->n != y->n)
+        return x->n < y->n ? -1 : 1;
     return memcmp(x->ids, y->ids, (size_t)x->n * sizeof(int));
 }
 
@@ -737,7 +846,8 @@ static void vocab_build(mk_vocab *v, int merges, uint64_t seed) {
     v->cap  = 256 + merges;
     v->tok  = calloc((size_t)v->cap, sizeof *v->tok);
     v->hcap = 1;
-    while (v->hcap < (size_t)v->cap * 2) v->hcap <<= 1;
+    while (v->hcap < (size_t)v->cap * 2)
+        v->hcap <<= 1;
     v->hash = malloc(v->hcap * sizeof *v->hash);
     if (!v->tok || !v->hash) {
         fprintf(stderr, "k3-mkmodel: out of memory\n");
@@ -751,38 +861,44 @@ static void vocab_build(mk_vocab *v, int merges, uint64_t seed) {
         }
     for (int b = 0; b < 256; b++) {
         unsigned char c = (unsigned char)b;
-        if (vocab_find(v, &c, 1) < 0) vocab_add(v, &c, 1);
+        if (vocab_find(v, &c, 1) < 0)
+            vocab_add(v, &c, 1);
     }
 
     /* distinct pieces with counts */
     size_t cl = 0;
-    for (size_t k = 0; k < sizeof corpus / sizeof corpus[0]; k++) cl += strlen(corpus[k]);
+    for (size_t k = 0; k < sizeof corpus / sizeof corpus[0]; k++)
+        cl += strlen(corpus[k]);
     char *text = malloc(cl + 1);
     if (!text) {
         fprintf(stderr, "k3-mkmodel: out of memory\n");
         exit(1);
     }
     text[0] = 0;
-    for (size_t k = 0; k < sizeof corpus / sizeof corpus[0]; k++) strcat(text, corpus[k]);
+    for (size_t k = 0; k < sizeof corpus / sizeof corpus[0]; k++)
+        strcat(text, corpus[k]);
     const unsigned char *s  = (const unsigned char *)text;
     int                  sn = (int)cl, np = 0;
-    mk_piece            *pc = calloc((size_t)sn, sizeof *pc);
+    mk_piece            *pc  = calloc((size_t)sn, sizeof *pc);
     int                 *ids = malloc((size_t)sn * sizeof *ids);
     if (!pc || !ids) {
         fprintf(stderr, "k3-mkmodel: out of memory\n");
         exit(1);
     }
     for (int i = 0; i < sn;) {
-        int l = piece_len(s + i, sn - i);
+        int l      = piece_len(s + i, sn - i);
         pc[np].ids = ids + i, pc[np].n = l, pc[np].count = 1;
-        for (int j = 0; j < l; j++) ids[i + j] = vocab_find(v, s + i + j, 1);
+        for (int j = 0; j < l; j++)
+            ids[i + j] = vocab_find(v, s + i + j, 1);
         np++, i += l;
     }
     qsort(pc, (size_t)np, sizeof *pc, piece_cmp);
     int nu = 0;
     for (int i = 0; i < np; i++) {
-        if (nu && !piece_cmp(&pc[nu - 1], &pc[i])) pc[nu - 1].count++;
-        else pc[nu++] = pc[i];
+        if (nu && !piece_cmp(&pc[nu - 1], &pc[i]))
+            pc[nu - 1].count++;
+        else
+            pc[nu++] = pc[i];
     }
 
     /* merges: the most frequent adjacent pair (ties: lowest ids), until done or out of pairs */
@@ -801,20 +917,26 @@ static void vocab_build(mk_vocab *v, int merges, uint64_t seed) {
             for (int j = 0; j + 1 < pc[i].n; j++) {
                 uint64_t k = (uint64_t)pc[i].ids[j] << 32 | (uint32_t)pc[i].ids[j + 1];
                 size_t   h = (size_t)((k * 0x9E3779B97F4A7C15ull) >> 48) & (pcap - 1);
-                while (pkey[h] != UINT64_MAX && pkey[h] != k) h = (h + 1) & (pcap - 1);
-                if (pkey[h] == UINT64_MAX) pkey[h] = k, pcnt[h] = 0;
+                while (pkey[h] != UINT64_MAX && pkey[h] != k)
+                    h = (h + 1) & (pcap - 1);
+                if (pkey[h] == UINT64_MAX)
+                    pkey[h] = k, pcnt[h] = 0;
                 pcnt[h] += pc[i].count;
-                if (pcnt[h] > bc || (pcnt[h] == bc && k < best)) bc = pcnt[h], best = k;
+                if (pcnt[h] > bc || (pcnt[h] == bc && k < best))
+                    bc = pcnt[h], best = k;
             }
-        if (!bc) break;
+        if (!bc)
+            break;
         int           a = (int)(best >> 32), b = (int)(best & 0xffffffffu);
         int           la = v->tok[a].n, lb = v->tok[b].n;
         unsigned char cat[512];
-        if (la + lb > (int)sizeof cat) break;
+        if (la + lb > (int)sizeof cat)
+            break;
         memcpy(cat, v->tok[a].b, (size_t)la);
         memcpy(cat + la, v->tok[b].b, (size_t)lb);
         int id = vocab_find(v, cat, la + lb);
-        if (id < 0) id = vocab_add(v, cat, la + lb);
+        if (id < 0)
+            id = vocab_add(v, cat, la + lb);
         for (int i = 0; i < nu; i++) { /* replace the pair in every piece */
             int w = 0;
             for (int j = 0; j < pc[i].n; j++) {
@@ -837,16 +959,19 @@ static void vocab_build(mk_vocab *v, int merges, uint64_t seed) {
     while (v->n < v->cap) {
         int a = (int)(sm64(&r) % (uint64_t)v->n), b = (int)(sm64(&r) % (uint64_t)v->n);
         int la = v->tok[a].n, lb = v->tok[b].n;
-        if (la + lb > 16) continue;
+        if (la + lb > 16)
+            continue;
         unsigned char cat[32];
         memcpy(cat, v->tok[a].b, (size_t)la);
         memcpy(cat + la, v->tok[b].b, (size_t)lb);
-        if (vocab_find(v, cat, la + lb) < 0) vocab_add(v, cat, la + lb);
+        if (vocab_find(v, cat, la + lb) < 0)
+            vocab_add(v, cat, la + lb);
     }
 }
 
 static void vocab_free(mk_vocab *v) {
-    for (int i = 0; i < v->n; i++) free(v->tok[i].b);
+    for (int i = 0; i < v->n; i++)
+        free(v->tok[i].b);
     free(v->tok);
     free(v->hash);
 }
@@ -855,8 +980,8 @@ static void base64(const unsigned char *b, int n, char *out) {
     static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     int               o   = 0;
     for (int i = 0; i < n; i += 3) {
-        uint32_t x = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) |
-                     (i + 2 < n ? b[i + 2] : 0);
+        uint32_t x =
+            (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
         out[o++] = a[x >> 18 & 63];
         out[o++] = a[x >> 12 & 63];
         out[o++] = i + 1 < n ? a[x >> 6 & 63] : '=';
@@ -871,17 +996,21 @@ static k3_status write_text(const char *dir, const char *name, const char *text)
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
-    if (!f) return k3_err(K3_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (!f)
+        return k3_err(K3_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     int ok = fputs(text, f) >= 0;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) return k3_err(K3_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    if (fclose(f) != 0)
+        ok = 0;
+    if (!ok)
+        return k3_err(K3_ERR_IO, "%s: write failed: %s", path, strerror(errno));
     return K3_OK;
 }
 
 static k3_status write_json(const char *dir, const char *name, json_t *j) {
     char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) : NULL;
     json_decref(j);
-    if (!s) return k3_err(K3_ERR_NOMEM, "%s: out of memory", name);
+    if (!s)
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", name);
     size_t l = strlen(s);
     char  *t = realloc(s, l + 2);
     if (!t) {
@@ -898,37 +1027,56 @@ static k3_status write_vocab(const char *dir, const mk_vocab *v) {
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/tiktoken.model", dir);
     FILE *f = fopen(path, "w");
-    if (!f) return k3_err(K3_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (!f)
+        return k3_err(K3_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     char b64[1024];
     int  ok = 1;
     for (int i = 0; i < v->n && ok; i++) {
         base64(v->tok[i].b, v->tok[i].n, b64);
         ok = fprintf(f, "%s %d\n", b64, i) > 0;
     }
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) return k3_err(K3_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    if (fclose(f) != 0)
+        ok = 0;
+    if (!ok)
+        return k3_err(K3_ERR_IO, "%s: write failed: %s", path, strerror(errno));
     return K3_OK;
 }
 
 /* names of the reserved ids, as offsets from N (spec k3-chat.md section 1) */
 static const char *reserved_name(int off) {
     switch (off) {
-    case 0: return "[BOS]";
-    case 1: return "[EOS]";
-    case 2: return "<|end_of_msg|>";
-    case 3: return "<|open|>";
-    case 4: return "<|close|>";
-    case 5: return "<|sep|>";
-    case 6: return "[start_header_id]";
-    case 7: return "[end_header_id]";
-    case 9: return "[EOT]";
-    case 18: return "<|media_begin|>";
-    case 19: return "<|media_content|>";
-    case 20: return "<|media_end|>";
-    case 21: return "<|media_pad|>";
-    case 254: return "[UNK]";
-    case 255: return "[PAD]";
-    default: return NULL;
+    case 0:
+        return "[BOS]";
+    case 1:
+        return "[EOS]";
+    case 2:
+        return "<|end_of_msg|>";
+    case 3:
+        return "<|open|>";
+    case 4:
+        return "<|close|>";
+    case 5:
+        return "<|sep|>";
+    case 6:
+        return "[start_header_id]";
+    case 7:
+        return "[end_header_id]";
+    case 9:
+        return "[EOT]";
+    case 18:
+        return "<|media_begin|>";
+    case 19:
+        return "<|media_content|>";
+    case 20:
+        return "<|media_end|>";
+    case 21:
+        return "<|media_pad|>";
+    case 254:
+        return "[UNK]";
+    case 255:
+        return "[PAD]";
+    default:
+        return NULL;
     }
 }
 
@@ -937,35 +1085,35 @@ static json_t *tokenizer_config(int N) {
     for (int off = 0; off < MK_RESERVED; off++) {
         char        id[16], nm[48];
         const char *name = reserved_name(off);
-        if (!name) snprintf(nm, sizeof nm, "<|reserved_token_%d|>", N + off), name = nm;
+        if (!name)
+            snprintf(nm, sizeof nm, "<|reserved_token_%d|>", N + off), name = nm;
         snprintf(id, sizeof id, "%d", N + off);
         json_object_set_new(dec, id,
-                            json_pack("{s:s, s:b, s:b, s:b, s:b, s:b}", "content", name, "lstrip",
-                                      0, "normalized", 0, "rstrip", 0, "single_word", 0,
-                                      "special", 1));
+                            json_pack("{s:s, s:b, s:b, s:b, s:b, s:b}", "content", name, "lstrip", 0,
+                                      "normalized", 0, "rstrip", 0, "single_word", 0, "special", 1));
     }
-    return json_pack("{s:o, s:b, s:s, s:s, s:s, s:s, s:s, s:i, s:o}",
-                     "added_tokens_decoder", dec, "add_bos_token", 0, "bos_token", "[BOS]",
-                     "eos_token", "[EOS]", "pad_token", "[PAD]", "unk_token", "[UNK]",
-                     "tokenizer_class", "TikTokenTokenizer", "model_max_length", 1048576,
-                     "auto_map", json_pack("{s:[s,n]}", "AutoTokenizer",
-                                           "tokenization_kimi.TikTokenTokenizer"));
+    return json_pack("{s:o, s:b, s:s, s:s, s:s, s:s, s:s, s:i, s:o}", "added_tokens_decoder", dec,
+                     "add_bos_token", 0, "bos_token", "[BOS]", "eos_token", "[EOS]", "pad_token", "[PAD]",
+                     "unk_token", "[UNK]", "tokenizer_class", "TikTokenTokenizer", "model_max_length",
+                     1048576, "auto_map",
+                     json_pack("{s:[s,n]}", "AutoTokenizer", "tokenization_kimi.TikTokenTokenizer"));
 }
 
 static json_t *int_list(const mk_shape *s, int mla) {
     json_t *a = json_array();
     for (int i = 0; i < s->n_layers; i++)
-        if (is_mla(s, i) == mla) json_array_append_new(a, json_integer(i + 1)); /* 1-indexed */
+        if (is_mla(s, i) == mla)
+            json_array_append_new(a, json_integer(i + 1)); /* 1-indexed */
     return a;
 }
 
 static json_t *model_config(const mk_shape *s, int N) {
     const int V = N + MK_RESERVED;
-    json_t   *lin = json_pack("{s:i, s:i, s:i, s:f, s:b, s:o, s:o}", "num_heads", s->kda_heads,
-                              "head_dim", s->kda_d, "short_conv_kernel_size", s->conv_k,
-                              "gate_lower_bound", s->glb, "use_full_rank_gate", 1, "kda_layers",
-                              int_list(s, 0), "full_attn_layers", int_list(s, 1));
-    json_t   *tc  = json_object();
+    json_t   *lin =
+        json_pack("{s:i, s:i, s:i, s:f, s:b, s:o, s:o}", "num_heads", s->kda_heads, "head_dim", s->kda_d,
+                  "short_conv_kernel_size", s->conv_k, "gate_lower_bound", s->glb, "use_full_rank_gate", 1,
+                  "kda_layers", int_list(s, 0), "full_attn_layers", int_list(s, 1));
+    json_t *tc = json_object();
 #define SETI(k, v) json_object_set_new(tc, k, json_integer(v))
 #define SETF(k, v) json_object_set_new(tc, k, json_real(v))
 #define SETB(k, v) json_object_set_new(tc, k, json_boolean(v))
@@ -1012,90 +1160,96 @@ static json_t *model_config(const mk_shape *s, int N) {
 #undef SETF
 #undef SETB
 #undef SETS
-    json_t *weights = json_pack(
-        "{s:i, s:s, s:b, s:s, s:i, s:b, s:n, s:s, s:s}", "num_bits", 4, "type", "float",
-        "symmetric", 1, "strategy", "group", "group_size", 32, "dynamic", 0, "actorder",
-        "observer", "minmax", "scale_dtype", "ue8m0");
-    json_t *grp = json_pack("{s:[s], s:o, s:n, s:n, s:s}", "targets",
-                            "re:.*block_sparse_moe\\.experts\\.\\d+\\.w[123]$", "weights", weights,
-                            "input_activations", "output_activations", "format",
-                            "mxfp4-pack-quantized");
+    json_t *weights = json_pack("{s:i, s:s, s:b, s:s, s:i, s:b, s:n, s:s, s:s}", "num_bits", 4, "type",
+                                "float", "symmetric", 1, "strategy", "group", "group_size", 32, "dynamic", 0,
+                                "actorder", "observer", "minmax", "scale_dtype", "ue8m0");
+    json_t *grp     = json_pack("{s:[s], s:o, s:n, s:n, s:s}", "targets",
+                                "re:.*block_sparse_moe\\.experts\\.\\d+\\.w[123]$", "weights", weights,
+                                "input_activations", "output_activations", "format", "mxfp4-pack-quantized");
 
     json_t *ign = json_pack("[s,s,s,s,s]", "lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
                             "re:.*mlp.*", "re:vision_tower.*");
-    json_t *qc  = json_pack("{s:s, s:s, s:s, s:{s:o}, s:o, s:n, s:n, s:{}}",
-                            "quant_method", "compressed-tensors", "format", "mxfp4-pack-quantized",
-                            "quantization_status", "compressed", "config_groups", "group_0", grp,
-                            "ignore", ign, "kv_cache_scheme", "global_compression_ratio", "sparsity_config");
-    json_t *vc  = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:[i,i]}", "model_type", "moonvit",
-                            "hidden_size", s->vis, "num_hidden_layers", 1, "num_attention_heads",
-                            2, "intermediate_size", 2 * s->vis, "patch_size", 14,
-                            "merge_kernel_size", 2, 2);
+    json_t *qc  = json_pack("{s:s, s:s, s:s, s:{s:o}, s:o, s:n, s:n, s:{}}", "quant_method",
+                            "compressed-tensors", "format", "mxfp4-pack-quantized", "quantization_status",
+                            "compressed", "config_groups", "group_0", grp, "ignore", ign, "kv_cache_scheme",
+                            "global_compression_ratio", "sparsity_config");
+    json_t *vc  = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:[i,i]}", "model_type", "moonvit", "hidden_size",
+                            s->vis, "num_hidden_layers", 1, "num_attention_heads", 2, "intermediate_size",
+                            2 * s->vis, "patch_size", 14, "merge_kernel_size", 2, 2);
     return json_pack("{s:[s], s:s, s:i, s:i, s:i, s:b, s:s, s:o, s:o, s:o}", "architectures",
                      "KimiK3ForConditionalGeneration", "model_type", "kimi_k3", "bos_token_id", N,
-                     "eos_token_id", N + 2, "pad_token_id", N + 255, "tie_word_embeddings", 0,
-                     "torch_dtype", "bfloat16", "text_config", tc, "quantization_config", qc,
-                     "vision_config", vc);
+                     "eos_token_id", N + 2, "pad_token_id", N + 255, "tie_word_embeddings", 0, "torch_dtype",
+                     "bfloat16", "text_config", tc, "quantization_config", qc, "vision_config", vc);
 }
 
 /* ---- shards ----------------------------------------------------------------------------------- */
 
 static k3_status write_shards(const char *dir, const mk_plan *p, const mk_opts *o, int holes) {
-    const int  ns    = o->single ? 1 : p->n_shards;
-    json_t    *wmap  = json_object();
-    uint64_t   total = 0, all = 0;
-    double     t0    = k3_time();
-    k3_status  st    = K3_OK;
-    mk_writer  mw    = {.seed = o->seed};
-    mw.fbuf          = malloc(CHUNK * sizeof(float));
-    mw.bbuf          = malloc(CHUNK * 4);
+    const int ns    = o->single ? 1 : p->n_shards;
+    json_t   *wmap  = json_object();
+    uint64_t  total = 0, all = 0;
+    double    t0 = k3_time();
+    k3_status st = K3_OK;
+    mk_writer mw = {.seed = o->seed};
+    mw.fbuf      = malloc(CHUNK * sizeof(float));
+    mw.bbuf      = malloc(CHUNK * 4);
     if (!wmap || !mw.fbuf || !mw.bbuf) {
         st = k3_err(K3_ERR_NOMEM, "out of memory");
         goto out;
     }
     for (int i = 0; i < p->n; i++) {
         uint64_t n = st_dtype_size(p->t[i].dt);
-        for (int d = 0; d < p->t[i].nd; d++) n *= (uint64_t)p->t[i].sh[d];
+        for (int d = 0; d < p->t[i].nd; d++)
+            n *= (uint64_t)p->t[i].sh[d];
         all += n;
     }
     mw.all = all, mw.t0 = t0, mw.quiet = o->quiet;
     for (int s = 0; s < ns && !st; s++) {
         char fname[64], path[PATH_MAX + 64], full[200];
-        if (o->single) snprintf(fname, sizeof fname, "model.safetensors");
-        else snprintf(fname, sizeof fname, "model-%05d-of-%06d.safetensors", s + 1, ns);
+        if (o->single)
+            snprintf(fname, sizeof fname, "model.safetensors");
+        else
+            snprintf(fname, sizeof fname, "model-%05d-of-%06d.safetensors", s + 1, ns);
         snprintf(path, sizeof path, "%s/%s", dir, fname);
         stw_file *w = NULL;
-        if ((st = stw_create(path, &w))) break;
+        if ((st = stw_create(path, &w)))
+            break;
         for (int i = 0; i < p->n && !st; i++) {
             const mk_tensor *t = &p->t[i];
-            if (!o->single && t->shard != s) continue;
+            if (!o->single && t->shard != s)
+                continue;
             snprintf(full, sizeof full, "%s%s", t->text && o->prefix ? MK_PREFIX : "", t->name);
             st = stw_add(w, full, t->dt, t->nd, t->sh);
-            if (!st) json_object_set_new(wmap, full, json_string(fname));
+            if (!st)
+                json_object_set_new(wmap, full, json_string(fname));
         }
-        if (!st) st = stw_begin(w);
+        if (!st)
+            st = stw_begin(w);
         mw.w = w;
-        if (!st && holes) st = stw_skip(w, stw_data_bytes(w)); /* zeros: a sparse file */
+        if (!st && holes)
+            st = stw_skip(w, stw_data_bytes(w)); /* zeros: a sparse file */
         for (int i = 0; i < p->n && !st && !holes; i++) {
-            if (!o->single && p->t[i].shard != s) continue;
+            if (!o->single && p->t[i].shard != s)
+                continue;
             st = write_tensor(&mw, &p->t[i]);
         }
-        if (!st) st = stw_end(w);
+        if (!st)
+            st = stw_end(w);
         if (!st) {
             total += stw_data_bytes(w);
             if (!o->quiet)
-                fprintf(stderr, "k3-mkmodel: [%d/%d] %s  %.1f MiB  (%.0f%% of %.1f MiB, %.1f s)\n",
-                        s + 1, ns, fname, (double)stw_file_bytes(w) / 1048576.0,
+                fprintf(stderr, "k3-mkmodel: [%d/%d] %s  %.1f MiB  (%.0f%% of %.1f MiB, %.1f s)\n", s + 1, ns,
+                        fname, (double)stw_file_bytes(w) / 1048576.0,
                         100.0 * (double)total / (double)(all ? all : 1), (double)all / 1048576.0,
                         k3_time() - t0);
         }
         stw_free(w);
     }
     if (!st && !o->single) {
-        json_t *idx = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total,
-                                "weight_map", wmap);
-        wmap        = NULL;
-        st          = write_json(dir, "model.safetensors.index.json", idx);
+        json_t *idx =
+            json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", wmap);
+        wmap = NULL;
+        st   = write_json(dir, "model.safetensors.index.json", idx);
     }
 out:
     json_decref(wmap);
@@ -1121,12 +1275,14 @@ static int mkdir_parent(const char *path) {
     char buf[PATH_MAX];
     snprintf(buf, sizeof buf, "%s", path);
     char *slash = strrchr(buf, '/');
-    if (!slash || slash == buf) return 0;
+    if (!slash || slash == buf)
+        return 0;
     *slash = 0;
     for (char *q = buf + 1; *q; q++)
         if (*q == '/') {
             *q = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return -1;
             *q = '/';
         }
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
@@ -1136,7 +1292,8 @@ static int mkdir_parent(const char *path) {
 static int out_state(const char *out) {
     struct stat sb;
     if (stat(out, &sb) != 0) {
-        if (errno == ENOENT) return 0;
+        if (errno == ENOENT)
+            return 0;
         fprintf(stderr, "k3-mkmodel: %s: %s\n", out, strerror(errno));
         return -1;
     }
@@ -1152,7 +1309,8 @@ static int out_state(const char *out) {
     struct dirent *de;
     int            n = 0;
     while ((de = readdir(dp)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            n++;
     closedir(dp);
     return n > 0;
 }
@@ -1161,35 +1319,35 @@ static int out_state(const char *out) {
 
 static void usage(FILE *f) {
     fprintf(f,
-        "usage: k3-mkmodel --preset tiny|slice|release [--seed N] [options] OUT_DIR\n"
-        "Writes a Kimi K3 test checkpoint in the release format (config.json, shards + index,\n"
-        "tiktoken.model, tokenizer_config.json, generation_config.json), deterministic from the seed.\n"
-        "\n"
-        "presets:\n"
-        "  tiny    6 layers (0 dense; 3, 5 MLA; others KDA), hidden 100, KDA 3x12, MLA 3 heads\n"
-        "          (nope 10, rope 6, v 9, q_lora 40, kv_lora 24), 12 experts (3 active) + 2 shared,\n"
-        "          latent 64, expert width 96, attn_res_block_size 2, 1000 merges; a few MB\n"
-        "  slice   release widths (hidden 7168, 96 heads, latent 3584, expert 3072), 4 layers\n"
-        "          (KDA x3, MLA), no dense layer, 32 experts (16 active) + 2 shared, release\n"
-        "          vocabulary size; about 11.5 GB, written in streaming (for benchmarks)\n"
-        "  release the release's layout and every figure of config (93 layers, 896 experts,\n"
-        "          96 shards, 1.56 TB apparent) with all data zero, as sparse files: ~150 MB\n"
-        "          on disk, seconds to write; --layers N keeps the widths and the release's\n"
-        "          layer kinds (MLA at i %% 4 == 3 and 92) for the first N layers\n"
-        "\n"
-        "options:\n"
-        "  --seed N       random seed (default 1)\n"
-        "  --layers N     number of layers; MLA at i %% 4 == 3 and at the last layer\n"
-        "  --dense N      first_k_dense_replace (0 = no dense layer)\n"
-        "  --experts N    routed experts        --active N   experts per token\n"
-        "  --shared N     shared experts        --block N    attn_res_block_size\n"
-        "  --merges N     BPE merges (base vocabulary = 256 + N)\n"
-        "  --no-prefix    tensor names without \"language_model.\"\n"
-        "  --f32          F32 dense tensors instead of BF16\n"
-        "  --single       one model.safetensors (no index)\n"
-        "  --force        replace an existing non-empty OUT_DIR\n"
-        "  --quiet        no progress lines\n"
-        "  -h, --help     this text\n");
+            "usage: k3-mkmodel --preset tiny|slice|release [--seed N] [options] OUT_DIR\n"
+            "Writes a Kimi K3 test checkpoint in the release format (config.json, shards + index,\n"
+            "tiktoken.model, tokenizer_config.json, generation_config.json), deterministic from the seed.\n"
+            "\n"
+            "presets:\n"
+            "  tiny    6 layers (0 dense; 3, 5 MLA; others KDA), hidden 100, KDA 3x12, MLA 3 heads\n"
+            "          (nope 10, rope 6, v 9, q_lora 40, kv_lora 24), 12 experts (3 active) + 2 shared,\n"
+            "          latent 64, expert width 96, attn_res_block_size 2, 1000 merges; a few MB\n"
+            "  slice   release widths (hidden 7168, 96 heads, latent 3584, expert 3072), 4 layers\n"
+            "          (KDA x3, MLA), no dense layer, 32 experts (16 active) + 2 shared, release\n"
+            "          vocabulary size; about 11.5 GB, written in streaming (for benchmarks)\n"
+            "  release the release's layout and every figure of config (93 layers, 896 experts,\n"
+            "          96 shards, 1.56 TB apparent) with all data zero, as sparse files: ~150 MB\n"
+            "          on disk, seconds to write; --layers N keeps the widths and the release's\n"
+            "          layer kinds (MLA at i %% 4 == 3 and 92) for the first N layers\n"
+            "\n"
+            "options:\n"
+            "  --seed N       random seed (default 1)\n"
+            "  --layers N     number of layers; MLA at i %% 4 == 3 and at the last layer\n"
+            "  --dense N      first_k_dense_replace (0 = no dense layer)\n"
+            "  --experts N    routed experts        --active N   experts per token\n"
+            "  --shared N     shared experts        --block N    attn_res_block_size\n"
+            "  --merges N     BPE merges (base vocabulary = 256 + N)\n"
+            "  --no-prefix    tensor names without \"language_model.\"\n"
+            "  --f32          F32 dense tensors instead of BF16\n"
+            "  --single       one model.safetensors (no index)\n"
+            "  --force        replace an existing non-empty OUT_DIR\n"
+            "  --quiet        no progress lines\n"
+            "  -h, --help     this text\n");
 }
 
 static int parse_int(const char *opt, const char *s, long lo, long hi, int *out) {
@@ -1205,26 +1363,49 @@ static int parse_int(const char *opt, const char *s, long lo, long hi, int *out)
 }
 
 int main(int argc, char **argv) {
-    enum { O_SEED = 256, O_LAYERS, O_DENSE, O_EXPERTS, O_ACTIVE, O_SHARED, O_BLOCK, O_MERGES,
-           O_NOPREFIX, O_F32, O_SINGLE, O_FORCE, O_QUIET, O_PRESET };
+    enum {
+        O_SEED = 256,
+        O_LAYERS,
+        O_DENSE,
+        O_EXPERTS,
+        O_ACTIVE,
+        O_SHARED,
+        O_BLOCK,
+        O_MERGES,
+        O_NOPREFIX,
+        O_F32,
+        O_SINGLE,
+        O_FORCE,
+        O_QUIET,
+        O_PRESET
+    };
     static const struct option lo[] = {
-        {"preset", required_argument, 0, O_PRESET}, {"seed", required_argument, 0, O_SEED},
-        {"layers", required_argument, 0, O_LAYERS}, {"dense", required_argument, 0, O_DENSE},
-        {"experts", required_argument, 0, O_EXPERTS}, {"active", required_argument, 0, O_ACTIVE},
-        {"shared", required_argument, 0, O_SHARED}, {"block", required_argument, 0, O_BLOCK},
-        {"merges", required_argument, 0, O_MERGES}, {"no-prefix", no_argument, 0, O_NOPREFIX},
-        {"f32", no_argument, 0, O_F32},           {"single", no_argument, 0, O_SINGLE},
-        {"force", no_argument, 0, O_FORCE},       {"quiet", no_argument, 0, O_QUIET},
-        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+        {"preset", required_argument, 0, O_PRESET},
+        {"seed", required_argument, 0, O_SEED},
+        {"layers", required_argument, 0, O_LAYERS},
+        {"dense", required_argument, 0, O_DENSE},
+        {"experts", required_argument, 0, O_EXPERTS},
+        {"active", required_argument, 0, O_ACTIVE},
+        {"shared", required_argument, 0, O_SHARED},
+        {"block", required_argument, 0, O_BLOCK},
+        {"merges", required_argument, 0, O_MERGES},
+        {"no-prefix", no_argument, 0, O_NOPREFIX},
+        {"f32", no_argument, 0, O_F32},
+        {"single", no_argument, 0, O_SINGLE},
+        {"force", no_argument, 0, O_FORCE},
+        {"quiet", no_argument, 0, O_QUIET},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     mk_opts     o      = {.seed = 1, .prefix = 1};
     const char *preset = NULL;
-    int         layers = -1, dense = -1, experts = -1, active = -1, shared = -1, block = -1,
-        merges = -1, c;
+    int         layers = -1, dense = -1, experts = -1, active = -1, shared = -1, block = -1, merges = -1, c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         int bad = 0;
         switch (c) {
-        case O_PRESET: preset = optarg; break;
+        case O_PRESET:
+            preset = optarg;
+            break;
         case O_SEED: {
             char *end;
             errno  = 0;
@@ -1235,26 +1416,55 @@ int main(int argc, char **argv) {
             }
             break;
         }
-        case O_LAYERS: bad = parse_int("--layers", optarg, 1, MK_MAX_LAYERS, &layers); break;
-        case O_DENSE: bad = parse_int("--dense", optarg, 0, MK_MAX_LAYERS, &dense); break;
-        case O_EXPERTS: bad = parse_int("--experts", optarg, 1, 4096, &experts); break;
-        case O_ACTIVE: bad = parse_int("--active", optarg, 1, 4096, &active); break;
-        case O_SHARED: bad = parse_int("--shared", optarg, 0, 64, &shared); break;
-        case O_BLOCK: bad = parse_int("--block", optarg, 1, MK_MAX_LAYERS, &block); break;
-        case O_MERGES: bad = parse_int("--merges", optarg, 0, 1 << 20, &merges); break;
-        case O_NOPREFIX: o.prefix = 0; break;
-        case O_F32: o.f32 = 1; break;
-        case O_SINGLE: o.single = 1; break;
-        case O_FORCE: o.force = 1; break;
-        case O_QUIET: o.quiet = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case O_LAYERS:
+            bad = parse_int("--layers", optarg, 1, MK_MAX_LAYERS, &layers);
+            break;
+        case O_DENSE:
+            bad = parse_int("--dense", optarg, 0, MK_MAX_LAYERS, &dense);
+            break;
+        case O_EXPERTS:
+            bad = parse_int("--experts", optarg, 1, 4096, &experts);
+            break;
+        case O_ACTIVE:
+            bad = parse_int("--active", optarg, 1, 4096, &active);
+            break;
+        case O_SHARED:
+            bad = parse_int("--shared", optarg, 0, 64, &shared);
+            break;
+        case O_BLOCK:
+            bad = parse_int("--block", optarg, 1, MK_MAX_LAYERS, &block);
+            break;
+        case O_MERGES:
+            bad = parse_int("--merges", optarg, 0, 1 << 20, &merges);
+            break;
+        case O_NOPREFIX:
+            o.prefix = 0;
+            break;
+        case O_F32:
+            o.f32 = 1;
+            break;
+        case O_SINGLE:
+            o.single = 1;
+            break;
+        case O_FORCE:
+            o.force = 1;
+            break;
+        case O_QUIET:
+            o.quiet = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
-        if (bad) return 2;
+        if (bad)
+            return 2;
     }
     if (optind != argc - 1) {
-        fprintf(stderr, optind >= argc ? "k3-mkmodel: missing OUT_DIR\n"
-                                       : "k3-mkmodel: unexpected argument '%s'\n",
+        fprintf(stderr,
+                optind >= argc ? "k3-mkmodel: missing OUT_DIR\n" : "k3-mkmodel: unexpected argument '%s'\n",
                 argv[optind + (optind < argc)]);
         usage(stderr);
         return 2;
@@ -1264,7 +1474,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "k3-mkmodel: %s: path too long\n", argv[optind]);
         return 2;
     }
-    for (size_t l = strlen(outbuf); l > 1 && outbuf[l - 1] == '/'; l--) outbuf[l - 1] = 0;
+    for (size_t l = strlen(outbuf); l > 1 && outbuf[l - 1] == '/'; l--)
+        outbuf[l - 1] = 0;
     o.out = outbuf;
     mk_shape s;
     if (!preset) {
@@ -1280,16 +1491,22 @@ int main(int argc, char **argv) {
         fprintf(stderr, "k3-mkmodel: --preset '%s': expected tiny, slice or release\n", preset);
         return 2;
     }
-    if (layers > 0) s.n_layers = layers;
-    if (dense >= 0) s.first_dense = dense;
-    if (experts > 0) s.n_exp = experts;
-    if (active > 0) s.n_act = active;
-    if (shared >= 0) s.n_shared = shared;
-    if (block > 0) s.block = block;
-    if (merges >= 0) s.merges = merges;
+    if (layers > 0)
+        s.n_layers = layers;
+    if (dense >= 0)
+        s.first_dense = dense;
+    if (experts > 0)
+        s.n_exp = experts;
+    if (active > 0)
+        s.n_act = active;
+    if (shared >= 0)
+        s.n_shared = shared;
+    if (block > 0)
+        s.block = block;
+    if (merges >= 0)
+        s.merges = merges;
     if (s.first_dense > s.n_layers) {
-        fprintf(stderr, "k3-mkmodel: --dense %d: more than the %d layers\n", s.first_dense,
-                s.n_layers);
+        fprintf(stderr, "k3-mkmodel: --dense %d: more than the %d layers\n", s.first_dense, s.n_layers);
         return 2;
     }
     if (s.n_act > s.n_exp) {
@@ -1303,10 +1520,10 @@ int main(int argc, char **argv) {
 
     /* refuse early, before minutes of work */
     int state = out_state(o.out);
-    if (state < 0) return 1;
+    if (state < 0)
+        return 1;
     if (state > 0 && !o.force) {
-        fprintf(stderr, "k3-mkmodel: %s exists and is not empty (use --force to replace it)\n",
-                o.out);
+        fprintf(stderr, "k3-mkmodel: %s exists and is not empty (use --force to replace it)\n", o.out);
         return 1;
     }
 
@@ -1337,19 +1554,20 @@ int main(int argc, char **argv) {
     plan_model(&p, &s, &o, N + MK_RESERVED);
 
     k3_status st = write_shards(tmp, &p, &o, s.holes);
-    if (!st) st = write_vocab(tmp, &v);
-    if (!st) st = write_json(tmp, "config.json", model_config(&s, N));
-    if (!st) st = write_json(tmp, "tokenizer_config.json", tokenizer_config(N));
+    if (!st)
+        st = write_vocab(tmp, &v);
+    if (!st)
+        st = write_json(tmp, "config.json", model_config(&s, N));
+    if (!st)
+        st = write_json(tmp, "tokenizer_config.json", tokenizer_config(N));
     if (!st)
         st = write_json(tmp, "generation_config.json",
-                        json_pack("{s:i, s:i, s:i, s:f, s:f, s:b}", "bos_token_id", N,
-                                  "eos_token_id", N + 2, "pad_token_id", N + 255, "temperature",
-                                  1.0, "top_p", 1.0, "do_sample", 1));
+                        json_pack("{s:i, s:i, s:i, s:f, s:f, s:b}", "bos_token_id", N, "eos_token_id", N + 2,
+                                  "pad_token_id", N + 255, "temperature", 1.0, "top_p", 1.0, "do_sample", 1));
     vocab_free(&v);
     free(p.t);
     if (st || stop_sig) {
-        fprintf(stderr, "k3-mkmodel: %s; nothing written\n",
-                st ? k3_errmsg() : "interrupted by a signal");
+        fprintf(stderr, "k3-mkmodel: %s; nothing written\n", st ? k3_errmsg() : "interrupted by a signal");
         rm_tree(tmp);
         if (stop_sig) {
             signal(stop_sig, SIG_DFL);
@@ -1374,7 +1592,9 @@ int main(int argc, char **argv) {
         rm_tree(tmp);
         return 1;
     }
-    if (old[0]) rm_tree(old);
-    if (!o.quiet) fprintf(stderr, "k3-mkmodel: wrote %s\n", o.out);
+    if (old[0])
+        rm_tree(old);
+    if (!o.quiet)
+        fprintf(stderr, "k3-mkmodel: wrote %s\n", o.out);
     return 0;
 }

@@ -18,9 +18,9 @@
  *   sidecars are aligned in the file and usable from a mapping; data starts 64-byte aligned.
  * - Resume: a shard whose final file exists with exactly the planned header (which records the
  *   bits and the source shard's name, size and mtime) and size is skipped; a killed run leaves
- *   only .partial files, which the next run overwrites. --shards picks source shards (1-based, "1-3,7") so disjoint
- *   runs can share the work; each run then rebuilds the index from every completed shard in DST
- *   (under a lock, temp + rename), refusing to publish one when a tensor name appears twice.
+ *   only .partial files, which the next run overwrites. --shards picks source shards (1-based, "1-3,7") so
+ * disjoint runs can share the work; each run then rebuilds the index from every completed shard in DST (under
+ * a lock, temp + rename), refusing to publish one when a tensor name appears twice.
  * - --verify-full re-reads every expert byte of every selected shard (fresh or skipped) from
  *   DST and compares it with the source.
  * Test hook: K3_REPACK_KILL_AT=N sends SIGKILL to the process halfway through the N-th shard it
@@ -48,8 +48,8 @@
 #include <omp.h>
 #endif
 
-#define INDEX_FILE  "model.safetensors.index.json"
-#define LOCK_FILE   ".k3-repack.lock"
+#define INDEX_FILE "model.safetensors.index.json"
+#define LOCK_FILE ".k3-repack.lock"
 #define CHUNK_BYTES ((size_t)64 << 20) /* f32 rows converted per step */
 
 /* ==== options, plan, context ================================================================= */
@@ -57,9 +57,9 @@
 typedef struct opts {
     const char *src, *dst;
     int         bits, mla_bits, head_bits;
-    const char *shards;      /* --shards LIST, NULL = every shard              */
+    const char *shards; /* --shards LIST, NULL = every shard              */
     int         verify_full;
-    int         jobs;        /* OpenMP threads for quantization, 0 = default   */
+    int         jobs; /* OpenMP threads for quantization, 0 = default   */
     int         quiet;
 } opts;
 
@@ -68,10 +68,10 @@ enum role { R_PASS = 0, R_MAT, R_KVB, R_EXPERT };
 /* What source tensor i (st_tensor_at order) becomes. */
 typedef struct tinfo {
     int role;
-    int type;         /* R_MAT/R_KVB: Q_I8, Q_I4 or Q_F32               */
-    int rows, cols;   /* R_MAT: logical shape                            */
-    int layer, exp;   /* R_EXPERT: layer and expert id                   */
-    int planned;      /* R_EXPERT: its expert is in a plan already       */
+    int type;       /* R_MAT/R_KVB: Q_I8, Q_I4 or Q_F32               */
+    int rows, cols; /* R_MAT: logical shape                            */
+    int layer, exp; /* R_EXPERT: layer and expert id                   */
+    int planned;    /* R_EXPERT: its expert is in a plan already       */
 } tinfo;
 
 /* One output tensor. */
@@ -81,17 +81,17 @@ typedef struct item {
     int      ndim;
     int64_t  shape[ST_MAX_DIMS];
     uint64_t nbytes;
-    uint64_t off;     /* offset in the data section (place())            */
+    uint64_t off; /* offset in the data section (place())            */
 } item;
 
 /* One unit of work: a source entity and the items it fills. */
 typedef struct job {
     int role;
-    int src;          /* source tensor index (R_EXPERT: w1.weight_packed)  */
-    int w, s;         /* item indices; s = -1 when there is no sidecar     */
-    int ex[6];        /* R_EXPERT: source tensors in output order          */
-    int it[6];        /* R_EXPERT: their items (back to back)              */
-    int contiguous;   /* R_EXPERT: the six are one range of one shard      */
+    int src;        /* source tensor index (R_EXPERT: w1.weight_packed)  */
+    int w, s;       /* item indices; s = -1 when there is no sidecar     */
+    int ex[6];      /* R_EXPERT: source tensors in output order          */
+    int it[6];      /* R_EXPERT: their items (back to back)              */
+    int contiguous; /* R_EXPERT: the six are one range of one shard      */
 } job;
 
 typedef struct plan {
@@ -99,23 +99,23 @@ typedef struct plan {
     int      n_items, cap_items;
     job     *jobs;
     int      n_jobs, cap_jobs;
-    char    *header;     /* u64 length + JSON + spaces: data starts 64-aligned */
+    char    *header; /* u64 length + JSON + spaces: data starts 64-aligned */
     size_t   header_len;
     uint64_t data_bytes;
-    uint64_t src_bytes;  /* source bytes read to write it                      */
-    uint64_t exp_bytes;  /* of which routed experts                            */
+    uint64_t src_bytes; /* source bytes read to write it                      */
+    uint64_t exp_bytes; /* of which routed experts                            */
 } plan;
 
 typedef struct ctx {
-    opts       o;
-    k3_config  cfg;
-    st_dir    *d;
-    tinfo     *ti;       /* [st_n_tensors] */
-    rp_kvb     kvb;
-    uint64_t   total, done;
-    double     t0, t_last;
-    int        tty;
-    int        kill_at, n_started;
+    opts      o;
+    k3_config cfg;
+    st_dir   *d;
+    tinfo    *ti; /* [st_n_tensors] */
+    rp_kvb    kvb;
+    uint64_t  total, done;
+    double    t0, t_last;
+    int       tty;
+    int       kill_at, n_started;
 } ctx;
 
 static void die_oom(void) {
@@ -128,7 +128,8 @@ static char *xasprintf(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0) die_oom();
+    if (vasprintf(&s, fmt, ap) < 0)
+        die_oom();
     va_end(ap);
     return s;
 }
@@ -136,27 +137,32 @@ static char *xasprintf(const char *fmt, ...) {
 /* ==== progress (stderr: a bar on a terminal, plain lines every 10 s otherwise) ================ */
 
 static void fmt_time(char *b, size_t n, double s) {
-    if (!(s >= 0) || s > 359999) s = 359999;
+    if (!(s >= 0) || s > 359999)
+        s = 359999;
     int t = (int)(s + 0.5);
     snprintf(b, n, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
 }
 
 static void progress(ctx *c, uint64_t add, const char *what) {
     c->done += add;
-    if (c->o.quiet) return;
+    if (c->o.quiet)
+        return;
     double now = k3_time();
-    if (now - c->t_last < (c->tty ? 0.2 : 10.0)) return;
-    c->t_last  = now;
-    double el  = now - c->t0, rate = el > 0 ? (double)c->done / el : 0;
+    if (now - c->t_last < (c->tty ? 0.2 : 10.0))
+        return;
+    c->t_last = now;
+    double el = now - c->t0, rate = el > 0 ? (double)c->done / el : 0;
     double pct = c->total ? 100.0 * (double)c->done / (double)c->total : 100.0;
     char   left[32];
     fmt_time(left, sizeof left, rate > 0 && c->total >= c->done ? (double)(c->total - c->done) / rate : -1);
     if (c->tty) {
         char bar[31];
         int  k = (int)(pct * 30 / 100);
-        for (int i = 0; i < 30; i++) bar[i] = i < k ? '#' : '.';
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < k ? '#' : '.';
         bar[30] = 0;
-        fprintf(stderr, "\r[%s] %5.1f%% %8.1f MB/s %s left  %-40.40s\033[K", bar, pct, rate / 1e6, left, what);
+        fprintf(stderr, "\r[%s] %5.1f%% %8.1f MB/s %s left  %-40.40s\033[K", bar, pct, rate / 1e6, left,
+                what);
     } else {
         fprintf(stderr, "k3-repack: %5.1f%% %.1f MB/s %s left (%s)\n", pct, rate / 1e6, left, what);
     }
@@ -165,8 +171,10 @@ static void progress(ctx *c, uint64_t add, const char *what) {
 /* A plain message line (clears the bar first on a terminal). */
 static void say(const ctx *c, const char *fmt, ...) K3_PRINTF(2, 3);
 static void say(const ctx *c, const char *fmt, ...) {
-    if (c->o.quiet) return;
-    if (c->tty) fputs("\r\033[K", stderr);
+    if (c->o.quiet)
+        return;
+    if (c->tty)
+        fputs("\r\033[K", stderr);
     va_list ap;
     va_start(ap, fmt);
     fputs("k3-repack: ", stderr);
@@ -187,8 +195,8 @@ static int tindex(const ctx *c, const st_tensor *t) {
  * mapping), kv_b is split per head, routed experts are copied; norms, vectors, conv taps and
  * embeddings pass through as stored. The same rule as load.c's load_one, from the same table. */
 static k3_status classify_one(const tt_ref *r, void *ud) {
-    ctx             *c = ud;
-    const st_tensor *t = st_find(c->d, r->name);
+    ctx             *c    = ud;
+    const st_tensor *t    = st_find(c->d, r->name);
     const int        kind = tt_table[r->id].kind;
     tinfo           *x;
     K3_ASSERT(t); /* cfg_check_tensors has checked presence and shape */
@@ -198,14 +206,16 @@ static k3_status classify_one(const tt_ref *r, void *ud) {
     else if (tt_is_matrix(kind))
         *x = (tinfo){.role = kind == TT_K_KVB ? R_KVB : R_MAT,
                      .type = rp_bits_type(tt_bits(kind, c->o.bits, c->o.mla_bits, c->o.head_bits)),
-                     .rows = (int)r->shape.s[0], .cols = (int)r->shape.s[1]};
+                     .rows = (int)r->shape.s[0],
+                     .cols = (int)r->shape.s[1]};
     return K3_OK;
 }
 
 static void classify(ctx *c) {
     const k3_config *g = &c->cfg;
-    c->kvb = (rp_kvb){.Hm = g->n_heads, .nope = g->nope, .v = g->v_dim, .kl = g->kv_lora};
-    for (int l = -1; l < g->n_layers; l++) tt_walk(g, l, TT_WALK_EXPERTS, classify_one, c);
+    c->kvb             = (rp_kvb){.Hm = g->n_heads, .nope = g->nope, .v = g->v_dim, .kl = g->kv_lora};
+    for (int l = -1; l < g->n_layers; l++)
+        tt_walk(g, l, TT_WALK_EXPERTS, classify_one, c);
 }
 
 /* ==== planning ================================================================================ */
@@ -213,11 +223,13 @@ static void classify(ctx *c) {
 static int add_item(plan *p, const char *name, st_dtype dt, int ndim, const int64_t *shape) {
     if (p->n_items == p->cap_items) {
         p->cap_items = p->cap_items ? 2 * p->cap_items : 256;
-        if (!(p->items = realloc(p->items, (size_t)p->cap_items * sizeof *p->items))) die_oom();
+        if (!(p->items = realloc(p->items, (size_t)p->cap_items * sizeof *p->items)))
+            die_oom();
     }
     item *it = &p->items[p->n_items];
     memset(it, 0, sizeof *it);
-    if (!(it->name = strdup(name))) die_oom();
+    if (!(it->name = strdup(name)))
+        die_oom();
     it->dtype  = dt;
     it->ndim   = ndim;
     it->nbytes = st_dtype_size(dt);
@@ -236,7 +248,8 @@ static int add_item2(plan *p, const char *name, st_dtype dt, int ndim, int64_t a
 static job *add_job(plan *p, int role, int src) {
     if (p->n_jobs == p->cap_jobs) {
         p->cap_jobs = p->cap_jobs ? 2 * p->cap_jobs : 256;
-        if (!(p->jobs = realloc(p->jobs, (size_t)p->cap_jobs * sizeof *p->jobs))) die_oom();
+        if (!(p->jobs = realloc(p->jobs, (size_t)p->cap_jobs * sizeof *p->jobs)))
+            die_oom();
     }
     job *j = &p->jobs[p->n_jobs++];
     memset(j, 0, sizeof *j);
@@ -247,28 +260,33 @@ static job *add_job(plan *p, int role, int src) {
 }
 
 static void plan_free(plan *p) {
-    for (int i = 0; i < p->n_items; i++) free(p->items[i].name);
+    for (int i = 0; i < p->n_items; i++)
+        free(p->items[i].name);
     free(p->items);
     free(p->jobs);
     free(p->header);
     memset(p, 0, sizeof *p);
 }
 
-static const st_dir *g_d;  /* qsort comparators' context */
+static const st_dir *g_d; /* qsort comparators' context */
 static const tinfo  *g_ti;
 
 static int cmp_src_off(const void *a, const void *b) {
     const st_tensor *x = st_tensor_at(g_d, *(const int *)a), *y = st_tensor_at(g_d, *(const int *)b);
-    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+    if (x->shard != y->shard)
+        return x->shard < y->shard ? -1 : 1;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
 static int cmp_expert_job(const void *a, const void *b) {
     const job   *p = a, *q = b;
     const tinfo *x = &g_ti[p->src], *y = &g_ti[q->src];
-    if (x->role != y->role) return x->role < y->role ? -1 : 1; /* experts last */
-    if (x->role != R_EXPERT) return p->src < q->src ? -1 : p->src > q->src;
-    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    if (x->role != y->role)
+        return x->role < y->role ? -1 : 1; /* experts last */
+    if (x->role != R_EXPERT)
+        return p->src < q->src ? -1 : p->src > q->src;
+    if (x->layer != y->layer)
+        return x->layer < y->layer ? -1 : 1;
     return x->exp < y->exp ? -1 : x->exp > y->exp;
 }
 
@@ -279,7 +297,8 @@ static void meta_set(json_t *meta, const char *key, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(v, sizeof v, fmt, ap);
     va_end(ap);
-    if (json_object_set_new(meta, key, json_string(v))) die_oom();
+    if (json_object_set_new(meta, key, json_string(v)))
+        die_oom();
 }
 
 /* Place items by element size (8, 4, 2, then 1 byte; stable) and build the header. */
@@ -293,12 +312,15 @@ static k3_status place(ctx *c, plan *p, int shard, json_t *meta) {
             }
     p->data_bytes = off;
     json_t *h     = json_object();
-    if (!h) die_oom();
+    if (!h)
+        die_oom();
     for (int i = 0; i < p->n_items; i++) {
         const item *it = &p->items[i];
         json_t     *sh = json_array(), *o = json_array(), *e = json_object();
-        if (!sh || !o || !e) die_oom();
-        for (int k = 0; k < it->ndim; k++) json_array_append_new(sh, json_integer(it->shape[k]));
+        if (!sh || !o || !e)
+            die_oom();
+        for (int k = 0; k < it->ndim; k++)
+            json_array_append_new(sh, json_integer(it->shape[k]));
         json_array_append_new(o, json_integer((json_int_t)it->off));
         json_array_append_new(o, json_integer((json_int_t)(it->off + it->nbytes)));
         json_object_set_new(e, "dtype", json_string(st_dtype_name(it->dtype)));
@@ -325,11 +347,15 @@ static k3_status place(ctx *c, plan *p, int shard, json_t *meta) {
     json_object_set(h, "__metadata__", meta);
     char *js = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(h);
-    if (!js) die_oom();
+    if (!js)
+        die_oom();
     size_t len = strlen(js), hl = len;
-    while ((8 + hl) % 64) hl++;
-    if (!(p->header = malloc(8 + hl))) die_oom();
-    for (int b = 0; b < 8; b++) p->header[b] = (char)(unsigned char)((uint64_t)hl >> (8 * b));
+    while ((8 + hl) % 64)
+        hl++;
+    if (!(p->header = malloc(8 + hl)))
+        die_oom();
+    for (int b = 0; b < 8; b++)
+        p->header[b] = (char)(unsigned char)((uint64_t)hl >> (8 * b));
     memcpy(p->header + 8, js, len);
     memset(p->header + 8 + len, ' ', hl - len);
     p->header_len = 8 + hl;
@@ -343,7 +369,8 @@ static k3_status expert_tensors(ctx *c, int l, int e, int out[6]) {
     for (int k = 0; k < 6; k++) {
         char             name[256];
         const st_tensor *t = st_find(c->d, tt_name(name, sizeof name, TT_EXPERT_FIRST + k, l, e));
-        if (!t) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", c->o.src, name);
+        if (!t)
+            return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", c->o.src, name);
         out[k] = tindex(c, t);
     }
     return K3_OK;
@@ -358,21 +385,26 @@ static k3_status plan_shard(ctx *c, int shard, plan *p) {
         const st_tensor *t = st_tensor_at(c->d, i);
         tinfo           *x = &c->ti[i];
         if (x->role != R_EXPERT) {
-            if (t->shard == shard) add_job(p, x->role, i);
+            if (t->shard == shard)
+                add_job(p, x->role, i);
             continue;
         }
-        if (x->planned) continue;
+        if (x->planned)
+            continue;
         int ex[6], so[6];
-        if ((st = expert_tensors(c, x->layer, x->exp, ex))) return st;
+        if ((st = expert_tensors(c, x->layer, x->exp, ex)))
+            return st;
         memcpy(so, ex, sizeof so);
         g_d = c->d;
         qsort(so, 6, sizeof *so, cmp_src_off);
-        if (st_tensor_at(c->d, so[0])->shard != shard) continue;
+        if (st_tensor_at(c->d, so[0])->shard != shard)
+            continue;
         job *j        = add_job(p, R_EXPERT, ex[0]);
         j->contiguous = 1;
         for (int k = 1; k < 6; k++) {
             const st_tensor *a = st_tensor_at(c->d, so[k - 1]), *b = st_tensor_at(c->d, so[k]);
-            if (a->shard != b->shard || a->offset + a->nbytes != b->offset) j->contiguous = 0;
+            if (a->shard != b->shard || a->offset + a->nbytes != b->offset)
+                j->contiguous = 0;
         }
         for (int k = 0; k < 6; k++) {
             j->ex[k]                = j->contiguous ? so[k] : ex[k];
@@ -383,7 +415,8 @@ static k3_status plan_shard(ctx *c, int shard, plan *p) {
     qsort(p->jobs, (size_t)p->n_jobs, sizeof *p->jobs, cmp_expert_job);
 
     json_t *meta = json_object();
-    if (!meta) die_oom();
+    if (!meta)
+        die_oom();
     char nm[512];
     for (int jn = 0; jn < p->n_jobs; jn++) {
         job             *j = &p->jobs[jn];
@@ -404,8 +437,9 @@ static k3_status plan_shard(ctx *c, int shard, plan *p) {
             }
             break;
         case R_KVB: {
-            const rp_kvb *k = &c->kvb;
-            int64_t       hw = (int64_t)rp_kvb_head_wbytes(x->type, k), hs = (int64_t)rp_kvb_head_sfloats(x->type, k);
+            const rp_kvb *k  = &c->kvb;
+            int64_t       hw = (int64_t)rp_kvb_head_wbytes(x->type, k),
+                    hs       = (int64_t)rp_kvb_head_sfloats(x->type, k);
             if (x->type == Q_F32) {
                 j->w = add_item2(p, t->name, ST_F32, 1, k->Hm * hw / 4, 0);
             } else {
@@ -413,8 +447,8 @@ static k3_status plan_shard(ctx *c, int shard, plan *p) {
                 j->s = add_item2(p, nm, ST_F32, 1, k->Hm * hs, 0);
             }
             snprintf(nm, sizeof nm, "k3.q.%s", t->name);
-            meta_set(meta, nm, "%s kv_b split heads %d nope %d v %d kv_lora %d", rp_type_name(x->type),
-                     k->Hm, k->nope, k->v, k->kl);
+            meta_set(meta, nm, "%s kv_b split heads %d nope %d v %d kv_lora %d", rp_type_name(x->type), k->Hm,
+                     k->nope, k->v, k->kl);
             p->src_bytes += t->nbytes;
             break;
         }
@@ -429,13 +463,16 @@ static k3_status plan_shard(ctx *c, int shard, plan *p) {
                 j->s = add_item2(p, nm, ST_F32, 2, x->rows, (x->cols + Q_I4_GROUP - 1) / Q_I4_GROUP);
             }
             snprintf(nm, sizeof nm, "k3.q.%s", t->name);
-            if (x->type == Q_I4) meta_set(meta, nm, "I4 %d %d group %d", x->rows, x->cols, Q_I4_GROUP);
-            else meta_set(meta, nm, "%s %d %d", rp_type_name(x->type), x->rows, x->cols);
+            if (x->type == Q_I4)
+                meta_set(meta, nm, "I4 %d %d group %d", x->rows, x->cols, Q_I4_GROUP);
+            else
+                meta_set(meta, nm, "%s %d %d", rp_type_name(x->type), x->rows, x->cols);
             p->src_bytes += t->nbytes;
             break;
         }
     }
-    if (p->n_items) st = place(c, p, shard, meta);
+    if (p->n_items)
+        st = place(c, p, shard, meta);
     json_decref(meta);
     return st;
 }
@@ -447,7 +484,8 @@ static k3_status pwrite_all(int fd, const char *path, const void *buf, size_t n,
     while (n) {
         ssize_t w = pwrite(fd, b, n, (off_t)off);
         if (w < 0) {
-            if (errno == EINTR) continue;
+            if (errno == EINTR)
+                continue;
             return k3_err(K3_ERR_IO, "%s: write of %zu bytes at offset %llu failed: %s", path, n,
                           (unsigned long long)off, strerror(errno));
         }
@@ -462,7 +500,8 @@ static k3_status pread_file(int fd, const char *path, void *buf, size_t n, uint6
     char *b = buf;
     while (n) {
         ssize_t r = pread(fd, b, n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EINTR)
+            continue;
         if (r <= 0)
             return k3_err(K3_ERR_IO, "%s: read of %zu bytes at offset %llu failed: %s", path, n,
                           (unsigned long long)off, r < 0 ? strerror(errno) : "end of file");
@@ -476,7 +515,8 @@ static k3_status pread_file(int fd, const char *path, void *buf, size_t n, uint6
 /* n source elements of dtype dt (little-endian) to f32, as st_read_f32 converts them. */
 static void to_f32(const unsigned char *raw, st_dtype dt, size_t n, float *out) {
     for (size_t i = 0; i < n; i++) {
-        if (dt == ST_F32) memcpy(&out[i], raw + 4 * i, 4);
+        if (dt == ST_F32)
+            memcpy(&out[i], raw + 4 * i, 4);
         else if (dt == ST_F64) {
             double v;
             memcpy(&v, raw + 8 * i, 8);
@@ -489,8 +529,8 @@ static void to_f32(const unsigned char *raw, st_dtype dt, size_t n, float *out) 
 }
 
 /* Rows [r0, r0+n) of float tensor t (cols wide) as f32, checked finite. */
-static k3_status read_rows(ctx *c, const st_tensor *t, int cols, int64_t r0, int64_t n,
-                           unsigned char *raw, float *f) {
+static k3_status read_rows(ctx *c, const st_tensor *t, int cols, int64_t r0, int64_t n, unsigned char *raw,
+                           float *f) {
     size_t    es = st_dtype_size(t->dtype), cnt = (size_t)n * (size_t)cols;
     k3_status st = st_read_at(c->d, t->shard, raw, cnt * es, t->offset + (uint64_t)r0 * (uint64_t)cols * es);
     if (st) {
@@ -513,15 +553,17 @@ static void quant_rows(int type, const float *f, int64_t n, int cols, unsigned c
 #pragma omp parallel for schedule(static) if (n * cols > (1 << 16))
     for (int64_t r = 0; r < n; r++) {
         const float *x = f + (size_t)r * (size_t)cols;
-        if (type == Q_I8) q_quantize_row_i8(x, cols, (int8_t *)(w + (size_t)r * wrow), (float *)(s + (size_t)r * srow));
-        else q_quantize_row_i4(x, cols, w + (size_t)r * wrow, (float *)(s + (size_t)r * srow));
+        if (type == Q_I8)
+            q_quantize_row_i8(x, cols, (int8_t *)(w + (size_t)r * wrow), (float *)(s + (size_t)r * srow));
+        else
+            q_quantize_row_i4(x, cols, w + (size_t)r * wrow, (float *)(s + (size_t)r * srow));
     }
 }
 
 typedef struct wctx {
     int         fd;
     const char *path;
-    uint64_t    base;  /* header length: data section start */
+    uint64_t    base; /* header length: data section start */
 } wctx;
 
 /* Whether [off, off + n) of fd is a hole (SEEK_DATA finds no data before its end). */
@@ -532,7 +574,8 @@ static int src_hole(int fd, uint64_t off, uint64_t n) {
 
 static int all_zero(const unsigned char *b, uint64_t n) {
     for (uint64_t i = 0; i < n; i++)
-        if (b[i]) return 0;
+        if (b[i])
+            return 0;
     return 1;
 }
 
@@ -545,7 +588,8 @@ static k3_status do_pass(ctx *c, const wctx *o, const plan *p, const job *j, uns
     for (uint64_t k = 0; k < t->nbytes && !st; k += CHUNK_BYTES) {
         size_t n = (size_t)(t->nbytes - k < CHUNK_BYTES ? t->nbytes - k : CHUNK_BYTES);
         if (!src_hole(st_shard_fd(c->d, t->shard), t->offset + k, n)) {
-            if ((st = st_read_at(c->d, t->shard, buf, n, t->offset + k))) break;
+            if ((st = st_read_at(c->d, t->shard, buf, n, t->offset + k)))
+                break;
             st = pwrite_all(o->fd, o->path, buf, n, o->base + it->off + k);
         }
         progress(c, n, t->name);
@@ -554,44 +598,55 @@ static k3_status do_pass(ctx *c, const wctx *o, const plan *p, const job *j, uns
 }
 
 static k3_status do_mat(ctx *c, const wctx *o, const plan *p, const job *j) {
-    const st_tensor *t = st_tensor_at(c->d, j->src);
-    const tinfo     *x = &c->ti[j->src];
+    const st_tensor *t    = st_tensor_at(c->d, j->src);
+    const tinfo     *x    = &c->ti[j->src];
     const int        cols = x->cols, type = x->type;
-    const size_t     es = st_dtype_size(t->dtype);
+    const size_t     es   = st_dtype_size(t->dtype);
     int64_t          step = (int64_t)(CHUNK_BYTES / ((size_t)cols * 4));
-    if (step < 1) step = 1;
-    if (step > x->rows) step = x->rows;
+    if (step < 1)
+        step = 1;
+    if (step > x->rows)
+        step = x->rows;
     const size_t   wrow = q_wbytes(type, 1, cols), srow = q_sbytes(type, 1, cols);
     unsigned char *raw = malloc((size_t)step * cols * es), *w = malloc((size_t)step * wrow),
                   *s = srow ? malloc((size_t)step * srow) : NULL;
-    float         *f = malloc((size_t)step * cols * sizeof(float));
-    k3_status      st = K3_OK;
-    if (!raw || !w || !f || (srow && !s)) die_oom();
+    float    *f      = malloc((size_t)step * cols * sizeof(float));
+    k3_status st     = K3_OK;
+    if (!raw || !w || !f || (srow && !s))
+        die_oom();
     int zero_rows = -1; /* rows of w and s hold the quantized zero row: as many as last filled */
     for (int64_t r0 = 0; r0 < x->rows && !st; r0 += step) {
         int64_t n = x->rows - r0 < step ? x->rows - r0 : step;
-        if (src_hole(st_shard_fd(c->d, t->shard), t->offset + (uint64_t)r0 * cols * es, (uint64_t)n * cols * es)) {
+        if (src_hole(st_shard_fd(c->d, t->shard), t->offset + (uint64_t)r0 * cols * es,
+                     (uint64_t)n * cols * es)) {
             /* zero rows quantize to fixed bytes: made once (bit-identical to quantizing them), and
              * not written at all when those bytes are zeros */
             if (zero_rows < n) {
                 memset(f, 0, (size_t)n * cols * sizeof(float));
-                if (type != Q_F32) quant_rows(type, f, n, cols, w, s);
+                if (type != Q_F32)
+                    quant_rows(type, f, n, cols, w, s);
                 zero_rows = (int)n;
             }
             int nz = type == Q_F32 || (all_zero(w, wrow) && (!srow || all_zero(s, srow)));
-            if (!nz && !(st = pwrite_all(o->fd, o->path, w, (size_t)n * wrow, o->base + p->items[j->w].off + (uint64_t)r0 * wrow)))
-                st = pwrite_all(o->fd, o->path, s, (size_t)n * srow, o->base + p->items[j->s].off + (uint64_t)r0 * srow);
+            if (!nz && !(st = pwrite_all(o->fd, o->path, w, (size_t)n * wrow,
+                                         o->base + p->items[j->w].off + (uint64_t)r0 * wrow)))
+                st = pwrite_all(o->fd, o->path, s, (size_t)n * srow,
+                                o->base + p->items[j->s].off + (uint64_t)r0 * srow);
             progress(c, (uint64_t)n * cols * es, t->name);
             continue;
         }
         zero_rows = -1;
-        if ((st = read_rows(c, t, cols, r0, n, raw, f))) break;
+        if ((st = read_rows(c, t, cols, r0, n, raw, f)))
+            break;
         if (type == Q_F32) {
-            st = pwrite_all(o->fd, o->path, f, (size_t)n * wrow, o->base + p->items[j->w].off + (uint64_t)r0 * wrow);
+            st = pwrite_all(o->fd, o->path, f, (size_t)n * wrow,
+                            o->base + p->items[j->w].off + (uint64_t)r0 * wrow);
         } else {
             quant_rows(type, f, n, cols, w, s);
-            if (!(st = pwrite_all(o->fd, o->path, w, (size_t)n * wrow, o->base + p->items[j->w].off + (uint64_t)r0 * wrow)))
-                st = pwrite_all(o->fd, o->path, s, (size_t)n * srow, o->base + p->items[j->s].off + (uint64_t)r0 * srow);
+            if (!(st = pwrite_all(o->fd, o->path, w, (size_t)n * wrow,
+                                  o->base + p->items[j->w].off + (uint64_t)r0 * wrow)))
+                st = pwrite_all(o->fd, o->path, s, (size_t)n * srow,
+                                o->base + p->items[j->s].off + (uint64_t)r0 * srow);
         }
         progress(c, (uint64_t)n * cols * es, t->name);
     }
@@ -604,21 +659,24 @@ static k3_status do_mat(ctx *c, const wctx *o, const plan *p, const job *j) {
 
 /* kv_b: per head, uk_t = (nope rows)^T and uv = v rows, each quantized by rows (as load_mla). */
 static k3_status do_kvb(ctx *c, const wctx *o, const plan *p, const job *j) {
-    const st_tensor *t = st_tensor_at(c->d, j->src);
-    const tinfo     *x = &c->ti[j->src];
-    const rp_kvb    *k = &c->kvb;
+    const st_tensor *t    = st_tensor_at(c->d, j->src);
+    const tinfo     *x    = &c->ti[j->src];
+    const rp_kvb    *k    = &c->kvb;
     const int        type = x->type, kl = k->kl, nope = k->nope, vd = k->v, hr = nope + vd;
     const size_t     es = st_dtype_size(t->dtype), hw = rp_kvb_head_wbytes(type, k),
-                 hs = rp_kvb_head_sfloats(type, k) * sizeof(float);
+                 hs   = rp_kvb_head_sfloats(type, k) * sizeof(float);
     const size_t   wk = q_wbytes(type, kl, nope), sk = q_sbytes(type, kl, nope);
     unsigned char *raw = malloc((size_t)hr * kl * es), *w = malloc(hw), *s = malloc(hs ? hs : 1);
-    float         *f = malloc((size_t)hr * kl * sizeof(float)), *kt = malloc((size_t)kl * nope * sizeof(float));
-    k3_status      st = K3_OK;
-    if (!raw || !w || !s || !f || !kt) die_oom();
+    float    *f = malloc((size_t)hr * kl * sizeof(float)), *kt = malloc((size_t)kl * nope * sizeof(float));
+    k3_status st = K3_OK;
+    if (!raw || !w || !s || !f || !kt)
+        die_oom();
     for (int h = 0; h < k->Hm && !st; h++) {
-        if ((st = read_rows(c, t, kl, (int64_t)h * hr, hr, raw, f))) break;
+        if ((st = read_rows(c, t, kl, (int64_t)h * hr, hr, raw, f)))
+            break;
         for (int i = 0; i < kl; i++)
-            for (int n = 0; n < nope; n++) kt[(size_t)i * nope + n] = f[(size_t)n * kl + i];
+            for (int n = 0; n < nope; n++)
+                kt[(size_t)i * nope + n] = f[(size_t)n * kl + i];
         const float *vv = f + (size_t)nope * kl;
         if (type == Q_F32) {
             memcpy(w, kt, wk);
@@ -628,7 +686,8 @@ static k3_status do_kvb(ctx *c, const wctx *o, const plan *p, const job *j) {
             quant_rows(type, vv, vd, kl, w + wk, s + sk);
             st = pwrite_all(o->fd, o->path, s, hs, o->base + p->items[j->s].off + (uint64_t)h * hs);
         }
-        if (!st) st = pwrite_all(o->fd, o->path, w, hw, o->base + p->items[j->w].off + (uint64_t)h * hw);
+        if (!st)
+            st = pwrite_all(o->fd, o->path, w, hw, o->base + p->items[j->w].off + (uint64_t)h * hw);
         progress(c, (uint64_t)hr * kl * es, t->name);
     }
     free(raw);
@@ -651,7 +710,8 @@ static k3_status read_expert(ctx *c, const job *j, unsigned char *buf, uint64_t 
     for (int k = 0; k < 6; k++) {
         const st_tensor *t  = st_tensor_at(c->d, j->ex[k]);
         k3_status        st = st_read(c->d, t, buf + *n);
-        if (st) return st;
+        if (st)
+            return st;
         *n += t->nbytes;
     }
     return K3_OK;
@@ -659,7 +719,8 @@ static k3_status read_expert(ctx *c, const job *j, unsigned char *buf, uint64_t 
 
 static uint64_t expert_bytes(const ctx *c, const job *j) {
     uint64_t n = 0;
-    for (int k = 0; k < 6; k++) n += st_tensor_at(c->d, j->ex[k])->nbytes;
+    for (int k = 0; k < 6; k++)
+        n += st_tensor_at(c->d, j->ex[k])->nbytes;
     return n;
 }
 
@@ -667,13 +728,15 @@ static uint64_t expert_bytes(const ctx *c, const job *j) {
  * not written: the output file was sized at creation, so it reads back as the same zeros, and a
  * sparse source stays sparse (the 1.45 TB of replica experts take no disk). */
 static k3_status do_expert(ctx *c, const wctx *o, const plan *p, const job *j, unsigned char *buf) {
-    const st_tensor *a = st_tensor_at(c->d, j->ex[0]);
-    uint64_t         n = expert_bytes(c, j);
+    const st_tensor *a  = st_tensor_at(c->d, j->ex[0]);
+    uint64_t         n  = expert_bytes(c, j);
     k3_status        st = K3_OK;
     K3_ASSERT(p->items[j->it[5]].off + p->items[j->it[5]].nbytes - p->items[j->it[0]].off == n);
     if (!(j->contiguous && src_hole(st_shard_fd(c->d, a->shard), a->offset, n))) {
-        if ((st = read_expert(c, j, buf, &n))) return st;
-        if (!all_zero(buf, n)) st = pwrite_all(o->fd, o->path, buf, (size_t)n, o->base + p->items[j->it[0]].off);
+        if ((st = read_expert(c, j, buf, &n)))
+            return st;
+        if (!all_zero(buf, n))
+            st = pwrite_all(o->fd, o->path, buf, (size_t)n, o->base + p->items[j->it[0]].off);
     }
     progress(c, n, st_tensor_at(c->d, j->src)->name);
     return st;
@@ -682,7 +745,8 @@ static k3_status do_expert(ctx *c, const wctx *o, const plan *p, const job *j, u
 static uint64_t max_expert_bytes(const ctx *c, const plan *p) {
     uint64_t m = 0;
     for (int jn = 0; jn < p->n_jobs; jn++)
-        if (p->jobs[jn].role == R_EXPERT && expert_bytes(c, &p->jobs[jn]) > m) m = expert_bytes(c, &p->jobs[jn]);
+        if (p->jobs[jn].role == R_EXPERT && expert_bytes(c, &p->jobs[jn]) > m)
+            m = expert_bytes(c, &p->jobs[jn]);
     return m;
 }
 
@@ -692,29 +756,37 @@ static k3_status verify_experts(ctx *c, const plan *p, const char *path) {
     unsigned char *a = malloc(mx ? mx : 1), *b = malloc(mx ? mx : 1);
     k3_status      st = K3_OK;
     int            fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (!a || !b) die_oom();
-    if (fd < 0) st = k3_err(K3_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!a || !b)
+        die_oom();
+    if (fd < 0)
+        st = k3_err(K3_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     for (int jn = 0; jn < p->n_jobs && !st; jn++) {
         const job *j = &p->jobs[jn];
-        if (j->role != R_EXPERT) continue;
+        if (j->role != R_EXPERT)
+            continue;
         uint64_t n;
         if ((st = read_expert(c, j, a, &n)) ||
             (st = pread_file(fd, path, b, (size_t)n, p->header_len + p->items[j->it[0]].off)))
             break;
         if (memcmp(a, b, (size_t)n)) {
             uint64_t i = 0;
-            while (a[i] == b[i]) i++;
+            while (a[i] == b[i])
+                i++;
             int k = 0;
-            while (k < 5 && p->items[j->it[k + 1]].off - p->items[j->it[0]].off <= i) k++;
-            st = k3_err(K3_ERR_FORMAT, "%s: --verify-full: tensor '%s' (expert %d of layer %d) byte %llu is 0x%02x, the source has 0x%02x (file offset %llu)",
+            while (k < 5 && p->items[j->it[k + 1]].off - p->items[j->it[0]].off <= i)
+                k++;
+            st = k3_err(K3_ERR_FORMAT,
+                        "%s: --verify-full: tensor '%s' (expert %d of layer %d) byte %llu is 0x%02x, the "
+                        "source has 0x%02x (file offset %llu)",
                         path, p->items[j->it[k]].name, c->ti[j->src].exp, c->ti[j->src].layer,
-                        (unsigned long long)(i - (p->items[j->it[k]].off - p->items[j->it[0]].off)), b[i], a[i],
-                        (unsigned long long)(p->header_len + p->items[j->it[0]].off + i));
+                        (unsigned long long)(i - (p->items[j->it[k]].off - p->items[j->it[0]].off)), b[i],
+                        a[i], (unsigned long long)(p->header_len + p->items[j->it[0]].off + i));
             break;
         }
         progress(c, n, "verify");
     }
-    if (fd >= 0) close(fd);
+    if (fd >= 0)
+        close(fd);
     free(a);
     free(b);
     return st;
@@ -722,7 +794,8 @@ static k3_status verify_experts(ctx *c, const plan *p, const char *path) {
 
 static k3_status fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return k3_err(K3_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+    if (fd < 0)
+        return k3_err(K3_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
     int r = fsync(fd);
     close(fd);
     return r ? k3_err(K3_ERR_IO, "%s: fsync failed: %s", dir, strerror(errno)) : K3_OK;
@@ -732,14 +805,17 @@ static k3_status fsync_dir(const char *dir) {
 static k3_status write_shard(ctx *c, const plan *p, const char *tmp) {
     wctx o = {.path = tmp, .base = p->header_len};
     o.fd   = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (o.fd < 0) return k3_err(K3_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (o.fd < 0)
+        return k3_err(K3_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     uint64_t       mx  = max_expert_bytes(c, p);
     unsigned char *buf = malloc(mx > CHUNK_BYTES ? mx : CHUNK_BYTES);
-    if (!buf) die_oom();
+    if (!buf)
+        die_oom();
     c->n_started++;
     k3_status st = pwrite_all(o.fd, tmp, p->header, p->header_len, 0);
     if (!st && ftruncate(o.fd, (off_t)(p->header_len + p->data_bytes))) /* all-zero experts are skipped */
-        st = k3_err(K3_ERR_IO, "%s: cannot size to %llu bytes: %s", tmp, (unsigned long long)(p->header_len + p->data_bytes), strerror(errno));
+        st = k3_err(K3_ERR_IO, "%s: cannot size to %llu bytes: %s", tmp,
+                    (unsigned long long)(p->header_len + p->data_bytes), strerror(errno));
     for (int jn = 0; jn < p->n_jobs && !st; jn++) {
         const job *j = &p->jobs[jn];
         if (c->kill_at == c->n_started && jn == p->n_jobs / 2) {
@@ -747,10 +823,18 @@ static k3_status write_shard(ctx *c, const plan *p, const char *tmp) {
             kill(getpid(), SIGKILL);
         }
         switch (j->role) {
-        case R_PASS: st = do_pass(c, &o, p, j, buf); break;
-        case R_MAT: st = do_mat(c, &o, p, j); break;
-        case R_KVB: st = do_kvb(c, &o, p, j); break;
-        case R_EXPERT: st = do_expert(c, &o, p, j, buf); break;
+        case R_PASS:
+            st = do_pass(c, &o, p, j, buf);
+            break;
+        case R_MAT:
+            st = do_mat(c, &o, p, j);
+            break;
+        case R_KVB:
+            st = do_kvb(c, &o, p, j);
+            break;
+        case R_EXPERT:
+            st = do_expert(c, &o, p, j, buf);
+            break;
         }
     }
     free(buf);
@@ -758,19 +842,23 @@ static k3_status write_shard(ctx *c, const plan *p, const char *tmp) {
     if (!st && (fstat(o.fd, &sb) || (uint64_t)sb.st_size != p->header_len + p->data_bytes))
         st = k3_err(K3_ERR_IO, "%s: %llu bytes written, expected %llu", tmp, (unsigned long long)sb.st_size,
                     (unsigned long long)(p->header_len + p->data_bytes));
-    if (!st && fsync(o.fd)) st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(o.fd) && !st) st = k3_err(K3_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+    if (!st && fsync(o.fd))
+        st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+    if (close(o.fd) && !st)
+        st = k3_err(K3_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
     return st;
 }
 
 /* A completed output shard: exactly the planned header and size. */
 static int shard_complete(const plan *p, const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (fd < 0)
+        return 0;
     struct stat sb;
     int         ok = !fstat(fd, &sb) && (uint64_t)sb.st_size == p->header_len + p->data_bytes;
     char       *h  = ok ? malloc(p->header_len) : NULL;
-    ok = ok && h && pread_file(fd, path, h, p->header_len, 0) == K3_OK && !memcmp(h, p->header, p->header_len);
+    ok =
+        ok && h && pread_file(fd, path, h, p->header_len, 0) == K3_OK && !memcmp(h, p->header, p->header_len);
     free(h);
     close(fd);
     return ok;
@@ -787,15 +875,20 @@ static int is_shard_name(const char *n) {
 static k3_status read_out_header(const char *path, const char *file, json_t **out) {
     *out   = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return k3_err(K3_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0)
+        return k3_err(K3_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     unsigned char lb[8];
     char         *h  = NULL;
     k3_status     st = pread_file(fd, path, lb, 8, 0);
     uint64_t      hl = 0;
-    for (int i = 7; i >= 0 && !st; i--) hl = hl << 8 | lb[i];
-    if (!st && hl > (1u << 30)) st = k3_err(K3_ERR_FORMAT, "%s: header length %llu is implausible", file, (unsigned long long)hl);
-    if (!st && !(h = malloc(hl))) die_oom();
-    if (!st) st = pread_file(fd, path, h, hl, 8);
+    for (int i = 7; i >= 0 && !st; i--)
+        hl = hl << 8 | lb[i];
+    if (!st && hl > (1u << 30))
+        st = k3_err(K3_ERR_FORMAT, "%s: header length %llu is implausible", file, (unsigned long long)hl);
+    if (!st && !(h = malloc(hl)))
+        die_oom();
+    if (!st)
+        st = pread_file(fd, path, h, hl, 8);
     close(fd);
     if (st) {
         free(h);
@@ -811,8 +904,10 @@ static k3_status read_out_header(const char *path, const char *file, json_t **ou
     json_t *meta = json_object_get(root, "__metadata__");
     if (!json_is_object(meta) || !json_is_string(json_object_get(meta, "k3.container"))) {
         json_decref(root);
-        return k3_err(K3_ERR_FORMAT, "%s: not written by k3-repack (no __metadata__ k3.container); remove it from the destination",
-                      file);
+        return k3_err(
+            K3_ERR_FORMAT,
+            "%s: not written by k3-repack (no __metadata__ k3.container); remove it from the destination",
+            file);
     }
     *out = root;
     return K3_OK;
@@ -821,16 +916,18 @@ static k3_status read_out_header(const char *path, const char *file, json_t **ou
 /* Rebuild DST's index from every completed shard there, under a lock, atomically. A tensor in
  * two shards aborts (no index is published). *n_out: shards indexed. */
 static k3_status rebuild_index(const ctx *c, int *n_out) {
-    const char *dst  = c->o.dst;
-    char       *lock = xasprintf("%s/" LOCK_FILE, dst), *tmp = xasprintf("%s/." INDEX_FILE ".%d", dst, (int)getpid()),
-         *fin = xasprintf("%s/" INDEX_FILE, dst);
+    const char *dst    = c->o.dst;
+    char       *lock   = xasprintf("%s/" LOCK_FILE, dst),
+         *tmp          = xasprintf("%s/." INDEX_FILE ".%d", dst, (int)getpid()),
+         *fin          = xasprintf("%s/" INDEX_FILE, dst);
     k3_status       st = K3_OK;
     json_t         *wm = json_object(), *idx = json_object(), *md = json_object();
     struct dirent **ents = NULL;
     int             n = -1, lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     uint64_t        total = 0;
-    *n_out              = 0;
-    if (!wm || !idx || !md) die_oom();
+    *n_out                = 0;
+    if (!wm || !idx || !md)
+        die_oom();
     if (lfd < 0 || flock(lfd, LOCK_EX)) {
         st = k3_err(K3_ERR_IO, "%s: cannot lock: %s", lock, strerror(errno));
         goto out;
@@ -841,30 +938,36 @@ static k3_status rebuild_index(const ctx *c, int *n_out) {
     }
     for (int i = 0; i < n && !st; i++) {
         const char *f = ents[i]->d_name;
-        if (!is_shard_name(f)) continue;
+        if (!is_shard_name(f))
+            continue;
         char   *path = xasprintf("%s/%s", dst, f);
         json_t *h;
         st = read_out_header(path, f, &h);
         free(path);
-        if (st) break;
+        if (st)
+            break;
         const char *key;
         json_t     *v;
         json_object_foreach(h, key, v) {
-            if (!strcmp(key, "__metadata__")) continue;
+            if (!strcmp(key, "__metadata__"))
+                continue;
             json_t *prev = json_object_get(wm, key);
             if (prev) {
-                st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is also in %s: duplicate tensor names, no index written",
-                            f, key, json_string_value(prev));
+                st = k3_err(K3_ERR_FORMAT,
+                            "%s: tensor '%s' is also in %s: duplicate tensor names, no index written", f, key,
+                            json_string_value(prev));
                 break;
             }
             json_t *o = json_object_get(v, "data_offsets");
-            total += (uint64_t)(json_integer_value(json_array_get(o, 1)) - json_integer_value(json_array_get(o, 0)));
+            total += (uint64_t)(json_integer_value(json_array_get(o, 1)) -
+                                json_integer_value(json_array_get(o, 0)));
             json_object_set_new(wm, key, json_string(f));
         }
         json_decref(h);
         ++*n_out;
     }
-    if (st) goto out;
+    if (st)
+        goto out;
     json_object_set_new(md, "total_size", json_integer((json_int_t)total));
     json_object_set(idx, "metadata", md);
     json_object_set(idx, "weight_map", wm);
@@ -873,15 +976,22 @@ static k3_status rebuild_index(const ctx *c, int *n_out) {
         goto out;
     }
     int fd = open(tmp, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd)) st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (fd >= 0) close(fd);
-    if (!st && rename(tmp, fin)) st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
-    if (!st) st = fsync_dir(dst);
+    if (fd < 0 || fsync(fd))
+        st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    if (!st && rename(tmp, fin))
+        st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
+    if (!st)
+        st = fsync_dir(dst);
 out:
-    if (st) unlink(tmp);
-    for (int i = 0; i < n; i++) free(ents[i]);
+    if (st)
+        unlink(tmp);
+    for (int i = 0; i < n; i++)
+        free(ents[i]);
     free(ents);
-    if (lfd >= 0) close(lfd);
+    if (lfd >= 0)
+        close(lfd);
     json_decref(wm);
     json_decref(idx);
     json_decref(md);
@@ -893,16 +1003,20 @@ out:
 
 /* Write bytes to dir/name through a temp file + fsync + rename. */
 static k3_status put_file(const char *dir, const char *name, const void *data, size_t n) {
-    char     *tmp = xasprintf("%s/.%s.%d.tmp", dir, name, (int)getpid()), *fin = xasprintf("%s/%s", dir, name);
-    k3_status st  = K3_OK;
-    int       fd  = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) st = k3_err(K3_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    char *tmp = xasprintf("%s/.%s.%d.tmp", dir, name, (int)getpid()), *fin = xasprintf("%s/%s", dir, name);
+    k3_status st = K3_OK;
+    int       fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        st = k3_err(K3_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     else {
         st = pwrite_all(fd, tmp, data, n, 0);
-        if (!st && fsync(fd)) st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+        if (!st && fsync(fd))
+            st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
         close(fd);
-        if (!st && rename(tmp, fin)) st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
-        if (st) unlink(tmp);
+        if (!st && rename(tmp, fin))
+            st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
+        if (st)
+            unlink(tmp);
     }
     free(tmp);
     free(fin);
@@ -916,18 +1030,23 @@ static k3_status write_small_files(const ctx *c) {
     json_error_t e;
     json_t      *cfg = json_load_file(cp, JSON_REJECT_DUPLICATES, &e);
     free(cp);
-    if (!cfg) return k3_err(K3_ERR_CONFIG, "config.json: %s", e.text);
-    json_t *sec = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s}", "version", RP_VERSION, "bits", c->o.bits,
-                            "mla_bits", c->o.mla_bits, "head_bits", c->o.head_bits, "i4_group", Q_I4_GROUP,
-                            "layout", "repack.h: I8 NAME U8 [r,c] + NAME.qs F32 [r]; I4 NAME U8 [r,(c+1)/2] + NAME.qs F32 [r,(c+63)/64]");
-    if (!sec || json_object_set_new(cfg, RP_CONFIG_KEY, sec)) die_oom();
+    if (!cfg)
+        return k3_err(K3_ERR_CONFIG, "config.json: %s", e.text);
+    json_t *sec = json_pack(
+        "{s:i, s:i, s:i, s:i, s:i, s:s}", "version", RP_VERSION, "bits", c->o.bits, "mla_bits", c->o.mla_bits,
+        "head_bits", c->o.head_bits, "i4_group", Q_I4_GROUP, "layout",
+        "repack.h: I8 NAME U8 [r,c] + NAME.qs F32 [r]; I4 NAME U8 [r,(c+1)/2] + NAME.qs F32 [r,(c+63)/64]");
+    if (!sec || json_object_set_new(cfg, RP_CONFIG_KEY, sec))
+        die_oom();
     char *js = json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(cfg);
-    if (!js) die_oom();
+    if (!js)
+        die_oom();
     k3_status st = put_file(c->o.dst, "config.json", js, strlen(js));
     free(js);
     DIR *d = st ? NULL : opendir(c->o.src);
-    if (!st && !d) st = k3_err(K3_ERR_IO, "%s: cannot list: %s", c->o.src, strerror(errno));
+    if (!st && !d)
+        st = k3_err(K3_ERR_IO, "%s: cannot list: %s", c->o.src, strerror(errno));
     for (struct dirent *de; !st && d && (de = readdir(d));) {
         const char *f = de->d_name;
         size_t      l = strlen(f);
@@ -939,18 +1058,22 @@ static k3_status write_small_files(const ctx *c) {
         if (!stat(path, &sb) && S_ISREG(sb.st_mode) && sb.st_size < (256 << 20)) {
             char *buf = malloc((size_t)sb.st_size + 1);
             int   fd  = open(path, O_RDONLY | O_CLOEXEC);
-            if (!buf) die_oom();
-            if (fd < 0) st = k3_err(K3_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+            if (!buf)
+                die_oom();
+            if (fd < 0)
+                st = k3_err(K3_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
             else {
                 st = pread_file(fd, path, buf, (size_t)sb.st_size, 0);
                 close(fd);
             }
-            if (!st) st = put_file(c->o.dst, f, buf, (size_t)sb.st_size);
+            if (!st)
+                st = put_file(c->o.dst, f, buf, (size_t)sb.st_size);
             free(buf);
         }
         free(path);
     }
-    if (d) closedir(d);
+    if (d)
+        closedir(d);
     return st;
 }
 
@@ -987,21 +1110,28 @@ static int parse_bits(const char *opt, const char *v, int allow32) {
 /* "1-3,7" -> sel[0..n) (1-based numbers in the list). */
 static int parse_shards(const char *list, int n, unsigned char *sel) {
     const char *p = list;
-    if (!*p) return -1;
+    if (!*p)
+        return -1;
     while (*p) {
         char *end;
         long  a = strtol(p, &end, 10), b = a;
-        if (end == p) return -1;
+        if (end == p)
+            return -1;
         p = end;
         if (*p == '-') {
             b = strtol(++p, &end, 10);
-            if (end == p) return -1;
+            if (end == p)
+                return -1;
             p = end;
         }
-        if (a < 1 || b < a || b > n) return -1;
-        for (long i = a; i <= b; i++) sel[i - 1] = 1;
-        if (*p == ',') p++;
-        else if (*p) return -1;
+        if (a < 1 || b < a || b > n)
+            return -1;
+        for (long i = a; i <= b; i++)
+            sel[i - 1] = 1;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
     }
     return 0;
 }
@@ -1009,27 +1139,37 @@ static int parse_shards(const char *list, int n, unsigned char *sel) {
 static k3_status run(ctx *c) {
     k3_status st;
     rp_info   src_info;
-    if ((st = cfg_load(c->o.src, &c->cfg)) || (st = rp_info_load(c->o.src, &src_info))) return st;
+    if ((st = cfg_load(c->o.src, &c->cfg)) || (st = rp_info_load(c->o.src, &src_info)))
+        return st;
     if (src_info.present)
-        return k3_err(K3_ERR_ARG, "%s is already a k3 container (config.json has " RP_CONFIG_KEY "); repack the release checkpoint",
+        return k3_err(K3_ERR_ARG,
+                      "%s is already a k3 container (config.json has " RP_CONFIG_KEY
+                      "); repack the release checkpoint",
                       c->o.src);
-    if ((st = st_open(c->o.src, &c->d)) || (st = cfg_check_tensors(&c->cfg, c->d))) return st;
+    if ((st = st_open(c->o.src, &c->d)) || (st = cfg_check_tensors(&c->cfg, c->d)))
+        return st;
     int ns = st_n_shards(c->d);
-    if (!(c->ti = calloc((size_t)st_n_tensors(c->d) + 1, sizeof *c->ti))) die_oom();
+    if (!(c->ti = calloc((size_t)st_n_tensors(c->d) + 1, sizeof *c->ti)))
+        die_oom();
     classify(c);
 
     unsigned char *sel = calloc((size_t)ns, 1);
     plan          *pl  = calloc((size_t)ns, sizeof *pl);
-    if (!sel || !pl) die_oom();
-    if (!c->o.shards) memset(sel, 1, (size_t)ns);
+    if (!sel || !pl)
+        die_oom();
+    if (!c->o.shards)
+        memset(sel, 1, (size_t)ns);
     else if (parse_shards(c->o.shards, ns, sel)) {
         free(sel);
         free(pl);
-        return k3_err(K3_ERR_ARG, "--shards '%s': expected a list like 1-3,7 of shard numbers in 1..%d", c->o.shards, ns);
+        return k3_err(K3_ERR_ARG, "--shards '%s': expected a list like 1-3,7 of shard numbers in 1..%d",
+                      c->o.shards, ns);
     }
     struct stat sb;
-    if (mkdir(c->o.dst, 0755) && errno != EEXIST) st = k3_err(K3_ERR_IO, "%s: cannot create: %s", c->o.dst, strerror(errno));
-    else if (stat(c->o.dst, &sb) || !S_ISDIR(sb.st_mode)) st = k3_err(K3_ERR_IO, "%s: not a directory", c->o.dst);
+    if (mkdir(c->o.dst, 0755) && errno != EEXIST)
+        st = k3_err(K3_ERR_IO, "%s: cannot create: %s", c->o.dst, strerror(errno));
+    else if (stat(c->o.dst, &sb) || !S_ISDIR(sb.st_mode))
+        st = k3_err(K3_ERR_IO, "%s: not a directory", c->o.dst);
     else {
         struct stat sa;
         if (!stat(c->o.src, &sa) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino)
@@ -1037,26 +1177,35 @@ static k3_status run(ctx *c) {
     }
     int n_out = 0, n_done = 0, n_skip = 0;
     for (int s = 0; s < ns && !st; s++) {
-        if (!st_shard_opened(c->d, s)) continue;
-        if ((st = plan_shard(c, s, &pl[s]))) break;
-        if (!pl[s].n_items) continue;
+        if (!st_shard_opened(c->d, s))
+            continue;
+        if ((st = plan_shard(c, s, &pl[s])))
+            break;
+        if (!pl[s].n_items)
+            continue;
         n_out++;
-        if (sel[s]) c->total += pl[s].src_bytes + (c->o.verify_full ? pl[s].exp_bytes : 0);
+        if (sel[s])
+            c->total += pl[s].src_bytes + (c->o.verify_full ? pl[s].exp_bytes : 0);
     }
     c->t0 = c->t_last = k3_time();
     for (int s = 0; s < ns && !st; s++) {
-        if (!sel[s] || !pl[s].n_items) continue;
+        if (!sel[s] || !pl[s].n_items)
+            continue;
         const char *name = st_shard_name(c->d, s);
-        char       *fin = xasprintf("%s/%s", c->o.dst, name), *tmp = xasprintf("%s/.%s.partial", c->o.dst, name);
+        char *fin = xasprintf("%s/%s", c->o.dst, name), *tmp = xasprintf("%s/.%s.partial", c->o.dst, name);
         if (shard_complete(&pl[s], fin)) {
             n_skip++;
             c->done += pl[s].src_bytes;
             say(c, "shard %d/%d %s: complete, skipped", s + 1, ns, name);
-            if (c->o.verify_full) st = verify_experts(c, &pl[s], fin);
+            if (c->o.verify_full)
+                st = verify_experts(c, &pl[s], fin);
         } else {
-            if (!(st = write_shard(c, &pl[s], tmp)) && c->o.verify_full) st = verify_experts(c, &pl[s], tmp);
-            if (!st && rename(tmp, fin)) st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
-            if (!st) st = fsync_dir(c->o.dst);
+            if (!(st = write_shard(c, &pl[s], tmp)) && c->o.verify_full)
+                st = verify_experts(c, &pl[s], tmp);
+            if (!st && rename(tmp, fin))
+                st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
+            if (!st)
+                st = fsync_dir(c->o.dst);
             if (!st) {
                 n_done++;
                 say(c, "shard %d/%d %s: written (%.1f MB from %.1f MB)", s + 1, ns, name,
@@ -1067,15 +1216,18 @@ static k3_status run(ctx *c) {
         free(tmp);
     }
     int n_idx = 0;
-    if (!st) st = write_small_files(c);
-    if (!st) st = rebuild_index(c, &n_idx);
+    if (!st)
+        st = write_small_files(c);
+    if (!st)
+        st = rebuild_index(c, &n_idx);
     if (!st) {
         double el = k3_time() - c->t0;
-        say(c, "%d shard(s) written, %d already complete%s; index: %d of %d shards%s (%.1f s)", n_done, n_skip,
-            c->o.verify_full ? ", experts verified" : "", n_idx, n_out,
+        say(c, "%d shard(s) written, %d already complete%s; index: %d of %d shards%s (%.1f s)", n_done,
+            n_skip, c->o.verify_full ? ", experts verified" : "", n_idx, n_out,
             n_idx < n_out ? " - incomplete: run the remaining --shards" : "", el);
     }
-    for (int s = 0; s < ns; s++) plan_free(&pl[s]);
+    for (int s = 0; s < ns; s++)
+        plan_free(&pl[s]);
     free(pl);
     free(sel);
     return st;
@@ -1085,20 +1237,33 @@ int main(int argc, char **argv) {
     ctx c;
     memset(&c, 0, sizeof c);
     enum { O_BITS = 256, O_MLA, O_HEAD, O_SHARDS, O_VERIFY, O_JOBS, O_QUIET };
-    static const struct option lo[] = {
-        {"bits", required_argument, 0, O_BITS},     {"mla-bits", required_argument, 0, O_MLA},
-        {"head-bits", required_argument, 0, O_HEAD}, {"shards", required_argument, 0, O_SHARDS},
-        {"verify-full", no_argument, 0, O_VERIFY},  {"jobs", required_argument, 0, O_JOBS},
-        {"quiet", no_argument, 0, O_QUIET},         {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    int opt;
+    static const struct option lo[] = {{"bits", required_argument, 0, O_BITS},
+                                       {"mla-bits", required_argument, 0, O_MLA},
+                                       {"head-bits", required_argument, 0, O_HEAD},
+                                       {"shards", required_argument, 0, O_SHARDS},
+                                       {"verify-full", no_argument, 0, O_VERIFY},
+                                       {"jobs", required_argument, 0, O_JOBS},
+                                       {"quiet", no_argument, 0, O_QUIET},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+    int                        opt;
     while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (opt) {
-        case O_BITS: c.o.bits = parse_bits("--bits", optarg, 0); break;
-        case O_MLA: c.o.mla_bits = parse_bits("--mla-bits", optarg, 1); break;
-        case O_HEAD: c.o.head_bits = parse_bits("--head-bits", optarg, 1); break;
-        case O_SHARDS: c.o.shards = optarg; break;
-        case O_VERIFY: c.o.verify_full = 1; break;
+        case O_BITS:
+            c.o.bits = parse_bits("--bits", optarg, 0);
+            break;
+        case O_MLA:
+            c.o.mla_bits = parse_bits("--mla-bits", optarg, 1);
+            break;
+        case O_HEAD:
+            c.o.head_bits = parse_bits("--head-bits", optarg, 1);
+            break;
+        case O_SHARDS:
+            c.o.shards = optarg;
+            break;
+        case O_VERIFY:
+            c.o.verify_full = 1;
+            break;
         case O_JOBS: {
             char *end;
             long  j = strtol(optarg, &end, 10);
@@ -1109,9 +1274,15 @@ int main(int argc, char **argv) {
             c.o.jobs = (int)j;
             break;
         }
-        case O_QUIET: c.o.quiet = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case O_QUIET:
+            c.o.quiet = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (argc - optind != 2) {
@@ -1125,19 +1296,24 @@ int main(int argc, char **argv) {
     }
     c.o.src = argv[optind];
     c.o.dst = argv[optind + 1];
-    if (!c.o.mla_bits) c.o.mla_bits = c.o.bits;
-    if (!c.o.head_bits) c.o.head_bits = c.o.bits;
+    if (!c.o.mla_bits)
+        c.o.mla_bits = c.o.bits;
+    if (!c.o.head_bits)
+        c.o.head_bits = c.o.bits;
 #ifdef _OPENMP
-    if (c.o.jobs) omp_set_num_threads(c.o.jobs);
+    if (c.o.jobs)
+        omp_set_num_threads(c.o.jobs);
 #endif
-    c.tty = isatty(2);
+    c.tty         = isatty(2);
     const char *k = getenv("K3_REPACK_KILL_AT");
-    c.kill_at = k ? atoi(k) : 0;
-    k3_status st = run(&c);
-    if (c.d) st_close(c.d);
+    c.kill_at     = k ? atoi(k) : 0;
+    k3_status st  = run(&c);
+    if (c.d)
+        st_close(c.d);
     free(c.ti);
     if (st) {
-        if (c.tty && !c.o.quiet) fputs("\r\033[K", stderr);
+        if (c.tty && !c.o.quiet)
+            fputs("\r\033[K", stderr);
         fprintf(stderr, "k3-repack: %s\n", k3_errmsg());
         return 1;
     }

@@ -13,7 +13,16 @@
 
 #include <stddef.h>
 
-typedef enum jv_kind { JV_NULL = 0, JV_FALSE, JV_TRUE, JV_INT, JV_FLOAT, JV_STRING, JV_ARRAY, JV_OBJECT } jv_kind;
+typedef enum jv_kind {
+    JV_NULL = 0,
+    JV_FALSE,
+    JV_TRUE,
+    JV_INT,
+    JV_FLOAT,
+    JV_STRING,
+    JV_ARRAY,
+    JV_OBJECT
+} jv_kind;
 
 typedef struct jv {
     jv_kind    kind;
@@ -27,7 +36,7 @@ typedef struct jv {
 
 /* The engine's growable buffer (k3.h), appended with a k3_status (K3_ERR_NOMEM recorded). */
 typedef k3_buf jbuf;
-k3_status jbuf_add(jbuf *b, const char *s, size_t n);
+k3_status      jbuf_add(jbuf *b, const char *s, size_t n);
 
 /* Parse len bytes (one JSON value, whitespace around it). On failure: K3_ERR_FORMAT with
  * "what at byte N" in k3_errmsg(), *out NULL. Accepts NaN/Infinity/-Infinity as Python. */

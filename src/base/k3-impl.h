@@ -24,8 +24,8 @@ void k3_err_prefix(const char *fmt, ...) K3_PRINTF(1, 2);
 
 void k3_log(int level, const char *fmt, ...) K3_PRINTF(2, 3);
 #define K3_LOG_ERROR(...) k3_log(K3_LOG_LEVEL_ERROR, __VA_ARGS__)
-#define K3_LOG_WARN(...)  k3_log(K3_LOG_LEVEL_WARN, __VA_ARGS__)
-#define K3_LOG_INFO(...)  k3_log(K3_LOG_LEVEL_INFO, __VA_ARGS__)
+#define K3_LOG_WARN(...) k3_log(K3_LOG_LEVEL_WARN, __VA_ARGS__)
+#define K3_LOG_INFO(...) k3_log(K3_LOG_LEVEL_INFO, __VA_ARGS__)
 #ifdef K3_DEBUG_LOG
 #define K3_LOG_DEBUG(...) k3_log(K3_LOG_LEVEL_DEBUG, __VA_ARGS__)
 #else
@@ -47,7 +47,7 @@ double k3_time(void);
 /* Float formats. bf16/f16 -> f32 exactly. */
 static inline float k3_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
-    float f;
+    float    f;
     memcpy(&f, &u, 4);
     return f;
 }

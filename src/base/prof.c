@@ -10,8 +10,8 @@ int prof_on;
 
 static prof_t acc[PROF_N];
 
-static const char *const names[PROF_N] = {"matmul", "act_quant", "norm_mix", "kda_conv", "kda_gate",
-                                          "kda_recur", "mla_attn", "route", "moe_move", "glu"};
+static const char *const names[PROF_N] = {"matmul",    "act_quant", "norm_mix", "kda_conv", "kda_gate",
+                                          "kda_recur", "mla_attn",  "route",    "moe_move", "glu"};
 
 void prof_init(void) {
     const char *e = getenv("K3_PROFILE");
@@ -25,14 +25,21 @@ prof_t prof_now(void) {
 }
 
 void prof_end(prof_phase ph, prof_t t0) {
-    if (!prof_on) return;
+    if (!prof_on)
+        return;
     prof_t t = prof_now();
     acc[ph].wall += t.wall - t0.wall;
     acc[ph].cpu += t.cpu - t0.cpu;
 }
 
-void prof_reset(void) { memset(acc, 0, sizeof acc); }
+void prof_reset(void) {
+    memset(acc, 0, sizeof acc);
+}
 
-prof_t prof_get(prof_phase ph) { return acc[ph]; }
+prof_t prof_get(prof_phase ph) {
+    return acc[ph];
+}
 
-const char *prof_name(prof_phase ph) { return ph < PROF_N ? names[ph] : "?"; }
+const char *prof_name(prof_phase ph) {
+    return ph < PROF_N ? names[ph] : "?";
+}

@@ -33,12 +33,14 @@ typedef struct prof_t {
 extern int prof_on; /* K3_PROFILE, set by prof_init */
 
 /* Read K3_PROFILE (idempotent). */
-void   prof_init(void);
-prof_t prof_now(void);
-static inline prof_t prof_begin(void) { return prof_on ? prof_now() : (prof_t){0, 0}; }
-void   prof_end(prof_phase ph, prof_t t0);
+void                 prof_init(void);
+prof_t               prof_now(void);
+static inline prof_t prof_begin(void) {
+    return prof_on ? prof_now() : (prof_t){0, 0};
+}
+void prof_end(prof_phase ph, prof_t t0);
 /* Zero the counters. */
-void   prof_reset(void);
+void prof_reset(void);
 /* Wall and CPU seconds of phase ph since the last reset. */
-prof_t prof_get(prof_phase ph);
+prof_t      prof_get(prof_phase ph);
 const char *prof_name(prof_phase ph);

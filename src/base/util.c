@@ -20,16 +20,26 @@ const char *k3_version(void) {
 
 const char *k3_status_str(k3_status s) {
     switch (s) {
-    case K3_OK: return "ok";
-    case K3_ERR_IO: return "I/O error";
-    case K3_ERR_FORMAT: return "malformed file";
-    case K3_ERR_CONFIG: return "invalid configuration";
-    case K3_ERR_NOMEM: return "out of memory";
-    case K3_ERR_ARG: return "invalid argument";
-    case K3_ERR_CONTEXT: return "context full";
-    case K3_ERR_NUMERIC: return "numeric error (NaN/inf)";
-    case K3_ERR_UNSUPPORTED: return "unsupported";
-    case K3_ABORTED: return "cancelled";
+    case K3_OK:
+        return "ok";
+    case K3_ERR_IO:
+        return "I/O error";
+    case K3_ERR_FORMAT:
+        return "malformed file";
+    case K3_ERR_CONFIG:
+        return "invalid configuration";
+    case K3_ERR_NOMEM:
+        return "out of memory";
+    case K3_ERR_ARG:
+        return "invalid argument";
+    case K3_ERR_CONTEXT:
+        return "context full";
+    case K3_ERR_NUMERIC:
+        return "numeric error (NaN/inf)";
+    case K3_ERR_UNSUPPORTED:
+        return "unsupported";
+    case K3_ABORTED:
+        return "cancelled";
     }
     return "unknown status";
 }
@@ -47,7 +57,7 @@ k3_status k3_err(k3_status st, const char *fmt, ...) {
 }
 
 void k3_err_prefix(const char *fmt, ...) {
-    char pre[256], old[sizeof err_buf - sizeof pre - 2];
+    char    pre[256], old[sizeof err_buf - sizeof pre - 2];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(pre, sizeof pre, fmt, ap);
@@ -55,7 +65,7 @@ void k3_err_prefix(const char *fmt, ...) {
     /* copy by hand: the message is cut on purpose when it would not fit */
     size_t n = strnlen(err_buf, sizeof old - 1);
     memcpy(old, err_buf, n);
-    old[n] = 0;
+    old[n]    = 0;
     size_t np = strlen(pre);
     memcpy(err_buf, pre, np);
     memcpy(err_buf + np, ": ", 2);
@@ -74,8 +84,8 @@ void k3_log_set_callback(k3_log_cb cb, void *ud) {
 
 void k3_log(int level, const char *fmt, ...) {
     static const char *names[] = {"error", "warning", "info", "debug"};
-    char msg[1024];
-    va_list ap;
+    char               msg[1024];
+    va_list            ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
@@ -103,7 +113,8 @@ int k3_buf_add(k3_buf *b, const char *s, size_t n) {
     }
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
+        while (cap < b->n + n + 1)
+            cap *= 2;
         char *p = realloc(b->p, cap);
         if (!p) {
             b->oom = 1;
@@ -112,7 +123,8 @@ int k3_buf_add(k3_buf *b, const char *s, size_t n) {
         b->p   = p;
         b->cap = cap;
     }
-    if (n) memcpy(b->p + b->n, s, n);
+    if (n)
+        memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
     return 0;

@@ -65,7 +65,7 @@ void conv_store_unref(conv_store *sn) {
 
 void k3_conv_drop_cache(k3_conv *c) {
     store_clear(c->sn);
-    c->n_cache = 0;
+    c->n_cache    = 0;
     c->cache_sess = NULL;
 }
 
@@ -92,7 +92,7 @@ static void gen_free(k3_conv *c) {
         free(r->dir);
         free(r);
     }
-    c->render = NULL;
+    c->render     = NULL;
     c->n_cache    = 0; /* the snapshots go with the store (k3_conv_free) */
     c->cache_sess = NULL;
     free(c->cache_ids);
@@ -113,7 +113,7 @@ k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out) {
     k3_status st = k3_tok_load(info.dir, NULL, &tok);
     if (st)
         return st;
-    conv_render *nr = k3_calloc(1, sizeof *nr);
+    conv_render *nr  = k3_calloc(1, sizeof *nr);
     char        *dir = k3_strdup(info.dir);
     if (!nr || !dir) {
         free(nr);
@@ -126,26 +126,33 @@ k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out) {
         free(r->dir);
         free(r);
     }
-    nr->dir = dir;
-    nr->tok = tok;
-    c->render = nr;
+    nr->dir     = dir;
+    nr->tok     = tok;
+    c->render   = nr;
     c->gen_free = gen_free;
-    *out = tok;
+    *out        = tok;
     return K3_OK;
 }
 
 void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out) {
     for (int i = from; i < to; i++) {
         const k3_msg *m = &c->msgs[i];
-        out[i - from] = (k3_chat_msg){.role = conv_role_str(m->role), .content = m->content,
-                                      .reasoning = m->reasoning, .tool_calls = m->tool_calls,
-                                      .n_tool_calls = m->n_tool_calls, .name = m->tool_name,
-                                      .tool_call_id = m->tool_call_id, .tools = m->tools};
+        out[i - from]   = (k3_chat_msg){.role         = conv_role_str(m->role),
+                                        .content      = m->content,
+                                        .reasoning    = m->reasoning,
+                                        .tool_calls   = m->tool_calls,
+                                        .n_tool_calls = m->n_tool_calls,
+                                        .name         = m->tool_name,
+                                        .tool_call_id = m->tool_call_id,
+                                        .tools        = m->tools};
     }
 }
 
 void conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o) {
-    *o = (k3_chat_opts){.think = c->set.think, .effort = c->set.effort, .gen_prompt = gen_prompt, .tools = c->tools,
+    *o = (k3_chat_opts){.think       = c->set.think,
+                        .effort      = c->set.effort,
+                        .gen_prompt  = gen_prompt,
+                        .tools       = c->tools,
                         .tool_choice = c->set.tool_choice[0] ? c->set.tool_choice : NULL};
 }
 
@@ -212,7 +219,7 @@ static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, i
     if (st)
         return st;
     k3_chat_parser_set_tools(p, tools || m->n_tool_calls > 0);
-    k3_buf    th = {0}, re = {0};
+    k3_buf      th = {0}, re = {0};
     k3_chat_out o = {0};
     int         i;
     for (i = 0; i < m->n_ids && !o.end; i++)
@@ -224,8 +231,8 @@ static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, i
         k3_chat_parser_finish(p, &o);
         ok = !tb_add(&th, o.think, o.think_len) && !tb_add(&re, o.response, o.response_len);
     }
-    ok = ok && !strcmp(th.p ? th.p : "", m->reasoning ? m->reasoning : "") && !strcmp(re.p ? re.p : "", m->content) &&
-         same_calls(p, m) && (o.end || !m->n_tool_calls);
+    ok = ok && !strcmp(th.p ? th.p : "", m->reasoning ? m->reasoning : "") &&
+         !strcmp(re.p ? re.p : "", m->content) && same_calls(p, m) && (o.end || !m->n_tool_calls);
     k3_chat_parser_free(p);
     free(th.p);
     free(re.p);
@@ -262,11 +269,11 @@ static k3_status render_part(const k3_conv *c, const k3_tok *tok, int a, int i, 
         return k3_err(K3_ERR_NOMEM, "conversation: out of memory rendering");
     conv_chat_msgs(c, a, j, cm);
     size_t    skip = e_n;
-    k3_status st = K3_OK;
-    one->n = 0;
+    k3_status st   = K3_OK;
+    one->n         = 0;
     if (a < i) {
-        st = k3_chat_encode(tok, cm, (size_t)(i - a), o, one);
-        skip = one->n;
+        st     = k3_chat_encode(tok, cm, (size_t)(i - a), o, one);
+        skip   = one->n;
         one->n = 0;
     }
     if (!st)
@@ -290,10 +297,10 @@ k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt
     k3_chat_opts o;
     conv_chat_opts(c, 0, &o);
     k3_chat_opts oa = o; /* tool_choice auto: no tool-choice message */
-    oa.tool_choice = NULL;
+    oa.tool_choice  = NULL;
     k3_ids    E = {0}, G = {0}, T = {0}, one = {0};
-    size_t    n0 = out->n;
-    k3_status st = k3_chat_encode(tok, NULL, 0, &oa, &E);
+    size_t    n0  = out->n;
+    k3_status st  = k3_chat_encode(tok, NULL, 0, &oa, &E);
     oa.gen_prompt = 1;
     if (!st)
         st = k3_chat_encode(tok, NULL, 0, &oa, &G);
@@ -306,7 +313,7 @@ k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt
         st = k3_ids_push(out, E.v[k]);
     int tools = c->tools && strcmp(c->set.tool_choice, "none");
     for (int i = 0; !st && i < c->n_msgs; i++) {
-        int used;
+        int    used;
         k3_ids g = {.v = G.v + E.n, .n = G.n - E.n};
         if ((st = faithful_reply(tok, &c->msgs[i], c->set.think, tools, &g, out, &used)) || used)
             continue;
@@ -320,7 +327,7 @@ k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt
                 a = i;
         }
         st = render_part(c, tok, a, i, j, &oa, E.n, &one, out);
-        i = j - 1;
+        i  = j - 1;
     }
     for (size_t k = E.n; !st && k < T.n; k++) /* [tool-choice] + [generation prompt] */
         st = k3_ids_push(out, T.v[k]);
@@ -340,35 +347,36 @@ k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity) {
     k3_status     st = conv_get_tok(c, m, &tok);
     if (!st)
         st = conv_render_prompt(c, tok, 1, &r);
-    int           n = (int)r.n;
+    int n = (int)r.n;
     k3_ids_free(&r);
     if (st)
         return st;
     k3_model_get_info(m, &info);
-    *used = n;
+    *used     = n;
     *capacity = info.max_ctx;
     return K3_OK;
 }
 
 /* Tokens the next turn's prompt needs when the first `drop` exchanges are left out: the
  * system prompt and messages [start[drop], n) rendered as a view (shallow copies). */
-static k3_status need_without(const k3_conv *c, const k3_tok *tok, const int *start, int n_exch, int drop, int *need) {
-    int      sys = k3_conv_system(c) != NULL, from = !drop ? sys : drop < n_exch ? start[drop] : c->n_msgs;
-    k3_msg  *v = k3_calloc((size_t)(sys + c->n_msgs - from) + 1, sizeof *v);
-    k3_conv *view = k3_calloc(1, sizeof *view);
-    k3_ids   r = {0};
-    k3_status st = v && view ? K3_OK : k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+static k3_status need_without(const k3_conv *c, const k3_tok *tok, const int *start, int n_exch, int drop,
+                              int *need) {
+    int       sys = k3_conv_system(c) != NULL, from = !drop ? sys : drop < n_exch ? start[drop] : c->n_msgs;
+    k3_msg   *v    = k3_calloc((size_t)(sys + c->n_msgs - from) + 1, sizeof *v);
+    k3_conv  *view = k3_calloc(1, sizeof *view);
+    k3_ids    r    = {0};
+    k3_status st   = v && view ? K3_OK : k3_err(K3_ERR_NOMEM, "conversation: out of memory");
     if (!st) {
         int n = 0;
         if (sys)
             v[n++] = c->msgs[0];
         for (int i = from; i < c->n_msgs; i++)
             v[n++] = c->msgs[i];
-        view->msgs = v;
+        view->msgs   = v;
         view->n_msgs = n;
-        view->set = c->set;
-        st = conv_render_prompt(view, tok, 1, &r);
-        *need = (int)r.n;
+        view->set    = c->set;
+        st           = conv_render_prompt(view, tok, 1, &r);
+        *need        = (int)r.n;
     }
     k3_ids_free(&r);
     free(v);
@@ -390,7 +398,7 @@ k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info 
     for (int i = 0; i < c->n_msgs; i++)
         if (c->msgs[i].role == K3_ROLE_USER)
             start[n_exch++] = i;
-    fi->capacity = info.max_ctx;
+    fi->capacity    = info.max_ctx;
     fi->n_exchanges = n_exch;
     int lo = 0, hi = n_exch, need = 0; /* the answer is in [lo, hi]: need(hi) fits or hi = n_exch */
     if (!(st = need_without(c, tok, start, n_exch, 0, &fi->used)) && fi->used + room > info.max_ctx) {
@@ -416,7 +424,8 @@ k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info 
         int n = (hi < n_exch ? start[hi] : c->n_msgs) - start[0];
         for (int i = start[0]; i < start[0] + n; i++)
             conv_msg_clear(&c->msgs[i]);
-        memmove(&c->msgs[start[0]], &c->msgs[start[0] + n], (size_t)(c->n_msgs - start[0] - n) * sizeof *c->msgs);
+        memmove(&c->msgs[start[0]], &c->msgs[start[0] + n],
+                (size_t)(c->n_msgs - start[0] - n) * sizeof *c->msgs);
         c->n_msgs -= n;
         conv_touched(c, start[0]);
         fi->dropped_msgs = n;
@@ -437,7 +446,7 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
 static k3_status cache_reserve(k3_conv *c, int n) {
     if (n <= c->cap_cache)
         return K3_OK;
-    int      cap = c->cap_cache ? c->cap_cache : 1024;
+    int cap = c->cap_cache ? c->cap_cache : 1024;
     while (cap < n)
         cap *= 2;
     int32_t *p = realloc(c->cache_ids, (size_t)cap * sizeof *p);
@@ -508,14 +517,14 @@ static void snap_take(k3_conv *c, k3_session *s) {
             return;
         }
     conv_snap ns = {0};
-    ns.ids = k3_malloc((size_t)c->n_cache * sizeof *ns.ids);
+    ns.ids       = k3_malloc((size_t)c->n_cache * sizeof *ns.ids);
     if (!ns.ids || k3_session_save(s, &ns.snap) != K3_OK) {
         free(ns.ids);
         K3_LOG_DEBUG("%s: no snapshot at %d tokens", __func__, c->n_cache);
         return;
     }
     memcpy(ns.ids, c->cache_ids, (size_t)c->n_cache * sizeof *ns.ids);
-    ns.n = c->n_cache;
+    ns.n     = c->n_cache;
     ns.owner = c->owner;
     ns.bytes = k3_snapshot_bytes(ns.snap) + (size_t)ns.n * sizeof *ns.ids;
     ns.used  = ++sn->clock;
@@ -534,12 +543,12 @@ static void snap_take(k3_conv *c, k3_session *s) {
  * R's last position (a snapshot taken right after prefilling R: /retry). */
 static int cache_prepare(k3_conv *c, k3_session *s, const int32_t *R, int n) {
     conv_store *sn   = c->sn;
-    int live = c->cache_sess == s && k3_session_pos(s) == c->n_cache && c->n_cache <= n &&
+    int         live = c->cache_sess == s && k3_session_pos(s) == c->n_cache && c->n_cache <= n &&
                        common_prefix(c->cache_ids, c->n_cache, R, n) == c->n_cache &&
                        (c->n_cache < n || k3_session_logits(s))
-                   ? c->n_cache
-                   : 0;
-    int best = -1;
+                           ? c->n_cache
+                           : 0;
+    int         best = -1;
     for (int i = 0; i < sn->n_snaps; i++)
         if (sn->snaps[i].owner == c->owner && sn->snaps[i].n > live && sn->snaps[i].n <= n &&
             common_prefix(sn->snaps[i].ids, sn->snaps[i].n, R, n) == sn->snaps[i].n &&
@@ -550,15 +559,15 @@ static int cache_prepare(k3_conv *c, k3_session *s, const int32_t *R, int n) {
     if (best >= 0 && k3_session_restore(s, sn->snaps[best].snap) == K3_OK &&
         (sn->snaps[best].n < n || k3_session_logits(s))) {
         sn->snaps[best].used = ++sn->clock;
-        c->cache_sess = s;
-        c->n_cache = 0;
+        c->cache_sess        = s;
+        c->n_cache           = 0;
         cache_append(c, sn->snaps[best].ids, sn->snaps[best].n);
         if (c->cache_sess == s)
             return c->n_cache;
     }
     k3_session_reset(s);
     c->cache_sess = s;
-    c->n_cache = 0;
+    c->n_cache    = 0;
     return 0;
 }
 
@@ -581,13 +590,13 @@ k3_status k3_conv_force_reply(k3_conv *c, const int32_t *ids, int n) {
     if (n > 0)
         memcpy(p, ids, (size_t)n * sizeof *p);
     free(c->forced);
-    c->forced = p;
+    c->forced   = p;
     c->n_forced = n > 0 ? n : 0;
     return K3_OK;
 }
 
 void k3_conv_set_turn_seed(k3_conv *c, uint64_t seed) {
-    c->next_seed = seed;
+    c->next_seed     = seed;
     c->has_next_seed = 1;
 }
 
@@ -600,19 +609,20 @@ static uint64_t turn_seed(k3_conv *c) {
     }
     if (!c->n_turns_started)
         return c->set.sampling.seed;
-    return (c->set.sampling.seed + 0x9e3779b97f4a7c15ull * c->n_turns_started) & INT64_MAX; /* a JSON integer */
+    return (c->set.sampling.seed + 0x9e3779b97f4a7c15ull * c->n_turns_started) &
+           INT64_MAX; /* a JSON integer */
 }
 
 /* Ids of the reply's tool calls, made as each call opens. */
 typedef struct call_ids {
     char (*id)[40]; /* (n, cap) */
-    int  n, cap;
+    int n, cap;
 } call_ids;
 
 /* "call_" + 24 hex digits, unique within the process (time, counter and turn seed mixed). */
 static void make_call_id(char out[40], uint64_t seed) {
     static _Atomic uint64_t counter;
-    uint64_t k = atomic_fetch_add(&counter, 1) + 1, t = (uint64_t)(k3_time() * 1e9);
+    uint64_t                k = atomic_fetch_add(&counter, 1) + 1, t = (uint64_t)(k3_time() * 1e9);
     uint64_t a = (t ^ seed) * 0x9e3779b97f4a7c15ull + k, b = (k * 0xbf58476d1ce4e5b9ull) ^ (a >> 29) ^ seed;
     snprintf(out, 40, "call_%016llx%08llx", (unsigned long long)a, (unsigned long long)(b & 0xffffffffu));
 }
@@ -632,10 +642,10 @@ static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, k3_buf 
     if (o->call_name && o->call_index == ci->n) { /* a new call: its id */
         if (ci->n == ci->cap) {
             int   cap = ci->cap ? 2 * ci->cap : 4;
-            void *p = realloc(ci->id, (size_t)cap * sizeof *ci->id);
+            void *p   = realloc(ci->id, (size_t)cap * sizeof *ci->id);
             if (!p)
                 return k3_err(K3_ERR_NOMEM, "conversation: out of memory for tool calls");
-            ci->id = p;
+            ci->id  = p;
             ci->cap = cap;
         }
         make_call_id(ci->id[ci->n++], seed);
@@ -802,13 +812,16 @@ static void step_finish(k3_conv_gen *g, k3_status st) {
 k3_status k3_conv_gen_begin(k3_conv *c, k3_model *m, k3_session *s, const k3_conv_callbacks *cb, int chunk,
                             k3_conv_gen **out) {
     *out              = NULL;
-    int32_t *forced = c->forced; /* k3_conv_force_reply: for this turn only, whatever happens */
+    int32_t *forced   = c->forced; /* k3_conv_force_reply: for this turn only, whatever happens */
     int      n_forced = c->n_forced;
-    c->forced = NULL;
-    c->n_forced = 0;
-    if (!c->n_msgs || (c->msgs[c->n_msgs - 1].role != K3_ROLE_USER && c->msgs[c->n_msgs - 1].role != K3_ROLE_TOOL)) {
+    c->forced         = NULL;
+    c->n_forced       = 0;
+    if (!c->n_msgs ||
+        (c->msgs[c->n_msgs - 1].role != K3_ROLE_USER && c->msgs[c->n_msgs - 1].role != K3_ROLE_TOOL)) {
         free(forced);
-        return k3_err(K3_ERR_ARG, "conversation: nothing to answer (the last message is not the user's or a tool result)");
+        return k3_err(
+            K3_ERR_ARG,
+            "conversation: nothing to answer (the last message is not the user's or a tool result)");
     }
     if (chunk < 0) {
         free(forced);
@@ -953,7 +966,7 @@ k3_status k3_conv_gen_end(k3_conv_gen *g) {
         snap_take(c, s); /* /undo of the next turn continues from here */
 
     /* append the reply (kept, marked, when cancelled or failed part way) and autosave */
-    char      errmsg[512];
+    char errmsg[512];
     snprintf(errmsg, sizeof errmsg, "%s", st ? k3_errmsg() : "");
     k3_msg reply = {
         .role        = K3_ROLE_ASSISTANT,
@@ -972,8 +985,8 @@ k3_status k3_conv_gen_end(k3_conv_gen *g) {
             calls[reply.n_tool_calls++] = (k3_tool_call){.id = g->ci.id[q], .name = name, .arguments = args};
     }
     reply.tool_calls = calls;
-    k3_status pst = nc && !calls ? k3_err(K3_ERR_NOMEM, "conversation: out of memory for tool calls")
-                                 : conv_push(c, &reply);
+    k3_status pst    = nc && !calls ? k3_err(K3_ERR_NOMEM, "conversation: out of memory for tool calls")
+                                    : conv_push(c, &reply);
     free(calls);
     free(g->ci.id);
     if (!pst)

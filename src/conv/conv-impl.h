@@ -18,7 +18,7 @@
 /* A saved decode state and the ids that produced it. */
 typedef struct conv_snap {
     k3_snapshot *snap;
-    int32_t     *ids;   /* (n) */
+    int32_t     *ids; /* (n) */
     int          n;
     uint64_t     owner; /* k3_conv_set_cache_owner of the conversation that saved it */
     uint64_t     used;  /* LRU clock of its last use (or of its saving) */
@@ -47,7 +47,7 @@ struct k3_conv {
     k3_msg          *msgs;  /* (n_msgs) msgs[0] is the system prompt when it has that role */
     char            *tools; /* tool declarations (JSON array text), NULL when none         */
     int              n_msgs, cap_msgs;
-    conv_aban       *aban;  /* (n_aban) abandoned branches, in the order they were made    */
+    conv_aban       *aban; /* (n_aban) abandoned branches, in the order they were made    */
     int              n_aban, cap_aban, n_branches;
     k3_conv_settings set;
     uint64_t         n_turns_started; /* turns generated (seed derivation; never reset)   */
@@ -55,35 +55,35 @@ struct k3_conv {
     int              has_next_seed;
 
     /* model identity for transcript headers */
-    char    *model_dir;      /* NULL when unknown                                          */
-    char     config_fnv64[17];
-    int      bits, mla_bits, head_bits; /* K3_BITS, K3_MLA_BITS, K3_HEAD_BITS (0 unknown)  */
+    char *model_dir; /* NULL when unknown                                          */
+    char  config_fnv64[17];
+    int   bits, mla_bits, head_bits; /* K3_BITS, K3_MLA_BITS, K3_HEAD_BITS (0 unknown)  */
 
     /* autosave */
-    int      autosave_on;
-    char    *autosave_dir;   /* directory (created on first write)                         */
-    char    *autosave_path;  /* current file, NULL until the first write                   */
-    int      n_saved;        /* messages already in the autosave file                      */
-    int      rewrite;        /* history below n_saved changed: rewrite the whole file      */
-    k3_conv_settings saved_set; /* settings in the autosave file's header                  */
-    char     autosave_err[768]; /* "" when the last autosave worked                       */
+    int              autosave_on;
+    char            *autosave_dir;      /* directory (created on first write)                         */
+    char            *autosave_path;     /* current file, NULL until the first write                   */
+    int              n_saved;           /* messages already in the autosave file                      */
+    int              rewrite;           /* history below n_saved changed: rewrite the whole file      */
+    k3_conv_settings saved_set;         /* settings in the autosave file's header                  */
+    char             autosave_err[768]; /* "" when the last autosave worked                       */
 
     /* prompt cache (conv-gen.c) */
-    const k3_session *cache_sess;  /* session the cache describes                           */
-    int32_t         *cache_ids;    /* (n_cache, cap_cache) ids the session has processed    */
-    int              n_cache, cap_cache;
-    conv_store      *sn;           /* saved states (never NULL; maybe shared)              */
-    uint64_t         owner;        /* k3_conv_set_cache_owner: whose snapshots it may use   */
-    void            *render;       /* chat-encoder state (conv-gen.c), NULL until needed    */
-    void           (*gen_free)(k3_conv *c); /* frees the cache, snapshots and render state  */
+    const k3_session *cache_sess; /* session the cache describes                           */
+    int32_t          *cache_ids;  /* (n_cache, cap_cache) ids the session has processed    */
+    int               n_cache, cap_cache;
+    conv_store       *sn;         /* saved states (never NULL; maybe shared)              */
+    uint64_t          owner;      /* k3_conv_set_cache_owner: whose snapshots it may use   */
+    void             *render;     /* chat-encoder state (conv-gen.c), NULL until needed    */
+    void (*gen_free)(k3_conv *c); /* frees the cache, snapshots and render state  */
 
-    int32_t         *forced;       /* (n_forced) k3_conv_force_reply: the next reply's ids  */
-    int              n_forced;
+    int32_t *forced; /* (n_forced) k3_conv_force_reply: the next reply's ids  */
+    int      n_forced;
 
     /* cancellation */
-    atomic_int              cancel;
-    _Atomic(k3_session *)   active; /* session being fed, for k3_conv_cancel           */
-    _Atomic(k3_conv *)      child;  /* conversation a replay runs, cancelled with this one */
+    atomic_int            cancel;
+    _Atomic(k3_session *) active; /* session being fed, for k3_conv_cancel           */
+    _Atomic(k3_conv *)    child;  /* conversation a replay runs, cancelled with this one */
 };
 
 /* conv-gen.c: a new store of saved states (NULL on out of memory); drops one reference. */
@@ -91,13 +91,13 @@ conv_store *conv_store_new(void);
 void        conv_store_unref(conv_store *sn);
 
 /* conv.c */
-void      conv_msg_clear(k3_msg *m);
+void conv_msg_clear(k3_msg *m);
 /* Appends a copy of m (strings and ids duplicated). */
 k3_status conv_push(k3_conv *c, const k3_msg *m);
 /* Validates settings; K3_ERR_ARG naming the field (prefix "where" in the message). */
 k3_status conv_check_settings(const k3_conv_settings *s, const char *where);
 /* Marks that messages from index i on changed (autosave bookkeeping). */
-void      conv_touched(k3_conv *c, int i);
+void        conv_touched(k3_conv *c, int i);
 const char *conv_role_str(k3_role r);
 /* conv-gen.c: the tokenizer of m's directory, loaded once and kept in c. */
 k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out);
@@ -107,8 +107,8 @@ k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt
 /* Appends a copy of m to the abandoned branch `branch` at position at. */
 k3_status conv_push_abandoned(k3_conv *c, const k3_msg *m, int at, int branch);
 /* conv-gen.c: msgs[from, to) as chat-format messages (pointers into c; out has to - from). */
-void      conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out);
+void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out);
 /* conv-gen.c: the chat-format options of c (think, effort, tools, tool_choice). */
-void      conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o);
+void conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o);
 /* Exchange contents of two conversations' messages + settings + tools (transcript loading). */
-void      conv_swap_content(k3_conv *a, k3_conv *b);
+void conv_swap_content(k3_conv *a, k3_conv *b);

@@ -34,12 +34,12 @@ static void quote(const char *p, size_t len, char *out, size_t cap) {
             out[n++] = (char)ch;
     }
     out[n++] = '"';
-    out[n] = 0;
+    out[n]   = 0;
 }
 
 static void piece_text(const k3_tok *tok, int32_t id, char *out, size_t cap) {
     size_t      len = 0;
-    const char *p = id >= 0 ? k3_tok_piece(tok, id, &len) : NULL;
+    const char *p   = id >= 0 ? k3_tok_piece(tok, id, &len) : NULL;
     if (p)
         quote(p, len, out, cap);
     else
@@ -64,13 +64,13 @@ static k3_status compare(const k3_tok *tok, const k3_msg *saved, const k3_msg *n
                          char *sp, char *np, size_t cap) {
     t->first_diff = -1;
     t->saved_id = t->new_id = -1;
-    t->saved_piece = sp;
-    t->new_piece = np;
+    t->saved_piece          = sp;
+    t->new_piece            = np;
     sp[0] = np[0] = 0;
     if (saved->ids && saved->n_ids > 0) {
-        t->by_ids = 1;
+        t->by_ids  = 1;
         t->n_saved = saved->n_ids;
-        t->n_new = now->n_ids;
+        t->n_new   = now->n_ids;
         int n = t->n_saved < t->n_new ? t->n_saved : t->n_new, i = 0;
         while (i < n && saved->ids[i] == now->ids[i])
             i++;
@@ -78,8 +78,8 @@ static k3_status compare(const k3_tok *tok, const k3_msg *saved, const k3_msg *n
         int same = i == n && (t->n_saved == t->n_new || (t->n_new > t->n_saved && saved->interrupted));
         if (!same) {
             t->first_diff = i;
-            t->saved_id = i < t->n_saved ? saved->ids[i] : -1;
-            t->new_id = i < t->n_new ? now->ids[i] : -1;
+            t->saved_id   = i < t->n_saved ? saved->ids[i] : -1;
+            t->new_id     = i < t->n_new ? now->ids[i] : -1;
             piece_text(tok, t->saved_id, sp, cap);
             piece_text(tok, t->new_id, np, cap);
         }
@@ -92,10 +92,10 @@ static k3_status compare(const k3_tok *tok, const k3_msg *saved, const k3_msg *n
         free(b);
         return k3_err(K3_ERR_NOMEM, "replay: out of memory");
     }
-    t->by_ids = 0;
+    t->by_ids  = 0;
     t->n_saved = (int)strlen(a);
-    t->n_new = (int)strlen(b);
-    int i = 0;
+    t->n_new   = (int)strlen(b);
+    int i      = 0;
     while (a[i] && a[i] == b[i])
         i++;
     int prefix_ok = saved->interrupted && !a[i];
@@ -112,9 +112,9 @@ static k3_status compare(const k3_tok *tok, const k3_msg *saved, const k3_msg *n
 
 k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_conv_settings *set,
                          unsigned flags, k3_replay_cb cb, void *ud, int *n_diff) {
-    k3_conv  *r = k3_conv_new();
+    k3_conv  *r   = k3_conv_new();
     k3_tok   *tok = NULL;
-    k3_status st = r ? k3_conv_set_settings(r, set) : k3_err(K3_ERR_NOMEM, "replay: out of memory");
+    k3_status st  = r ? k3_conv_set_settings(r, set) : k3_err(K3_ERR_NOMEM, "replay: out of memory");
     if (!st)
         st = conv_get_tok(r, m, &tok);
     int turn = 0, diffs = 0;
@@ -122,17 +122,17 @@ k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_co
     if (!st)
         atomic_store(&saved->child, r);
     for (int i = 0; !st && i < saved->n_msgs; i++) {
-        const k3_msg *msg = &saved->msgs[i];
+        const k3_msg *msg       = &saved->msgs[i];
         int           last_user = r->n_msgs && r->msgs[r->n_msgs - 1].role == K3_ROLE_USER;
         if (msg->role != K3_ROLE_ASSISTANT || !last_user) {
             st = conv_push(r, msg);
             continue;
         }
         turn++;
-        const k3_turn_stats *ts = &msg->stats;
+        const k3_turn_stats *ts       = &msg->stats;
         k3_conv_settings     turn_set = *set;
         if ((flags & K3_REPLAY_SAMPLING) && msg->has_stats && ts->has_sampling) {
-            turn_set.sampling.temp = ts->sampling.temp;
+            turn_set.sampling.temp  = ts->sampling.temp;
             turn_set.sampling.top_p = ts->sampling.top_p;
             turn_set.sampling.min_p = ts->sampling.min_p;
             turn_set.sampling.top_k = ts->sampling.top_k;

@@ -17,22 +17,32 @@
 
 const char *k3_stop_str(k3_stop s) {
     switch (s) {
-    case K3_STOP_NONE: return "";
-    case K3_STOP_EOS: return "eos";
-    case K3_STOP_MAX_TOKENS: return "max_tokens";
-    case K3_STOP_CONTEXT: return "context";
-    case K3_STOP_CANCEL: return "cancel";
-    case K3_STOP_ERROR: return "error";
+    case K3_STOP_NONE:
+        return "";
+    case K3_STOP_EOS:
+        return "eos";
+    case K3_STOP_MAX_TOKENS:
+        return "max_tokens";
+    case K3_STOP_CONTEXT:
+        return "context";
+    case K3_STOP_CANCEL:
+        return "cancel";
+    case K3_STOP_ERROR:
+        return "error";
     }
     return "";
 }
 
 const char *conv_role_str(k3_role r) {
     switch (r) {
-    case K3_ROLE_SYSTEM: return "system";
-    case K3_ROLE_USER: return "user";
-    case K3_ROLE_ASSISTANT: return "assistant";
-    case K3_ROLE_TOOL: return "tool";
+    case K3_ROLE_SYSTEM:
+        return "system";
+    case K3_ROLE_USER:
+        return "user";
+    case K3_ROLE_ASSISTANT:
+        return "assistant";
+    case K3_ROLE_TOOL:
+        return "tool";
     }
     return "?";
 }
@@ -41,12 +51,12 @@ void k3_conv_settings_default(k3_conv_settings *s) {
     memset(s, 0, sizeof *s);
     s->think = 1;
     strcpy(s->effort, "max");
-    s->max_tokens = 0;
-    s->sampling.temp = 0.6f;
+    s->max_tokens     = 0;
+    s->sampling.temp  = 0.6f;
     s->sampling.top_p = 0.95f;
     s->sampling.min_p = 0.0f;
     s->sampling.top_k = 0;
-    s->sampling.seed = 0;
+    s->sampling.seed  = 0;
 }
 
 k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
@@ -59,8 +69,8 @@ k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
                       (int)sizeof s->tool_choice, s->tool_choice);
     if (!memchr(s->effort, 0, sizeof s->effort) ||
         (strcmp(s->effort, "low") && strcmp(s->effort, "high") && strcmp(s->effort, "max")))
-        return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not low, high or max%s", where,
-                      (int)sizeof s->effort, s->effort,
+        return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not low, high or max%s", where, (int)sizeof s->effort,
+                      s->effort,
                       strncmp(s->effort, "medium", sizeof s->effort) ? "" : " (the release rejects medium)");
     if (s->max_tokens < 0)
         return k3_err(K3_ERR_ARG, "%s: max_tokens = %d is negative", where, s->max_tokens);
@@ -98,7 +108,7 @@ k3_conv *k3_conv_new(void) {
      * MLA cache so far, hundreds of MB). Three cover /retry (after the prompt) and /undo
      * (end of the turn before). K3_CONV_SNAPSHOTS=0 turns them off. */
     c->sn->max_snaps = 3;
-    const char *e = getenv("K3_CONV_SNAPSHOTS");
+    const char *e    = getenv("K3_CONV_SNAPSHOTS");
     if (e && *e) {
         char *end;
         long  v = strtol(e, &end, 10);
@@ -172,8 +182,8 @@ void k3_conv_get_settings(const k3_conv *c, k3_conv_settings *out) {
 
 /* FNV-1a 64 over the bytes of DIR/config.json: identifies the model configuration. */
 k3_status k3_conv_set_model(k3_conv *c, const char *dir, const k3_params *p) {
-    size_t plen = strlen(dir) + sizeof "/config.json";
-    char  *path = k3_malloc(plen);
+    size_t plen  = strlen(dir) + sizeof "/config.json";
+    char  *path  = k3_malloc(plen);
     char  *dcopy = k3_strdup(dir);
     if (!path || !dcopy) {
         free(path);
@@ -188,7 +198,7 @@ k3_status k3_conv_set_model(k3_conv *c, const char *dir, const k3_params *p) {
         free(dcopy);
         return st;
     }
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t      h = 0xcbf29ce484222325ull;
     unsigned char buf[4096];
     size_t        n;
     while ((n = fread(buf, 1, sizeof buf, f)) > 0)
@@ -206,8 +216,8 @@ k3_status k3_conv_set_model(k3_conv *c, const char *dir, const k3_params *p) {
     free(c->model_dir);
     c->model_dir = dcopy;
     snprintf(c->config_fnv64, sizeof c->config_fnv64, "%016llx", (unsigned long long)h);
-    c->bits = p ? p->bits : 0;
-    c->mla_bits = p ? p->mla_bits : 0;
+    c->bits      = p ? p->bits : 0;
+    c->mla_bits  = p ? p->mla_bits : 0;
     c->head_bits = p ? p->head_bits : 0;
     return K3_OK;
 }
@@ -257,10 +267,10 @@ static k3_status grow_aban(k3_conv *c, int n) {
 
 /* Copies src's strings and ids into *dst (which is overwritten). */
 static k3_status msg_copy(k3_msg *dst, const k3_msg *src) {
-    *dst = *src;
-    dst->content = k3_strdup(src->content ? src->content : "");
+    *dst           = *src;
+    dst->content   = k3_strdup(src->content ? src->content : "");
     dst->reasoning = src->reasoning ? k3_strdup(src->reasoning) : NULL;
-    dst->ids = NULL;
+    dst->ids       = NULL;
     if (src->ids && src->n_ids > 0) {
         dst->ids = k3_malloc((size_t)src->n_ids * sizeof *dst->ids);
         if (dst->ids)
@@ -268,12 +278,12 @@ static k3_status msg_copy(k3_msg *dst, const k3_msg *src) {
     } else {
         dst->n_ids = 0;
     }
-    int bad = 0;
-    dst->tool_calls = NULL;
+    int bad           = 0;
+    dst->tool_calls   = NULL;
     dst->n_tool_calls = 0;
-    dst->tool_name = src->tool_name ? k3_strdup(src->tool_name) : NULL;
+    dst->tool_name    = src->tool_name ? k3_strdup(src->tool_name) : NULL;
     dst->tool_call_id = src->tool_call_id ? k3_strdup(src->tool_call_id) : NULL;
-    dst->tools = src->tools ? k3_strdup(src->tools) : NULL;
+    dst->tools        = src->tools ? k3_strdup(src->tools) : NULL;
     bad |= (src->tool_name && !dst->tool_name) || (src->tool_call_id && !dst->tool_call_id) ||
            (src->tools && !dst->tools);
     if (src->tool_calls && src->n_tool_calls > 0) {
@@ -282,14 +292,15 @@ static k3_status msg_copy(k3_msg *dst, const k3_msg *src) {
         for (int k = 0; dst->tool_calls && k < src->n_tool_calls; k++) {
             const k3_tool_call *sc = &src->tool_calls[k];
             k3_tool_call       *dc = &dst->tool_calls[k];
-            dst->n_tool_calls = k + 1;
-            dc->id = k3_strdup(sc->id ? sc->id : "");
-            dc->name = k3_strdup(sc->name ? sc->name : "");
-            dc->arguments = sc->arguments ? k3_strdup(sc->arguments) : NULL;
+            dst->n_tool_calls      = k + 1;
+            dc->id                 = k3_strdup(sc->id ? sc->id : "");
+            dc->name               = k3_strdup(sc->name ? sc->name : "");
+            dc->arguments          = sc->arguments ? k3_strdup(sc->arguments) : NULL;
             bad |= !dc->id || !dc->name || (sc->arguments && !dc->arguments);
         }
     }
-    if (bad || !dst->content || (src->reasoning && !dst->reasoning) || (src->ids && src->n_ids > 0 && !dst->ids)) {
+    if (bad || !dst->content || (src->reasoning && !dst->reasoning) ||
+        (src->ids && src->n_ids > 0 && !dst->ids)) {
         conv_msg_clear(dst);
         return k3_err(K3_ERR_NOMEM, "conversation: out of memory copying a message");
     }
@@ -312,8 +323,8 @@ k3_status conv_push(k3_conv *c, const k3_msg *m) {
 static k3_status check_utf8(const char *what, const char *s) {
     size_t at = 0;
     if (s && k3_utf8_repair(s, strlen(s), NULL, &at) > 0)
-        return k3_err(K3_ERR_ARG, "conversation: the %s is not valid UTF-8 (byte %zu is 0x%02x)", what, at + 1,
-                      (unsigned char)s[at]);
+        return k3_err(K3_ERR_ARG, "conversation: the %s is not valid UTF-8 (byte %zu is 0x%02x)", what,
+                      at + 1, (unsigned char)s[at]);
     return K3_OK;
 }
 
@@ -325,14 +336,17 @@ k3_status k3_conv_add(k3_conv *c, k3_role role, const char *content, const char 
         st = check_utf8("reasoning", reasoning);
     if (st)
         return st;
-    k3_msg m = {.role = role, .content = (char *)(uintptr_t)(content ? content : ""),
+    k3_msg m = {.role      = role,
+                .content   = (char *)(uintptr_t)(content ? content : ""),
                 .reasoning = (char *)(uintptr_t)reasoning};
     return conv_push(c, &m);
 }
 
 k3_status k3_conv_add_msg(k3_conv *c, const k3_msg *m) {
-    if (m->role != K3_ROLE_SYSTEM && m->role != K3_ROLE_USER && m->role != K3_ROLE_ASSISTANT && m->role != K3_ROLE_TOOL)
-        return k3_err(K3_ERR_ARG, "conversation: role %d is not system, user, assistant or tool", (int)m->role);
+    if (m->role != K3_ROLE_SYSTEM && m->role != K3_ROLE_USER && m->role != K3_ROLE_ASSISTANT &&
+        m->role != K3_ROLE_TOOL)
+        return k3_err(K3_ERR_ARG, "conversation: role %d is not system, user, assistant or tool",
+                      (int)m->role);
     if (m->n_tool_calls > 0 && m->role != K3_ROLE_ASSISTANT)
         return k3_err(K3_ERR_ARG, "conversation: only assistant messages carry tool calls");
     if (m->tools && m->role != K3_ROLE_SYSTEM)
@@ -429,8 +443,8 @@ void k3_conv_clear(k3_conv *c) {
     /* a new conversation gets a new autosave file; the old file stays as it is */
     free(c->autosave_path);
     c->autosave_path = NULL;
-    c->n_saved = 0;
-    c->rewrite = 0;
+    c->n_saved       = 0;
+    c->rewrite       = 0;
 }
 
 /* Index of the last user message, -1 when none. */
@@ -523,26 +537,26 @@ int k3_conv_drop_oldest(k3_conv *c) {
 void conv_swap_content(k3_conv *a, k3_conv *b) {
     k3_msg          *m = a->msgs;
     int              n = a->n_msgs, cap = a->cap_msgs;
-    k3_conv_settings s = a->set;
+    k3_conv_settings s     = a->set;
     char            *tools = a->tools;
-    a->tools = b->tools;
-    b->tools = tools;
-    a->msgs = b->msgs;
-    a->n_msgs = b->n_msgs;
-    a->cap_msgs = b->cap_msgs;
-    a->set = b->set;
-    conv_aban *ab = a->aban;
+    a->tools               = b->tools;
+    b->tools               = tools;
+    a->msgs                = b->msgs;
+    a->n_msgs              = b->n_msgs;
+    a->cap_msgs            = b->cap_msgs;
+    a->set                 = b->set;
+    conv_aban *ab          = a->aban;
     int        na = a->n_aban, ca = a->cap_aban, nb = a->n_branches;
-    a->aban = b->aban;
-    a->n_aban = b->n_aban;
-    a->cap_aban = b->cap_aban;
+    a->aban       = b->aban;
+    a->n_aban     = b->n_aban;
+    a->cap_aban   = b->cap_aban;
     a->n_branches = b->n_branches;
-    b->aban = ab;
-    b->n_aban = na;
-    b->cap_aban = ca;
+    b->aban       = ab;
+    b->n_aban     = na;
+    b->cap_aban   = ca;
     b->n_branches = nb;
-    b->msgs = m;
-    b->n_msgs = n;
-    b->cap_msgs = cap;
-    b->set = s;
+    b->msgs       = m;
+    b->n_msgs     = n;
+    b->cap_msgs   = cap;
+    b->set        = s;
 }

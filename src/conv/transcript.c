@@ -38,10 +38,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TRANSCRIPT_FORMAT  "k3chat-transcript"
+#define TRANSCRIPT_FORMAT "k3chat-transcript"
 #define TRANSCRIPT_VERSION 1
-#define TRANSCRIPT_MAX     (1u << 30) /* bytes: refuse larger files */
-#define JSON_FLAGS         (JSON_COMPACT | JSON_REAL_PRECISION(9))
+#define TRANSCRIPT_MAX (1u << 30) /* bytes: refuse larger files */
+#define JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
 
 /* ==== growable byte buffer ================================================= */
 
@@ -49,7 +49,8 @@ typedef k3_buf sbuf; /* the engine's growable buffer (k3.h) */
 
 /* Appends after a failure do nothing, so a file is written whole or reported as out of memory. */
 static void sb_add(sbuf *b, const char *s, size_t n) {
-    if (!b->oom) k3_buf_add(b, s, n);
+    if (!b->oom)
+        k3_buf_add(b, s, n);
 }
 
 static void sb_str(sbuf *b, const char *s) {
@@ -99,20 +100,19 @@ static json_t *jseed(uint64_t seed) {
 
 static json_t *header_json(const k3_conv *c) {
     char      when[32] = "";
-    time_t    now = time(NULL);
+    time_t    now      = time(NULL);
     struct tm tm;
     if (gmtime_r(&now, &tm))
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     const k3_conv_settings *s = &c->set;
 
-    json_t *set = json_pack("{s:o, s:o, s:o, s:i, s:o, s:b, s:s, s:i, s:i, s:i, s:i}",
-                            "temperature", jfloat(s->sampling.temp), "top_p", jfloat(s->sampling.top_p),
-                            "min_p", jfloat(s->sampling.min_p), "top_k", s->sampling.top_k,
-                            "seed", jseed(s->sampling.seed), "think", s->think, "effort", s->effort,
-                            "max_tokens", s->max_tokens, "bits", c->bits, "mla_bits", c->mla_bits,
-                            "head_bits", c->head_bits);
-    json_t *model = json_pack("{s:s?, s:s?}", "dir", c->model_dir,
-                              "config_fnv64", c->config_fnv64[0] ? c->config_fnv64 : NULL);
+    json_t *set = json_pack(
+        "{s:o, s:o, s:o, s:i, s:o, s:b, s:s, s:i, s:i, s:i, s:i}", "temperature", jfloat(s->sampling.temp),
+        "top_p", jfloat(s->sampling.top_p), "min_p", jfloat(s->sampling.min_p), "top_k", s->sampling.top_k,
+        "seed", jseed(s->sampling.seed), "think", s->think, "effort", s->effort, "max_tokens", s->max_tokens,
+        "bits", c->bits, "mla_bits", c->mla_bits, "head_bits", c->head_bits);
+    json_t *model = json_pack("{s:s?, s:s?}", "dir", c->model_dir, "config_fnv64",
+                              c->config_fnv64[0] ? c->config_fnv64 : NULL);
     if (set && s->tool_choice[0] && strcmp(s->tool_choice, "auto"))
         json_object_set_new(set, "tool_choice", json_string(s->tool_choice));
     json_t *h = json_pack("{s:s, s:i, s:s, s:s, s:o?, s:o?}", "format", TRANSCRIPT_FORMAT, "version",
@@ -128,13 +128,14 @@ static json_t *header_json(const k3_conv *c) {
 static json_t *stats_json(const k3_turn_stats *t) {
     json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:b, s:s}", "prompt_tokens",
                           t->n_prompt, "cached_tokens", t->n_cached, "prefill_tokens", t->n_prefill,
-                          "completion_tokens", t->n_gen, "think_tokens", t->n_think, "prefill_s", t->t_prefill,
-                          "decode_s", t->t_gen, "ttft_s", t->ttft, "think_s", t->t_think, "tok_s", t->tok_s,
-                          "think", t->think, "stop", k3_stop_str(t->stop));
+                          "completion_tokens", t->n_gen, "think_tokens", t->n_think, "prefill_s",
+                          t->t_prefill, "decode_s", t->t_gen, "ttft_s", t->ttft, "think_s", t->t_think,
+                          "tok_s", t->tok_s, "think", t->think, "stop", k3_stop_str(t->stop));
     if (o && t->has_sampling) {
         const k3_sampler_params *p = &t->sampling;
-        json_t *x = json_pack("{s:o, s:o, s:o, s:i, s:o}", "temperature", jfloat(p->temp), "top_p", jfloat(p->top_p),
-                              "min_p", jfloat(p->min_p), "top_k", p->top_k, "seed", jseed(p->seed));
+        json_t                  *x =
+            json_pack("{s:o, s:o, s:o, s:i, s:o}", "temperature", jfloat(p->temp), "top_p", jfloat(p->top_p),
+                      "min_p", jfloat(p->min_p), "top_k", p->top_k, "seed", jseed(p->seed));
         if (!x || json_object_update(o, x)) {
             json_decref(o);
             o = NULL;
@@ -246,7 +247,7 @@ static k3_status write_all(int fd, const char *p, size_t n, const char *path) {
 }
 
 static k3_status fsync_dir_of(const char *path) {
-    char       *d = k3_strdup(path);
+    char *d = k3_strdup(path);
     if (!d)
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
     char *slash = strrchr(d, '/');
@@ -270,9 +271,9 @@ static k3_status fsync_dir_of(const char *path) {
 
 /* Replaces path with the n bytes of p: temp file, fsync, rename, fsync dir. */
 static k3_status atomic_write(const char *path, const char *p, size_t n) {
-    size_t    tl = strlen(path) + 32;
+    size_t    tl  = strlen(path) + 32;
     char     *tmp = k3_malloc(tl);
-    k3_status st = K3_OK;
+    k3_status st  = K3_OK;
     if (!tmp)
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
     snprintf(tmp, tl, "%s.tmp-XXXXXX", path);
@@ -357,10 +358,10 @@ static k3_status mkdir_p(char *dir) {
         if (*p != '/' && *p)
             continue;
         char save = *p;
-        *p = 0;
+        *p        = 0;
         if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
             k3_status st = io_err(dir, "cannot create directory", errno);
-            *p = save;
+            *p           = save;
             return st;
         }
         *p = save;
@@ -412,7 +413,7 @@ k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir) {
         return k3_err(K3_ERR_NOMEM, "autosave: out of memory");
     free(c->autosave_dir);
     c->autosave_dir = d;
-    c->autosave_on = 1;
+    c->autosave_on  = 1;
     remove_stale_temps(d);
     return K3_OK;
 }
@@ -428,7 +429,7 @@ const char *k3_conv_autosave_error(const k3_conv *c) {
 /* A fresh file name in the autosave directory: YYYYmmdd-HHMMSS-PID[-N].jsonl (local time). */
 static char *new_autosave_name(const k3_conv *c) {
     char      stamp[32] = "conversation";
-    time_t    now = time(NULL);
+    time_t    now       = time(NULL);
     struct tm tm;
     if (localtime_r(&now, &tm))
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
@@ -460,12 +461,12 @@ static k3_status autosave_write(k3_conv *c) {
     if (!has_turn && !c->autosave_path)
         return K3_OK; /* nothing worth a file yet */
     int       whole = !c->autosave_path || c->rewrite || !settings_equal(&c->set, &c->saved_set);
-    sbuf      b = {0};
+    sbuf      b     = {0};
     k3_status st;
     if (whole) {
         if (!c->autosave_path) {
             char *dir = k3_strdup(c->autosave_dir);
-            st = dir ? mkdir_p(dir) : k3_err(K3_ERR_NOMEM, "autosave: out of memory");
+            st        = dir ? mkdir_p(dir) : k3_err(K3_ERR_NOMEM, "autosave: out of memory");
             free(dir);
             if (st)
                 return st;
@@ -480,13 +481,14 @@ static k3_status autosave_write(k3_conv *c) {
         for (int i = c->n_saved; i < c->n_msgs; i++)
             sb_json_line(&b, msg_json(&c->msgs[i]));
         st = b.oom ? k3_err(K3_ERR_NOMEM, "%s: out of memory", c->autosave_path)
-                   : b.n ? durable_append(c->autosave_path, b.p, b.n) : K3_OK;
+             : b.n ? durable_append(c->autosave_path, b.p, b.n)
+                   : K3_OK;
     }
     free(b.p);
     if (st)
         return st;
-    c->n_saved = c->n_msgs;
-    c->rewrite = 0;
+    c->n_saved   = c->n_msgs;
+    c->rewrite   = 0;
     c->saved_set = c->set;
     return K3_OK;
 }
@@ -526,14 +528,21 @@ static k3_status lerr(const lctx *L, const char *fmt, ...) {
 
 static const char *jtype(const json_t *j) {
     switch (json_typeof(j)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
     case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
+    case JSON_FALSE:
+        return "a boolean";
+    case JSON_NULL:
+        return "null";
     }
     return "?";
 }
@@ -584,7 +593,7 @@ static k3_status get_seed(const lctx *L, json_t *o, const char *obj, uint64_t *o
     if (json_is_string(v)) {
         const char *s = json_string_value(v);
         char       *end;
-        errno = 0;
+        errno                = 0;
         unsigned long long x = strtoull(s, &end, 10);
         if (*s >= '0' && *s <= '9' && !*end && !errno) {
             *out = x;
@@ -605,16 +614,16 @@ static k3_status get_str(const lctx *L, json_t *o, const char *obj, const char *
     return K3_OK;
 }
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        if ((st = (x)))                                                                            \
-            return st;                                                                             \
+#define TRY(x)                                                                                               \
+    do {                                                                                                     \
+        if ((st = (x)))                                                                                      \
+            return st;                                                                                       \
     } while (0)
 
 static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info *info) {
     k3_status   st;
     const char *fmt = NULL;
-    json_t     *v = json_object_get(h, "version");
+    json_t     *v   = json_object_get(h, "version");
     TRY(get_str(L, h, "", "format", &fmt));
     if (!fmt || strcmp(fmt, TRANSCRIPT_FORMAT))
         return LERR(L, "neither a k3chat transcript header (\"format\": \"%s\") nor a message (\"role\")",
@@ -655,7 +664,7 @@ static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info
         info->has_settings = 1;
     if (!json_is_object(s))
         return LERR(L, "header \"settings\" is %s, expected an object", jtype(s));
-    k3_conv_settings *cs = &c->set;
+    k3_conv_settings *cs   = &c->set;
     double            temp = cs->sampling.temp, top_p = cs->sampling.top_p, min_p = cs->sampling.min_p;
     const char       *effort = NULL;
     TRY(get_num(L, s, "settings.", "temperature", &temp));
@@ -681,7 +690,7 @@ static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info
             return LERR(L, "settings.\"effort\" '%s' is not low, high or max", effort);
         strcpy(cs->effort, effort);
     }
-    cs->sampling.temp = (float)temp;
+    cs->sampling.temp  = (float)temp;
     cs->sampling.top_p = (float)top_p;
     cs->sampling.min_p = (float)min_p;
     if ((st = conv_check_settings(cs, "settings"))) {
@@ -716,17 +725,17 @@ static k3_status parse_stats(const lctx *L, json_t *s, k3_turn_stats *t) {
     if (temp >= 0) { /* the sampling this turn used is known */
         if (!(temp <= 100 && top_p >= 0 && top_p <= 1 && min_p >= 0 && min_p <= 1))
             return LERR(L, "stats: temperature %g / top_p %g / min_p %g out of range", temp, top_p, min_p);
-        t->sampling.temp = (float)temp;
+        t->sampling.temp  = (float)temp;
         t->sampling.top_p = (float)top_p;
         t->sampling.min_p = (float)min_p;
-        t->has_sampling = 1;
+        t->has_sampling   = 1;
     }
     TRY(get_bool(L, s, "stats.", "think", &t->think));
     TRY(get_str(L, s, "stats.", "stop", &stop));
     if (stop) {
-        static const k3_stop all[] = {K3_STOP_NONE, K3_STOP_EOS, K3_STOP_MAX_TOKENS, K3_STOP_CONTEXT,
-                                      K3_STOP_CANCEL, K3_STOP_ERROR};
-        size_t i = 0;
+        static const k3_stop all[] = {K3_STOP_NONE,    K3_STOP_EOS,    K3_STOP_MAX_TOKENS,
+                                      K3_STOP_CONTEXT, K3_STOP_CANCEL, K3_STOP_ERROR};
+        size_t               i     = 0;
         while (i < sizeof all / sizeof all[0] && strcmp(stop, k3_stop_str(all[i])))
             i++;
         if (i == sizeof all / sizeof all[0])
@@ -774,16 +783,19 @@ static k3_status parse_tool_calls(const lctx *L, json_t *v, k3_msg *m) {
         return k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
     for (size_t i = 0; i < n; i++) {
         json_t *c = json_array_get(v, i), *f = json_is_object(c) ? json_object_get(c, "function") : NULL;
-        json_t *name = json_object_get(f, "name"), *args = json_object_get(f, "arguments"), *id = json_object_get(c, "id");
+        json_t *name = json_object_get(f, "name"), *args = json_object_get(f, "arguments"),
+               *id = json_object_get(c, "id");
         if (!json_is_object(f) || !json_is_string(name) || !json_string_length(name))
             return LERR(L, "\"tool_calls\"[%zu] is not {\"id\", \"function\": {\"name\", \"arguments\"}}", i);
         if (args && !json_is_null(args) && !json_is_string(args))
-            return LERR(L, "\"tool_calls\"[%zu].function.arguments is %s, expected a JSON string", i, jtype(args));
+            return LERR(L, "\"tool_calls\"[%zu].function.arguments is %s, expected a JSON string", i,
+                        jtype(args));
         if (id && !json_is_null(id) && !json_is_string(id))
             return LERR(L, "\"tool_calls\"[%zu].id is %s, expected a string", i, jtype(id));
-        m->tool_calls[i] = (k3_tool_call){.id = json_string_value(id), .name = json_string_value(name),
+        m->tool_calls[i] = (k3_tool_call){.id        = json_string_value(id),
+                                          .name      = json_string_value(name),
                                           .arguments = json_string_value(args)};
-        m->n_tool_calls = (int)i + 1;
+        m->n_tool_calls  = (int)i + 1;
     }
     return K3_OK;
 }
@@ -791,7 +803,7 @@ static k3_status parse_tool_calls(const lctx *L, json_t *v, k3_msg *m) {
 static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
     k3_status   st;
     const char *role = NULL;
-    json_t     *rv = json_object_get(o, "role");
+    json_t     *rv   = json_object_get(o, "role");
     if (!rv)
         return LERR(L, "message has no \"role\"");
     TRY(get_str(L, o, "", "role", &role));
@@ -821,7 +833,7 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         goto out;
     if (m.role == K3_ROLE_TOOL) {
         m.tool_call_id = (char *)(uintptr_t)tcid;
-        m.tool_name = (char *)(uintptr_t)tname;
+        m.tool_name    = (char *)(uintptr_t)tname;
     }
     json_t *mt = json_object_get(o, "tools");
     if (mt && !json_is_null(mt) && m.role == K3_ROLE_SYSTEM) {
@@ -838,8 +850,8 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
     if ((st = parse_content(L, json_object_get(o, "content"), &text)))
         goto out;
     /* reasoning: reasoning_content (ours, DeepSeek/vLLM), reasoning, thinking */
-    const char *reasoning = NULL;
-    static const char *const rkeys[] = {"reasoning_content", "reasoning", "thinking"};
+    const char              *reasoning = NULL;
+    static const char *const rkeys[]   = {"reasoning_content", "reasoning", "thinking"};
     for (size_t k = 0; k < 3 && !reasoning; k++)
         if ((st = get_str(L, o, "", rkeys[k], &reasoning)))
             goto out;
@@ -862,7 +874,7 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
             goto out;
         }
         m.n_ids = (int)json_array_size(ids);
-        m.ids = k3_malloc((size_t)m.n_ids * sizeof *m.ids + 1);
+        m.ids   = k3_malloc((size_t)m.n_ids * sizeof *m.ids + 1);
         if (!m.ids) {
             st = k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
             goto out;
@@ -877,7 +889,7 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         }
     }
     /* "abandoned": N marks a message of abandoned branch N (/edit); it is kept, not replayed */
-    json_t *ab = json_object_get(o, "abandoned");
+    json_t   *ab     = json_object_get(o, "abandoned");
     long long branch = 0;
     if (ab && !json_is_null(ab)) {
         if (json_is_true(ab))
@@ -889,11 +901,11 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
             goto out;
         }
     }
-    m.content = text.p ? text.p : (char *)(uintptr_t)"";
+    m.content   = text.p ? text.p : (char *)(uintptr_t) "";
     m.reasoning = (char *)(uintptr_t)reasoning;
-    st = text.oom ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line)
-         : branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch)
-                  : conv_push(c, &m);
+    st          = text.oom ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line)
+                  : branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch)
+                           : conv_push(c, &m);
 out:
     free(text.p);
     free(m.ids);
@@ -910,7 +922,7 @@ static k3_status parse_line(const lctx *L, const char *p, size_t n, k3_conv *c, 
      * reads text; the caller reports how many and where (k3_load_info) */
     char  *fixed = NULL;
     size_t first = 0;
-    long   bad = k3_utf8_repair(p, n, &fixed, &first);
+    long   bad   = k3_utf8_repair(p, n, &fixed, &first);
     if (bad < 0)
         return k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
     json_error_t e;
@@ -969,11 +981,11 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
         st = k3_err(K3_ERR_FORMAT, "%s:1: empty file, expected a k3chat transcript header", path);
     if (st)
         goto done;
-    lctx   L = {path, 0};
+    lctx   L   = {path, 0};
     size_t pos = 0;
     while (pos < b.n) {
         L.line++;
-        char  *nl = memchr(b.p + pos, '\n', b.n - pos);
+        char  *nl  = memchr(b.p + pos, '\n', b.n - pos);
         size_t end = nl ? (size_t)(nl - b.p) : b.n, len = end - pos;
         if (len && b.p[pos + len - 1] == '\r')
             len--;
@@ -988,7 +1000,7 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
             /* an interrupted append: keep everything before it, and say so */
             K3_LOG_WARN("%s:%d: ignoring a torn final line (%s)", path, L.line, k3_errmsg());
             info->torn_line = L.line;
-            st = K3_OK;
+            st              = K3_OK;
         }
         if (st)
             goto done;
@@ -1001,8 +1013,8 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
         c->n_turns_started += c->msgs[i].role == K3_ROLE_ASSISTANT;
     free(c->autosave_path);
     c->autosave_path = NULL;
-    c->n_saved = 0;
-    c->rewrite = 0;
+    c->n_saved       = 0;
+    c->rewrite       = 0;
 done:
     k3_conv_free(nc);
     free(b.p);
@@ -1060,7 +1072,7 @@ static void md_block(sbuf *b, const char *s) {
     char   open_ch = 0, ch = 0;
     size_t open_n = 0;
     while (*s) {
-        size_t len = strcspn(s, "\n"), f;
+        size_t len  = strcspn(s, "\n"), f;
         int    bare = 0, in_code = open_n > 0;
         if ((f = fence_len(s, len, &ch, &bare))) {
             if (!open_n)
@@ -1112,11 +1124,12 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
            s->effort, (double)s->sampling.temp, (double)s->sampling.top_p,
            (unsigned long long)s->sampling.seed);
     for (int i = 0; i < c->n_msgs; i++) {
-        const k3_msg *m = &c->msgs[i];
+        const k3_msg            *m       = &c->msgs[i];
         static const char *const title[] = {"System", "User", "Assistant", "Tool result"};
         if (m->role == K3_ROLE_TOOL)
-            sb_fmt(&b, "## Tool result%s%s%s%s%s%s\n\n", m->tool_name ? ": `" : "", m->tool_name ? m->tool_name : "",
-                   m->tool_name ? "`" : "", m->tool_call_id ? " (call " : "", m->tool_call_id ? m->tool_call_id : "",
+            sb_fmt(&b, "## Tool result%s%s%s%s%s%s\n\n", m->tool_name ? ": `" : "",
+                   m->tool_name ? m->tool_name : "", m->tool_name ? "`" : "",
+                   m->tool_call_id ? " (call " : "", m->tool_call_id ? m->tool_call_id : "",
                    m->tool_call_id ? ")" : "");
         else
             sb_fmt(&b, "## %s\n\n", title[m->role]);

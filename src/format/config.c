@@ -27,11 +27,11 @@
 
 #define CFG_FILE "config.json"
 #define GEN_FILE "generation_config.json"
-#define DIM_MAX  (1 << 24) /* generous bound for any width: keeps every product inside int64 */
+#define DIM_MAX (1 << 24) /* generous bound for any width: keeps every product inside int64 */
 
 typedef struct cfg_ctx {
-    json_t     *top;   /* root object                                   */
-    json_t     *tc;    /* text_config, or NULL when the keys are flat    */
+    json_t *top; /* root object                                   */
+    json_t *tc;  /* text_config, or NULL when the keys are flat    */
 } cfg_ctx;
 
 /* ---- key lookup ------------------------------------------------------------------------------ */
@@ -57,8 +57,10 @@ static k3_status missing(const char *path) {
 }
 
 static k3_status to_int(json_t *v, const char *path, long lo, long hi, int *out) {
-    if (!v) return missing(path);
-    if (!json_is_integer(v)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an integer", path);
+    if (!v)
+        return missing(path);
+    if (!json_is_integer(v))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an integer", path);
     json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %lld is outside %ld..%ld", path, (long long)x, lo, hi);
@@ -67,8 +69,10 @@ static k3_status to_int(json_t *v, const char *path, long lo, long hi, int *out)
 }
 
 static k3_status to_float(json_t *v, const char *path, float *out) {
-    if (!v) return missing(path);
-    if (!json_is_number(v)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not a number", path);
+    if (!v)
+        return missing(path);
+    if (!json_is_number(v))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not a number", path);
     double x = json_number_value(v);
     if (!isfinite(x) || fabs(x) > 1e30)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %g is not a finite number", path, x);
@@ -89,16 +93,22 @@ static k3_status t_float(const cfg_ctx *c, const char *key, float *out) {
 
 /* Optional flag that must be true (spec section 2: the formulas assume it). */
 static k3_status want_true(json_t *v, const char *path) {
-    if (!v) return K3_OK;
-    if (!json_is_boolean(v)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not true/false", path);
+    if (!v)
+        return K3_OK;
+    if (!json_is_boolean(v))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not true/false", path);
     if (!json_is_true(v))
-        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = false is not supported (k3chat implements the true variant only)", path);
+        return k3_err(K3_ERR_CONFIG,
+                      CFG_FILE ": %s = false is not supported (k3chat implements the true variant only)",
+                      path);
     return K3_OK;
 }
 
 static k3_status want_string(json_t *v, const char *path, const char *want) {
-    if (!v) return K3_OK;
-    if (!json_is_string(v)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not a string", path);
+    if (!v)
+        return K3_OK;
+    if (!json_is_string(v))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not a string", path);
     if (strcmp(json_string_value(v), want))
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = \"%s\" is not supported (expected \"%s\")", path,
                       json_string_value(v), want);
@@ -106,7 +116,8 @@ static k3_status want_string(json_t *v, const char *path, const char *want) {
 }
 
 static k3_status want_one(json_t *v, const char *path) {
-    if (!v || json_is_null(v)) return K3_OK;
+    if (!v || json_is_null(v))
+        return K3_OK;
     if (!json_is_integer(v) || json_integer_value(v) != 1)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s must be 1 (grouped routing is not supported)", path);
     return K3_OK;
@@ -117,11 +128,14 @@ static k3_status token_id(const cfg_ctx *c, const char *key, int vocab, int *out
     char    path[128];
     json_t *v = json_object_get(c->top, key);
     key_path(path, sizeof path, "", key);
-    if (!v && c->tc && (v = json_object_get(c->tc, key))) key_path(path, sizeof path, "text_config", key);
+    if (!v && c->tc && (v = json_object_get(c->tc, key)))
+        key_path(path, sizeof path, "text_config", key);
     *out = -1;
-    if (!v || json_is_null(v)) return K3_OK;
+    if (!v || json_is_null(v))
+        return K3_OK;
     if (json_is_array(v)) { /* some configs list several ids: the first is the one we use */
-        if (!json_array_size(v)) return K3_OK;
+        if (!json_array_size(v))
+            return K3_OK;
         v = json_array_get(v, 0);
         strncat(path, "[0]", sizeof path - strlen(path) - 1);
     }
@@ -131,24 +145,30 @@ static k3_status token_id(const cfg_ctx *c, const char *key, int vocab, int *out
 /* ---- sections ------------------------------------------------------------------------------- */
 
 static k3_status read_flags(const cfg_ctx *c, json_t *lac, const char *lpath) {
-    static const char *trues[] = {"mla_use_nope", "mla_use_output_gate", "latent_moe_use_norm", "moe_renormalize"};
-    char      path[160];
-    k3_status st;
+    static const char *trues[] = {"mla_use_nope", "mla_use_output_gate", "latent_moe_use_norm",
+                                  "moe_renormalize"};
+    char               path[160];
+    k3_status          st;
     for (size_t i = 0; i < sizeof trues / sizeof *trues; i++)
-        if ((st = want_true(text_key(c, trues[i], path, sizeof path), path))) return st;
+        if ((st = want_true(text_key(c, trues[i], path, sizeof path), path)))
+            return st;
     key_path(path, sizeof path, lpath, "use_full_rank_gate");
-    if ((st = want_true(json_object_get(lac, "use_full_rank_gate"), path))) return st;
-    if ((st = want_string(text_key(c, "hidden_act", path, sizeof path), path, "situ"))) return st;
+    if ((st = want_true(json_object_get(lac, "use_full_rank_gate"), path)))
+        return st;
+    if ((st = want_string(text_key(c, "hidden_act", path, sizeof path), path, "situ")))
+        return st;
     if ((st = want_string(text_key(c, "moe_router_activation_func", path, sizeof path), path, "sigmoid")))
         return st;
-    if ((st = want_one(text_key(c, "num_expert_group", path, sizeof path), path))) return st;
-    if ((st = want_one(text_key(c, "topk_group", path, sizeof path), path))) return st;
+    if ((st = want_one(text_key(c, "num_expert_group", path, sizeof path), path)))
+        return st;
+    if ((st = want_one(text_key(c, "topk_group", path, sizeof path), path)))
+        return st;
     return K3_OK;
 }
 
 /* kda_layers / full_attn_layers (1-indexed) -> layer_kind (0-indexed), each layer exactly once. */
 static k3_status read_layer_plan(json_t *lac, const char *lpath, k3_config *o) {
-    static const char *keys[2] = {"kda_layers", "full_attn_layers"};
+    static const char *keys[2]  = {"kda_layers", "full_attn_layers"};
     static const int   kinds[2] = {K3_LAYER_KDA, K3_LAYER_MLA};
     int                where[K3_MAX_LAYERS]; /* index into its list, for duplicate messages */
     memset(o->layer_kind, 0, sizeof o->layer_kind);
@@ -156,24 +176,29 @@ static k3_status read_layer_plan(json_t *lac, const char *lpath, k3_config *o) {
         char    path[160];
         json_t *a = json_object_get(lac, keys[k]);
         key_path(path, sizeof path, lpath, keys[k]);
-        if (!a) return missing(path);
-        if (!json_is_array(a)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not a list", path);
+        if (!a)
+            return missing(path);
+        if (!json_is_array(a))
+            return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not a list", path);
         for (size_t i = 0; i < json_array_size(a); i++) {
             char el[192];
             int  l;
             snprintf(el, sizeof el, "%s[%zu]", path, i);
             k3_status st = to_int(json_array_get(a, i), el, 1, o->n_layers, &l);
-            if (st) return st;
+            if (st)
+                return st;
             if (o->layer_kind[l - 1])
-                return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %d repeats layer %d (already in %s[%d])", el, l, l,
-                              keys[o->layer_kind[l - 1] == K3_LAYER_KDA ? 0 : 1], where[l - 1]);
+                return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %d repeats layer %d (already in %s[%d])", el, l,
+                              l, keys[o->layer_kind[l - 1] == K3_LAYER_KDA ? 0 : 1], where[l - 1]);
             o->layer_kind[l - 1] = (unsigned char)kinds[k];
-            where[l - 1] = (int)i;
+            where[l - 1]         = (int)i;
         }
     }
     for (int l = 0; l < o->n_layers; l++)
         if (!o->layer_kind[l])
-            return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s.kda_layers / full_attn_layers: layer %d (1-indexed) is in neither list",
+            return k3_err(K3_ERR_CONFIG,
+                          CFG_FILE
+                          ": %s.kda_layers / full_attn_layers: layer %d (1-indexed) is in neither list",
                           lpath, l + 1);
     return K3_OK;
 }
@@ -182,63 +207,84 @@ static k3_status read_layer_plan(json_t *lac, const char *lpath, k3_config *o) {
 static k3_status read_quant(const cfg_ctx *c, k3_config *o) {
     char    path[160], p2[400];
     json_t *q = text_key(c, "quantization_config", path, sizeof path);
-    if (!q && c->tc && (q = json_object_get(c->top, "quantization_config"))) key_path(path, sizeof path, "", "quantization_config");
-    if (!q) return k3_err(K3_ERR_CONFIG, CFG_FILE ": quantization_config is missing (the routed experts must be mxfp4-pack-quantized)");
-    if (!json_is_object(q)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an object", path);
+    if (!q && c->tc && (q = json_object_get(c->top, "quantization_config")))
+        key_path(path, sizeof path, "", "quantization_config");
+    if (!q)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE
+                      ": quantization_config is missing (the routed experts must be mxfp4-pack-quantized)");
+    if (!json_is_object(q))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an object", path);
     k3_status st;
     key_path(p2, sizeof p2, path, "quant_method");
-    if (!json_object_get(q, "quant_method")) return missing(p2);
-    if ((st = want_string(json_object_get(q, "quant_method"), p2, "compressed-tensors"))) return st;
+    if (!json_object_get(q, "quant_method"))
+        return missing(p2);
+    if ((st = want_string(json_object_get(q, "quant_method"), p2, "compressed-tensors")))
+        return st;
     json_t *fmt = json_object_get(q, "format");
     key_path(p2, sizeof p2, path, "format");
-    if ((st = want_string(fmt, p2, "mxfp4-pack-quantized"))) return st;
-    int         found_fmt = fmt != NULL;
-    o->mxfp4_group = 32;
+    if ((st = want_string(fmt, p2, "mxfp4-pack-quantized")))
+        return st;
+    int found_fmt      = fmt != NULL;
+    o->mxfp4_group     = 32;
     json_t     *groups = json_object_get(q, "config_groups"), *g;
     const char *gname;
     if (groups && json_is_object(groups)) {
         json_object_foreach(groups, gname, g) {
             char gp[224];
             snprintf(gp, sizeof gp, "%s.config_groups.%s", path, gname);
-            if (!json_is_object(g)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an object", gp);
+            if (!json_is_object(g))
+                return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an object", gp);
             json_t *gf = json_object_get(g, "format");
             key_path(p2, sizeof p2, gp, "format");
-            if ((st = want_string(gf, p2, "mxfp4-pack-quantized"))) return st;
+            if ((st = want_string(gf, p2, "mxfp4-pack-quantized")))
+                return st;
             found_fmt |= gf != NULL;
             json_t *w = json_object_get(g, "weights");
-            if (!json_is_object(w)) continue;
+            if (!json_is_object(w))
+                continue;
             json_t *gs = json_object_get(w, "group_size"), *nb = json_object_get(w, "num_bits");
             snprintf(p2, sizeof p2, "%s.weights.group_size", gp);
-            if (gs && !json_is_null(gs) && (st = to_int(gs, p2, 32, 32, &o->mxfp4_group))) return st;
+            if (gs && !json_is_null(gs) && (st = to_int(gs, p2, 32, 32, &o->mxfp4_group)))
+                return st;
             snprintf(p2, sizeof p2, "%s.weights.num_bits", gp);
             int bits;
-            if (nb && !json_is_null(nb) && (st = to_int(nb, p2, 4, 4, &bits))) return st;
+            if (nb && !json_is_null(nb) && (st = to_int(nb, p2, 4, 4, &bits)))
+                return st;
         }
     }
-    if (!found_fmt) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s.format is missing (expected \"mxfp4-pack-quantized\")", path);
+    if (!found_fmt)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s.format is missing (expected \"mxfp4-pack-quantized\")",
+                      path);
     return K3_OK;
 }
 
 static k3_status read_generation(const char *dir, k3_config *o) {
-    o->gen_temp = 1.0f;
+    o->gen_temp  = 1.0f;
     o->gen_top_p = 1.0f;
     char path[4096];
     snprintf(path, sizeof path, "%s/" GEN_FILE, dir);
     json_error_t e;
     FILE        *f = fopen(path, "rb");
-    if (!f) return K3_OK; /* absent: defaults */
+    if (!f)
+        return K3_OK; /* absent: defaults */
     json_t *g = json_loadf(f, JSON_REJECT_DUPLICATES, &e);
     fclose(f);
-    if (!g) return k3_err(K3_ERR_CONFIG, GEN_FILE ": line %d column %d: %s", e.line, e.column, e.text);
+    if (!g)
+        return k3_err(K3_ERR_CONFIG, GEN_FILE ": line %d column %d: %s", e.line, e.column, e.text);
     k3_status st = K3_OK;
     json_t   *t = json_object_get(g, "temperature"), *p = json_object_get(g, "top_p");
-    if (!json_is_object(g)) st = k3_err(K3_ERR_CONFIG, GEN_FILE ": not a JSON object");
-    else if (t && !json_is_null(t) && (!json_is_number(t) || !(json_number_value(t) >= 0 && json_number_value(t) <= 100)))
+    if (!json_is_object(g))
+        st = k3_err(K3_ERR_CONFIG, GEN_FILE ": not a JSON object");
+    else if (t && !json_is_null(t) &&
+             (!json_is_number(t) || !(json_number_value(t) >= 0 && json_number_value(t) <= 100)))
         st = k3_err(K3_ERR_CONFIG, GEN_FILE ": temperature is not a number in 0..100");
-    else if (p && !json_is_null(p) && (!json_is_number(p) || !(json_number_value(p) > 0 && json_number_value(p) <= 1)))
+    else if (p && !json_is_null(p) &&
+             (!json_is_number(p) || !(json_number_value(p) > 0 && json_number_value(p) <= 1)))
         st = k3_err(K3_ERR_CONFIG, GEN_FILE ": top_p is not a number in (0, 1]");
-    if (!st && t && json_is_number(t)) o->gen_temp = (float)json_number_value(t);
-    if (!st && p && json_is_number(p)) o->gen_top_p = (float)json_number_value(p);
+    if (!st && t && json_is_number(t))
+        o->gen_temp = (float)json_number_value(t);
+    if (!st && p && json_is_number(p))
+        o->gen_top_p = (float)json_number_value(p);
     json_decref(g);
     return st;
 }
@@ -251,72 +297,98 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
     json_t   *v;
 
     /* top level */
-    if (!(v = json_object_get(c->top, "model_type"))) return missing("model_type");
+    if (!(v = json_object_get(c->top, "model_type")))
+        return missing("model_type");
     if (!json_is_string(v) || strncmp(json_string_value(v), "kimi_k3", 7))
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": model_type is not \"kimi_k3\"");
     snprintf(o->model_type, sizeof o->model_type, "%s", json_string_value(v));
     v = json_object_get(c->top, "tie_word_embeddings");
     strcpy(path, "tie_word_embeddings");
-    if (!v && c->tc && (v = json_object_get(c->tc, "tie_word_embeddings"))) strcpy(path, "text_config.tie_word_embeddings");
+    if (!v && c->tc && (v = json_object_get(c->tc, "tie_word_embeddings")))
+        strcpy(path, "text_config.tie_word_embeddings");
     if (v && !json_is_false(v))
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s must be false (K3 has a separate lm_head)", path);
     o->tie_word_embeddings = 0;
 
     /* text_config dimensions */
-    if ((st = t_int(c, "num_hidden_layers", 1, K3_MAX_LAYERS, &o->n_layers))) return st;
-    if ((st = t_int(c, "hidden_size", 1, DIM_MAX, &o->hidden))) return st;
-    if ((st = t_int(c, "vocab_size", 1, DIM_MAX, &o->vocab))) return st;
-    if ((st = t_int(c, "first_k_dense_replace", 0, o->n_layers, &o->first_dense))) return st;
+    if ((st = t_int(c, "num_hidden_layers", 1, K3_MAX_LAYERS, &o->n_layers)))
+        return st;
+    if ((st = t_int(c, "hidden_size", 1, DIM_MAX, &o->hidden)))
+        return st;
+    if ((st = t_int(c, "vocab_size", 1, DIM_MAX, &o->vocab)))
+        return st;
+    if ((st = t_int(c, "first_k_dense_replace", 0, o->n_layers, &o->first_dense)))
+        return st;
     /* the dense MLP width matters only when there are dense layers */
     if ((o->first_dense > 0 || text_key(c, "intermediate_size", path, sizeof path)) &&
         (st = t_int(c, "intermediate_size", 1, DIM_MAX, &o->inter)))
         return st;
-    if ((st = t_int(c, "num_attention_heads", 1, 65536, &o->n_heads))) return st;
-    if ((st = t_int(c, "q_lora_rank", 1, DIM_MAX, &o->q_lora))) return st;
-    if ((st = t_int(c, "kv_lora_rank", 1, DIM_MAX, &o->kv_lora))) return st;
-    if ((st = t_int(c, "qk_nope_head_dim", 0, 65536, &o->nope))) return st;
-    if ((st = t_int(c, "qk_rope_head_dim", 0, 65536, &o->rope))) return st;
-    if ((st = t_int(c, "v_head_dim", 1, 65536, &o->v_dim))) return st;
+    if ((st = t_int(c, "num_attention_heads", 1, 65536, &o->n_heads)))
+        return st;
+    if ((st = t_int(c, "q_lora_rank", 1, DIM_MAX, &o->q_lora)))
+        return st;
+    if ((st = t_int(c, "kv_lora_rank", 1, DIM_MAX, &o->kv_lora)))
+        return st;
+    if ((st = t_int(c, "qk_nope_head_dim", 0, 65536, &o->nope)))
+        return st;
+    if ((st = t_int(c, "qk_rope_head_dim", 0, 65536, &o->rope)))
+        return st;
+    if ((st = t_int(c, "v_head_dim", 1, 65536, &o->v_dim)))
+        return st;
     if (o->nope + o->rope == 0)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s + qk_rope_head_dim is 0 (query/key heads need a width)",
                       (text_key(c, "qk_nope_head_dim", path, sizeof path), path));
     if ((long)o->n_heads * (o->nope + o->rope + o->v_dim) > DIM_MAX)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s times the head widths exceeds %d",
                       (text_key(c, "num_attention_heads", path, sizeof path), path), DIM_MAX);
-    if ((st = t_int(c, "num_experts", 1, 1 << 20, &o->n_experts))) return st;
+    if ((st = t_int(c, "num_experts", 1, 1 << 20, &o->n_experts)))
+        return st;
     v = text_key(c, "num_experts_per_token", path, sizeof path);
     if (!v) {
-        char p2[160];
+        char    p2[160];
         json_t *v2 = text_key(c, "num_experts_per_tok", p2, sizeof p2);
         if (v2) {
             v = v2;
             strcpy(path, p2);
         }
     }
-    if ((st = to_int(v, path, 1, o->n_experts, &o->n_active))) return st;
-    if ((st = t_int(c, "moe_intermediate_size", 1, DIM_MAX, &o->moe_inter))) return st;
-    if ((st = t_int(c, "routed_expert_hidden_size", 1, DIM_MAX, &o->latent))) return st;
+    if ((st = to_int(v, path, 1, o->n_experts, &o->n_active)))
+        return st;
+    if ((st = t_int(c, "moe_intermediate_size", 1, DIM_MAX, &o->moe_inter)))
+        return st;
+    if ((st = t_int(c, "routed_expert_hidden_size", 1, DIM_MAX, &o->latent)))
+        return st;
     if (o->moe_inter % 32)
-        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %d is not a multiple of 32 (MXFP4 groups of the down projection)",
+        return k3_err(K3_ERR_CONFIG,
+                      CFG_FILE ": %s = %d is not a multiple of 32 (MXFP4 groups of the down projection)",
                       (text_key(c, "moe_intermediate_size", path, sizeof path), path), o->moe_inter);
     if (o->latent % 32)
-        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %d is not a multiple of 32 (MXFP4 groups of the gate/up projections)",
+        return k3_err(K3_ERR_CONFIG,
+                      CFG_FILE ": %s = %d is not a multiple of 32 (MXFP4 groups of the gate/up projections)",
                       (text_key(c, "routed_expert_hidden_size", path, sizeof path), path), o->latent);
-    if ((st = t_int(c, "num_shared_experts", 1, 64, &o->n_shared))) return st;
+    if ((st = t_int(c, "num_shared_experts", 1, 64, &o->n_shared)))
+        return st;
     if ((long)o->n_shared * o->moe_inter > DIM_MAX)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s times moe_intermediate_size exceeds %d",
                       (text_key(c, "num_shared_experts", path, sizeof path), path), DIM_MAX);
-    if ((st = t_int(c, "attn_res_block_size", 1, K3_MAX_LAYERS, &o->attn_res_block))) return st;
+    if ((st = t_int(c, "attn_res_block_size", 1, K3_MAX_LAYERS, &o->attn_res_block)))
+        return st;
 
     /* text_config scalars */
-    struct { const char *key; float *dst; float lo, hi; int open_lo; } fl[] = {
+    struct {
+        const char *key;
+        float      *dst;
+        float       lo, hi;
+        int         open_lo;
+    } fl[] = {
         {"activation_situ_beta", &o->situ_beta, 0, 1e6f, 1},
         {"activation_situ_linear_beta", &o->situ_linear_beta, 0, 1e6f, 1},
         {"rms_norm_eps", &o->rms_eps, 0, 1, 1},
         {"routed_scaling_factor", &o->routed_scale, 0, 1e6f, 1},
     };
     for (size_t i = 0; i < sizeof fl / sizeof *fl; i++) {
-        if ((st = t_float(c, fl[i].key, fl[i].dst))) return st;
+        if ((st = t_float(c, fl[i].key, fl[i].dst)))
+            return st;
         if (!(*fl[i].dst > fl[i].lo && *fl[i].dst <= fl[i].hi))
             return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %g is outside (%g, %g]",
                           (text_key(c, fl[i].key, path, sizeof path), path), (double)*fl[i].dst,
@@ -326,29 +398,43 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
     /* linear_attn_config */
     char    lpath[64];
     json_t *lac = text_key(c, "linear_attn_config", lpath, sizeof lpath);
-    if (!lac) return missing(lpath);
-    if (!json_is_object(lac)) return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an object", lpath);
-    struct { const char *key; int *dst; long lo, hi; } li[] = {
+    if (!lac)
+        return missing(lpath);
+    if (!json_is_object(lac))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s is not an object", lpath);
+    struct {
+        const char *key;
+        int        *dst;
+        long        lo, hi;
+    } li[] = {
         {"num_heads", &o->kda_heads, 1, 65536},
         {"head_dim", &o->kda_head_dim, 1, 65536},
         {"short_conv_kernel_size", &o->conv_k, 1, 64},
     };
     for (size_t i = 0; i < sizeof li / sizeof *li; i++) {
         key_path(path, sizeof path, lpath, li[i].key);
-        if ((st = to_int(json_object_get(lac, li[i].key), path, li[i].lo, li[i].hi, li[i].dst))) return st;
+        if ((st = to_int(json_object_get(lac, li[i].key), path, li[i].lo, li[i].hi, li[i].dst)))
+            return st;
     }
     if ((long)o->kda_heads * o->kda_head_dim > DIM_MAX)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s.num_heads * head_dim exceeds %d", lpath, DIM_MAX);
     key_path(path, sizeof path, lpath, "gate_lower_bound");
-    if ((st = to_float(json_object_get(lac, "gate_lower_bound"), path, &o->gate_lower_bound))) return st;
+    if ((st = to_float(json_object_get(lac, "gate_lower_bound"), path, &o->gate_lower_bound)))
+        return st;
     if (!(o->gate_lower_bound < 0))
-        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %g must be negative", path, (double)o->gate_lower_bound);
-    if ((st = read_flags(c, lac, lpath))) return st;
-    if ((st = read_layer_plan(lac, lpath, o))) return st;
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s = %g must be negative", path,
+                      (double)o->gate_lower_bound);
+    if ((st = read_flags(c, lac, lpath)))
+        return st;
+    if ((st = read_layer_plan(lac, lpath, o)))
+        return st;
 
-    if ((st = token_id(c, "bos_token_id", o->vocab, &o->bos_id))) return st;
-    if ((st = token_id(c, "eos_token_id", o->vocab, &o->eos_id))) return st;
-    if ((st = token_id(c, "pad_token_id", o->vocab, &o->pad_id))) return st;
+    if ((st = token_id(c, "bos_token_id", o->vocab, &o->bos_id)))
+        return st;
+    if ((st = token_id(c, "eos_token_id", o->vocab, &o->eos_id)))
+        return st;
+    if ((st = token_id(c, "pad_token_id", o->vocab, &o->pad_id)))
+        return st;
     return read_quant(c, o);
 }
 
@@ -359,17 +445,23 @@ k3_status cfg_load(const char *dir, k3_config *out) {
         return k3_err(K3_ERR_ARG, "%s: path too long", dir);
     json_error_t e;
     FILE        *f = fopen(path, "rb");
-    if (!f) return k3_err(K3_ERR_IO, CFG_FILE ": cannot open %s: %s", path, strerror(errno));
+    if (!f)
+        return k3_err(K3_ERR_IO, CFG_FILE ": cannot open %s: %s", path, strerror(errno));
     json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &e);
     fclose(f);
-    if (!root) return k3_err(K3_ERR_CONFIG, CFG_FILE ": line %d column %d: %s", e.line, e.column, e.text);
+    if (!root)
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": line %d column %d: %s", e.line, e.column, e.text);
     k3_status st;
     cfg_ctx   c = {.top = root, .tc = json_object_get(root, "text_config")};
-    if (!json_is_object(root)) st = k3_err(K3_ERR_CONFIG, CFG_FILE ": not a JSON object");
-    else if (c.tc && !json_is_object(c.tc)) st = k3_err(K3_ERR_CONFIG, CFG_FILE ": text_config is not an object");
-    else st = parse(&c, out);
+    if (!json_is_object(root))
+        st = k3_err(K3_ERR_CONFIG, CFG_FILE ": not a JSON object");
+    else if (c.tc && !json_is_object(c.tc))
+        st = k3_err(K3_ERR_CONFIG, CFG_FILE ": text_config is not an object");
+    else
+        st = parse(&c, out);
     json_decref(root);
-    if (!st) st = read_generation(dir, out);
+    if (!st)
+        st = read_generation(dir, out);
     return st;
 }
 
@@ -377,21 +469,27 @@ k3_status cfg_load(const char *dir, k3_config *out) {
 
 static void fmt_shape(char *buf, size_t n, int nd, const int64_t *s) {
     size_t o = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < nd && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
-    if (o < n) snprintf(buf + o, n - o, "]");
+    for (int i = 0; i < nd && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
+    if (o < n)
+        snprintf(buf + o, n - o, "]");
 }
 
 static int shape_eq(const st_tensor *t, tt_shape a) {
-    if (a.n == 0) return st_numel(t) >= a.s[0];
-    if (a.n != t->ndim) return 0;
+    if (a.n == 0)
+        return st_numel(t) >= a.s[0];
+    if (a.n != t->ndim)
+        return 0;
     for (int i = 0; i < a.n; i++)
-        if (t->shape[i] != a.s[i]) return 0;
+        if (t->shape[i] != a.s[i])
+            return 0;
     return 1;
 }
 
 static const char *index_file(const st_dir *d) {
-    return st_n_shards(d) == 1 && !strcmp(st_shard_name(d, 0), "model.safetensors") ? "model.safetensors"
-                                                                                      : "model.safetensors.index.json";
+    return st_n_shards(d) == 1 && !strcmp(st_shard_name(d, 0), "model.safetensors")
+               ? "model.safetensors"
+               : "model.safetensors.index.json";
 }
 
 /* Check one tensor of the table: present, dtype class (float, or U8 for the routed experts),
@@ -400,8 +498,10 @@ static k3_status want(const st_dir *d, const char *what, const tt_ref *r) {
     const char      *name = r->name;
     const tt_shape   a = r->shape, b = r->alt;
     const int        u8 = tt_table[r->id].kind >= TT_K_PACK;
-    const st_tensor *t = st_find(d, name);
-    if (!t) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing (config.json: %s)", index_file(d), name, what);
+    const st_tensor *t  = st_find(d, name);
+    if (!t)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing (config.json: %s)", index_file(d), name,
+                      what);
     const char *file = st_shard_name(d, t->shard);
     if (!u8 && a.n == 2 && t->dtype == ST_U8) { /* k3 container matrix (repack.h) */
         rp_form f;
@@ -411,14 +511,16 @@ static k3_status want(const st_dir *d, const char *what, const tt_ref *r) {
     if (!okdt)
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected %s", file, name,
                       st_dtype_name(t->dtype), u8 ? "U8" : "F32, F16 or BF16");
-    if (shape_eq(t, a) || (b.n >= 0 && shape_eq(t, b))) return K3_OK;
+    if (shape_eq(t, a) || (b.n >= 0 && shape_eq(t, b)))
+        return K3_OK;
     char got[160], e1[96], e2[96];
     fmt_shape(got, sizeof got, t->ndim, t->shape);
     if (a.n == 0)
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected at least %lld values", file,
                       name, got, (long long)a.s[0]);
     fmt_shape(e1, sizeof e1, a.n, a.s);
-    if (b.n >= 0) fmt_shape(e2, sizeof e2, b.n, b.s);
+    if (b.n >= 0)
+        fmt_shape(e2, sizeof e2, b.n, b.s);
     return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s%s%s", file, name, got, e1,
                   b.n >= 0 ? " or " : "", b.n >= 0 ? e2 : "");
 }
@@ -446,11 +548,13 @@ static k3_status check_one(const tt_ref *r, void *ud) {
 k3_status cfg_check_tensors(const k3_config *c, const st_dir *d) {
     k3_status st;
     check_ctx x = {.c = c, .d = d, .what = "the model's global tensors"};
-    if ((st = tt_walk(c, -1, 0, check_one, &x))) return st;
+    if ((st = tt_walk(c, -1, 0, check_one, &x)))
+        return st;
     for (int i = 0; i < c->n_layers; i++) {
         snprintf(x.what, sizeof x.what, "layer %d is %s with a %s", i,
                  c->layer_kind[i] == K3_LAYER_KDA ? "KDA" : "MLA", i < c->first_dense ? "dense MLP" : "MoE");
-        if ((st = tt_walk(c, i, TT_WALK_EXPERTS, check_one, &x))) return st;
+        if ((st = tt_walk(c, i, TT_WALK_EXPERTS, check_one, &x)))
+            return st;
     }
     return K3_OK;
 }

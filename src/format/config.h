@@ -14,42 +14,42 @@ enum k3_layer_kind { K3_LAYER_KDA = 1, K3_LAYER_MLA = 2 };
 
 typedef struct k3_config {
     /* top level */
-    char  model_type[32];         /* model_type ("kimi_k3")                       */
-    int   bos_id, eos_id, pad_id; /* bos_token_id, eos_token_id, pad_token_id (-1 if absent) */
-    int   tie_word_embeddings;    /* tie_word_embeddings (must be false)           */
+    char model_type[32];         /* model_type ("kimi_k3")                       */
+    int  bos_id, eos_id, pad_id; /* bos_token_id, eos_token_id, pad_token_id (-1 if absent) */
+    int  tie_word_embeddings;    /* tie_word_embeddings (must be false)           */
 
     /* text_config */
-    int   hidden;                 /* hidden_size D                                 */
-    int   n_layers;               /* num_hidden_layers                             */
-    int   vocab;                  /* vocab_size V                                  */
-    int   first_dense;            /* first_k_dense_replace                         */
-    int   inter;                  /* intermediate_size (dense MLP)                 */
-    int   n_heads;                /* num_attention_heads (MLA)                     */
-    int   q_lora;                 /* q_lora_rank                                   */
-    int   kv_lora;                /* kv_lora_rank                                  */
-    int   nope, rope, v_dim;      /* qk_nope_head_dim, qk_rope_head_dim, v_head_dim */
-    int   n_experts;              /* num_experts                                   */
-    int   n_active;               /* num_experts_per_token | num_experts_per_tok   */
-    int   moe_inter;              /* moe_intermediate_size F                       */
-    int   latent;                 /* routed_expert_hidden_size L                   */
-    int   n_shared;               /* num_shared_experts S                          */
-    int   attn_res_block;         /* attn_res_block_size                           */
-    float situ_beta;              /* activation_situ_beta                          */
-    float situ_linear_beta;       /* activation_situ_linear_beta                   */
-    float rms_eps;                /* rms_norm_eps                                  */
-    float routed_scale;           /* routed_scaling_factor                         */
+    int   hidden;            /* hidden_size D                                 */
+    int   n_layers;          /* num_hidden_layers                             */
+    int   vocab;             /* vocab_size V                                  */
+    int   first_dense;       /* first_k_dense_replace                         */
+    int   inter;             /* intermediate_size (dense MLP)                 */
+    int   n_heads;           /* num_attention_heads (MLA)                     */
+    int   q_lora;            /* q_lora_rank                                   */
+    int   kv_lora;           /* kv_lora_rank                                  */
+    int   nope, rope, v_dim; /* qk_nope_head_dim, qk_rope_head_dim, v_head_dim */
+    int   n_experts;         /* num_experts                                   */
+    int   n_active;          /* num_experts_per_token | num_experts_per_tok   */
+    int   moe_inter;         /* moe_intermediate_size F                       */
+    int   latent;            /* routed_expert_hidden_size L                   */
+    int   n_shared;          /* num_shared_experts S                          */
+    int   attn_res_block;    /* attn_res_block_size                           */
+    float situ_beta;         /* activation_situ_beta                          */
+    float situ_linear_beta;  /* activation_situ_linear_beta                   */
+    float rms_eps;           /* rms_norm_eps                                  */
+    float routed_scale;      /* routed_scaling_factor                         */
 
     /* text_config.linear_attn_config */
-    int   kda_heads;              /* num_heads H                                   */
-    int   kda_head_dim;           /* head_dim d                                    */
-    int   conv_k;                 /* short_conv_kernel_size K                      */
-    float gate_lower_bound;       /* gate_lower_bound                              */
+    int   kda_heads;        /* num_heads H                                   */
+    int   kda_head_dim;     /* head_dim d                                    */
+    int   conv_k;           /* short_conv_kernel_size K                      */
+    float gate_lower_bound; /* gate_lower_bound                              */
 
     /* layer plan from kda_layers / full_attn_layers (1-indexed in the file) */
     unsigned char layer_kind[K3_MAX_LAYERS]; /* K3_LAYER_KDA or K3_LAYER_MLA, 0-indexed */
 
     /* quantization_config (top level or text_config) */
-    int   mxfp4_group;            /* group size, 32                                */
+    int mxfp4_group; /* group size, 32                                */
 
     /* generation_config.json (defaults when absent) */
     float gen_temp, gen_top_p;

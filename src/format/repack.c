@@ -24,7 +24,8 @@ const char *rp_type_name(int type) {
 
 static k3_status info_bits(json_t *sec, const char *key, int allow32, int *out) {
     json_t *v = json_object_get(sec, key);
-    if (!v) return k3_err(K3_ERR_CONFIG, "config.json: " RP_CONFIG_KEY ".%s is missing", key);
+    if (!v)
+        return k3_err(K3_ERR_CONFIG, "config.json: " RP_CONFIG_KEY ".%s is missing", key);
     json_int_t b = json_is_integer(v) ? json_integer_value(v) : -1;
     if (b != 4 && b != 8 && !(allow32 && b == 32))
         return k3_err(K3_ERR_CONFIG, "config.json: " RP_CONFIG_KEY ".%s: expected 4, 8%s", key,
@@ -39,7 +40,8 @@ k3_status rp_info_load(const char *dir, rp_info *info) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_error_t jerr;
     json_t      *root = json_load_file(path, 0, &jerr);
-    if (!root) return k3_err(K3_ERR_CONFIG, "config.json: %s", jerr.text);
+    if (!root)
+        return k3_err(K3_ERR_CONFIG, "config.json: %s", jerr.text);
     json_t   *sec = json_is_object(root) ? json_object_get(root, RP_CONFIG_KEY) : NULL;
     k3_status st  = K3_OK;
     if (sec) {
@@ -47,7 +49,8 @@ k3_status rp_info_load(const char *dir, rp_info *info) {
         if (!json_is_object(sec)) {
             st = k3_err(K3_ERR_CONFIG, "config.json: " RP_CONFIG_KEY " is not an object");
         } else if (!json_is_integer(ver) || json_integer_value(ver) != RP_VERSION) {
-            st = k3_err(K3_ERR_CONFIG, "config.json: " RP_CONFIG_KEY ".version: expected %d (written by another k3-repack?)",
+            st = k3_err(K3_ERR_CONFIG,
+                        "config.json: " RP_CONFIG_KEY ".version: expected %d (written by another k3-repack?)",
                         RP_VERSION);
         } else if (!(st = info_bits(sec, "bits", 0, &info->bits)) &&
                    !(st = info_bits(sec, "mla_bits", 1, &info->mla_bits)) &&
@@ -65,7 +68,8 @@ static int env_set(const char *name) {
 }
 
 int rp_run_bits(const rp_info *ci, k3_params *p) {
-    if (!ci->present) return 0;
+    if (!ci->present)
+        return 0;
     int set_b = env_set("K3_BITS"), from = 0;
     if (!set_b) {
         p->bits = ci->bits;
@@ -90,7 +94,8 @@ static int shape_is(const st_tensor *t, int nd, int64_t a, int64_t b) {
 
 static const st_tensor *need(const st_dir *d, const char *name, k3_status *st) {
     const st_tensor *t = st_find(d, name);
-    if (!t) *st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", st_path(d), name);
+    if (!t)
+        *st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", st_path(d), name);
     return t;
 }
 
@@ -100,7 +105,8 @@ static const st_tensor *sidecar(const st_dir *d, const st_tensor *t, k3_status *
     snprintf(sn, sizeof sn, "%s" RP_SIDECAR, t->name);
     const st_tensor *s = st_find(d, sn);
     if (!s)
-        *st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is U8 (a k3 container matrix) but its scales '%s' are missing",
+        *st = k3_err(K3_ERR_FORMAT,
+                     "%s: tensor '%s' is U8 (a k3 container matrix) but its scales '%s' are missing",
                      st_shard_name(d, t->shard), t->name, sn);
     else if (s->dtype != ST_F32) {
         *st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected F32 scales",
@@ -112,10 +118,13 @@ static const st_tensor *sidecar(const st_dir *d, const st_tensor *t, k3_status *
 
 /* A float tensor used as is (F32) or converted (others). */
 static k3_status float_form(const st_dir *d, const st_tensor *t, rp_form *out) {
-    if (t->dtype == ST_F32) out->type = Q_F32;
-    else if (t->dtype == ST_BF16 || t->dtype == ST_F16 || t->dtype == ST_F64) out->type = -1;
+    if (t->dtype == ST_F32)
+        out->type = Q_F32;
+    else if (t->dtype == ST_BF16 || t->dtype == ST_F16 || t->dtype == ST_F64)
+        out->type = -1;
     else
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' has dtype %s, expected a float type or a k3 container U8",
+        return k3_err(K3_ERR_FORMAT,
+                      "%s: tensor '%s' has dtype %s, expected a float type or a k3 container U8",
                       st_shard_name(d, t->shard), t->name, st_dtype_name(t->dtype));
     return K3_OK;
 }
@@ -123,7 +132,8 @@ static k3_status float_form(const st_dir *d, const st_tensor *t, rp_form *out) {
 k3_status rp_matrix_form(const st_dir *d, const char *name, int rows, int cols, rp_form *out) {
     memset(out, 0, sizeof *out);
     k3_status st = K3_OK;
-    if (!(out->w = need(d, name, &st))) return st;
+    if (!(out->w = need(d, name, &st)))
+        return st;
     const st_tensor *t = out->w;
     if (t->dtype != ST_U8) {
         if (!shape_is(t, 2, rows, cols))
@@ -131,16 +141,20 @@ k3_status rp_matrix_form(const st_dir *d, const char *name, int rows, int cols, 
                           st_shard_name(d, t->shard), name, rows, cols);
         return float_form(d, t, out);
     }
-    if (!(out->s = sidecar(d, t, &st))) return st;
+    if (!(out->s = sidecar(d, t, &st)))
+        return st;
     const st_tensor *s = out->s;
-    if (shape_is(t, 2, rows, cols) && shape_is(s, 1, rows, 0)) out->type = Q_I8;
+    if (shape_is(t, 2, rows, cols) && shape_is(s, 1, rows, 0))
+        out->type = Q_I8;
     else if (shape_is(t, 2, rows, (cols + 1) / 2) &&
              shape_is(s, 2, rows, (cols + Q_I4_GROUP - 1) / Q_I4_GROUP))
         out->type = Q_I4;
     else
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' (k3 container, logical [%d, %d]): shapes fit neither I8 (U8 [%d, %d] + F32 [%d]) nor I4 (U8 [%d, %d] + F32 [%d, %d])",
-                      st_shard_name(d, t->shard), name, rows, cols, rows, cols, rows, rows,
-                      (cols + 1) / 2, rows, (cols + Q_I4_GROUP - 1) / Q_I4_GROUP);
+        return k3_err(K3_ERR_FORMAT,
+                      "%s: tensor '%s' (k3 container, logical [%d, %d]): shapes fit neither I8 (U8 [%d, %d] "
+                      "+ F32 [%d]) nor I4 (U8 [%d, %d] + F32 [%d, %d])",
+                      st_shard_name(d, t->shard), name, rows, cols, rows, cols, rows, rows, (cols + 1) / 2,
+                      rows, (cols + Q_I4_GROUP - 1) / Q_I4_GROUP);
     return K3_OK;
 }
 
@@ -156,25 +170,32 @@ k3_status rp_kvb_form(const st_dir *d, const char *name, const rp_kvb *k, rp_for
     *split = 0;
     memset(out, 0, sizeof *out);
     k3_status st = K3_OK;
-    if (!(out->w = need(d, name, &st))) return st;
+    if (!(out->w = need(d, name, &st)))
+        return st;
     const st_tensor *t = out->w;
-    if (t->ndim == 2) return rp_matrix_form(d, name, k->Hm * (k->nope + k->v), k->kl, out);
+    if (t->ndim == 2)
+        return rp_matrix_form(d, name, k->Hm * (k->nope + k->v), k->kl, out);
     const char *file = st_shard_name(d, t->shard);
-    *split = 1;
+    *split           = 1;
     if (t->dtype == ST_F32 && shape_is(t, 1, (int64_t)k->Hm * (int64_t)rp_kvb_head_wbytes(Q_F32, k) / 4, 0)) {
         out->type = Q_F32;
         return K3_OK;
     }
     if (t->dtype != ST_U8 || t->ndim != 1)
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': dtype %s with %d dimensions, expected [%d, %d] float or a k3 container split layout",
+        return k3_err(K3_ERR_FORMAT,
+                      "%s: tensor '%s': dtype %s with %d dimensions, expected [%d, %d] float or a k3 "
+                      "container split layout",
                       file, name, st_dtype_name(t->dtype), t->ndim, k->Hm * (k->nope + k->v), k->kl);
-    if (!(out->s = sidecar(d, t, &st))) return st;
+    if (!(out->s = sidecar(d, t, &st)))
+        return st;
     for (int type = Q_I8; type <= Q_I4; type++)
         if (shape_is(t, 1, (int64_t)k->Hm * (int64_t)rp_kvb_head_wbytes(type, k), 0) &&
             shape_is(out->s, 1, (int64_t)k->Hm * (int64_t)rp_kvb_head_sfloats(type, k), 0)) {
             out->type = type;
             return K3_OK;
         }
-    return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' (k3 container per-head split of %d heads): shapes fit neither the I8 nor the I4 layout",
+    return k3_err(K3_ERR_FORMAT,
+                  "%s: tensor '%s' (k3 container per-head split of %d heads): shapes fit neither the I8 nor "
+                  "the I4 layout",
                   file, name, k->Hm);
 }

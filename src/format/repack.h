@@ -30,13 +30,13 @@
 #include "quant.h"
 #include "st.h"
 
-#define RP_VERSION     1
-#define RP_SIDECAR     ".qs"        /* scale tensor suffix                                  */
-#define RP_CONFIG_KEY  "k3_container" /* config.json section                                */
+#define RP_VERSION 1
+#define RP_SIDECAR ".qs"             /* scale tensor suffix                                  */
+#define RP_CONFIG_KEY "k3_container" /* config.json section                                */
 
 /* The container section of DIR/config.json. */
 typedef struct rp_info {
-    int present;            /* config.json has a k3_container section                   */
+    int present;                   /* config.json has a k3_container section                   */
     int bits, mla_bits, head_bits; /* 4, 8 or 32 each                                     */
 } rp_info;
 
@@ -54,10 +54,10 @@ int rp_run_bits(const rp_info *ci, k3_params *p);
 
 /* How a logical rows x cols matrix is stored. */
 typedef struct rp_form {
-    int              type;  /* Q_I8 / Q_I4 (container), Q_F32 (F32 as stored), -1: another float
-                               dtype (BF16/F16/F64) that needs conversion                      */
-    const st_tensor *w;     /* the weight tensor                                          */
-    const st_tensor *s;     /* NAME.qs for Q_I8/Q_I4, else NULL                           */
+    int type;           /* Q_I8 / Q_I4 (container), Q_F32 (F32 as stored), -1: another float
+                           dtype (BF16/F16/F64) that needs conversion                      */
+    const st_tensor *w; /* the weight tensor                                          */
+    const st_tensor *s; /* NAME.qs for Q_I8/Q_I4, else NULL                           */
 } rp_form;
 
 /* Find NAME (a rows x cols matrix) and classify how it is stored. K3_ERR_FORMAT naming the
@@ -77,5 +77,5 @@ size_t rp_kvb_head_sfloats(int type, const rp_kvb *k);
 k3_status rp_kvb_form(const st_dir *d, const char *name, const rp_kvb *k, rp_form *out, int *split);
 
 /* Bits (4, 8, 32) -> qmat type. */
-int rp_bits_type(int bits);
+int         rp_bits_type(int bits);
 const char *rp_type_name(int type); /* "F32", "I8", "I4" */

@@ -27,9 +27,10 @@ struct stw_file {
 };
 
 k3_status stw_create(const char *path, stw_file **out) {
-    *out = NULL;
+    *out        = NULL;
     stw_file *w = k3_calloc(1, sizeof *w);
-    if (!w) return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
+    if (!w)
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
     w->path  = k3_strdup(path);
     w->hdr   = json_object();
     w->meta  = json_object();
@@ -52,9 +53,10 @@ k3_status stw_add(stw_file *w, const char *name, st_dtype dtype, int ndim, const
     if (ndim < 0 || ndim > ST_MAX_DIMS)
         return k3_err(K3_ERR_ARG, "%s: tensor '%s': %d dims, expected 0..%d", w->path, name, ndim,
                       ST_MAX_DIMS);
-    uint64_t n = st_dtype_size(dtype);
+    uint64_t n  = st_dtype_size(dtype);
     json_t  *sh = json_array(), *t = json_object();
-    if (!sh || !t) goto nomem;
+    if (!sh || !t)
+        goto nomem;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0 || (shape[i] && n > UINT64_MAX / (uint64_t)shape[i])) {
             json_decref(sh);
@@ -63,11 +65,11 @@ k3_status stw_add(stw_file *w, const char *name, st_dtype dtype, int ndim, const
                           (long long)shape[i]);
         }
         n *= (uint64_t)shape[i];
-        if (json_array_append_new(sh, json_integer(shape[i]))) goto nomem;
+        if (json_array_append_new(sh, json_integer(shape[i])))
+            goto nomem;
     }
     if (json_object_set_new(t, "dtype", json_string(st_dtype_name(dtype))) ||
-        json_object_set_new(t, "shape", sh) ||
-        json_object_set_new(t, "data_offsets", json_array()) ||
+        json_object_set_new(t, "shape", sh) || json_object_set_new(t, "data_offsets", json_array()) ||
         json_object_set_new(t, "_n", json_integer((json_int_t)n)))
         goto nomem_t;
     if (json_object_set_new(w->hdr, name, t) || json_array_append_new(w->order, json_string(name)))
@@ -107,9 +109,10 @@ k3_status stw_begin(stw_file *w) {
     if (json_object_set(w->hdr, "__metadata__", w->meta))
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
     char *js = json_dumps(w->hdr, JSON_COMPACT | JSON_SORT_KEYS);
-    if (!js) return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
+    if (!js)
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
     size_t len = strlen(js), pad = (8 - len % 8) % 8;
-    w->f       = fopen(w->path, "wb");
+    w->f = fopen(w->path, "wb");
     if (!w->f) {
         free(js);
         return k3_err(K3_ERR_IO, "%s: cannot create: %s", w->path, strerror(errno));
@@ -117,11 +120,14 @@ k3_status stw_begin(stw_file *w) {
     setvbuf(w->f, NULL, _IOFBF, 1 << 20);
     uint8_t  le[8];
     uint64_t hl = len + pad;
-    for (int b = 0; b < 8; b++) le[b] = (uint8_t)(hl >> (8 * b));
+    for (int b = 0; b < 8; b++)
+        le[b] = (uint8_t)(hl >> (8 * b));
     int ok = fwrite(le, 1, 8, w->f) == 8 && fwrite(js, 1, len, w->f) == len;
-    for (size_t p = 0; ok && p < pad; p++) ok = fputc(' ', w->f) != EOF;
+    for (size_t p = 0; ok && p < pad; p++)
+        ok = fputc(' ', w->f) != EOF;
     free(js);
-    if (!ok) return k3_err(K3_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
+    if (!ok)
+        return k3_err(K3_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
     w->hdr_bytes = 8 + hl;
     return K3_OK;
 }
@@ -129,8 +135,8 @@ k3_status stw_begin(stw_file *w) {
 k3_status stw_write(stw_file *w, const void *data, size_t n) {
     K3_ASSERT(w->f);
     if (n > w->data - w->written)
-        return k3_err(K3_ERR_ARG, "%s: %zu bytes written past the declared %llu data bytes",
-                      w->path, n - (size_t)(w->data - w->written), (unsigned long long)w->data);
+        return k3_err(K3_ERR_ARG, "%s: %zu bytes written past the declared %llu data bytes", w->path,
+                      n - (size_t)(w->data - w->written), (unsigned long long)w->data);
     if (fwrite(data, 1, n, w->f) != n)
         return k3_err(K3_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
     w->written += n;
@@ -159,15 +165,20 @@ k3_status stw_end(stw_file *w) {
     }
     int bad = fflush(f) != 0 || ferror(f);
     /* the exact length: holes left by stw_skip at the end are not written */
-    if (!bad && ftruncate(fileno(f), (off_t)(w->hdr_bytes + w->data)) != 0) bad = 1;
-    if (fclose(f) != 0) bad = 1;
-    if (bad) return k3_err(K3_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
+    if (!bad && ftruncate(fileno(f), (off_t)(w->hdr_bytes + w->data)) != 0)
+        bad = 1;
+    if (fclose(f) != 0)
+        bad = 1;
+    if (bad)
+        return k3_err(K3_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
     return K3_OK;
 }
 
 void stw_free(stw_file *w) {
-    if (!w) return;
-    if (w->f) fclose(w->f);
+    if (!w)
+        return;
+    if (w->f)
+        fclose(w->f);
     json_decref(w->hdr);
     json_decref(w->meta);
     json_decref(w->order);

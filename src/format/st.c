@@ -34,36 +34,36 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ST_PREFIX     "language_model."
+#define ST_PREFIX "language_model."
 #define ST_PREFIX_LEN (sizeof ST_PREFIX - 1)
 #define ST_MAX_HEADER ((uint64_t)100000000) /* 100 MB; the release's shard headers are under 1 MB */
 
 typedef struct st_shard {
-    char    *path;       /* full path                                   */
-    char    *name;       /* file name as in the index                   */
-    uint64_t size;       /* file size (0 if never opened)               */
-    uint64_t hlen;       /* header length (shard_check)                 */
-    int      fd;         /* -1 if never opened (vision-only)            */
-    int      text;       /* holds at least one text tensor              */
-    void    *map;        /* st_map(): whole-file read-only map, or NULL */
+    char    *path; /* full path                                   */
+    char    *name; /* file name as in the index                   */
+    uint64_t size; /* file size (0 if never opened)               */
+    uint64_t hlen; /* header length (shard_check)                 */
+    int      fd;   /* -1 if never opened (vision-only)            */
+    int      text; /* holds at least one text tensor              */
+    void    *map;  /* st_map(): whole-file read-only map, or NULL */
 } st_shard;
 
 struct st_dir {
     char      *path;
     int        has_prefix;
     int        n_shards;
-    st_shard  *shards;    /* [n_shards]                                  */
+    st_shard  *shards; /* [n_shards]                                  */
     int        n_tensors;
     int        cap_tensors;
-    st_tensor *tensors;   /* [n_tensors], sorted by name after st_open   */
+    st_tensor *tensors; /* [n_tensors], sorted by name after st_open   */
 };
 
 static const struct {
     const char *name;
     size_t      size;
 } dtypes[ST_DTYPE_COUNT] = {
-    [ST_F64] = {"F64", 8}, [ST_F32] = {"F32", 4}, [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2},
-    [ST_I64] = {"I64", 8}, [ST_I32] = {"I32", 4}, [ST_I16] = {"I16", 2}, [ST_I8] = {"I8", 1},
+    [ST_F64] = {"F64", 8}, [ST_F32] = {"F32", 4},   [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2},
+    [ST_I64] = {"I64", 8}, [ST_I32] = {"I32", 4},   [ST_I16] = {"I16", 2}, [ST_I8] = {"I8", 1},
     [ST_U8] = {"U8", 1},   [ST_BOOL] = {"BOOL", 1},
 };
 
@@ -78,7 +78,8 @@ const char *st_dtype_name(st_dtype t) {
 
 static int dtype_parse(const char *s) {
     for (int i = 0; i < ST_DTYPE_COUNT; i++)
-        if (!strcmp(s, dtypes[i].name)) return i;
+        if (!strcmp(s, dtypes[i].name))
+            return i;
     return -1;
 }
 
@@ -99,7 +100,8 @@ static const char *base_name(const char *path) {
 static char *path_join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
     char  *p = k3_malloc(a + b + 2);
-    if (!p) return NULL;
+    if (!p)
+        return NULL;
     memcpy(p, dir, a);
     p[a] = '/';
     memcpy(p + a + 1, name, b + 1);
@@ -110,21 +112,22 @@ static char *path_join(const char *dir, const char *name) {
 
 /* Read exactly n bytes at off. On error the message names the file (by base name) and offset. */
 static k3_status pread_all(int fd, const char *path, void *dst, uint64_t n, uint64_t off) {
-    unsigned char *p = dst;
+    unsigned char *p    = dst;
     uint64_t       done = 0;
     while (done < n) {
         size_t  want = (size_t)(n - done > (1u << 30) ? (1u << 30) : n - done);
-        ssize_t r = pread(fd, p + done, want, (off_t)(off + done));
+        ssize_t r    = pread(fd, p + done, want, (off_t)(off + done));
         if (r < 0) {
-            if (errno == EINTR) continue;
-            return k3_err(K3_ERR_IO, "%s: read of %llu bytes at offset %llu failed: %s",
-                          base_name(path), (unsigned long long)(n - done),
-                          (unsigned long long)(off + done), strerror(errno));
+            if (errno == EINTR)
+                continue;
+            return k3_err(K3_ERR_IO, "%s: read of %llu bytes at offset %llu failed: %s", base_name(path),
+                          (unsigned long long)(n - done), (unsigned long long)(off + done), strerror(errno));
         }
         if (r == 0)
-            return k3_err(K3_ERR_IO, "%s: unexpected end of file at offset %llu (wanted %llu more bytes; file truncated?)",
-                          base_name(path), (unsigned long long)(off + done),
-                          (unsigned long long)(n - done));
+            return k3_err(
+                K3_ERR_IO,
+                "%s: unexpected end of file at offset %llu (wanted %llu more bytes; file truncated?)",
+                base_name(path), (unsigned long long)(off + done), (unsigned long long)(n - done));
         done += (uint64_t)r;
     }
     return K3_OK;
@@ -133,22 +136,24 @@ static k3_status pread_all(int fd, const char *path, void *dst, uint64_t n, uint
 /* ---- header parsing ---------------------------------------------------------------------- */
 
 typedef struct hdr_entry {
-    const char *name;      /* points into the JSON object (valid while it lives) */
+    const char *name; /* points into the JSON object (valid while it lives) */
     uint64_t    begin, end;
 } hdr_entry;
 
 static int cmp_entry_begin(const void *a, const void *b) {
     const hdr_entry *x = a, *y = b;
-    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
 static k3_status add_tensor(st_dir *d, const st_tensor *t) {
     if (d->n_tensors == d->cap_tensors) {
         int        cap = d->cap_tensors ? d->cap_tensors * 2 : 256;
-        st_tensor *nt = realloc(d->tensors, (size_t)cap * sizeof *nt);
-        if (!nt) return k3_err(K3_ERR_NOMEM, "out of memory for the tensor table");
-        d->tensors = nt;
+        st_tensor *nt  = realloc(d->tensors, (size_t)cap * sizeof *nt);
+        if (!nt)
+            return k3_err(K3_ERR_NOMEM, "out of memory for the tensor table");
+        d->tensors     = nt;
         d->cap_tensors = cap;
     }
     d->tensors[d->n_tensors++] = *t;
@@ -156,14 +161,15 @@ static k3_status add_tensor(st_dir *d, const st_tensor *t) {
 }
 
 static int get_u64(json_t *v, uint64_t *out) {
-    if (!json_is_integer(v) || json_integer_value(v) < 0) return -1;
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return -1;
     *out = (uint64_t)json_integer_value(v);
     return 0;
 }
 
 /* Parse one tensor entry of shard sh's header. Fills t (name not set) and its range. */
-static k3_status parse_entry(const char *file, const char *name, json_t *v, uint64_t data_size,
-                             st_tensor *t, hdr_entry *e) {
+static k3_status parse_entry(const char *file, const char *name, json_t *v, uint64_t data_size, st_tensor *t,
+                             hdr_entry *e) {
     if (!json_is_object(v))
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': header entry is not an object", file, name);
     json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
@@ -178,43 +184,50 @@ static k3_status parse_entry(const char *file, const char *name, json_t *v, uint
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': shape missing or not an array", file, name);
     size_t nd = json_array_size(js);
     if (nd > ST_MAX_DIMS)
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': %zu dimensions (at most %d supported)", file,
-                      name, nd, ST_MAX_DIMS);
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': %zu dimensions (at most %d supported)", file, name, nd,
+                      ST_MAX_DIMS);
     memset(t, 0, sizeof *t);
-    t->dtype = (st_dtype)dt;
-    t->ndim = (int)nd;
-    uint64_t numel = 1;
+    t->dtype          = (st_dtype)dt;
+    t->ndim           = (int)nd;
+    uint64_t numel    = 1;
     int      overflow = 0;
     for (size_t i = 0; i < nd; i++) {
         uint64_t s;
         if (get_u64(json_array_get(js, i), &s) || s > (uint64_t)INT64_MAX)
-            return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': shape[%zu] is not a non-negative integer",
-                          file, name, i);
+            return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': shape[%zu] is not a non-negative integer", file,
+                          name, i);
         t->shape[i] = (int64_t)s;
-        if (s && numel > UINT64_MAX / s) overflow = 1;
+        if (s && numel > UINT64_MAX / s)
+            overflow = 1;
         numel *= s;
     }
     size_t es = dtypes[dt].size;
-    if (numel && numel > UINT64_MAX / es) overflow = 1;
+    if (numel && numel > UINT64_MAX / es)
+        overflow = 1;
     uint64_t want = numel * es;
     if (!json_is_array(jo) || json_array_size(jo) != 2 || get_u64(json_array_get(jo, 0), &e->begin) ||
         get_u64(json_array_get(jo, 1), &e->end))
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': data_offsets is not [begin, end] (non-negative integers)",
-                      file, name);
+        return k3_err(K3_ERR_FORMAT,
+                      "%s: tensor '%s': data_offsets is not [begin, end] (non-negative integers)", file,
+                      name);
     if (e->end < e->begin)
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before begin", file,
                       name, (unsigned long long)e->begin, (unsigned long long)e->end);
     if (overflow || want != e->end - e->begin)
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': shape and dtype %s need %s%llu bytes but data_offsets [%llu, %llu] hold %llu",
-                      file, name, dtypes[dt].name, overflow ? "more than " : "",
-                      (unsigned long long)(overflow ? UINT64_MAX : want), (unsigned long long)e->begin,
-                      (unsigned long long)e->end, (unsigned long long)(e->end - e->begin));
+        return k3_err(
+            K3_ERR_FORMAT,
+            "%s: tensor '%s': shape and dtype %s need %s%llu bytes but data_offsets [%llu, %llu] hold %llu",
+            file, name, dtypes[dt].name, overflow ? "more than " : "",
+            (unsigned long long)(overflow ? UINT64_MAX : want), (unsigned long long)e->begin,
+            (unsigned long long)e->end, (unsigned long long)(e->end - e->begin));
     if (e->end > data_size)
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] beyond the data section (%llu bytes; file truncated?)",
+        return k3_err(K3_ERR_FORMAT,
+                      "%s: tensor '%s': data_offsets [%llu, %llu] beyond the data section (%llu bytes; file "
+                      "truncated?)",
                       file, name, (unsigned long long)e->begin, (unsigned long long)e->end,
                       (unsigned long long)data_size);
     t->nbytes = want;
-    e->name = name;
+    e->name   = name;
     return K3_OK;
 }
 
@@ -230,21 +243,28 @@ static uint64_t header_data_end(const char *h, size_t n, char *name, size_t nn) 
         const char *at = p;
         p += sizeof key - 1;
         const char *q = memchr(p, ']', (size_t)(e - p));
-        if (!q) break;
+        if (!q)
+            break;
         const char *c = memchr(p, ',', (size_t)(q - p)); /* [begin, end]: the number after the comma */
         uint64_t    v = 0;
         if (c) {
-            for (c++; c < q && (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r'); c++) {}
-            for (; c < q && *c >= '0' && *c <= '9' && v < UINT64_MAX / 10; c++) v = v * 10 + (uint64_t)(*c - '0');
+            for (c++; c < q && (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r'); c++) {
+            }
+            for (; c < q && *c >= '0' && *c <= '9' && v < UINT64_MAX / 10; c++)
+                v = v * 10 + (uint64_t)(*c - '0');
         }
         if (v > best) {
-            best = v;
+            best          = v;
             const char *b = at; /* back to the object's '{', then its key: "NAME" : { */
-            while (b > h && *b != '{') b--;
-            for (b--; b > h && (*b == ' ' || *b == ':' || *b == '\n' || *b == '\t' || *b == '\r'); b--) {}
+            while (b > h && *b != '{')
+                b--;
+            for (b--; b > h && (*b == ' ' || *b == ':' || *b == '\n' || *b == '\t' || *b == '\r'); b--) {
+            }
             const char *ke = b, *ks = b > h ? b - 1 : h;
-            while (ks > h && *ks != '"') ks--;
-            if (*ke == '"' && *ks == '"' && ke > ks) snprintf(name, nn, "%.*s", (int)(ke - ks - 1), ks + 1);
+            while (ks > h && *ks != '"')
+                ks--;
+            if (*ke == '"' && *ks == '"' && ke > ks)
+                snprintf(name, nn, "%.*s", (int)(ke - ks - 1), ks + 1);
         }
         p = q;
     }
@@ -256,57 +276,73 @@ static uint64_t header_data_end(const char *h, size_t n, char *name, size_t nn) 
  * every shard before parsing any header, so a missing, truncated or absurd shard is reported at
  * once, whichever it is of the 96. */
 static k3_status shard_check(st_dir *d, int si) {
-    st_shard   *sh = &d->shards[si];
+    st_shard   *sh   = &d->shards[si];
     const char *file = sh->name;
     k3_status   st;
     sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (sh->fd < 0) return k3_err(K3_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
+    if (sh->fd < 0)
+        return k3_err(K3_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
     struct stat sb;
-    if (fstat(sh->fd, &sb) < 0) return k3_err(K3_ERR_IO, "%s: cannot stat: %s", file, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return k3_err(K3_ERR_IO, "%s: not a regular file", file);
+    if (fstat(sh->fd, &sb) < 0)
+        return k3_err(K3_ERR_IO, "%s: cannot stat: %s", file, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return k3_err(K3_ERR_IO, "%s: not a regular file", file);
     sh->size = (uint64_t)sb.st_size;
     if (sh->size < 8)
         return k3_err(K3_ERR_FORMAT, "%s: %llu bytes, too short for the 8-byte header length", file,
                       (unsigned long long)sh->size);
     unsigned char lb[8];
-    if ((st = pread_all(sh->fd, sh->path, lb, 8, 0))) return st;
+    if ((st = pread_all(sh->fd, sh->path, lb, 8, 0)))
+        return st;
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | lb[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | lb[i];
     if (hlen > sh->size - 8)
-        return k3_err(K3_ERR_FORMAT, "%s: header length %llu beyond the file (%llu bytes after the length field)",
-                      file, (unsigned long long)hlen, (unsigned long long)(sh->size - 8));
+        return k3_err(K3_ERR_FORMAT,
+                      "%s: header length %llu beyond the file (%llu bytes after the length field)", file,
+                      (unsigned long long)hlen, (unsigned long long)(sh->size - 8));
     if (hlen > ST_MAX_HEADER)
-        return k3_err(K3_ERR_FORMAT, "%s: header length %llu at offset 0 is implausibly large (limit %llu bytes; the release's shard headers are under 1 MB)",
+        return k3_err(K3_ERR_FORMAT,
+                      "%s: header length %llu at offset 0 is implausibly large (limit %llu bytes; the "
+                      "release's shard headers are under 1 MB)",
                       file, (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
     sh->hlen   = hlen;
     char *hbuf = k3_malloc((size_t)hlen + 1);
-    if (!hbuf) return k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen);
-    st         = pread_all(sh->fd, sh->path, hbuf, hlen, 8);
+    if (!hbuf)
+        return k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen);
+    st = pread_all(sh->fd, sh->path, hbuf, hlen, 8);
     char     tname[256];
     uint64_t end = st ? 0 : header_data_end(hbuf, (size_t)hlen, tname, sizeof tname);
     free(hbuf);
     if (!st && end > sh->size - 8 - hlen)
-        st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s': its data ends at byte %llu of the file, but the file has %llu bytes (file truncated?)",
+        st = k3_err(K3_ERR_FORMAT,
+                    "%s: tensor '%s': its data ends at byte %llu of the file, but the file has %llu bytes "
+                    "(file truncated?)",
                     file, tname, (unsigned long long)(8 + hlen + end), (unsigned long long)sh->size);
     return st;
 }
 
 /* Parse and validate the header of shard si (shard_check ran) and record its text tensors. */
 static k3_status load_shard(st_dir *d, int si) {
-    st_shard   *sh = &d->shards[si];
+    st_shard   *sh   = &d->shards[si];
     const char *file = sh->name;
-    k3_status   st = K3_OK;
+    k3_status   st   = K3_OK;
     char       *hbuf = NULL;
     json_t     *root = NULL;
     hdr_entry  *ents = NULL;
     uint64_t    hlen = sh->hlen, data_start = 8 + hlen, data_size = sh->size - data_start;
     hbuf = k3_malloc((size_t)hlen + 1);
-    if (!hbuf) { st = k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen); goto fail; }
-    if ((st = pread_all(sh->fd, sh->path, hbuf, hlen, 8))) goto fail;
+    if (!hbuf) {
+        st = k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen);
+        goto fail;
+    }
+    if ((st = pread_all(sh->fd, sh->path, hbuf, hlen, 8)))
+        goto fail;
     json_error_t jerr;
     root = json_loadb(hbuf, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        st = k3_err(K3_ERR_FORMAT, "%s: header JSON malformed at byte %d: %s", file, jerr.position, jerr.text);
+        st =
+            k3_err(K3_ERR_FORMAT, "%s: header JSON malformed at byte %d: %s", file, jerr.position, jerr.text);
         goto fail;
     }
     if (!json_is_object(root)) {
@@ -315,29 +351,42 @@ static k3_status load_shard(st_dir *d, int si) {
     }
     size_t n = json_object_size(root), ne = 0;
     ents = k3_calloc(n ? n : 1, sizeof *ents);
-    if (!ents) { st = k3_err(K3_ERR_NOMEM, "%s: out of memory", file); goto fail; }
+    if (!ents) {
+        st = k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
+        goto fail;
+    }
     const char *key;
     json_t     *val;
     json_object_foreach(root, key, val) {
-        if (!strcmp(key, "__metadata__")) continue;
+        if (!strcmp(key, "__metadata__"))
+            continue;
         st_tensor t;
-        if ((st = parse_entry(file, key, val, data_size, &t, &ents[ne]))) goto fail;
+        if ((st = parse_entry(file, key, val, data_size, &t, &ents[ne])))
+            goto fail;
         ne++;
-        if (is_vision(key)) continue;
+        if (is_vision(key))
+            continue;
         t.name = k3_strdup(strip_prefix(key));
-        if (!t.name) { st = k3_err(K3_ERR_NOMEM, "%s: out of memory", file); goto fail; }
-        if (strip_prefix(key) != key) d->has_prefix = 1;
-        t.shard = si;
+        if (!t.name) {
+            st = k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
+            goto fail;
+        }
+        if (strip_prefix(key) != key)
+            d->has_prefix = 1;
+        t.shard  = si;
         t.offset = data_start + ents[ne - 1].begin;
-        if ((st = add_tensor(d, &t))) { free((void *)(uintptr_t)t.name); goto fail; }
+        if ((st = add_tensor(d, &t))) {
+            free((void *)(uintptr_t)t.name);
+            goto fail;
+        }
     }
     qsort(ents, ne, sizeof *ents, cmp_entry_begin);
     for (size_t i = 1; i < ne; i++)
         if (ents[i].begin < ents[i - 1].end) {
-            st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' data [%llu, %llu) overlaps tensor '%s' data [%llu, %llu)",
-                        file, ents[i].name, (unsigned long long)ents[i].begin,
-                        (unsigned long long)ents[i].end, ents[i - 1].name,
-                        (unsigned long long)ents[i - 1].begin, (unsigned long long)ents[i - 1].end);
+            st = k3_err(
+                K3_ERR_FORMAT, "%s: tensor '%s' data [%llu, %llu) overlaps tensor '%s' data [%llu, %llu)",
+                file, ents[i].name, (unsigned long long)ents[i].begin, (unsigned long long)ents[i].end,
+                ents[i - 1].name, (unsigned long long)ents[i - 1].begin, (unsigned long long)ents[i - 1].end);
             goto fail;
         }
 fail:
@@ -359,15 +408,19 @@ static k3_status add_shard(st_dir *d, const char *name, int *idx) {
         return K3_OK;
     }
     for (int i = 0; i < d->n_shards; i++)
-        if (!strcmp(d->shards[i].name, name)) { *idx = i; return K3_OK; }
+        if (!strcmp(d->shards[i].name, name)) {
+            *idx = i;
+            return K3_OK;
+        }
     st_shard *ns = realloc(d->shards, (size_t)(d->n_shards + 1) * sizeof *ns);
-    if (!ns) return k3_err(K3_ERR_NOMEM, "out of memory for the shard list");
-    d->shards = ns;
+    if (!ns)
+        return k3_err(K3_ERR_NOMEM, "out of memory for the shard list");
+    d->shards   = ns;
     st_shard *s = &ns[d->n_shards];
     memset(s, 0, sizeof *s);
-    s->fd = -1;
-    s->name = k3_strdup(name);
-    s->path = path_join(d->path, name);
+    s->fd            = -1;
+    s->name          = k3_strdup(name);
+    s->path          = path_join(d->path, name);
     const char *dirs = getenv("K3_DIRS");
     struct stat sb;
     for (const char *p = dirs; s->path && p && *p && stat(s->path, &sb) != 0;) {
@@ -375,7 +428,7 @@ static k3_status add_shard(st_dir *d, const char *name, int *idx) {
         char  *dir = n ? k3_malloc(n + 1) : NULL;
         if (dir) {
             memcpy(dir, p, n);
-            dir[n] = 0;
+            dir[n]    = 0;
             char *alt = path_join(dir, name);
             free(dir);
             if (alt && stat(alt, &sb) == 0) {
@@ -408,37 +461,44 @@ static k3_status read_index(st_dir *d, const char *ipath, json_t **root_out) {
     json_t      *root = NULL;
     /* one read and json_loadb: json_load_file reads a character at a time (the release's index
      * is 60 MB) */
-    int fd = open(ipath, O_RDONLY | O_CLOEXEC);
+    int         fd = open(ipath, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) < 0) {
         k3_status st = k3_err(K3_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
-        if (fd >= 0) close(fd);
+        if (fd >= 0)
+            close(fd);
         return st;
     }
     char     *buf = k3_malloc((size_t)sb.st_size + 1);
-    k3_status rst = buf ? pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0) : k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
+    k3_status rst = buf ? pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0)
+                        : k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
     close(fd);
-    if (!rst) root = json_loadb(buf, (size_t)sb.st_size, JSON_REJECT_DUPLICATES, &jerr);
+    if (!rst)
+        root = json_loadb(buf, (size_t)sb.st_size, JSON_REJECT_DUPLICATES, &jerr);
     free(buf);
-    if (rst) return rst;
+    if (rst)
+        return rst;
     if (!root) {
         if (jerr.line < 0 || strstr(jerr.text, "unable to open"))
             return k3_err(K3_ERR_IO, "%s: %s", file, jerr.text);
         return k3_err(K3_ERR_FORMAT, "%s: line %d column %d: %s", file, jerr.line, jerr.column, jerr.text);
     }
-    *root_out = root;
+    *root_out  = root;
     json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
-    if (!json_is_object(wm)) return k3_err(K3_ERR_FORMAT, "%s: weight_map missing or not an object", file);
+    if (!json_is_object(wm))
+        return k3_err(K3_ERR_FORMAT, "%s: weight_map missing or not an object", file);
     const char *key;
     json_t     *val;
     json_object_foreach(wm, key, val) {
         const char *s = json_string_value(val);
         if (!s || !*s || strchr(s, '/') || !strcmp(s, ".") || !strcmp(s, ".."))
             return k3_err(K3_ERR_FORMAT, "%s: weight_map.%s is not a plain shard file name", file, key);
-        int idx;
+        int       idx;
         k3_status st = add_shard(d, s, &idx);
-        if (st) return st;
-        if (!is_vision(key)) d->shards[idx].text = 1;
+        if (st)
+            return st;
+        if (!is_vision(key))
+            d->shards[idx].text = 1;
     }
     if (d->n_shards == 0)
         return k3_err(K3_ERR_FORMAT, "%s: weight_map names no shard file", file);
@@ -448,45 +508,54 @@ static k3_status read_index(st_dir *d, const char *ipath, json_t **root_out) {
 
 static int shard_index(const st_dir *d, const char *name) {
     for (int i = 0; i < d->n_shards; i++)
-        if (!strcmp(d->shards[i].name, name)) return i;
+        if (!strcmp(d->shards[i].name, name))
+            return i;
     return -1;
 }
 
 k3_status st_open(const char *dir, st_dir **out) {
-    *out = NULL;
-    k3_status st = K3_OK;
+    *out            = NULL;
+    k3_status st    = K3_OK;
     json_t   *iroot = NULL;
     char     *ipath = NULL;
-    st_dir   *d = k3_calloc(1, sizeof *d);
+    st_dir   *d     = k3_calloc(1, sizeof *d);
     if (!d || !(d->path = k3_strdup(dir))) {
         free(d);
         return k3_err(K3_ERR_NOMEM, "out of memory");
     }
     ipath = path_join(dir, "model.safetensors.index.json");
-    if (!ipath) { st = k3_err(K3_ERR_NOMEM, "out of memory"); goto fail; }
+    if (!ipath) {
+        st = k3_err(K3_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     struct stat sb;
     if (stat(ipath, &sb) == 0) {
-        if ((st = read_index(d, ipath, &iroot))) goto fail;
+        if ((st = read_index(d, ipath, &iroot)))
+            goto fail;
         if (d->n_shards == 0) {
             st = k3_err(K3_ERR_FORMAT, "model.safetensors.index.json: weight_map is empty");
             goto fail;
         }
     } else {
         char *single = path_join(dir, "model.safetensors");
-        int   ok = single && stat(single, &sb) == 0;
+        int   ok     = single && stat(single, &sb) == 0;
         free(single);
         if (!ok) {
-            st = k3_err(K3_ERR_IO, "%s: neither model.safetensors.index.json nor model.safetensors found", dir);
+            st = k3_err(K3_ERR_IO, "%s: neither model.safetensors.index.json nor model.safetensors found",
+                        dir);
             goto fail;
         }
         int idx;
-        if ((st = add_shard(d, "model.safetensors", &idx))) goto fail;
+        if ((st = add_shard(d, "model.safetensors", &idx)))
+            goto fail;
         d->shards[idx].text = 1;
     }
     for (int i = 0; i < d->n_shards; i++) /* every shard's size first: no header parsed yet */
-        if (d->shards[i].text && (st = shard_check(d, i))) goto fail;
+        if (d->shards[i].text && (st = shard_check(d, i)))
+            goto fail;
     for (int i = 0; i < d->n_shards; i++)
-        if (d->shards[i].text && (st = load_shard(d, i))) goto fail;
+        if (d->shards[i].text && (st = load_shard(d, i)))
+            goto fail;
 
     if (d->n_tensors > 1) /* qsort with a NULL base (no text tensor at all) is undefined */
         qsort(d->tensors, (size_t)d->n_tensors, sizeof *d->tensors, cmp_tensor_name);
@@ -502,8 +571,9 @@ k3_status st_open(const char *dir, st_dir **out) {
         json_t     *wm = json_object_get(iroot, "weight_map"), *val;
         const char *key;
         json_object_foreach(wm, key, val) {
-            if (is_vision(key)) continue;
-            const st_tensor *t = st_find(d, key);
+            if (is_vision(key))
+                continue;
+            const st_tensor *t    = st_find(d, key);
             int              want = shard_index(d, json_string_value(val));
             if (!t) {
                 st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is in the index but not in the shard's header",
@@ -511,8 +581,9 @@ k3_status st_open(const char *dir, st_dir **out) {
                 goto fail;
             }
             if (t->shard != want) {
-                st = k3_err(K3_ERR_FORMAT, "model.safetensors.index.json: tensor '%s' is mapped to %s but stored in %s",
-                            key, d->shards[want].name, d->shards[t->shard].name);
+                st = k3_err(K3_ERR_FORMAT,
+                            "model.safetensors.index.json: tensor '%s' is mapped to %s but stored in %s", key,
+                            d->shards[want].name, d->shards[t->shard].name);
                 goto fail;
             }
         }
@@ -529,12 +600,16 @@ fail:
 }
 
 void st_close(st_dir *d) {
-    if (!d) return;
-    for (int i = 0; i < d->n_tensors; i++) free((void *)(uintptr_t)d->tensors[i].name);
+    if (!d)
+        return;
+    for (int i = 0; i < d->n_tensors; i++)
+        free((void *)(uintptr_t)d->tensors[i].name);
     for (int i = 0; i < d->n_shards; i++) {
         st_shard *s = &d->shards[i];
-        if (s->map) munmap(s->map, (size_t)s->size);
-        if (s->fd >= 0) close(s->fd);
+        if (s->map)
+            munmap(s->map, (size_t)s->size);
+        if (s->fd >= 0)
+            close(s->fd);
         free(s->path);
         free(s->name);
     }
@@ -544,10 +619,18 @@ void st_close(st_dir *d) {
     free(d);
 }
 
-const char *st_path(const st_dir *d) { return d->path; }
-int st_n_tensors(const st_dir *d) { return d->n_tensors; }
-int st_has_prefix(const st_dir *d) { return d->has_prefix; }
-int st_n_shards(const st_dir *d) { return d->n_shards; }
+const char *st_path(const st_dir *d) {
+    return d->path;
+}
+int st_n_tensors(const st_dir *d) {
+    return d->n_tensors;
+}
+int st_has_prefix(const st_dir *d) {
+    return d->has_prefix;
+}
+int st_n_shards(const st_dir *d) {
+    return d->n_shards;
+}
 
 const st_tensor *st_tensor_at(const st_dir *d, int i) {
     K3_ASSERT(i >= 0 && i < d->n_tensors);
@@ -556,7 +639,8 @@ const st_tensor *st_tensor_at(const st_dir *d, int i) {
 
 const st_tensor *st_find(const st_dir *d, const char *name) {
     st_tensor key = {.name = strip_prefix(name)};
-    if (!d->n_tensors) return NULL;
+    if (!d->n_tensors)
+        return NULL;
     return bsearch(&key, d->tensors, (size_t)d->n_tensors, sizeof key, cmp_tensor_name);
 }
 
@@ -582,25 +666,29 @@ int st_shard_fd(const st_dir *d, int shard) {
 
 int64_t st_numel(const st_tensor *t) {
     int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
     return n;
 }
 
 k3_status st_read_at(const st_dir *d, int shard, void *dst, uint64_t n, uint64_t off) {
     K3_ASSERT(shard >= 0 && shard < d->n_shards);
     const st_shard *s = &d->shards[shard];
-    if (s->fd < 0) return k3_err(K3_ERR_IO, "%s: shard was never opened (vision only)", s->name);
+    if (s->fd < 0)
+        return k3_err(K3_ERR_IO, "%s: shard was never opened (vision only)", s->name);
     return pread_all(s->fd, s->path, dst, n, off);
 }
 
 k3_status st_read(const st_dir *d, const st_tensor *t, void *dst) {
     k3_status st = st_read_at(d, t->shard, dst, t->nbytes, t->offset);
-    if (st) k3_err_prefix("tensor '%s'", t->name);
+    if (st)
+        k3_err_prefix("tensor '%s'", t->name);
     return st;
 }
 
 k3_status st_read_f32(const st_dir *d, const st_tensor *t, float *dst) {
-    if (t->dtype == ST_F32) return st_read(d, t, dst);
+    if (t->dtype == ST_F32)
+        return st_read(d, t, dst);
     return st_read_f32_part(d, t, 0, st_numel(t), dst);
 }
 
@@ -609,7 +697,8 @@ k3_status st_read_f32_part(const st_dir *d, const st_tensor *t, int64_t first, i
     K3_ASSERT(first >= 0 && count >= 0 && (uint64_t)(first + count) * es <= t->nbytes);
     if (t->dtype == ST_F32) {
         k3_status st = st_read_at(d, t->shard, dst, (uint64_t)count * 4, t->offset + (uint64_t)first * 4);
-        if (st) k3_err_prefix("tensor '%s'", t->name);
+        if (st)
+            k3_err_prefix("tensor '%s'", t->name);
         return st;
     }
     if (t->dtype != ST_F16 && t->dtype != ST_BF16 && t->dtype != ST_F64)
@@ -618,7 +707,8 @@ k3_status st_read_f32_part(const st_dir *d, const st_tensor *t, int64_t first, i
     /* convert in chunks through a bounce buffer (no second copy of a big tensor) */
     enum { CHUNK = 1 << 16 };
     unsigned char *buf = k3_malloc(CHUNK * 8);
-    if (!buf) return k3_err(K3_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+    if (!buf)
+        return k3_err(K3_ERR_NOMEM, "tensor '%s': out of memory", t->name);
     uint64_t  numel = (uint64_t)count, base = t->offset + (uint64_t)first * es;
     k3_status st = K3_OK;
     for (uint64_t i0 = 0; i0 < numel; i0 += CHUNK) {
@@ -635,7 +725,7 @@ k3_status st_read_f32_part(const st_dir *d, const st_tensor *t, int64_t first, i
                 o[i] = (float)v;
             } else {
                 uint16_t h = (uint16_t)(buf[i * 2] | buf[i * 2 + 1] << 8);
-                o[i] = t->dtype == ST_BF16 ? k3_bf16_to_f32(h) : k3_f16_to_f32(h);
+                o[i]       = t->dtype == ST_BF16 ? k3_bf16_to_f32(h) : k3_f16_to_f32(h);
             }
         }
     }
@@ -650,11 +740,13 @@ int st_shard_opened(const st_dir *d, int shard) {
 
 k3_status st_map(st_dir *d, const st_tensor *t, const void **out) {
     st_shard *s = &d->shards[t->shard];
-    *out = NULL;
-    if (s->fd < 0) return k3_err(K3_ERR_IO, "%s: shard was never opened (vision only)", s->name);
+    *out        = NULL;
+    if (s->fd < 0)
+        return k3_err(K3_ERR_IO, "%s: shard was never opened (vision only)", s->name);
     if (!s->map) {
         void *m = mmap(NULL, (size_t)s->size, PROT_READ, MAP_SHARED, s->fd, 0);
-        if (m == MAP_FAILED) return k3_err(K3_ERR_IO, "%s: mmap failed: %s", s->name, strerror(errno));
+        if (m == MAP_FAILED)
+            return k3_err(K3_ERR_IO, "%s: mmap failed: %s", s->name, strerror(errno));
         s->map = m;
     }
     *out = (const unsigned char *)s->map + t->offset;

@@ -13,7 +13,16 @@
 #include <stdint.h>
 
 typedef enum st_dtype {
-    ST_F64, ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_I16, ST_I8, ST_U8, ST_BOOL,
+    ST_F64,
+    ST_F32,
+    ST_F16,
+    ST_BF16,
+    ST_I64,
+    ST_I32,
+    ST_I16,
+    ST_I8,
+    ST_U8,
+    ST_BOOL,
     ST_DTYPE_COUNT
 } st_dtype;
 
@@ -23,12 +32,12 @@ const char *st_dtype_name(st_dtype t);
 #define ST_MAX_DIMS 8
 
 typedef struct st_tensor {
-    const char *name;          /* without "language_model." prefix                 */
+    const char *name; /* without "language_model." prefix                 */
     st_dtype    dtype;
     int         ndim;
     int64_t     shape[ST_MAX_DIMS];
-    int         shard;         /* index into the directory's shard list            */
-    uint64_t    offset;        /* absolute byte offset of the data in the shard     */
+    int         shard;  /* index into the directory's shard list            */
+    uint64_t    offset; /* absolute byte offset of the data in the shard     */
     uint64_t    nbytes;
 } st_tensor;
 
@@ -37,16 +46,16 @@ typedef struct st_dir st_dir;
 k3_status st_open(const char *dir, st_dir **out);
 void      st_close(st_dir *d);
 
-const char      *st_path(const st_dir *d);                 /* the directory            */
+const char      *st_path(const st_dir *d); /* the directory            */
 int              st_n_tensors(const st_dir *d);
 const st_tensor *st_tensor_at(const st_dir *d, int i);
 const st_tensor *st_find(const st_dir *d, const char *name); /* NULL if absent          */
-int              st_has_prefix(const st_dir *d);           /* names carried language_model. */
+int              st_has_prefix(const st_dir *d);             /* names carried language_model. */
 
 int         st_n_shards(const st_dir *d);
-const char *st_shard_path(const st_dir *d, int shard);     /* full path                */
+const char *st_shard_path(const st_dir *d, int shard); /* full path                */
 uint64_t    st_shard_size(const st_dir *d, int shard);
-int         st_shard_fd(const st_dir *d, int shard);       /* -1 for never-opened shards */
+int         st_shard_fd(const st_dir *d, int shard); /* -1 for never-opened shards */
 
 /* Raw bytes of the whole tensor into dst (t->nbytes). Positioned reads; errors name the file. */
 k3_status st_read(const st_dir *d, const st_tensor *t, void *dst);
@@ -57,8 +66,8 @@ k3_status st_read_f32_part(const st_dir *d, const st_tensor *t, int64_t first, i
 int64_t   st_numel(const st_tensor *t);
 
 /* ---- additions (loader) ---- */
-const char *st_shard_name(const st_dir *d, int shard);    /* file name as in the index  */
-int         st_shard_opened(const st_dir *d, int shard);  /* 0 for vision-only shards   */
+const char *st_shard_name(const st_dir *d, int shard);   /* file name as in the index  */
+int         st_shard_opened(const st_dir *d, int shard); /* 0 for vision-only shards   */
 /* Raw bytes [off, off+n) of a shard (absolute offsets, e.g. one expert's six tensors at once).
  * Positioned reads: safe from any thread. */
 k3_status st_read_at(const st_dir *d, int shard, void *dst, uint64_t n, uint64_t off);

@@ -130,10 +130,18 @@ enum tt_dim {
 enum tt_scope { TT_S_ROOT, TT_S_MODEL, TT_S_LAYER, TT_S_KDA, TT_S_MLA, TT_S_DENSE, TT_S_MOE, TT_S_EXPERT };
 
 enum tt_kind {
-    TT_K_BITS, TT_K_MLA, TT_K_KVB, TT_K_HEAD, TT_K_F32, /* matrices               */
-    TT_K_EMBED,                                         /* as stored              */
-    TT_K_VEC, TT_K_MIX, TT_K_MIXP, TT_K_ALOG,           /* f32 vectors            */
-    TT_K_PACK, TT_K_SCALE                               /* routed experts (MXFP4) */
+    TT_K_BITS,
+    TT_K_MLA,
+    TT_K_KVB,
+    TT_K_HEAD,
+    TT_K_F32,   /* matrices               */
+    TT_K_EMBED, /* as stored              */
+    TT_K_VEC,
+    TT_K_MIX,
+    TT_K_MIXP,
+    TT_K_ALOG, /* f32 vectors            */
+    TT_K_PACK,
+    TT_K_SCALE /* routed experts (MXFP4) */
 };
 
 /* The release's dtype of a row. */
@@ -153,7 +161,7 @@ typedef struct tt_shape {
 } tt_shape;
 
 typedef struct tt_row {
-    const char   *name;             /* after the scope's prefix                       */
+    const char   *name; /* after the scope's prefix                       */
     unsigned char scope, kind, dtype;
     signed char   shape[4], alt[4]; /* n (as tt_shape), then up to three enum tt_dim  */
 } tt_row;

@@ -41,7 +41,9 @@ AVX2 static inline float hsum8(__m256 v) {
 }
 
 /* 8 int8 (low 8 bytes of b) -> 8 floats */
-AVX2 static inline __m256 i8x8_ps(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
+AVX2 static inline __m256 i8x8_ps(__m128i b) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
 
 /* 32 int8 in natural column order (as two 16-byte halves) dotted with x[32], into a and b. */
 AVX2 static inline void dot32_ps(__m128i lo, __m128i hi, const float *x, __m256 *a, __m256 *b) {
@@ -64,7 +66,7 @@ AVX2 static inline void nib32_i8(__m128i b, __m128i lut, __m128i *lo, __m128i *h
 
 AVX2 static float row_f32(const float *w, const float *x, int n) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int    c  = 0;
+    int    c = 0;
     for (; c + 32 <= n; c += 32) {
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c), _mm256_loadu_ps(x + c), a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + c + 8), _mm256_loadu_ps(x + c + 8), a1);
@@ -83,8 +85,8 @@ AVX2 static float row_i8(const int8_t *w, const float *x, int n) {
     __m256 a = _mm256_setzero_ps(), b = a;
     int    c = 0;
     for (; c + 32 <= n; c += 32)
-        dot32_ps(_mm_loadu_si128((const __m128i *)(w + c)),
-                 _mm_loadu_si128((const __m128i *)(w + c + 16)), x + c, &a, &b);
+        dot32_ps(_mm_loadu_si128((const __m128i *)(w + c)), _mm_loadu_si128((const __m128i *)(w + c + 16)),
+                 x + c, &a, &b);
     for (; c + 8 <= n; c += 8)
         a = _mm256_fmadd_ps(i8x8_ps(_mm_loadl_epi64((const __m128i *)(w + c))), _mm256_loadu_ps(x + c), a);
     float acc = hsum8(_mm256_add_ps(a, b));
@@ -95,8 +97,7 @@ AVX2 static float row_i8(const int8_t *w, const float *x, int n) {
 
 /* Groups of 32 nibble-coded columns: w packed row, sc(g) the scale of group g (of 32), lut the
  * nibble table. ng32 full groups; columns past 32*ng32 handled by the caller. */
-AVX2 static __m256 rows_nib(const uint8_t *w, const float *x, int ng32, __m128i lut,
-                            const float *gscale) {
+AVX2 static __m256 rows_nib(const uint8_t *w, const float *x, int ng32, __m128i lut, const float *gscale) {
     __m256 acc = _mm256_setzero_ps();
     for (int g = 0; g < ng32; g++) {
         __m128i lo, hi;
@@ -116,7 +117,7 @@ AVX2 static float row_i4(const uint8_t *w, const float *s, const float *x, int n
     /* scale per 32-group is s[g/2]: run one 64-group (two 32-groups) at a time */
     for (int g = 0; g + 2 <= full; g += 2) {
         gs[0] = gs[1] = s[g / 2];
-        acc = _mm256_add_ps(acc, rows_nib(w + g * 16, x + g * 32, 2, lut, gs));
+        acc           = _mm256_add_ps(acc, rows_nib(w + g * 16, x + g * 32, 2, lut, gs));
     }
     float sum = hsum8(acc);
     for (int c = (full & ~1) * 32; c < n; c += Q_I4_GROUP) { /* partial 64-group: scalar */
@@ -148,8 +149,12 @@ AVX2 void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1
     const int n = m->cols;
     for (int r = r0; r < r1; r++) {
         switch (m->type) {
-        case Q_F32: y[r] = row_f32((const float *)m->w + (size_t)r * n, x, n); break;
-        case Q_I8: y[r] = row_i8((const int8_t *)m->w + (size_t)r * n, x, n) * m->s[r]; break;
+        case Q_F32:
+            y[r] = row_f32((const float *)m->w + (size_t)r * n, x, n);
+            break;
+        case Q_I8:
+            y[r] = row_i8((const int8_t *)m->w + (size_t)r * n, x, n) * m->s[r];
+            break;
         case Q_I4:
             y[r] = row_i4((const uint8_t *)m->w + (size_t)r * ((n + 1) / 2),
                           m->s + (size_t)r * ((n + Q_I4_GROUP - 1) / Q_I4_GROUP), x, n);
@@ -158,7 +163,8 @@ AVX2 void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1
             y[r] = row_mxfp4((const uint8_t *)m->w + (size_t)r * (n / 2),
                              m->e + (size_t)r * (n / Q_MXFP4_GROUP), x, n);
             break;
-        default: K3_ASSERT(!"unknown qmat type");
+        default:
+            K3_ASSERT(!"unknown qmat type");
         }
     }
 }
@@ -166,7 +172,9 @@ AVX2 void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1
 /* ==== IDOT ================================================================================== */
 
 /* The canonical reduction: A + B lane-wise, then the hsum8 tree. */
-AVX2 static inline float idot_sum(__m256 A, __m256 B) { return hsum8(_mm256_add_ps(A, B)); }
+AVX2 static inline float idot_sum(__m256 A, __m256 B) {
+    return hsum8(_mm256_add_ps(A, B));
+}
 
 /* The integer part of a step, per ISA. AVX2: Q_I8 does the signed x signed dot without VNNI
  * with |w| (sign_epi8(w, w)) as the unsigned operand of maddubs and sign_epi8(x, w) as the
@@ -188,7 +196,8 @@ VNNI static inline __m256i i8_isum_vnni(__m256i w, __m256i x) {
 AVX2 static inline __m256i nib_isum_avx2(__m256i lo, __m256i hi, const int8_t *xq, const int32_t *nsxo) {
     __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq)),
                                  _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32))));
-    return _mm256_add_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)), _mm256_loadu_si256((const __m256i *)nsxo));
+    return _mm256_add_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)),
+                            _mm256_loadu_si256((const __m256i *)nsxo));
 }
 VNNI static inline __m256i nib_isum_vnni(__m256i lo, __m256i hi, const int8_t *xq, const int32_t *nsxo) {
     __m256i s = _mm256_dpbusd_avx_epi32(_mm256_loadu_si256((const __m256i *)nsxo), lo,
@@ -225,8 +234,8 @@ AVX2 static inline __m256 e8m0_half8(const uint8_t *e) {
 
 /* The row kernels, once per ISA (kern-idot.inc is a template: KN(name) appends the ISA). */
 #define KCAT2(a, b) a##b
-#define KCAT(a, b)  KCAT2(a, b)
-#define KN(name)    KCAT(name, KSFX)
+#define KCAT(a, b) KCAT2(a, b)
+#define KN(name) KCAT(name, KSFX)
 
 #define KSFX _avx2
 #define KTGT AVX2

@@ -29,7 +29,7 @@
 #if KERN_BUILD_AVX512
 #include <immintrin.h>
 
-#define Z      __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
+#define Z __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
 #define INLINE __attribute__((always_inline)) inline
 
 static inline void pf_ahead(const void *p, int pf) {
@@ -46,7 +46,9 @@ Z static inline float sum16(__m512 acc) {
 }
 
 /* Mask of the first n (0..64) bytes. */
-static inline __mmask64 bytes_mask(size_t n) { return n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1; }
+static inline __mmask64 bytes_mask(size_t n) {
+    return n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+}
 
 /* One double step of a column: acc += cvt(isum) * dv; only the even half when half. */
 Z static INLINE __m512 fma_step(__m512i isum, __m512 dv, __m512 acc, int half) {
@@ -60,7 +62,7 @@ Z static INLINE __m512 fma_step(__m512i isum, __m512 dv, __m512 acc, int half) {
  * (row, column) still does exactly its own canonical steps. rb and cb are compile-time
  * constants at every call (tile_* are always inlined into one function per shape). */
 #define RB_MAX 4
-#define CB_I8  4 /* Q_I8: 16 accumulators + 4 weight codes */
+#define CB_I8 4  /* Q_I8: 16 accumulators + 4 weight codes */
 #define CB_NIB 3 /* nibble types: 12 accumulators + 8 weight codes + 4 scales */
 
 /* K blocking (matmul): a tile call covers the whole double steps [k0, k1) of its rows (64 weight
@@ -73,13 +75,15 @@ typedef struct kspan {
 } kspan;
 
 /* acc[i][c] = 0 at the first K block, else the lanes stored by the previous one */
-#define TILE_INIT(acc, rb, cb, ks)                                                                             \
-    _Pragma("GCC unroll 4") for (int i = 0; i < (rb); i++) _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++) \
-        acc[i][c] = (ks)->k0 ? (ks)->ab[i * KERN_NC512 + c] : _mm512_setzero_ps()
+#define TILE_INIT(acc, rb, cb, ks)                                                                           \
+    _Pragma("GCC unroll 4") for (int i = 0; i < (rb); i++)                                                   \
+        _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++) acc[i][c] =                                   \
+            (ks)->k0 ? (ks)->ab[i * KERN_NC512 + c] : _mm512_setzero_ps()
 /* store the lanes for the next K block */
-#define TILE_KEEP(acc, rb, cb, ks)                                                                             \
-    _Pragma("GCC unroll 4") for (int i = 0; i < (rb); i++) _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++) \
-        (ks)->ab[i * KERN_NC512 + c] = acc[i][c]
+#define TILE_KEEP(acc, rb, cb, ks)                                                                           \
+    _Pragma("GCC unroll 4") for (int i = 0; i < (rb); i++)                                                   \
+        _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++)(ks)                                           \
+            ->ab[i * KERN_NC512 + c] = acc[i][c]
 
 // (kept as written: clang-format 14 aligns a leading #pragma with the declarations after it)
 // clang-format off
@@ -179,10 +183,11 @@ Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *
 }
 
 /* Rows r .. r+rb-1 of a Q_I4 (mx = 0) or Q_MXFP4 (mx = 1) matrix for cb columns. */
-Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, int cb, float *const *y, int r,
-                              int pf, const kspan *ks) {
-    const __m512i  lut = mx ? _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0))
-                            : _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, int cb, float *const *y,
+                              int r, int pf, const kspan *ks) {
+    const __m512i lut =
+        mx ? _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0))
+           : _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     const int      n = m->cols, np = (n + 63) / 64, ng = mx ? n / 32 : 0, sr = mx ? n / 32 : (n + 63) / 64;
     const size_t   rb_bytes = mx ? (size_t)n / 2 : (size_t)(n + 1) / 2;
     const uint8_t *w[RB_MAX], *e[RB_MAX];
@@ -216,7 +221,8 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
             nib_codes512(_mm512_maskz_loadu_epi8(k, w[i] + p * 32), lut, &lo[i], &hi[i]);
-            sv[i] = mx ? e8m0_half16(e[i] + 2 * p, ng - 2 * p < 4 ? ng - 2 * p : 4) : two8(s[i][p], two ? s[i][p + 1] : 0.0f);
+            sv[i] = mx ? e8m0_half16(e[i] + 2 * p, ng - 2 * p < 4 ? ng - 2 * p : 4)
+                       : two8(s[i][p], two ? s[i][p + 1] : 0.0f);
         }
         nib_tile_step(lo, hi, sv, a, rb, cb, p, !two, acc);
     }
@@ -228,18 +234,20 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
 }
 
 /* One function per (type, rows, columns) shape of a tile, so rb and cb are constants. */
-#define TILE_FN(name, call) \
-    Z static void name(const qmat *m, const kern_act *a, float *const *y, int r, int pf, const kspan *ks) { call; }
-#define TILE_FNS(rb)                                                               \
-    TILE_FN(i8_##rb##x1, i8_tile(m, a, rb, 1, y, r, pf, ks))                            \
-    TILE_FN(i8_##rb##x2, i8_tile(m, a, rb, 2, y, r, pf, ks))                            \
-    TILE_FN(i8_##rb##x3, i8_tile(m, a, rb, 3, y, r, pf, ks))                            \
-    TILE_FN(i8_##rb##x4, i8_tile(m, a, rb, 4, y, r, pf, ks))                            \
-    TILE_FN(i4_##rb##x1, nib_tile(m, a, 0, rb, 1, y, r, pf, ks))                        \
-    TILE_FN(i4_##rb##x2, nib_tile(m, a, 0, rb, 2, y, r, pf, ks))                        \
-    TILE_FN(i4_##rb##x3, nib_tile(m, a, 0, rb, 3, y, r, pf, ks))                        \
-    TILE_FN(mx_##rb##x1, nib_tile(m, a, 1, rb, 1, y, r, pf, ks))                        \
-    TILE_FN(mx_##rb##x2, nib_tile(m, a, 1, rb, 2, y, r, pf, ks))                        \
+#define TILE_FN(name, call)                                                                                  \
+    Z static void name(const qmat *m, const kern_act *a, float *const *y, int r, int pf, const kspan *ks) {  \
+        call;                                                                                                \
+    }
+#define TILE_FNS(rb)                                                                                         \
+    TILE_FN(i8_##rb##x1, i8_tile(m, a, rb, 1, y, r, pf, ks))                                                 \
+    TILE_FN(i8_##rb##x2, i8_tile(m, a, rb, 2, y, r, pf, ks))                                                 \
+    TILE_FN(i8_##rb##x3, i8_tile(m, a, rb, 3, y, r, pf, ks))                                                 \
+    TILE_FN(i8_##rb##x4, i8_tile(m, a, rb, 4, y, r, pf, ks))                                                 \
+    TILE_FN(i4_##rb##x1, nib_tile(m, a, 0, rb, 1, y, r, pf, ks))                                             \
+    TILE_FN(i4_##rb##x2, nib_tile(m, a, 0, rb, 2, y, r, pf, ks))                                             \
+    TILE_FN(i4_##rb##x3, nib_tile(m, a, 0, rb, 3, y, r, pf, ks))                                             \
+    TILE_FN(mx_##rb##x1, nib_tile(m, a, 1, rb, 1, y, r, pf, ks))                                             \
+    TILE_FN(mx_##rb##x2, nib_tile(m, a, 1, rb, 2, y, r, pf, ks))                                             \
     TILE_FN(mx_##rb##x3, nib_tile(m, a, 1, rb, 3, y, r, pf, ks))
 TILE_FNS(1)
 TILE_FNS(4)
@@ -255,7 +263,7 @@ typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int
  * L2 again. Measured (BENCHMARKS.md, int8 matmul32): no blocking 135 GOPS, 8 steps 168, 16
  * steps 198; nibble formats about even at 16, slower at 8. A matvec (nc == 1) runs each row in
  * one pass: its one activation column stays in L1 anyway. */
-#define RS_ROWS  16
+#define RS_ROWS 16
 
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
     /* [type][rb == 4][cb - 1] */
@@ -269,8 +277,10 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
     const int t = m->type == Q_I8 ? 0 : m->type == Q_I4 ? 1 : 2, cbmax = t ? CB_NIB : CB_I8;
     const int pf = kern_prefetch_bytes();
     /* whole double steps of a row: 64 weight bytes each */
-    const int nfull = (int)(t == 0 ? (size_t)m->cols / 64 : t == 1 ? (size_t)(m->cols + 1) / 2 / 64 : (size_t)m->cols / 2 / 64);
-    const int kbs   = kern_kblock_steps(), kb = nc > 1 && kbs ? kbs : nfull;
+    const int nfull = (int)(t == 0   ? (size_t)m->cols / 64
+                            : t == 1 ? (size_t)(m->cols + 1) / 2 / 64
+                                     : (size_t)m->cols / 2 / 64);
+    const int kbs = kern_kblock_steps(), kb = nc > 1 && kbs ? kbs : nfull;
     __m512    ab[RS_ROWS * KERN_NC512];
     for (int rs = r0; rs < r1; rs += RS_ROWS) {
         const int re = r1 - rs < RS_ROWS ? r1 : rs + RS_ROWS;
@@ -285,7 +295,8 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
                 }
                 r += four ? RB_MAX : 1;
             }
-            if (ks.k1 >= nfull) break;
+            if (ks.k1 >= nfull)
+                break;
         }
     }
 }
@@ -293,8 +304,8 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
 /* ---- activation quantizer (kern_act_quant_ref's twin: the same IEEE operations per element) - */
 
 Z void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d) {
-    const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), inf = _mm512_set1_ps(INFINITY);
-    const __m512 half = _mm512_set1_ps(0.5f), sgn = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
+    const __m512  absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), inf = _mm512_set1_ps(INFINITY);
+    const __m512  half = _mm512_set1_ps(0.5f), sgn = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
     const __m512i hi = _mm512_set1_epi32(127), lo = _mm512_set1_epi32(-127);
     for (int g = 0; g < ng; g++) {
         const int c0 = g * Q_IDOT_GROUP, len = cols - c0 < Q_IDOT_GROUP ? cols - c0 : Q_IDOT_GROUP;
@@ -307,7 +318,8 @@ Z void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float 
         const __m512    x0 = _mm512_maskz_loadu_ps(k0, x + c0), x1 = _mm512_maskz_loadu_ps(k1, x + c0 + 16);
         const __m512    a0 = _mm512_and_ps(x0, absm), a1 = _mm512_and_ps(x1, absm);
         /* finite: |x| < inf (false for NaN); masked-off lanes are 0, finite */
-        const int   bad  = (_mm512_cmp_ps_mask(a0, inf, _CMP_LT_OQ) & _mm512_cmp_ps_mask(a1, inf, _CMP_LT_OQ)) != 0xFFFF;
+        const int bad =
+            (_mm512_cmp_ps_mask(a0, inf, _CMP_LT_OQ) & _mm512_cmp_ps_mask(a1, inf, _CMP_LT_OQ)) != 0xFFFF;
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
         if (bad || amax == 0.0f) {
             d[g] = bad ? NAN : 0.0f;
@@ -318,8 +330,8 @@ Z void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float 
         const __m512 v0 = _mm512_mul_ps(x0, inv), v1 = _mm512_mul_ps(x1, inv);
         __m512i      q0 = _mm512_cvttps_epi32(_mm512_add_ps(v0, _mm512_or_ps(half, _mm512_and_ps(v0, sgn))));
         __m512i      q1 = _mm512_cvttps_epi32(_mm512_add_ps(v1, _mm512_or_ps(half, _mm512_and_ps(v1, sgn))));
-        q0 = _mm512_max_epi32(_mm512_min_epi32(q0, hi), lo);
-        q1 = _mm512_max_epi32(_mm512_min_epi32(q1, hi), lo);
+        q0              = _mm512_max_epi32(_mm512_min_epi32(q0, hi), lo);
+        q1              = _mm512_max_epi32(_mm512_min_epi32(q1, hi), lo);
         _mm_mask_storeu_epi8(q + c0, k0, _mm512_cvtepi32_epi8(q0));
         _mm_mask_storeu_epi8(q + c0 + 16, k1, _mm512_cvtepi32_epi8(q1));
         d[g] = amax / 127.0f;

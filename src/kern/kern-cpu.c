@@ -35,9 +35,18 @@
 #include <cpuid.h>
 
 enum {
-    F_AVX2 = 1 << 0, F_FMA = 1 << 1, F_OS_YMM = 1 << 2, F_AVXVNNI = 1 << 3, F_AVX512F = 1 << 4,
-    F_AVX512BW = 1 << 5, F_AVX512VL = 1 << 6, F_AVX512VNNI = 1 << 7, F_OS_ZMM = 1 << 8,
-    F_AMX_TILE = 1 << 9, F_AMX_INT8 = 1 << 10, F_OS_TILE = 1 << 11,
+    F_AVX2       = 1 << 0,
+    F_FMA        = 1 << 1,
+    F_OS_YMM     = 1 << 2,
+    F_AVXVNNI    = 1 << 3,
+    F_AVX512F    = 1 << 4,
+    F_AVX512BW   = 1 << 5,
+    F_AVX512VL   = 1 << 6,
+    F_AVX512VNNI = 1 << 7,
+    F_OS_ZMM     = 1 << 8,
+    F_AMX_TILE   = 1 << 9,
+    F_AMX_INT8   = 1 << 10,
+    F_OS_TILE    = 1 << 11,
 };
 
 static unsigned cpu_features(void) {
@@ -80,9 +89,23 @@ static unsigned cpu_features(void) {
     return f;
 }
 #else
-enum { F_AVX2 = 1, F_FMA = 2, F_OS_YMM = 4, F_AVXVNNI = 8, F_AVX512F = 16, F_AVX512BW = 32, F_AVX512VL = 64,
-       F_AVX512VNNI = 128, F_OS_ZMM = 256, F_AMX_TILE = 512, F_AMX_INT8 = 1024, F_OS_TILE = 2048 };
-static unsigned cpu_features(void) { return 0; }
+enum {
+    F_AVX2       = 1,
+    F_FMA        = 2,
+    F_OS_YMM     = 4,
+    F_AVXVNNI    = 8,
+    F_AVX512F    = 16,
+    F_AVX512BW   = 32,
+    F_AVX512VL   = 64,
+    F_AVX512VNNI = 128,
+    F_OS_ZMM     = 256,
+    F_AMX_TILE   = 512,
+    F_AMX_INT8   = 1024,
+    F_OS_TILE    = 2048
+};
+static unsigned cpu_features(void) {
+    return 0;
+}
 #endif
 
 /* What each level needs, in the order the message names a missing one. */
@@ -108,11 +131,16 @@ static unsigned isa_needs(int isa) {
     const unsigned avx2 = F_AVX2 | F_FMA | F_OS_YMM;
     const unsigned z    = avx2 | F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VNNI | F_OS_ZMM;
     switch (isa) {
-    case KERN_SCALAR: return 0;
-    case KERN_AVX2: return avx2;
-    case KERN_AVX2_VNNI: return avx2 | F_AVXVNNI;
-    case KERN_AVX512: return z;
-    case KERN_AMX: return z | F_AMX_TILE | F_AMX_INT8 | F_OS_TILE;
+    case KERN_SCALAR:
+        return 0;
+    case KERN_AVX2:
+        return avx2;
+    case KERN_AVX2_VNNI:
+        return avx2 | F_AVXVNNI;
+    case KERN_AVX512:
+        return z;
+    case KERN_AMX:
+        return z | F_AMX_TILE | F_AMX_INT8 | F_OS_TILE;
     }
     return ~0u;
 }
@@ -141,18 +169,26 @@ int kern_isa_ok(int isa, char *why, size_t n) {
     }
     if (isa == KERN_AMX && !KERN_BUILD_AMX && !emu) {
         if (why)
-            snprintf(why, n, "this build has no AMX-INT8 tile kernels (its compiler lacks the AMX "
-                             "intrinsics)");
+            snprintf(why, n,
+                     "this build has no AMX-INT8 tile kernels (its compiler lacks the AMX "
+                     "intrinsics)");
         return 0;
     }
     return 1;
 }
 
-int kern_cpu_avx2(void) { return kern_isa_ok(KERN_AVX2, NULL, 0); }
-int kern_cpu_vnni(void) { return kern_isa_ok(KERN_AVX2_VNNI, NULL, 0); }
-int kern_cpu_avx512(void) { return kern_isa_ok(KERN_AVX512, NULL, 0); }
+int kern_cpu_avx2(void) {
+    return kern_isa_ok(KERN_AVX2, NULL, 0);
+}
+int kern_cpu_vnni(void) {
+    return kern_isa_ok(KERN_AVX2_VNNI, NULL, 0);
+}
+int kern_cpu_avx512(void) {
+    return kern_isa_ok(KERN_AVX512, NULL, 0);
+}
 
-static const char *const isa_names[KERN_N_ISA] = {"scalar", "avx2", "avx2+avx-vnni", "avx512-vnni", "amx-int8"};
+static const char *const isa_names[KERN_N_ISA] = {"scalar", "avx2", "avx2+avx-vnni", "avx512-vnni",
+                                                  "amx-int8"};
 
 const char *kern_isa_name(int isa) {
     if (isa == KERN_AMX && kern_amx_emulated())
@@ -175,7 +211,7 @@ int kern_amx_emulated(void) {
 
 #define ARCH_GET_XCOMP_PERM_ 0x1022 /* <asm/prctl.h>, Linux 5.16 */
 #define ARCH_REQ_XCOMP_PERM_ 0x1023
-#define XFEATURE_XTILEDATA_  18
+#define XFEATURE_XTILEDATA_ 18
 
 static atomic_int amx_perm; /* 0 not asked, 1 granted, -1 refused */
 static char       amx_why[160];
@@ -185,7 +221,7 @@ int kern_amx_permission(char *why, size_t n) {
     while (atomic_load(&amx_perm) == 0) {
         if (atomic_flag_test_and_set(&busy))
             continue; /* another thread is asking */
-        int         ok = 0;
+        int         ok   = 0;
         const char *deny = getenv("K3_AMX_DENY");
         if (deny && *deny && atoi(deny) != 0)
             snprintf(amx_why, sizeof amx_why, "refused by K3_AMX_DENY=%s (test hook)", deny);
@@ -217,7 +253,9 @@ int kern_amx_permission(char *why, size_t n) {
     return ok;
 }
 
-const char *k3_kernels(void) { return kern_isa_name(kern_isa()); }
+const char *k3_kernels(void) {
+    return kern_isa_name(kern_isa());
+}
 
 /* ==== selection ============================================================================= */
 
@@ -287,15 +325,17 @@ k3_status kern_isa_env(void) {
         return k3_err(K3_ERR_ARG, "K3_ISA='%s': expected scalar, avx2, avx512 or amx", getenv("K3_ISA"));
     char why[128];
     if (!kern_isa_ok(want, why, sizeof why))
-        return k3_err(K3_ERR_UNSUPPORTED, "K3_ISA=%s: %s; levels this machine runs: %s%s%s%s", getenv("K3_ISA"),
-                      why, "scalar", kern_isa_ok(KERN_AVX2, NULL, 0) ? ", avx2" : "",
+        return k3_err(K3_ERR_UNSUPPORTED, "K3_ISA=%s: %s; levels this machine runs: %s%s%s%s",
+                      getenv("K3_ISA"), why, "scalar", kern_isa_ok(KERN_AVX2, NULL, 0) ? ", avx2" : "",
                       kern_isa_ok(KERN_AVX512, NULL, 0) ? ", avx512" : "",
                       kern_isa_ok(KERN_AMX, NULL, 0) ? ", amx" : "");
     kern_set_isa(want); /* amx: a refused permission is a notice and avx512 */
     return K3_OK;
 }
 
-void kern_set_idot(int on) { atomic_store(&sel_idot, on != 0); }
+void kern_set_idot(int on) {
+    atomic_store(&sel_idot, on != 0);
+}
 
 int kern_idot(void) {
     int v = atomic_load(&sel_idot);
@@ -325,9 +365,13 @@ int kern_prefetch_bytes(void) {
 
 static _Atomic int rowsplit = -1;
 
-int kern_rows_dynamic(void) { return env_int_once(&rowsplit, "K3_ROWSPLIT", 0, 1); }
+int kern_rows_dynamic(void) {
+    return env_int_once(&rowsplit, "K3_ROWSPLIT", 0, 1);
+}
 
-void kern_set_rows_dynamic(int on) { atomic_store(&rowsplit, on != 0); }
+void kern_set_rows_dynamic(int on) {
+    atomic_store(&rowsplit, on != 0);
+}
 
 int kern_kblock_steps(void) {
     static _Atomic int kb = -1;

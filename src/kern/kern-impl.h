@@ -26,12 +26,12 @@
 typedef void (*kern_rows_fn)(const qmat *m, const float *x, float *y, int r0, int r1);
 /* IDOT activations of one column (layout above). np = pairs of 32-column groups. */
 typedef struct kern_act {
-    int8_t  *q;   /* Q_I8: [2*np][32] natural order; nibble types: [np][64] pair layout     */
-    int8_t  *q2;  /* nibble types: [(np+1)/2][128] quad layout for the AVX-512 twins: per two
-                     pairs p, p+1 the 32 even columns of p, of p+1, then the odd ones of p, p+1 */
-    float   *d;   /* [2*np] scale per group (0 for groups past cols)                       */
-    float   *d8;  /* [2*np][8] lane scales: nibble types [p][8] d[2p] in lanes 0-3, d[2p+1]
-                     in lanes 4-7; Q_I8 [g][8] d[g] in every lane; 0 past the last step      */
+    int8_t *q;     /* Q_I8: [2*np][32] natural order; nibble types: [np][64] pair layout     */
+    int8_t *q2;    /* nibble types: [(np+1)/2][128] quad layout for the AVX-512 twins: per two
+                      pairs p, p+1 the 32 even columns of p, of p+1, then the odd ones of p, p+1 */
+    float *d;      /* [2*np] scale per group (0 for groups past cols)                       */
+    float *d8;     /* [2*np][8] lane scales: nibble types [p][8] d[2p] in lanes 0-3, d[2p+1]
+                      in lanes 4-7; Q_I8 [g][8] d[g] in every lane; 0 past the last step      */
     int32_t *nsxo; /* [2*np][8] -o * (sum of q over lane j's columns) of each step: nibble types
                       o = 8 (Q_I4) or 12 (Q_MXFP4), the twins use unsigned codes w + o; Q_I8
                       o = 128, the AVX-512 twin uses w ^ 0x80 = w + 128; 0 past the last step */
@@ -43,8 +43,8 @@ void   kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a)
 /* The quantizer of kern_act_make: x[cols] -> int8 codes q[ng][32] in natural column order and
  * scales d[ng] (groups past cols: codes untouched, d 0; a non-finite x: d NaN, codes
  * untouched). The AVX-512 twin gives the same bytes and floats (the same IEEE operations). */
-void   kern_act_quant_ref(const float *x, int cols, int ng, int8_t *q, float *d);
-void   kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d);
+void kern_act_quant_ref(const float *x, int cols, int ng, int8_t *q, float *d);
+void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d);
 
 /* Rows [r0, r1) of y = W x on IDOT activations. Not for Q_F32. */
 typedef void (*kern_idot_fn)(const qmat *m, const kern_act *a, float *y, int r0, int r1);
@@ -82,7 +82,7 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
 
 /* 1 when this build has the AMX tile kernels for the hardware (the emulated ones need only
  * KERN_BUILD_AVX512): a compiler with the AMX intrinsics. */
-#if KERN_BUILD_AVX512 &&                                                                                  \
+#if KERN_BUILD_AVX512 &&                                                                                     \
     ((defined(__clang__) && __clang_major__ >= 16) || (!defined(__clang__) && __GNUC__ >= 11))
 #define KERN_BUILD_AMX 1
 #else
@@ -99,11 +99,11 @@ void kern_amx_matmul_emu(const qmat *m, const float *x, int n, float *y);
 void kern_amx_ref(const qmat *m, const float *x, int n, float *y);
 /* 1 when K3_AMX_EMU=1 (read once): the AMX level runs the emulated tile kernels, and counts as
  * present on a CPU with the AVX-512 level (tests of the dispatch on machines without AMX). */
-int  kern_amx_emulated(void);
+int kern_amx_emulated(void);
 /* Ask the kernel for the AMX tile state once per process (Linux: arch_prctl(
  * ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); 1 when granted, else 0 and why (when not NULL) says
  * what refused it. K3_AMX_DENY=1 makes it a refusal (a test hook for the fallback path). */
-int  kern_amx_permission(char *why, size_t n);
+int kern_amx_permission(char *why, size_t n);
 /* The integer weight of column c of row r, and the weight scale of group g (kern.c; the scalar
  * twins' decoding, shared with kern_amx_ref). */
 int   kern_idot_weight(const qmat *m, int r, int c);

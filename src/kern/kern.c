@@ -25,16 +25,20 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-const float  q_e2m1[8]          = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+const float  q_e2m1[8]         = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 const int8_t kern_mxfp4_i8[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 size_t q_wbytes(int type, int rows, int cols) {
     size_t r = (size_t)rows;
     switch (type) {
-    case Q_F32: return r * (size_t)cols * 4;
-    case Q_I8: return r * (size_t)cols;
-    case Q_I4: return r * (size_t)((cols + 1) / 2);
-    case Q_MXFP4: return r * (size_t)(cols / 2);
+    case Q_F32:
+        return r * (size_t)cols * 4;
+    case Q_I8:
+        return r * (size_t)cols;
+    case Q_I4:
+        return r * (size_t)((cols + 1) / 2);
+    case Q_MXFP4:
+        return r * (size_t)(cols / 2);
     }
     return 0;
 }
@@ -42,9 +46,12 @@ size_t q_wbytes(int type, int rows, int cols) {
 size_t q_sbytes(int type, int rows, int cols) {
     size_t r = (size_t)rows;
     switch (type) {
-    case Q_I8: return r * 4;
-    case Q_I4: return r * (size_t)((cols + Q_I4_GROUP - 1) / Q_I4_GROUP) * 4;
-    case Q_MXFP4: return r * (size_t)(cols / Q_MXFP4_GROUP);
+    case Q_I8:
+        return r * 4;
+    case Q_I4:
+        return r * (size_t)((cols + Q_I4_GROUP - 1) / Q_I4_GROUP) * 4;
+    case Q_MXFP4:
+        return r * (size_t)(cols / Q_MXFP4_GROUP);
     }
     return 0;
 }
@@ -97,7 +104,8 @@ static float row_dot(const qmat *m, int r, const float *x) {
         }
         break;
     }
-    default: K3_ASSERT(!"unknown qmat type");
+    default:
+        K3_ASSERT(!"unknown qmat type");
     }
     return acc;
 }
@@ -109,17 +117,20 @@ void kern_rows_ref(const qmat *m, const float *x, float *y, int r0, int r1) {
 
 /* ==== IDOT: activation quantization and the scalar reference =============================== */
 
-static size_t round32(size_t n) { return (n + 31) & ~(size_t)31; }
+static size_t round32(size_t n) {
+    return (n + 31) & ~(size_t)31;
+}
 
 size_t kern_act_bytes(int cols) {
     size_t np = (size_t)(cols + 63) / 64, np2 = (np + 1) & ~(size_t)1;
-    return np * 64 + np2 * 64 + round32(np * 2 * sizeof(float)) + np * 16 * sizeof(float) + np * 16 * sizeof(int32_t);
+    return np * 64 + np2 * 64 + round32(np * 2 * sizeof(float)) + np * 16 * sizeof(float) +
+           np * 16 * sizeof(int32_t);
 }
 
 void kern_act_quant_ref(const float *x, int cols, int ng, int8_t *q, float *d) {
     for (int g = 0; g < ng; g++) {
-        const int c0  = g * Q_IDOT_GROUP;
-        const int len = cols - c0 < Q_IDOT_GROUP ? cols - c0 : Q_IDOT_GROUP;
+        const int c0   = g * Q_IDOT_GROUP;
+        const int len  = cols - c0 < Q_IDOT_GROUP ? cols - c0 : Q_IDOT_GROUP;
         float     amax = 0.0f;
         int       bad  = 0;
         for (int c = 0; c < len; c++) {
@@ -134,7 +145,7 @@ void kern_act_quant_ref(const float *x, int cols, int ng, int8_t *q, float *d) {
          * |v| <= 127 (+ rounding) so the clamp only guards amax * inv > 127 */
         const float inv = 127.0f / amax;
         for (int c = c0; c < c0 + len; c++) {
-            float v = x[c] * inv;
+            float v  = x[c] * inv;
             int   qv = (int)(v + copysignf(0.5f, v));
             q[c]     = (int8_t)(qv > 127 ? 127 : qv < -127 ? -127 : qv);
         }
@@ -152,12 +163,12 @@ static int isum(const int8_t *q, int n) {
 
 void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
     const int np = (cols + 63) / 64, np2 = (np + 1) & ~1;
-    char     *p  = buf;
-    a->q         = (int8_t *)p;
-    a->q2        = a->q + (size_t)np * 64;
-    a->d         = (float *)(void *)(a->q2 + (size_t)np2 * 64);
-    a->d8        = (float *)(void *)((char *)a->d + round32((size_t)np * 2 * sizeof(float)));
-    a->nsxo      = (int32_t *)(void *)(a->d8 + (size_t)np * 16);
+    char     *p = buf;
+    a->q        = (int8_t *)p;
+    a->q2       = a->q + (size_t)np * 64;
+    a->d        = (float *)(void *)(a->q2 + (size_t)np2 * 64);
+    a->d8       = (float *)(void *)((char *)a->d + round32((size_t)np * 2 * sizeof(float)));
+    a->nsxo     = (int32_t *)(void *)(a->d8 + (size_t)np * 16);
     memset(a->q, 0, (size_t)(np + np2) * 64);
     memset(a->d8, 0, (size_t)np * 16 * (sizeof(float) + sizeof(int32_t)));
     /* codes in natural column order: Q_I8 keeps them there, nibble types pass through q2 */
@@ -210,7 +221,8 @@ static int act_pos(int type, int c) {
 static int idot_w(const qmat *m, int r, int c) {
     const int n = m->cols;
     switch (m->type) {
-    case Q_I8: return ((const int8_t *)m->w)[(size_t)r * n + c];
+    case Q_I8:
+        return ((const int8_t *)m->w)[(size_t)r * n + c];
     case Q_I4:
     case Q_MXFP4: {
         size_t  rb  = m->type == Q_I4 ? (size_t)(n + 1) / 2 : (size_t)n / 2;
@@ -226,8 +238,10 @@ static int idot_w(const qmat *m, int r, int c) {
 /* wscale(g) of the canonical order (kern-impl.h). */
 static float idot_wscale(const qmat *m, int r, int g) {
     switch (m->type) {
-    case Q_I4: return m->s[(size_t)r * ((m->cols + Q_I4_GROUP - 1) / Q_I4_GROUP) + g / 2];
-    case Q_MXFP4: return kern_e8m0_half(m->e[(size_t)r * (m->cols / Q_MXFP4_GROUP) + g]);
+    case Q_I4:
+        return m->s[(size_t)r * ((m->cols + Q_I4_GROUP - 1) / Q_I4_GROUP) + g / 2];
+    case Q_MXFP4:
+        return kern_e8m0_half(m->e[(size_t)r * (m->cols / Q_MXFP4_GROUP) + g]);
     }
     return 1.0f;
 }
@@ -245,7 +259,7 @@ void kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
                 int       isum = 0;
                 for (int c = c0; c < c0 + lane_cols && c < n; c++)
                     isum += idot_w(m, r, c) * a->q[act_pos(m->type, c)];
-                const float d = g >= ng ? 0.0f : i8 ? a->d[g] : idot_wscale(m, r, g) * a->d[g];
+                const float d  = g >= ng ? 0.0f : i8 ? a->d[g] : idot_wscale(m, r, g) * a->d[g];
                 acc[st & 1][j] = fmaf((float)isum, d, acc[st & 1][j]);
             }
         y[r] = i8 ? kern_sum8(acc[0], acc[1]) * m->s[r] : kern_sum8(acc[0], acc[1]);
@@ -274,10 +288,10 @@ typedef struct run_ctx {
 
 /* Rows [b0, b1) of every column. */
 static void run_block(const run_ctx *c, int b0, int b1) {
-    const qmat        *m = c->m;
+    const qmat        *m   = c->m;
     const int          isa = c->isa, avx2 = isa != KERN_SCALAR, n = c->n;
-    const kern_rows_fn fr  = avx2 ? kern_rows_avx2 : kern_rows_ref;
-    const kern_idot_fn fq  = isa >= KERN_AVX2_VNNI ? kern_idot_vnni : avx2 ? kern_idot_avx2 : kern_idot_ref;
+    const kern_rows_fn fr = avx2 ? kern_rows_avx2 : kern_rows_ref;
+    const kern_idot_fn fq = isa >= KERN_AVX2_VNNI ? kern_idot_vnni : avx2 ? kern_idot_avx2 : kern_idot_ref;
     void (*const fnc)(const qmat *, const kern_act *, float *const *, int, int) =
         isa >= KERN_AVX2_VNNI ? kern_idot_nc_vnni : kern_idot_nc_avx2;
     const kern_act *act = c->act;
@@ -315,8 +329,9 @@ static void run_block(const run_ctx *c, int b0, int b1) {
  * Rows go to the threads in blocks of br: by default thread ith takes the rows
  * [rows*ith/nth, rows*(ith+1)/nth) of each matrix; with K3_ROWSPLIT=1 each thread takes the
  * next free block (so a thread the machine slows down holds up only its current block). */
-static void run(const qmat *const *m, int k, const float *x, kern_act *act, char *qbuf, int n, float *const *y) {
-    const int dyn  = kern_rows_dynamic(), isa = kern_isa();
+static void run(const qmat *const *m, int k, const float *x, kern_act *act, char *qbuf, int n,
+                float *const *y) {
+    const int dyn = kern_rows_dynamic(), isa = kern_isa();
     long      work = 0;
     for (int i = 0; i < k; i++)
         work += (long)m[i]->rows * m[i]->cols * n;
@@ -330,12 +345,15 @@ static void run(const qmat *const *m, int k, const float *x, kern_act *act, char
 #pragma omp for schedule(static) nowait
             for (int t = 0; t < n; t++)
                 kern_act_make(m[0]->type, x + (size_t)t * cols, cols, qbuf + (size_t)t * ab, &act[t]);
-            if (!ith) prof_end(PROF_QUANT, t0); /* thread 0's share; the wait below is the matmul's */
+            if (!ith)
+                prof_end(PROF_QUANT, t0); /* thread 0's share; the wait below is the matmul's */
 #pragma omp barrier
         }
         for (int i = 0; i < k; i++) { /* no barrier between the matrices: each writes its own y */
-            const qmat   *mi = m[i];
-            const int     br = n > 1 ? block_rows(mi, 256u << 10) : dyn ? block_rows(mi, KERN_MV_BLOCK) : mi->rows;
+            const qmat   *mi  = m[i];
+            const int     br  = n > 1 ? block_rows(mi, 256u << 10)
+                                : dyn ? block_rows(mi, KERN_MV_BLOCK)
+                                      : mi->rows;
             const int     nbl = (mi->rows + br - 1) / br;
             const run_ctx c   = {mi, x, act, n, isa, y[i]};
             if (dyn) {
@@ -343,7 +361,8 @@ static void run(const qmat *const *m, int k, const float *x, kern_act *act, char
                 for (int bi = 0; bi < nbl; bi++)
                     run_block(&c, bi * br, bi + 1 < nbl ? (bi + 1) * br : mi->rows);
             } else {
-                const int r0 = (int)((long)mi->rows * ith / nth), r1 = (int)((long)mi->rows * (ith + 1) / nth);
+                const int r0 = (int)((long)mi->rows * ith / nth),
+                          r1 = (int)((long)mi->rows * (ith + 1) / nth);
                 for (int b0 = r0; b0 < r1; b0 += br)
                     run_block(&c, b0, r1 - b0 < br ? r1 : b0 + br);
             }
@@ -381,9 +400,13 @@ static void matmul(const qmat *const *m, int k, const float *x, int n, float *co
     free(buf);
 }
 
-void qmat_matvec(const qmat *m, const float *x, float *y) { matmul(&m, 1, x, 1, &y); }
+void qmat_matvec(const qmat *m, const float *x, float *y) {
+    matmul(&m, 1, x, 1, &y);
+}
 
-void qmat_matmul(const qmat *m, const float *x, int n, float *y) { matmul(&m, 1, x, n, &y); }
+void qmat_matmul(const qmat *m, const float *x, int n, float *y) {
+    matmul(&m, 1, x, n, &y);
+}
 
 void qmat_matmul_many(const qmat *const *m, int k, const float *x, int n, float *const *y) {
     K3_ASSERT(k >= 0);
@@ -392,5 +415,9 @@ void qmat_matmul_many(const qmat *const *m, int k, const float *x, int n, float 
     matmul(m, k, x, n, y);
 }
 
-int   kern_idot_weight(const qmat *m, int r, int c) { return idot_w(m, r, c); }
-float kern_idot_wscale(const qmat *m, int r, int g) { return idot_wscale(m, r, g); }
+int kern_idot_weight(const qmat *m, int r, int c) {
+    return idot_w(m, r, c);
+}
+float kern_idot_wscale(const qmat *m, int r, int g) {
+    return idot_wscale(m, r, g);
+}

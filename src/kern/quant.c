@@ -75,7 +75,7 @@ void q_quantize_row_i4(const float *x, int n, uint8_t *q, float *s) {
             int      col = g * Q_I4_GROUP + c;
             unsigned nib = (unsigned)(i4_code(xg[c], inv) + 8);
             uint8_t *b   = &q[col >> 1];
-            *b = (col & 1) ? (uint8_t)((*b & 0x0F) | (nib << 4)) : (uint8_t)((*b & 0xF0) | nib);
+            *b           = (col & 1) ? (uint8_t)((*b & 0x0F) | (nib << 4)) : (uint8_t)((*b & 0xF0) | nib);
         }
         s[g] = best_s;
     }
@@ -83,7 +83,9 @@ void q_quantize_row_i4(const float *x, int n, uint8_t *q, float *s) {
 
 /* ---- whole matrices ------------------------------------------------------------------------ */
 
-static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+static size_t round_up(size_t n, size_t a) {
+    return (n + a - 1) / a * a;
+}
 
 /* Allocate out's storage for type x rows x cols (quant.h). */
 k3_status qmat_alloc(qmat *out, int type, int rows, int cols) {
@@ -93,10 +95,9 @@ k3_status qmat_alloc(qmat *out, int type, int rows, int cols) {
     if (rows <= 0 || cols <= 0)
         return k3_err(K3_ERR_ARG, "qmat_quantize: shape %d x %d, expected positive", rows, cols);
     size_t wb = round_up(q_wbytes(type, rows, cols), 64), sb = q_sbytes(type, rows, cols);
-    char  *p  = k3_aligned_alloc(64, wb + sb);
+    char  *p = k3_aligned_alloc(64, wb + sb);
     if (!p)
-        return k3_err(K3_ERR_NOMEM, "qmat_quantize: %zu bytes for a %d x %d matrix", wb + sb, rows,
-                      cols);
+        return k3_err(K3_ERR_NOMEM, "qmat_quantize: %zu bytes for a %d x %d matrix", wb + sb, rows, cols);
     out->type = type;
     out->rows = rows;
     out->cols = cols;
@@ -112,8 +113,12 @@ static void quantize_row(qmat *m, int r, const float *src) {
     char     *w = m->own;
     float    *s = (float *)(uintptr_t)m->s; /* our own allocation: writable */
     switch (m->type) {
-    case Q_F32: memcpy(w + (size_t)r * n * 4, src, (size_t)n * 4); break;
-    case Q_I8: q_quantize_row_i8(src, n, (int8_t *)w + (size_t)r * n, s + r); break;
+    case Q_F32:
+        memcpy(w + (size_t)r * n * 4, src, (size_t)n * 4);
+        break;
+    case Q_I8:
+        q_quantize_row_i8(src, n, (int8_t *)w + (size_t)r * n, s + r);
+        break;
     case Q_I4:
         q_quantize_row_i4(src, n, (uint8_t *)w + (size_t)r * ((n + 1) / 2),
                           s + (size_t)r * ((n + Q_I4_GROUP - 1) / Q_I4_GROUP));
@@ -135,10 +140,10 @@ static int row_nonfinite(const float *x, int n) {
 static k3_status quantize_band(qmat *out, int r0, int n, const float *f32, const uint16_t *bf16) {
     const int cols  = out->cols;
     int       bad_r = -1, bad_c = -1, nomem = 0;
-#pragma omp parallel if ((long)n * cols > (1L << 18))
+#pragma omp        parallel if ((long)n * cols > (1L << 18))
     {
-        float *tmp = bf16 ? malloc((size_t)cols * sizeof(float)) : NULL;
-        if (bf16 && !tmp) {
+               float *tmp = bf16 ? malloc((size_t)cols * sizeof(float)) : NULL;
+               if (bf16 && !tmp) {
 #pragma omp atomic write
             nomem = 1;
         }
@@ -171,8 +176,7 @@ static k3_status quantize_band(qmat *out, int r0, int n, const float *f32, const
 }
 
 /* Shared driver: src is f32 (bf16 == NULL) or bf16 (f32 == NULL). */
-static k3_status quantize(qmat *out, int type, const float *f32, const uint16_t *bf16, int rows,
-                          int cols) {
+static k3_status quantize(qmat *out, int type, const float *f32, const uint16_t *bf16, int rows, int cols) {
     k3_status st = qmat_alloc(out, type, rows, cols);
     if (st == K3_OK && (st = quantize_band(out, 0, rows, f32, bf16)) != K3_OK)
         qmat_free(out);
@@ -202,7 +206,9 @@ void qmat_free(qmat *m) {
 void qmat_dequant_row(const qmat *m, int r, float *out) {
     const int n = m->cols;
     switch (m->type) {
-    case Q_F32: memcpy(out, (const float *)m->w + (size_t)r * n, (size_t)n * 4); break;
+    case Q_F32:
+        memcpy(out, (const float *)m->w + (size_t)r * n, (size_t)n * 4);
+        break;
     case Q_I8: {
         const int8_t *w = (const int8_t *)m->w + (size_t)r * n;
         for (int c = 0; c < n; c++)
@@ -228,6 +234,7 @@ void qmat_dequant_row(const qmat *m, int r, float *out) {
         }
         break;
     }
-    default: K3_ASSERT(!"unknown qmat type");
+    default:
+        K3_ASSERT(!"unknown qmat type");
     }
 }

@@ -39,15 +39,15 @@
 
 enum qtype { Q_F32 = 0, Q_I8 = 1, Q_I4 = 2, Q_MXFP4 = 3 };
 
-#define Q_I4_GROUP    64 /* columns per Q_I4 scale                          */
+#define Q_I4_GROUP 64    /* columns per Q_I4 scale                          */
 #define Q_MXFP4_GROUP 32 /* columns per Q_MXFP4 exponent (spec section 4)   */
-#define Q_IDOT_GROUP  32 /* columns per activation scale in the IDOT path   */
+#define Q_IDOT_GROUP 32  /* columns per activation scale in the IDOT path   */
 
 /* bits per weight of each format (scales included; Q_I8 per-row scale amortised away) */
-#define Q_BPW_F32   32.0
-#define Q_BPW_I8    8.0
-#define Q_BPW_I4    (4.0 + 32.0 / Q_I4_GROUP)    /* 4.5  */
-#define Q_BPW_MXFP4 (4.0 + 8.0 / Q_MXFP4_GROUP)  /* 4.25 */
+#define Q_BPW_F32 32.0
+#define Q_BPW_I8 8.0
+#define Q_BPW_I4 (4.0 + 32.0 / Q_I4_GROUP)      /* 4.5  */
+#define Q_BPW_MXFP4 (4.0 + 8.0 / Q_MXFP4_GROUP) /* 4.25 */
 
 static_assert(sizeof(float) == 4, "Q_F32 rows and all scales are 32-bit IEEE floats");
 static_assert(sizeof(int8_t) == 1 && sizeof(uint8_t) == 1, "byte layouts");
@@ -127,17 +127,17 @@ void qmat_matmul_many(const qmat *const *m, int k, const float *x, int n, float 
  * is never the default: its matmuls of 2+ columns round once per group of 32 (kern-amx.c). */
 enum kern_isa { KERN_SCALAR = 0, KERN_AVX2 = 1, KERN_AVX2_VNNI = 2, KERN_AVX512 = 3, KERN_AMX = 4 };
 #define KERN_N_ISA 5
-int  kern_isa(void);
+int kern_isa(void);
 /* Select isa, falling back to what the CPU has (AMX -> AVX-512 -> VNNI -> AVX2 -> scalar).
  * Returns the isa in use. */
-int  kern_set_isa(int isa);
+int kern_set_isa(int isa);
 /* 1 when this CPU and OS run isa; else 0 and why (when not NULL) names the missing feature. */
-int  kern_isa_ok(int isa, char *why, size_t n);
+int kern_isa_ok(int isa, char *why, size_t n);
 /* Short name of isa ("scalar", "avx2", "avx2+avx-vnni", "avx512-vnni", "amx-int8"). */
 const char *kern_isa_name(int isa);
 /* Check K3_ISA / K3_NOAVX2 / K3_NOVNNI and select the level they ask for: K3_ERR_ARG for an
  * unknown name, K3_ERR_UNSUPPORTED naming the missing CPU or OS feature for a level this
  * machine lacks (never an illegal instruction later). Called by k3_params_default. */
 k3_status kern_isa_env(void);
-int  kern_idot(void);
-void kern_set_idot(int on);
+int       kern_idot(void);
+void      kern_set_idot(int on);

@@ -44,34 +44,34 @@
 #include <string.h>
 #include <unistd.h>
 
-#define EX_ALIGN 4096u /* O_DIRECT offset, length and buffer alignment */
+#define EX_ALIGN 4096u           /* O_DIRECT offset, length and buffer alignment */
 #define EX_PARTS TT_EXPERT_PARTS /* w1, w3, w2 x (packed, scale): tensors.h */
 
 typedef struct ex_loc {
-    int      contig;              /* the six tensors are back to back in one shard     */
-    int      shard[EX_PARTS];     /* shard of each part                                */
-    uint64_t off, span;           /* contig: file offset and bytes of the six          */
-    uint64_t part_off[EX_PARTS];  /* file offset of each part                          */
+    int      contig;             /* the six tensors are back to back in one shard     */
+    int      shard[EX_PARTS];    /* shard of each part                                */
+    uint64_t off, span;          /* contig: file offset and bytes of the six          */
+    uint64_t part_off[EX_PARTS]; /* file offset of each part                          */
 } ex_loc;
 
 enum { SLOT_EMPTY, SLOT_LOADING, SLOT_READY, SLOT_FAILED };
 
 typedef struct ex_slot {
-    uint8_t  *buf;      /* (slot_bytes) EX_ALIGN-aligned, NULL until first use       */
-    k3_expert x;        /* views into buf when READY                                 */
-    int       expert;   /* -1 when empty                                             */
+    uint8_t  *buf;    /* (slot_bytes) EX_ALIGN-aligned, NULL until first use       */
+    k3_expert x;      /* views into buf when READY                                 */
+    int       expert; /* -1 when empty                                             */
     int       state;
-    int       pin;      /* in use by the running batch                               */
-    uint64_t  stamp;    /* LRU clock at last use                                     */
-    k3_status st;       /* FAILED: the error and its message                         */
+    int       pin;   /* in use by the running batch                               */
+    uint64_t  stamp; /* LRU clock at last use                                     */
+    k3_status st;    /* FAILED: the error and its message                         */
     char      msg[512];
 } ex_slot;
 
 struct ex_layer {
     int             layer;
-    ex_loc         *loc;       /* [E] NULL for dense or not-run layers                  */
-    int            *where;     /* [E] slot of expert e, -1 if none                       */
-    ex_slot        *slots;     /* [E] capacity; [0, n_slots) in use                       */
+    ex_loc         *loc;   /* [E] NULL for dense or not-run layers                  */
+    int            *where; /* [E] slot of expert e, -1 if none                       */
+    ex_slot        *slots; /* [E] capacity; [0, n_slots) in use                       */
     int             n_slots;
     int            *order;     /* [E] batch scratch: hits, then misses by disk offset    */
     int             in_flight; /* reads queued or running                                 */
@@ -84,34 +84,34 @@ typedef struct ex_job {
 } ex_job;
 
 struct ex_tier {
-    ex_source       src;                   /* the checkpoint and settings (ex_open's copy) */
-    int             E, n_layers, n_moe;
-    int             F, L;                  /* expert width, latent                         */
-    ex_layer       *layers;                /* [n_layers]                                   */
-    int64_t         part_shape[EX_PARTS][2]; /* U8 [rows, width] of each part (tensors.h)   */
-    uint64_t        part_n[EX_PARTS];      /* bytes of each part                           */
-    uint64_t        sub_off[EX_PARTS];     /* split layout: aligned place of each part     */
-    uint64_t        expert_bytes;          /* the six tensors                              */
-    uint64_t        deferred;              /* experts' bytes left to read on demand at open */
-    size_t          slot_bytes;
-    _Atomic double  budget_gb;             /* read without the lock by ex_budget_gb        */
-    _Atomic int     n_slots;               /* per MoE layer                                */
-    int             direct, pipe;
-    int             fake_einval;           /* test hook K3_TEST_DIRECT_EINVAL: O_DIRECT refused */
-    int            *fds;                   /* [n_shards] -1 until opened                   */
-    int             n_shards;
-    int            *old_fds, n_old, cap_old;
-    pthread_mutex_t mu;
-    pthread_cond_t  cv;
-    ex_job         *queue;                 /* ring of q_cap                                */
-    int             q_head, q_len, q_cap;
-    pthread_t      *thr;
-    int             n_thr, quit;
-    uint64_t        clock;
-    uint64_t        bytes;                 /* read so far                                  */
-    double          busy, busy_since;      /* seconds with >= 1 read running               */
-    int             busy_n;
-    _Atomic uint64_t resident;             /* slot buffers allocated                       */
+    ex_source        src; /* the checkpoint and settings (ex_open's copy) */
+    int              E, n_layers, n_moe;
+    int              F, L;                    /* expert width, latent                         */
+    ex_layer        *layers;                  /* [n_layers]                                   */
+    int64_t          part_shape[EX_PARTS][2]; /* U8 [rows, width] of each part (tensors.h)   */
+    uint64_t         part_n[EX_PARTS];        /* bytes of each part                           */
+    uint64_t         sub_off[EX_PARTS];       /* split layout: aligned place of each part     */
+    uint64_t         expert_bytes;            /* the six tensors                              */
+    uint64_t         deferred;                /* experts' bytes left to read on demand at open */
+    size_t           slot_bytes;
+    _Atomic double   budget_gb; /* read without the lock by ex_budget_gb        */
+    _Atomic int      n_slots;   /* per MoE layer                                */
+    int              direct, pipe;
+    int              fake_einval; /* test hook K3_TEST_DIRECT_EINVAL: O_DIRECT refused */
+    int             *fds;         /* [n_shards] -1 until opened                   */
+    int              n_shards;
+    int             *old_fds, n_old, cap_old;
+    pthread_mutex_t  mu;
+    pthread_cond_t   cv;
+    ex_job          *queue; /* ring of q_cap                                */
+    int              q_head, q_len, q_cap;
+    pthread_t       *thr;
+    int              n_thr, quit;
+    uint64_t         clock;
+    uint64_t         bytes;            /* read so far                                  */
+    double           busy, busy_since; /* seconds with >= 1 read running               */
+    int              busy_n;
+    _Atomic uint64_t resident; /* slot buffers allocated                       */
 };
 
 static uint64_t align_up(uint64_t x) {
@@ -125,11 +125,13 @@ static void part_name(char *buf, size_t n, int l, int e, int p) {
 /* ==== descriptors ========================================================== */
 
 static void keep_old_fd(ex_tier *t, int fd) {
-    if (fd < 0) return;
+    if (fd < 0)
+        return;
     if (t->n_old == t->cap_old) {
         int  cap = t->cap_old ? 2 * t->cap_old : 16;
         int *n   = realloc(t->old_fds, (size_t)cap * sizeof *n);
-        if (!n) return; /* keep it open and forgotten rather than close it under a reader */
+        if (!n)
+            return; /* keep it open and forgotten rather than close it under a reader */
         t->old_fds = n;
         t->cap_old = cap;
     }
@@ -138,10 +140,10 @@ static void keep_old_fd(ex_tier *t, int fd) {
 
 /* Switch to buffered reads (caller holds mu): one warning, descriptors reopened on use. */
 static void drop_direct(ex_tier *t, const char *path, int err) {
-    if (!t->direct) return;
+    if (!t->direct)
+        return;
     t->direct = 0;
-    K3_LOG_WARN("%s: O_DIRECT refused (%s); expert reads go through the page cache", path,
-                strerror(err));
+    K3_LOG_WARN("%s: O_DIRECT refused (%s); expert reads go through the page cache", path, strerror(err));
     for (int i = 0; i < t->n_shards; i++) {
         keep_old_fd(t, t->fds[i]);
         t->fds[i] = -1;
@@ -194,13 +196,16 @@ static k3_status ex_pread(ex_tier *t, int shard, uint8_t *buf, uint64_t off, uin
         while (got < need) {
             ssize_t r = pread(fd, buf + got, (size_t)(len - got), (off_t)(a0 + got));
             if (r < 0) {
-                if (errno == EINTR) continue;
+                if (errno == EINTR)
+                    continue;
                 err = errno;
                 break;
             }
-            if (r == 0) break;
+            if (r == 0)
+                break;
             got += (uint64_t)r;
-            if (direct && (r % EX_ALIGN)) break; /* a partial block: end of file */
+            if (direct && (r % EX_ALIGN))
+                break; /* a partial block: end of file */
         }
         if (got >= need) {
             *data = buf + head;
@@ -214,14 +219,16 @@ static k3_status ex_pread(ex_tier *t, int shard, uint8_t *buf, uint64_t off, uin
             attempt = -1; /* the buffered read is the first attempt */
             continue;
         }
-        if (attempt == 0) continue; /* reopen by path once: a restored file */
+        if (attempt == 0)
+            continue; /* reopen by path once: a restored file */
         uint64_t at = off + (got > head ? got - head : 0);
         if (err)
             return k3_err(K3_ERR_IO, "%s: expert read of %llu bytes at offset %llu failed: %s", path,
                           (unsigned long long)n, (unsigned long long)at, strerror(err));
-        return k3_err(K3_ERR_IO, "%s: unexpected end of file at offset %llu reading %llu expert "
-                      "bytes from offset %llu (file truncated?)", path, (unsigned long long)at,
-                      (unsigned long long)n, (unsigned long long)off);
+        return k3_err(K3_ERR_IO,
+                      "%s: unexpected end of file at offset %llu reading %llu expert "
+                      "bytes from offset %llu (file truncated?)",
+                      path, (unsigned long long)at, (unsigned long long)n, (unsigned long long)off);
     }
 }
 
@@ -232,13 +239,14 @@ static k3_status ex_load(ex_tier *t, ex_layer *ly, ex_slot *s) {
     k3_status      st;
     if (lc->contig) {
         const uint8_t *base;
-        if ((st = ex_pread(t, lc->shard[0], s->buf, lc->off, lc->span, &base))) return st;
+        if ((st = ex_pread(t, lc->shard[0], s->buf, lc->off, lc->span, &base)))
+            return st;
         for (int i = 0; i < EX_PARTS; i++)
             p[i] = base + (lc->part_off[i] - lc->off);
     } else {
         for (int i = 0; i < EX_PARTS; i++)
-            if ((st = ex_pread(t, lc->shard[i], s->buf + t->sub_off[i], lc->part_off[i], t->part_n[i],
-                               &p[i])))
+            if ((st =
+                     ex_pread(t, lc->shard[i], s->buf + t->sub_off[i], lc->part_off[i], t->part_n[i], &p[i])))
                 return st;
     }
     for (int i = 1; i < EX_PARTS; i += 2) {
@@ -263,22 +271,27 @@ static void *ex_loader(void *arg) {
     for (;;) {
         while (!t->quit && !t->q_len)
             pthread_cond_wait(&t->cv, &t->mu);
-        if (t->quit) break;
+        if (t->quit)
+            break;
         ex_job j  = t->queue[t->q_head];
         t->q_head = (t->q_head + 1) % t->q_cap;
         t->q_len--;
-        if (!t->busy_n++) t->busy_since = k3_time();
+        if (!t->busy_n++)
+            t->busy_since = k3_time();
         pthread_mutex_unlock(&t->mu);
 
         ex_slot  *s  = &j.ly->slots[j.slot];
         k3_status st = ex_load(t, j.ly, s);
-        if (st) snprintf(s->msg, sizeof s->msg, "%s", k3_errmsg());
+        if (st)
+            snprintf(s->msg, sizeof s->msg, "%s", k3_errmsg());
 
         pthread_mutex_lock(&t->mu);
-        if (!--t->busy_n) t->busy += k3_time() - t->busy_since;
+        if (!--t->busy_n)
+            t->busy += k3_time() - t->busy_since;
         s->st    = st;
         s->state = st ? SLOT_FAILED : SLOT_READY;
-        if (!st) t->bytes += t->expert_bytes;
+        if (!st)
+            t->bytes += t->expert_bytes;
         j.ly->in_flight--;
         pthread_cond_broadcast(&t->cv);
     }
@@ -295,13 +308,15 @@ uint64_t ex_default_bytes(uint64_t all) {
 
 /* The budget in GB for a request (< 0: the default). */
 static double effective_gb(const ex_tier *t, double gb) {
-    if (gb >= 0) return gb;
+    if (gb >= 0)
+        return gb;
     uint64_t all = (uint64_t)t->n_moe * (uint64_t)t->E * t->expert_bytes;
     return (double)ex_default_bytes(all) / 1e9;
 }
 
 static int slots_for(const ex_tier *t, double gb) {
-    if (!t->n_moe) return 1;
+    if (!t->n_moe)
+        return 1;
     double n = gb * 1e9 / ((double)t->n_moe * (double)t->expert_bytes) + 1e-9;
     return n >= t->E ? t->E : n < 1 ? 1 : (int)n;
 }
@@ -317,13 +332,16 @@ static void layer_resize(ex_tier *t, ex_layer *ly, int n) {
                 v = i;
         }
         ex_slot *s = &ly->slots[v];
-        if (s->expert >= 0) ly->where[s->expert] = -1;
-        if (s->buf) t->resident -= t->slot_bytes;
+        if (s->expert >= 0)
+            ly->where[s->expert] = -1;
+        if (s->buf)
+            t->resident -= t->slot_bytes;
         free(s->buf);
         int last = --ly->n_slots;
         if (v != last) {
             *s = ly->slots[last];
-            if (s->expert >= 0) ly->where[s->expert] = v;
+            if (s->expert >= 0)
+                ly->where[s->expert] = v;
         }
         memset(&ly->slots[last], 0, sizeof ly->slots[last]);
         ly->slots[last].expert = -1;
@@ -336,7 +354,8 @@ k3_status ex_set_budget(ex_tier *t, double gb) {
     int    n   = slots_for(t, eff);
     for (int l = 0; l < t->n_layers; l++) {
         ex_layer *ly = &t->layers[l];
-        if (!ly->loc) continue;
+        if (!ly->loc)
+            continue;
         pthread_mutex_lock(&ly->lock);
         pthread_mutex_lock(&t->mu);
         layer_resize(t, ly, n);
@@ -371,49 +390,54 @@ static double busy_now(const ex_tier *t) {
 
 /* Give slots and reads to the next misses, in order, while a slot is free (caller holds mu). */
 static k3_status issue(ex_batch *b) {
-    ex_tier  *t  = b->t;
-    ex_layer *ly = b->ly;
+    ex_tier  *t      = b->t;
+    ex_layer *ly     = b->ly;
     int       queued = 0;
-    k3_status st = K3_OK;
+    k3_status st     = K3_OK;
     while (b->issued < b->n) {
         int v = -1;
         for (int i = 0; i < ly->n_slots; i++) {
             const ex_slot *s = &ly->slots[i];
-            if (s->pin || s->state == SLOT_LOADING) continue;
+            if (s->pin || s->state == SLOT_LOADING)
+                continue;
             if (s->expert < 0) {
                 v = i;
                 break;
             }
-            if (v < 0 || s->stamp < ly->slots[v].stamp) v = i;
+            if (v < 0 || s->stamp < ly->slots[v].stamp)
+                v = i;
         }
-        if (v < 0) break;
+        if (v < 0)
+            break;
         ex_slot *s = &ly->slots[v];
         if (!s->buf) {
             if (!(s->buf = k3_aligned_alloc(EX_ALIGN, t->slot_bytes))) {
-                st = k3_err(K3_ERR_NOMEM, "expert cache: out of memory for a %zu-byte slot",
-                            t->slot_bytes);
+                st = k3_err(K3_ERR_NOMEM, "expert cache: out of memory for a %zu-byte slot", t->slot_bytes);
                 break;
             }
             t->resident += t->slot_bytes;
         }
-        if (s->expert >= 0) ly->where[s->expert] = -1;
-        int e     = ly->order[b->issued++];
-        s->expert = e;
-        s->state  = SLOT_LOADING;
-        s->pin    = 1;
+        if (s->expert >= 0)
+            ly->where[s->expert] = -1;
+        int e        = ly->order[b->issued++];
+        s->expert    = e;
+        s->state     = SLOT_LOADING;
+        s->pin       = 1;
         ly->where[e] = v;
         K3_ASSERT(t->q_len < t->q_cap);
         t->queue[(t->q_head + t->q_len++) % t->q_cap] = (ex_job){ly, v};
         ly->in_flight++;
         queued = 1;
     }
-    if (queued) pthread_cond_broadcast(&t->cv);
+    if (queued)
+        pthread_cond_broadcast(&t->cv);
     return st;
 }
 
 static int miss_before(const ex_layer *ly, int a, int b) {
     const ex_loc *x = &ly->loc[a], *y = &ly->loc[b];
-    if (x->shard[0] != y->shard[0]) return x->shard[0] < y->shard[0];
+    if (x->shard[0] != y->shard[0])
+        return x->shard[0] < y->shard[0];
     return x->part_off[0] < y->part_off[0];
 }
 
@@ -439,7 +463,8 @@ k3_status ex_begin(ex_tier *t, int layer, const int *experts, int n, k3_stats *s
     }
     for (int i = 0; i < n; i++) { /* then the misses, by (shard, offset): insertion sort */
         int e = experts[i], w = ly->where[e];
-        if (w >= 0 && ly->slots[w].state == SLOT_READY) continue;
+        if (w >= 0 && ly->slots[w].state == SLOT_READY)
+            continue;
         int j = b->n_hits + nm++;
         while (j > b->n_hits && miss_before(ly, e, ly->order[j - 1])) {
             ly->order[j] = ly->order[j - 1];
@@ -474,23 +499,26 @@ k3_status ex_next(ex_batch *b, int *e, const k3_expert **x) {
     if (b->next < b->n) {
         int i = b->next, id = ly->order[i];
         if (i >= b->n_hits) {
-            if (t->pipe || i >= b->issued) st = issue(b);
+            if (t->pipe || i >= b->issued)
+                st = issue(b);
             if (!st) {
                 K3_ASSERT(b->issued > i);
                 double   t0 = k3_time();
                 ex_slot *s  = &ly->slots[ly->where[id]];
                 while (s->state == SLOT_LOADING || (!t->pipe && ly->in_flight))
                     pthread_cond_wait(&t->cv, &t->mu);
-                if (b->stats) b->stats->expert_wait_s += k3_time() - t0;
-                if (s->state == SLOT_FAILED) st = k3_err(s->st, "%s", s->msg);
+                if (b->stats)
+                    b->stats->expert_wait_s += k3_time() - t0;
+                if (s->state == SLOT_FAILED)
+                    st = k3_err(s->st, "%s", s->msg);
             }
         }
         if (!st) {
             b->next++;
-            b->cur = ly->where[id];
+            b->cur                  = ly->where[id];
             ly->slots[b->cur].stamp = ++t->clock;
-            *e     = id;
-            *x     = &ly->slots[b->cur].x;
+            *e                      = id;
+            *x                      = &ly->slots[b->cur].x;
         }
     }
     pthread_mutex_unlock(&t->mu);
@@ -500,14 +528,15 @@ k3_status ex_next(ex_batch *b, int *e, const k3_expert **x) {
 void ex_end(ex_batch *b) {
     ex_tier  *t  = b->t;
     ex_layer *ly = b->ly;
-    if (!ly) return;
+    if (!ly)
+        return;
     pthread_mutex_lock(&t->mu);
     /* drop this layer's queued reads that no loader has taken yet */
     int kept = 0;
     for (int i = 0; i < t->q_len; i++) {
         ex_job j = t->queue[(t->q_head + i) % t->q_cap];
         if (j.ly == ly) {
-            ex_slot *s = &ly->slots[j.slot];
+            ex_slot *s           = &ly->slots[j.slot];
             ly->where[s->expert] = -1;
             s->expert            = -1;
             s->state             = SLOT_EMPTY;
@@ -547,15 +576,18 @@ static k3_status locate(ex_tier *t, int l, int e, ex_loc *lc) {
     for (int p = 0; p < EX_PARTS; p++) {
         part_name(nm, sizeof nm, l, e, p);
         const st_tensor *ts = st_find(d, nm);
-        if (!ts) return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", t->src.dir, nm);
+        if (!ts)
+            return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", t->src.dir, nm);
         const int64_t *want = t->part_shape[p];
         if (ts->dtype != ST_U8 || ts->ndim != 2 || ts->shape[0] != want[0] || ts->shape[1] != want[1])
             return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected U8 [%lld, %lld]", t->src.dir, nm,
                           (long long)want[0], (long long)want[1]);
         lc->shard[p]    = ts->shard;
         lc->part_off[p] = ts->offset;
-        if (ts->offset < lo) lo = ts->offset;
-        if (ts->offset + ts->nbytes > hi) hi = ts->offset + ts->nbytes;
+        if (ts->offset < lo)
+            lo = ts->offset;
+        if (ts->offset + ts->nbytes > hi)
+            hi = ts->offset + ts->nbytes;
     }
     int same = 1;
     for (int p = 1; p < EX_PARTS; p++)
@@ -568,19 +600,22 @@ static k3_status locate(ex_tier *t, int l, int e, ex_loc *lc) {
 
 /* Read every expert of every run MoE layer (the budget holds them all). */
 static k3_status preload(ex_tier *t) {
-    int      *ids = k3_calloc((size_t)t->E, sizeof *ids);
-    if (!ids) return k3_err(K3_ERR_NOMEM, "expert cache: out of memory");
+    int *ids = k3_calloc((size_t)t->E, sizeof *ids);
+    if (!ids)
+        return k3_err(K3_ERR_NOMEM, "expert cache: out of memory");
     for (int e = 0; e < t->E; e++)
         ids[e] = e;
     k3_status st = K3_OK;
     for (int l = 0; l < t->n_layers && !st; l++) {
-        if (!t->layers[l].loc) continue;
+        if (!t->layers[l].loc)
+            continue;
         ex_batch         b;
         const k3_expert *x;
         int              e;
         st = ex_begin(t, l, ids, t->E, NULL, &b);
         while (!st && !(st = ex_next(&b, &e, &x)) && e >= 0)
-            if (t->src.progress) t->src.progress(t->src.ud, t->expert_bytes);
+            if (t->src.progress)
+                t->src.progress(t->src.ud, t->expert_bytes);
         ex_end(&b);
     }
     free(ids);
@@ -588,32 +623,33 @@ static k3_status preload(ex_tier *t) {
 }
 
 k3_status ex_open(const ex_source *src, ex_tier **out) {
-    *out = NULL;
+    *out               = NULL;
     const k3_config *c = src->cfg;
     ex_tier         *t = k3_calloc(1, sizeof *t);
-    if (!t) return k3_err(K3_ERR_NOMEM, "expert cache: out of memory");
-    t->src      = *src;
-    t->E        = c->n_experts;
-    t->n_layers = c->n_layers;
-    t->F        = c->moe_inter;
-    t->L        = c->latent;
-    t->direct   = src->direct;
-    t->pipe     = src->pipe;
+    if (!t)
+        return k3_err(K3_ERR_NOMEM, "expert cache: out of memory");
+    t->src         = *src;
+    t->E           = c->n_experts;
+    t->n_layers    = c->n_layers;
+    t->F           = c->moe_inter;
+    t->L           = c->latent;
+    t->direct      = src->direct;
+    t->pipe        = src->pipe;
     const char *fe = getenv("K3_TEST_DIRECT_EINVAL");
     t->fake_einval = fe && *fe == '1';
-    t->n_shards = st_n_shards(src->st);
+    t->n_shards    = st_n_shards(src->st);
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     k3_status st = K3_OK;
     if (t->F % Q_MXFP4_GROUP || t->L % Q_MXFP4_GROUP) {
-        st = k3_err(K3_ERR_CONFIG, "%s: expert width %d and latent %d must be multiples of %d",
-                    src->dir, t->F, t->L, Q_MXFP4_GROUP);
+        st = k3_err(K3_ERR_CONFIG, "%s: expert width %d and latent %d must be multiples of %d", src->dir,
+                    t->F, t->L, Q_MXFP4_GROUP);
         goto fail;
     }
     int64_t dim[TT_D_COUNT];
     tt_dims(c, dim);
     for (int p = 0; p < EX_PARTS; p++) {
-        tt_shape sh           = tt_shape_of(dim, TT_EXPERT_FIRST + p, 0);
+        tt_shape sh         = tt_shape_of(dim, TT_EXPERT_FIRST + p, 0);
         t->part_shape[p][0] = sh.s[0];
         t->part_shape[p][1] = sh.s[1];
         t->part_n[p]        = (uint64_t)tt_numel(sh);
@@ -630,7 +666,8 @@ k3_status ex_open(const ex_source *src, ex_tier **out) {
         ex_layer *ly = &t->layers[l];
         ly->layer    = l;
         pthread_mutex_init(&ly->lock, NULL);
-        if (l >= src->n_run || l < c->first_dense) continue;
+        if (l >= src->n_run || l < c->first_dense)
+            continue;
         t->n_moe++;
         if (!(ly->loc = k3_calloc((size_t)t->E, sizeof *ly->loc)) ||
             !(ly->where = k3_calloc((size_t)t->E, sizeof *ly->where)) ||
@@ -638,9 +675,10 @@ k3_status ex_open(const ex_source *src, ex_tier **out) {
             !(ly->order = k3_calloc((size_t)t->E, sizeof *ly->order)))
             goto oom;
         for (int e = 0; e < t->E; e++) {
-            ly->where[e]         = -1;
+            ly->where[e]        = -1;
             ly->slots[e].expert = -1;
-            if ((st = locate(t, l, e, &ly->loc[e]))) goto fail;
+            if ((st = locate(t, l, e, &ly->loc[e])))
+                goto fail;
         }
     }
     long n_split = 0;
@@ -648,8 +686,9 @@ k3_status ex_open(const ex_source *src, ex_tier **out) {
         for (int e = 0; t->layers[l].loc && e < t->E; e++)
             n_split += !t->layers[l].loc[e].contig;
     K3_LOG_INFO("%s: %d routed experts of %.2f MB in %d MoE layers; %ld contiguous (one read "
-                "each), %ld split (six reads each)", src->dir, t->n_moe * t->E,
-                (double)t->expert_bytes / 1e6, t->n_moe, (long)t->n_moe * t->E - n_split, n_split);
+                "each), %ld split (six reads each)",
+                src->dir, t->n_moe * t->E, (double)t->expert_bytes / 1e6, t->n_moe,
+                (long)t->n_moe * t->E - n_split, n_split);
     t->q_cap = t->n_moe * t->E + 1;
     int nt   = src->load_threads > 0 ? src->load_threads : 4;
     if (!(t->queue = k3_calloc((size_t)t->q_cap, sizeof *t->queue)) ||
@@ -660,9 +699,11 @@ k3_status ex_open(const ex_source *src, ex_tier **out) {
             st = k3_err(K3_ERR_NOMEM, "expert cache: cannot start loader thread %d", t->n_thr);
             goto fail;
         }
-    if ((st = ex_set_budget(t, src->expert_gb))) goto fail;
+    if ((st = ex_set_budget(t, src->expert_gb)))
+        goto fail;
     if (t->n_moe && t->n_slots == t->E && !src->lazy) {
-        if ((st = preload(t))) goto fail;
+        if ((st = preload(t)))
+            goto fail;
     } else {
         t->deferred = (uint64_t)t->n_moe * t->E * t->expert_bytes; /* read on demand */
     }
@@ -680,7 +721,8 @@ uint64_t ex_deferred_bytes(const ex_tier *t) {
 }
 
 void ex_close(ex_tier *t) {
-    if (!t) return;
+    if (!t)
+        return;
     pthread_mutex_lock(&t->mu);
     t->quit = 1;
     pthread_cond_broadcast(&t->cv);
@@ -701,7 +743,8 @@ void ex_close(ex_tier *t) {
         }
     if (t->fds)
         for (int i = 0; i < t->n_shards; i++)
-            if (t->fds[i] >= 0) close(t->fds[i]);
+            if (t->fds[i] >= 0)
+                close(t->fds[i]);
     for (int i = 0; i < t->n_old; i++)
         close(t->old_fds[i]);
     free(t->old_fds);

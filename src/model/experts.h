@@ -34,49 +34,49 @@ typedef struct ex_layer ex_layer;
 
 /* What the tier reads and how: the checkpoint, its config and the settings, no model. */
 typedef struct ex_source {
-    const st_dir    *st;           /* the checkpoint: shards and tensor list (tensors.h names) */
-    const char      *dir;          /* named in messages                                         */
+    const st_dir    *st;  /* the checkpoint: shards and tensor list (tensors.h names) */
+    const char      *dir; /* named in messages                                         */
     const k3_config *cfg;
-    int              n_run;        /* layers run (K3_LAYERS); MoE layers past it get no experts */
-    double           expert_gb;    /* budget in GB (< 0: the default, every expert when that is
-                                      at most half of MemAvailable, else 40% of MemAvailable)  */
-    int              direct, pipe; /* K3_DIRECT, K3_PIPE                                       */
-    int              load_threads; /* K3_LOAD_THREADS (<= 0: 4)                                 */
-    int              lazy;         /* 1: never read experts at open, even when the budget holds
-                                      them all (an automatic budget: model.c, the memory fit)  */
+    int              n_run;     /* layers run (K3_LAYERS); MoE layers past it get no experts */
+    double           expert_gb; /* budget in GB (< 0: the default, every expert when that is
+                                   at most half of MemAvailable, else 40% of MemAvailable)  */
+    int direct, pipe;           /* K3_DIRECT, K3_PIPE                                       */
+    int load_threads;           /* K3_LOAD_THREADS (<= 0: 4)                                 */
+    int lazy;                   /* 1: never read experts at open, even when the budget holds
+                                   them all (an automatic budget: model.c, the memory fit)  */
     /* Called after each expert read at open (when the budget holds them all) with its bytes;
      * may be NULL. */
     void (*progress)(void *ud, uint64_t bytes);
-    void  *ud;
+    void *ud;
 } ex_source;
 
 /* Locate and check every routed expert of the run MoE layers (six U8 tensors each), start the
  * loader threads and, when the budget holds every expert and src->lazy is 0, read them all now. */
 k3_status ex_open(const ex_source *src, ex_tier **out);
 /* Bytes of the routed experts read on demand, not at open (0 when ex_open read them all). */
-uint64_t  ex_deferred_bytes(const ex_tier *t);
-void      ex_close(ex_tier *t);
+uint64_t ex_deferred_bytes(const ex_tier *t);
+void     ex_close(ex_tier *t);
 
 /* Change the budget live (GB, 10^9 bytes; < 0: the default); shrinking evicts at once. */
 k3_status ex_set_budget(ex_tier *t, double budget_gb);
-double    ex_budget_gb(const ex_tier *t);    /* the budget in effect                          */
+double    ex_budget_gb(const ex_tier *t);      /* the budget in effect                          */
 uint64_t  ex_resident_bytes(const ex_tier *t); /* bytes of slot buffers allocated now          */
 int       ex_slots_per_layer(const ex_tier *t);
 /* The default budget in bytes for `all` bytes of routed experts: all of them when that is at
  * most half of MemAvailable (or MemAvailable is unknown), else 40% of MemAvailable. */
-uint64_t  ex_default_bytes(uint64_t all);
+uint64_t ex_default_bytes(uint64_t all);
 
 typedef struct ex_batch {
     ex_tier  *t;
     ex_layer *ly;
-    k3_stats *stats;      /* may be NULL                                          */
-    int       n;          /* distinct experts requested                            */
-    int       n_hits;     /* order[0, n_hits) are hits                             */
-    int       next;       /* next index of order to return                         */
-    int       issued;     /* misses order[n_hits, issued) have a slot and a read    */
-    int       cur;        /* slot returned by the last ex_next, -1 none            */
-    uint64_t  bytes0;     /* tier bytes read at begin                              */
-    double    busy0;      /* tier read-busy seconds at begin                       */
+    k3_stats *stats;  /* may be NULL                                          */
+    int       n;      /* distinct experts requested                            */
+    int       n_hits; /* order[0, n_hits) are hits                             */
+    int       next;   /* next index of order to return                         */
+    int       issued; /* misses order[n_hits, issued) have a slot and a read    */
+    int       cur;    /* slot returned by the last ex_next, -1 none            */
+    uint64_t  bytes0; /* tier bytes read at begin                              */
+    double    busy0;  /* tier read-busy seconds at begin                       */
 } ex_batch;
 
 k3_status ex_begin(ex_tier *t, int layer, const int *experts, int n, k3_stats *stats, ex_batch *b);

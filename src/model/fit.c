@@ -8,8 +8,9 @@
  * their logical shape, and what is held as stored (embeddings, experts) at the release's dtype,
  * or at the header's when the shards are open. k3_model_open runs it twice: before any shard
  * header is read, to refuse at once what cannot fit (the figures are a lower bound: a
- * checkpoint may store BF16 tensors as F32), and after, for the exact plan it runs with. fit_decide tries the documented order and writes one line saying what it chose and
- * why, or, when nothing fits, the refusal with every figure a user needs to choose.
+ * checkpoint may store BF16 tensors as F32), and after, for the exact plan it runs with. fit_decide tries the
+ * documented order and writes one line saying what it chose and why, or, when nothing fits, the refusal with
+ * every figure a user needs to choose.
  */
 #include "fit.h"
 #include "repack.h"
@@ -25,7 +26,7 @@
 
 const char *fit_hb(char *buf, size_t n, double b) {
     static const char *u[] = {"B", "kB", "MB", "GB", "TB", "PB"};
-    int i = 0;
+    int                i   = 0;
     while (b >= 1000 && i < 5) {
         b /= 1000;
         i++;
@@ -49,7 +50,8 @@ static uint64_t matrix_bytes(const k3_config *c, const tt_ref *r, int split, int
     if (split && tt_table[r->id].kind == TT_K_KVB) {
         rp_kvb k = {.Hm = c->n_heads, .nope = c->nope, .v = c->v_dim, .kl = c->kv_lora};
         int    q = rp_bits_type(bits);
-        return (uint64_t)c->n_heads * (rp_kvb_head_wbytes(q, &k) + rp_kvb_head_sfloats(q, &k) * sizeof(float));
+        return (uint64_t)c->n_heads *
+               (rp_kvb_head_wbytes(q, &k) + rp_kvb_head_sfloats(q, &k) * sizeof(float));
     }
     return qbytes(bits, r->shape.s[0], r->shape.s[1]);
 }
@@ -73,17 +75,22 @@ typedef struct scan_ctx {
  * as stored, the rest f32. */
 static k3_status scan_one(const tt_ref *r, void *ud) {
     static const int bits[3] = {32, 8, 4};
-    scan_ctx        *x = ud;
-    const int        kind = tt_table[r->id].kind;
-    const st_tensor *t    = x->d ? st_find(x->d, r->name) : NULL;
-    const uint64_t   n    = t ? (uint64_t)st_numel(t) : (uint64_t)tt_numel(r->shape);
-    int k = kind == TT_K_BITS ? FIT_DENSE : kind == TT_K_MLA || kind == TT_K_KVB ? FIT_MLA : kind == TT_K_HEAD ? FIT_HEAD : -1;
+    scan_ctx        *x       = ud;
+    const int        kind    = tt_table[r->id].kind;
+    const st_tensor *t       = x->d ? st_find(x->d, r->name) : NULL;
+    const uint64_t   n       = t ? (uint64_t)st_numel(t) : (uint64_t)tt_numel(r->shape);
+    int              k       = kind == TT_K_BITS                      ? FIT_DENSE
+                               : kind == TT_K_MLA || kind == TT_K_KVB ? FIT_MLA
+                               : kind == TT_K_HEAD                    ? FIT_HEAD
+                                                                      : -1;
     if (k >= 0) {
-        int split = x->split || (t && t->ndim == 1); /* a container's kv_b is 1-D */
+        int split = x->split || (t && t->ndim == 1);              /* a container's kv_b is 1-D */
         x->o->n_mats += kind == TT_K_KVB ? 2 * x->c->n_heads : 1; /* kv_b: uk_t and uv per head */
-        for (int b = 0; b < 3; b++) x->o->mat[k][b] += matrix_bytes(x->c, r, split, tt_bits(kind, bits[b], bits[b], bits[b]));
+        for (int b = 0; b < 3; b++)
+            x->o->mat[k][b] += matrix_bytes(x->c, r, split, tt_bits(kind, bits[b], bits[b], bits[b]));
         uint64_t f32 = (uint64_t)tt_numel(r->shape) * 4;
-        if (f32 > x->o->big_f32) x->o->big_f32 = f32;
+        if (f32 > x->o->big_f32)
+            x->o->big_f32 = f32;
     } else if (kind == TT_K_EMBED) {
         x->o->embed += stored_bytes(x->d, r);
     } else {
@@ -96,32 +103,38 @@ static k3_status scan_one(const tt_ref *r, void *ud) {
 /* One routed expert (all are alike): its six tensors as stored. */
 static k3_status scan_expert(const tt_ref *r, void *ud) {
     scan_ctx *x = ud;
-    if (r->expert == 0) x->o->expert_one += stored_bytes(x->d, r);
+    if (r->expert == 0)
+        x->o->expert_one += stored_bytes(x->d, r);
     return K3_OK;
 }
 
 k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, int split, fit_table *o) {
     memset(o, 0, sizeof *o);
-    o->n_run   = n_run;
-    int moe_l  = -1;
+    o->n_run  = n_run;
+    int moe_l = -1;
     for (int l = 0; l < n_run; l++) {
         c->layer_kind[l] == K3_LAYER_KDA ? o->n_kda++ : o->n_mla++;
         if (l >= c->first_dense) {
             o->n_moe++;
-            if (moe_l < 0) moe_l = l;
+            if (moe_l < 0)
+                moe_l = l;
         }
     }
     scan_ctx  x = {c, d, split, o};
     k3_status st;
     for (int l = -1; l < n_run; l++) /* the globals, then the run layers; experts below */
-        if ((st = tt_walk(c, l, 0, scan_one, &x))) return st;
-    if (moe_l >= 0 && (st = tt_walk(c, moe_l, TT_WALK_EXPERTS, scan_expert, &x))) return st; /* expert 0 */
-    o->expert_all = o->expert_one * (uint64_t)o->n_moe * (uint64_t)c->n_experts;
+        if ((st = tt_walk(c, l, 0, scan_one, &x)))
+            return st;
+    if (moe_l >= 0 && (st = tt_walk(c, moe_l, TT_WALK_EXPERTS, scan_expert, &x)))
+        return st; /* expert 0 */
+    o->expert_all    = o->expert_one * (uint64_t)o->n_moe * (uint64_t)c->n_experts;
     const uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
     /* double-buffered (model-impl.h: a chunk reads one buffer and writes the other) */
-    o->kda_state   = 2 * (uint64_t)o->n_kda * (P * (uint64_t)c->kda_head_dim + 3 * (uint64_t)(c->conv_k - 1) * P) * 4;
+    o->kda_state =
+        2 * (uint64_t)o->n_kda * (P * (uint64_t)c->kda_head_dim + 3 * (uint64_t)(c->conv_k - 1) * P) * 4;
     o->mla_per_pos = (uint64_t)o->n_mla * (uint64_t)(c->kv_lora + c->rope) * 4;
-    o->blocks      = (uint64_t)(n_run / (c->attn_res_block > 0 ? c->attn_res_block : 1) + 2) * (uint64_t)c->hidden * 4;
+    o->blocks =
+        (uint64_t)(n_run / (c->attn_res_block > 0 ? c->attn_res_block : 1) + 2) * (uint64_t)c->hidden * 4;
     return K3_OK;
 }
 
@@ -131,34 +144,40 @@ static int bits_ix(int bits) {
 
 void fit_plan_at(const fit_table *t, const fit_set *s, fit_plan *p) {
     memset(p, 0, sizeof *p);
-    p->b[FIT_DENSE] = t->mat[FIT_DENSE][bits_ix(s->bits)];
-    p->b[FIT_MLA]   = t->mat[FIT_MLA][bits_ix(s->mla_bits)];
-    p->b[FIT_HEAD]  = t->mat[FIT_HEAD][bits_ix(s->head_bits)];
-    p->b[FIT_EMBED] = t->embed;
-    p->b[FIT_SMALL] = t->small;
-    uint64_t floor_b = (uint64_t)t->n_moe * t->expert_one;
-    uint64_t want    = s->expert_gb < 0 ? floor_b : (uint64_t)(s->expert_gb * FIT_GB);
-    want             = want < floor_b ? floor_b : want > t->expert_all ? t->expert_all : want;
+    p->b[FIT_DENSE]    = t->mat[FIT_DENSE][bits_ix(s->bits)];
+    p->b[FIT_MLA]      = t->mat[FIT_MLA][bits_ix(s->mla_bits)];
+    p->b[FIT_HEAD]     = t->mat[FIT_HEAD][bits_ix(s->head_bits)];
+    p->b[FIT_EMBED]    = t->embed;
+    p->b[FIT_SMALL]    = t->small;
+    uint64_t floor_b   = (uint64_t)t->n_moe * t->expert_one;
+    uint64_t want      = s->expert_gb < 0 ? floor_b : (uint64_t)(s->expert_gb * FIT_GB);
+    want               = want < floor_b ? floor_b : want > t->expert_all ? t->expert_all : want;
     p->b[FIT_EXPERT]   = want;
     p->b[FIT_KDA]      = t->kda_state;
     p->b[FIT_MLACACHE] = t->mla_per_pos * (uint64_t)s->maxt;
     p->b[FIT_BLOCKS]   = t->blocks;
     if (s->map) {
-        for (int k = FIT_DENSE; k <= FIT_EMBED; k++) p->mapped += p->b[k];
-        for (int k = FIT_DENSE; k <= FIT_EMBED; k++) p->b[k] = 0;
+        for (int k = FIT_DENSE; k <= FIT_EMBED; k++)
+            p->mapped += p->b[k];
+        for (int k = FIT_DENSE; k <= FIT_EMBED; k++)
+            p->b[k] = 0;
     }
-    for (int k = 0; k < FIT_NCLASS; k++) p->total += p->b[k];
+    for (int k = 0; k < FIT_NCLASS; k++)
+        p->total += p->b[k];
 }
 
 /* ---- the machine --------------------------------------------------------------------------- */
 
 static double read_num(const char *path, int *is_max) {
-    FILE *f = fopen(path, "r");
+    FILE *f       = fopen(path, "r");
     char  buf[64] = "";
-    if (!f) return -1;
-    if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+    if (!f)
+        return -1;
+    if (!fgets(buf, sizeof buf, f))
+        buf[0] = 0;
     fclose(f);
-    if (is_max) *is_max = !strncmp(buf, "max", 3);
+    if (is_max)
+        *is_max = !strncmp(buf, "max", 3);
     char  *end;
     double v = strtod(buf, &end);
     return end == buf ? -1 : v;
@@ -169,28 +188,33 @@ static double cgroup_room(void) {
     FILE *f = fopen("/proc/self/cgroup", "r");
     char  line[4096], path[4200];
     char *cg = NULL;
-    if (!f) return 0;
+    if (!f)
+        return 0;
     while (fgets(line, sizeof line, f))
         if (!strncmp(line, "0::", 3)) {
-            cg = line + 3;
+            cg                    = line + 3;
             cg[strcspn(cg, "\n")] = 0;
             break;
         }
     fclose(f);
-    if (!cg) return 0;
+    if (!cg)
+        return 0;
     double best = 0;
     for (;;) {
-        int    is_max = 1;
+        int is_max = 1;
         snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", strcmp(cg, "/") ? cg : "");
         double mx = read_num(path, &is_max);
         if (mx > 0 && !is_max) {
             snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", strcmp(cg, "/") ? cg : "");
             double cur = read_num(path, NULL), room = mx - (cur > 0 ? cur : 0);
-            if (room < 0) room = 0;
-            if (best == 0 || room < best) best = room > 0 ? room : 1;
+            if (room < 0)
+                room = 0;
+            if (best == 0 || room < best)
+                best = room > 0 ? room : 1;
         }
         char *slash = strrchr(cg, '/');
-        if (!slash || slash == cg) break;
+        if (!slash || slash == cg)
+            break;
         *slash = 0;
     }
     return best;
@@ -198,19 +222,21 @@ static double cgroup_room(void) {
 
 double fit_meminfo_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
+    if (!f)
+        return 0;
     char   line[256];
     double kb = 0;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1)
+            break;
     fclose(f);
     return kb * 1024;
 }
 
 k3_status fit_machine_get(fit_machine *o) {
     memset(o, 0, sizeof *o);
-    o->meminfo = fit_meminfo_available();
-    o->cgroup  = cgroup_room();
+    o->meminfo    = fit_meminfo_available();
+    o->cgroup     = cgroup_room();
     const char *v = getenv("K3_MEM_GB");
     if (v && *v) {
         char *end;
@@ -228,7 +254,8 @@ k3_status fit_machine_get(fit_machine *o) {
         o->src   = "MemAvailable";
     }
     o->usable = o->avail - (0.5 * FIT_GB + 0.05 * o->avail);
-    if (o->usable < 0) o->usable = 0;
+    if (o->usable < 0)
+        o->usable = 0;
     return K3_OK;
 }
 
@@ -239,12 +266,16 @@ static void set_str(char *buf, size_t n, const fit_set *s, const fit_set *ref, i
     size_t o = 0;
     buf[0]   = 0;
 #define ADD(...) o += (size_t)snprintf(buf + o, o < n ? n - o : 0, __VA_ARGS__)
-    if (!ref || s->bits != ref->bits) ADD("%sK3_BITS=%d", o ? " " : "", s->bits);
-    if (!ref || s->mla_bits != ref->mla_bits) ADD("%sK3_MLA_BITS=%d", o ? " " : "", s->mla_bits);
-    if (!ref || s->head_bits != ref->head_bits) ADD("%sK3_HEAD_BITS=%d", o ? " " : "", s->head_bits);
+    if (!ref || s->bits != ref->bits)
+        ADD("%sK3_BITS=%d", o ? " " : "", s->bits);
+    if (!ref || s->mla_bits != ref->mla_bits)
+        ADD("%sK3_MLA_BITS=%d", o ? " " : "", s->mla_bits);
+    if (!ref || s->head_bits != ref->head_bits)
+        ADD("%sK3_HEAD_BITS=%d", o ? " " : "", s->head_bits);
     if (with_cache && s->expert_gb >= 0 && (!ref || s->expert_gb != ref->expert_gb))
         ADD("%sK3_EXPERT_GB=%.2f", o ? " " : "", s->expert_gb);
-    if (!ref || s->maxt != ref->maxt) ADD("%sK3_MAXT=%ld", o ? " " : "", s->maxt);
+    if (!ref || s->maxt != ref->maxt)
+        ADD("%sK3_MAXT=%ld", o ? " " : "", s->maxt);
 #undef ADD
 }
 
@@ -260,41 +291,58 @@ static int fits(const fit_table *t, const fit_machine *mc, const fit_set *s, fit
 
 void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given, int mask, fit_choice *out) {
     fit_set cand[3] = {*given, *given, *given};
-    if (!(mask & K3_SET_BITS) && cand[1].bits > 4) cand[1].bits = 4;
+    if (!(mask & K3_SET_BITS) && cand[1].bits > 4)
+        cand[1].bits = 4;
     cand[2] = cand[1];
-    if (!(mask & K3_SET_MLA_BITS) && cand[2].mla_bits > 4) cand[2].mla_bits = 4;
-    if (!(mask & K3_SET_HEAD_BITS) && cand[2].head_bits > 4) cand[2].head_bits = 4;
+    if (!(mask & K3_SET_MLA_BITS) && cand[2].mla_bits > 4)
+        cand[2].mla_bits = 4;
+    if (!(mask & K3_SET_HEAD_BITS) && cand[2].head_bits > 4)
+        cand[2].head_bits = 4;
     memset(out, 0, sizeof *out);
     char   sets[256], room[256];
     size_t o = 0, n = sizeof out->msg;
     snprintf(room, sizeof room, "%s usable of %s available (%s; reserve 0.5 GB + 5%%)", HB(mc->usable),
              HB(mc->avail), mc->src);
     for (int i = 0; i < 3; i++) {
-        if (i && same_bits(&cand[i], &cand[i - 1])) continue;
+        if (i && same_bits(&cand[i], &cand[i - 1]))
+            continue;
         fit_plan p;
-        if (!fits(t, mc, &cand[i], &p)) continue;
+        if (!fits(t, mc, &cand[i], &p))
+            continue;
         out->ok = 1, out->level = i, out->set = cand[i];
         if (given->expert_gb < 0) { /* the cache takes what is left of usable, at most all experts */
-            double left = mc->usable - (double)p.total + (double)p.b[FIT_EXPERT];
-            double all  = (double)t->expert_all;
+            double left        = mc->usable - (double)p.total + (double)p.b[FIT_EXPERT];
+            double all         = (double)t->expert_all;
             out->set.expert_gb = (left < all ? left : all) / FIT_GB;
         }
         fit_plan_at(t, &out->set, &out->plan);
         set_str(sets, sizeof sets, &out->set, NULL, 0);
-        int nexp = t->expert_one ? (int)((double)out->plan.b[FIT_EXPERT] / (double)t->expert_one / (t->n_moe ? t->n_moe : 1)) : 0;
-        o += (size_t)snprintf(out->msg + o, n - o, "memory fit: %s, expert cache %s (%s; %d experts per MoE layer, all %s)%s: plan %s of %s",
-                              sets, HB(out->plan.b[FIT_EXPERT]), mask & K3_SET_EXPERT_GB ? "K3_EXPERT_GB" : "what is left",
-                              nexp, HB(t->expert_all), out->set.map ? " mapped weights not counted" : "", HB(out->plan.total), room);
-        snprintf(out->brief, sizeof out->brief, "%d/%d/%d bits%s · cache %s", out->set.bits, out->set.mla_bits,
-                 out->set.head_bits, i == 1 ? " (fit step 2)" : i == 2 ? " (fit step 3)" : "", HB(out->plan.b[FIT_EXPERT]));
+        int nexp =
+            t->expert_one
+                ? (int)((double)out->plan.b[FIT_EXPERT] / (double)t->expert_one / (t->n_moe ? t->n_moe : 1))
+                : 0;
+        o += (size_t)snprintf(
+            out->msg + o, n - o,
+            "memory fit: %s, expert cache %s (%s; %d experts per MoE layer, all %s)%s: plan %s of %s", sets,
+            HB(out->plan.b[FIT_EXPERT]), mask & K3_SET_EXPERT_GB ? "K3_EXPERT_GB" : "what is left", nexp,
+            HB(t->expert_all), out->set.map ? " mapped weights not counted" : "", HB(out->plan.total), room);
+        snprintf(out->brief, sizeof out->brief, "%d/%d/%d bits%s · cache %s", out->set.bits,
+                 out->set.mla_bits, out->set.head_bits,
+                 i == 1   ? " (fit step 2)"
+                 : i == 2 ? " (fit step 3)"
+                          : "",
+                 HB(out->plan.b[FIT_EXPERT]));
         if (i) {
             fit_plan p0;
             fit_plan_at(t, &cand[0], &p0);
             set_str(sets, sizeof sets, &cand[0], NULL, 0);
-            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; chosen: step %d of the fit order, since %s needs %s with one expert per MoE layer",
-                                  i + 1, sets, HB(p0.total));
+            o += (size_t)snprintf(
+                out->msg + o, o < n ? n - o : 0,
+                "; chosen: step %d of the fit order, since %s needs %s with one expert per MoE layer", i + 1,
+                sets, HB(p0.total));
         } else {
-            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; %s", mask ? "the given settings fit" : "the defaults fit");
+            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; %s",
+                                  mask ? "the given settings fit" : "the defaults fit");
         }
         return;
     }
@@ -304,8 +352,7 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
     set_str(sets, sizeof sets, given, NULL, 1);
     o += (size_t)snprintf(out->msg + o, n - o, "memory: %s%s needs %s (%s) but only %s; ", sets,
                           given->expert_gb < 0 ? " with one expert per MoE layer" : "", HB(out->plan.total),
-                          mask ? "settings given explicitly are never changed" : "nothing fits",
-                          room);
+                          mask ? "settings given explicitly are never changed" : "nothing fits", room);
     int any = 0;
     /* every step of the order, over the explicit settings too, with the cache at its floor */
     fit_set alt[4] = {*given, *given, *given, *given};
@@ -313,30 +360,33 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
     alt[1] = alt[0], alt[1].bits = 4;
     alt[2] = alt[1], alt[2].mla_bits = 4, alt[2].head_bits = 4;
     for (int i = 0; i < 3; i++) {
-        fit_set a = alt[i];
+        fit_set a   = alt[i];
         a.expert_gb = -1;
-        if (a.maxt > 8192 && (mask & K3_SET_MAXT)) a.maxt = 8192;
+        if (a.maxt > 8192 && (mask & K3_SET_MAXT))
+            a.maxt = 8192;
         fit_plan p;
         int      ok = fits(t, mc, &a, &p);
         set_str(sets, sizeof sets, &a, given, 0);
-        if (!sets[0]) continue;
-        o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "%s%s: %s%s", any++ ? "; " : "", sets, HB(p.total),
-                              ok ? " (fits)" : "");
+        if (!sets[0])
+            continue;
+        o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "%s%s: %s%s", any++ ? "; " : "", sets,
+                              HB(p.total), ok ? " (fits)" : "");
     }
     if (mask & K3_SET_EXPERT_GB) { /* the largest cache that fits at the given bits */
-        fit_set a = *given;
+        fit_set a   = *given;
         a.expert_gb = -1;
         fit_plan p;
         if (fits(t, mc, &a, &p)) {
             double most = (mc->usable - (double)p.total + (double)p.b[FIT_EXPERT]) / FIT_GB;
-            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "%sK3_EXPERT_GB=%.2f: %s (fits)", any++ ? "; " : "",
-                                  floor(most * 100) / 100, HB(mc->usable));
+            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "%sK3_EXPERT_GB=%.2f: %s (fits)",
+                                  any++ ? "; " : "", floor(most * 100) / 100, HB(mc->usable));
         }
     }
-    fit_set mm = *given;
+    fit_set mm   = *given;
     mm.expert_gb = -1, mm.map = 1, mm.maxt = mm.maxt > 8192 ? 8192 : mm.maxt;
     fit_plan pm;
     int      ok = fits(t, mc, &mm, &pm);
-    snprintf(out->msg + o, o < n ? n - o : 0, "%sa k3-repack container with K3_MMAP=1: %s private%s (+ %s mapped from the page cache)",
+    snprintf(out->msg + o, o < n ? n - o : 0,
+             "%sa k3-repack container with K3_MMAP=1: %s private%s (+ %s mapped from the page cache)",
              any ? "; " : "", HB(pm.total), ok ? " (fits)" : "", HB(pm.mapped));
 }

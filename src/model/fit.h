@@ -38,34 +38,45 @@
 #include "st.h"
 
 /* Classes of the plan. */
-enum { FIT_DENSE, FIT_MLA, FIT_HEAD, FIT_EMBED, FIT_SMALL, FIT_EXPERT, FIT_KDA, FIT_MLACACHE, FIT_BLOCKS, FIT_NCLASS };
+enum {
+    FIT_DENSE,
+    FIT_MLA,
+    FIT_HEAD,
+    FIT_EMBED,
+    FIT_SMALL,
+    FIT_EXPERT,
+    FIT_KDA,
+    FIT_MLACACHE,
+    FIT_BLOCKS,
+    FIT_NCLASS
+};
 
 /* What the tensor table says, once (bit-width independent). */
 typedef struct fit_table {
-    uint64_t mat[3][3];      /* [FIT_DENSE/MLA/HEAD][32, 8, 4 bits]                           */
+    uint64_t mat[3][3]; /* [FIT_DENSE/MLA/HEAD][32, 8, 4 bits]                           */
     uint64_t embed, small;
-    uint64_t expert_all;     /* every routed expert of the run layers, as stored              */
-    uint64_t expert_one;     /* one expert (six tensors)                                      */
-    uint64_t kda_state;      /* KDA state + conv tails of the run layers                      */
-    uint64_t mla_per_pos;    /* MLA latent cache bytes per position                           */
-    uint64_t blocks;         /* AttnRes block snapshots                                       */
-    uint64_t big_f32;        /* largest matrix as f32 (information: the load no longer holds it) */
-    int      n_mats;         /* matrix products per token outside the routed experts          */
+    uint64_t expert_all;  /* every routed expert of the run layers, as stored              */
+    uint64_t expert_one;  /* one expert (six tensors)                                      */
+    uint64_t kda_state;   /* KDA state + conv tails of the run layers                      */
+    uint64_t mla_per_pos; /* MLA latent cache bytes per position                           */
+    uint64_t blocks;      /* AttnRes block snapshots                                       */
+    uint64_t big_f32;     /* largest matrix as f32 (information: the load no longer holds it) */
+    int      n_mats;      /* matrix products per token outside the routed experts          */
     int      n_run, n_moe, n_kda, n_mla;
 } fit_table;
 
 /* Settings of a plan. */
 typedef struct fit_set {
     int    bits, mla_bits, head_bits;
-    double expert_gb;        /* < 0: unset (fit_decide chooses)                              */
+    double expert_gb; /* < 0: unset (fit_decide chooses)                              */
     long   maxt;
-    int    map;              /* K3_MMAP=1                                                     */
+    int    map; /* K3_MMAP=1                                                     */
 } fit_set;
 
 typedef struct fit_plan {
     uint64_t b[FIT_NCLASS];
-    uint64_t mapped;         /* K3_MMAP=1: matrices and embeddings used from the page cache  */
-    uint64_t total;          /* private bytes                                                 */
+    uint64_t mapped; /* K3_MMAP=1: matrices and embeddings used from the page cache  */
+    uint64_t total;  /* private bytes                                                 */
 } fit_plan;
 
 typedef struct fit_machine {
@@ -77,13 +88,13 @@ typedef struct fit_machine {
 
 /* Which settings were given explicitly (k3_params.set, K3_SET_* in k3.h). */
 typedef struct fit_choice {
-    fit_set  set;            /* the settings to run with                                      */
-    fit_plan plan;           /* and their plan                                                */
-    int      ok;             /* 0: refused (msg says why, with the figures)                   */
-    int      level;          /* 0..2: the step of the order that was taken                    */
-    char     msg[2048];      /* one line: what was chosen and why, or the refusal             */
-    char     brief[128];     /* the choice in a few words (status bar): "4/8/8 bits (fit step
-                                2) · cache 1.61 GB"                                          */
+    fit_set  set;        /* the settings to run with                                      */
+    fit_plan plan;       /* and their plan                                                */
+    int      ok;         /* 0: refused (msg says why, with the figures)                   */
+    int      level;      /* 0..2: the step of the order that was taken                    */
+    char     msg[2048];  /* one line: what was chosen and why, or the refusal             */
+    char     brief[128]; /* the choice in a few words (status bar): "4/8/8 bits (fit step
+                            2) · cache 1.61 GB"                                          */
 } fit_choice;
 
 /* The figures of the plan for the first n_run layers of config c (fit.c: DESIGN). D: the open
@@ -92,28 +103,29 @@ typedef struct fit_choice {
 k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, int split, fit_table *out);
 void      fit_plan_at(const fit_table *t, const fit_set *s, fit_plan *out);
 /* MemAvailable of /proc/meminfo in bytes (0: unknown). */
-double    fit_meminfo_available(void);
+double fit_meminfo_available(void);
 /* K3_ERR_ARG naming K3_MEM_GB when it is not a number > 0. */
 k3_status fit_machine_get(fit_machine *out);
 /* set_mask: K3_SET_* of the settings given explicitly. */
-void      fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given, int set_mask, fit_choice *out);
+void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given, int set_mask,
+                fit_choice *out);
 /* "17.55 GB" style: decimal units, two decimals. */
 const char *fit_hb(char *buf, size_t n, double bytes);
 
 /* Expected speed (speed.c): quick measurements of this machine's kernels, cached per machine
  * in $XDG_CACHE_HOME/k3chat/speed, and the estimates (speed.c: DESIGN). */
 typedef struct fit_speed {
-    double mem_bw;          /* bytes/s, summing a 256 MB buffer on all threads               */
-    double dec[4];          /* [enum qtype] weight bytes/s of a one-column product            */
-    double pre[4];          /* [enum qtype] weight bytes x columns/s at 32 columns            */
-    double call;            /* seconds of one small product (the fixed cost of a call)        */
-    double disk;            /* bytes/s, O_DIRECT 4 MB reads of the largest shard (0: unknown)  */
-    int    sparse;          /* that shard is sparse: the disk figure is holes, not the drive  */
-    int    cached;          /* every figure came from the cache                               */
-    char   cache[4200];     /* the cache file                                                 */
+    double mem_bw;      /* bytes/s, summing a 256 MB buffer on all threads               */
+    double dec[4];      /* [enum qtype] weight bytes/s of a one-column product            */
+    double pre[4];      /* [enum qtype] weight bytes x columns/s at 32 columns            */
+    double call;        /* seconds of one small product (the fixed cost of a call)        */
+    double disk;        /* bytes/s, O_DIRECT 4 MB reads of the largest shard (0: unknown)  */
+    int    sparse;      /* that shard is sparse: the disk figure is holes, not the drive  */
+    int    cached;      /* every figure came from the cache                               */
+    char   cache[4200]; /* the cache file                                                 */
 } fit_speed;
 /* Measures (or, unless FRESH, takes from the cache) the figures, the drive's from the largest
  * shard of DIR. */
 void fit_speed_get(const char *dir, int fresh, fit_speed *out);
-void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp, int n_active,
-                        int chunk, double *decode_s, double *prefill_s);
+void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
+                        int n_active, int chunk, double *decode_s, double *prefill_s);

@@ -43,8 +43,10 @@ static float sigmoidf_(double x) {
 /* Y[n][rows] = W X[n][cols]. */
 static void mm(const qmat *w, const float *x, int n, float *y) {
     prof_t t0 = prof_begin();
-    if (n == 1) qmat_matvec(w, x, y);
-    else qmat_matmul(w, x, n, y);
+    if (n == 1)
+        qmat_matvec(w, x, y);
+    else
+        qmat_matmul(w, x, n, y);
     prof_end(PROF_MATMUL, t0);
 }
 
@@ -59,7 +61,7 @@ static void mm_many(const qmat *const *w, int k, const float *x, int n, float *c
 /* dot(a, b) in f32 with 8 interleaved partial sums: vectorisable, and one fixed order. */
 static float dot8(const float *a, const float *b, int n) {
     float acc[8] = {0}, tail = 0;
-    int   i      = 0;
+    int   i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++)
             acc[l] += a[i + l] * b[i + l];
@@ -84,25 +86,26 @@ static void situ_glu(float *g, const float *u, size_t n, double b1, double b2) {
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         double a = (double)g[i];
-        g[i] = (float)(b1 * tanh(a / b1) / (1.0 + exp(-a)) * b2 * tanh((double)u[i] / b2));
+        g[i]     = (float)(b1 * tanh(a / b1) / (1.0 + exp(-a)) * b2 * tanh((double)u[i] / b2));
     }
     prof_end(PROF_GLU, t0);
 }
 
 /* Attention Residuals mix (spec 5): entries = blocks[0..nb) ++ [p];
  * score_e = dot(entry_e, nw ⊙ pw) / sqrt(mean(entry_e²) + eps); out = Σ softmax(score)_e entry_e. */
-static void attnres_mix(float *out, const float *p, const float *blocks, int nb, const double *w,
-                        int D, double eps) {
+static void attnres_mix(float *out, const float *p, const float *blocks, int nb, const double *w, int D,
+                        double eps) {
     double score[K3_MAX_LAYERS + 1], mx = -(double)INFINITY;
     for (int e = 0; e <= nb; e++) {
-        const float *x = e < nb ? blocks + (size_t)e * D : p;
+        const float *x   = e < nb ? blocks + (size_t)e * D : p;
         double       dot = 0, ss = 0;
         for (int i = 0; i < D; i++) {
             dot += (double)x[i] * w[i];
             ss += (double)x[i] * (double)x[i];
         }
         score[e] = dot / sqrt(ss / D + eps);
-        if (score[e] > mx) mx = score[e];
+        if (score[e] > mx)
+            mx = score[e];
     }
     double sum = 0;
     for (int e = 0; e <= nb; e++)
@@ -130,7 +133,7 @@ static void kda_forward(fwd_pass *p, int l) {
     const k3_config   *c = &m->cfg;
     const kda_weights *w = &m->layers[l].kda;
     chunk_buf         *b = p->b;
-    const int H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k, C = p->cap, n = p->n;
+    const int          H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k, C = p->cap, n = p->n;
 
     /* projections of every column: q, k, v into t3, t4, t5 (one quantization of x), then per
      * sequence its conv window (K-1+n, P): rows 0..K-2 = its carried tail, then its columns */
@@ -164,18 +167,19 @@ static void kda_forward(fwd_pass *p, int l) {
         prof_end(PROF_KDA_CONV, t0);
     }
     float *gate = b->t3, *gz = b->t4, *fa = b->t5, *beta = b->gat;
-    {   /* g_proj x (n, P), f_a x (n, d), b_proj x (n, H): one more quantization of x */
+    { /* g_proj x (n, P), f_a x (n, d), b_proj x (n, H): one more quantization of x */
         const qmat *proj[3] = {&w->g, &w->fa, &w->b};
         float      *out[3]  = {gate, fa, beta};
         mm_many(proj, 3, b->xn, n, out);
     }
-    mm(&w->fb, fa, n, gz);                  /* f_b(f_a x)          (n, P) */
+    mm(&w->fb, fa, n, gz); /* f_b(f_a x)          (n, P) */
     prof_t t0 = prof_begin();
 #pragma omp parallel for schedule(static) if ((long)n * P >= PAR_MIN)
     for (int t = 0; t < n; t++) {
-        for (int ch = 0; ch < P; ch++) {    /* g = lb · σ(exp(A_log[h]) · (z + dt_bias)) */
+        for (int ch = 0; ch < P; ch++) { /* g = lb · σ(exp(A_log[h]) · (z + dt_bias)) */
             float z = gz[(size_t)t * P + ch] + w->dt_bias[ch];
-            gz[(size_t)t * P + ch] = (float)((double)c->gate_lower_bound * (double)sigmoidf_((double)w->a[ch / d] * (double)z));
+            gz[(size_t)t * P + ch] =
+                (float)((double)c->gate_lower_bound * (double)sigmoidf_((double)w->a[ch / d] * (double)z));
         }
         for (int h = 0; h < H; h++)
             beta[(size_t)t * H + h] = sigmoidf_((double)beta[(size_t)t * H + h]);
@@ -188,18 +192,18 @@ static void kda_forward(fwd_pass *p, int l) {
      * waking them */
 #pragma omp parallel for schedule(static) if ((long)n * H * d * d >= (1L << 18))
     for (int hs = 0; hs < p->nseg * H; hs++) {
-        const int       h = hs % H;
-        const pass_seg *sg = &p->seg[hs / H];
-        layer_state    *ls = &sg->s->ls[l];
+        const int       h   = hs % H;
+        const pass_seg *sg  = &p->seg[hs / H];
+        layer_state    *ls  = &sg->s->ls[l];
         const int       src = ls->sel, dst = 1 - src;
-        double *u = sg->s->dtmp + (size_t)h * 2 * d, *o = u + d;
-        float  *S = ls->S[dst] + (size_t)h * d * d;
+        double         *u = sg->s->dtmp + (size_t)h * 2 * d, *o = u + d;
+        float          *S = ls->S[dst] + (size_t)h * d * d;
         for (int t = sg->t0; t < sg->t0 + sg->n; t++) {
             const float *Sin = (t == sg->t0 ? ls->S[src] : ls->S[dst]) + (size_t)h * d * d;
-            float       *q = b->t0 + (size_t)t * P + (size_t)h * d;
-            float       *k = b->t1 + (size_t)t * P + (size_t)h * d;
-            const float *v = b->t2 + (size_t)t * P + (size_t)h * d;
-            const float *g = gz + (size_t)t * P + (size_t)h * d;
+            float       *q   = b->t0 + (size_t)t * P + (size_t)h * d;
+            float       *k   = b->t1 + (size_t)t * P + (size_t)h * d;
+            const float *v   = b->t2 + (size_t)t * P + (size_t)h * d;
+            const float *g   = gz + (size_t)t * P + (size_t)h * d;
             double       sq = 0, sk = 0;
             for (int i = 0; i < d; i++) {
                 sq += (double)q[i] * (double)q[i];
@@ -214,9 +218,9 @@ static void kda_forward(fwd_pass *p, int l) {
             for (int j = 0; j < d; j++)
                 u[j] = 0;
             for (int i = 0; i < d; i++) {
-                float        e   = (float)exp((double)g[i]);
-                const float *si  = Sin + (size_t)i * d;
-                float       *so  = S + (size_t)i * d;
+                float        e  = (float)exp((double)g[i]);
+                const float *si = Sin + (size_t)i * d;
+                float       *so = S + (size_t)i * d;
 #pragma omp simd
                 for (int j = 0; j < d; j++) {
                     so[j] = si[j] * e;
@@ -241,7 +245,7 @@ static void kda_forward(fwd_pass *p, int l) {
             double ss = 0;
             for (int j = 0; j < d; j++)
                 ss += o[j] * o[j];
-            double r = 1.0 / sqrt(ss / d + (double)c->rms_eps);
+            double       r  = 1.0 / sqrt(ss / d + (double)c->rms_eps);
             const float *gt = gate + (size_t)t * P + (size_t)h * d;
             for (int j = 0; j < d; j++)
                 q[j] = (float)(o[j] * r * (double)w->o_norm[j] * (double)sigmoidf_((double)gt[j]));
@@ -260,16 +264,16 @@ static void kda_forward(fwd_pass *p, int l) {
  *             ctx = kv_b_v Σ_j softmax_j c_j
  *   y = o_proj(σ(g_proj x) ⊙ ctx) */
 static void mla_forward(fwd_pass *p, int l) {
-    const k3_model    *m = p->m;
-    const k3_config   *c = &m->cfg;
-    const mla_weights *w = &m->layers[l].mla;
-    chunk_buf         *b = p->b;
-    const int Hm = c->n_heads, kl = c->kv_lora, nope = c->nope, rope = c->rope, vd = c->v_dim;
-    const int qw = nope + rope, ql = c->q_lora, C = p->cap, n = p->n;
-    const double scale = 1.0 / sqrt((double)qw);
+    const k3_model    *m  = p->m;
+    const k3_config   *c  = &m->cfg;
+    const mla_weights *w  = &m->layers[l].mla;
+    chunk_buf         *b  = p->b;
+    const int          Hm = c->n_heads, kl = c->kv_lora, nope = c->nope, rope = c->rope, vd = c->v_dim;
+    const int          qw = nope + rope, ql = c->q_lora, C = p->cap, n = p->n;
+    const double       scale = 1.0 / sqrt((double)qw);
 
     float *qa = b->t0, *q = b->t1, *kva = b->t2, *gate = b->t3, *ctx = b->t4;
-    {   /* q_a x (n, q_lora), kv_a x (n, kl+rope), g_proj x (n, Hm*v) */
+    { /* q_a x (n, q_lora), kv_a x (n, kl+rope), g_proj x (n, Hm*v) */
         const qmat *proj[3] = {&w->qa, &w->kva, &w->g};
         float      *out[3]  = {qa, kva, gate};
         mm_many(proj, 3, b->xn, n, out);
@@ -278,9 +282,9 @@ static void mla_forward(fwd_pass *p, int l) {
     for (int t = 0; t < n; t++)
         rmsnorm(qa + (size_t)t * ql, qa + (size_t)t * ql, w->qa_norm, ql, 1e-6);
     prof_end(PROF_NORM, t0);
-    mm(&w->qb, qa, n, q);                                       /* q_b            (n, Hm*qw)  */
+    mm(&w->qb, qa, n, q); /* q_b            (n, Hm*qw)  */
     t0 = prof_begin();
-    for (int g = 0; g < p->nseg; g++) {                         /* append c, kr to each cache */
+    for (int g = 0; g < p->nseg; g++) { /* append c, kr to each cache */
         const pass_seg *sg = &p->seg[g];
         layer_state    *ls = &sg->s->ls[l];
         for (int t = 0; t < sg->n; t++) {
@@ -318,8 +322,10 @@ static void mla_forward(fwd_pass *p, int l) {
             float              mx  = -INFINITY;
             for (int j = 0; j < T; j++) {
                 sc[j] = (float)((double)(dot8(ql_, ls->c + (size_t)j * kl, kl) +
-                                         dot8(qr, ls->kr + (size_t)j * rope, rope)) * scale);
-                if (sc[j] > mx) mx = sc[j];
+                                         dot8(qr, ls->kr + (size_t)j * rope, rope)) *
+                                scale);
+                if (sc[j] > mx)
+                    mx = sc[j];
             }
             /* ctx_lat = Σ_j softmax_j c_j: f32 accumulation over i vectorises; the sum of the
              * weights is kept in double */
@@ -358,13 +364,12 @@ static void mla_forward(fwd_pass *p, int l) {
 /* ==== MLPs ================================================================== */
 
 /* out = down(SiTU-GLU(gate x, up x)); g, u: scratch (n, I). */
-static void mlp_forward(const k3_model *m, const mlp_weights *w, const float *x, int n, float *out,
-                        float *g, float *u) {
+static void mlp_forward(const k3_model *m, const mlp_weights *w, const float *x, int n, float *out, float *g,
+                        float *u) {
     const qmat *gu[2] = {&w->gate, &w->up};
     float      *y[2]  = {g, u};
     mm_many(gu, 2, x, n, y);
-    situ_glu(g, u, (size_t)n * w->gate.rows, (double)m->cfg.situ_beta,
-             (double)m->cfg.situ_linear_beta);
+    situ_glu(g, u, (size_t)n * w->gate.rows, (double)m->cfg.situ_beta, (double)m->cfg.situ_linear_beta);
     mm(&w->down, g, n, out);
 }
 
@@ -400,26 +405,37 @@ static void topp_drop(int *sel, float *wt, int k, double p, int *idx /* (k) scra
 /* The MoE's scratch, named for its role; views of the session's chunk_buf (shapes per chunk
  * of n tokens, np = tokens routed to one expert, at most n). */
 typedef struct moe_scratch {
-    float *scores;   /* (n, E) router sigmoid scores                                        */
-    float *z;        /* (n, L) latent down projection of every token                        */
-    float *gate;     /* (np, F) one expert's w1 rows, then SiTU-GLU(w1, w3)                  */
-    float *up;       /* (np, F) its w3 rows                                                 */
-    float *in;       /* (np, L) the gathered latent rows of the tokens routed to one expert  */
-    float *out;      /* (np, L) their expert outputs, before the scatter                    */
-    float *slot_y;   /* (n, k, L) per token and slot expert output (canonical order)        */
-    float *lat;      /* (n, L) Σ_slot w · slot_y, then RMSNorm                              */
-    float *shared;   /* (n, D) shared experts' output                                       */
-    int   *sel;      /* (n, k) selected expert ids (-1: dropped by K3_TOPP)                 */
-    int   *csel;     /* (n, k) sel, -1 where the Vulkan tier computed the row: the CPU's     */
-    float *w;        /* (n, k) their weights                                                */
-    int   *rows;     /* (n*k) t*k + slot of the rows of one expert / K3_TOPP scratch         */
-    int   *ids;      /* (E) distinct experts of the chunk                                   */
+    float *scores; /* (n, E) router sigmoid scores                                        */
+    float *z;      /* (n, L) latent down projection of every token                        */
+    float *gate;   /* (np, F) one expert's w1 rows, then SiTU-GLU(w1, w3)                  */
+    float *up;     /* (np, F) its w3 rows                                                 */
+    float *in;     /* (np, L) the gathered latent rows of the tokens routed to one expert  */
+    float *out;    /* (np, L) their expert outputs, before the scatter                    */
+    float *slot_y; /* (n, k, L) per token and slot expert output (canonical order)        */
+    float *lat;    /* (n, L) Σ_slot w · slot_y, then RMSNorm                              */
+    float *shared; /* (n, D) shared experts' output                                       */
+    int   *sel;    /* (n, k) selected expert ids (-1: dropped by K3_TOPP)                 */
+    int   *csel;   /* (n, k) sel, -1 where the Vulkan tier computed the row: the CPU's     */
+    float *w;      /* (n, k) their weights                                                */
+    int   *rows;   /* (n*k) t*k + slot of the rows of one expert / K3_TOPP scratch         */
+    int   *ids;    /* (E) distinct experts of the chunk                                   */
 } moe_scratch;
 
 static moe_scratch moe_scratch_of(chunk_buf *b) {
-    return (moe_scratch){.scores = b->t0, .z = b->t1, .gate = b->t2, .up = b->t3, .in = b->gat, .out = b->gat2,
-                         .slot_y = b->moe_y, .lat = b->t4, .shared = b->t5, .sel = b->moe_sel, .w = b->moe_w,
-                         .csel = b->moe_sel, .rows = b->moe_tok, .ids = b->moe_ids};
+    return (moe_scratch){.scores = b->t0,
+                         .z      = b->t1,
+                         .gate   = b->t2,
+                         .up     = b->t3,
+                         .in     = b->gat,
+                         .out    = b->gat2,
+                         .slot_y = b->moe_y,
+                         .lat    = b->t4,
+                         .shared = b->t5,
+                         .sel    = b->moe_sel,
+                         .w      = b->moe_w,
+                         .csel   = b->moe_sel,
+                         .rows   = b->moe_tok,
+                         .ids    = b->moe_ids};
 }
 
 /* Route: σ(router x); per token the top-k of (score + bias) in the order (biased score
@@ -440,7 +456,7 @@ static void moe_route(const k3_model *m, const moe_weights *w, const float *xn, 
         float *wt  = ms->w + (size_t)t * k;
         /* k passes, each taking the best expert after the previous one in the order */
         double tot = 0, pv = (double)INFINITY;
-        int    pe  = -1;
+        int    pe = -1;
         for (int j = 0; j < k; j++) {
             int    best = -1;
             double bv   = 0;
@@ -451,7 +467,8 @@ static void moe_route(const k3_model *m, const moe_weights *w, const float *xn, 
                     bv   = v;
                 }
             }
-            if (best < 0) best = j; /* NaN scores: any distinct id; the logits check fails */
+            if (best < 0)
+                best = j; /* NaN scores: any distinct id; the logits check fails */
             sel[j] = best;
             pv     = bv;
             pe     = best;
@@ -460,7 +477,8 @@ static void moe_route(const k3_model *m, const moe_weights *w, const float *xn, 
         for (int j = 0; j < k; j++)
             wt[j] = (float)(k > 1 ? (double)st[sel[j]] / (tot + 1e-20) * (double)c->routed_scale
                                   : (double)st[sel[j]] * (double)c->routed_scale);
-        if (m->par.topp < 1) topp_drop(sel, wt, k, m->par.topp, ms->rows);
+        if (m->par.topp < 1)
+            topp_drop(sel, wt, k, m->par.topp, ms->rows);
     }
     prof_end(PROF_ROUTE, t0);
 }
@@ -483,7 +501,8 @@ static int moe_gather(const moe_scratch *ms, int e, int nk, int k, int L) {
     prof_t t0 = prof_begin();
     int    np = 0;
     for (int i = 0; i < nk; i++)
-        if (ms->csel[i] == e) ms->rows[np++] = i;
+        if (ms->csel[i] == e)
+            ms->rows[np++] = i;
     for (int i = 0; i < np; i++)
         memcpy(ms->in + (size_t)i * L, ms->z + (size_t)(ms->rows[i] / k) * L, (size_t)L * sizeof(float));
     prof_end(PROF_MOE_MOVE, t0);
@@ -493,7 +512,7 @@ static int moe_gather(const moe_scratch *ms, int e, int nk, int k, int L) {
 /* Compute: one expert over its np gathered rows, each projection one matmul (grouped GEMM):
  * ms->out = w2(SiTU-GLU(w1 in, w3 in)); then scatter the rows back to their (token, slot). */
 static void moe_compute(const k3_config *c, const k3_expert *x, int np, moe_scratch *ms) {
-    const int L = c->latent, F = c->moe_inter;
+    const int   L = c->latent, F = c->moe_inter;
     const qmat *w13[2] = {&x->w1, &x->w3};
     float      *y13[2] = {ms->gate, ms->up}; /* (np, F) each */
     mm_many(w13, 2, ms->in, np, y13);
@@ -547,27 +566,35 @@ static k3_status moe_device(fwd_pass *p, int l, moe_scratch *ms) {
         for (int t = p->seg[g].t0; t < p->seg[g].t0 + p->seg[g].n; t++)
             ncpu += !(dev[t] = p->seg[g].dev && t == p->seg[g].t0 + p->seg[g].n - 1 &&
                                vkt_shared(m->vk, l, b->xn + (size_t)t * D, ms->shared + (size_t)t * D));
-    if (ncpu == n) mlp_forward(m, &w->shared, b->xn, n, ms->shared, ms->gate, ms->up);
+    if (ncpu == n)
+        mlp_forward(m, &w->shared, b->xn, n, ms->shared, ms->gate, ms->up);
     else if (ncpu) {
         for (int t = 0, r = 0; t < n; t++)
-            if (!dev[t]) memcpy(b->x + (size_t)r++ * D, b->xn + (size_t)t * D, (size_t)D * sizeof(float));
+            if (!dev[t])
+                memcpy(b->x + (size_t)r++ * D, b->xn + (size_t)t * D, (size_t)D * sizeof(float));
         mlp_forward(m, &w->shared, b->x, ncpu, b->y, ms->gate, ms->up);
         for (int t = 0, r = 0; t < n; t++)
-            if (!dev[t]) memcpy(ms->shared + (size_t)t * D, b->y + (size_t)r++ * D, (size_t)D * sizeof(float));
+            if (!dev[t])
+                memcpy(ms->shared + (size_t)t * D, b->y + (size_t)r++ * D, (size_t)D * sizeof(float));
     }
-    if (!m->vk) return K3_OK;
+    if (!m->vk)
+        return K3_OK;
     memcpy(ms->csel, ms->sel, (size_t)n * k * sizeof(int));
     for (int g = 0; g < p->nseg; g++) {
-        if (!p->seg[g].dev) continue;
+        if (!p->seg[g].dev)
+            continue;
         const int t = p->seg[g].t0 + p->seg[g].n - 1, *sel = ms->sel + (size_t)t * k;
         int       n_ids = moe_experts(sel, k, c->n_experts, ms->ids);
         int       n_res = vkt_split(m->vk, l, ms->ids, &n_ids, b->moe_res);
-        k3_status rc    = n_res ? vkt_experts(m->vk, l, b->moe_res, n_res, ms->z + (size_t)t * L, b->moe_resy) : K3_OK;
-        if (rc) return rc;
+        k3_status rc =
+            n_res ? vkt_experts(m->vk, l, b->moe_res, n_res, ms->z + (size_t)t * L, b->moe_resy) : K3_OK;
+        if (rc)
+            return rc;
         for (int r = 0; r < n_res; r++)
             for (int j = 0; j < k; j++)
                 if (sel[j] == b->moe_res[r]) {
-                    memcpy(ms->slot_y + ((size_t)t * k + j) * L, b->moe_resy + (size_t)r * L, (size_t)L * sizeof(float));
+                    memcpy(ms->slot_y + ((size_t)t * k + j) * L, b->moe_resy + (size_t)r * L,
+                           (size_t)L * sizeof(float));
                     ms->csel[(size_t)t * k + j] = -1;
                 }
         p->stats->vk_hits += (uint64_t)n_res;
@@ -593,9 +620,11 @@ static k3_status moe_forward(fwd_pass *p, int l) {
 
     moe_route(m, w, b->xn, n, &ms);
     mm(&w->down_lat, b->xn, n, ms.z);
-    if (m->vk) ms.csel = b->moe_dev + n; /* after the (n) column flags */
+    if (m->vk)
+        ms.csel = b->moe_dev + n; /* after the (n) column flags */
     k3_status rc = moe_device(p, l, &ms);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     int      n_ids = moe_experts(ms.csel, nk, c->n_experts, ms.ids);
     ex_batch eb;
     rc = ex_begin(m->tier, l, ms.ids, n_ids, p->stats, &eb);
@@ -606,7 +635,8 @@ static k3_status moe_forward(fwd_pass *p, int l) {
         vkt_offer(m->vk, l, e, &x->w1, &x->w3, &x->w2); /* warm the device tier with what was just read */
     }
     ex_end(&eb);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     moe_combine(m, w, n, &ms, b->y);
     return K3_OK;
 }
@@ -622,38 +652,45 @@ k3_status layer_forward(fwd_pass *pa, int l) {
     const layer_weights *w = &m->layers[l];
     chunk_buf           *b = pa->b;
     const int            n = pa->n;
-    const int    D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
-    const int    nb = (l + blk - 1) / blk, restart = l % blk == 0;
-    const double eps = (double)c->rms_eps;
+    const int            D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
+    const int            nb = (l + blk - 1) / blk, restart = l % blk == 0;
+    const double         eps = (double)c->rms_eps;
 
     prof_t t0 = prof_begin();
 #pragma omp parallel for schedule(static) if (n > 1 && (long)n * D >= PAR_MIN)
     for (int t = 0; t < n; t++) {
         float *p = b->h + (size_t)t * D, *bl = b->blocks + (size_t)t * NB * D;
         float *x = b->x + (size_t)t * D;
-        if (nb) attnres_mix(x, p, bl, nb, w->attn_res_w, D, eps);
-        else memcpy(x, p, (size_t)D * sizeof(float));
-        if (restart) memcpy(bl + (size_t)nb * D, p, (size_t)D * sizeof(float));
+        if (nb)
+            attnres_mix(x, p, bl, nb, w->attn_res_w, D, eps);
+        else
+            memcpy(x, p, (size_t)D * sizeof(float));
+        if (restart)
+            memcpy(bl + (size_t)nb * D, p, (size_t)D * sizeof(float));
         rmsnorm(b->xn + (size_t)t * D, x, w->in_norm, D, eps);
     }
     prof_end(PROF_NORM, t0);
-    if (w->kind == K3_LAYER_KDA) kda_forward(pa, l);
-    else mla_forward(pa, l);
+    if (w->kind == K3_LAYER_KDA)
+        kda_forward(pa, l);
+    else
+        mla_forward(pa, l);
     t0 = prof_begin();
 #pragma omp parallel for schedule(static) if (n > 1 && (long)n * D >= PAR_MIN)
     for (int t = 0; t < n; t++) {
         float *p = b->h + (size_t)t * D, *a = b->y + (size_t)t * D;
         for (int i = 0; i < D; i++)
             p[i] = restart ? a[i] : p[i] + a[i];
-        attnres_mix(b->x + (size_t)t * D, p, b->blocks + (size_t)t * NB * D, nb + restart,
-                    w->mlp_res_w, D, eps);
+        attnres_mix(b->x + (size_t)t * D, p, b->blocks + (size_t)t * NB * D, nb + restart, w->mlp_res_w, D,
+                    eps);
         rmsnorm(b->xn + (size_t)t * D, b->x + (size_t)t * D, w->post_norm, D, eps);
     }
     prof_end(PROF_NORM, t0);
-    if (w->dense) mlp_forward(m, &w->mlp, b->xn, n, b->y, b->t0, b->t1);
+    if (w->dense)
+        mlp_forward(m, &w->mlp, b->xn, n, b->y, b->t0, b->t1);
     else {
         k3_status st = moe_forward(pa, l);
-        if (st) return st;
+        if (st)
+            return st;
     }
     t0 = prof_begin();
     for (size_t i = 0; i < (size_t)n * D; i++)
@@ -668,9 +705,9 @@ void model_head(fwd_pass *p) {
     const k3_model  *m = p->m;
     const k3_config *c = &m->cfg;
     chunk_buf       *b = p->b;
-    const int D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
-    prof_t    p0 = prof_begin();
-    int       r  = 0;
+    const int        D = c->hidden, blk = c->attn_res_block, NB = (m->n_run + blk - 1) / blk;
+    prof_t           p0 = prof_begin();
+    int              r  = 0;
     for (int g = 0; g < p->nseg; g++) {
         pass_seg *sg = &p->seg[g];
         sg->lrow     = r;

@@ -31,34 +31,35 @@
  * bits as the engine takes them: rp_run_bits). */
 typedef struct insp_settings {
     int    bits, mla_bits, head_bits;
-    int    from;       /* RP_FROM_* mask: bits a k3 container brought (the variable unset) */
-    double expert_gb;  /* < 0: unset (the fit chooses); 0: the floor of one expert per MoE layer */
+    int    from;      /* RP_FROM_* mask: bits a k3 container brought (the variable unset) */
+    double expert_gb; /* < 0: unset (the fit chooses); 0: the floor of one expert per MoE layer */
     long   maxt;
     int    maxt_set;
-    int    set;        /* K3_SET_* mask (k3_params.set)                                      */
-    int    n_layers;   /* K3_LAYERS (0: all)                                                 */
-    int    map;        /* K3_MMAP=1                                                          */
-    int    chunk;      /* K3_CHUNK                                                           */
+    int    set;      /* K3_SET_* mask (k3_params.set)                                      */
+    int    n_layers; /* K3_LAYERS (0: all)                                                 */
+    int    map;      /* K3_MMAP=1                                                          */
+    int    chunk;    /* K3_CHUNK                                                           */
 } insp_settings;
 
 static k3_status read_settings(const char *dir, insp_settings *s) {
     k3_params p;
     rp_info   ci;
     k3_status st = k3_params_default(&p);
-    if (st || (st = rp_info_load(dir, &ci))) return st;
-    s->from = rp_run_bits(&ci, &p);
-    s->bits = p.bits;
-    s->mla_bits = p.mla_bits;
+    if (st || (st = rp_info_load(dir, &ci)))
+        return st;
+    s->from      = rp_run_bits(&ci, &p);
+    s->bits      = p.bits;
+    s->mla_bits  = p.mla_bits;
     s->head_bits = p.head_bits;
     s->expert_gb = p.expert_gb >= 0 ? p.expert_gb : -1;
-    s->maxt = p.max_ctx;
-    s->maxt_set = !!(p.set & K3_SET_MAXT);
-    s->set = p.set | (s->from & RP_FROM_BITS ? K3_SET_BITS : 0) | (s->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) |
-             (s->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
-    s->n_layers = p.n_layers;
-    s->chunk = p.chunk;
+    s->maxt      = p.max_ctx;
+    s->maxt_set  = !!(p.set & K3_SET_MAXT);
+    s->set       = p.set | (s->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
+             (s->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) | (s->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
+    s->n_layers   = p.n_layers;
+    s->chunk      = p.chunk;
     const char *m = getenv("K3_MMAP");
-    s->map = m && !strcmp(m, "1");
+    s->map        = m && !strcmp(m, "1");
     return K3_OK;
 }
 
@@ -73,21 +74,23 @@ typedef struct expert_pos {
 
 static int cmp_pos(const void *a, const void *b) {
     const expert_pos *x = a, *y = b;
-    if (x->shard != y->shard) return x->shard - y->shard;
+    if (x->shard != y->shard)
+        return x->shard - y->shard;
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
 typedef struct expert_stats {
-    uint64_t bytes_per;         /* the tensors of one expert (six)             */
-    uint64_t total;             /* all routed experts                          */
-    long     n, n_split;        /* experts; experts not stored back to back     */
-    int      layers_unordered;  /* MoE layers with experts out of id order      */
+    uint64_t bytes_per;        /* the tensors of one expert (six)             */
+    uint64_t total;            /* all routed experts                          */
+    long     n, n_split;       /* experts; experts not stored back to back     */
+    int      layers_unordered; /* MoE layers with experts out of id order      */
 } expert_stats;
 
 static k3_status scan_experts(const k3_config *c, const st_dir *d, expert_stats *es) {
     memset(es, 0, sizeof *es);
     expert_pos *pos = k3_calloc((size_t)c->n_experts, sizeof *pos);
-    if (!pos) return k3_err(K3_ERR_NOMEM, "out of memory");
+    if (!pos)
+        return k3_err(K3_ERR_NOMEM, "out of memory");
     for (int l = c->first_dense; l < c->n_layers; l++) {
         for (int e = 0; e < c->n_experts; e++) {
             uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
@@ -96,13 +99,17 @@ static k3_status scan_experts(const k3_config *c, const st_dir *d, expert_stats 
                 char             name[192];
                 const st_tensor *t = st_find(d, tt_name(name, sizeof name, k, l, e));
                 K3_ASSERT(t); /* cfg_check_tensors ran first */
-                if (shard >= 0 && t->shard != shard) split = 1;
+                if (shard >= 0 && t->shard != shard)
+                    split = 1;
                 shard = t->shard;
-                if (t->offset < lo) lo = t->offset;
-                if (t->offset + t->nbytes > hi) hi = t->offset + t->nbytes;
+                if (t->offset < lo)
+                    lo = t->offset;
+                if (t->offset + t->nbytes > hi)
+                    hi = t->offset + t->nbytes;
                 sum += t->nbytes;
             }
-            if (split || hi - lo != sum) es->n_split++;
+            if (split || hi - lo != sum)
+                es->n_split++;
             es->bytes_per = sum;
             es->total += sum;
             es->n++;
@@ -123,15 +130,17 @@ static k3_status scan_experts(const k3_config *c, const st_dir *d, expert_stats 
 
 static void print_plan(const k3_config *c, FILE *f) {
     int n_kda = 0, n_mla = 0;
-    for (int l = 0; l < c->n_layers; l++) c->layer_kind[l] == K3_LAYER_KDA ? n_kda++ : n_mla++;
-    fprintf(f, "layers       %d: %d KDA + %d MLA attention; %d dense MLP + %d MoE\n", c->n_layers, n_kda, n_mla,
-            c->first_dense, c->n_layers - c->first_dense);
+    for (int l = 0; l < c->n_layers; l++)
+        c->layer_kind[l] == K3_LAYER_KDA ? n_kda++ : n_mla++;
+    fprintf(f, "layers       %d: %d KDA + %d MLA attention; %d dense MLP + %d MoE\n", c->n_layers, n_kda,
+            n_mla, c->first_dense, c->n_layers - c->first_dense);
     fprintf(f, "plan         K = KDA, M = MLA, lower case = dense MLP; groups of attn_res_block_size %d\n",
             c->attn_res_block);
     for (int l = 0; l < c->n_layers; l += 48) {
         fprintf(f, "  %4d       ", l);
         for (int i = l; i < c->n_layers && i < l + 48; i++) {
-            if (i > l && i % c->attn_res_block == 0) fputc(' ', f);
+            if (i > l && i % c->attn_res_block == 0)
+                fputc(' ', f);
             int ch = c->layer_kind[i] == K3_LAYER_KDA ? 'K' : 'M';
             fputc(i < c->first_dense ? ch + ('a' - 'A') : ch, f);
         }
@@ -158,18 +167,23 @@ static void print_dtypes(const st_dir *d, FILE *f) {
     fprintf(f, "tensors      %d text tensors, %s (%llu bytes)%s\n", st_n_tensors(d), HB(total),
             (unsigned long long)total, st_has_prefix(d) ? "; names carry the language_model. prefix" : "");
     for (int t = 0; t < ST_DTYPE_COUNT; t++)
-        if (cnt[t]) fprintf(f, "  %-5s      %7ld tensors  %12s  (%llu bytes)\n", st_dtype_name((st_dtype)t), cnt[t], HB(by[t]), (unsigned long long)by[t]);
+        if (cnt[t])
+            fprintf(f, "  %-5s      %7ld tensors  %12s  (%llu bytes)\n", st_dtype_name((st_dtype)t), cnt[t],
+                    HB(by[t]), (unsigned long long)by[t]);
 }
 
 static void print_shards(const st_dir *d, FILE *f) {
     int n_vis = 0;
-    for (int s = 0; s < st_n_shards(d); s++) n_vis += !st_shard_opened(d, s);
+    for (int s = 0; s < st_n_shards(d); s++)
+        n_vis += !st_shard_opened(d, s);
     fprintf(f, "shards       %d (%d vision-only, never opened)\n", st_n_shards(d), n_vis);
     int *per = k3_calloc((size_t)st_n_shards(d), sizeof *per);
-    for (int i = 0; per && i < st_n_tensors(d); i++) per[st_tensor_at(d, i)->shard]++;
+    for (int i = 0; per && i < st_n_tensors(d); i++)
+        per[st_tensor_at(d, i)->shard]++;
     for (int s = 0; s < st_n_shards(d); s++) {
         if (st_shard_opened(d, s))
-            fprintf(f, "  %-40s %12s  %6d tensors\n", st_shard_name(d, s), HB(st_shard_size(d, s)), per ? per[s] : 0);
+            fprintf(f, "  %-40s %12s  %6d tensors\n", st_shard_name(d, s), HB(st_shard_size(d, s)),
+                    per ? per[s] : 0);
         else
             fprintf(f, "  %-40s %12s  vision only, not opened\n", st_shard_name(d, s), "-");
     }
@@ -182,19 +196,27 @@ static double n_params(const st_dir *d) {
     double n = 0;
     for (int i = 0; i < st_n_tensors(d); i++) {
         const st_tensor *t = st_tensor_at(d, i);
-        if (t->dtype != ST_U8) n += (double)st_numel(t);
-        else if (strstr(t->name, "weight_packed")) n += 2.0 * (double)t->nbytes;
+        if (t->dtype != ST_U8)
+            n += (double)st_numel(t);
+        else if (strstr(t->name, "weight_packed"))
+            n += 2.0 * (double)t->nbytes;
     }
     return n;
 }
 
-static void print_memory(const fit_table *ft, const fit_machine *mc, const fit_choice *fc, const insp_settings *s, int mask, FILE *f) {
+static void print_memory(const fit_table *ft, const fit_machine *mc, const fit_choice *fc,
+                         const insp_settings *s, int mask, FILE *f) {
     const fit_plan *p = &fc->plan;
     char            eg[48];
-    if (s->expert_gb < 0) snprintf(eg, sizeof eg, "unset");
-    else snprintf(eg, sizeof eg, "%g", s->expert_gb);
-#define FROM(bit, set, v, given) (s->from & (bit) ? " (container)" : !(mask & (set)) && (v) != (given) ? " (fit)" : "")
-    fprintf(f, "memory       K3_BITS=%d%s K3_MLA_BITS=%d%s K3_HEAD_BITS=%d%s K3_EXPERT_GB=%s K3_MAXT=%ld%s%s (the plan %s)\n",
+    if (s->expert_gb < 0)
+        snprintf(eg, sizeof eg, "unset");
+    else
+        snprintf(eg, sizeof eg, "%g", s->expert_gb);
+#define FROM(bit, set, v, given)                                                                             \
+    (s->from & (bit) ? " (container)" : !(mask & (set)) && (v) != (given) ? " (fit)" : "")
+    fprintf(f,
+            "memory       K3_BITS=%d%s K3_MLA_BITS=%d%s K3_HEAD_BITS=%d%s K3_EXPERT_GB=%s K3_MAXT=%ld%s%s "
+            "(the plan %s)\n",
             fc->set.bits, FROM(RP_FROM_BITS, K3_SET_BITS, fc->set.bits, s->bits), fc->set.mla_bits,
             FROM(RP_FROM_MLA, K3_SET_MLA_BITS, fc->set.mla_bits, s->mla_bits), fc->set.head_bits,
             FROM(RP_FROM_HEAD, K3_SET_HEAD_BITS, fc->set.head_bits, s->head_bits), eg, s->maxt,
@@ -209,25 +231,30 @@ static void print_memory(const fit_table *ft, const fit_machine *mc, const fit_c
     uint64_t floor_b = (uint64_t)ft->n_moe * ft->expert_one, e = p->b[FIT_EXPERT];
     fprintf(f, "  routed experts               %12s  (%s; all experts %s)\n", HB(e),
             s->expert_gb < 0 && e >= ft->expert_all ? "K3_EXPERT_GB unset: all resident"
-            : s->expert_gb < 0                  ? "K3_EXPERT_GB unset: what is left after the rest"
-            : e >= ft->expert_all               ? "the budget holds all experts"
-            : e == floor_b                      ? "cache floor: one expert per MoE layer"
-                                                : "cache budget",
+            : s->expert_gb < 0                      ? "K3_EXPERT_GB unset: what is left after the rest"
+            : e >= ft->expert_all                   ? "the budget holds all experts"
+            : e == floor_b                          ? "cache floor: one expert per MoE layer"
+                                                    : "cache budget",
             HB(ft->expert_all));
     fprintf(f, "  KDA state + conv tails       %12s  (double-buffered)\n", HB(p->b[FIT_KDA]));
     fprintf(f, "  MLA latent cache             %12s  (%ld positions)\n", HB(p->b[FIT_MLACACHE]), s->maxt);
-    if (p->mapped) fprintf(f, "  mapped (page cache)          %12s  (K3_MMAP=1: not counted below)\n", HB(p->mapped));
+    if (p->mapped)
+        fprintf(f, "  mapped (page cache)          %12s  (K3_MMAP=1: not counted below)\n", HB(p->mapped));
     fprintf(f, "  total                        %12s\n", HB(p->total));
     fprintf(f, "by bits      bytes of each class at 32 / 8 / 4 bits (%d layers run)\n", ft->n_run);
     static const char *cls[3] = {"dense", "MLA", "lm_head"};
     for (int k = 0; k < 3; k++)
         fprintf(f, "  %-8s   32: %llu  8: %llu  4: %llu\n", cls[k], (unsigned long long)ft->mat[k][0],
                 (unsigned long long)ft->mat[k][1], (unsigned long long)ft->mat[k][2]);
-    fprintf(f, "  embeddings %llu, small %llu, experts %llu (one %llu), KDA state %llu, MLA cache per position %llu\n",
+    fprintf(f,
+            "  embeddings %llu, small %llu, experts %llu (one %llu), KDA state %llu, MLA cache per position "
+            "%llu\n",
             (unsigned long long)ft->embed, (unsigned long long)ft->small, (unsigned long long)ft->expert_all,
-            (unsigned long long)ft->expert_one, (unsigned long long)ft->kda_state, (unsigned long long)ft->mla_per_pos);
-    fprintf(f, "machine      %s available (%s; MemAvailable %s, cgroup %s), %s usable\n", HB(mc->avail), mc->src,
-            mc->meminfo > 0 ? HB(mc->meminfo) : "unknown", mc->cgroup > 0 ? HB(mc->cgroup) : "no limit", HB(mc->usable));
+            (unsigned long long)ft->expert_one, (unsigned long long)ft->kda_state,
+            (unsigned long long)ft->mla_per_pos);
+    fprintf(f, "machine      %s available (%s; MemAvailable %s, cgroup %s), %s usable\n", HB(mc->avail),
+            mc->src, mc->meminfo > 0 ? HB(mc->meminfo) : "unknown",
+            mc->cgroup > 0 ? HB(mc->cgroup) : "no limit", HB(mc->usable));
     fprintf(f, "fit          %s\n", fc->ok ? fc->msg + strlen("memory fit: ") : fc->msg);
 }
 
@@ -252,47 +279,65 @@ k3_status k3_inspect(const char *dir, FILE *out) {
         st = k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", s.n_layers, c->n_layers);
         goto fail;
     }
-    if ((st = fit_scan(c, d, s.n_layers ? s.n_layers : c->n_layers, 0, &ft)) || (st = fit_machine_get(&mc))) goto fail;
-    fit_set given = {.bits = s.bits, .mla_bits = s.mla_bits, .head_bits = s.head_bits, .expert_gb = s.expert_gb,
-                     .maxt = s.maxt, .map = s.map};
+    if ((st = fit_scan(c, d, s.n_layers ? s.n_layers : c->n_layers, 0, &ft)) || (st = fit_machine_get(&mc)))
+        goto fail;
+    fit_set given = {.bits      = s.bits,
+                     .mla_bits  = s.mla_bits,
+                     .head_bits = s.head_bits,
+                     .expert_gb = s.expert_gb,
+                     .maxt      = s.maxt,
+                     .map       = s.map};
     fit_decide(&ft, &mc, &given, s.set, fc);
 
     fprintf(out, "model        %s (%s)\n", dir, c->model_type);
-    fprintf(out, "kernels      %s (K3_ISA=%s)\n", k3_kernels(), getenv("K3_ISA") && *getenv("K3_ISA") ? getenv("K3_ISA") : "unset: the best level this CPU runs");
+    fprintf(out, "kernels      %s (K3_ISA=%s)\n", k3_kernels(),
+            getenv("K3_ISA") && *getenv("K3_ISA") ? getenv("K3_ISA") : "unset: the best level this CPU runs");
     print_plan(c, out);
     fprintf(out, "dimensions   hidden %d, vocab %d, dense MLP %d, rms_norm_eps %g, attn_res_block_size %d\n",
             c->hidden, c->vocab, c->inter, (double)c->rms_eps, c->attn_res_block);
     fprintf(out, "KDA          %d heads x %d, conv kernel %d, gate_lower_bound %g\n", c->kda_heads,
             c->kda_head_dim, c->conv_k, (double)c->gate_lower_bound);
-    fprintf(out, "MLA          %d heads, q_lora %d, kv_lora %d, nope %d, rope %d, v %d\n", c->n_heads, c->q_lora,
-            c->kv_lora, c->nope, c->rope, c->v_dim);
-    fprintf(out, "MoE          %d experts, %d active, %d shared; latent %d, expert width %d; SiTU beta %g / %g\n",
+    fprintf(out, "MLA          %d heads, q_lora %d, kv_lora %d, nope %d, rope %d, v %d\n", c->n_heads,
+            c->q_lora, c->kv_lora, c->nope, c->rope, c->v_dim);
+    fprintf(out,
+            "MoE          %d experts, %d active, %d shared; latent %d, expert width %d; SiTU beta %g / %g\n",
             c->n_experts, c->n_active, c->n_shared, c->latent, c->moe_inter, (double)c->situ_beta,
             (double)c->situ_linear_beta);
-    fprintf(out, "tokens       bos %d, eos %d, pad %d; generation defaults temperature %g, top_p %g\n", c->bos_id,
-            c->eos_id, c->pad_id, (double)c->gen_temp, (double)c->gen_top_p);
+    fprintf(out, "tokens       bos %d, eos %d, pad %d; generation defaults temperature %g, top_p %g\n",
+            c->bos_id, c->eos_id, c->pad_id, (double)c->gen_temp, (double)c->gen_top_p);
     print_dtypes(d, out);
     double np = n_params(d);
     fprintf(out, "parameters   %.3f T (%.0f; MXFP4 weights two a byte, scales not counted)\n", np / 1e12, np);
-    fprintf(out, "experts      %ld routed (%d MoE layers x %d), %s each (six MXFP4 tensors), %s in all\n", es.n,
-            c->n_layers - c->first_dense, c->n_experts, HB(es.bytes_per), HB(es.total));
+    fprintf(out, "experts      %ld routed (%d MoE layers x %d), %s each (six MXFP4 tensors), %s in all\n",
+            es.n, c->n_layers - c->first_dense, c->n_experts, HB(es.bytes_per), HB(es.total));
     if (es.n_split)
-        fprintf(out, "  layout     %ld of %ld experts NOT contiguous (six reads each instead of one)\n", es.n_split, es.n);
+        fprintf(out, "  layout     %ld of %ld experts NOT contiguous (six reads each instead of one)\n",
+                es.n_split, es.n);
     else
         fprintf(out, "  layout     every expert's six tensors are contiguous (one read per expert)\n");
-    fprintf(out, "  order      %s\n", es.layers_unordered ? "experts not in id order inside shards" : "experts in id order inside shards");
+    fprintf(out, "  order      %s\n",
+            es.layers_unordered ? "experts not in id order inside shards"
+                                : "experts in id order inside shards");
     print_shards(d, out);
     print_memory(&ft, &mc, fc, &s, s.set, out);
     fit_speed sp;
     double    dec, pre;
     fit_speed_get(dir, 0, &sp);
     fit_speed_estimate(&ft, &fc->set, &fc->plan, &sp, c->n_active, s.chunk, &dec, &pre);
-    fprintf(out, "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, K3_CHUNK=%d)\n", dec, pre, s.chunk);
-    fprintf(out, "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 %.1f, MXFP4 %.1f GB/s of weights; "
-                 "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns; %.1f us a call; drive %s%s%s (%s %s)\n",
-            sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9, sp.pre[0] / 1e9, sp.pre[1] / 1e9,
-            sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6, sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
-            sp.sparse ? " (sparse file: holes, not the drive)" : "", sp.cached ? "cached in" : "measured now; cached in", sp.cache);
+    fprintf(out,
+            "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, "
+            "K3_CHUNK=%d)\n",
+            dec, pre, s.chunk);
+    fprintf(out,
+            "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 "
+            "%.1f, MXFP4 %.1f GB/s of weights; "
+            "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns; %.1f us a call; drive %s%s%s (%s "
+            "%s)\n",
+            sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9,
+            sp.pre[0] / 1e9, sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6,
+            sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
+            sp.sparse ? " (sparse file: holes, not the drive)" : "",
+            sp.cached ? "cached in" : "measured now; cached in", sp.cache);
 fail:
     st_close(d);
     free(c);

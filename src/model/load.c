@@ -31,10 +31,11 @@
 
 static k3_status env_int(const char *name, int lo, int hi, int *out) {
     const char *v = getenv(name);
-    if (!v || !*v) return K3_OK;
+    if (!v || !*v)
+        return K3_OK;
     char *end;
-    errno     = 0;
-    long x    = strtol(v, &end, 10);
+    errno  = 0;
+    long x = strtol(v, &end, 10);
     if (errno || *end || x < lo || x > hi)
         return k3_err(K3_ERR_ARG, "%s='%s': expected an integer in %d..%d", name, v, lo, hi);
     *out = (int)x;
@@ -43,7 +44,8 @@ static k3_status env_int(const char *name, int lo, int hi, int *out) {
 
 static k3_status env_bits(const char *name, int *out) {
     k3_status st = env_int(name, 4, 32, out);
-    if (st) return st;
+    if (st)
+        return st;
     if (*out != 4 && *out != 8 && *out != 32)
         return k3_err(K3_ERR_ARG, "%s=%d: expected 4, 8 or 32", name, *out);
     return K3_OK;
@@ -54,32 +56,50 @@ k3_status k3_params_default(k3_params *p) {
     p->bits      = 8; /* defaults justified by tools/k3-ab.c figures in BENCHMARKS.md (int4: k3-nano) */
     p->mla_bits  = 8;
     p->head_bits = 8;
-    p->chunk     = 128; /* measured 32..256: BENCHMARKS.md "chunk size" (128 ~ 256 in CPU time, half the scratch) */
-    p->max_ctx   = 8192;
-    p->expert_gb = -1;
-    p->direct    = 1;
-    p->pipe      = 1;
+    p->chunk =
+        128; /* measured 32..256: BENCHMARKS.md "chunk size" (128 ~ 256 in CPU time, half the scratch) */
+    p->max_ctx      = 8192;
+    p->expert_gb    = -1;
+    p->direct       = 1;
+    p->pipe         = 1;
     p->load_threads = 4;
-    p->topp      = 1;
+    p->topp         = 1;
     k3_status st;
-    if ((st = env_bits("K3_BITS", &p->bits))) return st;
-    if ((st = env_bits("K3_MLA_BITS", &p->mla_bits))) return st;
-    if ((st = env_bits("K3_HEAD_BITS", &p->head_bits))) return st;
-    if ((st = env_int("K3_CHUNK", 1, 4096, &p->chunk))) return st;
-    if ((st = env_int("K3_MAXT", 1, 1 << 24, &p->max_ctx))) return st;
-    if ((st = env_int("K3_THREADS", 0, 4096, &p->threads))) return st;
-    if ((st = env_int("K3_LAYERS", 0, K3_MAX_LAYERS, &p->n_layers))) return st;
-    if ((st = env_int("K3_DIRECT", 0, 1, &p->direct))) return st;
-    if ((st = env_int("K3_PIPE", 0, 1, &p->pipe))) return st;
-    if ((st = env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads))) return st;
-    if ((st = kern_isa_env())) return st;
+    if ((st = env_bits("K3_BITS", &p->bits)))
+        return st;
+    if ((st = env_bits("K3_MLA_BITS", &p->mla_bits)))
+        return st;
+    if ((st = env_bits("K3_HEAD_BITS", &p->head_bits)))
+        return st;
+    if ((st = env_int("K3_CHUNK", 1, 4096, &p->chunk)))
+        return st;
+    if ((st = env_int("K3_MAXT", 1, 1 << 24, &p->max_ctx)))
+        return st;
+    if ((st = env_int("K3_THREADS", 0, 4096, &p->threads)))
+        return st;
+    if ((st = env_int("K3_LAYERS", 0, K3_MAX_LAYERS, &p->n_layers)))
+        return st;
+    if ((st = env_int("K3_DIRECT", 0, 1, &p->direct)))
+        return st;
+    if ((st = env_int("K3_PIPE", 0, 1, &p->pipe)))
+        return st;
+    if ((st = env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads)))
+        return st;
+    if ((st = kern_isa_env()))
+        return st;
     prof_init();
-    static const struct { const char *name; int bit; } given[] = {
-        {"K3_BITS", K3_SET_BITS}, {"K3_MLA_BITS", K3_SET_MLA_BITS}, {"K3_HEAD_BITS", K3_SET_HEAD_BITS},
-        {"K3_EXPERT_GB", K3_SET_EXPERT_GB}, {"K3_MAXT", K3_SET_MAXT}};
+    static const struct {
+        const char *name;
+        int         bit;
+    } given[] = {{"K3_BITS", K3_SET_BITS},
+                 {"K3_MLA_BITS", K3_SET_MLA_BITS},
+                 {"K3_HEAD_BITS", K3_SET_HEAD_BITS},
+                 {"K3_EXPERT_GB", K3_SET_EXPERT_GB},
+                 {"K3_MAXT", K3_SET_MAXT}};
     for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
         const char *e = getenv(given[i].name);
-        if (e && *e) p->set |= given[i].bit;
+        if (e && *e)
+            p->set |= given[i].bit;
     }
     const char *v = getenv("K3_EXPERT_GB");
     if (v && *v) {
@@ -89,7 +109,8 @@ k3_status k3_params_default(k3_params *p) {
             return k3_err(K3_ERR_ARG, "K3_EXPERT_GB='%s': expected a number of GB >= 0", v);
     }
     fit_machine mc; /* K3_MEM_GB is checked here, before any file is opened */
-    if ((st = fit_machine_get(&mc))) return st;
+    if ((st = fit_machine_get(&mc)))
+        return st;
     v = getenv("K3_TOPP");
     if (v && *v) {
         char *end;
@@ -97,12 +118,12 @@ k3_status k3_params_default(k3_params *p) {
         if (*end || !(p->topp > 0 && p->topp <= 1))
             return k3_err(K3_ERR_ARG, "K3_TOPP='%s': expected a number in (0, 1]", v);
     }
-    v = getenv("K3_LOGITS");
+    v              = getenv("K3_LOGITS");
     p->logits_path = v && *v ? v : NULL;
-    v = getenv("K3_TRACE");
-    p->trace_path = v && *v ? v : NULL;
-    v = getenv("K3_X0");
-    p->x0_path = v && *v ? v : NULL;
+    v              = getenv("K3_TRACE");
+    p->trace_path  = v && *v ? v : NULL;
+    v              = getenv("K3_X0");
+    p->x0_path     = v && *v ? v : NULL;
     return K3_OK;
 }
 
@@ -112,7 +133,8 @@ static k3_status own(k3_model *m, void *p) {
     if (m->n_owned == m->cap_owned) {
         int    cap = m->cap_owned ? 2 * m->cap_owned : 256;
         void **n   = realloc(m->owned, (size_t)cap * sizeof *n);
-        if (!n) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+        if (!n)
+            return k3_err(K3_ERR_NOMEM, "model: out of memory");
         m->owned     = n;
         m->cap_owned = cap;
     }
@@ -123,7 +145,8 @@ static k3_status own(k3_model *m, void *p) {
 /* Aligned allocation recorded in m->owned. */
 static void *alloc_owned(k3_model *m, size_t n) {
     void *p = k3_aligned_alloc(64, n ? n : 64);
-    if (!p) return NULL;
+    if (!p)
+        return NULL;
     if (own(m, p)) {
         free(p);
         return NULL;
@@ -134,7 +157,8 @@ static void *alloc_owned(k3_model *m, size_t n) {
 
 static void progress(k3_model *m, const char *what, uint64_t bytes) {
     m->load_done += bytes;
-    if (m->par.progress) m->par.progress(what, m->load_done, m->load_total, m->par.progress_ud);
+    if (m->par.progress)
+        m->par.progress(what, m->load_done, m->load_total, m->par.progress_ud);
 }
 
 /* The expert tier's progress at open (ex_source.progress). */
@@ -144,7 +168,8 @@ static void expert_progress(void *ud, uint64_t bytes) {
 
 static const st_tensor *need(const k3_model *m, const char *name, k3_status *st) {
     const st_tensor *t = st_find(m->st, name);
-    if (!t) *st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", m->dir, name);
+    if (!t)
+        *st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", m->dir, name);
     return t;
 }
 
@@ -164,16 +189,18 @@ static k3_status check_finite(const k3_model *m, const char *name, const float *
 static k3_status read_f32(k3_model *m, const char *name, int64_t n, int at_least, float **out) {
     k3_status        st = K3_OK;
     const st_tensor *t  = need(m, name, &st);
-    if (!t) return st;
+    if (!t)
+        return st;
     int64_t numel = st_numel(t);
     if (!is_float(t->dtype))
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': dtype %s, expected a float type", m->dir,
-                      name, st_dtype_name(t->dtype));
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': dtype %s, expected a float type", m->dir, name,
+                      st_dtype_name(t->dtype));
     if (at_least ? numel < n : numel != n)
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': %lld elements, expected %s%lld", m->dir,
-                      name, (long long)numel, at_least ? "at least " : "", (long long)n);
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': %lld elements, expected %s%lld", m->dir, name,
+                      (long long)numel, at_least ? "at least " : "", (long long)n);
     float *w = k3_aligned_alloc(64, (size_t)numel * sizeof(float));
-    if (!w) return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, name);
+    if (!w)
+        return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, name);
     if ((st = st_read_f32(m->st, t, w)) || (st = check_finite(m, name, w, (size_t)numel))) {
         free(w);
         return st;
@@ -186,7 +213,8 @@ static k3_status read_f32(k3_model *m, const char *name, int64_t n, int at_least
 /* A float vector of n elements (shape [n] or e.g. [1, n]), owned by the model. */
 static k3_status model_vec(k3_model *m, const char *name, int n, float **out) {
     k3_status st = read_f32(m, name, n, 0, out);
-    if (st) return st;
+    if (st)
+        return st;
     if ((st = own(m, *out))) {
         free(*out);
         return st;
@@ -197,8 +225,8 @@ static k3_status model_vec(k3_model *m, const char *name, int n, float **out) {
 
 /* Take ownership of w (rows x cols f32, from k3_aligned_alloc) as a matrix of the given bits:
  * the load-time quantization point (32: f32 as is; 8: Q_I8; 4: Q_I4, quant.c). */
-static k3_status matrix_from_f32(k3_model *m, const char *name, float *w, int rows, int cols,
-                                 int bits, qmat *out) {
+static k3_status matrix_from_f32(k3_model *m, const char *name, float *w, int rows, int cols, int bits,
+                                 qmat *out) {
     k3_status st;
     if (bits == 32) {
         if ((st = own(m, w))) {
@@ -229,8 +257,12 @@ static k3_status matrix_from_f32(k3_model *m, const char *name, float *w, int ro
 
 /* K3_MMAP=1 maps prepared tensors instead of copying them: refuse what would need conversion. */
 static k3_status refuse_map(const k3_model *m, const rp_form *f, int want) {
-    if (!m->map) return K3_OK;
-    return k3_err(K3_ERR_UNSUPPORTED, "%s: K3_MMAP=1: tensor '%s' is stored as %s but the engine needs %s (K3_BITS/K3_MLA_BITS/K3_HEAD_BITS): it would need conversion; use a container made with those bits (k3-repack) or unset K3_MMAP",
+    if (!m->map)
+        return K3_OK;
+    return k3_err(K3_ERR_UNSUPPORTED,
+                  "%s: K3_MMAP=1: tensor '%s' is stored as %s but the engine needs %s "
+                  "(K3_BITS/K3_MLA_BITS/K3_HEAD_BITS): it would need conversion; use a container made with "
+                  "those bits (k3-repack) or unset K3_MMAP",
                   m->dir, f->w->name, f->type < 0 ? st_dtype_name(f->w->dtype) : rp_type_name(f->type),
                   rp_type_name(want));
 }
@@ -239,15 +271,19 @@ static k3_status refuse_map(const k3_model *m, const rp_form *f, int want) {
 static k3_status tensor_data(k3_model *m, const st_tensor *t, size_t align, const void **out) {
     k3_status st;
     if (m->map) {
-        if ((st = st_map(m->st, t, out))) return st;
+        if ((st = st_map(m->st, t, out)))
+            return st;
         if ((uintptr_t)*out % align)
-            return k3_err(K3_ERR_UNSUPPORTED, "%s: K3_MMAP=1: tensor '%s' is not %zu-byte aligned in %s; repack it with k3-repack",
-                          m->dir, t->name, align, st_shard_name(m->st, t->shard));
+            return k3_err(
+                K3_ERR_UNSUPPORTED,
+                "%s: K3_MMAP=1: tensor '%s' is not %zu-byte aligned in %s; repack it with k3-repack", m->dir,
+                t->name, align, st_shard_name(m->st, t->shard));
         m->bytes_mapped += t->nbytes;
         return K3_OK;
     }
     void *p = alloc_owned(m, t->nbytes);
-    if (!p) return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, t->name);
+    if (!p)
+        return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, t->name);
     *out = p;
     return st_read(m->st, t, p);
 }
@@ -257,10 +293,13 @@ static k3_status tensor_data(k3_model *m, const st_tensor *t, size_t align, cons
 static k3_status matrix_view(k3_model *m, const rp_form *f, int rows, int cols, qmat *out) {
     const void *w, *s = NULL;
     k3_status   st;
-    if ((st = tensor_data(m, f->w, f->type == Q_F32 ? 4 : 1, &w))) return st;
-    if (f->s && (st = tensor_data(m, f->s, 4, &s))) return st;
+    if ((st = tensor_data(m, f->w, f->type == Q_F32 ? 4 : 1, &w)))
+        return st;
+    if (f->s && (st = tensor_data(m, f->s, 4, &s)))
+        return st;
     const st_tensor *c = f->s ? f->s : f->w;
-    if ((st = check_finite(m, c->name, f->s ? s : w, (size_t)(c->nbytes / 4)))) return st;
+    if ((st = check_finite(m, c->name, f->s ? s : w, (size_t)(c->nbytes / 4))))
+        return st;
     *out = (qmat){.type = f->type, .rows = rows, .cols = cols, .w = w, .s = s};
     progress(m, f->w->name, f->w->nbytes + (f->s ? f->s->nbytes : 0));
     return K3_OK;
@@ -270,19 +309,23 @@ static k3_status matrix_view(k3_model *m, const rp_form *f, int rows, int cols, 
  * with quant.c). Returns an aligned block the caller owns. */
 static k3_status container_to_f32(k3_model *m, const rp_form *f, int rows, int cols, float **out) {
     void     *w = k3_aligned_alloc(64, f->w->nbytes), *s = k3_aligned_alloc(64, f->s->nbytes);
-    float    *x = k3_aligned_alloc(64, (size_t)rows * cols * sizeof(float));
+    float    *x  = k3_aligned_alloc(64, (size_t)rows * cols * sizeof(float));
     k3_status st = K3_OK;
-    if (!w || !s || !x) st = k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, f->w->name);
+    if (!w || !s || !x)
+        st = k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, f->w->name);
     if (!st && !(st = st_read(m->st, f->w, w)) && !(st = st_read(m->st, f->s, s)) &&
         !(st = check_finite(m, f->s->name, s, f->s->nbytes / 4))) {
         qmat q = {.type = f->type, .rows = rows, .cols = cols, .w = w, .s = s};
-        for (int r = 0; r < rows; r++) qmat_dequant_row(&q, r, x + (size_t)r * cols);
+        for (int r = 0; r < rows; r++)
+            qmat_dequant_row(&q, r, x + (size_t)r * cols);
         progress(m, f->w->name, f->w->nbytes + f->s->nbytes);
     }
     free(w);
     free(s);
-    if (st) free(x);
-    else *out = x;
+    if (st)
+        free(x);
+    else
+        *out = x;
     return st;
 }
 
@@ -292,7 +335,8 @@ static k3_status container_to_f32(k3_model *m, const rp_form *f, int rows, int c
 static k3_status matrix_banded(k3_model *m, const char *name, int rows, int cols, int bits, qmat *out) {
     k3_status        st = K3_OK;
     const st_tensor *t  = need(m, name, &st);
-    if (!t) return st;
+    if (!t)
+        return st;
     if (!is_float(t->dtype))
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': dtype %s, expected a float type", m->dir, name,
                       st_dtype_name(t->dtype));
@@ -303,7 +347,8 @@ static k3_status matrix_banded(k3_model *m, const char *name, int rows, int cols
     int64_t   band = ((int64_t)64 << 20) / ((int64_t)cols * 4);
     band           = band < 1 ? 1 : band > rows ? rows : band;
     float *buf     = k3_aligned_alloc(64, (size_t)band * cols * sizeof(float));
-    if (!buf) return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, name);
+    if (!buf)
+        return k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, name);
     if ((st = qmat_alloc(out, type, rows, cols))) {
         free(buf);
         k3_err_prefix("%s: tensor '%s'", m->dir, name);
@@ -315,10 +360,12 @@ static k3_status matrix_banded(k3_model *m, const char *name, int rows, int cols
         if (!(st = st_read_f32_part(m->st, t, (int64_t)r0 * cols, (int64_t)n * cols, buf)) &&
             (st = qmat_quantize_rows(out, r0, n, buf)))
             k3_err_prefix("%s: tensor '%s'", m->dir, name);
-        if (!st) progress(m, name, (uint64_t)n * (uint64_t)cols * es);
+        if (!st)
+            progress(m, name, (uint64_t)n * (uint64_t)cols * es);
     }
     free(buf);
-    if (!st) st = own(m, out->own);
+    if (!st)
+        st = own(m, out->own);
     if (st) {
         qmat_free(out);
         return st;
@@ -335,14 +382,21 @@ static k3_status model_matrix(k3_model *m, const char *name, int rows, int cols,
     rp_form   f;
     k3_status st   = rp_matrix_form(m->st, name, rows, cols, &f);
     int       want = rp_bits_type(bits);
-    if (st) return st;
-    if (f.type == want && (f.type != Q_F32 || m->map)) return matrix_view(m, &f, rows, cols, out);
-    if (f.type != want && (st = refuse_map(m, &f, want))) return st;
+    if (st)
+        return st;
+    if (f.type == want && (f.type != Q_F32 || m->map))
+        return matrix_view(m, &f, rows, cols, out);
+    if (f.type != want && (st = refuse_map(m, &f, want)))
+        return st;
     float *w;
-    if (f.type == Q_I8 || f.type == Q_I4) st = container_to_f32(m, &f, rows, cols, &w);
-    else if (bits != 32) return matrix_banded(m, name, rows, cols, bits, out);
-    else st = read_f32(m, name, (int64_t)rows * cols, 0, &w);
-    if (st) return st;
+    if (f.type == Q_I8 || f.type == Q_I4)
+        st = container_to_f32(m, &f, rows, cols, &w);
+    else if (bits != 32)
+        return matrix_banded(m, name, rows, cols, bits, out);
+    else
+        st = read_f32(m, name, (int64_t)rows * cols, 0, &w);
+    if (st)
+        return st;
     return matrix_from_f32(m, name, w, rows, cols, bits, out);
 }
 
@@ -351,7 +405,8 @@ static k3_status model_mixw(k3_model *m, const char *norm, const char *proj, dou
     int       D = m->cfg.hidden;
     float    *a = NULL, *b = NULL;
     k3_status st;
-    if ((st = read_f32(m, norm, D, 0, &a)) || (st = read_f32(m, proj, D, 0, &b))) goto fail;
+    if ((st = read_f32(m, norm, D, 0, &a)) || (st = read_f32(m, proj, D, 0, &b)))
+        goto fail;
     double *w = alloc_owned(m, (size_t)D * sizeof(double));
     if (!w) {
         st = k3_err(K3_ERR_NOMEM, "model: out of memory");
@@ -372,7 +427,8 @@ fail:
 static k3_status load_alog(k3_model *m, const char *name, int H, float **out) {
     float    *alog;
     k3_status st;
-    if ((st = read_f32(m, name, H, 1, &alog))) return st;
+    if ((st = read_f32(m, name, H, 1, &alog)))
+        return st;
     float *a = alloc_owned(m, (size_t)H * sizeof(float));
     if (!a) {
         free(alog);
@@ -393,20 +449,24 @@ static k3_status kvb_view(k3_model *m, const rp_form *f, const rp_kvb *k, mla_we
     const void *wb, *sb = NULL;
     k3_status   st;
     const int   type = f->type;
-    if ((st = tensor_data(m, f->w, type == Q_F32 ? 4 : 1, &wb))) return st;
-    if (f->s && (st = tensor_data(m, f->s, 4, &sb))) return st;
+    if ((st = tensor_data(m, f->w, type == Q_F32 ? 4 : 1, &wb)))
+        return st;
+    if (f->s && (st = tensor_data(m, f->s, 4, &sb)))
+        return st;
     const st_tensor *c = f->s ? f->s : f->w;
-    if ((st = check_finite(m, c->name, f->s ? sb : wb, (size_t)(c->nbytes / 4)))) return st;
+    if ((st = check_finite(m, c->name, f->s ? sb : wb, (size_t)(c->nbytes / 4))))
+        return st;
     w->uk_t = alloc_owned(m, (size_t)k->Hm * sizeof(qmat));
     w->uv   = alloc_owned(m, (size_t)k->Hm * sizeof(qmat));
-    if (!w->uk_t || !w->uv) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    if (!w->uk_t || !w->uv)
+        return k3_err(K3_ERR_NOMEM, "model: out of memory");
     const size_t hw = rp_kvb_head_wbytes(type, k), hs = rp_kvb_head_sfloats(type, k);
     const size_t wk = q_wbytes(type, k->kl, k->nope), sk = q_sbytes(type, k->kl, k->nope) / 4;
     for (int h = 0; h < k->Hm; h++) {
         const uint8_t *wh = (const uint8_t *)wb + (size_t)h * hw;
         const float   *sh = sb ? (const float *)sb + (size_t)h * hs : NULL;
-        w->uk_t[h] = (qmat){.type = type, .rows = k->kl, .cols = k->nope, .w = wh, .s = sh};
-        w->uv[h]   = (qmat){.type = type, .rows = k->v, .cols = k->kl, .w = wh + wk, .s = sh ? sh + sk : NULL};
+        w->uk_t[h]        = (qmat){.type = type, .rows = k->kl, .cols = k->nope, .w = wh, .s = sh};
+        w->uv[h] = (qmat){.type = type, .rows = k->v, .cols = k->kl, .w = wh + wk, .s = sh ? sh + sk : NULL};
     }
     progress(m, f->w->name, f->w->nbytes + (f->s ? f->s->nbytes : 0));
     return K3_OK;
@@ -414,47 +474,59 @@ static k3_status kvb_view(k3_model *m, const rp_form *f, const rp_kvb *k, mla_we
 
 /* kv_b of a k3 container decoded back to the release layout (Hm*(nope+v), kv_lora) in f32. */
 static k3_status kvb_split_to_f32(k3_model *m, const rp_form *f, const rp_kvb *k, float **out) {
-    const int kl = k->kl, nope = k->nope, hr = k->nope + k->v;
-    float    *x = k3_aligned_alloc(64, (size_t)k->Hm * hr * kl * sizeof(float));
-    float    *t = k3_aligned_alloc(64, (size_t)kl * sizeof(float));
-    int       was_map = m->map;
-    k3_status st = K3_OK;
-    mla_weights tmp = {0};
-    if (!x || !t) st = k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, f->w->name);
+    const int   kl = k->kl, nope = k->nope, hr = k->nope + k->v;
+    float      *x       = k3_aligned_alloc(64, (size_t)k->Hm * hr * kl * sizeof(float));
+    float      *t       = k3_aligned_alloc(64, (size_t)kl * sizeof(float));
+    int         was_map = m->map;
+    k3_status   st      = K3_OK;
+    mla_weights tmp     = {0};
+    if (!x || !t)
+        st = k3_err(K3_ERR_NOMEM, "%s: tensor '%s': out of memory", m->dir, f->w->name);
     m->map = 0; /* read into owned blocks (freed with the model) */
-    if (!st) st = kvb_view(m, f, k, &tmp);
+    if (!st)
+        st = kvb_view(m, f, k, &tmp);
     m->map = was_map;
     for (int h = 0; !st && h < k->Hm; h++) {
         float *rows = x + (size_t)h * hr * kl;
         for (int i = 0; i < kl; i++) { /* uk_t row i = column i of the nope rows */
             qmat_dequant_row(&tmp.uk_t[h], i, t);
-            for (int n = 0; n < nope; n++) rows[(size_t)n * kl + i] = t[n];
+            for (int n = 0; n < nope; n++)
+                rows[(size_t)n * kl + i] = t[n];
         }
-        for (int r = 0; r < k->v; r++) qmat_dequant_row(&tmp.uv[h], r, rows + (size_t)(nope + r) * kl);
+        for (int r = 0; r < k->v; r++)
+            qmat_dequant_row(&tmp.uv[h], r, rows + (size_t)(nope + r) * kl);
     }
     free(t);
-    if (st) free(x);
-    else *out = x;
+    if (st)
+        free(x);
+    else
+        *out = x;
     return st;
 }
 
 /* kv_b (Hm*(nope+v), kv_lora), per head nope rows then v rows: split into the absorbed per-head
  * matrices uk_t[h] = (nope rows)^T (kv_lora, nope) and uv[h] = v rows (v, kv_lora). */
 static k3_status load_kvb(k3_model *m, const char *name, mla_weights *w) {
-    const k3_config *c = &m->cfg;
-    int Hm = c->n_heads, kl = c->kv_lora, nope = c->nope, vd = c->v_dim, bits = m->par.mla_bits;
-    k3_status st;
-    rp_kvb      kk   = {.Hm = Hm, .nope = nope, .v = vd, .kl = kl};
-    rp_form     f;
-    int         split, want = rp_bits_type(bits);
-    float      *kvb;
-    if ((st = rp_kvb_form(m->st, name, &kk, &f, &split))) return st;
-    if (split && f.type == want) return kvb_view(m, &f, &kk, w); /* k3 container: in place */
+    const k3_config *c  = &m->cfg;
+    int              Hm = c->n_heads, kl = c->kv_lora, nope = c->nope, vd = c->v_dim, bits = m->par.mla_bits;
+    k3_status        st;
+    rp_kvb           kk = {.Hm = Hm, .nope = nope, .v = vd, .kl = kl};
+    rp_form          f;
+    int              split, want = rp_bits_type(bits);
+    float           *kvb;
+    if ((st = rp_kvb_form(m->st, name, &kk, &f, &split)))
+        return st;
+    if (split && f.type == want)
+        return kvb_view(m, &f, &kk, w); /* k3 container: in place */
     /* the release layout always needs the split below; a container at other bits is decoded */
-    if ((st = refuse_map(m, &f, want))) return st;
-    if (split) st = kvb_split_to_f32(m, &f, &kk, &kvb);
-    else st = read_f32(m, name, (int64_t)Hm * (nope + vd) * kl, 0, &kvb);
-    if (st) return st;
+    if ((st = refuse_map(m, &f, want)))
+        return st;
+    if (split)
+        st = kvb_split_to_f32(m, &f, &kk, &kvb);
+    else
+        st = read_f32(m, name, (int64_t)Hm * (nope + vd) * kl, 0, &kvb);
+    if (st)
+        return st;
     w->uk_t = alloc_owned(m, (size_t)Hm * sizeof(qmat));
     w->uv   = alloc_owned(m, (size_t)Hm * sizeof(qmat));
     if (!w->uk_t || !w->uv) {
@@ -479,7 +551,8 @@ static k3_status load_kvb(k3_model *m, const char *name, mla_weights *w) {
             free(vv);
             goto fail;
         }
-        if ((st = matrix_from_f32(m, name, vv, vd, kl, bits, &w->uv[h]))) goto fail;
+        if ((st = matrix_from_f32(m, name, vv, vd, kl, bits, &w->uv[h])))
+            goto fail;
     }
 fail:
     free(kvb);
@@ -487,13 +560,13 @@ fail:
 }
 
 /* Where each row of the tensor table lives: a field of k3_model or of layer_weights. */
-#define OFF_ROOT(f)   offsetof(k3_model, f)
-#define OFF_MODEL(f)  offsetof(k3_model, f)
-#define OFF_LAYER(f)  offsetof(layer_weights, f)
-#define OFF_KDA(f)    offsetof(layer_weights, kda.f)
-#define OFF_MLA(f)    offsetof(layer_weights, mla.f)
-#define OFF_DENSE(f)  offsetof(layer_weights, mlp.f)
-#define OFF_MOE(f)    offsetof(layer_weights, moe.f)
+#define OFF_ROOT(f) offsetof(k3_model, f)
+#define OFF_MODEL(f) offsetof(k3_model, f)
+#define OFF_LAYER(f) offsetof(layer_weights, f)
+#define OFF_KDA(f) offsetof(layer_weights, kda.f)
+#define OFF_MLA(f) offsetof(layer_weights, mla.f)
+#define OFF_DENSE(f) offsetof(layer_weights, mlp.f)
+#define OFF_MOE(f) offsetof(layer_weights, moe.f)
 #define OFF_EXPERT(f) 0 /* read by the expert tier */
 #define X(id, scope, name, shape, alt, kind, dtype, field) [TT_##id] = OFF_##scope(field),
 static const size_t field_off[TT_COUNT] = {K3_TENSORS(X)};
@@ -501,31 +574,38 @@ static const size_t field_off[TT_COUNT] = {K3_TENSORS(X)};
 
 typedef struct load_ctx {
     k3_model      *m;
-    char          *base;       /* the k3_model or the layer_weights the walk fills        */
-    layer_weights *lw;         /* the layer's weights (NULL for the globals)              */
-    char           mix[192];   /* the AttnRes norm waiting for its projection (TT_K_MIX)    */
+    char          *base;     /* the k3_model or the layer_weights the walk fills        */
+    layer_weights *lw;       /* the layer's weights (NULL for the globals)              */
+    char           mix[192]; /* the AttnRes norm waiting for its projection (TT_K_MIX)    */
 } load_ctx;
 
 static k3_status load_embed(k3_model *m, const char *name);
 
 /* One tensor of the table into its field: every matrix through model_matrix at its kind's bits. */
 static k3_status load_one(const tt_ref *r, void *ud) {
-    load_ctx        *x = ud;
-    k3_model        *m = x->m;
-    const k3_params *p = &m->par;
+    load_ctx        *x    = ud;
+    k3_model        *m    = x->m;
+    const k3_params *p    = &m->par;
     const int        kind = tt_table[r->id].kind;
-    void            *dst = x->base + field_off[r->id];
+    void            *dst  = x->base + field_off[r->id];
     switch (kind) {
-    case TT_K_EMBED: return load_embed(m, r->name);
-    case TT_K_VEC: return model_vec(m, r->name, (int)tt_numel(r->shape), dst);
-    case TT_K_MIX: snprintf(x->mix, sizeof x->mix, "%s", r->name); return K3_OK;
+    case TT_K_EMBED:
+        return load_embed(m, r->name);
+    case TT_K_VEC:
+        return model_vec(m, r->name, (int)tt_numel(r->shape), dst);
+    case TT_K_MIX:
+        snprintf(x->mix, sizeof x->mix, "%s", r->name);
+        return K3_OK;
     case TT_K_MIXP: /* the row before is its norm */
         K3_ASSERT(r->id > 0 && tt_table[r->id - 1].kind == TT_K_MIX);
         return model_mixw(m, x->mix, r->name, dst);
-    case TT_K_ALOG: return load_alog(m, r->name, (int)r->shape.s[0], dst);
-    case TT_K_KVB: return load_kvb(m, r->name, &x->lw->mla);
+    case TT_K_ALOG:
+        return load_alog(m, r->name, (int)r->shape.s[0], dst);
+    case TT_K_KVB:
+        return load_kvb(m, r->name, &x->lw->mla);
     case TT_K_PACK:
-    case TT_K_SCALE: return K3_OK; /* routed experts: the expert tier (experts.c) */
+    case TT_K_SCALE:
+        return K3_OK; /* routed experts: the expert tier (experts.c) */
     default:
         return model_matrix(m, r->name, (int)r->shape.s[0], (int)r->shape.s[1],
                             tt_bits(kind, p->bits, p->mla_bits, p->head_bits), dst);
@@ -536,8 +616,8 @@ static k3_status load_layer(k3_model *m, int l) {
     const k3_config *c = &m->cfg;
     layer_weights   *w = &m->layers[l];
     load_ctx         x = {.m = m, .base = (char *)w, .lw = w};
-    w->kind  = c->layer_kind[l];
-    w->dense = l < c->first_dense;
+    w->kind            = c->layer_kind[l];
+    w->dense           = l < c->first_dense;
     if (w->kind != K3_LAYER_KDA && w->kind != K3_LAYER_MLA)
         return k3_err(K3_ERR_CONFIG, "%s: layer %d has no attention kind", m->dir, l);
     return tt_walk(c, l, 0, load_one, &x);
@@ -549,14 +629,19 @@ static k3_status load_layer(k3_model *m, int l) {
 static void embed_slice(const k3_model *m, int id, int i0, int n, float *out) {
     size_t off = (size_t)id * m->cfg.hidden + i0;
     switch (m->embed_dtype) {
-    case ST_F32: memcpy(out, (const float *)m->embed + off, (size_t)n * sizeof(float)); break;
+    case ST_F32:
+        memcpy(out, (const float *)m->embed + off, (size_t)n * sizeof(float));
+        break;
     case ST_BF16:
-        for (int i = 0; i < n; i++) out[i] = k3_bf16_to_f32(((const uint16_t *)m->embed)[off + i]);
+        for (int i = 0; i < n; i++)
+            out[i] = k3_bf16_to_f32(((const uint16_t *)m->embed)[off + i]);
         break;
     case ST_F16:
-        for (int i = 0; i < n; i++) out[i] = k3_f16_to_f32(((const uint16_t *)m->embed)[off + i]);
+        for (int i = 0; i < n; i++)
+            out[i] = k3_f16_to_f32(((const uint16_t *)m->embed)[off + i]);
         break;
-    default: K3_ASSERT(!"embed dtype");
+    default:
+        K3_ASSERT(!"embed dtype");
     }
 }
 
@@ -566,17 +651,18 @@ void model_embed(const k3_model *m, int id, float *out) {
 
 /* embed_tokens stays in its stored dtype (F32/F16/BF16); rows convert on lookup. */
 static k3_status load_embed(k3_model *m, const char *name) {
-    k3_status        st   = K3_OK;
-    const st_tensor *t    = need(m, name, &st);
+    k3_status        st = K3_OK;
+    const st_tensor *t  = need(m, name, &st);
     int              V = m->cfg.vocab, D = m->cfg.hidden;
-    if (!t) return st;
+    if (!t)
+        return st;
     if (t->ndim != 2 || t->shape[0] != V || t->shape[1] != D ||
         (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16))
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected F32/F16/BF16 [%d, %d]", m->dir,
-                      name, V, D);
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': expected F32/F16/BF16 [%d, %d]", m->dir, name, V, D);
     const void *e; /* used as stored: mapped with K3_MMAP=1 */
     m->embed_dtype = t->dtype;
-    if ((st = tensor_data(m, t, st_dtype_size(t->dtype), &e))) return st;
+    if ((st = tensor_data(m, t, st_dtype_size(t->dtype), &e)))
+        return st;
     m->embed = e;
     float buf[1024];
     for (int v = 0; v < V; v++)
@@ -585,9 +671,8 @@ static k3_status load_embed(k3_model *m, const char *name) {
             embed_slice(m, v, i0, n, buf);
             for (int i = 0; i < n; i++)
                 if (!isfinite(buf[i]))
-                    return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': %s at element %lld", m->dir,
-                                  name, isnan(buf[i]) ? "NaN" : "inf",
-                                  (long long)v * D + i0 + i);
+                    return k3_err(K3_ERR_NUMERIC, "%s: tensor '%s': %s at element %lld", m->dir, name,
+                                  isnan(buf[i]) ? "NaN" : "inf", (long long)v * D + i0 + i);
         }
     progress(m, name, t->nbytes);
     return K3_OK;
@@ -606,19 +691,28 @@ static k3_status load_globals(k3_model *m) {
  * first run only refuses; the settings come from the second, from the original parameters. */
 static k3_status model_fit(k3_model *m) {
     k3_status st;
-    if ((st = fit_scan(&m->cfg, m->st, m->n_run, m->container, &m->fit_t)) || (st = fit_machine_get(&m->fit_mc))) return st;
-    int     mask  = m->par.set | (m->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
-               (m->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) | (m->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
-    fit_set given = {.bits = m->par.bits, .mla_bits = m->par.mla_bits, .head_bits = m->par.head_bits,
-                     .expert_gb = m->par.expert_gb, .maxt = m->par.max_ctx, .map = m->map};
+    if ((st = fit_scan(&m->cfg, m->st, m->n_run, m->container, &m->fit_t)) ||
+        (st = fit_machine_get(&m->fit_mc)))
+        return st;
+    int mask = m->par.set | (m->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
+               (m->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) |
+               (m->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
+    fit_set given = {.bits      = m->par.bits,
+                     .mla_bits  = m->par.mla_bits,
+                     .head_bits = m->par.head_bits,
+                     .expert_gb = m->par.expert_gb,
+                     .maxt      = m->par.max_ctx,
+                     .map       = m->map};
     fit_decide(&m->fit_t, &m->fit_mc, &given, mask, &m->fit);
     m->expert_auto = given.expert_gb < 0;
-    if (!m->fit.ok) return k3_err(K3_ERR_NOMEM, "%s: %s", m->dir, m->fit.msg);
+    if (!m->fit.ok)
+        return k3_err(K3_ERR_NOMEM, "%s: %s", m->dir, m->fit.msg);
     m->par.bits      = m->fit.set.bits;
     m->par.mla_bits  = m->fit.set.mla_bits;
     m->par.head_bits = m->fit.set.head_bits;
     m->par.expert_gb = m->fit.set.expert_gb;
-    if (m->st) K3_LOG_INFO("%s: %s", m->dir, m->fit.msg);
+    if (m->st)
+        K3_LOG_INFO("%s: %s", m->dir, m->fit.msg);
     return K3_OK;
 }
 
@@ -626,15 +720,20 @@ static k3_status model_fit(k3_model *m) {
  * constants and each MoE layer's shared experts. */
 static k3_status open_vk(k3_model *m) {
     const qmat **sh = calloc((size_t)(m->n_run > 0 ? m->n_run : 1) * 3, sizeof *sh);
-    if (!sh) return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    if (!sh)
+        return k3_err(K3_ERR_NOMEM, "model: out of memory");
     for (int l = 0; l < m->n_run; l++)
         if (!m->layers[l].dense) {
             const mlp_weights *w = &m->layers[l].moe.shared;
             sh[3 * l] = &w->gate, sh[3 * l + 1] = &w->up, sh[3 * l + 2] = &w->down;
         }
-    vkt_src src = {.n_layers = m->n_run, .n_experts = m->cfg.n_experts, .latent = m->cfg.latent,
-                   .situ_beta = m->cfg.situ_beta, .situ_linear_beta = m->cfg.situ_linear_beta, .shared = sh};
-    k3_status st = vkt_open(&src, &m->vk);
+    vkt_src   src = {.n_layers         = m->n_run,
+                     .n_experts        = m->cfg.n_experts,
+                     .latent           = m->cfg.latent,
+                     .situ_beta        = m->cfg.situ_beta,
+                     .situ_linear_beta = m->cfg.situ_linear_beta,
+                     .shared           = sh};
+    k3_status st  = vkt_open(&src, &m->vk);
     free(sh);
     return st;
 }
@@ -642,23 +741,27 @@ static k3_status open_vk(k3_model *m) {
 /* A k3 container (k3-repack) brings its bits (rp_run_bits, shared with --inspect): K3_BITS /
  * K3_MLA_BITS / K3_HEAD_BITS left unset keep them (the matrices are then used as stored); set
  * explicitly they win, and matrices stored at other bits are dequantized and quantized again at
- * load (e.g. K3_BITS=4 on an int8 container). K3_MMAP=1 (mapped, read-only, no heap copy) is refused with the Vulkan tier: here
- * when K3_VK asks for it, after vkt_open when it came on by itself. */
+ * load (e.g. K3_BITS=4 on an int8 container). K3_MMAP=1 (mapped, read-only, no heap copy) is refused with the
+ * Vulkan tier: here when K3_VK asks for it, after vkt_open when it came on by itself. */
 static k3_status container_params(k3_model *m) {
     rp_info   ci;
     k3_status st = rp_info_load(m->dir, &ci);
-    if (st) return st;
+    if (st)
+        return st;
     m->container = ci.present;
     if (ci.present) {
         m->from = rp_run_bits(&ci, &m->par);
         K3_LOG_INFO("%s: k3 container (bits %d, MLA %d, head %d); running at %d/%d/%d", m->dir, ci.bits,
                     ci.mla_bits, ci.head_bits, m->par.bits, m->par.mla_bits, m->par.head_bits);
     }
-    if ((st = env_int("K3_MMAP", 0, 1, &m->map))) return st;
+    if ((st = env_int("K3_MMAP", 0, 1, &m->map)))
+        return st;
     const char *vk = getenv("K3_VK");
     if (m->map && vk && *vk && strcmp(vk, "0"))
-        return k3_err(K3_ERR_UNSUPPORTED, "K3_MMAP=1 with K3_VK=%s: the Vulkan tier is not supported on mapped weights; unset one of them",
-                      vk);
+        return k3_err(
+            K3_ERR_UNSUPPORTED,
+            "K3_MMAP=1 with K3_VK=%s: the Vulkan tier is not supported on mapped weights; unset one of them",
+            vk);
     return K3_OK;
 }
 
@@ -667,19 +770,25 @@ static k3_status container_params(k3_model *m) {
  * what cannot fit. *given: the parameters before the fit lowered anything. */
 static k3_status open_plan(k3_model *m, const char *dir, const k3_params *p, k3_params *given) {
     k3_status st;
-    if (p) m->par = *p;
-    else if ((st = k3_params_default(&m->par))) return st;
+    if (p)
+        m->par = *p;
+    else if ((st = k3_params_default(&m->par)))
+        return st;
     if (m->par.chunk < 1 || m->par.max_ctx < 1)
-        return k3_err(K3_ERR_ARG, "k3_model_open: chunk %d and max_ctx %d must be >= 1", m->par.chunk, m->par.max_ctx);
-    if (!(m->dir = k3_strdup(dir))) return k3_err(K3_ERR_NOMEM, "model: out of memory");
-    if ((st = cfg_load(dir, &m->cfg)) || (st = container_params(m))) return st;
+        return k3_err(K3_ERR_ARG, "k3_model_open: chunk %d and max_ctx %d must be >= 1", m->par.chunk,
+                      m->par.max_ctx);
+    if (!(m->dir = k3_strdup(dir)))
+        return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    if ((st = cfg_load(dir, &m->cfg)) || (st = container_params(m)))
+        return st;
     m->n_run = m->cfg.n_layers;
     if (m->par.n_layers) {
         if (m->par.n_layers > m->cfg.n_layers)
-            return k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", m->par.n_layers, m->cfg.n_layers);
+            return k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", m->par.n_layers,
+                          m->cfg.n_layers);
         m->n_run = m->par.n_layers;
     }
-    *given = m->par; /* the fit below may lower what was not given */
+    *given = m->par;     /* the fit below may lower what was not given */
     return model_fit(m); /* config.json only: refuse at once */
 }
 
@@ -687,13 +796,17 @@ k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size
     k3_params given;
     k3_model *m  = calloc(1, sizeof *m);
     k3_status st = m ? open_plan(m, dir, p, &given) : k3_err(K3_ERR_NOMEM, "model: out of memory");
-    if (n) buf[0] = 0;
+    if (n)
+        buf[0] = 0;
     if (!st && m->fit.plan.total + m->fit.plan.mapped >= (uint64_t)1e9) {
         fit_speed sp;
         double    dec, pre;
         fit_speed_get(dir, 0, &sp);
-        fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk, &dec, &pre);
-        snprintf(buf, n, "expected speed on this machine: decode %.3g s/token, prefill %.3g s/token (%s; estimate from the memory plan and this machine's measured kernels%s)",
+        fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk, &dec,
+                           &pre);
+        snprintf(buf, n,
+                 "expected speed on this machine: decode %.3g s/token, prefill %.3g s/token (%s; estimate "
+                 "from the memory plan and this machine's measured kernels%s)",
                  dec, pre, m->fit.brief, sp.sparse ? "; the drive figure is a sparse file's holes" : "");
     }
     k3_model_free(m);
@@ -705,42 +818,61 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
     k3_status st;
     k3_params given;
     k3_model *m = calloc(1, sizeof *m);
-    if (!m) return k3_err(K3_ERR_NOMEM, "model: out of memory");
-    if ((st = open_plan(m, dir, p, &given))) goto fail;
+    if (!m)
+        return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    if ((st = open_plan(m, dir, p, &given)))
+        goto fail;
     const k3_config *c = &m->cfg;
-    m->par = given;
-    if ((st = st_open(dir, &m->st))) goto fail;
-    if ((st = cfg_check_tensors(&m->cfg, m->st))) goto fail;
-    if ((st = model_fit(m))) goto fail;
+    m->par             = given;
+    if ((st = st_open(dir, &m->st)))
+        goto fail;
+    if ((st = cfg_check_tensors(&m->cfg, m->st)))
+        goto fail;
+    if ((st = model_fit(m)))
+        goto fail;
 #ifdef _OPENMP
-    if (m->par.threads > 0) omp_set_num_threads(m->par.threads);
+    if (m->par.threads > 0)
+        omp_set_num_threads(m->par.threads);
 #endif
     /* The exact path (K3_BITS=32) computes the MXFP4 experts in float too, quantized paths use
      * int8-activation dot products, unless K3_IDOT says otherwise. (A process-wide kernel
      * setting: the model opened last decides.) */
-    if (!getenv("K3_IDOT")) kern_set_idot(m->par.bits != 32);
+    if (!getenv("K3_IDOT"))
+        kern_set_idot(m->par.bits != 32);
     for (int i = 0; i < st_n_tensors(m->st); i++)
         m->load_total += st_tensor_at(m->st, i)->nbytes;
     if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers))) {
         st = k3_err(K3_ERR_NOMEM, "model: out of memory");
         goto fail;
     }
-    if ((st = load_globals(m))) goto fail;
+    if ((st = load_globals(m)))
+        goto fail;
     for (int l = 0; l < m->n_run; l++)
-        if ((st = load_layer(m, l))) goto fail;
-    ex_source xs = {.st = m->st, .dir = m->dir, .cfg = &m->cfg, .n_run = m->n_run,
-                    .expert_gb = m->par.expert_gb, .direct = m->par.direct, .pipe = m->par.pipe,
-                    .load_threads = m->par.load_threads, .progress = expert_progress, .ud = m,
-                    .lazy = m->expert_auto && (double)m->fit_t.expert_all > 0.5 * m->fit_mc.avail};
-    if ((st = ex_open(&xs, &m->tier))) goto fail;
+        if ((st = load_layer(m, l)))
+            goto fail;
+    ex_source xs = {.st           = m->st,
+                    .dir          = m->dir,
+                    .cfg          = &m->cfg,
+                    .n_run        = m->n_run,
+                    .expert_gb    = m->par.expert_gb,
+                    .direct       = m->par.direct,
+                    .pipe         = m->par.pipe,
+                    .load_threads = m->par.load_threads,
+                    .progress     = expert_progress,
+                    .ud           = m,
+                    .lazy         = m->expert_auto && (double)m->fit_t.expert_all > 0.5 * m->fit_mc.avail};
+    if ((st = ex_open(&xs, &m->tier)))
+        goto fail;
     m->load_total -= ex_deferred_bytes(m->tier); /* read on demand, not now */
-    if ((st = open_vk(m))) goto fail;
+    if ((st = open_vk(m)))
+        goto fail;
     if (m->map && m->vk) { /* K3_VK unset and a real GPU found: the tier came on by itself */
-        st = k3_err(K3_ERR_UNSUPPORTED, "K3_MMAP=1: the Vulkan tier is on (a GPU was found); set K3_VK=0 or unset K3_MMAP");
+        st = k3_err(K3_ERR_UNSUPPORTED,
+                    "K3_MMAP=1: the Vulkan tier is on (a GPU was found); set K3_VK=0 or unset K3_MMAP");
         goto fail;
     }
-    K3_LOG_INFO("%s: %d layers (%d run), %.1f MB resident, %.1f MB mapped", dir, c->n_layers,
-                m->n_run, (double)m->bytes_resident / 1e6, (double)m->bytes_mapped / 1e6);
+    K3_LOG_INFO("%s: %d layers (%d run), %.1f MB resident, %.1f MB mapped", dir, c->n_layers, m->n_run,
+                (double)m->bytes_resident / 1e6, (double)m->bytes_mapped / 1e6);
     *out = m;
     return K3_OK;
 fail:
@@ -749,14 +881,16 @@ fail:
 }
 
 void k3_model_free(k3_model *m) {
-    if (!m) return;
+    if (!m)
+        return;
     vkt_close(m->vk);
     ex_close(m->tier);
     for (int i = 0; i < m->n_owned; i++)
         free(m->owned[i]);
     free(m->owned);
     free(m->layers);
-    if (m->st) st_close(m->st);
+    if (m->st)
+        st_close(m->st);
     free(m->dir);
     free(m);
 }
@@ -786,7 +920,8 @@ void k3_model_get_info(const k3_model *m, k3_model_info *out) {
 }
 
 k3_status k3_model_set_expert_budget(k3_model *m, double gb) {
-    if (!(gb < 1e9)) return k3_err(K3_ERR_ARG, "expert budget %g GB: expected < 1e9", gb);
+    if (!(gb < 1e9))
+        return k3_err(K3_ERR_ARG, "expert budget %g GB: expected < 1e9", gb);
     if (gb >= 0) { /* the memory fit holds for live changes too */
         fit_set  s = m->fit.set;
         fit_plan p;
@@ -794,8 +929,11 @@ k3_status k3_model_set_expert_budget(k3_model *m, double gb) {
         fit_plan_at(&m->fit_t, &s, &p);
         if ((double)p.total > m->fit_mc.usable) {
             double most = (m->fit_mc.usable - (double)p.total + (double)p.b[FIT_EXPERT]) / 1e9;
-            return k3_err(K3_ERR_NOMEM, "expert cache %g GB: the plan would need %.2f GB but %.2f GB is usable (%s); at most %.2f GB fits",
-                          gb, (double)p.total / 1e9, m->fit_mc.usable / 1e9, m->fit_mc.src, most > 0 ? floor(most * 100) / 100 : 0.0);
+            return k3_err(K3_ERR_NOMEM,
+                          "expert cache %g GB: the plan would need %.2f GB but %.2f GB is usable (%s); at "
+                          "most %.2f GB fits",
+                          gb, (double)p.total / 1e9, m->fit_mc.usable / 1e9, m->fit_mc.src,
+                          most > 0 ? floor(most * 100) / 100 : 0.0);
         }
     }
     return ex_set_budget(m->tier, gb);

@@ -32,84 +32,84 @@
 /* ---- weights ------------------------------------------------------------- */
 
 typedef struct kda_weights {
-    qmat   q, k, v, g;     /* q/k/v/g_proj (P, D)                                  */
-    qmat   o;              /* o_proj (D, P)                                        */
-    qmat   fa;             /* f_a_proj (d, D)                                      */
-    qmat   fb;             /* f_b_proj (P, d)                                      */
-    qmat   b;              /* b_proj (H, D)                                        */
-    float *conv[3];        /* q/k/v_conv1d taps (P, K), index 0 = oldest           */
-    float *dt_bias;        /* dt_bias (P)                                          */
-    float *a;              /* exp(A_log[h]) (H): the first H values of A_log       */
-    float *o_norm;         /* o_norm (d), shared by all heads                      */
+    qmat   q, k, v, g; /* q/k/v/g_proj (P, D)                                  */
+    qmat   o;          /* o_proj (D, P)                                        */
+    qmat   fa;         /* f_a_proj (d, D)                                      */
+    qmat   fb;         /* f_b_proj (P, d)                                      */
+    qmat   b;          /* b_proj (H, D)                                        */
+    float *conv[3];    /* q/k/v_conv1d taps (P, K), index 0 = oldest           */
+    float *dt_bias;    /* dt_bias (P)                                          */
+    float *a;          /* exp(A_log[h]) (H): the first H values of A_log       */
+    float *o_norm;     /* o_norm (d), shared by all heads                      */
 } kda_weights;
 
 typedef struct mla_weights {
-    qmat   qa;             /* q_a_proj (q_lora, D)                                 */
-    float *qa_norm;        /* q_a_layernorm (q_lora)                               */
-    qmat   qb;             /* q_b_proj (Hm*(nope+rope), q_lora)                    */
-    qmat   kva;            /* kv_a_proj_with_mqa (kv_lora+rope, D)                 */
-    float *kva_norm;       /* kv_a_layernorm (kv_lora)                             */
-    qmat  *uk_t;           /* [Hm] kv_b nope rows of head h, transposed (kv_lora, nope) */
-    qmat  *uv;             /* [Hm] kv_b v rows of head h (v, kv_lora)               */
-    qmat   o;              /* o_proj (D, Hm*v)                                     */
-    qmat   g;              /* g_proj (Hm*v, D)                                     */
+    qmat   qa;       /* q_a_proj (q_lora, D)                                 */
+    float *qa_norm;  /* q_a_layernorm (q_lora)                               */
+    qmat   qb;       /* q_b_proj (Hm*(nope+rope), q_lora)                    */
+    qmat   kva;      /* kv_a_proj_with_mqa (kv_lora+rope, D)                 */
+    float *kva_norm; /* kv_a_layernorm (kv_lora)                             */
+    qmat  *uk_t;     /* [Hm] kv_b nope rows of head h, transposed (kv_lora, nope) */
+    qmat  *uv;       /* [Hm] kv_b v rows of head h (v, kv_lora)               */
+    qmat   o;        /* o_proj (D, Hm*v)                                     */
+    qmat   g;        /* g_proj (Hm*v, D)                                     */
 } mla_weights;
 
 typedef struct mlp_weights {
-    qmat gate, up;         /* (I, D) */
-    qmat down;             /* (D, I) */
+    qmat gate, up; /* (I, D) */
+    qmat down;     /* (D, I) */
 } mlp_weights;
 
 typedef struct moe_weights {
-    qmat        router;    /* gate (E, D), always f32 (selection is sensitive)     */
-    float      *bias;      /* e_score_correction_bias (E)                          */
-    qmat        down_lat;  /* routed_expert_down_proj (L, D)                       */
-    qmat        up_lat;    /* routed_expert_up_proj (D, L)                         */
-    float      *lat_norm;  /* routed_expert_norm (L)                               */
-    mlp_weights shared;    /* shared_experts gate/up (S*F, D), down (D, S*F)       */
+    qmat        router;   /* gate (E, D), always f32 (selection is sensitive)     */
+    float      *bias;     /* e_score_correction_bias (E)                          */
+    qmat        down_lat; /* routed_expert_down_proj (L, D)                       */
+    qmat        up_lat;   /* routed_expert_up_proj (D, L)                         */
+    float      *lat_norm; /* routed_expert_norm (L)                               */
+    mlp_weights shared;   /* shared_experts gate/up (S*F, D), down (D, S*F)       */
 } moe_weights;
 
 typedef struct layer_weights {
-    int    kind;           /* K3_LAYER_KDA or K3_LAYER_MLA                          */
-    int    dense;          /* i < first_k_dense_replace                             */
-    float *in_norm;        /* input_layernorm (D)                                  */
-    float *post_norm;      /* post_attention_layernorm (D)                         */
-    double *attn_res_w;    /* self_attention_res_norm ⊙ self_attention_res_proj (D) */
-    double *mlp_res_w;     /* mlp_res_norm ⊙ mlp_res_proj (D)                      */
+    int         kind;       /* K3_LAYER_KDA or K3_LAYER_MLA                          */
+    int         dense;      /* i < first_k_dense_replace                             */
+    float      *in_norm;    /* input_layernorm (D)                                  */
+    float      *post_norm;  /* post_attention_layernorm (D)                         */
+    double     *attn_res_w; /* self_attention_res_norm ⊙ self_attention_res_proj (D) */
+    double     *mlp_res_w;  /* mlp_res_norm ⊙ mlp_res_proj (D)                      */
     kda_weights kda;
     mla_weights mla;
-    mlp_weights mlp;       /* dense layers */
-    moe_weights moe;       /* MoE layers   */
+    mlp_weights mlp; /* dense layers */
+    moe_weights moe; /* MoE layers   */
 } layer_weights;
 
 struct k3_model {
-    char         *dir;
-    k3_config     cfg;
-    k3_params     par;
-    st_dir       *st;
-    int           n_run;         /* layers run (K3_LAYERS, else all)                 */
-    int           embed_dtype;   /* st_dtype of embed_tokens                         */
-    const void   *embed;         /* embed_tokens (V, D) as stored (F32/F16/BF16)    */
-    float        *final_norm;    /* model.norm (D)                                   */
-    double       *out_res_w;     /* output_attn_res_norm ⊙ output_attn_res_proj (D)  */
-    qmat          lm_head;       /* lm_head (V, D)                                   */
-    layer_weights *layers;       /* [n_layers]                                       */
-    ex_tier      *tier;          /* routed experts (experts.c)                       */
-    struct vkt   *vk;            /* Vulkan tier (vk-tier.c), NULL when off           */
-    void        **owned;         /* every allocation of the weights, freed together  */
-    int           n_owned, cap_owned;
-    uint64_t      bytes_resident;
-    int           map;           /* K3_MMAP=1: prepared tensors mapped, not copied    */
-    uint64_t      bytes_mapped;  /* bytes used in place from read-only mappings      */
-    uint64_t      load_done, load_total;
-    int           from;          /* RP_FROM_* bits a k3 container brought              */
-    int           container;     /* DIR is a k3 container (repack.h)                   */
-    int           expert_auto;   /* the fit chose the expert budget ("what is left"): the
-                                    cache fills on demand unless every expert takes at most
-                                    half of the available memory (then read at open)     */
-    fit_table     fit_t;         /* the memory plan's figures (fit.h), from the headers  */
-    fit_machine   fit_mc;        /* what the machine gave at open                      */
-    fit_choice    fit;           /* the settings chosen at open and why                */
+    char          *dir;
+    k3_config      cfg;
+    k3_params      par;
+    st_dir        *st;
+    int            n_run;       /* layers run (K3_LAYERS, else all)                 */
+    int            embed_dtype; /* st_dtype of embed_tokens                         */
+    const void    *embed;       /* embed_tokens (V, D) as stored (F32/F16/BF16)    */
+    float         *final_norm;  /* model.norm (D)                                   */
+    double        *out_res_w;   /* output_attn_res_norm ⊙ output_attn_res_proj (D)  */
+    qmat           lm_head;     /* lm_head (V, D)                                   */
+    layer_weights *layers;      /* [n_layers]                                       */
+    ex_tier       *tier;        /* routed experts (experts.c)                       */
+    struct vkt    *vk;          /* Vulkan tier (vk-tier.c), NULL when off           */
+    void         **owned;       /* every allocation of the weights, freed together  */
+    int            n_owned, cap_owned;
+    uint64_t       bytes_resident;
+    int            map;          /* K3_MMAP=1: prepared tensors mapped, not copied    */
+    uint64_t       bytes_mapped; /* bytes used in place from read-only mappings      */
+    uint64_t       load_done, load_total;
+    int            from;        /* RP_FROM_* bits a k3 container brought              */
+    int            container;   /* DIR is a k3 container (repack.h)                   */
+    int            expert_auto; /* the fit chose the expert budget ("what is left"): the
+                                   cache fills on demand unless every expert takes at most
+                                   half of the available memory (then read at open)     */
+    fit_table   fit_t;          /* the memory plan's figures (fit.h), from the headers  */
+    fit_machine fit_mc;         /* what the machine gave at open                      */
+    fit_choice  fit;            /* the settings chosen at open and why                */
 };
 
 /* Embedding row of token id into out (D floats). */
@@ -118,55 +118,55 @@ void model_embed(const k3_model *m, int id, float *out);
 /* ---- session state --------------------------------------------------------- */
 
 typedef struct layer_state {
-    float *S[2];           /* KDA: (H, d, d) f32, S[key][value]; S[sel] is committed   */
-    float *tail[2];        /* KDA: (3, K-1, P) last K-1 conv inputs of q, k, v          */
-    float *c;              /* MLA: latent cache (max_ctx, kv_lora), normalised c        */
-    float *kr;             /* MLA: (max_ctx, rope), raw kr                               */
-    int    sel;            /* committed buffer index of S/tail                           */
+    float *S[2];    /* KDA: (H, d, d) f32, S[key][value]; S[sel] is committed   */
+    float *tail[2]; /* KDA: (3, K-1, P) last K-1 conv inputs of q, k, v          */
+    float *c;       /* MLA: latent cache (max_ctx, kv_lora), normalised c        */
+    float *kr;      /* MLA: (max_ctx, rope), raw kr                               */
+    int    sel;     /* committed buffer index of S/tail                           */
 } layer_state;
 
 /* Scratch for one chunk of up to C tokens (shapes in comments; W = widest projection). */
 typedef struct chunk_buf {
-    float *h;              /* (C, D) hidden state / running prefix p                     */
-    float *blocks;         /* (C, NB, D) AttnRes block snapshots                         */
-    float *x;              /* (C, D) mixed input                                         */
-    float *xn;             /* (C, D) normalised input                                    */
-    float *y;              /* (C, D) layer output                                        */
+    float *h;                           /* (C, D) hidden state / running prefix p                     */
+    float *blocks;                      /* (C, NB, D) AttnRes block snapshots                         */
+    float *x;                           /* (C, D) mixed input                                         */
+    float *xn;                          /* (C, D) normalised input                                    */
+    float *y;                           /* (C, D) layer output                                        */
     float *t0, *t1, *t2, *t3, *t4, *t5; /* (C, W) projections                            */
-    float *win;            /* (3, K-1+C, P) KDA conv windows                             */
-    float *hd;             /* (C, Hm, kv_lora) MLA per-head latent query / context        */
-    float *hd2;            /* (C, Hm, kv_lora)                                          */
-    float *gat;            /* (C, max(nope, kv_lora, L, H)) per-head / per-expert gather   */
-    float *gat2;           /* (C, max(v, kv_lora, L))                                   */
-    float *scores;         /* (Hm, max_ctx) MLA attention weights                        */
-    float *moe_y;          /* (C, k, L) per token and slot expert outputs                */
-    int   *moe_sel;        /* (C, k) selected expert ids                                 */
-    float *moe_w;          /* (C, k) their weights                                       */
-    int   *moe_tok;        /* (C*k) tokens of one expert / (C*k) slots                   */
-    int   *moe_ids;        /* (E) distinct experts of the chunk                          */
-    int   *moe_res;        /* (E) of those, the ones resident on the Vulkan device       */
-    int   *moe_dev;        /* (C) columns whose shared experts ran on the device, then
-                              (C, k) the selections left to the CPU                      */
-    float *moe_resy;       /* (E, L) their outputs                                       */
-    float *logits;         /* (C, V) */
-    float *trace;          /* (C, n_run, D) when K3_TRACE is set                          */
+    float *win;                         /* (3, K-1+C, P) KDA conv windows                             */
+    float *hd;                          /* (C, Hm, kv_lora) MLA per-head latent query / context        */
+    float *hd2;                         /* (C, Hm, kv_lora)                                          */
+    float *gat;                         /* (C, max(nope, kv_lora, L, H)) per-head / per-expert gather   */
+    float *gat2;                        /* (C, max(v, kv_lora, L))                                   */
+    float *scores;                      /* (Hm, max_ctx) MLA attention weights                        */
+    float *moe_y;                       /* (C, k, L) per token and slot expert outputs                */
+    int   *moe_sel;                     /* (C, k) selected expert ids                                 */
+    float *moe_w;                       /* (C, k) their weights                                       */
+    int   *moe_tok;                     /* (C*k) tokens of one expert / (C*k) slots                   */
+    int   *moe_ids;                     /* (E) distinct experts of the chunk                          */
+    int   *moe_res;                     /* (E) of those, the ones resident on the Vulkan device       */
+    int   *moe_dev;                     /* (C) columns whose shared experts ran on the device, then
+                                           (C, k) the selections left to the CPU                      */
+    float *moe_resy;                    /* (E, L) their outputs                                       */
+    float *logits;                      /* (C, V) */
+    float *trace;                       /* (C, n_run, D) when K3_TRACE is set                          */
 } chunk_buf;
 
 struct k3_session {
     k3_model    *m;
-    int          pos;             /* committed positions                                 */
-    int          chunk;           /* C                                                   */
+    int          pos;   /* committed positions                                 */
+    int          chunk; /* C                                                   */
     atomic_int   cancel;
-    layer_state *ls;              /* [n_layers] */
+    layer_state *ls; /* [n_layers] */
     chunk_buf    cb;
-    double      *dtmp;            /* (H, 2, d) KDA per-head double accumulators             */
-    float       *logits;          /* (V) logits of the last committed position           */
+    double      *dtmp;   /* (H, 2, d) KDA per-head double accumulators             */
+    float       *logits; /* (V) logits of the last committed position           */
     int          have_logits;
     k3_stats     stats;
     chunk_buf    bb;              /* scratch of the batches this session leads (ss[0])    */
     int          bb_cap, bb_rows; /* its columns and logits rows; 0 before the first one  */
     FILE        *f_logits, *f_trace;
-    float       *x0;              /* (x0_rows, D) K3_X0 rows, or NULL                     */
+    float       *x0; /* (x0_rows, D) K3_X0 rows, or NULL                     */
     int          x0_rows;
 };
 
@@ -183,19 +183,19 @@ void      chunk_buf_free(chunk_buf *b);
  * segment's own session. A column's result does not depend on the other columns. */
 typedef struct pass_seg {
     k3_session *s;
-    int         ix;         /* the caller's index of the session                     */
-    int         t0, n;      /* its columns [t0, t0 + n) of the pass                  */
-    int         dev;        /* its last column is, fed alone, a pass of one token: the
-                               Vulkan tier's decode path applies to it              */
-    int         lrow, lcnt; /* its logits: rows [lrow, lrow + lcnt) of b->logits,
-                               for positions pos + n - lcnt .. pos + n - 1          */
+    int         ix;    /* the caller's index of the session                     */
+    int         t0, n; /* its columns [t0, t0 + n) of the pass                  */
+    int         dev;   /* its last column is, fed alone, a pass of one token: the
+                          Vulkan tier's decode path applies to it              */
+    int lrow, lcnt;    /* its logits: rows [lrow, lrow + lcnt) of b->logits,
+                          for positions pos + n - lcnt .. pos + n - 1          */
 } pass_seg;
 
 typedef struct fwd_pass {
     const k3_model *m;
-    chunk_buf      *b;     /* scratch (the single session's own, or the batch's)     */
-    int             cap;   /* columns b holds: the stride of hd / hd2                */
-    int             n;     /* columns                                                */
+    chunk_buf      *b;   /* scratch (the single session's own, or the batch's)     */
+    int             cap; /* columns b holds: the stride of hd / hd2                */
+    int             n;   /* columns                                                */
     int             nseg;
     pass_seg       *seg;   /* [nseg], columns in order                               */
     k3_stats       *stats; /* where the expert tier and the Vulkan tier count        */

@@ -63,9 +63,12 @@ void k3_sampler_params_default(const k3_model *m, k3_sampler_params *p) {
 
 k3_sampler *k3_sampler_new(const k3_sampler_params *p) {
     k3_sampler *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
-    if (p) s->p = *p;
-    else k3_sampler_params_default(NULL, &s->p);
+    if (!s)
+        return NULL;
+    if (p)
+        s->p = *p;
+    else
+        k3_sampler_params_default(NULL, &s->p);
     uint64_t x = s->p.seed;
     for (int i = 0; i < 4; i++)
         s->rng[i] = splitmix64(&x);
@@ -73,7 +76,8 @@ k3_sampler *k3_sampler_new(const k3_sampler_params *p) {
 }
 
 void k3_sampler_free(k3_sampler *s) {
-    if (!s) return;
+    if (!s)
+        return;
     free(s->c);
     free(s->prob);
     free(s);
@@ -81,39 +85,47 @@ void k3_sampler_free(k3_sampler *s) {
 
 static int cand_cmp(const void *a, const void *b) {
     const cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    if (x->logit != y->logit)
+        return x->logit > y->logit ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
 }
 
 static int32_t argmax(const float *l, int n) {
     int32_t best = 0;
     for (int i = 0; i < n; i++)
-        if (l[i] > l[best] || isnan(l[best])) best = i;
+        if (l[i] > l[best] || isnan(l[best]))
+            best = i;
     return best;
 }
 
 int32_t k3_sampler_sample(k3_sampler *s, const float *logits, int n) {
     const k3_sampler_params *p = &s->p;
-    if (n <= 0 || !logits) return -1;
+    if (n <= 0 || !logits)
+        return -1;
     int32_t best = argmax(logits, n);
-    if (!(p->temp > 0) || isnan(logits[best])) return best;
+    if (!(p->temp > 0) || isnan(logits[best]))
+        return best;
     const double inv_t = 1.0 / (double)p->temp, mx = (double)logits[best];
     const int    trunc = (p->top_k > 0 && p->top_k < n) || p->top_p < 1.0f || p->min_p > 0.0f;
 
     if (!trunc) { /* full softmax, one pass, no sort */
         double sum = 0;
         for (int i = 0; i < n; i++)
-            if (!isnan(logits[i])) sum += exp(((double)logits[i] - mx) * inv_t);
+            if (!isnan(logits[i]))
+                sum += exp(((double)logits[i] - mx) * inv_t);
         double r = next_unit(s->rng) * sum, acc = 0;
         for (int i = 0; i < n; i++)
-            if (!isnan(logits[i]) && (acc += exp(((double)logits[i] - mx) * inv_t)) > r) return i;
+            if (!isnan(logits[i]) && (acc += exp(((double)logits[i] - mx) * inv_t)) > r)
+                return i;
         return best;
     }
     if (s->cap < n) {
         cand   *c = realloc(s->c, (size_t)n * sizeof *c);
         double *q = c ? realloc(s->prob, (size_t)n * sizeof *q) : NULL;
-        if (c) s->c = c;
-        if (!q) return best; /* out of memory: degrade to greedy rather than fail a turn */
+        if (c)
+            s->c = c;
+        if (!q)
+            return best; /* out of memory: degrade to greedy rather than fail a turn */
         s->prob = q;
         s->cap  = n;
     }
@@ -121,18 +133,21 @@ int32_t k3_sampler_sample(k3_sampler *s, const float *logits, int n) {
     double lo = p->min_p > 0 ? mx + log((double)p->min_p) * (double)p->temp : -(double)INFINITY;
     int    nc = 0;
     for (int i = 0; i < n; i++)
-        if (!isnan(logits[i]) && (double)logits[i] >= lo) s->c[nc++] = (cand){logits[i], i};
+        if (!isnan(logits[i]) && (double)logits[i] >= lo)
+            s->c[nc++] = (cand){logits[i], i};
     qsort(s->c, (size_t)nc, sizeof *s->c, cand_cmp);
-    if (p->top_k > 0 && p->top_k < nc) nc = p->top_k;
+    if (p->top_k > 0 && p->top_k < nc)
+        nc = p->top_k;
     double sum = 0;
     for (int i = 0; i < nc; i++)
         sum += s->prob[i] = exp(((double)s->c[i].logit - mx) * inv_t);
     if (p->top_p < 1.0f) {
-        double acc = 0;
+        double acc  = 0;
         int    keep = 0;
         while (keep < nc) {
             acc += s->prob[keep++] / sum;
-            if (acc >= (double)p->top_p) break;
+            if (acc >= (double)p->top_p)
+                break;
         }
         nc  = keep;
         sum = 0;
@@ -141,6 +156,7 @@ int32_t k3_sampler_sample(k3_sampler *s, const float *logits, int n) {
     }
     double r = next_unit(s->rng) * sum, acc = 0;
     for (int i = 0; i < nc; i++)
-        if ((acc += s->prob[i]) > r) return s->c[i].id;
+        if ((acc += s->prob[i]) > r)
+            return s->c[i].id;
     return s->c[nc - 1].id;
 }

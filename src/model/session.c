@@ -35,7 +35,8 @@ static k3_status nomem(void) {
 
 static float *falloc(size_t n) {
     float *p = k3_aligned_alloc(64, (n ? n : 1) * sizeof(float));
-    if (p) memset(p, 0, (n ? n : 1) * sizeof(float));
+    if (p)
+        memset(p, 0, (n ? n : 1) * sizeof(float));
     return p;
 }
 
@@ -44,14 +45,18 @@ static float *falloc(size_t n) {
 static k3_status read_x0(k3_session *s, const char *path) {
     int   D = s->m->cfg.hidden;
     FILE *f = fopen(path, "rb");
-    if (!f) return k3_err(K3_ERR_IO, "K3_X0=%s: %s", path, strerror(errno));
+    if (!f)
+        return k3_err(K3_ERR_IO, "K3_X0=%s: %s", path, strerror(errno));
     k3_status st = K3_OK;
     long      sz = -1;
-    if (fseek(f, 0, SEEK_END) == 0) sz = ftell(f);
+    if (fseek(f, 0, SEEK_END) == 0)
+        sz = ftell(f);
     rewind(f);
     if (sz <= 0 || sz % ((long)D * 4)) {
-        st = k3_err(K3_ERR_FORMAT, "K3_X0=%s: %ld bytes, expected a positive multiple of %d "
-                    "(positions x hidden_size f32)", path, sz, D * 4);
+        st = k3_err(K3_ERR_FORMAT,
+                    "K3_X0=%s: %ld bytes, expected a positive multiple of %d "
+                    "(positions x hidden_size f32)",
+                    path, sz, D * 4);
         goto done;
     }
     s->x0_rows = (int)(sz / ((long)D * 4));
@@ -68,36 +73,36 @@ done:
 
 k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int C, int lrows) {
     const k3_config *c = &m->cfg;
-    const int D = c->hidden, T = m->par.max_ctx, V = c->vocab;
-    const int H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k;
-    const int Hm = c->n_heads, kl = c->kv_lora, qw = c->nope + c->rope, L = c->latent;
-    const int NB = (m->n_run + c->attn_res_block - 1) / c->attn_res_block;
+    const int        D = c->hidden, T = m->par.max_ctx, V = c->vocab;
+    const int        H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k;
+    const int        Hm = c->n_heads, kl = c->kv_lora, qw = c->nope + c->rope, L = c->latent;
+    const int        NB = (m->n_run + c->attn_res_block - 1) / c->attn_res_block;
     memset(b, 0, sizeof *b);
     /* W: the widest per-token projection any layer writes into t0..t5 */
-    int W = MAX2(MAX2(P, Hm * qw), MAX2(kl + c->rope, Hm * c->v_dim));
-    W     = MAX2(W, MAX2(MAX2(c->q_lora, c->n_experts), MAX2(c->n_shared * c->moe_inter, c->inter)));
-    W     = MAX2(W, MAX2(MAX2(D, L), c->moe_inter));
+    int W         = MAX2(MAX2(P, Hm * qw), MAX2(kl + c->rope, Hm * c->v_dim));
+    W             = MAX2(W, MAX2(MAX2(c->q_lora, c->n_experts), MAX2(c->n_shared * c->moe_inter, c->inter)));
+    W             = MAX2(W, MAX2(MAX2(D, L), c->moe_inter));
     float **tb[6] = {&b->t0, &b->t1, &b->t2, &b->t3, &b->t4, &b->t5};
     for (int i = 0; i < 6; i++)
-        if (!(*tb[i] = falloc((size_t)C * W))) goto oom;
+        if (!(*tb[i] = falloc((size_t)C * W)))
+            goto oom;
     int gw = MAX2(MAX2(c->nope, kl), MAX2(L, H)), gw2 = MAX2(MAX2(c->v_dim, kl), L);
     if (!(b->h = falloc((size_t)C * D)) || !(b->blocks = falloc((size_t)C * NB * D)) ||
         !(b->x = falloc((size_t)C * D)) || !(b->xn = falloc((size_t)C * D)) ||
         !(b->y = falloc((size_t)C * D)) || !(b->win = falloc((size_t)3 * (K - 1 + C) * P)) ||
         !(b->hd = falloc((size_t)Hm * C * kl)) || !(b->hd2 = falloc((size_t)Hm * C * kl)) ||
         !(b->gat = falloc((size_t)C * gw)) || !(b->gat2 = falloc((size_t)C * gw2)) ||
-        !(b->scores = falloc((size_t)Hm * T)) ||
-        !(b->moe_y = falloc((size_t)C * c->n_active * L)) ||
+        !(b->scores = falloc((size_t)Hm * T)) || !(b->moe_y = falloc((size_t)C * c->n_active * L)) ||
         !(b->moe_w = falloc((size_t)C * c->n_active)) ||
         !(b->moe_sel = calloc((size_t)C * c->n_active, sizeof(int))) ||
         !(b->moe_tok = calloc((size_t)C * c->n_active, sizeof(int))) ||
         !(b->moe_ids = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
         !(b->moe_res = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
         !(b->moe_dev = calloc((size_t)C * (c->n_active + 1), sizeof(int))) ||
-        !(b->moe_resy = falloc((size_t)c->n_experts * L)) ||
-        !(b->logits = falloc((size_t)lrows * V)))
+        !(b->moe_resy = falloc((size_t)c->n_experts * L)) || !(b->logits = falloc((size_t)lrows * V)))
         goto oom;
-    if (m->par.trace_path && !(b->trace = falloc((size_t)C * m->n_run * D))) goto oom;
+    if (m->par.trace_path && !(b->trace = falloc((size_t)C * m->n_run * D)))
+        goto oom;
     return K3_OK;
 oom:
     chunk_buf_free(b);
@@ -105,20 +110,21 @@ oom:
 }
 
 void chunk_buf_free(chunk_buf *b) {
-    void *bufs[] = {b->h, b->blocks, b->x, b->xn, b->y, b->t0, b->t1, b->t2, b->t3, b->t4, b->t5,
-                    b->win, b->hd, b->hd2, b->gat, b->gat2, b->scores, b->moe_y, b->moe_sel,
-                    b->moe_w, b->moe_tok, b->moe_ids, b->moe_res, b->moe_dev, b->moe_resy, b->logits,
-                    b->trace};
+    void *bufs[] = {b->h,       b->blocks,  b->x,       b->xn,       b->y,       b->t0,    b->t1,
+                    b->t2,      b->t3,      b->t4,      b->t5,       b->win,     b->hd,    b->hd2,
+                    b->gat,     b->gat2,    b->scores,  b->moe_y,    b->moe_sel, b->moe_w, b->moe_tok,
+                    b->moe_ids, b->moe_res, b->moe_dev, b->moe_resy, b->logits,  b->trace};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     memset(b, 0, sizeof *b);
 }
 
 k3_status k3_session_new(k3_model *m, k3_session **out) {
-    *out = NULL;
+    *out               = NULL;
     const k3_config *c = &m->cfg;
     k3_session      *s = calloc(1, sizeof *s);
-    if (!s) return nomem();
+    if (!s)
+        return nomem();
     s->m     = m;
     s->chunk = m->par.chunk;
     atomic_init(&s->cancel, 0);
@@ -126,18 +132,19 @@ k3_status k3_session_new(k3_model *m, k3_session **out) {
     const int K = c->conv_k, kl = c->kv_lora;
     k3_status st = K3_OK;
 
-    if (!(s->ls = calloc((size_t)c->n_layers, sizeof *s->ls))) goto oom;
+    if (!(s->ls = calloc((size_t)c->n_layers, sizeof *s->ls)))
+        goto oom;
     for (int l = 0; l < m->n_run; l++) {
         layer_state *ls = &s->ls[l];
         if (c->layer_kind[l] == K3_LAYER_KDA) {
             for (int i = 0; i < 2; i++)
-                if (!(ls->S[i] = falloc((size_t)P * d)) ||
-                    !(ls->tail[i] = falloc((size_t)3 * (K - 1) * P)))
+                if (!(ls->S[i] = falloc((size_t)P * d)) || !(ls->tail[i] = falloc((size_t)3 * (K - 1) * P)))
                     goto oom;
         } else if (!(ls->c = falloc((size_t)T * kl)) || !(ls->kr = falloc((size_t)T * c->rope)))
             goto oom;
     }
-    if ((st = chunk_buf_alloc(m, &s->cb, s->chunk, s->chunk))) goto fail;
+    if ((st = chunk_buf_alloc(m, &s->cb, s->chunk, s->chunk)))
+        goto fail;
     if (!(s->logits = falloc((size_t)c->vocab)) || !(s->dtmp = calloc((size_t)2 * P, sizeof(double))))
         goto oom;
     if (m->par.logits_path && !(s->f_logits = fopen(m->par.logits_path, "wb"))) {
@@ -148,9 +155,10 @@ k3_status k3_session_new(k3_model *m, k3_session **out) {
         st = k3_err(K3_ERR_IO, "K3_TRACE=%s: %s", m->par.trace_path, strerror(errno));
         goto fail;
     }
-    if (m->par.x0_path && (st = read_x0(s, m->par.x0_path))) goto fail;
+    if (m->par.x0_path && (st = read_x0(s, m->par.x0_path)))
+        goto fail;
     s->stats.expert_gb_budget = k3_model_expert_budget(m);
-    *out = s;
+    *out                      = s;
     return K3_OK;
 oom:
     st = nomem();
@@ -160,7 +168,8 @@ fail:
 }
 
 void k3_session_free(k3_session *s) {
-    if (!s) return;
+    if (!s)
+        return;
     if (s->ls)
         for (int l = 0; l < s->m->cfg.n_layers; l++) {
             layer_state *ls = &s->ls[l];
@@ -177,8 +186,10 @@ void k3_session_free(k3_session *s) {
     free(s->logits);
     free(s->dtmp);
     free(s->x0);
-    if (s->f_logits) fclose(s->f_logits);
-    if (s->f_trace) fclose(s->f_trace);
+    if (s->f_logits)
+        fclose(s->f_logits);
+    if (s->f_trace)
+        fclose(s->f_trace);
     free(s);
 }
 
@@ -224,32 +235,38 @@ static k3_status commit(k3_session *s, int n, const float *lg, int lcnt, const f
     const k3_model *m = s->m;
     const int       V = m->cfg.vocab, D = m->cfg.hidden;
     for (int l = 0; l < m->n_run; l++)
-        if (s->ls[l].S[0]) s->ls[l].sel ^= 1;
+        if (s->ls[l].S[0])
+            s->ls[l].sel ^= 1;
     s->pos += n;
     memcpy(s->logits, lg + (size_t)(lcnt - 1) * V, (size_t)V * sizeof(float));
     s->have_logits = 1;
     k3_status st   = K3_OK;
-    if (s->f_logits) st = write_rows(s->f_logits, "K3_LOGITS", lg, (size_t)lcnt * V);
-    if (!st && s->f_trace) st = write_rows(s->f_trace, "K3_TRACE", trace, (size_t)n * m->n_run * D);
+    if (s->f_logits)
+        st = write_rows(s->f_logits, "K3_LOGITS", lg, (size_t)lcnt * V);
+    if (!st && s->f_trace)
+        st = write_rows(s->f_trace, "K3_TRACE", trace, (size_t)n * m->n_run * D);
     return st;
 }
 
 /* A pass being run, and the outcome of each of its sessions (by the caller's index). */
 typedef struct pass_run {
     fwd_pass   p;
-    k3_status *st;       /* [caller's count]                                    */
-    int        named;    /* messages say "session I: " (a batch)                 */
-    k3_status  first;    /* the first failure of the whole call, and its message */
+    k3_status *st;    /* [caller's count]                                    */
+    int        named; /* messages say "session I: " (a batch)                 */
+    k3_status  first; /* the first failure of the whole call, and its message */
     char       msg[512];
 } pass_run;
 
 /* Session ix failed with st (its message is current). */
 static void fail_ix(pass_run *r, int ix, k3_status st) {
     r->st[ix] = st;
-    if (r->first) return;
+    if (r->first)
+        return;
     r->first = st;
-    if (r->named) snprintf(r->msg, sizeof r->msg, "session %d: %s", ix, k3_errmsg());
-    else snprintf(r->msg, sizeof r->msg, "%s", k3_errmsg());
+    if (r->named)
+        snprintf(r->msg, sizeof r->msg, "session %d: %s", ix, k3_errmsg());
+    else
+        snprintf(r->msg, sizeof r->msg, "%s", k3_errmsg());
 }
 
 static void seg_fail(pass_run *r, int g, k3_status st) {
@@ -289,24 +306,30 @@ static void run_pass(pass_run *r, const int32_t *const *ids) {
         const k3_session *s = p->seg[g].s;
         for (int t = 0; t < p->seg[g].n; t++) {
             float *h = b->h + (size_t)(p->seg[g].t0 + t) * D;
-            if (s->x0) memcpy(h, s->x0 + (size_t)(s->pos + t) * D, (size_t)D * sizeof(float));
-            else model_embed(m, ids[g][t], h);
+            if (s->x0)
+                memcpy(h, s->x0 + (size_t)(s->pos + t) * D, (size_t)D * sizeof(float));
+            else
+                model_embed(m, ids[g][t], h);
         }
     }
     for (int l = 0; l < m->n_run; l++) {
         for (int g = p->nseg - 1; g >= 0; g--)
             if (atomic_load(&p->seg[g].s->cancel)) {
-                seg_fail(r, g, k3_err(K3_ABORTED, "cancelled before layer %d of a %d-token chunk", l, p->seg[g].n));
+                seg_fail(r, g,
+                         k3_err(K3_ABORTED, "cancelled before layer %d of a %d-token chunk", l, p->seg[g].n));
                 seg_drop(p, g);
             }
-        if (!p->nseg) return;
+        if (!p->nseg)
+            return;
         k3_status st = layer_forward(p, l);
         for (int g = 0; st && g < p->nseg; g++)
             seg_fail(r, g, st);
-        if (st) return;
+        if (st)
+            return;
         if (b->trace)
             for (int t = 0; t < p->n; t++)
-                memcpy(b->trace + ((size_t)t * m->n_run + l) * D, b->h + (size_t)t * D, (size_t)D * sizeof(float));
+                memcpy(b->trace + ((size_t)t * m->n_run + l) * D, b->h + (size_t)t * D,
+                       (size_t)D * sizeof(float));
     }
     /* lm_head for the last row of each session, or every row while K3_LOGITS is set */
     model_head(p);
@@ -316,12 +339,15 @@ static void run_pass(pass_run *r, const int32_t *const *ids) {
         k3_status       st = K3_OK;
         for (int i = 0; i < V && !st; i++)
             if (!isfinite(lg[(size_t)(sg->lcnt - 1) * V + i]))
-                st = k3_err(K3_ERR_NUMERIC, "logit %d at position %d is not finite", i, sg->s->pos + sg->n - 1);
+                st = k3_err(K3_ERR_NUMERIC, "logit %d at position %d is not finite", i,
+                            sg->s->pos + sg->n - 1);
         if (!st)
             st = commit(sg->s, sg->n, lg, sg->lcnt,
                         b->trace ? b->trace + (size_t)sg->t0 * m->n_run * D : NULL);
-        if (st) seg_fail(r, g, st);
-        else r->st[sg->ix] = K3_OK;
+        if (st)
+            seg_fail(r, g, st);
+        else
+            r->st[sg->ix] = K3_OK;
     }
 }
 
@@ -329,10 +355,12 @@ static void run_pass(pass_run *r, const int32_t *const *ids) {
 static k3_status run_chunk(k3_session *s, const int32_t *ids, int n) {
     pass_seg  seg = {.s = s, .ix = 0, .t0 = 0, .n = n, .dev = n == 1};
     k3_status st  = K3_OK;
-    fwd_pass  p   = {.m = s->m, .b = &s->cb, .cap = s->chunk, .n = n, .nseg = 1, .seg = &seg, .stats = &s->stats};
-    pass_run  r   = {.p = p, .st = &st};
+    fwd_pass  p   = {
+           .m = s->m, .b = &s->cb, .cap = s->chunk, .n = n, .nseg = 1, .seg = &seg, .stats = &s->stats};
+    pass_run r = {.p = p, .st = &st};
     run_pass(&r, &ids);
-    if (st) k3_err(st, "%s", r.msg);
+    if (st)
+        k3_err(st, "%s", r.msg);
     return st;
 }
 
@@ -344,11 +372,11 @@ static k3_status feed_check(const k3_session *s, const int32_t *ids, int n) {
             return k3_err(K3_ERR_ARG, "token id %d (index %d) is outside 0..%d", (int)ids[i], i,
                           m->cfg.vocab - 1);
     if ((int64_t)s->pos + n > m->par.max_ctx)
-        return k3_err(K3_ERR_CONTEXT, "context full: %d tokens + %d new exceed K3_MAXT=%d",
-                      s->pos, n, m->par.max_ctx);
+        return k3_err(K3_ERR_CONTEXT, "context full: %d tokens + %d new exceed K3_MAXT=%d", s->pos, n,
+                      m->par.max_ctx);
     if (s->x0 && s->pos + n > s->x0_rows)
-        return k3_err(K3_ERR_ARG, "K3_X0=%s has %d rows, position %d needed", m->par.x0_path,
-                      s->x0_rows, s->pos + n - 1);
+        return k3_err(K3_ERR_ARG, "K3_X0=%s has %d rows, position %d needed", m->par.x0_path, s->x0_rows,
+                      s->pos + n - 1);
     return K3_OK;
 }
 
@@ -366,16 +394,19 @@ static void feed_stats(k3_session *s, int n, int pos, double t) {
 
 k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
     atomic_store(&s->cancel, 0);
-    if (n < 0 || (n > 0 && !ids)) return k3_err(K3_ERR_ARG, "k3_session_feed: %d ids", n);
+    if (n < 0 || (n > 0 && !ids))
+        return k3_err(K3_ERR_ARG, "k3_session_feed: %d ids", n);
     k3_status st = feed_check(s, ids, n);
-    if (st) return st;
-    double    t   = k3_time();
-    int       pos = s->pos;
+    if (st)
+        return st;
+    double t   = k3_time();
+    int    pos = s->pos;
     for (int i = 0; i < n && !st; i += s->chunk) {
         int nc = n - i < s->chunk ? n - i : s->chunk;
         st     = run_chunk(s, ids + i, nc);
     }
-    if (st == K3_ABORTED) atomic_store(&s->cancel, 0);
+    if (st == K3_ABORTED)
+        atomic_store(&s->cancel, 0);
     feed_stats(s, n, pos, k3_time() - t);
     return st;
 }
@@ -394,19 +425,27 @@ static int sess_ix_cmp(const void *a, const void *b) {
 
 /* The checks of the call as a whole: nothing is fed when one fails. */
 static k3_status batch_check(k3_session *const *ss, const int32_t *const *ids, const int *n, int count) {
-    if (count < 1) return k3_err(K3_ERR_ARG, "k3_session_feed_batch: count %d, expected >= 1", count);
+    if (count < 1)
+        return k3_err(K3_ERR_ARG, "k3_session_feed_batch: count %d, expected >= 1", count);
     if (!ss || !ids || !n)
-        return k3_err(K3_ERR_ARG, "k3_session_feed_batch: the %s array is NULL", !ss ? "session" : !ids ? "ids" : "n");
+        return k3_err(K3_ERR_ARG, "k3_session_feed_batch: the %s array is NULL",
+                      !ss    ? "session"
+                      : !ids ? "ids"
+                             : "n");
     for (int i = 0; i < count; i++) {
-        if (!ss[i]) return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d is NULL", i);
+        if (!ss[i])
+            return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d is NULL", i);
         if (n[i] < 1)
             return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d: n %d, expected >= 1", i, n[i]);
-        if (!ids[i]) return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d: ids is NULL", i);
+        if (!ids[i])
+            return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d: ids is NULL", i);
         if (ss[i]->m != ss[0]->m)
-            return k3_err(K3_ERR_ARG, "k3_session_feed_batch: session %d belongs to another model than session 0", i);
+            return k3_err(K3_ERR_ARG,
+                          "k3_session_feed_batch: session %d belongs to another model than session 0", i);
     }
     sess_ix *v = malloc((size_t)count * sizeof *v);
-    if (!v) return nomem();
+    if (!v)
+        return nomem();
     for (int i = 0; i < count; i++)
         v[i] = (sess_ix){(uintptr_t)ss[i], i};
     qsort(v, (size_t)count, sizeof *v, sess_ix_cmp);
@@ -430,11 +469,12 @@ static void split_tier(k3_session *const *ss, const int *cols, int count, const 
     uint64_t tot = 0;
     for (int i = 0; i < count; i++)
         tot += (uint64_t)cols[i];
-    if (!tot) return;
+    if (!tot)
+        return;
     uint64_t cum = 0;
     for (int i = 0; i < count; i++) {
         uint64_t  c0 = cum, c1 = (cum += (uint64_t)cols[i]);
-        k3_stats *o  = &ss[i]->stats;
+        k3_stats *o = &ss[i]->stats;
 #define SHARE_U(f) (o->f += share_floor(tier->f, c1, tot) - share_floor(tier->f, c0, tot))
         SHARE_U(expert_hits);
         SHARE_U(expert_misses);
@@ -458,8 +498,9 @@ static k3_status batch_buf(k3_session *lead, int cap, int lrows, fwd_pass *p) {
     if (lead->bb_cap < cap || lead->bb_rows < lrows) {
         chunk_buf_free(&lead->bb);
         lead->bb_cap = lead->bb_rows = 0;
-        k3_status st = chunk_buf_alloc(lead->m, &lead->bb, cap, lrows);
-        if (st) return k3_err(st, "k3_session_feed_batch: scratch for %d columns: out of memory", cap);
+        k3_status st                 = chunk_buf_alloc(lead->m, &lead->bb, cap, lrows);
+        if (st)
+            return k3_err(st, "k3_session_feed_batch: scratch for %d columns: out of memory", cap);
         lead->bb_cap  = cap;
         lead->bb_rows = lrows;
     }
@@ -468,8 +509,8 @@ static k3_status batch_buf(k3_session *lead, int cap, int lrows, fwd_pass *p) {
     return K3_OK;
 }
 
-k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n,
-                                int count, k3_status *each) {
+k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n, int count,
+                                k3_status *each) {
     k3_status st = batch_check(ss, ids, n, count);
     if (st) {
         for (int i = 0; each && i < count; i++)
@@ -507,11 +548,13 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
         int nc = 0, lrows = 0, nact = 0;
         for (int i = 0; i < count; i++)
             nact += !r.st[i] && fed[i] < n[i];
-        if (!nact) break;
+        if (!nact)
+            break;
         int left = MAX2(lead->chunk, nact) - nact;
         r.p.n = r.p.nseg = 0;
         for (int i = 0; i < count; i++) {
-            if (r.st[i] || fed[i] == n[i]) continue;
+            if (r.st[i] || fed[i] == n[i])
+                continue;
             int k = MIN2(MIN2(n[i] - fed[i], ss[i]->chunk) - 1, left);
             left -= k;
             k++;
@@ -536,8 +579,10 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
     }
     t = k3_time() - t;
     for (int i = 0; i < count; i++) {
-        if (r.st[i] == K3_ABORTED) atomic_store(&ss[i]->cancel, 0);
-        if (!refused[i]) feed_stats(ss[i], n[i], pos0[i], t); /* as k3_session_feed counts */
+        if (r.st[i] == K3_ABORTED)
+            atomic_store(&ss[i]->cancel, 0);
+        if (!refused[i])
+            feed_stats(ss[i], n[i], pos0[i], t); /* as k3_session_feed counts */
     }
     split_tier(ss, cols, count, &tier);
     st = r.first;
@@ -567,16 +612,18 @@ static size_t state_copy_size(const k3_snapshot *snap) {
 /* Walk the committed state in a fixed order: copy into (save) or out of (restore) buf. */
 static size_t state_copy(const k3_session *s, float *buf, int pos, int save) {
     const k3_config *c = &s->m->cfg;
-    const int P = c->kda_heads * c->kda_head_dim, d = c->kda_head_dim;
-    size_t    off = 0;
-#define XFER(ptr, cnt)                                                                             \
-    do {                                                                                           \
-        size_t n_ = (size_t)(cnt);                                                                 \
-        if (buf) {                                                                                 \
-            if (save) memcpy(buf + off, (ptr), n_ * sizeof(float));                                \
-            else memcpy((ptr), buf + off, n_ * sizeof(float));                                     \
-        }                                                                                          \
-        off += n_;                                                                                 \
+    const int        P = c->kda_heads * c->kda_head_dim, d = c->kda_head_dim;
+    size_t           off = 0;
+#define XFER(ptr, cnt)                                                                                       \
+    do {                                                                                                     \
+        size_t n_ = (size_t)(cnt);                                                                           \
+        if (buf) {                                                                                           \
+            if (save)                                                                                        \
+                memcpy(buf + off, (ptr), n_ * sizeof(float));                                                \
+            else                                                                                             \
+                memcpy((ptr), buf + off, n_ * sizeof(float));                                                \
+        }                                                                                                    \
+        off += n_;                                                                                           \
     } while (0)
     XFER(s->logits, c->vocab);
     for (int l = 0; l < s->m->n_run; l++) {
@@ -595,7 +642,8 @@ static size_t state_copy(const k3_session *s, float *buf, int pos, int save) {
 
 k3_status k3_session_save(const k3_session *s, k3_snapshot **out) {
     k3_snapshot *snap = calloc(1, sizeof *snap);
-    if (!snap) return nomem();
+    if (!snap)
+        return nomem();
     size_t n = state_copy(s, NULL, s->pos, 1);
     if (!(snap->data = malloc(n * sizeof(float)))) {
         free(snap);
@@ -625,7 +673,8 @@ size_t k3_snapshot_bytes(const k3_snapshot *snap) {
 }
 
 void k3_snapshot_free(k3_snapshot *snap) {
-    if (!snap) return;
+    if (!snap)
+        return;
     free(snap->data);
     free(snap);
 }

@@ -49,8 +49,10 @@
 static void cache_path(char *buf, size_t n, int mkdirs) {
     const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
     char        dir[4096];
-    if (x && *x) snprintf(dir, sizeof dir, "%s/k3chat", x);
-    else snprintf(dir, sizeof dir, "%s/.cache/k3chat", h && *h ? h : "/tmp");
+    if (x && *x)
+        snprintf(dir, sizeof dir, "%s/k3chat", x);
+    else
+        snprintf(dir, sizeof dir, "%s/.cache/k3chat", h && *h ? h : "/tmp");
     if (mkdirs) {
         char *p = dir;
         while ((p = strchr(p + 1, '/'))) {
@@ -68,12 +70,14 @@ static double cache_get(const char *key, unsigned long long dev) {
     char path[4200], line[256], k[32];
     cache_path(path, sizeof path, 0);
     FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    double v = 0, x;
+    if (!f)
+        return 0;
+    double             v = 0, x;
     unsigned long long dv;
     while (fgets(line, sizeof line, f)) {
         if (!strcmp(key, "disk")) {
-            if (sscanf(line, "%31s %llu %lf", k, &dv, &x) == 3 && !strcmp(k, key) && dv == dev && x > 0) v = x;
+            if (sscanf(line, "%31s %llu %lf", k, &dv, &x) == 3 && !strcmp(k, key) && dv == dev && x > 0)
+                v = x;
         } else if (sscanf(line, "%31s %lf", k, &x) == 2 && !strcmp(k, key) && x > 0) {
             v = x;
         }
@@ -86,26 +90,34 @@ static void cache_put(const char *key, unsigned long long dev, double v) {
     char path[4200];
     cache_path(path, sizeof path, 1);
     FILE *f = fopen(path, "a");
-    if (!f) return; /* a cache we cannot write is measured again next time */
-    if (!strcmp(key, "disk")) fprintf(f, "%s %llu %.6g\n", key, dev, v);
-    else fprintf(f, "%s %.6g\n", key, v);
+    if (!f)
+        return; /* a cache we cannot write is measured again next time */
+    if (!strcmp(key, "disk"))
+        fprintf(f, "%s %llu %.6g\n", key, dev, v);
+    else
+        fprintf(f, "%s %.6g\n", key, v);
     fclose(f);
 }
 
 static double measure_mem(void) {
     const size_t n = (size_t)256 << 20, w = n / 8;
     uint64_t    *b = k3_aligned_alloc(64, n);
-    if (!b) return 0;
-    for (size_t i = 0; i < w; i++) b[i] = i;
+    if (!b)
+        return 0;
+    for (size_t i = 0; i < w; i++)
+        b[i] = i;
     double best = 0;
     for (int r = 0; r < 3; r++) {
         double   t0 = k3_time();
         uint64_t s  = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static)
-        for (size_t i = 0; i < w; i++) s += b[i];
+        for (size_t i = 0; i < w; i++)
+            s += b[i];
         double dt = k3_time() - t0;
-        if (s == 1) dt += 1e-9; /* keep the sum */
-        if (dt > 0 && (double)n / dt > best) best = (double)n / dt;
+        if (s == 1)
+            dt += 1e-9; /* keep the sum */
+        if (dt > 0 && (double)n / dt > best)
+            best = (double)n / dt;
     }
     free(b);
     return best;
@@ -117,23 +129,27 @@ static k3_status rate_matrix(int fmt, int rows, int cols, qmat *q, void **own) {
     *own = NULL;
     if (fmt != Q_MXFP4) {
         k3_status st = qmat_alloc(q, fmt, rows, cols);
-        if (st) return st;
+        if (st)
+            return st;
         size_t wb = q_wbytes(fmt, rows, cols), sb = q_sbytes(fmt, rows, cols);
         if (fmt == Q_F32) {
-            for (size_t i = 0; i < wb / 4; i++) ((float *)q->own)[i] = (float)(i % 13) * 0.01f - 0.06f;
+            for (size_t i = 0; i < wb / 4; i++)
+                ((float *)q->own)[i] = (float)(i % 13) * 0.01f - 0.06f;
         } else {
             memset(q->own, 0x37, wb);
-            for (size_t i = 0; i < sb / 4; i++) ((float *)(uintptr_t)q->s)[i] = 0.01f;
+            for (size_t i = 0; i < sb / 4; i++)
+                ((float *)(uintptr_t)q->s)[i] = 0.01f;
         }
         return K3_OK;
     }
     size_t   wb = q_wbytes(fmt, rows, cols), eb = q_sbytes(fmt, rows, cols);
-    uint8_t *p  = k3_aligned_alloc(64, wb + eb + 64);
-    if (!p) return K3_ERR_NOMEM;
+    uint8_t *p = k3_aligned_alloc(64, wb + eb + 64);
+    if (!p)
+        return K3_ERR_NOMEM;
     memset(p, 0x37, wb);
     memset(p + wb, 127, eb);
-    *q    = (qmat){.type = Q_MXFP4, .rows = rows, .cols = cols, .w = p, .e = p + wb};
-    *own  = p;
+    *q   = (qmat){.type = Q_MXFP4, .rows = rows, .cols = cols, .w = p, .e = p + wb};
+    *own = p;
     return K3_OK;
 }
 
@@ -153,7 +169,8 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
     float    *y    = k3_aligned_alloc(64, (size_t)n * rows * sizeof(float));
     *dec = *pre = 0;
     if (x && y && rate_matrix(fmt, rows, cols, &q, &own) == K3_OK) {
-        for (size_t i = 0; i < (size_t)n * cols; i++) x[i] = (float)(i % 17) * 0.1f - 0.8f;
+        for (size_t i = 0; i < (size_t)n * cols; i++)
+            x[i] = (float)(i % 17) * 0.1f - 0.8f;
         const double bytes = (double)rows * bpr;
         double       v[3];
         for (int r = 0; r < 3; r++) { /* the median: on a loaded machine the best is an outlier */
@@ -173,8 +190,10 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
         }
         *pre = median3(v);
     }
-    if (own) free(own);
-    else qmat_free(&q);
+    if (own)
+        free(own);
+    else
+        qmat_free(&q);
     free(x);
     free(y);
 }
@@ -186,13 +205,17 @@ static double measure_call(void) {
     void     *own = NULL;
     float     x[64], y[64];
     double    best = 0;
-    for (int i = 0; i < cols; i++) x[i] = (float)i * 0.01f;
-    if (rate_matrix(Q_I8, rows, cols, &q, &own) != K3_OK) return 0;
+    for (int i = 0; i < cols; i++)
+        x[i] = (float)i * 0.01f;
+    if (rate_matrix(Q_I8, rows, cols, &q, &own) != K3_OK)
+        return 0;
     for (int r = 0; r < 3; r++) {
         double t0 = k3_time();
-        for (int i = 0; i < reps; i++) qmat_matvec(&q, x, y);
+        for (int i = 0; i < reps; i++)
+            qmat_matvec(&q, x, y);
         double dt = (k3_time() - t0) / reps;
-        if (dt > 0 && (best == 0 || dt < best)) best = dt;
+        if (dt > 0 && (best == 0 || dt < best))
+            best = dt;
     }
     qmat_free(&q);
     return best;
@@ -202,9 +225,11 @@ static double measure_call(void) {
 static double measure_disk(const char *path, uint64_t size) {
     const size_t blk = (size_t)4 << 20;
     int          fd  = open(path, O_RDONLY | O_DIRECT);
-    if (fd < 0) fd = open(path, O_RDONLY); /* a filesystem without O_DIRECT: buffered */
+    if (fd < 0)
+        fd = open(path, O_RDONLY); /* a filesystem without O_DIRECT: buffered */
     if (fd < 0 || size < blk) {
-        if (fd >= 0) close(fd);
+        if (fd >= 0)
+            close(fd);
         return 0;
     }
     void    *buf = k3_aligned_alloc(4096, blk);
@@ -212,7 +237,8 @@ static double measure_disk(const char *path, uint64_t size) {
     uint64_t done = 0, nblk = size / blk;
     for (uint64_t i = 0; buf && done < ((uint64_t)256 << 20) && dt < 0.5; i++) {
         uint64_t off = (i * 7919 % nblk) * blk;
-        if (pread(fd, buf, blk, (off_t)off) != (ssize_t)blk) break;
+        if (pread(fd, buf, blk, (off_t)off) != (ssize_t)blk)
+            break;
         done += blk;
         dt = k3_time() - t0;
     }
@@ -224,14 +250,16 @@ static double measure_disk(const char *path, uint64_t size) {
 /* The largest *.safetensors file of dir (its path into path), or 0 bytes when none. */
 static uint64_t largest_shard(const char *dir, char *path, size_t n) {
     DIR *dp = opendir(dir);
-    if (!dp) return 0;
+    if (!dp)
+        return 0;
     uint64_t       best = 0;
     struct dirent *de;
     char           p[4200];
     struct stat    sb;
     while ((de = readdir(dp))) {
         size_t l = strlen(de->d_name);
-        if (l < 12 || strcmp(de->d_name + l - 12, ".safetensors")) continue;
+        if (l < 12 || strcmp(de->d_name + l - 12, ".safetensors"))
+            continue;
         snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
         if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > best) {
             best = (uint64_t)sb.st_size;
@@ -247,13 +275,14 @@ static double cached(int fresh, const char *key, unsigned long long dev) {
 }
 
 /* (v2: the 256 MB matrix and the median; figures cached under the first names were too fast) */
-static const char *const fmt_key[4][2] = {{"dec2_f32", "pre2_f32"}, {"dec2_i8", "pre2_i8"}, {"dec2_i4", "pre2_i4"}, {"dec2_mxfp4", "pre2_mxfp4"}};
+static const char *const fmt_key[4][2] = {
+    {"dec2_f32", "pre2_f32"}, {"dec2_i8", "pre2_i8"}, {"dec2_i4", "pre2_i4"}, {"dec2_mxfp4", "pre2_mxfp4"}};
 
 void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
     memset(o, 0, sizeof *o);
-    char     shard[4200] = "";
-    uint64_t bsz         = largest_shard(dir, shard, sizeof shard);
-    struct stat sb;
+    char               shard[4200] = "";
+    uint64_t           bsz         = largest_shard(dir, shard, sizeof shard);
+    struct stat        sb;
     unsigned long long dev = 0;
     if (bsz && stat(shard, &sb) == 0) {
         dev       = (unsigned long long)sb.st_dev;
@@ -262,21 +291,26 @@ void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
     o->cached = 1;
     if (!(o->mem_bw = cached(fresh, "mem_bw", 0))) {
         o->cached = 0;
-        if ((o->mem_bw = measure_mem()) > 0) cache_put("mem_bw", 0, o->mem_bw);
+        if ((o->mem_bw = measure_mem()) > 0)
+            cache_put("mem_bw", 0, o->mem_bw);
     }
     for (int f = 0; f < 4; f++) /* enum qtype order: F32, I8, I4, MXFP4 */
-        if (!(o->dec[f] = cached(fresh, fmt_key[f][0], 0)) || !(o->pre[f] = cached(fresh, fmt_key[f][1], 0))) {
+        if (!(o->dec[f] = cached(fresh, fmt_key[f][0], 0)) ||
+            !(o->pre[f] = cached(fresh, fmt_key[f][1], 0))) {
             o->cached = 0;
             measure_fmt(f, &o->dec[f], &o->pre[f]);
-            if (o->dec[f] > 0 && o->pre[f] > 0) cache_put(fmt_key[f][0], 0, o->dec[f]), cache_put(fmt_key[f][1], 0, o->pre[f]);
+            if (o->dec[f] > 0 && o->pre[f] > 0)
+                cache_put(fmt_key[f][0], 0, o->dec[f]), cache_put(fmt_key[f][1], 0, o->pre[f]);
         }
     if (!(o->call = cached(fresh, "call", 0))) {
         o->cached = 0;
-        if ((o->call = measure_call()) > 0) cache_put("call", 0, o->call);
+        if ((o->call = measure_call()) > 0)
+            cache_put("call", 0, o->call);
     }
     if (bsz && !(o->disk = cached(fresh, "disk", dev))) {
         o->cached = 0;
-        if ((o->disk = measure_disk(shard, bsz)) > 0 && !o->sparse) cache_put("disk", dev, o->disk);
+        if ((o->disk = measure_disk(shard, bsz)) > 0 && !o->sparse)
+            cache_put("disk", dev, o->disk);
     }
     cache_path(o->cache, sizeof o->cache, 0);
 }
@@ -292,16 +326,17 @@ static double mat_s(const fit_speed *sp, int f, double B, double n) {
     return a > b ? a : b;
 }
 
-void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp, int n_active,
-                        int chunk, double *decode_s, double *prefill_s) {
+void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
+                        int n_active, int chunk, double *decode_s, double *prefill_s) {
     const int    cls[3]  = {FIT_DENSE, FIT_MLA, FIT_HEAD};
     const int    bits[3] = {s->bits, s->mla_bits, s->head_bits};
     const double C = chunk > 0 ? chunk : 1, k = n_active;
     const double E = t->expert_one && t->n_moe ? (double)t->expert_all / (double)t->expert_one / t->n_moe : 1;
     const double f = t->expert_all ? (double)p->b[FIT_EXPERT] / (double)t->expert_all : 1; /* hit rate */
-    const double one = (double)t->expert_one, mem = sp->mem_bw > 0 ? sp->mem_bw : 1e10, disk = sp->disk > 0 ? sp->disk : 1e9;
+    const double one = (double)t->expert_one, mem = sp->mem_bw > 0 ? sp->mem_bw : 1e10,
+                 disk = sp->disk > 0 ? sp->disk : 1e9;
     const double call = sp->call > 0 ? sp->call : 1e-5;
-    double dec = 0, pre = 0;
+    double       dec = 0, pre = 0;
     for (int i = 0; i < 3; i++) {
         double B = (double)t->mat[cls[i]][bits[i] == 32 ? 0 : bits[i] == 8 ? 1 : 2];
         dec += mat_s(sp, bits_fmt(bits[i]), B, 1);
@@ -314,7 +349,8 @@ void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p,
     dec += act * (mat_s(sp, Q_MXFP4, one, 1) + 3 * call) + (1 - f) * act * one / disk;
     /* prefill: a chunk touches `distinct` experts per MoE layer, each with C k / distinct columns */
     double distinct = E * (1 - pow(1 - k / E, C)), cols = C * k / (distinct > 0 ? distinct : 1);
-    double per_chunk = t->n_moe * distinct * (mat_s(sp, Q_MXFP4, one, cols) + 3 * call + (1 - f) * one / disk);
+    double per_chunk =
+        t->n_moe * distinct * (mat_s(sp, Q_MXFP4, one, cols) + 3 * call + (1 - f) * one / disk);
     *decode_s  = dec;
     *prefill_s = pre / C + per_chunk / C;
 }

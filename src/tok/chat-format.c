@@ -49,16 +49,23 @@ static k3_status seg(chat_enc *e, const char *s) {
 /* attribute escaping: & -> &amp;  " -> &quot; (len bytes of v: a JSON key may hold NUL) */
 static k3_status seg_escaped(chat_enc *e, const char *v, size_t len) {
     size_t n = 0;
-    for (size_t i = 0; i < len; i++) n += v[i] == '&' ? 5 : v[i] == '"' ? 6 : 1;
+    for (size_t i = 0; i < len; i++)
+        n += v[i] == '&' ? 5 : v[i] == '"' ? 6 : 1;
     char *b = malloc(n + 1);
-    if (!b) return k3_err(K3_ERR_NOMEM, "chat: out of memory");
+    if (!b)
+        return k3_err(K3_ERR_NOMEM, "chat: out of memory");
     char *o = b;
     for (size_t i = 0; i < len; i++) {
-        if (v[i] == '&') { memcpy(o, "&amp;", 5); o += 5; }
-        else if (v[i] == '"') { memcpy(o, "&quot;", 6); o += 6; }
-        else *o++ = v[i];
+        if (v[i] == '&') {
+            memcpy(o, "&amp;", 5);
+            o += 5;
+        } else if (v[i] == '"') {
+            memcpy(o, "&quot;", 6);
+            o += 6;
+        } else
+            *o++ = v[i];
     }
-    *o = 0;
+    *o           = 0;
     k3_status st = k3_tok_encode(e->t, b, n, 0, e->out);
     free(b);
     return st;
@@ -67,13 +74,14 @@ static k3_status seg_escaped(chat_enc *e, const char *v, size_t len) {
 /* attrs: NULL-terminated key, value pairs; lens: the values' byte lengths (NULL: strlen) */
 static k3_status open_tag_n(chat_enc *e, const char *tag, const char *const *attrs, const size_t *lens) {
     k3_status st;
-    if ((st = k3_ids_push(e->out, e->open)) || (st = seg(e, tag))) return st;
+    if ((st = k3_ids_push(e->out, e->open)) || (st = seg(e, tag)))
+        return st;
     for (int k = 0; attrs && attrs[2 * k]; k++) {
         char key[64];
         snprintf(key, sizeof key, " %s", attrs[2 * k]);
         const char *v = attrs[2 * k + 1];
-        if ((st = seg(e, key)) || (st = seg(e, "=\"")) || (st = seg_escaped(e, v, lens ? lens[k] : strlen(v))) ||
-            (st = seg(e, "\"")))
+        if ((st = seg(e, key)) || (st = seg(e, "=\"")) ||
+            (st = seg_escaped(e, v, lens ? lens[k] : strlen(v))) || (st = seg(e, "\"")))
             return st;
     }
     return k3_ids_push(e->out, e->sep);
@@ -84,26 +92,33 @@ static k3_status open_tag(chat_enc *e, const char *tag, const char *const *attrs
 }
 
 k3_status chat_test_open_tag(const k3_tok *t, const char *tag, const char *const *attrs, k3_ids *out) {
-    chat_enc e = {t, out, k3_tok_special(t, "<|open|>"), k3_tok_special(t, "<|close|>"), k3_tok_special(t, "<|sep|>"), 0};
+    chat_enc e = {
+        t, out, k3_tok_special(t, "<|open|>"), k3_tok_special(t, "<|close|>"), k3_tok_special(t, "<|sep|>"),
+        0};
     return open_tag(&e, tag, attrs);
 }
 
 static k3_status close_tag(chat_enc *e, const char *tag) {
     k3_status st;
-    if ((st = k3_ids_push(e->out, e->close)) || (st = seg(e, tag))) return st;
+    if ((st = k3_ids_push(e->out, e->close)) || (st = seg(e, tag)))
+        return st;
     return k3_ids_push(e->out, e->sep);
 }
 
-static k3_status text(chat_enc *e, const char *s) { return s ? seg(e, s) : K3_OK; }
+static k3_status text(chat_enc *e, const char *s) {
+    return s ? seg(e, s) : K3_OK;
+}
 
 /* Only whitespace (Python's str.isspace, as the release's strip() sees it)? */
 static int blank(const char *s) {
-    if (!s) return 1;
+    if (!s)
+        return 1;
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
-        int len;
+        int      len;
         uint32_t c = tok_utf8_next((const uint8_t *)s, n, i, &len);
-        if (c == TOK_CP_INVALID || !tok_is_py_space(c)) return 0;
+        if (c == TOK_CP_INVALID || !tok_is_py_space(c))
+            return 0;
         i += (size_t)len;
     }
     return 1;
@@ -113,22 +128,32 @@ static int blank(const char *s) {
 
 /* One argument value (1.3): a string raw, anything else as json.dumps writes it. */
 static k3_status arg_value(chat_enc *e, const jv *v) {
-    if (v->kind == JV_STRING) return v->n ? k3_tok_encode(e->t, v->s, v->n, 0, e->out) : K3_OK;
-    jbuf b = {0};
+    if (v->kind == JV_STRING)
+        return v->n ? k3_tok_encode(e->t, v->s, v->n, 0, e->out) : K3_OK;
+    jbuf      b  = {0};
     k3_status st = jv_dump(v, JV_PY_DEFAULT, &b);
-    if (!st) st = k3_tok_encode(e->t, b.p, b.n, 0, e->out);
+    if (!st)
+        st = k3_tok_encode(e->t, b.p, b.n, 0, e->out);
     free(b.p);
     return st;
 }
 
 static const char *arg_type(const jv *v) {
     switch (v->kind) { /* the spec's order: boolean, null, number, string, object, array */
-    case JV_TRUE: case JV_FALSE: return "boolean";
-    case JV_NULL: return "null";
-    case JV_INT: case JV_FLOAT: return "number";
-    case JV_STRING: return "string";
-    case JV_OBJECT: return "object";
-    default: return "array";
+    case JV_TRUE:
+    case JV_FALSE:
+        return "boolean";
+    case JV_NULL:
+        return "null";
+    case JV_INT:
+    case JV_FLOAT:
+        return "number";
+    case JV_STRING:
+        return "string";
+    case JV_OBJECT:
+        return "object";
+    default:
+        return "array";
     }
 }
 
@@ -139,28 +164,31 @@ static k3_status call(chat_enc *e, size_t mi, int ci, const k3_tool_call *c) {
     char idx[16];
     snprintf(idx, sizeof idx, "%d", ci + 1);
     const char *attrs[] = {"tool", c->name, "index", idx, NULL};
-    k3_status st = open_tag(e, "call", attrs);
-    if (st) return st;
+    k3_status   st      = open_tag(e, "call", attrs);
+    if (st)
+        return st;
     const char *a = c->arguments;
     if (a && !blank(a)) {
         jv *v = NULL;
         if (jv_parse(a, strlen(a), &v) != K3_OK) { /* not JSON: the raw json block */
             const char *ja[] = {"type", "object", NULL};
-            if ((st = open_tag(e, "json", ja)) || (st = seg(e, a)) || (st = close_tag(e, "json"))) return st;
+            if ((st = open_tag(e, "json", ja)) || (st = seg(e, a)) || (st = close_tag(e, "json")))
+                return st;
         } else if (v->kind != JV_OBJECT) {
-            st = k3_err(K3_ERR_ARG, "message %zu: tool_calls[%d].arguments: expected a JSON object, got %s", mi, ci,
-                        arg_type(v));
+            st = k3_err(K3_ERR_ARG, "message %zu: tool_calls[%d].arguments: expected a JSON object, got %s",
+                        mi, ci, arg_type(v));
             jv_free(v);
             return st;
         } else {
             for (size_t k = 0; !st && k < v->n; k++) {
-                const char *aa[] = {"key", v->keys[k].s, "type", arg_type(&v->items[k]), NULL};
-                size_t lens[] = {v->keys[k].n, strlen(aa[3])};
+                const char *aa[]   = {"key", v->keys[k].s, "type", arg_type(&v->items[k]), NULL};
+                size_t      lens[] = {v->keys[k].n, strlen(aa[3])};
                 if (!(st = open_tag_n(e, "argument", aa, lens)) && !(st = arg_value(e, &v->items[k])))
                     st = close_tag(e, "argument");
             }
             jv_free(v);
-            if (st) return st;
+            if (st)
+                return st;
         }
     }
     return close_tag(e, "call");
@@ -168,7 +196,7 @@ static k3_status call(chat_enc *e, size_t mi, int ci, const k3_tool_call *c) {
 
 /* TOOLS of a tool-declare message: the array with every object's keys sorted, compact. */
 static k3_status tools_json(const char *tools, const char *where, jbuf *out, int *n_tools) {
-    jv *v = NULL;
+    jv       *v  = NULL;
     k3_status st = jv_parse(tools, strlen(tools), &v);
     if (st) {
         k3_err_prefix("%s", where);
@@ -181,25 +209,29 @@ static k3_status tools_json(const char *tools, const char *where, jbuf *out, int
     for (size_t k = 0; k < v->n; k++)
         if (v->items[k].kind != JV_OBJECT) {
             jv_free(v);
-            return k3_err(K3_ERR_ARG, "%s[%zu]: expected an object ({\"type\":\"function\",\"function\":{...}})",
-                          where, k);
+            return k3_err(K3_ERR_ARG,
+                          "%s[%zu]: expected an object ({\"type\":\"function\",\"function\":{...}})", where,
+                          k);
         }
     *n_tools = (int)v->n;
-    st = v->n ? jv_dump(v, JV_SORTED_COMPACT, out) : K3_OK;
+    st       = v->n ? jv_dump(v, JV_SORTED_COMPACT, out) : K3_OK;
     jv_free(v);
     return st;
 }
 
 static k3_status tool_declare(chat_enc *e, const char *tools, int dynamic, const char *where, int *rendered) {
-    static const char head[] = "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n",
-                      dyn[] = "## New Tools Available\nThe system dynamically extends the toolset via lazy-loading.\n"
-                              "You have access to all existing and extended tools.\nHere are the specs for the "
-                              "extended tools.\n\n```json\n";
-    jbuf b = {0};
-    int n = 0;
+    static const char
+        head[]   = "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n",
+        dyn[]    = "## New Tools Available\nThe system dynamically extends the toolset via lazy-loading.\n"
+                   "You have access to all existing and extended tools.\nHere are the specs for the "
+                   "extended tools.\n\n```json\n";
+    jbuf      b  = {0};
+    int       n  = 0;
     k3_status st = jbuf_add(&b, dynamic ? dyn : head, strlen(dynamic ? dyn : head));
-    if (!st) st = tools_json(tools, where, &b, &n);
-    if (!st) st = jbuf_add(&b, "\n```", 4);
+    if (!st)
+        st = tools_json(tools, where, &b, &n);
+    if (!st)
+        st = jbuf_add(&b, "\n```", 4);
     *rendered = n > 0;
     if (!st && n > 0) {
         const char *attrs[] = {"role", "system", "type", "tool-declare", NULL};
@@ -214,50 +246,61 @@ static k3_status tool_declare(chat_enc *e, const char *tools, int dynamic, const
 /* <|open|>message role=..<|sep|> BODY <|close|>message<|sep|><|end_of_msg|>, where BODY
  * is plain text, or for assistant turns the think/response blocks (and the calls).
  * tool_name/tool_index: the attributes of a tool result (1.4). */
-static k3_status message(chat_enc *e, size_t mi, const char *role, const char *type, const k3_chat_msg *m, int think,
-                         const char *tool_name, int tool_index) {
+static k3_status message(chat_enc *e, size_t mi, const char *role, const char *type, const k3_chat_msg *m,
+                         int think, const char *tool_name, int tool_index) {
     char idx[16];
     snprintf(idx, sizeof idx, "%d", tool_index);
-    const char *attrs[] = {"role", role, type ? "type" : NULL, type, NULL};
+    const char *attrs[]  = {"role", role, type ? "type" : NULL, type, NULL};
     const char *tattrs[] = {"role", role, "tool", tool_name, "index", idx, NULL};
-    k3_status st = open_tag(e, "message", tool_name ? tattrs : attrs);
-    if (st) return st;
+    k3_status   st       = open_tag(e, "message", tool_name ? tattrs : attrs);
+    if (st)
+        return st;
     if (!strcmp(role, "assistant")) {
         if (think) {
-            if ((st = open_tag(e, "think", NULL))) return st;
-            if (!blank(m->reasoning) && (st = text(e, m->reasoning))) return st;
-            if ((st = close_tag(e, "think"))) return st;
+            if ((st = open_tag(e, "think", NULL)))
+                return st;
+            if (!blank(m->reasoning) && (st = text(e, m->reasoning)))
+                return st;
+            if ((st = close_tag(e, "think")))
+                return st;
         }
-        if ((st = open_tag(e, "response", NULL)) || (st = text(e, m->content)) || (st = close_tag(e, "response")))
+        if ((st = open_tag(e, "response", NULL)) || (st = text(e, m->content)) ||
+            (st = close_tag(e, "response")))
             return st;
         if (m->n_tool_calls > 0) {
-            if ((st = open_tag(e, "tools", NULL))) return st;
+            if ((st = open_tag(e, "tools", NULL)))
+                return st;
             for (int k = 0; k < m->n_tool_calls; k++)
-                if ((st = call(e, mi, k, &m->tool_calls[k]))) return st;
-            if ((st = close_tag(e, "tools"))) return st;
+                if ((st = call(e, mi, k, &m->tool_calls[k])))
+                    return st;
+            if ((st = close_tag(e, "tools")))
+                return st;
         }
     } else if ((st = text(e, m->content))) {
         return st;
     }
-    if ((st = close_tag(e, "message"))) return st;
+    if ((st = close_tag(e, "message")))
+        return st;
     return k3_ids_push(e->out, e->eom);
 }
 
 /* Position of the call that a tool result answers (by id) in the assistant message a, or -1. */
 static int call_pos(const k3_chat_msg *a, const k3_chat_msg *t) {
-    if (!a || !t->tool_call_id) return -1;
+    if (!a || !t->tool_call_id)
+        return -1;
     for (int k = 0; k < a->n_tool_calls; k++)
-        if (a->tool_calls[k].id && !strcmp(a->tool_calls[k].id, t->tool_call_id)) return k;
+        if (a->tool_calls[k].id && !strcmp(a->tool_calls[k].id, t->tool_call_id))
+            return k;
     return -1;
 }
 
 /* Renders the run of tool results msgs[i, j) after the assistant message a (NULL: none):
  * re-sorted by call position when every one matches a call (1.5), indexes going on from
  * *index (1.4). */
-static k3_status tool_run(chat_enc *e, const k3_chat_msg *msgs, size_t i, size_t j, const k3_chat_msg *a, int think,
-                          int *index) {
+static k3_status tool_run(chat_enc *e, const k3_chat_msg *msgs, size_t i, size_t j, const k3_chat_msg *a,
+                          int think, int *index) {
     size_t n = j - i, *ord = malloc(n * sizeof *ord);
-    int *pos = malloc(n * sizeof *pos), all = a != NULL;
+    int   *pos = malloc(n * sizeof *pos), all = a != NULL;
     if (!ord || !pos) {
         free(ord);
         free(pos);
@@ -270,19 +313,26 @@ static k3_status tool_run(chat_enc *e, const k3_chat_msg *msgs, size_t i, size_t
     }
     for (size_t k = 1; all && k < n; k++) /* stable insertion sort by call position */
         for (size_t z = k; z > 0 && pos[z - 1] > pos[z]; z--) {
-            int tp = pos[z]; pos[z] = pos[z - 1]; pos[z - 1] = tp;
-            size_t to = ord[z]; ord[z] = ord[z - 1]; ord[z - 1] = to;
+            int tp     = pos[z];
+            pos[z]     = pos[z - 1];
+            pos[z - 1] = tp;
+            size_t to  = ord[z];
+            ord[z]     = ord[z - 1];
+            ord[z - 1] = to;
         }
     k3_status st = K3_OK;
     for (size_t k = 0; !st && k < n; k++) {
-        const k3_chat_msg *m = &msgs[ord[k]];
-        int I = ++*index;
-        const char *name = all ? a->tool_calls[pos[k]].name
-                         : m->name && *m->name ? m->name
-                         : a && I - 1 < a->n_tool_calls ? a->tool_calls[I - 1].name : NULL;
+        const k3_chat_msg *m    = &msgs[ord[k]];
+        int                I    = ++*index;
+        const char        *name = all                            ? a->tool_calls[pos[k]].name
+                                  : m->name && *m->name          ? m->name
+                                  : a && I - 1 < a->n_tool_calls ? a->tool_calls[I - 1].name
+                                                                 : NULL;
         if (!name || !*name)
-            st = k3_err(K3_ERR_ARG, "message %zu: tool result: no tool name (give its name, or a tool_call_id of the "
-                        "preceding assistant message's calls)", ord[k]);
+            st = k3_err(K3_ERR_ARG,
+                        "message %zu: tool result: no tool name (give its name, or a tool_call_id of the "
+                        "preceding assistant message's calls)",
+                        ord[k]);
         else
             st = message(e, ord[k], "tool", NULL, m, think, name, I);
     }
@@ -293,14 +343,17 @@ static k3_status tool_run(chat_enc *e, const k3_chat_msg *msgs, size_t i, size_t
 
 static k3_status need_special(const k3_tok *t, const char *name, int32_t *id) {
     *id = k3_tok_special(t, name);
-    if (*id < 0) return k3_err(K3_ERR_FORMAT, "vocabulary has no special token '%s' (needed by the chat format)", name);
+    if (*id < 0)
+        return k3_err(K3_ERR_FORMAT, "vocabulary has no special token '%s' (needed by the chat format)",
+                      name);
     return K3_OK;
 }
 
 k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs, const k3_chat_opts *o,
                          k3_ids *out) {
     static const k3_chat_opts defaults = {1, NULL, 1, NULL, NULL};
-    if (!o) o = &defaults;
+    if (!o)
+        o = &defaults;
     const char *effort = o->effort ? o->effort : "max";
     if (strcmp(effort, "low") && strcmp(effort, "high") && strcmp(effort, "max"))
         return k3_err(K3_ERR_ARG, "thinking effort '%s' is not supported: use low, high or max%s", effort,
@@ -312,19 +365,25 @@ k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs
         const char *r = msgs[i].role ? msgs[i].role : "(null)";
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer") &&
             strcmp(r, "tool"))
-            return k3_err(K3_ERR_ARG, "message %zu: role '%s': expected system, user, assistant, tool or developer", i, r);
-        if (msgs[i].n_images > 0) return k3_err(K3_ERR_UNSUPPORTED, "message %zu: images are not supported yet", i);
+            return k3_err(K3_ERR_ARG,
+                          "message %zu: role '%s': expected system, user, assistant, tool or developer", i,
+                          r);
+        if (msgs[i].n_images > 0)
+            return k3_err(K3_ERR_UNSUPPORTED, "message %zu: images are not supported yet", i);
         if (msgs[i].n_tool_calls > 0 && strcmp(r, "assistant"))
-            return k3_err(K3_ERR_ARG, "message %zu: tool_calls on a '%s' message (only assistant messages call tools)", i, r);
+            return k3_err(K3_ERR_ARG,
+                          "message %zu: tool_calls on a '%s' message (only assistant messages call tools)", i,
+                          r);
     }
-    chat_enc e = {t, out, 0, 0, 0, 0};
+    chat_enc  e = {t, out, 0, 0, 0, 0};
     k3_status st;
     if ((st = need_special(t, "<|open|>", &e.open)) || (st = need_special(t, "<|close|>", &e.close)) ||
         (st = need_special(t, "<|sep|>", &e.sep)) || (st = need_special(t, "<|end_of_msg|>", &e.eom)))
         return st;
     size_t n0 = out->n;
-    int declared;
-    if (o->tools && (st = tool_declare(&e, o->tools, 0, "tools", &declared))) goto fail;
+    int    declared;
+    if (o->tools && (st = tool_declare(&e, o->tools, 0, "tools", &declared)))
+        goto fail;
     if (o->think) {
         char body[512];
         snprintf(body, sizeof body,
@@ -333,42 +392,52 @@ k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs
                  "Now the system is invoked with `thinking_effort=%s`.",
                  effort);
         k3_chat_msg em = {"system", body, NULL, 0, NULL, 0, NULL, NULL, NULL};
-        if ((st = message(&e, 0, "system", "thinking-effort", &em, 0, NULL, 0))) goto fail;
+        if ((st = message(&e, 0, "system", "thinking-effort", &em, 0, NULL, 0)))
+            goto fail;
     }
-    const k3_chat_msg *last_asst = NULL;
-    int tool_index = 0;
+    const k3_chat_msg *last_asst  = NULL;
+    int                tool_index = 0;
     for (size_t i = 0; i < n_msgs; i++) {
         const char *r = msgs[i].role;
-        if (!strcmp(r, "developer")) r = "system"; /* Decision in the spec: render, never drop */
+        if (!strcmp(r, "developer"))
+            r = "system"; /* Decision in the spec: render, never drop */
         if (!strcmp(r, "tool")) {
             size_t j = i;
-            while (j < n_msgs && !strcmp(msgs[j].role, "tool")) j++;
-            if ((st = tool_run(&e, msgs, i, j, last_asst, o->think, &tool_index))) goto fail;
+            while (j < n_msgs && !strcmp(msgs[j].role, "tool"))
+                j++;
+            if ((st = tool_run(&e, msgs, i, j, last_asst, o->think, &tool_index)))
+                goto fail;
             i = j - 1;
             continue;
         }
         if (!strcmp(r, "assistant")) {
-            last_asst = &msgs[i];
+            last_asst  = &msgs[i];
             tool_index = 0;
         }
         if (!strcmp(r, "system") && msgs[i].tools) {
             char where[48];
             snprintf(where, sizeof where, "message %zu: tools", i);
-            if ((st = tool_declare(&e, msgs[i].tools, 1, where, &declared))) goto fail;
-            if (declared) continue; /* an empty list: an ordinary system message */
+            if ((st = tool_declare(&e, msgs[i].tools, 1, where, &declared)))
+                goto fail;
+            if (declared)
+                continue; /* an empty list: an ordinary system message */
         }
-        if ((st = message(&e, i, r, NULL, &msgs[i], o->think, NULL, 0))) goto fail;
+        if ((st = message(&e, i, r, NULL, &msgs[i], o->think, NULL, 0)))
+            goto fail;
     }
     if (strcmp(choice, "auto")) {
         char body[160];
-        snprintf(body, sizeof body, "The system is invoked with `tool_choice=%s`.\nYou %s in the next message.", choice,
+        snprintf(body, sizeof body,
+                 "The system is invoked with `tool_choice=%s`.\nYou %s in the next message.", choice,
                  !strcmp(choice, "required") ? "MUST call tools" : "MUST NOT call any tools");
         k3_chat_msg cm = {"system", body, NULL, 0, NULL, 0, NULL, NULL, NULL};
-        if ((st = message(&e, 0, "system", "tool-choice", &cm, 0, NULL, 0))) goto fail;
+        if ((st = message(&e, 0, "system", "tool-choice", &cm, 0, NULL, 0)))
+            goto fail;
     }
     if (o->gen_prompt) {
         const char *attrs[] = {"role", "assistant", NULL};
-        if ((st = open_tag(&e, "message", attrs)) || (st = open_tag(&e, o->think ? "think" : "response", NULL)))
+        if ((st = open_tag(&e, "message", attrs)) ||
+            (st = open_tag(&e, o->think ? "think" : "response", NULL)))
             goto fail;
     }
     return K3_OK;
@@ -379,7 +448,7 @@ fail:
 
 /* ==== output parser ====================================================== */
 
-#define TAG_MAX  32   /* longer "tag names" are text: the format's tags are short words  */
+#define TAG_MAX 32    /* longer "tag names" are text: the format's tags are short words  */
 #define TAG_MAXT 4096 /* with tools on: call/argument markers carry names and keys        */
 
 typedef jbuf obuf;
@@ -400,59 +469,65 @@ typedef struct pcall {
 
 struct k3_chat_parser {
     const k3_tok *t;
-    int32_t   open, close, sep, eom;
-    int       chan;            /* K3_CHAN_THINK / K3_CHAN_RESPONSE                 */
-    int       in_tag;          /* after <|open|> / <|close|>, waiting for <|sep|>   */
-    int32_t   tag_kind;        /* the id that opened the pending tag                */
-    char      tag[TAG_MAXT];   /* (tag_n) name and attribute bytes so far           */
-    int       tag_n;
-    int       ended;
-    k3_detok *dt[3];           /* streaming decoders: think, response, string value */
-    obuf      out[2];          /* text produced by the current call, per channel    */
+    int32_t       open, close, sep, eom;
+    int           chan;          /* K3_CHAN_THINK / K3_CHAN_RESPONSE                 */
+    int           in_tag;        /* after <|open|> / <|close|>, waiting for <|sep|>   */
+    int32_t       tag_kind;      /* the id that opened the pending tag                */
+    char          tag[TAG_MAXT]; /* (tag_n) name and attribute bytes so far           */
+    int           tag_n;
+    int           ended;
+    k3_detok     *dt[3];  /* streaming decoders: think, response, string value */
+    obuf          out[2]; /* text produced by the current call, per channel    */
     /* tool calls (tools on) */
-    int       tools;
-    int       think_closed;    /* <|close|>think<|sep|> was read                    */
-    int       mode;            /* enum pmode                                        */
-    pcall    *calls;           /* (n_calls, cap_calls)                              */
-    int       n_calls, cap_calls;
-    int       in_call;         /* a call is open; cur NULL when it has no name      */
-    pcall    *cur;
-    int       brace, members;  /* the current call's "{" was written; members so far */
-    int       vkind;           /* enum vkind of the open value                       */
-    obuf      vkey;            /* typed value: its key                               */
-    obuf      val;             /* typed value / json block: raw bytes                */
-    obuf      args_out;        /* arguments appended in the current feed             */
-    int       ev_call, ev_done;
+    int         tools;
+    int         think_closed; /* <|close|>think<|sep|> was read                    */
+    int         mode;         /* enum pmode                                        */
+    pcall      *calls;        /* (n_calls, cap_calls)                              */
+    int         n_calls, cap_calls;
+    int         in_call; /* a call is open; cur NULL when it has no name      */
+    pcall      *cur;
+    int         brace, members; /* the current call's "{" was written; members so far */
+    int         vkind;          /* enum vkind of the open value                       */
+    obuf        vkey;           /* typed value: its key                               */
+    obuf        val;            /* typed value / json block: raw bytes                */
+    obuf        args_out;       /* arguments appended in the current feed             */
+    int         ev_call, ev_done;
     const char *ev_name;
 };
 
 k3_status k3_chat_parser_new(const k3_tok *t, int think, k3_chat_parser **out) {
-    *out = NULL;
+    *out              = NULL;
     k3_chat_parser *p = calloc(1, sizeof *p);
-    if (!p) return k3_err(K3_ERR_NOMEM, "chat parser: out of memory");
-    p->t = t;
+    if (!p)
+        return k3_err(K3_ERR_NOMEM, "chat parser: out of memory");
+    p->t    = t;
     p->chan = think ? K3_CHAN_THINK : K3_CHAN_RESPONSE;
     k3_status st;
-    chat_enc ids = {0};
+    chat_enc  ids = {0};
     if ((st = need_special(t, "<|open|>", &ids.open)) || (st = need_special(t, "<|close|>", &ids.close)) ||
         (st = need_special(t, "<|sep|>", &ids.sep)) || (st = need_special(t, "<|end_of_msg|>", &ids.eom)) ||
-        (st = k3_detok_new(t, &p->dt[0])) || (st = k3_detok_new(t, &p->dt[1])) || (st = k3_detok_new(t, &p->dt[2]))) {
+        (st = k3_detok_new(t, &p->dt[0])) || (st = k3_detok_new(t, &p->dt[1])) ||
+        (st = k3_detok_new(t, &p->dt[2]))) {
         k3_chat_parser_free(p);
         return st;
     }
-    p->open = ids.open;
+    p->open  = ids.open;
     p->close = ids.close;
-    p->sep = ids.sep;
-    p->eom = ids.eom;
-    *out = p;
+    p->sep   = ids.sep;
+    p->eom   = ids.eom;
+    *out     = p;
     return K3_OK;
 }
 
-void k3_chat_parser_set_tools(k3_chat_parser *p, int on) { p->tools = on != 0; }
+void k3_chat_parser_set_tools(k3_chat_parser *p, int on) {
+    p->tools = on != 0;
+}
 
 void k3_chat_parser_free(k3_chat_parser *p) {
-    if (!p) return;
-    for (int k = 0; k < 3; k++) k3_detok_free(p->dt[k]);
+    if (!p)
+        return;
+    for (int k = 0; k < 3; k++)
+        k3_detok_free(p->dt[k]);
     free(p->out[0].p);
     free(p->out[1].p);
     for (int k = 0; k < p->n_calls; k++) {
@@ -466,12 +541,17 @@ void k3_chat_parser_free(k3_chat_parser *p) {
     free(p);
 }
 
-int k3_chat_parser_channel(const k3_chat_parser *p) { return p->chan; }
+int k3_chat_parser_channel(const k3_chat_parser *p) {
+    return p->chan;
+}
 
-int k3_chat_parser_n_calls(const k3_chat_parser *p) { return p->n_calls; }
+int k3_chat_parser_n_calls(const k3_chat_parser *p) {
+    return p->n_calls;
+}
 
 int k3_chat_parser_call(const k3_chat_parser *p, int i, const char **name, const char **args) {
-    if (i < 0 || i >= p->n_calls) return -1;
+    if (i < 0 || i >= p->n_calls)
+        return -1;
     *name = p->calls[i].name;
     *args = p->calls[i].args.p ? p->calls[i].args.p : "";
     return p->calls[i].done;
@@ -480,28 +560,29 @@ int k3_chat_parser_call(const k3_chat_parser *p, int i, const char **name, const
 /* bytes shown as text in the current channel */
 static k3_status emit(k3_chat_parser *p, const char *s, size_t n) {
     const char *txt;
-    size_t len;
-    k3_status st = k3_detok_feed_bytes(p->dt[p->chan], s, n, &txt, &len);
+    size_t      len;
+    k3_status   st = k3_detok_feed_bytes(p->dt[p->chan], s, n, &txt, &len);
     return st ? st : jbuf_add(&p->out[p->chan], txt, len);
 }
 
 static k3_status emit_id(k3_chat_parser *p, int32_t id) {
-    size_t n;
+    size_t      n;
     const char *s = k3_tok_piece(p->t, id, &n);
     return emit(p, s, n);
 }
 
 static k3_status flush_chan(k3_chat_parser *p, int chan) {
     const char *txt;
-    size_t len;
+    size_t      len;
     k3_detok_flush(p->dt[chan], &txt, &len);
     return jbuf_add(&p->out[chan], txt, len);
 }
 
 /* The pending tag was not structure after all: show what was read, as text. */
 static k3_status replay_tag(k3_chat_parser *p) {
-    if (!p->in_tag) return K3_OK;
-    p->in_tag = 0;
+    if (!p->in_tag)
+        return K3_OK;
+    p->in_tag    = 0;
     k3_status st = emit_id(p, p->tag_kind);
     return st ? st : emit(p, p->tag, (size_t)p->tag_n);
 }
@@ -509,32 +590,51 @@ static k3_status replay_tag(k3_chat_parser *p) {
 /* The tag's name: its bytes up to the first space. */
 static int tag_is(const k3_chat_parser *p, const char *name) {
     size_t n = strlen(name);
-    return (size_t)p->tag_n >= n && !memcmp(p->tag, name, n) && ((size_t)p->tag_n == n || (p->tools && p->tag[n] == ' '));
+    return (size_t)p->tag_n >= n && !memcmp(p->tag, name, n) &&
+           ((size_t)p->tag_n == n || (p->tools && p->tag[n] == ' '));
 }
 
 /* The value of attribute key in the pending tag (` key="value"`), unescaped in one pass
  * (&quot; -> ", &amp; -> &) into out. 1 when present. */
 static int tag_attr(const k3_chat_parser *p, const char *key, obuf *out) {
     const char *s = p->tag, *end = p->tag + p->tag_n;
-    size_t kn = strlen(key);
-    out->n = 0;
-    if (jbuf_add(out, "", 0)) return 0;
-    while (s < end && *s != ' ') s++; /* the tag name */
+    size_t      kn = strlen(key);
+    out->n         = 0;
+    if (jbuf_add(out, "", 0))
+        return 0;
+    while (s < end && *s != ' ')
+        s++; /* the tag name */
     while (s < end) {
-        while (s < end && *s == ' ') s++;
+        while (s < end && *s == ' ')
+            s++;
         const char *k = s;
-        while (s < end && *s != '=') s++;
-        if (end - s < 2 || s[1] != '"') return 0;
-        size_t this_n = (size_t)(s - k);
+        while (s < end && *s != '=')
+            s++;
+        if (end - s < 2 || s[1] != '"')
+            return 0;
+        size_t      this_n = (size_t)(s - k);
         const char *v = s + 2, *ve = v;
-        while (ve < end && *ve != '"') ve++;
-        if (ve == end) return 0;
+        while (ve < end && *ve != '"')
+            ve++;
+        if (ve == end)
+            return 0;
         s = ve + 1;
-        if (this_n != kn || memcmp(k, key, kn)) continue;
+        if (this_n != kn || memcmp(k, key, kn))
+            continue;
         for (const char *q = v; q < ve;) {
-            if (ve - q >= 6 && !memcmp(q, "&quot;", 6)) { if (jbuf_add(out, "\"", 1)) return 0; q += 6; }
-            else if (ve - q >= 5 && !memcmp(q, "&amp;", 5)) { if (jbuf_add(out, "&", 1)) return 0; q += 5; }
-            else { if (jbuf_add(out, q, 1)) return 0; q++; }
+            if (ve - q >= 6 && !memcmp(q, "&quot;", 6)) {
+                if (jbuf_add(out, "\"", 1))
+                    return 0;
+                q += 6;
+            } else if (ve - q >= 5 && !memcmp(q, "&amp;", 5)) {
+                if (jbuf_add(out, "&", 1))
+                    return 0;
+                q += 5;
+            } else {
+                if (jbuf_add(out, q, 1))
+                    return 0;
+                q++;
+            }
         }
         return 1;
     }
@@ -544,19 +644,24 @@ static int tag_attr(const k3_chat_parser *p, const char *key, obuf *out) {
 /* ---- tool calls ---- */
 
 static k3_status add_args(k3_chat_parser *p, const char *s, size_t n) {
-    if (!p->cur) return K3_OK;
-    p->ev_call = (int)(p->cur - p->calls);
+    if (!p->cur)
+        return K3_OK;
+    p->ev_call   = (int)(p->cur - p->calls);
     k3_status st = jbuf_add(&p->cur->args, s, n);
     return st ? st : jbuf_add(&p->args_out, s, n);
 }
 
 /* `{"K": ` or `, "K": ` before a member (json.dumps' separators). */
 static k3_status add_key(k3_chat_parser *p, const char *k, size_t n) {
-    jbuf b = {0};
-    k3_status st = jbuf_add(&b, p->brace ? (p->members ? ", " : "") : "{", p->brace ? (p->members ? 2 : 0) : 1);
-    if (!st) st = jv_dump_str(k, n, &b);
-    if (!st) st = jbuf_add(&b, ": ", 2);
-    if (!st) st = add_args(p, b.p, b.n);
+    jbuf      b = {0};
+    k3_status st =
+        jbuf_add(&b, p->brace ? (p->members ? ", " : "") : "{", p->brace ? (p->members ? 2 : 0) : 1);
+    if (!st)
+        st = jv_dump_str(k, n, &b);
+    if (!st)
+        st = jbuf_add(&b, ": ", 2);
+    if (!st)
+        st = add_args(p, b.p, b.n);
     free(b.p);
     p->brace = 1;
     p->members++;
@@ -564,38 +669,40 @@ static k3_status add_key(k3_chat_parser *p, const char *k, size_t n) {
 }
 
 static k3_status add_escaped(k3_chat_parser *p, const char *s, size_t n) {
-    if (!n || !p->cur) return K3_OK;
-    jbuf b = {0};
+    if (!n || !p->cur)
+        return K3_OK;
+    jbuf      b  = {0};
     k3_status st = jv_escape(s, n, &b);
-    if (!st) st = add_args(p, b.p ? b.p : "", b.n);
+    if (!st)
+        st = add_args(p, b.p ? b.p : "", b.n);
     free(b.p);
     return st;
 }
 
 static k3_status open_call(k3_chat_parser *p) {
-    obuf name = {0};
+    obuf name  = {0};
     p->in_call = 1;
-    p->cur = NULL;
+    p->cur     = NULL;
     p->brace = p->members = 0;
-    p->mode = PM_CALL;
+    p->mode               = PM_CALL;
     if (!tag_attr(p, "tool", &name) || !name.n) { /* no tool name: the call is dropped (2.3) */
         free(name.p);
         return K3_OK;
     }
     if (p->n_calls == p->cap_calls) {
-        int cap = p->cap_calls ? 2 * p->cap_calls : 4;
-        pcall *c = realloc(p->calls, (size_t)cap * sizeof *c);
+        int    cap = p->cap_calls ? 2 * p->cap_calls : 4;
+        pcall *c   = realloc(p->calls, (size_t)cap * sizeof *c);
         if (!c) {
             free(name.p);
             return k3_err(K3_ERR_NOMEM, "chat parser: out of memory");
         }
-        p->calls = c;
+        p->calls     = c;
         p->cap_calls = cap;
     }
     pcall *c = &p->calls[p->n_calls++];
     memset(c, 0, sizeof *c);
-    c->name = name.p;
-    p->cur = c;
+    c->name    = name.p;
+    p->cur     = c;
     p->ev_call = p->n_calls - 1;
     p->ev_name = c->name;
     return K3_OK;
@@ -604,28 +711,29 @@ static k3_status open_call(k3_chat_parser *p) {
 static k3_status close_call(k3_chat_parser *p) {
     k3_status st = K3_OK;
     if (p->cur) {
-        st = add_args(p, p->brace ? "}" : "{}", p->brace ? 1 : 2);
+        st           = add_args(p, p->brace ? "}" : "{}", p->brace ? 1 : 2);
         p->cur->done = 1;
-        p->ev_call = (int)(p->cur - p->calls);
-        p->ev_done = 1;
+        p->ev_call   = (int)(p->cur - p->calls);
+        p->ev_done   = 1;
     }
-    p->cur = NULL;
+    p->cur     = NULL;
     p->in_call = 0;
-    p->mode = PM_TOOLS;
+    p->mode    = PM_TOOLS;
     return st;
 }
 
 static k3_status open_value(k3_chat_parser *p, int json_block) {
     obuf type = {0};
-    p->mode = PM_VALUE;
-    p->val.n = 0;
+    p->mode   = PM_VALUE;
+    p->val.n  = 0;
     if (json_block) {
         p->vkind = V_JSON;
         return K3_OK;
     }
-    if (!tag_attr(p, "key", &p->vkey)) p->vkey.n = 0;
+    if (!tag_attr(p, "key", &p->vkey))
+        p->vkey.n = 0;
     int has_type = tag_attr(p, "type", &type);
-    p->vkind = !has_type || !strcmp(type.p, "string") ? V_STRING : V_TYPED;
+    p->vkind     = !has_type || !strcmp(type.p, "string") ? V_STRING : V_TYPED;
     free(type.p);
     k3_status st = K3_OK;
     if (p->vkind == V_STRING && !(st = add_key(p, p->vkey.p ? p->vkey.p : "", p->vkey.n)))
@@ -634,41 +742,45 @@ static k3_status open_value(k3_chat_parser *p, int json_block) {
 }
 
 static k3_status value_bytes(k3_chat_parser *p, const char *s, size_t n) {
-    if (p->vkind != V_STRING) return jbuf_add(&p->val, s, n);
+    if (p->vkind != V_STRING)
+        return jbuf_add(&p->val, s, n);
     const char *txt;
-    size_t len;
-    k3_status st = k3_detok_feed_bytes(p->dt[2], s, n, &txt, &len);
+    size_t      len;
+    k3_status   st = k3_detok_feed_bytes(p->dt[2], s, n, &txt, &len);
     return st ? st : add_escaped(p, txt, len);
 }
 
 static k3_status value_id(k3_chat_parser *p, int32_t id) {
-    size_t n;
+    size_t      n;
     const char *s = k3_tok_piece(p->t, id, &n);
     return value_bytes(p, s, n);
 }
 
 static k3_status close_value(k3_chat_parser *p) {
     k3_status st = K3_OK;
-    p->mode = PM_CALL;
+    p->mode      = PM_CALL;
     if (p->vkind == V_STRING) {
         const char *txt;
-        size_t len;
+        size_t      len;
         k3_detok_flush(p->dt[2], &txt, &len);
-        if (!(st = add_escaped(p, txt, len))) st = add_args(p, "\"", 1);
+        if (!(st = add_escaped(p, txt, len)))
+            st = add_args(p, "\"", 1);
         return st;
     }
-    jv *v = NULL;
-    int ok = jv_parse(p->val.p ? p->val.p : "", p->val.n, &v) == K3_OK;
-    jbuf b = {0};
+    jv  *v  = NULL;
+    int  ok = jv_parse(p->val.p ? p->val.p : "", p->val.n, &v) == K3_OK;
+    jbuf b  = {0};
     if (p->vkind == V_TYPED) { /* the decoded value, else the raw text as a string (2.3) */
         st = ok ? jv_dump(v, JV_PY_DEFAULT, &b) : jv_dump_str(p->val.p ? p->val.p : "", p->val.n, &b);
-        if (!st) st = add_key(p, p->vkey.p ? p->vkey.p : "", p->vkey.n);
-        if (!st) st = add_args(p, b.p, b.n);
+        if (!st)
+            st = add_key(p, p->vkey.p ? p->vkey.p : "", p->vkey.n);
+        if (!st)
+            st = add_args(p, b.p, b.n);
     } else if (ok && v->kind == JV_OBJECT && !p->brace) { /* a json block: its members */
         st = jv_dump(v, JV_PY_DEFAULT, &b);
         if (!st && v->n) {
-            st = add_args(p, b.p, b.n - 1); /* without the closing brace */
-            p->brace = 1;
+            st         = add_args(p, b.p, b.n - 1); /* without the closing brace */
+            p->brace   = 1;
             p->members = (int)v->n;
         }
     }
@@ -680,33 +792,42 @@ static k3_status close_value(k3_chat_parser *p) {
 /* <|sep|> ended a pending tag in a tool mode: act on it, else ignore it (value mode:
  * replay it as value text). */
 static k3_status end_tag_tools(k3_chat_parser *p) {
-    int open = p->tag_kind == p->open;
-    k3_status st = K3_OK;
-    p->in_tag = 0;
+    int       open = p->tag_kind == p->open;
+    k3_status st   = K3_OK;
+    p->in_tag      = 0;
     if (p->mode == PM_VALUE) {
-        if (!open && (tag_is(p, "argument") || tag_is(p, "json"))) return close_value(p);
+        if (!open && (tag_is(p, "argument") || tag_is(p, "json")))
+            return close_value(p);
         if (open || (!tag_is(p, "call") && !tag_is(p, "tools") && !tag_is(p, "message"))) {
             if (!(st = value_id(p, p->tag_kind)) && !(st = value_bytes(p, p->tag, (size_t)p->tag_n)))
                 st = value_id(p, p->sep);
             return st;
         }
-        if ((st = close_value(p))) return st; /* lenient: the argument was left open */
+        if ((st = close_value(p)))
+            return st; /* lenient: the argument was left open */
     }
     if (p->mode == PM_CALL) {
-        if (open && tag_is(p, "argument")) return open_value(p, 0);
-        if (open && tag_is(p, "json")) return open_value(p, 1);
-        if (!open && (tag_is(p, "call") || tag_is(p, "tools") || tag_is(p, "message"))) st = close_call(p);
-        if (st || tag_is(p, "call")) return st;
+        if (open && tag_is(p, "argument"))
+            return open_value(p, 0);
+        if (open && tag_is(p, "json"))
+            return open_value(p, 1);
+        if (!open && (tag_is(p, "call") || tag_is(p, "tools") || tag_is(p, "message")))
+            st = close_call(p);
+        if (st || tag_is(p, "call"))
+            return st;
     }
-    if (p->mode == PM_TOOLS && open && tag_is(p, "call")) return open_call(p);
-    if (!open && (tag_is(p, "tools") || tag_is(p, "message"))) p->mode = PM_TEXT;
+    if (p->mode == PM_TOOLS && open && tag_is(p, "call"))
+        return open_call(p);
+    if (!open && (tag_is(p, "tools") || tag_is(p, "message")))
+        p->mode = PM_TEXT;
     return K3_OK;
 }
 
 /* <|sep|> ended a pending tag: hide it when expected, else replay it. */
 static k3_status end_tag(k3_chat_parser *p) {
-    if (p->mode != PM_TEXT) return end_tag_tools(p);
-    int open = p->tag_kind == p->open;
+    if (p->mode != PM_TEXT)
+        return end_tag_tools(p);
+    int open  = p->tag_kind == p->open;
     int think = p->chan == K3_CHAN_THINK;
     if (!open && tag_is(p, "think") && think) {
         p->think_closed = 1;
@@ -714,17 +835,21 @@ static k3_status end_tag(k3_chat_parser *p) {
     }
     if (open && tag_is(p, "response") && think) {
         k3_status st = flush_chan(p, K3_CHAN_THINK);
-        p->chan = K3_CHAN_RESPONSE;
-        if (st) return st;
+        p->chan      = K3_CHAN_RESPONSE;
+        if (st)
+            return st;
         goto hide;
     }
-    if (!open && tag_is(p, "response") && !think) goto hide;
-    if (!open && tag_is(p, "message")) goto hide;
+    if (!open && tag_is(p, "response") && !think)
+        goto hide;
+    if (!open && tag_is(p, "message"))
+        goto hide;
     if (p->tools && open && tag_is(p, "tools") && (!think || p->think_closed)) {
         k3_status st = think ? flush_chan(p, K3_CHAN_THINK) : K3_OK;
-        p->chan = K3_CHAN_RESPONSE;
-        p->mode = PM_TOOLS;
-        if (st) return st;
+        p->chan      = K3_CHAN_RESPONSE;
+        p->mode      = PM_TOOLS;
+        if (st)
+            return st;
         goto hide;
     }
     k3_status st = replay_tag(p);
@@ -737,26 +862,28 @@ hide:
 static void out_reset(k3_chat_parser *p) {
     for (int c = 0; c < 2; c++) {
         p->out[c].n = 0;
-        if (p->out[c].p) p->out[c].p[0] = 0;
+        if (p->out[c].p)
+            p->out[c].p[0] = 0;
     }
     p->args_out.n = 0;
-    if (p->args_out.p) p->args_out.p[0] = 0;
+    if (p->args_out.p)
+        p->args_out.p[0] = 0;
     p->ev_call = -1;
     p->ev_done = 0;
     p->ev_name = NULL;
 }
 
 static void out_fill(const k3_chat_parser *p, k3_chat_out *o) {
-    o->think = p->out[0].p ? p->out[0].p : "";
-    o->think_len = p->out[0].n;
-    o->response = p->out[1].p ? p->out[1].p : "";
-    o->response_len = p->out[1].n;
-    o->end = p->ended;
-    o->call_index = p->ev_call;
-    o->call_name = p->ev_name;
-    o->call_args = p->args_out.p ? p->args_out.p : "";
+    o->think         = p->out[0].p ? p->out[0].p : "";
+    o->think_len     = p->out[0].n;
+    o->response      = p->out[1].p ? p->out[1].p : "";
+    o->response_len  = p->out[1].n;
+    o->end           = p->ended;
+    o->call_index    = p->ev_call;
+    o->call_name     = p->ev_name;
+    o->call_args     = p->args_out.p ? p->args_out.p : "";
     o->call_args_len = p->args_out.n;
-    o->call_done = p->ev_done;
+    o->call_done     = p->ev_done;
 }
 
 /* One id in a tool mode (tools, call, value). */
@@ -769,52 +896,61 @@ static k3_status feed_tools(k3_chat_parser *p, int32_t id, const char *piece, si
         }
         /* too long for a marker: in a value it was text; elsewhere it is dropped */
         p->in_tag = 0;
-        if (p->mode != PM_VALUE) return K3_OK;
+        if (p->mode != PM_VALUE)
+            return K3_OK;
         k3_status st = value_id(p, p->tag_kind);
-        if (!st) st = value_bytes(p, p->tag, (size_t)p->tag_n);
+        if (!st)
+            st = value_bytes(p, p->tag, (size_t)p->tag_n);
         return st ? st : value_bytes(p, piece, pl);
     }
-    if (p->in_tag && id == p->sep) return end_tag_tools(p);
+    if (p->in_tag && id == p->sep)
+        return end_tag_tools(p);
     if (p->in_tag) { /* another control id inside a marker: the marker was not one */
         p->in_tag = 0;
         if (p->mode == PM_VALUE) {
             k3_status st = value_id(p, p->tag_kind);
-            if (!st) st = value_bytes(p, p->tag, (size_t)p->tag_n);
-            if (st) return st;
+            if (!st)
+                st = value_bytes(p, p->tag, (size_t)p->tag_n);
+            if (st)
+                return st;
         }
     }
     if (id == p->close || (id == p->open && p->mode != PM_VALUE)) {
-        p->in_tag = 1;
+        p->in_tag   = 1;
         p->tag_kind = id;
-        p->tag_n = 0;
+        p->tag_n    = 0;
         return K3_OK;
     }
-    if (p->mode == PM_VALUE) return value_bytes(p, piece, pl); /* ordinary, <|open|>, <|sep|>: text */
-    return K3_OK; /* between tool elements the format has no text: ignore it */
+    if (p->mode == PM_VALUE)
+        return value_bytes(p, piece, pl); /* ordinary, <|open|>, <|sep|>: text */
+    return K3_OK;                         /* between tool elements the format has no text: ignore it */
 }
 
 k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *o) {
     out_reset(p);
-    size_t pl;
+    size_t      pl;
     const char *piece = k3_tok_piece(p->t, id, &pl);
-    if (!piece) return k3_err(K3_ERR_ARG, "chat parser: id %d is outside 0..%d", id, k3_tok_n_vocab(p->t) - 1);
+    if (!piece)
+        return k3_err(K3_ERR_ARG, "chat parser: id %d is outside 0..%d", id, k3_tok_n_vocab(p->t) - 1);
     k3_status st = K3_OK;
     if (id == p->eom) {
         p->in_tag = p->mode == PM_TEXT && p->in_tag;
-        if (!(st = replay_tag(p)) && !(st = flush_chan(p, K3_CHAN_THINK))) st = flush_chan(p, K3_CHAN_RESPONSE);
+        if (!(st = replay_tag(p)) && !(st = flush_chan(p, K3_CHAN_THINK)))
+            st = flush_chan(p, K3_CHAN_RESPONSE);
         p->ended = 1;
     } else if (p->mode != PM_TEXT) {
         st = feed_tools(p, id, piece, pl);
     } else if (id == p->open || id == p->close) {
         if (!(st = replay_tag(p))) {
-            p->in_tag = 1;
+            p->in_tag   = 1;
             p->tag_kind = id;
-            p->tag_n = 0;
+            p->tag_n    = 0;
         }
     } else if (id == p->sep) {
         st = p->in_tag ? end_tag(p) : emit_id(p, id);
     } else if (k3_tok_is_special(p->t, id)) {
-        if (!(st = replay_tag(p))) st = emit_id(p, id);
+        if (!(st = replay_tag(p)))
+            st = emit_id(p, id);
     } else if (p->in_tag) {
         if ((size_t)p->tag_n + pl <= (size_t)(p->tools ? TAG_MAXT : TAG_MAX)) {
             memcpy(p->tag + p->tag_n, piece, pl);
@@ -831,7 +967,8 @@ k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *o) {
 
 void k3_chat_parser_finish(k3_chat_parser *p, k3_chat_out *o) {
     out_reset(p);
-    if (p->mode == PM_TEXT) (void)replay_tag(p);
+    if (p->mode == PM_TEXT)
+        (void)replay_tag(p);
     p->in_tag = 0;
     (void)flush_chan(p, K3_CHAN_THINK);
     (void)flush_chan(p, K3_CHAN_RESPONSE);

@@ -7,30 +7,30 @@
 #include <string.h>
 
 typedef struct vkt_layer {
-    int     shared_ok;     /* shared experts resident                   */
-    vk_mat  shared[3];     /* gate, up, down                            */
-    uint8_t *resident;     /* (E) 1 when routed expert e is on device   */
-    vk_mat  *experts;      /* (E, 3) w1, w3, w2                          */
+    int      shared_ok; /* shared experts resident                   */
+    vk_mat   shared[3]; /* gate, up, down                            */
+    uint8_t *resident;  /* (E) 1 when routed expert e is on device   */
+    vk_mat  *experts;   /* (E, 3) w1, w3, w2                          */
 } vkt_layer;
 
 struct vkt {
-    vk_ctx        *c;
-    int            n_layers, latent;
-    float          beta, linear_beta; /* situ_beta, situ_linear_beta    */
-    vkt_layer     *ly;          /* (n_layers)                          */
-    int            up_per_step; /* K3_VK_UP                            */
-    int            step_ups, last_layer;
-    int            full;        /* budget exhausted: stop offering     */
-    uint64_t       hits;
-    int            n_resident;
+    vk_ctx    *c;
+    int        n_layers, latent;
+    float      beta, linear_beta; /* situ_beta, situ_linear_beta    */
+    vkt_layer *ly;                /* (n_layers)                          */
+    int        up_per_step;       /* K3_VK_UP                            */
+    int        step_ups, last_layer;
+    int        full; /* budget exhausted: stop offering     */
+    uint64_t   hits;
+    int        n_resident;
 };
 
 static k3_status env_num(const char *name, double lo, double hi, double def, double *out) {
     const char *v = getenv(name);
-    *out = def;
+    *out          = def;
     if (!v || !*v)
         return K3_OK;
-    char *end;
+    char  *end;
     double d = strtod(v, &end);
     if (end == v || *end || !(d >= lo && d <= hi))
         return k3_err(K3_ERR_ARG, "%s='%s': expected a number in %g..%g", name, v, lo, hi);
@@ -39,13 +39,13 @@ static k3_status env_num(const char *name, double lo, double hi, double def, dou
 }
 
 k3_status vkt_open(const vkt_src *src, vkt **out) {
-    *out = NULL;
+    *out           = NULL;
     const char *on = getenv("K3_VK");
     if (on && !strcmp(on, "0"))
         return K3_OK;
     if (on && *on && strcmp(on, "1"))
         return k3_err(K3_ERR_ARG, "K3_VK='%s': expected 0 (off) or 1 (on)", on);
-    double gb, up;
+    double    gb, up;
     k3_status st;
     if ((st = env_num("K3_VK_GB", 0, 1e6, 0, &gb)) || (st = env_num("K3_VK_UP", 0, 1e6, 16, &up)))
         return st;
@@ -170,8 +170,8 @@ void vkt_get_stats(const vkt *t, vkt_stats *out) {
     *out = (vkt_stats){0};
     if (!t)
         return;
-    out->used     = vk_used(t->c);
-    out->budget   = vk_budget(t->c);
-    out->hits     = t->hits;
-    out->experts  = t->n_resident;
+    out->used    = vk_used(t->c);
+    out->budget  = vk_budget(t->c);
+    out->hits    = t->hits;
+    out->experts = t->n_resident;
 }

@@ -21,23 +21,22 @@
 #include <string.h>
 #include <vulkan/vulkan.h>
 
-#define VK_CHECK(call)                                                                             \
-    do {                                                                                           \
-        VkResult r_ = (call);                                                                      \
-        if (r_ != VK_SUCCESS) {                                                                    \
-            st = k3_err(r_ == VK_ERROR_OUT_OF_DEVICE_MEMORY || r_ == VK_ERROR_OUT_OF_HOST_MEMORY   \
-                            ? K3_ERR_NOMEM                                                         \
-                            : K3_ERR_IO,                                                           \
-                        "vulkan: %s failed (VkResult %d) at %s:%d", #call, (int)r_, __FILE__,      \
-                        __LINE__);                                                                 \
-            goto fail;                                                                             \
-        }                                                                                          \
+#define VK_CHECK(call)                                                                                       \
+    do {                                                                                                     \
+        VkResult r_ = (call);                                                                                \
+        if (r_ != VK_SUCCESS) {                                                                              \
+            st = k3_err(r_ == VK_ERROR_OUT_OF_DEVICE_MEMORY || r_ == VK_ERROR_OUT_OF_HOST_MEMORY             \
+                            ? K3_ERR_NOMEM                                                                   \
+                            : K3_ERR_IO,                                                                     \
+                        "vulkan: %s failed (VkResult %d) at %s:%d", #call, (int)r_, __FILE__, __LINE__);     \
+            goto fail;                                                                                       \
+        }                                                                                                    \
     } while (0)
 
-#define ARENA_ALIGN   256u
+#define ARENA_ALIGN 256u
 #define CHUNK_DEFAULT (1024ull << 20)
-#define MAX_CHUNKS    256
-#define MAX_GROUPS_X  65535u
+#define MAX_CHUNKS 256
+#define MAX_GROUPS_X 65535u
 
 enum { PIPE_F32, PIPE_I8, PIPE_I4, PIPE_MXFP4, PIPE_GLU, PIPE_MEMBW, PIPE_COUNT };
 
@@ -55,27 +54,27 @@ typedef struct chunk {
 } chunk;
 
 struct vk_ctx {
-    VkInstance            inst;
-    VkPhysicalDevice      phys;
-    VkDevice              dev;
-    VkQueue               queue;
-    uint32_t              qfam;
-    VkCommandPool         pool;
-    VkCommandBuffer       cmd;
-    VkFence               fence;
-    VkDescriptorSetLayout dsl;
-    VkDescriptorPool      dpool;
-    VkPipelineLayout      playout;
-    VkPipeline            pipe[PIPE_COUNT];
+    VkInstance                       inst;
+    VkPhysicalDevice                 phys;
+    VkDevice                         dev;
+    VkQueue                          queue;
+    uint32_t                         qfam;
+    VkCommandPool                    pool;
+    VkCommandBuffer                  cmd;
+    VkFence                          fence;
+    VkDescriptorSetLayout            dsl;
+    VkDescriptorPool                 dpool;
+    VkPipelineLayout                 playout;
+    VkPipeline                       pipe[PIPE_COUNT];
     VkPhysicalDeviceMemoryProperties memprops;
-    char                  name[256];
-    int                   is_cpu;         /* VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe) */
-    uint64_t              budget, used;
-    uint64_t              chunk_size;     /* <= maxStorageBufferRange */
-    chunk                 chunks[MAX_CHUNKS];
-    uint32_t              n_chunks;
-    vk_buf                x, y;           /* host-visible I/O, floats */
-    vk_buf                staging;        /* only when the arena is not host-visible */
+    char                             name[256];
+    int                              is_cpu; /* VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe) */
+    uint64_t                         budget, used;
+    uint64_t                         chunk_size; /* <= maxStorageBufferRange */
+    chunk                            chunks[MAX_CHUNKS];
+    uint32_t                         n_chunks;
+    vk_buf                           x, y;    /* host-visible I/O, floats */
+    vk_buf                           staging; /* only when the arena is not host-visible */
 };
 
 /* ---- memory ---------------------------------------------------------------- */
@@ -92,15 +91,16 @@ static int find_memtype(const vk_ctx *c, uint32_t bits, VkMemoryPropertyFlags wa
 static k3_status buf_create(vk_ctx *c, uint64_t size, int device_local, vk_buf *b) {
     k3_status st = K3_OK;
     memset(b, 0, sizeof *b);
-    VkBufferCreateInfo bi = {.sType       = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                             .size        = size,
-                             .usage       = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
-                                      VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                             .size  = size,
+                             .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+                                      VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     VK_CHECK(vkCreateBuffer(c->dev, &bi, NULL, &b->buf));
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(c->dev, b->buf, &req);
-    const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    const VkMemoryPropertyFlags hv =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     int mt = -1;
     if (device_local) {
         mt = find_memtype(c, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | hv);
@@ -146,10 +146,9 @@ static void buf_destroy(vk_ctx *c, vk_buf *b) {
 }
 
 static void set_write(vk_ctx *c, chunk *ch) {
-    VkDescriptorBufferInfo bi[3] = {{ch->b.buf, 0, VK_WHOLE_SIZE},
-                                    {c->x.buf, 0, VK_WHOLE_SIZE},
-                                    {c->y.buf, 0, VK_WHOLE_SIZE}};
-    VkWriteDescriptorSet   w[3];
+    VkDescriptorBufferInfo bi[3] = {
+        {ch->b.buf, 0, VK_WHOLE_SIZE}, {c->x.buf, 0, VK_WHOLE_SIZE}, {c->y.buf, 0, VK_WHOLE_SIZE}};
+    VkWriteDescriptorSet w[3];
     for (int i = 0; i < 3; i++)
         w[i] = (VkWriteDescriptorSet){.sType           = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
                                       .dstSet          = ch->set,
@@ -217,7 +216,8 @@ fail:
 static k3_status cmd_submit_wait(vk_ctx *c) {
     k3_status st = K3_OK;
     VK_CHECK(vkEndCommandBuffer(c->cmd));
-    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cmd};
+    VkSubmitInfo si = {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cmd};
     VK_CHECK(vkResetFences(c->dev, 1, &c->fence));
     VK_CHECK(vkQueueSubmit(c->queue, 1, &si, c->fence));
     VK_CHECK(vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX));
@@ -247,16 +247,15 @@ static k3_status pipelines_create(vk_ctx *c) {
         [PIPE_GLU]   = {glu_spv, sizeof glu_spv},
         [PIPE_MEMBW] = {membw_spv, sizeof membw_spv},
     };
-    k3_status st = K3_OK;
+    k3_status      st  = K3_OK;
     VkShaderModule mod = VK_NULL_HANDLE;
     for (int i = 0; i < PIPE_COUNT; i++) {
         uint32_t *words = malloc(spv[i].len); /* SPIR-V wants 4-byte alignment */
         if (!words)
             return K3_ERR_NOMEM;
         memcpy(words, spv[i].code, spv[i].len);
-        VkShaderModuleCreateInfo mi = {.sType    = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                       .codeSize = spv[i].len,
-                                       .pCode    = words};
+        VkShaderModuleCreateInfo mi = {
+            .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = spv[i].len, .pCode = words};
         VkResult r = vkCreateShaderModule(c->dev, &mi, NULL, &mod);
         free(words);
         VK_CHECK(r);
@@ -284,8 +283,8 @@ static uint64_t driver_budget(vk_ctx *c, int has_budget_ext) {
     if (has_budget_ext) {
         VkPhysicalDeviceMemoryBudgetPropertiesEXT bp = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
-        VkPhysicalDeviceMemoryProperties2 mp2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2,
-                                                 .pNext = &bp};
+        VkPhysicalDeviceMemoryProperties2 mp2 = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, .pNext = &bp};
         vkGetPhysicalDeviceMemoryProperties2(c->phys, &mp2);
         for (uint32_t h = 0; h < c->memprops.memoryHeapCount; h++) {
             if (!(c->memprops.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT))
@@ -304,8 +303,8 @@ static uint64_t driver_budget(vk_ctx *c, int has_budget_ext) {
 }
 
 k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
-    k3_status st = K3_OK;
-    *out = NULL;
+    k3_status st    = K3_OK;
+    *out            = NULL;
     const char *env = getenv("K3_VK");
     if (env && !strcmp(env, "0"))
         return k3_err(K3_ERR_UNSUPPORTED, "vulkan: disabled by K3_VK=0");
@@ -313,11 +312,11 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     if (!c)
         return K3_ERR_NOMEM;
 
-    VkApplicationInfo app = {.sType            = VK_STRUCTURE_TYPE_APPLICATION_INFO,
-                             .pApplicationName = "k3chat",
-                             .apiVersion       = VK_API_VERSION_1_2};
+    VkApplicationInfo    app = {.sType            = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                                .pApplicationName = "k3chat",
+                                .apiVersion       = VK_API_VERSION_1_2};
     VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
-    VkResult r = vkCreateInstance(&ici, NULL, &c->inst);
+    VkResult             r   = vkCreateInstance(&ici, NULL, &c->inst);
     if (r != VK_SUCCESS) {
         st = k3_err(K3_ERR_UNSUPPORTED, "vulkan: no Vulkan driver (vkCreateInstance: %d)", (int)r);
         goto fail;
@@ -332,7 +331,7 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     if (n > 16)
         n = 16;
     vkEnumeratePhysicalDevices(c->inst, &n, devs);
-    int pick = -1;
+    int         pick = -1;
     const char *denv = getenv("K3_VK_DEVICE");
     if (denv && *denv) {
         char *end;
@@ -385,7 +384,7 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     }
 
     int      has_budget = 0;
-    uint32_t next = 0;
+    uint32_t next       = 0;
     vkEnumerateDeviceExtensionProperties(c->phys, NULL, &next, NULL);
     VkExtensionProperties *exts = calloc(next ? next : 1, sizeof *exts);
     if (exts) {
@@ -395,17 +394,17 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
                 has_budget = 1;
         free(exts);
     }
-    const char *dev_exts[] = {VK_EXT_MEMORY_BUDGET_EXTENSION_NAME};
-    float       prio       = 1.0f;
-    VkDeviceQueueCreateInfo qi = {.sType            = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
-                                  .queueFamilyIndex = c->qfam,
-                                  .queueCount       = 1,
-                                  .pQueuePriorities = &prio};
-    VkDeviceCreateInfo di = {.sType                   = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-                             .queueCreateInfoCount    = 1,
-                             .pQueueCreateInfos       = &qi,
-                             .enabledExtensionCount   = has_budget ? 1u : 0u,
-                             .ppEnabledExtensionNames = dev_exts};
+    const char             *dev_exts[] = {VK_EXT_MEMORY_BUDGET_EXTENSION_NAME};
+    float                   prio       = 1.0f;
+    VkDeviceQueueCreateInfo qi         = {.sType            = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                          .queueFamilyIndex = c->qfam,
+                                          .queueCount       = 1,
+                                          .pQueuePriorities = &prio};
+    VkDeviceCreateInfo      di         = {.sType                   = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                                          .queueCreateInfoCount    = 1,
+                                          .pQueueCreateInfos       = &qi,
+                                          .enabledExtensionCount   = has_budget ? 1u : 0u,
+                                          .ppEnabledExtensionNames = dev_exts};
     VK_CHECK(vkCreateDevice(c->phys, &di, NULL, &c->dev));
     vkGetDeviceQueue(c->dev, c->qfam, 0, &c->queue);
 
@@ -427,9 +426,8 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
                                               .descriptorType  = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                               .descriptorCount = 1,
                                               .stageFlags      = VK_SHADER_STAGE_COMPUTE_BIT};
-    VkDescriptorSetLayoutCreateInfo dli = {.sType        = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                           .bindingCount = 3,
-                                           .pBindings    = b};
+    VkDescriptorSetLayoutCreateInfo dli = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = 3, .pBindings = b};
     VK_CHECK(vkCreateDescriptorSetLayout(c->dev, &dli, NULL, &c->dsl));
     VkDescriptorPoolSize       ps  = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 3 * MAX_CHUNKS};
     VkDescriptorPoolCreateInfo dpi = {.sType         = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
@@ -453,8 +451,8 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     uint64_t avail = driver_budget(c, has_budget);
     c->budget      = budget_bytes ? budget_bytes : avail;
     if (budget_bytes && avail && budget_bytes > avail)
-        K3_LOG_WARN("vulkan: K3_VK_GB asks for %.2f GB but '%s' reports %.2f GB available", budget_bytes / 1e9,
-                    c->name, avail / 1e9);
+        K3_LOG_WARN("vulkan: K3_VK_GB asks for %.2f GB but '%s' reports %.2f GB available",
+                    budget_bytes / 1e9, c->name, avail / 1e9);
     K3_LOG_DEBUG("vulkan: opened '%s', budget %.2f GB", c->name, c->budget / 1e9); /* vkt_open says if used */
     *out = c;
     return K3_OK;
@@ -561,8 +559,8 @@ k3_status vk_upload(vk_ctx *c, const qmat *m, vk_mat *out) {
     uint64_t w_off = ch->used, s_off = w_off + align_up(wb, ARENA_ALIGN);
     if ((st = chunk_write(c, ch, w_off, m->w, wb)) != K3_OK)
         return st;
-    if (sb && (st = chunk_write(c, ch, s_off, m->type == Q_MXFP4 ? (const void *)m->e : (const void *)m->s, sb)) !=
-                  K3_OK)
+    if (sb && (st = chunk_write(c, ch, s_off, m->type == Q_MXFP4 ? (const void *)m->e : (const void *)m->s,
+                                sb)) != K3_OK)
         return st;
     ch->used += need;
     c->used += need;
@@ -578,7 +576,8 @@ k3_status vk_upload(vk_ctx *c, const qmat *m, vk_mat *out) {
 /* ---- dispatch -------------------------------------------------------------------- */
 
 static void record_matvec(vk_ctx *c, const vk_mat *m, uint32_t x_off, uint32_t y_off) {
-    static const int pipe_of[] = {[Q_F32] = PIPE_F32, [Q_I8] = PIPE_I8, [Q_I4] = PIPE_I4, [Q_MXFP4] = PIPE_MXFP4};
+    static const int pipe_of[] = {
+        [Q_F32] = PIPE_F32, [Q_I8] = PIPE_I8, [Q_I4] = PIPE_I4, [Q_MXFP4] = PIPE_MXFP4};
     vk_pc_matvec pc = {.rows  = (uint32_t)m->rows,
                        .cols  = (uint32_t)m->cols,
                        .w_off = m->w_off,
@@ -586,8 +585,8 @@ static void record_matvec(vk_ctx *c, const vk_mat *m, uint32_t x_off, uint32_t y
                        .x_off = x_off,
                        .y_off = y_off};
     vkCmdBindPipeline(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->pipe[pipe_of[m->type]]);
-    vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->playout, 0, 1, &c->chunks[m->chunk].set, 0,
-                            NULL);
+    vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->playout, 0, 1,
+                            &c->chunks[m->chunk].set, 0, NULL);
     vkCmdPushConstants(c->cmd, c->playout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
     uint32_t gx = (uint32_t)m->rows < MAX_GROUPS_X ? (uint32_t)m->rows : MAX_GROUPS_X;
     uint32_t gy = ((uint32_t)m->rows + MAX_GROUPS_X - 1) / MAX_GROUPS_X;
@@ -644,7 +643,12 @@ k3_status vk_expert_ffn(vk_ctx *c, int n, const vk_mat *const *mats, const float
     vkCmdBindPipeline(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->pipe[PIPE_GLU]);
     for (int e = 0; e < n; e++) {
         uint32_t  yb = (uint32_t)e * (2 * F + L);
-        vk_pc_glu pc = {.n = F, .g_off = yb, .u_off = yb + F, .o_off = in + (uint32_t)e * F, .beta1 = beta1, .beta2 = beta2};
+        vk_pc_glu pc = {.n     = F,
+                        .g_off = yb,
+                        .u_off = yb + F,
+                        .o_off = in + (uint32_t)e * F,
+                        .beta1 = beta1,
+                        .beta2 = beta2};
         vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->playout, 0, 1,
                                 &c->chunks[mats[3 * e]->chunk].set, 0, NULL);
         vkCmdPushConstants(c->cmd, c->playout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);

@@ -49,5 +49,5 @@ k3_status vk_matvec(vk_ctx *c, const vk_job *jobs, int n);
 k3_status vk_read_bandwidth(vk_ctx *c, uint64_t bytes, int reps, double *gbps);
 k3_status vk_matvec_repeat(vk_ctx *c, const vk_mat *m, const float *x, int reps, double *seconds);
 
-k3_status vk_expert_ffn(vk_ctx *c, int n, const vk_mat *const *mats, const float *z, float beta1,
-                        float beta2, float *out);
+k3_status vk_expert_ffn(vk_ctx *c, int n, const vk_mat *const *mats, const float *z, float beta1, float beta2,
+                        float *out);

@@ -22,18 +22,18 @@ typedef struct vkt vkt;
 
 /* What the tier needs of the model (no more: the tier does not see the model's structs). */
 typedef struct vkt_src {
-    int                n_layers;  /* layers run; the tier's layer tables are this long       */
-    int                n_experts; /* routed experts of an MoE layer (E)                      */
-    int                latent;    /* routed_expert_hidden_size (L)                           */
-    float              situ_beta, situ_linear_beta; /* the experts' activation constants     */
+    int   n_layers;                    /* layers run; the tier's layer tables are this long       */
+    int   n_experts;                   /* routed experts of an MoE layer (E)                      */
+    int   latent;                      /* routed_expert_hidden_size (L)                           */
+    float situ_beta, situ_linear_beta; /* the experts' activation constants     */
     /* (n_layers, 3): gate, up, down of layer l's shared experts; NULL for a dense layer */
     const qmat *const *shared;
 } vkt_src;
 
 typedef struct vkt_stats {
-    uint64_t used, budget;   /* device bytes                        */
-    uint64_t hits;           /* routed experts computed on the device */
-    int      experts;        /* routed experts resident              */
+    uint64_t used, budget; /* device bytes                        */
+    uint64_t hits;         /* routed experts computed on the device */
+    int      experts;      /* routed experts resident              */
 } vkt_stats;
 
 #if K3_VK
@@ -41,26 +41,59 @@ typedef struct vkt_stats {
 k3_status vkt_open(const vkt_src *src, vkt **out);
 void      vkt_close(vkt *t);
 /* Shared experts of MoE layer l for one token: out (D) = shared(x). 0 when not resident. */
-int       vkt_shared(vkt *t, int l, const float *x, float *out);
+int vkt_shared(vkt *t, int l, const float *x, float *out);
 /* Of ids[n], move the device-resident experts to res[] (returns their count) and leave the
  * others, in order, at the front of ids (*n updated). */
-int       vkt_split(vkt *t, int l, int *ids, int *n, int *res);
+int vkt_split(vkt *t, int l, int *ids, int *n, int *res);
 /* Run resident experts res[nr] on latent z (L): out[i] (L) = expert res[i](z). */
 k3_status vkt_experts(vkt *t, int l, const int *res, int nr, const float *z, float *out);
 /* Expert e of layer l (w1 gate, w3 up, w2 down) just read into RAM: upload it if the step
  * quota and the budget allow. */
-void      vkt_offer(vkt *t, int l, int e, const qmat *w1, const qmat *w3, const qmat *w2);
-void      vkt_get_stats(const vkt *t, vkt_stats *out);
+void vkt_offer(vkt *t, int l, int e, const qmat *w1, const qmat *w3, const qmat *w2);
+void vkt_get_stats(const vkt *t, vkt_stats *out);
 #else
-static inline k3_status vkt_open(const vkt_src *src, vkt **out) { (void)src; *out = NULL; return K3_OK; }
-static inline void vkt_close(vkt *t) { (void)t; }
-static inline int vkt_shared(vkt *t, int l, const float *x, float *out) { (void)t; (void)l; (void)x; (void)out; return 0; }
-static inline int vkt_split(vkt *t, int l, int *ids, int *n, int *res) { (void)t; (void)l; (void)ids; (void)n; (void)res; return 0; }
+static inline k3_status vkt_open(const vkt_src *src, vkt **out) {
+    (void)src;
+    *out = NULL;
+    return K3_OK;
+}
+static inline void vkt_close(vkt *t) {
+    (void)t;
+}
+static inline int vkt_shared(vkt *t, int l, const float *x, float *out) {
+    (void)t;
+    (void)l;
+    (void)x;
+    (void)out;
+    return 0;
+}
+static inline int vkt_split(vkt *t, int l, int *ids, int *n, int *res) {
+    (void)t;
+    (void)l;
+    (void)ids;
+    (void)n;
+    (void)res;
+    return 0;
+}
 static inline k3_status vkt_experts(vkt *t, int l, const int *res, int nr, const float *z, float *out) {
-    (void)t; (void)l; (void)res; (void)nr; (void)z; (void)out; return K3_OK;
+    (void)t;
+    (void)l;
+    (void)res;
+    (void)nr;
+    (void)z;
+    (void)out;
+    return K3_OK;
 }
 static inline void vkt_offer(vkt *t, int l, int e, const qmat *w1, const qmat *w3, const qmat *w2) {
-    (void)t; (void)l; (void)e; (void)w1; (void)w3; (void)w2;
+    (void)t;
+    (void)l;
+    (void)e;
+    (void)w1;
+    (void)w3;
+    (void)w2;
 }
-static inline void vkt_get_stats(const vkt *t, vkt_stats *out) { (void)t; *out = (vkt_stats){0}; }
+static inline void vkt_get_stats(const vkt *t, vkt_stats *out) {
+    (void)t;
+    *out = (vkt_stats){0};
+}
 #endif

@@ -14,7 +14,7 @@ static void setup(void) {
     if (system(cmd))
         abort();
     snprintf(cmd, sizeof cmd, "%s/tiktoken.model", path);
-    FILE *f = fopen(cmd, "w");
+    FILE             *f   = fopen(cmd, "w");
     static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     for (int b = 0; b < 256; b++)
         fprintf(f, "%c%c== %d\n", A[b >> 2], A[(b & 3) << 4], b);
@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!tk)
         setup();
     static const char *names[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
-    k3_chat_parser *p;
+    k3_chat_parser    *p;
     FZ_CHECK(k3_chat_parser_new(tk, size && (data[0] & 1), &p) == K3_OK);
     size_t in_text = 0, out_text = 0;
     int    structural = 0;

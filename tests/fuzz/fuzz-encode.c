@@ -7,9 +7,10 @@ static k3_tok *tk[2];
 
 static void b64(const uint8_t *s, size_t n, char *out) {
     static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t            o = 0;
+    size_t            o   = 0;
     for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
+        uint32_t v =
+            (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
         out[o++] = A[v >> 18];
         out[o++] = A[(v >> 12) & 63];
         out[o++] = i + 1 < n ? A[(v >> 6) & 63] : '=';
@@ -20,9 +21,10 @@ static void b64(const uint8_t *s, size_t n, char *out) {
 
 /* 256 single bytes, then merges that make multi-byte tokens (ASCII words, UTF-8 pieces). */
 static void setup(void) {
-    static const char *merges[] = {"th", "he", "the", " t", " the", "in", "ing", "er", "  ", "\n\n", "12",
-                                   "123", "\xe4\xb8", "\xe4\xb8\xad", "\xf0\x9f", "'s", " a", "an", "and"};
-    char path[512], line[64];
+    static const char *merges[] = {"th",       "he", "the",  " t", " the", "in",       "ing",
+                                   "er",       "  ", "\n\n", "12", "123",  "\xe4\xb8", "\xe4\xb8\xad",
+                                   "\xf0\x9f", "'s", " a",   "an", "and"};
+    char               path[512], line[64];
     snprintf(path, sizeof path, "%s/vocab", fz_scratch());
     char cmd[600];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", path);

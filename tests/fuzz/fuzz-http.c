@@ -8,7 +8,7 @@
 #include "serve-http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const char *p = (const char *)data;
+    const char *p        = (const char *)data;
     char        err[512] = "";
     if (serve_check_body(p, size, err, sizeof err) != 0)
         FZ_CHECK(err[0] != 0);

@@ -9,11 +9,11 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2)
         return 0;
-    int      width = 1 + data[0] % 160;
-    unsigned flags = data[1] & (MD_OSC8 | MD_STREAMING);
-    const char *s  = (const char *)data + 2;
-    size_t      n  = size - 2;
-    char *copy = malloc(n + 1);
+    int         width = 1 + data[0] % 160;
+    unsigned    flags = data[1] & (MD_OSC8 | MD_STREAMING);
+    const char *s     = (const char *)data + 2;
+    size_t      n     = size - 2;
+    char       *copy  = malloc(n + 1);
     if (!copy)
         return 0;
     memcpy(copy, s, n);
@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     /* streaming: the text arrives in two pieces */
-    md_stream st = {0};
+    md_stream st  = {0};
     size_t    cut = n ? data[0] * n / 256 : 0;
     memcpy(copy, s, cut);
     md_stream_update(&st, copy, cut, width, THM_ASSISTANT, MD_STREAMING);

@@ -57,10 +57,10 @@ static void fz_write_split(const char *first, const char *second, const uint8_t 
         unlink(fz_write(second, data, 0));
 }
 
-#define FZ_CHECK(x)                                                                                \
-    do {                                                                                           \
-        if (!(x)) {                                                                                \
-            fprintf(stderr, "fuzz property failed: %s (%s:%d)\n", #x, __FILE__, __LINE__);         \
-            abort();                                                                               \
-        }                                                                                          \
+#define FZ_CHECK(x)                                                                                          \
+    do {                                                                                                     \
+        if (!(x)) {                                                                                          \
+            fprintf(stderr, "fuzz property failed: %s (%s:%d)\n", #x, __FILE__, __LINE__);                   \
+            abort();                                                                                         \
+        }                                                                                                    \
     } while (0)

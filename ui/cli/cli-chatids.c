@@ -11,7 +11,7 @@
 
 int cli_chat_ids(const cli_opts *o) {
     k3_tok          *tok = NULL;
-    k3_conv         *c = k3_conv_new();
+    k3_conv         *c   = k3_conv_new();
     k3_ids           ids = {0};
     k3_load_info     info;
     k3_conv_settings set;
@@ -23,8 +23,10 @@ int cli_chat_ids(const cli_opts *o) {
     if (k3_tok_load(o->dir, o->pattern, &tok) || k3_conv_load(c, o->file, &info))
         goto fail;
     if (info.utf8_fixed) /* the one rule for invalid UTF-8: U+FFFD, and say so */
-        fprintf(stderr, "k3chat: %s: invalid UTF-8 replaced with U+FFFD (%d sequence%s, the first at line %d, byte %d)\n",
-                o->file, info.utf8_fixed, info.utf8_fixed == 1 ? "" : "s", info.utf8_line, info.utf8_byte);
+        fprintf(
+            stderr,
+            "k3chat: %s: invalid UTF-8 replaced with U+FFFD (%d sequence%s, the first at line %d, byte %d)\n",
+            o->file, info.utf8_fixed, info.utf8_fixed == 1 ? "" : "s", info.utf8_line, info.utf8_byte);
     k3_conv_get_settings(c, &set);
     if (o->think >= 0)
         set.think = o->think;

@@ -27,10 +27,13 @@
 static int parse_ids(const char *s, int32_t **out) {
     int      n = 0, cap = 64;
     int32_t *v = malloc((size_t)cap * sizeof *v);
-    if (!v) return -1;
+    if (!v)
+        return -1;
     for (;;) {
-        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == ',') s++;
-        if (!*s) break;
+        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == ',')
+            s++;
+        if (!*s)
+            break;
         char *end;
         errno  = 0;
         long x = strtol(s, &end, 10);
@@ -64,8 +67,7 @@ static void emit(FILE *f, const char *t, size_t n) {
 /* --prompt: [system], user message -> chat encoder -> generate -> output parser; the
  * response channel to stdout, the think channel to stderr. Stops at <|end_of_msg|>,
  * eos_token_id, --max-tokens or the context capacity. */
-static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s,
-                          const k3_sampler_params *sp) {
+static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
     k3_tok         *tok = NULL;
     k3_chat_parser *prs = NULL;
     k3_sampler     *smp = NULL;
@@ -74,7 +76,8 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s,
     int             rc = 1, think = o->think >= 0 ? o->think : 1;
     k3_chat_msg     msgs[2];
     size_t          nm = 0;
-    if (o->system && *o->system) msgs[nm++] = (k3_chat_msg){.role = "system", .content = o->system};
+    if (o->system && *o->system)
+        msgs[nm++] = (k3_chat_msg){.role = "system", .content = o->system};
     msgs[nm++]       = (k3_chat_msg){.role = "user", .content = o->prompt};
     k3_chat_opts opt = {.think = think, .effort = o->effort, .gen_prompt = 1};
     if ((st = k3_tok_load(o->dir, NULL, &tok)) || (st = k3_chat_encode(tok, msgs, nm, &opt, &ids)) ||
@@ -92,22 +95,25 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s,
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
-    int         max_tokens = o->max_tokens > 0 ? o->max_tokens : info.max_ctx; /* 0: no limit, as in the chat */
-    k3_chat_out out        = {0};
+    int max_tokens    = o->max_tokens > 0 ? o->max_tokens : info.max_ctx; /* 0: no limit, as in the chat */
+    k3_chat_out out   = {0};
     int         ended = 0, thought = 0;
     for (int i = 0; i < max_tokens && !ended; i++) {
         int32_t t = k3_sampler_sample(smp, k3_session_logits(s), info.vocab);
-        if ((st = k3_chat_parser_feed(prs, t, &out))) break;
+        if ((st = k3_chat_parser_feed(prs, t, &out)))
+            break;
         emit(stderr, out.think, out.think_len);
         emit(stdout, out.response, out.response_len);
         thought |= out.think_len > 0;
         ended = out.end || t == info.eos_id;
-        if (ended || i + 1 == max_tokens) break;
+        if (ended || i + 1 == max_tokens)
+            break;
         if (k3_session_pos(s) >= info.max_ctx) {
             fprintf(stderr, "\nk3chat: stopped: the context (K3_MAXT=%d) is full\n", info.max_ctx);
             break;
         }
-        if ((st = k3_session_feed(s, &t, 1))) break;
+        if ((st = k3_session_feed(s, &t, 1)))
+            break;
     }
     if (!ended) {
         k3_chat_parser_finish(prs, &out);
@@ -115,10 +121,13 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s,
         emit(stdout, out.response, out.response_len);
         thought |= out.think_len > 0;
     }
-    if (thought) fputc('\n', stderr);
+    if (thought)
+        fputc('\n', stderr);
     printf("\n");
-    if (st) fprintf(stderr, "k3chat: %s\n", k3_errmsg());
-    else rc = 0;
+    if (st)
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+    else
+        rc = 0;
 done:
     k3_sampler_free(smp);
     k3_chat_parser_free(prs);
@@ -131,7 +140,8 @@ done:
 static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
     int32_t *ids = NULL;
     int      n   = parse_ids(o->ids, &ids);
-    if (n < 0) return 2;
+    if (n < 0)
+        return 2;
     if (n == 0) {
         fprintf(stderr, "k3chat: --ids: no token ids given\n");
         free(ids);
@@ -149,13 +159,16 @@ static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_s
     k3_status st         = k3_session_feed(s, ids, n);
     for (int i = 0; !st && i < max_tokens; i++) {
         int32_t t = k3_sampler_sample(smp, k3_session_logits(s), info.vocab);
-        if (t == info.eos_id) break;
+        if (t == info.eos_id)
+            break;
         printf(i ? " %d" : "%d", (int)t);
         fflush(stdout);
-        if (i + 1 < max_tokens) st = k3_session_feed(s, &t, 1);
+        if (i + 1 < max_tokens)
+            st = k3_session_feed(s, &t, 1);
     }
     printf("\n");
-    if (st) fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+    if (st)
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
     k3_sampler_free(smp);
     free(ids);
     return st ? 1 : 0;
@@ -182,8 +195,10 @@ int cli_oneshot(const cli_opts *o) {
     }
     k3_sampler_params sp;
     k3_sampler_params_default(m, &sp);
-    if (!isnan(o->temp)) sp.temp = o->temp;
-    if (!isnan(o->top_p)) sp.top_p = o->top_p;
+    if (!isnan(o->temp))
+        sp.temp = o->temp;
+    if (!isnan(o->top_p))
+        sp.top_p = o->top_p;
     sp.seed = o->has_seed ? o->seed : (uint64_t)time(NULL);
     rc      = o->ids ? oneshot_ids(o, m, s, &sp) : oneshot_prompt(o, m, s, &sp);
 done:

@@ -21,16 +21,19 @@ static char *slurp(const char *path, size_t *len) {
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
+    char  *b = malloc(cap);
     while (b) {
         n += fread(b + n, 1, cap - n - 1, f);
-        if (n < cap - 1) break;
+        if (n < cap - 1)
+            break;
         char *nb = realloc(b, cap *= 2);
-        if (!nb) free(b);
+        if (!nb)
+            free(b);
         b = nb;
     }
     int err = ferror(f);
-    if (f != stdin) fclose(f);
+    if (f != stdin)
+        fclose(f);
     if (!b || err) {
         fprintf(stderr, "k3chat: %s: %s\n", path, b ? "read error" : "out of memory");
         free(b);
@@ -52,17 +55,20 @@ static k3_tok *load(const cli_opts *o) {
 
 int cli_tokenize(const cli_opts *o) {
     size_t len;
-    char *text = slurp(o->file, &len);
-    if (!text) return 1;
-    k3_tok *t = load(o);
-    k3_ids ids = {0};
-    int rc = 1;
-    if (!t) goto done;
+    char  *text = slurp(o->file, &len);
+    if (!text)
+        return 1;
+    k3_tok *t   = load(o);
+    k3_ids  ids = {0};
+    int     rc  = 1;
+    if (!t)
+        goto done;
     if (k3_tok_encode(t, text, len, 0, &ids)) {
         fprintf(stderr, "k3chat: %s: %s\n", o->file, k3_errmsg());
         goto done;
     }
-    for (size_t i = 0; i < ids.n; i++) printf(i ? " %d" : "%d", ids.v[i]);
+    for (size_t i = 0; i < ids.n; i++)
+        printf(i ? " %d" : "%d", ids.v[i]);
     printf("\n");
     rc = fflush(stdout) ? 1 : 0;
 done:
@@ -74,24 +80,29 @@ done:
 
 int cli_detokenize(const cli_opts *o) {
     size_t len;
-    char *text = slurp(o->file, &len);
-    if (!text) return 1;
-    k3_tok *t = load(o);
-    k3_ids ids = {0};
-    char *bytes = NULL;
-    size_t nb;
-    int rc = 1;
-    if (!t) goto done;
+    char  *text = slurp(o->file, &len);
+    if (!text)
+        return 1;
+    k3_tok *t     = load(o);
+    k3_ids  ids   = {0};
+    char   *bytes = NULL;
+    size_t  nb;
+    int     rc = 1;
+    if (!t)
+        goto done;
     for (char *p = text;;) {
-        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
-        if (!*p) break;
+        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
+            p++;
+        if (!*p)
+            break;
         char *end;
-        errno = 0;
+        errno  = 0;
         long v = strtol(p, &end, 10);
         if (end == p || errno || v < 0 || v >= k3_tok_n_vocab(t) ||
             (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')) {
             int w = 0;
-            while (p[w] && p[w] != ' ' && p[w] != '\n' && w < 40) w++;
+            while (p[w] && p[w] != ' ' && p[w] != '\n' && w < 40)
+                w++;
             fprintf(stderr, "k3chat: %s: token %zu: '%.*s' is not an id in 0..%d\n", o->file, ids.n + 1, w, p,
                     k3_tok_n_vocab(t) - 1);
             goto done;

@@ -16,36 +16,38 @@
 #include <unistd.h>
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: k3chat [OPTIONS] MODEL_DIR          full-screen chat (line mode if not a terminal)\n"
-            "       k3chat MODEL_DIR --prompt TEXT       one-shot answer (response to stdout, reasoning to stderr)\n"
-            "       k3chat MODEL_DIR --ids \"1 2 3\"       one-shot from raw token ids\n"
-            "       k3chat --inspect MODEL_DIR          describe a checkpoint, or its first error\n"
-            "       k3chat --tokenize VOCAB_DIR FILE    print the token ids of FILE\n"
-            "       k3chat --detokenize VOCAB_DIR FILE  write the bytes of the ids in FILE\n"
-            "       k3chat --chat-ids MODEL_DIR TRANSCRIPT  ids the chat encoder makes for a transcript\n"
-            "       k3chat MODEL_DIR --replay FILE      re-run a transcript's user turns and compare\n"
-            "       k3chat MODEL_DIR --serve [ADDR:]PORT  OpenAI-compatible HTTP server (127.0.0.1 by default)\n"
-            "       k3chat --endpoint URL [--model NAME]  chat with a remote OpenAI-compatible server\n"
-            "\n"
-            "options:\n"
-            "  --plain             line-mode REPL instead of the full-screen interface\n"
-            "  --load FILE         continue a saved conversation (transcript)\n"
-            "  --system TEXT       system prompt\n"
-            "  --max-tokens N      stop after N generated tokens\n"
-            "  --temp T            sampling temperature (0 = greedy)\n"
-            "  --top-p P           nucleus sampling threshold\n"
-            "  --seed S            random seed for reproducible sampling\n"
-            "  --think on|off      thinking mode (default on)\n"
-            "  --effort low|high|max  thinking effort (default max)\n"
-            "  --pattern kimi|o200k   pre-tokenizer family for --tokenize/--detokenize\n"
-            "  --theme NAME        color theme\n"
-            "  --api-key KEY       bearer token --serve demands of clients, --endpoint sends (or K3_API_KEY)\n"
-            "  --model NAME        model name served (--serve) or requested (--endpoint)\n"
-            "  --allow-host NAMES  Host names (comma-separated) a --serve without a key answers\n"
-            "  --parallel N        requests --serve generates at once (1..64, default 4)\n"
-            "  -h, --help          this help;  -V, --version  the version\n"
-            "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
+    fprintf(
+        f,
+        "usage: k3chat [OPTIONS] MODEL_DIR          full-screen chat (line mode if not a terminal)\n"
+        "       k3chat MODEL_DIR --prompt TEXT       one-shot answer (response to stdout, reasoning to "
+        "stderr)\n"
+        "       k3chat MODEL_DIR --ids \"1 2 3\"       one-shot from raw token ids\n"
+        "       k3chat --inspect MODEL_DIR          describe a checkpoint, or its first error\n"
+        "       k3chat --tokenize VOCAB_DIR FILE    print the token ids of FILE\n"
+        "       k3chat --detokenize VOCAB_DIR FILE  write the bytes of the ids in FILE\n"
+        "       k3chat --chat-ids MODEL_DIR TRANSCRIPT  ids the chat encoder makes for a transcript\n"
+        "       k3chat MODEL_DIR --replay FILE      re-run a transcript's user turns and compare\n"
+        "       k3chat MODEL_DIR --serve [ADDR:]PORT  OpenAI-compatible HTTP server (127.0.0.1 by default)\n"
+        "       k3chat --endpoint URL [--model NAME]  chat with a remote OpenAI-compatible server\n"
+        "\n"
+        "options:\n"
+        "  --plain             line-mode REPL instead of the full-screen interface\n"
+        "  --load FILE         continue a saved conversation (transcript)\n"
+        "  --system TEXT       system prompt\n"
+        "  --max-tokens N      stop after N generated tokens\n"
+        "  --temp T            sampling temperature (0 = greedy)\n"
+        "  --top-p P           nucleus sampling threshold\n"
+        "  --seed S            random seed for reproducible sampling\n"
+        "  --think on|off      thinking mode (default on)\n"
+        "  --effort low|high|max  thinking effort (default max)\n"
+        "  --pattern kimi|o200k   pre-tokenizer family for --tokenize/--detokenize\n"
+        "  --theme NAME        color theme\n"
+        "  --api-key KEY       bearer token --serve demands of clients, --endpoint sends (or K3_API_KEY)\n"
+        "  --model NAME        model name served (--serve) or requested (--endpoint)\n"
+        "  --allow-host NAMES  Host names (comma-separated) a --serve without a key answers\n"
+        "  --parallel N        requests --serve generates at once (1..64, default 4)\n"
+        "  -h, --help          this help;  -V, --version  the version\n"
+        "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
 
 /* An option's number: cmd_num, the parser and range the slash commands use (cmd.h). */
@@ -79,13 +81,20 @@ static void hold_std_fds(void) {
 
 static int run_mode(const cli_opts *o) {
     switch (o->mode) {
-    case CLI_INSPECT: return cli_inspect(o);
-    case CLI_TOKENIZE: return cli_tokenize(o);
-    case CLI_DETOKENIZE: return cli_detokenize(o);
-    case CLI_CHAT_IDS: return cli_chat_ids(o);
-    case CLI_ONESHOT: return cli_oneshot(o);
-    case CLI_REPLAY: return cli_replay(o);
-    case CLI_SERVE: return cli_serve(o);
+    case CLI_INSPECT:
+        return cli_inspect(o);
+    case CLI_TOKENIZE:
+        return cli_tokenize(o);
+    case CLI_DETOKENIZE:
+        return cli_detokenize(o);
+    case CLI_CHAT_IDS:
+        return cli_chat_ids(o);
+    case CLI_ONESHOT:
+        return cli_oneshot(o);
+    case CLI_REPLAY:
+        return cli_replay(o);
+    case CLI_SERVE:
+        return cli_serve(o);
     case CLI_CHAT:
         if (o->plain || !isatty(0) || !isatty(1))
             return cli_plain(o);
@@ -97,7 +106,7 @@ static int run_mode(const cli_opts *o) {
 /* A transcript given to --load is read before anything starts (a bad one is a usage error, as
  * a bad --theme is); the chat reads it again when the engine is up. */
 static int check_load(const char *path) {
-    k3_conv *c = k3_conv_new();
+    k3_conv *c  = k3_conv_new();
     int      rc = 0;
     if (!c || k3_conv_load(c, path, NULL) != K3_OK) {
         fprintf(stderr, "k3chat: --load: %s\n", c ? k3_errmsg() : "out of memory");
@@ -134,25 +143,58 @@ static int stdout_done(int rc) {
 
 int main(int argc, char **argv) {
     enum {
-        O_INSPECT = 256, O_TOKENIZE, O_DETOKENIZE, O_CHAT_IDS, O_PROMPT, O_IDS, O_PATTERN, O_LOAD,
-        O_REPLAY, O_THEME, O_SYSTEM, O_MAXTOK, O_TEMP, O_TOPP, O_SEED, O_THINK, O_EFFORT, O_PLAIN,
-        O_SERVE, O_ENDPOINT, O_APIKEY, O_MODEL, O_ALLOWHOST, O_PARALLEL
+        O_INSPECT = 256,
+        O_TOKENIZE,
+        O_DETOKENIZE,
+        O_CHAT_IDS,
+        O_PROMPT,
+        O_IDS,
+        O_PATTERN,
+        O_LOAD,
+        O_REPLAY,
+        O_THEME,
+        O_SYSTEM,
+        O_MAXTOK,
+        O_TEMP,
+        O_TOPP,
+        O_SEED,
+        O_THINK,
+        O_EFFORT,
+        O_PLAIN,
+        O_SERVE,
+        O_ENDPOINT,
+        O_APIKEY,
+        O_MODEL,
+        O_ALLOWHOST,
+        O_PARALLEL
     };
-    static const struct option lo[] = {
-        {"inspect", no_argument, 0, O_INSPECT},      {"tokenize", no_argument, 0, O_TOKENIZE},
-        {"detokenize", no_argument, 0, O_DETOKENIZE}, {"chat-ids", no_argument, 0, O_CHAT_IDS},
-        {"prompt", required_argument, 0, O_PROMPT},  {"ids", required_argument, 0, O_IDS},
-        {"pattern", required_argument, 0, O_PATTERN}, {"load", required_argument, 0, O_LOAD},
-        {"replay", required_argument, 0, O_REPLAY},  {"theme", required_argument, 0, O_THEME},
-        {"system", required_argument, 0, O_SYSTEM},  {"max-tokens", required_argument, 0, O_MAXTOK},
-        {"temp", required_argument, 0, O_TEMP},      {"top-p", required_argument, 0, O_TOPP},
-        {"seed", required_argument, 0, O_SEED},      {"think", required_argument, 0, O_THINK},
-        {"effort", required_argument, 0, O_EFFORT},  {"plain", no_argument, 0, O_PLAIN},
-        {"serve", required_argument, 0, O_SERVE},    {"endpoint", required_argument, 0, O_ENDPOINT},
-        {"api-key", required_argument, 0, O_APIKEY}, {"model", required_argument, 0, O_MODEL},
-        {"allow-host", required_argument, 0, O_ALLOWHOST}, {"parallel", required_argument, 0, O_PARALLEL},
-        {"help", no_argument, 0, 'h'},               {"version", no_argument, 0, 'V'},
-        {0, 0, 0, 0}};
+    static const struct option lo[] = {{"inspect", no_argument, 0, O_INSPECT},
+                                       {"tokenize", no_argument, 0, O_TOKENIZE},
+                                       {"detokenize", no_argument, 0, O_DETOKENIZE},
+                                       {"chat-ids", no_argument, 0, O_CHAT_IDS},
+                                       {"prompt", required_argument, 0, O_PROMPT},
+                                       {"ids", required_argument, 0, O_IDS},
+                                       {"pattern", required_argument, 0, O_PATTERN},
+                                       {"load", required_argument, 0, O_LOAD},
+                                       {"replay", required_argument, 0, O_REPLAY},
+                                       {"theme", required_argument, 0, O_THEME},
+                                       {"system", required_argument, 0, O_SYSTEM},
+                                       {"max-tokens", required_argument, 0, O_MAXTOK},
+                                       {"temp", required_argument, 0, O_TEMP},
+                                       {"top-p", required_argument, 0, O_TOPP},
+                                       {"seed", required_argument, 0, O_SEED},
+                                       {"think", required_argument, 0, O_THINK},
+                                       {"effort", required_argument, 0, O_EFFORT},
+                                       {"plain", no_argument, 0, O_PLAIN},
+                                       {"serve", required_argument, 0, O_SERVE},
+                                       {"endpoint", required_argument, 0, O_ENDPOINT},
+                                       {"api-key", required_argument, 0, O_APIKEY},
+                                       {"model", required_argument, 0, O_MODEL},
+                                       {"allow-host", required_argument, 0, O_ALLOWHOST},
+                                       {"parallel", required_argument, 0, O_PARALLEL},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"version", no_argument, 0, 'V'},
+                                       {0, 0, 0, 0}};
     hold_std_fds();
     /* a reader that went away (k3chat ... | head) is a write error reported with a message and
      * status 1, not a silent death by SIGPIPE (141) */
@@ -162,15 +204,36 @@ int main(int argc, char **argv) {
     int      c;
     while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
         switch (c) {
-        case 'h': usage(stdout); return 0;
-        case 'V': printf("k3chat %s\n", k3_version()); return 0;
-        case O_INSPECT: o.mode = CLI_INSPECT; break;
-        case O_TOKENIZE: o.mode = CLI_TOKENIZE; break;
-        case O_DETOKENIZE: o.mode = CLI_DETOKENIZE; break;
-        case O_CHAT_IDS: o.mode = CLI_CHAT_IDS; break;
-        case O_PROMPT: o.mode = CLI_ONESHOT; o.prompt = optarg; break;
-        case O_IDS: o.mode = CLI_ONESHOT; o.ids = optarg; break;
-        case O_REPLAY: o.mode = CLI_REPLAY; o.file = optarg; break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("k3chat %s\n", k3_version());
+            return 0;
+        case O_INSPECT:
+            o.mode = CLI_INSPECT;
+            break;
+        case O_TOKENIZE:
+            o.mode = CLI_TOKENIZE;
+            break;
+        case O_DETOKENIZE:
+            o.mode = CLI_DETOKENIZE;
+            break;
+        case O_CHAT_IDS:
+            o.mode = CLI_CHAT_IDS;
+            break;
+        case O_PROMPT:
+            o.mode   = CLI_ONESHOT;
+            o.prompt = optarg;
+            break;
+        case O_IDS:
+            o.mode = CLI_ONESHOT;
+            o.ids  = optarg;
+            break;
+        case O_REPLAY:
+            o.mode = CLI_REPLAY;
+            o.file = optarg;
+            break;
         case O_PATTERN:
             if (strcmp(optarg, "kimi") && strcmp(optarg, "o200k")) {
                 fprintf(stderr, "k3chat: --pattern: '%s' is not kimi or o200k\n", optarg);
@@ -178,19 +241,28 @@ int main(int argc, char **argv) {
             }
             o.pattern = optarg;
             break;
-        case O_LOAD: o.load = optarg; break;
-        case O_THEME: o.theme = optarg; break;
-        case O_SYSTEM: o.system = optarg; break;
+        case O_LOAD:
+            o.load = optarg;
+            break;
+        case O_THEME:
+            o.theme = optarg;
+            break;
+        case O_SYSTEM:
+            o.system = optarg;
+            break;
         case O_MAXTOK:
-            if (parse_num("--max-tokens", optarg, 0, 1e9, 1, &v)) return 2;
+            if (parse_num("--max-tokens", optarg, 0, 1e9, 1, &v))
+                return 2;
             o.max_tokens = (int)v;
             break;
         case O_TEMP:
-            if (parse_cmd_num("--temp", CMD_TEMP, optarg, &v)) return 2;
+            if (parse_cmd_num("--temp", CMD_TEMP, optarg, &v))
+                return 2;
             o.temp = (float)v;
             break;
         case O_TOPP:
-            if (parse_cmd_num("--top-p", CMD_TOPP, optarg, &v)) return 2;
+            if (parse_cmd_num("--top-p", CMD_TOPP, optarg, &v))
+                return 2;
             o.top_p = (float)v;
             break;
         case O_SEED: {
@@ -199,15 +271,18 @@ int main(int argc, char **argv) {
             errno  = 0;
             o.seed = strtoull(optarg, &end, 10);
             if (!optarg[0] || optarg[strspn(optarg, "0123456789")] || errno || o.seed > (uint64_t)INT64_MAX) {
-                fprintf(stderr, "k3chat: --seed: '%s' is not an integer in 0..%lld\n", optarg, (long long)INT64_MAX);
+                fprintf(stderr, "k3chat: --seed: '%s' is not an integer in 0..%lld\n", optarg,
+                        (long long)INT64_MAX);
                 return 2;
             }
             o.has_seed = 1;
             break;
         }
         case O_THINK:
-            if (!strcmp(optarg, "on")) o.think = 1;
-            else if (!strcmp(optarg, "off")) o.think = 0;
+            if (!strcmp(optarg, "on"))
+                o.think = 1;
+            else if (!strcmp(optarg, "off"))
+                o.think = 0;
             else {
                 fprintf(stderr, "k3chat: --think: '%s' is not on or off\n", optarg);
                 return 2;
@@ -221,17 +296,33 @@ int main(int argc, char **argv) {
             }
             o.effort = optarg;
             break;
-        case O_PLAIN: o.plain = 1; break;
-        case O_SERVE: o.mode = CLI_SERVE; o.serve = optarg; break;
-        case O_ENDPOINT: o.endpoint = optarg; break;
-        case O_APIKEY: o.api_key = optarg; break;
-        case O_MODEL: o.model_name = optarg; break;
-        case O_ALLOWHOST: o.allow_hosts = optarg; break;
+        case O_PLAIN:
+            o.plain = 1;
+            break;
+        case O_SERVE:
+            o.mode  = CLI_SERVE;
+            o.serve = optarg;
+            break;
+        case O_ENDPOINT:
+            o.endpoint = optarg;
+            break;
+        case O_APIKEY:
+            o.api_key = optarg;
+            break;
+        case O_MODEL:
+            o.model_name = optarg;
+            break;
+        case O_ALLOWHOST:
+            o.allow_hosts = optarg;
+            break;
         case O_PARALLEL:
-            if (parse_num("--parallel", optarg, 1, 64, 1, &v)) return 2;
+            if (parse_num("--parallel", optarg, 1, 64, 1, &v))
+                return 2;
             o.parallel = (int)v;
             break;
-        default: usage(stderr); return 2;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (!o.api_key && getenv("K3_API_KEY") && *getenv("K3_API_KEY"))
@@ -240,10 +331,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
         return 2;
     }
-    int nargs = argc - optind, want = (o.mode == CLI_TOKENIZE || o.mode == CLI_DETOKENIZE ||
-                                       o.mode == CLI_CHAT_IDS) ? 2 : o.endpoint ? 0 : 1;
+    int nargs = argc - optind,
+        want  = (o.mode == CLI_TOKENIZE || o.mode == CLI_DETOKENIZE || o.mode == CLI_CHAT_IDS) ? 2
+                : o.endpoint                                                                   ? 0
+                                                                                               : 1;
     if (nargs != want) {
-        fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want != 1 ? "s" : "", nargs);
+        fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want != 1 ? "s" : "",
+                nargs);
         return 2;
     }
     o.dir = want ? argv[optind] : NULL;

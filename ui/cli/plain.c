@@ -32,9 +32,9 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t got_int;
-static void on_int(int sig) {
-    (void)sig;
-    got_int = 1;
+static void                  on_int(int sig) {
+                     (void)sig;
+                     got_int = 1;
 }
 
 typedef struct plain {
@@ -48,15 +48,15 @@ typedef struct plain {
     int           want_stats; /* /stats asked: print the next requested EV_STATS            */
     ue_stats      st;         /* the last turn's statistics (EV_DONE)                        */
     load_prog     lp;         /* the loading line on stderr (loadprog.h)                    */
-    unsigned      acked;   /* EV_ACKs seen: the worker has run this many commands */
-    int           out_err; /* errno of the first failed write to stdout (0: none) */
-    txt_buf      *ans;     /* (n_ans) the answers of the conversation, for /copy */
+    unsigned      acked;      /* EV_ACKs seen: the worker has run this many commands */
+    int           out_err;    /* errno of the first failed write to stdout (0: none) */
+    txt_buf      *ans;        /* (n_ans) the answers of the conversation, for /copy */
     int           n_ans, cap_ans;
-    txt_buf       cur;     /* the answer streaming now                            */
+    txt_buf       cur;       /* the answer streaming now                            */
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
     int           edit_pending;
     EditLine     *el;
-    int           lineno;  /* input lines read so far                             */
+    int           lineno; /* input lines read so far                             */
 } plain;
 
 /* Keep an answer (an owned copy) for /copy; pop = drop the last one. */
@@ -109,12 +109,15 @@ static void print_stats(plain *p, const ue_stats *now) {
     fprintf(stderr, "k3chat: settings: %s\n", set);
     const ue_stats *s = &p->st;
     if (s->n_think + s->n_response > 0 || s->n_prefill > 0)
-        fprintf(stderr, "k3chat: last turn: %d reasoning + %d answer tokens, %.1f tok/s, first token after %.2f s, "
-                        "%d prompt tokens processed\n",
-                s->n_think, s->n_response, s->tok_s > 0 ? s->tok_s : 0, s->ttft_s > 0 ? s->ttft_s : 0, s->n_prefill);
+        fprintf(stderr,
+                "k3chat: last turn: %d reasoning + %d answer tokens, %.1f tok/s, first token after %.2f s, "
+                "%d prompt tokens processed\n",
+                s->n_think, s->n_response, s->tok_s > 0 ? s->tok_s : 0, s->ttft_s > 0 ? s->ttft_s : 0,
+                s->n_prefill);
     else
         fprintf(stderr, "k3chat: last turn: none yet\n");
-    fprintf(stderr, "k3chat: context: %d of %d tokens; memory: %.2f GB resident", now->ctx_used, now->ctx_max, now->mem_gb);
+    fprintf(stderr, "k3chat: context: %d of %d tokens; memory: %.2f GB resident", now->ctx_used, now->ctx_max,
+            now->mem_gb);
     if (now->expert_gb >= 0)
         fprintf(stderr, "; expert cache: %.1f GB", now->expert_gb);
     if (now->expert_hit >= 0)
@@ -130,8 +133,10 @@ static void report_cut(plain *p, const ue_stats *s) {
     if (max > 0 && n >= max)
         fprintf(stderr, "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n", max);
     else
-        fprintf(stderr, "k3chat: the answer was cut off: the context is full (%d of %d tokens); "
-                        "/forget drops the oldest exchange, /clear starts anew\n", s->ctx_used, s->ctx_max);
+        fprintf(stderr,
+                "k3chat: the answer was cut off: the context is full (%d of %d tokens); "
+                "/forget drops the oldest exchange, /clear starts anew\n",
+                s->ctx_used, s->ctx_max);
 }
 
 /* Handle one event; returns 1 when a turn finished. */
@@ -185,7 +190,7 @@ static int on_event(plain *p, ui_ev *e) {
         out_check(p);
         if (e->i == UE_DONE_LENGTH)
             report_cut(p, &e->st);
-        p->last_ch = -1;
+        p->last_ch   = -1;
         p->replaying = 0;
         return 1;
     case EV_STATS:
@@ -194,9 +199,17 @@ static int on_event(plain *p, ui_ev *e) {
             print_stats(p, &e->st);
         }
         break;
-    case EV_ERROR: progress_end(p); fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "error"); break;
-    case EV_INFO: progress_end(p); fprintf(stderr, "k3chat: %s\n", e->text ? e->text : ""); break;
-    case EV_ACK: p->acked++; break;
+    case EV_ERROR:
+        progress_end(p);
+        fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "error");
+        break;
+    case EV_INFO:
+        progress_end(p);
+        fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "");
+        break;
+    case EV_ACK:
+        p->acked++;
+        break;
     case EV_RESET:
         ans_drop(p, 0);
         free(p->last_user);
@@ -210,14 +223,17 @@ static int on_event(plain *p, ui_ev *e) {
             p->last_user = strdup(e->text);
         }
         break;
-    case EV_UNDO: ans_drop(p, p->n_ans - 1); break;
+    case EV_UNDO:
+        ans_drop(p, p->n_ans - 1);
+        break;
     case EV_SETTINGS: {
         char msg[300];
         chat_settings_loaded(&p->cs, &e->gen, msg, sizeof msg);
         fprintf(stderr, "k3chat: %s\n", msg);
         break;
     }
-    default: break;
+    default:
+        break;
     }
     return 0;
 }
@@ -227,23 +243,27 @@ static int md_command(plain *p, const cmd_result *r) {
     char msg[1024];
     switch (r->id) {
     case CMD_RAW:
-        fprintf(stderr, "k3chat: line mode always prints the raw Markdown; /raw applies to the full-screen interface\n");
+        fprintf(
+            stderr,
+            "k3chat: line mode always prints the raw Markdown; /raw applies to the full-screen interface\n");
         return 1;
     case CMD_COPY: {
-        clip_req q;
-        txt_buf  out = {0};
-        const char **a = malloc((size_t)(p->n_ans + 1) * sizeof *a);
-        size_t      *l = malloc((size_t)(p->n_ans + 1) * sizeof *l);
+        clip_req     q;
+        txt_buf      out = {0};
+        const char **a   = malloc((size_t)(p->n_ans + 1) * sizeof *a);
+        size_t      *l   = malloc((size_t)(p->n_ans + 1) * sizeof *l);
         for (int k = 0; a && l && k < p->n_ans; k++) {
             a[k] = p->ans[k].p ? p->ans[k].p : "";
             l[k] = p->ans[k].n;
         }
         if (!a || !l)
             snprintf(msg, sizeof msg, "/copy: out of memory");
-        else if (clip_parse(r->arg, &q, msg, sizeof msg) == 0 && clip_select(&q, a, l, p->n_ans, &out, msg, sizeof msg) == 0) {
+        else if (clip_parse(r->arg, &q, msg, sizeof msg) == 0 &&
+                 clip_select(&q, a, l, p->n_ans, &out, msg, sizeof msg) == 0) {
             if (!isatty(1))
-                snprintf(msg, sizeof msg, "/copy: standard output is not a terminal, so there is no clipboard to "
-                                          "reach; /export FILE.md writes the conversation to a file");
+                snprintf(msg, sizeof msg,
+                         "/copy: standard output is not a terminal, so there is no clipboard to "
+                         "reach; /export FILE.md writes the conversation to a file");
             else
                 clip_send(1, out.p, out.n, msg, sizeof msg);
         }
@@ -266,9 +286,11 @@ static int md_command(plain *p, const cmd_result *r) {
                     *c = ' ';
             el_push(p->el, p->last_user);
         }
-        fprintf(stderr, "k3chat: the next message replaces your last one and its answer (kept in the transcript)\n");
+        fprintf(stderr,
+                "k3chat: the next message replaces your last one and its answer (kept in the transcript)\n");
         return 1;
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
@@ -326,8 +348,7 @@ static int handle_text(plain *p, char *line) {
             if (r.id == CMD_REPLAY) {
                 p->replaying = 1;
                 drain(p, 1);
-            }
-            else
+            } else
                 settle(p);
             return 0;
         }
@@ -335,22 +356,36 @@ static int handle_text(plain *p, char *line) {
         case CMD_HELP:
             if (r.arg[0]) {
                 char u[128];
-                fprintf(stderr, "%s  %s\n", cmd_usage((enum cmd_id)r.flag, u, sizeof u), cmd_help((enum cmd_id)r.flag));
+                fprintf(stderr, "%s  %s\n", cmd_usage((enum cmd_id)r.flag, u, sizeof u),
+                        cmd_help((enum cmd_id)r.flag));
             } else {
                 fprintf(stderr, "%s\n", chat_help_text());
             }
             break;
-        case CMD_CLEAR: ue_clear(p->eng); settle(p); break;
-        case CMD_RETRY: ans_drop(p, p->n_ans - 1); ue_retry(p->eng, &p->cs.gen); drain(p, 1); break;
+        case CMD_CLEAR:
+            ue_clear(p->eng);
+            settle(p);
+            break;
+        case CMD_RETRY:
+            ans_drop(p, p->n_ans - 1);
+            ue_retry(p->eng, &p->cs.gen);
+            drain(p, 1);
+            break;
         case CMD_UNDO:
             free(p->last_user);
             p->last_user = NULL;
             ue_undo(p->eng);
             settle(p);
             break;
-        case CMD_FORGET: ue_forget(p->eng); settle(p); break;
-        case CMD_QUIT: return 1;
-        case CMD_THEME: fprintf(stderr, "k3chat: themes apply to the full-screen interface only\n"); break;
+        case CMD_FORGET:
+            ue_forget(p->eng);
+            settle(p);
+            break;
+        case CMD_QUIT:
+            return 1;
+        case CMD_THEME:
+            fprintf(stderr, "k3chat: themes apply to the full-screen interface only\n");
+            break;
         case CMD_STATS:
             p->want_stats = 1;
             ue_stats_req(p->eng);
@@ -360,7 +395,8 @@ static int handle_text(plain *p, char *line) {
                 print_stats(p, &p->st);
             }
             break;
-        default: break;
+        default:
+            break;
         }
         return 0;
     }
@@ -411,15 +447,15 @@ int cli_plain(const cli_opts *o) {
     plain P = {.last_ch = -1}, *p = &P;
     setlocale(LC_ALL, "");
     chat_settings_init(&p->cs, o);
-    p->err_tty = isatty(2);
+    p->err_tty       = isatty(2);
     const char *term = getenv("TERM");
-    p->esc     = p->err_tty && term && *term && strcmp(term, "dumb");
+    p->esc           = p->err_tty && term && *term && strcmp(term, "dumb");
     load_prog_init(&p->lp, stderr);
     if (!p->esc) { /* a dumb terminal or no terminal: a line every ~10 s, no live line */
         p->lp.tty   = 0;
         p->lp.every = 10.0;
     }
-    p->q       = ev_queue_new(0);
+    p->q = ev_queue_new(0);
     if (!p->q)
         return 1;
     k3_log_set_callback(plain_log, NULL);
@@ -469,10 +505,10 @@ int cli_plain(const cli_opts *o) {
         }
         char *line = NULL;
         if (el) {
-            int         n;
+            int n;
             progress_end(p); /* the prompt starts its own line */
-            got_int         = 0;
-            const char *s   = el_gets(el, &n);
+            got_int       = 0;
+            const char *s = el_gets(el, &n);
             if ((!s || n <= 0) && got_int) {
                 /* Ctrl-C at the prompt: a typed line is dropped (as in the TUI); at an empty
                  * prompt k3chat quits */

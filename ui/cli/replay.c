@@ -25,8 +25,9 @@ static void report(const k3_replay_turn *t, void *ud) {
                t->first_diff + 1, t->n_saved, t->n_new, (int)t->saved_id, t->saved_piece, (int)t->new_id,
                t->new_piece);
     } else {
-        printf("turn %d: DIFFERS at byte %d of the think+response text (saved %d, new %d): saved %s, new %s\n",
-               t->turn, t->first_diff + 1, t->n_saved, t->n_new, t->saved_piece, t->new_piece);
+        printf(
+            "turn %d: DIFFERS at byte %d of the think+response text (saved %d, new %d): saved %s, new %s\n",
+            t->turn, t->first_diff + 1, t->n_saved, t->n_new, t->saved_piece, t->new_piece);
     }
     fflush(stdout);
 }
@@ -66,11 +67,13 @@ int cli_replay(const cli_opts *o) {
         printf("replay: %s: line %d is a torn final line (an interrupted write), ignored\n", o->file,
                info.torn_line);
     if (info.utf8_fixed)
-        printf("replay: %s: invalid UTF-8 replaced with U+FFFD (%d sequence%s, the first at line %d, byte %d)\n",
-               o->file, info.utf8_fixed, info.utf8_fixed == 1 ? "" : "s", info.utf8_line, info.utf8_byte);
+        printf(
+            "replay: %s: invalid UTF-8 replaced with U+FFFD (%d sequence%s, the first at line %d, byte %d)\n",
+            o->file, info.utf8_fixed, info.utf8_fixed == 1 ? "" : "s", info.utf8_line, info.utf8_byte);
     if (info.config_fnv64[0] && strcmp(info.config_fnv64, k3_conv_model_fingerprint(c)))
         printf("replay: note: the transcript was made with another model configuration (config.json "
-               "fingerprint %s, this model %s)\n", info.config_fnv64, k3_conv_model_fingerprint(c));
+               "fingerprint %s, this model %s)\n",
+               info.config_fnv64, k3_conv_model_fingerprint(c));
     printf("replay: %s: %d messages; think %s, effort %s, temperature %g, top-p %g, %s\n", o->file,
            info.n_messages, set.think ? "on" : "off", set.effort, (double)set.sampling.temp,
            (double)set.sampling.top_p, o->has_seed ? "seed from --seed" : "each turn's recorded seed");
@@ -79,8 +82,8 @@ int cli_replay(const cli_opts *o) {
                      (isnan(o->temp) && isnan(o->top_p) ? (unsigned)K3_REPLAY_SAMPLING : 0u);
     if (k3_conv_replay(c, m, s, &set, flags, report, NULL, &n_diff))
         goto fail;
-    printf(n_diff ? "replay: %d turn%s differ%s\n" : "replay: every turn matches\n", n_diff, n_diff == 1 ? "" : "s",
-           n_diff == 1 ? "s" : "");
+    printf(n_diff ? "replay: %d turn%s differ%s\n" : "replay: every turn matches\n", n_diff,
+           n_diff == 1 ? "" : "s", n_diff == 1 ? "s" : "");
     rc = n_diff ? 3 : 0;
     goto done;
 fail:

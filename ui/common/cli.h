@@ -5,14 +5,14 @@
 #include <stdint.h>
 
 enum cli_mode {
-    CLI_CHAT = 0,     /* TUI, or plain line mode                    */
-    CLI_INSPECT,      /* --inspect MODEL_DIR                         */
-    CLI_TOKENIZE,     /* --tokenize VOCAB_DIR FILE                   */
-    CLI_DETOKENIZE,   /* --detokenize VOCAB_DIR FILE                 */
-    CLI_CHAT_IDS,     /* --chat-ids MODEL_DIR TRANSCRIPT             */
-    CLI_ONESHOT,      /* MODEL_DIR --prompt TEXT | --ids "1 2 3"     */
-    CLI_REPLAY,       /* MODEL_DIR --replay FILE                     */
-    CLI_SERVE,        /* MODEL_DIR --serve [ADDR:]PORT               */
+    CLI_CHAT = 0,   /* TUI, or plain line mode                    */
+    CLI_INSPECT,    /* --inspect MODEL_DIR                         */
+    CLI_TOKENIZE,   /* --tokenize VOCAB_DIR FILE                   */
+    CLI_DETOKENIZE, /* --detokenize VOCAB_DIR FILE                 */
+    CLI_CHAT_IDS,   /* --chat-ids MODEL_DIR TRANSCRIPT             */
+    CLI_ONESHOT,    /* MODEL_DIR --prompt TEXT | --ids "1 2 3"     */
+    CLI_REPLAY,     /* MODEL_DIR --replay FILE                     */
+    CLI_SERVE,      /* MODEL_DIR --serve [ADDR:]PORT               */
 };
 
 typedef struct cli_opts {
@@ -30,13 +30,13 @@ typedef struct cli_opts {
     float         top_p;      /* --top-p, NAN = default                             */
     uint64_t      seed;       /* --seed                                            */
     int           has_seed;
-    int           think;      /* --think on|off: 1/0, -1 = default (on)             */
-    const char   *effort;     /* --effort low|high|max                              */
-    int           plain;      /* --plain                                           */
-    const char   *serve;      /* --serve [ADDR:]PORT                               */
-    const char   *endpoint;   /* --endpoint URL: chat with a remote server (no MODEL_DIR) */
-    const char   *api_key;    /* --api-key KEY, else $K3_API_KEY (NULL = none)     */
-    const char   *model_name; /* --model NAME: served / requested model name       */
+    int           think;       /* --think on|off: 1/0, -1 = default (on)             */
+    const char   *effort;      /* --effort low|high|max                              */
+    int           plain;       /* --plain                                           */
+    const char   *serve;       /* --serve [ADDR:]PORT                               */
+    const char   *endpoint;    /* --endpoint URL: chat with a remote server (no MODEL_DIR) */
+    const char   *api_key;     /* --api-key KEY, else $K3_API_KEY (NULL = none)     */
+    const char   *model_name;  /* --model NAME: served / requested model name       */
     const char   *allow_hosts; /* --allow-host NAMES: Host names a keyless --serve answers */
     int           parallel;    /* --parallel N: turns --serve runs at once (0 = default 4) */
 } cli_opts;

@@ -28,7 +28,7 @@ static int parse_num(const char *w, int *out) {
 
 int clip_parse(const char *arg, clip_req *q, char *err, size_t errn) {
     char buf[256], *w[4];
-    int  nw = 0;
+    int  nw   = 0;
     q->answer = q->code = 0;
     snprintf(buf, sizeof buf, "%s", arg ? arg : "");
     for (char *s = strtok(buf, " \t"); s; s = strtok(NULL, " \t")) {
@@ -76,7 +76,8 @@ int clip_select(const clip_req *q, const char *const *answers, const size_t *len
     }
     int a = q->answer ? q->answer : n;
     if (a > n) {
-        snprintf(err, errn, "/copy %d: there %s only %d answer%s", a, n == 1 ? "is" : "are", n, n == 1 ? "" : "s");
+        snprintf(err, errn, "/copy %d: there %s only %d answer%s", a, n == 1 ? "is" : "are", n,
+                 n == 1 ? "" : "s");
         return -1;
     }
     const char *s = answers[a - 1];
@@ -109,8 +110,10 @@ static long utf8_chars(const char *s, size_t n) {
 int clip_send(int fd, const char *s, size_t n, char *msg, size_t msgn) {
     const char *term = getenv("TERM");
     if (term && (!strcmp(term, "linux") || !strcmp(term, "dumb"))) {
-        snprintf(msg, msgn, "/copy: this terminal (TERM=%s) ignores OSC 52, so nothing was copied; "
-                            "/export FILE.md writes the conversation to a file", term);
+        snprintf(msg, msgn,
+                 "/copy: this terminal (TERM=%s) ignores OSC 52, so nothing was copied; "
+                 "/export FILE.md writes the conversation to a file",
+                 term);
         return -1;
     }
     txt_buf b   = {0};
@@ -139,6 +142,9 @@ int clip_send(int fd, const char *s, size_t n, char *msg, size_t msgn) {
     snprintf(msg, msgn,
              "copied %ld characters to the clipboard (OSC 52%s; a terminal that ignores OSC 52 leaves the "
              "clipboard unchanged: /export FILE.md writes the conversation to a file instead)",
-             utf8_chars(s, n), mux == MD_TERM_TMUX ? " through tmux" : mux == MD_TERM_SCREEN ? " through screen" : "");
+             utf8_chars(s, n),
+             mux == MD_TERM_TMUX     ? " through tmux"
+             : mux == MD_TERM_SCREEN ? " through screen"
+                                     : "");
     return 0;
 }

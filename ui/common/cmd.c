@@ -69,8 +69,10 @@ static int distance(const char *a, const char *b) {
     for (int i = 1; i <= la; i++)
         for (int j = 1; j <= lb; j++) {
             int c = a[i - 1] != b[j - 1], v = d[i - 1][j - 1] + c;
-            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (d[i - 1][j] + 1 < v)
+                v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
             if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
                 v = d[i - 2][j - 2] + 1;
             d[i][j] = v;
@@ -144,8 +146,8 @@ int cmd_parse(const char *line, cmd_result *r) {
     if (k == CMD_N) {
         const char *near = cmd_nearest(name);
         if (near)
-            snprintf(r->msg, sizeof r->msg, "unknown command /%s; did you mean /%s? (/help lists the commands)",
-                     name, near);
+            snprintf(r->msg, sizeof r->msg,
+                     "unknown command /%s; did you mean /%s? (/help lists the commands)", name, near);
         else
             snprintf(r->msg, sizeof r->msg, "unknown command /%s (/help lists the commands)", name);
         return -1;
@@ -227,14 +229,15 @@ int cmd_parse(const char *line, cmd_result *r) {
                     break;
             if (j == CMD_N) {
                 const char *near = cmd_nearest(w);
-                snprintf(r->msg, sizeof r->msg, "/help: no command /%.60s%s%s%s", w, near ? "; did you mean /" : "",
-                         near ? near : "", near ? "?" : "");
+                snprintf(r->msg, sizeof r->msg, "/help: no command /%.60s%s%s%s", w,
+                         near ? "; did you mean /" : "", near ? near : "", near ? "?" : "");
                 return -1;
             }
             r->flag = j;
         }
         break;
-    default: break;
+    default:
+        break;
     }
     return 0;
 }

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 static void *worker_main(void *arg) {
-    ue  *u = arg;
+    ue  *u         = arg;
     char err[1024] = "";
     if (u->be->open(u, &u->self, err, sizeof err) != 0) {
         ev_push_text(u->out, EV_FATAL, err[0] ? err : "the engine failed to start");
@@ -28,7 +28,8 @@ static void *worker_main(void *arg) {
         }
         if (u->self) {
             atomic_store(&u->busy, 1);
-            if (c.type == EV_CMD_SEND || c.type == EV_CMD_EDIT || c.type == EV_CMD_RETRY || c.type == EV_CMD_REPLAY) {
+            if (c.type == EV_CMD_SEND || c.type == EV_CMD_EDIT || c.type == EV_CMD_RETRY ||
+                c.type == EV_CMD_REPLAY) {
                 /* clear, then look at cancel_upto: a ue_cancel racing with this either moved
                  * cancel_upto before the load below or sets cancel after the clear */
                 atomic_store(&u->cancel, 0);
@@ -58,10 +59,10 @@ ue *ue_start(const cli_opts *o, ev_queue *out) {
     if (!u)
         return NULL;
     const char *mock = getenv("K3_MOCK");
-    u->be   = mock && *mock ? &ue_backend_mock : o->endpoint ? &ue_backend_remote : &ue_backend_real;
-    u->opts = o;
-    u->out  = out;
-    u->cmds = ev_queue_new(0);
+    u->be            = mock && *mock ? &ue_backend_mock : o->endpoint ? &ue_backend_remote : &ue_backend_real;
+    u->opts          = o;
+    u->out           = out;
+    u->cmds          = ev_queue_new(0);
     if (!u->cmds || pthread_create(&u->th, NULL, worker_main, u) != 0) {
         ev_queue_free(u->cmds);
         free(u);
@@ -98,24 +99,50 @@ static void post(ue *u, int type, const char *text, const ue_gen *g, double x) {
     u->posted++;
 }
 
-void ue_send(ue *u, const char *t, const ue_gen *g) { post(u, EV_CMD_SEND, t, g, 0); }
-void ue_retry(ue *u, const ue_gen *g) { post(u, EV_CMD_RETRY, NULL, g, 0); }
-void ue_edit(ue *u, const char *t, const ue_gen *g) { post(u, EV_CMD_EDIT, t, g, 0); }
-void ue_undo(ue *u) { post(u, EV_CMD_UNDO, NULL, NULL, 0); }
-void ue_forget(ue *u) { post(u, EV_CMD_FORGET, NULL, NULL, 0); }
-void ue_forget_fit(ue *u) { post(u, EV_CMD_FORGET, "--fit", NULL, 0); }
-void ue_clear(ue *u) { post(u, EV_CMD_CLEAR, NULL, NULL, 0); }
-void ue_system(ue *u, const char *t) { post(u, EV_CMD_SYSTEM, t ? t : "", NULL, 0); }
-void ue_save(ue *u, const char *p) { post(u, EV_CMD_SAVE, p, NULL, 0); }
-void ue_load(ue *u, const char *p) { post(u, EV_CMD_LOAD, p, NULL, 0); }
-void ue_replay(ue *u, const char *p, const ue_gen *g) { post(u, EV_CMD_REPLAY, p, g, 0); }
-void ue_export(ue *u, const char *p) { post(u, EV_CMD_EXPORT, p, NULL, 0); }
+void ue_send(ue *u, const char *t, const ue_gen *g) {
+    post(u, EV_CMD_SEND, t, g, 0);
+}
+void ue_retry(ue *u, const ue_gen *g) {
+    post(u, EV_CMD_RETRY, NULL, g, 0);
+}
+void ue_edit(ue *u, const char *t, const ue_gen *g) {
+    post(u, EV_CMD_EDIT, t, g, 0);
+}
+void ue_undo(ue *u) {
+    post(u, EV_CMD_UNDO, NULL, NULL, 0);
+}
+void ue_forget(ue *u) {
+    post(u, EV_CMD_FORGET, NULL, NULL, 0);
+}
+void ue_forget_fit(ue *u) {
+    post(u, EV_CMD_FORGET, "--fit", NULL, 0);
+}
+void ue_clear(ue *u) {
+    post(u, EV_CMD_CLEAR, NULL, NULL, 0);
+}
+void ue_system(ue *u, const char *t) {
+    post(u, EV_CMD_SYSTEM, t ? t : "", NULL, 0);
+}
+void ue_save(ue *u, const char *p) {
+    post(u, EV_CMD_SAVE, p, NULL, 0);
+}
+void ue_load(ue *u, const char *p) {
+    post(u, EV_CMD_LOAD, p, NULL, 0);
+}
+void ue_replay(ue *u, const char *p, const ue_gen *g) {
+    post(u, EV_CMD_REPLAY, p, g, 0);
+}
+void ue_export(ue *u, const char *p) {
+    post(u, EV_CMD_EXPORT, p, NULL, 0);
+}
 void ue_experts(ue *u, double gb) {
     if (u->be->experts && atomic_load(&u->ready) && u->self)
         u->be->experts(u->self, gb); /* applied during a turn, between two tokens */
     post(u, EV_CMD_EXPERTS, NULL, NULL, gb);
 }
-void ue_stats_req(ue *u) { post(u, EV_CMD_STATS, NULL, NULL, 0); }
+void ue_stats_req(ue *u) {
+    post(u, EV_CMD_STATS, NULL, NULL, 0);
+}
 
 void ue_emit_token(ue *u, int ch, const char *text, size_t n) {
     char buf[256], *s = n < sizeof buf ? buf : malloc(n + 1);
@@ -171,9 +198,9 @@ int ue_tok_piece(ue_tokstats *t, int ch, ue_stats *st) {
     st->ttft_s        = t->t_first - t->t0;
     st->tok_s         = now > t->t_first ? (t->n_think + t->n_resp - 1) / (now - t->t_first) : -1;
     st->prefill_tok_s = st->think_s = st->expert_hit = st->expert_gb = -1;
-    st->n_think       = t->n_think;
-    st->n_response    = t->n_resp;
-    st->mem_gb        = ue_mem_gb();
+    st->n_think                                                      = t->n_think;
+    st->n_response                                                   = t->n_resp;
+    st->mem_gb                                                       = ue_mem_gb();
     return 1;
 }
 
@@ -199,13 +226,15 @@ static char *tool_text(const k3_msg *m) {
     size_t n = strlen(m->content) + 64 + (m->tool_name ? strlen(m->tool_name) : 0) +
                (m->tool_call_id ? strlen(m->tool_call_id) : 0);
     for (int k = 0; k < m->n_tool_calls; k++)
-        n += 16 + strlen(m->tool_calls[k].name) + (m->tool_calls[k].arguments ? strlen(m->tool_calls[k].arguments) : 0);
+        n += 16 + strlen(m->tool_calls[k].name) +
+             (m->tool_calls[k].arguments ? strlen(m->tool_calls[k].arguments) : 0);
     char *s = malloc(n), *w = s;
     if (!s)
         return NULL;
     if (m->role == K3_ROLE_TOOL)
-        w += sprintf(w, "tool %s%s%s%s:\n", m->tool_name ? m->tool_name : "result", m->tool_call_id ? " (" : "",
-                     m->tool_call_id ? m->tool_call_id : "", m->tool_call_id ? ")" : "");
+        w += sprintf(w, "tool %s%s%s%s:\n", m->tool_name ? m->tool_name : "result",
+                     m->tool_call_id ? " (" : "", m->tool_call_id ? m->tool_call_id : "",
+                     m->tool_call_id ? ")" : "");
     w += sprintf(w, "%s", m->content);
     for (int k = 0; k < m->n_tool_calls; k++)
         w += sprintf(w, "%s-> %s(%s)", w > s ? "\n" : "", m->tool_calls[k].name,
@@ -217,10 +246,12 @@ void ue_send_history(ue *u, const k3_conv *c) {
     ui_ev e = {.type = EV_RESET};
     ev_push(u->out, &e);
     for (int k = 0; k < k3_conv_count(c); k++) {
-        const k3_msg *m = k3_conv_msg(c, k);
-        int role = m->role == K3_ROLE_USER ? UE_ROLE_USER : m->role == K3_ROLE_ASSISTANT ? UE_ROLE_ASSISTANT : UE_ROLE_SYSTEM;
-        char *shown = tool_text(m); /* tool calls and results (loaded transcripts) are shown, read-only */
-        ui_ev x  = {.type = EV_MSG, .i = role, .text = shown ? shown : m->content, .text2 = m->reasoning};
+        const k3_msg *m    = k3_conv_msg(c, k);
+        int           role = m->role == K3_ROLE_USER        ? UE_ROLE_USER
+                             : m->role == K3_ROLE_ASSISTANT ? UE_ROLE_ASSISTANT
+                                                            : UE_ROLE_SYSTEM;
+        char *shown  = tool_text(m); /* tool calls and results (loaded transcripts) are shown, read-only */
+        ui_ev x      = {.type = EV_MSG, .i = role, .text = shown ? shown : m->content, .text2 = m->reasoning};
         x.st.think_s = -1;
         if (m->has_stats) { /* the figures the turn's EV_DONE gave (worker.c) */
             x.st.think_s = m->stats.t_think > m->stats.ttft ? m->stats.t_think - m->stats.ttft : -1;
@@ -263,7 +294,8 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         return 1;
     case EV_CMD_FORGET: {
         if (cmd->text && cmd->text[0]) { /* --fit: the backend knows the context (worker.c) */
-            ue_emitf(u, EV_ERROR, "/forget --fit: this engine cannot measure the context; /forget drops one exchange");
+            ue_emitf(u, EV_ERROR,
+                     "/forget --fit: this engine cannot measure the context; /forget drops one exchange");
             return 1;
         }
         int n = k3_conv_drop_oldest(c);
@@ -292,7 +324,8 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         if (k3_conv_save(c, cmd->text) != K3_OK)
             ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
         else
-            ue_emitf(u, EV_INFO, "saved %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)), cmd->text);
+            ue_emitf(u, EV_INFO, "saved %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)),
+                     cmd->text);
         return 1;
     case EV_CMD_LOAD: {
         k3_load_info li;
@@ -303,16 +336,21 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         ue_send_history(u, c);
         char fixed[160] = "";
         if (li.utf8_fixed)
-            snprintf(fixed, sizeof fixed, " (invalid UTF-8 replaced with U+FFFD: %d sequence%s, the first at line %d, byte %d)",
+            snprintf(fixed, sizeof fixed,
+                     " (invalid UTF-8 replaced with U+FFFD: %d sequence%s, the first at line %d, byte %d)",
                      li.utf8_fixed, plural(li.utf8_fixed), li.utf8_line, li.utf8_byte);
-        ue_emitf(u, EV_INFO, "loaded %d message%s from %s%s%s", li.n_messages, plural(li.n_messages), cmd->text,
-                 li.torn_line ? " (an incomplete last line was ignored)" : "", fixed);
+        ue_emitf(u, EV_INFO, "loaded %d message%s from %s%s%s", li.n_messages, plural(li.n_messages),
+                 cmd->text, li.torn_line ? " (an incomplete last line was ignored)" : "", fixed);
         if (li.has_settings) { /* the next turns continue with the transcript's settings */
             k3_conv_settings set;
             k3_conv_get_settings(c, &set);
             ui_ev e = {.type = EV_SETTINGS};
-            e.gen   = (ue_gen){.temp = set.sampling.temp, .top_p = set.sampling.top_p, .think = set.think,
-                               .effort = !strcmp(set.effort, "low") ? 0 : !strcmp(set.effort, "high") ? 1 : 2};
+            e.gen   = (ue_gen){.temp   = set.sampling.temp,
+                               .top_p  = set.sampling.top_p,
+                               .think  = set.think,
+                               .effort = !strcmp(set.effort, "low")    ? 0
+                                         : !strcmp(set.effort, "high") ? 1
+                                                                       : 2};
             ev_push(u->out, &e);
         }
         return 2;
@@ -321,8 +359,10 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         if (k3_conv_export_md(c, cmd->text) != K3_OK)
             ue_emitf(u, EV_ERROR, "/export: %s", k3_errmsg());
         else
-            ue_emitf(u, EV_INFO, "exported %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)), cmd->text);
+            ue_emitf(u, EV_INFO, "exported %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)),
+                     cmd->text);
         return 1;
-    default: return 0;
+    default:
+        return 0;
     }
 }

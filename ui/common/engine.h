@@ -30,7 +30,7 @@ typedef struct ue ue;
  * returns 0, or posts nothing and returns -1 with a message in err. cmd() runs one command. */
 typedef struct ue_backend {
     const char *name;
-    int  (*open)(ue *u, void **self, char *err, size_t errn);
+    int (*open)(ue *u, void **self, char *err, size_t errn);
     void (*cmd)(ue *u, void *self, const ui_ev *c);
     void (*cancel)(void *self); /* optional: called from the UI thread, must be thread-safe */
     /* optional, UI thread, thread-safe: note a new expert budget to apply between tokens */
@@ -38,26 +38,26 @@ typedef struct ue_backend {
     void (*close)(void *self);
 } ue_backend;
 
-extern const ue_backend ue_backend_mock; /* mock.c   */
-extern const ue_backend ue_backend_real; /* worker.c */
+extern const ue_backend ue_backend_mock;   /* mock.c   */
+extern const ue_backend ue_backend_real;   /* worker.c */
 extern const ue_backend ue_backend_remote; /* remote.c: --endpoint URL */
 
 struct ue {
     const ue_backend *be;
     void             *self;
-    const cli_opts   *opts;      /* options of the process (read-only)          */
-    ev_queue         *out;       /* events to the UI                            */
-    ev_queue         *cmds;      /* commands to the worker                      */
-    atomic_int        cancel;    /* set by ue_cancel, cleared when a turn starts */
+    const cli_opts   *opts;        /* options of the process (read-only)          */
+    ev_queue         *out;         /* events to the UI                            */
+    ev_queue         *cmds;        /* commands to the worker                      */
+    atomic_int        cancel;      /* set by ue_cancel, cleared when a turn starts */
     atomic_uint       cancel_upto; /* ue_cancel stops every command posted so far, a message
                                       still waiting for the model included: the worker
                                       starts command number <= cancel_upto cancelled */
-    atomic_int        ready;     /* model loaded                                */
-    atomic_int        busy;      /* a command is running                        */
-    unsigned          posted;    /* commands posted so far (UI thread only); each is
-                                    answered by one EV_ACK, EV_CMD_QUIT excepted  */
-    int               started;
-    pthread_t         th;
+    atomic_int ready;              /* model loaded                                */
+    atomic_int busy;               /* a command is running                        */
+    unsigned   posted;             /* commands posted so far (UI thread only); each is
+                                      answered by one EV_ACK, EV_CMD_QUIT excepted  */
+    int       started;
+    pthread_t th;
 };
 
 /* Start the worker (mock when K3_MOCK is set, else the real engine). NULL when out of memory. */
@@ -100,7 +100,7 @@ void ue_send_history(ue *u, const struct k3_conv *c);
  * handle it. EV_CMD_EDIT
  * moves the last exchange to an abandoned branch and returns 0: the backend sends as for
  * EV_CMD_SEND. */
-int ue_conv_cmd(ue *u, struct k3_conv *c, const ui_ev *cmd);
+int    ue_conv_cmd(ue *u, struct k3_conv *c, const ui_ev *cmd);
 double ue_mem_gb(void); /* resident set size of the process */
 /* Bring c's autosave file up to date now, reporting a failure as EV_ERROR. */
 void ue_conv_autosave(ue *u, struct k3_conv *c);

@@ -14,10 +14,10 @@ struct ev_queue {
     pthread_cond_t  cv;
     ui_ev          *ring; /* (cap) events, [head, head + n) modulo cap */
     size_t          cap, head, n;
-    int             merge_ok; /* the tail EV_TOKEN may still take more text */
-    int             pfd[2];   /* wake-up pipe, -1 when none                  */
-    int             armed;    /* the consumer sleeps on the pipe (ev_arm)    */
-    int             signalled;/* a wake-up byte is in the pipe               */
+    int             merge_ok;  /* the tail EV_TOKEN may still take more text */
+    int             pfd[2];    /* wake-up pipe, -1 when none                  */
+    int             armed;     /* the consumer sleeps on the pipe (ev_arm)    */
+    int             signalled; /* a wake-up byte is in the pipe               */
 };
 
 double ev_now(void) {
@@ -98,7 +98,7 @@ int ev_push(ev_queue *q, const ui_ev *e) {
     pthread_mutex_lock(&q->mu);
     /* one byte per sleep of the consumer: a queue that fills while the UI is drawing, or while it
      * sleeps to a frame that is due anyway, costs no write and no read */
-    wake = q->armed && q->pfd[1] >= 0;
+    wake     = q->armed && q->pfd[1] >= 0;
     q->armed = 0;
     q->signalled |= wake;
     if (merge_token(q, e) == 0)
@@ -136,7 +136,7 @@ done:
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
     if (wake) {
-        char c = 1;
+        char    c = 1;
         ssize_t r;
         do
             r = write(q->pfd[1], &c, 1);

@@ -25,14 +25,14 @@ struct inp {
     char       *histfile;
     inp_more_fn more;
     void       *ud;
-    wchar_t     feed[64];  /* keys handed over, not yet read by libedit */
+    wchar_t     feed[64]; /* keys handed over, not yet read by libedit */
     int         nfeed;
     int         nonblock;  /* getc: return EOF instead of asking for more */
     int         saw_enter; /* getc handed libedit a newline in this inp_key */
     char       *text;      /* UTF-8 copy of the line for drawing */
     size_t      text_cap;
     char        hint[1024];
-    char       *found;     /* the last history entry inp_history_find returned (UTF-8) */
+    char       *found; /* the last history entry inp_history_find returned (UTF-8) */
 };
 
 static int getc_fn(EditLine *el, wchar_t *c) {
@@ -71,7 +71,7 @@ static unsigned char complete_fn(EditLine *el, int ch) {
         n    = cmd_complete(word, cands, 32);
     } else {
         static const char *onoff[] = {"on", "off"}, *effort[] = {"low", "high", "max"};
-        char name[64];
+        char               name[64];
         snprintf(name, sizeof name, "%.*s", (int)(space - line - 1), line + 1);
         word = space + 1;
         while (*word == ' ')
@@ -108,8 +108,8 @@ static unsigned char complete_fn(EditLine *el, int ch) {
     if (n > 1) {
         size_t u = 0;
         for (int k = 0; k < n && k < 32 && u + 40 < sizeof in->hint; k++)
-            u += (size_t)snprintf(in->hint + u, sizeof in->hint - u, "%s%s%s", k ? "  " : "", space ? "" : "/",
-                                  cands[k]);
+            u += (size_t)snprintf(in->hint + u, sizeof in->hint - u, "%s%s%s", k ? "  " : "",
+                                  space ? "" : "/", cands[k]);
     }
     (void)ch;
     return CC_REFRESH;
@@ -132,10 +132,11 @@ inp *inp_new(const char *histfile, inp_more_fn more, void *ud, char *err, size_t
     in->pty_master = -1;
     /* libedit edits only on a terminal and sets that terminal's modes itself: give it a private
      * pseudo-terminal, so the real one stays entirely curses'. */
-    in->pty_master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    in->pty_master    = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     const char *sname = in->pty_master >= 0 && grantpt(in->pty_master) == 0 && unlockpt(in->pty_master) == 0
-                            ? ptsname(in->pty_master) : NULL;
-    int sfd = sname ? open(sname, O_RDWR | O_NOCTTY | O_CLOEXEC) : -1;
+                            ? ptsname(in->pty_master)
+                            : NULL;
+    int         sfd   = sname ? open(sname, O_RDWR | O_NOCTTY | O_CLOEXEC) : -1;
     if (sfd < 0) {
         snprintf(err, errn, "cannot open a pseudo-terminal for the line editor: %s", strerror(errno));
         goto fail;
@@ -236,8 +237,8 @@ const char *inp_text(inp *in, size_t *cursor) {
 }
 
 int inp_cluster_span(inp *in, int dir) {
-    const LineInfoW *li  = el_wline(in->el);
-    size_t           n   = (size_t)(li->lastchar - li->buffer), cur = (size_t)(li->cursor - li->buffer);
+    const LineInfoW *li = el_wline(in->el);
+    size_t           n = (size_t)(li->lastchar - li->buffer), cur = (size_t)(li->cursor - li->buffer);
     if (dir < 0)
         return cur ? (int)(cur - txt_wcluster_prev(li->buffer, n, cur)) : 0;
     return cur < n ? (int)(txt_wcluster_next(li->buffer, n, cur) - cur) : 0;
@@ -260,7 +261,8 @@ void inp_insert(inp *in, const char *s) {
         return;
     for (utf8proc_ssize_t off = 0; off < (utf8proc_ssize_t)n;) {
         utf8proc_int32_t cp;
-        utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + off, (utf8proc_ssize_t)n - off, &cp);
+        utf8proc_ssize_t l =
+            utf8proc_iterate((const utf8proc_uint8_t *)s + off, (utf8proc_ssize_t)n - off, &cp);
         if (l <= 0) {
             cp = 0xFFFD;
             l  = 1;
@@ -312,7 +314,8 @@ const char *inp_history_find(inp *in, const char *pat, int *pos, int dir) {
         in->found = u;
         size_t b  = 0;
         for (size_t j = 0; j < n; j++) {
-            utf8proc_int32_t cp = utf8proc_codepoint_valid((utf8proc_int32_t)ev.str[j]) ? (utf8proc_int32_t)ev.str[j] : 0xFFFD;
+            utf8proc_int32_t cp =
+                utf8proc_codepoint_valid((utf8proc_int32_t)ev.str[j]) ? (utf8proc_int32_t)ev.str[j] : 0xFFFD;
             b += (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)u + b);
         }
         while (b > 0 && u[b - 1] == '\n') /* history keeps the line's newline */
@@ -358,7 +361,7 @@ int inp_key(inp *in, wchar_t key, char **line) {
         el_wgets(in->el, &nread);
         in->nonblock = 0;
     }
-    in->nfeed = 0;
+    in->nfeed           = 0;
     const LineInfoW *li = el_wline(in->el);
     if (!in->saw_enter || li->lastchar == li->buffer || li->lastchar[-1] != L'\n')
         return 0;

@@ -24,15 +24,15 @@ void inp_free(inp *in);
 
 /* Hand one key to libedit. Returns 1 when the user submitted a line: *line gets it (UTF-8,
  * malloc'd, without the final newline) and the editor is empty again. */
-int  inp_key(inp *in, wchar_t key, char **line);
+int inp_key(inp *in, wchar_t key, char **line);
 /* Queue a key to be read before the one given to the next inp_key (for ESC + key). */
 void inp_prefeed(inp *in, wchar_t key);
-void inp_insert(inp *in, const char *utf8);   /* insert text at the cursor (paste, newline)  */
+void inp_insert(inp *in, const char *utf8); /* insert text at the cursor (paste, newline)  */
 void inp_clear(inp *in);
 /* Code points from the cursor to the next grapheme-cluster boundary before it (dir < 0) or
  * after it (dir > 0); 0 at the start or end of the line. */
-int  inp_cluster_span(inp *in, int dir);
-int  inp_empty(inp *in);
+int inp_cluster_span(inp *in, int dir);
+int inp_empty(inp *in);
 /* The text to draw (UTF-8, valid until the next inp_* call) and the cursor's byte offset. */
 const char *inp_text(inp *in, size_t *cursor);
 void        inp_history_add(inp *in, const char *line);

@@ -21,40 +21,47 @@ void load_prog_cb(const char *what, uint64_t done, uint64_t total, void *ud) {
     }
     p->done  = done;
     p->total = total;
-    if (now - p->last < p->every) return;
-    p->last     = now;
-    double el   = now - p->t0, rate = el > 0 ? (double)done / el : 0;
-    double pct  = total ? 100.0 * (double)done / (double)total : 0;
+    if (now - p->last < p->every)
+        return;
+    p->last   = now;
+    double el = now - p->t0, rate = el > 0 ? (double)done / el : 0;
+    double pct      = total ? 100.0 * (double)done / (double)total : 0;
     char   left[32] = "";
-    if (rate > 0 && total > done) snprintf(left, sizeof left, "  %.0f s left", (double)(total - done) / rate);
+    if (rate > 0 && total > done)
+        snprintf(left, sizeof left, "  %.0f s left", (double)(total - done) / rate);
     double unit = total >= 1e9 ? 1e9 : 1e6;
-    fprintf(p->f, "%sk3chat: loading %3.0f%%  %.2f of %.2f %s  %.0f MB/s%s  (%.80s)%s", p->tty ? "\r\033[K" : "", pct,
-            (double)done / unit, (double)total / unit, unit == 1e9 ? "GB" : "MB", rate / 1e6, left, what ? what : "",
-            p->tty ? "" : "\n");
+    fprintf(p->f, "%sk3chat: loading %3.0f%%  %.2f of %.2f %s  %.0f MB/s%s  (%.80s)%s",
+            p->tty ? "\r\033[K" : "", pct, (double)done / unit, (double)total / unit,
+            unit == 1e9 ? "GB" : "MB", rate / 1e6, left, what ? what : "", p->tty ? "" : "\n");
     fflush(p->f);
 }
 
 void load_prog_finish(load_prog *p, int ok) {
-    if (!p->started) return;
+    if (!p->started)
+        return;
     double el = ev_now() - p->t0;
-    if (p->tty) fprintf(p->f, "\r\033[K");
+    if (p->tty)
+        fprintf(p->f, "\r\033[K");
     if (ok)
-        fprintf(p->f, "k3chat: loaded %.2f %s in %.1f s (%.0f MB/s)\n", (double)p->done / (p->done >= 1e9 ? 1e9 : 1e6),
-                p->done >= 1e9 ? "GB" : "MB", el, el > 0 ? (double)p->done / el / 1e6 : 0.0);
+        fprintf(p->f, "k3chat: loaded %.2f %s in %.1f s (%.0f MB/s)\n",
+                (double)p->done / (p->done >= 1e9 ? 1e9 : 1e6), p->done >= 1e9 ? "GB" : "MB", el,
+                el > 0 ? (double)p->done / el / 1e6 : 0.0);
     fflush(p->f);
 }
 
 int load_model_verbose(const char *dir, k3_params *par, k3_model **out) {
     load_prog lp;
     char      est[512];
-    if (k3_model_estimate(dir, par, est, sizeof est) == K3_OK && est[0]) fprintf(stderr, "k3chat: %s\n", est);
+    if (k3_model_estimate(dir, par, est, sizeof est) == K3_OK && est[0])
+        fprintf(stderr, "k3chat: %s\n", est);
     load_prog_init(&lp, stderr);
     par->progress    = load_prog_cb;
     par->progress_ud = &lp;
     k3_status st     = k3_model_open(dir, par, out);
     load_prog_finish(&lp, st == K3_OK);
     par->progress = NULL; /* lp lives on this stack frame only */
-    if (st) return st;
+    if (st)
+        return st;
     k3_model_info mi;
     k3_model_get_info(*out, &mi);
     fprintf(stderr, "k3chat: %s\n", mi.fit);

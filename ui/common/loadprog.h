@@ -13,11 +13,11 @@
 #include <stdio.h>
 
 typedef struct load_prog {
-    FILE  *f;
-    int    tty;
-    int    started;
-    double t0, last;        /* start; last line printed              */
-    double every;           /* seconds between lines                 */
+    FILE    *f;
+    int      tty;
+    int      started;
+    double   t0, last; /* start; last line printed              */
+    double   every;    /* seconds between lines                 */
     uint64_t done, total;
 } load_prog;
 
@@ -31,4 +31,4 @@ void load_prog_finish(load_prog *p, int ok);
  * fit: ...") on stderr; par->progress is set here. The line modes' one way to open a model. */
 typedef struct k3_params k3_params;
 typedef struct k3_model  k3_model;
-int load_model_verbose(const char *dir, k3_params *par, k3_model **out);
+int                      load_model_verbose(const char *dir, k3_params *par, k3_model **out);

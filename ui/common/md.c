@@ -21,8 +21,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#define SPAN_MAX 64   /* nested inline styles tracked */
-#define PFX_MAX  512  /* prefix pieces tracked (deeper containers add nothing) */
+#define SPAN_MAX 64 /* nested inline styles tracked */
+#define PFX_MAX 512 /* prefix pieces tracked (deeper containers add nothing) */
 
 typedef struct span {
     size_t off, len;
@@ -38,8 +38,8 @@ typedef struct styled {
 } styled;
 
 typedef struct piece {
-    char text[48];   /* continuation text (spaces or a quote bar)          */
-    char first[48];  /* marker for the next line ("" = use text)           */
+    char text[48];  /* continuation text (spaces or a quote bar)          */
+    char first[48]; /* marker for the next line ("" = use text)           */
     int  role, width;
 } piece;
 
@@ -62,33 +62,33 @@ typedef struct R {
     unsigned flags;
     int      err;
 
-    int      n_pfx, pfx_w;
-    int      depth;       /* containers entered (may exceed n_pfx)          */
-    int      list_depth;
+    int n_pfx, pfx_w;
+    int depth; /* containers entered (may exceed n_pfx)          */
+    int list_depth;
 
     /* line being built */
-    int      in_line, col;
-    size_t   line_run0;
-    int      emitted;     /* lines emitted by this render                   */
-    int      need_blank;
+    int    in_line, col;
+    size_t line_run0;
+    int    emitted; /* lines emitted by this render                   */
+    int    need_blank;
 
     /* leaf block */
-    styled   in;
-    int      roles[SPAN_MAX];
-    int      n_roles, span_depth;
-    int      link;
-    int      leaf;        /* MD_BLOCK_* of the open leaf, -1 none           */
-    int      h_level;
-    txt_buf  code, lang;
-    int      in_code;
-    table   *tb;
-    int      in_table, cell_open;
+    styled  in;
+    int     roles[SPAN_MAX];
+    int     n_roles, span_depth;
+    int     link;
+    int     leaf; /* MD_BLOCK_* of the open leaf, -1 none           */
+    int     h_level;
+    txt_buf code, lang;
+    int     in_code;
+    table  *tb;
+    int     in_table, cell_open;
 
     /* last, and not cleared (57 KB, md_render runs every frame while an answer streams): each
      * entry is written before it is read */
-    piece    pfx[PFX_MAX];         /* [0, n_pfx): written by push_piece                  */
-    int      pushed[PFX_MAX];      /* per container level: it added a piece (push_piece) */
-    int      ol_next[PFX_MAX];     /* per list level: next number, -1 bullets (list entry) */
+    piece pfx[PFX_MAX];     /* [0, n_pfx): written by push_piece                  */
+    int   pushed[PFX_MAX];  /* per container level: it added a piece (push_piece) */
+    int   ol_next[PFX_MAX]; /* per list level: next number, -1 bullets (list entry) */
 } R;
 
 /* ==== output lines ========================================================== */
@@ -211,7 +211,7 @@ static void push_piece(R *r, const char *text, const char *first, int role) {
     if (lvl >= PFX_MAX)
         return;
     r->pushed[lvl] = 0;
-    int w  = txt_width(text, strlen(text), 0);
+    int w          = txt_width(text, strlen(text), 0);
     if (r->n_pfx >= PFX_MAX || r->pfx_w + w > r->width / 2)
         return; /* deep nesting: no more indentation */
     piece *p = &r->pfx[r->n_pfx++];
@@ -271,7 +271,8 @@ static void st_free(styled *s) {
 }
 
 /* Runs for bytes [off, off + len) of text, styled by spans sp[*k..n) (advanced past them). */
-static void add_styled(R *r, const char *text, const span *sp, size_t n_sp, size_t *k, size_t off, size_t len) {
+static void add_styled(R *r, const char *text, const span *sp, size_t n_sp, size_t *k, size_t off,
+                       size_t len) {
     size_t end = off + len;
     while (*k < n_sp && sp[*k].off + sp[*k].len <= off)
         (*k)++;
@@ -305,7 +306,7 @@ static int wrap(const char *text, size_t t0, size_t t1, int w, txt_line **out) {
 
 /* The inline buffer as wrapped lines after the prefix. */
 static void flush_inline(R *r) {
-    styled *s = &r->in;
+    styled *s          = &r->in;
     int     only_space = 1;
     for (size_t k = 0; k < s->t.n && only_space; k++)
         only_space = s->t.p[k] == ' ' || s->t.p[k] == '\n';
@@ -360,7 +361,7 @@ static void code_block(R *r) {
         const char *eol = memchr(s + p, '\n', n - p);
         size_t      ln  = eol ? (size_t)(eol - (s + p)) : n - p;
         /* tabs to spaces (by column), so the box lines up */
-        ex.n = 0;
+        ex.n    = 0;
         int col = 0;
         for (size_t q = 0; q < ln;) {
             int    w, f;
@@ -438,13 +439,13 @@ static void table_rule(R *r, const int *w, int nc, const char *l, const char *m,
 
 /* Cells of one row, wrapped in their columns; rows may take several lines. */
 static void table_row(R *r, const table *t, const cell *row, int n, const int *w, int nc) {
-    txt_line *L[128] = {0};
+    txt_line *L[128]  = {0};
     int       nl[128] = {0}, h = 1;
     for (int k = 0; k < n && row[k].col < nc; k++) {
         nl[row[k].col] = wrap(t->st.t.p, row[k].t0, row[k].t1, w[row[k].col], &L[row[k].col]);
         if (nl[row[k].col] < 0) {
             r->err = r->d->oom = 1;
-            nl[row[k].col] = 0;
+            nl[row[k].col]     = 0;
         }
         if (nl[row[k].col] > h)
             h = nl[row[k].col];
@@ -457,7 +458,7 @@ static void table_row(R *r, const table *t, const cell *row, int n, const int *w
             for (int k = 0; k < n; k++)
                 if (row[k].col == c)
                     ce = &row[k];
-            int lw = ce && y < nl[c] ? L[c][y].width : 0;
+            int lw  = ce && y < nl[c] ? L[c][y].width : 0;
             int pad = w[c] - lw, left = 0;
             if (pad < 0)
                 pad = 0;
@@ -481,7 +482,7 @@ static void table_row(R *r, const table *t, const cell *row, int n, const int *w
 
 /* Too narrow for columns: each row as "header: value" paragraphs. */
 static void table_records(R *r, const table *t) {
-    size_t i = 0;
+    size_t i     = 0;
     int    first = 1;
     while (i < t->n_cells) {
         int row = t->cells[i].row;
@@ -502,13 +503,15 @@ static void table_records(R *r, const table *t) {
                 if (t->cells[h].col == c->col && t->cells[h].t1 > t->cells[h].t0) {
                     size_t k = t->cells[h].s0;
                     for (; k < t->cells[h].s1; k++)
-                        if (st_add(&r->in, t->st.t.p + t->st.sp[k].off, t->st.sp[k].len, THM_MD_TABLE_HEAD, -1))
+                        if (st_add(&r->in, t->st.t.p + t->st.sp[k].off, t->st.sp[k].len, THM_MD_TABLE_HEAD,
+                                   -1))
                             r->err = 1;
                     st_add(&r->in, ": ", 2, THM_MD_BORDER, -1);
                     break;
                 }
             for (size_t k = c->s0; k < c->s1; k++)
-                if (st_add(&r->in, t->st.t.p + t->st.sp[k].off, t->st.sp[k].len, t->st.sp[k].role, t->st.sp[k].link))
+                if (st_add(&r->in, t->st.t.p + t->st.sp[k].off, t->st.sp[k].len, t->st.sp[k].role,
+                           t->st.sp[k].link))
                     r->err = 1;
             flush_inline(r);
         }
@@ -595,10 +598,12 @@ static void add_text(R *r, const char *s, size_t n) {
     size_t s0 = 0;
     for (size_t k = 0; k <= n && !r->err;) {
         utf8proc_int32_t cp = 0;
-        utf8proc_ssize_t l  = k < n ? utf8proc_iterate((const utf8proc_uint8_t *)s + k, (utf8proc_ssize_t)(n - k), &cp) : 0;
+        utf8proc_ssize_t l =
+            k < n ? utf8proc_iterate((const utf8proc_uint8_t *)s + k, (utf8proc_ssize_t)(n - k), &cp) : 0;
         if (k == n || l <= 0 || cp == '\t') {
             const char *rep = k == n ? "" : l <= 0 ? "\xEF\xBF\xBD" : " ";
-            if (st_add(t, s + s0, k - s0, cur_role(r), r->link) || st_add(t, rep, strlen(rep), cur_role(r), r->link))
+            if (st_add(t, s + s0, k - s0, cur_role(r), r->link) ||
+                st_add(t, rep, strlen(rep), cur_role(r), r->link))
                 r->err = r->d->oom = 1;
             if (k == n)
                 break;
@@ -632,7 +637,8 @@ static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     if (r->in.t.n && !r->in_table)
         flush_inline(r); /* text of a tight list item before a nested block */
     switch (type) {
-    case MD_BLOCK_DOC: break;
+    case MD_BLOCK_DOC:
+        break;
     case MD_BLOCK_QUOTE:
         block_start(r);
         push_piece(r, "│ ", NULL, THM_MD_QUOTE);
@@ -648,11 +654,12 @@ static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     case MD_BLOCK_LI: {
         MD_BLOCK_LI_DETAIL *li = detail;
         char                mark[48];
-        int                 lvl = r->list_depth - 1;
-        int                 num = lvl >= 0 && lvl < PFX_MAX ? r->ol_next[lvl] : -1;
+        int                 lvl       = r->list_depth - 1;
+        int                 num       = lvl >= 0 && lvl < PFX_MAX ? r->ol_next[lvl] : -1;
         static const char  *bullets[] = {"•", "◦", "▪"};
         if (num >= 0) {
-            snprintf(mark, sizeof mark, "%d.%s", num, li->is_task ? (li->task_mark == ' ' ? " [ ]" : " [x]") : "");
+            snprintf(mark, sizeof mark, "%d.%s", num,
+                     li->is_task ? (li->task_mark == ' ' ? " [ ]" : " [x]") : "");
             r->ol_next[lvl]++;
         } else if (li->is_task) {
             snprintf(mark, sizeof mark, "%s", li->task_mark == ' ' ? "[ ]" : "[x]");
@@ -751,7 +758,9 @@ static int leave_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     R *r = ud;
     (void)detail;
     switch (type) {
-    case MD_BLOCK_DOC: flush_inline(r); break;
+    case MD_BLOCK_DOC:
+        flush_inline(r);
+        break;
     case MD_BLOCK_QUOTE:
         flush_inline(r);
         pop_piece(r);
@@ -772,7 +781,8 @@ static int leave_block(MD_BLOCKTYPE type, void *detail, void *ud) {
         pop_piece(r);
         r->need_blank = 0;
         break;
-    case MD_BLOCK_HR: break;
+    case MD_BLOCK_HR:
+        break;
     case MD_BLOCK_H:
         leave_leaf_heading(r);
         r->leaf       = -1;
@@ -807,7 +817,8 @@ static int leave_block(MD_BLOCKTYPE type, void *detail, void *ud) {
         }
         r->cell_open = 0;
         break;
-    default: break;
+    default:
+        break;
     }
     return r->err ? -1 : 0;
 }
@@ -816,17 +827,29 @@ static int enter_span(MD_SPANTYPE type, void *detail, void *ud) {
     R  *r    = ud;
     int role = -1;
     switch (type) {
-    case MD_SPAN_EM: role = THM_MD_EM; break;
-    case MD_SPAN_STRONG: role = THM_MD_STRONG; break;
-    case MD_SPAN_U: role = THM_MD_EM; break;
-    case MD_SPAN_CODE: role = THM_MD_CODE; break;
-    case MD_SPAN_DEL: role = THM_MD_STRIKE; break;
+    case MD_SPAN_EM:
+        role = THM_MD_EM;
+        break;
+    case MD_SPAN_STRONG:
+        role = THM_MD_STRONG;
+        break;
+    case MD_SPAN_U:
+        role = THM_MD_EM;
+        break;
+    case MD_SPAN_CODE:
+        role = THM_MD_CODE;
+        break;
+    case MD_SPAN_DEL:
+        role = THM_MD_STRIKE;
+        break;
     case MD_SPAN_LATEXMATH:
-    case MD_SPAN_LATEXMATH_DISPLAY: role = THM_MD_MATH; break;
+    case MD_SPAN_LATEXMATH_DISPLAY:
+        role = THM_MD_MATH;
+        break;
     case MD_SPAN_A:
     case MD_SPAN_IMG: {
-        const MD_ATTRIBUTE *h = type == MD_SPAN_A ? &((MD_SPAN_A_DETAIL *)detail)->href
-                                                  : &((MD_SPAN_IMG_DETAIL *)detail)->src;
+        const MD_ATTRIBUTE *h =
+            type == MD_SPAN_A ? &((MD_SPAN_A_DETAIL *)detail)->href : &((MD_SPAN_IMG_DETAIL *)detail)->src;
         md_doc *d = r->d;
         role      = THM_MD_LINK;
         if (r->span_depth == 0 || r->link < 0) {
@@ -852,7 +875,8 @@ static int enter_span(MD_SPANTYPE type, void *detail, void *ud) {
             add_text(r, "[image: ", 8);
         break;
     }
-    default: break;
+    default:
+        break;
     }
     if (r->span_depth < SPAN_MAX)
         r->roles[r->n_roles++] = role >= 0 ? role : cur_role(r);
@@ -885,8 +909,8 @@ static int leave_span(MD_SPANTYPE type, void *detail, void *ud) {
             int     keep = r->link;
             styled *t    = target(r);
             r->link      = -1;
-            if (st_add(t, " <", 2, THM_MD_URL, -1) || st_add(t, r->d->text.p + r->d->links[keep].off,
-                                                              r->d->links[keep].len, THM_MD_URL, -1) ||
+            if (st_add(t, " <", 2, THM_MD_URL, -1) ||
+                st_add(t, r->d->text.p + r->d->links[keep].off, r->d->links[keep].len, THM_MD_URL, -1) ||
                 st_add(t, ">", 1, THM_MD_URL, -1))
                 r->err = r->d->oom = 1;
         }
@@ -898,21 +922,21 @@ static int leave_span(MD_SPANTYPE type, void *detail, void *ud) {
 static void add_entity(R *r, const char *s, size_t n) {
     static const struct {
         const char *name, *utf8;
-    } ents[] = {{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&apos;", "'"}, {"&nbsp;", " "},
-                {"&copy;", "©"}, {"&mdash;", "—"}, {"&ndash;", "–"}, {"&hellip;", "…"}};
+    } ents[] = {{"&amp;", "&"},  {"&lt;", "<"},   {"&gt;", ">"},    {"&quot;", "\""}, {"&apos;", "'"},
+                {"&nbsp;", " "}, {"&copy;", "©"}, {"&mdash;", "—"}, {"&ndash;", "–"}, {"&hellip;", "…"}};
     for (size_t k = 0; k < sizeof ents / sizeof ents[0]; k++)
         if (strlen(ents[k].name) == n && !memcmp(s, ents[k].name, n)) {
             add_text(r, ents[k].utf8, strlen(ents[k].utf8));
             return;
         }
     if (n > 3 && s[1] == '#') {
-        char  num[16];
-        int   hex = s[2] == 'x' || s[2] == 'X';
-        size_t m  = n - 3 - (size_t)hex;
+        char   num[16];
+        int    hex = s[2] == 'x' || s[2] == 'X';
+        size_t m   = n - 3 - (size_t)hex;
         if (m > 0 && m < sizeof num) {
             memcpy(num, s + 2 + hex, m);
-            num[m] = 0;
-            long cp = strtol(num, NULL, hex ? 16 : 10);
+            num[m]              = 0;
+            long             cp = strtol(num, NULL, hex ? 16 : 10);
             utf8proc_uint8_t u[4];
             if (utf8proc_codepoint_valid((utf8proc_int32_t)cp) && cp > 0 && cp < 0x110000) {
                 utf8proc_ssize_t l = utf8proc_encode_char((utf8proc_int32_t)cp, u);
@@ -932,16 +956,24 @@ static int on_text(MD_TEXTTYPE type, const MD_CHAR *s, MD_SIZE n, void *ud) {
         return r->err ? -1 : 0;
     }
     switch (type) {
-    case MD_TEXT_NULLCHAR: add_text(r, "\xEF\xBF\xBD", 3); break;
+    case MD_TEXT_NULLCHAR:
+        add_text(r, "\xEF\xBF\xBD", 3);
+        break;
     case MD_TEXT_BR: {
         styled *t = target(r);
         if (st_add(t, "\n", 1, cur_role(r), r->link))
             r->err = 1;
         break;
     }
-    case MD_TEXT_SOFTBR: add_text(r, " ", 1); break;
-    case MD_TEXT_ENTITY: add_entity(r, s, n); break;
-    default: add_text(r, s, n); break;
+    case MD_TEXT_SOFTBR:
+        add_text(r, " ", 1);
+        break;
+    case MD_TEXT_ENTITY:
+        add_entity(r, s, n);
+        break;
+    default:
+        add_text(r, s, n);
+        break;
     }
     return r->err ? -1 : 0;
 }
@@ -955,12 +987,12 @@ int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned 
         return -1;
     }
     memset(r, 0, offsetof(R, pfx));
-    r->d     = d;
-    r->width = width < 2 ? 2 : width;
-    r->base  = base;
-    r->flags = flags;
-    r->leaf  = -1;
-    r->link  = -1;
+    r->d          = d;
+    r->width      = width < 2 ? 2 : width;
+    r->base       = base;
+    r->flags      = flags;
+    r->leaf       = -1;
+    r->link       = -1;
     r->need_blank = 1;
     MD_PARSER p;
     memset(&p, 0, sizeof p);
@@ -988,7 +1020,7 @@ void md_doc_reset(md_doc *d) {
     d->text.n = 0;
     if (d->text.p)
         d->text.p[0] = 0;
-    d->n_runs = 0;
+    d->n_runs  = 0;
     d->n_lines = 0;
     d->n_links = 0;
     d->oom     = 0;
@@ -1020,9 +1052,9 @@ int md_line_text(const md_doc *d, int i, txt_buf *out) {
 /* ---- code blocks for /copy ---- */
 
 typedef struct CB {
-    int     k, count, in;
+    int      k, count, in;
     txt_buf *out;
-    int     err;
+    int      err;
 } CB;
 
 static int cb_enter(MD_BLOCKTYPE t, void *d, void *ud) {
@@ -1056,12 +1088,13 @@ static int cb_text(MD_TEXTTYPE t, const MD_CHAR *s, MD_SIZE n, void *ud) {
 }
 
 int md_code_block(const char *s, size_t n, int k, txt_buf *out) {
-    CB c = {k, 0, 0, out, 0};
+    CB c   = {k, 0, 0, out, 0};
     out->n = 0;
     txt_buf_add(out, "", 0);
     MD_PARSER p;
     memset(&p, 0, sizeof p);
-    p.flags       = MD_FLAG_TABLES | MD_FLAG_STRIKETHROUGH | MD_FLAG_TASKLISTS | MD_FLAG_LATEXMATHSPANS | MD_FLAG_NOHTML;
+    p.flags =
+        MD_FLAG_TABLES | MD_FLAG_STRIKETHROUGH | MD_FLAG_TASKLISTS | MD_FLAG_LATEXMATHSPANS | MD_FLAG_NOHTML;
     p.enter_block = cb_enter;
     p.leave_block = cb_leave;
     p.enter_span  = cb_span;
@@ -1103,8 +1136,8 @@ static int fence_line(const char *s, size_t n, char *ch, int *rest) {
 /* Text of the open chunk as shown while streaming: a half-received table row held back and
  * unclosed `code`, **strong** and ~~strike~~ of its last paragraph closed. */
 static int stream_view(md_stream *st, const char *s, size_t n) {
-    txt_buf *b = &st->tmp;
-    b->n       = 0;
+    txt_buf *b  = &st->tmp;
+    b->n        = 0;
     size_t last = n;
     while (last > 0 && s[last - 1] != '\n')
         last--;
@@ -1179,7 +1212,8 @@ static int stream_view(md_stream *st, const char *s, size_t n) {
  * table pipes). Then md_render shows it as its bytes, trailing spaces trimmed, greedily wrapped
  * at the width in the base role: what pl_layout does. Returns the end of the plain bytes. */
 static size_t plain_scan(const char *s, size_t done, size_t from, size_t n) {
-    if (from == done && !(n > done && (((unsigned char)s[done] | 0x20) >= 'a' && ((unsigned char)s[done] | 0x20) <= 'z')) &&
+    if (from == done &&
+        !(n > done && (((unsigned char)s[done] | 0x20) >= 'a' && ((unsigned char)s[done] | 0x20) <= 'z')) &&
         !(n > done && (unsigned char)s[done] >= 0xC2))
         return done;
     for (size_t k = from; k < n;) {
@@ -1193,7 +1227,8 @@ static size_t plain_scan(const char *s, size_t done, size_t from, size_t n) {
             continue;
         }
         utf8proc_int32_t cp;
-        utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + k, (utf8proc_ssize_t)(n - k), &cp);
+        utf8proc_ssize_t l =
+            utf8proc_iterate((const utf8proc_uint8_t *)s + k, (utf8proc_ssize_t)(n - k), &cp);
         if (l <= 0)
             return k;
         k += (size_t)l;
@@ -1265,12 +1300,12 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         (st->flags & ~(unsigned)MD_STREAMING) != (flags & ~(unsigned)MD_STREAMING)) {
         md_doc_reset(&st->fin);
         st->done = st->scan = 0;
-        st->pl   = 0;
-        st->pl_done = (size_t)-1;
+        st->pl              = 0;
+        st->pl_done         = (size_t)-1;
         st->fence = st->blank = 0;
-        st->base  = s;
-        st->width = width;
-        st->role  = role;
+        st->base              = s;
+        st->width             = width;
+        st->role              = role;
     }
     st->flags = flags;
     st->len   = n;
@@ -1287,8 +1322,8 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         }
         if (!eol)
             break;
-        size_t ln = (size_t)(eol - (s + p));
-        char   ch = 0;
+        size_t ln   = (size_t)(eol - (s + p));
+        char   ch   = 0;
         int    rest = 0, fl = fence_line(s + p, ln, &ch, &rest);
         if (st->fence) {
             if (fl >= st->fence_n && ch == st->fence_ch && rest)
@@ -1302,7 +1337,7 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         st->scan  = p + ln + 1;
     }
     if (st->pl_done != st->done) { /* a new open chunk: is it a plain paragraph? */
-        st->pl      = st->pl_no = 0;
+        st->pl = st->pl_no = 0;
         st->pl_done = st->pl_scan = st->done;
     }
     if ((flags & MD_STREAMING) && !st->pl_no && st->done < n) {
@@ -1334,12 +1369,13 @@ void md_stream_free(md_stream *st) {
 /* ==== terminal escapes ====================================================== */
 
 int md_base64(txt_buf *out, const char *s, size_t n) {
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const unsigned char *u = (const unsigned char *)s;
+    static const char    tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *u     = (const unsigned char *)s;
     for (size_t i = 0; i < n; i += 3) {
-        unsigned v = (unsigned)u[i] << 16 | (i + 1 < n ? (unsigned)u[i + 1] << 8 : 0) | (i + 2 < n ? u[i + 2] : 0);
-        char     q[4] = {tab[v >> 18 & 63], tab[v >> 12 & 63], i + 1 < n ? tab[v >> 6 & 63] : '=',
-                         i + 2 < n ? tab[v & 63] : '='};
+        unsigned v =
+            (unsigned)u[i] << 16 | (i + 1 < n ? (unsigned)u[i + 1] << 8 : 0) | (i + 2 < n ? u[i + 2] : 0);
+        char q[4] = {tab[v >> 18 & 63], tab[v >> 12 & 63], i + 1 < n ? tab[v >> 6 & 63] : '=',
+                     i + 2 < n ? tab[v & 63] : '='};
         if (txt_buf_add(out, q, 4))
             return -1;
     }
@@ -1347,7 +1383,7 @@ int md_base64(txt_buf *out, const char *s, size_t n) {
 }
 
 int md_osc52(txt_buf *out, const char *s, size_t n, int mux) {
-    txt_buf b = {0};
+    txt_buf b  = {0};
     int     rc = 0;
     if (txt_buf_add(&b, "\033]52;c;", 7) || md_base64(&b, s, n) || txt_buf_add(&b, "\a", 1)) {
         free(b.p);

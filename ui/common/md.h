@@ -35,14 +35,14 @@
 #include <stdint.h>
 
 typedef struct md_run {
-    size_t   off;  /* bytes [off, off + len) of md_doc.text */
+    size_t   off; /* bytes [off, off + len) of md_doc.text */
     uint32_t len;
     int16_t  role; /* enum thm_role */
     int32_t  link; /* index into md_doc.links, -1 when none */
 } md_run;
 
 typedef struct md_line {
-    size_t run0;  /* runs [run0, run0 + n_runs) of md_doc.runs */
+    size_t run0; /* runs [run0, run0 + n_runs) of md_doc.runs */
     int    n_runs;
     int    width; /* display columns (<= the width rendered at) */
 } md_line;
@@ -76,7 +76,7 @@ int  md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned
 void md_doc_reset(md_doc *d); /* drop the lines, keep the memory */
 void md_doc_free(md_doc *d);
 /* The plain text of line i (runs concatenated) into out (replaced); for tests and copying. */
-int  md_line_text(const md_doc *d, int i, txt_buf *out);
+int md_line_text(const md_doc *d, int i, txt_buf *out);
 
 /* Code blocks of s[0..n): returns how many there are; when 1 <= k <= that count, the text of
  * the k-th (1-based) is stored in out (replaced). -1 out of memory. */
@@ -84,26 +84,26 @@ int md_code_block(const char *s, size_t n, int k, txt_buf *out);
 
 /* Incremental rendering of a growing text (one per streaming pane). Zero-initialise. */
 typedef struct md_stream {
-    const char *base;       /* the text last seen (a new buffer or a shorter text resets)      */
+    const char *base; /* the text last seen (a new buffer or a shorter text resets)      */
     size_t      len;
     int         width, role;
     unsigned    flags;
-    size_t      done;       /* bytes [0, done) are in finished chunks, rendered into fin      */
-    size_t      scan;       /* complete lines before scan were looked at for a chunk end     */
-    int         fence;      /* scan is inside a code fence of fence_n fence_ch characters     */
+    size_t      done;  /* bytes [0, done) are in finished chunks, rendered into fin      */
+    size_t      scan;  /* complete lines before scan were looked at for a chunk end     */
+    int         fence; /* scan is inside a code fence of fence_n fence_ch characters     */
     char        fence_ch;
     int         fence_n;
-    int         blank;      /* the line before scan was blank                                 */
-    md_doc      fin, open;  /* lines of the finished chunks; of the open chunk               */
+    int         blank;     /* the line before scan was blank                                 */
+    md_doc      fin, open; /* lines of the finished chunks; of the open chunk               */
     txt_buf     tmp;
     /* The open chunk as a plain paragraph (one source line without Markdown syntax, the usual
      * case of a long streamed paragraph): open was laid out here without md4c, exactly as
      * md_render lays it out, and each update wraps only from the start of its last line. */
-    int         pl;         /* open is such a layout of the chunk at pl_done                   */
-    int         pl_no;      /* that chunk is not a plain paragraph                             */
-    size_t      pl_done;    /* the chunk start it was made for                                 */
-    size_t      pl_scan;    /* bytes [pl_done, pl_scan) are known to be plain                  */
-    size_t      pl_line;    /* where open's last line starts                                    */
+    int    pl;      /* open is such a layout of the chunk at pl_done                   */
+    int    pl_no;   /* that chunk is not a plain paragraph                             */
+    size_t pl_done; /* the chunk start it was made for                                 */
+    size_t pl_scan; /* bytes [pl_done, pl_scan) are known to be plain                  */
+    size_t pl_line; /* where open's last line starts                                    */
 } md_stream;
 
 /* Bring st up to date with s[0..n) at width columns. 0 ok, -1 out of memory. The lines to show

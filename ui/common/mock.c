@@ -31,7 +31,7 @@ typedef struct mturn {
 typedef struct mock {
     mturn   *turns; /* (n_turns) scripted turns */
     int      n_turns, next;
-    k3_conv *c;     /* the conversation (no model) */
+    k3_conv *c; /* the conversation (no model) */
     double   expert_gb;
     int      ctx_used;
 } mock;
@@ -60,7 +60,7 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
     }
     char line[4096];
     int  lineno = 0, delay = 20, prefill = 0;
-    m->turns    = calloc(1, sizeof *m->turns);
+    m->turns = calloc(1, sizeof *m->turns);
     if (!m->turns) {
         fclose(f);
         return -1;
@@ -70,10 +70,10 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
     while (fgets(line, sizeof line, f)) {
         lineno++;
         line[strcspn(line, "\n")] = 0;
-        mturn *t = &m->turns[m->n_turns - 1];
-        char  *sp = strchr(line, ' ');
-        const char *arg = sp ? sp + 1 : "";
-        size_t kw = sp ? (size_t)(sp - line) : strlen(line);
+        mturn      *t             = &m->turns[m->n_turns - 1];
+        char       *sp            = strchr(line, ' ');
+        const char *arg           = sp ? sp + 1 : "";
+        size_t      kw            = sp ? (size_t)(sp - line) : strlen(line);
         if (!line[0] || line[0] == '#')
             continue;
         if (!strcmp(line, "---")) {
@@ -111,14 +111,14 @@ static char *expand(const char *s, const char *user) {
     if (!s)
         return strdup("");
     size_t cap = strlen(s) + 1 + 16 * strlen(user) + 64, n = 0;
-    char  *d   = malloc(cap);
+    char  *d = malloc(cap);
     if (!d)
         return NULL;
     for (const char *p = s; *p;) {
         if (!strncmp(p, "{user}", 6)) {
             size_t ul = strlen(user);
             if (n + ul + 1 >= cap) {
-                cap = (n + ul + 1) * 2;
+                cap      = (n + ul + 1) * 2;
                 char *nd = realloc(d, cap);
                 if (!nd)
                     break;
@@ -148,7 +148,7 @@ static char *expand(const char *s, const char *user) {
 static void mock_close(void *self);
 
 static int mock_open(ue *u, void **self, char *err, size_t errn) {
-    mock *m = calloc(1, sizeof *m);
+    mock *m       = calloc(1, sizeof *m);
     int   load_ms = 0;
     if (!m)
         return -1;
@@ -171,7 +171,7 @@ static int mock_open(ue *u, void **self, char *err, size_t errn) {
             sleep_ms(load_ms / 20);
     }
     ui_ev r = {.type = EV_READY, .text = (char *)"mock · 3 layers · scripted", .i = 4096};
-    r.gen    = (ue_gen){.temp = 0.6f, .top_p = 0.95f, .think = 1, .effort = 2, .max_tokens = -1};
+    r.gen   = (ue_gen){.temp = 0.6f, .top_p = 0.95f, .think = 1, .effort = 2, .max_tokens = -1};
     ev_push(u->out, &r);
     *self = m;
     return 0;
@@ -189,9 +189,10 @@ static int mock_ctx(const mock *m) {
 
 static void fill_stats(mock *m, ue_stats *st, double t0, double t_first, int n_think, int n_resp,
                        double think_s) {
-    double now  = ev_now();
-    st->tok_s   = (t_first > 0 && now > t_first && n_think + n_resp > 1)
-                      ? (n_think + n_resp - 1) / (now - t_first) : -1;
+    double now        = ev_now();
+    st->tok_s         = (t_first > 0 && now > t_first && n_think + n_resp > 1)
+                            ? (n_think + n_resp - 1) / (now - t_first)
+                            : -1;
     st->prefill_tok_s = -1;
     st->ttft_s        = t_first > 0 ? t_first - t0 : -1;
     st->think_s       = think_s;
@@ -205,9 +206,9 @@ static void fill_stats(mock *m, ue_stats *st, double t0, double t_first, int n_t
 }
 
 /* Stream one channel, 3 bytes per token. Returns 1 when cancelled. */
-static int stream(ue *u, mock *m, mturn *t, int ch, const char *s, double t0, double *t_first,
-                  int *n_think, int *n_resp, double *think_s, double t_think0) {
-    size_t n = strlen(s);
+static int stream(ue *u, mock *m, mturn *t, int ch, const char *s, double t0, double *t_first, int *n_think,
+                  int *n_resp, double *think_s, double t_think0) {
+    size_t n          = strlen(s);
     double last_stats = 0;
     for (size_t k = 0; k < n; k += 3) {
         if (ue_cancelled(u))
@@ -238,7 +239,7 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     mturn *t = &m->turns[m->next < m->n_turns ? m->next : m->n_turns - 1];
     if (m->next < m->n_turns - 1)
         m->next++;
-    char *think = expand(t->think, user), *resp = expand(t->response, user);
+    char  *think = expand(t->think, user), *resp = expand(t->response, user);
     double t0 = ev_now(), t_first = 0, think_s = 0;
     int    n_think = 0, n_resp = 0, cancelled = 0;
     ui_ev  e = {.type = EV_TURN};
@@ -261,12 +262,15 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     if (!cancelled)
         cancelled = stream(u, m, t, EV_CH_RESPONSE, resp, t0, &t_first, &n_think, &n_resp, &think_s, 0);
     /* keep what was streamed: the partial answer stays in the conversation */
-    size_t rl = (size_t)n_resp * 3 < strlen(resp) ? (size_t)n_resp * 3 : strlen(resp);
-    size_t tl = (size_t)n_think * 3 < strlen(think) ? (size_t)n_think * 3 : strlen(think);
-    resp[rl] = 0;
-    think[tl] = 0;
-    k3_msg a = {.role = K3_ROLE_ASSISTANT, .content = resp, .reasoning = g->think ? think : NULL,
-                .interrupted = cancelled, .has_stats = 1};
+    size_t rl       = (size_t)n_resp * 3 < strlen(resp) ? (size_t)n_resp * 3 : strlen(resp);
+    size_t tl       = (size_t)n_think * 3 < strlen(think) ? (size_t)n_think * 3 : strlen(think);
+    resp[rl]        = 0;
+    think[tl]       = 0;
+    k3_msg a        = {.role        = K3_ROLE_ASSISTANT,
+                       .content     = resp,
+                       .reasoning   = g->think ? think : NULL,
+                       .interrupted = cancelled,
+                       .has_stats   = 1};
     a.stats.n_gen   = n_think + n_resp;
     a.stats.n_think = n_think;
     a.stats.ttft    = t_first > 0 ? t_first - t0 : 0;
@@ -292,7 +296,7 @@ static void done_error(ue *u, const char *msg) {
 /* A partial EV_STATS: only the context, cache and memory fields are meaningful. */
 static void ctx_stats(ue *u, mock *m) {
     m->ctx_used = mock_ctx(m);
-    ui_ev e = {.type = EV_STATS, .i = 1};
+    ui_ev e     = {.type = EV_STATS, .i = 1};
     fill_stats(m, &e.st, 0, 0, 0, 0, 0);
     e.st.tok_s = e.st.ttft_s = e.st.think_s = -1;
     ev_push(u->out, &e);
@@ -302,7 +306,8 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
     mock *m = self;
     int   n = k3_conv_count(m->c);
     if (ue_conv_cmd(u, m->c, c)) { /* /undo /forget /clear /system /save /load /export */
-        if (c->type == EV_CMD_UNDO || c->type == EV_CMD_FORGET || c->type == EV_CMD_CLEAR || c->type == EV_CMD_LOAD)
+        if (c->type == EV_CMD_UNDO || c->type == EV_CMD_FORGET || c->type == EV_CMD_CLEAR ||
+            c->type == EV_CMD_LOAD)
             ctx_stats(u, m); /* the context figure follows */
         return;
     }
@@ -325,10 +330,16 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
         free(user);
         break;
     }
-    case EV_CMD_REPLAY: done_error(u, "/replay: the mock engine cannot replay transcripts"); break;
-    case EV_CMD_EXPERTS: m->expert_gb = c->x; /* FALLTHROUGH */
-    case EV_CMD_STATS: ctx_stats(u, m); break;
-    default: break;
+    case EV_CMD_REPLAY:
+        done_error(u, "/replay: the mock engine cannot replay transcripts");
+        break;
+    case EV_CMD_EXPERTS:
+        m->expert_gb = c->x; /* FALLTHROUGH */
+    case EV_CMD_STATS:
+        ctx_stats(u, m);
+        break;
+    default:
+        break;
     }
 }
 

@@ -30,32 +30,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REMOTE_MAX_BODY   (1u << 20) /* bytes kept of a non-stream body (errors, JSON answers) */
-#define REMOTE_CONNECT_S  10L
-#define REMOTE_SILENCE_S  300L       /* no byte for this long: timed out */
-
+#define REMOTE_MAX_BODY (1u << 20) /* bytes kept of a non-stream body (errors, JSON answers) */
+#define REMOTE_CONNECT_S 10L
+#define REMOTE_SILENCE_S 300L /* no byte for this long: timed out */
 
 typedef struct remote {
     ue      *u;
     k3_conv *c;
-    char     base[1024];  /* ".../v1" without a trailing slash */
-    char     model[256];  /* "" = not known yet               */
-    char     auth[600];   /* "Authorization: Bearer KEY" or "" */
-    int      ctx_max;     /* from /models max_model_len, -1 unknown */
-    int      ctx_used;    /* prompt + completion tokens of the last answered turn (usage) */
+    char     base[1024]; /* ".../v1" without a trailing slash */
+    char     model[256]; /* "" = not known yet               */
+    char     auth[600];  /* "Authorization: Bearer KEY" or "" */
+    int      ctx_max;    /* from /models max_model_len, -1 unknown */
+    int      ctx_used;   /* prompt + completion tokens of the last answered turn (usage) */
     CURL    *curl;
     char     cerr[CURL_ERROR_SIZE];
     /* one turn */
-    int      http;        /* status of the response being read */
-    int      is_sse;
+    int         http; /* status of the response being read */
+    int         is_sse;
     txt_buf     line;        /* partial SSE line                   */
     txt_buf     data;        /* data lines of the current event    */
     txt_buf     body;        /* a non-stream body                  */
     txt_buf     think, resp; /* the answer so far                  */
-    int      done, n_prompt, n_completion;
+    int         done, n_prompt, n_completion;
     ue_tokstats tok;
-    char     finish[32];
-    char     err[600];    /* why the stream was rejected        */
+    char        finish[32];
+    char        err[600]; /* why the stream was rejected        */
 
 } remote;
 
@@ -74,8 +73,9 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     char url[1200];
     snprintf(url, sizeof url, "%s%s", r->base, path);
     struct curl_slist *h = NULL;
-    h = curl_slist_append(h, "Content-Type: application/json");
-    h = curl_slist_append(h, body ? "Accept: text/event-stream, application/json" : "Accept: application/json");
+    h                    = curl_slist_append(h, "Content-Type: application/json");
+    h                    = curl_slist_append(h,
+                          body ? "Accept: text/event-stream, application/json" : "Accept: application/json");
     if (r->auth[0])
         h = curl_slist_append(h, r->auth);
     CURL *c = r->curl;
@@ -100,8 +100,8 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     r->http    = 0;
     r->is_sse  = -1;
     r->body.n = r->line.n = r->data.n = 0;
-    CURLcode rc = curl_easy_perform(c);
-    long code = 0;
+    CURLcode rc                       = curl_easy_perform(c);
+    long     code                     = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     r->http = (int)code;
     curl_slist_free_all(h);
@@ -113,7 +113,8 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     if (r->err[0]) {
         snprintf(out, n, "%.300s: %.600s", r->base, r->err);
     } else if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST) {
-        snprintf(out, n, "cannot connect to %.300s: %.300s", r->base, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+        snprintf(out, n, "cannot connect to %.300s: %.300s", r->base,
+                 r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {
         snprintf(out, n, "%.300s timed out: %.300s", r->base, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else if (rc != CURLE_OK) {
@@ -125,9 +126,12 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
         if (!msg)
             msg = json_string_value(json_object_get(o, "detail"));
         snprintf(out, n, "the server answered %d: %.400s", r->http,
-                 msg ? msg : r->body.n ? r->body.p : "(no message)");
+                 msg         ? msg
+                 : r->body.n ? r->body.p
+                             : "(no message)");
         if (r->http == 401 && !r->auth[0])
-            snprintf(out + strlen(out), n - strlen(out), " (an API key is needed: --api-key KEY or K3_API_KEY)");
+            snprintf(out + strlen(out), n - strlen(out),
+                     " (an API key is needed: --api-key KEY or K3_API_KEY)");
         json_decref(o);
     }
 }
@@ -208,7 +212,7 @@ static int on_line(remote *r, const char *s, size_t n) {
     if (n && s[n - 1] == '\r')
         n--;
     if (n == 0) { /* end of an event */
-        int rc = r->data.n ? on_event(r, r->data.p, r->data.n) : 0;
+        int rc    = r->data.n ? on_event(r, r->data.p, r->data.n) : 0;
         r->data.n = 0;
         return rc;
     }
@@ -237,7 +241,8 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     }
     if (!r->is_sse) {
         if (r->body.n + n > REMOTE_MAX_BODY) {
-            snprintf(r->err, sizeof r->err, "the answer is over %u bytes and is not a stream", REMOTE_MAX_BODY);
+            snprintf(r->err, sizeof r->err, "the answer is over %u bytes and is not a stream",
+                     REMOTE_MAX_BODY);
             return 0;
         }
         return txt_buf_add(&r->body, p, n) ? 0 : n;
@@ -272,7 +277,8 @@ static int on_json_answer(remote *r) {
     json_t *ch  = json_array_get(json_object_get(o, "choices"), 0);
     json_t *msg = json_object_get(ch, "message");
     if (!json_is_object(msg)) {
-        snprintf(r->err, sizeof r->err, "malformed answer: no choices[0].message in %.80s", r->body.p ? r->body.p : "");
+        snprintf(r->err, sizeof r->err, "malformed answer: no choices[0].message in %.80s",
+                 r->body.p ? r->body.p : "");
         json_decref(o);
         return -1;
     }
@@ -299,8 +305,8 @@ static int discover(remote *r, char *msg, size_t n) {
         describe_failure(r, rc, msg, n);
         return -1;
     }
-    json_t *o  = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
-    json_t *m0 = json_array_get(json_object_get(o, "data"), 0);
+    json_t     *o  = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
+    json_t     *m0 = json_array_get(json_object_get(o, "data"), 0);
     const char *id = json_string_value(json_object_get(m0, "id"));
     if (!r->model[0] && id)
         snprintf(r->model, sizeof r->model, "%s", id);
@@ -319,8 +325,10 @@ static char *request_body(remote *r, const ue_gen *g) {
     json_t *msgs = json_array();
     for (int k = 0; k < k3_conv_count(r->c); k++) {
         const k3_msg *m    = k3_conv_msg(r->c, k);
-        const char   *role = m->role == K3_ROLE_SYSTEM ? "system" : m->role == K3_ROLE_USER ? "user"
-                               : m->role == K3_ROLE_TOOL ? "tool" : "assistant";
+        const char   *role = m->role == K3_ROLE_SYSTEM ? "system"
+                             : m->role == K3_ROLE_USER ? "user"
+                             : m->role == K3_ROLE_TOOL ? "tool"
+                                                       : "assistant";
         json_t       *o    = json_pack("{s:s,s:s}", "role", role, "content", m->content);
         if (m->role == K3_ROLE_ASSISTANT && m->reasoning && m->reasoning[0])
             json_object_set_new(o, "reasoning_content", json_string(m->reasoning));
@@ -333,9 +341,9 @@ static char *request_body(remote *r, const ue_gen *g) {
             json_object_set_new(o, "name", json_string(m->tool_name));
         json_array_append_new(msgs, o);
     }
-    json_t *b = json_pack("{s:s,s:o,s:b,s:{s:b},s:f,s:f,s:{s:b}}", "model", r->model, "messages", msgs, "stream", 1,
-                          "stream_options", "include_usage", 1, "temperature", (double)g->temp, "top_p",
-                          (double)g->top_p, "chat_template_kwargs", "thinking", g->think);
+    json_t *b = json_pack("{s:s,s:o,s:b,s:{s:b},s:f,s:f,s:{s:b}}", "model", r->model, "messages", msgs,
+                          "stream", 1, "stream_options", "include_usage", 1, "temperature", (double)g->temp,
+                          "top_p", (double)g->top_p, "chat_template_kwargs", "thinking", g->think);
     if (!b)
         return NULL;
     if (g->max_tokens > 0)
@@ -367,10 +375,10 @@ static void turn(remote *r, const ue_gen *g) {
     r->n_prompt = r->n_completion = r->done = 0;
     r->think.n = r->resp.n = 0;
     r->finish[0] = r->err[0] = 0;
-    char     msg[1200] = "";
-    CURLcode rc        = CURLE_OK;
-    int      failed    = 0;
-    char    *body      = NULL;
+    char     msg[1200]       = "";
+    CURLcode rc              = CURLE_OK;
+    int      failed          = 0;
+    char    *body            = NULL;
     if (!r->model[0] && discover(r, msg, sizeof msg)) {
         failed = 1;
     } else if (!(body = request_body(r, g))) {
@@ -397,22 +405,27 @@ static void turn(remote *r, const ue_gen *g) {
     free(body);
     int cancelled = !failed && rc == CURLE_ABORTED_BY_CALLBACK;
     if (r->think.n || r->resp.n || (!failed && !cancelled))
-        k3_conv_add(r->c, K3_ROLE_ASSISTANT, r->resp.p ? r->resp.p : "", g->think ? (r->think.p ? r->think.p : "") : NULL);
-    ui_ev d = {.type = EV_DONE, .i = failed ? UE_DONE_ERROR : cancelled ? UE_DONE_CANCELLED
-                                    : !strcmp(r->finish, "length") ? UE_DONE_LENGTH : UE_DONE_OK};
+        k3_conv_add(r->c, K3_ROLE_ASSISTANT, r->resp.p ? r->resp.p : "",
+                    g->think ? (r->think.p ? r->think.p : "") : NULL);
+    ui_ev  d           = {.type = EV_DONE,
+                          .i    = failed                         ? UE_DONE_ERROR
+                                  : cancelled                    ? UE_DONE_CANCELLED
+                                  : !strcmp(r->finish, "length") ? UE_DONE_LENGTH
+                                                                 : UE_DONE_OK};
     double now         = ev_now();
     d.st.ttft_s        = r->tok.t_first > 0 ? r->tok.t_first - r->tok.t0 : -1;
     d.st.tok_s         = r->tok.t_first > 0 && now > r->tok.t_first && r->n_completion > 1
-                             ? (r->n_completion - 1) / (now - r->tok.t_first) : -1;
+                             ? (r->n_completion - 1) / (now - r->tok.t_first)
+                             : -1;
     d.st.prefill_tok_s = d.st.think_s = d.st.expert_hit = d.st.expert_gb = -1;
-    d.st.n_think       = r->tok.n_think;
-    d.st.n_response    = r->n_completion > r->tok.n_think ? r->n_completion - r->tok.n_think : r->tok.n_resp;
-    d.st.n_prefill     = r->n_prompt;
+    d.st.n_think                                                         = r->tok.n_think;
+    d.st.n_response = r->n_completion > r->tok.n_think ? r->n_completion - r->tok.n_think : r->tok.n_resp;
+    d.st.n_prefill  = r->n_prompt;
     if (r->n_prompt)
         r->ctx_used = r->n_prompt + r->n_completion;
-    d.st.ctx_used      = r->ctx_used;
-    d.st.ctx_max       = r->ctx_max;
-    d.st.mem_gb        = ue_mem_gb();
+    d.st.ctx_used = r->ctx_used;
+    d.st.ctx_max  = r->ctx_max;
+    d.st.mem_gb   = ue_mem_gb();
     ev_push(r->u->out, &d);
     if (failed) /* after EV_DONE: the UI drops an empty failed turn, not this line */
         ue_emitf(r->u, EV_ERROR, "%s (the conversation is kept: /retry sends the message again)", msg);
@@ -451,10 +464,12 @@ static void remote_cmd(ue *u, void *self, const ui_ev *c) {
         done_error(u, "/replay needs the model on this machine: k3chat MODEL_DIR --replay FILE");
         break;
     case EV_CMD_EXPERTS:
-        ue_emitf(u, EV_ERROR, "/experts: the remote server places its own experts; the budget applies to a local model only");
+        ue_emitf(
+            u, EV_ERROR,
+            "/experts: the remote server places its own experts; the budget applies to a local model only");
         /* FALLTHROUGH */
     case EV_CMD_STATS: {
-        ui_ev e = {.type = EV_STATS, .i = 1};
+        ui_ev e    = {.type = EV_STATS, .i = 1};
         e.st.tok_s = e.st.ttft_s = e.st.think_s = e.st.prefill_tok_s = e.st.expert_hit = e.st.expert_gb = -1;
         e.st.ctx_used = r->ctx_used;
         e.st.ctx_max  = r->ctx_max;
@@ -462,7 +477,8 @@ static void remote_cmd(ue *u, void *self, const ui_ev *c) {
         ev_push(u->out, &e);
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -491,7 +507,8 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         snprintf(r->model, sizeof r->model, "%s", u->opts->model_name);
     if (u->opts->api_key)
         snprintf(r->auth, sizeof r->auth, "Authorization: Bearer %s", u->opts->api_key);
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(r->curl = curl_easy_init()) || !(r->c = k3_conv_new())) {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(r->curl = curl_easy_init()) ||
+        !(r->c = k3_conv_new())) {
         snprintf(err, errn, "cannot start libcurl");
         if (r->curl)
             curl_easy_cleanup(r->curl);
@@ -505,7 +522,8 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
     char desc[400];
     snprintf(desc, sizeof desc, "%.120s · remote %.200s", r->model[0] ? r->model : "?", r->base);
     ui_ev e = {.type = EV_READY, .text = desc, .i = r->ctx_max > 0 ? r->ctx_max : 0};
-    e.gen   = (ue_gen){.temp = 1.0f, .top_p = 1.0f, .think = 1, .effort = 2, .max_tokens = -1}; /* K3's defaults */
+    e.gen =
+        (ue_gen){.temp = 1.0f, .top_p = 1.0f, .think = 1, .effort = 2, .max_tokens = -1}; /* K3's defaults */
     ev_push(u->out, &e);
     if (down) /* not fatal: the server may come up; each turn tries again */
         ue_emitf(u, EV_ERROR, "%s", msg);
@@ -526,4 +544,5 @@ static void remote_close(void *self) {
     free(r);
 }
 
-const ue_backend ue_backend_remote = {.name = "remote", .open = remote_open, .cmd = remote_cmd, .close = remote_close};
+const ue_backend ue_backend_remote = {
+    .name = "remote", .open = remote_open, .cmd = remote_cmd, .close = remote_close};

@@ -17,17 +17,17 @@ static const char *effort_names[] = {"low", "high", "max"};
 
 void chat_settings_init(chat_settings *s, const cli_opts *o) {
     memset(s, 0, sizeof *s);
-    s->gen.temp       = 0.6f;
-    s->gen.top_p      = 0.95f;
-    s->gen.think      = o->think != 0;
-    s->gen.effort     = 2;
-    s->gen.max_tokens = o->max_tokens;
-    s->gen.seed       = o->seed;
-    s->gen.has_seed   = o->has_seed;
+    s->gen.temp        = 0.6f;
+    s->gen.top_p       = 0.95f;
+    s->gen.think       = o->think != 0;
+    s->gen.effort      = 2;
+    s->gen.max_tokens  = o->max_tokens;
+    s->gen.seed        = o->seed;
+    s->gen.has_seed    = o->has_seed;
     s->gen.model_temp  = 1;
     s->gen.model_top_p = 1;
-    s->show_thinking  = 1;
-    s->expert_gb      = -1;
+    s->show_thinking   = 1;
+    s->expert_gb       = -1;
     if (!isnan(o->temp)) {
         s->gen.temp       = o->temp;
         s->gen.model_temp = 0;
@@ -54,20 +54,20 @@ void chat_settings_model(chat_settings *s, const ue_gen *m) {
 }
 
 void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n) {
-    s->gen.temp        = g->temp;
-    s->gen.top_p       = g->top_p;
-    s->gen.think       = g->think;
-    s->gen.effort      = g->effort % 3;
-    s->gen.model_temp  = s->gen.model_top_p = 0;
-    s->temp_set        = s->top_p_set = 1;
+    s->gen.temp       = g->temp;
+    s->gen.top_p      = g->top_p;
+    s->gen.think      = g->think;
+    s->gen.effort     = g->effort % 3;
+    s->gen.model_temp = s->gen.model_top_p = 0;
+    s->temp_set = s->top_p_set = 1;
     char set[256];
     chat_settings_str(s, set, sizeof set);
     snprintf(msg, n, "settings from the transcript: %s", set);
 }
 
 void chat_settings_str(const chat_settings *s, char *buf, size_t n) {
-    snprintf(buf, n, "temp %.2f · top-p %.2f · think %s · effort %s", (double)s->gen.temp, (double)s->gen.top_p,
-             s->gen.think ? "on" : "off", effort_names[s->gen.effort % 3]);
+    snprintf(buf, n, "temp %.2f · top-p %.2f · think %s · effort %s", (double)s->gen.temp,
+             (double)s->gen.top_p, s->gen.think ? "on" : "off", effort_names[s->gen.effort % 3]);
 }
 
 char *chat_utf8_in(const char *what, const char *s, size_t n, char *note, size_t nn) {
@@ -139,11 +139,13 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         return 1;
     case CMD_EFFORT:
         s->gen.effort = r->flag;
-        snprintf(msg, n, "thinking effort %s%s", effort_names[r->flag], s->gen.think ? "" : " (thinking is off: /think on)");
+        snprintf(msg, n, "thinking effort %s%s", effort_names[r->flag],
+                 s->gen.think ? "" : " (thinking is off: /think on)");
         return 1;
     case CMD_SHOWTHINK:
         s->show_thinking = r->flag;
-        snprintf(msg, n, "think pane %s (the model still thinks when /think is on)", r->flag ? "shown" : "hidden");
+        snprintf(msg, n, "think pane %s (the model still thinks when /think is on)",
+                 r->flag ? "shown" : "hidden");
         return 1;
     case CMD_EXPERTS:
         s->expert_gb = r->num;
@@ -157,11 +159,13 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
             return 1;
         }
         if (!strcmp(r->arg, "--clear") || !strcmp(r->arg, "\"\"") || !strcmp(r->arg, "''")) {
-            int had = s->system[0] != 0;
+            int had      = s->system[0] != 0;
             s->system[0] = 0;
             if (eng)
                 ue_system(eng, "");
-            snprintf(msg, n, had ? "system prompt removed; it applies from the next turn" : "there was no system prompt");
+            snprintf(msg, n,
+                     had ? "system prompt removed; it applies from the next turn"
+                         : "there was no system prompt");
             return 1;
         }
         snprintf(s->system, sizeof s->system, "%s", r->arg);
@@ -199,7 +203,8 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         if (eng)
             ue_forget_fit(eng);
         return 1;
-    default: return 0;
+    default:
+        return 0;
     }
 }
 

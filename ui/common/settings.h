@@ -9,7 +9,7 @@ typedef struct chat_settings {
     ue_gen gen;
     int    temp_set, top_p_set; /* chosen by the user: the model's defaults do not override */
     int    show_thinking;
-    double expert_gb;           /* < 0 = engine default */
+    double expert_gb; /* < 0 = engine default */
     char   system[4096];
 } chat_settings;
 

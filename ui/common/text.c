@@ -9,7 +9,8 @@
 /* Decode one code point; invalid or truncated sequences give -1 and a length of 1. */
 static utf8proc_int32_t decode(const char *s, size_t n, size_t *len) {
     utf8proc_int32_t cp;
-    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)(n > 4 ? 4 : n), &cp);
+    utf8proc_ssize_t k =
+        utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)(n > 4 ? 4 : n), &cp);
     if (k <= 0) {
         *len = 1;
         return -1;
@@ -34,10 +35,10 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
         *flags = c0 == ' ' ? TXT_F_SPACE : 0;
         return 1;
     }
-    size_t            len;
-    utf8proc_int32_t  cp = decode(s, n, &len), prev = cp;
-    int               w = 0, f = 0, emoji = 0;
-    utf8proc_int32_t  state = 0;
+    size_t           len;
+    utf8proc_int32_t cp = decode(s, n, &len), prev = cp;
+    int              w = 0, f = 0, emoji = 0;
+    utf8proc_int32_t state = 0;
     if (cp < 0) {
         *width = 1;
         *flags = TXT_F_INVALID;
@@ -114,8 +115,12 @@ size_t txt_complete(const char *s, size_t n) {
     for (size_t back = 1; back <= 4 && back <= n; back++) {
         unsigned char c = (unsigned char)s[n - back];
         if ((c & 0xC0) == 0x80)
-            continue;             /* continuation byte: keep looking */
-        size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+            continue; /* continuation byte: keep looking */
+        size_t need = c < 0x80             ? 1
+                      : (c & 0xE0) == 0xC0 ? 2
+                      : (c & 0xF0) == 0xE0 ? 3
+                      : (c & 0xF8) == 0xF0 ? 4
+                                           : 1;
         return back < need ? n - back : n;
     }
     return n;
@@ -130,11 +135,11 @@ int txt_wrap(const char *s, size_t n, int cols, txt_line *out, int max) {
     int    have_brk = 0;
     if (cols < 1)
         cols = 1;
-#define EMIT(o, l)                                                                                 \
-    do {                                                                                           \
-        if (out && nl < max)                                                                       \
-            out[nl] = (txt_line){(o), (l), txt_width(s + (o), (l), 0)};                            \
-        nl++;                                                                                      \
+#define EMIT(o, l)                                                                                           \
+    do {                                                                                                     \
+        if (out && nl < max)                                                                                 \
+            out[nl] = (txt_line){(o), (l), txt_width(s + (o), (l), 0)};                                      \
+        nl++;                                                                                                \
     } while (0)
     for (size_t off = 0; off < n;) {
         int    w, f;
@@ -172,7 +177,7 @@ int txt_wrap(const char *s, size_t n, int cols, txt_line *out, int max) {
 
         } else if (w == 2) {
             brk_end = brk_next = off + len;
-            have_brk = 1;
+            have_brk           = 1;
         }
         col += w;
         off += len;
@@ -206,7 +211,8 @@ size_t txt_wcluster_next(const wchar_t *w, size_t n, size_t i) {
     char   buf[64 * 4];
     size_t nb = 0, ncp = 0;
     for (size_t k = i; k < n && ncp < 64; k++, ncp++) {
-        utf8proc_int32_t cp = utf8proc_codepoint_valid((utf8proc_int32_t)w[k]) ? (utf8proc_int32_t)w[k] : 0xFFFD;
+        utf8proc_int32_t cp =
+            utf8proc_codepoint_valid((utf8proc_int32_t)w[k]) ? (utf8proc_int32_t)w[k] : 0xFFFD;
         nb += (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)buf + nb);
     }
     if (nb == 0)

@@ -97,7 +97,7 @@ int thm_parse(const char *text, const char *file, thm_spec t[THM_N], char *err, 
             snprintf(err, errn, "%s:%d: %s: expected 'ROLE = FG BG [ATTRIBUTES]'", file, lineno, words[0]);
             return -1;
         }
-        thm_spec s = {0};
+        thm_spec s   = {0};
         int      bar = nw;
         for (int k = 1; k < nw; k++)
             if (!strcmp(words[k], "|")) {
@@ -105,7 +105,8 @@ int thm_parse(const char *text, const char *file, thm_spec t[THM_N], char *err, 
                 break;
             }
         if (bar < nw && nw - bar - 1 < 2) {
-            snprintf(err, errn, "%s:%d: %s: expected 'FG8 BG8 [ATTRIBUTES]' after '|'", file, lineno, words[0]);
+            snprintf(err, errn, "%s:%d: %s: expected 'FG8 BG8 [ATTRIBUTES]' after '|'", file, lineno,
+                     words[0]);
             return -1;
         }
         /* the 256-color part, then the 8-color part after '|' */
@@ -113,13 +114,15 @@ int thm_parse(const char *text, const char *file, thm_spec t[THM_N], char *err, 
             int    w0 = part ? bar + 1 : 1, w1 = part ? nw : bar, *at = part ? &s.attrs8 : &s.attrs;
             short *fg = part ? &s.fg8 : &s.fg, *bg = part ? &s.bg8 : &s.bg;
             if (w1 - w0 < 2) {
-                snprintf(err, errn, "%s:%d: %s: expected 'ROLE = FG BG [ATTRIBUTES]'", file, lineno, words[0]);
+                snprintf(err, errn, "%s:%d: %s: expected 'ROLE = FG BG [ATTRIBUTES]'", file, lineno,
+                         words[0]);
                 return -1;
             }
             for (int k = w0; k < w0 + 2; k++)
                 if (parse_color(words[k], k == w0 ? fg : bg)) {
-                    snprintf(err, errn, "%s:%d: %s: '%s' is not a color (a name, bright-NAME, default or 0..255)",
-                             file, lineno, words[0], words[k]);
+                    snprintf(err, errn,
+                             "%s:%d: %s: '%s' is not a color (a name, bright-NAME, default or 0..255)", file,
+                             lineno, words[0], words[k]);
                     return -1;
                 }
             for (int k = w0 + 2; k < w1; k++) {
@@ -167,7 +170,8 @@ int thm_load(const char *name, thm_spec t[THM_N], char *err, size_t errn) {
     int  nd = theme_dirs(dirs, 5);
     thm_defaults(t);
     if (strchr(name, '/')) {
-        snprintf(err, errn, "theme '%s': a theme name has no '/' (put NAME.theme in a themes directory)", name);
+        snprintf(err, errn, "theme '%s': a theme name has no '/' (put NAME.theme in a themes directory)",
+                 name);
         return -1;
     }
     for (int k = 0; k < nd; k++) {
@@ -192,7 +196,7 @@ int thm_load(const char *name, thm_spec t[THM_N], char *err, size_t errn) {
 
 void thm_list(char *buf, size_t n) {
     char   dirs[5][PATH_MAX];
-    int    nd = theme_dirs(dirs, 5);
+    int    nd   = theme_dirs(dirs, 5);
     size_t used = 0;
     buf[0]      = 0;
     char seen[32][64];
@@ -229,19 +233,19 @@ void thm_list(char *buf, size_t n) {
 
 /* A 256-color index as RGB (xterm palette); 1 when it is a grey. */
 static int rgb256(short c, int *r, int *g, int *b) {
-    static const unsigned char base[16][3] = {{0, 0, 0},     {205, 0, 0},   {0, 205, 0},     {205, 205, 0},
-                                              {0, 0, 238},   {205, 0, 205}, {0, 205, 205},   {229, 229, 229},
-                                              {127, 127, 127}, {255, 0, 0}, {0, 255, 0},     {255, 255, 0},
-                                              {92, 92, 255}, {255, 0, 255}, {0, 255, 255},   {255, 255, 255}};
+    static const unsigned char base[16][3] = {{0, 0, 0},       {205, 0, 0},   {0, 205, 0},   {205, 205, 0},
+                                              {0, 0, 238},     {205, 0, 205}, {0, 205, 205}, {229, 229, 229},
+                                              {127, 127, 127}, {255, 0, 0},   {0, 255, 0},   {255, 255, 0},
+                                              {92, 92, 255},   {255, 0, 255}, {0, 255, 255}, {255, 255, 255}};
     if (c < 16) {
         *r = base[c][0], *g = base[c][1], *b = base[c][2];
     } else if (c >= 232) {
         *r = *g = *b = 8 + (c - 232) * 10;
     } else {
         int k = c - 16;
-        *r = k / 36 ? 55 + 40 * (k / 36) : 0;
-        *g = (k / 6) % 6 ? 55 + 40 * ((k / 6) % 6) : 0;
-        *b = k % 6 ? 55 + 40 * (k % 6) : 0;
+        *r    = k / 36 ? 55 + 40 * (k / 36) : 0;
+        *g    = (k / 6) % 6 ? 55 + 40 * ((k / 6) % 6) : 0;
+        *b    = k % 6 ? 55 + 40 * (k % 6) : 0;
     }
     return *r == *g && *g == *b;
 }
@@ -251,7 +255,7 @@ static int rgb256(short c, int *r, int *g, int *b) {
 static short hue8(int r, int g, int b) {
     static const short sector[6] = {1, 3, 2, 6, 4, 5}; /* red yellow green cyan blue magenta */
     int    mx = r > g ? (r > b ? r : b) : (g > b ? g : b), mn = r < g ? (r < b ? r : b) : (g < b ? g : b);
-    double h, d = mx - mn > 0 ? mx - mn : 1;
+    double h, d                                               = mx - mn > 0 ? mx - mn : 1;
     if (mx == r)
         h = 60 * ((g - b) / d);
     else if (mx == g)
@@ -308,11 +312,16 @@ void thm_apply(const thm_spec t[THM_N]) {
         thm_resolve(&t[r], col ? COLORS : 256, &fg, &bg, &at);
         if (!col)
             at = t[r].attrs;
-        if (at & THM_A_BOLD) a |= (int)A_BOLD;
-        if (at & THM_A_DIM) a |= (int)A_DIM;
-        if (at & THM_A_ITALIC) a |= (int)A_ITALIC;
-        if (at & THM_A_UNDERLINE) a |= (int)A_UNDERLINE;
-        if (at & THM_A_REVERSE) a |= (int)A_REVERSE;
+        if (at & THM_A_BOLD)
+            a |= (int)A_BOLD;
+        if (at & THM_A_DIM)
+            a |= (int)A_DIM;
+        if (at & THM_A_ITALIC)
+            a |= (int)A_ITALIC;
+        if (at & THM_A_UNDERLINE)
+            a |= (int)A_UNDERLINE;
+        if (at & THM_A_REVERSE)
+            a |= (int)A_REVERSE;
         if (col && r + 1 < COLOR_PAIRS) {
             init_pair((short)(r + 1), fg, bg);
             a |= (int)COLOR_PAIR(r + 1);

@@ -17,36 +17,36 @@
 #include <stddef.h>
 
 /*        role            name             fg  bg  attributes (THM_A_*) */
-#define THEME_ROLES(X)                                                            \
-    X(THM_NORMAL,         "normal",         -1, -1, 0)                            \
-    X(THM_USER,           "user",            6, -1, THM_A_BOLD)                   \
-    X(THM_ASSISTANT,      "assistant",      -1, -1, 0)                            \
-    X(THM_THINK,          "think",         245, -1, THM_A_DIM)                    \
-    X(THM_THINK_SUMMARY,  "think-summary", 244, -1, THM_A_DIM)                    \
-    X(THM_CODE,           "code",          150, -1, 0)                            \
-    X(THM_SYSTEM,         "system",          5, -1, 0)                            \
-    X(THM_TITLE,          "title",           4, -1, THM_A_BOLD)                   \
-    X(THM_BORDER,         "border",        240, -1, 0)                            \
-    X(THM_STATUS,         "status",        252, 236, 0)                           \
-    X(THM_STATUS_KEY,     "status-key",     12, 236, THM_A_BOLD)                  \
-    X(THM_PROMPT,         "prompt",          6, -1, THM_A_BOLD)                   \
-    X(THM_INPUT,          "input",          -1, -1, 0)                            \
-    X(THM_INFO,           "info",            3, -1, 0)                            \
-    X(THM_ERROR,          "error",           9, -1, THM_A_BOLD)                   \
-    X(THM_PROGRESS,       "progress",        2, -1, 0)                            \
-    X(THM_MD_HEADING,     "md-heading",     75, -1, THM_A_BOLD)                   \
-    X(THM_MD_STRONG,      "md-strong",      -1, -1, THM_A_BOLD)                   \
-    X(THM_MD_EM,          "md-em",          -1, -1, THM_A_ITALIC)                 \
-    X(THM_MD_CODE,        "md-code",       150, -1, 0)                            \
-    X(THM_MD_MATH,        "md-math",       150, -1, 0)                            \
-    X(THM_MD_STRIKE,      "md-strike",     244, -1, THM_A_DIM)                    \
-    X(THM_MD_LINK,        "md-link",        39, -1, THM_A_UNDERLINE)              \
-    X(THM_MD_URL,         "md-url",        244, -1, 0)                            \
-    X(THM_MD_QUOTE,       "md-quote",      244, -1, 0)                            \
-    X(THM_MD_LIST,        "md-list",         3, -1, 0)                            \
-    X(THM_MD_BORDER,      "md-border",     240, -1, 0)                            \
-    X(THM_MD_LANG,        "md-lang",       244, -1, THM_A_ITALIC)                 \
-    X(THM_MD_TABLE_HEAD,  "md-table-head",  -1, -1, THM_A_BOLD)
+#define THEME_ROLES(X)                                                                                       \
+    X(THM_NORMAL, "normal", -1, -1, 0)                                                                       \
+    X(THM_USER, "user", 6, -1, THM_A_BOLD)                                                                   \
+    X(THM_ASSISTANT, "assistant", -1, -1, 0)                                                                 \
+    X(THM_THINK, "think", 245, -1, THM_A_DIM)                                                                \
+    X(THM_THINK_SUMMARY, "think-summary", 244, -1, THM_A_DIM)                                                \
+    X(THM_CODE, "code", 150, -1, 0)                                                                          \
+    X(THM_SYSTEM, "system", 5, -1, 0)                                                                        \
+    X(THM_TITLE, "title", 4, -1, THM_A_BOLD)                                                                 \
+    X(THM_BORDER, "border", 240, -1, 0)                                                                      \
+    X(THM_STATUS, "status", 252, 236, 0)                                                                     \
+    X(THM_STATUS_KEY, "status-key", 12, 236, THM_A_BOLD)                                                     \
+    X(THM_PROMPT, "prompt", 6, -1, THM_A_BOLD)                                                               \
+    X(THM_INPUT, "input", -1, -1, 0)                                                                         \
+    X(THM_INFO, "info", 3, -1, 0)                                                                            \
+    X(THM_ERROR, "error", 9, -1, THM_A_BOLD)                                                                 \
+    X(THM_PROGRESS, "progress", 2, -1, 0)                                                                    \
+    X(THM_MD_HEADING, "md-heading", 75, -1, THM_A_BOLD)                                                      \
+    X(THM_MD_STRONG, "md-strong", -1, -1, THM_A_BOLD)                                                        \
+    X(THM_MD_EM, "md-em", -1, -1, THM_A_ITALIC)                                                              \
+    X(THM_MD_CODE, "md-code", 150, -1, 0)                                                                    \
+    X(THM_MD_MATH, "md-math", 150, -1, 0)                                                                    \
+    X(THM_MD_STRIKE, "md-strike", 244, -1, THM_A_DIM)                                                        \
+    X(THM_MD_LINK, "md-link", 39, -1, THM_A_UNDERLINE)                                                       \
+    X(THM_MD_URL, "md-url", 244, -1, 0)                                                                      \
+    X(THM_MD_QUOTE, "md-quote", 244, -1, 0)                                                                  \
+    X(THM_MD_LIST, "md-list", 3, -1, 0)                                                                      \
+    X(THM_MD_BORDER, "md-border", 240, -1, 0)                                                                \
+    X(THM_MD_LANG, "md-lang", 244, -1, THM_A_ITALIC)                                                         \
+    X(THM_MD_TABLE_HEAD, "md-table-head", -1, -1, THM_A_BOLD)
 
 enum { THM_A_BOLD = 1, THM_A_DIM = 2, THM_A_ITALIC = 4, THM_A_UNDERLINE = 8, THM_A_REVERSE = 16 };
 
@@ -54,7 +54,7 @@ enum thm_role {
 #define X(id, name, fg, bg, at) id,
     THEME_ROLES(X)
 #undef X
-    THM_N
+        THM_N
 };
 
 typedef struct thm_spec {
@@ -68,7 +68,7 @@ typedef struct thm_spec {
 
 /* Parse theme text into t (which holds the defaults to override). 0 ok; -1 with
  * "FILE:LINE: what" in err. */
-int thm_parse(const char *text, const char *file, thm_spec t[THM_N], char *err, size_t errn);
+int  thm_parse(const char *text, const char *file, thm_spec t[THM_N], char *err, size_t errn);
 void thm_defaults(thm_spec t[THM_N]);
 /* Find and parse theme NAME ("dark" also works without a file). 0 ok; -1 with err. */
 int thm_load(const char *name, thm_spec t[THM_N], char *err, size_t errn);
@@ -86,6 +86,6 @@ void thm_list(char *buf, size_t n);
 void thm_resolve(const thm_spec *s, int colors, short *fg, short *bg, int *attrs);
 
 /* curses side: make t current (after initscr); attributes for drawing. */
-void thm_apply(const thm_spec t[THM_N]);
-int  thm_attr(enum thm_role r); /* an attr_t with COLOR_PAIR, as int */
+void        thm_apply(const thm_spec t[THM_N]);
+int         thm_attr(enum thm_role r); /* an attr_t with COLOR_PAIR, as int */
 const char *thm_role_name(enum thm_role r);

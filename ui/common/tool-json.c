@@ -15,15 +15,15 @@ json_t *stools_calls_json(const k3_msg *m) {
         return NULL;
     json_t *a = json_array();
     for (int k = 0; a && k < m->n_tool_calls; k++)
-        json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", m->tool_calls[k].id, "type", "function",
-                                           "function", "name", m->tool_calls[k].name, "arguments",
+        json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", m->tool_calls[k].id, "type",
+                                           "function", "function", "name", m->tool_calls[k].name, "arguments",
                                            m->tool_calls[k].arguments ? m->tool_calls[k].arguments : "{}"));
     return a;
 }
 
 json_t *stools_delta_open(int index, const char *id, const char *name) {
-    return json_pack("{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index", index, "id", id, "type", "function",
-                     "function", "name", name, "arguments", "");
+    return json_pack("{s:[{s:i,s:s,s:s,s:{s:s,s:s}}]}", "tool_calls", "index", index, "id", id, "type",
+                     "function", "function", "name", name, "arguments", "");
 }
 
 json_t *stools_delta_args(int index, const char *args, size_t n) {

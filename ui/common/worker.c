@@ -12,17 +12,17 @@
 #include <string.h>
 
 typedef struct real {
-    ue         *u;
-    k3_model   *m;
-    k3_session *s;
-    k3_conv    *c;
-    k3_model_info info;
-    ue_tokstats tok;
-    int         ctx_used0, ctx_cap; /* context at the start of the turn, and its capacity */
-    double      last_progress;
-    pthread_mutex_t mu;     /* guards replaying against real_cancel      */
+    ue             *u;
+    k3_model       *m;
+    k3_session     *s;
+    k3_conv        *c;
+    k3_model_info   info;
+    ue_tokstats     tok;
+    int             ctx_used0, ctx_cap; /* context at the start of the turn, and its capacity */
+    double          last_progress;
+    pthread_mutex_t mu;              /* guards replaying against real_cancel      */
     _Atomic double  experts_pending; /* a new expert budget (GB), NAN when none */
-    k3_conv        *replaying; /* the saved conversation a replay runs on */
+    k3_conv        *replaying;       /* the saved conversation a replay runs on */
 } real;
 
 static void on_progress(const char *what, uint64_t done, uint64_t total, void *ud) {
@@ -31,7 +31,7 @@ static void on_progress(const char *what, uint64_t done, uint64_t total, void *u
     if (now - r->last_progress < 0.05 && done != total)
         return; /* a few updates per second are plenty */
     r->last_progress = now;
-    ui_ev e = {.type = EV_PROGRESS, .text = (char *)(uintptr_t)what, .a = done, .b = total};
+    ui_ev e          = {.type = EV_PROGRESS, .text = (char *)(uintptr_t)what, .a = done, .b = total};
     ev_push(r->u->out, &e);
 }
 
@@ -41,12 +41,12 @@ static void fill_common(real *r, ue_stats *st) {
     k3_session_stats(r->s, &ks);
     if (k3_conv_context(r->c, r->m, &used, &cap) != K3_OK)
         used = k3_session_pos(r->s);
-    st->ctx_used   = used;
-    st->ctx_max    = cap;
-    uint64_t look  = ks.expert_hits + ks.expert_misses;
-    st->expert_hit = look ? (double)ks.expert_hits / (double)look : -1;
-    st->expert_gb  = k3_model_expert_budget(r->m);
-    st->mem_gb     = ue_mem_gb();
+    st->ctx_used     = used;
+    st->ctx_max      = cap;
+    uint64_t look    = ks.expert_hits + ks.expert_misses;
+    st->expert_hit   = look ? (double)ks.expert_hits / (double)look : -1;
+    st->expert_gb    = k3_model_expert_budget(r->m);
+    st->mem_gb       = ue_mem_gb();
     st->vk_used_gb   = (double)ks.vk_used / 1e9;
     st->vk_budget_gb = (double)ks.vk_budget / 1e9;
     st->vk_hits      = (long)ks.vk_hits;
@@ -78,8 +78,12 @@ static void on_piece(real *r, int ch, const char *text, size_t n) {
         ev_push(r->u->out, &e);
     }
 }
-static void on_think(const char *t, size_t n, void *ud) { on_piece(ud, EV_CH_THINK, t, n); }
-static void on_response(const char *t, size_t n, void *ud) { on_piece(ud, EV_CH_RESPONSE, t, n); }
+static void on_think(const char *t, size_t n, void *ud) {
+    on_piece(ud, EV_CH_THINK, t, n);
+}
+static void on_response(const char *t, size_t n, void *ud) {
+    on_piece(ud, EV_CH_RESPONSE, t, n);
+}
 /* A conversation with tools (a loaded transcript's): the model's calls are shown in the
  * response pane as they stream, "-> name(arguments)", as loaded tool turns are shown. */
 static void on_tool_call(int index, const char *id, const char *name, const char *args, size_t n, int done,
@@ -126,12 +130,13 @@ static void turn(real *r, const ue_gen *g) {
     if (st == K3_OK && ue_cancelled(r->u)) {
         st = K3_ABORTED; /* stopped before it began: the conversation keeps the user's message */
     } else if (st == K3_OK) {
-        k3_conv_callbacks cb = {.on_think = on_think, .on_response = on_response, .ud = r, .on_tool_call = on_tool_call};
+        k3_conv_callbacks cb = {
+            .on_think = on_think, .on_response = on_response, .ud = r, .on_tool_call = on_tool_call};
         k3_session_reset_stats(r->s);
         st = k3_conv_generate(r->c, r->m, r->s, &cb);
     }
-    ui_ev d = {.type = EV_DONE, .i = UE_DONE_OK};
-    int   n = k3_conv_count(r->c);
+    ui_ev         d    = {.type = EV_DONE, .i = UE_DONE_OK};
+    int           n    = k3_conv_count(r->c);
     const k3_msg *last = n ? k3_conv_msg(r->c, n - 1) : NULL;
     if (st != K3_OK && st != K3_ABORTED) {
         char msg[1200];
@@ -146,11 +151,15 @@ static void turn(real *r, const ue_gen *g) {
         for (int k = 0; k < k3_conv_count(r->c); k++)
             earlier |= k3_conv_msg(r->c, k)->role == K3_ROLE_USER;
         if (st == K3_ERR_CONTEXT && earlier)
-            ue_emitf(r->u, EV_ERROR, "%s (/forget: drop the oldest exchange; /forget --fit: keep the newest that fit; "
-                                     "/clear: new conversation). Your message is back in the input line.", msg);
+            ue_emitf(r->u, EV_ERROR,
+                     "%s (/forget: drop the oldest exchange; /forget --fit: keep the newest that fit; "
+                     "/clear: new conversation). Your message is back in the input line.",
+                     msg);
         else if (st == K3_ERR_CONTEXT)
-            ue_emitf(r->u, EV_ERROR, "%s: this message alone is too long for the context; shorten it. "
-                                     "It is back in the input line.", msg);
+            ue_emitf(r->u, EV_ERROR,
+                     "%s: this message alone is too long for the context; shorten it. "
+                     "It is back in the input line.",
+                     msg);
         else
             ue_emitf(r->u, EV_ERROR, "%s", msg[0] ? msg : k3_status_str(st));
         d.i = UE_DONE_ERROR;
@@ -160,13 +169,13 @@ static void turn(real *r, const ue_gen *g) {
     fill_common(r, &d.st);
     if (last && last->role == K3_ROLE_ASSISTANT && last->has_stats) {
         const k3_turn_stats *ts = &last->stats;
-        d.st.tok_s         = ts->tok_s > 0 ? ts->tok_s : -1;
-        d.st.prefill_tok_s = ts->t_prefill > 0 ? ts->n_prefill / ts->t_prefill : -1;
-        d.st.ttft_s        = ts->ttft > 0 ? ts->ttft : -1;
-        d.st.think_s       = ts->t_think > ts->ttft ? ts->t_think - ts->ttft : -1;
-        d.st.n_think       = ts->n_think;
-        d.st.n_response    = ts->n_gen - ts->n_think;
-        d.st.n_prefill     = ts->n_prefill;
+        d.st.tok_s              = ts->tok_s > 0 ? ts->tok_s : -1;
+        d.st.prefill_tok_s      = ts->t_prefill > 0 ? ts->n_prefill / ts->t_prefill : -1;
+        d.st.ttft_s             = ts->ttft > 0 ? ts->ttft : -1;
+        d.st.think_s            = ts->t_think > ts->ttft ? ts->t_think - ts->ttft : -1;
+        d.st.n_think            = ts->n_think;
+        d.st.n_response         = ts->n_gen - ts->n_think;
+        d.st.n_prefill          = ts->n_prefill;
         if (ts->stop == K3_STOP_MAX_TOKENS || ts->stop == K3_STOP_CONTEXT)
             d.i = d.i == UE_DONE_OK ? UE_DONE_LENGTH : d.i;
     } else {
@@ -185,15 +194,16 @@ typedef struct replay_ctx {
 static void on_replay(const k3_replay_turn *t, void *ud) {
     replay_ctx *x = ud;
     if (t->match)
-        ue_emitf(x->r->u, EV_INFO, "replay turn %d: same answer (%d %s)", t->turn, t->n_new, t->by_ids ? "tokens" : "bytes");
+        ue_emitf(x->r->u, EV_INFO, "replay turn %d: same answer (%d %s)", t->turn, t->n_new,
+                 t->by_ids ? "tokens" : "bytes");
     else
         ue_emitf(x->r->u, EV_ERROR, "replay turn %d: differs at %s %d: saved %d '%s', new %d '%s'", t->turn,
-                 t->by_ids ? "token" : "byte", t->first_diff, (int)t->saved_id, t->saved_piece ? t->saved_piece : "",
-                 (int)t->new_id, t->new_piece ? t->new_piece : "");
+                 t->by_ids ? "token" : "byte", t->first_diff, (int)t->saved_id,
+                 t->saved_piece ? t->saved_piece : "", (int)t->new_id, t->new_piece ? t->new_piece : "");
 }
 
 static void replay(real *r, const char *path, const ue_gen *g) {
-    k3_conv *saved = k3_conv_new();
+    k3_conv *saved  = k3_conv_new();
     int      n_diff = 0;
     ui_ev    d      = {.type = EV_DONE, .i = UE_DONE_OK};
     if (!saved) {
@@ -209,7 +219,8 @@ static void replay(real *r, const char *path, const ue_gen *g) {
     int n_user = 0;
     for (int k = 0; k < k3_conv_count(saved); k++)
         n_user += k3_conv_msg(saved, k)->role == K3_ROLE_USER;
-    ue_emitf(r->u, EV_INFO, "replaying %s: %d user turn%s (Ctrl-C stops)", path, n_user, n_user == 1 ? "" : "s");
+    ue_emitf(r->u, EV_INFO, "replaying %s: %d user turn%s (Ctrl-C stops)", path, n_user,
+             n_user == 1 ? "" : "s");
     k3_conv_settings set;
     k3_conv_get_settings(saved, &set);
     gen_sampling(r, g, &set.sampling.temp, &set.sampling.top_p);
@@ -218,7 +229,8 @@ static void replay(real *r, const char *path, const ue_gen *g) {
     pthread_mutex_lock(&r->mu);
     r->replaying = saved;
     pthread_mutex_unlock(&r->mu);
-    k3_status st = ue_cancelled(r->u) ? K3_ABORTED : k3_conv_replay(saved, r->m, r->s, &set, 1, on_replay, &x, &n_diff);
+    k3_status st =
+        ue_cancelled(r->u) ? K3_ABORTED : k3_conv_replay(saved, r->m, r->s, &set, 1, on_replay, &x, &n_diff);
     pthread_mutex_lock(&r->mu);
     r->replaying = NULL;
     pthread_mutex_unlock(&r->mu);
@@ -257,10 +269,12 @@ static void report_fit(real *r) {
     }
     int keep = fi.n_exchanges - fi.drop;
     ue_emitf(r->u, EV_ERROR,
-             "this conversation needs %d tokens and the context holds %d: %s. /forget --fit keeps the newest %d of its "
+             "this conversation needs %d tokens and the context holds %d: %s. /forget --fit keeps the newest "
+             "%d of its "
              "%d exchanges (%d tokens, a quarter of the context left free); /forget drops the oldest one",
-             fi.used, fi.capacity, fi.used + 8 > fi.capacity ? "the next message cannot fit" : "little room is left",
-             keep, fi.n_exchanges, fi.used_after);
+             fi.used, fi.capacity,
+             fi.used + 8 > fi.capacity ? "the next message cannot fit" : "little room is left", keep,
+             fi.n_exchanges, fi.used_after);
 }
 
 static void forget_fit(real *r) {
@@ -270,18 +284,20 @@ static void forget_fit(real *r) {
         return;
     }
     if (!fi.drop) {
-        ue_emitf(r->u, EV_INFO, "/forget --fit: the conversation fits already (%d of %d tokens)", fi.used, fi.capacity);
+        ue_emitf(r->u, EV_INFO, "/forget --fit: the conversation fits already (%d of %d tokens)", fi.used,
+                 fi.capacity);
         return;
     }
     ue_send_history(r->u, r->c);
-    ue_emitf(r->u, EV_INFO, "dropped the %d oldest exchange%s (%d messages); the conversation now needs %d of %d tokens",
+    ue_emitf(r->u, EV_INFO,
+             "dropped the %d oldest exchange%s (%d messages); the conversation now needs %d of %d tokens",
              fi.drop, fi.drop == 1 ? "" : "s", fi.dropped_msgs, fi.used_after, fi.capacity);
     ue_conv_autosave(r->u, r->c);
 }
 
 static void real_cmd(ue *u, void *self, const ui_ev *c) {
-    real *r = self;
-    int done = 1;
+    real *r    = self;
+    int   done = 1;
     if (c->type == EV_CMD_FORGET && c->text && !strcmp(c->text, "--fit"))
         forget_fit(r);
     else if ((done = ue_conv_cmd(u, r->c, c)) == 2) /* /undo /forget /clear /system /save /load /export */
@@ -312,7 +328,9 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
         }
         turn(r, &c->gen);
         break;
-    case EV_CMD_REPLAY: replay(r, c->text, &c->gen); break;
+    case EV_CMD_REPLAY:
+        replay(r, c->text, &c->gen);
+        break;
     case EV_CMD_EXPERTS:
         apply_experts(r); /* unless a turn applied it already */
         /* FALLTHROUGH */
@@ -323,7 +341,8 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
         ue_emitf(u, EV_INFO, "%s", r->info.fit);
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -361,8 +380,9 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
     char        desc[256];
     snprintf(desc, sizeof desc, "%.64s · %d layers · %.1f GB", name, r->info.n_layers,
              (double)r->info.bytes_resident / 1e9);
-    ui_ev e = {.type = EV_READY, .text = desc, .text2 = (char *)(uintptr_t)r->info.fit_brief, .i = r->info.max_ctx};
-    e.gen   = (ue_gen){.temp = r->info.gen_temp, .top_p = r->info.gen_top_p, .think = 1, .effort = 2};
+    ui_ev e = {
+        .type = EV_READY, .text = desc, .text2 = (char *)(uintptr_t)r->info.fit_brief, .i = r->info.max_ctx};
+    e.gen = (ue_gen){.temp = r->info.gen_temp, .top_p = r->info.gen_top_p, .think = 1, .effort = 2};
     ev_push(u->out, &e);
     ui_ev ctx = {.type = EV_STATS, .i = 1}; /* the empty conversation's context, as after /clear */
     fill_common(r, &ctx.st);

@@ -69,13 +69,16 @@ size_t http_clean(char *dst, size_t cap, const char *src, size_t n, int log) {
     size_t at = 0, i = 0;
     while (i < n) {
         utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)src + i, (utf8proc_ssize_t)(n - i), &cp);
-        char             esc[16];
+        utf8proc_ssize_t k =
+            utf8proc_iterate((const utf8proc_uint8_t *)src + i, (utf8proc_ssize_t)(n - i), &cp);
+        char esc[16];
         if (k < 0) {
             /* an incomplete character at the very end: the text was cut there */
-            size_t need = ((unsigned char)src[i] & 0xE0) == 0xC0 ? 2 : ((unsigned char)src[i] & 0xF0) == 0xE0 ? 3
-                        : ((unsigned char)src[i] & 0xF8) == 0xF0 ? 4 : 0;
-            int cut = need && n - i < need;
+            size_t need = ((unsigned char)src[i] & 0xE0) == 0xC0   ? 2
+                          : ((unsigned char)src[i] & 0xF0) == 0xE0 ? 3
+                          : ((unsigned char)src[i] & 0xF8) == 0xF0 ? 4
+                                                                   : 0;
+            int    cut  = need && n - i < need;
             for (size_t t = i + 1; cut && t < n; t++)
                 cut = ((unsigned char)src[t] & 0xC0) == 0x80;
             if (cut)
@@ -94,8 +97,9 @@ size_t http_clean(char *dst, size_t cap, const char *src, size_t n, int log) {
         } else if (cp < 0x20 || cp == 0x7F) {
             snprintf(esc, sizeof esc, "\\x%02X", (unsigned)cp);
             s = esc, m = 4;
-        } else if ((cp >= 0x80 && cp < 0xA0) || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) ||
-                   cp == 0x2028 || cp == 0x2029 || cp == 0x200E || cp == 0x200F || cp == 0x061C) {
+        } else if ((cp >= 0x80 && cp < 0xA0) || (cp >= 0x202A && cp <= 0x202E) ||
+                   (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 || cp == 0x2029 || cp == 0x200E ||
+                   cp == 0x200F || cp == 0x061C) {
             snprintf(esc, sizeof esc, "\\u%04X", (unsigned)cp);
             s = esc, m = 6;
         } else if (cp == '\\' && log) {
@@ -148,7 +152,11 @@ static int verdict(http_head *h, int status, const char *code, const char *fmt, 
     va_end(ap);
     h->status = status;
     snprintf(h->code, sizeof h->code, "%s", code);
-    http_clean(h->msg, sizeof h->msg, raw, n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1, 0);
+    http_clean(h->msg, sizeof h->msg, raw,
+               n < 0                    ? 0
+               : (size_t)n < sizeof raw ? (size_t)n
+                                        : sizeof raw - 1,
+               0);
     return 1;
 }
 
@@ -189,7 +197,7 @@ static int host_syntax(const char *v, size_t n) {
     if (n && v[0] == '[') {
         while (i < n && v[i] != ']')
             i++;
-        char a[64];
+        char            a[64];
         struct in6_addr a6;
         if (i >= n || i - 1 >= sizeof a)
             return 0;
@@ -222,7 +230,8 @@ int http_head_check(const char *p, size_t n, int eof, const http_rules *r, http_
         unsigned char c = (unsigned char)p[i];
         if (c == '\n') {
             if (!i || p[i - 1] != '\r')
-                return verdict(h, 400, "invalid_framing", "a line of the request head ends with a bare LF (CRLF expected)");
+                return verdict(h, 400, "invalid_framing",
+                               "a line of the request head ends with a bare LF (CRLF expected)");
             if (i >= 3 && p[i - 2] == '\n' && p[i - 3] == '\r') {
                 end = p + i + 1;
                 break;
@@ -231,7 +240,8 @@ int http_head_check(const char *p, size_t n, int eof, const http_rules *r, http_
             if (i + 1 < n && p[i + 1] != '\n')
                 return verdict(h, 400, "invalid_framing", "a bare CR in the request head");
         } else if ((c < 0x20 && c != '\t') || c == 0x7F) {
-            return verdict(h, 400, "invalid_header", "a control byte 0x%02X in the request head (byte %zu)", c, i);
+            return verdict(h, 400, "invalid_header", "a control byte 0x%02X in the request head (byte %zu)",
+                           c, i);
         }
     }
     const char *line_end = memchr(p, '\r', end ? (size_t)(end - p) : n);
@@ -259,23 +269,25 @@ int http_head_check(const char *p, size_t n, int eof, const http_rules *r, http_
     if (!sp)
         return verdict(h, 400, "invalid_request_line", "the request line is not METHOD TARGET HTTP/1.1");
     const char *ver = sp + 1;
-    size_t      vl  = line_len - (size_t)(ver - p), tl = (size_t)(sp - t);
-    if (vl != 8 || strncmp(ver, "HTTP/", 5) || ver[6] != '.' || ver[5] < '0' || ver[5] > '9' || ver[7] < '0' ||
-        ver[7] > '9')
+    size_t      vl = line_len - (size_t)(ver - p), tl = (size_t)(sp - t);
+    if (vl != 8 || strncmp(ver, "HTTP/", 5) || ver[6] != '.' || ver[5] < '0' || ver[5] > '9' ||
+        ver[7] < '0' || ver[7] > '9')
         return verdict(h, 400, "invalid_request_line", "the request line is not METHOD TARGET HTTP/1.1");
     if (ver[5] != '1' || ver[7] > '1')
-        return verdict(h, 505, "http_version_not_supported", "HTTP/%c.%c is not supported (HTTP/1.1 or 1.0)", ver[5],
-                       ver[7]);
+        return verdict(h, 505, "http_version_not_supported", "HTTP/%c.%c is not supported (HTTP/1.1 or 1.0)",
+                       ver[5], ver[7]);
     int v11 = ver[7] == '1';
     if (!tl || t[0] != '/')
         return verdict(h, 400, "invalid_request_target", "the request target must be a path starting with /");
     for (size_t i = 0; i < tl; i++) {
         unsigned char c = (unsigned char)t[i];
         if (c <= 0x20 || c >= 0x7F)
-            return verdict(h, 400, "invalid_request_target", "a byte 0x%02X in the request target (percent-encode it)", c);
+            return verdict(h, 400, "invalid_request_target",
+                           "a byte 0x%02X in the request target (percent-encode it)", c);
         if (c == '%') {
             if (i + 2 >= tl || !isxdigit((unsigned char)t[i + 1]) || !isxdigit((unsigned char)t[i + 2]))
-                return verdict(h, 400, "invalid_request_target", "a %%-escape in the request target is not %%XX");
+                return verdict(h, 400, "invalid_request_target",
+                               "a %%-escape in the request target is not %%XX");
             if (t[i + 1] == '0' && t[i + 2] == '0')
                 return verdict(h, 400, "invalid_request_target", "%%00 (NUL) in the request target");
         }
@@ -286,15 +298,16 @@ int http_head_check(const char *p, size_t n, int eof, const http_rules *r, http_
     const char *host = NULL, *cl = NULL, *ctype = NULL;
     size_t      host_n = 0, cl_n = 0, ctype_n = 0;
     int         n_host = 0, n_cl = 0, n_te = 0, n_ct = 0, n_auth = 0, n_fields = 0;
-    const char *te = NULL;
+    const char *te   = NULL;
     size_t      te_n = 0;
     for (const char *q = line_end + 2; q < end - 2;) {
-        const char *e = memchr(q, '\r', (size_t)(end - q));
+        const char *e  = memchr(q, '\r', (size_t)(end - q));
         size_t      ln = (size_t)(e - q);
         if (++n_fields > HTTP_MAX_FIELDS)
             return verdict(h, 431, "headers_too_large", "over %d header fields", HTTP_MAX_FIELDS);
         if (q[0] == ' ' || q[0] == '\t')
-            return verdict(h, 400, "invalid_header", "a header line starts with white space (obsolete line folding)");
+            return verdict(h, 400, "invalid_header",
+                           "a header line starts with white space (obsolete line folding)");
         size_t k = 0;
         while (k < ln && tchar((unsigned char)q[k]))
             k++;
@@ -320,14 +333,19 @@ int http_head_check(const char *p, size_t n, int eof, const http_rules *r, http_
     }
     if (n_cl > 1 || n_host > 1 || n_te > 1 || n_ct > 1 || n_auth > 1)
         return verdict(h, 400, "invalid_framing", "more than one %s header",
-                       n_cl > 1 ? "Content-Length" : n_host > 1 ? "Host" : n_te > 1 ? "Transfer-Encoding"
-                       : n_ct > 1 ? "Content-Type" : "Authorization");
+                       n_cl > 1     ? "Content-Length"
+                       : n_host > 1 ? "Host"
+                       : n_te > 1   ? "Transfer-Encoding"
+                       : n_ct > 1   ? "Content-Type"
+                                    : "Authorization");
     if (n_te && n_cl)
         return verdict(h, 400, "invalid_framing", "both Content-Length and Transfer-Encoding");
     if (n_te) {
         if (!v11 || te_n != 7 || strncasecmp(te, "chunked", 7))
-            return verdict(h, 400, "invalid_framing", "Transfer-Encoding '%.*s' is not supported", (int)(te_n > 60 ? 60 : te_n), te);
-        return verdict(h, 411, "length_required", "send the body with Content-Length (chunked request bodies are not accepted)");
+            return verdict(h, 400, "invalid_framing", "Transfer-Encoding '%.*s' is not supported",
+                           (int)(te_n > 60 ? 60 : te_n), te);
+        return verdict(h, 411, "length_required",
+                       "send the body with Content-Length (chunked request bodies are not accepted)");
     }
     if (n_cl) {
         unsigned long long len = 0;
@@ -340,17 +358,20 @@ int http_head_check(const char *p, size_t n, int eof, const http_rules *r, http_
             len = len * 10 + (unsigned)(cl[i] - '0');
         }
         if (len > r->max_body)
-            return verdict(h, 413, "body_too_large", "the request body (%llu bytes) is over the limit of %zu bytes", len,
-                           r->max_body);
+            return verdict(h, 413, "body_too_large",
+                           "the request body (%llu bytes) is over the limit of %zu bytes", len, r->max_body);
     }
     if (v11 && !n_host)
         return verdict(h, 400, "missing_host", "an HTTP/1.1 request without a Host header");
     if (n_host && !host_syntax(host, host_n))
-        return verdict(h, 400, "invalid_host", "Host '%.*s' is not HOST[:PORT]", (int)(host_n > 80 ? 80 : host_n), host);
+        return verdict(h, 400, "invalid_host", "Host '%.*s' is not HOST[:PORT]",
+                       (int)(host_n > 80 ? 80 : host_n), host);
     if (r->keyless && n_host && !host_allowed(host, host_n, r->allow_hosts))
-        return verdict(h, 403, "host_not_allowed",
-                       "Host '%.*s' is not allowed: a server without an API key answers only requests for an IP "
-                       "address, localhost or an --allow-host name", (int)(host_n > 80 ? 80 : host_n), host);
+        return verdict(
+            h, 403, "host_not_allowed",
+            "Host '%.*s' is not allowed: a server without an API key answers only requests for an IP "
+            "address, localhost or an --allow-host name",
+            (int)(host_n > 80 ? 80 : host_n), host);
     if (r->keyless && post) {
         size_t k = 0;
         while (k < ctype_n && ctype[k] != ';' && ctype[k] != ' ' && ctype[k] != '\t')
@@ -365,35 +386,35 @@ int http_head_check(const char *p, size_t n, int eof, const http_rules *r, http_
 /* ---- the gate ------------------------------------------------------------------------------ */
 
 #define HTTP_STR_(x) #x
-#define HTTP_STR(x)  HTTP_STR_(x)
+#define HTTP_STR(x) HTTP_STR_(x)
 
 enum { R_FREE = 0, R_HEAD, R_WAIT, R_ACTIVE, R_LINGER };
 #define N_LINGER 64
-#define N_REC    (HTTP_MAX_PENDING + HTTP_MAX_CONN + N_LINGER)
+#define N_REC (HTTP_MAX_PENDING + HTTP_MAX_CONN + N_LINGER)
 
 typedef struct hrec {
     int                     state, fd, started;
-    char                    ip[64];     /* the client address, the key of the per-address limits */
+    char                    ip[64]; /* the client address, the key of the per-address limits */
     struct sockaddr_storage addr;
     socklen_t               alen;
     double                  t_accept, t_ready, deadline;
-    size_t                  seen;       /* head bytes peeked so far */
-    size_t                  drained;    /* LINGER: bytes dropped    */
+    size_t                  seen;    /* head bytes peeked so far */
+    size_t                  drained; /* LINGER: bytes dropped    */
 } hrec;
 
 struct http_gate {
-    int             lfd, wake[2], have_thread, stopping;
-    unsigned        port;
-    pthread_t       th;
-    pthread_mutex_t mu;
-    pthread_cond_t  idle_cv;
+    int                lfd, wake[2], have_thread, stopping;
+    unsigned           port;
+    pthread_t          th;
+    pthread_mutex_t    mu;
+    pthread_cond_t     idle_cv;
     struct MHD_Daemon *d;
-    http_rules      rules;
-    char           *allow; /* rules.allow_hosts (owned) */
-    hrec            rec[N_REC];
-    int             n_active;
-    double          t_log, t_pause;
-    unsigned long   n_quiet; /* refusals not logged since the last line */
+    http_rules         rules;
+    char              *allow; /* rules.allow_hosts (owned) */
+    hrec               rec[N_REC];
+    int                n_active;
+    double             t_log, t_pause;
+    unsigned long      n_quiet; /* refusals not logged since the last line */
 };
 
 static double mono(void) {
@@ -404,17 +425,28 @@ static double mono(void) {
 
 static const char *reason(int status) {
     switch (status) {
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 431: return "Request Header Fields Too Large";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Error";
+    case 400:
+        return "Bad Request";
+    case 403:
+        return "Forbidden";
+    case 408:
+        return "Request Timeout";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 415:
+        return "Unsupported Media Type";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 503:
+        return "Service Unavailable";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Error";
     }
 }
 
@@ -434,14 +466,15 @@ static void gate_note(http_gate *g, const hrec *x, int status, const char *msg) 
 }
 
 /* Answer x with a JSON error and move it to LINGER (lock held). */
-static void gate_answer(http_gate *g, hrec *x, int status, const char *type, const char *code, const char *msg) {
+static void gate_answer(http_gate *g, hrec *x, int status, const char *type, const char *code,
+                        const char *msg) {
     char *body = http_error_json(type, code, msg);
     char  head[320];
-    int   hn = snprintf(head, sizeof head,
-                        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s"
-                        "Connection: close\r\n\r\n",
-                        status, reason(status), body ? strlen(body) : 0,
-                        status == 503 ? "Retry-After: 5\r\n" : "");
+    int   hn =
+        snprintf(head, sizeof head,
+                 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s"
+                 "Connection: close\r\n\r\n",
+                 status, reason(status), body ? strlen(body) : 0, status == 503 ? "Retry-After: 5\r\n" : "");
     if (hn > 0 && send(x->fd, head, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT) == hn && body)
         (void)!send(x->fd, body, strlen(body), MSG_NOSIGNAL | MSG_DONTWAIT);
     free(body);
@@ -519,7 +552,7 @@ static void gate_accept(http_gate *g) {
     for (int round = 0; round < 64; round++) {
         struct sockaddr_storage a;
         socklen_t               al = sizeof a;
-        int                     fd = accept4(g->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(g->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
                 g->t_pause = mono() + 0.1; /* out of descriptors: leave them in the backlog a while */
@@ -527,10 +560,12 @@ static void gate_accept(http_gate *g) {
         }
         char ip[64];
         addr_text(&a, ip, sizeof ip);
-        int   pend = count_addr(g, ip, R_HEAD, R_WAIT), all = 0;
+        int pend = count_addr(g, ip, R_HEAD, R_WAIT), all = 0;
         for (int i = 0; i < N_REC; i++)
             all += g->rec[i].state == R_HEAD || g->rec[i].state == R_WAIT;
-        hrec *v = pend >= HTTP_PENDING_ADDR ? victim(g, ip) : all >= HTTP_MAX_PENDING ? victim(g, NULL) : NULL;
+        hrec *v = pend >= HTTP_PENDING_ADDR ? victim(g, ip)
+                  : all >= HTTP_MAX_PENDING ? victim(g, NULL)
+                                            : NULL;
         if (v)
             gate_answer(g, v, 503, "server_error", "server_busy",
                         "too many connections are waiting: this one gave way to a newer one");
@@ -584,7 +619,8 @@ static void gate_linger(hrec *x) {
     while ((n = recv(x->fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
         if ((x->drained += (size_t)n) > (256u << 10))
             break;
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || x->drained > (256u << 10))
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+        x->drained > (256u << 10))
         rec_close(x);
 }
 
@@ -634,7 +670,7 @@ void http_gate_notify(void *cls, struct MHD_Connection *c, void **socket_context
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
         hrec *x = *socket_context;
         memset(x, 0, sizeof *x);
-        x->fd = -1;
+        x->fd           = -1;
         *socket_context = NULL;
         g->n_active--;
         pthread_cond_broadcast(&g->idle_cv);
@@ -650,8 +686,8 @@ static void *gate_main(void *arg) {
     pthread_mutex_lock(&g->mu);
     while (!g->stopping) {
         double now = mono(), next = now + 5;
-        int    np  = 0;
-        pf[np++]   = (struct pollfd){.fd = g->wake[0], .events = POLLIN};
+        int    np = 0;
+        pf[np++]  = (struct pollfd){.fd = g->wake[0], .events = POLLIN};
         if (now >= g->t_pause)
             pf[np++] = (struct pollfd){.fd = g->lfd, .events = POLLIN};
         else if (g->t_pause < next)
@@ -664,8 +700,10 @@ static void *gate_main(void *arg) {
             if (x->deadline < next)
                 next = x->deadline;
             idx[np]  = i;
-            pf[np++] = (struct pollfd){
-                .fd = x->fd, .events = (short)(x->state == R_HEAD ? POLLIN | POLLRDHUP : x->state == R_LINGER ? POLLIN : 0)};
+            pf[np++] = (struct pollfd){.fd     = x->fd,
+                                       .events = (short)(x->state == R_HEAD     ? POLLIN | POLLRDHUP
+                                                         : x->state == R_LINGER ? POLLIN
+                                                                                : 0)};
         }
         pthread_mutex_unlock(&g->mu);
         int ms = (int)((next - now) * 1000) + 1;
@@ -679,7 +717,7 @@ static void *gate_main(void *arg) {
             }
         }
         for (int k = 2 + (lpos < 0 ? -1 : 0); rc > 0 && k < np; k++) {
-            hrec *x = &g->rec[idx[k]];
+            hrec *x  = &g->rec[idx[k]];
             short ev = pf[k].revents;
             if (!ev || x->fd != pf[k].fd)
                 continue;
@@ -747,7 +785,7 @@ http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const htt
     if (r->allow_hosts && !(g->allow = strdup(r->allow_hosts)))
         goto fail;
     g->rules.allow_hosts = g->allow;
-    int one = 1;
+    int one              = 1;
     if ((g->lfd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
         setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
         (addr->sa_family == AF_INET6 && setsockopt(g->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one)) ||
@@ -766,7 +804,9 @@ fail:;
     return NULL;
 }
 
-unsigned http_gate_port(const http_gate *g) { return g->port; }
+unsigned http_gate_port(const http_gate *g) {
+    return g->port;
+}
 
 int http_gate_start(http_gate *g, struct MHD_Daemon *d) {
     g->d = d;
@@ -844,7 +884,7 @@ int http_peer_gone(int fd, int can_probe, double *t_probe) {
     double now = mono();
     if (now - *t_probe < 1.0)
         return 0;
-    *t_probe                   = now;
+    *t_probe                  = now;
     static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
     return send(fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
            errno != EWOULDBLOCK;

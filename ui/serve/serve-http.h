@@ -8,18 +8,18 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
-#define HTTP_MAX_CONN      64   /* connections handed to libmicrohttpd at once             */
-#define HTTP_PER_ADDR      16   /* of which from one client address                       */
-#define HTTP_RESERVED      16   /* of which kept for addresses that have none yet         */
-#define HTTP_MAX_PENDING   256  /* connections whose head is being read or that wait      */
-#define HTTP_PENDING_ADDR  32   /* of which from one client address                       */
-#define HTTP_HEAD_SECS     10   /* the whole request head must arrive within this         */
-#define HTTP_QUEUE_SECS    10   /* a complete request waits this long for a slot, then 503 */
-#define HTTP_BODY_SECS     60   /* the body must be complete this long after the head     */
-#define HTTP_IDLE_SECS     30   /* libmicrohttpd's idle timeout                           */
-#define HTTP_MAX_HEAD      16384 /* bytes of a request head (431 beyond)                  */
-#define HTTP_MAX_TARGET    8192 /* bytes of a request line (414 beyond)                   */
-#define HTTP_MAX_FIELDS    100  /* header fields of a request (431 beyond)                */
+#define HTTP_MAX_CONN 64     /* connections handed to libmicrohttpd at once             */
+#define HTTP_PER_ADDR 16     /* of which from one client address                       */
+#define HTTP_RESERVED 16     /* of which kept for addresses that have none yet         */
+#define HTTP_MAX_PENDING 256 /* connections whose head is being read or that wait      */
+#define HTTP_PENDING_ADDR 32 /* of which from one client address                       */
+#define HTTP_HEAD_SECS 10    /* the whole request head must arrive within this         */
+#define HTTP_QUEUE_SECS 10   /* a complete request waits this long for a slot, then 503 */
+#define HTTP_BODY_SECS 60    /* the body must be complete this long after the head     */
+#define HTTP_IDLE_SECS 30    /* libmicrohttpd's idle timeout                           */
+#define HTTP_MAX_HEAD 16384  /* bytes of a request head (431 beyond)                  */
+#define HTTP_MAX_TARGET 8192 /* bytes of a request line (414 beyond)                   */
+#define HTTP_MAX_FIELDS 100  /* header fields of a request (431 beyond)                */
 
 /* What the head checks enforce beyond HTTP itself. */
 typedef struct http_rules {
@@ -30,10 +30,10 @@ typedef struct http_rules {
 
 /* The verdict on a request head. */
 typedef struct http_head {
-    size_t len;       /* bytes of the head, final CRLF CRLF included            */
-    int    status;    /* 0: hand it on; else the HTTP status to answer and close */
-    char   code[40];  /* error code of the JSON answer                           */
-    char   msg[240];  /* its message                                             */
+    size_t len;      /* bytes of the head, final CRLF CRLF included            */
+    int    status;   /* 0: hand it on; else the HTTP status to answer and close */
+    char   code[40]; /* error code of the JSON answer                           */
+    char   msg[240]; /* its message                                             */
 } http_head;
 
 /* Check the first n bytes a client sent; eof: it will send no more. Returns 0 while the head
@@ -47,14 +47,14 @@ http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const htt
 unsigned   http_gate_port(const http_gate *g);
 /* Start the accept thread, handing checked connections to d (started with
  * MHD_USE_NO_LISTEN_SOCKET and MHD_OPTION_NOTIFY_CONNECTION http_gate_notify, g). 0 or -1. */
-int        http_gate_start(http_gate *g, struct MHD_Daemon *d);
-void       http_gate_notify(void *cls, struct MHD_Connection *c, void **socket_context,
-                            enum MHD_ConnectionNotificationCode toe);
+int  http_gate_start(http_gate *g, struct MHD_Daemon *d);
+void http_gate_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                      enum MHD_ConnectionNotificationCode toe);
 /* Stop accepting (the socket closes) and answer every connection not yet handed on with 503
  * shutting_down. Then http_gate_drain waits up to secs for the handed-on ones to close. */
-void       http_gate_stop(http_gate *g);
-int        http_gate_drain(http_gate *g, double secs);
-void       http_gate_free(http_gate *g);
+void http_gate_stop(http_gate *g);
+int  http_gate_drain(http_gate *g, double secs);
+void http_gate_free(http_gate *g);
 
 /* A peer during a request (the connection thread, before the response starts): 0 still there,
  * 1 gone. A peer that closed its sending side (EOF) may still read: on HTTP/1.1 (can_probe)

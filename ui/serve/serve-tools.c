@@ -33,7 +33,11 @@ int serve_bad(stools_err *e, const char *code, const char *fmt, ...) {
     int n = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
     /* the text may echo the client's (cut inside a character, control characters) */
-    http_clean(e->msg, sizeof e->msg, raw, n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1, 0);
+    http_clean(e->msg, sizeof e->msg, raw,
+               n < 0                    ? 0
+               : (size_t)n < sizeof raw ? (size_t)n
+                                        : sizeof raw - 1,
+               0);
     snprintf(e->code, sizeof e->code, "%s", code);
     return -1;
 }
@@ -43,8 +47,8 @@ static int name_ok(const char *s) {
     size_t n = 0;
     for (; s[n]; n++) {
         char c = s[n];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-              c == '.' || c == ':'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+              c == '-' || c == '.' || c == ':'))
             return 0;
     }
     return n > 0 && n <= STOOLS_MAX_NAME;
@@ -54,8 +58,8 @@ static int name_ok(const char *s) {
  * compactly into *out (NULL when empty). */
 static int parse_tools(json_t *v, const char *where, char **out, stools_err *e) {
     if (!json_is_array(v))
-        return bad(e, "invalid_type", "%s: expected an array of {\"type\": \"function\", \"function\": {...}}",
-                   where);
+        return bad(e, "invalid_type",
+                   "%s: expected an array of {\"type\": \"function\", \"function\": {...}}", where);
     size_t  i;
     json_t *t;
     json_array_foreach(v, i, t) {
@@ -71,11 +75,13 @@ static int parse_tools(json_t *v, const char *where, char **out, stools_err *e) 
         if (!name)
             return bad(e, "invalid_type", "%s[%zu].function.name: expected a string", where, i);
         if (!name_ok(name))
-            return bad(e, "invalid_value",
-                       "%s[%zu].function.name: '%.60s' is not a plain name (letters, digits, _ - . :, 1..%d bytes)",
-                       where, i, name, STOOLS_MAX_NAME);
+            return bad(
+                e, "invalid_value",
+                "%s[%zu].function.name: '%.60s' is not a plain name (letters, digits, _ - . :, 1..%d bytes)",
+                where, i, name, STOOLS_MAX_NAME);
         if (p && !json_is_null(p) && !json_is_object(p))
-            return bad(e, "invalid_type", "%s[%zu].function.parameters: expected a JSON Schema object", where, i);
+            return bad(e, "invalid_type", "%s[%zu].function.parameters: expected a JSON Schema object", where,
+                       i);
     }
     if (json_array_size(v) && !(*out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER)))
         return bad(e, "out_of_memory", "out of memory");
@@ -91,7 +97,8 @@ int stools_parse_request(json_t *b, stools_req *r, stools_err *e) {
         const char *s = json_string_value(v);
         if (json_is_object(v))
             return bad(e, "unsupported_value",
-                       "tool_choice: a named function is not supported (it needs constrained decoding, which k3chat does "
+                       "tool_choice: a named function is not supported (it needs constrained decoding, which "
+                       "k3chat does "
                        "not have yet); use \"auto\", \"required\" or \"none\"");
         if (!s)
             return bad(e, "invalid_type", "tool_choice: expected \"auto\", \"required\" or \"none\"");
@@ -104,7 +111,8 @@ int stools_parse_request(json_t *b, stools_req *r, stools_err *e) {
             return bad(e, "invalid_type", "parallel_tool_calls: expected true or false");
         if (json_is_false(v))
             return bad(e, "unsupported_value",
-                       "parallel_tool_calls: false is not supported (limiting the model to one call needs constrained "
+                       "parallel_tool_calls: false is not supported (limiting the model to one call needs "
+                       "constrained "
                        "decoding, which k3chat does not have yet)");
     }
     return 0;
@@ -132,7 +140,8 @@ int stools_parse_message(json_t *m, size_t i, k3_role role, stools_msg *x, stool
     if (role == K3_ROLE_TOOL) {
         v = json_object_get(m, "tool_call_id");
         if (!json_is_string(v))
-            return bad(e, v ? "invalid_type" : "missing_field", "messages[%zu].tool_call_id: expected a string", i);
+            return bad(e, v ? "invalid_type" : "missing_field",
+                       "messages[%zu].tool_call_id: expected a string", i);
         if (!(x->tool_call_id = dup_str(v)))
             return bad(e, "out_of_memory", "out of memory");
         v = json_object_get(m, "name");
@@ -153,32 +162,38 @@ int stools_parse_message(json_t *m, size_t i, k3_role role, stools_msg *x, stool
     if (!(x->calls = calloc(n, sizeof *x->calls)))
         return bad(e, "out_of_memory", "out of memory");
     for (size_t k = 0; k < n; k++) {
-        json_t     *c = json_array_get(v, k), *f = json_object_get(c, "function");
-        json_t     *id = json_object_get(c, "id"), *a = json_object_get(f, "arguments");
-        const char *name = json_string_value(json_object_get(f, "name"));
-        k3_tool_call *d = &x->calls[k];
+        json_t       *c = json_array_get(v, k), *f = json_object_get(c, "function");
+        json_t       *id = json_object_get(c, "id"), *a = json_object_get(f, "arguments");
+        const char   *name = json_string_value(json_object_get(f, "name"));
+        k3_tool_call *d    = &x->calls[k];
         if (!json_is_object(c) || !json_is_object(f))
-            return bad(e, "invalid_type", "messages[%zu].tool_calls[%zu]: expected {\"id\", \"type\": \"function\", "
-                       "\"function\": {\"name\", \"arguments\"}}", i, k);
+            return bad(e, "invalid_type",
+                       "messages[%zu].tool_calls[%zu]: expected {\"id\", \"type\": \"function\", "
+                       "\"function\": {\"name\", \"arguments\"}}",
+                       i, k);
         if (!json_is_string(id))
             return bad(e, "invalid_type", "messages[%zu].tool_calls[%zu].id: expected a string", i, k);
         if (!name || !name_ok(name))
-            return bad(e, "invalid_value", "messages[%zu].tool_calls[%zu].function.name: expected a plain tool name", i, k);
+            return bad(e, "invalid_value",
+                       "messages[%zu].tool_calls[%zu].function.name: expected a plain tool name", i, k);
         x->n_calls = (int)k + 1;
-        d->id = dup_str(id);
-        d->name = strdup(name);
+        d->id      = dup_str(id);
+        d->name    = strdup(name);
         if (json_is_string(a)) {
-            d->arguments = dup_str(a);
+            d->arguments   = dup_str(a);
             json_t *parsed = json_loadb(json_string_value(a), json_string_length(a), JSON_DECODE_ANY, NULL);
             int     not_object = parsed && !json_is_object(parsed);
             json_decref(parsed);
             if (not_object) /* valid JSON that is no object: the format cannot carry it */
-                return bad(e, "invalid_value", "messages[%zu].tool_calls[%zu].function.arguments: expected a JSON "
-                           "object (as a string)", i, k);
+                return bad(e, "invalid_value",
+                           "messages[%zu].tool_calls[%zu].function.arguments: expected a JSON "
+                           "object (as a string)",
+                           i, k);
         } else if (json_is_object(a)) {
             d->arguments = json_dumps(a, JSON_COMPACT | JSON_PRESERVE_ORDER);
         } else if (a && !json_is_null(a)) {
-            return bad(e, "invalid_type", "messages[%zu].tool_calls[%zu].function.arguments: expected a string", i, k);
+            return bad(e, "invalid_type",
+                       "messages[%zu].tool_calls[%zu].function.arguments: expected a string", i, k);
         }
         if (!d->id || !d->name || (a && !json_is_null(a) && !d->arguments))
             return bad(e, "out_of_memory", "out of memory");
@@ -197,8 +212,10 @@ int stools_check_results(const k3_role *roles, const stools_msg *x, size_t n, st
         for (int k = 0; a >= 0 && k < x[a].n_calls && !found; k++)
             found = !strcmp(x[a].calls[k].id, x[i].tool_call_id);
         if (!found)
-            return bad(e, "invalid_value", "messages[%zu].tool_call_id: '%.60s' matches no tool call of the preceding "
-                       "assistant message", i, x[i].tool_call_id);
+            return bad(e, "invalid_value",
+                       "messages[%zu].tool_call_id: '%.60s' matches no tool call of the preceding "
+                       "assistant message",
+                       i, x[i].tool_call_id);
     }
     return 0;
 }
@@ -221,8 +238,8 @@ static int eq0(const char *a, const char *b) {
 }
 
 int stools_msg_same(const k3_msg *m, const stools_msg *x) {
-    if (m->n_tool_calls != x->n_calls || !eq0(m->tool_call_id, x->tool_call_id) || !eq0(m->tool_name, x->name) ||
-        !eq0(m->tools, x->tools))
+    if (m->n_tool_calls != x->n_calls || !eq0(m->tool_call_id, x->tool_call_id) ||
+        !eq0(m->tool_name, x->name) || !eq0(m->tools, x->tools))
         return 0;
     for (int k = 0; k < x->n_calls; k++)
         if (!eq0(m->tool_calls[k].id, x->calls[k].id) || strcmp(m->tool_calls[k].name, x->calls[k].name) ||
@@ -252,7 +269,7 @@ int stools_script_load(const char *path, const char *model_dir, stools_err *e) {
     int    rc = 0, more = 1;
     while (more) {
         ssize_t len = getline(&line, &cap, f);
-        more = len >= 0;
+        more        = len >= 0;
         if (more && strcmp(line, "---\n") && strcmp(line, "---")) {
             char *t = realloc(text, tn + (size_t)len + 1);
             if (!t) {

@@ -34,12 +34,12 @@ void stools_req_free(stools_req *r);
 
 /* The tool parts of messages[i]: an assistant's tool_calls, a tool result's tool_call_id and
  * name, a system message's tools (declared in place). */
-int  stools_parse_message(json_t *m, size_t i, k3_role role, stools_msg *x, stools_err *e);
+int stools_parse_message(json_t *m, size_t i, k3_role role, stools_msg *x, stools_err *e);
 /* Every tool result must answer a call of the nearest assistant message before it. */
 int  stools_check_results(const k3_role *roles, const stools_msg *x, size_t n, stools_err *e);
 void stools_msg_free(stools_msg *x);
 /* A conversation message equals a request message's tool parts (calls: id, name, arguments). */
-int  stools_msg_same(const k3_msg *m, const stools_msg *x);
+int stools_msg_same(const k3_msg *m, const stools_msg *x);
 
 /* K3_SERVE_SCRIPT=FILE (tests): turns of model output in the chat format's notation
  * (<|open|> etc. are the control ids), separated by lines "---", used in order, the last

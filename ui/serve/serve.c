@@ -64,17 +64,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SERVE_MAX_BODY  (8u << 20) /* bytes of a request body                        */
-#define SERVE_DRAIN_SECS 10        /* at shutdown, for responses to finish           */
-#define SERVE_MAX_KEYS  64         /* API keys (one prompt cache owner at a time)    */
-#define SERVE_MAX_STOPS 16         /* stop strings per request                       */
+#define SERVE_MAX_BODY (8u << 20)   /* bytes of a request body                        */
+#define SERVE_DRAIN_SECS 10         /* at shutdown, for responses to finish           */
+#define SERVE_MAX_KEYS 64           /* API keys (one prompt cache owner at a time)    */
+#define SERVE_MAX_STOPS 16          /* stop strings per request                       */
 #define SERVE_MAX_TOKENS 1000000000 /* max_tokens accepted (the context ends a turn first) */
-#define SERVE_MIN_ROOM  8          /* tokens a turn must be able to generate (conv)  */
-#define SERVE_MAX_PARALLEL 64      /* --parallel                                      */
-#define SERVE_PARALLEL 4           /* its default                                     */
-#define SERVE_QUEUE 32             /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
-#define SERVE_CHUNK 64             /* prompt ids per prefill step (K3_SERVE_CHUNK)    */
-#define SERVE_QUEUE_SECS 600       /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
+#define SERVE_MIN_ROOM 8            /* tokens a turn must be able to generate (conv)  */
+#define SERVE_MAX_PARALLEL 64       /* --parallel                                      */
+#define SERVE_PARALLEL 4            /* its default                                     */
+#define SERVE_QUEUE 32              /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
+#define SERVE_CHUNK 64              /* prompt ids per prefill step (K3_SERVE_CHUNK)    */
+#define SERVE_QUEUE_SECS 600        /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
 
 /* ---- a parsed request ----------------------------------------------------------- */
 
@@ -85,19 +85,19 @@ typedef struct smsg {
 } smsg;
 
 typedef struct sreq {
-    smsg    *msgs; /* (n_msgs) */
-    int      n_msgs;
-    int      stream, include_usage;
-    int      think;      /* 1 on, 0 off */
-    char     effort[8];  /* low | high | max */
-    int      max_tokens; /* 0 = up to the context */
-    float    temp, top_p;
-    uint64_t seed;
-    char    *stops[SERVE_MAX_STOPS]; /* (n_stops) stop strings, non-empty */
-    int      n_stops;
-    size_t   max_stop; /* longest stop string in bytes */
-    stools_req  tl;    /* tools, tool_choice (serve-tools.c)        */
-    stools_msg *tx;    /* (n_msgs) each message's tool calls / result ids */
+    smsg       *msgs; /* (n_msgs) */
+    int         n_msgs;
+    int         stream, include_usage;
+    int         think;      /* 1 on, 0 off */
+    char        effort[8];  /* low | high | max */
+    int         max_tokens; /* 0 = up to the context */
+    float       temp, top_p;
+    uint64_t    seed;
+    char       *stops[SERVE_MAX_STOPS]; /* (n_stops) stop strings, non-empty */
+    int         n_stops;
+    size_t      max_stop; /* longest stop string in bytes */
+    stools_req  tl;       /* tools, tool_choice (serve-tools.c)        */
+    stools_msg *tx;       /* (n_msgs) each message's tool calls / result ids */
 } sreq;
 
 static void sreq_free(sreq *r) {
@@ -128,24 +128,24 @@ typedef struct job {
     int         v11;     /* HTTP/1.1: an interim 100 may probe the peer  */
     int         key;     /* index of the request's API key (cache owner) */
     int         started; /* the response has begun (no more probes)     */
-    int            queued;  /* waiting in the FIFO for a slot              */
+    int         queued;  /* waiting in the FIFO for a slot              */
     double      t_probe; /* monotonic seconds of the last probe         */
     unsigned    seq;     /* request number (logs)                       */
     char        id[48];  /* "chatcmpl-..."                              */
     long long   created; /* unix seconds                                */
     double      t0;      /* monotonic seconds at arrival                */
-    txt_buf        sse;     /* stream bytes not yet sent: [sse_off, sse.n)  */
+    txt_buf     sse;     /* stream bytes not yet sent: [sse_off, sse.n)  */
     size_t      sse_off;
     int         role_sent; /* the first chunk (role) is in sse           */
-    txt_buf        resp;      /* every response byte generated              */
+    txt_buf     resp;      /* every response byte generated              */
     size_t      rel;       /* of which released (not held by stop check) */
-    txt_buf        reasoning; /* think channel                              */
+    txt_buf     reasoning; /* think channel                              */
     int         stopped;   /* a stop string ended the turn               */
     const char *finish;    /* "stop" | "length" when done without error  */
     int         n_prompt, n_cached, n_gen;
-    json_t     *calls;     /* the answer's tool_calls (NULL: none)       */
-    k3_conv       *c;         /* the slot's conversation while it runs      */
-    int         http;      /* 0 = success; else the error's HTTP status  */
+    json_t     *calls; /* the answer's tool_calls (NULL: none)       */
+    k3_conv    *c;     /* the slot's conversation while it runs      */
+    int         http;  /* 0 = success; else the error's HTTP status  */
     char        err_type[32], err_code[40];
     char        err[600];
     struct job *next;
@@ -177,7 +177,7 @@ static struct server {
     unsigned long   n_ok, n_err, n_cancel;
     k3_model       *m;
     k3_model_info   info;
-    const char     *name;    /* model id                    */
+    const char     *name;                 /* model id                    */
     char           *keys[SERVE_MAX_KEYS]; /* (n_keys) API keys; none = no authentication */
     int             n_keys;
     long long       t_start;
@@ -270,14 +270,15 @@ static void sse_json(job *j, json_t *o) {
 
 static json_t *usage_obj(const job *j) {
     return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", j->n_prompt, "completion_tokens", j->n_gen,
-                     "total_tokens", j->n_prompt + j->n_gen, "prompt_tokens_details", "cached_tokens", j->n_cached);
+                     "total_tokens", j->n_prompt + j->n_gen, "prompt_tokens_details", "cached_tokens",
+                     j->n_cached);
 }
 
 static json_t *chunk(job *j, json_t *delta, const char *finish) {
     json_t *ch = json_pack("{s:i,s:o,s:o}", "index", 0, "delta", delta, "finish_reason",
                            finish ? json_string(finish) : json_null());
-    return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk",
-                     "created", (json_int_t)j->created, "model", srv.name, "choices", ch);
+    return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk", "created",
+                     (json_int_t)j->created, "model", srv.name, "choices", ch);
 }
 
 /* A delta of one field ("content" or "reasoning_content"); the first also carries the role. */
@@ -366,7 +367,8 @@ static void on_response(const char *text, size_t n, void *ud) {
 }
 
 /* A tool call of the reply: stream it as delta.tool_calls (name first, then fragments). */
-static void on_tool_call(int index, const char *id, const char *name, const char *args, size_t n, int done, void *ud) {
+static void on_tool_call(int index, const char *id, const char *name, const char *args, size_t n, int done,
+                         void *ud) {
     job *j = ud;
     (void)done;
     pthread_mutex_lock(&srv.mu);
@@ -377,7 +379,8 @@ static void on_tool_call(int index, const char *id, const char *name, const char
             j->role_sent = 1;
             sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
         }
-        sse_json(j, chunk(j, name ? stools_delta_open(index, id, name) : stools_delta_args(index, args, n), NULL));
+        sse_json(
+            j, chunk(j, name ? stools_delta_open(index, id, name) : stools_delta_args(index, args, n), NULL));
     }
     j->state = J_RUNNING;
     pthread_cond_broadcast(&srv.done_cv);
@@ -414,10 +417,15 @@ static k3_status load_messages(k3_conv *c, const sreq *r) {
     k3_status st = K3_OK;
     for (int i = n; !st && i < r->n_msgs; i++) {
         const stools_msg *x = &r->tx[i];
-        k3_msg m = {.role = r->msgs[i].role, .content = r->msgs[i].content, .reasoning = r->msgs[i].reasoning,
-                    .tool_calls = x->calls, .n_tool_calls = x->n_calls, .tool_call_id = x->tool_call_id,
-                    .tool_name = x->name, .tools = x->tools};
-        st = k3_conv_add_msg(c, &m);
+        k3_msg            m = {.role         = r->msgs[i].role,
+                               .content      = r->msgs[i].content,
+                               .reasoning    = r->msgs[i].reasoning,
+                               .tool_calls   = x->calls,
+                               .n_tool_calls = x->n_calls,
+                               .tool_call_id = x->tool_call_id,
+                               .tool_name    = x->name,
+                               .tools        = x->tools};
+        st                  = k3_conv_add_msg(c, &m);
     }
     return st;
 }
@@ -463,7 +471,8 @@ static k3_status job_start(slot *sl, job *j) {
         (st = load_messages(sl->c, r)) || (stools_script_next(sl->c) < 0 && (st = K3_ERR_NOMEM)))
         return st == K3_ERR_ARG ? K3_ERR_ARG : K3_ERR_NOMEM;
     k3_conv_set_turn_seed(sl->c, r->seed);
-    k3_conv_callbacks cb = {.on_think = on_think, .on_response = on_response, .ud = j, .on_tool_call = on_tool_call};
+    k3_conv_callbacks cb = {
+        .on_think = on_think, .on_response = on_response, .ud = j, .on_tool_call = on_tool_call};
     return k3_conv_gen_begin(sl->c, srv.m, sl->s, &cb, srv.chunk, &sl->g);
 }
 
@@ -687,9 +696,10 @@ static int parse_content(json_t *v, int i, const char *field, char **out, perr *
         return *out ? 0 : bad(e, "out_of_memory", "out of memory");
     }
     if (!json_is_array(v))
-        return bad(e, "invalid_type", "messages[%d].%s: expected a string or an array of text parts", i, field);
-    txt_buf   b = {0};
-    size_t k;
+        return bad(e, "invalid_type", "messages[%d].%s: expected a string or an array of text parts", i,
+                   field);
+    txt_buf b = {0};
+    size_t  k;
     json_t *part;
     json_array_foreach(v, k, part) {
         json_t     *tv   = json_object_get(part, "type");
@@ -702,14 +712,15 @@ static int parse_content(json_t *v, int i, const char *field, char **out, perr *
         }
         if (type && strcmp(type, "text") != 0) {
             free(b.p);
-            return bad(e, "unsupported_content", "messages[%d].%s[%zu]: '%s' parts are not supported (text only)", i,
-                       field, k, type);
+            return bad(e, "unsupported_content",
+                       "messages[%d].%s[%zu]: '%s' parts are not supported (text only)", i, field, k, type);
         }
         if (!json_is_string(text)) {
             free(b.p);
             return bad(e, "invalid_type", "messages[%d].%s[%zu].text: expected a string", i, field, k);
         }
-        if ((k && txt_buf_add(&b, "\n", 1)) || txt_buf_add(&b, json_string_value(text), json_string_length(text))) {
+        if ((k && txt_buf_add(&b, "\n", 1)) ||
+            txt_buf_add(&b, json_string_value(text), json_string_length(text))) {
             free(b.p);
             return bad(e, "out_of_memory", "out of memory");
         }
@@ -720,7 +731,8 @@ static int parse_content(json_t *v, int i, const char *field, char **out, perr *
 
 static int parse_messages(json_t *msgs, sreq *r, perr *e) {
     if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return bad(e, msgs ? "invalid_type" : "missing_field", "messages: expected a non-empty array of messages");
+        return bad(e, msgs ? "invalid_type" : "missing_field",
+                   "messages: expected a non-empty array of messages");
     size_t n = json_array_size(msgs);
     r->msgs  = calloc(n, sizeof *r->msgs);
     r->tx    = calloc(n, sizeof *r->tx);
@@ -744,7 +756,8 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
             d->role = K3_ROLE_TOOL;
         else
             return bad(e, "unsupported_role",
-                       "messages[%zu].role: '%s' is not supported (system, developer, user, assistant, tool)", i, role);
+                       "messages[%zu].role: '%s' is not supported (system, developer, user, assistant, tool)",
+                       i, role);
         r->n_msgs = (int)i + 1;
         if (parse_content(json_object_get(m, "content"), (int)i, "content", &d->content, e))
             return -1;
@@ -758,7 +771,8 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
         }
     }
     if (r->msgs[n - 1].role != K3_ROLE_USER && r->msgs[n - 1].role != K3_ROLE_TOOL)
-        return bad(e, "invalid_value", "messages: the last message must be the user's or a tool result (got %s)",
+        return bad(e, "invalid_value",
+                   "messages: the last message must be the user's or a tool result (got %s)",
                    r->msgs[n - 1].role == K3_ROLE_SYSTEM ? "system" : "assistant");
     k3_role *roles = calloc(n, sizeof *roles);
     if (!roles)
@@ -808,7 +822,8 @@ static int parse_unsupported(json_t *b, perr *e) {
         if (!json_is_object(v) || !t)
             return bad(e, "invalid_type", "response_format: expected an object with a string type");
         if (strcmp(t, "text"))
-            return bad(e, "unsupported_value", "response_format: type '%.40s' is not supported (text only)", t);
+            return bad(e, "unsupported_value", "response_format: type '%.40s' is not supported (text only)",
+                       t);
     }
     static const char *pen[] = {"frequency_penalty", "presence_penalty"};
     for (int k = 0; k < 2; k++) {
@@ -851,8 +866,9 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
     json_t *v;
     if ((v = json_object_get(b, "model")) && !json_is_string(v) && !json_is_null(v))
         return bad(e, "invalid_type", "model: expected a string");
-    if (parse_messages(json_object_get(b, "messages"), r, e) || get_bool(b, "stream", "stream", &r->stream, e) ||
-        get_num(b, "temperature", 0, 2, &r->temp, e) || get_num(b, "top_p", 0, 1, &r->top_p, e))
+    if (parse_messages(json_object_get(b, "messages"), r, e) ||
+        get_bool(b, "stream", "stream", &r->stream, e) || get_num(b, "temperature", 0, 2, &r->temp, e) ||
+        get_num(b, "top_p", 0, 1, &r->top_p, e))
         return -1;
     if ((v = json_object_get(b, "stream_options")) && !json_is_null(v)) {
         if (!json_is_object(v))
@@ -875,7 +891,8 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
             return bad(e, "invalid_type", "seed: expected an integer");
         r->seed = (uint64_t)json_integer_value(v);
     }
-    if ((v = json_object_get(b, "n")) && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 1))
+    if ((v = json_object_get(b, "n")) && !json_is_null(v) &&
+        !(json_is_number(v) && json_number_value(v) == 1))
         return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
                    "n: only 1 choice per request is supported");
     if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e))
@@ -931,10 +948,10 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
 typedef struct conn {
     txt_buf body;
     double  t0; /* monotonic seconds when the head was in */
-    int  too_big;
+    int     too_big;
     int     v11; /* HTTP/1.1 */
     int     key; /* index of its API key */
-    job *j; /* the job this connection waits for (a reference) */
+    job    *j;   /* the job this connection waits for (a reference) */
 } conn;
 
 /* A JSON body s (malloc'd, taken); allow: the Allow header of a 405. One request per
@@ -966,8 +983,8 @@ static enum MHD_Result send_json(struct MHD_Connection *con, unsigned code, json
     return send_text(con, code, s, NULL);
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *con, unsigned code, const char *type, const char *ecode,
-                                  const char *msg) {
+static enum MHD_Result send_error(struct MHD_Connection *con, unsigned code, const char *type,
+                                  const char *ecode, const char *msg) {
     return send_text(con, code, http_error_json(type, ecode, msg), NULL);
 }
 
@@ -1072,11 +1089,11 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         return send_error(con, 400, "invalid_request_error", e.code, e.msg);
     }
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
-    j->fd      = ci ? ci->connect_fd : -1;
-    j->v11     = cc->v11;
-    j->key     = cc->key;
-    j->created = (long long)time(NULL);
-    j->t0      = now_s();
+    j->fd                              = ci ? ci->connect_fd : -1;
+    j->v11                             = cc->v11;
+    j->key                             = cc->key;
+    j->created                         = (long long)time(NULL);
+    j->t0                              = now_s();
     snprintf(j->id, sizeof j->id, "chatcmpl-k3-%llx-%u", (unsigned long long)srv.t_start, j->seq);
     j->refs = 2; /* this connection + the worker */
     pthread_mutex_lock(&srv.mu);
@@ -1105,7 +1122,7 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
     srv.tail = j;
     srv.n_queued++;
     j->queued = 1;
-    cc->j    = j;
+    cc->j     = j;
     pthread_cond_signal(&srv.work_cv);
     /* streaming: start the response at the first text (or at the end); plain: at the end */
     while (j->state != J_DONE && !j->gone && !(j->r.stream && j->sse.n))
@@ -1127,7 +1144,8 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         j->refs++; /* the response's */
         j->started = 1;
         pthread_mutex_unlock(&srv.mu);
-        struct MHD_Response *rsp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, j, sse_free);
+        struct MHD_Response *rsp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, j, sse_free);
         if (!rsp) {
             job_unref(j);
             return MHD_NO;
@@ -1146,10 +1164,11 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
             json_object_set_new(msg, "content", json_null());
     }
     if (j->r.think || j->reasoning.n)
-        json_object_set_new(msg, "reasoning_content", json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
+        json_object_set_new(msg, "reasoning_content",
+                            json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
-                          "created", (json_int_t)j->created, "model", srv.name, "choices", "index", 0, "message", msg,
-                          "finish_reason", j->finish, "usage", usage_obj(j));
+                          "created", (json_int_t)j->created, "model", srv.name, "choices", "index", 0,
+                          "message", msg, "finish_reason", j->finish, "usage", usage_obj(j));
     pthread_mutex_unlock(&srv.mu);
     if (!o)
         return send_error(con, 500, "server_error", "internal_error", "could not encode the answer");
@@ -1199,11 +1218,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const c
         return chat_completions(con, cc);
     }
     char m[300];
-    snprintf(m, sizeof m, "no route %s %.200s (try GET /v1/models or POST /v1/chat/completions)", method, url);
+    snprintf(m, sizeof m, "no route %s %.200s (try GET /v1/models or POST /v1/chat/completions)", method,
+             url);
     return send_error(con, 404, "invalid_request_error", "not_found", m);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls, enum MHD_RequestTerminationCode toe) {
+static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
     (void)cls;
     (void)con;
     (void)toe;
@@ -1245,7 +1266,7 @@ int serve_check_body(const char *body, size_t n, char *err, size_t errn) {
 
 static int parse_listen(const char *spec, struct addrinfo **out) {
     char        host[256] = "127.0.0.1";
-    const char *port      = spec, *colon = strrchr(spec, ':');
+    const char *port = spec, *colon = strrchr(spec, ':');
     if (colon) {
         size_t hl = (size_t)(colon - spec);
         if (hl >= sizeof host)
@@ -1275,8 +1296,8 @@ static void free_keys(void) {
 static int parse_keys(const char *v) {
     for (const char *k = v; *k; k++)
         if ((*k < ' ' || *k > '~')) {
-            fprintf(stderr, "k3chat: --api-key: a key is printable ASCII (byte %zu is 0x%02X)\n", (size_t)(k - v),
-                    (unsigned char)*k);
+            fprintf(stderr, "k3chat: --api-key: a key is printable ASCII (byte %zu is 0x%02X)\n",
+                    (size_t)(k - v), (unsigned char)*k);
             return -1;
         }
     for (const char *p = v + strspn(v, " "); *p; p += strspn(p, " ")) {
@@ -1290,7 +1311,9 @@ static int parse_keys(const char *v) {
         p += n;
     }
     if (!srv.n_keys)
-        fprintf(stderr, "k3chat: --api-key: the key is empty (give a key, or no --api-key for a server without one)\n");
+        fprintf(
+            stderr,
+            "k3chat: --api-key: the key is empty (give a key, or no --api-key for a server without one)\n");
     return srv.n_keys ? 0 : -1;
 }
 
@@ -1316,7 +1339,8 @@ static int is_loopback(const struct sockaddr *a) {
 int cli_serve(const cli_opts *o) {
     struct addrinfo *ai = NULL;
     if (parse_listen(o->serve, &ai)) {
-        fprintf(stderr, "k3chat: --serve: '%s' is not [ADDR:]PORT (an address of this machine, port 0..65535)\n",
+        fprintf(stderr,
+                "k3chat: --serve: '%s' is not [ADDR:]PORT (an address of this machine, port 0..65535)\n",
                 o->serve);
         return 2;
     }
@@ -1326,8 +1350,10 @@ int cli_serve(const cli_opts *o) {
         return 2;
     }
     if (!o->api_key && !is_loopback(ai->ai_addr))
-        fprintf(stderr, "k3chat: warning: --serve %s without an API key: anyone who can reach this address can use "
-                        "the model (set K3_API_KEY)\n", o->serve);
+        fprintf(stderr,
+                "k3chat: warning: --serve %s without an API key: anyone who can reach this address can use "
+                "the model (set K3_API_KEY)\n",
+                o->serve);
     /* the port first: a port in use fails at once, before the model loads */
     http_rules rules = {.keyless = !o->api_key, .allow_hosts = o->allow_hosts, .max_body = SERVE_MAX_BODY};
     http_gate *gate  = http_gate_open(ai->ai_addr, ai->ai_addrlen, &rules);
@@ -1345,11 +1371,11 @@ int cli_serve(const cli_opts *o) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int       rc = 1;
-    k3_params par;
-    pthread_t wt;
-    int       have_worker = 0;
-    struct MHD_Daemon *d  = NULL;
+    int                rc = 1;
+    k3_params          par;
+    pthread_t          wt;
+    int                have_worker = 0;
+    struct MHD_Daemon *d           = NULL;
     if (k3_params_default(&par) || load_model_verbose(o->dir, &par, &srv.m)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
@@ -1393,7 +1419,8 @@ int cli_serve(const cli_opts *o) {
     while (dl > 1 && dir[dl - 1] == '/')
         dl--;
     const char *slash = memrchr(dir, '/', dl);
-    snprintf(dname, sizeof dname, "%.*s", (int)(dl - (slash ? (size_t)(slash + 1 - dir) : 0)), slash ? slash + 1 : dir);
+    snprintf(dname, sizeof dname, "%.*s", (int)(dl - (slash ? (size_t)(slash + 1 - dir) : 0)),
+             slash ? slash + 1 : dir);
     srv.name    = o->model_name ? o->model_name : dname;
     srv.t_start = (long long)time(NULL);
     pthread_condattr_t ca;
@@ -1407,8 +1434,8 @@ int cli_serve(const cli_opts *o) {
     }
     have_worker = 1;
     /* connections come from the gate (serve-http.c), which enforces the limits */
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET |
-                     MHD_USE_ITC;
+    unsigned flags =
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_CONNECTION_LIMIT,

@@ -20,7 +20,8 @@ static int is_tag(utf8proc_int32_t c) {
 static int code_points(const char *s, size_t n, utf8proc_int32_t *cp, int max) {
     int k = 0;
     for (size_t off = 0; off < n && k < max;) {
-        utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + off, (utf8proc_ssize_t)(n - off), &cp[k]);
+        utf8proc_ssize_t l =
+            utf8proc_iterate((const utf8proc_uint8_t *)s + off, (utf8proc_ssize_t)(n - off), &cp[k]);
         if (l <= 0)
             break;
         off += (size_t)l;
@@ -62,7 +63,7 @@ int emj_joins(const char *s, size_t n) {
 int emj_fallback(const char *s, size_t n, wchar_t *out, int max, int *cells) {
     utf8proc_int32_t cp[64];
     int              k = code_points(s, n, cp, 64), m = 0;
-    *cells             = 1;
+    *cells = 1;
     if (max < 3) {
         if (max > 0)
             out[0] = 0;
@@ -127,14 +128,14 @@ int emj_probe_request(txt_buf *out) {
     return rc ? -1 : 0;
 }
 
-size_t emj_probe_scan(const char *r, size_t n, int *widths, int *n_w, int *done, char *other,
-                      size_t *n_other, size_t max_other) {
+size_t emj_probe_scan(const char *r, size_t n, int *widths, int *n_w, int *done, char *other, size_t *n_other,
+                      size_t max_other) {
     size_t i = 0;
-#define OTHER(p, l)                                                                                \
-    do {                                                                                           \
-        for (size_t q_ = 0; q_ < (l); q_++)                                                        \
-            if (*n_other < max_other)                                                              \
-                other[(*n_other)++] = (p)[q_];                                                     \
+#define OTHER(p, l)                                                                                          \
+    do {                                                                                                     \
+        for (size_t q_ = 0; q_ < (l); q_++)                                                                  \
+            if (*n_other < max_other)                                                                        \
+                other[(*n_other)++] = (p)[q_];                                                               \
     } while (0)
     while (i < n) {
         if (r[i] != '\033') {
@@ -156,7 +157,7 @@ size_t emj_probe_scan(const char *r, size_t n, int *widths, int *n_w, int *done,
             break; /* incomplete */
         /* ROW ; COL (parsed by hand: the bytes are not a C string) */
         int    row = 0, col = 0, semi = 0;
-        size_t k   = i + 2;
+        size_t k = i + 2;
         for (; k < j && r[k] >= '0' && r[k] <= '9' && row < 100000; k++)
             row = row * 10 + (r[k] - '0');
         if (k < j && r[k] == ';')
@@ -189,8 +190,8 @@ void emj_sgr(char *out, size_t n, int fg, int bg, int attrs) {
     static const struct {
         int         bit;
         const char *code;
-    } at[] = {{EMJ_A_BOLD, ";1"},      {EMJ_A_DIM, ";2"},     {EMJ_A_ITALIC, ";3"},
-              {EMJ_A_UNDERLINE, ";4"}, {EMJ_A_BLINK, ";5"},   {EMJ_A_REVERSE, ";7"}};
+    } at[]   = {{EMJ_A_BOLD, ";1"},      {EMJ_A_DIM, ";2"},   {EMJ_A_ITALIC, ";3"},
+                {EMJ_A_UNDERLINE, ";4"}, {EMJ_A_BLINK, ";5"}, {EMJ_A_REVERSE, ";7"}};
     size_t k = (size_t)snprintf(out, n, "\033[0");
     for (size_t i = 0; i < sizeof at / sizeof at[0] && k < n; i++)
         if (attrs & at[i].bit)
@@ -255,10 +256,10 @@ int emj_set_scroll(emj_set *s, int y0, int h, int k) {
             continue;
         if (grow(s))
             return -1;
-        r.y              = ny;
-        r.gen            = s->gen;
-        r.seq            = ++s->seq;
-        s->r[s->n++]     = r;
+        r.y          = ny;
+        r.gen        = s->gen;
+        r.seq        = ++s->seq;
+        s->r[s->n++] = r;
     }
     return 0;
 }

@@ -55,34 +55,42 @@ int emj_probe_request(txt_buf *out);
  * reply ESC [ ? ... c sets *done. Bytes that are neither (keys typed meanwhile) are copied to
  * other (*n_other, up to max_other). An incomplete reply at the end is left: returns the bytes
  * consumed. */
-size_t emj_probe_scan(const char *r, size_t n, int *widths, int *n_w, int *done, char *other,
-                      size_t *n_other, size_t max_other);
+size_t emj_probe_scan(const char *r, size_t n, int *widths, int *n_w, int *done, char *other, size_t *n_other,
+                      size_t max_other);
 /* The EMJ_* kinds the terminal draws whole: those whose sample measured 2 columns or less
  * (it then fits the 2 columns reserved for it). */
 int emj_probe_result(const int *widths, int n_w);
 
 /* An SGR sequence for a cell's look: colors (-1 = the terminal's default; 0..7, 8..15, or a
- * 256-color index; others are left at the default) and EMJ_A_* attributes. Starts with a reset (ESC [ 0 m). */
-enum { EMJ_A_BOLD = 1, EMJ_A_DIM = 2, EMJ_A_ITALIC = 4, EMJ_A_UNDERLINE = 8, EMJ_A_REVERSE = 16, EMJ_A_BLINK = 32 };
+ * 256-color index; others are left at the default) and EMJ_A_* attributes. Starts with a reset (ESC [ 0 m).
+ */
+enum {
+    EMJ_A_BOLD      = 1,
+    EMJ_A_DIM       = 2,
+    EMJ_A_ITALIC    = 4,
+    EMJ_A_UNDERLINE = 8,
+    EMJ_A_REVERSE   = 16,
+    EMJ_A_BLINK     = 32
+};
 void emj_sgr(char *out, size_t n, int fg, int bg, int attrs);
 
 /* ==== the clusters on the screen ============================================ */
 
 /* One cluster drawn whole over its stand-in: at (y, x), w columns, bytes = SGR + cluster. */
 typedef struct emj_rec {
-    int    y, x, w;
-    int    gen;       /* the frame that drew it */
-    int    stand;     /* the stand-in's first character (the caller's check that curses' cell
-                         still holds it) */
-    int    seq;       /* order of the notes (the later at one place wins) */
+    int y, x, w;
+    int gen;    /* the frame that drew it */
+    int stand;  /* the stand-in's first character (the caller's check that curses' cell
+                   still holds it) */
+    int    seq; /* order of the notes (the later at one place wins) */
     size_t len;
     char   bytes[160];
 } emj_rec;
 
 typedef struct emj_set {
-    emj_rec *r;       /* (n) */
+    emj_rec *r; /* (n) */
     int      n, cap;
-    int      gen;     /* the frame being drawn */
+    int      gen; /* the frame being drawn */
     int      seq;
 } emj_set;
 
@@ -109,6 +117,6 @@ int emj_set_frame(emj_set *s, const unsigned char *touched, int rows, int cols, 
 /* After curses' update: the bytes that write every record on a row in touched[] (or every
  * record, touched == NULL) over its stand-in, between a cursor save and restore (ESC 7 ...
  * ESC 8, which also restore the attributes curses set). Starts the next frame. 0 or -1. */
-int emj_set_output(emj_set *s, const unsigned char *touched, int rows, txt_buf *out);
+int  emj_set_output(emj_set *s, const unsigned char *touched, int rows, txt_buf *out);
 void emj_set_clear(emj_set *s); /* forget every record (the screen was cleared) */
 void emj_set_free(emj_set *s);

@@ -50,8 +50,8 @@ void tui_layout(tui *t) {
     t->think_h = t->resp_h = 0;
     if (t->streaming && t->cur >= 0) {
         int want_think = t->cs.show_thinking && (t->cs.gen.think || t->ents[t->cur].think.n);
-        t->resp_h  = main_h * 2 / 5 > 4 ? main_h * 2 / 5 : 4;
-        t->think_h = want_think ? (main_h / 4 > 3 ? main_h / 4 : 3) : 0;
+        t->resp_h      = main_h * 2 / 5 > 4 ? main_h * 2 / 5 : 4;
+        t->think_h     = want_think ? (main_h / 4 > 3 ? main_h / 4 : 3) : 0;
         if (main_h - t->resp_h - t->think_h < 2)
             t->think_h = want_think ? 2 : 0;
     }
@@ -72,8 +72,8 @@ static int draw_text(int y, int x, int w, const char *s, size_t n, int role) {
     for (size_t off = 0; off < n && col < w;) {
         /* a run of printable ASCII (each byte a cluster of one column): one curses call */
         size_t a = off;
-        while (a < n && col + (int)(a - off) < w && (unsigned char)s[a] >= 0x20 && (unsigned char)s[a] < 0x7f &&
-               (a + 1 == n || (unsigned char)s[a + 1] < 0x80))
+        while (a < n && col + (int)(a - off) < w && (unsigned char)s[a] >= 0x20 &&
+               (unsigned char)s[a] < 0x7f && (a + 1 == n || (unsigned char)s[a + 1] < 0x80))
             a++;
         if (a > off) {
             mvaddnstr(y, x + col, s + off, (int)(a - off));
@@ -89,7 +89,8 @@ static int draw_text(int y, int x, int w, const char *s, size_t n, int role) {
                 mvaddch(y, x + col++, ' ');
         } else if (f & (TXT_F_NL | TXT_F_CTRL)) {
             /* not drawn */
-        } else if (col + cw <= w && (f & TXT_F_EMOJI) && len > 4 && tui_emoji_cell(y, x + col, cw, s + off, len, role)) {
+        } else if (col + cw <= w && (f & TXT_F_EMOJI) && len > 4 &&
+                   tui_emoji_cell(y, x + col, cw, s + off, len, role)) {
             col += cw; /* a multi-emoji cluster (tui-emoji.c) */
         } else if (col + cw <= w) {
             wchar_t wc[6];
@@ -144,7 +145,8 @@ static int draw_wrapped(int y, int x, int w, int max_rows, const char *s, int ro
 
 /* A pane title: "── NAME · extra ───────". */
 static void draw_title(tui *t, int y, const char *name, const char *extra, int cols) {
-    uint64_t h = tui_hash(tui_hash(TUI_HASH0, name, strlen(name) + 1), extra ? extra : "", extra ? strlen(extra) : 0);
+    uint64_t h =
+        tui_hash(tui_hash(TUI_HASH0, name, strlen(name) + 1), extra ? extra : "", extra ? strlen(extra) : 0);
     if (tui_row_same(t, y, h))
         return;
     attrset((attr_t)thm_attr(THM_BORDER));
@@ -282,8 +284,9 @@ static int hang_of(const char *s, size_t n, int w) {
 /* Wrap text into lines: code blocks (``` fences) get the code role; the text is cut at its last
  * complete UTF-8 character (a streamed token may end inside one). ws (may be NULL: a whole
  * text) gives the state at s[0] and receives the state at the start of the last line. */
-static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int role, int indent, wrap_state *ws) {
-    wrap_state z = {0, 0, 0, 0};
+static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int role, int indent,
+                       wrap_state *ws) {
+    wrap_state z        = {0, 0, 0, 0};
     int        ws_given = ws != NULL;
     if (!ws)
         ws = &z;
@@ -297,12 +300,12 @@ static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int 
         int         fence = mid ? ws->mid_fence : ln >= 3 && !strncmp(s + p, "```", 3);
         int         r     = (in_code || fence) ? THM_CODE : role;
         txt_line    lines[64], *lp = lines;
-        int         nl = txt_wrap(s + p, ln, w, lines, 64);
+        int         nl   = txt_wrap(s + p, ln, w, lines, 64);
         int         hang = role == THM_INFO && !ws_given && nl > 1 && nl <= 32 ? hang_of(s + p, ln, w) : 0;
         if (hang > 0) { /* a two-column line (/help, /stats): continuation rows under column two */
             dl_push(t, ent, s + p, lines[0].len, r, indent, 0);
             size_t rest = lines[1].off;
-            nl = txt_wrap(s + p + rest, ln - rest, w - hang, lines, 64);
+            nl          = txt_wrap(s + p + rest, ln - rest, w - hang, lines, 64);
             for (int k = 0; k < nl && k < 64; k++)
                 dl_push(t, ent, s + p + rest + lines[k].off, lines[k].len, r, indent + hang, 0);
             nl = 0;
@@ -348,8 +351,8 @@ static void build_lines(tui *t, int width) {
             if (e->think.n) {
                 char *fb = e->summary;
                 if (e->think_s >= 0 || e->n_think > 0)
-                    snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d tokens", e->expanded ? "▾" : "▸",
-                             e->think_s > 0 ? e->think_s : 0, e->n_think);
+                    snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d tokens",
+                             e->expanded ? "▾" : "▸", e->think_s > 0 ? e->think_s : 0, e->n_think);
                 else /* a transcript without figures */
                     snprintf(fb, sizeof e->summary, "%s reasoning (not timed)", e->expanded ? "▾" : "▸");
                 dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
@@ -366,8 +369,12 @@ static void build_lines(tui *t, int width) {
         case UE_ROLE_SYSTEM:
             text_lines(t, i, e->text.p, e->text.n, width, THM_SYSTEM, 2, NULL);
             break;
-        case ROLE_INFO: text_lines(t, i, e->text.p, e->text.n, width, THM_INFO, 0, NULL); break;
-        case ROLE_ERROR: text_lines(t, i, e->text.p, e->text.n, width, THM_ERROR, 0, NULL); break;
+        case ROLE_INFO:
+            text_lines(t, i, e->text.p, e->text.n, width, THM_INFO, 0, NULL);
+            break;
+        case ROLE_ERROR:
+            text_lines(t, i, e->text.p, e->text.n, width, THM_ERROR, 0, NULL);
+            break;
         }
         dl_push(t, i, "", 0, THM_NORMAL, 0, 0);
     }
@@ -385,15 +392,15 @@ static void draw_loading(tui *t) {
     snprintf(line, sizeof line, "Loading %s", t->o->dir ? t->o->dir : "the model");
     draw_text(y, 4, w, line, strlen(line), THM_TITLE);
     draw_text(y + 1, 4, w, t->load_what, strlen(t->load_what), THM_NORMAL);
-    int    bar = w - 40 > 10 ? (w - 40 < 50 ? w - 40 : 50) : 10;
-    double f   = t->load_total ? (double)t->load_done / (double)t->load_total : 0;
+    int    bar  = w - 40 > 10 ? (w - 40 < 50 ? w - 40 : 50) : 10;
+    double f    = t->load_total ? (double)t->load_done / (double)t->load_total : 0;
     int    fill = (int)(f * bar);
     attrset((attr_t)thm_attr(THM_PROGRESS));
     for (int k = 0; k < bar; k++)
         mvaddstr(y + 2, 4 + k, k < fill ? "█" : "░");
     if (t->load_total)
-        snprintf(line, sizeof line, " %3.0f%%  %.0f / %.0f MB  %.0f MB/s", f * 100, (double)t->load_done / 1e6,
-                 (double)t->load_total / 1e6, t->load_rate / 1e6);
+        snprintf(line, sizeof line, " %3.0f%%  %.0f / %.0f MB  %.0f MB/s", f * 100,
+                 (double)t->load_done / 1e6, (double)t->load_total / 1e6, t->load_rate / 1e6);
     else
         snprintf(line, sizeof line, " %.0f MB  %.0f MB/s", (double)t->load_done / 1e6, t->load_rate / 1e6);
     draw_text(y + 2, 4 + bar, w - bar, line, strlen(line), THM_NORMAL);
@@ -482,10 +489,10 @@ static void draw_tail(tui *t, int y0, int h, const txt_buf *b, int role, tail_ca
         row[r] = (struct pane_row){"", 0, THM_NORMAL, 0};
         if (k < n_old) {
             const tail_line *o = &c->ring[(c->head + c->n - n_old + k) % TAIL_N];
-            row[r] = (struct pane_row){b->p + o->off, o->len, o->role, 0};
+            row[r]             = (struct pane_row){b->p + o->off, o->len, o->role, 0};
         } else if (k < total) {
             const dline *d = &t->dl[save_n + k - n_old];
-            row[r] = (struct pane_row){d->s, d->len, d->role, d->indent};
+            row[r]         = (struct pane_row){d->s, d->len, d->role, d->indent};
         }
         hs[r] = text_hash(row[r].p, row[r].len, row[r].role, row[r].x);
     }
@@ -495,13 +502,14 @@ static void draw_tail(tui *t, int y0, int h, const txt_buf *b, int role, tail_ca
         if (tui_row_same(t, y0 + r, hs[r]))
             continue;
         if (row[r].len)
-            used = row[r].x + draw_text(y0 + r, row[r].x, t->cols - row[r].x, row[r].p, row[r].len, row[r].role);
+            used =
+                row[r].x + draw_text(y0 + r, row[r].x, t->cols - row[r].x, row[r].p, row[r].len, row[r].role);
         if (used < t->cols)
             fill_row(y0 + r, used, t->cols - used, THM_NORMAL);
     }
     /* every new line but the last is final: keep it, resume at the last */
     for (int k = 0; k + 1 < n_new; k++) {
-        dline *d = &t->dl[save_n + k];
+        dline *d                           = &t->dl[save_n + k];
         c->ring[(c->head + c->n) % TAIL_N] = (tail_line){(size_t)(d->s - b->p), d->len, d->role};
         if (c->n < TAIL_N)
             c->n++;
@@ -550,15 +558,16 @@ static void draw_panes(tui *t, int dirty) {
  * narrow), drawn whole and in their order; the model name is cut if even that does not fit. */
 static void draw_status(tui *t) {
     static const char *eff[] = {"low", "high", "max"};
-    char   seg[16][96];
-    int    pri[16], n = 0;
-    const ue_stats *s = &t->st;
+    char               seg[16][96];
+    int                pri[16], n = 0;
+    const ue_stats    *s = &t->st;
 #define SEG(p, ...) (pri[n] = (p), snprintf(seg[n++], 96, __VA_ARGS__))
     if (!t->ready) {
         if (t->fatal)
             SEG(0, "no model");
         else if (t->load_total)
-            SEG(0, "loading %.0f%% · %.0f MB/s", 100.0 * (double)t->load_done / (double)t->load_total, t->load_rate / 1e6);
+            SEG(0, "loading %.0f%% · %.0f MB/s", 100.0 * (double)t->load_done / (double)t->load_total,
+                t->load_rate / 1e6);
         else
             SEG(0, "loading…");
     } else {
@@ -613,16 +622,17 @@ static void draw_status(tui *t) {
             continue;
         if (k)
             x += draw_text(t->status_y, x, t->cols - x, " │ ", strlen(" │ "), THM_STATUS);
-        x += draw_text(t->status_y, x, t->cols - x, seg[k], strlen(seg[k]), k == 0 ? THM_STATUS_KEY : THM_STATUS);
+        x += draw_text(t->status_y, x, t->cols - x, seg[k], strlen(seg[k]),
+                       k == 0 ? THM_STATUS_KEY : THM_STATUS);
     }
 }
 
 /* The input window; leaves the cursor at the editing position. */
 static void draw_input(tui *t) {
     size_t      cur;
-    const char *s  = inp_text(t->in, &cur);
-    size_t      n  = strlen(s);
-    int         w  = t->cols - 2, hint = hint_rows(t, w, t->input_h);
+    const char *s = inp_text(t->in, &cur);
+    size_t      n = strlen(s);
+    int         w = t->cols - 2, hint = hint_rows(t, w, t->input_h);
     int         rows = t->input_h - hint;
     txt_line    lines[256];
     int         nl = txt_wrap(s, n, w, lines, 256);
@@ -663,8 +673,10 @@ void tui_render(tui *t, int force) {
     if (t->too_small) {
         erase();
         char m[192];
-        snprintf(m, sizeof m, "Terminal too small: %dx%d, k3chat needs at least %dx%d. Enlarge the window "
-                 "(Ctrl-C or Ctrl-D quits).", t->cols, t->rows, MIN_COLS, MIN_ROWS);
+        snprintf(m, sizeof m,
+                 "Terminal too small: %dx%d, k3chat needs at least %dx%d. Enlarge the window "
+                 "(Ctrl-C or Ctrl-D quits).",
+                 t->cols, t->rows, MIN_COLS, MIN_ROWS);
         int w = t->cols > 0 ? t->cols : 1, n = txt_wrap(m, strlen(m), w, NULL, 0);
         int y = t->rows > n ? (t->rows - n) / 2 : 0;
         draw_wrapped(y, 0, w, t->rows - y, m, THM_NORMAL);

@@ -73,7 +73,7 @@ void tui_emoji_probe(void) {
         off += (size_t)w;
     }
     char   buf[512], other[256];
-    size_t have = 0, n_other = 0;
+    size_t have = 0, n_other        = 0;
     int    widths[EMJ_PROBE_N], n_w = 0, fin = 0;
     double t_end = now_ms() + PROBE_MS;
     while (!fin) {
@@ -110,12 +110,18 @@ static void sgr_of(attr_t a, char *out, size_t n) {
     int   pair = (int)PAIR_NUMBER(a), at = 0;
     if (pair > 0 && pair_content((short)pair, &fg, &bg) != OK)
         fg = bg = -1;
-    if (a & A_BOLD) at |= EMJ_A_BOLD;
-    if (a & A_DIM) at |= EMJ_A_DIM;
-    if (a & A_ITALIC) at |= EMJ_A_ITALIC;
-    if (a & A_UNDERLINE) at |= EMJ_A_UNDERLINE;
-    if (a & (A_REVERSE | A_STANDOUT)) at |= EMJ_A_REVERSE;
-    if (a & A_BLINK) at |= EMJ_A_BLINK;
+    if (a & A_BOLD)
+        at |= EMJ_A_BOLD;
+    if (a & A_DIM)
+        at |= EMJ_A_DIM;
+    if (a & A_ITALIC)
+        at |= EMJ_A_ITALIC;
+    if (a & A_UNDERLINE)
+        at |= EMJ_A_UNDERLINE;
+    if (a & (A_REVERSE | A_STANDOUT))
+        at |= EMJ_A_REVERSE;
+    if (a & A_BLINK)
+        at |= EMJ_A_BLINK;
     emj_sgr(out, n, fg, bg, at);
 }
 

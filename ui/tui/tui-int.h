@@ -18,7 +18,7 @@
 
 #define MIN_COLS 40
 #define MIN_ROWS 12
-#define FRAME_S  0.020
+#define FRAME_S 0.020
 
 enum { ROLE_INFO = 10, ROLE_ERROR };
 enum { DIRTY_HIST = 1, DIRTY_THINK = 2, DIRTY_RESP = 4, DIRTY_STATUS = 8, DIRTY_INPUT = 16, DIRTY_ALL = 31 };
@@ -28,18 +28,18 @@ enum { KEY_PASTE_BEGIN = KEY_MAX + 1, KEY_PASTE_END, KEY_CTRL_HOME, KEY_CTRL_END
 /* ==== state ================================================================= */
 
 typedef struct entry {
-    int    role;     /* UE_ROLE_* or ROLE_INFO / ROLE_ERROR               */
-    txt_buf text;     /* content                                            */
-    txt_buf think;    /* reasoning (assistant)                              */
-    double think_s;  /* seconds of reasoning                               */
-    int    n_think;  /* reasoning tokens                                   */
-    int    expanded; /* reasoning unfolded in the conversation pane        */
-    int    status;   /* UE_DONE_* of an assistant turn                     */
-    int    queued;   /* user message waiting for the model to load         */
-    char   summary[96]; /* the folded-reasoning line as drawn              */
-    md_doc *md;      /* text rendered as Markdown at md_width (tui-md.c)  */
-    int    md_width;
-    size_t md_len;   /* bytes of text rendered                             */
+    int     role;        /* UE_ROLE_* or ROLE_INFO / ROLE_ERROR               */
+    txt_buf text;        /* content                                            */
+    txt_buf think;       /* reasoning (assistant)                              */
+    double  think_s;     /* seconds of reasoning                               */
+    int     n_think;     /* reasoning tokens                                   */
+    int     expanded;    /* reasoning unfolded in the conversation pane        */
+    int     status;      /* UE_DONE_* of an assistant turn                     */
+    int     queued;      /* user message waiting for the model to load         */
+    char    summary[96]; /* the folded-reasoning line as drawn              */
+    md_doc *md;          /* text rendered as Markdown at md_width (tui-md.c)  */
+    int     md_width;
+    size_t  md_len; /* bytes of text rendered                             */
 } entry;
 
 /* Final lines of a streaming pane (byte ranges of its buffer), and where wrapping resumes. */
@@ -57,24 +57,24 @@ struct wrap_state {
     size_t last_off;  /* out: offset of the last line produced (where to resume)    */
 };
 typedef struct tail_cache {
-    const char *base;        /* the buffer wrapped (a realloc or a new turn resets)   */
-    size_t      len, start;  /* its length last time; where wrapping resumes          */
+    const char *base;       /* the buffer wrapped (a realloc or a new turn resets)   */
+    size_t      len, start; /* its length last time; where wrapping resumes          */
     int         width;
-    wrap_state  ws;          /* state at start                                        */
-    tail_line   ring[TAIL_N];/* final lines before start, oldest first from head      */
+    wrap_state  ws;           /* state at start                                        */
+    tail_line   ring[TAIL_N]; /* final lines before start, oldest first from head      */
     int         head, n;
 } tail_cache;
 
 /* One drawn line of the conversation pane. */
 typedef struct dline {
-    int         ent;    /* entry index                           */
-    const char *s;      /* bytes (into the entry) or a static    */
-    size_t      len;
-    int         role;   /* thm role                              */
-    int         indent;
-    int         fold;   /* the reasoning summary line (clickable) */
+    int           ent; /* entry index                           */
+    const char   *s;   /* bytes (into the entry) or a static    */
+    size_t        len;
+    int           role; /* thm role                              */
+    int           indent;
+    int           fold; /* the reasoning summary line (clickable) */
     const md_doc *md;   /* a rendered Markdown line: line mdl of md */
-    int         mdl;
+    int           mdl;
 } dline;
 
 typedef struct tui {
@@ -101,7 +101,7 @@ typedef struct tui {
     /* model and statistics */
     int      ready, fatal;
     char     model[160];
-    char     fit[128];     /* the memory fit in a few words (EV_READY text2; status bar, /stats) */
+    char     fit[128];      /* the memory fit in a few words (EV_READY text2; status bar, /stats) */
     char     estimate[128]; /* expected speed while loading (EV_ESTIMATE)                     */
     ue_stats st;
     char     load_what[256];
@@ -109,25 +109,25 @@ typedef struct tui {
     double   load_t0, load_rate;
 
     /* layout */
-    int  rows, cols, too_small;
-    int  hist_y, hist_h, think_y, think_h, resp_y, resp_h, status_y, input_y, input_h;
-    int  dirty;
-    int  scroll; /* conversation lines scrolled up from the bottom */
-    int  mouse;
-    int  paste;  /* inside a bracketed paste */
-    int  bad_utf8; /* invalid UTF-8 sequences read (as U+FFFD) since the last notice */
+    int rows, cols, too_small;
+    int hist_y, hist_h, think_y, think_h, resp_y, resp_h, status_y, input_y, input_h;
+    int dirty;
+    int scroll; /* conversation lines scrolled up from the bottom */
+    int mouse;
+    int paste;    /* inside a bracketed paste */
+    int bad_utf8; /* invalid UTF-8 sequences read (as U+FFFD) since the last notice */
     /* Ctrl-R: the history search the UI runs itself (label in the hint rows above the line) */
-    int   srch;          /* searching                                   */
-    char  srch_pat[256]; /* the pattern typed (UTF-8)                   */
-    int   srch_pos;      /* history index of the match shown, -1: none  */
-    char *srch_draft;    /* the line before the search, put back on Esc */
+    int     srch;          /* searching                                   */
+    char    srch_pat[256]; /* the pattern typed (UTF-8)                   */
+    int     srch_pos;      /* history index of the match shown, -1: none  */
+    char   *srch_draft;    /* the line before the search, put back on Esc */
     txt_buf paste_buf;
-    double last_draw, next_tick;
-    int  quit;
+    double  last_draw, next_tick;
+    int     quit;
 
-    dline *dl; /* (n_dl) conversation pane lines, rebuilt when dirty */
-    int    n_dl, cap_dl, dl_width, dl_valid;
-    int    vis_first; /* dline index drawn on the pane's first row */
+    dline     *dl; /* (n_dl) conversation pane lines, rebuilt when dirty */
+    int        n_dl, cap_dl, dl_width, dl_valid;
+    int        vis_first;         /* dline index drawn on the pane's first row */
     tail_cache tc_think, tc_resp; /* incremental wrapping of the streaming panes */
     /* what each screen row shows (a hash of its content, 0: unknown): drawing that would put the
      * same again is skipped, so a streaming frame touches only the rows that changed. Valid
@@ -142,8 +142,12 @@ typedef struct tui {
     int       edit_pending; /* /edit: the next message replaces the last exchange    */
     int       flowing;      /* the last frame showed new tokens (tui.c next_key)     */
     md_stream ms_resp;      /* the streaming response, chunk by chunk                */
-    struct tui_link { int y, x; const md_doc *d; size_t run; } *links; /* drawn this frame */
-    int       n_links, cap_links;
+    struct tui_link {
+        int           y, x;
+        const md_doc *d;
+        size_t        run;
+    } * links; /* drawn this frame */
+    int n_links, cap_links;
 
     /* latency bookkeeping (K3_UI_STATS) */
     double tok_t_pending; /* oldest undisplayed token's push time, 0 = none */
@@ -157,8 +161,8 @@ typedef struct tui {
 } tui;
 
 /* tui-draw.c */
-void tui_layout(tui *t);             /* pane geometry from the terminal size; marks all dirty */
-void tui_render(tui *t, int force);  /* redraw the dirty regions (coalesced while streaming) */
+void tui_layout(tui *t);            /* pane geometry from the terminal size; marks all dirty */
+void tui_render(tui *t, int force); /* redraw the dirty regions (coalesced while streaming) */
 /* Draw s[0..n) at (y, x) within w columns in role; returns the columns used. */
 int  tui_text(int y, int x, int w, const char *s, size_t n, int role);
 void tui_fill(int y, int x, int w, int role);
@@ -167,7 +171,7 @@ int  tui_dl_push(tui *t, int ent, const char *s, size_t len, int role, int inden
 #define TUI_HASH0 1469598103934665603ull
 uint64_t tui_hash(uint64_t h, const void *p, size_t n);
 /* 1 when row y shows h already (skip drawing it); otherwise records h and returns 0. */
-int  tui_row_same(tui *t, int y, uint64_t h);
+int tui_row_same(tui *t, int y, uint64_t h);
 /* A pane of rows [y0, y0 + h) is about to show hs[0..h): when that is what it shows now moved up
  * by some rows (a streaming pane that gained lines), scroll the rows in the window instead of
  * drawing them all again (curses sends the terminal a scroll, idlok) and move their hashes. */
@@ -176,13 +180,13 @@ void tui_rows_scroll(tui *t, int y0, int h, const uint64_t *hs);
 /* tui-md.c: Markdown in the panes, /raw, /copy */
 /* Lines of an assistant entry's text as rendered Markdown (cached per width); 0, or -1 when it
  * could not be rendered (the caller shows the raw text). */
-int  tui_md_entry(tui *t, int ent, int width);
+int tui_md_entry(tui *t, int ent, int width);
 /* Draw line i of d at (y, x) within w columns; returns the columns used. */
-int  tui_md_draw(tui *t, int y, int x, int w, const md_doc *d, int i);
+int tui_md_draw(tui *t, int y, int x, int w, const md_doc *d, int i);
 /* The streaming response's last h lines in rows [y0, y0 + h); -1 when not rendered. */
 int  tui_md_tail(tui *t, int y0, int h, const txt_buf *b);
-void tui_md_frame(tui *t);           /* before drawing: forget last frame's links */
-void tui_md_links(tui *t);           /* after doupdate: OSC 8 over the links drawn */
+void tui_md_frame(tui *t); /* before drawing: forget last frame's links */
+void tui_md_links(tui *t); /* after doupdate: OSC 8 over the links drawn */
 void tui_md_entry_free(entry *e);
 /* tui-emoji.c: multi-emoji clusters (ZWJ sequences, flags, skin tones) drawn whole where the
  * terminal can, over a stand-in curses holds (emoji.h) */
@@ -192,11 +196,11 @@ void tui_emoji_probe(void);                /* after the first refresh: measure t
  * returns 1 when it did, 0 for other clusters. */
 int  tui_emoji_cell(int y, int x, int w, const char *s, size_t n, int role);
 void tui_emoji_scroll(int y0, int h, int k); /* rows [y0, y0 + h) were scrolled up k (wscrl) */
-void tui_emoji_before(void);               /* before wnoutrefresh/refresh */
-void tui_emoji_after(void);                /* after doupdate */
+void tui_emoji_before(void);                 /* before wnoutrefresh/refresh */
+void tui_emoji_after(void);                  /* after doupdate */
 void tui_emoji_free(void);
 
 /* /raw and /copy: 1 when r was one of them, with a message (role ROLE_INFO or ROLE_ERROR). */
-int  tui_md_command(tui *t, const cmd_result *r, char *msg, size_t n, int *role);
+int tui_md_command(tui *t, const cmd_result *r, char *msg, size_t n, int *role);
 
 #endif

@@ -90,9 +90,9 @@ static uint64_t line_hash(const tui *t, const md_doc *d, int i) {
     const md_line *l = &d->lines[i];
     uint64_t       h = TUI_HASH0;
     for (int k = 0; k < l->n_runs; k++) {
-        const md_run *r = &d->runs[l->run0 + (size_t)k];
+        const md_run *r    = &d->runs[l->run0 + (size_t)k];
         int           a[2] = {r->role, r->link >= 0 && t->osc8};
-        h = tui_hash(tui_hash(h, a, sizeof a), d->text.p + r->off, r->len);
+        h                  = tui_hash(tui_hash(h, a, sizeof a), d->text.p + r->off, r->len);
         if (a[1])
             h = tui_hash(h, d->text.p + d->links[r->link].off, d->links[r->link].len);
     }
@@ -103,11 +103,12 @@ int tui_md_tail(tui *t, int y0, int h, const txt_buf *b) {
     if (t->raw)
         return -1;
     md_stream *st = &t->ms_resp;
-    if (md_stream_update(st, b->p ? b->p : "", b->n, t->cols - 1, THM_ASSISTANT, MD_STREAMING | md_flags(t)) &&
+    if (md_stream_update(st, b->p ? b->p : "", b->n, t->cols - 1, THM_ASSISTANT,
+                         MD_STREAMING | md_flags(t)) &&
         st->fin.n_lines + st->open.n_lines == 0)
         return -1;
-    int nf = st->fin.n_lines, total = nf + st->open.n_lines;
-    int first = total > h ? total - h : 0;
+    int      nf = st->fin.n_lines, total = nf + st->open.n_lines;
+    int      first = total > h ? total - h : 0;
     uint64_t hs[TUI_PANE_MAX];
     if (h > TUI_PANE_MAX)
         h = TUI_PANE_MAX;
@@ -147,8 +148,8 @@ void tui_md_links(tui *t) {
         const md_run          *r = &l->d->runs[l->run];
         const md_link         *u = &l->d->links[r->link];
         const char            *s = l->d->text.p + r->off;
-        size_t n = txt_col_to_off(s, r->len, t->cols - l->x); /* the part that was drawn */
-        char   pos[32];
+        size_t                 n = txt_col_to_off(s, r->len, t->cols - l->x); /* the part that was drawn */
+        char                   pos[32];
         snprintf(pos, sizeof pos, "\033[%d;%dH\033]8;;", l->y + 1, l->x + 1);
         txt_buf_add(&b, pos, strlen(pos));
         for (size_t j = 0; j < u->len; j++) { /* no control bytes from the URL reach the terminal */
@@ -217,10 +218,14 @@ int tui_md_command(tui *t, const cmd_result *r, char *msg, size_t n, int *role) 
         t->dl_valid = 0;
         memset(&t->tc_resp, 0, sizeof t->tc_resp);
         t->dirty |= DIRTY_ALL;
-        snprintf(msg, n, "%s", t->raw ? "answers shown as raw Markdown (/raw off renders them)"
-                                      : "answers rendered as Markdown (/raw on shows the raw text)");
+        snprintf(msg, n, "%s",
+                 t->raw ? "answers shown as raw Markdown (/raw off renders them)"
+                        : "answers rendered as Markdown (/raw on shows the raw text)");
         return 1;
-    case CMD_COPY: copy_cmd(t, r, msg, n, role); return 1;
-    default: return 0;
+    case CMD_COPY:
+        copy_cmd(t, r, msg, n, role);
+        return 1;
+    default:
+        return 0;
     }
 }

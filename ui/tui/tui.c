@@ -41,9 +41,9 @@
 #include <utf8proc.h>
 
 static volatile sig_atomic_t got_term, got_tstp;
-static void on_term(int sig) {
-    (void)sig;
-    got_term = 1;
+static void                  on_term(int sig) {
+                     (void)sig;
+                     got_term = 1;
 }
 /* SIGTSTP from outside (kill -TSTP; Ctrl-Z itself is a key in raw mode): suspend from the loop.
  * Having our own handler also keeps curses from installing its one, which doupdate() would
@@ -141,8 +141,8 @@ static void start_turn(tui *t) {
     t->cur       = t->n_ents - 1;
     t->streaming = 1;
     t->turn_t0   = ev_now();
-    t->think_t0  = t->think_t1 = 0;
-    t->scroll    = 0;
+    t->think_t0 = t->think_t1 = 0;
+    t->scroll                 = 0;
     memset(&t->tc_think, 0, sizeof t->tc_think);
     memset(&t->tc_resp, 0, sizeof t->tc_resp);
     t->ms_resp.base = NULL; /* a new text: md_stream starts over */
@@ -237,11 +237,11 @@ static void on_event(tui *t, ui_ev *e) {
         break;
     case EV_STATS:
         if (e->i) { /* partial: context, cache and memory only */
-            t->st.ctx_used   = e->st.ctx_used;
-            t->st.ctx_max    = e->st.ctx_max;
-            t->st.expert_hit = e->st.expert_hit;
-            t->st.expert_gb  = e->st.expert_gb;
-            t->st.mem_gb     = e->st.mem_gb;
+            t->st.ctx_used     = e->st.ctx_used;
+            t->st.ctx_max      = e->st.ctx_max;
+            t->st.expert_hit   = e->st.expert_hit;
+            t->st.expert_gb    = e->st.expert_gb;
+            t->st.mem_gb       = e->st.mem_gb;
             t->st.vk_used_gb   = e->st.vk_used_gb;
             t->st.vk_budget_gb = e->st.vk_budget_gb;
             t->st.vk_hits      = e->st.vk_hits;
@@ -279,8 +279,11 @@ static void on_event(tui *t, ui_ev *e) {
          * the display cleared already: an info is dropped, an error is kept, saying so. */
         if (t->clear_pending && e->type == EV_INFO)
             break;
-        notice(t, e->type == EV_ERROR ? ROLE_ERROR : ROLE_INFO, "%s%s", t->clear_pending ? "before /clear: " : "",
-               e->text ? e->text : e->type == EV_ERROR ? "error" : "");
+        notice(t, e->type == EV_ERROR ? ROLE_ERROR : ROLE_INFO, "%s%s",
+               t->clear_pending ? "before /clear: " : "",
+               e->text               ? e->text
+               : e->type == EV_ERROR ? "error"
+                                     : "");
         break;
     case EV_SETTINGS: {
         char msg[300];
@@ -322,13 +325,13 @@ static void on_event(tui *t, ui_ev *e) {
     }
     case EV_UNDO: {
         if (t->undo_pending)
-            break; /* done already */
+            break;          /* done already */
         if (t->streaming) { /* the turn failed before it began: its entry goes too */
             int k = last_user(t);
             if (k >= 0 && inp_empty(t->in) && t->ents[k].text.p)
                 inp_insert(t->in, t->ents[k].text.p); /* to send again after /clear or /forget */
-            t->streaming = 0;
-            t->cur       = -1;
+            t->streaming   = 0;
+            t->cur         = -1;
             t->ignore_done = 1;
             tui_layout(t);
         }
@@ -339,7 +342,8 @@ static void on_event(tui *t, ui_ev *e) {
             drop_entries(t, k - 1);
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
@@ -354,13 +358,12 @@ static void pump_events(tui *t, int readable) {
 
 /* ==== commands and messages ================================================= */
 
-
 static void send_message(tui *t, const char *text) {
     if (t->fatal) {
         notice(t, ROLE_ERROR, "no model is loaded, so nothing can answer (see the error above)");
         return;
     }
-    int edit = t->edit_pending && last_user(t) >= 0;
+    int edit        = t->edit_pending && last_user(t) >= 0;
     t->edit_pending = 0;
     if (edit)
         drop_entries(t, last_user(t)); /* the engine keeps them as an abandoned branch */
@@ -397,20 +400,24 @@ static void show_stats(tui *t) {
     if (s->n_think + s->n_response == 0 && s->tok_s <= 0)
         snprintf(turn, sizeof turn, "none yet");
     else
-        snprintf(turn, sizeof turn, "%.1f tok/s decode, TTFT %.2f s, %d prompt tokens processed, %d reasoning + %d "
-                 "answer tokens, %.1f s thinking", s->tok_s > 0 ? s->tok_s : 0, s->ttft_s > 0 ? s->ttft_s : 0,
-                 s->n_prefill, s->n_think, s->n_response, s->think_s > 0 ? s->think_s : 0);
+        snprintf(turn, sizeof turn,
+                 "%.1f tok/s decode, TTFT %.2f s, %d prompt tokens processed, %d reasoning + %d "
+                 "answer tokens, %.1f s thinking",
+                 s->tok_s > 0 ? s->tok_s : 0, s->ttft_s > 0 ? s->ttft_s : 0, s->n_prefill, s->n_think,
+                 s->n_response, s->think_s > 0 ? s->think_s : 0);
     if (s->vk_budget_gb > 0)
-        snprintf(vk, sizeof vk, "\n  Vulkan tier  %.2f of %.2f GB, %ld experts computed on the device", s->vk_used_gb,
-                 s->vk_budget_gb, s->vk_hits);
+        snprintf(vk, sizeof vk, "\n  Vulkan tier  %.2f of %.2f GB, %ld experts computed on the device",
+                 s->vk_used_gb, s->vk_budget_gb, s->vk_hits);
     notice(t, ROLE_INFO,
-           "  model        %s\n  memory fit   %s\n  settings     %s\n  last turn    %s\n  context      %d of %d tokens\n"
-           "  experts      %.0f%% cache hits, budget %.1f GB%s\n  memory       %.2f GB resident\n  CPU kernels  %s\n"
+           "  model        %s\n  memory fit   %s\n  settings     %s\n  last turn    %s\n  context      %d of "
+           "%d tokens\n"
+           "  experts      %.0f%% cache hits, budget %.1f GB%s\n  memory       %.2f GB resident\n  CPU "
+           "kernels  %s\n"
            "  UI           %ld frames with new tokens, token-to-screen latency mean %.2f ms, max %.2f ms",
-           t->ready ? t->model : "(not loaded)", t->fit[0] ? t->fit : "(none: not this engine)", set, turn, s->ctx_used, s->ctx_max,
-           s->expert_hit >= 0 ? s->expert_hit * 100 : 0, s->expert_gb >= 0 ? s->expert_gb : 0, vk, s->mem_gb,
-           s->kernels ? s->kernels : "(unknown)", t->lat_n,
-           t->lat_n ? t->lat_sum / (double)t->lat_n * 1e3 : 0, t->lat_max * 1e3);
+           t->ready ? t->model : "(not loaded)", t->fit[0] ? t->fit : "(none: not this engine)", set, turn,
+           s->ctx_used, s->ctx_max, s->expert_hit >= 0 ? s->expert_hit * 100 : 0,
+           s->expert_gb >= 0 ? s->expert_gb : 0, vk, s->mem_gb, s->kernels ? s->kernels : "(unknown)",
+           t->lat_n, t->lat_n ? t->lat_sum / (double)t->lat_n * 1e3 : 0, t->lat_max * 1e3);
 }
 
 static void run_command(tui *t, const char *line) {
@@ -420,8 +427,8 @@ static void run_command(tui *t, const char *line) {
         notice(t, ROLE_ERROR, "%s", r.msg);
         return;
     }
-    int conv_changing = r.id == CMD_CLEAR || r.id == CMD_RETRY || r.id == CMD_UNDO || r.id == CMD_LOAD || r.id == CMD_FORGET ||
-                        r.id == CMD_REPLAY || r.id == CMD_EDIT;
+    int conv_changing = r.id == CMD_CLEAR || r.id == CMD_RETRY || r.id == CMD_UNDO || r.id == CMD_LOAD ||
+                        r.id == CMD_FORGET || r.id == CMD_REPLAY || r.id == CMD_EDIT;
     if (conv_changing && t->streaming) {
         notice(t, ROLE_ERROR, "/%s: a turn is in progress; stop it first with Ctrl-C", cmd_name(r.id));
         return;
@@ -448,7 +455,8 @@ static void run_command(tui *t, const char *line) {
     case CMD_HELP:
         if (r.arg[0]) {
             char u[128];
-            notice(t, ROLE_INFO, "%s  %s", cmd_usage((enum cmd_id)r.flag, u, sizeof u), cmd_help((enum cmd_id)r.flag));
+            notice(t, ROLE_INFO, "%s  %s", cmd_usage((enum cmd_id)r.flag, u, sizeof u),
+                   cmd_help((enum cmd_id)r.flag));
         } else {
             notice(t, ROLE_INFO, "%s", chat_help_text());
         }
@@ -502,7 +510,8 @@ static void run_command(tui *t, const char *line) {
         inp_clear(t->in);
         inp_insert(t->in, t->ents[k].text.p);
         t->edit_pending = 1;
-        inp_set_hint(t->in, "editing your last message: Enter sends it in place of the last exchange, Ctrl-C cancels");
+        inp_set_hint(
+            t->in, "editing your last message: Enter sends it in place of the last exchange, Ctrl-C cancels");
         break;
     }
     case CMD_THEME:
@@ -516,8 +525,11 @@ static void run_command(tui *t, const char *line) {
                 notice(t, ROLE_INFO, "theme %s", r.arg);
         }
         break;
-    case CMD_QUIT: t->quit = 1; break;
-    default: break;
+    case CMD_QUIT:
+        t->quit = 1;
+        break;
+    default:
+        break;
     }
     t->dirty |= DIRTY_ALL;
 }
@@ -587,7 +599,8 @@ static void on_mouse(tui *t) {
     else if (m.bstate & BUTTON5_PRESSED)
         scroll_by(t, -3);
 #endif
-    else if ((m.bstate & (BUTTON1_CLICKED | BUTTON1_PRESSED)) && m.y >= t->hist_y && m.y < t->hist_y + t->hist_h) {
+    else if ((m.bstate & (BUTTON1_CLICKED | BUTTON1_PRESSED)) && m.y >= t->hist_y &&
+             m.y < t->hist_y + t->hist_h) {
         int k = t->vis_first + (m.y - t->hist_y);
         if (t->dl_valid && k < t->n_dl && t->dl[k].fold == 1) {
             t->ents[t->dl[k].ent].expanded ^= 1;
@@ -614,7 +627,7 @@ static int read_wch(tui *t, wint_t *k) {
         return OK;
     int      need = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : 0;
     unsigned cp   = (unsigned)c & (need == 1 ? 0x1f : need == 2 ? 0x0f : 0x07);
-    int      lo   = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    int      lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
     for (int i = 0; i < need; i++) {
         timeout(50);
         int b = getch();
@@ -640,8 +653,8 @@ static int read_wch(tui *t, wint_t *k) {
 static void report_bad_utf8(tui *t, const char *what) {
     if (!t->bad_utf8)
         return;
-    notice(t, ROLE_ERROR, "%s: invalid UTF-8 (%d sequence%s) replaced with U+FFFD; k3chat reads UTF-8 text", what,
-           t->bad_utf8, t->bad_utf8 == 1 ? "" : "s");
+    notice(t, ROLE_ERROR, "%s: invalid UTF-8 (%d sequence%s) replaced with U+FFFD; k3chat reads UTF-8 text",
+           what, t->bad_utf8, t->bad_utf8 == 1 ? "" : "s");
     t->bad_utf8 = 0;
 }
 
@@ -692,7 +705,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         if (pr < 0 && errno != EINTR)
             return 0;
         /* EINTR: SIGWINCH, which curses turns into KEY_RESIZE on the next get_wch */
-        keys = pr < 0 || (pr == 0 && !pending && !waiting) || (pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)));
+        keys = pr < 0 || (pr == 0 && !pending && !waiting) ||
+               (pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)));
         if (pending || waiting || (p[1].revents & POLLIN))
             pump_events(t, (p[1].revents & POLLIN) != 0);
         if (flowing && !t->dirty)
@@ -707,15 +721,33 @@ static int ui_key(tui *t, wint_t k, int fn) {
     if (!fn)
         return 0;
     switch (k) {
-    case KEY_RESIZE: tui_layout(t); clearok(curscr, TRUE); return 1;
-    case KEY_PPAGE: scroll_by(t, t->hist_h > 4 ? t->hist_h - 2 : 2); return 1;
-    case KEY_NPAGE: scroll_by(t, -(t->hist_h > 4 ? t->hist_h - 2 : 2)); return 1;
-    case KEY_CTRL_HOME: scroll_by(t, 1 << 30); return 1; /* tui-draw.c clamps it to the top */
-    case KEY_CTRL_END: scroll_by(t, -(1 << 30)); return 1;
-    case KEY_F(2): toggle_fold_all(t); return 1;
-    case KEY_F(3): set_mouse(t, !t->mouse); return 1;
-    case KEY_MOUSE: on_mouse(t); return 1;
-    default: return 0;
+    case KEY_RESIZE:
+        tui_layout(t);
+        clearok(curscr, TRUE);
+        return 1;
+    case KEY_PPAGE:
+        scroll_by(t, t->hist_h > 4 ? t->hist_h - 2 : 2);
+        return 1;
+    case KEY_NPAGE:
+        scroll_by(t, -(t->hist_h > 4 ? t->hist_h - 2 : 2));
+        return 1;
+    case KEY_CTRL_HOME:
+        scroll_by(t, 1 << 30);
+        return 1; /* tui-draw.c clamps it to the top */
+    case KEY_CTRL_END:
+        scroll_by(t, -(1 << 30));
+        return 1;
+    case KEY_F(2):
+        toggle_fold_all(t);
+        return 1;
+    case KEY_F(3):
+        set_mouse(t, !t->mouse);
+        return 1;
+    case KEY_MOUSE:
+        on_mouse(t);
+        return 1;
+    default:
+        return 0;
     }
 }
 
@@ -724,16 +756,26 @@ static wchar_t libedit_key(wint_t k, int fn) {
     if (!fn)
         return (wchar_t)k;
     switch (k) {
-    case KEY_LEFT: return 2;       /* ^B */
-    case KEY_RIGHT: return 6;      /* ^F */
-    case KEY_UP: return 16;        /* ^P */
-    case KEY_DOWN: return 14;      /* ^N */
-    case KEY_HOME: return 1;       /* ^A */
-    case KEY_END: return 5;        /* ^E */
-    case KEY_BACKSPACE: return 127;
-    case KEY_DC: return 4;         /* ^D: delete under the cursor */
-    case KEY_ENTER: return '\r';
-    default: return 0;
+    case KEY_LEFT:
+        return 2; /* ^B */
+    case KEY_RIGHT:
+        return 6; /* ^F */
+    case KEY_UP:
+        return 16; /* ^P */
+    case KEY_DOWN:
+        return 14; /* ^N */
+    case KEY_HOME:
+        return 1; /* ^A */
+    case KEY_END:
+        return 5; /* ^E */
+    case KEY_BACKSPACE:
+        return 127;
+    case KEY_DC:
+        return 4; /* ^D: delete under the cursor */
+    case KEY_ENTER:
+        return '\r';
+    default:
+        return 0;
     }
 }
 
@@ -814,7 +856,7 @@ static int search_key(tui *t, wint_t k, int fn) {
         while (n > 0 && (t->srch_pat[n - 1] & 0xC0) == 0x80)
             n--; /* a whole character */
         t->srch_pat[n > 0 ? n - 1 : 0] = 0;
-        t->srch_pos = -1;
+        t->srch_pos                    = -1;
         search_update(t, 0, 1);
     } else if (!fn && k >= 32) {
         char             u[8];
@@ -834,7 +876,7 @@ static int search_key(tui *t, wint_t k, int fn) {
 static void paste_flush(tui *t) {
     if (t->paste_buf.n) {
         inp_insert(t->in, t->paste_buf.p);
-        t->paste_buf.n = 0;
+        t->paste_buf.n    = 0;
         t->paste_buf.p[0] = 0;
     }
 }
@@ -861,8 +903,8 @@ static void on_key(tui *t, wint_t k, int fn) {
         return;
     }
     if (t->paste) { /* pasted text goes in as it is, newlines included */
-        char    u[8];
-        wint_t  c = fn ? (k == KEY_ENTER ? '\n' : 0) : (k == '\r' ? '\n' : k);
+        char   u[8];
+        wint_t c = fn ? (k == KEY_ENTER ? '\n' : 0) : (k == '\r' ? '\n' : k);
         if (c) {
             utf8proc_ssize_t l = utf8proc_encode_char((utf8proc_int32_t)c, (utf8proc_uint8_t *)u);
             txt_buf_add(&t->paste_buf, u, (size_t)l);
@@ -926,7 +968,8 @@ static void on_key(tui *t, wint_t k, int fn) {
             k = k2;
             break;
         }
-        default: break;
+        default:
+            break;
         }
     }
     wchar_t c = libedit_key(k, fn);
@@ -970,11 +1013,13 @@ static void write_ui_stats(tui *t) {
     FILE *f = fopen(path, "w");
     if (!f)
         return;
-    fprintf(f, "frames_with_tokens %ld\nlatency_mean_ms %.4f\nlatency_max_ms %.4f\nui_cpu_s %.6f\ndecode_wall_s %.6f\n",
-            t->lat_n, t->lat_n ? t->lat_sum / (double)t->lat_n * 1e3 : 0, t->lat_max * 1e3, thread_cpu() - t->ui_cpu0,
-            t->decode_wall);
-    fprintf(f, "turn_user_s %.6f\nturn_sys_s %.6f\nturn_wakeups %ld\nturn_frames %ld\n", t->turn_user, t->turn_sys,
-            t->turn_wakes, t->turn_frames);
+    fprintf(f,
+            "frames_with_tokens %ld\nlatency_mean_ms %.4f\nlatency_max_ms %.4f\nui_cpu_s %.6f\ndecode_wall_s "
+            "%.6f\n",
+            t->lat_n, t->lat_n ? t->lat_sum / (double)t->lat_n * 1e3 : 0, t->lat_max * 1e3,
+            thread_cpu() - t->ui_cpu0, t->decode_wall);
+    fprintf(f, "turn_user_s %.6f\nturn_sys_s %.6f\nturn_wakeups %ld\nturn_frames %ld\n", t->turn_user,
+            t->turn_sys, t->turn_wakes, t->turn_frames);
     fclose(f);
 }
 
@@ -985,8 +1030,8 @@ int ui_tui_run(const cli_opts *o) {
     memset(t, 0, sizeof *t);
     t->o   = o;
     t->cur = -1;
-    t->st  = (ue_stats){.tok_s = -1, .prefill_tok_s = -1, .ttft_s = -1, .think_s = -1, .expert_hit = -1,
-                        .expert_gb = -1};
+    t->st  = (ue_stats){
+         .tok_s = -1, .prefill_tok_s = -1, .ttft_s = -1, .think_s = -1, .expert_hit = -1, .expert_gb = -1};
     const char *term = getenv("TERM");
     if (!term || !*term || !strcmp(term, "dumb"))
         return cli_plain(o); /* no cursor addressing: line mode */
@@ -1023,9 +1068,9 @@ int ui_tui_run(const cli_opts *o) {
         fprintf(stderr, "k3chat: cannot create the event queue\n");
         return 1;
     }
-    char  hist[4096];
-    int   has_hist = inp_history_path(hist, sizeof hist) == 0;
-    t->in = inp_new(has_hist ? hist : NULL, more_key, t, err, sizeof err);
+    char hist[4096];
+    int  has_hist = inp_history_path(hist, sizeof hist) == 0;
+    t->in         = inp_new(has_hist ? hist : NULL, more_key, t, err, sizeof err);
     if (!t->in) {
         fprintf(stderr, "k3chat: %s\n", err);
         ev_queue_free(t->q);
@@ -1078,7 +1123,7 @@ int ui_tui_run(const cli_opts *o) {
     define_key("\033[201~", KEY_PASTE_END);
     define_key("\033[1;5H", KEY_CTRL_HOME); /* xterm's Ctrl-Home / Ctrl-End */
     define_key("\033[1;5F", KEY_CTRL_END);
-    define_key("\033[7^", KEY_CTRL_HOME);   /* rxvt's */
+    define_key("\033[7^", KEY_CTRL_HOME); /* rxvt's */
     define_key("\033[8^", KEY_CTRL_END);
     printf("\033[?2004h"); /* bracketed paste on */
     fflush(stdout);
