@@ -256,7 +256,7 @@ secs=$(($(date +%s) - t0))
 [ $rc -eq 0 ] && [ "$(cat "$T/out")" = "0" ]
 check $? "--layers 2: open + one token in $secs s: exit 0, zero weights give all-equal logits and greedy picks id 0 (got '$(head -c 40 "$T/out")'; $(tail -n 2 "$T/err" | tr '\n' '|' | head -c 300))"
 grep -q "memory fit: K3_BITS=4 K3_MLA_BITS=4 K3_HEAD_BITS=4 K3_MAXT=8192, expert cache" "$T/err"; check $? "--layers 2: the fit line reports the given bits"
-head -n 1 "$T/err" | grep -Eq '^k3chat: expected speed on this machine: decode [0-9.e+-]+ s/token, prefill [0-9.e+-]+ s/token \(bits 4/4/4'
+head -n 1 "$T/err" | grep -Eq '^k3chat: expected speed on this machine: decode [0-9.e+-]+ s/token, prefill [0-9.e+-]+ s/token \(4/4/4 bits'
 check $? "--layers 2: the speed estimate is printed before loading ($(head -n 1 "$T/err" | head -c 200))"
 # the TUI shows the estimate while the model loads (the load is stopped: only the screen matters)
 if command -v tmux >/dev/null; then

@@ -258,13 +258,15 @@ static uint64_t header_data_end(const char *h, size_t n, char *name, size_t nn) 
             const char *b = at; /* back to the object's '{', then its key: "NAME" : { */
             while (b > h && *b != '{')
                 b--;
-            for (b--; b > h && (*b == ' ' || *b == ':' || *b == '\n' || *b == '\t' || *b == '\r'); b--) {
+            if (b > h) { /* a '{' at the header's first byte has no key before it */
+                for (b--; b > h && (*b == ' ' || *b == ':' || *b == '\n' || *b == '\t' || *b == '\r'); b--) {
+                }
+                const char *ke = b, *ks = b > h ? b - 1 : h;
+                while (ks > h && *ks != '"')
+                    ks--;
+                if (*ke == '"' && *ks == '"' && ke > ks)
+                    snprintf(name, nn, "%.*s", (int)(ke - ks - 1), ks + 1);
             }
-            const char *ke = b, *ks = b > h ? b - 1 : h;
-            while (ks > h && *ks != '"')
-                ks--;
-            if (*ke == '"' && *ks == '"' && ke > ks)
-                snprintf(name, nn, "%.*s", (int)(ke - ks - 1), ks + 1);
         }
         p = q;
     }
