@@ -157,64 +157,21 @@ static const mk_shape preset_tiny = {
     .mla_last    = -1,
 };
 
-static const mk_shape preset_slice = {
-    .D           = 7168,
-    .n_layers    = 4,
-    .merges      = 163584 - 256,
-    .first_dense = 0,
-    .inter       = 33792,
-    .mla_heads   = 96,
-    .q_lora      = 1536,
-    .kv_lora     = 512,
-    .nope        = 128,
-    .rope        = 64,
-    .vdim        = 128,
-    .n_exp       = 32,
-    .n_act       = 16,
-    .F           = 3072,
-    .L           = 3584,
-    .n_shared    = 2,
-    .block       = 2,
-    .kda_heads   = 96,
-    .kda_d       = 128,
-    .conv_k      = 4,
-    .glb         = -5.0,
-    .eps         = 1e-5,
-    .vis         = 32,
-    .vis_shards  = 1,
-    .mla_last    = -1,
-};
+/* The release's widths (spec k3-model.md section 2), shared by the slice and the release. */
+#define MK_RELEASE_WIDTHS                                                                                    \
+    .D = 7168, .merges = 163584 - 256, .inter = 33792, .mla_heads = 96, .q_lora = 1536, .kv_lora = 512,      \
+    .nope = 128, .rope = 64, .vdim = 128, .n_act = 16, .F = 3072, .L = 3584, .n_shared = 2, .kda_heads = 96, \
+    .kda_d = 128, .conv_k = 4, .glb = -5.0, .eps = 1e-5
 
-/* The release (spec k3-model.md section 2) with zero data: 93 layers (layer 0 dense, MLA at
- * i % 4 == 3 and at 92), 896 experts, block 12; 96 shards, the last two the vision tower. */
-static const mk_shape preset_release = {
-    .D           = 7168,
-    .n_layers    = 93,
-    .merges      = 163584 - 256,
-    .first_dense = 1,
-    .inter       = 33792,
-    .mla_heads   = 96,
-    .q_lora      = 1536,
-    .kv_lora     = 512,
-    .nope        = 128,
-    .rope        = 64,
-    .vdim        = 128,
-    .n_exp       = 896,
-    .n_act       = 16,
-    .F           = 3072,
-    .L           = 3584,
-    .n_shared    = 2,
-    .block       = 12,
-    .kda_heads   = 96,
-    .kda_d       = 128,
-    .conv_k      = 4,
-    .glb         = -5.0,
-    .eps         = 1e-5,
-    .vis         = 1152,
-    .vis_shards  = 2,
-    .mla_last    = 92,
-    .holes       = 1,
-};
+/* Four layers of the release's widths, 32 experts. */
+static const mk_shape preset_slice = {MK_RELEASE_WIDTHS, .n_layers = 4, .first_dense = 0, .n_exp = 32,
+                                      .block = 2,        .vis = 32,     .vis_shards = 1,  .mla_last = -1};
+
+/* The release with zero data: 93 layers (layer 0 dense, MLA at i % 4 == 3 and at 92), 896
+ * experts, block 12; 96 shards, the last two the vision tower. */
+static const mk_shape preset_release = {MK_RELEASE_WIDTHS, .n_layers = 93, .first_dense = 1,
+                                        .n_exp = 896,      .block = 12,    .vis = 1152,
+                                        .vis_shards = 2,   .mla_last = 92, .holes = 1};
 
 typedef struct mk_opts {
     uint64_t    seed;
