@@ -1,7 +1,8 @@
 #!/bin/sh
 # t-ab.sh: tools/k3-ab (A/B logits comparison) on a tiny generated model: identical settings
 # agree exactly, a quantized head differs measurably but keeps top-1, K3_CHUNK does not change
-# a bit (chunked prefill == token at a time), bad input is refused with exit 2.
+# a bit (chunked prefill == token at a time), the float SiTU-GLU stays close to the double one
+# (K3_ACT), bad input is refused with exit 2.
 . "$K3_SRC/tests/count.sh"
 set -u
 AB="$K3_BUILD/k3-ab"
@@ -42,6 +43,18 @@ else
     grep -q '^AB top1 1.0000' "$T/isa0" && awk -v r="$r" 'BEGIN { exit !(r < 1e-5) }'
     check $? "defaults: K3_ISA=scalar vs avx512 same top-1, rel_l2 $r < 1e-5 (f32 reassociation only)"
 fi
+
+# K3_ACT: the float SiTU-GLU (the default) against the libm double formula it replaced
+# (K3_ACT=double): a non-zero difference (the knob switches paths) that keeps top-1 and stays
+# under t-ref's engine-vs-float64 limit; tests/test-act bounds the activation itself
+for mdl in "$T/m" "$K3_SRC/models/k3-nano"; do
+    for s in "$F" ""; do
+        "$AB" --random 64 "$mdl" "$s K3_ACT=double" "$s" >"$T/act" 2>&1
+        r=$(val rel_l2 "$T/act")
+        grep -q '^AB top1 1.0000' "$T/act" && awk -v r="$r" 'BEGIN { exit !(r > 0 && r < 1e-5) }'
+        check $? "$(basename "$mdl") ${s:-defaults}: K3_ACT=double vs float: same top-1 over 64 positions, rel_l2 $r in (0, 1e-5)"
+    done
+done
 
 "$AB" --ids '1 5 9 200 7 7 3' "$T/m" "$F" "$F K3_HEAD_BITS=8" >"$T/head" 2>&1
 r=$(val rel_l2 "$T/head"); k=$(val kl_mean "$T/head")

@@ -21,6 +21,7 @@
  * appends each session's cache rows at its positions pos..pos+n-1 (committed only when the
  * session advances pos).
  */
+#include "act.h"
 #include "model-impl.h"
 #include "prof.h"
 #include "vkt.h"
@@ -80,13 +81,24 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, double ep
         out[i] = (float)((double)x[i] * r * (double)w[i]);
 }
 
-/* SiTU-GLU(g, u) = β₁·tanh(g/β₁)·σ(g) · β₂·tanh(u/β₂), into g. */
+/* SiTU-GLU(g, u) = β₁·tanh(g/β₁)·σ(g) · β₂·tanh(u/β₂), into g: in float, vectorised
+ * (kern_situ_glu, act.c; the default, measured in BENCHMARKS.md), or with K3_ACT=double the
+ * libm double formula below (the path before; tests/test-act bounds the difference). */
 static void situ_glu(float *g, const float *u, size_t n, double b1, double b2) {
     prof_t t0 = prof_begin();
+    if (!kern_act_double()) {
+        const size_t nb = (n + PAR_MIN - 1) / PAR_MIN; /* blocks of PAR_MIN: the split is free */
+#pragma omp parallel for schedule(static) if (nb > 1)
+        for (size_t bi = 0; bi < nb; bi++) {
+            const size_t i = bi * PAR_MIN;
+            kern_situ_glu(g + i, u + i, n - i < PAR_MIN ? n - i : PAR_MIN, (float)b1, (float)b2);
+        }
+    } else {
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        double a = (double)g[i];
-        g[i]     = (float)(b1 * tanh(a / b1) / (1.0 + exp(-a)) * b2 * tanh((double)u[i] / b2));
+        for (size_t i = 0; i < n; i++) {
+            double a = (double)g[i];
+            g[i]     = (float)(b1 * tanh(a / b1) / (1.0 + exp(-a)) * b2 * tanh((double)u[i] / b2));
+        }
     }
     prof_end(PROF_GLU, t0);
 }
