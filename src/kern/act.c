@@ -188,6 +188,14 @@ void kern_situ_glu(float *g, const float *u, size_t n, float b1, float b2) {
     kern_situ_glu_isa(kern_isa(), g, u, n, b1, b2);
 }
 
+void kern_situ_glu_double(float *g, const float *u, size_t n, float b1, float b2) {
+    const double d1 = b1, d2 = b2;
+    for (size_t i = 0; i < n; i++) {
+        const double a = (double)g[i];
+        g[i]           = (float)(d1 * tanh(a / d1) / (1.0 + exp(-a)) * d2 * tanh((double)u[i] / d2));
+    }
+}
+
 /* -1 = not read yet, then 0 float, 1 double. */
 static _Atomic int act_mode = -1;
 
@@ -204,6 +212,10 @@ int kern_act_double(void) {
         atomic_store(&act_mode, v);
     }
     return v;
+}
+
+void kern_set_act_double(int on) {
+    atomic_store(&act_mode, on != 0);
 }
 
 k3_status kern_act_env(void) {

@@ -18,10 +18,16 @@ void kern_situ_glu(float *g, const float *u, size_t n, float b1, float b2);
  * scalar twin is kern_situ_glu_isa(KERN_SCALAR, ...). For tests. */
 void kern_situ_glu_isa(int isa, float *g, const float *u, size_t n, float b1, float b2);
 
+/* The same in double through libm, rounded once to float at the end: the formula before the
+ * float path (K3_ACT=double). Scalar at every level. */
+void kern_situ_glu_double(float *g, const float *u, size_t n, float b1, float b2);
+
 /* Which SiTU-GLU the forward pass runs: K3_ACT=float (default, kern_situ_glu) or K3_ACT=double
  * (the libm double formula, the path before): 1 for double. As kern_act_env last read it (or
  * the environment, read once, if it never ran). */
 int kern_act_double(void);
+/* Set it (1 double, 0 float) for the whole process: tests and benchmarks. */
+void kern_set_act_double(int on);
 /* Read K3_ACT (k3_params_default does, like K3_ISA): K3_OK, or K3_ERR_ARG naming the value
  * and what was expected (the setting then stays as it was). */
 k3_status kern_act_env(void);

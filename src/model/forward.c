@@ -22,6 +22,7 @@
  * session advances pos).
  */
 #include "act.h"
+#include "kda-rec.h"
 #include "model-impl.h"
 #include "prof.h"
 #include "vkt.h"
@@ -36,10 +37,6 @@
  * (a region costs a few microseconds; one element of the double-precision activations about
  * 20-60 ns). Each element or token is computed alone, so the split never changes a bit. */
 #define PAR_MIN 4096
-
-static float sigmoidf_(double x) {
-    return (float)(1.0 / (1.0 + exp(-x)));
-}
 
 /* Y[n][rows] = W X[n][cols]. */
 static void mm(const qmat *w, const float *x, int n, float *y) {
@@ -81,24 +78,17 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, double ep
         out[i] = (float)((double)x[i] * r * (double)w[i]);
 }
 
-/* SiTU-GLU(g, u) = β₁·tanh(g/β₁)·σ(g) · β₂·tanh(u/β₂), into g: in float, vectorised
- * (kern_situ_glu, act.c; the default, measured in BENCHMARKS.md), or with K3_ACT=double the
- * libm double formula below (the path before; tests/test-act bounds the difference). */
+/* SiTU-GLU(g, u) = β₁·tanh(g/β₁)·σ(g) · β₂·tanh(u/β₂), into g, in blocks of PAR_MIN on the
+ * threads: in float, vectorised (kern_situ_glu, the default, measured in BENCHMARKS.md), or
+ * with K3_ACT=double the libm double formula (kern_situ_glu_double, the path before). */
 static void situ_glu(float *g, const float *u, size_t n, double b1, double b2) {
-    prof_t t0 = prof_begin();
-    if (!kern_act_double()) {
-        const size_t nb = (n + PAR_MIN - 1) / PAR_MIN; /* blocks of PAR_MIN: the split is free */
+    prof_t       t0  = prof_begin();
+    const int    dbl = kern_act_double();
+    const size_t nb  = (n + PAR_MIN - 1) / PAR_MIN;
 #pragma omp parallel for schedule(static) if (nb > 1)
-        for (size_t bi = 0; bi < nb; bi++) {
-            const size_t i = bi * PAR_MIN;
-            kern_situ_glu(g + i, u + i, n - i < PAR_MIN ? n - i : PAR_MIN, (float)b1, (float)b2);
-        }
-    } else {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-        for (size_t i = 0; i < n; i++) {
-            double a = (double)g[i];
-            g[i]     = (float)(b1 * tanh(a / b1) / (1.0 + exp(-a)) * b2 * tanh((double)u[i] / b2));
-        }
+    for (size_t bi = 0; bi < nb; bi++) {
+        const size_t i = bi * PAR_MIN, len = n - i < PAR_MIN ? n - i : PAR_MIN;
+        (dbl ? kern_situ_glu_double : kern_situ_glu)(g + i, u + i, len, (float)b1, (float)b2);
     }
     prof_end(PROF_GLU, t0);
 }
@@ -208,60 +198,26 @@ static void kda_forward(fwd_pass *p, int l) {
         const pass_seg *sg  = &p->seg[hs / H];
         layer_state    *ls  = &sg->s->ls[l];
         const int       src = ls->sel, dst = 1 - src;
-        double         *u = sg->s->dtmp + (size_t)h * 2 * d, *o = u + d;
-        float          *S = ls->S[dst] + (size_t)h * d * d;
-        for (int t = sg->t0; t < sg->t0 + sg->n; t++) {
-            const float *Sin = (t == sg->t0 ? ls->S[src] : ls->S[dst]) + (size_t)h * d * d;
-            float       *q   = b->t0 + (size_t)t * P + (size_t)h * d;
-            float       *k   = b->t1 + (size_t)t * P + (size_t)h * d;
-            const float *v   = b->t2 + (size_t)t * P + (size_t)h * d;
-            const float *g   = gz + (size_t)t * P + (size_t)h * d;
-            double       sq = 0, sk = 0;
-            for (int i = 0; i < d; i++) {
-                sq += (double)q[i] * (double)q[i];
-                sk += (double)k[i] * (double)k[i];
-            }
-            double fq = 1.0 / sqrt(sq + 1e-6) / sqrt((double)d), fk = 1.0 / sqrt(sk + 1e-6);
-            for (int i = 0; i < d; i++) {
-                q[i] = (float)((double)q[i] * fq);
-                k[i] = (float)((double)k[i] * fk);
-            }
-            /* S ← Diag(e^g) S, and u = Sᵀk with the decayed S */
-            for (int j = 0; j < d; j++)
-                u[j] = 0;
-            for (int i = 0; i < d; i++) {
-                float        e  = (float)exp((double)g[i]);
-                const float *si = Sin + (size_t)i * d;
-                float       *so = S + (size_t)i * d;
-#pragma omp simd
-                for (int j = 0; j < d; j++) {
-                    so[j] = si[j] * e;
-                    u[j] += (double)so[j] * (double)k[i];
-                }
-            }
-            /* S += β k ⊗ (v − Sᵀk);  o = Sᵀq with the updated S */
-            double bt = (double)beta[(size_t)t * H + h];
-            for (int j = 0; j < d; j++) {
-                u[j] = bt * ((double)v[j] - u[j]);
-                o[j] = 0;
-            }
-            for (int i = 0; i < d; i++) {
-                float *si = S + (size_t)i * d;
-#pragma omp simd
-                for (int j = 0; j < d; j++) {
-                    si[j] = (float)((double)si[j] + (double)k[i] * u[j]);
-                    o[j] += (double)si[j] * (double)q[i];
-                }
-            }
-            /* σ(g_proj x) ⊙ RMSNorm_head(o, o_norm), into q's slot */
-            double ss = 0;
-            for (int j = 0; j < d; j++)
-                ss += o[j] * o[j];
-            double       r  = 1.0 / sqrt(ss / d + (double)c->rms_eps);
-            const float *gt = gate + (size_t)t * P + (size_t)h * d;
-            for (int j = 0; j < d; j++)
-                q[j] = (float)(o[j] * r * (double)w->o_norm[j] * (double)sigmoidf_((double)gt[j]));
-        }
+        double         *u = sg->s->dtmp + (size_t)h * 2 * d;
+        const kda_rec   r = {.d      = d,
+                             .P      = P,
+                             .H      = H,
+                             .h      = h,
+                             .t0     = sg->t0,
+                             .n      = sg->n,
+                             .S0     = ls->S[src] + (size_t)h * d * d,
+                             .S      = ls->S[dst] + (size_t)h * d * d,
+                             .q      = b->t0,
+                             .k      = b->t1,
+                             .v      = b->t2,
+                             .g      = gz,
+                             .gate   = gate,
+                             .beta   = beta,
+                             .o_norm = w->o_norm,
+                             .eps    = (double)c->rms_eps,
+                             .u      = u,
+                             .o      = u + d};
+        kda_rec_run(&r);
     }
     prof_end(PROF_KDA_REC, t0);
     mm(&w->o, b->t0, n, b->y);
