@@ -9,6 +9,8 @@
  * - NaN in g, in u or both gives NaN; ±inf give the limits (inside the sweep's error check).
  * - Every kernel level this CPU runs gives the scalar twin's bits, for every length 0..67 and
  *   offset (the vector bodies and their scalar tails) and on the whole sweep.
+ * - The unary operations (σ, SiLU, e^x for x <= 0): the same error bound, levels bit for bit,
+ *   NaN kept, the double path (K3_ACT=double) the double formula rounded once.
  * - K3_ACT: float, double, empty accepted; another value is an error naming it.
  */
 #include "act.h"
@@ -156,6 +158,82 @@ static void check_levels(const float *g, const float *u, size_t n) {
     free(a), free(b);
 }
 
+/* The unary operations (kern_unary): the float path against the double formula over every
+ * binade, random values and the edges; the levels bit for bit; the double path exactly. */
+static double ref_unary(int op, double x) {
+    return op == KERN_SIGMOID ? 1.0 / (1.0 + exp(-x)) : op == KERN_SILU ? x / (1.0 + exp(-x)) : exp(x);
+}
+
+static void check_unary(void) {
+    static const char *const opn[] = {"sigmoid", "silu", "exp"};
+    static const char *const lvl[] = {"scalar", "avx2", "avx2", "avx512"};
+    enum { CAP = 8192 };
+    float *x = malloc(CAP * sizeof *x), *a = malloc(CAP * sizeof *a), *b = malloc(CAP * sizeof *b);
+    for (int op = KERN_SIGMOID; op <= KERN_EXP; op++) {
+        size_t n = 0;
+        for (int e = -149; e <= 127; e++)
+            for (int m = 0; m < 4; m++)
+                for (int sg = -1; sg <= 1; sg += 2)
+                    if (op != KERN_EXP || sg < 0)
+                        x[n++] = (float)sg * ldexpf(1.0f + 0.23f * (float)m, e);
+        for (int i = 0; i < 2000; i++)
+            x[n++] = op == KERN_EXP ? (float)(-rnd() * 110) : (float)(rnd() * 240 - 120);
+        static const float edge[] = {0.0f, -0.0f, -INFINITY, -87.3f, -88.8f, -103.9f, -104.1f, -150.0f};
+        for (size_t i = 0; i < sizeof edge / sizeof *edge; i++)
+            x[n++] = edge[i];
+        if (op != KERN_EXP)
+            x[n++] = INFINITY, x[n++] = FLT_MAX;
+        memcpy(a, x, n * 4);
+        kern_unary_at(op, KERN_SCALAR, a, n);
+        double worst = 0, floor_ = ldexp(1.0, -100);
+        size_t at = 0, bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            double ref = ref_unary(op, x[i]);
+            if (isnan(ref) || isnan(a[i])) {
+                bad += !(isnan(ref) && isnan(a[i]));
+                continue;
+            }
+            double err = (double)a[i] == ref ? 0 : fabs((double)a[i] - ref) / fmax(fabs(ref), floor_);
+            if (err > worst)
+                worst = err, at = i;
+        }
+        T_CHECK(worst <= ACT_BOUND && bad == 0,
+                "%s: max err %.3g <= %g over %zu values (worst x %.9g: %.9g vs %.9g); %zu NaN mismatches",
+                opn[op], worst, ACT_BOUND, n, (double)x[at], (double)a[at], ref_unary(op, x[at]), bad);
+        memcpy(b, x, n * 4);
+        kern_unary_at(op, -1, b, n);
+        size_t diff = 0;
+        for (size_t i = 0; i < n; i++) {
+            float want = (float)ref_unary(op, x[i]);
+            diff += memcmp(&want, &b[i], 4) != 0 && !(isnan(want) && isnan(b[i]));
+        }
+        T_CHECK(diff == 0, "%s: the double path is the double formula rounded once (%zu of %zu differ)",
+                opn[op], diff, n);
+        for (int isa = KERN_AVX2; isa <= KERN_AVX512; isa += KERN_AVX512 - KERN_AVX2) {
+            char why[128];
+            if (!kern_isa_ok(isa, why, sizeof why)) {
+                T_SKIP("%s: %s twin not compared: %s", opn[op], lvl[isa], why);
+                continue;
+            }
+            memcpy(b, x, n * 4);
+            kern_unary_at(op, isa, b, n);
+            T_CHECK(!memcmp(a, b, n * 4), "%s: %s == scalar twin bit for bit over %zu values", opn[op],
+                    lvl[isa], n);
+        }
+        for (int isa = KERN_SCALAR; isa <= KERN_AVX512; isa++) {
+            float v[37];
+            for (int i = 0; i < 37; i++)
+                v[i] = i % 3 ? NAN : -1.5f;
+            kern_unary_at(op, isa, v, 37);
+            int ok = 1;
+            for (int i = 0; i < 37; i++)
+                ok &= (i % 3 != 0) == (isnan(v[i]) != 0);
+            T_CHECK(ok, "%s: level %d keeps NaN NaN (and -1.5 finite)", opn[op], isa);
+        }
+    }
+    free(x), free(a), free(b);
+}
+
 static void check_env(void) {
     static const char *const good[] = {"float", "double", ""};
     for (int i = 0; i < 3; i++) {
@@ -183,6 +261,7 @@ int main(void) {
     check_double(g, u, n);
     check_nan();
     check_levels(g, u, n);
+    check_unary();
     check_env();
     free(g), free(u);
     return t_done();

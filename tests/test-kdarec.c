@@ -15,7 +15,7 @@ static float    frnd(float lo, float hi) {
 }
 
 typedef struct bufs {
-    float *S0, *S, *q, *k, *v, *g, *gate, *beta, *o_norm;
+    float *S0, *S, *q, *k, *v, *g, *gate, *beta, *o_norm; /* g: the decays e^g, gate: σ(gate) */
     double u[2 * 64];
 } bufs;
 
@@ -28,8 +28,8 @@ static void fill(bufs *b, int d, int H, int cols) {
     for (int i = 0; i < d * d; i++)
         b->S0[i] = frnd(-0.5f, 0.5f);
     for (size_t i = 0; i < cols * P; i++)
-        b->q[i] = frnd(-2, 2), b->k[i] = frnd(-2, 2), b->v[i] = frnd(-1, 1), b->g[i] = frnd(-5, 0),
-        b->gate[i] = frnd(-4, 4);
+        b->q[i] = frnd(-2, 2), b->k[i] = frnd(-2, 2), b->v[i] = frnd(-1, 1), b->g[i] = frnd(0.0067f, 1),
+        b->gate[i] = frnd(0, 1);
     for (int i = 0; i < cols * H; i++)
         b->beta[i] = frnd(0, 1);
     for (int i = 0; i < d; i++)
@@ -63,8 +63,8 @@ static kda_rec args(bufs *b, int d, int H, int h, int t0, int n) {
                      .q      = b->q,
                      .k      = b->k,
                      .v      = b->v,
-                     .g      = b->g,
-                     .gate   = b->gate,
+                     .decay  = b->g,
+                     .sgate  = b->gate,
                      .beta   = b->beta,
                      .o_norm = b->o_norm,
                      .eps    = 1e-5,
@@ -82,7 +82,7 @@ static double ref_err(const bufs *in, const bufs *out, int d, int H, int h, int 
         q[i] /= sqrt(sq + 1e-6) * sqrt((double)d), k[i] /= sqrt(sk + 1e-6);
     for (int i = 0; i < d; i++)
         for (int j = 0; j < d; j++)
-            S[i * d + j] = (double)in->S0[i * d + j] * exp((double)in->g[off + i]);
+            S[i * d + j] = (double)in->S0[i * d + j] * (double)in->g[off + i];
     for (int j = 0; j < d; j++) {
         u[j] = 0;
         for (int i = 0; i < d; i++)
@@ -99,7 +99,7 @@ static double ref_err(const bufs *in, const bufs *out, int d, int H, int h, int 
     for (int i = 0; i < d * d; i++)
         worst = fmax(worst, fabs(S[i] - (double)out->S[i]));
     for (int j = 0; j < d; j++) {
-        double y = o[j] / sqrt(ss / d + 1e-5) * (double)in->o_norm[j] / (1 + exp(-(double)in->gate[off + j]));
+        double y = o[j] / sqrt(ss / d + 1e-5) * (double)in->o_norm[j] * (double)in->gate[off + j];
         worst    = fmax(worst, fabs(y - (double)out->q[off + j]) / (1 + fabs(y)));
     }
     return worst;

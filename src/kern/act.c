@@ -14,7 +14,7 @@
  *     |r| <= ln2/2), times 2^t as 2^(t>>1) · 2^(t - t>>1), both normal, so subnormal results
  *     round once like any multiply.
  *   - NaN in g or u: r = g + u (a NaN).
- * - The vector twins are one template (act-situ.inc) built for 8 and 16 lanes; a tail shorter
+ * - The vector twins are one template (act-vec.inc) built for 8 and 16 lanes; a tail shorter
  *   than a vector runs the scalar twin, which is the same function. The same bits at every
  *   level: no operation is reassociated, and fmaf rounds once like the vector FMA.
  * - Error against the double formula (tests/test-act): a few float ulps (the test's bound).
@@ -55,8 +55,9 @@ static float pow2i(int k) { /* 2^k, k in -126..127 */
     return f;
 }
 
-/* e^x for x <= 0 (x < -104 and NaN as -104). */
+/* e^x for x <= 0 (x > 0 and NaN as 0, then x < -104 as -104). */
 static float exp_neg(float x) {
+    x             = x < 0.0f ? x : 0.0f;
     x             = x > ACT_XMIN ? x : ACT_XMIN;
     const float t = rintf(x * ACT_LOG2E);
     float       r = fmaf(t, -ACT_LN2_HI, x);
@@ -88,12 +89,26 @@ static float th(float z, float ib, float b) {
     return copysignf(b * ((1.0f - e) / (1.0f + e)), z);
 }
 
+/* σ(x) = (x >= 0 ? 1 : E) / (1 + E), E = e^-|x|. */
+static float sigm(float x) {
+    const float e = exp_neg(0.0f - fabsf(x));
+    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+}
+
+/* The unary operations (enum kern_act_op); NaN stays NaN. */
+static void unary_ref(int op, float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float a = x[i];
+        const float r = op == KERN_SIGMOID ? sigm(a) : op == KERN_SILU ? a * sigm(a) : exp_neg(a);
+        x[i]          = isnan(a) ? a : r;
+    }
+}
+
 static void situ_glu_ref(float *g, const float *u, size_t n, float b1, float b2) {
     const float ib1 = 1.0f / b1, ib2 = 1.0f / b2;
     for (size_t i = 0; i < n; i++) {
-        const float a = g[i], v = u[i], e = exp_neg(0.0f - fabsf(a));
-        const float s = (a >= 0.0f ? 1.0f : e) / (1.0f + e);
-        const float r = (th(a, ib1, b1) * th(v, ib2, b2)) * s;
+        const float a = g[i], v = u[i];
+        const float r = (th(a, ib1, b1) * th(v, ib2, b2)) * sigm(a);
         g[i]          = isnan(a) || isnan(v) ? a + v : r;
     }
 }
@@ -118,6 +133,7 @@ static void situ_glu_ref(float *g, const float *u, size_t n, float b1, float b2)
 #define DIV _mm256_div_ps
 #define FMA _mm256_fmadd_ps
 #define MAX _mm256_max_ps
+#define VMIN _mm256_min_ps
 #define AND _mm256_and_ps
 #define OR _mm256_or_ps
 #define LT(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
@@ -131,7 +147,7 @@ static void situ_glu_ref(float *g, const float *u, size_t n, float b1, float b2)
 #define POW2(k) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23))
 #define ASF _mm256_castsi256_ps
 #define SETI _mm256_set1_epi32
-#include "act-situ.inc"
+#include "act-vec.inc"
 
 #if KERN_BUILD_AVX512
 #define ACT_TARGET __attribute__((target("avx512f,avx512dq,avx2,fma")))
@@ -149,6 +165,7 @@ static void situ_glu_ref(float *g, const float *u, size_t n, float b1, float b2)
 #define DIV _mm512_div_ps
 #define FMA _mm512_fmadd_ps
 #define MAX _mm512_max_ps
+#define VMIN _mm512_min_ps
 #define AND _mm512_and_ps
 #define OR _mm512_or_ps
 #define LT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ)
@@ -162,7 +179,7 @@ static void situ_glu_ref(float *g, const float *u, size_t n, float b1, float b2)
 #define POW2(k) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23))
 #define ASF _mm512_castsi512_ps
 #define SETI _mm512_set1_epi32
-#include "act-situ.inc"
+#include "act-vec.inc"
 #endif
 #endif
 
@@ -182,6 +199,40 @@ void kern_situ_glu_isa(int isa, float *g, const float *u, size_t n, float b1, fl
     }
 #endif
     situ_glu_ref(g, u, n, b1, b2);
+}
+
+/* The double formulas of the path before (K3_ACT=double), rounded once to float. */
+static void unary_double(int op, float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const double a = (double)x[i];
+        x[i]           = (float)(op == KERN_SIGMOID ? 1.0 / (1.0 + exp(-a))
+                                 : op == KERN_SILU  ? a / (1.0 + exp(-a))
+                                                    : exp(a));
+    }
+}
+
+void kern_unary_at(int op, int isa, float *x, size_t n) {
+    if (isa < 0) {
+        unary_double(op, x, n);
+        return;
+    }
+#if defined(__x86_64__)
+#if KERN_BUILD_AVX512
+    if (isa >= KERN_AVX512 && kern_isa_ok(KERN_AVX512, NULL, 0)) {
+        unary_avx512(op, x, n);
+        return;
+    }
+#endif
+    if (isa >= KERN_AVX2 && kern_isa_ok(KERN_AVX2, NULL, 0)) {
+        unary_avx2(op, x, n);
+        return;
+    }
+#endif
+    unary_ref(op, x, n);
+}
+
+void kern_unary(int op, float *x, size_t n) {
+    kern_unary_at(op, kern_act_double() ? -1 : kern_isa(), x, n);
 }
 
 void kern_situ_glu(float *g, const float *u, size_t n, float b1, float b2) {

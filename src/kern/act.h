@@ -22,6 +22,18 @@ void kern_situ_glu_isa(int isa, float *g, const float *u, size_t n, float b1, fl
  * float path (K3_ACT=double). Scalar at every level. */
 void kern_situ_glu_double(float *g, const float *u, size_t n, float b1, float b2);
 
+/* Unary element-wise operations, in place. */
+enum kern_act_op {
+    KERN_SIGMOID, /* σ(x)                                  */
+    KERN_SILU,    /* x·σ(x)                                */
+    KERN_EXP      /* e^x, for x <= 0 only (x > 0 gives 1)  */
+};
+/* x[i] = op(x[i]) on the path K3_ACT selects: float at the running kernel level, or the libm
+ * double formula rounded once (K3_ACT=double: the forward pass's formulas before). NaN stays
+ * NaN. kern_unary_at: at a given level (enum kern_isa; -1 = the double formula). */
+void kern_unary(int op, float *x, size_t n);
+void kern_unary_at(int op, int isa, float *x, size_t n);
+
 /* Which SiTU-GLU the forward pass runs: K3_ACT=float (default, kern_situ_glu) or K3_ACT=double
  * (the libm double formula, the path before): 1 for double. As kern_act_env last read it (or
  * the environment, read once, if it never ran). */

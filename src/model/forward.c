@@ -38,6 +38,10 @@
  * 20-60 ns). Each element or token is computed alone, so the split never changes a bit. */
 #define PAR_MIN 4096
 
+static float sigmoidf_(double x) {
+    return (float)(1.0 / (1.0 + exp(-x)));
+}
+
 /* Y[n][rows] = W X[n][cols]. */
 static void mm(const qmat *w, const float *x, int n, float *y) {
     prof_t t0 = prof_begin();
@@ -154,15 +158,23 @@ static void kda_forward(fwd_pass *p, int l) {
             layer_state    *ls = &sg->s->ls[l];
             memcpy(win, ls->tail[ls->sel] + (size_t)i * (K - 1) * P, (size_t)(K - 1) * P * sizeof(float));
             memcpy(win + (size_t)(K - 1) * P, pj[i] + (size_t)sg->t0 * P, (size_t)sg->n * P * sizeof(float));
-            /* causal depthwise conv + SiLU: out[t][ch] = Σ_k tap[ch][k] · win[t+k][ch] */
-#pragma omp parallel for collapse(2) schedule(static) if ((long)sg->n * P >= PAR_MIN)
-            for (int t = 0; t < sg->n; t++)
-                for (int ch = 0; ch < P; ch++) {
+            /* causal depthwise conv + SiLU: out[t][ch] = Σ_k tap[ch][k] · win[t+k][ch], in blocks
+             * of PAR_MIN elements of (t, ch); SiLU by kern_unary (K3_ACT: float or double) */
+            float       *out = qkv[i] + (size_t)sg->t0 * P;
+            const size_t ne = (size_t)sg->n * P, nb = (ne + PAR_MIN - 1) / PAR_MIN;
+#pragma omp parallel for schedule(static) if (nb > 1)
+            for (size_t bi = 0; bi < nb; bi++) {
+                const size_t e0 = bi * PAR_MIN, e1 = e0 + PAR_MIN < ne ? e0 + PAR_MIN : ne;
+                for (size_t e = e0, t = e0 / (size_t)P, ch = e0 % (size_t)P; e < e1; e++) {
                     float acc = 0;
                     for (int k = 0; k < K; k++)
-                        acc += tap[(size_t)ch * K + k] * win[(size_t)(t + k) * P + ch];
-                    qkv[i][(size_t)(sg->t0 + t) * P + ch] = (float)((double)acc / (1.0 + exp(-(double)acc)));
+                        acc += tap[ch * K + (size_t)k] * win[(t + (size_t)k) * P + ch];
+                    out[e] = acc;
+                    if (++ch == (size_t)P)
+                        ch = 0, t++;
                 }
+                kern_unary(KERN_SILU, out + e0, e1 - e0);
+            }
             /* the new tail: the last K-1 window rows */
             memcpy(ls->tail[1 - ls->sel] + (size_t)i * (K - 1) * P, win + (size_t)sg->n * P,
                    (size_t)(K - 1) * P * sizeof(float));
@@ -177,16 +189,27 @@ static void kda_forward(fwd_pass *p, int l) {
         mm_many(proj, 3, b->xn, n, out);
     }
     mm(&w->fb, fa, n, gz); /* f_b(f_a x)          (n, P) */
-    prof_t t0 = prof_begin();
+    /* g = lb · σ(exp(A_log[h]) · (z + dt_bias)), then the decay e^g into gz; σ(g_proj x) into
+     * gate; β = σ(b_proj x): K3_ACT=double the libm double formulas, else float, vectorised */
+    prof_t    t0  = prof_begin();
+    const int dbl = kern_act_double();
 #pragma omp parallel for schedule(static) if ((long)n * P >= PAR_MIN)
     for (int t = 0; t < n; t++) {
-        for (int ch = 0; ch < P; ch++) { /* g = lb · σ(exp(A_log[h]) · (z + dt_bias)) */
-            float z = gz[(size_t)t * P + ch] + w->dt_bias[ch];
-            gz[(size_t)t * P + ch] =
-                (float)((double)c->gate_lower_bound * (double)sigmoidf_((double)w->a[ch / d] * (double)z));
+        float *g = gz + (size_t)t * P;
+        if (dbl)
+            for (int ch = 0; ch < P; ch++)
+                g[ch] = (float)((double)c->gate_lower_bound *
+                                (double)sigmoidf_((double)w->a[ch / d] * (double)(g[ch] + w->dt_bias[ch])));
+        else {
+            for (int ch = 0; ch < P; ch++)
+                g[ch] = w->a[ch / d] * (g[ch] + w->dt_bias[ch]);
+            kern_unary(KERN_SIGMOID, g, (size_t)P);
+            for (int ch = 0; ch < P; ch++)
+                g[ch] = c->gate_lower_bound * g[ch];
         }
-        for (int h = 0; h < H; h++)
-            beta[(size_t)t * H + h] = sigmoidf_((double)beta[(size_t)t * H + h]);
+        kern_unary(KERN_EXP, g, (size_t)P);
+        kern_unary(KERN_SIGMOID, gate + (size_t)t * P, (size_t)P);
+        kern_unary(KERN_SIGMOID, beta + (size_t)t * H, (size_t)H);
     }
     prof_end(PROF_KDA_GATE, t0);
     t0 = prof_begin();
@@ -212,8 +235,8 @@ static void kda_forward(fwd_pass *p, int l) {
                              .q      = qkv[0],
                              .k      = qkv[1],
                              .v      = qkv[2],
-                             .g      = gz,
-                             .gate   = gate,
+                             .decay  = gz,
+                             .sgate  = gate,
                              .beta   = beta,
                              .o_norm = w->o_norm,
                              .eps    = (double)c->rms_eps,

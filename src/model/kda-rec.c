@@ -7,6 +7,8 @@
  *   column j, the same float and double operations as the scalar loop, in the same order (no
  *   reduction across j, no contraction: ISO C mode keeps -ffp-contract=off), so every build
  *   gives the same bits; only the vector width differs (2, 4 or 8 doubles).
+ * - The decays e^g and σ(gate) come computed (forward.c's gate phase, kern_unary), so the
+ *   body calls no libm function but sqrt.
  * - Per column t: q, k normalised (double sums, in order); S ← Diag(e^g) S and u = Sᵀk with
  *   the decayed S; S += β k ⊗ (v − u); o = Sᵀq with the updated S; then σ(gate) ⊙
  *   RMSNorm_head(o, o_norm) into q's slot.
@@ -14,6 +16,7 @@
 #include "kda-rec.h"
 #include "quant.h"
 
+#include <math.h>
 #include <stddef.h>
 
 static inline __attribute__((always_inline)) void rec_body(const kda_rec *r) {
@@ -25,7 +28,7 @@ static inline __attribute__((always_inline)) void rec_body(const kda_rec *r) {
         float       *q   = r->q + (size_t)t * P + (size_t)h * d;
         float       *k   = r->k + (size_t)t * P + (size_t)h * d;
         const float *v   = r->v + (size_t)t * P + (size_t)h * d;
-        const float *g   = r->g + (size_t)t * P + (size_t)h * d;
+        const float *dk  = r->decay + (size_t)t * P + (size_t)h * d;
         double       sq = 0, sk = 0;
         for (int i = 0; i < d; i++) {
             sq += (double)q[i] * (double)q[i];
@@ -40,7 +43,7 @@ static inline __attribute__((always_inline)) void rec_body(const kda_rec *r) {
         for (int j = 0; j < d; j++)
             u[j] = 0;
         for (int i = 0; i < d; i++) {
-            const float  e  = (float)exp((double)g[i]);
+            const float  e  = dk[i];
             const double ki = (double)k[i];
             const float *si = Sin + (size_t)i * d;
             float       *so = S + (size_t)i * d;
@@ -70,9 +73,9 @@ static inline __attribute__((always_inline)) void rec_body(const kda_rec *r) {
         for (int j = 0; j < d; j++)
             ss += o[j] * o[j];
         const double rr = 1.0 / sqrt(ss / d + r->eps);
-        const float *gt = r->gate + (size_t)t * P + (size_t)h * d;
+        const float *sg = r->sgate + (size_t)t * P + (size_t)h * d;
         for (int j = 0; j < d; j++)
-            q[j] = (float)(o[j] * rr * (double)r->o_norm[j] * (double)sigmoidf_((double)gt[j]));
+            q[j] = (float)(o[j] * rr * (double)r->o_norm[j] * (double)sg[j]);
     }
 }
 

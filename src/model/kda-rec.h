@@ -2,12 +2,6 @@
  * built for each kernel level with the same IEEE operations, so every level gives the same bits.
  */
 #pragma once
-#include <math.h>
-
-/* σ(x) through libm in double, rounded to float. */
-static inline float sigmoidf_(double x) {
-    return (float)(1.0 / (1.0 + exp(-x)));
-}
 
 /* One head h of one sequence: columns t0 .. t0+n-1 of the pass, token by token in order. */
 typedef struct kda_rec {
@@ -17,8 +11,8 @@ typedef struct kda_rec {
     float       *S;          /* the head's new state (d, d) (may not alias S0)                     */
     float       *q, *k;      /* (cols, P) conv outputs: normalised in place; q's head slot then
                                 gets σ(gate) ⊙ RMSNorm_head(o, o_norm)                            */
-    const float *v, *g;      /* (cols, P) values and log-decays g                                  */
-    const float *gate;       /* (cols, P) g_proj x (before σ)                                      */
+    const float *v, *decay;  /* (cols, P) values and decays e^g                                    */
+    const float *sgate;      /* (cols, P) σ(g_proj x)                                              */
     const float *beta;       /* (cols, H) β                                                        */
     const float *o_norm;     /* (d)                                                                */
     double       eps;        /* rms_norm_eps                                                       */
