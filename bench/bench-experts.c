@@ -22,8 +22,8 @@
  *   prefill_warm_isa, decode_warm_isa
  *                      warm prefill / decode at the running kernel level (K3_ISA, default the
  *                      best) against the same session at K3_ISA=avx2, alternating rounds.
- *   prefill_warm_act   warm prefill with the float SiTU-GLU (default) against the same session
- *                      with K3_ACT=double (the libm double formula), alternating rounds.
+ *   prefill_warm_act   warm prefill with the float activations (default) against the same session
+ *                      with K3_ACT=double (the libm double formulas), alternating rounds.
  *   prefill_chunk_<C>  warm prefill of 256 tokens with K3_CHUNK = C (32, 64, 128, 256), a session per
  *                      chunk size on the same model, 2 alternating rounds, medians (a "# " line
  *                      gives the process CPU seconds per token); ref: chunk 32
@@ -267,8 +267,8 @@ static int isa_ab(k3_session *s, const int32_t *ids, int np, int nd) {
     return 0;
 }
 
-/* Warm prefill with the float SiTU-GLU (the default) against the same session with the libm
- * double formula (K3_ACT=double), alternating rounds, medians; a "# " line gives the process
+/* Warm prefill with the float activations (K3_ACT, the default) against the same session with the libm
+ * double formulas (K3_ACT=double), alternating rounds, medians; a "# " line gives the process
  * CPU seconds per token. Result prefill_warm_act, s/tok, ratio < 1 = the float path is faster. */
 static int act_ab(k3_session *s, const int32_t *ids, int np) {
     enum { R = 3 };
@@ -289,7 +289,7 @@ static int act_ab(k3_session *s, const int32_t *ids, int np) {
     kern_set_act_double(keep);
     if (rc)
         return rc;
-    printf("# SiTU-GLU: float against K3_ACT=double, %d alternating rounds, medians; CPU %.4f s/tok "
+    printf("# activations: float against K3_ACT=double, %d alternating rounds, medians; CPU %.4f s/tok "
            "against %.4f (both threads, spin waits included)\n",
            R, bench_median(cf, R), bench_median(cd, R));
     bench_report("prefill_warm_act", bench_median(tf, R), "s/tok", bench_median(td, R),
