@@ -56,7 +56,7 @@ typedef struct table {
     int    align[128];
 } table;
 
-typedef struct R {
+typedef struct md_rctx {
     md_doc  *d;
     int      width, base;
     unsigned flags;
@@ -73,19 +73,24 @@ typedef struct R {
     int    need_blank;
 
     /* leaf block */
-    styled  in;
-    int     roles[SPAN_MAX];
-    int     n_roles, span_depth;
-    int     link;
-    int     leaf; /* MD_BLOCK_* of the open leaf, -1 none           */
-    int     h_level;
-    txt_buf code, lang;
-    int     in_code;
-    table  *tb;
-    int     in_table, cell_open;
+    int    roles[SPAN_MAX];
+    int    n_roles, span_depth;
+    int    link;
+    int    leaf; /* MD_BLOCK_* of the open leaf, -1 none           */
+    int    h_level;
+    int    in_code;
+    table *tb; /* the open table (tb_keep), NULL outside one     */
+    int    in_table, cell_open;
 
-    /* last, and not cleared (57 KB, md_render runs every frame while an answer streams): each
-     * entry is written before it is read */
+    /* not cleared: buffers kept between the renders of a stream (emptied by render_begin), so a
+     * streaming frame allocates nothing once they have grown */
+    styled    in;
+    txt_buf   code, lang, ex; /* ex: a code line with its tabs expanded */
+    table    *tb_keep;
+    txt_line *wl; /* lines of a wrapped paragraph (wrap) */
+    int       cap_wl;
+
+    /* last, and not cleared (57 KB): each entry is written before it is read */
     piece pfx[PFX_MAX];     /* [0, n_pfx): written by push_piece                  */
     int   pushed[PFX_MAX];  /* per container level: it added a piece (push_piece) */
     int   ol_next[PFX_MAX]; /* per list level: next number, -1 bullets (list entry) */
@@ -304,6 +309,22 @@ static int wrap(const char *text, size_t t0, size_t t1, int w, txt_line **out) {
     return n;
 }
 
+/* Wrap text[0, n) at w columns into r->wl (grown as needed): the number of lines, -1 out of
+ * memory. */
+static int wrap_scratch(R *r, const char *text, size_t n, int w) {
+    int k = txt_wrap(text, n, w, r->wl, r->cap_wl);
+    if (k > r->cap_wl) {
+        int       cap = k < 64 ? 64 : k;
+        txt_line *l   = realloc(r->wl, (size_t)cap * sizeof *l);
+        if (!l)
+            return -1;
+        r->wl     = l;
+        r->cap_wl = cap;
+        txt_wrap(text, n, w, r->wl, k);
+    }
+    return k;
+}
+
 /* The inline buffer as wrapped lines after the prefix. */
 static void flush_inline(R *r) {
     styled *s          = &r->in;
@@ -314,8 +335,7 @@ static void flush_inline(R *r) {
         st_reset(s);
         return;
     }
-    txt_line *L;
-    int       n = wrap(s->t.p, 0, s->t.n, avail(r), &L);
+    int n = wrap_scratch(r, s->t.p, s->t.n, avail(r));
     if (n < 0) {
         r->err = r->d->oom = 1;
         st_reset(s);
@@ -324,10 +344,9 @@ static void flush_inline(R *r) {
     size_t k = 0;
     for (int i = 0; i < n; i++) {
         ln_begin(r);
-        add_styled(r, s->t.p, s->sp, s->n_sp, &k, L[i].off, L[i].len);
+        add_styled(r, s->t.p, s->sp, s->n_sp, &k, r->wl[i].off, r->wl[i].len);
         ln_end(r);
     }
-    free(L);
     st_reset(s);
 }
 
@@ -356,12 +375,12 @@ static void code_block(R *r) {
         ln_add(r, "┐", strlen("┐"), THM_MD_BORDER, -1);
         ln_end(r);
     }
-    txt_buf ex = {0};
+    txt_buf *ex = &r->ex;
     for (size_t p = 0; p <= n && !r->err;) {
         const char *eol = memchr(s + p, '\n', n - p);
         size_t      ln  = eol ? (size_t)(eol - (s + p)) : n - p;
         /* tabs to spaces (by column), so the box lines up */
-        ex.n    = 0;
+        ex->n   = 0;
         int col = 0;
         for (size_t q = 0; q < ln;) {
             int    w, f;
@@ -369,10 +388,10 @@ static void code_block(R *r) {
             if (f & TXT_F_TAB) {
                 int k = TXT_TAB - col % TXT_TAB;
                 for (int j = 0; j < k; j++)
-                    txt_buf_add(&ex, " ", 1);
+                    txt_buf_add(ex, " ", 1);
                 col += k;
             } else if (!(f & (TXT_F_CTRL | TXT_F_NL))) {
-                txt_buf_add(&ex, s + p + q, l);
+                txt_buf_add(ex, s + p + q, l);
                 col += w;
             }
             q += l;
@@ -380,16 +399,16 @@ static void code_block(R *r) {
         /* wrap by columns, not words: code keeps its spaces */
         size_t q = 0;
         do {
-            size_t take = txt_col_to_off(ex.p ? ex.p + q : "", ex.n - q, iw);
-            if (take == 0 && q < ex.n) { /* one cluster wider than the box */
+            size_t take = txt_col_to_off(ex->p ? ex->p + q : "", ex->n - q, iw);
+            if (take == 0 && q < ex->n) { /* one cluster wider than the box */
                 int w, f;
-                take = txt_cluster(ex.p + q, ex.n - q, &w, &f);
+                take = txt_cluster(ex->p + q, ex->n - q, &w, &f);
             }
             ln_begin(r);
             int c0 = r->col;
             if (box)
                 ln_add(r, "│ ", strlen("│ "), THM_MD_BORDER, -1);
-            ln_add(r, ex.p ? ex.p + q : "", take, THM_CODE, -1);
+            ln_add(r, ex->p ? ex->p + q : "", take, THM_CODE, -1);
             if (box) {
                 int used = r->col - c0 - 2;
                 ln_spaces(r, iw - used, THM_CODE);
@@ -397,12 +416,11 @@ static void code_block(R *r) {
             }
             ln_end(r);
             q += take;
-        } while (q < ex.n && !r->err);
+        } while (q < ex->n && !r->err);
         if (!eol)
             break;
         p += ln + 1;
     }
-    free(ex.p);
     if (box) {
         ln_begin(r);
         ln_add(r, "└", strlen("└"), THM_MD_BORDER, -1);
@@ -703,8 +721,15 @@ static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
         break;
     case MD_BLOCK_TABLE:
         block_start(r);
-        table_free(r->tb);
-        r->tb = calloc(1, sizeof *r->tb);
+        if (!r->tb_keep)
+            r->tb_keep = calloc(1, sizeof *r->tb_keep);
+        if ((r->tb = r->tb_keep) != NULL) { /* emptied, its memory kept */
+            table *t = r->tb;
+            st_reset(&t->st);
+            t->n_cells = 0;
+            t->n_cols = t->n_rows = t->n_head = t->in_head = 0;
+            memset(t->align, 0, sizeof t->align);
+        }
         if (!r->tb || txt_buf_add(&r->tb->st.t, "", 0)) /* text never NULL, even when all cells are empty */
             r->err = r->d->oom = 1;
         r->in_table = 1;
@@ -803,7 +828,6 @@ static int leave_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     case MD_BLOCK_TABLE:
         if (r->tb)
             table_draw(r, r->tb);
-        table_free(r->tb);
         r->tb         = NULL;
         r->in_table   = 0;
         r->need_blank = 1;
@@ -980,20 +1004,18 @@ static int on_text(MD_TEXTTYPE type, const MD_CHAR *s, MD_SIZE n, void *ud) {
 
 /* ==== public ================================================================ */
 
-int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned flags) {
-    R *r = malloc(sizeof *r);
-    if (!r) {
-        d->oom = 1;
-        return -1;
-    }
-    memset(r, 0, offsetof(R, pfx));
-    r->d          = d;
-    r->width      = width < 2 ? 2 : width;
-    r->base       = base;
-    r->flags      = flags;
-    r->leaf       = -1;
-    r->link       = -1;
-    r->need_blank = 1;
+/* Render s[0..n) into d with the context r (its buffers kept for the next render). */
+static int render_with(R *r, md_doc *d, const char *s, size_t n, int width, int base, unsigned flags) {
+    memset(r, 0, offsetof(R, in));
+    st_reset(&r->in);
+    r->code.n = r->lang.n = 0;
+    r->d                  = d;
+    r->width              = width < 2 ? 2 : width;
+    r->base               = base;
+    r->flags              = flags;
+    r->leaf               = -1;
+    r->link               = -1;
+    r->need_blank         = 1;
     MD_PARSER p;
     memset(&p, 0, sizeof p);
     p.flags = MD_FLAG_TABLES | MD_FLAG_STRIKETHROUGH | MD_FLAG_TASKLISTS | MD_FLAG_LATEXMATHSPANS |
@@ -1007,13 +1029,37 @@ int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned 
         n = 0xFFFFFFF0u; /* MD_SIZE is 32 bits */
     int rc = md_parse(s ? s : "", (MD_SIZE)n, &p, r);
     ln_end(r);
-    int err = r->err || rc != 0;
+    return r->err || rc != 0 ? -1 : 0;
+}
+
+static R *ctx_new(void) {
+    R *r = malloc(sizeof *r);
+    if (r)
+        memset(r, 0, offsetof(R, pfx));
+    return r;
+}
+
+static void ctx_free(R *r) {
+    if (!r)
+        return;
     st_free(&r->in);
     free(r->code.p);
     free(r->lang.p);
-    table_free(r->tb);
+    free(r->ex.p);
+    free(r->wl);
+    table_free(r->tb_keep);
     free(r);
-    return err ? -1 : 0;
+}
+
+int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned flags) {
+    R *r = ctx_new();
+    if (!r) {
+        d->oom = 1;
+        return -1;
+    }
+    int rc = render_with(r, d, s, n, width, base, flags);
+    ctx_free(r);
+    return rc;
 }
 
 void md_doc_reset(md_doc *d) {
@@ -1294,11 +1340,22 @@ static int pl_layout(md_stream *st, const char *s, size_t n, int role) {
     return rc;
 }
 
+/* md_render with the stream's context: its buffers stay allocated from one frame to the next. */
+static int stream_render(md_stream *st, md_doc *d, const char *s, size_t n, unsigned flags) {
+    if (!st->ctx && !(st->ctx = ctx_new()))
+        return d->oom = 1, -1;
+    return render_with(st->ctx, d, s, n, st->width, st->role, flags);
+}
+
 int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role, unsigned flags) {
     n = txt_complete(s, n);
+    if (st->base != s && st->base && n >= st->scan && st->seen.n == st->scan &&
+        !memcmp(s, st->seen.p ? st->seen.p : "", st->scan))
+        st->base = s; /* the same text moved (its buffer grew): what was done stays done */
     if (st->base != s || n < st->len || st->width != width || st->role != role ||
         (st->flags & ~(unsigned)MD_STREAMING) != (flags & ~(unsigned)MD_STREAMING)) {
         md_doc_reset(&st->fin);
+        st->seen.n = 0;
         st->done = st->scan = 0;
         st->pl              = 0;
         st->pl_done         = (size_t)-1;
@@ -1316,7 +1373,7 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         if (!st->fence && st->blank && p > st->done && s[p] != ' ' && s[p] != '\t' && s[p] != '\n') {
             /* a blank line before a line at column 0: the chunk [done, p) is finished */
             unsigned f = st->fin.n_lines ? MD_CONT : 0;
-            if (md_render(&st->fin, s + st->done, p - st->done, width, role, (flags & MD_OSC8) | f))
+            if (stream_render(st, &st->fin, s + st->done, p - st->done, (flags & MD_OSC8) | f))
                 return -1;
             st->done = p;
         }
@@ -1335,6 +1392,8 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         }
         st->blank = blank_line(s + p, ln);
         st->scan  = p + ln + 1;
+        if (txt_buf_add(&st->seen, s + p, ln + 1))
+            return -1;
     }
     if (st->pl_done != st->done) { /* a new open chunk: is it a plain paragraph? */
         st->pl = st->pl_no = 0;
@@ -1354,15 +1413,17 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
     if (flags & MD_STREAMING) {
         if (stream_view(st, s + st->done, n - st->done))
             return -1;
-        return md_render(&st->open, st->tmp.p, st->tmp.n, width, role, f);
+        return stream_render(st, &st->open, st->tmp.p, st->tmp.n, f);
     }
-    return md_render(&st->open, s + st->done, n - st->done, width, role, f);
+    return stream_render(st, &st->open, s + st->done, n - st->done, f);
 }
 
 void md_stream_free(md_stream *st) {
     md_doc_free(&st->fin);
     md_doc_free(&st->open);
     free(st->tmp.p);
+    free(st->seen.p);
+    ctx_free(st->ctx);
     memset(st, 0, sizeof *st);
 }
 

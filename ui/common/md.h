@@ -20,11 +20,11 @@
  * Indentation is capped at half the width, so 10,000 nested lists still leave room for text.
  *
  * Streaming (md_stream): the text is cut into chunks at blank lines outside code fences that are
- * followed by a line starting at column 0. Finished chunks are rendered once and kept; only the
- * open (last) chunk is rendered again as text arrives. While streaming, an unclosed `code`,
- * **strong** or ~~strike~~ in the open chunk is closed for display, and a half-received table
- * row and markers at the very end are held back, so half-written constructs show styled rather
- * than as raw markers.
+ * followed by a line starting at column 0. Finished chunks are rendered once and kept (also when
+ * the text's buffer moves as it grows); only the open (last) chunk is rendered again as text
+ * arrives. While streaming, an unclosed `code`, **strong** or ~~strike~~ in the open chunk is
+ * closed for display, and a half-received table row and markers at the very end are held back,
+ * so half-written constructs show styled rather than as raw markers.
  * (A link reference definition only applies within its chunk.)
  */
 #pragma once
@@ -84,18 +84,20 @@ int md_code_block(const char *s, size_t n, int k, txt_buf *out);
 
 /* Incremental rendering of a growing text (one per streaming pane). Zero-initialise. */
 typedef struct md_stream {
-    const char *base; /* the text last seen (a new buffer or a shorter text resets)      */
-    size_t      len;
-    int         width, role;
-    unsigned    flags;
-    size_t      done;  /* bytes [0, done) are in finished chunks, rendered into fin      */
-    size_t      scan;  /* complete lines before scan were looked at for a chunk end     */
-    int         fence; /* scan is inside a code fence of fence_n fence_ch characters     */
-    char        fence_ch;
-    int         fence_n;
-    int         blank;     /* the line before scan was blank                                 */
-    md_doc      fin, open; /* lines of the finished chunks; of the open chunk               */
-    txt_buf     tmp;
+    const char     *base; /* the text last seen (a shorter or different text resets)        */
+    size_t          len;
+    int             width, role;
+    unsigned        flags;
+    size_t          done;  /* bytes [0, done) are in finished chunks, rendered into fin      */
+    size_t          scan;  /* complete lines before scan were looked at for a chunk end     */
+    int             fence; /* scan is inside a code fence of fence_n fence_ch characters     */
+    char            fence_ch;
+    int             fence_n;
+    int             blank;     /* the line before scan was blank                                 */
+    md_doc          fin, open; /* lines of the finished chunks; of the open chunk               */
+    txt_buf         tmp;
+    txt_buf         seen; /* a copy of the text's bytes [0, scan): a moved buffer is compared */
+    struct md_rctx *ctx;  /* md.c's render context, its buffers kept from frame to frame */
     /* The open chunk as a plain paragraph (one source line without Markdown syntax, the usual
      * case of a long streamed paragraph): open was laid out here without md4c, exactly as
      * md_render lays it out, and each update wraps only from the start of its last line. */
