@@ -67,6 +67,7 @@ enum {
     MD_OSC8      = 1, /* links carry their URL for OSC 8 (else the URL is shown after the text) */
     MD_STREAMING = 2, /* the text is still arriving: close half-written inline constructs      */
     MD_CONT      = 4, /* the doc continues earlier lines: separate the first block from them    */
+    MD_EXACT     = 8, /* md_stream_update: every open chunk through md4c, no shortcut (tests)  */
 };
 
 /* Render s[0..n) (any bytes; invalid UTF-8 is kept and drawn as U+FFFD) at `width` columns
@@ -106,6 +107,19 @@ typedef struct md_stream {
     size_t pl_done; /* the chunk start it was made for                                 */
     size_t pl_scan; /* bytes [pl_done, pl_scan) are known to be plain                  */
     size_t pl_line; /* where open's last line starts                                    */
+    /* The open chunk as a fenced code block still open (its first line a fence at column 0, the
+     * usual case of a long streamed code block): open holds md4c's head of it and the rows of its
+     * complete lines, laid out once each (fc_layout in md.c). */
+    size_t fence_at;          /* where the open fence's line starts (scan)                        */
+    int    fc, fc_no, fc_any; /* open is such a layout / the chunk is not one / a line is in   */
+    size_t fc_done, fc_line;  /* the chunk start it was made for; the next line to lay out      */
+    int    fc_lines;          /* open's lines that stay (head and complete lines' rows)          */
+    /* The text the open chunk was last rendered from by md4c (held-back bytes change nothing) */
+    txt_buf  last;
+    int      last_ok;
+    size_t   last_done;
+    unsigned last_f;
+    long     n_fin; /* chunks rendered into fin (tests: each once, however the buffer moves) */
 } md_stream;
 
 /* Bring st up to date with s[0..n) at width columns. 0 ok, -1 out of memory. The lines to show
