@@ -321,7 +321,7 @@ static void test_stream_incremental(void) {
         "wrap inside the box at narrow widths\n}\n| not a table\n| in code\n```\n\n"
         "> a quote\n> on two lines\n\n~~~python\nprint('tilde fence')\n~~~~\n\n"
         "``` a`b\nnot a fence: a code span\n```\n\n```\n\n\nblank lines first\n```   \n\n"
-        "```sh\necho crlf\r\nls\n```\n\n1. one\n2. two\n\n```js\nconst s = `template ${x}`;\n"
+        "```sh\necho crlf\r\nlone\rcr\nls\n```\n\n1. one\n2. two\n\n```js\nconst s = `template ${x}`;\n"
         "let y = a ** b; // ~~ and __\n```\n\n```\n```\n\n***\n\n```rust\nfn main() {\n    "
         "println!(\"unclosed at the end\");\n";
     size_t   n     = sizeof text - 1;
