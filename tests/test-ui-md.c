@@ -547,6 +547,35 @@ static void test_bad_input(void) {
     dt = now() - t0;
     T_CHECK(rc == 0 && all_fit(80) && D.n_lines > 10000,
             "1 MB table row wraps inside its cell (%d lines, %.2f s)", D.n_lines, dt);
+    /* streamed in 16 pieces, then a 1 MB code block: what md4c alone shows, every line fits */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) { /* a fenced block of 1 MB, 40-byte lines, still open at the end */
+            o                        = (size_t)sprintf(s, "```c\n");
+            static const char code[] = "int x = 1; /* a line of code */   ok();\n";
+            for (; o + sizeof code < big; o += sizeof code - 1)
+                memcpy(s + o, code, sizeof code - 1);
+            s[o] = 0;
+        }
+        size_t    len = strlen(s);
+        md_stream st = {0}, ref = {0};
+        int       same = 1, fits = 1;
+        t0 = now();
+        for (int k = 1; k <= 16; k++)
+            md_stream_update(&st, s, len * (size_t)k / 16, 80, THM_ASSISTANT, MD_STREAMING);
+        dt = now() - t0;
+        md_stream_update(&ref, s, len, 80, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
+        int nl = st.fin.n_lines + st.open.n_lines;
+        same   = nl == ref.fin.n_lines + ref.open.n_lines && st.open.n_lines == ref.open.n_lines;
+        for (int i = 0; i < st.open.n_lines && same; i++)
+            same = st.open.lines[i].width == ref.open.lines[i].width;
+        for (int i = 0; i < st.open.n_lines; i++)
+            fits &= st.open.lines[i].width <= 80;
+        T_CHECK(same && fits && nl > 10000,
+                "%s streamed in 16 pieces: %d lines, as md4c alone shows them (%.2f s)",
+                pass ? "a 1 MB code block" : "the 1 MB table row", nl, dt);
+        md_stream_free(&st);
+        md_stream_free(&ref);
+    }
     free(s);
 
     render("```\nunclosed fence\n\nmore", 30, 0);
