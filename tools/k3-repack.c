@@ -647,15 +647,21 @@ static k3_status do_mat(ctx *c, const wctx *o, const plan *p, const job *j) {
         int64_t n = x->rows - r0 < step ? x->rows - r0 : step;
         if (src_hole(st_shard_fd(c->d, t->shard), t->offset + (uint64_t)r0 * cols * es,
                      (uint64_t)n * cols * es)) {
-            /* zero rows quantize to fixed bytes: made once (bit-identical to quantizing them), and
-             * not written at all when those bytes are zeros */
-            if (zero_rows < n) {
-                memset(f, 0, (size_t)n * cols * sizeof(float));
+            /* zero rows quantize to fixed bytes (rows are quantized one by one): one row made
+             * once, copied to as many rows as needed, and not written at all when its bytes are
+             * zeros (64 MB of zeros quantized for every matrix was most of the CPU time) */
+            if (zero_rows < 1) {
+                memset(f, 0, (size_t)cols * sizeof(float));
                 if (type != Q_F32)
-                    quant_rows(type, f, n, cols, w, s);
-                zero_rows = (int)n;
+                    quant_rows(type, f, 1, cols, w, s);
+                zero_rows = 1;
             }
             int nz = type == Q_F32 || (all_zero(w, wrow) && (!srow || all_zero(s, srow)));
+            for (; !nz && zero_rows < n; zero_rows++) {
+                memcpy(w + (size_t)zero_rows * wrow, w, wrow);
+                if (srow)
+                    memcpy(s + (size_t)zero_rows * srow, s, srow);
+            }
             if (!nz && !(st = pwrite_all(o->fd, o->path, w, (size_t)n * wrow,
                                          o->base + p->items[j->w].off + (uint64_t)r0 * wrow)))
                 st = pwrite_all(o->fd, o->path, s, (size_t)n * srow,
