@@ -78,7 +78,7 @@ typedef struct cb_part {
     size_t n;
     int    ints;
 } cb_part;
-#define CB_PARTS 26
+#define CB_PARTS (CHUNK_PROJ + 20)
 
 static void cb_parts(const k3_config *c, int n_run, int C, int lrows, long T, chunk_buf *b, cb_part *o) {
     const size_t D = (size_t)c->hidden, V = (size_t)c->vocab;
@@ -86,29 +86,23 @@ static void cb_parts(const k3_config *c, int n_run, int C, int lrows, long T, ch
     const size_t Hm = (size_t)c->n_heads, kl = (size_t)c->kv_lora, qw = (size_t)(c->nope + c->rope);
     const size_t L = (size_t)c->latent, k = (size_t)c->n_active, E = (size_t)c->n_experts, Cz = (size_t)C;
     const size_t NB = (size_t)((n_run + c->attn_res_block - 1) / c->attn_res_block);
-    /* W: the widest per-token projection any layer writes into t0..t5 */
+    /* W: the widest per-token projection any layer writes into proj[] */
     size_t W   = MAX2(MAX2(P, Hm * qw), MAX2(kl + (size_t)c->rope, Hm * (size_t)c->v_dim));
     W          = MAX2(W,
                       MAX2(MAX2((size_t)c->q_lora, E), MAX2((size_t)(c->n_shared * c->moe_inter), (size_t)c->inter)));
     W          = MAX2(W, MAX2(MAX2(D, L), (size_t)c->moe_inter));
     size_t  gw = MAX2(MAX2((size_t)c->nope, kl), MAX2(L, H)), gw2 = MAX2(MAX2((size_t)c->v_dim, kl), L);
     cb_part parts[CB_PARTS] = {
-        {(void **)&b->t0, Cz * W, 0},
-        {(void **)&b->t1, Cz * W, 0},
-        {(void **)&b->t2, Cz * W, 0},
-        {(void **)&b->t3, Cz * W, 0},
-        {(void **)&b->t4, Cz * W, 0},
-        {(void **)&b->t5, Cz * W, 0},
         {(void **)&b->h, Cz * D, 0},
         {(void **)&b->blocks, Cz * NB * D, 0},
         {(void **)&b->x, Cz * D, 0},
         {(void **)&b->xn, Cz * D, 0},
         {(void **)&b->y, Cz * D, 0},
         {(void **)&b->win, 3 * (K - 1 + Cz) * P, 0},
-        {(void **)&b->hd, Hm * Cz * kl, 0},
-        {(void **)&b->hd2, Hm * Cz * kl, 0},
-        {(void **)&b->gat, Cz * gw, 0},
-        {(void **)&b->gat2, Cz * gw2, 0},
+        {(void **)&b->mla_qlat, Hm * Cz * kl, 0},
+        {(void **)&b->mla_ctx, Hm * Cz * kl, 0},
+        {(void **)&b->gath_in, Cz * gw, 0},
+        {(void **)&b->gath_out, Cz * gw2, 0},
         {(void **)&b->scores, Hm * (size_t)T, 0},
         {(void **)&b->moe_y, Cz * k * L, 0},
         {(void **)&b->moe_w, Cz * k, 0},
@@ -120,6 +114,8 @@ static void cb_parts(const k3_config *c, int n_run, int C, int lrows, long T, ch
         {(void **)&b->moe_resy, E * L, 0},
         {(void **)&b->logits, (size_t)lrows * V, 0},
     };
+    for (int i = 0; i < CHUNK_PROJ; i++) /* the projection slots, (C, W) each */
+        parts[20 + i] = (cb_part){(void **)&b->proj[i], Cz * W, 0};
     memcpy(o, parts, sizeof parts);
 }
 
@@ -156,12 +152,13 @@ oom:
 }
 
 void chunk_buf_free(chunk_buf *b) {
-    void *bufs[] = {b->h,       b->blocks,  b->x,       b->xn,       b->y,       b->t0,    b->t1,
-                    b->t2,      b->t3,      b->t4,      b->t5,       b->win,     b->hd,    b->hd2,
-                    b->gat,     b->gat2,    b->scores,  b->moe_y,    b->moe_sel, b->moe_w, b->moe_tok,
-                    b->moe_ids, b->moe_res, b->moe_dev, b->moe_resy, b->logits,  b->trace};
+    void *bufs[] = {b->h,       b->blocks,  b->x,        b->xn,      b->y,        b->win,     b->mla_qlat,
+                    b->mla_ctx, b->gath_in, b->gath_out, b->scores,  b->moe_y,    b->moe_sel, b->moe_w,
+                    b->moe_tok, b->moe_ids, b->moe_res,  b->moe_dev, b->moe_resy, b->logits,  b->trace};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
+    for (int i = 0; i < CHUNK_PROJ; i++)
+        free(b->proj[i]);
     memset(b, 0, sizeof *b);
 }
 
