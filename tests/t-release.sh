@@ -214,10 +214,6 @@ grep -q "KDA state $(ex kda 2), MLA cache per position $(ex kda 4)" "$T/insp"; c
 mb2() { awk -v x="$1" 'BEGIN { printf "%.2f MB\n", x / 1e6 }'; }
 grep -q "^  chunk scratch  *$(mb2 "$(ex scratch 2)")  (K3_CHUNK=128" "$T/insp"
 check $? "chunk scratch at K3_CHUNK=128: $(mb2 "$(ex scratch 2)") computed here ($(grep '^  chunk scratch' "$T/insp"))"
-K3_MEM_GB=24 K3_CHUNK=32 "$K3" --inspect "$R" >"$T/insp32" 2>&1
-grep -q "^  chunk scratch  *$(mb2 "$(ex scratch 4)")  (K3_CHUNK=32" "$T/insp32" &&
-    grep -q "^fit .*chunk scratch $(mb2 "$(ex scratch 4)") (K3_CHUNK=32)" "$T/insp32"
-check $? "chunk scratch at K3_CHUNK=32: $(mb2 "$(ex scratch 4)") computed here, named in the fit line ($(grep '^  chunk scratch' "$T/insp32"))"
 
 # ---- the fit: K3_MEM_GB 8, 24, 64, 128, 2000, with and without explicit settings ----
 # plan(bits, mla, head, cache) and usable(G) as fit.h defines them, from the figures above
@@ -240,7 +236,11 @@ K3_MEM_GB=2000 "$K3" --inspect "$R" >"$T/f2000" 2>&1 &
 K3_MEM_GB=64 K3_BITS=8 "$K3" --inspect "$R" >"$T/x1a" 2>&1 &
 K3_MEM_GB=128 K3_EXPERT_GB=100 "$K3" --inspect "$R" >"$T/x2a" 2>&1 &
 K3_MEM_GB=2000 K3_BITS=4 K3_MAXT=16384 "$K3" --inspect "$R" >"$T/x3a" 2>&1 &
+K3_MEM_GB=24 K3_CHUNK=32 "$K3" --inspect "$R" >"$T/insp32" 2>&1 &
 wait
+grep -q "^  chunk scratch  *$(mb2 "$(ex scratch 4)")  (K3_CHUNK=32" "$T/insp32" &&
+    grep -q "^fit .*chunk scratch $(mb2 "$(ex scratch 4)") (K3_CHUNK=32)" "$T/insp32"
+check $? "chunk scratch at K3_CHUNK=32: $(mb2 "$(ex scratch 4)") computed here, named in the fit line ($(grep '^  chunk scratch' "$T/insp32"))"
 for G in 8 24 64 128 2000; do
     U=$(usable $G)
     line=$(grep '^fit ' "$T/f$G")
