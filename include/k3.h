@@ -72,11 +72,13 @@ typedef struct k3_session k3_session;
 typedef void (*k3_progress_cb)(const char *what, uint64_t done, uint64_t total, void *ud);
 
 typedef struct k3_params {
-    int    bits;         /* K3_BITS: KDA/latent/shared/dense matrices: 32 (f32), 8 (default), 4 */
-    int    mla_bits;     /* K3_MLA_BITS                                              */
-    int    head_bits;    /* K3_HEAD_BITS (lm_head)                                   */
-    int    chunk;        /* K3_CHUNK: prefill chunk, default 128                     */
-    int    max_ctx;      /* K3_MAXT: context capacity in tokens                      */
+    int bits;            /* K3_BITS: KDA/latent/shared/dense matrices: 32 (f32), 8 (default), 4 */
+    int mla_bits;        /* K3_MLA_BITS                                              */
+    int head_bits;       /* K3_HEAD_BITS (lm_head)                                   */
+    int chunk;           /* K3_CHUNK: prefill chunk, default 128                     */
+    int max_ctx;         /* K3_MAXT: context capacity in tokens                      */
+    int sessions;        /* sessions run at once (the server's --parallel N; default 1): the
+                            memory fit counts each one's state and chunk scratch          */
     int    threads;      /* OpenMP threads, 0 = default                              */
     double expert_gb;    /* K3_EXPERT_GB: routed-expert cache budget in GB (10^9 bytes);
                             < 0 (default): every expert if that is <= 50% of MemAvailable,

@@ -20,10 +20,19 @@ SAN=; case "$B" in *asan*) SAN=1 ;; esac
 
 # bad input and the --prompt lines on replica $R (shard N = the N-th file; its name from the index)
 shard() { ls "$R" | grep '^model-.*safetensors$' | sort | sed -n "${1}p"; }
+# the issue asks for each bad-input error within 5 s; the time is reported, and only a bound of
+# BAD_S (30 s) is asserted, so that a hang fails but a loaded machine does not (BENCHMARKS.md keeps
+# the figures)
+BAD_S=30
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+quick() { awk -v s="$1" -v m="$BAD_S" 'BEGIN { exit !(s < m) }'; }
 bad_input() {
 # ---- bad input ----
-K3_MEM_GB=abc "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
-[ $rc -eq 1 ] && grep -q "K3_MEM_GB='abc': expected a number" "$T/err"; check $? "K3_MEM_GB=abc: error names the variable ($(head -c 120 "$T/err"))"
+t0=$(date +%s.%N)
+K3_MEM_GB=abc timeout 120 "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
+secs=$(since "$t0")
+[ $rc -eq 1 ] && grep -q "K3_MEM_GB='abc': expected a number" "$T/err" && quick "$secs"
+check $? "K3_MEM_GB=abc: error names the variable, $secs s (bound $BAD_S s) ($(head -c 120 "$T/err"))"
 K3_MEM_GB=abc "$K3" --inspect "$R" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "K3_MEM_GB" "$T/err"; check $? "--inspect with K3_MEM_GB=abc: the same error"
 # copies: links to the shards, real copies only of what is damaged. Each case damages the LAST
@@ -39,16 +48,17 @@ K3_MEM_GB=2000 timeout 120 "$K3" "$C" --prompt hi >/dev/null 2>"$T/err"; rc=$?
 rm "$C/$L"
 t0=$(date +%s.%N)
 K3_MEM_GB=2000 timeout 120 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
-secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-[ $rc -eq 1 ] && grep -q "$L: cannot open" "$T/err"; check $? "index names a missing shard (the last): error names it, before shard 1's header is parsed ($secs s: $(head -c 160 "$T/err"))"
+secs=$(since "$t0")
+[ $rc -eq 1 ] && grep -q "$L: cannot open" "$T/err" && quick "$secs"
+check $? "index names a missing shard (the last): error names it, before shard 1's header is parsed, $secs s (bound $BAD_S s) ($(head -c 160 "$T/err"))"
 mkcopy "$C"; breakjson; rm "$C/$L"
 cp --sparse=always "$R/$L" "$C/"
 sz=$(stat -c %s "$C/$L"); truncate -s $((sz / 2)) "$C/$L"
 t0=$(date +%s.%N)
 K3_MEM_GB=2000 timeout 120 "$K3" "$C" --prompt hi >/dev/null 2>"$T/err"; rc=$?
-secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-[ $rc -eq 1 ] && grep -q "$L: .* but the file has $((sz / 2)) bytes (file truncated?)" "$T/err" && ! grep -q "loading  *[1-9]" "$T/err"
-check $? "last shard truncated in the middle: error names the file and the offset, nothing loaded ($secs s: $(head -c 200 "$T/err"))"
+secs=$(since "$t0")
+[ $rc -eq 1 ] && grep -q "$L: .* but the file has $((sz / 2)) bytes (file truncated?)" "$T/err" && ! grep -q "loading  *[1-9]" "$T/err" && quick "$secs"
+check $? "last shard truncated in the middle: error names the file and the offset, nothing loaded, $secs s (bound $BAD_S s) ($(head -c 200 "$T/err"))"
 mkcopy "$C"; breakjson; rm "$C/$L"
 $PY - "$C/$L" <<'EOF2'
 import struct, sys
@@ -58,9 +68,9 @@ with open(sys.argv[1], "wb") as f:
 EOF2
 t0=$(date +%s.%N)
 K3_MEM_GB=2000 timeout 120 "$K3" --inspect "$C" >/dev/null 2>"$T/err"; rc=$?
-secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-[ $rc -eq 1 ] && grep -q "$L: header length 200000000 at offset 0 is implausibly large" "$T/err"
-check $? "a 200 MB header (last shard): error names the file and the length ($secs s: $(head -c 200 "$T/err"))"
+secs=$(since "$t0")
+[ $rc -eq 1 ] && grep -q "$L: header length 200000000 at offset 0 is implausibly large" "$T/err" && quick "$secs"
+check $? "a 200 MB header (last shard): error names the file and the length, $secs s (bound $BAD_S s) ($(head -c 200 "$T/err"))"
 rm -rf "$C"
 
 }
@@ -78,6 +88,18 @@ check $? "K3_MEM_GB=$2 K3_BITS=8, config.json only: the explicit setting refused
 K3_MEM_GB=$2 "$K3" "$N" --prompt hi >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "neither model.safetensors.index.json nor model.safetensors found" "$T/err"
 check $? "K3_MEM_GB=$2 unset bits, config.json only: the fit passes (K3_BITS=4 chosen) and the open goes on to the missing shards ($(head -c 160 "$T/err"))"
+# the server's --parallel N sessions are counted: each one's MLA cache, KDA state and chunk
+# scratch; the refusal names them and the most sessions that fit (computed here)
+U=$(usable "$2"); bits=""
+for b3 in "8 8 8" "4 8 8" "4 4 4"; do fits "$(plan $b3 floor 1)" "$U" && { bits=$b3; break; }; done
+np=1; while [ $np -lt 63 ] && fits "$(plan $bits floor $((np + 1)))" "$U"; do np=$((np + 1)); done
+with=; [ "$bits" = "4 8 8" ] && with=" with K3_BITS=4"
+K3_MEM_GB=$2 timeout 60 "$K3" "$N" --serve 127.0.0.1:18999 --parallel 64 >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -qF "needs $(gb2 "$(plan 8 8 8 floor 64)") (nothing fits)" "$T/err" &&
+    grep -qF "the plan counts 64 sessions (--parallel), each: MLA cache" "$T/err" &&
+    grep -qF "chunk scratch $(mb2 "$(ex scratch 2)") (K3_CHUNK=128)" "$T/err" &&
+    grep -qF -- "--parallel $np$with: $(gb2 "$(plan $bits floor $np)") (fits)" "$T/err"
+check $? "K3_MEM_GB=$2 --serve --parallel 64, config.json only: refused, 64 sessions counted, --parallel $np$with named as fitting ($(head -c 400 "$T/err"))"
 fi
 rm -rf "$N"
 }
@@ -153,6 +175,17 @@ small = NL * 6 * D + n_kda * (3 * P * CK + P + 128 + d + d * D + P * d + H * D) 
 params = sum(r * cc for r, cc in dense + mlam + head) + V * D + small + n_moe * E * 3 * F * L
 print("params", params, "mla", ",".join(map(str, mla)), "nmla", len(mla), "nkda", n_kda)
 print("small", small * 4, "embed", V * D * 2)
+# a session's chunk scratch at K3_CHUNK=C columns and T positions (k3chat(1) MEMORY FIT: the
+# projections, block snapshots, conv windows, MLA heads and scores, MoE outputs and ids, C rows of
+# logits; then the last logits row and the KDA double accumulators), here at C = 128, T = 8192:
+# "scratch" bytes and its part per position
+def scratch(C, T, nrun=NL):
+    W = max(P, Hm * (nope + rope), kl + rope, Hm * vd, ql, E, S * F, I, D, L, F)
+    NB = -(-nrun // blk)
+    f = 6 * C * W + C * D * (4 + NB) + 3 * (CK - 1 + C) * P + 2 * Hm * C * kl + C * max(nope, kl, L, H)
+    f += C * max(vd, kl, L) + Hm * T + C * K * L + 4 * C * K + 2 * (E + 1) + C + E * L + C * V
+    return 4 * f + 4 * V + 8 * 2 * P
+print("scratch", scratch(128, 8192), "chunk32", scratch(32, 8192))
 EOF
 check $? "expected figures computed ($(tr '\n' ' ' <"$T/expect" | head -c 300))"
 ex() { awk -v k="$1" -v i="$2" '$1 == k { print $i }' "$T/expect"; }
@@ -177,15 +210,20 @@ done
 grep -q "experts $(ex expert 3) (one $(ex expert 2))" "$T/insp"; check $? "experts $(ex expert 3) bytes, one $(ex expert 2) (17.55 MB)"
 grep -q "small $(ex small 2)," "$T/insp" && grep -q "embeddings $(ex small 4)," "$T/insp"; check $? "small tensors $(ex small 2) and embeddings $(ex small 4) bytes"
 grep -q "KDA state $(ex kda 2), MLA cache per position $(ex kda 4)" "$T/insp"; check $? "KDA state and MLA cache per position"
+# the chunk scratch of a session (computed above from the widths), at K3_CHUNK=128 and 32
+mb2() { awk -v x="$1" 'BEGIN { printf "%.2f MB\n", x / 1e6 }'; }
+grep -q "^  chunk scratch  *$(mb2 "$(ex scratch 2)")  (K3_CHUNK=128" "$T/insp"
+check $? "chunk scratch at K3_CHUNK=128: $(mb2 "$(ex scratch 2)") computed here ($(grep '^  chunk scratch' "$T/insp"))"
 
 # ---- the fit: K3_MEM_GB 8, 24, 64, 128, 2000, with and without explicit settings ----
 # plan(bits, mla, head, cache) and usable(G) as fit.h defines them, from the figures above
-plan() { # $1 $2 $3 bits, $4 expert cache bytes ("floor" = one per MoE layer) -> bytes
-    awk -v b="$1" -v mb="$2" -v hb="$3" -v cache="$4" '
+plan() { # $1 $2 $3 bits, $4 expert cache bytes ("floor" = one per MoE layer), $5 sessions (1) -> bytes
+    awk -v b="$1" -v mb="$2" -v hb="$3" -v cache="$4" -v ns="${5:-1}" '
         function ix(x) { return x == 32 ? 2 : x == 8 ? 3 : 4 }
         $1 == "dense" { dn = $ix(b) } $1 == "MLA" { ml = $ix(mb) } $1 == "lm_head" { hd = $ix(hb) }
         $1 == "expert" { one = $2 } $1 == "kda" { kda = $2; pos = $4; blocks = $6 } $1 == "small" { sm = $2; em = $4 }
-        END { c = cache == "floor" ? 92 * one : cache; printf "%.0f\n", dn + ml + hd + sm + em + c + kda + pos * 8192 + blocks }' "$T/expect"
+        $1 == "scratch" { scr = $2 }
+        END { c = cache == "floor" ? 92 * one : cache; printf "%.0f\n", dn + ml + hd + sm + em + c + blocks + ns * (kda + pos * 8192 + scr) }' "$T/expect"
 }
 usable() { awk -v g="$1" 'BEGIN { printf "%.0f\n", g * 1e9 - (0.5e9 + 0.05 * g * 1e9) }'; }
 gb2() { awk -v x="$1" 'BEGIN { printf "%.2f GB\n", x / 1e9 }'; }
@@ -198,7 +236,11 @@ K3_MEM_GB=2000 "$K3" --inspect "$R" >"$T/f2000" 2>&1 &
 K3_MEM_GB=64 K3_BITS=8 "$K3" --inspect "$R" >"$T/x1a" 2>&1 &
 K3_MEM_GB=128 K3_EXPERT_GB=100 "$K3" --inspect "$R" >"$T/x2a" 2>&1 &
 K3_MEM_GB=2000 K3_BITS=4 K3_MAXT=16384 "$K3" --inspect "$R" >"$T/x3a" 2>&1 &
+K3_MEM_GB=24 K3_CHUNK=32 "$K3" --inspect "$R" >"$T/insp32" 2>&1 &
 wait
+grep -q "^  chunk scratch  *$(mb2 "$(ex scratch 4)")  (K3_CHUNK=32" "$T/insp32" &&
+    grep -q "^fit .*chunk scratch $(mb2 "$(ex scratch 4)") (K3_CHUNK=32)" "$T/insp32"
+check $? "chunk scratch at K3_CHUNK=32: $(mb2 "$(ex scratch 4)") computed here, named in the fit line ($(grep '^  chunk scratch' "$T/insp32"))"
 for G in 8 24 64 128 2000; do
     U=$(usable $G)
     line=$(grep '^fit ' "$T/f$G")

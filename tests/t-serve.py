@@ -127,6 +127,9 @@ try:
     fitl = [l for l in log_text().splitlines() if l.startswith("k3chat: memory fit: K3_BITS=")]
     ok(len(fitl) == 1 and "usable of" in fitl[0] and any(w in fitl[0] for w in ("the defaults fit", "the given settings fit", "chosen: step")),
        "the log says what the memory fit chose and why (%r)" % (fitl[0][:160] if fitl else log_text()[-300:]))
+    ok(len(fitl) == 1 and "4 sessions (--parallel), each: MLA cache" in fitl[0] and "chunk scratch" in fitl[0],
+       "the fit counts the default --parallel 4 sessions, each with its caches and chunk scratch (%r)"
+       % (fitl[0][-260:] if fitl else ""))
     if port is None:
         raise SystemExit(1)
     BASE = "http://127.0.0.1:%s" % port.group(1)

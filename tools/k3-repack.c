@@ -110,7 +110,9 @@ typedef struct ctx {
     opts      o;
     k3_config cfg;
     st_dir   *d;
-    tinfo    *ti; /* [st_n_tensors] */
+    tinfo    *ti;    /* [st_n_tensors] */
+    int      *exs;   /* [n_layers][n_experts][6]: each routed expert's six tensors (table order) */
+    int      *ehome; /* [n_layers][n_experts]: the shard of its first tensor in source order   */
     rp_kvb    kvb;
     uint64_t  total, done;
     double    t0, t_last;
@@ -201,9 +203,11 @@ static k3_status classify_one(const tt_ref *r, void *ud) {
     tinfo           *x;
     K3_ASSERT(t); /* cfg_check_tensors has checked presence and shape */
     x = &c->ti[tindex(c, t)];
-    if (kind == TT_K_PACK || kind == TT_K_SCALE)
-        *x = (tinfo){.role = R_EXPERT, .layer = r->layer, .exp = r->expert};
-    else if (tt_is_matrix(kind))
+    if (kind == TT_K_PACK || kind == TT_K_SCALE) {
+        *x                      = (tinfo){.role = R_EXPERT, .layer = r->layer, .exp = r->expert};
+        c->exs[((size_t)r->layer * c->cfg.n_experts + r->expert) * TT_EXPERT_PARTS + r->id -
+               TT_EXPERT_FIRST] = tindex(c, t);
+    } else if (tt_is_matrix(kind))
         *x = (tinfo){.role = kind == TT_K_KVB ? R_KVB : R_MAT,
                      .type = rp_bits_type(tt_bits(kind, c->o.bits, c->o.mla_bits, c->o.head_bits)),
                      .rows = (int)r->shape.s[0],
@@ -211,11 +215,43 @@ static k3_status classify_one(const tt_ref *r, void *ud) {
     return K3_OK;
 }
 
+static const st_dir *g_d; /* qsort comparators' context */
+static const tinfo  *g_ti;
+
+static int cmp_src_off(const void *a, const void *b) {
+    const st_tensor *x = st_tensor_at(g_d, *(const int *)a), *y = st_tensor_at(g_d, *(const int *)b);
+    if (x->shard != y->shard)
+        return x->shard < y->shard ? -1 : 1;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Every tensor's role, and each routed expert's six tensors and home shard, found once here:
+ * planning a shard then costs one pass over the table (looking the experts up by name for every
+ * shard cost minutes per shard at the release's 82,432 experts). */
 static void classify(ctx *c) {
     const k3_config *g = &c->cfg;
+    size_t           n = (size_t)g->n_layers * (size_t)g->n_experts;
     c->kvb             = (rp_kvb){.Hm = g->n_heads, .nope = g->nope, .v = g->v_dim, .kl = g->kv_lora};
+    if (!(c->exs = malloc((n ? n : 1) * TT_EXPERT_PARTS * sizeof *c->exs)) ||
+        !(c->ehome = malloc((n ? n : 1) * sizeof *c->ehome)))
+        die_oom();
+    for (size_t i = 0; i < n * TT_EXPERT_PARTS; i++)
+        c->exs[i] = -1;
     for (int l = -1; l < g->n_layers; l++)
         tt_walk(g, l, TT_WALK_EXPERTS, classify_one, c);
+    g_d = c->d;
+    for (size_t i = 0; i < n; i++) {
+        int so[TT_EXPERT_PARTS], k;
+        memcpy(so, &c->exs[i * TT_EXPERT_PARTS], sizeof so);
+        for (k = 0; k < TT_EXPERT_PARTS && so[k] >= 0; k++)
+            ;
+        if (k < TT_EXPERT_PARTS) { /* not a routed expert of a MoE layer */
+            c->ehome[i] = -1;
+            continue;
+        }
+        qsort(so, TT_EXPERT_PARTS, sizeof *so, cmp_src_off);
+        c->ehome[i] = st_tensor_at(c->d, so[0])->shard;
+    }
 }
 
 /* ==== planning ================================================================================ */
@@ -266,16 +302,6 @@ static void plan_free(plan *p) {
     free(p->jobs);
     free(p->header);
     memset(p, 0, sizeof *p);
-}
-
-static const st_dir *g_d; /* qsort comparators' context */
-static const tinfo  *g_ti;
-
-static int cmp_src_off(const void *a, const void *b) {
-    const st_tensor *x = st_tensor_at(g_d, *(const int *)a), *y = st_tensor_at(g_d, *(const int *)b);
-    if (x->shard != y->shard)
-        return x->shard < y->shard ? -1 : 1;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
 static int cmp_expert_job(const void *a, const void *b) {
@@ -366,12 +392,13 @@ static k3_status place(ctx *c, plan *p, int shard, json_t *meta) {
 /* The six tensors of expert (l, e) in canonical order (the table's: w1, w3, w2; packed, scale). */
 static k3_status expert_tensors(ctx *c, int l, int e, int out[6]) {
     _Static_assert(TT_EXPERT_PARTS == 6, "an expert is six tensors");
+    const int *ex = &c->exs[((size_t)l * c->cfg.n_experts + e) * TT_EXPERT_PARTS];
     for (int k = 0; k < 6; k++) {
-        char             name[256];
-        const st_tensor *t = st_find(c->d, tt_name(name, sizeof name, TT_EXPERT_FIRST + k, l, e));
-        if (!t)
-            return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", c->o.src, name);
-        out[k] = tindex(c, t);
+        char name[256];
+        if (ex[k] < 0)
+            return k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is missing", c->o.src,
+                          tt_name(name, sizeof name, TT_EXPERT_FIRST + k, l, e));
+        out[k] = ex[k];
     }
     return K3_OK;
 }
@@ -389,7 +416,8 @@ static k3_status plan_shard(ctx *c, int shard, plan *p) {
                 add_job(p, x->role, i);
             continue;
         }
-        if (x->planned)
+        int home = c->ehome[(size_t)x->layer * c->cfg.n_experts + x->exp]; /* -1: a tensor missing */
+        if (x->planned || (home >= 0 && home != shard))
             continue;
         int ex[6], so[6];
         if ((st = expert_tensors(c, x->layer, x->exp, ex)))
@@ -619,15 +647,21 @@ static k3_status do_mat(ctx *c, const wctx *o, const plan *p, const job *j) {
         int64_t n = x->rows - r0 < step ? x->rows - r0 : step;
         if (src_hole(st_shard_fd(c->d, t->shard), t->offset + (uint64_t)r0 * cols * es,
                      (uint64_t)n * cols * es)) {
-            /* zero rows quantize to fixed bytes: made once (bit-identical to quantizing them), and
-             * not written at all when those bytes are zeros */
-            if (zero_rows < n) {
-                memset(f, 0, (size_t)n * cols * sizeof(float));
+            /* zero rows quantize to fixed bytes (rows are quantized one by one): one row made
+             * once, copied to as many rows as needed, and not written at all when its bytes are
+             * zeros (64 MB of zeros quantized for every matrix was most of the CPU time) */
+            if (zero_rows < 1) {
+                memset(f, 0, (size_t)cols * sizeof(float));
                 if (type != Q_F32)
-                    quant_rows(type, f, n, cols, w, s);
-                zero_rows = (int)n;
+                    quant_rows(type, f, 1, cols, w, s);
+                zero_rows = 1;
             }
             int nz = type == Q_F32 || (all_zero(w, wrow) && (!srow || all_zero(s, srow)));
+            for (; !nz && zero_rows < n; zero_rows++) {
+                memcpy(w + (size_t)zero_rows * wrow, w, wrow);
+                if (srow)
+                    memcpy(s + (size_t)zero_rows * srow, s, srow);
+            }
             if (!nz && !(st = pwrite_all(o->fd, o->path, w, (size_t)n * wrow,
                                          o->base + p->items[j->w].off + (uint64_t)r0 * wrow)))
                 st = pwrite_all(o->fd, o->path, s, (size_t)n * srow,
@@ -1230,6 +1264,8 @@ static k3_status run(ctx *c) {
         plan_free(&pl[s]);
     free(pl);
     free(sel);
+    free(c->exs);
+    free(c->ehome);
     return st;
 }
 

@@ -59,7 +59,7 @@ void jv_free(jv *v) {
     free(v);
 }
 
-static int hex4(const char *s, uint32_t *out) {
+int jv_hex4(const char *s, uint32_t *out) {
     uint32_t x = 0;
     for (int k = 0; k < 4; k++) {
         char c = s[k];
@@ -77,29 +77,27 @@ static int hex4(const char *s, uint32_t *out) {
     return 0;
 }
 
-static k3_status put_utf8(jbuf *b, uint32_t cp) {
-    char   u[4];
-    size_t n;
+size_t jv_utf8(uint32_t cp, char *u) {
     if (cp < 0x80) {
         u[0] = (char)cp;
-        n    = 1;
-    } else if (cp < 0x800) {
+        return 1;
+    }
+    if (cp < 0x800) {
         u[0] = (char)(0xC0 | cp >> 6);
         u[1] = (char)(0x80 | (cp & 63));
-        n    = 2;
-    } else if (cp < 0x10000) {
+        return 2;
+    }
+    if (cp < 0x10000) {
         u[0] = (char)(0xE0 | cp >> 12);
         u[1] = (char)(0x80 | (cp >> 6 & 63));
         u[2] = (char)(0x80 | (cp & 63));
-        n    = 3;
-    } else {
-        u[0] = (char)(0xF0 | cp >> 18);
-        u[1] = (char)(0x80 | (cp >> 12 & 63));
-        u[2] = (char)(0x80 | (cp >> 6 & 63));
-        u[3] = (char)(0x80 | (cp & 63));
-        n    = 4;
+        return 3;
     }
-    return jbuf_add(b, u, n);
+    u[0] = (char)(0xF0 | cp >> 18);
+    u[1] = (char)(0x80 | (cp >> 12 & 63));
+    u[2] = (char)(0x80 | (cp >> 6 & 63));
+    u[3] = (char)(0x80 | (cp & 63));
+    return 4;
 }
 
 /* r->s[r->i] is the opening quote. */
@@ -149,14 +147,14 @@ static k3_status read_string(jrd *r, jv *v) {
             continue;
         }
         uint32_t cp, lo;
-        if (e != 'u' || r->i + 6 > r->n || hex4(r->s + r->i + 2, &cp)) {
+        if (e != 'u' || r->i + 6 > r->n || jv_hex4(r->s + r->i + 2, &cp)) {
             st = fail_at(r, "bad escape");
             break;
         }
         r->i += 6;
         if (cp >= 0xD800 && cp < 0xDC00) {
             if (r->i + 6 > r->n || r->s[r->i] != '\\' || r->s[r->i + 1] != 'u' ||
-                hex4(r->s + r->i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
+                jv_hex4(r->s + r->i + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
                 st = fail_at(r, "lone surrogate in \\u escape");
                 break;
             }
@@ -166,7 +164,8 @@ static k3_status read_string(jrd *r, jv *v) {
             st = fail_at(r, "lone surrogate in \\u escape");
             break;
         }
-        st = put_utf8(&b, cp);
+        char u[4];
+        st = jbuf_add(&b, u, jv_utf8(cp, u));
     }
     if (st) {
         free(b.p);

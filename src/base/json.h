@@ -55,3 +55,7 @@ k3_status jv_dump(const jv *v, enum jv_style style, jbuf *out);
 k3_status jv_dump_str(const char *s, size_t n, jbuf *out);
 /* Appends the JSON-escaped bytes of s[0..n) (no quotes). */
 k3_status jv_escape(const char *s, size_t n, jbuf *out);
+/* The four hex digits of a \u escape at s (no NUL needed): 0 and *out, or -1. */
+int jv_hex4(const char *s, uint32_t *out);
+/* Code point cp (<= 0x10FFFF) as UTF-8 at u (room for 4 bytes); returns the byte count. */
+size_t jv_utf8(uint32_t cp, char *u);

@@ -24,6 +24,7 @@
  * file that is not in the model directory is taken from the first of them that holds it.
  */
 #include "st.h"
+#include "wmap.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -456,13 +457,12 @@ static int cmp_shard_name(const void *a, const void *b) {
 }
 
 /* Read model.safetensors.index.json: the shard list, which shards hold text tensors. The
- * returned weight_map (new reference in *wm) is used afterwards to cross-check headers. */
-static k3_status read_index(st_dir *d, const char *ipath, json_t **root_out) {
-    const char  *file = base_name(ipath);
-    json_error_t jerr;
-    json_t      *root = NULL;
-    /* one read and json_loadb: json_load_file reads a character at a time (the release's index
-     * is 60 MB) */
+ * weight_map (*wm, wm_free'd by the caller) is used afterwards to cross-check headers; each
+ * entry's file is then its shard's index in d->shards (wm_shard). */
+static k3_status read_index(st_dir *d, const char *ipath, wm_map *wm, int **wm_shard) {
+    const char *file = base_name(ipath);
+    /* one read and the fast weight_map reader (wmap.h): jansson's tree of the release's 60 MB
+     * index cost ~2.3 s of CPU before the first check of a shard */
     int         fd = open(ipath, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) < 0) {
@@ -474,51 +474,58 @@ static k3_status read_index(st_dir *d, const char *ipath, json_t **root_out) {
     char     *buf = k3_malloc((size_t)sb.st_size + 1);
     k3_status rst = buf ? pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0)
                         : k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
+    size_t    at;
+    if (!rst && !wm_scan(buf, (size_t)sb.st_size, wm, &at)) {
+        wm->arena = buf; /* the entries point into it */
+    } else if (!rst) {   /* jansson decides, on the text read again (the scanner decoded it in place) */
+        K3_LOG_DEBUG("%s: the fast reader stopped at byte %zu; full parse", file, at);
+        if (!(rst = pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0)))
+            rst = wm_parse_full(file, buf, (size_t)sb.st_size, wm);
+        free(buf);
+    } else {
+        free(buf);
+    }
     close(fd);
-    if (!rst)
-        root = json_loadb(buf, (size_t)sb.st_size, JSON_REJECT_DUPLICATES, &jerr);
-    free(buf);
     if (rst)
         return rst;
-    if (!root) {
-        if (jerr.line < 0 || strstr(jerr.text, "unable to open"))
-            return k3_err(K3_ERR_IO, "%s: %s", file, jerr.text);
-        return k3_err(K3_ERR_FORMAT, "%s: line %d column %d: %s", file, jerr.line, jerr.column, jerr.text);
-    }
-    *root_out  = root;
-    json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
-    if (!json_is_object(wm))
-        return k3_err(K3_ERR_FORMAT, "%s: weight_map missing or not an object", file);
-    const char *key;
-    json_t     *val;
-    json_object_foreach(wm, key, val) {
-        const char *s = json_string_value(val);
-        if (!s || !*s || strchr(s, '/') || !strcmp(s, ".") || !strcmp(s, ".."))
+    if (!(*wm_shard = malloc((wm->n ? wm->n : 1) * sizeof **wm_shard)))
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
+    for (size_t i = 0; i < wm->n; i++) {
+        const char *key = wm->e[i].name, *s = wm->e[i].file;
+        if (!*s || strchr(s, '/') || !strcmp(s, ".") || !strcmp(s, ".."))
             return k3_err(K3_ERR_FORMAT, "%s: weight_map.%s is not a plain shard file name", file, key);
         int       idx;
         k3_status st = add_shard(d, s, &idx);
         if (st)
             return st;
+        (*wm_shard)[i] = idx;
         if (!is_vision(key))
             d->shards[idx].text = 1;
     }
     if (d->n_shards == 0)
         return k3_err(K3_ERR_FORMAT, "%s: weight_map names no shard file", file);
-    qsort(d->shards, (size_t)d->n_shards, sizeof *d->shards, cmp_shard_name);
-    return K3_OK;
-}
-
-static int shard_index(const st_dir *d, const char *name) {
+    /* sorted by name; the entries' shard numbers follow */
+    int *rank = malloc((size_t)d->n_shards * sizeof *rank);
+    if (!rank)
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
     for (int i = 0; i < d->n_shards; i++)
-        if (!strcmp(d->shards[i].name, name))
-            return i;
-    return -1;
+        d->shards[i].fd = i; /* the old position rides along (fd is -1 until load) */
+    qsort(d->shards, (size_t)d->n_shards, sizeof *d->shards, cmp_shard_name);
+    for (int i = 0; i < d->n_shards; i++) {
+        rank[d->shards[i].fd] = i;
+        d->shards[i].fd       = -1;
+    }
+    for (size_t i = 0; i < wm->n; i++)
+        (*wm_shard)[i] = rank[(*wm_shard)[i]];
+    free(rank);
+    return K3_OK;
 }
 
 k3_status st_open(const char *dir, st_dir **out) {
     *out            = NULL;
     k3_status st    = K3_OK;
-    json_t   *iroot = NULL;
+    wm_map    wm    = {0};
+    int      *wms   = NULL; /* [wm.n] each entry's shard */
     char     *ipath = NULL;
     st_dir   *d     = k3_calloc(1, sizeof *d);
     if (!d || !(d->path = k3_strdup(dir))) {
@@ -532,7 +539,7 @@ k3_status st_open(const char *dir, st_dir **out) {
     }
     struct stat sb;
     if (stat(ipath, &sb) == 0) {
-        if ((st = read_index(d, ipath, &iroot)))
+        if ((st = read_index(d, ipath, &wm, &wms)))
             goto fail;
         if (d->n_shards == 0) {
             st = k3_err(K3_ERR_FORMAT, "model.safetensors.index.json: weight_map is empty");
@@ -568,34 +575,31 @@ k3_status st_open(const char *dir, st_dir **out) {
                         d->shards[a->shard].name);
             goto fail;
         }
-    if (iroot) {
-        /* every text tensor of the index is where the index says */
-        json_t     *wm = json_object_get(iroot, "weight_map"), *val;
-        const char *key;
-        json_object_foreach(wm, key, val) {
-            if (is_vision(key))
-                continue;
-            const st_tensor *t    = st_find(d, key);
-            int              want = shard_index(d, json_string_value(val));
-            if (!t) {
-                st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is in the index but not in the shard's header",
-                            d->shards[want].name, key);
-                goto fail;
-            }
-            if (t->shard != want) {
-                st = k3_err(K3_ERR_FORMAT,
-                            "model.safetensors.index.json: tensor '%s' is mapped to %s but stored in %s", key,
-                            d->shards[want].name, d->shards[t->shard].name);
-                goto fail;
-            }
+    for (size_t i = 0; i < wm.n; i++) { /* every text tensor of the index is where the index says */
+        const char *key = wm.e[i].name;
+        if (is_vision(key))
+            continue;
+        const st_tensor *t = st_find(d, key);
+        if (!t) {
+            st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is in the index but not in the shard's header",
+                        d->shards[wms[i]].name, key);
+            goto fail;
+        }
+        if (t->shard != wms[i]) {
+            st = k3_err(K3_ERR_FORMAT,
+                        "model.safetensors.index.json: tensor '%s' is mapped to %s but stored in %s", key,
+                        d->shards[wms[i]].name, d->shards[t->shard].name);
+            goto fail;
         }
     }
-    json_decref(iroot);
+    wm_free(&wm);
+    free(wms);
     free(ipath);
     *out = d;
     return K3_OK;
 fail:
-    json_decref(iroot);
+    wm_free(&wm);
+    free(wms);
     free(ipath);
     st_close(d);
     return st;

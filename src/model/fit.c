@@ -13,6 +13,7 @@
  * every figure a user needs to choose.
  */
 #include "fit.h"
+#include "model-impl.h"
 #include "repack.h"
 #include "tensors.h"
 
@@ -135,6 +136,12 @@ k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, int split, fi
     o->mla_per_pos = (uint64_t)o->n_mla * (uint64_t)(c->kv_lora + c->rope) * 4;
     o->blocks =
         (uint64_t)(n_run / (c->attn_res_block > 0 ? c->attn_res_block : 1) + 2) * (uint64_t)c->hidden * 4;
+    /* the chunk buffer is affine in its columns and positions: three points give it */
+    uint64_t c1 = chunk_buf_bytes(c, n_run, 1, 1, 0), c2 = chunk_buf_bytes(c, n_run, 2, 2, 0);
+    o->cb_col     = c2 - c1;
+    o->cb_base    = c1 - o->cb_col;
+    o->cb_pos     = chunk_buf_bytes(c, n_run, 1, 1, 1) - c1;
+    o->sess_extra = session_scratch_bytes(c, n_run, 1, 0) - c1;
     return K3_OK;
 }
 
@@ -144,18 +151,23 @@ static int bits_ix(int bits) {
 
 void fit_plan_at(const fit_table *t, const fit_set *s, fit_plan *p) {
     memset(p, 0, sizeof *p);
-    p->b[FIT_DENSE]    = t->mat[FIT_DENSE][bits_ix(s->bits)];
-    p->b[FIT_MLA]      = t->mat[FIT_MLA][bits_ix(s->mla_bits)];
-    p->b[FIT_HEAD]     = t->mat[FIT_HEAD][bits_ix(s->head_bits)];
-    p->b[FIT_EMBED]    = t->embed;
-    p->b[FIT_SMALL]    = t->small;
-    uint64_t floor_b   = (uint64_t)t->n_moe * t->expert_one;
-    uint64_t want      = s->expert_gb < 0 ? floor_b : (uint64_t)(s->expert_gb * FIT_GB);
-    want               = want < floor_b ? floor_b : want > t->expert_all ? t->expert_all : want;
-    p->b[FIT_EXPERT]   = want;
-    p->b[FIT_KDA]      = t->kda_state;
-    p->b[FIT_MLACACHE] = t->mla_per_pos * (uint64_t)s->maxt;
+    p->b[FIT_DENSE]  = t->mat[FIT_DENSE][bits_ix(s->bits)];
+    p->b[FIT_MLA]    = t->mat[FIT_MLA][bits_ix(s->mla_bits)];
+    p->b[FIT_HEAD]   = t->mat[FIT_HEAD][bits_ix(s->head_bits)];
+    p->b[FIT_EMBED]  = t->embed;
+    p->b[FIT_SMALL]  = t->small;
+    uint64_t floor_b = (uint64_t)t->n_moe * t->expert_one;
+    uint64_t want    = s->expert_gb < 0 ? floor_b : (uint64_t)(s->expert_gb * FIT_GB);
+    want             = want < floor_b ? floor_b : want > t->expert_all ? t->expert_all : want;
+    p->b[FIT_EXPERT] = want;
+    uint64_t ns = (uint64_t)(s->sessions > 1 ? s->sessions : 1), T = (uint64_t)s->maxt;
+    uint64_t C         = (uint64_t)(s->chunk > 1 ? s->chunk : 1);
+    p->b[FIT_KDA]      = ns * t->kda_state;
+    p->b[FIT_MLACACHE] = ns * t->mla_per_pos * T;
     p->b[FIT_BLOCKS]   = t->blocks;
+    p->b[FIT_SCRATCH]  = ns * (t->cb_base + t->cb_col * C + t->cb_pos * T + t->sess_extra);
+    if (ns > C) /* the batch buffer of the lead session: one column per session */
+        p->b[FIT_SCRATCH] += t->cb_base + t->cb_col * ns + t->cb_pos * T;
     if (s->map) {
         for (int k = FIT_DENSE; k <= FIT_EMBED; k++)
             p->mapped += p->b[k];
@@ -279,6 +291,18 @@ static void set_str(char *buf, size_t n, const fit_set *s, const fit_set *ref, i
 #undef ADD
 }
 
+/* What each session of settings s takes: "1 session: MLA cache .. (K3_MAXT=..) + KDA state .. +
+ * chunk scratch .. (K3_CHUNK=..)", or "N sessions (--parallel), each: ..." (fit_plan_at's figures) */
+static void sess_str(char *buf, size_t n, const fit_table *t, const fit_set *s) {
+    int      ns = s->sessions > 1 ? s->sessions : 1, C = s->chunk > 1 ? s->chunk : 1;
+    uint64_t T = (uint64_t)s->maxt;
+    snprintf(buf, n,
+             "%d session%s: MLA cache %s (K3_MAXT=%ld) + KDA state %s + chunk scratch %s (K3_CHUNK=%d)%s", ns,
+             ns > 1 ? "s (--parallel), each" : "", HB(t->mla_per_pos * T), s->maxt, HB(t->kda_state),
+             HB(t->cb_base + t->cb_col * (uint64_t)C + t->cb_pos * T + t->sess_extra), C,
+             ns > C ? ", and a batch buffer of one column per session" : "");
+}
+
 static int same_bits(const fit_set *a, const fit_set *b) {
     return a->bits == b->bits && a->mla_bits == b->mla_bits && a->head_bits == b->head_bits;
 }
@@ -299,7 +323,7 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
     if (!(mask & K3_SET_HEAD_BITS) && cand[2].head_bits > 4)
         cand[2].head_bits = 4;
     memset(out, 0, sizeof *out);
-    char   sets[256], room[256];
+    char   sets[256], room[256], sess[512];
     size_t o = 0, n = sizeof out->msg;
     snprintf(room, sizeof room, "%s usable of %s available (%s; reserve 0.5 GB + 5%%)", HB(mc->usable),
              HB(mc->avail), mc->src);
@@ -321,11 +345,13 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
             t->expert_one
                 ? (int)((double)out->plan.b[FIT_EXPERT] / (double)t->expert_one / (t->n_moe ? t->n_moe : 1))
                 : 0;
+        sess_str(sess, sizeof sess, t, &out->set);
         o += (size_t)snprintf(
             out->msg + o, n - o,
-            "memory fit: %s, expert cache %s (%s; %d experts per MoE layer, all %s)%s: plan %s of %s", sets,
-            HB(out->plan.b[FIT_EXPERT]), mask & K3_SET_EXPERT_GB ? "K3_EXPERT_GB" : "what is left", nexp,
-            HB(t->expert_all), out->set.map ? " mapped weights not counted" : "", HB(out->plan.total), room);
+            "memory fit: %s, expert cache %s (%s; %d experts per MoE layer, all %s)%s: plan %s of %s; %s",
+            sets, HB(out->plan.b[FIT_EXPERT]), mask & K3_SET_EXPERT_GB ? "K3_EXPERT_GB" : "what is left",
+            nexp, HB(t->expert_all), out->set.map ? " mapped weights not counted" : "", HB(out->plan.total),
+            room, sess);
         snprintf(out->brief, sizeof out->brief, "%d/%d/%d bits%s · cache %s", out->set.bits,
                  out->set.mla_bits, out->set.head_bits,
                  i == 1   ? " (fit step 2)"
@@ -350,9 +376,11 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
     out->set = *given;
     fit_plan_at(t, given, &out->plan);
     set_str(sets, sizeof sets, given, NULL, 1);
-    o += (size_t)snprintf(out->msg + o, n - o, "memory: %s%s needs %s (%s) but only %s; ", sets,
-                          given->expert_gb < 0 ? " with one expert per MoE layer" : "", HB(out->plan.total),
-                          mask ? "settings given explicitly are never changed" : "nothing fits", room);
+    sess_str(sess, sizeof sess, t, given);
+    o += (size_t)snprintf(out->msg + o, n - o, "memory: %s%s needs %s (%s) but only %s; the plan counts %s; ",
+                          sets, given->expert_gb < 0 ? " with one expert per MoE layer" : "",
+                          HB(out->plan.total),
+                          mask ? "settings given explicitly are never changed" : "nothing fits", room, sess);
     int any = 0;
     /* every step of the order, over the explicit settings too, with the cache at its floor */
     fit_set alt[4] = {*given, *given, *given, *given};
@@ -380,6 +408,27 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
             double most = (mc->usable - (double)p.total + (double)p.b[FIT_EXPERT]) / FIT_GB;
             o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "%sK3_EXPERT_GB=%.2f: %s (fits)",
                                   any++ ? "; " : "", floor(most * 100) / 100, HB(mc->usable));
+        }
+    }
+    if (given->sessions > 1) { /* the most sessions that fit, at the first step of the order that holds one */
+        for (int i = 0; i < 3; i++) {
+            fit_set a   = cand[i];
+            a.expert_gb = given->expert_gb, a.sessions = 1;
+            fit_plan p;
+            if (!fits(t, mc, &a, &p))
+                continue;
+            while (a.sessions < given->sessions - 1) {
+                a.sessions++;
+                if (!fits(t, mc, &a, &p)) {
+                    a.sessions--;
+                    break;
+                }
+            }
+            fits(t, mc, &a, &p);
+            set_str(sets, sizeof sets, &a, given, 0);
+            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "%s--parallel %d%s%s: %s (fits)",
+                                  any++ ? "; " : "", a.sessions, sets[0] ? " with " : "", sets, HB(p.total));
+            break;
         }
     }
     fit_set mm   = *given;

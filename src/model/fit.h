@@ -9,7 +9,12 @@
  *   embeddings      as stored
  *   small tensors   f32: norms, router, conv taps, dt_bias, A_log, f_a/f_b, b_proj, AttnRes
  *   routed experts  the expert cache: K3_EXPERT_GB, at least one expert per MoE layer, at most all
- *   KDA state + conv tails, MLA latent cache (K3_MAXT positions), AttnRes blocks
+ *   AttnRes blocks
+ * and for each session run at once (one, or the server's --parallel N; k3_params.sessions):
+ *   KDA state + conv tails, MLA latent cache (K3_MAXT positions), and the chunk scratch
+ *   (session.c's chunk buffer of K3_CHUNK columns: projections, MoE outputs, K3_CHUNK rows of
+ *   logits, MLA scores over K3_MAXT; ~330 MB at the release's widths and K3_CHUNK=128), plus,
+ *   with more sessions than K3_CHUNK, the batch buffer of one column per session.
  * 32 bits = f32, 8 = int8 per row, 4 = int4 in groups of 64 (quant.h), from each matrix's logical
  * shape (a k3 container's split kv_b and .qs sidecars included). With K3_MMAP=1 the matrices and
  * embeddings are mapped from the page cache and counted apart ("mapped"), not in the total.
@@ -48,6 +53,7 @@ enum {
     FIT_KDA,
     FIT_MLACACHE,
     FIT_BLOCKS,
+    FIT_SCRATCH,
     FIT_NCLASS
 };
 
@@ -55,13 +61,16 @@ enum {
 typedef struct fit_table {
     uint64_t mat[3][3]; /* [FIT_DENSE/MLA/HEAD][32, 8, 4 bits]                           */
     uint64_t embed, small;
-    uint64_t expert_all;  /* every routed expert of the run layers, as stored              */
-    uint64_t expert_one;  /* one expert (six tensors)                                      */
-    uint64_t kda_state;   /* KDA state + conv tails of the run layers                      */
-    uint64_t mla_per_pos; /* MLA latent cache bytes per position                           */
-    uint64_t blocks;      /* AttnRes block snapshots                                       */
-    uint64_t big_f32;     /* largest matrix as f32 (information: the load no longer holds it) */
-    int      n_mats;      /* matrix products per token outside the routed experts          */
+    uint64_t expert_all;              /* every routed expert of the run layers, as stored              */
+    uint64_t expert_one;              /* one expert (six tensors)                                      */
+    uint64_t kda_state;               /* KDA state + conv tails of the run layers                      */
+    uint64_t mla_per_pos;             /* MLA latent cache bytes per position                           */
+    uint64_t blocks;                  /* AttnRes block snapshots                                       */
+    uint64_t cb_base, cb_col, cb_pos; /* a chunk buffer: cb_base + cb_col x columns (each with its
+                                         logits row) + cb_pos x K3_MAXT (session.c)              */
+    uint64_t sess_extra;              /* a session's last logits and KDA accumulators                   */
+    uint64_t big_f32;                 /* largest matrix as f32 (information: the load no longer holds it) */
+    int      n_mats;                  /* matrix products per token outside the routed experts          */
     int      n_run, n_moe, n_kda, n_mla;
 } fit_table;
 
@@ -70,7 +79,9 @@ typedef struct fit_set {
     int    bits, mla_bits, head_bits;
     double expert_gb; /* < 0: unset (fit_decide chooses)                              */
     long   maxt;
-    int    map; /* K3_MMAP=1                                                     */
+    int    map;      /* K3_MMAP=1                                                     */
+    int    chunk;    /* K3_CHUNK (columns of the chunk scratch)                        */
+    int    sessions; /* sessions at once (--parallel); < 1 counts as 1                */
 } fit_set;
 
 typedef struct fit_plan {

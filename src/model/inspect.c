@@ -238,9 +238,15 @@ static void print_memory(const fit_table *ft, const fit_machine *mc, const fit_c
             HB(ft->expert_all));
     fprintf(f, "  KDA state + conv tails       %12s  (double-buffered)\n", HB(p->b[FIT_KDA]));
     fprintf(f, "  MLA latent cache             %12s  (%ld positions)\n", HB(p->b[FIT_MLACACHE]), s->maxt);
+    fprintf(f, "  chunk scratch                %12s  (K3_CHUNK=%d columns, logits rows and MLA scores)\n",
+            HB(p->b[FIT_SCRATCH]), fc->set.chunk);
     if (p->mapped)
         fprintf(f, "  mapped (page cache)          %12s  (K3_MMAP=1: not counted below)\n", HB(p->mapped));
-    fprintf(f, "  total                        %12s\n", HB(p->total));
+    fprintf(f, "  total                        %12s  (one session)\n", HB(p->total));
+    fprintf(
+        f,
+        "  each further session         %12s  (--serve --parallel N: MLA cache, KDA state, chunk scratch)\n",
+        HB(p->b[FIT_KDA] + p->b[FIT_MLACACHE] + p->b[FIT_SCRATCH]));
     fprintf(f, "by bits      bytes of each class at 32 / 8 / 4 bits (%d layers run)\n", ft->n_run);
     static const char *cls[3] = {"dense", "MLA", "lm_head"};
     for (int k = 0; k < 3; k++)
@@ -286,7 +292,9 @@ k3_status k3_inspect(const char *dir, FILE *out) {
                      .head_bits = s.head_bits,
                      .expert_gb = s.expert_gb,
                      .maxt      = s.maxt,
-                     .map       = s.map};
+                     .map       = s.map,
+                     .chunk     = s.chunk,
+                     .sessions  = 1};
     fit_decide(&ft, &mc, &given, s.set, fc);
 
     fprintf(out, "model        %s (%s)\n", dir, c->model_type);

@@ -60,6 +60,7 @@ k3_status k3_params_default(k3_params *p) {
     p->chunk =
         128; /* measured 32..256: BENCHMARKS.md "chunk size" (128 ~ 256 in CPU time, half the scratch) */
     p->max_ctx      = 8192;
+    p->sessions     = 1;
     p->expert_gb    = -1;
     p->direct       = 1;
     p->pipe         = 1;
@@ -705,7 +706,9 @@ static k3_status model_fit(k3_model *m) {
                      .head_bits = m->par.head_bits,
                      .expert_gb = m->par.expert_gb,
                      .maxt      = m->par.max_ctx,
-                     .map       = m->map};
+                     .map       = m->map,
+                     .chunk     = m->par.chunk,
+                     .sessions  = m->par.sessions};
     fit_decide(&m->fit_t, &m->fit_mc, &given, mask, &m->fit);
     m->expert_auto = given.expert_gb < 0;
     if (!m->fit.ok)

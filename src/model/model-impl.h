@@ -177,6 +177,11 @@ struct k3_session {
 /* Scratch for a chunk of up to cap columns with lrows rows of logits; K3_ERR_NOMEM. */
 k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int cap, int lrows);
 void      chunk_buf_free(chunk_buf *b);
+/* Its bytes for config c with n_run layers and T positions (K3_TRACE's buffer not counted), and
+ * a session's whole scratch at chunk C: its chunk buffer, last logits and KDA accumulators (its
+ * KDA state and MLA cache are counted apart: fit.h). The memory fit counts these. */
+uint64_t chunk_buf_bytes(const k3_config *c, int n_run, int C, int lrows, long T);
+uint64_t session_scratch_bytes(const k3_config *c, int n_run, int C, long T);
 
 /* ---- the forward pass --------------------------------------------------------
  * A pass runs n columns through the layers: the tokens of one chunk of one session

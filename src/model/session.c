@@ -71,36 +71,79 @@ done:
     return st;
 }
 
-k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int C, int lrows) {
-    const k3_config *c = &m->cfg;
-    const int        D = c->hidden, T = m->par.max_ctx, V = c->vocab;
-    const int        H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k;
-    const int        Hm = c->n_heads, kl = c->kv_lora, qw = c->nope + c->rope, L = c->latent;
-    const int        NB = (m->n_run + c->attn_res_block - 1) / c->attn_res_block;
-    memset(b, 0, sizeof *b);
+/* The buffers of a chunk buffer of C columns with lrows rows of logits and their element counts
+ * (floats or ints, 4 bytes each; ints zeroed): one list for chunk_buf_alloc and the memory fit. */
+typedef struct cb_part {
+    void **p;
+    size_t n;
+    int    ints;
+} cb_part;
+#define CB_PARTS (CHUNK_PROJ + 20)
+
+static void cb_parts(const k3_config *c, int n_run, int C, int lrows, long T, chunk_buf *b, cb_part *o) {
+    const size_t D = (size_t)c->hidden, V = (size_t)c->vocab;
+    const size_t H = (size_t)c->kda_heads, d = (size_t)c->kda_head_dim, P = H * d, K = (size_t)c->conv_k;
+    const size_t Hm = (size_t)c->n_heads, kl = (size_t)c->kv_lora, qw = (size_t)(c->nope + c->rope);
+    const size_t L = (size_t)c->latent, k = (size_t)c->n_active, E = (size_t)c->n_experts, Cz = (size_t)C;
+    const size_t NB = (size_t)((n_run + c->attn_res_block - 1) / c->attn_res_block);
     /* W: the widest per-token projection any layer writes into proj[] */
-    int W = MAX2(MAX2(P, Hm * qw), MAX2(kl + c->rope, Hm * c->v_dim));
-    W     = MAX2(W, MAX2(MAX2(c->q_lora, c->n_experts), MAX2(c->n_shared * c->moe_inter, c->inter)));
-    W     = MAX2(W, MAX2(MAX2(D, L), c->moe_inter));
-    for (int i = 0; i < CHUNK_PROJ; i++)
-        if (!(b->proj[i] = falloc((size_t)C * W)))
+    size_t W   = MAX2(MAX2(P, Hm * qw), MAX2(kl + (size_t)c->rope, Hm * (size_t)c->v_dim));
+    W          = MAX2(W,
+                      MAX2(MAX2((size_t)c->q_lora, E), MAX2((size_t)(c->n_shared * c->moe_inter), (size_t)c->inter)));
+    W          = MAX2(W, MAX2(MAX2(D, L), (size_t)c->moe_inter));
+    size_t  gw = MAX2(MAX2((size_t)c->nope, kl), MAX2(L, H)), gw2 = MAX2(MAX2((size_t)c->v_dim, kl), L);
+    cb_part parts[CB_PARTS] = {
+        {(void **)&b->h, Cz * D, 0},
+        {(void **)&b->blocks, Cz * NB * D, 0},
+        {(void **)&b->x, Cz * D, 0},
+        {(void **)&b->xn, Cz * D, 0},
+        {(void **)&b->y, Cz * D, 0},
+        {(void **)&b->win, 3 * (K - 1 + Cz) * P, 0},
+        {(void **)&b->mla_qlat, Hm * Cz * kl, 0},
+        {(void **)&b->mla_ctx, Hm * Cz * kl, 0},
+        {(void **)&b->gath_in, Cz * gw, 0},
+        {(void **)&b->gath_out, Cz * gw2, 0},
+        {(void **)&b->scores, Hm * (size_t)T, 0},
+        {(void **)&b->moe_y, Cz * k * L, 0},
+        {(void **)&b->moe_w, Cz * k, 0},
+        {(void **)&b->moe_sel, Cz * k, 1},
+        {(void **)&b->moe_tok, Cz * k, 1},
+        {(void **)&b->moe_ids, E + 1, 1},
+        {(void **)&b->moe_res, E + 1, 1},
+        {(void **)&b->moe_dev, Cz * (k + 1), 1},
+        {(void **)&b->moe_resy, E * L, 0},
+        {(void **)&b->logits, (size_t)lrows * V, 0},
+    };
+    for (int i = 0; i < CHUNK_PROJ; i++) /* the projection slots, (C, W) each */
+        parts[20 + i] = (cb_part){(void **)&b->proj[i], Cz * W, 0};
+    memcpy(o, parts, sizeof parts);
+}
+
+uint64_t chunk_buf_bytes(const k3_config *c, int n_run, int C, int lrows, long T) {
+    chunk_buf b;
+    cb_part   o[CB_PARTS];
+    uint64_t  n = 0;
+    cb_parts(c, n_run, C, lrows, T, &b, o);
+    for (int i = 0; i < CB_PARTS; i++)
+        n += (uint64_t)o[i].n * 4;
+    return n;
+}
+
+uint64_t session_scratch_bytes(const k3_config *c, int n_run, int C, long T) {
+    return chunk_buf_bytes(c, n_run, C, C, T) + (uint64_t)c->vocab * 4 + /* logits, dtmp */
+           (uint64_t)2 * (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim * sizeof(double);
+}
+
+k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int C, int lrows) {
+    _Static_assert(sizeof(float) == 4 && sizeof(int) == 4, "chunk buffers count 4-byte elements");
+    cb_part o[CB_PARTS];
+    memset(b, 0, sizeof *b);
+    cb_parts(&m->cfg, m->n_run, C, lrows, m->par.max_ctx, b, o);
+    for (int i = 0; i < CB_PARTS; i++)
+        if (!(*o[i].p =
+                  o[i].ints ? (void *)calloc(o[i].n ? o[i].n : 1, sizeof(int)) : (void *)falloc(o[i].n)))
             goto oom;
-    int gw = MAX2(MAX2(c->nope, kl), MAX2(L, H)), gw2 = MAX2(MAX2(c->v_dim, kl), L);
-    if (!(b->h = falloc((size_t)C * D)) || !(b->blocks = falloc((size_t)C * NB * D)) ||
-        !(b->x = falloc((size_t)C * D)) || !(b->xn = falloc((size_t)C * D)) ||
-        !(b->y = falloc((size_t)C * D)) || !(b->win = falloc((size_t)3 * (K - 1 + C) * P)) ||
-        !(b->mla_qlat = falloc((size_t)Hm * C * kl)) || !(b->mla_ctx = falloc((size_t)Hm * C * kl)) ||
-        !(b->gath_in = falloc((size_t)C * gw)) || !(b->gath_out = falloc((size_t)C * gw2)) ||
-        !(b->scores = falloc((size_t)Hm * T)) || !(b->moe_y = falloc((size_t)C * c->n_active * L)) ||
-        !(b->moe_w = falloc((size_t)C * c->n_active)) ||
-        !(b->moe_sel = calloc((size_t)C * c->n_active, sizeof(int))) ||
-        !(b->moe_tok = calloc((size_t)C * c->n_active, sizeof(int))) ||
-        !(b->moe_ids = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
-        !(b->moe_res = calloc((size_t)c->n_experts + 1, sizeof(int))) ||
-        !(b->moe_dev = calloc((size_t)C * (c->n_active + 1), sizeof(int))) ||
-        !(b->moe_resy = falloc((size_t)c->n_experts * L)) || !(b->logits = falloc((size_t)lrows * V)))
-        goto oom;
-    if (m->par.trace_path && !(b->trace = falloc((size_t)C * m->n_run * D)))
+    if (m->par.trace_path && !(b->trace = falloc((size_t)C * m->n_run * m->cfg.hidden)))
         goto oom;
     return K3_OK;
 oom:

@@ -24,8 +24,11 @@
  * The machine's load at measuring time counts: a figure cached on an idle machine is too fast
  * for a loaded one (delete the cache file to measure again).
  *
- * Estimates. A matrix of B bytes multiplied by n columns takes B x max(1/dec, n/pre) (memory
- * or arithmetic, whichever bounds it), plus `call` per multiplication. Per decode token: every
+ * Estimates. A matrix of B bytes multiplied by n columns takes B x (1/dec + (n - 1) x per_col),
+ * per_col = (32/pre - 1/dec) / 31: the line through the two measured points, so a chunk of any
+ * K3_CHUNK and an expert's few columns in it are costed at their own column count (it was
+ * B x max(1/dec, n/pre), the 32-column rate whatever the columns), plus `call` per
+ * multiplication. Per decode token: every
  * matrix class at its bits, the f32 tensors (router, f_a/f_b, b_proj: "small" in the plan), the
  * active experts (n_moe x n_active, MXFP4), the KDA state read and written (mem_bw), and the
  * expert misses read from the drive: routing is flat, so a cache holding a fraction f of the
@@ -319,11 +322,16 @@ static int bits_fmt(int bits) {
     return bits == 32 ? Q_F32 : bits == 8 ? Q_I8 : Q_I4;
 }
 
-/* Seconds for B bytes of format f times n columns (speed.c: DESIGN). */
+/* Seconds for B bytes of format f times n columns (speed.c: DESIGN): per byte, a part that does
+ * not depend on the columns (reading and unpacking the weights) and one per column, the line
+ * through the two measured points (1 column: dec, 32 columns: pre); never under one column's. */
 static double mat_s(const fit_speed *sp, int f, double B, double n) {
     double dec = sp->dec[f] > 0 ? sp->dec[f] : 1e10, pre = sp->pre[f] > 0 ? sp->pre[f] : 1e11;
-    double a = B / dec, b = B * n / pre;
-    return a > b ? a : b;
+    double t1 = 1 / dec, per_col = (32 / pre - t1) / 31;
+    if (per_col < 0)
+        per_col = 0;
+    double t = B * (t1 + per_col * (n - 1));
+    return t > B * t1 ? t : B * t1;
 }
 
 void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,

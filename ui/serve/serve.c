@@ -1376,7 +1376,9 @@ int cli_serve(const cli_opts *o) {
     pthread_t          wt;
     int                have_worker = 0;
     struct MHD_Daemon *d           = NULL;
-    if (k3_params_default(&par) || load_model_verbose(o->dir, &par, &srv.m)) {
+    k3_status          pst         = k3_params_default(&par);
+    par.sessions = o->parallel > 0 ? o->parallel : SERVE_PARALLEL; /* the memory fit counts every slot */
+    if (pst || load_model_verbose(o->dir, &par, &srv.m)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }

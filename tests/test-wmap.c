@@ -1,0 +1,266 @@
+/* test-wmap.c: the index's fast weight_map scanner (src/format/wmap.c) against jansson, the
+ * reader it stands in for. For each input: what the scanner must do (read it, or stop and leave
+ * it to jansson), what jansson says (accepts or refuses), and, where the scanner reads it, the
+ * same entries as jansson's (names and files byte for byte, in order). Inputs: JSON escapes,
+ * \u sequences and surrogate pairs, raw UTF-8 (valid and each invalid kind), \u0000, duplicate
+ * keys (also one spelled with an escape), whitespace, numbers at jansson's limits, wrong types,
+ * truncations; then 3,000 random damages of a valid index (the scanner may stop where jansson
+ * accepts, never the other way round, and never with other entries); then corrupt indexes through
+ * st_open: the error names the index file and the byte offset.
+ */
+#include "st-file.h"
+#include "st.h"
+#include "test.h"
+#include "wmap.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char root[512];
+
+/* 1 when the two maps hold the same entries in the same order */
+static int same(const wm_map *a, const wm_map *b) {
+    if (a->n != b->n)
+        return 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (strcmp(a->e[i].name, b->e[i].name) || strcmp(a->e[i].file, b->e[i].file))
+            return 0;
+    return 1;
+}
+
+enum { SCAN = 1, STOP = 2 };  /* what the scanner must do */
+enum { J_OK = 1, J_ERR = 2 }; /* what jansson (wm_parse_full) says */
+
+/* One input: the scanner's and jansson's verdicts as expected; where both read it, the same
+ * entries; want_n >= 0: that many entries, and (first_name, first_file) the first one decoded. */
+static void one(const char *what, const char *text, size_t len, int want_scan, int want_j, long want_n,
+                const char *first_name, const char *first_file) {
+    char *copy = malloc(len + 1);
+    memcpy(copy, text, len);
+    wm_map    s = {0}, j = {0};
+    size_t    at = 0;
+    int       rc = wm_scan(copy, len, &s, &at);
+    k3_status st = wm_parse_full("idx.json", text, len, &j);
+    T_CHECK(rc == 0 ? want_scan == SCAN : want_scan == STOP,
+            "%s: the scanner %s (expected %s; stopped at %zu)", what, rc == 0 ? "reads it" : "stops",
+            want_scan == SCAN ? "reads it" : "stops", rc ? at : 0);
+    T_CHECK(st == K3_OK ? want_j == J_OK : want_j == J_ERR, "%s: jansson %s (expected %s) (%s)", what,
+            st == K3_OK ? "accepts" : "refuses", want_j == J_OK ? "accepts" : "refuses",
+            st == K3_OK ? "" : k3_errmsg());
+    if (rc == 0 && st == K3_OK)
+        T_CHECK(same(&s, &j), "%s: the scanner's %zu entries are jansson's %zu", what, s.n, j.n);
+    if (want_n >= 0 && st == K3_OK)
+        T_CHECK(j.n == (size_t)want_n && (!first_name || (j.n && !strcmp(j.e[0].name, first_name) &&
+                                                          !strcmp(j.e[0].file, first_file))),
+                "%s: %ld entries, the first decoded as expected", what, want_n);
+    wm_free(&s);
+    wm_free(&j);
+    free(copy);
+}
+
+#define ONE(what, lit, sc, jj, n, name, file) one(what, lit, sizeof lit - 1, sc, jj, n, name, file)
+
+static void tricky(void) {
+    ONE("plain index",
+        "{\"metadata\": {\"total_size\": 123}, \"weight_map\": {\"a\": \"s1\", \"b\": \"s2\"}}", SCAN, J_OK,
+        2, "a", "s1");
+    ONE("whitespace everywhere", " \t\r\n{ \n\"weight_map\"\t:\r\n{ \"a\" :\"s\"\n,\"b\":\"t\" }\t} \n\r",
+        SCAN, J_OK, 2, "a", "s");
+    ONE("the eight one-letter escapes", "{\"weight_map\": {\"a\\\"b\\\\c\\/d\\be\\ff\\ng\\rh\\ti\": \"s\"}}",
+        SCAN, J_OK, 1, "a\"b\\c/d\be\ff\ng\rh\ti", "s");
+    ONE("\\u escapes (1, 2 and 3 UTF-8 bytes, upper and lower hex)",
+        "{\"weight_map\": {\"\\u0041\\u00e9\\u20AC.x\": \"\\u0073\"}}", SCAN, J_OK, 1,
+        "A\xc3\xa9\xe2\x82\xac.x", "s");
+    ONE("surrogate pair", "{\"weight_map\": {\"\\ud83d\\ude00\": \"s\"}}", SCAN, J_OK, 1, "\xf0\x9f\x98\x80",
+        "s");
+    ONE("lone high surrogate", "{\"weight_map\": {\"\\ud83d\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("lone low surrogate", "{\"weight_map\": {\"\\ude00x\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("high surrogate before a non-surrogate", "{\"weight_map\": {\"\\ud83d\\u0041\": \"s\"}}", STOP, J_ERR,
+        -1, 0, 0);
+    ONE("\\u0000", "{\"weight_map\": {\"a\\u0000b\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("bad escape letter", "{\"weight_map\": {\"a\\x\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("short \\u escape", "{\"weight_map\": {\"a\\u12\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("raw UTF-8 (2, 3, 4 bytes)", "{\"weight_map\": {\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\": \"s\"}}",
+        SCAN, J_OK, 1, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", "s");
+    ONE("DEL and the highest code point", "{\"weight_map\": {\"\x7f\xf4\x8f\xbf\xbf\": \"s\"}}", SCAN, J_OK,
+        1, "\x7f\xf4\x8f\xbf\xbf", "s");
+    ONE("UTF-8: a bad continuation byte", "{\"weight_map\": {\"\xc3\x28\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("UTF-8: overlong 2 bytes", "{\"weight_map\": {\"\xc0\xaf\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("UTF-8: overlong 3 bytes", "{\"weight_map\": {\"\xe0\x80\xaf\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("UTF-8: a surrogate", "{\"weight_map\": {\"\xed\xa0\x80\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("UTF-8: above U+10FFFF", "{\"weight_map\": {\"\xf4\x90\x80\x80\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("UTF-8: cut at the end of the text", "{\"weight_map\": {\"\xe2\x82", STOP, J_ERR, -1, 0, 0);
+    ONE("a raw control character", "{\"weight_map\": {\"a\tb\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("duplicate tensor name", "{\"weight_map\": {\"a\": \"s\", \"b\": \"s\", \"a\": \"t\"}}", STOP, J_ERR,
+        -1, 0, 0);
+    ONE("duplicate spelled with an escape", "{\"weight_map\": {\"ab\": \"s\", \"\\u0061b\": \"s\"}}", STOP,
+        J_ERR, -1, 0, 0);
+    ONE("weight_map twice", "{\"weight_map\": {\"a\": \"s\"}, \"weight_map\": {\"b\": \"s\"}}", STOP, J_ERR,
+        -1, 0, 0);
+    ONE("duplicate key in metadata", "{\"metadata\": {\"x\": 1, \"x\": 2}, \"weight_map\": {\"a\": \"s\"}}",
+        STOP, J_ERR, -1, 0, 0);
+    ONE("metadata of every kind of value",
+        "{\"metadata\": {\"n\": -0, \"f\": -1.5e-3, \"e\": 2E+10, \"a\": [1, [true, false, null], {}], "
+        "\"s\": "
+        "\"\\u00e9\", \"o\": {\"k\": []}}, \"weight_map\": {\"a\": \"s\"}, \"z\": null}",
+        SCAN, J_OK, 1, "a", "s");
+    ONE("integer of 18 digits", "{\"m\": 999999999999999999, \"weight_map\": {\"a\": \"s\"}}", SCAN, J_OK, 1,
+        "a", "s");
+    ONE("integer beyond long long", "{\"m\": 12345678901234567890, \"weight_map\": {\"a\": \"s\"}}", STOP,
+        J_ERR, -1, 0, 0);
+    ONE("integer of 19 digits within long long",
+        "{\"m\": 1234567890123456789, \"weight_map\": {\"a\": \"s\"}}", STOP, J_OK, 1, "a", "s");
+    ONE("real overflow", "{\"m\": 1e400, \"weight_map\": {\"a\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("real underflow", "{\"m\": 1e-400, \"weight_map\": {\"a\": \"s\"}}", SCAN, J_OK, 1, "a", "s");
+    ONE("leading zero", "{\"m\": 01, \"weight_map\": {\"a\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("a lone minus", "{\"m\": -, \"weight_map\": {\"a\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("no digit after the point", "{\"m\": 1., \"weight_map\": {\"a\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("a bare word", "{\"m\": tru, \"weight_map\": {\"a\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("a word run on", "{\"m\": truex, \"weight_map\": {\"a\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("nesting 40 deep (jansson allows 2048)",
+        "{\"m\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]], "
+        "\"weight_map\": "
+        "{\"a\": \"s\"}}",
+        STOP, J_OK, 1, "a", "s");
+    ONE("metadata of 17 members",
+        "{\"m\": "
+        "{\"a\":1,\"b\":1,\"c\":1,\"d\":1,\"e\":1,\"f\":1,\"g\":1,\"h\":1,\"i\":1,\"j\":1,\"k\":1,\"l\":1,"
+        "\"m\":1,\"n\":1,\"o\":1,\"p\":1,\"q\":1}, \"weight_map\": {\"a\": \"s\"}}",
+        STOP, J_OK, 1, "a", "s");
+    ONE("empty weight_map", "{\"weight_map\": {}}", SCAN, J_OK, 0, 0, 0);
+    ONE("no weight_map", "{\"metadata\": {}}", STOP, J_ERR, -1, 0, 0);
+    ONE("weight_map an array", "{\"weight_map\": [\"a\"]}", STOP, J_ERR, -1, 0, 0);
+    ONE("a file name that is a number", "{\"weight_map\": {\"a\": 1}}", STOP, J_ERR, -1, 0, 0);
+    ONE("a file name that is null", "{\"weight_map\": {\"a\": null}}", STOP, J_ERR, -1, 0, 0);
+    ONE("top level an array", "[{\"weight_map\": {\"a\": \"s\"}}]", STOP, J_ERR, -1, 0, 0);
+    ONE("trailing comma in weight_map", "{\"weight_map\": {\"a\": \"s\",}}", STOP, J_ERR, -1, 0, 0);
+    ONE("trailing comma at the top", "{\"weight_map\": {\"a\": \"s\"},}", STOP, J_ERR, -1, 0, 0);
+    ONE("text after the object", "{\"weight_map\": {\"a\": \"s\"}} x", STOP, J_ERR, -1, 0, 0);
+    ONE("a second object after it", "{\"weight_map\": {\"a\": \"s\"}}{}", STOP, J_ERR, -1, 0, 0);
+    ONE("a NUL byte after it", "{\"weight_map\": {\"a\": \"s\"}}\0", STOP, J_ERR, -1, 0, 0);
+    ONE("missing colon", "{\"weight_map\": {\"a\" \"s\"}}", STOP, J_ERR, -1, 0, 0);
+    ONE("single quotes", "{'weight_map': {'a': 's'}}", STOP, J_ERR, -1, 0, 0);
+    ONE("cut in a string", "{\"weight_map\": {\"a\": \"s", STOP, J_ERR, -1, 0, 0);
+    ONE("cut after a member", "{\"weight_map\": {\"a\": \"s\"", STOP, J_ERR, -1, 0, 0);
+    ONE("empty text", "", STOP, J_ERR, -1, 0, 0);
+    ONE("a UTF-8 byte order mark", "\xef\xbb\xbf{\"weight_map\": {\"a\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
+}
+
+/* Random damage to a valid index: a byte changed to one of the characters that matter, one
+ * removed, or the text cut. The scanner may stop where jansson accepts (it then decides), never
+ * read what jansson refuses, never give other entries. */
+static void damaged(void) {
+    static const char base[] =
+        "{\n  \"metadata\": {\"total_size\": 1560085955072, \"v\": [1.5, true, null]},\n  \"weight_map\": {\n"
+        "    \"language_model.model.layers.0.mlp.gate_proj.weight\": \"model-00001-of-000096.safetensors\",\n"
+        "    \"na\\u00efve\\ud83d\\ude00\": \"model-00002-of-000096.safetensors\",\n"
+        "    \"esc\\\"\\\\\\/\\n\": \"model-00002-of-000096.safetensors\",\n"
+        "    \"vision_tower.x\": \"model-00096-of-000096.safetensors\"\n  }\n}\n";
+    static const char pick[] = "{}[]\",:\\u0aZ \n\t\x01\x80\xc3\xed\xf4-+.eE9";
+    size_t            n      = sizeof base - 1;
+    char             *t = malloc(n + 1), *copy = malloc(n + 1);
+    int               agree = 0, scan_more = 0, jansson_only = 0, both_refuse = 0, bad = 0;
+    unsigned          seed = 12345;
+    for (int r = 0; r < 3000; r++) {
+        memcpy(t, base, n);
+        size_t len = n;
+        seed       = seed * 1103515245u + 12345u;
+        size_t pos = (seed >> 8) % n;
+        seed       = seed * 1103515245u + 12345u;
+        switch (r % 3) {
+        case 0:
+            t[pos] = pick[(seed >> 8) % (sizeof pick - 1)];
+            break;
+        case 1:
+            memmove(t + pos, t + pos + 1, n - pos - 1);
+            len = n - 1;
+            break;
+        default:
+            len = pos;
+        }
+        memcpy(copy, t, len);
+        wm_map    s = {0}, j = {0};
+        size_t    at;
+        int       rc = wm_scan(copy, len, &s, &at);
+        k3_status st = wm_parse_full("idx.json", t, len, &j);
+        if (rc == 0 && st != K3_OK)
+            scan_more++;
+        else if (rc == 0 && !same(&s, &j))
+            bad++;
+        else if (rc == 0)
+            agree++;
+        else if (st == K3_OK)
+            jansson_only++;
+        else
+            both_refuse++;
+        wm_free(&s);
+        wm_free(&j);
+    }
+    T_CHECK(scan_more == 0 && bad == 0 && agree > 100 && both_refuse > 1000,
+            "3,000 damaged indexes: %d read alike, %d left to jansson which accepts, %d refused by both; the "
+            "scanner read %d that jansson refuses and gave other entries for %d",
+            agree, jansson_only, both_refuse, scan_more, bad);
+    free(t);
+    free(copy);
+}
+
+/* Through st_open: a damaged index is refused naming the index file and the byte offset (jansson's:
+ * the bytes read when it stopped, so just past the offending token: 32 is the end of the cut text,
+ * 40 just past the ']' at byte 39); an index the scanner reads opens as before (escaped names
+ * found in the shard). */
+static void via_st_open(void) {
+    char dir[600], p[700];
+    snprintf(dir, sizeof dir, "%s/idx", root);
+    mkdir(dir, 0755);
+    tsf w = {0};
+    tsf_add(&w, "a\"b", "F32", 1, (int64_t[]){2}, NULL);
+    tsf_add(&w, "caf\xc3\xa9", "F32", 1, (int64_t[]){2}, NULL);
+    snprintf(p, sizeof p, "%s/s1.safetensors", dir);
+    T_CHECK(tsf_write(&w, p) == 0, "shard written");
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    static const char good[] =
+        "{\"weight_map\": {\"a\\\"b\": \"s1.safetensors\", \"caf\\u00e9\": \"s\\u0031.safetensors\"}}";
+    tsf_bytes(p, good, sizeof good - 1);
+    st_dir   *d  = NULL;
+    k3_status st = st_open(dir, &d);
+    T_CHECK(st == K3_OK && d && st_find(d, "caf\xc3\xa9") && st_find(d, "a\"b"),
+            "an index with escaped names and file names opens; both tensors found (%s)",
+            st ? k3_errmsg() : "ok");
+    st_close(d);
+    static const struct {
+        const char *what, *text, *want;
+    } bad[] = {
+        {"cut in the middle", "{\"weight_map\": {\"a\\\"b\": \"s1.safe", "(byte 32): premature end"},
+        {"a lone surrogate", "{\"weight_map\": {\"\\ud800\": \"s1.safetensors\"}}", "byte "},
+        {"a duplicate name", "{\"weight_map\": {\"x\": \"s1.safetensors\", \"x\": \"s1.safetensors\"}}",
+         "duplicate"},
+        {"a stray character", "{\"weight_map\": {\"x\": \"s1.safetensors\"} ]", "(byte 40)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tsf_bytes(p, bad[i].text, strlen(bad[i].text));
+        d  = NULL;
+        st = st_open(dir, &d);
+        T_CHECK(st != K3_OK && !d && strstr(k3_errmsg(), "model.safetensors.index.json: line 1 column") &&
+                    strstr(k3_errmsg(), bad[i].want),
+                "index %s: refused naming the file and '%s' (%s)", bad[i].what, bad[i].want, k3_errmsg());
+        st_close(d);
+    }
+}
+
+int main(void) {
+    const char *tmp = getenv("K3_TMP");
+    snprintf(root, sizeof root, "%s/test-wmap.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(root)) {
+        T_CHECK(0, "mkdtemp %s", root);
+        return t_done();
+    }
+    tricky();
+    damaged();
+    via_st_open();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd))
+        T_SKIP("could not remove %s", root);
+    return t_done();
+}
