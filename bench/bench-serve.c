@@ -25,7 +25,7 @@
  *                   while it joined, against their plain step.
  *   serve_chunk_C_ttft, serve_chunk_C_stall (only when the filter names serve_chunk: slow)
  *                   the same join with prompt chunks of C = 16, 32, 64, 128 ids, in alternating
- *                   rounds: its time to first token (ref: C = 64, the default) and the 4
+ *                   rounds: its time to first token (ref: C = SB_CHUNK, the default) and the 4
  *                   streams' longest step while it prefilled (ref: their plain step), the two
  *                   sides of K3_SERVE_CHUNK.
  */
@@ -41,7 +41,7 @@ int bench_serve(void);
 #define SB_MAXS 8
 #define SB_ROUNDS 3
 #define SB_TOKENS 8   /* decode steps timed per case                   */
-#define SB_CHUNK 64   /* prompt ids per prefill step (the server's default) */
+#define SB_CHUNK 32   /* prompt ids per prefill step (the server's default) */
 #define SB_PROMPT 200 /* the joining request's prompt, about (ids)      */
 
 typedef struct sb {
@@ -153,11 +153,14 @@ static int sb_chunks(sb *b) {
         printf("\n");
         fflush(stdout);
     }
-    const double ref = bench_median(ttft[2], SB_ROUNDS);
+    int def = 0; /* the default's index */
+    for (int k = 0; k < NCH; k++)
+        def = chunks[k] == SB_CHUNK ? k : def;
+    const double ref = bench_median(ttft[def], SB_ROUNDS);
     for (int k = 0; k < NCH; k++) {
         char name[40];
         snprintf(name, sizeof name, "serve_chunk_%d_ttft", chunks[k]);
-        bench_report(name, bench_median(ttft[k], SB_ROUNDS), "s", ref, "s(chunk 64)");
+        bench_report(name, bench_median(ttft[k], SB_ROUNDS), "s", ref, "s(default chunk)");
         snprintf(name, sizeof name, "serve_chunk_%d_stall", chunks[k]);
         bench_report(name, bench_median(stall[k], SB_ROUNDS), "s", bench_median(plain[k], SB_ROUNDS),
                      "s(plain step)");
