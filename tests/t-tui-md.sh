@@ -44,9 +44,9 @@ delay 0
 response reply to {user}
 EOF
 
-# width_ok: every captured line fits COLS display columns, and the lines of the box drawing
+# width_ok: every captured line fits COLS display columns, the lines of the box drawing
 # between two rows (table or code box) all have the same width with their right border at
-# the same column
+# the same column, and rules have no gaps
 cat >"$K3_TMP/cols.py" <<'EOF'
 import sys, unicodedata
 cols = int(sys.argv[1]); text = open(sys.argv[2], encoding="utf-8").read().split("\n")
@@ -71,6 +71,17 @@ for l in text + [""]:
             ok = False
             print("box not aligned:", sorted(widths), "ends", ends)
         box = []
+# rules drawn whole: box tops, joints and bottoms without a gap (a language label aside), a
+# level-1 heading's rule as wide as the pane's text
+import re
+for l in text:
+    l = l.rstrip()
+    if l and l[0] in "┌├└" and not re.fullmatch(r"[┌├└][─┬┼┴]*( \S+ [─┬┼┴]*)?[┐┤┘]", l):
+        ok = False
+        print("rule with a gap:", l)
+    if l and set(l) == {"━"} and len(l) != cols - 1:
+        ok = False
+        print("heading rule of", len(l), "columns")
 print("too wide:", len(bad))
 sys.exit(0 if ok and not bad else 1)
 EOF

@@ -285,6 +285,130 @@ static void test_stream_plain(void) {
             plain_steps, steps);
 }
 
+/* 1 when the lines of streams a and b (finished then open) are the same, run for run. */
+static int same_stream(const md_stream *a, const md_stream *b, int *at) {
+    int na = a->fin.n_lines + a->open.n_lines, nb = b->fin.n_lines + b->open.n_lines;
+    for (int i = 0; i < na && i < nb; i++) {
+        const md_doc *x   = i < a->fin.n_lines ? &a->fin : &a->open,
+                     *y   = i < b->fin.n_lines ? &b->fin : &b->open;
+        const md_line *l  = &x->lines[i < a->fin.n_lines ? i : i - a->fin.n_lines];
+        const md_line *m  = &y->lines[i < b->fin.n_lines ? i : i - b->fin.n_lines];
+        int            ok = l->n_runs == m->n_runs && l->width == m->width;
+        for (int k = 0; ok && k < l->n_runs; k++) {
+            const md_run *r = &x->runs[l->run0 + (size_t)k], *q = &y->runs[m->run0 + (size_t)k];
+            ok = r->role == q->role && (r->link < 0) == (q->link < 0) && r->len == q->len &&
+                 !memcmp(x->text.p + r->off, y->text.p + q->off, r->len);
+        }
+        if (!ok) {
+            *at = i;
+            return 0;
+        }
+    }
+    *at = na < nb ? na : nb;
+    return na == nb;
+}
+
+/* The incremental stream (finished chunks kept, the open code block laid out line by line, an
+ * unchanged view not rendered again, the buffer moving as it grows) shows at every step what a
+ * fresh stream made with md4c alone (MD_EXACT) shows for the same text. */
+static void test_stream_incremental(void) {
+    static const char text[] =
+        "# Streaming test\n\nSome **bold** text with `code`, a [link](https://example.com/x) and "
+        "$x_1^2$ here, &amp; an entity.\n\n- item one\n  - nested *em*\n- [x] task\n\n"
+        "| a | b | 漢字 |\n|:--|--:|:-:|\n| 1 | 2 | 三 |\n| 😀 | long cell text that wraps | x |\n\n"
+        "```c\nint main(void) {\n\tint x = 1; /* a tab */\n \t  y\tz;\n  \t \n\n    return x * 2; // a long "
+        "line that has to "
+        "wrap inside the box at narrow widths\n}\n| not a table\n| in code\n```\n\n"
+        "> a quote\n> on two lines\n\n~~~python\nprint('tilde fence')\n~~~~\n\n"
+        "``` a`b\nnot a fence: a code span\n```\n\n```\n\n\nblank lines first\n```   \n\n"
+        "```sh\necho crlf\r\nlone\rcr\nls\n```\n\n1. one\n2. two\n\n```js\nconst s = `template ${x}`;\n"
+        "let y = a ** b; // ~~ and __\n```\n\n```\n```\n\n***\n\n```rust\nfn main() {\n    "
+        "println!(\"unclosed at the end\");\n";
+    size_t   n     = sizeof text - 1;
+    unsigned seed  = 777;
+    int      steps = 0, fc_steps = 0, bad = 0, moves = 0;
+    long     fin_chunks = 0, fin_want = 0;
+    /* widths; the last run resizes mid-stream */
+    static const int widths[] = {6, 9, 24, 41, 80, 119, -1};
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0] && !bad; wi++) {
+        md_stream st  = {0};
+        char     *buf = NULL;
+        for (size_t k = 1; k <= n && !bad;) {
+            int width = widths[wi] > 0 ? widths[wi] : (k < n / 3 ? 50 : k < 2 * n / 3 ? 17 : 33);
+            /* the text's buffer grows as an entry's does, and moves now and then */
+            char *nb = malloc(k + 1);
+            memcpy(nb, text, k);
+            nb[k] = 0;
+            if (buf && (seed >> 5) % 3) { /* kept in place: the old buffer, grown */
+                memcpy(buf, text, k);     /* (allocated at full size below) */
+                free(nb);
+            } else {
+                if (buf)
+                    moves++;
+                free(buf);
+                buf = realloc(nb, n + 1);
+            }
+            if (md_stream_update(&st, buf, k, width, THM_ASSISTANT, MD_STREAMING)) {
+                T_CHECK(0, "stream update at %zu bytes, width %d", k, width);
+                bad = 1;
+                break;
+            }
+            md_stream ref = {0};
+            md_stream_update(&ref, buf, k, width, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
+            int at;
+            if (!same_stream(&st, &ref, &at)) {
+                txt_buf a = {0}, b = {0};
+                md_line_text(at < st.fin.n_lines ? &st.fin : &st.open,
+                             at < st.fin.n_lines ? at : at - st.fin.n_lines, &a);
+                md_line_text(at < ref.fin.n_lines ? &ref.fin : &ref.open,
+                             at < ref.fin.n_lines ? at : at - ref.fin.n_lines, &b);
+                T_CHECK(0, "width %d, %zu bytes: line %d is '%s', a fresh render has '%s' (%d vs %d lines)",
+                        width, k, at, a.p ? a.p : "", b.p ? b.p : "", st.fin.n_lines + st.open.n_lines,
+                        ref.fin.n_lines + ref.open.n_lines);
+                free(a.p);
+                free(b.p);
+                bad = 1;
+            }
+            if (k == n && widths[wi] > 0) {
+                fin_chunks += st.n_fin;
+                fin_want += ref.n_fin;
+            }
+            fc_steps += st.fc;
+            steps++;
+            md_stream_free(&ref);
+            seed = seed * 1103515245u + 12345u;
+            k += 1 + (seed >> 16) % 7; /* tokens of 1 to 7 bytes */
+            if (k > n && k - n < 7)
+                k = n;
+        }
+        free(buf);
+        md_stream_free(&st);
+    }
+    /* another text, longer, in another buffer: nothing of the first is kept */
+    md_stream   st = {0}, ref = {0};
+    const char *a = "```\nfirst text\n```\n\nmore", *b = "```\nother text\n```\n\nmore and more";
+    char       *pa = strdup(a), *pb = strdup(b);
+    md_stream_update(&st, pa, strlen(pa), 30, THM_ASSISTANT, MD_STREAMING);
+    free(pa);
+    md_stream_update(&st, pb, strlen(pb), 30, THM_ASSISTANT, MD_STREAMING);
+    md_stream_update(&ref, pb, strlen(pb), 30, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
+    int at;
+    T_CHECK(same_stream(&st, &ref, &at), "a different text in a new buffer starts the stream over");
+    md_stream_free(&st);
+    md_stream_free(&ref);
+    free(pb);
+    T_CHECK(!bad && steps > 1000,
+            "streamed token by token at widths 6 to 119 and resized mid-stream: every "
+            "step shows what a fresh md4c render of the same text shows (%d steps)",
+            steps);
+    T_CHECK(fc_steps > steps / 10, "open code blocks were laid out line by line in %d of %d steps", fc_steps,
+            steps);
+    T_CHECK(moves > 100 && fin_chunks == fin_want,
+            "each finished chunk is rendered once although the buffer moved %d times (%ld renders, %ld "
+            "chunks)",
+            moves, fin_chunks, fin_want);
+}
+
 /* Streams text (40 columns, still streaming) into st; returns its first open line, in *a. */
 static const char *streamed(md_stream *st, const char *text, txt_buf *a) {
     md_stream_update(st, text, strlen(text), 40, THM_ASSISTANT, MD_STREAMING);
@@ -416,6 +540,35 @@ static void test_bad_input(void) {
     dt = now() - t0;
     T_CHECK(rc == 0 && all_fit(80) && D.n_lines > 10000,
             "1 MB table row wraps inside its cell (%d lines, %.2f s)", D.n_lines, dt);
+    /* streamed in 16 pieces, then a 1 MB code block: what md4c alone shows, every line fits */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) { /* a fenced block of 1 MB, 40-byte lines, still open at the end */
+            o                        = (size_t)sprintf(s, "```c\n");
+            static const char code[] = "int x = 1; /* a line of code */   ok();\n";
+            for (; o + sizeof code < big; o += sizeof code - 1)
+                memcpy(s + o, code, sizeof code - 1);
+            s[o] = 0;
+        }
+        size_t    len = strlen(s);
+        md_stream st = {0}, ref = {0};
+        int       same = 1, fits = 1;
+        t0 = now();
+        for (int k = 1; k <= 16; k++)
+            md_stream_update(&st, s, len * (size_t)k / 16, 80, THM_ASSISTANT, MD_STREAMING);
+        dt = now() - t0;
+        md_stream_update(&ref, s, len, 80, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
+        int nl = st.fin.n_lines + st.open.n_lines;
+        same   = nl == ref.fin.n_lines + ref.open.n_lines && st.open.n_lines == ref.open.n_lines;
+        for (int i = 0; i < st.open.n_lines && same; i++)
+            same = st.open.lines[i].width == ref.open.lines[i].width;
+        for (int i = 0; i < st.open.n_lines; i++)
+            fits &= st.open.lines[i].width <= 80;
+        T_CHECK(same && fits && nl > 10000,
+                "%s streamed in 16 pieces: %d lines, as md4c alone shows them (%.2f s)",
+                pass ? "a 1 MB code block" : "the 1 MB table row", nl, dt);
+        md_stream_free(&st);
+        md_stream_free(&ref);
+    }
     free(s);
 
     render("```\nunclosed fence\n\nmore", 30, 0);
@@ -469,6 +622,7 @@ int main(void) {
     test_links();
     test_stream();
     test_stream_plain();
+    test_stream_incremental();
     test_copy();
     test_bad_input();
     md_doc_free(&D);

@@ -80,6 +80,12 @@ int main(void) {
             n, ln[0].width);
     n = txt_wrap("ab😀😀", strlen("ab😀😀"), 4, ln, 16);
     T_CHECK(n == 2 && ln[0].width == 4 && ln[1].width == 2, "an emoji never straddles the margin (n=%d)", n);
+    n       = txt_wrap("| 漢  |😀 x", strlen("| 漢  |😀 x"), 2, ln, 16);
+    int fit = 1;
+    for (int k = 0; k < n && k < 16; k++)
+        fit &= ln[k].width <= 2;
+    T_CHECK(fit && n == 6,
+            "a wide character that does not fit after the last break goes to the next line (n=%d)", n);
     n = txt_wrap("a\nb\n", strlen("a\nb\n"), 10, ln, 16);
     T_CHECK(n == 3 && ln[2].len == 0, "newlines end lines; a trailing newline gives an empty line (n=%d)", n);
     n = txt_wrap("", strlen(""), 10, ln, 16);

@@ -56,7 +56,7 @@ typedef struct table {
     int    align[128];
 } table;
 
-typedef struct R {
+typedef struct md_rctx {
     md_doc  *d;
     int      width, base;
     unsigned flags;
@@ -73,19 +73,24 @@ typedef struct R {
     int    need_blank;
 
     /* leaf block */
-    styled  in;
-    int     roles[SPAN_MAX];
-    int     n_roles, span_depth;
-    int     link;
-    int     leaf; /* MD_BLOCK_* of the open leaf, -1 none           */
-    int     h_level;
-    txt_buf code, lang;
-    int     in_code;
-    table  *tb;
-    int     in_table, cell_open;
+    int    roles[SPAN_MAX];
+    int    n_roles, span_depth;
+    int    link;
+    int    leaf; /* MD_BLOCK_* of the open leaf, -1 none           */
+    int    h_level;
+    int    in_code;
+    table *tb; /* the open table (tb_keep), NULL outside one     */
+    int    in_table, cell_open;
 
-    /* last, and not cleared (57 KB, md_render runs every frame while an answer streams): each
-     * entry is written before it is read */
+    /* not cleared: buffers kept between the renders of a stream (emptied by render_begin), so a
+     * streaming frame allocates nothing once they have grown */
+    styled    in;
+    txt_buf   code, lang, ex; /* ex: a code line with its tabs expanded */
+    table    *tb_keep;
+    txt_line *wl; /* lines of a wrapped paragraph (wrap) */
+    int       cap_wl;
+
+    /* last, and not cleared (57 KB): each entry is written before it is read */
     piece pfx[PFX_MAX];     /* [0, n_pfx): written by push_piece                  */
     int   pushed[PFX_MAX];  /* per container level: it added a piece (push_piece) */
     int   ol_next[PFX_MAX]; /* per list level: next number, -1 bullets (list entry) */
@@ -304,6 +309,22 @@ static int wrap(const char *text, size_t t0, size_t t1, int w, txt_line **out) {
     return n;
 }
 
+/* Wrap text[0, n) at w columns into r->wl (grown as needed): the number of lines, -1 out of
+ * memory. */
+static int wrap_scratch(R *r, const char *text, size_t n, int w) {
+    int k = txt_wrap(text, n, w, r->wl, r->cap_wl);
+    if (k > r->cap_wl) {
+        int       cap = k < 64 ? 64 : k;
+        txt_line *l   = realloc(r->wl, (size_t)cap * sizeof *l);
+        if (!l)
+            return -1;
+        r->wl     = l;
+        r->cap_wl = cap;
+        txt_wrap(text, n, w, r->wl, k);
+    }
+    return k;
+}
+
 /* The inline buffer as wrapped lines after the prefix. */
 static void flush_inline(R *r) {
     styled *s          = &r->in;
@@ -314,8 +335,7 @@ static void flush_inline(R *r) {
         st_reset(s);
         return;
     }
-    txt_line *L;
-    int       n = wrap(s->t.p, 0, s->t.n, avail(r), &L);
+    int n = wrap_scratch(r, s->t.p, s->t.n, avail(r));
     if (n < 0) {
         r->err = r->d->oom = 1;
         st_reset(s);
@@ -324,23 +344,76 @@ static void flush_inline(R *r) {
     size_t k = 0;
     for (int i = 0; i < n; i++) {
         ln_begin(r);
-        add_styled(r, s->t.p, s->sp, s->n_sp, &k, L[i].off, L[i].len);
+        add_styled(r, s->t.p, s->sp, s->n_sp, &k, r->wl[i].off, r->wl[i].len);
         ln_end(r);
     }
-    free(L);
     st_reset(s);
 }
 
 /* ==== code blocks ========================================================== */
+
+/* The rows of one line of code s[0, ln): tabs expanded by column, control characters left out,
+ * wrapped by columns (code keeps its spaces) inside the box of inner width iw, or bare. */
+static void code_line(R *r, const char *s, size_t ln, int box, int iw) {
+    txt_buf *ex = &r->ex;
+    ex->n       = 0;
+    int col     = 0;
+    for (size_t q = 0; q < ln;) {
+        int    w, f;
+        size_t l = txt_cluster(s + q, ln - q, &w, &f);
+        if (f & TXT_F_TAB) {
+            int k = TXT_TAB - col % TXT_TAB;
+            for (int j = 0; j < k; j++)
+                txt_buf_add(ex, " ", 1);
+            col += k;
+        } else if (!(f & (TXT_F_CTRL | TXT_F_NL))) {
+            txt_buf_add(ex, s + q, l);
+            col += w;
+        }
+        q += l;
+    }
+    size_t q = 0;
+    do {
+        size_t take = txt_col_to_off(ex->p ? ex->p + q : "", ex->n - q, iw);
+        if (take == 0 && q < ex->n) { /* one cluster wider than the box */
+            int w, f;
+            take = txt_cluster(ex->p + q, ex->n - q, &w, &f);
+        }
+        ln_begin(r);
+        int c0 = r->col;
+        if (box)
+            ln_add(r, "│ ", strlen("│ "), THM_MD_BORDER, -1);
+        ln_add(r, ex->p ? ex->p + q : "", take, THM_CODE, -1);
+        if (box) {
+            int used = r->col - c0 - 2;
+            ln_spaces(r, iw - used, THM_CODE);
+            ln_add(r, " │", strlen(" │"), THM_MD_BORDER, -1);
+        }
+        ln_end(r);
+        q += take;
+    } while (q < ex->n && !r->err);
+}
+
+/* The box of a code block in a columns: whether there is one, and its inner width. */
+static int code_box(int a, int *iw) {
+    *iw = a >= 8 ? a - 4 : a;
+    return a >= 8;
+}
+
+static void code_bottom(R *r, int a) {
+    ln_begin(r);
+    ln_add(r, "└", strlen("└"), THM_MD_BORDER, -1);
+    ln_rep(r, "─", a - 2, THM_MD_BORDER);
+    ln_add(r, "┘", strlen("┘"), THM_MD_BORDER, -1);
+    ln_end(r);
+}
 
 static void code_block(R *r) {
     const char *s = r->code.p ? r->code.p : "";
     size_t      n = r->code.n;
     if (n && s[n - 1] == '\n')
         n--;
-    int a   = avail(r);
-    int box = a >= 8;
-    int iw  = box ? a - 4 : a;
+    int a = avail(r), iw, box = code_box(a, &iw);
     if (box) {
         ln_begin(r);
         ln_add(r, "┌─", strlen("┌─"), THM_MD_BORDER, -1);
@@ -356,60 +429,16 @@ static void code_block(R *r) {
         ln_add(r, "┐", strlen("┐"), THM_MD_BORDER, -1);
         ln_end(r);
     }
-    txt_buf ex = {0};
     for (size_t p = 0; p <= n && !r->err;) {
         const char *eol = memchr(s + p, '\n', n - p);
         size_t      ln  = eol ? (size_t)(eol - (s + p)) : n - p;
-        /* tabs to spaces (by column), so the box lines up */
-        ex.n    = 0;
-        int col = 0;
-        for (size_t q = 0; q < ln;) {
-            int    w, f;
-            size_t l = txt_cluster(s + p + q, ln - q, &w, &f);
-            if (f & TXT_F_TAB) {
-                int k = TXT_TAB - col % TXT_TAB;
-                for (int j = 0; j < k; j++)
-                    txt_buf_add(&ex, " ", 1);
-                col += k;
-            } else if (!(f & (TXT_F_CTRL | TXT_F_NL))) {
-                txt_buf_add(&ex, s + p + q, l);
-                col += w;
-            }
-            q += l;
-        }
-        /* wrap by columns, not words: code keeps its spaces */
-        size_t q = 0;
-        do {
-            size_t take = txt_col_to_off(ex.p ? ex.p + q : "", ex.n - q, iw);
-            if (take == 0 && q < ex.n) { /* one cluster wider than the box */
-                int w, f;
-                take = txt_cluster(ex.p + q, ex.n - q, &w, &f);
-            }
-            ln_begin(r);
-            int c0 = r->col;
-            if (box)
-                ln_add(r, "│ ", strlen("│ "), THM_MD_BORDER, -1);
-            ln_add(r, ex.p ? ex.p + q : "", take, THM_CODE, -1);
-            if (box) {
-                int used = r->col - c0 - 2;
-                ln_spaces(r, iw - used, THM_CODE);
-                ln_add(r, " │", strlen(" │"), THM_MD_BORDER, -1);
-            }
-            ln_end(r);
-            q += take;
-        } while (q < ex.n && !r->err);
+        code_line(r, s + p, ln, box, iw);
         if (!eol)
             break;
         p += ln + 1;
     }
-    free(ex.p);
-    if (box) {
-        ln_begin(r);
-        ln_add(r, "└", strlen("└"), THM_MD_BORDER, -1);
-        ln_rep(r, "─", a - 2, THM_MD_BORDER);
-        ln_add(r, "┘", strlen("┘"), THM_MD_BORDER, -1);
-        ln_end(r);
-    }
+    if (box)
+        code_bottom(r, a);
 }
 
 /* ==== tables ================================================================ */
@@ -703,8 +732,15 @@ static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
         break;
     case MD_BLOCK_TABLE:
         block_start(r);
-        table_free(r->tb);
-        r->tb = calloc(1, sizeof *r->tb);
+        if (!r->tb_keep)
+            r->tb_keep = calloc(1, sizeof *r->tb_keep);
+        if ((r->tb = r->tb_keep) != NULL) { /* emptied, its memory kept */
+            table *t = r->tb;
+            st_reset(&t->st);
+            t->n_cells = 0;
+            t->n_cols = t->n_rows = t->n_head = t->in_head = 0;
+            memset(t->align, 0, sizeof t->align);
+        }
         if (!r->tb || txt_buf_add(&r->tb->st.t, "", 0)) /* text never NULL, even when all cells are empty */
             r->err = r->d->oom = 1;
         r->in_table = 1;
@@ -803,7 +839,6 @@ static int leave_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     case MD_BLOCK_TABLE:
         if (r->tb)
             table_draw(r, r->tb);
-        table_free(r->tb);
         r->tb         = NULL;
         r->in_table   = 0;
         r->need_blank = 1;
@@ -980,20 +1015,23 @@ static int on_text(MD_TEXTTYPE type, const MD_CHAR *s, MD_SIZE n, void *ud) {
 
 /* ==== public ================================================================ */
 
-int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned flags) {
-    R *r = malloc(sizeof *r);
-    if (!r) {
-        d->oom = 1;
-        return -1;
-    }
-    memset(r, 0, offsetof(R, pfx));
-    r->d          = d;
-    r->width      = width < 2 ? 2 : width;
-    r->base       = base;
-    r->flags      = flags;
-    r->leaf       = -1;
-    r->link       = -1;
-    r->need_blank = 1;
+/* Render s[0..n) into d with the context r (its buffers kept for the next render). */
+/* r made ready to render into d (its buffers emptied, kept). */
+static void render_begin(R *r, md_doc *d, int width, int base, unsigned flags) {
+    memset(r, 0, offsetof(R, in));
+    st_reset(&r->in);
+    r->code.n = r->lang.n = 0;
+    r->d                  = d;
+    r->width              = width < 2 ? 2 : width;
+    r->base               = base;
+    r->flags              = flags;
+    r->leaf               = -1;
+    r->link               = -1;
+    r->need_blank         = 1;
+}
+
+static int render_with(R *r, md_doc *d, const char *s, size_t n, int width, int base, unsigned flags) {
+    render_begin(r, d, width, base, flags);
     MD_PARSER p;
     memset(&p, 0, sizeof p);
     p.flags = MD_FLAG_TABLES | MD_FLAG_STRIKETHROUGH | MD_FLAG_TASKLISTS | MD_FLAG_LATEXMATHSPANS |
@@ -1007,13 +1045,37 @@ int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned 
         n = 0xFFFFFFF0u; /* MD_SIZE is 32 bits */
     int rc = md_parse(s ? s : "", (MD_SIZE)n, &p, r);
     ln_end(r);
-    int err = r->err || rc != 0;
+    return r->err || rc != 0 ? -1 : 0;
+}
+
+static R *ctx_new(void) {
+    R *r = malloc(sizeof *r);
+    if (r)
+        memset(r, 0, offsetof(R, pfx));
+    return r;
+}
+
+static void ctx_free(R *r) {
+    if (!r)
+        return;
     st_free(&r->in);
     free(r->code.p);
     free(r->lang.p);
-    table_free(r->tb);
+    free(r->ex.p);
+    free(r->wl);
+    table_free(r->tb_keep);
     free(r);
-    return err ? -1 : 0;
+}
+
+int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned flags) {
+    R *r = ctx_new();
+    if (!r) {
+        d->oom = 1;
+        return -1;
+    }
+    int rc = render_with(r, d, s, n, width, base, flags);
+    ctx_free(r);
+    return rc;
 }
 
 void md_doc_reset(md_doc *d) {
@@ -1135,9 +1197,7 @@ static int fence_line(const char *s, size_t n, char *ch, int *rest) {
 
 /* Text of the open chunk as shown while streaming: a half-received table row held back and
  * unclosed `code`, **strong** and ~~strike~~ of its last paragraph closed. */
-static int stream_view(md_stream *st, const char *s, size_t n) {
-    txt_buf *b  = &st->tmp;
-    b->n        = 0;
+static size_t view_end(const char *s, size_t n) {
     size_t last = n;
     while (last > 0 && s[last - 1] != '\n')
         last--;
@@ -1149,12 +1209,18 @@ static int stream_view(md_stream *st, const char *s, size_t n) {
         if (s[prev] == '|')
             n = last;
     }
-    if (txt_buf_add(b, s, n))
-        return -1;
     /* markers at the very end open something whose text has not come yet ("**", "`", a "~~"
      * cut in two): shown by the next token, or closed below once text follows them */
-    while (b->n > 0 && strchr("*`~_$", b->p[b->n - 1]))
-        b->p[--b->n] = 0;
+    while (n > 0 && strchr("*`~_$", s[n - 1]))
+        n--;
+    return n;
+}
+
+static int stream_view(md_stream *st, const char *s, size_t n) {
+    txt_buf *b = &st->tmp;
+    b->n       = 0;
+    if (txt_buf_add(b, s, view_end(s, n)))
+        return -1;
     s = b->p;
     n = b->n;
     if (st->fence)
@@ -1294,14 +1360,127 @@ static int pl_layout(md_stream *st, const char *s, size_t n, int role) {
     return rc;
 }
 
+/* md_render with the stream's context: its buffers stay allocated from one frame to the next. */
+static int stream_render(md_stream *st, md_doc *d, const char *s, size_t n, unsigned flags) {
+    if (!st->ctx && !(st->ctx = ctx_new()))
+        return d->oom = 1, -1;
+    return render_with(st->ctx, d, s, n, st->width, st->role, flags);
+}
+
+/* ==== streaming an open code block ========================================== */
+
+/* Whether s[0, n) holds a NUL or a CR (md4c's line ends and its U+FFFD differ from ours). */
+static int has_cr_nul(const char *s, size_t n) {
+    return memchr(s, '\r', n) || memchr(s, 0, n);
+}
+
+/* A line of a fenced code block as md4c gives it: its indentation as spaces (tab stops every 4
+ * columns), then the rest as it is; its rows laid out. */
+static void fc_code_line(R *r, const char *s, size_t ln, int box, int iw) {
+    size_t k   = 0;
+    int    col = 0;
+    for (; k < ln && (s[k] == ' ' || s[k] == '\t'); k++)
+        col = s[k] == ' ' ? col + 1 : (col + 4) / 4 * 4;
+    r->code.n = 0;
+    for (int i = 0; i < col; i++)
+        txt_buf_add(&r->code, " ", 1);
+    if (txt_buf_add(&r->code, s + k, ln - k))
+        r->err = r->d->oom = 1;
+    code_line(r, r->code.p, r->code.n, box, iw);
+}
+
+/* Open's lines from line k on dropped (their runs and text with them). */
+static void doc_cut(md_doc *d, int k) {
+    if (k >= d->n_lines)
+        return;
+    size_t run0 = d->lines[k].run0;
+    if (run0 < d->n_runs) {
+        d->text.n = d->runs[run0].off;
+        d->n_runs = run0;
+    }
+    d->n_lines = k;
+}
+
+/* The open chunk s[done, n) as a fenced code block that is still open (its first line a fence at
+ * column 0): what md4c makes of the stream's view of it, without md4c after its first line. The
+ * head (md4c's rendering of the fence line, to the box's top) is made once; the rows of a complete
+ * line once; each update adds the rows of the new complete lines, then those of the partial last
+ * line and the bottom, which the next update takes back. Code lines are laid out one by one in
+ * md_render too (code_line), so this is exact. 0 done, 1 not such a chunk (md4c renders it), -1
+ * out of memory. */
+static int fc_layout(md_stream *st, const char *s, size_t n, unsigned f) {
+    md_doc *d = &st->open;
+    if (st->fc_done != st->done) {
+        st->fc = st->fc_no = 0;
+        st->fc_done        = st->done;
+    }
+    if (st->fc_no || !st->fence || st->fence_at != st->done)
+        return 1;
+    const char *c    = s + st->done;
+    const char *eol  = memchr(c, '\n', n - st->done);
+    size_t      body = (size_t)(eol - s) + 1; /* the fence line was scanned: it is complete */
+    if (!st->fc) {
+        size_t k = 0;
+        while (c[k] == st->fence_ch)
+            k++;
+        if ((st->fence_ch == '`' && memchr(c + k, '`', body - 1 - st->done - k)) ||
+            has_cr_nul(c, body - st->done)) {
+            st->fc_no = 1; /* not a fence to md4c, or line ends md4c sees and we do not */
+            return 1;
+        }
+        st->last_ok = 0; /* open is rebuilt here */
+        md_doc_reset(d);
+        if (stream_render(st, d, c, body - st->done, f))
+            return -1;
+        int iw;
+        doc_cut(d, d->n_lines - 1 - code_box(st->width < 2 ? 2 : st->width, &iw)); /* the empty row, bottom */
+        st->fc       = 1;
+        st->fc_line  = body;
+        st->fc_any   = 0;
+        st->fc_lines = d->n_lines;
+    }
+    doc_cut(d, st->fc_lines); /* the partial line and the bottom of the last update */
+    size_t v = st->done + view_end(c, n - st->done);
+    R     *r = st->ctx;
+    render_begin(r, d, st->width, st->role, f);
+    int a = r->width, iw, box = code_box(a, &iw);
+    for (const char *e; st->fc_line < v && (e = memchr(s + st->fc_line, '\n', v - st->fc_line));) {
+        size_t ln = (size_t)(e - (s + st->fc_line));
+        if (has_cr_nul(s + st->fc_line, ln))
+            return st->fc = 0, st->fc_no = 1;
+        fc_code_line(r, s + st->fc_line, ln, box, iw);
+        st->fc_line += ln + 1;
+        st->fc_any = 1;
+    }
+    st->fc_lines = d->n_lines;
+    char ch;
+    int  rest, fl = 0;
+    if (v > st->fc_line) {
+        if (has_cr_nul(s + st->fc_line, v - st->fc_line))
+            return st->fc = 0, st->fc_no = 1;
+        fl = fence_line(s + st->fc_line, v - st->fc_line, &ch, &rest);
+        if (fl >= st->fence_n && ch == st->fence_ch && rest)
+            v = st->fc_line; /* a closing fence, still without its newline */
+    }
+    if (v > st->fc_line || !st->fc_any)
+        fc_code_line(r, s + st->fc_line, v - st->fc_line, box, iw);
+    if (box)
+        code_bottom(r, a);
+    return r->err ? -1 : 0;
+}
+
 int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role, unsigned flags) {
     n = txt_complete(s, n);
+    if (st->base != s && st->base && n >= st->scan && st->seen.n == st->scan &&
+        !memcmp(s, st->seen.p ? st->seen.p : "", st->scan))
+        st->base = s; /* the same text moved (its buffer grew): what was done stays done */
     if (st->base != s || n < st->len || st->width != width || st->role != role ||
         (st->flags & ~(unsigned)MD_STREAMING) != (flags & ~(unsigned)MD_STREAMING)) {
         md_doc_reset(&st->fin);
+        st->seen.n = 0;
         st->done = st->scan = 0;
-        st->pl              = 0;
-        st->pl_done         = (size_t)-1;
+        st->pl = st->fc = st->last_ok = 0;
+        st->pl_done = st->fc_done = (size_t)-1;
         st->fence = st->blank = 0;
         st->base              = s;
         st->width             = width;
@@ -1316,8 +1495,9 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         if (!st->fence && st->blank && p > st->done && s[p] != ' ' && s[p] != '\t' && s[p] != '\n') {
             /* a blank line before a line at column 0: the chunk [done, p) is finished */
             unsigned f = st->fin.n_lines ? MD_CONT : 0;
-            if (md_render(&st->fin, s + st->done, p - st->done, width, role, (flags & MD_OSC8) | f))
+            if (stream_render(st, &st->fin, s + st->done, p - st->done, (flags & MD_OSC8) | f))
                 return -1;
+            st->n_fin++;
             st->done = p;
         }
         if (!eol)
@@ -1332,37 +1512,63 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
             st->fence    = 1;
             st->fence_ch = ch;
             st->fence_n  = fl;
+            st->fence_at = p;
         }
         st->blank = blank_line(s + p, ln);
         st->scan  = p + ln + 1;
+        if (txt_buf_add(&st->seen, s + p, ln + 1))
+            return -1;
     }
     if (st->pl_done != st->done) { /* a new open chunk: is it a plain paragraph? */
         st->pl = st->pl_no = 0;
         st->pl_done = st->pl_scan = st->done;
     }
-    if ((flags & MD_STREAMING) && !st->pl_no && st->done < n) {
+    if ((flags & MD_STREAMING) && !(flags & MD_EXACT) && !st->pl_no && st->done < n) {
         st->pl_scan = plain_scan(s, st->done, st->pl_scan, n);
+        st->last_ok = 0;
         if (st->pl_scan == n)
             return pl_layout(st, s, n, role);
         st->pl_no = 1; /* for good: the chunk only grows */
     }
-    st->pl = 0;
-    md_doc_reset(&st->open);
-    if (st->done >= n)
-        return 0;
     unsigned f = (flags & MD_OSC8) | (st->fin.n_lines ? MD_CONT : 0);
-    if (flags & MD_STREAMING) {
-        if (stream_view(st, s + st->done, n - st->done))
-            return -1;
-        return md_render(&st->open, st->tmp.p, st->tmp.n, width, role, f);
+    if ((flags & MD_STREAMING) && !(flags & MD_EXACT) && st->done < n) {
+        int rc = fc_layout(st, s, n, f);
+        if (rc <= 0)
+            return rc;
     }
-    return md_render(&st->open, s + st->done, n - st->done, width, role, f);
+    st->pl = st->fc = 0;
+    const char *v   = s + st->done;
+    size_t      vn  = st->done < n ? n - st->done : 0;
+    if ((flags & MD_STREAMING) && vn) {
+        if (stream_view(st, v, vn))
+            return -1;
+        v  = st->tmp.p;
+        vn = st->tmp.n;
+    }
+    /* the same text as last time (new bytes held back): the open lines stay */
+    if (st->last_ok && !(flags & MD_EXACT) && st->last_done == st->done && st->last_f == f &&
+        st->last.n == vn && !memcmp(st->last.p, v, vn))
+        return 0;
+    st->last_ok = 0;
+    md_doc_reset(&st->open);
+    if (!vn)
+        return 0;
+    st->last.n = 0;
+    if (txt_buf_add(&st->last, v, vn) || stream_render(st, &st->open, v, vn, f))
+        return -1;
+    st->last_ok   = 1;
+    st->last_done = st->done;
+    st->last_f    = f;
+    return 0;
 }
 
 void md_stream_free(md_stream *st) {
     md_doc_free(&st->fin);
     md_doc_free(&st->open);
     free(st->tmp.p);
+    free(st->seen.p);
+    free(st->last.p);
+    ctx_free(st->ctx);
     memset(st, 0, sizeof *st);
 }
 

@@ -20,11 +20,11 @@
  * Indentation is capped at half the width, so 10,000 nested lists still leave room for text.
  *
  * Streaming (md_stream): the text is cut into chunks at blank lines outside code fences that are
- * followed by a line starting at column 0. Finished chunks are rendered once and kept; only the
- * open (last) chunk is rendered again as text arrives. While streaming, an unclosed `code`,
- * **strong** or ~~strike~~ in the open chunk is closed for display, and a half-received table
- * row and markers at the very end are held back, so half-written constructs show styled rather
- * than as raw markers.
+ * followed by a line starting at column 0. Finished chunks are rendered once and kept (also when
+ * the text's buffer moves as it grows); only the open (last) chunk is rendered again as text
+ * arrives. While streaming, an unclosed `code`, **strong** or ~~strike~~ in the open chunk is
+ * closed for display, and a half-received table row and markers at the very end are held back,
+ * so half-written constructs show styled rather than as raw markers.
  * (A link reference definition only applies within its chunk.)
  */
 #pragma once
@@ -67,6 +67,7 @@ enum {
     MD_OSC8      = 1, /* links carry their URL for OSC 8 (else the URL is shown after the text) */
     MD_STREAMING = 2, /* the text is still arriving: close half-written inline constructs      */
     MD_CONT      = 4, /* the doc continues earlier lines: separate the first block from them    */
+    MD_EXACT     = 8, /* md_stream_update: every open chunk through md4c, no shortcut (tests)  */
 };
 
 /* Render s[0..n) (any bytes; invalid UTF-8 is kept and drawn as U+FFFD) at `width` columns
@@ -84,18 +85,20 @@ int md_code_block(const char *s, size_t n, int k, txt_buf *out);
 
 /* Incremental rendering of a growing text (one per streaming pane). Zero-initialise. */
 typedef struct md_stream {
-    const char *base; /* the text last seen (a new buffer or a shorter text resets)      */
-    size_t      len;
-    int         width, role;
-    unsigned    flags;
-    size_t      done;  /* bytes [0, done) are in finished chunks, rendered into fin      */
-    size_t      scan;  /* complete lines before scan were looked at for a chunk end     */
-    int         fence; /* scan is inside a code fence of fence_n fence_ch characters     */
-    char        fence_ch;
-    int         fence_n;
-    int         blank;     /* the line before scan was blank                                 */
-    md_doc      fin, open; /* lines of the finished chunks; of the open chunk               */
-    txt_buf     tmp;
+    const char     *base; /* the text last seen (a shorter or different text resets)        */
+    size_t          len;
+    int             width, role;
+    unsigned        flags;
+    size_t          done;  /* bytes [0, done) are in finished chunks, rendered into fin      */
+    size_t          scan;  /* complete lines before scan were looked at for a chunk end     */
+    int             fence; /* scan is inside a code fence of fence_n fence_ch characters     */
+    char            fence_ch;
+    int             fence_n;
+    int             blank;     /* the line before scan was blank                                 */
+    md_doc          fin, open; /* lines of the finished chunks; of the open chunk               */
+    txt_buf         tmp;
+    txt_buf         seen; /* a copy of the text's bytes [0, scan): a moved buffer is compared */
+    struct md_rctx *ctx;  /* md.c's render context, its buffers kept from frame to frame */
     /* The open chunk as a plain paragraph (one source line without Markdown syntax, the usual
      * case of a long streamed paragraph): open was laid out here without md4c, exactly as
      * md_render lays it out, and each update wraps only from the start of its last line. */
@@ -104,6 +107,19 @@ typedef struct md_stream {
     size_t pl_done; /* the chunk start it was made for                                 */
     size_t pl_scan; /* bytes [pl_done, pl_scan) are known to be plain                  */
     size_t pl_line; /* where open's last line starts                                    */
+    /* The open chunk as a fenced code block still open (its first line a fence at column 0, the
+     * usual case of a long streamed code block): open holds md4c's head of it and the rows of its
+     * complete lines, laid out once each (fc_layout in md.c). */
+    size_t fence_at;          /* where the open fence's line starts (scan)                        */
+    int    fc, fc_no, fc_any; /* open is such a layout / the chunk is not one / a line is in   */
+    size_t fc_done, fc_line;  /* the chunk start it was made for; the next line to lay out      */
+    int    fc_lines;          /* open's lines that stay (head and complete lines' rows)          */
+    /* The text the open chunk was last rendered from by md4c (held-back bytes change nothing) */
+    txt_buf  last;
+    int      last_ok;
+    size_t   last_done;
+    unsigned last_f;
+    long     n_fin; /* chunks rendered into fin (tests: each once, however the buffer moves) */
 } md_stream;
 
 /* Bring st up to date with s[0..n) at width columns. 0 ok, -1 out of memory. The lines to show

@@ -166,6 +166,11 @@ int txt_wrap(const char *s, size_t n, int cols, txt_line *out, int max) {
             }
             have_brk = 0;
             col      = txt_width(s + start, off - start, 0);
+            if (col + w > cols && col > 0) { /* what followed the break still leaves no room */
+                EMIT(start, off - start);
+                start = off;
+                col   = 0;
+            }
             if (f & TXT_F_TAB)
                 w = TXT_TAB - col % TXT_TAB;
         }

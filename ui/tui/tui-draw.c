@@ -64,6 +64,31 @@ void tui_layout(tui *t) {
 
 /* ==== drawing primitives ===================================================== */
 
+/* A run of the one-column cluster c[0..len) (a code point alone) repeated in s[0..n) (which
+ * starts with it), drawn at (y, x) within w columns with one whline_set: at least two copies, the
+ * last one not the start of a longer cluster. Advances *off and *col; 0 when not such a run. */
+static int draw_repeat(int y, int x, int w, const char *s, size_t len, size_t n, size_t *off, int *col) {
+    int k = 1;
+    while (k < w && (size_t)(k + 1) * len <= n && !memcmp(s, s + (size_t)k * len, len))
+        k++;
+    int    cw, f;
+    size_t tail = (size_t)(k - 1) * len;
+    if (txt_cluster(s + tail, n - tail, &cw, &f) != len) /* a combining mark follows: drawn one by one */
+        k--;
+    utf8proc_int32_t cp;
+    if (k < 2 || utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)len, &cp) != (ssize_t)len ||
+        wcwidth((wchar_t)cp) != 1)
+        return 0;
+    wchar_t wc[2] = {(wchar_t)cp, 0};
+    cchar_t cc;
+    if (setcchar(&cc, wc, 0, 0, NULL) != OK)
+        return 0;
+    mvhline_set(y, x, &cc, k);
+    *off += (size_t)k * len;
+    *col += k;
+    return 1;
+}
+
 /* Draw s[0..n) at (y, x) within w columns in role r; returns the columns used. Clusters are
  * placed one by one at the columns text.c computes, so curses' idea of widths cannot drift. */
 static int draw_text(int y, int x, int w, const char *s, size_t n, int role) {
@@ -92,6 +117,10 @@ static int draw_text(int y, int x, int w, const char *s, size_t n, int role) {
         } else if (col + cw <= w && (f & TXT_F_EMOJI) && len > 4 &&
                    tui_emoji_cell(y, x + col, cw, s + off, len, role)) {
             col += cw; /* a multi-emoji cluster (tui-emoji.c) */
+        } else if (col + cw <= w && cw == 1 && len <= 4 && !(f & (TXT_F_INVALID | TXT_F_EMOJI)) &&
+                   off + 2 * len <= n && !memcmp(s + off, s + off + len, len) &&
+                   draw_repeat(y, x + col, w - col, s + off, len, n - off, &off, &col)) {
+            continue; /* a rule: the same one-column character over and over, one curses call */
         } else if (col + cw <= w) {
             wchar_t wc[6];
             int     nw = 0;
@@ -165,8 +194,14 @@ static void draw_title(tui *t, int y, const char *name, const char *extra, int c
 
 uint64_t tui_hash(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
+    for (; n >= 8; b += 8, n -= 8) { /* 8 bytes a step: every step is a bijection of h */
+        uint64_t v;
+        memcpy(&v, b, 8);
+        h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+    }
+    for (; n; n--)
+        h = (h ^ *b++) * 1099511628211ull;
     return h;
 }
 

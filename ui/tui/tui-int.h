@@ -167,7 +167,8 @@ void tui_render(tui *t, int force); /* redraw the dirty regions (coalesced while
 int  tui_text(int y, int x, int w, const char *s, size_t n, int role);
 void tui_fill(int y, int x, int w, int role);
 int  tui_dl_push(tui *t, int ent, const char *s, size_t len, int role, int indent, int fold); /* 0, -1 */
-/* FNV-1a of p[0..n) continuing from h (start with TUI_HASH0): the content of a screen row. */
+/* A 64-bit hash of p[0..n) continuing from h (start with TUI_HASH0), 8 bytes a step (the tail
+ * as FNV-1a): the content of a screen row. */
 #define TUI_HASH0 1469598103934665603ull
 uint64_t tui_hash(uint64_t h, const void *p, size_t n);
 /* 1 when row y shows h already (skip drawing it); otherwise records h and returns 0. */
