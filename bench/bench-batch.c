@@ -26,6 +26,7 @@
  */
 #include "bench.h"
 #include "k3-impl.h"
+#include "prof.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +132,24 @@ int bench_batch(void) {
             r + 1, ref[r], ref_c[r], tps[0][r], tpc[0][r], tps[1][r], tpc[1][r], tps[2][r], tpc[2][r],
             tps[3][r], tpc[3][r]);
         fflush(stdout);
+    }
+    if (prof_on) { /* K3_PROFILE=1: where the time of a step of all BB_MAXS sessions goes */
+        double tpc8;
+        prof_reset();
+        const prof_t w0 = prof_now();
+        if (decode(ss, BB_MAXS, 0, info.vocab, &tpc8) < 0)
+            goto done;
+        const prof_t w1 = prof_now();
+        for (int ph = 0; ph < PROF_N; ph++) {
+            prof_t t = prof_get((prof_phase)ph);
+            if (ph == PROF_MATMUL) /* the quantization ran inside the matmuls */
+                t.cpu -= prof_get(PROF_QUANT).cpu, t.wall -= prof_get(PROF_QUANT).wall;
+            printf("# step of %d, phase %-10s wall %.4f s cpu %.4f s (%.1f %% of the cpu)\n", BB_MAXS,
+                   prof_name((prof_phase)ph), t.wall / BB_STEPS, t.cpu / BB_STEPS,
+                   100.0 * t.cpu / (w1.cpu - w0.cpu));
+        }
+        printf("# step of %d: wall %.4f s cpu %.4f s\n", BB_MAXS, (w1.wall - w0.wall) / BB_STEPS,
+               (w1.cpu - w0.cpu) / BB_STEPS);
     }
     double ref_med = bench_median(ref, BB_ROUNDS), refc_med = bench_median(ref_c, BB_ROUNDS);
     for (int k = 0; k < 4; k++) {

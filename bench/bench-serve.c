@@ -23,6 +23,11 @@
  *                   others decode (its prefill in SB_CHUNK-id steps between their tokens);
  *                   ref: the same turn alone. A note gives the longest decode step of the 4
  *                   while it joined, against their plain step.
+ *   serve_chunk_C_ttft, serve_chunk_C_stall (only when the filter names serve_chunk: slow)
+ *                   the same join with prompt chunks of C = 16, 32, 64, 128 ids, in alternating
+ *                   rounds: its time to first token (ref: C = SB_CHUNK, the default) and the 4
+ *                   streams' longest step while it prefilled (ref: their plain step), the two
+ *                   sides of K3_SERVE_CHUNK.
  */
 #include "bench.h"
 #include "k3-impl.h"
@@ -36,7 +41,7 @@ int bench_serve(void);
 #define SB_MAXS 8
 #define SB_ROUNDS 3
 #define SB_TOKENS 8   /* decode steps timed per case                   */
-#define SB_CHUNK 64   /* prompt ids per prefill step (the server's default) */
+#define SB_CHUNK 32   /* prompt ids per prefill step (the server's default) */
 #define SB_PROMPT 200 /* the joining request's prompt, about (ids)      */
 
 typedef struct sb {
@@ -89,7 +94,7 @@ static double sb_decode(sb *b, int n, int steps, long *tokens) {
 /* Time to first token of turn SB_MAXS (a long prompt) joining `others` decoding turns, the
  * server's schedule: the others' tokens plus one SB_CHUNK prompt chunk per step. *stall: the
  * longest step while it prefilled; *plain: the others' median step before it came. */
-static double sb_join(sb *b, int others, double *stall, double *plain, int *n_prompt) {
+static double sb_join(sb *b, int others, int chunk, double *stall, double *plain, int *n_prompt) {
     k3_conv_gen *g[SB_MAXS + 1];
     int          j = SB_MAXS;
     for (int i = 0; i < others; i++)
@@ -108,7 +113,7 @@ static double sb_join(sb *b, int others, double *stall, double *plain, int *n_pr
     if (sb_prompt(b, j, SB_PROMPT / 3, 2))
         return -1;
     double t0 = k3_time();
-    if (k3_conv_gen_begin(b->c[j], b->m, b->s[j], NULL, SB_CHUNK, &g[others]))
+    if (k3_conv_gen_begin(b->c[j], b->m, b->s[j], NULL, chunk, &g[others]))
         return -1;
     while (!k3_conv_gen_done(g[others])) { /* its prefill, then its first token */
         int    was_prefill = k3_conv_gen_prefill_left(g[others]) > 0;
@@ -131,8 +136,42 @@ static double sb_join(sb *b, int others, double *stall, double *plain, int *n_pr
     return ttft;
 }
 
+/* serve_chunk: the join of sb_join at each prompt chunk, SB_ROUNDS alternating rounds. */
+static int sb_chunks(sb *b) {
+    enum { NCH = 4 };
+    static const int chunks[NCH] = {16, 32, 64, 128};
+    double           ttft[NCH][SB_ROUNDS], stall[NCH][SB_ROUNDS], plain[NCH][SB_ROUNDS];
+    int              np = 0;
+    for (int r = 0; r < SB_ROUNDS; r++) {
+        printf("# chunk round %d:", r + 1);
+        for (int k = 0; k < NCH; k++) {
+            if ((ttft[k][r] = sb_join(b, 4, chunks[k], &stall[k][r], &plain[k][r], &np)) < 0)
+                return -1;
+            printf(" %d: ttft %.3f s stall %.3f s (plain %.3f s);", chunks[k], ttft[k][r], stall[k][r],
+                   plain[k][r]);
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    int def = 0; /* the default's index */
+    for (int k = 0; k < NCH; k++)
+        def = chunks[k] == SB_CHUNK ? k : def;
+    const double ref = bench_median(ttft[def], SB_ROUNDS);
+    for (int k = 0; k < NCH; k++) {
+        char name[40];
+        snprintf(name, sizeof name, "serve_chunk_%d_ttft", chunks[k]);
+        bench_report(name, bench_median(ttft[k], SB_ROUNDS), "s", ref, "s(default chunk)");
+        snprintf(name, sizeof name, "serve_chunk_%d_stall", chunks[k]);
+        bench_report(name, bench_median(stall[k], SB_ROUNDS), "s", bench_median(plain[k], SB_ROUNDS),
+                     "s(plain step)");
+    }
+    printf("# the joining prompt: %d ids, 4 streams decoding\n", np);
+    return 0;
+}
+
 int bench_serve(void) {
-    if (!bench_want("serve_batch") && !bench_want("serve_ttft"))
+    const int chunks = bench_asked("serve_chunk");
+    if (!bench_want("serve_batch") && !bench_want("serve_ttft") && !chunks)
         return 0;
     const char *dir      = getenv("K3_BENCH_SERVE");
     char        gen[600] = "";
@@ -165,6 +204,10 @@ int bench_serve(void) {
     int              np = 0;
     if (sb_decode(&b, SB_MAXS, 2, &tok) < 0) /* warm-up: every expert the routes need, resident */
         goto done;
+    if (chunks) {
+        rc = sb_chunks(&b) < 0;
+        goto done;
+    }
     for (int r = 0; r < SB_ROUNDS; r++) {
         for (int k = 0; k < 4; k++) {
             tok      = 0;
@@ -173,8 +216,8 @@ int bench_serve(void) {
                 goto done;
             tps[k][r] = (double)tok / t;
         }
-        if ((ttft[0][r] = sb_join(&b, 0, &x, &y, &np)) < 0 ||
-            (ttft[1][r] = sb_join(&b, 4, &stall[r], &plain[r], &np)) < 0)
+        if ((ttft[0][r] = sb_join(&b, 0, SB_CHUNK, &x, &y, &np)) < 0 ||
+            (ttft[1][r] = sb_join(&b, 4, SB_CHUNK, &stall[r], &plain[r], &np)) < 0)
             goto done;
         printf("# round %d: %.2f %.2f %.2f %.2f tokens/s (1 2 4 8 turns); ttft alone %.3f s, with 4 %.3f s\n",
                r + 1, tps[0][r], tps[1][r], tps[2][r], tps[3][r], ttft[0][r], ttft[1][r]);

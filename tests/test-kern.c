@@ -243,6 +243,51 @@ static void check_act_quant(void) {
     T_CHECK(ok, "activation quantizer: avx512 twin bit-identical to scalar (%d cases)", cases);
 }
 
+/* The multi-column (matmul) kernels at every width: qmat_matmul of n = 1 .. 17 columns (the
+ * AVX-512 path takes up to KERN_NC512 per call, in tiles of balanced widths: every nc = 1 .. 8
+ * and its tile split, then a second and third call) == the scalar reference per column, bit for
+ * bit, at each level, on 1 and 2 threads. Rows not a multiple of the 4-row tiles nor of the
+ * 16-row sub-blocks, K not a multiple of the K block nor of a double step. */
+static void check_mm_widths(void) {
+    enum { NMAX = 17 };
+    static const int sh[][3] = {{Q_I8, 37, 1100}, {Q_I8, 150, 2080},   {Q_I4, 21, 2080},
+                                {Q_I4, 37, 1100}, {Q_MXFP4, 37, 1120}, {Q_MXFP4, 150, 2336}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        const int rows = sh[s][1], cols = sh[s][2];
+        qmat      m;
+        uint8_t  *mx;
+        make_mat(&m, sh[s][0], rows, cols, &mx);
+        float *x  = malloc((size_t)NMAX * cols * sizeof(float));
+        float *yr = malloc((size_t)NMAX * rows * sizeof(float)),
+              *ym = malloc((size_t)NMAX * rows * sizeof(float));
+        for (int i = 0; i < NMAX * cols; i++)
+            x[i] = frnd() * (i % 3 == 0 ? 8.0f : 1.0f);
+        kern_set_isa(KERN_SCALAR);
+        kern_set_idot(1);
+        for (int t = 0; t < NMAX; t++)
+            qmat_matvec(&m, x + (size_t)t * cols, yr + (size_t)t * rows);
+        for (int isa = KERN_AVX2; isa <= max_isa && isa <= KERN_AVX512; isa++) {
+            int bad = 0; /* the first n that differs */
+            for (int th = 1; th <= 2; th++)
+                for (int n = 1; n <= NMAX && !bad; n++) {
+                    omp_set_num_threads(th);
+                    kern_set_isa(isa);
+                    memset(ym, 0xff, (size_t)n * rows * sizeof(float)); /* NaN: a row left out shows */
+                    qmat_matmul(&m, x, n, ym);
+                    bad = bits_equal(ym, yr, (size_t)n * rows) ? 0 : n;
+                }
+            T_CHECK(!bad, "%s %dx%d: %s matmul of 1..%d columns == scalar per column, 1 and 2 threads%s%.0d",
+                    tname[m.type], rows, cols, iname[isa], NMAX, bad ? "; first wrong n = " : "", bad);
+        }
+        omp_set_num_threads(2);
+        free(x), free(yr), free(ym);
+        if (mx)
+            free(mx);
+        else
+            qmat_free(&m);
+    }
+}
+
 /* The AVX-512 matvec (nc == 1) at every prefetch setting (K3_MV_AHEAD tiles ahead, 0 = the
  * old byte distance) against the scalar reference, bit for bit, at 1 and 2 threads, outputs
  * poisoned with NaN: rows not a multiple of the 4-row tile, K not a multiple of the 64-byte
@@ -349,6 +394,7 @@ int main(void) {
         free(mx);
     }
     check_mxfp4_known(have_avx2);
+    check_mm_widths();
     check_mv_ahead();
 
     /* qmat_matmul_many: each result bit-identical to its own qmat_matmul, shared quantization

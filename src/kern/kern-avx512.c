@@ -309,8 +309,18 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
     K3_ASSERT(nc >= 1 && nc <= KERN_NC512);
     K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
     const int t = m->type == Q_I8 ? 0 : m->type == Q_I4 ? 1 : 2, cbmax = t ? CB_NIB : CB_I8;
-    const int pf      = nc == 1 ? mv_prefetch(m) : kern_prefetch_bytes(); /* matvec: tiles ahead */
-    const int pf_rows = nc == 1 ? kern_mv_ahead() * RB_MAX : 0;           /* matvec: scales prefetched too */
+    /* a matvec prefetches tiles ahead (mv_prefetch); a matmul the next row sub-block (the same K
+     * offset RS_ROWS rows on) while this one runs: its block loops jump between rows, so a distance
+     * along the row misses the first 4 KiB of every row (i8 from DRAM, 8 columns: 8.5 -> 10.6 GB/s,
+     * BENCHMARKS.md) */
+    const int pf      = nc == 1                 ? mv_prefetch(m)
+                        : kern_prefetch_bytes() ? RS_ROWS * (int)q_wbytes(m->type, 1, m->cols)
+                                                : 0;
+    const int pf_rows = nc == 1 ? kern_mv_ahead() * RB_MAX : 0; /* matvec: scales prefetched too */
+    /* columns per tile, balanced: nc = 7 runs as 3 + 2 + 2 (nibble) or 4 + 3 (int8), never with a
+     * tile of one column beside wider ones, whose weight decode serves that one column alone
+     * (a 4 x 1 nibble tile: 2.5 to 3.2 cycles per vpdpbusd, 4 x 3: 1.4 to 1.5) */
+    const int ntl = (nc + cbmax - 1) / cbmax;
     /* whole double steps of a row: 64 weight bytes each */
     const int nfull = (int)(t == 0   ? (size_t)m->cols / 64
                             : t == 1 ? (size_t)(m->cols + 1) / 2 / 64
@@ -325,8 +335,8 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
                 const int four = r + RB_MAX <= re;
                 if (nc == 1 && pf_rows)
                     mv_prefetch_scales(m, r + pf_rows, four ? RB_MAX : 1);
-                for (int c = 0; c < nc; c += cbmax) {
-                    const int cb = nc - c < cbmax ? nc - c : cbmax;
+                for (int c = 0, tl = 0; c < nc; c += (nc + tl) / ntl, tl++) {
+                    const int cb = (nc + tl) / ntl; /* tile tl of ntl: nc / ntl columns, the last ones + 1 */
                     ks.ab        = ab + (size_t)(r - rs) * KERN_NC512 + c;
                     tiles[t][four][cb - 1](m, a + c, y + c, r, pf, &ks);
                 }

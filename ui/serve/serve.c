@@ -73,7 +73,7 @@
 #define SERVE_MAX_PARALLEL 64       /* --parallel                                      */
 #define SERVE_PARALLEL 4            /* its default                                     */
 #define SERVE_QUEUE 32              /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
-#define SERVE_CHUNK 64              /* prompt ids per prefill step (K3_SERVE_CHUNK)    */
+#define SERVE_CHUNK 32              /* prompt ids per prefill step (K3_SERVE_CHUNK; BENCHMARKS.md) */
 #define SERVE_QUEUE_SECS 600        /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
 
 /* ---- a parsed request ----------------------------------------------------------- */
