@@ -10,8 +10,9 @@
 #   tests/t-*.sh         shell tests, run with sh
 #   tests/t-*.py         Python tests, run with /usr/bin/python3 (Debian's, with numpy)
 # Script tests get K3_BUILD=<build dir> (absolute) and K3_SRC=<repo root>, and a scratch
-# directory K3_TMP. Every test gets its own HOME (K3_TMP/home, the XDG directories under it)
-# and XDG_CACHE_HOME, so no two tests share history, autosave or cache files.
+# directory K3_TMP. Every test gets its own XDG_CONFIG_HOME, XDG_DATA_HOME, XDG_STATE_HOME and
+# XDG_CACHE_HOME (under K3_TMP/xdg), so no two tests share history, autosave, settings or cache
+# files (HOME stays: npm, cargo and the like keep their configuration there).
 # Markers, each a line of its own in a script test:
 #   # run-once    runs only for the first tree (for slow checks whose code is not under the
 #                 sanitizers, e.g. the numpy reference)
@@ -45,12 +46,11 @@ run_one() {
     log="$b/test-logs/$(echo "$name" | tr '/' '_').log"
     mkdir -p "$b/test-logs"
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/k3test.XXXXXX")
-    mkdir -p "$tmp/home"
     t0=$(date +%s)
     # XDG_CACHE_HOME: the engine's measured-speed cache (--inspect) stays in the test's directory
-    K3_BUILD="$root/$b" K3_SRC="$root" K3_TMP="$tmp" XDG_CACHE_HOME="$tmp/cache" HOME="$tmp/home" \
-        XDG_CONFIG_HOME="$tmp/home/.config" XDG_DATA_HOME="$tmp/home/.local/share" \
-        XDG_STATE_HOME="$tmp/home/.local/state" timeout "$timeout_s" "$@" >"$log" 2>&1 </dev/null
+    K3_BUILD="$root/$b" K3_SRC="$root" K3_TMP="$tmp" XDG_CACHE_HOME="$tmp/cache" \
+        XDG_CONFIG_HOME="$tmp/xdg/config" XDG_DATA_HOME="$tmp/xdg/data" XDG_STATE_HOME="$tmp/xdg/state" \
+        timeout "$timeout_s" "$@" >"$log" 2>&1 </dev/null
     rc=$?
     t1=$(date +%s)
     rm -rf "$tmp"

@@ -4,6 +4,7 @@
 # loaded settings, queued messages and Ctrl-C, --prompt/--load, exit statuses, line-mode
 # commands, knob parsing, wording, the Markdown export. On models/k3-nano (real, 2.4 MB) where
 # the autosave or the tokenizer matters, on the scripted mock (K3_MOCK) elsewhere.
+# slow
 . "$K3_SRC/tests/count.sh"
 set -u
 k="$K3_BUILD/k3chat"

@@ -3,6 +3,7 @@
 # dumb terminal, a closed stdout, SIGPIPE, and SIGTERM/SIGHUP in the middle of a generation of
 # the real tiny model: k3chat exits cleanly, the terminal is restored and the autosave file
 # parses and holds the finished turn.
+# slow
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 k="$K3_BUILD/k3chat"

@@ -6,6 +6,7 @@
 # with K3_EMOJI=fallback; at each step the measured screen, with every whole cluster replaced
 # by its stand-in, must equal the fallback screen row for row: the clusters sit in the right
 # cells, and none is left behind where the text moved (scroll, resize, edits, streaming).
+# slow
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 PY=/usr/bin/python3
