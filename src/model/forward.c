@@ -135,9 +135,10 @@ static void kda_forward(fwd_pass *p, int l) {
     chunk_buf         *b = p->b;
     const int          H = c->kda_heads, d = c->kda_head_dim, P = H * d, K = c->conv_k, C = p->cap, n = p->n;
 
-    /* projections of every column: q, k, v into t3, t4, t5 (one quantization of x), then per
-     * sequence its conv window (K-1+n, P): rows 0..K-2 = its carried tail, then its columns */
-    float *qkv[3] = {b->t0, b->t1, b->t2}, *pj[3] = {b->t3, b->t4, b->t5};
+    /* projections of every column: raw q, k, v into pj (one quantization of x), then per
+     * sequence its conv window (K-1+n, P): rows 0..K-2 = its carried tail, then its columns;
+     * the conv's q, k, v into qkv */
+    float *qkv[3] = {b->proj[0], b->proj[1], b->proj[2]}, *pj[3] = {b->proj[3], b->proj[4], b->proj[5]};
     {
         const qmat *proj[3] = {&w->q, &w->k, &w->v};
         mm_many(proj, 3, b->xn, n, pj);
@@ -166,7 +167,8 @@ static void kda_forward(fwd_pass *p, int l) {
         }
         prof_end(PROF_KDA_CONV, t0);
     }
-    float *gate = b->t3, *gz = b->t4, *fa = b->t5, *beta = b->gat;
+    /* the raw projections' slots, free after the conv, take the gate, g and f_a */
+    float *gate = pj[0], *gz = pj[1], *fa = pj[2], *beta = b->gath_in;
     { /* g_proj x (n, P), f_a x (n, d), b_proj x (n, H): one more quantization of x */
         const qmat *proj[3] = {&w->g, &w->fa, &w->b};
         float      *out[3]  = {gate, fa, beta};
@@ -200,9 +202,9 @@ static void kda_forward(fwd_pass *p, int l) {
         float          *S = ls->S[dst] + (size_t)h * d * d;
         for (int t = sg->t0; t < sg->t0 + sg->n; t++) {
             const float *Sin = (t == sg->t0 ? ls->S[src] : ls->S[dst]) + (size_t)h * d * d;
-            float       *q   = b->t0 + (size_t)t * P + (size_t)h * d;
-            float       *k   = b->t1 + (size_t)t * P + (size_t)h * d;
-            const float *v   = b->t2 + (size_t)t * P + (size_t)h * d;
+            float       *q   = qkv[0] + (size_t)t * P + (size_t)h * d;
+            float       *k   = qkv[1] + (size_t)t * P + (size_t)h * d;
+            const float *v   = qkv[2] + (size_t)t * P + (size_t)h * d;
             const float *g   = gz + (size_t)t * P + (size_t)h * d;
             double       sq = 0, sk = 0;
             for (int i = 0; i < d; i++) {
@@ -252,7 +254,7 @@ static void kda_forward(fwd_pass *p, int l) {
         }
     }
     prof_end(PROF_KDA_REC, t0);
-    mm(&w->o, b->t0, n, b->y);
+    mm(&w->o, qkv[0], n, b->y);
 }
 
 /* ==== MLA =================================================================== */
@@ -272,7 +274,7 @@ static void mla_forward(fwd_pass *p, int l) {
     const int          qw = nope + rope, ql = c->q_lora, C = p->cap, n = p->n;
     const double       scale = 1.0 / sqrt((double)qw);
 
-    float *qa = b->t0, *q = b->t1, *kva = b->t2, *gate = b->t3, *ctx = b->t4;
+    float *qa = b->proj[0], *q = b->proj[1], *kva = b->proj[2], *gate = b->proj[3], *ctx = b->proj[4];
     { /* q_a x (n, q_lora), kv_a x (n, kl+rope), g_proj x (n, Hm*v) */
         const qmat *proj[3] = {&w->qa, &w->kva, &w->g};
         float      *out[3]  = {qa, kva, gate};
@@ -299,12 +301,12 @@ static void mla_forward(fwd_pass *p, int l) {
     /* absorbed query per head: qlat[h][t] = kv_b_nope_hᵀ q_nope[t][h]   (Hm, C, kl) */
     for (int h = 0; h < Hm; h++) {
         for (int t = 0; t < n; t++)
-            memcpy(b->gat + (size_t)t * nope, q + (size_t)t * Hm * qw + (size_t)h * qw,
+            memcpy(b->gath_in + (size_t)t * nope, q + (size_t)t * Hm * qw + (size_t)h * qw,
                    (size_t)nope * sizeof(float));
-        mm(&w->uk_t[h], b->gat, n, b->hd + (size_t)h * C * kl);
+        mm(&w->uk_t[h], b->gath_in, n, b->mla_qlat + (size_t)h * C * kl);
     }
     /* causal attention of each sequence over its own latent cache, token by token; ctx_lat
-     * into hd2 (Hm, C, kl) */
+     * into mla_ctx (Hm, C, kl) */
     long work = 0;
     for (int g = 0; g < p->nseg; g++)
         work += (long)p->seg[g].n * (p->seg[g].s->pos + p->seg[g].n);
@@ -316,7 +318,7 @@ static void mla_forward(fwd_pass *p, int l) {
             while (t >= p->seg[g].t0 + p->seg[g].n)
                 g++;
             const layer_state *ls  = &p->seg[g].s->ls[l];
-            const float       *ql_ = b->hd + ((size_t)h * C + t) * kl;
+            const float       *ql_ = b->mla_qlat + ((size_t)h * C + t) * kl;
             const float       *qr  = q + (size_t)t * Hm * qw + (size_t)h * qw + nope;
             const int          T   = p->seg[g].s->pos + (t - p->seg[g].t0) + 1;
             float              mx  = -INFINITY;
@@ -329,7 +331,7 @@ static void mla_forward(fwd_pass *p, int l) {
             }
             /* ctx_lat = Σ_j softmax_j c_j: f32 accumulation over i vectorises; the sum of the
              * weights is kept in double */
-            float *out = b->hd2 + ((size_t)h * C + t) * kl;
+            float *out = b->mla_ctx + ((size_t)h * C + t) * kl;
             double sum = 0;
             for (int i = 0; i < kl; i++)
                 out[i] = 0;
@@ -349,12 +351,12 @@ static void mla_forward(fwd_pass *p, int l) {
     prof_end(PROF_MLA_ATT, t0);
     /* ctx[t][h] = kv_b_v_h ctx_lat, gated by σ(g_proj x) */
     for (int h = 0; h < Hm; h++) {
-        mm(&w->uv[h], b->hd2 + (size_t)h * C * kl, n, b->gat2);
+        mm(&w->uv[h], b->mla_ctx + (size_t)h * C * kl, n, b->gath_out);
         t0 = prof_begin();
         for (int t = 0; t < n; t++)
             for (int i = 0; i < vd; i++) {
                 size_t k = (size_t)t * Hm * vd + (size_t)h * vd + i;
-                ctx[k]   = b->gat2[(size_t)t * vd + i] * sigmoidf_((double)gate[k]);
+                ctx[k]   = b->gath_out[(size_t)t * vd + i] * sigmoidf_((double)gate[k]);
             }
         prof_end(PROF_MLA_ATT, t0);
     }
@@ -422,15 +424,15 @@ typedef struct moe_scratch {
 } moe_scratch;
 
 static moe_scratch moe_scratch_of(chunk_buf *b) {
-    return (moe_scratch){.scores = b->t0,
-                         .z      = b->t1,
-                         .gate   = b->t2,
-                         .up     = b->t3,
-                         .in     = b->gat,
-                         .out    = b->gat2,
+    return (moe_scratch){.scores = b->proj[0],
+                         .z      = b->proj[1],
+                         .gate   = b->proj[2],
+                         .up     = b->proj[3],
+                         .in     = b->gath_in,
+                         .out    = b->gath_out,
                          .slot_y = b->moe_y,
-                         .lat    = b->t4,
-                         .shared = b->t5,
+                         .lat    = b->proj[4],
+                         .shared = b->proj[5],
                          .sel    = b->moe_sel,
                          .w      = b->moe_w,
                          .csel   = b->moe_sel,
@@ -686,7 +688,7 @@ k3_status layer_forward(fwd_pass *pa, int l) {
     }
     prof_end(PROF_NORM, t0);
     if (w->dense)
-        mlp_forward(m, &w->mlp, b->xn, n, b->y, b->t0, b->t1);
+        mlp_forward(m, &w->mlp, b->xn, n, b->y, b->proj[0], b->proj[1]);
     else {
         k3_status st = moe_forward(pa, l);
         if (st)

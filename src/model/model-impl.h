@@ -126,30 +126,34 @@ typedef struct layer_state {
 } layer_state;
 
 /* Scratch for one chunk of up to C tokens (shapes in comments; W = widest projection). */
+#define CHUNK_PROJ 6
 typedef struct chunk_buf {
-    float *h;                           /* (C, D) hidden state / running prefix p                     */
-    float *blocks;                      /* (C, NB, D) AttnRes block snapshots                         */
-    float *x;                           /* (C, D) mixed input                                         */
-    float *xn;                          /* (C, D) normalised input                                    */
-    float *y;                           /* (C, D) layer output                                        */
-    float *t0, *t1, *t2, *t3, *t4, *t5; /* (C, W) projections                            */
-    float *win;                         /* (3, K-1+C, P) KDA conv windows                             */
-    float *hd;                          /* (C, Hm, kv_lora) MLA per-head latent query / context        */
-    float *hd2;                         /* (C, Hm, kv_lora)                                          */
-    float *gat;                         /* (C, max(nope, kv_lora, L, H)) per-head / per-expert gather   */
-    float *gat2;                        /* (C, max(v, kv_lora, L))                                   */
-    float *scores;                      /* (Hm, max_ctx) MLA attention weights                        */
-    float *moe_y;                       /* (C, k, L) per token and slot expert outputs                */
-    int   *moe_sel;                     /* (C, k) selected expert ids                                 */
-    float *moe_w;                       /* (C, k) their weights                                       */
-    int   *moe_tok;                     /* (C*k) tokens of one expert / (C*k) slots                   */
-    int   *moe_ids;                     /* (E) distinct experts of the chunk                          */
-    int   *moe_res;                     /* (E) of those, the ones resident on the Vulkan device       */
-    int   *moe_dev;                     /* (C) columns whose shared experts ran on the device, then
-                                           (C, k) the selections left to the CPU                      */
-    float *moe_resy;                    /* (E, L) their outputs                                       */
-    float *logits;                      /* (C, V) */
-    float *trace;                       /* (C, n_run, D) when K3_TRACE is set                          */
+    float *h;                /* (C, D) hidden state / running prefix p */
+    float *blocks;           /* (C, NB, D) AttnRes block snapshots */
+    float *x;                /* (C, D) mixed input */
+    float *xn;               /* (C, D) normalised input */
+    float *y;                /* (C, D) layer output */
+    float *proj[CHUNK_PROJ]; /* (C, W) projection slots; each layer kind names its views of
+                                them: kda_forward (the conv's q, k, v; the raw q, k, v, then
+                                gate, g, f_a), mla_forward, moe_scratch_of, the dense MLP */
+    float *win;              /* (3, K-1+C, P) KDA conv windows */
+    float *mla_qlat;         /* (Hm, C, kv_lora) MLA absorbed (latent) query per head */
+    float *mla_ctx;          /* (Hm, C, kv_lora) MLA latent context per head */
+    float *gath_in;          /* (C, max(nope, kv_lora, L, H)) the rows gathered as one head's or
+                                one expert's matmul input; KDA: beta */
+    float *gath_out;         /* (C, max(v, kv_lora, L)) that matmul's output */
+    float *scores;           /* (Hm, max_ctx) MLA attention weights */
+    float *moe_y;            /* (C, k, L) per token and slot expert outputs */
+    int   *moe_sel;          /* (C, k) selected expert ids */
+    float *moe_w;            /* (C, k) their weights */
+    int   *moe_tok;          /* (C*k) tokens of one expert / (C*k) slots */
+    int   *moe_ids;          /* (E) distinct experts of the chunk */
+    int   *moe_res;          /* (E) of those, the ones resident on the Vulkan device */
+    int   *moe_dev;          /* (C) columns whose shared experts ran on the device, then
+                                (C, k) the selections left to the CPU */
+    float *moe_resy;         /* (E, L) their outputs */
+    float *logits;           /* (C, V) */
+    float *trace;            /* (C, n_run, D) when K3_TRACE is set */
 } chunk_buf;
 
 struct k3_session {
@@ -194,7 +198,7 @@ typedef struct pass_seg {
 typedef struct fwd_pass {
     const k3_model *m;
     chunk_buf      *b;   /* scratch (the single session's own, or the batch's)     */
-    int             cap; /* columns b holds: the stride of hd / hd2                */
+    int             cap; /* columns b holds: the stride of mla_qlat, mla_ctx       */
     int             n;   /* columns                                                */
     int             nseg;
     pass_seg       *seg;   /* [nseg], columns in order                               */

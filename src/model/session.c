@@ -78,20 +78,19 @@ k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int C, int lrows) {
     const int        Hm = c->n_heads, kl = c->kv_lora, qw = c->nope + c->rope, L = c->latent;
     const int        NB = (m->n_run + c->attn_res_block - 1) / c->attn_res_block;
     memset(b, 0, sizeof *b);
-    /* W: the widest per-token projection any layer writes into t0..t5 */
-    int W         = MAX2(MAX2(P, Hm * qw), MAX2(kl + c->rope, Hm * c->v_dim));
-    W             = MAX2(W, MAX2(MAX2(c->q_lora, c->n_experts), MAX2(c->n_shared * c->moe_inter, c->inter)));
-    W             = MAX2(W, MAX2(MAX2(D, L), c->moe_inter));
-    float **tb[6] = {&b->t0, &b->t1, &b->t2, &b->t3, &b->t4, &b->t5};
-    for (int i = 0; i < 6; i++)
-        if (!(*tb[i] = falloc((size_t)C * W)))
+    /* W: the widest per-token projection any layer writes into proj[] */
+    int W = MAX2(MAX2(P, Hm * qw), MAX2(kl + c->rope, Hm * c->v_dim));
+    W     = MAX2(W, MAX2(MAX2(c->q_lora, c->n_experts), MAX2(c->n_shared * c->moe_inter, c->inter)));
+    W     = MAX2(W, MAX2(MAX2(D, L), c->moe_inter));
+    for (int i = 0; i < CHUNK_PROJ; i++)
+        if (!(b->proj[i] = falloc((size_t)C * W)))
             goto oom;
     int gw = MAX2(MAX2(c->nope, kl), MAX2(L, H)), gw2 = MAX2(MAX2(c->v_dim, kl), L);
     if (!(b->h = falloc((size_t)C * D)) || !(b->blocks = falloc((size_t)C * NB * D)) ||
         !(b->x = falloc((size_t)C * D)) || !(b->xn = falloc((size_t)C * D)) ||
         !(b->y = falloc((size_t)C * D)) || !(b->win = falloc((size_t)3 * (K - 1 + C) * P)) ||
-        !(b->hd = falloc((size_t)Hm * C * kl)) || !(b->hd2 = falloc((size_t)Hm * C * kl)) ||
-        !(b->gat = falloc((size_t)C * gw)) || !(b->gat2 = falloc((size_t)C * gw2)) ||
+        !(b->mla_qlat = falloc((size_t)Hm * C * kl)) || !(b->mla_ctx = falloc((size_t)Hm * C * kl)) ||
+        !(b->gath_in = falloc((size_t)C * gw)) || !(b->gath_out = falloc((size_t)C * gw2)) ||
         !(b->scores = falloc((size_t)Hm * T)) || !(b->moe_y = falloc((size_t)C * c->n_active * L)) ||
         !(b->moe_w = falloc((size_t)C * c->n_active)) ||
         !(b->moe_sel = calloc((size_t)C * c->n_active, sizeof(int))) ||
@@ -110,12 +109,13 @@ oom:
 }
 
 void chunk_buf_free(chunk_buf *b) {
-    void *bufs[] = {b->h,       b->blocks,  b->x,       b->xn,       b->y,       b->t0,    b->t1,
-                    b->t2,      b->t3,      b->t4,      b->t5,       b->win,     b->hd,    b->hd2,
-                    b->gat,     b->gat2,    b->scores,  b->moe_y,    b->moe_sel, b->moe_w, b->moe_tok,
-                    b->moe_ids, b->moe_res, b->moe_dev, b->moe_resy, b->logits,  b->trace};
+    void *bufs[] = {b->h,       b->blocks,  b->x,        b->xn,      b->y,        b->win,     b->mla_qlat,
+                    b->mla_ctx, b->gath_in, b->gath_out, b->scores,  b->moe_y,    b->moe_sel, b->moe_w,
+                    b->moe_tok, b->moe_ids, b->moe_res,  b->moe_dev, b->moe_resy, b->logits,  b->trace};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
+    for (int i = 0; i < CHUNK_PROJ; i++)
+        free(b->proj[i]);
     memset(b, 0, sizeof *b);
 }
 
