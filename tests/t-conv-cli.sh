@@ -3,16 +3,12 @@
 # (one line of decimal ids, thinking mode and effort from the header or --think/--effort),
 # and bad transcripts through --chat-ids and --replay: a line-numbered error, exit 1,
 # before any weights are loaded.
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh"
 set -u
 B=$K3_BUILD
 T=$K3_TMP
-ok() { if [ "$1" = 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi; }
 
-if ! "$B/k3-mkmodel" --preset tiny --seed 4 --quiet "$T/m" >/dev/null 2>"$T/err"; then
-    echo "FAIL: k3-mkmodel --preset tiny ($(tail -c 200 "$T/err"))"
-    exit 1
-fi
+tiny_model "$T/m" 4
 export OMP_NUM_THREADS=1
 
 printf '%s\n' '{"format":"k3chat-transcript","version":1,"settings":{"think":true,"effort":"low"}}' \

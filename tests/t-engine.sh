@@ -2,16 +2,12 @@
 # t-engine.sh: the one-shot CLI contract `k3chat MODEL_DIR --ids "..."` on a generated model:
 # generated ids on one line of stdout (decimal, single spaces), --max-tokens honoured, greedy
 # and seeded sampling reproducible, K3_CHUNK not changing the output, bad input a clear error.
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh"
 set -u
 B=$K3_BUILD
 T=$K3_TMP
-ok() { if [ "$1" = 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi; }
 
-if ! "$B/k3-mkmodel" --preset tiny --seed 9 --quiet "$T/m" >/dev/null 2>"$T/err"; then
-    echo "FAIL: k3-mkmodel --preset tiny ($(tail -c 200 "$T/err"))"
-    exit 1
-fi
+tiny_model "$T/m" 9
 export OMP_NUM_THREADS=1
 ids="5 17 300 42 42 7 1000 3 99 12 8 640 2 33 71 250 11 19 23 29 31 37 41 43 47 53 59 61 67 71 73 79 83 89"
 

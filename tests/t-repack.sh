@@ -6,18 +6,14 @@
 # a corrupt source; K3_BITS downcast and K3_MMAP refusals; --inspect reports (and sizes) a container
 # at its stored bits unless K3_BITS etc. are set.
 # slow
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh"
 set -u
 B=$K3_BUILD
 T=$K3_TMP
 RP="$B/k3-repack"
-ok() { if [ "$1" = 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi; }
 PY=/usr/bin/python3
 
-if ! "$B/k3-mkmodel" --preset tiny --seed 3 --quiet "$T/src" >/dev/null 2>"$T/err"; then
-    echo "FAIL: k3-mkmodel --preset tiny ($(tail -c 200 "$T/err"))"
-    exit 1
-fi
+tiny_model "$T/src" 3
 ids="5 17 300 42 7 1000 3 99 12 8 640 2"
 
 # run DIR TAG [VAR=value...]: greedy ids, logits and trace of DIR into $T/TAG.{ids,l,t}

@@ -45,6 +45,10 @@ sed '3s/.*/A!== 2/' "$V/tiktoken.model" > "$K3_TMP/bad/tiktoken.model"
 err=$("$K3" --tokenize "$K3_TMP/bad" "$K3_TMP/in.txt" 2>&1); rc=$?
 [ $rc -ne 0 ] && echo "$err" | grep -q "bad/tiktoken.model: line 3: bad base64" && [ "$(echo "$err" | wc -l)" -eq 1 ] &&
     echo "PASS: bad base64: one line naming file and line ($err)" || echo "FAIL: bad base64: rc $rc, '$err'"
+printf '97, 98,\n256' > "$K3_TMP/commas.txt"
+out=$("$K3" --detokenize "$V" "$K3_TMP/commas.txt" 2>&1)
+[ "$out" = "abab" ] && echo "PASS: --detokenize takes ids separated by commas too ($out)" ||
+    echo "FAIL: --detokenize of '97, 98, 256' printed '$out', want 'abab'"
 printf '1 2 abc 4\n' > "$K3_TMP/badids.txt"
 err=$("$K3" --detokenize "$V" "$K3_TMP/badids.txt" 2>&1); rc=$?
 [ $rc -ne 0 ] && echo "$err" | grep -q "badids.txt: token 3: 'abc'" && echo "PASS: bad id names file and position ($err)" ||

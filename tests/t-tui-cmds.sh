@@ -9,7 +9,7 @@ printf 'delay 0\nthink pondering {user}\nresponse reply to {user}\n' >"$m"
 mkdir -p "$K3_TMP/config/k3chat/themes"
 printf 'user = red default bold\n' >"$K3_TMP/config/k3chat/themes/mine.theme"
 printf 'user = purple default\n' >"$K3_TMP/config/k3chat/themes/broken.theme"
-tui_start 110 40 K3_MOCK="$m" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+run_mock 110 40 "$m"
 wait_for "mock · 3 layers" 10
 # cmd TEXT EXPECT DESC: type a command, wait for EXPECT on screen
 cmd() {

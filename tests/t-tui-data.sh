@@ -7,11 +7,7 @@
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 
-m="$K3_TMP/mock.txt"
-printf 'delay 0\nresponse answer to {user}\n' >"$m"
-run="$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
-tui_start 100 24 K3_MOCK="$m" -- "$run"
-wait_for "mock · 3 layers" 10
+mock_chat 100 24 'delay 0\nresponse answer to {user}\n'
 
 printf 'abc\351def ghi' >"$K3_TMP/bad.txt"
 $T load-buffer "$K3_TMP/bad.txt"

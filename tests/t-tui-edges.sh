@@ -7,10 +7,6 @@
 # One section per item; each check names its item.
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
-run_mock() { # run_mock COLS ROWS SCRIPT [ENV...]: k3chat on the mock in a fresh window
-    _c=$1 _r=$2 _s=$3; shift 3
-    tui_start "$_c" "$_r" K3_MOCK="$_s" "$@" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
-}
 wait_for_file() { # wait_for_file PATH: poll until it exists (bounded)
     _i=0
     while [ $_i -lt $((100 * slow)) ]; do [ -e "$1" ] && return 0; sleep 0.05; _i=$((_i + 1)); done

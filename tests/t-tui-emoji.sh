@@ -102,7 +102,7 @@ check_edge() { # measured mode: the family at the last text columns is whole, z 
 
 run() { # the scenario, in $mode
     if [ "$mode" = fallback ]; then env="K3_EMOJI=fallback"; else env="K3_UNUSED=1"; fi
-    tui_start 80 24 K3_MOCK="$script" "$env" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+    run_mock 80 24 "$script" "$env"
     wait_for "mock · 3 layers" 10
     type_line "first $FAM"
     wait_for "last row" 10; wait_gone "Ctrl-C stops" 10; snap answer

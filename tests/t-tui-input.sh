@@ -7,10 +7,7 @@
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 
 m="$K3_TMP/mock.txt"
-printf 'delay 0\nthink t\nresponse got it\n' >"$m"
-run="$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
-tui_start 100 30 K3_MOCK="$m" -- "$run"
-wait_for "mock · 3 layers" 10
+mock_chat 100 30 'delay 0\nthink t\nresponse got it\n'
 
 keys -l "world"; keys C-a; keys -l "hello "
 check "Ctrl-A moves to the start of the line" wait_for "› hello world" 3
@@ -71,7 +68,7 @@ check "Ctrl-C at an empty prompt quits" wait_for "EXIT=0" 5
 check "the history file is in the XDG state directory" grep -q "line" "$K3_TMP/state/k3chat/history"
 
 # a second run finds the history
-tui_start 100 30 K3_MOCK="$m" -- "$run"
+run_mock 100 30 "$m"
 wait_for "mock · 3 layers" 10
 keys Up
 check "Up recalls the last message of the previous run" wait_for "› short" 3

@@ -12,6 +12,7 @@
  * (K3_ERR_ARG naming the problem, nothing changed) and a failed expert read (K3_ERR_IO for the whole pass,
  * nothing applied, then exact once the file is back).
  */
+#include "canceller.h"
 #include "k3.h"
 #include "quant.h"
 #include "test.h"
@@ -199,23 +200,6 @@ static void scenarios(const char *dir, const cfg *c, const char *what, int all) 
 
 /* ---- cancel ---------------------------------------------------------------- */
 
-typedef struct canceller {
-    k3_session *s;
-    atomic_int  stop, started;
-    long        delay_ns;
-} canceller;
-
-static void *cancel_main(void *arg) {
-    canceller      *c  = arg;
-    struct timespec ts = {0, c->delay_ns};
-    atomic_store(&c->started, 1);
-    if (c->delay_ns)
-        nanosleep(&ts, NULL);
-    while (!atomic_load(&c->stop))
-        k3_session_cancel(c->s);
-    return NULL;
-}
-
 /* Three sessions prefill 60 tokens each at K3_CHUNK 5 (rounds of 5 columns); a thread cancels
  * the middle one from 0, 0.2, 1, 3 or 10 ms on (so the cancel lands before the first layer or
  * between the layers of a later pass, where its columns leave the pass). It stops with K3_ABORTED, the others
@@ -245,16 +229,10 @@ static void test_cancel(const char *dir) {
             ss[i]  = ps[i].b;
         }
         static const long delays[5] = {0, 200000, 1000000, 3000000, 10000000};
-        canceller         cn        = {.s = ps[1].b, .delay_ns = delays[run]};
-        atomic_init(&cn.stop, 0);
-        atomic_init(&cn.started, 0);
-        pthread_t th;
-        pthread_create(&th, NULL, cancel_main, &cn);
-        while (!atomic_load(&cn.started))
-            ;
+        t_canceller       cn;
+        t_cancel_start(&cn, ps[1].b, delays[run]);
         k3_status st = k3_session_feed_batch(ss, tok, n, 3, each);
-        atomic_store(&cn.stop, 1);
-        pthread_join(th, NULL);
+        t_cancel_stop(&cn);
         for (int i = 0; i < 3; i += 2) {
             k3_session_feed(ps[i].r, tok[i], n[i]);
             others &= each[i] == K3_OK && same(&ps[i]);
@@ -507,15 +485,11 @@ int main(void) {
     /* the Vulkan tier off but in test_vk: its residency changes as it fills, and a token's
      * experts then run on the device or not depending on the moment */
     setenv("K3_VK", "0", 1);
-    const char *t = getenv("K3_TMP"), *b = getenv("K3_BUILD");
-    snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
-    snprintf(build, sizeof build, "%s", b ? b : "build");
+    snprintf(tmp, sizeof tmp, "%s", t_tmp());
+    snprintf(build, sizeof build, "%s", t_build());
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/tiny-batch", tmp);
-    if (t_sh("'%s/k3-mkmodel' --preset tiny --seed 5 --quiet --force '%s' >/dev/null", build, dir)) {
-        T_CHECK(0, "k3-mkmodel --preset tiny writes a model (%s/k3-mkmodel)", build);
+    if (t_tiny_model("tiny-batch", 5, dir, sizeof dir))
         return t_done();
-    }
     cfg       c0 = {0, 0, 32};
     k3_model *m  = open_model(dir, &c0);
     if (!m) {

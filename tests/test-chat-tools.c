@@ -733,6 +733,21 @@ static void test_rules(const k3_tok *t) {
     k3_ids_free(&ids);
 }
 
+/* The ids of a list of pieces: "<|x|>" a control token, "#text" the text's bytes one id each
+ * (a word the pre-tokenizer splits), anything else one token's text. */
+static void push_pieces(const k3_tok *t, const char *const *pc, size_t n, k3_ids *out) {
+    for (size_t i = 0; i < n; i++) {
+        const char *s = pc[i];
+        if (!strncmp(s, "<|", 2))
+            k3_ids_push(out, k3_tok_special(t, s));
+        else if (*s == '#')
+            for (s++; *s; s++)
+                k3_ids_push(out, tok_rank(t, (const uint8_t *)s, 1));
+        else
+            k3_ids_push(out, tok_rank(t, (const uint8_t *)s, strlen(s)));
+    }
+}
+
 /* Id for id on the small vocabulary: each attribute piece is its own segment (the trap
  * words '="1"', '" index' and 'call tool' never form; "get_weather" is two pre-tokenizer
  * pieces, so bytes here, while the whole word "Paris" is one token). */
@@ -743,108 +758,25 @@ static void test_ids(const k3_tok *t) {
     k3_chat_opts off = {.think = 0};
     k3_ids       got = {0}, want = {0};
     k3_status    st = k3_chat_encode(t, m, 2, &off, &got);
-    int32_t      O = k3_tok_special(t, "<|open|>"), C = k3_tok_special(t, "<|close|>"),
-            S = k3_tok_special(t, "<|sep|>"), E = k3_tok_special(t, "<|end_of_msg|>");
-#define W(s) tok_rank(t, (const uint8_t *)(s), strlen(s))
-    int32_t w[] = {O,
-                   W("message"),
-                   W(" role"),
-                   W("=\""),
-                   W("assistant"),
-                   W("\""),
-                   S,
-                   O,
-                   W("response"),
-                   S,
-                   C,
-                   W("response"),
-                   S,
-                   O,
-                   W("tools"),
-                   S,
-                   O,
-                   W("call"),
-                   W(" tool"),
-                   W("=\""),
-                   W("g"),
-                   W("e"),
-                   W("t"),
-                   W("_"),
-                   W("w"),
-                   W("e"),
-                   W("a"),
-                   W("t"),
-                   W("h"),
-                   W("e"),
-                   W("r"),
-                   W("\""),
-                   W(" index"),
-                   W("=\""),
-                   W("1"),
-                   W("\""),
-                   S,
-                   O,
-                   W("argument"),
-                   W(" key"),
-                   W("=\""),
-                   W("c"),
-                   W("i"),
-                   W("t"),
-                   W("y"),
-                   W("\""),
-                   W(" type"),
-                   W("=\""),
-                   W("string"),
-                   W("\""),
-                   S,
-                   W("Paris"),
-                   C,
-                   W("argument"),
-                   S,
-                   C,
-                   W("call"),
-                   S,
-                   C,
-                   W("tools"),
-                   S,
-                   C,
-                   W("message"),
-                   S,
-                   E,
-                   O,
-                   W("message"),
-                   W(" role"),
-                   W("=\""),
-                   W("tool"),
-                   W("\""),
-                   W(" tool"),
-                   W("=\""),
-                   W("g"),
-                   W("e"),
-                   W("t"),
-                   W("_"),
-                   W("w"),
-                   W("e"),
-                   W("a"),
-                   W("t"),
-                   W("h"),
-                   W("e"),
-                   W("r"),
-                   W("\""),
-                   W(" index"),
-                   W("=\""),
-                   W("1"),
-                   W("\""),
-                   S,
-                   W("o"),
-                   W("k"),
-                   C,
-                   W("message"),
-                   S,
-                   E};
-#undef W
-    for (size_t k = 0; k < sizeof w / sizeof w[0]; k++)
-        k3_ids_push(&want, w[k]);
+    /* one row per tag, as the renderer writes it (clang-format would put one piece a line) */
+    // clang-format off
+    static const char *const w[] = {
+        "<|open|>", "message", " role", "=\"", "assistant", "\"", "<|sep|>",        /* <message role=.. */
+        "<|open|>", "response", "<|sep|>", "<|close|>", "response", "<|sep|>",       /* <response></..   */
+        "<|open|>", "tools", "<|sep|>",                                              /* <tools>          */
+        "<|open|>", "call", " tool", "=\"", "#get_weather", "\"",                    /* <call tool=..    */
+        " index", "=\"", "1", "\"", "<|sep|>",                                       /* index=..>        */
+        "<|open|>", "argument", " key", "=\"", "#city", "\"",                        /* <argument key=.. */
+        " type", "=\"", "string", "\"", "<|sep|>",                                   /* type=..>         */
+        "Paris", "<|close|>", "argument", "<|sep|>",                                 /* Paris</argument> */
+        "<|close|>", "call", "<|sep|>", "<|close|>", "tools", "<|sep|>",             /* </call></tools>  */
+        "<|close|>", "message", "<|sep|>", "<|end_of_msg|>",                         /* </message>       */
+        "<|open|>", "message", " role", "=\"", "tool", "\"",                         /* <message role=.. */
+        " tool", "=\"", "#get_weather", "\"", " index", "=\"", "1", "\"", "<|sep|>", /* tool=, index=> */
+        "#ok", "<|close|>", "message", "<|sep|>", "<|end_of_msg|>",                  /* ok</message>     */
+    };
+    // clang-format on
+    push_pieces(t, w, sizeof w / sizeof *w, &want);
     if (got.n != want.n || memcmp(got.v, want.v, got.n * sizeof *got.v))
         for (size_t k = 0; k < got.n || k < want.n; k++)
             printf("  %zu: got %d want %d\n", k, k < got.n ? got.v[k] : -1, k < want.n ? want.v[k] : -1);

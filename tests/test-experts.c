@@ -254,16 +254,12 @@ static int expert_shard(const char *dir, int l, char *path, size_t n, long long 
 /* ---- tests ------------------------------------------------------------------------------------ */
 
 int main(void) {
-    const char *t = getenv("K3_TMP"), *b = getenv("K3_BUILD");
-    snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
-    snprintf(build, sizeof build, "%s", b ? b : "build");
+    snprintf(tmp, sizeof tmp, "%s", t_tmp());
+    snprintf(build, sizeof build, "%s", t_build());
     k3_log_set_callback(log_cb, NULL);
     char dir[600], lf[700], ref[700];
-    snprintf(dir, sizeof dir, "%s/tiny", tmp);
-    if (t_sh("'%s/k3-mkmodel' --preset tiny --seed 7 --quiet --force '%s' >/dev/null", build, dir)) {
-        T_CHECK(0, "k3-mkmodel --preset tiny writes a model (%s/k3-mkmodel)", build);
+    if (t_tiny_model("tiny", 7, dir, sizeof dir))
         return t_done();
-    }
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < NPOS; i++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;

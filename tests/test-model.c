@@ -6,6 +6,7 @@
  * bad ids, a missing tensor, NaN weights and a NaN MXFP4 scale give clear errors.
  * The comparison against the numpy reference is tests/t-ref.py.
  */
+#include "canceller.h"
 #include "k3.h"
 #include "st.h"
 #include "test.h"
@@ -101,35 +102,12 @@ static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
 
 /* ---- cancel ---------------------------------------------------------------- */
 
-typedef struct canceller {
-    k3_session *s;
-    atomic_int  stop, started;
-    long        delay_ns;
-} canceller;
-
-static void *cancel_main(void *arg) {
-    canceller      *c  = arg;
-    struct timespec ts = {0, c->delay_ns};
-    atomic_store(&c->started, 1);
-    if (c->delay_ns)
-        nanosleep(&ts, NULL);
-    while (!atomic_load(&c->stop))
-        k3_session_cancel(c->s);
-    return NULL;
-}
-
 /* Feed with a thread cancelling after delay_ns; returns the status. */
 static k3_status feed_cancelled(k3_session *s, const int32_t *ids, int n, long delay_ns) {
-    canceller c = {.s = s, .delay_ns = delay_ns};
-    atomic_init(&c.stop, 0);
-    atomic_init(&c.started, 0);
-    pthread_t th;
-    pthread_create(&th, NULL, cancel_main, &c);
-    while (!atomic_load(&c.started))
-        ;
+    t_canceller c;
+    t_cancel_start(&c, s, delay_ns);
     k3_status st = k3_session_feed(s, ids, n);
-    atomic_store(&c.stop, 1);
-    pthread_join(th, NULL);
+    t_cancel_stop(&c);
     return st;
 }
 
@@ -387,15 +365,11 @@ int main(void) {
                                  "K3_IDOT",      "K3_TOPP",     "K3_THREADS"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
-    const char *t = getenv("K3_TMP"), *b = getenv("K3_BUILD");
-    snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
-    snprintf(build, sizeof build, "%s", b ? b : "build");
+    snprintf(tmp, sizeof tmp, "%s", t_tmp());
+    snprintf(build, sizeof build, "%s", t_build());
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/tiny", tmp);
-    if (t_sh("'%s/k3-mkmodel' --preset tiny --seed 3 --quiet --force '%s' >/dev/null", build, dir)) {
-        T_CHECK(0, "k3-mkmodel --preset tiny writes a model (%s/k3-mkmodel)", build);
+    if (t_tiny_model("tiny", 3, dir, sizeof dir))
         return t_done();
-    }
     k3_model *m = open_model(dir, 0, 0, NULL);
     T_CHECK(m != NULL, "open the tiny model (%s)", m ? "" : k3_errmsg());
     if (!m)

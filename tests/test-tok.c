@@ -458,7 +458,35 @@ static void test_stream(void) {
     k3_tok_free(t);
 }
 
+/* k3_ids_parse: the one reader of typed id lists (--ids, --detokenize, k3-ab). */
+static void test_ids_parse(void) {
+    k3_ids ids = {0};
+    k3_ids_push(&ids, 7);
+    k3_status st = k3_ids_parse(" 1, 2\n\t3\r\n,,40 ", 40, &ids);
+    T_CHECK(!st && ids.n == 5 && ids.v[0] == 7 && ids.v[1] == 1 && ids.v[2] == 2 && ids.v[3] == 3 &&
+                ids.v[4] == 40,
+            "white space and commas separate; ids append (%zu ids)", ids.n);
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {{"1 x 3", "token 2: 'x' is not an id in 0..40"},
+               {"1 41", "token 2: '41' is not an id in 0..40"},
+               {"-1", "token 1: '-1' is not an id in 0..40"},
+               {"12x 1", "token 1: '12x' is not an id in 0..40"},
+               {"99999999999999999999", "token 1: '99999999999999999999' is not an id in 0..40"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        k3_ids_free(&ids);
+        st = k3_ids_parse(bad[i].text, 40, &ids);
+        T_CHECK(st == K3_ERR_ARG && !strcmp(k3_errmsg(), bad[i].msg), "'%s' is refused: %s", bad[i].text,
+                k3_errmsg());
+    }
+    k3_ids_free(&ids);
+    st = k3_ids_parse(" \n", 40, &ids);
+    T_CHECK(!st && ids.n == 0, "no ids: none appended");
+    k3_ids_free(&ids);
+}
+
 int main(void) {
+    test_ids_parse();
     test_vocab_errors();
     test_pretok();
     test_bpe();

@@ -285,6 +285,13 @@ static void test_stream_plain(void) {
             plain_steps, steps);
 }
 
+/* Streams text (40 columns, still streaming) into st; returns its first open line, in *a. */
+static const char *streamed(md_stream *st, const char *text, txt_buf *a) {
+    md_stream_update(st, text, strlen(text), 40, THM_ASSISTANT, MD_STREAMING);
+    md_line_text(&st->open, 0, a);
+    return a->p;
+}
+
 static void test_stream(void) {
     md_stream   st   = {0};
     const char *full = "# Head\n\nfirst paragraph\n\n```c\nint x;\n```\n\nlast **bold** end\n";
@@ -325,32 +332,18 @@ static void test_stream(void) {
     T_CHECK(same, "streamed lines equal the whole render (%d lines)", whole.n_lines);
 
     /* half-written constructs */
-    const char *sp = "text with **bold ";
-    md_stream_update(&st, sp, strlen(sp), 40, THM_ASSISTANT, MD_STREAMING);
-    md_line_text(&st.open, 0, &a);
-    T_CHECK(!strstr(a.p, "**"), "unclosed ** before a space: still styled: '%s'", a.p);
-    const char *half = "text with **bol";
-    md_stream_update(&st, half, strlen(half), 40, THM_ASSISTANT, MD_STREAMING);
-    md_line_text(&st.open, 0, &a);
-    T_CHECK(!strstr(a.p, "**") && strstr(a.p, "bol"), "unclosed ** shown styled while streaming: '%s'", a.p);
-    for (const char *const *m = (const char *const[]){"text **", "text *", "text `", "text ~", NULL}; *m;
-         m++) {
-        md_stream_update(&st, *m, strlen(*m), 40, THM_ASSISTANT, MD_STREAMING);
-        md_line_text(&st.open, 0, &a);
-        T_CHECK(!strcmp(a.p, "text"), "a marker at the very end waits for its text: '%s' shows '%s'", *m,
-                a.p);
-    }
-    const char *tick = "call `foo(";
-    md_stream_update(&st, tick, strlen(tick), 40, THM_ASSISTANT, MD_STREAMING);
-    md_line_text(&st.open, 0, &a);
-    T_CHECK(!strchr(a.p, '`'), "unclosed backtick shown as code: '%s'", a.p);
-    const char *fence = "```python\nx = 1\ny";
-    md_stream_update(&st, fence, strlen(fence), 40, THM_ASSISTANT, MD_STREAMING);
-    md_line_text(&st.open, 0, &a);
-    T_CHECK(st.open.n_lines >= 3 && strstr(a.p, "python") && !strstr(a.p, "```"),
+    T_CHECK(!strstr(streamed(&st, "text with **bold ", &a), "**"),
+            "unclosed ** before a space: still styled: '%s'", a.p);
+    T_CHECK(!strstr(streamed(&st, "text with **bol", &a), "**") && strstr(a.p, "bol"),
+            "unclosed ** shown styled while streaming: '%s'", a.p);
+    for (const char *const *m = (const char *const[]){"text **", "text *", "text `", "text ~", NULL}; *m; m++)
+        T_CHECK(!strcmp(streamed(&st, *m, &a), "text"),
+                "a marker at the very end waits for its text: '%s' shows '%s'", *m, a.p);
+    T_CHECK(!strchr(streamed(&st, "call `foo(", &a), '`'), "unclosed backtick shown as code: '%s'", a.p);
+    T_CHECK(strstr(streamed(&st, "```python\nx = 1\ny", &a), "python") && !strstr(a.p, "```") &&
+                st.open.n_lines >= 3,
             "unclosed fence shown as a box: '%s'", a.p);
-    const char *row = "| a | b |\n|---|---|\n| 1 | 2 |\n| 3";
-    md_stream_update(&st, row, strlen(row), 40, THM_ASSISTANT, MD_STREAMING);
+    streamed(&st, "| a | b |\n|---|---|\n| 1 | 2 |\n| 3", &a);
     int pipes = 0;
     for (int i = 0; i < st.open.n_lines; i++) {
         md_line_text(&st.open, i, &a);

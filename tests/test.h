@@ -76,6 +76,28 @@ static inline int t_sh(const char *fmt, ...) {
     return system(cmd);
 }
 
+/* $K3_TMP (where a test writes; default /tmp) and $K3_BUILD (the build tree; default build),
+ * as tests/run.sh sets them. */
+static inline const char *t_tmp(void) {
+    const char *t = getenv("K3_TMP");
+    return t && *t ? t : "/tmp";
+}
+static inline const char *t_build(void) {
+    const char *b = getenv("K3_BUILD");
+    return b && *b ? b : "build";
+}
+
+/* A tiny model (k3-mkmodel --preset tiny --seed seed, written over what is there) in
+ * t_tmp()/name, its path in dir; 0, or -1 after a FAIL line. */
+static inline int t_tiny_model(const char *name, int seed, char *dir, size_t n) {
+    snprintf(dir, n, "%s/%s", t_tmp(), name);
+    if (!t_sh("'%s/k3-mkmodel' --preset tiny --seed %d --quiet --force '%s' >/dev/null", t_build(), seed,
+              dir))
+        return 0;
+    T_CHECK(0, "k3-mkmodel --preset tiny writes a model (%s/k3-mkmodel)", t_build());
+    return -1;
+}
+
 /* The next entry of the open directory d (NULL: none) whose name ends in suffix: 1 with its path
  * (dir/name) in path, 0 at the end. */
 static inline int t_next_file(DIR *d, const char *dir, const char *suffix, char *path, size_t n) {

@@ -42,6 +42,17 @@ tui_start() {
         -e HOME="$K3_TMP" $_envs "$*"
     $T set-option -g remain-on-exit on >/dev/null 2>&1
 }
+run_mock() { # run_mock COLS ROWS SCRIPT [ENV...]: k3chat on the mock in a fresh window
+    _c=$1 _r=$2 _s=$3; shift 3
+    tui_start "$_c" "$_r" K3_MOCK="$_s" "$@" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+}
+mock_chat() { # mock_chat COLS ROWS SCRIPT: SCRIPT (printf format) in $K3_TMP/mock.txt, run_mock on
+    # it, then wait until the mock's status bar shows
+    # shellcheck disable=SC2059
+    printf "$3" >"$K3_TMP/mock.txt"
+    run_mock "$1" "$2" "$K3_TMP/mock.txt"
+    wait_for "mock · 3 layers" 10
+}
 screen() { $T capture-pane -p 2>/dev/null; }
 keys() { $T send-keys "$@"; }
 type_line() { $T send-keys -l "$1"; $T send-keys Enter; }

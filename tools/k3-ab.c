@@ -268,32 +268,16 @@ int main(int argc, char **argv) {
         ids = v.v; /* k3_ids owns a malloc'ed array: take it */
         n   = (int)v.n;
     } else if (ids_text) {
-        size_t cap = 64;
-        ids        = malloc(cap * sizeof *ids);
-        for (const char *p = ids_text; ids;) {
-            while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ',')
-                p++;
-            if (!*p)
-                break;
-            char *end;
-            errno  = 0;
-            long v = strtol(p, &end, 10);
-            if (end == p || errno || v < 0 || v > INT32_MAX) {
-                fprintf(stderr, "k3-ab: token ids: '%.20s' is not a non-negative integer\n", p);
-                goto out;
-            }
-            if ((size_t)n == cap) {
-                int32_t *t = realloc(ids, 2 * cap * sizeof *ids);
-                if (!t) {
-                    rc = 1;
-                    goto out;
-                }
-                ids = t;
-                cap *= 2;
-            }
-            ids[n++] = (int32_t)v;
-            p        = end;
+        k3_ids    v  = {0};
+        k3_status st = k3_ids_parse(ids_text, INT32_MAX, &v);
+        if (st) {
+            fprintf(stderr, "k3-ab: token ids: %s\n", k3_errmsg());
+            k3_ids_free(&v);
+            rc = st == K3_ERR_ARG ? 2 : 1; /* a bad id is a usage error */
+            goto out;
         }
+        ids = v.v; /* k3_ids owns a malloc'ed array: take it */
+        n   = (int)v.n;
     } else {
         /* random ids need the vocabulary size: open the model once with the caller's env */
         k3_params p;

@@ -88,6 +88,7 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,64 +158,21 @@ static const mk_shape preset_tiny = {
     .mla_last    = -1,
 };
 
-static const mk_shape preset_slice = {
-    .D           = 7168,
-    .n_layers    = 4,
-    .merges      = 163584 - 256,
-    .first_dense = 0,
-    .inter       = 33792,
-    .mla_heads   = 96,
-    .q_lora      = 1536,
-    .kv_lora     = 512,
-    .nope        = 128,
-    .rope        = 64,
-    .vdim        = 128,
-    .n_exp       = 32,
-    .n_act       = 16,
-    .F           = 3072,
-    .L           = 3584,
-    .n_shared    = 2,
-    .block       = 2,
-    .kda_heads   = 96,
-    .kda_d       = 128,
-    .conv_k      = 4,
-    .glb         = -5.0,
-    .eps         = 1e-5,
-    .vis         = 32,
-    .vis_shards  = 1,
-    .mla_last    = -1,
-};
+/* The release's widths (spec k3-model.md section 2), shared by the slice and the release. */
+#define MK_RELEASE_WIDTHS                                                                                    \
+    .D = 7168, .merges = 163584 - 256, .inter = 33792, .mla_heads = 96, .q_lora = 1536, .kv_lora = 512,      \
+    .nope = 128, .rope = 64, .vdim = 128, .n_act = 16, .F = 3072, .L = 3584, .n_shared = 2, .kda_heads = 96, \
+    .kda_d = 128, .conv_k = 4, .glb = -5.0, .eps = 1e-5
 
-/* The release (spec k3-model.md section 2) with zero data: 93 layers (layer 0 dense, MLA at
- * i % 4 == 3 and at 92), 896 experts, block 12; 96 shards, the last two the vision tower. */
-static const mk_shape preset_release = {
-    .D           = 7168,
-    .n_layers    = 93,
-    .merges      = 163584 - 256,
-    .first_dense = 1,
-    .inter       = 33792,
-    .mla_heads   = 96,
-    .q_lora      = 1536,
-    .kv_lora     = 512,
-    .nope        = 128,
-    .rope        = 64,
-    .vdim        = 128,
-    .n_exp       = 896,
-    .n_act       = 16,
-    .F           = 3072,
-    .L           = 3584,
-    .n_shared    = 2,
-    .block       = 12,
-    .kda_heads   = 96,
-    .kda_d       = 128,
-    .conv_k      = 4,
-    .glb         = -5.0,
-    .eps         = 1e-5,
-    .vis         = 1152,
-    .vis_shards  = 2,
-    .mla_last    = 92,
-    .holes       = 1,
-};
+/* Four layers of the release's widths, 32 experts. */
+static const mk_shape preset_slice = {MK_RELEASE_WIDTHS, .n_layers = 4, .first_dense = 0, .n_exp = 32,
+                                      .block = 2,        .vis = 32,     .vis_shards = 1,  .mla_last = -1};
+
+/* The release with zero data: 93 layers (layer 0 dense, MLA at i % 4 == 3 and at 92), 896
+ * experts, block 12; 96 shards, the last two the vision tower. */
+static const mk_shape preset_release = {MK_RELEASE_WIDTHS, .n_layers = 93, .first_dense = 1,
+                                        .n_exp = 896,      .block = 12,    .vis = 1152,
+                                        .vis_shards = 2,   .mla_last = 92, .holes = 1};
 
 typedef struct mk_opts {
     uint64_t    seed;
@@ -1350,12 +1308,29 @@ static void usage(FILE *f) {
             "  -h, --help     this text\n");
 }
 
-static int parse_int(const char *opt, const char *s, long lo, long hi, int *out) {
+/* The options that set one integer of the preset's shape: name, range, field. */
+static const struct mk_int_opt {
+    const char *name;
+    long        lo, hi;
+    size_t      off; /* of the int in mk_shape */
+} mk_int_opts[] = {
+    {"layers", 1, MK_MAX_LAYERS, offsetof(mk_shape, n_layers)},
+    {"dense", 0, MK_MAX_LAYERS, offsetof(mk_shape, first_dense)},
+    {"experts", 1, 4096, offsetof(mk_shape, n_exp)},
+    {"active", 1, 4096, offsetof(mk_shape, n_act)},
+    {"shared", 0, 64, offsetof(mk_shape, n_shared)},
+    {"block", 1, MK_MAX_LAYERS, offsetof(mk_shape, block)},
+    {"merges", 0, 1 << 20, offsetof(mk_shape, merges)},
+};
+#define MK_N_INT_OPTS ((int)(sizeof mk_int_opts / sizeof *mk_int_opts))
+
+static int parse_int(const struct mk_int_opt *io, const char *s, int *out) {
     char *end;
     errno  = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "k3-mkmodel: %s '%s': expected an integer in %ld..%ld\n", opt, s, lo, hi);
+    if (errno || end == s || *end || v < io->lo || v > io->hi) {
+        fprintf(stderr, "k3-mkmodel: --%s '%s': expected an integer in %ld..%ld\n", io->name, s, io->lo,
+                io->hi);
         return -1;
     }
     *out = (int)v;
@@ -1363,45 +1338,37 @@ static int parse_int(const char *opt, const char *s, long lo, long hi, int *out)
 }
 
 int main(int argc, char **argv) {
-    enum {
-        O_SEED = 256,
-        O_LAYERS,
-        O_DENSE,
-        O_EXPERTS,
-        O_ACTIVE,
-        O_SHARED,
-        O_BLOCK,
-        O_MERGES,
-        O_NOPREFIX,
-        O_F32,
-        O_SINGLE,
-        O_FORCE,
-        O_QUIET,
-        O_PRESET
-    };
-    static const struct option lo[] = {
+    enum { O_SEED = 256, O_PRESET, O_INT /* O_INT + i: mk_int_opts[i] */ };
+    mk_opts             o       = {.seed = 1, .prefix = 1};
+    const struct option fixed[] = {
+        /* the switches set their field through getopt's flag pointer */
         {"preset", required_argument, 0, O_PRESET},
         {"seed", required_argument, 0, O_SEED},
-        {"layers", required_argument, 0, O_LAYERS},
-        {"dense", required_argument, 0, O_DENSE},
-        {"experts", required_argument, 0, O_EXPERTS},
-        {"active", required_argument, 0, O_ACTIVE},
-        {"shared", required_argument, 0, O_SHARED},
-        {"block", required_argument, 0, O_BLOCK},
-        {"merges", required_argument, 0, O_MERGES},
-        {"no-prefix", no_argument, 0, O_NOPREFIX},
-        {"f32", no_argument, 0, O_F32},
-        {"single", no_argument, 0, O_SINGLE},
-        {"force", no_argument, 0, O_FORCE},
-        {"quiet", no_argument, 0, O_QUIET},
+        {"no-prefix", no_argument, &o.prefix, 0},
+        {"f32", no_argument, &o.f32, 1},
+        {"single", no_argument, &o.single, 1},
+        {"force", no_argument, &o.force, 1},
+        {"quiet", no_argument, &o.quiet, 1},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    mk_opts     o      = {.seed = 1, .prefix = 1};
+    struct option lo[sizeof fixed / sizeof *fixed + MK_N_INT_OPTS];
+    int           nl = 0, ival[MK_N_INT_OPTS], c; /* ival: -1 = the preset's */
+    for (; fixed[nl].name; nl++)
+        lo[nl] = fixed[nl];
+    for (int i = 0; i < MK_N_INT_OPTS; i++) {
+        lo[nl++] = (struct option){mk_int_opts[i].name, required_argument, 0, O_INT + i};
+        ival[i]  = -1;
+    }
+    lo[nl]             = (struct option){0, 0, 0, 0};
     const char *preset = NULL;
-    int         layers = -1, dense = -1, experts = -1, active = -1, shared = -1, block = -1, merges = -1, c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         int bad = 0;
+        if (c >= O_INT && c < O_INT + MK_N_INT_OPTS) {
+            if (parse_int(&mk_int_opts[c - O_INT], optarg, &ival[c - O_INT]))
+                return 2;
+            continue;
+        }
         switch (c) {
         case O_PRESET:
             preset = optarg;
@@ -1416,41 +1383,7 @@ int main(int argc, char **argv) {
             }
             break;
         }
-        case O_LAYERS:
-            bad = parse_int("--layers", optarg, 1, MK_MAX_LAYERS, &layers);
-            break;
-        case O_DENSE:
-            bad = parse_int("--dense", optarg, 0, MK_MAX_LAYERS, &dense);
-            break;
-        case O_EXPERTS:
-            bad = parse_int("--experts", optarg, 1, 4096, &experts);
-            break;
-        case O_ACTIVE:
-            bad = parse_int("--active", optarg, 1, 4096, &active);
-            break;
-        case O_SHARED:
-            bad = parse_int("--shared", optarg, 0, 64, &shared);
-            break;
-        case O_BLOCK:
-            bad = parse_int("--block", optarg, 1, MK_MAX_LAYERS, &block);
-            break;
-        case O_MERGES:
-            bad = parse_int("--merges", optarg, 0, 1 << 20, &merges);
-            break;
-        case O_NOPREFIX:
-            o.prefix = 0;
-            break;
-        case O_F32:
-            o.f32 = 1;
-            break;
-        case O_SINGLE:
-            o.single = 1;
-            break;
-        case O_FORCE:
-            o.force = 1;
-            break;
-        case O_QUIET:
-            o.quiet = 1;
+        case 0: /* a switch: getopt set it */
             break;
         case 'h':
             usage(stdout);
@@ -1491,20 +1424,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "k3-mkmodel: --preset '%s': expected tiny, slice or release\n", preset);
         return 2;
     }
-    if (layers > 0)
-        s.n_layers = layers;
-    if (dense >= 0)
-        s.first_dense = dense;
-    if (experts > 0)
-        s.n_exp = experts;
-    if (active > 0)
-        s.n_act = active;
-    if (shared >= 0)
-        s.n_shared = shared;
-    if (block > 0)
-        s.block = block;
-    if (merges >= 0)
-        s.merges = merges;
+    for (int i = 0; i < MK_N_INT_OPTS; i++)
+        if (ival[i] >= 0)
+            *(int *)((char *)&s + mk_int_opts[i].off) = ival[i];
     if (s.first_dense > s.n_layers) {
         fprintf(stderr, "k3-mkmodel: --dense %d: more than the %d layers\n", s.first_dense, s.n_layers);
         return 2;

@@ -1236,17 +1236,18 @@ static k3_status run(ctx *c) {
 int main(int argc, char **argv) {
     ctx c;
     memset(&c, 0, sizeof c);
-    enum { O_BITS = 256, O_MLA, O_HEAD, O_SHARDS, O_VERIFY, O_JOBS, O_QUIET };
-    static const struct option lo[] = {{"bits", required_argument, 0, O_BITS},
-                                       {"mla-bits", required_argument, 0, O_MLA},
-                                       {"head-bits", required_argument, 0, O_HEAD},
-                                       {"shards", required_argument, 0, O_SHARDS},
-                                       {"verify-full", no_argument, 0, O_VERIFY},
-                                       {"jobs", required_argument, 0, O_JOBS},
-                                       {"quiet", no_argument, 0, O_QUIET},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-    int                        opt;
+    enum { O_BITS = 256, O_MLA, O_HEAD, O_SHARDS, O_JOBS };
+    const struct option lo[] = {
+        {"bits", required_argument, 0, O_BITS},
+        {"mla-bits", required_argument, 0, O_MLA},
+        {"head-bits", required_argument, 0, O_HEAD},
+        {"shards", required_argument, 0, O_SHARDS},
+        {"verify-full", no_argument, &c.o.verify_full, 1}, /* switches: set by getopt */
+        {"jobs", required_argument, 0, O_JOBS},
+        {"quiet", no_argument, &c.o.quiet, 1},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    int opt;
     while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (opt) {
         case O_BITS:
@@ -1261,9 +1262,6 @@ int main(int argc, char **argv) {
         case O_SHARDS:
             c.o.shards = optarg;
             break;
-        case O_VERIFY:
-            c.o.verify_full = 1;
-            break;
         case O_JOBS: {
             char *end;
             long  j = strtol(optarg, &end, 10);
@@ -1274,8 +1272,7 @@ int main(int argc, char **argv) {
             c.o.jobs = (int)j;
             break;
         }
-        case O_QUIET:
-            c.o.quiet = 1;
+        case 0: /* a switch */
             break;
         case 'h':
             usage(stdout);

@@ -443,24 +443,13 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     return i;
 }
 
-static k3_status cache_reserve(k3_conv *c, int n) {
-    if (n <= c->cap_cache)
-        return K3_OK;
-    int cap = c->cap_cache ? c->cap_cache : 1024;
-    while (cap < n)
-        cap *= 2;
-    int32_t *p = realloc(c->cache_ids, (size_t)cap * sizeof *p);
-    if (!p)
-        return k3_err(K3_ERR_NOMEM, "conversation: out of memory for a %d-token cache", cap);
-    c->cache_ids = p;
-    c->cap_cache = cap;
-    return K3_OK;
-}
-
 /* Records that the session processed ids[0, n) after the cached ones (n may be the part
  * of a feed that was applied before a cancel or error). */
 static void cache_append(k3_conv *c, const int32_t *ids, int n) {
-    if (n <= 0 || cache_reserve(c, c->n_cache + n)) {
+    void *p   = c->cache_ids;
+    int   bad = n > 0 && conv_grow(&p, &c->cap_cache, c->n_cache + n, sizeof *ids, 1024, "cached token ids");
+    c->cache_ids = p;
+    if (n <= 0 || bad) {
         if (n > 0) /* cannot record: forget everything (the next turn re-prefills) */
             c->cache_sess = NULL;
         return;

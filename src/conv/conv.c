@@ -235,8 +235,7 @@ void conv_touched(k3_conv *c, int i) {
     }
 }
 
-/* Room for `need` elements of `elem` bytes in *arr (capacity *cap, doubling from `first`). */
-static k3_status grow_array(void **arr, int *cap, int need, size_t elem, int first, const char *what) {
+k3_status conv_grow(void **arr, int *cap, int need, size_t elem, int first, const char *what) {
     if (need <= *cap)
         return K3_OK;
     int ncap = *cap ? *cap : first;
@@ -252,7 +251,7 @@ static k3_status grow_array(void **arr, int *cap, int need, size_t elem, int fir
 
 static k3_status grow(k3_conv *c) {
     void     *p  = c->msgs;
-    k3_status st = grow_array(&p, &c->cap_msgs, c->n_msgs + 1, sizeof *c->msgs, 16, "messages");
+    k3_status st = conv_grow(&p, &c->cap_msgs, c->n_msgs + 1, sizeof *c->msgs, 16, "messages");
     c->msgs      = p;
     return st;
 }
@@ -260,7 +259,7 @@ static k3_status grow(k3_conv *c) {
 /* Room for n more abandoned messages. */
 static k3_status grow_aban(k3_conv *c, int n) {
     void     *p  = c->aban;
-    k3_status st = grow_array(&p, &c->cap_aban, c->n_aban + n, sizeof *c->aban, 8, "abandoned messages");
+    k3_status st = conv_grow(&p, &c->cap_aban, c->n_aban + n, sizeof *c->aban, 8, "abandoned messages");
     c->aban      = p;
     return st;
 }

@@ -61,6 +61,27 @@ k3_status k3_ids_push(k3_ids *ids, int32_t id) {
     return K3_OK;
 }
 
+k3_status k3_ids_parse(const char *text, int32_t max_id, k3_ids *out) {
+    static const char sep[] = " \t\r\n,";
+    for (size_t k = 1;; k++) {
+        text += strspn(text, sep);
+        if (!*text)
+            return K3_OK;
+        char *end;
+        errno  = 0;
+        long v = strtol(text, &end, 10);
+        if (end == text || errno || v < 0 || v > max_id || (*end && !strchr(sep, *end))) {
+            size_t w = strcspn(text, sep);
+            return k3_err(K3_ERR_ARG, "token %zu: '%.*s' is not an id in 0..%d", k, (int)(w < 40 ? w : 40),
+                          text, (int)max_id);
+        }
+        k3_status st = k3_ids_push(out, (int32_t)v);
+        if (st)
+            return st;
+        text = end;
+    }
+}
+
 /* ==== hash =============================================================== */
 
 static inline uint64_t rd64(const uint8_t *p) {

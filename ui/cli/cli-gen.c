@@ -15,47 +15,12 @@
 #include "loadprog.h"
 #include "k3.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-/* Parse whitespace-separated decimal ids; returns the count or -1 (message printed). */
-static int parse_ids(const char *s, int32_t **out) {
-    int      n = 0, cap = 64;
-    int32_t *v = malloc((size_t)cap * sizeof *v);
-    if (!v)
-        return -1;
-    for (;;) {
-        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == ',')
-            s++;
-        if (!*s)
-            break;
-        char *end;
-        errno  = 0;
-        long x = strtol(s, &end, 10);
-        if (end == s || errno || x < 0 || x > INT32_MAX) {
-            fprintf(stderr, "k3chat: --ids: '%.20s' is not a token id\n", s);
-            free(v);
-            return -1;
-        }
-        if (n == cap) {
-            int32_t *nv = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-            if (!nv) {
-                free(v);
-                return -1;
-            }
-            v = nv;
-        }
-        v[n++] = (int32_t)x;
-        s      = end;
-    }
-    *out = v;
-    return n;
-}
 
 static void emit(FILE *f, const char *t, size_t n) {
     if (n) {
@@ -138,10 +103,14 @@ done:
 
 /* --ids: raw ids in, generated ids out (one line). */
 static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
-    int32_t *ids = NULL;
-    int      n   = parse_ids(o->ids, &ids);
-    if (n < 0)
+    k3_ids parsed = {0};
+    if (k3_ids_parse(o->ids, INT32_MAX, &parsed)) {
+        fprintf(stderr, "k3chat: --ids: %s\n", k3_errmsg());
+        k3_ids_free(&parsed);
         return 2;
+    }
+    int32_t *ids = parsed.v; /* k3_ids owns a malloc'ed array: take it */
+    int      n   = (int)parsed.n;
     if (n == 0) {
         fprintf(stderr, "k3chat: --ids: no token ids given\n");
         free(ids);

@@ -2,8 +2,8 @@
  *
  *   k3chat --tokenize VOCAB_DIR FILE     ids of FILE's bytes (ordinary text, specials not
  *                                        allowed), decimal, single spaces, one line
- *   k3chat --detokenize VOCAB_DIR FILE   FILE holds such ids (any whitespace); writes
- *                                        the raw bytes to stdout
+ *   k3chat --detokenize VOCAB_DIR FILE   FILE holds such ids (white space or commas
+ *                                        between them); writes the raw bytes to stdout
  * --pattern kimi|o200k overrides the pre-tokenizer family chosen from VOCAB_DIR.
  */
 #include "cli.h"
@@ -53,75 +53,51 @@ static k3_tok *load(const cli_opts *o) {
     return t;
 }
 
-int cli_tokenize(const cli_opts *o) {
+/* FILE, then the vocabulary; --tokenize encodes FILE and prints the ids, --detokenize reads
+ * FILE's ids (k3_ids_parse) and writes their bytes. */
+static int run(const cli_opts *o, int detok) {
     size_t len;
     char  *text = slurp(o->file, &len);
     if (!text)
         return 1;
-    k3_tok *t   = load(o);
-    k3_ids  ids = {0};
-    int     rc  = 1;
+    k3_tok   *t     = load(o);
+    k3_ids    ids   = {0};
+    char     *bytes = NULL;
+    size_t    nb    = 0;
+    int       rc    = 1;
+    k3_status st;
     if (!t)
         goto done;
-    if (k3_tok_encode(t, text, len, 0, &ids)) {
+    if (detok) {
+        st = k3_ids_parse(text, k3_tok_n_vocab(t) - 1, &ids);
+        if (!st)
+            st = k3_tok_decode(t, ids.v, ids.n, &bytes, &nb);
+    } else
+        st = k3_tok_encode(t, text, len, 0, &ids);
+    if (st) {
         fprintf(stderr, "k3chat: %s: %s\n", o->file, k3_errmsg());
         goto done;
     }
-    for (size_t i = 0; i < ids.n; i++)
-        printf(i ? " %d" : "%d", ids.v[i]);
-    printf("\n");
-    rc = fflush(stdout) ? 1 : 0;
-done:
-    k3_ids_free(&ids);
-    k3_tok_free(t);
-    free(text);
-    return rc;
-}
-
-int cli_detokenize(const cli_opts *o) {
-    size_t len;
-    char  *text = slurp(o->file, &len);
-    if (!text)
-        return 1;
-    k3_tok *t     = load(o);
-    k3_ids  ids   = {0};
-    char   *bytes = NULL;
-    size_t  nb;
-    int     rc = 1;
-    if (!t)
-        goto done;
-    for (char *p = text;;) {
-        while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
-            p++;
-        if (!*p)
-            break;
-        char *end;
-        errno  = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v >= k3_tok_n_vocab(t) ||
-            (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')) {
-            int w = 0;
-            while (p[w] && p[w] != ' ' && p[w] != '\n' && w < 40)
-                w++;
-            fprintf(stderr, "k3chat: %s: token %zu: '%.*s' is not an id in 0..%d\n", o->file, ids.n + 1, w, p,
-                    k3_tok_n_vocab(t) - 1);
-            goto done;
-        }
-        if (k3_ids_push(&ids, (int32_t)v)) {
-            fprintf(stderr, "k3chat: %s\n", k3_errmsg());
-            goto done;
-        }
-        p = end;
+    if (detok)
+        rc = (fwrite(bytes, 1, nb, stdout) != nb || fflush(stdout)) ? 1 : 0;
+    else {
+        for (size_t i = 0; i < ids.n; i++)
+            printf(i ? " %d" : "%d", ids.v[i]);
+        printf("\n");
+        rc = fflush(stdout) ? 1 : 0;
     }
-    if (k3_tok_decode(t, ids.v, ids.n, &bytes, &nb)) {
-        fprintf(stderr, "k3chat: %s: %s\n", o->file, k3_errmsg());
-        goto done;
-    }
-    rc = (fwrite(bytes, 1, nb, stdout) != nb || fflush(stdout)) ? 1 : 0;
 done:
     free(bytes);
     k3_ids_free(&ids);
     k3_tok_free(t);
     free(text);
     return rc;
+}
+
+int cli_tokenize(const cli_opts *o) {
+    return run(o, 0);
+}
+
+int cli_detokenize(const cli_opts *o) {
+    return run(o, 1);
 }
