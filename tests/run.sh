@@ -37,7 +37,8 @@ case "$jobs" in '' | *[!0-9]* | 0) echo "run.sh: K3_TEST_JOBS='$jobs': expected 
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 res=$(mktemp -d "${TMPDIR:-/tmp}/k3run.XXXXXX") || exit 2
 trap 'rm -rf "$res"' EXIT
-trap 'exit 130' INT TERM
+# interrupted: stop the running tests (timeout passes the signal to the test's process group)
+trap 'for _p in "$res"/*.pid; do [ -f "$_p" ] && kill -TERM "$(cat "$_p")" 2>/dev/null; done; exit 130' INT TERM
 
 # run_one ID NAME BUILD CMD...: one test; its summary lines go to $res/ID.out, its counts
 # ("P F S") to $res/ID.cnt, and $res/ID.done appears last
@@ -50,7 +51,9 @@ run_one() {
     # XDG_CACHE_HOME: the engine's measured-speed cache (--inspect) stays in the test's directory
     K3_BUILD="$root/$b" K3_SRC="$root" K3_TMP="$tmp" XDG_CACHE_HOME="$tmp/cache" \
         XDG_CONFIG_HOME="$tmp/xdg/config" XDG_DATA_HOME="$tmp/xdg/data" XDG_STATE_HOME="$tmp/xdg/state" \
-        timeout "$timeout_s" "$@" >"$log" 2>&1 </dev/null
+        timeout "$timeout_s" "$@" >"$log" 2>&1 </dev/null &
+    echo $! >"$res/$id.pid" # timeout runs in a process group of its own: the trap below stops it
+    wait $!
     rc=$?
     t1=$(date +%s)
     rm -rf "$tmp"
