@@ -22,6 +22,8 @@
  *   prefill_warm_isa, decode_warm_isa
  *                      warm prefill / decode at the running kernel level (K3_ISA, default the
  *                      best) against the same session at K3_ISA=avx2, alternating rounds.
+ *   prefill_warm_act   warm prefill with the float activations (default) against the same session
+ *                      with K3_ACT=double (the libm double formulas), alternating rounds.
  *   prefill_chunk_<C>  warm prefill of 256 tokens with K3_CHUNK = C (32, 64, 128, 256), a session per
  *                      chunk size on the same model, 2 alternating rounds, medians (a "# " line
  *                      gives the process CPU seconds per token); ref: chunk 32
@@ -31,6 +33,7 @@
  *                      of the warm prefill; ref: the prefill's total. A "# " line gives the CPU
  *                      seconds (both threads, spin waits included) against the process's.
  */
+#include "act.h"
 #include "bench.h"
 #include "config.h"
 #include "experts.h"
@@ -264,6 +267,36 @@ static int isa_ab(k3_session *s, const int32_t *ids, int np, int nd) {
     return 0;
 }
 
+/* Warm prefill with the float activations (K3_ACT, the default) against the same session with the libm
+ * double formulas (K3_ACT=double), alternating rounds, medians; a "# " line gives the process
+ * CPU seconds per token. Result prefill_warm_act, s/tok, ratio < 1 = the float path is faster. */
+static int act_ab(k3_session *s, const int32_t *ids, int np) {
+    enum { R = 3 };
+    if (!bench_want("prefill_warm_act"))
+        return 0;
+    const int keep = kern_act_double();
+    double    tf[R], td[R], cf[R], cd[R];
+    tok_time  t;
+    int       rc = 0;
+    for (int r = 0; r < R && !rc; r++)
+        for (int dbl = 1; dbl >= 0 && !rc; dbl--) {
+            kern_set_act_double(dbl);
+            const double c0    = prof_now().cpu;
+            rc                 = prefill(s, ids, np, &t);
+            (dbl ? td : tf)[r] = t.total;
+            (dbl ? cd : cf)[r] = (prof_now().cpu - c0) / np;
+        }
+    kern_set_act_double(keep);
+    if (rc)
+        return rc;
+    printf("# activations: float against K3_ACT=double, %d alternating rounds, medians; CPU %.4f s/tok "
+           "against %.4f (both threads, spin waits included)\n",
+           R, bench_median(cf, R), bench_median(cd, R));
+    bench_report("prefill_warm_act", bench_median(tf, R), "s/tok", bench_median(td, R),
+                 "s/tok(K3_ACT=double)");
+    return 0;
+}
+
 /* K3_PROFILE=1: the phases of the prefill that started at w0 (NP tokens), per token. */
 static void report_phases(int np, prof_t w0) {
     const prof_t w1   = prof_now();
@@ -370,6 +403,8 @@ static void bench_engine(const char *dir) {
         rc |= k3_model_set_expert_budget(m, -1);
     if (!rc)
         rc |= isa_ab(s, ids, NP, ND);
+    if (!rc)
+        rc |= act_ab(s, ids, NP);
     if (rc) {
         fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
     } else {

@@ -8,6 +8,11 @@
  *   (or plain) streaming read over the whole arena, median of the passes.
  * - Results: GB/s of weight bytes (weights + scales) = bytes of one pass / median pass time,
  *   first pass discarded as warm-up. Names: <fmt>[_idot]_matvec_<rows>x<cols>_t<threads>.
+ * - "_cpu" results (only when the filter contains "cpu", e.g. `k3-bench idot_matvec_cpu`) stream
+ *   like the plain ones but divide by the process CPU time per thread (CLOCK_PROCESS_CPUTIME_ID /
+ *   threads), and so does their reference, mem_read_t<th>_cpu: on a machine shared with other
+ *   work the time a thread is not scheduled drops out of both (wall clock counts it), while the
+ *   time it stalls on DRAM stays in. A second, labelled measure; the wall-clock one stays.
  * - "_hot" results run the same number of matvecs on one copy that stays in the caches: the
  *   kernel's compute ceiling on one thread, in GB per CPU-second of that thread (ratio > 1
  *   means faster than DRAM could feed it).
@@ -75,19 +80,27 @@ static uint64_t read_all(const uint8_t *p, size_t n) {
     return a;
 }
 
-/* Sustained read bandwidth (GB/s) over the arena with th threads, median of the passes. */
-static double mem_bw(int th) {
+/* CPU seconds of the whole process (every thread). */
+static double proc_time(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Sustained read bandwidth (GB/s) over the arena with th threads, median of the passes; cpu: per
+ * CPU-second of each thread (process CPU time / th) instead of wall time. */
+static double mem_bw(int th, int cpu) {
     double   t[PASSES - 1];
     uint64_t sink = 0;
     for (int p = 0; p < PASSES; p++) {
-        double t0 = k3_time();
+        double t0 = cpu ? proc_time() / th : k3_time();
 #pragma omp parallel num_threads(th) reduction(^ : sink)
         {
             size_t n = arena_bytes / 128 / (size_t)th * 128, i = (size_t)omp_get_thread_num();
             sink ^= read_all(arena + i * n, n);
         }
         if (p > 0)
-            t[p - 1] = k3_time() - t0;
+            t[p - 1] = (cpu ? proc_time() / th : k3_time()) - t0;
     }
     if (sink == 42)
         printf("# (sink)\n");
@@ -164,19 +177,26 @@ static double int8_peak(int isa) {
     return 0.0;
 }
 
-static void matvec_name(char *name, size_t size, int type, int rows, int cols, int idot, int th, int hot) {
+/* How a matvec result is timed: streaming from DRAM in wall time, the same in CPU time per thread,
+ * or one cached copy in the thread's CPU time. */
+enum { MV_WALL, MV_CPU, MV_HOT };
+
+static void matvec_name(char *name, size_t size, int type, int rows, int cols, int idot, int th, int mode) {
     static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
     snprintf(name, size, "%s%s_matvec_%dx%d_t%d%s", fmt[type], idot ? "_idot" : "", rows, cols, th,
-             hot ? "_hot" : "");
+             mode == MV_HOT   ? "_hot"
+             : mode == MV_CPU ? "_cpu"
+                              : "");
 }
 
-/* One format x shape x numerics x threads result. hot: one copy, read again and again from the
+/* One format x shape x numerics x threads result. MV_HOT: one copy, read again and again from the
  * caches (the kernel's compute ceiling), as many matvecs as a streaming pass would make. */
-static void bench_matvec(int type, int rows, int cols, int idot, int th, int hot, double ref) {
+static void bench_matvec(int type, int rows, int cols, int idot, int th, int mode, double ref) {
     char name[96];
-    matvec_name(name, sizeof name, type, rows, cols, idot, th, hot);
-    if (!bench_want(name))
+    matvec_name(name, sizeof name, type, rows, cols, idot, th, mode);
+    if (!bench_want(name) || (mode == MV_CPU && !bench_asked("cpu")))
         return;
+    const int    hot = mode == MV_HOT;
     const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
     const size_t stride = (wb + sb + 63) / 64 * 64;
     const size_t copies = arena_bytes / stride;
@@ -196,7 +216,7 @@ static void bench_matvec(int type, int rows, int cols, int idot, int th, int hot
     kern_set_idot(idot);
     double t[PASSES - 1];
     for (int p = 0; p < PASSES; p++) {
-        double t0 = hot ? cpu_time() : k3_time();
+        double t0 = hot ? cpu_time() : mode == MV_CPU ? proc_time() / th : k3_time();
         for (size_t k = 0; k < copies; k++) {
             uint8_t *base = arena + (hot ? 0 : k) * stride;
             qmat     m    = {.type = type, .rows = rows, .cols = cols, .w = base};
@@ -207,7 +227,7 @@ static void bench_matvec(int type, int rows, int cols, int idot, int th, int hot
             qmat_matvec(&m, x, y);
         }
         if (p > 0)
-            t[p - 1] = (hot ? cpu_time() : k3_time()) - t0;
+            t[p - 1] = (hot ? cpu_time() : mode == MV_CPU ? proc_time() / th : k3_time()) - t0;
     }
     bench_report(name, (double)(copies * (wb + sb)) / bench_median(t, PASSES - 1) / 1e9, "GB/s", ref, "GB/s");
     free(x);
@@ -277,12 +297,12 @@ int bench_kern(void) {
     for (size_t t = 0; t < 3 && !any; t++)
         for (int idot = 0; idot <= 1; idot++)
             for (int th = 1; th <= 2; th++)
-                for (size_t s = 0; s < 3; s++) {
-                    matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, 0);
-                    any |= bench_want(name);
-                    matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, 1);
-                    any |= bench_want(name) || bench_want("matmul32") || bench_want("int8_peak");
-                }
+                for (size_t s = 0; s < 3; s++)
+                    for (int mode = MV_WALL; mode <= MV_HOT; mode++) {
+                        matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, mode);
+                        any |= bench_want(name) && (mode != MV_CPU || bench_asked("cpu"));
+                        any |= bench_want("matmul32") || bench_want("int8_peak");
+                    }
     if (!any)
         return 0;
 
@@ -302,19 +322,27 @@ int bench_kern(void) {
     fill_random(arena, arena_bytes);
     printf("# kern: arena %zu MiB (LLC %ld MiB), %s kernels, %d passes (first discarded), median\n",
            arena_bytes >> 20, llc > 0 ? llc >> 20 : -1, kern_isa_name(kern_isa()), PASSES);
-    double bw[3] = {0};
+    double bw[3] = {0}, bwc[3] = {0};
     for (int th = 1; th <= 2; th++) {
-        bw[th] = mem_bw(th);
+        bw[th] = mem_bw(th, 0);
         snprintf(name, sizeof name, "mem_read_t%d", th);
         if (bench_want(name))
             bench_report(name, bw[th], "GB/s", bw[th], "GB/s");
+        if (!bench_asked("cpu"))
+            continue;
+        bwc[th] = mem_bw(th, 1);
+        snprintf(name, sizeof name, "mem_read_t%d_cpu", th);
+        if (bench_want(name))
+            bench_report(name, bwc[th], "GB/s", bwc[th], "GB/s");
     }
     const int idot0 = kern_idot();
     for (size_t t = 0; t < 3; t++)
         for (int idot = 0; idot <= 1; idot++)
             for (int th = 1; th <= 2; th++)
-                for (size_t s = 0; s < 3; s++)
-                    bench_matvec(types[t], shapes[s][0], shapes[s][1], idot, th, 0, bw[th]);
+                for (size_t s = 0; s < 3; s++) {
+                    bench_matvec(types[t], shapes[s][0], shapes[s][1], idot, th, MV_WALL, bw[th]);
+                    bench_matvec(types[t], shapes[s][0], shapes[s][1], idot, th, MV_CPU, bwc[th]);
+                }
     /* the core's int8 peak for the running ISA (the reference of the matmul GOPS) */
     double peak = 0.0;
     snprintf(name, sizeof name, "int8_peak_%s_t1", kern_isa_name(kern_isa()));
@@ -330,7 +358,7 @@ int bench_kern(void) {
     /* compute ceilings: the first shape, one thread, from the caches */
     for (size_t t = 0; t < 3; t++)
         for (int idot = 0; idot <= 1; idot++)
-            bench_matvec(types[t], shapes[0][0], shapes[0][1], idot, 1, 1, bw[1]);
+            bench_matvec(types[t], shapes[0][0], shapes[0][1], idot, 1, MV_HOT, bw[1]);
     kern_set_idot(idot0);
     free(arena);
     arena = NULL;

@@ -24,6 +24,7 @@
 #define BENCHES(X)                                                                                           \
     X(kern)    /* bench-kern.c: memory read bandwidth; MXFP4/int4/int8 matvec GB/s */                        \
     X(amx)     /* bench-amx.c: AMX-INT8 tile peak and matmul GOPS (hardware only; SKIP otherwise) */         \
+    X(act)     /* bench-act.c: SiTU-GLU ns/element, float path by level vs the double formula */             \
     X(ui)      /* bench-ui.c: token-to-screen latency and UI CPU share of the TUI (mock engine) */           \
     X(repack)  /* bench-repack.c: start-up of a k3 container vs the BF16 source; K3_MMAP memory */           \
     X(tok)     /* bench-tok.c: tokenizer encode MB/s vs tiktoken's JS and WASM builds */                     \

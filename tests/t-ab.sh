@@ -1,7 +1,8 @@
 #!/bin/sh
 # t-ab.sh: tools/k3-ab (A/B logits comparison) on a tiny generated model: identical settings
 # agree exactly, a quantized head differs measurably but keeps top-1, K3_CHUNK does not change
-# a bit (chunked prefill == token at a time), bad input is refused with exit 2.
+# a bit (chunked prefill == token at a time), the float SiTU-GLU stays close to the double one
+# (K3_ACT), bad input is refused with exit 2.
 . "$K3_SRC/tests/count.sh"
 set -u
 AB="$K3_BUILD/k3-ab"
@@ -42,6 +43,26 @@ else
     grep -q '^AB top1 1.0000' "$T/isa0" && awk -v r="$r" 'BEGIN { exit !(r < 1e-5) }'
     check $? "defaults: K3_ISA=scalar vs avx512 same top-1, rel_l2 $r < 1e-5 (f32 reassociation only)"
 fi
+
+# K3_ACT: the float activations (SiTU-GLU, SiLU, sigmoids, decays; the default) against the
+# libm double formulas they replaced (K3_ACT=double). f32 matrices: a non-zero difference (the
+# knob switches paths) that keeps top-1 and stays under t-ref's engine-vs-float64 limit. The
+# int8/int4 defaults: the activations are quantized per group of 32, so a few codes that sit
+# on a rounding boundary flip and the difference grows to ~5e-3 on k3-nano; it must stay under
+# a quarter of the quantization's own difference (f32 vs defaults) in the same run.
+# tests/test-act bounds the activations themselves.
+for mdl in "$T/m" "$K3_SRC/models/k3-nano"; do
+    nm=$(basename "$mdl")
+    "$AB" --random 64 "$mdl" "$F K3_ACT=double" "$F" >"$T/act" 2>&1
+    r=$(val rel_l2 "$T/act")
+    grep -q '^AB top1 1.0000' "$T/act" && awk -v r="$r" 'BEGIN { exit !(r > 0 && r < 1e-5) }'
+    check $? "$nm f32: K3_ACT=double vs float: same top-1 over 64 positions, rel_l2 $r in (0, 1e-5)"
+    "$AB" --random 64 "$mdl" "K3_ACT=double" "" >"$T/actq" 2>&1
+    "$AB" --random 64 "$mdl" "$F" "" >"$T/quant" 2>&1
+    r=$(val rel_l2 "$T/actq"); q=$(val rel_l2 "$T/quant"); t1=$(sed -n 's/^AB top1 \([^ ]*\).*/\1/p' "$T/actq")
+    awk -v r="$r" -v q="$q" -v t="$t1" 'BEGIN { exit !(r < q / 4 && t >= 0.95) }'
+    check $? "$nm defaults: K3_ACT=double vs float: rel_l2 $r < a quarter of the quantization's $q, top-1 $t1 >= 0.95"
+done
 
 "$AB" --ids '1 5 9 200 7 7 3' "$T/m" "$F" "$F K3_HEAD_BITS=8" >"$T/head" 2>&1
 r=$(val rel_l2 "$T/head"); k=$(val kl_mean "$T/head")

@@ -243,6 +243,58 @@ static void check_act_quant(void) {
     T_CHECK(ok, "activation quantizer: avx512 twin bit-identical to scalar (%d cases)", cases);
 }
 
+/* The AVX-512 matvec (nc == 1) at every prefetch setting (K3_MV_AHEAD tiles ahead, 0 = the
+ * old byte distance) against the scalar reference, bit for bit, at 1 and 2 threads, outputs
+ * poisoned with NaN: rows not a multiple of the 4-row tile, K not a multiple of the 64-byte
+ * step, and MXFP4 with every exponent 0..200 (its lane scales are vscalefps(d, e - 128); with
+ * activations of magnitude 1, d about 2^-7: subnormal scales for the smallest exponents, and
+ * no overflow at the largest). */
+static void check_mv_ahead(void) {
+    char why[128];
+    if (!kern_isa_ok(KERN_AVX512, why, sizeof why)) {
+        T_SKIP("K3_MV_AHEAD (the avx512 matvec) not checked: %s", why);
+        return;
+    }
+    static const int sh[][3] = {{Q_I8, 37, 1100},  {Q_I8, 6, 3584},     {Q_I4, 39, 1101},
+                                {Q_I4, 150, 2080}, {Q_MXFP4, 41, 2336}, {Q_MXFP4, 258, 1056}};
+    static const int ahead[] = {0, 1, 2, 7};
+    for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
+        const int type = sh[k][0], rows = sh[k][1], cols = sh[k][2];
+        qmat      m;
+        uint8_t  *mx;
+        make_mat(&m, type, rows, cols, &mx);
+        if (mx) /* exponents (5 r + g) mod 201: all of 0..200, a window per row */
+            for (int r = 0; r < rows; r++)
+                for (int g = 0; g < cols / 32; g++)
+                    mx[q_wbytes(type, rows, cols) + (size_t)r * (cols / 32) + g] =
+                        (uint8_t)((r * 5 + g) % 201);
+        float *x = malloc((size_t)cols * sizeof(float)), *y0 = malloc((size_t)rows * sizeof(float));
+        float *y1 = malloc((size_t)rows * sizeof(float));
+        for (int c = 0; c < cols; c++)
+            x[c] = frnd();
+        run_mv(&m, x, y0, KERN_SCALAR, 1);
+        int ok = 1;
+        for (size_t a = 0; a < sizeof ahead / sizeof ahead[0]; a++)
+            for (int th = 1; th <= 2; th++) {
+                kern_set_mv_ahead(ahead[a]);
+                omp_set_num_threads(th);
+                memset(y1, 0xff, (size_t)rows * sizeof(float));
+                run_mv(&m, x, y1, KERN_AVX512, 1);
+                ok &= bits_equal(y0, y1, (size_t)rows);
+            }
+        T_CHECK(ok,
+                "%s %dx%d: avx512 matvec bit-identical to scalar at K3_MV_AHEAD 0, 1, 2, 7, 1 and 2 threads",
+                tname[type], rows, cols);
+        free(x), free(y0), free(y1);
+        if (mx)
+            free(mx);
+        else
+            qmat_free(&m);
+    }
+    kern_set_mv_ahead(KERN_MV_AHEAD);
+    omp_set_num_threads(2);
+}
+
 int main(void) {
     const int have_avx2 = kern_cpu_avx2();
     max_isa             = kern_cpu_avx512() ? KERN_AVX512
@@ -297,6 +349,7 @@ int main(void) {
         free(mx);
     }
     check_mxfp4_known(have_avx2);
+    check_mv_ahead();
 
     /* qmat_matmul_many: each result bit-identical to its own qmat_matmul, shared quantization
      * (same type) or not (mixed types, exact-float), every level, n = 1 and 11, 1 and 2 threads */

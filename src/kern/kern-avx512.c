@@ -17,6 +17,11 @@
  *   codes stay in registers while each column does its own steps, in its own order, so column
  *   t does not depend on how many ran beside it). nc is a compile-time constant in each
  *   instantiation (kern_idot_avx512 switches on it) so the accumulators stay in registers.
+ * - Matvec (nc == 1; decode: a DRAM stream): each row of a 4-row tile prefetches the same bytes of
+ *   the row kern_mv_ahead() tiles below it, and the tile start asks for that tile's scale lines,
+ *   so the next tile is in flight while this one computes (a byte distance of a few KiB would
+ *   mostly land inside the current tile, whose four rows are contiguous). MXFP4 lane scales are
+ *   vscalefps(d, e - 128), the exact product with 2^(e-128) without decoding it.
  * - Row ends (a partial step) use masked loads, which never touch bytes past the row, and a
  *   masked FMA that leaves B alone when only the even step exists.
  * - Compiled for the baseline target with target attributes; reached only after
@@ -145,21 +150,28 @@ Z static inline __m512 two8(float x, float y) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(x)), _mm256_set1_ps(y), 1);
 }
 
-/* 2^(e-128) of the 4 exponents e[0..cnt) (0 past cnt) spread 4 lanes each (kern_e8m0_half). */
-Z static inline __m512 e8m0_half16(const uint8_t *e, int cnt) {
-    __m128i v  = _mm_cvtepu8_epi32(_mm_maskz_loadu_epi8((__mmask16)((1u << cnt) - 1), e));
-    __m128i nr = _mm_slli_epi32(_mm_sub_epi32(v, _mm_set1_epi32(1)), 23);
-    __m128i sb = _mm_sllv_epi32(_mm_set1_epi32(0x00200000), v);
-    __m128i h  = _mm_blendv_epi8(nr, sb, _mm_cmpgt_epi32(_mm_set1_epi32(2), v));
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-                                 _mm512_castps128_ps512(_mm_castsi128_ps(h)));
+/* e - 128 of the 4 exponents e[0..cnt) (e = 0 past cnt) spread 4 lanes each, as floats: the
+ * MXFP4 lane scale is then vscalefps(d, e - 128) = d * 2^(e-128), one rounding of the exact
+ * product, the same bits as the product with the exact kern_e8m0_half(e) (a power of two, a
+ * subnormal one for e < 2), and five instructions instead of nine. cnt is a constant (inlined). */
+Z static INLINE __m512 e8m0_exp16(const uint8_t *e, int cnt) {
+    uint32_t u = 0;
+    memcpy(&u, e, (size_t)cnt);
+    /* lane j: byte j / 4 of u (vpshufb index j / 4 in its low byte), zero extended (-1: zero) */
+#define B(k) (int)(0xFFFFFF00u | (k))
+    const __m512i idx = _mm512_setr_epi32(B(0), B(0), B(0), B(0), B(1), B(1), B(1), B(1), B(2), B(2), B(2),
+                                          B(2), B(3), B(3), B(3), B(3));
+#undef B
+    const __m512i v = _mm512_shuffle_epi8(_mm512_set1_epi32((int)u), idx);
+    return _mm512_sub_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(128.0f));
 }
 
 // (kept as written: clang-format 14 aligns a leading #pragma with the declarations after it)
 // clang-format off
-/* Pairs p, p+1 of rb rows (nibble codes lo[i], hi[i], lane weight scales sv[i]) for cb columns. */
+/* Pairs p, p+1 of rb rows (nibble codes lo[i], hi[i], lane weight scales sv[i]: Q_I4 the scales,
+ * Q_MXFP4 (mx) the exponents e - 128 of e8m0_exp16) for cb columns. */
 Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, const __m512 *sv, const kern_act *a,
-                                   int rb, int cb, int p, int half, __m512 acc[RB_MAX][CB_NIB]) {
+                                   int mx, int rb, int cb, int p, int half, __m512 acc[RB_MAX][CB_NIB]) {
 #pragma GCC unroll 4
     for (int c = 0; c < cb; c++) {
         const __m512i ns = _mm512_loadu_si512(a[c].nsxo + p * 8);
@@ -169,7 +181,8 @@ Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, const _
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
             __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ns, lo[i], xe), hi[i], xo);
-            acc[i][c] = fma_step(s, _mm512_mul_ps(sv[i], dd), acc[i][c], half);
+            const __m512 dv = mx ? _mm512_scalef_ps(dd, sv[i]) : _mm512_mul_ps(sv[i], dd);
+            acc[i][c]       = fma_step(s, dv, acc[i][c], half);
         }
     }
 }
@@ -207,9 +220,9 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
         for (int i = 0; i < rb; i++) {
             pf_ahead(w[i] + p * 32, pf);
             nib_codes512(_mm512_loadu_si512(w[i] + p * 32), lut, &lo[i], &hi[i]);
-            sv[i] = mx ? e8m0_half16(e[i] + 2 * p, 4) : two8(s[i][p], s[i][p + 1]);
+            sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, 4) : two8(s[i][p], s[i][p + 1]);
         }
-        nib_tile_step(lo, hi, sv, a, rb, cb, p, 0, acc);
+        nib_tile_step(lo, hi, sv, a, mx, rb, cb, p, 0, acc);
     }
     if ((size_t)ks->k1 < rb_bytes / 64) {
         TILE_KEEP(acc, rb, cb, ks);
@@ -221,10 +234,10 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
             nib_codes512(_mm512_maskz_loadu_epi8(k, w[i] + p * 32), lut, &lo[i], &hi[i]);
-            sv[i] = mx ? e8m0_half16(e[i] + 2 * p, ng - 2 * p < 4 ? ng - 2 * p : 4)
+            sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, ng - 2 * p < 4 ? ng - 2 * p : 4)
                        : two8(s[i][p], two ? s[i][p + 1] : 0.0f);
         }
-        nib_tile_step(lo, hi, sv, a, rb, cb, p, !two, acc);
+        nib_tile_step(lo, hi, sv, a, mx, rb, cb, p, !two, acc);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < rb; i++)
@@ -265,6 +278,27 @@ typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int
  * one pass: its one activation column stays in L1 anyway. */
 #define RS_ROWS 16
 
+/* The prefetch distance (bytes) of a matvec: kern_mv_ahead() tiles of RB_MAX rows (kern-impl.h),
+ * or the byte distance of the matmul when that is 0. */
+static int mv_prefetch(const qmat *m) {
+    const size_t ahead = (size_t)kern_mv_ahead() * RB_MAX * q_wbytes(m->type, 1, m->cols);
+    return !ahead ? kern_prefetch_bytes() : ahead > (1u << 30) ? 1 << 30 : (int)ahead;
+}
+
+/* A matvec's scale stream (Q_I4 s, Q_MXFP4 e; not beside the weights, so not covered by the
+ * weight prefetch): the lines of rows [r, r + n) (those that exist), asked for by the tile that
+ * many rows above (4 rows: 448 bytes of MXFP4 exponents or 896 of int4 scales at 3584 columns). */
+static void mv_prefetch_scales(const qmat *m, int r, int n) {
+    if (m->type == Q_I8 || r >= m->rows)
+        return;
+    const size_t   rs = q_sbytes(m->type, 1, m->cols);
+    const uint8_t *p  = m->type == Q_I4 ? (const uint8_t *)(const void *)m->s : m->e;
+    n                 = m->rows - r < n ? m->rows - r : n;
+    for (uintptr_t l = (uintptr_t)(p + (size_t)r * rs) & ~(uintptr_t)63;
+         l < (uintptr_t)(p + (size_t)(r + n) * rs); l += 64)
+        __builtin_prefetch((const void *)l, 0, 3);
+}
+
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
     /* [type][rb == 4][cb - 1] */
     static const tile_fn tiles[3][2][4] = {
@@ -275,7 +309,8 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
     K3_ASSERT(nc >= 1 && nc <= KERN_NC512);
     K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
     const int t = m->type == Q_I8 ? 0 : m->type == Q_I4 ? 1 : 2, cbmax = t ? CB_NIB : CB_I8;
-    const int pf = kern_prefetch_bytes();
+    const int pf      = nc == 1 ? mv_prefetch(m) : kern_prefetch_bytes(); /* matvec: tiles ahead */
+    const int pf_rows = nc == 1 ? kern_mv_ahead() * RB_MAX : 0;           /* matvec: scales prefetched too */
     /* whole double steps of a row: 64 weight bytes each */
     const int nfull = (int)(t == 0   ? (size_t)m->cols / 64
                             : t == 1 ? (size_t)(m->cols + 1) / 2 / 64
@@ -288,6 +323,8 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
             kspan ks = {k0, nfull - k0 < kb ? nfull : k0 + kb, NULL};
             for (int r = rs; r < re;) {
                 const int four = r + RB_MAX <= re;
+                if (nc == 1 && pf_rows)
+                    mv_prefetch_scales(m, r + pf_rows, four ? RB_MAX : 1);
                 for (int c = 0; c < nc; c += cbmax) {
                     const int cb = nc - c < cbmax ? nc - c : cbmax;
                     ks.ab        = ab + (size_t)(r - rs) * KERN_NC512 + c;

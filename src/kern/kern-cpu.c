@@ -377,3 +377,13 @@ int kern_kblock_steps(void) {
     static _Atomic int kb = -1;
     return env_int_once(&kb, "K3_KBLOCK", KERN_KBLOCK, 1 << 20);
 }
+
+static _Atomic int mv_ahead = -1;
+
+int kern_mv_ahead(void) {
+    return env_int_once(&mv_ahead, "K3_MV_AHEAD", KERN_MV_AHEAD, 64);
+}
+
+void kern_set_mv_ahead(int tiles) {
+    atomic_store(&mv_ahead, tiles < 0 ? 0 : tiles);
+}

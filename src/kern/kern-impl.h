@@ -120,6 +120,15 @@ int kern_prefetch_bytes(void);
  * layout before). A benchmark knob: every setting gives the same bits. */
 #define KERN_KBLOCK 16
 int kern_kblock_steps(void);
+/* How far ahead the AVX-512 matvec (nc == 1) prefetches its weight stream: K3_MV_AHEAD tiles of
+ * RB_MAX rows, read once, default KERN_MV_AHEAD; each row asks for the same bytes of the row that
+ * many tiles below it, so the next tile is in flight while this one computes (the rows of a tile
+ * are contiguous: four streams one row apart, which a fixed byte distance of a few KiB mostly
+ * spends on the tile itself). 0: the byte distance of kern_prefetch_bytes(), as before. Every
+ * setting gives the same bits. kern_set_mv_ahead overrides it (tests). */
+#define KERN_MV_AHEAD 1
+int  kern_mv_ahead(void);
+void kern_set_mv_ahead(int tiles);
 /* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
  * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
  * BENCHMARKS.md) thread ith takes the ith fixed share. Read once; kern_set_rows_dynamic

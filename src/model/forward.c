@@ -21,6 +21,8 @@
  * appends each session's cache rows at its positions pos..pos+n-1 (committed only when the
  * session advances pos).
  */
+#include "act.h"
+#include "kda-rec.h"
 #include "model-impl.h"
 #include "prof.h"
 #include "vkt.h"
@@ -80,13 +82,17 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, double ep
         out[i] = (float)((double)x[i] * r * (double)w[i]);
 }
 
-/* SiTU-GLU(g, u) = β₁·tanh(g/β₁)·σ(g) · β₂·tanh(u/β₂), into g. */
+/* SiTU-GLU(g, u) = β₁·tanh(g/β₁)·σ(g) · β₂·tanh(u/β₂), into g, in blocks of PAR_MIN on the
+ * threads: in float, vectorised (kern_situ_glu, the default, measured in BENCHMARKS.md), or
+ * with K3_ACT=double the libm double formula (kern_situ_glu_double, the path before). */
 static void situ_glu(float *g, const float *u, size_t n, double b1, double b2) {
-    prof_t t0 = prof_begin();
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        double a = (double)g[i];
-        g[i]     = (float)(b1 * tanh(a / b1) / (1.0 + exp(-a)) * b2 * tanh((double)u[i] / b2));
+    prof_t       t0  = prof_begin();
+    const int    dbl = kern_act_double();
+    const size_t nb  = (n + PAR_MIN - 1) / PAR_MIN;
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (size_t bi = 0; bi < nb; bi++) {
+        const size_t i = bi * PAR_MIN, len = n - i < PAR_MIN ? n - i : PAR_MIN;
+        (dbl ? kern_situ_glu_double : kern_situ_glu)(g + i, u + i, len, (float)b1, (float)b2);
     }
     prof_end(PROF_GLU, t0);
 }
@@ -152,15 +158,23 @@ static void kda_forward(fwd_pass *p, int l) {
             layer_state    *ls = &sg->s->ls[l];
             memcpy(win, ls->tail[ls->sel] + (size_t)i * (K - 1) * P, (size_t)(K - 1) * P * sizeof(float));
             memcpy(win + (size_t)(K - 1) * P, pj[i] + (size_t)sg->t0 * P, (size_t)sg->n * P * sizeof(float));
-            /* causal depthwise conv + SiLU: out[t][ch] = Σ_k tap[ch][k] · win[t+k][ch] */
-#pragma omp parallel for collapse(2) schedule(static) if ((long)sg->n * P >= PAR_MIN)
-            for (int t = 0; t < sg->n; t++)
-                for (int ch = 0; ch < P; ch++) {
+            /* causal depthwise conv + SiLU: out[t][ch] = Σ_k tap[ch][k] · win[t+k][ch], in blocks
+             * of PAR_MIN elements of (t, ch); SiLU by kern_unary (K3_ACT: float or double) */
+            float       *out = qkv[i] + (size_t)sg->t0 * P;
+            const size_t ne = (size_t)sg->n * P, nb = (ne + PAR_MIN - 1) / PAR_MIN;
+#pragma omp parallel for schedule(static) if (nb > 1)
+            for (size_t bi = 0; bi < nb; bi++) {
+                const size_t e0 = bi * PAR_MIN, e1 = e0 + PAR_MIN < ne ? e0 + PAR_MIN : ne;
+                for (size_t e = e0, t = e0 / (size_t)P, ch = e0 % (size_t)P; e < e1; e++) {
                     float acc = 0;
                     for (int k = 0; k < K; k++)
-                        acc += tap[(size_t)ch * K + k] * win[(size_t)(t + k) * P + ch];
-                    qkv[i][(size_t)(sg->t0 + t) * P + ch] = (float)((double)acc / (1.0 + exp(-(double)acc)));
+                        acc += tap[ch * K + (size_t)k] * win[(t + (size_t)k) * P + ch];
+                    out[e] = acc;
+                    if (++ch == (size_t)P)
+                        ch = 0, t++;
                 }
+                kern_unary(KERN_SILU, out + e0, e1 - e0);
+            }
             /* the new tail: the last K-1 window rows */
             memcpy(ls->tail[1 - ls->sel] + (size_t)i * (K - 1) * P, win + (size_t)sg->n * P,
                    (size_t)(K - 1) * P * sizeof(float));
@@ -175,16 +189,27 @@ static void kda_forward(fwd_pass *p, int l) {
         mm_many(proj, 3, b->xn, n, out);
     }
     mm(&w->fb, fa, n, gz); /* f_b(f_a x)          (n, P) */
-    prof_t t0 = prof_begin();
+    /* g = lb · σ(exp(A_log[h]) · (z + dt_bias)), then the decay e^g into gz; σ(g_proj x) into
+     * gate; β = σ(b_proj x): K3_ACT=double the libm double formulas, else float, vectorised */
+    prof_t    t0  = prof_begin();
+    const int dbl = kern_act_double();
 #pragma omp parallel for schedule(static) if ((long)n * P >= PAR_MIN)
     for (int t = 0; t < n; t++) {
-        for (int ch = 0; ch < P; ch++) { /* g = lb · σ(exp(A_log[h]) · (z + dt_bias)) */
-            float z = gz[(size_t)t * P + ch] + w->dt_bias[ch];
-            gz[(size_t)t * P + ch] =
-                (float)((double)c->gate_lower_bound * (double)sigmoidf_((double)w->a[ch / d] * (double)z));
+        float *g = gz + (size_t)t * P;
+        if (dbl)
+            for (int ch = 0; ch < P; ch++)
+                g[ch] = (float)((double)c->gate_lower_bound *
+                                (double)sigmoidf_((double)w->a[ch / d] * (double)(g[ch] + w->dt_bias[ch])));
+        else {
+            for (int ch = 0; ch < P; ch++)
+                g[ch] = w->a[ch / d] * (g[ch] + w->dt_bias[ch]);
+            kern_unary(KERN_SIGMOID, g, (size_t)P);
+            for (int ch = 0; ch < P; ch++)
+                g[ch] = c->gate_lower_bound * g[ch];
         }
-        for (int h = 0; h < H; h++)
-            beta[(size_t)t * H + h] = sigmoidf_((double)beta[(size_t)t * H + h]);
+        kern_unary(KERN_EXP, g, (size_t)P);
+        kern_unary(KERN_SIGMOID, gate + (size_t)t * P, (size_t)P);
+        kern_unary(KERN_SIGMOID, beta + (size_t)t * H, (size_t)H);
     }
     prof_end(PROF_KDA_GATE, t0);
     t0 = prof_begin();
@@ -198,60 +223,26 @@ static void kda_forward(fwd_pass *p, int l) {
         const pass_seg *sg  = &p->seg[hs / H];
         layer_state    *ls  = &sg->s->ls[l];
         const int       src = ls->sel, dst = 1 - src;
-        double         *u = sg->s->dtmp + (size_t)h * 2 * d, *o = u + d;
-        float          *S = ls->S[dst] + (size_t)h * d * d;
-        for (int t = sg->t0; t < sg->t0 + sg->n; t++) {
-            const float *Sin = (t == sg->t0 ? ls->S[src] : ls->S[dst]) + (size_t)h * d * d;
-            float       *q   = qkv[0] + (size_t)t * P + (size_t)h * d;
-            float       *k   = qkv[1] + (size_t)t * P + (size_t)h * d;
-            const float *v   = qkv[2] + (size_t)t * P + (size_t)h * d;
-            const float *g   = gz + (size_t)t * P + (size_t)h * d;
-            double       sq = 0, sk = 0;
-            for (int i = 0; i < d; i++) {
-                sq += (double)q[i] * (double)q[i];
-                sk += (double)k[i] * (double)k[i];
-            }
-            double fq = 1.0 / sqrt(sq + 1e-6) / sqrt((double)d), fk = 1.0 / sqrt(sk + 1e-6);
-            for (int i = 0; i < d; i++) {
-                q[i] = (float)((double)q[i] * fq);
-                k[i] = (float)((double)k[i] * fk);
-            }
-            /* S ← Diag(e^g) S, and u = Sᵀk with the decayed S */
-            for (int j = 0; j < d; j++)
-                u[j] = 0;
-            for (int i = 0; i < d; i++) {
-                float        e  = (float)exp((double)g[i]);
-                const float *si = Sin + (size_t)i * d;
-                float       *so = S + (size_t)i * d;
-#pragma omp simd
-                for (int j = 0; j < d; j++) {
-                    so[j] = si[j] * e;
-                    u[j] += (double)so[j] * (double)k[i];
-                }
-            }
-            /* S += β k ⊗ (v − Sᵀk);  o = Sᵀq with the updated S */
-            double bt = (double)beta[(size_t)t * H + h];
-            for (int j = 0; j < d; j++) {
-                u[j] = bt * ((double)v[j] - u[j]);
-                o[j] = 0;
-            }
-            for (int i = 0; i < d; i++) {
-                float *si = S + (size_t)i * d;
-#pragma omp simd
-                for (int j = 0; j < d; j++) {
-                    si[j] = (float)((double)si[j] + (double)k[i] * u[j]);
-                    o[j] += (double)si[j] * (double)q[i];
-                }
-            }
-            /* σ(g_proj x) ⊙ RMSNorm_head(o, o_norm), into q's slot */
-            double ss = 0;
-            for (int j = 0; j < d; j++)
-                ss += o[j] * o[j];
-            double       r  = 1.0 / sqrt(ss / d + (double)c->rms_eps);
-            const float *gt = gate + (size_t)t * P + (size_t)h * d;
-            for (int j = 0; j < d; j++)
-                q[j] = (float)(o[j] * r * (double)w->o_norm[j] * (double)sigmoidf_((double)gt[j]));
-        }
+        double         *u = sg->s->dtmp + (size_t)h * 2 * d;
+        const kda_rec   r = {.d      = d,
+                             .P      = P,
+                             .H      = H,
+                             .h      = h,
+                             .t0     = sg->t0,
+                             .n      = sg->n,
+                             .S0     = ls->S[src] + (size_t)h * d * d,
+                             .S      = ls->S[dst] + (size_t)h * d * d,
+                             .q      = qkv[0],
+                             .k      = qkv[1],
+                             .v      = qkv[2],
+                             .decay  = gz,
+                             .sgate  = gate,
+                             .beta   = beta,
+                             .o_norm = w->o_norm,
+                             .eps    = (double)c->rms_eps,
+                             .u      = u,
+                             .o      = u + d};
+        kda_rec_run(&r);
     }
     prof_end(PROF_KDA_REC, t0);
     mm(&w->o, qkv[0], n, b->y);

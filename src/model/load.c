@@ -11,6 +11,7 @@
  * layer within K3_EXPERT_GB, read from the shards on demand). All other allocations are
  * recorded in m->owned and freed together.
  */
+#include "act.h"
 #include "model-impl.h"
 #include "prof.h"
 #include "repack.h"
@@ -86,6 +87,8 @@ k3_status k3_params_default(k3_params *p) {
     if ((st = env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads)))
         return st;
     if ((st = kern_isa_env()))
+        return st;
+    if ((st = kern_act_env()))
         return st;
     prof_init();
     static const struct {
