@@ -11,7 +11,8 @@
 #
 # Targets (named, commented, llama2.c style):
 #   all      build everything into build/
-#   check    install deps, build normal + ASan/UBSan trees, run every test
+#   check    install deps, build normal + ASan/UBSan trees (-j$(CHECK_JOBS) each), run every test
+#            (tests/run.sh: K3_TEST_JOBS tests at a time, default 3; summaries in a fixed order)
 #   test     run the tests against an existing build (no deps, no asan)
 #   asan     build the sanitizer tree into build-asan/
 #   demo     build and open k3chat on k3-nano (models/k3-nano, a trained K3-architecture model)
@@ -168,10 +169,14 @@ $(B)/gen/shaders_spv.h: $(SPV) scripts/embed.sh
 deps:
 	@sh scripts/deps.sh
 
-# Build both trees, then run everything once per tree. CI calls exactly this.
+# Build both trees, then run everything once per tree. CI calls exactly this (a plain
+# `make check` on 2 cores): each tree builds with one job per core, and tests/run.sh runs
+# K3_TEST_JOBS tests at a time (default 3: most wait on tmux, timers or a server), printing
+# their summaries in the usual order; tests marked "# run-alone" run with nothing beside them.
+CHECK_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 check: deps
-	$(MAKE) all
-	$(MAKE) all B=build-asan SAN=1
+	$(MAKE) -j$(CHECK_JOBS) all
+	$(MAKE) -j$(CHECK_JOBS) all B=build-asan SAN=1
 	sh tests/run.sh build build-asan
 
 test: all

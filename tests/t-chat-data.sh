@@ -4,6 +4,7 @@
 # loaded settings, queued messages and Ctrl-C, --prompt/--load, exit statuses, line-mode
 # commands, knob parsing, wording, the Markdown export. On models/k3-nano (real, 2.4 MB) where
 # the autosave or the tokenizer matters, on the scripted mock (K3_MOCK) elsewhere.
+# slow
 . "$K3_SRC/tests/count.sh"
 set -u
 k="$K3_BUILD/k3chat"
@@ -66,10 +67,13 @@ t "4: the next turn samples with them" \
 t "4: and a later /save writes them" 'head -n 1 "$K3_TMP/s4b.jsonl" | grep -q "\"temperature\":0.3,\"top_p\":0.7,.*\"think\":false,\"effort\":\"low\""'
 
 # ---- 5. Ctrl-C stops a message that waits for the model to load
-printf 'load 1500\ndelay 0\nresponse answer to {user}\n' >"$K3_TMP/slow.txt"
-(printf 'hello\n'; sleep 4) | K3_MOCK="$K3_TMP/slow.txt" "$k" /no/model >"$K3_TMP/o5" 2>"$K3_TMP/e5" &
+# Ctrl-C once the load has started (its first progress line, polled for up to 20 s; a fixed
+# half second was too short on a busy machine): the load takes 4 s, the interrupt ends it early
+printf 'load 4000\ndelay 0\nresponse answer to {user}\n' >"$K3_TMP/slow.txt"
+(printf 'hello\n'; sleep 6) | K3_MOCK="$K3_TMP/slow.txt" "$k" /no/model >"$K3_TMP/o5" 2>"$K3_TMP/e5" &
 pid=$!
-sleep 0.5
+i=0
+while [ $i -lt 400 ] && ! grep -q "k3chat: loading" "$K3_TMP/e5"; do sleep 0.05; i=$((i + 1)); done
 kill -INT $pid 2>/dev/null
 wait $pid
 t "5: the queued message is stopped" 'grep -q "k3chat: stopped" "$K3_TMP/e5"'

@@ -18,6 +18,7 @@
 #  - a second question in the same conversation (k3chat --plain): at least half right;
 #  - with thinking off every answer still arrives in the response channel.
 # run-once
+# slow
 import json
 import math
 import os

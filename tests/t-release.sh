@@ -6,6 +6,7 @@
 # progress and fit lines of --prompt, bad input (missing shard, truncated shard, 200 MB header,
 # K3_MEM_GB not a number), and an open + one token at --layers 2 (several GB; skipped in the
 # sanitizer tree, see below).
+# slow
 . "$K3_SRC/tests/count.sh"
 set -u
 B=${K3_BUILD:?}; T=${K3_TMP:?}

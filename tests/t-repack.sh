@@ -5,6 +5,7 @@
 # kill -9 mid-shard; disjoint --shards runs; duplicate names; --verify-full; bad arguments and
 # a corrupt source; K3_BITS downcast and K3_MMAP refusals; --inspect reports (and sizes) a container
 # at its stored bits unless K3_BITS etc. are set.
+# slow
 . "$K3_SRC/tests/lib.sh"
 set -u
 B=$K3_BUILD

@@ -16,6 +16,7 @@
 # shutting_down.
 # Every server listens on 127.0.0.1 (attack connections come from other 127.0.0.x source
 # addresses), every loop and wait is bounded, and every server is killed at the end.
+# slow
 import concurrent.futures
 import json
 import os

@@ -9,6 +9,7 @@
 #     after K3_SERVE_QUEUE_SECS in it a 503 queue_timeout;
 #   - RSS flat over 200 requests from 8 clients (bounded loop; not under ASan).
 # Every server listens on 127.0.0.1:0 and is killed at the end; every wait is bounded.
+# run-alone
 import concurrent.futures
 import http.client
 import json

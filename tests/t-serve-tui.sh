@@ -24,7 +24,9 @@ start_server 127.0.0.1:0
 check "the server starts on a free loopback port ($port)" [ -n "$port" ]
 [ -n "$port" ] || finish
 
-tui_start 100 30 -- "$K3CHAT --endpoint http://127.0.0.1:$port --max-tokens 16 --temp 0 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+# 128 tokens: the response pane shows only while an answer streams, and 16 tokens of the tiny
+# model could start and end between two looks at a busy machine's screen
+tui_start 100 30 -- "$K3CHAT --endpoint http://127.0.0.1:$port --max-tokens 128 --temp 0 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 check "the status bar names the remote model" wait_for "tiny-remote" 10
 type_line "hello"
 check "the answer streams in (think pane) and the turn ends" wait_for "thought for" 30

@@ -9,6 +9,7 @@
 # malformed and cut-short streams, reasoning sent back).
 # The server runs on 127.0.0.1 with a port the kernel picks (--serve 127.0.0.1:0) and is
 # always killed at the end. Every wait is bounded.
+# run-alone
 import concurrent.futures
 import http.client
 import json

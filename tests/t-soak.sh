@@ -13,6 +13,7 @@
 # The whole input is written first and read from a file: the session runs at engine speed, and
 # the turn count is fixed by the script, not by how fast the machine is.
 # run-once
+# run-alone
 . "$K3_SRC/tests/count.sh"
 set -u
 k="$K3_BUILD/k3chat"

@@ -11,6 +11,7 @@
 # 25,000 cutting, reproduced in tools/tiktoken-ref.cjs). js-tiktoken gets the corpus
 # without the 25,000+ char runs (its quadratic BPE needs minutes on those).
 # No node/npm or no registry: SKIP with the reason, never PASS.
+# slow
 . "$K3_SRC/tests/count.sh"
 set -u
 : "${K3_BUILD:?}" "${K3_SRC:?}" "${K3_TMP:?}"

@@ -63,6 +63,7 @@ wait_for() {
         screen | grep -qF -- "$1" && return 0
         sleep 0.05; _i=$((_i + 1))
     done
+    echo "tui-lib: wait_for '$1': not on the screen after ${2:-10} s (x$slow)" >&2
     return 1
 }
 # wait_gone TEXT [SECONDS]
@@ -72,6 +73,7 @@ wait_gone() {
         screen | grep -qF -- "$1" || return 0
         sleep 0.05; _i=$((_i + 1))
     done
+    echo "tui-lib: wait_gone '$1': still on the screen after ${2:-10} s (x$slow)" >&2
     return 1
 }
 # wait_input_empty [SECONDS]: the last row is the bare prompt
@@ -81,6 +83,7 @@ wait_input_empty() {
         [ "$(screen | tail -n 1)" = "›" ] && return 0
         sleep 0.05; _i=$((_i + 1))
     done
+    echo "tui-lib: wait_input_empty: the input line is not empty after ${1:-10} s (x$slow)" >&2
     return 1
 }
 # mouse BUTTON COL ROW: an X10 mouse report (button 0 = left press, 3 = release, 64/65 = wheel
