@@ -88,8 +88,8 @@ static void cb_parts(const k3_config *c, int n_run, int C, int lrows, long T, ch
     const size_t NB = (size_t)((n_run + c->attn_res_block - 1) / c->attn_res_block);
     /* W: the widest per-token projection any layer writes into proj[] */
     size_t W   = MAX2(MAX2(P, Hm * qw), MAX2(kl + (size_t)c->rope, Hm * (size_t)c->v_dim));
-    W          = MAX2(W,
-                      MAX2(MAX2((size_t)c->q_lora, E), MAX2((size_t)(c->n_shared * c->moe_inter), (size_t)c->inter)));
+    size_t mlp = MAX2((size_t)(c->n_shared * c->moe_inter), (size_t)c->inter);
+    W          = MAX2(W, MAX2(MAX2((size_t)c->q_lora, E), mlp));
     W          = MAX2(W, MAX2(MAX2(D, L), (size_t)c->moe_inter));
     size_t  gw = MAX2(MAX2((size_t)c->nope, kl), MAX2(L, H)), gw2 = MAX2(MAX2((size_t)c->v_dim, kl), L);
     cb_part parts[CB_PARTS] = {
