@@ -144,8 +144,10 @@ try:
 
     # ---- disconnect one of four streams: the others are intact, its slot takes the queued request
     long_req = body("hello", 100000, stream=True, think=True)
-    # three streams long enough to outlive the cancel ("hello" greedy runs to the context's end)
-    others = [body("hello", 600, stream=True, think=True)] * 3
+    # three streams long enough to outlive the cancel 0.6 s in ("hello" greedy runs past 1,500 tokens
+    # at K3_MAXT 2048: checked below; 600 tokens ended before the cancel once the kernels got faster)
+    n_other = 1500
+    others = [body("hello", n_other, stream=True, think=True)] * 3
     queued_req = body("the queued one", 12)
     ref = [post(port, r) for r in others[:1] * 3 + [queued_req]]
     ok(ref[0][2][3] is None and ref[0][2][2] == "length", "the long reference stream runs to max_tokens")
@@ -175,7 +177,7 @@ try:
        "the cancel is logged with the counts: 3 active, 1 queued")
     tail = lg[lg.rfind("cancelled:"):].split("\n")
     j_at = next((k for k, ln in enumerate(tail) if " joins slot " in ln), None)
-    done_at = [k for k, ln in enumerate(tail) if "+ 600 completion tokens" in ln]
+    done_at = [k for k, ln in enumerate(tail) if "+ %d completion tokens" % n_other in ln]
     ok(j_at is not None and len(done_at) == 3 and j_at < min(done_at),
        "the queued request joined right after the cancel, while the three others still ran (line %s; theirs %s)"
        % (j_at, done_at))
@@ -206,9 +208,15 @@ try:
         srv2.wait()
 
     # ---- --parallel 1, a queue of 2 for at most 2 s: the rest gets 503 queue_full, the queued ones
-    # 503 queue_timeout while the stream holds the slot (K3_MAXT 65536: it runs for many seconds; at 8192
-    # the tiny model reached the context end in 1.6 s once the kernels got faster)
-    srv3, port3, log3 = start("q2", "--parallel", "1", K3_SERVE_QUEUE="2", K3_SERVE_QUEUE_SECS="2", K3_MAXT="65536")
+    # 503 queue_timeout while the stream holds the slot. The stream's reply is scripted (K3_SERVE_SCRIPT,
+    # 40,000 words and no end of message), so it holds the slot for as long as the test needs on any
+    # machine: a sampled greedy reply ends whenever the model emits its end, which on a fast machine
+    # came before the 2 s limit (1.6 s in a fresh-clone run)
+    script3 = os.path.join(T, "hold.txt")
+    with open(script3, "w") as f:
+        f.write("la " * 40000)
+    srv3, port3, log3 = start("q2", "--parallel", "1", K3_SERVE_QUEUE="2", K3_SERVE_QUEUE_SECS="2", K3_MAXT="65536",
+                              K3_SERVE_SCRIPT=script3)
     ok(port3 is not None, "a --parallel 1 server with K3_SERVE_QUEUE=2 and K3_SERVE_QUEUE_SECS=2 starts")
     if port3:
         s, first = open_stream(port3, long_req)
