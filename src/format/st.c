@@ -749,7 +749,7 @@ static k3_status direct_span(st_dir *d, st_shard *s, uint8_t *blk, uint64_t a0, 
     return K3_OK;
 }
 
-k3_status st_read_block(st_dir *d, const st_tensor *t, int direct, void **block, const void **data,
+k3_status st_read_block(st_dir *d, const st_tensor *t, uint64_t direct_min, void **block, const void **data,
                         uint64_t *block_bytes) {
     enum { ALIGN = 4096 };
     st_shard *s = &d->shards[t->shard];
@@ -760,7 +760,7 @@ k3_status st_read_block(st_dir *d, const st_tensor *t, int direct, void **block,
                    n  = (t->offset + t->nbytes - a0 + ALIGN - 1) / ALIGN * ALIGN;
     k3_status st      = K3_ERR_UNSUPPORTED;
     uint8_t  *b;
-    if (direct && t->nbytes >= ST_DIRECT_MIN && t->offset % 64 == 0) {
+    if (direct_min && t->nbytes >= direct_min && t->offset % 64 == 0) {
         if (!(b = k3_aligned_alloc(ALIGN, (size_t)n)))
             return k3_err(K3_ERR_NOMEM, "tensor '%s': out of memory", t->name);
         if ((st = direct_span(d, s, b, a0, n, t->offset + t->nbytes - a0)) == K3_OK) {
