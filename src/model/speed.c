@@ -34,7 +34,9 @@
  * expert misses read from the drive: routing is flat, so a cache holding a fraction f of the
  * experts hits about f of the time. Per prefill token: the same for a chunk of C tokens,
  * divided by C, where a MoE layer's chunk touches distinct = E (1 - (1 - k/E)^C) experts, each
- * with C k / distinct columns.
+ * with C k / distinct columns. fit_speed_estimate_route takes the experts, misses and distinct
+ * experts a run really had instead of flat routing's (k3-bench release: the replica's zero
+ * weights route every token to the same experts, so it cannot validate the flat-routing part).
  */
 #include "fit.h"
 #include "quant.h"
@@ -336,6 +338,12 @@ static double mat_s(const fit_speed *sp, int f, double B, double n) {
 
 void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
                         int n_active, int chunk, double *decode_s, double *prefill_s) {
+    fit_speed_estimate_route(t, s, p, sp, n_active, chunk, NULL, decode_s, prefill_s);
+}
+
+void fit_speed_estimate_route(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
+                              int n_active, int chunk, const fit_route *r, double *decode_s,
+                              double *prefill_s) {
     const int    cls[3]  = {FIT_DENSE, FIT_MLA, FIT_HEAD};
     const int    bits[3] = {s->bits, s->mla_bits, s->head_bits};
     const double C = chunk > 0 ? chunk : 1, k = n_active;
@@ -353,12 +361,14 @@ void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p,
     dec += mat_s(sp, Q_F32, (double)t->small, 1) + (double)t->kda_state / mem + t->n_mats * call;
     pre += mat_s(sp, Q_F32, (double)t->small, C) + (double)t->kda_state / mem + t->n_mats * call;
     /* decode: n_moe x k experts, each a one-column MXFP4 product; misses also read the drive */
-    double act = (double)t->n_moe * k;
-    dec += act * (mat_s(sp, Q_MXFP4, one, 1) + 3 * call) + (1 - f) * act * one / disk;
+    double act  = (double)t->n_moe * (r ? r->dec_active : k),
+           miss = r ? t->n_moe * r->dec_miss : (1 - f) * act;
+    dec += act * (mat_s(sp, Q_MXFP4, one, 1) + 3 * call) + miss * one / disk;
     /* prefill: a chunk touches `distinct` experts per MoE layer, each with C k / distinct columns */
-    double distinct = E * (1 - pow(1 - k / E, C)), cols = C * k / (distinct > 0 ? distinct : 1);
+    double distinct = r ? r->chunk_distinct : E * (1 - pow(1 - k / E, C));
+    double cols = C * k / (distinct > 0 ? distinct : 1), cmiss = r ? r->chunk_miss : (1 - f) * distinct;
     double per_chunk =
-        t->n_moe * distinct * (mat_s(sp, Q_MXFP4, one, cols) + 3 * call + (1 - f) * one / disk);
+        t->n_moe * (distinct * (mat_s(sp, Q_MXFP4, one, cols) + 3 * call) + cmiss * one / disk);
     *decode_s  = dec;
     *prefill_s = pre / C + per_chunk / C;
 }
