@@ -7,15 +7,16 @@
  * BYTES_PER_S" keyed by the drive's st_dev; a line that does not parse is ignored and the
  * figure measured again):
  *   mem_bw         read bandwidth: the sum of a 256 MB buffer (u64), all OpenMP threads, best of 3
- *   dec2_f32 .. dec2_mxfp4
+ *   dec3_f32 .. dec3_mxfp4
  *                  weight bytes per second of qmat_matvec (one column: a decode step) on a 256 MB
  *                  matrix of each format (F32, int8, int4, MXFP4), larger than the caches (a 56
  *                  MB one stayed in this EPYC's L3 and read 3-10x too fast), so each figure is
- *                  what bounds that format, memory or arithmetic; median of 3 (on a loaded
- *                  machine the best of 3 is an outlier)
- *   pre2_f32 .. pre2_mxfp4
+ *                  what bounds that format, memory or arithmetic; median of 5 (on a loaded
+ *                  machine the best is an outlier), alternating with the next figure's probes
+ *                  so that a burst of load hits both
+ *   pre3_f32 .. pre3_mxfp4
  *                  weight bytes x columns per second of qmat_matmul at 32 columns (a prefill
- *                  chunk) on an 8 MB slice of the same matrix, median of 3
+ *                  chunk) on an 8 MB slice of the same matrix, median of 5
  *   call           seconds of one qmat_matvec on a 64 x 64 matrix: the fixed cost of a call
  *                  (thread start and join), which is what a small model's token costs
  *   disk           O_DIRECT reads of 4 MB at spread offsets of the model's largest shard, for
@@ -158,9 +159,15 @@ static k3_status rate_matrix(int fmt, int rows, int cols, qmat *q, void **own) {
     return K3_OK;
 }
 
-static double median3(const double v[3]) {
-    double a = v[0], b = v[1], c = v[2];
-    return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+enum { NPROBE = 5 }; /* probes of each product rate (v3: 5 alternating; v2: 3 of each in a row) */
+
+static double median_n(double *v, int n) { /* sorts v */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* dec (bytes/s, one column) and pre (bytes x columns/s, 32 columns) of format fmt. */
@@ -177,23 +184,20 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
         for (size_t i = 0; i < (size_t)n * cols; i++)
             x[i] = (float)(i % 17) * 0.1f - 0.8f;
         const double bytes = (double)rows * bpr;
-        double       v[3];
-        for (int r = 0; r < 3; r++) { /* the median: on a loaded machine the best is an outlier */
+        double       v[NPROBE], w[NPROBE];
+        qmat         part = q; /* 1/32 of the rows: a prefill chunk's matmul is long enough on it */
+        part.rows         = rows / 32;
+        for (int r = 0; r < NPROBE; r++) { /* alternating, so that a burst of load hits both */
             double t0 = k3_time();
             qmat_matvec(&q, x, y);
-            double dt = k3_time() - t0;
-            v[r]      = dt > 0 ? bytes / dt : 0;
-        }
-        *dec      = median3(v);
-        qmat part = q; /* 1/32 of the rows: a prefill chunk's matmul is long enough on it */
-        part.rows = rows / 32;
-        for (int r = 0; r < 3; r++) {
-            double t0 = k3_time();
+            double t1 = k3_time();
             qmat_matmul(&part, x, n, y);
-            double dt = k3_time() - t0;
-            v[r]      = dt > 0 ? bytes / 32 * n / dt : 0;
+            double t2 = k3_time();
+            v[r]      = t1 > t0 ? bytes / (t1 - t0) : 0;
+            w[r]      = t2 > t1 ? bytes / 32 * n / (t2 - t1) : 0;
         }
-        *pre = median3(v);
+        *dec = median_n(v, NPROBE); /* the median: on a loaded machine the best is an outlier */
+        *pre = median_n(w, NPROBE);
     }
     if (own)
         free(own);
@@ -279,9 +283,10 @@ static double cached(int fresh, const char *key, unsigned long long dev) {
     return fresh ? 0 : cache_get(key, dev);
 }
 
-/* (v2: the 256 MB matrix and the median; figures cached under the first names were too fast) */
+/* (v2: the 256 MB matrix and the median; figures cached under the first names were too fast; v3:
+ * median of 5 alternating probes) */
 static const char *const fmt_key[4][2] = {
-    {"dec2_f32", "pre2_f32"}, {"dec2_i8", "pre2_i8"}, {"dec2_i4", "pre2_i4"}, {"dec2_mxfp4", "pre2_mxfp4"}};
+    {"dec3_f32", "pre3_f32"}, {"dec3_i8", "pre3_i8"}, {"dec3_i4", "pre3_i4"}, {"dec3_mxfp4", "pre3_mxfp4"}};
 
 void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
     memset(o, 0, sizeof *o);
