@@ -33,7 +33,9 @@
  * matrix class at its bits, the f32 tensors (router, f_a/f_b, b_proj: "small" in the plan), the
  * active experts (n_moe x n_active, MXFP4), the KDA state read and written (mem_bw), and the
  * expert misses read from the drive: routing is flat, so a cache holding a fraction f of the
- * experts hits about f of the time. Per prefill token: the same for a chunk of C tokens,
+ * experts hits about f of the time; with K3_MMAP=1, the mapped weights the memory budget cannot
+ * hold (fit_plan.reread) are read from the drive again each token (each chunk, in prefill).
+ * Per prefill token: the same for a chunk of C tokens,
  * divided by C, where a MoE layer's chunk touches distinct = E (1 - (1 - k/E)^C) experts, each
  * with C k / distinct columns. fit_speed_estimate_route takes the experts, misses and distinct
  * experts a run really had instead of flat routing's (k3-bench release: the replica's zero
@@ -365,6 +367,8 @@ void fit_speed_estimate_route(const fit_table *t, const fit_set *s, const fit_pl
     }
     dec += mat_s(sp, Q_F32, (double)t->small, 1) + (double)t->kda_state / mem + t->n_mats * call;
     pre += mat_s(sp, Q_F32, (double)t->small, C) + (double)t->kda_state / mem + t->n_mats * call;
+    dec += (double)p->reread / disk; /* K3_MMAP=1: mapped weights the page cache cannot keep */
+    pre += (double)p->reread / disk;
     /* decode: n_moe x k experts, each a one-column MXFP4 product; misses also read the drive */
     double act  = (double)t->n_moe * (r ? r->dec_active : k),
            miss = r ? t->n_moe * r->dec_miss : (1 - f) * act;
