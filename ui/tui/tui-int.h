@@ -124,6 +124,9 @@ typedef struct tui {
     txt_buf paste_buf;
     double  last_draw, next_tick;
     int     quit;
+    /* epoll sets the main loop sleeps on (tui.c wait_input): [0] stdin, [1] stdin and the event
+     * pipe; -1 before the first sleep, -2 when epoll is not available (poll() then) */
+    int ep[2];
 
     dline     *dl; /* (n_dl) conversation pane lines, rebuilt when dirty */
     int        n_dl, cap_dl, dl_width, dl_valid;
