@@ -158,7 +158,7 @@ typedef struct tui {
     long   lat_n;
     double ui_cpu0, decode_wall;
     /* the UI thread's CPU time while turns stream (first token to EV_DONE), user and system
-     * (getrusage), and the poll() wake-ups and frames in that time */
+     * (getrusage), and the wake-ups from its sleep and frames in that time */
     double turn_ru0[2], turn_user, turn_sys;
     long   turn_wakes, turn_frames;
 } tui;

@@ -743,7 +743,7 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         if (timeout < 0 && pending)
             timeout = 0;
         if (timeout < 0)
-            timeout = 1000; /* idle: look for a SIGWINCH that came outside poll() once a second */
+            timeout = 1000; /* idle: look for a SIGWINCH that came outside the sleep once a second */
         /* Sleeping on the event pipe: arm it first (ev.h), or take the events already there. */
         int waiting = !pending && ev_arm(t->q), key = 0, evs = 0;
         int pr = waiting ? 0 : wait_input(t, !pending, timeout, &key, &evs);
