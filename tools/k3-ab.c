@@ -77,10 +77,8 @@ static void setting_apply(setting *s) {
         s->saved[i]     = old ? strdup(old) : NULL;
         setenv(s->name[i], s->value[i], 1);
     }
-    /* kernel switches are read once per process: re-read them for this run */
-    const char *v = getenv("K3_IDOT");
-    kern_set_idot(v && *v ? atoi(v) != 0 : 1);
-    (void)kern_isa_env(); /* K3_ISA / K3_NOAVX2 / K3_NOVNNI; a level the CPU lacks fails the model open */
+    /* the kernel knobs (K3_IDOT, ...) and K3_ISA are read again by the open's k3_params_default,
+     * which also refuses a malformed value */
 }
 
 static void setting_restore(setting *s) {
