@@ -1,7 +1,7 @@
 /* prof.h: phase timers of the forward pass (K3_PROFILE=1), for finding where a chunk's time goes.
  *
  * DESIGN
- * - Off unless K3_PROFILE is set to a non-zero value (read once); then each phase of layers.c
+ * - Off unless K3_PROFILE is set to a non-zero value (read once); then each phase of forward.c
  *   adds the wall time and the process CPU time (every thread, OpenMP spin waits included) of
  *   its calls. prof_begin costs one load and a branch when off.
  * - Process-wide counters (not per session): a diagnostic for k3-bench and K3_PROFILE runs of a
