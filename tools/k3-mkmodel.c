@@ -1333,19 +1333,6 @@ static const struct mk_int_opt {
 };
 #define MK_N_INT_OPTS ((int)(sizeof mk_int_opts / sizeof *mk_int_opts))
 
-static int parse_int(const struct mk_int_opt *io, const char *s, int *out) {
-    char *end;
-    errno  = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < io->lo || v > io->hi) {
-        fprintf(stderr, "k3-mkmodel: --%s '%s': expected an integer in %ld..%ld\n", io->name, s, io->lo,
-                io->hi);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
 int main(int argc, char **argv) {
     enum { O_SEED = 256, O_PRESET, O_INT /* O_INT + i: mk_int_opts[i] */ };
     mk_opts             o       = {.seed = 1, .prefix = 1};
@@ -1375,7 +1362,8 @@ int main(int argc, char **argv) {
     while ((c = tool_getopt(argc, argv, lo, usage, &rc)) != -1) {
         int bad = 0;
         if (c >= O_INT && c < O_INT + MK_N_INT_OPTS) {
-            if (parse_int(&mk_int_opts[c - O_INT], optarg, &ival[c - O_INT]))
+            const struct mk_int_opt *io = &mk_int_opts[c - O_INT];
+            if (tool_int("k3-mkmodel", io->name, optarg, io->lo, io->hi, &ival[c - O_INT]))
                 return 2;
             continue;
         }
@@ -1384,13 +1372,9 @@ int main(int argc, char **argv) {
             preset = optarg;
             break;
         case O_SEED: {
-            char *end;
-            errno  = 0;
-            o.seed = strtoull(optarg, &end, 0);
-            if (errno || end == optarg || *end || optarg[0] == '-') {
-                fprintf(stderr, "k3-mkmodel: --seed '%s': expected a non-negative integer\n", optarg);
-                bad = 1;
-            }
+            unsigned long long seed = o.seed;
+            bad                     = tool_u64("k3-mkmodel", "seed", optarg, &seed) != 0;
+            o.seed                  = seed;
             break;
         }
         }
