@@ -78,7 +78,9 @@ k3_status k3_params_default(k3_params *p) {
         return st;
     if ((st = kern_act_env()))
         return st;
-    prof_init();
+    int verbose = 0; /* read by k3_log at each message: checked here */
+    if ((st = prof_init()) || (st = k3_env_int("K3_VERBOSE", 0, 1, &verbose)))
+        return st;
     static const struct {
         const char *name;
         int         bit;
