@@ -39,6 +39,11 @@ printf 'hi\n' | K3_MOCK="$K3_TMP/missing" "$k" /no/model >/dev/null 2>"$K3_TMP/e
 rc=$?
 t "an engine that cannot start exits 1 (got $rc)" '[ $rc -eq 1 ]'
 t "and says why" 'grep -q "missing: cannot open" "$K3_TMP/err4"'
+printf 'delay 2x\nresponse hi\n' >"$K3_TMP/badmock"
+printf 'hi\n' | K3_MOCK="$K3_TMP/badmock" "$k" /no/model >/dev/null 2>"$K3_TMP/err4b"
+rc=$?
+t "a mock script's malformed delay: exit 1 naming the line and the value (got $rc)" \
+    '[ $rc -eq 1 ] && grep -q "badmock:1: delay .2x.: expected milliseconds in 0..3600000" "$K3_TMP/err4b"'
 printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"old q"}\n{"role":"assistant","content":"old a"}\n' >"$K3_TMP/in.jsonl"
 printf 'new\n' | K3_MOCK="$m" "$k" --load "$K3_TMP/in.jsonl" /no/model >"$K3_TMP/out5" 2>"$K3_TMP/err5"
 t "--load continues a transcript" 'grep -q "loaded 2 messages" "$K3_TMP/err5" && grep -qx "answer to new" "$K3_TMP/out5"'
