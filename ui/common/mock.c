@@ -85,14 +85,24 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
             memset(&m->turns[m->n_turns++], 0, sizeof *nt);
             m->turns[m->n_turns - 1].delay_ms   = delay;
             m->turns[m->n_turns - 1].prefill_ms = prefill;
-        } else if (kw == 4 && !strncmp(line, "load", 4)) {
-            *load_ms = atoi(arg);
-        } else if (kw == 5 && !strncmp(line, "delay", 5)) {
-            t->delay_ms = delay = atoi(arg);
-        } else if (kw == 4 && !strncmp(line, "hold", 4)) {
-            t->hold_ms = atoi(arg);
-        } else if (kw == 7 && !strncmp(line, "prefill", 7)) {
-            t->prefill_ms = prefill = atoi(arg);
+        } else if ((kw == 4 && (!strncmp(line, "load", 4) || !strncmp(line, "hold", 4))) ||
+                   (kw == 5 && !strncmp(line, "delay", 5)) || (kw == 7 && !strncmp(line, "prefill", 7))) {
+            char *end;
+            long  ms = strtol(arg, &end, 10);
+            if (end == arg || *end || ms < 0 || ms > 3600000) {
+                snprintf(err, errn, "K3_MOCK: %s:%d: %.*s '%s': expected milliseconds in 0..3600000", path,
+                         lineno, (int)kw, line, arg);
+                fclose(f);
+                return -1;
+            }
+            if (line[0] == 'l')
+                *load_ms = (int)ms;
+            else if (line[0] == 'h')
+                t->hold_ms = (int)ms;
+            else if (kw == 5)
+                t->delay_ms = delay = (int)ms;
+            else
+                t->prefill_ms = prefill = (int)ms;
         } else if (kw == 5 && !strncmp(line, "think", 5)) {
             append(&t->think, arg);
         } else if (kw == 8 && !strncmp(line, "response", 8)) {
