@@ -7,9 +7,9 @@
  *                         --layers 2` is generated into $K3_BENCH_DIR (default /var/tmp; ~6 MB
  *                         on disk, sparse) with $K3_MKMODEL (default build/k3-mkmodel) and
  *                         deleted afterwards.
- *   K3_BENCH_ROUNDS=N     rounds (default 3); each opens the model, measures this machine's
- *                         speed figures afresh (fit_speed_get, not the cache: the same load as
- *                         the run), feeds 3 tokens (the first token), decodes 4, prefills 16
+ *   K3_BENCH_ROUNDS=N     rounds (default 3, 1..16); each opens the model, measures this
+ *                         machine's speed figures afresh (fit_speed_get, not the cache: the same
+ *                         load as the run), feeds 3 tokens (the first token), decodes 4, prefills 16
  *                         more in one chunk, and closes it.
  * The engine's settings come from the environment as for k3chat (K3_BITS, K3_MEM_GB, ...).
  *
@@ -47,6 +47,11 @@ enum { MAX_ROUNDS = 16 };
 int bench_release(void) {
     if (!bench_want("release_open") && !bench_want("release_decode"))
         return 0;
+    int R = 3;
+    if (k3_env_int("K3_BENCH_ROUNDS", 1, MAX_ROUNDS, &R)) {
+        fprintf(stderr, "bench-release: %s\n", k3_errmsg());
+        return 1;
+    }
     const char *dir      = getenv("K3_BENCH_RELEASE");
     char        gen[600] = "";
     if (!dir || !*dir) {
@@ -54,10 +59,6 @@ int bench_release(void) {
             return 1;
         dir = gen;
     }
-    const char *rs = getenv("K3_BENCH_ROUNDS");
-    int         R  = rs && atoi(rs) > 0 ? atoi(rs) : 3;
-    if (R > MAX_ROUNDS)
-        R = MAX_ROUNDS;
     double open_s[MAX_ROUNDS], open_ref[MAX_ROUNDS], first[MAX_ROUNDS], first_est[MAX_ROUNDS],
         pre[MAX_ROUNDS], pre_est[MAX_ROUNDS], dec[MAX_ROUNDS], dec_est[MAX_ROUNDS], pre_flat[MAX_ROUNDS],
         dec_flat[MAX_ROUNDS], plan_gb = 0;
@@ -79,10 +80,10 @@ int bench_release(void) {
         fit_speed_get(dir, 1, &sp);
         printf("# round %d: one column f32 %.2f, int8 %.2f, int4 %.2f, MXFP4 %.2f GB/s; 32 columns %.0f, "
                "%.0f, %.0f, %.0f GB/s; "
-               "call %.1f us; memory %.1f GB/s; drive %.2f GB/s%s\n",
+               "call %.1f us; memory %.1f GB/s; drive %.2f GB/s%s, its data %.2f GB/s\n",
                r + 1, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9, sp.pre[0] / 1e9,
                sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6, sp.mem_bw / 1e9,
-               sp.disk / 1e9, sp.sparse ? " (sparse file: holes)" : "");
+               sp.disk / 1e9, sp.sparse ? " (sparse file: holes)" : "", sp.disk_data / 1e9);
         open_ref[r]    = (double)m->load_total / (sp.disk > 0 ? sp.disk : 1e9);
         plan_gb        = (double)m->fit.plan.total / 1e9;
         int     ok     = !k3_session_new(m, &s);

@@ -139,6 +139,7 @@ typedef struct fit_speed {
     double pre[4];      /* [enum qtype] weight bytes x columns/s at 32 columns            */
     double call;        /* seconds of one small product (the fixed cost of a call)        */
     double disk;        /* bytes/s, O_DIRECT 4 MB reads of the largest shard (0: unknown)  */
+    double disk_data;   /* the same from its data only (= disk unless the shard is sparse) */
     int    sparse;      /* that shard is sparse: the disk figure is holes, not the drive  */
     int    cached;      /* every figure came from the cache                               */
     char   cache[4200]; /* the cache file                                                 */

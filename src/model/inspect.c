@@ -56,11 +56,10 @@ static k3_status read_settings(const char *dir, insp_settings *s) {
     s->maxt_set  = !!(p.set & K3_SET_MAXT);
     s->set       = p.set | (s->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
              (s->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) | (s->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
-    s->n_layers   = p.n_layers;
-    s->chunk      = p.chunk;
-    const char *m = getenv("K3_MMAP");
-    s->map        = m && !strcmp(m, "1");
-    return K3_OK;
+    s->n_layers = p.n_layers;
+    s->chunk    = p.chunk;
+    s->map      = 0;
+    return k3_env_int("K3_MMAP", 0, 1, &s->map);
 }
 
 #define HB(x) fit_hb((char[32]){0}, 32, (double)(x))
@@ -336,16 +335,19 @@ k3_status k3_inspect(const char *dir, FILE *out) {
             "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, "
             "K3_CHUNK=%d)\n",
             dec, pre, s.chunk);
-    fprintf(out,
-            "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 "
-            "%.1f, MXFP4 %.1f GB/s of weights; "
-            "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns; %.1f us a call; drive %s%s%s (%s "
-            "%s)\n",
-            sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9,
-            sp.pre[0] / 1e9, sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6,
-            sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
-            sp.sparse ? " (sparse file: holes, not the drive)" : "",
-            sp.cached ? "cached in" : "measured now; cached in", sp.cache);
+    fprintf(
+        out,
+        "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 "
+        "%.1f, MXFP4 %.1f GB/s of weights; "
+        "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns; %.1f us a call; drive %s%s%s%s%s%s "
+        "(%s %s)\n",
+        sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9, sp.pre[0] / 1e9,
+        sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6,
+        sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
+        sp.sparse ? " (sparse file: holes, not the drive); its data " : "",
+        sp.sparse ? (sp.disk_data > 0 ? HB(sp.disk_data) : "none found") : "",
+        sp.sparse && sp.disk_data > 0 ? "/s" : "", sp.sparse ? " (the drive)" : "",
+        sp.cached ? "cached in" : "measured now; cached in", sp.cache);
 fail:
     st_close(d);
     free(c);
