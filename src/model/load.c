@@ -788,7 +788,7 @@ static k3_status container_params(k3_model *m) {
     if ((st = k3_env_int("K3_MMAP", 0, 1, &m->map)))
         return st;
     int dmin = ST_DIRECT_MIN; /* test hook K3_TEST_DIRECT_MIN: O_DIRECT from this many bytes */
-    if ((st = env_int("K3_TEST_DIRECT_MIN", 1, 1 << 30, &dmin)))
+    if ((st = k3_env_int("K3_TEST_DIRECT_MIN", 1, 1 << 30, &dmin)))
         return st;
     m->direct_min  = m->par.direct ? (uint64_t)dmin : 0;
     const char *vk = getenv("K3_VK");
