@@ -20,9 +20,15 @@
  *                      cold start, slot buffers allocated and the expert cache empty); ref: 3 x
  *                      the prefill estimate at chunk 3
  *   release_prefill    s/token of a 16-token chunk after the decode steps (warm); ref: the
- *                      prefill estimate at chunk 16
- *   release_decode     median s/token over 4 decode steps; ref: the decode estimate, so the
- *                      ratio is measured / estimated (issue 21 asks for 0.7 .. 1.3)
+ *                      prefill estimate at chunk 16 with the routing the chunk had (experts
+ *                      touched and missed, from the session's stats: fit_speed_estimate_route)
+ *   release_decode     median s/token over 4 decode steps; ref: the decode estimate with the
+ *                      routing the steps had, so the ratio is measured / estimated (issue 21
+ *                      asks for 0.7 .. 1.3)
+ *   release_prefill_flat, release_decode_flat
+ *                      the same measurements against the estimate --inspect prints (flat
+ *                      routing: on a replica of zero weights every token picks the same experts,
+ *                      which then hit the cache; a real model's routing is in between)
  *   release_rss        peak RSS in GB (getrusage, the process so far); ref: the memory plan
  */
 #include "bench.h"
@@ -54,7 +60,8 @@ int bench_release(void) {
         dir = gen;
     }
     double open_s[MAX_ROUNDS], open_ref[MAX_ROUNDS], first[MAX_ROUNDS], first_est[MAX_ROUNDS],
-        pre[MAX_ROUNDS], pre_est[MAX_ROUNDS], dec[MAX_ROUNDS], dec_est[MAX_ROUNDS], plan_gb = 0;
+        pre[MAX_ROUNDS], pre_est[MAX_ROUNDS], dec[MAX_ROUNDS], dec_est[MAX_ROUNDS], pre_flat[MAX_ROUNDS],
+        dec_flat[MAX_ROUNDS], plan_gb = 0;
     int rc = 1, r;
     for (r = 0; r < R; r++) {
         k3_params   p;
@@ -69,12 +76,8 @@ int bench_release(void) {
         if (r == 0)
             printf("# %s\n", m->fit.msg);
         fit_speed sp;
-        double    est_dec, est_first, est_pre, d[4];
+        double    est_dec, est_first, est_pre, fl_dec, fl_pre, d[4];
         fit_speed_get(dir, 1, &sp);
-        fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 3, &est_dec,
-                           &est_first);
-        fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 16, &est_dec,
-                           &est_pre);
         printf("# round %d: one column f32 %.2f, int8 %.2f, int4 %.2f, MXFP4 %.2f GB/s; 32 columns %.0f, "
                "%.0f, %.0f, %.0f GB/s; "
                "call %.1f us; memory %.1f GB/s; drive %.2f GB/s%s, its data %.2f GB/s\n",
@@ -88,12 +91,18 @@ int bench_release(void) {
         t0             = k3_time();
         ok             = ok && !k3_session_feed(s, ids, 3);
         first[r]       = k3_time() - t0;
+        k3_stats  ds = {0}, ps = {0};
+        fit_route rt = {0};
+        if (ok)
+            k3_session_reset_stats(s);
         for (int i = 0; ok && i < 4; i++) {
             int32_t t = (int32_t)(5 + i);
             t0        = k3_time();
             ok        = !k3_session_feed(s, &t, 1);
             d[i]      = k3_time() - t0;
         }
+        if (ok)
+            k3_session_stats(s, &ds), k3_session_reset_stats(s);
         int32_t chunk[16];
         for (int i = 0; i < 16; i++)
             chunk[i] = (int32_t)(100 + 37 * i);
@@ -101,12 +110,30 @@ int bench_release(void) {
         ok     = ok && !k3_session_feed(s, chunk, 16);
         pre[r] = (k3_time() - t0) / 16;
         if (ok) {
+            k3_session_stats(s, &ps);
+            /* the routing the run had, per MoE layer: ex_begin counts a call's distinct experts */
+            double nm = m->fit_t.n_moe > 0 ? m->fit_t.n_moe : 1, nc = (16 + m->par.chunk - 1) / m->par.chunk;
+            rt.dec_active     = (double)(ds.expert_hits + ds.expert_misses) / (4 * nm);
+            rt.dec_miss       = (double)ds.expert_misses / (4 * nm);
+            rt.chunk_distinct = (double)(ps.expert_hits + ps.expert_misses) / (nc * nm);
+            rt.chunk_miss     = (double)ps.expert_misses / (nc * nm);
+            fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 3, &fl_dec,
+                               &est_first);
+            fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 16, &fl_dec,
+                               &fl_pre);
+            fit_speed_estimate_route(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 16, &rt,
+                                     &est_dec, &est_pre);
             dec[r]       = bench_median(d, 4);
             first_est[r] = 3 * est_first, pre_est[r] = est_pre, dec_est[r] = est_dec;
+            pre_flat[r] = fl_pre, dec_flat[r] = fl_dec;
+            printf("# round %d: routing per MoE layer: decode %.1f experts, %.2f missed a token; a 16-token "
+                   "chunk %.1f distinct, %.1f missed\n",
+                   r + 1, rt.dec_active, rt.dec_miss, rt.chunk_distinct, rt.chunk_miss);
             printf("# round %d: open %.1f s, first token %.3g s (estimate %.3g), decode %.3g s/token "
-                   "(estimate %.3g), "
-                   "prefill %.3g s/token (estimate %.3g)\n",
-                   r + 1, open_s[r], first[r], first_est[r], dec[r], est_dec, pre[r], est_pre);
+                   "(estimate %.3g; flat routing %.3g), prefill %.3g s/token (estimate %.3g; flat routing "
+                   "%.3g)\n",
+                   r + 1, open_s[r], first[r], first_est[r], dec[r], est_dec, fl_dec, pre[r], est_pre,
+                   fl_pre);
             fflush(stdout);
         }
         k3_session_free(s);
@@ -121,6 +148,10 @@ int bench_release(void) {
         bench_report("release_first", bench_median(first, R), "s", bench_median(first_est, R), "s");
         bench_report("release_prefill", bench_median(pre, R), "s/token", bench_median(pre_est, R), "s/token");
         bench_report("release_decode", bench_median(dec, R), "s/token", bench_median(dec_est, R), "s/token");
+        bench_report("release_prefill_flat", bench_median(pre, R), "s/token", bench_median(pre_flat, R),
+                     "s/token");
+        bench_report("release_decode_flat", bench_median(dec, R), "s/token", bench_median(dec_flat, R),
+                     "s/token");
         bench_report("release_rss", (double)ru.ru_maxrss * 1024 / 1e9, "GB", plan_gb, "GB");
         rc = 0;
     } else {

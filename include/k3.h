@@ -128,6 +128,11 @@ typedef struct k3_model_info {
                                         available memory, what was chosen and why       */
     const char *fit_brief;           /* the same in a few words: "4/8/8 bits (fit step 2) ·
                                         cache 1.61 GB" (status bar)                   */
+    uint64_t load_bytes;             /* tensor bytes the open loaded (the progress total) */
+    uint64_t read_bytes, read_calls; /* tensor data read from the shards so far, and the
+                                        read calls (the open's, then expert reads of the
+                                        model's own shard reader, if any)              */
+    uint64_t read_direct;            /* of read_bytes, read with O_DIRECT (K3_DIRECT)   */
 } k3_model_info;
 void k3_model_get_info(const k3_model *m, k3_model_info *out);
 /* Change the routed-expert cache budget live (GB; < 0: the default, see k3_params.expert_gb);

@@ -1,7 +1,8 @@
 #!/bin/sh
 # t-repack.sh: build/k3-repack writes a k3 container (src/format/repack.h) that k3chat runs bit-identically
 # to load-time quantization of the source (hidden states and logits via K3_TRACE / K3_LOGITS,
-# compared with cmp), at 8 and 4 bits, with mixed classes, and with K3_MMAP=1; resume after a
+# compared with cmp), at 8 and 4 bits, with mixed classes, with K3_MMAP=1 and with O_DIRECT reads
+# at open (the bytes and calls an open reads, from K3_VERBOSE's open line); resume after a
 # kill -9 mid-shard; disjoint --shards runs; duplicate names; --verify-full; bad arguments and
 # a corrupt source; K3_BITS downcast and K3_MMAP refusals; --inspect reports (and sizes) a container
 # at its stored bits unless K3_BITS etc. are set.
@@ -69,6 +70,35 @@ run "$T/c4" c4m K3_MMAP=1
 same s4 c4; ok $? "int4 container = source with K3_BITS=4 ($(cat "$T/c4.ids"))"
 same s4 c4m; ok $? "int4 container with K3_MMAP=1: bit-identical"
 ! cmp -s "$T/s4.l" "$T/s8.l"; ok $? "4-bit and 8-bit logits differ (the comparison can fail)"
+
+# ---- what the open of a container reads (K3_VERBOSE's open line; src/format/st.c st_io) --------
+# Each tensor outside the routed experts is read once, in one call (none here is over 1 GB), and
+# its bytes are what the open loads, less the experts the expert tier read: page-sized reads, a
+# second read or quantize-on-open would show here without any timing.
+n_rest=$($PY -c "import json,sys; w=json.load(open(sys.argv[1]))['weight_map']; print(sum(1 for k in w if '.experts.' not in k and not k.startswith(('vision_tower', 'mm_projector'))))" "$T/c4/model.safetensors.index.json")
+openline() { # TAG: "loaded experts bytes calls direct" of $T/TAG.err's open line
+    sed -n 's/.*; loaded \([0-9]*\) bytes: \([0-9]*\) of routed experts.* with \([0-9]*\) bytes read in \([0-9]*\) calls (\([0-9]*\) with O_DIRECT).*/\1 \2 \3 \4 \5/p' "$T/$1.err"
+}
+run "$T/c4" c4v K3_VERBOSE=1
+run "$T/c4" c4d K3_VERBOSE=1 K3_TEST_DIRECT_MIN=1
+run "$T/c4" c4b K3_VERBOSE=1 K3_DIRECT=0
+set -- $(openline c4v) x x x x x
+[ "$1" != x ] && [ "$3" = $(($1 - $2)) ] && [ "$4" = "$n_rest" ]
+ok $? "open of the int4 container: $3 bytes read in $4 calls = the $1 bytes loaded less $2 of experts, one call per tensor ($n_rest outside the experts)"
+set -- $(openline c4b) x x x x x
+[ "$1" != x ] && [ "$3" = $(($1 - $2)) ] && [ "$4" = "$n_rest" ] && [ "$5" = 0 ]
+ok $? "K3_DIRECT=0: the same reads, none with O_DIRECT ($3 bytes, $4 calls, $5 direct)"
+set -- $(openline c4d) x x x x x
+if [ "$1" = x ]; then
+    ok 1 "K3_TEST_DIRECT_MIN=1: no open line ($(tail -c 200 "$T/c4d.err"))"
+elif [ "$5" = 0 ]; then
+    echo "SKIP: K3_TEST_DIRECT_MIN=1: O_DIRECT reads at open (the filesystem of $T refuses O_DIRECT)"
+else
+    rest=$(($1 - $2))
+    [ "$4" = "$n_rest" ] && [ "$3" -ge "$rest" ] && [ "$3" -lt $((rest + 8192 * $4)) ]
+    ok $? "K3_TEST_DIRECT_MIN=1: $5 bytes with O_DIRECT; $3 bytes read in $4 calls for $rest (each span under 8 KB of alignment more)"
+    same s4 c4d; ok $? "int4 container read with O_DIRECT (K3_TEST_DIRECT_MIN=1): bit-identical to the source with K3_BITS=4"
+fi
 
 run "$T/src" sx K3_BITS=8 K3_MLA_BITS=4 K3_HEAD_BITS=32
 run "$T/cx" cx

@@ -19,6 +19,10 @@
  * bsearch; vision tensors that happen to share a shard with text tensors are validated but not
  * recorded. Reads are positioned (pread, looping on short reads and EINTR) so any thread may read
  * any tensor concurrently; a read that hits end of file names the file and the offset.
+ * st_read_block reads a big tensor with O_DIRECT into a block of its own (the 4096-aligned span
+ * around it): a buffered read of a container's 4 GB cost more CPU than anything else in the open
+ * (the page cache copy and a page fault per 4 KB, expensive in a VM: 200 MB/s of CPU, against
+ * 5 GB/s with O_DIRECT). Reads of tensor data are counted (st_io_get): calls, bytes, O_DIRECT.
  *
  * K3_DIRS (a checkpoint split over drives): a colon-separated list of directories; a shard
  * file that is not in the model directory is taken from the first of them that holds it.
@@ -45,6 +49,7 @@ typedef struct st_shard {
     uint64_t size; /* file size (0 if never opened)               */
     uint64_t hlen; /* header length (shard_check)                 */
     int      fd;   /* -1 if never opened (vision-only)            */
+    int      dfd;  /* O_DIRECT descriptor (st_read_block): -1 not yet opened, -2 refused */
     int      text; /* holds at least one text tensor              */
     void    *map;  /* st_map(): whole-file read-only map, or NULL */
 } st_shard;
@@ -57,6 +62,8 @@ struct st_dir {
     int        n_tensors;
     int        cap_tensors;
     st_tensor *tensors; /* [n_tensors], sorted by name after st_open   */
+    st_io     *io;      /* -> io_n: tensor data read so far (atomic adds: any thread reads; */
+    st_io      io_n;    /*    counted through a const st_dir too)                       */
 };
 
 static const struct {
@@ -112,12 +119,25 @@ static char *path_join(const char *dir, const char *name) {
 /* ---- positioned reads ------------------------------------------------------------------- */
 
 /* Read exactly n bytes at off. On error the message names the file (by base name) and offset. */
-static k3_status pread_all(int fd, const char *path, void *dst, uint64_t n, uint64_t off) {
+/* A read of tensor data: counted in io (NULL: headers and the index, not counted). */
+static void io_count(st_io *io, uint64_t bytes, int direct) {
+    if (!io)
+        return;
+    __atomic_add_fetch(&io->calls, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&io->bytes, bytes, __ATOMIC_RELAXED);
+    if (direct)
+        __atomic_add_fetch(&io->direct_bytes, bytes, __ATOMIC_RELAXED);
+}
+
+/* Read exactly n bytes at off. On error the message names the file (by base name) and offset.
+ * Each read call of tensor data is counted in io (NULL: not counted). */
+static k3_status pread_all(int fd, const char *path, void *dst, uint64_t n, uint64_t off, st_io *io) {
     unsigned char *p    = dst;
     uint64_t       done = 0;
     while (done < n) {
         size_t  want = (size_t)(n - done > (1u << 30) ? (1u << 30) : n - done);
         ssize_t r    = pread(fd, p + done, want, (off_t)(off + done));
+        io_count(io, r > 0 ? (uint64_t)r : 0, 0);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -295,7 +315,7 @@ static k3_status shard_check(st_dir *d, int si) {
         return k3_err(K3_ERR_FORMAT, "%s: %llu bytes, too short for the 8-byte header length", file,
                       (unsigned long long)sh->size);
     unsigned char lb[8];
-    if ((st = pread_all(sh->fd, sh->path, lb, 8, 0)))
+    if ((st = pread_all(sh->fd, sh->path, lb, 8, 0, NULL)))
         return st;
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
@@ -313,7 +333,7 @@ static k3_status shard_check(st_dir *d, int si) {
     char *hbuf = k3_malloc((size_t)hlen + 1);
     if (!hbuf)
         return k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen);
-    st = pread_all(sh->fd, sh->path, hbuf, hlen, 8);
+    st = pread_all(sh->fd, sh->path, hbuf, hlen, 8, NULL);
     char     tname[256];
     uint64_t end = st ? 0 : header_data_end(hbuf, (size_t)hlen, tname, sizeof tname);
     free(hbuf);
@@ -339,7 +359,7 @@ static k3_status load_shard(st_dir *d, int si) {
         st = k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen);
         goto fail;
     }
-    if ((st = pread_all(sh->fd, sh->path, hbuf, hlen, 8)))
+    if ((st = pread_all(sh->fd, sh->path, hbuf, hlen, 8, NULL)))
         goto fail;
     json_error_t jerr;
     root = json_loadb(hbuf, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
@@ -422,6 +442,7 @@ static k3_status add_shard(st_dir *d, const char *name, int *idx) {
     st_shard *s = &ns[d->n_shards];
     memset(s, 0, sizeof *s);
     s->fd            = -1;
+    s->dfd           = -1;
     s->name          = k3_strdup(name);
     s->path          = path_join(d->path, name);
     const char *dirs = getenv("K3_DIRS");
@@ -472,14 +493,14 @@ static k3_status read_index(st_dir *d, const char *ipath, wm_map *wm, int **wm_s
         return st;
     }
     char     *buf = k3_malloc((size_t)sb.st_size + 1);
-    k3_status rst = buf ? pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0)
+    k3_status rst = buf ? pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0, NULL)
                         : k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
     size_t    at;
     if (!rst && !wm_scan(buf, (size_t)sb.st_size, wm, &at)) {
         wm->arena = buf; /* the entries point into it */
     } else if (!rst) {   /* jansson decides, on the text read again (the scanner decoded it in place) */
         K3_LOG_DEBUG("%s: the fast reader stopped at byte %zu; full parse", file, at);
-        if (!(rst = pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0)))
+        if (!(rst = pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0, NULL)))
             rst = wm_parse_full(file, buf, (size_t)sb.st_size, wm);
         free(buf);
     } else {
@@ -532,6 +553,7 @@ k3_status st_open(const char *dir, st_dir **out) {
         free(d);
         return k3_err(K3_ERR_NOMEM, "out of memory");
     }
+    d->io = &d->io_n;
     ipath = path_join(dir, "model.safetensors.index.json");
     if (!ipath) {
         st = k3_err(K3_ERR_NOMEM, "out of memory");
@@ -616,6 +638,8 @@ void st_close(st_dir *d) {
             munmap(s->map, (size_t)s->size);
         if (s->fd >= 0)
             close(s->fd);
+        if (s->dfd >= 0)
+            close(s->dfd);
         free(s->path);
         free(s->name);
     }
@@ -682,7 +706,7 @@ k3_status st_read_at(const st_dir *d, int shard, void *dst, uint64_t n, uint64_t
     const st_shard *s = &d->shards[shard];
     if (s->fd < 0)
         return k3_err(K3_ERR_IO, "%s: shard was never opened (vision only)", s->name);
-    return pread_all(s->fd, s->path, dst, n, off);
+    return pread_all(s->fd, s->path, dst, n, off, d->io);
 }
 
 k3_status st_read(const st_dir *d, const st_tensor *t, void *dst) {
@@ -690,6 +714,79 @@ k3_status st_read(const st_dir *d, const st_tensor *t, void *dst) {
     if (st)
         k3_err_prefix("tensor '%s'", t->name);
     return st;
+}
+
+/* O_DIRECT reads of [a0, a0 + n) (4096-aligned) into blk; at least `need` bytes must come
+ * (the span may run past the end of the file). K3_ERR_UNSUPPORTED when the filesystem refuses
+ * O_DIRECT (EINVAL: the caller reads through the page cache instead), else K3_OK or K3_ERR_IO. */
+static k3_status direct_span(st_dir *d, st_shard *s, uint8_t *blk, uint64_t a0, uint64_t n, uint64_t need) {
+    if (s->dfd == -1 && (s->dfd = open(s->path, O_RDONLY | O_CLOEXEC | O_DIRECT)) < 0)
+        s->dfd = -2;
+    if (s->dfd < 0)
+        return K3_ERR_UNSUPPORTED;
+    uint64_t done = 0;
+    while (done < need) {
+        size_t  want = (size_t)(n - done > (1u << 30) ? (1u << 30) : n - done);
+        ssize_t r    = pread(s->dfd, blk + done, want, (off_t)(a0 + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EINVAL && done == 0) { /* alignment refused: the page cache then */
+            close(s->dfd);
+            s->dfd = -2;
+            return K3_ERR_UNSUPPORTED;
+        }
+        io_count(d->io, r > 0 ? (uint64_t)r : 0, 1);
+        if (r < 0)
+            return k3_err(K3_ERR_IO, "%s: read of %llu bytes at offset %llu failed: %s", s->name,
+                          (unsigned long long)want, (unsigned long long)(a0 + done), strerror(errno));
+        if (r == 0)
+            return k3_err(
+                K3_ERR_IO,
+                "%s: unexpected end of file at offset %llu (wanted %llu more bytes; file truncated?)",
+                s->name, (unsigned long long)(a0 + done), (unsigned long long)(need - done));
+        done += (uint64_t)r;
+    }
+    return K3_OK;
+}
+
+k3_status st_read_block(st_dir *d, const st_tensor *t, uint64_t direct_min, void **block, const void **data,
+                        uint64_t *block_bytes) {
+    enum { ALIGN = 4096 };
+    st_shard *s = &d->shards[t->shard];
+    *block = NULL, *data = NULL, *block_bytes = 0;
+    if (s->fd < 0)
+        return k3_err(K3_ERR_IO, "%s: shard was never opened (vision only)", s->name);
+    const uint64_t a0 = t->offset / ALIGN * ALIGN,
+                   n  = (t->offset + t->nbytes - a0 + ALIGN - 1) / ALIGN * ALIGN;
+    k3_status st      = K3_ERR_UNSUPPORTED;
+    uint8_t  *b;
+    if (direct_min && t->nbytes >= direct_min && t->offset % 64 == 0) {
+        if (!(b = k3_aligned_alloc(ALIGN, (size_t)n)))
+            return k3_err(K3_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+        if ((st = direct_span(d, s, b, a0, n, t->offset + t->nbytes - a0)) == K3_OK) {
+            *block = b, *data = b + (t->offset - a0), *block_bytes = n;
+            return K3_OK;
+        }
+        free(b);
+        if (st != K3_ERR_UNSUPPORTED) {
+            k3_err_prefix("tensor '%s'", t->name);
+            return st;
+        }
+    }
+    if (!(b = k3_aligned_alloc(64, t->nbytes ? (size_t)t->nbytes : 64)))
+        return k3_err(K3_ERR_NOMEM, "tensor '%s': out of memory", t->name);
+    if ((st = st_read(d, t, b))) {
+        free(b);
+        return st;
+    }
+    *block = b, *data = b, *block_bytes = t->nbytes;
+    return K3_OK;
+}
+
+void st_io_get(const st_dir *d, st_io *out) {
+    out->calls        = __atomic_load_n(&d->io->calls, __ATOMIC_RELAXED);
+    out->bytes        = __atomic_load_n(&d->io->bytes, __ATOMIC_RELAXED);
+    out->direct_bytes = __atomic_load_n(&d->io->direct_bytes, __ATOMIC_RELAXED);
 }
 
 k3_status st_read_f32(const st_dir *d, const st_tensor *t, float *dst) {

@@ -71,6 +71,21 @@ int         st_shard_opened(const st_dir *d, int shard); /* 0 for vision-only sh
 /* Raw bytes [off, off+n) of a shard (absolute offsets, e.g. one expert's six tensors at once).
  * Positioned reads: safe from any thread. */
 k3_status st_read_at(const st_dir *d, int shard, void *dst, uint64_t n, uint64_t off);
+/* The tensor's bytes in a new block the caller frees (*block, *block_bytes long); *data points
+ * at them inside it. A tensor of at least direct_min bytes (0: none; the loader's default is
+ * ST_DIRECT_MIN), 64-byte aligned in its file, is read with O_DIRECT as the 4096-aligned span around it,
+ * straight into the block (no page cache copy and no page fault per 4 KB: most of a container's open, with
+ * buffered reads of the release's 4 GB); a filesystem that refuses O_DIRECT (tmpfs) gets buffered reads.
+ * *data is 64-byte aligned either way. Not thread-safe on a shard's first O_DIRECT read. */
+enum { ST_DIRECT_MIN = 1 << 20 };
+k3_status st_read_block(st_dir *d, const st_tensor *t, uint64_t direct_min, void **block, const void **data,
+                        uint64_t *block_bytes);
+/* Tensor data read so far (st_read*, st_read_at, st_read_block; not headers or the index): read
+ * calls, bytes, and the bytes read with O_DIRECT (a span's alignment slack included). */
+typedef struct st_io {
+    uint64_t calls, bytes, direct_bytes;
+} st_io;
+void st_io_get(const st_dir *d, st_io *out);
 /* Pointer to the tensor's bytes in a read-only shared mapping of its whole shard (mapped on
  * first use, unmapped by st_close). Not thread-safe on first use of a shard: call it from one
  * thread. A shard truncated after st_open would fault on access: prefer st_read for data that

@@ -720,6 +720,10 @@ uint64_t ex_deferred_bytes(const ex_tier *t) {
     return t->deferred;
 }
 
+uint64_t ex_bytes_read(const ex_tier *t) {
+    return t->bytes;
+}
+
 void ex_close(ex_tier *t) {
     if (!t)
         return;

@@ -55,6 +55,7 @@ typedef struct ex_source {
 k3_status ex_open(const ex_source *src, ex_tier **out);
 /* Bytes of the routed experts read on demand, not at open (0 when ex_open read them all). */
 uint64_t ex_deferred_bytes(const ex_tier *t);
+uint64_t ex_bytes_read(const ex_tier *t); /* expert bytes read so far (at open: the preload) */
 void     ex_close(ex_tier *t);
 
 /* Change the budget live (GB, 10^9 bytes; < 0: the default); shrinking evicts at once. */

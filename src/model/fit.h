@@ -149,3 +149,15 @@ typedef struct fit_speed {
 void fit_speed_get(const char *dir, int fresh, fit_speed *out);
 void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
                         int n_active, int chunk, double *decode_s, double *prefill_s);
+/* The routing a run really had, per MoE layer (k3-bench release takes it from the session's
+ * expert hits and misses): a decode token's experts and misses, and a prefill chunk's distinct
+ * experts and misses. The estimate otherwise assumes flat routing (a cache holding a fraction f of
+ * the experts hits f of the time, a chunk touches E (1 - (1 - k/E)^C) experts), which a replica
+ * of zero weights does not have: its tied router scores pick the same k experts for every token. */
+typedef struct fit_route {
+    double dec_active, dec_miss, chunk_distinct, chunk_miss;
+} fit_route;
+/* fit_speed_estimate with the routing r (NULL: flat routing, as fit_speed_estimate). */
+void fit_speed_estimate_route(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
+                              int n_active, int chunk, const fit_route *r, double *decode_s,
+                              double *prefill_s);

@@ -99,17 +99,19 @@ struct k3_model {
     void         **owned;       /* every allocation of the weights, freed together  */
     int            n_owned, cap_owned;
     uint64_t       bytes_resident;
-    int            map;          /* K3_MMAP=1: prepared tensors mapped, not copied    */
-    uint64_t       bytes_mapped; /* bytes used in place from read-only mappings      */
-    uint64_t       load_done, load_total;
-    int            from;        /* RP_FROM_* bits a k3 container brought              */
-    int            container;   /* DIR is a k3 container (repack.h)                   */
-    int            expert_auto; /* the fit chose the expert budget ("what is left"): the
-                                   cache fills on demand unless every expert takes at most
-                                   half of the available memory (then read at open)     */
-    fit_table   fit_t;          /* the memory plan's figures (fit.h), from the headers  */
-    fit_machine fit_mc;         /* what the machine gave at open                      */
-    fit_choice  fit;            /* the settings chosen at open and why                */
+    int            map;        /* K3_MMAP=1: prepared tensors mapped, not copied    */
+    uint64_t       direct_min; /* tensors of this many bytes or more are read with
+                                  O_DIRECT at open (st_read_block); 0: K3_DIRECT=0    */
+    uint64_t bytes_mapped;     /* bytes used in place from read-only mappings      */
+    uint64_t load_done, load_total;
+    int      from;        /* RP_FROM_* bits a k3 container brought              */
+    int      container;   /* DIR is a k3 container (repack.h)                   */
+    int      expert_auto; /* the fit chose the expert budget ("what is left"): the
+                             cache fills on demand unless every expert takes at most
+                             half of the available memory (then read at open)     */
+    fit_table   fit_t;    /* the memory plan's figures (fit.h), from the headers  */
+    fit_machine fit_mc;   /* what the machine gave at open                      */
+    fit_choice  fit;      /* the settings chosen at open and why                */
 };
 
 /* Embedding row of token id into out (D floats). */

@@ -7,15 +7,16 @@
  * BYTES_PER_S" keyed by the drive's st_dev; a line that does not parse is ignored and the
  * figure measured again):
  *   mem_bw         read bandwidth: the sum of a 256 MB buffer (u64), all OpenMP threads, best of 3
- *   dec2_f32 .. dec2_mxfp4
+ *   dec3_f32 .. dec3_mxfp4
  *                  weight bytes per second of qmat_matvec (one column: a decode step) on a 256 MB
  *                  matrix of each format (F32, int8, int4, MXFP4), larger than the caches (a 56
  *                  MB one stayed in this EPYC's L3 and read 3-10x too fast), so each figure is
- *                  what bounds that format, memory or arithmetic; median of 3 (on a loaded
- *                  machine the best of 3 is an outlier)
- *   pre2_f32 .. pre2_mxfp4
+ *                  what bounds that format, memory or arithmetic; median of 5 (on a loaded
+ *                  machine the best is an outlier), alternating with the next figure's probes
+ *                  so that a burst of load hits both
+ *   pre3_f32 .. pre3_mxfp4
  *                  weight bytes x columns per second of qmat_matmul at 32 columns (a prefill
- *                  chunk) on an 8 MB slice of the same matrix, median of 3
+ *                  chunk) on an 8 MB slice of the same matrix, median of 5
  *   call           seconds of one qmat_matvec on a 64 x 64 matrix: the fixed cost of a call
  *                  (thread start and join), which is what a small model's token costs
  *   disk           O_DIRECT reads of 4 MB at spread offsets of the model's largest shard, for
@@ -40,7 +41,9 @@
  * disk_data: they are stored data, never holes.
  * Per prefill token: the same for a chunk of C tokens,
  * divided by C, where a MoE layer's chunk touches distinct = E (1 - (1 - k/E)^C) experts, each
- * with C k / distinct columns.
+ * with C k / distinct columns. fit_speed_estimate_route takes the experts, misses and distinct
+ * experts a run really had instead of flat routing's (k3-bench release: the replica's zero
+ * weights route every token to the same experts, so it cannot validate the flat-routing part).
  */
 #include "fit.h"
 #include "quant.h"
@@ -162,9 +165,15 @@ static k3_status rate_matrix(int fmt, int rows, int cols, qmat *q, void **own) {
     return K3_OK;
 }
 
-static double median3(const double v[3]) {
-    double a = v[0], b = v[1], c = v[2];
-    return a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+enum { NPROBE = 5 }; /* probes of each product rate (v3: 5 alternating; v2: 3 of each in a row) */
+
+static double median_n(double *v, int n) { /* sorts v */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* dec (bytes/s, one column) and pre (bytes x columns/s, 32 columns) of format fmt. */
@@ -181,23 +190,20 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
         for (size_t i = 0; i < (size_t)n * cols; i++)
             x[i] = (float)(i % 17) * 0.1f - 0.8f;
         const double bytes = (double)rows * bpr;
-        double       v[3];
-        for (int r = 0; r < 3; r++) { /* the median: on a loaded machine the best is an outlier */
+        double       v[NPROBE], w[NPROBE];
+        qmat         part = q; /* 1/32 of the rows: a prefill chunk's matmul is long enough on it */
+        part.rows         = rows / 32;
+        for (int r = 0; r < NPROBE; r++) { /* alternating, so that a burst of load hits both */
             double t0 = k3_time();
             qmat_matvec(&q, x, y);
-            double dt = k3_time() - t0;
-            v[r]      = dt > 0 ? bytes / dt : 0;
-        }
-        *dec      = median3(v);
-        qmat part = q; /* 1/32 of the rows: a prefill chunk's matmul is long enough on it */
-        part.rows = rows / 32;
-        for (int r = 0; r < 3; r++) {
-            double t0 = k3_time();
+            double t1 = k3_time();
             qmat_matmul(&part, x, n, y);
-            double dt = k3_time() - t0;
-            v[r]      = dt > 0 ? bytes / 32 * n / dt : 0;
+            double t2 = k3_time();
+            v[r]      = t1 > t0 ? bytes / (t1 - t0) : 0;
+            w[r]      = t2 > t1 ? bytes / 32 * n / (t2 - t1) : 0;
         }
-        *pre = median3(v);
+        *dec = median_n(v, NPROBE); /* the median: on a loaded machine the best is an outlier */
+        *pre = median_n(w, NPROBE);
     }
     if (own)
         free(own);
@@ -293,9 +299,10 @@ static double cached(int fresh, const char *key, unsigned long long dev) {
     return fresh ? 0 : cache_get(key, dev);
 }
 
-/* (v2: the 256 MB matrix and the median; figures cached under the first names were too fast) */
+/* (v2: the 256 MB matrix and the median; figures cached under the first names were too fast; v3:
+ * median of 5 alternating probes) */
 static const char *const fmt_key[4][2] = {
-    {"dec2_f32", "pre2_f32"}, {"dec2_i8", "pre2_i8"}, {"dec2_i4", "pre2_i4"}, {"dec2_mxfp4", "pre2_mxfp4"}};
+    {"dec3_f32", "pre3_f32"}, {"dec3_i8", "pre3_i8"}, {"dec3_i4", "pre3_i4"}, {"dec3_mxfp4", "pre3_mxfp4"}};
 
 void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
     memset(o, 0, sizeof *o);
@@ -358,6 +365,12 @@ static double mat_s(const fit_speed *sp, int f, double B, double n) {
 
 void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
                         int n_active, int chunk, double *decode_s, double *prefill_s) {
+    fit_speed_estimate_route(t, s, p, sp, n_active, chunk, NULL, decode_s, prefill_s);
+}
+
+void fit_speed_estimate_route(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
+                              int n_active, int chunk, const fit_route *r, double *decode_s,
+                              double *prefill_s) {
     const int    cls[3]  = {FIT_DENSE, FIT_MLA, FIT_HEAD};
     const int    bits[3] = {s->bits, s->mla_bits, s->head_bits};
     const double C = chunk > 0 ? chunk : 1, k = n_active;
@@ -379,12 +392,14 @@ void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p,
     dec += (double)p->reread / ddata;
     pre += (double)p->reread / ddata;
     /* decode: n_moe x k experts, each a one-column MXFP4 product; misses also read the drive */
-    double act = (double)t->n_moe * k;
-    dec += act * (mat_s(sp, Q_MXFP4, one, 1) + 3 * call) + (1 - f) * act * one / disk;
+    double act  = (double)t->n_moe * (r ? r->dec_active : k),
+           miss = r ? t->n_moe * r->dec_miss : (1 - f) * act;
+    dec += act * (mat_s(sp, Q_MXFP4, one, 1) + 3 * call) + miss * one / disk;
     /* prefill: a chunk touches `distinct` experts per MoE layer, each with C k / distinct columns */
-    double distinct = E * (1 - pow(1 - k / E, C)), cols = C * k / (distinct > 0 ? distinct : 1);
+    double distinct = r ? r->chunk_distinct : E * (1 - pow(1 - k / E, C));
+    double cols = C * k / (distinct > 0 ? distinct : 1), cmiss = r ? r->chunk_miss : (1 - f) * distinct;
     double per_chunk =
-        t->n_moe * distinct * (mat_s(sp, Q_MXFP4, one, cols) + 3 * call + (1 - f) * one / disk);
+        t->n_moe * (distinct * (mat_s(sp, Q_MXFP4, one, cols) + 3 * call) + cmiss * one / disk);
     *decode_s  = dec;
     *prefill_s = pre / C + per_chunk / C;
 }
