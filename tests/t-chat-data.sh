@@ -142,6 +142,14 @@ t "16: loading says it does not fit and what /forget --fit keeps" \
 t "16: /forget --fit drops the oldest exchanges at once" 'grep -q "dropped the [0-9]* oldest exchanges ([0-9]* messages); the conversation now needs [0-9]* of 512 tokens" "$K3_TMP/e16"'
 t "16: and the next message is answered" '[ -s "$K3_TMP/o16" ] && ! grep -q "context full" "$K3_TMP/e16"'
 
+# ---- 16b. line mode: a message that gets no answer (over the context) is exit status 1, as with
+# --prompt (it was 0: a script could not tell); the next message is still answered
+printf 'word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word\nhi\n' |
+    K3_MAXT=120 "$k" "$M" --plain --think off --max-tokens 4 >"$K3_TMP/o16b" 2>"$K3_TMP/e16b"
+rc=$?
+t "16b: a message over the context in line mode: exit status 1 (got $rc)" '[ $rc -eq 1 ] && grep -q "context full" "$K3_TMP/e16b"'
+t "16b: ... and the next message was answered" '[ -s "$K3_TMP/o16b" ]'
+
 # ---- 19. a reader that goes away: status 1 and a message, not SIGPIPE (141)
 { printf 'a\nb\nc\n' | K3_MOCK="$mock" "$k" /no/model 2>"$K3_TMP/e19"; echo $? >"$K3_TMP/rc19"; } | true
 t "19: a broken pipe exits 1 (got $(cat "$K3_TMP/rc19"))" '[ "$(cat "$K3_TMP/rc19")" = 1 ]'

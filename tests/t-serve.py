@@ -227,6 +227,9 @@ try:
            ("max_tokens a float", chat(user("x"), max_tokens=1.5), 400),
            ("stop of numbers", chat(user("x"), stop=[1]), 400),
            ("content a number", '{"messages":[{"role":"user","content":5}]}', 400),
+           ("a user message without content (it was answered as an empty one)", '{"messages":[{"role":"user"}]}', 400),
+           ("a user message with content null", '{"messages":[{"role":"user","content":null}]}', 400),
+           ("a system message without content", '{"messages":[{"role":"system"},{"role":"user","content":"x"}]}', 400),
            ("role tool", '{"messages":[{"role":"tool","content":"x"}]}', 400),
            ("stream not a bool", chat(user("x"), stream="yes"), 400),
            ("reasoning_effort medium", chat(user("x"), reasoning_effort="medium"), 400),
@@ -343,25 +346,34 @@ try:
     else:
         ok(rss1 - rss0 < 4096, "server RSS flat under load: %d kB -> %d kB" % (rss0, rss1))
 
-    # ---- SIGTERM while generating (the scripted server's endless reply): a clean, prompt exit
-    bg = subprocess.Popen(["curl", "-sN", "-H", "Authorization: Bearer " + KEY, HBASE + "/v1/chat/completions",
-                           "-d", chat(user("hello"), max_tokens=100000, stream=True)],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
-    running = bg.poll() is None
+    # ---- SIGTERM while generating (the scripted server's endless reply, its first chunk read):
+    # a clean, prompt exit, and the stream ends with an error event
+    hc = http.client.HTTPConnection("127.0.0.1", int(hport.group(1)) if hport else 1, timeout=30)
+    try:
+        hc.request("POST", "/v1/chat/completions", chat(user("hello"), max_tokens=100000, stream=True),
+                   {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+        hr = hc.getresponse()
+        sent = hr.read1(100)
+    except OSError as e:
+        hr, sent = None, repr(e).encode()
+    running = sent.startswith(b"data: ")
     hsrv.send_signal(signal.SIGTERM)
     try:
         rc = hsrv.wait(timeout=15)
     except subprocess.TimeoutExpired:
         rc = None
+    let_go = False
     try:
-        sent = bg.communicate(timeout=10)[0]
-    except subprocess.TimeoutExpired:
-        bg.kill()
-        sent = bg.communicate()[0]
+        while hr and not let_go:
+            piece = hr.read1(65536)
+            let_go = not piece
+            sent += piece
+    except OSError:
+        pass
+    hc.close()
     ok(running and rc == 0 and "shutting down" in hold_text() and b"shutting_down" in sent,
        "SIGTERM during a generation: exit 0, the stream ends with shutting_down (%s, %r)" % (rc, sent[-120:]))
-    ok(bg.returncode is not None, "the streaming client is let go")
+    ok(let_go, "the streaming client is let go (its stream ends)")
     srv.send_signal(signal.SIGTERM)
     try:
         rc = srv.wait(timeout=15)
@@ -375,6 +387,8 @@ try:
     err = p.stderr.decode()
     ok(("refused" in err or "connect" in err) and time.time() - t0 < 30,
        "endpoint down: a clear message (%r)" % err.strip()[-120:])
+    ok(p.returncode == 1, "... and exit status 1: the message got no answer, as with --prompt (it was 0): %d"
+       % p.returncode)
 
     # ---- --endpoint against a scripted server: SSE cut into 1-byte writes with CRLF, the
     # "reasoning" and "thinking" spellings, reasoning sent back, HTTP 500 (once), malformed and cut streams
@@ -446,9 +460,16 @@ try:
            "HTTP 500: the server's message is shown, and /retry sends the kept message again (%r)" % err.strip()[-100:])
         p = subprocess.run(fep, input=b"bad\n", capture_output=True, timeout=60, env=env)
         ok("malformed stream" in p.stderr.decode(), "a malformed stream is reported (%r)" % p.stderr.decode().strip()[-100:])
-        p = subprocess.run(fep, input=b"cut\n", capture_output=True, timeout=60, env=env)
+        cut_tr = os.path.join(T, "cut.jsonl")
+        p = subprocess.run(fep, input=("cut\n/save %s\n" % cut_tr).encode(), capture_output=True, timeout=60, env=env)
         ok("ended before the answer was complete" in p.stderr.decode() and "half" in p.stdout.decode(),
            "a stream cut short is reported, the partial answer kept")
+        try:
+            last = [json.loads(x) for x in open(cut_tr)][-1]
+        except (OSError, ValueError, IndexError):
+            last = {}
+        ok(last.get("content") == "half" and last.get("interrupted") is True,
+           "... and the transcript marks it interrupted, as k3chat(5) says (it was saved as complete): %r" % last)
     finally:
         fake.shutdown()
     bad_reports = [e for e in client_err + [log_text(), hold_text()] if "Sanitizer" in e or "runtime error" in e]

@@ -124,6 +124,7 @@ typedef struct tui {
     txt_buf paste_buf;
     double  last_draw, next_tick;
     int     quit;
+    int     unsaved_warned; /* 1: a quit, 2: a /clear was refused (unsaved turns, tui.c) */
 
     dline     *dl; /* (n_dl) conversation pane lines, rebuilt when dirty */
     int        n_dl, cap_dl, dl_width, dl_valid;
