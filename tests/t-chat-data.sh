@@ -161,6 +161,13 @@ done
 "$k" "$M" --think off --max-tokens 2 --prompt one --prompt 'What is 1 + 1?' >/dev/null 2>"$K3_TMP/e16c"
 t "16c: the same mode option twice is not an error" '[ $? -eq 0 ]'
 
+# ---- 16d. /save without a FILE when the data directory cannot be made: the reason, not "set
+# XDG_DATA_HOME or HOME" (both were set)
+: >"$K3_TMP/afile"
+printf 'hi\n/save\n' | XDG_DATA_HOME="$K3_TMP/afile/data" K3_MOCK="$mock" "$k" /no/model >/dev/null 2>"$K3_TMP/e16d"
+t "16d: /save names the directory it cannot make and why: $(grep /save "$K3_TMP/e16d")" \
+    'grep -q "/save: cannot make $K3_TMP/afile/data/k3chat/transcripts: Not a directory" "$K3_TMP/e16d"'
+
 # ---- 19. a reader that goes away: status 1 and a message, not SIGPIPE (141)
 { printf 'a\nb\nc\n' | K3_MOCK="$mock" "$k" /no/model 2>"$K3_TMP/e19"; echo $? >"$K3_TMP/rc19"; } | true
 t "19: a broken pipe exits 1 (got $(cat "$K3_TMP/rc19"))" '[ "$(cat "$K3_TMP/rc19")" = 1 ]'
