@@ -335,11 +335,16 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
             continue;
         out->ok = 1, out->level = i, out->set = cand[i];
         if (given->expert_gb < 0) { /* the cache takes what is left of usable, at most all experts */
-            double left        = mc->usable - (double)p.total + (double)p.b[FIT_EXPERT];
-            double all         = (double)t->expert_all;
+            double left = mc->usable - (double)p.total + (double)p.b[FIT_EXPERT] - (double)p.mapped;
+            double all = (double)t->expert_all, floor_b = (double)p.b[FIT_EXPERT];
+            left               = left < floor_b ? floor_b : left;
             out->set.expert_gb = (left < all ? left : all) / FIT_GB;
         }
         fit_plan_at(t, &out->set, &out->plan);
+        double room_map  = mc->usable - (double)out->plan.total;
+        out->plan.reread = room_map >= (double)out->plan.mapped ? 0
+                           : room_map <= 0                      ? out->plan.mapped
+                                                                : out->plan.mapped - (uint64_t)room_map;
         set_str(sets, sizeof sets, &out->set, NULL, 0);
         int nexp =
             t->expert_one
@@ -348,10 +353,18 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
         sess_str(sess, sizeof sess, t, &out->set);
         o += (size_t)snprintf(
             out->msg + o, n - o,
-            "memory fit: %s, expert cache %s (%s; %d experts per MoE layer, all %s)%s: plan %s of %s; %s",
-            sets, HB(out->plan.b[FIT_EXPERT]), mask & K3_SET_EXPERT_GB ? "K3_EXPERT_GB" : "what is left",
-            nexp, HB(t->expert_all), out->set.map ? " mapped weights not counted" : "", HB(out->plan.total),
-            room, sess);
+            "memory fit: %s, expert cache %s (%s; %d expert%s per MoE layer, all %s)%s: plan %s of %s; %s",
+            sets, HB(out->plan.b[FIT_EXPERT]),
+            mask & K3_SET_EXPERT_GB ? "K3_EXPERT_GB"
+            : out->set.map          ? "what is left after the mapped weights"
+                                    : "what is left",
+            nexp, nexp == 1 ? "" : "s", HB(t->expert_all), out->set.map ? " mapped weights not counted" : "",
+            HB(out->plan.total), room, sess);
+        if (out->set.map)
+            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0,
+                                  "; mapped weights %s: %s of them do not fit beside the plan and are read "
+                                  "again from the drive each token",
+                                  HB(out->plan.mapped), HB(out->plan.reread));
         snprintf(out->brief, sizeof out->brief, "%d/%d/%d bits%s · cache %s", out->set.bits,
                  out->set.mla_bits, out->set.head_bits,
                  i == 1   ? " (fit step 2)"

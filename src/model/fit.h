@@ -34,9 +34,15 @@
  *   3. 4 bits everywhere (K3_BITS, K3_MLA_BITS, K3_HEAD_BITS)
  * where "fits" means the plan with one expert per MoE layer fits in usable (or, with K3_EXPERT_GB
  * given, the plan with that cache); an unset expert cache then takes what is left of usable, at
- * most every expert. K3_MAXT is never lowered (8192 unless given). Nothing fits: refused with
- * the figures (the plan, the available memory, and each alternative with its total, marked
- * whether it fits, plus the private memory of a k3-repack container run with K3_MMAP=1).
+ * most every expert. With K3_MMAP=1 the mapped weights come first: every token reads all of them,
+ * so a byte of page cache that holds one saves a drive read per token, while a byte of expert
+ * cache saves (active experts per token / all experts) of one under flat routing (1,472 of
+ * 82,432 on the release: 56x less); an unset cache then takes what is left after the mapped
+ * weights (at least one expert per MoE layer), and what the budget cannot hold of them is
+ * counted as read again from the drive each token (fit_plan.reread, in the speed estimate). K3_MAXT is never
+ * lowered (8192 unless given). Nothing fits: refused with the figures (the plan, the available memory, and
+ * each alternative with its total, marked whether it fits, plus the private memory of a k3-repack container
+ * run with K3_MMAP=1).
  */
 #pragma once
 #include "config.h"
@@ -88,6 +94,8 @@ typedef struct fit_plan {
     uint64_t b[FIT_NCLASS];
     uint64_t mapped; /* K3_MMAP=1: matrices and embeddings used from the page cache  */
     uint64_t total;  /* private bytes                                                 */
+    uint64_t reread; /* of mapped, what usable cannot hold beside total (fit_decide):
+                        read again from the drive each token                          */
 } fit_plan;
 
 typedef struct fit_machine {
@@ -131,6 +139,7 @@ typedef struct fit_speed {
     double pre[4];      /* [enum qtype] weight bytes x columns/s at 32 columns            */
     double call;        /* seconds of one small product (the fixed cost of a call)        */
     double disk;        /* bytes/s, O_DIRECT 4 MB reads of the largest shard (0: unknown)  */
+    double disk_data;   /* the same from its data only (= disk unless the shard is sparse) */
     int    sparse;      /* that shard is sparse: the disk figure is holes, not the drive  */
     int    cached;      /* every figure came from the cache                               */
     char   cache[4200]; /* the cache file                                                 */

@@ -336,16 +336,19 @@ k3_status k3_inspect(const char *dir, FILE *out) {
             "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, "
             "K3_CHUNK=%d)\n",
             dec, pre, s.chunk);
-    fprintf(out,
-            "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 "
-            "%.1f, MXFP4 %.1f GB/s of weights; "
-            "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns; %.1f us a call; drive %s%s%s (%s "
-            "%s)\n",
-            sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9,
-            sp.pre[0] / 1e9, sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6,
-            sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
-            sp.sparse ? " (sparse file: holes, not the drive)" : "",
-            sp.cached ? "cached in" : "measured now; cached in", sp.cache);
+    fprintf(
+        out,
+        "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 "
+        "%.1f, MXFP4 %.1f GB/s of weights; "
+        "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns; %.1f us a call; drive %s%s%s%s%s%s "
+        "(%s %s)\n",
+        sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9, sp.pre[0] / 1e9,
+        sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6,
+        sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
+        sp.sparse ? " (sparse file: holes, not the drive); its data " : "",
+        sp.sparse ? (sp.disk_data > 0 ? HB(sp.disk_data) : "none found") : "",
+        sp.sparse && sp.disk_data > 0 ? "/s" : "", sp.sparse ? " (the drive)" : "",
+        sp.cached ? "cached in" : "measured now; cached in", sp.cache);
 fail:
     st_close(d);
     free(c);

@@ -21,6 +21,9 @@
  *   disk           O_DIRECT reads of 4 MB at spread offsets of the model's largest shard, for
  *                  half a second or 256 MB. A sparse file reads its holes without the drive; the
  *                  figure is then marked "(sparse file: holes, not the drive)" and not cached.
+ *   disk_data      the same, only from blocks of that shard that hold data (SEEK_DATA): the drive
+ *                  itself where the shard is sparse (a replica, whose experts are holes while a
+ *                  container's matrices are written), else equal to disk.
  * The machine's load at measuring time counts: a figure cached on an idle machine is too fast
  * for a loaded one (delete the cache file to measure again).
  *
@@ -32,7 +35,10 @@
  * matrix class at its bits, the f32 tensors (router, f_a/f_b, b_proj: "small" in the plan), the
  * active experts (n_moe x n_active, MXFP4), the KDA state read and written (mem_bw), and the
  * expert misses read from the drive: routing is flat, so a cache holding a fraction f of the
- * experts hits about f of the time. Per prefill token: the same for a chunk of C tokens,
+ * experts hits about f of the time; with K3_MMAP=1, the mapped weights the memory budget cannot
+ * hold (fit_plan.reread) are read from the drive again each token (each chunk, in prefill), at
+ * disk_data: they are stored data, never holes.
+ * Per prefill token: the same for a chunk of C tokens,
  * divided by C, where a MoE layer's chunk touches distinct = E (1 - (1 - k/E)^C) experts, each
  * with C k / distinct columns.
  */
@@ -225,7 +231,9 @@ static double measure_call(void) {
 }
 
 /* O_DIRECT reads of PATH (size bytes); 0 when refused (tmpfs) or failed. */
-static double measure_disk(const char *path, uint64_t size) {
+/* DATA_ONLY: only blocks that lie wholly in the file's data (SEEK_DATA/SEEK_HOLE), the drive's own
+ * rate in a sparse file (0 when no block of data is found). */
+static double measure_disk(const char *path, uint64_t size, int data_only) {
     const size_t blk = (size_t)4 << 20;
     int          fd  = open(path, O_RDONLY | O_DIRECT);
     if (fd < 0)
@@ -238,8 +246,16 @@ static double measure_disk(const char *path, uint64_t size) {
     void    *buf = k3_aligned_alloc(4096, blk);
     double   t0 = k3_time(), dt = 0;
     uint64_t done = 0, nblk = size / blk;
-    for (uint64_t i = 0; buf && done < ((uint64_t)256 << 20) && dt < 0.5; i++) {
+    for (uint64_t i = 0; buf && done < ((uint64_t)256 << 20) && dt < 0.5 && i < 4 * nblk; i++) {
         uint64_t off = (i * 7919 % nblk) * blk;
+        if (data_only) { /* the next data at or after off, 4 KiB aligned, a whole block of it */
+            off_t d = lseek(fd, (off_t)off, SEEK_DATA), h = d < 0 ? -1 : lseek(fd, d, SEEK_HOLE);
+            if (d < 0 || h < 0)
+                continue;
+            off = ((uint64_t)d + 4095) & ~(uint64_t)4095;
+            if (off + blk > (uint64_t)h)
+                continue;
+        }
         if (pread(fd, buf, blk, (off_t)off) != (ssize_t)blk)
             break;
         done += blk;
@@ -312,8 +328,14 @@ void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
     }
     if (bsz && !(o->disk = cached(fresh, "disk", dev))) {
         o->cached = 0;
-        if ((o->disk = measure_disk(shard, bsz)) > 0 && !o->sparse)
+        if ((o->disk = measure_disk(shard, bsz, 0)) > 0 && !o->sparse)
             cache_put("disk", dev, o->disk);
+    }
+    o->disk_data = o->disk;
+    if (bsz && o->sparse && !(o->disk_data = cached(fresh, "disk_data", dev))) {
+        o->cached = 0;
+        if ((o->disk_data = measure_disk(shard, bsz, 1)) > 0)
+            cache_put("disk_data", dev, o->disk_data);
     }
     cache_path(o->cache, sizeof o->cache, 0);
 }
@@ -352,6 +374,10 @@ void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p,
     }
     dec += mat_s(sp, Q_F32, (double)t->small, 1) + (double)t->kda_state / mem + t->n_mats * call;
     pre += mat_s(sp, Q_F32, (double)t->small, C) + (double)t->kda_state / mem + t->n_mats * call;
+    /* K3_MMAP=1: mapped weights the page cache cannot keep; stored data, never holes */
+    const double ddata = sp->disk_data > 0 ? sp->disk_data : disk;
+    dec += (double)p->reread / ddata;
+    pre += (double)p->reread / ddata;
     /* decode: n_moe x k experts, each a one-column MXFP4 product; misses also read the drive */
     double act = (double)t->n_moe * k;
     dec += act * (mat_s(sp, Q_MXFP4, one, 1) + 3 * call) + (1 - f) * act * one / disk;

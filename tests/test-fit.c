@@ -1,0 +1,92 @@
+/* test-fit.c: the memory fit's decision for a mapped k3-repack container (K3_MMAP=1) and the
+ * speed estimate's drive term for what the page cache cannot keep (src/model/fit.c, speed.c).
+ * Mapped weights are read in full every token, so the plan gives them memory before an unset
+ * expert cache; what the budget cannot hold of them is re-read from the drive each token
+ * (fit_plan.reread) and costed at the drive's rate. Figures are synthetic, in the release's
+ * proportions (a table as fit_scan would fill it), so every expectation is computed here.
+ */
+#include "fit.h"
+#include "test.h"
+
+#define GB 1e9
+
+static fit_table table(void) {
+    fit_table t         = {0};
+    t.mat[FIT_DENSE][2] = (uint64_t)(27 * GB), t.mat[FIT_DENSE][1] = (uint64_t)(50 * GB);
+    t.mat[FIT_MLA][2] = (uint64_t)(2 * GB), t.mat[FIT_MLA][1] = (uint64_t)(4 * GB);
+    t.mat[FIT_HEAD][2] = (uint64_t)(0.6 * GB), t.mat[FIT_HEAD][1] = (uint64_t)(1.2 * GB);
+    t.embed = (uint64_t)(2.3 * GB), t.small = (uint64_t)(3.3 * GB);
+    t.n_moe = 92, t.expert_one = 17550000, t.expert_all = (uint64_t)92 * 896 * 17550000;
+    t.kda_state = 929000000, t.mla_per_pos = 55296, t.blocks = 1000000;
+    t.cb_base = 1000000, t.cb_col = 2700000, t.cb_pos = 4096, t.n_mats = 900;
+    t.n_run = 93, t.n_kda = 69, t.n_mla = 24;
+    return t;
+}
+
+static fit_machine machine(double gb) {
+    fit_machine m = {.avail = gb * GB, .src = "K3_MEM_GB"};
+    m.usable      = m.avail - 0.5 * GB - 0.05 * m.avail;
+    return m;
+}
+
+int main(void) {
+    fit_table t     = table();
+    fit_set   given = {.bits = 4, .mla_bits = 4, .head_bits = 4, .expert_gb = -1, .maxt = 8192, .chunk = 32};
+    int       mask  = K3_SET_BITS | K3_SET_MLA_BITS | K3_SET_HEAD_BITS;
+    double    floor_b = 92.0 * 17550000;
+
+    /* not mapped: the cache takes what is left, nothing is re-read */
+    fit_machine mc = machine(100);
+    fit_choice  c;
+    fit_decide(&t, &mc, &given, mask, &c);
+    fit_plan p0;
+    fit_set  at_floor = given;
+    fit_plan_at(&t, &at_floor, &p0);
+    T_CHECK(c.ok && c.plan.reread == 0 && c.plan.mapped == 0, "unmapped: fits, nothing mapped or re-read");
+    T_NEAR((double)c.plan.b[FIT_EXPERT], mc.usable - (double)p0.total + floor_b, 1e6,
+           "unmapped: the expert cache is what is left of usable (%.3f GB)", c.plan.b[FIT_EXPERT] / GB);
+
+    /* mapped, room for all of it: the mapped weights are left room first, none re-read */
+    given.map = 1;
+    fit_plan_at(&t, &given, &p0); /* cache at its floor */
+    double mapped = (double)p0.mapped;
+    T_NEAR(mapped, (27 + 2 + 0.6 + 2.3) * GB, 1e3, "mapped: matrices and embeddings (%.2f GB)", mapped / GB);
+    mc = machine(100);
+    fit_decide(&t, &mc, &given, mask, &c);
+    T_CHECK(c.ok && c.plan.reread == 0, "mapped, 100 GB: fits, nothing re-read (reread %.3f GB)",
+            c.plan.reread / GB);
+    T_NEAR((double)c.plan.b[FIT_EXPERT], mc.usable - (double)p0.total + floor_b - mapped, 1e6,
+           "mapped, 100 GB: the cache takes what is left after the mapped weights (%.3f GB)",
+           c.plan.b[FIT_EXPERT] / GB);
+    T_CHECK((double)c.plan.total + mapped <= mc.usable + 1e6,
+            "mapped, 100 GB: private plan + mapped weights within usable");
+    T_CHECK(strstr(c.msg, "what is left after the mapped weights") &&
+                strstr(c.msg, "read again from the drive"),
+            "mapped: the fit line says so (%.160s)", c.msg);
+
+    /* mapped, budget below the mapped weights: the cache stays at its floor, the rest re-read */
+    mc = machine(10);
+    fit_decide(&t, &mc, &given, mask, &c);
+    T_CHECK(c.ok, "mapped, 10 GB: fits with the cache at its floor");
+    T_NEAR((double)c.plan.b[FIT_EXPERT], floor_b, 1, "mapped, 10 GB: one expert per MoE layer (%.3f GB)",
+           c.plan.b[FIT_EXPERT] / GB);
+    double want = mapped - (mc.usable - (double)c.plan.total);
+    T_NEAR((double)c.plan.reread, want, 1e3, "mapped, 10 GB: reread = mapped - (usable - private) = %.3f GB",
+           want / GB);
+
+    /* the estimate: the re-read bytes at the drive's rate, per decode token and per prefill chunk */
+    fit_speed sp = {.mem_bw = 40 * GB, .call = 1e-5, .disk = 8 * GB, .disk_data = 0.42 * GB}; /* holes */
+    for (int f = 0; f < 4; f++)
+        sp.dec[f] = 20 * GB, sp.pre[f] = 200 * GB;
+    double   dec1, pre1, dec0, pre0;
+    fit_plan none = c.plan;
+    none.reread   = 0;
+    fit_speed_estimate(&t, &c.set, &c.plan, &sp, 16, 32, &dec1, &pre1);
+    fit_speed_estimate(&t, &c.set, &none, &sp, 16, 32, &dec0, &pre0);
+    T_NEAR(dec1 - dec0, want / sp.disk_data, 1e-6 * dec1,
+           "decode estimate: + reread at the drive's data rate, not the holes' = %.1f s (%.1f s in all)",
+           want / sp.disk_data, dec1);
+    T_NEAR(pre1 - pre0, want / sp.disk_data / 32, 1e-6 * pre1,
+           "prefill estimate: + reread at the data rate per chunk of 32");
+    return t_done();
+}
