@@ -963,7 +963,7 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
     char      chunk[65536];
     size_t    n;
     k3_status st = K3_OK;
-    errno = 0;
+    errno        = 0;
     while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
         sb_add(&b, chunk, n);
         if (b.oom || b.n > TRANSCRIPT_MAX)
