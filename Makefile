@@ -4,7 +4,7 @@
 #   include/k3.h       public engine API: the only engine header ui/ sees
 #   src/*/*.c    -> $(B)/libk3.a    engine parts: base, kern, format, tok, conv, model, vk
 #   ui/*/*.c     -> $(B)/libk3ui.a  front ends: common, tui, cli (ui/cli/main.c is k3chat's main), serve
-#   tools/k3-*.c -> $(B)/k3-*         one program per file (generator, repacker, ...)
+#   tools/k3-*.c -> $(B)/k3-*         one program per file (generator, repacker, ...; tool-opt.h shared)
 #   bench/*.c    -> $(B)/k3-bench     all benchmarks in one program
 #   tests/test-*.c -> $(B)/tests/test-*   C tests; tests/t-*.sh and tests/t-*.py are script tests
 #   shaders/*.comp -> $(B)/shaders/*.spv -> embedded C arrays (VK=1 only)

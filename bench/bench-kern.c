@@ -306,14 +306,18 @@ int bench_kern(void) {
     if (!any)
         return 0;
 
-    long llc       = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    arena_bytes    = llc > 0 ? 4 * (size_t)llc : 0;
-    arena_bytes    = arena_bytes < (512u << 20)    ? (512u << 20)
-                     : arena_bytes > (2048u << 20) ? (2048u << 20)
-                                                   : arena_bytes;
-    const char *mb = getenv("K3_BENCH_MB");
-    if (mb && atol(mb) > 0)
-        arena_bytes = (size_t)atol(mb) << 20;
+    long llc    = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    arena_bytes = llc > 0 ? 4 * (size_t)llc : 0;
+    arena_bytes = arena_bytes < (512u << 20)    ? (512u << 20)
+                  : arena_bytes > (2048u << 20) ? (2048u << 20)
+                                                : arena_bytes;
+    int mb      = 0;
+    if (k3_env_int("K3_BENCH_MB", 1, 1 << 20, &mb)) {
+        fprintf(stderr, "bench-kern: %s\n", k3_errmsg());
+        return 1;
+    }
+    if (mb)
+        arena_bytes = (size_t)mb << 20;
     arena = k3_aligned_alloc(64, arena_bytes);
     if (!arena) {
         fprintf(stderr, "bench-kern: cannot allocate %zu MiB\n", arena_bytes >> 20);

@@ -14,6 +14,7 @@
  *   The Makefile picks up bench/ files by wildcard; nothing else to edit.
  */
 #include "bench.h"
+#include "quant.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,11 @@ int main(int argc, char **argv) {
             fprintf(stderr, " %s", registry[i].name);
         fprintf(stderr, "\n");
         return argc > 2 ? 2 : 0;
+    }
+    /* the kernel knobs and K3_ISA: a malformed value is an error, as at a model open */
+    if (kern_knobs_env() || kern_isa_env()) {
+        fprintf(stderr, "k3-bench: %s\n", k3_errmsg());
+        return 2;
     }
     filter   = argc == 2 ? argv[1] : NULL;
     int fail = 0;

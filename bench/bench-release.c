@@ -7,9 +7,9 @@
  *                         --layers 2` is generated into $K3_BENCH_DIR (default /var/tmp; ~6 MB
  *                         on disk, sparse) with $K3_MKMODEL (default build/k3-mkmodel) and
  *                         deleted afterwards.
- *   K3_BENCH_ROUNDS=N     rounds (default 3); each opens the model, measures this machine's
- *                         speed figures afresh (fit_speed_get, not the cache: the same load as
- *                         the run), feeds 3 tokens (the first token), decodes 4, prefills 16
+ *   K3_BENCH_ROUNDS=N     rounds (default 3, 1..16); each opens the model, measures this
+ *                         machine's speed figures afresh (fit_speed_get, not the cache: the same
+ *                         load as the run), feeds 3 tokens (the first token), decodes 4, prefills 16
  *                         more in one chunk, and closes it.
  * The engine's settings come from the environment as for k3chat (K3_BITS, K3_MEM_GB, ...).
  *
@@ -41,6 +41,11 @@ enum { MAX_ROUNDS = 16 };
 int bench_release(void) {
     if (!bench_want("release_open") && !bench_want("release_decode"))
         return 0;
+    int R = 3;
+    if (k3_env_int("K3_BENCH_ROUNDS", 1, MAX_ROUNDS, &R)) {
+        fprintf(stderr, "bench-release: %s\n", k3_errmsg());
+        return 1;
+    }
     const char *dir      = getenv("K3_BENCH_RELEASE");
     char        gen[600] = "";
     if (!dir || !*dir) {
@@ -48,10 +53,6 @@ int bench_release(void) {
             return 1;
         dir = gen;
     }
-    const char *rs = getenv("K3_BENCH_ROUNDS");
-    int         R  = rs && atoi(rs) > 0 ? atoi(rs) : 3;
-    if (R > MAX_ROUNDS)
-        R = MAX_ROUNDS;
     double open_s[MAX_ROUNDS], open_ref[MAX_ROUNDS], first[MAX_ROUNDS], first_est[MAX_ROUNDS],
         pre[MAX_ROUNDS], pre_est[MAX_ROUNDS], dec[MAX_ROUNDS], dec_est[MAX_ROUNDS], plan_gb = 0;
     int rc = 1, r;

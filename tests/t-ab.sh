@@ -83,3 +83,13 @@ check $? "invalid setting value: exit 1 naming the variable ($(head -c 200 "$T/b
 check $(( $? != 2 )) "assignment without K3_ prefix: exit 2"
 "$AB" --ids '1 x' "$T/m" "" "" >"$T/bad" 2>&1
 check $(( $? != 2 )) "bad token id: exit 2"
+# number options are read whole (before: atoi, so --random 5x was 5 and --random abc "no token ids")
+for o in "--random 5x:expected an integer in 1..16777216" "--random 0:expected an integer in 1..16777216" \
+    "--max -1:expected an integer in 0..2147483647" "--seed x:expected a non-negative integer"; do
+    "$AB" ${o%%:*} "$T/m" "" "" >"$T/bad" 2>&1
+    [ $? -eq 2 ] && grep -qF -- "${o%% *} '$(echo "${o%%:*}" | cut -d' ' -f2)': ${o#*:}" "$T/bad"
+    check $? "k3-ab ${o%%:*}: exit 2, '$(head -c 120 "$T/bad")'"
+done
+"$AB" "$T/m" "" "K3_MV_AHEAD=abc" >"$T/bad" 2>&1
+[ $? -eq 1 ] && grep -qF "K3_MV_AHEAD='abc': expected an integer in 0..64" "$T/bad"
+check $? "a malformed kernel knob in a setting: exit 1 naming it ($(head -c 120 "$T/bad"))"

@@ -36,6 +36,22 @@ K3_MAXT=8 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 2 >/dev/null 2>"$T/err"; 
 K3_CHUNK=0 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" != 0 ] && grep -q "K3_CHUNK" "$T/err"; ok $? "K3_CHUNK=0 is rejected naming the variable"
 
+# the kernel knobs: a value that is not an integer in range fails the open (--prompt and --ids),
+# naming the variable, the value and the range; before, K3_MV_AHEAD=abc quietly meant 0
+for kv in "K3_MV_AHEAD=abc:an integer in 0..64" "K3_PREFETCH=-1:an integer in 0..1048576" \
+    "K3_KBLOCK=16k:an integer in 0..1048576" "K3_ROWSPLIT=2:0 or 1" "K3_IDOT=yes:0 or 1" "K3_NOVNNI=z:0 or 1" \
+    "K3_PROFILE=yes:0 or 1" "K3_VERBOSE=true:0 or 1"; do
+    var=${kv%%=*} val=${kv#*=} val=${val%%:*} range=${kv#*:}
+    env "$var=$val" "$B/k3chat" "$T/m" --prompt hi --max-tokens 2 >"$T/out" 2>"$T/err"; rc=$?
+    [ "$rc" = 1 ] && grep -qF "$var='$val': expected $range" "$T/err" && [ ! -s "$T/out" ]
+    ok $? "$var=$val with --prompt: exit $rc, '$(head -c 100 "$T/err")'"
+done
+K3_MV_AHEAD=65 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -qF "K3_MV_AHEAD='65': expected an integer in 0..64" "$T/err"
+ok $? "K3_MV_AHEAD=65 with --ids: exit $rc, '$(head -c 100 "$T/err")'"
+out2=$(K3_MV_AHEAD=3 K3_ROWSPLIT=1 K3_KBLOCK=0 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+[ "$out2" = "$out" ]; ok $? "K3_MV_AHEAD=3 K3_ROWSPLIT=1 K3_KBLOCK=0 accepted, the same greedy ids"
+
 # validation hooks: shapes of the files and clear errors
 K3_BITS=32 K3_MLA_BITS=32 K3_HEAD_BITS=32 K3_LOGITS="$T/lg" K3_TRACE="$T/tr" K3_LAYERS=2 \
     "$B/k3chat" "$T/m" --ids "1 2 3 4 5" --max-tokens 3 --temp 0 >/dev/null 2>"$T/err"; rc=$?

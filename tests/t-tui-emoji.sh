@@ -1,5 +1,5 @@
 #!/bin/sh
-# t-tui-emoji.sh: multi-emoji clusters drawn whole (issue 26 item 13; ui/tui-emoji.c), on the
+# t-tui-emoji.sh: multi-emoji clusters drawn whole (issue 26 item 13; ui/tui/tui-emoji.c), on the
 # mock engine in tmux. tmux keeps what it was sent in its cells, so capture-pane shows whether
 # a ZWJ family or a flag reached the terminal whole or as curses' stand-in (the first emoji,
 # the region letters). The same scenario runs twice, measured (K3_EMOJI unset: the probe) and

@@ -206,6 +206,17 @@ static void config_cases(void) {
     j = base();
     json_object_set_new(tc(j), "topk_group", json_integer(4));
     expect_cfg("groups", j, "config.json: text_config.topk_group must be 1", 0);
+    for (int i = 0; i < CFG_N_FIXED; i++) { /* every key whose value the formulas fix */
+        const cfg_fixed *f = &cfg_fixed_keys[i];
+        char             want[160];
+        j = base();
+        json_object_set_new(tc(j), f->key,
+                            f->kind == CFG_TRUE     ? json_false()
+                            : f->kind == CFG_STRING ? json_string("other")
+                                                    : json_integer(2));
+        snprintf(want, sizeof want, "config.json: text_config.%s ", f->key);
+        expect_cfg(f->key, j, want, 0);
+    }
     j = base();
     json_object_del(lac(j), "gate_lower_bound");
     expect_cfg("gate-bound", j, "config.json: text_config.linear_attn_config.gate_lower_bound is missing", 1);

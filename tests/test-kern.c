@@ -205,6 +205,50 @@ static void check_isa_env(void) {
             kern_isa_name(kern_isa()));
 }
 
+/* The kernels' integer knobs (kern_knobs_env): a value that is not an integer in range is an error
+ * naming the variable, the value and the range, and changes nothing; a good one is used; unset is
+ * the default again. */
+static void check_knobs_env(void) {
+    static const struct {
+        const char *name, *bad, *range, *good;
+        int (*get)(void);
+        int good_v, dflt;
+    } kn[] = {
+        {"K3_MV_AHEAD", "abc", "an integer in 0..64", "3", kern_mv_ahead, 3, KERN_MV_AHEAD},
+        {"K3_MV_AHEAD", "65", "an integer in 0..64", "0", kern_mv_ahead, 0, KERN_MV_AHEAD},
+        {"K3_PREFETCH", "-1", "an integer in 0..1048576", "8192", kern_prefetch_bytes, 8192, KERN_PREFETCH},
+        {"K3_KBLOCK", "8x", "an integer in 0..1048576", "4", kern_kblock_steps, 4, KERN_KBLOCK},
+        {"K3_ROWSPLIT", "2", "0 or 1", "1", kern_rows_dynamic, 1, 0},
+        {"K3_IDOT", "yes", "0 or 1", "0", kern_idot, 0, 1},
+        {"K3_AMX_EMU", "on", "0 or 1", "0", kern_amx_emulated, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof kn / sizeof *kn; i++) {
+        char want[160];
+        snprintf(want, sizeof want, "%s='%s': expected %s", kn[i].name, kn[i].bad, kn[i].range);
+        setenv(kn[i].name, kn[i].good, 1);
+        k3_status st = kern_knobs_env();
+        T_CHECK(st == K3_OK && kn[i].get() == kn[i].good_v, "%s=%s: accepted, %d", kn[i].name, kn[i].good,
+                kn[i].get());
+        setenv(kn[i].name, kn[i].bad, 1);
+        st = kern_knobs_env();
+        T_CHECK(st == K3_ERR_ARG && !strcmp(k3_errmsg(), want) && kn[i].get() == kn[i].good_v,
+                "%s=%s: refused ('%s'), the value in use unchanged", kn[i].name, kn[i].bad, k3_errmsg());
+        unsetenv(kn[i].name);
+        T_CHECK(kern_knobs_env() == K3_OK && kn[i].get() == kn[i].dflt, "%s unset: the default %d",
+                kn[i].name, kn[i].get());
+    }
+    /* the older ISA switches go through kern_isa_env */
+    setenv("K3_NOVNNI", "z", 1);
+    T_CHECK(kern_isa_env() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_NOVNNI='z': expected 0 or 1"),
+            "K3_NOVNNI=z: refused ('%s')", k3_errmsg());
+    unsetenv("K3_NOVNNI");
+    setenv("K3_NOAVX2", "1.0", 1);
+    T_CHECK(kern_isa_env() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_NOAVX2='1.0': expected 0 or 1"),
+            "K3_NOAVX2=1.0: refused ('%s')", k3_errmsg());
+    unsetenv("K3_NOAVX2");
+    T_CHECK(kern_isa_env() == K3_OK, "K3_NOVNNI and K3_NOAVX2 unset: accepted");
+}
+
 /* The activation quantizer's AVX-512 twin: the same codes and scales, bit for bit, on random
  * groups with partial tails, zeros, huge and tiny values, -0, NaN and inf. */
 static void check_act_quant(void) {
@@ -357,6 +401,7 @@ int main(void) {
                    "avx512)");
     }
     check_isa_env();
+    check_knobs_env();
     check_act_quant();
     T_CHECK(kern_set_isa(KERN_SCALAR) == KERN_SCALAR, "scalar path selectable");
     omp_set_num_threads(2);

@@ -1,4 +1,4 @@
-/* test-ui-emoji.c: multi-emoji clusters (ui/emoji.c): which clusters curses cannot hold, their
+/* test-ui-emoji.c: multi-emoji clusters (ui/tui/emoji.c): which clusters curses cannot hold, their
  * stand-ins, the K3_EMOJI setting, the terminal probe's replies, SGR, and the list of clusters
  * drawn whole over a frame (what survives, which rows are repainted, the bytes written). */
 #include "emoji.h"

@@ -1,4 +1,4 @@
-/* test-ui-ev.c: the event queue between the engine worker and the UI (ui/ev.c): token events
+/* test-ui-ev.c: the event queue between the engine worker and the UI (ui/common/ev.c): token events
  * merge while the UI has not taken them, and the wake-up pipe gets a byte only when the UI said
  * it is about to sleep on it (ev_arm), never more than one per sleep, and never too few (a
  * producer thread against a consumer that sleeps in poll(): no wake-up is lost). */

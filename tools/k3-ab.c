@@ -23,8 +23,10 @@
  */
 #include "k3.h"
 #include "quant.h"
+#include "tool-opt.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,10 +79,8 @@ static void setting_apply(setting *s) {
         s->saved[i]     = old ? strdup(old) : NULL;
         setenv(s->name[i], s->value[i], 1);
     }
-    /* kernel switches are read once per process: re-read them for this run */
-    const char *v = getenv("K3_IDOT");
-    kern_set_idot(v && *v ? atoi(v) != 0 : 1);
-    (void)kern_isa_env(); /* K3_ISA / K3_NOAVX2 / K3_NOVNNI; a level the CPU lacks fails the model open */
+    /* the kernel knobs (K3_IDOT, ...) and K3_ISA are read again by the open's k3_params_default,
+     * which also refuses a malformed value */
 }
 
 static void setting_restore(setting *s) {
@@ -193,13 +193,16 @@ int main(int argc, char **argv) {
             ids_file = v;
         else if (!strcmp(o, "--text"))
             text_file = v;
-        else if (!strcmp(o, "--max"))
-            n_max = atoi(v);
-        else if (!strcmp(o, "--random"))
-            n_random = atoi(v);
-        else if (!strcmp(o, "--seed"))
-            seed = strtoull(v, NULL, 10);
-        else {
+        else if (!strcmp(o, "--max")) {
+            if (tool_int("k3-ab", "max", v, 0, INT_MAX, &n_max))
+                return 2;
+        } else if (!strcmp(o, "--random")) {
+            if (tool_int("k3-ab", "random", v, 1, 1 << 24, &n_random))
+                return 2;
+        } else if (!strcmp(o, "--seed")) {
+            if (tool_u64("k3-ab", "seed", v, &seed))
+                return 2;
+        } else {
             fprintf(stderr, "k3-ab: unknown option '%s'\n", o);
             usage(stderr);
             return 2;

@@ -79,6 +79,7 @@
  */
 #include "st-write.h"
 #include "tensors.h"
+#include "tool-opt.h"
 
 #include <errno.h>
 #include <ftw.h>
@@ -1071,53 +1072,61 @@ static json_t *model_config(const mk_shape *s, int N) {
         json_pack("{s:i, s:i, s:i, s:f, s:b, s:o, s:o}", "num_heads", s->kda_heads, "head_dim", s->kda_d,
                   "short_conv_kernel_size", s->conv_k, "gate_lower_bound", s->glb, "use_full_rank_gate", 1,
                   "kda_layers", int_list(s, 0), "full_attn_layers", int_list(s, 1));
+    /* text_config, one row per key in the file's order; NULL: a key whose value the formulas fix,
+     * written as config.c's table (cfg_fixed_keys) requires it */
+    const struct {
+        const char *key;
+        json_t     *v;
+    } keys[] = {
+        {"model_type", json_string("kimi_k3_text")},
+        {"vocab_size", json_integer(V)},
+        {"hidden_size", json_integer(s->D)},
+        {"num_hidden_layers", json_integer(s->n_layers)},
+        {"first_k_dense_replace", json_integer(s->first_dense)},
+        {"intermediate_size", json_integer(s->inter)},
+        {"hidden_act", NULL},
+        {"activation_situ_beta", json_real(4.0)},
+        {"activation_situ_linear_beta", json_real(25.0)},
+        {"num_attention_heads", json_integer(s->mla_heads)},
+        {"num_key_value_heads", json_integer(s->mla_heads)},
+        {"q_lora_rank", json_integer(s->q_lora)},
+        {"kv_lora_rank", json_integer(s->kv_lora)},
+        {"qk_nope_head_dim", json_integer(s->nope)},
+        {"qk_rope_head_dim", json_integer(s->rope)},
+        {"v_head_dim", json_integer(s->vdim)},
+        {"mla_use_nope", NULL},
+        {"mla_use_output_gate", NULL},
+        {"num_experts", json_integer(s->n_exp)},
+        {"num_experts_per_token", json_integer(s->n_act)},
+        {"moe_intermediate_size", json_integer(s->F)},
+        {"routed_expert_hidden_size", json_integer(s->L)},
+        {"num_shared_experts", json_integer(s->n_shared)},
+        {"moe_router_activation_func", NULL},
+        {"num_expert_group", NULL},
+        {"topk_group", NULL},
+        {"moe_renormalize", NULL},
+        {"routed_scaling_factor", json_real(1.0)},
+        {"latent_moe_use_norm", NULL},
+        {"attn_res_block_size", json_integer(s->block)},
+        {"rms_norm_eps", json_real(s->eps)},
+        {"max_position_embeddings", json_integer(262144)},
+        {"tie_word_embeddings", json_false()},
+        {"bos_token_id", json_integer(N)},
+        {"eos_token_id", json_integer(N + 2)},
+        {"pad_token_id", json_integer(N + 255)},
+        {"torch_dtype", json_string("bfloat16")},
+        {"linear_attn_config", lin},
+    };
     json_t *tc = json_object();
-#define SETI(k, v) json_object_set_new(tc, k, json_integer(v))
-#define SETF(k, v) json_object_set_new(tc, k, json_real(v))
-#define SETB(k, v) json_object_set_new(tc, k, json_boolean(v))
-#define SETS(k, v) json_object_set_new(tc, k, json_string(v))
-    SETS("model_type", "kimi_k3_text");
-    SETI("vocab_size", V);
-    SETI("hidden_size", s->D);
-    SETI("num_hidden_layers", s->n_layers);
-    SETI("first_k_dense_replace", s->first_dense);
-    SETI("intermediate_size", s->inter);
-    SETS("hidden_act", "situ");
-    SETF("activation_situ_beta", 4.0);
-    SETF("activation_situ_linear_beta", 25.0);
-    SETI("num_attention_heads", s->mla_heads);
-    SETI("num_key_value_heads", s->mla_heads);
-    SETI("q_lora_rank", s->q_lora);
-    SETI("kv_lora_rank", s->kv_lora);
-    SETI("qk_nope_head_dim", s->nope);
-    SETI("qk_rope_head_dim", s->rope);
-    SETI("v_head_dim", s->vdim);
-    SETB("mla_use_nope", 1);
-    SETB("mla_use_output_gate", 1);
-    SETI("num_experts", s->n_exp);
-    SETI("num_experts_per_token", s->n_act);
-    SETI("moe_intermediate_size", s->F);
-    SETI("routed_expert_hidden_size", s->L);
-    SETI("num_shared_experts", s->n_shared);
-    SETS("moe_router_activation_func", "sigmoid");
-    SETI("num_expert_group", 1);
-    SETI("topk_group", 1);
-    SETB("moe_renormalize", 1);
-    SETF("routed_scaling_factor", 1.0);
-    SETB("latent_moe_use_norm", 1);
-    SETI("attn_res_block_size", s->block);
-    SETF("rms_norm_eps", s->eps);
-    SETI("max_position_embeddings", 262144);
-    SETB("tie_word_embeddings", 0);
-    SETI("bos_token_id", N);
-    SETI("eos_token_id", N + 2);
-    SETI("pad_token_id", N + 255);
-    SETS("torch_dtype", "bfloat16");
-    json_object_set_new(tc, "linear_attn_config", lin);
-#undef SETI
-#undef SETF
-#undef SETB
-#undef SETS
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        json_object_set_new(tc, keys[i].key, keys[i].v ? keys[i].v : json_null());
+    for (int i = 0; i < CFG_N_FIXED; i++) { /* in place of the NULL rows (and any a row forgot) */
+        const cfg_fixed *f = &cfg_fixed_keys[i];
+        json_object_set_new(tc, f->key,
+                            f->kind == CFG_TRUE     ? json_true()
+                            : f->kind == CFG_STRING ? json_string(f->str)
+                                                    : json_integer(1));
+    }
     json_t *weights = json_pack("{s:i, s:s, s:b, s:s, s:i, s:b, s:n, s:s, s:s}", "num_bits", 4, "type",
                                 "float", "symmetric", 1, "strategy", "group", "group_size", 32, "dynamic", 0,
                                 "actorder", "observer", "minmax", "scale_dtype", "ue8m0");
@@ -1324,19 +1333,6 @@ static const struct mk_int_opt {
 };
 #define MK_N_INT_OPTS ((int)(sizeof mk_int_opts / sizeof *mk_int_opts))
 
-static int parse_int(const struct mk_int_opt *io, const char *s, int *out) {
-    char *end;
-    errno  = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < io->lo || v > io->hi) {
-        fprintf(stderr, "k3-mkmodel: --%s '%s': expected an integer in %ld..%ld\n", io->name, s, io->lo,
-                io->hi);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
 int main(int argc, char **argv) {
     enum { O_SEED = 256, O_PRESET, O_INT /* O_INT + i: mk_int_opts[i] */ };
     mk_opts             o       = {.seed = 1, .prefix = 1};
@@ -1362,10 +1358,12 @@ int main(int argc, char **argv) {
     }
     lo[nl]             = (struct option){0, 0, 0, 0};
     const char *preset = NULL;
-    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    int         rc     = -1;
+    while ((c = tool_getopt(argc, argv, lo, usage, &rc)) != -1) {
         int bad = 0;
         if (c >= O_INT && c < O_INT + MK_N_INT_OPTS) {
-            if (parse_int(&mk_int_opts[c - O_INT], optarg, &ival[c - O_INT]))
+            const struct mk_int_opt *io = &mk_int_opts[c - O_INT];
+            if (tool_int("k3-mkmodel", io->name, optarg, io->lo, io->hi, &ival[c - O_INT]))
                 return 2;
             continue;
         }
@@ -1374,27 +1372,17 @@ int main(int argc, char **argv) {
             preset = optarg;
             break;
         case O_SEED: {
-            char *end;
-            errno  = 0;
-            o.seed = strtoull(optarg, &end, 0);
-            if (errno || end == optarg || *end || optarg[0] == '-') {
-                fprintf(stderr, "k3-mkmodel: --seed '%s': expected a non-negative integer\n", optarg);
-                bad = 1;
-            }
+            unsigned long long seed = o.seed;
+            bad                     = tool_u64("k3-mkmodel", "seed", optarg, &seed) != 0;
+            o.seed                  = seed;
             break;
         }
-        case 0: /* a switch: getopt set it */
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
         }
         if (bad)
             return 2;
     }
+    if (rc >= 0)
+        return rc;
     if (optind != argc - 1) {
         fprintf(stderr,
                 optind >= argc ? "k3-mkmodel: missing OUT_DIR\n" : "k3-mkmodel: unexpected argument '%s'\n",

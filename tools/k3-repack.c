@@ -31,6 +31,7 @@
 #include "repack.h"
 #include "st.h"
 #include "tensors.h"
+#include "tool-opt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -1283,8 +1284,8 @@ int main(int argc, char **argv) {
         {"quiet", no_argument, &c.o.quiet, 1},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    int opt;
-    while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    int opt, rc = -1;
+    while ((opt = tool_getopt(argc, argv, lo, usage, &rc)) != -1) {
         switch (opt) {
         case O_BITS:
             c.o.bits = parse_bits("--bits", optarg, 0);
@@ -1308,16 +1309,10 @@ int main(int argc, char **argv) {
             c.o.jobs = (int)j;
             break;
         }
-        case 0: /* a switch */
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
         }
     }
+    if (rc >= 0)
+        return rc;
     if (argc - optind != 2) {
         fprintf(stderr, "k3-repack: expected SRC and DST directories\n");
         usage(stderr);

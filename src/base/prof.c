@@ -13,9 +13,12 @@ static prof_t acc[PROF_N];
 static const char *const names[PROF_N] = {"matmul",    "act_quant", "norm_mix", "kda_conv", "kda_gate",
                                           "kda_recur", "mla_attn",  "route",    "moe_move", "glu"};
 
-void prof_init(void) {
-    const char *e = getenv("K3_PROFILE");
-    prof_on       = e && *e && strcmp(e, "0") != 0;
+k3_status prof_init(void) {
+    int on = 0;
+    if (k3_env_int("K3_PROFILE", 0, 1, &on))
+        return K3_ERR_ARG;
+    prof_on = on;
+    return K3_OK;
 }
 
 prof_t prof_now(void) {

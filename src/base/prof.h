@@ -1,15 +1,17 @@
 /* prof.h: phase timers of the forward pass (K3_PROFILE=1), for finding where a chunk's time goes.
  *
  * DESIGN
- * - Off unless K3_PROFILE is set to a non-zero value (read once); then each phase of layers.c
- *   adds the wall time and the process CPU time (every thread, OpenMP spin waits included) of
- *   its calls. prof_begin costs one load and a branch when off.
+ * - Off unless K3_PROFILE=1 (read at each k3_params_default; not 0 or 1: an error); then each
+ *   phase of forward.c adds the wall time and the process CPU time (every thread, OpenMP spin
+ *   waits included) of its calls. prof_begin costs one load and a branch when off.
  * - Process-wide counters (not per session): a diagnostic for k3-bench and K3_PROFILE runs of a
  *   single session, not for concurrent sessions. Phases nest nowhere: a phase's time is its own.
  * - PROF_QUANT is measured inside the matmul entry (kern.c) and so is part of PROF_MATMUL's time;
  *   prof_report subtracts it.
  */
 #pragma once
+#include "k3.h"
+
 #include <stdio.h>
 
 typedef enum prof_phase {
@@ -32,8 +34,8 @@ typedef struct prof_t {
 
 extern int prof_on; /* K3_PROFILE, set by prof_init */
 
-/* Read K3_PROFILE (idempotent). */
-void                 prof_init(void);
+/* Read K3_PROFILE (idempotent): 0 or 1, else K3_ERR_ARG naming it (prof_on unchanged). */
+k3_status            prof_init(void);
 prof_t               prof_now(void);
 static inline prof_t prof_begin(void) {
     return prof_on ? prof_now() : (prof_t){0, 0};

@@ -1,4 +1,5 @@
-/* util.c: status strings, thread-local error messages, logging, allocation, clocks.
+/* util.c: status strings, thread-local error messages, logging, integer settings from the
+ * environment, allocation, clocks.
  *
  * The last error message lives in a thread-local buffer so concurrent sessions (UI thread,
  * engine worker, loader threads) never overwrite each other's detail.
@@ -102,6 +103,24 @@ _Noreturn void k3_assert_fail(const char *expr, const char *file, int line) {
     fprintf(stderr, "k3: assertion failed: %s (%s:%d)\n", expr, file, line);
     fflush(stderr);
     abort();
+}
+
+/* ---- environment ---- */
+
+k3_status k3_env_int(const char *name, int lo, int hi, int *out) {
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return K3_OK;
+    char *end;
+    errno  = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        if (lo == 0 && hi == 1)
+            return k3_err(K3_ERR_ARG, "%s='%s': expected 0 or 1", name, v);
+        return k3_err(K3_ERR_ARG, "%s='%s': expected an integer in %d..%d", name, v, lo, hi);
+    }
+    *out = (int)x;
+    return K3_OK;
 }
 
 /* ---- allocation ---- */

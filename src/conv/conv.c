@@ -108,16 +108,9 @@ k3_conv *k3_conv_new(void) {
      * MLA cache so far, hundreds of MB). Three cover /retry (after the prompt) and /undo
      * (end of the turn before). K3_CONV_SNAPSHOTS=0 turns them off. */
     c->sn->max_snaps = 3;
-    const char *e    = getenv("K3_CONV_SNAPSHOTS");
-    if (e && *e) {
-        char *end;
-        long  v = strtol(e, &end, 10);
-        if (*end || v < 0 || v > CONV_MAX_SNAPSHOTS)
-            K3_LOG_WARN("K3_CONV_SNAPSHOTS='%s' is not 0..%d, using 3", e, CONV_MAX_SNAPSHOTS);
-        else
-            c->sn->max_snaps = (int)v;
-    }
-    e = getenv("K3_CONV_SNAPSHOT_MB");
+    if (k3_env_int("K3_CONV_SNAPSHOTS", 0, CONV_MAX_SNAPSHOTS, &c->sn->max_snaps))
+        K3_LOG_WARN("%s; using 3", k3_errmsg());
+    const char *e = getenv("K3_CONV_SNAPSHOT_MB");
     if (e && *e) {
         char  *end;
         double v = strtod(e, &end);

@@ -144,26 +144,27 @@ static k3_status token_id(const cfg_ctx *c, const char *key, int vocab, int *out
 
 /* ---- sections ------------------------------------------------------------------------------- */
 
+const cfg_fixed cfg_fixed_keys[CFG_N_FIXED] = {
+    {"mla_use_nope", CFG_TRUE, NULL},        {"mla_use_output_gate", CFG_TRUE, NULL},
+    {"latent_moe_use_norm", CFG_TRUE, NULL}, {"moe_renormalize", CFG_TRUE, NULL},
+    {"hidden_act", CFG_STRING, "situ"},      {"moe_router_activation_func", CFG_STRING, "sigmoid"},
+    {"num_expert_group", CFG_ONE, NULL},     {"topk_group", CFG_ONE, NULL},
+};
+
 static k3_status read_flags(const cfg_ctx *c, json_t *lac, const char *lpath) {
-    static const char *trues[] = {"mla_use_nope", "mla_use_output_gate", "latent_moe_use_norm",
-                                  "moe_renormalize"};
-    char               path[160];
-    k3_status          st;
-    for (size_t i = 0; i < sizeof trues / sizeof *trues; i++)
-        if ((st = want_true(text_key(c, trues[i], path, sizeof path), path)))
+    char      path[160];
+    k3_status st;
+    for (int i = 0; i < CFG_N_FIXED; i++) {
+        const cfg_fixed *f = &cfg_fixed_keys[i];
+        json_t          *v = text_key(c, f->key, path, sizeof path);
+        st                 = f->kind == CFG_TRUE     ? want_true(v, path)
+                             : f->kind == CFG_STRING ? want_string(v, path, f->str)
+                                                     : want_one(v, path);
+        if (st)
             return st;
+    }
     key_path(path, sizeof path, lpath, "use_full_rank_gate");
-    if ((st = want_true(json_object_get(lac, "use_full_rank_gate"), path)))
-        return st;
-    if ((st = want_string(text_key(c, "hidden_act", path, sizeof path), path, "situ")))
-        return st;
-    if ((st = want_string(text_key(c, "moe_router_activation_func", path, sizeof path), path, "sigmoid")))
-        return st;
-    if ((st = want_one(text_key(c, "num_expert_group", path, sizeof path), path)))
-        return st;
-    if ((st = want_one(text_key(c, "topk_group", path, sizeof path), path)))
-        return st;
-    return K3_OK;
+    return want_true(json_object_get(lac, "use_full_rank_gate"), path);
 }
 
 /* kda_layers / full_attn_layers (1-indexed) -> layer_kind (0-indexed), each layer exactly once. */

@@ -55,6 +55,18 @@ typedef struct k3_config {
     float gen_temp, gen_top_p;
 } k3_config;
 
+/* The text_config keys whose value the formulas of spec section 5 fix: a checkpoint may leave them
+ * out, but where present they must have this value (cfg_load says which key does not); k3-mkmodel
+ * writes them from this table. */
+enum cfg_fixed_kind { CFG_TRUE, CFG_STRING, CFG_ONE };
+typedef struct cfg_fixed {
+    const char         *key;
+    enum cfg_fixed_kind kind; /* true; the string str; the integer 1 (grouped routing off) */
+    const char         *str;
+} cfg_fixed;
+#define CFG_N_FIXED 8
+extern const cfg_fixed cfg_fixed_keys[CFG_N_FIXED];
+
 /* Read and validate DIR/config.json (and generation_config.json if present). */
 k3_status cfg_load(const char *dir, k3_config *out);
 /* Check that every tensor the config implies exists with the implied shape. */

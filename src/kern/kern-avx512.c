@@ -37,9 +37,13 @@
 #define Z __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
 #define INLINE __attribute__((always_inline)) inline
 
-static inline void pf_ahead(const void *p, int pf) {
+/* The 64 weight bytes of double step k of a row (Q_I8 groups 2k, 2k+1; nibble pairs), asking for
+ * the bytes pf ahead in the stream: the load at the head of every tile loop. */
+Z static INLINE __m512i row_bytes(const void *row, int k, int pf) {
+    const uint8_t *p = (const uint8_t *)row + k * 32;
     if (pf)
         __builtin_prefetch((const void *)((uintptr_t)p + (unsigned)pf), 0, 3);
+    return _mm512_loadu_si512(p);
 }
 
 /* acc = [A | B]: A + B, then ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) as kern_sum8. */
@@ -121,10 +125,8 @@ Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, f
     int g = 2 * ks->k0;
     for (; g < 2 * ks->k1; g += 2) {
 #pragma GCC unroll 4
-        for (int i = 0; i < rb; i++) {
-            pf_ahead(w[i] + g * 32, pf);
-            wu[i] = _mm512_xor_si512(_mm512_loadu_si512(w[i] + g * 32), flip);
-        }
+        for (int i = 0; i < rb; i++)
+            wu[i] = _mm512_xor_si512(row_bytes(w[i], g, pf), flip);
         i8_tile_step(wu, a, rb, cb, g, 0, acc);
     }
     if (ks->k1 < n / 64) {
@@ -218,8 +220,7 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
     for (; p < 2 * ks->k1; p += 2) {
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
-            pf_ahead(w[i] + p * 32, pf);
-            nib_codes512(_mm512_loadu_si512(w[i] + p * 32), lut, &lo[i], &hi[i]);
+            nib_codes512(row_bytes(w[i], p, pf), lut, &lo[i], &hi[i]);
             sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, 4) : two8(s[i][p], s[i][p + 1]);
         }
         nib_tile_step(lo, hi, sv, a, mx, rb, cb, p, 0, acc);

@@ -15,8 +15,13 @@
  *   the CPU has the AVX-512 level; K3_AMX_DENY=1 makes the permission request a refusal.
  * - kern_isa_ok names the first missing feature, so K3_ISA asking for more than the machine has
  *   is an error message, never an illegal instruction.
- * - Selection (kern_isa, kern_idot) is read once from K3_ISA (K3_NOAVX2 / K3_NOVNNI, older
- *   names) and K3_IDOT, then overridable by the setters. Unset: the best level that runs.
+ * - Selection (kern_isa) is read once from K3_ISA (K3_NOAVX2 / K3_NOVNNI, older names), then
+ *   overridable by the setters. Unset: the best level that runs.
+ * - Knobs: K3_IDOT, the prefetch and blocking distances and the test hooks are one table of
+ *   integers with a range and a default each (knobs[]). kern_knobs_env (k3_params_default)
+ *   reads them all and refuses a value that is not an integer in range, naming the variable,
+ *   the value and the range, as kern_isa_env does for K3_ISA; a program that never calls it
+ *   reads each on first use (a malformed one: a warning and the default).
  */
 #include "kern-amx-tile.h"
 #include "kern-impl.h"
@@ -31,23 +36,38 @@
 #include <unistd.h>
 #endif
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
+/* The CPU and OS features the levels need: enum name, the name a message gives a missing one, in the
+ * order the message names a missing one. F(x) is the bit of feature x. */
+#define CPU_FEATURES(X)                                                                                      \
+    X(AVX2, "AVX2")                                                                                          \
+    X(FMA, "FMA")                                                                                            \
+    X(OS_YMM, "OS support for the AVX registers (XCR0 YMM state)")                                           \
+    X(AVXVNNI, "AVX-VNNI")                                                                                   \
+    X(AVX512F, "AVX-512F")                                                                                   \
+    X(AVX512BW, "AVX-512BW")                                                                                 \
+    X(AVX512VL, "AVX-512VL")                                                                                 \
+    X(AVX512VNNI, "AVX-512 VNNI")                                                                            \
+    X(OS_ZMM, "OS support for the AVX-512 registers (XCR0 opmask/ZMM state)")                                \
+    X(AMX_TILE, "AMX-TILE")                                                                                  \
+    X(AMX_INT8, "AMX-INT8")                                                                                  \
+    X(OS_TILE, "OS support for the AMX tile state (XCR0 XTILECFG/XTILEDATA)")
 
 enum {
-    F_AVX2       = 1 << 0,
-    F_FMA        = 1 << 1,
-    F_OS_YMM     = 1 << 2,
-    F_AVXVNNI    = 1 << 3,
-    F_AVX512F    = 1 << 4,
-    F_AVX512BW   = 1 << 5,
-    F_AVX512VL   = 1 << 6,
-    F_AVX512VNNI = 1 << 7,
-    F_OS_ZMM     = 1 << 8,
-    F_AMX_TILE   = 1 << 9,
-    F_AMX_INT8   = 1 << 10,
-    F_OS_TILE    = 1 << 11,
+#define X(id, name) FB_##id,
+    CPU_FEATURES(X)
+#undef X
+        FB_N
 };
+#define F(id) (1u << FB_##id)
+
+static const char *const feat_names[FB_N] = {
+#define X(id, name) name,
+    CPU_FEATURES(X)
+#undef X
+};
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 
 static unsigned cpu_features(void) {
     static _Atomic unsigned cached = 0; /* bit 31: computed */
@@ -58,89 +78,56 @@ static unsigned cpu_features(void) {
     if (__get_cpuid(1, &a, &b, &c, &d)) {
         int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
         if (c & (1u << 12))
-            f |= F_FMA;
+            f |= F(FMA);
         if (osxsave && avx) {
             unsigned lo, hi;
             __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
             if ((lo & 0x6) == 0x6)
-                f |= F_OS_YMM;
+                f |= F(OS_YMM);
             if ((lo & 0xE6) == 0xE6)
-                f |= F_OS_ZMM;
+                f |= F(OS_ZMM);
             if ((lo & 0x60000u) == 0x60000u)
-                f |= F_OS_TILE;
+                f |= F(OS_TILE);
         }
     }
     if (__get_cpuid_max(0, NULL) >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
-        f |= (b & (1u << 5)) ? F_AVX2 : 0;
-        f |= (b & (1u << 16)) ? F_AVX512F : 0;
-        f |= (b & (1u << 30)) ? F_AVX512BW : 0;
-        f |= (b & (1u << 31)) ? F_AVX512VL : 0;
-        f |= (c & (1u << 11)) ? F_AVX512VNNI : 0;
-        f |= (d & (1u << 24)) ? F_AMX_TILE : 0;
-        f |= (d & (1u << 25)) ? F_AMX_INT8 : 0;
+        f |= (b & (1u << 5)) ? F(AVX2) : 0;
+        f |= (b & (1u << 16)) ? F(AVX512F) : 0;
+        f |= (b & (1u << 30)) ? F(AVX512BW) : 0;
+        f |= (b & (1u << 31)) ? F(AVX512VL) : 0;
+        f |= (c & (1u << 11)) ? F(AVX512VNNI) : 0;
+        f |= (d & (1u << 24)) ? F(AMX_TILE) : 0;
+        f |= (d & (1u << 25)) ? F(AMX_INT8) : 0;
         unsigned max7 = a;
         if (max7 >= 1) {
             __cpuid_count(7, 1, a, b, c, d);
-            f |= (a & (1u << 4)) ? F_AVXVNNI : 0;
+            f |= (a & (1u << 4)) ? F(AVXVNNI) : 0;
         }
     }
     atomic_store(&cached, f | 0x80000000u);
     return f;
 }
 #else
-enum {
-    F_AVX2       = 1,
-    F_FMA        = 2,
-    F_OS_YMM     = 4,
-    F_AVXVNNI    = 8,
-    F_AVX512F    = 16,
-    F_AVX512BW   = 32,
-    F_AVX512VL   = 64,
-    F_AVX512VNNI = 128,
-    F_OS_ZMM     = 256,
-    F_AMX_TILE   = 512,
-    F_AMX_INT8   = 1024,
-    F_OS_TILE    = 2048
-};
 static unsigned cpu_features(void) {
     return 0;
 }
 #endif
 
-/* What each level needs, in the order the message names a missing one. */
-static const struct {
-    unsigned    bit;
-    const char *name;
-} feat_names[] = {
-    {F_AVX2, "AVX2"},
-    {F_FMA, "FMA"},
-    {F_OS_YMM, "OS support for the AVX registers (XCR0 YMM state)"},
-    {F_AVXVNNI, "AVX-VNNI"},
-    {F_AVX512F, "AVX-512F"},
-    {F_AVX512BW, "AVX-512BW"},
-    {F_AVX512VL, "AVX-512VL"},
-    {F_AVX512VNNI, "AVX-512 VNNI"},
-    {F_OS_ZMM, "OS support for the AVX-512 registers (XCR0 opmask/ZMM state)"},
-    {F_AMX_TILE, "AMX-TILE"},
-    {F_AMX_INT8, "AMX-INT8"},
-    {F_OS_TILE, "OS support for the AMX tile state (XCR0 XTILECFG/XTILEDATA)"},
-};
-
 static unsigned isa_needs(int isa) {
-    const unsigned avx2 = F_AVX2 | F_FMA | F_OS_YMM;
-    const unsigned z    = avx2 | F_AVX512F | F_AVX512BW | F_AVX512VL | F_AVX512VNNI | F_OS_ZMM;
+    const unsigned avx2 = F(AVX2) | F(FMA) | F(OS_YMM);
+    const unsigned z    = avx2 | F(AVX512F) | F(AVX512BW) | F(AVX512VL) | F(AVX512VNNI) | F(OS_ZMM);
     switch (isa) {
     case KERN_SCALAR:
         return 0;
     case KERN_AVX2:
         return avx2;
     case KERN_AVX2_VNNI:
-        return avx2 | F_AVXVNNI;
+        return avx2 | F(AVXVNNI);
     case KERN_AVX512:
         return z;
     case KERN_AMX:
-        return z | F_AMX_TILE | F_AMX_INT8 | F_OS_TILE;
+        return z | F(AMX_TILE) | F(AMX_INT8) | F(OS_TILE);
     }
     return ~0u;
 }
@@ -149,17 +136,17 @@ int kern_isa_ok(int isa, char *why, size_t n) {
     unsigned need = isa_needs(isa), have = cpu_features();
 #if defined(__clang__) && __clang_major__ < 16
     if (isa == KERN_AVX2_VNNI)
-        have &= ~(unsigned)F_AVXVNNI; /* clang before 16 cannot build the AVX-VNNI twins */
+        have &= ~(unsigned)F(AVXVNNI); /* clang before 16 cannot build the AVX-VNNI twins */
 #endif
     if (!KERN_BUILD_AVX512)
-        have &= ~(unsigned)F_AVX512VNNI; /* this build has no AVX-512 twins */
-    const int emu = kern_amx_emulated() && (have & F_AVX512VNNI);
+        have &= ~(unsigned)F(AVX512VNNI); /* this build has no AVX-512 twins */
+    const int emu = kern_amx_emulated() && (have & F(AVX512VNNI));
     if (emu)
-        have |= F_AMX_TILE | F_AMX_INT8 | F_OS_TILE; /* the emulated tiles stand in */
-    for (size_t i = 0; i < sizeof feat_names / sizeof feat_names[0]; i++)
-        if ((need & feat_names[i].bit) && !(have & feat_names[i].bit)) {
+        have |= F(AMX_TILE) | F(AMX_INT8) | F(OS_TILE); /* the emulated tiles stand in */
+    for (int i = 0; i < FB_N; i++)
+        if ((need & (1u << i)) && !(have & (1u << i))) {
             if (why)
-                snprintf(why, n, "this CPU lacks %s", feat_names[i].name);
+                snprintf(why, n, "this CPU lacks %s", feat_names[i]);
             return 0;
         }
     if (need == ~0u) {
@@ -196,15 +183,65 @@ const char *kern_isa_name(int isa) {
     return isa >= 0 && isa < KERN_N_ISA ? isa_names[isa] : "?";
 }
 
-int kern_amx_emulated(void) {
-    static atomic_int emu = -1;
-    int               v   = atomic_load(&emu);
+/* ==== knobs ================================================================================ */
+
+/* The integer knobs of the kernels: variable, range, default, and the value in use (-1: not read
+ * yet). Read from the environment on first use, again at each kern_knobs_env (k3_params_default),
+ * or set by a setter (tests, benchmarks). */
+enum {
+    KNOB_PREFETCH,
+    KNOB_KBLOCK,
+    KNOB_MV_AHEAD,
+    KNOB_ROWSPLIT,
+    KNOB_IDOT,
+    KNOB_AMX_EMU,
+    KNOB_AMX_DENY,
+    KNOB_N
+};
+
+static struct knob {
+    const char *name;
+    int         lo, hi, dflt;
+    _Atomic int v;
+} knobs[KNOB_N] = {
+    [KNOB_PREFETCH] = {"K3_PREFETCH", 0, 1 << 20, KERN_PREFETCH, -1},
+    [KNOB_KBLOCK]   = {"K3_KBLOCK", 0, 1 << 20, KERN_KBLOCK, -1},
+    [KNOB_MV_AHEAD] = {"K3_MV_AHEAD", 0, 64, KERN_MV_AHEAD, -1},
+    [KNOB_ROWSPLIT] = {"K3_ROWSPLIT", 0, 1, 0, -1},
+    [KNOB_IDOT]     = {"K3_IDOT", 0, 1, 1, -1},
+    [KNOB_AMX_EMU]  = {"K3_AMX_EMU", 0, 1, 0, -1},
+    [KNOB_AMX_DENY] = {"K3_AMX_DENY", 0, 1, 0, -1},
+};
+
+/* The knob's value, read on first use. A malformed value there (a program that never called
+ * kern_knobs_env) is a warning and the default. */
+static int knob(int i) {
+    struct knob *k = &knobs[i];
+    int          v = atomic_load(&k->v);
     if (v < 0) {
-        const char *e = getenv("K3_AMX_EMU");
-        v             = e && *e && atoi(e) != 0;
-        atomic_store(&emu, v);
+        v = k->dflt;
+        if (k3_env_int(k->name, k->lo, k->hi, &v))
+            K3_LOG_WARN("%s; the default %d applies", k3_errmsg(), k->dflt);
+        atomic_store(&k->v, v);
     }
     return v;
+}
+
+k3_status kern_knobs_env(void) {
+    int v[KNOB_N];
+    for (int i = 0; i < KNOB_N; i++) {
+        v[i]         = knobs[i].dflt;
+        k3_status st = k3_env_int(knobs[i].name, knobs[i].lo, knobs[i].hi, &v[i]);
+        if (st)
+            return st;
+    }
+    for (int i = 0; i < KNOB_N; i++)
+        atomic_store(&knobs[i].v, v[i]);
+    return K3_OK;
+}
+
+int kern_amx_emulated(void) {
+    return knob(KNOB_AMX_EMU);
 }
 
 /* ==== AMX tile permission ===================================================================== */
@@ -221,10 +258,9 @@ int kern_amx_permission(char *why, size_t n) {
     while (atomic_load(&amx_perm) == 0) {
         if (atomic_flag_test_and_set(&busy))
             continue; /* another thread is asking */
-        int         ok   = 0;
-        const char *deny = getenv("K3_AMX_DENY");
-        if (deny && *deny && atoi(deny) != 0)
-            snprintf(amx_why, sizeof amx_why, "refused by K3_AMX_DENY=%s (test hook)", deny);
+        int ok = 0;
+        if (knob(KNOB_AMX_DENY))
+            snprintf(amx_why, sizeof amx_why, "refused by K3_AMX_DENY=1 (test hook)");
         else if (kern_amx_emulated()) {
             amx_emu_grant(); /* the emulation's ARCH_REQ_XCOMP_PERM */
             ok = 1;
@@ -259,12 +295,13 @@ const char *k3_kernels(void) {
 
 /* ==== selection ============================================================================= */
 
-static atomic_int sel_isa  = -1; /* enum kern_isa, -1 = not read yet */
-static atomic_int sel_idot = -1;
+static atomic_int sel_isa = -1; /* enum kern_isa, -1 = not read yet */
 
+/* A 0/1 switch read at each call (K3_NOAVX2, K3_NOVNNI): dflt when unset; a malformed value counts
+ * as dflt here, and kern_isa_env reports it. */
 static int env_flag(const char *name, int dflt) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) != 0 : dflt;
+    int v = dflt;
+    return k3_env_int(name, 0, 1, &v) ? dflt : v;
 }
 
 /* The level actually run for a request: AMX only with the tile permission (a refusal is a
@@ -320,6 +357,10 @@ int kern_isa(void) {
 }
 
 k3_status kern_isa_env(void) {
+    int       flag;
+    k3_status st;
+    if ((st = k3_env_int("K3_NOAVX2", 0, 1, &flag)) || (st = k3_env_int("K3_NOVNNI", 0, 1, &flag)))
+        return st;
     const int want = env_isa();
     if (want < 0)
         return k3_err(K3_ERR_ARG, "K3_ISA='%s': expected scalar, avx2, avx512 or amx", getenv("K3_ISA"));
@@ -334,56 +375,33 @@ k3_status kern_isa_env(void) {
 }
 
 void kern_set_idot(int on) {
-    atomic_store(&sel_idot, on != 0);
+    atomic_store(&knobs[KNOB_IDOT].v, on != 0);
 }
 
 int kern_idot(void) {
-    int v = atomic_load(&sel_idot);
-    if (v < 0) {
-        v = env_flag("K3_IDOT", 1);
-        atomic_store(&sel_idot, v);
-    }
-    return v;
-}
-
-/* A non-negative integer from the environment (default dflt, at most max), read once into *c. */
-static int env_int_once(_Atomic int *c, const char *name, int dflt, int max) {
-    int v = atomic_load(c);
-    if (v < 0) {
-        const char *e = getenv(name);
-        v             = e && *e ? atoi(e) : dflt;
-        v             = v < 0 ? 0 : v > max ? max : v;
-        atomic_store(c, v);
-    }
-    return v;
+    return knob(KNOB_IDOT);
 }
 
 int kern_prefetch_bytes(void) {
-    static _Atomic int pf = -1;
-    return env_int_once(&pf, "K3_PREFETCH", KERN_PREFETCH, 1 << 20);
+    return knob(KNOB_PREFETCH);
 }
 
-static _Atomic int rowsplit = -1;
-
 int kern_rows_dynamic(void) {
-    return env_int_once(&rowsplit, "K3_ROWSPLIT", 0, 1);
+    return knob(KNOB_ROWSPLIT);
 }
 
 void kern_set_rows_dynamic(int on) {
-    atomic_store(&rowsplit, on != 0);
+    atomic_store(&knobs[KNOB_ROWSPLIT].v, on != 0);
 }
 
 int kern_kblock_steps(void) {
-    static _Atomic int kb = -1;
-    return env_int_once(&kb, "K3_KBLOCK", KERN_KBLOCK, 1 << 20);
+    return knob(KNOB_KBLOCK);
 }
 
-static _Atomic int mv_ahead = -1;
-
 int kern_mv_ahead(void) {
-    return env_int_once(&mv_ahead, "K3_MV_AHEAD", KERN_MV_AHEAD, 64);
+    return knob(KNOB_MV_AHEAD);
 }
 
 void kern_set_mv_ahead(int tiles) {
-    atomic_store(&mv_ahead, tiles < 0 ? 0 : tiles);
+    atomic_store(&knobs[KNOB_MV_AHEAD].v, tiles < 0 ? 0 : tiles);
 }

@@ -97,7 +97,7 @@ void kern_amx_matmul(const qmat *m, const float *x, int n, float *y);
 void kern_amx_matmul_hw(const qmat *m, const float *x, int n, float *y);
 void kern_amx_matmul_emu(const qmat *m, const float *x, int n, float *y);
 void kern_amx_ref(const qmat *m, const float *x, int n, float *y);
-/* 1 when K3_AMX_EMU=1 (read once): the AMX level runs the emulated tile kernels, and counts as
+/* 1 when K3_AMX_EMU=1 (a knob, kern_knobs_env): the AMX level runs the emulated tile kernels, and counts as
  * present on a CPU with the AVX-512 level (tests of the dispatch on machines without AMX). */
 int kern_amx_emulated(void);
 /* Ask the kernel for the AMX tile state once per process (Linux: arch_prctl(
@@ -110,18 +110,18 @@ int   kern_idot_weight(const qmat *m, int r, int c);
 float kern_idot_wscale(const qmat *m, int r, int g);
 
 /* How far ahead (bytes) the AVX2 IDOT row kernels prefetch the weight stream: K3_PREFETCH,
- * read once, default KERN_PREFETCH; 0 turns it off. A weight row is only a few KiB, so without
+ * a knob (kern_knobs_env), default KERN_PREFETCH; 0 turns it off. A weight row is only a few KiB, so without
  * it the core waits on DRAM at every row start (the hardware prefetcher stops at 4 KiB pages and
  * restarts slowly); with it the stream runs a few rows ahead. See BENCHMARKS.md. */
 #define KERN_PREFETCH 4096
 int kern_prefetch_bytes(void);
 /* K blocking of the AVX-512 matmul (kern-avx512.c): double steps (64 weight bytes of a row each)
- * per K block, K3_KBLOCK, read once, default KERN_KBLOCK; 0 turns it off (one pass per row, the
+ * per K block, K3_KBLOCK, a knob, default KERN_KBLOCK; 0 turns it off (one pass per row, the
  * layout before). A benchmark knob: every setting gives the same bits. */
 #define KERN_KBLOCK 16
 int kern_kblock_steps(void);
 /* How far ahead the AVX-512 matvec (nc == 1) prefetches its weight stream: K3_MV_AHEAD tiles of
- * RB_MAX rows, read once, default KERN_MV_AHEAD; each row asks for the same bytes of the row that
+ * RB_MAX rows, a knob, default KERN_MV_AHEAD; each row asks for the same bytes of the row that
  * many tiles below it, so the next tile is in flight while this one computes (the rows of a tile
  * are contiguous: four streams one row apart, which a fixed byte distance of a few KiB mostly
  * spends on the tile itself). 0: the byte distance of kern_prefetch_bytes(), as before. Every
@@ -131,7 +131,7 @@ int  kern_mv_ahead(void);
 void kern_set_mv_ahead(int tiles);
 /* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
  * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
- * BENCHMARKS.md) thread ith takes the ith fixed share. Read once; kern_set_rows_dynamic
+ * BENCHMARKS.md) thread ith takes the ith fixed share. A knob; kern_set_rows_dynamic
  * overrides it (tests). Results do not depend on it. */
 #define KERN_MV_BLOCK (128u << 10)
 int  kern_rows_dynamic(void);

@@ -139,5 +139,10 @@ const char *kern_isa_name(int isa);
  * unknown name, K3_ERR_UNSUPPORTED naming the missing CPU or OS feature for a level this
  * machine lacks (never an illegal instruction later). Called by k3_params_default. */
 k3_status kern_isa_env(void);
+/* Read the kernels' integer knobs (K3_PREFETCH, K3_KBLOCK, K3_MV_AHEAD, K3_ROWSPLIT, K3_IDOT,
+ * K3_AMX_EMU, K3_AMX_DENY; kern-impl.h) again: K3_ERR_ARG naming the variable, the value and the
+ * range for a value that is not an integer in range (nothing changes then); an unset one goes back
+ * to its default. Called by k3_params_default, before kern_isa_env. */
+k3_status kern_knobs_env(void);
 int       kern_idot(void);
 void      kern_set_idot(int on);

@@ -43,7 +43,7 @@ typedef struct ex_source {
     int direct, pipe;           /* K3_DIRECT, K3_PIPE                                       */
     int load_threads;           /* K3_LOAD_THREADS (<= 0: 4)                                 */
     int lazy;                   /* 1: never read experts at open, even when the budget holds
-                                   them all (an automatic budget: model.c, the memory fit)  */
+                                   them all (an automatic budget: load.c, the memory fit)   */
     /* Called after each expert read at open (when the budget holds them all) with its bytes;
      * may be NULL. */
     void (*progress)(void *ud, uint64_t bytes);

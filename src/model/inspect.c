@@ -56,11 +56,10 @@ static k3_status read_settings(const char *dir, insp_settings *s) {
     s->maxt_set  = !!(p.set & K3_SET_MAXT);
     s->set       = p.set | (s->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
              (s->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) | (s->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
-    s->n_layers   = p.n_layers;
-    s->chunk      = p.chunk;
-    const char *m = getenv("K3_MMAP");
-    s->map        = m && !strcmp(m, "1");
-    return K3_OK;
+    s->n_layers = p.n_layers;
+    s->chunk    = p.chunk;
+    s->map      = 0;
+    return k3_env_int("K3_MMAP", 0, 1, &s->map);
 }
 
 #define HB(x) fit_hb((char[32]){0}, 32, (double)(x))

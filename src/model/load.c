@@ -30,21 +30,8 @@
 
 /* ==== parameters ========================================================== */
 
-static k3_status env_int(const char *name, int lo, int hi, int *out) {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return K3_OK;
-    char *end;
-    errno  = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || x < lo || x > hi)
-        return k3_err(K3_ERR_ARG, "%s='%s': expected an integer in %d..%d", name, v, lo, hi);
-    *out = (int)x;
-    return K3_OK;
-}
-
 static k3_status env_bits(const char *name, int *out) {
-    k3_status st = env_int(name, 4, 32, out);
+    k3_status st = k3_env_int(name, 4, 32, out);
     if (st)
         return st;
     if (*out != 4 && *out != 8 && *out != 32)
@@ -73,25 +60,27 @@ k3_status k3_params_default(k3_params *p) {
         return st;
     if ((st = env_bits("K3_HEAD_BITS", &p->head_bits)))
         return st;
-    if ((st = env_int("K3_CHUNK", 1, 4096, &p->chunk)))
+    if ((st = k3_env_int("K3_CHUNK", 1, 4096, &p->chunk)))
         return st;
-    if ((st = env_int("K3_MAXT", 1, 1 << 24, &p->max_ctx)))
+    if ((st = k3_env_int("K3_MAXT", 1, 1 << 24, &p->max_ctx)))
         return st;
-    if ((st = env_int("K3_THREADS", 0, 4096, &p->threads)))
+    if ((st = k3_env_int("K3_THREADS", 0, 4096, &p->threads)))
         return st;
-    if ((st = env_int("K3_LAYERS", 0, K3_MAX_LAYERS, &p->n_layers)))
+    if ((st = k3_env_int("K3_LAYERS", 0, K3_MAX_LAYERS, &p->n_layers)))
         return st;
-    if ((st = env_int("K3_DIRECT", 0, 1, &p->direct)))
+    if ((st = k3_env_int("K3_DIRECT", 0, 1, &p->direct)))
         return st;
-    if ((st = env_int("K3_PIPE", 0, 1, &p->pipe)))
+    if ((st = k3_env_int("K3_PIPE", 0, 1, &p->pipe)))
         return st;
-    if ((st = env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads)))
+    if ((st = k3_env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads)))
         return st;
-    if ((st = kern_isa_env()))
+    if ((st = kern_knobs_env()) || (st = kern_isa_env()))
         return st;
     if ((st = kern_act_env()))
         return st;
-    prof_init();
+    int verbose = 0; /* read by k3_log at each message: checked here */
+    if ((st = prof_init()) || (st = k3_env_int("K3_VERBOSE", 0, 1, &verbose)))
+        return st;
     static const struct {
         const char *name;
         int         bit;
@@ -760,7 +749,7 @@ static k3_status container_params(k3_model *m) {
         K3_LOG_INFO("%s: k3 container (bits %d, MLA %d, head %d); running at %d/%d/%d", m->dir, ci.bits,
                     ci.mla_bits, ci.head_bits, m->par.bits, m->par.mla_bits, m->par.head_bits);
     }
-    if ((st = env_int("K3_MMAP", 0, 1, &m->map)))
+    if ((st = k3_env_int("K3_MMAP", 0, 1, &m->map)))
         return st;
     const char *vk = getenv("K3_VK");
     if (m->map && vk && *vk && strcmp(vk, "0"))

@@ -4,6 +4,7 @@
  *     load MS          simulate loading the model for MS milliseconds (progress events)
  *     delay MS         milliseconds between tokens (default 20)
  *     prefill MS       milliseconds before the first token (default 0)
+ *     hold MS          this turn stays open MS milliseconds after its last token (Ctrl-C ends it)
  *     think TEXT       reasoning text of the current turn (several lines join with newlines)
  *     response TEXT    answer text of the current turn
  *     error TEXT       the turn fails with this message
@@ -25,7 +26,7 @@
 
 typedef struct mturn {
     char *think, *response, *error;
-    int   delay_ms, prefill_ms;
+    int   delay_ms, prefill_ms, hold_ms;
 } mturn;
 
 typedef struct mock {
@@ -84,12 +85,24 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
             memset(&m->turns[m->n_turns++], 0, sizeof *nt);
             m->turns[m->n_turns - 1].delay_ms   = delay;
             m->turns[m->n_turns - 1].prefill_ms = prefill;
-        } else if (kw == 4 && !strncmp(line, "load", 4)) {
-            *load_ms = atoi(arg);
-        } else if (kw == 5 && !strncmp(line, "delay", 5)) {
-            t->delay_ms = delay = atoi(arg);
-        } else if (kw == 7 && !strncmp(line, "prefill", 7)) {
-            t->prefill_ms = prefill = atoi(arg);
+        } else if ((kw == 4 && (!strncmp(line, "load", 4) || !strncmp(line, "hold", 4))) ||
+                   (kw == 5 && !strncmp(line, "delay", 5)) || (kw == 7 && !strncmp(line, "prefill", 7))) {
+            char *end;
+            long  ms = strtol(arg, &end, 10);
+            if (end == arg || *end || ms < 0 || ms > 3600000) {
+                snprintf(err, errn, "K3_MOCK: %s:%d: %.*s '%s': expected milliseconds in 0..3600000", path,
+                         lineno, (int)kw, line, arg);
+                fclose(f);
+                return -1;
+            }
+            if (line[0] == 'l')
+                *load_ms = (int)ms;
+            else if (line[0] == 'h')
+                t->hold_ms = (int)ms;
+            else if (kw == 5)
+                t->delay_ms = delay = (int)ms;
+            else
+                t->prefill_ms = prefill = (int)ms;
         } else if (kw == 5 && !strncmp(line, "think", 5)) {
             append(&t->think, arg);
         } else if (kw == 8 && !strncmp(line, "response", 8)) {
@@ -261,6 +274,10 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
         cancelled = stream(u, m, t, EV_CH_THINK, think, t0, &t_first, &n_think, &n_resp, &think_s, ev_now());
     if (!cancelled)
         cancelled = stream(u, m, t, EV_CH_RESPONSE, resp, t0, &t_first, &n_think, &n_resp, &think_s, 0);
+    for (int k = 0; k < t->hold_ms / 10 && !cancelled; k++) {
+        sleep_ms(10);
+        cancelled = ue_cancelled(u);
+    }
     /* keep what was streamed: the partial answer stays in the conversation */
     size_t rl       = (size_t)n_resp * 3 < strlen(resp) ? (size_t)n_resp * 3 : strlen(resp);
     size_t tl       = (size_t)n_think * 3 < strlen(think) ? (size_t)n_think * 3 : strlen(think);

@@ -1405,8 +1405,18 @@ int cli_serve(const cli_opts *o) {
         if (i)
             k3_conv_share_prompt_cache(srv.slots[i].c, srv.slots[0].c);
     }
-    const char *ns = getenv("K3_CONV_SNAPSHOTS"), *mb = getenv("K3_CONV_SNAPSHOT_MB");
-    if (k3_conv_set_prompt_cache(srv.slots[0].c, ns && *ns ? atoi(ns) : 16, mb && *mb ? atof(mb) : 2000)) {
+    /* the shared prompt cache: more snapshots and bytes than a chat's (16, 2000 MB) */
+    const char *mb = getenv("K3_CONV_SNAPSHOT_MB");
+    char       *end;
+    int         n_snaps;
+    double      snap_mb = mb && *mb ? strtod(mb, &end) : 2000;
+    if (env_count("K3_CONV_SNAPSHOTS", 0, 64, 16, &n_snaps))
+        goto done;
+    if (mb && *mb && (*end || !(snap_mb >= 0 && snap_mb < 1e9))) {
+        fprintf(stderr, "k3chat: K3_CONV_SNAPSHOT_MB='%s': expected a number of megabytes >= 0\n", mb);
+        goto done;
+    }
+    if (k3_conv_set_prompt_cache(srv.slots[0].c, n_snaps, snap_mb)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }

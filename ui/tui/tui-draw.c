@@ -704,7 +704,7 @@ void tui_render(tui *t, int force) {
     if (!t->dirty && !force)
         return;
     if (!force && t->streaming && now - t->last_draw < FRAME_S && !(t->dirty & DIRTY_INPUT))
-        return; /* coalesce: poll() wakes us when the frame is due */
+        return; /* coalesce: the sleep (tui.c wait_input) ends when the frame is due */
     if (t->too_small) {
         erase();
         char m[192];

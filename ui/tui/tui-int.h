@@ -125,6 +125,9 @@ typedef struct tui {
     double  last_draw, next_tick;
     int     quit;
     int     unsaved_warned; /* 1: a quit, 2: a /clear was refused (unsaved turns, tui.c) */
+    /* epoll sets the main loop sleeps on (tui.c wait_input): [0] stdin, [1] stdin and the event
+     * pipe; -1 before the first sleep, -2 when epoll is not available (poll() then) */
+    int ep[2];
 
     dline     *dl; /* (n_dl) conversation pane lines, rebuilt when dirty */
     int        n_dl, cap_dl, dl_width, dl_valid;
@@ -156,7 +159,7 @@ typedef struct tui {
     long   lat_n;
     double ui_cpu0, decode_wall;
     /* the UI thread's CPU time while turns stream (first token to EV_DONE), user and system
-     * (getrusage), and the poll() wake-ups and frames in that time */
+     * (getrusage), and the wake-ups from its sleep and frames in that time */
     double turn_ru0[2], turn_user, turn_sys;
     long   turn_wakes, turn_frames;
 } tui;

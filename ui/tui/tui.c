@@ -2,7 +2,7 @@
  *
  * DESIGN
  * One UI thread owns curses and libedit; the engine runs on a worker (engine.h) and talks to us
- * only through the event queue, whose wake-up pipe sits next to stdin in our poll(). State is
+ * only through the event queue, whose wake-up pipe sits next to stdin in our epoll set. State is
  * kept apart from drawing (htop/tmux style): event and key handlers change the state in `tui`
  * and set dirty bits; tui_render() runs once per loop iteration and redraws the dirty regions, then
  * one doupdate(). While tokens stream, redraws are coalesced to at most one per FRAME_S.
@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -683,6 +684,51 @@ static void report_bad_utf8(tui *t, const char *what) {
     t->bad_utf8 = 0;
 }
 
+/* Sleep until stdin (and, with_pipe, the event pipe) is readable or timeout ms (-1: no limit)
+ * pass; like poll(): -1 (errno), 0 or the number ready, with *key / *evs saying which. The
+ * first call makes two epoll sets, kept for the session: a wake-up from epoll_wait costs less
+ * CPU than one from poll(), which registers on the terminal's wait queues at every call (about
+ * a quarter of a sleep's kernel time on the machine measured, BENCHMARKS.md; a streaming turn
+ * sleeps once a frame). poll() where epoll cannot watch stdin. */
+static int wait_input(tui *t, int with_pipe, int timeout, int *key, int *evs) {
+    *key = *evs = 0;
+    if (t->ep[0] == -1) {
+        int fds[2] = {0, ev_fd(t->q)};
+        for (int k = 0; k < 2; k++) {
+            t->ep[k] = epoll_create1(EPOLL_CLOEXEC);
+            for (int j = 0; j <= k && t->ep[k] >= 0; j++) {
+                struct epoll_event ee = {.events = EPOLLIN, .data.fd = fds[j]};
+                if (epoll_ctl(t->ep[k], EPOLL_CTL_ADD, fds[j], &ee) != 0) {
+                    close(t->ep[k]);
+                    t->ep[k] = -1;
+                }
+            }
+        }
+        if (t->ep[0] < 0 || t->ep[1] < 0) {
+            for (int k = 0; k < 2; k++)
+                if (t->ep[k] >= 0)
+                    close(t->ep[k]);
+            t->ep[0] = t->ep[1] = -2;
+        }
+    }
+    if (t->ep[0] < 0) {
+        struct pollfd p[2] = {{0, POLLIN, 0}, {ev_fd(t->q), POLLIN, 0}};
+        int           pr   = poll(p, with_pipe ? 2 : 1, timeout);
+        *key               = pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR));
+        *evs               = pr > 0 && (p[1].revents & POLLIN);
+        return pr;
+    }
+    struct epoll_event ev[2];
+    int                n = epoll_wait(t->ep[with_pipe != 0], ev, 2, timeout);
+    for (int k = 0; k < n; k++) {
+        if (ev[k].data.fd == 0)
+            *key |= (ev[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0;
+        else
+            *evs |= (ev[k].events & EPOLLIN) != 0;
+    }
+    return n;
+}
+
 static int next_key(tui *t, wint_t *k, int *fn) {
     int keys = 1; /* curses may hold keys already read: ask it first */
     for (;;) {
@@ -702,8 +748,9 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         tui_render(t, 0);
         double now = ev_now();
         if ((t->streaming || !t->ready) && now >= t->next_tick) {
-            /* the think timer and the load rate move even without events */
-            t->dirty |= DIRTY_THINK | DIRTY_STATUS;
+            /* the think timer (until the answer starts) and the load rate move even without
+             * events; nothing else on the screen does */
+            t->dirty |= (t->streaming && t->think_t1 == 0 ? DIRTY_THINK : 0) | (t->ready ? 0 : DIRTY_STATUS);
             t->next_tick = now + 0.25;
             continue;
         }
@@ -721,19 +768,17 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         if (timeout < 0 && pending)
             timeout = 0;
         if (timeout < 0)
-            timeout = 1000; /* idle: look for a SIGWINCH that came outside poll() once a second */
+            timeout = 1000; /* idle: look for a SIGWINCH that came outside the sleep once a second */
         /* Sleeping on the event pipe: arm it first (ev.h), or take the events already there. */
-        int           waiting = !pending && ev_arm(t->q);
-        struct pollfd p[2]    = {{0, POLLIN, 0}, {ev_fd(t->q), POLLIN, 0}};
-        int           pr      = waiting ? 0 : poll(p, pending ? 1 : 2, timeout);
+        int waiting = !pending && ev_arm(t->q), key = 0, evs = 0;
+        int pr = waiting ? 0 : wait_input(t, !pending, timeout, &key, &evs);
         t->turn_wakes += t->streaming && !waiting;
         if (pr < 0 && errno != EINTR)
             return 0;
         /* EINTR: SIGWINCH, which curses turns into KEY_RESIZE on the next get_wch */
-        keys = pr < 0 || (pr == 0 && !pending && !waiting) ||
-               (pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)));
-        if (pending || waiting || (p[1].revents & POLLIN))
-            pump_events(t, (p[1].revents & POLLIN) != 0);
+        keys = pr < 0 || (pr == 0 && !pending && !waiting) || (pr > 0 && key);
+        if (pending || waiting || evs)
+            pump_events(t, evs);
         if (flowing && !t->dirty)
             t->flowing = 0; /* a frame's time without tokens: wait for the next one again */
         if (t->quit)
@@ -1057,7 +1102,8 @@ int ui_tui_run(const cli_opts *o) {
     t->cur = -1;
     t->st  = (ue_stats){
          .tok_s = -1, .prefill_tok_s = -1, .ttft_s = -1, .think_s = -1, .expert_hit = -1, .expert_gb = -1};
-    const char *term = getenv("TERM");
+    t->ep[0] = t->ep[1] = -1;
+    const char *term    = getenv("TERM");
     if (!term || !*term || !strcmp(term, "dumb"))
         return cli_plain(o); /* no cursor addressing: line mode */
     setlocale(LC_ALL, "");
@@ -1176,6 +1222,9 @@ int ui_tui_run(const cli_opts *o) {
     ue_close(t->eng);
     k3_log_set_callback(NULL, NULL);
     inp_free(t->in);
+    for (int k = 0; k < 2; k++)
+        if (t->ep[k] >= 0)
+            close(t->ep[k]);
     ev_queue_free(t->q);
     drop_entries(t, 0);
     free(t->ents);
