@@ -370,7 +370,8 @@ int       k3_chat_parser_n_calls(const k3_chat_parser *p);
 int       k3_chat_parser_call(const k3_chat_parser *p, int i, const char **name, const char **args);
 void      k3_chat_parser_free(k3_chat_parser *p);
 k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *out);
-/* End of generation without <|end_of_msg|> (max tokens, cancel): flush held text. */
+/* End of generation without <|end_of_msg|> (max tokens, cancel): flush held text. A marker
+ * cut part way that begins one the parser hides (<|close|>respo...) is hidden too. */
 void k3_chat_parser_finish(k3_chat_parser *p, k3_chat_out *out);
 int  k3_chat_parser_channel(const k3_chat_parser *p); /* current K3_CHAN_*        */
 

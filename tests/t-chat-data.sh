@@ -142,6 +142,32 @@ t "16: loading says it does not fit and what /forget --fit keeps" \
 t "16: /forget --fit drops the oldest exchanges at once" 'grep -q "dropped the [0-9]* oldest exchanges ([0-9]* messages); the conversation now needs [0-9]* of 512 tokens" "$K3_TMP/e16"'
 t "16: and the next message is answered" '[ -s "$K3_TMP/o16" ] && ! grep -q "context full" "$K3_TMP/e16"'
 
+# ---- 16b. line mode: a message that gets no answer (over the context) is exit status 1, as with
+# --prompt (it was 0: a script could not tell); the next message is still answered
+printf 'word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word\nhi\n' |
+    K3_MAXT=120 "$k" "$M" --plain --think off --max-tokens 4 >"$K3_TMP/o16b" 2>"$K3_TMP/e16b"
+rc=$?
+t "16b: a message over the context in line mode: exit status 1 (got $rc)" '[ $rc -eq 1 ] && grep -q "context full" "$K3_TMP/e16b"'
+t "16b: ... and the next message was answered" '[ -s "$K3_TMP/o16b" ]'
+
+# ---- 16c. two different mode options are a usage error (the last one used to win silently:
+# --prompt X --serve P served and dropped the prompt); the same one twice keeps the last
+for a in "--prompt hi --serve 127.0.0.1:0" "--inspect --prompt hi" "--prompt hi --ids 1" "--replay x.jsonl --tokenize"; do
+    # shellcheck disable=SC2086
+    timeout 20 "$k" "$M" $a </dev/null >/dev/null 2>"$K3_TMP/e16c"
+    rc=$?
+    t "16c: $a is a usage error (status $rc): $(head -c 90 "$K3_TMP/e16c")" '[ $rc -eq 2 ] && grep -q "are different modes" "$K3_TMP/e16c"'
+done
+"$k" "$M" --think off --max-tokens 2 --prompt one --prompt 'What is 1 + 1?' >/dev/null 2>"$K3_TMP/e16c"
+t "16c: the same mode option twice is not an error" '[ $? -eq 0 ]'
+
+# ---- 16d. /save without a FILE when the data directory cannot be made: the reason, not "set
+# XDG_DATA_HOME or HOME" (both were set)
+: >"$K3_TMP/afile"
+printf 'hi\n/save\n' | XDG_DATA_HOME="$K3_TMP/afile/data" K3_MOCK="$mock" "$k" /no/model >/dev/null 2>"$K3_TMP/e16d"
+t "16d: /save names the directory it cannot make and why: $(grep /save "$K3_TMP/e16d")" \
+    'grep -q "/save: cannot make $K3_TMP/afile/data/k3chat/transcripts: Not a directory" "$K3_TMP/e16d"'
+
 # ---- 19. a reader that goes away: status 1 and a message, not SIGPIPE (141)
 { printf 'a\nb\nc\n' | K3_MOCK="$mock" "$k" /no/model 2>"$K3_TMP/e19"; echo $? >"$K3_TMP/rc19"; } | true
 t "19: a broken pipe exits 1 (got $(cat "$K3_TMP/rc19"))" '[ "$(cat "$K3_TMP/rc19")" = 1 ]'

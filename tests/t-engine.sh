@@ -79,4 +79,8 @@ p2=$("$B/k3chat" "$T/m" --prompt "Hello, who are you?" --think off --max-tokens 
 mkdir -p "$T/notok" && cp "$T/m"/*.json "$T/m"/*.safetensors "$T/notok/" 2>/dev/null
 "$B/k3chat" "$T/notok" --prompt "Hello" --max-tokens 2 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 1 ] && grep -q "tiktoken" "$T/err"; ok $? "--prompt without tiktoken.model: clear error ($(head -c 120 "$T/err"))"
+# a typo in --ids is said before the model loads (with the full release that takes minutes)
+"$B/k3chat" "$T/m" --ids "5 x 7" --max-tokens 2 >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "token 2: 'x' is not an id" "$T/err" && ! grep -q "loaded\|memory fit" "$T/err"
+ok $? "--ids with a typo: a usage error before loading ($(head -c 160 "$T/err"))"
 exit 0

@@ -42,10 +42,10 @@ def read(path):
         return f.read()
 
 
-def start(name, extra=(), key=KEY, wait=True):
+def start(name, extra=(), key=KEY, wait=True, **more_env):
     """A server on 127.0.0.1:0 (or extra's address): (process, port, log path)."""
     log = os.path.join(T, name + ".log")
-    e = dict(env, K3_API_KEY=key) if key else env
+    e = dict(env, K3_API_KEY=key, **more_env) if key else dict(env, **more_env)
     args = list(extra) or ["--serve", "127.0.0.1:0"]
     p = subprocess.Popen([K3, M] + args, stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env=e)
     procs.append(p)
@@ -545,9 +545,15 @@ try:
     ksrv.wait()
 
     # ---- 10: SIGTERM during a stream, three times: the same event stream every time
+    # The stream's reply is scripted (K3_SERVE_SCRIPT: 40,000 words, no end of message), so it is
+    # still running at the SIGTERM on any machine; a sampled reply ends whenever the model says so.
+    hold_txt = os.path.join(T, "hold.txt")
+    with open(hold_txt, "w") as f:
+        f.write("la " * 40000)
     shapes = []
     for run in range(3):
-        sp, sport, slog = start("term%d" % run, ["--serve", "127.0.0.1:0", "--parallel", "1"])  # so one queues
+        sp, sport, slog = start("term%d" % run, ["--serve", "127.0.0.1:0", "--parallel", "1"],  # so one queues
+                                K3_SERVE_SCRIPT=hold_txt, K3_MAXT="65536")
         if not sport:
             ok(False, "server for SIGTERM run %d starts" % run)
             continue

@@ -1,10 +1,11 @@
 # t-serve.py: `k3chat MODEL_DIR --serve` on a generated tiny checkpoint, driven with curl on
 # loopback: /v1/models; non-streaming and streaming answers equal to in-process generation
 # (`k3chat DIR --prompt`) for the same seed and sampling; stop strings; client disconnect
-# cancels (and the next request works); bad JSON / wrong types / oversize bodies / missing
+# cancels (and the next request works; on a second server whose replies are scripted and endless,
+# K3_SERVE_SCRIPT, so the turn is still running on any machine); bad JSON / wrong types / oversize bodies / missing
 # API key / unknown routes -> 4xx; a prompt over the context -> 400; `k3chat --endpoint` in
 # plain mode against the server; a bounded load test (8 concurrent clients, every answer
-# checked, server RSS flat); SIGTERM during a generation -> clean exit 0; then --endpoint
+# checked, server RSS flat); SIGTERM during a (scripted) generation -> clean exit 0; then --endpoint
 # against the stopped server and a scripted Python server (1-byte SSE writes, HTTP 500,
 # malformed and cut-short streams, reasoning sent back).
 # The server runs on 127.0.0.1 with a port the kernel picks (--serve 127.0.0.1:0) and is
@@ -29,7 +30,7 @@ KEY = "sekrit-key"
 
 def curl(path, body=None, extra=(), key=KEY, timeout=60):
     """Returns (http status, body text); status 0 when curl itself failed."""
-    cmd = ["curl", "-sS", "-N", "-o", "-", "-w", "\n%{http_code}", BASE + path]
+    cmd = ["curl", "-sS", "-N", "-o", "-", "-w", "\n%{http_code}", path if path.startswith("http") else BASE + path]
     if key:
         cmd += ["-H", "Authorization: Bearer " + key]
     if body is not None:
@@ -111,6 +112,14 @@ def log_text():
         return f.read()
 
 
+def hold_text():
+    try:
+        with open(HLOG, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 
 def rss_kb(pid):
     with open("/proc/%d/status" % pid) as f:
@@ -119,6 +128,8 @@ def rss_kb(pid):
 
 
 LOG = os.path.join(T, "serve.log")
+HLOG = os.path.join(T, "hold.log")
+hsrv = None
 srv = subprocess.Popen([K3, M, "--serve", "127.0.0.1:0", "--model", "tiny-k3"], stdout=subprocess.DEVNULL,
                        stderr=open(LOG, "w"), env=dict(env, K3_API_KEY=KEY))
 try:
@@ -216,6 +227,9 @@ try:
            ("max_tokens a float", chat(user("x"), max_tokens=1.5), 400),
            ("stop of numbers", chat(user("x"), stop=[1]), 400),
            ("content a number", '{"messages":[{"role":"user","content":5}]}', 400),
+           ("a user message without content (it was answered as an empty one)", '{"messages":[{"role":"user"}]}', 400),
+           ("a user message with content null", '{"messages":[{"role":"user","content":null}]}', 400),
+           ("a system message without content", '{"messages":[{"role":"system"},{"role":"user","content":"x"}]}', 400),
            ("role tool", '{"messages":[{"role":"tool","content":"x"}]}', 400),
            ("stream not a bool", chat(user("x"), stream="yes"), 400),
            ("reasoning_effort medium", chat(user("x"), reasoning_effort="medium"), 400),
@@ -236,24 +250,46 @@ try:
     ok(code == 400 and json.loads(text)["error"]["code"] == "context_length_exceeded"
        and "2048" in json.loads(text)["error"]["message"], "a prompt over the context (K3_MAXT 2048) -> 400: %s" % text[:120])
 
-    # ---- a client that disconnects cancels its generation ("hello" greedy runs to the context's end)
-    n0 = log_text().count("cancelled:")
+    # ---- a client that disconnects cancels its generation. The replies here are scripted
+    # (K3_SERVE_SCRIPT: 40,000 words and no end of message, K3_MAXT 65536), so the turn is still
+    # running when the client leaves on any machine; a sampled greedy reply ends whenever the model
+    # emits its end, which got earlier as the kernels got faster (t-serve-batch broke on that)
+    hold_txt = os.path.join(T, "hold.txt")
+    with open(hold_txt, "w") as f:
+        f.write("la " * 40000)
+    hsrv = subprocess.Popen([K3, M, "--serve", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=open(HLOG, "w"),
+                            env=dict(env, K3_API_KEY=KEY, K3_SERVE_SCRIPT=hold_txt, K3_MAXT="65536"))
+    ok(wait_for(lambda: "serving" in hold_text() or hsrv.poll() is not None, 30),
+       "a second server with a scripted endless reply starts")
+    hport = re.search(r"http://127\.0\.0\.1:(\d+)/v1", hold_text())
+    HBASE = "http://127.0.0.1:%s" % (hport.group(1) if hport else "1")
+    n0 = hold_text().count("cancelled:")
     t0 = time.time()
-    hc = http.client.HTTPConnection("127.0.0.1", int(port.group(1)), timeout=30)
-    hc.request("POST", "/v1/chat/completions", chat(user("hello"), temperature=0, max_tokens=100000, stream=True),
-               {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
-    first = hc.getresponse().read1(100)
+    hc = http.client.HTTPConnection("127.0.0.1", int(hport.group(1)) if hport else 1, timeout=30)
+    try:
+        hc.request("POST", "/v1/chat/completions", chat(user("hello"), max_tokens=100000, stream=True),
+                   {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+        first = hc.getresponse().read1(100)
+    except OSError as e:
+        first = repr(e).encode()
     hc.close()
-    ok(first.startswith(b"data: ") and wait_for(lambda: log_text().count("cancelled:") > n0, 15),
+    ok(first.startswith(b"data: ") and wait_for(lambda: hold_text().count("cancelled:") > n0, 15),
        "a streaming client that goes away after the first chunk cancels the turn (%.1f s)" % (time.time() - t0))
-    # the client gives up after 0.5 s: long before the ~1800 tokens to the context's end on any
-    # machine (the turn is cancelled whether it is still queued or already running)
-    code, _ = curl("/v1/chat/completions", chat(user("hello"), temperature=0, max_tokens=100000), extra=["--max-time", "0.5"])
-    ok(wait_for(lambda: log_text().count("cancelled:") > n0 + 1, 15),
-       "so does a non-streaming one (curl --max-time 0.5): %r" % log_text()[-300:])
+    # the client gives up after 0.5 s, long before the 40,000 scripted words end (the turn is
+    # cancelled whether it is still queued or already running)
+    code, _ = curl(HBASE + "/v1/chat/completions", chat(user("hello"), max_tokens=100000), extra=["--max-time", "0.5"])
+    ok(wait_for(lambda: hold_text().count("cancelled:") > n0 + 1, 15),
+       "so does a non-streaming one (curl --max-time 0.5): %r" % hold_text()[-300:])
+    code, body = curl(HBASE + "/v1/chat/completions", chat(user("hello"), max_tokens=4))
+    try:
+        msg = json.loads(body)["choices"][0]["message"]  # think is on: the script's words are the reasoning
+        good = code == 200 and ((msg["reasoning_content"] or "") + (msg["content"] or "")).startswith("la la la")
+    except (ValueError, KeyError, IndexError, TypeError):
+        good = False
+    ok(good, "the next request on that server is answered (%d: %s)" % (code, body[-200:]))
     code, body = curl("/v1/chat/completions", chat(user("hello"), temperature=0, top_p=1, max_tokens=N))
     ok(code == 200 and json.loads(body)["choices"][0]["message"]["reasoning_content"] == exp_think,
-       "the next request works and answers as before")
+       "the first server still answers as before")
 
     # ---- k3chat --endpoint (plain mode) against this server
     ep = [K3, "--endpoint", BASE + "/v1", "--api-key", KEY, "--plain", "--temp", "0", "--top-p", "1", "--max-tokens", str(N)]
@@ -310,22 +346,40 @@ try:
     else:
         ok(rss1 - rss0 < 4096, "server RSS flat under load: %d kB -> %d kB" % (rss0, rss1))
 
-    # ---- SIGTERM while generating: a clean, prompt exit
-    bg = subprocess.Popen(["curl", "-sN", "-H", "Authorization: Bearer " + KEY, BASE + "/v1/chat/completions",
-                           "-d", chat(user("hello"), temperature=0, max_tokens=100000, stream=True)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
+    # ---- SIGTERM while generating (the scripted server's endless reply, its first chunk read):
+    # a clean, prompt exit, and the stream ends with an error event
+    hc = http.client.HTTPConnection("127.0.0.1", int(hport.group(1)) if hport else 1, timeout=30)
+    try:
+        hc.request("POST", "/v1/chat/completions", chat(user("hello"), max_tokens=100000, stream=True),
+                   {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+        hr = hc.getresponse()
+        sent = hr.read1(100)
+    except OSError as e:
+        hr, sent = None, repr(e).encode()
+    running = sent.startswith(b"data: ")
+    hsrv.send_signal(signal.SIGTERM)
+    try:
+        rc = hsrv.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        rc = None
+    let_go = False
+    try:
+        while hr and not let_go:
+            piece = hr.read1(65536)
+            let_go = not piece
+            sent += piece
+    except OSError:
+        pass
+    hc.close()
+    ok(running and rc == 0 and "shutting down" in hold_text() and b"shutting_down" in sent,
+       "SIGTERM during a generation: exit 0, the stream ends with shutting_down (%s, %r)" % (rc, sent[-120:]))
+    ok(let_go, "the streaming client is let go (its stream ends)")
     srv.send_signal(signal.SIGTERM)
     try:
         rc = srv.wait(timeout=15)
     except subprocess.TimeoutExpired:
         rc = None
-    ok(rc == 0 and "shutting down" in log_text(), "SIGTERM during a generation: exit 0 (%s)" % rc)
-    try:
-        bg.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        bg.kill()
-    ok(bg.returncode is not None, "the streaming client is let go")
+    ok(rc == 0 and "shutting down" in log_text(), "SIGTERM on the idle first server: exit 0 (%s)" % rc)
 
     # ---- the endpoint is down now
     t0 = time.time()
@@ -333,6 +387,8 @@ try:
     err = p.stderr.decode()
     ok(("refused" in err or "connect" in err) and time.time() - t0 < 30,
        "endpoint down: a clear message (%r)" % err.strip()[-120:])
+    ok(p.returncode == 1, "... and exit status 1: the message got no answer, as with --prompt (it was 0): %d"
+       % p.returncode)
 
     # ---- --endpoint against a scripted server: SSE cut into 1-byte writes with CRLF, the
     # "reasoning" and "thinking" spellings, reasoning sent back, HTTP 500 (once), malformed and cut streams
@@ -404,15 +460,23 @@ try:
            "HTTP 500: the server's message is shown, and /retry sends the kept message again (%r)" % err.strip()[-100:])
         p = subprocess.run(fep, input=b"bad\n", capture_output=True, timeout=60, env=env)
         ok("malformed stream" in p.stderr.decode(), "a malformed stream is reported (%r)" % p.stderr.decode().strip()[-100:])
-        p = subprocess.run(fep, input=b"cut\n", capture_output=True, timeout=60, env=env)
+        cut_tr = os.path.join(T, "cut.jsonl")
+        p = subprocess.run(fep, input=("cut\n/save %s\n" % cut_tr).encode(), capture_output=True, timeout=60, env=env)
         ok("ended before the answer was complete" in p.stderr.decode() and "half" in p.stdout.decode(),
            "a stream cut short is reported, the partial answer kept")
+        try:
+            last = [json.loads(x) for x in open(cut_tr)][-1]
+        except (OSError, ValueError, IndexError):
+            last = {}
+        ok(last.get("content") == "half" and last.get("interrupted") is True,
+           "... and the transcript marks it interrupted, as k3chat(5) says (it was saved as complete): %r" % last)
     finally:
         fake.shutdown()
-    bad_reports = [e for e in client_err + [log_text()] if "Sanitizer" in e or "runtime error" in e]
+    bad_reports = [e for e in client_err + [log_text(), hold_text()] if "Sanitizer" in e or "runtime error" in e]
     ok(not bad_reports, "no sanitizer or runtime error report from the server or any client (%s)"
        % (bad_reports[0][:200] if bad_reports else "none"))
 finally:
-    if srv.poll() is None:
-        srv.kill()
-        srv.wait()
+    for p in (srv, hsrv):
+        if p and p.poll() is None:
+            p.kill()
+            p.wait()

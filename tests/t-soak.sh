@@ -92,8 +92,11 @@ turns=$((sent - full))
 # a replayed turn that differs, a sanitizer report) is reported here
 grep -avE '^k3chat: (loading |loaded |memory fit: |the answer was cut off at the --max-tokens limit |context full: |saved [0-9]+ messages to |dropped the oldest exchange |expert-cache budget |replaying .* \(Ctrl-C stops\)$|replay turn [0-9]+: same answer |replay of .*: 0 turns differ$)' \
     "$K3_TMP/err" >"$K3_TMP/other"
-t "soak: $turns turns ($rounds rounds, $full refused at capacity) in ${secs} s end with exit 0 (got $rc)" \
-    '[ $rc -eq 0 ] && [ $turns -ge $min_turns ]'
+# a message refused at capacity got no answer: line mode's exit status is 1 then (as --prompt's)
+want=0
+[ "$full" -gt 0 ] && want=1
+t "soak: $turns turns ($rounds rounds, $full refused at capacity) in ${secs} s end with exit $want (got $rc)" \
+    '[ $rc -eq $want ] && [ $turns -ge $min_turns ]'
 t "no error, differing replay, sanitizer or crash report on stderr ($(grep -ac . "$K3_TMP/other") other lines)" \
     '[ ! -s "$K3_TMP/other" ]'
 sed "s/^/    /" "$K3_TMP/other" | head -n 3

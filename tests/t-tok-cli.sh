@@ -57,4 +57,7 @@ printf '1 999999\n' > "$K3_TMP/badids.txt"
 err=$("$K3" --detokenize "$V" "$K3_TMP/badids.txt" 2>&1); rc=$?
 [ $rc -ne 0 ] && echo "$err" | grep -q "token 2: '999999' is not an id" && echo "PASS: out-of-range id rejected ($err)" ||
     echo "FAIL: out-of-range id: rc $rc, '$err'"
+err=$("$K3" --tokenize "$V" "$K3_TMP" 2>&1); rc=$?
+[ $rc -eq 1 ] && echo "$err" | grep -q "read error: Is a directory" && echo "PASS: a directory to --tokenize says it is one ($err)" ||
+    echo "FAIL: --tokenize DIR: rc $rc, '$err' (want the reason, not a bare 'read error')"
 exit 0

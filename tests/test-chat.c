@@ -330,6 +330,30 @@ static void test_parser(const k3_tok *t) {
             "a tag left open at the end is flushed as text [%s]", r.resp);
     ids.n = 0;
 
+    /* a limit that cuts the closing markers: no marker text in the answer (it showed
+     * "231<|close|>r" after --max-tokens 5 on k3-nano) */
+    const char *cut2[] = {"<O>", "response", "<S>", "t:231", "<C>", "t:r", NULL};
+    gen(t, cut2, &ids);
+    feed_all(t, 1, &ids, 1, &r);
+    T_CHECK(!strcmp(r.resp, "231"), "a closing marker cut by the limit is hidden [%s]", r.resp);
+    ids.n              = 0;
+    const char *cut3[] = {"t:231", "<C>", NULL};
+    gen(t, cut3, &ids);
+    feed_all(t, 0, &ids, 1, &r);
+    T_CHECK(!strcmp(r.resp, "231"), "... a lone <|close|> too [%s]", r.resp);
+    ids.n              = 0;
+    const char *cut4[] = {"t:hm", "<C>", "t:thi", NULL};
+    gen(t, cut4, &ids);
+    feed_all(t, 1, &ids, 1, &r);
+    T_CHECK(!strcmp(r.think, "hm") && r.rn == 0, "... and the end of the reasoning [%s]", r.think);
+    ids.n              = 0;
+    const char *cut5[] = {"<O>", "response", "<S>", "t:x", "<C>", "t:thi", NULL};
+    gen(t, cut5, &ids);
+    feed_all(t, 1, &ids, 1, &r);
+    T_CHECK(!strcmp(r.resp, "x<|close|>thi"), "one that could not be hidden here is still shown [%s]",
+            r.resp);
+    ids.n = 0;
+
     const char *longtag[] = {"<C>", "t:this is not a tag name at all, it is far too long", "<S>", NULL};
     gen(t, longtag, &ids);
     feed_all(t, 1, &ids, 1, &r);

@@ -6,6 +6,7 @@
 #include "k3.h"
 #include "test.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -127,6 +128,11 @@ int main(void) {
                 strstr(k3_errmsg(), "abandoned"),
             "a bad \"abandoned\" names the line and the field: %s", k3_errmsg());
     T_CHECK(k3_conv_count(c) == n0 && k3_conv_abandoned_count(c) == 2, "and memory is untouched");
+    /* a directory: the reason, not a bare "read failed" */
+    T_CHECK(k3_conv_load(c, dir, NULL) == K3_ERR_IO && strstr(k3_errmsg(), dir) &&
+                strstr(k3_errmsg(), strerror(EISDIR)),
+            "loading a directory says it is one: %s", k3_errmsg());
+    T_CHECK(k3_conv_count(c) == n0, "and memory is untouched");
 
     free(t);
     k3_conv_free(a);

@@ -963,16 +963,17 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
     char      chunk[65536];
     size_t    n;
     k3_status st = K3_OK;
+    errno        = 0;
     while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
         sb_add(&b, chunk, n);
         if (b.oom || b.n > TRANSCRIPT_MAX)
             break;
     }
-    int rerr = ferror(f);
+    int rerr = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory: EISDIR */
     fclose(f);
     k3_conv *nc = k3_conv_new();
     if (rerr)
-        st = k3_err(K3_ERR_IO, "%s: read failed", path);
+        st = io_err(path, "read failed", rerr);
     else if (b.oom || !nc)
         st = k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
     else if (b.n > TRANSCRIPT_MAX)

@@ -965,9 +965,30 @@ k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *o) {
     return st;
 }
 
+/* The pending tag's bytes so far begin a marker that end_tag would hide in this state. */
+static int tag_starts_hidden(const k3_chat_parser *p) {
+    int         open = p->tag_kind == p->open, think = p->chan == K3_CHAN_THINK;
+    const char *names[3];
+    int         n = 0;
+    if (open && think)
+        names[n++] = "response";
+    if (open && p->tools && (!think || p->think_closed))
+        names[n++] = "tools";
+    if (!open)
+        names[n++] = think ? "think" : "response";
+    if (!open)
+        names[n++] = "message";
+    for (int k = 0; k < n; k++)
+        if ((size_t)p->tag_n <= strlen(names[k]) && !memcmp(p->tag, names[k], (size_t)p->tag_n))
+            return 1;
+    return 0;
+}
+
 void k3_chat_parser_finish(k3_chat_parser *p, k3_chat_out *o) {
     out_reset(p);
-    if (p->mode == PM_TEXT)
+    /* a marker the limit cut (the answer's closing <|close|>r...) is structure, not text:
+     * hidden like the whole one; anything else left open is shown */
+    if (p->mode == PM_TEXT && !(p->in_tag && tag_starts_hidden(p)))
         (void)replay_tag(p);
     p->in_tag = 0;
     (void)flush_chan(p, K3_CHAN_THINK);

@@ -109,13 +109,8 @@ static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_s
         k3_ids_free(&parsed);
         return 2;
     }
-    int32_t *ids = parsed.v; /* k3_ids owns a malloc'ed array: take it */
-    int      n   = (int)parsed.n;
-    if (n == 0) {
-        fprintf(stderr, "k3chat: --ids: no token ids given\n");
-        free(ids);
-        return 2;
-    }
+    int32_t      *ids = parsed.v;      /* k3_ids owns a malloc'ed array: take it */
+    int           n   = (int)parsed.n; /* > 0: cli_oneshot checked the text before loading */
     k3_model_info info;
     k3_model_get_info(m, &info);
     k3_sampler *smp = k3_sampler_new(sp);
@@ -152,6 +147,16 @@ int cli_oneshot(const cli_opts *o) {
     if (o->ids && o->prompt) {
         fprintf(stderr, "k3chat: --ids and --prompt exclude each other\n");
         return 2;
+    }
+    if (o->ids) { /* a typo in the ids is said before a load that may take minutes */
+        k3_ids    pre = {0};
+        k3_status ps  = k3_ids_parse(o->ids, INT32_MAX, &pre);
+        int       n   = (int)pre.n;
+        k3_ids_free(&pre);
+        if (ps != K3_OK || n == 0) {
+            fprintf(stderr, "k3chat: --ids: %s\n", ps != K3_OK ? k3_errmsg() : "no token ids given");
+            return 2;
+        }
     }
     if ((st = k3_params_default(&par))) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());

@@ -22,6 +22,7 @@ static char *slurp(const char *path, size_t *len) {
     }
     size_t cap = 1 << 16, n = 0;
     char  *b = malloc(cap);
+    errno    = 0;
     while (b) {
         n += fread(b + n, 1, cap - n - 1, f);
         if (n < cap - 1)
@@ -31,11 +32,12 @@ static char *slurp(const char *path, size_t *len) {
             free(b);
         b = nb;
     }
-    int err = ferror(f);
+    int err = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory: EISDIR */
     if (f != stdin)
         fclose(f);
     if (!b || err) {
-        fprintf(stderr, "k3chat: %s: %s\n", path, b ? "read error" : "out of memory");
+        fprintf(stderr, "k3chat: %s: %s%s\n", path, b ? "read error: " : "out of memory",
+                b ? strerror(err) : "");
         free(b);
         return NULL;
     }

@@ -51,6 +51,20 @@ static void usage(FILE *f) {
 }
 
 /* An option's number: cmd_num, the parser and range the slash commands use (cmd.h). */
+/* Each mode option (--prompt, --ids, --serve, --inspect, ...) picks what k3chat does: two
+ * different ones are a usage error (the last one used to win silently: --prompt X --serve P
+ * served and dropped the prompt); the same one again replaces its argument. */
+static int set_mode(cli_opts *o, enum cli_mode mode, const char *opt) {
+    static const char *first;
+    if (first && strcmp(first, opt)) {
+        fprintf(stderr, "k3chat: %s and %s are different modes; give one of them (try --help)\n", first, opt);
+        return 2;
+    }
+    first   = opt;
+    o->mode = mode;
+    return 0;
+}
+
 static int parse_num(const char *opt, const char *s, double lo, double hi, int integer, double *out) {
     char range[64];
     if (cmd_num(s, lo, hi, integer, out) == 0)
@@ -211,27 +225,34 @@ int main(int argc, char **argv) {
             printf("k3chat %s\n", k3_version());
             return 0;
         case O_INSPECT:
-            o.mode = CLI_INSPECT;
+            if (set_mode(&o, CLI_INSPECT, "--inspect"))
+                return 2;
             break;
         case O_TOKENIZE:
-            o.mode = CLI_TOKENIZE;
+            if (set_mode(&o, CLI_TOKENIZE, "--tokenize"))
+                return 2;
             break;
         case O_DETOKENIZE:
-            o.mode = CLI_DETOKENIZE;
+            if (set_mode(&o, CLI_DETOKENIZE, "--detokenize"))
+                return 2;
             break;
         case O_CHAT_IDS:
-            o.mode = CLI_CHAT_IDS;
+            if (set_mode(&o, CLI_CHAT_IDS, "--chat-ids"))
+                return 2;
             break;
         case O_PROMPT:
-            o.mode   = CLI_ONESHOT;
+            if (set_mode(&o, CLI_ONESHOT, "--prompt"))
+                return 2;
             o.prompt = optarg;
             break;
         case O_IDS:
-            o.mode = CLI_ONESHOT;
-            o.ids  = optarg;
+            if (set_mode(&o, CLI_ONESHOT, "--ids"))
+                return 2;
+            o.ids = optarg;
             break;
         case O_REPLAY:
-            o.mode = CLI_REPLAY;
+            if (set_mode(&o, CLI_REPLAY, "--replay"))
+                return 2;
             o.file = optarg;
             break;
         case O_PATTERN:
@@ -300,7 +321,8 @@ int main(int argc, char **argv) {
             o.plain = 1;
             break;
         case O_SERVE:
-            o.mode  = CLI_SERVE;
+            if (set_mode(&o, CLI_SERVE, "--serve"))
+                return 2;
             o.serve = optarg;
             break;
         case O_ENDPOINT:

@@ -7,8 +7,10 @@
  * (history shared with the TUI); otherwise with getline(). Ctrl-C stops the answer in progress
  * (a message still waiting for the model included); at the prompt it clears a typed line, and
  * at an empty prompt (or at end of input) k3chat exits once the last answer is complete. The
- * exit status is 1 when the model failed to load (whether or not anything was read) or stdout
- * could not be written (reported once on stderr).
+ * exit status is 1 when the model failed to load (whether or not anything was read), a message
+ * got no answer (an error: a full context, an unreachable --endpoint; as with --prompt) or stdout
+ * could not be written (reported once on stderr). On a terminal, quitting or /clear while the
+ * conversation is on no disk (the autosave failed) is refused once with a message.
  * Answers are printed as the raw Markdown they are. /copy puts one on the clipboard with OSC 52
  * when stdout is a terminal (the answers of this session are kept for it); /edit offers the
  * last message for editing (on a terminal) and sends the next line in place of the last
@@ -56,7 +58,9 @@ typedef struct plain {
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
     int           edit_pending;
     EditLine     *el;
-    int           lineno; /* input lines read so far                             */
+    int           lineno;      /* input lines read so far                             */
+    int           quit_warned; /* 1: a quit, 2: a /clear was refused (keep_unsaved)   */
+    int           failed;      /* messages that got no answer (an error): exit status 1 */
 } plain;
 
 /* Keep an answer (an owned copy) for /copy; pop = drop the last one. */
@@ -132,11 +136,14 @@ static void report_cut(plain *p, const ue_stats *s) {
     int n = s->n_think + s->n_response, max = p->cs.gen.max_tokens;
     if (max > 0 && n >= max)
         fprintf(stderr, "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n", max);
-    else
+    else if (s->ctx_max > 0) /* ctx_used is what the next prompt needs, which can exceed it */
         fprintf(stderr,
-                "k3chat: the answer was cut off: the context is full (%d of %d tokens); "
+                "k3chat: the answer was cut off: the context is full (%d tokens); "
                 "/forget drops the oldest exchange, /clear starts anew\n",
-                s->ctx_used, s->ctx_max);
+                s->ctx_max);
+    else
+        fprintf(stderr, "k3chat: the answer was cut off: the context is full; "
+                        "/forget drops the oldest exchange, /clear starts anew\n");
 }
 
 /* Handle one event; returns 1 when a turn finished. */
@@ -182,6 +189,8 @@ static int on_event(plain *p, ui_ev *e) {
             fputc('\n', stdout);
         if (e->i == UE_DONE_CANCELLED)
             fprintf(stderr, "k3chat: stopped\n");
+        if (e->i == UE_DONE_ERROR && !p->replaying)
+            p->failed++;
         if (!p->replaying && (e->i != UE_DONE_ERROR || p->cur.n))
             ans_push(p, p->cur.p, p->cur.n);
         p->cur.n = 0;
@@ -332,6 +341,24 @@ static void settle(plain *p) {
     drain(p, 0);
 }
 
+/* On a terminal, quitting (or /clear) would drop turns that are on no disk (the autosave failed
+ * and no /save since): the first request says so and is refused (1), the same one again goes
+ * ahead. */
+static int keep_unsaved(plain *p, int tty, const char *pre, int clear) {
+    int kind = clear ? 2 : 1;
+    if (!tty || p->fatal || !ue_unsaved(p->eng) || p->quit_warned == kind) {
+        p->quit_warned = 0;
+        return 0;
+    }
+    p->quit_warned = kind;
+    fprintf(
+        stderr,
+        "%sk3chat: %s: this conversation is not saved anywhere (the autosave failed); /save FILE keeps it, "
+        "or %s again %s without saving\n",
+        pre, clear ? "/clear" : "quit", clear ? "/clear" : "quit", clear ? "drops it" : "leaves");
+    return 1;
+}
+
 static int handle_text(plain *p, char *line) {
     if (line[0] == '/' && line[1] != '/') {
         cmd_result r;
@@ -363,6 +390,8 @@ static int handle_text(plain *p, char *line) {
             }
             break;
         case CMD_CLEAR:
+            if (keep_unsaved(p, p->el != NULL, "", 1))
+                break;
             ue_clear(p->eng);
             settle(p);
             break;
@@ -370,6 +399,7 @@ static int handle_text(plain *p, char *line) {
             ans_drop(p, p->n_ans - 1);
             ue_retry(p->eng, &p->cs.gen);
             drain(p, 1);
+            settle(p);
             break;
         case CMD_UNDO:
             free(p->last_user);
@@ -412,9 +442,11 @@ static int handle_text(plain *p, char *line) {
         ue_send(p->eng, text, &p->cs.gen);
     }
     p->edit_pending = 0;
+    p->quit_warned  = 0; /* a new turn: ask again before dropping it */
     free(p->last_user);
     p->last_user = strdup(text);
     drain(p, 1);
+    settle(p); /* what the worker says after the turn (an autosave failure) before the next prompt */
     return p->fatal;
 }
 
@@ -520,10 +552,15 @@ int cli_plain(const cli_opts *o) {
                     el_reset(el);
                     continue;
                 }
+                if (keep_unsaved(p, 1, "", 0))
+                    continue;
                 break;
             }
-            if (!s || n <= 0)
+            if (!s || n <= 0) {
+                if (keep_unsaved(p, 1, "\n", 0)) /* after the terminal's ^D */
+                    continue;
                 break;
+            }
             line = strdup(s);
             if (hist && line && line[0] != '\n') {
                 HistEvent he;
@@ -546,6 +583,8 @@ int cli_plain(const cli_opts *o) {
         p->lineno++;
         int stop = handle_line(p, line);
         free(line);
+        if (stop && keep_unsaved(p, el != NULL, "", 0))
+            continue;
         if (stop) {
             rc = p->fatal;
             break;
@@ -565,5 +604,5 @@ int cli_plain(const cli_opts *o) {
     free(p->ans);
     free(p->cur.p);
     free(p->last_user);
-    return rc || p->out_err || p->fatal ? 1 : 0;
+    return rc || p->out_err || p->fatal || p->failed ? 1 : 0;
 }

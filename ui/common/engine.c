@@ -273,8 +273,24 @@ static const char *plural(int n) {
 /* An edit of the history reaches the autosave file at once (k3chat(5)): after /undo a secret
  * typed by mistake must not stay on disk until the next turn, or for ever after /quit. */
 void ue_conv_autosave(ue *u, k3_conv *c) {
-    if (k3_conv_autosave(c) != K3_OK)
+    k3_status st = k3_conv_autosave(c);
+    ue_note_saved(u, c);
+    if (st != K3_OK)
         ue_emitf(u, EV_ERROR, "autosave: %s (the conversation is kept in memory)", k3_conv_autosave_error(c));
+}
+
+void ue_conv_autosave_enable(ue *u, k3_conv *c) {
+    if (k3_conv_autosave_enable(c, NULL) != K3_OK) {
+        u->no_autosave = 1;
+        ue_emitf(u, EV_ERROR, "autosave is off: %s", k3_errmsg());
+    }
+}
+
+void ue_note_saved(ue *u, const k3_conv *c) {
+    int turns = 0;
+    for (int i = 0; i < k3_conv_count(c) && !turns; i++)
+        turns = k3_conv_msg(c, i)->role != K3_ROLE_SYSTEM;
+    atomic_store(&u->unsaved, turns && (u->no_autosave || k3_conv_autosave_error(c) != NULL));
 }
 
 int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
@@ -310,6 +326,7 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
     }
     case EV_CMD_CLEAR: {
         k3_conv_clear(c);
+        ue_note_saved(u, c);
         ui_ev e = {.type = EV_RESET};
         ev_push(u->out, &e);
         return 1;
@@ -321,11 +338,13 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
             ue_conv_autosave(u, c);
         return 1;
     case EV_CMD_SAVE:
-        if (k3_conv_save(c, cmd->text) != K3_OK)
+        if (k3_conv_save(c, cmd->text) != K3_OK) {
             ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
-        else
+        } else {
+            atomic_store(&u->unsaved, 0); /* on disk now, in the file named */
             ue_emitf(u, EV_INFO, "saved %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)),
                      cmd->text);
+        }
         return 1;
     case EV_CMD_LOAD: {
         k3_load_info li;
@@ -333,6 +352,7 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
             ue_emitf(u, EV_ERROR, "/load: %s", k3_errmsg());
             return 1;
         }
+        atomic_store(&u->unsaved, 0); /* the conversation is the file's */
         ue_send_history(u, c);
         char fixed[160] = "";
         if (li.utf8_fixed)

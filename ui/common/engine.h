@@ -54,7 +54,11 @@ struct ue {
                                       starts command number <= cancel_upto cancelled */
     atomic_int ready;              /* model loaded                                */
     atomic_int busy;               /* a command is running                        */
-    unsigned   posted;             /* commands posted so far (UI thread only); each is
+    atomic_int unsaved;            /* the conversation holds turns that are on no disk: the
+                                      autosave failed (or is off) and no /save since
+                                      (ue_note_saved); the UI asks before dropping it */
+    int      no_autosave;          /* the autosave could not be enabled (worker only) */
+    unsigned posted;               /* commands posted so far (UI thread only); each is
                                       answered by one EV_ACK, EV_CMD_QUIT excepted  */
     int       started;
     pthread_t th;
@@ -104,6 +108,16 @@ int    ue_conv_cmd(ue *u, struct k3_conv *c, const ui_ev *cmd);
 double ue_mem_gb(void); /* resident set size of the process */
 /* Bring c's autosave file up to date now, reporting a failure as EV_ERROR. */
 void ue_conv_autosave(ue *u, struct k3_conv *c);
+/* Turn c's autosave on (in $XDG_DATA_HOME/k3chat), reporting a failure as EV_ERROR. */
+void ue_conv_autosave_enable(ue *u, struct k3_conv *c);
+/* After an autosave attempt (a turn's or an edit's): u->unsaved says whether c's turns are on
+ * disk. Call it before the events that end the command, so the UI sees the state with them. */
+void ue_note_saved(ue *u, const struct k3_conv *c);
+
+/* For the UI: would quitting (or /clear) now lose turns that are on no disk? */
+static inline int ue_unsaved(ue *u) {
+    return u && atomic_load(&u->unsaved);
+}
 
 /* The conversation settings of a turn's command g (think, effort, max_tokens, seed) with the
  * sampling temp / top_p the backend chose, over c's current settings: the same in every backend. */

@@ -404,9 +404,15 @@ static void turn(remote *r, const ue_gen *g) {
     }
     free(body);
     int cancelled = !failed && rc == CURLE_ABORTED_BY_CALLBACK;
-    if (r->think.n || r->resp.n || (!failed && !cancelled))
-        k3_conv_add(r->c, K3_ROLE_ASSISTANT, r->resp.p ? r->resp.p : "",
-                    g->think ? (r->think.p ? r->think.p : "") : NULL);
+    if (r->think.n || r->resp.n || (!failed && !cancelled)) {
+        /* a reply cut short (Ctrl-C, a failure mid-stream) is marked, as the local engine does */
+        k3_msg a = {.role        = K3_ROLE_ASSISTANT,
+                    .content     = r->resp.p ? r->resp.p : "",
+                    .reasoning   = g->think ? (r->think.p ? r->think.p : "") : NULL,
+                    .interrupted = failed || cancelled};
+        if (k3_conv_add_msg(r->c, &a) != K3_OK)
+            ue_emitf(r->u, EV_ERROR, "%s", k3_errmsg());
+    }
     ui_ev  d           = {.type = EV_DONE,
                           .i    = failed                         ? UE_DONE_ERROR
                                   : cancelled                    ? UE_DONE_CANCELLED
@@ -426,10 +432,11 @@ static void turn(remote *r, const ue_gen *g) {
     d.st.ctx_used = r->ctx_used;
     d.st.ctx_max  = r->ctx_max;
     d.st.mem_gb   = ue_mem_gb();
+    k3_conv_autosave(r->c);
+    ue_note_saved(r->u, r->c); /* before EV_DONE: a quit right after it sees the state */
     ev_push(r->u->out, &d);
     if (failed) /* after EV_DONE: the UI drops an empty failed turn, not this line */
         ue_emitf(r->u, EV_ERROR, "%s (the conversation is kept: /retry sends the message again)", msg);
-    k3_conv_autosave(r->c);
     const char *ae = k3_conv_autosave_error(r->c);
     if (ae)
         ue_emitf(r->u, EV_ERROR, "autosave: %s (the conversation is kept in memory)", ae);
@@ -515,8 +522,7 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         free(r);
         return -1;
     }
-    if (k3_conv_autosave_enable(r->c, NULL) != K3_OK)
-        ue_emitf(u, EV_ERROR, "autosave is off: %s", k3_errmsg());
+    ue_conv_autosave_enable(u, r->c);
     char msg[1200];
     int  down = discover(r, msg, sizeof msg);
     char desc[400];

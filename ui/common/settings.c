@@ -178,7 +178,12 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         if (r->arg[0])
             snprintf(path, sizeof path, "%s", file_arg(r->arg, file, sizeof file));
         else if (chat_default_save_path(path, sizeof path) != 0) {
-            snprintf(msg, n, "/save: no data directory (set XDG_DATA_HOME or HOME, or give a FILE)");
+            int  e = errno;
+            char dir[PATH_MAX];
+            if (xdg_dir("XDG_DATA_HOME", ".local/share", "transcripts", 0, dir, sizeof dir) != 0)
+                snprintf(msg, n, "/save: no data directory (set XDG_DATA_HOME or HOME, or give a FILE)");
+            else /* the variables are set: say what went wrong with the directory */
+                snprintf(msg, n, "/save: cannot make %.3900s: %s (give a FILE)", dir, strerror(e));
             return 1;
         }
         if (eng)

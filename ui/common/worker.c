@@ -181,6 +181,7 @@ static void turn(real *r, const ue_gen *g) {
     } else {
         d.st.tok_s = d.st.ttft_s = d.st.think_s = d.st.prefill_tok_s = -1;
     }
+    ue_note_saved(r->u, r->c); /* k3_conv_generate autosaved the turn */
     ev_push(r->u->out, &d);
     const char *ae = k3_conv_autosave_error(r->c);
     if (ae)
@@ -373,8 +374,7 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
         goto fail;
     }
     k3_conv_set_model(r->c, u->opts->dir, &p);
-    if (k3_conv_autosave_enable(r->c, NULL) != K3_OK)
-        ue_emitf(u, EV_ERROR, "autosave is off: %s", k3_errmsg());
+    ue_conv_autosave_enable(u, r->c);
     const char *slash = strrchr(u->opts->dir, '/');
     const char *name  = slash && slash[1] ? slash + 1 : u->opts->dir;
     char        desc[256];

@@ -758,8 +758,14 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
             return bad(e, "unsupported_role",
                        "messages[%zu].role: '%s' is not supported (system, developer, user, assistant, tool)",
                        i, role);
-        r->n_msgs = (int)i + 1;
-        if (parse_content(json_object_get(m, "content"), (int)i, "content", &d->content, e))
+        r->n_msgs   = (int)i + 1;
+        json_t *cnt = json_object_get(m, "content");
+        if ((!cnt || json_is_null(cnt)) && d->role != K3_ROLE_ASSISTANT) /* only an answer may lack it */
+            return bad(
+                e, cnt ? "invalid_type" : "missing_field",
+                "messages[%zu].content: a %s message needs its content (a string or an array of text parts)",
+                i, role);
+        if (parse_content(cnt, (int)i, "content", &d->content, e))
             return -1;
         if (stools_parse_message(m, i, d->role, &r->tx[i], e))
             return -1;

@@ -213,7 +213,8 @@ static void on_event(tui *t, ui_ev *e) {
         t->dirty |= DIRTY_ALL;
         break;
     case EV_TURN:
-        t->turn_t0 = ev_now();
+        t->turn_t0        = ev_now();
+        t->unsaved_warned = 0; /* a new turn: ask again before dropping it */
         break;
     case EV_TOKEN:
         if (t->cur < 0 || !t->streaming)
@@ -421,6 +422,28 @@ static void show_stats(tui *t) {
            t->lat_n, t->lat_n ? t->lat_sum / (double)t->lat_n * 1e3 : 0, t->lat_max * 1e3);
 }
 
+/* Quitting (or /clear) would drop turns that are on no disk (the autosave failed and no /save
+ * since): the first request says so and is refused, the same request again goes ahead. */
+static int unsaved_refuse(tui *t, int clear) {
+    int kind = clear ? 2 : 1;
+    if (!ue_unsaved(t->eng) || t->unsaved_warned == kind) {
+        t->unsaved_warned = 0;
+        return 0;
+    }
+    t->unsaved_warned = kind;
+    notice(
+        t, ROLE_ERROR,
+        "%s: this conversation is not saved anywhere (the autosave failed); /save FILE keeps it, or %s again "
+        "%s without saving",
+        clear ? "/clear" : "quit", clear ? "/clear" : "quit", clear ? "drops it" : "leaves");
+    return 1;
+}
+
+static void request_quit(tui *t) {
+    if (!unsaved_refuse(t, 0))
+        t->quit = 1;
+}
+
 static void run_command(tui *t, const char *line) {
     cmd_result r;
     char       msg[1024];
@@ -463,6 +486,8 @@ static void run_command(tui *t, const char *line) {
         }
         break;
     case CMD_CLEAR:
+        if (unsaved_refuse(t, 1))
+            break;
         ue_clear(t->eng);
         t->clear_pending++;
         drop_entries(t, 0);
@@ -527,7 +552,7 @@ static void run_command(tui *t, const char *line) {
         }
         break;
     case CMD_QUIT:
-        t->quit = 1;
+        request_quit(t);
         break;
     default:
         break;
@@ -980,11 +1005,11 @@ static void on_key(tui *t, wint_t k, int fn) {
                 t->edit_pending = 0;
                 return;
             }
-            t->quit = 1;
+            request_quit(t);
             return;
         case 4: /* Ctrl-D at an empty prompt */
             if (inp_empty(t->in)) {
-                t->quit = 1;
+                request_quit(t);
                 return;
             }
             break;
