@@ -6,7 +6,7 @@
 . "$K3_SRC/tests/count.sh"
 set -u
 B=${K3_BUILD:?}; T=${K3_TMP:?}
-K3=$B/k3chat; MK=$B/k3-mkmodel
+K3=$B/k3chat; MK=$B/k3-mkmodel; PY=/usr/bin/python3
 pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; }
 check() { if [ "$1" -eq 0 ]; then shift; pass "$@"; else shift; fail "$@"; fi; }
@@ -26,6 +26,11 @@ for want in "kimi_k3" "layers       6: 4 KDA + 2 MLA" "MLA layers   3, 5" "exper
             "K3_BITS=4 K3_MLA_BITS=8 K3_HEAD_BITS=8" "total"; do
     grep -qF "$want" "$T/out"; check $? "report mentions '$want'"
 done
+# the parameter count in the largest unit that keeps a digit before the point (was "0.000 T")
+p=$(sed -n 's/^parameters   \([0-9.]*\) \([kMBT]\) (\([0-9]*\);.*/\1 \2 \3/p' "$T/out")
+$PY -c "import sys; v, u, n = sys.argv[1:4]; s = {'k': 1e3, 'M': 1e6, 'B': 1e9, 'T': 1e12}[u]
+sys.exit(0 if 1 <= float(v) < 1000 and abs(float(v) * s - int(n)) <= s * 5e-4 else 1)" $p 2>/dev/null
+check $? "parameters in a readable unit, agreeing with the exact count ($p)"
 K3_BITS=32 K3_EXPERT_GB=1 "$K3" --inspect "$M" >"$T/out32" 2>&1
 grep -qF "K3_BITS=32" "$T/out32" && grep -qF "the budget holds all experts" "$T/out32"; check $? "K3_BITS=32 K3_EXPERT_GB=1 reflected in the estimate"
 a=$(grep 'dense matrices' "$T/out" | awk '{print $5 $6}'); b=$(grep 'dense matrices' "$T/out32" | awk '{print $5 $6}')

@@ -314,7 +314,11 @@ k3_status k3_inspect(const char *dir, FILE *out) {
             c->bos_id, c->eos_id, c->pad_id, (double)c->gen_temp, (double)c->gen_top_p);
     print_dtypes(d, out);
     double np = n_params(d);
-    fprintf(out, "parameters   %.3f T (%.0f; MXFP4 weights two a byte, scales not counted)\n", np / 1e12, np);
+    /* the largest unit that leaves at least 1 before the point: 2.813 T, 41.2 M */
+    const char  *unit = np >= 1e12 ? "T" : np >= 1e9 ? "B" : np >= 1e6 ? "M" : "k";
+    const double div  = np >= 1e12 ? 1e12 : np >= 1e9 ? 1e9 : np >= 1e6 ? 1e6 : 1e3;
+    fprintf(out, "parameters   %.3f %s (%.0f; MXFP4 weights two a byte, scales not counted)\n", np / div,
+            unit, np);
     fprintf(out, "experts      %ld routed (%d MoE layers x %d), %s each (six MXFP4 tensors), %s in all\n",
             es.n, c->n_layers - c->first_dense, c->n_experts, HB(es.bytes_per), HB(es.total));
     if (es.n_split)
