@@ -47,8 +47,9 @@ t "2: both conversations are on disk" 'grep -l "27 + 58" "$XDG_DATA_HOME"/k3chat
 
 # ---- 3. /undo, /forget, /system reach the autosave file at once (/quit right after included)
 fresh
-printf 'my password is hunter2\n/undo\n' | "$k" "$M" --think off >/dev/null 2>&1
+printf 'my password is hunter2\n/undo\n' | "$k" "$M" --think off >/dev/null 2>"$K3_TMP/undo.err"
 t "3: /undo takes the message out of the autosave file" '[ -n "$(auto)" ] && ! auto | grep -q hunter2'
+t "3: line mode says what /undo dropped" 'grep -q "k3chat: dropped the last exchange (2 messages)" "$K3_TMP/undo.err"'
 fresh
 printf 'my password is hunter2\nWhat is 1 + 1?\n/forget\n/quit\n' | "$k" "$M" --think off >/dev/null 2>&1
 t "3: /forget then /quit: the file no longer has the oldest exchange" '! auto | grep -q hunter2 && auto | grep -q "1 + 1"'

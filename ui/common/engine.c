@@ -299,15 +299,18 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         if (k3_conv_edit_last(c) < 0)
             ue_emitf(u, EV_ERROR, "/edit: %s (the old exchange is replaced, not kept)", k3_errmsg());
         return 0;
-    case EV_CMD_UNDO:
-        if (k3_conv_undo(c) == 0) {
+    case EV_CMD_UNDO: {
+        int n = k3_conv_undo(c);
+        if (n == 0) {
             ue_emitf(u, EV_ERROR, "/undo: the conversation is empty");
         } else {
             ui_ev e = {.type = EV_UNDO};
             ev_push(u->out, &e);
+            ue_emitf(u, EV_INFO, "dropped the last exchange (%d message%s)", n, plural(n));
             ue_conv_autosave(u, c);
         }
         return 1;
+    }
     case EV_CMD_FORGET: {
         if (cmd->text && cmd->text[0]) { /* --fit: the backend knows the context (worker.c) */
             ue_emitf(u, EV_ERROR,
