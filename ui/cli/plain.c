@@ -8,7 +8,8 @@
  * (a message still waiting for the model included); at the prompt it clears a typed line, and
  * at an empty prompt (or at end of input) k3chat exits once the last answer is complete. The
  * exit status is 1 when the model failed to load (whether or not anything was read), a message
- * got no answer (an error: a full context, an unreachable --endpoint; as with --prompt) or stdout
+ * got no answer (an error: a full context, an unreachable --endpoint; as with --prompt; unless a
+ * /retry or /edit of it answered later) or stdout
  * could not be written (reported once on stderr). On a terminal, quitting or /clear while the
  * conversation is on no disk (the autosave failed) is refused once with a message.
  * Answers are printed as the raw Markdown they are. /copy puts one on the clipboard with OSC 52
@@ -61,6 +62,9 @@ typedef struct plain {
     int           lineno;      /* input lines read so far                             */
     int           quit_warned; /* 1: a quit, 2: a /clear was refused (keep_unsaved)   */
     int           failed;      /* messages that got no answer (an error): exit status 1 */
+    int           last_failed; /* the last exchange's turn failed (counted in failed)       */
+    int           redo;        /* the turn running is a /retry or /edit of the last exchange:
+                                  its answer takes that failure back                         */
 } plain;
 
 /* Keep an answer (an owned copy) for /copy; pop = drop the last one. */
@@ -189,8 +193,14 @@ static int on_event(plain *p, ui_ev *e) {
             fputc('\n', stdout);
         if (e->i == UE_DONE_CANCELLED)
             fprintf(stderr, "k3chat: stopped\n");
-        if (e->i == UE_DONE_ERROR && !p->replaying)
-            p->failed++;
+        if (e->i == UE_DONE_ERROR && !p->replaying) {
+            p->failed += !(p->redo && p->last_failed); /* the same message failing again: once */
+            p->last_failed = 1;
+        } else if ((e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH) && !p->replaying && p->redo &&
+                   p->last_failed) {
+            p->failed--; /* the message got its answer after all */
+            p->last_failed = 0;
+        }
         if (!p->replaying && (e->i != UE_DONE_ERROR || p->cur.n))
             ans_push(p, p->cur.p, p->cur.n);
         p->cur.n = 0;
@@ -397,9 +407,11 @@ static int handle_text(plain *p, char *line) {
             break;
         case CMD_RETRY:
             ans_drop(p, p->n_ans - 1);
+            p->redo = 1;
             ue_retry(p->eng, &p->cs.gen);
             drain(p, 1);
             settle(p);
+            p->redo = 0;
             break;
         case CMD_UNDO:
             free(p->last_user);
@@ -437,8 +449,10 @@ static int handle_text(plain *p, char *line) {
     const char *text = line[0] == '/' ? line + 1 : line;
     if (p->edit_pending && p->last_user) {
         ans_drop(p, p->n_ans - 1);
+        p->redo = 1;
         ue_edit(p->eng, text, &p->cs.gen);
     } else {
+        p->last_failed = 0; /* a new exchange: an earlier failure stays counted */
         ue_send(p->eng, text, &p->cs.gen);
     }
     p->edit_pending = 0;
@@ -447,6 +461,7 @@ static int handle_text(plain *p, char *line) {
     p->last_user = strdup(text);
     drain(p, 1);
     settle(p); /* what the worker says after the turn (an autosave failure) before the next prompt */
+    p->redo = 0;
     return p->fatal;
 }
 
