@@ -118,7 +118,6 @@ static char *path_join(const char *dir, const char *name) {
 
 /* ---- positioned reads ------------------------------------------------------------------- */
 
-/* Read exactly n bytes at off. On error the message names the file (by base name) and offset. */
 /* A read of tensor data: counted in io (NULL: headers and the index, not counted). */
 static void io_count(st_io *io, uint64_t bytes, int direct) {
     if (!io)
@@ -129,29 +128,40 @@ static void io_count(st_io *io, uint64_t bytes, int direct) {
         __atomic_add_fetch(&io->direct_bytes, bytes, __ATOMIC_RELAXED);
 }
 
-/* Read exactly n bytes at off. On error the message names the file (by base name) and offset.
- * Each read call of tensor data is counted in io (NULL: not counted). */
-static k3_status pread_all(int fd, const char *path, void *dst, uint64_t n, uint64_t off, st_io *io) {
+/* Read at least `need` bytes at off into dst, asking for up to n >= need (an O_DIRECT span is
+ * whole 4096-byte blocks and may run past the end of the file). On error the message names the
+ * file (by base name) and offset. Each read call of tensor data is counted in io (NULL: not
+ * counted). DIRECT (fd opened with O_DIRECT): its bytes are counted as such, and EINVAL on the
+ * first call (the filesystem refuses the alignment) is K3_ERR_UNSUPPORTED, with no message. */
+static k3_status pread_span(int fd, const char *path, void *dst, uint64_t n, uint64_t need, uint64_t off,
+                            st_io *io, int direct) {
     unsigned char *p    = dst;
     uint64_t       done = 0;
-    while (done < n) {
+    while (done < need) {
         size_t  want = (size_t)(n - done > (1u << 30) ? (1u << 30) : n - done);
         ssize_t r    = pread(fd, p + done, want, (off_t)(off + done));
-        io_count(io, r > 0 ? (uint64_t)r : 0, 0);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EINVAL && direct && done == 0)
+            return K3_ERR_UNSUPPORTED;
+        io_count(io, r > 0 ? (uint64_t)r : 0, direct);
+        if (r < 0)
             return k3_err(K3_ERR_IO, "%s: read of %llu bytes at offset %llu failed: %s", base_name(path),
-                          (unsigned long long)(n - done), (unsigned long long)(off + done), strerror(errno));
-        }
+                          (unsigned long long)(need - done), (unsigned long long)(off + done),
+                          strerror(errno));
         if (r == 0)
             return k3_err(
                 K3_ERR_IO,
                 "%s: unexpected end of file at offset %llu (wanted %llu more bytes; file truncated?)",
-                base_name(path), (unsigned long long)(off + done), (unsigned long long)(n - done));
+                base_name(path), (unsigned long long)(off + done), (unsigned long long)(need - done));
         done += (uint64_t)r;
     }
     return K3_OK;
+}
+
+/* Read exactly n bytes at off (pread_span through the page cache). */
+static k3_status pread_all(int fd, const char *path, void *dst, uint64_t n, uint64_t off, st_io *io) {
+    return pread_span(fd, path, dst, n, n, off, io, 0);
 }
 
 /* ---- header parsing ---------------------------------------------------------------------- */
@@ -718,35 +728,18 @@ k3_status st_read(const st_dir *d, const st_tensor *t, void *dst) {
 
 /* O_DIRECT reads of [a0, a0 + n) (4096-aligned) into blk; at least `need` bytes must come
  * (the span may run past the end of the file). K3_ERR_UNSUPPORTED when the filesystem refuses
- * O_DIRECT (EINVAL: the caller reads through the page cache instead), else K3_OK or K3_ERR_IO. */
+ * O_DIRECT (the caller reads through the page cache instead), else K3_OK or K3_ERR_IO. */
 static k3_status direct_span(st_dir *d, st_shard *s, uint8_t *blk, uint64_t a0, uint64_t n, uint64_t need) {
     if (s->dfd == -1 && (s->dfd = open(s->path, O_RDONLY | O_CLOEXEC | O_DIRECT)) < 0)
         s->dfd = -2;
     if (s->dfd < 0)
         return K3_ERR_UNSUPPORTED;
-    uint64_t done = 0;
-    while (done < need) {
-        size_t  want = (size_t)(n - done > (1u << 30) ? (1u << 30) : n - done);
-        ssize_t r    = pread(s->dfd, blk + done, want, (off_t)(a0 + done));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 && errno == EINVAL && done == 0) { /* alignment refused: the page cache then */
-            close(s->dfd);
-            s->dfd = -2;
-            return K3_ERR_UNSUPPORTED;
-        }
-        io_count(d->io, r > 0 ? (uint64_t)r : 0, 1);
-        if (r < 0)
-            return k3_err(K3_ERR_IO, "%s: read of %llu bytes at offset %llu failed: %s", s->name,
-                          (unsigned long long)want, (unsigned long long)(a0 + done), strerror(errno));
-        if (r == 0)
-            return k3_err(
-                K3_ERR_IO,
-                "%s: unexpected end of file at offset %llu (wanted %llu more bytes; file truncated?)",
-                s->name, (unsigned long long)(a0 + done), (unsigned long long)(need - done));
-        done += (uint64_t)r;
+    k3_status st = pread_span(s->dfd, s->path, blk, n, need, a0, d->io, 1);
+    if (st == K3_ERR_UNSUPPORTED) { /* alignment refused: the page cache from now on */
+        close(s->dfd);
+        s->dfd = -2;
     }
-    return K3_OK;
+    return st;
 }
 
 k3_status st_read_block(st_dir *d, const st_tensor *t, uint64_t direct_min, void **block, const void **data,
