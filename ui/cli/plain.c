@@ -9,9 +9,9 @@
  * at an empty prompt (or at end of input) k3chat exits once the last answer is complete. The
  * exit status is 1 when the model failed to load (whether or not anything was read), a message
  * got no answer (an error: a full context, an unreachable --endpoint; as with --prompt; unless a
- * /retry or /edit of it answered later) or stdout
- * could not be written (reported once on stderr). On a terminal, quitting or /clear while the
- * conversation is on no disk (the autosave failed) is refused once with a message.
+ * /retry or /edit of it answered later) or stdout could not be written (reported once on
+ * stderr). On a terminal, quitting or /clear while the conversation is on no disk (the autosave
+ * failed) is refused once with a message.
  * Answers are printed as the raw Markdown they are. /copy puts one on the clipboard with OSC 52
  * when stdout is a terminal (the answers of this session are kept for it); /edit offers the
  * last message for editing (on a terminal) and sends the next line in place of the last
@@ -355,17 +355,10 @@ static void settle(plain *p) {
  * and no /save since): the first request says so and is refused (1), the same one again goes
  * ahead. */
 static int keep_unsaved(plain *p, int tty, const char *pre, int clear) {
-    int kind = clear ? 2 : 1;
-    if (!tty || p->fatal || !ue_unsaved(p->eng) || p->quit_warned == kind) {
-        p->quit_warned = 0;
+    char msg[256];
+    if (!tty || p->fatal || !ue_unsaved_refuse(p->eng, &p->quit_warned, clear, msg, sizeof msg))
         return 0;
-    }
-    p->quit_warned = kind;
-    fprintf(
-        stderr,
-        "%sk3chat: %s: this conversation is not saved anywhere (the autosave failed); /save FILE keeps it, "
-        "or %s again %s without saving\n",
-        pre, clear ? "/clear" : "quit", clear ? "/clear" : "quit", clear ? "drops it" : "leaves");
+    fprintf(stderr, "%sk3chat: %s\n", pre, msg);
     return 1;
 }
 

@@ -293,6 +293,20 @@ void ue_note_saved(ue *u, const k3_conv *c) {
     atomic_store(&u->unsaved, turns && (u->no_autosave || k3_conv_autosave_error(c) != NULL));
 }
 
+int ue_unsaved_refuse(ue *u, int *warned, int clear, char *msg, size_t n) {
+    int kind = clear ? 2 : 1;
+    if (!ue_unsaved(u) || *warned == kind) {
+        *warned = 0;
+        return 0;
+    }
+    *warned = kind;
+    snprintf(msg, n,
+             "%s: this conversation is not saved anywhere (the autosave failed); /save FILE keeps it, or %s "
+             "again %s without saving",
+             clear ? "/clear" : "quit", clear ? "/clear" : "quit", clear ? "drops it" : "leaves");
+    return 1;
+}
+
 int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
     switch (cmd->type) {
     case EV_CMD_EDIT: /* the old exchange becomes a branch; the backend then sends as usual */

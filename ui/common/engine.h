@@ -118,6 +118,10 @@ void ue_note_saved(ue *u, const struct k3_conv *c);
 static inline int ue_unsaved(ue *u) {
     return u && atomic_load(&u->unsaved);
 }
+/* Quitting (CLEAR = 0) or /clear (1) while turns are on no disk: the first request is refused
+ * (returns 1, msg says why and what to do), the same request again goes ahead (0). *warned is
+ * the UI's memory of the last refusal (0 none, 1 a quit, 2 a /clear; a new turn resets it). */
+int ue_unsaved_refuse(ue *u, int *warned, int clear, char *msg, size_t n);
 
 /* The conversation settings of a turn's command g (think, effort, max_tokens, seed) with the
  * sampling temp / top_p the backend chose, over c's current settings: the same in every backend. */

@@ -425,17 +425,10 @@ static void show_stats(tui *t) {
 /* Quitting (or /clear) would drop turns that are on no disk (the autosave failed and no /save
  * since): the first request says so and is refused, the same request again goes ahead. */
 static int unsaved_refuse(tui *t, int clear) {
-    int kind = clear ? 2 : 1;
-    if (!ue_unsaved(t->eng) || t->unsaved_warned == kind) {
-        t->unsaved_warned = 0;
+    char msg[256];
+    if (!ue_unsaved_refuse(t->eng, &t->unsaved_warned, clear, msg, sizeof msg))
         return 0;
-    }
-    t->unsaved_warned = kind;
-    notice(
-        t, ROLE_ERROR,
-        "%s: this conversation is not saved anywhere (the autosave failed); /save FILE keeps it, or %s again "
-        "%s without saving",
-        clear ? "/clear" : "quit", clear ? "/clear" : "quit", clear ? "drops it" : "leaves");
+    notice(t, ROLE_ERROR, "%s", msg);
     return 1;
 }
 
