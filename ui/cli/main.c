@@ -50,7 +50,6 @@ static void usage(FILE *f) {
         "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
 
-/* An option's number: cmd_num, the parser and range the slash commands use (cmd.h). */
 /* Each mode option (--prompt, --ids, --serve, --inspect, ...) picks what k3chat does: two
  * different ones are a usage error (the last one used to win silently: --prompt X --serve P
  * served and dropped the prompt); the same one again replaces its argument. */
@@ -65,6 +64,7 @@ static int set_mode(cli_opts *o, enum cli_mode mode, const char *opt) {
     return 0;
 }
 
+/* An option's number: cmd_num, the parser and range the slash commands use (cmd.h). */
 static int parse_num(const char *opt, const char *s, double lo, double hi, int integer, double *out) {
     char range[64];
     if (cmd_num(s, lo, hi, integer, out) == 0)
