@@ -83,4 +83,10 @@ mkdir -p "$T/notok" && cp "$T/m"/*.json "$T/m"/*.safetensors "$T/notok/" 2>/dev/
 "$B/k3chat" "$T/m" --ids "5 x 7" --max-tokens 2 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q "token 2: 'x' is not an id" "$T/err" && ! grep -q "loaded\|memory fit" "$T/err"
 ok $? "--ids with a typo: a usage error before loading ($(head -c 160 "$T/err"))"
+# the server's prompt-cache settings: a malformed value stops the start, naming the variable
+for kv in K3_CONV_SNAPSHOTS=many K3_CONV_SNAPSHOTS=65 K3_CONV_SNAPSHOT_MB=lots K3_CONV_SNAPSHOT_MB=-1; do
+    env "$kv" timeout 60 "$B/k3chat" "$T/m" --serve 127.0.0.1:0 >/dev/null 2>"$T/err"; rc=$?
+    [ "$rc" = 1 ] && grep -q "${kv%%=*}='${kv#*=}'" "$T/err"
+    ok $? "--serve with $kv: exit 1 naming it (status $rc: $(tail -n 1 "$T/err" | head -c 140))"
+done
 exit 0
