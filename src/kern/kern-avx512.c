@@ -110,9 +110,9 @@ Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, 
 }
 // clang-format on
 
-/* Rows r .. r+rb-1 of a Q_I8 matrix for cb columns a[cb] -> y[c][row]. */
-Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, float *const *y, int r, int pf,
-                             const kspan *ks) {
+/* Rows r, r + rs, .., r + (rb-1) rs of a Q_I8 matrix for cb columns a[cb] -> y[c][row]. */
+Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, float *const *y, int r, int rs,
+                             int pf, const kspan *ks) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int     n = m->cols, ng = (n + 31) / 32;
     const int8_t *w[RB_MAX];
@@ -120,7 +120,7 @@ Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, f
     __m512i       wu[RB_MAX];
 #pragma GCC unroll 4
     for (int i = 0; i < rb; i++)
-        w[i] = (const int8_t *)m->w + (size_t)(r + i) * n;
+        w[i] = (const int8_t *)m->w + (size_t)(r + i * rs) * n;
     TILE_INIT(acc, rb, cb, ks);
     int g = 2 * ks->k0;
     for (; g < 2 * ks->k1; g += 2) {
@@ -144,7 +144,7 @@ Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, f
     for (int i = 0; i < rb; i++)
 #pragma GCC unroll 4
         for (int c = 0; c < cb; c++)
-            y[c][r + i] = sum16(acc[i][c]) * m->s[r + i];
+            y[c][r + i * rs] = sum16(acc[i][c]) * m->s[r + i * rs];
 }
 
 /* Lanes 0-7 = x, 8-15 = y. */
@@ -197,9 +197,9 @@ Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *
     *hi              = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b, 4), m4));
 }
 
-/* Rows r .. r+rb-1 of a Q_I4 (mx = 0) or Q_MXFP4 (mx = 1) matrix for cb columns. */
+/* Rows r, r + rs, .. of a Q_I4 (mx = 0) or Q_MXFP4 (mx = 1) matrix for cb columns. */
 Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, int cb, float *const *y,
-                              int r, int pf, const kspan *ks) {
+                              int r, int rs, int pf, const kspan *ks) {
     const __m512i lut =
         mx ? _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0))
            : _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
@@ -211,9 +211,9 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
     __m512i        lo[RB_MAX], hi[RB_MAX];
 #pragma GCC unroll 4
     for (int i = 0; i < rb; i++) {
-        w[i] = (const uint8_t *)m->w + (size_t)(r + i) * rb_bytes;
-        e[i] = mx ? m->e + (size_t)(r + i) * sr : NULL;
-        s[i] = mx ? NULL : m->s + (size_t)(r + i) * sr;
+        w[i] = (const uint8_t *)m->w + (size_t)(r + i * rs) * rb_bytes;
+        e[i] = mx ? m->e + (size_t)(r + i * rs) * sr : NULL;
+        s[i] = mx ? NULL : m->s + (size_t)(r + i * rs) * sr;
     }
     TILE_INIT(acc, rb, cb, ks);
     int p = 2 * ks->k0;
@@ -244,30 +244,31 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
     for (int i = 0; i < rb; i++)
 #pragma GCC unroll 4
         for (int c = 0; c < cb; c++)
-            y[c][r + i] = sum16(acc[i][c]);
+            y[c][r + i * rs] = sum16(acc[i][c]);
 }
 
 /* One function per (type, rows, columns) shape of a tile, so rb and cb are constants. */
 #define TILE_FN(name, call)                                                                                  \
-    Z static void name(const qmat *m, const kern_act *a, float *const *y, int r, int pf, const kspan *ks) {  \
+    Z static void name(const qmat *m, const kern_act *a, float *const *y, int r, int rs, int pf,             \
+                       const kspan *ks) {                                                                    \
         call;                                                                                                \
     }
 #define TILE_FNS(rb)                                                                                         \
-    TILE_FN(i8_##rb##x1, i8_tile(m, a, rb, 1, y, r, pf, ks))                                                 \
-    TILE_FN(i8_##rb##x2, i8_tile(m, a, rb, 2, y, r, pf, ks))                                                 \
-    TILE_FN(i8_##rb##x3, i8_tile(m, a, rb, 3, y, r, pf, ks))                                                 \
-    TILE_FN(i8_##rb##x4, i8_tile(m, a, rb, 4, y, r, pf, ks))                                                 \
-    TILE_FN(i4_##rb##x1, nib_tile(m, a, 0, rb, 1, y, r, pf, ks))                                             \
-    TILE_FN(i4_##rb##x2, nib_tile(m, a, 0, rb, 2, y, r, pf, ks))                                             \
-    TILE_FN(i4_##rb##x3, nib_tile(m, a, 0, rb, 3, y, r, pf, ks))                                             \
-    TILE_FN(mx_##rb##x1, nib_tile(m, a, 1, rb, 1, y, r, pf, ks))                                             \
-    TILE_FN(mx_##rb##x2, nib_tile(m, a, 1, rb, 2, y, r, pf, ks))                                             \
-    TILE_FN(mx_##rb##x3, nib_tile(m, a, 1, rb, 3, y, r, pf, ks))
+    TILE_FN(i8_##rb##x1, i8_tile(m, a, rb, 1, y, r, rs, pf, ks))                                             \
+    TILE_FN(i8_##rb##x2, i8_tile(m, a, rb, 2, y, r, rs, pf, ks))                                             \
+    TILE_FN(i8_##rb##x3, i8_tile(m, a, rb, 3, y, r, rs, pf, ks))                                             \
+    TILE_FN(i8_##rb##x4, i8_tile(m, a, rb, 4, y, r, rs, pf, ks))                                             \
+    TILE_FN(i4_##rb##x1, nib_tile(m, a, 0, rb, 1, y, r, rs, pf, ks))                                         \
+    TILE_FN(i4_##rb##x2, nib_tile(m, a, 0, rb, 2, y, r, rs, pf, ks))                                         \
+    TILE_FN(i4_##rb##x3, nib_tile(m, a, 0, rb, 3, y, r, rs, pf, ks))                                         \
+    TILE_FN(mx_##rb##x1, nib_tile(m, a, 1, rb, 1, y, r, rs, pf, ks))                                         \
+    TILE_FN(mx_##rb##x2, nib_tile(m, a, 1, rb, 2, y, r, rs, pf, ks))                                         \
+    TILE_FN(mx_##rb##x3, nib_tile(m, a, 1, rb, 3, y, r, rs, pf, ks))
 TILE_FNS(1)
 TILE_FNS(4)
 static_assert(RB_MAX == 4 && CB_I8 == 4 && CB_NIB == 3, "one tile function per shape");
 
-typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int, const kspan *);
+typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int, int, const kspan *);
 
 /* K blocking of a matmul (nc > 1): kern_kblock_steps() double steps per block (default 16: 1 KiB
  * of each weight row), rows in sub-blocks of RS_ROWS. One K block's activations for KERN_NC512
@@ -279,10 +280,11 @@ typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int
  * one pass: its one activation column stays in L1 anyway. */
 #define RS_ROWS 16
 
-/* The prefetch distance (bytes) of a matvec: kern_mv_ahead() tiles of RB_MAX rows (kern-impl.h),
- * or the byte distance of the matmul when that is 0. */
-static int mv_prefetch(const qmat *m) {
-    const size_t ahead = (size_t)kern_mv_ahead() * RB_MAX * q_wbytes(m->type, 1, m->cols);
+/* The prefetch distance (bytes) of a matvec: kern_mv_ahead() tiles (kern-impl.h), each tile
+ * rows_per_tile rows further along a row's stream (RB_MAX for contiguous tiles, 1 for split
+ * ones), or the byte distance of the matmul when that is 0. */
+static int mv_prefetch(const qmat *m, int rows_per_tile) {
+    const size_t ahead = (size_t)kern_mv_ahead() * (size_t)rows_per_tile * q_wbytes(m->type, 1, m->cols);
     return !ahead ? kern_prefetch_bytes() : ahead > (1u << 30) ? 1 << 30 : (int)ahead;
 }
 
@@ -300,21 +302,50 @@ static void mv_prefetch_scales(const qmat *m, int r, int n) {
         __builtin_prefetch((const void *)l, 0, 3);
 }
 
+/* [type][rb == 4][cb - 1] */
+static const tile_fn tiles[3][2][4] = {
+    {{i8_1x1, i8_1x2, i8_1x3, i8_1x4}, {i8_4x1, i8_4x2, i8_4x3, i8_4x4}},
+    {{i4_1x1, i4_1x2, i4_1x3, NULL}, {i4_4x1, i4_4x2, i4_4x3, NULL}},
+    {{mx_1x1, mx_1x2, mx_1x3, NULL}, {mx_4x1, mx_4x2, mx_4x3, NULL}},
+};
+
+/* Matvec with split tiles (kern_mv_split): the rows [r0, r1) as RB_MAX quarters of q rows
+ * (the last r1 - r0 - RB_MAX q rows after them, one at a time); tile i runs row i of each
+ * quarter, so the core reads RB_MAX long linear streams, which the hardware prefetchers follow
+ * across rows and pages, instead of four streams one row apart that restart every tile
+ * (a plain read in those two patterns: 37-41 against 25-31 GB/s on one Zen 5 core, BENCHMARKS.md).
+ * Each row prefetches kern_mv_ahead() rows further along its own stream (its weights; the
+ * scales of each stream's row that far ahead at the tile start). */
+static void mv_split(const qmat *m, const kern_act *a, float *const *y, int t, int r0, int r1) {
+    const int   q = (r1 - r0) / RB_MAX, ahead = kern_mv_ahead(), pf = mv_prefetch(m, 1);
+    const int   nfull = (int)(q_wbytes(m->type, 1, m->cols) / 64);
+    const kspan ks    = {0, nfull, NULL};
+    for (int i = 0; i < q; i++) {
+        if (ahead)
+            for (int k = 0; k < RB_MAX; k++)
+                mv_prefetch_scales(m, r0 + k * q + i + ahead, 1);
+        tiles[t][1][0](m, a, y, r0 + i, q, pf, &ks);
+    }
+    for (int r = r0 + RB_MAX * q; r < r1; r++) {
+        if (ahead)
+            mv_prefetch_scales(m, r + ahead, 1);
+        tiles[t][0][0](m, a, y, r, 1, pf, &ks);
+    }
+}
+
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
-    /* [type][rb == 4][cb - 1] */
-    static const tile_fn tiles[3][2][4] = {
-        {{i8_1x1, i8_1x2, i8_1x3, i8_1x4}, {i8_4x1, i8_4x2, i8_4x3, i8_4x4}},
-        {{i4_1x1, i4_1x2, i4_1x3, NULL}, {i4_4x1, i4_4x2, i4_4x3, NULL}},
-        {{mx_1x1, mx_1x2, mx_1x3, NULL}, {mx_4x1, mx_4x2, mx_4x3, NULL}},
-    };
     K3_ASSERT(nc >= 1 && nc <= KERN_NC512);
     K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
     const int t = m->type == Q_I8 ? 0 : m->type == Q_I4 ? 1 : 2, cbmax = t ? CB_NIB : CB_I8;
+    if (nc == 1 && kern_mv_split()) {
+        mv_split(m, a, y, t, r0, r1);
+        return;
+    }
     /* a matvec prefetches tiles ahead (mv_prefetch); a matmul the next row sub-block (the same K
      * offset RS_ROWS rows on) while this one runs: its block loops jump between rows, so a distance
      * along the row misses the first 4 KiB of every row (i8 from DRAM, 8 columns: 8.5 -> 10.6 GB/s,
      * BENCHMARKS.md) */
-    const int pf      = nc == 1                 ? mv_prefetch(m)
+    const int pf      = nc == 1                 ? mv_prefetch(m, RB_MAX)
                         : kern_prefetch_bytes() ? RS_ROWS * (int)q_wbytes(m->type, 1, m->cols)
                                                 : 0;
     const int pf_rows = nc == 1 ? kern_mv_ahead() * RB_MAX : 0; /* matvec: scales prefetched too */
@@ -339,7 +370,7 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
                 for (int c = 0, tl = 0; c < nc; c += (nc + tl) / ntl, tl++) {
                     const int cb = (nc + tl) / ntl; /* tile tl of ntl: nc / ntl columns, the last ones + 1 */
                     ks.ab        = ab + (size_t)(r - rs) * KERN_NC512 + c;
-                    tiles[t][four][cb - 1](m, a + c, y + c, r, pf, &ks);
+                    tiles[t][four][cb - 1](m, a + c, y + c, r, 1, pf, &ks);
                 }
                 r += four ? RB_MAX : 1;
             }

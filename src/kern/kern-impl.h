@@ -129,6 +129,12 @@ int kern_kblock_steps(void);
 #define KERN_MV_AHEAD 1
 int  kern_mv_ahead(void);
 void kern_set_mv_ahead(int tiles);
+/* How the AVX-512 matvec forms its 4-row tiles: K3_MV_SPLIT, a knob, default 1: tile i takes row
+ * i of each quarter of the thread's rows (four long linear streams; a tile ahead is then one row
+ * ahead in each stream); 0: four contiguous rows (the layout before). Every setting gives the
+ * same bits. kern_set_mv_split overrides it (tests). */
+int  kern_mv_split(void);
+void kern_set_mv_split(int on);
 /* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
  * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
  * BENCHMARKS.md) thread ith takes the ith fixed share. A knob; kern_set_rows_dynamic
