@@ -280,13 +280,18 @@ typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int
  * one pass: its one activation column stays in L1 anyway. */
 #define RS_ROWS 16
 
-/* The prefetch distance (bytes) of a matvec: kern_mv_ahead() tiles (kern-impl.h), each tile
- * rows_per_tile rows further along a row's stream (RB_MAX for contiguous tiles, 1 for split
- * ones), or the byte distance of the matmul when that is 0. */
-static int mv_prefetch(const qmat *m, int rows_per_tile) {
-    const size_t ahead = (size_t)kern_mv_ahead() * (size_t)rows_per_tile * q_wbytes(m->type, 1, m->cols);
+/* The prefetch distance (bytes) of a matvec: kern_mv_ahead() tiles (kern-impl.h) of tile bytes
+ * along a row's stream, or the byte distance of the matmul when that is 0. */
+static int mv_prefetch(size_t tile) {
+    const size_t ahead = (size_t)kern_mv_ahead() * tile;
     return !ahead ? kern_prefetch_bytes() : ahead > (1u << 30) ? 1 << 30 : (int)ahead;
 }
+
+/* A split tile's step along its streams, for the weight prefetch: one row, at most MV_SPLIT_PF
+ * bytes. One Zen 5 core under load, 3072x3584, GB/s by byte distance (1 KiB / 1.5 / 2 / 3.5):
+ * int8 27-32 / 28-30 / 27-29 / 25-27; MXFP4 25-31 / 31 / 30-31 / 26; int4 27-29 / 28-29 / 25-28
+ * / 24-25. 1.5 KiB: near the best of each. */
+#define MV_SPLIT_PF 1536
 
 /* A matvec's scale stream (Q_I4 s, Q_MXFP4 e; not beside the weights, so not covered by the
  * weight prefetch): the lines of rows [r, r + n) (those that exist), asked for by the tile that
@@ -314,12 +319,13 @@ static const tile_fn tiles[3][2][4] = {
  * quarter, so the core reads RB_MAX long linear streams, which the hardware prefetchers follow
  * across rows and pages, instead of four streams one row apart that restart every tile
  * (a plain read in those two patterns: 37-41 against 25-31 GB/s on one Zen 5 core, BENCHMARKS.md).
- * Each row prefetches kern_mv_ahead() rows further along its own stream (its weights; the
- * scales of each stream's row that far ahead at the tile start). */
+ * Each stream prefetches its weights kern_mv_ahead() x min(row, MV_SPLIT_PF) bytes ahead, and
+ * the tile start the scales of each stream's row kern_mv_ahead() rows ahead. */
 static void mv_split(const qmat *m, const kern_act *a, float *const *y, int t, int r0, int r1) {
-    const int   q = (r1 - r0) / RB_MAX, ahead = kern_mv_ahead(), pf = mv_prefetch(m, 1);
-    const int   nfull = (int)(q_wbytes(m->type, 1, m->cols) / 64);
-    const kspan ks    = {0, nfull, NULL};
+    const size_t rowb = q_wbytes(m->type, 1, m->cols);
+    const int    q = (r1 - r0) / RB_MAX, ahead = kern_mv_ahead(), nfull = (int)(rowb / 64);
+    const int    pf = mv_prefetch(rowb < MV_SPLIT_PF ? rowb : MV_SPLIT_PF);
+    const kspan  ks = {0, nfull, NULL};
     for (int i = 0; i < q; i++) {
         if (ahead)
             for (int k = 0; k < RB_MAX; k++)
@@ -345,7 +351,7 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
      * offset RS_ROWS rows on) while this one runs: its block loops jump between rows, so a distance
      * along the row misses the first 4 KiB of every row (i8 from DRAM, 8 columns: 8.5 -> 10.6 GB/s,
      * BENCHMARKS.md) */
-    const int pf      = nc == 1                 ? mv_prefetch(m, RB_MAX)
+    const int pf      = nc == 1                 ? mv_prefetch(RB_MAX * q_wbytes(m->type, 1, m->cols))
                         : kern_prefetch_bytes() ? RS_ROWS * (int)q_wbytes(m->type, 1, m->cols)
                                                 : 0;
     const int pf_rows = nc == 1 ? kern_mv_ahead() * RB_MAX : 0; /* matvec: scales prefetched too */
