@@ -286,6 +286,28 @@ static void check_act_quant(void) {
         }
     }
     T_CHECK(ok, "activation quantizer: avx512 twin bit-identical to scalar (%d cases)", cases);
+    /* the whole activation buffer of kern_act_make (quantizer and layout) at both levels: odd and
+     * even pair counts, a partial last group, every type */
+    static const int types[] = {Q_I8, Q_I4, Q_MXFP4}, lcols[] = {1, 33, 64, 65, 128, 200, 1100, 3584};
+    ok = 1, cases = 0;
+    for (size_t t = 0; t < 3; t++)
+        for (size_t k = 0; k < sizeof lcols / sizeof lcols[0]; k++, cases++) {
+            const int    cols = lcols[k];
+            const size_t ab   = kern_act_bytes(cols);
+            float       *x    = malloc((size_t)cols * sizeof(float));
+            char        *b0 = k3_aligned_alloc(32, ab), *b1 = k3_aligned_alloc(32, ab);
+            for (int c = 0; c < cols; c++)
+                x[c] = frnd();
+            memset(b0, 0x55, ab), memset(b1, 0x55, ab);
+            kern_act a0, a1;
+            kern_set_isa(KERN_SCALAR);
+            kern_act_make(types[t], x, cols, b0, &a0);
+            kern_set_isa(KERN_AVX512);
+            kern_act_make(types[t], x, cols, b1, &a1);
+            ok &= !memcmp(b0, b1, ab);
+            free(x), free(b0), free(b1);
+        }
+    T_CHECK(ok, "kern_act_make: the avx512 layout twin writes the same bytes as scalar (%d cases)", cases);
 }
 
 /* The multi-column (matmul) kernels at every width: qmat_matmul of n = 1 .. 17 columns (the

@@ -457,10 +457,58 @@ Z void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float 
     }
 }
 
+/* ---- activation layout (kern_act_layout_ref's twin: integer sums and byte moves, so the same
+ * bytes): per 64 natural codes one vpdpbusd with unsigned ones gives 16 exact 4-column sums */
+
+Z void kern_act_layout_avx512(int type, int np, kern_act *a) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    if (type == Q_I8) { /* groups g, g+1: lanes 8k + j = -128 * sum of columns 4j..4j+3 of g + k */
+        for (int g = 0; g < 2 * np; g += 2) {
+            const __m512i s4 =
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(a->q + g * 32));
+            _mm512_storeu_si512(a->nsxo + g * 8,
+                                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s4, 7)));
+            _mm512_storeu_ps(a->d8 + g * 8, two8(a->d[g], a->d[g + 1]));
+        }
+        return;
+    }
+    const __m256i noff = _mm256_set1_epi32(type == Q_MXFP4 ? -KERN_MXFP4_OFF : -8);
+    /* per 16-byte lane: its 8 even bytes, then its 8 odd ones; then the even halves of the four
+     * lanes, then the odd halves: the pair layout */
+    const __m512i eo =
+        _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m512i q64 = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    for (int pr = 0; pr < np; pr += 2) { /* two pairs: their 128 natural codes in q2 become its quad */
+        __m512i p[2];
+        for (int h = 0; h < 2; h++) {
+            const __m512i n =
+                pr + h < np ? _mm512_loadu_si512(a->q2 + (pr + h) * 64) : _mm512_setzero_si512();
+            p[h] = _mm512_permutexvar_epi64(q64, _mm512_shuffle_epi8(n, eo));
+            if (pr + h == np)
+                break;
+            /* lane j: -off * the sum of natural columns 8j..8j+7 (two adjacent 4-column sums) */
+            const __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, n);
+            const __m256i s8 = _mm512_cvtepi64_epi32(_mm512_add_epi32(s4, _mm512_srli_epi64(s4, 32)));
+            _mm256_storeu_si256((__m256i *)(void *)(a->nsxo + (pr + h) * 8), _mm256_mullo_epi32(s8, noff));
+            _mm_storeu_ps(a->d8 + (pr + h) * 8, _mm_set1_ps(a->d[2 * (pr + h)]));
+            _mm_storeu_ps(a->d8 + (pr + h) * 8 + 4, _mm_set1_ps(a->d[2 * (pr + h) + 1]));
+            _mm512_storeu_si512(a->q + (pr + h) * 64, p[h]);
+        }
+        if (pr + 1 == np)
+            p[1] = _mm512_setzero_si512();
+        _mm512_storeu_si512(a->q2 + pr * 64, _mm512_shuffle_i64x2(p[0], p[1], _MM_SHUFFLE(1, 0, 1, 0)));
+        _mm512_storeu_si512(a->q2 + pr * 64 + 64, _mm512_shuffle_i64x2(p[0], p[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+}
+
 #else /* no AVX-512 build: never selected (kern_isa_ok says no), the reference stands in */
 
 void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d) {
     kern_act_quant_ref(x, cols, ng, q, d);
+}
+
+void kern_act_layout_avx512(int type, int np, kern_act *a) {
+    kern_act_layout_ref(type, np, a);
 }
 
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
