@@ -79,7 +79,7 @@ k3_status k3_params_default(k3_params *p) {
     if ((st = kern_act_env()))
         return st;
     int verbose = 0; /* read by k3_log at each message: checked here */
-    if ((st = prof_init()) || (st = k3_env_int("K3_VERBOSE", 0, 1, &verbose)))
+    if ((st = prof_init()) || (st = k3_env_int("K3_VERBOSE", 0, 1, &verbose)) || (st = k3_hugepages_init()))
         return st;
     static const struct {
         const char *name;
