@@ -97,13 +97,13 @@ int bench_release(void) {
             printf("# %s\n", m->fit.msg);
         fit_speed sp;
         double    est_dec, est_first, est_pre, fl_dec, fl_pre, d[4];
-        fit_speed_get(dir, 1, &sp);
+        fit_speed_get_model(dir, &m->fit_t, 1, &sp);
         printf("# round %d: one column f32 %.2f, int8 %.2f, int4 %.2f, MXFP4 %.2f GB/s; 32 columns %.0f, "
                "%.0f, %.0f, %.0f GB/s; "
-               "call %.1f us; memory %.1f GB/s; drive %.2f GB/s%s, its data %.2f GB/s\n",
+               "experts %.2f GB/s; call %.1f us; memory %.1f GB/s; drive %.2f GB/s%s, its data %.2f GB/s\n",
                r + 1, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9, sp.pre[0] / 1e9,
-               sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6, sp.mem_bw / 1e9,
-               sp.disk / 1e9, sp.sparse ? " (sparse file: holes)" : "", sp.disk_data / 1e9);
+               sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.ex_dec / 1e9, sp.call * 1e6,
+               sp.mem_bw / 1e9, sp.disk / 1e9, sp.sparse ? " (sparse file: holes)" : "", sp.disk_data / 1e9);
         open_ref[r]    = (double)m->load_total / (sp.disk > 0 ? sp.disk : 1e9);
         plan_gb        = (double)m->fit.plan.total / 1e9;
         int     ok     = !k3_session_new(m, &s);
