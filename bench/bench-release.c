@@ -33,6 +33,7 @@
  */
 #include "bench.h"
 #include "model-impl.h"
+#include "prof.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,25 @@
 #include <unistd.h>
 
 int bench_release(void);
+
+/* K3_PROFILE=1: where n tokens' time went since prof_reset (prof.h phases; matmul with the weight
+ * bytes it read per token and their rate over the matmul's wall time). */
+static void report_phases(int round, const char *what, int n, prof_t w0) {
+    const prof_t w1 = prof_now(), mm = prof_get(PROF_MATMUL), q = prof_get(PROF_QUANT);
+    printf("# round %d: %s phases, wall s/token (cpu s/token): all %.4f (%.4f)", round, what,
+           (w1.wall - w0.wall) / n, (w1.cpu - w0.cpu) / n);
+    for (int ph = 0; ph < PROF_N; ph++) {
+        prof_t t = prof_get((prof_phase)ph);
+        if (ph == PROF_MATMUL)
+            t.wall -= q.wall, t.cpu -= q.cpu;
+        if (t.wall > 0)
+            printf(", %s %.4f (%.4f)", prof_name((prof_phase)ph), t.wall / n, t.cpu / n);
+    }
+    uint64_t bytes, calls;
+    prof_mm_counts(&bytes, &calls);
+    printf("; matmul %.3f GB/token in %.0f calls/token: %.1f GB/s\n", (double)bytes / n / 1e9,
+           (double)calls / n, mm.wall > 0 ? (double)bytes / (mm.wall - q.wall) / 1e9 : 0);
+}
 
 enum { MAX_ROUNDS = 16 };
 
@@ -77,13 +97,13 @@ int bench_release(void) {
             printf("# %s\n", m->fit.msg);
         fit_speed sp;
         double    est_dec, est_first, est_pre, fl_dec, fl_pre, d[4];
-        fit_speed_get(dir, 1, &sp);
+        fit_speed_get_model(dir, &m->fit_t, 1, &sp);
         printf("# round %d: one column f32 %.2f, int8 %.2f, int4 %.2f, MXFP4 %.2f GB/s; 32 columns %.0f, "
                "%.0f, %.0f, %.0f GB/s; "
-               "call %.1f us; memory %.1f GB/s; drive %.2f GB/s%s, its data %.2f GB/s\n",
+               "experts %.2f GB/s; call %.1f us; memory %.1f GB/s; drive %.2f GB/s%s, its data %.2f GB/s\n",
                r + 1, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9, sp.pre[0] / 1e9,
-               sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6, sp.mem_bw / 1e9,
-               sp.disk / 1e9, sp.sparse ? " (sparse file: holes)" : "", sp.disk_data / 1e9);
+               sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.ex_dec / 1e9, sp.call * 1e6,
+               sp.mem_bw / 1e9, sp.disk / 1e9, sp.sparse ? " (sparse file: holes)" : "", sp.disk_data / 1e9);
         open_ref[r]    = (double)m->load_total / (sp.disk > 0 ? sp.disk : 1e9);
         plan_gb        = (double)m->fit.plan.total / 1e9;
         int     ok     = !k3_session_new(m, &s);
@@ -95,12 +115,16 @@ int bench_release(void) {
         fit_route rt = {0};
         if (ok)
             k3_session_reset_stats(s);
+        prof_reset();
+        const prof_t pw0 = prof_now();
         for (int i = 0; ok && i < 4; i++) {
             int32_t t = (int32_t)(5 + i);
             t0        = k3_time();
             ok        = !k3_session_feed(s, &t, 1);
             d[i]      = k3_time() - t0;
         }
+        if (ok && prof_on)
+            report_phases(r + 1, "decode", 4, pw0);
         if (ok)
             k3_session_stats(s, &ds), k3_session_reset_stats(s);
         int32_t chunk[16];

@@ -40,7 +40,7 @@ K3_CHUNK=0 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
 # naming the variable, the value and the range; before, K3_MV_AHEAD=abc quietly meant 0
 for kv in "K3_MV_AHEAD=abc:an integer in 0..64" "K3_PREFETCH=-1:an integer in 0..1048576" \
     "K3_KBLOCK=16k:an integer in 0..1048576" "K3_ROWSPLIT=2:0 or 1" "K3_IDOT=yes:0 or 1" "K3_NOVNNI=z:0 or 1" \
-    "K3_PROFILE=yes:0 or 1" "K3_VERBOSE=true:0 or 1"; do
+    "K3_PROFILE=yes:0 or 1" "K3_VERBOSE=true:0 or 1" "K3_HUGEPAGES=2:0 or 1"; do
     var=${kv%%=*} val=${kv#*=} val=${val%%:*} range=${kv#*:}
     env "$var=$val" "$B/k3chat" "$T/m" --prompt hi --max-tokens 2 >"$T/out" 2>"$T/err"; rc=$?
     [ "$rc" = 1 ] && grep -qF "$var='$val': expected $range" "$T/err" && [ ! -s "$T/out" ]

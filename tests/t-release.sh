@@ -215,6 +215,12 @@ grep -q "KDA state $(ex kda 2), MLA cache per position $(ex kda 4)" "$T/insp"; c
 mb2() { awk -v x="$1" 'BEGIN { printf "%.2f MB\n", x / 1e6 }'; }
 grep -q "^  chunk scratch  *$(mb2 "$(ex scratch 2)")  (K3_CHUNK=128" "$T/insp"
 check $? "chunk scratch at K3_CHUNK=128: $(mb2 "$(ex scratch 2)") computed here ($(grep '^  chunk scratch' "$T/insp"))"
+# the routed experts' decode rate, measured at the expert shape config.json gives (F x L) and cached
+# under it; the estimate's expert term uses it (src/model/speed.c: dec3_ex_FxL)
+fl=$($PY -c "import json,sys; c=json.load(open(sys.argv[1]))['text_config']; print('%dx%d' % (c['moe_intermediate_size'], c['routed_expert_hidden_size']))" "$R/config.json")
+xr=$(grep -o 'routed experts as decode runs them [0-9.]* GB/s' "$T/insp" | grep -o '[0-9.]* GB' | cut -d' ' -f1)
+[ -n "$xr" ] && awk -v x="$xr" 'BEGIN { exit !(x > 0) }' && grep -q "^dec3_ex_$fl [0-9]" "${XDG_CACHE_HOME:-$HOME/.cache}/k3chat/speed"
+check $? "--inspect measures the routed experts at their shape $fl: $xr GB/s, cached as dec3_ex_$fl"
 
 # ---- the fit: K3_MEM_GB 8, 24, 64, 128, 2000, with and without explicit settings ----
 # plan(bits, mla, head, cache) and usable(G) as fit.h defines them, from the figures above

@@ -6,6 +6,7 @@
  * proportions (a table as fit_scan would fill it), so every expectation is computed here.
  */
 #include "fit.h"
+#include "quant.h"
 #include "test.h"
 
 #define GB 1e9
@@ -88,5 +89,17 @@ int main(void) {
            want / sp.disk_data, dec1);
     T_NEAR(pre1 - pre0, want / sp.disk_data / 32, 1e-6 * pre1,
            "prefill estimate: + reread at the data rate per chunk of 32");
+
+    /* the measured expert rate (ex_dec), when there is one, replaces the 256 MB MXFP4 matrix's rate
+     * plus three calls for each of a decode token's n_moe x k experts; prefill is unchanged */
+    fit_speed sx = sp;
+    sx.ex_dec    = 5 * GB;
+    double dx, px;
+    fit_speed_estimate(&t, &c.set, &c.plan, &sx, 16, 32, &dx, &px);
+    const double one = (double)t.expert_one, act = (double)t.n_moe * 16;
+    const double dwant = act * (one / sx.ex_dec - (one / sp.dec[Q_MXFP4] + 3 * sp.call));
+    T_NEAR(dx - dec1, dwant, 1e-6 * dx, "decode estimate with the expert rate: %+.3f s (%.3f s in all)",
+           dwant, dx);
+    T_CHECK(px == pre1, "prefill estimate: the expert rate leaves it as it was (%.4g s)", px);
     return t_done();
 }

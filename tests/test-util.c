@@ -4,8 +4,73 @@
 #include "test.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* "THPeligible:" of the mapping that holds p in /proc/self/smaps: 1 or 0, -1 when not found. */
+static int thp_eligible(const void *p) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char  line[512];
+    int   in = 0, r = -1;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        int           v;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (in && sscanf(line, "THPeligible: %d", &v) == 1) {
+            r = v;
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    return r;
+}
+
+/* Large k3_aligned_alloc blocks: 2 MiB aligned and advised MADV_HUGEPAGE unless K3_HUGEPAGES=0;
+ * a malformed K3_HUGEPAGES refused naming it. */
+static void check_hugepages(void) {
+    setenv("K3_HUGEPAGES", "yes", 1);
+    T_CHECK(k3_hugepages_init() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_HUGEPAGES='yes': expected 0 or 1"),
+            "K3_HUGEPAGES=yes refused: '%s'", k3_errmsg());
+    unsetenv("K3_HUGEPAGES");
+    T_CHECK(k3_hugepages_init() == K3_OK, "K3_HUGEPAGES unset: on");
+    const size_t big = (size_t)9 << 20, huge = (size_t)2 << 20;
+    char        *p = k3_aligned_alloc(64, big), *q = k3_aligned_alloc(64, 4096);
+    T_CHECK(p && (uintptr_t)p % huge == 0, "a 9 MiB block is 2 MiB aligned (%p)", (void *)p);
+    T_CHECK(q && (uintptr_t)q % 64 == 0, "a 4 KiB block keeps the asked alignment");
+    if (p)
+        memset(p, 1, big); /* mapped, so smaps lists it */
+    char  mode[128] = "";
+    FILE *f         = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f))
+            mode[0] = 0;
+        fclose(f);
+    }
+    const int madvise_mode = strstr(mode, "[madvise]") != NULL;
+    if (!madvise_mode) {
+        T_SKIP("THPeligible of an advised block: transparent huge pages are '%.*s', not [madvise], so the "
+               "advice cannot be told apart",
+               (int)strcspn(mode, "\n"), mode[0] ? mode : "absent");
+    } else {
+        T_CHECK(p && thp_eligible(p) == 1, "the 9 MiB block is advised MADV_HUGEPAGE (THPeligible %d)",
+                p ? thp_eligible(p) : -1);
+        setenv("K3_HUGEPAGES", "0", 1);
+        T_CHECK(k3_hugepages_init() == K3_OK, "K3_HUGEPAGES=0 accepted");
+        char *r = k3_aligned_alloc(64, big);
+        if (r)
+            memset(r, 1, big);
+        T_CHECK(r && thp_eligible(r) == 0, "K3_HUGEPAGES=0: a 9 MiB block is not advised (THPeligible %d)",
+                r ? thp_eligible(r) : -1);
+        free(r);
+        unsetenv("K3_HUGEPAGES");
+        k3_hugepages_init();
+    }
+    free(p);
+    free(q);
+}
 
 int main(void) {
     k3_status st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is bad", "x.safetensors", "w");
@@ -62,5 +127,6 @@ int main(void) {
                 !strcmp(k3_errmsg(), "K3_TEST_KNOB='2': expected 0 or 1"),
             "k3_env_int: a 0/1 switch says so: '%s'", k3_errmsg());
     unsetenv("K3_TEST_KNOB");
+    check_hugepages();
     return t_done();
 }

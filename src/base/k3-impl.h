@@ -38,8 +38,11 @@ _Noreturn void k3_assert_fail(const char *expr, const char *file, int line);
 /* Checked allocation helpers: NULL on overflow or failure (callers report K3_ERR_NOMEM). */
 void *k3_malloc(size_t n);
 void *k3_calloc(size_t n, size_t size);
-void *k3_aligned_alloc(size_t align, size_t n); /* free with free() */
-char *k3_strdup(const char *s);
+void *k3_aligned_alloc(size_t align, size_t n); /* free with free(); 4 MiB and up: huge pages (util.c) */
+/* Read K3_HUGEPAGES (0 or 1, default 1: large k3_aligned_alloc blocks advised MADV_HUGEPAGE);
+ * K3_ERR_ARG naming it when malformed. Called by k3_params_default. */
+k3_status k3_hugepages_init(void);
+char     *k3_strdup(const char *s);
 
 /* An integer setting from the environment (K3_CHUNK, K3_MV_AHEAD, ...): unset or empty leaves *out
  * as it is; otherwise the whole value must be a decimal integer in lo..hi, else K3_ERR_ARG naming

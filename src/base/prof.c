@@ -8,7 +8,8 @@
 
 int prof_on;
 
-static prof_t acc[PROF_N];
+static prof_t   acc[PROF_N];
+static uint64_t mm_bytes, mm_calls;
 
 static const char *const names[PROF_N] = {"matmul",    "act_quant", "norm_mix", "kda_conv", "kda_gate",
                                           "kda_recur", "mla_attn",  "route",    "moe_move", "glu"};
@@ -35,8 +36,18 @@ void prof_end(prof_phase ph, prof_t t0) {
     acc[ph].cpu += t.cpu - t0.cpu;
 }
 
+void prof_add_bytes(uint64_t bytes) {
+    mm_bytes += bytes;
+    mm_calls++;
+}
+
+void prof_mm_counts(uint64_t *bytes, uint64_t *calls) {
+    *bytes = mm_bytes, *calls = mm_calls;
+}
+
 void prof_reset(void) {
     memset(acc, 0, sizeof acc);
+    mm_bytes = mm_calls = 0;
 }
 
 prof_t prof_get(prof_phase ph) {

@@ -41,6 +41,10 @@ static inline prof_t prof_begin(void) {
     return prof_on ? prof_now() : (prof_t){0, 0};
 }
 void prof_end(prof_phase ph, prof_t t0);
+/* Count one matmul call that read `bytes` of weights (weights + scales); prof_mm_counts: the
+ * bytes and calls since the last reset. */
+void prof_add_bytes(uint64_t bytes);
+void prof_mm_counts(uint64_t *bytes, uint64_t *calls);
 /* Zero the counters. */
 void prof_reset(void);
 /* Wall and CPU seconds of phase ph since the last reset. */

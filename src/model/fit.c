@@ -128,7 +128,9 @@ k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, int split, fi
             return st;
     if (moe_l >= 0 && (st = tt_walk(c, moe_l, TT_WALK_EXPERTS, scan_expert, &x)))
         return st; /* expert 0 */
-    o->expert_all    = o->expert_one * (uint64_t)o->n_moe * (uint64_t)c->n_experts;
+    o->expert_all = o->expert_one * (uint64_t)o->n_moe * (uint64_t)c->n_experts;
+    if (moe_l >= 0 && c->n_experts > 0)
+        o->ex_rows = c->moe_inter, o->ex_cols = c->latent;
     const uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
     /* double-buffered (model-impl.h: a chunk reads one buffer and writes the other) */
     o->kda_state =

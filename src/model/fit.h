@@ -78,6 +78,7 @@ typedef struct fit_table {
     uint64_t big_f32;                 /* largest matrix as f32 (information: the load no longer holds it) */
     int      n_mats;                  /* matrix products per token outside the routed experts          */
     int      n_run, n_moe, n_kda, n_mla;
+    int      ex_rows, ex_cols; /* a routed expert's w1/w3 shape (F, L): w2 is (L, F); 0: no MoE */
 } fit_table;
 
 /* Settings of a plan. */
@@ -138,6 +139,8 @@ typedef struct fit_speed {
     double dec[4];      /* [enum qtype] weight bytes/s of a one-column product            */
     double pre[4];      /* [enum qtype] weight bytes x columns/s at 32 columns            */
     double call;        /* seconds of one small product (the fixed cost of a call)        */
+    double ex_dec;      /* weight bytes/s of routed experts run as decode runs them (w1 and w3
+                           in one call, then w2) at the model's expert shape; 0: not measured */
     double disk;        /* bytes/s, O_DIRECT 4 MB reads of the largest shard (0: unknown)  */
     double disk_data;   /* the same from its data only (= disk unless the shard is sparse) */
     int    sparse;      /* that shard is sparse: the disk figure is holes, not the drive  */
@@ -147,6 +150,8 @@ typedef struct fit_speed {
 /* Measures (or, unless FRESH, takes from the cache) the figures, the drive's from the largest
  * shard of DIR. */
 void fit_speed_get(const char *dir, int fresh, fit_speed *out);
+/* The same with the expert figure (ex_dec) for t's expert shape, when t has routed experts. */
+void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, fit_speed *out);
 void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
                         int n_active, int chunk, double *decode_s, double *prefill_s);
 /* The routing a run really had, per MoE layer (k3-bench release takes it from the session's

@@ -50,6 +50,8 @@ static void mm(const qmat *w, const float *x, int n, float *y) {
     else
         qmat_matmul(w, x, n, y);
     prof_end(PROF_MATMUL, t0);
+    if (prof_on)
+        prof_add_bytes(q_wbytes(w->type, w->rows, w->cols) + q_sbytes(w->type, w->rows, w->cols));
 }
 
 /* y[i] = W_i x for k matrices over the same input: one quantization and one OpenMP region for
@@ -58,6 +60,9 @@ static void mm_many(const qmat *const *w, int k, const float *x, int n, float *c
     prof_t t0 = prof_begin();
     qmat_matmul_many(w, k, x, n, y);
     prof_end(PROF_MATMUL, t0);
+    for (int i = 0; prof_on && i < k; i++)
+        prof_add_bytes(q_wbytes(w[i]->type, w[i]->rows, w[i]->cols) +
+                       q_sbytes(w[i]->type, w[i]->rows, w[i]->cols));
 }
 
 /* dot(a, b) in f32 with 8 interleaved partial sums: vectorisable, and one fixed order. */

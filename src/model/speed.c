@@ -213,6 +213,54 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
     free(y);
 }
 
+/* Bytes/s of MXFP4 routed experts of shape (F, L) run as a decode step runs them: w1 and w3 in one
+ * call over the same input, then w2 over an F-wide input; enough distinct experts to pass 256 MB
+ * (beyond the caches), median of NPROBE passes over all of them. A small expert's products are
+ * short, so a call's fixed cost (threads woken and joined) and the ramp-up of each matrix's
+ * stream weigh on them in a way the 256 MB matrices above do not show. */
+static double measure_experts(int F, int L) {
+    const size_t wb = q_wbytes(Q_MXFP4, F, L), eb = q_sbytes(Q_MXFP4, F, L), one = 3 * (wb + eb);
+    int          nx = (int)(((size_t)256 << 20) / one) + 1;
+    nx              = nx < 2 ? 2 : nx > 256 ? 256 : nx;
+    uint8_t *buf    = k3_aligned_alloc(64, (size_t)nx * one);
+    float   *x      = k3_aligned_alloc(64, (size_t)(F > L ? F : L) * sizeof(float)),
+          *y        = k3_aligned_alloc(64, 2 * (size_t)(F > L ? F : L) * sizeof(float));
+    double v[NPROBE], r = 0;
+    if (buf && x && y) {
+        for (int e = 0; e < nx; e++) {
+            uint8_t *p = buf + (size_t)e * one;
+            for (int i = 0; i < 3; i++) {
+                memset(p + (size_t)i * (wb + eb), 0x37, wb);
+                memset(p + (size_t)i * (wb + eb) + wb, 127, eb);
+            }
+        }
+        for (int i = 0; i < (F > L ? F : L); i++)
+            x[i] = (float)(i % 17) * 0.1f - 0.8f;
+        for (int r0 = 0; r0 < NPROBE; r0++) {
+            double t0 = k3_time();
+            for (int e = 0; e < nx; e++) {
+                const uint8_t *p  = buf + (size_t)e * one;
+                const qmat     w1 = {.type = Q_MXFP4, .rows = F, .cols = L, .w = p, .e = p + wb};
+                const qmat     w3 = {
+                        .type = Q_MXFP4, .rows = F, .cols = L, .w = p + wb + eb, .e = p + 2 * wb + eb};
+                const qmat w2 = {
+                    .type = Q_MXFP4, .rows = L, .cols = F, .w = p + 2 * (wb + eb), .e = p + 3 * wb + 2 * eb};
+                const qmat *w13[2] = {&w1, &w3};
+                float      *y13[2] = {y, y + F};
+                qmat_matmul_many(w13, 2, x, 1, y13);
+                qmat_matvec(&w2, x, y);
+            }
+            double dt = k3_time() - t0;
+            v[r0]     = dt > 0 ? (double)nx * (double)one / dt : 0;
+        }
+        r = median_n(v, NPROBE);
+    }
+    free(buf);
+    free(x);
+    free(y);
+    return r;
+}
+
 /* Seconds of one small matvec (the per-call cost: threads started and joined). */
 static double measure_call(void) {
     const int rows = 64, cols = 64, reps = 200;
@@ -347,6 +395,19 @@ void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
     cache_path(o->cache, sizeof o->cache, 0);
 }
 
+void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, fit_speed *o) {
+    fit_speed_get(dir, fresh, o);
+    if (t->ex_rows <= 0 || t->ex_cols <= 0 || t->ex_cols % Q_MXFP4_GROUP || t->ex_rows % Q_MXFP4_GROUP)
+        return;
+    char key[64];
+    snprintf(key, sizeof key, "dec3_ex_%dx%d", t->ex_rows, t->ex_cols);
+    if (!(o->ex_dec = cached(fresh, key, 0))) {
+        o->cached = 0;
+        if ((o->ex_dec = measure_experts(t->ex_rows, t->ex_cols)) > 0)
+            cache_put(key, 0, o->ex_dec);
+    }
+}
+
 static int bits_fmt(int bits) {
     return bits == 32 ? Q_F32 : bits == 8 ? Q_I8 : Q_I4;
 }
@@ -394,7 +455,8 @@ void fit_speed_estimate_route(const fit_table *t, const fit_set *s, const fit_pl
     /* decode: n_moe x k experts, each a one-column MXFP4 product; misses also read the drive */
     double act  = (double)t->n_moe * (r ? r->dec_active : k),
            miss = r ? t->n_moe * r->dec_miss : (1 - f) * act;
-    dec += act * (mat_s(sp, Q_MXFP4, one, 1) + 3 * call) + miss * one / disk;
+    dec +=
+        act * (sp->ex_dec > 0 ? one / sp->ex_dec : mat_s(sp, Q_MXFP4, one, 1) + 3 * call) + miss * one / disk;
     /* prefill: a chunk touches `distinct` experts per MoE layer, each with C k / distinct columns */
     double distinct = r ? r->chunk_distinct : E * (1 - pow(1 - k / E, C));
     double cols = C * k / (distinct > 0 ? distinct : 1), cmiss = r ? r->chunk_miss : (1 - f) * distinct;
