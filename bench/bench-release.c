@@ -130,9 +130,13 @@ int bench_release(void) {
         int32_t chunk[16];
         for (int i = 0; i < 16; i++)
             chunk[i] = (int32_t)(100 + 37 * i);
-        t0     = k3_time();
-        ok     = ok && !k3_session_feed(s, chunk, 16);
-        pre[r] = (k3_time() - t0) / 16;
+        prof_reset();
+        const prof_t pp0 = prof_now();
+        t0               = k3_time();
+        ok               = ok && !k3_session_feed(s, chunk, 16);
+        pre[r]           = (k3_time() - t0) / 16;
+        if (ok && prof_on)
+            report_phases(r + 1, "prefill (16-token chunk)", 16, pp0);
         if (ok) {
             k3_session_stats(s, &ps);
             /* the routing the run had, per MoE layer: ex_begin counts a call's distinct experts */
