@@ -5,7 +5,9 @@
  *   2 GiB; K3_BENCH_MB overrides), holds back-to-back copies of a matrix (weights then scales);
  *   each pass runs one matvec per copy, so every weight byte comes from DRAM, as in decode.
  * - The reference is the same run's sustained read bandwidth at the same thread count: an AVX2
- *   (or plain) streaming read over the whole arena, median of the passes.
+ *   (or plain) read over the whole arena, each thread's half in four quarters read side by side
+ *   (the faster pattern here: BENCHMARKS.md), median of the passes. mem_read_linear_t<th>: the
+ *   one-stream read that was the reference before, against it.
  * - Results: GB/s of weight bytes (weights + scales) = bytes of one pass / median pass time,
  *   first pass discarded as warm-up. Names: <fmt>[_idot]_matvec_<rows>x<cols>_t<threads>.
  * - "_cpu" results (only when the filter contains "cpu", e.g. `k3-bench idot_matvec_cpu`) stream
@@ -64,14 +66,37 @@ __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size
     a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
     return (uint64_t)_mm256_extract_epi64(a, 0) ^ (uint64_t)_mm256_extract_epi64(a, 3);
 }
+
+/* The same XOR over four quarters of p[n] read side by side (64 bytes of each per step), each
+ * stream prefetched QUAD_AHEAD bytes ahead: the access pattern of the split matvec tiles, and a
+ * faster read than one stream on the Zen 5 of BENCHMARKS.md (so the honest reference). */
+enum { QUAD_AHEAD = 1024 };
+__attribute__((target("avx2"))) static uint64_t read_quad_avx2(const uint8_t *p, size_t n) {
+    const size_t q = n / 4 / 64 * 64;
+    __m256i      v[8];
+    for (int k = 0; k < 8; k++)
+        v[k] = _mm256_setzero_si256();
+    for (size_t i = 0; i < q; i += 64)
+        for (int k = 0; k < 4; k++) {
+            const uint8_t *s = p + (size_t)k * q + i;
+            __builtin_prefetch(s + QUAD_AHEAD, 0, 3);
+            v[2 * k]     = _mm256_xor_si256(v[2 * k], _mm256_load_si256((const __m256i *)s));
+            v[2 * k + 1] = _mm256_xor_si256(v[2 * k + 1], _mm256_load_si256((const __m256i *)(s + 32)));
+        }
+    for (int k = 1; k < 8; k++)
+        v[0] = _mm256_xor_si256(v[0], v[k]);
+    return (uint64_t)_mm256_extract_epi64(v[0], 0) ^ (uint64_t)_mm256_extract_epi64(v[0], 3);
+}
 #endif
 
-/* XOR of every 8-byte word of p[n] (n a multiple of 128, p 64-byte aligned). */
-static uint64_t read_all(const uint8_t *p, size_t n) {
+/* XOR of every 8-byte word of p[n] (n a multiple of 256, p 64-byte aligned): one linear stream,
+ * or (quad) four quarters side by side. */
+static uint64_t read_all(const uint8_t *p, size_t n, int quad) {
 #if defined(__x86_64__)
     if (kern_cpu_avx2())
-        return read_avx2(p, n);
+        return quad ? read_quad_avx2(p, n) : read_avx2(p, n);
 #endif
+    (void)quad;
     uint64_t a = 0, w;
     for (size_t i = 0; i < n; i += 8) {
         memcpy(&w, p + i, 8);
@@ -88,23 +113,24 @@ static double proc_time(void) {
 }
 
 /* Sustained read bandwidth (GB/s) over the arena with th threads, median of the passes; cpu: per
- * CPU-second of each thread (process CPU time / th) instead of wall time. */
-static double mem_bw(int th, int cpu) {
+ * CPU-second of each thread (process CPU time / th) instead of wall time; quad: each thread reads
+ * its half in four streams (read_all). */
+static double mem_bw(int th, int cpu, int quad) {
     double   t[PASSES - 1];
     uint64_t sink = 0;
     for (int p = 0; p < PASSES; p++) {
         double t0 = cpu ? proc_time() / th : k3_time();
 #pragma omp parallel num_threads(th) reduction(^ : sink)
         {
-            size_t n = arena_bytes / 128 / (size_t)th * 128, i = (size_t)omp_get_thread_num();
-            sink ^= read_all(arena + i * n, n);
+            size_t n = arena_bytes / 256 / (size_t)th * 256, i = (size_t)omp_get_thread_num();
+            sink ^= read_all(arena + i * n, n, quad);
         }
         if (p > 0)
             t[p - 1] = (cpu ? proc_time() / th : k3_time()) - t0;
     }
     if (sink == 42)
         printf("# (sink)\n");
-    return (double)(arena_bytes / 128 / (size_t)th * 128 * (size_t)th) / bench_median(t, PASSES - 1) / 1e9;
+    return (double)(arena_bytes / 256 / (size_t)th * 256 * (size_t)th) / bench_median(t, PASSES - 1) / 1e9;
 }
 
 /* CPU seconds of the calling thread (the hot results run on one thread: robust to time slicing
@@ -293,6 +319,8 @@ int bench_kern(void) {
     for (int th = 1; th <= 2; th++) {
         snprintf(name, sizeof name, "mem_read_t%d", th);
         any |= bench_want(name);
+        snprintf(name, sizeof name, "mem_read_linear_t%d", th);
+        any |= bench_want(name);
     }
     for (size_t t = 0; t < 3 && !any; t++)
         for (int idot = 0; idot <= 1; idot++)
@@ -328,16 +356,22 @@ int bench_kern(void) {
            arena_bytes >> 20, llc > 0 ? llc >> 20 : -1, kern_isa_name(kern_isa()), PASSES);
     double bw[3] = {0}, bwc[3] = {0};
     for (int th = 1; th <= 2; th++) {
-        bw[th] = mem_bw(th, 0);
+        bw[th] = mem_bw(th, 0, 1);
         snprintf(name, sizeof name, "mem_read_t%d", th);
         if (bench_want(name))
             bench_report(name, bw[th], "GB/s", bw[th], "GB/s");
+        snprintf(name, sizeof name, "mem_read_linear_t%d", th); /* the reference before: one stream */
+        if (bench_want(name))
+            bench_report(name, mem_bw(th, 0, 0), "GB/s", bw[th], "GB/s");
         if (!bench_asked("cpu"))
             continue;
-        bwc[th] = mem_bw(th, 1);
+        bwc[th] = mem_bw(th, 1, 1);
         snprintf(name, sizeof name, "mem_read_t%d_cpu", th);
         if (bench_want(name))
             bench_report(name, bwc[th], "GB/s", bwc[th], "GB/s");
+        snprintf(name, sizeof name, "mem_read_linear_t%d_cpu", th);
+        if (bench_want(name))
+            bench_report(name, mem_bw(th, 1, 0), "GB/s", bwc[th], "GB/s");
     }
     const int idot0 = kern_idot();
     for (size_t t = 0; t < 3; t++)

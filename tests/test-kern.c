@@ -216,6 +216,7 @@ static void check_knobs_env(void) {
     } kn[] = {
         {"K3_MV_AHEAD", "abc", "an integer in 0..64", "3", kern_mv_ahead, 3, KERN_MV_AHEAD},
         {"K3_MV_AHEAD", "65", "an integer in 0..64", "0", kern_mv_ahead, 0, KERN_MV_AHEAD},
+        {"K3_MV_SPLIT", "2", "0 or 1", "0", kern_mv_split, 0, 1},
         {"K3_PREFETCH", "-1", "an integer in 0..1048576", "8192", kern_prefetch_bytes, 8192, KERN_PREFETCH},
         {"K3_KBLOCK", "8x", "an integer in 0..1048576", "4", kern_kblock_steps, 4, KERN_KBLOCK},
         {"K3_ROWSPLIT", "2", "0 or 1", "1", kern_rows_dynamic, 1, 0},
@@ -285,6 +286,28 @@ static void check_act_quant(void) {
         }
     }
     T_CHECK(ok, "activation quantizer: avx512 twin bit-identical to scalar (%d cases)", cases);
+    /* the whole activation buffer of kern_act_make (quantizer and layout) at both levels: odd and
+     * even pair counts, a partial last group, every type */
+    static const int types[] = {Q_I8, Q_I4, Q_MXFP4}, lcols[] = {1, 33, 64, 65, 128, 200, 1100, 3584};
+    ok = 1, cases = 0;
+    for (size_t t = 0; t < 3; t++)
+        for (size_t k = 0; k < sizeof lcols / sizeof lcols[0]; k++, cases++) {
+            const int    cols = lcols[k];
+            const size_t ab   = kern_act_bytes(cols);
+            float       *x    = malloc((size_t)cols * sizeof(float));
+            char        *b0 = k3_aligned_alloc(32, ab), *b1 = k3_aligned_alloc(32, ab);
+            for (int c = 0; c < cols; c++)
+                x[c] = frnd();
+            memset(b0, 0x55, ab), memset(b1, 0x55, ab);
+            kern_act a0, a1;
+            kern_set_isa(KERN_SCALAR);
+            kern_act_make(types[t], x, cols, b0, &a0);
+            kern_set_isa(KERN_AVX512);
+            kern_act_make(types[t], x, cols, b1, &a1);
+            ok &= !memcmp(b0, b1, ab);
+            free(x), free(b0), free(b1);
+        }
+    T_CHECK(ok, "kern_act_make: the avx512 layout twin writes the same bytes as scalar (%d cases)", cases);
 }
 
 /* The multi-column (matmul) kernels at every width: qmat_matmul of n = 1 .. 17 columns (the
@@ -344,8 +367,11 @@ static void check_mv_ahead(void) {
         T_SKIP("K3_MV_AHEAD (the avx512 matvec) not checked: %s", why);
         return;
     }
-    static const int sh[][3] = {{Q_I8, 37, 1100},  {Q_I8, 6, 3584},     {Q_I4, 39, 1101},
-                                {Q_I4, 150, 2080}, {Q_MXFP4, 41, 2336}, {Q_MXFP4, 258, 1056}};
+    /* rows: with 2 threads, shares of 3 (no split tile), 4 + 5 (one tile and a row left), 18 + 19, 19 +
+     * 20, 20 + 21, 75, 129 (several tiles, 0 to 3 rows left) */
+    static const int sh[][3] = {{Q_I8, 37, 1100},    {Q_I8, 6, 3584},      {Q_I8, 9, 200},
+                                {Q_I4, 39, 1101},    {Q_I4, 150, 2080},    {Q_I4, 9, 65},
+                                {Q_MXFP4, 41, 2336}, {Q_MXFP4, 258, 1056}, {Q_MXFP4, 9, 64}};
     static const int ahead[] = {0, 1, 2, 7};
     for (size_t k = 0; k < sizeof sh / sizeof sh[0]; k++) {
         const int type = sh[k][0], rows = sh[k][1], cols = sh[k][2];
@@ -363,16 +389,21 @@ static void check_mv_ahead(void) {
             x[c] = frnd();
         run_mv(&m, x, y0, KERN_SCALAR, 1);
         int ok = 1;
-        for (size_t a = 0; a < sizeof ahead / sizeof ahead[0]; a++)
-            for (int th = 1; th <= 2; th++) {
-                kern_set_mv_ahead(ahead[a]);
-                omp_set_num_threads(th);
-                memset(y1, 0xff, (size_t)rows * sizeof(float));
-                run_mv(&m, x, y1, KERN_AVX512, 1);
-                ok &= bits_equal(y0, y1, (size_t)rows);
-            }
+        for (int split = 0; split <= 1; split++)
+            for (int dyn = 0; dyn <= 1; dyn++)
+                for (size_t a = 0; a < sizeof ahead / sizeof ahead[0]; a++)
+                    for (int th = 1; th <= 2; th++) {
+                        kern_set_mv_split(split);
+                        kern_set_rows_dynamic(dyn);
+                        kern_set_mv_ahead(ahead[a]);
+                        omp_set_num_threads(th);
+                        memset(y1, 0xff, (size_t)rows * sizeof(float)); /* NaN: a row not written fails */
+                        run_mv(&m, x, y1, KERN_AVX512, 1);
+                        ok &= bits_equal(y0, y1, (size_t)rows);
+                    }
         T_CHECK(ok,
-                "%s %dx%d: avx512 matvec bit-identical to scalar at K3_MV_AHEAD 0, 1, 2, 7, 1 and 2 threads",
+                "%s %dx%d: avx512 matvec bit-identical to scalar at K3_MV_SPLIT 0 and 1, K3_ROWSPLIT 0 and "
+                "1, K3_MV_AHEAD 0, 1, 2, 7, 1 and 2 threads",
                 tname[type], rows, cols);
         free(x), free(y0), free(y1);
         if (mx)
@@ -381,6 +412,8 @@ static void check_mv_ahead(void) {
             qmat_free(&m);
     }
     kern_set_mv_ahead(KERN_MV_AHEAD);
+    kern_set_mv_split(1);
+    kern_set_rows_dynamic(0);
     omp_set_num_threads(2);
 }
 

@@ -110,9 +110,9 @@ Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, 
 }
 // clang-format on
 
-/* Rows r .. r+rb-1 of a Q_I8 matrix for cb columns a[cb] -> y[c][row]. */
-Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, float *const *y, int r, int pf,
-                             const kspan *ks) {
+/* Rows r, r + rs, .., r + (rb-1) rs of a Q_I8 matrix for cb columns a[cb] -> y[c][row]. */
+Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, float *const *y, int r, int rs,
+                             int pf, const kspan *ks) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int     n = m->cols, ng = (n + 31) / 32;
     const int8_t *w[RB_MAX];
@@ -120,7 +120,7 @@ Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, f
     __m512i       wu[RB_MAX];
 #pragma GCC unroll 4
     for (int i = 0; i < rb; i++)
-        w[i] = (const int8_t *)m->w + (size_t)(r + i) * n;
+        w[i] = (const int8_t *)m->w + (size_t)(r + i * rs) * n;
     TILE_INIT(acc, rb, cb, ks);
     int g = 2 * ks->k0;
     for (; g < 2 * ks->k1; g += 2) {
@@ -144,7 +144,7 @@ Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, f
     for (int i = 0; i < rb; i++)
 #pragma GCC unroll 4
         for (int c = 0; c < cb; c++)
-            y[c][r + i] = sum16(acc[i][c]) * m->s[r + i];
+            y[c][r + i * rs] = sum16(acc[i][c]) * m->s[r + i * rs];
 }
 
 /* Lanes 0-7 = x, 8-15 = y. */
@@ -166,6 +166,20 @@ Z static INLINE __m512 e8m0_exp16(const uint8_t *e, int cnt) {
 #undef B
     const __m512i v = _mm512_shuffle_epi8(_mm512_set1_epi32((int)u), idx);
     return _mm512_sub_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(128.0f));
+}
+
+/* e - 128 of the 16 exponents e[0..16) as floats in exponent order: four double steps of a row,
+ * spread to each step's lanes by e8m0_step (one vpermps a step instead of e8m0_exp16's five
+ * instructions; the same floats). */
+Z static INLINE __m512 e8m0_exp64(const uint8_t *e) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)e));
+    return _mm512_sub_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(128.0f));
+}
+
+/* Double step j (0..3) of e8m0_exp64's 16 exponents: lanes 4k..4k+3 exponent 4j + k. */
+Z static INLINE __m512 e8m0_step(__m512 ev, int j) {
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_permutexvar_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(4 * j)), ev);
 }
 
 // (kept as written: clang-format 14 aligns a leading #pragma with the declarations after it)
@@ -197,9 +211,9 @@ Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *
     *hi              = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b, 4), m4));
 }
 
-/* Rows r .. r+rb-1 of a Q_I4 (mx = 0) or Q_MXFP4 (mx = 1) matrix for cb columns. */
+/* Rows r, r + rs, .. of a Q_I4 (mx = 0) or Q_MXFP4 (mx = 1) matrix for cb columns. */
 Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, int cb, float *const *y,
-                              int r, int pf, const kspan *ks) {
+                              int r, int rs, int pf, const kspan *ks) {
     const __m512i lut =
         mx ? _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0))
            : _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
@@ -211,19 +225,39 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
     __m512i        lo[RB_MAX], hi[RB_MAX];
 #pragma GCC unroll 4
     for (int i = 0; i < rb; i++) {
-        w[i] = (const uint8_t *)m->w + (size_t)(r + i) * rb_bytes;
-        e[i] = mx ? m->e + (size_t)(r + i) * sr : NULL;
-        s[i] = mx ? NULL : m->s + (size_t)(r + i) * sr;
+        w[i] = (const uint8_t *)m->w + (size_t)(r + i * rs) * rb_bytes;
+        e[i] = mx ? m->e + (size_t)(r + i * rs) * sr : NULL;
+        s[i] = mx ? NULL : m->s + (size_t)(r + i * rs) * sr;
     }
     TILE_INIT(acc, rb, cb, ks);
-    int p = 2 * ks->k0;
-    for (; p < 2 * ks->k1; p += 2) {
+    /* MXFP4, one column (registers to spare): where four whole double steps are left, their
+     * exponents in one load per row (ev), each step's lanes by a constant permutation */
+    const int ev4 = mx && cb == 1;
+    int       p   = 2 * ks->k0;
+    while (p < 2 * ks->k1) {
+        if (ev4 && p + 8 <= 2 * ks->k1) {
+            __m512 ev[RB_MAX];
+#pragma GCC unroll 4
+            for (int i = 0; i < rb; i++)
+                ev[i] = e8m0_exp64(e[i] + 2 * p);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++, p += 2) {
+#pragma GCC unroll 4
+                for (int i = 0; i < rb; i++) {
+                    nib_codes512(row_bytes(w[i], p, pf), lut, &lo[i], &hi[i]);
+                    sv[i] = e8m0_step(ev[i], j);
+                }
+                nib_tile_step(lo, hi, sv, a, mx, rb, cb, p, 0, acc);
+            }
+            continue;
+        }
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
             nib_codes512(row_bytes(w[i], p, pf), lut, &lo[i], &hi[i]);
             sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, 4) : two8(s[i][p], s[i][p + 1]);
         }
         nib_tile_step(lo, hi, sv, a, mx, rb, cb, p, 0, acc);
+        p += 2;
     }
     if ((size_t)ks->k1 < rb_bytes / 64) {
         TILE_KEEP(acc, rb, cb, ks);
@@ -244,30 +278,31 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
     for (int i = 0; i < rb; i++)
 #pragma GCC unroll 4
         for (int c = 0; c < cb; c++)
-            y[c][r + i] = sum16(acc[i][c]);
+            y[c][r + i * rs] = sum16(acc[i][c]);
 }
 
 /* One function per (type, rows, columns) shape of a tile, so rb and cb are constants. */
 #define TILE_FN(name, call)                                                                                  \
-    Z static void name(const qmat *m, const kern_act *a, float *const *y, int r, int pf, const kspan *ks) {  \
+    Z static void name(const qmat *m, const kern_act *a, float *const *y, int r, int rs, int pf,             \
+                       const kspan *ks) {                                                                    \
         call;                                                                                                \
     }
 #define TILE_FNS(rb)                                                                                         \
-    TILE_FN(i8_##rb##x1, i8_tile(m, a, rb, 1, y, r, pf, ks))                                                 \
-    TILE_FN(i8_##rb##x2, i8_tile(m, a, rb, 2, y, r, pf, ks))                                                 \
-    TILE_FN(i8_##rb##x3, i8_tile(m, a, rb, 3, y, r, pf, ks))                                                 \
-    TILE_FN(i8_##rb##x4, i8_tile(m, a, rb, 4, y, r, pf, ks))                                                 \
-    TILE_FN(i4_##rb##x1, nib_tile(m, a, 0, rb, 1, y, r, pf, ks))                                             \
-    TILE_FN(i4_##rb##x2, nib_tile(m, a, 0, rb, 2, y, r, pf, ks))                                             \
-    TILE_FN(i4_##rb##x3, nib_tile(m, a, 0, rb, 3, y, r, pf, ks))                                             \
-    TILE_FN(mx_##rb##x1, nib_tile(m, a, 1, rb, 1, y, r, pf, ks))                                             \
-    TILE_FN(mx_##rb##x2, nib_tile(m, a, 1, rb, 2, y, r, pf, ks))                                             \
-    TILE_FN(mx_##rb##x3, nib_tile(m, a, 1, rb, 3, y, r, pf, ks))
+    TILE_FN(i8_##rb##x1, i8_tile(m, a, rb, 1, y, r, rs, pf, ks))                                             \
+    TILE_FN(i8_##rb##x2, i8_tile(m, a, rb, 2, y, r, rs, pf, ks))                                             \
+    TILE_FN(i8_##rb##x3, i8_tile(m, a, rb, 3, y, r, rs, pf, ks))                                             \
+    TILE_FN(i8_##rb##x4, i8_tile(m, a, rb, 4, y, r, rs, pf, ks))                                             \
+    TILE_FN(i4_##rb##x1, nib_tile(m, a, 0, rb, 1, y, r, rs, pf, ks))                                         \
+    TILE_FN(i4_##rb##x2, nib_tile(m, a, 0, rb, 2, y, r, rs, pf, ks))                                         \
+    TILE_FN(i4_##rb##x3, nib_tile(m, a, 0, rb, 3, y, r, rs, pf, ks))                                         \
+    TILE_FN(mx_##rb##x1, nib_tile(m, a, 1, rb, 1, y, r, rs, pf, ks))                                         \
+    TILE_FN(mx_##rb##x2, nib_tile(m, a, 1, rb, 2, y, r, rs, pf, ks))                                         \
+    TILE_FN(mx_##rb##x3, nib_tile(m, a, 1, rb, 3, y, r, rs, pf, ks))
 TILE_FNS(1)
 TILE_FNS(4)
 static_assert(RB_MAX == 4 && CB_I8 == 4 && CB_NIB == 3, "one tile function per shape");
 
-typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int, const kspan *);
+typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int, int, const kspan *);
 
 /* K blocking of a matmul (nc > 1): kern_kblock_steps() double steps per block (default 16: 1 KiB
  * of each weight row), rows in sub-blocks of RS_ROWS. One K block's activations for KERN_NC512
@@ -279,12 +314,18 @@ typedef void (*tile_fn)(const qmat *, const kern_act *, float *const *, int, int
  * one pass: its one activation column stays in L1 anyway. */
 #define RS_ROWS 16
 
-/* The prefetch distance (bytes) of a matvec: kern_mv_ahead() tiles of RB_MAX rows (kern-impl.h),
- * or the byte distance of the matmul when that is 0. */
-static int mv_prefetch(const qmat *m) {
-    const size_t ahead = (size_t)kern_mv_ahead() * RB_MAX * q_wbytes(m->type, 1, m->cols);
+/* The prefetch distance (bytes) of a matvec: kern_mv_ahead() tiles (kern-impl.h) of tile bytes
+ * along a row's stream, or the byte distance of the matmul when that is 0. */
+static int mv_prefetch(size_t tile) {
+    const size_t ahead = (size_t)kern_mv_ahead() * tile;
     return !ahead ? kern_prefetch_bytes() : ahead > (1u << 30) ? 1 << 30 : (int)ahead;
 }
+
+/* A split tile's step along its streams, for the weight prefetch: one row, at most MV_SPLIT_PF
+ * bytes. One Zen 5 core under load, 3072x3584, GB/s by byte distance (1 KiB / 1.5 / 2 / 3.5):
+ * int8 27-32 / 28-30 / 27-29 / 25-27; MXFP4 25-31 / 31 / 30-31 / 26; int4 27-29 / 28-29 / 25-28
+ * / 24-25. 1.5 KiB: near the best of each. */
+#define MV_SPLIT_PF 1536
 
 /* A matvec's scale stream (Q_I4 s, Q_MXFP4 e; not beside the weights, so not covered by the
  * weight prefetch): the lines of rows [r, r + n) (those that exist), asked for by the tile that
@@ -300,21 +341,51 @@ static void mv_prefetch_scales(const qmat *m, int r, int n) {
         __builtin_prefetch((const void *)l, 0, 3);
 }
 
+/* [type][rb == 4][cb - 1] */
+static const tile_fn tiles[3][2][4] = {
+    {{i8_1x1, i8_1x2, i8_1x3, i8_1x4}, {i8_4x1, i8_4x2, i8_4x3, i8_4x4}},
+    {{i4_1x1, i4_1x2, i4_1x3, NULL}, {i4_4x1, i4_4x2, i4_4x3, NULL}},
+    {{mx_1x1, mx_1x2, mx_1x3, NULL}, {mx_4x1, mx_4x2, mx_4x3, NULL}},
+};
+
+/* Matvec with split tiles (kern_mv_split): the rows [r0, r1) as RB_MAX quarters of q rows
+ * (the last r1 - r0 - RB_MAX q rows after them, one at a time); tile i runs row i of each
+ * quarter, so the core reads RB_MAX long linear streams, which the hardware prefetchers follow
+ * across rows and pages, instead of four streams one row apart that restart every tile
+ * (a plain read in those two patterns: 37-41 against 25-31 GB/s on one Zen 5 core, BENCHMARKS.md).
+ * Each stream prefetches its weights kern_mv_ahead() x min(row, MV_SPLIT_PF) bytes ahead, and
+ * the tile start the scales of each stream's row kern_mv_ahead() rows ahead. */
+static void mv_split(const qmat *m, const kern_act *a, float *const *y, int t, int r0, int r1) {
+    const size_t rowb = q_wbytes(m->type, 1, m->cols);
+    const int    q = (r1 - r0) / RB_MAX, ahead = kern_mv_ahead(), nfull = (int)(rowb / 64);
+    const int    pf = mv_prefetch(rowb < MV_SPLIT_PF ? rowb : MV_SPLIT_PF);
+    const kspan  ks = {0, nfull, NULL};
+    for (int i = 0; i < q; i++) {
+        if (ahead)
+            for (int k = 0; k < RB_MAX; k++)
+                mv_prefetch_scales(m, r0 + k * q + i + ahead, 1);
+        tiles[t][1][0](m, a, y, r0 + i, q, pf, &ks);
+    }
+    for (int r = r0 + RB_MAX * q; r < r1; r++) {
+        if (ahead)
+            mv_prefetch_scales(m, r + ahead, 1);
+        tiles[t][0][0](m, a, y, r, 1, pf, &ks);
+    }
+}
+
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
-    /* [type][rb == 4][cb - 1] */
-    static const tile_fn tiles[3][2][4] = {
-        {{i8_1x1, i8_1x2, i8_1x3, i8_1x4}, {i8_4x1, i8_4x2, i8_4x3, i8_4x4}},
-        {{i4_1x1, i4_1x2, i4_1x3, NULL}, {i4_4x1, i4_4x2, i4_4x3, NULL}},
-        {{mx_1x1, mx_1x2, mx_1x3, NULL}, {mx_4x1, mx_4x2, mx_4x3, NULL}},
-    };
     K3_ASSERT(nc >= 1 && nc <= KERN_NC512);
     K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
     const int t = m->type == Q_I8 ? 0 : m->type == Q_I4 ? 1 : 2, cbmax = t ? CB_NIB : CB_I8;
+    if (nc == 1 && kern_mv_split()) {
+        mv_split(m, a, y, t, r0, r1);
+        return;
+    }
     /* a matvec prefetches tiles ahead (mv_prefetch); a matmul the next row sub-block (the same K
      * offset RS_ROWS rows on) while this one runs: its block loops jump between rows, so a distance
      * along the row misses the first 4 KiB of every row (i8 from DRAM, 8 columns: 8.5 -> 10.6 GB/s,
      * BENCHMARKS.md) */
-    const int pf      = nc == 1                 ? mv_prefetch(m)
+    const int pf      = nc == 1                 ? mv_prefetch(RB_MAX * q_wbytes(m->type, 1, m->cols))
                         : kern_prefetch_bytes() ? RS_ROWS * (int)q_wbytes(m->type, 1, m->cols)
                                                 : 0;
     const int pf_rows = nc == 1 ? kern_mv_ahead() * RB_MAX : 0; /* matvec: scales prefetched too */
@@ -339,7 +410,7 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
                 for (int c = 0, tl = 0; c < nc; c += (nc + tl) / ntl, tl++) {
                     const int cb = (nc + tl) / ntl; /* tile tl of ntl: nc / ntl columns, the last ones + 1 */
                     ks.ab        = ab + (size_t)(r - rs) * KERN_NC512 + c;
-                    tiles[t][four][cb - 1](m, a + c, y + c, r, pf, &ks);
+                    tiles[t][four][cb - 1](m, a + c, y + c, r, 1, pf, &ks);
                 }
                 r += four ? RB_MAX : 1;
             }
@@ -386,10 +457,58 @@ Z void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float 
     }
 }
 
+/* ---- activation layout (kern_act_layout_ref's twin: integer sums and byte moves, so the same
+ * bytes): per 64 natural codes one vpdpbusd with unsigned ones gives 16 exact 4-column sums */
+
+Z void kern_act_layout_avx512(int type, int np, kern_act *a) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    if (type == Q_I8) { /* groups g, g+1: lanes 8k + j = -128 * sum of columns 4j..4j+3 of g + k */
+        for (int g = 0; g < 2 * np; g += 2) {
+            const __m512i s4 =
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(a->q + g * 32));
+            _mm512_storeu_si512(a->nsxo + g * 8,
+                                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s4, 7)));
+            _mm512_storeu_ps(a->d8 + g * 8, two8(a->d[g], a->d[g + 1]));
+        }
+        return;
+    }
+    const __m256i noff = _mm256_set1_epi32(type == Q_MXFP4 ? -KERN_MXFP4_OFF : -8);
+    /* per 16-byte lane: its 8 even bytes, then its 8 odd ones; then the even halves of the four
+     * lanes, then the odd halves: the pair layout */
+    const __m512i eo =
+        _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m512i q64 = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    for (int pr = 0; pr < np; pr += 2) { /* two pairs: their 128 natural codes in q2 become its quad */
+        __m512i p[2];
+        for (int h = 0; h < 2; h++) {
+            const __m512i n =
+                pr + h < np ? _mm512_loadu_si512(a->q2 + (pr + h) * 64) : _mm512_setzero_si512();
+            p[h] = _mm512_permutexvar_epi64(q64, _mm512_shuffle_epi8(n, eo));
+            if (pr + h == np)
+                break;
+            /* lane j: -off * the sum of natural columns 8j..8j+7 (two adjacent 4-column sums) */
+            const __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, n);
+            const __m256i s8 = _mm512_cvtepi64_epi32(_mm512_add_epi32(s4, _mm512_srli_epi64(s4, 32)));
+            _mm256_storeu_si256((__m256i *)(void *)(a->nsxo + (pr + h) * 8), _mm256_mullo_epi32(s8, noff));
+            _mm_storeu_ps(a->d8 + (pr + h) * 8, _mm_set1_ps(a->d[2 * (pr + h)]));
+            _mm_storeu_ps(a->d8 + (pr + h) * 8 + 4, _mm_set1_ps(a->d[2 * (pr + h) + 1]));
+            _mm512_storeu_si512(a->q + (pr + h) * 64, p[h]);
+        }
+        if (pr + 1 == np)
+            p[1] = _mm512_setzero_si512();
+        _mm512_storeu_si512(a->q2 + pr * 64, _mm512_shuffle_i64x2(p[0], p[1], _MM_SHUFFLE(1, 0, 1, 0)));
+        _mm512_storeu_si512(a->q2 + pr * 64 + 64, _mm512_shuffle_i64x2(p[0], p[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+}
+
 #else /* no AVX-512 build: never selected (kern_isa_ok says no), the reference stands in */
 
 void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d) {
     kern_act_quant_ref(x, cols, ng, q, d);
+}
+
+void kern_act_layout_avx512(int type, int np, kern_act *a) {
+    kern_act_layout_ref(type, np, a);
 }
 
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {

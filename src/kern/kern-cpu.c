@@ -192,6 +192,7 @@ enum {
     KNOB_PREFETCH,
     KNOB_KBLOCK,
     KNOB_MV_AHEAD,
+    KNOB_MV_SPLIT,
     KNOB_ROWSPLIT,
     KNOB_IDOT,
     KNOB_AMX_EMU,
@@ -207,6 +208,7 @@ static struct knob {
     [KNOB_PREFETCH] = {"K3_PREFETCH", 0, 1 << 20, KERN_PREFETCH, -1},
     [KNOB_KBLOCK]   = {"K3_KBLOCK", 0, 1 << 20, KERN_KBLOCK, -1},
     [KNOB_MV_AHEAD] = {"K3_MV_AHEAD", 0, 64, KERN_MV_AHEAD, -1},
+    [KNOB_MV_SPLIT] = {"K3_MV_SPLIT", 0, 1, 1, -1},
     [KNOB_ROWSPLIT] = {"K3_ROWSPLIT", 0, 1, 0, -1},
     [KNOB_IDOT]     = {"K3_IDOT", 0, 1, 1, -1},
     [KNOB_AMX_EMU]  = {"K3_AMX_EMU", 0, 1, 0, -1},
@@ -404,4 +406,12 @@ int kern_mv_ahead(void) {
 
 void kern_set_mv_ahead(int tiles) {
     atomic_store(&knobs[KNOB_MV_AHEAD].v, tiles < 0 ? 0 : tiles);
+}
+
+int kern_mv_split(void) {
+    return knob(KNOB_MV_SPLIT);
+}
+
+void kern_set_mv_split(int on) {
+    atomic_store(&knobs[KNOB_MV_SPLIT].v, on != 0);
 }

@@ -45,6 +45,11 @@ void   kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a)
  * untouched). The AVX-512 twin gives the same bytes and floats (the same IEEE operations). */
 void kern_act_quant_ref(const float *x, int cols, int ng, int8_t *q, float *d);
 void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d);
+/* The rest of kern_act_make, after the quantizer wrote the natural-order codes (Q_I8: q; nibble
+ * types: q2) and d of np pairs: d8, nsxo, and for nibble types the pair layout q and the quad
+ * layout q2 (in place). The AVX-512 twin writes the same bytes. */
+void kern_act_layout_ref(int type, int np, kern_act *a);
+void kern_act_layout_avx512(int type, int np, kern_act *a);
 
 /* Rows [r0, r1) of y = W x on IDOT activations. Not for Q_F32. */
 typedef void (*kern_idot_fn)(const qmat *m, const kern_act *a, float *y, int r0, int r1);
@@ -129,6 +134,12 @@ int kern_kblock_steps(void);
 #define KERN_MV_AHEAD 1
 int  kern_mv_ahead(void);
 void kern_set_mv_ahead(int tiles);
+/* How the AVX-512 matvec forms its 4-row tiles: K3_MV_SPLIT, a knob, default 1: tile i takes row
+ * i of each quarter of the thread's rows (four long linear streams; a tile ahead is then one row
+ * ahead in each stream); 0: four contiguous rows (the layout before). Every setting gives the
+ * same bits. kern_set_mv_split overrides it (tests). */
+int  kern_mv_split(void);
+void kern_set_mv_split(int on);
 /* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
  * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
  * BENCHMARKS.md) thread ith takes the ith fixed share. A knob; kern_set_rows_dynamic

@@ -13,8 +13,9 @@
  *   path takes KERN_NC columns per decoded weight row, the AVX-512 path up to KERN_NC512, each
  *   column doing exactly its own steps. The exception is K3_ISA=amx: 2+ columns run the AMX
  *   tile kernels (kern-amx.c) in their own, coarser float order; one column stays canonical.
- * - IDOT activations are quantized once per call by one shared scalar function (kern_act_make),
- *   so both twins see identical int8 inputs. The canonical IDOT order is documented in kern-impl.h.
+ * - IDOT activations are quantized once per call by one shared function (kern_act_make: the
+ *   quantizer and the layout, each with an AVX-512 twin that writes the same bytes), so every
+ *   kernel sees identical int8 inputs. The canonical IDOT order is documented in kern-impl.h.
  * - Selection (kern_isa, kern_idot) lives in kern-cpu.c.
  */
 #include "kern-impl.h"
@@ -161,24 +162,10 @@ static int isum(const int8_t *q, int n) {
     return s;
 }
 
-void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
-    const int np = (cols + 63) / 64, np2 = (np + 1) & ~1;
-    char     *p = buf;
-    a->q        = (int8_t *)p;
-    a->q2       = a->q + (size_t)np * 64;
-    a->d        = (float *)(void *)(a->q2 + (size_t)np2 * 64);
-    a->d8       = (float *)(void *)((char *)a->d + round32((size_t)np * 2 * sizeof(float)));
-    a->nsxo     = (int32_t *)(void *)(a->d8 + (size_t)np * 16);
-    memset(a->q, 0, (size_t)(np + np2) * 64);
-    memset(a->d8, 0, (size_t)np * 16 * (sizeof(float) + sizeof(int32_t)));
-    /* codes in natural column order: Q_I8 keeps them there, nibble types pass through q2 */
-    int8_t *nat = type == Q_I8 ? a->q : a->q2;
-    if (KERN_BUILD_AVX512 && kern_isa() >= KERN_AVX512)
-        kern_act_quant_avx512(x, cols, 2 * np, nat, a->d);
-    else
-        kern_act_quant_ref(x, cols, 2 * np, nat, a->d);
+void kern_act_layout_ref(int type, int np, kern_act *a) {
+    const int8_t *nat = type == Q_I8 ? a->q : a->q2;
     if (type == Q_I8) { /* steps are groups; lane j: columns 4j..4j+3 */
-        for (int g = 0; g * Q_IDOT_GROUP < cols; g++)
+        for (int g = 0; g < 2 * np; g++)
             for (int j = 0; j < 8; j++) {
                 a->d8[g * 8 + j]   = a->d[g];
                 a->nsxo[g * 8 + j] = -128 * isum(nat + g * 32 + 4 * j, 4);
@@ -199,6 +186,7 @@ void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
         }
     }
     /* quad layout from the pair layout: per two pairs their even halves, then their odd halves */
+    const int np2 = (np + 1) & ~1;
     for (int pr = 0; pr < np2; pr++)
         for (int h = 0; h < 2; h++) {
             int8_t *dst = a->q2 + (pr >> 1) * 128 + h * 64 + (pr & 1) * 32;
@@ -207,6 +195,27 @@ void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
             else
                 memset(dst, 0, 32);
         }
+}
+
+void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
+    const int np = (cols + 63) / 64, np2 = (np + 1) & ~1;
+    char     *p = buf;
+    a->q        = (int8_t *)p;
+    a->q2       = a->q + (size_t)np * 64;
+    a->d        = (float *)(void *)(a->q2 + (size_t)np2 * 64);
+    a->d8       = (float *)(void *)((char *)a->d + round32((size_t)np * 2 * sizeof(float)));
+    a->nsxo     = (int32_t *)(void *)(a->d8 + (size_t)np * 16);
+    memset(a->q, 0, (size_t)(np + np2) * 64);
+    memset(a->d8, 0, (size_t)np * 16 * (sizeof(float) + sizeof(int32_t)));
+    /* codes in natural column order: Q_I8 keeps them there, nibble types pass through q2 */
+    int8_t *nat = type == Q_I8 ? a->q : a->q2;
+    if (KERN_BUILD_AVX512 && kern_isa() >= KERN_AVX512) {
+        kern_act_quant_avx512(x, cols, 2 * np, nat, a->d);
+        kern_act_layout_avx512(type, np, a);
+    } else {
+        kern_act_quant_ref(x, cols, 2 * np, nat, a->d);
+        kern_act_layout_ref(type, np, a);
+    }
 }
 
 /* Position of column c in the activation layout of type (kern-impl.h). */
