@@ -17,8 +17,10 @@
  *   pre3_f32 .. pre3_mxfp4
  *                  weight bytes x columns per second of qmat_matmul at 32 columns (a prefill
  *                  chunk) on an 8 MB slice of the same matrix, median of 5
- *   call           seconds of one qmat_matvec on a 64 x 64 matrix: the fixed cost of a call
- *                  (thread start and join), which is what a small model's token costs
+ *   call2          seconds of one qmat_matvec on a 128 x 1024 int8 matrix, the smallest the
+ *                  kernels run on all threads: the fixed cost of a call (the OpenMP region's
+ *                  start and join), which is what a small model's token costs ("call", on a
+ *                  64 x 64 matrix run by the calling thread alone, missed the region)
  *   disk           O_DIRECT reads of 4 MB at spread offsets of the model's largest shard, for
  *                  half a second or 256 MB. A sparse file reads its holes without the drive; the
  *                  figure is then marked "(sparse file: holes, not the drive)" and not cached.
@@ -261,12 +263,17 @@ static double measure_experts(int F, int L) {
     return r;
 }
 
-/* Seconds of one small matvec (the per-call cost: threads started and joined). */
+/* Seconds of one small matvec (the per-call cost: threads started and joined). The matrix is the
+ * smallest the kernels run on all threads (kern.c: more than 65,536 multiply-adds), 128 KiB of int8
+ * that stay in L2, so the figure is the OpenMP region's start and join plus about a microsecond
+ * of arithmetic; every product of a model is that large or larger. (The first probe, "call", used
+ * a 64 x 64 matrix, which runs on the calling thread alone: no region, so no join was counted.) */
 static double measure_call(void) {
-    const int rows = 64, cols = 64, reps = 200;
-    qmat      q   = {0};
-    void     *own = NULL;
-    float     x[64], y[64];
+    enum { rows = 128, cols = 1024 };
+    const int reps = 200;
+    qmat      q    = {0};
+    void     *own  = NULL;
+    float     x[cols], y[rows];
     double    best = 0;
     for (int i = 0; i < cols; i++)
         x[i] = (float)i * 0.01f;
@@ -376,10 +383,10 @@ void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
             if (o->dec[f] > 0 && o->pre[f] > 0)
                 cache_put(fmt_key[f][0], 0, o->dec[f]), cache_put(fmt_key[f][1], 0, o->pre[f]);
         }
-    if (!(o->call = cached(fresh, "call", 0))) {
+    if (!(o->call = cached(fresh, "call2", 0))) {
         o->cached = 0;
         if ((o->call = measure_call()) > 0)
-            cache_put("call", 0, o->call);
+            cache_put("call2", 0, o->call);
     }
     if (bsz && !(o->disk = cached(fresh, "disk", dev))) {
         o->cached = 0;
