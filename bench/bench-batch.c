@@ -141,9 +141,7 @@ int bench_batch(void) {
             goto done;
         const prof_t w1 = prof_now();
         for (int ph = 0; ph < PROF_N; ph++) {
-            prof_t t = prof_get((prof_phase)ph);
-            if (ph == PROF_MATMUL) /* the quantization ran inside the matmuls */
-                t.cpu -= prof_get(PROF_QUANT).cpu, t.wall -= prof_get(PROF_QUANT).wall;
+            const prof_t t = prof_get((prof_phase)ph);
             printf("# step of %d, phase %-10s wall %.4f s cpu %.4f s (%.1f %% of the cpu)\n", BB_MAXS,
                    prof_name((prof_phase)ph), t.wall / BB_STEPS, t.cpu / BB_STEPS,
                    100.0 * t.cpu / (w1.cpu - w0.cpu));

@@ -302,11 +302,7 @@ static void report_phases(int np, prof_t w0) {
     const prof_t w1   = prof_now();
     double       wsum = 0, csum = 0;
     for (int ph = 0; ph < PROF_N; ph++) {
-        prof_t t = prof_get((prof_phase)ph);
-        if (ph == PROF_MATMUL) { /* the quantization ran inside the matmuls */
-            t.wall -= prof_get(PROF_QUANT).wall;
-            t.cpu -= prof_get(PROF_QUANT).cpu;
-        }
+        const prof_t t = prof_get((prof_phase)ph);
         wsum += t.wall, csum += t.cpu;
         char name[64];
         snprintf(name, sizeof name, "prefill_warm_phase_%s", prof_name((prof_phase)ph));

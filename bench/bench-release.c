@@ -46,20 +46,18 @@ int bench_release(void);
 /* K3_PROFILE=1: where n tokens' time went since prof_reset (prof.h phases; matmul with the weight
  * bytes it read per token and their rate over the matmul's wall time). */
 static void report_phases(int round, const char *what, int n, prof_t w0) {
-    const prof_t w1 = prof_now(), mm = prof_get(PROF_MATMUL), q = prof_get(PROF_QUANT);
+    const prof_t w1 = prof_now(), mm = prof_get(PROF_MATMUL); /* without the quantization */
     printf("# round %d: %s phases, wall s/token (cpu s/token): all %.4f (%.4f)", round, what,
            (w1.wall - w0.wall) / n, (w1.cpu - w0.cpu) / n);
     for (int ph = 0; ph < PROF_N; ph++) {
-        prof_t t = prof_get((prof_phase)ph);
-        if (ph == PROF_MATMUL)
-            t.wall -= q.wall, t.cpu -= q.cpu;
+        const prof_t t = prof_get((prof_phase)ph);
         if (t.wall > 0)
             printf(", %s %.4f (%.4f)", prof_name((prof_phase)ph), t.wall / n, t.cpu / n);
     }
     uint64_t bytes, calls;
     prof_mm_counts(&bytes, &calls);
     printf("; matmul %.3f GB/token in %.0f calls/token: %.1f GB/s\n", (double)bytes / n / 1e9,
-           (double)calls / n, mm.wall > 0 ? (double)bytes / (mm.wall - q.wall) / 1e9 : 0);
+           (double)calls / n, mm.wall > 0 ? (double)bytes / mm.wall / 1e9 : 0);
 }
 
 enum { MAX_ROUNDS = 16 };

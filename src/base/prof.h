@@ -7,7 +7,7 @@
  * - Process-wide counters (not per session): a diagnostic for k3-bench and K3_PROFILE runs of a
  *   single session, not for concurrent sessions. Phases nest nowhere: a phase's time is its own.
  * - PROF_QUANT is measured inside the matmul entry (kern.c) and so is part of PROF_MATMUL's time;
- *   prof_report subtracts it.
+ *   prof_get subtracts it, so every phase it reports is the phase's own time.
  */
 #pragma once
 #include "k3.h"
@@ -47,6 +47,6 @@ void prof_add_bytes(uint64_t bytes);
 void prof_mm_counts(uint64_t *bytes, uint64_t *calls);
 /* Zero the counters. */
 void prof_reset(void);
-/* Wall and CPU seconds of phase ph since the last reset. */
+/* Wall and CPU seconds of phase ph since the last reset (PROF_MATMUL without PROF_QUANT). */
 prof_t      prof_get(prof_phase ph);
 const char *prof_name(prof_phase ph);

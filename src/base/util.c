@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -171,7 +172,7 @@ void *k3_calloc(size_t n, size_t size) {
  * The advice is a hint: refused or unsupported, the block is simply in small pages. */
 enum { HUGE_ALIGN = 2u << 20 };
 #define K3_HUGE_MIN ((size_t)4 << 20)
-static int huge_on = -1; /* -1: K3_HUGEPAGES not read yet */
+static _Atomic int huge_on = -1; /* -1: K3_HUGEPAGES not read yet (loader threads allocate too) */
 
 k3_status k3_hugepages_init(void) {
     int on = 1;

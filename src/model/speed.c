@@ -137,6 +137,12 @@ static double measure_mem(void) {
     return best;
 }
 
+/* The MXFP4 matrix of rows x cols whose weights start at p, its exponents right after them. */
+static qmat mx_at(const uint8_t *p, int rows, int cols) {
+    return (qmat){
+        .type = Q_MXFP4, .rows = rows, .cols = cols, .w = p, .e = p + q_wbytes(Q_MXFP4, rows, cols)};
+}
+
 /* A FMT matrix of rows x cols with plausible bytes (weights 0x37: small values; scales 0.01,
  * MXFP4 exponents 2^0). K3_OK or K3_ERR_NOMEM. */
 static k3_status rate_matrix(int fmt, int rows, int cols, qmat *q, void **own) {
@@ -162,7 +168,7 @@ static k3_status rate_matrix(int fmt, int rows, int cols, qmat *q, void **own) {
         return K3_ERR_NOMEM;
     memset(p, 0x37, wb);
     memset(p + wb, 127, eb);
-    *q   = (qmat){.type = Q_MXFP4, .rows = rows, .cols = cols, .w = p, .e = p + wb};
+    *q   = mx_at(p, rows, cols);
     *own = p;
     return K3_OK;
 }
@@ -220,33 +226,29 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
  * (beyond the caches), median of NPROBE passes over all of them. A small expert's products are
  * short, so a call's fixed cost (threads woken and joined) and the ramp-up of each matrix's
  * stream weigh on them in a way the 256 MB matrices above do not show. */
+
 static double measure_experts(int F, int L) {
-    const size_t wb = q_wbytes(Q_MXFP4, F, L), eb = q_sbytes(Q_MXFP4, F, L), one = 3 * (wb + eb);
+    /* an expert: w1 (F, L), w3 (F, L), w2 (L, F) back to back, each `part` bytes */
+    const size_t wb = q_wbytes(Q_MXFP4, F, L), part = wb + q_sbytes(Q_MXFP4, F, L), one = 3 * part;
+    const int    W  = F > L ? F : L;
     int          nx = (int)(((size_t)256 << 20) / one) + 1;
     nx              = nx < 2 ? 2 : nx > 256 ? 256 : nx;
     uint8_t *buf    = k3_aligned_alloc(64, (size_t)nx * one);
-    float   *x      = k3_aligned_alloc(64, (size_t)(F > L ? F : L) * sizeof(float)),
-          *y        = k3_aligned_alloc(64, 2 * (size_t)(F > L ? F : L) * sizeof(float));
+    float   *x      = k3_aligned_alloc(64, (size_t)W * sizeof(float)),
+          *y        = k3_aligned_alloc(64, 2 * (size_t)W * sizeof(float));
     double v[NPROBE], r = 0;
     if (buf && x && y) {
-        for (int e = 0; e < nx; e++) {
-            uint8_t *p = buf + (size_t)e * one;
-            for (int i = 0; i < 3; i++) {
-                memset(p + (size_t)i * (wb + eb), 0x37, wb);
-                memset(p + (size_t)i * (wb + eb) + wb, 127, eb);
-            }
+        for (size_t i = 0; i < (size_t)nx * 3; i++) { /* weights 0x37, exponents 2^0 */
+            memset(buf + i * part, 0x37, wb);
+            memset(buf + i * part + wb, 127, part - wb);
         }
-        for (int i = 0; i < (F > L ? F : L); i++)
+        for (int i = 0; i < W; i++)
             x[i] = (float)(i % 17) * 0.1f - 0.8f;
         for (int r0 = 0; r0 < NPROBE; r0++) {
             double t0 = k3_time();
             for (int e = 0; e < nx; e++) {
-                const uint8_t *p  = buf + (size_t)e * one;
-                const qmat     w1 = {.type = Q_MXFP4, .rows = F, .cols = L, .w = p, .e = p + wb};
-                const qmat     w3 = {
-                        .type = Q_MXFP4, .rows = F, .cols = L, .w = p + wb + eb, .e = p + 2 * wb + eb};
-                const qmat w2 = {
-                    .type = Q_MXFP4, .rows = L, .cols = F, .w = p + 2 * (wb + eb), .e = p + 3 * wb + 2 * eb};
+                const uint8_t *p = buf + (size_t)e * one;
+                const qmat  w1 = mx_at(p, F, L), w3 = mx_at(p + part, F, L), w2 = mx_at(p + 2 * part, L, F);
                 const qmat *w13[2] = {&w1, &w3};
                 float      *y13[2] = {y, y + F};
                 qmat_matmul_many(w13, 2, x, 1, y13);
