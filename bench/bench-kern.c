@@ -15,6 +15,11 @@
  *   threads), and so does their reference, mem_read_t<th>_cpu: on a machine shared with other
  *   work the time a thread is not scheduled drops out of both (wall clock counts it), while the
  *   time it stalls on DRAM stays in. A second, labelled measure; the wall-clock one stays.
+ * - "_vs_own_read" (wall-clock IDOT matvecs): the same result against the same bytes read in the
+ *   kernel's own pattern (each thread its static row share of every copy, in four quarters side
+ *   by side) without the arithmetic, each pass alternated with the kernel's. On the Zen 5 of
+ *   BENCHMARKS.md four streams a few MiB apart inside one matrix read at 0.5-0.8 of four streams
+ *   far apart, so this says how much of the gap to mem_read the pattern alone makes.
  * - "_hot" results run the same number of matvecs on one copy that stays in the caches: the
  *   kernel's compute ceiling on one thread, in GB per CPU-second of that thread (ratio > 1
  *   means faster than DRAM could feed it).
@@ -35,7 +40,7 @@
 #include <immintrin.h>
 #endif
 
-enum { PASSES = 4 }; /* first is warm-up */
+enum { PASSES = 4, WALL_PASSES = 6 }; /* first is warm-up; WALL: alternated with the read */
 
 static uint8_t *arena;
 static size_t   arena_bytes;
@@ -112,25 +117,53 @@ static double proc_time(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Sustained read bandwidth (GB/s) over the arena with th threads, median of the passes; cpu: per
- * CPU-second of each thread (process CPU time / th) instead of wall time; quad: each thread reads
- * its half in four streams (read_all). */
-static double mem_bw(int th, int cpu, int quad) {
-    double   t[PASSES - 1];
-    uint64_t sink = 0;
-    for (int p = 0; p < PASSES; p++) {
-        double t0 = cpu ? proc_time() / th : k3_time();
+/* One read pass over the arena with th threads (GB/s); cpu: per CPU-second of each thread (process
+ * CPU time / th) instead of wall time; quad: each thread reads its half in four streams (read_all). */
+static double mem_pass(int th, int cpu, int quad) {
+    uint64_t     sink = 0;
+    const size_t n    = arena_bytes / 256 / (size_t)th * 256;
+    double       t0   = cpu ? proc_time() / th : k3_time();
 #pragma omp parallel num_threads(th) reduction(^ : sink)
-        {
-            size_t n = arena_bytes / 256 / (size_t)th * 256, i = (size_t)omp_get_thread_num();
-            sink ^= read_all(arena + i * n, n, quad);
-        }
-        if (p > 0)
-            t[p - 1] = (cpu ? proc_time() / th : k3_time()) - t0;
-    }
+    sink ^= read_all(arena + (size_t)omp_get_thread_num() * n, n, quad);
+    double t = (cpu ? proc_time() / th : k3_time()) - t0;
     if (sink == 42)
         printf("# (sink)\n");
-    return (double)(arena_bytes / 256 / (size_t)th * 256 * (size_t)th) / bench_median(t, PASSES - 1) / 1e9;
+    return (double)(n * (size_t)th) / t / 1e9;
+}
+
+/* Sustained read bandwidth: the median of the passes but the first. */
+static double mem_bw(int th, int cpu, int quad) {
+    double r[PASSES - 1];
+    for (int p = 0; p < PASSES; p++) {
+        const double v = mem_pass(th, cpu, quad);
+        if (p > 0)
+            r[p - 1] = v;
+    }
+    return bench_median(r, PASSES - 1);
+}
+
+/* One pass of the matvec's own read pattern without the arithmetic: over every copy (stride bytes
+ * apart) each of th threads reads its share of the rows' weights (rows * ith / th, the static
+ * split of kern.c) in four quarters side by side (read_all), as the split tiles do. Returns
+ * GB/s of the bytes read (the weights but each quarter's last partial 64 bytes). */
+static double mat_read_pass(size_t stride, size_t copies, int rows, size_t rowb, int th) {
+    size_t   read = 0;
+    uint64_t sink = 0;
+    double   t0   = k3_time();
+#pragma omp parallel num_threads(th) reduction(^ : sink) reduction(+ : read)
+    {
+        const int    ith = omp_get_thread_num();
+        const size_t b0  = (size_t)((long)rows * ith / th) * rowb,
+                     b1  = (size_t)((long)rows * (ith + 1) / th) * rowb;
+        const size_t n   = (b1 - b0) / 256 * 256;
+        for (size_t k = 0; k < copies; k++)
+            sink ^= read_all(arena + k * stride + b0, n, 1);
+        read += copies * n;
+    }
+    double t = k3_time() - t0;
+    if (sink == 42)
+        printf("# (sink)\n");
+    return (double)read / t / 1e9;
 }
 
 /* CPU seconds of the calling thread (the hot results run on one thread: robust to time slicing
@@ -240,8 +273,19 @@ static void bench_matvec(int type, int rows, int cols, int idot, int th, int mod
         x[c] = (float)((c * 37) % 101 - 50) / 50.0f;
     omp_set_num_threads(th);
     kern_set_idot(idot);
-    double t[PASSES - 1];
-    for (int p = 0; p < PASSES; p++) {
+    /* Wall-clock results alternate every pass with a pass of their reference, the four-stream read
+     * of the whole arena (memory bandwidth here drifts by up to 2x within seconds, so a reference
+     * taken once before a series of results does not describe the moment of each); the IDOT ones
+     * also with mat_read_pass: the same bytes in the same pattern without the arithmetic (how much
+     * of the gap to mem_read is the pattern's own: BENCHMARKS.md). Ratios per pass, median. */
+    const int    wall = mode == MV_WALL, same = wall && idot, np = wall ? WALL_PASSES : PASSES;
+    double       t[WALL_PASSES], rf[WALL_PASSES], rd[WALL_PASSES], q[WALL_PASSES], qs[WALL_PASSES];
+    const double bytes = (double)(copies * (wb + sb));
+    for (int p = 0; p < np; p++) {
+        if (wall && p > 0)
+            rf[p - 1] = mem_pass(th, 0, 1);
+        if (same && p > 0)
+            rd[p - 1] = mat_read_pass(stride, copies, rows, q_wbytes(type, 1, cols), th);
         double t0 = hot ? cpu_time() : mode == MV_CPU ? proc_time() / th : k3_time();
         for (size_t k = 0; k < copies; k++) {
             uint8_t *base = arena + (hot ? 0 : k) * stride;
@@ -252,10 +296,29 @@ static void bench_matvec(int type, int rows, int cols, int idot, int th, int mod
                 m.s = (const float *)(const void *)(base + wb);
             qmat_matvec(&m, x, y);
         }
-        if (p > 0)
+        if (p > 0) {
             t[p - 1] = (hot ? cpu_time() : mode == MV_CPU ? proc_time() / th : k3_time()) - t0;
+            if (wall)
+                q[p - 1] = bytes / t[p - 1] / 1e9 / rf[p - 1];
+            if (same)
+                qs[p - 1] = bytes / t[p - 1] / 1e9 / rd[p - 1];
+        }
     }
-    bench_report(name, (double)(copies * (wb + sb)) / bench_median(t, PASSES - 1) / 1e9, "GB/s", ref, "GB/s");
+    const double gbs = bytes / bench_median(t, np - 1) / 1e9;
+    if (!wall) {
+        bench_report(name, gbs, "GB/s", ref, "GB/s");
+    } else {
+        bench_report(name, gbs, "GB/s", bench_median(rf, np - 1), "GB/s(read, alternated)");
+        const double qm = bench_median(q, np - 1); /* sorts q */
+        printf("#   %s per pass against the read beside it: median %.3f, %.3f to %.3f\n", name, qm, q[0],
+               q[np - 2]);
+    }
+    if (same) {
+        strncat(name, "_vs_own_read", sizeof name - strlen(name) - 1);
+        bench_report(name, gbs, "GB/s", bench_median(rd, np - 1), "GB/s(same bytes, same pattern)");
+        const double qm = bench_median(qs, np - 1); /* sorts qs */
+        printf("#   %s per pass: median %.3f, %.3f to %.3f\n", name, qm, qs[0], qs[np - 2]);
+    }
     free(x);
     free(y);
 }
