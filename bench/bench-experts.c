@@ -22,6 +22,9 @@
  *   prefill_warm_isa, decode_warm_isa
  *                      warm prefill / decode at the running kernel level (K3_ISA, default the
  *                      best) against the same session at K3_ISA=avx2, alternating rounds.
+ *   prefill_warm_group warm prefill with K3_GROUP_ORDER=1 (matmuls of 32+ columns in the AMX order
+ *                      on AVX-512 VNNI, kern-grp.c) against the same session at 0, alternating
+ *                      rounds (avx512 level only).
  *   prefill_warm_act   warm prefill with the float activations (default) against the same session
  *                      with K3_ACT=double (the libm double formulas), alternating rounds.
  *   prefill_chunk_<C>  warm prefill of 256 tokens with K3_CHUNK = C (32, 64, 128, 256), a session per
@@ -297,6 +300,37 @@ static int act_ab(k3_session *s, const int32_t *ids, int np) {
     return 0;
 }
 
+/* Warm prefill with the matmuls of 32+ columns in the AMX order on AVX-512 VNNI (K3_GROUP_ORDER=1,
+ * kern-grp.c) against the same session in the canonical order, alternating rounds, medians; a
+ * "# " line gives the process CPU seconds per token. Only at the avx512 level. Result
+ * prefill_warm_group, s/tok, ratio < 1 = the group order is faster. */
+static int group_ab(k3_session *s, const int32_t *ids, int np) {
+    enum { R = 3 };
+    if (!bench_want("prefill_warm_group") || kern_isa() != KERN_AVX512)
+        return 0;
+    const int keep = kern_group_order();
+    double    tg[R], tc[R], cg[R], cc[R];
+    tok_time  t;
+    int       rc = 0;
+    for (int r = 0; r < R && !rc; r++)
+        for (int grp = 0; grp <= 1 && !rc; grp++) {
+            kern_set_group_order(grp);
+            const double c0    = prof_now().cpu;
+            rc                 = prefill(s, ids, np, &t);
+            (grp ? tg : tc)[r] = t.total;
+            (grp ? cg : cc)[r] = (prof_now().cpu - c0) / np;
+        }
+    kern_set_group_order(keep);
+    if (rc)
+        return rc;
+    printf("# matmul order: K3_GROUP_ORDER=1 against 0, %d alternating rounds, medians; CPU %.4f s/tok "
+           "against %.4f (both threads, spin waits included)\n",
+           R, bench_median(cg, R), bench_median(cc, R));
+    bench_report("prefill_warm_group", bench_median(tg, R), "s/tok", bench_median(tc, R),
+                 "s/tok(K3_GROUP_ORDER=0)");
+    return 0;
+}
+
 /* K3_PROFILE=1: the phases of the prefill that started at w0 (NP tokens), per token. */
 static void report_phases(int np, prof_t w0) {
     const prof_t w1   = prof_now();
@@ -401,6 +435,8 @@ static void bench_engine(const char *dir) {
         rc |= isa_ab(s, ids, NP, ND);
     if (!rc)
         rc |= act_ab(s, ids, NP);
+    if (!rc)
+        rc |= group_ab(s, ids, NP);
     if (rc) {
         fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
     } else {
@@ -421,7 +457,7 @@ static void bench_engine(const char *dir) {
 
 int bench_experts(void) {
     int want_s = bench_want("expert_stream"),
-        want_e = bench_want("prefill_") || bench_want("decode_") || bench_asked("prefill_chunk");
+        want_e = bench_want("prefill_") || bench_want("decode_") || bench_asked("prefill_");
     if (!want_s && !want_e)
         return 0;
     const char *dir      = getenv("K3_BENCH_SLICE");

@@ -23,6 +23,8 @@
  * - "_hot" results run the same number of matvecs on one copy that stays in the caches: the
  *   kernel's compute ceiling on one thread, in GB per CPU-second of that thread (ratio > 1
  *   means faster than DRAM could feed it).
+ * - <fmt>_grp_matmul<n>_..._t1_gops: the group-order matmul (K3_GROUP_ORDER=1, kern-grp.c) of 32
+ *   and 128 columns against the canonical matmul of the same columns, alternated (avx512 level).
  * - int8_peak_<isa>_t1: the core's int8 multiply-add peak for the running ISA (register-only
  *   loop, CPU time; ref: the AVX2 maddubs loop). <fmt>_idot_matmul32_..._gops: the 32-column
  *   matmul in int8 ops per CPU-second against that peak.
@@ -323,15 +325,9 @@ static void bench_matvec(int type, int rows, int cols, int idot, int th, int mod
     free(y);
 }
 
-/* Prefill: qmat_matmul of n columns on one cached copy, IDOT, one thread; GB/s counts the
- * weight bytes once per column (what n matvecs would read), per CPU-second. The ref is the same
- * work done as n separate matvecs, so the ratio is the speedup of the multi-column kernel. */
-static void bench_matmul(int type, int rows, int cols, int n, double peak) {
-    static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
-    char               name[96];
-    snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_hot", fmt[type], n, rows, cols);
-    if (!bench_want(name))
-        return;
+/* The matrix at the arena's start (weights random, scales valid: random bytes could be NaN or
+ * subnormal), and n columns of cols activations, for the hot matmul results. */
+static qmat hot_mat(int type, int rows, int cols) {
     const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
     uint8_t     *s = arena + wb;
     if (type == Q_MXFP4)
@@ -344,24 +340,54 @@ static void bench_matmul(int type, int rows, int cols, int n, double peak) {
         m.e = s;
     else
         m.s = (const float *)(const void *)s;
-    float *x = malloc((size_t)n * cols * sizeof(float)), *y = malloc((size_t)n * rows * sizeof(float));
+    return m;
+}
+
+static float *hot_cols(int n, int cols) {
+    float *x = malloc((size_t)n * cols * sizeof(float));
     for (int i = 0; i < n * cols; i++)
         x[i] = (float)((i * 37) % 101 - 50) / 50.0f;
+    return x;
+}
+
+/* n matvecs, one per column (the work of a matmul without its multi-column kernels). */
+static void matvecs(const qmat *m, const float *x, int n, float *y) {
+    for (int c = 0; c < n; c++)
+        qmat_matvec(m, x + (size_t)c * m->cols, y + (size_t)c * m->rows);
+}
+
+/* PASSES rounds of qmat_matmul then other on the same columns, in the thread's CPU time; the
+ * rounds but the first into ta (qmat_matmul) and tb (other). */
+static void time_pair(const qmat *m, const float *x, int n, float *y,
+                      void (*other)(const qmat *, const float *, int, float *), double *ta, double *tb) {
+    for (int p = 0; p < PASSES; p++) {
+        double t0 = cpu_time();
+        qmat_matmul(m, x, n, y);
+        double t1 = cpu_time();
+        other(m, x, n, y);
+        if (p > 0) {
+            ta[p - 1] = t1 - t0;
+            tb[p - 1] = cpu_time() - t1;
+        }
+    }
+}
+
+/* Prefill: qmat_matmul of n columns on one cached copy, IDOT, one thread; GB/s counts the
+ * weight bytes once per column (what n matvecs would read), per CPU-second. The ref is the same
+ * work done as n separate matvecs, so the ratio is the speedup of the multi-column kernel. */
+static void bench_matmul(int type, int rows, int cols, int n, double peak) {
+    static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
+    char               name[96];
+    snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_hot", fmt[type], n, rows, cols);
+    if (!bench_want(name))
+        return;
+    const qmat m = hot_mat(type, rows, cols);
+    float     *x = hot_cols(n, cols), *y = malloc((size_t)n * rows * sizeof(float));
     omp_set_num_threads(1);
     kern_set_idot(1);
     double tm[PASSES - 1], tv[PASSES - 1];
-    for (int p = 0; p < PASSES; p++) {
-        double t0 = cpu_time();
-        qmat_matmul(&m, x, n, y);
-        double t1 = cpu_time();
-        for (int c = 0; c < n; c++)
-            qmat_matvec(&m, x + (size_t)c * cols, y + (size_t)c * rows);
-        if (p > 0) {
-            tm[p - 1] = t1 - t0;
-            tv[p - 1] = cpu_time() - t1;
-        }
-    }
-    const double bytes = (double)(wb + sb) * n;
+    time_pair(&m, x, n, y, matvecs, tm, tv);
+    const double bytes = (double)(q_wbytes(type, rows, cols) + q_sbytes(type, rows, cols)) * n;
     bench_report(name, bytes / bench_median(tm, PASSES - 1) / 1e9, "GB/s",
                  bytes / bench_median(tv, PASSES - 1) / 1e9, "GB/s");
     if (peak > 0) { /* the same matmul in int8 ops per CPU-second against the core's peak */
@@ -369,6 +395,31 @@ static void bench_matmul(int type, int rows, int cols, int n, double peak) {
         bench_report(name, 2.0 * rows * cols * n / bench_median(tm, PASSES - 1) / 1e9, "GOPS", peak,
                      "GOPS(peak)");
     }
+    free(x);
+    free(y);
+}
+
+/* The group-order matmul (kern_grp_matmul: the AMX order on AVX-512 VNNI, K3_GROUP_ORDER=1) of n
+ * columns on one cached copy, one thread, in int8 ops per CPU-second; ref: the canonical matmul
+ * of the same columns, alternated with it (PASSES rounds, medians). AVX-512 level only. */
+static void bench_grp(int type, int rows, int cols, int n) {
+    static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
+    char               name[96];
+    snprintf(name, sizeof name, "%s_grp_matmul%d_%dx%d_t1_gops", fmt[type], n, rows, cols);
+    if (!bench_want(name) || kern_isa() != KERN_AVX512)
+        return;
+    const qmat m = hot_mat(type, rows, cols);
+    float     *x = hot_cols(n, cols), *y = malloc((size_t)n * rows * sizeof(float));
+    omp_set_num_threads(1);
+    kern_set_idot(1);
+    const int keep = kern_group_order();
+    kern_set_group_order(0);
+    double tg[PASSES - 1], tc[PASSES - 1];
+    time_pair(&m, x, n, y, kern_grp_matmul, tc, tg);
+    kern_set_group_order(keep);
+    const double ops = 2.0 * rows * cols * n / 1e9;
+    bench_report(name, ops / bench_median(tg, PASSES - 1), "GOPS", ops / bench_median(tc, PASSES - 1),
+                 "GOPS(canonical order)");
     free(x);
     free(y);
 }
@@ -392,7 +443,7 @@ int bench_kern(void) {
                     for (int mode = MV_WALL; mode <= MV_HOT; mode++) {
                         matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, mode);
                         any |= bench_want(name) && (mode != MV_CPU || bench_asked("cpu"));
-                        any |= bench_want("matmul32") || bench_want("int8_peak");
+                        any |= bench_want("matmul32") || bench_want("int8_peak") || bench_want("grp_matmul");
                     }
     if (!any)
         return 0;
@@ -456,6 +507,10 @@ int bench_kern(void) {
     /* prefill: matmul over 32 columns (each weight load decoded once for several columns), hot */
     for (size_t t = 0; t < 3; t++)
         bench_matmul(types[t], shapes[0][0], shapes[0][1], 32, peak);
+    /* the same in the group order (K3_GROUP_ORDER=1) at 32 and 128 columns (the default chunk) */
+    for (size_t t = 0; t < 3; t++)
+        for (int n = 32; n <= 128; n *= 4)
+            bench_grp(types[t], shapes[0][0], shapes[0][1], n);
     /* compute ceilings: the first shape, one thread, from the caches */
     for (size_t t = 0; t < 3; t++)
         for (int idot = 0; idot <= 1; idot++)

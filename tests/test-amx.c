@@ -346,6 +346,7 @@ int main(void) {
     else {
         check_kernel_needs_perm();
         check_kernel(kern_amx_matmul_emu, "emulated AMX", 1);
+        check_kernel(kern_grp_matmul, "AVX-512 group order", 0);
         check_order_bound();
     }
     amx_emu_trap(0);

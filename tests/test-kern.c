@@ -222,6 +222,7 @@ static void check_knobs_env(void) {
         {"K3_ROWSPLIT", "2", "0 or 1", "1", kern_rows_dynamic, 1, 0},
         {"K3_IDOT", "yes", "0 or 1", "0", kern_idot, 0, 1},
         {"K3_AMX_EMU", "on", "0 or 1", "0", kern_amx_emulated, 0, 0},
+        {"K3_GROUP_ORDER", "2", "0 or 1", "1", kern_group_order, 1, 0},
     };
     for (size_t i = 0; i < sizeof kn / sizeof *kn; i++) {
         char want[160];

@@ -91,30 +91,6 @@ T static void config(amx_thread *th, int rb, int nt) {
     th->rb = rb, th->nt = nt;
 }
 
-/* Nibbles of one row (nbytes packed bytes, low nibble = even column) -> int8 through lut, cols
- * values then zeros up to kpad (a multiple of 32). */
-T static void unpack_row(const uint8_t *w, size_t nbytes, __m512i lut, int cols, int kpad, int8_t *out) {
-    const __m512i m4 = _mm512_set1_epi16(0x0F);
-    int           c  = 0;
-    for (; c + 64 <= cols; c += 64) { /* whole 32-byte loads and 64-byte stores (masked stores are
-                                         slow on some cores) */
-        __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(w + c / 2)));
-        v         = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_srli_epi16(v, 4), 8));
-        _mm512_storeu_si512(out + c, _mm512_shuffle_epi8(lut, v)); /* word k = byte k: low, high */
-    }
-    for (; c < kpad; c += 64) { /* the row's end: masked, never past the row or the buffer */
-        const size_t  b0 = (size_t)c / 2, nb = nbytes > b0 ? nbytes - b0 : 0;
-        const __m256i p = _mm256_maskz_loadu_epi8((__mmask32)(nb >= 32 ? ~0u : (1u << nb) - 1), w + b0);
-        __m512i       v = _mm512_cvtepu8_epi16(p);
-        v = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_srli_epi16(v, 4), 8));
-        v = _mm512_shuffle_epi8(lut, v);
-        const int       live = cols - c >= 64 ? 64 : cols - c > 0 ? cols - c : 0;
-        const __mmask64 kv   = live == 64 ? ~(__mmask64)0 : ((__mmask64)1 << live) - 1;
-        const __mmask64 ks   = kpad - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (kpad - c)) - 1;
-        _mm512_mask_storeu_epi8(out + c, ks, _mm512_maskz_mov_epi8(kv, v));
-    }
-}
-
 /* Block rows r0 .. r0+rb-1: the weights as the A operand of every group (a_ptr gives the
  * pointer and stride of group g). */
 typedef struct {
@@ -182,13 +158,9 @@ T static void block_tile(amx_thread *th, const a_src *a, const int8_t *bt, const
 
 /* Rows of blocks [b0, b1) of y[n][rows] for every token tile. */
 T static void blocks(const qmat *m, const amx_act *x, int n, float *y, int b0, int b1, amx_thread *th) {
-    const int     rows = m->rows, cols = m->cols, ng = x->ng, i8 = m->type == Q_I8;
-    const int     kpad   = ng * TK;
-    const size_t  rbytes = m->type == Q_I4 ? (size_t)(cols + 1) / 2 : (size_t)cols / 2;
-    const __m512i lut =
-        m->type == Q_MXFP4
-            ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)kern_mxfp4_i8))
-            : _mm512_broadcast_i32x4(_mm_setr_epi8(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7));
+    const int    rows = m->rows, cols = m->cols, ng = x->ng, i8 = m->type == Q_I8;
+    const int    kpad   = ng * TK;
+    const size_t rbytes = m->type == Q_I4 ? (size_t)(cols + 1) / 2 : (size_t)cols / 2;
     for (int blk = b0; blk < b1; blk++) {
         const int r0 = blk * TR, rb = rows - r0 < TR ? rows - r0 : TR;
         a_src     a = {0};
@@ -203,8 +175,8 @@ T static void blocks(const qmat *m, const amx_act *x, int n, float *y, int b0, i
             }
         } else { /* unpack the block once for every token tile; its weight scales */
             for (int i = 0; i < rb; i++) {
-                unpack_row((const uint8_t *)m->w + (size_t)(r0 + i) * rbytes, rbytes, lut, cols, kpad,
-                           th->wq + (size_t)i * kpad);
+                kern_unpack_row_avx512((const uint8_t *)m->w + (size_t)(r0 + i) * rbytes, rbytes, m->type,
+                                       cols, kpad, 0, (uint8_t *)th->wq + (size_t)i * kpad);
                 for (int g = 0; g < ng; g++)
                     th->ws[i * ng + g] =
                         m->type == Q_I4

@@ -420,6 +420,35 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
     }
 }
 
+/* ---- nibble rows to bytes (the AMX-order matmuls: kern-amx.c, kern-grp.c) ------------------ */
+
+Z void kern_unpack_row_avx512(const uint8_t *w, size_t nbytes, int type, int cols, int kpad, int bias,
+                              uint8_t *out) {
+    const __m128i lut16 = type == Q_MXFP4
+                              ? _mm_loadu_si128((const __m128i *)(const void *)kern_mxfp4_i8)
+                              : _mm_setr_epi8(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    const __m512i lut   = _mm512_broadcast_i32x4(_mm_add_epi8(lut16, _mm_set1_epi8((char)bias)));
+    const __m512i m4 = _mm512_set1_epi16(0x0F), pad = _mm512_set1_epi8((char)bias);
+    int           c = 0;
+    for (; c + 64 <= cols; c += 64) { /* whole 32-byte loads and 64-byte stores (masked stores are
+                                         slow on some cores) */
+        __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(w + c / 2)));
+        v         = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_srli_epi16(v, 4), 8));
+        _mm512_storeu_si512(out + c, _mm512_shuffle_epi8(lut, v)); /* word k = byte k: low, high */
+    }
+    for (; c < kpad; c += 64) { /* the row's end: masked, never past the row or the buffer */
+        const size_t  b0 = (size_t)c / 2, nb = nbytes > b0 ? nbytes - b0 : 0;
+        const __m256i p = _mm256_maskz_loadu_epi8((__mmask32)(nb >= 32 ? ~0u : (1u << nb) - 1), w + b0);
+        __m512i       v = _mm512_cvtepu8_epi16(p);
+        v = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_srli_epi16(v, 4), 8));
+        v = _mm512_shuffle_epi8(lut, v);
+        const int       live = cols - c >= 64 ? 64 : cols - c > 0 ? cols - c : 0;
+        const __mmask64 kv   = live == 64 ? ~(__mmask64)0 : ((__mmask64)1 << live) - 1;
+        const __mmask64 ks   = kpad - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (kpad - c)) - 1;
+        _mm512_mask_storeu_epi8(out + c, ks, _mm512_mask_mov_epi8(pad, kv, v));
+    }
+}
+
 /* ---- activation quantizer (kern_act_quant_ref's twin: the same IEEE operations per element) - */
 
 Z void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d) {
@@ -502,6 +531,12 @@ Z void kern_act_layout_avx512(int type, int np, kern_act *a) {
 }
 
 #else /* no AVX-512 build: never selected (kern_isa_ok says no), the reference stands in */
+
+void kern_unpack_row_avx512(const uint8_t *w, size_t nbytes, int type, int cols, int kpad, int bias,
+                            uint8_t *out) {
+    (void)w, (void)nbytes, (void)type, (void)cols, (void)kpad, (void)bias, (void)out;
+    K3_ASSERT(!"AVX-512 kernels not built for this target");
+}
 
 void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d) {
     kern_act_quant_ref(x, cols, ng, q, d);

@@ -197,6 +197,7 @@ enum {
     KNOB_IDOT,
     KNOB_AMX_EMU,
     KNOB_AMX_DENY,
+    KNOB_GROUP_ORDER,
     KNOB_N
 };
 
@@ -205,14 +206,15 @@ static struct knob {
     int         lo, hi, dflt;
     _Atomic int v;
 } knobs[KNOB_N] = {
-    [KNOB_PREFETCH] = {"K3_PREFETCH", 0, 1 << 20, KERN_PREFETCH, -1},
-    [KNOB_KBLOCK]   = {"K3_KBLOCK", 0, 1 << 20, KERN_KBLOCK, -1},
-    [KNOB_MV_AHEAD] = {"K3_MV_AHEAD", 0, 64, KERN_MV_AHEAD, -1},
-    [KNOB_MV_SPLIT] = {"K3_MV_SPLIT", 0, 1, 1, -1},
-    [KNOB_ROWSPLIT] = {"K3_ROWSPLIT", 0, 1, 0, -1},
-    [KNOB_IDOT]     = {"K3_IDOT", 0, 1, 1, -1},
-    [KNOB_AMX_EMU]  = {"K3_AMX_EMU", 0, 1, 0, -1},
-    [KNOB_AMX_DENY] = {"K3_AMX_DENY", 0, 1, 0, -1},
+    [KNOB_PREFETCH]    = {"K3_PREFETCH", 0, 1 << 20, KERN_PREFETCH, -1},
+    [KNOB_KBLOCK]      = {"K3_KBLOCK", 0, 1 << 20, KERN_KBLOCK, -1},
+    [KNOB_MV_AHEAD]    = {"K3_MV_AHEAD", 0, 64, KERN_MV_AHEAD, -1},
+    [KNOB_MV_SPLIT]    = {"K3_MV_SPLIT", 0, 1, 1, -1},
+    [KNOB_ROWSPLIT]    = {"K3_ROWSPLIT", 0, 1, 0, -1},
+    [KNOB_IDOT]        = {"K3_IDOT", 0, 1, 1, -1},
+    [KNOB_AMX_EMU]     = {"K3_AMX_EMU", 0, 1, 0, -1},
+    [KNOB_AMX_DENY]    = {"K3_AMX_DENY", 0, 1, 0, -1},
+    [KNOB_GROUP_ORDER] = {"K3_GROUP_ORDER", 0, 1, 0, -1},
 };
 
 /* The knob's value, read on first use. A malformed value there (a program that never called
@@ -292,7 +294,10 @@ int kern_amx_permission(char *why, size_t n) {
 }
 
 const char *k3_kernels(void) {
-    return kern_isa_name(kern_isa());
+    const int isa = kern_isa();
+    if (isa == KERN_AVX512 && kern_group_order())
+        return "avx512-vnni, group order for 32+ columns (K3_GROUP_ORDER=1)";
+    return kern_isa_name(isa);
 }
 
 /* ==== selection ============================================================================= */
@@ -414,4 +419,12 @@ int kern_mv_split(void) {
 
 void kern_set_mv_split(int on) {
     atomic_store(&knobs[KNOB_MV_SPLIT].v, on != 0);
+}
+
+int kern_group_order(void) {
+    return knob(KNOB_GROUP_ORDER);
+}
+
+void kern_set_group_order(int on) {
+    atomic_store(&knobs[KNOB_GROUP_ORDER].v, on != 0);
 }

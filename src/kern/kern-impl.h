@@ -102,6 +102,13 @@ void kern_amx_matmul(const qmat *m, const float *x, int n, float *y);
 void kern_amx_matmul_hw(const qmat *m, const float *x, int n, float *y);
 void kern_amx_matmul_emu(const qmat *m, const float *x, int n, float *y);
 void kern_amx_ref(const qmat *m, const float *x, int n, float *y);
+/* The AMX order on AVX-512 VNNI (kern-grp.c), for CPUs without AMX: kern_amx_ref's bits. */
+void kern_grp_matmul(const qmat *m, const float *x, int n, float *y);
+/* One int4 or MXFP4 row (nbytes packed bytes, low nibble = even column) as bytes: the integer
+ * weight of each of cols columns + bias (MXFP4: the doubled e2m1 value), then bias up to kpad
+ * (whole groups of 32, >= cols). Never reads past the row's nbytes. AVX-512 level only. */
+void kern_unpack_row_avx512(const uint8_t *w, size_t nbytes, int type, int cols, int kpad, int bias,
+                            uint8_t *out);
 /* 1 when K3_AMX_EMU=1 (a knob, kern_knobs_env): the AMX level runs the emulated tile kernels, and counts as
  * present on a CPU with the AVX-512 level (tests of the dispatch on machines without AMX). */
 int kern_amx_emulated(void);
@@ -140,6 +147,16 @@ void kern_set_mv_ahead(int tiles);
  * same bits. kern_set_mv_split overrides it (tests). */
 int  kern_mv_split(void);
 void kern_set_mv_split(int on);
+/* K3_GROUP_ORDER, a knob: 1 = IDOT matmuls of at least KERN_GRP_MIN columns at the avx512 level
+ * run kern_grp_matmul (the AMX order: one rounding per group of 32, not bit-identical to the
+ * canonical order of a matvec); 0 = the canonical kernels. The amx level always runs its tiles.
+ * kern_set_group_order overrides it (tests, benchmarks). */
+int  kern_group_order(void);
+void kern_set_group_order(int on);
+/* The fewest columns kern_grp_matmul takes: below, a 16-column tile is mostly empty lanes and
+ * the per-block weight copy is spread over too few columns (3072 x 3584, one Zen 5 core: 0.15x
+ * the canonical kernels at 2 columns, 0.5-1.3x at 16, 1.04-2.0x at 32; BENCHMARKS.md). */
+#define KERN_GRP_MIN 32
 /* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
  * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
  * BENCHMARKS.md) thread ith takes the ith fixed share. A knob; kern_set_rows_dynamic

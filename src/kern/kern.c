@@ -401,6 +401,11 @@ static void matmul(const qmat *const *m, int k, const float *x, int n, float *co
             kern_amx_matmul(m[i], x, n, y[i]);
         return;
     }
+    if (n >= KERN_GRP_MIN && m[0]->cols > 0 && kern_isa() == KERN_AVX512 && kern_group_order()) {
+        for (int i = 0; i < k; i++) /* the AMX order on AVX-512 VNNI (kern-grp.c) */
+            kern_grp_matmul(m[i], x, n, y[i]);
+        return;
+    }
     char     *buf = k3_aligned_alloc(32, kern_act_bytes(m[0]->cols) * (size_t)n);
     kern_act *act = malloc((size_t)n * sizeof *act);
     K3_ASSERT(buf && act); /* a few KiB per column: out of memory here is not recoverable */

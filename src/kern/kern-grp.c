@@ -1,0 +1,207 @@
+/* kern-grp.c: the AMX order (kern-amx.c) on AVX-512 VNNI: the IDOT matmul of 2+ columns that
+ * rounds once per group of 32 instead of once per 4 or 8 columns, for CPUs without AMX.
+ *
+ * DESIGN
+ * - Why: in the canonical order (kern-impl.h) every vpdpbusd (64 multiply-adds) is followed by a
+ *   float convert and an FMA of its own, so the float work bounds the AVX-512 matmul (about a
+ *   quarter of the core's vpdpbusd peak, BENCHMARKS.md). The AMX order sums a whole group of 32
+ *   in int32 first (exact), then one convert and one FMA per (row, column, group): eight
+ *   vpdpbusd per FMA instead of one. Its bits are kern_amx_ref's (tests/test-amx: bit for bit),
+ *   as are the AMX tile kernels'; against the canonical order only float rounding differs
+ *   (bounded in tests/test-amx and, over whole-model logits, in t-amx.sh). kern.c runs it for
+ *   products of KERN_GRP_MIN or more columns only, and only when K3_GROUP_ORDER=1: a result then
+ *   depends on how many columns shared its product (chunk size, sessions batched together), which
+ *   the canonical order never lets happen, so it is not the default.
+ * - Layout (the transpose of the canonical kernels'): a register holds 16 columns of one weight
+ *   row. For a block of 16 rows, a tile of 16 columns and group g: B row kq (kq = 0..7) holds the
+ *   activation codes 4kq..4kq+3 of the group for each column (the VNNI B layout of kern-amx.c);
+ *   row i's weight dword kq, stored as unsigned codes w + 128, is broadcast. Over kq,
+ *   C_i += vpdpbusd(broadcast(w_i,kq + 128), B_kq) sums (w + 128) q = w q + 128 sum(q) per
+ *   column; C_i starts at -128 x the group's code sum of each column (made with the activations,
+ *   once per call), so it ends as the exact group sum. |C| <= 255 x 127 x 32: no overflow.
+ * - Weights: each block of 16 rows is copied once, as w + 128, into a per-thread buffer that
+ *   every column tile then reads (int8: an XOR; int4 and MXFP4: kern_unpack_row_avx512, MXFP4 as
+ *   the doubled e2m1 values); groups past K and rows past the matrix are 128 (w = 0).
+ * - Rows run in two halves of 8 per column tile (8 accumulators, 8 group sums, 8 B rows: 24
+ *   registers), each over every group in order, so each row's FMAs are in group order.
+ * - Threads take whole blocks of 16 rows, so a row's arithmetic never depends on the split.
+ */
+#include "kern-impl.h"
+
+#include <omp.h>
+#include <stdlib.h>
+
+#if KERN_BUILD_AVX512
+#include <immintrin.h>
+
+#define Z __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma")))
+
+enum { GR = 16, GK = 32, GN = 16 }; /* rows of a block, K per group, columns per tile */
+
+/* The activations of one call in the B layout, their scales and code sums. */
+typedef struct {
+    int      ng, ntile;
+    int8_t  *b;  /* [ntile][ng][8][64]: row kq = codes 4kq..4kq+3 of each of 16 columns   */
+    float   *dt; /* [ntile][ng][16] d[g] of each column; 0 past n (codes 0)               */
+    int32_t *cs; /* [ntile][ng][16] -128 x the sum of the group's codes of each column     */
+} grp_act;
+
+/* Quantize the n columns with the canonical quantizer into the B layout; 0 when out of memory. */
+Z static int make_act(const float *x, int cols, int n, grp_act *a) {
+    const int    ng = (cols + GK - 1) / GK, ntile = (n + GN - 1) / GN;
+    const size_t nv = (size_t)ntile * ng * 16;
+    int8_t      *q  = malloc((size_t)ng * GK);
+    float       *d  = malloc((size_t)ng * sizeof *d);
+    a->ng = ng, a->ntile = ntile;
+    a->b  = k3_aligned_alloc(64, nv * 32);
+    a->dt = k3_aligned_alloc(64, nv * sizeof(float));
+    a->cs = k3_aligned_alloc(64, nv * sizeof(int32_t));
+    if (!q || !d || !a->b || !a->dt || !a->cs) {
+        free(q), free(d), free(a->b), free(a->dt), free(a->cs);
+        return 0;
+    }
+    memset(a->b, 0, nv * 32);
+    memset(a->dt, 0, nv * sizeof(float));
+    memset(a->cs, 0, nv * sizeof(int32_t));
+    for (int t = 0; t < n; t++) {
+        memset(q, 0, (size_t)ng * GK);
+        kern_act_quant_avx512(x + (size_t)t * cols, cols, ng, q, d);
+        const int j = t / GN, tt = t % GN;
+        for (int g = 0; g < ng; g++) {
+            int8_t *bt = a->b + ((size_t)j * ng + g) * 512;
+            int32_t s  = 0;
+            for (int kq = 0; kq < GK / 4; kq++)
+                memcpy(bt + kq * 64 + tt * 4, q + g * GK + kq * 4, 4);
+            for (int k = 0; k < GK; k++)
+                s += q[g * GK + k];
+            a->dt[((size_t)j * ng + g) * 16 + tt] = d[g];
+            a->cs[((size_t)j * ng + g) * 16 + tt] = -128 * s;
+        }
+    }
+    free(q);
+    free(d);
+    return 1;
+}
+
+/* Rows 8h .. 8h+7 of a block (wq: 16 rows of kpad unsigned codes) for one column tile (bt, dt,
+ * cs of its groups): acc[i] over every group in order. ws: row i's weight scale of group g
+ * (nibble types; NULL for int8). */
+Z static void half_tile(const uint8_t *wq, int kpad, const float *ws, int ng, const int8_t *bt,
+                        const float *dt, const int32_t *cs, int h, __m512 acc[8]) {
+    const uint8_t *row = wq + (size_t)8 * h * kpad;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        __m512i b[8], c[8];
+#pragma GCC unroll 8
+        for (int kq = 0; kq < 8; kq++)
+            b[kq] = _mm512_load_si512(bt + (size_t)g * 512 + kq * 64);
+        const __m512i c0 = _mm512_load_si512(cs + (size_t)g * 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+            c[i] = c0;
+#pragma GCC unroll 8
+        for (int kq = 0; kq < 8; kq++)
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                int32_t wd;
+                memcpy(&wd, row + (size_t)i * kpad + (size_t)g * GK + 4 * kq, 4);
+                c[i] = _mm512_dpbusd_epi32(c[i], _mm512_set1_epi32(wd), b[kq]);
+            }
+        const __m512 dv = _mm512_load_ps(dt + (size_t)g * 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const __m512 sc = ws ? _mm512_mul_ps(_mm512_set1_ps(ws[(8 * h + i) * ng + g]), dv) : dv;
+            acc[i]          = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c[i]), sc, acc[i]);
+        }
+    }
+}
+
+/* One thread's buffers. */
+typedef struct {
+    uint8_t *wq; /* [16][kpad] the block's weights + 128, groups past K and rows past the matrix 128 */
+    float   *ws; /* nibble types: [16][ng] wscale of row i, group g                                */
+    float   *fb; /* [16][16] a column tile's results before the transposed write                  */
+} grp_thread;
+
+/* Rows of blocks [b0, b1) of y[n][rows] for every column tile. */
+Z static void blocks(const qmat *m, const grp_act *x, int n, float *y, int b0, int b1, grp_thread *th) {
+    const int     rows = m->rows, cols = m->cols, ng = x->ng, i8 = m->type == Q_I8, kpad = ng * GK;
+    const size_t  rbytes = m->type == Q_I4 ? (size_t)(cols + 1) / 2 : (size_t)cols / 2;
+    const __m512i flip   = _mm512_set1_epi8((char)0x80);
+    for (int blk = b0; blk < b1; blk++) {
+        const int r0 = blk * GR, rb = rows - r0 < GR ? rows - r0 : GR;
+        for (int i = 0; i < rb; i++) {
+            uint8_t *o = th->wq + (size_t)i * kpad;
+            if (i8) { /* w ^ 0x80 = w + 128; the row's end masked, then 128 up to kpad */
+                const int8_t *w = (const int8_t *)m->w + (size_t)(r0 + i) * cols;
+                for (int c = 0; c < kpad; c += 64) {
+                    const int       live = cols - c >= 64 ? 64 : cols - c > 0 ? cols - c : 0;
+                    const __mmask64 kv   = live == 64 ? ~(__mmask64)0 : ((__mmask64)1 << live) - 1;
+                    const __mmask64 ks   = kpad - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (kpad - c)) - 1;
+                    _mm512_mask_storeu_epi8(o + c, ks,
+                                            _mm512_xor_si512(_mm512_maskz_loadu_epi8(kv, w + c), flip));
+                }
+            } else {
+                kern_unpack_row_avx512((const uint8_t *)m->w + (size_t)(r0 + i) * rbytes, rbytes, m->type,
+                                       cols, kpad, 128, o);
+                for (int g = 0; g < ng; g++)
+                    th->ws[i * ng + g] = kern_idot_wscale(m, r0 + i, g);
+            }
+        }
+        if (rb < GR) /* rows past the matrix: w = 0 (read by the last half, never written out) */
+            memset(th->wq + (size_t)rb * kpad, 0x80, (size_t)(GR - rb) * kpad);
+        for (int j = 0; j < x->ntile; j++) {
+            const int    nt  = n - j * GN < GN ? n - j * GN : GN;
+            const size_t off = (size_t)j * ng;
+            for (int h = 0; h * 8 < rb; h++) {
+                __m512 acc[8];
+                half_tile(th->wq, kpad, i8 ? NULL : th->ws, ng, x->b + off * 512, x->dt + off * 16,
+                          x->cs + off * 16, h, acc);
+                for (int i = 0; i < 8; i++) {
+                    const int r = 8 * h + i;
+                    _mm512_storeu_ps(th->fb + r * 16,
+                                     i8 && r < rb ? _mm512_mul_ps(acc[i], _mm512_set1_ps(m->s[r0 + r]))
+                                                  : acc[i]);
+                }
+            }
+            for (int i = 0; i < rb; i++)
+                for (int t = 0; t < nt; t++)
+                    y[(size_t)(j * GN + t) * rows + r0 + i] = th->fb[i * 16 + t];
+        }
+    }
+}
+
+void kern_grp_matmul(const qmat *m, const float *x, int n, float *y) {
+    K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
+    grp_act   a;
+    const int made = make_act(x, m->cols, n, &a);
+    K3_ASSERT(made); /* a few KiB per column: out of memory here is not recoverable (as in kern.c) */
+    const int  nb = (m->rows + GR - 1) / GR, ng = a.ng;
+    const long work = (long)m->rows * m->cols * n;
+#pragma omp parallel if (work > 65536)
+    {
+        const int  ith = omp_get_thread_num(), nth = omp_get_num_threads();
+        const int  b0 = (int)((long)nb * ith / nth), b1 = (int)((long)nb * (ith + 1) / nth);
+        grp_thread th = {0};
+        th.wq         = k3_aligned_alloc(64, (size_t)GR * ng * GK);
+        th.ws         = calloc((size_t)GR * ng, sizeof(float));
+        th.fb         = k3_aligned_alloc(64, GR * 16 * sizeof(float));
+        K3_ASSERT(th.wq && th.ws && th.fb);
+        if (b0 < b1)
+            blocks(m, &a, n, y, b0, b1, &th);
+        free(th.wq), free(th.ws), free(th.fb);
+    }
+    free(a.b);
+    free(a.dt);
+    free(a.cs);
+}
+
+#else /* no AVX-512 build: never selected (kern_isa_ok says no), the scalar twin stands in */
+
+void kern_grp_matmul(const qmat *m, const float *x, int n, float *y) {
+    kern_amx_ref(m, x, n, y);
+}
+
+#endif
