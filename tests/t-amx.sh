@@ -53,7 +53,7 @@ K3_AMX_EMU=1 "$AB" --random 40 "$T/m" "K3_ISA=avx512 K3_CHUNK=1" "K3_ISA=amx K3_
 grep -q 'maxerr 0 rel_l2 0.000e+00' "$T/ab1"
 check $? "K3_CHUNK=1 (one column per matmul): amx and avx512 bit-identical ($(grep '^AB' "$T/ab1"))"
 
-# the AMX order on AVX-512 VNNI (K3_GROUP_ORDER=1, kern-grp.c, products of 32+ columns): bounded
+# the AMX order on AVX-512 VNNI (K3_GROUP_ORDER=1, kern-grp.c, products of 32+ columns, int4 48+): bounded
 # against the canonical order on the whole model; one column at a time it changes nothing
 "$AB" --random 40 "$T/m" "K3_ISA=avx512" "K3_ISA=avx512 K3_GROUP_ORDER=1" >"$T/abg" 2>&1
 r=$(val rel_l2 "$T/abg")
@@ -63,7 +63,7 @@ check $? "K3_GROUP_ORDER=1 vs 0 (avx512), 40 positions: same top-1, 0 < rel_l2 $
 grep -q 'maxerr 0 rel_l2 0.000e+00' "$T/abg1"
 check $? "K3_CHUNK=1: K3_GROUP_ORDER=1 and 0 bit-identical ($(grep '^AB' "$T/abg1"))"
 K3_GROUP_ORDER=1 K3_ISA=avx512 "$K" --inspect "$T/m" >"$T/gi" 2>&1
-[ $? -eq 0 ] && grep -q '^kernels *avx512-vnni, group order for 32+ columns (K3_GROUP_ORDER=1)' "$T/gi"
+[ $? -eq 0 ] && grep -q '^kernels *avx512-vnni, group order for wide products (K3_GROUP_ORDER=1)' "$T/gi"
 check $? "K3_GROUP_ORDER=1: --inspect says so ($(grep '^kernels' "$T/gi"))"
 K3_GROUP_ORDER=yes "$K" --inspect "$T/m" >"$T/gbad" 2>&1
 [ $? -eq 1 ] && grep -q "K3_GROUP_ORDER='yes': expected 0 or 1" "$T/gbad"

@@ -296,7 +296,7 @@ int kern_amx_permission(char *why, size_t n) {
 const char *k3_kernels(void) {
     const int isa = kern_isa();
     if (isa == KERN_AVX512 && kern_group_order())
-        return "avx512-vnni, group order for 32+ columns (K3_GROUP_ORDER=1)";
+        return "avx512-vnni, group order for wide products (K3_GROUP_ORDER=1)";
     return kern_isa_name(isa);
 }
 

@@ -147,16 +147,18 @@ void kern_set_mv_ahead(int tiles);
  * same bits. kern_set_mv_split overrides it (tests). */
 int  kern_mv_split(void);
 void kern_set_mv_split(int on);
-/* K3_GROUP_ORDER, a knob: 1 = IDOT matmuls of at least KERN_GRP_MIN columns at the avx512 level
+/* K3_GROUP_ORDER, a knob: 1 = IDOT matmuls of at least KERN_GRP_MIN(type) columns at the avx512 level
  * run kern_grp_matmul (the AMX order: one rounding per group of 32, not bit-identical to the
  * canonical order of a matvec); 0 = the canonical kernels. The amx level always runs its tiles.
  * kern_set_group_order overrides it (tests, benchmarks). */
 int  kern_group_order(void);
 void kern_set_group_order(int on);
-/* The fewest columns kern_grp_matmul takes: below, a 16-column tile is mostly empty lanes and
- * the per-block weight copy is spread over too few columns (3072 x 3584, one Zen 5 core: 0.15x
- * the canonical kernels at 2 columns, 0.5-1.3x at 16, 1.04-2.0x at 32; BENCHMARKS.md). */
-#define KERN_GRP_MIN 32
+/* The fewest columns kern_grp_matmul takes for a matrix type: below, a 16-column tile is mostly
+ * empty lanes and the per-block weight copy is spread over too few columns (3072 x 3584, one Zen 5
+ * core, against the canonical kernels: 0.15x at 2 columns, 0.5-1.3x at 16; at 32 int8 1.2-1.35x,
+ * MXFP4 1.3-1.5x, int4 0.93-0.98x, which its per-group scales slow; int4 at 48 1.16-1.21x;
+ * BENCHMARKS.md). */
+#define KERN_GRP_MIN(type) ((type) == Q_I4 ? 48 : 32)
 /* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
  * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
  * BENCHMARKS.md) thread ith takes the ith fixed share. A knob; kern_set_rows_dynamic
