@@ -177,11 +177,7 @@ T static void blocks(const qmat *m, const amx_act *x, int n, float *y, int b0, i
             for (int i = 0; i < rb; i++) {
                 kern_unpack_row_avx512((const uint8_t *)m->w + (size_t)(r0 + i) * rbytes, rbytes, m->type,
                                        cols, kpad, 0, (uint8_t *)th->wq + (size_t)i * kpad);
-                for (int g = 0; g < ng; g++)
-                    th->ws[i * ng + g] =
-                        m->type == Q_I4
-                            ? m->s[(size_t)(r0 + i) * ((cols + Q_I4_GROUP - 1) / Q_I4_GROUP) + g / 2]
-                            : kern_e8m0_half(m->e[(size_t)(r0 + i) * (cols / Q_MXFP4_GROUP) + g]);
+                kern_row_wscales(m, r0 + i, ng, th->ws + (size_t)i * ng);
             }
             for (int i = rb; i < TR; i++)
                 for (int g = 0; g < ng; g++)

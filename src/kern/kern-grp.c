@@ -9,7 +9,7 @@
  *   vpdpbusd per FMA instead of one. Its bits are kern_amx_ref's (tests/test-amx: bit for bit),
  *   as are the AMX tile kernels'; against the canonical order only float rounding differs
  *   (bounded in tests/test-amx and, over whole-model logits, in t-amx.sh). kern.c runs it for
- *   products of KERN_GRP_MIN(type) or more columns only, and only when K3_GROUP_ORDER=1: a result then
+ *   products of KERN_GRP_MIN or more columns only, and only when K3_GROUP_ORDER=1: a result then
  *   depends on how many columns shared its product (chunk size, sessions batched together), which
  *   the canonical order never lets happen, so it is not the default.
  * - Layout (the transpose of the canonical kernels'): a register holds 16 columns of one weight
@@ -146,8 +146,7 @@ Z static void blocks(const qmat *m, const grp_act *x, int n, float *y, int b0, i
             } else {
                 kern_unpack_row_avx512((const uint8_t *)m->w + (size_t)(r0 + i) * rbytes, rbytes, m->type,
                                        cols, kpad, 128, o);
-                for (int g = 0; g < ng; g++)
-                    th->ws[i * ng + g] = kern_idot_wscale(m, r0 + i, g);
+                kern_row_wscales(m, r0 + i, ng, th->ws + (size_t)i * ng);
             }
         }
         if (rb < GR) /* rows past the matrix: w = 0 (read by the last half, never written out) */

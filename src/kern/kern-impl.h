@@ -147,18 +147,16 @@ void kern_set_mv_ahead(int tiles);
  * same bits. kern_set_mv_split overrides it (tests). */
 int  kern_mv_split(void);
 void kern_set_mv_split(int on);
-/* K3_GROUP_ORDER, a knob: 1 = IDOT matmuls of at least KERN_GRP_MIN(type) columns at the avx512 level
+/* K3_GROUP_ORDER, a knob: 1 = IDOT matmuls of at least KERN_GRP_MIN columns at the avx512 level
  * run kern_grp_matmul (the AMX order: one rounding per group of 32, not bit-identical to the
  * canonical order of a matvec); 0 = the canonical kernels. The amx level always runs its tiles.
  * kern_set_group_order overrides it (tests, benchmarks). */
 int  kern_group_order(void);
 void kern_set_group_order(int on);
-/* The fewest columns kern_grp_matmul takes for a matrix type: below, a 16-column tile is mostly
- * empty lanes and the per-block weight copy is spread over too few columns (3072 x 3584, one Zen 5
- * core, against the canonical kernels: 0.15x at 2 columns, 0.5-1.3x at 16; at 32 int8 1.2-1.35x,
- * MXFP4 1.3-1.5x, int4 0.93-0.98x, which its per-group scales slow; int4 at 48 1.16-1.21x;
- * BENCHMARKS.md). */
-#define KERN_GRP_MIN(type) ((type) == Q_I4 ? 48 : 32)
+/* The fewest columns kern_grp_matmul takes: below, its 16-column tiles are partly empty lanes
+ * (3072 x 3584, one Zen 5 core, against the canonical kernels: 0.69-0.92x at 8 columns,
+ * 0.93-1.26x at 12, 1.11-1.34x at 16, 1.2-1.9x at 32 to 128; BENCHMARKS.md). */
+#define KERN_GRP_MIN 16
 /* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
  * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
  * BENCHMARKS.md) thread ith takes the ith fixed share. A knob; kern_set_rows_dynamic
@@ -173,6 +171,20 @@ static inline float kern_e8m0_half(uint8_t e) {
     float    f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+/* The weight scales of row r of an int4 or MXFP4 matrix for the IDOT groups 0..ng-1 into ws[ng]
+ * (kern_idot_wscale for every g, the type tested once: the AMX-order kernels' per-block setup). */
+static inline void kern_row_wscales(const qmat *m, int r, int ng, float *ws) {
+    if (m->type == Q_I4) {
+        const float *s = m->s + (size_t)r * ((m->cols + Q_I4_GROUP - 1) / Q_I4_GROUP);
+        for (int g = 0; g < ng; g++)
+            ws[g] = s[g / 2];
+    } else {
+        const uint8_t *e = m->e + (size_t)r * (m->cols / Q_MXFP4_GROUP);
+        for (int g = 0; g < ng; g++)
+            ws[g] = kern_e8m0_half(e[g]);
+    }
 }
 
 /* Doubled e2m1 values by nibble (sign bit 3), exact int8. */
