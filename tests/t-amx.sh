@@ -54,7 +54,7 @@ K3_AMX_EMU=1 "$AB" --random 40 "$T/m" "K3_ISA=avx512 K3_CHUNK=1" "K3_ISA=amx K3_
 grep -q 'maxerr 0 rel_l2 0.000e+00' "$T/ab1"
 check $? "K3_CHUNK=1 (one column per matmul): amx and avx512 bit-identical ($(grep '^AB' "$T/ab1"))"
 
-# the AMX order on AVX-512 VNNI (K3_GROUP_ORDER=1, kern-grp.c, products of 16+ columns): bounded
+# the AMX order on AVX-512 VNNI (K3_GROUP_ORDER=1, kern-grp.c, products of 16+ columns, int8 8+): bounded
 # against the canonical order on the whole model; one column at a time it changes nothing
 "$AB" --random 40 "$T/m" "K3_ISA=avx512" "K3_ISA=avx512 K3_GROUP_ORDER=1" >"$T/abg" 2>&1
 r=$(val rel_l2 "$T/abg")

@@ -236,8 +236,21 @@ typedef void (*amx_fn)(const qmat *, const float *, int, float *);
 static void check_kernel(amx_fn fn, const char *what, int emu) {
     static const int shapes[][3] = {
         /* rows, cols, n: full and partial row blocks, full and partial column tiles, K % 64, K % 32 */
-        {16, 64, 16},  {1, 32, 2}, {17, 96, 3},   {15, 100, 17}, {40, 160, 33},
-        {33, 320, 16}, {5, 7, 2},  {31, 224, 31}, {64, 130, 18},
+        {16, 64, 16},
+        {1, 32, 2},
+        {17, 96, 3},
+        {15, 100, 17},
+        {40, 160, 33},
+        {33, 320, 16},
+        {5, 7, 2},
+        {31, 224, 31},
+        {64, 130, 18},
+        /* few columns (kern-grp.c: rows in the lanes, up to four columns at a time) */
+        {7, 224, 4},
+        {16, 96, 5},
+        {20, 64, 9},
+        {33, 160, 15},
+        {18, 1000, 6},
     };
     char msg[256];
     for (int type = Q_I8; type <= Q_MXFP4; type++)

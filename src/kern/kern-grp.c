@@ -9,7 +9,7 @@
  *   vpdpbusd per FMA instead of one. Its bits are kern_amx_ref's (tests/test-amx: bit for bit),
  *   as are the AMX tile kernels'; against the canonical order only float rounding differs
  *   (bounded in tests/test-amx and, over whole-model logits, in t-amx.sh). kern.c runs it for
- *   products of KERN_GRP_MIN or more columns only, and only when K3_GROUP_ORDER=1: a result then
+ *   products of KERN_GRP_MIN(type) or more columns only, and only when K3_GROUP_ORDER=1: a result then
  *   depends on how many columns shared its product (chunk size, sessions batched together), which
  *   the canonical order never lets happen, so it is not the default.
  * - Layout (the transpose of the canonical kernels'): a register holds 16 columns of one weight
@@ -136,7 +136,11 @@ Z static void blocks(const qmat *m, const grp_act *x, int n, float *y, int b0, i
             uint8_t *o = th->wq + (size_t)i * kpad;
             if (i8) { /* w ^ 0x80 = w + 128; the row's end masked, then 128 up to kpad */
                 const int8_t *w = (const int8_t *)m->w + (size_t)(r0 + i) * cols;
-                for (int c = 0; c < kpad; c += 64) {
+                int           c = 0;
+                for (; c + 64 <= cols && c + 64 <= kpad;
+                     c += 64) /* plain stores: masked ones are slow on Zen */
+                    _mm512_storeu_si512(o + c, _mm512_xor_si512(_mm512_loadu_si512(w + c), flip));
+                for (; c < kpad; c += 64) {
                     const int       live = cols - c >= 64 ? 64 : cols - c > 0 ? cols - c : 0;
                     const __mmask64 kv   = live == 64 ? ~(__mmask64)0 : ((__mmask64)1 << live) - 1;
                     const __mmask64 ks   = kpad - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (kpad - c)) - 1;

@@ -147,16 +147,17 @@ void kern_set_mv_ahead(int tiles);
  * same bits. kern_set_mv_split overrides it (tests). */
 int  kern_mv_split(void);
 void kern_set_mv_split(int on);
-/* K3_GROUP_ORDER, a knob: 1 = IDOT matmuls of at least KERN_GRP_MIN columns at the avx512 level
+/* K3_GROUP_ORDER, a knob: 1 = IDOT matmuls of at least KERN_GRP_MIN(type) columns at the avx512 level
  * run kern_grp_matmul (the AMX order: one rounding per group of 32, not bit-identical to the
  * canonical order of a matvec); 0 = the canonical kernels. The amx level always runs its tiles.
  * kern_set_group_order overrides it (tests, benchmarks). */
 int  kern_group_order(void);
 void kern_set_group_order(int on);
-/* The fewest columns kern_grp_matmul takes: below, its 16-column tiles are partly empty lanes
- * (3072 x 3584, one Zen 5 core, against the canonical kernels: 0.69-0.92x at 8 columns,
- * 0.93-1.26x at 12, 1.11-1.34x at 16, 1.2-1.9x at 32 to 128; BENCHMARKS.md). */
-#define KERN_GRP_MIN 16
+/* The fewest columns kern_grp_matmul takes for a matrix type: below, its 16-column tiles are
+ * partly empty lanes and the block's weight copy is spread over too few columns (3072 x 3584, one
+ * Zen 5 core, against the canonical kernels: int8 0.84-0.90x at 6 columns, 1.48-1.62x at 8;
+ * int4 and MXFP4 0.73-0.74x at 8, 0.98-1.0x at 12, 1.1-1.3x at 16; BENCHMARKS.md). */
+#define KERN_GRP_MIN(type) ((type) == Q_I8 ? 8 : 16)
 /* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
  * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
  * BENCHMARKS.md) thread ith takes the ith fixed share. A knob; kern_set_rows_dynamic

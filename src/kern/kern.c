@@ -401,7 +401,7 @@ static void matmul(const qmat *const *m, int k, const float *x, int n, float *co
             kern_amx_matmul(m[i], x, n, y[i]);
         return;
     }
-    if (n >= KERN_GRP_MIN && m[0]->cols > 0 && kern_isa() == KERN_AVX512 && kern_group_order()) {
+    if (n >= KERN_GRP_MIN(m[0]->type) && m[0]->cols > 0 && kern_isa() == KERN_AVX512 && kern_group_order()) {
         for (int i = 0; i < k; i++) /* the AMX order on AVX-512 VNNI (kern-grp.c) */
             kern_grp_matmul(m[i], x, n, y[i]);
         return;
