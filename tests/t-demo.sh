@@ -40,7 +40,8 @@ think_before_fold() {
 if [ $seen_think = 1 ]; then
     pass "the think pane showed while the reasoning streamed (on the polled screen)"
 else
-    check "the think pane showed while the reasoning streamed (its header in the terminal's output before the fold)" think_before_fold
+    check "the think pane showed while the reasoning streamed (its header in the terminal's output before the fold)" \
+        think_before_fold
 fi
 keys C-l
 type_line "Reverse the word planet."  # the first turn, its reasoning included, stays in context

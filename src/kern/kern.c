@@ -11,8 +11,10 @@
  *   in L2 while the n columns pass over them: the weights stream from memory once, and column t
  *   is bit-identical to qmat_matvec on column t (what chunked prefill relies on). The AVX2 IDOT
  *   path takes KERN_NC columns per decoded weight row, the AVX-512 path up to KERN_NC512, each
- *   column doing exactly its own steps. The exception is K3_ISA=amx: 2+ columns run the AMX
- *   tile kernels (kern-amx.c) in their own, coarser float order; one column stays canonical.
+ *   column doing exactly its own steps. The exceptions: K3_ISA=amx, where 2+ columns run the AMX
+ *   tile kernels (kern-amx.c) in their own, coarser float order, and K3_GROUP_ORDER=1 at the
+ *   avx512 level, where KERN_GRP_MIN(type)+ columns run that order on AVX-512 (kern-grp.c); one
+ *   column stays canonical.
  * - IDOT activations are quantized once per call by one shared function (kern_act_make: the
  *   quantizer and the layout, each with an AVX-512 twin that writes the same bytes), so every
  *   kernel sees identical int8 inputs. The canonical IDOT order is documented in kern-impl.h.
