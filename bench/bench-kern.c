@@ -24,7 +24,8 @@
  *   kernel's compute ceiling on one thread, in GB per CPU-second of that thread (ratio > 1
  *   means faster than DRAM could feed it).
  * - <fmt>_grp_matmul<n>_..._t1_gops: the group-order matmul (K3_GROUP_ORDER=1, kern-grp.c) of 32
- *   and 128 columns against the canonical matmul of the same columns, alternated (avx512 level).
+ *   and 128 columns against the canonical matmul of the same columns, alternated (avx512 level);
+ *   a "# " line gives it as a share of the core's int8 peak.
  * - int8_peak_<isa>_t1: the core's int8 multiply-add peak for the running ISA (register-only
  *   loop, CPU time; ref: the AVX2 maddubs loop). <fmt>_idot_matmul32_..._gops: the 32-column
  *   matmul in int8 ops per CPU-second against that peak.
@@ -402,7 +403,7 @@ static void bench_matmul(int type, int rows, int cols, int n, double peak) {
 /* The group-order matmul (kern_grp_matmul: the AMX order on AVX-512 VNNI, K3_GROUP_ORDER=1) of n
  * columns on one cached copy, one thread, in int8 ops per CPU-second; ref: the canonical matmul
  * of the same columns, alternated with it (PASSES rounds, medians). AVX-512 level only. */
-static void bench_grp(int type, int rows, int cols, int n) {
+static void bench_grp(int type, int rows, int cols, int n, double peak) {
     static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
     char               name[96];
     snprintf(name, sizeof name, "%s_grp_matmul%d_%dx%d_t1_gops", fmt[type], n, rows, cols);
@@ -418,8 +419,11 @@ static void bench_grp(int type, int rows, int cols, int n) {
     time_pair(&m, x, n, y, kern_grp_matmul, tc, tg);
     kern_set_group_order(keep);
     const double ops = 2.0 * rows * cols * n / 1e9;
-    bench_report(name, ops / bench_median(tg, PASSES - 1), "GOPS", ops / bench_median(tc, PASSES - 1),
-                 "GOPS(canonical order)");
+    const double g   = ops / bench_median(tg, PASSES - 1);
+    bench_report(name, g, "GOPS", ops / bench_median(tc, PASSES - 1), "GOPS(canonical order)");
+    if (peak > 0)
+        printf("#   %s: %.3f of the core's int8 peak (%.0f GOPS, register-only vpdpbusd loop)\n", name,
+               g / peak, peak);
     free(x);
     free(y);
 }
@@ -498,7 +502,7 @@ int bench_kern(void) {
     /* the core's int8 peak for the running ISA (the reference of the matmul GOPS) */
     double peak = 0.0;
     snprintf(name, sizeof name, "int8_peak_%s_t1", kern_isa_name(kern_isa()));
-    if (bench_want(name) || bench_want("matmul32")) {
+    if (bench_want(name) || bench_want("matmul32") || bench_want("grp_matmul")) {
         peak      = int8_peak(kern_isa());
         double p2 = kern_cpu_avx2() ? int8_peak(KERN_AVX2) : 0.0;
         if (peak > 0 && bench_want(name))
@@ -510,7 +514,7 @@ int bench_kern(void) {
     /* the same in the group order (K3_GROUP_ORDER=1) at 32 and 128 columns (the default chunk) */
     for (size_t t = 0; t < 3; t++)
         for (int n = 32; n <= 128; n *= 4)
-            bench_grp(types[t], shapes[0][0], shapes[0][1], n);
+            bench_grp(types[t], shapes[0][0], shapes[0][1], n, peak);
     /* compute ceilings: the first shape, one thread, from the caches */
     for (size_t t = 0; t < 3; t++)
         for (int idot = 0; idot <= 1; idot++)
