@@ -68,6 +68,10 @@ check $? "K3_CHUNK=1: K3_GROUP_ORDER=1 and 0 bit-identical ($(grep '^AB' "$T/abg
 K3_GROUP_ORDER=1 K3_ISA=avx512 "$K" --inspect "$T/m" >"$T/gi" 2>&1
 [ $? -eq 0 ] && grep -q '^kernels *avx512-vnni, group order for wide products (K3_GROUP_ORDER=1)' "$T/gi"
 check $? "K3_GROUP_ORDER=1: --inspect says so ($(grep '^kernels' "$T/gi"))"
+# its speed estimate uses figures measured with its own kernels, cached under their own names
+SC="${XDG_CACHE_HOME:-$HOME/.cache}/k3chat/speed"
+grep -q '^pre3_mxfp4@avx512+group [0-9]' "$SC" && grep -q '^pre3_mxfp4 [0-9]' "$SC"
+check $? "K3_GROUP_ORDER=1: the speed cache keeps its figures apart ($(grep -c '@' "$SC") keys with @)"
 K3_GROUP_ORDER=yes "$K" --inspect "$T/m" >"$T/gbad" 2>&1
 [ $? -eq 1 ] && grep -q "K3_GROUP_ORDER='yes': expected 0 or 1" "$T/gbad"
 check $? "K3_GROUP_ORDER=yes: refused, naming the variable ($(head -c 160 "$T/gbad"))"

@@ -147,12 +147,9 @@ void kern_set_mv_ahead(int tiles);
  * same bits. kern_set_mv_split overrides it (tests). */
 int  kern_mv_split(void);
 void kern_set_mv_split(int on);
-/* K3_GROUP_ORDER, a knob: 1 = IDOT matmuls of at least KERN_GRP_MIN(type) columns at the avx512 level
- * run kern_grp_matmul (the AMX order: one rounding per group of 32, not bit-identical to the
- * canonical order of a matvec); 0 = the canonical kernels. The amx level always runs its tiles.
- * kern_set_group_order overrides it (tests, benchmarks). */
-int  kern_group_order(void);
-void kern_set_group_order(int on);
+/* kern_group_order() (quant.h, K3_GROUP_ORDER): IDOT matmuls of at least KERN_GRP_MIN(type)
+ * columns at the avx512 level run kern_grp_matmul (the AMX order: one rounding per group of 32,
+ * not bit-identical to the canonical order of a matvec); the amx level always runs its tiles. */
 /* The fewest columns kern_grp_matmul takes for a matrix type: below, its 16-column tiles are
  * partly empty lanes and the block's weight copy is spread over too few columns (3072 x 3584, one
  * Zen 5 core, against the canonical kernels: int8 0.84-0.90x at 6 columns, 1.48-1.62x at 8;

@@ -124,10 +124,15 @@ void qmat_matmul_many(const qmat *const *m, int k, const float *x, int n, float 
  * avx2 means the AVX2 kernels with AVX-VNNI integer dots where the CPU has them (K3_NOVNNI=1:
  * without). The older K3_NOAVX2=1 is K3_ISA=scalar. K3_IDOT=0 selects exact-float.
  * The setters override (tests, tools). All levels give the same IDOT bits, except amx, which
- * is never the default: its matmuls of 2+ columns round once per group of 32 (kern-amx.c). */
+ * is never the default: its matmuls of 2+ columns round once per group of 32 (kern-amx.c), and
+ * avx512 with K3_GROUP_ORDER=1 (kern_group_order: the same order for wide matmuls, kern-grp.c). */
 enum kern_isa { KERN_SCALAR = 0, KERN_AVX2 = 1, KERN_AVX2_VNNI = 2, KERN_AVX512 = 3, KERN_AMX = 4 };
 #define KERN_N_ISA 5
 int kern_isa(void);
+/* K3_GROUP_ORDER (a knob, default 0): 1 = wide IDOT matmuls at the avx512 level in the AMX order
+ * (kern-impl.h: KERN_GRP_MIN). kern_set_group_order overrides it (tests, benchmarks). */
+int  kern_group_order(void);
+void kern_set_group_order(int on);
 /* Select isa, falling back to what the CPU has (AMX -> AVX-512 -> VNNI -> AVX2 -> scalar).
  * Returns the isa in use. */
 int kern_set_isa(int isa);

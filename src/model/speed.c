@@ -27,6 +27,9 @@
  *   disk_data      the same, only from blocks of that shard that hold data (SEEK_DATA): the drive
  *                  itself where the shard is sparse (a replica, whose experts are holes while a
  *                  container's matrices are written), else equal to disk.
+ * The kernels' figures (dec3_*, pre3_*, call2) are cached per kernel setting: under their own
+ * names for the machine's default kernels, as NAME@LEVEL[+group] for another K3_ISA or for
+ * K3_GROUP_ORDER=1, so that an estimate never uses figures measured with other kernels.
  * The machine's load at measuring time counts: a figure cached on an idle machine is too fast
  * for a loaded one (delete the cache file to measure again).
  *
@@ -356,6 +359,21 @@ static double cached(int fresh, const char *key, unsigned long long dev) {
     return fresh ? 0 : cache_get(key, dev);
 }
 
+/* The cache key of a figure the kernels make: key itself for the machine's default kernels (its
+ * best level, the canonical order), else key@LEVEL (and +group for K3_GROUP_ORDER=1), so that a
+ * run with K3_ISA or K3_GROUP_ORDER never reads a figure measured with other kernels. */
+static const char *kernel_key(const char *key, char *buf, size_t n) {
+    static const char *const lv[KERN_N_ISA] = {"scalar", "avx2", "avx2vnni", "avx512", "amx"};
+    int                      best           = KERN_AVX512;
+    while (best > KERN_SCALAR && !kern_isa_ok(best, NULL, 0))
+        best--;
+    const int isa = kern_isa(), grp = isa == KERN_AVX512 && kern_group_order();
+    if (isa == best && !grp)
+        return key;
+    snprintf(buf, n, "%s@%s%s", key, lv[isa], grp ? "+group" : "");
+    return buf;
+}
+
 /* (v2: the 256 MB matrix and the median; figures cached under the first names were too fast; v3:
  * median of 5 alternating probes) */
 static const char *const fmt_key[4][2] = {
@@ -377,18 +395,22 @@ void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
         if ((o->mem_bw = measure_mem()) > 0)
             cache_put("mem_bw", 0, o->mem_bw);
     }
-    for (int f = 0; f < 4; f++) /* enum qtype order: F32, I8, I4, MXFP4 */
-        if (!(o->dec[f] = cached(fresh, fmt_key[f][0], 0)) ||
-            !(o->pre[f] = cached(fresh, fmt_key[f][1], 0))) {
+    char kd[64], kp[64], kc[64];
+    for (int f = 0; f < 4; f++) { /* enum qtype order: F32, I8, I4, MXFP4 */
+        const char *d = kernel_key(fmt_key[f][0], kd, sizeof kd),
+                   *p = kernel_key(fmt_key[f][1], kp, sizeof kp);
+        if (!(o->dec[f] = cached(fresh, d, 0)) || !(o->pre[f] = cached(fresh, p, 0))) {
             o->cached = 0;
             measure_fmt(f, &o->dec[f], &o->pre[f]);
             if (o->dec[f] > 0 && o->pre[f] > 0)
-                cache_put(fmt_key[f][0], 0, o->dec[f]), cache_put(fmt_key[f][1], 0, o->pre[f]);
+                cache_put(d, 0, o->dec[f]), cache_put(p, 0, o->pre[f]);
         }
-    if (!(o->call = cached(fresh, "call2", 0))) {
+    }
+    const char *c = kernel_key("call2", kc, sizeof kc);
+    if (!(o->call = cached(fresh, c, 0))) {
         o->cached = 0;
         if ((o->call = measure_call()) > 0)
-            cache_put("call2", 0, o->call);
+            cache_put(c, 0, o->call);
     }
     if (bsz && !(o->disk = cached(fresh, "disk", dev))) {
         o->cached = 0;
@@ -408,8 +430,9 @@ void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, fit_spe
     fit_speed_get(dir, fresh, o);
     if (t->ex_rows <= 0 || t->ex_cols <= 0 || t->ex_cols % Q_MXFP4_GROUP || t->ex_rows % Q_MXFP4_GROUP)
         return;
-    char key[64];
-    snprintf(key, sizeof key, "dec3_ex_%dx%d", t->ex_rows, t->ex_cols);
+    char base[64], kb[96];
+    snprintf(base, sizeof base, "dec3_ex_%dx%d", t->ex_rows, t->ex_cols);
+    const char *key = kernel_key(base, kb, sizeof kb);
     if (!(o->ex_dec = cached(fresh, key, 0))) {
         o->cached = 0;
         if ((o->ex_dec = measure_experts(t->ex_rows, t->ex_cols)) > 0)
