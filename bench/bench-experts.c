@@ -22,7 +22,7 @@
  *   prefill_warm_isa, decode_warm_isa
  *                      warm prefill / decode at the running kernel level (K3_ISA, default the
  *                      best) against the same session at K3_ISA=avx2, alternating rounds.
- *   prefill_warm_group warm prefill with K3_GROUP_ORDER=1 (matmuls of 32+ columns in the AMX order
+ *   prefill_warm_group warm prefill with K3_GROUP_ORDER=1 (wide matmuls in the AMX order
  *                      on AVX-512 VNNI, kern-grp.c) against the same session at 0, alternating
  *                      rounds (avx512 level only).
  *   prefill_warm_act   warm prefill with the float activations (default) against the same session
@@ -270,65 +270,54 @@ static int isa_ab(k3_session *s, const int32_t *ids, int np, int nd) {
     return 0;
 }
 
-/* Warm prefill with the float activations (K3_ACT, the default) against the same session with the libm
- * double formulas (K3_ACT=double), alternating rounds, medians; a "# " line gives the process
- * CPU seconds per token. Result prefill_warm_act, s/tok, ratio < 1 = the float path is faster. */
-static int act_ab(k3_session *s, const int32_t *ids, int np) {
+/* Warm prefill at the two values of a 0/1 kernel switch (get/set), alternating rounds (first
+ * set to `first` in each), medians, the switch restored after; a "# " line (what) gives the
+ * process CPU seconds per token at each. Result name: the prefill at `value` against the other. */
+static int switch_ab(k3_session *s, const int32_t *ids, int np, int (*get)(void), void (*set)(int), int first,
+                     int value, const char *what, const char *name, const char *ref_unit) {
     enum { R = 3 };
-    if (!bench_want("prefill_warm_act"))
-        return 0;
-    const int keep = kern_act_double();
-    double    tf[R], td[R], cf[R], cd[R];
-    tok_time  t;
+    const int keep = get();
+    double    t[2][R], c[2][R];
+    tok_time  tt;
     int       rc = 0;
     for (int r = 0; r < R && !rc; r++)
-        for (int dbl = 1; dbl >= 0 && !rc; dbl--) {
-            kern_set_act_double(dbl);
-            const double c0    = prof_now().cpu;
-            rc                 = prefill(s, ids, np, &t);
-            (dbl ? td : tf)[r] = t.total;
-            (dbl ? cd : cf)[r] = (prof_now().cpu - c0) / np;
+        for (int k = 0; k < 2 && !rc; k++) {
+            const int v = k ? !first : first;
+            set(v);
+            const double c0 = prof_now().cpu;
+            rc              = prefill(s, ids, np, &tt);
+            t[v][r]         = tt.total;
+            c[v][r]         = (prof_now().cpu - c0) / np;
         }
-    kern_set_act_double(keep);
+    set(keep);
     if (rc)
         return rc;
-    printf("# activations: float against K3_ACT=double, %d alternating rounds, medians; CPU %.4f s/tok "
-           "against %.4f (both threads, spin waits included)\n",
-           R, bench_median(cf, R), bench_median(cd, R));
-    bench_report("prefill_warm_act", bench_median(tf, R), "s/tok", bench_median(td, R),
-                 "s/tok(K3_ACT=double)");
+    printf("# %s, %d alternating rounds, medians; CPU %.4f s/tok against %.4f (both threads, spin waits "
+           "included)\n",
+           what, R, bench_median(c[value], R), bench_median(c[!value], R));
+    bench_report(name, bench_median(t[value], R), "s/tok", bench_median(t[!value], R), ref_unit);
     return 0;
 }
 
-/* Warm prefill with the matmuls of 32+ columns in the AMX order on AVX-512 VNNI (K3_GROUP_ORDER=1,
- * kern-grp.c) against the same session in the canonical order, alternating rounds, medians; a
- * "# " line gives the process CPU seconds per token. Only at the avx512 level. Result
+/* Warm prefill with the float activations (K3_ACT, the default) against the same session with the libm
+ * double formulas (K3_ACT=double). Result prefill_warm_act, s/tok, ratio < 1 = the float path is
+ * faster. */
+static int act_ab(k3_session *s, const int32_t *ids, int np) {
+    if (!bench_want("prefill_warm_act"))
+        return 0;
+    return switch_ab(s, ids, np, kern_act_double, kern_set_act_double, 1, 0,
+                     "activations: float against K3_ACT=double", "prefill_warm_act", "s/tok(K3_ACT=double)");
+}
+
+/* Warm prefill with the wide matmuls in the AMX order on AVX-512 VNNI (K3_GROUP_ORDER=1,
+ * kern-grp.c) against the same session in the canonical order. Only at the avx512 level. Result
  * prefill_warm_group, s/tok, ratio < 1 = the group order is faster. */
 static int group_ab(k3_session *s, const int32_t *ids, int np) {
-    enum { R = 3 };
     if (!bench_want("prefill_warm_group") || kern_isa() != KERN_AVX512)
         return 0;
-    const int keep = kern_group_order();
-    double    tg[R], tc[R], cg[R], cc[R];
-    tok_time  t;
-    int       rc = 0;
-    for (int r = 0; r < R && !rc; r++)
-        for (int grp = 0; grp <= 1 && !rc; grp++) {
-            kern_set_group_order(grp);
-            const double c0    = prof_now().cpu;
-            rc                 = prefill(s, ids, np, &t);
-            (grp ? tg : tc)[r] = t.total;
-            (grp ? cg : cc)[r] = (prof_now().cpu - c0) / np;
-        }
-    kern_set_group_order(keep);
-    if (rc)
-        return rc;
-    printf("# matmul order: K3_GROUP_ORDER=1 against 0, %d alternating rounds, medians; CPU %.4f s/tok "
-           "against %.4f (both threads, spin waits included)\n",
-           R, bench_median(cg, R), bench_median(cc, R));
-    bench_report("prefill_warm_group", bench_median(tg, R), "s/tok", bench_median(tc, R),
-                 "s/tok(K3_GROUP_ORDER=0)");
-    return 0;
+    return switch_ab(s, ids, np, kern_group_order, kern_set_group_order, 0, 1,
+                     "matmul order: K3_GROUP_ORDER=1 against 0", "prefill_warm_group",
+                     "s/tok(K3_GROUP_ORDER=0)");
 }
 
 /* K3_PROFILE=1: the phases of the prefill that started at w0 (NP tokens), per token. */

@@ -60,13 +60,6 @@
 
 enum { TR = 16, TK = 32, TN = 16 }; /* rows of a block, K bytes (one group) and columns per tile */
 
-/* Activations of one call: codes in the B layout and the scales of every token tile. */
-typedef struct {
-    int     ng, ntile;
-    int8_t *b;  /* [ntile][ng][8][64]: row kq = codes 4kq..4kq+3 of the group, per column    */
-    float  *dt; /* [ntile][ng][16] d[g] of each column; 0 past n (and its codes 0)          */
-} amx_act;
-
 /* One thread's buffers. */
 typedef struct {
     int8_t  *wq;     /* nibble types: [16][ng * 32] the block's weights as int8, K zero-padded */
@@ -157,7 +150,7 @@ T static void block_tile(amx_thread *th, const a_src *a, const int8_t *bt, const
 }
 
 /* Rows of blocks [b0, b1) of y[n][rows] for every token tile. */
-T static void blocks(const qmat *m, const amx_act *x, int n, float *y, int b0, int b1, amx_thread *th) {
+T static void blocks(const qmat *m, const kern_tile_act *x, int n, float *y, int b0, int b1, amx_thread *th) {
     const int    rows = m->rows, cols = m->cols, ng = x->ng, i8 = m->type == Q_I8;
     const int    kpad   = ng * TK;
     const size_t rbytes = m->type == Q_I4 ? (size_t)(cols + 1) / 2 : (size_t)cols / 2;
@@ -202,41 +195,10 @@ T static void blocks(const qmat *m, const amx_act *x, int n, float *y, int b0, i
         KT_RELEASE(); /* tiles back to the init state: no tile state to save on a switch */
 }
 
-/* Quantize the n columns (the canonical quantizer: same codes and scales as every level) into
- * the B layout. 0 when out of memory. */
-T static int make_act(const float *x, int cols, int n, amx_act *a) {
-    const int ng = (cols + TK - 1) / TK, ntile = (n + TN - 1) / TN;
-    int8_t   *q = calloc((size_t)ng * TK, 1);
-    float    *d = malloc((size_t)ng * sizeof *d);
-    a->ng = ng, a->ntile = ntile;
-    a->b  = k3_aligned_alloc(64, (size_t)ntile * ng * 512);
-    a->dt = k3_aligned_alloc(64, (size_t)ntile * ng * 16 * sizeof(float));
-    if (!q || !d || !a->b || !a->dt) {
-        free(q), free(d), free(a->b), free(a->dt);
-        return 0;
-    }
-    memset(a->b, 0, (size_t)ntile * ng * 512);
-    memset(a->dt, 0, (size_t)ntile * ng * 16 * sizeof(float));
-    for (int t = 0; t < n; t++) {
-        memset(q, 0, (size_t)ng * TK);
-        kern_act_quant_avx512(x + (size_t)t * cols, cols, ng, q, d);
-        const int j = t / TN, tt = t % TN;
-        for (int g = 0; g < ng; g++) {
-            int8_t *bt = a->b + ((size_t)j * ng + g) * 512;
-            for (int kq = 0; kq < TK / 4; kq++)
-                memcpy(bt + kq * 64 + tt * 4, q + g * TK + kq * 4, 4);
-            a->dt[((size_t)j * ng + g) * 16 + tt] = d[g];
-        }
-    }
-    free(q);
-    free(d);
-    return 1;
-}
-
 void AMX_FN(kern_amx_matmul)(const qmat *m, const float *x, int n, float *y) {
     K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
-    amx_act   a;
-    const int made = make_act(x, m->cols, n, &a);
+    kern_tile_act a; /* the activations in the B layout (kern-grp.c) */
+    const int     made = kern_tile_act_make(x, m->cols, n, 0, &a);
     K3_ASSERT(made); /* a few KiB per column: out of memory here is not recoverable (as in kern.c) */
     const int  nb = (m->rows + TR - 1) / TR, ng = a.ng;
     const long work = (long)m->rows * m->cols * n;
@@ -256,8 +218,7 @@ void AMX_FN(kern_amx_matmul)(const qmat *m, const float *x, int n, float *y) {
             blocks(m, &a, n, y, b0, b1, &th);
         free(th.wq), free(th.ws), free(th.tail), free(th.cb), free(th.fb);
     }
-    free(a.b);
-    free(a.dt);
+    kern_tile_act_free(&a);
 }
 
 #else /* no build for this target: never selected (kern_isa_ok says no) */

@@ -335,6 +335,13 @@ int kern_set_isa(int isa) {
     return v;
 }
 
+int kern_isa_best(void) {
+    int best = KERN_AVX512;
+    while (best > KERN_SCALAR && !kern_isa_ok(best, NULL, 0))
+        best--;
+    return best;
+}
+
 /* What the environment asks for: -1 = an unknown K3_ISA name (kern_isa_env reports it). */
 static int env_isa(void) {
     const char *v = getenv("K3_ISA");
@@ -347,9 +354,7 @@ static int env_isa(void) {
     }
     if (env_flag("K3_NOAVX2", 0))
         return KERN_SCALAR;
-    int best = KERN_AVX512;
-    while (best > KERN_SCALAR && !kern_isa_ok(best, NULL, 0))
-        best--;
+    int best = kern_isa_best();
     if (best == KERN_AVX2_VNNI && env_flag("K3_NOVNNI", 0))
         best = KERN_AVX2;
     return best;

@@ -18,7 +18,8 @@
  *   row i's weight dword kq, stored as unsigned codes w + 128, is broadcast. Over kq,
  *   C_i += vpdpbusd(broadcast(w_i,kq + 128), B_kq) sums (w + 128) q = w q + 128 sum(q) per
  *   column; C_i starts at -128 x the group's code sum of each column (made with the activations,
- *   once per call), so it ends as the exact group sum. |C| <= 255 x 127 x 32: no overflow.
+ *   once per call: kern_tile_act_make, shared with kern-amx.c), so it ends as the exact group sum. |C| <= 255
+ * x 127 x 32: no overflow.
  * - Weights: each block of 16 rows is copied once, as w + 128, into a per-thread buffer that
  *   every column tile then reads (int8: an XOR; int4 and MXFP4: kern_unpack_row_avx512, MXFP4 as
  *   the doubled e2m1 values); groups past K and rows past the matrix are 128 (w = 0).
@@ -38,16 +39,7 @@
 
 enum { GR = 16, GK = 32, GN = 16 }; /* rows of a block, K per group, columns per tile */
 
-/* The activations of one call in the B layout, their scales and code sums. */
-typedef struct {
-    int      ng, ntile;
-    int8_t  *b;  /* [ntile][ng][8][64]: row kq = codes 4kq..4kq+3 of each of 16 columns   */
-    float   *dt; /* [ntile][ng][16] d[g] of each column; 0 past n (codes 0)               */
-    int32_t *cs; /* [ntile][ng][16] -128 x the sum of the group's codes of each column     */
-} grp_act;
-
-/* Quantize the n columns with the canonical quantizer into the B layout; 0 when out of memory. */
-Z static int make_act(const float *x, int cols, int n, grp_act *a) {
+Z int kern_tile_act_make(const float *x, int cols, int n, int sums, kern_tile_act *a) {
     const int    ng = (cols + GK - 1) / GK, ntile = (n + GN - 1) / GN;
     const size_t nv = (size_t)ntile * ng * 16;
     int8_t      *q  = malloc((size_t)ng * GK);
@@ -55,32 +47,41 @@ Z static int make_act(const float *x, int cols, int n, grp_act *a) {
     a->ng = ng, a->ntile = ntile;
     a->b  = k3_aligned_alloc(64, nv * 32);
     a->dt = k3_aligned_alloc(64, nv * sizeof(float));
-    a->cs = k3_aligned_alloc(64, nv * sizeof(int32_t));
-    if (!q || !d || !a->b || !a->dt || !a->cs) {
-        free(q), free(d), free(a->b), free(a->dt), free(a->cs);
+    a->cs = sums ? k3_aligned_alloc(64, nv * sizeof(int32_t)) : NULL;
+    if (!q || !d || !a->b || !a->dt || (sums && !a->cs)) {
+        free(q), free(d), kern_tile_act_free(a);
         return 0;
     }
     memset(a->b, 0, nv * 32);
     memset(a->dt, 0, nv * sizeof(float));
-    memset(a->cs, 0, nv * sizeof(int32_t));
+    if (sums)
+        memset(a->cs, 0, nv * sizeof(int32_t));
     for (int t = 0; t < n; t++) {
         memset(q, 0, (size_t)ng * GK);
         kern_act_quant_avx512(x + (size_t)t * cols, cols, ng, q, d);
         const int j = t / GN, tt = t % GN;
         for (int g = 0; g < ng; g++) {
-            int8_t *bt = a->b + ((size_t)j * ng + g) * 512;
-            int32_t s  = 0;
+            const size_t v  = ((size_t)j * ng + g) * 16 + tt;
+            int8_t      *bt = a->b + ((size_t)j * ng + g) * 512;
             for (int kq = 0; kq < GK / 4; kq++)
                 memcpy(bt + kq * 64 + tt * 4, q + g * GK + kq * 4, 4);
-            for (int k = 0; k < GK; k++)
-                s += q[g * GK + k];
-            a->dt[((size_t)j * ng + g) * 16 + tt] = d[g];
-            a->cs[((size_t)j * ng + g) * 16 + tt] = -128 * s;
+            a->dt[v] = d[g];
+            if (sums) {
+                int32_t sum = 0;
+                for (int k = 0; k < GK; k++)
+                    sum += q[g * GK + k];
+                a->cs[v] = -128 * sum;
+            }
         }
     }
     free(q);
     free(d);
     return 1;
+}
+
+void kern_tile_act_free(kern_tile_act *a) {
+    free(a->b), free(a->dt), free(a->cs);
+    a->b = NULL, a->dt = NULL, a->cs = NULL;
 }
 
 /* Rows 8h .. 8h+7 of a block (wq: 16 rows of kpad unsigned codes) for one column tile (bt, dt,
@@ -126,7 +127,7 @@ typedef struct {
 } grp_thread;
 
 /* Rows of blocks [b0, b1) of y[n][rows] for every column tile. */
-Z static void blocks(const qmat *m, const grp_act *x, int n, float *y, int b0, int b1, grp_thread *th) {
+Z static void blocks(const qmat *m, const kern_tile_act *x, int n, float *y, int b0, int b1, grp_thread *th) {
     const int     rows = m->rows, cols = m->cols, ng = x->ng, i8 = m->type == Q_I8, kpad = ng * GK;
     const size_t  rbytes = m->type == Q_I4 ? (size_t)(cols + 1) / 2 : (size_t)cols / 2;
     const __m512i flip   = _mm512_set1_epi8((char)0x80);
@@ -137,8 +138,7 @@ Z static void blocks(const qmat *m, const grp_act *x, int n, float *y, int b0, i
             if (i8) { /* w ^ 0x80 = w + 128; the row's end masked, then 128 up to kpad */
                 const int8_t *w = (const int8_t *)m->w + (size_t)(r0 + i) * cols;
                 int           c = 0;
-                for (; c + 64 <= cols && c + 64 <= kpad;
-                     c += 64) /* plain stores: masked ones are slow on Zen */
+                for (; c + 64 <= cols; c += 64) /* plain stores: masked ones are slow on Zen */
                     _mm512_storeu_si512(o + c, _mm512_xor_si512(_mm512_loadu_si512(w + c), flip));
                 for (; c < kpad; c += 64) {
                     const int       live = cols - c >= 64 ? 64 : cols - c > 0 ? cols - c : 0;
@@ -178,8 +178,8 @@ Z static void blocks(const qmat *m, const grp_act *x, int n, float *y, int b0, i
 
 void kern_grp_matmul(const qmat *m, const float *x, int n, float *y) {
     K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
-    grp_act   a;
-    const int made = make_act(x, m->cols, n, &a);
+    kern_tile_act a;
+    const int     made = kern_tile_act_make(x, m->cols, n, 1, &a);
     K3_ASSERT(made); /* a few KiB per column: out of memory here is not recoverable (as in kern.c) */
     const int  nb = (m->rows + GR - 1) / GR, ng = a.ng;
     const long work = (long)m->rows * m->cols * n;
@@ -196,15 +196,23 @@ void kern_grp_matmul(const qmat *m, const float *x, int n, float *y) {
             blocks(m, &a, n, y, b0, b1, &th);
         free(th.wq), free(th.ws), free(th.fb);
     }
-    free(a.b);
-    free(a.dt);
-    free(a.cs);
+    kern_tile_act_free(&a);
 }
 
 #else /* no AVX-512 build: never selected (kern_isa_ok says no), the scalar twin stands in */
 
 void kern_grp_matmul(const qmat *m, const float *x, int n, float *y) {
     kern_amx_ref(m, x, n, y);
+}
+
+int kern_tile_act_make(const float *x, int cols, int n, int sums, kern_tile_act *a) {
+    (void)x, (void)cols, (void)n, (void)sums, (void)a;
+    K3_ASSERT(!"AVX-512 kernels not built for this target");
+    return 0;
+}
+
+void kern_tile_act_free(kern_tile_act *a) {
+    (void)a;
 }
 
 #endif

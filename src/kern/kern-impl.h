@@ -104,6 +104,18 @@ void kern_amx_matmul_emu(const qmat *m, const float *x, int n, float *y);
 void kern_amx_ref(const qmat *m, const float *x, int n, float *y);
 /* The AMX order on AVX-512 VNNI (kern-grp.c), for CPUs without AMX: kern_amx_ref's bits. */
 void kern_grp_matmul(const qmat *m, const float *x, int n, float *y);
+/* The activations of one AMX-order matmul (kern-amx.c, kern-grp.c): n columns quantized by the
+ * canonical quantizer, in the VNNI B layout of 16-column tiles. */
+typedef struct kern_tile_act {
+    int      ng, ntile;
+    int8_t  *b;  /* [ntile][ng][8][64]: row kq = codes 4kq..4kq+3 of the group, per column   */
+    float   *dt; /* [ntile][ng][16] d[g] of each column; 0 past n (and its codes 0)         */
+    int32_t *cs; /* [ntile][ng][16] -128 x the group's code sum per column (NULL: not asked) */
+} kern_tile_act;
+/* Fill a from x[n][cols] (sums: also cs); 0 when out of memory (nothing left to free). AVX-512
+ * level only. kern_tile_act_free releases it. */
+int  kern_tile_act_make(const float *x, int cols, int n, int sums, kern_tile_act *a);
+void kern_tile_act_free(kern_tile_act *a);
 /* One int4 or MXFP4 row (nbytes packed bytes, low nibble = even column) as bytes: the integer
  * weight of each of cols columns + bias (MXFP4: the doubled e2m1 value), then bias up to kpad
  * (whole groups of 32, >= cols). Never reads past the row's nbytes. AVX-512 level only. */

@@ -138,6 +138,8 @@ void kern_set_group_order(int on);
 int kern_set_isa(int isa);
 /* 1 when this CPU and OS run isa; else 0 and why (when not NULL) names the missing feature. */
 int kern_isa_ok(int isa, char *why, size_t n);
+/* The level selected when nothing asks for another: the best this CPU and OS run, never amx. */
+int kern_isa_best(void);
 /* Short name of isa ("scalar", "avx2", "avx2+avx-vnni", "avx512-vnni", "amx-int8"). */
 const char *kern_isa_name(int isa);
 /* Check K3_ISA / K3_NOAVX2 / K3_NOVNNI and select the level they ask for: K3_ERR_ARG for an

@@ -229,7 +229,6 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
  * (beyond the caches), median of NPROBE passes over all of them. A small expert's products are
  * short, so a call's fixed cost (threads woken and joined) and the ramp-up of each matrix's
  * stream weigh on them in a way the 256 MB matrices above do not show. */
-
 static double measure_experts(int F, int L) {
     /* an expert: w1 (F, L), w3 (F, L), w2 (L, F) back to back, each `part` bytes */
     const size_t wb = q_wbytes(Q_MXFP4, F, L), part = wb + q_sbytes(Q_MXFP4, F, L), one = 3 * part;
@@ -364,11 +363,8 @@ static double cached(int fresh, const char *key, unsigned long long dev) {
  * run with K3_ISA or K3_GROUP_ORDER never reads a figure measured with other kernels. */
 static const char *kernel_key(const char *key, char *buf, size_t n) {
     static const char *const lv[KERN_N_ISA] = {"scalar", "avx2", "avx2vnni", "avx512", "amx"};
-    int                      best           = KERN_AVX512;
-    while (best > KERN_SCALAR && !kern_isa_ok(best, NULL, 0))
-        best--;
-    const int isa = kern_isa(), grp = isa == KERN_AVX512 && kern_group_order();
-    if (isa == best && !grp)
+    const int                isa = kern_isa(), grp = isa == KERN_AVX512 && kern_group_order();
+    if (isa == kern_isa_best() && !grp)
         return key;
     snprintf(buf, n, "%s@%s%s", key, lv[isa], grp ? "+group" : "");
     return buf;
