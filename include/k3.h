@@ -88,6 +88,12 @@ typedef struct k3_params {
     int    load_threads; /* K3_LOAD_THREADS: expert reader threads (default 4)          */
     double topp;         /* K3_TOPP: keep the heaviest selected experts that hold this
                             share of the routing weight, renormalised (default 1 = all) */
+    int window;          /* K3_WINDOW: prefill window in tokens (the MoE runs expert by
+                            expert over it); 0 (default): the whole feed, as far as the
+                            memory fit allows (k3chat(1), PREFILL WINDOW)                */
+    int route;           /* K3_ROUTE: 0 = model (default), 1 = uniform (benchmarks only:
+                            each token's top-k drawn uniformly from (seed, position, layer)) */
+    int route_seed;      /* K3_ROUTE_SEED: the seed of K3_ROUTE=uniform (default 1)     */
     int set;             /* K3_SET_* mask: settings given explicitly (k3_params_default sets
                             them from the environment; a caller that sets a field itself may
                             add its bit). The memory fit at open never changes those; the
@@ -202,6 +208,7 @@ typedef struct k3_stats {
     uint64_t    vk_used, vk_budget; /* device bytes holding weights; its budget (0: off) */
     int         vk_experts;         /* routed experts resident on the device             */
     const char *kernels;            /* instruction set of the CPU kernels: k3_kernels()   */
+    int         window;             /* prefill window (tokens) of the last feed           */
 } k3_stats;
 void k3_session_stats(const k3_session *s, k3_stats *out);
 void k3_session_reset_stats(k3_session *s);

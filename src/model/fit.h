@@ -60,6 +60,7 @@ enum {
     FIT_MLACACHE,
     FIT_BLOCKS,
     FIT_SCRATCH,
+    FIT_WINDOW,
     FIT_NCLASS
 };
 
@@ -75,6 +76,10 @@ typedef struct fit_table {
     uint64_t cb_base, cb_col, cb_pos; /* a chunk buffer: cb_base + cb_col x columns (each with its
                                          logits row) + cb_pos x K3_MAXT (session.c)              */
     uint64_t sess_extra;              /* a session's last logits and KDA accumulators                   */
+    uint64_t win_base, win_col;       /* a prefill window's buffer: win_base + win_col x tokens (hidden
+                                         states, AttnRes snapshots, routing table and expert outputs
+                                         per token; session.c)                                     */
+    uint64_t win_logits;              /* each window token's logits row while K3_LOGITS is set         */
     uint64_t big_f32;                 /* largest matrix as f32 (information: the load no longer holds it) */
     int      n_mats;                  /* matrix products per token outside the routed experts          */
     int      n_run, n_moe, n_kda, n_mla;
@@ -89,6 +94,9 @@ typedef struct fit_set {
     int    map;      /* K3_MMAP=1                                                     */
     int    chunk;    /* K3_CHUNK (columns of the chunk scratch)                        */
     int    sessions; /* sessions at once (--parallel); < 1 counts as 1                */
+    int    window;   /* prefill window in tokens; <= chunk: none (given: the wanted one,
+                        K3_WINDOW or K3_MAXT; chosen: what fits, fit_decide)          */
+    int all_logits;  /* K3_LOGITS: the window keeps a logits row per token          */
 } fit_set;
 
 typedef struct fit_plan {
@@ -115,6 +123,7 @@ typedef struct fit_choice {
     char     msg[2048];  /* one line: what was chosen and why, or the refusal             */
     char     brief[128]; /* the choice in a few words (status bar): "4/8/8 bits (fit step
                             2) · cache 1.61 GB"                                          */
+    int win_want;        /* the window wanted (given.window, at most K3_MAXT)              */
 } fit_choice;
 
 /* The figures of the plan for the first n_run layers of config c (fit.c: DESIGN). D: the open

@@ -64,6 +64,11 @@ k3_status k3_params_default(k3_params *p) {
         return st;
     if ((st = k3_env_int("K3_MAXT", 1, 1 << 24, &p->max_ctx)))
         return st;
+    if ((st = k3_env_int("K3_WINDOW", 0, 1 << 24, &p->window)))
+        return st;
+    p->route_seed = 1;
+    if ((st = k3_env_int("K3_ROUTE_SEED", 0, 2147483647, &p->route_seed)))
+        return st;
     if ((st = k3_env_int("K3_THREADS", 0, 4096, &p->threads)))
         return st;
     if ((st = k3_env_int("K3_LAYERS", 0, K3_MAX_LAYERS, &p->n_layers)))
@@ -111,6 +116,10 @@ k3_status k3_params_default(k3_params *p) {
         if (*end || !(p->topp > 0 && p->topp <= 1))
             return k3_err(K3_ERR_ARG, "K3_TOPP='%s': expected a number in (0, 1]", v);
     }
+    v = getenv("K3_ROUTE");
+    if (v && *v && strcmp(v, "model") && strcmp(v, "uniform"))
+        return k3_err(K3_ERR_ARG, "K3_ROUTE='%s': expected model or uniform (uniform: benchmarks only)", v);
+    p->route       = v && !strcmp(v, "uniform");
     v              = getenv("K3_LOGITS");
     p->logits_path = v && *v ? v : NULL;
     v              = getenv("K3_TRACE");
@@ -726,15 +735,18 @@ static k3_status model_fit(k3_model *m) {
     int mask = m->par.set | (m->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
                (m->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) |
                (m->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
-    fit_set given = {.bits      = m->par.bits,
-                     .mla_bits  = m->par.mla_bits,
-                     .head_bits = m->par.head_bits,
-                     .expert_gb = m->par.expert_gb,
-                     .maxt      = m->par.max_ctx,
-                     .map       = m->map,
-                     .chunk     = m->par.chunk,
-                     .sessions  = m->par.sessions};
+    fit_set given = {.bits       = m->par.bits,
+                     .mla_bits   = m->par.mla_bits,
+                     .head_bits  = m->par.head_bits,
+                     .expert_gb  = m->par.expert_gb,
+                     .maxt       = m->par.max_ctx,
+                     .map        = m->map,
+                     .chunk      = m->par.chunk,
+                     .sessions   = m->par.sessions,
+                     .window     = m->par.window,
+                     .all_logits = m->par.logits_path != NULL};
     fit_decide(&m->fit_t, &m->fit_mc, &given, mask, &m->fit);
+    m->win_max     = m->fit.set.window;
     m->expert_auto = given.expert_gb < 0;
     if (!m->fit.ok)
         return k3_err(K3_ERR_NOMEM, "%s: %s", m->dir, m->fit.msg);
