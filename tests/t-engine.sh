@@ -1,7 +1,8 @@
 #!/bin/sh
 # t-engine.sh: the one-shot CLI contract `k3chat MODEL_DIR --ids "..."` on a generated model:
 # generated ids on one line of stdout (decimal, single spaces), --max-tokens honoured, greedy
-# and seeded sampling reproducible, K3_CHUNK not changing the output, bad input a clear error.
+# and seeded sampling reproducible, K3_CHUNK and K3_WINDOW not changing the output, K3_ROUTE=uniform
+# a function of its seed alone, bad input a clear error.
 . "$K3_SRC/tests/lib.sh"
 set -u
 B=$K3_BUILD
@@ -19,6 +20,18 @@ n=$(echo "$out" | wc -w)
 out1=$(K3_CHUNK=1 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 out5=$(K3_CHUNK=5 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 [ "$out" = "$out1" ] && [ "$out" = "$out5" ]; ok $? "K3_CHUNK=1 and 5 give the same greedy ids"
+outw=$(K3_CHUNK=4 K3_WINDOW=9 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+outc=$(K3_CHUNK=4 K3_WINDOW=4 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+[ "$out" = "$outw" ] && [ "$out" = "$outc" ]; ok $? "K3_WINDOW=9 (windows of 9 over chunks of 4) and the per-chunk path give the same greedy ids"
+
+K3_ROUTE=random "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_ROUTE='random': expected model or uniform" "$T/err"; ok $? "K3_ROUTE=random is rejected naming the variable and the choices"
+K3_WINDOW=-1 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -q "K3_WINDOW" "$T/err"; ok $? "K3_WINDOW=-1 is rejected naming the variable"
+ou1=$(K3_ROUTE=uniform "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+ou2=$(K3_ROUTE=uniform K3_CHUNK=3 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+ou3=$(K3_ROUTE=uniform K3_ROUTE_SEED=2 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+[ -n "$ou1" ] && [ "$ou1" = "$ou2" ] && [ "$ou1" != "$ou3" ] && [ "$ou1" != "$out" ]; ok $? "K3_ROUTE=uniform: the same ids at any chunk, others with another K3_ROUTE_SEED or the model's routing ('$ou1', '$ou3', '$out')"
 
 s1=$("$B/k3chat" "$T/m" --ids "$ids" --max-tokens 8 --temp 0.9 --seed 5 2>/dev/null)
 s2=$("$B/k3chat" "$T/m" --ids "$ids" --max-tokens 8 --temp 0.9 --seed 5 2>/dev/null)

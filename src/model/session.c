@@ -476,12 +476,12 @@ static k3_status run_chunk(k3_session *s, chunk_buf *wb, const int32_t *ids, int
     return st;
 }
 
-/* The prefill window for a feed of n ids: K3_WINDOW, else the memory fit's (k3_model's
- * win_max), at most n, at least the chunk; its buffer into wb (a smaller window when the
+/* The prefill window for a feed of n ids: the memory fit's (k3_model's win_max: K3_WINDOW,
+ * else K3_MAXT, as far as the memory allows), at most n, at least the chunk; its buffer into wb (a smaller window when the
  * memory is not there: it says so once). Returns the window (<= chunk: no window buffer). */
 static int window_get(k3_session *s, int n, chunk_buf *wb) {
     const k3_model *m = s->m;
-    int             W = m->par.window > 0 ? m->par.window : m->win_max;
+    int             W = m->win_max; /* the fit's: K3_WINDOW or K3_MAXT, shrunk to the memory */
     if (W > n)
         W = n;
     while (W > s->chunk) {
