@@ -349,6 +349,7 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given0
     if (!(mask & K3_SET_HEAD_BITS) && cand[2].head_bits > 4)
         cand[2].head_bits = 4;
     memset(out, 0, sizeof *out);
+    out->win_want = want;
     char   sets[256], room[256], sess[512];
     size_t o = 0, n = sizeof out->msg;
     snprintf(room, sizeof room, "%s usable of %s available (%s; reserve 0.5 GB + 5%%)", HB(mc->usable),
@@ -360,7 +361,6 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given0
         if (!fits(t, mc, &cand[i], &p))
             continue;
         out->ok = 1, out->level = i, out->set = cand[i];
-        out->win_want   = want;
         out->set.window = window_fit(t, mc, &cand[i], &p, want);
         fit_plan_at(t, &out->set, &p);
         if (given->expert_gb < 0) { /* the cache takes what is left of usable, at most all experts */

@@ -171,6 +171,24 @@ void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p,
 typedef struct fit_route {
     double dec_active, dec_miss, chunk_distinct, chunk_miss;
 } fit_route;
+/* Time to the first token of a prompt of P tokens at settings s: prefill windows of s->window
+ * tokens (at most chunk: chunks), each MoE layer of a window reading the experts it touches under
+ * flat routing (E (1 - (1 - k/E)^n) of a window of n) that the cache does not hold, once, while
+ * computing them (reads overlap the compute: the slower of the two counts). */
+typedef struct fit_ttft_est {
+    double seconds; /* to the first token                                               */
+    double compute; /* of which the kernels alone would take                           */
+    double bytes;   /* routed-expert bytes read from the drive                         */
+    double floor;   /* the unique experts the prompt routes to, each read once          */
+    int    window;  /* the window it assumed                                           */
+} fit_ttft_est;
+void fit_ttft(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp, int n_active,
+              int chunk, long P, fit_ttft_est *out);
+/* "1024-token prompt 12.3 s reading 1.40 TB of experts (floor 1.38 TB; per chunk of 128:
+ * 95.1 s, 9.85 TB); 8192-token prompt ...": fit_ttft at 1k and 8k tokens (at most K3_MAXT), the
+ * window of s against the per-chunk path. */
+void fit_ttft_str(char *buf, size_t n, const fit_table *t, const fit_set *s, const fit_plan *p,
+                  const fit_speed *sp, int n_active, int chunk);
 /* fit_speed_estimate with the routing r (NULL: flat routing, as fit_speed_estimate). */
 void fit_speed_estimate_route(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
                               int n_active, int chunk, const fit_route *r, double *decode_s,

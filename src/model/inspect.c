@@ -355,6 +355,12 @@ k3_status k3_inspect(const char *dir, FILE *out) {
             "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, "
             "K3_CHUNK=%d)\n",
             dec, pre, s.chunk);
+    char ttft[512];
+    fit_ttft_str(ttft, sizeof ttft, &ft, &fc->set, &fc->plan, &sp, c->n_active, s.chunk);
+    fprintf(
+        out,
+        "first token  %s (estimate: prefill window %d tokens, flat routing, reads overlapping the compute)\n",
+        ttft, fc->set.window > s.chunk ? fc->set.window : s.chunk);
     fprintf(
         out,
         "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 "

@@ -851,10 +851,14 @@ k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size
         fit_speed_get_model(dir, &m->fit_t, 0, &sp);
         fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk, &dec,
                            &pre);
-        snprintf(buf, n,
-                 "expected speed on this machine: decode %.3g s/token, prefill %.3g s/token (%s; estimate "
-                 "from the memory plan and this machine's measured kernels%s)",
-                 dec, pre, m->fit.brief, sp.sparse ? "; the drive figure is a sparse file's holes" : "");
+        char ttft[512];
+        fit_ttft_str(ttft, sizeof ttft, &m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active,
+                     m->par.chunk);
+        snprintf(
+            buf, n,
+            "expected speed on this machine: decode %.3g s/token, prefill %.3g s/token; first token of a "
+            "%s (%s; estimate from the memory plan and this machine's measured kernels and drive%s)",
+            dec, pre, ttft, m->fit.brief, sp.sparse ? "; the drive figure is a sparse file's holes" : "");
     }
     k3_model_free(m);
     return st;
