@@ -125,9 +125,12 @@ static double tier_pass(tier_bench *m, uint64_t *bytes) {
 
 /* The reference: O_DIRECT sequential read of each MoE layer shard's expert byte range. */
 static double ref_pass(tier_bench *m, uint8_t *buf, uint64_t *bytes) {
-    const st_dir *d  = m->st;
-    double        t0 = k3_time();
-    *bytes           = 0;
+    return bench_direct_experts(m->st, buf, BX_REQ, bytes);
+}
+
+double bench_direct_experts(const st_dir *d, uint8_t *buf, size_t req, uint64_t *bytes) {
+    double t0 = k3_time();
+    *bytes    = 0;
     for (int sh = 0; sh < st_n_shards(d); sh++) {
         uint64_t lo = UINT64_MAX, hi = 0;
         for (int i = 0; i < st_n_tensors(d); i++) {
@@ -143,12 +146,12 @@ static double ref_pass(tier_bench *m, uint8_t *buf, uint64_t *bytes) {
             continue;
         int fd = open(st_shard_path(d, sh), O_RDONLY | O_DIRECT);
         if (fd < 0) {
-            fprintf(stderr, "bench-experts: %s: %s\n", st_shard_path(d, sh), strerror(errno));
+            fprintf(stderr, "bench: %s: %s\n", st_shard_path(d, sh), strerror(errno));
             return -1;
         }
         uint64_t a = lo & ~(uint64_t)4095;
         while (a < hi) {
-            ssize_t r = pread(fd, buf, BX_REQ, (off_t)a);
+            ssize_t r = pread(fd, buf, req, (off_t)a);
             if (r <= 0)
                 break;
             a += (uint64_t)r;
@@ -446,7 +449,8 @@ static void bench_engine(const char *dir) {
 
 int bench_experts(void) {
     int want_s = bench_want("expert_stream"),
-        want_e = bench_want("prefill_") || bench_want("decode_") || bench_asked("prefill_");
+        want_e = bench_want("prefill_") || bench_want("decode_") ||
+                 (bench_asked("prefill_") && !bench_asked("prefill_scale"));
     if (!want_s && !want_e)
         return 0;
     const char *dir      = getenv("K3_BENCH_SLICE");
