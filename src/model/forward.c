@@ -1,7 +1,11 @@
-/* forward.c: the K3 forward pass of one decoder layer over a chunk of n tokens (spec section 5).
+/* forward.c: the K3 model, input to logits (spec section 5): model_forward at the end of this
+ * file goes embed -> layers -> head over a pass of n tokens; above it, one decoder layer
+ * (layer_forward) and its parts.
  *
  * DESIGN
- * Layer-major over a chunk: every weight matrix is applied once to the chunk's n rows with
+ * Layer-major over a pass: a chunk, or a prefill window of many chunks (attention runs over the
+ * window a chunk at a time, the MoE over all of it at once, expert by expert, so each routed
+ * expert is read once per window). Every weight matrix is applied once to the chunk's n rows with
  * mm() (qmat_matmul, or qmat_matvec for one row; the kernels give the same bits either way), and
  * every sequential recurrence (KDA conv and state, MLA cache) is advanced token by token in
  * order, so a token's result never depends on the chunk size. Per-token arithmetic that the
@@ -759,7 +763,7 @@ static void attention(fwd_pass *pa, int l) {
 /* Spec 5, per token: p = h; x = blocks ? mix(p, blocks, attn_res) : p; on a block restart
  * blocks.append(p); a = Attn(RMSNorm(x)); p = restart ? a : p + a;
  * m = mix(p, blocks, mlp_res); p += MLP(RMSNorm(m)); h = p. */
-k3_status layer_forward(fwd_pass *pa, int l) {
+static k3_status layer_forward(fwd_pass *pa, int l) {
     const k3_model      *m = pa->m;
     const k3_config     *c = &m->cfg;
     const layer_weights *w = &m->layers[l];
@@ -813,7 +817,7 @@ k3_status layer_forward(fwd_pass *pa, int l) {
 
 /* logits = lm_head · RMSNorm(mix(h, blocks, output_attn_res), model.norm) for the rows each
  * segment needs, gathered in order into xn's first rows: one lm_head matmul for all. */
-void model_head(fwd_pass *p) {
+static void model_head(fwd_pass *p) {
     const k3_model  *m = p->m;
     const k3_config *c = &m->cfg;
     chunk_buf       *b = p->b;
@@ -832,4 +836,104 @@ void model_head(fwd_pass *p) {
     }
     prof_end(PROF_NORM, p0);
     mm(&m->lm_head, b->xn, r, b->logits);
+}
+
+/* ==== the model: embed -> layers -> head ======================================= */
+
+/* Embedding row of token id, converted to f32 from its stored dtype, into out (D floats). */
+static void embed(const k3_model *m, int id, float *out) {
+    const int    D   = m->cfg.hidden;
+    const size_t off = (size_t)id * D;
+    switch (m->embed_dtype) {
+    case ST_F32:
+        memcpy(out, (const float *)m->embed + off, (size_t)D * sizeof(float));
+        break;
+    case ST_BF16:
+        for (int i = 0; i < D; i++)
+            out[i] = k3_bf16_to_f32(((const uint16_t *)m->embed)[off + i]);
+        break;
+    case ST_F16:
+        for (int i = 0; i < D; i++)
+            out[i] = k3_f16_to_f32(((const uint16_t *)m->embed)[off + i]);
+        break;
+    default:
+        K3_ASSERT(!"embed dtype");
+    }
+}
+
+/* Take segment g out of the pass: its entry, and (cols) its columns, the ones after it moving
+ * down; the only per-column state between layers is h, the AttnRes blocks and the trace rows. */
+static void seg_drop(fwd_pass *p, int g, int cols) {
+    const k3_model *m = p->m;
+    const int       D = m->cfg.hidden, NB = (m->n_run + m->cfg.attn_res_block - 1) / m->cfg.attn_res_block;
+    const int       t0 = p->seg[g].t0, k = p->seg[g].n, rest = p->n - t0 - k;
+    chunk_buf      *b = p->b;
+    if (cols) {
+        memmove(b->h + (size_t)t0 * D, b->h + (size_t)(t0 + k) * D, (size_t)rest * D * sizeof(float));
+        memmove(b->blocks + (size_t)t0 * NB * D, b->blocks + (size_t)(t0 + k) * NB * D,
+                (size_t)rest * NB * D * sizeof(float));
+        if (b->trace)
+            memmove(b->trace + (size_t)t0 * m->n_run * D, b->trace + (size_t)(t0 + k) * m->n_run * D,
+                    (size_t)rest * m->n_run * D * sizeof(float));
+        p->n -= k;
+    }
+    for (int i = g + 1; i < p->nseg; i++) {
+        if (cols)
+            p->seg[i].t0 -= k;
+        p->seg[i - 1] = p->seg[i];
+    }
+    p->nseg--;
+}
+
+void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, void *ud) {
+    const k3_model *m = p->m;
+    const int       D = m->cfg.hidden, V = m->cfg.vocab;
+    chunk_buf      *b = p->b;
+    /* embed: each column's token, or its K3_X0 row */
+    for (int g = 0; g < p->nseg; g++) {
+        const k3_session *s = p->seg[g].s;
+        for (int t = 0; t < p->seg[g].n; t++) {
+            float *h = b->h + (size_t)(p->seg[g].t0 + t) * D;
+            if (s->x0)
+                memcpy(h, s->x0 + (size_t)(s->pos + t) * D, (size_t)D * sizeof(float));
+            else
+                embed(m, ids[g][t], h);
+        }
+    }
+    /* the layers; a cancelled session leaves between them */
+    for (int l = 0; l < m->n_run; l++) {
+        for (int g = p->nseg - 1; g >= 0; g--)
+            if (atomic_load(&p->seg[g].s->cancel)) {
+                fail(ud, &p->seg[g],
+                     k3_err(K3_ABORTED, "cancelled before layer %d of a %d-token chunk", l, p->seg[g].n));
+                seg_drop(p, g, 1);
+            }
+        if (!p->nseg)
+            return;
+        k3_status st = layer_forward(p, l);
+        if (st) {
+            for (int g = 0; g < p->nseg; g++)
+                fail(ud, &p->seg[g], st);
+            p->nseg = 0;
+            return;
+        }
+        if (b->trace) /* K3_TRACE: h after each layer */
+            for (int t = 0; t < p->n; t++)
+                memcpy(b->trace + ((size_t)t * m->n_run + l) * D, b->h + (size_t)t * D,
+                       (size_t)D * sizeof(float));
+    }
+    /* the head: lm_head for the last row of each session, or every row while K3_LOGITS is set */
+    model_head(p);
+    for (int g = 0; g < p->nseg; g++) {
+        const pass_seg *sg = &p->seg[g];
+        const float    *lg = b->logits + ((size_t)sg->lrow + (size_t)sg->lcnt - 1) * V;
+        for (int i = 0; i < V; i++)
+            if (!isfinite(lg[i])) {
+                fail(ud, sg,
+                     k3_err(K3_ERR_NUMERIC, "logit %d at position %d is not finite", i,
+                            sg->s->pos + sg->n - 1));
+                seg_drop(p, g--, 0);
+                break;
+            }
+    }
 }

@@ -669,30 +669,6 @@ static k3_status load_layer(k3_model *m, int l) {
 
 /* ==== model API ============================================================== */
 
-/* Elements [i0, i0+n) of embedding row id, converted to f32. */
-static void embed_slice(const k3_model *m, int id, int i0, int n, float *out) {
-    size_t off = (size_t)id * m->cfg.hidden + i0;
-    switch (m->embed_dtype) {
-    case ST_F32:
-        memcpy(out, (const float *)m->embed + off, (size_t)n * sizeof(float));
-        break;
-    case ST_BF16:
-        for (int i = 0; i < n; i++)
-            out[i] = k3_bf16_to_f32(((const uint16_t *)m->embed)[off + i]);
-        break;
-    case ST_F16:
-        for (int i = 0; i < n; i++)
-            out[i] = k3_f16_to_f32(((const uint16_t *)m->embed)[off + i]);
-        break;
-    default:
-        K3_ASSERT(!"embed dtype");
-    }
-}
-
-void model_embed(const k3_model *m, int id, float *out) {
-    embed_slice(m, id, 0, m->cfg.hidden, out);
-}
-
 /* embed_tokens stays in its stored dtype (F32/F16/BF16); rows convert on lookup. */
 static k3_status load_embed(k3_model *m, const char *name) {
     k3_status        st = K3_OK;

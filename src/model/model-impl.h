@@ -115,9 +115,6 @@ struct k3_model {
     int         win_max;  /* prefill window the memory fit leaves room for (tokens) */
 };
 
-/* Embedding row of token id into out (D floats). */
-void model_embed(const k3_model *m, int id, float *out);
-
 /* ---- session state --------------------------------------------------------- */
 
 typedef struct layer_state {
@@ -225,10 +222,13 @@ typedef struct fwd_pass {
     k3_stats *stats; /* where the expert tier and the Vulkan tier count        */
 } fwd_pass;
 
-/* One layer over the pass's columns: b->h in, b->h out (Attention Residuals, attention, MLP).
- * Fails only when an expert cannot be read (K3_ERR_IO, K3_ERR_NUMERIC, K3_ERR_NOMEM): no
- * session of the pass may then be committed. */
-k3_status layer_forward(fwd_pass *p, int l);
-/* Final mix, norm and lm_head of the rows the segments need (the last of each, every one
- * while K3_LOGITS is set) into b->logits; sets each segment's lrow, lcnt. */
-void model_head(fwd_pass *p);
+/* The model over a pass (forward.c), top to bottom: each column's embedding (or its K3_X0
+ * row), every layer (a segment whose session is cancelled between layers leaves the pass, its
+ * columns compacted away), the K3_TRACE rows per layer, then the final mix, norm and lm_head of
+ * the rows each segment needs (its last, or every one while K3_LOGITS is set: b->logits rows
+ * [lrow, lrow + lcnt)) and the check that its last logits are finite. A segment that leaves
+ * (K3_ABORTED, K3_ERR_NUMERIC) or fails with the pass (a layer's K3_ERR_IO, K3_ERR_NUMERIC,
+ * K3_ERR_NOMEM: every one) is reported to fail(ud, seg, status) with the message current and
+ * taken out of p->seg; the segments left are complete, for the caller to commit. */
+typedef void (*fwd_fail_fn)(void *ud, const pass_seg *sg, k3_status st);
+void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, void *ud);

@@ -1,5 +1,6 @@
-/* session.c: the decode state and the engine API over it: feed (chunked prefill and decode),
- * cancel, snapshots, statistics and the validation hooks (K3_LOGITS, K3_TRACE, K3_X0).
+/* session.c: the decode state and the engine API over it: feed (prefill windows, chunks and
+ * decode), cancel, snapshots, statistics and the validation hooks' files (K3_LOGITS, K3_TRACE,
+ * K3_X0). The model itself, input to logits, is model_forward (forward.c).
  *
  * DESIGN
  * k3_session_feed() splits the ids into chunks of K3_CHUNK and runs each chunk layer-major
@@ -375,83 +376,25 @@ static void fail_ix(pass_run *r, int ix, k3_status st) {
         snprintf(r->msg, sizeof r->msg, "%s", k3_errmsg());
 }
 
-static void seg_fail(pass_run *r, int g, k3_status st) {
-    fail_ix(r, r->p.seg[g].ix, st);
+/* model_forward's report: segment sg failed with st (its message is current). */
+static void seg_failed(void *ud, const pass_seg *sg, k3_status st) {
+    fail_ix(ud, sg->ix, st);
 }
 
-/* Take segment g out of the pass (a cancelled session): the columns after it move down; the
- * only per-column state between layers is h, the AttnRes blocks and the trace rows. */
-static void seg_drop(fwd_pass *p, int g) {
-    const k3_model *m = p->m;
-    const int       D = m->cfg.hidden, NB = (m->n_run + m->cfg.attn_res_block - 1) / m->cfg.attn_res_block;
-    const int       t0 = p->seg[g].t0, k = p->seg[g].n, rest = p->n - t0 - k;
-    chunk_buf      *b = p->b;
-    memmove(b->h + (size_t)t0 * D, b->h + (size_t)(t0 + k) * D, (size_t)rest * D * sizeof(float));
-    memmove(b->blocks + (size_t)t0 * NB * D, b->blocks + (size_t)(t0 + k) * NB * D,
-            (size_t)rest * NB * D * sizeof(float));
-    if (b->trace)
-        memmove(b->trace + (size_t)t0 * m->n_run * D, b->trace + (size_t)(t0 + k) * m->n_run * D,
-                (size_t)rest * m->n_run * D * sizeof(float));
-    for (int i = g + 1; i < p->nseg; i++) {
-        p->seg[i].t0 -= k;
-        p->seg[i - 1] = p->seg[i];
-    }
-    p->nseg--;
-    p->n -= k;
-}
-
-/* Run the pass (segment g fed ids[g]), layer-major; a session is committed only if every
- * layer ran for it. A session cancelled between layers leaves the pass (K3_ABORTED), the
- * others go on; a failed expert read fails every session still in it. */
+/* Run the pass (segment g fed ids[g]) through the model, then commit each session that came
+ * through every layer; a commit that fails (a hook file) fails its session alone. */
 static void run_pass(pass_run *r, const int32_t *const *ids) {
     fwd_pass       *p = &r->p;
     const k3_model *m = p->m;
     const int       D = m->cfg.hidden, V = m->cfg.vocab;
     chunk_buf      *b = p->b;
-    for (int g = 0; g < p->nseg; g++) {
-        const k3_session *s = p->seg[g].s;
-        for (int t = 0; t < p->seg[g].n; t++) {
-            float *h = b->h + (size_t)(p->seg[g].t0 + t) * D;
-            if (s->x0)
-                memcpy(h, s->x0 + (size_t)(s->pos + t) * D, (size_t)D * sizeof(float));
-            else
-                model_embed(m, ids[g][t], h);
-        }
-    }
-    for (int l = 0; l < m->n_run; l++) {
-        for (int g = p->nseg - 1; g >= 0; g--)
-            if (atomic_load(&p->seg[g].s->cancel)) {
-                seg_fail(r, g,
-                         k3_err(K3_ABORTED, "cancelled before layer %d of a %d-token chunk", l, p->seg[g].n));
-                seg_drop(p, g);
-            }
-        if (!p->nseg)
-            return;
-        k3_status st = layer_forward(p, l);
-        for (int g = 0; st && g < p->nseg; g++)
-            seg_fail(r, g, st);
-        if (st)
-            return;
-        if (b->trace)
-            for (int t = 0; t < p->n; t++)
-                memcpy(b->trace + ((size_t)t * m->n_run + l) * D, b->h + (size_t)t * D,
-                       (size_t)D * sizeof(float));
-    }
-    /* lm_head for the last row of each session, or every row while K3_LOGITS is set */
-    model_head(p);
+    model_forward(p, ids, seg_failed, r);
     for (int g = 0; g < p->nseg; g++) {
         const pass_seg *sg = &p->seg[g];
-        const float    *lg = b->logits + (size_t)sg->lrow * V;
-        k3_status       st = K3_OK;
-        for (int i = 0; i < V && !st; i++)
-            if (!isfinite(lg[(size_t)(sg->lcnt - 1) * V + i]))
-                st = k3_err(K3_ERR_NUMERIC, "logit %d at position %d is not finite", i,
-                            sg->s->pos + sg->n - 1);
-        if (!st)
-            st = commit(sg->s, sg->n, lg, sg->lcnt,
-                        b->trace ? b->trace + (size_t)sg->t0 * m->n_run * D : NULL);
+        k3_status       st = commit(sg->s, sg->n, b->logits + (size_t)sg->lrow * V, sg->lcnt,
+                              b->trace ? b->trace + (size_t)sg->t0 * m->n_run * D : NULL);
         if (st)
-            seg_fail(r, g, st);
+            fail_ix(r, sg->ix, st);
         else
             r->st[sg->ix] = K3_OK;
     }
@@ -477,8 +420,8 @@ static k3_status run_chunk(k3_session *s, chunk_buf *wb, const int32_t *ids, int
 }
 
 /* The prefill window for a feed of n ids: the memory fit's (k3_model's win_max: K3_WINDOW,
- * else K3_MAXT, as far as the memory allows), at most n, at least the chunk; its buffer into wb (a smaller window when the
- * memory is not there: it says so once). Returns the window (<= chunk: no window buffer). */
+ * else K3_MAXT, as far as the memory allows), at most n, at least the chunk; its buffer into wb (a smaller
+ * window when the memory is not there: it says so once). Returns the window (<= chunk: no window buffer). */
 static int window_get(k3_session *s, int n, chunk_buf *wb) {
     const k3_model *m = s->m;
     int             W = m->win_max; /* the fit's: K3_WINDOW or K3_MAXT, shrunk to the memory */
@@ -701,7 +644,7 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
         }
         if ((st = batch_buf(lead, nc, lrows, &r.p))) {
             for (int g = 0; g < r.p.nseg; g++)
-                seg_fail(&r, g, st);
+                fail_ix(&r, seg[g].ix, st);
             break;
         }
         r.p.n = nc;
