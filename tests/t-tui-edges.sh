@@ -223,7 +223,11 @@ for size in 80x24 40x12; do
     type_line "alpha one"; wait_for "answer to alpha one" 10
     type_line "beta two"; wait_for "answer to beta two" 10
     keys -l "my draft"; keys C-r; keys -l "alp"
-    check "item 21 ($size): Ctrl-R finds the older message" wait_for "› alpha one" 5
+    # the search's own rows ("› alpha one" is in the conversation already): its label for the
+    # whole pattern, the match on the input line
+    search_shows() { screen | tail -n 3 | head -n 2 | grep -q "history search: $1" && [ "$(screen | tail -n 1)" = "$2" ]; }
+    check "item 21 ($size): Ctrl-R finds the older message" \
+        wait_until "the search for 'alp' to show '› alpha one'" 5 search_shows alp "› alpha one"
     check "item 21 ($size): its label is right above the input line" sh -c "$T capture-pane -p | tail -n 3 | head -n 2 | grep -q 'history search: alp'"
     keys C-c
     check "item 21 ($size): Ctrl-C gives the draft back" wait_for "› my draft" 5
