@@ -175,13 +175,16 @@ for b in "$@"; do
     first=0
 done
 
-# the start order: run-alone tests, then slow ones, then the rest, each group in list order
+# the start order: run-alone tests, then slow ones, then the rest of the trees built by --bg
+# (sanitizer tests take several times as long: once their tree is built they go before the
+# first tree's remaining ones), then the rest, each group in list order
 order=""
-for g in alone slow rest; do
+for g in alone slow restbg rest; do
     i=1
     while [ $i -le $n ]; do
-        eval "a=\$ALONE_$i s=\$SLOW_$i"
-        case "$g:$a:$s" in alone:1:* | slow:0:1 | rest:0:0) order="$order $i" ;; esac
+        eval "a=\$ALONE_$i s=\$SLOW_$i tb=\$B_$i"
+        bgt=0; bg_is_tree "$tb" && bgt=1
+        case "$g:$a:$s:$bgt" in alone:1:*:* | slow:0:1:* | restbg:0:0:1 | rest:0:0:0) order="$order $i" ;; esac
         i=$((i + 1))
     done
 done

@@ -3,6 +3,7 @@
 # agree exactly, a quantized head differs measurably but keeps top-1, K3_CHUNK does not change
 # a bit (chunked prefill == token at a time), the float SiTU-GLU stays close to the double one
 # (K3_ACT), bad input is refused with exit 2.
+# slow
 . "$K3_SRC/tests/lib.sh" # pass, fail, check (check STATUS DESC here), ok
 set -u
 AB="$K3_BUILD/k3-ab"

@@ -5,6 +5,7 @@
 # order against the canonical one on a whole model (top-1 and rel_l2), while one column at a
 # time (K3_CHUNK=1, decode) stays bit-identical; the same for that order on AVX-512 VNNI
 # (K3_GROUP_ORDER=1), which on k3-nano is no further from the exact f32 path than the default.
+# slow
 . "$K3_SRC/tests/lib.sh" # pass, fail, check (check STATUS DESC here), ok
 set -u
 K="$K3_BUILD/k3chat"
