@@ -227,6 +227,8 @@ int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);
  * print what it holds and the memory the K3_* settings would need to out. On failure nothing
  * is printed and k3_errmsg() holds the first error (one line naming file and tensor/key). */
 k3_status k3_inspect(const char *dir, FILE *out);
+/* The same, measuring this machine's speed figures again whatever the cache holds (--measure). */
+k3_status k3_inspect_measure(const char *dir, FILE *out);
 
 /* ==== tokenizer and chat format (tok.c, chat-format.c) ========================== */
 /* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md.

@@ -26,6 +26,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* The engine's settings (k3_params_default: defaults, then the K3_* environment; a container's
  * bits as the engine takes them: rp_run_bits). */
@@ -263,7 +264,17 @@ static void print_memory(const fit_table *ft, const fit_machine *mc, const fit_c
     fprintf(f, "fit          %s\n", fc->ok ? fc->msg + strlen("memory fit: ") : fc->msg);
 }
 
+static k3_status inspect(const char *dir, int measure, FILE *out);
+
 k3_status k3_inspect(const char *dir, FILE *out) {
+    return inspect(dir, 0, out);
+}
+
+k3_status k3_inspect_measure(const char *dir, FILE *out) {
+    return inspect(dir, 1, out);
+}
+
+static k3_status inspect(const char *dir, int measure, FILE *out) {
     insp_settings s;
     k3_config    *c = k3_calloc(1, sizeof *c);
     st_dir       *d = NULL;
@@ -333,7 +344,7 @@ k3_status k3_inspect(const char *dir, FILE *out) {
     print_memory(&ft, &mc, fc, &s, s.set, out);
     fit_speed sp;
     double    dec, pre;
-    fit_speed_get_model(dir, &ft, 0, &sp);
+    fit_speed_get_model(dir, &ft, measure, &sp);
     fit_speed_estimate(&ft, &fc->set, &fc->plan, &sp, c->n_active, s.chunk, &dec, &pre);
     fprintf(out,
             "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, "
@@ -352,6 +363,18 @@ k3_status k3_inspect(const char *dir, FILE *out) {
         sp.sparse ? (sp.disk_data > 0 ? HB(sp.disk_data) : "none found") : "",
         sp.sparse && sp.disk_data > 0 ? "/s" : "", sp.sparse ? " (the drive)" : "",
         sp.cached ? "cached in" : "measured now; cached in", sp.cache);
+    char      when[64] = "?";
+    time_t    tw       = (time_t)sp.when;
+    struct tm tm;
+    if (sp.when && gmtime_r(&tw, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+    char lo[32];
+    snprintf(lo, sizeof lo, "%.2f-", sp.load_lo);
+    fprintf(out,
+            "  when       %s%s at load %s%.2f on %d CPUs (load now %.2f; figures from a load unlike now's "
+            "are measured again; --inspect --measure measures them all)\n",
+            sp.cached ? "" : "up to now, from ", when, sp.load_hi - sp.load_lo >= 0.005 ? lo : "", sp.load_hi,
+            sp.cpus, sp.load_now);
 fail:
     st_close(d);
     free(c);

@@ -3,20 +3,24 @@
  *
  * DESIGN
  * Measurements (one to two seconds in all, then cached in $XDG_CACHE_HOME/k3chat/speed,
- * default ~/.cache/k3chat/speed, one line per figure: "KEY VALUE", the disk as "disk DEVICE
- * BYTES_PER_S" keyed by the drive's st_dev; a line that does not parse is ignored and the
- * figure measured again):
+ * default ~/.cache/k3chat/speed). The file's first line names the machine (cond_machine: the CPU
+ * model, its flags, the kernels' default level, the memory, the CPUs); a file of another machine
+ * is read as empty and written anew. Then one line per figure, "KEY VALUE TIME LOAD" (the disk as
+ * "disk DEVICE BYTES_PER_S TIME LOAD", keyed by the drive's st_dev): when it was measured and the
+ * 1-minute load average then. A figure measured at a load unlike now's (load_differs: the CPU
+ * share the threads get differs by over a quarter) is measured again, so one busy moment does not
+ * decide every later estimate; a line that does not parse is ignored and the figure measured
+ * again. Each probe keeps its best round, as a benchmark does:
  *   mem_bw         read bandwidth: the sum of a 256 MB buffer (u64), all OpenMP threads, best of 3
  *   dec3_f32 .. dec3_mxfp4
  *                  weight bytes per second of qmat_matvec (one column: a decode step) on a 256 MB
  *                  matrix of each format (F32, int8, int4, MXFP4), larger than the caches (a 56
  *                  MB one stayed in this EPYC's L3 and read 3-10x too fast), so each figure is
- *                  what bounds that format, memory or arithmetic; median of 5 (on a loaded
- *                  machine the best is an outlier), alternating with the next figure's probes
- *                  so that a burst of load hits both
+ *                  what bounds that format, memory or arithmetic; best of 5, alternating
+ *                  with the next figure's probes so that a burst of load hits both
  *   pre3_f32 .. pre3_mxfp4
  *                  weight bytes x columns per second of qmat_matmul at 32 columns (a prefill
- *                  chunk) on an 8 MB slice of the same matrix, median of 5
+ *                  chunk) on an 8 MB slice of the same matrix, best of 5
  *   call2          seconds of one qmat_matvec on a 128 x 1024 int8 matrix, the smallest the
  *                  kernels run on all threads: the fixed cost of a call (the OpenMP region's
  *                  start and join), which is what a small model's token costs ("call", on a
@@ -30,8 +34,7 @@
  * The kernels' figures (dec3_*, pre3_*, call2) are cached per kernel setting: under their own
  * names for the machine's default kernels, as NAME@LEVEL[+group] for another K3_ISA or for
  * K3_GROUP_ORDER=1, so that an estimate never uses figures measured with other kernels.
- * The machine's load at measuring time counts: a figure cached on an idle machine is too fast
- * for a loaded one (delete the cache file to measure again).
+ * `k3chat --inspect --measure` measures every figure again whatever the cache holds.
  *
  * Estimates. A matrix of B bytes multiplied by n columns takes B x (1/dec + (n - 1) x per_col),
  * per_col = (32/pre - 1/dec) / 31: the line through the two measured points, so a chunk of any
@@ -61,6 +64,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static void cache_path(char *buf, size_t n, int mkdirs) {
@@ -82,37 +86,106 @@ static void cache_path(char *buf, size_t n, int mkdirs) {
     snprintf(buf, n, "%s/speed", dir);
 }
 
-/* The cached figure KEY (with dev for "disk"), or 0. */
-static double cache_get(const char *key, unsigned long long dev) {
-    char path[4200], line[256], k[32];
+/* ---- the conditions figures are measured under ------------------------------------------ */
+
+/* The machine the cache file describes, its first line: "machine cpu=HEX flags=HEX kernels=LEVEL
+ * memory=BYTES cpus=N" (the CPU model's and flag list's FNV-1a 64 from /proc/cpuinfo, the
+ * kernels' default level, the physical memory, the CPUs online). A file whose first line differs
+ * was written on another machine, or with other kernels, and is read as empty. */
+static void cond_machine(char *buf, size_t n) {
+    uint64_t hm = 14695981039346656037ull, hf = hm;
+    char     line[8192];
+    FILE    *f     = fopen("/proc/cpuinfo", "r");
+    int      got_m = 0, got_f = 0;
+    while (f && fgets(line, sizeof line, f) && !(got_m && got_f)) {
+        int is_m = !got_m && !strncmp(line, "model name", 10),
+            is_f = !got_f && (!strncmp(line, "flags", 5) || !strncmp(line, "Features", 8));
+        for (const char *p = line; (is_m || is_f) && *p; p++) {
+            if (is_m)
+                hm = (hm ^ (uint8_t)*p) * 1099511628211ull;
+            else
+                hf = (hf ^ (uint8_t)*p) * 1099511628211ull;
+        }
+        got_m |= is_m, got_f |= is_f;
+    }
+    if (f)
+        fclose(f);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE), cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(buf, n, "machine cpu=%016llx flags=%016llx kernels=%s memory=%llu cpus=%ld",
+             (unsigned long long)hm, (unsigned long long)hf, kern_isa_name(kern_isa_best()),
+             (unsigned long long)(pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0),
+             cpus > 0 ? cpus : 1);
+}
+
+static double load_now(void) {
+    double l[1];
+    return getloadavg(l, 1) == 1 && l[0] >= 0 ? l[0] : 0;
+}
+
+/* A figure measured at load `then` does not stand for the machine at load `now` when the share of
+ * the CPUs the kernels' threads get, about cpus / (cpus + load), differs by more than a quarter. */
+static int load_differs(double then, double now) {
+    const long   c = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    const double a = (double)c / ((double)c + then), b = (double)c / ((double)c + now);
+    return a > 1.25 * b || b > 1.25 * a;
+}
+
+/* A figure of sp was measured at time `when` under load `load`. */
+static void note_cond(fit_speed *sp, long long when, double load) {
+    if (!sp->when || when < sp->when)
+        sp->when = when;
+    if (sp->n_cond++ == 0 || load > sp->load_hi)
+        sp->load_hi = load;
+    if (sp->n_cond == 1 || load < sp->load_lo)
+        sp->load_lo = load;
+}
+
+/* The cached figure KEY (with dev for "disk") measured on this machine at a load like now's, or 0;
+ * its time and load into sp (the oldest time, the highest and lowest load of the figures used). */
+static double cache_get(const char *key, unsigned long long dev, fit_speed *sp) {
+    char path[4200], line[256], k[32], mach[256];
     cache_path(path, sizeof path, 0);
     FILE *f = fopen(path, "r");
     if (!f)
         return 0;
-    double             v = 0, x;
+    cond_machine(mach, sizeof mach);
+    double             v = 0, x, load = 0, now = load_now();
+    long long          when = 0, t;
     unsigned long long dv;
-    while (fgets(line, sizeof line, f)) {
-        if (!strcmp(key, "disk")) {
-            if (sscanf(line, "%31s %llu %lf", k, &dv, &x) == 3 && !strcmp(k, key) && dv == dev && x > 0)
-                v = x;
-        } else if (sscanf(line, "%31s %lf", k, &x) == 2 && !strcmp(k, key) && x > 0) {
-            v = x;
-        }
+    int ok = fgets(line, sizeof line, f) && !strncmp(line, mach, strlen(mach)) && line[strlen(mach)] == '\n';
+    while (ok && fgets(line, sizeof line, f)) {
+        double l;
+        int    hit = !strcmp(key, "disk")
+                         ? sscanf(line, "%31s %llu %lf %lld %lf", k, &dv, &x, &t, &l) == 5 && dv == dev
+                         : sscanf(line, "%31s %lf %lld %lf", k, &x, &t, &l) == 4;
+        if (hit && !strcmp(k, key) && x > 0 && l >= 0 && !load_differs(l, now))
+            v = x, when = t, load = l; /* the last line of a key wins */
     }
     fclose(f);
+    if (v > 0)
+        note_cond(sp, when, load);
     return v;
 }
 
-static void cache_put(const char *key, unsigned long long dev, double v) {
-    char path[4200];
+/* Appends KEY's figure, measured now at load `load`; a file of another machine is started anew. */
+static void cache_put(const char *key, unsigned long long dev, double v, double load) {
+    char path[4200], mach[256], line[256];
     cache_path(path, sizeof path, 1);
-    FILE *f = fopen(path, "a");
+    cond_machine(mach, sizeof mach);
+    FILE *f = fopen(path, "r");
+    int   same =
+        f && fgets(line, sizeof line, f) && !strncmp(line, mach, strlen(mach)) && line[strlen(mach)] == '\n';
+    if (f)
+        fclose(f);
+    f = fopen(path, same ? "a" : "w");
     if (!f)
         return; /* a cache we cannot write is measured again next time */
+    if (!same)
+        fprintf(f, "%s\n", mach);
     if (!strcmp(key, "disk"))
-        fprintf(f, "%s %llu %.6g\n", key, dev, v);
+        fprintf(f, "%s %llu %.6g %lld %.2f\n", key, dev, v, (long long)time(NULL), load);
     else
-        fprintf(f, "%s %.6g\n", key, v);
+        fprintf(f, "%s %.6g %lld %.2f\n", key, v, (long long)time(NULL), load);
     fclose(f);
 }
 
@@ -178,13 +251,11 @@ static k3_status rate_matrix(int fmt, int rows, int cols, qmat *q, void **own) {
 
 enum { NPROBE = 5 }; /* probes of each product rate (v3: 5 alternating; v2: 3 of each in a row) */
 
-static double median_n(double *v, int n) { /* sorts v */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1], v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+static double best_n(const double *v, int n) {
+    double b = 0;
+    for (int i = 0; i < n; i++)
+        b = v[i] > b ? v[i] : b;
+    return b;
 }
 
 /* dec (bytes/s, one column) and pre (bytes x columns/s, 32 columns) of format fmt. */
@@ -213,8 +284,8 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
             v[r]      = t1 > t0 ? bytes / (t1 - t0) : 0;
             w[r]      = t2 > t1 ? bytes / 32 * n / (t2 - t1) : 0;
         }
-        *dec = median_n(v, NPROBE); /* the median: on a loaded machine the best is an outlier */
-        *pre = median_n(w, NPROBE);
+        *dec = best_n(v, NPROBE); /* the best round, as a benchmark keeps: what the machine can do */
+        *pre = best_n(w, NPROBE);
     }
     if (own)
         free(own);
@@ -226,7 +297,7 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
 
 /* Bytes/s of MXFP4 routed experts of shape (F, L) run as a decode step runs them: w1 and w3 in one
  * call over the same input, then w2 over an F-wide input; enough distinct experts to pass 256 MB
- * (beyond the caches), median of NPROBE passes over all of them. A small expert's products are
+ * (beyond the caches), best of NPROBE passes over all of them. A small expert's products are
  * short, so a call's fixed cost (threads woken and joined) and the ramp-up of each matrix's
  * stream weigh on them in a way the 256 MB matrices above do not show. */
 static double measure_experts(int F, int L) {
@@ -259,7 +330,7 @@ static double measure_experts(int F, int L) {
             double dt = k3_time() - t0;
             v[r0]     = dt > 0 ? (double)nx * (double)one / dt : 0;
         }
-        r = median_n(v, NPROBE);
+        r = best_n(v, NPROBE);
     }
     free(buf);
     free(x);
@@ -354,8 +425,18 @@ static uint64_t largest_shard(const char *dir, char *path, size_t n) {
     return best;
 }
 
-static double cached(int fresh, const char *key, unsigned long long dev) {
-    return fresh ? 0 : cache_get(key, dev);
+static double cached(fit_speed *o, int fresh, const char *key, unsigned long long dev) {
+    return fresh ? 0 : cache_get(key, dev, o);
+}
+
+/* A figure measured now: cached (when v > 0 and `keep`) with the load it was measured under. */
+static void measured(fit_speed *o, const char *key, unsigned long long dev, double v, int keep) {
+    if (v <= 0) /* nothing to measure (a shard under 4 MB), or it failed: no figure */
+        return;
+    o->cached = 0;
+    note_cond(o, (long long)time(NULL), o->load_now);
+    if (keep)
+        cache_put(key, dev, v, o->load_now);
 }
 
 /* The cache key of a figure the kernels make: key itself for the machine's default kernels (its
@@ -371,7 +452,8 @@ static const char *kernel_key(const char *key, char *buf, size_t n) {
 }
 
 /* (v2: the 256 MB matrix and the median; figures cached under the first names were too fast; v3:
- * median of 5 alternating probes) */
+ * median of 5 alternating probes; the file now also names the machine and each figure its time
+ * and load, and a probe keeps its best round) */
 static const char *const fmt_key[4][2] = {
     {"dec3_f32", "pre3_f32"}, {"dec3_i8", "pre3_i8"}, {"dec3_i4", "pre3_i4"}, {"dec3_mxfp4", "pre3_mxfp4"}};
 
@@ -385,40 +467,29 @@ void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
         dev       = (unsigned long long)sb.st_dev;
         o->sparse = (uint64_t)sb.st_blocks * 512 < (uint64_t)sb.st_size / 2;
     }
-    o->cached = 1;
-    if (!(o->mem_bw = cached(fresh, "mem_bw", 0))) {
-        o->cached = 0;
-        if ((o->mem_bw = measure_mem()) > 0)
-            cache_put("mem_bw", 0, o->mem_bw);
-    }
+    o->cached   = 1;
+    o->load_now = load_now(); /* before measuring: the probes' own threads are not the machine's load */
+    o->cpus     = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? (int)sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    if (!(o->mem_bw = cached(o, fresh, "mem_bw", 0)))
+        measured(o, "mem_bw", 0, o->mem_bw = measure_mem(), 1);
     char kd[64], kp[64], kc[64];
     for (int f = 0; f < 4; f++) { /* enum qtype order: F32, I8, I4, MXFP4 */
         const char *d = kernel_key(fmt_key[f][0], kd, sizeof kd),
                    *p = kernel_key(fmt_key[f][1], kp, sizeof kp);
-        if (!(o->dec[f] = cached(fresh, d, 0)) || !(o->pre[f] = cached(fresh, p, 0))) {
-            o->cached = 0;
+        if (!(o->dec[f] = cached(o, fresh, d, 0)) || !(o->pre[f] = cached(o, fresh, p, 0))) {
             measure_fmt(f, &o->dec[f], &o->pre[f]);
-            if (o->dec[f] > 0 && o->pre[f] > 0)
-                cache_put(d, 0, o->dec[f]), cache_put(p, 0, o->pre[f]);
+            measured(o, d, 0, o->dec[f], o->pre[f] > 0);
+            measured(o, p, 0, o->pre[f], o->dec[f] > 0);
         }
     }
     const char *c = kernel_key("call2", kc, sizeof kc);
-    if (!(o->call = cached(fresh, c, 0))) {
-        o->cached = 0;
-        if ((o->call = measure_call()) > 0)
-            cache_put(c, 0, o->call);
-    }
-    if (bsz && !(o->disk = cached(fresh, "disk", dev))) {
-        o->cached = 0;
-        if ((o->disk = measure_disk(shard, bsz, 0)) > 0 && !o->sparse)
-            cache_put("disk", dev, o->disk);
-    }
+    if (!(o->call = cached(o, fresh, c, 0)))
+        measured(o, c, 0, o->call = measure_call(), 1);
+    if (bsz && !(o->disk = cached(o, fresh, "disk", dev)))
+        measured(o, "disk", dev, o->disk = measure_disk(shard, bsz, 0), !o->sparse);
     o->disk_data = o->disk;
-    if (bsz && o->sparse && !(o->disk_data = cached(fresh, "disk_data", dev))) {
-        o->cached = 0;
-        if ((o->disk_data = measure_disk(shard, bsz, 1)) > 0)
-            cache_put("disk_data", dev, o->disk_data);
-    }
+    if (bsz && o->sparse && !(o->disk_data = cached(o, fresh, "disk_data", dev)))
+        measured(o, "disk_data", dev, o->disk_data = measure_disk(shard, bsz, 1), 1);
     cache_path(o->cache, sizeof o->cache, 0);
 }
 
@@ -429,11 +500,8 @@ void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, fit_spe
     char base[64], kb[96];
     snprintf(base, sizeof base, "dec3_ex_%dx%d", t->ex_rows, t->ex_cols);
     const char *key = kernel_key(base, kb, sizeof kb);
-    if (!(o->ex_dec = cached(fresh, key, 0))) {
-        o->cached = 0;
-        if ((o->ex_dec = measure_experts(t->ex_rows, t->ex_cols)) > 0)
-            cache_put(key, 0, o->ex_dec);
-    }
+    if (!(o->ex_dec = cached(o, fresh, key, 0)))
+        measured(o, key, 0, o->ex_dec = measure_experts(t->ex_rows, t->ex_cols), 1);
 }
 
 static int bits_fmt(int bits) {
