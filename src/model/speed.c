@@ -258,9 +258,11 @@ static double best_n(const double *v, int n) {
     return b;
 }
 
-/* dec (bytes/s, one column) and pre (bytes x columns/s, 32 columns) of format fmt. */
-static void measure_fmt(int fmt, double *dec, double *pre) {
-    const int cols = 7168, n = 32; /* the release's hidden width */
+/* dec (bytes/s, one column) and pre (bytes x columns/s, 32 columns) of format fmt; with wide > 32
+ * also *wid, bytes x columns/s at wide columns on the same slice, its probes alternating with the
+ * others (else *wid is left alone). */
+static void measure_fmt(int fmt, int wide, double *dec, double *pre, double *wid) {
+    const int cols = 7168, n = wide > 32 ? wide : 32; /* the release's hidden width */
     const int bpr  = (int)(q_wbytes(fmt, 1, cols) + q_sbytes(fmt, 1, cols));
     const int rows = (int)(((size_t)256 << 20) / (size_t)bpr); /* beyond any L3 (56 MB was not) */
     qmat      q    = {0};
@@ -272,20 +274,26 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
         for (size_t i = 0; i < (size_t)n * cols; i++)
             x[i] = (float)(i % 17) * 0.1f - 0.8f;
         const double bytes = (double)rows * bpr;
-        double       v[NPROBE], w[NPROBE];
+        double       v[NPROBE], w[NPROBE], u[NPROBE];
         qmat         part = q; /* 1/32 of the rows: a prefill chunk's matmul is long enough on it */
         part.rows         = rows / 32;
         for (int r = 0; r < NPROBE; r++) { /* alternating, so that a burst of load hits both */
             double t0 = k3_time();
             qmat_matvec(&q, x, y);
             double t1 = k3_time();
-            qmat_matmul(&part, x, n, y);
+            qmat_matmul(&part, x, 32, y);
             double t2 = k3_time();
+            if (n > 32)
+                qmat_matmul(&part, x, n, y);
+            double t3 = k3_time();
             v[r]      = t1 > t0 ? bytes / (t1 - t0) : 0;
-            w[r]      = t2 > t1 ? bytes / 32 * n / (t2 - t1) : 0;
+            w[r]      = t2 > t1 ? bytes / 32 * 32 / (t2 - t1) : 0;
+            u[r]      = t3 > t2 ? bytes / 32 * n / (t3 - t2) : 0;
         }
         *dec = best_n(v, NPROBE); /* the best round, as a benchmark keeps: what the machine can do */
         *pre = best_n(w, NPROBE);
+        if (n > 32)
+            *wid = best_n(u, NPROBE);
     }
     if (own)
         free(own);
@@ -477,7 +485,7 @@ void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
         const char *d = kernel_key(fmt_key[f][0], kd, sizeof kd),
                    *p = kernel_key(fmt_key[f][1], kp, sizeof kp);
         if (!(o->dec[f] = cached(o, fresh, d, 0)) || !(o->pre[f] = cached(o, fresh, p, 0))) {
-            measure_fmt(f, &o->dec[f], &o->pre[f]);
+            measure_fmt(f, 0, &o->dec[f], &o->pre[f], NULL);
             measured(o, d, 0, o->dec[f], o->pre[f] > 0);
             measured(o, p, 0, o->pre[f], o->dec[f] > 0);
         }
@@ -493,8 +501,21 @@ void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
     cache_path(o->cache, sizeof o->cache, 0);
 }
 
-void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, fit_speed *o) {
+void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, int chunk, fit_speed *o) {
     fit_speed_get(dir, fresh, o);
+    /* a chunk wider than 32 columns: each format's rate at the chunk's width (the kernels' work per
+     * column falls with the columns: the 32-column rate alone made prefill 1.3-1.4x too slow) */
+    for (int f = 0; f < 4 && chunk > 32; f++) {
+        char base[64], kb[96];
+        snprintf(base, sizeof base, "%s_x%d", fmt_key[f][1], chunk);
+        const char *key = kernel_key(base, kb, sizeof kb);
+        o->wide_n       = chunk;
+        if (!(o->wide[f] = cached(o, fresh, key, 0))) {
+            double d = 0, p = 0;
+            measure_fmt(f, chunk, &d, &p, &o->wide[f]);
+            measured(o, key, 0, o->wide[f], 1);
+        }
+    }
     if (t->ex_rows <= 0 || t->ex_cols <= 0 || t->ex_cols % Q_MXFP4_GROUP || t->ex_rows % Q_MXFP4_GROUP)
         return;
     char base[64], kb[96];
@@ -510,13 +531,18 @@ static int bits_fmt(int bits) {
 
 /* Seconds for B bytes of format f times n columns (speed.c: DESIGN): per byte, a part that does
  * not depend on the columns (reading and unpacking the weights) and one per column, the line
- * through the two measured points (1 column: dec, 32 columns: pre); never under one column's. */
+ * through the measured points (1 column: dec, 32 columns: pre) and, past 32 columns, through the
+ * 32-column point and the chunk-width one (wide) when measured; never under one column's. */
 static double mat_s(const fit_speed *sp, int f, double B, double n) {
     double dec = sp->dec[f] > 0 ? sp->dec[f] : 1e10, pre = sp->pre[f] > 0 ? sp->pre[f] : 1e11;
     double t1 = 1 / dec, per_col = (32 / pre - t1) / 31;
     if (per_col < 0)
         per_col = 0;
     double t = B * (t1 + per_col * (n - 1));
+    if (n > 32 && sp->wide_n > 32 && sp->wide[f] > 0) {
+        double t32 = t1 + per_col * 31, wide_col = (sp->wide_n / sp->wide[f] - t32) / (sp->wide_n - 32);
+        t = B * (t32 + (wide_col > 0 ? wide_col : 0) * (n - 32));
+    }
     return t > B * t1 ? t : B * t1;
 }
 
