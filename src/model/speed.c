@@ -21,6 +21,11 @@
  *   pre3_f32 .. pre3_mxfp4
  *                  weight bytes x columns per second of qmat_matmul at 32 columns (a prefill
  *                  chunk) on an 8 MB slice of the same matrix, best of 5
+ *   pre3_FMT_xC    the same at C columns, C the session's chunk (K3_CHUNK) when over 32, on
+ *                  the same slice, alternating with the two above (fit_speed_get_model): the
+ *                  kernels' work per column falls with the columns (k3-bench grp_matmul: MXFP4
+ *                  326-338 GOPS at 32 columns, 413-424 at 128), so the 32-column line alone
+ *                  overcounts a 128-column chunk
  *   call2          seconds of one qmat_matvec on a 128 x 1024 int8 matrix, the smallest the
  *                  kernels run on all threads: the fixed cost of a call (the OpenMP region's
  *                  start and join), which is what a small model's token costs ("call", on a
@@ -40,7 +45,8 @@
  * per_col = (32/pre - 1/dec) / 31: the line through the two measured points, so a chunk of any
  * K3_CHUNK and an expert's few columns in it are costed at their own column count (it was
  * B x max(1/dec, n/pre), the 32-column rate whatever the columns), plus `call` per
- * multiplication. Per decode token: every
+ * multiplication; past 32 columns the line goes through the 32-column point and the chunk-width
+ * one (pre3_FMT_xC) instead, when measured. Per decode token: every
  * matrix class at its bits, the f32 tensors (router, f_a/f_b, b_proj: "small" in the plan), the
  * active experts (n_moe x n_active, MXFP4), the KDA state read and written (mem_bw), and the
  * expert misses read from the drive: routing is flat, so a cache holding a fraction f of the
