@@ -79,6 +79,7 @@ typedef struct fit_table {
     int      n_mats;                  /* matrix products per token outside the routed experts          */
     int      n_run, n_moe, n_kda, n_mla;
     int      ex_rows, ex_cols; /* a routed expert's w1/w3 shape (F, L): w2 is (L, F); 0: no MoE */
+    int      kda_heads, kda_d; /* a KDA layer's heads and head width (0: none)                  */
 } fit_table;
 
 /* Settings of a plan. */
@@ -141,6 +142,8 @@ typedef struct fit_speed {
     double wide[4];      /* [enum qtype] the same at wide_n columns (a chunk over 32); 0: not measured */
     int    wide_n;       /* the columns of wide: fit_speed_get_model's chunk, 0 when 32 or less      */
     double call;         /* seconds of one small product (the fixed cost of a call)                 */
+    double kda_rec;      /* seconds of one KDA layer's recurrence for one token (all heads, on the
+                            threads, as a chunk runs it); 0: not measured                        */
     double ex_dec;       /* weight bytes/s of routed experts run as decode runs them (w1 and w3 in one
                             call, then w2) at the model's expert shape; 0: not measured              */
     double    disk;      /* bytes/s, O_DIRECT 4 MB reads of the largest shard (0: unknown)          */

@@ -26,6 +26,10 @@
  *                  kernels' work per column falls with the columns (k3-bench grp_matmul: MXFP4
  *                  326-338 GOPS at 32 columns, 413-424 at 128), so the 32-column line alone
  *                  overcounts a 128-column chunk
+ *   kda_rec_HxD    seconds per token of one KDA layer's recurrence (kda-rec.c) at the model's
+ *                  heads and head width, the heads on all threads over a 64-column chunk, best of 5:
+ *                  a prefill chunk runs it token by token on each head's state, work none of the
+ *                  matrix probes sees (the estimate had counted only the state's read per chunk)
  *   call2          seconds of one qmat_matvec on a 128 x 1024 int8 matrix, the smallest the
  *                  kernels run on all threads: the fixed cost of a call (the OpenMP region's
  *                  start and join), which is what a small model's token costs ("call", on a
@@ -60,6 +64,7 @@
  * weights route every token to the same experts, so it cannot validate the flat-routing part).
  */
 #include "fit.h"
+#include "kda-rec.h"
 #include "quant.h"
 
 #include <dirent.h>
@@ -380,6 +385,63 @@ static double measure_call(void) {
     return best;
 }
 
+/* Seconds per token of one KDA layer's recurrence (kda-rec.c) with H heads of width d, run as a
+ * chunk runs it: heads spread over the threads, each head token by token over a chunk of 64
+ * columns; best of NPROBE chunks. The matrices' probes do not see this work: per token it touches
+ * every head's d x d state twice in double arithmetic, which at the release's 96 heads of 128 is
+ * comparable to a few percent of the layer's products in a prefill chunk. */
+static double measure_kda(int H, int d) {
+    enum { n = 64 };
+    const size_t P = (size_t)H * (size_t)d;
+    float       *S = k3_aligned_alloc(64, 2 * P * (size_t)d * sizeof(float)),
+          *buf     = k3_aligned_alloc(64, 5 * n * P * sizeof(float) + (size_t)n * (size_t)H * sizeof(float));
+    double *tmp = k3_aligned_alloc(64, 2 * P * sizeof(double)), v[NPROBE], r = 0;
+    float  *one = k3_aligned_alloc(64, (size_t)d * sizeof(float));
+    if (S && buf && tmp && one) {
+        memset(S, 0, 2 * P * (size_t)d * sizeof(float));
+        for (size_t i = 0; i < 5 * n * P + (size_t)n * (size_t)H; i++)
+            buf[i] = 0.5f + (float)(i % 7) * 0.05f; /* decays, gates and betas in (0, 1) */
+        for (int i = 0; i < d; i++)
+            one[i] = 1;
+        float *q = buf, *k = q + n * P, *val = k + n * P, *dec = val + n * P, *sg = dec + n * P,
+              *beta = sg + n * P;
+        for (int r0 = 0; r0 < NPROBE; r0++) {
+            double t0 = k3_time();
+#pragma omp parallel for schedule(static) if ((long)n * H * d * d >= KDA_REC_PAR_MIN)
+            for (int h = 0; h < H; h++) {
+                const kda_rec rc = {.d      = d,
+                                    .P      = (int)P,
+                                    .H      = H,
+                                    .h      = h,
+                                    .t0     = 0,
+                                    .n      = n,
+                                    .S0     = S + (size_t)h * d * d,
+                                    .S      = S + P * (size_t)d + (size_t)h * d * d,
+                                    .q      = q,
+                                    .k      = k,
+                                    .v      = val,
+                                    .decay  = dec,
+                                    .sgate  = sg,
+                                    .beta   = beta,
+                                    .o_norm = one,
+                                    .eps    = 1e-5,
+                                    .u      = tmp + (size_t)h * 2 * d,
+                                    .o      = tmp + (size_t)h * 2 * d + d};
+                kda_rec_run(&rc);
+            }
+            double dt = k3_time() - t0;
+            v[r0]     = dt > 0 ? n / dt : 0; /* tokens per second: the best round is the largest */
+        }
+        double best = best_n(v, NPROBE);
+        r           = best > 0 ? 1 / best : 0;
+    }
+    free(S);
+    free(buf);
+    free(tmp);
+    free(one);
+    return r;
+}
+
 /* O_DIRECT reads of PATH (size bytes); 0 when refused (tmpfs) or failed. */
 /* DATA_ONLY: only blocks that lie wholly in the file's data (SEEK_DATA/SEEK_HOLE), the drive's own
  * rate in a sparse file (0 when no block of data is found). */
@@ -522,6 +584,13 @@ void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, int chu
             measured(o, key, 0, o->wide[f], 1);
         }
     }
+    if (t->kda_heads > 0 && t->kda_d > 0) {
+        char base[64], kb[96];
+        snprintf(base, sizeof base, "kda_rec_%dx%d", t->kda_heads, t->kda_d);
+        const char *key = kernel_key(base, kb, sizeof kb);
+        if (!(o->kda_rec = cached(o, fresh, key, 0)))
+            measured(o, key, 0, o->kda_rec = measure_kda(t->kda_heads, t->kda_d), 1);
+    }
     if (t->ex_rows <= 0 || t->ex_cols <= 0 || t->ex_cols % Q_MXFP4_GROUP || t->ex_rows % Q_MXFP4_GROUP)
         return;
     char base[64], kb[96];
@@ -576,6 +645,8 @@ void fit_speed_estimate_route(const fit_table *t, const fit_set *s, const fit_pl
     }
     dec += mat_s(sp, Q_F32, (double)t->small, 1) + (double)t->kda_state / mem + t->n_mats * call;
     pre += mat_s(sp, Q_F32, (double)t->small, C) + (double)t->kda_state / mem + t->n_mats * call;
+    /* the KDA recurrence, token by token in a chunk (in decode the state's read above bounds it) */
+    pre += C * t->n_kda * sp->kda_rec;
     /* K3_MMAP=1: mapped weights the page cache cannot keep; stored data, never holes */
     const double ddata = sp->disk_data > 0 ? sp->disk_data : disk;
     dec += (double)p->reread / ddata;
