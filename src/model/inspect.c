@@ -354,19 +354,20 @@ static k3_status inspect(const char *dir, int measure, FILE *out) {
     if (sp.wide_n > 32)
         snprintf(wide, sizeof wide, "; of %d (the chunk) %.0f, %.0f, %.0f, %.0f", sp.wide_n, sp.wide[0] / 1e9,
                  sp.wide[1] / 1e9, sp.wide[2] / 1e9, sp.wide[3] / 1e9);
-    fprintf(
-        out,
-        "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 "
-        "%.1f, MXFP4 %.1f GB/s of weights; routed experts as decode runs them %.1f GB/s; "
-        "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns%s; %.1f us a call; drive %s%s%s%s%s%s "
-        "(%s %s)\n",
-        sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9, sp.ex_dec / 1e9,
-        sp.pre[0] / 1e9, sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, wide, sp.call * 1e6,
-        sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
-        sp.sparse ? " (sparse file: holes, not the drive); its data " : "",
-        sp.sparse ? (sp.disk_data > 0 ? HB(sp.disk_data) : "none found") : "",
-        sp.sparse && sp.disk_data > 0 ? "/s" : "", sp.sparse ? " (the drive)" : "",
-        sp.cached ? "cached in" : "measured now; cached in", sp.cache);
+    fprintf(out,
+            "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 "
+            "%.1f, MXFP4 %.1f GB/s of weights; routed experts as decode runs them %.1f GB/s; "
+            "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns%s; KDA recurrence %.3g ms a token "
+            "and layer; "
+            "%.1f us a call; drive %s%s%s%s%s%s "
+            "(%s %s)\n",
+            sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9,
+            sp.ex_dec / 1e9, sp.pre[0] / 1e9, sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, wide,
+            sp.kda_rec * 1e3, sp.call * 1e6, sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
+            sp.sparse ? " (sparse file: holes, not the drive); its data " : "",
+            sp.sparse ? (sp.disk_data > 0 ? HB(sp.disk_data) : "none found") : "",
+            sp.sparse && sp.disk_data > 0 ? "/s" : "", sp.sparse ? " (the drive)" : "",
+            sp.cached ? "cached in" : "measured now; cached in", sp.cache);
     char      when[64] = "?";
     time_t    tw       = (time_t)sp.when;
     struct tm tm;
