@@ -227,9 +227,11 @@ int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);
  * print what it holds and the memory the K3_* settings would need to out. On failure nothing
  * is printed and k3_errmsg() holds the first error (one line naming file and tensor/key). */
 k3_status k3_inspect(const char *dir, FILE *out);
+/* The same, measuring this machine's speed figures again whatever the cache holds (--measure). */
+k3_status k3_inspect_measure(const char *dir, FILE *out);
 
 /* ==== tokenizer and chat format (tok.c, chat-format.c) ========================== */
-/* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md.
+/* Owned by the tokenizer module; see issue 3 and doc/chat-format.md.
  * A k3_tok is read-only once loaded: every function below may be called from any
  * number of threads at once on the same k3_tok (k3_detok / k3_chat_parser are
  * per-stream objects, one thread each). */
@@ -293,7 +295,8 @@ k3_status               k3_detok_feed(k3_detok *d, int32_t id, const char **text
 k3_status k3_detok_feed_bytes(k3_detok *d, const char *b, size_t n, const char **text, size_t *len);
 void      k3_detok_flush(k3_detok *d, const char **text, size_t *len);
 
-/* One tool call of an assistant message (the OpenAI shape; ../shared/spec/k3-tools.md 1.3). */
+/* One tool call of an assistant message (the OpenAI shape; doc/tool-calls.md, "An assistant turn
+ * that calls tools"). */
 typedef struct k3_tool_call {
     const char *id;        /* the call id ("call_..."): matched by tool results, not rendered */
     const char *name;      /* function name                                               */
@@ -327,9 +330,9 @@ typedef struct k3_chat_opts {
     const char *tool_choice; /* "auto" (NULL), "required" or "none"; else K3_ERR_ARG     */
 } k3_chat_opts;
 
-/* Encode a conversation exactly as ../shared/spec/k3-chat.md section 2 (the thinking-
+/* Encode a conversation exactly as doc/chat-format.md section 2 (the thinking-
  * effort system message when think is on, preserved reasoning, generation prompt) and
- * ../shared/spec/k3-tools.md section 1 (tool declarations, calls, results re-sorted by
+ * doc/tool-calls.md section 1 (tool declarations, calls, results re-sorted by
  * call id, tool_choice), appending the ids to out. On error out->n is left as it was and
  * the message names the message index and field. */
 k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs, const k3_chat_opts *o,

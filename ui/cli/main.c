@@ -46,6 +46,7 @@ static void usage(FILE *f) {
         "  --model NAME        model name served (--serve) or requested (--endpoint)\n"
         "  --allow-host NAMES  Host names (comma-separated) a --serve without a key answers\n"
         "  --parallel N        requests --serve generates at once (1..64, default 4)\n"
+        "  --measure           with --inspect: measure this machine's speed figures again\n"
         "  -h, --help          this help;  -V, --version  the version\n"
         "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
@@ -180,7 +181,8 @@ int main(int argc, char **argv) {
         O_APIKEY,
         O_MODEL,
         O_ALLOWHOST,
-        O_PARALLEL
+        O_PARALLEL,
+        O_MEASURE
     };
     static const struct option lo[] = {{"inspect", no_argument, 0, O_INSPECT},
                                        {"tokenize", no_argument, 0, O_TOKENIZE},
@@ -206,6 +208,7 @@ int main(int argc, char **argv) {
                                        {"model", required_argument, 0, O_MODEL},
                                        {"allow-host", required_argument, 0, O_ALLOWHOST},
                                        {"parallel", required_argument, 0, O_PARALLEL},
+                                       {"measure", no_argument, 0, O_MEASURE},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
@@ -342,6 +345,9 @@ int main(int argc, char **argv) {
                 return 2;
             o.parallel = (int)v;
             break;
+        case O_MEASURE:
+            o.measure = 1;
+            break;
         default:
             usage(stderr);
             return 2;
@@ -349,6 +355,10 @@ int main(int argc, char **argv) {
     }
     if (!o.api_key && getenv("K3_API_KEY") && *getenv("K3_API_KEY"))
         o.api_key = getenv("K3_API_KEY");
+    if (o.measure && o.mode != CLI_INSPECT) {
+        fprintf(stderr, "k3chat: --measure goes with --inspect (k3chat --inspect --measure MODEL_DIR)\n");
+        return 2;
+    }
     if (o.endpoint && o.mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
         return 2;
