@@ -654,7 +654,8 @@ static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **ou
     for (size_t k = 0; k < s->n; k++)
         if (strcmp(s->keys[k].s, "allOf") && !IN(s->keys[k].s, annotations))
             return unsupported(path, "allOf", "with sibling keywords");
-    st = jbuf_add(&b, "{\"type\":\"object\",\"properties\":{", 31);
+    st = jbuf_add(&b, "{\"type\":\"object\",\"properties\":{",
+                  strlen("{\"type\":\"object\",\"properties\":{"));
     for (int pass = 0; pass < 2 && !st; pass++) {
         for (size_t i = 0; i < all->n && !st; i++) {
             const jv *br = &all->items[i], *ref;
@@ -685,10 +686,10 @@ static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **ou
             closed |= a && a->kind == JV_FALSE;
         }
         if (!st)
-            st = jbuf_add(&b, pass ? "]" : "},\"required\":[", pass ? 1 : 15);
+            st = jbuf_add(&b, pass ? "]" : "},\"required\":[", pass ? 1 : strlen("},\"required\":["));
     }
     if (!st && closed)
-        st = jbuf_add(&b, ",\"additionalProperties\":false", 29);
+        st = jbuf_add(&b, ",\"additionalProperties\":false", strlen(",\"additionalProperties\":false"));
     if (!st)
         st = jbuf_add(&b, "}", 1);
     jv *m = NULL;
