@@ -89,5 +89,9 @@ k3_status g_finish(k3_grammar *g);
  * semantics: unanchored unless ^/$) from node from to node to. On an unsupported construct:
  * K3_ERR_UNSUPPORTED naming it and path. */
 k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, int from, int to);
+/* Up to G_FILL_MAX JSON string characters from -> to: what the grammar writes where the schema
+ * leaves free text around a match (an unanchored pattern), bounded so generation ends. */
+#define G_FILL_MAX 32
+k3_status g_fill(k3_grammar *g, int from, int to);
 /* One JSON string character (any valid UTF-8 or an escape) from -> to. */
 k3_status g_str_char(k3_grammar *g, int from, int to);

@@ -5,7 +5,8 @@
  * Supported: literals (UTF-8 too), ., [classes] with ASCII ranges and negation, \d \w \s \D \W
  * \S, escaped punctuation, \t \n \r \f \v \xHH, groups ( ) and (?: ), |, the quantifiers
  * * + ? {n} {n,} {n,m} (lazy forms too: same language), ^ at the start and $ at the end.
- * Without ^ (or $) the match may start (or end) anywhere, as ECMAScript's RegExp.test.
+ * Without ^ (or $) the match may start (or end) anywhere, as ECMAScript's RegExp.test; the
+ * text before (after) it is at most G_FILL_MAX characters, so a model cannot ramble there.
  * Refused with the construct named: lookaround, backreferences, \b, \p, named groups, anchors
  * elsewhere, classes with non-ASCII members, and more than G_RE_MAX_REP repetitions.
  * The parser runs twice over a quantified atom: once to find its end (emit 0), then once per
@@ -64,6 +65,17 @@ k3_status g_str_char(k3_grammar *g, int from, int to) {
         (st = g_byte(g, u1, 'D', 'D', d2)) || (st = g_byte(g, d2, '0', '7', u3)))
         return st;
     return K3_OK;
+}
+
+k3_status g_fill(k3_grammar *g, int from, int to) {
+    k3_status st = g_eps(g, from, to);
+    for (int k = 0; k < G_FILL_MAX && !st; k++) {
+        int nx = g_node_new(g);
+        if (!(st = g_str_char(g, from, nx)))
+            st = g_eps(g, nx, to);
+        from = nx;
+    }
+    return st;
 }
 
 /* ---- the pattern parser -------------------------------------------------------------- */
@@ -413,22 +425,7 @@ k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, i
     if (p.i < p.n)
         return re_fail(&p, "an unbalanced )"), p.st;
     k3_status st;
-    if (anch_s)
-        st = g_eps(g, from, a);
-    else { /* anything before the match */
-        int l = g_node_new(g);
-        st    = g_eps(g, from, l);
-        if (!st)
-            st = g_str_char(g, l, l);
-        if (!st)
-            st = g_eps(g, l, a);
-    }
-    if (st)
+    if ((st = anch_s ? g_eps(g, from, a) : g_fill(g, from, a)))
         return st;
-    if (anch_e)
-        return g_eps(g, b, to);
-    int l = g_node_new(g);
-    if ((st = g_eps(g, b, l)) || (st = g_str_char(g, l, l)))
-        return st;
-    return g_eps(g, l, to);
+    return anch_e ? g_eps(g, b, to) : g_fill(g, b, to);
 }

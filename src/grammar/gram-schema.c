@@ -20,6 +20,7 @@
 #include <string.h>
 
 #define G_MAX_UNROLL 4096            /* maxLength / maxItems / minItems written out at most this far */
+#define G_EXTRA_MAX 8                /* additional members of one object at most */
 #define G_INT_MAX 9999999999999999LL /* 16 digits: the bound of an integer without maximum */
 
 enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_OBJ = 64, T_ALL = 127 };
@@ -255,7 +256,7 @@ static const struct {
      "^" G_DATE
      "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"},
     {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
-    {"email", "^[a-z0-9]+(\\.[a-z0-9]+)*@[a-z0-9]+(\\.[a-z0-9]+)+$"},
+    {"email", "^[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){0,2}@[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){1,3}$"},
 };
 
 static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int to) {
@@ -366,15 +367,17 @@ static k3_status call_schema(sc *c, const jv *s, const char *path, int from, int
 
 /* ---- objects ------------------------------------------------------------------------------ */
 
-/* A key of an additional member: "[A-Za-z0-9_-]+" that is none of the declared names. */
+/* A key of an additional member: "[A-Za-z0-9_-]{1,G_FILL_MAX}" that is none of the declared
+ * names (bounded, so a model cannot ramble in a key). */
 static k3_status extra_key(sc *c, const jv *props, int from, int to) {
     /* a trie of the declared names that use only the key alphabet; leaving it goes to `free` */
     enum { MAXT = 2048 };
     static const char alpha[] = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz";
     int16_t(*kid)[128]        = k3_calloc(MAXT, sizeof *kid);
     int      *term = k3_calloc(MAXT, sizeof *term), *id = k3_calloc(MAXT, sizeof *id), nt = 1;
-    k3_status st = K3_OK;
-    if (!kid || !term || !id) {
+    int      *depth = k3_calloc(MAXT, sizeof *depth);
+    k3_status st    = K3_OK;
+    if (!kid || !term || !id || !depth) {
         st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
         goto done;
     }
@@ -393,25 +396,32 @@ static k3_status extra_key(sc *c, const jv *props, int from, int to) {
                     st = unsupported("#", "properties", "too many declared names for additional members");
                     goto done;
                 }
+                depth[nt]  = depth[t] + 1;
                 kid[t][ch] = (int16_t)nt++;
             }
             t = kid[t][ch];
         }
         term[t] = 1;
     }
-    int fr = node(c), q = node(c);
+    int fr[G_FILL_MAX + 1], q = node(c); /* fr[d]: d characters read, off the trie */
     if ((st = g_byte(c->g, from, '"', '"', q)))
         goto done;
+    for (int d = 1; d <= G_FILL_MAX; d++)
+        fr[d] = node(c);
+    for (int d = 1; d <= G_FILL_MAX && !st; d++) {
+        for (const char *p = alpha; *p && !st && d < G_FILL_MAX; p++)
+            st = g_byte(c->g, fr[d], (uint8_t)*p, (uint8_t)*p, fr[d + 1]);
+        if (!st)
+            st = g_byte(c->g, fr[d], '"', '"', to);
+    }
     for (int t = 0; t < nt; t++)
         id[t] = t ? node(c) : q;
-    for (const char *p = alpha; *p && !st; p++)
-        st = g_byte(c->g, fr, (uint8_t)*p, (uint8_t)*p, fr);
-    if (!st)
-        st = g_byte(c->g, fr, '"', '"', to);
     for (int t = 0; t < nt && !st; t++) {
+        if (depth[t] >= G_FILL_MAX)
+            continue;
         for (const char *p = alpha; *p && !st; p++) {
             int k = kid[t][(uint8_t)*p];
-            st    = g_byte(c->g, id[t], (uint8_t)*p, (uint8_t)*p, k ? id[k] : fr);
+            st    = g_byte(c->g, id[t], (uint8_t)*p, (uint8_t)*p, k ? id[k] : fr[depth[t] + 1]);
         }
         if (!st && t && !term[t])
             st = g_byte(c->g, id[t], '"', '"', to);
@@ -420,6 +430,7 @@ done:
     free(kid);
     free(term);
     free(id);
+    free(depth);
     return st;
 }
 
@@ -472,24 +483,26 @@ static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int
             return st;
         A = A2, B = B2;
     }
-    int E = node(c);
     if ((st = g_byte(c->g, A, '}', '}', to)) || (st = g_byte(c->g, B, '}', '}', to)))
         return st;
     if (addl && addl->kind == JV_FALSE)
         return K3_OK;
-    /* additional members: A -> key:V -> E, B -> , key:V -> E, E -> , key:V -> E, E -> } */
-    int K = node(c), V = node(c);
-    int ca = sep(c, B, ','), ce = sep(c, E, ',');
-    if (ca < 0 || ce < 0)
-        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-    if ((st = extra_key(c, props, A, K)) || (st = extra_key(c, props, ca, K)) ||
-        (st = extra_key(c, props, ce, K)))
-        return st;
-    int col = sep(c, K, ':');
+    /* additional members, at most G_EXTRA_MAX: A -> key:V -> E1, B -> , key:V -> E1,
+     * Ek -> , key:V -> Ek+1, Ek -> } (bounded so generation ends) */
     sub(p2, sizeof p2, path, "additionalProperties", NULL);
-    if (col < 0 || (st = call_schema(c, addl && addl->kind == JV_OBJECT ? addl : NULL, p2, col, V)) ||
-        (st = g_eps(c->g, V, E)) || (st = g_byte(c->g, E, '}', '}', to)))
-        return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    const jv *vs  = addl && addl->kind == JV_OBJECT ? addl : NULL;
+    int       cur = -1;
+    for (int k = 0; k < G_EXTRA_MAX; k++) {
+        int K = node(c), V = node(c), ca = sep(c, k ? cur : B, ','), col;
+        if (ca < 0 || V < 0)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        if ((!k && (st = extra_key(c, props, A, K))) || (st = extra_key(c, props, ca, K)))
+            return st;
+        if ((col = sep(c, K, ':')) < 0 || (st = call_schema(c, vs, p2, col, V)) ||
+            (st = g_byte(c->g, V, '}', '}', to)))
+            return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        cur = V;
+    }
     return K3_OK;
 }
 
