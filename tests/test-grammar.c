@@ -517,19 +517,30 @@ int main(void) {
                 "a wrong key 4 deep is rejected at its first byte");
         k3_grammar_free(g);
     }
-    /* allOf of objects, oneOf of distinct types, formats */
+    /* allOf of objects (a closed branch allows only its names), oneOf of distinct types, formats */
     st = compile(v,
                  "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
                  "\"required\":[\"a\"]},"
                  "{\"properties\":{\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"],"
                  "\"additionalProperties\":false}]}",
                  &g);
+    T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "required \"a\" is excluded"),
+            "allOf: a required name a closed branch excludes compiles to nothing: %s", k3_errmsg());
+    st = compile(
+        v,
+        "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"z\":{\"type\":"
+        "\"null\"}},"
+        "\"required\":[\"a\"]},{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},"
+        "\"required\":[\"b\"],\"additionalProperties\":false}]}",
+        &g);
     T_CHECK(st == K3_OK, "allOf of two object schemas compiles");
     if (!st) {
         int complete;
         T_CHECK(feed_bytes(g, "{\"a\":1,\"b\":true}", 16, &complete) == -1 && complete,
                 "... and takes both members");
         T_CHECK(feed_bytes(g, "{\"a\":1}", 7, &complete) == 6, "... and refuses to close without b");
+        T_CHECK(feed_bytes(g, "{\"a\":1,\"z\"", 10, &complete) == 8,
+                "... and refuses z, which the closed branch excludes");
         k3_grammar_free(g);
     }
     st = compile(v, "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":2}]}", &g);

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #define G_MAX_UNROLL 4096            /* maxLength / maxItems / minItems written out at most this far */
-#define G_EXTRA_MAX 8                /* additional members of one object at most */
+#define G_EXTRA_MAX 4                /* additional members of one object at most */
 #define G_INT_MAX 9999999999999999LL /* 16 digits: the bound of an integer without maximum */
 
 enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_OBJ = 64, T_ALL = 127 };
@@ -655,56 +655,103 @@ static int schema_types(sc *c, const jv *s, int depth) {
     return m & T_NUM ? m | T_INT : m;
 }
 
-/* allOf of object schemas: one object schema with the properties, required names and the
- * strictest additionalProperties of all, built as JSON text and parsed. */
+/* A name every closed branch (additionalProperties false) declares. */
+static int allowed(const jv *const *br, size_t nb, const char *nm) {
+    for (size_t j = 0; j < nb; j++) {
+        const jv *ap = jv_get(br[j], "additionalProperties"), *pp = jv_get(br[j], "properties");
+        if (ap && ap->kind == JV_FALSE && !(pp && jv_get(pp, nm)))
+            return 0;
+    }
+    return 1;
+}
+
+/* allOf of object schemas: one object schema, built as JSON text and parsed. A branch with
+ * additionalProperties false allows only the names it declares, so a name is kept when every
+ * closed branch declares it; a name two branches declare must have the same schema in both;
+ * required names are the union (one a closed branch excludes: no document satisfies it). */
 static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **out) {
-    const jv *all   = jv_get(s, "allOf");
+    const jv *all   = jv_get(s, "allOf"), *br[64];
     jbuf      b     = {0};
     k3_status st    = K3_OK;
     int       nprop = 0, nreq = 0, closed = 0;
+    size_t    nb;
     if (all->kind != JV_ARRAY || all->n == 0)
         return bad(path, "allOf", "a non-empty array of schemas");
+    if (all->n > 64)
+        return unsupported(path, "allOf", "more than 64 branches");
     for (size_t k = 0; k < s->n; k++)
         if (strcmp(s->keys[k].s, "allOf") && !IN(s->keys[k].s, annotations))
             return unsupported(path, "allOf", "with sibling keywords");
-    st = jbuf_add(&b, "{\"type\":\"object\",\"properties\":{",
-                  strlen("{\"type\":\"object\",\"properties\":{"));
-    for (int pass = 0; pass < 2 && !st; pass++) {
-        for (size_t i = 0; i < all->n && !st; i++) {
-            const jv *br = &all->items[i], *ref;
-            if (br->kind == JV_OBJECT && (ref = jv_get(br, "$ref")) && (st = resolve(c, ref, path, &br)))
-                break;
-            int t = 0;
-            if (br->kind != JV_OBJECT || types_of(br, path, &t) || (t && t != T_OBJ))
-                return free(b.p), unsupported(path, "allOf", "a branch that is not an object schema");
-            for (size_t k = 0; k < br->n; k++)
-                if (!IN(br->keys[k].s, annotations) && strcmp(br->keys[k].s, "type") &&
-                    strcmp(br->keys[k].s, "properties") && strcmp(br->keys[k].s, "required") &&
-                    strcmp(br->keys[k].s, "additionalProperties"))
-                    return free(b.p),
-                           unsupported(
-                               path, "allOf",
-                               "a branch keyword other than properties/required/additionalProperties");
-            const jv *l = jv_get(br, pass ? "required" : "properties");
-            for (size_t k = 0; l && k < l->n && !st; k++) {
-                if (pass == 0) {
-                    if ((nprop++ && (st = jbuf_add(&b, ",", 1))) ||
-                        (st = jv_dump_str(l->keys[k].s, l->keys[k].n, &b)) || (st = jbuf_add(&b, ":", 1)))
-                        break;
-                    st = jv_dump(&l->items[k], JV_SORTED_COMPACT, &b);
-                } else if (!(nreq++ && (st = jbuf_add(&b, ",", 1))))
-                    st = jv_dump(&l->items[k], JV_SORTED_COMPACT, &b);
-            }
-            const jv *a = jv_get(br, "additionalProperties");
-            closed |= a && a->kind == JV_FALSE;
-        }
-        if (!st)
-            st = jbuf_add(&b, pass ? "]" : "},\"required\":[", pass ? 1 : strlen("},\"required\":["));
+    for (nb = 0; nb < all->n; nb++) {
+        const jv *x = &all->items[nb], *ref;
+        int       t = 0;
+        if (x->kind == JV_OBJECT && (ref = jv_get(x, "$ref")) && (st = resolve(c, ref, path, &x)))
+            return st;
+        if (x->kind != JV_OBJECT || types_of(x, path, &t) || (t && t != T_OBJ))
+            return unsupported(path, "allOf", "a branch that is not an object schema");
+        for (size_t k = 0; k < x->n; k++)
+            if (!IN(x->keys[k].s, annotations) && strcmp(x->keys[k].s, "type") &&
+                strcmp(x->keys[k].s, "properties") && strcmp(x->keys[k].s, "required") &&
+                strcmp(x->keys[k].s, "additionalProperties"))
+                return unsupported(path, "allOf",
+                                   "a branch keyword other than properties/required/additionalProperties");
+        const jv *ap = jv_get(x, "additionalProperties");
+        if (ap && ap->kind == JV_OBJECT)
+            return unsupported(path, "allOf", "a branch with an additionalProperties schema");
+        closed |= ap && ap->kind == JV_FALSE;
+        br[nb] = x;
     }
-    if (!st && closed)
-        st = jbuf_add(&b, ",\"additionalProperties\":false", strlen(",\"additionalProperties\":false"));
+    const char *head = "{\"type\":\"object\",\"properties\":{", *mid = "},\"required\":[";
+    st = jbuf_add(&b, head, strlen(head));
+    for (size_t i = 0; i < nb && !st; i++) {
+        const jv *l = jv_get(br[i], "properties");
+        for (size_t k = 0; l && l->kind == JV_OBJECT && k < l->n && !st; k++) {
+            const char *nm   = l->keys[k].s;
+            int         dupe = 0;
+            for (size_t j = 0; j < i && !dupe; j++) { /* declared before: the same schema, or refused */
+                const jv *pj = jv_get(br[j], "properties"), *o = pj ? jv_get(pj, nm) : NULL;
+                if (o) {
+                    jbuf x = {0}, y = {0};
+                    jv_dump(o, JV_SORTED_COMPACT, &x);
+                    jv_dump(&l->items[k], JV_SORTED_COMPACT, &y);
+                    dupe = x.n == y.n && (!x.n || !memcmp(x.p, y.p, x.n)) ? 1 : -1;
+                    free(x.p);
+                    free(y.p);
+                }
+            }
+            if (dupe < 0) {
+                free(b.p);
+                return unsupported(path, "allOf", "a property two branches declare with different schemas");
+            }
+            if (dupe || !allowed(br, nb, nm))
+                continue;
+            if ((nprop++ && (st = jbuf_add(&b, ",", 1))) || (st = jv_dump_str(nm, l->keys[k].n, &b)) ||
+                (st = jbuf_add(&b, ":", 1)))
+                break;
+            st = jv_dump(&l->items[k], JV_SORTED_COMPACT, &b);
+        }
+    }
     if (!st)
-        st = jbuf_add(&b, "}", 1);
+        st = jbuf_add(&b, mid, strlen(mid));
+    for (size_t i = 0; i < nb && !st; i++) {
+        const jv *l = jv_get(br[i], "required");
+        for (size_t k = 0; l && l->kind == JV_ARRAY && k < l->n && !st; k++) {
+            if (l->items[k].kind != JV_STRING)
+                continue;
+            if (!allowed(br, nb, l->items[k].s)) {
+                free(b.p);
+                return k3_err(K3_ERR_ARG,
+                              "json schema: \"allOf\" at %s: required \"%s\" is excluded by a branch's "
+                              "additionalProperties false (no document satisfies it)",
+                              path, l->items[k].s);
+            }
+            if (!(nreq++ && (st = jbuf_add(&b, ",", 1))))
+                st = jv_dump(&l->items[k], JV_SORTED_COMPACT, &b);
+        }
+    }
+    const char *tail = closed ? "],\"additionalProperties\":false}" : "]}";
+    if (!st)
+        st = jbuf_add(&b, tail, strlen(tail));
     jv *m = NULL;
     if (!st && !(st = jv_parse(b.p, b.n, &m))) {
         jv **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof *o);
