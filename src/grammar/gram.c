@@ -402,6 +402,8 @@ struct k3_gmatch {
     g_set             cur, nxt, tmp;
     int               accept; /* the document is complete (an end token may follow)  */
     int               ended;  /* an end token was accepted                             */
+    g_set            *lv;     /* (max_len + 1) check_sorted's sets per prefix length  */
+    uint8_t          *lacc;   /* (max_len + 1) and whether the document was complete  */
 };
 
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out) {
@@ -430,6 +432,10 @@ void k3_gmatch_free(k3_gmatch *m) {
     if (!m)
         return;
     walk_free(&m->w);
+    for (int i = 0; m->lv && i <= m->g->voc->max_len; i++)
+        free(m->lv[i].v);
+    free(m->lv);
+    free(m->lacc);
     free(m->cur.v);
     free(m->nxt.v);
     free(m->tmp.v);
@@ -589,6 +595,49 @@ done:
     return st;
 }
 
+/* Sets the bits of ids[0..n) (ordinary tokens in sorted piece order) that continue m->cur,
+ * sharing the steps of common prefixes as cache_fill does; ids already set are skipped. */
+static void check_sorted(k3_gmatch *m, const int32_t *ids, int n, uint64_t *bits) {
+    const k3_gvocab *v    = m->g->voc;
+    const char      *prev = NULL;
+    int              have = 0, plen = 0;
+    if (!n)
+        return;
+    if (!m->lv) {
+        if (!(m->lv = k3_calloc((size_t)v->max_len + 1, sizeof *m->lv)) ||
+            !(m->lacc = k3_calloc((size_t)v->max_len + 1, 1))) {
+            m->w.oom = 1;
+            return;
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        int32_t id = ids[k];
+        if (bits[id >> 6] >> (id & 63) & 1)
+            continue;
+        const char *p = v->piece[id];
+        int         L = (int)v->plen[id], d = 0;
+        while (prev && d < have && d < L && d < plen && prev[d] == p[d])
+            d++;
+        /* level d holds the set after p[0..d); level 0 is m->cur itself */
+        while (d < L) {
+            const g_set *from = d ? &m->lv[d] : &m->cur;
+            int          acc, esc;
+            if (from->n == 0)
+                break;
+            step(&m->w, from->v, from->n, GE_BYTE, (uint8_t)p[d], &m->lv[d + 1], 0, &acc, &esc);
+            m->lacc[d + 1] = (uint8_t)acc;
+            if (m->w.oom)
+                return;
+            d++;
+        }
+        have = d;
+        prev = p;
+        plen = L;
+        if (d == L && (m->lv[L].n > 0 || m->lacc[L]))
+            bits[id >> 6] |= 1ull << (id & 63);
+    }
+}
+
 k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *bits) {
     const k3_grammar *g = m->g;
     const k3_gvocab  *v = g->voc;
@@ -611,12 +660,7 @@ k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *bits) {
     }
     for (int i = 0; i < m->cur.n; i++) { /* uncertain tokens: against the whole set */
         const g_cache *c = &g->cache[m->cur.v[i].node];
-        for (int k = 0; k < c->n_unc; k++) {
-            int32_t id = c->unc[k];
-            int     acc;
-            if (!(bits[id >> 6] >> (id & 63) & 1) && sim_token(m, id, &acc))
-                bits[id >> 6] |= 1ull << (id & 63);
-        }
+        check_sorted(m, c->unc, c->n_unc, bits);
         const g_node *n = &g->node[m->cur.v[i].node];
         for (int k = 0; k < n->n; k++)
             if (n->e[k].kind == GE_SPECIAL && n->e[k].arg < v->n_vocab)

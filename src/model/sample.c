@@ -171,6 +171,17 @@ int32_t k3_sampler_sample_masked(k3_sampler *s, const float *logits, int n, cons
         return k3_sampler_sample(s, logits, n);
     if (n <= 0 || !logits)
         return -1;
+    if (!(s->p.temp > 0)) { /* greedy: the first maximum among the allowed ids, no copy */
+        int32_t best = -1;
+        for (int i = 0; i < n; i++)
+            if (mask[i >> 6] >> (i & 63) & 1 && !isnan(logits[i]) && (best < 0 || logits[i] > logits[best]))
+                best = i;
+        if (best < 0) /* every allowed logit NaN: the first allowed id, as greedy takes id 0 */
+            for (int i = 0; i < n && best < 0; i++)
+                if (mask[i >> 6] >> (i & 63) & 1)
+                    best = i;
+        return best;
+    }
     if (s->mcap < n) {
         float *m = realloc(s->masked, (size_t)n * sizeof *m);
         if (!m)
