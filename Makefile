@@ -2,7 +2,7 @@
 #
 # Layout is architecture (README's Layout table; include paths per folder: INC_ below):
 #   include/k3.h       public engine API: the only engine header ui/ sees
-#   src/*/*.c    -> $(B)/libk3.a    engine parts: base, kern, format, tok, conv, model, vk
+#   src/*/*.c    -> $(B)/libk3.a    engine parts: base, kern, format, tok, conv, model, vk, grammar
 #   ui/*/*.c     -> $(B)/libk3ui.a  front ends: common, tui, cli (ui/cli/main.c is k3chat's main), serve
 #   tools/k3-*.c -> $(B)/k3-*         one program per file (generator, repacker, ...; tool-opt.h shared)
 #   bench/*.c    -> $(B)/k3-bench     all benchmarks in one program
@@ -80,6 +80,7 @@ INC_src/kern := src/kern src/base include
 INC_src/format := src/format src/kern src/base include
 INC_src/tok := src/tok src/base include
 INC_src/conv := src/conv src/base include
+INC_src/grammar := src/grammar src/base include
 INC_src/model := src/model src/vk src/format src/kern src/base include
 INC_src/vk := src/vk src/kern src/base include $(B)/gen
 INC_ui/common := ui/common include
@@ -87,9 +88,9 @@ INC_ui/tui := ui/tui ui/common include
 INC_ui/cli := ui/cli ui/common include
 INC_ui/serve := ui/serve ui/common include
 INC_tools := tools src/format src/kern src/base include
-INC_bench := bench src/model src/vk src/format src/kern src/tok src/conv src/base include
-INC_tests := tests src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
-INC_tests/fuzz := tests/fuzz src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
+INC_bench := bench src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include
+INC_tests := tests src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
+INC_tests/fuzz := tests/fuzz src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
 # -I flags for source file $(1): its folder's INC_ list (an unknown folder is an error)
 incs = $(addprefix -I,$(or $(INC_$(patsubst %/,%,$(dir $(1)))),$(error no INC_ line in the Makefile for $(dir $(1)))))
 # ---- sources ---------------------------------------------------------------

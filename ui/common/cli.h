@@ -25,6 +25,8 @@ typedef struct cli_opts {
     const char   *load;       /* --load FILE                                       */
     const char   *theme;      /* --theme NAME                                      */
     const char   *system;     /* --system TEXT                                     */
+    const char   *json_schema; /* --json-schema FILE: the answer follows this schema */
+    int           json;        /* --json: the answer is one JSON object              */
     int           max_tokens; /* --max-tokens, -1 = default                        */
     float         temp;       /* --temp, NAN = generation_config.json default       */
     float         top_p;      /* --top-p, NAN = default                             */
