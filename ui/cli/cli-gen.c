@@ -13,6 +13,7 @@
  */
 #include "cli.h"
 #include "loadprog.h"
+#include "text.h"
 #include "k3.h"
 
 #include <math.h>
@@ -22,9 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static void emit(FILE *f, const char *t, size_t n) {
+/* The model's text goes out through the one escaping function (text.h); st holds a character
+ * cut between two tokens. */
+static void emit(FILE *f, txt_esc *st, const char *t, size_t n) {
     if (n) {
-        fwrite(t, 1, n, f);
+        txt_term_put(f, st, t, n);
         fflush(f);
     }
 }
@@ -47,7 +50,7 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     k3_chat_opts opt = {.think = think, .effort = o->effort, .gen_prompt = 1};
     if ((st = k3_tok_load(o->dir, NULL, &tok)) || (st = k3_chat_encode(tok, msgs, nm, &opt, &ids)) ||
         (st = k3_chat_parser_new(tok, think, &prs))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     if (!(smp = k3_sampler_new(sp))) {
@@ -57,18 +60,19 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     k3_model_info info;
     k3_model_get_info(m, &info);
     if ((st = k3_session_feed(s, ids.v, (int)ids.n))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     int max_tokens    = o->max_tokens > 0 ? o->max_tokens : info.max_ctx; /* 0: no limit, as in the chat */
     k3_chat_out out   = {0};
     int         ended = 0, thought = 0;
+    txt_esc     esc_out = {0}, esc_err = {0};
     for (int i = 0; i < max_tokens && !ended; i++) {
         int32_t t = k3_sampler_sample(smp, k3_session_logits(s), info.vocab);
         if ((st = k3_chat_parser_feed(prs, t, &out)))
             break;
-        emit(stderr, out.think, out.think_len);
-        emit(stdout, out.response, out.response_len);
+        emit(stderr, &esc_err, out.think, out.think_len);
+        emit(stdout, &esc_out, out.response, out.response_len);
         thought |= out.think_len > 0;
         ended = out.end || t == info.eos_id;
         if (ended || i + 1 == max_tokens)
@@ -82,15 +86,17 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     }
     if (!ended) {
         k3_chat_parser_finish(prs, &out);
-        emit(stderr, out.think, out.think_len);
-        emit(stdout, out.response, out.response_len);
+        emit(stderr, &esc_err, out.think, out.think_len);
+        emit(stdout, &esc_out, out.response, out.response_len);
         thought |= out.think_len > 0;
     }
+    txt_term_end(stderr, &esc_err);
+    txt_term_end(stdout, &esc_out);
     if (thought)
         fputc('\n', stderr);
     printf("\n");
     if (st)
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
     else
         rc = 0;
 done:
@@ -132,7 +138,7 @@ static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_s
     }
     printf("\n");
     if (st)
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
     k3_sampler_free(smp);
     free(ids);
     return st ? 1 : 0;
@@ -159,12 +165,12 @@ int cli_oneshot(const cli_opts *o) {
         }
     }
     if ((st = k3_params_default(&par))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         return 1;
     }
     st = load_model_verbose(o->dir, &par, &m);
     if (st || (st = k3_session_new(m, &s))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     k3_sampler_params sp;

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "cmd.h"
 #include "k3.h"
+#include "text.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -123,7 +124,7 @@ static int check_load(const char *path) {
     k3_conv *c  = k3_conv_new();
     int      rc = 0;
     if (!c || k3_conv_load(c, path, NULL) != K3_OK) {
-        fprintf(stderr, "k3chat: --load: %s\n", c ? k3_errmsg() : "out of memory");
+        txt_term_printf(stderr, "k3chat: --load: %s\n", c ? k3_errmsg() : "out of memory");
         rc = -1;
     }
     k3_conv_free(c);

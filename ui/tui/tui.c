@@ -1104,14 +1104,14 @@ int ui_tui_run(const cli_opts *o) {
      * rather than curses' own exit from initscr() */
     int terr = 0;
     if (setupterm(term, 1, &terr) != OK) {
-        fprintf(stderr, "k3chat: no terminfo entry for TERM '%s': using line mode\n", term);
+        txt_term_printf(stderr, "k3chat: no terminfo entry for TERM '%s': using line mode\n", term);
         return cli_plain(o);
     }
     char *cup = tigetstr("cup");
     int   can = cup && cup != (char *)-1;
     del_curterm(cur_term);
     if (!can) {
-        fprintf(stderr, "k3chat: TERM '%s' cannot move the cursor: using line mode\n", term);
+        txt_term_printf(stderr, "k3chat: TERM '%s' cannot move the cursor: using line mode\n", term);
         return cli_plain(o);
     }
     chat_settings_init(&t->cs, o);
@@ -1119,24 +1119,24 @@ int ui_tui_run(const cli_opts *o) {
     if (!theme || !*theme)
         theme = "dark";
     if (thm_load(theme, t->theme, err, sizeof err) != 0) {
-        fprintf(stderr, "k3chat: --theme: %s\n", err);
+        txt_term_printf(stderr, "k3chat: --theme: %s\n", err);
         return 2;
     }
     if (tui_emoji_setup(err, sizeof err) != 0) {
-        fprintf(stderr, "k3chat: %s\n", err);
+        txt_term_printf(stderr, "k3chat: %s\n", err);
         return 2;
     }
     snprintf(t->theme_name, sizeof t->theme_name, "%.63s", theme);
     t->q = ev_queue_new(1);
     if (!t->q) {
-        fprintf(stderr, "k3chat: cannot create the event queue\n");
+        txt_term_printf(stderr, "k3chat: cannot create the event queue\n");
         return 1;
     }
     char hist[4096];
     int  has_hist = inp_history_path(hist, sizeof hist) == 0;
     t->in         = inp_new(has_hist ? hist : NULL, more_key, t, err, sizeof err);
     if (!t->in) {
-        fprintf(stderr, "k3chat: %s\n", err);
+        txt_term_printf(stderr, "k3chat: %s\n", err);
         ev_queue_free(t->q);
         return 1;
     }
