@@ -10,7 +10,7 @@
  * exit status is 1 when the model failed to load (whether or not anything was read), a message
  * got no answer (an error: a full context, an unreachable --endpoint; as with --prompt; unless a
  * /retry or /edit of it answered later) or stdout could not be written (reported once on
- * stderr). On a terminal, quitting or /clear while the conversation is on no disk (the autosave
+ * stderr). On a terminal, quitting, /clear or /load while the conversation is on no disk (the autosave
  * failed) is refused once with a message.
  * Answers are printed as the raw Markdown they are. /copy puts one on the clipboard with OSC 52
  * when stdout is a terminal (the answers of this session are kept for it); /edit offers the
@@ -62,7 +62,7 @@ typedef struct plain {
     int           edit_pending;
     EditLine     *el;
     int           lineno;      /* input lines read so far                             */
-    int           quit_warned; /* 1: a quit, 2: a /clear was refused (keep_unsaved)   */
+    int           quit_warned; /* 1 + UE_DROP_* of the refused request (keep_unsaved) */
     int           failed;      /* messages that got no answer (an error): exit status 1 */
     int           last_failed; /* the last exchange's turn failed (counted in failed)       */
     int           redo;        /* the turn running is a /retry or /edit of the last exchange:
@@ -364,9 +364,9 @@ static void settle(plain *p) {
 /* On a terminal, quitting (or /clear) would drop turns that are on no disk (the autosave failed
  * and no /save since): the first request says so and is refused (1), the same one again goes
  * ahead. */
-static int keep_unsaved(plain *p, int tty, const char *pre, int clear) {
+static int keep_unsaved(plain *p, int tty, const char *pre, int what) {
     char msg[256];
-    if (!tty || p->fatal || !ue_unsaved_refuse(p->eng, &p->quit_warned, clear, msg, sizeof msg))
+    if (!tty || p->fatal || !ue_unsaved_refuse(p->eng, &p->quit_warned, what, msg, sizeof msg))
         return 0;
     txt_term_printf(stderr, "%sk3chat: %s\n", pre, msg);
     return 1;
@@ -381,6 +381,8 @@ static int handle_text(plain *p, char *line) {
             return 0;
         }
         if (md_command(p, &r))
+            return 0;
+        if (r.id == CMD_LOAD && keep_unsaved(p, p->el != NULL, "", UE_DROP_LOAD))
             return 0;
         if (chat_apply(&p->cs, p->eng, &r, msg, sizeof msg)) {
             if (msg[0])
@@ -403,7 +405,7 @@ static int handle_text(plain *p, char *line) {
             }
             break;
         case CMD_CLEAR:
-            if (keep_unsaved(p, p->el != NULL, "", 1))
+            if (keep_unsaved(p, p->el != NULL, "", UE_DROP_CLEAR))
                 break;
             ue_clear(p->eng);
             settle(p);
@@ -570,12 +572,12 @@ int cli_plain(const cli_opts *o) {
                     el_reset(el);
                     continue;
                 }
-                if (keep_unsaved(p, 1, "", 0))
+                if (keep_unsaved(p, 1, "", UE_DROP_QUIT))
                     continue;
                 break;
             }
             if (!s || n <= 0) {
-                if (keep_unsaved(p, 1, "\n", 0)) /* after the terminal's ^D */
+                if (keep_unsaved(p, 1, "\n", UE_DROP_QUIT)) /* after the terminal's ^D */
                     continue;
                 break;
             }
@@ -601,7 +603,7 @@ int cli_plain(const cli_opts *o) {
         p->lineno++;
         int stop = handle_line(p, line);
         free(line);
-        if (stop && keep_unsaved(p, el != NULL, "", 0))
+        if (stop && keep_unsaved(p, el != NULL, "", UE_DROP_QUIT))
             continue;
         if (stop) {
             rc = p->fatal;

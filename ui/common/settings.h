@@ -34,5 +34,7 @@ void chat_settings_str(const chat_settings *s, char *buf, size_t n);
  * note gets what the user is told ("" when s was valid), naming `what` and the first byte.
  * NULL when out of memory. */
 char *chat_utf8_in(const char *what, const char *s, size_t n, char *note, size_t nn);
-/* A new transcript path in the XDG data directory (created). -1 when there is no home. */
+/* A new transcript path in the XDG data directory (created), claimed for this process: the file
+ * is made empty with O_EXCL, so two processes never get the same name. -1 (errno) when there is
+ * no home or the directory cannot be written. */
 int chat_default_save_path(char *buf, size_t n);

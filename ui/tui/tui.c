@@ -424,16 +424,16 @@ static void show_stats(tui *t) {
 
 /* Quitting (or /clear) would drop turns that are on no disk (the autosave failed and no /save
  * since): the first request says so and is refused, the same request again goes ahead. */
-static int unsaved_refuse(tui *t, int clear) {
+static int unsaved_refuse(tui *t, int what) {
     char msg[256];
-    if (!ue_unsaved_refuse(t->eng, &t->unsaved_warned, clear, msg, sizeof msg))
+    if (!ue_unsaved_refuse(t->eng, &t->unsaved_warned, what, msg, sizeof msg))
         return 0;
     notice(t, ROLE_ERROR, "%s", msg);
     return 1;
 }
 
 static void request_quit(tui *t) {
-    if (!unsaved_refuse(t, 0))
+    if (!unsaved_refuse(t, UE_DROP_QUIT))
         t->quit = 1;
 }
 
@@ -456,6 +456,8 @@ static void run_command(tui *t, const char *line) {
             notice(t, mrole, "%s", msg);
         return;
     }
+    if (r.id == CMD_LOAD && unsaved_refuse(t, UE_DROP_LOAD))
+        return;
     if (chat_apply(&t->cs, t->eng, &r, msg, sizeof msg)) {
         if (r.id == CMD_REPLAY)
             t->replaying = 1;
@@ -479,7 +481,7 @@ static void run_command(tui *t, const char *line) {
         }
         break;
     case CMD_CLEAR:
-        if (unsaved_refuse(t, 1))
+        if (unsaved_refuse(t, UE_DROP_CLEAR))
             break;
         ue_clear(t->eng);
         t->clear_pending++;
