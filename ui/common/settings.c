@@ -46,6 +46,9 @@ void chat_settings_init(chat_settings *s, const cli_opts *o) {
                 s->gen.effort = k;
     if (o->system)
         snprintf(s->system, sizeof s->system, "%s", o->system);
+    if (o->load) /* explicit options win over the transcript's settings */
+        s->keep = (!isnan(o->temp) ? CHAT_KEEP_TEMP : 0) | (!isnan(o->top_p) ? CHAT_KEEP_TOP_P : 0) |
+                  (o->think >= 0 ? CHAT_KEEP_THINK : 0) | (o->effort ? CHAT_KEEP_EFFORT : 0);
 }
 
 void chat_settings_model(chat_settings *s, const ue_gen *m) {
@@ -56,15 +59,26 @@ void chat_settings_model(chat_settings *s, const ue_gen *m) {
 }
 
 void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n) {
-    s->gen.temp       = g->temp;
-    s->gen.top_p      = g->top_p;
-    s->gen.think      = g->think;
-    s->gen.effort     = g->effort % 3;
+    unsigned k = s->keep;
+    if (!(k & CHAT_KEEP_TEMP))
+        s->gen.temp = g->temp;
+    if (!(k & CHAT_KEEP_TOP_P))
+        s->gen.top_p = g->top_p;
+    if (!(k & CHAT_KEEP_THINK))
+        s->gen.think = g->think;
+    if (!(k & CHAT_KEEP_EFFORT))
+        s->gen.effort = g->effort % 3;
     s->gen.model_temp = s->gen.model_top_p = 0;
-    s->temp_set = s->top_p_set = 1;
-    char set[256];
+    s->temp_set = s->top_p_set      = 1;
+    s->keep                         = 0;
+    static const char *const flag[] = {"--temp", "--top-p", "--think", "--effort"}; /* CHAT_KEEP_* order */
+    char                     set[256], won[64] = "";
+    for (int b = 0; b < 4; b++)
+        if (k & 1u << b)
+            snprintf(won + strlen(won), sizeof won - strlen(won), "%s%s", won[0] ? ", " : "", flag[b]);
     chat_settings_str(s, set, sizeof set);
-    snprintf(msg, n, "settings from the transcript: %s", set);
+    snprintf(msg, n, "settings from the transcript: %s%s%s", set,
+             won[0] ? "; as given on the command line: " : "", won);
 }
 
 void chat_settings_str(const chat_settings *s, char *buf, size_t n) {
@@ -192,8 +206,10 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
     case CMD_EXPORT:
     case CMD_REPLAY: { /* the engine says "replaying FILE" once it has read the file */
         int force = 0;
-        if (chat_file_arg(r->id == CMD_LOAD ? "/load" : r->id == CMD_EXPORT ? "/export" : "/replay", r->arg, file,
-                          sizeof file, r->id == CMD_EXPORT ? &force : NULL, msg, n))
+        if (chat_file_arg(r->id == CMD_LOAD     ? "/load"
+                          : r->id == CMD_EXPORT ? "/export"
+                                                : "/replay",
+                          r->arg, file, sizeof file, r->id == CMD_EXPORT ? &force : NULL, msg, n))
             return 1;
         if (eng && r->id == CMD_LOAD)
             ue_load(eng, file);

@@ -41,10 +41,9 @@
 #include <unistd.h>
 #include <utf8proc.h>
 
-static volatile sig_atomic_t got_term, got_tstp;
+static volatile sig_atomic_t got_term, got_tstp; /* got_term: the signal's number */
 static void                  on_term(int sig) {
-                     (void)sig;
-                     got_term = 1;
+                     got_term = sig;
 }
 /* SIGTSTP from outside (kill -TSTP; Ctrl-Z itself is a key in raw mode): suspend from the loop.
  * Having our own handler also keeps curses from installing its one, which doupdate() would
@@ -151,6 +150,7 @@ static void start_turn(tui *t) {
 }
 
 static void end_turn(tui *t, int status, const ue_stats *st) {
+    t->quit_warned = 0; /* the answer is complete: a quit goes ahead */
     if (t->cur >= 0 && t->cur < t->n_ents) {
         entry *e  = &t->ents[t->cur];
         e->status = status;
@@ -266,7 +266,8 @@ static void on_event(tui *t, ui_ev *e) {
         if (e->st.tok_s > 0 && e->st.n_response + e->st.n_think > 0)
             t->decode_wall += (e->st.n_response + e->st.n_think) / e->st.tok_s;
         if (t->replaying) {
-            t->replaying = 0;
+            t->replaying   = 0;
+            t->quit_warned = 0;
             break;
         }
         if (t->ignore_done) {
@@ -432,7 +433,16 @@ static int unsaved_refuse(tui *t, int what) {
     return 1;
 }
 
+/* A quit (Ctrl-D, /quit) while an answer streams would cut it off: the first one says so and
+ * waits, the same again stops the answer and quits (the autosave keeps it, interrupted). */
 static void request_quit(tui *t) {
+    if ((t->streaming || t->replaying) && !t->quit_warned) {
+        t->quit_warned = 1;
+        notice(t, ROLE_ERROR,
+               "quit: an answer is still coming; Ctrl-D or /quit again stops it and quits, Ctrl-C stops it "
+               "only");
+        return;
+    }
     if (!unsaved_refuse(t, UE_DROP_QUIT))
         t->quit = 1;
 }
@@ -1230,5 +1240,7 @@ int ui_tui_run(const cli_opts *o) {
     free(t->links);
     free(t->srch_draft);
     tui_emoji_free();
-    return 0;
+    /* a model that failed to load is an error, as in line mode; a signal (SIGHUP when the
+     * terminal goes, SIGTERM) gives the shell's 128 + its number */
+    return got_term ? 128 + got_term : t->fatal ? 1 : 0;
 }

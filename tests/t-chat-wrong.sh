@@ -1,0 +1,53 @@
+#!/bin/sh
+# t-chat-wrong.sh: the chat's exit status, quits and option rules (issue 36's "Wrong" items), on
+# the mock in tmux and in line mode: the full-screen chat exits 1 when the model fails to load
+# and 128+N on signal N; a quit while an answer streams asks first; options given with --load
+# win over the transcript's settings and the notice says so.
+. "$K3_SRC/tests/tui-lib.sh"
+k="$K3_BUILD/k3chat"
+t() { if eval "$2"; then echo "PASS: $1"; else echo "FAIL: $1"; fi; }
+
+# 9: a model that fails to load, then Ctrl-D: status 1 (k3chat(1) EXIT STATUS); SIGHUP: 129
+tui_start 100 20 -- "$K3CHAT $K3_TMP/nonexistent 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+wait_for "nonexistent" 10
+keys C-d
+check "9: the full-screen chat exits 1 after its model failed to load" wait_for "EXIT=1" 10
+printf 'delay 20\nresponse Hello, {user}!\n' >"$K3_TMP/mock.txt"
+run_mock 100 20 "$K3_TMP/mock.txt"
+wait_for "mock · 3 layers" 10
+pid=$($T display -p '#{pane_pid}')
+kill -HUP "$(pgrep -P "$pid" k3chat | head -1)" 2>/dev/null
+check "9: SIGHUP ends it with status 129 (128 + 1)" wait_for "EXIT=129" 10
+
+# 12: Ctrl-D while an answer streams: asks first; the second stops it and quits
+printf 'delay 50\nresponse a b c d e f g h i j k l m n o p q r s t u v w x y z 0 1 2 3 4 5 6 7 8 9 A B C D E F G H I J K L M N O P end\n' >"$K3_TMP/slow.txt"
+run_mock 100 20 "$K3_TMP/slow.txt"
+wait_for "mock · 3 layers" 10
+type_line hi
+wait_for "a b c" 10
+keys C-d
+check "12: a Ctrl-D while the answer streams does not quit" wait_for "an answer is still coming" 5
+check "12: ... and the answer goes on" hasnt "EXIT="
+keys C-d
+check "12: the second Ctrl-D quits" wait_for "EXIT=0" 10
+run_mock 100 20 "$K3_TMP/mock.txt"
+wait_for "mock · 3 layers" 10
+type_line hi
+wait_for "Hello, hi!" 10
+wait_input_empty 10
+keys C-d
+check "12: after the answer one Ctrl-D quits" wait_for "EXIT=0" 10
+
+# 10: --load and explicit options: the options win, and the notice says so
+printf '/temp 0.3\n/top-p 0.5\n/think off\n/effort low\nhi\n/save %s/t4.jsonl\n' "$K3_TMP" |
+    K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >/dev/null 2>&1
+printf '/stats\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model --think on --temp 0 --load "$K3_TMP/t4.jsonl" \
+    >/dev/null 2>"$K3_TMP/err10"
+t "10: --think on --temp 0 --load: those two win, the rest is the transcript's" \
+    'grep -q "k3chat: settings: temp 0.00 · top-p 0.50 · think on · effort low" "$K3_TMP/err10"'
+t "10: ... and the notice says which options won" 'grep -q "as given on the command line: --temp, --think" "$K3_TMP/err10"'
+printf '/stats\n/load %s/t4.jsonl\n/stats\n' "$K3_TMP" | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model --temp 0 \
+    >/dev/null 2>"$K3_TMP/err10b"
+t "10: a /load typed later adopts the transcript's settings" \
+    '[ "$(grep -c "settings: temp 0.30 · top-p 0.50 · think off · effort low" "$K3_TMP/err10b")" -eq 1 ]'
+finish
