@@ -50,4 +50,43 @@ printf '/stats\n/load %s/t4.jsonl\n/stats\n' "$K3_TMP" | K3_MOCK="$K3_TMP/mock.t
     >/dev/null 2>"$K3_TMP/err10b"
 t "10: a /load typed later adopts the transcript's settings" \
     '[ "$(grep -c "settings: temp 0.30 · top-p 0.50 · think off · effort low" "$K3_TMP/err10b")" -eq 1 ]'
+# 17: a broken pipe on stdout: the answer stops, no further line is read or sent (the fake
+# server counts the requests), status 1
+python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &
+fpid=$!
+trap '$T kill-server 2>/dev/null; kill $fpid 2>/dev/null' EXIT
+i=0
+while [ ! -s "$K3_TMP/port" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+ep="http://127.0.0.1:$(cat "$K3_TMP/port")"
+rc=$(python3 -c '
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)  # the reader is gone before anything is written
+p = subprocess.run(sys.argv[1:], input=b"a\nb\nc\nd\ne\n", stdout=w, stderr=open(os.environ["K3_TMP"] + "/err17", "wb"), timeout=60)
+print(p.returncode)' "$k" --endpoint "$ep" --plain)
+n=$(wc -l <"$K3_TMP/reqs")
+t "17: after a broken pipe no more lines are sent (1 request of 5: $n), status 1 ($rc)" '[ "$n" -eq 1 ] && [ "$rc" = 1 ]'
+t "17: ... and it says so once" '[ "$(grep -c "cannot write the answer to standard output" "$K3_TMP/err17")" -eq 1 ]'
+
+# 14: a NUL byte in a line-mode message: replaced with U+FFFD and said, not a cut message
+printf 'a\000b\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out14" 2>"$K3_TMP/err14"
+t "14: a NUL byte does not cut the message (it is U+FFFD)" '[ "$(cat "$K3_TMP/out14")" = "$(printf "Hello, a\357\277\275b!")" ]'
+t "14: ... and the user is told" 'grep -q "line 1: 1 NUL byte (the first is byte 2) replaced with U+FFFD" "$K3_TMP/err14"'
+
+# 20: line-mode /edit of a message with several lines says that it joins them
+printf '{"role":"user","content":"line one\\nline two"}\n{"role":"assistant","content":"ok"}\n' >"$K3_TMP/ml.jsonl"
+tui_start 100 20 K3_MOCK="$K3_TMP/mock.txt" -- "$K3CHAT --plain --load $K3_TMP/ml.jsonl /no/model; echo EXIT=\$?; sleep 60"
+wait_for "loaded 2 messages" 10
+type_line /edit
+check "20: /edit of a two-line message in line mode says the newlines become spaces" \
+    wait_for "your message has 2 lines; line mode offers it as one" 5
+check "20: ... and offers it joined" wait_for "line one line two" 5
+
+# 11: --prompt reports a cut at --max-tokens as line mode does
+nano="$K3_SRC/models/k3-nano"
+if [ -f "$nano/model.safetensors" ]; then
+    "$k" "$nano" --prompt "Tell me a long story" --think off --temp 0 --max-tokens 3 >/dev/null 2>"$K3_TMP/err11"
+    t "11: --prompt --max-tokens 3 reports the cut-off" \
+        'grep -q "cut off at the --max-tokens limit (3 tokens)" "$K3_TMP/err11"'
+fi
 finish

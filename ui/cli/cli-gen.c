@@ -65,7 +65,7 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     }
     int max_tokens    = o->max_tokens > 0 ? o->max_tokens : info.max_ctx; /* 0: no limit, as in the chat */
     k3_chat_out out   = {0};
-    int         ended = 0, thought = 0;
+    int         ended = 0, thought = 0, cut = 0;
     txt_esc     esc_out = {0}, esc_err = {0};
     for (int i = 0; i < max_tokens && !ended; i++) {
         int32_t t = k3_sampler_sample(smp, k3_session_logits(s), info.vocab);
@@ -75,6 +75,7 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
         emit(stdout, &esc_out, out.response, out.response_len);
         thought |= out.think_len > 0;
         ended = out.end || t == info.eos_id;
+        cut   = !ended && i + 1 == max_tokens && o->max_tokens > 0;
         if (ended || i + 1 == max_tokens)
             break;
         if (k3_session_pos(s) >= info.max_ctx) {
@@ -95,6 +96,8 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     if (thought)
         fputc('\n', stderr);
     printf("\n");
+    if (cut) /* as line mode says it (plain.c report_cut) */
+        fprintf(stderr, "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n", max_tokens);
     if (st)
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
     else

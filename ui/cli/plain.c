@@ -95,8 +95,12 @@ static void out_check(plain *p) {
         return;
     if (!p->out_err) {
         p->out_err = errno ? errno : EIO;
-        txt_term_printf(stderr, "k3chat: cannot write the answer to standard output: %s\n",
+        txt_term_printf(stderr,
+                        "k3chat: cannot write the answer to standard output: %s; stopping (no more input is "
+                        "read)\n",
                         strerror(p->out_err));
+        if (p->eng)
+            ue_cancel(p->eng); /* nobody reads the rest: the autosave keeps what came, interrupted */
     }
     clearerr(stdout);
 }
@@ -308,10 +312,19 @@ static int md_command(plain *p, const cmd_result *r) {
         }
         p->edit_pending = 1;
         if (p->el) {
-            /* offered on the next prompt, one line (newlines would send it at once) */
+            /* offered on the next prompt, one line (newlines would send it at once); the user
+             * is told, since the message sent will differ from the one edited */
+            int lines = 1;
             for (char *c = p->last_user; *c; c++)
-                if (*c == '\n' || *c == '\r')
+                if (*c == '\n' || *c == '\r') {
+                    lines += *c == '\n';
                     *c = ' ';
+                }
+            if (lines > 1)
+                txt_term_printf(stderr,
+                                "k3chat: /edit: your message has %d lines; line mode offers it as one, "
+                                "the newlines turned into spaces\n",
+                                lines);
             el_push(p->el, p->last_user);
         }
         txt_term_printf(
@@ -470,15 +483,41 @@ static int handle_text(plain *p, char *line) {
     return p->fatal;
 }
 
-static int handle_line(plain *p, char *line) {
-    size_t n = strlen(line);
+/* A line of nread bytes, as read (a NUL byte in it does not end it). */
+static int handle_line(plain *p, char *line, ssize_t nread) {
+    size_t n = nread > 0 ? (size_t)nread : 0;
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = 0;
     if (!n)
         return 0;
     char what[32], note[256];
     snprintf(what, sizeof what, "line %d", p->lineno);
+    /* A NUL byte would end the message there without a word (C strings, JSON): it becomes
+     * U+FFFD, as an invalid byte does, and the user is told */
+    char  *nul = memchr(line, 0, n), *wide = NULL;
+    size_t first = nul ? (size_t)(nul - line) : 0, n_nul = 0;
+    if (nul) {
+        if (!(wide = malloc(n * 3 + 1))) {
+            txt_term_printf(stderr, "k3chat: %s: out of memory\n", what);
+            return 0;
+        }
+        size_t w = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (line[i]) {
+                wide[w++] = line[i];
+            } else {
+                memcpy(wide + w, "\xEF\xBF\xBD", 3);
+                w += 3;
+                n_nul++;
+            }
+        }
+        wide[w] = 0;
+        line = wide, n = w;
+        txt_term_printf(stderr, "k3chat: %s: %zu NUL byte%s (the first is byte %zu) replaced with U+FFFD\n",
+                        what, n_nul, n_nul == 1 ? "" : "s", first + 1);
+    }
     char *fixed = chat_utf8_in(what, line, n, note, sizeof note);
+    free(wide);
     if (!fixed) {
         txt_term_printf(stderr, "k3chat: %s: out of memory\n", what);
         return 0;
@@ -555,7 +594,8 @@ int cli_plain(const cli_opts *o) {
             rc = 1;
             break;
         }
-        char *line = NULL;
+        char   *line  = NULL;
+        ssize_t nread = 0; /* the line's length: a NUL byte does not end it */
         if (el) {
             int n;
             progress_end(p); /* the prompt starts its own line */
@@ -581,7 +621,8 @@ int cli_plain(const cli_opts *o) {
                     continue;
                 break;
             }
-            line = strdup(s);
+            line  = strdup(s);
+            nread = line ? (ssize_t)strlen(line) : 0;
             if (hist && line && line[0] != '\n') {
                 HistEvent he;
                 history(hist, &he, H_ENTER, s);
@@ -589,11 +630,10 @@ int cli_plain(const cli_opts *o) {
                     history(hist, &he, H_SAVE, hpath);
             }
         } else {
-            size_t  cap = 0;
-            ssize_t n;
-            errno = 0;
-            n     = getline(&line, &cap, stdin);
-            if (n < 0) {
+            size_t cap = 0;
+            errno      = 0;
+            nread      = getline(&line, &cap, stdin);
+            if (nread < 0) {
                 free(line);
                 break;
             }
@@ -601,8 +641,12 @@ int cli_plain(const cli_opts *o) {
         if (!line)
             break;
         p->lineno++;
-        int stop = handle_line(p, line);
+        int stop = handle_line(p, line, nread);
         free(line);
+        if (p->out_err) { /* a closed or broken stdout: the answers have nowhere to go */
+            rc = 1;
+            break;
+        }
         if (stop && keep_unsaved(p, el != NULL, "", UE_DROP_QUIT))
             continue;
         if (stop) {
