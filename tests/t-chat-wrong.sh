@@ -82,6 +82,12 @@ check "20: /edit of a two-line message in line mode says the newlines become spa
     wait_for "your message has 2 lines; line mode offers it as one" 5
 check "20: ... and offers it joined" wait_for "line one line two" 5
 
+# 19: --endpoint takes http:// and https:// only (libcurl would try ftp:// and file://)
+"$k" --endpoint ftp://x --plain </dev/null >/dev/null 2>"$K3_TMP/err19"
+rc=$?
+t "19: --endpoint ftp://x is a usage error naming the URL (status $rc)" \
+    '[ $rc -eq 2 ] && grep -q "endpoint: .ftp://x. is not an http:// or https:// URL" "$K3_TMP/err19"'
+
 # 11: --prompt reports a cut at --max-tokens as line mode does
 nano="$K3_SRC/models/k3-nano"
 if [ -f "$nano/model.safetensors" ]; then

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static void usage(FILE *f) {
@@ -352,6 +353,11 @@ int main(int argc, char **argv) {
         o.api_key = getenv("K3_API_KEY");
     if (o.endpoint && o.mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
+        return 2;
+    }
+    if (o.endpoint && strstr(o.endpoint, "://") && strncasecmp(o.endpoint, "http://", 7) &&
+        strncasecmp(o.endpoint, "https://", 8)) { /* libcurl would try ftp://, file://, ... */
+        txt_term_printf(stderr, "k3chat: --endpoint: '%s' is not an http:// or https:// URL\n", o.endpoint);
         return 2;
     }
     int nargs = argc - optind,
