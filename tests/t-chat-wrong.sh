@@ -82,6 +82,29 @@ check "20: /edit of a two-line message in line mode says the newlines become spa
     wait_for "your message has 2 lines; line mode offers it as one" 5
 check "20: ... and offers it joined" wait_for "line one line two" 5
 
+# 6: /undo leaves no trace of the undone message in the input history (k3chat(5))
+run_mock 100 20 "$K3_TMP/mock.txt"
+wait_for "mock · 3 layers" 10
+type_line keep-me-1
+wait_for "Hello, keep-me-1!" 10
+type_line undo-me-2
+wait_for "Hello, undo-me-2!" 10
+wait_input_empty 10
+type_line /undo
+wait_gone "Hello, undo-me-2!" 10
+h="$K3_TMP/state/k3chat/history"
+check "6: /undo drops the message from the full-screen chat's history file" \
+    sh -c "grep -q keep-me-1 '$h' && ! grep -q undo-me-2 '$h'"
+tui_start 100 20 K3_MOCK="$K3_TMP/mock.txt" -- "$K3CHAT --plain /no/model; echo EXIT=\$?; sleep 60"
+wait_for ">" 10
+type_line undo-me-3
+wait_for "Hello, undo-me-3!" 10
+type_line /undo
+sleep 0.3
+keys C-d
+wait_for "EXIT=" 10
+check "6: ... and from line mode's" sh -c "! grep -q undo-me-3 '$h'"
+
 # 19: --endpoint takes http:// and https:// only (libcurl would try ftp:// and file://)
 "$k" --endpoint ftp://x --plain </dev/null >/dev/null 2>"$K3_TMP/err19"
 rc=$?

@@ -61,6 +61,8 @@ typedef struct plain {
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
     int           edit_pending;
     EditLine     *el;
+    History      *hist;        /* the line editor's history (a terminal), NULL otherwise      */
+    const char   *hpath;       /* its file, NULL when there is none                          */
     int           lineno;      /* input lines read so far                             */
     int           quit_warned; /* 1 + UE_DROP_* of the refused request (keep_unsaved) */
     int           failed;      /* messages that got no answer (an error): exit status 1 */
@@ -385,6 +387,24 @@ static int keep_unsaved(plain *p, int tty, const char *pre, int what) {
     return 1;
 }
 
+/* /undo: the newest history entry that is s (its newline aside) leaves the history and its
+ * file (the full-screen chat's inp_history_drop, for line mode's own History). */
+static void hist_drop(plain *p, const char *s) {
+    HistEvent ev;
+    size_t    ls = strlen(s);
+    for (int r = history(p->hist, &ev, H_FIRST); r == 0; r = history(p->hist, &ev, H_NEXT)) {
+        size_t le = strlen(ev.str);
+        while (le > 0 && ev.str[le - 1] == '\n')
+            le--;
+        if (le == ls && !memcmp(ev.str, s, ls)) {
+            history(p->hist, &ev, H_DEL, ev.num);
+            if (p->hpath)
+                history(p->hist, &ev, H_SAVE, p->hpath);
+            return;
+        }
+    }
+}
+
 static int handle_text(plain *p, char *line) {
     if (line[0] == '/' && line[1] != '/') {
         cmd_result r;
@@ -432,6 +452,8 @@ static int handle_text(plain *p, char *line) {
             p->redo = 0;
             break;
         case CMD_UNDO:
+            if (p->hist && p->last_user) /* no trace of it in the input history either */
+                hist_drop(p, p->last_user);
             free(p->last_user);
             p->last_user = NULL;
             ue_undo(p->eng);
@@ -584,6 +606,8 @@ int cli_plain(const cli_opts *o) {
                 if (has_hist)
                     history(hist, &he, H_LOAD, hpath);
                 el_set(el, EL_HIST, history, hist);
+                p->hist  = hist;
+                p->hpath = has_hist ? hpath : NULL;
             }
         }
     }

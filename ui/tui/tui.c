@@ -518,6 +518,8 @@ static void run_command(tui *t, const char *line) {
         }
         ue_undo(t->eng);
         t->undo_pending++;
+        if (t->ents[last_user(t)].text.p) /* no trace of it in the input history either */
+            inp_history_drop(t->in, t->ents[last_user(t)].text.p);
         drop_entries(t, last_user(t));
         break;
     case CMD_FORGET:
