@@ -422,7 +422,7 @@ int       k3_gmatch_ended(const k3_gmatch *m);    /* 1: an end of message was ac
  *     k3_conv_add(c, K3_ROLE_USER, text, NULL);
  *     st = k3_conv_generate(c, model, session, &cb);   // streams via cb, appends the reply
  *     if (st == K3_ERR_CONTEXT) ... offer k3_conv_clear or k3_conv_drop_oldest, or k3_conv_undo
- * /retry = k3_conv_pop_reply + k3_conv_generate; /undo = k3_conv_undo. */
+ * /retry = k3_conv_retry_last + k3_conv_generate; /undo = k3_conv_undo. */
 
 typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT, K3_ROLE_TOOL } k3_role;
 
@@ -527,6 +527,10 @@ const k3_msg *k3_conv_abandoned(const k3_conv *c, int i, int *at, int *branch);
 /* /retry: removes trailing assistant messages so the history ends with the user's turn.
  * Returns messages removed (0: nothing to retry). */
 int k3_conv_pop_reply(k3_conv *c);
+/* /retry in a chat: as k3_conv_pop_reply, but the answer is kept as an abandoned branch (as
+ * k3_conv_edit_last keeps an edited exchange), in memory and in the autosave. Returns the
+ * messages moved (0: no answer to retry; -1: out of memory, k3_errmsg says so). */
+int k3_conv_retry_last(k3_conv *c);
 /* Drops the oldest exchange (first user message and the replies up to the next user
  * message); the system prompt stays. Returns messages removed (0: nothing to drop). */
 int k3_conv_drop_oldest(k3_conv *c);

@@ -96,6 +96,10 @@ def local(prompt, n, think=True, temp="0", seed=None):
     # stderr: the loading lines and the memory fit's line, then the reasoning
     while err.startswith(("k3chat: loading", "k3chat: loaded", "k3chat: memory fit")):
         err = err.split("\n", 1)[1] if "\n" in err else ""
+    # and at the end the report of a cut at --max-tokens (as in line mode)
+    cut = "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n" % n
+    if err.endswith(cut):
+        err = err[:-len(cut)]
     assert out.endswith("\n"), out
     return out[:-1], (err[:-1] if err.endswith("\n") else err)
 

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "cmd.h"
 #include "k3.h"
+#include "text.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static void usage(FILE *f) {
@@ -126,7 +128,7 @@ static int check_load(const char *path) {
     k3_conv *c  = k3_conv_new();
     int      rc = 0;
     if (!c || k3_conv_load(c, path, NULL) != K3_OK) {
-        fprintf(stderr, "k3chat: --load: %s\n", c ? k3_errmsg() : "out of memory");
+        txt_term_printf(stderr, "k3chat: --load: %s\n", c ? k3_errmsg() : "out of memory");
         rc = -1;
     }
     k3_conv_free(c);
@@ -373,6 +375,11 @@ int main(int argc, char **argv) {
     }
     if (o.endpoint && o.mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
+        return 2;
+    }
+    if (o.endpoint && strstr(o.endpoint, "://") && strncasecmp(o.endpoint, "http://", 7) &&
+        strncasecmp(o.endpoint, "https://", 8)) { /* libcurl would try ftp://, file://, ... */
+        txt_term_printf(stderr, "k3chat: --endpoint: '%s' is not an http:// or https:// URL\n", o.endpoint);
         return 2;
     }
     int nargs = argc - optind,

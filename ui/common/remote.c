@@ -481,7 +481,7 @@ static void remote_cmd(ue *u, void *self, const ui_ev *c) {
             turn(r, &c->gen);
         break;
     case EV_CMD_RETRY: /* after a failed turn the history already ends with the user's message */
-        if ((n && k3_conv_msg(r->c, n - 1)->role == K3_ROLE_USER) || k3_conv_pop_reply(r->c) > 0)
+        if ((n && k3_conv_msg(r->c, n - 1)->role == K3_ROLE_USER) || k3_conv_retry_last(r->c) > 0)
             turn(r, &c->gen);
         else
             done_error(u, "/retry: there is no answer to regenerate");
