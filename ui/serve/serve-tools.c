@@ -36,8 +36,7 @@ int serve_bad(stools_err *e, const char *code, const char *fmt, ...) {
     http_clean(e->msg, sizeof e->msg, raw,
                n < 0                    ? 0
                : (size_t)n < sizeof raw ? (size_t)n
-                                        : sizeof raw - 1,
-               0);
+                                        : sizeof raw - 1);
     snprintf(e->code, sizeof e->code, "%s", code);
     return -1;
 }

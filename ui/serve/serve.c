@@ -49,7 +49,6 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -179,6 +178,7 @@ static struct server {
     k3_model_info   info;
     const char     *name;                 /* model id                    */
     char           *keys[SERVE_MAX_KEYS]; /* (n_keys) API keys; none = no authentication */
+    size_t          key_len[SERVE_MAX_KEYS];
     int             n_keys;
     long long       t_start;
 } srv = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -319,7 +319,8 @@ static void release(job *j, size_t to) {
 /* Stop strings: find the first one in the unreleased text; else hold back the longest tail
  * that is a prefix of one. Releases what is certain. Returns 1 when a stop string matched. */
 static int stop_filter(job *j, int final) {
-    const sreq *r = &j->r;
+    const sreq *r    = &j->r;
+    const char *text = j->resp.p ? j->resp.p : ""; /* no visible text yet: NULL (memmem wants a pointer) */
     size_t      n = j->resp.n, at = n;
     if (!r->n_stops || j->stopped) {
         if (!j->stopped)
@@ -327,9 +328,9 @@ static int stop_filter(job *j, int final) {
         return j->stopped;
     }
     for (int k = 0; k < r->n_stops; k++) {
-        const char *p = memmem(j->resp.p + j->rel, n - j->rel, r->stops[k], strlen(r->stops[k]));
-        if (p && (size_t)(p - j->resp.p) < at)
-            at = (size_t)(p - j->resp.p);
+        const char *p = memmem(text + j->rel, n - j->rel, r->stops[k], strlen(r->stops[k]));
+        if (p && (size_t)(p - text) < at)
+            at = (size_t)(p - text);
     }
     if (at < n) {
         release(j, at);
@@ -341,11 +342,11 @@ static int stop_filter(job *j, int final) {
         if (k > n - j->rel)
             continue;
         for (int s = 0; s < r->n_stops && !hold; s++)
-            if (strlen(r->stops[s]) > k && !memcmp(j->resp.p + n - k, r->stops[s], k))
+            if (strlen(r->stops[s]) > k && !memcmp(text + n - k, r->stops[s], k))
                 hold = k;
     }
     size_t to = n - hold;
-    while (to > j->rel && ((unsigned char)j->resp.p[to] & 0xC0) == 0x80 && to < n)
+    while (to > j->rel && ((unsigned char)text[to] & 0xC0) == 0x80 && to < n)
         to--; /* never split a character (stop strings start on one anyway) */
     release(j, to);
     return 0;
@@ -951,50 +952,32 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
 
 /* ---- HTTP -------------------------------------------------------------------------------- */
 
-typedef struct conn {
-    txt_buf body;
-    double  t0; /* monotonic seconds when the head was in */
-    int     too_big;
-    int     v11; /* HTTP/1.1 */
-    int     key; /* index of its API key */
-    job    *j;   /* the job this connection waits for (a reference) */
-} conn;
-
 /* A JSON body s (malloc'd, taken); allow: the Allow header of a 405. One request per
- * connection: every answer closes it (serve-http.c checks each request head). */
-static enum MHD_Result send_text(struct MHD_Connection *con, unsigned code, char *s, const char *allow) {
+ * connection: every answer closes it (serve-gate.c read and checked the request). */
+static int send_text(http_req *con, unsigned code, char *s, const char *allow) {
     if (!s)
-        return MHD_NO;
-    struct MHD_Response *rsp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-    if (!rsp) {
-        free(s);
-        return MHD_NO;
-    }
-    MHD_add_response_header(rsp, "Content-Type", "application/json");
-    MHD_add_response_header(rsp, "Connection", "close");
-    if (code == 401)
-        MHD_add_response_header(rsp, "WWW-Authenticate", "Bearer");
+        return -1;
+    char extra[128] = "";
     if (allow)
-        MHD_add_response_header(rsp, "Allow", allow);
-    if (code == 503) /* busy or shutting down: try again in a while */
-        MHD_add_response_header(rsp, "Retry-After", "5");
-    enum MHD_Result ret = MHD_queue_response(con, code, rsp);
-    MHD_destroy_response(rsp);
-    return ret;
+        snprintf(extra, sizeof extra, "Allow: %s\r\n", allow);
+    else if (code == 503) /* busy or shutting down: try again in a while */
+        snprintf(extra, sizeof extra, "Retry-After: 5\r\n");
+    int rc = http_respond(con, (int)code, "application/json", extra, s, strlen(s));
+    free(s);
+    return rc;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *con, unsigned code, json_t *o) {
+static int send_json(http_req *con, unsigned code, json_t *o) {
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return send_text(con, code, s, NULL);
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *con, unsigned code, const char *type,
-                                  const char *ecode, const char *msg) {
+static int send_error(http_req *con, unsigned code, const char *type, const char *ecode, const char *msg) {
     return send_text(con, code, http_error_json(type, ecode, msg), NULL);
 }
 
-static enum MHD_Result send_405(struct MHD_Connection *con, const char *allow) {
+static int send_405(http_req *con, const char *allow) {
     char m[64];
     snprintf(m, sizeof m, "use %s", allow);
     return send_text(con, 405, http_error_json("invalid_request_error", "method_not_allowed", m), allow);
@@ -1005,83 +988,77 @@ static json_t *model_obj(void) {
                      (json_int_t)srv.t_start, "owned_by", "k3chat", "max_model_len", srv.info.max_ctx);
 }
 
-/* The index of the request's API key (0 when the server has none), -1 when it is missing or
- * wrong. Every key is compared in full: the time does not tell which byte or key differed. */
-static int auth_key(struct MHD_Connection *con) {
-    if (!srv.n_keys)
-        return 0;
-    const char *h = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7))
+/* The index of the API key in an Authorization value v[0..n) (white space around it trimmed by
+ * the head check; NULL: none), -1 when it is missing or wrong. Every key is compared over the
+ * longest key's length: the time tells neither which byte or key differed nor a key's length. */
+static int auth_key(const char *v, size_t n) {
+    if (!v || n < 7 || strncasecmp(v, "Bearer ", 7))
         return -1;
-    h += 7;
-    while (*h == ' ')
-        h++;
-    int    found = -1;
-    size_t a     = strlen(h);
+    v += 7, n -= 7;
+    while (n && (*v == ' ' || *v == '\t'))
+        v++, n--;
+    size_t longest = 0;
+    for (int i = 0; i < srv.n_keys; i++)
+        longest = srv.key_len[i] > longest ? srv.key_len[i] : longest;
+    int found = -1;
     for (int i = 0; i < srv.n_keys; i++) {
-        size_t   b    = strlen(srv.keys[i]);
-        unsigned diff = (unsigned)(a != b);
-        for (size_t k = 0; k < a && k < b; k++)
-            diff |= (unsigned)(h[k] ^ srv.keys[i][k]);
+        size_t   b    = srv.key_len[i];
+        unsigned diff = (unsigned)(n != b);
+        for (size_t k = 0; k < longest; k++) /* bytes past either end read as 0 */
+            diff |= (unsigned)((k < n ? (unsigned char)v[k] : 0) ^ (k < b ? (unsigned char)srv.keys[i][k] : 0));
         found = diff == 0 ? i : found;
     }
     return found;
 }
 
-/* Streaming body: the job's SSE bytes as they come (a connection thread; may block). */
-static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    job *j = cls;
+/* The stream: the job's SSE bytes as they come, until it is done or the client is gone. */
+static void send_stream(http_req *con, job *j) {
+    char   *p   = NULL;
+    size_t  n   = 0;
+    int     end = 0;
+    if (http_stream_begin(con, 200, "text/event-stream", "Cache-Control: no-cache\r\n") == 0)
+        for (;;) {
+            pthread_mutex_lock(&srv.mu);
+            while (j->sse_off == j->sse.n && j->state != J_DONE && !j->gone)
+                job_wait_step(j);
+            n = j->sse.n - j->sse_off;
+            free(p);
+            p = n ? malloc(n) : NULL;
+            if (p)
+                memcpy(p, j->sse.p + j->sse_off, n);
+            j->sse.n = j->sse_off = 0;
+            end = j->state == J_DONE || j->gone;
+            pthread_mutex_unlock(&srv.mu);
+            if ((n && (!p || http_stream_write(con, p, n))) || (end && !n))
+                break;
+        }
+    free(p);
     pthread_mutex_lock(&srv.mu);
-    for (;;) {
-        if (j->sse_off < j->sse.n) {
-            size_t n = j->sse.n - j->sse_off < max ? j->sse.n - j->sse_off : max;
-            memcpy(buf, j->sse.p + j->sse_off, n);
-            j->sse_off += n;
-            if (j->sse_off == j->sse.n)
-                j->sse.n = j->sse_off = 0;
-            pthread_mutex_unlock(&srv.mu);
-            return (ssize_t)n;
-        }
-        if (j->state == J_DONE) {
-            pthread_mutex_unlock(&srv.mu);
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        if (j->gone) {
-            pthread_mutex_unlock(&srv.mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        job_wait_step(j);
-    }
-}
-
-static void sse_free(void *cls) {
-    job *j = cls;
-    pthread_mutex_lock(&srv.mu);
-    if (j->state != J_DONE)
+    if (j->state == J_DONE && !con->failed)
+        http_stream_end(con);
+    else
         job_gone_locked(j); /* the response ended early: the client went away */
-    job_unref_locked(j);
     pthread_mutex_unlock(&srv.mu);
 }
 
-static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
-    if (cc->too_big) {
-        char m[128];
-        snprintf(m, sizeof m, "the request body is over the limit of %u bytes", SERVE_MAX_BODY);
-        return send_error(con, 413, "invalid_request_error", "body_too_large", m);
-    }
+static void chat_completions(http_req *con) {
     json_error_t je;
-    json_t      *b = json_loadb(cc->body.p ? cc->body.p : "", cc->body.n, 0, &je);
+    json_t      *b = json_loadb(con->body ? con->body : "", con->body_n, JSON_REJECT_DUPLICATES, &je);
+    free(con->body); /* the parsed tree holds what counts: the raw bytes go now */
+    con->body = NULL;
     if (!b) {
         char m[400];
         snprintf(m, sizeof m, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
-        return send_error(con, 400, "invalid_request_error", "invalid_json", m);
+        send_error(con, 400, "invalid_request_error",
+                   json_error_code(&je) == json_error_duplicate_key ? "duplicate_key" : "invalid_json", m);
+        return;
     }
     job *j = calloc(1, sizeof *j);
     perr e = {{0}, {0}};
     if (!j) {
         json_decref(b);
-        return send_error(con, 500, "server_error", "out_of_memory", "out of memory");
+        send_error(con, 500, "server_error", "out_of_memory", "out of memory");
+        return;
     }
     pthread_mutex_lock(&srv.mu);
     j->seq = ++srv.seq;
@@ -1092,14 +1069,14 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         serve_log("#%u 400: %s", j->seq, e.msg);
         sreq_free(&j->r);
         free(j);
-        return send_error(con, 400, "invalid_request_error", e.code, e.msg);
+        send_error(con, 400, "invalid_request_error", e.code, e.msg);
+        return;
     }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
-    j->fd                              = ci ? ci->connect_fd : -1;
-    j->v11                             = cc->v11;
-    j->key                             = cc->key;
-    j->created                         = (long long)time(NULL);
-    j->t0                              = now_s();
+    j->fd      = con->fd;
+    j->v11     = con->v11;
+    j->key     = con->key;
+    j->created = (long long)time(NULL);
+    j->t0      = now_s();
     snprintf(j->id, sizeof j->id, "chatcmpl-k3-%llx-%u", (unsigned long long)srv.t_start, j->seq);
     j->refs = 2; /* this connection + the worker */
     pthread_mutex_lock(&srv.mu);
@@ -1107,7 +1084,8 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         pthread_mutex_unlock(&srv.mu);
         sreq_free(&j->r);
         free(j);
-        return send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
+        send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
+        return;
     }
     if (srv.n_queued >= srv.max_queue + (srv.n_slots - srv.n_active)) { /* free slots take theirs at once */
         int      q = srv.n_queued, a = srv.n_active;
@@ -1119,7 +1097,8 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         snprintf(m, sizeof m, "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later",
                  q, srv.max_queue);
         serve_log("#%u 503: queue full (%d active, %d queued)", seq, a, q);
-        return send_error(con, 503, "server_error", "queue_full", m);
+        send_error(con, 503, "server_error", "queue_full", m);
+        return;
     }
     if (srv.tail)
         srv.tail->next = j;
@@ -1128,14 +1107,15 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
     srv.tail = j;
     srv.n_queued++;
     j->queued = 1;
-    cc->j     = j;
     pthread_cond_signal(&srv.work_cv);
     /* streaming: start the response at the first text (or at the end); plain: at the end */
     while (j->state != J_DONE && !j->gone && !(j->r.stream && j->sse.n))
         job_wait_step(j);
     if (j->gone && j->state != J_DONE) {
+        job_unref_locked(j);
         pthread_mutex_unlock(&srv.mu);
-        return MHD_NO; /* the client is gone: close */
+        con->failed = 1; /* the client is gone: close */
+        return;
     }
     if (j->http && !(j->r.stream && j->sse.n)) {
         unsigned code = j->http == 499 ? 503 : (unsigned)j->http;
@@ -1143,25 +1123,17 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         snprintf(type, sizeof type, "%s", j->err_type);
         snprintf(ecode, sizeof ecode, "%s", j->err_code);
         snprintf(msg, sizeof msg, "%s", j->err);
+        job_unref_locked(j);
         pthread_mutex_unlock(&srv.mu);
-        return send_error(con, code, type, ecode, msg);
+        send_error(con, code, type, ecode, msg);
+        return;
     }
     if (j->r.stream) {
-        j->refs++; /* the response's */
         j->started = 1;
         pthread_mutex_unlock(&srv.mu);
-        struct MHD_Response *rsp =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, j, sse_free);
-        if (!rsp) {
-            job_unref(j);
-            return MHD_NO;
-        }
-        MHD_add_response_header(rsp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(rsp, "Cache-Control", "no-cache");
-        MHD_add_response_header(rsp, "Connection", "close");
-        enum MHD_Result ret = MHD_queue_response(con, 200, rsp);
-        MHD_destroy_response(rsp);
-        return ret;
+        send_stream(con, j);
+        job_unref(j);
+        return;
     }
     json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", j->resp.p ? j->resp.p : "", j->rel);
     if (j->calls) { /* content is null when the answer is only calls */
@@ -1175,77 +1147,43 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
                           "created", (json_int_t)j->created, "model", srv.name, "choices", "index", 0,
                           "message", msg, "finish_reason", j->finish, "usage", usage_obj(j));
+    job_unref_locked(j);
     pthread_mutex_unlock(&srv.mu);
     if (!o)
-        return send_error(con, 500, "server_error", "internal_error", "could not encode the answer");
-    return send_json(con, 200, o);
+        send_error(con, 500, "server_error", "internal_error", "could not encode the answer");
+    else
+        send_json(con, 200, o);
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const char *url, const char *method,
-                                  const char *version, const char *data, size_t *size, void **con_cls) {
+/* A request, read and checked by serve-gate.c (authenticated too): route it and answer. */
+static void on_request(void *cls, http_req *con) {
     (void)cls;
-    conn *cc = *con_cls;
-    if (!cc) { /* headers only (checked by serve-http.c): authenticate before reading a body */
-        if (!(cc = calloc(1, sizeof *cc)))
-            return MHD_NO;
-        *con_cls = cc;
-        cc->t0   = now_s();
-        cc->v11  = !strcmp(version, MHD_HTTP_VERSION_1_1);
-        if ((cc->key = auth_key(con)) < 0)
-            return send_error(con, 401, "invalid_request_error", "invalid_api_key",
-                              "missing or wrong API key (Authorization: Bearer KEY)");
-        return MHD_YES;
-    }
-    if (*size) {
-        if (now_s() - cc->t0 > HTTP_BODY_SECS)
-            return MHD_NO; /* a body trickling in: close */
-        if (!cc->too_big && cc->body.n + *size > SERVE_MAX_BODY)
-            cc->too_big = 1;
-        if (!cc->too_big && txt_buf_add(&cc->body, data, *size))
-            return MHD_NO;
-        *size = 0;
-        return MHD_YES;
-    }
+    const char *url = con->path, *method = con->method;
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/v1/models") || !strcmp(url, "/health") || !strncmp(url, "/v1/models/", 11)) {
         if (!get)
-            return send_405(con, "GET, HEAD");
-        if (!strcmp(url, "/health"))
-            return send_json(con, 200, json_pack("{s:s}", "status", "ok"));
-        if (!strcmp(url, "/v1/models"))
-            return send_json(con, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj()));
-        if (strcmp(url + 11, srv.name))
-            return send_error(con, 404, "invalid_request_error", "model_not_found", "no such model");
-        return send_json(con, 200, model_obj());
+            send_405(con, "GET, HEAD");
+        else if (!strcmp(url, "/health"))
+            send_json(con, 200, json_pack("{s:s}", "status", "ok"));
+        else if (!strcmp(url, "/v1/models"))
+            send_json(con, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj()));
+        else if (strcmp(url + 11, srv.name))
+            send_error(con, 404, "invalid_request_error", "model_not_found", "no such model");
+        else
+            send_json(con, 200, model_obj());
+        return;
     }
     if (!strcmp(url, "/v1/chat/completions")) {
         if (!post)
-            return send_405(con, "POST");
-        return chat_completions(con, cc);
+            send_405(con, "POST");
+        else
+            chat_completions(con);
+        return;
     }
     char m[300];
     snprintf(m, sizeof m, "no route %s %.200s (try GET /v1/models or POST /v1/chat/completions)", method,
              url);
-    return send_error(con, 404, "invalid_request_error", "not_found", m);
-}
-
-static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls,
-                         enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)con;
-    (void)toe;
-    conn *cc = *con_cls;
-    if (!cc)
-        return;
-    if (cc->j) {
-        pthread_mutex_lock(&srv.mu);
-        job_gone_locked(cc->j); /* no-op when it finished */
-        job_unref_locked(cc->j);
-        pthread_mutex_unlock(&srv.mu);
-    }
-    free(cc->body.p);
-    free(cc);
-    *con_cls = NULL;
+    send_error(con, 404, "invalid_request_error", "not_found", m);
 }
 
 /* "[ADDR:]PORT": ADDR defaults to 127.0.0.1; IPv6 as [::1]:PORT. */
@@ -1253,7 +1191,7 @@ static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls,
  * 0 when it would be served, -1 with the 4xx message in err. */
 int serve_check_body(const char *body, size_t n, char *err, size_t errn) {
     json_error_t je;
-    json_t      *b = json_loadb(body, n, 0, &je);
+    json_t      *b = json_loadb(body, n, JSON_REJECT_DUPLICATES, &je);
     if (!b) {
         snprintf(err, errn, "the body is not JSON: %s (line %d)", je.text, je.line);
         return -1;
@@ -1312,6 +1250,7 @@ static int parse_keys(const char *v) {
             fprintf(stderr, "k3chat: --api-key: more than %d keys\n", SERVE_MAX_KEYS);
             return -1;
         }
+        srv.key_len[srv.n_keys] = n;
         if (!(srv.keys[srv.n_keys++] = strndup(p, n)))
             return -1;
         p += n;
@@ -1361,7 +1300,10 @@ int cli_serve(const cli_opts *o) {
                 "the model (set K3_API_KEY)\n",
                 o->serve);
     /* the port first: a port in use fails at once, before the model loads */
-    http_rules rules = {.keyless = !o->api_key, .allow_hosts = o->allow_hosts, .max_body = SERVE_MAX_BODY};
+    http_rules rules = {.keyless     = !o->api_key,
+                        .allow_hosts = o->allow_hosts,
+                        .max_body    = SERVE_MAX_BODY,
+                        .auth        = srv.n_keys ? auth_key : NULL};
     http_gate *gate  = http_gate_open(ai->ai_addr, ai->ai_addrlen, &rules);
     if (!gate) {
         fprintf(stderr, "k3chat: --serve %s: %s\n", o->serve,
@@ -1381,7 +1323,6 @@ int cli_serve(const cli_opts *o) {
     k3_params          par;
     pthread_t          wt;
     int                have_worker = 0;
-    struct MHD_Daemon *d           = NULL;
     k3_status          pst         = k3_params_default(&par);
     par.sessions = o->parallel > 0 ? o->parallel : SERVE_PARALLEL; /* the memory fit counts every slot */
     if (pst || load_model_verbose(o->dir, &par, &srv.m)) {
@@ -1451,16 +1392,7 @@ int cli_serve(const cli_opts *o) {
         goto done;
     }
     have_worker = 1;
-    /* connections come from the gate (serve-http.c), which enforces the limits */
-    unsigned flags =
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
-    if (ai->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)HTTP_MAX_CONN + 8, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_SECS,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
-                         http_gate_notify, gate, MHD_OPTION_END);
-    if (!d || http_gate_start(gate, d)) {
+    if (http_gate_start(gate, on_request, NULL)) {
         fprintf(stderr, "k3chat: --serve %s: cannot start the HTTP server (%s)\n", o->serve, strerror(errno));
         goto done;
     }
@@ -1484,8 +1416,6 @@ int cli_serve(const cli_opts *o) {
     have_worker = 0;
     if (http_gate_drain(gate, SERVE_DRAIN_SECS)) /* every response out, its stream terminated */
         serve_log("connections still open after %d s: closing them", SERVE_DRAIN_SECS);
-    MHD_stop_daemon(d);
-    d = NULL;
     serve_log("%lu answered, %lu cancelled, %lu failed", srv.n_ok, srv.n_cancel, srv.n_err);
     rc = 0;
 done:
@@ -1496,9 +1426,6 @@ done:
         pthread_mutex_unlock(&srv.mu);
         pthread_join(wt, NULL);
     }
-    http_gate_stop(gate);
-    if (d)
-        MHD_stop_daemon(d);
     http_gate_free(gate);
     for (int i = 0; srv.slots && i < srv.n_slots; i++) {
         if (srv.slots[i].c)
