@@ -32,6 +32,8 @@
  * at most HTTP_PENDING_ADDR of them incomplete (HEAD or BODY) from one address: a new
  * connection over either limit takes the place of the oldest incomplete one (of that address,
  * for the second; after a last read of what it may already have sent), which is answered 503.
+ * Over the per-address limit only an incomplete one older than HTTP_BURST_SECS gives way: a
+ * burst of connections whose requests are on their way is served, not cut down at the accept.
  *
  * Deadlines fire on their own: each state keeps its connections in a list in order of deadline
  * (every state's deadline is its entry time plus a constant), so the loop looks at the first of
@@ -67,19 +69,19 @@ enum { R_FREE = 0, R_HEAD, R_BODY, R_WAIT, R_ACTIVE, R_LINGER, R_NSTATE };
 #define BODY_BUF0 (64u << 10)
 
 typedef struct hrec {
-    int                 state, fd;
-    int                 prev, next; /* its state's list (in order of deadline), -1 at the ends */
-    char                ip[64];     /* the client address, the key of the per-address limits   */
-    double              deadline;
-    char               *buf; /* (cap) the head's bytes (len so far)                        */
-    size_t              len, cap;
-    http_scan           scan;
-    http_head           head;
-    char               *body; /* (body_cap) the body so far (body_n bytes)                  */
-    size_t              body_n, body_cap;
-    int                 key;     /* its API key's index                     */
-    size_t              drained; /* LINGER: bytes dropped                   */
-    struct http_gate   *g;
+    int               state, fd;
+    int               prev, next; /* its state's list (in order of deadline), -1 at the ends */
+    char              ip[64];     /* the client address, the key of the per-address limits   */
+    double            deadline, t_accept;
+    char             *buf; /* (cap) the head's bytes (len so far)                        */
+    size_t            len, cap;
+    http_scan         scan;
+    http_head         head;
+    char             *body; /* (body_cap) the body so far (body_n bytes)                  */
+    size_t            body_n, body_cap;
+    int               key;     /* its API key's index                     */
+    size_t            drained; /* LINGER: bytes dropped                   */
+    struct http_gate *g;
 } hrec;
 
 struct http_gate {
@@ -138,7 +140,7 @@ static void set_state(http_gate *g, hrec *x, int st, double secs) {
 
 /* epoll: what x waits for in its state (HEAD, BODY, LINGER: bytes; WAIT: only a reset). */
 static void ep_watch(http_gate *g, hrec *x, int op) {
-    struct epoll_event ev = {.events = x->state == R_WAIT ? 0u : (uint32_t)(EPOLLIN | EPOLLRDHUP),
+    struct epoll_event ev = {.events   = x->state == R_WAIT ? 0u : (uint32_t)(EPOLLIN | EPOLLRDHUP),
                              .data.u64 = ((uint64_t)(unsigned)x->fd << 32) | (uint32_t)(x - g->rec)};
     if (epoll_ctl(g->ep, op, x->fd, &ev) && op == EPOLL_CTL_MOD)
         epoll_ctl(g->ep, EPOLL_CTL_ADD, x->fd, &ev);
@@ -232,14 +234,14 @@ static void gate_answer(http_gate *g, hrec *x, int status, const char *type, con
                         const char *msg) {
     char *body = http_error_json(type, code, msg);
     char  out[1600];
-    int   hn   = snprintf(out, sizeof out,
-                          "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s"
-                              "Connection: close\r\n\r\n%s",
-                          status, reason(status), body ? strlen(body) : 0,
-                          status == 503   ? "Retry-After: 5\r\n"
-                              : status == 401 ? "WWW-Authenticate: Bearer\r\n"
-                                              : "",
-                          body ? body : "");
+    int   hn = snprintf(out, sizeof out,
+                        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s"
+                          "Connection: close\r\n\r\n%s",
+                        status, reason(status), body ? strlen(body) : 0,
+                      status == 503   ? "Retry-After: 5\r\n"
+                        : status == 401 ? "WWW-Authenticate: Bearer\r\n"
+                                        : "",
+                      body ? body : "");
     if (hn > 0 && (size_t)hn < sizeof out)
         (void)!send(x->fd, out, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT);
     free(body);
@@ -280,8 +282,8 @@ static void head_done(http_gate *g, hrec *x) {
         return;
     }
     size_t extra = x->len - x->head.len, want = (size_t)x->head.body;
-    size_t take  = extra < want ? extra : want;
-    x->body_cap  = want < BODY_BUF0 || take > BODY_BUF0 ? want : BODY_BUF0;
+    size_t take = extra < want ? extra : want;
+    x->body_cap = want < BODY_BUF0 || take > BODY_BUF0 ? want : BODY_BUF0;
     if (want && !(x->body = malloc(x->body_cap))) {
         gate_answer(g, x, 503, "server_error", "out_of_memory", "out of memory: retry later");
         return;
@@ -344,8 +346,8 @@ static void body_read(http_gate *g, hrec *x) {
             x->body_n += (size_t)n;
         else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
             char m[160];
-            snprintf(m, sizeof m, "the connection ended inside the request body (%zu of %zu bytes)", x->body_n,
-                     want);
+            snprintf(m, sizeof m, "the connection ended inside the request body (%zu of %zu bytes)",
+                     x->body_n, want);
             gate_answer(g, x, 400, "invalid_request_error", "incomplete_request", m);
             return;
         }
@@ -393,9 +395,11 @@ static void make_room(http_gate *g, const char *ip) {
     for (int tries = 0; tries < HTTP_PENDING_ADDR + 2; tries++) {
         int   mine = count_addr(g, ip, R_HEAD, R_BODY);
         int   all  = g->count[R_HEAD] + g->count[R_BODY] + g->count[R_WAIT];
-        hrec *v    = mine >= HTTP_PENDING_ADDR ? victim(g, ip) : all >= HTTP_MAX_PENDING ? victim(g, NULL) : NULL;
-        if (!v)
-            return;
+        hrec *v    = mine >= HTTP_PENDING_ADDR ? victim(g, ip)
+                     : all >= HTTP_MAX_PENDING ? victim(g, NULL)
+                                               : NULL;
+        if (!v || (all < HTTP_MAX_PENDING && mono() - v->t_accept < HTTP_BURST_SECS))
+            return; /* a burst: requests whose bytes are on their way, not a slowloris yet */
         if (v->state == R_HEAD)
             head_read(g, v, 0);
         else if (v->state == R_BODY)
@@ -440,8 +444,9 @@ static void gate_accept(http_gate *g) {
             close(fd);
             continue;
         }
-        hrec *x = &g->rec[g->first[R_FREE]];
-        x->fd   = fd;
+        hrec *x     = &g->rec[g->first[R_FREE]];
+        x->fd       = fd;
+        x->t_accept = mono();
         snprintf(x->ip, sizeof x->ip, "%s", ip);
         set_state(g, x, R_HEAD, HTTP_HEAD_SECS);
         ep_watch(g, x, EPOLL_CTL_ADD);
@@ -452,8 +457,8 @@ static void gate_accept(http_gate *g) {
 /* ---- serving: a thread per request ------------------------------------------------------------ */
 
 static void *req_main(void *arg) {
-    hrec      *x = arg;
-    http_gate *g = x->g;
+    hrec      *x  = arg;
+    http_gate *g  = x->g;
     int        fl = fcntl(x->fd, F_GETFL), one = 1;
     fcntl(x->fd, F_SETFL, fl & ~O_NONBLOCK);
     struct timeval tv = {.tv_sec = HTTP_SEND_SECS};
@@ -467,7 +472,7 @@ static void *req_main(void *arg) {
                   .path      = x->buf + x->head.target,
                   .body      = x->body,
                   .body_n    = x->body_n};
-    x->body = NULL;
+    x->body    = NULL;
     g->handler(g->cls, &q);
     free(q.body);
     fcntl(x->fd, F_SETFL, fl | O_NONBLOCK);
@@ -522,7 +527,8 @@ static void gate_expire(http_gate *g, double now) {
                 gate_answer(g, x, 408, "invalid_request_error", "request_timeout",
                             "the request body did not arrive within " HTTP_STR(HTTP_BODY_SECS) " s");
             else if (st[k] == R_WAIT)
-                gate_answer(g, x, 503, "server_error", "server_busy", "every connection slot is busy: retry later");
+                gate_answer(g, x, 503, "server_error", "server_busy",
+                            "every connection slot is busy: retry later");
             else
                 rec_close(g, x);
         }
@@ -575,7 +581,7 @@ static void gate_shutdown(http_gate *g) {
 }
 
 static void *gate_main(void *arg) {
-    http_gate *g = arg;
+    http_gate *g         = arg;
     int        listening = 1;
     pthread_mutex_lock(&g->mu);
     while (!g->stopping) {

@@ -123,10 +123,7 @@ static int verdict(http_head *h, int status, const char *code, const char *fmt, 
     va_end(ap);
     h->status = status;
     snprintf(h->code, sizeof h->code, "%s", code);
-    http_clean(h->msg, sizeof h->msg, raw,
-               n < 0                    ? 0
-               : (size_t)n < sizeof raw ? (size_t)n
-                                        : sizeof raw - 1);
+    http_clean(h->msg, sizeof h->msg, raw, n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1);
     return 1;
 }
 
@@ -405,4 +402,3 @@ int http_head_scan(const char *p, size_t n, http_scan *s, int eof, const http_ru
     }
     return 1;
 }
-

@@ -15,6 +15,7 @@
                              /* goes after those from addresses that hold fewer            */
 #define HTTP_MAX_PENDING 256 /* connections whose request is being read or that wait     */
 #define HTTP_PENDING_ADDR 32 /* incomplete ones from one client address                  */
+#define HTTP_BURST_SECS 1    /* over it, only one incomplete for this long gives way      */
 #define HTTP_HEAD_SECS 10    /* the whole request head must arrive within this            */
 #define HTTP_QUEUE_SECS 10   /* a complete request waits this long for a slot, then 503    */
 #define HTTP_BODY_SECS 60    /* the body must be complete this long after the head (408)   */
@@ -36,13 +37,13 @@ typedef struct http_rules {
 /* The verdict on a request head, and what a request that passes is made of (offsets into the
  * head's bytes). */
 typedef struct http_head {
-    size_t             len;      /* bytes of the head, final CRLF CRLF included            */
-    int                status;   /* 0: hand it on; else the HTTP status to answer and close */
-    char               code[40]; /* error code of the JSON answer                           */
-    char               msg[240]; /* its message                                             */
-    int                v11;      /* HTTP/1.1 (else 1.0)                                     */
-    int                expect;   /* Expect: 100-continue on HTTP/1.1                        */
-    size_t             method_n; /* the method is bytes [0, method_n)                       */
+    size_t             len;              /* bytes of the head, final CRLF CRLF included            */
+    int                status;           /* 0: hand it on; else the HTTP status to answer and close */
+    char               code[40];         /* error code of the JSON answer                           */
+    char               msg[240];         /* its message                                             */
+    int                v11;              /* HTTP/1.1 (else 1.0)                                     */
+    int                expect;           /* Expect: 100-continue on HTTP/1.1                        */
+    size_t             method_n;         /* the method is bytes [0, method_n)                       */
     size_t             target, target_n; /* the request target                              */
     size_t             auth, auth_n;     /* Authorization's value; auth_n 0: none            */
     int                has_auth;

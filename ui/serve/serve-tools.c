@@ -33,10 +33,7 @@ int serve_bad(stools_err *e, const char *code, const char *fmt, ...) {
     int n = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
     /* the text may echo the client's (cut inside a character, control characters) */
-    http_clean(e->msg, sizeof e->msg, raw,
-               n < 0                    ? 0
-               : (size_t)n < sizeof raw ? (size_t)n
-                                        : sizeof raw - 1);
+    http_clean(e->msg, sizeof e->msg, raw, n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1);
     snprintf(e->code, sizeof e->code, "%s", code);
     return -1;
 }

@@ -74,6 +74,7 @@
 #define SERVE_QUEUE 32              /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
 #define SERVE_CHUNK 32              /* prompt ids per prefill step (K3_SERVE_CHUNK; BENCHMARKS.md) */
 #define SERVE_QUEUE_SECS 600        /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
+#define SERVE_SSE_MAX (1u << 20)    /* stream bytes a client may leave unread; beyond: cancelled */
 
 /* ---- a parsed request ----------------------------------------------------------- */
 
@@ -266,6 +267,11 @@ static void sse_json(job *j, json_t *o) {
         free(s);
     }
     json_decref(o);
+    if (j->sse.n > SERVE_SSE_MAX && !j->gone && j->state != J_DONE) { /* the client does not read */
+        serve_log("#%u: the client reads its stream too slowly (%zu bytes unsent): cancelled", j->seq,
+                  j->sse.n);
+        job_gone_locked(j);
+    }
 }
 
 static json_t *usage_obj(const job *j) {
@@ -887,11 +893,12 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
     for (int k = 0; k < 2 && !r->max_tokens; k++) {
         if (!(v = json_object_get(b, mk[k])) || json_is_null(v))
             continue;
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > SERVE_MAX_TOKENS)
-            return bad(e, json_is_integer(v) ? "invalid_value" : "invalid_type",
+        double x = json_number_value(v); /* 100 or 100.0, as n takes 1 or 1.0 */
+        if (!json_is_number(v) || x != floor(x) || x < 1 || x > SERVE_MAX_TOKENS)
+            return bad(e, json_is_number(v) ? "invalid_value" : "invalid_type",
                        "%s: expected an integer from 1 to %d (a turn also ends at the context's end)", mk[k],
                        SERVE_MAX_TOKENS);
-        r->max_tokens = (int)json_integer_value(v);
+        r->max_tokens = (int)x;
     }
     if ((v = json_object_get(b, "seed")) && !json_is_null(v)) {
         if (!json_is_integer(v))
@@ -1005,7 +1012,8 @@ static int auth_key(const char *v, size_t n) {
         size_t   b    = srv.key_len[i];
         unsigned diff = (unsigned)(n != b);
         for (size_t k = 0; k < longest; k++) /* bytes past either end read as 0 */
-            diff |= (unsigned)((k < n ? (unsigned char)v[k] : 0) ^ (k < b ? (unsigned char)srv.keys[i][k] : 0));
+            diff |=
+                (unsigned)((k < n ? (unsigned char)v[k] : 0) ^ (k < b ? (unsigned char)srv.keys[i][k] : 0));
         found = diff == 0 ? i : found;
     }
     return found;
@@ -1013,9 +1021,9 @@ static int auth_key(const char *v, size_t n) {
 
 /* The stream: the job's SSE bytes as they come, until it is done or the client is gone. */
 static void send_stream(http_req *con, job *j) {
-    char   *p   = NULL;
-    size_t  n   = 0;
-    int     end = 0;
+    char  *p   = NULL;
+    size_t n   = 0;
+    int    end = 0;
     if (http_stream_begin(con, 200, "text/event-stream", "Cache-Control: no-cache\r\n") == 0)
         for (;;) {
             pthread_mutex_lock(&srv.mu);
@@ -1027,7 +1035,7 @@ static void send_stream(http_req *con, job *j) {
             if (p)
                 memcpy(p, j->sse.p + j->sse_off, n);
             j->sse.n = j->sse_off = 0;
-            end = j->state == J_DONE || j->gone;
+            end                   = j->state == J_DONE || j->gone;
             pthread_mutex_unlock(&srv.mu);
             if ((n && (!p || http_stream_write(con, p, n))) || (end && !n))
                 break;
@@ -1159,7 +1167,7 @@ static void chat_completions(http_req *con) {
 static void on_request(void *cls, http_req *con) {
     (void)cls;
     const char *url = con->path, *method = con->method;
-    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    int         get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/v1/models") || !strcmp(url, "/health") || !strncmp(url, "/v1/models/", 11)) {
         if (!get)
             send_405(con, "GET, HEAD");
@@ -1319,11 +1327,11 @@ int cli_serve(const cli_opts *o) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int                rc = 1;
-    k3_params          par;
-    pthread_t          wt;
-    int                have_worker = 0;
-    k3_status          pst         = k3_params_default(&par);
+    int       rc = 1;
+    k3_params par;
+    pthread_t wt;
+    int       have_worker = 0;
+    k3_status pst         = k3_params_default(&par);
     par.sessions = o->parallel > 0 ? o->parallel : SERVE_PARALLEL; /* the memory fit counts every slot */
     if (pst || load_model_verbose(o->dir, &par, &srv.m)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
