@@ -3,7 +3,7 @@
 #   - 66 slow bodies (Content-Length 100000, one byte every 5 s, from 19 addresses), a head then
 #     silence, and a body byte every 20 s are open while a normal client is served; each of
 #     them gets 408 at the body deadline (60 s after its head), none is closed without an answer;
-#   - a trickled head (24 connections sending 12 kB heads one byte per segment): the server's CPU
+#   - a trickled head (16 connections sending 8 kB heads one byte per segment): the server's CPU
 #     seconds per head byte stay flat from the first half of the heads to the second (a re-scan
 #     from byte 0 makes the second half cost about three times the first), and a normal client
 #     is served meanwhile (its latency is printed; BENCHMARKS.md has the figures);
@@ -15,7 +15,8 @@
 #   - duplicate JSON keys get 400 duplicate_key; max_tokens 100.0 is taken as n 1.0 is;
 #   - an answer with no visible text and a stop string (the sanitizer tree runs it: memmem(NULL));
 #   - log lines escape once (a role with a newline shows as \n, not \\n);
-#   - --serve [::]:PORT also takes IPv4 clients.
+#   - --serve [::]:PORT also takes IPv4 clients;
+#   - a stream whose client never reads is cancelled once 1 MB of it waits unsent.
 # Every loop and wait is bounded; every server is killed at the end.
 # slow
 import concurrent.futures
@@ -124,6 +125,19 @@ try:
        "66 slow bodies from 19 addresses open: a normal client is served (/health %s in %s s, a chat %d)"
        % ([s for s, _ in served], ["%.2f" % t for _, t in served], final(out)[0]))
 
+    # ---- 10: a stream whose client never reads is cancelled once 1 MB waits unsent (a scripted
+    # endless reply, so the turn outlives the check on any machine; checked at the end)
+    hold = os.path.join(T, "hold.txt")
+    with open(hold, "w") as f:
+        f.write("la " * 40000)
+    ps, sport, slog = start_server(K3, M, T, env, procs, "unread", ["--serve", "127.0.0.1:0", "--parallel", "1"],
+                                   K3_SERVE_SCRIPT=hold, K3_MAXT="65536")
+    unread = socket.socket()
+    unread.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    if sport:
+        unread.connect(("127.0.0.1", sport))
+        unread.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=100000, stream=True), key=None))
+
     # ---- 6: an answer with no visible text and a stop string (ASan/UBSan: memmem(NULL))
     out, _ = exchange(PORT, req("POST", "/v1/chat/completions", chat(max_tokens=2, stop=["x"])), timeout=60)
     st, _, b = final(out)
@@ -202,7 +216,7 @@ try:
        "requests sent): all 200, no 503 (%s)" % {c: codes.count(c) for c in set(codes)})
 
     # ---- 1: a trickled head costs the same CPU per byte all along; a normal client is served
-    N, L = 24, 12000
+    N, L = 16, 8000
     head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + "p" * L).encode()[:L]
     socks = []
     for _ in range(N):
@@ -270,6 +284,17 @@ try:
         t, st = th.results()[0]
         ok(st == 408 and t is not None and BODY_SECS - 1 <= t <= BODY_SECS + 3,
            "%s: 408 at %s s (the deadline is %d s)" % (name, "%.1f" % t if t else None, BODY_SECS))
+
+    if sport:
+        seen = serve_lib.wait_for(lambda: b"reads its stream too slowly" in read(slog), 30)
+        st = final(exchange(sport, req("GET", "/health", key=None))[0])[0]
+        ok(seen and st == 200, "a stream whose client never reads: cancelled with 1 MB unsent, the server "
+           "answers others (%r, /health %d)" % ([ln for ln in read(slog).split(b"\n") if b"slowly" in ln][:1], st))
+    else:
+        ok(False, "the scripted server starts")
+    unread.close()
+    ps.kill()
+    ps.wait()
 
     sanitizer_clean(T)
 finally:

@@ -67,6 +67,7 @@ enum { R_FREE = 0, R_HEAD, R_BODY, R_WAIT, R_ACTIVE, R_LINGER, R_NSTATE };
 #define N_REC (HTTP_MAX_PENDING + HTTP_MAX_CONN + N_LINGER)
 #define HEAD_BUF0 2048 /* a head buffer's first size; it doubles up to HTTP_MAX_HEAD + 1 */
 #define BODY_BUF0 (64u << 10)
+#define HTTP_SNDBUF (256 << 10) /* a response's socket send buffer (the kernel doubles it) */
 
 typedef struct hrec {
     int               state, fd;
@@ -97,7 +98,9 @@ struct http_gate {
     hrec            rec[N_REC];
     int             first[R_NSTATE], last[R_NSTATE], count[R_NSTATE];
     double          t_log, t_pause;
-    unsigned long   n_quiet; /* refusals not logged since the last line */
+    unsigned long   n_quiet;               /* refusals not logged since the last line */
+    pthread_t       zombie[HTTP_MAX_CONN]; /* (n_zombie) request threads that ended, to join */
+    int             n_zombie;
 };
 
 static double mono(void) {
@@ -464,6 +467,8 @@ static void *req_main(void *arg) {
     struct timeval tv = {.tv_sec = HTTP_SEND_SECS};
     setsockopt(x->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     setsockopt(x->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int sndbuf = HTTP_SNDBUF; /* fixed: what a client that never reads leaves in the kernel is bounded */
+    setsockopt(x->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     http_req q = {.fd        = x->fd,
                   .v11       = x->head.v11,
                   .head_only = !strcmp(x->buf, "HEAD"),
@@ -481,11 +486,22 @@ static void *req_main(void *arg) {
         rec_close(g, x);
     else
         to_linger(g, x);
+    g->zombie[g->n_zombie++] = pthread_self(); /* at most HTTP_MAX_CONN run at once */
     pthread_cond_broadcast(&g->idle_cv);
     if (g->wake[1] >= 0)
         (void)!write(g->wake[1], "", 1); /* a thread is free */
     pthread_mutex_unlock(&g->mu);
     return NULL;
+}
+
+/* Join the request threads that ended (lock held; dropped while joining: each is at its return). */
+static void reap(http_gate *g) {
+    while (g->n_zombie) {
+        pthread_t th = g->zombie[--g->n_zombie];
+        pthread_mutex_unlock(&g->mu);
+        pthread_join(th, NULL);
+        pthread_mutex_lock(&g->mu);
+    }
 }
 
 /* Hand waiting requests to threads while fewer than HTTP_MAX_CONN run: the oldest whose address
@@ -500,13 +516,8 @@ static void gate_dispatch(http_gate *g) {
             }
         epoll_ctl(g->ep, EPOLL_CTL_DEL, best->fd, NULL);
         set_state(g, best, R_ACTIVE, 0);
-        pthread_t      th;
-        pthread_attr_t at;
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        int bad = pthread_create(&th, &at, req_main, best);
-        pthread_attr_destroy(&at);
-        if (bad) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, req_main, best)) {
             set_state(g, best, R_WAIT, 0);
             gate_answer(g, best, 503, "server_error", "server_busy", "cannot start a thread: retry later");
         }
@@ -615,6 +626,7 @@ static void *gate_main(void *arg) {
             if (g->t_pause > mono() && !epoll_ctl(g->ep, EPOLL_CTL_DEL, g->lfd, NULL))
                 listening = 0;
         }
+        reap(g);
         gate_dispatch(g);
     }
     gate_shutdown(g);
@@ -794,6 +806,7 @@ int http_gate_drain(http_gate *g, double secs) {
             shutdown(g->rec[i].fd, SHUT_RDWR);
         wait_idle(g, 2);
     }
+    reap(g);
     pthread_mutex_unlock(&g->mu);
     return left ? -1 : 0;
 }
@@ -803,6 +816,7 @@ void http_gate_free(http_gate *g) {
         return;
     http_gate_stop(g);
     pthread_mutex_lock(&g->mu);
+    reap(g);
     int busy = g->count[R_ACTIVE];
     for (int i = 0; i < N_REC; i++)
         if (g->rec[i].state != R_FREE && g->rec[i].state != R_ACTIVE)
