@@ -15,8 +15,9 @@
  *           that passes is authenticated here (401 before any body is read), answered
  *           "100 Continue" when it asked and has a body, and goes on to
  *   BODY    the body (exactly Content-Length bytes) is arriving into a buffer that grows with
- *           what came (never more than Content-Length): it must be complete within
- *           HTTP_BODY_SECS of the head, or 408.
+ *           what came (never more than Content-Length; all such buffers together at most
+ *           HTTP_BODY_BUDGET, beyond which 503): it must be complete within HTTP_BODY_SECS of
+ *           the head, or 408.
  *   WAIT    the request is complete; waiting (FIFO) for a thread of its own, at most
  *           HTTP_QUEUE_SECS, then 503 with Retry-After. A request from an address that already
  *           holds HTTP_PER_ADDR threads goes after those from other addresses, but a free
@@ -67,7 +68,8 @@ enum { R_FREE = 0, R_HEAD, R_BODY, R_WAIT, R_ACTIVE, R_LINGER, R_NSTATE };
 #define N_REC (HTTP_MAX_PENDING + HTTP_MAX_CONN + N_LINGER)
 #define HEAD_BUF0 2048 /* a head buffer's first size; it doubles up to HTTP_MAX_HEAD + 1 */
 #define BODY_BUF0 (64u << 10)
-#define HTTP_SNDBUF (256 << 10) /* a response's socket send buffer (the kernel doubles it) */
+#define HTTP_SNDBUF (64 << 10)               /* a response's socket send buffer (the kernel doubles it) */
+#define HTTP_BODY_BUDGET ((size_t)256 << 20) /* bytes of bodies being read or waiting, in all */
 
 typedef struct hrec {
     int               state, fd;
@@ -99,6 +101,7 @@ struct http_gate {
     int             first[R_NSTATE], last[R_NSTATE], count[R_NSTATE];
     double          t_log, t_pause;
     unsigned long   n_quiet;               /* refusals not logged since the last line */
+    size_t          body_bytes;            /* body buffers of requests being read or waiting */
     pthread_t       zombie[HTTP_MAX_CONN]; /* (n_zombie) request threads that ended, to join */
     int             n_zombie;
 };
@@ -149,11 +152,19 @@ static void ep_watch(http_gate *g, hrec *x, int op) {
         epoll_ctl(g->ep, EPOLL_CTL_ADD, x->fd, &ev);
 }
 
+/* Free x's body buffer and take it off the gate's budget. */
+static void body_drop(http_gate *g, hrec *x) {
+    g->body_bytes -= x->body_cap;
+    x->body_cap = 0;
+    free(x->body);
+    x->body = NULL;
+}
+
 static void rec_close(http_gate *g, hrec *x) {
     if (x->fd >= 0)
         close(x->fd); /* also leaves the epoll set */
     free(x->buf);
-    free(x->body);
+    body_drop(g, x);
     int st = x->state;
     set_state(g, x, R_FREE, 0);
     memset((char *)x + offsetof(hrec, ip), 0, sizeof *x - offsetof(hrec, ip));
@@ -224,10 +235,10 @@ static void gate_note(http_gate *g, const hrec *x, int status, const char *msg) 
 static void to_linger(http_gate *g, hrec *x) {
     shutdown(x->fd, SHUT_WR);
     free(x->buf);
-    free(x->body);
-    x->buf = x->body = NULL;
-    x->drained       = 0;
-    int was          = x->state;
+    x->buf = NULL;
+    body_drop(g, x);
+    x->drained = 0;
+    int was    = x->state;
     set_state(g, x, R_LINGER, 1.0);
     ep_watch(g, x, was == R_ACTIVE ? EPOLL_CTL_ADD : EPOLL_CTL_MOD);
 }
@@ -275,6 +286,19 @@ static void head_strings(hrec *x) {
 
 static void body_read(http_gate *g, hrec *x);
 
+/* x's body buffer to cap bytes, within the gate's budget of bodies being read; else 503. */
+static int body_grow(http_gate *g, hrec *x, size_t cap) {
+    char *nb = g->body_bytes + cap - x->body_cap <= HTTP_BODY_BUDGET ? realloc(x->body, cap) : NULL;
+    if (!nb) {
+        gate_answer(g, x, 503, "server_error", "server_busy",
+                    "too many request bodies are arriving at once: retry later");
+        return -1;
+    }
+    g->body_bytes += cap - x->body_cap;
+    x->body = nb, x->body_cap = cap;
+    return 0;
+}
+
 /* The head passed its checks: authenticate, then the body (what came with the head first). */
 static void head_done(http_gate *g, hrec *x) {
     x->key = 0;
@@ -286,11 +310,9 @@ static void head_done(http_gate *g, hrec *x) {
     }
     size_t extra = x->len - x->head.len, want = (size_t)x->head.body;
     size_t take = extra < want ? extra : want;
-    x->body_cap = want < BODY_BUF0 || take > BODY_BUF0 ? want : BODY_BUF0;
-    if (want && !(x->body = malloc(x->body_cap))) {
-        gate_answer(g, x, 503, "server_error", "out_of_memory", "out of memory: retry later");
+    size_t cap  = want < BODY_BUF0 || take > BODY_BUF0 ? want : BODY_BUF0;
+    if (want && body_grow(g, x, cap))
         return;
-    }
     if (take)
         memcpy(x->body, x->buf + x->head.len, take);
     x->body_n = take;
@@ -335,15 +357,9 @@ static void head_read(http_gate *g, hrec *x, int eof) {
 static void body_read(http_gate *g, hrec *x) {
     size_t want = (size_t)x->head.body;
     if (x->body_n < want) {
-        if (x->body_n == x->body_cap) { /* grows with what came, up to Content-Length */
-            size_t cap = x->body_cap * 2 < want ? x->body_cap * 2 : want;
-            char  *nb  = realloc(x->body, cap);
-            if (!nb) {
-                gate_answer(g, x, 503, "server_error", "out_of_memory", "out of memory: retry later");
-                return;
-            }
-            x->body = nb, x->body_cap = cap;
-        }
+        if (x->body_n == x->body_cap && /* grows with what came, up to Content-Length */
+            body_grow(g, x, x->body_cap * 2 < want ? x->body_cap * 2 : want))
+            return;
         ssize_t n = recv(x->fd, x->body + x->body_n, x->body_cap - x->body_n, MSG_DONTWAIT);
         if (n > 0)
             x->body_n += (size_t)n;
@@ -516,6 +532,8 @@ static void gate_dispatch(http_gate *g) {
             }
         epoll_ctl(g->ep, EPOLL_CTL_DEL, best->fd, NULL);
         set_state(g, best, R_ACTIVE, 0);
+        g->body_bytes -= best->body_cap; /* the body is the request's now */
+        best->body_cap = 0;
         pthread_t th;
         if (pthread_create(&th, NULL, req_main, best)) {
             set_state(g, best, R_WAIT, 0);

@@ -1,9 +1,11 @@
 /* serve.c: `k3chat MODEL_DIR --serve [ADDR:]PORT`, an OpenAI-compatible HTTP server.
  *
  * DESIGN
- * libmicrohttpd parses HTTP (one thread per connection, internal polling thread); jansson
- * parses and writes every JSON body. Routes: GET /v1/models, GET /v1/models/NAME, GET
- * /health, POST /v1/chat/completions (streaming as server-sent events, or one JSON answer).
+ * serve-gate.c reads and checks every request (the only HTTP parser: head and body, limits
+ * and deadlines) and serves each complete one on a thread of its own; jansson parses and
+ * writes every JSON body (serve-req.c reads a request's fields). Routes: GET /v1/models,
+ * GET /v1/models/NAME, GET /health, POST /v1/chat/completions (streaming as server-sent
+ * events, or one JSON answer).
  *
  * One model and one engine thread (worker_main) that owns it. A connection thread validates
  * its request, queues a job and waits. The engine thread runs continuous batching over
@@ -19,21 +21,20 @@
  *
  * Text flows from the engine thread's k3_conv callbacks into the job (under srv.mu): the reasoning
  * at once, the response through the stop-string filter, which holds back a tail that could
- * still become a stop string and cancels the turn when one appears. A streaming connection
- * sends the job's bytes from a content-reader callback as they come; a plain one waits for
- * the end. Both wait in 100 ms steps and peek at the socket (recv MSG_PEEK: 0 = closed):
- * a client that went away cancels its job (k3_conv_cancel of its slot), queued or running.
+ * still become a stop string and cancels the turn when one appears. A streaming request's
+ * thread writes the job's bytes as they come (a client that leaves SERVE_SSE_MAX unread is
+ * cancelled); a plain one waits for the end. Both wait in 100 ms steps and peek at the socket (recv MSG_PEEK:
+ * 0 = closed): a client that went away cancels its job (k3_conv_cancel of its slot), queued or running.
  *
  * A client that closed its sending side after the request (half-close) still gets its answer:
  * at EOF an HTTP/1.1 client is sent an interim "100 Continue" now and then, which a client that
- * is really gone answers with a reset (serve-http.c, http_peer_gone).
+ * is really gone answers with a reset (serve-gate.c, http_peer_gone).
  *
- * Connections come through serve-http.c (the listening socket, request-head checks, limits);
- * libmicrohttpd gets them with MHD_add_connection and answers one request per connection
- * (Connection: close). Errors are {"error": {"message", "type", "code"}} with 400 (bad JSON,
- * wrong types, over the context, bad framing), 401 (bearer token), 403 (Host), 404, 405 (with
- * Allow), 408, 411, 413 (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 431,
- * 500, 503 (busy or queue full, with Retry-After; shutting down), 505. Messages that echo the client's text
+ * Each request is answered once, with Connection: close. Errors are {"error": {"message",
+ * "type", "code"}} with 400 (bad JSON, duplicate keys, wrong types, over the context, bad
+ * framing), 401 (bearer token), 403 (Host), 404, 405 (with Allow), 408, 411, 413
+ * (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 417, 431, 500, 503 (busy or
+ * queue full, with Retry-After; shutting down), 505. Messages that echo the client's text
  * are cut on a character boundary with control characters escaped, and so is every log line.
  * SIGINT/SIGTERM: stop accepting, cancel the running turns (a stream ends with an error event
  * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
@@ -43,6 +44,7 @@
 #include "cli.h"
 #include "k3.h"
 #include "serve-http.h"
+#include "serve-req.h"
 #include "serve-tools.h"
 #include "text.h"
 
@@ -63,57 +65,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SERVE_MAX_BODY (8u << 20)   /* bytes of a request body                        */
-#define SERVE_DRAIN_SECS 10         /* at shutdown, for responses to finish           */
-#define SERVE_MAX_KEYS 64           /* API keys (one prompt cache owner at a time)    */
-#define SERVE_MAX_STOPS 16          /* stop strings per request                       */
-#define SERVE_MAX_TOKENS 1000000000 /* max_tokens accepted (the context ends a turn first) */
-#define SERVE_MIN_ROOM 8            /* tokens a turn must be able to generate (conv)  */
-#define SERVE_MAX_PARALLEL 64       /* --parallel                                      */
-#define SERVE_PARALLEL 4            /* its default                                     */
-#define SERVE_QUEUE 32              /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
-#define SERVE_CHUNK 32              /* prompt ids per prefill step (K3_SERVE_CHUNK; BENCHMARKS.md) */
-#define SERVE_QUEUE_SECS 600        /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
-#define SERVE_SSE_MAX (1u << 20)    /* stream bytes a client may leave unread; beyond: cancelled */
-
-/* ---- a parsed request ----------------------------------------------------------- */
-
-typedef struct smsg {
-    k3_role role;
-    char   *content;   /* never NULL           */
-    char   *reasoning; /* NULL when none given */
-} smsg;
-
-typedef struct sreq {
-    smsg       *msgs; /* (n_msgs) */
-    int         n_msgs;
-    int         stream, include_usage;
-    int         think;      /* 1 on, 0 off */
-    char        effort[8];  /* low | high | max */
-    int         max_tokens; /* 0 = up to the context */
-    float       temp, top_p;
-    uint64_t    seed;
-    char       *stops[SERVE_MAX_STOPS]; /* (n_stops) stop strings, non-empty */
-    int         n_stops;
-    size_t      max_stop; /* longest stop string in bytes */
-    stools_req  tl;       /* tools, tool_choice (serve-tools.c)        */
-    stools_msg *tx;       /* (n_msgs) each message's tool calls / result ids */
-} sreq;
-
-static void sreq_free(sreq *r) {
-    for (int i = 0; i < r->n_msgs; i++) {
-        free(r->msgs[i].content);
-        free(r->msgs[i].reasoning);
-        if (r->tx)
-            stools_msg_free(&r->tx[i]);
-    }
-    free(r->msgs);
-    free(r->tx);
-    stools_req_free(&r->tl);
-    for (int i = 0; i < r->n_stops; i++)
-        free(r->stops[i]);
-    memset(r, 0, sizeof *r);
-}
+#define SERVE_MAX_BODY (8u << 20)  /* bytes of a request body                        */
+#define SERVE_DRAIN_SECS 10        /* at shutdown, for responses to finish           */
+#define SERVE_MAX_KEYS 64          /* API keys (one prompt cache owner at a time)    */
+#define SERVE_MIN_ROOM 8           /* tokens a turn must be able to generate (conv)  */
+#define SERVE_MAX_PARALLEL 64      /* --parallel                                      */
+#define SERVE_PARALLEL 4           /* its default                                     */
+#define SERVE_QUEUE 32             /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
+#define SERVE_CHUNK 32             /* prompt ids per prefill step (K3_SERVE_CHUNK; BENCHMARKS.md) */
+#define SERVE_QUEUE_SECS 600       /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
+#define SERVE_SSE_MAX (256u << 10) /* stream bytes a client may leave unread; beyond: cancelled */
 
 /* ---- jobs ------------------------------------------------------------------------- */
 
@@ -687,277 +648,6 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-/* ---- request parsing ------------------------------------------------------------------- */
-
-typedef stools_err perr; /* a 400's message and code (serve-tools.h) */
-#define bad serve_bad
-
-/* Message content: a string, null, or an array of {"type":"text","text":...} parts. */
-static int parse_content(json_t *v, int i, const char *field, char **out, perr *e) {
-    if (!v || json_is_null(v)) {
-        *out = strdup("");
-        return *out ? 0 : bad(e, "out_of_memory", "out of memory");
-    }
-    if (json_is_string(v)) {
-        *out = strndup(json_string_value(v), json_string_length(v));
-        return *out ? 0 : bad(e, "out_of_memory", "out of memory");
-    }
-    if (!json_is_array(v))
-        return bad(e, "invalid_type", "messages[%d].%s: expected a string or an array of text parts", i,
-                   field);
-    txt_buf b = {0};
-    size_t  k;
-    json_t *part;
-    json_array_foreach(v, k, part) {
-        json_t     *tv   = json_object_get(part, "type");
-        const char *type = json_string_value(tv);
-        json_t     *text = json_object_get(part, "text");
-        if (!json_is_object(part) || (tv && !type)) {
-            free(b.p);
-            return bad(e, "invalid_type", "messages[%d].%s[%zu]%s: expected %s", i, field, k,
-                       json_is_object(part) ? ".type" : "", json_is_object(part) ? "a string" : "an object");
-        }
-        if (type && strcmp(type, "text") != 0) {
-            free(b.p);
-            return bad(e, "unsupported_content",
-                       "messages[%d].%s[%zu]: '%s' parts are not supported (text only)", i, field, k, type);
-        }
-        if (!json_is_string(text)) {
-            free(b.p);
-            return bad(e, "invalid_type", "messages[%d].%s[%zu].text: expected a string", i, field, k);
-        }
-        if ((k && txt_buf_add(&b, "\n", 1)) ||
-            txt_buf_add(&b, json_string_value(text), json_string_length(text))) {
-            free(b.p);
-            return bad(e, "out_of_memory", "out of memory");
-        }
-    }
-    *out = b.p ? b.p : strdup("");
-    return *out ? 0 : bad(e, "out_of_memory", "out of memory");
-}
-
-static int parse_messages(json_t *msgs, sreq *r, perr *e) {
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return bad(e, msgs ? "invalid_type" : "missing_field",
-                   "messages: expected a non-empty array of messages");
-    size_t n = json_array_size(msgs);
-    r->msgs  = calloc(n, sizeof *r->msgs);
-    r->tx    = calloc(n, sizeof *r->tx);
-    if (!r->msgs || !r->tx)
-        return bad(e, "out_of_memory", "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        json_t     *m    = json_array_get(msgs, i);
-        const char *role = json_string_value(json_object_get(m, "role"));
-        smsg       *d    = &r->msgs[i];
-        if (!json_is_object(m))
-            return bad(e, "invalid_type", "messages[%zu]: expected an object", i);
-        if (!role)
-            return bad(e, "invalid_type", "messages[%zu].role: expected a string", i);
-        if (!strcmp(role, "system") || !strcmp(role, "developer"))
-            d->role = K3_ROLE_SYSTEM;
-        else if (!strcmp(role, "user"))
-            d->role = K3_ROLE_USER;
-        else if (!strcmp(role, "assistant"))
-            d->role = K3_ROLE_ASSISTANT;
-        else if (!strcmp(role, "tool"))
-            d->role = K3_ROLE_TOOL;
-        else
-            return bad(e, "unsupported_role",
-                       "messages[%zu].role: '%s' is not supported (system, developer, user, assistant, tool)",
-                       i, role);
-        r->n_msgs   = (int)i + 1;
-        json_t *cnt = json_object_get(m, "content");
-        if ((!cnt || json_is_null(cnt)) && d->role != K3_ROLE_ASSISTANT) /* only an answer may lack it */
-            return bad(
-                e, cnt ? "invalid_type" : "missing_field",
-                "messages[%zu].content: a %s message needs its content (a string or an array of text parts)",
-                i, role);
-        if (parse_content(cnt, (int)i, "content", &d->content, e))
-            return -1;
-        if (stools_parse_message(m, i, d->role, &r->tx[i], e))
-            return -1;
-        static const char *rk[] = {"reasoning_content", "reasoning", "thinking"};
-        for (int k = 0; k < 3 && d->role == K3_ROLE_ASSISTANT && !d->reasoning; k++) {
-            json_t *v = json_object_get(m, rk[k]);
-            if (v && !json_is_null(v) && parse_content(v, (int)i, rk[k], &d->reasoning, e))
-                return -1;
-        }
-    }
-    if (r->msgs[n - 1].role != K3_ROLE_USER && r->msgs[n - 1].role != K3_ROLE_TOOL)
-        return bad(e, "invalid_value",
-                   "messages: the last message must be the user's or a tool result (got %s)",
-                   r->msgs[n - 1].role == K3_ROLE_SYSTEM ? "system" : "assistant");
-    k3_role *roles = calloc(n, sizeof *roles);
-    if (!roles)
-        return bad(e, "out_of_memory", "out of memory");
-    for (size_t i = 0; i < n; i++)
-        roles[i] = r->msgs[i].role;
-    int rc = stools_check_results(roles, r->tx, n, e);
-    free(roles);
-    return rc;
-}
-
-/* A boolean field (absent: keeps *out). */
-static int get_bool(json_t *o, const char *key, const char *path, int *out, perr *e) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_boolean(v))
-        return bad(e, "invalid_type", "%s: expected true or false", path);
-    *out = json_is_true(v);
-    return 0;
-}
-
-static int get_num(json_t *o, const char *key, double lo, double hi, float *out, perr *e) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_number(v))
-        return bad(e, "invalid_type", "%s: expected a number", key);
-    double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) {
-        char num[40]; /* the shortest text that reads back as x: 2.0000001 is not "2" */
-        for (int prec = 6; prec <= 17; prec++)
-            if (snprintf(num, sizeof num, "%.*g", prec, x), strtod(num, NULL) == x)
-                break;
-        return bad(e, "invalid_value", "%s: %s is outside %g..%g", key, num, lo, hi);
-    }
-    *out = (float)x;
-    return 0;
-}
-
-/* Fields the server does not implement: refused, with the field named, unless they ask for
- * what it does anyway (response_format text, penalties 0, no logprobs, no bias). */
-static int parse_unsupported(json_t *b, perr *e) {
-    json_t *v;
-    if ((v = json_object_get(b, "response_format")) && !json_is_null(v)) {
-        const char *t = json_string_value(json_object_get(v, "type"));
-        if (!json_is_object(v) || !t)
-            return bad(e, "invalid_type", "response_format: expected an object with a string type");
-        if (strcmp(t, "text"))
-            return bad(e, "unsupported_value", "response_format: type '%.40s' is not supported (text only)",
-                       t);
-    }
-    static const char *pen[] = {"frequency_penalty", "presence_penalty"};
-    for (int k = 0; k < 2; k++) {
-        if (!(v = json_object_get(b, pen[k])) || json_is_null(v))
-            continue;
-        if (!json_is_number(v))
-            return bad(e, "invalid_type", "%s: expected a number", pen[k]);
-        if (json_number_value(v) != 0)
-            return bad(e, "unsupported_value", "%s: not supported (only 0)", pen[k]);
-    }
-    if ((v = json_object_get(b, "logprobs")) && !json_is_null(v)) {
-        if (!json_is_boolean(v))
-            return bad(e, "invalid_type", "logprobs: expected true or false");
-        if (json_is_true(v))
-            return bad(e, "unsupported_value", "logprobs: not supported");
-    }
-    if ((v = json_object_get(b, "top_logprobs")) && !json_is_null(v)) {
-        if (!json_is_integer(v))
-            return bad(e, "invalid_type", "top_logprobs: expected an integer");
-        if (json_integer_value(v) != 0)
-            return bad(e, "unsupported_value", "top_logprobs: not supported");
-    }
-    if ((v = json_object_get(b, "logit_bias")) && !json_is_null(v)) {
-        if (!json_is_object(v))
-            return bad(e, "invalid_type", "logit_bias: expected an object");
-        if (json_object_size(v))
-            return bad(e, "unsupported_value", "logit_bias: not supported");
-    }
-    return 0;
-}
-
-static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
-    if (!json_is_object(b))
-        return bad(e, "invalid_type", "the body must be a JSON object");
-    r->think = 1;
-    snprintf(r->effort, sizeof r->effort, "max");
-    r->temp  = srv.info.gen_temp;
-    r->top_p = srv.info.gen_top_p;
-    r->seed  = (uint64_t)time(NULL) ^ ((uint64_t)seq << 32); /* a fresh seed per request */
-    json_t *v;
-    if ((v = json_object_get(b, "model")) && !json_is_string(v) && !json_is_null(v))
-        return bad(e, "invalid_type", "model: expected a string");
-    if (parse_messages(json_object_get(b, "messages"), r, e) ||
-        get_bool(b, "stream", "stream", &r->stream, e) || get_num(b, "temperature", 0, 2, &r->temp, e) ||
-        get_num(b, "top_p", 0, 1, &r->top_p, e))
-        return -1;
-    if ((v = json_object_get(b, "stream_options")) && !json_is_null(v)) {
-        if (!json_is_object(v))
-            return bad(e, "invalid_type", "stream_options: expected an object");
-        if (get_bool(v, "include_usage", "stream_options.include_usage", &r->include_usage, e))
-            return -1;
-    }
-    static const char *mk[] = {"max_completion_tokens", "max_tokens"};
-    for (int k = 0; k < 2 && !r->max_tokens; k++) {
-        if (!(v = json_object_get(b, mk[k])) || json_is_null(v))
-            continue;
-        double x = json_number_value(v); /* 100 or 100.0, as n takes 1 or 1.0 */
-        if (!json_is_number(v) || x != floor(x) || x < 1 || x > SERVE_MAX_TOKENS)
-            return bad(e, json_is_number(v) ? "invalid_value" : "invalid_type",
-                       "%s: expected an integer from 1 to %d (a turn also ends at the context's end)", mk[k],
-                       SERVE_MAX_TOKENS);
-        r->max_tokens = (int)x;
-    }
-    if ((v = json_object_get(b, "seed")) && !json_is_null(v)) {
-        if (!json_is_integer(v))
-            return bad(e, "invalid_type", "seed: expected an integer");
-        r->seed = (uint64_t)json_integer_value(v);
-    }
-    if ((v = json_object_get(b, "n")) && !json_is_null(v) &&
-        !(json_is_number(v) && json_number_value(v) == 1))
-        return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
-                   "n: only 1 choice per request is supported");
-    if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) ||
-        stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e))
-        return -1;
-    if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
-        json_t *one[1] = {v};
-        size_t  n      = json_is_array(v) ? json_array_size(v) : 1;
-        if (!json_is_string(v) && !json_is_array(v))
-            return bad(e, "invalid_type", "stop: expected a string or an array of strings");
-        if (n > SERVE_MAX_STOPS)
-            return bad(e, "invalid_value", "stop: at most %d strings", SERVE_MAX_STOPS);
-        for (size_t k = 0; k < n; k++) {
-            json_t *s = json_is_array(v) ? json_array_get(v, k) : one[0];
-            if (!json_is_string(s))
-                return bad(e, "invalid_type", "stop[%zu]: expected a string", k);
-            if (!json_string_length(s))
-                continue;
-            if (!(r->stops[r->n_stops] = strndup(json_string_value(s), json_string_length(s))))
-                return bad(e, "out_of_memory", "out of memory");
-            if (json_string_length(s) > r->max_stop)
-                r->max_stop = json_string_length(s);
-            r->n_stops++;
-        }
-    }
-    /* thinking: chat_template_kwargs.thinking / enable_thinking, or top-level enable_thinking;
-     * reasoning_effort low|high|max ("none": thinking off) */
-    if (get_bool(b, "enable_thinking", "enable_thinking", &r->think, e))
-        return -1;
-    if ((v = json_object_get(b, "chat_template_kwargs")) && !json_is_null(v)) {
-        if (!json_is_object(v))
-            return bad(e, "invalid_type", "chat_template_kwargs: expected an object");
-        if (get_bool(v, "enable_thinking", "chat_template_kwargs.enable_thinking", &r->think, e) ||
-            get_bool(v, "thinking", "chat_template_kwargs.thinking", &r->think, e))
-            return -1;
-    }
-    if ((v = json_object_get(b, "reasoning_effort")) && !json_is_null(v)) {
-        const char *s = json_string_value(v);
-        if (!s)
-            return bad(e, "invalid_type", "reasoning_effort: expected a string");
-        if (!strcmp(s, "none"))
-            r->think = 0;
-        else if (!strcmp(s, "low") || !strcmp(s, "high") || !strcmp(s, "max"))
-            snprintf(r->effort, sizeof r->effort, "%s", s);
-        else
-            return bad(e, "invalid_value", "reasoning_effort: '%.40s' is not low, high or max%s", s,
-                       strcmp(s, "medium") ? "" : " (Kimi K3 rejects medium)");
-    }
-    return 0;
-}
-
 /* ---- HTTP -------------------------------------------------------------------------------- */
 
 /* A JSON body s (malloc'd, taken); allow: the Allow header of a 405. One request per
@@ -1072,7 +762,7 @@ static void chat_completions(http_req *con) {
     pthread_mutex_lock(&srv.mu);
     j->seq = ++srv.seq;
     pthread_mutex_unlock(&srv.mu);
-    int rc = parse_request(b, j->seq, &j->r, &e);
+    int rc = sreq_parse(b, j->seq, &srv.info, &j->r, &e);
     json_decref(b);
     if (rc) {
         serve_log("#%u 400: %s", j->seq, e.msg);
@@ -1196,27 +886,6 @@ static void on_request(void *cls, http_req *con) {
 }
 
 /* "[ADDR:]PORT": ADDR defaults to 127.0.0.1; IPv6 as [::1]:PORT. */
-/* A request body through the same parser the server uses (for the fuzz target and tests):
- * 0 when it would be served, -1 with the 4xx message in err. */
-int serve_check_body(const char *body, size_t n, char *err, size_t errn) {
-    json_error_t je;
-    json_t      *b = json_loadb(body, n, JSON_REJECT_DUPLICATES, &je);
-    if (!b) {
-        snprintf(err, errn, "the body is not JSON: %s (line %d)", je.text, je.line);
-        return -1;
-    }
-    sreq r;
-    perr e;
-    memset(&r, 0, sizeof r);
-    memset(&e, 0, sizeof e);
-    int rc = parse_request(b, 1, &r, &e);
-    if (rc)
-        snprintf(err, errn, "%s", e.msg);
-    sreq_free(&r);
-    json_decref(b);
-    return rc ? -1 : 0;
-}
-
 static int parse_listen(const char *spec, struct addrinfo **out) {
     char        host[256] = "127.0.0.1";
     const char *port = spec, *colon = strrchr(spec, ':');
@@ -1290,6 +959,83 @@ static int is_loopback(const struct sockaddr *a) {
     return a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
 }
 
+/* --parallel slots, each a conversation (its session is made on first use); one prompt cache
+ * for all of them: clients take turns on the slots, so keep more saved states than the chat
+ * does (least recently used out; env overrides, see k3chat(1)). The queue's limits and the
+ * scripted replies (tests) from the environment. 0, or -1 with the reason on stderr. */
+static int serve_slots(const cli_opts *o) {
+    srv.n_slots = o->parallel > 0 ? o->parallel : SERVE_PARALLEL;
+    if (!(srv.slots = calloc((size_t)srv.n_slots, sizeof *srv.slots))) {
+        fprintf(stderr, "k3chat: out of memory\n");
+        return -1;
+    }
+    for (int i = 0; i < srv.n_slots; i++) {
+        srv.slots[i].key = -1;
+        if (!(srv.slots[i].c = k3_conv_new())) {
+            fprintf(stderr, "k3chat: out of memory\n");
+            return -1;
+        }
+        if (i)
+            k3_conv_share_prompt_cache(srv.slots[i].c, srv.slots[0].c);
+    }
+    /* the shared prompt cache: more snapshots and bytes than a chat's (16, 2000 MB) */
+    const char *mb = getenv("K3_CONV_SNAPSHOT_MB");
+    char       *end;
+    int         n_snaps;
+    double      snap_mb = mb && *mb ? strtod(mb, &end) : 2000;
+    if (env_count("K3_CONV_SNAPSHOTS", 0, 64, 16, &n_snaps))
+        return -1;
+    if (mb && *mb && (*end || !(snap_mb >= 0 && snap_mb < 1e9))) {
+        fprintf(stderr, "k3chat: K3_CONV_SNAPSHOT_MB='%s': expected a number of megabytes >= 0\n", mb);
+        return -1;
+    }
+    if (k3_conv_set_prompt_cache(srv.slots[0].c, n_snaps, snap_mb)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        return -1;
+    }
+    if (env_count("K3_SERVE_QUEUE", 0, 100000, SERVE_QUEUE, &srv.max_queue) ||
+        env_count("K3_SERVE_CHUNK", 1, 1 << 20, SERVE_CHUNK, &srv.chunk) ||
+        env_count("K3_SERVE_QUEUE_SECS", 1, 86400, SERVE_QUEUE_SECS, &srv.queue_secs))
+        return -1;
+    const char *script = getenv("K3_SERVE_SCRIPT");
+    stools_err  se;
+    if (script && *script && stools_script_load(script, o->dir, &se)) {
+        fprintf(stderr, "k3chat: %s\n", se.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The model id: --model, else the model directory's last component. */
+static void serve_name(const cli_opts *o, char *dname, size_t cap) {
+    const char *dir = o->dir;
+    size_t      dl  = strlen(dir);
+    while (dl > 1 && dir[dl - 1] == '/')
+        dl--;
+    const char *slash = memrchr(dir, '/', dl);
+    snprintf(dname, cap, "%.*s", (int)(dl - (slash ? (size_t)(slash + 1 - dir) : 0)),
+             slash ? slash + 1 : dir);
+    srv.name = o->model_name ? o->model_name : dname;
+}
+
+/* SIGINT/SIGTERM: stop accepting, cancel the running turns, answer the queue, let every response
+ * finish (up to SERVE_DRAIN_SECS). Joins the engine thread wt. */
+static void serve_stop(http_gate *gate, int sig, pthread_t wt) {
+    serve_log("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http_gate_stop(gate); /* no new connections; those not handed on yet get 503 */
+    pthread_mutex_lock(&srv.mu);
+    srv.stopping = 1;
+    for (int i = 0; i < srv.n_slots; i++) /* the running turns end as shutting_down */
+        if (srv.slots[i].j)
+            k3_conv_cancel(srv.slots[i].c);
+    pthread_cond_broadcast(&srv.work_cv);
+    pthread_mutex_unlock(&srv.mu);
+    pthread_join(wt, NULL); /* finishes the running job (cancelled) and answers the queue */
+    if (http_gate_drain(gate, SERVE_DRAIN_SECS)) /* every response out, its stream terminated */
+        serve_log("connections still open after %d s: closing them", SERVE_DRAIN_SECS);
+    serve_log("%lu answered, %lu cancelled, %lu failed", srv.n_ok, srv.n_cancel, srv.n_err);
+}
+
 int cli_serve(const cli_opts *o) {
     struct addrinfo *ai = NULL;
     if (parse_listen(o->serve, &ai)) {
@@ -1338,58 +1084,11 @@ int cli_serve(const cli_opts *o) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
-    /* --parallel slots, each a conversation (its session is made on first use); one prompt
-     * cache for all of them: clients take turns on the slots, so keep more saved states than
-     * the chat does (least recently used out; env overrides, see k3chat(1)) */
-    srv.n_slots = o->parallel > 0 ? o->parallel : SERVE_PARALLEL;
-    if (!(srv.slots = calloc((size_t)srv.n_slots, sizeof *srv.slots))) {
-        fprintf(stderr, "k3chat: out of memory\n");
+    if (serve_slots(o))
         goto done;
-    }
-    for (int i = 0; i < srv.n_slots; i++) {
-        srv.slots[i].key = -1;
-        if (!(srv.slots[i].c = k3_conv_new())) {
-            fprintf(stderr, "k3chat: out of memory\n");
-            goto done;
-        }
-        if (i)
-            k3_conv_share_prompt_cache(srv.slots[i].c, srv.slots[0].c);
-    }
-    /* the shared prompt cache: more snapshots and bytes than a chat's (16, 2000 MB) */
-    const char *mb = getenv("K3_CONV_SNAPSHOT_MB");
-    char       *end;
-    int         n_snaps;
-    double      snap_mb = mb && *mb ? strtod(mb, &end) : 2000;
-    if (env_count("K3_CONV_SNAPSHOTS", 0, 64, 16, &n_snaps))
-        goto done;
-    if (mb && *mb && (*end || !(snap_mb >= 0 && snap_mb < 1e9))) {
-        fprintf(stderr, "k3chat: K3_CONV_SNAPSHOT_MB='%s': expected a number of megabytes >= 0\n", mb);
-        goto done;
-    }
-    if (k3_conv_set_prompt_cache(srv.slots[0].c, n_snaps, snap_mb)) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
-        goto done;
-    }
-    if (env_count("K3_SERVE_QUEUE", 0, 100000, SERVE_QUEUE, &srv.max_queue) ||
-        env_count("K3_SERVE_CHUNK", 1, 1 << 20, SERVE_CHUNK, &srv.chunk) ||
-        env_count("K3_SERVE_QUEUE_SECS", 1, 86400, SERVE_QUEUE_SECS, &srv.queue_secs))
-        goto done;
-    const char *script = getenv("K3_SERVE_SCRIPT");
-    stools_err  se;
-    if (script && *script && stools_script_load(script, o->dir, &se)) {
-        fprintf(stderr, "k3chat: %s\n", se.msg);
-        goto done;
-    }
     k3_model_get_info(srv.m, &srv.info);
-    char        dname[256];
-    const char *dir = o->dir;
-    size_t      dl  = strlen(dir);
-    while (dl > 1 && dir[dl - 1] == '/')
-        dl--;
-    const char *slash = memrchr(dir, '/', dl);
-    snprintf(dname, sizeof dname, "%.*s", (int)(dl - (slash ? (size_t)(slash + 1 - dir) : 0)),
-             slash ? slash + 1 : dir);
-    srv.name    = o->model_name ? o->model_name : dname;
+    char dname[256];
+    serve_name(o, dname, sizeof dname);
     srv.t_start = (long long)time(NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1412,21 +1111,9 @@ int cli_serve(const cli_opts *o) {
             http_gate_port(gate), srv.n_keys ? " (API key required)" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
-    serve_log("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    http_gate_stop(gate); /* no new connections; those not handed on yet get 503 */
-    pthread_mutex_lock(&srv.mu);
-    srv.stopping = 1;
-    for (int i = 0; i < srv.n_slots; i++) /* the running turns end as shutting_down */
-        if (srv.slots[i].j)
-            k3_conv_cancel(srv.slots[i].c);
-    pthread_cond_broadcast(&srv.work_cv);
-    pthread_mutex_unlock(&srv.mu);
-    pthread_join(wt, NULL); /* finishes the running job (cancelled) and answers the queue */
+    serve_stop(gate, sig, wt);
     have_worker = 0;
-    if (http_gate_drain(gate, SERVE_DRAIN_SECS)) /* every response out, its stream terminated */
-        serve_log("connections still open after %d s: closing them", SERVE_DRAIN_SECS);
-    serve_log("%lu answered, %lu cancelled, %lu failed", srv.n_ok, srv.n_cancel, srv.n_err);
-    rc = 0;
+    rc          = 0;
 done:
     if (have_worker) {
         pthread_mutex_lock(&srv.mu);
