@@ -11,7 +11,7 @@
 # (70 connections from one address opened at once, then their requests). During each, a normal
 # client sends GET /health every 50 ms for ATTACK_SECS: its latency median and p99 (a failed or
 # refused request counts as the attack's length), and the server's CPU seconds (utime + stime)
-# per attack byte sent.
+# per attack byte sent. Then the peak RSS growth per 8 MB body, 4 bodies at once.
 import os
 import socket
 import statistics
@@ -140,6 +140,25 @@ def measure(pid, port, attack):
     return statistics.median(lat) * 1e3, p99 * 1e3, (c1 - c0) / sent[0] * 1e6 if sent[0] else 0.0, sent[0]
 
 
+def hwm_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(next(ln for ln in f if ln.startswith("VmHWM:")).split()[1])
+
+
+def body_memory(pid, port, n=4):
+    """Peak RSS growth (MB) per 8 MB body, n at once: each a valid message of 8 MB whose max_tokens (0)
+    makes it a 400 once read and parsed."""
+    body = b'{"messages":[{"role":"user","content":"' + b"a" * ((8 << 20) - 100) + b'"}],"max_tokens":0}'
+    h0 = hwm_kb(pid)
+    th = [threading.Thread(target=exchange, args=(port, req("POST", "/v1/chat/completions", body, key=KEY)),
+                           kwargs={"timeout": 60}) for _ in range(n)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(90)
+    return (hwm_kb(pid) - h0) / 1024 / n
+
+
 def main():
     builds = sys.argv[1:]
     tmp = os.environ.get("TMPDIR", "/tmp") + "/serve-attack-bench"
@@ -148,13 +167,14 @@ def main():
     if not os.path.exists(model):
         subprocess.run([os.path.join(builds[0], "k3-mkmodel"), "--preset", "tiny", "--seed", "1", "--quiet", model],
                        check=True)
-    res = {}
+    res, mem = {}, {}
     for rnd in range(ROUNDS):
         for b in builds:
             p, port = server(b, model, os.path.join(tmp, "log"))
             try:
                 for name, attack in ATTACKS:
                     res.setdefault((b, name), []).append(measure(p.pid, port, attack))
+                mem.setdefault(b, []).append(body_memory(p.pid, port))
             finally:
                 p.kill()
                 p.wait()
@@ -164,6 +184,8 @@ def main():
         print("%-40s %-14s %10.1f %10.1f %14.2f %10d" % (b[-40:], name, statistics.median(x[0] for x in v),
                                                         max(x[1] for x in v), statistics.median(x[2] for x in v),
                                                         statistics.median(x[3] for x in v)))
+    for b, v in mem.items():
+        print("%-40s peak RSS growth per 8 MB body (4 at once): %s MB" % (b[-40:], ["%.1f" % x for x in v]))
 
 
 if __name__ == "__main__":
