@@ -36,7 +36,7 @@ VERSION := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 VK_AUTO := $(shell $(PKG) --exists vulkan 2>/dev/null && command -v glslc >/dev/null 2>&1 && echo 1 || echo 0)
 VK      ?= $(VK_AUTO)
 
-PKGS := ncursesw libedit libutf8proc jansson libmicrohttpd libcurl md4c
+PKGS := ncursesw libedit libutf8proc jansson libcurl md4c
 ifeq ($(VK),1)
 PKGS += vulkan
 endif

@@ -4,7 +4,8 @@
 # official OpenAI SDK for JavaScript (npm `openai` 5, installed outside the repository into
 # K3_OPENAI_JS, default ~/.cache/k3chat/openai-js; SKIP without node/npm or the registry):
 # tool calls streamed and not, a tool result turn (and its prompt-cache reuse), tool_choice
-# required/none, a truncated call, and the bad-input cases of issue 23 (400 naming the field).
+# required/none, a truncated call, and the bad-input cases of issues 23 and 37 (400 naming the field; tool
+# histories with a call unanswered or answered twice, a shared id, an undeclared tool, a duplicate name).
 # The server runs on 127.0.0.1 with a kernel-picked port and is always killed; every wait is
 # bounded.
 import http.client
@@ -216,6 +217,28 @@ try:
         {"messages": [{"role": "system", "content": "", "tools": [{"type": "function", "function": {"name": "f",
                                                                   "parameters": "x"}}]}] + q},
         "messages[0].tools[0].function.parameters")
+    # issue 37 item 7: tool histories that are incomplete or ambiguous
+    def call(cid, name="get_time"):
+        return {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+    def result(cid):
+        return {"role": "tool", "tool_call_id": cid, "content": "x"}
+    two = {"role": "assistant", "content": None, "tool_calls": [call("c1"), call("c2", "get_weather")]}
+    bad("results for only some calls", {"messages": q + [two, result("c1")], "tools": TOOLS},
+        "messages[1].tool_calls: 1 call without a tool result: 'c2'")
+    bad("a call with no result, then a user message",
+        {"messages": q + [two, result("c2"), {"role": "user", "content": "and?"}], "tools": TOOLS},
+        "without a tool result: 'c1'")
+    bad("two calls sharing an id", {"messages": q + [dict(two, tool_calls=[call("c1"), call("c1")]), result("c1")],
+                                    "tools": TOOLS}, "messages[1].tool_calls[1].id: 'c1' is also the id of tool_calls[0]")
+    bad("two results for one id", {"messages": q + [two, result("c1"), result("c2"), result("c1")], "tools": TOOLS},
+        "messages[4].tool_call_id: 'c1' was already answered by messages[2]")
+    bad("a call to a tool never declared",
+        {"messages": q + [dict(two, tool_calls=[call("c1", "launch")]), result("c1")], "tools": TOOLS},
+        "messages[1].tool_calls[0].function.name: 'launch' is not a declared tool")
+    bad("duplicate function names in tools", {"messages": q, "tools": TOOLS + [TOOLS[0]]},
+        "tools[2].function.name: 'get_weather' is also the name of tools[0]")
+    bad("tool_choice required with no tools", {"messages": q, "tool_choice": "required"}, "tool_choice")
     # arguments that are not JSON render as the format's raw json block: a correct render (turn 9)
     asst["tool_calls"][0]["function"]["arguments"] = "not json {"
     code, o = post({"messages": q + [asst, {"role": "tool", "tool_call_id": "c1", "content": "x"}], "tools": TOOLS})
