@@ -23,19 +23,20 @@
 
 /* The registry, in run order: one X(name) per benchmark function bench_<name>. */
 #define BENCHES(X)                                                                                           \
-    X(kern)          /* bench-kern.c: memory read bandwidth; MXFP4/int4/int8 matvec GB/s */                  \
-    X(amx)           /* bench-amx.c: AMX-INT8 tile peak and matmul GOPS (hardware only; SKIP otherwise) */   \
-    X(act)           /* bench-act.c: SiTU-GLU ns/element, float path by level vs the double formula */       \
-    X(ui)            /* bench-ui.c: token-to-screen latency and UI CPU share of the TUI (mock engine) */     \
-    X(repack)        /* bench-repack.c: start-up of a k3 container vs the BF16 source; K3_MMAP memory */     \
-    X(tok)           /* bench-tok.c: tokenizer encode MB/s vs tiktoken's JS and WASM builds */               \
-    X(vk)            /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */                       \
-    X(experts)       /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */            \
-    X(release)       /* bench-release.c: release widths, 2 layers: open, first token, s/token, RSS */        \
-    X(prefill_scale) /* bench-prefill.c: expert bytes and wall, window vs per chunk (only when asked) */     \
-    X(cold)  /* bench-cold.c: reading memory left untouched, 4 KiB vs huge pages (only when asked) */        \
-    X(batch) /* bench-batch.c: aggregate decode tok/s of 1..8 sessions batched vs one alone */               \
-    X(serve) /* bench-serve.c: continuous batching: aggregate tok/s of 1-8 turns, TTFT joining 4 */
+    X(kern)    /* bench-kern.c: memory read bandwidth; MXFP4/int4/int8 matvec GB/s */                        \
+    X(amx)     /* bench-amx.c: AMX-INT8 tile peak and matmul GOPS (hardware only; SKIP otherwise) */         \
+    X(act)     /* bench-act.c: SiTU-GLU ns/element, float path by level vs the double formula */             \
+    X(ui)      /* bench-ui.c: token-to-screen latency and UI CPU share of the TUI (mock engine) */           \
+    X(repack)  /* bench-repack.c: start-up of a k3 container vs the BF16 source; K3_MMAP memory */           \
+    X(tok)     /* bench-tok.c: tokenizer encode MB/s vs tiktoken's JS and WASM builds */                     \
+    X(vk)      /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */                             \
+    X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */                  \
+    X(release) /* bench-release.c: release widths, 2 layers: open, first token, s/token, RSS */              \
+    X(prefill) /* bench-prefill.c: prefill_scale: expert bytes, wall, window vs chunk (only when asked) */   \
+    X(cold)    /* bench-cold.c: reading memory left untouched, 4 KiB vs huge pages (only when asked) */      \
+    X(batch)   /* bench-batch.c: aggregate decode tok/s of 1..8 sessions batched vs one alone */             \
+    X(serve)   /* bench-serve.c: continuous batching: aggregate tok/s of 1-8 turns, TTFT joining 4 */        \
+    X(grammar) /* bench-grammar.c: structured output: compile ms, mask us/token on 163,840 ids */
 
 #define DECLARE(name) int bench_##name(void);
 BENCHES(DECLARE)

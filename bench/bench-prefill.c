@@ -37,7 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int bench_prefill_scale(void);
+int bench_prefill(void);
 
 #define PS_REQ (16u << 20)
 #define PS_MAXP 16
@@ -98,7 +98,7 @@ static int ps_prompts(int *P) {
     return n;
 }
 
-int bench_prefill_scale(void) {
+int bench_prefill(void) {
     if (!bench_asked("prefill_scale"))
         return 0;
     const char *dir      = getenv("K3_BENCH_PSCALE");
