@@ -293,6 +293,47 @@ done:
 
 /* ---- snapshots, context, bad ids ------------------------------------------------ */
 
+/* A cancel during a prefill window (the whole 1,100-token prompt) leaves the session where it
+ * was; the same session then gives token-at-a-time's logits (test_windows' reference file). */
+static void test_window_cancel(const char *dir, const int32_t *ids, int vocab) {
+    char ref[600];
+    snprintf(ref, sizeof ref, "%s/w-ref.f32", tmp);
+    size_t      nr;
+    float      *a = read_floats(ref, &nr);
+    k3_params   p;
+    k3_model   *m = NULL;
+    k3_session *s = NULL;
+    if (!a || nr != (size_t)NWIN * vocab || k3_params_default(&p)) {
+        T_CHECK(0, "window cancel: the reference logits of %d positions", NWIN);
+        free(a);
+        return;
+    }
+    p.bits = p.mla_bits = p.head_bits = 32;
+    p.chunk = 32, p.max_ctx = 2048, p.threads = 1;
+    p.route = 1; /* test_windows' last reference file is K3_ROUTE=uniform's */
+    if (k3_model_open(dir, &p, &m) || k3_session_new(m, &s)) {
+        T_CHECK(0, "window cancel: open: %s", k3_errmsg());
+        goto done;
+    }
+    k3_status st = K3_OK;
+    for (long ms = 2; ms <= 512 && st != K3_ABORTED; ms *= 2) { /* until a cancel lands in the feed */
+        k3_session_reset(s);
+        st = feed_cancelled(s, ids, NWIN, ms * 1000000L);
+    }
+    T_CHECK(st == K3_ABORTED && k3_session_pos(s) == 0,
+            "a cancel during a %d-token prefill window: K3_ABORTED, the session still at 0 (at %d: %s)", NWIN,
+            k3_session_pos(s), k3_errmsg());
+    k3_session_reset(s);
+    st              = k3_session_feed(s, ids, NWIN);
+    const float *lg = k3_session_logits(s);
+    T_CHECK(!st && lg && !memcmp(lg, a + (size_t)(NWIN - 1) * vocab, (size_t)vocab * 4),
+            "after it the same session's window gives token-at-a-time's last logits");
+done:
+    k3_session_free(s);
+    k3_model_free(m);
+    free(a);
+}
+
 static void test_snapshot(const char *dir, const int32_t *ids, int vocab) {
     k3_model   *m = open_model(dir, 16, 64, NULL);
     k3_session *s = NULL, *s2 = NULL;
@@ -481,6 +522,7 @@ int main(void) {
     for (int i = 0; i < NWIN; i++)
         wids[i] = rand() % (info.vocab - 256 > 2 ? info.vocab - 256 : info.vocab);
     test_windows(dir, wids, info.vocab, info.n_moe, info.n_experts);
+    test_window_cancel(dir, wids, info.vocab);
     test_chunks(dir, ids, info.vocab);
     char keep[700], got[700];
     snprintf(keep, sizeof keep, "%s/c32-resident.f32", tmp);

@@ -716,7 +716,9 @@ static k3_status moe_forward(fwd_pass *p, int l) {
         const int *rows = ms.rows + ms.start[e], np = ms.start[e + 1] - ms.start[e];
         for (int i = 0; i < np; i += C)
             moe_compute(c, x, rows + i, np - i < C ? np - i : C, &ms);
-        vkt_offer(m->vk, l, e, &x->w1, &x->w3, &x->w2); /* warm the device tier with what was just read */
+        vkt_offer(m->vk, l, e, &x->w1, &x->w3, &x->w2);  /* warm the device tier with what was just read */
+        if (!whole && atomic_load(&p->seg[0].s->cancel)) /* a window: its one session, between experts */
+            rc = k3_err(K3_ABORTED, "cancelled in layer %d of a %d-token prefill window", l, n);
     }
     ex_end(&eb);
     if (rc)
@@ -735,14 +737,16 @@ static k3_status moe_forward(fwd_pass *p, int l) {
 /* The layer's attention over the pass: a chunk at once; a prefill window (n > cap, one
  * session) chunk by chunk in order, each a pass of its own over the window's rows of xn and y,
  * later chunks carrying on from the state the earlier ones left uncommitted (pass_seg.off). */
-static void attention(fwd_pass *pa, int l) {
+static k3_status attention(fwd_pass *pa, int l) {
     const int kda = pa->m->layers[l].kind == K3_LAYER_KDA, C = pa->cap, n = pa->n, D = pa->m->cfg.hidden;
     if (n <= C) {
         (kda ? kda_forward : mla_forward)(pa, l);
-        return;
+        return K3_OK;
     }
     K3_ASSERT(pa->nseg == 1);
     for (int c0 = 0; c0 < n; c0 += C) {
+        if (c0 && atomic_load(&pa->seg[0].s->cancel)) /* its one session, between chunks */
+            return k3_err(K3_ABORTED, "cancelled in layer %d of a %d-token prefill window", l, n);
         chunk_buf b  = *pa->b;
         pass_seg  sg = pa->seg[0];
         fwd_pass  sp = *pa;
@@ -758,6 +762,7 @@ static void attention(fwd_pass *pa, int l) {
         sp.nseg = 1;
         (kda ? kda_forward : mla_forward)(&sp, l);
     }
+    return K3_OK;
 }
 
 /* Spec 5, per token: p = h; x = blocks ? mix(p, blocks, attn_res) : p; on a block restart
@@ -787,7 +792,9 @@ static k3_status layer_forward(fwd_pass *pa, int l) {
         rmsnorm(b->xn + (size_t)t * D, x, w->in_norm, D, eps);
     }
     prof_end(PROF_NORM, t0);
-    attention(pa, l);
+    k3_status st = attention(pa, l);
+    if (st)
+        return st;
     t0 = prof_begin();
 #pragma omp parallel for schedule(static) if (n > 1 && (long)n * D >= PAR_MIN)
     for (int t = 0; t < n; t++) {
@@ -803,11 +810,8 @@ static k3_status layer_forward(fwd_pass *pa, int l) {
         for (int c0 = 0; c0 < n; c0 += pa->cap) /* a chunk of columns at a time */
             mlp_forward(m, &w->mlp, b->xn + (size_t)c0 * D, n - c0 < pa->cap ? n - c0 : pa->cap,
                         b->y + (size_t)c0 * D, b->proj[0], b->proj[1]);
-    else {
-        k3_status st = moe_forward(pa, l);
-        if (st)
-            return st;
-    }
+    else if ((st = moe_forward(pa, l)))
+        return st;
     t0 = prof_begin();
     for (size_t i = 0; i < (size_t)n * D; i++)
         b->h[i] += b->y[i];
