@@ -47,6 +47,11 @@ enum k3_log_level { K3_LOG_LEVEL_ERROR = 0, K3_LOG_LEVEL_WARN, K3_LOG_LEVEL_INFO
  * The callback may be called from any engine thread. NULL restores the default. */
 typedef void (*k3_log_cb)(int level, const char *msg, void *ud);
 void k3_log_set_callback(k3_log_cb cb, void *ud);
+/* K3_VERBOSE=1: information messages are logged too (read once). */
+int k3_log_verbose(void);
+
+/* ==== settings (settings.c): the table of every setting, its parsers ==== */
+#include "k3-settings.h"
 
 const char *k3_version(void);
 /* The instruction-set level the CPU kernels run at ("scalar", "avx2", "avx2+avx-vnni",
@@ -103,7 +108,14 @@ typedef struct k3_params {
 
 enum { K3_SET_BITS = 1, K3_SET_MLA_BITS = 2, K3_SET_HEAD_BITS = 4, K3_SET_EXPERT_GB = 8, K3_SET_MAXT = 16 };
 
-/* Defaults, then K3_* environment overrides. Invalid env values: K3_ERR_ARG naming the variable. */
+/* The process settings, as llama_backend_init: the kernels' level and knobs (K3_ISA, K3_IDOT,
+ * ...), the activation mode (K3_ACT), the profiler (K3_PROFILE), huge pages (K3_HUGEPAGES),
+ * K3_VERBOSE and K3_MEM_GB, each read from the environment and checked. Call it once at start
+ * (k3_model_open calls it if no one has; a program that changes those variables calls it again).
+ * Invalid values: K3_ERR_ARG naming the variable. */
+k3_status k3_init(void);
+/* The parameters' defaults (the settings table), then their K3_* environment overrides (K3_BITS,
+ * K3_CHUNK, ...). Invalid env values: K3_ERR_ARG naming the variable. No process state changes. */
 k3_status k3_params_default(k3_params *p);
 
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out);

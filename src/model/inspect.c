@@ -59,7 +59,7 @@ static k3_status read_settings(const char *dir, insp_settings *s) {
     s->n_layers = p.n_layers;
     s->chunk    = p.chunk;
     s->map      = 0;
-    return k3_env_int("K3_MMAP", 0, 1, &s->map);
+    return k3_setting_env_int(K3_SETTING_MMAP, &s->map);
 }
 
 #define HB(x) fit_hb((char[32]){0}, 32, (double)(x))

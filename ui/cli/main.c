@@ -15,6 +15,27 @@
 #include <string.h>
 #include <unistd.h>
 
+/* " (0..2, default 0.6; or K3_X)": what the help says after a setting's doc ("" when nothing). */
+static const char *settings_note(int id, char *buf, size_t n) {
+    const k3_setting_row *r         = k3_setting(id);
+    char                  range[64] = "", def[48] = "", env[48] = "";
+    if (r->type == K3_TYPE_NUM || (r->type == K3_TYPE_INT && !r->choices))
+        snprintf(range, sizeof range, "%.15g..%.15g", r->lo, r->hi);
+    if (!isnan(r->def) && r->type == K3_TYPE_BOOL)
+        snprintf(def, sizeof def, "default %s", r->def ? "on" : "off");
+    else if (!isnan(r->def) && r->type == K3_TYPE_ENUM)
+        snprintf(def, sizeof def, "default %s", k3_setting_choice(id, (int)r->def));
+    else if (!isnan(r->def))
+        snprintf(def, sizeof def, "default %g", r->def);
+    if (r->env)
+        snprintf(env, sizeof env, "or %s", r->env);
+    if (!range[0] && !def[0] && !env[0])
+        return "";
+    snprintf(buf, n, " (%s%s%s%s%s)", range, range[0] && def[0] ? ", " : "", def,
+             (range[0] || def[0]) && env[0] ? "; " : "", env);
+    return buf;
+}
+
 static void usage(FILE *f) {
     fprintf(
         f,
@@ -29,25 +50,19 @@ static void usage(FILE *f) {
         "       k3chat MODEL_DIR --replay FILE      re-run a transcript's user turns and compare\n"
         "       k3chat MODEL_DIR --serve [ADDR:]PORT  OpenAI-compatible HTTP server (127.0.0.1 by default)\n"
         "       k3chat --endpoint URL [--model NAME]  chat with a remote OpenAI-compatible server\n"
+        "       k3chat MODEL_DIR --plain            line-mode REPL instead of the full-screen interface\n"
         "\n"
-        "options:\n"
-        "  --plain             line-mode REPL instead of the full-screen interface\n"
-        "  --load FILE         continue a saved conversation (transcript)\n"
-        "  --system TEXT       system prompt\n"
-        "  --max-tokens N      stop after N generated tokens\n"
-        "  --temp T            sampling temperature (0 = greedy)\n"
-        "  --top-p P           nucleus sampling threshold\n"
-        "  --seed S            random seed for reproducible sampling\n"
-        "  --think on|off      thinking mode (default on)\n"
-        "  --effort low|high|max  thinking effort (default max)\n"
-        "  --pattern kimi|o200k   pre-tokenizer family for --tokenize/--detokenize\n"
-        "  --theme NAME        color theme\n"
-        "  --api-key KEY       bearer token --serve demands of clients, --endpoint sends (or K3_API_KEY)\n"
-        "  --model NAME        model name served (--serve) or requested (--endpoint)\n"
-        "  --allow-host NAMES  Host names (comma-separated) a --serve without a key answers\n"
-        "  --parallel N        requests --serve generates at once (1..64, default 4)\n"
-        "  -h, --help          this help;  -V, --version  the version\n"
-        "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
+        "options (the settings table, k3-settings.h):\n");
+    for (int id = 0; id < K3_SETTING_N; id++) { /* "  --temp X  doc (0..2, default 0.6)" */
+        const k3_setting_row *r = k3_setting(id);
+        if (r->flag) {
+            char opt[64], note[128];
+            snprintf(opt, sizeof opt, "--%s %s", r->flag, k3_setting_arg(id, K3_SRC_FLAG));
+            fprintf(f, "  %-22s %s%s\n", opt, r->doc, settings_note(id, note, sizeof note));
+        }
+    }
+    fprintf(f, "  -h, --help             this help;  -V, --version  the version\n"
+               "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
 
 /* Each mode option (--prompt, --ids, --serve, --inspect, ...) picks what k3chat does: two
@@ -64,20 +79,66 @@ static int set_mode(cli_opts *o, enum cli_mode mode, const char *opt) {
     return 0;
 }
 
-/* An option's number: cmd_num, the parser and range the slash commands use (cmd.h). */
-static int parse_num(const char *opt, const char *s, double lo, double hi, int integer, double *out) {
-    char range[64];
-    if (cmd_num(s, lo, hi, integer, out) == 0)
-        return 0;
-    fprintf(stderr, "k3chat: %s: '%s' is not %s in %s\n", opt, s, integer ? "an integer" : "a number",
-            cmd_range_str(lo, hi, range, sizeof range));
-    return -1;
-}
-
-static int parse_cmd_num(const char *opt, enum cmd_id id, const char *s, double *out) {
-    double lo, hi;
-    cmd_range(id, &lo, &hi);
-    return parse_num(opt, s, lo, hi, 0, out);
+/* A setting's flag (--temp X): parsed by its row of the settings table into o. 0 ok; 2 (a usage
+ * error) with the table's message. */
+static int set_flag(cli_opts *o, enum k3_setting_id id, const char *arg) {
+    char     err[256];
+    double   v = 0;
+    uint64_t u = 0;
+    if ((id == K3_SETTING_SEED ? k3_setting_parse_u64(id, K3_SRC_FLAG, arg, &u, err, sizeof err)
+                               : k3_setting_parse(id, K3_SRC_FLAG, arg, &v, err, sizeof err))) {
+        fprintf(stderr, "k3chat: %s\n", err);
+        return 2;
+    }
+    switch (id) {
+    case K3_SETTING_TEMP:
+        o->temp = (float)v;
+        break;
+    case K3_SETTING_TOP_P:
+        o->top_p = (float)v;
+        break;
+    case K3_SETTING_THINK:
+        o->think = (int)v;
+        break;
+    case K3_SETTING_EFFORT:
+        o->effort = arg;
+        break;
+    case K3_SETTING_MAX_TOKENS:
+        o->max_tokens = (int)v;
+        break;
+    case K3_SETTING_SEED:
+        o->seed     = u;
+        o->has_seed = 1;
+        break;
+    case K3_SETTING_SYSTEM:
+        o->system = arg;
+        break;
+    case K3_SETTING_THEME:
+        o->theme = arg;
+        break;
+    case K3_SETTING_LOAD:
+        o->load = arg;
+        break;
+    case K3_SETTING_PATTERN:
+        o->pattern = arg;
+        break;
+    case K3_SETTING_API_KEY:
+        o->api_key = arg;
+        break;
+    case K3_SETTING_MODEL_NAME:
+        o->model_name = arg;
+        break;
+    case K3_SETTING_ALLOW_HOST:
+        o->allow_hosts = arg;
+        break;
+    case K3_SETTING_PARALLEL:
+        o->parallel = (int)v;
+        break;
+    default:
+        fprintf(stderr, "k3chat: --%s: not an option of k3chat\n", k3_setting(id)->flag);
+        return 2;
+    }
+    return 0;
 }
 
 /* A closed standard descriptor would be taken by the next open() (a shard, the autosave
@@ -163,58 +224,39 @@ int main(int argc, char **argv) {
         O_CHAT_IDS,
         O_PROMPT,
         O_IDS,
-        O_PATTERN,
-        O_LOAD,
         O_REPLAY,
-        O_THEME,
-        O_SYSTEM,
-        O_MAXTOK,
-        O_TEMP,
-        O_TOPP,
-        O_SEED,
-        O_THINK,
-        O_EFFORT,
         O_PLAIN,
         O_SERVE,
         O_ENDPOINT,
-        O_APIKEY,
-        O_MODEL,
-        O_ALLOWHOST,
-        O_PARALLEL
+        O_SETTING /* + the setting's id */
     };
-    static const struct option lo[] = {{"inspect", no_argument, 0, O_INSPECT},
-                                       {"tokenize", no_argument, 0, O_TOKENIZE},
-                                       {"detokenize", no_argument, 0, O_DETOKENIZE},
-                                       {"chat-ids", no_argument, 0, O_CHAT_IDS},
-                                       {"prompt", required_argument, 0, O_PROMPT},
-                                       {"ids", required_argument, 0, O_IDS},
-                                       {"pattern", required_argument, 0, O_PATTERN},
-                                       {"load", required_argument, 0, O_LOAD},
-                                       {"replay", required_argument, 0, O_REPLAY},
-                                       {"theme", required_argument, 0, O_THEME},
-                                       {"system", required_argument, 0, O_SYSTEM},
-                                       {"max-tokens", required_argument, 0, O_MAXTOK},
-                                       {"temp", required_argument, 0, O_TEMP},
-                                       {"top-p", required_argument, 0, O_TOPP},
-                                       {"seed", required_argument, 0, O_SEED},
-                                       {"think", required_argument, 0, O_THINK},
-                                       {"effort", required_argument, 0, O_EFFORT},
-                                       {"plain", no_argument, 0, O_PLAIN},
-                                       {"serve", required_argument, 0, O_SERVE},
-                                       {"endpoint", required_argument, 0, O_ENDPOINT},
-                                       {"api-key", required_argument, 0, O_APIKEY},
-                                       {"model", required_argument, 0, O_MODEL},
-                                       {"allow-host", required_argument, 0, O_ALLOWHOST},
-                                       {"parallel", required_argument, 0, O_PARALLEL},
-                                       {"help", no_argument, 0, 'h'},
-                                       {"version", no_argument, 0, 'V'},
-                                       {0, 0, 0, 0}};
+    /* the modes, then every setting with a flag (k3-settings.h) */
+    static const struct option modes[] = {{"inspect", no_argument, 0, O_INSPECT},
+                                          {"tokenize", no_argument, 0, O_TOKENIZE},
+                                          {"detokenize", no_argument, 0, O_DETOKENIZE},
+                                          {"chat-ids", no_argument, 0, O_CHAT_IDS},
+                                          {"prompt", required_argument, 0, O_PROMPT},
+                                          {"ids", required_argument, 0, O_IDS},
+                                          {"replay", required_argument, 0, O_REPLAY},
+                                          {"plain", no_argument, 0, O_PLAIN},
+                                          {"serve", required_argument, 0, O_SERVE},
+                                          {"endpoint", required_argument, 0, O_ENDPOINT},
+                                          {"help", no_argument, 0, 'h'},
+                                          {"version", no_argument, 0, 'V'}};
+    enum { N_MODES = sizeof modes / sizeof modes[0] };
+    struct option lo[N_MODES + K3_SETTING_N + 1];
+    int           nlo = 0;
+    for (; nlo < N_MODES; nlo++)
+        lo[nlo] = modes[nlo];
+    for (int id = 0; id < K3_SETTING_N; id++)
+        if (k3_setting(id)->flag)
+            lo[nlo++] = (struct option){k3_setting(id)->flag, required_argument, 0, O_SETTING + id};
+    lo[nlo] = (struct option){0, 0, 0, 0};
     hold_std_fds();
     /* a reader that went away (k3chat ... | head) is a write error reported with a message and
      * status 1, not a silent death by SIGPIPE (141) */
     signal(SIGPIPE, SIG_IGN);
     cli_opts o = {.max_tokens = -1, .temp = NAN, .top_p = NAN, .think = -1};
-    double   v;
     int      c;
     while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
         switch (c) {
@@ -255,68 +297,6 @@ int main(int argc, char **argv) {
                 return 2;
             o.file = optarg;
             break;
-        case O_PATTERN:
-            if (strcmp(optarg, "kimi") && strcmp(optarg, "o200k")) {
-                fprintf(stderr, "k3chat: --pattern: '%s' is not kimi or o200k\n", optarg);
-                return 2;
-            }
-            o.pattern = optarg;
-            break;
-        case O_LOAD:
-            o.load = optarg;
-            break;
-        case O_THEME:
-            o.theme = optarg;
-            break;
-        case O_SYSTEM:
-            o.system = optarg;
-            break;
-        case O_MAXTOK:
-            if (parse_num("--max-tokens", optarg, 0, 1e9, 1, &v))
-                return 2;
-            o.max_tokens = (int)v;
-            break;
-        case O_TEMP:
-            if (parse_cmd_num("--temp", CMD_TEMP, optarg, &v))
-                return 2;
-            o.temp = (float)v;
-            break;
-        case O_TOPP:
-            if (parse_cmd_num("--top-p", CMD_TOPP, optarg, &v))
-                return 2;
-            o.top_p = (float)v;
-            break;
-        case O_SEED: {
-            /* digits only (strtoull would take "-1" as 2^64-1), and what a transcript stores */
-            char *end;
-            errno  = 0;
-            o.seed = strtoull(optarg, &end, 10);
-            if (!optarg[0] || optarg[strspn(optarg, "0123456789")] || errno || o.seed > (uint64_t)INT64_MAX) {
-                fprintf(stderr, "k3chat: --seed: '%s' is not an integer in 0..%lld\n", optarg,
-                        (long long)INT64_MAX);
-                return 2;
-            }
-            o.has_seed = 1;
-            break;
-        }
-        case O_THINK:
-            if (!strcmp(optarg, "on"))
-                o.think = 1;
-            else if (!strcmp(optarg, "off"))
-                o.think = 0;
-            else {
-                fprintf(stderr, "k3chat: --think: '%s' is not on or off\n", optarg);
-                return 2;
-            }
-            break;
-        case O_EFFORT:
-            if (strcmp(optarg, "low") && strcmp(optarg, "high") && strcmp(optarg, "max")) {
-                fprintf(stderr, "k3chat: --effort: '%s' is not low, high or max%s\n", optarg,
-                        strcmp(optarg, "medium") ? "" : " (the release rejects medium)");
-                return 2;
-            }
-            o.effort = optarg;
-            break;
         case O_PLAIN:
             o.plain = 1;
             break;
@@ -328,27 +308,18 @@ int main(int argc, char **argv) {
         case O_ENDPOINT:
             o.endpoint = optarg;
             break;
-        case O_APIKEY:
-            o.api_key = optarg;
-            break;
-        case O_MODEL:
-            o.model_name = optarg;
-            break;
-        case O_ALLOWHOST:
-            o.allow_hosts = optarg;
-            break;
-        case O_PARALLEL:
-            if (parse_num("--parallel", optarg, 1, 64, 1, &v))
-                return 2;
-            o.parallel = (int)v;
-            break;
         default:
+            if (c >= O_SETTING && c < O_SETTING + K3_SETTING_N) {
+                if (set_flag(&o, (enum k3_setting_id)(c - O_SETTING), optarg))
+                    return 2;
+                break;
+            }
             usage(stderr);
             return 2;
         }
     }
-    if (!o.api_key && getenv("K3_API_KEY") && *getenv("K3_API_KEY"))
-        o.api_key = getenv("K3_API_KEY");
+    if (!o.api_key)
+        o.api_key = k3_setting_env_str(K3_SETTING_API_KEY);
     if (o.endpoint && o.mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
         return 2;
@@ -373,6 +344,15 @@ int main(int argc, char **argv) {
     }
     if (o.load && check_load(o.load) != 0)
         return 2;
+    /* the process settings (kernels, K3_VERBOSE, K3_MEM_GB, ...), once, for the modes that run a
+     * model: a malformed one stops here, before a terminal is taken over */
+    int runs_model = o.mode == CLI_ONESHOT || o.mode == CLI_REPLAY || o.mode == CLI_SERVE ||
+                     o.mode == CLI_INSPECT ||
+                     (o.mode == CLI_CHAT && !o.endpoint && !k3_setting_env_str(K3_SETTING_MOCK));
+    if (runs_model && k3_init() != K3_OK) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        return 1;
+    }
 
     char *prompt = NULL, *system = NULL;
     if (utf8_arg("--prompt", &o.prompt, &prompt) || utf8_arg("--system", &o.system, &system)) {

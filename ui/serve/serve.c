@@ -64,17 +64,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SERVE_MAX_BODY (8u << 20)   /* bytes of a request body                        */
-#define SERVE_DRAIN_SECS 10         /* at shutdown, for responses to finish           */
-#define SERVE_MAX_KEYS 64           /* API keys (one prompt cache owner at a time)    */
-#define SERVE_MAX_STOPS 16          /* stop strings per request                       */
-#define SERVE_MAX_TOKENS 1000000000 /* max_tokens accepted (the context ends a turn first) */
-#define SERVE_MIN_ROOM 8            /* tokens a turn must be able to generate (conv)  */
-#define SERVE_MAX_PARALLEL 64       /* --parallel                                      */
-#define SERVE_PARALLEL 4            /* its default                                     */
-#define SERVE_QUEUE 32              /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
-#define SERVE_CHUNK 32              /* prompt ids per prefill step (K3_SERVE_CHUNK; BENCHMARKS.md) */
-#define SERVE_QUEUE_SECS 600        /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
+#define SERVE_MAX_BODY (8u << 20) /* bytes of a request body                        */
+#define SERVE_DRAIN_SECS 10       /* at shutdown, for responses to finish           */
+#define SERVE_MAX_KEYS 64         /* API keys (one prompt cache owner at a time)    */
+#define SERVE_MAX_STOPS 16        /* stop strings per request                       */
+#define SERVE_MAX_TOKENS ((int)k3_setting(K3_SETTING_MAX_TOKENS)->hi) /* the context ends a turn first */
+#define SERVE_MIN_ROOM 8      /* tokens a turn must be able to generate (conv)  */
+#define SERVE_MAX_PARALLEL 64 /* --parallel's top (the settings table's row)      */
+/* --parallel, K3_SERVE_QUEUE (jobs waiting for a slot), K3_SERVE_CHUNK (prompt ids per prefill
+ * step; BENCHMARKS.md), K3_SERVE_QUEUE_SECS (longest wait for a slot): the table's defaults */
+#define SERVE_DEFAULT(id) ((int)k3_setting(K3_SETTING_##id)->def)
 
 /* ---- a parsed request ----------------------------------------------------------- */
 
@@ -801,21 +800,18 @@ static int get_bool(json_t *o, const char *key, const char *path, int *out, perr
     return 0;
 }
 
-static int get_num(json_t *o, const char *key, double lo, double hi, float *out, perr *e) {
-    json_t *v = json_object_get(o, key);
+/* A number field of the settings table (temperature, top_p): its row's range and message. */
+static int get_num(json_t *o, enum k3_setting_id id, float *out, perr *e) {
+    const char *key = k3_setting(id)->api;
+    json_t     *v   = json_object_get(o, key);
+    char        err[256];
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_number(v))
         return bad(e, "invalid_type", "%s: expected a number", key);
-    double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) {
-        char num[40]; /* the shortest text that reads back as x: 2.0000001 is not "2" */
-        for (int prec = 6; prec <= 17; prec++)
-            if (snprintf(num, sizeof num, "%.*g", prec, x), strtod(num, NULL) == x)
-                break;
-        return bad(e, "invalid_value", "%s: %s is outside %g..%g", key, num, lo, hi);
-    }
-    *out = (float)x;
+    if (k3_setting_check(id, K3_SRC_API, json_number_value(v), err, sizeof err))
+        return bad(e, "invalid_value", "%s", err);
+    *out = (float)json_number_value(v);
     return 0;
 }
 
@@ -865,7 +861,8 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
     if (!json_is_object(b))
         return bad(e, "invalid_type", "the body must be a JSON object");
     r->think = 1;
-    snprintf(r->effort, sizeof r->effort, "max");
+    snprintf(r->effort, sizeof r->effort, "%s",
+             k3_setting_choice(K3_SETTING_EFFORT, (int)k3_setting(K3_SETTING_EFFORT)->def));
     r->temp  = srv.info.gen_temp;
     r->top_p = srv.info.gen_top_p;
     r->seed  = (uint64_t)time(NULL) ^ ((uint64_t)seq << 32); /* a fresh seed per request */
@@ -873,8 +870,8 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
     if ((v = json_object_get(b, "model")) && !json_is_string(v) && !json_is_null(v))
         return bad(e, "invalid_type", "model: expected a string");
     if (parse_messages(json_object_get(b, "messages"), r, e) ||
-        get_bool(b, "stream", "stream", &r->stream, e) || get_num(b, "temperature", 0, 2, &r->temp, e) ||
-        get_num(b, "top_p", 0, 1, &r->top_p, e))
+        get_bool(b, "stream", "stream", &r->stream, e) || get_num(b, K3_SETTING_TEMP, &r->temp, e) ||
+        get_num(b, K3_SETTING_TOP_P, &r->top_p, e))
         return -1;
     if ((v = json_object_get(b, "stream_options")) && !json_is_null(v)) {
         if (!json_is_object(v))
@@ -938,13 +935,14 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
         const char *s = json_string_value(v);
         if (!s)
             return bad(e, "invalid_type", "reasoning_effort: expected a string");
+        double eff;
+        char   err[256];
         if (!strcmp(s, "none"))
             r->think = 0;
-        else if (!strcmp(s, "low") || !strcmp(s, "high") || !strcmp(s, "max"))
+        else if (!k3_setting_parse(K3_SETTING_EFFORT, K3_SRC_API, s, &eff, err, sizeof err))
             snprintf(r->effort, sizeof r->effort, "%s", s);
         else
-            return bad(e, "invalid_value", "reasoning_effort: '%.40s' is not low, high or max%s", s,
-                       strcmp(s, "medium") ? "" : " (Kimi K3 rejects medium)");
+            return bad(e, "invalid_value", "%s", err);
     }
     return 0;
 }
@@ -1323,16 +1321,13 @@ static int parse_keys(const char *v) {
     return srv.n_keys ? 0 : -1;
 }
 
-/* A count from the environment (name unset or empty: def); a bad value is an error at start. */
-static int env_count(const char *name, int lo, int hi, int def, int *out) {
-    const char *v = getenv(name);
-    char       *end;
-    long        x = v && *v ? strtol(v, &end, 10) : def;
-    if (v && *v && (*end || x < lo || x > hi)) {
-        fprintf(stderr, "k3chat: %s='%s': expected an integer from %d to %d\n", name, v, lo, hi);
+/* A setting from the environment (unset or empty: def); a bad value is an error at start. */
+static int env_count(enum k3_setting_id id, int def, int *out) {
+    *out = def;
+    if (k3_setting_env_int(id, out)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         return -1;
     }
-    *out = (int)x;
     return 0;
 }
 
@@ -1383,7 +1378,8 @@ int cli_serve(const cli_opts *o) {
     int                have_worker = 0;
     struct MHD_Daemon *d           = NULL;
     k3_status          pst         = k3_params_default(&par);
-    par.sessions = o->parallel > 0 ? o->parallel : SERVE_PARALLEL; /* the memory fit counts every slot */
+    par.sessions =
+        o->parallel > 0 ? o->parallel : SERVE_DEFAULT(PARALLEL); /* the memory fit counts every slot */
     if (pst || load_model_verbose(o->dir, &par, &srv.m)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
@@ -1391,7 +1387,7 @@ int cli_serve(const cli_opts *o) {
     /* --parallel slots, each a conversation (its session is made on first use); one prompt
      * cache for all of them: clients take turns on the slots, so keep more saved states than
      * the chat does (least recently used out; env overrides, see k3chat(1)) */
-    srv.n_slots = o->parallel > 0 ? o->parallel : SERVE_PARALLEL;
+    srv.n_slots = o->parallel > 0 ? o->parallel : SERVE_DEFAULT(PARALLEL);
     if (!(srv.slots = calloc((size_t)srv.n_slots, sizeof *srv.slots))) {
         fprintf(stderr, "k3chat: out of memory\n");
         goto done;
@@ -1406,27 +1402,25 @@ int cli_serve(const cli_opts *o) {
             k3_conv_share_prompt_cache(srv.slots[i].c, srv.slots[0].c);
     }
     /* the shared prompt cache: more snapshots and bytes than a chat's (16, 2000 MB) */
-    const char *mb = getenv("K3_CONV_SNAPSHOT_MB");
-    char       *end;
-    int         n_snaps;
-    double      snap_mb = mb && *mb ? strtod(mb, &end) : 2000;
-    if (env_count("K3_CONV_SNAPSHOTS", 0, 64, 16, &n_snaps))
+    int    n_snaps;
+    double snap_mb = 2000;
+    if (env_count(K3_SETTING_CONV_SNAPSHOTS, 16, &n_snaps))
         goto done;
-    if (mb && *mb && (*end || !(snap_mb >= 0 && snap_mb < 1e9))) {
-        fprintf(stderr, "k3chat: K3_CONV_SNAPSHOT_MB='%s': expected a number of megabytes >= 0\n", mb);
+    if (k3_setting_env(K3_SETTING_CONV_SNAPSHOT_MB, &snap_mb)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     if (k3_conv_set_prompt_cache(srv.slots[0].c, n_snaps, snap_mb)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
-    if (env_count("K3_SERVE_QUEUE", 0, 100000, SERVE_QUEUE, &srv.max_queue) ||
-        env_count("K3_SERVE_CHUNK", 1, 1 << 20, SERVE_CHUNK, &srv.chunk) ||
-        env_count("K3_SERVE_QUEUE_SECS", 1, 86400, SERVE_QUEUE_SECS, &srv.queue_secs))
+    if (env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
+        env_count(K3_SETTING_SERVE_CHUNK, SERVE_DEFAULT(SERVE_CHUNK), &srv.chunk) ||
+        env_count(K3_SETTING_SERVE_QUEUE_SECS, SERVE_DEFAULT(SERVE_QUEUE_SECS), &srv.queue_secs))
         goto done;
-    const char *script = getenv("K3_SERVE_SCRIPT");
+    const char *script = k3_setting_env_str(K3_SETTING_SERVE_SCRIPT);
     stools_err  se;
-    if (script && *script && stools_script_load(script, o->dir, &se)) {
+    if (script && stools_script_load(script, o->dir, &se)) {
         fprintf(stderr, "k3chat: %s\n", se.msg);
         goto done;
     }
