@@ -71,7 +71,7 @@ LDFLAGS ?=
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm
 
-# Include paths per folder (relayout): a folder sees its own headers and these, nothing else.
+# Include paths per folder: a folder sees its own headers and these, nothing else.
 # The seams are enforced here: a front end that includes an engine internal fails to compile.
 INC_include := include
 INC_src/base := src/base include
