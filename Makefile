@@ -85,12 +85,14 @@ INC_ui/common := ui/common include
 INC_ui/tui := ui/tui ui/common include
 INC_ui/cli := ui/cli ui/common include
 INC_ui/serve := ui/serve ui/common include
+# main picks the mode: it alone sees every front end's header (ui/cli, ui/tui, ui/serve)
+INC_ui/cli/main.c := ui/cli ui/tui ui/serve ui/common include
 INC_tools := tools src/format src/kern src/base include
 INC_bench := bench src/model src/vk src/format src/kern src/tok src/conv src/base include
 INC_tests := tests src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
 INC_tests/fuzz := tests/fuzz src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
 # -I flags for source file $(1): its folder's INC_ list (an unknown folder is an error)
-incs = $(addprefix -I,$(or $(INC_$(patsubst %/,%,$(dir $(1)))),$(error no INC_ line in the Makefile for $(dir $(1)))))
+incs = $(addprefix -I,$(or $(INC_$(1)),$(INC_$(patsubst %/,%,$(dir $(1)))),$(error no INC_ line in the Makefile for $(dir $(1)))))
 # ---- sources ---------------------------------------------------------------
 SRC_ALL := $(sort $(wildcard src/*/*.c))
 ifeq ($(VK),1)

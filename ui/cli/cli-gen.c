@@ -32,7 +32,7 @@ static void emit(FILE *f, const char *t, size_t n) {
 /* --prompt: [system], user message -> chat encoder -> generate -> output parser; the
  * response channel to stdout, the think channel to stderr. Stops at <|end_of_msg|>,
  * eos_token_id, --max-tokens or the context capacity. */
-static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
+static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
     k3_tok         *tok = NULL;
     k3_chat_parser *prs = NULL;
     k3_sampler     *smp = NULL;
@@ -102,7 +102,7 @@ done:
 }
 
 /* --ids: raw ids in, generated ids out (one line). */
-static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
+static int oneshot_ids(const ui_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
     k3_ids parsed = {0};
     if (k3_ids_parse(o->ids, INT32_MAX, &parsed)) {
         fprintf(stderr, "k3chat: --ids: %s\n", k3_errmsg());
@@ -138,7 +138,7 @@ static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_s
     return st ? 1 : 0;
 }
 
-int cli_oneshot(const cli_opts *o) {
+int cli_oneshot(const ui_opts *o) {
     int         rc = 1;
     k3_params   par;
     k3_model   *m = NULL;

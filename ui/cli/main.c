@@ -1,9 +1,14 @@
-/* main.c: k3chat's entry point: parse the command line, pick a mode (cli.h), run it.
+/* main.c: k3chat's entry point: parse the command line (the settings' flags come from the table,
+ * include/k3-settings.h), pick a mode, run it: a CLI mode (cli.h), the full-screen chat (tui.h),
+ * the line mode when the terminal cannot run it, or the server (serve.h). The modes do not call
+ * each other.
  * Only main and the CLI modes may exit; the engine returns statuses. */
 #include "settings.h"
 #include "cli.h"
 #include "cmd.h"
 #include "k3.h"
+#include "serve.h"
+#include "tui.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -68,20 +73,20 @@ static void usage(FILE *f) {
 /* Each mode option (--prompt, --ids, --serve, --inspect, ...) picks what k3chat does: two
  * different ones are a usage error (the last one used to win silently: --prompt X --serve P
  * served and dropped the prompt); the same one again replaces its argument. */
-static int set_mode(cli_opts *o, enum cli_mode mode, const char *opt) {
+static int set_mode(enum cli_mode *o, enum cli_mode mode, const char *opt) {
     static const char *first;
     if (first && strcmp(first, opt)) {
         fprintf(stderr, "k3chat: %s and %s are different modes; give one of them (try --help)\n", first, opt);
         return 2;
     }
-    first   = opt;
-    o->mode = mode;
+    first = opt;
+    *o    = mode;
     return 0;
 }
 
 /* A setting's flag (--temp X): parsed by its row of the settings table into o. 0 ok; 2 (a usage
  * error) with the table's message. */
-static int set_flag(cli_opts *o, enum k3_setting_id id, const char *arg) {
+static int set_flag(ui_opts *o, enum k3_setting_id id, const char *arg) {
     char     err[256];
     double   v = 0;
     uint64_t u = 0;
@@ -154,8 +159,11 @@ static void hold_std_fds(void) {
     }
 }
 
-static int run_mode(const cli_opts *o) {
-    switch (o->mode) {
+/* main picks the mode; the modes do not call each other (the full-screen chat on a terminal that
+ * cannot run it is the line mode, chosen here). */
+static int run_mode(enum cli_mode mode, int plain, const ui_opts *o) {
+    char why[160];
+    switch (mode) {
     case CLI_INSPECT:
         return cli_inspect(o);
     case CLI_TOKENIZE:
@@ -171,8 +179,13 @@ static int run_mode(const cli_opts *o) {
     case CLI_SERVE:
         return cli_serve(o);
     case CLI_CHAT:
-        if (o->plain || !isatty(0) || !isatty(1))
+        if (plain || !isatty(0) || !isatty(1))
             return cli_plain(o);
+        if (!tui_usable(why, sizeof why)) {
+            if (why[0])
+                fprintf(stderr, "k3chat: %s: using line mode\n", why);
+            return cli_plain(o);
+        }
         return ui_tui_run(o);
     }
     return 2;
@@ -256,8 +269,10 @@ int main(int argc, char **argv) {
     /* a reader that went away (k3chat ... | head) is a write error reported with a message and
      * status 1, not a silent death by SIGPIPE (141) */
     signal(SIGPIPE, SIG_IGN);
-    cli_opts o = {.max_tokens = -1, .temp = NAN, .top_p = NAN, .think = -1};
-    int      c;
+    ui_opts       o     = {.max_tokens = -1, .temp = NAN, .top_p = NAN, .think = -1};
+    enum cli_mode mode  = CLI_CHAT;
+    int           plain = 0;
+    int           c;
     while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
         switch (c) {
         case 'h':
@@ -267,41 +282,41 @@ int main(int argc, char **argv) {
             printf("k3chat %s\n", k3_version());
             return 0;
         case O_INSPECT:
-            if (set_mode(&o, CLI_INSPECT, "--inspect"))
+            if (set_mode(&mode, CLI_INSPECT, "--inspect"))
                 return 2;
             break;
         case O_TOKENIZE:
-            if (set_mode(&o, CLI_TOKENIZE, "--tokenize"))
+            if (set_mode(&mode, CLI_TOKENIZE, "--tokenize"))
                 return 2;
             break;
         case O_DETOKENIZE:
-            if (set_mode(&o, CLI_DETOKENIZE, "--detokenize"))
+            if (set_mode(&mode, CLI_DETOKENIZE, "--detokenize"))
                 return 2;
             break;
         case O_CHAT_IDS:
-            if (set_mode(&o, CLI_CHAT_IDS, "--chat-ids"))
+            if (set_mode(&mode, CLI_CHAT_IDS, "--chat-ids"))
                 return 2;
             break;
         case O_PROMPT:
-            if (set_mode(&o, CLI_ONESHOT, "--prompt"))
+            if (set_mode(&mode, CLI_ONESHOT, "--prompt"))
                 return 2;
             o.prompt = optarg;
             break;
         case O_IDS:
-            if (set_mode(&o, CLI_ONESHOT, "--ids"))
+            if (set_mode(&mode, CLI_ONESHOT, "--ids"))
                 return 2;
             o.ids = optarg;
             break;
         case O_REPLAY:
-            if (set_mode(&o, CLI_REPLAY, "--replay"))
+            if (set_mode(&mode, CLI_REPLAY, "--replay"))
                 return 2;
             o.file = optarg;
             break;
         case O_PLAIN:
-            o.plain = 1;
+            plain = 1;
             break;
         case O_SERVE:
-            if (set_mode(&o, CLI_SERVE, "--serve"))
+            if (set_mode(&mode, CLI_SERVE, "--serve"))
                 return 2;
             o.serve = optarg;
             break;
@@ -320,14 +335,14 @@ int main(int argc, char **argv) {
     }
     if (!o.api_key)
         o.api_key = k3_setting_env_str(K3_SETTING_API_KEY);
-    if (o.endpoint && o.mode != CLI_CHAT) {
+    if (o.endpoint && mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
         return 2;
     }
-    int nargs = argc - optind,
-        want  = (o.mode == CLI_TOKENIZE || o.mode == CLI_DETOKENIZE || o.mode == CLI_CHAT_IDS) ? 2
-                : o.endpoint                                                                   ? 0
-                                                                                               : 1;
+    int nargs = argc - optind, want = (mode == CLI_TOKENIZE || mode == CLI_DETOKENIZE || mode == CLI_CHAT_IDS)
+                                          ? 2
+                                      : o.endpoint ? 0
+                                                   : 1;
     if (nargs != want) {
         fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want != 1 ? "s" : "",
                 nargs);
@@ -336,7 +351,7 @@ int main(int argc, char **argv) {
     o.dir = want ? argv[optind] : NULL;
     if (want == 2)
         o.file = argv[optind + 1];
-    if (o.load && o.mode != CLI_CHAT) {
+    if (o.load && mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --load continues a conversation in the chat only (not with --prompt, --ids, "
                         "--replay, --serve or the tools); to ask one question after it, pipe the message in: "
                         "echo TEXT | k3chat --load FILE MODEL_DIR\n");
@@ -346,9 +361,8 @@ int main(int argc, char **argv) {
         return 2;
     /* the process settings (kernels, K3_VERBOSE, K3_MEM_GB, ...), once, for the modes that run a
      * model: a malformed one stops here, before a terminal is taken over */
-    int runs_model = o.mode == CLI_ONESHOT || o.mode == CLI_REPLAY || o.mode == CLI_SERVE ||
-                     o.mode == CLI_INSPECT ||
-                     (o.mode == CLI_CHAT && !o.endpoint && !k3_setting_env_str(K3_SETTING_MOCK));
+    int runs_model = mode == CLI_ONESHOT || mode == CLI_REPLAY || mode == CLI_SERVE || mode == CLI_INSPECT ||
+                     (mode == CLI_CHAT && !o.endpoint && !k3_setting_env_str(K3_SETTING_MOCK));
     if (runs_model && k3_init() != K3_OK) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         return 1;
@@ -359,7 +373,7 @@ int main(int argc, char **argv) {
         free(prompt);
         return 1;
     }
-    int rc = stdout_done(run_mode(&o));
+    int rc = stdout_done(run_mode(mode, plain, &o));
     free(prompt);
     free(system);
     return rc;

@@ -54,7 +54,7 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-ue *ue_start(const cli_opts *o, ev_queue *out) {
+ue *ue_start(const ui_opts *o, ev_queue *out) {
     ue *u = calloc(1, sizeof *u);
     if (!u)
         return NULL;

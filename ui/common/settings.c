@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void chat_settings_init(chat_settings *s, const cli_opts *o) {
+void chat_settings_init(chat_settings *s, const ui_opts *o) {
     memset(s, 0, sizeof *s);
     s->gen.temp        = (float)k3_setting(K3_SETTING_TEMP)->def;
     s->gen.top_p       = (float)k3_setting(K3_SETTING_TOP_P)->def;

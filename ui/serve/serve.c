@@ -40,7 +40,7 @@
  * finish (up to SERVE_DRAIN_SECS), exit 0.
  */
 #include "loadprog.h"
-#include "cli.h"
+#include "serve.h"
 #include "k3.h"
 #include "serve-http.h"
 #include "serve-tools.h"
@@ -1337,7 +1337,7 @@ static int is_loopback(const struct sockaddr *a) {
     return a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
 }
 
-int cli_serve(const cli_opts *o) {
+int cli_serve(const ui_opts *o) {
     struct addrinfo *ai = NULL;
     if (parse_listen(o->serve, &ai)) {
         fprintf(stderr,
