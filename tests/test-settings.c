@@ -2,7 +2,10 @@
  * per type with one message format, and the table held against what users read: `/help`,
  * `k3chat --help` and the man page's OPTIONS, SLASH COMMANDS and ENVIRONMENT lists. */
 #include "cmd.h"
+#include "config.h"
+#include "conv-impl.h"
 #include "k3-impl.h"
+#include "kern-impl.h"
 #include "settings.h"
 #include "test.h"
 
@@ -137,6 +140,14 @@ static void check_rows(void) {
         }
     }
     T_CHECK(dup == 0, "one row per variable, flag, command and API field (%d shared)", dup);
+    /* the constants the engine needs at compile time are the rows' figures */
+    T_CHECK(k3_setting(K3_SETTING_CONV_SNAPSHOTS)->hi == CONV_MAX_SNAPSHOTS &&
+                k3_setting(K3_SETTING_PREFETCH)->def == KERN_PREFETCH &&
+                k3_setting(K3_SETTING_KBLOCK)->def == KERN_KBLOCK &&
+                k3_setting(K3_SETTING_MV_AHEAD)->def == KERN_MV_AHEAD &&
+                k3_setting(K3_SETTING_LAYERS)->hi == K3_MAX_LAYERS,
+            "CONV_MAX_SNAPSHOTS, KERN_PREFETCH, KERN_KBLOCK, KERN_MV_AHEAD, K3_MAX_LAYERS are the table's "
+            "figures");
     /* the slash commands that set a setting take their name from its row */
     for (int k = 0; k < CMD_N; k++) {
         int s = cmd_setting(k);

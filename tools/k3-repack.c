@@ -1332,10 +1332,10 @@ int main(int argc, char **argv) {
     if (c.o.jobs)
         omp_set_num_threads(c.o.jobs);
 #endif
-    c.tty         = isatty(2);
-    const char *k = getenv("K3_REPACK_KILL_AT");
-    c.kill_at     = k ? atoi(k) : 0;
-    k3_status st  = run(&c);
+    c.tty        = isatty(2);
+    k3_status st = k3_setting_env_int(K3_SETTING_REPACK_KILL_AT, &c.kill_at); /* test hook */
+    if (st == K3_OK)
+        st = run(&c);
     if (c.d)
         st_close(c.d);
     free(c.ti);

@@ -13,7 +13,9 @@
 
 #include <stdatomic.h>
 
-#define CONV_MAX_SNAPSHOTS 64 /* saved decode states (prompt cache, /retry, /undo), at most */
+/* saved decode states (prompt cache, /retry, /undo), at most: the CONV_SNAPSHOTS row's top in
+ * include/k3-settings.h (test-settings.c holds them equal) */
+#define CONV_MAX_SNAPSHOTS 64
 
 /* Only the tests look at these (not in k3.h): the abandoned messages, oldest branch first:
  * count; message i, with the index of the active message it was written before (its branch

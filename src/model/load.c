@@ -957,8 +957,9 @@ void k3_model_get_info(const k3_model *m, k3_model_info *out) {
 }
 
 k3_status k3_model_set_expert_budget(k3_model *m, double gb) {
-    if (!(gb < 1e9))
-        return k3_err(K3_ERR_ARG, "expert budget %g GB: expected < 1e9", gb);
+    char err[160]; /* < 0: the default; else the range of K3_EXPERT_GB and /experts */
+    if (!(gb < 0) && k3_setting_check(K3_SETTING_EXPERT_GB, K3_SRC_API, gb, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "expert budget: %s", err);
     if (gb >= 0) { /* the memory fit holds for live changes too */
         fit_set  s = m->fit.set;
         fit_plan p;

@@ -333,8 +333,10 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!o.api_key)
+    if (!o.api_key) /* the flags that have a variable too: the flag wins */
         o.api_key = k3_setting_env_str(K3_SETTING_API_KEY);
+    if (!o.theme)
+        o.theme = k3_setting_env_str(K3_SETTING_THEME);
     if (o.endpoint && mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
         return 2;

@@ -58,8 +58,8 @@ ue *ue_start(const ui_opts *o, ev_queue *out) {
     ue *u = calloc(1, sizeof *u);
     if (!u)
         return NULL;
-    const char *mock = getenv("K3_MOCK");
-    u->be            = mock && *mock ? &ue_backend_mock : o->endpoint ? &ue_backend_remote : &ue_backend_real;
+    const char *mock = k3_setting_env_str(K3_SETTING_MOCK);
+    u->be            = mock ? &ue_backend_mock : o->endpoint ? &ue_backend_remote : &ue_backend_real;
     u->opts          = o;
     u->out           = out;
     u->cmds          = ev_queue_new(0);

@@ -165,7 +165,8 @@ static int mock_open(ue *u, void **self, char *err, size_t errn) {
     int   load_ms = 0;
     if (!m)
         return -1;
-    if (!(m->c = k3_conv_new()) || parse_script(m, getenv("K3_MOCK"), &load_ms, err, errn) != 0) {
+    if (!(m->c = k3_conv_new()) ||
+        parse_script(m, k3_setting_env_str(K3_SETTING_MOCK), &load_ms, err, errn) != 0) {
         if (!m->c)
             snprintf(err, errn, "K3_MOCK: out of memory");
         mock_close(m);

@@ -1071,7 +1071,7 @@ static double thread_cpu(void) {
 }
 
 static void write_ui_stats(tui *t) {
-    const char *path = getenv("K3_UI_STATS");
+    const char *path = k3_setting_env_str(K3_SETTING_UI_STATS);
     if (!path || !*path)
         return;
     FILE *f = fopen(path, "w");
@@ -1119,7 +1119,7 @@ int ui_tui_run(const ui_opts *o) {
     t->ep[0] = t->ep[1] = -1;
     setlocale(LC_ALL, ""); /* main checked the terminal (tui_usable) */
     chat_settings_init(&t->cs, o);
-    const char *theme = o->theme ? o->theme : getenv("K3_THEME");
+    const char *theme = o->theme; /* --theme, else K3_THEME (main) */
     if (!theme || !*theme)
         theme = "dark";
     if (thm_load(theme, t->theme, err, sizeof err) != 0) {
@@ -1196,7 +1196,7 @@ int ui_tui_run(const ui_opts *o) {
     printf("\033[?2004h"); /* bracketed paste on */
     fflush(stdout);
     mouseinterval(0);
-    set_mouse(t, getenv("K3_NO_MOUSE") == NULL);
+    set_mouse(t, k3_setting_env_str(K3_SETTING_NO_MOUSE) == NULL);
     t->ui_cpu0 = thread_cpu();
     t->osc8    = md_term_osc8();
     refresh(); /* the screen is cleared before the probe writes on it */
