@@ -47,6 +47,8 @@
     X(RAW, BOOL, 0, 1, 0, NULL, NULL, NULL, NULL, "raw", NULL,                                               \
       "show answers as raw Markdown (on) or rendered (off)")                                                 \
     X(THEME, TEXT, 0, 0, NAN, NULL, "NAME", "K3_THEME", "theme", "theme", NULL, "color theme")               \
+    X(JSON_SCHEMA, TEXT, 0, 0, NAN, NULL, "FILE", NULL, "json-schema", NULL, NULL,                           \
+      "--prompt's answer is one JSON document valid against FILE's schema")                                  \
     X(LOAD, TEXT, 0, 0, NAN, NULL, "FILE", NULL, "load", NULL, NULL,                                         \
       "continue a saved conversation (transcript)")                                                          \
     X(PATTERN, ENUM, 0, 1, NAN, "kimi|o200k", NULL, NULL, "pattern", NULL, NULL,                             \

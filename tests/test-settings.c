@@ -225,7 +225,7 @@ static void check_docs(void) {
     }
     static const char *modes[] = {"--prompt",   "--ids",     "--inspect", "--tokenize", "--detokenize",
                                   "--chat-ids", "--replay",  "--serve",   "--endpoint", "--plain",
-                                  "--help",     "--version", "--model"};
+                                  "--help",     "--version", "--model",   "--json",     "--measure"};
     for (const char *p = usage; (p = strstr(p, "--")); p += 2) {
         char   opt[64];
         size_t k = 0;

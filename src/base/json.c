@@ -438,6 +438,16 @@ k3_status jv_parse(const char *text, size_t len, jv **out) {
     return K3_OK;
 }
 
+const jv *jv_get(const jv *v, const char *key) {
+    if (!v || v->kind != JV_OBJECT)
+        return NULL;
+    size_t n = strlen(key);
+    for (size_t k = 0; k < v->n; k++)
+        if (v->keys[k].n == n && !memcmp(v->keys[k].s, key, n))
+            return &v->items[k];
+    return NULL;
+}
+
 /* ==== writer ===================================================================== */
 
 k3_status jv_escape(const char *s, size_t n, jbuf *out) {

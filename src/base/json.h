@@ -1,5 +1,5 @@
 /* json.h: a small JSON reader/writer with Python's json semantics, for the chat format's
- * tool rendering and parsing (../shared/spec/k3-tools.md). Engine internal.
+ * tool rendering and parsing (doc/tool-calls.md). Engine internal.
  *
  * Why not jansson (which st.c uses for headers): the release's encoder is Python, and the
  * rendered bytes depend on Python's json: integers of any size stay as written
@@ -42,6 +42,8 @@ k3_status      jbuf_add(jbuf *b, const char *s, size_t n);
  * "what at byte N" in k3_errmsg(), *out NULL. Accepts NaN/Infinity/-Infinity as Python. */
 k3_status jv_parse(const char *text, size_t len, jv **out);
 void      jv_free(jv *v);
+/* Member of an object by key, NULL when absent (or v is not an object). */
+const jv *jv_get(const jv *v, const char *key);
 
 enum jv_style {
     JV_SORTED_COMPACT, /* json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False) */

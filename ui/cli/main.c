@@ -9,6 +9,7 @@
 #include "k3.h"
 #include "serve.h"
 #include "tui.h"
+#include "text.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* " (0..2, default 0.6; or K3_X)": what the help says after a setting's doc ("" when nothing). */
@@ -66,7 +68,9 @@ static void usage(FILE *f) {
             fprintf(f, "  %-22s %s%s\n", opt, r->doc, settings_note(id, note, sizeof note));
         }
     }
-    fprintf(f, "  -h, --help             this help;  -V, --version  the version\n"
+    fprintf(f, "  --json                 --prompt's answer is one JSON object\n"
+               "  --measure              with --inspect: measure this machine's speed figures again\n"
+               "  -h, --help             this help;  -V, --version  the version\n"
                "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
 
@@ -139,6 +143,9 @@ static int set_flag(ui_opts *o, enum k3_setting_id id, const char *arg) {
     case K3_SETTING_PARALLEL:
         o->parallel = (int)v;
         break;
+    case K3_SETTING_JSON_SCHEMA:
+        o->json_schema = arg;
+        break;
     default:
         fprintf(stderr, "k3chat: --%s: not an option of k3chat\n", k3_setting(id)->flag);
         return 2;
@@ -197,7 +204,7 @@ static int check_load(const char *path) {
     k3_conv *c  = k3_conv_new();
     int      rc = 0;
     if (!c || k3_conv_load(c, path, NULL) != K3_OK) {
-        fprintf(stderr, "k3chat: --load: %s\n", c ? k3_errmsg() : "out of memory");
+        txt_term_printf(stderr, "k3chat: --load: %s\n", c ? k3_errmsg() : "out of memory");
         rc = -1;
     }
     k3_conv_free(c);
@@ -241,6 +248,8 @@ int main(int argc, char **argv) {
         O_PLAIN,
         O_SERVE,
         O_ENDPOINT,
+        O_MEASURE,
+        O_JSON,
         O_SETTING /* + the setting's id */
     };
     /* the modes, then every setting with a flag (k3-settings.h) */
@@ -254,6 +263,8 @@ int main(int argc, char **argv) {
                                           {"plain", no_argument, 0, O_PLAIN},
                                           {"serve", required_argument, 0, O_SERVE},
                                           {"endpoint", required_argument, 0, O_ENDPOINT},
+                                          {"measure", no_argument, 0, O_MEASURE},
+                                          {"json", no_argument, 0, O_JSON},
                                           {"help", no_argument, 0, 'h'},
                                           {"version", no_argument, 0, 'V'}};
     enum { N_MODES = sizeof modes / sizeof modes[0] };
@@ -302,6 +313,9 @@ int main(int argc, char **argv) {
                 return 2;
             o.prompt = optarg;
             break;
+        case O_JSON:
+            o.json = 1;
+            break;
         case O_IDS:
             if (set_mode(&mode, CLI_ONESHOT, "--ids"))
                 return 2;
@@ -323,6 +337,9 @@ int main(int argc, char **argv) {
         case O_ENDPOINT:
             o.endpoint = optarg;
             break;
+        case O_MEASURE:
+            o.measure = 1;
+            break;
         default:
             if (c >= O_SETTING && c < O_SETTING + K3_SETTING_N) {
                 if (set_flag(&o, (enum k3_setting_id)(c - O_SETTING), optarg))
@@ -337,8 +354,17 @@ int main(int argc, char **argv) {
         o.api_key = k3_setting_env_str(K3_SETTING_API_KEY);
     if (!o.theme)
         o.theme = k3_setting_env_str(K3_SETTING_THEME);
+    if (o.measure && mode != CLI_INSPECT) {
+        fprintf(stderr, "k3chat: --measure goes with --inspect (k3chat --inspect --measure MODEL_DIR)\n");
+        return 2;
+    }
     if (o.endpoint && mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
+        return 2;
+    }
+    if (o.endpoint && strstr(o.endpoint, "://") && strncasecmp(o.endpoint, "http://", 7) &&
+        strncasecmp(o.endpoint, "https://", 8)) { /* libcurl would try ftp://, file://, ... */
+        txt_term_printf(stderr, "k3chat: --endpoint: '%s' is not an http:// or https:// URL\n", o.endpoint);
         return 2;
     }
     int nargs = argc - optind, want = (mode == CLI_TOKENIZE || mode == CLI_DETOKENIZE || mode == CLI_CHAT_IDS)
@@ -357,6 +383,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "k3chat: --load continues a conversation in the chat only (not with --prompt, --ids, "
                         "--replay, --serve or the tools); to ask one question after it, pipe the message in: "
                         "echo TEXT | k3chat --load FILE MODEL_DIR\n");
+        return 2;
+    }
+    if ((o.json_schema || o.json) && !o.prompt) {
+        fprintf(stderr, "k3chat: %s shapes the answer of --prompt only\n",
+                o.json ? "--json" : "--json-schema");
+        return 2;
+    }
+    if (o.json_schema && o.json) {
+        fprintf(stderr, "k3chat: --json and --json-schema exclude each other (--json is any JSON object)\n");
         return 2;
     }
     if (o.load && check_load(o.load) != 0)

@@ -185,7 +185,11 @@ static int mock_open(ue *u, void **self, char *err, size_t errn) {
             sleep_ms(load_ms / 20);
     }
     ui_ev r = {.type = EV_READY, .text = (char *)"mock · 3 layers · scripted", .i = 4096};
-    r.gen   = (ue_gen){.temp = 0.6f, .top_p = 0.95f, .think = 1, .effort = 2, .max_tokens = -1};
+    r.gen   = (ue_gen){.temp       = (float)k3_setting(K3_SETTING_TEMP)->def,
+                       .top_p      = (float)k3_setting(K3_SETTING_TOP_P)->def,
+                       .think      = (int)k3_setting(K3_SETTING_THINK)->def,
+                       .effort     = (int)k3_setting(K3_SETTING_EFFORT)->def,
+                       .max_tokens = -1};
     ev_push(u->out, &r);
     *self = m;
     return 0;
@@ -338,7 +342,7 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
             gen_turn(u, m, c->text, &c->gen);
         break;
     case EV_CMD_RETRY: {
-        if (!(n && k3_conv_msg(m->c, n - 1)->role == K3_ROLE_USER) && k3_conv_pop_reply(m->c) <= 0) {
+        if (!(n && k3_conv_msg(m->c, n - 1)->role == K3_ROLE_USER) && k3_conv_retry_last(m->c) <= 0) {
             done_error(u, "/retry: there is no answer to regenerate");
             break;
         }
