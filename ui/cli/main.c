@@ -190,7 +190,7 @@ static int run_mode(enum cli_mode mode, int plain, const ui_opts *o) {
             return cli_plain(o);
         if (!tui_usable(why, sizeof why)) {
             if (why[0])
-                fprintf(stderr, "k3chat: %s: using line mode\n", why);
+                txt_term_printf(stderr, "k3chat: %s: using line mode\n", why); /* why names TERM */
             return cli_plain(o);
         }
         return ui_tui_run(o);
