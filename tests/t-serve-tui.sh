@@ -41,6 +41,7 @@ resp_or_done() {
         { [ "$(screen | grep -c 'length limit reached')" -ge 2 ] && [ "$(screen | grep -c 'thought for')" -eq 1 ]; }
 }
 check "with thinking off the answer goes to the response pane" wait_until "the response pane" 20 resp_or_done
+wait_gone "── response" 30 # a Ctrl-D while an answer streams does not quit
 keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 
@@ -62,7 +63,7 @@ check "the server is back on the same port" [ -n "$port" ]
 keys C-l; type_line "/retry"
 check "/retry sends the kept message again and it is answered" wait_for "── response" 20
 keys C-c
-wait_for "[stopped]" 10
+wait_gone "── response" 10 # the turn has ended (a Ctrl-D while it streams does not quit)
 keys C-d
 check "exit with 0" wait_for "EXIT=0" 10
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
