@@ -103,7 +103,8 @@ try:
     msg = ch.get("message", {})
     calls = msg.get("tool_calls") or []
     ok(code == 200 and ch.get("finish_reason") == "tool_calls" and msg.get("content") is None and
-       msg.get("reasoning_content") == "Need data.", "non-streaming: finish_reason tool_calls, content null, reasoning")
+       msg.get("reasoning_content") == "Need data." and msg.get("reasoning") == "Need data.",
+       "non-streaming: finish_reason tool_calls, content null, reasoning (as reasoning and reasoning_content)")
     ok([c["function"]["name"] for c in calls] == ["get_weather", "get_time"] and
        [c["function"]["arguments"] for c in calls] == WANT_ARGS and all(c["type"] == "function" for c in calls),
        "two calls in order, arguments as JSON strings (json.dumps form): %r" % [c["function"]["arguments"] for c in calls])
@@ -136,7 +137,9 @@ try:
        % len(tcs))
     sids = [firsts[i][0] for i in sorted(firsts)]
     rs = "".join(d.get("reasoning_content", "") for d in deltas)
-    ok(rs == "Need data." and not "".join(d.get("content") or "" for d in deltas), "streamed reasoning, no content")
+    ok(rs == "Need data." and not "".join(d.get("content") or "" for d in deltas) and
+       all(d.get("reasoning") == d.get("reasoning_content") for d in deltas),
+       "streamed reasoning (each delta as reasoning and reasoning_content), no content")
 
     # ---- 3. a tool result turn continuing the streamed one (turn 3): results out of order
     hist = q + [{"role": "assistant", "content": None, "reasoning_content": "Need data.",
@@ -302,11 +305,13 @@ const q = [{ role: "user", content: "Weather in Paris, and the time?" }];
 const out = {};
 const r = await client.chat.completions.create({ model: "tiny-k3", messages: q, tools });
 out.plain = { finish: r.choices[0].finish_reason, content: r.choices[0].message.content,
+              reasoning: [r.choices[0].message.reasoning, r.choices[0].message.reasoning_content],
               calls: r.choices[0].message.tool_calls.map(c => [c.id, c.function.name, c.function.arguments]) };
 const s = await client.chat.completions.create({ model: "tiny-k3", messages: q, tools, stream: true });
-const acc = {}; let finish = null;
+const acc = {}; let finish = null; const rs = ["", ""];
 for await (const ch of s) {
   const d = ch.choices[0]?.delta ?? {};
+  rs[0] += d.reasoning ?? ""; rs[1] += d.reasoning_content ?? "";
   for (const tc of d.tool_calls ?? []) {
     acc[tc.index] ??= { id: "", name: "", args: "" };
     if (tc.id) acc[tc.index].id = tc.id;
@@ -315,7 +320,7 @@ for await (const ch of s) {
   }
   if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
 }
-out.stream = { finish, calls: Object.values(acc).map(c => [c.id, c.name, c.args]) };
+out.stream = { finish, reasoning: rs, calls: Object.values(acc).map(c => [c.id, c.name, c.args]) };
 const hist = [...q, { role: "assistant", content: null, tool_calls: out.stream.calls.map(([id, name, args]) =>
   ({ id, type: "function", function: { name, arguments: args } })) },
   ...out.stream.calls.map(([id]) => ({ role: "tool", tool_call_id: id, content: "18 C" }))];
@@ -350,6 +355,9 @@ console.log(JSON.stringify(out));
         ok(pl.get("finish") == "tool_calls" and pl.get("content") is None and
            [c[1:] for c in pl.get("calls", [])] == [["get_weather", WANT_ARGS[0]], ["get_time", WANT_ARGS[1]]],
            "OpenAI SDK: non-streaming tool_calls parse (%r)" % pl.get("calls"))
+        ok(pl.get("reasoning") == ["Need data."] * 2 and st.get("reasoning") == ["Need data."] * 2,
+           "OpenAI SDK: message.reasoning and .reasoning_content, streamed and not, hold the same reasoning (%r, %r)"
+           % (pl.get("reasoning"), st.get("reasoning")))
         ok(st.get("finish") == "tool_calls" and [c[1:] for c in st.get("calls", [])] ==
            [["get_weather", WANT_ARGS[0]], ["get_time", WANT_ARGS[1]]] and all(c[0] for c in st.get("calls", [])),
            "OpenAI SDK: streamed tool call deltas accumulate to the same calls")

@@ -1,4 +1,4 @@
-/* serve-tools.c: OpenAI tool calling for `--serve` (../shared/spec/k3-tools.md).
+/* serve-tools.c: OpenAI tool calling for `--serve` (doc/tool-calls.md).
  *
  * DESIGN
  * The request side checks what the chat format cannot take and answers a 400 naming the

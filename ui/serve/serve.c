@@ -248,7 +248,12 @@ static json_t *chunk(job *j, json_t *delta, const char *finish) {
                      (json_int_t)j->created, "model", srv.name, "choices", ch);
 }
 
-/* A delta of one field ("content" or "reasoning_content"); the first also carries the role. */
+/* Reasoning goes out under both names with the same text: "reasoning" (vLLM since 0.16) and
+ * "reasoning_content" (DeepSeek, older vLLM and SGLang); a client reads the one it knows. */
+static const char *const reasoning_keys[] = {"reasoning", "reasoning_content"};
+
+/* A delta of one field ("content" or "reasoning", the latter under both its names); the first
+ * also carries the role. */
 static void sse_delta(job *j, const char *field, const char *text, size_t n) {
     if (!j->r.stream || !n)
         return;
@@ -256,8 +261,10 @@ static void sse_delta(job *j, const char *field, const char *text, size_t n) {
         j->role_sent = 1;
         sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
     }
-    json_t *d = json_object();
-    json_object_set_new(d, field, json_stringn(text, n));
+    json_t *d     = json_object();
+    int     think = !strcmp(field, "reasoning");
+    for (int k = 0; k < (think ? 2 : 1); k++)
+        json_object_set_new(d, think ? reasoning_keys[k] : field, json_stringn(text, n));
     sse_json(j, chunk(j, d, NULL));
 }
 
@@ -269,7 +276,7 @@ static void on_think(const char *text, size_t n, void *ud) {
     if (j->gone)
         k3_conv_cancel(j->c);
     txt_buf_add(&j->reasoning, text, n);
-    sse_delta(j, "reasoning_content", text, n);
+    sse_delta(j, "reasoning", text, n);
     j->state = J_RUNNING;
     pthread_cond_broadcast(&srv.done_cv);
     pthread_mutex_unlock(&srv.mu);
@@ -840,8 +847,8 @@ static void chat_completions(http_req *con) {
         if (!j->rel)
             json_object_set_new(msg, "content", json_null());
     }
-    if (j->r.think || j->reasoning.n)
-        json_object_set_new(msg, "reasoning_content",
+    for (int k = 0; k < 2 && (j->r.think || j->reasoning.n); k++)
+        json_object_set_new(msg, reasoning_keys[k],
                             json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
                           "created", (json_int_t)j->created, "model", srv.name, "choices", "index", 0,
