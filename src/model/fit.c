@@ -389,13 +389,6 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given0
                                     : "what is left",
             nexp, nexp == 1 ? "" : "s", HB(t->expert_all), out->set.map ? " mapped weights not counted" : "",
             HB(out->plan.total), room, sess);
-        if (out->set.window)
-            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; prefill window %d tokens (%s)%s",
-                                  out->set.window, HB(out->plan.b[FIT_WINDOW]),
-                                  out->set.window < want ? ", shrunk to fit the memory" : "");
-        else if (want > out->set.chunk)
-            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0,
-                                  "; no prefill window (%d tokens do not fit the memory): per chunk", want);
         if (out->set.map)
             o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0,
                                   "; mapped weights %s: %s of them do not fit beside the plan and are read "
@@ -419,6 +412,13 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given0
             o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; %s",
                                   mask ? "the given settings fit" : "the defaults fit");
         }
+        if (out->set.window) /* last: the line's start reads as before */
+            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; prefill window %d tokens (%s)%s",
+                                  out->set.window, HB(out->plan.b[FIT_WINDOW]),
+                                  out->set.window < want ? ", shrunk to fit the memory" : "");
+        else if (want > out->set.chunk)
+            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0,
+                                  "; no prefill window (%d tokens do not fit the memory): per chunk", want);
         return;
     }
     /* refused: the figures */
