@@ -74,8 +74,9 @@ static void check_parsers(void) {
     T_CHECK(!strcmp(k3_setting_choice(K3_SETTING_EFFORT, 0), "low") &&
                 !strcmp(k3_setting_choice(K3_SETTING_EFFORT, 2), "max") &&
                 !strcmp(k3_setting_choice(K3_SETTING_EFFORT, 3), "?") &&
-                !strcmp(k3_setting_choice(K3_SETTING_TEMP, 0), "?"),
-            "k3_setting_choice");
+                !strcmp(k3_setting_choice(K3_SETTING_TEMP, 0), "?") &&
+                k3_setting_choice(K3_SETTING_EFFORT, 1) == k3_setting_choice(K3_SETTING_EFFORT, 1),
+            "k3_setting_choice: the words, '?' out of range, the same text each time");
     /* U64: digits up to INT64_MAX (what a transcript stores) */
     uint64_t u = 7;
     T_CHECK(k3_setting_parse_u64(K3_SETTING_SEED, K3_SRC_FLAG, "9223372036854775807", &u, err, sizeof err) ==
