@@ -119,6 +119,17 @@ static void check_parsers(void) {
                 !strcmp(k3_errmsg(), "K3_TOPP: '0' is not a number in 0.001..1"),
             "K3_TOPP=0 refused (%s)", k3_errmsg());
     unsetenv("K3_TOPP");
+    /* issue 35 item 2: the parameters' defaults are not the process init */
+    setenv("K3_HUGEPAGES", "yes", 1);
+    setenv("K3_VERBOSE", "2", 1);
+    T_CHECK(k3_params_default(&p) == K3_OK, "k3_params_default does not read the process variables");
+    T_CHECK(k3_init() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_VERBOSE: '2' is not 0 or 1"),
+            "k3_init checks them (%s)", k3_errmsg());
+    unsetenv("K3_VERBOSE");
+    T_CHECK(k3_init() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_HUGEPAGES: 'yes' is not 0 or 1"),
+            "k3_init: K3_HUGEPAGES (%s)", k3_errmsg());
+    unsetenv("K3_HUGEPAGES");
+    T_CHECK(k3_init() == K3_OK, "k3_init with good variables");
 }
 
 /* The rows: every name set at most once per source, every row documented, sane ranges. */
