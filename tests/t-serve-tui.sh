@@ -41,6 +41,9 @@ resp_or_done() {
         { [ "$(screen | grep -c 'length limit reached')" -ge 2 ] && [ "$(screen | grep -c 'thought for')" -eq 1 ]; }
 }
 check "with thinking off the answer goes to the response pane" wait_until "the response pane" 20 resp_or_done
+# a quit while the answer streams only warns (k3chat(1), Ctrl-D): quit once the turn has ended
+turn_ended() { [ "$(screen | grep -c 'length limit reached')" -ge 2 ]; }
+check "the greedy answer runs to the length limit" wait_until "the second length-limit marker" 30 turn_ended
 keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 
@@ -62,7 +65,9 @@ check "the server is back on the same port" [ -n "$port" ]
 keys C-l; type_line "/retry"
 check "/retry sends the kept message again and it is answered" wait_for "── response" 20
 keys C-c
-wait_for "[stopped]" 10
+# the first answer's marker is still on the screen: wait for this one's
+two_stopped() { [ "$(screen | grep -cF '[stopped]')" -ge 2 ]; }
+check "Ctrl-C stops the retried answer" wait_until "a second [stopped] marker" 10 two_stopped
 keys C-d
 check "exit with 0" wait_for "EXIT=0" 10
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
