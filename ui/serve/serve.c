@@ -758,6 +758,8 @@ typedef struct body_feed {
 static size_t feed_body(void *buf, size_t max, void *arg) {
     body_feed *f = arg;
     size_t     k = f->n - f->at < max ? f->n - f->at : max;
+    if (!k)
+        return 0; /* the end (an empty body has no buffer at all) */
     memcpy(buf, f->p + f->at, k);
     f->at += k;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE),
