@@ -898,6 +898,28 @@ static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
     return emit(c, s, path, b, e);
 }
 
+/* The top rule: the document, then optionally the closes the model writes after an answer
+ * (<|close|>response<|sep|>, then <|close|>message<|sep|>), so a mask does not force the end of
+ * message where the model would close its blocks first (k3-tools.md 2.1). */
+static k3_status chat_close(sc *c) {
+    const k3_gvocab *v = c->g->voc;
+    if (v->id_close < 0 || v->id_sep < 0)
+        return K3_OK;
+    int       s = node(c), d = node(c), e = node(c), a = node(c), b = node(c), x = node(c), y = node(c);
+    k3_status st;
+    if (y < 0)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    c->g->node[e].ret = 1;
+    if ((st = g_call(c->g, s, c->g->root, d)) || (st = g_eps(c->g, d, e)) ||
+        (st = g_special(c->g, d, v->id_close, a)) || (st = lit(c, a, "response", b)) ||
+        (st = g_special(c->g, b, v->id_sep, x)) || (st = g_eps(c->g, x, e)) ||
+        (st = g_special(c->g, x, v->id_close, y)) || (st = lit(c, y, "message", (a = node(c)))) ||
+        (st = g_special(c->g, a, v->id_sep, e)))
+        return st;
+    c->g->root = s;
+    return K3_OK;
+}
+
 static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int object_only,
                          k3_grammar **out) {
     sc        c  = {.any = -1};
@@ -922,6 +944,8 @@ static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int
         (void)start;
     } else
         st = rule_of(&c, js, "#", &c.g->root);
+    if (!st)
+        st = chat_close(&c);
     if (!st)
         st = g_finish(c.g);
 done:

@@ -148,6 +148,10 @@ void k3_grammar_free(k3_grammar *g) {
     free(g);
 }
 
+int32_t k3_grammar_words(const k3_grammar *g) {
+    return g->voc->words;
+}
+
 int k3_grammar_nodes(const k3_grammar *g) {
     return g ? g->n_node : 0;
 }
