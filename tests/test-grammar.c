@@ -583,6 +583,61 @@ int main(void) {
         free(mask);
     }
 
+    /* k3-tools.md 1.7: the response-format message, after the tool-choice one, before the prompt */
+    {
+        k3_chat_msg  um = {.role = "user", .content = "hi"};
+        k3_chat_opts o  = {
+             .think           = 0,
+             .gen_prompt      = 1,
+             .tool_choice     = "required",
+             .response_format = "json_schema",
+             .response_schema =
+                 "{\"type\": \"object\", \"properties\": {\"z\": {}, \"\xc3\xa9\": {}, \"a\": 1}}"};
+        k3_ids ids = {0};
+        char  *txt = NULL;
+        size_t len;
+        st = k3_chat_encode(tok, &um, 1, &o, &ids);
+        if (!st)
+            st = k3_tok_decode(tok, ids.v, ids.n, &txt, &len);
+        const char *want =
+            "<|open|>message role=\"system\" type=\"response-format\"<|sep|>The system is invoked with "
+            "`response_format=json_schema`.\nYour response must be raw JSON data without markdown code "
+            "blocks (```json) "
+            "or any additional formatting.\nThe JSON data must match the following schema:\n```json\n"
+            "{\"properties\":{\"a\":1,\"z\":{},\"\xc3\xa9\":{}},\"type\":\"object\"}\n```<|close|>message<|"
+            "sep|>"
+            "<|end_of_msg|><|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>";
+        const char *tc = txt ? strstr(txt, "type=\"tool-choice\"") : NULL;
+        const char *rf = txt ? strstr(txt, want) : NULL;
+        T_CHECK(!st && rf && tc && tc < rf && strlen(rf) == strlen(want),
+                "the response-format message: exact text, schema sorted and compact, after tool-choice, last "
+                "before "
+                "the prompt");
+        o.response_format = "json_object";
+        k3_ids_free(&ids);
+        free(txt);
+        txt = NULL;
+        st  = k3_chat_encode(tok, &um, 1, &o, &ids);
+        if (!st)
+            st = k3_tok_decode(tok, ids.v, ids.n, &txt, &len);
+        T_CHECK(!st &&
+                    strstr(txt,
+                           "type=\"response-format\"<|sep|>The system is invoked with `response_format="
+                           "json_object`.\nYour response must be raw JSON data without markdown code blocks "
+                           "(```json) or any additional formatting.<|close|>message<|sep|>"),
+                "the json_object message");
+        o.response_format = "text";
+        k3_ids_free(&ids);
+        free(txt);
+        txt = NULL;
+        st  = k3_chat_encode(tok, &um, 1, &o, &ids);
+        if (!st)
+            st = k3_tok_decode(tok, ids.v, ids.n, &txt, &len);
+        T_CHECK(!st && !strstr(txt, "response-format"), "text adds nothing");
+        k3_ids_free(&ids);
+        free(txt);
+    }
+
     /* the masked sampler: never a masked id; greedy deterministic */
     {
         k3_sampler_params sp = {.temp = 1.0f, .top_p = 0.9f, .seed = 7};

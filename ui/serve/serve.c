@@ -43,6 +43,7 @@
 #include "cli.h"
 #include "k3.h"
 #include "serve-http.h"
+#include "serve-format.h"
 #include "serve-tools.h"
 #include "text.h"
 
@@ -97,6 +98,7 @@ typedef struct sreq {
     int         n_stops;
     size_t      max_stop; /* longest stop string in bytes */
     stools_req  tl;       /* tools, tool_choice (serve-tools.c)        */
+    sformat_req fmt;      /* response_format (serve-format.c)          */
     stools_msg *tx;       /* (n_msgs) each message's tool calls / result ids */
 } sreq;
 
@@ -110,6 +112,7 @@ static void sreq_free(sreq *r) {
     free(r->msgs);
     free(r->tx);
     stools_req_free(&r->tl);
+    sformat_free(&r->fmt);
     for (int i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     memset(r, 0, sizeof *r);
@@ -467,7 +470,9 @@ static k3_status job_start(slot *sl, job *j) {
     set.sampling.top_p = r->top_p;
     set.sampling.seed  = r->seed;
     snprintf(set.tool_choice, sizeof set.tool_choice, "%s", r->tl.tool_choice);
+    k3_conv_set_grammar(sl->c, r->fmt.g);
     if ((st = k3_conv_set_settings(sl->c, &set)) || (st = k3_conv_set_tools(sl->c, r->tl.tools)) ||
+        (st = k3_conv_set_response_format(sl->c, r->fmt.type, r->fmt.schema)) ||
         (st = load_messages(sl->c, r)) || (stools_script_next(sl->c) < 0 && (st = K3_ERR_NOMEM)))
         return st == K3_ERR_ARG ? K3_ERR_ARG : K3_ERR_NOMEM;
     k3_conv_set_turn_seed(sl->c, r->seed);
@@ -481,6 +486,7 @@ static void job_finish(slot *sl, job *j, k3_status st) {
     const sreq   *r    = &j->r;
     int           n    = k3_conv_count(sl->c);
     const k3_msg *last = n ? k3_conv_msg(sl->c, n - 1) : NULL;
+    k3_conv_set_grammar(sl->c, NULL); /* the job's grammar goes with it */
     if (last && (last->role != K3_ROLE_ASSISTANT || !last->has_stats))
         last = NULL; /* the turn did not start */
     pthread_mutex_lock(&srv.mu);
@@ -820,17 +826,9 @@ static int get_num(json_t *o, const char *key, double lo, double hi, float *out,
 }
 
 /* Fields the server does not implement: refused, with the field named, unless they ask for
- * what it does anyway (response_format text, penalties 0, no logprobs, no bias). */
+ * what it does anyway (penalties 0, no logprobs, no bias). */
 static int parse_unsupported(json_t *b, perr *e) {
-    json_t *v;
-    if ((v = json_object_get(b, "response_format")) && !json_is_null(v)) {
-        const char *t = json_string_value(json_object_get(v, "type"));
-        if (!json_is_object(v) || !t)
-            return bad(e, "invalid_type", "response_format: expected an object with a string type");
-        if (strcmp(t, "text"))
-            return bad(e, "unsupported_value", "response_format: type '%.40s' is not supported (text only)",
-                       t);
-    }
+    json_t            *v;
     static const char *pen[] = {"frequency_penalty", "presence_penalty"};
     for (int k = 0; k < 2; k++) {
         if (!(v = json_object_get(b, pen[k])) || json_is_null(v))
@@ -901,7 +899,7 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
         !(json_is_number(v) && json_number_value(v) == 1))
         return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
                    "n: only 1 choice per request is supported");
-    if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e))
+    if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) || sformat_parse(b, &r->fmt, e))
         return -1;
     if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
         json_t *one[1] = {v};
@@ -1431,6 +1429,10 @@ int cli_serve(const cli_opts *o) {
         goto done;
     }
     k3_model_get_info(srv.m, &srv.info);
+    if (sformat_init(o->dir, &srv.info)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
     char        dname[256];
     const char *dir = o->dir;
     size_t      dl  = strlen(dir);
@@ -1507,6 +1509,7 @@ done:
         k3_session_free(srv.slots[i].s);
     }
     free(srv.slots);
+    sformat_done();
     k3_model_free(srv.m);
     free_keys();
     freeaddrinfo(ai);
