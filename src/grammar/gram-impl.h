@@ -93,5 +93,7 @@ k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, i
  * leaves free text around a match (an unanchored pattern), bounded so generation ends. */
 #define G_FILL_MAX 32
 k3_status g_fill(k3_grammar *g, int from, int to);
+/* One raw UTF-8 character of 2 to 4 bytes (tool-call string values are not escaped). */
+k3_status g_raw_multi(k3_grammar *g, int from, int to);
 /* One JSON string character (any valid UTF-8 or an escape) from -> to. */
 k3_status g_str_char(k3_grammar *g, int from, int to);
