@@ -2,7 +2,8 @@
 # json_schema (strict) answer at temperature 1 over several seeds, streamed and not, validates
 # against its schema (checked here by hand, field by field); json_object gives one JSON object;
 # an unsupported keyword, a schema no document satisfies and a malformed response_format are
-# 400s naming the field; text changes nothing. Thinking is off (k3-nano seldom opens its
+# 400s naming the field; text changes nothing; tool_choice required and named and
+# parallel_tool_calls false give calls that follow the tools' parameters. Thinking is off (k3-nano seldom opens its
 # response channel after thinking, and reasoning is never masked). The server runs on
 # 127.0.0.1 with a kernel-picked port and is always killed; every wait is bounded.
 import http.client
@@ -130,6 +131,75 @@ try:
     ok(code == 400 and "response_format.type" in json.dumps(o), "an unknown type: 400 naming response_format.type")
     code, o = ask({"type": "json_schema"}, 1)
     ok(code == 400 and "response_format.json_schema" in json.dumps(o), "json_schema without the object: 400")
+
+    # ---- the tool-call grammar: required, named, parallel_tool_calls false (k3-tools.md 1.6)
+    TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}, "days": {"type": "integer", "minimum": 1,
+                                                                                    "maximum": 7}},
+        "required": ["city"]}}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {
+            "type": "object", "properties": {"zone": {"type": "string", "maxLength": 8}}, "required": ["zone"]}}}]
+
+    def calls(choice, seed, parallel=None, stream=False):
+        body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS, "tool_choice": choice,
+                "temperature": 1, "seed": seed, "max_tokens": 300, "chat_template_kwargs": {"thinking": False},
+                "stream": stream}
+        if parallel is not None:
+            body["parallel_tool_calls"] = parallel
+        if not stream:
+            code, o = post(body)
+            if code != 200:
+                return None, str(o)
+            ch = o["choices"][0]
+            return ch["finish_reason"], ch["message"].get("tool_calls") or []
+        c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+        c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        data = c.getresponse().read().decode()
+        c.close()
+        acc, finish = {}, None
+        for block in data.split("\n\n"):
+            block = block.strip("\n")
+            if not block.startswith("data: ") or block[6:] == "[DONE]":
+                continue
+            for ch in json.loads(block[6:]).get("choices", []):
+                finish = ch.get("finish_reason") or finish
+                for d in ch.get("delta", {}).get("tool_calls") or []:
+                    a = acc.setdefault(d["index"], {"function": {"name": "", "arguments": ""}})
+                    a["function"]["name"] += d.get("function", {}).get("name") or ""
+                    a["function"]["arguments"] += d.get("function", {}).get("arguments") or ""
+        return finish, [acc[k] for k in sorted(acc)]
+
+    def args_ok(call):
+        a = json.loads(call["function"]["arguments"])
+        if call["function"]["name"] == "get_weather":
+            return a.get("city") in ("Paris", "Oslo") and set(a) <= {"city", "days"} and (
+                "days" not in a or (type(a["days"]) is int and 1 <= a["days"] <= 7))
+        return call["function"]["name"] == "get_time" and set(a) == {"zone"} and isinstance(a["zone"], str) and len(
+            a["zone"]) <= 8
+
+    good, shown = 0, ""
+    for seed in range(4):
+        finish, cs = calls("required", seed, stream=seed % 2 == 1)
+        try:
+            good += finish == "tool_calls" and len(cs) >= 1 and all(args_ok(c) for c in cs)
+        except (ValueError, TypeError, KeyError):
+            pass
+        shown = shown or ("" if finish == "tool_calls" else str(cs)[:200])
+    ok(good == 4, "tool_choice required, 4 seeds (2 streamed): every answer is calls with valid arguments (%d)%s"
+       % (good, shown and ": " + shown))
+    good = 0
+    for seed in range(4):
+        finish, cs = calls({"type": "function", "function": {"name": "get_time"}}, seed, parallel=False)
+        try:
+            good += finish == "tool_calls" and len(cs) == 1 and cs[0]["function"]["name"] == "get_time" and args_ok(cs[0])
+        except (ValueError, TypeError, KeyError):
+            pass
+    ok(good == 4, "a named tool_choice with parallel_tool_calls false: exactly one call of that tool (%d of 4)" % good)
+    good = 0
+    for seed in range(4):
+        finish, cs = calls("auto", seed, parallel=False)
+        good += finish in ("stop", "tool_calls") and len(cs) <= 1
+    ok(good == 4, "auto with parallel_tool_calls false: at most one call (%d of 4)" % good)
 finally:
     srv.terminate()
     try:

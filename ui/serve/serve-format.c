@@ -10,10 +10,14 @@
  * or an empty schema is a 400 before the request queues. strict false is enforced too (as vLLM
  * and SGLang do): a format the server was asked for is a format it keeps. The json_object
  * grammar is compiled once and shared (its mask cache is locked inside the engine).
+ * sformat_tools: tool_choice required, a named function or parallel_tool_calls false compile
+ * the tool-call grammar (k3-tools.md 1.3, 1.6): required and named allow no text before the
+ * calls, parallel false at most one call (else up to STOOLS_MAX_CALLS).
  */
 #include "serve-format.h"
 
 #include <stdlib.h>
+#define STOOLS_MAX_CALLS 8 /* calls in one answer when parallel calls are allowed */
 #include <string.h>
 
 static k3_tok     *tok;  /* the model's tokenizer            */
@@ -83,6 +87,27 @@ int sformat_parse(json_t *b, sformat_req *r, stools_err *e) {
         sformat_free(r);
         return rc;
     }
+    r->own = 1;
+    return 0;
+}
+
+int sformat_tools(const stools_req *tl, sformat_req *r, stools_err *e) {
+    int required = !strcmp(tl->tool_choice, "required");
+    if (!tl->tools || !strcmp(tl->tool_choice, "none") || !(required || tl->named || tl->single))
+        return 0;
+    if (r->g)
+        return serve_bad(
+            e, "unsupported_value",
+            "response_format %s with tool_choice required or named, or parallel_tool_calls false, is not "
+            "supported",
+            r->type);
+    if (!voc)
+        return 0;
+    k3_status st = k3_grammar_tool_calls(voc, tl->tools, tl->named, tl->single ? 1 : STOOLS_MAX_CALLS,
+                                         !required && !tl->named, &r->g);
+    if (st)
+        return serve_bad(e, st == K3_ERR_UNSUPPORTED ? "unsupported_value" : "invalid_value", "tools: %s",
+                         k3_errmsg());
     r->own = 1;
     return 0;
 }

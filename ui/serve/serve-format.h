@@ -22,3 +22,6 @@ void      sformat_done(void);
  * keyword (named with its path) or a schema no document satisfies. */
 int  sformat_parse(json_t *body, sformat_req *r, stools_err *e);
 void sformat_free(sformat_req *r);
+/* tool_choice required or named, or parallel_tool_calls false, with tools: the tool-call
+ * grammar into r (-1 with e filled: with a response_format, or arguments it cannot type). */
+int sformat_tools(const stools_req *tl, sformat_req *r, stools_err *e);

@@ -899,7 +899,8 @@ static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
         !(json_is_number(v) && json_number_value(v) == 1))
         return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
                    "n: only 1 choice per request is supported");
-    if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) || sformat_parse(b, &r->fmt, e))
+    if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) || sformat_parse(b, &r->fmt, e) ||
+        sformat_tools(&r->tl, &r->fmt, e))
         return -1;
     if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
         json_t *one[1] = {v};
