@@ -231,9 +231,11 @@ int32_t k3_sampler_sample_masked(k3_sampler *s, const float *logits, int n, cons
  * print what it holds and the memory the K3_* settings would need to out. On failure nothing
  * is printed and k3_errmsg() holds the first error (one line naming file and tensor/key). */
 k3_status k3_inspect(const char *dir, FILE *out);
+/* The same, measuring this machine's speed figures again whatever the cache holds (--measure). */
+k3_status k3_inspect_measure(const char *dir, FILE *out);
 
 /* ==== tokenizer and chat format (tok.c, chat-format.c) ========================== */
-/* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md.
+/* Owned by the tokenizer module; see issue 3 and doc/chat-format.md.
  * A k3_tok is read-only once loaded: every function below may be called from any
  * number of threads at once on the same k3_tok (k3_detok / k3_chat_parser are
  * per-stream objects, one thread each). */
@@ -297,7 +299,8 @@ k3_status               k3_detok_feed(k3_detok *d, int32_t id, const char **text
 k3_status k3_detok_feed_bytes(k3_detok *d, const char *b, size_t n, const char **text, size_t *len);
 void      k3_detok_flush(k3_detok *d, const char **text, size_t *len);
 
-/* One tool call of an assistant message (the OpenAI shape; ../shared/spec/k3-tools.md 1.3). */
+/* One tool call of an assistant message (the OpenAI shape; doc/tool-calls.md, "An assistant turn
+ * that calls tools"). */
 typedef struct k3_tool_call {
     const char *id;        /* the call id ("call_..."): matched by tool results, not rendered */
     const char *name;      /* function name                                               */
@@ -334,9 +337,9 @@ typedef struct k3_chat_opts {
     const char *response_schema; /* json_schema: the schema, JSON text (written sorted, compact) */
 } k3_chat_opts;
 
-/* Encode a conversation exactly as ../shared/spec/k3-chat.md section 2 (the thinking-
+/* Encode a conversation exactly as doc/chat-format.md section 2 (the thinking-
  * effort system message when think is on, preserved reasoning, generation prompt) and
- * ../shared/spec/k3-tools.md section 1 (tool declarations, calls, results re-sorted by
+ * doc/tool-calls.md section 1 (tool declarations, calls, results re-sorted by
  * call id, tool_choice), appending the ids to out. On error out->n is left as it was and
  * the message names the message index and field. */
 k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs, const k3_chat_opts *o,
@@ -430,7 +433,7 @@ int       k3_gmatch_ended(const k3_gmatch *m);    /* 1: an end of message was ac
  *     k3_conv_add(c, K3_ROLE_USER, text, NULL);
  *     st = k3_conv_generate(c, model, session, &cb);   // streams via cb, appends the reply
  *     if (st == K3_ERR_CONTEXT) ... offer k3_conv_clear or k3_conv_drop_oldest, or k3_conv_undo
- * /retry = k3_conv_pop_reply + k3_conv_generate; /undo = k3_conv_undo. */
+ * /retry = k3_conv_retry_last + k3_conv_generate; /undo = k3_conv_undo. */
 
 typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT, K3_ROLE_TOOL } k3_role;
 
@@ -542,6 +545,10 @@ const k3_msg *k3_conv_abandoned(const k3_conv *c, int i, int *at, int *branch);
 /* /retry: removes trailing assistant messages so the history ends with the user's turn.
  * Returns messages removed (0: nothing to retry). */
 int k3_conv_pop_reply(k3_conv *c);
+/* /retry in a chat: as k3_conv_pop_reply, but the answer is kept as an abandoned branch (as
+ * k3_conv_edit_last keeps an edited exchange), in memory and in the autosave. Returns the
+ * messages moved (0: no answer to retry; -1: out of memory, k3_errmsg says so). */
+int k3_conv_retry_last(k3_conv *c);
 /* Drops the oldest exchange (first user message and the replies up to the next user
  * message); the system prompt stays. Returns messages removed (0: nothing to drop). */
 int k3_conv_drop_oldest(k3_conv *c);

@@ -16,6 +16,7 @@
  */
 #include "cli.h"
 #include "loadprog.h"
+#include "text.h"
 #include "k3.h"
 
 #include <errno.h>
@@ -26,9 +27,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static void emit(FILE *f, const char *t, size_t n) {
+/* The model's text goes out through the one escaping function (text.h); st holds a character
+ * cut between two tokens. */
+static void emit(FILE *f, txt_esc *st, const char *t, size_t n) {
     if (n) {
-        fwrite(t, 1, n, f);
+        txt_term_put(f, st, t, n);
         fflush(f);
     }
 }
@@ -100,7 +103,7 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     k3_chat_opts opt = {.think = think, .effort = o->effort, .gen_prompt = 1};
     if ((st = k3_tok_load(o->dir, NULL, &tok)) || (st = k3_chat_encode(tok, msgs, nm, &opt, &ids)) ||
         (st = k3_chat_parser_new(tok, think, &prs))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     if (!(smp = k3_sampler_new(sp))) {
@@ -117,12 +120,13 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
         goto done;
     }
     if ((st = k3_session_feed(s, ids.v, (int)ids.n))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     int max_tokens    = o->max_tokens > 0 ? o->max_tokens : info.max_ctx; /* 0: no limit, as in the chat */
     k3_chat_out out   = {0};
-    int         ended = 0, thought = 0;
+    int         ended = 0, thought = 0, cut = 0;
+    txt_esc     esc_out = {0}, esc_err = {0};
     const char *why = "max tokens";
     for (int i = 0; i < max_tokens && !ended; i++) {
         int     masked = gm && k3_chat_parser_channel(prs) == K3_CHAN_RESPONSE;
@@ -138,10 +142,11 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
             break;
         if ((st = k3_chat_parser_feed(prs, t, &out)))
             break;
-        emit(stderr, out.think, out.think_len);
-        emit(stdout, out.response, out.response_len);
+        emit(stderr, &esc_err, out.think, out.think_len);
+        emit(stdout, &esc_out, out.response, out.response_len);
         thought |= out.think_len > 0;
         ended = out.end || t == info.eos_id;
+        cut   = !ended && i + 1 == max_tokens && o->max_tokens > 0;
         if (ended || i + 1 == max_tokens)
             break;
         if (k3_session_pos(s) >= info.max_ctx) {
@@ -154,15 +159,19 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     }
     if (!ended) {
         k3_chat_parser_finish(prs, &out);
-        emit(stderr, out.think, out.think_len);
-        emit(stdout, out.response, out.response_len);
+        emit(stderr, &esc_err, out.think, out.think_len);
+        emit(stdout, &esc_out, out.response, out.response_len);
         thought |= out.think_len > 0;
     }
+    txt_term_end(stderr, &esc_err);
+    txt_term_end(stdout, &esc_out);
     if (thought)
         fputc('\n', stderr);
     printf("\n");
+    if (cut) /* as line mode says it (plain.c report_cut) */
+        fprintf(stderr, "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n", max_tokens);
     if (st)
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
     else if (gm && !k3_gmatch_complete(gm))
         fprintf(stderr, "k3chat: stopped before the JSON document was complete (%s)\n",
                 k3_chat_parser_channel(prs) != K3_CHAN_RESPONSE ? "still thinking" : why);
@@ -211,7 +220,7 @@ static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_s
     }
     printf("\n");
     if (st)
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
     k3_sampler_free(smp);
     free(ids);
     return st ? 1 : 0;
@@ -238,12 +247,12 @@ int cli_oneshot(const cli_opts *o) {
         }
     }
     if ((st = k3_params_default(&par))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         return 1;
     }
     st = load_model_verbose(o->dir, &par, &m);
     if (st || (st = k3_session_new(m, &s))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     k3_sampler_params sp;

@@ -41,6 +41,7 @@ typedef struct cli_opts {
     const char   *model_name;  /* --model NAME: served / requested model name       */
     const char   *allow_hosts; /* --allow-host NAMES: Host names a keyless --serve answers */
     int           parallel;    /* --parallel N: turns --serve runs at once (0 = default 4) */
+    int           measure;     /* --measure (with --inspect): the speed figures measured again */
 } cli_opts;
 
 int cli_inspect(const cli_opts *o);    /* cli-inspect.c */
