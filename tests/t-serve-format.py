@@ -3,13 +3,16 @@
 # against its schema (checked here by hand, field by field); json_object gives one JSON object;
 # an unsupported keyword, a schema no document satisfies and a malformed response_format are
 # 400s naming the field; text changes nothing; tool_choice required and named and
-# parallel_tool_calls false give calls that follow the tools' parameters. Thinking is off (k3-nano seldom opens its
+# parallel_tool_calls false give calls that follow the tools' parameters; the official OpenAI SDK
+# (npm openai 5 + zod 3, SKIP without node/npm) parses zodResponseFormat and raw json_schema answers
+# and gets required (single) and named (streamed) calls. Thinking is off (k3-nano seldom opens its
 # response channel after thinking, and reasoning is never masked). The server runs on
 # 127.0.0.1 with a kernel-picked port and is always killed; every wait is bounded.
 import http.client
 import json
 import os
 import re
+import shutil
 import subprocess
 
 import serve_lib
@@ -200,6 +203,81 @@ try:
         finish, cs = calls("auto", seed, parallel=False)
         good += finish in ("stop", "tool_calls") and len(cs) <= 1
     ok(good == 4, "auto with parallel_tool_calls false: at most one call (%d of 4)" % good)
+
+    # ---- the official OpenAI SDK (npm openai 5 + zod 3, installed outside the repository into
+    # K3_OPENAI_JS, default ~/.cache/k3chat/openai-js, as t-serve-tools.py does)
+    cache = os.environ.get("K3_OPENAI_JS") or os.path.join(
+        os.environ.get("HOME_REAL", os.path.expanduser("~")), ".cache", "k3chat", "openai-js")
+    have = shutil.which("node") and shutil.which("npm")
+    if not have:
+        print("SKIP: node/npm are not installed (needed for the OpenAI SDK checks)")
+    else:
+        os.makedirs(cache, exist_ok=True)
+        if not os.path.exists(os.path.join(cache, "package.json")):
+            with open(os.path.join(cache, "package.json"), "w") as f:
+                f.write('{"name":"k3chat-openai-ref","private":true}\n')
+        if not all(os.path.exists(os.path.join(cache, "node_modules", p, "package.json")) for p in ("openai", "zod")):
+            p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "openai@5", "zod@3"], cwd=cache,
+                               capture_output=True, timeout=300)
+            if p.returncode:
+                print("SKIP: npm install openai@5 zod@3 failed: " + p.stderr.decode()[-160:].replace("\n", " "))
+                have = False
+    if have:
+        js = os.path.join(T, "sdk.cjs")
+        with open(js, "w") as f:
+            f.write(r"""
+const OpenAI = require("openai").default;  // CommonJS: found through NODE_PATH
+const { zodResponseFormat } = require("openai/helpers/zod");
+const { z } = require("zod");
+(async () => {
+const client = new OpenAI({ baseURL: process.argv[2], apiKey: "none", maxRetries: 0 });
+const schema = JSON.parse(process.argv[3]), tools = JSON.parse(process.argv[4]);
+const base = { model: "k3-nano", messages: [{ role: "user", content: "A person, as JSON." }], temperature: 1,
+               max_tokens: 300, chat_template_kwargs: { thinking: false } };
+const Person = z.object({ name: z.string().max(10), age: z.number().int().min(0).max(120),
+                          tags: z.array(z.enum(["a", "b", "c"])).max(3) });
+const out = { zod: [], raw: [] };
+for (let seed = 0; seed < 3; seed++) {
+  const r = await client.chat.completions.parse({ ...base, seed, response_format: zodResponseFormat(Person, "person") });
+  out.zod.push(r.choices[0].message.parsed);
+  const r2 = await client.chat.completions.parse({ ...base, seed,
+    response_format: { type: "json_schema", json_schema: { name: "person", strict: true, schema } } });
+  out.raw.push(r2.choices[0].message.parsed);
+}
+const t = await client.chat.completions.create({ ...base, tools, tool_choice: "required", parallel_tool_calls: false });
+out.required = t.choices[0].message.tool_calls.map(c => [c.function.name, JSON.parse(c.function.arguments)]);
+const s = await client.chat.completions.create({ ...base, seed: 4, tools, stream: true,
+  tool_choice: { type: "function", function: { name: "get_time" } } });
+const acc = {};
+for await (const ch of s)
+  for (const tc of ch.choices[0]?.delta?.tool_calls ?? []) {
+    acc[tc.index] ??= { name: "", args: "" };
+    acc[tc.index].name += tc.function?.name ?? "";
+    acc[tc.index].args += tc.function?.arguments ?? "";
+  }
+out.named = Object.values(acc).map(c => [c.name, JSON.parse(c.args)]);
+console.log(JSON.stringify(out));
+})().catch(e => { console.error(e); process.exit(1); });
+""")
+        p = subprocess.run(["node", js, "http://127.0.0.1:%d/v1" % PORT, json.dumps(SCHEMA), json.dumps(TOOLS)],
+                           capture_output=True, timeout=300, env=dict(env, NODE_PATH=os.path.join(cache, "node_modules")))
+        try:
+            res = json.loads(p.stdout.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            res = {}
+            print("# sdk: " + p.stderr.decode()[-400:])
+        zod = res.get("zod", [])
+        ok(len(zod) == 3 and all(isinstance(d, dict) and set(d) == {"name", "age", "tags"} and valid(d) for d in zod),
+           "OpenAI SDK: chat.completions.parse with zodResponseFormat: 3 seeds, parsed objects valid (%r)" % (zod[:1],))
+        raw = res.get("raw", [])
+        ok(len(raw) == 3 and all(valid(d) for d in raw), "OpenAI SDK: parse with a raw json_schema: 3 parsed objects valid")
+        req = res.get("required", [])
+        ok(len(req) == 1 and args_ok({"function": {"name": req[0][0], "arguments": json.dumps(req[0][1])}}),
+           "OpenAI SDK: tool_choice required with parallel_tool_calls false: one call, valid arguments (%r)" % (req,))
+        nm = res.get("named", [])
+        ok(len(nm) >= 1 and all(n == "get_time" for n, _ in nm) and all(
+            args_ok({"function": {"name": n, "arguments": json.dumps(a)}}) for n, a in nm),
+           "OpenAI SDK: a named tool_choice, streamed: calls of that function only, valid arguments (%r)" % (nm[:1],))
 finally:
     srv.terminate()
     try:
