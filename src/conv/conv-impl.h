@@ -53,15 +53,18 @@ typedef struct conv_aban {
 } conv_aban;
 
 struct k3_conv {
-    k3_msg          *msgs;  /* (n_msgs) msgs[0] is the system prompt when it has that role */
-    char            *tools; /* tool declarations (JSON array text), NULL when none         */
-    int              n_msgs, cap_msgs;
-    conv_aban       *aban; /* (n_aban) abandoned branches, in the order they were made    */
-    int              n_aban, cap_aban, n_branches;
-    k3_conv_settings set;
-    uint64_t         n_turns_started; /* turns generated (seed derivation; never reset)   */
-    uint64_t         next_seed;       /* k3_conv_set_turn_seed, when has_next_seed        */
-    int              has_next_seed;
+    k3_msg           *msgs;        /* (n_msgs) msgs[0] is the system prompt when it has that role */
+    char             *tools;       /* tool declarations (JSON array text), NULL when none         */
+    char              rf_type[16]; /* response_format: "" (text), "json_object", "json_schema"  */
+    char             *rf_schema;   /* json_schema: the schema (JSON text), NULL otherwise        */
+    const k3_grammar *grammar;     /* answers drawn under its masks (k3_conv_set_grammar), NULL  */
+    int               n_msgs, cap_msgs;
+    conv_aban        *aban; /* (n_aban) abandoned branches, in the order they were made    */
+    int               n_aban, cap_aban, n_branches;
+    k3_conv_settings  set;
+    uint64_t          n_turns_started; /* turns generated (seed derivation; never reset)   */
+    uint64_t          next_seed;       /* k3_conv_set_turn_seed, when has_next_seed        */
+    int               has_next_seed;
 
     /* model identity for transcript headers */
     char *model_dir; /* NULL when unknown                                          */

@@ -150,6 +150,7 @@ void k3_conv_free(k3_conv *c) {
     drop_abandoned(c);
     free(c->aban);
     free(c->tools);
+    free(c->rf_schema);
     free(c->forced);
     free(c->model_dir);
     free(c->autosave_dir);
@@ -346,6 +347,24 @@ k3_status k3_conv_add_msg(k3_conv *c, const k3_msg *m) {
         if (!m->tool_calls[k].name || !*m->tool_calls[k].name)
             return k3_err(K3_ERR_ARG, "conversation: tool_calls[%d] has no function name", k);
     return conv_push(c, m);
+}
+
+k3_status k3_conv_set_response_format(k3_conv *c, const char *type, const char *schema) {
+    int none = !type || !*type || !strcmp(type, "text");
+    if (!none && strcmp(type, "json_object") && strcmp(type, "json_schema"))
+        return k3_err(K3_ERR_ARG,
+                      "conversation: response_format '%.40s' is not text, json_object or json_schema", type);
+    char *copy = NULL;
+    if (!none && !strcmp(type, "json_schema") && !(copy = k3_strdup(schema ? schema : "{}")))
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    free(c->rf_schema);
+    c->rf_schema = copy;
+    snprintf(c->rf_type, sizeof c->rf_type, "%s", none ? "" : type);
+    return K3_OK;
+}
+
+void k3_conv_set_grammar(k3_conv *c, const k3_grammar *g) {
+    c->grammar = g;
 }
 
 k3_status k3_conv_set_tools(k3_conv *c, const char *json) {
