@@ -117,5 +117,16 @@ if [ -f "$nano/model.safetensors" ]; then
     "$k" "$nano" --prompt "Tell me a long story" --think off --temp 0 --max-tokens 3 >/dev/null 2>"$K3_TMP/err11"
     t "11: --prompt --max-tokens 3 reports the cut-off" \
         'grep -q "cut off at the --max-tokens limit (3 tokens)" "$K3_TMP/err11"'
+    # 16: the context figures are measured under the settings in force: an empty conversation
+    # with --think off measures the same at start and after /clear (it was 83 then 14), and
+    # /think on changes the figure at once
+    printf '/stats\nhi\n/clear\n/stats\n/think on\n/stats\n' |
+        XDG_DATA_HOME="$K3_TMP/d16" "$k" "$nano" --think off --temp 0 --max-tokens 4 >/dev/null 2>"$K3_TMP/err16"
+    c1=$(grep "context:" "$K3_TMP/err16" | sed -n '1s/.*context: \([0-9]*\) of.*/\1/p')
+    c2=$(grep "context:" "$K3_TMP/err16" | sed -n '2s/.*context: \([0-9]*\) of.*/\1/p')
+    c3=$(grep "context:" "$K3_TMP/err16" | sed -n '3s/.*context: \([0-9]*\) of.*/\1/p')
+    t "16: --think off: the empty conversation's context is the same at start and after /clear ($c1, $c2)" \
+        '[ -n "$c1" ] && [ "$c1" = "$c2" ]'
+    t "16: ... and /think on changes it before any turn ($c2 -> $c3)" '[ -n "$c3" ] && [ "$c3" -gt "$c2" ]'
 fi
 finish

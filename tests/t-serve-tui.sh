@@ -35,6 +35,7 @@ check "/experts says the remote server decides" wait_for "remote server places i
 keys C-l; type_line "/think off"
 type_line "go on"
 check "with thinking off the answer goes to the response pane" wait_for "── response" 20
+wait_gone "── response" 60 # a quit while an answer streams asks first (k3chat(1), Ctrl-D)
 keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 
@@ -58,6 +59,7 @@ keys C-l; type_line "/retry"
 check "/retry sends the kept message again and it is answered" wait_for "── response" 20
 keys C-c
 wait_for "[stopped]" 10
+wait_gone "── response" 30
 keys C-d
 check "exit with 0" wait_for "EXIT=0" 10
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"

@@ -52,10 +52,12 @@ typedef struct plain {
     int           replaying;        /* a /replay runs: its end writes no answer line              */
     int           want_stats;       /* /stats asked: print the next requested EV_STATS            */
     ue_stats      st;               /* the last turn's statistics (EV_DONE)                        */
-    load_prog     lp;               /* the loading line on stderr (loadprog.h)                    */
-    unsigned      acked;            /* EV_ACKs seen: the worker has run this many commands */
-    int           out_err;          /* errno of the first failed write to stdout (0: none) */
-    txt_buf      *ans;              /* (n_ans) the answers of the conversation, for /copy */
+    ue_stats      now;              /* the latest context figures (a partial EV_STATS)             */
+    int           have_now;
+    load_prog     lp;      /* the loading line on stderr (loadprog.h)                    */
+    unsigned      acked;   /* EV_ACKs seen: the worker has run this many commands */
+    int           out_err; /* errno of the first failed write to stdout (0: none) */
+    txt_buf      *ans;     /* (n_ans) the answers of the conversation, for /copy */
     int           n_ans, cap_ans;
     txt_buf       cur;       /* the answer streaming now                            */
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
@@ -228,9 +230,10 @@ static int on_event(plain *p, ui_ev *e) {
         p->replaying = 0;
         return 1;
     case EV_STATS:
-        if (e->i && p->want_stats) {
-            p->want_stats = 0;
-            print_stats(p, &e->st);
+        if (e->i) /* the latest context figures; /stats prints them when its command is done */
+        {
+            p->now      = e->st;
+            p->have_now = 1;
         }
         break;
     case EV_ERROR:
@@ -243,6 +246,10 @@ static int on_event(plain *p, ui_ev *e) {
         break;
     case EV_ACK:
         p->acked++;
+        if (e->i == EV_CMD_STATS && p->want_stats && p->have_now) {
+            p->want_stats = 0;
+            print_stats(p, &p->now);
+        }
         break;
     case EV_RESET:
         ans_drop(p, 0);
@@ -263,6 +270,7 @@ static int on_event(plain *p, ui_ev *e) {
     case EV_SETTINGS: {
         char msg[300];
         chat_settings_loaded(&p->cs, &e->gen, msg, sizeof msg);
+        ue_settings(p->eng, &p->cs.gen); /* the options that won over the transcript's */
         txt_term_printf(stderr, "k3chat: %s\n", msg);
         break;
     }
@@ -418,6 +426,7 @@ static int handle_text(plain *p, char *line) {
         if (r.id == CMD_LOAD && keep_unsaved(p, p->el != NULL, "", UE_DROP_LOAD))
             return 0;
         if (chat_apply(&p->cs, p->eng, &r, msg, sizeof msg)) {
+            ue_settings(p->eng, &p->cs.gen); /* the context figure follows /think, /effort */
             if (msg[0])
                 txt_term_printf(stderr, "k3chat: %s\n", msg);
             if (r.id == CMD_REPLAY) {
@@ -577,6 +586,7 @@ int cli_plain(const cli_opts *o) {
         ev_queue_free(p->q);
         return 1;
     }
+    ue_settings(p->eng, &p->cs.gen); /* the command line's, before anything is measured */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_int;

@@ -42,7 +42,7 @@ static void *worker_main(void *arg) {
             ui_ev ack = {.type = EV_ACK, .i = c.type};
             ev_push(u->out, &ack);
         } else {
-            if (c.type != EV_CMD_EXPERTS && c.type != EV_CMD_STATS)
+            if (c.type != EV_CMD_EXPERTS && c.type != EV_CMD_STATS && c.type != EV_CMD_SETTINGS)
                 ev_push_text(u->out, EV_ERROR, "no model is loaded");
             ui_ev ack = {.type = EV_ACK, .i = c.type};
             ev_push(u->out, &ack);
@@ -143,6 +143,9 @@ void ue_experts(ue *u, double gb) {
 }
 void ue_stats_req(ue *u) {
     post(u, EV_CMD_STATS, NULL, NULL, 0);
+}
+void ue_settings(ue *u, const ue_gen *g) {
+    post(u, EV_CMD_SETTINGS, NULL, g, 0);
 }
 
 void ue_emit_token(ue *u, int ch, const char *text, size_t n) {
@@ -295,7 +298,7 @@ void ue_note_saved(ue *u, const k3_conv *c) {
 }
 
 int ue_unsaved_refuse(ue *u, int *warned, int what, char *msg, size_t n) {
-    static const char *const name[] = {"quit", "/clear", "/load"},
+    static const char *const name[]  = {"quit", "/clear", "/load"},
                              *does[] = {"leaves", "drops it", "replaces it"};
     int kind                         = what + 1;
     if (!ue_unsaved(u) || *warned == kind) {

@@ -86,6 +86,10 @@ void ue_replay(ue *u, const char *path, const ue_gen *g);
 void ue_export(ue *u, const char *path, int force);
 void ue_experts(ue *u, double gb);
 void ue_stats_req(ue *u);
+/* The settings in force now (after a settings command, a load, at start): the conversation
+ * takes them at once, so every context figure (the status bar, /stats, /load's "needs",
+ * /forget --fit) is measured as the next turn will render it. */
+void ue_settings(ue *u, const ue_gen *g);
 
 /* For backends: has the UI asked to stop? */
 static inline int ue_cancelled(ue *u) {

@@ -334,6 +334,18 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
     case EV_CMD_REPLAY:
         replay(r, c->text, &c->gen);
         break;
+    case EV_CMD_SETTINGS: { /* what changes the rendered prompt changes the context figure */
+        k3_conv_settings was, now;
+        k3_conv_get_settings(r->c, &was);
+        apply_gen(r, &c->gen);
+        k3_conv_get_settings(r->c, &now);
+        if (was.think != now.think || strcmp(was.effort, now.effort)) {
+            ui_ev e = {.type = EV_STATS, .i = 1};
+            fill_common(r, &e.st);
+            ev_push(u->out, &e);
+        }
+        break;
+    }
     case EV_CMD_EXPERTS:
         apply_experts(r); /* unless a turn applied it already */
         /* FALLTHROUGH */
