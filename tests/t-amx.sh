@@ -5,15 +5,13 @@
 # order against the canonical one on a whole model (top-1 and rel_l2), while one column at a
 # time (K3_CHUNK=1, decode) stays bit-identical; the same for that order on AVX-512 VNNI
 # (K3_GROUP_ORDER=1), which on k3-nano is no further from the exact f32 path than the default.
-. "$K3_SRC/tests/count.sh"
+# slow
+. "$K3_SRC/tests/lib.sh" # pass, fail, check (check STATUS DESC here), ok
 set -u
 K="$K3_BUILD/k3chat"
 AB="$K3_BUILD/k3-ab"
 MK="$K3_BUILD/k3-mkmodel"
 T="$K3_TMP"
-check() { # status desc
-    if [ "$1" -eq 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi
-}
 [ -x "$K" ] && [ -x "$AB" ] && [ -x "$MK" ] || { echo "FAIL: k3chat, k3-ab or k3-mkmodel not built"; exit 1; }
 "$MK" --quiet --preset tiny --layers 2 "$T/m" 2>"$T/err" || { echo "FAIL: k3-mkmodel: $(cat "$T/err")"; exit 1; }
 val() { sed -n 's/^AB .* '"$1"' \([^ ]*\).*/\1/p' "$2"; }

@@ -70,7 +70,9 @@ check "3: ... without the warning" hasnt "$refusal"
 
 # 4: line mode on a terminal (stderr too: the notices go there)
 tui_start 110 30 -- "$bad $K3CHAT --temp 0 --max-tokens 8 --plain $nano; echo EXIT=\$?; sleep 60"
-wait_for "k3chat: loaded" 30
+# the line-mode prompt (k3-nano loads without a progress line; a message typed before the model
+# is ready waits for it)
+wait_for ">" 10
 type_line "What is 2 + 2?"
 wait_for "autosave:" 30
 keys C-d

@@ -196,7 +196,11 @@ static void on_event(tui *t, ui_ev *e) {
         t->ready = 1;
         snprintf(t->model, sizeof t->model, "%s", e->text ? e->text : "model");
         snprintf(t->fit, sizeof t->fit, "%s", e->text2 ? e->text2 : "");
-        t->st.ctx_max = e->i;
+        /* the figure and its capacity together: a bar drawn before the next EV_STATS shows the
+         * conversation's real context (the engine's EV_READY fills st.ctx_used; the mock's and a
+         * remote server's empty conversation count 0) */
+        t->st.ctx_used = e->st.ctx_used;
+        t->st.ctx_max  = e->i;
         chat_settings_model(&t->cs, &e->gen);
         for (int i = 0; i < t->n_ents; i++)
             t->ents[i].queued = 0;
