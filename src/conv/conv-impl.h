@@ -44,9 +44,12 @@ typedef struct conv_aban {
 } conv_aban;
 
 struct k3_conv {
-    k3_msg          *msgs;  /* (n_msgs) msgs[0] is the system prompt when it has that role */
-    char            *tools; /* tool declarations (JSON array text), NULL when none         */
-    int              n_msgs, cap_msgs;
+    k3_msg *msgs;  /* (n_msgs) msgs[0] is the system prompt when it has that role */
+    char   *tools; /* tool declarations (JSON array text), NULL when none         */
+    int     n_msgs, cap_msgs;
+    int     sys_since;     /* the system prompt was set after this many of the other messages
+                              (a /system mid-chat): those were answered without it
+                              (transcript "since"; 0: from the start)                     */
     conv_aban       *aban; /* (n_aban) abandoned branches, in the order they were made    */
     int              n_aban, cap_aban, n_branches;
     k3_conv_settings set;
@@ -115,3 +118,6 @@ void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out);
 void conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o);
 /* Exchange contents of two conversations' messages + settings + tools (transcript loading). */
 void conv_swap_content(k3_conv *a, k3_conv *b);
+/* Messages [i, i + n) are about to leave the history: sys_since keeps counting the messages
+ * that came before the system prompt was set. */
+void conv_since_removed(k3_conv *c, int i, int n);

@@ -199,6 +199,18 @@ static json_t *msg_json(const k3_msg *m) {
     return o;
 }
 
+/* Message i of c as its transcript line: the system prompt says since when it was set
+ * mid-conversation ("since": how many of the other messages came before it). */
+static json_t *line_json(const k3_conv *c, int i) {
+    json_t *o = msg_json(&c->msgs[i]);
+    if (o && i == 0 && c->msgs[0].role == K3_ROLE_SYSTEM && c->sys_since > 0 &&
+        json_object_set_new(o, "since", json_integer(c->sys_since))) {
+        json_decref(o);
+        o = NULL;
+    }
+    return o;
+}
+
 /* Abandoned messages whose branch point is at (or, with last, past the end): each marked with
  * "abandoned": its branch number. */
 static void abandoned_lines(const k3_conv *c, sbuf *b, int at, int last) {
@@ -220,7 +232,7 @@ static void transcript_text(const k3_conv *c, sbuf *b) {
     sb_json_line(b, header_json(c));
     for (int i = 0; i < c->n_msgs; i++) {
         abandoned_lines(c, b, i, 0);
-        sb_json_line(b, msg_json(&c->msgs[i]));
+        sb_json_line(b, line_json(c, i));
     }
     abandoned_lines(c, b, c->n_msgs, 1);
 }
@@ -479,7 +491,7 @@ static k3_status autosave_write(k3_conv *c) {
         st = write_text_file(c->autosave_path, &b);
     } else {
         for (int i = c->n_saved; i < c->n_msgs; i++)
-            sb_json_line(&b, msg_json(&c->msgs[i]));
+            sb_json_line(&b, line_json(c, i));
         st = b.oom ? k3_err(K3_ERR_NOMEM, "%s: out of memory", c->autosave_path)
              : b.n ? durable_append(c->autosave_path, b.p, b.n)
                    : K3_OK;
@@ -901,11 +913,29 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
             goto out;
         }
     }
+    /* "since": N on the system prompt: it was set after N of the other messages (/system
+     * mid-conversation), which were answered without it */
+    json_t   *sj    = json_object_get(o, "since");
+    long long since = 0;
+    if (sj && !json_is_null(sj)) {
+        if (m.role != K3_ROLE_SYSTEM || branch) {
+            st = LERR(L, "\"since\" is on a %s message; only the system prompt has it",
+                      branch ? "abandoned" : role);
+            goto out;
+        }
+        if (!json_is_integer(sj) || json_integer_value(sj) < 0 || json_integer_value(sj) > INT32_MAX) {
+            st = LERR(L, "\"since\" is %s, expected a message count (integer >= 0)", jtype(sj));
+            goto out;
+        }
+        since = json_integer_value(sj);
+    }
     m.content   = text.p ? text.p : (char *)(uintptr_t) "";
     m.reasoning = (char *)(uintptr_t)reasoning;
     st          = text.oom ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line)
                   : branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch)
                            : conv_push(c, &m);
+    if (!st && since)
+        c->sys_since = (int)since;
 out:
     free(text.p);
     free(m.ids);
@@ -1111,6 +1141,37 @@ static void md_stats(sbuf *b, const k3_msg *m) {
     sb_fmt(b, ", prompt %d tokens (%d cached)</sub>\n\n", t->n_prompt, t->n_cached);
 }
 
+/* One message of the Markdown export; note (or NULL) is added to its heading. */
+static void md_msg(sbuf *bp, const k3_msg *m, const char *note) {
+    static const char *const title[] = {"System", "User", "Assistant", "Tool result"};
+    if (m->role == K3_ROLE_TOOL)
+        sb_fmt(bp, "## Tool result%s%s%s%s%s%s\n\n", m->tool_name ? ": `" : "",
+               m->tool_name ? m->tool_name : "", m->tool_name ? "`" : "", m->tool_call_id ? " (call " : "",
+               m->tool_call_id ? m->tool_call_id : "", m->tool_call_id ? ")" : "");
+    else
+        sb_fmt(bp, "## %s%s\n\n", title[m->role], note ? note : "");
+    if (m->reasoning && *m->reasoning) {
+        sb_str(bp, "<details>\n<summary>Reasoning</summary>\n\n");
+        md_block(bp, m->reasoning);
+        sb_str(bp, "\n\n</details>\n\n");
+    }
+    if (*m->content) {
+        if (m->role == K3_ROLE_ASSISTANT)
+            md_block(bp, m->content);
+        else
+            md_literal(bp, m->content);
+        sb_str(bp, "\n\n");
+    }
+    if (m->tools)
+        sb_fmt(bp, "**Tools declared here:**\n\n```json\n%s\n```\n\n", m->tools);
+    for (int k = 0; k < m->n_tool_calls; k++) {
+        const k3_tool_call *tc = &m->tool_calls[k];
+        sb_fmt(bp, "**Tool call** `%s` (%s):\n\n```json\n%s\n```\n\n", tc->name, tc->id ? tc->id : "",
+               tc->arguments && *tc->arguments ? tc->arguments : "{}");
+    }
+    md_stats(bp, m);
+}
+
 k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
     sbuf                    b = {0};
     const k3_conv_settings *s = &c->set;
@@ -1124,37 +1185,19 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
     sb_fmt(&b, ", thinking %s (effort %s), temperature %g, top-p %g, seed %llu\n\n", s->think ? "on" : "off",
            s->effort, (double)s->sampling.temp, (double)s->sampling.top_p,
            (unsigned long long)s->sampling.seed);
+    /* a system prompt set mid-conversation ("since") stands where it was set, not above the
+     * answers that were given without it */
+    int               sys = c->n_msgs && c->msgs[0].role == K3_ROLE_SYSTEM, late = sys && c->sys_since > 0;
+    static const char note[] = " (set here; the answers above were given without it)";
     for (int i = 0; i < c->n_msgs; i++) {
-        const k3_msg            *m       = &c->msgs[i];
-        static const char *const title[] = {"System", "User", "Assistant", "Tool result"};
-        if (m->role == K3_ROLE_TOOL)
-            sb_fmt(&b, "## Tool result%s%s%s%s%s%s\n\n", m->tool_name ? ": `" : "",
-                   m->tool_name ? m->tool_name : "", m->tool_name ? "`" : "",
-                   m->tool_call_id ? " (call " : "", m->tool_call_id ? m->tool_call_id : "",
-                   m->tool_call_id ? ")" : "");
-        else
-            sb_fmt(&b, "## %s\n\n", title[m->role]);
-        if (m->reasoning && *m->reasoning) {
-            sb_str(&b, "<details>\n<summary>Reasoning</summary>\n\n");
-            md_block(&b, m->reasoning);
-            sb_str(&b, "\n\n</details>\n\n");
-        }
-        if (*m->content) {
-            if (m->role == K3_ROLE_ASSISTANT)
-                md_block(&b, m->content);
-            else
-                md_literal(&b, m->content);
-            sb_str(&b, "\n\n");
-        }
-        if (m->tools)
-            sb_fmt(&b, "**Tools declared here:**\n\n```json\n%s\n```\n\n", m->tools);
-        for (int k = 0; k < m->n_tool_calls; k++) {
-            const k3_tool_call *tc = &m->tool_calls[k];
-            sb_fmt(&b, "**Tool call** `%s` (%s):\n\n```json\n%s\n```\n\n", tc->name, tc->id ? tc->id : "",
-                   tc->arguments && *tc->arguments ? tc->arguments : "{}");
-        }
-        md_stats(&b, m);
+        if (late && i == 0)
+            continue;
+        if (late && i - 1 == c->sys_since)
+            md_msg(&b, &c->msgs[0], note);
+        md_msg(&b, &c->msgs[i], NULL);
     }
+    if (late && c->sys_since >= c->n_msgs - 1)
+        md_msg(&b, &c->msgs[0], note);
     k3_status st = write_text_file(path, &b);
     free(b.p);
     return st;
