@@ -68,6 +68,19 @@ n=$(wc -l <"$K3_TMP/reqs")
 t "17: after a broken pipe no more lines are sent (1 request of 5: $n), status 1 ($rc)" '[ "$n" -eq 1 ] && [ "$rc" = 1 ]'
 t "17: ... and it says so once" '[ "$(grep -c "cannot write the answer to standard output" "$K3_TMP/err17")" -eq 1 ]'
 
+# 8: --endpoint sends no sampling the user did not set (the server's defaults apply) and says
+# so; what the user set goes as given, without float noise
+: >"$K3_TMP/reqs"
+printf 'one\ntwo\n/stats\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err8"
+t "8: no temperature or top_p in any request when none was set ($(wc -l <"$K3_TMP/reqs") requests)" \
+    '[ "$(wc -l <"$K3_TMP/reqs")" -eq 2 ] && ! grep -q "temperature\|top_p" "$K3_TMP/reqs"'
+t "8: ... and /stats says the server's defaults are in force" \
+    'grep -q "settings: temp server.s · top-p server.s" "$K3_TMP/err8"'
+: >"$K3_TMP/reqs"
+printf 'one\ntwo\n' | "$k" --endpoint "$ep" --plain --temp 0.6 >/dev/null 2>&1
+t "8: --temp 0.6 goes as 0.6 in every request, top_p still the server's" \
+    '[ "$(grep -c "\"temperature\":0.6[,}]" "$K3_TMP/reqs")" -eq 2 ] && ! grep -q top_p "$K3_TMP/reqs"'
+
 # 14: a NUL byte in a line-mode message: replaced with U+FFFD and said, not a cut message
 printf 'a\000b\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out14" 2>"$K3_TMP/err14"
 t "14: a NUL byte does not cut the message (it is U+FFFD)" '[ "$(cat "$K3_TMP/out14")" = "$(printf "Hello, a\357\277\275b!")" ]'

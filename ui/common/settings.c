@@ -56,6 +56,14 @@ void chat_settings_model(chat_settings *s, const ue_gen *m) {
         s->gen.temp = m->temp;
     if (!s->top_p_set && m->top_p > 0)
         s->gen.top_p = m->top_p;
+    s->server_sampling = m->temp < 0; /* a remote server's own defaults, not known here */
+}
+
+const char *chat_sampling_str(const chat_settings *s, int top_p, char *buf, size_t n) {
+    if (s->server_sampling && !(top_p ? s->top_p_set : s->temp_set))
+        return "server's";
+    snprintf(buf, n, "%.2f", (double)(top_p ? s->gen.top_p : s->gen.temp));
+    return buf;
 }
 
 void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n) {
@@ -82,8 +90,10 @@ void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n
 }
 
 void chat_settings_str(const chat_settings *s, char *buf, size_t n) {
-    snprintf(buf, n, "temp %.2f · top-p %.2f · think %s · effort %s", (double)s->gen.temp,
-             (double)s->gen.top_p, s->gen.think ? "on" : "off", effort_names[s->gen.effort % 3]);
+    char t[16], p[16];
+    snprintf(buf, n, "temp %s · top-p %s · think %s · effort %s", chat_sampling_str(s, 0, t, sizeof t),
+             chat_sampling_str(s, 1, p, sizeof p), s->gen.think ? "on" : "off",
+             effort_names[s->gen.effort % 3]);
 }
 
 char *chat_utf8_in(const char *what, const char *s, size_t n, char *note, size_t nn) {

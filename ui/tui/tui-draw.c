@@ -615,7 +615,9 @@ static void draw_status(tui *t) {
     if (t->scroll > 0)
         SEG(4, "scrolled ↑%d", t->scroll);
     SEG(2, "think %s", t->cs.gen.think ? eff[t->cs.gen.effort % 3] : "off");
-    SEG(5, "T %.2f p %.2f", (double)t->cs.gen.temp, (double)t->cs.gen.top_p);
+    char tb[16], pb[16];
+    SEG(5, "T %s p %s", chat_sampling_str(&t->cs, 0, tb, sizeof tb),
+        chat_sampling_str(&t->cs, 1, pb, sizeof pb));
     if (s->tok_s > 0)
         SEG(6, "%.1f tok/s", s->tok_s);
     if (s->ttft_s > 0)
