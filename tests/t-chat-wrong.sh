@@ -81,6 +81,16 @@ printf 'one\ntwo\n' | "$k" --endpoint "$ep" --plain --temp 0.6 >/dev/null 2>&1
 t "8: --temp 0.6 goes as 0.6 in every request, top_p still the server's" \
     '[ "$(grep -c "\"temperature\":0.6[,}]" "$K3_TMP/reqs")" -eq 2 ] && ! grep -q top_p "$K3_TMP/reqs"'
 
+# 23 (wording): a byte, a token in the singular; the abandoned lines a save wrote are counted; a
+# server that does not say its context size is not "of -1 tokens"
+printf 'delay 0\nresponse first {user}\n---\nresponse second {user}\n' >"$K3_TMP/m2.txt"
+printf 'hi\n/retry\n/save %s/w.jsonl\n/system x\n' "$K3_TMP" | K3_MOCK="$K3_TMP/m2.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err23"
+t "23: /save counts the abandoned answer it wrote" 'grep -q "saved 2 messages and 1 abandoned to" "$K3_TMP/err23"'
+t "23: /system of one byte says 1 byte" 'grep -q "system prompt set (1 byte);" "$K3_TMP/err23"'
+printf '/stats\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err23b"
+t "23: remote /stats without a context size says so (not 'of -1')" \
+    'grep -q "context: 0 tokens (the server does not say its size)" "$K3_TMP/err23b" && ! grep -q "of -1" "$K3_TMP/err23b"'
+
 # 14: a NUL byte in a line-mode message: replaced with U+FFFD and said, not a cut message
 printf 'a\000b\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out14" 2>"$K3_TMP/err14"
 t "14: a NUL byte does not cut the message (it is U+FFFD)" '[ "$(cat "$K3_TMP/out14")" = "$(printf "Hello, a\357\277\275b!")" ]'

@@ -136,8 +136,13 @@ static void print_stats(plain *p, const ue_stats *now) {
             s->n_prefill);
     else
         txt_term_printf(stderr, "k3chat: last turn: none yet\n");
-    txt_term_printf(stderr, "k3chat: context: %d of %d tokens; memory: %.2f GB resident", now->ctx_used,
-                    now->ctx_max, now->mem_gb);
+    if (now->ctx_max > 0)
+        txt_term_printf(stderr, "k3chat: context: %d of %d tokens; memory: %.2f GB resident", now->ctx_used,
+                        now->ctx_max, now->mem_gb);
+    else /* a server that does not say its context size */
+        txt_term_printf(
+            stderr, "k3chat: context: %d tokens (the server does not say its size); memory: %.2f GB resident",
+            now->ctx_used, now->mem_gb);
     if (now->expert_gb >= 0)
         txt_term_printf(stderr, "; expert cache: %.1f GB", now->expert_gb);
     if (now->expert_hit >= 0)
@@ -653,6 +658,7 @@ int cli_plain(const cli_opts *o) {
             if (!s || n <= 0) {
                 if (keep_unsaved(p, 1, "\n", UE_DROP_QUIT)) /* after the terminal's ^D */
                     continue;
+                fputc('\n', stderr); /* the shell's prompt starts on a line of its own */
                 break;
             }
             line  = strdup(s);

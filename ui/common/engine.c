@@ -368,7 +368,10 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
             ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
         } else {
             atomic_store(&u->unsaved, 0); /* on disk now, in the file named */
-            ue_emitf(u, EV_INFO, "saved %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)),
+            char ab[48] = "";             /* the file holds the abandoned branches too (/edit, /retry) */
+            if (k3_conv_abandoned_count(c))
+                snprintf(ab, sizeof ab, " and %d abandoned", k3_conv_abandoned_count(c));
+            ue_emitf(u, EV_INFO, "saved %d message%s%s to %s", k3_conv_count(c), plural(k3_conv_count(c)), ab,
                      cmd->text);
         }
         return 1;

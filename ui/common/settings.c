@@ -191,7 +191,8 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         snprintf(s->system, sizeof s->system, "%s", r->arg);
         if (eng)
             ue_system(eng, s->system);
-        snprintf(msg, n, "system prompt set (%zu bytes); it applies from the next turn", strlen(s->system));
+        snprintf(msg, n, "system prompt set (%zu byte%s); it applies from the next turn", strlen(s->system),
+                 strlen(s->system) == 1 ? "" : "s");
         return 1;
     case CMD_SAVE: {
         char path[PATH_MAX];
