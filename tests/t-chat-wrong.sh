@@ -91,6 +91,13 @@ printf '/stats\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err23b"
 t "23: remote /stats without a context size says so (not 'of -1')" \
     'grep -q "context: 0 tokens (the server does not say its size)" "$K3_TMP/err23b" && ! grep -q "of -1" "$K3_TMP/err23b"'
 
+# 24: /help names every key the chat has (Ctrl-Z, Ctrl-S, Ctrl-G, Alt-B, Alt-F, Ctrl-T were missing)
+printf '/help\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err24"
+miss=""
+for key in Ctrl-Z Ctrl-S Ctrl-G Alt-B /T; do grep -q -- "$key" "$K3_TMP/err24" || miss="$miss $key"; done
+t "24: /help lists Ctrl-Z, Ctrl-S, Ctrl-G, Alt-B/F and Ctrl-T (missing:${miss:- none})" '[ -z "$miss" ]'
+t "24: ... and what Ctrl-C does to a typed line" 'grep -q "with a typed line (or /edit): clear it" "$K3_TMP/err24"'
+
 # 14: a NUL byte in a line-mode message: replaced with U+FFFD and said, not a cut message
 printf 'a\000b\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out14" 2>"$K3_TMP/err14"
 t "14: a NUL byte does not cut the message (it is U+FFFD)" '[ "$(cat "$K3_TMP/out14")" = "$(printf "Hello, a\357\277\275b!")" ]'
