@@ -94,7 +94,7 @@ t "23: remote /stats without a context size says so (not 'of -1')" \
 # 24: /help names every key the chat has (Ctrl-Z, Ctrl-S, Ctrl-G, Alt-B, Alt-F, Ctrl-T were missing)
 printf '/help\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err24"
 miss=""
-for key in Ctrl-Z Ctrl-S Ctrl-G Alt-B /T; do grep -q -- "$key" "$K3_TMP/err24" || miss="$miss $key"; done
+for key in Ctrl-Z Ctrl-S Ctrl-G Alt-B/F /T,; do grep -q -- "$key" "$K3_TMP/err24" || miss="$miss $key"; done
 t "24: /help lists Ctrl-Z, Ctrl-S, Ctrl-G, Alt-B/F and Ctrl-T (missing:${miss:- none})" '[ -z "$miss" ]'
 t "24: ... and what Ctrl-C does to a typed line" 'grep -q "with a typed line (or /edit): clear it" "$K3_TMP/err24"'
 
