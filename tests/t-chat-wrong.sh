@@ -147,6 +147,12 @@ if [ -f "$nano/model.safetensors" ]; then
     "$k" "$nano" --prompt "Tell me a long story" --think off --temp 0 --max-tokens 3 >/dev/null 2>"$K3_TMP/err11"
     t "11: --prompt --max-tokens 3 reports the cut-off" \
         'grep -q "cut off at the --max-tokens limit (3 tokens)" "$K3_TMP/err11"'
+    # 22: --prompt with stdout and stderr in one file: the reasoning ends its line before the
+    # answer (they were glued together)
+    "$k" "$nano" --prompt "What is 2+2?" --temp 0 --max-tokens 300 >"$K3_TMP/o22" 2>&1 </dev/null
+    out22=$("$k" "$nano" --prompt "What is 2+2?" --temp 0 --max-tokens 300 2>/dev/null)
+    t "22: --prompt >out 2>&1: the answer stands on a line of its own ($out22)" \
+        '[ -n "$out22" ] && grep -qx -- "$out22" "$K3_TMP/o22"'
     # 16: the context figures are measured under the settings in force: an empty conversation
     # with --think off measures the same at start and after /clear (it was 83 then 14), and
     # /think on changes the figure at once
