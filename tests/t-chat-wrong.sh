@@ -91,6 +91,19 @@ printf '/stats\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err23b"
 t "23: remote /stats without a context size says so (not 'of -1')" \
     'grep -q "context: 0 tokens (the server does not say its size)" "$K3_TMP/err23b" && ! grep -q "of -1" "$K3_TMP/err23b"'
 
+# 23: transcript errors in k3chat's words: no library flag name, the file named once, a value
+# rather than "is an integer, expected ... integer"
+printf '{"role":"user","content":"a\\u0000b"}\n' >"$K3_TMP/nul.jsonl"
+printf '{"role":"user","content":"a"}\n{"role":"assis' >"$K3_TMP/torn.jsonl"
+printf '{"role":"user","content":"a"}\n{"role":"assistant","content":"b","abandoned":0}\n' >"$K3_TMP/ab0.jsonl"
+printf '/load %s/nul.jsonl\n/load %s/torn.jsonl\n/load %s/ab0.jsonl\n' "$K3_TMP" "$K3_TMP" "$K3_TMP" |
+    K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err23c"
+t "23: a NUL in a transcript is explained without JSON_ALLOW_NUL" \
+    'grep -q "NUL) in a string" "$K3_TMP/err23c" && ! grep -q JSON_ALLOW_NUL "$K3_TMP/err23c"'
+t "23: the torn-line warning names the file once" \
+    '[ "$(grep "torn final line" "$K3_TMP/err23c" | grep -o "torn.jsonl" | wc -l)" -eq 1 ]'
+t "23: a bad integer is quoted: '\"abandoned\" is 0, expected ...'" 'grep -q "\"abandoned\" is 0, expected a branch number" "$K3_TMP/err23c"'
+
 # 24: /help names every key the chat has (Ctrl-Z, Ctrl-S, Ctrl-G, Alt-B, Alt-F, Ctrl-T were missing)
 printf '/help\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err24"
 miss=""

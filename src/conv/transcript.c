@@ -538,6 +538,10 @@ static k3_status lerr(const lctx *L, const char *fmt, ...) {
     return k3_err(K3_ERR_FORMAT, "%s:%d: %s", L->path, L->line, msg);
 }
 
+/* What a value is, for a message: an integer's value (so "is -1, expected >= 0", not "is an
+ * integer, expected an integer"), else its type. buf: 32 bytes. */
+static const char *jwhat(const json_t *j, char *buf, size_t n);
+
 static const char *jtype(const json_t *j) {
     switch (json_typeof(j)) {
     case JSON_OBJECT:
@@ -557,6 +561,13 @@ static const char *jtype(const json_t *j) {
         return "null";
     }
     return "?";
+}
+
+static const char *jwhat(const json_t *j, char *buf, size_t n) {
+    if (!json_is_integer(j))
+        return jtype(j);
+    snprintf(buf, n, "%lld", (long long)json_integer_value(j));
+    return buf;
 }
 
 /* Typed getters: absent keys leave *out alone; a wrong type is an error naming the key. */
@@ -612,7 +623,8 @@ static k3_status get_seed(const lctx *L, json_t *o, const char *obj, uint64_t *o
             return K3_OK;
         }
     }
-    return LERR(L, "%s\"seed\" is %s, expected a non-negative integer", obj, jtype(v));
+    char w[32];
+    return LERR(L, "%s\"seed\" is %s, expected a non-negative integer", obj, jwhat(v, w, sizeof w));
 }
 
 /* A string field: absent or null leaves *out alone; strings are copied. */
@@ -894,7 +906,9 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         for (int i = 0; i < m.n_ids; i++) {
             json_t *x = json_array_get(ids, (size_t)i);
             if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
-                st = LERR(L, "\"token_ids\"[%d] is %s, expected a token id (integer >= 0)", i, jtype(x));
+                char w[32];
+                st = LERR(L, "\"token_ids\"[%d] is %s, expected a token id (integer >= 0)", i,
+                          jwhat(x, w, sizeof w));
                 goto out;
             }
             m.ids[i] = (int32_t)json_integer_value(x);
@@ -909,7 +923,9 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         else if (json_is_integer(ab) && json_integer_value(ab) >= 1 && json_integer_value(ab) <= INT32_MAX)
             branch = json_integer_value(ab);
         else if (!json_is_false(ab)) {
-            st = LERR(L, "\"abandoned\" is %s, expected a branch number (integer >= 1)", jtype(ab));
+            char w[32];
+            st = LERR(L, "\"abandoned\" is %s, expected a branch number (integer >= 1)",
+                      jwhat(ab, w, sizeof w));
             goto out;
         }
     }
@@ -924,7 +940,8 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
             goto out;
         }
         if (!json_is_integer(sj) || json_integer_value(sj) < 0 || json_integer_value(sj) > INT32_MAX) {
-            st = LERR(L, "\"since\" is %s, expected a message count (integer >= 0)", jtype(sj));
+            char w[32];
+            st = LERR(L, "\"since\" is %s, expected a message count (integer >= 0)", jwhat(sj, w, sizeof w));
             goto out;
         }
         since = json_integer_value(sj);
@@ -960,7 +977,10 @@ static k3_status parse_line(const lctx *L, const char *p, size_t n, k3_conv *c, 
     free(fixed);
     if (!j) {
         *json_syntax = 1;
-        return LERR(L, "invalid JSON at column %d: %s", e.column, e.text);
+        return LERR(L, "invalid JSON at column %d: %s", e.column,
+                    strstr(e.text, "JSON_ALLOW_NUL")
+                        ? "a \\u0000 (NUL) in a string, which a transcript cannot hold"
+                        : e.text); /* not the library's flag name */
     }
     k3_status st;
     if (!json_is_object(j))
@@ -1029,7 +1049,11 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
                  : LERR(&L, "empty line, expected the transcript header");
         if (st && !nl && syntax && L.line > 1) {
             /* an interrupted append: keep everything before it, and say so */
-            K3_LOG_WARN("%s:%d: ignoring a torn final line (%s)", path, L.line, k3_errmsg());
+            char        pre[64];
+            const char *why = k3_errmsg(); /* "PATH:LINE: ...": the file is named once */
+            int         np  = snprintf(pre, sizeof pre, ":%d: ", L.line);
+            const char *at  = strstr(why, pre);
+            K3_LOG_WARN("%s:%d: ignoring a torn final line (%s)", path, L.line, at && np > 0 ? at + np : why);
             info->torn_line = L.line;
             st              = K3_OK;
         }
