@@ -87,7 +87,9 @@ printf 'delay 0\nresponse first {user}\n---\nresponse second {user}\n' >"$K3_TMP
 printf 'hi\n/retry\n/save %s/w.jsonl\n/system x\n' "$K3_TMP" | K3_MOCK="$K3_TMP/m2.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err23"
 t "23: /save counts the abandoned answer it wrote" 'grep -q "saved 2 messages and 1 abandoned to" "$K3_TMP/err23"'
 t "23: /system of one byte says 1 byte" 'grep -q "system prompt set (1 byte);" "$K3_TMP/err23"'
-printf '/stats\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err23b"
+printf '/stats\n/experts 1\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err23b"
+t "23: remote /experts says only that it does not apply (not 'requested' first)" \
+    'grep -q "the budget applies to a local model only" "$K3_TMP/err23b" && ! grep -q "GB requested" "$K3_TMP/err23b"'
 t "23: remote /stats without a context size says so (not 'of -1')" \
     'grep -q "context: 0 tokens (the server does not say its size)" "$K3_TMP/err23b" && ! grep -q "of -1" "$K3_TMP/err23b"'
 

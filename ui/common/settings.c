@@ -171,7 +171,10 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         s->expert_gb = r->num;
         if (eng)
             ue_experts(eng, r->num);
-        snprintf(msg, n, "expert-cache budget %g GB requested", r->num);
+        if (s->server_sampling) /* a remote server: the engine says why the budget does not apply */
+            msg[0] = 0;
+        else
+            snprintf(msg, n, "expert-cache budget %g GB requested", r->num);
         return 1;
     case CMD_SYSTEM:
         if (!r->arg[0]) {

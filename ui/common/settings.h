@@ -12,7 +12,8 @@ typedef struct chat_settings {
     double   expert_gb; /* < 0 = engine default */
     char     system[4096];
     unsigned keep;            /* CHAT_KEEP_*: options given with --load, which win over its transcript's */
-    int      server_sampling; /* --endpoint: what the user did not set is the server's default */
+    int      server_sampling; /* --endpoint (a remote server): what the user did not set is the
+                                 server's default, and /experts does not apply                */
 } chat_settings;
 enum { CHAT_KEEP_TEMP = 1, CHAT_KEEP_TOP_P = 2, CHAT_KEEP_THINK = 4, CHAT_KEEP_EFFORT = 8 };
 
