@@ -168,6 +168,12 @@ if [ -f "$nano/model.safetensors" ]; then
     out22=$("$k" "$nano" --prompt "What is 2+2?" --temp 0 --max-tokens 300 2>/dev/null)
     t "22: --prompt >out 2>&1: the answer stands on a line of its own ($out22)" \
         '[ -n "$out22" ] && grep -qx -- "$out22" "$K3_TMP/o22"'
+    # 23: K3_VERBOSE=1 shows the memory fit once (the engine's log and the chat's notice both did)
+    printf 'hi\n' | K3_VERBOSE=1 XDG_DATA_HOME="$K3_TMP/d23" "$k" "$nano" --think off --max-tokens 1 >/dev/null 2>"$K3_TMP/err23v"
+    t "23: K3_VERBOSE=1: the memory fit is told once ($(grep -c "memory fit" "$K3_TMP/err23v"))" \
+        '[ "$(grep -c "memory fit" "$K3_TMP/err23v")" -eq 1 ]'
+    K3_VERBOSE=1 "$k" "$nano" --prompt hi --max-tokens 1 >/dev/null 2>"$K3_TMP/err23w"
+    t "23: ... with --prompt too" '[ "$(grep -c "memory fit" "$K3_TMP/err23w")" -eq 1 ]'
     # 16: the context figures are measured under the settings in force: an empty conversation
     # with --think off measures the same at start and after /clear (it was 83 then 14), and
     # /think on changes the figure at once

@@ -3,6 +3,7 @@
  * the history, the prompt cache, transcripts and the autosave; this file turns its callbacks
  * and statistics into UI events. */
 #include "engine.h"
+#include "settings.h"
 #include "k3.h"
 
 #include <math.h>
@@ -402,7 +403,8 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
     ui_ev ctx = {.type = EV_STATS, .i = 1}; /* the empty conversation's context, as after /clear */
     fill_common(r, &ctx.st);
     ev_push(u->out, &ctx);
-    ue_emitf(u, EV_INFO, "%s", r->info.fit); /* what the memory fit chose and why */
+    if (!chat_verbose()) /* what the memory fit chose and why (K3_VERBOSE: the engine's log says it) */
+        ue_emitf(u, EV_INFO, "%s", r->info.fit);
     *self = r;
     return 0;
 fail:
