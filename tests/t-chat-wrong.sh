@@ -174,6 +174,16 @@ if [ -f "$nano/model.safetensors" ]; then
         '[ "$(grep -c "memory fit" "$K3_TMP/err23v")" -eq 1 ]'
     K3_VERBOSE=1 "$k" "$nano" --prompt hi --max-tokens 1 >/dev/null 2>"$K3_TMP/err23w"
     t "23: ... with --prompt too" '[ "$(grep -c "memory fit" "$K3_TMP/err23w")" -eq 1 ]'
+    # 22: /replay and --replay describe a differing turn in the same words (it said "saved -1"
+    # and a 0-based byte)
+    printf 'What is 2+2?\n/save %s/r22.jsonl\n' "$K3_TMP" |
+        XDG_DATA_HOME="$K3_TMP/d22" "$k" "$nano" --think off --temp 0 --max-tokens 6 >/dev/null 2>&1
+    sed 's/"content":"\([^"]*\)","token_ids":\[[0-9,]*\]/"content":"Xyz\1"/' "$K3_TMP/r22.jsonl" >"$K3_TMP/r22x.jsonl"
+    a22=$("$k" "$nano" --replay "$K3_TMP/r22x.jsonl" 2>/dev/null | sed -n 's/^turn 1: //p')
+    printf '/replay %s/r22x.jsonl\n' "$K3_TMP" | XDG_DATA_HOME="$K3_TMP/d22" "$k" "$nano" >/dev/null 2>"$K3_TMP/err22"
+    b22=$(sed -n 's/^k3chat: replay turn 1: //p' "$K3_TMP/err22")
+    t "22: /replay and --replay say the same of a differing turn ($b22)" \
+        'case "$a22" in DIFFERS*) [ "$a22" = "$b22" ] ;; *) false ;; esac'
     # 16: the context figures are measured under the settings in force: an empty conversation
     # with --think off measures the same at start and after /clear (it was 83 then 14), and
     # /think on changes the figure at once

@@ -144,6 +144,16 @@ void ue_experts(ue *u, double gb) {
 void ue_stats_req(ue *u) {
     post(u, EV_CMD_STATS, NULL, NULL, 0);
 }
+void ue_replay_diff(const k3_replay_turn *t, char *buf, size_t n) {
+    if (t->by_ids)
+        snprintf(buf, n, "DIFFERS at token %d (saved %d tokens, new %d): saved %d %s, new %d %s",
+                 t->first_diff + 1, t->n_saved, t->n_new, (int)t->saved_id, t->saved_piece, (int)t->new_id,
+                 t->new_piece);
+    else
+        snprintf(buf, n, "DIFFERS at byte %d of the think+response text (saved %d, new %d): saved %s, new %s",
+                 t->first_diff + 1, t->n_saved, t->n_new, t->saved_piece, t->new_piece);
+}
+
 void ue_settings(ue *u, const ue_gen *g) {
     post(u, EV_CMD_SETTINGS, NULL, g, 0);
 }

@@ -198,10 +198,11 @@ static void on_replay(const k3_replay_turn *t, void *ud) {
     if (t->match)
         ue_emitf(x->r->u, EV_INFO, "replay turn %d: same answer (%d %s)", t->turn, t->n_new,
                  t->by_ids ? "tokens" : "bytes");
-    else
-        ue_emitf(x->r->u, EV_ERROR, "replay turn %d: differs at %s %d: saved %d '%s', new %d '%s'", t->turn,
-                 t->by_ids ? "token" : "byte", t->first_diff, (int)t->saved_id,
-                 t->saved_piece ? t->saved_piece : "", (int)t->new_id, t->new_piece ? t->new_piece : "");
+    else {
+        char d[512];
+        ue_replay_diff(t, d, sizeof d);
+        ue_emitf(x->r->u, EV_ERROR, "replay turn %d: %s", t->turn, d);
+    }
 }
 
 static void replay(real *r, const char *path, const ue_gen *g) {
