@@ -106,6 +106,14 @@ t "23: the torn-line warning names the file once" \
     '[ "$(grep "torn final line" "$K3_TMP/err23c" | grep -o "torn.jsonl" | wc -l)" -eq 1 ]'
 t "23: a bad integer is quoted: '\"abandoned\" is 0, expected ...'" 'grep -q "\"abandoned\" is 0, expected a branch number" "$K3_TMP/err23c"'
 
+# 23: a TERM the terminal database does not know: k3chat's one notice, not libedit's too
+tui_start 100 20 K3_MOCK="$K3_TMP/mock.txt" -- "TERM=bogusterm $K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+wait_for "no terminfo entry for TERM 'bogusterm'" 10
+type_line hi
+wait_for "Hello, hi!" 10
+check "23: an unknown TERM gets k3chat's notice only (libedit's 'No entry for terminal type' was shown too)" \
+    hasnt "No entry for terminal type"
+
 # 24: /help names every key the chat has (Ctrl-Z, Ctrl-S, Ctrl-G, Alt-B, Alt-F, Ctrl-T were missing)
 printf '/help\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err24"
 miss=""

@@ -27,7 +27,9 @@
 #include "loadprog.h"
 
 #include <errno.h>
+#include <curses.h>
 #include <histedit.h>
+#include <term.h>
 #include <locale.h>
 #include <signal.h>
 #include <stdio.h>
@@ -329,17 +331,17 @@ static int md_command(plain *p, const cmd_result *r) {
         if (p->el) {
             /* offered on the next prompt, one line (newlines would send it at once); the user
              * is told, since the message sent will differ from the one edited */
-            int lines = 1;
+            int n_lines = 1;
             for (char *c = p->last_user; *c; c++)
                 if (*c == '\n' || *c == '\r') {
-                    lines += *c == '\n';
+                    n_lines += *c == '\n';
                     *c = ' ';
                 }
-            if (lines > 1)
+            if (n_lines > 1)
                 txt_term_printf(stderr,
                                 "k3chat: /edit: your message has %d lines; line mode offers it as one, "
                                 "the newlines turned into spaces\n",
-                                lines);
+                                n_lines);
             el_push(p->el, p->last_user);
         }
         txt_term_printf(
@@ -416,6 +418,26 @@ static void hist_drop(plain *p, const char *s) {
             return;
         }
     }
+}
+
+/* libedit on the terminal; a TERM the terminal database does not know (k3chat has said so) is
+ * given to libedit as dumb, so it does not add a notice of its own. */
+static EditLine *el_init_quiet(FILE *in, FILE *out) {
+    const char *term  = getenv("TERM");
+    int         err   = 0;
+    char       *saved = NULL;
+    if (term && *term && setupterm(term, fileno(out), &err) != OK) {
+        saved = strdup(term);
+        setenv("TERM", "dumb", 1);
+    } else if (term && *term) {
+        del_curterm(cur_term);
+    }
+    EditLine *el = el_init("k3chat", in, out, out);
+    if (saved) {
+        setenv("TERM", saved, 1);
+        free(saved);
+    }
+    return el;
 }
 
 static int handle_text(plain *p, char *line) {
@@ -608,7 +630,7 @@ int cli_plain(const cli_opts *o) {
     char      hpath[4096];
     int       has_hist = 0;
     if (isatty(0) && isatty(2)) {
-        el = el_init("k3chat", stdin, stderr, stderr);
+        el = el_init_quiet(stdin, stderr);
         if (el) {
             el_set(el, EL_EDITOR, "emacs");
             p->el = el;
