@@ -71,7 +71,7 @@ SC="${XDG_CACHE_HOME:-$HOME/.cache}/k3chat/speed"
 grep -q '^pre3_mxfp4@avx512+group [0-9]' "$SC" && grep -q '^pre3_mxfp4 [0-9]' "$SC"
 check $? "K3_GROUP_ORDER=1: the speed cache keeps its figures apart ($(grep -c '@' "$SC") keys with @)"
 K3_GROUP_ORDER=yes "$K" --inspect "$T/m" >"$T/gbad" 2>&1
-[ $? -eq 1 ] && grep -q "K3_GROUP_ORDER='yes': expected 0 or 1" "$T/gbad"
+[ $? -eq 1 ] && grep -q "K3_GROUP_ORDER: 'yes' is not 0 or 1" "$T/gbad"
 check $? "K3_GROUP_ORDER=yes: refused, naming the variable ($(head -c 160 "$T/gbad"))"
 
 # on trained weights (k3-nano) the group order's rounding is amplified by the next layers' int8
