@@ -102,8 +102,8 @@ static int load_grammar(const ui_opts *o, const k3_tok *tok, int32_t n_vocab, in
 }
 
 static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
-    k3_tok         *tok = NULL;
-    k3_gvocab      *voc = NULL;
+    k3_tok         *tok  = NULL;
+    k3_gvocab      *voc  = NULL;
     k3_grammar     *gram = NULL;
     k3_gmatch      *gm   = NULL;
     uint64_t       *mask = NULL;
