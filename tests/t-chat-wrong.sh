@@ -162,6 +162,12 @@ rc=$?
 t "19: --endpoint ftp://x is a usage error naming the URL (status $rc)" \
     '[ $rc -eq 2 ] && grep -q "endpoint: .ftp://x. is not an http:// or https:// URL" "$K3_TMP/err19"'
 
+# 19: K3_EMOJI with a value the full-screen chat refuses is refused in line mode too (status 2)
+printf 'hi\n' | K3_EMOJI=bogus K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19" 2>"$K3_TMP/err19b"
+rc=$?
+t "19: K3_EMOJI=bogus in line mode: status 2 naming the value ($rc), nothing sent" \
+    '[ $rc -eq 2 ] && grep -q "K3_EMOJI: .bogus." "$K3_TMP/err19b" && [ ! -s "$K3_TMP/out19" ]'
+
 # 11: --prompt reports a cut at --max-tokens as line mode does
 nano="$K3_SRC/models/k3-nano"
 if [ -f "$nano/model.safetensors" ]; then
