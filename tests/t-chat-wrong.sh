@@ -112,6 +112,14 @@ wait_for "Hello, hi!" 10
 check "23: an unknown TERM gets k3chat's notice only (libedit's 'No entry for terminal type' was shown too)" \
     hasnt "No entry for terminal type"
 
+# 21: a bare www. (or e-mail) autolink shows its text once, without its URL after it
+printf 'delay 0\nresponse see www.example.com now, [x](http://www.example.com) and a@b.org too\n' >"$K3_TMP/mw.txt"
+run_mock 120 20 "$K3_TMP/mw.txt" K3_HYPERLINKS=0
+wait_for "mock · 3 layers" 10
+type_line hi
+check "21: www.example.com is shown once; a named link still gets its URL" \
+    wait_for "see www.example.com now, x <http://www.example.com> and a@b.org too" 10
+
 # 24: /help names every key the chat has (Ctrl-Z, Ctrl-S, Ctrl-G, Alt-B, Alt-F, Ctrl-T were missing)
 printf '/help\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err24"
 miss=""
