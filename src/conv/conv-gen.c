@@ -425,6 +425,7 @@ k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info 
     fi->drop = hi;
     if (!st && apply && hi > 0) {
         int n = (hi < n_exch ? start[hi] : c->n_msgs) - start[0];
+        conv_since_removed(c, start[0], n);
         for (int i = start[0]; i < start[0] + n; i++)
             conv_msg_clear(&c->msgs[i]);
         memmove(&c->msgs[start[0]], &c->msgs[start[0] + n],

@@ -59,12 +59,15 @@ struct k3_conv {
     char             *rf_schema;   /* json_schema: the schema (JSON text), NULL otherwise        */
     const k3_grammar *grammar;     /* answers drawn under its masks (k3_conv_set_grammar), NULL  */
     int               n_msgs, cap_msgs;
-    conv_aban        *aban; /* (n_aban) abandoned branches, in the order they were made    */
-    int               n_aban, cap_aban, n_branches;
-    k3_conv_settings  set;
-    uint64_t          n_turns_started; /* turns generated (seed derivation; never reset)   */
-    uint64_t          next_seed;       /* k3_conv_set_turn_seed, when has_next_seed        */
-    int               has_next_seed;
+    int               sys_since; /* the system prompt was set after this many of the other messages
+                                    (a /system mid-chat): those were answered without it
+                                    (transcript "since"; 0: from the start)                     */
+    conv_aban       *aban;       /* (n_aban) abandoned branches, in the order they were made    */
+    int              n_aban, cap_aban, n_branches;
+    k3_conv_settings set;
+    uint64_t         n_turns_started; /* turns generated (seed derivation; never reset)   */
+    uint64_t         next_seed;       /* k3_conv_set_turn_seed, when has_next_seed        */
+    int              has_next_seed;
 
     /* model identity for transcript headers */
     char *model_dir; /* NULL when unknown                                          */
@@ -127,3 +130,6 @@ void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out);
 void conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o);
 /* Exchange contents of two conversations' messages + settings + tools (transcript loading). */
 void conv_swap_content(k3_conv *a, k3_conv *b);
+/* Messages [i, i + n) are about to leave the history: sys_since keeps counting the messages
+ * that came before the system prompt was set. */
+void conv_since_removed(k3_conv *c, int i, int n);
