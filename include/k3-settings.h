@@ -196,7 +196,8 @@ typedef struct k3_setting_row {
 
 /* The row of setting id (NULL for an id out of range). */
 const k3_setting_row *k3_setting(enum k3_setting_id id);
-/* The i-th choice of an ENUM setting ("max" for K3_SETTING_EFFORT, 2), "?" out of range. */
+/* The i-th choice of an ENUM setting ("max" for K3_SETTING_EFFORT, 2), "?" out of range; the
+ * text lives as long as the process. */
 const char *k3_setting_choice(enum k3_setting_id id, int i);
 /* "X", "on|off" (0|1 from the environment), "low|high|max": the value as help texts name it. */
 const char *k3_setting_arg(enum k3_setting_id id, enum k3_setting_src src);

@@ -74,8 +74,9 @@ static void check_parsers(void) {
     T_CHECK(!strcmp(k3_setting_choice(K3_SETTING_EFFORT, 0), "low") &&
                 !strcmp(k3_setting_choice(K3_SETTING_EFFORT, 2), "max") &&
                 !strcmp(k3_setting_choice(K3_SETTING_EFFORT, 3), "?") &&
-                !strcmp(k3_setting_choice(K3_SETTING_TEMP, 0), "?"),
-            "k3_setting_choice");
+                !strcmp(k3_setting_choice(K3_SETTING_TEMP, 0), "?") &&
+                k3_setting_choice(K3_SETTING_EFFORT, 1) == k3_setting_choice(K3_SETTING_EFFORT, 1),
+            "k3_setting_choice: the words, '?' out of range, the same text each time");
     /* U64: digits up to INT64_MAX (what a transcript stores) */
     uint64_t u = 7;
     T_CHECK(k3_setting_parse_u64(K3_SETTING_SEED, K3_SRC_FLAG, "9223372036854775807", &u, err, sizeof err) ==
@@ -118,6 +119,17 @@ static void check_parsers(void) {
                 !strcmp(k3_errmsg(), "K3_TOPP: '0' is not a number in 0.001..1"),
             "K3_TOPP=0 refused (%s)", k3_errmsg());
     unsetenv("K3_TOPP");
+    /* issue 35 item 2: the parameters' defaults are not the process init */
+    setenv("K3_HUGEPAGES", "yes", 1);
+    setenv("K3_VERBOSE", "2", 1);
+    T_CHECK(k3_params_default(&p) == K3_OK, "k3_params_default does not read the process variables");
+    T_CHECK(k3_init() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_VERBOSE: '2' is not 0 or 1"),
+            "k3_init checks them (%s)", k3_errmsg());
+    unsetenv("K3_VERBOSE");
+    T_CHECK(k3_init() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_HUGEPAGES: 'yes' is not 0 or 1"),
+            "k3_init: K3_HUGEPAGES (%s)", k3_errmsg());
+    unsetenv("K3_HUGEPAGES");
+    T_CHECK(k3_init() == K3_OK, "k3_init with good variables");
 }
 
 /* The rows: every name set at most once per source, every row documented, sane ranges. */

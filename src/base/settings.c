@@ -9,6 +9,7 @@
 #include "k3-impl.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,14 +37,22 @@ static int choice_at(const char *choices, int i, char *buf, size_t n) {
     return 0;
 }
 
+/* The choices split once, so that k3_setting_choice's words stay valid for the process. */
+enum { MAX_CHOICES = 8 };
+static char           words[K3_SETTING_N][MAX_CHOICES][24];
+static pthread_once_t words_once = PTHREAD_ONCE_INIT;
+
+static void split_choices(void) {
+    for (int id = 0; id < K3_SETTING_N; id++)
+        for (int i = 0; rows[id].choices && i < MAX_CHOICES; i++)
+            if (choice_at(rows[id].choices, i, words[id][i], sizeof words[id][i]))
+                break;
+}
+
 const char *k3_setting_choice(enum k3_setting_id id, int i) {
-    static _Thread_local char buf[4][32];
-    static _Thread_local int  next;
-    const k3_setting_row     *r = k3_setting(id);
-    char                     *b = buf[next++ & 3];
-    if (!r || !r->choices || choice_at(r->choices, i, b, sizeof buf[0]))
-        return "?";
-    return b;
+    pthread_once(&words_once, split_choices);
+    return (int)id >= 0 && id < K3_SETTING_N && i >= 0 && i < MAX_CHOICES && words[id][i][0] ? words[id][i]
+                                                                                             : "?";
 }
 
 const char *k3_setting_arg(enum k3_setting_id id, enum k3_setting_src src) {

@@ -93,7 +93,8 @@ int k3_log_verbose(void) {
     if (v < 0) {
         double      d = 0;
         const char *e = k3_setting_env_str(K3_SETTING_VERBOSE);
-        v = verbose = e && !k3_setting_parse(K3_SETTING_VERBOSE, K3_SRC_ENV, e, &d, NULL, 0) && d == 1;
+        v             = e && !k3_setting_parse(K3_SETTING_VERBOSE, K3_SRC_ENV, e, &d, NULL, 0) && d == 1;
+        verbose       = v;
     }
     return v;
 }

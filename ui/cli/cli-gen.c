@@ -72,7 +72,8 @@ static int load_grammar(const ui_opts *o, const k3_tok *tok, int32_t n_vocab, in
         len  = b.n;
     }
     if (!(st = k3_gvocab_new(tok, n_vocab, eos, voc)))
-        st = o->json_schema ? k3_grammar_json_schema(*voc, text ? text : "", len, g) : k3_grammar_json_object(*voc, g);
+        st = o->json_schema ? k3_grammar_json_schema(*voc, text ? text : "", len, g)
+                            : k3_grammar_json_object(*voc, g);
     free(text);
     if (st) {
         fprintf(stderr, "k3chat: %s%s: %s\n", o->json_schema ? "--json-schema " : "--json",
@@ -85,14 +86,14 @@ static int load_grammar(const ui_opts *o, const k3_tok *tok, int32_t n_vocab, in
 }
 
 static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
-    k3_tok         *tok = NULL;
-    k3_gvocab      *voc = NULL;
+    k3_tok         *tok  = NULL;
+    k3_gvocab      *voc  = NULL;
     k3_grammar     *gram = NULL;
     k3_gmatch      *gm   = NULL;
     uint64_t       *mask = NULL;
-    k3_chat_parser *prs = NULL;
-    k3_sampler     *smp = NULL;
-    k3_ids          ids = {0};
+    k3_chat_parser *prs  = NULL;
+    k3_sampler     *smp  = NULL;
+    k3_ids          ids  = {0};
     k3_status       st;
     int             rc = 1, think = o->think >= 0 ? o->think : 1;
     k3_chat_msg     msgs[2];
@@ -114,8 +115,8 @@ static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3
     k3_model_get_info(m, &info);
     if (load_grammar(o, tok, info.vocab, info.eos_id, &voc, &gram))
         goto done;
-    if (gram && ((st = k3_gmatch_new(gram, &gm)) ||
-                 !(mask = malloc((size_t)k3_gvocab_words(voc) * sizeof *mask)))) {
+    if (gram &&
+        ((st = k3_gmatch_new(gram, &gm)) || !(mask = malloc((size_t)k3_gvocab_words(voc) * sizeof *mask)))) {
         fprintf(stderr, "k3chat: %s\n", st ? k3_errmsg() : "out of memory");
         goto done;
     }

@@ -295,7 +295,7 @@ void ue_note_saved(ue *u, const k3_conv *c) {
 }
 
 int ue_unsaved_refuse(ue *u, int *warned, int what, char *msg, size_t n) {
-    static const char *const name[] = {"quit", "/clear", "/load"},
+    static const char *const name[]  = {"quit", "/clear", "/load"},
                              *does[] = {"leaves", "drops it", "replaces it"};
     int kind                         = what + 1;
     if (!ue_unsaved(u) || *warned == kind) {

@@ -239,7 +239,10 @@ const char *chat_help_text(void) {
     for (int k = 0; k < CMD_N; k++) {
         char usage[96];
         cmd_usage((enum cmd_id)k, usage, sizeof usage);
-        u += (size_t)snprintf(buf + u, sizeof buf - u, "  %-22s %s\n", usage, cmd_help((enum cmd_id)k));
+        /* at least two spaces before the description: the full-screen chat finds its second
+         * column (the hanging indent of a wrapped description) by them */
+        int col = strlen(usage) < 22 ? 22 : (int)strlen(usage) + 1;
+        u += (size_t)snprintf(buf + u, sizeof buf - u, "  %-*s %s\n", col, usage, cmd_help((enum cmd_id)k));
     }
     snprintf(buf + u, sizeof buf - u,
              "Keys:\n"

@@ -61,6 +61,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -746,9 +747,34 @@ static void send_stream(http_req *con, job *j) {
     pthread_mutex_unlock(&srv.mu);
 }
 
+/* The body handed to jansson in pieces; the pages it has read go back to the system as it goes,
+ * so a large body is not held whole beside the text jansson builds from it. */
+typedef struct body_feed {
+    char  *p;
+    size_t n, at, freed; /* freed: bytes [0, freed) returned (page-aligned in p) */
+} body_feed;
+
+static size_t feed_body(void *buf, size_t max, void *arg) {
+    body_feed *f = arg;
+    size_t     k = f->n - f->at < max ? f->n - f->at : max;
+    if (!k)
+        return 0; /* the end (an empty body has no buffer at all) */
+    memcpy(buf, f->p + f->at, k);
+    f->at += k;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE),
+              lo   = ((uintptr_t)f->p + f->freed + page - 1) & ~(page - 1);
+    uintptr_t hi   = ((uintptr_t)f->p + f->at) & ~(page - 1);
+    if (hi >= lo + (256u << 10)) { /* read and never read again: MADV_DONTNEED zero-fills them */
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        f->freed = hi - (uintptr_t)f->p;
+    }
+    return k;
+}
+
 static void chat_completions(http_req *con) {
     json_error_t je;
-    json_t      *b = json_loadb(con->body ? con->body : "", con->body_n, JSON_REJECT_DUPLICATES, &je);
+    body_feed    feed = {con->body, con->body ? con->body_n : 0, 0, 0};
+    json_t      *b    = json_load_callback(feed_body, &feed, JSON_REJECT_DUPLICATES, &je);
     free(con->body); /* the parsed tree holds what counts: the raw bytes go now */
     con->body = NULL;
     if (!b) {
