@@ -342,13 +342,16 @@ typedef struct k3_chat_msg {
 } k3_chat_msg;
 
 typedef struct k3_chat_opts {
-    int         think;       /* 1 = thinking on (the default in k3chat), 0 = off          */
-    const char *effort;      /* "low" | "high" | "max"; NULL = "max". Else K3_ERR_ARG
-                              * (including "medium", which the release rejects)          */
-    int         gen_prompt;  /* 1 = end with the assistant generation prompt            */
-    const char *tools;       /* JSON array of tool declarations ({"type":"function",
-                              * "function":{...}} objects); NULL or "[]": none           */
-    const char *tool_choice; /* "auto" (NULL), "required" or "none"; else K3_ERR_ARG     */
+    int         think;           /* 1 = thinking on (the default in k3chat), 0 = off          */
+    const char *effort;          /* "low" | "high" | "max"; NULL = "max". Else K3_ERR_ARG
+                                  * (including "medium", which the release rejects)          */
+    int         gen_prompt;      /* 1 = end with the assistant generation prompt            */
+    const char *tools;           /* JSON array of tool declarations ({"type":"function",
+                                  * "function":{...}} objects); NULL or "[]": none           */
+    const char *tool_choice;     /* "auto" (NULL), "required" or "none"; else K3_ERR_ARG     */
+    const char *response_format; /* NULL or "text": nothing; "json_object" | "json_schema":
+                                  * the response-format message (k3-tools.md 1.7)            */
+    const char *response_schema; /* json_schema: the schema, JSON text (written sorted, compact) */
 } k3_chat_opts;
 
 /* Encode a conversation exactly as doc/chat-format.md section 2 (the thinking-
@@ -416,8 +419,16 @@ int32_t   k3_gvocab_words(const k3_gvocab *v); /* uint64_t words of a mask */
  * a schema no document satisfies), K3_ERR_UNSUPPORTED naming the keyword and its JSON path. */
 k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t len, k3_grammar **out);
 k3_status k3_grammar_json_object(const k3_gvocab *v, k3_grammar **out);
+/* The K3 tool-call format (k3-tools.md 1.3) for tools (the request's JSON array) from the
+ * response channel on: only: the one tool allowed (a named tool_choice), NULL: any; max_calls:
+ * calls in the block (1 for parallel_tool_calls false); text: 1 = an answer without calls is
+ * allowed too (tool_choice auto), 0 = at least one call (required or named). Each call's
+ * arguments follow its parameters' properties (one type each; K3_ERR_UNSUPPORTED otherwise). */
+k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const char *only, int max_calls, int text,
+                                k3_grammar **out);
 void      k3_grammar_free(k3_grammar *g); /* after every matcher of it */
 int       k3_grammar_nodes(const k3_grammar *g);
+int32_t   k3_grammar_words(const k3_grammar *g); /* uint64_t words of its masks */
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out);
 void      k3_gmatch_free(k3_gmatch *m);
 /* Sets the bits of the ids that may come next ((k3_gvocab_words) words). */
@@ -524,7 +535,14 @@ k3_status   k3_conv_add(k3_conv *c, k3_role role, const char *content, const cha
 k3_status k3_conv_add_msg(k3_conv *c, const k3_msg *m);
 /* Tool declarations: a JSON array of {"type":"function","function":{...}} (rendered as the
  * tool-declare message; checked at the next render). NULL, "" or "[]": none. */
-k3_status     k3_conv_set_tools(k3_conv *c, const char *json);
+k3_status k3_conv_set_tools(k3_conv *c, const char *json);
+/* The response format of the next turns (k3-tools.md 1.7): type NULL/"text" (none),
+ * "json_object" or "json_schema" with schema (JSON text, copied). Rendered only; enforcing
+ * is k3_conv_set_grammar's. */
+k3_status k3_conv_set_response_format(k3_conv *c, const char *type, const char *schema);
+/* The next turns' answers are drawn under g's token masks from the response channel on
+ * (reasoning stays free); NULL: none. g is not copied: it must outlive those turns. */
+void          k3_conv_set_grammar(k3_conv *c, const k3_grammar *g);
 const char   *k3_conv_tools(const k3_conv *c); /* NULL when none */
 int           k3_conv_count(const k3_conv *c);
 const k3_msg *k3_conv_msg(const k3_conv *c, int i); /* NULL when out of range */

@@ -150,6 +150,7 @@ void k3_conv_free(k3_conv *c) {
     drop_abandoned(c);
     free(c->aban);
     free(c->tools);
+    free(c->rf_schema);
     free(c->forced);
     free(c->model_dir);
     free(c->autosave_dir);
@@ -348,6 +349,24 @@ k3_status k3_conv_add_msg(k3_conv *c, const k3_msg *m) {
     return conv_push(c, m);
 }
 
+k3_status k3_conv_set_response_format(k3_conv *c, const char *type, const char *schema) {
+    int none = !type || !*type || !strcmp(type, "text");
+    if (!none && strcmp(type, "json_object") && strcmp(type, "json_schema"))
+        return k3_err(K3_ERR_ARG,
+                      "conversation: response_format '%.40s' is not text, json_object or json_schema", type);
+    char *copy = NULL;
+    if (!none && !strcmp(type, "json_schema") && !(copy = k3_strdup(schema ? schema : "{}")))
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    free(c->rf_schema);
+    c->rf_schema = copy;
+    snprintf(c->rf_type, sizeof c->rf_type, "%s", none ? "" : type);
+    return K3_OK;
+}
+
+void k3_conv_set_grammar(k3_conv *c, const k3_grammar *g) {
+    c->grammar = g;
+}
+
 k3_status k3_conv_set_tools(k3_conv *c, const char *json) {
     const char *p = json;
     while (p && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
@@ -379,9 +398,22 @@ const char *k3_conv_system(const k3_conv *c) {
 }
 
 /* Removes messages [i, i+n). */
+void conv_since_removed(k3_conv *c, int i, int n) {
+    int sys = k3_conv_system(c) != NULL, before = 0;
+    for (int k = i; k < i + n && k < c->n_msgs; k++) {
+        if (k == 0 && sys) {
+            c->sys_since = 0; /* the system prompt itself goes */
+            return;
+        }
+        before += k - sys < c->sys_since;
+    }
+    c->sys_since -= before;
+}
+
 static void remove_range(k3_conv *c, int i, int n) {
     if (n <= 0)
         return;
+    conv_since_removed(c, i, n);
     for (int k = i; k < i + n; k++)
         conv_msg_clear(&c->msgs[k]);
     memmove(&c->msgs[i], &c->msgs[i + n], (size_t)(c->n_msgs - i - n) * sizeof *c->msgs);
@@ -402,7 +434,10 @@ k3_status k3_conv_set_system(k3_conv *c, const char *text) {
     }
     if (has && !strcmp(c->msgs[0].content, text))
         return K3_OK;
-    k3_status st = check_utf8("system prompt", text);
+    /* set (or changed) now: the messages so far were answered without it, and the transcript
+     * says so ("since"), so a save, an export or a replay does not claim otherwise */
+    int       since = c->n_msgs - has;
+    k3_status st    = check_utf8("system prompt", text);
     if (st)
         return st;
     char *copy = k3_strdup(text);
@@ -421,6 +456,7 @@ k3_status k3_conv_set_system(k3_conv *c, const char *text) {
     }
     free(c->msgs[0].content);
     c->msgs[0].content = copy;
+    c->sys_since       = since;
     conv_touched(c, 0);
     return K3_OK;
 }
@@ -429,7 +465,8 @@ void k3_conv_clear(k3_conv *c) {
     int keep = k3_conv_system(c) != NULL;
     for (int i = keep; i < c->n_msgs; i++)
         conv_msg_clear(&c->msgs[i]);
-    c->n_msgs = keep;
+    c->n_msgs    = keep;
+    c->sys_since = 0; /* every turn from now on has it */
     drop_abandoned(c);
     /* a new conversation gets a new autosave file; the old file stays as it is */
     free(c->autosave_path);
@@ -475,6 +512,7 @@ static int abandon_from(k3_conv *c, int i) {
     int n = c->n_msgs - i;
     if (grow_aban(c, n))
         return -1;
+    conv_since_removed(c, i, n);
     c->n_branches++;
     for (int k = i; k < c->n_msgs; k++)
         c->aban[c->n_aban++] = (conv_aban){c->msgs[k], i, c->n_branches}; /* moved, not copied */
@@ -549,6 +587,9 @@ void conv_swap_content(k3_conv *a, k3_conv *b) {
     a->n_msgs              = b->n_msgs;
     a->cap_msgs            = b->cap_msgs;
     a->set                 = b->set;
+    int since              = a->sys_since;
+    a->sys_since           = b->sys_since;
+    b->sys_since           = since;
     conv_aban *ab          = a->aban;
     int        na = a->n_aban, ca = a->cap_aban, nb = a->n_branches;
     a->aban       = b->aban;

@@ -36,6 +36,22 @@ static void emit(FILE *f, txt_esc *st, const char *t, size_t n) {
     }
 }
 
+/* One step of the parser's output: the reasoning to stderr, the answer to stdout. The reasoning
+ * ends with a newline once the answer starts (*thought: 1 while it is open, 2 after), so the two
+ * stay apart when both streams go to one file (2>&1). */
+static void emit_out(const k3_chat_out *out, txt_esc *err, txt_esc *res, int *thought) {
+    emit(stderr, err, out->think, out->think_len);
+    if (out->think_len > 0 && !*thought)
+        *thought = 1;
+    if (out->response_len > 0 && *thought == 1) {
+        txt_term_end(stderr, err);
+        fputc('\n', stderr);
+        fflush(stderr);
+        *thought = 2;
+    }
+    emit(stdout, res, out->response, out->response_len);
+}
+
 /* --prompt: [system], user message -> chat encoder -> generate -> output parser; the
  * response channel to stdout, the think channel to stderr. Stops at <|end_of_msg|>,
  * eos_token_id, --max-tokens or the context capacity. */
@@ -143,9 +159,7 @@ static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3
             break;
         if ((st = k3_chat_parser_feed(prs, t, &out)))
             break;
-        emit(stderr, &esc_err, out.think, out.think_len);
-        emit(stdout, &esc_out, out.response, out.response_len);
-        thought |= out.think_len > 0;
+        emit_out(&out, &esc_err, &esc_out, &thought);
         ended = out.end || t == info.eos_id;
         cut   = !ended && i + 1 == max_tokens && o->max_tokens > 0;
         if (ended || i + 1 == max_tokens)
@@ -160,13 +174,11 @@ static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3
     }
     if (!ended) {
         k3_chat_parser_finish(prs, &out);
-        emit(stderr, &esc_err, out.think, out.think_len);
-        emit(stdout, &esc_out, out.response, out.response_len);
-        thought |= out.think_len > 0;
+        emit_out(&out, &esc_err, &esc_out, &thought);
     }
     txt_term_end(stderr, &esc_err);
     txt_term_end(stdout, &esc_out);
-    if (thought)
+    if (thought == 1)
         fputc('\n', stderr);
     printf("\n");
     if (cut) /* as line mode says it (plain.c report_cut) */

@@ -22,7 +22,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-/* " (0..2, default 0.6; or K3_X)": what the help says after a setting's doc ("" when nothing). */
+/* " (0..2, default 0.6; or K3_X)": what the help says after a setting's doc ("" when nothing); n of
+ * at least 176 holds every part whole (64 + 48 + 48 and the separators). */
 static const char *settings_note(int id, char *buf, size_t n) {
     const k3_setting_row *r         = k3_setting(id);
     char                  range[64] = "", def[48] = "", env[48] = "";
@@ -63,7 +64,7 @@ static void usage(FILE *f) {
     for (int id = 0; id < K3_SETTING_N; id++) { /* "  --temp X  doc (0..2, default 0.6)" */
         const k3_setting_row *r = k3_setting(id);
         if (r->flag) {
-            char opt[64], note[128];
+            char opt[64], note[176];
             snprintf(opt, sizeof opt, "--%s %s", r->flag, k3_setting_arg(id, K3_SRC_FLAG));
             fprintf(f, "  %-22s %s%s\n", opt, r->doc, settings_note(id, note, sizeof note));
         }

@@ -42,7 +42,7 @@ static void *worker_main(void *arg) {
             ui_ev ack = {.type = EV_ACK, .i = c.type};
             ev_push(u->out, &ack);
         } else {
-            if (c.type != EV_CMD_EXPERTS && c.type != EV_CMD_STATS)
+            if (c.type != EV_CMD_EXPERTS && c.type != EV_CMD_STATS && c.type != EV_CMD_SETTINGS)
                 ev_push_text(u->out, EV_ERROR, "no model is loaded");
             ui_ev ack = {.type = EV_ACK, .i = c.type};
             ev_push(u->out, &ack);
@@ -143,6 +143,19 @@ void ue_experts(ue *u, double gb) {
 }
 void ue_stats_req(ue *u) {
     post(u, EV_CMD_STATS, NULL, NULL, 0);
+}
+void ue_replay_diff(const k3_replay_turn *t, char *buf, size_t n) {
+    if (t->by_ids)
+        snprintf(buf, n, "DIFFERS at token %d (saved %d tokens, new %d): saved %d %s, new %d %s",
+                 t->first_diff + 1, t->n_saved, t->n_new, (int)t->saved_id, t->saved_piece, (int)t->new_id,
+                 t->new_piece);
+    else
+        snprintf(buf, n, "DIFFERS at byte %d of the think+response text (saved %d, new %d): saved %s, new %s",
+                 t->first_diff + 1, t->n_saved, t->n_new, t->saved_piece, t->new_piece);
+}
+
+void ue_settings(ue *u, const ue_gen *g) {
+    post(u, EV_CMD_SETTINGS, NULL, g, 0);
 }
 
 void ue_emit_token(ue *u, int ch, const char *text, size_t n) {

@@ -86,6 +86,14 @@ void ue_replay(ue *u, const char *path, const ue_gen *g);
 void ue_export(ue *u, const char *path, int force);
 void ue_experts(ue *u, double gb);
 void ue_stats_req(ue *u);
+/* The settings in force now (after a settings command, a load, at start): the conversation
+ * takes them at once, so every context figure (the status bar, /stats, /load's "needs",
+ * /forget --fit) is measured as the next turn will render it. */
+void ue_settings(ue *u, const ue_gen *g);
+/* How a replayed turn differs from the saved one, the same words for --replay and /replay:
+ * "DIFFERS at token 3 (saved 12 tokens, new 12): saved 77 'x', new 78 'y'" (1-based). */
+struct k3_replay_turn;
+void ue_replay_diff(const struct k3_replay_turn *t, char *buf, size_t n);
 
 /* For backends: has the UI asked to stop? */
 static inline int ue_cancelled(ue *u) {

@@ -920,14 +920,19 @@ static int enter_span(MD_SPANTYPE type, void *detail, void *ud) {
     return r->err ? -1 : 0;
 }
 
-/* The link text equals its URL (an autolink): nothing to add after it. */
+/* The link text equals its URL (an autolink): nothing to add after it. A bare www.x or
+ * name@x autolink's URL is the text with "http://" or "mailto:" before it: the same. */
 static int link_is_text(R *r, const md_link *l) {
     styled *t = target(r);
     size_t  n = 0;
     for (size_t k = t->n_sp; k-- > 0 && t->sp[k].link == r->link;)
         n += t->sp[k].len;
-    const char *u = r->d->text.p + l->off;
-    return n >= l->len && !memcmp(t->t.p + t->t.n - l->len, u, l->len);
+    const char *u   = r->d->text.p + l->off;
+    size_t      len = l->len;
+    if (len > 7 && (!memcmp(u, "http://", 7) || !memcmp(u, "mailto:", 7)) && n == len - 7 &&
+        !memcmp(t->t.p + t->t.n - n, u + 7, n))
+        return 1;
+    return n >= len && !memcmp(t->t.p + t->t.n - len, u, len);
 }
 
 static int leave_span(MD_SPANTYPE type, void *detail, void *ud) {

@@ -53,6 +53,14 @@ void chat_settings_model(chat_settings *s, const ue_gen *m) {
         s->gen.temp = m->temp;
     if (!s->top_p_set && m->top_p > 0)
         s->gen.top_p = m->top_p;
+    s->server_sampling = m->temp < 0; /* a remote server's own defaults, not known here */
+}
+
+const char *chat_sampling_str(const chat_settings *s, int top_p, char *buf, size_t n) {
+    if (s->server_sampling && !(top_p ? s->top_p_set : s->temp_set))
+        return "server's";
+    snprintf(buf, n, "%.2f", (double)(top_p ? s->gen.top_p : s->gen.temp));
+    return buf;
 }
 
 void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n) {
@@ -79,8 +87,10 @@ void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n
 }
 
 void chat_settings_str(const chat_settings *s, char *buf, size_t n) {
-    snprintf(buf, n, "temp %.2f · top-p %.2f · think %s · effort %s", (double)s->gen.temp,
-             (double)s->gen.top_p, s->gen.think ? "on" : "off", ue_effort_name(s->gen.effort));
+    char t[16], p[16];
+    snprintf(buf, n, "temp %s · top-p %s · think %s · effort %s", chat_sampling_str(s, 0, t, sizeof t),
+             chat_sampling_str(s, 1, p, sizeof p), s->gen.think ? "on" : "off",
+             ue_effort_name(s->gen.effort));
 }
 
 char *chat_utf8_in(const char *what, const char *s, size_t n, char *note, size_t nn) {
@@ -158,7 +168,10 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         s->expert_gb = r->num;
         if (eng)
             ue_experts(eng, r->num);
-        snprintf(msg, n, "expert-cache budget %g GB requested", r->num);
+        if (s->server_sampling) /* a remote server: the engine says why the budget does not apply */
+            msg[0] = 0;
+        else
+            snprintf(msg, n, "expert-cache budget %g GB requested", r->num);
         return 1;
     case CMD_SYSTEM:
         if (!r->arg[0]) {
@@ -178,7 +191,8 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         snprintf(s->system, sizeof s->system, "%s", r->arg);
         if (eng)
             ue_system(eng, s->system);
-        snprintf(msg, n, "system prompt set (%zu bytes); it applies from the next turn", strlen(s->system));
+        snprintf(msg, n, "system prompt set (%zu byte%s); it applies from the next turn", strlen(s->system),
+                 strlen(s->system) == 1 ? "" : "s");
         return 1;
     case CMD_SAVE: {
         char path[PATH_MAX];
@@ -249,10 +263,10 @@ const char *chat_help_text(void) {
              "  Enter                  send the message\n"
              "  Alt-Enter, trailing \\  new line in the message\n"
              "  Tab                    complete a command\n"
-             "  Up/Down, Ctrl-P/N      history;  Ctrl-R  search the history\n"
-             "  Ctrl-A/E/B/F/K/U/W/Y   Emacs editing keys\n"
-             "  Ctrl-C                 stop the answer; at an empty prompt: quit\n"
-             "  Ctrl-D                 quit (at an empty prompt)\n"
+             "  Up/Down, Ctrl-P/N      history;  Ctrl-R/Ctrl-S search it (older/newer), Ctrl-G gives up\n"
+             "  Ctrl-A/E/B/F/K/U/W/Y/T, Alt-B/F  Emacs editing keys\n"
+             "  Ctrl-C                 stop the answer; with a typed line (or /edit): clear it; else quit\n"
+             "  Ctrl-D, Ctrl-Z         quit at an empty prompt (twice while an answer streams); suspend\n"
              "  PgUp/PgDn, wheel       scroll the conversation;  Home/End with Ctrl: top/bottom\n"
              "  F2                     expand/collapse all reasoning\n"
              "  F3                     mouse capture on/off (off: the terminal selects text)\n"

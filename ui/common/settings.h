@@ -11,7 +11,9 @@ typedef struct chat_settings {
     int      show_thinking;
     double   expert_gb; /* < 0 = engine default */
     char     system[4096];
-    unsigned keep; /* CHAT_KEEP_*: options given with --load, which win over its transcript's */
+    unsigned keep;            /* CHAT_KEEP_*: options given with --load, which win over its transcript's */
+    int      server_sampling; /* --endpoint (a remote server): what the user did not set is the
+                                 server's default, and /experts does not apply                */
 } chat_settings;
 enum { CHAT_KEEP_TEMP = 1, CHAT_KEEP_TOP_P = 2, CHAT_KEEP_THINK = 4, CHAT_KEEP_EFFORT = 8 };
 
@@ -30,6 +32,9 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
 int chat_verbose(void);
 /* The whole /help text (commands and keys), newline-separated. */
 const char *chat_help_text(void);
+/* The temperature (top_p = 0) or top-p in force as shown: "0.60", or "server's" where an
+ * --endpoint server's own default applies (nothing is sent for it). buf: 16 bytes. */
+const char *chat_sampling_str(const chat_settings *s, int top_p, char *buf, size_t n);
 /* "temp 0.60 · top-p 0.95 · think on · effort max" */
 void chat_settings_str(const chat_settings *s, char *buf, size_t n);
 /* Text from outside (a typed or piped line, a paste, --prompt, --system): a malloc'ed copy

@@ -27,6 +27,7 @@ void sreq_free(sreq *r) {
     free(r->msgs);
     free(r->tx);
     stools_req_free(&r->tl);
+    sformat_free(&r->fmt);
     for (int i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     memset(r, 0, sizeof *r);
@@ -168,17 +169,9 @@ static int get_num(json_t *o, enum k3_setting_id id, float *out, perr *e) {
 }
 
 /* Fields the server does not implement: refused, with the field named, unless they ask for
- * what it does anyway (response_format text, penalties 0, no logprobs, no bias). */
+ * what it does anyway (penalties 0, no logprobs, no bias; response_format is serve-format.c's). */
 static int parse_unsupported(json_t *b, perr *e) {
     json_t *v;
-    if ((v = json_object_get(b, "response_format")) && !json_is_null(v)) {
-        const char *t = json_string_value(json_object_get(v, "type"));
-        if (!json_is_object(v) || !t)
-            return bad(e, "invalid_type", "response_format: expected an object with a string type");
-        if (strcmp(t, "text"))
-            return bad(e, "unsupported_value", "response_format: type '%.40s' is not supported (text only)",
-                       t);
-    }
     static const char *pen[] = {"frequency_penalty", "presence_penalty"};
     for (int k = 0; k < 2; k++) {
         if (!(v = json_object_get(b, pen[k])) || json_is_null(v))
@@ -252,7 +245,8 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
         return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
                    "n: only 1 choice per request is supported");
     if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) ||
-        stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e))
+        stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e) || sformat_parse(b, &r->fmt, e) ||
+        sformat_tools(&r->tl, &r->fmt, e))
         return -1;
     if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
         json_t *one[1] = {v};

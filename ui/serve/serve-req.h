@@ -3,6 +3,7 @@
  * the field for anything wrong. serve.c keeps HTTP, the jobs and the engine thread. */
 #pragma once
 #include "k3.h"
+#include "serve-format.h"
 #include "serve-tools.h"
 
 #include <jansson.h>
@@ -35,6 +36,7 @@ typedef struct sreq {
     int         n_stops;
     size_t      max_stop; /* longest stop string in bytes */
     stools_req  tl;       /* tools, tool_choice (serve-tools.c)        */
+    sformat_req fmt;      /* response_format, the answer's grammar (serve-format.c) */
     stools_msg *tx;       /* (n_msgs) each message's tool calls / result ids */
 } sreq;
 

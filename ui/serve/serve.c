@@ -442,7 +442,9 @@ static k3_status job_start(slot *sl, job *j) {
     set.sampling.top_p = r->top_p;
     set.sampling.seed  = r->seed;
     snprintf(set.tool_choice, sizeof set.tool_choice, "%s", r->tl.tool_choice);
+    k3_conv_set_grammar(sl->c, r->fmt.g);
     if ((st = k3_conv_set_settings(sl->c, &set)) || (st = k3_conv_set_tools(sl->c, r->tl.tools)) ||
+        (st = k3_conv_set_response_format(sl->c, r->fmt.type, r->fmt.schema)) ||
         (st = load_messages(sl->c, r)) || (stools_script_next(sl->c) < 0 && (st = K3_ERR_NOMEM)))
         return st == K3_ERR_ARG ? K3_ERR_ARG : K3_ERR_NOMEM;
     k3_conv_set_turn_seed(sl->c, r->seed);
@@ -456,6 +458,7 @@ static void job_finish(slot *sl, job *j, k3_status st) {
     const sreq   *r    = &j->r;
     int           n    = k3_conv_count(sl->c);
     const k3_msg *last = n ? k3_conv_msg(sl->c, n - 1) : NULL;
+    k3_conv_set_grammar(sl->c, NULL); /* the job's grammar goes with it */
     if (last && (last->role != K3_ROLE_ASSISTANT || !last->has_stats))
         last = NULL; /* the turn did not start */
     pthread_mutex_lock(&srv.mu);
@@ -1115,6 +1118,10 @@ int cli_serve(const ui_opts *o) {
     if (serve_slots(o))
         goto done;
     k3_model_get_info(srv.m, &srv.info);
+    if (sformat_init(o->dir, &srv.info)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
     char dname[256];
     serve_name(o, dname, sizeof dname);
     srv.t_start = (long long)time(NULL);
@@ -1158,6 +1165,7 @@ done:
         k3_session_free(srv.slots[i].s);
     }
     free(srv.slots);
+    sformat_done();
     k3_model_free(srv.m);
     free_keys();
     freeaddrinfo(ai);

@@ -296,6 +296,7 @@ static void on_event(tui *t, ui_ev *e) {
     case EV_SETTINGS: {
         char msg[300];
         chat_settings_loaded(&t->cs, &e->gen, msg, sizeof msg);
+        ue_settings(t->eng, &t->cs.gen); /* the options that won over the transcript's */
         notice(t, ROLE_INFO, "%s", msg);
         t->dirty |= DIRTY_STATUS;
         break;
@@ -474,6 +475,7 @@ static void run_command(tui *t, const char *line) {
     if (r.id == CMD_LOAD && unsaved_refuse(t, UE_DROP_LOAD))
         return;
     if (chat_apply(&t->cs, t->eng, &r, msg, sizeof msg)) {
+        ue_settings(t->eng, &t->cs.gen); /* the context figure follows /think, /effort */
         if (r.id == CMD_REPLAY)
             t->replaying = 1;
         if (r.id == CMD_LOAD || r.id == CMD_FORGET) /* /forget --fit: history follows */
@@ -1170,6 +1172,7 @@ int ui_tui_run(const ui_opts *o) {
         ev_queue_free(t->q);
         return 1;
     }
+    ue_settings(t->eng, &t->cs.gen); /* the command line's, before anything is measured */
     if (o->system && *o->system)
         ue_system(t->eng, o->system);
     if (o->load) {
