@@ -4,7 +4,8 @@
 #   include/k3.h       public engine API: the only engine header ui/ sees
 #   src/*/*.c    -> $(B)/libk3.a    engine parts: base, kern, format, tok, conv, model, vk, grammar
 #   ui/*/*.c     -> $(B)/libk3ui.a  front ends: common, tui, cli (ui/cli/main.c is k3chat's main), serve
-#   tools/k3-*.c -> $(B)/k3-*         one program per file (generator, repacker, ...; tool-opt.h shared)
+#   tools/k3-*.c -> $(B)/k3-*         one program per file (generator, repacker, ...; tool-opt.h shared),
+#                                     plus its parts tools/NAME-*.c (tools/mkmodel-bpe.c -> k3-mkmodel)
 #   bench/*.c    -> $(B)/k3-bench     all benchmarks in one program
 #   tests/test-*.c -> $(B)/tests/test-*   C tests; tests/t-*.sh and tests/t-*.py are script tests
 #   shaders/*.comp -> $(B)/shaders/*.spv -> embedded C arrays (VK=1 only)
@@ -146,9 +147,11 @@ $(B)/k3chat: $(B)/obj/ui/cli/main.o $(LIBS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
+# a tool k3-NAME is tools/k3-NAME.c plus its parts tools/NAME-*.c, if any
+$(foreach t,$(TOOL_SRC:tools/k3-%.c=%),$(eval $(B)/k3-$(t): $(patsubst %.c,$(B)/obj/%.o,$(wildcard tools/$(t)-*.c))))
 $(B)/k3-%: $(B)/obj/tools/k3-%.o $(LIBS)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS)
 
 $(B)/k3-bench: $(BENCH_SRC:%.c=$(B)/obj/%.o) $(LIBS)
 	@$(if $(Q),echo "  LD      $@")

@@ -237,7 +237,9 @@ static int stdout_done(int rc) {
     return rc;
 }
 
-int main(int argc, char **argv) {
+/* The command line into o, *mode and *plain (the option table: the modes, then a flag per
+ * setting). -1 to go on, else the exit status (0 after --help or --version, 2 on a usage error). */
+static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, int *plain) {
     enum {
         O_INSPECT = 256,
         O_TOKENIZE,
@@ -277,14 +279,7 @@ int main(int argc, char **argv) {
         if (k3_setting(id)->flag)
             lo[nlo++] = (struct option){k3_setting(id)->flag, required_argument, 0, O_SETTING + id};
     lo[nlo] = (struct option){0, 0, 0, 0};
-    hold_std_fds();
-    /* a reader that went away (k3chat ... | head) is a write error reported with a message and
-     * status 1, not a silent death by SIGPIPE (141) */
-    signal(SIGPIPE, SIG_IGN);
-    ui_opts       o     = {.max_tokens = -1, .temp = NAN, .top_p = NAN, .think = -1};
-    enum cli_mode mode  = CLI_CHAT;
-    int           plain = 0;
-    int           c;
+    int c;
     while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
         switch (c) {
         case 'h':
@@ -294,56 +289,56 @@ int main(int argc, char **argv) {
             printf("k3chat %s\n", k3_version());
             return 0;
         case O_INSPECT:
-            if (set_mode(&mode, CLI_INSPECT, "--inspect"))
+            if (set_mode(mode, CLI_INSPECT, "--inspect"))
                 return 2;
             break;
         case O_TOKENIZE:
-            if (set_mode(&mode, CLI_TOKENIZE, "--tokenize"))
+            if (set_mode(mode, CLI_TOKENIZE, "--tokenize"))
                 return 2;
             break;
         case O_DETOKENIZE:
-            if (set_mode(&mode, CLI_DETOKENIZE, "--detokenize"))
+            if (set_mode(mode, CLI_DETOKENIZE, "--detokenize"))
                 return 2;
             break;
         case O_CHAT_IDS:
-            if (set_mode(&mode, CLI_CHAT_IDS, "--chat-ids"))
+            if (set_mode(mode, CLI_CHAT_IDS, "--chat-ids"))
                 return 2;
             break;
         case O_PROMPT:
-            if (set_mode(&mode, CLI_ONESHOT, "--prompt"))
+            if (set_mode(mode, CLI_ONESHOT, "--prompt"))
                 return 2;
-            o.prompt = optarg;
+            o->prompt = optarg;
             break;
         case O_JSON:
-            o.json = 1;
+            o->json = 1;
             break;
         case O_IDS:
-            if (set_mode(&mode, CLI_ONESHOT, "--ids"))
+            if (set_mode(mode, CLI_ONESHOT, "--ids"))
                 return 2;
-            o.ids = optarg;
+            o->ids = optarg;
             break;
         case O_REPLAY:
-            if (set_mode(&mode, CLI_REPLAY, "--replay"))
+            if (set_mode(mode, CLI_REPLAY, "--replay"))
                 return 2;
-            o.file = optarg;
+            o->file = optarg;
             break;
         case O_PLAIN:
-            plain = 1;
+            *plain = 1;
             break;
         case O_SERVE:
-            if (set_mode(&mode, CLI_SERVE, "--serve"))
+            if (set_mode(mode, CLI_SERVE, "--serve"))
                 return 2;
-            o.serve = optarg;
+            o->serve = optarg;
             break;
         case O_ENDPOINT:
-            o.endpoint = optarg;
+            o->endpoint = optarg;
             break;
         case O_MEASURE:
-            o.measure = 1;
+            o->measure = 1;
             break;
         default:
             if (c >= O_SETTING && c < O_SETTING + K3_SETTING_N) {
-                if (set_flag(&o, (enum k3_setting_id)(c - O_SETTING), optarg))
+                if (set_flag(o, (enum k3_setting_id)(c - O_SETTING), optarg))
                     return 2;
                 break;
             }
@@ -351,51 +346,73 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!o.api_key) /* the flags that have a variable too: the flag wins */
-        o.api_key = k3_setting_env_str(K3_SETTING_API_KEY);
-    if (!o.theme)
-        o.theme = k3_setting_env_str(K3_SETTING_THEME);
-    if (o.measure && mode != CLI_INSPECT) {
+    if (!o->api_key) /* the flags that have a variable too: the flag wins */
+        o->api_key = k3_setting_env_str(K3_SETTING_API_KEY);
+    if (!o->theme)
+        o->theme = k3_setting_env_str(K3_SETTING_THEME);
+    return -1;
+}
+
+/* The options that do not go together, the number of arguments for the mode (o->dir, o->file
+ * taken from them) and a --load transcript checked: 0, or 2 (a usage error, reported). */
+static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
+    if (o->measure && mode != CLI_INSPECT) {
         fprintf(stderr, "k3chat: --measure goes with --inspect (k3chat --inspect --measure MODEL_DIR)\n");
         return 2;
     }
-    if (o.endpoint && mode != CLI_CHAT) {
+    if (o->endpoint && mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
         return 2;
     }
-    if (o.endpoint && strstr(o.endpoint, "://") && strncasecmp(o.endpoint, "http://", 7) &&
-        strncasecmp(o.endpoint, "https://", 8)) { /* libcurl would try ftp://, file://, ... */
-        txt_term_printf(stderr, "k3chat: --endpoint: '%s' is not an http:// or https:// URL\n", o.endpoint);
+    if (o->endpoint && strstr(o->endpoint, "://") && strncasecmp(o->endpoint, "http://", 7) &&
+        strncasecmp(o->endpoint, "https://", 8)) { /* libcurl would try ftp://, file://, ... */
+        txt_term_printf(stderr, "k3chat: --endpoint: '%s' is not an http:// or https:// URL\n", o->endpoint);
         return 2;
     }
     int nargs = argc - optind, want = (mode == CLI_TOKENIZE || mode == CLI_DETOKENIZE || mode == CLI_CHAT_IDS)
                                           ? 2
-                                      : o.endpoint ? 0
-                                                   : 1;
+                                      : o->endpoint ? 0
+                                                    : 1;
     if (nargs != want) {
         fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want != 1 ? "s" : "",
                 nargs);
         return 2;
     }
-    o.dir = want ? argv[optind] : NULL;
+    o->dir = want ? argv[optind] : NULL;
     if (want == 2)
-        o.file = argv[optind + 1];
-    if (o.load && mode != CLI_CHAT) {
+        o->file = argv[optind + 1];
+    if (o->load && mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --load continues a conversation in the chat only (not with --prompt, --ids, "
                         "--replay, --serve or the tools); to ask one question after it, pipe the message in: "
                         "echo TEXT | k3chat --load FILE MODEL_DIR\n");
         return 2;
     }
-    if ((o.json_schema || o.json) && !o.prompt) {
+    if ((o->json_schema || o->json) && !o->prompt) {
         fprintf(stderr, "k3chat: %s shapes the answer of --prompt only\n",
-                o.json ? "--json" : "--json-schema");
+                o->json ? "--json" : "--json-schema");
         return 2;
     }
-    if (o.json_schema && o.json) {
+    if (o->json_schema && o->json) {
         fprintf(stderr, "k3chat: --json and --json-schema exclude each other (--json is any JSON object)\n");
         return 2;
     }
-    if (o.load && check_load(o.load) != 0)
+    if (o->load && check_load(o->load) != 0)
+        return 2;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    hold_std_fds();
+    /* a reader that went away (k3chat ... | head) is a write error reported with a message and
+     * status 1, not a silent death by SIGPIPE (141) */
+    signal(SIGPIPE, SIG_IGN);
+    ui_opts       o     = {.max_tokens = -1, .temp = NAN, .top_p = NAN, .think = -1};
+    enum cli_mode mode  = CLI_CHAT;
+    int           plain = 0;
+    int           rc    = parse_args(argc, argv, &o, &mode, &plain);
+    if (rc >= 0)
+        return rc;
+    if (check_args(argc, argv, &o, mode))
         return 2;
     /* the process settings (kernels, K3_VERBOSE, K3_MEM_GB, ...), once, for the modes that run a
      * model: a malformed one stops here, before a terminal is taken over */
@@ -411,7 +428,7 @@ int main(int argc, char **argv) {
         free(prompt);
         return 1;
     }
-    int rc = stdout_done(run_mode(mode, plain, &o));
+    rc = stdout_done(run_mode(mode, plain, &o));
     free(prompt);
     free(system);
     return rc;
