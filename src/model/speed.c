@@ -28,8 +28,8 @@
  *                  itself where the shard is sparse (a replica, whose experts are holes while a
  *                  container's matrices are written), else equal to disk.
  * The kernels' figures (dec3_*, pre3_*, call2) are cached per kernel setting: under their own
- * names for the machine's default kernels, as NAME@LEVEL[+group] for another K3_ISA or for
- * K3_GROUP_ORDER=1, so that an estimate never uses figures measured with other kernels.
+ * names for the machine's default kernels, as NAME@LEVEL for another K3_ISA, so that an estimate
+ * never uses figures measured with other kernels.
  * The machine's load at measuring time counts: a figure cached on an idle machine is too fast
  * for a loaded one (delete the cache file to measure again).
  *
@@ -359,14 +359,14 @@ static double cached(int fresh, const char *key, unsigned long long dev) {
 }
 
 /* The cache key of a figure the kernels make: key itself for the machine's default kernels (its
- * best level, the canonical order), else key@LEVEL (and +group for K3_GROUP_ORDER=1), so that a
- * run with K3_ISA or K3_GROUP_ORDER never reads a figure measured with other kernels. */
+ * best level), else key@LEVEL, so that a run with K3_ISA never reads a figure measured with other
+ * kernels. */
 static const char *kernel_key(const char *key, char *buf, size_t n) {
     static const char *const lv[KERN_N_ISA] = {"scalar", "avx2", "avx2vnni", "avx512", "amx"};
-    const int                isa = kern_isa(), grp = isa == KERN_AVX512 && kern_group_order();
-    if (isa == kern_isa_best() && !grp)
+    const int                isa            = kern_isa();
+    if (isa == kern_isa_best())
         return key;
-    snprintf(buf, n, "%s@%s%s", key, lv[isa], grp ? "+group" : "");
+    snprintf(buf, n, "%s@%s", key, lv[isa]);
     return buf;
 }
 
