@@ -59,6 +59,16 @@ Z static INLINE __m512i red4(const __m512i v[4]) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
 }
 
+/* red4 for lane sums that fit in 14 bits (|v| <= 12192: a nibble step's lane is eight products
+ * |w q| <= 12 x 127), in fewer instructions: two rows' lanes packed to int16 (exact: no
+ * saturation) and summed in pairs by vpmaddwd (|pair| <= 24384, still an int16), twice. */
+Z static INLINE __m512i red4w(const __m512i v[4]) {
+    const __m512i one = _mm512_set1_epi16(1);
+    const __m512i p01 = _mm512_madd_epi16(_mm512_packs_epi32(v[0], v[1]), one);
+    const __m512i p23 = _mm512_madd_epi16(_mm512_packs_epi32(v[2], v[3]), one);
+    return _mm512_madd_epi16(_mm512_packs_epi32(p01, p23), one);
+}
+
 /* Lane 4k + i = lane 4k of v[i]: four rows' lane scales (equal within a 128-bit block) beside
  * red4's sums. */
 Z static INLINE __m512 pick4(const __m512 v[4]) {
@@ -192,18 +202,48 @@ Z static INLINE __m512 e8m0_exp64(const uint8_t *e) {
     return _mm512_sub_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(128.0f));
 }
 
-/* Double step j (0..3) of e8m0_exp64's 16 exponents: lanes 4k..4k+3 exponent 4j + k. */
-Z static INLINE __m512 e8m0_step(__m512 ev, int j) {
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    return _mm512_permutexvar_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(4 * j)), ev);
+/* The four rows' exponents of e8m0_exp64 (ev[i]: row i's 16, four double steps) transposed for
+ * nib_tile_step: E[j] lane 4k + i = exponent 4j + k of row i (block k: group 4j + k, lane i: row
+ * i), in two rounds of two-source permutes (eight instructions for four double steps). */
+Z static INLINE void e8m0_rows4(const __m512 ev[4], __m512 E[4]) {
+    /* round 1: rows 0, 1 (X) and 2, 3 (Y) of double steps 2a, 2a + 1: lane 8jj + 2k + i' */
+    static const int32_t i1[2][16] = {{0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23},
+                                      {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}};
+    /* round 2: lane 4k + i of double step 2a + jj from X (i < 2) or Y */
+    static const int32_t i2[2][16] = {{0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23},
+                                      {8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31}};
+#pragma GCC unroll 2
+    for (int a = 0; a < 2; a++) {
+        const __m512i k1 = _mm512_loadu_si512(i1[a]);
+        const __m512  X  = _mm512_permutex2var_ps(ev[0], k1, ev[1]),
+                     Y   = _mm512_permutex2var_ps(ev[2], k1, ev[3]);
+#pragma GCC unroll 2
+        for (int jj = 0; jj < 2; jj++)
+            E[2 * a + jj] = _mm512_permutex2var_ps(X, _mm512_loadu_si512(i2[jj]), Y);
+    }
+}
+
+/* Four rows' Q_I4 scales of pairs p, p + 1 (s[i] row i's scales) for nib_tile_step: lane 4k + i
+ * = s[i][p + k / 2] (groups 2p .. 2p + 3 of row i). */
+Z static INLINE __m512 i4_rows4(const float *const s[4], int p) {
+    __m128 v[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        v[i] = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)(s[i] + p)));
+    const __m128 t01 = _mm_unpacklo_ps(v[0], v[1]), t23 = _mm_unpacklo_ps(v[2], v[3]);
+    const __m128 lo = _mm_movelh_ps(t01, t23), hi = _mm_movehl_ps(t23, t01);
+    const __m256 l2 = _mm256_insertf128_ps(_mm256_castps128_ps256(lo), lo, 1);
+    const __m256 h2 = _mm256_insertf128_ps(_mm256_castps128_ps256(hi), hi, 1);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(l2), h2, 1);
 }
 
 // (kept as written: clang-format 14 aligns a leading #pragma with the declarations after it)
 // clang-format off
-/* Pairs p, p+1 of rb rows (nibble codes lo[i], hi[i], lane weight scales sv[i]: Q_I4 the scales,
- * Q_MXFP4 (mx) the exponents e - 128 of e8m0_exp16) for cb columns: groups 2p .. 2p + live - 1. */
-Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, const __m512 *sv, const kern_act *a,
-                                   int mx, int rb, int cb, int p, int live, __m128 acc[CB_NIB]) {
+/* Pairs p, p+1 of rb rows (nibble codes lo[i], hi[i]; weight scales wv, lane 4k + i = row i's of
+ * group 2p + k: Q_I4 the scale, Q_MXFP4 (mx) the exponent e - 128) for cb columns: groups 2p ..
+ * 2p + live - 1. */
+Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, __m512 wv, const kern_act *a, int mx,
+                                   int rb, int cb, int p, int live, __m128 acc[CB_NIB]) {
 #pragma GCC unroll 4
     for (int c = 0; c < cb; c++) {
         const __m512i ns = _mm512_loadu_si512(a[c].nsxo + p * 8);
@@ -211,15 +251,13 @@ Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, const _
         const __m512i xo = _mm512_loadu_si512(a[c].q2 + p * 64 + 64);
         const __m512  dd = _mm512_loadu_ps(a[c].d8 + p * 8);
         __m512i       s[4];
-        __m512        dv[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            s[i]  = i < rb ? _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ns, lo[i], xe), hi[i], xo)
-                           : _mm512_setzero_si512();
-            dv[i] = i >= rb ? _mm512_setzero_ps() : mx ? _mm512_scalef_ps(dd, sv[i]) : _mm512_mul_ps(sv[i], dd);
-        }
-        /* block k is group 2p + k */
-        const __m512 f = _mm512_cvtepi32_ps(red4(s)), sc = pick4(dv);
+        for (int i = 0; i < 4; i++)
+            s[i] = i < rb ? _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ns, lo[i], xe), hi[i], xo)
+                          : _mm512_setzero_si512();
+        /* block k is group 2p + k; dd holds d of group 2p + k in block k: one product per lane,
+         * as in the scalar twin */
+        const __m512 f = _mm512_cvtepi32_ps(red4w(s)), sc = mx ? _mm512_scalef_ps(dd, wv) : _mm512_mul_ps(wv, dd);
         acc[c]         = _mm_fmadd_ps(BLK(f, 0), BLK(sc, 0), acc[c]);
         if (live > 1)
             acc[c] = _mm_fmadd_ps(BLK(f, 1), BLK(sc, 1), acc[c]);
@@ -236,6 +274,16 @@ Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *
     const __m512i m4 = _mm512_set1_epi8(15);
     *lo              = _mm512_shuffle_epi8(lut, _mm512_and_si512(b, m4));
     *hi              = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b, 4), m4));
+}
+
+/* The weight scales of rb rows for nib_tile_step from per-row lanes: MXFP4 sv[i] (e8m0_exp16),
+ * Q_I4 the scales s[i][p] and (two) s[i][p + 1]; rows past rb 0. */
+Z static INLINE __m512 rows_pick(const __m512 *sv, int rb, int mx, const float *const *s, int p, int two) {
+    __m512 v[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        v[i] = i >= rb ? _mm512_setzero_ps() : mx ? sv[i] : two8(s[i][p], two ? s[i][p + 1] : 0.0f);
+    return pick4(v);
 }
 
 /* Rows r, r + rs, .. of a Q_I4 (mx = 0) or Q_MXFP4 (mx = 1) matrix for cb columns. */
@@ -264,27 +312,27 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
     int       p   = 2 * ks->k0;
     while (p < 2 * ks->k1) {
         if (ev4 && p + 8 <= 2 * ks->k1) {
-            __m512 ev[RB_MAX];
+            __m512 ev[4], E[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < rb; i++)
-                ev[i] = e8m0_exp64(e[i] + 2 * p);
+            for (int i = 0; i < 4; i++)
+                ev[i] = i < rb ? e8m0_exp64(e[i] + 2 * p) : _mm512_setzero_ps();
+            e8m0_rows4(ev, E);
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++, p += 2) {
 #pragma GCC unroll 4
-                for (int i = 0; i < rb; i++) {
+                for (int i = 0; i < rb; i++)
                     nib_codes512(row_bytes(w[i], p, pf), lut, &lo[i], &hi[i]);
-                    sv[i] = e8m0_step(ev[i], j);
-                }
-                nib_tile_step(lo, hi, sv, a, mx, rb, cb, p, 4, acc);
+                nib_tile_step(lo, hi, E[j], a, mx, rb, cb, p, 4, acc);
             }
             continue;
         }
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
             nib_codes512(row_bytes(w[i], p, pf), lut, &lo[i], &hi[i]);
-            sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, 4) : two8(s[i][p], s[i][p + 1]);
+            sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, 4) : _mm512_setzero_ps();
         }
-        nib_tile_step(lo, hi, sv, a, mx, rb, cb, p, 4, acc);
+        nib_tile_step(lo, hi, mx || rb < 4 ? rows_pick(sv, rb, mx, s, p, 1) : i4_rows4(s, p), a, mx, rb, cb,
+                      p, 4, acc);
         p += 2;
     }
     if ((size_t)ks->k1 < rb_bytes / 64) {
@@ -297,10 +345,10 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
             nib_codes512(_mm512_maskz_loadu_epi8(k, w[i] + p * 32), lut, &lo[i], &hi[i]);
-            sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, ng - 2 * p < 4 ? ng - 2 * p : 4)
-                       : two8(s[i][p], two ? s[i][p + 1] : 0.0f);
+            sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, ng - 2 * p < 4 ? ng - 2 * p : 4) : _mm512_setzero_ps();
         }
-        nib_tile_step(lo, hi, sv, a, mx, rb, cb, p, ng - 2 * p < 4 ? ng - 2 * p : 4, acc);
+        nib_tile_step(lo, hi, rows_pick(sv, rb, mx, s, p, two), a, mx, rb, cb, p,
+                      ng - 2 * p < 4 ? ng - 2 * p : 4, acc);
     }
 #pragma GCC unroll 4
     for (int c = 0; c < cb; c++) {
