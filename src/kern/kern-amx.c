@@ -24,8 +24,9 @@
  *   when (rb, nt) changes and releases the tiles when done. The float combination runs on
  *   AVX-512: one zmm per weight row holds the 16 columns of the token tile.
  * - Threads take whole blocks of 16 rows, so a row's arithmetic never depends on the split.
- * - Compiled twice: here for the hardware (kern_amx_matmul_hw) and from kern-amx-emu.c on the
- *   tile emulation (kern_amx_matmul_emu), from this one source.
+ * - Compiled three times from this one source: here for the hardware (kern_amx_matmul_hw),
+ *   from kern-amx-emu.c on the tile emulation (kern_amx_matmul_emu) and from kern-amx-notile.c
+ *   with no tiles at all (kern_amx_matmul_notile, a benchmark).
  */
 #ifndef KERN_AMX_EMU
 #define KERN_AMX_EMU 0
@@ -37,7 +38,11 @@
 #include <omp.h>
 #include <stdlib.h>
 
-#if KERN_AMX_EMU
+#if KERN_AMX_EMU == 2
+#define AMX_FN(name) name##_notile
+#define AMX_ON KERN_BUILD_AVX512
+#define T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+#elif KERN_AMX_EMU
 #define AMX_FN(name) name##_emu
 #define AMX_ON KERN_BUILD_AVX512
 #define T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))

@@ -107,6 +107,9 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
 void kern_amx_matmul(const qmat *m, const float *x, int n, float *y);
 void kern_amx_matmul_hw(const qmat *m, const float *x, int n, float *y);
 void kern_amx_matmul_emu(const qmat *m, const float *x, int n, float *y);
+/* The same kernel with every tile instruction a no-op (kern-amx-notile.c): meaningless results in
+ * the time of the work around the tiles (k3-bench amx, on any CPU with the AVX-512 level). */
+void kern_amx_matmul_notile(const qmat *m, const float *x, int n, float *y);
 void kern_amx_ref(const qmat *m, const float *x, int n, float *y);
 /* The wide matmul on AVX-512 VNNI (kern-grp.c: columns in the lanes): kern_amx_ref's bits. */
 void kern_grp_matmul(const qmat *m, const float *x, int n, float *y);
