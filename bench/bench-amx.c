@@ -39,13 +39,15 @@ static double cpu_now(void) {
 }
 
 /* A rows x cols matrix of the type (random weights, valid scales) in buf, and n columns x with
- * room for y: 0 when out of memory (nothing left to free). */
-static int hot_case(int type, int rows, int cols, int n, qmat *m, uint8_t **buf, float **x, float **y) {
+ * room for y: 0 when out of memory (then a SKIP line for result name; nothing left to free). */
+static int hot_case(const char *name, int type, int rows, int cols, int n, qmat *m, uint8_t **buf, float **x,
+                    float **y) {
     const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
     *buf = k3_aligned_alloc(64, wb + sb);
     *x   = malloc((size_t)n * cols * sizeof(float));
     *y   = malloc((size_t)n * rows * sizeof(float));
     if (!*buf || !*x || !*y) {
+        printf("# SKIP %s (out of memory)\n", name);
         free(*buf), free(*x), free(*y);
         return 0;
     }
@@ -77,10 +79,8 @@ static void bench_notile(int type, int rows, int cols, int n) {
     qmat     m;
     uint8_t *buf;
     float   *x, *y;
-    if (!hot_case(type, rows, cols, n, &m, &buf, &x, &y)) {
-        printf("# SKIP %s (out of memory)\n", name);
+    if (!hot_case(name, type, rows, cols, n, &m, &buf, &x, &y))
         return;
-    }
     omp_set_num_threads(1);
     kern_set_idot(1);
     double tn[ROUNDS], td[ROUNDS];
@@ -184,10 +184,8 @@ static void bench_amx_matmul(int type, int rows, int cols, int n, double peak) {
     qmat     m;
     uint8_t *buf;
     float   *x, *y;
-    if (!hot_case(type, rows, cols, n, &m, &buf, &x, &y)) {
-        printf("# SKIP %s (out of memory)\n", name);
+    if (!hot_case(name, type, rows, cols, n, &m, &buf, &x, &y))
         return;
-    }
     const int isa0 = kern_isa();
     omp_set_num_threads(1);
     kern_set_idot(1);
