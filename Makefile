@@ -2,7 +2,7 @@
 #
 # Layout is architecture (README's Layout table; include paths per folder: INC_ below):
 #   include/k3.h       public engine API: the only engine header ui/ sees
-#   src/*/*.c    -> $(B)/libk3.a    engine parts: base, kern, format, tok, conv, model, vk
+#   src/*/*.c    -> $(B)/libk3.a    engine parts: base, kern, format, tok, conv, model, vk, grammar
 #   ui/*/*.c     -> $(B)/libk3ui.a  front ends: common, tui, cli (ui/cli/main.c is k3chat's main), serve
 #   tools/k3-*.c -> $(B)/k3-*         one program per file (generator, repacker, ...; tool-opt.h shared)
 #   bench/*.c    -> $(B)/k3-bench     all benchmarks in one program
@@ -11,8 +11,9 @@
 #
 # Targets (named, commented, llama2.c style):
 #   all      build everything into build/
-#   check    install deps, build normal + ASan/UBSan trees (-j$(CHECK_JOBS) each), run every test
-#            (tests/run.sh: K3_TEST_JOBS tests at a time, default 3; summaries in a fixed order)
+#   check    install deps, build the normal tree, run every test on it and on the ASan/UBSan tree,
+#            which builds (with the fuzz tree) beside the first tree's tests (tests/run.sh --bg;
+#            K3_TEST_JOBS tests at a time, default 3; summaries in a fixed order)
 #   test     run the tests against an existing build (no deps, no asan)
 #   asan     build the sanitizer tree into build-asan/
 #   demo     build and open k3chat on k3-nano (models/k3-nano, a trained K3-architecture model)
@@ -35,7 +36,7 @@ VERSION := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 VK_AUTO := $(shell $(PKG) --exists vulkan 2>/dev/null && command -v glslc >/dev/null 2>&1 && echo 1 || echo 0)
 VK      ?= $(VK_AUTO)
 
-PKGS := ncursesw libedit libutf8proc jansson libmicrohttpd libcurl md4c
+PKGS := ncursesw libedit libutf8proc jansson libcurl md4c
 ifeq ($(VK),1)
 PKGS += vulkan
 endif
@@ -79,6 +80,7 @@ INC_src/kern := src/kern src/base include
 INC_src/format := src/format src/kern src/base include
 INC_src/tok := src/tok src/base include
 INC_src/conv := src/conv src/base include
+INC_src/grammar := src/grammar src/base include
 INC_src/model := src/model src/vk src/format src/kern src/base include
 INC_src/vk := src/vk src/kern src/base include $(B)/gen
 INC_ui/common := ui/common include
@@ -86,9 +88,9 @@ INC_ui/tui := ui/tui ui/common include
 INC_ui/cli := ui/cli ui/common include
 INC_ui/serve := ui/serve ui/common include
 INC_tools := tools src/format src/kern src/base include
-INC_bench := bench src/model src/vk src/format src/kern src/tok src/conv src/base include
-INC_tests := tests src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
-INC_tests/fuzz := tests/fuzz src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
+INC_bench := bench src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include
+INC_tests := tests src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
+INC_tests/fuzz := tests/fuzz src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
 # -I flags for source file $(1): its folder's INC_ list (an unknown folder is an error)
 incs = $(addprefix -I,$(or $(INC_$(patsubst %/,%,$(dir $(1)))),$(error no INC_ line in the Makefile for $(dir $(1)))))
 # ---- sources ---------------------------------------------------------------
@@ -169,15 +171,20 @@ $(B)/gen/shaders_spv.h: $(SPV) scripts/embed.sh
 deps:
 	@sh scripts/deps.sh
 
-# Build both trees, then run everything once per tree. CI calls exactly this (a plain
-# `make check` on 2 cores): each tree builds with one job per core, and tests/run.sh runs
-# K3_TEST_JOBS tests at a time (default 3: most wait on tmux, timers or a server), printing
-# their summaries in the usual order; tests marked "# run-alone" run with nothing beside them.
+# Build the first tree, then run everything once per tree. CI calls exactly this (a plain
+# `make check` on 2 cores). The ASan/UBSan tree and then the fuzz tree (clang, when installed;
+# t-fuzz reports a failed build) are built at nice 10 while the first tree's tests run
+# (tests/run.sh --bg: those tests wait on tmux, timers and servers more than they compute);
+# the sanitizer tree's tests start once it is built, and tests marked "# run-alone" or
+# "# after-build" once both builds have ended. Each tree builds with one job per core;
+# tests/run.sh runs K3_TEST_JOBS tests at a time (default 3), printing their summaries in the
+# usual order.
 CHECK_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 check: deps
 	$(MAKE) -j$(CHECK_JOBS) all
-	$(MAKE) -j$(CHECK_JOBS) all B=build-asan SAN=1
-	sh tests/run.sh build build-asan
+	sh tests/run.sh --bg build-asan '$(MAKE) -j$(CHECK_JOBS) all B=build-asan SAN=1' \
+	    --bg build-fuzz 'command -v clang >/dev/null || exit 0; $(MAKE) -j$(CHECK_JOBS) fuzz-build || true' \
+	    build build-asan
 
 test: all
 	sh tests/run.sh $(B)

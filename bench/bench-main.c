@@ -34,7 +34,8 @@
     X(release) /* bench-release.c: release widths, 2 layers: open, first token, s/token, RSS */              \
     X(cold)    /* bench-cold.c: reading memory left untouched, 4 KiB vs huge pages (only when asked) */      \
     X(batch)   /* bench-batch.c: aggregate decode tok/s of 1..8 sessions batched vs one alone */             \
-    X(serve)   /* bench-serve.c: continuous batching: aggregate tok/s of 1-8 turns, TTFT joining 4 */
+    X(serve)   /* bench-serve.c: continuous batching: aggregate tok/s of 1-8 turns, TTFT joining 4 */        \
+    X(grammar) /* bench-grammar.c: structured output: compile ms, mask us/token on 163,840 ids */
 
 #define DECLARE(name) int bench_##name(void);
 BENCHES(DECLARE)

@@ -95,7 +95,7 @@ int bench_release(void) {
             printf("# %s\n", m->fit.msg);
         fit_speed sp;
         double    est_dec, est_first, est_pre, fl_dec, fl_pre, d[4];
-        fit_speed_get_model(dir, &m->fit_t, 1, &sp);
+        fit_speed_get_model(dir, &m->fit_t, 1, 16, &sp);
         printf("# round %d: one column f32 %.2f, int8 %.2f, int4 %.2f, MXFP4 %.2f GB/s; 32 columns %.0f, "
                "%.0f, %.0f, %.0f GB/s; "
                "experts %.2f GB/s; call %.1f us; memory %.1f GB/s; drive %.2f GB/s%s, its data %.2f GB/s\n",

@@ -220,6 +220,10 @@ void k3_sampler_params_default(const k3_model *m, k3_sampler_params *p);
 k3_sampler *k3_sampler_new(const k3_sampler_params *p);
 void        k3_sampler_free(k3_sampler *s);
 int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);
+/* The same draw over the ids whose bit is set in mask ((n + 63) / 64 words, bit id % 64 of word
+ * id / 64; NULL: every id): masked ids are removed before temperature, top-k, min-p and top-p.
+ * -1 when the mask allows no id. */
+int32_t k3_sampler_sample_masked(k3_sampler *s, const float *logits, int n, const uint64_t *mask);
 
 /* ==== checkpoint inspection (inspect.c) ================================= */
 
@@ -227,9 +231,11 @@ int32_t     k3_sampler_sample(k3_sampler *s, const float *logits, int n);
  * print what it holds and the memory the K3_* settings would need to out. On failure nothing
  * is printed and k3_errmsg() holds the first error (one line naming file and tensor/key). */
 k3_status k3_inspect(const char *dir, FILE *out);
+/* The same, measuring this machine's speed figures again whatever the cache holds (--measure). */
+k3_status k3_inspect_measure(const char *dir, FILE *out);
 
 /* ==== tokenizer and chat format (tok.c, chat-format.c) ========================== */
-/* Owned by the tokenizer module; see issue 3 and ../shared/spec/k3-chat.md.
+/* Owned by the tokenizer module; see issue 3 and doc/chat-format.md.
  * A k3_tok is read-only once loaded: every function below may be called from any
  * number of threads at once on the same k3_tok (k3_detok / k3_chat_parser are
  * per-stream objects, one thread each). */
@@ -293,7 +299,8 @@ k3_status               k3_detok_feed(k3_detok *d, int32_t id, const char **text
 k3_status k3_detok_feed_bytes(k3_detok *d, const char *b, size_t n, const char **text, size_t *len);
 void      k3_detok_flush(k3_detok *d, const char **text, size_t *len);
 
-/* One tool call of an assistant message (the OpenAI shape; ../shared/spec/k3-tools.md 1.3). */
+/* One tool call of an assistant message (the OpenAI shape; doc/tool-calls.md, "An assistant turn
+ * that calls tools"). */
 typedef struct k3_tool_call {
     const char *id;        /* the call id ("call_..."): matched by tool results, not rendered */
     const char *name;      /* function name                                               */
@@ -327,9 +334,9 @@ typedef struct k3_chat_opts {
     const char *tool_choice; /* "auto" (NULL), "required" or "none"; else K3_ERR_ARG     */
 } k3_chat_opts;
 
-/* Encode a conversation exactly as ../shared/spec/k3-chat.md section 2 (the thinking-
+/* Encode a conversation exactly as doc/chat-format.md section 2 (the thinking-
  * effort system message when think is on, preserved reasoning, generation prompt) and
- * ../shared/spec/k3-tools.md section 1 (tool declarations, calls, results re-sorted by
+ * doc/tool-calls.md section 1 (tool declarations, calls, results re-sorted by
  * call id, tool_choice), appending the ids to out. On error out->n is left as it was and
  * the message names the message index and field. */
 k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs, const k3_chat_opts *o,
@@ -375,6 +382,36 @@ k3_status k3_chat_parser_feed(k3_chat_parser *p, int32_t id, k3_chat_out *out);
 void k3_chat_parser_finish(k3_chat_parser *p, k3_chat_out *out);
 int  k3_chat_parser_channel(const k3_chat_parser *p); /* current K3_CHAN_*        */
 
+/* ==== structured output: grammars and token masks (src/grammar) ============ */
+/* A pushdown automaton over bytes (special tokens are terminals of their own) compiled from a
+ * JSON Schema or "any JSON object"; a matcher follows one output, and its token mask is the set
+ * of ids that keep the output valid (ends of message only when the document is complete).
+ * k3chat(1), STRUCTURED OUTPUT, lists the supported keywords. */
+typedef struct k3_gvocab  k3_gvocab;  /* the vocabulary seen as byte strings (built once)    */
+typedef struct k3_grammar k3_grammar; /* compiled, read-only but for its mask cache (locked) */
+typedef struct k3_gmatch  k3_gmatch;  /* one output's position in a grammar (one thread)     */
+/* n_vocab: the mask width (the model's vocab_size); eos_id: an end besides <|end_of_msg|>
+ * (-1: none). The tokenizer must outlive the vocabulary. */
+k3_status k3_gvocab_new(const k3_tok *t, int32_t n_vocab, int32_t eos_id, k3_gvocab **out);
+void      k3_gvocab_free(k3_gvocab *v);
+int32_t   k3_gvocab_words(const k3_gvocab *v); /* uint64_t words of a mask */
+/* Compile a JSON Schema (len bytes of JSON). Errors: K3_ERR_ARG (not JSON, a malformed keyword,
+ * a schema no document satisfies), K3_ERR_UNSUPPORTED naming the keyword and its JSON path. */
+k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t len, k3_grammar **out);
+k3_status k3_grammar_json_object(const k3_gvocab *v, k3_grammar **out);
+void      k3_grammar_free(k3_grammar *g); /* after every matcher of it */
+int       k3_grammar_nodes(const k3_grammar *g);
+k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out);
+void      k3_gmatch_free(k3_gmatch *m);
+/* Sets the bits of the ids that may come next ((k3_gvocab_words) words). */
+k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *mask);
+int       k3_gmatch_allows(k3_gmatch *m, int32_t id); /* 1: id may come next (state unchanged) */
+/* Advance by one id / by bytes; K3_ERR_ARG (state unchanged) when they do not continue. */
+k3_status k3_gmatch_accept(k3_gmatch *m, int32_t id);
+k3_status k3_gmatch_accept_bytes(k3_gmatch *m, const char *b, size_t n);
+int       k3_gmatch_complete(const k3_gmatch *m); /* 1: the document is complete           */
+int       k3_gmatch_ended(const k3_gmatch *m);    /* 1: an end of message was accepted     */
+
 /* ==== conversation (conv.c, conv-gen.c, transcript.c) ===================== */
 /* A conversation: system prompt, user/assistant messages (with reasoning), its settings
  * (thinking mode, effort, sampling), the prompt cache over a session, and its transcript
@@ -385,7 +422,7 @@ int  k3_chat_parser_channel(const k3_chat_parser *p); /* current K3_CHAN_*      
  *     k3_conv_add(c, K3_ROLE_USER, text, NULL);
  *     st = k3_conv_generate(c, model, session, &cb);   // streams via cb, appends the reply
  *     if (st == K3_ERR_CONTEXT) ... offer k3_conv_clear or k3_conv_drop_oldest, or k3_conv_undo
- * /retry = k3_conv_pop_reply + k3_conv_generate; /undo = k3_conv_undo. */
+ * /retry = k3_conv_retry_last + k3_conv_generate; /undo = k3_conv_undo. */
 
 typedef enum k3_role { K3_ROLE_SYSTEM = 0, K3_ROLE_USER, K3_ROLE_ASSISTANT, K3_ROLE_TOOL } k3_role;
 
@@ -490,6 +527,10 @@ const k3_msg *k3_conv_abandoned(const k3_conv *c, int i, int *at, int *branch);
 /* /retry: removes trailing assistant messages so the history ends with the user's turn.
  * Returns messages removed (0: nothing to retry). */
 int k3_conv_pop_reply(k3_conv *c);
+/* /retry in a chat: as k3_conv_pop_reply, but the answer is kept as an abandoned branch (as
+ * k3_conv_edit_last keeps an edited exchange), in memory and in the autosave. Returns the
+ * messages moved (0: no answer to retry; -1: out of memory, k3_errmsg says so). */
+int k3_conv_retry_last(k3_conv *c);
 /* Drops the oldest exchange (first user message and the replies up to the next user
  * message); the system prompt stays. Returns messages removed (0: nothing to drop). */
 int k3_conv_drop_oldest(k3_conv *c);

@@ -11,7 +11,7 @@ set -eu
 
 PKGS="build-essential pkg-config
 libncurses-dev libedit-dev libutf8proc-dev libjansson-dev libmd4c-dev
-libmicrohttpd-dev libcurl4-openssl-dev curl
+libcurl4-openssl-dev curl
 libvulkan-dev glslc mesa-vulkan-drivers
 python3 python3-numpy python3-torch tmux
 clang clang-format libclang-rt-dev valgrind"

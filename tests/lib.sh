@@ -1,9 +1,78 @@
-# lib.sh: sourced first by the shell tests that run a generated model (t-conv-cli, t-engine,
-# t-repack): count.sh, then `ok STATUS DESC` (PASS when STATUS is 0, else FAIL) and
-# `tiny_model DIR SEED [K3-MKMODEL OPTION...]` (a tiny model in DIR, or a FAIL line naming
-# k3-mkmodel's error and exit 1).
+# lib.sh: the one library of the shell tests (tests/t-*.sh source it, directly or through
+# tui-lib.sh). It sources count.sh first (a FAIL line fails the script however it is run), then:
+#   pass DESC / fail DESC      a PASS or FAIL line (fail also counts it in $fails)
+#   ok STATUS DESC             PASS when STATUS is 0, else FAIL
+#   check DESC CMD...          PASS when CMD succeeds, else FAIL and the hook on_fail (tui-lib.sh
+#                              shows the screen there); `check STATUS DESC...` (STATUS a whole
+#                              number) is the same as ok
+#   finish                     exit 1 when a FAIL was printed through these functions
+#   wait_until DESC SECONDS CMD...  poll CMD (every 0.05 s) until it succeeds; on timeout a FAIL
+#                              line says what was waited for and how long (inside check, only
+#                              check's FAIL line is printed: the wait's reason goes to stderr)
+#   settled SECONDS CMD...     print CMD's output once two reads 0.25 s apart agree and are not
+#                              empty (a figure that is still changing is never read); on timeout
+#                              a FAIL line (stderr, so that $(settled ...) keeps it visible)
+#   tiny_model DIR SEED [K3-MKMODEL OPTION...]  a tiny model in DIR, or a FAIL line naming
+#                              k3-mkmodel's error and exit 1
+# Time limits are multiplied by $slow (3 in a sanitizer tree, else 1): a limit only catches a
+# hang, so a slow tree must not turn into a failure. Library variables start with _ (tests own
+# the other names).
 . "$K3_SRC/tests/count.sh"
-ok() { if [ "$1" = 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi; }
+fails=0
+_in_check=0
+case "${K3_BUILD:-}" in *asan*) slow=3 ;; *) slow=1 ;; esac
+on_fail() { :; }
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+ok() { if [ "$1" = 0 ]; then pass "$2"; else fail "$2"; fi; }
+check() {
+    case "$1" in
+        '' | *[!0-9]*) ;;
+        *) # check STATUS DESC...
+            _st=$1; shift
+            if [ "$_st" -eq 0 ]; then pass "$*"; else fail "$*"; fi
+            return 0 ;;
+    esac
+    _desc=$1; shift
+    _in_check=$((_in_check + 1))
+    if "$@"; then
+        _in_check=$((_in_check - 1)); pass "$_desc"
+    else
+        _in_check=$((_in_check - 1)); fail "$_desc"; on_fail
+    fi
+}
+finish() { [ "$fails" -eq 0 ]; exit; }
+# timed_out WHAT: a wait ran out of time: a FAIL line (or, inside check, the reason on stderr)
+timed_out() {
+    if [ "$_in_check" -gt 0 ]; then
+        echo "lib: $*" >&2
+    else
+        fail "$*"; on_fail
+    fi
+    return 1
+}
+wait_until() {
+    _wd=$1 _ws=$2; shift 2
+    _wl=$((_ws * 20 * slow)) _wi=0
+    while [ $_wi -lt $_wl ]; do
+        "$@" && return 0
+        sleep 0.05; _wi=$((_wi + 1))
+    done
+    timed_out "waited $_ws s (x$slow) for $_wd"
+}
+settled() {
+    _ss=$1; shift
+    _sl=$((_ss * 4 * slow)) _si=0 _sp=""
+    while [ $_si -lt $_sl ]; do
+        _sv=$("$@")
+        [ -n "$_sv" ] && [ "$_sv" = "$_sp" ] && { printf '%s\n' "$_sv"; return 0; }
+        _sp=$_sv
+        sleep 0.25; _si=$((_si + 1))
+    done
+    echo "FAIL: waited $_ss s (x$slow) for a settled value of: $* (last read '$_sp')" >&2
+    fails=$((fails + 1))
+    return 1
+}
 tiny_model() {
     _d=$1 _s=$2
     shift 2

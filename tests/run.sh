@@ -1,6 +1,14 @@
 #!/bin/sh
-# run.sh BUILD_DIR...: run every test against each build tree and print one closing line
+# run.sh [--bg TREE COMMAND]... BUILD_DIR...: run every test against each build tree and print
+# one closing line
 #   N passed, N failed, N skipped
+#
+# --bg TREE COMMAND: COMMAND (sh -c, at nice 10) builds TREE while the tests of the trees that
+# are built already run: make check builds the sanitizer tree and the fuzz tree so, beside the
+# first tree's tests, which wait on tmux, timers and servers more than they compute. The --bg
+# commands run one after another in the order given; a test of TREE starts once its command
+# has succeeded (if it fails, each of TREE's tests counts as failed, with the build's last lines).
+# Tests marked run-alone or after-build (below) start only when every --bg command has ended.
 #
 # Protocol (any language): a test prints one line per assertion, starting with
 #   PASS: <description>     FAIL: <description>     SKIP: <description and why>
@@ -20,6 +28,8 @@
 #                 machine); these run first, one at a time
 #   # slow        starts before the others (long tests started early keep every job busy to
 #                 the end instead of leaving one long test running alone at the close)
+#   # after-build runs once every --bg command has ended (t-fuzz: make fuzz-build is then
+#                 up to date, never a second make beside the --bg one in the same tree)
 # Tests run K3_TEST_JOBS at a time (default 3: many tests wait on tmux, timers or a server);
 # the per-test lines still come in the fixed order (trees, C tests, scripts) as each test and
 # all before it have finished, and the closing line counts them all. K3_TEST_JOBS=1 runs one
@@ -35,10 +45,67 @@ case "$jobs" in '' | *[!0-9]* | 0) echo "run.sh: K3_TEST_JOBS='$jobs': expected 
 # OpenMP threads that spin while idle steal the other core from the next test step on a
 # small machine; tests measure results, not latency.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+bgn=0 # the --bg commands: BGT_k (tree), BGC_k (command)
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bg)
+            [ $# -ge 3 ] || { echo "run.sh: --bg needs a tree and a command"; exit 2; }
+            bgn=$((bgn + 1))
+            eval "BGT_$bgn=\$2 BGC_$bgn=\$3"
+            shift 3 ;;
+        *) break ;;
+    esac
+done
 res=$(mktemp -d "${TMPDIR:-/tmp}/k3run.XXXXXX") || exit 2
 trap 'rm -rf "$res"' EXIT
 # interrupted: stop the running tests (timeout passes the signal to the test's process group)
-trap 'for _p in "$res"/*.pid; do [ -f "$_p" ] && kill -TERM "$(cat "$_p")" 2>/dev/null; done; exit 130' INT TERM
+# and the --bg builds
+bgpid=""
+trap '[ -n "$bgpid" ] && kill -TERM "$bgpid" 2>/dev/null
+      for _p in "$res"/*.pid; do [ -f "$_p" ] && kill -TERM "$(cat "$_p")" 2>/dev/null; done
+      for _p in "$res"/bg-*.pid; do [ -f "$_p" ] && kill -TERM "-$(cat "$_p")" 2>/dev/null; done; exit 130' INT TERM
+# bg_poll: BGS_k for each --bg command: ok (succeeded), wait (not ended) or failed
+bg_poll() {
+    _k=1
+    while [ $_k -le $bgn ]; do
+        if [ ! -f "$res/bg-$_k.rc" ]; then
+            eval "BGS_$_k=wait"
+        else
+            read -r _rc <"$res/bg-$_k.rc"
+            if [ "$_rc" = 0 ]; then eval "BGS_$_k=ok"; else eval "BGS_$_k=failed"; fi
+        fi
+        _k=$((_k + 1))
+    done
+}
+# tree_state TREE: st=ok when no --bg command builds TREE or it has succeeded, else wait or
+# failed, and bk its command's number (as of the last bg_poll; no process started)
+tree_state() {
+    st=ok _k=1
+    while [ $_k -le $bgn ]; do
+        eval "_t=\$BGT_$_k _s=\$BGS_$_k"
+        [ "$_t" = "$1" ] && [ "$_s" != ok ] && { st=$_s; bk=$_k; }
+        _k=$((_k + 1))
+    done
+}
+bg_is_tree() { _k=1; while [ $_k -le $bgn ]; do eval "_t=\$BGT_$_k"; [ "$_t" = "$1" ] && return 0; _k=$((_k + 1)); done; return 1; }
+bg_all_done() { [ $bgn -eq 0 ] || [ -f "$res/bg-$bgn.rc" ]; }
+if [ $bgn -gt 0 ]; then
+    ( # one after another; setsid: the trap above stops the whole build
+        k=1
+        while [ $k -le $bgn ]; do
+            eval "c=\$BGC_$k"
+            t0=$(date +%s)
+            setsid nice -n 10 sh -c "$c" >"$res/bg-$k.log" 2>&1 </dev/null &
+            echo $! >"$res/bg-$k.pid"
+            wait $!
+            rc=$?
+            echo $(($(date +%s) - t0)) >"$res/bg-$k.secs"
+            echo $rc >"$res/bg-$k.rc.new" && mv "$res/bg-$k.rc.new" "$res/bg-$k.rc" # whole or absent
+            k=$((k + 1))
+        done
+    ) &
+    bgpid=$!
+fi
 
 # run_one ID NAME BUILD CMD...: one test; its summary lines go to $res/ID.out, its counts
 # ("P F S") to $res/ID.cnt, and $res/ID.done appears last
@@ -73,57 +140,88 @@ run_one() {
 
 # the list: test I has name N_I, tree B_I, command C_I, and its marks ALONE_I, SLOW_I
 n=0
-add() { # add NAME BUILD ALONE SLOW CMD (the command as one string of shell words, no quoting)
+add() { # add NAME BUILD ALONE SLOW AFTER CMD (the command as one string of shell words, no quoting)
     n=$((n + 1))
-    eval "N_$n=\$1 B_$n=\$2 ALONE_$n=\$3 SLOW_$n=\$4 C_$n=\$5"
+    eval "N_$n=\$1 B_$n=\$2 ALONE_$n=\$3 SLOW_$n=\$4 AFTER_$n=\$5 C_$n=\$6"
 }
 mark() { grep -q "^# $1\$" "$2" && echo 1 || echo 0; }
 for b in "$@"; do
-    [ -d "$b" ] || { echo "run.sh: build tree '$b' does not exist (run make first)"; fail=$((fail + 1)); continue; }
-    for t in "$b"/tests/test-*; do
-        [ -x "$t" ] || continue
-        nm=$(basename "$t")
-        case "$nm" in *.d|*.o) continue ;; esac
-        [ -n "${TEST_FILTER:-}" ] && case "$nm" in *"$TEST_FILTER"*) ;; *) continue ;; esac
-        add "$nm" "$b" 0 0 "$t"
-    done
+    if bg_is_tree "$b"; then # not built yet: its C tests from the sources
+        for t in tests/test-*.c; do
+            nm=$(basename "$t" .c)
+            [ -n "${TEST_FILTER:-}" ] && case "$nm" in *"$TEST_FILTER"*) ;; *) continue ;; esac
+            add "$nm" "$b" 0 0 0 "$b/tests/$nm"
+        done
+    else
+        [ -d "$b" ] || { echo "run.sh: build tree '$b' does not exist (run make first)"; fail=$((fail + 1)); continue; }
+        for t in "$b"/tests/test-*; do
+            [ -x "$t" ] || continue
+            nm=$(basename "$t")
+            case "$nm" in *.d|*.o) continue ;; esac
+            [ -n "${TEST_FILTER:-}" ] && case "$nm" in *"$TEST_FILTER"*) ;; *) continue ;; esac
+            add "$nm" "$b" 0 0 0 "$t"
+        done
+    fi
     for t in tests/t-*.sh tests/t-*.py; do
         [ -f "$t" ] || continue
         nm=$(basename "$t")
         [ -n "${TEST_FILTER:-}" ] && case "$nm" in *"$TEST_FILTER"*) ;; *) continue ;; esac
         if [ "$first" -eq 0 ] && [ "$(mark run-once "$t")" = 1 ]; then continue; fi
         case "$t" in
-            *.sh) add "$nm" "$b" "$(mark run-alone "$t")" "$(mark slow "$t")" "sh $t" ;;
-            *.py) add "$nm" "$b" "$(mark run-alone "$t")" "$(mark slow "$t")" "/usr/bin/python3 $t" ;;
+            *.sh) add "$nm" "$b" "$(mark run-alone "$t")" "$(mark slow "$t")" "$(mark after-build "$t")" "sh $t" ;;
+            *.py) add "$nm" "$b" "$(mark run-alone "$t")" "$(mark slow "$t")" "$(mark after-build "$t")" "/usr/bin/python3 $t" ;;
         esac
     done
     first=0
 done
 
-# the start order: run-alone tests, then slow ones, then the rest, each group in list order
+# the start order: run-alone tests, then slow ones, then the rest of the trees built by --bg
+# (sanitizer tests take several times as long: once their tree is built they go before the
+# first tree's remaining ones), then the rest, each group in list order
 order=""
-for g in alone slow rest; do
+for g in alone slow restbg rest; do
     i=1
     while [ $i -le $n ]; do
-        eval "a=\$ALONE_$i s=\$SLOW_$i"
-        case "$g:$a:$s" in alone:1:* | slow:0:1 | rest:0:0) order="$order $i" ;; esac
+        eval "a=\$ALONE_$i s=\$SLOW_$i tb=\$B_$i"
+        bgt=0; bg_is_tree "$tb" && bgt=1
+        case "$g:$a:$s:$bgt" in alone:1:*:* | slow:0:1:* | restbg:0:0:1 | rest:0:0:0) order="$order $i" ;; esac
         i=$((i + 1))
     done
 done
 
 # the scheduler: start tests in that order while fewer than $jobs run (a run-alone test only
-# when none runs, and nothing beside it); print the summaries in list order as they complete
+# when none runs, and nothing beside it), passing over those whose tree is still being built
+# (--bg); print the summaries in list order as they complete
 running=0; alone=0; shown=1
-set -- $order
+pending=$order
 while [ $shown -le $n ]; do
-    while [ $# -gt 0 ] && [ $running -lt "$jobs" ] && [ $alone -eq 0 ]; do
-        eval "a=\$ALONE_$1"
-        [ "$a" = 1 ] && [ $running -gt 0 ] && break
-        eval "run_one $1 \"\$N_$1\" \"\$B_$1\" \$C_$1" &
+    left=""; hold=0
+    bg_poll
+    for i in $pending; do
+        eval "a=\$ALONE_$i af=\$AFTER_$i tb=\$B_$i"
+        tree_state "$tb"
+        if [ "$st" = failed ]; then # its tree did not build: a failure, with the build's end
+            eval "nm=\$N_$i"
+            {
+                echo "  [$tb] $nm: FAIL: not run: the build of $tb failed (--bg command: exit $(cat "$res/bg-$bk.rc"))"
+                tail -n 15 "$res/bg-$bk.log" | sed 's/^/      /'
+                printf '%-8s %-40s %4d passed %3d failed %3d skipped  %3ds\n' "[$tb]" "$nm" 0 1 0 0
+            } >"$res/$i.out"
+            echo "0 1 0" >"$res/$i.cnt"; : >"$res/$i.done"; eval "R_$i=2"
+            continue
+        fi
+        if [ $hold -eq 1 ] || [ $running -ge "$jobs" ] || [ $alone -eq 1 ] || [ "$st" = wait ] ||
+            { { [ "$a" = 1 ] || [ "$af" = 1 ]; } && ! bg_all_done; }; then
+            left="$left $i"; continue
+        fi
+        if [ "$a" = 1 ] && [ $running -gt 0 ]; then # it waits until the others have finished
+            left="$left $i"; hold=1; continue
+        fi
+        eval "run_one $i \"\$N_$i\" \"\$B_$i\" \$C_$i" &
         running=$((running + 1)); alone=$a
-        eval "R_$1=1"
-        shift
+        eval "R_$i=1"
     done
+    pending=$left
     i=1
     while [ $i -le $n ]; do # reap
         eval "r=\${R_$i:-0}"
@@ -139,6 +237,20 @@ while [ $shown -le $n ]; do
         shown=$((shown + 1))
     done
     [ $shown -le $n ] && sleep 0.2
+done
+# the --bg builds: each one's time; a failed one counts as one more failure
+k=1
+while [ $k -le $bgn ]; do
+    while [ ! -f "$res/bg-$k.rc" ]; do sleep 0.2; done
+    eval "t=\$BGT_$k"
+    rc=$(cat "$res/bg-$k.rc")
+    if [ "$rc" = 0 ]; then
+        echo "run.sh: --bg $t: built beside the tests in $(cat "$res/bg-$k.secs") s"
+    else
+        echo "run.sh: --bg $t: FAILED (exit $rc):"; tail -n 30 "$res/bg-$k.log" | sed 's/^/      /'
+        fail=$((fail + 1))
+    fi
+    k=$((k + 1))
 done
 wait
 

@@ -1,6 +1,9 @@
 # serve_lib.py: helpers shared by the server tests (t-serve.py, t-serve-attack.py): one
 # assertion line per check in tests/run.sh's protocol, and a bounded wait.
+import json
 import os
+import re
+import socket
 import subprocess
 import time
 
@@ -38,3 +41,178 @@ def setup():
         print("FAIL: k3-mkmodel --preset tiny: " + r.stderr.decode()[-200:])
         raise SystemExit(1)
     return b, t, os.path.join(b, "k3chat"), "asan" in os.path.basename(b), env
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def start_server(k3, model, tmp, env, procs, name, extra=(), key=None, wait=True, **more_env):
+    """A server on 127.0.0.1:0 (or extra's address), added to procs: (process, port, log path)."""
+    log = os.path.join(tmp, name + ".log")
+    e = dict(env, K3_API_KEY=key, **more_env) if key else dict(env, **more_env)
+    args = list(extra) or ["--serve", "127.0.0.1:0"]
+    p = subprocess.Popen([k3, model] + args, stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env=e)
+    procs.append(p)
+    if not wait:
+        return p, None, log
+    wait_for(lambda: b"serving" in read(log) or p.poll() is not None, 60)
+    m = re.search(rb"http://(?:127\.0\.0\.1|\[[0-9a-f:]+\]):(\d+)/v1", read(log))
+    return p, (int(m.group(1)) if m else None), log
+
+
+def exchange(port, data, src=None, shut=False, timeout=15, chunks=None):
+    """Send data (or write it in chunks), optionally half-close, read to the end: (bytes, how)."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(src, 0) if src else None)
+    except OSError as e:
+        return b"", "connect: %s" % e
+    out, how = b"", "timeout"
+    try:
+        s.sendall(data)
+        if shut:
+            s.shutdown(socket.SHUT_WR)
+        end = time.time() + timeout
+        while time.time() < end:
+            b = s.recv(65536)
+            if not b:
+                how = "eof"
+                break
+            out += b
+    except socket.timeout:
+        how = "timeout"
+    except OSError as e:
+        how = "reset" if isinstance(e, ConnectionResetError) else "error: %s" % e
+    finally:
+        s.close()
+    return out, how
+
+
+def read_rest(s, timeout):
+    """What the socket still delivers until EOF, a reset or timeout seconds of silence; closes it."""
+    got = b""
+    s.settimeout(timeout)
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+    except OSError:
+        pass
+    s.close()
+    return got
+
+
+def parse(buf, head_only=False):
+    """HTTP/1.1 responses in buf: ([(status, {header: value}, body)], leftover, problem); head_only:
+    the answer to a HEAD request (no body whatever Content-Length says)."""
+    res = []
+    while buf:
+        head, sep, rest = buf.partition(b"\r\n\r\n")
+        if not sep:
+            return res, buf, "a head without its end"
+        lines = head.split(b"\r\n")
+        m = re.match(rb"HTTP/1\.[01] (\d{3}) ", lines[0] + b" ")
+        if not m:
+            return res, buf, "status line %r" % lines[0][:60]
+        hdr = {}
+        for ln in lines[1:]:
+            k, c, v = ln.partition(b":")
+            if not c:
+                return res, buf, "header line %r" % ln[:60]
+            hdr[k.strip().lower().decode()] = v.strip().decode("latin-1")
+        st = int(m.group(1))
+        if st < 200:
+            res.append((st, hdr, b""))
+            buf = rest
+            continue
+        if head_only:
+            body = b""
+            buf = rest
+        elif "content-length" in hdr:
+            n = int(hdr["content-length"])
+            if len(rest) < n:
+                return res, buf, "a body shorter than Content-Length"
+            body, buf = rest[:n], rest[n:]
+        elif hdr.get("transfer-encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                ln, c, rest = rest.partition(b"\r\n")
+                if not c:
+                    return res, buf, "a chunked body cut short (no last chunk)"
+                n = int(ln.split(b";")[0], 16)
+                if n == 0:
+                    if not rest.startswith(b"\r\n"):
+                        return res, buf, "no CRLF after the last chunk"
+                    rest = rest[2:]
+                    break
+                body, rest = body + rest[:n], rest[n + 2:]
+            buf = rest
+        else:
+            body, buf = rest, b""
+        res.append((st, hdr, body))
+    return res, b"", None
+
+
+def one_json_error(buf, want):
+    """The bytes hold one final response with status want and a JSON error object, nothing more."""
+    res, left, prob = parse(buf)
+    final = [r for r in res if r[0] >= 200]
+    if prob or left or len(final) != 1 or final[0][0] != want:
+        return False, "%s; %d final responses; %r" % (prob, len(final), buf[:200])
+    st, hdr, body = final[0]
+    try:
+        err = json.loads(body.decode("utf-8"))["error"]
+        good = isinstance(err["message"], str) and err["message"] and err["type"] and err["code"]
+    except (ValueError, KeyError, TypeError):
+        return False, "body %r" % body[:120]
+    return bool(good and hdr.get("content-type") == "application/json"), err.get("code", "") + ": " + err["message"]
+
+
+def req(method, path, body=b"", headers=(), key=None, host=True, ctype="application/json"):
+    h = ["%s %s HTTP/1.1" % (method, path)]
+    if host:
+        h.append("Host: 127.0.0.1")
+    if key:
+        h.append("Authorization: Bearer " + key)
+    if body and ctype:
+        h.append("Content-Type: " + ctype)
+    if body or method == "POST":
+        h.append("Content-Length: %d" % len(body))
+    h += list(headers)
+    return ("\r\n".join(h) + "\r\n\r\n").encode() + body
+
+
+def chat(**kw):
+    kw.setdefault("messages", [{"role": "user", "content": "hi"}])
+    return json.dumps(kw).encode()
+
+
+def final(buf):
+    res, _, _ = parse(buf)
+    f = [r for r in res if r[0] >= 200]
+    return f[0] if f else (0, {}, b"")
+
+
+def sse_events(body):
+    ev = []
+    for block in body.decode("utf-8", "replace").split("\n\n"):
+        if block.startswith("data: "):
+            d = block[6:]
+            ev.append("[DONE]" if d == "[DONE]" else json.loads(d))
+    return ev
+
+
+def sanitizer_clean(tmp):
+    """No sanitizer or runtime error report in the servers' logs under tmp (one PASS/FAIL line)."""
+    logs = b"".join(read(os.path.join(tmp, f)) for f in os.listdir(tmp) if f.endswith(".log"))
+    return ok(b"Sanitizer" not in logs and b"runtime error" not in logs, "no sanitizer or runtime error report")
+
+
+def kill_all(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

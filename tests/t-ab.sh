@@ -3,14 +3,12 @@
 # agree exactly, a quantized head differs measurably but keeps top-1, K3_CHUNK does not change
 # a bit (chunked prefill == token at a time), the float SiTU-GLU stays close to the double one
 # (K3_ACT), bad input is refused with exit 2.
-. "$K3_SRC/tests/count.sh"
+# slow
+. "$K3_SRC/tests/lib.sh" # pass, fail, check (check STATUS DESC here), ok
 set -u
 AB="$K3_BUILD/k3-ab"
 MK="$K3_BUILD/k3-mkmodel"
 T="$K3_TMP"
-check() { # status desc
-    if [ "$1" -eq 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi
-}
 [ -x "$AB" ] && [ -x "$MK" ] || { echo "FAIL: k3-ab or k3-mkmodel not built"; exit 1; }
 "$MK" --quiet --preset tiny --layers 2 "$T/m" 2>"$T/err" || { echo "FAIL: k3-mkmodel: $(cat "$T/err")"; exit 1; }
 F='K3_BITS=32 K3_MLA_BITS=32 K3_HEAD_BITS=32 K3_IDOT=0'

@@ -2,6 +2,7 @@
 # t-amx-stats.sh: /stats in the full-screen chat names the level that ran when it is AMX (here
 # the emulated tiles, K3_AMX_EMU=1 K3_ISA=amx, on a CPU with the AVX-512 level), after a turn
 # whose prefill went through the AMX matmuls.
+# slow
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 d="$K3_TMP/tiny"

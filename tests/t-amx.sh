@@ -5,15 +5,13 @@
 # finds one rounding order: amx (emulated), avx512 and avx2 bit-identical in chunked prefill, and
 # chunked prefill bit-identical to one column at a time; on k3-nano that order is no further from
 # the exact f32 path than the finer order it replaced.
-. "$K3_SRC/tests/count.sh"
+# slow
+. "$K3_SRC/tests/lib.sh" # pass, fail, check (check STATUS DESC here), ok
 set -u
 K="$K3_BUILD/k3chat"
 AB="$K3_BUILD/k3-ab"
 MK="$K3_BUILD/k3-mkmodel"
 T="$K3_TMP"
-check() { # status desc
-    if [ "$1" -eq 0 ]; then echo "PASS: $2"; else echo "FAIL: $2"; fi
-}
 [ -x "$K" ] && [ -x "$AB" ] && [ -x "$MK" ] || { echo "FAIL: k3chat, k3-ab or k3-mkmodel not built"; exit 1; }
 "$MK" --quiet --preset tiny --layers 2 "$T/m" 2>"$T/err" || { echo "FAIL: k3-mkmodel: $(cat "$T/err")"; exit 1; }
 val() { sed -n 's/^AB .* '"$1"' \([^ ]*\).*/\1/p' "$2"; }

@@ -5,7 +5,7 @@
 # commands, knob parsing, wording, the Markdown export. On models/k3-nano (real, 2.4 MB) where
 # the autosave or the tokenizer matters, on the scripted mock (K3_MOCK) elsewhere.
 # slow
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh" # wait_until
 set -u
 k="$K3_BUILD/k3chat"
 M="$K3_SRC/models/k3-nano"
@@ -73,8 +73,7 @@ t "4: and a later /save writes them" 'head -n 1 "$K3_TMP/s4b.jsonl" | grep -q "\
 printf 'load 4000\ndelay 0\nresponse answer to {user}\n' >"$K3_TMP/slow.txt"
 (printf 'hello\n'; sleep 6) | K3_MOCK="$K3_TMP/slow.txt" "$k" /no/model >"$K3_TMP/o5" 2>"$K3_TMP/e5" &
 pid=$!
-i=0
-while [ $i -lt 400 ] && ! grep -q "k3chat: loading" "$K3_TMP/e5"; do sleep 0.05; i=$((i + 1)); done
+wait_until "the first 'k3chat: loading' line" 20 grep -q "k3chat: loading" "$K3_TMP/e5"
 kill -INT $pid 2>/dev/null
 wait $pid
 t "5: the queued message is stopped" 'grep -q "k3chat: stopped" "$K3_TMP/e5"'

@@ -5,7 +5,7 @@
 # naming the file and offset, no crash or sanitizer report, short reads change nothing, and in
 # plain mode the conversation survives: the failed turn stays (marked interrupted) and, once
 # the fault is gone, /retry answers exactly as a run that never saw the fault.
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh" # wait_until
 set -u
 k="$K3_BUILD/k3chat"
 M="$K3_TMP/m"
@@ -38,23 +38,11 @@ fi_run() {
     # shellcheck disable=SC2086
     env $_e "$k" "$M" "$@"
 }
-# wait_grep FILE PATTERN SECONDS: poll until FILE matches
-wait_grep() {
-    _i=0
-    while [ $_i -lt $(($3 * 20 * slow)) ]; do
-        grep -q -- "$2" "$1" 2>/dev/null && return 0
-        sleep 0.05; _i=$((_i + 1))
-    done
-    return 1
-}
-wait_size() { # wait_size FILE BYTES SECONDS (answers are random text, newlines included)
-    _i=0
-    while [ $_i -lt $(($3 * 20 * slow)) ]; do
-        [ "$(wc -c <"$1" 2>/dev/null || echo 0)" -ge "$2" ] && return 0
-        sleep 0.05; _i=$((_i + 1))
-    done
-    return 1
-}
+# wait_grep FILE PATTERN SECONDS: poll until FILE matches (a FAIL line on timeout)
+wait_grep() { wait_until "'$2' in $1" "$3" grep -q -- "$2" "$1"; }
+size_ge() { [ "$(wc -c <"$1" 2>/dev/null || echo 0)" -ge "$2" ]; }
+# wait_size FILE BYTES SECONDS (answers are random text, newlines included)
+wait_size() { wait_until "$1 to reach $2 bytes" "$3" size_ge "$1" "$2"; }
 
 # baselines (no shim): one-shot, and plain mode with one and two turns
 # shellcheck disable=SC2086

@@ -4,6 +4,7 @@
 # The fuzz tree is built with clang (make fuzz-build); a longer run is `make fuzz`.
 # run-once
 # slow
+# after-build
 . "$K3_SRC/tests/count.sh"
 cd "$K3_SRC" || exit 1
 if ! command -v clang >/dev/null 2>&1; then

@@ -3,13 +3,10 @@
 # Each corruption must give exit status 1, nothing on stdout, exactly one line on stderr naming
 # the file and the tensor or key, and no sanitizer report. The vision-only shard is made
 # unreadable and then deleted: the checkpoint must still load (it is never opened).
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh" # pass, fail, check (check STATUS DESC here), ok
 set -u
 B=${K3_BUILD:?}; T=${K3_TMP:?}
 K3=$B/k3chat; MK=$B/k3-mkmodel; PY=/usr/bin/python3
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; }
-check() { if [ "$1" -eq 0 ]; then shift; pass "$@"; else shift; fail "$@"; fi; }
 
 [ -x "$K3" ] || { fail "$K3 not built"; exit 1; }
 if [ ! -x "$MK" ]; then echo "SKIP: $MK not built (k3-mkmodel not on this branch yet)"; exit 0; fi

@@ -6,12 +6,9 @@
 # The install reuses the already built tree K3_BUILD and never compiles into it (that would race
 # other tests): when `make -q` says the tree is not up to date, the test reports SKIP.
 # run-once
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh" # pass, fail, check (check STATUS DESC here), ok
 set -u
 B=${K3_BUILD:?}; S=${K3_SRC:?}; T=${K3_TMP:?}
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; }
-check() { if [ "$1" -eq 0 ]; then shift; pass "$@"; else shift; fail "$@"; fi; }
 
 [ -x "$B/k3chat" ] || { fail "$B/k3chat not built"; exit 1; }
 # same knobs as the tree was built with (the sanitizer tree is never the first tree, but be safe)

@@ -6,16 +6,10 @@
 # set and shapes the config implies, dtypes as in the release, experts' six tensors back to back
 # and not in id order, A_log zero padding, MXFP4 scales, the vocabulary file and the reserved
 # token names, the vision-only shard.
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh" # pass, fail, check DESC CMD...
 set -u
 MK="$K3_BUILD/k3-mkmodel"
 T="$K3_TMP"
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; }
-check() { # desc cmd...
-    d=$1; shift
-    if "$@"; then pass "$d"; else fail "$d"; fi
-}
 
 [ -x "$MK" ] || { fail "k3-mkmodel not built ($MK)"; exit 1; }
 

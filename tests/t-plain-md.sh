@@ -3,11 +3,9 @@
 # stdout is not a terminal and writes OSC 52 (base64 of the answer) when it is (under script(1)
 # for a pty); /edit makes the next line replace the last exchange, kept in the transcript as an
 # abandoned branch; /copy and /raw arguments are checked.
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh" # pass, fail, check DESC CMD...
 set -u
 K3CHAT="$K3_BUILD/k3chat"
-fails=0
-check() { _d=$1; shift; if "$@"; then echo "PASS: $_d"; else echo "FAIL: $_d"; fails=$((fails + 1)); fi; }
 export HOME="$K3_TMP" XDG_DATA_HOME="$K3_TMP/data" XDG_STATE_HOME="$K3_TMP/state" LC_ALL=C.UTF-8
 unset TMUX STY
 m="$K3_TMP/mock.txt"

@@ -7,13 +7,10 @@
 # K3_MEM_GB not a number), and an open + one token at --layers 2 (several GB; skipped in the
 # sanitizer tree, see below).
 # slow
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh" # pass, fail, check (check STATUS DESC here), ok
 set -u
 B=${K3_BUILD:?}; T=${K3_TMP:?}
 K3=$B/k3chat; MK=$B/k3-mkmodel; PY=/usr/bin/python3
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; }
-check() { if [ "$1" -eq 0 ]; then shift; pass "$@"; else shift; fail "$@"; fi; }
 export K3_VK=0
 # The sanitizer tree runs the same code on the two-layer replica instead (see below).
 SAN=; case "$B" in *asan*) SAN=1 ;; esac

@@ -8,8 +8,8 @@
 # request-field details; a client that half-closes is answered; 100 simultaneous requests get
 # 200 or 503 with Retry-After, never a reset; a slowloris (hundreds of connections trickling a
 # head, from one address and from ten) while a normal client is served, and the attack's
-# connections end with 408 or 503; slow bodies from one address hold at most 16 slots; a
-# keyless server's Host and Content-Type rules; an empty --api-key and a keyless wildcard
+# connections end with 408 or 503 (slow bodies, bursts, trickled heads and the body deadline:
+# t-serve-gate.py); a keyless server's Host and Content-Type rules; an empty --api-key and a keyless wildcard
 # address; a prompt cache per API key (two keys: cached_tokens never tells one key about the
 # other's prompts); SIGTERM during a stream, three times: the same event stream (an error event
 # shutting_down, then [DONE], the chunked body terminated) and a queued request 503
@@ -27,7 +27,9 @@ import subprocess
 import threading
 import time
 
-from serve_lib import ok, setup, wait_for
+import serve_lib
+from serve_lib import (chat, exchange, final, kill_all, ok, one_json_error, parse, read, read_rest,
+                       sanitizer_clean, setup, sse_events, start_server, wait_for)
 
 B, T, K3, ASAN, env = setup()
 M = os.path.join(T, "m")
@@ -37,167 +39,12 @@ procs = []
 
 
 
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
 def start(name, extra=(), key=KEY, wait=True, **more_env):
-    """A server on 127.0.0.1:0 (or extra's address): (process, port, log path)."""
-    log = os.path.join(T, name + ".log")
-    e = dict(env, K3_API_KEY=key, **more_env) if key else dict(env, **more_env)
-    args = list(extra) or ["--serve", "127.0.0.1:0"]
-    p = subprocess.Popen([K3, M] + args, stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env=e)
-    procs.append(p)
-    if not wait:
-        return p, None, log
-    wait_for(lambda: b"serving" in read(log) or p.poll() is not None, 60)
-    m = re.search(rb"http://127\.0\.0\.1:(\d+)/v1", read(log))
-    return p, (int(m.group(1)) if m else None), log
-
-
-def exchange(port, data, src=None, shut=False, timeout=15, chunks=None):
-    """Send data (or write it in chunks), optionally half-close, read to the end: (bytes, how)."""
-    try:
-        s = socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(src, 0) if src else None)
-    except OSError as e:
-        return b"", "connect: %s" % e
-    out, how = b"", "timeout"
-    try:
-        s.sendall(data)
-        if shut:
-            s.shutdown(socket.SHUT_WR)
-        end = time.time() + timeout
-        while time.time() < end:
-            b = s.recv(65536)
-            if not b:
-                how = "eof"
-                break
-            out += b
-    except socket.timeout:
-        how = "timeout"
-    except OSError as e:
-        how = "reset" if isinstance(e, ConnectionResetError) else "error: %s" % e
-    finally:
-        s.close()
-    return out, how
-
-
-def read_rest(s, timeout):
-    """What the socket still delivers until EOF, a reset or timeout seconds of silence; closes it."""
-    got = b""
-    s.settimeout(timeout)
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            got += b
-    except OSError:
-        pass
-    s.close()
-    return got
-
-
-def parse(buf, head_only=False):
-    """HTTP/1.1 responses in buf: ([(status, {header: value}, body)], leftover, problem); head_only:
-    the answer to a HEAD request (no body whatever Content-Length says)."""
-    res = []
-    while buf:
-        head, sep, rest = buf.partition(b"\r\n\r\n")
-        if not sep:
-            return res, buf, "a head without its end"
-        lines = head.split(b"\r\n")
-        m = re.match(rb"HTTP/1\.[01] (\d{3}) ", lines[0] + b" ")
-        if not m:
-            return res, buf, "status line %r" % lines[0][:60]
-        hdr = {}
-        for ln in lines[1:]:
-            k, c, v = ln.partition(b":")
-            if not c:
-                return res, buf, "header line %r" % ln[:60]
-            hdr[k.strip().lower().decode()] = v.strip().decode("latin-1")
-        st = int(m.group(1))
-        if st < 200:
-            res.append((st, hdr, b""))
-            buf = rest
-            continue
-        if head_only:
-            body = b""
-            buf = rest
-        elif "content-length" in hdr:
-            n = int(hdr["content-length"])
-            if len(rest) < n:
-                return res, buf, "a body shorter than Content-Length"
-            body, buf = rest[:n], rest[n:]
-        elif hdr.get("transfer-encoding", "").lower() == "chunked":
-            body = b""
-            while True:
-                ln, c, rest = rest.partition(b"\r\n")
-                if not c:
-                    return res, buf, "a chunked body cut short (no last chunk)"
-                n = int(ln.split(b";")[0], 16)
-                if n == 0:
-                    if not rest.startswith(b"\r\n"):
-                        return res, buf, "no CRLF after the last chunk"
-                    rest = rest[2:]
-                    break
-                body, rest = body + rest[:n], rest[n + 2:]
-            buf = rest
-        else:
-            body, buf = rest, b""
-        res.append((st, hdr, body))
-    return res, b"", None
-
-
-def one_json_error(buf, want):
-    """The bytes hold one final response with status want and a JSON error object, nothing more."""
-    res, left, prob = parse(buf)
-    final = [r for r in res if r[0] >= 200]
-    if prob or left or len(final) != 1 or final[0][0] != want:
-        return False, "%s; %d final responses; %r" % (prob, len(final), buf[:200])
-    st, hdr, body = final[0]
-    try:
-        err = json.loads(body.decode("utf-8"))["error"]
-        good = isinstance(err["message"], str) and err["message"] and err["type"] and err["code"]
-    except (ValueError, KeyError, TypeError):
-        return False, "body %r" % body[:120]
-    return bool(good and hdr.get("content-type") == "application/json"), err.get("code", "") + ": " + err["message"]
+    return start_server(K3, M, T, env, procs, name, extra, key, wait, **more_env)
 
 
 def req(method, path, body=b"", headers=(), key=KEY, host=True, ctype="application/json"):
-    h = ["%s %s HTTP/1.1" % (method, path)]
-    if host:
-        h.append("Host: 127.0.0.1")
-    if key:
-        h.append("Authorization: Bearer " + key)
-    if body and ctype:
-        h.append("Content-Type: " + ctype)
-    if body or method == "POST":
-        h.append("Content-Length: %d" % len(body))
-    h += list(headers)
-    return ("\r\n".join(h) + "\r\n\r\n").encode() + body
-
-
-def chat(**kw):
-    kw.setdefault("messages", [{"role": "user", "content": "hi"}])
-    return json.dumps(kw).encode()
-
-
-def final(buf):
-    res, _, _ = parse(buf)
-    f = [r for r in res if r[0] >= 200]
-    return f[0] if f else (0, {}, b"")
-
-
-def sse_events(body):
-    ev = []
-    for block in body.decode("utf-8", "replace").split("\n\n"):
-        if block.startswith("data: "):
-            d = block[6:]
-            ev.append("[DONE]" if d == "[DONE]" else json.loads(d))
-    return ev
-
+    return serve_lib.req(method, path, body, headers, key, host, ctype)
 
 
 try:
@@ -443,35 +290,6 @@ try:
        "client is served (%s)" % served)
     th.join(30)
 
-    # slow bodies: 40 complete heads from one address, then one body byte and silence: at most
-    # HTTP_PER_ADDR (16) reach libmicrohttpd, the others wait 10 s for a slot and get 503
-    held = []
-    for _ in range(40):
-        try:
-            s = socket.create_connection(("127.0.0.1", PORT), timeout=5, source_address=("127.0.0.4", 0))
-            s.sendall(req("POST", "/v1/chat/completions", b"x" * 1000)[:-999])
-            s.setblocking(False)
-            held.append([s, b""])
-        except OSError:
-            pass
-    time.sleep(1)
-    served = [final(exchange(PORT, req("GET", "/health"), src="127.0.0.1", timeout=10)[0])[0] for _ in range(3)]
-    t_end = time.time() + 16
-    while time.time() < t_end and sum(x[1].startswith(b"HTTP/1.1 503") for x in held) < len(held) - 16:
-        for x in held:
-            try:
-                x[1] += x[0].recv(4096)
-            except OSError:
-                pass
-        time.sleep(0.2)
-    n503 = sum(x[1].startswith(b"HTTP/1.1 503") and b"Retry-After" in x[1] for x in held)
-    quiet = sum(not x[1] for x in held)
-    for x in held:
-        x[0].close()
-    ok(served == [200] * 3 and len(held) == 40 and quiet <= 16 and n503 + quiet == 40,
-       "40 slow bodies from one address: a normal client is served (%s); %d held by libmicrohttpd (at most 16), "
-       "%d got 503 with Retry-After" % (served, quiet, n503))
-
     # ---- 6: an empty key; a keyless wildcard address warns; the man page says to prefer K3_API_KEY
     def bounded(args):
         """(exit status or None when it was still running after 20 s, stderr)."""
@@ -595,10 +413,6 @@ try:
            % (run + 1, qs[1][:60]))
     ok(len(shapes) == 3 and shapes[0] == shapes[1] == shapes[2], "the same event stream in every run")
 
-    logs = b"".join(read(os.path.join(T, f)) for f in os.listdir(T) if f.endswith(".log"))
-    ok(b"Sanitizer" not in logs and b"runtime error" not in logs, "no sanitizer or runtime error report")
+    sanitizer_clean(T)
 finally:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    kill_all(procs)

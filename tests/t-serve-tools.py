@@ -4,7 +4,8 @@
 # official OpenAI SDK for JavaScript (npm `openai` 5, installed outside the repository into
 # K3_OPENAI_JS, default ~/.cache/k3chat/openai-js; SKIP without node/npm or the registry):
 # tool calls streamed and not, a tool result turn (and its prompt-cache reuse), tool_choice
-# required/none, a truncated call, and the bad-input cases of issue 23 (400 naming the field).
+# required/none, a truncated call, and the bad-input cases of issues 23 and 37 (400 naming the field; tool
+# histories with a call unanswered or answered twice, a shared id, an undeclared tool, a duplicate name).
 # The server runs on 127.0.0.1 with a kernel-picked port and is always killed; every wait is
 # bounded.
 import http.client
@@ -102,7 +103,8 @@ try:
     msg = ch.get("message", {})
     calls = msg.get("tool_calls") or []
     ok(code == 200 and ch.get("finish_reason") == "tool_calls" and msg.get("content") is None and
-       msg.get("reasoning_content") == "Need data.", "non-streaming: finish_reason tool_calls, content null, reasoning")
+       msg.get("reasoning_content") == "Need data." and msg.get("reasoning") == "Need data.",
+       "non-streaming: finish_reason tool_calls, content null, reasoning (as reasoning and reasoning_content)")
     ok([c["function"]["name"] for c in calls] == ["get_weather", "get_time"] and
        [c["function"]["arguments"] for c in calls] == WANT_ARGS and all(c["type"] == "function" for c in calls),
        "two calls in order, arguments as JSON strings (json.dumps form): %r" % [c["function"]["arguments"] for c in calls])
@@ -135,7 +137,9 @@ try:
        % len(tcs))
     sids = [firsts[i][0] for i in sorted(firsts)]
     rs = "".join(d.get("reasoning_content", "") for d in deltas)
-    ok(rs == "Need data." and not "".join(d.get("content") or "" for d in deltas), "streamed reasoning, no content")
+    ok(rs == "Need data." and not "".join(d.get("content") or "" for d in deltas) and
+       all(d.get("reasoning") == d.get("reasoning_content") for d in deltas),
+       "streamed reasoning (each delta as reasoning and reasoning_content), no content")
 
     # ---- 3. a tool result turn continuing the streamed one (turn 3): results out of order
     hist = q + [{"role": "assistant", "content": None, "reasoning_content": "Need data.",
@@ -213,6 +217,28 @@ try:
         {"messages": [{"role": "system", "content": "", "tools": [{"type": "function", "function": {"name": "f",
                                                                   "parameters": "x"}}]}] + q},
         "messages[0].tools[0].function.parameters")
+    # issue 37 item 7: tool histories that are incomplete or ambiguous
+    def call(cid, name="get_time"):
+        return {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+    def result(cid):
+        return {"role": "tool", "tool_call_id": cid, "content": "x"}
+    two = {"role": "assistant", "content": None, "tool_calls": [call("c1"), call("c2", "get_weather")]}
+    bad("results for only some calls", {"messages": q + [two, result("c1")], "tools": TOOLS},
+        "messages[1].tool_calls: 1 call without a tool result: 'c2'")
+    bad("a call with no result, then a user message",
+        {"messages": q + [two, result("c2"), {"role": "user", "content": "and?"}], "tools": TOOLS},
+        "without a tool result: 'c1'")
+    bad("two calls sharing an id", {"messages": q + [dict(two, tool_calls=[call("c1"), call("c1")]), result("c1")],
+                                    "tools": TOOLS}, "messages[1].tool_calls[1].id: 'c1' is also the id of tool_calls[0]")
+    bad("two results for one id", {"messages": q + [two, result("c1"), result("c2"), result("c1")], "tools": TOOLS},
+        "messages[4].tool_call_id: 'c1' was already answered by messages[2]")
+    bad("a call to a tool never declared",
+        {"messages": q + [dict(two, tool_calls=[call("c1", "launch")]), result("c1")], "tools": TOOLS},
+        "messages[1].tool_calls[0].function.name: 'launch' is not a declared tool")
+    bad("duplicate function names in tools", {"messages": q, "tools": TOOLS + [TOOLS[0]]},
+        "tools[2].function.name: 'get_weather' is also the name of tools[0]")
+    bad("tool_choice required with no tools", {"messages": q, "tool_choice": "required"}, "tool_choice")
     # arguments that are not JSON render as the format's raw json block: a correct render (turn 9)
     asst["tool_calls"][0]["function"]["arguments"] = "not json {"
     code, o = post({"messages": q + [asst, {"role": "tool", "tool_call_id": "c1", "content": "x"}], "tools": TOOLS})
@@ -279,11 +305,13 @@ const q = [{ role: "user", content: "Weather in Paris, and the time?" }];
 const out = {};
 const r = await client.chat.completions.create({ model: "tiny-k3", messages: q, tools });
 out.plain = { finish: r.choices[0].finish_reason, content: r.choices[0].message.content,
+              reasoning: [r.choices[0].message.reasoning, r.choices[0].message.reasoning_content],
               calls: r.choices[0].message.tool_calls.map(c => [c.id, c.function.name, c.function.arguments]) };
 const s = await client.chat.completions.create({ model: "tiny-k3", messages: q, tools, stream: true });
-const acc = {}; let finish = null;
+const acc = {}; let finish = null; const rs = ["", ""];
 for await (const ch of s) {
   const d = ch.choices[0]?.delta ?? {};
+  rs[0] += d.reasoning ?? ""; rs[1] += d.reasoning_content ?? "";
   for (const tc of d.tool_calls ?? []) {
     acc[tc.index] ??= { id: "", name: "", args: "" };
     if (tc.id) acc[tc.index].id = tc.id;
@@ -292,7 +320,7 @@ for await (const ch of s) {
   }
   if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
 }
-out.stream = { finish, calls: Object.values(acc).map(c => [c.id, c.name, c.args]) };
+out.stream = { finish, reasoning: rs, calls: Object.values(acc).map(c => [c.id, c.name, c.args]) };
 const hist = [...q, { role: "assistant", content: null, tool_calls: out.stream.calls.map(([id, name, args]) =>
   ({ id, type: "function", function: { name, arguments: args } })) },
   ...out.stream.calls.map(([id]) => ({ role: "tool", tool_call_id: id, content: "18 C" }))];
@@ -327,6 +355,9 @@ console.log(JSON.stringify(out));
         ok(pl.get("finish") == "tool_calls" and pl.get("content") is None and
            [c[1:] for c in pl.get("calls", [])] == [["get_weather", WANT_ARGS[0]], ["get_time", WANT_ARGS[1]]],
            "OpenAI SDK: non-streaming tool_calls parse (%r)" % pl.get("calls"))
+        ok(pl.get("reasoning") == ["Need data."] * 2 and st.get("reasoning") == ["Need data."] * 2,
+           "OpenAI SDK: message.reasoning and .reasoning_content, streamed and not, hold the same reasoning (%r, %r)"
+           % (pl.get("reasoning"), st.get("reasoning")))
         ok(st.get("finish") == "tool_calls" and [c[1:] for c in st.get("calls", [])] ==
            [["get_weather", WANT_ARGS[0]], ["get_time", WANT_ARGS[1]]] and all(c[0] for c in st.get("calls", [])),
            "OpenAI SDK: streamed tool call deltas accumulate to the same calls")

@@ -7,11 +7,7 @@
 # One section per item; each check names its item.
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
-wait_for_file() { # wait_for_file PATH: poll until it exists (bounded)
-    _i=0
-    while [ $_i -lt $((100 * slow)) ]; do [ -e "$1" ] && return 0; sleep 0.05; _i=$((_i + 1)); done
-    return 1
-}
+wait_for_file() { wait_until "the file $1" 5 test -e "$1"; } # wait_for_file PATH
 
 # --- item 6: an error raised as the turn starts is not erased with the turn ----------------
 m6="$K3_TMP/m6.txt"
@@ -129,9 +125,10 @@ for size in 80x24 40x12; do
     run_mock "${size%x*}" "${size#*x}" "$m31"
     wait_for "mock · 3 layers" 10
     keys -l "/"; keys Tab
-    check "item 22 ($size): Tab lists /help" wait_for "/help" 5
+    # the list, not the welcome line (which names /help too): wait for its last entry first
+    check "item 22 ($size): Tab lists the commands down to the last one, /quit" wait_for "/quit" 5
     check "item 22 ($size): ... and /retry" has "/retry"
-    check "item 22 ($size): ... and the last one, /quit" has "/quit"
+    check "item 22 ($size): ... and /help" has "/help"
     keys C-u; keys -l "/s"; keys Tab
     check "item 22 ($size): a shorter list replaces it" wait_gone "/quit" 5
     keys C-u; keys C-d; wait_for "EXIT=0" 5
@@ -153,14 +150,8 @@ keys C-d; wait_for "EXIT=0" 5
 
 # --- item 24: the context figure follows /clear, /undo, /load and stays at 80 columns -----------
 ctx() { screen | grep -o 'ctx [0-9]*/4096' | head -n 1 | sed 's/ctx \([0-9]*\).*/\1/'; }
-wait_ctx() { # wait_ctx TEST VALUE: poll until the figure compares so (test: -eq, -gt)
-    _i=0
-    while [ $_i -lt $((100 * slow)) ]; do
-        _c=$(ctx); [ -n "$_c" ] && [ "$_c" "$1" "$2" ] && return 0
-        sleep 0.05; _i=$((_i + 1))
-    done
-    return 1
-}
+ctx_is() { _c=$(ctx); [ -n "$_c" ] && [ "$_c" "$1" "$2" ]; }
+wait_ctx() { wait_until "a context figure $1 $2" 5 ctx_is "$1" "$2"; } # wait_ctx TEST VALUE (-eq, -gt)
 run_mock 80 24 "$m31"
 wait_for "mock · 3 layers" 10
 type_line "a first message to count"
@@ -232,7 +223,11 @@ for size in 80x24 40x12; do
     type_line "alpha one"; wait_for "answer to alpha one" 10
     type_line "beta two"; wait_for "answer to beta two" 10
     keys -l "my draft"; keys C-r; keys -l "alp"
-    check "item 21 ($size): Ctrl-R finds the older message" wait_for "› alpha one" 5
+    # the search's own rows ("› alpha one" is in the conversation already): its label for the
+    # whole pattern, the match on the input line
+    search_shows() { screen | tail -n 3 | head -n 2 | grep -q "history search: $1" && [ "$(screen | tail -n 1)" = "$2" ]; }
+    check "item 21 ($size): Ctrl-R finds the older message" \
+        wait_until "the search for 'alp' to show '› alpha one'" 5 search_shows alp "› alpha one"
     check "item 21 ($size): its label is right above the input line" sh -c "$T capture-pane -p | tail -n 3 | head -n 2 | grep -q 'history search: alp'"
     keys C-c
     check "item 21 ($size): Ctrl-C gives the draft back" wait_for "› my draft" 5
@@ -276,23 +271,24 @@ done
 nano="$K3_SRC/models/k3-nano"
 if [ -f "$nano/model.safetensors" ]; then
     nctx() { screen | grep -o 'ctx [0-9]*/' | head -n 1 | tr -dc 0-9; }
+    nctx_is() { _c=$(nctx); [ -n "$_c" ] && [ "$_c" "$1" "$2" ]; } # nctx_is TEST VALUE (-eq, -lt)
     tui_start 100 30 -- "$K3CHAT --temp 0 --max-tokens 6 $nano 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
     wait_for "k3-nano" 30
     type_line "What is 27 + 58?"
     wait_for "length limit reached" 30
     wait_input_empty 5
-    full=$(nctx)
+    full=$(settled 5 nctx)
     type_line "/save $K3_TMP/n15.jsonl"
     wait_for "saved 2 messages" 5
     type_line "/clear"
     wait_for "type a message and press Enter" 5
-    _i=0; while [ $_i -lt $((100 * slow)) ] && [ "$(nctx)" = "$full" ]; do sleep 0.05; _i=$((_i + 1)); done
-    check "item 24 (k3-nano): /clear lowers the context figure ($full -> $(nctx))" [ "$(nctx)" -lt "$full" ]
+    check "item 24 (k3-nano): /clear lowers the context figure (below $full)" \
+        wait_until "a context figure below $full" 5 nctx_is -lt "$full"
     type_line "/load $K3_TMP/n15.jsonl"
     wait_for "loaded 2 messages" 5
     check "item 15 (k3-nano): the loaded turn keeps its length marker" has "[length limit reached]"
     check "item 15 (k3-nano): ... and its reasoning figures" sh -c "$T capture-pane -p | grep -q 'thought for .* · 6 tokens'"
-    check "item 24 (k3-nano): /load brings the figure back ($(nctx))" [ "$(nctx)" -eq "$full" ]
+    check "item 24 (k3-nano): /load brings the figure back ($full)" wait_until "ctx $full/" 5 nctx_is -eq "$full"
     # item 6 on the engine: /retry on a transcript that ends with the user's message
     printf '{"role":"user","content":"What is 2+2?"}\n' >"$K3_TMP/u6.jsonl"
     keys C-l; type_line "/load $K3_TMP/u6.jsonl"
@@ -305,11 +301,17 @@ if [ -f "$nano/model.safetensors" ]; then
     # item 24: a context of 120 tokens that the first answer fills: the bar says "ctx full", and
     # it means it (the next message is refused); /clear makes room again
     tui_start 120 30 K3_MAXT=120 -- "$K3CHAT --temp 0 $nano 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
-    wait_for "k3-nano" 30
-    wait_for "ctx " 10
-    ctx0=$(nctx)
+    # every frame from the first shows the empty conversation's figure, never a 0 before it
+    # (issue 42): the figures read while the bar appears and until two reads agree
+    : >"$K3_TMP/ctx-seen"
+    nctx_rec() { _c=$(nctx); [ -n "$_c" ] && echo "$_c" >>"$K3_TMP/ctx-seen"; echo "$_c"; }
+    ctx_seen() { [ -n "$(nctx_rec)" ]; }
+    wait_until "the context figure in the bar" 30 ctx_seen
+    ctx0=$(settled 5 nctx_rec)
     check "item 24 (k3-nano, K3_MAXT=120): at start the bar counts the empty conversation's prompt (ctx $ctx0/120)" \
         sh -c "[ '$ctx0' -gt 0 ] && [ '$ctx0' -lt 120 ]"
+    check "item 24 (k3-nano, K3_MAXT=120): no frame showed another figure first ($(sort -u "$K3_TMP/ctx-seen" | tr '\n' ' '))" \
+        sh -c "[ \"\$(sort -u '$K3_TMP/ctx-seen')\" = '$ctx0' ]"
     type_line "What is 27 + 58?"
     wait_for "length limit reached" 60
     check "item 24 (k3-nano, K3_MAXT=120): an answer that fills the context: the bar says ctx full 120/120" \

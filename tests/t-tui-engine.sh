@@ -3,6 +3,7 @@
 # (k3-mkmodel --preset tiny): tokens stream into the think and response panes, statistics reach
 # the status bar, Ctrl-C stops a long answer and a new message works, /retry, /undo, /save and
 # /load, /stats, resize while streaming, and a clean exit.
+# slow
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 d="$K3_TMP/tiny"

@@ -95,12 +95,9 @@ width_ok() { # COLS: the screen now
 }
 # width_wait COLS SECONDS: width_ok once the redraw after a resize has landed (polled: a loaded
 # machine may take more than a frame to redraw)
-width_wait() {
-    end=$(($(date +%s) + $2))
-    until width_ok "$1" 2>/dev/null; do
-        [ "$(date +%s)" -ge "$end" ] && { width_ok "$1"; return 1; }
-        sleep 0.2
-    done
+width_quiet() { width_ok "$1" >/dev/null 2>&1; }
+width_wait() { # on timeout width_ok's findings follow
+    wait_until "a table aligned within $1 columns" "$2" width_quiet "$1" || { width_ok "$1"; return 1; }
 }
 
 tui_start 90 50 K3_MOCK="$m" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
@@ -216,14 +213,8 @@ if [ ! -f "$n/config.json" ]; then
     finish
 fi
 # wait_count TEXT N [SECONDS]: TEXT on at least N screen lines (the turns' folded reasoning)
-wait_count() {
-    _lim=$(( ${3:-30} * 20 * slow )); _i=0
-    while [ $_i -lt $_lim ]; do
-        [ "$(screen | grep -cF -- "$1")" -ge "$2" ] && return 0
-        sleep 0.05; _i=$((_i + 1))
-    done
-    return 1
-}
+count_ge() { [ "$(screen | grep -cF -- "$1")" -ge "$2" ]; }
+wait_count() { wait_until "'$1' on $2 lines" "${3:-30}" count_ge "$1" "$2"; }
 tui_start 100 40 -- "$K3CHAT --temp 0 $n 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 $T set-option -g set-clipboard on >/dev/null 2>&1
 check "k3-nano loads" wait_for "k3-nano · " 60

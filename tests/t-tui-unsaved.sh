@@ -70,7 +70,9 @@ check "3: ... without the warning" hasnt "$refusal"
 
 # 4: line mode on a terminal (stderr too: the notices go there)
 tui_start 110 30 -- "$bad $K3CHAT --temp 0 --max-tokens 8 --plain $nano; echo EXIT=\$?; sleep 60"
-wait_for "k3chat: loaded" 30
+# the line-mode prompt (k3-nano loads without a progress line; a message typed before the model
+# is ready waits for it)
+wait_for ">" 10
 type_line "What is 2 + 2?"
 wait_for "autosave:" 30
 keys C-d
@@ -78,5 +80,29 @@ check "4: line mode: the first Ctrl-D is refused and says why" wait_for "k3chat:
 check "4: ... and k3chat is still running" hasnt "EXIT="
 keys C-d
 check "4: line mode: the second Ctrl-D leaves" wait_for "EXIT=0" 10
+# 5: /load would replace the unsaved conversation: refused like /clear, in both modes, and a
+# Ctrl-D after the refusal is refused in its turn (it quit silently)
+run "$bad" --
+wait_for "k3-nano" 30
+ask "What is 3 + 3?"
+keys C-l; type_line "/load $K3_TMP/keep.jsonl"
+check "5: the first /load is refused and says why" wait_for "/load: this conversation is $refusal" 5
+check "5: ... and the conversation is still there" has "What is 3 + 3?"
+keys C-d
+check "5: a Ctrl-D after it is refused too" wait_for "quit: this conversation is $refusal" 5
+check "5: ... and k3chat is still running" hasnt "EXIT="
+keys C-l; type_line "/load $K3_TMP/keep.jsonl"
+wait_for "/load: this conversation is $refusal" 5
+keys C-l; type_line "/load $K3_TMP/keep.jsonl"
+check "5: the same /load again goes ahead" wait_for "What is 2 + 3?" 10
+tui_start 110 30 -- "$bad $K3CHAT --temp 0 --max-tokens 8 --plain $nano; echo EXIT=\$?; sleep 60"
+wait_for "k3chat: loaded" 30
+type_line "What is 2 + 2?"
+wait_for "autosave:" 30
+type_line "/load $K3_TMP/keep.jsonl"
+check "5: line mode: the first /load is refused" wait_for "k3chat: /load: this conversation is $refusal" 5
+keys C-d
+check "5: line mode: a Ctrl-D after it is refused" wait_for "k3chat: quit: this conversation is $refusal" 5
+check "5: ... and k3chat is still running" hasnt "EXIT="
 check "no sanitizer or runtime error report" sh -c "! grep -q 'Sanitizer\|runtime error' '$K3_TMP/stderr.txt'"
 finish

@@ -1,4 +1,4 @@
-/* test-chat-tools.c: tool calling in the chat format (../shared/spec/k3-tools.md).
+/* test-chat-tools.c: tool calling in the chat format (doc/tool-calls.md).
  *
  * Rendering: the spec's worked examples and rules, byte for byte as text (control ids
  * shown as \x01O \x01C \x01S \x01E so a literal "<|close|>" in a value can be told from

@@ -3,7 +3,7 @@
  * The vocabulary is built here: the 256 single bytes (rank = byte value, and no pairs,
  * so text outside the listed tokens stays one id per byte) plus whole words the format
  * uses, plus a trap token '="&' that would only appear if an attribute value were not
- * its own segment. Golden sequences are written by hand from ../shared/spec/k3-chat.md
+ * its own segment. Golden sequences are written by hand from doc/chat-format.md
  * as token texts: "<O>" "<C>" "<S>" "<E>" are <|open|> <|close|> <|sep|> <|end_of_msg|>,
  * "b:TEXT" is TEXT byte by byte, "sp:NAME" a special by name, anything else must be
  * exactly one vocabulary token. */

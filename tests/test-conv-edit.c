@@ -1,4 +1,4 @@
-/* test-conv-edit.c: /edit's abandoned branches in the conversation (k3_conv_edit_last): the
+/* test-conv-edit.c: /edit's (and /retry's) abandoned branches in the conversation (k3_conv_edit_last): the
  * old exchange leaves the history but stays in transcripts marked "abandoned": N before the
  * message it was replaced at; save/load/save is byte-identical; autosave rewrites the file;
  * later edits and drops keep the branch points right; a bad "abandoned" value is an error
@@ -133,6 +133,28 @@ int main(void) {
                 strstr(k3_errmsg(), strerror(EISDIR)),
             "loading a directory says it is one: %s", k3_errmsg());
     T_CHECK(k3_conv_count(c) == n0, "and memory is untouched");
+
+    /* /retry keeps the answer it replaces as an abandoned branch at its place, not the question */
+    k3_conv *r = k3_conv_new();
+    k3_conv_add(r, K3_ROLE_USER, "q", NULL);
+    T_CHECK(k3_conv_retry_last(r) == 0 && k3_conv_abandoned_count(r) == 0,
+            "/retry without an answer moves nothing");
+    k3_conv_add(r, K3_ROLE_ASSISTANT, "answer one", NULL);
+    T_CHECK(k3_conv_retry_last(r) == 1 && k3_conv_count(r) == 1,
+            "/retry takes the answer out of the history");
+    m = k3_conv_abandoned(r, 0, &at, &br);
+    T_CHECK(k3_conv_abandoned_count(r) == 1 && m && !strcmp(m->content, "answer one") && at == 1 && br == 1,
+            "... and keeps it as branch 1 at message 1");
+    k3_conv_add(r, K3_ROLE_ASSISTANT, "answer two", NULL);
+    snprintf(path2, sizeof path2, "%s/r.jsonl", dir);
+    k3_conv_save(r, path2);
+    char *tr = t_read_file(path2, NULL);
+    T_CHECK(tr && line_has(tr, 1, "\"q\"") && line_has(tr, 2, "\"answer one\"") &&
+                line_has(tr, 2, "\"abandoned\":1") && line_has(tr, 3, "\"answer two\"") &&
+                !line_has(tr, 3, "abandoned"),
+            "the transcript keeps both answers, the first marked abandoned");
+    free(tr);
+    k3_conv_free(r);
 
     free(t);
     k3_conv_free(a);

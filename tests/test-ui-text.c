@@ -29,6 +29,25 @@ static int wrap_ok(const char *s, int cols, int *nlines) {
     return covered == strlen(s);
 }
 
+/* txt_escape of s fed in pieces cut at each byte in cuts (sorted, < n), then the held rest. */
+static int esc_ok(const char *s, const size_t *cuts, int ncut, const char *want) {
+    txt_buf b  = {0};
+    txt_esc st = {0};
+    size_t  n = strlen(s), at = 0;
+    for (int k = 0; k <= ncut; k++) {
+        size_t to = k < ncut ? cuts[k] : n;
+        txt_escape(&b, &st, s + at, to - at);
+        at = to;
+    }
+    if (st.n)
+        txt_escape(&b, NULL, st.hold, (size_t)st.n);
+    int ok = b.n == strlen(want) && !memcmp(b.p, want, b.n);
+    if (!ok)
+        fprintf(stderr, "  got '%.*s', want '%s'\n", (int)b.n, b.p ? b.p : "", want);
+    free(b.p);
+    return ok;
+}
+
 int main(void) {
     T_CHECK(W("hello") == 5, "ASCII width 5 (got %d)", W("hello"));
     T_CHECK(W("日本語") == 6, "CJK: 3 characters, 6 columns (got %d)", W("日本語"));
@@ -131,5 +150,30 @@ int main(void) {
     static const wchar_t bad[] = {L'a', (wchar_t)0xD800, L'b', 0};
     T_CHECK(txt_wcluster_next(bad, 3, 1) == 2, "a lone surrogate is one cluster (drawn as U+FFFD)");
     T_CHECK(txt_wcluster_prev(fam, nf, 0) == 0 && txt_wcluster_next(fam, nf, nf) == nf, "the ends stay put");
+    /* outside text on a terminal: the one escaping function (text.h) */
+    T_CHECK(esc_ok("a\x1b]52;c;ZXZp\x07"
+                   "b\n\tc\r",
+                   NULL, 0, "a\\x1B]52;c;ZXZp\\x07b\n\tc\\x0D"),
+            "C0 controls but \\n and \\t are escaped, \\n and \\t kept");
+    T_CHECK(esc_ok("x\x7f\xc2\x9b"
+                   "31m\xc3\xa9\xe6\x97\xa5",
+                   NULL, 0, "x\\x7F\\u009B31m\xc3\xa9\xe6\x97\xa5"),
+            "DEL and a C1 CSI are escaped, other characters kept");
+    size_t c1[] = {1, 2};
+    T_CHECK(esc_ok("a\xc2\x9b"
+                   "b",
+                   c1, 2, "a\\u009Bb"),
+            "a C1 control cut between two pieces is still escaped");
+    size_t c2[] = {2, 3};
+    T_CHECK(esc_ok("a\xe6\x97\xa5z", c2, 2, "a\xe6\x97\xa5z"),
+            "a character cut in three pieces comes out whole");
+    size_t c3[] = {2};
+    T_CHECK(esc_ok("a\xe6\x97", c3, 1, "a\\xE6\\x97"), "bytes held at the end come out escaped");
+    size_t c4[] = {2};
+    T_CHECK(esc_ok("a\xe6"
+                   "bc",
+                   c4, 1, "a\\xE6bc"),
+            "a lead byte whose sequence is broken is escaped");
+    T_CHECK(esc_ok("\xff\x80q", NULL, 0, "\\xFF\\x80q"), "bytes that are not UTF-8 are escaped");
     return t_done();
 }

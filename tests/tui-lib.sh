@@ -2,24 +2,16 @@
 # A private tmux server (-L name, sockets under $K3_TMP) runs one window of a fixed size with
 # TERM=xterm-256color; tests type with send-keys and read the screen with capture-pane,
 # polling with a timeout rather than sleeping.
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh"
 set -u
 TMUX_TMPDIR="$K3_TMP"
 export TMUX_TMPDIR
 unset TMUX
 nserv=0
 T="tmux -L k3tui0 -f /dev/null"
-fails=0
-# ASan builds are slower
-case "$K3_BUILD" in *asan*) slow=3 ;; *) slow=1 ;; esac
-
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-check() { # check DESC CMD... (library variables start with _: tests own the other names)
-    _desc=$1; shift
-    if "$@"; then pass "$_desc"; else fail "$_desc"; screen | sed 's/^/    | /'; fi
-}
-finish() { # exit status 1 when a FAIL was printed through fail/check
+# a failed check or wait shows the screen (up to its last row that is not blank)
+on_fail() { screen | awk 'NF { for (; n > 0; n--) print "    |"; print "    | " $0; next } { n++ }'; }
+finish() { # exit status 1 when a FAIL was printed through fail/check or a wait
     $T kill-server 2>/dev/null
     [ "$fails" -eq 0 ]
     exit
@@ -56,36 +48,15 @@ mock_chat() { # mock_chat COLS ROWS SCRIPT: SCRIPT (printf format) in $K3_TMP/mo
 screen() { $T capture-pane -p 2>/dev/null; }
 keys() { $T send-keys "$@"; }
 type_line() { $T send-keys -l "$1"; $T send-keys Enter; }
-# wait_for TEXT [SECONDS]: poll the screen until TEXT (fixed string) shows up
-wait_for() {
-    _lim=$(( ${2:-10} * 20 * slow )); _i=0
-    while [ $_i -lt $_lim ]; do
-        screen | grep -qF -- "$1" && return 0
-        sleep 0.05; _i=$((_i + 1))
-    done
-    echo "tui-lib: wait_for '$1': not on the screen after ${2:-10} s (x$slow)" >&2
-    return 1
-}
-# wait_gone TEXT [SECONDS]
-wait_gone() {
-    _lim=$(( ${2:-10} * 20 * slow )); _i=0
-    while [ $_i -lt $_lim ]; do
-        screen | grep -qF -- "$1" || return 0
-        sleep 0.05; _i=$((_i + 1))
-    done
-    echo "tui-lib: wait_gone '$1': still on the screen after ${2:-10} s (x$slow)" >&2
-    return 1
-}
-# wait_input_empty [SECONDS]: the last row is the bare prompt
-wait_input_empty() {
-    _lim=$(( ${1:-10} * 20 * slow )); _i=0
-    while [ $_i -lt $_lim ]; do
-        [ "$(screen | tail -n 1)" = "›" ] && return 0
-        sleep 0.05; _i=$((_i + 1))
-    done
-    echo "tui-lib: wait_input_empty: the input line is not empty after ${1:-10} s (x$slow)" >&2
-    return 1
-}
+# The waits poll the screen every 0.05 s; on timeout each prints a FAIL line naming what it
+# waited for and shows the screen (inside check only check's line: see lib.sh).
+# wait_for TEXT [SECONDS]: until TEXT (fixed string) is on the screen
+wait_for() { wait_until "'$1' on the screen" "${2:-10}" has "$1"; }
+# wait_gone TEXT [SECONDS]: until TEXT is no longer on the screen
+wait_gone() { wait_until "'$1' to leave the screen" "${2:-10}" hasnt "$1"; }
+# wait_input_empty [SECONDS]: until the last row is the bare prompt
+input_empty() { [ "$(screen | tail -n 1)" = "›" ]; }
+wait_input_empty() { wait_until "an empty input line" "${1:-10}" input_empty; }
 # mouse BUTTON COL ROW: an X10 mouse report (button 0 = left press, 3 = release, 64/65 = wheel
 # up/down; COL and ROW 1-based), typed into the pane as the terminal would send it
 mouse() {

@@ -3,7 +3,7 @@
 
 This is the oracle the C engine is measured against (issue 4, item 7) and the model's
 documentation in executable form. Every formula below is quoted from
-shared/spec/k3-model.md (section numbers in brackets); nothing here was read from the C code.
+doc/model-format.md (section numbers in brackets); nothing here was read from the C code.
 
 DESIGN
   * Weights are read by this file itself: safetensors headers parsed in Python (an index with

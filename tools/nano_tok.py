@@ -3,7 +3,7 @@
 renderer, in Python, for training. The C engine's tokenizer and chat encoder are the product;
 this module must agree with them token for token (tests/t-nano.sh checks it on the corpus).
 
-The corpus is ASCII, where the Kimi pre-tokenizer (../shared/spec/k3-chat.md) reduces to the
+The corpus is ASCII, where the Kimi pre-tokenizer (doc/chat-format.md) reduces to the
 regex below (\\p{L} = [A-Za-z], \\p{N} = [0-9], no Han); Python's re is leftmost-first like
 tiktoken's regex engine.
 """

@@ -3,7 +3,7 @@
 on the synthetic corpus of nano_corpus.py, and export it in the release format.
 
 This is the third independent implementation of the architecture (after the C engine and
-tools/k3_ref.py), written from ../shared/spec/k3-model.md in PyTorch (Debian's python3-torch, CPU):
+tools/k3_ref.py), written from doc/model-format.md in PyTorch (Debian's python3-torch, CPU):
 KDA with the bounded gate, gated NoPE MLA (last layer MLA), Attention Residuals with several
 blocks, Stable LatentMoE (sigmoid router, correction bias for selection only, renormalised
 weights, latent down/up with RMSNorm, MXFP4 routed experts trained quantization-aware, shared
@@ -350,7 +350,7 @@ def batch(data, idx, pad):
     return x, y
 
 
-# ---- export (release format, ../shared/spec/k3-model.md sections 1-4) -----------------------
+# ---- export (release format, doc/model-format.md sections 1-4) -----------------------
 
 def bf16_bytes(t):
     a = t.detach().float().contiguous().numpy().view(np.uint32).astype(np.uint64)

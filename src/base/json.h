@@ -1,5 +1,5 @@
 /* json.h: a small JSON reader/writer with Python's json semantics, for the chat format's
- * tool rendering and parsing (../shared/spec/k3-tools.md). Engine internal.
+ * tool rendering and parsing (doc/tool-calls.md). Engine internal.
  *
  * Why not jansson (which st.c uses for headers): the release's encoder is Python, and the
  * rendered bytes depend on Python's json: integers of any size stay as written

@@ -471,10 +471,8 @@ k3_status conv_push_abandoned(k3_conv *c, const k3_msg *m, int at, int branch) {
     return K3_OK;
 }
 
-int k3_conv_edit_last(k3_conv *c) {
-    int i = last_user(c);
-    if (i < 0)
-        return 0;
+/* Messages [i, n_msgs) become a new abandoned branch at i (/edit, /retry); returns how many. */
+static int abandon_from(k3_conv *c, int i) {
     int n = c->n_msgs - i;
     if (grow_aban(c, n))
         return -1;
@@ -486,6 +484,21 @@ int k3_conv_edit_last(k3_conv *c) {
     if (c->autosave_path)
         c->rewrite = 1; /* the branch goes into the file before the new exchange */
     return n;
+}
+
+int k3_conv_edit_last(k3_conv *c) {
+    int i = last_user(c);
+    return i < 0 ? 0 : abandon_from(c, i);
+}
+
+int k3_conv_retry_last(k3_conv *c) {
+    int i = c->n_msgs;
+    while (i > 0 && c->msgs[i - 1].role == K3_ROLE_ASSISTANT)
+        i--;
+    if (i == 0 || i == c->n_msgs ||
+        (c->msgs[i - 1].role != K3_ROLE_USER && c->msgs[i - 1].role != K3_ROLE_TOOL))
+        return 0;
+    return abandon_from(c, i);
 }
 
 int k3_conv_abandoned_count(const k3_conv *c) {

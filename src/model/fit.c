@@ -132,6 +132,8 @@ k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, int split, fi
     if (moe_l >= 0 && c->n_experts > 0)
         o->ex_rows = c->moe_inter, o->ex_cols = c->latent;
     const uint64_t P = (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim;
+    if (o->n_kda)
+        o->kda_heads = c->kda_heads, o->kda_d = c->kda_head_dim;
     /* double-buffered (model-impl.h: a chunk reads one buffer and writes the other) */
     o->kda_state =
         2 * (uint64_t)o->n_kda * (P * (uint64_t)c->kda_head_dim + 3 * (uint64_t)(c->conv_k - 1) * P) * 4;

@@ -222,7 +222,7 @@ static void kda_forward(fwd_pass *p, int l) {
     /* per sequence and head, token by token in order: the delta rule on the sequence's S
      * (H, d, d), read from buffer sel, written to 1-sel; threads only when the work outweighs
      * waking them */
-#pragma omp parallel for schedule(static) if ((long)n * H * d * d >= (1L << 18))
+#pragma omp parallel for schedule(static) if ((long)n * H * d * d >= KDA_REC_PAR_MIN)
     for (int hs = 0; hs < p->nseg * H; hs++) {
         const int       h   = hs % H;
         const pass_seg *sg  = &p->seg[hs / H];

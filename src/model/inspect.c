@@ -26,6 +26,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* The engine's settings (k3_params_default: defaults, then the K3_* environment; a container's
  * bits as the engine takes them: rp_run_bits). */
@@ -263,7 +264,17 @@ static void print_memory(const fit_table *ft, const fit_machine *mc, const fit_c
     fprintf(f, "fit          %s\n", fc->ok ? fc->msg + strlen("memory fit: ") : fc->msg);
 }
 
+static k3_status inspect(const char *dir, int measure, FILE *out);
+
 k3_status k3_inspect(const char *dir, FILE *out) {
+    return inspect(dir, 0, out);
+}
+
+k3_status k3_inspect_measure(const char *dir, FILE *out) {
+    return inspect(dir, 1, out);
+}
+
+static k3_status inspect(const char *dir, int measure, FILE *out) {
     insp_settings s;
     k3_config    *c = k3_calloc(1, sizeof *c);
     st_dir       *d = NULL;
@@ -333,25 +344,42 @@ k3_status k3_inspect(const char *dir, FILE *out) {
     print_memory(&ft, &mc, fc, &s, s.set, out);
     fit_speed sp;
     double    dec, pre;
-    fit_speed_get_model(dir, &ft, 0, &sp);
+    fit_speed_get_model(dir, &ft, measure, s.chunk, &sp);
     fit_speed_estimate(&ft, &fc->set, &fc->plan, &sp, c->n_active, s.chunk, &dec, &pre);
     fprintf(out,
             "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, "
             "K3_CHUNK=%d)\n",
             dec, pre, s.chunk);
-    fprintf(
-        out,
-        "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 "
-        "%.1f, MXFP4 %.1f GB/s of weights; routed experts as decode runs them %.1f GB/s; "
-        "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns; %.1f us a call; drive %s%s%s%s%s%s "
-        "(%s %s)\n",
-        sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9, sp.ex_dec / 1e9,
-        sp.pre[0] / 1e9, sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, sp.call * 1e6,
-        sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
-        sp.sparse ? " (sparse file: holes, not the drive); its data " : "",
-        sp.sparse ? (sp.disk_data > 0 ? HB(sp.disk_data) : "none found") : "",
-        sp.sparse && sp.disk_data > 0 ? "/s" : "", sp.sparse ? " (the drive)" : "",
-        sp.cached ? "cached in" : "measured now; cached in", sp.cache);
+    char wide[128] = ""; /* the rates at the chunk's width, when over 32 columns */
+    if (sp.wide_n > 32)
+        snprintf(wide, sizeof wide, "; of %d (the chunk) %.0f, %.0f, %.0f, %.0f", sp.wide_n, sp.wide[0] / 1e9,
+                 sp.wide[1] / 1e9, sp.wide[2] / 1e9, sp.wide[3] / 1e9);
+    fprintf(out,
+            "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 "
+            "%.1f, MXFP4 %.1f GB/s of weights; routed experts as decode runs them %.1f GB/s; "
+            "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns%s; KDA recurrence %.3g ms a token "
+            "and layer; "
+            "%.1f us a call; drive %s%s%s%s%s%s "
+            "(%s %s)\n",
+            sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9,
+            sp.ex_dec / 1e9, sp.pre[0] / 1e9, sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, wide,
+            sp.kda_rec * 1e3, sp.call * 1e6, sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
+            sp.sparse ? " (sparse file: holes, not the drive); its data " : "",
+            sp.sparse ? (sp.disk_data > 0 ? HB(sp.disk_data) : "none found") : "",
+            sp.sparse && sp.disk_data > 0 ? "/s" : "", sp.sparse ? " (the drive)" : "",
+            sp.cached ? "cached in" : "measured now; cached in", sp.cache);
+    char      when[64] = "?";
+    time_t    tw       = (time_t)sp.when;
+    struct tm tm;
+    if (sp.when && gmtime_r(&tw, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+    char lo[32];
+    snprintf(lo, sizeof lo, "%.2f-", sp.load_lo);
+    fprintf(out,
+            "  when       %s%s at load %s%.2f on %d CPUs (load now %.2f; figures from a load unlike now's "
+            "are measured again; --inspect --measure measures them all)\n",
+            sp.cached ? "" : "up to now, from ", when, sp.load_hi - sp.load_lo >= 0.005 ? lo : "", sp.load_hi,
+            sp.cpus, sp.load_now);
 fail:
     st_close(d);
     free(c);

@@ -24,6 +24,8 @@ struct k3_sampler {
     cand             *c;      /* (cap) candidates   */
     double           *prob;   /* (cap)              */
     int               cap;
+    float            *masked; /* (mcap) logits with the masked ids at -inf */
+    int               mcap;
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -80,6 +82,7 @@ void k3_sampler_free(k3_sampler *s) {
         return;
     free(s->c);
     free(s->prob);
+    free(s->masked);
     free(s);
 }
 
@@ -159,4 +162,41 @@ int32_t k3_sampler_sample(k3_sampler *s, const float *logits, int n) {
         if ((acc += s->prob[i]) > r)
             return s->c[i].id;
     return s->c[nc - 1].id;
+}
+
+/* The mask is applied by copying the logits with -inf for the ids it removes: the draw below
+ * then never picks them (exp(-inf) is 0), and the order of the chain is unchanged. */
+int32_t k3_sampler_sample_masked(k3_sampler *s, const float *logits, int n, const uint64_t *mask) {
+    if (!mask)
+        return k3_sampler_sample(s, logits, n);
+    if (n <= 0 || !logits)
+        return -1;
+    if (!(s->p.temp > 0)) { /* greedy: the first maximum among the allowed ids, no copy */
+        int32_t best = -1;
+        for (int i = 0; i < n; i++)
+            if (mask[i >> 6] >> (i & 63) & 1 && !isnan(logits[i]) && (best < 0 || logits[i] > logits[best]))
+                best = i;
+        if (best < 0) /* every allowed logit NaN: the first allowed id, as greedy takes id 0 */
+            for (int i = 0; i < n && best < 0; i++)
+                if (mask[i >> 6] >> (i & 63) & 1)
+                    best = i;
+        return best;
+    }
+    if (s->mcap < n) {
+        float *m = realloc(s->masked, (size_t)n * sizeof *m);
+        if (!m)
+            return -1;
+        s->masked = m;
+        s->mcap   = n;
+    }
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        int on       = (int)(mask[i >> 6] >> (i & 63) & 1);
+        s->masked[i] = on && !isnan(logits[i]) ? logits[i] : -INFINITY;
+        any |= on;
+    }
+    if (!any)
+        return -1;
+    int32_t id = k3_sampler_sample(s, s->masked, n);
+    return id >= 0 && (mask[id >> 6] >> (id & 63) & 1) ? id : -1;
 }

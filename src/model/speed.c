@@ -3,20 +3,33 @@
  *
  * DESIGN
  * Measurements (one to two seconds in all, then cached in $XDG_CACHE_HOME/k3chat/speed,
- * default ~/.cache/k3chat/speed, one line per figure: "KEY VALUE", the disk as "disk DEVICE
- * BYTES_PER_S" keyed by the drive's st_dev; a line that does not parse is ignored and the
- * figure measured again):
+ * default ~/.cache/k3chat/speed). The file's first line names the machine (cond_machine: the CPU
+ * model, its flags, the kernels' default level, the memory, the CPUs); a file of another machine
+ * is read as empty and written anew. Then one line per figure, "KEY VALUE TIME LOAD" (the disk as
+ * "disk DEVICE BYTES_PER_S TIME LOAD", keyed by the drive's st_dev): when it was measured and the
+ * 1-minute load average then. A figure measured at a load unlike now's (load_differs: the CPU
+ * share the threads get differs by over a quarter) is measured again, so one busy moment does not
+ * decide every later estimate; a line that does not parse is ignored and the figure measured
+ * again. Each probe keeps its best round, as a benchmark does:
  *   mem_bw         read bandwidth: the sum of a 256 MB buffer (u64), all OpenMP threads, best of 3
  *   dec3_f32 .. dec3_mxfp4
  *                  weight bytes per second of qmat_matvec (one column: a decode step) on a 256 MB
  *                  matrix of each format (F32, int8, int4, MXFP4), larger than the caches (a 56
  *                  MB one stayed in this EPYC's L3 and read 3-10x too fast), so each figure is
- *                  what bounds that format, memory or arithmetic; median of 5 (on a loaded
- *                  machine the best is an outlier), alternating with the next figure's probes
- *                  so that a burst of load hits both
+ *                  what bounds that format, memory or arithmetic; best of 5, alternating
+ *                  with the next figure's probes so that a burst of load hits both
  *   pre3_f32 .. pre3_mxfp4
  *                  weight bytes x columns per second of qmat_matmul at 32 columns (a prefill
- *                  chunk) on an 8 MB slice of the same matrix, median of 5
+ *                  chunk) on an 8 MB slice of the same matrix, best of 5
+ *   pre3_FMT_xC    the same at C columns, C the session's chunk (K3_CHUNK) when over 32, on
+ *                  the same slice, alternating with the two above (fit_speed_get_model): the
+ *                  kernels' work per column falls with the columns (k3-bench grp_matmul: MXFP4
+ *                  326-338 GOPS at 32 columns, 413-424 at 128), so the 32-column line alone
+ *                  overcounts a 128-column chunk
+ *   kda_rec_HxD    seconds per token of one KDA layer's recurrence (kda-rec.c) at the model's
+ *                  heads and head width, the heads on all threads over a 64-column chunk, best of 5:
+ *                  a prefill chunk runs it token by token on each head's state, work none of the
+ *                  matrix probes sees (the estimate had counted only the state's read per chunk)
  *   call2          seconds of one qmat_matvec on a 128 x 1024 int8 matrix, the smallest the
  *                  kernels run on all threads: the fixed cost of a call (the OpenMP region's
  *                  start and join), which is what a small model's token costs ("call", on a
@@ -30,14 +43,14 @@
  * The kernels' figures (dec3_*, pre3_*, call2) are cached per kernel setting: under their own
  * names for the machine's default kernels, as NAME@LEVEL for another K3_ISA, so that an estimate
  * never uses figures measured with other kernels.
- * The machine's load at measuring time counts: a figure cached on an idle machine is too fast
- * for a loaded one (delete the cache file to measure again).
+ * `k3chat --inspect --measure` measures every figure again whatever the cache holds.
  *
  * Estimates. A matrix of B bytes multiplied by n columns takes B x (1/dec + (n - 1) x per_col),
  * per_col = (32/pre - 1/dec) / 31: the line through the two measured points, so a chunk of any
  * K3_CHUNK and an expert's few columns in it are costed at their own column count (it was
  * B x max(1/dec, n/pre), the 32-column rate whatever the columns), plus `call` per
- * multiplication. Per decode token: every
+ * multiplication; past 32 columns the line goes through the 32-column point and the chunk-width
+ * one (pre3_FMT_xC) instead, when measured. Per decode token: every
  * matrix class at its bits, the f32 tensors (router, f_a/f_b, b_proj: "small" in the plan), the
  * active experts (n_moe x n_active, MXFP4), the KDA state read and written (mem_bw), and the
  * expert misses read from the drive: routing is flat, so a cache holding a fraction f of the
@@ -51,6 +64,7 @@
  * weights route every token to the same experts, so it cannot validate the flat-routing part).
  */
 #include "fit.h"
+#include "kda-rec.h"
 #include "quant.h"
 
 #include <dirent.h>
@@ -61,6 +75,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static void cache_path(char *buf, size_t n, int mkdirs) {
@@ -82,37 +97,106 @@ static void cache_path(char *buf, size_t n, int mkdirs) {
     snprintf(buf, n, "%s/speed", dir);
 }
 
-/* The cached figure KEY (with dev for "disk"), or 0. */
-static double cache_get(const char *key, unsigned long long dev) {
-    char path[4200], line[256], k[32];
+/* ---- the conditions figures are measured under ------------------------------------------ */
+
+/* The machine the cache file describes, its first line: "machine cpu=HEX flags=HEX kernels=LEVEL
+ * memory=BYTES cpus=N" (the CPU model's and flag list's FNV-1a 64 from /proc/cpuinfo, the
+ * kernels' default level, the physical memory, the CPUs online). A file whose first line differs
+ * was written on another machine, or with other kernels, and is read as empty. */
+static void cond_machine(char *buf, size_t n) {
+    uint64_t hm = 14695981039346656037ull, hf = hm;
+    char     line[8192];
+    FILE    *f     = fopen("/proc/cpuinfo", "r");
+    int      got_m = 0, got_f = 0;
+    while (f && fgets(line, sizeof line, f) && !(got_m && got_f)) {
+        int is_m = !got_m && !strncmp(line, "model name", 10),
+            is_f = !got_f && (!strncmp(line, "flags", 5) || !strncmp(line, "Features", 8));
+        for (const char *p = line; (is_m || is_f) && *p; p++) {
+            if (is_m)
+                hm = (hm ^ (uint8_t)*p) * 1099511628211ull;
+            else
+                hf = (hf ^ (uint8_t)*p) * 1099511628211ull;
+        }
+        got_m |= is_m, got_f |= is_f;
+    }
+    if (f)
+        fclose(f);
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE), cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(buf, n, "machine cpu=%016llx flags=%016llx kernels=%s memory=%llu cpus=%ld",
+             (unsigned long long)hm, (unsigned long long)hf, kern_isa_name(kern_isa_best()),
+             (unsigned long long)(pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0),
+             cpus > 0 ? cpus : 1);
+}
+
+static double load_now(void) {
+    double l[1];
+    return getloadavg(l, 1) == 1 && l[0] >= 0 ? l[0] : 0;
+}
+
+/* A figure measured at load `then` does not stand for the machine at load `now` when the share of
+ * the CPUs the kernels' threads get, about cpus / (cpus + load), differs by more than a quarter. */
+static int load_differs(double then, double now) {
+    const long   c = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    const double a = (double)c / ((double)c + then), b = (double)c / ((double)c + now);
+    return a > 1.25 * b || b > 1.25 * a;
+}
+
+/* A figure of sp was measured at time `when` under load `load`. */
+static void note_cond(fit_speed *sp, long long when, double load) {
+    if (!sp->when || when < sp->when)
+        sp->when = when;
+    if (sp->n_cond++ == 0 || load > sp->load_hi)
+        sp->load_hi = load;
+    if (sp->n_cond == 1 || load < sp->load_lo)
+        sp->load_lo = load;
+}
+
+/* The cached figure KEY (with dev for "disk") measured on this machine at a load like now's, or 0;
+ * its time and load into sp (the oldest time, the highest and lowest load of the figures used). */
+static double cache_get(const char *key, unsigned long long dev, fit_speed *sp) {
+    char path[4200], line[256], k[32], mach[256];
     cache_path(path, sizeof path, 0);
     FILE *f = fopen(path, "r");
     if (!f)
         return 0;
-    double             v = 0, x;
+    cond_machine(mach, sizeof mach);
+    double             v = 0, x, load = 0, now = load_now();
+    long long          when = 0, t;
     unsigned long long dv;
-    while (fgets(line, sizeof line, f)) {
-        if (!strcmp(key, "disk")) {
-            if (sscanf(line, "%31s %llu %lf", k, &dv, &x) == 3 && !strcmp(k, key) && dv == dev && x > 0)
-                v = x;
-        } else if (sscanf(line, "%31s %lf", k, &x) == 2 && !strcmp(k, key) && x > 0) {
-            v = x;
-        }
+    int ok = fgets(line, sizeof line, f) && !strncmp(line, mach, strlen(mach)) && line[strlen(mach)] == '\n';
+    while (ok && fgets(line, sizeof line, f)) {
+        double l;
+        int    hit = !strcmp(key, "disk")
+                         ? sscanf(line, "%31s %llu %lf %lld %lf", k, &dv, &x, &t, &l) == 5 && dv == dev
+                         : sscanf(line, "%31s %lf %lld %lf", k, &x, &t, &l) == 4;
+        if (hit && !strcmp(k, key) && x > 0 && l >= 0 && !load_differs(l, now))
+            v = x, when = t, load = l; /* the last line of a key wins */
     }
     fclose(f);
+    if (v > 0)
+        note_cond(sp, when, load);
     return v;
 }
 
-static void cache_put(const char *key, unsigned long long dev, double v) {
-    char path[4200];
+/* Appends KEY's figure, measured now at load `load`; a file of another machine is started anew. */
+static void cache_put(const char *key, unsigned long long dev, double v, double load) {
+    char path[4200], mach[256], line[256];
     cache_path(path, sizeof path, 1);
-    FILE *f = fopen(path, "a");
+    cond_machine(mach, sizeof mach);
+    FILE *f = fopen(path, "r");
+    int   same =
+        f && fgets(line, sizeof line, f) && !strncmp(line, mach, strlen(mach)) && line[strlen(mach)] == '\n';
+    if (f)
+        fclose(f);
+    f = fopen(path, same ? "a" : "w");
     if (!f)
         return; /* a cache we cannot write is measured again next time */
+    if (!same)
+        fprintf(f, "%s\n", mach);
     if (!strcmp(key, "disk"))
-        fprintf(f, "%s %llu %.6g\n", key, dev, v);
+        fprintf(f, "%s %llu %.6g %lld %.2f\n", key, dev, v, (long long)time(NULL), load);
     else
-        fprintf(f, "%s %.6g\n", key, v);
+        fprintf(f, "%s %.6g %lld %.2f\n", key, v, (long long)time(NULL), load);
     fclose(f);
 }
 
@@ -178,18 +262,18 @@ static k3_status rate_matrix(int fmt, int rows, int cols, qmat *q, void **own) {
 
 enum { NPROBE = 5 }; /* probes of each product rate (v3: 5 alternating; v2: 3 of each in a row) */
 
-static double median_n(double *v, int n) { /* sorts v */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1], v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+static double best_n(const double *v, int n) {
+    double b = 0;
+    for (int i = 0; i < n; i++)
+        b = v[i] > b ? v[i] : b;
+    return b;
 }
 
-/* dec (bytes/s, one column) and pre (bytes x columns/s, 32 columns) of format fmt. */
-static void measure_fmt(int fmt, double *dec, double *pre) {
-    const int cols = 7168, n = 32; /* the release's hidden width */
+/* dec (bytes/s, one column) and pre (bytes x columns/s, 32 columns) of format fmt; with wide > 32
+ * also *wid, bytes x columns/s at wide columns on the same slice, its probes alternating with the
+ * others (else *wid is left alone). */
+static void measure_fmt(int fmt, int wide, double *dec, double *pre, double *wid) {
+    const int cols = 7168, n = wide > 32 ? wide : 32; /* the release's hidden width */
     const int bpr  = (int)(q_wbytes(fmt, 1, cols) + q_sbytes(fmt, 1, cols));
     const int rows = (int)(((size_t)256 << 20) / (size_t)bpr); /* beyond any L3 (56 MB was not) */
     qmat      q    = {0};
@@ -201,20 +285,26 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
         for (size_t i = 0; i < (size_t)n * cols; i++)
             x[i] = (float)(i % 17) * 0.1f - 0.8f;
         const double bytes = (double)rows * bpr;
-        double       v[NPROBE], w[NPROBE];
+        double       v[NPROBE], w[NPROBE], u[NPROBE];
         qmat         part = q; /* 1/32 of the rows: a prefill chunk's matmul is long enough on it */
         part.rows         = rows / 32;
         for (int r = 0; r < NPROBE; r++) { /* alternating, so that a burst of load hits both */
             double t0 = k3_time();
             qmat_matvec(&q, x, y);
             double t1 = k3_time();
-            qmat_matmul(&part, x, n, y);
+            qmat_matmul(&part, x, 32, y);
             double t2 = k3_time();
+            if (n > 32)
+                qmat_matmul(&part, x, n, y);
+            double t3 = k3_time();
             v[r]      = t1 > t0 ? bytes / (t1 - t0) : 0;
-            w[r]      = t2 > t1 ? bytes / 32 * n / (t2 - t1) : 0;
+            w[r]      = t2 > t1 ? bytes / 32 * 32 / (t2 - t1) : 0;
+            u[r]      = t3 > t2 ? bytes / 32 * n / (t3 - t2) : 0;
         }
-        *dec = median_n(v, NPROBE); /* the median: on a loaded machine the best is an outlier */
-        *pre = median_n(w, NPROBE);
+        *dec = best_n(v, NPROBE); /* the best round, as a benchmark keeps: what the machine can do */
+        *pre = best_n(w, NPROBE);
+        if (n > 32)
+            *wid = best_n(u, NPROBE);
     }
     if (own)
         free(own);
@@ -226,7 +316,7 @@ static void measure_fmt(int fmt, double *dec, double *pre) {
 
 /* Bytes/s of MXFP4 routed experts of shape (F, L) run as a decode step runs them: w1 and w3 in one
  * call over the same input, then w2 over an F-wide input; enough distinct experts to pass 256 MB
- * (beyond the caches), median of NPROBE passes over all of them. A small expert's products are
+ * (beyond the caches), best of NPROBE passes over all of them. A small expert's products are
  * short, so a call's fixed cost (threads woken and joined) and the ramp-up of each matrix's
  * stream weigh on them in a way the 256 MB matrices above do not show. */
 static double measure_experts(int F, int L) {
@@ -259,7 +349,7 @@ static double measure_experts(int F, int L) {
             double dt = k3_time() - t0;
             v[r0]     = dt > 0 ? (double)nx * (double)one / dt : 0;
         }
-        r = median_n(v, NPROBE);
+        r = best_n(v, NPROBE);
     }
     free(buf);
     free(x);
@@ -293,6 +383,63 @@ static double measure_call(void) {
     }
     qmat_free(&q);
     return best;
+}
+
+/* Seconds per token of one KDA layer's recurrence (kda-rec.c) with H heads of width d, run as a
+ * chunk runs it: heads spread over the threads, each head token by token over a chunk of 64
+ * columns; best of NPROBE chunks. The matrices' probes do not see this work: per token it touches
+ * every head's d x d state twice in double arithmetic, which at the release's 96 heads of 128 is
+ * comparable to a few percent of the layer's products in a prefill chunk. */
+static double measure_kda(int H, int d) {
+    enum { n = 64 };
+    const size_t P = (size_t)H * (size_t)d;
+    float       *S = k3_aligned_alloc(64, 2 * P * (size_t)d * sizeof(float)),
+          *buf     = k3_aligned_alloc(64, 5 * n * P * sizeof(float) + (size_t)n * (size_t)H * sizeof(float));
+    double *tmp = k3_aligned_alloc(64, 2 * P * sizeof(double)), v[NPROBE], r = 0;
+    float  *one = k3_aligned_alloc(64, (size_t)d * sizeof(float));
+    if (S && buf && tmp && one) {
+        memset(S, 0, 2 * P * (size_t)d * sizeof(float));
+        for (size_t i = 0; i < 5 * n * P + (size_t)n * (size_t)H; i++)
+            buf[i] = 0.5f + (float)(i % 7) * 0.05f; /* decays, gates and betas in (0, 1) */
+        for (int i = 0; i < d; i++)
+            one[i] = 1;
+        float *q = buf, *k = q + n * P, *val = k + n * P, *dec = val + n * P, *sg = dec + n * P,
+              *beta = sg + n * P;
+        for (int r0 = 0; r0 < NPROBE; r0++) {
+            double t0 = k3_time();
+#pragma omp parallel for schedule(static) if ((long)n * H * d * d >= KDA_REC_PAR_MIN)
+            for (int h = 0; h < H; h++) {
+                const kda_rec rc = {.d      = d,
+                                    .P      = (int)P,
+                                    .H      = H,
+                                    .h      = h,
+                                    .t0     = 0,
+                                    .n      = n,
+                                    .S0     = S + (size_t)h * d * d,
+                                    .S      = S + P * (size_t)d + (size_t)h * d * d,
+                                    .q      = q,
+                                    .k      = k,
+                                    .v      = val,
+                                    .decay  = dec,
+                                    .sgate  = sg,
+                                    .beta   = beta,
+                                    .o_norm = one,
+                                    .eps    = 1e-5,
+                                    .u      = tmp + (size_t)h * 2 * d,
+                                    .o      = tmp + (size_t)h * 2 * d + d};
+                kda_rec_run(&rc);
+            }
+            double dt = k3_time() - t0;
+            v[r0]     = dt > 0 ? n / dt : 0; /* tokens per second: the best round is the largest */
+        }
+        double best = best_n(v, NPROBE);
+        r           = best > 0 ? 1 / best : 0;
+    }
+    free(S);
+    free(buf);
+    free(tmp);
+    free(one);
+    return r;
 }
 
 /* O_DIRECT reads of PATH (size bytes); 0 when refused (tmpfs) or failed. */
@@ -354,8 +501,18 @@ static uint64_t largest_shard(const char *dir, char *path, size_t n) {
     return best;
 }
 
-static double cached(int fresh, const char *key, unsigned long long dev) {
-    return fresh ? 0 : cache_get(key, dev);
+static double cached(fit_speed *o, int fresh, const char *key, unsigned long long dev) {
+    return fresh ? 0 : cache_get(key, dev, o);
+}
+
+/* A figure measured now: cached (when v > 0 and `keep`) with the load it was measured under. */
+static void measured(fit_speed *o, const char *key, unsigned long long dev, double v, int keep) {
+    if (v <= 0) /* nothing to measure (a shard under 4 MB), or it failed: no figure */
+        return;
+    o->cached = 0;
+    note_cond(o, (long long)time(NULL), o->load_now);
+    if (keep)
+        cache_put(key, dev, v, o->load_now);
 }
 
 /* The cache key of a figure the kernels make: key itself for the machine's default kernels (its
@@ -371,7 +528,8 @@ static const char *kernel_key(const char *key, char *buf, size_t n) {
 }
 
 /* (v2: the 256 MB matrix and the median; figures cached under the first names were too fast; v3:
- * median of 5 alternating probes) */
+ * median of 5 alternating probes; the file now also names the machine and each figure its time
+ * and load, and a probe keeps its best round) */
 static const char *const fmt_key[4][2] = {
     {"dec3_f32", "pre3_f32"}, {"dec3_i8", "pre3_i8"}, {"dec3_i4", "pre3_i4"}, {"dec3_mxfp4", "pre3_mxfp4"}};
 
@@ -385,55 +543,61 @@ void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
         dev       = (unsigned long long)sb.st_dev;
         o->sparse = (uint64_t)sb.st_blocks * 512 < (uint64_t)sb.st_size / 2;
     }
-    o->cached = 1;
-    if (!(o->mem_bw = cached(fresh, "mem_bw", 0))) {
-        o->cached = 0;
-        if ((o->mem_bw = measure_mem()) > 0)
-            cache_put("mem_bw", 0, o->mem_bw);
-    }
+    o->cached   = 1;
+    o->load_now = load_now(); /* before measuring: the probes' own threads are not the machine's load */
+    o->cpus     = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? (int)sysconf(_SC_NPROCESSORS_ONLN) : 1;
+    if (!(o->mem_bw = cached(o, fresh, "mem_bw", 0)))
+        measured(o, "mem_bw", 0, o->mem_bw = measure_mem(), 1);
     char kd[64], kp[64], kc[64];
     for (int f = 0; f < 4; f++) { /* enum qtype order: F32, I8, I4, MXFP4 */
         const char *d = kernel_key(fmt_key[f][0], kd, sizeof kd),
                    *p = kernel_key(fmt_key[f][1], kp, sizeof kp);
-        if (!(o->dec[f] = cached(fresh, d, 0)) || !(o->pre[f] = cached(fresh, p, 0))) {
-            o->cached = 0;
-            measure_fmt(f, &o->dec[f], &o->pre[f]);
-            if (o->dec[f] > 0 && o->pre[f] > 0)
-                cache_put(d, 0, o->dec[f]), cache_put(p, 0, o->pre[f]);
+        if (!(o->dec[f] = cached(o, fresh, d, 0)) || !(o->pre[f] = cached(o, fresh, p, 0))) {
+            measure_fmt(f, 0, &o->dec[f], &o->pre[f], NULL);
+            measured(o, d, 0, o->dec[f], o->pre[f] > 0);
+            measured(o, p, 0, o->pre[f], o->dec[f] > 0);
         }
     }
     const char *c = kernel_key("call2", kc, sizeof kc);
-    if (!(o->call = cached(fresh, c, 0))) {
-        o->cached = 0;
-        if ((o->call = measure_call()) > 0)
-            cache_put(c, 0, o->call);
-    }
-    if (bsz && !(o->disk = cached(fresh, "disk", dev))) {
-        o->cached = 0;
-        if ((o->disk = measure_disk(shard, bsz, 0)) > 0 && !o->sparse)
-            cache_put("disk", dev, o->disk);
-    }
+    if (!(o->call = cached(o, fresh, c, 0)))
+        measured(o, c, 0, o->call = measure_call(), 1);
+    if (bsz && !(o->disk = cached(o, fresh, "disk", dev)))
+        measured(o, "disk", dev, o->disk = measure_disk(shard, bsz, 0), !o->sparse);
     o->disk_data = o->disk;
-    if (bsz && o->sparse && !(o->disk_data = cached(fresh, "disk_data", dev))) {
-        o->cached = 0;
-        if ((o->disk_data = measure_disk(shard, bsz, 1)) > 0)
-            cache_put("disk_data", dev, o->disk_data);
-    }
+    if (bsz && o->sparse && !(o->disk_data = cached(o, fresh, "disk_data", dev)))
+        measured(o, "disk_data", dev, o->disk_data = measure_disk(shard, bsz, 1), 1);
     cache_path(o->cache, sizeof o->cache, 0);
 }
 
-void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, fit_speed *o) {
+void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, int chunk, fit_speed *o) {
     fit_speed_get(dir, fresh, o);
+    /* a chunk wider than 32 columns: each format's rate at the chunk's width (the kernels' work per
+     * column falls with the columns: the 32-column rate alone made prefill 1.3-1.4x too slow) */
+    for (int f = 0; f < 4 && chunk > 32; f++) {
+        char base[64], kb[96];
+        snprintf(base, sizeof base, "%s_x%d", fmt_key[f][1], chunk);
+        const char *key = kernel_key(base, kb, sizeof kb);
+        o->wide_n       = chunk;
+        if (!(o->wide[f] = cached(o, fresh, key, 0))) {
+            double d = 0, p = 0;
+            measure_fmt(f, chunk, &d, &p, &o->wide[f]);
+            measured(o, key, 0, o->wide[f], 1);
+        }
+    }
+    if (t->kda_heads > 0 && t->kda_d > 0) {
+        char base[64], kb[96];
+        snprintf(base, sizeof base, "kda_rec_%dx%d", t->kda_heads, t->kda_d);
+        const char *key = kernel_key(base, kb, sizeof kb);
+        if (!(o->kda_rec = cached(o, fresh, key, 0)))
+            measured(o, key, 0, o->kda_rec = measure_kda(t->kda_heads, t->kda_d), 1);
+    }
     if (t->ex_rows <= 0 || t->ex_cols <= 0 || t->ex_cols % Q_MXFP4_GROUP || t->ex_rows % Q_MXFP4_GROUP)
         return;
     char base[64], kb[96];
     snprintf(base, sizeof base, "dec3_ex_%dx%d", t->ex_rows, t->ex_cols);
     const char *key = kernel_key(base, kb, sizeof kb);
-    if (!(o->ex_dec = cached(fresh, key, 0))) {
-        o->cached = 0;
-        if ((o->ex_dec = measure_experts(t->ex_rows, t->ex_cols)) > 0)
-            cache_put(key, 0, o->ex_dec);
-    }
+    if (!(o->ex_dec = cached(o, fresh, key, 0)))
+        measured(o, key, 0, o->ex_dec = measure_experts(t->ex_rows, t->ex_cols), 1);
 }
 
 static int bits_fmt(int bits) {
@@ -442,13 +606,18 @@ static int bits_fmt(int bits) {
 
 /* Seconds for B bytes of format f times n columns (speed.c: DESIGN): per byte, a part that does
  * not depend on the columns (reading and unpacking the weights) and one per column, the line
- * through the two measured points (1 column: dec, 32 columns: pre); never under one column's. */
+ * through the measured points (1 column: dec, 32 columns: pre) and, past 32 columns, through the
+ * 32-column point and the chunk-width one (wide) when measured; never under one column's. */
 static double mat_s(const fit_speed *sp, int f, double B, double n) {
     double dec = sp->dec[f] > 0 ? sp->dec[f] : 1e10, pre = sp->pre[f] > 0 ? sp->pre[f] : 1e11;
     double t1 = 1 / dec, per_col = (32 / pre - t1) / 31;
     if (per_col < 0)
         per_col = 0;
     double t = B * (t1 + per_col * (n - 1));
+    if (n > 32 && sp->wide_n > 32 && sp->wide[f] > 0) {
+        double t32 = t1 + per_col * 31, wide_col = (sp->wide_n / sp->wide[f] - t32) / (sp->wide_n - 32);
+        t = B * (t32 + (wide_col > 0 ? wide_col : 0) * (n - 32));
+    }
     return t > B * t1 ? t : B * t1;
 }
 
@@ -476,6 +645,8 @@ void fit_speed_estimate_route(const fit_table *t, const fit_set *s, const fit_pl
     }
     dec += mat_s(sp, Q_F32, (double)t->small, 1) + (double)t->kda_state / mem + t->n_mats * call;
     pre += mat_s(sp, Q_F32, (double)t->small, C) + (double)t->kda_state / mem + t->n_mats * call;
+    /* the KDA recurrence, token by token in a chunk (in decode the state's read above bounds it) */
+    pre += C * t->n_kda * sp->kda_rec;
     /* K3_MMAP=1: mapped weights the page cache cannot keep; stored data, never holes */
     const double ddata = sp->disk_data > 0 ? sp->disk_data : disk;
     dec += (double)p->reread / ddata;

@@ -1,7 +1,7 @@
 /* chat-format.c: the XTML chat format: conversation -> ids, and the output channel parser.
  *
  * DESIGN
- * Encoder (../shared/spec/k3-chat.md section 2). Only <|open|>, <|close|>, <|sep|> and
+ * Encoder (doc/chat-format.md section 2). Only <|open|>, <|close|>, <|sep|> and
  * <|end_of_msg|> are structural ids; every other piece (tag name, " key", "=\"", the
  * escaped value, "\"", message text) is encoded on its own with specials disallowed,
  * so piece boundaries are token boundaries and user text can never forge a control id:
@@ -19,7 +19,7 @@
  * switch think -> response; anything else (unknown tag, stray <|sep|>, other specials,
  * a tag that never closes) is replayed as its literal text into the current channel.
  *
- * Tools (../shared/spec/k3-tools.md): the encoder writes the tool-declare message
+ * Tools (doc/tool-calls.md): the encoder writes the tool-declare message
  * (tools canonicalised by json.c: keys sorted, compact, Python numbers), assistant calls
  * with typed arguments, tool results re-sorted by call id, and the tool-choice message.
  * With tools on, the parser also reads <|open|>tools<|sep|> blocks: call markers carry
@@ -124,7 +124,7 @@ static int blank(const char *s) {
     return 1;
 }
 
-/* ---- tools (../shared/spec/k3-tools.md section 1) ---- */
+/* ---- tools (doc/tool-calls.md section 1) ---- */
 
 /* One argument value (1.3): a string raw, anything else as json.dumps writes it. */
 static k3_status arg_value(chat_enc *e, const jv *v) {

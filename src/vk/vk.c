@@ -17,6 +17,8 @@
 
 #include "shaders_spv.h"
 
+#include <dlfcn.h>
+#include <link.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vulkan/vulkan.h>
@@ -302,6 +304,43 @@ static uint64_t driver_budget(vk_ctx *c, int has_budget_ext) {
     return best;
 }
 
+/* ---- keeping the driver mapped ------------------------------------------------------------
+ * The loader dlopens the driver (ICD) in vkCreateInstance and dlcloses it in vkDestroyInstance.
+ * Some drivers (Mesa's lavapipe 22.3 among them) keep one-time allocations in their globals and
+ * do not free them at unload; once the library is unmapped LeakSanitizer sees those blocks as
+ * leaked from an "<unknown module>", so every sanitizer run that merely probed for a GPU failed.
+ * A driver stays mapped until exit instead (RTLD_NODELETE on every object the instance brought
+ * in): its globals stay reachable, and a later probe in the same process does not reload it. */
+typedef struct {
+    const char *names[64]; /* (n) objects mapped before vkCreateInstance; points into the link map */
+    int         n;
+    int         full; /* more than fit: pin nothing rather than guess */
+} loaded_set;
+
+static int loaded_add(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    loaded_set *s = arg;
+    if (s->n == (int)(sizeof s->names / sizeof s->names[0]))
+        s->full = 1;
+    else
+        s->names[s->n++] = info->dlpi_name;
+    return 0;
+}
+
+static int pin_new(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    const loaded_set *before = arg;
+    if (before->full || !info->dlpi_name || !*info->dlpi_name)
+        return 0;
+    for (int i = 0; i < before->n; i++)
+        if (before->names[i] && !strcmp(before->names[i], info->dlpi_name))
+            return 0;
+    void *h = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+    if (h)
+        dlclose(h); /* drops our reference; RTLD_NODELETE stays */
+    return 0;
+}
+
 k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     k3_status st    = K3_OK;
     *out            = NULL;
@@ -312,11 +351,14 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     if (!c)
         return K3_ERR_NOMEM;
 
-    VkApplicationInfo    app = {.sType            = VK_STRUCTURE_TYPE_APPLICATION_INFO,
-                                .pApplicationName = "k3chat",
-                                .apiVersion       = VK_API_VERSION_1_2};
-    VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
-    VkResult             r   = vkCreateInstance(&ici, NULL, &c->inst);
+    VkApplicationInfo    app    = {.sType            = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                                   .pApplicationName = "k3chat",
+                                   .apiVersion       = VK_API_VERSION_1_2};
+    VkInstanceCreateInfo ici    = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+    loaded_set           before = {.n = 0};
+    dl_iterate_phdr(loaded_add, &before);
+    VkResult r = vkCreateInstance(&ici, NULL, &c->inst);
+    dl_iterate_phdr(pin_new, &before);
     if (r != VK_SUCCESS) {
         st = k3_err(K3_ERR_UNSUPPORTED, "vulkan: no Vulkan driver (vkCreateInstance: %d)", (int)r);
         goto fail;

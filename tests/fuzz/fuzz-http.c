@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (http_head_check(p, size, (int)(size & 2), &r, &h))
         FZ_CHECK(h.status ? h.status >= 400 && h.code[0] && h.msg[0] : h.len >= 4 && h.len <= size);
     char   clean[256];
-    size_t n = http_clean(clean, sizeof clean, p, size, (int)(size & 4));
+    size_t n = http_clean(clean, sizeof clean, p, size);
     FZ_CHECK(n < sizeof clean && strlen(clean) == n);
     for (size_t i = 0; i < n; i++)
         FZ_CHECK((unsigned char)clean[i] >= 0x20 && clean[i] != 0x7F);

@@ -9,12 +9,17 @@
  * generates, and runs the output parser: the response channel streams to stdout, the think
  * channel to stderr. It stops at <|end_of_msg|>, eos, --max-tokens or the context capacity.
  * Sampling defaults come from generation_config.json; --temp/--top-p/--seed override.
+ * --json-schema FILE / --json: from the response channel on, every id is drawn under the token
+ * mask of the schema's grammar (src/grammar), so stdout gets exactly one JSON document; when
+ * generation stops before the document is complete the status is 1 with the reason.
  * Errors go to stderr with exit status 1.
  */
 #include "cli.h"
 #include "loadprog.h"
+#include "text.h"
 #include "k3.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +27,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static void emit(FILE *f, const char *t, size_t n) {
+/* The model's text goes out through the one escaping function (text.h); st holds a character
+ * cut between two tokens. */
+static void emit(FILE *f, txt_esc *st, const char *t, size_t n) {
     if (n) {
-        fwrite(t, 1, n, f);
+        txt_term_put(f, st, t, n);
         fflush(f);
     }
 }
@@ -32,8 +39,57 @@ static void emit(FILE *f, const char *t, size_t n) {
 /* --prompt: [system], user message -> chat encoder -> generate -> output parser; the
  * response channel to stdout, the think channel to stderr. Stops at <|end_of_msg|>,
  * eos_token_id, --max-tokens or the context capacity. */
+/* The grammar of --json-schema FILE or --json (NULL when neither). 0, or -1 with the reason said. */
+static int load_grammar(const cli_opts *o, const k3_tok *tok, int32_t n_vocab, int32_t eos, k3_gvocab **voc,
+                        k3_grammar **g) {
+    *voc = NULL;
+    *g   = NULL;
+    if (!o->json_schema && !o->json)
+        return 0;
+    char     *text = NULL;
+    size_t    len  = 0;
+    k3_status st   = K3_OK;
+    if (o->json_schema) {
+        FILE *f = fopen(o->json_schema, "rb");
+        if (!f) {
+            fprintf(stderr, "k3chat: --json-schema: cannot open %s: %s\n", o->json_schema, strerror(errno));
+            return -1;
+        }
+        k3_buf b = {0};
+        char   chunk[65536];
+        size_t n;
+        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+            if (k3_buf_add(&b, chunk, n))
+                break;
+        int bad = ferror(f) || b.oom;
+        fclose(f);
+        if (bad) {
+            fprintf(stderr, "k3chat: --json-schema: cannot read %s\n", o->json_schema);
+            free(b.p);
+            return -1;
+        }
+        text = b.p;
+        len  = b.n;
+    }
+    if (!(st = k3_gvocab_new(tok, n_vocab, eos, voc)))
+        st = o->json_schema ? k3_grammar_json_schema(*voc, text ? text : "", len, g) : k3_grammar_json_object(*voc, g);
+    free(text);
+    if (st) {
+        fprintf(stderr, "k3chat: %s%s: %s\n", o->json_schema ? "--json-schema " : "--json",
+                o->json_schema ? o->json_schema : "", k3_errmsg());
+        k3_gvocab_free(*voc);
+        *voc = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
     k3_tok         *tok = NULL;
+    k3_gvocab      *voc = NULL;
+    k3_grammar     *gram = NULL;
+    k3_gmatch      *gm   = NULL;
+    uint64_t       *mask = NULL;
     k3_chat_parser *prs = NULL;
     k3_sampler     *smp = NULL;
     k3_ids          ids = {0};
@@ -47,7 +103,7 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     k3_chat_opts opt = {.think = think, .effort = o->effort, .gen_prompt = 1};
     if ((st = k3_tok_load(o->dir, NULL, &tok)) || (st = k3_chat_encode(tok, msgs, nm, &opt, &ids)) ||
         (st = k3_chat_parser_new(tok, think, &prs))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     if (!(smp = k3_sampler_new(sp))) {
@@ -56,24 +112,45 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     }
     k3_model_info info;
     k3_model_get_info(m, &info);
+    if (load_grammar(o, tok, info.vocab, info.eos_id, &voc, &gram))
+        goto done;
+    if (gram && ((st = k3_gmatch_new(gram, &gm)) ||
+                 !(mask = malloc((size_t)k3_gvocab_words(voc) * sizeof *mask)))) {
+        fprintf(stderr, "k3chat: %s\n", st ? k3_errmsg() : "out of memory");
+        goto done;
+    }
     if ((st = k3_session_feed(s, ids.v, (int)ids.n))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     int max_tokens    = o->max_tokens > 0 ? o->max_tokens : info.max_ctx; /* 0: no limit, as in the chat */
     k3_chat_out out   = {0};
-    int         ended = 0, thought = 0;
+    int         ended = 0, thought = 0, cut = 0;
+    txt_esc     esc_out = {0}, esc_err = {0};
+    const char *why = "max tokens";
     for (int i = 0; i < max_tokens && !ended; i++) {
-        int32_t t = k3_sampler_sample(smp, k3_session_logits(s), info.vocab);
+        int     masked = gm && k3_chat_parser_channel(prs) == K3_CHAN_RESPONSE;
+        int32_t t;
+        if (masked && (st = k3_gmatch_mask(gm, mask)))
+            break;
+        t = k3_sampler_sample_masked(smp, k3_session_logits(s), info.vocab, masked ? mask : NULL);
+        if (t < 0) {
+            why = "the grammar allows no token here";
+            break;
+        }
+        if (masked && (st = k3_gmatch_accept(gm, t)))
+            break;
         if ((st = k3_chat_parser_feed(prs, t, &out)))
             break;
-        emit(stderr, out.think, out.think_len);
-        emit(stdout, out.response, out.response_len);
+        emit(stderr, &esc_err, out.think, out.think_len);
+        emit(stdout, &esc_out, out.response, out.response_len);
         thought |= out.think_len > 0;
         ended = out.end || t == info.eos_id;
+        cut   = !ended && i + 1 == max_tokens && o->max_tokens > 0;
         if (ended || i + 1 == max_tokens)
             break;
         if (k3_session_pos(s) >= info.max_ctx) {
+            why = "the context is full";
             fprintf(stderr, "\nk3chat: stopped: the context (K3_MAXT=%d) is full\n", info.max_ctx);
             break;
         }
@@ -82,18 +159,29 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     }
     if (!ended) {
         k3_chat_parser_finish(prs, &out);
-        emit(stderr, out.think, out.think_len);
-        emit(stdout, out.response, out.response_len);
+        emit(stderr, &esc_err, out.think, out.think_len);
+        emit(stdout, &esc_out, out.response, out.response_len);
         thought |= out.think_len > 0;
     }
+    txt_term_end(stderr, &esc_err);
+    txt_term_end(stdout, &esc_out);
     if (thought)
         fputc('\n', stderr);
     printf("\n");
+    if (cut) /* as line mode says it (plain.c report_cut) */
+        fprintf(stderr, "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n", max_tokens);
     if (st)
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
+    else if (gm && !k3_gmatch_complete(gm))
+        fprintf(stderr, "k3chat: stopped before the JSON document was complete (%s)\n",
+                k3_chat_parser_channel(prs) != K3_CHAN_RESPONSE ? "still thinking" : why);
     else
         rc = 0;
 done:
+    free(mask);
+    k3_gmatch_free(gm);
+    k3_grammar_free(gram);
+    k3_gvocab_free(voc);
     k3_sampler_free(smp);
     k3_chat_parser_free(prs);
     k3_ids_free(&ids);
@@ -132,7 +220,7 @@ static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_s
     }
     printf("\n");
     if (st)
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
     k3_sampler_free(smp);
     free(ids);
     return st ? 1 : 0;
@@ -159,12 +247,12 @@ int cli_oneshot(const cli_opts *o) {
         }
     }
     if ((st = k3_params_default(&par))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         return 1;
     }
     st = load_model_verbose(o->dir, &par, &m);
     if (st || (st = k3_session_new(m, &s))) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     k3_sampler_params sp;

@@ -10,7 +10,7 @@ int cli_inspect(const cli_opts *o) {
         fprintf(stderr, "k3chat: --inspect needs MODEL_DIR\n");
         return 2;
     }
-    k3_status st = k3_inspect(o->dir, stdout);
+    k3_status st = o->measure ? k3_inspect_measure(o->dir, stdout) : k3_inspect(o->dir, stdout);
     if (st != K3_OK) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         return 1;

@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "cmd.h"
 #include "k3.h"
+#include "text.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static void usage(FILE *f) {
@@ -40,12 +42,15 @@ static void usage(FILE *f) {
         "  --seed S            random seed for reproducible sampling\n"
         "  --think on|off      thinking mode (default on)\n"
         "  --effort low|high|max  thinking effort (default max)\n"
+        "  --json-schema FILE  --prompt's answer is one JSON document valid against FILE's schema\n"
+        "  --json              --prompt's answer is one JSON object\n"
         "  --pattern kimi|o200k   pre-tokenizer family for --tokenize/--detokenize\n"
         "  --theme NAME        color theme\n"
         "  --api-key KEY       bearer token --serve demands of clients, --endpoint sends (or K3_API_KEY)\n"
         "  --model NAME        model name served (--serve) or requested (--endpoint)\n"
         "  --allow-host NAMES  Host names (comma-separated) a --serve without a key answers\n"
         "  --parallel N        requests --serve generates at once (1..64, default 4)\n"
+        "  --measure           with --inspect: measure this machine's speed figures again\n"
         "  -h, --help          this help;  -V, --version  the version\n"
         "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
@@ -123,7 +128,7 @@ static int check_load(const char *path) {
     k3_conv *c  = k3_conv_new();
     int      rc = 0;
     if (!c || k3_conv_load(c, path, NULL) != K3_OK) {
-        fprintf(stderr, "k3chat: --load: %s\n", c ? k3_errmsg() : "out of memory");
+        txt_term_printf(stderr, "k3chat: --load: %s\n", c ? k3_errmsg() : "out of memory");
         rc = -1;
     }
     k3_conv_free(c);
@@ -180,7 +185,10 @@ int main(int argc, char **argv) {
         O_APIKEY,
         O_MODEL,
         O_ALLOWHOST,
-        O_PARALLEL
+        O_PARALLEL,
+        O_MEASURE,
+        O_JSONSCHEMA,
+        O_JSON
     };
     static const struct option lo[] = {{"inspect", no_argument, 0, O_INSPECT},
                                        {"tokenize", no_argument, 0, O_TOKENIZE},
@@ -206,6 +214,9 @@ int main(int argc, char **argv) {
                                        {"model", required_argument, 0, O_MODEL},
                                        {"allow-host", required_argument, 0, O_ALLOWHOST},
                                        {"parallel", required_argument, 0, O_PARALLEL},
+                                       {"measure", no_argument, 0, O_MEASURE},
+                                       {"json-schema", required_argument, 0, O_JSONSCHEMA},
+                                       {"json", no_argument, 0, O_JSON},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
@@ -244,6 +255,12 @@ int main(int argc, char **argv) {
             if (set_mode(&o, CLI_ONESHOT, "--prompt"))
                 return 2;
             o.prompt = optarg;
+            break;
+        case O_JSONSCHEMA:
+            o.json_schema = optarg;
+            break;
+        case O_JSON:
+            o.json = 1;
             break;
         case O_IDS:
             if (set_mode(&o, CLI_ONESHOT, "--ids"))
@@ -342,6 +359,9 @@ int main(int argc, char **argv) {
                 return 2;
             o.parallel = (int)v;
             break;
+        case O_MEASURE:
+            o.measure = 1;
+            break;
         default:
             usage(stderr);
             return 2;
@@ -349,8 +369,17 @@ int main(int argc, char **argv) {
     }
     if (!o.api_key && getenv("K3_API_KEY") && *getenv("K3_API_KEY"))
         o.api_key = getenv("K3_API_KEY");
+    if (o.measure && o.mode != CLI_INSPECT) {
+        fprintf(stderr, "k3chat: --measure goes with --inspect (k3chat --inspect --measure MODEL_DIR)\n");
+        return 2;
+    }
     if (o.endpoint && o.mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
+        return 2;
+    }
+    if (o.endpoint && strstr(o.endpoint, "://") && strncasecmp(o.endpoint, "http://", 7) &&
+        strncasecmp(o.endpoint, "https://", 8)) { /* libcurl would try ftp://, file://, ... */
+        txt_term_printf(stderr, "k3chat: --endpoint: '%s' is not an http:// or https:// URL\n", o.endpoint);
         return 2;
     }
     int nargs = argc - optind,
@@ -369,6 +398,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "k3chat: --load continues a conversation in the chat only (not with --prompt, --ids, "
                         "--replay, --serve or the tools); to ask one question after it, pipe the message in: "
                         "echo TEXT | k3chat --load FILE MODEL_DIR\n");
+        return 2;
+    }
+    if ((o.json_schema || o.json) && !o.prompt) {
+        fprintf(stderr, "k3chat: %s shapes the answer of --prompt only\n", o.json ? "--json" : "--json-schema");
+        return 2;
+    }
+    if (o.json_schema && o.json) {
+        fprintf(stderr, "k3chat: --json and --json-schema exclude each other (--json is any JSON object)\n");
         return 2;
     }
     if (o.load && check_load(o.load) != 0)

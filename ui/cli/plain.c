@@ -10,7 +10,7 @@
  * exit status is 1 when the model failed to load (whether or not anything was read), a message
  * got no answer (an error: a full context, an unreachable --endpoint; as with --prompt; unless a
  * /retry or /edit of it answered later) or stdout could not be written (reported once on
- * stderr). On a terminal, quitting or /clear while the conversation is on no disk (the autosave
+ * stderr). On a terminal, quitting, /clear or /load while the conversation is on no disk (the autosave
  * failed) is refused once with a message.
  * Answers are printed as the raw Markdown they are. /copy puts one on the clipboard with OSC 52
  * when stdout is a terminal (the answers of this session are kept for it); /edit offers the
@@ -23,6 +23,7 @@
 #include "engine.h"
 #include "input.h"
 #include "k3.h"
+#include "text.h"
 #include "loadprog.h"
 
 #include <errno.h>
@@ -45,22 +46,25 @@ typedef struct plain {
     ev_queue     *q;
     chat_settings cs;
     int           err_tty, fatal, ready, last_ch, busy;
-    int           esc;        /* stderr is a terminal that takes escape sequences (not dumb) */
-    int           progress;   /* a load-progress line is on stderr, not ended yet            */
-    int           replaying;  /* a /replay runs: its end writes no answer line              */
-    int           want_stats; /* /stats asked: print the next requested EV_STATS            */
-    ue_stats      st;         /* the last turn's statistics (EV_DONE)                        */
-    load_prog     lp;         /* the loading line on stderr (loadprog.h)                    */
-    unsigned      acked;      /* EV_ACKs seen: the worker has run this many commands */
-    int           out_err;    /* errno of the first failed write to stdout (0: none) */
-    txt_buf      *ans;        /* (n_ans) the answers of the conversation, for /copy */
+    int           esc;              /* stderr is a terminal that takes escape sequences (not dumb) */
+    txt_esc       esc_out, esc_err; /* a character cut between two tokens, held (text.h) */
+    int           progress;         /* a load-progress line is on stderr, not ended yet            */
+    int           replaying;        /* a /replay runs: its end writes no answer line              */
+    int           want_stats;       /* /stats asked: print the next requested EV_STATS            */
+    ue_stats      st;               /* the last turn's statistics (EV_DONE)                        */
+    load_prog     lp;               /* the loading line on stderr (loadprog.h)                    */
+    unsigned      acked;            /* EV_ACKs seen: the worker has run this many commands */
+    int           out_err;          /* errno of the first failed write to stdout (0: none) */
+    txt_buf      *ans;              /* (n_ans) the answers of the conversation, for /copy */
     int           n_ans, cap_ans;
     txt_buf       cur;       /* the answer streaming now                            */
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
     int           edit_pending;
     EditLine     *el;
+    History      *hist;        /* the line editor's history (a terminal), NULL otherwise      */
+    const char   *hpath;       /* its file, NULL when there is none                          */
     int           lineno;      /* input lines read so far                             */
-    int           quit_warned; /* 1: a quit, 2: a /clear was refused (keep_unsaved)   */
+    int           quit_warned; /* 1 + UE_DROP_* of the refused request (keep_unsaved) */
     int           failed;      /* messages that got no answer (an error): exit status 1 */
     int           last_failed; /* the last exchange's turn failed (counted in failed)       */
     int           redo;        /* the turn running is a /retry or /edit of the last exchange:
@@ -93,7 +97,12 @@ static void out_check(plain *p) {
         return;
     if (!p->out_err) {
         p->out_err = errno ? errno : EIO;
-        fprintf(stderr, "k3chat: cannot write the answer to standard output: %s\n", strerror(p->out_err));
+        txt_term_printf(stderr,
+                        "k3chat: cannot write the answer to standard output: %s; stopping (no more input is "
+                        "read)\n",
+                        strerror(p->out_err));
+        if (p->eng)
+            ue_cancel(p->eng); /* nobody reads the rest: the autosave keeps what came, interrupted */
     }
     clearerr(stdout);
 }
@@ -101,7 +110,7 @@ static void out_check(plain *p) {
 static void plain_log(int level, const char *msg, void *ud) {
     (void)ud;
     if (level <= K3_LOG_LEVEL_WARN || (level == K3_LOG_LEVEL_INFO && chat_verbose()))
-        fprintf(stderr, "k3chat: %s\n", msg);
+        txt_term_printf(stderr, "k3chat: %s\n", msg);
 }
 
 /* Ends a load-progress line before anything else goes to stderr or the prompt shows. */
@@ -114,24 +123,25 @@ static void progress_end(plain *p) {
 static void print_stats(plain *p, const ue_stats *now) {
     char set[256];
     chat_settings_str(&p->cs, set, sizeof set);
-    fprintf(stderr, "k3chat: settings: %s\n", set);
+    txt_term_printf(stderr, "k3chat: settings: %s\n", set);
     const ue_stats *s = &p->st;
     if (s->n_think + s->n_response > 0 || s->n_prefill > 0)
-        fprintf(stderr,
-                "k3chat: last turn: %d reasoning + %d answer tokens, %.1f tok/s, first token after %.2f s, "
-                "%d prompt tokens processed\n",
-                s->n_think, s->n_response, s->tok_s > 0 ? s->tok_s : 0, s->ttft_s > 0 ? s->ttft_s : 0,
-                s->n_prefill);
+        txt_term_printf(
+            stderr,
+            "k3chat: last turn: %d reasoning + %d answer tokens, %.1f tok/s, first token after %.2f s, "
+            "%d prompt tokens processed\n",
+            s->n_think, s->n_response, s->tok_s > 0 ? s->tok_s : 0, s->ttft_s > 0 ? s->ttft_s : 0,
+            s->n_prefill);
     else
-        fprintf(stderr, "k3chat: last turn: none yet\n");
-    fprintf(stderr, "k3chat: context: %d of %d tokens; memory: %.2f GB resident", now->ctx_used, now->ctx_max,
-            now->mem_gb);
+        txt_term_printf(stderr, "k3chat: last turn: none yet\n");
+    txt_term_printf(stderr, "k3chat: context: %d of %d tokens; memory: %.2f GB resident", now->ctx_used,
+                    now->ctx_max, now->mem_gb);
     if (now->expert_gb >= 0)
-        fprintf(stderr, "; expert cache: %.1f GB", now->expert_gb);
+        txt_term_printf(stderr, "; expert cache: %.1f GB", now->expert_gb);
     if (now->expert_hit >= 0)
-        fprintf(stderr, ", %.0f%% hits", now->expert_hit * 100);
+        txt_term_printf(stderr, ", %.0f%% hits", now->expert_hit * 100);
     if (now->vk_budget_gb > 0)
-        fprintf(stderr, "; Vulkan tier: %.2f of %.2f GB", now->vk_used_gb, now->vk_budget_gb);
+        txt_term_printf(stderr, "; Vulkan tier: %.2f of %.2f GB", now->vk_used_gb, now->vk_budget_gb);
     fputc('\n', stderr);
 }
 
@@ -139,15 +149,16 @@ static void print_stats(plain *p, const ue_stats *now) {
 static void report_cut(plain *p, const ue_stats *s) {
     int n = s->n_think + s->n_response, max = p->cs.gen.max_tokens;
     if (max > 0 && n >= max)
-        fprintf(stderr, "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n", max);
+        txt_term_printf(stderr, "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n",
+                        max);
     else if (s->ctx_max > 0) /* ctx_used is what the next prompt needs, which can exceed it */
-        fprintf(stderr,
-                "k3chat: the answer was cut off: the context is full (%d tokens); "
-                "/forget drops the oldest exchange, /clear starts anew\n",
-                s->ctx_max);
+        txt_term_printf(stderr,
+                        "k3chat: the answer was cut off: the context is full (%d tokens); "
+                        "/forget drops the oldest exchange, /clear starts anew\n",
+                        s->ctx_max);
     else
-        fprintf(stderr, "k3chat: the answer was cut off: the context is full; "
-                        "/forget drops the oldest exchange, /clear starts anew\n");
+        txt_term_printf(stderr, "k3chat: the answer was cut off: the context is full; "
+                                "/forget drops the oldest exchange, /clear starts anew\n");
 }
 
 /* Handle one event; returns 1 when a turn finished. */
@@ -167,19 +178,21 @@ static int on_event(plain *p, ui_ev *e) {
         p->fatal = 1;
         progress_end(p);
         load_prog_finish(&p->lp, 0);
-        fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "the engine failed");
+        txt_term_printf(stderr, "k3chat: %s\n", e->text ? e->text : "the engine failed");
         return 1;
     case EV_TOKEN:
         progress_end(p);
         if (e->ch == EV_CH_THINK) {
             if (!p->cs.show_thinking)
                 break; /* /show-thinking off: the model thinks, nothing is shown */
-            fprintf(stderr, "%s%s%s", p->esc ? "\033[2m" : "", e->text, p->esc ? "\033[0m" : "");
+            fputs(p->esc ? "\033[2m" : "", stderr);
+            txt_term_put(stderr, &p->esc_err, e->text, strlen(e->text));
+            fputs(p->esc ? "\033[0m" : "", stderr);
             fflush(stderr);
         } else {
             if (p->last_ch == EV_CH_THINK)
                 fputc('\n', stderr);
-            fputs(e->text, stdout);
+            txt_term_put(stdout, &p->esc_out, e->text, strlen(e->text));
             txt_buf_add(&p->cur, e->text, strlen(e->text));
             out_check(p);
         }
@@ -187,12 +200,14 @@ static int on_event(plain *p, ui_ev *e) {
         break;
     case EV_DONE:
         progress_end(p);
+        txt_term_end(stderr, &p->esc_err);
+        txt_term_end(stdout, &p->esc_out);
         if (p->last_ch == EV_CH_THINK)
             fputc('\n', stderr);
         if (!p->replaying && (p->last_ch >= 0 || e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH))
             fputc('\n', stdout);
         if (e->i == UE_DONE_CANCELLED)
-            fprintf(stderr, "k3chat: stopped\n");
+            txt_term_printf(stderr, "k3chat: stopped\n");
         if (e->i == UE_DONE_ERROR && !p->replaying) {
             p->failed += !(p->redo && p->last_failed); /* the same message failing again: once */
             p->last_failed = 1;
@@ -220,11 +235,11 @@ static int on_event(plain *p, ui_ev *e) {
         break;
     case EV_ERROR:
         progress_end(p);
-        fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "error");
+        txt_term_printf(stderr, "k3chat: %s\n", e->text ? e->text : "error");
         break;
     case EV_INFO:
         progress_end(p);
-        fprintf(stderr, "k3chat: %s\n", e->text ? e->text : "");
+        txt_term_printf(stderr, "k3chat: %s\n", e->text ? e->text : "");
         break;
     case EV_ACK:
         p->acked++;
@@ -248,7 +263,7 @@ static int on_event(plain *p, ui_ev *e) {
     case EV_SETTINGS: {
         char msg[300];
         chat_settings_loaded(&p->cs, &e->gen, msg, sizeof msg);
-        fprintf(stderr, "k3chat: %s\n", msg);
+        txt_term_printf(stderr, "k3chat: %s\n", msg);
         break;
     }
     default:
@@ -262,7 +277,7 @@ static int md_command(plain *p, const cmd_result *r) {
     char msg[1024];
     switch (r->id) {
     case CMD_RAW:
-        fprintf(
+        txt_term_printf(
             stderr,
             "k3chat: line mode always prints the raw Markdown; /raw applies to the full-screen interface\n");
         return 1;
@@ -286,7 +301,7 @@ static int md_command(plain *p, const cmd_result *r) {
             else
                 clip_send(1, out.p, out.n, msg, sizeof msg);
         }
-        fprintf(stderr, "k3chat: %s\n", msg);
+        txt_term_printf(stderr, "k3chat: %s\n", msg);
         free(a);
         free(l);
         free(out.p);
@@ -294,19 +309,29 @@ static int md_command(plain *p, const cmd_result *r) {
     }
     case CMD_EDIT:
         if (!p->last_user) {
-            fprintf(stderr, "k3chat: /edit: there is no message of yours to edit\n");
+            txt_term_printf(stderr, "k3chat: /edit: there is no message of yours to edit\n");
             return 1;
         }
         p->edit_pending = 1;
         if (p->el) {
-            /* offered on the next prompt, one line (newlines would send it at once) */
+            /* offered on the next prompt, one line (newlines would send it at once); the user
+             * is told, since the message sent will differ from the one edited */
+            int lines = 1;
             for (char *c = p->last_user; *c; c++)
-                if (*c == '\n' || *c == '\r')
+                if (*c == '\n' || *c == '\r') {
+                    lines += *c == '\n';
                     *c = ' ';
+                }
+            if (lines > 1)
+                txt_term_printf(stderr,
+                                "k3chat: /edit: your message has %d lines; line mode offers it as one, "
+                                "the newlines turned into spaces\n",
+                                lines);
             el_push(p->el, p->last_user);
         }
-        fprintf(stderr,
-                "k3chat: the next message replaces your last one and its answer (kept in the transcript)\n");
+        txt_term_printf(
+            stderr,
+            "k3chat: the next message replaces your last one and its answer (kept in the transcript)\n");
         return 1;
     default:
         return 0;
@@ -354,12 +379,30 @@ static void settle(plain *p) {
 /* On a terminal, quitting (or /clear) would drop turns that are on no disk (the autosave failed
  * and no /save since): the first request says so and is refused (1), the same one again goes
  * ahead. */
-static int keep_unsaved(plain *p, int tty, const char *pre, int clear) {
+static int keep_unsaved(plain *p, int tty, const char *pre, int what) {
     char msg[256];
-    if (!tty || p->fatal || !ue_unsaved_refuse(p->eng, &p->quit_warned, clear, msg, sizeof msg))
+    if (!tty || p->fatal || !ue_unsaved_refuse(p->eng, &p->quit_warned, what, msg, sizeof msg))
         return 0;
-    fprintf(stderr, "%sk3chat: %s\n", pre, msg);
+    txt_term_printf(stderr, "%sk3chat: %s\n", pre, msg);
     return 1;
+}
+
+/* /undo: the newest history entry that is s (its newline aside) leaves the history and its
+ * file (the full-screen chat's inp_history_drop, for line mode's own History). */
+static void hist_drop(plain *p, const char *s) {
+    HistEvent ev;
+    size_t    ls = strlen(s);
+    for (int r = history(p->hist, &ev, H_FIRST); r == 0; r = history(p->hist, &ev, H_NEXT)) {
+        size_t le = strlen(ev.str);
+        while (le > 0 && ev.str[le - 1] == '\n')
+            le--;
+        if (le == ls && !memcmp(ev.str, s, ls)) {
+            history(p->hist, &ev, H_DEL, ev.num);
+            if (p->hpath)
+                history(p->hist, &ev, H_SAVE, p->hpath);
+            return;
+        }
+    }
 }
 
 static int handle_text(plain *p, char *line) {
@@ -367,14 +410,16 @@ static int handle_text(plain *p, char *line) {
         cmd_result r;
         char       msg[1024];
         if (cmd_parse(line, &r) != 0) {
-            fprintf(stderr, "k3chat: %s\n", r.msg);
+            txt_term_printf(stderr, "k3chat: %s\n", r.msg);
             return 0;
         }
         if (md_command(p, &r))
             return 0;
+        if (r.id == CMD_LOAD && keep_unsaved(p, p->el != NULL, "", UE_DROP_LOAD))
+            return 0;
         if (chat_apply(&p->cs, p->eng, &r, msg, sizeof msg)) {
             if (msg[0])
-                fprintf(stderr, "k3chat: %s\n", msg);
+                txt_term_printf(stderr, "k3chat: %s\n", msg);
             if (r.id == CMD_REPLAY) {
                 p->replaying = 1;
                 drain(p, 1);
@@ -386,14 +431,14 @@ static int handle_text(plain *p, char *line) {
         case CMD_HELP:
             if (r.arg[0]) {
                 char u[128];
-                fprintf(stderr, "%s  %s\n", cmd_usage((enum cmd_id)r.flag, u, sizeof u),
-                        cmd_help((enum cmd_id)r.flag));
+                txt_term_printf(stderr, "%s  %s\n", cmd_usage((enum cmd_id)r.flag, u, sizeof u),
+                                cmd_help((enum cmd_id)r.flag));
             } else {
-                fprintf(stderr, "%s\n", chat_help_text());
+                txt_term_printf(stderr, "%s\n", chat_help_text());
             }
             break;
         case CMD_CLEAR:
-            if (keep_unsaved(p, p->el != NULL, "", 1))
+            if (keep_unsaved(p, p->el != NULL, "", UE_DROP_CLEAR))
                 break;
             ue_clear(p->eng);
             settle(p);
@@ -407,6 +452,8 @@ static int handle_text(plain *p, char *line) {
             p->redo = 0;
             break;
         case CMD_UNDO:
+            if (p->hist && p->last_user) /* no trace of it in the input history either */
+                hist_drop(p, p->last_user);
             free(p->last_user);
             p->last_user = NULL;
             ue_undo(p->eng);
@@ -419,7 +466,7 @@ static int handle_text(plain *p, char *line) {
         case CMD_QUIT:
             return 1;
         case CMD_THEME:
-            fprintf(stderr, "k3chat: themes apply to the full-screen interface only\n");
+            txt_term_printf(stderr, "k3chat: themes apply to the full-screen interface only\n");
             break;
         case CMD_STATS:
             p->want_stats = 1;
@@ -436,7 +483,7 @@ static int handle_text(plain *p, char *line) {
         return 0;
     }
     if (p->fatal) {
-        fprintf(stderr, "k3chat: no model is loaded\n");
+        txt_term_printf(stderr, "k3chat: no model is loaded\n");
         return 1;
     }
     const char *text = line[0] == '/' ? line + 1 : line;
@@ -458,21 +505,47 @@ static int handle_text(plain *p, char *line) {
     return p->fatal;
 }
 
-static int handle_line(plain *p, char *line) {
-    size_t n = strlen(line);
+/* A line of nread bytes, as read (a NUL byte in it does not end it). */
+static int handle_line(plain *p, char *line, ssize_t nread) {
+    size_t n = nread > 0 ? (size_t)nread : 0;
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = 0;
     if (!n)
         return 0;
     char what[32], note[256];
     snprintf(what, sizeof what, "line %d", p->lineno);
+    /* A NUL byte would end the message there without a word (C strings, JSON): it becomes
+     * U+FFFD, as an invalid byte does, and the user is told */
+    char  *nul = memchr(line, 0, n), *wide = NULL;
+    size_t first = nul ? (size_t)(nul - line) : 0, n_nul = 0;
+    if (nul) {
+        if (!(wide = malloc(n * 3 + 1))) {
+            txt_term_printf(stderr, "k3chat: %s: out of memory\n", what);
+            return 0;
+        }
+        size_t w = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (line[i]) {
+                wide[w++] = line[i];
+            } else {
+                memcpy(wide + w, "\xEF\xBF\xBD", 3);
+                w += 3;
+                n_nul++;
+            }
+        }
+        wide[w] = 0;
+        line = wide, n = w;
+        txt_term_printf(stderr, "k3chat: %s: %zu NUL byte%s (the first is byte %zu) replaced with U+FFFD\n",
+                        what, n_nul, n_nul == 1 ? "" : "s", first + 1);
+    }
     char *fixed = chat_utf8_in(what, line, n, note, sizeof note);
+    free(wide);
     if (!fixed) {
-        fprintf(stderr, "k3chat: %s: out of memory\n", what);
+        txt_term_printf(stderr, "k3chat: %s: out of memory\n", what);
         return 0;
     }
     if (note[0])
-        fprintf(stderr, "k3chat: %s\n", note);
+        txt_term_printf(stderr, "k3chat: %s\n", note);
     int stop = handle_text(p, fixed);
     free(fixed);
     return stop;
@@ -533,6 +606,8 @@ int cli_plain(const cli_opts *o) {
                 if (has_hist)
                     history(hist, &he, H_LOAD, hpath);
                 el_set(el, EL_HIST, history, hist);
+                p->hist  = hist;
+                p->hpath = has_hist ? hpath : NULL;
             }
         }
     }
@@ -543,7 +618,8 @@ int cli_plain(const cli_opts *o) {
             rc = 1;
             break;
         }
-        char *line = NULL;
+        char   *line  = NULL;
+        ssize_t nread = 0; /* the line's length: a NUL byte does not end it */
         if (el) {
             int n;
             progress_end(p); /* the prompt starts its own line */
@@ -560,16 +636,17 @@ int cli_plain(const cli_opts *o) {
                     el_reset(el);
                     continue;
                 }
-                if (keep_unsaved(p, 1, "", 0))
+                if (keep_unsaved(p, 1, "", UE_DROP_QUIT))
                     continue;
                 break;
             }
             if (!s || n <= 0) {
-                if (keep_unsaved(p, 1, "\n", 0)) /* after the terminal's ^D */
+                if (keep_unsaved(p, 1, "\n", UE_DROP_QUIT)) /* after the terminal's ^D */
                     continue;
                 break;
             }
-            line = strdup(s);
+            line  = strdup(s);
+            nread = line ? (ssize_t)strlen(line) : 0;
             if (hist && line && line[0] != '\n') {
                 HistEvent he;
                 history(hist, &he, H_ENTER, s);
@@ -577,11 +654,10 @@ int cli_plain(const cli_opts *o) {
                     history(hist, &he, H_SAVE, hpath);
             }
         } else {
-            size_t  cap = 0;
-            ssize_t n;
-            errno = 0;
-            n     = getline(&line, &cap, stdin);
-            if (n < 0) {
+            size_t cap = 0;
+            errno      = 0;
+            nread      = getline(&line, &cap, stdin);
+            if (nread < 0) {
                 free(line);
                 break;
             }
@@ -589,9 +665,13 @@ int cli_plain(const cli_opts *o) {
         if (!line)
             break;
         p->lineno++;
-        int stop = handle_line(p, line);
+        int stop = handle_line(p, line, nread);
         free(line);
-        if (stop && keep_unsaved(p, el != NULL, "", 0))
+        if (p->out_err) { /* a closed or broken stdout: the answers have nowhere to go */
+            rc = 1;
+            break;
+        }
+        if (stop && keep_unsaved(p, el != NULL, "", UE_DROP_QUIT))
             continue;
         if (stop) {
             rc = p->fatal;

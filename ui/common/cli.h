@@ -25,6 +25,8 @@ typedef struct cli_opts {
     const char   *load;       /* --load FILE                                       */
     const char   *theme;      /* --theme NAME                                      */
     const char   *system;     /* --system TEXT                                     */
+    const char   *json_schema; /* --json-schema FILE: the answer follows this schema */
+    int           json;        /* --json: the answer is one JSON object              */
     int           max_tokens; /* --max-tokens, -1 = default                        */
     float         temp;       /* --temp, NAN = generation_config.json default       */
     float         top_p;      /* --top-p, NAN = default                             */
@@ -39,6 +41,7 @@ typedef struct cli_opts {
     const char   *model_name;  /* --model NAME: served / requested model name       */
     const char   *allow_hosts; /* --allow-host NAMES: Host names a keyless --serve answers */
     int           parallel;    /* --parallel N: turns --serve runs at once (0 = default 4) */
+    int           measure;     /* --measure (with --inspect): the speed figures measured again */
 } cli_opts;
 
 int cli_inspect(const cli_opts *o);    /* cli-inspect.c */

@@ -23,12 +23,12 @@
     X(CMD_FORGET, "forget", CMD_ARG_FORGET, 0, 0, "[--fit]",                                                 \
       "drop the oldest exchange, to make room in the context (--fit: keep the newest exchanges that leave "  \
       "a quarter of it free)")                                                                               \
-    X(CMD_SAVE, "save", CMD_ARG_FILE_OPT, 0, 0, "[FILE]",                                                    \
+    X(CMD_SAVE, "save", CMD_ARG_FILE_OPT, 0, 0, "[--force] [FILE]",                                          \
       "save the conversation as a transcript (default: a new file in the data directory)")                   \
     X(CMD_LOAD, "load", CMD_ARG_FILE, 0, 0, "FILE", "continue a saved conversation")                         \
     X(CMD_REPLAY, "replay", CMD_ARG_FILE, 0, 0, "FILE",                                                      \
       "re-run a transcript's user turns and compare the answers")                                            \
-    X(CMD_EXPORT, "export", CMD_ARG_FILE, 0, 0, "FILE.md", "write the conversation as Markdown")             \
+    X(CMD_EXPORT, "export", CMD_ARG_FILE, 0, 0, "[--force] FILE.md", "write the conversation as Markdown")   \
     X(CMD_STATS, "stats", CMD_ARG_NONE, 0, 0, "", "show the statistics of the last turn and the session")    \
     X(CMD_THEME, "theme", CMD_ARG_OPT_WORD, 0, 0, "[NAME]", "switch the color theme (no name: list them)")   \
     X(CMD_RAW, "raw", CMD_ARG_ONOFF, 0, 0, "on|off", "show answers as raw Markdown (on) or rendered (off)")  \

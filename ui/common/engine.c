@@ -1,5 +1,6 @@
 /* engine.c: the worker thread and the command side of the UI/engine seam (see engine.h). */
 #include "engine.h"
+#include "chatfile.h"
 #include "k3.h"
 
 #include <pthread.h>
@@ -123,8 +124,8 @@ void ue_clear(ue *u) {
 void ue_system(ue *u, const char *t) {
     post(u, EV_CMD_SYSTEM, t ? t : "", NULL, 0);
 }
-void ue_save(ue *u, const char *p) {
-    post(u, EV_CMD_SAVE, p, NULL, 0);
+void ue_save(ue *u, const char *p, int force) {
+    post(u, EV_CMD_SAVE, p, NULL, force);
 }
 void ue_load(ue *u, const char *p) {
     post(u, EV_CMD_LOAD, p, NULL, 0);
@@ -132,8 +133,8 @@ void ue_load(ue *u, const char *p) {
 void ue_replay(ue *u, const char *p, const ue_gen *g) {
     post(u, EV_CMD_REPLAY, p, g, 0);
 }
-void ue_export(ue *u, const char *p) {
-    post(u, EV_CMD_EXPORT, p, NULL, 0);
+void ue_export(ue *u, const char *p, int force) {
+    post(u, EV_CMD_EXPORT, p, NULL, force);
 }
 void ue_experts(ue *u, double gb) {
     if (u->be->experts && atomic_load(&u->ready) && u->self)
@@ -293,8 +294,10 @@ void ue_note_saved(ue *u, const k3_conv *c) {
     atomic_store(&u->unsaved, turns && (u->no_autosave || k3_conv_autosave_error(c) != NULL));
 }
 
-int ue_unsaved_refuse(ue *u, int *warned, int clear, char *msg, size_t n) {
-    int kind = clear ? 2 : 1;
+int ue_unsaved_refuse(ue *u, int *warned, int what, char *msg, size_t n) {
+    static const char *const name[] = {"quit", "/clear", "/load"},
+                             *does[] = {"leaves", "drops it", "replaces it"};
+    int kind                         = what + 1;
     if (!ue_unsaved(u) || *warned == kind) {
         *warned = 0;
         return 0;
@@ -303,11 +306,12 @@ int ue_unsaved_refuse(ue *u, int *warned, int clear, char *msg, size_t n) {
     snprintf(msg, n,
              "%s: this conversation is not saved anywhere (the autosave failed); /save FILE keeps it, or %s "
              "again %s without saving",
-             clear ? "/clear" : "quit", clear ? "/clear" : "quit", clear ? "drops it" : "leaves");
+             name[what], name[what], does[what]);
     return 1;
 }
 
 int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
+    char msg[8192];
     switch (cmd->type) {
     case EV_CMD_EDIT: /* the old exchange becomes a branch; the backend then sends as usual */
         if (k3_conv_edit_last(c) < 0)
@@ -355,7 +359,9 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
             ue_conv_autosave(u, c);
         return 1;
     case EV_CMD_SAVE:
-        if (k3_conv_save(c, cmd->text) != K3_OK) {
+        if (!cmd->x && chat_file_may_replace("/save", cmd->text, CHAT_FILE_TRANSCRIPT, msg, sizeof msg)) {
+            ue_emitf(u, EV_ERROR, "%s", msg);
+        } else if (k3_conv_save(c, cmd->text) != K3_OK) {
             ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
         } else {
             atomic_store(&u->unsaved, 0); /* on disk now, in the file named */
@@ -393,7 +399,9 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         return 2;
     }
     case EV_CMD_EXPORT:
-        if (k3_conv_export_md(c, cmd->text) != K3_OK)
+        if (!cmd->x && chat_file_may_replace("/export", cmd->text, CHAT_FILE_EXPORT, msg, sizeof msg))
+            ue_emitf(u, EV_ERROR, "%s", msg);
+        else if (k3_conv_export_md(c, cmd->text) != K3_OK)
             ue_emitf(u, EV_ERROR, "/export: %s", k3_errmsg());
         else
             ue_emitf(u, EV_INFO, "exported %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)),

@@ -80,10 +80,10 @@ void ue_forget(ue *u); /* drop the oldest exchange; answers EV_RESET + EV_MSG (o
 void ue_forget_fit(ue *u);
 void ue_clear(ue *u);
 void ue_system(ue *u, const char *text);
-void ue_save(ue *u, const char *path);
+void ue_save(ue *u, const char *path, int force); /* force: replace any file (chatfile.h) */
 void ue_load(ue *u, const char *path);
 void ue_replay(ue *u, const char *path, const ue_gen *g);
-void ue_export(ue *u, const char *path);
+void ue_export(ue *u, const char *path, int force);
 void ue_experts(ue *u, double gb);
 void ue_stats_req(ue *u);
 
@@ -118,10 +118,11 @@ void ue_note_saved(ue *u, const struct k3_conv *c);
 static inline int ue_unsaved(ue *u) {
     return u && atomic_load(&u->unsaved);
 }
-/* Quitting (CLEAR = 0) or /clear (1) while turns are on no disk: the first request is refused
- * (returns 1, msg says why and what to do), the same request again goes ahead (0). *warned is
- * the UI's memory of the last refusal (0 none, 1 a quit, 2 a /clear; a new turn resets it). */
-int ue_unsaved_refuse(ue *u, int *warned, int clear, char *msg, size_t n);
+/* Quitting (WHAT = UE_DROP_QUIT), /clear or /load while turns are on no disk: the first request
+ * is refused (returns 1, msg says why and what to do), the same request again goes ahead (0).
+ * *warned is the UI's memory of the last refusal (0 none, else 1 + WHAT; a new turn resets it). */
+enum { UE_DROP_QUIT = 0, UE_DROP_CLEAR, UE_DROP_LOAD };
+int ue_unsaved_refuse(ue *u, int *warned, int what, char *msg, size_t n);
 
 /* The conversation settings of a turn's command g (think, effort, max_tokens, seed) with the
  * sampling temp / top_p the backend chose, over c's current settings: the same in every backend. */

@@ -295,6 +295,31 @@ void inp_history_add(inp *in, const char *line) {
     free(w);
 }
 
+void inp_history_drop(inp *in, const char *line) {
+    HistEventW ev;
+    size_t     n = strlen(line) + 1, lw;
+    wchar_t   *w = malloc(n * sizeof *w);
+    mbstate_t  st;
+    memset(&st, 0, sizeof st);
+    const char *src = line;
+    if (!in->hist || !w || (lw = mbsrtowcs(w, &src, n, &st)) == (size_t)-1) {
+        free(w);
+        return;
+    }
+    for (int r = history_w(in->hist, &ev, H_FIRST); r == 0; r = history_w(in->hist, &ev, H_NEXT)) {
+        size_t le = wcslen(ev.str);
+        while (le > 0 && ev.str[le - 1] == L'\n')
+            le--;
+        if (le == lw && !wmemcmp(ev.str, w, lw)) {
+            history_w(in->hist, &ev, H_DEL, ev.num);
+            if (in->histfile)
+                history_w(in->hist, &ev, H_SAVE, in->histfile);
+            break;
+        }
+    }
+    free(w);
+}
+
 const char *inp_history_find(inp *in, const char *pat, int *pos, int dir) {
     HistEventW ev;
     if (!in->hist || history_w(in->hist, &ev, H_FIRST) != 0)

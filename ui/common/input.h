@@ -36,6 +36,9 @@ int inp_empty(inp *in);
 /* The text to draw (UTF-8, valid until the next inp_* call) and the cursor's byte offset. */
 const char *inp_text(inp *in, size_t *cursor);
 void        inp_history_add(inp *in, const char *line);
+/* /undo: the newest history entry that is line (its trailing newline aside) leaves the history
+ * and its file, so an undone message leaves no trace (k3chat(5)). */
+void inp_history_drop(inp *in, const char *line);
 /* History search (Ctrl-R in the UI): the first entry containing pat (UTF-8, case-sensitive)
  * at *pos or older (dir > 0) or newer than *pos (dir < 0), entries counted from 0 = newest.
  * Returns it (valid until the next call) and sets *pos, or NULL when there is none. */

@@ -337,7 +337,7 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
             gen_turn(u, m, c->text, &c->gen);
         break;
     case EV_CMD_RETRY: {
-        if (!(n && k3_conv_msg(m->c, n - 1)->role == K3_ROLE_USER) && k3_conv_pop_reply(m->c) <= 0) {
+        if (!(n && k3_conv_msg(m->c, n - 1)->role == K3_ROLE_USER) && k3_conv_retry_last(m->c) <= 0) {
             done_error(u, "/retry: there is no answer to regenerate");
             break;
         }

@@ -5,12 +5,13 @@
  * The conversation lives here, in a k3_conv (no model attached): messages, settings, /undo,
  * /retry, /system, transcripts (/save, /load, /export) and the autosave work exactly as with a
  * local model. Each turn POSTs the whole history to URL/chat/completions with "stream": true;
- * assistant turns carry their reasoning back as "reasoning_content" (Kimi's preserved
- * reasoning). The answer is parsed incrementally as server-sent events: bytes are cut into
- * lines (any split across network reads is fine), "data:" lines are joined per event and each
- * event is one JSON chunk; the think channel comes from delta.reasoning_content, .reasoning or
- * .thinking, the answer from delta.content. A server that answers with one JSON body instead of
- * a stream is accepted too.
+ * assistant turns carry their reasoning back (Kimi's preserved reasoning) under both of its
+ * names, "reasoning" (vLLM since 0.16, which drops "reasoning_content") and "reasoning_content"
+ * (DeepSeek, older vLLM, SGLang): a server ignores the field it does not know. The answer is parsed
+ * incrementally as server-sent events: bytes are cut into lines (any split across network reads is fine),
+ * "data:" lines are joined per event and each event is one JSON chunk; the think channel comes from
+ * delta.reasoning_content, .reasoning or .thinking, the answer from delta.content. A server that answers with
+ * one JSON body instead of a stream is accepted too.
  *
  * Failures (cannot connect, timeouts, HTTP errors with the server's error message, a malformed
  * stream, a stream cut short) become one EV_ERROR line; the user's message stays in the
@@ -108,6 +109,22 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     return rc;
 }
 
+/* vLLM before 0.10 answered errors as one flat object, {"object":"error","message":...}. */
+static int is_error_object(json_t *o) {
+    const char *t = json_string_value(json_object_get(o, "object"));
+    return t && !strcmp(t, "error");
+}
+
+/* The words of an error body: {"error":{"message":...}} (OpenAI, vLLM, SGLang), {"error":"..."},
+ * vLLM's older flat {"object":"error","message":...}, or FastAPI's {"detail":...}; NULL if none. */
+static const char *error_message(json_t *o) {
+    json_t     *e = json_object_get(o, "error");
+    const char *m = json_string_value(json_is_object(e) ? json_object_get(e, "message") : e);
+    if (!m && is_error_object(o))
+        m = json_string_value(json_object_get(o, "message"));
+    return m ? m : json_string_value(json_object_get(o, "detail"));
+}
+
 /* One line for a transfer that failed: curl's reason, or the server's error message. */
 static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     if (r->err[0]) {
@@ -121,14 +138,15 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
         snprintf(out, n, "%.300s: %.300s", r->base, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else {
         json_t     *o   = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
-        json_t     *e   = json_object_get(o, "error");
-        const char *msg = json_string_value(json_is_object(e) ? json_object_get(e, "message") : e);
-        if (!msg)
-            msg = json_string_value(json_object_get(o, "detail"));
+        const char *msg = error_message(o);
         snprintf(out, n, "the server answered %d: %.400s", r->http,
                  msg         ? msg
                  : r->body.n ? r->body.p
                              : "(no message)");
+        curl_off_t wait = -1;
+        if (curl_easy_getinfo(r->curl, CURLINFO_RETRY_AFTER, &wait) == CURLE_OK && wait > 0)
+            snprintf(out + strlen(out), n - strlen(out), " (it asks to wait %lld s before retrying)",
+                     (long long)wait);
         if (r->http == 401 && !r->auth[0])
             snprintf(out + strlen(out), n - strlen(out),
                      " (an API key is needed: --api-key KEY or K3_API_KEY)");
@@ -183,9 +201,8 @@ static int on_event(remote *r, const char *d, size_t n) {
         json_decref(o);
         return -1;
     }
-    json_t *e = json_object_get(o, "error");
-    if (e) {
-        const char *m = json_string_value(json_is_object(e) ? json_object_get(e, "message") : e);
+    if (json_object_get(o, "error") || is_error_object(o)) {
+        const char *m = error_message(o);
         snprintf(r->err, sizeof r->err, "the server failed mid-answer: %.400s", m ? m : "(no message)");
         json_decref(o);
         return -1;
@@ -330,8 +347,10 @@ static char *request_body(remote *r, const ue_gen *g) {
                              : m->role == K3_ROLE_TOOL ? "tool"
                                                        : "assistant";
         json_t       *o    = json_pack("{s:s,s:s}", "role", role, "content", m->content);
-        if (m->role == K3_ROLE_ASSISTANT && m->reasoning && m->reasoning[0])
+        if (m->role == K3_ROLE_ASSISTANT && m->reasoning && m->reasoning[0]) {
+            json_object_set_new(o, "reasoning", json_string(m->reasoning));
             json_object_set_new(o, "reasoning_content", json_string(m->reasoning));
+        }
         json_t *calls = stools_calls_json(m); /* tool turns of a loaded transcript go as they are */
         if (calls)
             json_object_set_new(o, "tool_calls", calls);
@@ -462,7 +481,7 @@ static void remote_cmd(ue *u, void *self, const ui_ev *c) {
             turn(r, &c->gen);
         break;
     case EV_CMD_RETRY: /* after a failed turn the history already ends with the user's message */
-        if ((n && k3_conv_msg(r->c, n - 1)->role == K3_ROLE_USER) || k3_conv_pop_reply(r->c) > 0)
+        if ((n && k3_conv_msg(r->c, n - 1)->role == K3_ROLE_USER) || k3_conv_retry_last(r->c) > 0)
             turn(r, &c->gen);
         else
             done_error(u, "/retry: there is no answer to regenerate");

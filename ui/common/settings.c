@@ -1,9 +1,11 @@
 /* settings.c: settings and engine-side slash commands shared by the TUI and plain mode (settings.h). */
 #include "settings.h"
+#include "chatfile.h"
 #include "k3.h"
 #include "xdg.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -44,6 +46,9 @@ void chat_settings_init(chat_settings *s, const cli_opts *o) {
                 s->gen.effort = k;
     if (o->system)
         snprintf(s->system, sizeof s->system, "%s", o->system);
+    if (o->load) /* explicit options win over the transcript's settings */
+        s->keep = (!isnan(o->temp) ? CHAT_KEEP_TEMP : 0) | (!isnan(o->top_p) ? CHAT_KEEP_TOP_P : 0) |
+                  (o->think >= 0 ? CHAT_KEEP_THINK : 0) | (o->effort ? CHAT_KEEP_EFFORT : 0);
 }
 
 void chat_settings_model(chat_settings *s, const ue_gen *m) {
@@ -54,15 +59,26 @@ void chat_settings_model(chat_settings *s, const ue_gen *m) {
 }
 
 void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n) {
-    s->gen.temp       = g->temp;
-    s->gen.top_p      = g->top_p;
-    s->gen.think      = g->think;
-    s->gen.effort     = g->effort % 3;
+    unsigned k = s->keep;
+    if (!(k & CHAT_KEEP_TEMP))
+        s->gen.temp = g->temp;
+    if (!(k & CHAT_KEEP_TOP_P))
+        s->gen.top_p = g->top_p;
+    if (!(k & CHAT_KEEP_THINK))
+        s->gen.think = g->think;
+    if (!(k & CHAT_KEEP_EFFORT))
+        s->gen.effort = g->effort % 3;
     s->gen.model_temp = s->gen.model_top_p = 0;
-    s->temp_set = s->top_p_set = 1;
-    char set[256];
+    s->temp_set = s->top_p_set      = 1;
+    s->keep                         = 0;
+    static const char *const flag[] = {"--temp", "--top-p", "--think", "--effort"}; /* CHAT_KEEP_* order */
+    char                     set[256], won[64] = "";
+    for (int b = 0; b < 4; b++)
+        if (k & 1u << b)
+            snprintf(won + strlen(won), sizeof won - strlen(won), "%s%s", won[0] ? ", " : "", flag[b]);
     chat_settings_str(s, set, sizeof set);
-    snprintf(msg, n, "settings from the transcript: %s", set);
+    snprintf(msg, n, "settings from the transcript: %s%s%s", set,
+             won[0] ? "; as given on the command line: " : "", won);
 }
 
 void chat_settings_str(const chat_settings *s, char *buf, size_t n) {
@@ -91,30 +107,24 @@ int chat_default_save_path(char *buf, size_t n) {
     localtime_r(&now, &tm);
     char stamp[32];
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-    /* never an earlier save's name: a second /save in the same second (or one whose write
-     * the worker has not done yet: last) gets -2, -3, ... */
-    static char last[PATH_MAX];
+    /* never an earlier save's name, nor another process's: the name is claimed by creating it
+     * (O_EXCL, empty until the save replaces it); a second /save in the same second gets -2,
+     * -3, ... */
     for (int k = 1; k < 10000; k++) {
         if (k == 1)
             snprintf(buf, n, "%.3900s/chat-%s.jsonl", dir, stamp);
         else
             snprintf(buf, n, "%.3900s/chat-%s-%d.jsonl", dir, stamp, k);
-        if (access(buf, F_OK) != 0 && errno == ENOENT && strcmp(buf, last)) {
-            snprintf(last, sizeof last, "%s", buf);
+        int fd = open(buf, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            close(fd);
             return 0;
         }
+        if (errno != EEXIST)
+            return -1;
     }
+    errno = EEXIST;
     return -1;
-}
-
-/* A file argument as the shell would take it: "~/x" is $HOME/x. */
-static const char *file_arg(const char *arg, char *buf, size_t n) {
-    const char *home = getenv("HOME");
-    if (arg[0] == '~' && (arg[1] == '/' || !arg[1]) && home && *home) {
-        snprintf(buf, n, "%s%s", home, arg + 1);
-        return buf;
-    }
-    return arg;
 }
 
 int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t n) {
@@ -175,9 +185,11 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         return 1;
     case CMD_SAVE: {
         char path[PATH_MAX];
-        if (r->arg[0])
-            snprintf(path, sizeof path, "%s", file_arg(r->arg, file, sizeof file));
-        else if (chat_default_save_path(path, sizeof path) != 0) {
+        int  force = 0;
+        if (r->arg[0]) {
+            if (chat_file_arg("/save", r->arg, path, sizeof path, &force, msg, n))
+                return 1;
+        } else if (chat_default_save_path(path, sizeof path) != 0) {
             int  e = errno;
             char dir[PATH_MAX];
             if (xdg_dir("XDG_DATA_HOME", ".local/share", "transcripts", 0, dir, sizeof dir) != 0)
@@ -187,21 +199,26 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
             return 1;
         }
         if (eng)
-            ue_save(eng, path);
+            ue_save(eng, path, force);
         return 1;
     }
     case CMD_LOAD:
-        if (eng)
-            ue_load(eng, file_arg(r->arg, file, sizeof file));
-        return 1;
     case CMD_EXPORT:
-        if (eng)
-            ue_export(eng, file_arg(r->arg, file, sizeof file));
+    case CMD_REPLAY: { /* the engine says "replaying FILE" once it has read the file */
+        int force = 0;
+        if (chat_file_arg(r->id == CMD_LOAD     ? "/load"
+                          : r->id == CMD_EXPORT ? "/export"
+                                                : "/replay",
+                          r->arg, file, sizeof file, r->id == CMD_EXPORT ? &force : NULL, msg, n))
+            return 1;
+        if (eng && r->id == CMD_LOAD)
+            ue_load(eng, file);
+        else if (eng && r->id == CMD_EXPORT)
+            ue_export(eng, file, force);
+        else if (eng)
+            ue_replay(eng, file, &s->gen);
         return 1;
-    case CMD_REPLAY: /* the engine says "replaying FILE" once it has read the file */
-        if (eng)
-            ue_replay(eng, file_arg(r->arg, file, sizeof file), &s->gen);
-        return 1;
+    }
     case CMD_FORGET:
         if (!r->arg[0])
             return 0; /* the front end drops the oldest exchange from its display too */

@@ -6,19 +6,22 @@
 #include "engine.h"
 
 typedef struct chat_settings {
-    ue_gen gen;
-    int    temp_set, top_p_set; /* chosen by the user: the model's defaults do not override */
-    int    show_thinking;
-    double expert_gb; /* < 0 = engine default */
-    char   system[4096];
+    ue_gen   gen;
+    int      temp_set, top_p_set; /* chosen by the user: the model's defaults do not override */
+    int      show_thinking;
+    double   expert_gb; /* < 0 = engine default */
+    char     system[4096];
+    unsigned keep; /* CHAT_KEEP_*: options given with --load, which win over its transcript's */
 } chat_settings;
+enum { CHAT_KEEP_TEMP = 1, CHAT_KEEP_TOP_P = 2, CHAT_KEEP_THINK = 4, CHAT_KEEP_EFFORT = 8 };
 
 /* Defaults from the command line (NAN = model default). */
 void chat_settings_init(chat_settings *s, const cli_opts *o);
 /* The model's defaults (EV_READY gen) for what the user did not set. */
 void chat_settings_model(chat_settings *s, const ue_gen *model);
 /* A loaded transcript's settings (EV_SETTINGS) become the ones the next turns use, as if the
- * user had chosen them; msg says which. */
+ * user had chosen them, except those given on the command line with --load (the first load
+ * only); msg says which. */
 void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n);
 /* Apply r when it is a settings/engine command: returns 1 and a message for the user in msg
  * (info), or 0 when the caller must handle r itself. */
@@ -34,5 +37,7 @@ void chat_settings_str(const chat_settings *s, char *buf, size_t n);
  * note gets what the user is told ("" when s was valid), naming `what` and the first byte.
  * NULL when out of memory. */
 char *chat_utf8_in(const char *what, const char *s, size_t n, char *note, size_t nn);
-/* A new transcript path in the XDG data directory (created). -1 when there is no home. */
+/* A new transcript path in the XDG data directory (created), claimed for this process: the file
+ * is made empty with O_EXCL, so two processes never get the same name. -1 (errno) when there is
+ * no home or the directory cannot be written. */
 int chat_default_save_path(char *buf, size_t n);

@@ -12,6 +12,7 @@
 #include "k3.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define TXT_TAB 8
 
@@ -53,3 +54,32 @@ size_t txt_wcluster_prev(const wchar_t *w, size_t n, size_t i);
  * free(b.p) when done; txt_buf_add appends n bytes of s, -1 when memory runs out. */
 typedef k3_buf txt_buf;
 #define txt_buf_add k3_buf_add
+
+/* ==== outside text on a terminal ==============================================================
+ * Text that comes from the model, a server or a file may hold terminal commands (OSC 52 writes
+ * the clipboard, OSC 0 the title, CSI the colours and the cursor). Every front end that prints
+ * such text to a stream (line mode, --prompt) goes through txt_term_put / txt_term_printf: on a
+ * terminal, every control character but \n and \t is shown as an escape; elsewhere (a pipe, a
+ * file) the text goes out as it is. The full-screen interface leaves control characters out when
+ * it draws (tui-draw.c). */
+
+/* What a stream cut inside a character held back (the bytes of an incomplete UTF-8 sequence). */
+typedef struct txt_esc {
+    char hold[4];
+    int  n;
+} txt_esc;
+
+/* Append s[0..n) to out with C0 controls other than \n and \t, and DEL, as \xHH, C1 controls
+ * (U+0080..U+009F) as \u00HH, and bytes that are not UTF-8 as \xHH. With st != NULL an
+ * incomplete character at the end is held in st and completed by the next call (st->n bytes
+ * still held at the end of a text: call again with n = 0 and st = NULL on st's bytes to show
+ * them escaped, as txt_term_end does). -1 out of memory. */
+int txt_escape(txt_buf *out, txt_esc *st, const char *s, size_t n);
+
+/* Write s[0..n) to f: through txt_escape when f is a terminal, as it is otherwise. */
+void txt_term_put(FILE *f, txt_esc *st, const char *s, size_t n);
+/* The end of a streamed text: bytes st still holds go out (escaped on a terminal). */
+void txt_term_end(FILE *f, txt_esc *st);
+/* fprintf(f, fmt, ...) with the whole formatted text through txt_term_put: for messages that
+ * quote outside text (a server's error, a file's line). Returns what fprintf would, or -1. */
+int txt_term_printf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

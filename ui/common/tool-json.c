@@ -1,4 +1,4 @@
-/* tool-json.c: the OpenAI shape of tool calls (../shared/spec/k3-tools.md), written from a
+/* tool-json.c: the OpenAI shape of tool calls (doc/tool-calls.md), written from a
  * conversation message (k3_msg) with jansson.
  *
  * DESIGN

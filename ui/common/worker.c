@@ -320,15 +320,17 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
         }
         turn(r, &c->gen);
         break;
-    case EV_CMD_RETRY:
-        if (k3_conv_pop_reply(r->c) == 0) {
-            ue_emitf(u, EV_ERROR, "/retry: there is no answer to regenerate");
+    case EV_CMD_RETRY: {
+        int n = k3_conv_retry_last(r->c); /* the old answer stays, abandoned (k3.h) */
+        if (n <= 0) {
+            ue_emitf(u, EV_ERROR, "/retry: %s", n < 0 ? k3_errmsg() : "there is no answer to regenerate");
             ui_ev d = {.type = EV_DONE, .i = UE_DONE_ERROR};
             ev_push(u->out, &d);
             break;
         }
         turn(r, &c->gen);
         break;
+    }
     case EV_CMD_REPLAY:
         replay(r, c->text, &c->gen);
         break;
@@ -383,6 +385,7 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
     ui_ev e = {
         .type = EV_READY, .text = desc, .text2 = (char *)(uintptr_t)r->info.fit_brief, .i = r->info.max_ctx};
     e.gen = (ue_gen){.temp = r->info.gen_temp, .top_p = r->info.gen_top_p, .think = 1, .effort = 2};
+    fill_common(r, &e.st); /* the empty conversation's context comes with the model: no frame shows 0 */
     ev_push(u->out, &e);
     ui_ev ctx = {.type = EV_STATS, .i = 1}; /* the empty conversation's context, as after /clear */
     fill_common(r, &ctx.st);

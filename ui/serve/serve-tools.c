@@ -1,4 +1,4 @@
-/* serve-tools.c: OpenAI tool calling for `--serve` (../shared/spec/k3-tools.md).
+/* serve-tools.c: OpenAI tool calling for `--serve` (doc/tool-calls.md).
  *
  * DESIGN
  * The request side checks what the chat format cannot take and answers a 400 naming the
@@ -33,11 +33,7 @@ int serve_bad(stools_err *e, const char *code, const char *fmt, ...) {
     int n = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
     /* the text may echo the client's (cut inside a character, control characters) */
-    http_clean(e->msg, sizeof e->msg, raw,
-               n < 0                    ? 0
-               : (size_t)n < sizeof raw ? (size_t)n
-                                        : sizeof raw - 1,
-               0);
+    http_clean(e->msg, sizeof e->msg, raw, n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1);
     snprintf(e->code, sizeof e->code, "%s", code);
     return -1;
 }
@@ -82,6 +78,13 @@ static int parse_tools(json_t *v, const char *where, char **out, stools_err *e) 
         if (p && !json_is_null(p) && !json_is_object(p))
             return bad(e, "invalid_type", "%s[%zu].function.parameters: expected a JSON Schema object", where,
                        i);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(name, json_string_value(json_object_get(
+                                  json_object_get(json_array_get(v, j), "function"), "name"))))
+                return bad(e, "duplicate_tool_name",
+                           "%s[%zu].function.name: '%.60s' is also the name of %s[%zu] (each tool needs its "
+                           "own name)",
+                           where, i, name, where, j);
     }
     if (json_array_size(v) && !(*out = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER)))
         return bad(e, "out_of_memory", "out of memory");
@@ -201,22 +204,109 @@ int stools_parse_message(json_t *m, size_t i, k3_role role, stools_msg *x, stool
     return 0;
 }
 
-int stools_check_results(const k3_role *roles, const stools_msg *x, size_t n, stools_err *e) {
-    int a = -1;
-    for (size_t i = 0; i < n; i++) {
-        if (roles[i] == K3_ROLE_ASSISTANT)
-            a = (int)i;
+/* The calls of assistant message a: ids unique, each answered exactly once by the tool results
+ * after it (up to the next assistant message, at end). */
+static int check_answers(const k3_role *roles, const stools_msg *x, size_t a, size_t end, stools_err *e) {
+    const stools_msg *c  = &x[a];
+    size_t           *by = calloc((size_t)c->n_calls, sizeof *by); /* the answering message + 1 */
+    if (!by)
+        return bad(e, "out_of_memory", "out of memory");
+    int rc = 0;
+    for (int k = 0; k < c->n_calls && !rc; k++)
+        for (int j = 0; j < k && !rc; j++)
+            if (!strcmp(c->calls[k].id, c->calls[j].id))
+                rc = bad(
+                    e, "duplicate_tool_call_id",
+                    "messages[%zu].tool_calls[%d].id: '%.60s' is also the id of tool_calls[%d] (each call "
+                    "needs its own id)",
+                    a, k, c->calls[k].id, j);
+    for (size_t i = a + 1; i < end && !rc; i++) {
         if (roles[i] != K3_ROLE_TOOL)
             continue;
-        int found = 0;
-        for (int k = 0; a >= 0 && k < x[a].n_calls && !found; k++)
-            found = !strcmp(x[a].calls[k].id, x[i].tool_call_id);
-        if (!found)
-            return bad(e, "invalid_value",
-                       "messages[%zu].tool_call_id: '%.60s' matches no tool call of the preceding "
-                       "assistant message",
-                       i, x[i].tool_call_id);
+        int k = 0;
+        while (k < c->n_calls && strcmp(c->calls[k].id, x[i].tool_call_id))
+            k++;
+        if (k == c->n_calls)
+            rc = bad(
+                e, "invalid_value",
+                "messages[%zu].tool_call_id: '%.60s' matches no tool call of the preceding assistant message",
+                i, x[i].tool_call_id);
+        else if (by[k])
+            rc = bad(e, "duplicate_tool_result",
+                     "messages[%zu].tool_call_id: '%.60s' was already answered by messages[%zu] (one result "
+                     "per call)",
+                     i, x[i].tool_call_id, by[k] - 1);
+        else
+            by[k] = i + 1;
     }
+    char   missing[300] = "";
+    size_t at = 0, n_missing = 0;
+    for (int k = 0; k < c->n_calls && !rc; k++)
+        if (!by[k] && ++n_missing && at < sizeof missing - 80)
+            at += (size_t)snprintf(missing + at, sizeof missing - at, "%s'%.60s'", at ? ", " : "",
+                                   c->calls[k].id);
+    if (n_missing && !rc)
+        rc =
+            bad(e, "missing_tool_result",
+                "messages[%zu].tool_calls: %zu call%s without a tool result: %s%s (an assistant message with "
+                "tool_calls must be followed by a tool message for each tool_call_id)",
+                a, n_missing, n_missing > 1 ? "s" : "", missing, at >= sizeof missing - 80 ? ", ..." : "");
+    free(by);
+    return rc;
+}
+
+int stools_check_results(const k3_role *roles, const stools_msg *x, size_t n, stools_err *e) {
+    size_t a = n; /* the assistant message the results answer */
+    for (size_t i = 0; i < n; i++) {
+        if (roles[i] == K3_ROLE_TOOL && a == n)
+            return bad(e, "invalid_value",
+                       "messages[%zu].tool_call_id: '%.60s' matches no tool call of the preceding assistant "
+                       "message",
+                       i, x[i].tool_call_id);
+        if (roles[i] != K3_ROLE_ASSISTANT)
+            continue;
+        a          = i;
+        size_t end = i + 1;
+        while (end < n && roles[end] != K3_ROLE_ASSISTANT)
+            end++;
+        if (check_answers(roles, x, a, end, e))
+            return -1;
+    }
+    return 0;
+}
+
+/* Does the tools array text (compact JSON, NULL: none) declare name? */
+static int declares(const char *tools, const char *name) {
+    json_t *v   = tools ? json_loads(tools, 0, NULL) : NULL;
+    int     hit = 0;
+    size_t  i;
+    json_t *t;
+    json_array_foreach(v, i, t) {
+        const char *nm = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        hit |= nm && !strcmp(nm, name);
+    }
+    json_decref(v);
+    return hit;
+}
+
+int stools_check_calls(const stools_req *r, const stools_msg *x, size_t n, stools_err *e) {
+    int any = r->tools != NULL;
+    for (size_t i = 0; i < n; i++)
+        any |= x[i].tools != NULL;
+    if (!any && !strcmp(r->tool_choice, "required"))
+        return bad(e, "invalid_value",
+                   "tool_choice: \"required\" needs tools, and the request declares none");
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < x[i].n_calls; k++) {
+            const char *name = x[i].calls[k].name;
+            int         ok   = declares(r->tools, name);
+            for (size_t j = 0; j < n && !ok; j++)
+                ok = declares(x[j].tools, name);
+            if (!ok)
+                return bad(e, "undeclared_tool",
+                           "messages[%zu].tool_calls[%d].function.name: '%.60s' is not a declared tool (%s)",
+                           i, k, name, any ? "not in tools" : "the request declares no tools");
+        }
     return 0;
 }
 

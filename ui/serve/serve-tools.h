@@ -35,8 +35,13 @@ void stools_req_free(stools_req *r);
 /* The tool parts of messages[i]: an assistant's tool_calls, a tool result's tool_call_id and
  * name, a system message's tools (declared in place). */
 int stools_parse_message(json_t *m, size_t i, k3_role role, stools_msg *x, stools_err *e);
-/* Every tool result must answer a call of the nearest assistant message before it. */
-int  stools_check_results(const k3_role *roles, const stools_msg *x, size_t n, stools_err *e);
+/* Every tool result answers a call of the nearest assistant message before it; a message's
+ * calls have distinct ids, and each is answered exactly once (400s name the missing or
+ * duplicate tool_call_ids). */
+int stools_check_results(const k3_role *roles, const stools_msg *x, size_t n, stools_err *e);
+/* Every call in the history is to a declared tool (the request's tools or a system message's);
+ * tool_choice "required" needs some. */
+int  stools_check_calls(const stools_req *r, const stools_msg *x, size_t n, stools_err *e);
 void stools_msg_free(stools_msg *x);
 /* A conversation message equals a request message's tool parts (calls: id, name, arguments). */
 int stools_msg_same(const k3_msg *m, const stools_msg *x);

@@ -1,9 +1,11 @@
 /* serve.c: `k3chat MODEL_DIR --serve [ADDR:]PORT`, an OpenAI-compatible HTTP server.
  *
  * DESIGN
- * libmicrohttpd parses HTTP (one thread per connection, internal polling thread); jansson
- * parses and writes every JSON body. Routes: GET /v1/models, GET /v1/models/NAME, GET
- * /health, POST /v1/chat/completions (streaming as server-sent events, or one JSON answer).
+ * serve-gate.c reads and checks every request (the only HTTP parser: head and body, limits
+ * and deadlines) and serves each complete one on a thread of its own; jansson parses and
+ * writes every JSON body (serve-req.c reads a request's fields). Routes: GET /v1/models,
+ * GET /v1/models/NAME, GET /health, POST /v1/chat/completions (streaming as server-sent
+ * events, or one JSON answer).
  *
  * One model and one engine thread (worker_main) that owns it. A connection thread validates
  * its request, queues a job and waits. The engine thread runs continuous batching over
@@ -19,21 +21,20 @@
  *
  * Text flows from the engine thread's k3_conv callbacks into the job (under srv.mu): the reasoning
  * at once, the response through the stop-string filter, which holds back a tail that could
- * still become a stop string and cancels the turn when one appears. A streaming connection
- * sends the job's bytes from a content-reader callback as they come; a plain one waits for
- * the end. Both wait in 100 ms steps and peek at the socket (recv MSG_PEEK: 0 = closed):
- * a client that went away cancels its job (k3_conv_cancel of its slot), queued or running.
+ * still become a stop string and cancels the turn when one appears. A streaming request's
+ * thread writes the job's bytes as they come (a client that leaves SERVE_SSE_MAX unread is
+ * cancelled); a plain one waits for the end. Both wait in 100 ms steps and peek at the socket (recv MSG_PEEK:
+ * 0 = closed): a client that went away cancels its job (k3_conv_cancel of its slot), queued or running.
  *
  * A client that closed its sending side after the request (half-close) still gets its answer:
  * at EOF an HTTP/1.1 client is sent an interim "100 Continue" now and then, which a client that
- * is really gone answers with a reset (serve-http.c, http_peer_gone).
+ * is really gone answers with a reset (serve-gate.c, http_peer_gone).
  *
- * Connections come through serve-http.c (the listening socket, request-head checks, limits);
- * libmicrohttpd gets them with MHD_add_connection and answers one request per connection
- * (Connection: close). Errors are {"error": {"message", "type", "code"}} with 400 (bad JSON,
- * wrong types, over the context, bad framing), 401 (bearer token), 403 (Host), 404, 405 (with
- * Allow), 408, 411, 413 (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 431,
- * 500, 503 (busy or queue full, with Retry-After; shutting down), 505. Messages that echo the client's text
+ * Each request is answered once, with Connection: close. Errors are {"error": {"message",
+ * "type", "code"}} with 400 (bad JSON, duplicate keys, wrong types, over the context, bad
+ * framing), 401 (bearer token), 403 (Host), 404, 405 (with Allow), 408, 411, 413
+ * (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 417, 431, 500, 503 (busy or
+ * queue full, with Retry-After; shutting down), 505. Messages that echo the client's text
  * are cut on a character boundary with control characters escaped, and so is every log line.
  * SIGINT/SIGTERM: stop accepting, cancel the running turns (a stream ends with an error event
  * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
@@ -43,13 +44,13 @@
 #include "cli.h"
 #include "k3.h"
 #include "serve-http.h"
+#include "serve-req.h"
 #include "serve-tools.h"
 #include "text.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -64,56 +65,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SERVE_MAX_BODY (8u << 20)   /* bytes of a request body                        */
-#define SERVE_DRAIN_SECS 10         /* at shutdown, for responses to finish           */
-#define SERVE_MAX_KEYS 64           /* API keys (one prompt cache owner at a time)    */
-#define SERVE_MAX_STOPS 16          /* stop strings per request                       */
-#define SERVE_MAX_TOKENS 1000000000 /* max_tokens accepted (the context ends a turn first) */
-#define SERVE_MIN_ROOM 8            /* tokens a turn must be able to generate (conv)  */
-#define SERVE_MAX_PARALLEL 64       /* --parallel                                      */
-#define SERVE_PARALLEL 4            /* its default                                     */
-#define SERVE_QUEUE 32              /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
-#define SERVE_CHUNK 32              /* prompt ids per prefill step (K3_SERVE_CHUNK; BENCHMARKS.md) */
-#define SERVE_QUEUE_SECS 600        /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
-
-/* ---- a parsed request ----------------------------------------------------------- */
-
-typedef struct smsg {
-    k3_role role;
-    char   *content;   /* never NULL           */
-    char   *reasoning; /* NULL when none given */
-} smsg;
-
-typedef struct sreq {
-    smsg       *msgs; /* (n_msgs) */
-    int         n_msgs;
-    int         stream, include_usage;
-    int         think;      /* 1 on, 0 off */
-    char        effort[8];  /* low | high | max */
-    int         max_tokens; /* 0 = up to the context */
-    float       temp, top_p;
-    uint64_t    seed;
-    char       *stops[SERVE_MAX_STOPS]; /* (n_stops) stop strings, non-empty */
-    int         n_stops;
-    size_t      max_stop; /* longest stop string in bytes */
-    stools_req  tl;       /* tools, tool_choice (serve-tools.c)        */
-    stools_msg *tx;       /* (n_msgs) each message's tool calls / result ids */
-} sreq;
-
-static void sreq_free(sreq *r) {
-    for (int i = 0; i < r->n_msgs; i++) {
-        free(r->msgs[i].content);
-        free(r->msgs[i].reasoning);
-        if (r->tx)
-            stools_msg_free(&r->tx[i]);
-    }
-    free(r->msgs);
-    free(r->tx);
-    stools_req_free(&r->tl);
-    for (int i = 0; i < r->n_stops; i++)
-        free(r->stops[i]);
-    memset(r, 0, sizeof *r);
-}
+#define SERVE_MAX_BODY (8u << 20)  /* bytes of a request body                        */
+#define SERVE_DRAIN_SECS 10        /* at shutdown, for responses to finish           */
+#define SERVE_MAX_KEYS 64          /* API keys (one prompt cache owner at a time)    */
+#define SERVE_MIN_ROOM 8           /* tokens a turn must be able to generate (conv)  */
+#define SERVE_MAX_PARALLEL 64      /* --parallel                                      */
+#define SERVE_PARALLEL 4           /* its default                                     */
+#define SERVE_QUEUE 32             /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
+#define SERVE_CHUNK 32             /* prompt ids per prefill step (K3_SERVE_CHUNK; BENCHMARKS.md) */
+#define SERVE_QUEUE_SECS 600       /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
+#define SERVE_SSE_MAX (256u << 10) /* stream bytes a client may leave unread; beyond: cancelled */
 
 /* ---- jobs ------------------------------------------------------------------------- */
 
@@ -179,6 +140,7 @@ static struct server {
     k3_model_info   info;
     const char     *name;                 /* model id                    */
     char           *keys[SERVE_MAX_KEYS]; /* (n_keys) API keys; none = no authentication */
+    size_t          key_len[SERVE_MAX_KEYS];
     int             n_keys;
     long long       t_start;
 } srv = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -266,6 +228,11 @@ static void sse_json(job *j, json_t *o) {
         free(s);
     }
     json_decref(o);
+    if (j->sse.n > SERVE_SSE_MAX && !j->gone && j->state != J_DONE) { /* the client does not read */
+        serve_log("#%u: the client reads its stream too slowly (%zu bytes unsent): cancelled", j->seq,
+                  j->sse.n);
+        job_gone_locked(j);
+    }
 }
 
 static json_t *usage_obj(const job *j) {
@@ -281,7 +248,12 @@ static json_t *chunk(job *j, json_t *delta, const char *finish) {
                      (json_int_t)j->created, "model", srv.name, "choices", ch);
 }
 
-/* A delta of one field ("content" or "reasoning_content"); the first also carries the role. */
+/* Reasoning goes out under both names with the same text: "reasoning" (vLLM since 0.16) and
+ * "reasoning_content" (DeepSeek, older vLLM and SGLang); a client reads the one it knows. */
+static const char *const reasoning_keys[] = {"reasoning", "reasoning_content"};
+
+/* A delta of one field ("content" or "reasoning", the latter under both its names); the first
+ * also carries the role. */
 static void sse_delta(job *j, const char *field, const char *text, size_t n) {
     if (!j->r.stream || !n)
         return;
@@ -289,8 +261,10 @@ static void sse_delta(job *j, const char *field, const char *text, size_t n) {
         j->role_sent = 1;
         sse_json(j, chunk(j, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL));
     }
-    json_t *d = json_object();
-    json_object_set_new(d, field, json_stringn(text, n));
+    json_t *d     = json_object();
+    int     think = !strcmp(field, "reasoning");
+    for (int k = 0; k < (think ? 2 : 1); k++)
+        json_object_set_new(d, think ? reasoning_keys[k] : field, json_stringn(text, n));
     sse_json(j, chunk(j, d, NULL));
 }
 
@@ -302,7 +276,7 @@ static void on_think(const char *text, size_t n, void *ud) {
     if (j->gone)
         k3_conv_cancel(j->c);
     txt_buf_add(&j->reasoning, text, n);
-    sse_delta(j, "reasoning_content", text, n);
+    sse_delta(j, "reasoning", text, n);
     j->state = J_RUNNING;
     pthread_cond_broadcast(&srv.done_cv);
     pthread_mutex_unlock(&srv.mu);
@@ -319,7 +293,8 @@ static void release(job *j, size_t to) {
 /* Stop strings: find the first one in the unreleased text; else hold back the longest tail
  * that is a prefix of one. Releases what is certain. Returns 1 when a stop string matched. */
 static int stop_filter(job *j, int final) {
-    const sreq *r = &j->r;
+    const sreq *r    = &j->r;
+    const char *text = j->resp.p ? j->resp.p : ""; /* no visible text yet: NULL (memmem wants a pointer) */
     size_t      n = j->resp.n, at = n;
     if (!r->n_stops || j->stopped) {
         if (!j->stopped)
@@ -327,9 +302,9 @@ static int stop_filter(job *j, int final) {
         return j->stopped;
     }
     for (int k = 0; k < r->n_stops; k++) {
-        const char *p = memmem(j->resp.p + j->rel, n - j->rel, r->stops[k], strlen(r->stops[k]));
-        if (p && (size_t)(p - j->resp.p) < at)
-            at = (size_t)(p - j->resp.p);
+        const char *p = memmem(text + j->rel, n - j->rel, r->stops[k], strlen(r->stops[k]));
+        if (p && (size_t)(p - text) < at)
+            at = (size_t)(p - text);
     }
     if (at < n) {
         release(j, at);
@@ -341,11 +316,11 @@ static int stop_filter(job *j, int final) {
         if (k > n - j->rel)
             continue;
         for (int s = 0; s < r->n_stops && !hold; s++)
-            if (strlen(r->stops[s]) > k && !memcmp(j->resp.p + n - k, r->stops[s], k))
+            if (strlen(r->stops[s]) > k && !memcmp(text + n - k, r->stops[s], k))
                 hold = k;
     }
     size_t to = n - hold;
-    while (to > j->rel && ((unsigned char)j->resp.p[to] & 0xC0) == 0x80 && to < n)
+    while (to > j->rel && ((unsigned char)text[to] & 0xC0) == 0x80 && to < n)
         to--; /* never split a character (stop strings start on one anyway) */
     release(j, to);
     return 0;
@@ -680,321 +655,34 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-/* ---- request parsing ------------------------------------------------------------------- */
+/* ---- HTTP -------------------------------------------------------------------------------- */
 
-typedef stools_err perr; /* a 400's message and code (serve-tools.h) */
-#define bad serve_bad
-
-/* Message content: a string, null, or an array of {"type":"text","text":...} parts. */
-static int parse_content(json_t *v, int i, const char *field, char **out, perr *e) {
-    if (!v || json_is_null(v)) {
-        *out = strdup("");
-        return *out ? 0 : bad(e, "out_of_memory", "out of memory");
-    }
-    if (json_is_string(v)) {
-        *out = strndup(json_string_value(v), json_string_length(v));
-        return *out ? 0 : bad(e, "out_of_memory", "out of memory");
-    }
-    if (!json_is_array(v))
-        return bad(e, "invalid_type", "messages[%d].%s: expected a string or an array of text parts", i,
-                   field);
-    txt_buf b = {0};
-    size_t  k;
-    json_t *part;
-    json_array_foreach(v, k, part) {
-        json_t     *tv   = json_object_get(part, "type");
-        const char *type = json_string_value(tv);
-        json_t     *text = json_object_get(part, "text");
-        if (!json_is_object(part) || (tv && !type)) {
-            free(b.p);
-            return bad(e, "invalid_type", "messages[%d].%s[%zu]%s: expected %s", i, field, k,
-                       json_is_object(part) ? ".type" : "", json_is_object(part) ? "a string" : "an object");
-        }
-        if (type && strcmp(type, "text") != 0) {
-            free(b.p);
-            return bad(e, "unsupported_content",
-                       "messages[%d].%s[%zu]: '%s' parts are not supported (text only)", i, field, k, type);
-        }
-        if (!json_is_string(text)) {
-            free(b.p);
-            return bad(e, "invalid_type", "messages[%d].%s[%zu].text: expected a string", i, field, k);
-        }
-        if ((k && txt_buf_add(&b, "\n", 1)) ||
-            txt_buf_add(&b, json_string_value(text), json_string_length(text))) {
-            free(b.p);
-            return bad(e, "out_of_memory", "out of memory");
-        }
-    }
-    *out = b.p ? b.p : strdup("");
-    return *out ? 0 : bad(e, "out_of_memory", "out of memory");
-}
-
-static int parse_messages(json_t *msgs, sreq *r, perr *e) {
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return bad(e, msgs ? "invalid_type" : "missing_field",
-                   "messages: expected a non-empty array of messages");
-    size_t n = json_array_size(msgs);
-    r->msgs  = calloc(n, sizeof *r->msgs);
-    r->tx    = calloc(n, sizeof *r->tx);
-    if (!r->msgs || !r->tx)
-        return bad(e, "out_of_memory", "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        json_t     *m    = json_array_get(msgs, i);
-        const char *role = json_string_value(json_object_get(m, "role"));
-        smsg       *d    = &r->msgs[i];
-        if (!json_is_object(m))
-            return bad(e, "invalid_type", "messages[%zu]: expected an object", i);
-        if (!role)
-            return bad(e, "invalid_type", "messages[%zu].role: expected a string", i);
-        if (!strcmp(role, "system") || !strcmp(role, "developer"))
-            d->role = K3_ROLE_SYSTEM;
-        else if (!strcmp(role, "user"))
-            d->role = K3_ROLE_USER;
-        else if (!strcmp(role, "assistant"))
-            d->role = K3_ROLE_ASSISTANT;
-        else if (!strcmp(role, "tool"))
-            d->role = K3_ROLE_TOOL;
-        else
-            return bad(e, "unsupported_role",
-                       "messages[%zu].role: '%s' is not supported (system, developer, user, assistant, tool)",
-                       i, role);
-        r->n_msgs   = (int)i + 1;
-        json_t *cnt = json_object_get(m, "content");
-        if ((!cnt || json_is_null(cnt)) && d->role != K3_ROLE_ASSISTANT) /* only an answer may lack it */
-            return bad(
-                e, cnt ? "invalid_type" : "missing_field",
-                "messages[%zu].content: a %s message needs its content (a string or an array of text parts)",
-                i, role);
-        if (parse_content(cnt, (int)i, "content", &d->content, e))
-            return -1;
-        if (stools_parse_message(m, i, d->role, &r->tx[i], e))
-            return -1;
-        static const char *rk[] = {"reasoning_content", "reasoning", "thinking"};
-        for (int k = 0; k < 3 && d->role == K3_ROLE_ASSISTANT && !d->reasoning; k++) {
-            json_t *v = json_object_get(m, rk[k]);
-            if (v && !json_is_null(v) && parse_content(v, (int)i, rk[k], &d->reasoning, e))
-                return -1;
-        }
-    }
-    if (r->msgs[n - 1].role != K3_ROLE_USER && r->msgs[n - 1].role != K3_ROLE_TOOL)
-        return bad(e, "invalid_value",
-                   "messages: the last message must be the user's or a tool result (got %s)",
-                   r->msgs[n - 1].role == K3_ROLE_SYSTEM ? "system" : "assistant");
-    k3_role *roles = calloc(n, sizeof *roles);
-    if (!roles)
-        return bad(e, "out_of_memory", "out of memory");
-    for (size_t i = 0; i < n; i++)
-        roles[i] = r->msgs[i].role;
-    int rc = stools_check_results(roles, r->tx, n, e);
-    free(roles);
+/* A JSON body s (malloc'd, taken); allow: the Allow header of a 405. One request per
+ * connection: every answer closes it (serve-gate.c read and checked the request). */
+static int send_text(http_req *con, unsigned code, char *s, const char *allow) {
+    if (!s)
+        return -1;
+    char extra[128] = "";
+    if (allow)
+        snprintf(extra, sizeof extra, "Allow: %s\r\n", allow);
+    else if (code == 503) /* busy or shutting down: try again in a while */
+        snprintf(extra, sizeof extra, "Retry-After: 5\r\n");
+    int rc = http_respond(con, (int)code, "application/json", extra, s, strlen(s));
+    free(s);
     return rc;
 }
 
-/* A boolean field (absent: keeps *out). */
-static int get_bool(json_t *o, const char *key, const char *path, int *out, perr *e) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_boolean(v))
-        return bad(e, "invalid_type", "%s: expected true or false", path);
-    *out = json_is_true(v);
-    return 0;
-}
-
-static int get_num(json_t *o, const char *key, double lo, double hi, float *out, perr *e) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_number(v))
-        return bad(e, "invalid_type", "%s: expected a number", key);
-    double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) {
-        char num[40]; /* the shortest text that reads back as x: 2.0000001 is not "2" */
-        for (int prec = 6; prec <= 17; prec++)
-            if (snprintf(num, sizeof num, "%.*g", prec, x), strtod(num, NULL) == x)
-                break;
-        return bad(e, "invalid_value", "%s: %s is outside %g..%g", key, num, lo, hi);
-    }
-    *out = (float)x;
-    return 0;
-}
-
-/* Fields the server does not implement: refused, with the field named, unless they ask for
- * what it does anyway (response_format text, penalties 0, no logprobs, no bias). */
-static int parse_unsupported(json_t *b, perr *e) {
-    json_t *v;
-    if ((v = json_object_get(b, "response_format")) && !json_is_null(v)) {
-        const char *t = json_string_value(json_object_get(v, "type"));
-        if (!json_is_object(v) || !t)
-            return bad(e, "invalid_type", "response_format: expected an object with a string type");
-        if (strcmp(t, "text"))
-            return bad(e, "unsupported_value", "response_format: type '%.40s' is not supported (text only)",
-                       t);
-    }
-    static const char *pen[] = {"frequency_penalty", "presence_penalty"};
-    for (int k = 0; k < 2; k++) {
-        if (!(v = json_object_get(b, pen[k])) || json_is_null(v))
-            continue;
-        if (!json_is_number(v))
-            return bad(e, "invalid_type", "%s: expected a number", pen[k]);
-        if (json_number_value(v) != 0)
-            return bad(e, "unsupported_value", "%s: not supported (only 0)", pen[k]);
-    }
-    if ((v = json_object_get(b, "logprobs")) && !json_is_null(v)) {
-        if (!json_is_boolean(v))
-            return bad(e, "invalid_type", "logprobs: expected true or false");
-        if (json_is_true(v))
-            return bad(e, "unsupported_value", "logprobs: not supported");
-    }
-    if ((v = json_object_get(b, "top_logprobs")) && !json_is_null(v)) {
-        if (!json_is_integer(v))
-            return bad(e, "invalid_type", "top_logprobs: expected an integer");
-        if (json_integer_value(v) != 0)
-            return bad(e, "unsupported_value", "top_logprobs: not supported");
-    }
-    if ((v = json_object_get(b, "logit_bias")) && !json_is_null(v)) {
-        if (!json_is_object(v))
-            return bad(e, "invalid_type", "logit_bias: expected an object");
-        if (json_object_size(v))
-            return bad(e, "unsupported_value", "logit_bias: not supported");
-    }
-    return 0;
-}
-
-static int parse_request(json_t *b, unsigned seq, sreq *r, perr *e) {
-    if (!json_is_object(b))
-        return bad(e, "invalid_type", "the body must be a JSON object");
-    r->think = 1;
-    snprintf(r->effort, sizeof r->effort, "max");
-    r->temp  = srv.info.gen_temp;
-    r->top_p = srv.info.gen_top_p;
-    r->seed  = (uint64_t)time(NULL) ^ ((uint64_t)seq << 32); /* a fresh seed per request */
-    json_t *v;
-    if ((v = json_object_get(b, "model")) && !json_is_string(v) && !json_is_null(v))
-        return bad(e, "invalid_type", "model: expected a string");
-    if (parse_messages(json_object_get(b, "messages"), r, e) ||
-        get_bool(b, "stream", "stream", &r->stream, e) || get_num(b, "temperature", 0, 2, &r->temp, e) ||
-        get_num(b, "top_p", 0, 1, &r->top_p, e))
-        return -1;
-    if ((v = json_object_get(b, "stream_options")) && !json_is_null(v)) {
-        if (!json_is_object(v))
-            return bad(e, "invalid_type", "stream_options: expected an object");
-        if (get_bool(v, "include_usage", "stream_options.include_usage", &r->include_usage, e))
-            return -1;
-    }
-    static const char *mk[] = {"max_completion_tokens", "max_tokens"};
-    for (int k = 0; k < 2 && !r->max_tokens; k++) {
-        if (!(v = json_object_get(b, mk[k])) || json_is_null(v))
-            continue;
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > SERVE_MAX_TOKENS)
-            return bad(e, json_is_integer(v) ? "invalid_value" : "invalid_type",
-                       "%s: expected an integer from 1 to %d (a turn also ends at the context's end)", mk[k],
-                       SERVE_MAX_TOKENS);
-        r->max_tokens = (int)json_integer_value(v);
-    }
-    if ((v = json_object_get(b, "seed")) && !json_is_null(v)) {
-        if (!json_is_integer(v))
-            return bad(e, "invalid_type", "seed: expected an integer");
-        r->seed = (uint64_t)json_integer_value(v);
-    }
-    if ((v = json_object_get(b, "n")) && !json_is_null(v) &&
-        !(json_is_number(v) && json_number_value(v) == 1))
-        return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
-                   "n: only 1 choice per request is supported");
-    if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e))
-        return -1;
-    if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
-        json_t *one[1] = {v};
-        size_t  n      = json_is_array(v) ? json_array_size(v) : 1;
-        if (!json_is_string(v) && !json_is_array(v))
-            return bad(e, "invalid_type", "stop: expected a string or an array of strings");
-        if (n > SERVE_MAX_STOPS)
-            return bad(e, "invalid_value", "stop: at most %d strings", SERVE_MAX_STOPS);
-        for (size_t k = 0; k < n; k++) {
-            json_t *s = json_is_array(v) ? json_array_get(v, k) : one[0];
-            if (!json_is_string(s))
-                return bad(e, "invalid_type", "stop[%zu]: expected a string", k);
-            if (!json_string_length(s))
-                continue;
-            if (!(r->stops[r->n_stops] = strndup(json_string_value(s), json_string_length(s))))
-                return bad(e, "out_of_memory", "out of memory");
-            if (json_string_length(s) > r->max_stop)
-                r->max_stop = json_string_length(s);
-            r->n_stops++;
-        }
-    }
-    /* thinking: chat_template_kwargs.thinking / enable_thinking, or top-level enable_thinking;
-     * reasoning_effort low|high|max ("none": thinking off) */
-    if (get_bool(b, "enable_thinking", "enable_thinking", &r->think, e))
-        return -1;
-    if ((v = json_object_get(b, "chat_template_kwargs")) && !json_is_null(v)) {
-        if (!json_is_object(v))
-            return bad(e, "invalid_type", "chat_template_kwargs: expected an object");
-        if (get_bool(v, "enable_thinking", "chat_template_kwargs.enable_thinking", &r->think, e) ||
-            get_bool(v, "thinking", "chat_template_kwargs.thinking", &r->think, e))
-            return -1;
-    }
-    if ((v = json_object_get(b, "reasoning_effort")) && !json_is_null(v)) {
-        const char *s = json_string_value(v);
-        if (!s)
-            return bad(e, "invalid_type", "reasoning_effort: expected a string");
-        if (!strcmp(s, "none"))
-            r->think = 0;
-        else if (!strcmp(s, "low") || !strcmp(s, "high") || !strcmp(s, "max"))
-            snprintf(r->effort, sizeof r->effort, "%s", s);
-        else
-            return bad(e, "invalid_value", "reasoning_effort: '%.40s' is not low, high or max%s", s,
-                       strcmp(s, "medium") ? "" : " (Kimi K3 rejects medium)");
-    }
-    return 0;
-}
-
-/* ---- HTTP -------------------------------------------------------------------------------- */
-
-typedef struct conn {
-    txt_buf body;
-    double  t0; /* monotonic seconds when the head was in */
-    int     too_big;
-    int     v11; /* HTTP/1.1 */
-    int     key; /* index of its API key */
-    job    *j;   /* the job this connection waits for (a reference) */
-} conn;
-
-/* A JSON body s (malloc'd, taken); allow: the Allow header of a 405. One request per
- * connection: every answer closes it (serve-http.c checks each request head). */
-static enum MHD_Result send_text(struct MHD_Connection *con, unsigned code, char *s, const char *allow) {
-    if (!s)
-        return MHD_NO;
-    struct MHD_Response *rsp = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
-    if (!rsp) {
-        free(s);
-        return MHD_NO;
-    }
-    MHD_add_response_header(rsp, "Content-Type", "application/json");
-    MHD_add_response_header(rsp, "Connection", "close");
-    if (code == 401)
-        MHD_add_response_header(rsp, "WWW-Authenticate", "Bearer");
-    if (allow)
-        MHD_add_response_header(rsp, "Allow", allow);
-    if (code == 503) /* busy or shutting down: try again in a while */
-        MHD_add_response_header(rsp, "Retry-After", "5");
-    enum MHD_Result ret = MHD_queue_response(con, code, rsp);
-    MHD_destroy_response(rsp);
-    return ret;
-}
-
-static enum MHD_Result send_json(struct MHD_Connection *con, unsigned code, json_t *o) {
+static int send_json(http_req *con, unsigned code, json_t *o) {
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return send_text(con, code, s, NULL);
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *con, unsigned code, const char *type,
-                                  const char *ecode, const char *msg) {
+static int send_error(http_req *con, unsigned code, const char *type, const char *ecode, const char *msg) {
     return send_text(con, code, http_error_json(type, ecode, msg), NULL);
 }
 
-static enum MHD_Result send_405(struct MHD_Connection *con, const char *allow) {
+static int send_405(http_req *con, const char *allow) {
     char m[64];
     snprintf(m, sizeof m, "use %s", allow);
     return send_text(con, 405, http_error_json("invalid_request_error", "method_not_allowed", m), allow);
@@ -1005,101 +693,96 @@ static json_t *model_obj(void) {
                      (json_int_t)srv.t_start, "owned_by", "k3chat", "max_model_len", srv.info.max_ctx);
 }
 
-/* The index of the request's API key (0 when the server has none), -1 when it is missing or
- * wrong. Every key is compared in full: the time does not tell which byte or key differed. */
-static int auth_key(struct MHD_Connection *con) {
-    if (!srv.n_keys)
-        return 0;
-    const char *h = MHD_lookup_connection_value(con, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7))
+/* The index of the API key in an Authorization value v[0..n) (white space around it trimmed by
+ * the head check; NULL: none), -1 when it is missing or wrong. Every key is compared over the
+ * longest key's length: the time tells neither which byte or key differed nor a key's length. */
+static int auth_key(const char *v, size_t n) {
+    if (!v || n < 7 || strncasecmp(v, "Bearer ", 7))
         return -1;
-    h += 7;
-    while (*h == ' ')
-        h++;
-    int    found = -1;
-    size_t a     = strlen(h);
+    v += 7, n -= 7;
+    while (n && (*v == ' ' || *v == '\t'))
+        v++, n--;
+    size_t longest = 0;
+    for (int i = 0; i < srv.n_keys; i++)
+        longest = srv.key_len[i] > longest ? srv.key_len[i] : longest;
+    int found = -1;
     for (int i = 0; i < srv.n_keys; i++) {
-        size_t   b    = strlen(srv.keys[i]);
-        unsigned diff = (unsigned)(a != b);
-        for (size_t k = 0; k < a && k < b; k++)
-            diff |= (unsigned)(h[k] ^ srv.keys[i][k]);
+        size_t   b    = srv.key_len[i];
+        unsigned diff = (unsigned)(n != b);
+        for (size_t k = 0; k < longest; k++) /* bytes past either end read as 0 */
+            diff |=
+                (unsigned)((k < n ? (unsigned char)v[k] : 0) ^ (k < b ? (unsigned char)srv.keys[i][k] : 0));
         found = diff == 0 ? i : found;
     }
     return found;
 }
 
-/* Streaming body: the job's SSE bytes as they come (a connection thread; may block). */
-static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
-    job *j = cls;
+/* The stream: the job's SSE bytes as they come, until it is done or the client is gone. */
+static void send_stream(http_req *con, job *j) {
+    char  *p   = NULL;
+    size_t n   = 0;
+    int    end = 0;
+    if (http_stream_begin(con, 200, "text/event-stream", "Cache-Control: no-cache\r\n") == 0)
+        for (;;) {
+            pthread_mutex_lock(&srv.mu);
+            while (j->sse_off == j->sse.n && j->state != J_DONE && !j->gone)
+                job_wait_step(j);
+            n = j->sse.n - j->sse_off;
+            free(p);
+            p = n ? malloc(n) : NULL;
+            if (p)
+                memcpy(p, j->sse.p + j->sse_off, n);
+            j->sse.n = j->sse_off = 0;
+            end                   = j->state == J_DONE || j->gone;
+            pthread_mutex_unlock(&srv.mu);
+            if ((n && (!p || http_stream_write(con, p, n))) || (end && !n))
+                break;
+        }
+    free(p);
     pthread_mutex_lock(&srv.mu);
-    for (;;) {
-        if (j->sse_off < j->sse.n) {
-            size_t n = j->sse.n - j->sse_off < max ? j->sse.n - j->sse_off : max;
-            memcpy(buf, j->sse.p + j->sse_off, n);
-            j->sse_off += n;
-            if (j->sse_off == j->sse.n)
-                j->sse.n = j->sse_off = 0;
-            pthread_mutex_unlock(&srv.mu);
-            return (ssize_t)n;
-        }
-        if (j->state == J_DONE) {
-            pthread_mutex_unlock(&srv.mu);
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        if (j->gone) {
-            pthread_mutex_unlock(&srv.mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        job_wait_step(j);
-    }
-}
-
-static void sse_free(void *cls) {
-    job *j = cls;
-    pthread_mutex_lock(&srv.mu);
-    if (j->state != J_DONE)
+    if (j->state == J_DONE && !con->failed)
+        http_stream_end(con);
+    else
         job_gone_locked(j); /* the response ended early: the client went away */
-    job_unref_locked(j);
     pthread_mutex_unlock(&srv.mu);
 }
 
-static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
-    if (cc->too_big) {
-        char m[128];
-        snprintf(m, sizeof m, "the request body is over the limit of %u bytes", SERVE_MAX_BODY);
-        return send_error(con, 413, "invalid_request_error", "body_too_large", m);
-    }
+static void chat_completions(http_req *con) {
     json_error_t je;
-    json_t      *b = json_loadb(cc->body.p ? cc->body.p : "", cc->body.n, 0, &je);
+    json_t      *b = json_loadb(con->body ? con->body : "", con->body_n, JSON_REJECT_DUPLICATES, &je);
+    free(con->body); /* the parsed tree holds what counts: the raw bytes go now */
+    con->body = NULL;
     if (!b) {
         char m[400];
         snprintf(m, sizeof m, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
-        return send_error(con, 400, "invalid_request_error", "invalid_json", m);
+        send_error(con, 400, "invalid_request_error",
+                   json_error_code(&je) == json_error_duplicate_key ? "duplicate_key" : "invalid_json", m);
+        return;
     }
     job *j = calloc(1, sizeof *j);
     perr e = {{0}, {0}};
     if (!j) {
         json_decref(b);
-        return send_error(con, 500, "server_error", "out_of_memory", "out of memory");
+        send_error(con, 500, "server_error", "out_of_memory", "out of memory");
+        return;
     }
     pthread_mutex_lock(&srv.mu);
     j->seq = ++srv.seq;
     pthread_mutex_unlock(&srv.mu);
-    int rc = parse_request(b, j->seq, &j->r, &e);
+    int rc = sreq_parse(b, j->seq, &srv.info, &j->r, &e);
     json_decref(b);
     if (rc) {
         serve_log("#%u 400: %s", j->seq, e.msg);
         sreq_free(&j->r);
         free(j);
-        return send_error(con, 400, "invalid_request_error", e.code, e.msg);
+        send_error(con, 400, "invalid_request_error", e.code, e.msg);
+        return;
     }
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(con, MHD_CONNECTION_INFO_CONNECTION_FD);
-    j->fd                              = ci ? ci->connect_fd : -1;
-    j->v11                             = cc->v11;
-    j->key                             = cc->key;
-    j->created                         = (long long)time(NULL);
-    j->t0                              = now_s();
+    j->fd      = con->fd;
+    j->v11     = con->v11;
+    j->key     = con->key;
+    j->created = (long long)time(NULL);
+    j->t0      = now_s();
     snprintf(j->id, sizeof j->id, "chatcmpl-k3-%llx-%u", (unsigned long long)srv.t_start, j->seq);
     j->refs = 2; /* this connection + the worker */
     pthread_mutex_lock(&srv.mu);
@@ -1107,7 +790,8 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         pthread_mutex_unlock(&srv.mu);
         sreq_free(&j->r);
         free(j);
-        return send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
+        send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
+        return;
     }
     if (srv.n_queued >= srv.max_queue + (srv.n_slots - srv.n_active)) { /* free slots take theirs at once */
         int      q = srv.n_queued, a = srv.n_active;
@@ -1119,7 +803,8 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         snprintf(m, sizeof m, "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later",
                  q, srv.max_queue);
         serve_log("#%u 503: queue full (%d active, %d queued)", seq, a, q);
-        return send_error(con, 503, "server_error", "queue_full", m);
+        send_error(con, 503, "server_error", "queue_full", m);
+        return;
     }
     if (srv.tail)
         srv.tail->next = j;
@@ -1128,14 +813,15 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
     srv.tail = j;
     srv.n_queued++;
     j->queued = 1;
-    cc->j     = j;
     pthread_cond_signal(&srv.work_cv);
     /* streaming: start the response at the first text (or at the end); plain: at the end */
     while (j->state != J_DONE && !j->gone && !(j->r.stream && j->sse.n))
         job_wait_step(j);
     if (j->gone && j->state != J_DONE) {
+        job_unref_locked(j);
         pthread_mutex_unlock(&srv.mu);
-        return MHD_NO; /* the client is gone: close */
+        con->failed = 1; /* the client is gone: close */
+        return;
     }
     if (j->http && !(j->r.stream && j->sse.n)) {
         unsigned code = j->http == 499 ? 503 : (unsigned)j->http;
@@ -1143,25 +829,17 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         snprintf(type, sizeof type, "%s", j->err_type);
         snprintf(ecode, sizeof ecode, "%s", j->err_code);
         snprintf(msg, sizeof msg, "%s", j->err);
+        job_unref_locked(j);
         pthread_mutex_unlock(&srv.mu);
-        return send_error(con, code, type, ecode, msg);
+        send_error(con, code, type, ecode, msg);
+        return;
     }
     if (j->r.stream) {
-        j->refs++; /* the response's */
         j->started = 1;
         pthread_mutex_unlock(&srv.mu);
-        struct MHD_Response *rsp =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, j, sse_free);
-        if (!rsp) {
-            job_unref(j);
-            return MHD_NO;
-        }
-        MHD_add_response_header(rsp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(rsp, "Cache-Control", "no-cache");
-        MHD_add_response_header(rsp, "Connection", "close");
-        enum MHD_Result ret = MHD_queue_response(con, 200, rsp);
-        MHD_destroy_response(rsp);
-        return ret;
+        send_stream(con, j);
+        job_unref(j);
+        return;
     }
     json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", j->resp.p ? j->resp.p : "", j->rel);
     if (j->calls) { /* content is null when the answer is only calls */
@@ -1169,107 +847,52 @@ static enum MHD_Result chat_completions(struct MHD_Connection *con, conn *cc) {
         if (!j->rel)
             json_object_set_new(msg, "content", json_null());
     }
-    if (j->r.think || j->reasoning.n)
-        json_object_set_new(msg, "reasoning_content",
+    for (int k = 0; k < 2 && (j->r.think || j->reasoning.n); k++)
+        json_object_set_new(msg, reasoning_keys[k],
                             json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[{s:i,s:o,s:s}],s:o}", "id", j->id, "object", "chat.completion",
                           "created", (json_int_t)j->created, "model", srv.name, "choices", "index", 0,
                           "message", msg, "finish_reason", j->finish, "usage", usage_obj(j));
+    job_unref_locked(j);
     pthread_mutex_unlock(&srv.mu);
     if (!o)
-        return send_error(con, 500, "server_error", "internal_error", "could not encode the answer");
-    return send_json(con, 200, o);
+        send_error(con, 500, "server_error", "internal_error", "could not encode the answer");
+    else
+        send_json(con, 200, o);
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *con, const char *url, const char *method,
-                                  const char *version, const char *data, size_t *size, void **con_cls) {
+/* A request, read and checked by serve-gate.c (authenticated too): route it and answer. */
+static void on_request(void *cls, http_req *con) {
     (void)cls;
-    conn *cc = *con_cls;
-    if (!cc) { /* headers only (checked by serve-http.c): authenticate before reading a body */
-        if (!(cc = calloc(1, sizeof *cc)))
-            return MHD_NO;
-        *con_cls = cc;
-        cc->t0   = now_s();
-        cc->v11  = !strcmp(version, MHD_HTTP_VERSION_1_1);
-        if ((cc->key = auth_key(con)) < 0)
-            return send_error(con, 401, "invalid_request_error", "invalid_api_key",
-                              "missing or wrong API key (Authorization: Bearer KEY)");
-        return MHD_YES;
-    }
-    if (*size) {
-        if (now_s() - cc->t0 > HTTP_BODY_SECS)
-            return MHD_NO; /* a body trickling in: close */
-        if (!cc->too_big && cc->body.n + *size > SERVE_MAX_BODY)
-            cc->too_big = 1;
-        if (!cc->too_big && txt_buf_add(&cc->body, data, *size))
-            return MHD_NO;
-        *size = 0;
-        return MHD_YES;
-    }
-    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    const char *url = con->path, *method = con->method;
+    int         get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/v1/models") || !strcmp(url, "/health") || !strncmp(url, "/v1/models/", 11)) {
         if (!get)
-            return send_405(con, "GET, HEAD");
-        if (!strcmp(url, "/health"))
-            return send_json(con, 200, json_pack("{s:s}", "status", "ok"));
-        if (!strcmp(url, "/v1/models"))
-            return send_json(con, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj()));
-        if (strcmp(url + 11, srv.name))
-            return send_error(con, 404, "invalid_request_error", "model_not_found", "no such model");
-        return send_json(con, 200, model_obj());
+            send_405(con, "GET, HEAD");
+        else if (!strcmp(url, "/health"))
+            send_json(con, 200, json_pack("{s:s}", "status", "ok"));
+        else if (!strcmp(url, "/v1/models"))
+            send_json(con, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_obj()));
+        else if (strcmp(url + 11, srv.name))
+            send_error(con, 404, "invalid_request_error", "model_not_found", "no such model");
+        else
+            send_json(con, 200, model_obj());
+        return;
     }
     if (!strcmp(url, "/v1/chat/completions")) {
         if (!post)
-            return send_405(con, "POST");
-        return chat_completions(con, cc);
+            send_405(con, "POST");
+        else
+            chat_completions(con);
+        return;
     }
     char m[300];
     snprintf(m, sizeof m, "no route %s %.200s (try GET /v1/models or POST /v1/chat/completions)", method,
              url);
-    return send_error(con, 404, "invalid_request_error", "not_found", m);
-}
-
-static void on_completed(void *cls, struct MHD_Connection *con, void **con_cls,
-                         enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)con;
-    (void)toe;
-    conn *cc = *con_cls;
-    if (!cc)
-        return;
-    if (cc->j) {
-        pthread_mutex_lock(&srv.mu);
-        job_gone_locked(cc->j); /* no-op when it finished */
-        job_unref_locked(cc->j);
-        pthread_mutex_unlock(&srv.mu);
-    }
-    free(cc->body.p);
-    free(cc);
-    *con_cls = NULL;
+    send_error(con, 404, "invalid_request_error", "not_found", m);
 }
 
 /* "[ADDR:]PORT": ADDR defaults to 127.0.0.1; IPv6 as [::1]:PORT. */
-/* A request body through the same parser the server uses (for the fuzz target and tests):
- * 0 when it would be served, -1 with the 4xx message in err. */
-int serve_check_body(const char *body, size_t n, char *err, size_t errn) {
-    json_error_t je;
-    json_t      *b = json_loadb(body, n, 0, &je);
-    if (!b) {
-        snprintf(err, errn, "the body is not JSON: %s (line %d)", je.text, je.line);
-        return -1;
-    }
-    sreq r;
-    perr e;
-    memset(&r, 0, sizeof r);
-    memset(&e, 0, sizeof e);
-    int rc = parse_request(b, 1, &r, &e);
-    if (rc)
-        snprintf(err, errn, "%s", e.msg);
-    sreq_free(&r);
-    json_decref(b);
-    return rc ? -1 : 0;
-}
-
 static int parse_listen(const char *spec, struct addrinfo **out) {
     char        host[256] = "127.0.0.1";
     const char *port = spec, *colon = strrchr(spec, ':');
@@ -1312,6 +935,7 @@ static int parse_keys(const char *v) {
             fprintf(stderr, "k3chat: --api-key: more than %d keys\n", SERVE_MAX_KEYS);
             return -1;
         }
+        srv.key_len[srv.n_keys] = n;
         if (!(srv.keys[srv.n_keys++] = strndup(p, n)))
             return -1;
         p += n;
@@ -1342,6 +966,83 @@ static int is_loopback(const struct sockaddr *a) {
     return a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
 }
 
+/* --parallel slots, each a conversation (its session is made on first use); one prompt cache
+ * for all of them: clients take turns on the slots, so keep more saved states than the chat
+ * does (least recently used out; env overrides, see k3chat(1)). The queue's limits and the
+ * scripted replies (tests) from the environment. 0, or -1 with the reason on stderr. */
+static int serve_slots(const cli_opts *o) {
+    srv.n_slots = o->parallel > 0 ? o->parallel : SERVE_PARALLEL;
+    if (!(srv.slots = calloc((size_t)srv.n_slots, sizeof *srv.slots))) {
+        fprintf(stderr, "k3chat: out of memory\n");
+        return -1;
+    }
+    for (int i = 0; i < srv.n_slots; i++) {
+        srv.slots[i].key = -1;
+        if (!(srv.slots[i].c = k3_conv_new())) {
+            fprintf(stderr, "k3chat: out of memory\n");
+            return -1;
+        }
+        if (i)
+            k3_conv_share_prompt_cache(srv.slots[i].c, srv.slots[0].c);
+    }
+    /* the shared prompt cache: more snapshots and bytes than a chat's (16, 2000 MB) */
+    const char *mb = getenv("K3_CONV_SNAPSHOT_MB");
+    char       *end;
+    int         n_snaps;
+    double      snap_mb = mb && *mb ? strtod(mb, &end) : 2000;
+    if (env_count("K3_CONV_SNAPSHOTS", 0, 64, 16, &n_snaps))
+        return -1;
+    if (mb && *mb && (*end || !(snap_mb >= 0 && snap_mb < 1e9))) {
+        fprintf(stderr, "k3chat: K3_CONV_SNAPSHOT_MB='%s': expected a number of megabytes >= 0\n", mb);
+        return -1;
+    }
+    if (k3_conv_set_prompt_cache(srv.slots[0].c, n_snaps, snap_mb)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        return -1;
+    }
+    if (env_count("K3_SERVE_QUEUE", 0, 100000, SERVE_QUEUE, &srv.max_queue) ||
+        env_count("K3_SERVE_CHUNK", 1, 1 << 20, SERVE_CHUNK, &srv.chunk) ||
+        env_count("K3_SERVE_QUEUE_SECS", 1, 86400, SERVE_QUEUE_SECS, &srv.queue_secs))
+        return -1;
+    const char *script = getenv("K3_SERVE_SCRIPT");
+    stools_err  se;
+    if (script && *script && stools_script_load(script, o->dir, &se)) {
+        fprintf(stderr, "k3chat: %s\n", se.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The model id: --model, else the model directory's last component. */
+static void serve_name(const cli_opts *o, char *dname, size_t cap) {
+    const char *dir = o->dir;
+    size_t      dl  = strlen(dir);
+    while (dl > 1 && dir[dl - 1] == '/')
+        dl--;
+    const char *slash = memrchr(dir, '/', dl);
+    snprintf(dname, cap, "%.*s", (int)(dl - (slash ? (size_t)(slash + 1 - dir) : 0)),
+             slash ? slash + 1 : dir);
+    srv.name = o->model_name ? o->model_name : dname;
+}
+
+/* SIGINT/SIGTERM: stop accepting, cancel the running turns, answer the queue, let every response
+ * finish (up to SERVE_DRAIN_SECS). Joins the engine thread wt. */
+static void serve_stop(http_gate *gate, int sig, pthread_t wt) {
+    serve_log("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http_gate_stop(gate); /* no new connections; those not handed on yet get 503 */
+    pthread_mutex_lock(&srv.mu);
+    srv.stopping = 1;
+    for (int i = 0; i < srv.n_slots; i++) /* the running turns end as shutting_down */
+        if (srv.slots[i].j)
+            k3_conv_cancel(srv.slots[i].c);
+    pthread_cond_broadcast(&srv.work_cv);
+    pthread_mutex_unlock(&srv.mu);
+    pthread_join(wt, NULL); /* finishes the running job (cancelled) and answers the queue */
+    if (http_gate_drain(gate, SERVE_DRAIN_SECS)) /* every response out, its stream terminated */
+        serve_log("connections still open after %d s: closing them", SERVE_DRAIN_SECS);
+    serve_log("%lu answered, %lu cancelled, %lu failed", srv.n_ok, srv.n_cancel, srv.n_err);
+}
+
 int cli_serve(const cli_opts *o) {
     struct addrinfo *ai = NULL;
     if (parse_listen(o->serve, &ai)) {
@@ -1361,7 +1062,10 @@ int cli_serve(const cli_opts *o) {
                 "the model (set K3_API_KEY)\n",
                 o->serve);
     /* the port first: a port in use fails at once, before the model loads */
-    http_rules rules = {.keyless = !o->api_key, .allow_hosts = o->allow_hosts, .max_body = SERVE_MAX_BODY};
+    http_rules rules = {.keyless     = !o->api_key,
+                        .allow_hosts = o->allow_hosts,
+                        .max_body    = SERVE_MAX_BODY,
+                        .auth        = srv.n_keys ? auth_key : NULL};
     http_gate *gate  = http_gate_open(ai->ai_addr, ai->ai_addrlen, &rules);
     if (!gate) {
         fprintf(stderr, "k3chat: --serve %s: %s\n", o->serve,
@@ -1377,69 +1081,21 @@ int cli_serve(const cli_opts *o) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int                rc = 1;
-    k3_params          par;
-    pthread_t          wt;
-    int                have_worker = 0;
-    struct MHD_Daemon *d           = NULL;
-    k3_status          pst         = k3_params_default(&par);
+    int       rc = 1;
+    k3_params par;
+    pthread_t wt;
+    int       have_worker = 0;
+    k3_status pst         = k3_params_default(&par);
     par.sessions = o->parallel > 0 ? o->parallel : SERVE_PARALLEL; /* the memory fit counts every slot */
     if (pst || load_model_verbose(o->dir, &par, &srv.m)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
-    /* --parallel slots, each a conversation (its session is made on first use); one prompt
-     * cache for all of them: clients take turns on the slots, so keep more saved states than
-     * the chat does (least recently used out; env overrides, see k3chat(1)) */
-    srv.n_slots = o->parallel > 0 ? o->parallel : SERVE_PARALLEL;
-    if (!(srv.slots = calloc((size_t)srv.n_slots, sizeof *srv.slots))) {
-        fprintf(stderr, "k3chat: out of memory\n");
+    if (serve_slots(o))
         goto done;
-    }
-    for (int i = 0; i < srv.n_slots; i++) {
-        srv.slots[i].key = -1;
-        if (!(srv.slots[i].c = k3_conv_new())) {
-            fprintf(stderr, "k3chat: out of memory\n");
-            goto done;
-        }
-        if (i)
-            k3_conv_share_prompt_cache(srv.slots[i].c, srv.slots[0].c);
-    }
-    /* the shared prompt cache: more snapshots and bytes than a chat's (16, 2000 MB) */
-    const char *mb = getenv("K3_CONV_SNAPSHOT_MB");
-    char       *end;
-    int         n_snaps;
-    double      snap_mb = mb && *mb ? strtod(mb, &end) : 2000;
-    if (env_count("K3_CONV_SNAPSHOTS", 0, 64, 16, &n_snaps))
-        goto done;
-    if (mb && *mb && (*end || !(snap_mb >= 0 && snap_mb < 1e9))) {
-        fprintf(stderr, "k3chat: K3_CONV_SNAPSHOT_MB='%s': expected a number of megabytes >= 0\n", mb);
-        goto done;
-    }
-    if (k3_conv_set_prompt_cache(srv.slots[0].c, n_snaps, snap_mb)) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
-        goto done;
-    }
-    if (env_count("K3_SERVE_QUEUE", 0, 100000, SERVE_QUEUE, &srv.max_queue) ||
-        env_count("K3_SERVE_CHUNK", 1, 1 << 20, SERVE_CHUNK, &srv.chunk) ||
-        env_count("K3_SERVE_QUEUE_SECS", 1, 86400, SERVE_QUEUE_SECS, &srv.queue_secs))
-        goto done;
-    const char *script = getenv("K3_SERVE_SCRIPT");
-    stools_err  se;
-    if (script && *script && stools_script_load(script, o->dir, &se)) {
-        fprintf(stderr, "k3chat: %s\n", se.msg);
-        goto done;
-    }
     k3_model_get_info(srv.m, &srv.info);
-    char        dname[256];
-    const char *dir = o->dir;
-    size_t      dl  = strlen(dir);
-    while (dl > 1 && dir[dl - 1] == '/')
-        dl--;
-    const char *slash = memrchr(dir, '/', dl);
-    snprintf(dname, sizeof dname, "%.*s", (int)(dl - (slash ? (size_t)(slash + 1 - dir) : 0)),
-             slash ? slash + 1 : dir);
-    srv.name    = o->model_name ? o->model_name : dname;
+    char dname[256];
+    serve_name(o, dname, sizeof dname);
     srv.t_start = (long long)time(NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1451,16 +1107,7 @@ int cli_serve(const cli_opts *o) {
         goto done;
     }
     have_worker = 1;
-    /* connections come from the gate (serve-http.c), which enforces the limits */
-    unsigned flags =
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
-    if (ai->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)HTTP_MAX_CONN + 8, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_SECS,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_NOTIFY_CONNECTION,
-                         http_gate_notify, gate, MHD_OPTION_END);
-    if (!d || http_gate_start(gate, d)) {
+    if (http_gate_start(gate, on_request, NULL)) {
         fprintf(stderr, "k3chat: --serve %s: cannot start the HTTP server (%s)\n", o->serve, strerror(errno));
         goto done;
     }
@@ -1471,23 +1118,9 @@ int cli_serve(const cli_opts *o) {
             http_gate_port(gate), srv.n_keys ? " (API key required)" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
-    serve_log("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    http_gate_stop(gate); /* no new connections; those not handed on yet get 503 */
-    pthread_mutex_lock(&srv.mu);
-    srv.stopping = 1;
-    for (int i = 0; i < srv.n_slots; i++) /* the running turns end as shutting_down */
-        if (srv.slots[i].j)
-            k3_conv_cancel(srv.slots[i].c);
-    pthread_cond_broadcast(&srv.work_cv);
-    pthread_mutex_unlock(&srv.mu);
-    pthread_join(wt, NULL); /* finishes the running job (cancelled) and answers the queue */
+    serve_stop(gate, sig, wt);
     have_worker = 0;
-    if (http_gate_drain(gate, SERVE_DRAIN_SECS)) /* every response out, its stream terminated */
-        serve_log("connections still open after %d s: closing them", SERVE_DRAIN_SECS);
-    MHD_stop_daemon(d);
-    d = NULL;
-    serve_log("%lu answered, %lu cancelled, %lu failed", srv.n_ok, srv.n_cancel, srv.n_err);
-    rc = 0;
+    rc          = 0;
 done:
     if (have_worker) {
         pthread_mutex_lock(&srv.mu);
@@ -1496,9 +1129,6 @@ done:
         pthread_mutex_unlock(&srv.mu);
         pthread_join(wt, NULL);
     }
-    http_gate_stop(gate);
-    if (d)
-        MHD_stop_daemon(d);
     http_gate_free(gate);
     for (int i = 0; srv.slots && i < srv.n_slots; i++) {
         if (srv.slots[i].c)

@@ -124,7 +124,8 @@ typedef struct tui {
     txt_buf paste_buf;
     double  last_draw, next_tick;
     int     quit;
-    int     unsaved_warned; /* 1: a quit, 2: a /clear was refused (unsaved turns, tui.c) */
+    int     unsaved_warned; /* 1 + UE_DROP_* of the last refusal (unsaved turns, tui.c) */
+    int     quit_warned;    /* a quit while an answer streamed was refused (request_quit) */
     /* epoll sets the main loop sleeps on (tui.c wait_input): [0] stdin, [1] stdin and the event
      * pipe; -1 before the first sleep, -2 when epoll is not available (poll() then) */
     int ep[2];

@@ -41,10 +41,9 @@
 #include <unistd.h>
 #include <utf8proc.h>
 
-static volatile sig_atomic_t got_term, got_tstp;
+static volatile sig_atomic_t got_term, got_tstp; /* got_term: the signal's number */
 static void                  on_term(int sig) {
-                     (void)sig;
-                     got_term = 1;
+                     got_term = sig;
 }
 /* SIGTSTP from outside (kill -TSTP; Ctrl-Z itself is a key in raw mode): suspend from the loop.
  * Having our own handler also keeps curses from installing its one, which doupdate() would
@@ -151,6 +150,7 @@ static void start_turn(tui *t) {
 }
 
 static void end_turn(tui *t, int status, const ue_stats *st) {
+    t->quit_warned = 0; /* the answer is complete: a quit goes ahead */
     if (t->cur >= 0 && t->cur < t->n_ents) {
         entry *e  = &t->ents[t->cur];
         e->status = status;
@@ -196,7 +196,11 @@ static void on_event(tui *t, ui_ev *e) {
         t->ready = 1;
         snprintf(t->model, sizeof t->model, "%s", e->text ? e->text : "model");
         snprintf(t->fit, sizeof t->fit, "%s", e->text2 ? e->text2 : "");
-        t->st.ctx_max = e->i;
+        /* the figure and its capacity together: a bar drawn before the next EV_STATS shows the
+         * conversation's real context (the engine's EV_READY fills st.ctx_used; the mock's and a
+         * remote server's empty conversation count 0) */
+        t->st.ctx_used = e->st.ctx_used;
+        t->st.ctx_max  = e->i;
         chat_settings_model(&t->cs, &e->gen);
         for (int i = 0; i < t->n_ents; i++)
             t->ents[i].queued = 0;
@@ -266,7 +270,8 @@ static void on_event(tui *t, ui_ev *e) {
         if (e->st.tok_s > 0 && e->st.n_response + e->st.n_think > 0)
             t->decode_wall += (e->st.n_response + e->st.n_think) / e->st.tok_s;
         if (t->replaying) {
-            t->replaying = 0;
+            t->replaying   = 0;
+            t->quit_warned = 0;
             break;
         }
         if (t->ignore_done) {
@@ -424,16 +429,25 @@ static void show_stats(tui *t) {
 
 /* Quitting (or /clear) would drop turns that are on no disk (the autosave failed and no /save
  * since): the first request says so and is refused, the same request again goes ahead. */
-static int unsaved_refuse(tui *t, int clear) {
+static int unsaved_refuse(tui *t, int what) {
     char msg[256];
-    if (!ue_unsaved_refuse(t->eng, &t->unsaved_warned, clear, msg, sizeof msg))
+    if (!ue_unsaved_refuse(t->eng, &t->unsaved_warned, what, msg, sizeof msg))
         return 0;
     notice(t, ROLE_ERROR, "%s", msg);
     return 1;
 }
 
+/* A quit (Ctrl-D, /quit) while an answer streams would cut it off: the first one says so and
+ * waits, the same again stops the answer and quits (the autosave keeps it, interrupted). */
 static void request_quit(tui *t) {
-    if (!unsaved_refuse(t, 0))
+    if ((t->streaming || t->replaying) && !t->quit_warned) {
+        t->quit_warned = 1;
+        notice(t, ROLE_ERROR,
+               "quit: an answer is still coming; Ctrl-D or /quit again stops it and quits, Ctrl-C stops it "
+               "only");
+        return;
+    }
+    if (!unsaved_refuse(t, UE_DROP_QUIT))
         t->quit = 1;
 }
 
@@ -456,6 +470,8 @@ static void run_command(tui *t, const char *line) {
             notice(t, mrole, "%s", msg);
         return;
     }
+    if (r.id == CMD_LOAD && unsaved_refuse(t, UE_DROP_LOAD))
+        return;
     if (chat_apply(&t->cs, t->eng, &r, msg, sizeof msg)) {
         if (r.id == CMD_REPLAY)
             t->replaying = 1;
@@ -479,7 +495,7 @@ static void run_command(tui *t, const char *line) {
         }
         break;
     case CMD_CLEAR:
-        if (unsaved_refuse(t, 1))
+        if (unsaved_refuse(t, UE_DROP_CLEAR))
             break;
         ue_clear(t->eng);
         t->clear_pending++;
@@ -506,6 +522,8 @@ static void run_command(tui *t, const char *line) {
         }
         ue_undo(t->eng);
         t->undo_pending++;
+        if (t->ents[last_user(t)].text.p) /* no trace of it in the input history either */
+            inp_history_drop(t->in, t->ents[last_user(t)].text.p);
         drop_entries(t, last_user(t));
         break;
     case CMD_FORGET:
@@ -1104,14 +1122,14 @@ int ui_tui_run(const cli_opts *o) {
      * rather than curses' own exit from initscr() */
     int terr = 0;
     if (setupterm(term, 1, &terr) != OK) {
-        fprintf(stderr, "k3chat: no terminfo entry for TERM '%s': using line mode\n", term);
+        txt_term_printf(stderr, "k3chat: no terminfo entry for TERM '%s': using line mode\n", term);
         return cli_plain(o);
     }
     char *cup = tigetstr("cup");
     int   can = cup && cup != (char *)-1;
     del_curterm(cur_term);
     if (!can) {
-        fprintf(stderr, "k3chat: TERM '%s' cannot move the cursor: using line mode\n", term);
+        txt_term_printf(stderr, "k3chat: TERM '%s' cannot move the cursor: using line mode\n", term);
         return cli_plain(o);
     }
     chat_settings_init(&t->cs, o);
@@ -1119,24 +1137,24 @@ int ui_tui_run(const cli_opts *o) {
     if (!theme || !*theme)
         theme = "dark";
     if (thm_load(theme, t->theme, err, sizeof err) != 0) {
-        fprintf(stderr, "k3chat: --theme: %s\n", err);
+        txt_term_printf(stderr, "k3chat: --theme: %s\n", err);
         return 2;
     }
     if (tui_emoji_setup(err, sizeof err) != 0) {
-        fprintf(stderr, "k3chat: %s\n", err);
+        txt_term_printf(stderr, "k3chat: %s\n", err);
         return 2;
     }
     snprintf(t->theme_name, sizeof t->theme_name, "%.63s", theme);
     t->q = ev_queue_new(1);
     if (!t->q) {
-        fprintf(stderr, "k3chat: cannot create the event queue\n");
+        txt_term_printf(stderr, "k3chat: cannot create the event queue\n");
         return 1;
     }
     char hist[4096];
     int  has_hist = inp_history_path(hist, sizeof hist) == 0;
     t->in         = inp_new(has_hist ? hist : NULL, more_key, t, err, sizeof err);
     if (!t->in) {
-        fprintf(stderr, "k3chat: %s\n", err);
+        txt_term_printf(stderr, "k3chat: %s\n", err);
         ev_queue_free(t->q);
         return 1;
     }
@@ -1228,5 +1246,7 @@ int ui_tui_run(const cli_opts *o) {
     free(t->links);
     free(t->srch_draft);
     tui_emoji_free();
-    return 0;
+    /* a model that failed to load is an error, as in line mode; a signal (SIGHUP when the
+     * terminal goes, SIGTERM) gives the shell's 128 + its number */
+    return got_term ? 128 + got_term : t->fatal ? 1 : 0;
 }

@@ -1,0 +1,254 @@
+/* bench-grammar.c: structured output's costs on the release-size vocabulary (163,840 ids).
+ *
+ *   BENCH grammar_vocab_build      X ms                 k3_gvocab_new (once per model)
+ *   BENCH grammar_compile_corpus   X ms ref Y ms        median compile of the 45 corpus schemas
+ *                                                       (ref: the largest)
+ *   BENCH grammar_compile_10kb     X ms                 a 10 KB schema (200 properties)
+ *   BENCH grammar_mask_cold_med    X us ref Y us        mask per token on a first walk (per-node
+ *                                                       caches filled on first visit), median; ref p99
+ *   BENCH grammar_mask_warm_med    X us ref Y us        the same walk again (caches hot), median; ref p99
+ *   BENCH grammar_mask_object_med  X us ref Y us        json_object (--json), warm, median; ref p99
+ *   BENCH grammar_sample_masked    X us ref Y us        k3_sampler_sample_masked vs k3_sampler_sample
+ *                                                       at temperature 0 over 163,840 logits
+ *   BENCH grammar_mask_share_nano  X ref Y ms           warm mask median as a share of a k3-nano
+ *                                                       decode step (ref: that step, ms)
+ *
+ * The vocabulary is the slice and release presets' tokenizer: `k3-mkmodel --preset tiny
+ * --merges 163328 --seed 1` writes the same tiktoken.model (163,584 ranks + 256 reserved ids)
+ * with small weights (K3_BENCH_GRAMMAR=DIR: an existing directory instead). A walk takes up to
+ * 64 tokens per schema, each drawn uniformly from the mask with a fixed seed, one thread.
+ * Run from the repository root (the corpus is tests/fixtures/grammar-corpus.jsonl).
+ */
+#include "bench.h"
+#include "k3.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int bench_grammar(void);
+
+#define WALK 64
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(double *v, int n, double p) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    int k = (int)(p * (n - 1) + 0.5);
+    return n ? v[k] : 0;
+}
+
+/* One walk of up to WALK tokens; appends each mask time (seconds) to t. */
+static int walk(const k3_grammar *g, const k3_gvocab *v, uint64_t seed, double *t, int *nt) {
+    k3_gmatch *m;
+    int32_t    words = k3_gvocab_words(v);
+    uint64_t  *mask  = malloc((size_t)words * sizeof *mask);
+    if (!mask || k3_gmatch_new(g, &m))
+        return free(mask), -1;
+    for (int s = 0; s < WALK && !k3_gmatch_ended(m); s++) {
+        double t0 = now();
+        if (k3_gmatch_mask(m, mask))
+            break;
+        t[(*nt)++] = now() - t0;
+        int32_t n = 0, pick = -1;
+        for (int32_t k = 0; k < words; k++)
+            n += __builtin_popcountll(mask[k]);
+        if (!n)
+            break;
+        seed         = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        int32_t want = (int32_t)((seed >> 33) % (uint64_t)n);
+        for (int32_t k = 0; k < words && pick < 0; k++) {
+            int c = __builtin_popcountll(mask[k]);
+            if (want >= c) {
+                want -= c;
+                continue;
+            }
+            for (int b = 0; b < 64; b++)
+                if (mask[k] >> b & 1 && want-- == 0) {
+                    pick = k * 64 + b;
+                    break;
+                }
+        }
+        if (pick < 0 || k3_gmatch_accept(m, pick))
+            break;
+    }
+    k3_gmatch_free(m);
+    free(mask);
+    return 0;
+}
+
+int bench_grammar(void) {
+    if (!bench_want("grammar"))
+        return 0;
+    char        gen[1024] = "";
+    const char *dir       = getenv("K3_BENCH_GRAMMAR");
+    if (!dir || !*dir) {
+        if (bench_mkmodel("--preset tiny --merges 163328 --seed 1", "k3-bench-grammar", gen, sizeof gen))
+            return 1;
+        dir = gen;
+    }
+    int        rc  = 1;
+    k3_tok    *tok = NULL;
+    k3_gvocab *v   = NULL;
+    size_t     clen;
+    FILE      *f      = fopen("tests/fixtures/grammar-corpus.jsonl", "rb");
+    char      *corpus = f ? malloc(1 << 20) : NULL;
+    clen              = corpus ? fread(corpus, 1, (1 << 20) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    if (!corpus || !clen) {
+        fprintf(stderr, "bench grammar: tests/fixtures/grammar-corpus.jsonl not readable (run from the "
+                        "repository root)\n");
+        goto done;
+    }
+    corpus[clen] = 0;
+    if (k3_tok_load(dir, NULL, &tok)) {
+        fprintf(stderr, "bench grammar: %s\n", k3_errmsg());
+        goto done;
+    }
+    double t0 = now();
+    if (k3_gvocab_new(tok, k3_tok_n_vocab(tok), -1, &v)) {
+        fprintf(stderr, "bench grammar: %s\n", k3_errmsg());
+        goto done;
+    }
+    bench_report("grammar_vocab_build", 1e3 * (now() - t0), "ms", 0, "");
+    printf("# vocabulary: %d ids from %s; corpus: tests/fixtures/grammar-corpus.jsonl\n",
+           (int)k3_tok_n_vocab(tok), dir);
+
+    /* compile times, and the grammars for the walks */
+    k3_grammar *gs[128];
+    double      ct[128], cmax = 0;
+    int         ng = 0;
+    for (char *l = corpus, *nl; l && *l && ng < 128; l = nl ? nl + 1 : NULL) {
+        nl = strchr(l, '\n');
+        if (nl)
+            *nl = 0;
+        double a = now();
+        if (k3_grammar_json_schema(v, l, strlen(l), &gs[ng])) {
+            fprintf(stderr, "bench grammar: corpus schema %d: %s\n", ng + 1, k3_errmsg());
+            goto done;
+        }
+        ct[ng] = 1e3 * (now() - a);
+        cmax   = ct[ng] > cmax ? ct[ng] : cmax;
+        ng++;
+    }
+    bench_report("grammar_compile_corpus", bench_median(ct, ng), "ms", cmax, "ms");
+    { /* a 10 KB schema: 200 properties of mixed kinds */
+        char  *big = malloc(64 << 10);
+        size_t n   = (size_t)sprintf(big, "{\"type\":\"object\",\"properties\":{");
+        for (int i = 0; i < 200; i++)
+            n += (size_t)sprintf(big + n, "%s\"field_%03d\":%s", i ? "," : "", i,
+                                 i % 4 == 0   ? "{\"type\":\"integer\",\"minimum\":0,\"maximum\":999}"
+                                 : i % 4 == 1 ? "{\"type\":\"string\",\"maxLength\":12}"
+                                 : i % 4 == 2 ? "{\"enum\":[\"x\",\"y\",\"z\"]}"
+                                              : "{\"type\":\"array\",\"items\":{\"type\":\"boolean\"}}");
+        n += (size_t)sprintf(big + n, "},\"additionalProperties\":false}");
+        double best[5];
+        for (int r = 0; r < 5; r++) {
+            k3_grammar *g;
+            double      a = now();
+            if (k3_grammar_json_schema(v, big, n, &g)) {
+                fprintf(stderr, "bench grammar: the 10 KB schema: %s\n", k3_errmsg());
+                free(big);
+                goto done;
+            }
+            best[r] = 1e3 * (now() - a);
+            k3_grammar_free(g);
+        }
+        printf("# the 10 KB schema is %zu bytes\n", n);
+        bench_report("grammar_compile_10kb", bench_median(best, 5), "ms", 0, "");
+        free(big);
+    }
+
+    /* masks: a cold walk (caches filled on first visit) then the same walk warm */
+    double *t  = malloc((size_t)ng * WALK * sizeof *t);
+    int     nt = 0;
+    for (int i = 0; i < ng; i++)
+        walk(gs[i], v, (uint64_t)i + 1, t, &nt);
+    double cold_p99 = pct(t, nt, 0.99), cold_med = pct(t, nt, 0.5);
+    bench_report("grammar_mask_cold_med", 1e6 * cold_med, "us", 1e6 * cold_p99, "us");
+    printf("# cold walk: %d masks over %d schemas\n", nt, ng);
+    nt = 0;
+    for (int i = 0; i < ng; i++)
+        walk(gs[i], v, (uint64_t)i + 1, t, &nt);
+    double warm_p99 = pct(t, nt, 0.99), warm_med = pct(t, nt, 0.5);
+    bench_report("grammar_mask_warm_med", 1e6 * warm_med, "us", 1e6 * warm_p99, "us");
+    {
+        k3_grammar *g;
+        int         no = 0;
+        if (!k3_grammar_json_object(v, &g)) {
+            walk(g, v, 99, t, &no);
+            no = 0;
+            walk(g, v, 99, t, &no);
+            double p99 = pct(t, no, 0.99);
+            bench_report("grammar_mask_object_med", 1e6 * pct(t, no, 0.5), "us", 1e6 * p99, "us");
+            k3_grammar_free(g);
+        }
+    }
+    free(t);
+    { /* applying the mask in the sampler */
+        int               n = k3_tok_n_vocab(tok), w = k3_gvocab_words(v);
+        float            *lg = malloc((size_t)n * sizeof *lg);
+        uint64_t         *mk = malloc((size_t)w * sizeof *mk);
+        k3_sampler_params sp = {.temp = 0, .top_p = 1, .seed = 1};
+        k3_sampler       *s  = k3_sampler_new(&sp);
+        double            a[21], b[21];
+        for (int i = 0; i < n; i++)
+            lg[i] = (float)((i * 2654435761u) % 1000) / 100.0f;
+        for (int k = 0; k < w; k++)
+            mk[k] = 0x5555555555555555ULL;
+        for (int r = 0; r < 21; r++) {
+            double x = now();
+            k3_sampler_sample(s, lg, n);
+            a[r] = now() - x;
+            x    = now();
+            k3_sampler_sample_masked(s, lg, n, mk);
+            b[r] = now() - x;
+        }
+        bench_report("grammar_sample_masked", 1e6 * bench_median(b, 21), "us", 1e6 * bench_median(a, 21),
+                     "us");
+        k3_sampler_free(s);
+        free(lg);
+        free(mk);
+    }
+    { /* the share of a k3-nano decode step */
+        k3_params   p;
+        k3_model   *m = NULL;
+        k3_session *s = NULL;
+        if (!k3_params_default(&p) && !k3_model_open("models/k3-nano", &p, &m) && !k3_session_new(m, &s)) {
+            int32_t id = 10;
+            double  d[33];
+            k3_session_feed(s, &id, 1);
+            for (int r = 0; r < 33; r++) {
+                double x = now();
+                k3_session_feed(s, &id, 1);
+                d[r] = now() - x;
+            }
+            double step = bench_median(d, 33);
+            bench_report("grammar_mask_share_nano", warm_med / step, "", 1e3 * step, "ms");
+        } else
+            printf("# models/k3-nano: %s (no share figure)\n", k3_errmsg());
+        k3_session_free(s);
+        k3_model_free(m);
+    }
+    for (int i = 0; i < ng; i++)
+        k3_grammar_free(gs[i]);
+    rc = 0;
+done:
+    free(corpus);
+    k3_gvocab_free(v);
+    k3_tok_free(tok);
+    if (gen[0])
+        bench_rmmodel(gen);
+    return rc;
+}

@@ -1,0 +1,97 @@
+/* gram-impl.h: the grammar engine's internals (gram.c: automaton, matcher, token masks;
+ * gram-schema.c: JSON Schema and JSON object compilers; gram-re.c: the pattern subset).
+ *
+ * DESIGN
+ * A grammar is a recursive transition network over bytes: nodes with edges that read one byte
+ * in a range, read one special token (a terminal of its own: the bytes "<|open|>" typed in
+ * ordinary text never match it), move without reading (eps), or call a rule (push the return
+ * node, jump to the rule's start node). A rule ends at a node marked ret, which pops. The
+ * matcher holds a set of configurations (node, frame): the nodes that read something, each
+ * with its stack (frames interned, so equal stacks are equal ids). Ambiguity (anyOf branches
+ * with a common prefix) is the set having several members.
+ *
+ * Token masks follow xgrammar's split: for a node n the tokens that are accepted without
+ * leaving n's rule do not depend on the stack; they are computed once per node (walking the
+ * sorted vocabulary, sharing prefixes) and cached as a bitset, with the list of tokens that
+ * left the rule (uncertain). A mask is the union of the cached bitsets of the set's nodes plus
+ * the uncertain tokens checked against the whole set.
+ */
+#pragma once
+#include "k3-impl.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum g_edge_kind { GE_BYTE = 0, GE_EPS, GE_CALL, GE_SPECIAL };
+
+typedef struct g_edge {
+    uint8_t kind;   /* GE_*                                                     */
+    uint8_t lo, hi; /* GE_BYTE: the byte range                                  */
+    int32_t arg;    /* GE_CALL: the rule's start node; GE_SPECIAL: the token id */
+    int32_t to;     /* the next node (GE_CALL: the return node)                 */
+} g_edge;
+
+typedef struct g_node {
+    g_edge *e; /* (n) edges */
+    int     n, cap;
+    uint8_t ret;   /* 1: the end of a rule (pops)           */
+    uint8_t reads; /* 1: has a GE_BYTE or GE_SPECIAL edge  */
+    uint8_t live;  /* productive: an end is reachable        */
+} g_node;
+
+/* A per-node mask cache entry (computed on first use, under the grammar's lock). */
+typedef struct g_cache {
+    uint64_t *acc; /* (words) tokens accepted within the node's rule */
+    int32_t  *unc; /* (n_unc) tokens that leave the rule: check them  */
+    int       n_unc;
+} g_cache;
+
+struct k3_gvocab {
+    int32_t      n_vocab;   /* mask width (the model's vocab_size)                  */
+    int32_t      words;     /* (n_vocab + 63) / 64                                   */
+    int32_t      n_sorted;  /* ordinary tokens with a non-empty piece                */
+    int32_t     *sorted;    /* (n_sorted) ids in byte order of their pieces          */
+    uint16_t    *lcp;       /* (n_sorted) common prefix with the previous sorted one  */
+    const char **piece;     /* (n_vocab) bytes of each id (NULL: none)              */
+    uint32_t    *plen;      /* (n_vocab)                                            */
+    uint8_t     *special;   /* (n_vocab) 1: a special id                            */
+    int32_t      end_id[2]; /* <|end_of_msg|> and the eos id (-1 when absent)       */
+    int32_t      id_open, id_sep, id_close;
+    int          max_len; /* the longest piece                                       */
+};
+
+struct k3_grammar {
+    g_node          *node; /* (n_node) */
+    int              n_node, cap_node;
+    int              root; /* start node of the top rule */
+    const k3_gvocab *voc;
+    g_cache         *cache;    /* (n_node) */
+    pthread_mutex_t *lock;     /* guards cache (a pointer: matchers see the grammar const) */
+    char             what[64]; /* "json schema", "json object", "tool calls" */
+};
+
+/* ---- building (gram.c) ---- */
+int       g_node_new(k3_grammar *g); /* -1 on out of memory */
+k3_status g_edge_add(k3_grammar *g, int from, g_edge e);
+k3_status g_byte(k3_grammar *g, int from, int lo, int hi, int to);
+k3_status g_eps(k3_grammar *g, int from, int to);
+k3_status g_call(k3_grammar *g, int from, int start, int to);
+k3_status g_special(k3_grammar *g, int from, int32_t id, int to);
+k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to); /* the bytes of s */
+k3_status g_new(const k3_gvocab *v, const char *what, k3_grammar **out);
+/* After building: marks live nodes, drops edges into dead ones; K3_ERR_ARG when the root can
+ * never complete ("compiles to nothing"). */
+k3_status g_finish(k3_grammar *g);
+
+/* ---- pattern subset (gram-re.c) ---- */
+/* Emits the JSON-string content (escaped form) of the strings that pattern matches (ECMAScript
+ * semantics: unanchored unless ^/$) from node from to node to. On an unsupported construct:
+ * K3_ERR_UNSUPPORTED naming it and path. */
+k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, int from, int to);
+/* Up to G_FILL_MAX JSON string characters from -> to: what the grammar writes where the schema
+ * leaves free text around a match (an unanchored pattern), bounded so generation ends. */
+#define G_FILL_MAX 32
+k3_status g_fill(k3_grammar *g, int from, int to);
+/* One JSON string character (any valid UTF-8 or an escape) from -> to. */
+k3_status g_str_char(k3_grammar *g, int from, int to);

@@ -1,0 +1,947 @@
+/* gram-schema.c: JSON Schema (and "any JSON object") to a grammar (gram-impl.h).
+ *
+ * The documents are compact JSON: no white space except one optional space after ':' and ',',
+ * object members in the order the schema declares them (additional members after them), numbers
+ * of at most 16 integer digits, 16 fraction digits and a 2-digit exponent. Every document the
+ * grammar accepts validates against the schema; that is the contract the tests check with an
+ * independent validator. Keywords (see the man page, k3chat(1), STRUCTURED OUTPUT):
+ *   type (one or a list), enum, const, properties, required, additionalProperties, items,
+ *   prefixItems, minItems, maxItems, minLength, maxLength, pattern (gram-re.c), format
+ *   (date-time, date, uuid, email), minimum, maximum, exclusiveMinimum, exclusiveMaximum
+ *   (integers), anyOf, oneOf (branches of distinct types), allOf (of objects), $ref to #,
+ *   #/$defs/NAME or #/definitions/NAME (recursion through calls), and the annotations.
+ * Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
+ */
+#include "gram-impl.h"
+#include "json.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define G_MAX_UNROLL 4096            /* maxLength / maxItems / minItems written out at most this far */
+#define G_EXTRA_MAX 4                /* additional members of one object at most */
+#define G_INT_MAX 9999999999999999LL /* 16 digits: the bound of an integer without maximum */
+
+enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_OBJ = 64, T_ALL = 127 };
+
+typedef struct sc_rule {
+    const jv *s;
+    int       start;
+} sc_rule;
+
+typedef struct sc {
+    k3_grammar *g;
+    const jv   *root;
+    sc_rule    *rule;
+    int         n_rule, cap_rule;
+    int         any;   /* start of the any-value rule, -1 until made */
+    jv        **owned; /* merged allOf schemas */
+    int         n_owned;
+} sc;
+
+static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
+static k3_status rule_of(sc *c, const jv *s, const char *path, int *start);
+
+static const char *const annotations[] = {"$schema",     "$id",       "$comment", "title",
+                                          "description", "default",   "examples", "deprecated",
+                                          "readOnly",    "writeOnly", "$defs",    "definitions"};
+static const char *const keywords[]    = {
+       "type",    "enum",        "const",    "properties", "required",         "additionalProperties",
+       "items",   "prefixItems", "minItems", "maxItems",   "minLength",        "maxLength",
+       "pattern", "format",      "minimum",  "maximum",    "exclusiveMinimum", "exclusiveMaximum",
+       "anyOf",   "oneOf",       "allOf",    "$ref",       "uniqueItems"};
+
+static int in_list(const char *k, const char *const *l, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(k, l[i]))
+            return 1;
+    return 0;
+}
+#define IN(k, l) in_list(k, l, sizeof l / sizeof *l)
+
+static k3_status bad(const char *path, const char *key, const char *want) {
+    return k3_err(K3_ERR_ARG, "json schema: \"%s\" at %s: expected %s", key, path, want);
+}
+
+static k3_status unsupported(const char *path, const char *key, const char *why) {
+    return k3_err(K3_ERR_UNSUPPORTED, "json schema: unsupported keyword \"%s\" at %s%s%s", key, path,
+                  why ? ": " : "", why ? why : "");
+}
+
+static void sub(char *out, size_t n, const char *path, const char *a, const char *b) {
+    snprintf(out, n, "%s/%s%s%s", path, a, b ? "/" : "", b ? b : "");
+}
+
+/* A non-negative integer keyword (absent: def). */
+static k3_status get_count(const jv *s, const char *key, const char *path, long def, long *out) {
+    const jv *v = jv_get(s, key);
+    *out        = def;
+    if (!v)
+        return K3_OK;
+    char *end;
+    long  x = v->kind == JV_INT ? strtol(v->s, &end, 10) : -1;
+    if (v->kind != JV_INT || *end || x < 0)
+        return bad(path, key, "a non-negative integer");
+    *out = x;
+    return K3_OK;
+}
+
+/* ---- small pieces ----------------------------------------------------------------------- */
+
+static int node(sc *c) {
+    return g_node_new(c->g);
+}
+
+/* ch, then an optional space: returns the node after them (or -1) */
+static int sep(sc *c, int from, char ch) {
+    int a = node(c), b = node(c);
+    if (b < 0 || g_byte(c->g, from, ch, ch, a) || g_eps(c->g, a, b) || g_byte(c->g, a, ' ', ' ', b))
+        return -1;
+    return b;
+}
+
+static k3_status lit(sc *c, int from, const char *s, int to) {
+    return g_lit(c->g, from, s, strlen(s), to);
+}
+
+/* A JSON value written compactly (const, enum). */
+static k3_status emit_value(sc *c, const jv *v, const char *path, int from, int to) {
+    jbuf      b  = {0};
+    k3_status st = jv_dump(v, JV_SORTED_COMPACT, &b);
+    if (!st && (strstr(b.p ? b.p : "", "NaN") || strstr(b.p ? b.p : "", "Infinity")) && v->kind != JV_STRING)
+        st = bad(path, "enum/const", "finite numbers");
+    if (!st)
+        st = g_lit(c->g, from, b.p, b.n, to);
+    free(b.p);
+    return st;
+}
+
+/* Digits of a fixed length n between lo and hi (strings of n digits). */
+static k3_status digits(sc *c, const char *lo, const char *hi, int n, int from, int to) {
+    if (n == 0)
+        return g_eps(c->g, from, to);
+    int all = 1;
+    for (int k = 1; k < n; k++)
+        all &= lo[k] == '0' && hi[k] == '9';
+    if (all) { /* [lo0-hi0][0-9]{n-1} */
+        int cur = from;
+        for (int k = 0; k < n; k++) {
+            int       nx = k + 1 == n ? to : node(c);
+            k3_status st = g_byte(c->g, cur, k ? '0' : lo[0], k ? '9' : hi[0], nx);
+            if (st)
+                return st;
+            cur = nx;
+        }
+        return K3_OK;
+    }
+    char      zeros[24], nines[24];
+    k3_status st;
+    memset(zeros, '0', sizeof zeros);
+    memset(nines, '9', sizeof nines);
+    if (lo[0] == hi[0]) {
+        int m = node(c);
+        if ((st = g_byte(c->g, from, lo[0], lo[0], m)))
+            return st;
+        return digits(c, lo + 1, hi + 1, n - 1, m, to);
+    }
+    int m1 = node(c), m2 = node(c);
+    if ((st = g_byte(c->g, from, lo[0], lo[0], m1)) || (st = digits(c, lo + 1, nines, n - 1, m1, to)) ||
+        (st = g_byte(c->g, from, hi[0], hi[0], m2)) || (st = digits(c, zeros, hi + 1, n - 1, m2, to)))
+        return st;
+    if (lo[0] + 1 <= hi[0] - 1) {
+        int m3 = node(c);
+        if ((st = g_byte(c->g, from, lo[0] + 1, hi[0] - 1, m3)) ||
+            (st = digits(c, zeros, nines, n - 1, m3, to)))
+            return st;
+    }
+    return K3_OK;
+}
+
+/* Decimal integers in [a, b], 0 <= a <= b. */
+static k3_status nonneg(sc *c, long long a, long long b, int from, int to) {
+    long long p = 1;
+    for (int L = 1; L <= 17 && p <= b; L++, p *= 10) {
+        long long lo = a > (L == 1 ? 0 : p) ? a : (L == 1 ? 0 : p), hi = b < p * 10 - 1 ? b : p * 10 - 1;
+        if (lo > hi)
+            continue;
+        char      sl[24], sh[24];
+        k3_status st;
+        snprintf(sl, sizeof sl, "%lld", lo);
+        snprintf(sh, sizeof sh, "%lld", hi);
+        if ((st = digits(c, sl, sh, L, from, to)))
+            return st;
+    }
+    return K3_OK;
+}
+
+static k3_status int_range(sc *c, long long lo, long long hi, int from, int to) {
+    k3_status st = K3_OK;
+    if (lo > hi)
+        return K3_OK; /* nothing: g_finish reports a schema that compiles to nothing */
+    if (lo < 0) {
+        int m = node(c);
+        if ((st = g_byte(c->g, from, '-', '-', m)) || (st = nonneg(c, hi < 0 ? -hi : 1, -lo, m, to)))
+            return st;
+    }
+    if (hi >= 0)
+        st = nonneg(c, lo > 0 ? lo : 0, hi, from, to);
+    return st;
+}
+
+/* A bound of an integer: floor/ceil of the value (dir -1: lower bound, rounds up). */
+static k3_status bound(const jv *v, const char *path, const char *key, int lower, int excl, long long *out) {
+    double d;
+    if (v->kind == JV_INT)
+        d = strtod(v->s, NULL);
+    else if (v->kind == JV_FLOAT)
+        d = v->d;
+    else
+        return bad(path, key, "a number");
+    if (!(fabs(d) <= (double)G_INT_MAX))
+        return unsupported(path, key, "a bound beyond 16 digits");
+    if (lower)
+        *out = (long long)(excl ? floor(d) + 1 : ceil(d));
+    else
+        *out = (long long)(excl ? ceil(d) - 1 : floor(d));
+    return K3_OK;
+}
+
+static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, int to) {
+    long long lo = -G_INT_MAX, hi = G_INT_MAX, x;
+    k3_status st;
+    const jv *v;
+    if ((v = jv_get(s, "minimum")) && !(st = bound(v, path, "minimum", 1, 0, &x)) && x > lo)
+        lo = x;
+    else if (v && st)
+        return st;
+    if ((v = jv_get(s, "maximum")) && !(st = bound(v, path, "maximum", 0, 0, &x)) && x < hi)
+        hi = x;
+    else if (v && st)
+        return st;
+    if ((v = jv_get(s, "exclusiveMinimum"))) {
+        if (v->kind == JV_TRUE || v->kind == JV_FALSE)
+            return unsupported(path, "exclusiveMinimum",
+                               "the boolean form (draft 4); give the bound as a number");
+        if ((st = bound(v, path, "exclusiveMinimum", 1, 1, &x)))
+            return st;
+        if (x > lo)
+            lo = x;
+    }
+    if ((v = jv_get(s, "exclusiveMaximum"))) {
+        if (v->kind == JV_TRUE || v->kind == JV_FALSE)
+            return unsupported(path, "exclusiveMaximum",
+                               "the boolean form (draft 4); give the bound as a number");
+        if ((st = bound(v, path, "exclusiveMaximum", 0, 1, &x)))
+            return st;
+        if (x < hi)
+            hi = x;
+    }
+    return int_range(c, lo, hi, from, to);
+}
+
+/* -?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})? */
+static k3_status emit_number(sc *c, int from, int to) {
+    static const char re[] = "^-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})?$";
+    return g_pattern(c->g, re, sizeof re - 1, "(number)", from, to);
+}
+
+static const struct {
+    const char *name, *re;
+} formats[] = {
+#define G_DATE                                                                                               \
+    "[0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)"
+    {"date", "^" G_DATE "$"},
+    {"date-time",
+     "^" G_DATE
+     "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"},
+    {"uuid", "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
+    {"email", "^[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){0,2}@[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){1,3}$"},
+};
+
+static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int to) {
+    long      mn, mx;
+    k3_status st;
+    int       a = node(c), b = node(c);
+    if ((st = get_count(s, "minLength", path, 0, &mn)) || (st = get_count(s, "maxLength", path, -1, &mx)))
+        return st;
+    const jv *pat = jv_get(s, "pattern"), *fmt = jv_get(s, "format");
+    if ((st = g_byte(c->g, from, '"', '"', a)) || (st = g_byte(c->g, b, '"', '"', to)))
+        return st;
+    if (pat || fmt) {
+        if (pat && fmt)
+            return unsupported(path, "format", "together with pattern");
+        if (mn > 0 || mx >= 0)
+            return unsupported(path, mn > 0 ? "minLength" : "maxLength", "together with pattern or format");
+        if (pat) {
+            if (pat->kind != JV_STRING)
+                return bad(path, "pattern", "a string");
+            return g_pattern(c->g, pat->s, pat->n, path, a, b);
+        }
+        if (fmt->kind != JV_STRING)
+            return bad(path, "format", "a string");
+        for (size_t k = 0; k < sizeof formats / sizeof *formats; k++)
+            if (!strcmp(fmt->s, formats[k].name))
+                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, a, b);
+        char why[160];
+        snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
+        return unsupported(path, "format", why);
+    }
+    if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
+        return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
+    int cur = a;
+    for (long k = 0; k < mn; k++) {
+        int nx = node(c);
+        if ((st = g_str_char(c->g, cur, nx)))
+            return st;
+        cur = nx;
+    }
+    if (mx < 0) {
+        if ((st = g_str_char(c->g, cur, cur)))
+            return st;
+    } else
+        for (long k = mn; k < mx; k++) {
+            int nx = node(c);
+            if ((st = g_eps(c->g, cur, b)) || (st = g_str_char(c->g, cur, nx)))
+                return st;
+            cur = nx;
+        }
+    return g_eps(c->g, cur, b);
+}
+
+/* The any-value rule: object, array, string, number, true, false, null. */
+static k3_status any_rule(sc *c, int *start) {
+    if (c->any >= 0)
+        return *start = c->any, K3_OK;
+    int       st0 = node(c), end = node(c);
+    k3_status st;
+    if (end < 0)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    c->g->node[end].ret = 1;
+    c->any              = st0;
+    *start              = st0;
+    /* object: { ("k":V (,"k":V)*)? } */
+    int o = node(c), k1 = node(c), k2 = node(c), v1 = node(c), oc = node(c);
+    if ((st = g_byte(c->g, st0, '{', '{', o)) || (st = g_byte(c->g, o, '}', '}', end)) ||
+        (st = g_byte(c->g, o, '"', '"', k1)) || (st = g_str_char(c->g, k1, k1)) ||
+        (st = g_byte(c->g, k1, '"', '"', k2)))
+        return st;
+    int col = sep(c, k2, ':'), com;
+    if (col < 0 || (st = g_call(c->g, col, st0, v1)) || (st = g_eps(c->g, v1, oc)) ||
+        (st = g_byte(c->g, oc, '}', '}', end)) || (com = sep(c, oc, ',')) < 0 ||
+        (st = g_byte(c->g, com, '"', '"', k1)))
+        return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    /* array: [ (V (,V)*)? ] */
+    int a = node(c), a1 = node(c);
+    if ((st = g_byte(c->g, st0, '[', '[', a)) || (st = g_byte(c->g, a, ']', ']', end)) ||
+        (st = g_call(c->g, a, st0, a1)) || (st = g_byte(c->g, a1, ']', ']', end)))
+        return st;
+    int ac = sep(c, a1, ',');
+    if (ac < 0 || (st = g_call(c->g, ac, st0, a1)))
+        return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    static const jv str = {.kind = JV_OBJECT};
+    if ((st = emit_string(c, &str, "#", st0, end)) || (st = emit_number(c, st0, end)) ||
+        (st = lit(c, st0, "true", end)) || (st = lit(c, st0, "false", end)) ||
+        (st = lit(c, st0, "null", end)))
+        return st;
+    return K3_OK;
+}
+
+static int is_any(const jv *s) {
+    if (!s || s->kind == JV_TRUE)
+        return 1;
+    if (s->kind != JV_OBJECT)
+        return 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (!IN(s->keys[i].s, annotations))
+            return 0;
+    return 1;
+}
+
+/* A call of schema s (any value: the shared rule) from -> to. */
+static k3_status call_schema(sc *c, const jv *s, const char *path, int from, int to) {
+    int       start;
+    k3_status st = is_any(s) ? any_rule(c, &start) : rule_of(c, s, path, &start);
+    return st ? st : g_call(c->g, from, start, to);
+}
+
+/* ---- objects ------------------------------------------------------------------------------ */
+
+/* A key of an additional member: "[A-Za-z0-9_-]{1,G_FILL_MAX}" that is none of the declared
+ * names (bounded, so a model cannot ramble in a key). */
+static k3_status extra_key(sc *c, const jv *props, int from, int to) {
+    /* a trie of the declared names that use only the key alphabet; leaving it goes to `free` */
+    enum { MAXT = 2048 };
+    static const char alpha[] = "-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz";
+    int16_t(*kid)[128]        = k3_calloc(MAXT, sizeof *kid);
+    int      *term = k3_calloc(MAXT, sizeof *term), *id = k3_calloc(MAXT, sizeof *id), nt = 1;
+    int      *depth = k3_calloc(MAXT, sizeof *depth);
+    k3_status st    = K3_OK;
+    if (!kid || !term || !id || !depth) {
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; props && i < props->n; i++) {
+        const jv *k  = &props->keys[i];
+        int       ok = k->n > 0;
+        for (size_t j = 0; j < k->n && ok; j++)
+            ok = k->s[j] && strchr(alpha, k->s[j]) != NULL;
+        if (!ok)
+            continue;
+        int t = 0;
+        for (size_t j = 0; j < k->n; j++) {
+            uint8_t ch = (uint8_t)k->s[j];
+            if (!kid[t][ch]) {
+                if (nt == MAXT) {
+                    st = unsupported("#", "properties", "too many declared names for additional members");
+                    goto done;
+                }
+                depth[nt]  = depth[t] + 1;
+                kid[t][ch] = (int16_t)nt++;
+            }
+            t = kid[t][ch];
+        }
+        term[t] = 1;
+    }
+    int fr[G_FILL_MAX + 1], q = node(c); /* fr[d]: d characters read, off the trie */
+    if ((st = g_byte(c->g, from, '"', '"', q)))
+        goto done;
+    for (int d = 1; d <= G_FILL_MAX; d++)
+        fr[d] = node(c);
+    for (int d = 1; d <= G_FILL_MAX && !st; d++) {
+        for (const char *p = alpha; *p && !st && d < G_FILL_MAX; p++)
+            st = g_byte(c->g, fr[d], (uint8_t)*p, (uint8_t)*p, fr[d + 1]);
+        if (!st)
+            st = g_byte(c->g, fr[d], '"', '"', to);
+    }
+    for (int t = 0; t < nt; t++)
+        id[t] = t ? node(c) : q;
+    for (int t = 0; t < nt && !st; t++) {
+        if (depth[t] >= G_FILL_MAX)
+            continue;
+        for (const char *p = alpha; *p && !st; p++) {
+            int k = kid[t][(uint8_t)*p];
+            st    = g_byte(c->g, id[t], (uint8_t)*p, (uint8_t)*p, k ? id[k] : fr[depth[t] + 1]);
+        }
+        if (!st && t && !term[t])
+            st = g_byte(c->g, id[t], '"', '"', to);
+    }
+done:
+    free(kid);
+    free(term);
+    free(id);
+    free(depth);
+    return st;
+}
+
+static int has_name(const jv *list, const jv *name) {
+    for (size_t i = 0; list && i < list->n; i++)
+        if (list->items[i].kind == JV_STRING && list->items[i].n == name->n &&
+            !memcmp(list->items[i].s, name->s, name->n))
+            return 1;
+    return 0;
+}
+
+static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int to) {
+    const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
+             *addl = jv_get(s, "additionalProperties");
+    k3_status st;
+    char      p2[512];
+    if (props && props->kind != JV_OBJECT)
+        return bad(path, "properties", "an object");
+    if (req && req->kind != JV_ARRAY)
+        return bad(path, "required", "an array of strings");
+    for (size_t i = 0; req && i < req->n; i++) {
+        if (req->items[i].kind != JV_STRING)
+            return bad(path, "required", "an array of strings");
+        if (!props || !jv_get(props, req->items[i].s) || memchr(req->items[i].s, 0, req->items[i].n))
+            return unsupported(path, "required", "a required name that \"properties\" does not declare");
+    }
+    if (addl && addl->kind != JV_TRUE && addl->kind != JV_FALSE && addl->kind != JV_OBJECT)
+        return bad(path, "additionalProperties", "a boolean or a schema");
+    int A = node(c), B = node(c); /* A: nothing written yet; B: a member written */
+    if ((st = g_byte(c->g, from, '{', '{', A)))
+        return st;
+    for (size_t i = 0; props && i < props->n; i++) {
+        const jv *k  = &props->keys[i];
+        int       A2 = node(c), B2 = node(c), K = node(c), V = node(c);
+        if (!has_name(req, k) && ((st = g_eps(c->g, A, A2)) || (st = g_eps(c->g, B, B2))))
+            return st;
+        jbuf kb = {0};
+        if ((st = jv_dump_str(k->s, k->n, &kb)))
+            return st;
+        int com = sep(c, B, ',');
+        st      = com < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : g_lit(c->g, A, kb.p, kb.n, K);
+        if (!st)
+            st = g_lit(c->g, com, kb.p, kb.n, K);
+        free(kb.p);
+        int col = st ? -1 : sep(c, K, ':');
+        if (st || col < 0)
+            return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        snprintf(p2, sizeof p2, "%s/properties/%.*s", path, (int)(k->n > 200 ? 200 : k->n), k->s);
+        if ((st = emit(c, &props->items[i], p2, col, V)) || (st = g_eps(c->g, V, B2)))
+            return st;
+        A = A2, B = B2;
+    }
+    if ((st = g_byte(c->g, A, '}', '}', to)) || (st = g_byte(c->g, B, '}', '}', to)))
+        return st;
+    if (addl && addl->kind == JV_FALSE)
+        return K3_OK;
+    /* additional members, at most G_EXTRA_MAX: A -> key:V -> E1, B -> , key:V -> E1,
+     * Ek -> , key:V -> Ek+1, Ek -> } (bounded so generation ends) */
+    sub(p2, sizeof p2, path, "additionalProperties", NULL);
+    const jv *vs  = addl && addl->kind == JV_OBJECT ? addl : NULL;
+    int       cur = -1;
+    for (int k = 0; k < G_EXTRA_MAX; k++) {
+        int K = node(c), V = node(c), ca = sep(c, k ? cur : B, ','), col;
+        if (ca < 0 || V < 0)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        if ((!k && (st = extra_key(c, props, A, K))) || (st = extra_key(c, props, ca, K)))
+            return st;
+        if ((col = sep(c, K, ':')) < 0 || (st = call_schema(c, vs, p2, col, V)) ||
+            (st = g_byte(c->g, V, '}', '}', to)))
+            return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        cur = V;
+    }
+    return K3_OK;
+}
+
+/* ---- arrays --------------------------------------------------------------------------------- */
+
+static k3_status emit_array(sc *c, const jv *s, const char *path, int from, int to) {
+    const jv *items = jv_get(s, "items"), *pre = jv_get(s, "prefixItems"), *uq = jv_get(s, "uniqueItems");
+    long      mn, mx;
+    k3_status st;
+    char      p2[512];
+    if (uq && uq->kind != JV_FALSE)
+        return unsupported(path, "uniqueItems", "only false");
+    if (items && items->kind == JV_ARRAY)
+        return unsupported(path, "items", "the array form (use prefixItems)");
+    if (items && items->kind != JV_OBJECT && items->kind != JV_TRUE && items->kind != JV_FALSE)
+        return bad(path, "items", "a schema");
+    if (pre && pre->kind != JV_ARRAY)
+        return bad(path, "prefixItems", "an array of schemas");
+    if ((st = get_count(s, "minItems", path, 0, &mn)) || (st = get_count(s, "maxItems", path, -1, &mx)))
+        return st;
+    long np = pre ? (long)pre->n : 0;
+    if (items && items->kind == JV_FALSE && (mx < 0 || mx > np))
+        mx = np;
+    long lim = mx >= 0 ? mx : (mn > np ? mn : np);
+    if (lim > G_MAX_UNROLL)
+        return unsupported(path, mx >= 0 ? "maxItems" : "minItems", "a count above 4096");
+    int cur = node(c);
+    if ((st = g_byte(c->g, from, '[', '[', cur)))
+        return st;
+    for (long k = 0; k < lim; k++) {
+        if (k >= mn && (st = g_byte(c->g, cur, ']', ']', to)))
+            return st;
+        int       nx = node(c), at = k ? sep(c, cur, ',') : cur;
+        const jv *el = k < np ? &pre->items[k] : items;
+        if (k < np)
+            snprintf(p2, sizeof p2, "%s/prefixItems/%ld", path, k);
+        else
+            sub(p2, sizeof p2, path, "items", NULL);
+        if (at < 0 || (st = call_schema(c, el, p2, at, nx)))
+            return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        cur = nx;
+    }
+    if ((st = g_byte(c->g, cur, ']', ']', to)) || mx >= 0)
+        return st;
+    sub(p2, sizeof p2, path, "items", NULL);
+    if (lim == 0) {
+        int one = node(c);
+        if ((st = call_schema(c, items, p2, cur, one)) || (st = g_byte(c->g, one, ']', ']', to)))
+            return st;
+        cur = one;
+    }
+    int at = sep(c, cur, ',');
+    if (at < 0)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    return call_schema(c, items, p2, at, cur);
+}
+
+/* ---- combinators ------------------------------------------------------------------------------ */
+
+static int kind_type(const jv *v) {
+    switch (v->kind) {
+    case JV_NULL:
+        return T_NULL;
+    case JV_TRUE:
+    case JV_FALSE:
+        return T_BOOL;
+    case JV_INT:
+        return T_INT | T_NUM;
+    case JV_FLOAT:
+        return T_NUM;
+    case JV_STRING:
+        return T_STR;
+    case JV_ARRAY:
+        return T_ARR;
+    default:
+        return T_OBJ;
+    }
+}
+
+static k3_status types_of(const jv *s, const char *path, int *mask) {
+    static const struct {
+        const char *n;
+        int         t;
+    } tn[]      = {{"null", T_NULL},  {"boolean", T_BOOL}, {"integer", T_INT}, {"number", T_NUM},
+                   {"string", T_STR}, {"array", T_ARR},    {"object", T_OBJ}};
+    const jv *t = jv_get(s, "type");
+    *mask       = 0;
+    if (!t)
+        return K3_OK;
+    size_t n = t->kind == JV_ARRAY ? t->n : 1;
+    for (size_t i = 0; i < n; i++) {
+        const jv *e = t->kind == JV_ARRAY ? &t->items[i] : t;
+        int       k = 0;
+        for (size_t j = 0; e->kind == JV_STRING && j < sizeof tn / sizeof *tn; j++)
+            if (!strcmp(e->s, tn[j].n))
+                k = tn[j].t;
+        if (!k)
+            return bad(path, "type",
+                       "null, boolean, integer, number, string, array or object (or a list of them)");
+        *mask |= k;
+    }
+    return K3_OK;
+}
+
+static k3_status resolve(sc *c, const jv *ref, const char *path, const jv **out) {
+    if (ref->kind != JV_STRING)
+        return bad(path, "$ref", "a string");
+    if (!strcmp(ref->s, "#"))
+        return *out = c->root, K3_OK;
+    const char *pre[] = {"#/$defs/", "#/definitions/"};
+    for (int k = 0; k < 2; k++) {
+        size_t l = strlen(pre[k]);
+        if (strncmp(ref->s, pre[k], l))
+            continue;
+        const jv *defs = jv_get(c->root, k ? "definitions" : "$defs");
+        char      name[256];
+        size_t    n = 0;
+        for (const char *p = ref->s + l; *p && n + 1 < sizeof name; p++) /* JSON pointer: ~1 is /, ~0 is ~ */
+            name[n++] = p[0] == '~' && (p[1] == '0' || p[1] == '1') ? (p++, p[0] == '1' ? '/' : '~') : *p;
+        name[n]     = 0;
+        const jv *d = defs ? jv_get(defs, name) : NULL;
+        if (d && !strchr(name, '/'))
+            return *out = d, K3_OK;
+        return k3_err(K3_ERR_ARG, "json schema: \"$ref\" at %s: \"%s\" names no definition", path, ref->s);
+    }
+    return unsupported(path, "$ref", "only #, #/$defs/NAME and #/definitions/NAME");
+}
+
+/* The types a schema may produce, for oneOf's disjointness check (T_ALL when unknown). */
+static int schema_types(sc *c, const jv *s, int depth) {
+    int m = 0;
+    if (!s || s->kind != JV_OBJECT || depth > 16)
+        return T_ALL;
+    const jv *e, *r;
+    if ((r = jv_get(s, "$ref"))) {
+        const jv *t;
+        if (resolve(c, r, "#", &t))
+            return T_ALL;
+        return schema_types(c, t, depth + 1);
+    }
+    if ((e = jv_get(s, "const")))
+        return kind_type(e);
+    if ((e = jv_get(s, "enum")) && e->kind == JV_ARRAY) {
+        for (size_t i = 0; i < e->n; i++)
+            m |= kind_type(&e->items[i]);
+        return m;
+    }
+    if (types_of(s, "#", &m) || !m)
+        return T_ALL;
+    return m & T_NUM ? m | T_INT : m;
+}
+
+/* A name every closed branch (additionalProperties false) declares. */
+static int allowed(const jv *const *br, size_t nb, const char *nm) {
+    for (size_t j = 0; j < nb; j++) {
+        const jv *ap = jv_get(br[j], "additionalProperties"), *pp = jv_get(br[j], "properties");
+        if (ap && ap->kind == JV_FALSE && !(pp && jv_get(pp, nm)))
+            return 0;
+    }
+    return 1;
+}
+
+/* allOf of object schemas: one object schema, built as JSON text and parsed. A branch with
+ * additionalProperties false allows only the names it declares, so a name is kept when every
+ * closed branch declares it; a name two branches declare must have the same schema in both;
+ * required names are the union (one a closed branch excludes: no document satisfies it). */
+static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **out) {
+    const jv *all   = jv_get(s, "allOf"), *br[64];
+    jbuf      b     = {0};
+    k3_status st    = K3_OK;
+    int       nprop = 0, nreq = 0, closed = 0;
+    size_t    nb;
+    if (all->kind != JV_ARRAY || all->n == 0)
+        return bad(path, "allOf", "a non-empty array of schemas");
+    if (all->n > 64)
+        return unsupported(path, "allOf", "more than 64 branches");
+    for (size_t k = 0; k < s->n; k++)
+        if (strcmp(s->keys[k].s, "allOf") && !IN(s->keys[k].s, annotations))
+            return unsupported(path, "allOf", "with sibling keywords");
+    for (nb = 0; nb < all->n; nb++) {
+        const jv *x = &all->items[nb], *ref;
+        int       t = 0;
+        if (x->kind == JV_OBJECT && (ref = jv_get(x, "$ref")) && (st = resolve(c, ref, path, &x)))
+            return st;
+        if (x->kind != JV_OBJECT || types_of(x, path, &t) || (t && t != T_OBJ))
+            return unsupported(path, "allOf", "a branch that is not an object schema");
+        for (size_t k = 0; k < x->n; k++)
+            if (!IN(x->keys[k].s, annotations) && strcmp(x->keys[k].s, "type") &&
+                strcmp(x->keys[k].s, "properties") && strcmp(x->keys[k].s, "required") &&
+                strcmp(x->keys[k].s, "additionalProperties"))
+                return unsupported(path, "allOf",
+                                   "a branch keyword other than properties/required/additionalProperties");
+        const jv *ap = jv_get(x, "additionalProperties");
+        if (ap && ap->kind == JV_OBJECT)
+            return unsupported(path, "allOf", "a branch with an additionalProperties schema");
+        closed |= ap && ap->kind == JV_FALSE;
+        br[nb] = x;
+    }
+    const char *head = "{\"type\":\"object\",\"properties\":{", *mid = "},\"required\":[";
+    st = jbuf_add(&b, head, strlen(head));
+    for (size_t i = 0; i < nb && !st; i++) {
+        const jv *l = jv_get(br[i], "properties");
+        for (size_t k = 0; l && l->kind == JV_OBJECT && k < l->n && !st; k++) {
+            const char *nm   = l->keys[k].s;
+            int         dupe = 0;
+            for (size_t j = 0; j < i && !dupe; j++) { /* declared before: the same schema, or refused */
+                const jv *pj = jv_get(br[j], "properties"), *o = pj ? jv_get(pj, nm) : NULL;
+                if (o) {
+                    jbuf x = {0}, y = {0};
+                    jv_dump(o, JV_SORTED_COMPACT, &x);
+                    jv_dump(&l->items[k], JV_SORTED_COMPACT, &y);
+                    dupe = x.n == y.n && (!x.n || !memcmp(x.p, y.p, x.n)) ? 1 : -1;
+                    free(x.p);
+                    free(y.p);
+                }
+            }
+            if (dupe < 0) {
+                free(b.p);
+                return unsupported(path, "allOf", "a property two branches declare with different schemas");
+            }
+            if (dupe || !allowed(br, nb, nm))
+                continue;
+            if ((nprop++ && (st = jbuf_add(&b, ",", 1))) || (st = jv_dump_str(nm, l->keys[k].n, &b)) ||
+                (st = jbuf_add(&b, ":", 1)))
+                break;
+            st = jv_dump(&l->items[k], JV_SORTED_COMPACT, &b);
+        }
+    }
+    if (!st)
+        st = jbuf_add(&b, mid, strlen(mid));
+    for (size_t i = 0; i < nb && !st; i++) {
+        const jv *l = jv_get(br[i], "required");
+        for (size_t k = 0; l && l->kind == JV_ARRAY && k < l->n && !st; k++) {
+            if (l->items[k].kind != JV_STRING)
+                continue;
+            if (!allowed(br, nb, l->items[k].s)) {
+                free(b.p);
+                return k3_err(K3_ERR_ARG,
+                              "json schema: \"allOf\" at %s: required \"%s\" is excluded by a branch's "
+                              "additionalProperties false (no document satisfies it)",
+                              path, l->items[k].s);
+            }
+            if (!(nreq++ && (st = jbuf_add(&b, ",", 1))))
+                st = jv_dump(&l->items[k], JV_SORTED_COMPACT, &b);
+        }
+    }
+    const char *tail = closed ? "],\"additionalProperties\":false}" : "]}";
+    if (!st)
+        st = jbuf_add(&b, tail, strlen(tail));
+    jv *m = NULL;
+    if (!st && !(st = jv_parse(b.p, b.n, &m))) {
+        jv **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof *o);
+        if (!o)
+            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), jv_free(m);
+        else
+            c->owned = o, o[c->n_owned++] = m, *out = m;
+    }
+    free(b.p);
+    return st;
+}
+
+static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path, int from, int to) {
+    const jv *l = jv_get(s, key);
+    char      p2[512];
+    k3_status st;
+    if (l->kind != JV_ARRAY || l->n == 0)
+        return bad(path, key, "a non-empty array of schemas");
+    for (size_t k = 0; k < s->n; k++)
+        if (strcmp(s->keys[k].s, key) && !IN(s->keys[k].s, annotations))
+            return unsupported(path, key, "with sibling keywords (put them in each branch)");
+    if (!strcmp(key, "oneOf"))
+        for (size_t i = 0; i < l->n; i++)
+            for (size_t j = 0; j < i; j++)
+                if (schema_types(c, &l->items[i], 0) & schema_types(c, &l->items[j], 0))
+                    return unsupported(path, "oneOf",
+                                       "branches that may match the same document (only branches of "
+                                       "distinct types are supported; anyOf has no such limit)");
+    for (size_t i = 0; i < l->n; i++) {
+        snprintf(p2, sizeof p2, "%s/%s/%zu", path, key, i);
+        if ((st = emit(c, &l->items[i], p2, from, to)))
+            return st;
+    }
+    return K3_OK;
+}
+
+/* ---- a schema ----------------------------------------------------------------------------- */
+
+static k3_status emit(sc *c, const jv *s, const char *path, int from, int to) {
+    k3_status st;
+    if (s->kind == JV_TRUE) {
+        int start;
+        return (st = any_rule(c, &start)) ? st : g_call(c->g, from, start, to);
+    }
+    if (s->kind == JV_FALSE)
+        return K3_OK;
+    if (s->kind != JV_OBJECT)
+        return k3_err(K3_ERR_ARG, "json schema: at %s: expected a schema (an object or a boolean)", path);
+    for (size_t i = 0; i < s->n; i++)
+        if (!IN(s->keys[i].s, annotations) && !IN(s->keys[i].s, keywords))
+            return unsupported(path, s->keys[i].s, NULL);
+    const jv *v;
+    if ((v = jv_get(s, "$ref"))) {
+        const jv *t;
+        for (size_t k = 0; k < s->n; k++)
+            if (strcmp(s->keys[k].s, "$ref") && !IN(s->keys[k].s, annotations))
+                return unsupported(path, "$ref", "with sibling keywords");
+        int start;
+        if ((st = resolve(c, v, path, &t)) || (st = rule_of(c, t, path, &start)))
+            return st;
+        return g_call(c->g, from, start, to);
+    }
+    if (jv_get(s, "anyOf"))
+        return emit_alts(c, s, "anyOf", path, from, to);
+    if (jv_get(s, "oneOf"))
+        return emit_alts(c, s, "oneOf", path, from, to);
+    if (jv_get(s, "allOf")) {
+        const jv *m = NULL;
+        char      p2[512];
+        sub(p2, sizeof p2, path, "allOf", NULL);
+        return (st = merge_allof(c, s, path, &m)) ? st : emit(c, m, p2, from, to);
+    }
+    int types;
+    if ((st = types_of(s, path, &types)))
+        return st;
+    if ((v = jv_get(s, "const")))
+        return types && !(kind_type(v) & types) ? K3_OK : emit_value(c, v, path, from, to);
+    if ((v = jv_get(s, "enum"))) {
+        if (v->kind != JV_ARRAY)
+            return bad(path, "enum", "an array");
+        for (size_t i = 0; i < v->n; i++)
+            if ((!types || (kind_type(&v->items[i]) & types)) &&
+                (st = emit_value(c, &v->items[i], path, from, to)))
+                return st;
+        return K3_OK;
+    }
+    if (!types) { /* no type: what the keywords imply, else any value */
+        for (size_t i = 0; i < s->n; i++) {
+            const char *k = s->keys[i].s;
+            if (!strcmp(k, "properties") || !strcmp(k, "required") || !strcmp(k, "additionalProperties"))
+                types |= T_OBJ;
+            else if (!strcmp(k, "items") || !strcmp(k, "prefixItems") || strstr(k, "Items"))
+                types |= T_ARR;
+            else if (strstr(k, "Length") || !strcmp(k, "pattern") || !strcmp(k, "format"))
+                types |= T_STR;
+            else if (strstr(k, "imum"))
+                types |= T_INT;
+        }
+        if (!types) {
+            int start;
+            return (st = any_rule(c, &start)) ? st : g_call(c->g, from, start, to);
+        }
+    }
+    if ((types & T_NUM) && (jv_get(s, "minimum") || jv_get(s, "maximum") || jv_get(s, "exclusiveMinimum") ||
+                            jv_get(s, "exclusiveMaximum")))
+        return unsupported(path,
+                           jv_get(s, "minimum")   ? "minimum"
+                           : jv_get(s, "maximum") ? "maximum"
+                                                  : "exclusiveMinimum",
+                           "bounds on type number (supported on integer)");
+    if ((types & T_NULL) && (st = lit(c, from, "null", to)))
+        return st;
+    if ((types & T_BOOL) && ((st = lit(c, from, "true", to)) || (st = lit(c, from, "false", to))))
+        return st;
+    if (types & T_NUM)
+        st = emit_number(c, from, to);
+    else if (types & T_INT)
+        st = emit_integer(c, s, path, from, to);
+    if (st || ((types & T_STR) && (st = emit_string(c, s, path, from, to))) ||
+        ((types & T_ARR) && (st = emit_array(c, s, path, from, to))) ||
+        ((types & T_OBJ) && (st = emit_object(c, s, path, from, to))))
+        return st;
+    return K3_OK;
+}
+
+static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
+    for (int i = 0; i < c->n_rule; i++)
+        if (c->rule[i].s == s)
+            return *start = c->rule[i].start, K3_OK;
+    if (c->n_rule == c->cap_rule) {
+        int      cap = c->cap_rule ? c->cap_rule * 2 : 16;
+        sc_rule *r   = realloc(c->rule, (size_t)cap * sizeof *r);
+        if (!r)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        c->rule     = r;
+        c->cap_rule = cap;
+    }
+    int b = node(c), e = node(c);
+    if (e < 0)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    c->g->node[e].ret    = 1;
+    c->rule[c->n_rule++] = (sc_rule){s, b};
+    *start               = b;
+    return emit(c, s, path, b, e);
+}
+
+static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int object_only,
+                         k3_grammar **out) {
+    sc        c  = {.any = -1};
+    jv       *js = NULL;
+    k3_status st;
+    *out = NULL;
+    if (!object_only && (st = jv_parse(schema, len, &js)))
+        return k3_err(K3_ERR_ARG, "json schema: not JSON: %s", k3_errmsg());
+    if ((st = g_new(v, object_only ? "json object" : "json schema", &c.g)))
+        goto done;
+    c.root = js;
+    if (object_only) { /* { } or {"k":V,...}: the any-value rule without its other branches */
+        int             start, b = node(&c), e = node(&c);
+        static const jv obj = {.kind = JV_OBJECT};
+        if (e < 0) {
+            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            goto done;
+        }
+        c.g->node[e].ret = 1;
+        c.g->root        = b;
+        st               = emit_object(&c, &obj, "#", b, e);
+        (void)start;
+    } else
+        st = rule_of(&c, js, "#", &c.g->root);
+    if (!st)
+        st = g_finish(c.g);
+done:
+    if (st) {
+        k3_grammar_free(c.g);
+        c.g = NULL;
+    }
+    for (int i = 0; i < c.n_owned; i++)
+        jv_free(c.owned[i]);
+    free(c.owned);
+    free(c.rule);
+    jv_free(js);
+    *out = c.g;
+    return st;
+}
+
+k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t len, k3_grammar **out) {
+    return compile(v, schema, len, 0, out);
+}
+
+k3_status k3_grammar_json_object(const k3_gvocab *v, k3_grammar **out) {
+    return compile(v, NULL, 0, 1, out);
+}

@@ -1,0 +1,52 @@
+#!/bin/sh
+# t-chat-escape.sh: text from the model, a server or a file reaches a terminal only through the
+# one escaping function (txt_term_put, text.h): in line mode under tmux, a fake OpenAI server
+# (chat_fake.py) and the mock stream OSC 52 (clipboard), OSC 0 (title), CSI and a C1 CSI in the
+# answer, the reasoning and an HTTP error; the tmux clipboard and the pane title stay as they
+# were and the commands show as \x1B escapes. Into a pipe the text goes as it is.
+. "$K3_SRC/tests/tui-lib.sh"
+
+python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &
+fpid=$!
+trap '$T kill-server 2>/dev/null; kill $fpid 2>/dev/null' EXIT
+i=0
+while [ ! -s "$K3_TMP/port" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+port=$(cat "$K3_TMP/port")
+ep="http://127.0.0.1:$port"
+
+# clipboard_and_title: the pane's tmux buffers and title, to compare before and after
+state() { printf '%s|' "$($T list-buffers -F '#{buffer_sample}' 2>/dev/null)" "$($T display -p '#{pane_title}')"; }
+
+tui_start 120 30 -- "$K3CHAT --endpoint $ep --plain; echo EXIT=\$?; sleep 60"
+$T set-option -g set-clipboard on
+$T set-option -g allow-rename on 2>/dev/null
+before=$(state)
+type_line evil
+wait_for "end" 15
+type_line e500
+wait_for "boom" 15
+after=$(state)
+check "--endpoint --plain: the tmux clipboard and the pane title are unchanged ('$before' -> '$after')" \
+    [ "$before" = "$after" ]
+check "... the answer's commands show escaped" has 'ans \x1B]52;c;ZXZpbA==\x07 \x1B]0;EVIL\x07 \x1B[31m red \u009B32m c1'
+check "... and the reasoning's" has 'think \x1B]52;c;ZXZpbA==\x07 \x1B]0;EVILR\x07'
+check "... and the server's HTTP error text on stderr" has 'boom \x1B]52;c;ZXZpbA==\x07 \x1B]0;EVIL500\x07'
+
+# the mock cuts tokens every 3 bytes: sequences (and the UTF-8 C1 CSI) split across tokens
+printf 'delay 0\nthink m-think \033]0;EVILM\007 x\nresponse m-ans \033]52;c;ZXZpbA==\007 \302\2331m m-end\n' >"$K3_TMP/evil.txt"
+tui_start 120 30 K3_MOCK="$K3_TMP/evil.txt" -- "$K3CHAT --plain /no/model; echo EXIT=\$?; sleep 60"
+$T set-option -g set-clipboard on
+before=$(state)
+type_line hi
+wait_for "m-end" 15
+after=$(state)
+check "K3_MOCK --plain: clipboard and title unchanged ('$before' -> '$after')" [ "$before" = "$after" ]
+check "... the commands show escaped, cut between tokens or not" \
+    has 'm-ans \x1B]52;c;ZXZpbA==\x07 \u009B1m m-end'
+check "... in the reasoning too" has 'm-think \x1B]0;EVILM\x07 x'
+
+# not a terminal: the text is the model's, byte for byte
+printf 'evil\n' | "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out" 2>"$K3_TMP/err"
+check "into a pipe the answer goes as it is" \
+    [ "$(cat "$K3_TMP/out")" = "$(printf 'ans \033]52;c;ZXZpbA==\007 \033]0;EVIL\007 \033[31m red \302\23332m c1 end')" ]
+finish

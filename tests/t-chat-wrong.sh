@@ -1,0 +1,121 @@
+#!/bin/sh
+# t-chat-wrong.sh: the chat's exit status, quits and option rules (issue 36's "Wrong" items), on
+# the mock in tmux and in line mode: the full-screen chat exits 1 when the model fails to load
+# and 128+N on signal N; a quit while an answer streams asks first; options given with --load
+# win over the transcript's settings and the notice says so.
+. "$K3_SRC/tests/tui-lib.sh"
+k="$K3_BUILD/k3chat"
+t() { if eval "$2"; then echo "PASS: $1"; else echo "FAIL: $1"; fi; }
+
+# 9: a model that fails to load, then Ctrl-D: status 1 (k3chat(1) EXIT STATUS); SIGHUP: 129
+tui_start 100 20 -- "$K3CHAT $K3_TMP/nonexistent 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+wait_for "nonexistent" 10
+keys C-d
+check "9: the full-screen chat exits 1 after its model failed to load" wait_for "EXIT=1" 10
+printf 'delay 20\nresponse Hello, {user}!\n' >"$K3_TMP/mock.txt"
+run_mock 100 20 "$K3_TMP/mock.txt"
+wait_for "mock · 3 layers" 10
+pid=$($T display -p '#{pane_pid}')
+kill -HUP "$(pgrep -P "$pid" k3chat | head -1)" 2>/dev/null
+check "9: SIGHUP ends it with status 129 (128 + 1)" wait_for "EXIT=129" 10
+
+# 12: Ctrl-D while an answer streams: asks first; the second stops it and quits
+printf 'delay 50\nresponse a b c d e f g h i j k l m n o p q r s t u v w x y z 0 1 2 3 4 5 6 7 8 9 A B C D E F G H I J K L M N O P end\n' >"$K3_TMP/slow.txt"
+run_mock 100 20 "$K3_TMP/slow.txt"
+wait_for "mock · 3 layers" 10
+type_line hi
+wait_for "a b c" 10
+keys C-d
+check "12: a Ctrl-D while the answer streams does not quit" wait_for "an answer is still coming" 5
+check "12: ... and the answer goes on" hasnt "EXIT="
+keys C-d
+check "12: the second Ctrl-D quits" wait_for "EXIT=0" 10
+run_mock 100 20 "$K3_TMP/mock.txt"
+wait_for "mock · 3 layers" 10
+type_line hi
+wait_for "Hello, hi!" 10
+wait_input_empty 10
+keys C-d
+check "12: after the answer one Ctrl-D quits" wait_for "EXIT=0" 10
+
+# 10: --load and explicit options: the options win, and the notice says so
+printf '/temp 0.3\n/top-p 0.5\n/think off\n/effort low\nhi\n/save %s/t4.jsonl\n' "$K3_TMP" |
+    K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >/dev/null 2>&1
+printf '/stats\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model --think on --temp 0 --load "$K3_TMP/t4.jsonl" \
+    >/dev/null 2>"$K3_TMP/err10"
+t "10: --think on --temp 0 --load: those two win, the rest is the transcript's" \
+    'grep -q "k3chat: settings: temp 0.00 · top-p 0.50 · think on · effort low" "$K3_TMP/err10"'
+t "10: ... and the notice says which options won" 'grep -q "as given on the command line: --temp, --think" "$K3_TMP/err10"'
+printf '/stats\n/load %s/t4.jsonl\n/stats\n' "$K3_TMP" | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model --temp 0 \
+    >/dev/null 2>"$K3_TMP/err10b"
+t "10: a /load typed later adopts the transcript's settings" \
+    '[ "$(grep -c "settings: temp 0.30 · top-p 0.50 · think off · effort low" "$K3_TMP/err10b")" -eq 1 ]'
+# 17: a broken pipe on stdout: the answer stops, no further line is read or sent (the fake
+# server counts the requests), status 1
+python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &
+fpid=$!
+trap '$T kill-server 2>/dev/null; kill $fpid 2>/dev/null' EXIT
+i=0
+while [ ! -s "$K3_TMP/port" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+ep="http://127.0.0.1:$(cat "$K3_TMP/port")"
+rc=$(python3 -c '
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)  # the reader is gone before anything is written
+p = subprocess.run(sys.argv[1:], input=b"a\nb\nc\nd\ne\n", stdout=w, stderr=open(os.environ["K3_TMP"] + "/err17", "wb"), timeout=60)
+print(p.returncode)' "$k" --endpoint "$ep" --plain)
+n=$(wc -l <"$K3_TMP/reqs")
+t "17: after a broken pipe no more lines are sent (1 request of 5: $n), status 1 ($rc)" '[ "$n" -eq 1 ] && [ "$rc" = 1 ]'
+t "17: ... and it says so once" '[ "$(grep -c "cannot write the answer to standard output" "$K3_TMP/err17")" -eq 1 ]'
+
+# 14: a NUL byte in a line-mode message: replaced with U+FFFD and said, not a cut message
+printf 'a\000b\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out14" 2>"$K3_TMP/err14"
+t "14: a NUL byte does not cut the message (it is U+FFFD)" '[ "$(cat "$K3_TMP/out14")" = "$(printf "Hello, a\357\277\275b!")" ]'
+t "14: ... and the user is told" 'grep -q "line 1: 1 NUL byte (the first is byte 2) replaced with U+FFFD" "$K3_TMP/err14"'
+
+# 20: line-mode /edit of a message with several lines says that it joins them
+printf '{"role":"user","content":"line one\\nline two"}\n{"role":"assistant","content":"ok"}\n' >"$K3_TMP/ml.jsonl"
+tui_start 100 20 K3_MOCK="$K3_TMP/mock.txt" -- "$K3CHAT --plain --load $K3_TMP/ml.jsonl /no/model; echo EXIT=\$?; sleep 60"
+wait_for "loaded 2 messages" 10
+type_line /edit
+check "20: /edit of a two-line message in line mode says the newlines become spaces" \
+    wait_for "your message has 2 lines; line mode offers it as one" 5
+check "20: ... and offers it joined" wait_for "line one line two" 5
+
+# 6: /undo leaves no trace of the undone message in the input history (k3chat(5))
+run_mock 100 20 "$K3_TMP/mock.txt"
+wait_for "mock · 3 layers" 10
+type_line keep-me-1
+wait_for "Hello, keep-me-1!" 10
+type_line undo-me-2
+wait_for "Hello, undo-me-2!" 10
+wait_input_empty 10
+type_line /undo
+wait_gone "Hello, undo-me-2!" 10
+h="$K3_TMP/state/k3chat/history"
+check "6: /undo drops the message from the full-screen chat's history file" \
+    sh -c "grep -q keep-me-1 '$h' && ! grep -q undo-me-2 '$h'"
+tui_start 100 20 K3_MOCK="$K3_TMP/mock.txt" -- "$K3CHAT --plain /no/model; echo EXIT=\$?; sleep 60"
+wait_for ">" 10
+type_line undo-me-3
+wait_for "Hello, undo-me-3!" 10
+type_line /undo
+sleep 0.3
+keys C-d
+wait_for "EXIT=" 10
+check "6: ... and from line mode's" sh -c "! grep -q undo-me-3 '$h'"
+
+# 19: --endpoint takes http:// and https:// only (libcurl would try ftp:// and file://)
+"$k" --endpoint ftp://x --plain </dev/null >/dev/null 2>"$K3_TMP/err19"
+rc=$?
+t "19: --endpoint ftp://x is a usage error naming the URL (status $rc)" \
+    '[ $rc -eq 2 ] && grep -q "endpoint: .ftp://x. is not an http:// or https:// URL" "$K3_TMP/err19"'
+
+# 11: --prompt reports a cut at --max-tokens as line mode does
+nano="$K3_SRC/models/k3-nano"
+if [ -f "$nano/model.safetensors" ]; then
+    "$k" "$nano" --prompt "Tell me a long story" --think off --temp 0 --max-tokens 3 >/dev/null 2>"$K3_TMP/err11"
+    t "11: --prompt --max-tokens 3 reports the cut-off" \
+        'grep -q "cut off at the --max-tokens limit (3 tokens)" "$K3_TMP/err11"'
+fi
+finish

@@ -1,0 +1,72 @@
+# t-docs.py: the repository's own format documents (doc/, issue 35 item 7) stand alone and agree
+# with the program: no tracked text refers to a specification outside the repository
+# (../shared/...); every relative link of README.md and doc/*.md names a file that exists; every
+# release figure doc/model-format.md gives for a config.json key ("`key` [value]") equals what
+# `k3-mkmodel --preset release` (the release's config, every figure) writes.
+import json
+import os
+import re
+import subprocess
+
+SRC = os.environ.get("K3_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+B, T = os.environ["K3_BUILD"], os.environ["K3_TMP"]
+fails = 0
+
+
+def ok(cond, desc):
+    global fails
+    fails += not cond
+    print(("PASS: " if cond else "FAIL: ") + desc, flush=True)
+
+
+p = subprocess.run(["git", "-C", SRC, "ls-files"], capture_output=True, timeout=60)
+files = p.stdout.decode().split() if p.returncode == 0 else []
+outside = []
+for f in files:
+    if f.startswith("tests/t-docs.py") or not f.endswith((".c", ".h", ".md", ".py", ".sh", ".1", ".5", ".txt")):
+        continue
+    with open(os.path.join(SRC, f), encoding="utf-8", errors="replace") as fh:
+        if "shared/spec" in fh.read():
+            outside.append(f)
+ok(len(files) > 100 and not outside, "no tracked file points at a specification outside the repository "
+   "(%d files; %r)" % (len(files), outside[:5]))
+
+docs = ["README.md"] + sorted("doc/" + f for f in os.listdir(os.path.join(SRC, "doc")) if f.endswith(".md"))
+broken, n_links = [], 0
+for d in docs:
+    text = open(os.path.join(SRC, d), encoding="utf-8").read()
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if "://" in target:
+            continue
+        n_links += 1
+        if not os.path.exists(os.path.normpath(os.path.join(SRC, os.path.dirname(d), target))):
+            broken.append((d, target))
+ok(len(docs) >= 4 and n_links >= 8 and not broken and "doc/model-format.md" in open(os.path.join(SRC, "README.md")).read(),
+   "README links the format documents; all %d relative links of %d documents resolve (%r)" % (n_links, len(docs), broken))
+
+# the release figures against the release preset's config.json
+out = os.path.join(T, "rel")
+p = subprocess.run([os.path.join(B, "k3-mkmodel"), "--preset", "release", "--layers", "2", "--quiet", out],
+                   capture_output=True, timeout=300)
+cfg = json.load(open(os.path.join(out, "config.json"))) if p.returncode == 0 else {}
+tc = cfg.get("text_config", {})
+flat = dict(cfg, **tc, **tc.get("linear_attn_config", {}))
+model_doc = open(os.path.join(SRC, "doc", "model-format.md"), encoding="utf-8").read()
+sec2 = model_doc[model_doc.find("## 2."):model_doc.find("## 3.")]  # the settings read from text_config
+pairs = re.findall(r"`([a-z_]+)`(?: [A-Z])? \[([^\]]+)\]", sec2)
+wrong, seen = [], set()
+for key, val in pairs:
+    if key == "num_hidden_layers":  # the preset was cut to 2 layers here
+        continue
+    seen.add(key)
+    want = {"true": True, "false": False}.get(val, None)
+    if want is None:
+        want = float(val.replace(",", ""))
+    got = flat.get(key, "absent")
+    if got != want:
+        wrong.append((key, val, got))
+ok(len(seen) >= 25 and not wrong, "doc/model-format.md: its %d release figures of config.json keys match "
+   "`k3-mkmodel --preset release` (%r)" % (len(seen), wrong[:4]))
+ok(str(cfg.get("eos_token_id")) in model_doc and "163586" in open(os.path.join(SRC, "doc", "chat-format.md")).read()
+   and cfg.get("eos_token_id") == 163586, "the eos id the documents give is the release's (%r)" % cfg.get("eos_token_id"))
+raise SystemExit(1 if fails else 0)

@@ -1,0 +1,83 @@
+#!/bin/sh
+# t-grammar.sh: structured output on k3-nano, checked by an independent validator.
+# slow
+#
+# Installs ajv (draft 2020-12) and ajv-formats from the npm registry into a cache folder outside
+# the repository (K3_AJV_JS, default ~/.cache/k3chat/ajv-js; never committed). Then:
+#   - the 45-schema corpus (tests/fixtures/grammar-corpus.jsonl) x 20 seeds at temperature 1
+#     (tests/test-grammar-nano --emit: the engine loop of --json-schema): every output ends with
+#     <|end_of_msg|>, parses and validates;
+#   - k3chat --prompt --json-schema FILE, one seed per schema: stdout is one valid document;
+#   - --json: one JSON object; an unsupported keyword: status 1 naming it and its path;
+#     --max-tokens too small: status 1 naming the reason.
+# No node/npm or no registry: the ajv checks SKIP with the reason, never PASS.
+. "$K3_SRC/tests/count.sh"
+set -u
+: "${K3_BUILD:?}" "${K3_SRC:?}" "${K3_TMP:?}"
+K3="$K3_BUILD/k3chat"
+M="$K3_SRC/models/k3-nano"
+CORPUS="$K3_SRC/tests/fixtures/grammar-corpus.jsonl"
+cache=${K3_AJV_JS:-${HOME:-/tmp}/.cache/k3chat/ajv-js}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+# --- the command line, no validator needed ---
+printf '{"type":"object","properties":{"a":{"type":"string","contentMediaType":"text/html"}}}' > "$K3_TMP/bad.json"
+"$K3" "$M" --prompt hi --json-schema "$K3_TMP/bad.json" --think off >"$K3_TMP/bad.out" 2>"$K3_TMP/bad.err"
+rc=$?
+if [ $rc -ne 0 ] && grep -q '"contentMediaType" at #/properties/a' "$K3_TMP/bad.err" && [ ! -s "$K3_TMP/bad.out" ]; then
+    echo "PASS: an unsupported keyword: status $rc, named with its path, nothing on stdout"
+else
+    echo "FAIL: an unsupported keyword: status $rc, stderr: $(tail -n 1 "$K3_TMP/bad.err")"
+fi
+printf '{"type":"array","items":{"type":"integer"},"minItems":50}' > "$K3_TMP/long.json"
+"$K3" "$M" --prompt hi --json-schema "$K3_TMP/long.json" --think off --max-tokens 3 >"$K3_TMP/long.out" 2>"$K3_TMP/long.err"
+rc=$?
+if [ $rc -ne 0 ] && grep -q 'stopped before the JSON document was complete (max tokens)' "$K3_TMP/long.err"; then
+    echo "PASS: --max-tokens 3 on a long document: status $rc naming the reason"
+else
+    echo "FAIL: --max-tokens 3 on a long document: status $rc, stderr: $(tail -n 1 "$K3_TMP/long.err")"
+fi
+"$K3" "$M" --json --ids "1 2" >/dev/null 2>"$K3_TMP/ids.err"
+grep -q -- '--json shapes the answer of --prompt only' "$K3_TMP/ids.err" &&
+    echo "PASS: --json without --prompt is a usage error" || echo "FAIL: --json without --prompt: $(cat "$K3_TMP/ids.err")"
+
+command -v node >/dev/null 2>&1 || { echo "SKIP: node is not installed (needed for ajv)"; exit 0; }
+command -v npm >/dev/null 2>&1 || { echo "SKIP: npm is not installed (needed for ajv)"; exit 0; }
+mkdir -p "$cache" || { echo "SKIP: cannot create $cache"; exit 0; }
+[ -f "$cache/package.json" ] || echo '{"name":"k3chat-ajv","private":true}' > "$cache/package.json"
+if [ ! -f "$cache/node_modules/ajv-formats/package.json" ]; then
+    if ! (cd "$cache" && timeout 300 npm install --no-audit --no-fund ajv@8.17.1 ajv-formats@3.0.1) >"$K3_TMP/npm.log" 2>&1; then
+        echo "SKIP: npm install ajv ajv-formats failed: $(grep -i err "$K3_TMP/npm.log" | head -n 1)"
+        exit 0
+    fi
+fi
+export NODE_PATH="$cache/node_modules"
+
+# --- the corpus x 20 seeds through the engine loop ---
+"$K3_BUILD/tests/test-grammar-nano" --emit "$K3_TMP/corpus.tsv" 20 > "$K3_TMP/emit.log" 2>&1 ||
+    { echo "FAIL: test-grammar-nano --emit: $(grep FAIL "$K3_TMP/emit.log" | head -n 2)"; }
+node "$K3_SRC/tests/grammar-validate.cjs" "$CORPUS" "$K3_TMP/corpus.tsv" "corpus x 20 seeds, temperature 1"
+
+# --- the command line: one seed per schema, stdout validated ---
+: > "$K3_TMP/cli.tsv"
+n=0
+while IFS= read -r schema; do
+    n=$((n + 1))
+    printf '%s' "$schema" > "$K3_TMP/s.json"
+    out=$("$K3" "$M" --prompt "Reply in JSON." --json-schema "$K3_TMP/s.json" --think off --temp 1 --seed $n \
+          --max-tokens 256 2>"$K3_TMP/cli.err")
+    rc=$?
+    [ $rc -eq 0 ] && st=end || st="rc$rc"
+    printf '%s\t1\t%s\t%s\n' "$n" "$st" "$out" >> "$K3_TMP/cli.tsv"
+done < "$CORPUS"
+node "$K3_SRC/tests/grammar-validate.cjs" "$CORPUS" "$K3_TMP/cli.tsv" "k3chat --prompt --json-schema"
+
+# --- --json: one JSON object ---
+"$K3" "$M" --prompt "Reply in JSON." --json --think off --temp 1 --seed 3 --max-tokens 256 > "$K3_TMP/obj.out" 2>"$K3_TMP/obj.err"
+rc=$?
+if [ $rc -eq 0 ] && node -e 'const d = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    process.exit(d !== null && typeof d === "object" && !Array.isArray(d) ? 0 : 1)' "$K3_TMP/obj.out"; then
+    echo "PASS: --json: stdout is one JSON object ($(wc -c < "$K3_TMP/obj.out") bytes)"
+else
+    echo "FAIL: --json: status $rc, stdout: $(head -c 200 "$K3_TMP/obj.out"), stderr: $(tail -n 1 "$K3_TMP/obj.err")"
+fi

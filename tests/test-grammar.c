@@ -1,0 +1,624 @@
+/* test-grammar.c: the grammar engine alone (src/grammar), on k3-nano's vocabulary.
+ *
+ * Property test: random schemas (objects nested up to 4 deep, arrays, enums, integer ranges,
+ * strings with lengths, formats and patterns, anyOf, additionalProperties both ways) and random
+ * valid documents written by this file's own generator (not the compiler): every document is
+ * accepted byte by byte, in random chunks, as the tokenizer encodes it and under a random
+ * tokenisation, with every id in the mask before it is taken and the end of message only at the
+ * end. Mutations are rejected: a control byte inserted anywhere at exactly its byte, a deleted
+ * closing bracket never completes, a missing required key never completes. Plus: unsupported
+ * keywords named with their path, schemas that compile to nothing, recursive $ref, special
+ * tokens as terminals, and the masked sampler.
+ */
+#include "test.h"
+#include "k3.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static uint32_t rnd(uint32_t n) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return n ? (uint32_t)(rng % n) : 0;
+}
+
+typedef struct sbuf {
+    char  *p;
+    size_t n, cap;
+} sbuf;
+static void put(sbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        b->cap = (b->n + n + 1) * 2;
+        b->p   = realloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void puts_(sbuf *b, const char *s) {
+    put(b, s, strlen(s));
+}
+static void putf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(sbuf *b, const char *fmt, ...) {
+    char    t[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t, sizeof t, fmt, ap);
+    va_end(ap);
+    put(b, t, (size_t)n);
+}
+
+/* ---- random schemas and their documents ---- */
+enum { S_NULL, S_BOOL, S_INT, S_STR, S_NUM, S_ARR, S_OBJ, S_ANY, S_ENUM, S_FMT, S_PAT, S_N };
+typedef struct sn {
+    int        t;
+    long long  lo, hi;       /* S_INT range; S_STR/S_ARR min/max (hi -1: none) */
+    int        n;            /* S_OBJ members; S_ANY branches                    */
+    struct sn *kid[4];       /* S_ARR: kid[0]; S_OBJ, S_ANY: n kids             */
+    int        req[4], addl; /* S_OBJ */
+} sn;
+
+static sn *gen_schema(int depth) {
+    sn *s = calloc(1, sizeof *s);
+    s->t  = (int)rnd(depth >= 4 ? S_ARR : S_N);
+    if (depth >= 4 && s->t == S_ARR)
+        s->t = S_INT;
+    switch (s->t) {
+    case S_INT:
+        s->lo = (long long)rnd(2000) - 1000;
+        s->hi = s->lo + (long long)rnd(5000);
+        break;
+    case S_STR:
+        s->lo = rnd(3);
+        s->hi = rnd(2) ? -1 : s->lo + rnd(6);
+        break;
+    case S_ARR:
+        s->kid[0] = gen_schema(depth + 1);
+        s->lo     = rnd(3);
+        s->hi     = rnd(2) ? -1 : s->lo + rnd(3);
+        break;
+    case S_OBJ:
+        s->n    = 1 + (int)rnd(4);
+        s->addl = (int)rnd(2);
+        for (int i = 0; i < s->n; i++)
+            s->kid[i] = gen_schema(depth + 1), s->req[i] = (int)rnd(2);
+        break;
+    case S_ANY: /* anyOf of an integer and a string (distinct first bytes) or an object */
+        s->n         = 2;
+        s->kid[0]    = calloc(1, sizeof(sn));
+        s->kid[0]->t = S_INT, s->kid[0]->lo = 0, s->kid[0]->hi = 99;
+        s->kid[1] = depth < 3 ? gen_schema(depth + 1) : calloc(1, sizeof(sn));
+        if (depth >= 3)
+            s->kid[1]->t = S_NULL;
+        break;
+    }
+    return s;
+}
+
+static void free_schema(sn *s) {
+    for (int i = 0; i < 4; i++)
+        if (s->kid[i])
+            free_schema(s->kid[i]);
+    free(s);
+}
+
+static const char *const names[]  = {"alpha", "b", "c_d", "mu\\u00e9", "x"};  /* as the schema writes them */
+static const char *const dnames[] = {"alpha", "b", "c_d", "mu\xc3\xa9", "x"}; /* as documents do */
+static const char *const enums[]  = {"\"red\"", "\"green\"", "3", "null", "\"re\""};
+
+static void schema_text(const sn *s, sbuf *b) {
+    switch (s->t) {
+    case S_NULL:
+        puts_(b, "{\"type\":\"null\"}");
+        break;
+    case S_BOOL:
+        puts_(b, "{\"type\":\"boolean\",\"description\":\"a flag\"}");
+        break;
+    case S_INT:
+        putf(b, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}", s->lo, s->hi);
+        break;
+    case S_NUM:
+        puts_(b, "{\"type\":\"number\"}");
+        break;
+    case S_STR:
+        putf(b, "{\"type\":\"string\",\"minLength\":%lld", s->lo);
+        if (s->hi >= 0)
+            putf(b, ",\"maxLength\":%lld", s->hi);
+        puts_(b, "}");
+        break;
+    case S_ENUM:
+        puts_(b, "{\"enum\":[");
+        for (int i = 0; i < 5; i++)
+            putf(b, "%s%s", i ? "," : "", enums[i]);
+        puts_(b, "]}");
+        break;
+    case S_FMT:
+        puts_(b, "{\"type\":\"string\",\"format\":\"date\"}");
+        break;
+    case S_PAT:
+        puts_(b, "{\"type\":\"string\",\"pattern\":\"^[a-z]{2,4}-[0-9]+(\\\\.x)?$\"}");
+        break;
+    case S_ARR:
+        puts_(b, "{\"type\":\"array\",\"items\":");
+        schema_text(s->kid[0], b);
+        putf(b, ",\"minItems\":%lld", s->lo);
+        if (s->hi >= 0)
+            putf(b, ",\"maxItems\":%lld", s->hi);
+        puts_(b, "}");
+        break;
+    case S_OBJ: {
+        puts_(b, "{\"type\":\"object\",\"properties\":{");
+        for (int i = 0; i < s->n; i++) {
+            putf(b, "%s\"%s\":", i ? "," : "", names[i]);
+            schema_text(s->kid[i], b);
+        }
+        puts_(b, "},\"required\":[");
+        for (int i = 0, k = 0; i < s->n; i++)
+            if (s->req[i])
+                putf(b, "%s\"%s\"", k++ ? "," : "", names[i]);
+        putf(b, "],\"additionalProperties\":%s}", s->addl ? "true" : "false");
+        break;
+    }
+    case S_ANY:
+        puts_(b, "{\"anyOf\":[");
+        schema_text(s->kid[0], b);
+        puts_(b, ",");
+        schema_text(s->kid[1], b);
+        puts_(b, "]}");
+        break;
+    }
+}
+
+static void sepr(sbuf *b, char c) {
+    char t[2] = {c, ' '};
+    put(b, t, rnd(2) ? 2 : 1);
+}
+
+static const char *const chars[] = {"a",
+                                    "Z",
+                                    "0",
+                                    " ",
+                                    "\\n",
+                                    "\\\"",
+                                    "\\\\",
+                                    "\\u00e9",
+                                    "\xc3\xa9",
+                                    "\xe2\x82\xac",
+                                    "\xf0\x9f\x98\x80",
+                                    "<|open|>",
+                                    "/",
+                                    "\\/"};
+
+static void doc_text(const sn *s, sbuf *b) {
+    switch (s->t) {
+    case S_NULL:
+        puts_(b, "null");
+        break;
+    case S_BOOL:
+        puts_(b, rnd(2) ? "true" : "false");
+        break;
+    case S_INT:
+        putf(b, "%lld", s->lo + (long long)rnd((uint32_t)(s->hi - s->lo + 1)));
+        break;
+    case S_NUM: {
+        static const char *const nums[] = {"0", "-0.5", "12.25e3", "7E-2", "-310", "1.0"};
+        puts_(b, nums[rnd(6)]);
+        break;
+    }
+    case S_STR: {
+        long long n = s->lo + rnd(s->hi >= 0 ? (uint32_t)(s->hi - s->lo + 1) : 8);
+        puts_(b, "\"");
+        for (long long i = 0; i < n; i++) {
+            const char *c = chars[rnd(sizeof chars / sizeof *chars)];
+            if (!strcmp(c, "<|open|>"))
+                c = "<";
+            puts_(b, c);
+        }
+        puts_(b, "\"");
+        break;
+    }
+    case S_ENUM:
+        puts_(b, enums[rnd(5)]);
+        break;
+    case S_FMT:
+        putf(b, "\"%04u-%02u-%02u\"", 1900 + rnd(200), 1 + rnd(12), 1 + rnd(28));
+        break;
+    case S_PAT: {
+        puts_(b, "\"");
+        for (uint32_t i = 0, n = 2 + rnd(3); i < n; i++)
+            putf(b, "%c", 'a' + rnd(26));
+        putf(b, "-%u%s\"", rnd(1000), rnd(2) ? "" : ".x");
+        break;
+    }
+    case S_ARR: {
+        long long n = s->lo + rnd(s->hi >= 0 ? (uint32_t)(s->hi - s->lo + 1) : 3);
+        puts_(b, "[");
+        for (long long i = 0; i < n; i++) {
+            if (i)
+                sepr(b, ',');
+            doc_text(s->kid[0], b);
+        }
+        puts_(b, "]");
+        break;
+    }
+    case S_OBJ: {
+        int k = 0;
+        puts_(b, "{");
+        for (int i = 0; i < s->n; i++) {
+            if (!s->req[i] && rnd(2))
+                continue;
+            if (k++)
+                sepr(b, ',');
+            putf(b, "\"%s\"", dnames[i]);
+            sepr(b, ':');
+            doc_text(s->kid[i], b);
+        }
+        if (s->addl && rnd(2)) {
+            if (k++)
+                sepr(b, ',');
+            puts_(b, "\"extra_1\":");
+            puts_(b, rnd(2) ? "{\"q\":[1,\"\xc3\xa9\",null]}" : "-4.5");
+        }
+        puts_(b, "}");
+        break;
+    }
+    case S_ANY:
+        doc_text(s->kid[rnd(2)], b);
+        break;
+    }
+}
+
+/* ---- driving a matcher ---- */
+
+/* Feeds bytes one at a time: the index of the first rejected byte, or -1 (all taken). */
+static long feed_bytes(const k3_grammar *g, const char *d, size_t n, int *complete) {
+    k3_gmatch *m;
+    if (k3_gmatch_new(g, &m))
+        return -2;
+    long bad = -1;
+    for (size_t i = 0; i < n && bad < 0; i++)
+        if (k3_gmatch_accept_bytes(m, d + i, 1))
+            bad = (long)i;
+    *complete = k3_gmatch_complete(m);
+    k3_gmatch_free(m);
+    return bad;
+}
+
+static int bit(const uint64_t *mask, int32_t id) {
+    return (int)(mask[id >> 6] >> (id & 63) & 1);
+}
+
+/* Takes ids one by one, each checked in the mask first; 0 when all were in the mask and
+ * taken and the document is then complete with the end of message allowed. */
+static int feed_ids(const k3_grammar *g, const k3_gvocab *v, const int32_t *ids, size_t n, int32_t eom) {
+    k3_gmatch *m;
+    uint64_t  *mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask);
+    int        rc   = 0;
+    if (k3_gmatch_new(g, &m))
+        return free(mask), -1;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (k3_gmatch_mask(m, mask) || !bit(mask, ids[i]) || bit(mask, eom) != k3_gmatch_complete(m))
+            rc = 1 + (int)i;
+        else if (k3_gmatch_accept(m, ids[i]))
+            rc = -2;
+    }
+    if (!rc && (k3_gmatch_mask(m, mask) || !bit(mask, eom) || !k3_gmatch_complete(m)))
+        rc = -3;
+    k3_gmatch_free(m);
+    free(mask);
+    return rc;
+}
+
+/* A random tokenisation of d: at each position, any vocabulary piece that is a prefix. */
+static size_t random_ids(const k3_tok *t, const char *d, size_t n, int32_t *out) {
+    size_t  k  = 0;
+    int32_t nv = k3_tok_n_vocab(t), cand[64];
+    for (size_t i = 0; i < n;) {
+        int nc = 0;
+        for (int32_t id = 0; id < nv && nc < 64; id++) {
+            size_t      len;
+            const char *p = k3_tok_piece(t, id, &len);
+            if (p && !k3_tok_is_special(t, id) && len && len <= n - i && !memcmp(p, d + i, len))
+                cand[nc++] = id;
+        }
+        if (!nc)
+            return 0;
+        int32_t id = cand[rnd((uint32_t)nc)];
+        size_t  len;
+        k3_tok_piece(t, id, &len);
+        out[k++] = id;
+        i += len;
+    }
+    return k;
+}
+
+static k3_status compile(const k3_gvocab *v, const char *s, k3_grammar **g) {
+    return k3_grammar_json_schema(v, s, strlen(s), g);
+}
+
+int main(void) {
+    k3_tok    *tok;
+    k3_gvocab *v;
+    if (k3_tok_load("models/k3-nano", NULL, &tok)) {
+        T_SKIP("models/k3-nano: %s", k3_errmsg());
+        return t_done();
+    }
+    int32_t nv = k3_tok_n_vocab(tok), eom = k3_tok_special(tok, "<|end_of_msg|>");
+    T_CHECK(!k3_gvocab_new(tok, nv, -1, &v), "vocabulary of k3-nano (%d ids)", (int)nv);
+
+    /* ---- the property test ---- */
+    int n_schema = 0, n_doc = 0, f_byte = 0, f_chunk = 0, f_enc = 0, f_rand = 0, f_ctl = 0, f_del = 0,
+        f_req = 0;
+    int n_req = 0, n_del = 0;
+    for (int si = 0; si < 150; si++) {
+        sn  *s  = gen_schema(0);
+        sbuf st = {0};
+        schema_text(s, &st);
+        k3_grammar *g;
+        if (compile(v, st.p, &g)) {
+            T_CHECK(0, "random schema %d compiles: %s (%s)", si, k3_errmsg(), st.p);
+            free(st.p), free_schema(s);
+            continue;
+        }
+        n_schema++;
+        for (int di = 0; di < 8; di++) {
+            sbuf d = {0};
+            doc_text(s, &d);
+            n_doc++;
+            int  complete;
+            long bad = feed_bytes(g, d.p, d.n, &complete);
+            if (bad != -1 || !complete) {
+                if (!f_byte++)
+                    printf("# byte by byte: rejected at %ld (complete %d): %s\n  schema %s\n", bad, complete,
+                           d.p, st.p);
+            }
+            /* random chunks */
+            k3_gmatch *m;
+            k3_gmatch_new(g, &m);
+            int ok = 1;
+            for (size_t i = 0; i < d.n && ok;) {
+                size_t c = 1 + rnd(7);
+                if (c > d.n - i)
+                    c = d.n - i;
+                ok = k3_gmatch_accept_bytes(m, d.p + i, c) == K3_OK;
+                i += c;
+            }
+            if (!ok || !k3_gmatch_complete(m))
+                f_chunk++;
+            k3_gmatch_free(m);
+            /* the tokenizer's ids and a random tokenisation, each id in the mask */
+            k3_ids ids = {0};
+            k3_tok_encode(tok, d.p, d.n, 0, &ids);
+            int r = feed_ids(g, v, ids.v, ids.n, eom);
+            if (r && !f_enc++)
+                printf("# encoded ids: failed at %d: %s\n", r, d.p);
+            k3_ids_free(&ids);
+            int32_t *rid = malloc(d.n * sizeof *rid);
+            size_t   nr  = random_ids(tok, d.p, d.n, rid);
+            if (!nr || feed_ids(g, v, rid, nr, eom))
+                f_rand++;
+            free(rid);
+            /* a control byte inserted at p: rejected at exactly p */
+            size_t p  = rnd((uint32_t)d.n + 1);
+            sbuf   mu = {0};
+            put(&mu, d.p, p);
+            put(&mu, "\x01", 1);
+            put(&mu, d.p + p, d.n - p);
+            if (feed_bytes(g, mu.p, mu.n, &complete) != (long)p && !f_ctl++)
+                printf("# control byte at %zu not rejected there: %s\n", p, d.p);
+            /* the last closing bracket deleted: never complete */
+            if (d.p[d.n - 1] == '}' || d.p[d.n - 1] == ']') {
+                n_del++;
+                if (feed_bytes(g, d.p, d.n - 1, &complete) == -1 && complete)
+                    f_del++;
+            }
+            free(mu.p);
+            free(d.p);
+        }
+        /* a required key missing: an object whose first member is required, written without it */
+        if (s->t == S_OBJ && s->req[0]) {
+            sbuf d     = {0};
+            int  saved = s->req[0];
+            s->req[0]  = 0;
+            for (int tries = 0; tries < 4; tries++) {
+                d.n = 0;
+                doc_text(s, &d);
+                char key[16];
+                snprintf(key, sizeof key, "\"%s\"", names[0]);
+                if (strstr(d.p, key) == d.p + 1)
+                    continue; /* this draw kept it */
+                int  complete;
+                long bad = feed_bytes(g, d.p, d.n, &complete);
+                n_req++;
+                if (bad == -1 && complete)
+                    f_req++;
+                break;
+            }
+            s->req[0] = saved;
+            free(d.p);
+        }
+        k3_grammar_free(g);
+        free(st.p);
+        free_schema(s);
+    }
+    T_CHECK(n_schema == 150, "150 random schemas compile (%d did)", n_schema);
+    T_CHECK(f_byte == 0, "%d valid documents accepted byte by byte and complete (%d failed)", n_doc, f_byte);
+    T_CHECK(f_chunk == 0, "the same documents accepted in random chunks (%d failed)", f_chunk);
+    T_CHECK(f_enc == 0,
+            "as the tokenizer encodes them, every id in the mask, the end only when complete (%d failed)",
+            f_enc);
+    T_CHECK(f_rand == 0, "under a random tokenisation, every id in the mask (%d failed)", f_rand);
+    T_CHECK(f_ctl == 0, "a control byte inserted anywhere is rejected at exactly its byte (%d missed)",
+            f_ctl);
+    T_CHECK(n_del > 0 && f_del == 0, "a deleted closing bracket never completes (%d of %d did)", f_del,
+            n_del);
+    T_CHECK(n_req > 0 && f_req == 0, "a missing required key never completes (%d of %d did)", f_req, n_req);
+
+    /* ---- fixed cases ---- */
+    k3_grammar *g = NULL;
+    k3_status   st;
+    st = compile(
+        v,
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"contentEncoding\":\"base64\"}}}",
+        &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"contentEncoding\"") &&
+                strstr(k3_errmsg(), "#/properties/a"),
+            "an unsupported keyword is refused naming it and its path: %s", k3_errmsg());
+    st = compile(v, "{\"type\":\"string\",\"pattern\":\"(?=a)b\"}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "lookaround"),
+            "a lookahead pattern is refused: %s", k3_errmsg());
+    st = compile(v, "{\"enum\":[]}", &g);
+    T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "nothing"), "\"enum\": [] compiles to nothing: %s",
+            k3_errmsg());
+    st = compile(
+        v,
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":5,\"maximum\":1}},"
+        "\"required\":[\"a\"]}",
+        &g);
+    T_CHECK(st == K3_ERR_ARG, "a required integer with an empty range compiles to nothing: %s", k3_errmsg());
+    st =
+        compile(v,
+                "{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":[{\"enum\":[]},{\"type\":\"null\"}]}},"
+                "\"required\":[\"a\"],\"additionalProperties\":false}",
+                &g);
+    T_CHECK(st == K3_OK, "an anyOf with an empty branch compiles (the branch is pruned)");
+    if (!st) {
+        int complete;
+        T_CHECK(feed_bytes(g, "{\"a\":null}", 10, &complete) == -1 && complete,
+                "... and accepts the other one");
+        k3_grammar_free(g);
+    }
+    st = compile(v, "{\"minimum\":1,\"type\":\"number\"}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "minimum"), "bounds on number are refused: %s",
+            k3_errmsg());
+    st = compile(v, "{\"type\":\"strin\"}", &g);
+    T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "\"type\" at #"), "a misspelt type is named: %s",
+            k3_errmsg());
+    st = compile(v, "{\"type\":", &g);
+    T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "not JSON"), "a schema that is not JSON: %s",
+            k3_errmsg());
+
+    /* recursive $ref, 4 deep */
+    static const char tree[] =
+        "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+        "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"},\"maxItems\":2}},"
+        "\"required\":[\"v\"],\"additionalProperties\":false}},\"$ref\":\"#/$defs/n\"}";
+    st = compile(v, tree, &g);
+    T_CHECK(st == K3_OK, "a recursive $ref compiles");
+    if (!st) {
+        const char *ok = "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3,\"kids\":[{\"v\":4}]},{\"v\":5}]}]}";
+        const char *bad = "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3,\"kids\":[{\"w\":4}]}]}]}";
+        int         complete;
+        T_CHECK(feed_bytes(g, ok, strlen(ok), &complete) == -1 && complete, "a tree 4 deep is accepted");
+        T_CHECK(feed_bytes(g, bad, strlen(bad), &complete) == (long)(strstr(bad, "\"w\"") - bad + 1),
+                "a wrong key 4 deep is rejected at its first byte");
+        k3_grammar_free(g);
+    }
+    /* allOf of objects (a closed branch allows only its names), oneOf of distinct types, formats */
+    st = compile(v,
+                 "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                 "\"required\":[\"a\"]},"
+                 "{\"properties\":{\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"],"
+                 "\"additionalProperties\":false}]}",
+                 &g);
+    T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "required \"a\" is excluded"),
+            "allOf: a required name a closed branch excludes compiles to nothing: %s", k3_errmsg());
+    st = compile(
+        v,
+        "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"z\":{\"type\":"
+        "\"null\"}},"
+        "\"required\":[\"a\"]},{\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"}},"
+        "\"required\":[\"b\"],\"additionalProperties\":false}]}",
+        &g);
+    T_CHECK(st == K3_OK, "allOf of two object schemas compiles");
+    if (!st) {
+        int complete;
+        T_CHECK(feed_bytes(g, "{\"a\":1,\"b\":true}", 16, &complete) == -1 && complete,
+                "... and takes both members");
+        T_CHECK(feed_bytes(g, "{\"a\":1}", 7, &complete) == 6, "... and refuses to close without b");
+        T_CHECK(feed_bytes(g, "{\"a\":1,\"z\"", 10, &complete) == 8,
+                "... and refuses z, which the closed branch excludes");
+        k3_grammar_free(g);
+    }
+    st = compile(v, "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":2}]}", &g);
+    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "oneOf"), "an ambiguous oneOf is refused: %s",
+            k3_errmsg());
+    st = compile(v, "{\"type\":\"string\",\"format\":\"date-time\"}", &g);
+    if (!st) {
+        int c1, c2;
+        T_CHECK(feed_bytes(g, "\"2024-02-28T23:59:59.5+01:00\"", 29, &c1) == -1 && c1 &&
+                    feed_bytes(g, "\"2024-02-30T00:00:00Z\"", 22, &c2) == 9,
+                "format date-time: a valid one taken, February 30 refused at its day");
+        k3_grammar_free(g);
+    } else
+        T_CHECK(0, "format date-time compiles: %s", k3_errmsg());
+
+    /* special tokens are terminals of their own: inside a string the bytes "<|open|>" are text,
+     * the <|open|> id is not allowed */
+    int32_t open = k3_tok_special(tok, "<|open|>");
+    if (!compile(v, "{\"type\":\"string\"}", &g)) {
+        k3_gmatch *m;
+        uint64_t  *mask = calloc((size_t)k3_gvocab_words(v), sizeof *mask);
+        k3_gmatch_new(g, &m);
+        k3_gmatch_accept_bytes(m, "\"", 1);
+        k3_gmatch_mask(m, mask);
+        T_CHECK(open >= 0 && !bit(mask, open) && !k3_gmatch_allows(m, open),
+                "the <|open|> id is not a string character");
+        T_CHECK(k3_gmatch_accept_bytes(m, "<|open|>", 8) == K3_OK, "the bytes <|open|> are");
+        T_CHECK(!bit(mask, eom), "no end of message inside a string");
+        k3_gmatch_accept_bytes(m, "\"", 1);
+        k3_gmatch_mask(m, mask);
+        T_CHECK(bit(mask, eom) && k3_gmatch_complete(m), "the end of message after it");
+        T_CHECK(k3_gmatch_accept(m, eom) == K3_OK && k3_gmatch_ended(m), "... is taken and ends the output");
+        k3_gmatch_mask(m, mask);
+        int any = 0;
+        for (int k = 0; k < k3_gvocab_words(v); k++)
+            any |= mask[k] != 0;
+        T_CHECK(!any, "nothing is allowed after the end");
+        k3_gmatch_free(m);
+        k3_grammar_free(g);
+        free(mask);
+    }
+
+    /* the masked sampler: never a masked id; greedy deterministic */
+    {
+        k3_sampler_params sp = {.temp = 1.0f, .top_p = 0.9f, .seed = 7};
+        k3_sampler       *s  = k3_sampler_new(&sp);
+        float             lg[200];
+        uint64_t          mask[4] = {0};
+        int               bad     = 0;
+        for (int r = 0; r < 300; r++) {
+            for (int i = 0; i < 200; i++)
+                lg[i] = (float)rnd(1000) / 100.0f;
+            memset(mask, 0, sizeof mask);
+            for (int k = 0; k < 3; k++) {
+                int id = (int)rnd(200);
+                mask[id >> 6] |= 1ull << (id & 63);
+            }
+            int32_t id = k3_sampler_sample_masked(s, lg, 200, mask);
+            bad += id < 0 || !bit(mask, id);
+        }
+        T_CHECK(bad == 0, "300 masked draws at temperature 1, top-p 0.9: every id in the mask (%d not)", bad);
+        memset(mask, 0, sizeof mask);
+        T_CHECK(k3_sampler_sample_masked(s, lg, 200, mask) == -1, "an empty mask gives -1");
+        k3_sampler_free(s);
+        sp.temp      = 0;
+        s            = k3_sampler_new(&sp);
+        mask[1]      = 0xf0;
+        int32_t a    = k3_sampler_sample_masked(s, lg, 200, mask),
+                b    = k3_sampler_sample_masked(s, lg, 200, mask);
+        int32_t best = 68;
+        for (int i = 68; i < 72; i++)
+            if (lg[i] > lg[best])
+                best = i;
+        T_CHECK(a == best && b == best,
+                "greedy under a mask takes the best allowed id, the same twice (%d %d, %d)", a, b, best);
+        k3_sampler_free(s);
+    }
+    k3_gvocab_free(v);
+    k3_tok_free(tok);
+    return t_done();
+}

@@ -1,0 +1,107 @@
+/* test-serve-http.c: the server's one reading of a request head (ui/serve/serve-http.c):
+ * http_head_scan checks each byte once however the head is trickled (bytes it has passed are
+ * never read again, so a head sent one byte at a time costs constant work per byte), gives the
+ * same verdict byte by byte as at once, and reads each value once with the white space around
+ * it trimmed (Content-Length "2 ", an Authorization with trailing white space); Expect other
+ * than 100-continue is 417, and 100-continue without a body asks for no "100 Continue";
+ * http_clean escapes once (a backslash stays one). */
+#include "serve-http.h"
+#include "test.h"
+
+#include <string.h>
+
+static const http_rules rules = {.keyless = 0, .allow_hosts = NULL, .max_body = 1000};
+
+/* The verdict on head fed byte by byte through one http_scan. */
+static int trickle(const char *head, http_head *h, size_t *calls) {
+    http_scan s = {0};
+    size_t    n = strlen(head);
+    *calls      = 0;
+    for (size_t k = 1; k <= n; k++) {
+        ++*calls;
+        if (http_head_scan(head, k, &s, 0, &rules, h))
+            return 1;
+    }
+    return 0;
+}
+
+int main(void) {
+    http_head h, h2;
+    size_t    calls;
+
+    /* the same verdicts trickled as at once */
+    const char *heads[] = {
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\n\r\n",
+        "GET /health HTTP/1.1\r\nHost: a\r\nX: a\nb\r\n\r\n",
+        "GET /health HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n",
+        "GET /health HTTP/2.0\r\nHost: a\r\n\r\n",
+        "GET /health HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 1\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
+        int a = http_head_check(heads[i], strlen(heads[i]), 0, &rules, &h);
+        int b = trickle(heads[i], &h2, &calls);
+        T_CHECK(a == 1 && b == 1 && h.status == h2.status && h.len == h2.len && !strcmp(h.code, h2.code),
+                "head %zu: byte by byte gives the verdict it gives at once (%d %s / %d %s)", i, h.status,
+                h.code, h2.status, h2.code);
+    }
+
+    /* bytes already passed are not looked at again: spoil them after the scan went past, and the
+     * verdict still follows only from the new bytes (a re-scan from byte 0 would see the NUL) */
+    char      buf[HTTP_MAX_HEAD];
+    http_scan s    = {0};
+    size_t    n    = (size_t)snprintf(buf, sizeof buf, "GET /health HTTP/1.1\r\nHost: a\r\nX-Pad: ");
+    int       r    = http_head_scan(buf, n, &s, 0, &rules, &h);
+    size_t    seen = s.pos;
+    buf[25]        = 0; /* inside "Host: a", already checked */
+    for (int k = 0; k < 4000 && !r; k++) {
+        buf[n++] = 'p';
+        r        = http_head_scan(buf, n, &s, 0, &rules, &h);
+    }
+    T_CHECK(!r && seen == n - 4000 && s.pos == n,
+            "4000 more bytes one at a time: each scan starts where the last stopped (at %zu of %zu), and a "
+            "byte it passed is never read again (verdict %d)",
+            s.pos, n, r);
+
+    /* a bare CR at the end waits for the next byte; then it is judged */
+    http_scan   s2 = {0};
+    const char *cr = "GET / HTTP/1.1\r";
+    T_CHECK(!http_head_scan(cr, strlen(cr), &s2, 0, &rules, &h) && s2.pos == strlen(cr) - 1,
+            "a CR as the last byte so far is judged with the next one (position %zu)", s2.pos);
+    const char *crx = "GET / HTTP/1.1\rX";
+    T_CHECK(http_head_scan(crx, strlen(crx), &s2, 0, &rules, &h) && h.status == 400,
+            "and a CR followed by another byte is a bare CR: 400 (%d)", h.status);
+
+    /* every value is read once, trimmed: the length and the key every later step uses */
+    const char *sp =
+        "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 2 \r\nAuthorization: Bearer k1 \t\r\n\r\n";
+    T_CHECK(http_head_check(sp, strlen(sp), 0, &rules, &h) && h.status == 0 && h.body == 2 && h.auth_n == 9 &&
+                !memcmp(sp + h.auth, "Bearer k1", 9),
+            "'Content-Length: 2 ' is 2 and 'Authorization: Bearer k1 <tab>' is 'Bearer k1' (status %d, body "
+            "%llu, auth %zu bytes)",
+            h.status, h.body, h.auth_n);
+    const char *tab = "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length:\t7\t\r\n\r\n";
+    T_CHECK(http_head_check(tab, strlen(tab), 0, &rules, &h) && h.status == 0 && h.body == 7,
+            "'Content-Length: <tab>7<tab>' is 7 (status %d, %llu)", h.status, h.body);
+
+    /* Expect */
+    const char *ex = "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nExpect: foo\r\n\r\n";
+    T_CHECK(http_head_check(ex, strlen(ex), 0, &rules, &h) && h.status == 417 &&
+                !strcmp(h.code, "expectation_failed"),
+            "Expect: foo -> 417 (%d %s)", h.status, h.code);
+    const char *e0 = "GET /x HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n";
+    T_CHECK(http_head_check(e0, strlen(e0), 0, &rules, &h) && h.status == 0 && !h.expect,
+            "Expect: 100-continue without a body: served, no 100 Continue asked (%d, expect %d)", h.status,
+            h.expect);
+    const char *e1 = "POST /x HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 5\r\n\r\n";
+    T_CHECK(http_head_check(e1, strlen(e1), 0, &rules, &h) && h.status == 0 && h.expect,
+            "Expect: 100-Continue with a body: a 100 Continue is due (%d, expect %d)", h.status, h.expect);
+
+    /* one escaping: a backslash stays one, a newline becomes \n once */
+    char out[64];
+    http_clean(out, sizeof out, "a\\nb\nc", 6);
+    T_CHECK(!strcmp(out, "a\\nb\\nc"), "http_clean: 'a\\nb<LF>c' -> %s (a backslash is not doubled)", out);
+    char again[64];
+    http_clean(again, sizeof again, out, strlen(out));
+    T_CHECK(!strcmp(again, out), "and cleaning clean text again changes nothing (%s)", again);
+    return t_done();
+}

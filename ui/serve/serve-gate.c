@@ -1,0 +1,879 @@
+/* serve-gate.c: the server's front door, and its only HTTP parser in the path: the listening
+ * socket, one event loop thread that reads every request (head and body) and enforces the
+ * limits and deadlines, a thread per request being served, and the responses written back.
+ *
+ * DESIGN
+ * The server owns its listening socket (SO_REUSEADDR for a quick restart, never SO_REUSEPORT:
+ * a second server on the same port fails with "address already in use"; IPv6 with
+ * IPV6_V6ONLY off, so [::] takes IPv4 clients too). The gate thread waits in epoll on the
+ * listening socket and every connection it holds, each in one state:
+ *
+ *   HEAD    the request head is arriving: the gate reads it into the connection's buffer and
+ *           checks only the new bytes (http_head_scan keeps its position), so a head trickled
+ *           one byte at a time costs constant work per byte. It must be complete within
+ *           HTTP_HEAD_SECS of the accept, or 408. http_head_scan decides (serve-http.c); a head
+ *           that passes is authenticated here (401 before any body is read), answered
+ *           "100 Continue" when it asked and has a body, and goes on to
+ *   BODY    the body (exactly Content-Length bytes) is arriving into a buffer that grows with
+ *           what came (never more than Content-Length; all such buffers together at most
+ *           HTTP_BODY_BUDGET, beyond which 503): it must be complete within HTTP_BODY_SECS of
+ *           the head, or 408.
+ *   WAIT    the request is complete; waiting (FIFO) for a thread of its own, at most
+ *           HTTP_QUEUE_SECS, then 503 with Retry-After. A request from an address that already
+ *           holds HTTP_PER_ADDR threads goes after those from other addresses, but a free
+ *           thread is never left idle while a request waits.
+ *   ACTIVE  served by a thread of its own (at most HTTP_MAX_CONN at once), which calls the
+ *           handler (serve.c) with the checked request; the connection is out of epoll.
+ *   LINGER  answered (by the gate or a thread) with the sending side shut: what the client
+ *           still sends is read and dropped for up to a second (so the answer is not lost to a
+ *           reset), then the connection closes.
+ *
+ * Only a complete request holds a thread: slow heads and slow bodies cost the gate a buffer
+ * and a deadline, nothing more. At most HTTP_MAX_PENDING connections are in HEAD, BODY or WAIT,
+ * at most HTTP_PENDING_ADDR of them incomplete (HEAD or BODY) from one address: a new
+ * connection over either limit takes the place of the oldest incomplete one (of that address,
+ * for the second; after a last read of what it may already have sent), which is answered 503.
+ * Over the per-address limit only an incomplete one older than HTTP_BURST_SECS gives way: a
+ * burst of connections whose requests are on their way is served, not cut down at the accept.
+ *
+ * Deadlines fire on their own: each state keeps its connections in a list in order of deadline
+ * (every state's deadline is its entry time plus a constant), so the loop looks at the first of
+ * each list, and every event costs constant work whatever the number of connections.
+ *
+ * Every answer the gate writes is one complete HTTP/1.1 response with a JSON error body
+ * {"error":{"message","type","code"}} and Connection: close. Refusals are logged at most one
+ * line a second (with a count of those not shown), so an attack cannot flood the log.
+ */
+#include "serve-http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HTTP_STR_(x) #x
+#define HTTP_STR(x) HTTP_STR_(x)
+
+enum { R_FREE = 0, R_HEAD, R_BODY, R_WAIT, R_ACTIVE, R_LINGER, R_NSTATE };
+#define N_LINGER 64
+#define N_REC (HTTP_MAX_PENDING + HTTP_MAX_CONN + N_LINGER)
+#define HEAD_BUF0 2048 /* a head buffer's first size; it doubles up to HTTP_MAX_HEAD + 1 */
+#define BODY_BUF0 (64u << 10)
+#define HTTP_SNDBUF (64 << 10)               /* a response's socket send buffer (the kernel doubles it) */
+#define HTTP_BODY_BUDGET ((size_t)256 << 20) /* bytes of bodies being read or waiting, in all */
+
+typedef struct hrec {
+    int               state, fd;
+    int               prev, next; /* its state's list (in order of deadline), -1 at the ends */
+    char              ip[64];     /* the client address, the key of the per-address limits   */
+    double            deadline, t_accept;
+    char             *buf; /* (cap) the head's bytes (len so far)                        */
+    size_t            len, cap;
+    http_scan         scan;
+    http_head         head;
+    char             *body; /* (body_cap) the body so far (body_n bytes)                  */
+    size_t            body_n, body_cap;
+    int               key;     /* its API key's index                     */
+    size_t            drained; /* LINGER: bytes dropped                   */
+    struct http_gate *g;
+} hrec;
+
+struct http_gate {
+    int             lfd, ep, wake[2], have_thread, stopping, stopped;
+    unsigned        port;
+    pthread_t       th;
+    pthread_mutex_t mu;
+    pthread_cond_t  idle_cv;
+    http_handler    handler;
+    void           *cls;
+    http_rules      rules;
+    char           *allow; /* rules.allow_hosts (owned) */
+    hrec            rec[N_REC];
+    int             first[R_NSTATE], last[R_NSTATE], count[R_NSTATE];
+    double          t_log, t_pause;
+    unsigned long   n_quiet;               /* refusals not logged since the last line */
+    size_t          body_bytes;            /* body buffers of requests being read or waiting */
+    pthread_t       zombie[HTTP_MAX_CONN]; /* (n_zombie) request threads that ended, to join */
+    int             n_zombie;
+};
+
+static double mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- the state lists (lock held) ------------------------------------------------------------ */
+
+static void list_out(http_gate *g, hrec *x) {
+    int st = x->state;
+    if (x->prev >= 0)
+        g->rec[x->prev].next = x->next;
+    else
+        g->first[st] = x->next;
+    if (x->next >= 0)
+        g->rec[x->next].prev = x->prev;
+    else
+        g->last[st] = x->prev;
+    x->prev = x->next = -1;
+    g->count[st]--;
+}
+
+/* Move x to the end of state st's list with its deadline `secs` from now. */
+static void set_state(http_gate *g, hrec *x, int st, double secs) {
+    int i = (int)(x - g->rec);
+    list_out(g, x);
+    x->state    = st;
+    x->deadline = mono() + secs;
+    x->prev     = g->last[st];
+    x->next     = -1;
+    if (x->prev >= 0)
+        g->rec[x->prev].next = i;
+    else
+        g->first[st] = i;
+    g->last[st] = i;
+    g->count[st]++;
+}
+
+/* epoll: what x waits for in its state (HEAD, BODY, LINGER: bytes; WAIT: only a reset). */
+static void ep_watch(http_gate *g, hrec *x, int op) {
+    struct epoll_event ev = {.events   = x->state == R_WAIT ? 0u : (uint32_t)(EPOLLIN | EPOLLRDHUP),
+                             .data.u64 = ((uint64_t)(unsigned)x->fd << 32) | (uint32_t)(x - g->rec)};
+    if (epoll_ctl(g->ep, op, x->fd, &ev) && op == EPOLL_CTL_MOD)
+        epoll_ctl(g->ep, EPOLL_CTL_ADD, x->fd, &ev);
+}
+
+/* Free x's body buffer and take it off the gate's budget. */
+static void body_drop(http_gate *g, hrec *x) {
+    g->body_bytes -= x->body_cap;
+    x->body_cap = 0;
+    free(x->body);
+    x->body = NULL;
+}
+
+static void rec_close(http_gate *g, hrec *x) {
+    if (x->fd >= 0)
+        close(x->fd); /* also leaves the epoll set */
+    free(x->buf);
+    body_drop(g, x);
+    int st = x->state;
+    set_state(g, x, R_FREE, 0);
+    memset((char *)x + offsetof(hrec, ip), 0, sizeof *x - offsetof(hrec, ip));
+    x->fd = -1;
+    x->g  = g;
+    if (st == R_ACTIVE)
+        pthread_cond_broadcast(&g->idle_cv);
+}
+
+/* ---- answers written by the gate ------------------------------------------------------------- */
+
+static const char *reason(int status) {
+    switch (status) {
+    case 100:
+        return "Continue";
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 415:
+        return "Unsupported Media Type";
+    case 417:
+        return "Expectation Failed";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Error";
+    }
+}
+
+/* Log a refusal, at most one line a second (lock held). */
+static void gate_note(http_gate *g, const hrec *x, int status, const char *msg) {
+    double now = mono();
+    if (now - g->t_log < 1.0) {
+        g->n_quiet++;
+        return;
+    }
+    if (g->n_quiet)
+        serve_log("%s: %d: %s (and %lu more refusals not shown)", x->ip, status, msg, g->n_quiet);
+    else
+        serve_log("%s: %d: %s", x->ip, status, msg);
+    g->t_log   = now;
+    g->n_quiet = 0;
+}
+
+static void to_linger(http_gate *g, hrec *x) {
+    shutdown(x->fd, SHUT_WR);
+    free(x->buf);
+    x->buf = NULL;
+    body_drop(g, x);
+    x->drained = 0;
+    int was    = x->state;
+    set_state(g, x, R_LINGER, 1.0);
+    ep_watch(g, x, was == R_ACTIVE ? EPOLL_CTL_ADD : EPOLL_CTL_MOD);
+}
+
+/* Answer x with a JSON error and move it to LINGER (lock held; x not ACTIVE). */
+static void gate_answer(http_gate *g, hrec *x, int status, const char *type, const char *code,
+                        const char *msg) {
+    char *body = http_error_json(type, code, msg);
+    char  out[1600];
+    int   hn = snprintf(out, sizeof out,
+                        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s"
+                          "Connection: close\r\n\r\n%s",
+                        status, reason(status), body ? strlen(body) : 0,
+                      status == 503   ? "Retry-After: 5\r\n"
+                        : status == 401 ? "WWW-Authenticate: Bearer\r\n"
+                                        : "",
+                      body ? body : "");
+    if (hn > 0 && (size_t)hn < sizeof out)
+        (void)!send(x->fd, out, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT);
+    free(body);
+    gate_note(g, x, status, msg);
+    to_linger(g, x);
+}
+
+/* ---- reading a request (lock held) ------------------------------------------------------------ */
+
+static int unhex(int c) {
+    return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+}
+
+/* The head passed: method and path as C strings in place (path %-decoded, query dropped). */
+static void head_strings(hrec *x) {
+    char *t = x->buf + x->head.target, *o = t;
+    x->buf[x->head.method_n] = 0;
+    for (size_t i = 0; i < x->head.target_n && t[i] != '?'; i++) {
+        if (t[i] == '%') { /* the head check saw two hex digits, never %00 */
+            *o++ = (char)(unhex((unsigned char)t[i + 1]) * 16 + unhex((unsigned char)t[i + 2]));
+            i += 2;
+        } else {
+            *o++ = t[i];
+        }
+    }
+    *o = 0;
+}
+
+static void body_read(http_gate *g, hrec *x);
+
+/* x's body buffer to cap bytes, within the gate's budget of bodies being read; else 503. */
+static int body_grow(http_gate *g, hrec *x, size_t cap) {
+    char *nb = g->body_bytes + cap - x->body_cap <= HTTP_BODY_BUDGET ? realloc(x->body, cap) : NULL;
+    if (!nb) {
+        gate_answer(g, x, 503, "server_error", "server_busy",
+                    "too many request bodies are arriving at once: retry later");
+        return -1;
+    }
+    g->body_bytes += cap - x->body_cap;
+    x->body = nb, x->body_cap = cap;
+    return 0;
+}
+
+/* The head passed its checks: authenticate, then the body (what came with the head first). */
+static void head_done(http_gate *g, hrec *x) {
+    x->key = 0;
+    if (g->rules.auth &&
+        (x->key = g->rules.auth(x->head.has_auth ? x->buf + x->head.auth : NULL, x->head.auth_n)) < 0) {
+        gate_answer(g, x, 401, "invalid_request_error", "invalid_api_key",
+                    "missing or wrong API key (Authorization: Bearer KEY)");
+        return;
+    }
+    size_t extra = x->len - x->head.len, want = (size_t)x->head.body;
+    size_t take = extra < want ? extra : want;
+    size_t cap  = want < BODY_BUF0 || take > BODY_BUF0 ? want : BODY_BUF0;
+    if (want && body_grow(g, x, cap))
+        return;
+    if (take)
+        memcpy(x->body, x->buf + x->head.len, take);
+    x->body_n = take;
+    head_strings(x);
+    if (x->head.expect && take < want) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        (void)!send(x->fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    set_state(g, x, R_BODY, HTTP_BODY_SECS);
+    body_read(g, x);
+}
+
+/* New bytes (or the end) on a connection in HEAD: only the new bytes are checked. */
+static void head_read(http_gate *g, hrec *x, int eof) {
+    if (x->len == x->cap) {
+        size_t cap = x->cap ? x->cap * 2 : HEAD_BUF0;
+        cap        = cap > HTTP_MAX_HEAD + 1 ? HTTP_MAX_HEAD + 1 : cap;
+        char *nb   = cap > x->cap ? realloc(x->buf, cap) : NULL;
+        if (!nb) {
+            gate_answer(g, x, 503, "server_error", "out_of_memory", "out of memory: retry later");
+            return;
+        }
+        x->buf = nb, x->cap = cap;
+    }
+    ssize_t n = recv(x->fd, x->buf + x->len, x->cap - x->len, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) && !eof)
+        return;
+    if (n < 0 || (n == 0 && !x->len)) { /* reset, or closed before sending anything */
+        rec_close(g, x);
+        return;
+    }
+    x->len += (size_t)n;
+    if (!http_head_scan(x->buf, x->len, &x->scan, n == 0, &g->rules, &x->head))
+        return;
+    if (x->head.status)
+        gate_answer(g, x, x->head.status, "invalid_request_error", x->head.code, x->head.msg);
+    else
+        head_done(g, x);
+}
+
+/* New bytes (or the end) on a connection in BODY; complete: on to WAIT. */
+static void body_read(http_gate *g, hrec *x) {
+    size_t want = (size_t)x->head.body;
+    if (x->body_n < want) {
+        if (x->body_n == x->body_cap && /* grows with what came, up to Content-Length */
+            body_grow(g, x, x->body_cap * 2 < want ? x->body_cap * 2 : want))
+            return;
+        ssize_t n = recv(x->fd, x->body + x->body_n, x->body_cap - x->body_n, MSG_DONTWAIT);
+        if (n > 0)
+            x->body_n += (size_t)n;
+        else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            char m[160];
+            snprintf(m, sizeof m, "the connection ended inside the request body (%zu of %zu bytes)",
+                     x->body_n, want);
+            gate_answer(g, x, 400, "invalid_request_error", "incomplete_request", m);
+            return;
+        }
+        if (x->body_n < want)
+            return;
+    }
+    set_state(g, x, R_WAIT, HTTP_QUEUE_SECS);
+    ep_watch(g, x, EPOLL_CTL_MOD);
+}
+
+static void gate_linger(http_gate *g, hrec *x) {
+    char    buf[4096];
+    ssize_t n;
+    while ((n = recv(x->fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+        if ((x->drained += (size_t)n) > (256u << 10))
+            break;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+        x->drained > (256u << 10))
+        rec_close(g, x);
+}
+
+/* ---- accepting ------------------------------------------------------------------------------- */
+
+static int count_addr(const http_gate *g, const char *ip, int s1, int s2) {
+    int n = 0;
+    for (int i = 0; i < N_REC; i++)
+        n += (g->rec[i].state == s1 || g->rec[i].state == s2) && !strcmp(g->rec[i].ip, ip);
+    return n;
+}
+
+/* The oldest incomplete connection (HEAD, then BODY) of ip, or of anyone when ip is NULL;
+ * with anyone, else the oldest waiting one. */
+static hrec *victim(http_gate *g, const char *ip) {
+    static const int order[] = {R_HEAD, R_BODY, R_WAIT};
+    for (int k = 0; k < (ip ? 2 : 3); k++)
+        for (int i = g->first[order[k]]; i >= 0; i = g->rec[i].next)
+            if (!ip || !strcmp(g->rec[i].ip, ip))
+                return &g->rec[i];
+    return NULL;
+}
+
+/* Room for one more pending connection from ip: the oldest incomplete one over a limit gives
+ * way with 503, after a last read (its request may be complete already: then it stays). */
+static void make_room(http_gate *g, const char *ip) {
+    for (int tries = 0; tries < HTTP_PENDING_ADDR + 2; tries++) {
+        int   mine = count_addr(g, ip, R_HEAD, R_BODY);
+        int   all  = g->count[R_HEAD] + g->count[R_BODY] + g->count[R_WAIT];
+        hrec *v    = mine >= HTTP_PENDING_ADDR ? victim(g, ip)
+                     : all >= HTTP_MAX_PENDING ? victim(g, NULL)
+                                               : NULL;
+        if (!v || (all < HTTP_MAX_PENDING && mono() - v->t_accept < HTTP_BURST_SECS))
+            return; /* a burst: requests whose bytes are on their way, not a slowloris yet */
+        if (v->state == R_HEAD)
+            head_read(g, v, 0);
+        else if (v->state == R_BODY)
+            body_read(g, v);
+        if (v->state == R_HEAD || v->state == R_BODY || (v->state == R_WAIT && mine < HTTP_PENDING_ADDR)) {
+            gate_answer(g, v, 503, "server_error", "server_busy",
+                        "too many connections are waiting: this one gave way to a newer one");
+            return;
+        }
+    }
+}
+
+static void addr_text(const struct sockaddr_storage *a, char *ip, size_t n) {
+    snprintf(ip, n, "?");
+    if (a->ss_family == AF_INET) {
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, ip, (socklen_t)n);
+    } else if (a->ss_family == AF_INET6) {
+        const struct in6_addr *s6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(s6))
+            inet_ntop(AF_INET, (const char *)s6 + 12, ip, (socklen_t)n);
+        else
+            inet_ntop(AF_INET6, s6, ip, (socklen_t)n);
+    }
+}
+
+static void gate_accept(http_gate *g) {
+    for (int round = 0; round < 64; round++) {
+        struct sockaddr_storage a;
+        socklen_t               al = sizeof a;
+        int fd = accept4(g->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                g->t_pause = mono() + 0.1; /* out of descriptors: leave them in the backlog a while */
+            return;
+        }
+        char ip[64];
+        addr_text(&a, ip, sizeof ip);
+        make_room(g, ip);
+        if (g->first[R_FREE] < 0 && g->first[R_LINGER] >= 0)
+            rec_close(g, &g->rec[g->first[R_LINGER]]); /* every record taken: the oldest lingering */
+        if (g->first[R_FREE] < 0) {
+            close(fd);
+            continue;
+        }
+        hrec *x     = &g->rec[g->first[R_FREE]];
+        x->fd       = fd;
+        x->t_accept = mono();
+        snprintf(x->ip, sizeof x->ip, "%s", ip);
+        set_state(g, x, R_HEAD, HTTP_HEAD_SECS);
+        ep_watch(g, x, EPOLL_CTL_ADD);
+        head_read(g, x, 0); /* often the head came with the connection */
+    }
+}
+
+/* ---- serving: a thread per request ------------------------------------------------------------ */
+
+static void *req_main(void *arg) {
+    hrec      *x  = arg;
+    http_gate *g  = x->g;
+    int        fl = fcntl(x->fd, F_GETFL), one = 1;
+    fcntl(x->fd, F_SETFL, fl & ~O_NONBLOCK);
+    struct timeval tv = {.tv_sec = HTTP_SEND_SECS};
+    setsockopt(x->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    setsockopt(x->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int sndbuf = HTTP_SNDBUF; /* fixed: what a client that never reads leaves in the kernel is bounded */
+    setsockopt(x->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    http_req q = {.fd        = x->fd,
+                  .v11       = x->head.v11,
+                  .head_only = !strcmp(x->buf, "HEAD"),
+                  .key       = x->key,
+                  .method    = x->buf,
+                  .path      = x->buf + x->head.target,
+                  .body      = x->body,
+                  .body_n    = x->body_n};
+    x->body    = NULL;
+    g->handler(g->cls, &q);
+    free(q.body);
+    fcntl(x->fd, F_SETFL, fl | O_NONBLOCK);
+    pthread_mutex_lock(&g->mu);
+    if (q.failed || g->stopped)
+        rec_close(g, x);
+    else
+        to_linger(g, x);
+    g->zombie[g->n_zombie++] = pthread_self(); /* at most HTTP_MAX_CONN run at once */
+    pthread_cond_broadcast(&g->idle_cv);
+    if (g->wake[1] >= 0)
+        (void)!write(g->wake[1], "", 1); /* a thread is free */
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+/* Join the request threads that ended (lock held; dropped while joining: each is at its return). */
+static void reap(http_gate *g) {
+    while (g->n_zombie) {
+        pthread_t th = g->zombie[--g->n_zombie];
+        pthread_mutex_unlock(&g->mu);
+        pthread_join(th, NULL);
+        pthread_mutex_lock(&g->mu);
+    }
+}
+
+/* Hand waiting requests to threads while fewer than HTTP_MAX_CONN run: the oldest whose address
+ * holds fewer than HTTP_PER_ADDR, else the oldest. */
+static void gate_dispatch(http_gate *g) {
+    while (!g->stopping && g->count[R_ACTIVE] < HTTP_MAX_CONN && g->first[R_WAIT] >= 0) {
+        hrec *best = &g->rec[g->first[R_WAIT]];
+        for (int i = g->first[R_WAIT]; i >= 0; i = g->rec[i].next)
+            if (count_addr(g, g->rec[i].ip, R_ACTIVE, R_ACTIVE) < HTTP_PER_ADDR) {
+                best = &g->rec[i];
+                break;
+            }
+        epoll_ctl(g->ep, EPOLL_CTL_DEL, best->fd, NULL);
+        set_state(g, best, R_ACTIVE, 0);
+        g->body_bytes -= best->body_cap; /* the body is the request's now */
+        best->body_cap = 0;
+        pthread_t th;
+        if (pthread_create(&th, NULL, req_main, best)) {
+            set_state(g, best, R_WAIT, 0);
+            gate_answer(g, best, 503, "server_error", "server_busy", "cannot start a thread: retry later");
+        }
+    }
+}
+
+/* ---- the event loop ---------------------------------------------------------------------------- */
+
+static void gate_expire(http_gate *g, double now) {
+    static const int st[] = {R_HEAD, R_BODY, R_WAIT, R_LINGER};
+    for (int k = 0; k < 4; k++)
+        while (g->first[st[k]] >= 0 && g->rec[g->first[st[k]]].deadline <= now) {
+            hrec *x = &g->rec[g->first[st[k]]];
+            if (st[k] == R_HEAD)
+                gate_answer(g, x, 408, "invalid_request_error", "request_timeout",
+                            "the request head did not arrive within " HTTP_STR(HTTP_HEAD_SECS) " s");
+            else if (st[k] == R_BODY)
+                gate_answer(g, x, 408, "invalid_request_error", "request_timeout",
+                            "the request body did not arrive within " HTTP_STR(HTTP_BODY_SECS) " s");
+            else if (st[k] == R_WAIT)
+                gate_answer(g, x, 503, "server_error", "server_busy",
+                            "every connection slot is busy: retry later");
+            else
+                rec_close(g, x);
+        }
+}
+
+static double next_deadline(const http_gate *g, double now) {
+    double next = now + 5;
+    for (int st = R_HEAD; st < R_NSTATE; st++)
+        if (st != R_ACTIVE && g->first[st] >= 0 && g->rec[g->first[st]].deadline < next)
+            next = g->rec[g->first[st]].deadline;
+    if (g->t_pause > now && g->t_pause < next)
+        next = g->t_pause;
+    return next;
+}
+
+static void gate_event(http_gate *g, uint64_t data, uint32_t ev) {
+    int   fd = (int)(data >> 32);
+    hrec *x  = &g->rec[(uint32_t)data];
+    if (x->fd != fd)
+        return; /* closed since, its record taken again */
+    int eof = (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0;
+    if (x->state == R_HEAD)
+        head_read(g, x, eof);
+    else if (x->state == R_BODY)
+        body_read(g, x);
+    else if (x->state == R_LINGER)
+        gate_linger(g, x);
+    else if (x->state == R_WAIT && (ev & (EPOLLHUP | EPOLLERR)))
+        rec_close(g, x); /* reset while waiting */
+}
+
+static void gate_shutdown(http_gate *g) {
+    static const int st[] = {R_HEAD, R_BODY, R_WAIT};
+    for (int k = 0; k < 3; k++)
+        while (g->first[st[k]] >= 0)
+            gate_answer(g, &g->rec[g->first[st[k]]], 503, "server_error", "shutting_down",
+                        "the server is shutting down");
+    for (double t_end = mono() + 0.5; g->first[R_LINGER] >= 0 && mono() < t_end;) {
+        struct epoll_event evs[64];
+        pthread_mutex_unlock(&g->mu);
+        int n = epoll_wait(g->ep, evs, 64, 50);
+        pthread_mutex_lock(&g->mu);
+        for (int k = 0; k < n; k++)
+            if (evs[k].data.u64 != UINT64_MAX)
+                gate_event(g, evs[k].data.u64, evs[k].events);
+    }
+    while (g->first[R_LINGER] >= 0)
+        rec_close(g, &g->rec[g->first[R_LINGER]]);
+    g->stopped = 1;
+}
+
+static void *gate_main(void *arg) {
+    http_gate *g         = arg;
+    int        listening = 1;
+    pthread_mutex_lock(&g->mu);
+    while (!g->stopping) {
+        double now = mono();
+        if (!listening && now >= g->t_pause) {
+            struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX - 1};
+            listening             = !epoll_ctl(g->ep, EPOLL_CTL_ADD, g->lfd, &ev);
+        }
+        int ms = (int)((next_deadline(g, now) - now) * 1000) + 1;
+        pthread_mutex_unlock(&g->mu);
+        struct epoll_event evs[64];
+        int                n = epoll_wait(g->ep, evs, 64, ms < 0 ? 0 : ms);
+        pthread_mutex_lock(&g->mu);
+        if (g->stopping)
+            break;
+        int accept_now = 0;
+        for (int k = 0; k < n; k++) {
+            if (evs[k].data.u64 == UINT64_MAX) { /* the wake pipe */
+                char b[64];
+                while (read(g->wake[0], b, sizeof b) > 0) {
+                }
+            } else if (evs[k].data.u64 == UINT64_MAX - 1) {
+                accept_now = 1;
+            } else {
+                gate_event(g, evs[k].data.u64, evs[k].events);
+            }
+        }
+        gate_expire(g, mono());
+        if (accept_now) {
+            gate_accept(g);
+            if (g->t_pause > mono() && !epoll_ctl(g->ep, EPOLL_CTL_DEL, g->lfd, NULL))
+                listening = 0;
+        }
+        reap(g);
+        gate_dispatch(g);
+    }
+    gate_shutdown(g);
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+/* ---- responses (a request's thread) ------------------------------------------------------------ */
+
+static int send_all(http_req *q, const char *p, size_t n) {
+    while (n && !q->failed) {
+        ssize_t k = send(q->fd, p, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            q->failed = 1; /* gone, or HTTP_SEND_SECS without progress */
+        else
+            p += k, n -= (size_t)k;
+    }
+    return q->failed ? -1 : 0;
+}
+
+/* The status line and headers; len < 0: a body of unknown length. */
+static int head_text(char *out, size_t cap, http_req *q, int status, const char *ctype, const char *extra,
+                     long long len) {
+    char framing[64] = "";
+    if (len >= 0)
+        snprintf(framing, sizeof framing, "Content-Length: %lld\r\n", len);
+    else if (q->chunked)
+        snprintf(framing, sizeof framing, "Transfer-Encoding: chunked\r\n");
+    int n = snprintf(out, cap, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\n%s%sConnection: close\r\n\r\n", status,
+                     reason(status), ctype, framing, extra ? extra : "");
+    return n > 0 && (size_t)n < cap ? n : -1;
+}
+
+int http_respond(http_req *q, int status, const char *ctype, const char *extra, const char *body, size_t n) {
+    if (q->sent || q->failed)
+        return -1;
+    q->sent     = 1;
+    size_t blen = q->head_only ? 0 : n;
+    char  *out  = malloc(1024 + blen);
+    int    hn   = out ? head_text(out, 1024, q, status, ctype, extra, (long long)n) : -1;
+    if (hn < 0) {
+        free(out);
+        q->failed = 1;
+        return -1;
+    }
+    if (blen)
+        memcpy(out + hn, body, blen);
+    int rc = send_all(q, out, (size_t)hn + blen); /* one write: no small segment left behind */
+    free(out);
+    return rc;
+}
+
+int http_stream_begin(http_req *q, int status, const char *ctype, const char *extra) {
+    if (q->sent || q->failed)
+        return -1;
+    q->sent    = 1;
+    q->chunked = q->v11;
+    char out[1024];
+    int  hn = head_text(out, sizeof out, q, status, ctype, extra, -1);
+    return hn < 0 ? (q->failed = 1, -1) : send_all(q, out, (size_t)hn);
+}
+
+int http_stream_write(http_req *q, const char *p, size_t n) {
+    if (!n || q->head_only)
+        return q->failed ? -1 : 0;
+    if (!q->chunked)
+        return send_all(q, p, n);
+    char *out = malloc(n + 32);
+    if (!out)
+        return q->failed = 1, -1;
+    int k = snprintf(out, 32, "%zx\r\n", n);
+    memcpy(out + k, p, n);
+    memcpy(out + k + n, "\r\n", 2);
+    int rc = send_all(q, out, (size_t)k + n + 2);
+    free(out);
+    return rc;
+}
+
+int http_stream_end(http_req *q) {
+    return q->chunked && !q->head_only ? send_all(q, "0\r\n\r\n", 5) : (q->failed ? -1 : 0);
+}
+
+/* ---- the gate's life ----------------------------------------------------------------------------- */
+
+http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const http_rules *r) {
+    http_gate *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->lfd = g->ep = g->wake[0] = g->wake[1] = -1;
+    for (int st = 0; st < R_NSTATE; st++)
+        g->first[st] = g->last[st] = -1;
+    for (int i = 0; i < N_REC; i++) {
+        g->rec[i] = (hrec){.fd = -1, .prev = i - 1, .next = i + 1 < N_REC ? i + 1 : -1, .g = g};
+    }
+    g->first[R_FREE] = 0, g->last[R_FREE] = N_REC - 1, g->count[R_FREE] = N_REC;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->idle_cv, NULL);
+    g->rules = *r;
+    if (r->allow_hosts && !(g->allow = strdup(r->allow_hosts)))
+        goto fail;
+    g->rules.allow_hosts = g->allow;
+    int one = 1, zero = 0;
+    if ((g->lfd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
+        setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+        (addr->sa_family == AF_INET6 && setsockopt(g->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero)) ||
+        bind(g->lfd, addr, alen) || listen(g->lfd, 128) || pipe2(g->wake, O_NONBLOCK | O_CLOEXEC) ||
+        (g->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        goto fail;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
+    struct epoll_event el = {.events = EPOLLIN, .data.u64 = UINT64_MAX - 1};
+    if (epoll_ctl(g->ep, EPOLL_CTL_ADD, g->wake[0], &ev) || epoll_ctl(g->ep, EPOLL_CTL_ADD, g->lfd, &el))
+        goto fail;
+    struct sockaddr_storage a;
+    socklen_t               al = sizeof a;
+    if (!getsockname(g->lfd, (struct sockaddr *)&a, &al))
+        g->port = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
+                                                : ((struct sockaddr_in *)&a)->sin_port);
+    return g;
+fail:;
+    int e = errno;
+    http_gate_free(g);
+    errno = e;
+    return NULL;
+}
+
+unsigned http_gate_port(const http_gate *g) {
+    return g->port;
+}
+
+int http_gate_start(http_gate *g, http_handler h, void *cls) {
+    g->handler = h;
+    g->cls     = cls;
+    if (pthread_create(&g->th, NULL, gate_main, g))
+        return -1;
+    g->have_thread = 1;
+    return 0;
+}
+
+void http_gate_stop(http_gate *g) {
+    if (!g)
+        return;
+    pthread_mutex_lock(&g->mu);
+    g->stopping = 1;
+    pthread_mutex_unlock(&g->mu);
+    if (g->wake[1] >= 0)
+        (void)!write(g->wake[1], "", 1);
+    if (g->have_thread)
+        pthread_join(g->th, NULL);
+    g->have_thread = 0;
+    pthread_mutex_lock(&g->mu);
+    g->stopped = 1;
+    pthread_mutex_unlock(&g->mu);
+    if (g->lfd >= 0)
+        close(g->lfd);
+    g->lfd = -1;
+}
+
+static int wait_idle(http_gate *g, double secs) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)secs;
+    ts.tv_nsec += (long)((secs - (double)(time_t)secs) * 1e9);
+    if (ts.tv_nsec >= 1000000000L)
+        ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    while (g->count[R_ACTIVE] > 0 && pthread_cond_timedwait(&g->idle_cv, &g->mu, &ts) != ETIMEDOUT) {
+    }
+    return g->count[R_ACTIVE];
+}
+
+int http_gate_drain(http_gate *g, double secs) {
+    pthread_mutex_lock(&g->mu);
+    int left = wait_idle(g, secs);
+    if (left) { /* responses still being written to clients that do not read: end them */
+        for (int i = g->first[R_ACTIVE]; i >= 0; i = g->rec[i].next)
+            shutdown(g->rec[i].fd, SHUT_RDWR);
+        wait_idle(g, 2);
+    }
+    reap(g);
+    pthread_mutex_unlock(&g->mu);
+    return left ? -1 : 0;
+}
+
+void http_gate_free(http_gate *g) {
+    if (!g)
+        return;
+    http_gate_stop(g);
+    pthread_mutex_lock(&g->mu);
+    reap(g);
+    int busy = g->count[R_ACTIVE];
+    for (int i = 0; i < N_REC; i++)
+        if (g->rec[i].state != R_FREE && g->rec[i].state != R_ACTIVE)
+            rec_close(g, &g->rec[i]);
+    pthread_mutex_unlock(&g->mu);
+    if (busy)
+        return; /* a request's thread still holds it (its client never read): left to the exit */
+    if (g->ep >= 0)
+        close(g->ep);
+    for (int k = 0; k < 2; k++)
+        if (g->wake[k] >= 0)
+            close(g->wake[k]);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->idle_cv);
+    free(g->allow);
+    free(g);
+}
+
+int http_peer_gone(int fd, int can_probe, double *t_probe) {
+    char    c;
+    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+        return 0;
+    if (r < 0)
+        return 1; /* reset */
+    /* EOF: half-closed (still reading) or gone; only a write can tell. A closed peer answers
+     * the probe with a reset, which recv does not report after a FIN (it keeps returning 0):
+     * the connection's state does (TCP_CLOSE; CLOSE_WAIT while the peer may still read). */
+    struct tcp_info ti;
+    socklen_t       tl = sizeof ti;
+    if (!getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) && ti.tcpi_state == TCP_CLOSE)
+        return 1;
+    if (!can_probe)
+        return 0;
+    double now = mono();
+    if (now - *t_probe < 1.0)
+        return 0;
+    *t_probe                  = now;
+    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    return send(fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
+           errno != EWOULDBLOCK;
+}

@@ -1,0 +1,326 @@
+/* serve-req.c: a chat-completion request body read into an sreq (serve-req.h).
+ *
+ * DESIGN
+ * jansson parses the body (duplicate keys refused by the caller); each field is read once with
+ * its type and range checked, and anything wrong is a 400 whose message names the field
+ * (messages[2].content[0].type, stop[3], ...) and echoes the client's text only through
+ * serve_bad, which cleans it. Fields the server does not implement are refused by name unless
+ * they ask for what it does anyway. Tool fields are serve-tools.c's.
+ */
+#include "serve-req.h"
+#include "cli.h"
+#include "text.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void sreq_free(sreq *r) {
+    for (int i = 0; i < r->n_msgs; i++) {
+        free(r->msgs[i].content);
+        free(r->msgs[i].reasoning);
+        if (r->tx)
+            stools_msg_free(&r->tx[i]);
+    }
+    free(r->msgs);
+    free(r->tx);
+    stools_req_free(&r->tl);
+    for (int i = 0; i < r->n_stops; i++)
+        free(r->stops[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- request parsing ------------------------------------------------------------------- */
+
+#define bad serve_bad
+
+/* Message content: a string, null, or an array of {"type":"text","text":...} parts. */
+static int parse_content(json_t *v, int i, const char *field, char **out, perr *e) {
+    if (!v || json_is_null(v)) {
+        *out = strdup("");
+        return *out ? 0 : bad(e, "out_of_memory", "out of memory");
+    }
+    if (json_is_string(v)) {
+        *out = strndup(json_string_value(v), json_string_length(v));
+        return *out ? 0 : bad(e, "out_of_memory", "out of memory");
+    }
+    if (!json_is_array(v))
+        return bad(e, "invalid_type", "messages[%d].%s: expected a string or an array of text parts", i,
+                   field);
+    txt_buf b = {0};
+    size_t  k;
+    json_t *part;
+    json_array_foreach(v, k, part) {
+        json_t     *tv   = json_object_get(part, "type");
+        const char *type = json_string_value(tv);
+        json_t     *text = json_object_get(part, "text");
+        if (!json_is_object(part) || (tv && !type)) {
+            free(b.p);
+            return bad(e, "invalid_type", "messages[%d].%s[%zu]%s: expected %s", i, field, k,
+                       json_is_object(part) ? ".type" : "", json_is_object(part) ? "a string" : "an object");
+        }
+        if (type && strcmp(type, "text") != 0) {
+            free(b.p);
+            return bad(e, "unsupported_content",
+                       "messages[%d].%s[%zu]: '%s' parts are not supported (text only)", i, field, k, type);
+        }
+        if (!json_is_string(text)) {
+            free(b.p);
+            return bad(e, "invalid_type", "messages[%d].%s[%zu].text: expected a string", i, field, k);
+        }
+        if ((k && txt_buf_add(&b, "\n", 1)) ||
+            txt_buf_add(&b, json_string_value(text), json_string_length(text))) {
+            free(b.p);
+            return bad(e, "out_of_memory", "out of memory");
+        }
+    }
+    *out = b.p ? b.p : strdup("");
+    return *out ? 0 : bad(e, "out_of_memory", "out of memory");
+}
+
+static int parse_messages(json_t *msgs, sreq *r, perr *e) {
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return bad(e, msgs ? "invalid_type" : "missing_field",
+                   "messages: expected a non-empty array of messages");
+    size_t n = json_array_size(msgs);
+    r->msgs  = calloc(n, sizeof *r->msgs);
+    r->tx    = calloc(n, sizeof *r->tx);
+    if (!r->msgs || !r->tx)
+        return bad(e, "out_of_memory", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t     *m    = json_array_get(msgs, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        smsg       *d    = &r->msgs[i];
+        if (!json_is_object(m))
+            return bad(e, "invalid_type", "messages[%zu]: expected an object", i);
+        if (!role)
+            return bad(e, "invalid_type", "messages[%zu].role: expected a string", i);
+        if (!strcmp(role, "system") || !strcmp(role, "developer"))
+            d->role = K3_ROLE_SYSTEM;
+        else if (!strcmp(role, "user"))
+            d->role = K3_ROLE_USER;
+        else if (!strcmp(role, "assistant"))
+            d->role = K3_ROLE_ASSISTANT;
+        else if (!strcmp(role, "tool"))
+            d->role = K3_ROLE_TOOL;
+        else
+            return bad(e, "unsupported_role",
+                       "messages[%zu].role: '%s' is not supported (system, developer, user, assistant, tool)",
+                       i, role);
+        r->n_msgs   = (int)i + 1;
+        json_t *cnt = json_object_get(m, "content");
+        if ((!cnt || json_is_null(cnt)) && d->role != K3_ROLE_ASSISTANT) /* only an answer may lack it */
+            return bad(
+                e, cnt ? "invalid_type" : "missing_field",
+                "messages[%zu].content: a %s message needs its content (a string or an array of text parts)",
+                i, role);
+        if (parse_content(cnt, (int)i, "content", &d->content, e))
+            return -1;
+        if (stools_parse_message(m, i, d->role, &r->tx[i], e))
+            return -1;
+        static const char *rk[] = {"reasoning_content", "reasoning", "thinking"};
+        for (int k = 0; k < 3 && d->role == K3_ROLE_ASSISTANT && !d->reasoning; k++) {
+            json_t *v = json_object_get(m, rk[k]);
+            if (v && !json_is_null(v) && parse_content(v, (int)i, rk[k], &d->reasoning, e))
+                return -1;
+        }
+    }
+    if (r->msgs[n - 1].role != K3_ROLE_USER && r->msgs[n - 1].role != K3_ROLE_TOOL)
+        return bad(e, "invalid_value",
+                   "messages: the last message must be the user's or a tool result (got %s)",
+                   r->msgs[n - 1].role == K3_ROLE_SYSTEM ? "system" : "assistant");
+    k3_role *roles = calloc(n, sizeof *roles);
+    if (!roles)
+        return bad(e, "out_of_memory", "out of memory");
+    for (size_t i = 0; i < n; i++)
+        roles[i] = r->msgs[i].role;
+    int rc = stools_check_results(roles, r->tx, n, e);
+    free(roles);
+    return rc;
+}
+
+/* A boolean field (absent: keeps *out). */
+static int get_bool(json_t *o, const char *key, const char *path, int *out, perr *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return bad(e, "invalid_type", "%s: expected true or false", path);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int get_num(json_t *o, const char *key, double lo, double hi, float *out, perr *e) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v))
+        return bad(e, "invalid_type", "%s: expected a number", key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) {
+        char num[40]; /* the shortest text that reads back as x: 2.0000001 is not "2" */
+        for (int prec = 6; prec <= 17; prec++)
+            if (snprintf(num, sizeof num, "%.*g", prec, x), strtod(num, NULL) == x)
+                break;
+        return bad(e, "invalid_value", "%s: %s is outside %g..%g", key, num, lo, hi);
+    }
+    *out = (float)x;
+    return 0;
+}
+
+/* Fields the server does not implement: refused, with the field named, unless they ask for
+ * what it does anyway (response_format text, penalties 0, no logprobs, no bias). */
+static int parse_unsupported(json_t *b, perr *e) {
+    json_t *v;
+    if ((v = json_object_get(b, "response_format")) && !json_is_null(v)) {
+        const char *t = json_string_value(json_object_get(v, "type"));
+        if (!json_is_object(v) || !t)
+            return bad(e, "invalid_type", "response_format: expected an object with a string type");
+        if (strcmp(t, "text"))
+            return bad(e, "unsupported_value", "response_format: type '%.40s' is not supported (text only)",
+                       t);
+    }
+    static const char *pen[] = {"frequency_penalty", "presence_penalty"};
+    for (int k = 0; k < 2; k++) {
+        if (!(v = json_object_get(b, pen[k])) || json_is_null(v))
+            continue;
+        if (!json_is_number(v))
+            return bad(e, "invalid_type", "%s: expected a number", pen[k]);
+        if (json_number_value(v) != 0)
+            return bad(e, "unsupported_value", "%s: not supported (only 0)", pen[k]);
+    }
+    if ((v = json_object_get(b, "logprobs")) && !json_is_null(v)) {
+        if (!json_is_boolean(v))
+            return bad(e, "invalid_type", "logprobs: expected true or false");
+        if (json_is_true(v))
+            return bad(e, "unsupported_value", "logprobs: not supported");
+    }
+    if ((v = json_object_get(b, "top_logprobs")) && !json_is_null(v)) {
+        if (!json_is_integer(v))
+            return bad(e, "invalid_type", "top_logprobs: expected an integer");
+        if (json_integer_value(v) != 0)
+            return bad(e, "unsupported_value", "top_logprobs: not supported");
+    }
+    if ((v = json_object_get(b, "logit_bias")) && !json_is_null(v)) {
+        if (!json_is_object(v))
+            return bad(e, "invalid_type", "logit_bias: expected an object");
+        if (json_object_size(v))
+            return bad(e, "unsupported_value", "logit_bias: not supported");
+    }
+    return 0;
+}
+
+int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr *e) {
+    if (!json_is_object(b))
+        return bad(e, "invalid_type", "the body must be a JSON object");
+    r->think = 1;
+    snprintf(r->effort, sizeof r->effort, "max");
+    r->temp  = info->gen_temp;
+    r->top_p = info->gen_top_p;
+    r->seed  = (uint64_t)time(NULL) ^ ((uint64_t)seq << 32); /* a fresh seed per request */
+    json_t *v;
+    if ((v = json_object_get(b, "model")) && !json_is_string(v) && !json_is_null(v))
+        return bad(e, "invalid_type", "model: expected a string");
+    if (parse_messages(json_object_get(b, "messages"), r, e) ||
+        get_bool(b, "stream", "stream", &r->stream, e) || get_num(b, "temperature", 0, 2, &r->temp, e) ||
+        get_num(b, "top_p", 0, 1, &r->top_p, e))
+        return -1;
+    if ((v = json_object_get(b, "stream_options")) && !json_is_null(v)) {
+        if (!json_is_object(v))
+            return bad(e, "invalid_type", "stream_options: expected an object");
+        if (get_bool(v, "include_usage", "stream_options.include_usage", &r->include_usage, e))
+            return -1;
+    }
+    static const char *mk[] = {"max_completion_tokens", "max_tokens"};
+    for (int k = 0; k < 2 && !r->max_tokens; k++) {
+        if (!(v = json_object_get(b, mk[k])) || json_is_null(v))
+            continue;
+        double x = json_number_value(v); /* 100 or 100.0, as n takes 1 or 1.0 */
+        if (!json_is_number(v) || x != floor(x) || x < 1 || x > SERVE_MAX_TOKENS)
+            return bad(e, json_is_number(v) ? "invalid_value" : "invalid_type",
+                       "%s: expected an integer from 1 to %d (a turn also ends at the context's end)", mk[k],
+                       SERVE_MAX_TOKENS);
+        r->max_tokens = (int)x;
+    }
+    if ((v = json_object_get(b, "seed")) && !json_is_null(v)) {
+        if (!json_is_integer(v))
+            return bad(e, "invalid_type", "seed: expected an integer");
+        r->seed = (uint64_t)json_integer_value(v);
+    }
+    if ((v = json_object_get(b, "n")) && !json_is_null(v) &&
+        !(json_is_number(v) && json_number_value(v) == 1))
+        return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
+                   "n: only 1 choice per request is supported");
+    if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) ||
+        stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e))
+        return -1;
+    if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
+        json_t *one[1] = {v};
+        size_t  n      = json_is_array(v) ? json_array_size(v) : 1;
+        if (!json_is_string(v) && !json_is_array(v))
+            return bad(e, "invalid_type", "stop: expected a string or an array of strings");
+        if (n > SERVE_MAX_STOPS)
+            return bad(e, "invalid_value", "stop: at most %d strings", SERVE_MAX_STOPS);
+        for (size_t k = 0; k < n; k++) {
+            json_t *s = json_is_array(v) ? json_array_get(v, k) : one[0];
+            if (!json_is_string(s))
+                return bad(e, "invalid_type", "stop[%zu]: expected a string", k);
+            if (!json_string_length(s))
+                continue;
+            if (!(r->stops[r->n_stops] = strndup(json_string_value(s), json_string_length(s))))
+                return bad(e, "out_of_memory", "out of memory");
+            if (json_string_length(s) > r->max_stop)
+                r->max_stop = json_string_length(s);
+            r->n_stops++;
+        }
+    }
+    /* thinking: chat_template_kwargs.thinking / enable_thinking, or top-level enable_thinking;
+     * reasoning_effort low|high|max ("none": thinking off) */
+    if (get_bool(b, "enable_thinking", "enable_thinking", &r->think, e))
+        return -1;
+    if ((v = json_object_get(b, "chat_template_kwargs")) && !json_is_null(v)) {
+        if (!json_is_object(v))
+            return bad(e, "invalid_type", "chat_template_kwargs: expected an object");
+        if (get_bool(v, "enable_thinking", "chat_template_kwargs.enable_thinking", &r->think, e) ||
+            get_bool(v, "thinking", "chat_template_kwargs.thinking", &r->think, e))
+            return -1;
+    }
+    if ((v = json_object_get(b, "reasoning_effort")) && !json_is_null(v)) {
+        const char *s = json_string_value(v);
+        if (!s)
+            return bad(e, "invalid_type", "reasoning_effort: expected a string");
+        if (!strcmp(s, "none"))
+            r->think = 0;
+        else if (!strcmp(s, "low") || !strcmp(s, "high") || !strcmp(s, "max"))
+            snprintf(r->effort, sizeof r->effort, "%s", s);
+        else
+            return bad(e, "invalid_value", "reasoning_effort: '%.40s' is not low, high or max%s", s,
+                       strcmp(s, "medium") ? "" : " (Kimi K3 rejects medium)");
+    }
+    return 0;
+}
+
+/* A request body through the same parser the server uses (for the fuzz target and tests):
+ * 0 when it would be served, -1 with the 4xx message in err. */
+int serve_check_body(const char *body, size_t n, char *err, size_t errn) {
+    json_error_t je;
+    json_t      *b = json_loadb(body, n, JSON_REJECT_DUPLICATES, &je);
+    if (!b) {
+        snprintf(err, errn, "the body is not JSON: %s (line %d)", je.text, je.line);
+        return -1;
+    }
+    sreq r;
+    perr e;
+    memset(&r, 0, sizeof r);
+    memset(&e, 0, sizeof e);
+    k3_model_info info;
+    memset(&info, 0, sizeof info);
+    int rc = sreq_parse(b, 1, &info, &r, &e);
+    if (rc)
+        snprintf(err, errn, "%s", e.msg);
+    sreq_free(&r);
+    json_decref(b);
+    return rc ? -1 : 0;
+}
