@@ -23,7 +23,7 @@
  *                  chunk) on an 8 MB slice of the same matrix, best of 5
  *   pre3_FMT_xC    the same at C columns, C the session's chunk (K3_CHUNK) when over 32, on
  *                  the same slice, alternating with the two above (fit_speed_get_model): the
- *                  kernels' work per column falls with the columns (k3-bench grp_matmul: MXFP4
+ *                  kernels' work per column falls with the columns (k3-bench idot_matmul: MXFP4
  *                  326-338 GOPS at 32 columns, 413-424 at 128), so the 32-column line alone
  *                  overcounts a 128-column chunk
  *   kda_rec_HxD    seconds per token of one KDA layer's recurrence (kda-rec.c) at the model's
