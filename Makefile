@@ -72,7 +72,7 @@ LDFLAGS ?=
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm
 
-# Include paths per folder (relayout): a folder sees its own headers and these, nothing else.
+# Include paths per folder: a folder sees its own headers and these, nothing else.
 # The seams are enforced here: a front end that includes an engine internal fails to compile.
 INC_include := include
 INC_src/base := src/base include
@@ -87,12 +87,14 @@ INC_ui/common := ui/common include
 INC_ui/tui := ui/tui ui/common include
 INC_ui/cli := ui/cli ui/common include
 INC_ui/serve := ui/serve ui/common include
+# main picks the mode: it alone sees every front end's header (ui/cli, ui/tui, ui/serve)
+INC_ui/cli/main.c := ui/cli ui/tui ui/serve ui/common include
 INC_tools := tools src/format src/kern src/base include
 INC_bench := bench src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include
 INC_tests := tests src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
 INC_tests/fuzz := tests/fuzz src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
 # -I flags for source file $(1): its folder's INC_ list (an unknown folder is an error)
-incs = $(addprefix -I,$(or $(INC_$(patsubst %/,%,$(dir $(1)))),$(error no INC_ line in the Makefile for $(dir $(1)))))
+incs = $(addprefix -I,$(or $(INC_$(1)),$(INC_$(patsubst %/,%,$(dir $(1)))),$(error no INC_ line in the Makefile for $(dir $(1)))))
 # ---- sources ---------------------------------------------------------------
 SRC_ALL := $(sort $(wildcard src/*/*.c))
 ifeq ($(VK),1)

@@ -47,6 +47,11 @@ enum k3_log_level { K3_LOG_LEVEL_ERROR = 0, K3_LOG_LEVEL_WARN, K3_LOG_LEVEL_INFO
  * The callback may be called from any engine thread. NULL restores the default. */
 typedef void (*k3_log_cb)(int level, const char *msg, void *ud);
 void k3_log_set_callback(k3_log_cb cb, void *ud);
+/* K3_VERBOSE=1: information messages are logged too (read once). */
+int k3_log_verbose(void);
+
+/* ==== settings (settings.c): the table of every setting, its parsers ==== */
+#include "k3-settings.h"
 
 const char *k3_version(void);
 /* The instruction-set level the CPU kernels run at ("scalar", "avx2", "avx2+avx-vnni",
@@ -103,7 +108,14 @@ typedef struct k3_params {
 
 enum { K3_SET_BITS = 1, K3_SET_MLA_BITS = 2, K3_SET_HEAD_BITS = 4, K3_SET_EXPERT_GB = 8, K3_SET_MAXT = 16 };
 
-/* Defaults, then K3_* environment overrides. Invalid env values: K3_ERR_ARG naming the variable. */
+/* The process settings, as llama_backend_init: the kernels' level and knobs (K3_ISA, K3_IDOT,
+ * ...), the activation mode (K3_ACT), the profiler (K3_PROFILE), huge pages (K3_HUGEPAGES),
+ * K3_VERBOSE and K3_MEM_GB, each read from the environment and checked. Call it once at start
+ * (k3_model_open calls it if no one has; a program that changes those variables calls it again).
+ * Invalid values: K3_ERR_ARG naming the variable. */
+k3_status k3_init(void);
+/* The parameters' defaults (the settings table), then their K3_* environment overrides (K3_BITS,
+ * K3_CHUNK, ...). Invalid env values: K3_ERR_ARG naming the variable. No process state changes. */
 k3_status k3_params_default(k3_params *p);
 
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out);
@@ -258,10 +270,9 @@ k3_status k3_ids_parse(const char *text, int32_t max_id, k3_ids *out);
  * reserved ids after the base vocabulary). pattern: "kimi", "o200k" or NULL = from the
  * directory (kimi when tokenizer_config.json exists, else o200k). Errors name the file
  * and line/key (bad base64, rank out of order, duplicate bytes, missing special, ...). */
-k3_status   k3_tok_load(const char *dir, const char *pattern, k3_tok **out);
-void        k3_tok_free(k3_tok *t);
-int32_t     k3_tok_n_vocab(const k3_tok *t); /* base ranks + 256 reserved ids           */
-const char *k3_tok_pattern(const k3_tok *t); /* "kimi" or "o200k"                        */
+k3_status k3_tok_load(const char *dir, const char *pattern, k3_tok **out);
+void      k3_tok_free(k3_tok *t);
+int32_t   k3_tok_n_vocab(const k3_tok *t); /* base ranks + 256 reserved ids           */
 
 /* Encode len bytes of text (any bytes: invalid UTF-8 is kept byte-exact), appending ids.
  * allow_special = 0: special-token names are ordinary text (what user text must use);
@@ -287,7 +298,7 @@ k3_status k3_tok_decode_text(const k3_tok *t, const int32_t *ids, size_t n, char
  * by U+FFFD (free()). -1 when out of memory (*out is then NULL). */
 long k3_utf8_repair(const char *s, size_t n, char **out, size_t *first_bad);
 
-/* Streaming decoder: feed ids one at a time, get only complete, valid UTF-8. An
+/* Streaming decoder: feed bytes (or ids, tok.h), get only complete, valid UTF-8. An
  * incomplete tail is held until a later id completes it; a sequence that cannot become
  * valid is emitted as U+FFFD; flush ends the stream (a held tail becomes U+FFFD).
  * The emitted text equals k3_tok_decode_text of the whole sequence. *text points into
@@ -295,7 +306,6 @@ long k3_utf8_repair(const char *s, size_t n, char **out, size_t *first_bad);
 typedef struct k3_detok k3_detok;
 k3_status               k3_detok_new(const k3_tok *t, k3_detok **out);
 void                    k3_detok_free(k3_detok *d);
-k3_status               k3_detok_feed(k3_detok *d, int32_t id, const char **text, size_t *len);
 k3_status k3_detok_feed_bytes(k3_detok *d, const char *b, size_t n, const char **text, size_t *len);
 void      k3_detok_flush(k3_detok *d, const char **text, size_t *len);
 
@@ -520,10 +530,6 @@ int k3_conv_undo(k3_conv *c);
  * gone from the history (and the prompt), kept in transcripts, marked "abandoned" (k3chat.5).
  * Returns the messages moved (0: no user message; -1 out of memory, nothing changed). */
 int k3_conv_edit_last(k3_conv *c);
-/* The abandoned messages, oldest branch first: count; message i, with the index of the active
- * message it was written before (its branch point) and its branch number (1-based). */
-int           k3_conv_abandoned_count(const k3_conv *c);
-const k3_msg *k3_conv_abandoned(const k3_conv *c, int i, int *at, int *branch);
 /* /retry: removes trailing assistant messages so the history ends with the user's turn.
  * Returns messages removed (0: nothing to retry). */
 int k3_conv_pop_reply(k3_conv *c);
@@ -678,8 +684,7 @@ k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir);
 /* Brings the autosave file up to date now (k3_conv_generate calls it after each turn).
  * On failure the conversation stays in memory, the error is also kept for
  * k3_conv_autosave_error and the next call tries again. */
-k3_status   k3_conv_autosave(k3_conv *c);
-const char *k3_conv_autosave_path(const k3_conv *c); /* NULL before the first write */
+k3_status k3_conv_autosave(k3_conv *c);
 /* Why the last autosave failed ("PATH: what: strerror (errno N)"), NULL when it worked. */
 const char *k3_conv_autosave_error(const k3_conv *c);
 

@@ -6,6 +6,7 @@
 #                              shows the screen there); `check STATUS DESC...` (STATUS a whole
 #                              number) is the same as ok
 #   finish                     exit 1 when a FAIL was printed through these functions
+#   signum NAME                a signal's number (an exit status 128 + it)
 #   wait_until DESC SECONDS CMD...  poll CMD (every 0.05 s) until it succeeds; on timeout a FAIL
 #                              line says what was waited for and how long (inside check, only
 #                              check's FAIL line is printed: the wait's reason goes to stderr)
@@ -42,6 +43,9 @@ check() {
     fi
 }
 finish() { [ "$fails" -eq 0 ]; exit; }
+signum() { # signum NAME: the signal's number (HUP INT KILL PIPE TERM; dash's kill -l has no names)
+    case "$1" in HUP) echo 1 ;; INT) echo 2 ;; KILL) echo 9 ;; PIPE) echo 13 ;; TERM) echo 15 ;; *) echo "lib: signum $1?" >&2; echo 0 ;; esac
+}
 # timed_out WHAT: a wait ran out of time: a FAIL line (or, inside check, the reason on stderr)
 timed_out() {
     if [ "$_in_check" -gt 0 ]; then

@@ -55,8 +55,7 @@ t "10: a /load typed later adopts the transcript's settings" \
 python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &
 fpid=$!
 trap '$T kill-server 2>/dev/null; kill $fpid 2>/dev/null' EXIT
-i=0
-while [ ! -s "$K3_TMP/port" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+wait_until "the fake server's port in $K3_TMP/port" 10 test -s "$K3_TMP/port"
 ep="http://127.0.0.1:$(cat "$K3_TMP/port")"
 rc=$(python3 -c '
 import os, subprocess, sys

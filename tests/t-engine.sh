@@ -43,11 +43,11 @@ for kv in "K3_MV_AHEAD=abc:an integer in 0..64" "K3_PREFETCH=-1:an integer in 0.
     "K3_PROFILE=yes:0 or 1" "K3_VERBOSE=true:0 or 1" "K3_HUGEPAGES=2:0 or 1"; do
     var=${kv%%=*} val=${kv#*=} val=${val%%:*} range=${kv#*:}
     env "$var=$val" "$B/k3chat" "$T/m" --prompt hi --max-tokens 2 >"$T/out" 2>"$T/err"; rc=$?
-    [ "$rc" = 1 ] && grep -qF "$var='$val': expected $range" "$T/err" && [ ! -s "$T/out" ]
+    [ "$rc" = 1 ] && grep -qF "$var: '$val' is not $range" "$T/err" && [ ! -s "$T/out" ]
     ok $? "$var=$val with --prompt: exit $rc, '$(head -c 100 "$T/err")'"
 done
 K3_MV_AHEAD=65 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
-[ "$rc" = 1 ] && grep -qF "K3_MV_AHEAD='65': expected an integer in 0..64" "$T/err"
+[ "$rc" = 1 ] && grep -qF "K3_MV_AHEAD: '65' is not an integer in 0..64" "$T/err"
 ok $? "K3_MV_AHEAD=65 with --ids: exit $rc, '$(head -c 100 "$T/err")'"
 out2=$(K3_MV_AHEAD=3 K3_ROWSPLIT=1 K3_KBLOCK=0 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 [ "$out2" = "$out" ]; ok $? "K3_MV_AHEAD=3 K3_ROWSPLIT=1 K3_KBLOCK=0 accepted, the same greedy ids"
@@ -86,7 +86,7 @@ ok $? "--ids with a typo: a usage error before loading ($(head -c 160 "$T/err"))
 # the server's prompt-cache settings: a malformed value stops the start, naming the variable
 for kv in K3_CONV_SNAPSHOTS=many K3_CONV_SNAPSHOTS=65 K3_CONV_SNAPSHOT_MB=lots K3_CONV_SNAPSHOT_MB=-1; do
     env "$kv" timeout 60 "$B/k3chat" "$T/m" --serve 127.0.0.1:0 >/dev/null 2>"$T/err"; rc=$?
-    [ "$rc" = 1 ] && grep -q "${kv%%=*}='${kv#*=}'" "$T/err"
+    [ "$rc" = 1 ] && grep -q "${kv%%=*}: '${kv#*=}'" "$T/err"
     ok $? "--serve with $kv: exit 1 naming it (status $rc: $(tail -n 1 "$T/err" | head -c 140))"
 done
 exit 0

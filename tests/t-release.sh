@@ -29,7 +29,7 @@ bad_input() {
 t0=$(date +%s.%N)
 K3_MEM_GB=abc timeout 120 "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
 secs=$(since "$t0")
-[ $rc -eq 1 ] && grep -q "K3_MEM_GB='abc': expected a number" "$T/err" && quick "$secs"
+[ $rc -eq 1 ] && grep -q "K3_MEM_GB: 'abc' is not a number" "$T/err" && quick "$secs"
 check $? "K3_MEM_GB=abc: error names the variable, $secs s (bound $BAD_S s) ($(head -c 120 "$T/err"))"
 K3_MEM_GB=abc "$K3" --inspect "$R" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "K3_MEM_GB" "$T/err"; check $? "--inspect with K3_MEM_GB=abc: the same error"

@@ -7,13 +7,10 @@
 # written under a load well above today's, it is not (measured again, the file rewritten);
 # --inspect --measure measures again whatever the cache holds. Each measuring run takes a few
 # seconds; the load is read from /proc/loadavg just before each forged file is written.
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh" # pass, fail, check (check STATUS DESC here), ok
 set -u
 B=${K3_BUILD:?}; T=${K3_TMP:?}
 K3=$B/k3chat
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; }
-check() { if [ "$1" -eq 0 ]; then shift; pass "$@"; else shift; fail "$@"; fi; }
 
 M=$T/tiny
 "$B/k3-mkmodel" --preset tiny --seed 7 --quiet "$M" || { fail "k3-mkmodel --preset tiny"; exit 1; }

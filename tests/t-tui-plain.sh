@@ -1,7 +1,7 @@
 #!/bin/sh
 # t-tui-plain.sh: k3chat's line mode (pipes, --plain, dumb terminals) on the scripted mock:
 # the response on stdout, the reasoning on stderr, slash commands and their errors, exit status.
-. "$K3_SRC/tests/count.sh"
+. "$K3_SRC/tests/lib.sh" # wait_until, check
 set -u
 k="$K3_BUILD/k3chat"
 m="$K3_TMP/mock.txt"
@@ -15,7 +15,7 @@ t "exit status 0 at end of input (got $rc)" '[ $rc -eq 0 ]'
 t "stdout has exactly the two answers" '[ "$(cat "$K3_TMP/out")" = "$(printf "answer to first\nanswer to second")" ]'
 t "the reasoning goes to stderr" 'grep -q "thinking about first" "$K3_TMP/err"'
 t "no reasoning after /think off" '! grep -q "thinking about second" "$K3_TMP/err"'
-t "a bad argument is explained on stderr" 'grep -q "/temp X: .5. is not a number in 0..2" "$K3_TMP/err"'
+t "a bad argument is explained on stderr" 'grep -q "/temp: .5. is not a number in 0..2" "$K3_TMP/err"'
 t "an unknown command is reported" 'grep -q "unknown command /nosuchcmd" "$K3_TMP/err"'
 t "/save works in line mode" 'grep -q "saved 4 messages" "$K3_TMP/err" && [ -s "$K3_TMP/p.jsonl" ]'
 t "stderr is not a terminal: no escape sequences" '! grep -q "$(printf "\033")" "$K3_TMP/err"'
@@ -68,14 +68,16 @@ fi
 if command -v tmux >/dev/null; then
     export TMUX_TMPDIR="$K3_TMP"
     tm="tmux -L k3plain -f /dev/null"
-    $tm new-session -d -x 80 -y 20 -e TERM=dumb -e K3_MOCK="$m" -e HOME="$K3_TMP" "$k /no/model; echo EXIT=\$?; sleep 30"
-    i=0; while [ $i -lt 100 ] && ! $tm capture-pane -p | grep -q '^> '; do sleep 0.05; i=$((i + 1)); done
+    # through env: tmux sets the pane's TERM itself (-e TERM=dumb reached k3chat as tmux's own,
+    # and the full-screen chat answered)
+    $tm new-session -d -x 80 -y 20 -e K3_MOCK="$m" -e HOME="$K3_TMP" "env TERM=dumb $k /no/model; echo EXIT=\$?; sleep 30"
+    on_screen() { $tm capture-pane -p | grep -q -- "$1"; }
+    wait_until "the line-mode prompt" 5 on_screen '^>' # capture-pane drops its trailing space
     $tm send-keys -l "dumb"; $tm send-keys Enter
-    i=0; while [ $i -lt 100 ] && ! $tm capture-pane -p | grep -q "answer to dumb"; do sleep 0.05; i=$((i + 1)); done
-    t "TERM=dumb gets the line mode with a prompt" '$tm capture-pane -p | grep -q "answer to dumb"'
+    check "TERM=dumb gets the line mode with a prompt" wait_until "'answer to dumb' after the line '> dumb'" 5 \
+        sh -c "$tm capture-pane -p | sed -n '/^> dumb\$/,\$p' | grep -q 'answer to dumb'"
     $tm send-keys C-d
-    i=0; while [ $i -lt 100 ] && ! $tm capture-pane -p | grep -q "EXIT=0"; do sleep 0.05; i=$((i + 1)); done
-    t "Ctrl-D ends the line mode with 0" '$tm capture-pane -p | grep -q "EXIT=0"'
+    check "Ctrl-D ends the line mode with 0" wait_until "'EXIT=0'" 5 on_screen "EXIT=0"
     $tm kill-server 2>/dev/null
 else
     echo "SKIP: tmux is not installed"

@@ -25,7 +25,8 @@ for sig in TERM HUP INT; do
     tui_start 80 24 K3_MOCK="$m" -- "sh -c 'echo \$\$ >$K3_TMP/pid; exec $K3CHAT /no/model 2>>$K3_TMP/stderr.txt'; echo EXIT=\$?; stty -a | tr ' ' '\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\n' ' '; echo; sleep 30"
     wait_for "mock · 3 layers" 10
     kill -$sig "$(cat "$K3_TMP/pid")"
-    check "SIG$sig: k3chat exits with 0" wait_for "EXIT=0" 5
+    st=$((128 + $(signum "$sig"))) # as a shell reports it (k3chat(1), EXIT STATUS)
+    check "SIG$sig: k3chat exits with $st" wait_for "EXIT=$st" 5
     check "SIG$sig: the terminal is restored" wait_for "icanon echo" 5
 done
 tui_start 80 24 K3_MOCK="$m" -- "$K3CHAT --theme nosuch /no/model; echo EXIT=\$?; sleep 30"

@@ -3,6 +3,7 @@
  * message it was replaced at; save/load/save is byte-identical; autosave rewrites the file;
  * later edits and drops keep the branch points right; a bad "abandoned" value is an error
  * naming the line, memory untouched. (No model needed.) */
+#include "conv-impl.h"
 #include "k3.h"
 #include "test.h"
 

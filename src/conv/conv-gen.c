@@ -483,9 +483,10 @@ static void snap_room(conv_store *sn, int extra, size_t bytes) {
 }
 
 k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb) {
-    if (max_snapshots < 0 || max_snapshots > CONV_MAX_SNAPSHOTS || !(mb >= 0 && mb < 1e9))
-        return k3_err(K3_ERR_ARG, "prompt cache: %d snapshots / %g MB: expected 0..%d snapshots and MB >= 0",
-                      max_snapshots, mb, CONV_MAX_SNAPSHOTS);
+    char err[160]; /* the ranges of K3_CONV_SNAPSHOTS and K3_CONV_SNAPSHOT_MB */
+    if (k3_setting_check(K3_SETTING_CONV_SNAPSHOTS, K3_SRC_API, max_snapshots, err, sizeof err) ||
+        k3_setting_check(K3_SETTING_CONV_SNAPSHOT_MB, K3_SRC_API, mb, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "prompt cache: %s", err);
     c->sn->max_snaps = max_snapshots;
     c->sn->budget    = (size_t)(mb * 1e6);
     snap_room(c->sn, 0, 0);

@@ -50,10 +50,11 @@ const char *conv_role_str(k3_role r) {
 void k3_conv_settings_default(k3_conv_settings *s) {
     memset(s, 0, sizeof *s);
     s->think = 1;
-    strcpy(s->effort, "max");
+    snprintf(s->effort, sizeof s->effort, "%s",
+             k3_setting_choice(K3_SETTING_EFFORT, (int)k3_setting(K3_SETTING_EFFORT)->def));
     s->max_tokens     = 0;
-    s->sampling.temp  = 0.6f;
-    s->sampling.top_p = 0.95f;
+    s->sampling.temp  = (float)k3_setting(K3_SETTING_TEMP)->def;
+    s->sampling.top_p = (float)k3_setting(K3_SETTING_TOP_P)->def;
     s->sampling.min_p = 0.0f;
     s->sampling.top_k = 0;
     s->sampling.seed  = 0;
@@ -67,18 +68,19 @@ k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
          strcmp(s->tool_choice, "none")))
         return k3_err(K3_ERR_ARG, "%s: tool_choice '%.*s' is not auto, required or none", where,
                       (int)sizeof s->tool_choice, s->tool_choice);
+    char   err[256];
+    double eff;
     if (!memchr(s->effort, 0, sizeof s->effort) ||
-        (strcmp(s->effort, "low") && strcmp(s->effort, "high") && strcmp(s->effort, "max")))
-        return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not low, high or max%s", where, (int)sizeof s->effort,
-                      s->effort,
+        k3_setting_parse(K3_SETTING_EFFORT, K3_SRC_API, s->effort, &eff, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not %s%s", where, (int)sizeof s->effort, s->effort,
+                      k3_setting_expect(K3_SETTING_EFFORT, K3_SRC_API, err, sizeof err),
                       strncmp(s->effort, "medium", sizeof s->effort) ? "" : " (the release rejects medium)");
     if (s->max_tokens < 0)
         return k3_err(K3_ERR_ARG, "%s: max_tokens = %d is negative", where, s->max_tokens);
     const k3_sampler_params *p = &s->sampling;
-    if (!(p->temp >= 0.0f && p->temp <= 100.0f))
-        return k3_err(K3_ERR_ARG, "%s: temperature %g is outside 0..100", where, (double)p->temp);
-    if (!(p->top_p >= 0.0f && p->top_p <= 1.0f))
-        return k3_err(K3_ERR_ARG, "%s: top_p %g is outside 0..1", where, (double)p->top_p);
+    if (k3_setting_check(K3_SETTING_TEMP, K3_SRC_API, p->temp, err, sizeof err) ||
+        k3_setting_check(K3_SETTING_TOP_P, K3_SRC_API, p->top_p, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "%s: %s", where, err);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
         return k3_err(K3_ERR_ARG, "%s: min_p %g is outside 0..1", where, (double)p->min_p);
     if (p->top_k < 0)
@@ -107,18 +109,15 @@ k3_conv *k3_conv_new(void) {
     /* Snapshots cost the whole decode state each (for the release: KDA states plus the
      * MLA cache so far, hundreds of MB). Three cover /retry (after the prompt) and /undo
      * (end of the turn before). K3_CONV_SNAPSHOTS=0 turns them off. */
-    c->sn->max_snaps = 3;
-    if (k3_env_int("K3_CONV_SNAPSHOTS", 0, CONV_MAX_SNAPSHOTS, &c->sn->max_snaps))
-        K3_LOG_WARN("%s; using 3", k3_errmsg());
-    const char *e = getenv("K3_CONV_SNAPSHOT_MB");
-    if (e && *e) {
-        char  *end;
-        double v = strtod(e, &end);
-        if (*end || !(v >= 0 && v < 1e9))
-            K3_LOG_WARN("K3_CONV_SNAPSHOT_MB='%s' is not a number of megabytes >= 0, no byte limit", e);
-        else
-            c->sn->budget = (size_t)(v * 1e6);
-    }
+    /* a malformed value is k3_init's error; here it keeps the default */
+    double      snaps = k3_setting(K3_SETTING_CONV_SNAPSHOTS)->def, mb = -1;
+    const char *e = k3_setting_env_str(K3_SETTING_CONV_SNAPSHOTS);
+    if (e)
+        (void)k3_setting_parse(K3_SETTING_CONV_SNAPSHOTS, K3_SRC_ENV, e, &snaps, NULL, 0);
+    if ((e = k3_setting_env_str(K3_SETTING_CONV_SNAPSHOT_MB)) &&
+        !k3_setting_parse(K3_SETTING_CONV_SNAPSHOT_MB, K3_SRC_ENV, e, &mb, NULL, 0))
+        c->sn->budget = (size_t)(mb * 1e6);
+    c->sn->max_snaps = (int)snaps;
     return c;
 }
 

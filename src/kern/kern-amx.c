@@ -199,7 +199,7 @@ void AMX_FN(kern_amx_matmul)(const qmat *m, const float *x, int n, float *y) {
     K3_ASSERT(made); /* a few KiB per column: out of memory here is not recoverable (as in kern.c) */
     const int  nb = (m->rows + TR - 1) / TR, ng = a.ng;
     const long work = (long)m->rows * m->cols * n;
-#pragma omp parallel if (work > 65536)
+#pragma omp parallel if (work > K3_PAR_MIN_MATMUL)
     {
         const int  ith = omp_get_thread_num(), nth = omp_get_num_threads();
         const int  b0 = (int)((long)nb * ith / nth), b1 = (int)((long)nb * (ith + 1) / nth);

@@ -180,7 +180,7 @@ void kern_grp_matmul(const qmat *m, const float *x, int n, float *y) {
     K3_ASSERT(made); /* a few KiB per column: out of memory here is not recoverable (as in kern.c) */
     const int  nb = (m->rows + GR - 1) / GR, ng = a.ng;
     const long work = (long)m->rows * m->cols * n;
-#pragma omp parallel if (work > 65536)
+#pragma omp parallel if (work > K3_PAR_MIN_MATMUL)
     {
         const int  ith = omp_get_thread_num(), nth = omp_get_num_threads();
         const int  b0 = (int)((long)nb * ith / nth), b1 = (int)((long)nb * (ith + 1) / nth);

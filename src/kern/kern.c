@@ -342,7 +342,7 @@ static void run(const qmat *const *m, int k, const float *x, kern_act *act, char
     long      work = 0;
     for (int i = 0; i < k; i++)
         work += (long)m[i]->rows * m[i]->cols * n;
-#pragma omp parallel if (work > 65536)
+#pragma omp parallel if (work > K3_PAR_MIN_MATMUL)
     {
         const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
         if (act) { /* IDOT: quantize every column once (the same function for every path and n) */

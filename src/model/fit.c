@@ -251,15 +251,13 @@ double fit_meminfo_available(void) {
 
 k3_status fit_machine_get(fit_machine *o) {
     memset(o, 0, sizeof *o);
-    o->meminfo    = fit_meminfo_available();
-    o->cgroup     = cgroup_room();
-    const char *v = getenv("K3_MEM_GB");
-    if (v && *v) {
-        char *end;
-        errno    = 0;
-        double g = strtod(v, &end);
-        if (errno || end == v || *end || !(g > 0 && g < 1e9))
-            return k3_err(K3_ERR_ARG, "K3_MEM_GB='%s': expected a number of GB (10^9 bytes) > 0", v);
+    o->meminfo   = fit_meminfo_available();
+    o->cgroup    = cgroup_room();
+    double    g  = 0;
+    k3_status st = k3_setting_env(K3_SETTING_MEM_GB, &g);
+    if (st)
+        return st;
+    if (g > 0) {
         o->avail = g * FIT_GB;
         o->src   = "K3_MEM_GB";
     } else if (o->cgroup > 0 && (o->meminfo <= 0 || o->cgroup < o->meminfo)) {

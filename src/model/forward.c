@@ -307,7 +307,7 @@ static void mla_forward(fwd_pass *p, int l) {
     for (int g = 0; g < p->nseg; g++)
         work += (long)p->seg[g].n * (p->seg[g].s->pos + p->seg[g].n);
     t0 = prof_begin();
-#pragma omp parallel for schedule(static) if (work * Hm * kl >= (1L << 18))
+#pragma omp parallel for schedule(static) if (work * Hm * kl >= K3_PAR_MIN_OPS)
     for (int h = 0; h < Hm; h++) {
         float *sc = b->scores + (size_t)h * m->par.max_ctx;
         for (int t = 0, g = 0; t < n; t++) {

@@ -60,7 +60,7 @@ static k3_status read_settings(const char *dir, insp_settings *s) {
     s->n_layers = p.n_layers;
     s->chunk    = p.chunk;
     s->map      = 0;
-    return k3_env_int("K3_MMAP", 0, 1, &s->map);
+    return k3_setting_env_int(K3_SETTING_MMAP, &s->map);
 }
 
 #define HB(x) fit_hb((char[32]){0}, 32, (double)(x))
@@ -309,7 +309,8 @@ static k3_status inspect(const char *dir, int measure, FILE *out) {
 
     fprintf(out, "model        %s (%s)\n", dir, c->model_type);
     fprintf(out, "kernels      %s (K3_ISA=%s)\n", k3_kernels(),
-            getenv("K3_ISA") && *getenv("K3_ISA") ? getenv("K3_ISA") : "unset: the best level this CPU runs");
+            k3_setting_env_str(K3_SETTING_ISA) ? k3_setting_env_str(K3_SETTING_ISA)
+                                               : "unset: the best level this CPU runs");
     print_plan(c, out);
     fprintf(out, "dimensions   hidden %d, vocab %d, dense MLP %d, rms_norm_eps %g, attn_res_block_size %d\n",
             c->hidden, c->vocab, c->inter, (double)c->rms_eps, c->attn_res_block);

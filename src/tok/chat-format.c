@@ -354,9 +354,13 @@ k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs
     static const k3_chat_opts defaults = {1, NULL, 1, NULL, NULL};
     if (!o)
         o = &defaults;
-    const char *effort = o->effort ? o->effort : "max";
-    if (strcmp(effort, "low") && strcmp(effort, "high") && strcmp(effort, "max"))
-        return k3_err(K3_ERR_ARG, "thinking effort '%s' is not supported: use low, high or max%s", effort,
+    const char *effort =
+        o->effort ? o->effort : k3_setting_choice(K3_SETTING_EFFORT, (int)k3_setting(K3_SETTING_EFFORT)->def);
+    double eff;
+    char   want[64];
+    if (k3_setting_parse(K3_SETTING_EFFORT, K3_SRC_API, effort, &eff, NULL, 0))
+        return k3_err(K3_ERR_ARG, "thinking effort '%s' is not supported: use %s%s", effort,
+                      k3_setting_expect(K3_SETTING_EFFORT, K3_SRC_API, want, sizeof want),
                       !strcmp(effort, "medium") ? " (the release's encoder rejects medium)" : "");
     const char *choice = o->tool_choice ? o->tool_choice : "auto";
     if (strcmp(choice, "auto") && strcmp(choice, "required") && strcmp(choice, "none"))

@@ -342,10 +342,10 @@ static int pin_new(struct dl_phdr_info *info, size_t size, void *arg) {
 }
 
 k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
-    k3_status st    = K3_OK;
-    *out            = NULL;
-    const char *env = getenv("K3_VK");
-    if (env && !strcmp(env, "0"))
+    k3_status st = K3_OK;
+    *out         = NULL;
+    int on       = -1;
+    if (k3_setting_env_int(K3_SETTING_VK, &on) == K3_OK && on == 0)
         return k3_err(K3_ERR_UNSUPPORTED, "vulkan: disabled by K3_VK=0");
     vk_ctx *c = calloc(1, sizeof *c);
     if (!c)
@@ -373,17 +373,14 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     if (n > 16)
         n = 16;
     vkEnumeratePhysicalDevices(c->inst, &n, devs);
-    int         pick = -1;
-    const char *denv = getenv("K3_VK_DEVICE");
-    if (denv && *denv) {
-        char *end;
-        long  v = strtol(denv, &end, 10);
-        if (*end || v < 0 || v >= (long)n) {
-            st = k3_err(K3_ERR_ARG, "K3_VK_DEVICE=%s: expected a device index in 0..%u", denv, n - 1);
-            goto fail;
-        }
-        pick = (int)v;
-    } else { /* discrete > integrated > anything else (lavapipe, the CPU device, last) */
+    int pick = -1;
+    if ((st = k3_setting_env_int(K3_SETTING_VK_DEVICE, &pick)))
+        goto fail;
+    if (pick >= (int)n) {
+        st = k3_err(K3_ERR_ARG, "K3_VK_DEVICE: '%d' is not a device index in 0..%u", pick, n - 1);
+        goto fail;
+    }
+    if (pick < 0) { /* discrete > integrated > anything else (lavapipe, the CPU device, last) */
         int best = -1;
         for (uint32_t i = 0; i < n; i++) {
             VkPhysicalDeviceProperties p;

@@ -40,7 +40,7 @@ static void emit(FILE *f, txt_esc *st, const char *t, size_t n) {
  * response channel to stdout, the think channel to stderr. Stops at <|end_of_msg|>,
  * eos_token_id, --max-tokens or the context capacity. */
 /* The grammar of --json-schema FILE or --json (NULL when neither). 0, or -1 with the reason said. */
-static int load_grammar(const cli_opts *o, const k3_tok *tok, int32_t n_vocab, int32_t eos, k3_gvocab **voc,
+static int load_grammar(const ui_opts *o, const k3_tok *tok, int32_t n_vocab, int32_t eos, k3_gvocab **voc,
                         k3_grammar **g) {
     *voc = NULL;
     *g   = NULL;
@@ -84,7 +84,7 @@ static int load_grammar(const cli_opts *o, const k3_tok *tok, int32_t n_vocab, i
     return 0;
 }
 
-static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
+static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
     k3_tok         *tok = NULL;
     k3_gvocab      *voc = NULL;
     k3_grammar     *gram = NULL;
@@ -190,7 +190,7 @@ done:
 }
 
 /* --ids: raw ids in, generated ids out (one line). */
-static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
+static int oneshot_ids(const ui_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
     k3_ids parsed = {0};
     if (k3_ids_parse(o->ids, INT32_MAX, &parsed)) {
         fprintf(stderr, "k3chat: --ids: %s\n", k3_errmsg());
@@ -226,7 +226,7 @@ static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_s
     return st ? 1 : 0;
 }
 
-int cli_oneshot(const cli_opts *o) {
+int cli_oneshot(const ui_opts *o) {
     int         rc = 1;
     k3_params   par;
     k3_model   *m = NULL;

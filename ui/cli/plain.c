@@ -556,7 +556,7 @@ static const char *prompt_fn(EditLine *el) {
     return "> ";
 }
 
-int cli_plain(const cli_opts *o) {
+int cli_plain(const ui_opts *o) {
     plain P = {.last_ch = -1}, *p = &P;
     setlocale(LC_ALL, "");
     chat_settings_init(&p->cs, o);

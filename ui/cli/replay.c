@@ -32,7 +32,7 @@ static void report(const k3_replay_turn *t, void *ud) {
     fflush(stdout);
 }
 
-int cli_replay(const cli_opts *o) {
+int cli_replay(const ui_opts *o) {
     k3_params        par;
     k3_model        *m = NULL;
     k3_session      *s = NULL;

@@ -55,12 +55,12 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-ue *ue_start(const cli_opts *o, ev_queue *out) {
+ue *ue_start(const ui_opts *o, ev_queue *out) {
     ue *u = calloc(1, sizeof *u);
     if (!u)
         return NULL;
-    const char *mock = getenv("K3_MOCK");
-    u->be            = mock && *mock ? &ue_backend_mock : o->endpoint ? &ue_backend_remote : &ue_backend_real;
+    const char *mock = k3_setting_env_str(K3_SETTING_MOCK);
+    u->be            = mock ? &ue_backend_mock : o->endpoint ? &ue_backend_remote : &ue_backend_real;
     u->opts          = o;
     u->out           = out;
     u->cmds          = ev_queue_new(0);
@@ -167,7 +167,7 @@ void ue_emitf(ue *u, int type, const char *fmt, ...) {
 }
 
 const char *ue_effort_name(int e) {
-    return e == 0 ? "low" : e == 1 ? "high" : "max";
+    return k3_setting_choice(K3_SETTING_EFFORT, e);
 }
 
 void ue_gen_settings(struct k3_conv *c, const ue_gen *g, float temp, float top_p, k3_conv_settings *set) {
@@ -387,13 +387,13 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         if (li.has_settings) { /* the next turns continue with the transcript's settings */
             k3_conv_settings set;
             k3_conv_get_settings(c, &set);
-            ui_ev e = {.type = EV_SETTINGS};
-            e.gen   = (ue_gen){.temp   = set.sampling.temp,
-                               .top_p  = set.sampling.top_p,
-                               .think  = set.think,
-                               .effort = !strcmp(set.effort, "low")    ? 0
-                                         : !strcmp(set.effort, "high") ? 1
-                                                                       : 2};
+            ui_ev  e   = {.type = EV_SETTINGS};
+            double eff = k3_setting(K3_SETTING_EFFORT)->def; /* k3_conv_load checked it */
+            (void)k3_setting_parse(K3_SETTING_EFFORT, K3_SRC_API, set.effort, &eff, NULL, 0);
+            e.gen = (ue_gen){.temp   = set.sampling.temp,
+                             .top_p  = set.sampling.top_p,
+                             .think  = set.think,
+                             .effort = (int)eff};
             ev_push(u->out, &e);
         }
         return 2;

@@ -15,7 +15,7 @@
  * built and tested without a model.
  */
 #pragma once
-#include "cli.h"
+#include "opts.h"
 #include "ev.h"
 
 #include <pthread.h>
@@ -45,7 +45,7 @@ extern const ue_backend ue_backend_remote; /* remote.c: --endpoint URL */
 struct ue {
     const ue_backend *be;
     void             *self;
-    const cli_opts   *opts;        /* options of the process (read-only)          */
+    const ui_opts    *opts;        /* options of the process (read-only)          */
     ev_queue         *out;         /* events to the UI                            */
     ev_queue         *cmds;        /* commands to the worker                      */
     atomic_int        cancel;      /* set by ue_cancel, cleared when a turn starts */
@@ -65,7 +65,7 @@ struct ue {
 };
 
 /* Start the worker (mock when K3_MOCK is set, else the real engine). NULL when out of memory. */
-ue  *ue_start(const cli_opts *o, ev_queue *out);
+ue  *ue_start(const ui_opts *o, ev_queue *out);
 void ue_close(ue *u); /* cancel, stop and join the worker, free */
 void ue_cancel(ue *u);
 

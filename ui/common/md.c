@@ -13,6 +13,7 @@
  * so pathological input costs time and memory proportional to its size.
  */
 #include "md.h"
+#include "k3.h"
 
 #include <md4c.h>
 #include <stddef.h>
@@ -1625,9 +1626,10 @@ int md_term_mux(void) {
 }
 
 int md_term_osc8(void) {
-    const char *e = getenv("K3_HYPERLINKS");
-    if (e && *e)
-        return strcmp(e, "0") != 0;
+    const char *e = k3_setting_env_str(K3_SETTING_HYPERLINKS);
+    double      on;
+    if (e && !k3_setting_parse(K3_SETTING_HYPERLINKS, K3_SRC_ENV, e, &on, NULL, 0))
+        return on == 1; /* 0 or 1; anything else: detected, as unset */
     if (md_term_mux() != MD_TERM_PLAIN)
         return 0;
     const char *vte = getenv("VTE_VERSION"), *tp = getenv("TERM_PROGRAM"), *term = getenv("TERM");

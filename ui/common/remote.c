@@ -372,7 +372,9 @@ static char *request_body(remote *r, const ue_gen *g) {
         json_object_set_new(b, "tools", tools);
     if (g->has_seed)
         json_object_set_new(b, "seed", json_integer((json_int_t)g->seed));
-    if (g->think && g->effort != 2) /* the default (max) is not sent: other servers know low/high only */
+    if (g->think &&
+        g->effort != (int)k3_setting(K3_SETTING_EFFORT)
+                         ->def) /* the default (max) is not sent: other servers know low/high only */
         json_object_set_new(b, "reasoning_effort", json_string(ue_effort_name(g->effort)));
     char *s = json_dumps(b, JSON_COMPACT);
     json_decref(b);

@@ -15,20 +15,18 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *effort_names[] = {"low", "high", "max"};
-
-void chat_settings_init(chat_settings *s, const cli_opts *o) {
+void chat_settings_init(chat_settings *s, const ui_opts *o) {
     memset(s, 0, sizeof *s);
-    s->gen.temp        = 0.6f;
-    s->gen.top_p       = 0.95f;
-    s->gen.think       = o->think != 0;
-    s->gen.effort      = 2;
+    s->gen.temp        = (float)k3_setting(K3_SETTING_TEMP)->def;
+    s->gen.top_p       = (float)k3_setting(K3_SETTING_TOP_P)->def;
+    s->gen.think       = o->think >= 0 ? o->think : (int)k3_setting(K3_SETTING_THINK)->def;
+    s->gen.effort      = (int)k3_setting(K3_SETTING_EFFORT)->def;
     s->gen.max_tokens  = o->max_tokens;
     s->gen.seed        = o->seed;
     s->gen.has_seed    = o->has_seed;
     s->gen.model_temp  = 1;
     s->gen.model_top_p = 1;
-    s->show_thinking   = 1;
+    s->show_thinking   = (int)k3_setting(K3_SETTING_SHOW_THINKING)->def;
     s->expert_gb       = -1;
     if (!isnan(o->temp)) {
         s->gen.temp       = o->temp;
@@ -40,10 +38,9 @@ void chat_settings_init(chat_settings *s, const cli_opts *o) {
         s->gen.model_top_p = 0;
         s->top_p_set       = 1;
     }
-    if (o->effort)
-        for (int k = 0; k < 3; k++)
-            if (!strcmp(o->effort, effort_names[k]))
-                s->gen.effort = k;
+    double eff; /* main checked it */
+    if (o->effort && !k3_setting_parse(K3_SETTING_EFFORT, K3_SRC_FLAG, o->effort, &eff, NULL, 0))
+        s->gen.effort = (int)eff;
     if (o->system)
         snprintf(s->system, sizeof s->system, "%s", o->system);
     if (o->load) /* explicit options win over the transcript's settings */
@@ -67,7 +64,7 @@ void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n
     if (!(k & CHAT_KEEP_THINK))
         s->gen.think = g->think;
     if (!(k & CHAT_KEEP_EFFORT))
-        s->gen.effort = g->effort % 3;
+        s->gen.effort = g->effort;
     s->gen.model_temp = s->gen.model_top_p = 0;
     s->temp_set = s->top_p_set      = 1;
     s->keep                         = 0;
@@ -83,7 +80,7 @@ void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n
 
 void chat_settings_str(const chat_settings *s, char *buf, size_t n) {
     snprintf(buf, n, "temp %.2f · top-p %.2f · think %s · effort %s", (double)s->gen.temp,
-             (double)s->gen.top_p, s->gen.think ? "on" : "off", effort_names[s->gen.effort % 3]);
+             (double)s->gen.top_p, s->gen.think ? "on" : "off", ue_effort_name(s->gen.effort));
 }
 
 char *chat_utf8_in(const char *what, const char *s, size_t n, char *note, size_t nn) {
@@ -149,7 +146,7 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         return 1;
     case CMD_EFFORT:
         s->gen.effort = r->flag;
-        snprintf(msg, n, "thinking effort %s%s", effort_names[r->flag],
+        snprintf(msg, n, "thinking effort %s%s", ue_effort_name(r->flag),
                  s->gen.think ? "" : " (thinking is off: /think on)");
         return 1;
     case CMD_SHOWTHINK:
@@ -231,8 +228,7 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
 }
 
 int chat_verbose(void) {
-    const char *v = getenv("K3_VERBOSE");
-    return v && *v && strcmp(v, "0");
+    return k3_log_verbose();
 }
 
 const char *chat_help_text(void) {

@@ -16,7 +16,7 @@ typedef struct chat_settings {
 enum { CHAT_KEEP_TEMP = 1, CHAT_KEEP_TOP_P = 2, CHAT_KEEP_THINK = 4, CHAT_KEEP_EFFORT = 8 };
 
 /* Defaults from the command line (NAN = model default). */
-void chat_settings_init(chat_settings *s, const cli_opts *o);
+void chat_settings_init(chat_settings *s, const ui_opts *o);
 /* The model's defaults (EV_READY gen) for what the user did not set. */
 void chat_settings_model(chat_settings *s, const ue_gen *model);
 /* A loaded transcript's settings (EV_SETTINGS) become the ones the next turns use, as if the

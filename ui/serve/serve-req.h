@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SERVE_MAX_STOPS 16          /* stop strings per request                       */
-#define SERVE_MAX_TOKENS 1000000000 /* max_tokens accepted (the context ends a turn first) */
+#define SERVE_MAX_STOPS 16 /* stop strings per request                       */
+#define SERVE_MAX_TOKENS ((int)k3_setting(K3_SETTING_MAX_TOKENS)->hi) /* the context ends a turn first */
 
 typedef stools_err perr; /* a 400's message and code (serve-tools.h) */
 

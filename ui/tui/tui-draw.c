@@ -592,10 +592,9 @@ static void draw_panes(tui *t, int dirty) {
 /* The status bar: segments by priority (0 = always, higher = dropped sooner when the bar is too
  * narrow), drawn whole and in their order; the model name is cut if even that does not fit. */
 static void draw_status(tui *t) {
-    static const char *eff[] = {"low", "high", "max"};
-    char               seg[16][96];
-    int                pri[16], n = 0;
-    const ue_stats    *s = &t->st;
+    char            seg[16][96];
+    int             pri[16], n = 0;
+    const ue_stats *s = &t->st;
 #define SEG(p, ...) (pri[n] = (p), snprintf(seg[n++], 96, __VA_ARGS__))
     if (!t->ready) {
         if (t->fatal)
@@ -614,7 +613,7 @@ static void draw_status(tui *t) {
         SEG(3, "mouse off (F3)");
     if (t->scroll > 0)
         SEG(4, "scrolled ↑%d", t->scroll);
-    SEG(2, "think %s", t->cs.gen.think ? eff[t->cs.gen.effort % 3] : "off");
+    SEG(2, "think %s", t->cs.gen.think ? ue_effort_name(t->cs.gen.effort) : "off");
     SEG(5, "T %.2f p %.2f", (double)t->cs.gen.temp, (double)t->cs.gen.top_p);
     if (s->tok_s > 0)
         SEG(6, "%.1f tok/s", s->tok_s);

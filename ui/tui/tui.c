@@ -26,6 +26,7 @@
  */
 
 #include "tui-int.h"
+#include "tui.h"
 
 #include <errno.h>
 #include <term.h>
@@ -1088,7 +1089,7 @@ static double thread_cpu(void) {
 }
 
 static void write_ui_stats(tui *t) {
-    const char *path = getenv("K3_UI_STATS");
+    const char *path = k3_setting_env_str(K3_SETTING_UI_STATS);
     if (!path || !*path)
         return;
     FILE *f = fopen(path, "w");
@@ -1104,7 +1105,27 @@ static void write_ui_stats(tui *t) {
     fclose(f);
 }
 
-int ui_tui_run(const cli_opts *o) {
+int tui_usable(char *why, size_t n) {
+    const char *term = getenv("TERM");
+    why[0]           = 0;
+    if (!term || !*term || !strcmp(term, "dumb"))
+        return 0; /* no cursor addressing: line mode */
+    /* a terminal curses does not know (or one without cursor addressing) gets line mode too,
+     * rather than curses' own exit from initscr() */
+    int terr = 0;
+    if (setupterm(term, 1, &terr) != OK) {
+        snprintf(why, n, "no terminfo entry for TERM '%.64s'", term);
+        return 0;
+    }
+    char *cup = tigetstr("cup");
+    int   can = cup && cup != (char *)-1;
+    del_curterm(cur_term);
+    if (!can)
+        snprintf(why, n, "TERM '%.64s' cannot move the cursor", term);
+    return can;
+}
+
+int ui_tui_run(const ui_opts *o) {
     static tui T;
     tui       *t = &T;
     char       err[512];
@@ -1114,26 +1135,9 @@ int ui_tui_run(const cli_opts *o) {
     t->st  = (ue_stats){
          .tok_s = -1, .prefill_tok_s = -1, .ttft_s = -1, .think_s = -1, .expert_hit = -1, .expert_gb = -1};
     t->ep[0] = t->ep[1] = -1;
-    const char *term    = getenv("TERM");
-    if (!term || !*term || !strcmp(term, "dumb"))
-        return cli_plain(o); /* no cursor addressing: line mode */
-    setlocale(LC_ALL, "");
-    /* a terminal curses does not know (or one without cursor addressing) gets line mode too,
-     * rather than curses' own exit from initscr() */
-    int terr = 0;
-    if (setupterm(term, 1, &terr) != OK) {
-        txt_term_printf(stderr, "k3chat: no terminfo entry for TERM '%s': using line mode\n", term);
-        return cli_plain(o);
-    }
-    char *cup = tigetstr("cup");
-    int   can = cup && cup != (char *)-1;
-    del_curterm(cur_term);
-    if (!can) {
-        txt_term_printf(stderr, "k3chat: TERM '%s' cannot move the cursor: using line mode\n", term);
-        return cli_plain(o);
-    }
+    setlocale(LC_ALL, ""); /* main checked the terminal (tui_usable) */
     chat_settings_init(&t->cs, o);
-    const char *theme = o->theme ? o->theme : getenv("K3_THEME");
+    const char *theme = o->theme; /* --theme, else K3_THEME (main) */
     if (!theme || !*theme)
         theme = "dark";
     if (thm_load(theme, t->theme, err, sizeof err) != 0) {
@@ -1210,7 +1214,7 @@ int ui_tui_run(const cli_opts *o) {
     printf("\033[?2004h"); /* bracketed paste on */
     fflush(stdout);
     mouseinterval(0);
-    set_mouse(t, getenv("K3_NO_MOUSE") == NULL);
+    set_mouse(t, k3_setting_env_str(K3_SETTING_NO_MOUSE) == NULL);
     t->ui_cpu0 = thread_cpu();
     t->osc8    = md_term_osc8();
     refresh(); /* the screen is cleared before the probe writes on it */
