@@ -47,10 +47,11 @@ check "the greedy answer runs to the length limit" wait_until "the second length
 keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 
-# a long answer (greedy "hello" runs to the end of the context): Ctrl-C stops it
+# a long answer (greedy "once upon a time" runs past 2,000 tokens; "hello" ended at 370 once the
+# kernels rounded once per group of 32): Ctrl-C stops it
 tui_start 100 30 -- "$K3CHAT --endpoint http://127.0.0.1:$port/v1 --temp 0 --think off 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 wait_for "tiny-remote" 10
-type_line "hello"
+type_line "once upon a time"
 check "a long remote answer streams" wait_for "── response" 20
 keys C-c
 check "Ctrl-C stops it" wait_for "[stopped]" 10

@@ -10,7 +10,8 @@
  *   is process-wide; each thread loads its own tile configuration in the kernel). A refusal
  *   is a notice and the next level down (avx512), never a SIGILL. K3_ISA=amx on a CPU without
  *   AMX is an error naming the missing feature.
- * - AMX is never the default level: its matmuls round in a coarser order (kern-amx.c).
+ * - AMX is the default level where the hardware has it (every level computes the same bits: the
+ *   group order of kern-impl.h); the emulation (K3_AMX_EMU=1) only when K3_ISA=amx asks for it.
  * - Test hooks: K3_AMX_EMU=1 runs the AMX level on the tile emulation (kern-amx-emu.c) where
  *   the CPU has the AVX-512 level; K3_AMX_DENY=1 makes the permission request a refusal.
  * - kern_isa_ok names the first missing feature, so K3_ISA asking for more than the machine has
@@ -197,7 +198,6 @@ enum {
     KNOB_IDOT,
     KNOB_AMX_EMU,
     KNOB_AMX_DENY,
-    KNOB_GROUP_ORDER,
     KNOB_N
 };
 
@@ -215,7 +215,6 @@ static struct knob {
     [KNOB_IDOT]        = {K3_SETTING_IDOT, 1, -1},
     [KNOB_AMX_EMU]     = {K3_SETTING_AMX_EMU, 0, -1},
     [KNOB_AMX_DENY]    = {K3_SETTING_AMX_DENY, 0, -1},
-    [KNOB_GROUP_ORDER] = {K3_SETTING_GROUP_ORDER, 0, -1},
 };
 
 /* The knob's value, read on first use. A malformed value there (a program that never called
@@ -295,10 +294,7 @@ int kern_amx_permission(char *why, size_t n) {
 }
 
 const char *k3_kernels(void) {
-    const int isa = kern_isa();
-    if (isa == KERN_AVX512 && kern_group_order())
-        return "avx512-vnni, group order for wide products (K3_GROUP_ORDER=1)";
-    return kern_isa_name(isa);
+    return kern_isa_name(kern_isa());
 }
 
 /* ==== selection ============================================================================= */
@@ -337,6 +333,9 @@ int kern_set_isa(int isa) {
 }
 
 int kern_isa_best(void) {
+    /* AMX hardware first (the emulation only when asked for by name: K3_ISA=amx) */
+    if (KERN_BUILD_AMX && !kern_amx_emulated() && kern_isa_ok(KERN_AMX, NULL, 0))
+        return KERN_AMX;
     int best = KERN_AVX512;
     while (best > KERN_SCALAR && !kern_isa_ok(best, NULL, 0))
         best--;
@@ -427,12 +426,4 @@ int kern_mv_split(void) {
 
 void kern_set_mv_split(int on) {
     atomic_store(&knobs[KNOB_MV_SPLIT].v, on != 0);
-}
-
-int kern_group_order(void) {
-    return knob(KNOB_GROUP_ORDER);
-}
-
-void kern_set_group_order(int on) {
-    atomic_store(&knobs[KNOB_GROUP_ORDER].v, on != 0);
 }

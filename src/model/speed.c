@@ -23,7 +23,7 @@
  *                  chunk) on an 8 MB slice of the same matrix, best of 5
  *   pre3_FMT_xC    the same at C columns, C the session's chunk (K3_CHUNK) when over 32, on
  *                  the same slice, alternating with the two above (fit_speed_get_model): the
- *                  kernels' work per column falls with the columns (k3-bench grp_matmul: MXFP4
+ *                  kernels' work per column falls with the columns (k3-bench idot_matmul: MXFP4
  *                  326-338 GOPS at 32 columns, 413-424 at 128), so the 32-column line alone
  *                  overcounts a 128-column chunk
  *   kda_rec_HxD    seconds per token of one KDA layer's recurrence (kda-rec.c) at the model's
@@ -41,8 +41,8 @@
  *                  itself where the shard is sparse (a replica, whose experts are holes while a
  *                  container's matrices are written), else equal to disk.
  * The kernels' figures (dec3_*, pre3_*, call2) are cached per kernel setting: under their own
- * names for the machine's default kernels, as NAME@LEVEL[+group] for another K3_ISA or for
- * K3_GROUP_ORDER=1, so that an estimate never uses figures measured with other kernels.
+ * names for the machine's default kernels, as NAME@LEVEL for another K3_ISA, so that an estimate
+ * never uses figures measured with other kernels.
  * `k3chat --inspect --measure` measures every figure again whatever the cache holds.
  *
  * Estimates. A matrix of B bytes multiplied by n columns takes B x (1/dec + (n - 1) x per_col),
@@ -516,14 +516,14 @@ static void measured(fit_speed *o, const char *key, unsigned long long dev, doub
 }
 
 /* The cache key of a figure the kernels make: key itself for the machine's default kernels (its
- * best level, the canonical order), else key@LEVEL (and +group for K3_GROUP_ORDER=1), so that a
- * run with K3_ISA or K3_GROUP_ORDER never reads a figure measured with other kernels. */
+ * best level), else key@LEVEL, so that a run with K3_ISA never reads a figure measured with other
+ * kernels. */
 static const char *kernel_key(const char *key, char *buf, size_t n) {
     static const char *const lv[KERN_N_ISA] = {"scalar", "avx2", "avx2vnni", "avx512", "amx"};
-    const int                isa = kern_isa(), grp = isa == KERN_AVX512 && kern_group_order();
-    if (isa == kern_isa_best() && !grp)
+    const int                isa            = kern_isa();
+    if (isa == kern_isa_best())
         return key;
-    snprintf(buf, n, "%s@%s%s", key, lv[isa], grp ? "+group" : "");
+    snprintf(buf, n, "%s@%s", key, lv[isa]);
     return buf;
 }
 
