@@ -199,11 +199,15 @@ int bench_grammar(void) {
     }
     { /* the tool-call grammar of three tools (tool_choice required), warm */
         static const char tools[] =
-            "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
-            "\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":24},\"unit\":{\"enum\":[\"c\",\"f\"]}},"
-            "\"required\":[\"city\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":"
+            "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+            "\"object\","
+            "\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":24},\"unit\":{\"enum\":[\"c\",\"f\"]"
+            "}},"
+            "\"required\":[\"city\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"search\","
+            "\"parameters\":"
             "{\"type\":\"object\",\"properties\":{\"query\":{\"type\":\"string\",\"maxLength\":40},\"limit\":"
-            "{\"type\":\"integer\",\"minimum\":1,\"maximum\":50}},\"required\":[\"query\"]}}},{\"type\":\"function\","
+            "{\"type\":\"integer\",\"minimum\":1,\"maximum\":50}},\"required\":[\"query\"]}}},{\"type\":"
+            "\"function\","
             "\"function\":{\"name\":\"get_time\"}}]";
         k3_grammar *g;
         int         no = 0;
@@ -216,8 +220,8 @@ int bench_grammar(void) {
             walk(g, v, 7, t, &no);
             double p99 = pct(t, no, 0.99);
             bench_report("grammar_mask_tools_med", 1e6 * pct(t, no, 0.5), "us", 1e6 * p99, "us");
-            printf("# tool-call grammar: compiled in %.3f ms; cold walk median %.1f us; %d masks\n", ctool, 1e6 * cold,
-                   no);
+            printf("# tool-call grammar: compiled in %.3f ms; cold walk median %.1f us; %d masks\n", ctool,
+                   1e6 * cold, no);
             k3_grammar_free(g);
         }
     }

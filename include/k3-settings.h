@@ -110,7 +110,7 @@
       "megabytes the saved decode states may take (unset: no limit in the chat, 2000 with --serve)")         \
     /* ---- the kernels and the Vulkan tier ---- */                                                          \
     X(ISA, ENUM, 0, 3, NAN, "scalar|avx2|avx512|amx", NULL, "K3_ISA", NULL, NULL, NULL,                      \
-      "instruction set of the CPU kernels (unset: the best this CPU runs)")                       \
+      "instruction set of the CPU kernels (unset: the best this CPU runs)")                                  \
     X(IDOT, BOOL, 0, 1, 1, NULL, NULL, "K3_IDOT", NULL, NULL, NULL, "int8-activation dot products")          \
     X(ACT, ENUM, 0, 1, 0, "float|double", NULL, "K3_ACT", NULL, NULL, NULL, "activation arithmetic")         \
     X(AMX_EMU, BOOL, 0, 1, 0, NULL, NULL, "K3_AMX_EMU", NULL, NULL, NULL, "emulate the AMX tiles (tests)")   \

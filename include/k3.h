@@ -424,8 +424,8 @@ k3_status k3_grammar_json_object(const k3_gvocab *v, k3_grammar **out);
  * calls in the block (1 for parallel_tool_calls false); text: 1 = an answer without calls is
  * allowed too (tool_choice auto), 0 = at least one call (required or named). Each call's
  * arguments follow its parameters' properties (one type each; K3_ERR_UNSUPPORTED otherwise). */
-k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const char *only, int max_calls, int text,
-                                k3_grammar **out);
+k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const char *only, int max_calls,
+                                int text, k3_grammar **out);
 void      k3_grammar_free(k3_grammar *g); /* after every matcher of it */
 int       k3_grammar_nodes(const k3_grammar *g);
 int32_t   k3_grammar_words(const k3_grammar *g); /* uint64_t words of its masks */

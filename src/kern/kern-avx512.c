@@ -257,7 +257,8 @@ Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, __m512 
                           : _mm512_setzero_si512();
         /* block k is group 2p + k; dd holds d of group 2p + k in block k: one product per lane,
          * as in the scalar twin */
-        const __m512 f = _mm512_cvtepi32_ps(red4w(s)), sc = mx ? _mm512_scalef_ps(dd, wv) : _mm512_mul_ps(wv, dd);
+        const __m512 f  = _mm512_cvtepi32_ps(red4w(s));
+        const __m512 sc = mx ? _mm512_scalef_ps(dd, wv) : _mm512_mul_ps(wv, dd);
         acc[c]         = _mm_fmadd_ps(BLK(f, 0), BLK(sc, 0), acc[c]);
         if (live > 1)
             acc[c] = _mm_fmadd_ps(BLK(f, 1), BLK(sc, 1), acc[c]);

@@ -207,14 +207,14 @@ static struct knob {
     int                dflt;
     _Atomic int        v;
 } knobs[KNOB_N] = {
-    [KNOB_PREFETCH]    = {K3_SETTING_PREFETCH, KERN_PREFETCH, -1},
-    [KNOB_KBLOCK]      = {K3_SETTING_KBLOCK, KERN_KBLOCK, -1},
-    [KNOB_MV_AHEAD]    = {K3_SETTING_MV_AHEAD, KERN_MV_AHEAD, -1},
-    [KNOB_MV_SPLIT]    = {K3_SETTING_MV_SPLIT, 1, -1},
-    [KNOB_ROWSPLIT]    = {K3_SETTING_ROWSPLIT, 0, -1},
-    [KNOB_IDOT]        = {K3_SETTING_IDOT, 1, -1},
-    [KNOB_AMX_EMU]     = {K3_SETTING_AMX_EMU, 0, -1},
-    [KNOB_AMX_DENY]    = {K3_SETTING_AMX_DENY, 0, -1},
+    [KNOB_PREFETCH] = {K3_SETTING_PREFETCH, KERN_PREFETCH, -1},
+    [KNOB_KBLOCK]   = {K3_SETTING_KBLOCK, KERN_KBLOCK, -1},
+    [KNOB_MV_AHEAD] = {K3_SETTING_MV_AHEAD, KERN_MV_AHEAD, -1},
+    [KNOB_MV_SPLIT] = {K3_SETTING_MV_SPLIT, 1, -1},
+    [KNOB_ROWSPLIT] = {K3_SETTING_ROWSPLIT, 0, -1},
+    [KNOB_IDOT]     = {K3_SETTING_IDOT, 1, -1},
+    [KNOB_AMX_EMU]  = {K3_SETTING_AMX_EMU, 0, -1},
+    [KNOB_AMX_DENY] = {K3_SETTING_AMX_DENY, 0, -1},
 };
 
 /* The knob's value, read on first use. A malformed value there (a program that never called

@@ -171,7 +171,7 @@ static int get_num(json_t *o, enum k3_setting_id id, float *out, perr *e) {
 /* Fields the server does not implement: refused, with the field named, unless they ask for
  * what it does anyway (penalties 0, no logprobs, no bias; response_format is serve-format.c's). */
 static int parse_unsupported(json_t *b, perr *e) {
-    json_t *v;
+    json_t            *v;
     static const char *pen[] = {"frequency_penalty", "presence_penalty"};
     for (int k = 0; k < 2; k++) {
         if (!(v = json_object_get(b, pen[k])) || json_is_null(v))
