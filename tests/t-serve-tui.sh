@@ -34,16 +34,16 @@ check "/experts says the remote server decides" wait_for "remote server places i
 keys C-l; type_line "/think off"
 type_line "go on"
 # the response pane while the answer streams, or, when it ended between two looks at a busy
-# machine's screen, the answer in the conversation with no reasoning folded above it (greedy:
-# it runs to the length limit, the second marker)
+# machine's screen, the answer under "go on" with no reasoning folded above it (greedy: it runs to
+# the length limit)
+after_go_on() { screen | sed -n '/› go on/,$p'; }
+go_on_ended() { after_go_on | grep -q 'length limit reached'; }
 resp_or_done() {
-    has "── response" ||
-        { [ "$(screen | grep -c 'length limit reached')" -ge 2 ] && [ "$(screen | grep -c 'thought for')" -eq 1 ]; }
+    has "── response" || { go_on_ended && ! after_go_on | grep -q 'thought for'; }
 }
 check "with thinking off the answer goes to the response pane" wait_until "the response pane" 20 resp_or_done
 # a quit while the answer streams only warns (k3chat(1), Ctrl-D): quit once the turn has ended
-turn_ended() { [ "$(screen | grep -c 'length limit reached')" -ge 2 ]; }
-check "the greedy answer runs to the length limit" wait_until "the second length-limit marker" 30 turn_ended
+check "the greedy answer runs to the length limit" wait_until "the length-limit marker under 'go on'" 30 go_on_ended
 keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 
