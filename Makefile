@@ -4,7 +4,8 @@
 #   include/k3.h       public engine API: the only engine header ui/ sees
 #   src/*/*.c    -> $(B)/libk3.a    engine parts: base, kern, format, tok, conv, model, vk, grammar
 #   ui/*/*.c     -> $(B)/libk3ui.a  front ends: common, tui, cli (ui/cli/main.c is k3chat's main), serve
-#   tools/k3-*.c -> $(B)/k3-*         one program per file (generator, repacker, ...; tool-opt.h shared)
+#   tools/k3-*.c -> $(B)/k3-*         one program per file (generator, repacker, ...; tool-opt.h shared),
+#                                     plus its parts tools/NAME-*.c (tools/mkmodel-bpe.c -> k3-mkmodel)
 #   bench/*.c    -> $(B)/k3-bench     all benchmarks in one program
 #   tests/test-*.c -> $(B)/tests/test-*   C tests; tests/t-*.sh and tests/t-*.py are script tests
 #   shaders/*.comp -> $(B)/shaders/*.spv -> embedded C arrays (VK=1 only)
@@ -72,7 +73,7 @@ LDFLAGS ?=
 LDFLAGS += -fopenmp -pthread $(SANFLAGS)
 LDLIBS  := $(PKG_LIBS) -lm
 
-# Include paths per folder (relayout): a folder sees its own headers and these, nothing else.
+# Include paths per folder: a folder sees its own headers and these, nothing else.
 # The seams are enforced here: a front end that includes an engine internal fails to compile.
 INC_include := include
 INC_src/base := src/base include
@@ -87,12 +88,14 @@ INC_ui/common := ui/common include
 INC_ui/tui := ui/tui ui/common include
 INC_ui/cli := ui/cli ui/common include
 INC_ui/serve := ui/serve ui/common include
+# main picks the mode: it alone sees every front end's header (ui/cli, ui/tui, ui/serve)
+INC_ui/cli/main.c := ui/cli ui/tui ui/serve ui/common include
 INC_tools := tools src/format src/kern src/base include
 INC_bench := bench src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include
 INC_tests := tests src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
 INC_tests/fuzz := tests/fuzz src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
 # -I flags for source file $(1): its folder's INC_ list (an unknown folder is an error)
-incs = $(addprefix -I,$(or $(INC_$(patsubst %/,%,$(dir $(1)))),$(error no INC_ line in the Makefile for $(dir $(1)))))
+incs = $(addprefix -I,$(or $(INC_$(1)),$(INC_$(patsubst %/,%,$(dir $(1)))),$(error no INC_ line in the Makefile for $(dir $(1)))))
 # ---- sources ---------------------------------------------------------------
 SRC_ALL := $(sort $(wildcard src/*/*.c))
 ifeq ($(VK),1)
@@ -144,9 +147,11 @@ $(B)/k3chat: $(B)/obj/ui/cli/main.o $(LIBS)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
+# a tool k3-NAME is tools/k3-NAME.c plus its parts tools/NAME-*.c, if any
+$(foreach t,$(TOOL_SRC:tools/k3-%.c=%),$(eval $(B)/k3-$(t): $(patsubst %.c,$(B)/obj/%.o,$(wildcard tools/$(t)-*.c))))
 $(B)/k3-%: $(B)/obj/tools/k3-%.o $(LIBS)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS)
 
 $(B)/k3-bench: $(BENCH_SRC:%.c=$(B)/obj/%.o) $(LIBS)
 	@$(if $(Q),echo "  LD      $@")

@@ -22,9 +22,6 @@
  *   prefill_warm_isa, decode_warm_isa
  *                      warm prefill / decode at the running kernel level (K3_ISA, default the
  *                      best) against the same session at K3_ISA=avx2, alternating rounds.
- *   prefill_warm_group warm prefill with K3_GROUP_ORDER=1 (wide matmuls in the AMX order
- *                      on AVX-512 VNNI, kern-grp.c) against the same session at 0, alternating
- *                      rounds (avx512 level only).
  *   prefill_warm_act   warm prefill with the float activations (default) against the same session
  *                      with K3_ACT=double (the libm double formulas), alternating rounds.
  *   prefill_chunk_<C>  warm prefill of 256 tokens with K3_CHUNK = C (32, 64, 128, 256), a session per
@@ -125,9 +122,12 @@ static double tier_pass(tier_bench *m, uint64_t *bytes) {
 
 /* The reference: O_DIRECT sequential read of each MoE layer shard's expert byte range. */
 static double ref_pass(tier_bench *m, uint8_t *buf, uint64_t *bytes) {
-    const st_dir *d  = m->st;
-    double        t0 = k3_time();
-    *bytes           = 0;
+    return bench_direct_experts(m->st, buf, BX_REQ, bytes);
+}
+
+double bench_direct_experts(const st_dir *d, uint8_t *buf, size_t req, uint64_t *bytes) {
+    double t0 = k3_time();
+    *bytes    = 0;
     for (int sh = 0; sh < st_n_shards(d); sh++) {
         uint64_t lo = UINT64_MAX, hi = 0;
         for (int i = 0; i < st_n_tensors(d); i++) {
@@ -143,12 +143,12 @@ static double ref_pass(tier_bench *m, uint8_t *buf, uint64_t *bytes) {
             continue;
         int fd = open(st_shard_path(d, sh), O_RDONLY | O_DIRECT);
         if (fd < 0) {
-            fprintf(stderr, "bench-experts: %s: %s\n", st_shard_path(d, sh), strerror(errno));
+            fprintf(stderr, "bench: %s: %s\n", st_shard_path(d, sh), strerror(errno));
             return -1;
         }
         uint64_t a = lo & ~(uint64_t)4095;
         while (a < hi) {
-            ssize_t r = pread(fd, buf, BX_REQ, (off_t)a);
+            ssize_t r = pread(fd, buf, req, (off_t)a);
             if (r <= 0)
                 break;
             a += (uint64_t)r;
@@ -309,17 +309,6 @@ static int act_ab(k3_session *s, const int32_t *ids, int np) {
                      "activations: float against K3_ACT=double", "prefill_warm_act", "s/tok(K3_ACT=double)");
 }
 
-/* Warm prefill with the wide matmuls in the AMX order on AVX-512 VNNI (K3_GROUP_ORDER=1,
- * kern-grp.c) against the same session in the canonical order. Only at the avx512 level. Result
- * prefill_warm_group, s/tok, ratio < 1 = the group order is faster. */
-static int group_ab(k3_session *s, const int32_t *ids, int np) {
-    if (!bench_want("prefill_warm_group") || kern_isa() != KERN_AVX512)
-        return 0;
-    return switch_ab(s, ids, np, kern_group_order, kern_set_group_order, 0, 1,
-                     "matmul order: K3_GROUP_ORDER=1 against 0", "prefill_warm_group",
-                     "s/tok(K3_GROUP_ORDER=0)");
-}
-
 /* K3_PROFILE=1: the phases of the prefill that started at w0 (NP tokens), per token. */
 static void report_phases(int np, prof_t w0) {
     const prof_t w1   = prof_now();
@@ -424,8 +413,6 @@ static void bench_engine(const char *dir) {
         rc |= isa_ab(s, ids, NP, ND);
     if (!rc)
         rc |= act_ab(s, ids, NP);
-    if (!rc)
-        rc |= group_ab(s, ids, NP);
     if (rc) {
         fprintf(stderr, "bench-experts: %s\n", k3_errmsg());
     } else {
@@ -446,7 +433,8 @@ static void bench_engine(const char *dir) {
 
 int bench_experts(void) {
     int want_s = bench_want("expert_stream"),
-        want_e = bench_want("prefill_") || bench_want("decode_") || bench_asked("prefill_");
+        want_e = bench_want("prefill_") || bench_want("decode_") ||
+                 (bench_asked("prefill_") && !bench_asked("prefill_scale"));
     if (!want_s && !want_e)
         return 0;
     const char *dir      = getenv("K3_BENCH_SLICE");

@@ -8,6 +8,8 @@
  *                                                       caches filled on first visit), median; ref p99
  *   BENCH grammar_mask_warm_med    X us ref Y us        the same walk again (caches hot), median; ref p99
  *   BENCH grammar_mask_object_med  X us ref Y us        json_object (--json), warm, median; ref p99
+ *   BENCH grammar_mask_tools_med   X us ref Y us        the tool-call grammar (3 tools, required), warm,
+ *                                                       median; ref p99
  *   BENCH grammar_sample_masked    X us ref Y us        k3_sampler_sample_masked vs k3_sampler_sample
  *                                                       at temperature 0 over 163,840 logits
  *   BENCH grammar_mask_share_nano  X ref Y ms           warm mask median as a share of a k3-nano
@@ -192,6 +194,34 @@ int bench_grammar(void) {
             walk(g, v, 99, t, &no);
             double p99 = pct(t, no, 0.99);
             bench_report("grammar_mask_object_med", 1e6 * pct(t, no, 0.5), "us", 1e6 * p99, "us");
+            k3_grammar_free(g);
+        }
+    }
+    { /* the tool-call grammar of three tools (tool_choice required), warm */
+        static const char tools[] =
+            "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+            "\"object\","
+            "\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":24},\"unit\":{\"enum\":[\"c\",\"f\"]"
+            "}},"
+            "\"required\":[\"city\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"search\","
+            "\"parameters\":"
+            "{\"type\":\"object\",\"properties\":{\"query\":{\"type\":\"string\",\"maxLength\":40},\"limit\":"
+            "{\"type\":\"integer\",\"minimum\":1,\"maximum\":50}},\"required\":[\"query\"]}}},{\"type\":"
+            "\"function\","
+            "\"function\":{\"name\":\"get_time\"}}]";
+        k3_grammar *g;
+        int         no = 0;
+        double      a  = now();
+        if (!k3_grammar_tool_calls(v, tools, NULL, 8, 0, &g)) {
+            double ctool = 1e3 * (now() - a);
+            walk(g, v, 7, t, &no);
+            double cold = pct(t, no, 0.5);
+            no          = 0;
+            walk(g, v, 7, t, &no);
+            double p99 = pct(t, no, 0.99);
+            bench_report("grammar_mask_tools_med", 1e6 * pct(t, no, 0.5), "us", 1e6 * p99, "us");
+            printf("# tool-call grammar: compiled in %.3f ms; cold walk median %.1f us; %d masks\n", ctool,
+                   1e6 * cold, no);
             k3_grammar_free(g);
         }
     }

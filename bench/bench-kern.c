@@ -23,12 +23,10 @@
  * - "_hot" results run the same number of matvecs on one copy that stays in the caches: the
  *   kernel's compute ceiling on one thread, in GB per CPU-second of that thread (ratio > 1
  *   means faster than DRAM could feed it).
- * - <fmt>_grp_matmul<n>_..._t1_gops: the group-order matmul (K3_GROUP_ORDER=1, kern-grp.c) of 32
- *   and 128 columns against the canonical matmul of the same columns, alternated (avx512 level);
- *   a "# " line gives it as a share of the core's int8 peak.
  * - int8_peak_<isa>_t1: the core's int8 multiply-add peak for the running ISA (register-only
- *   loop, CPU time; ref: the AVX2 maddubs loop). <fmt>_idot_matmul32_..._gops: the 32-column
- *   matmul in int8 ops per CPU-second against that peak.
+ *   loop, CPU time; ref: the AVX2 maddubs loop). <fmt>_idot_matmul<n>_..._gops: the default
+ *   matmul (qmat_matmul) of 32 and 128 columns (the default chunk) in int8 ops per CPU-second
+ *   against that peak.
  */
 #include "bench.h"
 #include "kern-impl.h"
@@ -400,34 +398,6 @@ static void bench_matmul(int type, int rows, int cols, int n, double peak) {
     free(y);
 }
 
-/* The group-order matmul (kern_grp_matmul: the AMX order on AVX-512 VNNI, K3_GROUP_ORDER=1) of n
- * columns on one cached copy, one thread, in int8 ops per CPU-second; ref: the canonical matmul
- * of the same columns, alternated with it (PASSES rounds, medians). AVX-512 level only. */
-static void bench_grp(int type, int rows, int cols, int n, double peak) {
-    static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
-    char               name[96];
-    snprintf(name, sizeof name, "%s_grp_matmul%d_%dx%d_t1_gops", fmt[type], n, rows, cols);
-    if (!bench_want(name) || kern_isa() != KERN_AVX512)
-        return;
-    const qmat m = hot_mat(type, rows, cols);
-    float     *x = hot_cols(n, cols), *y = malloc((size_t)n * rows * sizeof(float));
-    omp_set_num_threads(1);
-    kern_set_idot(1);
-    const int keep = kern_group_order();
-    kern_set_group_order(0);
-    double tg[PASSES - 1], tc[PASSES - 1];
-    time_pair(&m, x, n, y, kern_grp_matmul, tc, tg);
-    kern_set_group_order(keep);
-    const double ops = 2.0 * rows * cols * n / 1e9;
-    const double g   = ops / bench_median(tg, PASSES - 1);
-    bench_report(name, g, "GOPS", ops / bench_median(tc, PASSES - 1), "GOPS(canonical order)");
-    if (peak > 0)
-        printf("#   %s: %.3f of the core's int8 peak (%.0f GOPS, register-only vpdpbusd loop)\n", name,
-               g / peak, peak);
-    free(x);
-    free(y);
-}
-
 int bench_kern(void); /* registered in bench-main.c */
 int bench_kern(void) {
     static const int shapes[][2] = {{3072, 3584}, {3584, 3072}, {7168, 3584}};
@@ -447,7 +417,7 @@ int bench_kern(void) {
                     for (int mode = MV_WALL; mode <= MV_HOT; mode++) {
                         matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, mode);
                         any |= bench_want(name) && (mode != MV_CPU || bench_asked("cpu"));
-                        any |= bench_want("matmul32") || bench_want("int8_peak") || bench_want("grp_matmul");
+                        any |= bench_want("matmul32") || bench_want("matmul128") || bench_want("int8_peak");
                     }
     if (!any)
         return 0;
@@ -502,19 +472,16 @@ int bench_kern(void) {
     /* the core's int8 peak for the running ISA (the reference of the matmul GOPS) */
     double peak = 0.0;
     snprintf(name, sizeof name, "int8_peak_%s_t1", kern_isa_name(kern_isa()));
-    if (bench_want(name) || bench_want("matmul32") || bench_want("grp_matmul")) {
+    if (bench_want(name) || bench_want("matmul32") || bench_want("matmul128")) {
         peak      = int8_peak(kern_isa());
         double p2 = kern_cpu_avx2() ? int8_peak(KERN_AVX2) : 0.0;
         if (peak > 0 && bench_want(name))
             bench_report(name, peak, "GOPS", p2, "GOPS(avx2 maddubs)");
     }
-    /* prefill: matmul over 32 columns (each weight load decoded once for several columns), hot */
-    for (size_t t = 0; t < 3; t++)
-        bench_matmul(types[t], shapes[0][0], shapes[0][1], 32, peak);
-    /* the same in the group order (K3_GROUP_ORDER=1) at 32 and 128 columns (the default chunk) */
+    /* prefill: the default matmul over 32 and 128 columns (the default chunk), hot */
     for (size_t t = 0; t < 3; t++)
         for (int n = 32; n <= 128; n *= 4)
-            bench_grp(types[t], shapes[0][0], shapes[0][1], n, peak);
+            bench_matmul(types[t], shapes[0][0], shapes[0][1], n, peak);
     /* compute ceilings: the first shape, one thread, from the caches */
     for (size_t t = 0; t < 3; t++)
         for (int idot = 0; idot <= 1; idot++)

@@ -32,6 +32,7 @@
     X(vk)      /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */                             \
     X(experts) /* bench-experts.c: expert streaming GB/s; prefill/decode s/token (slice) */                  \
     X(release) /* bench-release.c: release widths, 2 layers: open, first token, s/token, RSS */              \
+    X(prefill) /* bench-prefill.c: prefill_scale: expert bytes, wall, window vs chunk (only when asked) */   \
     X(cold)    /* bench-cold.c: reading memory left untouched, 4 KiB vs huge pages (only when asked) */      \
     X(batch)   /* bench-batch.c: aggregate decode tok/s of 1..8 sessions batched vs one alone */             \
     X(serve)   /* bench-serve.c: continuous batching: aggregate tok/s of 1-8 turns, TTFT joining 4 */        \

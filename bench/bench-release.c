@@ -30,6 +30,14 @@
  *                      routing: on a replica of zero weights every token picks the same experts,
  *                      which then hit the cache; a real model's routing is in between)
  *   release_rss        peak RSS in GB (getrusage, the process so far); ref: the memory plan
+ *   release_prefill_bytes
+ *                      routed-expert bytes read per prompt token by the 16-token prefill; ref: the
+ *                      floor, each unique expert it routed to read once (per token)
+ *   release_ttft_1k_bytes
+ *                      the estimate's expert bytes read per token by a 1,024-token prompt at the
+ *                      fit's prefill window (fit_ttft, flat routing); ref: its unique-expert floor.
+ *                      A "# " line gives that estimate's seconds to the first token, and the
+ *                      per-chunk path's bytes and seconds beside it
  */
 #include "bench.h"
 #include "model-impl.h"
@@ -63,7 +71,8 @@ static void report_phases(int round, const char *what, int n, prof_t w0) {
 enum { MAX_ROUNDS = 16 };
 
 int bench_release(void) {
-    if (!bench_want("release_open") && !bench_want("release_decode"))
+    if (!bench_want("release_open") && !bench_want("release_decode") &&
+        !bench_want("release_prefill_bytes") && !bench_want("release_ttft"))
         return 0;
     int R = 3;
     if (k3_env_int("K3_BENCH_ROUNDS", 1, MAX_ROUNDS, &R)) {
@@ -79,8 +88,9 @@ int bench_release(void) {
     }
     double open_s[MAX_ROUNDS], open_ref[MAX_ROUNDS], first[MAX_ROUNDS], first_est[MAX_ROUNDS],
         pre[MAX_ROUNDS], pre_est[MAX_ROUNDS], dec[MAX_ROUNDS], dec_est[MAX_ROUNDS], pre_flat[MAX_ROUNDS],
-        dec_flat[MAX_ROUNDS], plan_gb = 0;
-    int rc = 1, r;
+        dec_flat[MAX_ROUNDS], pb[MAX_ROUNDS], pb_floor[MAX_ROUNDS], plan_gb = 0;
+    fit_ttft_est tt_w = {0}, tt_c = {0};
+    int          rc = 1, r;
     for (r = 0; r < R; r++) {
         k3_params   p;
         k3_model   *m = NULL;
@@ -149,6 +159,12 @@ int bench_release(void) {
                                &fl_pre);
             fit_speed_estimate_route(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 16, &rt,
                                      &est_dec, &est_pre);
+            pb[r]       = (double)ps.expert_bytes_read / 16;
+            pb_floor[r] = (double)(ps.expert_hits + ps.expert_misses) * (double)m->fit_t.expert_one / 16;
+            fit_set pc  = m->fit.set;
+            pc.window   = 0;
+            fit_ttft(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk, 1024, &tt_w);
+            fit_ttft(&m->fit_t, &pc, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk, 1024, &tt_c);
             dec[r]       = bench_median(d, 4);
             first_est[r] = 3 * est_first, pre_est[r] = est_pre, dec_est[r] = est_dec;
             pre_flat[r] = fl_pre, dec_flat[r] = fl_dec;
@@ -169,6 +185,12 @@ int bench_release(void) {
     }
     if (r == R) {
         struct rusage ru;
+        bench_report("release_prefill_bytes", bench_median(pb, R), "B/token", bench_median(pb_floor, R),
+                     "B/token");
+        bench_report("release_ttft_1k_bytes", tt_w.bytes / 1024, "B/token", tt_w.floor / 1024, "B/token");
+        printf("# release_ttft_1k: estimate %.4g s to the first token at a window of %d tokens (%.4g s of "
+               "compute), per chunk of %d: %.4g s reading %.4g B/token\n",
+               tt_w.seconds, tt_w.window, tt_w.compute, tt_c.window, tt_c.seconds, tt_c.bytes / 1024);
         getrusage(RUSAGE_SELF, &ru);
         bench_report("release_open", bench_median(open_s, R), "s", bench_median(open_ref, R), "s");
         bench_report("release_first", bench_median(first, R), "s", bench_median(first_est, R), "s");

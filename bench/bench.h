@@ -8,6 +8,7 @@
  */
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 /* 1 when the command-line filter selects result `name` (no filter, or the filter is a substring
  * of name or of the running benchmark's registry name). */
@@ -24,3 +25,8 @@ int  bench_mkmodel(const char *args, const char *name, char *out, size_t n);
 void bench_rmmodel(const char *dir);
 /* Median of v[n] (sorts v in place). */
 double bench_median(double *v, int n);
+/* bench-experts.c: GB/s of a plain O_DIRECT sequential read (requests of req bytes into buf,
+ * 4096-aligned) of each shard's routed-expert byte range of checkpoint d; its bytes into *bytes;
+ * -1 when a shard cannot be opened. The drive's rate that expert reads are held against. */
+struct st_dir;
+double bench_direct_experts(const struct st_dir *d, uint8_t *buf, size_t req, uint64_t *bytes);

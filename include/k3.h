@@ -47,6 +47,11 @@ enum k3_log_level { K3_LOG_LEVEL_ERROR = 0, K3_LOG_LEVEL_WARN, K3_LOG_LEVEL_INFO
  * The callback may be called from any engine thread. NULL restores the default. */
 typedef void (*k3_log_cb)(int level, const char *msg, void *ud);
 void k3_log_set_callback(k3_log_cb cb, void *ud);
+/* K3_VERBOSE=1: information messages are logged too (read once). */
+int k3_log_verbose(void);
+
+/* ==== settings (settings.c): the table of every setting, its parsers ==== */
+#include "k3-settings.h"
 
 const char *k3_version(void);
 /* The instruction-set level the CPU kernels run at ("scalar", "avx2", "avx2+avx-vnni",
@@ -88,6 +93,12 @@ typedef struct k3_params {
     int    load_threads; /* K3_LOAD_THREADS: expert reader threads (default 4)          */
     double topp;         /* K3_TOPP: keep the heaviest selected experts that hold this
                             share of the routing weight, renormalised (default 1 = all) */
+    int window;          /* K3_WINDOW: prefill window in tokens (the MoE runs expert by
+                            expert over it); 0 (default): the whole feed, as far as the
+                            memory fit allows (k3chat(1), PREFILL WINDOW)                */
+    int route;           /* K3_ROUTE: 0 = model (default), 1 = uniform (benchmarks only:
+                            each token's top-k drawn uniformly from (seed, position, layer)) */
+    int route_seed;      /* K3_ROUTE_SEED: the seed of K3_ROUTE=uniform (default 1)     */
     int set;             /* K3_SET_* mask: settings given explicitly (k3_params_default sets
                             them from the environment; a caller that sets a field itself may
                             add its bit). The memory fit at open never changes those; the
@@ -103,7 +114,14 @@ typedef struct k3_params {
 
 enum { K3_SET_BITS = 1, K3_SET_MLA_BITS = 2, K3_SET_HEAD_BITS = 4, K3_SET_EXPERT_GB = 8, K3_SET_MAXT = 16 };
 
-/* Defaults, then K3_* environment overrides. Invalid env values: K3_ERR_ARG naming the variable. */
+/* The process settings, as llama_backend_init: the kernels' level and knobs (K3_ISA, K3_IDOT,
+ * ...), the activation mode (K3_ACT), the profiler (K3_PROFILE), huge pages (K3_HUGEPAGES),
+ * K3_VERBOSE and K3_MEM_GB, each read from the environment and checked. Call it once at start
+ * (k3_model_open calls it if no one has; a program that changes those variables calls it again).
+ * Invalid values: K3_ERR_ARG naming the variable. */
+k3_status k3_init(void);
+/* The parameters' defaults (the settings table), then their K3_* environment overrides (K3_BITS,
+ * K3_CHUNK, ...). Invalid env values: K3_ERR_ARG naming the variable. No process state changes. */
 k3_status k3_params_default(k3_params *p);
 
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out);
@@ -202,6 +220,7 @@ typedef struct k3_stats {
     uint64_t    vk_used, vk_budget; /* device bytes holding weights; its budget (0: off) */
     int         vk_experts;         /* routed experts resident on the device             */
     const char *kernels;            /* instruction set of the CPU kernels: k3_kernels()   */
+    int         window;             /* prefill window (tokens) of the last feed           */
 } k3_stats;
 void k3_session_stats(const k3_session *s, k3_stats *out);
 void k3_session_reset_stats(k3_session *s);
@@ -258,10 +277,9 @@ k3_status k3_ids_parse(const char *text, int32_t max_id, k3_ids *out);
  * reserved ids after the base vocabulary). pattern: "kimi", "o200k" or NULL = from the
  * directory (kimi when tokenizer_config.json exists, else o200k). Errors name the file
  * and line/key (bad base64, rank out of order, duplicate bytes, missing special, ...). */
-k3_status   k3_tok_load(const char *dir, const char *pattern, k3_tok **out);
-void        k3_tok_free(k3_tok *t);
-int32_t     k3_tok_n_vocab(const k3_tok *t); /* base ranks + 256 reserved ids           */
-const char *k3_tok_pattern(const k3_tok *t); /* "kimi" or "o200k"                        */
+k3_status k3_tok_load(const char *dir, const char *pattern, k3_tok **out);
+void      k3_tok_free(k3_tok *t);
+int32_t   k3_tok_n_vocab(const k3_tok *t); /* base ranks + 256 reserved ids           */
 
 /* Encode len bytes of text (any bytes: invalid UTF-8 is kept byte-exact), appending ids.
  * allow_special = 0: special-token names are ordinary text (what user text must use);
@@ -287,7 +305,7 @@ k3_status k3_tok_decode_text(const k3_tok *t, const int32_t *ids, size_t n, char
  * by U+FFFD (free()). -1 when out of memory (*out is then NULL). */
 long k3_utf8_repair(const char *s, size_t n, char **out, size_t *first_bad);
 
-/* Streaming decoder: feed ids one at a time, get only complete, valid UTF-8. An
+/* Streaming decoder: feed bytes (or ids, tok.h), get only complete, valid UTF-8. An
  * incomplete tail is held until a later id completes it; a sequence that cannot become
  * valid is emitted as U+FFFD; flush ends the stream (a held tail becomes U+FFFD).
  * The emitted text equals k3_tok_decode_text of the whole sequence. *text points into
@@ -295,7 +313,6 @@ long k3_utf8_repair(const char *s, size_t n, char **out, size_t *first_bad);
 typedef struct k3_detok k3_detok;
 k3_status               k3_detok_new(const k3_tok *t, k3_detok **out);
 void                    k3_detok_free(k3_detok *d);
-k3_status               k3_detok_feed(k3_detok *d, int32_t id, const char **text, size_t *len);
 k3_status k3_detok_feed_bytes(k3_detok *d, const char *b, size_t n, const char **text, size_t *len);
 void      k3_detok_flush(k3_detok *d, const char **text, size_t *len);
 
@@ -325,13 +342,16 @@ typedef struct k3_chat_msg {
 } k3_chat_msg;
 
 typedef struct k3_chat_opts {
-    int         think;       /* 1 = thinking on (the default in k3chat), 0 = off          */
-    const char *effort;      /* "low" | "high" | "max"; NULL = "max". Else K3_ERR_ARG
-                              * (including "medium", which the release rejects)          */
-    int         gen_prompt;  /* 1 = end with the assistant generation prompt            */
-    const char *tools;       /* JSON array of tool declarations ({"type":"function",
-                              * "function":{...}} objects); NULL or "[]": none           */
-    const char *tool_choice; /* "auto" (NULL), "required" or "none"; else K3_ERR_ARG     */
+    int         think;           /* 1 = thinking on (the default in k3chat), 0 = off          */
+    const char *effort;          /* "low" | "high" | "max"; NULL = "max". Else K3_ERR_ARG
+                                  * (including "medium", which the release rejects)          */
+    int         gen_prompt;      /* 1 = end with the assistant generation prompt            */
+    const char *tools;           /* JSON array of tool declarations ({"type":"function",
+                                  * "function":{...}} objects); NULL or "[]": none           */
+    const char *tool_choice;     /* "auto" (NULL), "required" or "none"; else K3_ERR_ARG     */
+    const char *response_format; /* NULL or "text": nothing; "json_object" | "json_schema":
+                                  * the response-format message (k3-tools.md 1.7)            */
+    const char *response_schema; /* json_schema: the schema, JSON text (written sorted, compact) */
 } k3_chat_opts;
 
 /* Encode a conversation exactly as doc/chat-format.md section 2 (the thinking-
@@ -399,8 +419,16 @@ int32_t   k3_gvocab_words(const k3_gvocab *v); /* uint64_t words of a mask */
  * a schema no document satisfies), K3_ERR_UNSUPPORTED naming the keyword and its JSON path. */
 k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t len, k3_grammar **out);
 k3_status k3_grammar_json_object(const k3_gvocab *v, k3_grammar **out);
+/* The K3 tool-call format (k3-tools.md 1.3) for tools (the request's JSON array) from the
+ * response channel on: only: the one tool allowed (a named tool_choice), NULL: any; max_calls:
+ * calls in the block (1 for parallel_tool_calls false); text: 1 = an answer without calls is
+ * allowed too (tool_choice auto), 0 = at least one call (required or named). Each call's
+ * arguments follow its parameters' properties (one type each; K3_ERR_UNSUPPORTED otherwise). */
+k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const char *only, int max_calls,
+                                int text, k3_grammar **out);
 void      k3_grammar_free(k3_grammar *g); /* after every matcher of it */
 int       k3_grammar_nodes(const k3_grammar *g);
+int32_t   k3_grammar_words(const k3_grammar *g); /* uint64_t words of its masks */
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out);
 void      k3_gmatch_free(k3_gmatch *m);
 /* Sets the bits of the ids that may come next ((k3_gvocab_words) words). */
@@ -507,7 +535,14 @@ k3_status   k3_conv_add(k3_conv *c, k3_role role, const char *content, const cha
 k3_status k3_conv_add_msg(k3_conv *c, const k3_msg *m);
 /* Tool declarations: a JSON array of {"type":"function","function":{...}} (rendered as the
  * tool-declare message; checked at the next render). NULL, "" or "[]": none. */
-k3_status     k3_conv_set_tools(k3_conv *c, const char *json);
+k3_status k3_conv_set_tools(k3_conv *c, const char *json);
+/* The response format of the next turns (k3-tools.md 1.7): type NULL/"text" (none),
+ * "json_object" or "json_schema" with schema (JSON text, copied). Rendered only; enforcing
+ * is k3_conv_set_grammar's. */
+k3_status k3_conv_set_response_format(k3_conv *c, const char *type, const char *schema);
+/* The next turns' answers are drawn under g's token masks from the response channel on
+ * (reasoning stays free); NULL: none. g is not copied: it must outlive those turns. */
+void          k3_conv_set_grammar(k3_conv *c, const k3_grammar *g);
 const char   *k3_conv_tools(const k3_conv *c); /* NULL when none */
 int           k3_conv_count(const k3_conv *c);
 const k3_msg *k3_conv_msg(const k3_conv *c, int i); /* NULL when out of range */
@@ -520,10 +555,6 @@ int k3_conv_undo(k3_conv *c);
  * gone from the history (and the prompt), kept in transcripts, marked "abandoned" (k3chat.5).
  * Returns the messages moved (0: no user message; -1 out of memory, nothing changed). */
 int k3_conv_edit_last(k3_conv *c);
-/* The abandoned messages, oldest branch first: count; message i, with the index of the active
- * message it was written before (its branch point) and its branch number (1-based). */
-int           k3_conv_abandoned_count(const k3_conv *c);
-const k3_msg *k3_conv_abandoned(const k3_conv *c, int i, int *at, int *branch);
 /* /retry: removes trailing assistant messages so the history ends with the user's turn.
  * Returns messages removed (0: nothing to retry). */
 int k3_conv_pop_reply(k3_conv *c);
@@ -678,8 +709,7 @@ k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir);
 /* Brings the autosave file up to date now (k3_conv_generate calls it after each turn).
  * On failure the conversation stays in memory, the error is also kept for
  * k3_conv_autosave_error and the next call tries again. */
-k3_status   k3_conv_autosave(k3_conv *c);
-const char *k3_conv_autosave_path(const k3_conv *c); /* NULL before the first write */
+k3_status k3_conv_autosave(k3_conv *c);
 /* Why the last autosave failed ("PATH: what: strerror (errno N)"), NULL when it worked. */
 const char *k3_conv_autosave_error(const k3_conv *c);
 

@@ -28,7 +28,7 @@ def setup():
     """The server tests' setting: (build dir, scratch dir, k3chat, under ASan, environment) with
     a generated tiny checkpoint in SCRATCH/m (made here; FAIL and exit when that fails).
     K3_BITS=4 pins the numerics (the fit would choose the bits by the machine's memory otherwise);
-    t-serve-batch's disconnect case relies on greedy "hello" running past 1,500 tokens under them
+    t-serve-batch's disconnect case relies on greedy "greetings" running past 1,500 tokens under them
     and checks that premise itself. Checks that need a turn to outlive some event on any machine
     script its reply instead (K3_SERVE_SCRIPT)."""
     b, t = os.environ["K3_BUILD"], os.environ["K3_TMP"]

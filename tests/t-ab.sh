@@ -89,5 +89,5 @@ for o in "--random 5x:expected an integer in 1..16777216" "--random 0:expected a
     check $? "k3-ab ${o%%:*}: exit 2, '$(head -c 120 "$T/bad")'"
 done
 "$AB" "$T/m" "" "K3_MV_AHEAD=abc" >"$T/bad" 2>&1
-[ $? -eq 1 ] && grep -qF "K3_MV_AHEAD='abc': expected an integer in 0..64" "$T/bad"
+[ $? -eq 1 ] && grep -qF "K3_MV_AHEAD: 'abc' is not an integer in 0..64" "$T/bad"
 check $? "a malformed kernel knob in a setting: exit 1 naming it ($(head -c 120 "$T/bad"))"

@@ -67,6 +67,66 @@ n=$(wc -l <"$K3_TMP/reqs")
 t "17: after a broken pipe no more lines are sent (1 request of 5: $n), status 1 ($rc)" '[ "$n" -eq 1 ] && [ "$rc" = 1 ]'
 t "17: ... and it says so once" '[ "$(grep -c "cannot write the answer to standard output" "$K3_TMP/err17")" -eq 1 ]'
 
+# 8: --endpoint sends no sampling the user did not set (the server's defaults apply) and says
+# so; what the user set goes as given, without float noise
+: >"$K3_TMP/reqs"
+printf 'one\ntwo\n/stats\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err8"
+t "8: no temperature or top_p in any request when none was set ($(wc -l <"$K3_TMP/reqs") requests)" \
+    '[ "$(wc -l <"$K3_TMP/reqs")" -eq 2 ] && ! grep -q "temperature\|top_p" "$K3_TMP/reqs"'
+t "8: ... and /stats says the server's defaults are in force" \
+    'grep -q "settings: temp server.s · top-p server.s" "$K3_TMP/err8"'
+: >"$K3_TMP/reqs"
+printf 'one\ntwo\n' | "$k" --endpoint "$ep" --plain --temp 0.6 >/dev/null 2>&1
+t "8: --temp 0.6 goes as 0.6 in every request, top_p still the server's" \
+    '[ "$(grep -c "\"temperature\":0.6[,}]" "$K3_TMP/reqs")" -eq 2 ] && ! grep -q top_p "$K3_TMP/reqs"'
+
+# 23 (wording): a byte, a token in the singular; a
+# server that does not say its context size is not "of -1 tokens"
+printf 'delay 0\nresponse first {user}\n---\nresponse second {user}\n' >"$K3_TMP/m2.txt"
+printf 'hi\n/retry\n/save %s/w.jsonl\n/system x\n' "$K3_TMP" | K3_MOCK="$K3_TMP/m2.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err23"
+t "23: /system of one byte says 1 byte" 'grep -q "system prompt set (1 byte);" "$K3_TMP/err23"'
+printf '/stats\n/experts 1\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err23b"
+t "23: remote /experts says only that it does not apply (not 'requested' first)" \
+    'grep -q "the budget applies to a local model only" "$K3_TMP/err23b" && ! grep -q "GB requested" "$K3_TMP/err23b"'
+t "23: remote /stats without a context size says so (not 'of -1')" \
+    'grep -q "context: 0 tokens (the server does not say its size)" "$K3_TMP/err23b" && ! grep -q "of -1" "$K3_TMP/err23b"'
+
+# 23: transcript errors in k3chat's words: no library flag name, the file named once, a value
+# rather than "is an integer, expected ... integer"
+printf '{"role":"user","content":"a\\u0000b"}\n' >"$K3_TMP/nul.jsonl"
+printf '{"role":"user","content":"a"}\n{"role":"assis' >"$K3_TMP/torn.jsonl"
+printf '{"role":"user","content":"a"}\n{"role":"assistant","content":"b","abandoned":0}\n' >"$K3_TMP/ab0.jsonl"
+printf '/load %s/nul.jsonl\n/load %s/torn.jsonl\n/load %s/ab0.jsonl\n' "$K3_TMP" "$K3_TMP" "$K3_TMP" |
+    K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err23c"
+t "23: a NUL in a transcript is explained without JSON_ALLOW_NUL" \
+    'grep -q "NUL) in a string" "$K3_TMP/err23c" && ! grep -q JSON_ALLOW_NUL "$K3_TMP/err23c"'
+t "23: the torn-line warning names the file once" \
+    '[ "$(grep "torn final line" "$K3_TMP/err23c" | grep -o "torn.jsonl" | wc -l)" -eq 1 ]'
+t "23: a bad integer is quoted: '\"abandoned\" is 0, expected ...'" 'grep -q "\"abandoned\" is 0, expected a branch number" "$K3_TMP/err23c"'
+
+# 23: a TERM the terminal database does not know: k3chat's one notice, not libedit's too
+tui_start 100 20 K3_MOCK="$K3_TMP/mock.txt" -- "TERM=bogusterm $K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+wait_for "no terminfo entry for TERM 'bogusterm'" 10
+type_line hi
+wait_for "Hello, hi!" 10
+check "23: an unknown TERM gets k3chat's notice only (libedit's 'No entry for terminal type' was shown too)" \
+    hasnt "No entry for terminal type"
+
+# 21: a bare www. (or e-mail) autolink shows its text once, without its URL after it
+printf 'delay 0\nresponse see www.example.com now, [x](http://www.example.com) and a@b.org too\n' >"$K3_TMP/mw.txt"
+run_mock 120 20 "$K3_TMP/mw.txt" K3_HYPERLINKS=0
+wait_for "mock · 3 layers" 10
+type_line hi
+check "21: www.example.com is shown once; a named link still gets its URL" \
+    wait_for "see www.example.com now, x <http://www.example.com> and a@b.org too" 10
+
+# 24: /help names every key the chat has (Ctrl-Z, Ctrl-S, Ctrl-G, Alt-B, Alt-F, Ctrl-T were missing)
+printf '/help\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err24"
+miss=""
+for key in Ctrl-Z Ctrl-S Ctrl-G Alt-B/F /T,; do grep -q -- "$key" "$K3_TMP/err24" || miss="$miss $key"; done
+t "24: /help lists Ctrl-Z, Ctrl-S, Ctrl-G, Alt-B/F and Ctrl-T (missing:${miss:- none})" '[ -z "$miss" ]'
+t "24: ... and what Ctrl-C does to a typed line" 'grep -q "with a typed line (or /edit): clear it" "$K3_TMP/err24"'
+
 # 14: a NUL byte in a line-mode message: replaced with U+FFFD and said, not a cut message
 printf 'a\000b\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out14" 2>"$K3_TMP/err14"
 t "14: a NUL byte does not cut the message (it is U+FFFD)" '[ "$(cat "$K3_TMP/out14")" = "$(printf "Hello, a\357\277\275b!")" ]'
@@ -110,11 +170,50 @@ rc=$?
 t "19: --endpoint ftp://x is a usage error naming the URL (status $rc)" \
     '[ $rc -eq 2 ] && grep -q "endpoint: .ftp://x. is not an http:// or https:// URL" "$K3_TMP/err19"'
 
+# 19: K3_EMOJI with a value the full-screen chat refuses is refused in line mode too (status 2)
+printf 'hi\n' | K3_EMOJI=bogus K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19" 2>"$K3_TMP/err19b"
+rc=$?
+t "19: K3_EMOJI=bogus in line mode: status 2 naming the value ($rc), nothing sent" \
+    '[ $rc -eq 2 ] && grep -q "K3_EMOJI: .bogus." "$K3_TMP/err19b" && [ ! -s "$K3_TMP/out19" ]'
+
 # 11: --prompt reports a cut at --max-tokens as line mode does
 nano="$K3_SRC/models/k3-nano"
 if [ -f "$nano/model.safetensors" ]; then
     "$k" "$nano" --prompt "Tell me a long story" --think off --temp 0 --max-tokens 3 >/dev/null 2>"$K3_TMP/err11"
     t "11: --prompt --max-tokens 3 reports the cut-off" \
         'grep -q "cut off at the --max-tokens limit (3 tokens)" "$K3_TMP/err11"'
+    # 22: --prompt with stdout and stderr in one file: the reasoning ends its line before the
+    # answer (they were glued together)
+    "$k" "$nano" --prompt "What is 2+2?" --temp 0 --max-tokens 300 >"$K3_TMP/o22" 2>&1 </dev/null
+    out22=$("$k" "$nano" --prompt "What is 2+2?" --temp 0 --max-tokens 300 2>/dev/null)
+    t "22: --prompt >out 2>&1: the answer stands on a line of its own ($out22)" \
+        '[ -n "$out22" ] && grep -qx -- "$out22" "$K3_TMP/o22"'
+    # 23: K3_VERBOSE=1 shows the memory fit once (the engine's log and the chat's notice both did)
+    printf 'hi\n' | K3_VERBOSE=1 XDG_DATA_HOME="$K3_TMP/d23" "$k" "$nano" --think off --max-tokens 1 >/dev/null 2>"$K3_TMP/err23v"
+    t "23: K3_VERBOSE=1: the memory fit is told once ($(grep -c "memory fit" "$K3_TMP/err23v"))" \
+        '[ "$(grep -c "memory fit" "$K3_TMP/err23v")" -eq 1 ]'
+    K3_VERBOSE=1 "$k" "$nano" --prompt hi --max-tokens 1 >/dev/null 2>"$K3_TMP/err23w"
+    t "23: ... with --prompt too" '[ "$(grep -c "memory fit" "$K3_TMP/err23w")" -eq 1 ]'
+    # 22: /replay and --replay describe a differing turn in the same words (it said "saved -1"
+    # and a 0-based byte)
+    printf 'What is 2+2?\n/save %s/r22.jsonl\n' "$K3_TMP" |
+        XDG_DATA_HOME="$K3_TMP/d22" "$k" "$nano" --think off --temp 0 --max-tokens 6 >/dev/null 2>&1
+    sed 's/"content":"\([^"]*\)","token_ids":\[[0-9,]*\]/"content":"Xyz\1"/' "$K3_TMP/r22.jsonl" >"$K3_TMP/r22x.jsonl"
+    a22=$("$k" "$nano" --replay "$K3_TMP/r22x.jsonl" 2>/dev/null | sed -n 's/^turn 1: //p')
+    printf '/replay %s/r22x.jsonl\n' "$K3_TMP" | XDG_DATA_HOME="$K3_TMP/d22" "$k" "$nano" >/dev/null 2>"$K3_TMP/err22"
+    b22=$(sed -n 's/^k3chat: replay turn 1: //p' "$K3_TMP/err22")
+    t "22: /replay and --replay say the same of a differing turn ($b22)" \
+        'case "$a22" in DIFFERS*) [ "$a22" = "$b22" ] ;; *) false ;; esac'
+    # 16: the context figures are measured under the settings in force: an empty conversation
+    # with --think off measures the same at start and after /clear (it was 83 then 14), and
+    # /think on changes the figure at once
+    printf '/stats\nhi\n/clear\n/stats\n/think on\n/stats\n' |
+        XDG_DATA_HOME="$K3_TMP/d16" "$k" "$nano" --think off --temp 0 --max-tokens 4 >/dev/null 2>"$K3_TMP/err16"
+    c1=$(grep "context:" "$K3_TMP/err16" | sed -n '1s/.*context: \([0-9]*\) of.*/\1/p')
+    c2=$(grep "context:" "$K3_TMP/err16" | sed -n '2s/.*context: \([0-9]*\) of.*/\1/p')
+    c3=$(grep "context:" "$K3_TMP/err16" | sed -n '3s/.*context: \([0-9]*\) of.*/\1/p')
+    t "16: --think off: the empty conversation's context is the same at start and after /clear ($c1, $c2)" \
+        '[ -n "$c1" ] && [ "$c1" = "$c2" ]'
+    t "16: ... and /think on changes it before any turn ($c2 -> $c3)" '[ -n "$c3" ] && [ "$c3" -gt "$c2" ]'
 fi
 finish

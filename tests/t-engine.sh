@@ -1,7 +1,8 @@
 #!/bin/sh
 # t-engine.sh: the one-shot CLI contract `k3chat MODEL_DIR --ids "..."` on a generated model:
 # generated ids on one line of stdout (decimal, single spaces), --max-tokens honoured, greedy
-# and seeded sampling reproducible, K3_CHUNK not changing the output, bad input a clear error.
+# and seeded sampling reproducible, K3_CHUNK and K3_WINDOW not changing the output, K3_ROUTE=uniform
+# a function of its seed alone, bad input a clear error.
 . "$K3_SRC/tests/lib.sh"
 set -u
 B=$K3_BUILD
@@ -19,6 +20,18 @@ n=$(echo "$out" | wc -w)
 out1=$(K3_CHUNK=1 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 out5=$(K3_CHUNK=5 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 [ "$out" = "$out1" ] && [ "$out" = "$out5" ]; ok $? "K3_CHUNK=1 and 5 give the same greedy ids"
+outw=$(K3_CHUNK=4 K3_WINDOW=9 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+outc=$(K3_CHUNK=4 K3_WINDOW=4 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+[ "$out" = "$outw" ] && [ "$out" = "$outc" ]; ok $? "K3_WINDOW=9 (windows of 9 over chunks of 4) and the per-chunk path give the same greedy ids"
+
+K3_ROUTE=random "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -qF "K3_ROUTE: 'random' is not model or uniform" "$T/err"; ok $? "K3_ROUTE=random is rejected naming the variable and the choices"
+K3_WINDOW=-1 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" != 0 ] && grep -qF "K3_WINDOW: '-1' is not an integer in 0..16777216" "$T/err"; ok $? "K3_WINDOW=-1 is rejected naming the variable and the range"
+ou1=$(K3_ROUTE=uniform "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+ou2=$(K3_ROUTE=uniform K3_CHUNK=3 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+ou3=$(K3_ROUTE=uniform K3_ROUTE_SEED=2 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
+[ -n "$ou1" ] && [ "$ou1" = "$ou2" ] && [ "$ou1" != "$ou3" ] && [ "$ou1" != "$out" ]; ok $? "K3_ROUTE=uniform: the same ids at any chunk, others with another K3_ROUTE_SEED or the model's routing ('$ou1', '$ou3', '$out')"
 
 s1=$("$B/k3chat" "$T/m" --ids "$ids" --max-tokens 8 --temp 0.9 --seed 5 2>/dev/null)
 s2=$("$B/k3chat" "$T/m" --ids "$ids" --max-tokens 8 --temp 0.9 --seed 5 2>/dev/null)
@@ -43,11 +56,11 @@ for kv in "K3_MV_AHEAD=abc:an integer in 0..64" "K3_PREFETCH=-1:an integer in 0.
     "K3_PROFILE=yes:0 or 1" "K3_VERBOSE=true:0 or 1" "K3_HUGEPAGES=2:0 or 1"; do
     var=${kv%%=*} val=${kv#*=} val=${val%%:*} range=${kv#*:}
     env "$var=$val" "$B/k3chat" "$T/m" --prompt hi --max-tokens 2 >"$T/out" 2>"$T/err"; rc=$?
-    [ "$rc" = 1 ] && grep -qF "$var='$val': expected $range" "$T/err" && [ ! -s "$T/out" ]
+    [ "$rc" = 1 ] && grep -qF "$var: '$val' is not $range" "$T/err" && [ ! -s "$T/out" ]
     ok $? "$var=$val with --prompt: exit $rc, '$(head -c 100 "$T/err")'"
 done
 K3_MV_AHEAD=65 "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
-[ "$rc" = 1 ] && grep -qF "K3_MV_AHEAD='65': expected an integer in 0..64" "$T/err"
+[ "$rc" = 1 ] && grep -qF "K3_MV_AHEAD: '65' is not an integer in 0..64" "$T/err"
 ok $? "K3_MV_AHEAD=65 with --ids: exit $rc, '$(head -c 100 "$T/err")'"
 out2=$(K3_MV_AHEAD=3 K3_ROWSPLIT=1 K3_KBLOCK=0 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 [ "$out2" = "$out" ]; ok $? "K3_MV_AHEAD=3 K3_ROWSPLIT=1 K3_KBLOCK=0 accepted, the same greedy ids"
@@ -86,7 +99,7 @@ ok $? "--ids with a typo: a usage error before loading ($(head -c 160 "$T/err"))
 # the server's prompt-cache settings: a malformed value stops the start, naming the variable
 for kv in K3_CONV_SNAPSHOTS=many K3_CONV_SNAPSHOTS=65 K3_CONV_SNAPSHOT_MB=lots K3_CONV_SNAPSHOT_MB=-1; do
     env "$kv" timeout 60 "$B/k3chat" "$T/m" --serve 127.0.0.1:0 >/dev/null 2>"$T/err"; rc=$?
-    [ "$rc" = 1 ] && grep -q "${kv%%=*}='${kv#*=}'" "$T/err"
+    [ "$rc" = 1 ] && grep -q "${kv%%=*}: '${kv#*=}'" "$T/err"
     ok $? "--serve with $kv: exit 1 naming it (status $rc: $(tail -n 1 "$T/err" | head -c 140))"
 done
 exit 0

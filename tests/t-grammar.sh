@@ -1,6 +1,7 @@
 #!/bin/sh
 # t-grammar.sh: structured output on k3-nano, checked by an independent validator.
 # slow
+# run-once
 #
 # Installs ajv (draft 2020-12) and ajv-formats from the npm registry into a cache folder outside
 # the repository (K3_AJV_JS, default ~/.cache/k3chat/ajv-js; never committed). Then:

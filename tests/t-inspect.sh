@@ -33,6 +33,17 @@ grep -qF "K3_BITS=32" "$T/out32" && grep -qF "the budget holds all experts" "$T/
 a=$(grep 'dense matrices' "$T/out" | awk '{print $5 $6}'); b=$(grep 'dense matrices' "$T/out32" | awk '{print $5 $6}')
 [ -n "$a" ] && [ "$a" != "$b" ]; check $? "dense-matrix memory depends on K3_BITS ($a vs $b)"
 K3_EXPERT_GB=0.00001 "$K3" --inspect "$M" 2>&1 | grep -q "cache floor: one expert per MoE layer"; check $? "tiny K3_EXPERT_GB: the one-expert-per-layer floor"
+# the prefill window: K3_MAXT tokens when they fit, K3_WINDOW, shrunk when memory is short, none when
+# not even a chunk fits; the first token of 1k and 8k prompts with the bytes read and the floor
+grep -qE "^  prefill window .*\(8192 tokens:" "$T/out"; check $? "the plan holds a prefill window of K3_MAXT=8192 tokens"
+grep -qE "^first token  1024-token prompt [0-9.e+-]+ s reading .* of experts \(floor .*; per chunk of 128: .*\); 8192-token prompt" "$T/out"
+check $? "first token: 1k and 8k prompts, the bytes, the floor and the per-chunk path"
+K3_WINDOW=300 "$K3" --inspect "$M" 2>&1 | grep -qE "^  prefill window .*\(300 tokens:"; check $? "K3_WINDOW=300: a window of 300 tokens"
+K3_MEM_GB=0.558 "$K3" --inspect "$M" >"$T/outw" 2>&1
+grep -qE "^  prefill window .*tokens, shrunk to fit" "$T/outw" && grep -qF "shrunk to fit the memory" "$T/outw"
+check $? "K3_MEM_GB=0.558: the window shrinks to fit and the plan and the fit line say so"
+K3_MEM_GB=0.5265 "$K3" --inspect "$M" 2>&1 | grep -qF "none: 8192 tokens do not fit; prefill per K3_CHUNK"
+check $? "K3_MEM_GB=0.5265: no window (not a chunk's worth fits), said so"
 K3_BITS=5 "$K3" --inspect "$M" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "K3_BITS" "$T/err" && [ "$(wc -l <"$T/err")" -eq 1 ]; check $? "K3_BITS=5 rejected naming the variable ($(head -c 200 "$T/err"))"
 

@@ -48,7 +48,9 @@ check $rc "installed k3chat --version exits 0"
 
 # ---- --help, the man page and the getopt table agree ----
 "$R/usr/bin/k3chat" --help >"$T/help" 2>&1; check $? "k3chat --help exits 0"
-grep -oE '\{"[a-z][a-z0-9-]*"' "$S/ui/cli/main.c" | tr -d '{"' | sort -u >"$T/getopt"
+# the mode options in ui/cli/main.c, the settings' flags (column 9) in include/k3-settings.h
+{ grep -oE '\{"[a-z][a-z0-9-]*"' "$S/ui/cli/main.c" | tr -d '{"'
+  sed -n 's/^ *X(\([^,]*,\)\{8\} *"\([a-z][a-z0-9-]*\)",.*/\2/p' "$S/include/k3-settings.h"; } | sort -u >"$T/getopt"
 [ -s "$T/getopt" ]; check $? "getopt table found in ui/cli/main.c ($(wc -l <"$T/getopt") options)"
 # the man page's OPTIONS section, \- unescaped
 sed -n '/^\.SH OPTIONS/,/^\.SH /p' "$S/man/k3chat.1" | sed 's/\\-/-/g' | grep -oE -- '--[a-z][a-z0-9-]*' |

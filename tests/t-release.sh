@@ -29,7 +29,7 @@ bad_input() {
 t0=$(date +%s.%N)
 K3_MEM_GB=abc timeout 120 "$K3" "$R" --prompt hi >/dev/null 2>"$T/err"; rc=$?
 secs=$(since "$t0")
-[ $rc -eq 1 ] && grep -q "K3_MEM_GB='abc': expected a number" "$T/err" && quick "$secs"
+[ $rc -eq 1 ] && grep -q "K3_MEM_GB: 'abc' is not a number" "$T/err" && quick "$secs"
 check $? "K3_MEM_GB=abc: error names the variable, $secs s (bound $BAD_S s) ($(head -c 120 "$T/err"))"
 K3_MEM_GB=abc "$K3" --inspect "$R" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "K3_MEM_GB" "$T/err"; check $? "--inspect with K3_MEM_GB=abc: the same error"
@@ -181,9 +181,12 @@ def scratch(C, T, nrun=NL):
     W = max(P, Hm * (nope + rope), kl + rope, Hm * vd, ql, E, S * F, I, D, L, F)
     NB = -(-nrun // blk)
     f = 6 * C * W + C * D * (4 + NB) + 3 * (CK - 1 + C) * P + 2 * Hm * C * kl + C * max(nope, kl, L, H)
-    f += C * max(vd, kl, L) + Hm * T + C * K * L + 4 * C * K + 2 * (E + 1) + C + E * L + C * V
+    f += C * max(vd, kl, L) + Hm * T + C * K * L + C * L + 4 * C * K + 2 * (E + 1) + C + E * L + C * V
     return 4 * f + 4 * V + 8 * 2 * P
 print("scratch", scratch(128, 8192), "chunk32", scratch(32, 8192))
+# the prefill window (k3chat(1) PREFILL WINDOW): a logits row, then per token h, x, xn, y, the
+# block snapshots, the expert outputs and latent row, the routing table (ids, weights, rows, flags)
+print("win", 4 * V, 4 * ((4 + -(-NL // blk)) * D + K * L + L + 4 * K + 1))
 EOF
 check $? "expected figures computed ($(tr '\n' ' ' <"$T/expect" | head -c 300))"
 ex() { awk -v k="$1" -v i="$2" '$1 == k { print $i }' "$T/expect"; }
@@ -265,8 +268,11 @@ for G in 8 24 64 128 2000; do
 done
 # 2000 GB: every expert resident; 128 GB: the cache takes what is left of usable
 grep -q "all resident" "$T/f2000"; check $? "K3_MEM_GB=2000: every expert resident"
-left=$(awk -v u="$(usable 128)" -v p="$(plan 8 8 8 0)" 'BEGIN { printf "%.2f GB\n", (u - p) / 1e9 }')
-grep -q "routed experts *$left" "$T/f128"; check $? "K3_MEM_GB=128: the expert cache takes what is left ($left)"
+# (after the prefill window: K3_MAXT=8192 tokens, which half of what is left holds)
+left=$(awk -v u="$(usable 128)" -v p="$(plan 8 8 8 0)" -v b="$(ex win 2)" -v c="$(ex win 3)" \
+    'BEGIN { printf "%.2f GB\n", (u - p - b - c * 8192) / 1e9 }')
+grep -q "routed experts *$left" "$T/f128" && grep -q "prefill window .*(8192 tokens" "$T/f128"
+check $? "K3_MEM_GB=128: a prefill window of 8192 tokens, the expert cache takes what is left ($left)"
 # explicit settings are never changed: refused with the settings that would fit
 grep '^fit ' "$T/x1a" >"$T/x1"
 grep -q "settings given explicitly are never changed" "$T/x1" && grep -qF "K3_BITS=4: $(gb2 "$(plan 4 8 8 floor)") (fits)" "$T/x1"
@@ -302,7 +308,7 @@ secs=$(($(date +%s) - t0))
 [ $rc -eq 0 ] && [ "$(cat "$T/out")" = "0" ]
 check $? "--layers 2: open + one token in $secs s: exit 0, zero weights give all-equal logits and greedy picks id 0 (got '$(head -c 40 "$T/out")'; $(tail -n 2 "$T/err" | tr '\n' '|' | head -c 300))"
 grep -q "memory fit: K3_BITS=4 K3_MLA_BITS=4 K3_HEAD_BITS=4 K3_MAXT=8192, expert cache" "$T/err"; check $? "--layers 2: the fit line reports the given bits"
-head -n 1 "$T/err" | grep -Eq '^k3chat: expected speed on this machine: decode [0-9.e+-]+ s/token, prefill [0-9.e+-]+ s/token \(4/4/4 bits'
+head -n 1 "$T/err" | grep -Eq '^k3chat: expected speed on this machine: decode [0-9.e+-]+ s/token, prefill [0-9.e+-]+ s/token; first token of a 1024-token prompt [0-9.e+-]+ s reading .* \(4/4/4 bits'
 check $? "--layers 2: the speed estimate is printed before loading ($(head -n 1 "$T/err" | head -c 200))"
 # the TUI shows the estimate while the model loads (the load is stopped: only the screen matters)
 if command -v tmux >/dev/null; then

@@ -176,9 +176,9 @@ try:
     good, what = one_json_error(out, 400)
     ok(good, "GET /health%%00junk -> 400 (%s)" % what[:60])
     details = [
-        ("temperature 2.0000001", chat(temperature=2.0000001), "2.0000001 is outside"),
+        ("temperature 2.0000001", chat(temperature=2.0000001), "'2.0000001' is not a number in 0..2"),
         ("max_tokens 2000000000", chat(max_tokens=2000000000), "1 to 1000000000"),
-        ("response_format json_object", chat(response_format={"type": "json_object"}), "response_format"),
+        ("response_format yaml", chat(response_format={"type": "yaml"}), "response_format.type"),
         ("frequency_penalty 'abc'", chat(frequency_penalty="abc"), "frequency_penalty"),
         ("presence_penalty 0.5", chat(presence_penalty=0.5), "presence_penalty"),
         ("logprobs 'yes'", chat(logprobs="yes"), "logprobs"),

@@ -151,11 +151,12 @@ try:
        % (len(counts), max(counts) if counts else -1))
 
     # ---- disconnect one of four streams: the others are intact, its slot takes the queued request
-    long_req = body("hello", 100000, stream=True, think=True)
-    # three streams long enough to outlive the cancel 0.6 s in ("hello" greedy runs past 1,500 tokens
-    # at K3_MAXT 2048: checked below; 600 tokens ended before the cancel once the kernels got faster)
+    long_req = body("greetings", 100000, stream=True, think=True)
+    # three streams long enough to outlive the cancel 0.6 s in ("greetings" greedy runs past 1,500
+    # tokens at K3_MAXT 2048: checked below; 600 tokens ended before the cancel once the kernels got
+    # faster; "hello" stopped at 132 tokens once the kernels rounded once per group of 32)
     n_other = 1500
-    others = [body("hello", n_other, stream=True, think=True)] * 3
+    others = [body("greetings", n_other, stream=True, think=True)] * 3
     queued_req = body("the queued one", 12)
     ref = [post(port, r) for r in others[:1] * 3 + [queued_req]]
     ok(ref[0][2][3] is None and ref[0][2][2] == "length", "the long reference stream runs to max_tokens")

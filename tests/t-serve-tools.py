@@ -207,10 +207,9 @@ try:
                                                                                "content": "x"}]},
         "messages[1].tool_calls[0].function.arguments")
     bad("tool_choice of an unknown kind", {"messages": q, "tools": TOOLS, "tool_choice": "any"}, "tool_choice")
-    bad("a named tool_choice", {"messages": q, "tools": TOOLS,
-                                "tool_choice": {"type": "function", "function": {"name": "get_time"}}},
-        "constrained decoding")
-    bad("parallel_tool_calls false", {"messages": q, "tools": TOOLS, "parallel_tool_calls": False},
+    bad("a named tool_choice of a function not in tools", {"messages": q, "tools": TOOLS,
+        "tool_choice": {"type": "function", "function": {"name": "get_date"}}}, "not in tools")
+    bad("parallel_tool_calls not a boolean", {"messages": q, "tools": TOOLS, "parallel_tool_calls": "no"},
         "parallel_tool_calls")
     bad("tools not an array", {"messages": q, "tools": {"type": "function"}}, "tools")
     bad("a system message's in-place tools with a bad schema",
@@ -328,7 +327,7 @@ const a = await client.chat.completions.create({ model: "tiny-k3", messages: his
 out.answer = { finish: a.choices[0].finish_reason, content: a.choices[0].message.content };
 try {
   await client.chat.completions.create({ model: "tiny-k3", messages: q, tools,
-    tool_choice: { type: "function", function: { name: "get_time" } } });
+    tool_choice: { type: "function", function: { name: "get_date" } } });
   out.named = "no error";
 } catch (e) { out.named = [e.status, e.message]; }
 console.log(JSON.stringify(out));
@@ -363,8 +362,8 @@ console.log(JSON.stringify(out));
            "OpenAI SDK: streamed tool call deltas accumulate to the same calls")
         ok(res.get("answer", {}).get("content") == "It is 18 C." and res["answer"]["finish"] == "stop",
            "OpenAI SDK: the tool result turn is answered")
-        ok(isinstance(res.get("named"), list) and res["named"][0] == 400, "OpenAI SDK: a named tool_choice is a 400 "
-           "error (%r)" % (res.get("named"),))
+        ok(isinstance(res.get("named"), list) and res["named"][0] == 400, "OpenAI SDK: a named tool_choice of a function "
+           "not in tools is a 400 error (%r)" % (res.get("named"),))
 finally:
     if srv.poll() is None:
         srv.terminate()

@@ -41,14 +41,17 @@ resp_or_done() {
         { [ "$(screen | grep -c 'length limit reached')" -ge 2 ] && [ "$(screen | grep -c 'thought for')" -eq 1 ]; }
 }
 check "with thinking off the answer goes to the response pane" wait_until "the response pane" 20 resp_or_done
-wait_gone "── response" 30 # a Ctrl-D while an answer streams does not quit
+# a quit while the answer streams only warns (k3chat(1), Ctrl-D): quit once the turn has ended
+turn_ended() { [ "$(screen | grep -c 'length limit reached')" -ge 2 ]; }
+check "the greedy answer runs to the length limit" wait_until "the second length-limit marker" 30 turn_ended
 keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 
-# a long answer (greedy "hello" runs to the end of the context): Ctrl-C stops it
+# a long answer (greedy "once upon a time" runs past 2,000 tokens; "hello" ended at 370 once the
+# kernels rounded once per group of 32): Ctrl-C stops it
 tui_start 100 30 -- "$K3CHAT --endpoint http://127.0.0.1:$port/v1 --temp 0 --think off 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 wait_for "tiny-remote" 10
-type_line "hello"
+type_line "once upon a time"
 check "a long remote answer streams" wait_for "── response" 20
 keys C-c
 check "Ctrl-C stops it" wait_for "[stopped]" 10
@@ -63,7 +66,9 @@ check "the server is back on the same port" [ -n "$port" ]
 keys C-l; type_line "/retry"
 check "/retry sends the kept message again and it is answered" wait_for "── response" 20
 keys C-c
-wait_gone "── response" 10 # the turn has ended (a Ctrl-D while it streams does not quit)
+# the first answer's marker is still on the screen: wait for this one's
+two_stopped() { [ "$(screen | grep -cF '[stopped]')" -ge 2 ]; }
+check "Ctrl-C stops the retried answer" wait_until "a second [stopped] marker" 10 two_stopped
 keys C-d
 check "exit with 0" wait_for "EXIT=0" 10
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"

@@ -90,7 +90,7 @@ full=$(grep -ac '^k3chat: context full' "$K3_TMP/err")
 turns=$((sent - full))
 # every stderr line is a notice the script asks for; anything else (a failed turn or command,
 # a replayed turn that differs, a sanitizer report) is reported here
-grep -avE '^k3chat: (loading |loaded |memory fit: |the answer was cut off at the --max-tokens limit |context full: |saved [0-9]+ messages to |dropped the (oldest|last) exchange |expert-cache budget |replaying .* \(Ctrl-C stops\)$|replay turn [0-9]+: same answer |replay of .*: 0 turns differ$)' \
+grep -avE '^k3chat: (loading |loaded |memory fit: |the answer was cut off at the --max-tokens limit |context full: |saved [0-9]+ messages( and [0-9]+ abandoned)? to |dropped the (oldest|last) exchange |expert-cache budget |replaying .* \(Ctrl-C stops\)$|replay turn [0-9]+: same answer |replay of .*: 0 turns differ$)' \
     "$K3_TMP/err" >"$K3_TMP/other"
 # a message refused at capacity got no answer: line mode's exit status is 1 then (as --prompt's)
 want=0
@@ -111,7 +111,8 @@ t "memory stays flat: VmRSS late ${late} kB vs early ${early} kB (+5% +2 MB), $n
 replays=$(grep -c '^/replay ' "$K3_TMP/in")
 want=0
 for f in $(sed -n 's|^/replay ||p' "$K3_TMP/in"); do
-    want=$((want + $(grep -ac '^{"role":"assistant"' "$f")))
+    # the answers /retry replaced stay in the file, "abandoned", and are not replayed
+    want=$((want + $(grep -a '^{"role":"assistant"' "$f" | grep -vc '"abandoned"')))
 done
 ok=$(grep -ac '^k3chat: replay of .*: 0 turns differ$' "$K3_TMP/err")
 same=$(grep -ac '^k3chat: replay turn [0-9]*: same answer ' "$K3_TMP/err")

@@ -15,6 +15,7 @@ K3=$B/k3chat
 M=$T/tiny
 "$B/k3-mkmodel" --preset tiny --seed 7 --quiet "$M" || { fail "k3-mkmodel --preset tiny"; exit 1; }
 XDG_CACHE_HOME=$T/cache; export XDG_CACHE_HOME
+K3_CHUNK=32; export K3_CHUNK # no chunk-width probes: each measuring run is the base probes only
 SC=$T/cache/k3chat/speed
 
 "$K3" --inspect "$M" >"$T/out" 2>"$T/err"; rc=$?

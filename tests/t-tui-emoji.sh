@@ -193,6 +193,6 @@ keys C-d; wait_for "EXIT=0" 5
 # a bad setting is refused before the screen starts
 tui_start 80 24 K3_MOCK="$m2" K3_EMOJI=sometimes -- "$K3CHAT /no/model 2>&1; echo EXIT=\$?; sleep 60"
 check "K3_EMOJI=sometimes: exit 2" wait_for "EXIT=2" 10
-check "... naming the variable and the values it takes" has "K3_EMOJI='sometimes': expected whole, fallback or auto"
+check "... naming the variable and the values it takes" has "K3_EMOJI: 'sometimes' is not auto, whole or fallback"
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
 finish

@@ -100,9 +100,9 @@ printf 'delay 3000\nthink abcdef\nresponse ghijklmno\n' >"$m"
 tui_start 70 24 K3_MOCK="$m" -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 wait_for "mock · 3 layers" 10
 type_line "think slowly"
-think_title() { screen | grep -o -- "thinking · [0-9.]* s · [0-9]* tokens" | head -n 1; }
+think_title() { screen | grep -o -- "thinking · [0-9.]* s · [0-9]* tokens*" | head -n 1; }
 check "the first reasoning token arrives" wait_for "thinking · " 10
-wait_for "· 1 tokens" 10
+wait_for "· 1 token " 10 # the singular since #36 item 23
 a=$(think_title)
 sleep 1
 b=$(think_title)

@@ -22,5 +22,7 @@ rc=$?
 t "memcheck: exit 0, no errors, no definite leaks (got $rc)" '[ $rc -eq 0 ] && [ ! -s "$K3_TMP/vg" ]'
 [ -s "$K3_TMP/vg" ] && head -n 40 "$K3_TMP/vg" | sed 's/^/    | /'
 f=$(ls "$K3_TMP"/data/k3chat/*.jsonl 2>/dev/null | head -n 1)
-t "the three turns were answered (autosave holds 3 assistant messages)" \
-    '[ -n "$f" ] && [ "$(grep -c "\"role\":\"assistant\"" "$f")" -eq 3 ]'
+# /retry keeps the answer it replaced, marked abandoned (k3chat(5))
+t "the three turns were answered (autosave holds 3 assistant messages and the one /retry replaced)" \
+    '[ -n "$f" ] && [ "$(grep "\"role\":\"assistant\"" "$f" | grep -vc "\"abandoned\":1")" -eq 3 ] &&
+     [ "$(grep "\"role\":\"assistant\"" "$f" | grep -c "\"abandoned\":1")" -eq 1 ]'

@@ -1,6 +1,6 @@
 /* test-amx.c: the AMX tile emulation against the SDM's semantics, the AMX kernels (on the
  * emulation, and on the hardware where there is one) against their scalar twin, and the AMX
- * order against the canonical one.
+ * level at every column count against the group order's plain C twin.
  *
  * - Emulation: faults where the hardware faults (no permission: SIGILL; no configuration,
  *   operand shapes that do not chain, a tile used twice: #UD; a bad LDTILECFG operand: #GP);
@@ -10,8 +10,8 @@
  * - kern_amx_matmul_emu == kern_amx_ref bit for bit: int8, int4, MXFP4; partial row tiles (rows
  *   % 16), partial column tiles (n % 16), K not a multiple of 64 or 32, 1 and 2 threads. It
  *   faults without the permission request and leaves the tiles released.
- * - The AMX order vs the canonical order (scalar kern_idot_ref through qmat_matmul): relative
- *   L2 within 1e-5 (float rounding only; the same int8 codes and scales).
+ * - The emulated AMX level through qmat_matmul at 1, 7, 32 and 128 columns == kern_amx_ref, bit
+ *   for bit (the one rounding order of kern-impl.h; the other levels: test-kern).
  * - Hardware: kern_amx_matmul_hw == kern_amx_ref where cpuid says AMX and the permission is
  *   granted; otherwise a SKIP that names the reason.
  */
@@ -311,7 +311,7 @@ static void check_grp_nan(void) {
                 ok &= t == bad ? isnan(a) && isnan(b) : memcmp(&a, &b, 4) == 0 && !isnan(b);
             }
         T_CHECK(ok,
-                "AVX-512 group order %s: a NaN input gives NaN in its column only, the rest as kern_amx_ref",
+                "AVX-512 wide matmul %s: a NaN input gives NaN in its column only, the rest as kern_amx_ref",
                 tname[type]);
         free(x), free(y0), free(y1);
         if (mx)
@@ -340,36 +340,48 @@ static void check_kernel_needs_perm(void) {
     qmat_free(&m);
 }
 
-/* AMX order vs canonical order: the same codes and scales, float rounding only. */
-static void check_order_bound(void) {
+/* The AMX level as the kernels run it (K3_AMX_EMU=1: the tiles on the emulation, from 2 columns;
+ * one column runs the avx512 matvec) at 1, 7, 32 and 128 columns == kern_amx_ref bit for bit,
+ * on 1 and 2 threads: the one rounding order (kern-impl.h) that test-kern checks at the other
+ * levels. */
+static void check_amx_level(void) {
+    static const int ns[] = {1, 7, 32, 128};
+    setenv("K3_AMX_EMU", "1", 1);
+    const int emu = kern_knobs_env() == K3_OK && kern_amx_emulated();
+    const int isa = kern_set_isa(KERN_AMX);
     for (int type = Q_I8; type <= Q_MXFP4; type++) {
-        const int rows = 48, cols = type == Q_MXFP4 ? 1024 : 1000, n = 8;
+        const int rows = 37, cols = type == Q_I8 ? 1100 : 1120;
         qmat      m;
         uint8_t  *mx;
         make_mat(&m, type, rows, cols, &mx);
-        float *x = make_x(n, cols), *ya = malloc((size_t)n * rows * 4), *yc = malloc((size_t)n * rows * 4);
-        kern_amx_ref(&m, x, n, ya);
-        kern_set_isa(KERN_SCALAR);
+        float *x = make_x(128, cols), *ya = malloc((size_t)128 * rows * 4),
+              *yb = malloc((size_t)128 * rows * 4);
         kern_set_idot(1);
-        qmat_matmul(&m, x, n, yc);
-        double num = 0, den = 0;
-        int    same = 0;
-        for (int i = 0; i < n * rows; i++) {
-            const double a = (double)ya[i], c = (double)yc[i];
-            num += (a - c) * (a - c);
-            den += c * c;
-            same += ya[i] == yc[i];
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            const int n    = ns[k];
+            size_t    diff = 0;
+            kern_amx_ref(&m, x, n, ya);
+            for (int th = 1; th <= 2; th++) {
+                omp_set_num_threads(th);
+                memset(yb, 0xFF, (size_t)n * rows * 4);
+                qmat_matmul(&m, x, n, yb);
+                for (size_t i = 0; i < (size_t)n * rows; i++)
+                    diff += memcmp(&ya[i], &yb[i], 4) != 0;
+            }
+            T_CHECK(emu && isa == KERN_AMX && !diff,
+                    "group order: emulated AMX level, %s %dx%d, %d column%s: == kern_amx_ref bit for bit, 1 "
+                    "and 2 threads (%zu values differ)",
+                    tname[type], rows, cols, n, n > 1 ? "s" : "", diff);
         }
-        double rel = sqrt(num / den);
-        T_CHECK(rel < 1e-5 && rel > 0,
-                "AMX order vs canonical, %s %dx%d x %d: rel L2 %.2e (< 1e-5; %d of %d equal)", tname[type],
-                rows, cols, n, rel, same, n * rows);
-        free(x), free(ya), free(yc);
+        free(x), free(ya), free(yb);
         if (mx)
             free(mx);
         else
             qmat_free(&m);
     }
+    unsetenv("K3_AMX_EMU");
+    kern_knobs_env();
+    kern_set_isa(kern_isa_best());
 }
 
 int main(void) {
@@ -388,9 +400,9 @@ int main(void) {
     else {
         check_kernel_needs_perm();
         check_kernel(kern_amx_matmul_emu, "emulated AMX", 1);
-        check_kernel(kern_grp_matmul, "AVX-512 group order", 0);
+        check_kernel(kern_grp_matmul, "AVX-512 wide matmul", 0);
         check_grp_nan();
-        check_order_bound();
+        check_amx_level();
     }
     amx_emu_trap(0);
 

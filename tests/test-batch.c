@@ -508,7 +508,7 @@ int main(void) {
     scenarios(dir, &f32c5, "f32, chunk 5", 1);
     scenarios(dir, &f32c32, "f32, chunk 32", 1);
     scenarios(dir, &st5, "f32, chunk 5, experts streamed (one cache slot)", 1);
-    /* the quantized kernels at every level this CPU runs (K3_ISA, read when a model opens) */
+    /* the quantized kernels at every level this CPU runs (K3_ISA, read by k3_init) */
     static const struct {
         int         isa;
         const char *env, *novnni;
@@ -524,6 +524,8 @@ int main(void) {
         }
         setenv("K3_ISA", lv[i].env, 1);
         setenv("K3_NOVNNI", lv[i].novnni, 1);
+        T_CHECK(k3_init() == K3_OK, "k3_init reads K3_ISA=%s K3_NOVNNI=%s (%s)", lv[i].env, lv[i].novnni,
+                k3_errmsg());
         snprintf(what, sizeof what, "default bits, chunk 5, kernels %s", kern_isa_name(lv[i].isa));
         scenarios(dir, &q5, what, lv[i].isa == KERN_AVX512);
         T_CHECK(kern_isa() == lv[i].isa, "%s: the kernels ran at that level (%s)", what,

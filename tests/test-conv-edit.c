@@ -3,6 +3,7 @@
  * message it was replaced at; save/load/save is byte-identical; autosave rewrites the file;
  * later edits and drops keep the branch points right; a bad "abandoned" value is an error
  * naming the line, memory untouched. (No model needed.) */
+#include "conv-impl.h"
 #include "k3.h"
 #include "test.h"
 
@@ -155,6 +156,56 @@ int main(void) {
             "the transcript keeps both answers, the first marked abandoned");
     free(tr);
     k3_conv_free(r);
+
+    /* a /system set mid-conversation: the transcript says after how many messages ("since"),
+     * the export puts it there, a load keeps it, dropping earlier exchanges moves it */
+    k3_conv *y = k3_conv_new();
+    k3_conv_add(y, K3_ROLE_USER, "q1", NULL);
+    k3_conv_add(y, K3_ROLE_ASSISTANT, "a1", NULL);
+    k3_conv_set_system(y, "be terse");
+    k3_conv_add(y, K3_ROLE_USER, "q2", NULL);
+    k3_conv_add(y, K3_ROLE_ASSISTANT, "a2", NULL);
+    snprintf(path2, sizeof path2, "%s/sys.jsonl", dir);
+    T_CHECK(k3_conv_save(y, path2) == K3_OK, "save with a late system prompt");
+    char *ts = t_read_file(path2, NULL);
+    T_CHECK(ts && line_has(ts, 1, "\"be terse\"") && line_has(ts, 1, "\"since\":2"),
+            "the system line says it came after 2 messages");
+    free(ts);
+    k3_conv *y2 = k3_conv_new();
+    T_CHECK(k3_conv_load(y2, path2, NULL) == K3_OK, "load: %s", k3_errmsg());
+    snprintf(path, sizeof path, "%s/sys2.jsonl", dir);
+    k3_conv_save(y2, path);
+    ts = t_read_file(path, NULL);
+    T_CHECK(ts && line_has(ts, 1, "\"since\":2"), "a load keeps it");
+    free(ts);
+    snprintf(path, sizeof path, "%s/sys.md", dir);
+    T_CHECK(k3_conv_export_md(y2, path) == K3_OK, "export");
+    ts              = t_read_file(path, NULL);
+    const char *ps  = ts ? strstr(ts, "## System (set here") : NULL;
+    const char *pa1 = ts ? strstr(ts, "a1") : NULL;
+    const char *pq2 = ts ? strstr(ts, "q2") : NULL;
+    T_CHECK(ps && pa1 && pq2 && pa1 < ps && ps < pq2, "the export shows the system prompt between a1 and q2");
+    free(ts);
+    T_CHECK(k3_conv_drop_oldest(y2) == 2, "drop the oldest exchange");
+    k3_conv_save(y2, path2);
+    ts = t_read_file(path2, NULL);
+    T_CHECK(ts && line_has(ts, 1, "\"be terse\"") && !line_has(ts, 1, "since"),
+            "with the exchanges before it gone, it applies from the start");
+    free(ts);
+    k3_conv_set_system(y2, "be kind");
+    k3_conv_save(y2, path2);
+    ts = t_read_file(path2, NULL);
+    T_CHECK(ts && line_has(ts, 1, "\"since\":2"),
+            "a new system prompt mid-chat: since the 2 messages so far");
+    free(ts);
+    FILE *fb = fopen(path2, "w");
+    fputs("{\"role\":\"user\",\"content\":\"x\",\"since\":1}\n", fb);
+    fclose(fb);
+    T_CHECK(k3_conv_load(y2, path2, NULL) != K3_OK && strstr(k3_errmsg(), ":1:") &&
+                strstr(k3_errmsg(), "since"),
+            "\"since\" on a user message is an error naming the line: %s", k3_errmsg());
+    k3_conv_free(y);
+    k3_conv_free(y2);
 
     free(t);
     k3_conv_free(a);

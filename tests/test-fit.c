@@ -2,8 +2,10 @@
  * speed estimate's drive term for what the page cache cannot keep (src/model/fit.c, speed.c).
  * Mapped weights are read in full every token, so the plan gives them memory before an unset
  * expert cache; what the budget cannot hold of them is re-read from the drive each token
- * (fit_plan.reread) and costed at the drive's rate. Figures are synthetic, in the release's
- * proportions (a table as fit_scan would fill it), so every expectation is computed here.
+ * (fit_plan.reread) and costed at the drive's rate. The prefill window takes K3_MAXT tokens or
+ * what half of the room beside the plan holds, and the time-to-first-token estimate reads each
+ * unique expert about once per window (per chunk: ~7x that at 1k tokens). Figures are synthetic, in the
+ * release's proportions (a table as fit_scan would fill it), so every expectation is computed here.
  */
 #include "fit.h"
 #include "quant.h"
@@ -101,5 +103,64 @@ int main(void) {
     T_NEAR(dx - dec1, dwant, 1e-6 * dx, "decode estimate with the expert rate: %+.3f s (%.3f s in all)",
            dwant, dx);
     T_CHECK(px == pre1, "prefill estimate: the expert rate leaves it as it was (%.4g s)", px);
+
+    /* the prefill window: K3_MAXT tokens when half of what is left beside the plan holds them,
+     * else what it does (said in the fit line), none below the chunk; a given cache leaves the
+     * window all of what is left */
+    t.win_base = 1000000, t.win_col = 600000; /* 0.6 MB per token: about the release's */
+    fit_set wg = given;
+    wg.map     = 0;
+    mc         = machine(100);
+    fit_decide(&t, &mc, &wg, mask, &c);
+    T_CHECK(c.ok && c.set.window == 8192 && c.plan.b[FIT_WINDOW] == t.win_base + t.win_col * 8192,
+            "window, 100 GB: K3_MAXT=8192 tokens, %.2f GB in the plan (got %d)", c.plan.b[FIT_WINDOW] / GB,
+            c.set.window);
+    T_CHECK(strstr(c.msg, "prefill window 8192 tokens") && !strstr(c.msg, "shrunk"),
+            "window, 100 GB: the fit line names it (%.80s)",
+            strstr(c.msg, "prefill") ? strstr(c.msg, "prefill") : c.msg);
+    wg.window = 0;
+    fit_plan pw;
+    fit_set  nowin  = c.set;
+    nowin.window    = 0;
+    nowin.expert_gb = -1;
+    fit_plan_at(&t, &nowin, &pw);
+    /* tight: half of what is left holds fewer tokens than K3_MAXT */
+    double left_gb = 1.5; /* what a machine leaves beside the plan at the cache's floor */
+    mc             = machine(100);
+    mc.usable      = (double)pw.total + left_gb * GB;
+    fit_decide(&t, &mc, &wg, mask, &c);
+    int wexp = (int)((left_gb * GB / 2 - (double)t.win_base) / (double)t.win_col);
+    T_CHECK(c.ok && c.set.window == wexp && strstr(c.msg, "shrunk to fit the memory"),
+            "window, %.1f GB left: shrunk to half of it, %d tokens, and says so (got %d)", left_gb, wexp,
+            c.set.window);
+    mc.usable = (double)pw.total + 0.03 * GB; /* 15 MB for the window: under K3_CHUNK=32 tokens */
+    fit_decide(&t, &mc, &wg, mask, &c);
+    T_CHECK(c.ok && c.set.window == 0 && c.plan.b[FIT_WINDOW] == 0 && strstr(c.msg, "no prefill window"),
+            "window, 30 MB left: none (per chunk), and says so (got %d)", c.set.window);
+    wg.window = 1000; /* K3_WINDOW */
+    mc        = machine(100);
+    fit_decide(&t, &mc, &wg, mask, &c);
+    T_CHECK(c.ok && c.set.window == 1000, "K3_WINDOW=1000: a window of 1000 tokens (got %d)", c.set.window);
+
+    /* time to first token: a 1,024-token prompt under flat routing with the cache at its floor
+     * reads each unique expert about once in one window; per chunk of 128 about 7x that */
+    fit_set one_l = c.set;
+    one_l.window  = 8192;
+    fit_plan_at(&t, &one_l, &pw);
+    pw.b[FIT_EXPERT] = (uint64_t)floor_b;
+    fit_ttft_est w, k;
+    fit_ttft(&t, &one_l, &pw, &sp, 16, 128, 1024, &w);
+    one_l.window = 0;
+    fit_ttft(&t, &one_l, &pw, &sp, 16, 128, 1024, &k);
+    T_CHECK(w.window == 8192 && k.window == 128, "first token: windows %d and %d", w.window, k.window);
+    T_CHECK(w.bytes <= 1.1 * w.floor && w.bytes >= 0.95 * w.floor,
+            "first token, 1k prompt, window: %.2f TB read against the unique-expert floor %.2f TB",
+            w.bytes / 1e12, w.floor / 1e12);
+    T_CHECK(k.bytes > 6 * w.floor && k.bytes < 8 * w.floor,
+            "first token, 1k prompt, per chunk of 128: %.2f TB, %.1fx the floor (the issue's ~7x)",
+            k.bytes / 1e12, k.bytes / w.floor);
+    T_CHECK(w.seconds < k.seconds && w.seconds >= w.bytes / sp.disk,
+            "first token: the window's %.0f s below the per-chunk %.0f s and no faster than its reads",
+            w.seconds, k.seconds);
     return t_done();
 }

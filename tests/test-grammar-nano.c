@@ -10,7 +10,8 @@
  *                                          max_tokens); t-grammar.sh validates them with ajv
  *
  * The loop is k3chat --prompt --json-schema's (cli-gen.c) with thinking off: mask, masked draw,
- * accept, feed; the prompt's state is saved once and restored for every run.
+ * accept, feed; the prompt's state is saved once and restored for every run. The output is the
+ * text of the ordinary ids (the grammar lets <|close|>response<|sep|> follow the document).
  */
 #include "json.h"
 #include "test.h"
@@ -38,8 +39,8 @@ static int generate(gen *G, const k3_grammar *g, float temp, uint64_t seed, char
     k3_gmatch        *gm   = NULL;
     uint64_t         *mask = malloc((size_t)k3_gvocab_words(G->voc) * sizeof *mask);
     k3_ids            ids  = {0};
-    int               rc   = -1;
-    *out                   = NULL;
+    int               rc = -1, closing = 0;
+    *out = NULL;
     if (!smp || !mask || k3_gmatch_new(g, &gm) || k3_session_restore(G->s, G->snap))
         goto done;
     for (int i = 0; i < MAX_TOKENS; i++) {
@@ -52,7 +53,9 @@ static int generate(gen *G, const k3_grammar *g, float temp, uint64_t seed, char
             rc = 1;
             break;
         }
-        k3_ids_push(&ids, t);
+        closing |= k3_tok_is_special(G->tok, t); /* the closes after the document are not its text */
+        if (!closing)
+            k3_ids_push(&ids, t);
         if (k3_session_feed(G->s, &t, 1))
             goto done;
     }

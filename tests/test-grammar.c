@@ -583,6 +583,163 @@ int main(void) {
         free(mask);
     }
 
+    /* the tool-call grammar (k3-tools.md 1.3) */
+    {
+        static const char tools[] =
+            "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+            "\"object\","
+            "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\",\"minimum\":1,"
+            "\"maximum\":7}},"
+            "\"required\":[\"city\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}]";
+        int32_t O = k3_tok_special(tok, "<|open|>"), S = k3_tok_special(tok, "<|sep|>"),
+                C = k3_tok_special(tok, "<|close|>");
+        /* a script of specials (O S C) and text; 1 when every piece is accepted and the end is allowed */
+        struct piece {
+            int32_t     id;
+            const char *t;
+        };
+#define P(x)                                                                                                 \
+    { x, NULL }
+#define X(s)                                                                                                 \
+    { -1, s }
+        const struct piece one[] = {P(C),
+                                    X("response"),
+                                    P(S),
+                                    P(O),
+                                    X("tools"),
+                                    P(S),
+                                    P(O),
+                                    X("call tool=\"get_weather\" index=\"1\""),
+                                    P(S),
+                                    P(O),
+                                    X("argument key=\"city\" type=\"string\""),
+                                    P(S),
+                                    X("Par\"is <x>"),
+                                    P(C),
+                                    X("argument"),
+                                    P(S),
+                                    P(O),
+                                    X("argument key=\"days\" type=\"number\""),
+                                    P(S),
+                                    X("3"),
+                                    P(C),
+                                    X("argument"),
+                                    P(S),
+                                    P(C),
+                                    X("call"),
+                                    P(S),
+                                    P(C),
+                                    X("tools"),
+                                    P(S)};
+        const struct piece two[] = {P(O), X("call tool=\"get_time\" index=\"2\""), P(S), P(C), X("call"),
+                                    P(S)};
+#undef P
+#undef X
+        for (int mode = 0; mode < 4;
+             mode++) { /* 0: any, 1 call max; 1: 8 calls; 2: named get_time; 3: text */
+            k3_grammar *tg;
+            st = k3_grammar_tool_calls(v, tools, mode == 2 ? "get_time" : NULL,
+                                       mode == 1 || mode == 3 ? 8 : 1, mode == 3, &tg);
+            if (st) {
+                T_CHECK(0, "the tool-call grammar compiles: %s", k3_errmsg());
+                continue;
+            }
+            k3_gmatch *m;
+            k3_gmatch_new(tg, &m);
+            int good = 1, at = -1,
+                n1 = (int)(sizeof one / sizeof *one) - 3; /* before <|close|>tools<|sep|> */
+            for (int i = 0; i < n1 && good; i++)
+                if (one[i].t ? k3_gmatch_accept_bytes(m, one[i].t, strlen(one[i].t))
+                             : k3_gmatch_accept(m, one[i].id))
+                    good = 0, at = i;
+            int second = 1;
+            for (size_t i = 0; i < sizeof two / sizeof *two && second; i++)
+                second = !(two[i].t ? k3_gmatch_accept_bytes(m, two[i].t, strlen(two[i].t))
+                                    : k3_gmatch_accept(m, two[i].id));
+            if (mode == 0)
+                T_CHECK(good && !second,
+                        "tool calls, at most 1: a call with a raw string and a number is taken, a "
+                        "second call refused (%d)",
+                        at);
+            if (mode == 1 || mode == 3)
+                T_CHECK(good && second && k3_gmatch_accept(m, C) == K3_OK &&
+                            k3_gmatch_accept_bytes(m, "tools", 5) == K3_OK &&
+                            k3_gmatch_accept(m, S) == K3_OK && k3_gmatch_allows(m, eom),
+                        "tool calls, up to 8: two calls indexed 1 and 2, then the end");
+            if (mode == 2)
+                T_CHECK(!good && at == 7, "a named choice refuses another tool at its name (piece %d)", at);
+            k3_gmatch_free(m);
+            k3_gmatch_new(tg, &m);
+            int text = k3_gmatch_accept_bytes(m, "Hello", 5) == K3_OK;
+            T_CHECK(text == (mode == 3), "text before the calls: %s (mode %d)",
+                    mode == 3 ? "allowed (auto)" : "refused", mode);
+            k3_gmatch_free(m);
+            k3_grammar_free(tg);
+        }
+        st = k3_grammar_tool_calls(
+            v,
+            "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
+            "\"object\",\"properties\":{\"x\":{\"type\":[\"string\",\"integer\"]}}}}}]",
+            NULL, 1, 0, &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "tools[f].parameters/properties/x"),
+                "an argument with two types is refused naming it: %s", k3_errmsg());
+    }
+
+    /* k3-tools.md 1.7: the response-format message, after the tool-choice one, before the prompt */
+    {
+        k3_chat_msg  um = {.role = "user", .content = "hi"};
+        k3_chat_opts o  = {
+             .think           = 0,
+             .gen_prompt      = 1,
+             .tool_choice     = "required",
+             .response_format = "json_schema",
+             .response_schema =
+                 "{\"type\": \"object\", \"properties\": {\"z\": {}, \"\xc3\xa9\": {}, \"a\": 1}}"};
+        k3_ids ids = {0};
+        char  *txt = NULL;
+        size_t len;
+        st = k3_chat_encode(tok, &um, 1, &o, &ids);
+        if (!st)
+            st = k3_tok_decode(tok, ids.v, ids.n, &txt, &len);
+        const char *want =
+            "<|open|>message role=\"system\" type=\"response-format\"<|sep|>The system is invoked with "
+            "`response_format=json_schema`.\nYour response must be raw JSON data without markdown code "
+            "blocks (```json) "
+            "or any additional formatting.\nThe JSON data must match the following schema:\n```json\n"
+            "{\"properties\":{\"a\":1,\"z\":{},\"\xc3\xa9\":{}},\"type\":\"object\"}\n```<|close|>message<|"
+            "sep|>"
+            "<|end_of_msg|><|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>";
+        const char *tc = txt ? strstr(txt, "type=\"tool-choice\"") : NULL;
+        const char *rf = txt ? strstr(txt, want) : NULL;
+        T_CHECK(!st && rf && tc && tc < rf && strlen(rf) == strlen(want),
+                "the response-format message: exact text, schema sorted and compact, after tool-choice, last "
+                "before "
+                "the prompt");
+        o.response_format = "json_object";
+        k3_ids_free(&ids);
+        free(txt);
+        txt = NULL;
+        st  = k3_chat_encode(tok, &um, 1, &o, &ids);
+        if (!st)
+            st = k3_tok_decode(tok, ids.v, ids.n, &txt, &len);
+        T_CHECK(!st &&
+                    strstr(txt,
+                           "type=\"response-format\"<|sep|>The system is invoked with `response_format="
+                           "json_object`.\nYour response must be raw JSON data without markdown code blocks "
+                           "(```json) or any additional formatting.<|close|>message<|sep|>"),
+                "the json_object message");
+        o.response_format = "text";
+        k3_ids_free(&ids);
+        free(txt);
+        txt = NULL;
+        st  = k3_chat_encode(tok, &um, 1, &o, &ids);
+        if (!st)
+            st = k3_tok_decode(tok, ids.v, ids.n, &txt, &len);
+        T_CHECK(!st && !strstr(txt, "response-format"), "text adds nothing");
+        k3_ids_free(&ids);
+        free(txt);
+    }
+
     /* the masked sampler: never a masked id; greedy deterministic */
     {
         k3_sampler_params sp = {.temp = 1.0f, .top_p = 0.9f, .seed = 7};

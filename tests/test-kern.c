@@ -6,6 +6,8 @@
  *   the sum of magnitudes; both sides err, hence the factor 2).
  * - qmat_matmul column t == qmat_matvec on column t, bit for bit, in every path and at 1 and 2
  *   threads; results do not depend on the thread count.
+ * - One rounding order: every level at 1, 7, 32 and 128 columns == kern_amx_ref (the group order
+ *   in plain C), bit for bit.
  * - IDOT vs exact-float: within the activation quantization bound sum_c |w_c| d_g / 2.
  * - MXFP4 decode on known values: signs, negative zero, exponent extremes (0, 1, 127, 254).
  * Shapes are odd on purpose (rows and cols not multiples of 8/32/64; MXFP4 cols multiple of 32).
@@ -198,10 +200,14 @@ static void check_isa_env(void) {
                     "K3_ISA=%s on this CPU: error '%s'", names[i], k3_errmsg());
     }
     setenv("K3_ISA", "avx9000", 1);
-    T_CHECK(kern_isa_env() == K3_ERR_ARG && strstr(k3_errmsg(), "K3_ISA='avx9000'"), "unknown K3_ISA: '%s'",
+    T_CHECK(kern_isa_env() == K3_ERR_ARG && strstr(k3_errmsg(), "K3_ISA: 'avx9000'"), "unknown K3_ISA: '%s'",
             k3_errmsg());
     unsetenv("K3_ISA");
-    T_CHECK(kern_isa_env() == K3_OK && kern_isa() == max_isa, "K3_ISA unset: the best level (%s)",
+    /* AMX hardware (not its emulation) is the default, avx512 when the tile state is refused */
+    const int best = kern_isa_ok(KERN_AMX, NULL, 0) && !kern_amx_emulated()
+                         ? (kern_amx_permission(NULL, 0) ? KERN_AMX : KERN_AVX512)
+                         : max_isa;
+    T_CHECK(kern_isa_env() == K3_OK && kern_isa() == best, "K3_ISA unset: the best level (%s)",
             kern_isa_name(kern_isa()));
 }
 
@@ -222,11 +228,10 @@ static void check_knobs_env(void) {
         {"K3_ROWSPLIT", "2", "0 or 1", "1", kern_rows_dynamic, 1, 0},
         {"K3_IDOT", "yes", "0 or 1", "0", kern_idot, 0, 1},
         {"K3_AMX_EMU", "on", "0 or 1", "0", kern_amx_emulated, 0, 0},
-        {"K3_GROUP_ORDER", "2", "0 or 1", "1", kern_group_order, 1, 0},
     };
     for (size_t i = 0; i < sizeof kn / sizeof *kn; i++) {
         char want[160];
-        snprintf(want, sizeof want, "%s='%s': expected %s", kn[i].name, kn[i].bad, kn[i].range);
+        snprintf(want, sizeof want, "%s: '%s' is not %s", kn[i].name, kn[i].bad, kn[i].range);
         setenv(kn[i].name, kn[i].good, 1);
         k3_status st = kern_knobs_env();
         T_CHECK(st == K3_OK && kn[i].get() == kn[i].good_v, "%s=%s: accepted, %d", kn[i].name, kn[i].good,
@@ -241,11 +246,11 @@ static void check_knobs_env(void) {
     }
     /* the older ISA switches go through kern_isa_env */
     setenv("K3_NOVNNI", "z", 1);
-    T_CHECK(kern_isa_env() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_NOVNNI='z': expected 0 or 1"),
+    T_CHECK(kern_isa_env() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_NOVNNI: 'z' is not 0 or 1"),
             "K3_NOVNNI=z: refused ('%s')", k3_errmsg());
     unsetenv("K3_NOVNNI");
     setenv("K3_NOAVX2", "1.0", 1);
-    T_CHECK(kern_isa_env() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_NOAVX2='1.0': expected 0 or 1"),
+    T_CHECK(kern_isa_env() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_NOAVX2: '1.0' is not 0 or 1"),
             "K3_NOAVX2=1.0: refused ('%s')", k3_errmsg());
     unsetenv("K3_NOAVX2");
     T_CHECK(kern_isa_env() == K3_OK, "K3_NOVNNI and K3_NOAVX2 unset: accepted");
@@ -311,6 +316,31 @@ static void check_act_quant(void) {
     T_CHECK(ok, "kern_act_make: the avx512 layout twin writes the same bytes as scalar (%d cases)", cases);
 }
 
+/* A matrix and nmax random columns (every k-th activation 8x the others, so group scales differ)
+ * with two result buffers of nmax columns: the cases of the multi-column checks below. */
+typedef struct mm_case {
+    qmat     m;
+    uint8_t *mx;
+    float   *x, *yr, *ym; /* x[nmax][cols], yr and ym [nmax][rows] */
+} mm_case;
+
+static void mm_case_make(mm_case *c, int type, int rows, int cols, int nmax, int k) {
+    make_mat(&c->m, type, rows, cols, &c->mx);
+    c->x  = malloc((size_t)nmax * cols * sizeof(float));
+    c->yr = malloc((size_t)nmax * rows * sizeof(float));
+    c->ym = malloc((size_t)nmax * rows * sizeof(float));
+    for (int i = 0; i < nmax * cols; i++)
+        c->x[i] = frnd() * (i % k == 0 ? 8.0f : 1.0f);
+}
+
+static void mm_case_free(mm_case *c) {
+    free(c->x), free(c->yr), free(c->ym);
+    if (c->mx)
+        free(c->mx);
+    else
+        qmat_free(&c->m);
+}
+
 /* The multi-column (matmul) kernels at every width: qmat_matmul of n = 1 .. 17 columns (the
  * AVX-512 path takes up to KERN_NC512 per call, in tiles of balanced widths: every nc = 1 .. 8
  * and its tile split, then a second and third call) == the scalar reference per column, bit for
@@ -322,14 +352,10 @@ static void check_mm_widths(void) {
                                 {Q_I4, 37, 1100}, {Q_MXFP4, 37, 1120}, {Q_MXFP4, 150, 2336}};
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
         const int rows = sh[s][1], cols = sh[s][2];
-        qmat      m;
-        uint8_t  *mx;
-        make_mat(&m, sh[s][0], rows, cols, &mx);
-        float *x  = malloc((size_t)NMAX * cols * sizeof(float));
-        float *yr = malloc((size_t)NMAX * rows * sizeof(float)),
-              *ym = malloc((size_t)NMAX * rows * sizeof(float));
-        for (int i = 0; i < NMAX * cols; i++)
-            x[i] = frnd() * (i % 3 == 0 ? 8.0f : 1.0f);
+        mm_case   mc;
+        mm_case_make(&mc, sh[s][0], rows, cols, NMAX, 3);
+        const qmat m = mc.m;
+        float     *x = mc.x, *yr = mc.yr, *ym = mc.ym;
         kern_set_isa(KERN_SCALAR);
         kern_set_idot(1);
         for (int t = 0; t < NMAX; t++)
@@ -348,11 +374,50 @@ static void check_mm_widths(void) {
                     tname[m.type], rows, cols, iname[isa], NMAX, bad ? "; first wrong n = " : "", bad);
         }
         omp_set_num_threads(2);
-        free(x), free(yr), free(ym);
-        if (mx)
-            free(mx);
-        else
-            qmat_free(&m);
+        mm_case_free(&mc);
+    }
+}
+
+/* One rounding order (kern-impl.h) at every level and column count: qmat_matmul of n = 1, 7, 32
+ * and 128 columns (a decode matvec, a few columns in the row tiles, and the wide kernels of the
+ * avx512 level from KERN_GRP_MIN columns) == kern_amx_ref (the group order written out in plain
+ * C from the float columns), bit for bit, at every level this CPU runs, on 1 and 2 threads. The
+ * chunk-and-batch identity of prefill rests on it. int8 with K not a multiple of 32, int4 and
+ * MXFP4 with an odd number of groups (a pair's second group missing); some activations 8x the
+ * others (scales differ per group). The AMX level (its tiles on the emulation): test-amx. */
+static void check_order(void) {
+    static const int sh[][3] = {{Q_I8, 37, 1100}, {Q_I4, 21, 2080}, {Q_MXFP4, 37, 1120}, {Q_I8, 19, 200}};
+    static const int ns[]    = {1, 7, 32, 128};
+    enum { NMAX = 128 };
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        const int rows = sh[s][1], cols = sh[s][2];
+        mm_case   mc;
+        mm_case_make(&mc, sh[s][0], rows, cols, NMAX, 5);
+        const qmat m = mc.m;
+        float     *x = mc.x, *yr = mc.yr, *ym = mc.ym;
+        kern_set_idot(1);
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            const int n = ns[k];
+            kern_amx_ref(&m, x, n, yr);
+            for (int isa = KERN_SCALAR; isa <= max_isa && isa <= KERN_AVX512; isa++) {
+                if (kern_set_isa(isa) != isa)
+                    continue;
+                size_t diff = 0;
+                for (int th = 1; th <= 2; th++) {
+                    omp_set_num_threads(th);
+                    memset(ym, 0xff, (size_t)n * rows * sizeof(float)); /* NaN: a row left out shows */
+                    qmat_matmul(&m, x, n, ym);
+                    for (size_t i = 0; i < (size_t)n * rows; i++)
+                        diff += memcmp(&ym[i], &yr[i], sizeof(float)) != 0;
+                }
+                T_CHECK(!diff,
+                        "group order: %s %dx%d, %s, %d column%s: == kern_amx_ref bit for bit, 1 and 2 "
+                        "threads (%zu values differ)",
+                        tname[m.type], rows, cols, iname[isa], n, n > 1 ? "s" : "", diff);
+            }
+        }
+        omp_set_num_threads(2);
+        mm_case_free(&mc);
     }
 }
 
@@ -431,7 +496,7 @@ int main(void) {
         if (!kern_isa_ok(isa, why, sizeof why))
             T_SKIP("%s twins not compared: %s", iname[isa], why);
         else if (isa == KERN_AMX)
-            T_SKIP("amx: its matmuls have their own order and twin, compared in test-amx (one column runs "
+            T_SKIP("amx: its tile matmuls are compared with kern_amx_ref in test-amx (one column runs "
                    "avx512)");
     }
     check_isa_env();
@@ -474,6 +539,7 @@ int main(void) {
     }
     check_mxfp4_known(have_avx2);
     check_mm_widths();
+    check_order();
     check_mv_ahead();
 
     /* qmat_matmul_many: each result bit-identical to its own qmat_matmul, shared quantization

@@ -1,10 +1,11 @@
 /* test-model.c: the engine API on generated checkpoints (build/k3-mkmodel).
  *
  * Chunked prefill is bit-identical to token-at-a-time (K3_CHUNK 32 vs 1, and odd feed splits)
- * over >= 100 positions; cancel during prefill and decode leaves a session that continues
- * exactly like one never cancelled; snapshots restore identical logits; context overflow,
- * bad ids, a missing tensor, NaN weights and a NaN MXFP4 scale give clear errors.
- * The comparison against the numpy reference is tests/t-ref.py.
+ * over >= 100 positions, and so is a prefill window (K3_WINDOW 1, 7, 128, 1024, the fit's) over
+ * 1,100, with model and uniform routing, reading each expert once per layer; cancel during prefill and decode
+ * leaves a session that continues exactly like one never cancelled; snapshots restore identical logits;
+ * context overflow, bad ids, a missing tensor, NaN weights and a NaN MXFP4 scale give clear errors. The
+ * comparison against the numpy reference is tests/t-ref.py.
  */
 #include "canceller.h"
 #include "k3.h"
@@ -98,6 +99,95 @@ static void test_chunks(const char *dir, const int32_t *ids, int vocab) {
     free(a);
     free(b);
     free(c);
+}
+
+/* ---- prefill windows --------------------------------------------------------- */
+
+#define NWIN 1100 /* positions: past the 1024-token window */
+
+/* Open DIR with chunk C, window W (K3_WINDOW; 0: the fit's), routing ROUTE (K3_ROUTE=uniform
+ * when 1), routed experts through a one-slot cache, logits of every position into LOGITS;
+ * feed ids; the session's stats into st. 0 on success. */
+static int window_run(const char *dir, int C, int W, int route, const int32_t *ids, const char *logits,
+                      k3_stats *st) {
+    k3_params p;
+    if (k3_params_default(&p))
+        return -1;
+    p.bits = p.mla_bits = p.head_bits = 32;
+    p.expert_gb                       = 1e-6;
+    p.chunk                           = C;
+    p.window                          = W;
+    p.route                           = route;
+    p.max_ctx                         = 2048;
+    p.threads                         = 1;
+    p.logits_path                     = logits;
+    k3_model   *m                     = NULL;
+    k3_session *s                     = NULL;
+    int         rc                    = -1;
+    if (!k3_model_open(dir, &p, &m) && !k3_session_new(m, &s) && !k3_session_feed(s, ids, NWIN) &&
+        k3_session_pos(s) == NWIN) {
+        k3_session_stats(s, st);
+        rc = 0;
+    } else
+        printf("# window run C=%d W=%d: %s\n", C, W, k3_errmsg());
+    k3_session_free(s);
+    k3_model_free(m);
+    return rc;
+}
+
+/* A prefill window gives the logits of token-at-a-time (K3_CHUNK=1 K3_WINDOW=1, the
+ * reference) at every position, at windows of 7, 128, 1024 and the fit's (the whole prompt, also
+ * at K3_CHUNK=1), and the per-chunk path (window = chunk) too; with K3_ROUTE=uniform (every expert touched)
+ * the whole-prompt window reads each expert of a layer once: misses = MoE layers x experts, where the
+ * per-chunk path reads them again for every chunk. */
+static void test_windows(const char *dir, const int32_t *ids, int vocab, int n_moe, int n_experts) {
+    static const int cw[][2] = {{1, 0}, {3, 7}, {32, 128}, {8, 1024}, {32, 0}, {32, 32}};
+    char             ref[600], got[600];
+    snprintf(ref, sizeof ref, "%s/w-ref.f32", tmp);
+    snprintf(got, sizeof got, "%s/w-got.f32", tmp);
+    for (int route = 0; route < 2; route++) {
+        const char *rn = route ? "K3_ROUTE=uniform" : "model routing";
+        k3_stats    st;
+        if (window_run(dir, 1, 1, route, ids, ref, &st)) { /* window 1 */
+            T_CHECK(0, "%s: token-at-a-time run of %d positions", rn, NWIN);
+            continue;
+        }
+        size_t nr;
+        float *a = read_floats(ref, &nr);
+        T_CHECK(a && nr == (size_t)NWIN * vocab, "%s: K3_LOGITS holds %d positions", rn, NWIN);
+        uint64_t miss_whole = 0, miss_chunk = 0;
+        for (size_t i = 0; i < sizeof cw / sizeof *cw; i++) {
+            const int C = cw[i][0], W = cw[i][1];
+            if (window_run(dir, C, W, route, ids, got, &st)) {
+                T_CHECK(0, "%s: run at K3_CHUNK=%d K3_WINDOW=%d", rn, C, W);
+                continue;
+            }
+            size_t nb;
+            float *b  = read_floats(got, &nb);
+            int    ew = W ? (W > C ? W : C) : NWIN; /* the window the feed ran with */
+            T_CHECK(st.window == ew, "%s: K3_CHUNK=%d K3_WINDOW=%d runs a window of %d tokens (got %d)", rn,
+                    C, W, ew, st.window);
+            T_CHECK(a && b && nb == nr && !memcmp(a, b, nr * 4),
+                    "%s: K3_CHUNK=%d, window %d: logits of %d positions bit-identical to token-at-a-time", rn,
+                    C, ew, NWIN);
+            free(b);
+            if (W == 0)
+                miss_whole = st.expert_misses;
+            if (W == C)
+                miss_chunk = st.expert_misses;
+        }
+        free(a);
+        if (route) {
+            const uint64_t floor = (uint64_t)n_moe * (uint64_t)n_experts;
+            T_CHECK(miss_whole == floor,
+                    "%s, whole-prompt window: %llu expert reads = %d MoE layers x %d experts (each once)", rn,
+                    (unsigned long long)miss_whole, n_moe, n_experts);
+            T_CHECK(miss_chunk > 10 * floor,
+                    "%s, per-chunk path (window = K3_CHUNK=32): %llu expert reads, more than 10x the %llu of "
+                    "the window",
+                    rn, (unsigned long long)miss_chunk, (unsigned long long)floor);
+        }
+    }
 }
 
 /* ---- cancel ---------------------------------------------------------------- */
@@ -202,6 +292,47 @@ done:
 }
 
 /* ---- snapshots, context, bad ids ------------------------------------------------ */
+
+/* A cancel during a prefill window (the whole 1,100-token prompt) leaves the session where it
+ * was; the same session then gives token-at-a-time's logits (test_windows' reference file). */
+static void test_window_cancel(const char *dir, const int32_t *ids, int vocab) {
+    char ref[600];
+    snprintf(ref, sizeof ref, "%s/w-ref.f32", tmp);
+    size_t      nr;
+    float      *a = read_floats(ref, &nr);
+    k3_params   p;
+    k3_model   *m = NULL;
+    k3_session *s = NULL;
+    if (!a || nr != (size_t)NWIN * vocab || k3_params_default(&p)) {
+        T_CHECK(0, "window cancel: the reference logits of %d positions", NWIN);
+        free(a);
+        return;
+    }
+    p.bits = p.mla_bits = p.head_bits = 32;
+    p.chunk = 32, p.max_ctx = 2048, p.threads = 1;
+    p.route = 1; /* test_windows' last reference file is K3_ROUTE=uniform's */
+    if (k3_model_open(dir, &p, &m) || k3_session_new(m, &s)) {
+        T_CHECK(0, "window cancel: open: %s", k3_errmsg());
+        goto done;
+    }
+    k3_status st = K3_OK;
+    for (long ms = 2; ms <= 512 && st != K3_ABORTED; ms *= 2) { /* until a cancel lands in the feed */
+        k3_session_reset(s);
+        st = feed_cancelled(s, ids, NWIN, ms * 1000000L);
+    }
+    T_CHECK(st == K3_ABORTED && k3_session_pos(s) == 0,
+            "a cancel during a %d-token prefill window: K3_ABORTED, the session still at 0 (at %d: %s)", NWIN,
+            k3_session_pos(s), k3_errmsg());
+    k3_session_reset(s);
+    st              = k3_session_feed(s, ids, NWIN);
+    const float *lg = k3_session_logits(s);
+    T_CHECK(!st && lg && !memcmp(lg, a + (size_t)(NWIN - 1) * vocab, (size_t)vocab * 4),
+            "after it the same session's window gives token-at-a-time's last logits");
+done:
+    k3_session_free(s);
+    k3_model_free(m);
+    free(a);
+}
 
 static void test_snapshot(const char *dir, const int32_t *ids, int vocab) {
     k3_model   *m = open_model(dir, 16, 64, NULL);
@@ -360,9 +491,10 @@ static void test_corrupt(void) {
 
 int main(void) {
     /* the engine's settings come from the test, not from the caller's environment */
-    static const char *vars[] = {"K3_BITS",      "K3_MLA_BITS", "K3_HEAD_BITS", "K3_CHUNK", "K3_MAXT",
-                                 "K3_EXPERT_GB", "K3_LOGITS",   "K3_TRACE",     "K3_X0",    "K3_LAYERS",
-                                 "K3_IDOT",      "K3_TOPP",     "K3_THREADS"};
+    static const char *vars[] = {"K3_BITS",    "K3_MLA_BITS",  "K3_HEAD_BITS", "K3_CHUNK",
+                                 "K3_MAXT",    "K3_EXPERT_GB", "K3_LOGITS",    "K3_TRACE",
+                                 "K3_X0",      "K3_LAYERS",    "K3_IDOT",      "K3_TOPP",
+                                 "K3_THREADS", "K3_WINDOW",    "K3_ROUTE",     "K3_ROUTE_SEED"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
         unsetenv(vars[i]);
     snprintf(tmp, sizeof tmp, "%s", t_tmp());
@@ -386,6 +518,11 @@ int main(void) {
     for (int i = 0; i < NPOS; i++)
         ids[i] = rand() % (info.vocab - 256 > 2 ? info.vocab - 256 : info.vocab);
 
+    int32_t wids[NWIN];
+    for (int i = 0; i < NWIN; i++)
+        wids[i] = rand() % (info.vocab - 256 > 2 ? info.vocab - 256 : info.vocab);
+    test_windows(dir, wids, info.vocab, info.n_moe, info.n_experts);
+    test_window_cancel(dir, wids, info.vocab);
     test_chunks(dir, ids, info.vocab);
     char keep[700], got[700];
     snprintf(keep, sizeof keep, "%s/c32-resident.f32", tmp);

@@ -132,6 +132,46 @@ static void misuse(void) {
     stw_free(w);
 }
 
+/* stw_header: the header alone, the data section aligned as asked (k3-repack: 64 bytes), the
+ * same bytes stw_begin writes at 8; a file made of it and the data reads back. */
+static void header_align(void) {
+    static const int64_t shp[2][1] = {{3}, {5}};
+    for (size_t align = 8; align <= 128; align *= 2) {
+        char dir[600], path[700];
+        snprintf(dir, sizeof dir, "%s/align%zu", root, align);
+        mkdir(dir, 0755);
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        stw_file *w  = NULL;
+        char     *h  = NULL;
+        size_t    n  = 0;
+        k3_status st = stw_create(path, &w);
+        if (!st)
+            st = stw_add(w, "a", ST_F32, 1, shp[0]);
+        if (!st)
+            st = stw_add(w, "b", ST_U8, 1, shp[1]);
+        if (!st)
+            st = stw_header(w, align, &h, &n);
+        uint64_t hl = 0;
+        for (int b = 0; h && b < 8; b++)
+            hl |= (uint64_t)(unsigned char)h[b] << (8 * b);
+        T_CHECK(!st && n % align == 0 && hl == n - 8 && h[n - 1] != 0 && stw_file_bytes(w) == n + 17,
+                "stw_header align %zu: %zu bytes, length field %llu, data after it", align, n,
+                (unsigned long long)hl);
+        FILE *f  = h ? fopen(path, "wb") : NULL;
+        int   ok = f && fwrite(h, 1, n, f) == n && fwrite("0123456789abcdefg", 1, 17, f) == 17;
+        if (f)
+            ok &= fclose(f) == 0;
+        st_dir          *sf = NULL;
+        const st_tensor *b  = NULL;
+        T_CHECK(ok && st_open(dir, &sf) == K3_OK && (b = st_find(sf, "b")) && b->nbytes == 5 &&
+                    b->offset == n + 12,
+                "align %zu: the file reads back, b after a's 12 bytes (%s)", align, sf ? "ok" : k3_errmsg());
+        st_close(sf);
+        free(h);
+        stw_free(w);
+    }
+}
+
 int main(void) {
     const char *tmp = getenv("K3_TMP");
     snprintf(root, sizeof root, "%s/test-st-write.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -142,5 +182,6 @@ int main(void) {
     T_CHECK(st_dtype_size(ST_BF16) == 2 && !strcmp(st_dtype_name(ST_U8), "U8"), "dtype table");
     roundtrip();
     misuse();
+    header_align();
     return t_done();
 }

@@ -32,7 +32,7 @@ static int thp_eligible(const void *p) {
  * a malformed K3_HUGEPAGES refused naming it. */
 static void check_hugepages(void) {
     setenv("K3_HUGEPAGES", "yes", 1);
-    T_CHECK(k3_hugepages_init() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_HUGEPAGES='yes': expected 0 or 1"),
+    T_CHECK(k3_hugepages_init() == K3_ERR_ARG && !strcmp(k3_errmsg(), "K3_HUGEPAGES: 'yes' is not 0 or 1"),
             "K3_HUGEPAGES=yes refused: '%s'", k3_errmsg());
     unsetenv("K3_HUGEPAGES");
     T_CHECK(k3_hugepages_init() == K3_OK, "K3_HUGEPAGES unset: on");
@@ -112,7 +112,7 @@ int main(void) {
     T_CHECK(k3_env_int("K3_TEST_KNOB", -3, 12, &v) == K3_OK && v == 42, "k3_env_int: empty keeps the value");
     for (size_t i = 0; i < sizeof env / sizeof *env; i++) {
         char want[128];
-        snprintf(want, sizeof want, "K3_TEST_KNOB='%s': expected an integer in -3..12", env[i].text);
+        snprintf(want, sizeof want, "K3_TEST_KNOB: '%s' is not an integer in -3..12", env[i].text);
         setenv("K3_TEST_KNOB", env[i].text, 1);
         v  = 42;
         st = k3_env_int("K3_TEST_KNOB", -3, 12, &v);
@@ -124,7 +124,7 @@ int main(void) {
     }
     setenv("K3_TEST_KNOB", "2", 1);
     T_CHECK(k3_env_int("K3_TEST_KNOB", 0, 1, &v) == K3_ERR_ARG &&
-                !strcmp(k3_errmsg(), "K3_TEST_KNOB='2': expected 0 or 1"),
+                !strcmp(k3_errmsg(), "K3_TEST_KNOB: '2' is not 0 or 1"),
             "k3_env_int: a 0/1 switch says so: '%s'", k3_errmsg());
     unsetenv("K3_TEST_KNOB");
     check_hugepages();

@@ -79,7 +79,7 @@ static void setting_apply(setting *s) {
         s->saved[i]     = old ? strdup(old) : NULL;
         setenv(s->name[i], s->value[i], 1);
     }
-    /* the kernel knobs (K3_IDOT, ...) and K3_ISA are read again by the open's k3_params_default,
+    /* the kernel knobs (K3_IDOT, ...), K3_ISA and K3_ACT are read again by k3_init (run_setting),
      * which also refuses a malformed value */
 }
 
@@ -110,7 +110,9 @@ static int run_setting(const char *dir, setting *s, const int32_t *ids, int n, i
     k3_model   *m  = NULL;
     k3_session *se = NULL;
     FILE       *f  = NULL;
-    k3_status   st = k3_params_default(&p);
+    k3_status   st = k3_init(); /* this setting's process variables */
+    if (st == K3_OK)
+        st = k3_params_default(&p);
     if (st == K3_OK) {
         p.logits_path = path;
         if (p.max_ctx < n)

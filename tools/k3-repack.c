@@ -29,6 +29,7 @@
 #include "config.h"
 #include "quant.h"
 #include "repack.h"
+#include "st-write.h"
 #include "st.h"
 #include "tensors.h"
 #include "tool-opt.h"
@@ -328,38 +329,24 @@ static void meta_set(json_t *meta, const char *key, const char *fmt, ...) {
         die_oom();
 }
 
-/* Place items by element size (8, 4, 2, then 1 byte; stable) and build the header. */
+/* Place items by element size (8, 4, 2, then 1 byte; stable) and build the header with the
+ * safetensors writer (st-write.h), data 64-byte aligned. */
 static k3_status place(ctx *c, plan *p, int shard, json_t *meta) {
-    uint64_t off = 0;
-    for (size_t es = 8; es >= 1; es /= 2)
-        for (int i = 0; i < p->n_items; i++)
+    stw_file *w;
+    k3_status st  = stw_create(st_shard_name(c->d, shard), &w);
+    uint64_t  off = 0;
+    for (size_t es = 8; !st && es >= 1; es /= 2)
+        for (int i = 0; !st && i < p->n_items; i++)
             if (st_dtype_size(p->items[i].dtype) == es) {
-                p->items[i].off = off;
-                off += p->items[i].nbytes;
+                item *it = &p->items[i];
+                it->off  = off;
+                off += it->nbytes;
+                st = stw_add(w, it->name, it->dtype, it->ndim, it->shape);
             }
     p->data_bytes = off;
-    json_t *h     = json_object();
-    if (!h)
-        die_oom();
-    for (int i = 0; i < p->n_items; i++) {
-        const item *it = &p->items[i];
-        json_t     *sh = json_array(), *o = json_array(), *e = json_object();
-        if (!sh || !o || !e)
-            die_oom();
-        for (int k = 0; k < it->ndim; k++)
-            json_array_append_new(sh, json_integer(it->shape[k]));
-        json_array_append_new(o, json_integer((json_int_t)it->off));
-        json_array_append_new(o, json_integer((json_int_t)(it->off + it->nbytes)));
-        json_object_set_new(e, "dtype", json_string(st_dtype_name(it->dtype)));
-        json_object_set_new(e, "shape", sh);
-        json_object_set_new(e, "data_offsets", o);
-        if (json_object_get(h, it->name)) {
-            json_decref(e);
-            json_decref(h);
-            return k3_err(K3_ERR_FORMAT, "%s: output tensor '%s' would be written twice (duplicate name)",
-                          st_shard_name(c->d, shard), it->name);
-        }
-        json_object_set_new(h, it->name, e);
+    if (st) {
+        stw_free(w);
+        return st;
     }
     meta_set(meta, "format", "pt");
     meta_set(meta, "k3.container", "%d", RP_VERSION);
@@ -371,23 +358,17 @@ static k3_status place(ctx *c, plan *p, int shard, json_t *meta) {
     struct stat sb; /* a replaced source shard (new mtime) is repacked again on resume */
     meta_set(meta, "k3.source_mtime", "%lld",
              stat(st_shard_path(c->d, shard), &sb) ? 0LL : (long long)sb.st_mtime);
-    json_object_set(h, "__metadata__", meta);
-    char *js = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(h);
-    if (!js)
-        die_oom();
-    size_t len = strlen(js), hl = len;
-    while ((8 + hl) % 64)
-        hl++;
-    if (!(p->header = malloc(8 + hl)))
-        die_oom();
-    for (int b = 0; b < 8; b++)
-        p->header[b] = (char)(unsigned char)((uint64_t)hl >> (8 * b));
-    memcpy(p->header + 8, js, len);
-    memset(p->header + 8 + len, ' ', hl - len);
-    p->header_len = 8 + hl;
-    free(js);
-    return K3_OK;
+    const char *key;
+    json_t     *v;
+    json_object_foreach(meta, key, v) if (!st) st = stw_meta(w, key, json_string_value(v));
+    if (!st)
+        st = stw_header(w, 64, &p->header, &p->header_len);
+    if (!st && stw_data_bytes(w) != p->data_bytes) /* the writer's offsets are the placement's */
+        st = k3_err(K3_ERR_FORMAT, "%s: %llu data bytes planned, the header has %llu",
+                    st_shard_name(c->d, shard), (unsigned long long)p->data_bytes,
+                    (unsigned long long)stw_data_bytes(w));
+    stw_free(w);
+    return st;
 }
 
 /* The six tensors of expert (l, e) in canonical order (the table's: w1, w3, w2; packed, scale). */
@@ -1332,10 +1313,10 @@ int main(int argc, char **argv) {
     if (c.o.jobs)
         omp_set_num_threads(c.o.jobs);
 #endif
-    c.tty         = isatty(2);
-    const char *k = getenv("K3_REPACK_KILL_AT");
-    c.kill_at     = k ? atoi(k) : 0;
-    k3_status st  = run(&c);
+    c.tty        = isatty(2);
+    k3_status st = k3_setting_env_int(K3_SETTING_REPACK_KILL_AT, &c.kill_at); /* test hook */
+    if (st == K3_OK)
+        st = run(&c);
     if (c.d)
         st_close(c.d);
     free(c.ti);

@@ -35,6 +35,13 @@ void k3_log(int level, const char *fmt, ...) K3_PRINTF(2, 3);
 _Noreturn void k3_assert_fail(const char *expr, const char *file, int line);
 #define K3_ASSERT(x) ((x) ? (void)0 : k3_assert_fail(#x, __FILE__, __LINE__))
 
+/* OpenMP: below these amounts of work a parallel region costs more than it saves (waking the
+ * team takes microseconds). K3_PAR_MIN_MATMUL: multiply-adds of a matrix product (kern.c,
+ * kern-amx.c, kern-grp.c); K3_PAR_MIN_OPS: steps of another loop (the KDA recurrence and MLA
+ * attention in forward.c, the quantization of a band in quant.c). */
+#define K3_PAR_MIN_MATMUL 65536L
+#define K3_PAR_MIN_OPS (1L << 18)
+
 /* Checked allocation helpers: NULL on overflow or failure (callers report K3_ERR_NOMEM). */
 void *k3_malloc(size_t n);
 void *k3_calloc(size_t n, size_t size);

@@ -16,7 +16,7 @@ static const char *const names[PROF_N] = {"matmul",    "act_quant", "norm_mix", 
 
 k3_status prof_init(void) {
     int on = 0;
-    if (k3_env_int("K3_PROFILE", 0, 1, &on))
+    if (k3_setting_env_int(K3_SETTING_PROFILE, &on))
         return K3_ERR_ARG;
     prof_on = on;
     return K3_OK;

@@ -85,6 +85,20 @@ void k3_log_set_callback(k3_log_cb cb, void *ud) {
     log_ud = ud;
 }
 
+/* K3_VERBOSE, read once (not at every message); a malformed value counts as 0 here and
+ * k3_init reports it. */
+int k3_log_verbose(void) {
+    static _Atomic int verbose = -1;
+    int                v       = verbose;
+    if (v < 0) {
+        double      d = 0;
+        const char *e = k3_setting_env_str(K3_SETTING_VERBOSE);
+        v             = e && !k3_setting_parse(K3_SETTING_VERBOSE, K3_SRC_ENV, e, &d, NULL, 0) && d == 1;
+        verbose       = v;
+    }
+    return v;
+}
+
 void k3_log(int level, const char *fmt, ...) {
     static const char *names[] = {"error", "warning", "info", "debug"};
     char               msg[1024];
@@ -96,8 +110,7 @@ void k3_log(int level, const char *fmt, ...) {
         log_cb(level, msg, log_ud);
         return;
     }
-    const char *v = getenv("K3_VERBOSE");
-    if (level <= K3_LOG_LEVEL_WARN || (v && *v && *v != '0'))
+    if (level <= K3_LOG_LEVEL_WARN || k3_log_verbose())
         fprintf(stderr, "k3: %s: %s\n", names[level & 3], msg);
 }
 
@@ -105,24 +118,6 @@ _Noreturn void k3_assert_fail(const char *expr, const char *file, int line) {
     fprintf(stderr, "k3: assertion failed: %s (%s:%d)\n", expr, file, line);
     fflush(stderr);
     abort();
-}
-
-/* ---- environment ---- */
-
-k3_status k3_env_int(const char *name, int lo, int hi, int *out) {
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return K3_OK;
-    char *end;
-    errno  = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
-        if (lo == 0 && hi == 1)
-            return k3_err(K3_ERR_ARG, "%s='%s': expected 0 or 1", name, v);
-        return k3_err(K3_ERR_ARG, "%s='%s': expected an integer in %d..%d", name, v, lo, hi);
-    }
-    *out = (int)x;
-    return K3_OK;
 }
 
 /* ---- allocation ---- */
@@ -176,7 +171,7 @@ static _Atomic int huge_on = -1; /* -1: K3_HUGEPAGES not read yet (loader thread
 
 k3_status k3_hugepages_init(void) {
     int on = 1;
-    if (k3_env_int("K3_HUGEPAGES", 0, 1, &on))
+    if (k3_setting_env_int(K3_SETTING_HUGEPAGES, &on))
         return K3_ERR_ARG;
     huge_on = on;
     return K3_OK;

@@ -149,11 +149,13 @@ void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out) {
 }
 
 void conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o) {
-    *o = (k3_chat_opts){.think       = c->set.think,
-                        .effort      = c->set.effort,
-                        .gen_prompt  = gen_prompt,
-                        .tools       = c->tools,
-                        .tool_choice = c->set.tool_choice[0] ? c->set.tool_choice : NULL};
+    *o = (k3_chat_opts){.think           = c->set.think,
+                        .effort          = c->set.effort,
+                        .gen_prompt      = gen_prompt,
+                        .tools           = c->tools,
+                        .tool_choice     = c->set.tool_choice[0] ? c->set.tool_choice : NULL,
+                        .response_format = c->rf_type[0] ? c->rf_type : NULL,
+                        .response_schema = c->rf_schema};
 }
 
 k3_status k3_conv_render(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out) {
@@ -296,8 +298,9 @@ k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt
      * [tool-choice] + [prompt]; G is the generation prompt alone, T the tail */
     k3_chat_opts o;
     conv_chat_opts(c, 0, &o);
-    k3_chat_opts oa = o; /* tool_choice auto: no tool-choice message */
-    oa.tool_choice  = NULL;
+    k3_chat_opts oa    = o; /* tool_choice auto: no tool-choice message */
+    oa.tool_choice     = NULL;
+    oa.response_format = NULL; /* nor a response-format message */
     k3_ids    E = {0}, G = {0}, T = {0}, one = {0};
     size_t    n0  = out->n;
     k3_status st  = k3_chat_encode(tok, NULL, 0, &oa, &E);
@@ -422,6 +425,7 @@ k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info 
     fi->drop = hi;
     if (!st && apply && hi > 0) {
         int n = (hi < n_exch ? start[hi] : c->n_msgs) - start[0];
+        conv_since_removed(c, start[0], n);
         for (int i = start[0]; i < start[0] + n; i++)
             conv_msg_clear(&c->msgs[i]);
         memmove(&c->msgs[start[0]], &c->msgs[start[0] + n],
@@ -483,9 +487,10 @@ static void snap_room(conv_store *sn, int extra, size_t bytes) {
 }
 
 k3_status k3_conv_set_prompt_cache(k3_conv *c, int max_snapshots, double mb) {
-    if (max_snapshots < 0 || max_snapshots > CONV_MAX_SNAPSHOTS || !(mb >= 0 && mb < 1e9))
-        return k3_err(K3_ERR_ARG, "prompt cache: %d snapshots / %g MB: expected 0..%d snapshots and MB >= 0",
-                      max_snapshots, mb, CONV_MAX_SNAPSHOTS);
+    char err[160]; /* the ranges of K3_CONV_SNAPSHOTS and K3_CONV_SNAPSHOT_MB */
+    if (k3_setting_check(K3_SETTING_CONV_SNAPSHOTS, K3_SRC_API, max_snapshots, err, sizeof err) ||
+        k3_setting_check(K3_SETTING_CONV_SNAPSHOT_MB, K3_SRC_API, mb, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "prompt cache: %s", err);
     c->sn->max_snaps = max_snapshots;
     c->sn->budget    = (size_t)(mb * 1e6);
     snap_room(c->sn, 0, 0);
@@ -689,6 +694,8 @@ struct k3_conv_gen {
     const int32_t    *feed; /* this step's feed: (n_feed) ids, pos0 before  */
     int               n_feed, pos0;
     int32_t           tok1; /* the decode step's token                      */
+    k3_gmatch        *gm;   /* the answer's grammar position (c->grammar)   */
+    uint64_t         *mask; /* its token mask                               */
 };
 
 /* Engine feed of several sessions (count >= 1), each[i] the status of ss[i]: one batched
@@ -718,6 +725,10 @@ static void prefill_done(k3_conv_gen *g) {
         return;
     if (!(g->smp = k3_sampler_new(&g->ts.sampling)))
         g->st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for the sampler");
+    else if (c->grammar && !g->forced &&
+             (!(g->st = k3_gmatch_new(c->grammar, &g->gm)) &&
+              !(g->mask = k3_malloc((size_t)k3_grammar_words(c->grammar) * sizeof *g->mask))))
+        g->st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for the token mask");
     else if (!(g->st = k3_chat_parser_new(g->tok, c->set.think, &g->par)))
         k3_chat_parser_set_tools(g->par, c->tools && strcmp(c->set.tool_choice, "none"));
     g->ts.stop = K3_STOP_EOS;
@@ -757,7 +768,20 @@ static void step_prepare(k3_conv_gen *g) {
         g->st = k3_err(K3_ERR_ARG, "conversation: the session has no logits to sample from");
         return;
     }
-    int32_t id = g->forced ? g->forced[g->gen.n] : k3_sampler_sample(g->smp, logits, g->info.vocab);
+    int32_t id;
+    if (g->forced)
+        id = g->forced[g->gen.n];
+    else if (g->gm && k3_chat_parser_channel(g->par) == K3_CHAN_RESPONSE) { /* reasoning stays free */
+        if ((g->st = k3_gmatch_mask(g->gm, g->mask)))
+            return;
+        id = k3_sampler_sample_masked(g->smp, logits, g->info.vocab, g->mask);
+        if (id < 0 || (g->st = k3_gmatch_accept(g->gm, id))) {
+            g->st =
+                g->st ? g->st : k3_err(K3_ERR_ARG, "conversation: the response format allows no token here");
+            return;
+        }
+    } else
+        id = k3_sampler_sample(g->smp, logits, g->info.vocab);
     if (!g->gen.n)
         g->ts.ttft = k3_time() - g->t0;
     int in_think = k3_chat_parser_channel(g->par) == K3_CHAN_THINK;
@@ -982,6 +1006,8 @@ k3_status k3_conv_gen_end(k3_conv_gen *g) {
         k3_conv_autosave(c); /* failure is kept in k3_conv_autosave_error, the turn stands */
     free(g->forced);
     k3_sampler_free(g->smp);
+    k3_gmatch_free(g->gm);
+    free(g->mask);
     k3_chat_parser_free(g->par);
     k3_ids_free(&g->gen);
     free(g->think.p);

@@ -13,7 +13,16 @@
 
 #include <stdatomic.h>
 
-#define CONV_MAX_SNAPSHOTS 64 /* saved decode states (prompt cache, /retry, /undo), at most */
+/* saved decode states (prompt cache, /retry, /undo), at most: the CONV_SNAPSHOTS row's top in
+ * include/k3-settings.h (test-settings.c holds them equal) */
+#define CONV_MAX_SNAPSHOTS 64
+
+/* Only the tests look at these (not in k3.h): the abandoned messages, oldest branch first:
+ * count; message i, with the index of the active message it was written before (its branch
+ * point) and its branch number (1-based). The autosave file's path, NULL before the first write. */
+int           k3_conv_abandoned_count(const k3_conv *c);
+const k3_msg *k3_conv_abandoned(const k3_conv *c, int i, int *at, int *branch);
+const char   *k3_conv_autosave_path(const k3_conv *c);
 
 /* A saved decode state and the ids that produced it. */
 typedef struct conv_snap {
@@ -44,10 +53,16 @@ typedef struct conv_aban {
 } conv_aban;
 
 struct k3_conv {
-    k3_msg          *msgs;  /* (n_msgs) msgs[0] is the system prompt when it has that role */
-    char            *tools; /* tool declarations (JSON array text), NULL when none         */
-    int              n_msgs, cap_msgs;
-    conv_aban       *aban; /* (n_aban) abandoned branches, in the order they were made    */
+    k3_msg           *msgs;        /* (n_msgs) msgs[0] is the system prompt when it has that role */
+    char             *tools;       /* tool declarations (JSON array text), NULL when none         */
+    char              rf_type[16]; /* response_format: "" (text), "json_object", "json_schema"  */
+    char             *rf_schema;   /* json_schema: the schema (JSON text), NULL otherwise        */
+    const k3_grammar *grammar;     /* answers drawn under its masks (k3_conv_set_grammar), NULL  */
+    int               n_msgs, cap_msgs;
+    int               sys_since; /* the system prompt was set after this many of the other messages
+                                    (a /system mid-chat): those were answered without it
+                                    (transcript "since"; 0: from the start)                     */
+    conv_aban       *aban;       /* (n_aban) abandoned branches, in the order they were made    */
     int              n_aban, cap_aban, n_branches;
     k3_conv_settings set;
     uint64_t         n_turns_started; /* turns generated (seed derivation; never reset)   */
@@ -115,3 +130,6 @@ void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out);
 void conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o);
 /* Exchange contents of two conversations' messages + settings + tools (transcript loading). */
 void conv_swap_content(k3_conv *a, k3_conv *b);
+/* Messages [i, i + n) are about to leave the history: sys_since keeps counting the messages
+ * that came before the system prompt was set. */
+void conv_since_removed(k3_conv *c, int i, int n);

@@ -121,9 +121,16 @@ k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_co
     atomic_store(&saved->cancel, 0);
     if (!st)
         atomic_store(&saved->child, r);
+    /* a system prompt set mid-conversation ("since") joins where it was set: the turns before
+     * it are replayed without it, as they were answered */
+    int late = saved->n_msgs && saved->msgs[0].role == K3_ROLE_SYSTEM && saved->sys_since > 0;
     for (int i = 0; !st && i < saved->n_msgs; i++) {
-        const k3_msg *msg       = &saved->msgs[i];
-        int           last_user = r->n_msgs && r->msgs[r->n_msgs - 1].role == K3_ROLE_USER;
+        const k3_msg *msg = &saved->msgs[i];
+        if (late && i == 0)
+            continue;
+        if (late && i - 1 == saved->sys_since && (st = k3_conv_set_system(r, saved->msgs[0].content)))
+            break;
+        int last_user = r->n_msgs && r->msgs[r->n_msgs - 1].role == K3_ROLE_USER;
         if (msg->role != K3_ROLE_ASSISTANT || !last_user) {
             st = conv_push(r, msg);
             continue;

@@ -50,10 +50,11 @@ const char *conv_role_str(k3_role r) {
 void k3_conv_settings_default(k3_conv_settings *s) {
     memset(s, 0, sizeof *s);
     s->think = 1;
-    strcpy(s->effort, "max");
+    snprintf(s->effort, sizeof s->effort, "%s",
+             k3_setting_choice(K3_SETTING_EFFORT, (int)k3_setting(K3_SETTING_EFFORT)->def));
     s->max_tokens     = 0;
-    s->sampling.temp  = 0.6f;
-    s->sampling.top_p = 0.95f;
+    s->sampling.temp  = (float)k3_setting(K3_SETTING_TEMP)->def;
+    s->sampling.top_p = (float)k3_setting(K3_SETTING_TOP_P)->def;
     s->sampling.min_p = 0.0f;
     s->sampling.top_k = 0;
     s->sampling.seed  = 0;
@@ -67,18 +68,19 @@ k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
          strcmp(s->tool_choice, "none")))
         return k3_err(K3_ERR_ARG, "%s: tool_choice '%.*s' is not auto, required or none", where,
                       (int)sizeof s->tool_choice, s->tool_choice);
+    char   err[256];
+    double eff;
     if (!memchr(s->effort, 0, sizeof s->effort) ||
-        (strcmp(s->effort, "low") && strcmp(s->effort, "high") && strcmp(s->effort, "max")))
-        return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not low, high or max%s", where, (int)sizeof s->effort,
-                      s->effort,
+        k3_setting_parse(K3_SETTING_EFFORT, K3_SRC_API, s->effort, &eff, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not %s%s", where, (int)sizeof s->effort, s->effort,
+                      k3_setting_expect(K3_SETTING_EFFORT, K3_SRC_API, err, sizeof err),
                       strncmp(s->effort, "medium", sizeof s->effort) ? "" : " (the release rejects medium)");
     if (s->max_tokens < 0)
         return k3_err(K3_ERR_ARG, "%s: max_tokens = %d is negative", where, s->max_tokens);
     const k3_sampler_params *p = &s->sampling;
-    if (!(p->temp >= 0.0f && p->temp <= 100.0f))
-        return k3_err(K3_ERR_ARG, "%s: temperature %g is outside 0..100", where, (double)p->temp);
-    if (!(p->top_p >= 0.0f && p->top_p <= 1.0f))
-        return k3_err(K3_ERR_ARG, "%s: top_p %g is outside 0..1", where, (double)p->top_p);
+    if (k3_setting_check(K3_SETTING_TEMP, K3_SRC_API, p->temp, err, sizeof err) ||
+        k3_setting_check(K3_SETTING_TOP_P, K3_SRC_API, p->top_p, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "%s: %s", where, err);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
         return k3_err(K3_ERR_ARG, "%s: min_p %g is outside 0..1", where, (double)p->min_p);
     if (p->top_k < 0)
@@ -107,18 +109,15 @@ k3_conv *k3_conv_new(void) {
     /* Snapshots cost the whole decode state each (for the release: KDA states plus the
      * MLA cache so far, hundreds of MB). Three cover /retry (after the prompt) and /undo
      * (end of the turn before). K3_CONV_SNAPSHOTS=0 turns them off. */
-    c->sn->max_snaps = 3;
-    if (k3_env_int("K3_CONV_SNAPSHOTS", 0, CONV_MAX_SNAPSHOTS, &c->sn->max_snaps))
-        K3_LOG_WARN("%s; using 3", k3_errmsg());
-    const char *e = getenv("K3_CONV_SNAPSHOT_MB");
-    if (e && *e) {
-        char  *end;
-        double v = strtod(e, &end);
-        if (*end || !(v >= 0 && v < 1e9))
-            K3_LOG_WARN("K3_CONV_SNAPSHOT_MB='%s' is not a number of megabytes >= 0, no byte limit", e);
-        else
-            c->sn->budget = (size_t)(v * 1e6);
-    }
+    /* a malformed value is k3_init's error; here it keeps the default */
+    double      snaps = k3_setting(K3_SETTING_CONV_SNAPSHOTS)->def, mb = -1;
+    const char *e = k3_setting_env_str(K3_SETTING_CONV_SNAPSHOTS);
+    if (e)
+        (void)k3_setting_parse(K3_SETTING_CONV_SNAPSHOTS, K3_SRC_ENV, e, &snaps, NULL, 0);
+    if ((e = k3_setting_env_str(K3_SETTING_CONV_SNAPSHOT_MB)) &&
+        !k3_setting_parse(K3_SETTING_CONV_SNAPSHOT_MB, K3_SRC_ENV, e, &mb, NULL, 0))
+        c->sn->budget = (size_t)(mb * 1e6);
+    c->sn->max_snaps = (int)snaps;
     return c;
 }
 
@@ -151,6 +150,7 @@ void k3_conv_free(k3_conv *c) {
     drop_abandoned(c);
     free(c->aban);
     free(c->tools);
+    free(c->rf_schema);
     free(c->forced);
     free(c->model_dir);
     free(c->autosave_dir);
@@ -349,6 +349,24 @@ k3_status k3_conv_add_msg(k3_conv *c, const k3_msg *m) {
     return conv_push(c, m);
 }
 
+k3_status k3_conv_set_response_format(k3_conv *c, const char *type, const char *schema) {
+    int none = !type || !*type || !strcmp(type, "text");
+    if (!none && strcmp(type, "json_object") && strcmp(type, "json_schema"))
+        return k3_err(K3_ERR_ARG,
+                      "conversation: response_format '%.40s' is not text, json_object or json_schema", type);
+    char *copy = NULL;
+    if (!none && !strcmp(type, "json_schema") && !(copy = k3_strdup(schema ? schema : "{}")))
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    free(c->rf_schema);
+    c->rf_schema = copy;
+    snprintf(c->rf_type, sizeof c->rf_type, "%s", none ? "" : type);
+    return K3_OK;
+}
+
+void k3_conv_set_grammar(k3_conv *c, const k3_grammar *g) {
+    c->grammar = g;
+}
+
 k3_status k3_conv_set_tools(k3_conv *c, const char *json) {
     const char *p = json;
     while (p && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
@@ -380,9 +398,22 @@ const char *k3_conv_system(const k3_conv *c) {
 }
 
 /* Removes messages [i, i+n). */
+void conv_since_removed(k3_conv *c, int i, int n) {
+    int sys = k3_conv_system(c) != NULL, before = 0;
+    for (int k = i; k < i + n && k < c->n_msgs; k++) {
+        if (k == 0 && sys) {
+            c->sys_since = 0; /* the system prompt itself goes */
+            return;
+        }
+        before += k - sys < c->sys_since;
+    }
+    c->sys_since -= before;
+}
+
 static void remove_range(k3_conv *c, int i, int n) {
     if (n <= 0)
         return;
+    conv_since_removed(c, i, n);
     for (int k = i; k < i + n; k++)
         conv_msg_clear(&c->msgs[k]);
     memmove(&c->msgs[i], &c->msgs[i + n], (size_t)(c->n_msgs - i - n) * sizeof *c->msgs);
@@ -403,7 +434,10 @@ k3_status k3_conv_set_system(k3_conv *c, const char *text) {
     }
     if (has && !strcmp(c->msgs[0].content, text))
         return K3_OK;
-    k3_status st = check_utf8("system prompt", text);
+    /* set (or changed) now: the messages so far were answered without it, and the transcript
+     * says so ("since"), so a save, an export or a replay does not claim otherwise */
+    int       since = c->n_msgs - has;
+    k3_status st    = check_utf8("system prompt", text);
     if (st)
         return st;
     char *copy = k3_strdup(text);
@@ -422,6 +456,7 @@ k3_status k3_conv_set_system(k3_conv *c, const char *text) {
     }
     free(c->msgs[0].content);
     c->msgs[0].content = copy;
+    c->sys_since       = since;
     conv_touched(c, 0);
     return K3_OK;
 }
@@ -430,7 +465,8 @@ void k3_conv_clear(k3_conv *c) {
     int keep = k3_conv_system(c) != NULL;
     for (int i = keep; i < c->n_msgs; i++)
         conv_msg_clear(&c->msgs[i]);
-    c->n_msgs = keep;
+    c->n_msgs    = keep;
+    c->sys_since = 0; /* every turn from now on has it */
     drop_abandoned(c);
     /* a new conversation gets a new autosave file; the old file stays as it is */
     free(c->autosave_path);
@@ -476,6 +512,7 @@ static int abandon_from(k3_conv *c, int i) {
     int n = c->n_msgs - i;
     if (grow_aban(c, n))
         return -1;
+    conv_since_removed(c, i, n);
     c->n_branches++;
     for (int k = i; k < c->n_msgs; k++)
         c->aban[c->n_aban++] = (conv_aban){c->msgs[k], i, c->n_branches}; /* moved, not copied */
@@ -550,6 +587,9 @@ void conv_swap_content(k3_conv *a, k3_conv *b) {
     a->n_msgs              = b->n_msgs;
     a->cap_msgs            = b->cap_msgs;
     a->set                 = b->set;
+    int since              = a->sys_since;
+    a->sys_since           = b->sys_since;
+    b->sys_since           = since;
     conv_aban *ab          = a->aban;
     int        na = a->n_aban, ca = a->cap_aban, nb = a->n_branches;
     a->aban       = b->aban;

@@ -199,6 +199,18 @@ static json_t *msg_json(const k3_msg *m) {
     return o;
 }
 
+/* Message i of c as its transcript line: the system prompt says since when it was set
+ * mid-conversation ("since": how many of the other messages came before it). */
+static json_t *line_json(const k3_conv *c, int i) {
+    json_t *o = msg_json(&c->msgs[i]);
+    if (o && i == 0 && c->msgs[0].role == K3_ROLE_SYSTEM && c->sys_since > 0 &&
+        json_object_set_new(o, "since", json_integer(c->sys_since))) {
+        json_decref(o);
+        o = NULL;
+    }
+    return o;
+}
+
 /* Abandoned messages whose branch point is at (or, with last, past the end): each marked with
  * "abandoned": its branch number. */
 static void abandoned_lines(const k3_conv *c, sbuf *b, int at, int last) {
@@ -220,7 +232,7 @@ static void transcript_text(const k3_conv *c, sbuf *b) {
     sb_json_line(b, header_json(c));
     for (int i = 0; i < c->n_msgs; i++) {
         abandoned_lines(c, b, i, 0);
-        sb_json_line(b, msg_json(&c->msgs[i]));
+        sb_json_line(b, line_json(c, i));
     }
     abandoned_lines(c, b, c->n_msgs, 1);
 }
@@ -479,7 +491,7 @@ static k3_status autosave_write(k3_conv *c) {
         st = write_text_file(c->autosave_path, &b);
     } else {
         for (int i = c->n_saved; i < c->n_msgs; i++)
-            sb_json_line(&b, msg_json(&c->msgs[i]));
+            sb_json_line(&b, line_json(c, i));
         st = b.oom ? k3_err(K3_ERR_NOMEM, "%s: out of memory", c->autosave_path)
              : b.n ? durable_append(c->autosave_path, b.p, b.n)
                    : K3_OK;
@@ -526,6 +538,10 @@ static k3_status lerr(const lctx *L, const char *fmt, ...) {
     return k3_err(K3_ERR_FORMAT, "%s:%d: %s", L->path, L->line, msg);
 }
 
+/* What a value is, for a message: an integer's value (so "is -1, expected >= 0", not "is an
+ * integer, expected an integer"), else its type. buf: 32 bytes. */
+static const char *jwhat(const json_t *j, char *buf, size_t n);
+
 static const char *jtype(const json_t *j) {
     switch (json_typeof(j)) {
     case JSON_OBJECT:
@@ -545,6 +561,13 @@ static const char *jtype(const json_t *j) {
         return "null";
     }
     return "?";
+}
+
+static const char *jwhat(const json_t *j, char *buf, size_t n) {
+    if (!json_is_integer(j))
+        return jtype(j);
+    snprintf(buf, n, "%lld", (long long)json_integer_value(j));
+    return buf;
 }
 
 /* Typed getters: absent keys leave *out alone; a wrong type is an error naming the key. */
@@ -600,7 +623,8 @@ static k3_status get_seed(const lctx *L, json_t *o, const char *obj, uint64_t *o
             return K3_OK;
         }
     }
-    return LERR(L, "%s\"seed\" is %s, expected a non-negative integer", obj, jtype(v));
+    char w[32];
+    return LERR(L, "%s\"seed\" is %s, expected a non-negative integer", obj, jwhat(v, w, sizeof w));
 }
 
 /* A string field: absent or null leaves *out alone; strings are copied. */
@@ -882,7 +906,9 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         for (int i = 0; i < m.n_ids; i++) {
             json_t *x = json_array_get(ids, (size_t)i);
             if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
-                st = LERR(L, "\"token_ids\"[%d] is %s, expected a token id (integer >= 0)", i, jtype(x));
+                char w[32];
+                st = LERR(L, "\"token_ids\"[%d] is %s, expected a token id (integer >= 0)", i,
+                          jwhat(x, w, sizeof w));
                 goto out;
             }
             m.ids[i] = (int32_t)json_integer_value(x);
@@ -897,15 +923,36 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         else if (json_is_integer(ab) && json_integer_value(ab) >= 1 && json_integer_value(ab) <= INT32_MAX)
             branch = json_integer_value(ab);
         else if (!json_is_false(ab)) {
-            st = LERR(L, "\"abandoned\" is %s, expected a branch number (integer >= 1)", jtype(ab));
+            char w[32];
+            st = LERR(L, "\"abandoned\" is %s, expected a branch number (integer >= 1)",
+                      jwhat(ab, w, sizeof w));
             goto out;
         }
+    }
+    /* "since": N on the system prompt: it was set after N of the other messages (/system
+     * mid-conversation), which were answered without it */
+    json_t   *sj    = json_object_get(o, "since");
+    long long since = 0;
+    if (sj && !json_is_null(sj)) {
+        if (m.role != K3_ROLE_SYSTEM || branch) {
+            st = LERR(L, "\"since\" is on a %s message; only the system prompt has it",
+                      branch ? "abandoned" : role);
+            goto out;
+        }
+        if (!json_is_integer(sj) || json_integer_value(sj) < 0 || json_integer_value(sj) > INT32_MAX) {
+            char w[32];
+            st = LERR(L, "\"since\" is %s, expected a message count (integer >= 0)", jwhat(sj, w, sizeof w));
+            goto out;
+        }
+        since = json_integer_value(sj);
     }
     m.content   = text.p ? text.p : (char *)(uintptr_t) "";
     m.reasoning = (char *)(uintptr_t)reasoning;
     st          = text.oom ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line)
                   : branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch)
                            : conv_push(c, &m);
+    if (!st && since)
+        c->sys_since = (int)since;
 out:
     free(text.p);
     free(m.ids);
@@ -930,7 +977,10 @@ static k3_status parse_line(const lctx *L, const char *p, size_t n, k3_conv *c, 
     free(fixed);
     if (!j) {
         *json_syntax = 1;
-        return LERR(L, "invalid JSON at column %d: %s", e.column, e.text);
+        return LERR(L, "invalid JSON at column %d: %s", e.column,
+                    strstr(e.text, "JSON_ALLOW_NUL")
+                        ? "a \\u0000 (NUL) in a string, which a transcript cannot hold"
+                        : e.text); /* not the library's flag name */
     }
     k3_status st;
     if (!json_is_object(j))
@@ -999,7 +1049,11 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
                  : LERR(&L, "empty line, expected the transcript header");
         if (st && !nl && syntax && L.line > 1) {
             /* an interrupted append: keep everything before it, and say so */
-            K3_LOG_WARN("%s:%d: ignoring a torn final line (%s)", path, L.line, k3_errmsg());
+            char        pre[64];
+            const char *why = k3_errmsg(); /* "PATH:LINE: ...": the file is named once */
+            int         np  = snprintf(pre, sizeof pre, ":%d: ", L.line);
+            const char *at  = strstr(why, pre);
+            K3_LOG_WARN("%s:%d: ignoring a torn final line (%s)", path, L.line, at && np > 0 ? at + np : why);
             info->torn_line = L.line;
             st              = K3_OK;
         }
@@ -1111,6 +1165,37 @@ static void md_stats(sbuf *b, const k3_msg *m) {
     sb_fmt(b, ", prompt %d tokens (%d cached)</sub>\n\n", t->n_prompt, t->n_cached);
 }
 
+/* One message of the Markdown export; note (or NULL) is added to its heading. */
+static void md_msg(sbuf *bp, const k3_msg *m, const char *note) {
+    static const char *const title[] = {"System", "User", "Assistant", "Tool result"};
+    if (m->role == K3_ROLE_TOOL)
+        sb_fmt(bp, "## Tool result%s%s%s%s%s%s\n\n", m->tool_name ? ": `" : "",
+               m->tool_name ? m->tool_name : "", m->tool_name ? "`" : "", m->tool_call_id ? " (call " : "",
+               m->tool_call_id ? m->tool_call_id : "", m->tool_call_id ? ")" : "");
+    else
+        sb_fmt(bp, "## %s%s\n\n", title[m->role], note ? note : "");
+    if (m->reasoning && *m->reasoning) {
+        sb_str(bp, "<details>\n<summary>Reasoning</summary>\n\n");
+        md_block(bp, m->reasoning);
+        sb_str(bp, "\n\n</details>\n\n");
+    }
+    if (*m->content) {
+        if (m->role == K3_ROLE_ASSISTANT)
+            md_block(bp, m->content);
+        else
+            md_literal(bp, m->content);
+        sb_str(bp, "\n\n");
+    }
+    if (m->tools)
+        sb_fmt(bp, "**Tools declared here:**\n\n```json\n%s\n```\n\n", m->tools);
+    for (int k = 0; k < m->n_tool_calls; k++) {
+        const k3_tool_call *tc = &m->tool_calls[k];
+        sb_fmt(bp, "**Tool call** `%s` (%s):\n\n```json\n%s\n```\n\n", tc->name, tc->id ? tc->id : "",
+               tc->arguments && *tc->arguments ? tc->arguments : "{}");
+    }
+    md_stats(bp, m);
+}
+
 k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
     sbuf                    b = {0};
     const k3_conv_settings *s = &c->set;
@@ -1124,37 +1209,19 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
     sb_fmt(&b, ", thinking %s (effort %s), temperature %g, top-p %g, seed %llu\n\n", s->think ? "on" : "off",
            s->effort, (double)s->sampling.temp, (double)s->sampling.top_p,
            (unsigned long long)s->sampling.seed);
+    /* a system prompt set mid-conversation ("since") stands where it was set, not above the
+     * answers that were given without it */
+    int               sys = c->n_msgs && c->msgs[0].role == K3_ROLE_SYSTEM, late = sys && c->sys_since > 0;
+    static const char note[] = " (set here; the answers above were given without it)";
     for (int i = 0; i < c->n_msgs; i++) {
-        const k3_msg            *m       = &c->msgs[i];
-        static const char *const title[] = {"System", "User", "Assistant", "Tool result"};
-        if (m->role == K3_ROLE_TOOL)
-            sb_fmt(&b, "## Tool result%s%s%s%s%s%s\n\n", m->tool_name ? ": `" : "",
-                   m->tool_name ? m->tool_name : "", m->tool_name ? "`" : "",
-                   m->tool_call_id ? " (call " : "", m->tool_call_id ? m->tool_call_id : "",
-                   m->tool_call_id ? ")" : "");
-        else
-            sb_fmt(&b, "## %s\n\n", title[m->role]);
-        if (m->reasoning && *m->reasoning) {
-            sb_str(&b, "<details>\n<summary>Reasoning</summary>\n\n");
-            md_block(&b, m->reasoning);
-            sb_str(&b, "\n\n</details>\n\n");
-        }
-        if (*m->content) {
-            if (m->role == K3_ROLE_ASSISTANT)
-                md_block(&b, m->content);
-            else
-                md_literal(&b, m->content);
-            sb_str(&b, "\n\n");
-        }
-        if (m->tools)
-            sb_fmt(&b, "**Tools declared here:**\n\n```json\n%s\n```\n\n", m->tools);
-        for (int k = 0; k < m->n_tool_calls; k++) {
-            const k3_tool_call *tc = &m->tool_calls[k];
-            sb_fmt(&b, "**Tool call** `%s` (%s):\n\n```json\n%s\n```\n\n", tc->name, tc->id ? tc->id : "",
-                   tc->arguments && *tc->arguments ? tc->arguments : "{}");
-        }
-        md_stats(&b, m);
+        if (late && i == 0)
+            continue;
+        if (late && i - 1 == c->sys_since)
+            md_msg(&b, &c->msgs[0], note);
+        md_msg(&b, &c->msgs[i], NULL);
     }
+    if (late && c->sys_since >= c->n_msgs - 1)
+        md_msg(&b, &c->msgs[0], note);
     k3_status st = write_text_file(path, &b);
     free(b.p);
     return st;

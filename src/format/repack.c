@@ -62,24 +62,23 @@ k3_status rp_info_load(const char *dir, rp_info *info) {
     return st;
 }
 
-static int env_set(const char *name) {
-    const char *v = getenv(name);
-    return v && *v;
+static int env_set(enum k3_setting_id id) {
+    return k3_setting_env_str(id) != NULL;
 }
 
 int rp_run_bits(const rp_info *ci, k3_params *p) {
     if (!ci->present)
         return 0;
-    int set_b = env_set("K3_BITS"), from = 0;
+    int set_b = env_set(K3_SETTING_BITS), from = 0;
     if (!set_b) {
         p->bits = ci->bits;
         from |= RP_FROM_BITS;
     }
-    if (!env_set("K3_MLA_BITS")) {
+    if (!env_set(K3_SETTING_MLA_BITS)) {
         p->mla_bits = set_b ? p->bits : ci->mla_bits;
         from |= set_b ? 0 : RP_FROM_MLA;
     }
-    if (!env_set("K3_HEAD_BITS")) {
+    if (!env_set(K3_SETTING_HEAD_BITS)) {
         p->head_bits = set_b ? p->bits : ci->head_bits;
         from |= set_b ? 0 : RP_FROM_HEAD;
     }

@@ -90,8 +90,10 @@ k3_status stw_meta(stw_file *w, const char *key, const char *value) {
     return K3_OK;
 }
 
-k3_status stw_begin(stw_file *w) {
-    K3_ASSERT(!w->f);
+k3_status stw_header(stw_file *w, size_t align, char **out, size_t *len) {
+    K3_ASSERT(!w->f && align >= 8 && align % 8 == 0 && !w->hdr_bytes);
+    *out = NULL;
+    *len = 0;
     /* assign offsets in declaration order */
     uint64_t off = 0;
     size_t   i;
@@ -111,24 +113,40 @@ k3_status stw_begin(stw_file *w) {
     char *js = json_dumps(w->hdr, JSON_COMPACT | JSON_SORT_KEYS);
     if (!js)
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
-    size_t len = strlen(js), pad = (8 - len % 8) % 8;
+    size_t jl = strlen(js), hl = jl + (align - (8 + jl) % align) % align; /* spaces: data aligned */
+    char  *h = malloc(8 + hl);
+    if (!h) {
+        free(js);
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
+    }
+    for (int b = 0; b < 8; b++)
+        h[b] = (char)(unsigned char)((uint64_t)hl >> (8 * b));
+    memcpy(h + 8, js, jl);
+    memset(h + 8 + jl, ' ', hl - jl);
+    free(js);
+    w->hdr_bytes = 8 + hl;
+    *out         = h;
+    *len         = 8 + hl;
+    return K3_OK;
+}
+
+k3_status stw_begin(stw_file *w) {
+    K3_ASSERT(!w->f);
+    char     *h;
+    size_t    n;
+    k3_status st = stw_header(w, 8, &h, &n);
+    if (st)
+        return st;
     w->f = fopen(w->path, "wb");
     if (!w->f) {
-        free(js);
+        free(h);
         return k3_err(K3_ERR_IO, "%s: cannot create: %s", w->path, strerror(errno));
     }
     setvbuf(w->f, NULL, _IOFBF, 1 << 20);
-    uint8_t  le[8];
-    uint64_t hl = len + pad;
-    for (int b = 0; b < 8; b++)
-        le[b] = (uint8_t)(hl >> (8 * b));
-    int ok = fwrite(le, 1, 8, w->f) == 8 && fwrite(js, 1, len, w->f) == len;
-    for (size_t p = 0; ok && p < pad; p++)
-        ok = fputc(' ', w->f) != EOF;
-    free(js);
+    int ok = fwrite(h, 1, n, w->f) == n;
+    free(h);
     if (!ok)
         return k3_err(K3_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
-    w->hdr_bytes = 8 + hl;
     return K3_OK;
 }
 

@@ -29,8 +29,12 @@ k3_status stw_create(const char *path, stw_file **out);
 k3_status stw_add(stw_file *w, const char *name, st_dtype dtype, int ndim, const int64_t *shape);
 /* A string entry of "__metadata__" ("format": "pt" is always present). */
 k3_status stw_meta(stw_file *w, const char *key, const char *value);
-/* Create the file and write the header. */
+/* Create the file and write the header (data 8-byte aligned, as the format asks). */
 k3_status stw_begin(stw_file *w);
+/* Instead of stw_begin, for a writer of its own (k3-repack writes shards with pwrite from several
+ * threads): the whole header, u64 length + JSON + spaces so that the data section starts at a
+ * multiple of align (8, 64, ...), malloc'ed into *out (free()); no file is created. */
+k3_status stw_header(stw_file *w, size_t align, char **out, size_t *len);
 /* Append n bytes of data (the tensors' bytes in declaration order). */
 k3_status stw_write(stw_file *w, const void *data, size_t n);
 /* Skip n data bytes: left as a hole (reads as zeros; a sparse file takes no disk for it). */

@@ -455,7 +455,7 @@ static k3_status add_shard(st_dir *d, const char *name, int *idx) {
     s->dfd           = -1;
     s->name          = k3_strdup(name);
     s->path          = path_join(d->path, name);
-    const char *dirs = getenv("K3_DIRS");
+    const char *dirs = k3_setting_env_str(K3_SETTING_DIRS);
     struct stat sb;
     for (const char *p = dirs; s->path && p && *p && stat(s->path, &sb) != 0;) {
         size_t n   = strcspn(p, ":");

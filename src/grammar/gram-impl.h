@@ -48,15 +48,18 @@ typedef struct g_cache {
 } g_cache;
 
 struct k3_gvocab {
-    int32_t      n_vocab;   /* mask width (the model's vocab_size)                  */
-    int32_t      words;     /* (n_vocab + 63) / 64                                   */
-    int32_t      n_sorted;  /* ordinary tokens with a non-empty piece                */
-    int32_t     *sorted;    /* (n_sorted) ids in byte order of their pieces          */
-    uint16_t    *lcp;       /* (n_sorted) common prefix with the previous sorted one  */
-    const char **piece;     /* (n_vocab) bytes of each id (NULL: none)              */
-    uint32_t    *plen;      /* (n_vocab)                                            */
-    uint8_t     *special;   /* (n_vocab) 1: a special id                            */
-    int32_t      end_id[2]; /* <|end_of_msg|> and the eos id (-1 when absent)       */
+    int32_t      n_vocab;    /* mask width (the model's vocab_size)                  */
+    int32_t      words;      /* (n_vocab + 63) / 64                                   */
+    int32_t      n_sorted;   /* ordinary tokens with a non-empty piece                */
+    int32_t     *sorted;     /* (n_sorted) ids in byte order of their pieces          */
+    uint16_t    *lcp;        /* (n_sorted) common prefix with the previous sorted one  */
+    const char **spiece;     /* (n_sorted) the pieces in sorted order (sequential reads) */
+    uint32_t    *splen;      /* (n_sorted)                                              */
+    int32_t      first[257]; /* sorted[first[b] .. first[b+1]) start with byte b   */
+    const char **piece;      /* (n_vocab) bytes of each id (NULL: none)              */
+    uint32_t    *plen;       /* (n_vocab)                                            */
+    uint8_t     *special;    /* (n_vocab) 1: a special id                            */
+    int32_t      end_id[2];  /* <|end_of_msg|> and the eos id (-1 when absent)       */
     int32_t      id_open, id_sep, id_close;
     int          max_len; /* the longest piece                                       */
 };
@@ -93,5 +96,7 @@ k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, i
  * leaves free text around a match (an unanchored pattern), bounded so generation ends. */
 #define G_FILL_MAX 32
 k3_status g_fill(k3_grammar *g, int from, int to);
+/* One raw UTF-8 character of 2 to 4 bytes (tool-call string values are not escaped). */
+k3_status g_raw_multi(k3_grammar *g, int from, int to);
 /* One JSON string character (any valid UTF-8 or an escape) from -> to. */
 k3_status g_str_char(k3_grammar *g, int from, int to);

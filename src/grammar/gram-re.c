@@ -39,6 +39,10 @@ static k3_status utf8_multi(k3_grammar *g, int from, int to, int no_e2) {
     return K3_OK;
 }
 
+k3_status g_raw_multi(k3_grammar *g, int from, int to) {
+    return utf8_multi(g, from, to, 0);
+}
+
 k3_status g_str_char(k3_grammar *g, int from, int to) {
     k3_status st;
     int e = g_node_new(g), u1 = g_node_new(g), u2 = g_node_new(g), u3 = g_node_new(g), u4 = g_node_new(g),

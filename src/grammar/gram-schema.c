@@ -898,6 +898,28 @@ static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
     return emit(c, s, path, b, e);
 }
 
+/* The top rule: the document, then optionally the closes the model writes after an answer
+ * (<|close|>response<|sep|>, then <|close|>message<|sep|>), so a mask does not force the end of
+ * message where the model would close its blocks first (k3-tools.md 2.1). */
+static k3_status chat_close(sc *c) {
+    const k3_gvocab *v = c->g->voc;
+    if (v->id_close < 0 || v->id_sep < 0)
+        return K3_OK;
+    int       s = node(c), d = node(c), e = node(c), a = node(c), b = node(c), x = node(c), y = node(c);
+    k3_status st;
+    if (y < 0)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    c->g->node[e].ret = 1;
+    if ((st = g_call(c->g, s, c->g->root, d)) || (st = g_eps(c->g, d, e)) ||
+        (st = g_special(c->g, d, v->id_close, a)) || (st = lit(c, a, "response", b)) ||
+        (st = g_special(c->g, b, v->id_sep, x)) || (st = g_eps(c->g, x, e)) ||
+        (st = g_special(c->g, x, v->id_close, y)) || (st = lit(c, y, "message", (a = node(c)))) ||
+        (st = g_special(c->g, a, v->id_sep, e)))
+        return st;
+    c->g->root = s;
+    return K3_OK;
+}
+
 static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int object_only,
                          k3_grammar **out) {
     sc        c  = {.any = -1};
@@ -923,6 +945,8 @@ static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int
     } else
         st = rule_of(&c, js, "#", &c.g->root);
     if (!st)
+        st = chat_close(&c);
+    if (!st)
         st = g_finish(c.g);
 done:
     if (st) {
@@ -944,4 +968,236 @@ k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t 
 
 k3_status k3_grammar_json_object(const k3_gvocab *v, k3_grammar **out) {
     return compile(v, NULL, 0, 1, out);
+}
+
+/* ==== the K3 tool-call format (k3-tools.md 1.3) ==================================================
+ *
+ * From the response channel on: [text] <|close|>response<|sep|>, then (when text is allowed) the
+ * end, or <|open|>tools<|sep|> and 1..max_calls calls <|open|>call tool="NAME" index="N"<|sep|>
+ * ARGS <|close|>call<|sep|> (N = 1, 2, ...), then <|close|>tools<|sep|>, [<|close|>message<|sep|>],
+ * the end. ARGS are the tool's "parameters" properties in their order (required ones always):
+ * <|open|>argument key="K" type="T"<|sep|>VALUE<|close|>argument<|sep|> with T the schema's type
+ * (integer and number: number) and VALUE raw text for a string, JSON for the other types. */
+
+/* s with & -> &amp; and " -> &quot; (attribute values), literally from -> to. */
+static k3_status attr_lit(sc *c, int from, const char *s, size_t n, int to) {
+    jbuf      b  = {0};
+    k3_status st = K3_OK;
+    for (size_t i = 0; i < n && !st; i++)
+        st = s[i] == '&'   ? jbuf_add(&b, "&amp;", 5)
+             : s[i] == '"' ? jbuf_add(&b, "&quot;", 6)
+                           : jbuf_add(&b, s + i, 1);
+    if (!st)
+        st = g_lit(c->g, from, b.p ? b.p : "", b.n, to);
+    free(b.p);
+    return st;
+}
+
+/* A raw string VALUE: any UTF-8 text (no escaping), enum/const literals, or a format/pattern. */
+static k3_status raw_string(sc *c, const jv *s, const char *path, int from, int to) {
+    const jv *e = jv_get(s, "const"), *en = jv_get(s, "enum");
+    k3_status st;
+    if (e || en) {
+        for (size_t i = 0; i < (e ? 1 : en->n); i++) {
+            const jv *v = e ? e : &en->items[i];
+            if (v->kind == JV_STRING && (st = g_lit(c->g, from, v->s, v->n, to)))
+                return st;
+        }
+        return K3_OK;
+    }
+    if (jv_get(s, "pattern") || jv_get(s, "format")) { /* their automata write no escapes for these */
+        const jv *p = jv_get(s, "pattern"), *f = jv_get(s, "format");
+        if (p && p->kind == JV_STRING)
+            return g_pattern(c->g, p->s, p->n, path, from, to);
+        for (size_t k = 0; f && f->kind == JV_STRING && k < sizeof formats / sizeof *formats; k++)
+            if (!strcmp(f->s, formats[k].name))
+                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, from, to);
+        return unsupported(path, "format", "a format other than date-time, date, uuid, email");
+    }
+    long mn, mx;
+    if ((st = get_count(s, "minLength", path, 0, &mn)) || (st = get_count(s, "maxLength", path, -1, &mx)))
+        return st;
+    if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
+        return unsupported(path, "maxLength", "a length above 4096");
+    int cur = from;
+    for (long k = 0; k < mn; k++) { /* one raw character: ASCII or a UTF-8 sequence */
+        int nx = node(c);
+        if ((st = g_byte(c->g, cur, 0x00, 0x7f, nx)) || (st = g_raw_multi(c->g, cur, nx)))
+            return st;
+        cur = nx;
+    }
+    if (mx < 0)
+        return (st = g_byte(c->g, cur, 0x00, 0x7f, cur)) || (st = g_raw_multi(c->g, cur, cur))
+                   ? st
+                   : g_eps(c->g, cur, to);
+    for (long k = mn; k < mx; k++) {
+        int nx = node(c);
+        if ((st = g_eps(c->g, cur, to)) || (st = g_byte(c->g, cur, 0x00, 0x7f, nx)) ||
+            (st = g_raw_multi(c->g, cur, nx)))
+            return st;
+        cur = nx;
+    }
+    return g_eps(c->g, cur, to);
+}
+
+/* The rule of one tool's ARGS; *start set. */
+static k3_status tool_args(sc *c, const jv *params, const char *name, int *start) {
+    const k3_gvocab *v = c->g->voc;
+    char             path[300];
+    k3_status        st;
+    int              s = node(c), end = node(c);
+    if (end < 0)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    c->g->node[end].ret = 1;
+    *start              = s;
+    snprintf(path, sizeof path, "tools[%s].parameters", name);
+    if (!params || params->kind != JV_OBJECT)
+        return g_eps(c->g, s, end);
+    c->root         = params;
+    const jv *props = jv_get(params, "properties"), *req = jv_get(params, "required");
+    int       cur = s;
+    for (size_t i = 0; props && props->kind == JV_OBJECT && i < props->n; i++) {
+        const jv *k = &props->keys[i], *ps = &props->items[i];
+        char      p2[400];
+        snprintf(p2, sizeof p2, "%s/properties/%.*s", path, (int)(k->n > 100 ? 100 : k->n), k->s);
+        int types = 0;
+        if (ps->kind == JV_OBJECT && jv_get(ps, "$ref")) {
+            const jv *t;
+            if ((st = resolve(c, jv_get(ps, "$ref"), p2, &t)))
+                return st;
+            ps = t;
+        }
+        if (ps->kind == JV_OBJECT && (jv_get(ps, "const") || jv_get(ps, "enum")))
+            types = schema_types(c, ps, 0);
+        else if (ps->kind == JV_OBJECT && (st = types_of(ps, p2, &types)))
+            return st;
+        if (types & T_NUM)
+            types = (types & ~(T_NUM | T_INT)) | T_INT;
+        const char *tn = types == T_STR    ? "string"
+                         : types == T_INT  ? "number"
+                         : types == T_BOOL ? "boolean"
+                         : types == T_NULL ? "null"
+                         : types == T_OBJ  ? "object"
+                         : types == T_ARR  ? "array"
+                                           : NULL;
+        if (!tn)
+            return unsupported(p2, "type",
+                               "a tool argument needs exactly one type (its XTML type attribute)");
+        int nx = node(c), a = node(c), b = node(c), d = node(c), e = node(c), f = node(c);
+        if (f < 0)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        if (!has_name(req, k) && (st = g_eps(c->g, cur, nx)))
+            return st;
+        char tail[64];
+        snprintf(tail, sizeof tail, "\" type=\"%s\"", tn);
+        if ((st = g_special(c->g, cur, v->id_open, a)) || (st = lit(c, a, "argument key=\"", b)) ||
+            (st = attr_lit(c, b, k->s, k->n, d)) || (st = lit(c, d, tail, e)) ||
+            (st = g_special(c->g, e, v->id_sep, f)))
+            return st;
+        int val = node(c), g1 = node(c), g2 = node(c);
+        if (types == T_STR ? (st = raw_string(c, ps, p2, f, val)) : (st = emit(c, ps, p2, f, val)))
+            return st;
+        if ((st = g_special(c->g, val, v->id_close, g1)) || (st = lit(c, g1, "argument", g2)) ||
+            (st = g_special(c->g, g2, v->id_sep, nx)))
+            return st;
+        cur = nx;
+    }
+    return g_eps(c->g, cur, end);
+}
+
+k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const char *only, int max_calls,
+                                int text, k3_grammar **out) {
+    sc        c  = {.any = -1};
+    jv       *js = NULL;
+    k3_status st;
+    *out = NULL;
+    if (v->id_open < 0 || v->id_sep < 0 || v->id_close < 0)
+        return k3_err(K3_ERR_UNSUPPORTED, "tool calls: the tokenizer has no <|open|>, <|sep|> or <|close|>");
+    if (max_calls < 1)
+        max_calls = 1;
+    if ((st = jv_parse(tools ? tools : "[]", strlen(tools ? tools : "[]"), &js)))
+        return k3_err(K3_ERR_ARG, "tool calls: tools are not JSON: %s", k3_errmsg());
+    if ((st = g_new(v, "tool calls", &c.g)))
+        goto done;
+    int          n_tools = 0, *args = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *args);
+    const char **names = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *names);
+    size_t      *nlen  = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *nlen);
+    if (!args || !names || !nlen) {
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        goto tools_done;
+    }
+    for (size_t i = 0; js->kind == JV_ARRAY && i < js->n && !st; i++) {
+        const jv *fn = jv_get(&js->items[i], "function"), *nm = fn ? jv_get(fn, "name") : NULL;
+        if (!nm || nm->kind != JV_STRING)
+            continue;
+        if (only && strcmp(only, nm->s))
+            continue;
+        names[n_tools] = nm->s;
+        nlen[n_tools]  = nm->n;
+        st             = tool_args(&c, jv_get(fn, "parameters"), nm->s, &args[n_tools]);
+        n_tools++;
+    }
+    if (!st && !n_tools)
+        st = k3_err(K3_ERR_ARG, "tool calls: %s%s%s names no tool of the request",
+                    only ? "tool_choice \"" : "tools", only ? only : "", only ? "\"" : "");
+    int top = node(&c), end = node(&c), r = node(&c), r1 = node(&c), r2 = node(&c), k0 = node(&c);
+    if (!st && end < 0)
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    if (st)
+        goto tools_done;
+    c.g->node[end].ret = 1;
+    c.g->root          = top;
+    /* [text] <|close|>response<|sep|> */
+    if ((text && ((st = g_byte(c.g, top, 0x00, 0x7f, top)) || (st = g_raw_multi(c.g, top, top)))) ||
+        (st = g_special(c.g, top, v->id_close, r1)) || (st = lit(&c, r1, "response", r2)) ||
+        (st = g_special(c.g, r2, v->id_sep, r)))
+        goto tools_done;
+    /* after it: the end (text allowed), or the tools block */
+    int m1 = node(&c), m2 = node(&c), z = node(&c), t1 = node(&c), t2 = node(&c);
+    if ((text && ((st = g_eps(c.g, r, z)))) || (st = g_special(c.g, r, v->id_open, t1)) ||
+        (st = lit(&c, t1, "tools", t2)) || (st = g_special(c.g, t2, v->id_sep, k0)) ||
+        (st = g_eps(c.g, z, end)) || (st = g_special(c.g, z, v->id_close, m1)) ||
+        (st = lit(&c, m1, "message", m2)) || (st = g_special(c.g, m2, v->id_sep, end)))
+        goto tools_done;
+    int cur = k0;
+    for (int k = 1; k <= max_calls && !st; k++) {
+        int  nx = node(&c), a = node(&c), b = node(&c), call_end = node(&c), e1 = node(&c), e2 = node(&c);
+        char idx[32];
+        snprintf(idx, sizeof idx, "\" index=\"%d\"", k);
+        if ((st = g_special(c.g, cur, v->id_open, a)) || (st = lit(&c, a, "call tool=\"", b)))
+            break;
+        for (int t = 0; t < n_tools && !st; t++) {
+            int n1 = node(&c), n2 = node(&c), n3 = node(&c);
+            if ((st = attr_lit(&c, b, names[t], nlen[t], n1)) || (st = lit(&c, n1, idx, n2)) ||
+                (st = g_special(c.g, n2, v->id_sep, n3)))
+                break;
+            st = g_call(c.g, n3, args[t], call_end);
+        }
+        if (st || (st = g_special(c.g, call_end, v->id_close, e1)) || (st = lit(&c, e1, "call", e2)) ||
+            (st = g_special(c.g, e2, v->id_sep, nx)))
+            break;
+        int c1 = node(&c), c2 = node(&c); /* after call k: close the block */
+        if ((st = g_special(c.g, nx, v->id_close, c1)) || (st = lit(&c, c1, "tools", c2)) ||
+            (st = g_special(c.g, c2, v->id_sep, z)))
+            break;
+        cur = nx;
+    }
+    if (!st)
+        st = g_finish(c.g);
+tools_done:
+    free(args);
+    free(names);
+    free(nlen);
+done:
+    if (st) {
+        k3_grammar_free(c.g);
+        c.g = NULL;
+    }
+    for (int i = 0; i < c.n_owned; i++)
+        jv_free(c.owned[i]);
+    free(c.owned);
+    free(c.rule);
+    jv_free(js);
+    *out = c.g;
+    return st;
 }

@@ -148,6 +148,10 @@ void k3_grammar_free(k3_grammar *g) {
     free(g);
 }
 
+int32_t k3_grammar_words(const k3_grammar *g) {
+    return g->voc->words;
+}
+
 int k3_grammar_nodes(const k3_grammar *g) {
     return g ? g->n_node : 0;
 }
@@ -208,6 +212,20 @@ k3_status k3_gvocab_new(const k3_tok *t, int32_t n_vocab, int32_t eos_id, k3_gvo
     sort_voc = v;
     qsort(v->sorted, (size_t)v->n_sorted, sizeof *v->sorted, piece_cmp);
     pthread_mutex_unlock(&sort_lock);
+    if (!(v->spiece = k3_calloc((size_t)v->n_sorted + 1, sizeof *v->spiece)) ||
+        !(v->splen = k3_calloc((size_t)v->n_sorted + 1, sizeof *v->splen))) {
+        k3_gvocab_free(v);
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    }
+    for (int32_t i = 0, b = 0; i <= v->n_sorted; i++) {
+        int fb = i < v->n_sorted ? (uint8_t)v->piece[v->sorted[i]][0] : 256;
+        while (b <= fb)
+            v->first[b++] = i;
+        if (i < v->n_sorted) {
+            v->spiece[i] = v->piece[v->sorted[i]];
+            v->splen[i]  = v->plen[v->sorted[i]];
+        }
+    }
     for (int32_t i = 1; i < v->n_sorted; i++) {
         int32_t  a = v->sorted[i - 1], b = v->sorted[i];
         uint32_t k = 0, m = v->plen[a] < v->plen[b] ? v->plen[a] : v->plen[b];
@@ -233,6 +251,8 @@ void k3_gvocab_free(k3_gvocab *v) {
     free(v->special);
     free(v->sorted);
     free(v->lcp);
+    free(v->spiece);
+    free(v->splen);
     free(v);
 }
 
@@ -550,30 +570,43 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c) {
     g_walk           w   = {.g = g};
     if (!lv || !esc || !acc || set_push(&lv[0], node, G_UNK))
         goto oom;
-    for (int32_t i = 0; i < v->n_sorted; i++) {
-        int32_t     id = v->sorted[i];
-        const char *p  = v->piece[id];
-        int         L = (int)v->plen[id], d = v->lcp[i] < have ? v->lcp[i] : have;
-        while (d < L && lv[d].n > 0) {
-            int a, e;
-            step(&w, lv[d].v, lv[d].n, GE_BYTE, (uint8_t)p[d], &lv[d + 1], G_UNK - 1, &a, &e);
-            if (w.oom)
-                goto oom;
-            esc[d + 1] = esc[d] | (uint8_t)e;
-            d++;
-        }
-        have = d;
-        if (d == L && lv[L].n > 0)
-            acc[id >> 6] |= 1ull << (id & 63);
-        else if (esc[d]) {
-            if (nunc == capunc) {
-                capunc      = capunc ? capunc * 2 : 64;
-                int32_t *nu = realloc(unc, (size_t)capunc * sizeof *nu);
-                if (!nu)
+    for (int b = 0; b < 256; b++) { /* by first byte: a byte that kills every branch skips its range */
+        int32_t lo = v->first[b], hi = v->first[b + 1];
+        if (lo == hi)
+            continue;
+        int a0, e0;
+        step(&w, lv[0].v, lv[0].n, GE_BYTE, (uint8_t)b, &lv[1], G_UNK - 1, &a0, &e0);
+        if (w.oom)
+            goto oom;
+        if (lv[1].n == 0 && !e0)
+            continue;
+        esc[1] = (uint8_t)e0;
+        have   = 1;
+        for (int32_t i = lo; i < hi; i++) {
+            int32_t     id = v->sorted[i];
+            const char *p  = v->spiece[i];
+            int         L = (int)v->splen[i], d = i == lo ? 1 : v->lcp[i] < have ? v->lcp[i] : have;
+            while (d < L && lv[d].n > 0) {
+                int a, e;
+                step(&w, lv[d].v, lv[d].n, GE_BYTE, (uint8_t)p[d], &lv[d + 1], G_UNK - 1, &a, &e);
+                if (w.oom)
                     goto oom;
-                unc = nu;
+                esc[d + 1] = esc[d] | (uint8_t)e;
+                d++;
             }
-            unc[nunc++] = id;
+            have = d;
+            if (d == L && lv[L].n > 0)
+                acc[id >> 6] |= 1ull << (id & 63);
+            else if (esc[d]) {
+                if (nunc == capunc) {
+                    capunc      = capunc ? capunc * 2 : 64;
+                    int32_t *nu = realloc(unc, (size_t)capunc * sizeof *nu);
+                    if (!nu)
+                        goto oom;
+                    unc = nu;
+                }
+                unc[nunc++] = id;
+            }
         }
     }
     c->unc   = unc;

@@ -252,8 +252,9 @@ static _Atomic int act_mode = -1;
 
 /* K3_ACT: 0 float (unset, empty or "float"), 1 double, -1 an unknown name. */
 static int act_mode_env(void) {
-    const char *e = getenv("K3_ACT");
-    return !e || !*e || !strcmp(e, "float") ? 0 : !strcmp(e, "double") ? 1 : -1;
+    const char *e = k3_setting_env_str(K3_SETTING_ACT);
+    double      v = 0;
+    return e && k3_setting_parse(K3_SETTING_ACT, K3_SRC_ENV, e, &v, NULL, 0) ? -1 : (int)v;
 }
 
 int kern_act_double(void) {
@@ -270,9 +271,10 @@ void kern_set_act_double(int on) {
 }
 
 k3_status kern_act_env(void) {
-    const int v = act_mode_env();
-    if (v < 0)
-        return k3_err(K3_ERR_ARG, "K3_ACT='%s': expected float or double", getenv("K3_ACT"));
-    atomic_store(&act_mode, v);
+    double    v  = 0;
+    k3_status st = k3_setting_env(K3_SETTING_ACT, &v);
+    if (st)
+        return st;
+    atomic_store(&act_mode, (int)v);
     return K3_OK;
 }

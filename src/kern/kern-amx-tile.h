@@ -1,8 +1,10 @@
 /* kern-amx-tile.h: the AMX tile instructions the AMX kernels (kern-amx.c) use, real or emulated.
  *
  * DESIGN
- * - kern-amx.c is compiled twice: as itself (KERN_AMX_EMU 0: the KT_* macros are the AMX
- *   intrinsics, for a CPU with AMX-TILE and AMX-INT8) and from kern-amx-emu.c (KERN_AMX_EMU 1:
+ * - kern-amx.c is compiled three times: as itself (KERN_AMX_EMU 0: the KT_* macros are the AMX
+ *   intrinsics, for a CPU with AMX-TILE and AMX-INT8), from kern-amx-notile.c (KERN_AMX_EMU 2:
+ *   no-ops, for k3-bench amx's measure of the work around the tiles) and from kern-amx-emu.c
+ *   (KERN_AMX_EMU 1:
  *   the KT_* macros call a scalar emulation of the tile registers, so the very same kernel
  *   source runs and is tested on a CPU without AMX).
  * - The emulation follows the SDM's pseudo-code (palette 1: 8 tiles of at most 16 rows x 64
@@ -64,7 +66,15 @@ int amx_emu_configured(void);
 /* Row r of tile t as the register holds it (64 bytes), for the tests. */
 const uint8_t *amx_emu_row(int t, int r);
 
-#if KERN_AMX_EMU
+#if KERN_AMX_EMU == 2 /* kern-amx-notile.c: no tiles at all (a benchmark of the work around them) */
+#define KT_LOADCFG(cfg) ((void)(cfg))
+#define KT_LOAD(t, base, stride) ((void)(base), (void)(stride))
+#define KT_STORE(t, base, stride) ((void)(base), (void)(stride))
+#define KT_ZERO(t) ((void)0)
+#define KT_DPBSSD(c, a, b) ((void)0)
+#define KT_DPBUSD(c, a, b) ((void)0)
+#define KT_RELEASE() ((void)0)
+#elif KERN_AMX_EMU
 #define KT_LOADCFG(cfg) amx_emu_ldtilecfg(cfg)
 #define KT_LOAD(t, base, stride) amx_emu_tileloadd(t, base, stride)
 #define KT_STORE(t, base, stride) amx_emu_tilestored(t, base, stride)

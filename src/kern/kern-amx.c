@@ -1,5 +1,5 @@
 /* kern-amx.c: AMX-INT8 tile kernels for the IDOT matmul of 2+ columns (int8, int4 and MXFP4
- * weights x int8 activations), their scalar twin, and the AMX order they compute.
+ * weights x int8 activations), their scalar twin, in the group order (kern-impl.h).
  *
  * DESIGN
  * - The weights are the A operand: tile row m = weight row, 32 bytes of K per tile, loaded
@@ -13,27 +13,20 @@
  *   then reads; K is padded to whole groups with zeros. An int8 matrix whose K is not a multiple
  *   of 32 has its last group copied to a zero-padded 16 x 32 buffer, so no tile load reads past
  *   a row's end.
- * - THE AMX ORDER (why not the canonical one of kern-impl.h): the canonical order rounds one
- *   float FMA per 4 (int8) or 8 (nibble) columns; at that rate the float work, not the integer
- *   dot, bounds any kernel (about 0.45 TOPS on a core that does two 16-lane FMAs per cycle), so
- *   AMX could not beat AVX-512 and stay bit-identical. The AMX order rounds once per group of 32:
- *     isum_g = exact sum over the group's columns of w * q (int32, no overflow: 32 * 127 * 127)
- *     acc    = fmaf((float)isum_g, dscale_g, acc) for g = 0, 1, ... in order, acc from 0
- *     dscale_g = d[g] (Q_I8) or wscale(g) * d[g] (Q_I4: s[r][g/2]; Q_MXFP4: 2^(e-128))
- *     y = acc * s[r] (Q_I8) or acc.
- *   The activation codes and scales are the canonical ones (the same quantizer), so the
- *   difference from the canonical order is float rounding only; tests/test-amx.c bounds it
- *   (relative L2) and t-amx.sh checks top-1 and rel_l2 of whole-model logits with k3-ab. The
- *   canonical kernels stay selectable (K3_ISA=avx512), and K3_ISA=amx is never the default.
- *   kern_amx_ref is this order in plain C, the twin the tile kernels match bit for bit.
+ * - THE ORDER: the group order of kern-impl.h, the one every IDOT kernel computes (one float
+ *   FMA per group of 32 on the tile's exact int32 group sums, groups in order). A tile product
+ *   gives a whole group's sum at once, so the order costs AMX nothing; the float work is one
+ *   convert and one FMA per (row, column, group). kern_amx_ref is the order in plain C, the
+ *   twin the tile kernels match bit for bit (tests/test-amx, on the emulation here).
  * - Tiles (palette 1): tmm0/tmm1 A of even/odd groups (rb x 32 bytes), tmm2/tmm3 B (8 x 4nt),
  *   tmm4/tmm5 C (rb x 4nt), rb = rows of the block (16 but the last), nt = columns of the token
  *   tile (16 but the last). Each thread loads its own configuration (tile state is per thread)
  *   when (rb, nt) changes and releases the tiles when done. The float combination runs on
  *   AVX-512: one zmm per weight row holds the 16 columns of the token tile.
  * - Threads take whole blocks of 16 rows, so a row's arithmetic never depends on the split.
- * - Compiled twice: here for the hardware (kern_amx_matmul_hw) and from kern-amx-emu.c on the
- *   tile emulation (kern_amx_matmul_emu), from this one source.
+ * - Compiled three times from this one source: here for the hardware (kern_amx_matmul_hw),
+ *   from kern-amx-emu.c on the tile emulation (kern_amx_matmul_emu) and from kern-amx-notile.c
+ *   with no tiles at all (kern_amx_matmul_notile, a benchmark).
  */
 #ifndef KERN_AMX_EMU
 #define KERN_AMX_EMU 0
@@ -45,7 +38,11 @@
 #include <omp.h>
 #include <stdlib.h>
 
-#if KERN_AMX_EMU
+#if KERN_AMX_EMU == 2
+#define AMX_FN(name) name##_notile
+#define AMX_ON KERN_BUILD_AVX512
+#define T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
+#elif KERN_AMX_EMU
 #define AMX_FN(name) name##_emu
 #define AMX_ON KERN_BUILD_AVX512
 #define T __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")))
@@ -112,7 +109,7 @@ static inline const int8_t *a_ptr(const a_src *a, int g, int ng, long *stride) {
         }                                                                                                    \
     } while (0)
 
-/* One token tile (nt columns, B tiles bt, scales dt) of one block: acc in the AMX order. */
+/* One token tile (nt columns, B tiles bt, scales dt) of one block: acc in the group order. */
 T static void block_tile(amx_thread *th, const a_src *a, const int8_t *bt, const float *dt, int ng, int nt,
                          int i8, __m512 acc[TR]) {
     const __mmask16 km = (__mmask16)(nt >= 16 ? 0xFFFF : (1u << nt) - 1);
@@ -202,7 +199,7 @@ void AMX_FN(kern_amx_matmul)(const qmat *m, const float *x, int n, float *y) {
     K3_ASSERT(made); /* a few KiB per column: out of memory here is not recoverable (as in kern.c) */
     const int  nb = (m->rows + TR - 1) / TR, ng = a.ng;
     const long work = (long)m->rows * m->cols * n;
-#pragma omp parallel if (work > 65536)
+#pragma omp parallel if (work > K3_PAR_MIN_MATMUL)
     {
         const int  ith = omp_get_thread_num(), nth = omp_get_num_threads();
         const int  b0 = (int)((long)nb * ith / nth), b1 = (int)((long)nb * (ith + 1) / nth);
@@ -231,7 +228,7 @@ void AMX_FN(kern_amx_matmul)(const qmat *m, const float *x, int n, float *y) {
 #endif
 
 #if !KERN_AMX_EMU
-/* ==== the scalar twin (the AMX order in plain C) and the dispatch ============================ */
+/* ==== the scalar twin (the group order in plain C) and the dispatch ============================ */
 
 void kern_amx_ref(const qmat *m, const float *x, int n, float *y) {
     const int cols = m->cols, ng = (cols + Q_IDOT_GROUP - 1) / Q_IDOT_GROUP, i8 = m->type == Q_I8;

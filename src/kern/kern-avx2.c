@@ -7,14 +7,15 @@
  * - Exact-float kernels: weights are decoded to f32 (nibbles through pshufb tables, bytes through
  *   cvtepi8) and multiplied with FMA into vector accumulators; per-group scales are applied as
  *   one FMA per group. These agree with row_dot within float reassociation.
- * - IDOT kernels (canonical order in kern-impl.h): Q_I8 does the signed x signed dot with
+ * - IDOT kernels (the group order of kern-impl.h): Q_I8 does the signed x signed dot with
  *   |w| (sign_epi8(w, w)) as the unsigned operand and sign_epi8(x, w) as the signed one
  *   (|w| <= 128, |x| <= 127: an int16 pair sum is at most 32512, no saturation). Nibble formats
  *   look each nibble up (pshufb) as an unsigned code w + o and add the activation's
  *   precomputed -o * lane sums. maddubs + madd (AVX2) or vpdpbusd (AVX-VNNI, where the CPU has
- *   it) give the eight exact 32-bit lane sums, then cvt and one FMA per step into two
- *   alternating accumulators; fmaf in the scalar twin rounds the same way, so all twins are
- *   bit-identical. The row kernels are one template (kern-idot.inc) built for both ISAs.
+ *   it) give the eight exact 32-bit lane sums; two horizontal adds make each group's exact sum, then
+ *   one scalar FMA per group in group order (vfmadd*ss rounds once, like fmaf in the scalar
+ *   twin), so all twins are bit-identical. The row kernels are one template (kern-idot.inc)
+ *   built for both ISAs.
  * - Row tails (a partial group) go through the same vector code on a zero-padded copy.
  */
 #include "kern-impl.h"
@@ -171,11 +172,6 @@ AVX2 void kern_rows_avx2(const qmat *m, const float *x, float *y, int r0, int r1
 
 /* ==== IDOT ================================================================================== */
 
-/* The canonical reduction: A + B lane-wise, then the hsum8 tree. */
-AVX2 static inline float idot_sum(__m256 A, __m256 B) {
-    return hsum8(_mm256_add_ps(A, B));
-}
-
 /* The integer part of a step, per ISA. AVX2: Q_I8 does the signed x signed dot without VNNI
  * with |w| (sign_epi8(w, w)) as the unsigned operand of maddubs and sign_epi8(x, w) as the
  * signed one; madd with ones sums the int16 pairs into the eight 32-bit lanes. AVX-VNNI:
@@ -222,15 +218,6 @@ AVX2 static inline __m256i pair_bytes(const uint8_t *w, size_t rb, int p) {
 }
 
 #define INLINE __attribute__((always_inline)) inline
-
-/* 2^(e-128) of 8 exponents (kern_e8m0_half, vectorised: same bits). */
-AVX2 static inline __m256 e8m0_half8(const uint8_t *e) {
-    __m256i v  = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
-    __m256i nr = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
-    __m256i sb = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
-    __m256i is = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v); /* e < 2 */
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(nr, sb, is));
-}
 
 /* The row kernels, once per ISA (kern-idot.inc is a template: KN(name) appends the ISA). */
 #define KCAT2(a, b) a##b

@@ -1,21 +1,24 @@
-/* kern-avx512.c: AVX-512 VNNI twins of the IDOT kernels (canonical order in kern-impl.h).
+/* kern-avx512.c: AVX-512 VNNI twins of the IDOT kernels (the group order of kern-impl.h).
  *
  * DESIGN
- * - One 512-bit register holds two steps of the canonical order side by side: lanes 0-7 the
- *   even step (accumulator A), lanes 8-15 the odd step (B). A 64-byte weight load is two
- *   steps (Q_I8: groups g, g+1; nibble types: pairs p, p+1), one vpdpbusd chain gives the
- *   sixteen exact lane sums, one cvt and one FMA with the sixteen lane scales accumulate both
- *   steps. At the end A + B and the kern_sum8 tree, so every column is bit-identical to the
- *   scalar reference and to the AVX2 twins.
+ * - One 512-bit weight load is two steps (Q_I8: groups g, g+1; nibble types: pairs p, p+1, four
+ *   groups); per (row, column) one vpdpbusd chain gives sixteen exact 4-column lane sums. The
+ *   group order needs one sum per group and one FMA per group in group order, so a tile of four
+ *   rows reduces its four rows' lane sums together (red4: four unpacks and three adds give, per
+ *   128-bit block k, the four rows' sums of its four lanes, exact int32), converts once and
+ *   runs the row FMAs four rows wide (one 128-bit accumulator per column, lane i = row i), one
+ *   FMA per group in group order: every (row, column) does exactly the scalar reference's
+ *   fmaf chain, so every column is bit-identical to it, to the AVX2 twins and to the wide
+ *   kernels (kern-grp.c, kern-amx.c), at every column count.
  * - Q_I8 (no vpsignb at 512 bits): the weight byte as an unsigned code w ^ 0x80 = w + 128 and
  *   the activation's precomputed -128 * lane sums (kern_act.nsxo, Q_I8 layout) restore w.
  *   The code is formed once per weight load and shared by every column.
  * - Nibble types read the activations in the quad layout (kern_act.q2): per two pairs the even
  *   columns of both, then the odd columns of both, so the low/high nibble codes of one 64-byte
  *   weight load meet their activations with plain loads.
- * - Matmul: up to KERN_NC512 columns per decoded weight load (register blocking: the weight
- *   codes stay in registers while each column does its own steps, in its own order, so column
- *   t does not depend on how many ran beside it). nc is a compile-time constant in each
+ * - Matmul of a few columns: up to KERN_NC512 columns per decoded weight load (register
+ *   blocking: the weight codes stay in registers while each column does its own steps, in its
+ *   own order, so column t does not depend on how many ran beside it). nc is a compile-time constant in each
  *   instantiation (kern_idot_avx512 switches on it) so the accumulators stay in registers.
  * - Matvec (nc == 1; decode: a DRAM stream): each row of a 4-row tile prefetches the same bytes of
  *   the row kern_mv_ahead() tiles below it, and the tile start asks for that tile's scale lines,
@@ -46,66 +49,86 @@ Z static INLINE __m512i row_bytes(const void *row, int k, int pf) {
     return _mm512_loadu_si512(p);
 }
 
-/* acc = [A | B]: A + B, then ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) as kern_sum8. */
-Z static inline float sum16(__m512 acc) {
-    __m256 v  = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+/* The group sums of four rows' lane sums v[0..3] (16 dwords each): lane 4k + i = the sum of
+ * dwords 4k..4k+3 of v[i], exact. */
+Z static INLINE __m512i red4(const __m512i v[4]) {
+    const __m512i t01 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(v[0], v[1]), _mm512_unpackhi_epi32(v[0], v[1]));
+    const __m512i t23 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(v[2], v[3]), _mm512_unpackhi_epi32(v[2], v[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
 }
+
+/* red4 for lane sums that fit in 14 bits (|v| <= 12192: a nibble step's lane is eight products
+ * |w q| <= 12 x 127), in fewer instructions: two rows' lanes packed to int16 (exact: no
+ * saturation) and summed in pairs by vpmaddwd (|pair| <= 24384, still an int16), twice. */
+Z static INLINE __m512i red4w(const __m512i v[4]) {
+    const __m512i one = _mm512_set1_epi16(1);
+    const __m512i p01 = _mm512_madd_epi16(_mm512_packs_epi32(v[0], v[1]), one);
+    const __m512i p23 = _mm512_madd_epi16(_mm512_packs_epi32(v[2], v[3]), one);
+    return _mm512_madd_epi16(_mm512_packs_epi32(p01, p23), one);
+}
+
+/* Lane 4k + i = lane 4k of v[i]: four rows' lane scales (equal within a 128-bit block) beside
+ * red4's sums. */
+Z static INLINE __m512 pick4(const __m512 v[4]) {
+    const __m512 t01 = _mm512_unpacklo_ps(v[0], v[1]), t23 = _mm512_unpacklo_ps(v[2], v[3]);
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t01), _mm512_castps_pd(t23)));
+}
+
+/* Block k (a constant) of a register as four floats. */
+#define BLK(v, k) ((k) ? _mm512_extractf32x4_ps((v), (k)) : _mm512_castps512_ps128(v))
 
 /* Mask of the first n (0..64) bytes. */
 static inline __mmask64 bytes_mask(size_t n) {
     return n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
 }
 
-/* One double step of a column: acc += cvt(isum) * dv; only the even half when half. */
-Z static INLINE __m512 fma_step(__m512i isum, __m512 dv, __m512 acc, int half) {
-    __m512 f = _mm512_cvtepi32_ps(isum);
-    return half ? _mm512_mask3_fmadd_ps(f, dv, acc, 0x00FF) : _mm512_fmadd_ps(f, dv, acc);
-}
-
 /* ---- tiles: RB rows x CB columns ------------------------------------------------------------
- * A tile keeps RB * CB accumulators in registers: each weight load is decoded once for CB
- * columns, each activation load (codes, corrections, lane scales) serves RB rows. Every
- * (row, column) still does exactly its own canonical steps. rb and cb are compile-time
+ * A tile keeps CB accumulators of RB_MAX rows in registers: each weight load is decoded once for
+ * CB columns, each activation load (codes, corrections, lane scales) serves RB rows. Every
+ * (row, column) still does exactly its own group-order steps (a one-row tile runs three rows of
+ * zeros beside it, never written out). rb and cb are compile-time
  * constants at every call (tile_* are always inlined into one function per shape). */
 #define RB_MAX 4
-#define CB_I8 4  /* Q_I8: 16 accumulators + 4 weight codes */
-#define CB_NIB 3 /* nibble types: 12 accumulators + 8 weight codes + 4 scales */
+#define CB_I8 4  /* Q_I8: 4 weight codes, per column 4 lane sums                         */
+#define CB_NIB 3 /* nibble types: 8 weight codes + 4 scales, per column 4 sums + 4 scales */
 
 /* K blocking (matmul): a tile call covers the whole double steps [k0, k1) of its rows (64 weight
  * bytes per row each); the call with k1 == the row's whole double steps also runs the partial
- * tail and writes y. Between calls acc[i][c] waits in ab[i * KERN_NC512 + c] (an f32 register
- * stored and reloaded: the canonical order is unchanged, only where the lanes wait). */
+ * tail and writes y. Between calls acc[c] waits in ab[c] (stored and reloaded: the order is
+ * unchanged, only where the lanes wait). */
 typedef struct kspan {
     int     k0, k1;
     __m512 *ab;
 } kspan;
 
-/* acc[i][c] = 0 at the first K block, else the lanes stored by the previous one */
-#define TILE_INIT(acc, rb, cb, ks)                                                                           \
-    _Pragma("GCC unroll 4") for (int i = 0; i < (rb); i++)                                                   \
-        _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++) acc[i][c] =                                   \
-            (ks)->k0 ? (ks)->ab[i * KERN_NC512 + c] : _mm512_setzero_ps()
+/* acc[c] = 0 at the first K block, else the lanes stored by the previous one */
+#define TILE_INIT(acc, cb, ks)                                                                               \
+    _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++) acc[c] =                                          \
+        (ks)->k0 ? _mm512_castps512_ps128((ks)->ab[c]) : _mm_setzero_ps()
 /* store the lanes for the next K block */
-#define TILE_KEEP(acc, rb, cb, ks)                                                                           \
-    _Pragma("GCC unroll 4") for (int i = 0; i < (rb); i++)                                                   \
-        _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++)(ks)                                           \
-            ->ab[i * KERN_NC512 + c] = acc[i][c]
+#define TILE_KEEP(acc, cb, ks)                                                                               \
+    _Pragma("GCC unroll 4") for (int c = 0; c < (cb); c++)(ks)->ab[c] = _mm512_castps128_ps512(acc[c])
 
 // (kept as written: clang-format 14 aligns a leading #pragma with the declarations after it)
 // clang-format off
-/* Q_I8 groups g, g+1 of rb rows (codes wu[i] = w ^ 0x80) for cb columns. */
-Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, int cb, int g, int half,
-                                  __m512 acc[RB_MAX][CB_I8]) {
+/* Q_I8 groups g, g+1 (only g when !two) of rb rows (codes wu[i] = w ^ 0x80) for cb columns. */
+Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, int cb, int g, int two,
+                                  __m128 acc[CB_I8]) {
 #pragma GCC unroll 4
     for (int c = 0; c < cb; c++) {
         const __m512i ns = _mm512_loadu_si512(a[c].nsxo + g * 8), xq = _mm512_loadu_si512(a[c].q + g * 32);
-        const __m512  dd = _mm512_loadu_ps(a[c].d8 + g * 8);
+        __m512i s[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < rb; i++)
-            acc[i][c] = fma_step(_mm512_dpbusd_epi32(ns, wu[i], xq), dd, acc[i][c], half);
+        for (int i = 0; i < 4; i++)
+            s[i] = i < rb ? _mm512_dpbusd_epi32(ns, wu[i], xq) : _mm512_setzero_si512();
+        /* blocks 0 + 1 are group g, 2 + 3 group g + 1 */
+        const __m512i u = red4(s);
+        const __m512  f = _mm512_cvtepi32_ps(_mm512_add_epi32(u, _mm512_shuffle_i32x4(u, u, 0xB1)));
+        acc[c]          = _mm_fmadd_ps(BLK(f, 0), _mm_set1_ps(a[c].d[g]), acc[c]);
+        if (two)
+            acc[c] = _mm_fmadd_ps(BLK(f, 2), _mm_set1_ps(a[c].d[g + 1]), acc[c]);
     }
 }
 // clang-format on
@@ -116,21 +139,21 @@ Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, f
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int     n = m->cols, ng = (n + 31) / 32;
     const int8_t *w[RB_MAX];
-    __m512        acc[RB_MAX][CB_I8];
+    __m128        acc[CB_I8];
     __m512i       wu[RB_MAX];
 #pragma GCC unroll 4
     for (int i = 0; i < rb; i++)
         w[i] = (const int8_t *)m->w + (size_t)(r + i * rs) * n;
-    TILE_INIT(acc, rb, cb, ks);
+    TILE_INIT(acc, cb, ks);
     int g = 2 * ks->k0;
     for (; g < 2 * ks->k1; g += 2) {
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++)
             wu[i] = _mm512_xor_si512(row_bytes(w[i], g, pf), flip);
-        i8_tile_step(wu, a, rb, cb, g, 0, acc);
+        i8_tile_step(wu, a, rb, cb, g, 1, acc);
     }
     if (ks->k1 < n / 64) {
-        TILE_KEEP(acc, rb, cb, ks);
+        TILE_KEEP(acc, cb, ks);
         return;
     }
     if (g < ng) { /* the last one or two groups, the last maybe partial */
@@ -138,13 +161,16 @@ Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, f
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++)
             wu[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, w[i] + g * 32), flip);
-        i8_tile_step(wu, a, rb, cb, g, g + 1 >= ng, acc);
+        i8_tile_step(wu, a, rb, cb, g, g + 1 < ng, acc);
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < rb; i++)
+    for (int c = 0; c < cb; c++) {
+        float o[4];
+        _mm_storeu_ps(o, acc[c]);
 #pragma GCC unroll 4
-        for (int c = 0; c < cb; c++)
-            y[c][r + i * rs] = sum16(acc[i][c]) * m->s[r + i * rs];
+        for (int i = 0; i < rb; i++)
+            y[c][r + i * rs] = o[i] * m->s[r + i * rs];
+    }
 }
 
 /* Lanes 0-7 = x, 8-15 = y. */
@@ -176,30 +202,70 @@ Z static INLINE __m512 e8m0_exp64(const uint8_t *e) {
     return _mm512_sub_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(128.0f));
 }
 
-/* Double step j (0..3) of e8m0_exp64's 16 exponents: lanes 4k..4k+3 exponent 4j + k. */
-Z static INLINE __m512 e8m0_step(__m512 ev, int j) {
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    return _mm512_permutexvar_ps(_mm512_add_epi32(idx, _mm512_set1_epi32(4 * j)), ev);
+/* The four rows' exponents of e8m0_exp64 (ev[i]: row i's 16, four double steps) transposed for
+ * nib_tile_step: E[j] lane 4k + i = exponent 4j + k of row i (block k: group 4j + k, lane i: row
+ * i), in two rounds of two-source permutes (eight instructions for four double steps). */
+Z static INLINE void e8m0_rows4(const __m512 ev[4], __m512 E[4]) {
+    /* round 1: rows 0, 1 (X) and 2, 3 (Y) of double steps 2a, 2a + 1: lane 8jj + 2k + i' */
+    static const int32_t i1[2][16] = {{0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23},
+                                      {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31}};
+    /* round 2: lane 4k + i of double step 2a + jj from X (i < 2) or Y */
+    static const int32_t i2[2][16] = {{0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23},
+                                      {8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31}};
+#pragma GCC unroll 2
+    for (int a = 0; a < 2; a++) {
+        const __m512i k1 = _mm512_loadu_si512(i1[a]);
+        const __m512  X  = _mm512_permutex2var_ps(ev[0], k1, ev[1]),
+                     Y   = _mm512_permutex2var_ps(ev[2], k1, ev[3]);
+#pragma GCC unroll 2
+        for (int jj = 0; jj < 2; jj++)
+            E[2 * a + jj] = _mm512_permutex2var_ps(X, _mm512_loadu_si512(i2[jj]), Y);
+    }
+}
+
+/* Four rows' Q_I4 scales of pairs p, p + 1 (s[i] row i's scales) for nib_tile_step: lane 4k + i
+ * = s[i][p + k / 2] (groups 2p .. 2p + 3 of row i). */
+Z static INLINE __m512 i4_rows4(const float *const s[4], int p) {
+    __m128 v[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        v[i] = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)(s[i] + p)));
+    const __m128 t01 = _mm_unpacklo_ps(v[0], v[1]), t23 = _mm_unpacklo_ps(v[2], v[3]);
+    const __m128 lo = _mm_movelh_ps(t01, t23), hi = _mm_movehl_ps(t23, t01);
+    const __m256 l2 = _mm256_insertf128_ps(_mm256_castps128_ps256(lo), lo, 1);
+    const __m256 h2 = _mm256_insertf128_ps(_mm256_castps128_ps256(hi), hi, 1);
+    return _mm512_insertf32x8(_mm512_castps256_ps512(l2), h2, 1);
 }
 
 // (kept as written: clang-format 14 aligns a leading #pragma with the declarations after it)
 // clang-format off
-/* Pairs p, p+1 of rb rows (nibble codes lo[i], hi[i], lane weight scales sv[i]: Q_I4 the scales,
- * Q_MXFP4 (mx) the exponents e - 128 of e8m0_exp16) for cb columns. */
-Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, const __m512 *sv, const kern_act *a,
-                                   int mx, int rb, int cb, int p, int half, __m512 acc[RB_MAX][CB_NIB]) {
+/* Pairs p, p+1 of rb rows (nibble codes lo[i], hi[i]; weight scales wv, lane 4k + i = row i's of
+ * group 2p + k: Q_I4 the scale, Q_MXFP4 (mx) the exponent e - 128) for cb columns: groups 2p ..
+ * 2p + live - 1. */
+Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, __m512 wv, const kern_act *a, int mx,
+                                   int rb, int cb, int p, int live, __m128 acc[CB_NIB]) {
 #pragma GCC unroll 4
     for (int c = 0; c < cb; c++) {
         const __m512i ns = _mm512_loadu_si512(a[c].nsxo + p * 8);
         const __m512i xe = _mm512_loadu_si512(a[c].q2 + p * 64);
         const __m512i xo = _mm512_loadu_si512(a[c].q2 + p * 64 + 64);
         const __m512  dd = _mm512_loadu_ps(a[c].d8 + p * 8);
+        __m512i       s[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < rb; i++) {
-            __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ns, lo[i], xe), hi[i], xo);
-            const __m512 dv = mx ? _mm512_scalef_ps(dd, sv[i]) : _mm512_mul_ps(sv[i], dd);
-            acc[i][c]       = fma_step(s, dv, acc[i][c], half);
-        }
+        for (int i = 0; i < 4; i++)
+            s[i] = i < rb ? _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ns, lo[i], xe), hi[i], xo)
+                          : _mm512_setzero_si512();
+        /* block k is group 2p + k; dd holds d of group 2p + k in block k: one product per lane,
+         * as in the scalar twin */
+        const __m512 f  = _mm512_cvtepi32_ps(red4w(s));
+        const __m512 sc = mx ? _mm512_scalef_ps(dd, wv) : _mm512_mul_ps(wv, dd);
+        acc[c]         = _mm_fmadd_ps(BLK(f, 0), BLK(sc, 0), acc[c]);
+        if (live > 1)
+            acc[c] = _mm_fmadd_ps(BLK(f, 1), BLK(sc, 1), acc[c]);
+        if (live > 2)
+            acc[c] = _mm_fmadd_ps(BLK(f, 2), BLK(sc, 2), acc[c]);
+        if (live > 3)
+            acc[c] = _mm_fmadd_ps(BLK(f, 3), BLK(sc, 3), acc[c]);
     }
 }
 // clang-format on
@@ -211,17 +277,28 @@ Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *
     *hi              = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b, 4), m4));
 }
 
+/* The weight scales of rb rows for nib_tile_step from per-row lanes: MXFP4 sv[i] (e8m0_exp16),
+ * Q_I4 the scales s[i][p] and (two) s[i][p + 1]; rows past rb 0. */
+Z static INLINE __m512 rows_pick(const __m512 *sv, int rb, int mx, const float *const *s, int p, int two) {
+    __m512 v[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        v[i] = i >= rb ? _mm512_setzero_ps() : mx ? sv[i] : two8(s[i][p], two ? s[i][p + 1] : 0.0f);
+    return pick4(v);
+}
+
 /* Rows r, r + rs, .. of a Q_I4 (mx = 0) or Q_MXFP4 (mx = 1) matrix for cb columns. */
 Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, int cb, float *const *y,
                               int r, int rs, int pf, const kspan *ks) {
     const __m512i lut =
         mx ? _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0))
            : _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-    const int      n = m->cols, np = (n + 63) / 64, ng = mx ? n / 32 : 0, sr = mx ? n / 32 : (n + 63) / 64;
+    const int      n = m->cols, np = (n + 63) / 64, ng = (n + 31) / 32, sr = mx ? n / 32 : (n + 63) / 64;
     const size_t   rb_bytes = mx ? (size_t)n / 2 : (size_t)(n + 1) / 2;
     const uint8_t *w[RB_MAX], *e[RB_MAX];
     const float   *s[RB_MAX];
-    __m512         acc[RB_MAX][CB_NIB], sv[RB_MAX];
+    __m128         acc[CB_NIB];
+    __m512         sv[RB_MAX];
     __m512i        lo[RB_MAX], hi[RB_MAX];
 #pragma GCC unroll 4
     for (int i = 0; i < rb; i++) {
@@ -229,56 +306,59 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
         e[i] = mx ? m->e + (size_t)(r + i * rs) * sr : NULL;
         s[i] = mx ? NULL : m->s + (size_t)(r + i * rs) * sr;
     }
-    TILE_INIT(acc, rb, cb, ks);
+    TILE_INIT(acc, cb, ks);
     /* MXFP4, one column (registers to spare): where four whole double steps are left, their
      * exponents in one load per row (ev), each step's lanes by a constant permutation */
     const int ev4 = mx && cb == 1;
     int       p   = 2 * ks->k0;
     while (p < 2 * ks->k1) {
         if (ev4 && p + 8 <= 2 * ks->k1) {
-            __m512 ev[RB_MAX];
+            __m512 ev[4], E[4];
 #pragma GCC unroll 4
-            for (int i = 0; i < rb; i++)
-                ev[i] = e8m0_exp64(e[i] + 2 * p);
+            for (int i = 0; i < 4; i++)
+                ev[i] = i < rb ? e8m0_exp64(e[i] + 2 * p) : _mm512_setzero_ps();
+            e8m0_rows4(ev, E);
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++, p += 2) {
 #pragma GCC unroll 4
-                for (int i = 0; i < rb; i++) {
+                for (int i = 0; i < rb; i++)
                     nib_codes512(row_bytes(w[i], p, pf), lut, &lo[i], &hi[i]);
-                    sv[i] = e8m0_step(ev[i], j);
-                }
-                nib_tile_step(lo, hi, sv, a, mx, rb, cb, p, 0, acc);
+                nib_tile_step(lo, hi, E[j], a, mx, rb, cb, p, 4, acc);
             }
             continue;
         }
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
             nib_codes512(row_bytes(w[i], p, pf), lut, &lo[i], &hi[i]);
-            sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, 4) : two8(s[i][p], s[i][p + 1]);
+            sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, 4) : _mm512_setzero_ps();
         }
-        nib_tile_step(lo, hi, sv, a, mx, rb, cb, p, 0, acc);
+        nib_tile_step(lo, hi, mx || rb < 4 ? rows_pick(sv, rb, mx, s, p, 1) : i4_rows4(s, p), a, mx, rb, cb,
+                      p, 4, acc);
         p += 2;
     }
     if ((size_t)ks->k1 < rb_bytes / 64) {
-        TILE_KEEP(acc, rb, cb, ks);
+        TILE_KEEP(acc, cb, ks);
         return;
     }
-    if (p < np) { /* one or two pairs left, the last maybe partial; a missing group scales 0 */
+    if (p < np) { /* one or two pairs left, the last maybe partial; groups past ng get no FMA */
         const int       two = p + 1 < np;
         const __mmask64 k   = bytes_mask(rb_bytes - (size_t)p * 32);
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
             nib_codes512(_mm512_maskz_loadu_epi8(k, w[i] + p * 32), lut, &lo[i], &hi[i]);
-            sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, ng - 2 * p < 4 ? ng - 2 * p : 4)
-                       : two8(s[i][p], two ? s[i][p + 1] : 0.0f);
+            sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, ng - 2 * p < 4 ? ng - 2 * p : 4) : _mm512_setzero_ps();
         }
-        nib_tile_step(lo, hi, sv, a, mx, rb, cb, p, !two, acc);
+        nib_tile_step(lo, hi, rows_pick(sv, rb, mx, s, p, two), a, mx, rb, cb, p,
+                      ng - 2 * p < 4 ? ng - 2 * p : 4, acc);
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < rb; i++)
+    for (int c = 0; c < cb; c++) {
+        float o[4];
+        _mm_storeu_ps(o, acc[c]);
 #pragma GCC unroll 4
-        for (int c = 0; c < cb; c++)
-            y[c][r + i * rs] = sum16(acc[i][c]);
+        for (int i = 0; i < rb; i++)
+            y[c][r + i * rs] = o[i];
+    }
 }
 
 /* One function per (type, rows, columns) shape of a tile, so rb and cb are constants. */

@@ -10,7 +10,8 @@
  *   is process-wide; each thread loads its own tile configuration in the kernel). A refusal
  *   is a notice and the next level down (avx512), never a SIGILL. K3_ISA=amx on a CPU without
  *   AMX is an error naming the missing feature.
- * - AMX is never the default level: its matmuls round in a coarser order (kern-amx.c).
+ * - AMX is the default level where the hardware has it (every level computes the same bits: the
+ *   group order of kern-impl.h); the emulation (K3_AMX_EMU=1) only when K3_ISA=amx asks for it.
  * - Test hooks: K3_AMX_EMU=1 runs the AMX level on the tile emulation (kern-amx-emu.c) where
  *   the CPU has the AVX-512 level; K3_AMX_DENY=1 makes the permission request a refusal.
  * - kern_isa_ok names the first missing feature, so K3_ISA asking for more than the machine has
@@ -197,24 +198,23 @@ enum {
     KNOB_IDOT,
     KNOB_AMX_EMU,
     KNOB_AMX_DENY,
-    KNOB_GROUP_ORDER,
     KNOB_N
 };
 
+/* The name and range of each are its row of the settings table (k3-settings.h). */
 static struct knob {
-    const char *name;
-    int         lo, hi, dflt;
-    _Atomic int v;
+    enum k3_setting_id id;
+    int                dflt;
+    _Atomic int        v;
 } knobs[KNOB_N] = {
-    [KNOB_PREFETCH]    = {"K3_PREFETCH", 0, 1 << 20, KERN_PREFETCH, -1},
-    [KNOB_KBLOCK]      = {"K3_KBLOCK", 0, 1 << 20, KERN_KBLOCK, -1},
-    [KNOB_MV_AHEAD]    = {"K3_MV_AHEAD", 0, 64, KERN_MV_AHEAD, -1},
-    [KNOB_MV_SPLIT]    = {"K3_MV_SPLIT", 0, 1, 1, -1},
-    [KNOB_ROWSPLIT]    = {"K3_ROWSPLIT", 0, 1, 0, -1},
-    [KNOB_IDOT]        = {"K3_IDOT", 0, 1, 1, -1},
-    [KNOB_AMX_EMU]     = {"K3_AMX_EMU", 0, 1, 0, -1},
-    [KNOB_AMX_DENY]    = {"K3_AMX_DENY", 0, 1, 0, -1},
-    [KNOB_GROUP_ORDER] = {"K3_GROUP_ORDER", 0, 1, 0, -1},
+    [KNOB_PREFETCH] = {K3_SETTING_PREFETCH, KERN_PREFETCH, -1},
+    [KNOB_KBLOCK]   = {K3_SETTING_KBLOCK, KERN_KBLOCK, -1},
+    [KNOB_MV_AHEAD] = {K3_SETTING_MV_AHEAD, KERN_MV_AHEAD, -1},
+    [KNOB_MV_SPLIT] = {K3_SETTING_MV_SPLIT, 1, -1},
+    [KNOB_ROWSPLIT] = {K3_SETTING_ROWSPLIT, 0, -1},
+    [KNOB_IDOT]     = {K3_SETTING_IDOT, 1, -1},
+    [KNOB_AMX_EMU]  = {K3_SETTING_AMX_EMU, 0, -1},
+    [KNOB_AMX_DENY] = {K3_SETTING_AMX_DENY, 0, -1},
 };
 
 /* The knob's value, read on first use. A malformed value there (a program that never called
@@ -224,7 +224,7 @@ static int knob(int i) {
     int          v = atomic_load(&k->v);
     if (v < 0) {
         v = k->dflt;
-        if (k3_env_int(k->name, k->lo, k->hi, &v))
+        if (k3_setting_env_int(k->id, &v))
             K3_LOG_WARN("%s; the default %d applies", k3_errmsg(), k->dflt);
         atomic_store(&k->v, v);
     }
@@ -235,7 +235,7 @@ k3_status kern_knobs_env(void) {
     int v[KNOB_N];
     for (int i = 0; i < KNOB_N; i++) {
         v[i]         = knobs[i].dflt;
-        k3_status st = k3_env_int(knobs[i].name, knobs[i].lo, knobs[i].hi, &v[i]);
+        k3_status st = k3_setting_env_int(knobs[i].id, &v[i]);
         if (st)
             return st;
     }
@@ -294,10 +294,7 @@ int kern_amx_permission(char *why, size_t n) {
 }
 
 const char *k3_kernels(void) {
-    const int isa = kern_isa();
-    if (isa == KERN_AVX512 && kern_group_order())
-        return "avx512-vnni, group order for wide products (K3_GROUP_ORDER=1)";
-    return kern_isa_name(isa);
+    return kern_isa_name(kern_isa());
 }
 
 /* ==== selection ============================================================================= */
@@ -306,9 +303,9 @@ static atomic_int sel_isa = -1; /* enum kern_isa, -1 = not read yet */
 
 /* A 0/1 switch read at each call (K3_NOAVX2, K3_NOVNNI): dflt when unset; a malformed value counts
  * as dflt here, and kern_isa_env reports it. */
-static int env_flag(const char *name, int dflt) {
+static int env_flag(enum k3_setting_id id, int dflt) {
     int v = dflt;
-    return k3_env_int(name, 0, 1, &v) ? dflt : v;
+    return k3_setting_env_int(id, &v) ? dflt : v;
 }
 
 /* The level actually run for a request: AMX only with the tile permission (a refusal is a
@@ -336,6 +333,9 @@ int kern_set_isa(int isa) {
 }
 
 int kern_isa_best(void) {
+    /* AMX hardware first (the emulation only when asked for by name: K3_ISA=amx) */
+    if (KERN_BUILD_AMX && !kern_amx_emulated() && kern_isa_ok(KERN_AMX, NULL, 0))
+        return KERN_AMX;
     int best = KERN_AVX512;
     while (best > KERN_SCALAR && !kern_isa_ok(best, NULL, 0))
         best--;
@@ -344,18 +344,19 @@ int kern_isa_best(void) {
 
 /* What the environment asks for: -1 = an unknown K3_ISA name (kern_isa_env reports it). */
 static int env_isa(void) {
-    const char *v = getenv("K3_ISA");
-    if (v && *v) {
+    const char *v = k3_setting_env_str(K3_SETTING_ISA);
+    if (v) {
         static const char *const names[] = {"scalar", "avx2", NULL, "avx512", "amx"};
         for (int i = 0; i < KERN_N_ISA; i++)
             if (names[i] && !strcmp(v, names[i]))
-                return i == KERN_AVX2 && !env_flag("K3_NOVNNI", 0) && kern_cpu_vnni() ? KERN_AVX2_VNNI : i;
+                return i == KERN_AVX2 && !env_flag(K3_SETTING_NOVNNI, 0) && kern_cpu_vnni() ? KERN_AVX2_VNNI
+                                                                                            : i;
         return -1;
     }
-    if (env_flag("K3_NOAVX2", 0))
+    if (env_flag(K3_SETTING_NOAVX2, 0))
         return KERN_SCALAR;
     int best = kern_isa_best();
-    if (best == KERN_AVX2_VNNI && env_flag("K3_NOVNNI", 0))
+    if (best == KERN_AVX2_VNNI && env_flag(K3_SETTING_NOVNNI, 0))
         best = KERN_AVX2;
     return best;
 }
@@ -371,15 +372,16 @@ int kern_isa(void) {
 k3_status kern_isa_env(void) {
     int       flag;
     k3_status st;
-    if ((st = k3_env_int("K3_NOAVX2", 0, 1, &flag)) || (st = k3_env_int("K3_NOVNNI", 0, 1, &flag)))
+    double    isa;
+    if ((st = k3_setting_env_int(K3_SETTING_NOAVX2, &flag)) ||
+        (st = k3_setting_env_int(K3_SETTING_NOVNNI, &flag)) || (st = k3_setting_env(K3_SETTING_ISA, &isa)))
         return st;
     const int want = env_isa();
-    if (want < 0)
-        return k3_err(K3_ERR_ARG, "K3_ISA='%s': expected scalar, avx2, avx512 or amx", getenv("K3_ISA"));
-    char why[128];
+    char      why[128];
     if (!kern_isa_ok(want, why, sizeof why))
         return k3_err(K3_ERR_UNSUPPORTED, "K3_ISA=%s: %s; levels this machine runs: %s%s%s%s",
-                      getenv("K3_ISA"), why, "scalar", kern_isa_ok(KERN_AVX2, NULL, 0) ? ", avx2" : "",
+                      k3_setting_env_str(K3_SETTING_ISA), why, "scalar",
+                      kern_isa_ok(KERN_AVX2, NULL, 0) ? ", avx2" : "",
                       kern_isa_ok(KERN_AVX512, NULL, 0) ? ", avx512" : "",
                       kern_isa_ok(KERN_AMX, NULL, 0) ? ", amx" : "");
     kern_set_isa(want); /* amx: a refused permission is a notice and avx512 */
@@ -424,12 +426,4 @@ int kern_mv_split(void) {
 
 void kern_set_mv_split(int on) {
     atomic_store(&knobs[KNOB_MV_SPLIT].v, on != 0);
-}
-
-int kern_group_order(void) {
-    return knob(KNOB_GROUP_ORDER);
-}
-
-void kern_set_group_order(int on) {
-    atomic_store(&knobs[KNOB_GROUP_ORDER].v, on != 0);
 }

@@ -1,18 +1,15 @@
-/* kern-grp.c: the AMX order (kern-amx.c) on AVX-512 VNNI: the IDOT matmul of 2+ columns that
- * rounds once per group of 32 instead of once per 4 or 8 columns, for CPUs without AMX.
+/* kern-grp.c: the wide IDOT matmul on AVX-512 VNNI (16 columns in the lanes), for CPUs without
+ * AMX: the group order of kern-impl.h, as every kernel computes it.
  *
  * DESIGN
- * - Why: in the canonical order (kern-impl.h) every vpdpbusd (64 multiply-adds) is followed by a
- *   float convert and an FMA of its own, so the float work bounds the AVX-512 matmul (about a
- *   quarter of the core's vpdpbusd peak, BENCHMARKS.md). The AMX order sums a whole group of 32
- *   in int32 first (exact), then one convert and one FMA per (row, column, group): eight
- *   vpdpbusd per FMA instead of one. Its bits are kern_amx_ref's (tests/test-amx: bit for bit),
- *   as are the AMX tile kernels'; against the canonical order only float rounding differs
- *   (bounded in tests/test-amx and, over whole-model logits, in t-amx.sh). kern.c runs it for
- *   products of KERN_GRP_MIN(type) or more columns only, and only when K3_GROUP_ORDER=1: a result then
- *   depends on how many columns shared its product (chunk size, sessions batched together), which
- *   the canonical order never lets happen, so it is not the default.
- * - Layout (the transpose of the canonical kernels'): a register holds 16 columns of one weight
+ * - Why one rounding per group of 32: with one float convert and FMA per vpdpbusd (64
+ *   multiply-adds), as an order rounding per 4 or 8 columns needs, the float work bounds the
+ *   AVX-512 matmul (about a quarter of the core's vpdpbusd peak, BENCHMARKS.md). Summing a
+ *   whole group in int32 first (exact), then one convert and one FMA per (row, column, group),
+ *   is eight vpdpbusd per FMA. Its bits are kern_amx_ref's (tests/test-amx: bit for bit), as are
+ *   the AMX tiles' and every row kernel's (tests/test-kern: every level and column count), so
+ *   kern.c runs it for products of KERN_GRP_MIN(type) or more columns by default.
+ * - Layout (the transpose of the row kernels'): a register holds 16 columns of one weight
  *   row. For a block of 16 rows, a tile of 16 columns and group g: B row kq (kq = 0..7) holds the
  *   activation codes 4kq..4kq+3 of the group for each column (the VNNI B layout of kern-amx.c);
  *   row i's weight dword kq, stored as unsigned codes w + 128, is broadcast. Over kq,
@@ -183,7 +180,7 @@ void kern_grp_matmul(const qmat *m, const float *x, int n, float *y) {
     K3_ASSERT(made); /* a few KiB per column: out of memory here is not recoverable (as in kern.c) */
     const int  nb = (m->rows + GR - 1) / GR, ng = a.ng;
     const long work = (long)m->rows * m->cols * n;
-#pragma omp parallel if (work > 65536)
+#pragma omp parallel if (work > K3_PAR_MIN_MATMUL)
     {
         const int  ith = omp_get_thread_num(), nth = omp_get_num_threads();
         const int  b0 = (int)((long)nb * ith / nth), b1 = (int)((long)nb * (ith + 1) / nth);

@@ -1,23 +1,28 @@
 /* kern-impl.h: what the scalar reference kernels (kern.c) and their AVX2 twins (kern-avx2.c)
  * share: row-range kernel signatures, the IDOT activation layout and the exact scale helpers.
  *
- * IDOT canonical order (both twins compute exactly this, so they agree bit for bit):
+ * THE GROUP ORDER: the one rounding order of every IDOT kernel, at every level (scalar, AVX2,
+ * AVX-VNNI, AVX-512 VNNI, AMX) and every column count (1 for a decode matvec, n for prefill and
+ * batched decode), so a column's result never depends on the level, the chunk or the batch:
  *   activations (kern_act): per group g of 32 columns an int8 code per column and a scale
- *     d[g] (x ~ q * d, zero past cols). Q_I8: q in natural column order. Q_I4 and Q_MXFP4
- *     (nibble-packed, low nibble = even column): per pair p of groups (64 columns) 64 bytes,
- *     the 32 even columns of the pair then its 32 odd columns, so one 32-byte weight load
- *     gives low nibbles matching the first half and high nibbles matching the second.
- *   steps: Q_I8 one group per step, Q_I4/Q_MXFP4 one pair per step. A step yields eight exact
- *     32-bit lane sums isum_j and eight lane scales d_j:
- *       Q_I8:   isum_j = sum over columns 4j..4j+3 of group g, d_j = d[g];
- *       nibble: lane j < 4 is group 2p, columns 8j..8j+7; lane j >= 4 group 2p+1, columns
- *               8(j-4)..8(j-4)+7; d_j = wscale(group) * d[group] (0 for a missing last group).
- *   accumulation: two sets of eight float lanes A (even steps) and B (odd steps), each
- *     lane[j] = fmaf((float)isum_j, d_j, lane[j]); at the end acc_j = A_j + B_j and
- *     y = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7))   (then * s[r] for Q_I8).
+ *     d[g] (x ~ q * d, zero past cols), from one quantizer (kern_act_quant_ref and its twin).
+ *   per row r and group g (ng = ceil(cols / 32)):
+ *     isum_g = the exact integer sum over the group's columns of w * q (int32: |isum| <= 32 x
+ *              127 x 128, exact in a float too)
+ *     acc    = fmaf((float)isum_g, dscale_g, acc) for g = 0, 1, .., ng - 1 in order, acc from +0
+ *     dscale_g = d[g] (Q_I8) or wscale(g) * d[g] (one float product)
+ *     y = acc * s[r] (Q_I8) or acc.
  *   wscale: Q_I4 s[r][g/2] (int4 values nibble - 8), Q_MXFP4 2^(e-128) on the doubled
  *     integers {0,1,2,3,4,6,8,12}.
- * fmaf rounds once, like the AVX2 FMA, so the twins agree on every input.
+ * How a kernel forms isum_g (vpdpbusd lanes and a horizontal sum, a tile product, columns or
+ * rows in the lanes) is free: the sum is exact. Only the ng FMAs round, one per group, in group
+ * order: kern_idot_ref and kern_amx_ref write it in plain C; why one FMA per group and not per
+ * 4 or 8 columns: kern-grp.c. Layouts the twins read:
+ *   Q_I8: q in natural column order. Q_I4 and Q_MXFP4 (nibble-packed, low nibble = even
+ *     column): per pair p of groups (64 columns) 64 bytes, the 32 even columns of the pair then
+ *     its 32 odd columns, so one 32-byte weight load gives low nibbles matching the first half
+ *     and high nibbles matching the second; lane j < 4 of a pair's 8 dword sums is group 2p,
+ *     lane j >= 4 group 2p+1.
  */
 #pragma once
 #include "quant.h"
@@ -93,19 +98,23 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
 #else
 #define KERN_BUILD_AMX 0
 #endif
-/* AMX-INT8 matmul of n >= 2 columns x[n][cols] -> y[n][rows] in the AMX order (kern-amx.c, not
- * the canonical order above: it rounds once per group of 32). kern_amx_matmul runs the tile
+/* AMX-INT8 matmul of n >= 2 columns x[n][cols] -> y[n][rows] in the group order (kern-amx.c).
+ * kern_amx_matmul runs the tile
  * kernel of the selected implementation: the hardware (_hw; only after kern_set_isa gave
  * KERN_AMX, which requested the tile permission) or the emulation (_emu, K3_AMX_EMU=1).
- * kern_amx_ref is the scalar twin of the AMX order; the tile kernels match it bit for bit. */
+ * kern_amx_ref is the group order in plain C from float columns; every kernel matches it bit for
+ * bit. */
 void kern_amx_matmul(const qmat *m, const float *x, int n, float *y);
 void kern_amx_matmul_hw(const qmat *m, const float *x, int n, float *y);
 void kern_amx_matmul_emu(const qmat *m, const float *x, int n, float *y);
+/* The same kernel with every tile instruction a no-op (kern-amx-notile.c): meaningless results in
+ * the time of the work around the tiles (k3-bench amx, on any CPU with the AVX-512 level). */
+void kern_amx_matmul_notile(const qmat *m, const float *x, int n, float *y);
 void kern_amx_ref(const qmat *m, const float *x, int n, float *y);
-/* The AMX order on AVX-512 VNNI (kern-grp.c), for CPUs without AMX: kern_amx_ref's bits. */
+/* The wide matmul on AVX-512 VNNI (kern-grp.c: columns in the lanes): kern_amx_ref's bits. */
 void kern_grp_matmul(const qmat *m, const float *x, int n, float *y);
-/* The activations of one AMX-order matmul (kern-amx.c, kern-grp.c): n columns quantized by the
- * canonical quantizer, in the VNNI B layout of 16-column tiles. */
+/* The activations of one wide matmul (kern-amx.c, kern-grp.c): n columns quantized by the one
+ * quantizer, in the VNNI B layout of 16-column tiles. */
 typedef struct kern_tile_act {
     int      ng, ntile;
     int8_t  *b;  /* [ntile][ng][8][64]: row kq = codes 4kq..4kq+3 of the group, per column   */
@@ -159,13 +168,9 @@ void kern_set_mv_ahead(int tiles);
  * same bits. kern_set_mv_split overrides it (tests). */
 int  kern_mv_split(void);
 void kern_set_mv_split(int on);
-/* kern_group_order() (quant.h, K3_GROUP_ORDER): IDOT matmuls of at least KERN_GRP_MIN(type)
- * columns at the avx512 level run kern_grp_matmul (the AMX order: one rounding per group of 32,
- * not bit-identical to the canonical order of a matvec); the amx level always runs its tiles. */
-/* The fewest columns kern_grp_matmul takes for a matrix type: below, its 16-column tiles are
- * partly empty lanes and the block's weight copy is spread over too few columns (3072 x 3584, one
- * Zen 5 core, against the canonical kernels: int8 0.84-0.90x at 6 columns, 1.48-1.62x at 8;
- * int4 and MXFP4 0.73-0.74x at 8, 0.98-1.0x at 12, 1.1-1.3x at 16; BENCHMARKS.md). */
+/* The fewest columns kern.c gives kern_grp_matmul at the avx512 level (fewer run the row tiles of
+ * kern-avx512.c, the same bits): below, its 16-column tiles are partly empty lanes and the
+ * block's weight copy is spread over too few columns (BENCHMARKS.md, "One rounding order"). */
 #define KERN_GRP_MIN(type) ((type) == Q_I8 ? 8 : 16)
 /* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
  * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
@@ -200,11 +205,3 @@ static inline void kern_row_wscales(const qmat *m, int r, int ng, float *ws) {
 /* Doubled e2m1 values by nibble (sign bit 3), exact int8. */
 extern const int8_t kern_mxfp4_i8[16];
 #define KERN_MXFP4_OFF 12 /* -12 <= doubled value: value + 12 is an unsigned code 0..24 */
-
-/* The fixed reduction of the IDOT canonical order: lanes A + B, then the tree. */
-static inline float kern_sum8(const float A[8], const float B[8]) {
-    float a[8];
-    for (int j = 0; j < 8; j++)
-        a[j] = A[j] + B[j];
-    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}

@@ -7,17 +7,19 @@
  * - Each kernel computes rows [r0, r1); the entry points split the rows into (ith, nth)
  *   partitions inside one OpenMP parallel region. A row's arithmetic never depends on the
  *   partition, so results are the same at every thread count.
- * - qmat_matmul runs the very same row kernel per column, on blocks of rows small enough to stay
- *   in L2 while the n columns pass over them: the weights stream from memory once, and column t
- *   is bit-identical to qmat_matvec on column t (what chunked prefill relies on). The AVX2 IDOT
- *   path takes KERN_NC columns per decoded weight row, the AVX-512 path up to KERN_NC512, each
- *   column doing exactly its own steps. The exceptions: K3_ISA=amx, where 2+ columns run the AMX
- *   tile kernels (kern-amx.c) in their own, coarser float order, and K3_GROUP_ORDER=1 at the
- *   avx512 level, where KERN_GRP_MIN(type)+ columns run that order on AVX-512 (kern-grp.c); one
- *   column stays canonical.
+ * - ONE ROUNDING ORDER (the group order, kern-impl.h) for every level and every column count:
+ *   per group of 32 columns an exact integer dot, then one float FMA per group in group order.
+ *   So column t of any matmul is bit-identical to qmat_matvec on column t, at every level
+ *   (what chunked prefill and batched decode rely on). qmat_matmul runs the row kernel per
+ *   column, on blocks of rows small enough to stay in L2 while the n columns pass over them:
+ *   the weights stream from memory once. The AVX2 IDOT path takes KERN_NC columns per decoded
+ *   weight row, the AVX-512 path up to KERN_NC512, each column doing exactly its own steps.
+ *   Wide products run kernels with the columns in the lanes, in the same order: at the avx512
+ *   level KERN_GRP_MIN(type)+ columns (kern-grp.c), at the amx level 2+ columns (the tiles,
+ *   kern-amx.c).
  * - IDOT activations are quantized once per call by one shared function (kern_act_make: the
  *   quantizer and the layout, each with an AVX-512 twin that writes the same bytes), so every
- *   kernel sees identical int8 inputs. The canonical IDOT order is documented in kern-impl.h.
+ *   kernel sees identical int8 inputs. The group order is documented in kern-impl.h.
  * - Selection (kern_isa, kern_idot) lives in kern-cpu.c.
  */
 #include "kern-impl.h"
@@ -246,7 +248,7 @@ static int idot_w(const qmat *m, int r, int c) {
     return 0;
 }
 
-/* wscale(g) of the canonical order (kern-impl.h). */
+/* wscale(g) of the group order (kern-impl.h). */
 static float idot_wscale(const qmat *m, int r, int g) {
     switch (m->type) {
     case Q_I4:
@@ -258,22 +260,16 @@ static float idot_wscale(const qmat *m, int r, int g) {
 }
 
 void kern_idot_ref(const qmat *m, const kern_act *a, float *y, int r0, int r1) {
-    const int n = m->cols, ng = (n + Q_IDOT_GROUP - 1) / Q_IDOT_GROUP;
-    const int i8 = m->type == Q_I8, nsteps = i8 ? ng : (n + 63) / 64;
-    const int lane_cols = i8 ? 4 : 8, step_cols = i8 ? 32 : 64;
+    const int n = m->cols, ng = (n + Q_IDOT_GROUP - 1) / Q_IDOT_GROUP, i8 = m->type == Q_I8;
     for (int r = r0; r < r1; r++) {
-        float acc[2][8] = {{0}};
-        for (int st = 0; st < nsteps; st++)
-            for (int j = 0; j < 8; j++) {
-                const int c0   = st * step_cols + j * lane_cols;
-                const int g    = c0 / Q_IDOT_GROUP;
-                int       isum = 0;
-                for (int c = c0; c < c0 + lane_cols && c < n; c++)
-                    isum += idot_w(m, r, c) * a->q[act_pos(m->type, c)];
-                const float d  = g >= ng ? 0.0f : i8 ? a->d[g] : idot_wscale(m, r, g) * a->d[g];
-                acc[st & 1][j] = fmaf((float)isum, d, acc[st & 1][j]);
-            }
-        y[r] = i8 ? kern_sum8(acc[0], acc[1]) * m->s[r] : kern_sum8(acc[0], acc[1]);
+        float acc = 0.0f;
+        for (int g = 0; g < ng; g++) { /* the group order (kern-impl.h): one fmaf per group */
+            int32_t isum = 0;
+            for (int c = g * Q_IDOT_GROUP; c < (g + 1) * Q_IDOT_GROUP && c < n; c++)
+                isum += idot_w(m, r, c) * a->q[act_pos(m->type, c)];
+            acc = fmaf((float)isum, i8 ? a->d[g] : idot_wscale(m, r, g) * a->d[g], acc);
+        }
+        y[r] = i8 ? acc * m->s[r] : acc;
     }
 }
 
@@ -346,7 +342,7 @@ static void run(const qmat *const *m, int k, const float *x, kern_act *act, char
     long      work = 0;
     for (int i = 0; i < k; i++)
         work += (long)m[i]->rows * m[i]->cols * n;
-#pragma omp parallel if (work > 65536)
+#pragma omp parallel if (work > K3_PAR_MIN_MATMUL)
     {
         const int ith = omp_get_thread_num(), nth = omp_get_num_threads();
         if (act) { /* IDOT: quantize every column once (the same function for every path and n) */
@@ -398,13 +394,13 @@ static void matmul(const qmat *const *m, int k, const float *x, int n, float *co
         }
         return;
     }
-    if (n >= 2 && m[0]->cols > 0 && kern_isa() == KERN_AMX) { /* tiles, in the AMX order (kern-amx.c) */
+    if (n >= 2 && m[0]->cols > 0 && kern_isa() == KERN_AMX) { /* tiles, the same order (kern-amx.c) */
         for (int i = 0; i < k; i++)
             kern_amx_matmul(m[i], x, n, y[i]);
         return;
     }
-    if (n >= KERN_GRP_MIN(m[0]->type) && m[0]->cols > 0 && kern_isa() == KERN_AVX512 && kern_group_order()) {
-        for (int i = 0; i < k; i++) /* the AMX order on AVX-512 VNNI (kern-grp.c) */
+    if (n >= KERN_GRP_MIN(m[0]->type) && m[0]->cols > 0 && kern_isa() == KERN_AVX512) {
+        for (int i = 0; i < k; i++) /* wide products: columns in the lanes (kern-grp.c), the same bits */
             kern_grp_matmul(m[i], x, n, y[i]);
         return;
     }

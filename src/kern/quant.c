@@ -140,7 +140,7 @@ static int row_nonfinite(const float *x, int n) {
 static k3_status quantize_band(qmat *out, int r0, int n, const float *f32, const uint16_t *bf16) {
     const int cols  = out->cols;
     int       bad_r = -1, bad_c = -1, nomem = 0;
-#pragma omp        parallel if ((long)n * cols > (1L << 18))
+#pragma omp        parallel if ((long)n * cols > K3_PAR_MIN_OPS)
     {
                float *tmp = bf16 ? malloc((size_t)cols * sizeof(float)) : NULL;
                if (bf16 && !tmp) {

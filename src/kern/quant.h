@@ -111,8 +111,8 @@ void qmat_dequant_row(const qmat *m, int r, float *out);
 /* y[rows] = W x[cols]. */
 void qmat_matvec(const qmat *m, const float *x, float *y);
 /* Y[n][rows] = W X[n][cols]: n input vectors, each weight row read once for all n.
- * Column t of Y is bit-identical to qmat_matvec(m, X[t], .), except at the AMX level (n >= 2
- * runs the AMX order of kern-amx.c, within float rounding of it). */
+ * Column t of Y is bit-identical to qmat_matvec(m, X[t], .) at every level and every n (the
+ * group order, kern-impl.h). */
 void qmat_matmul(const qmat *m, const float *x, int n, float *y);
 /* Y_i = W_i X for k matrices W_i (same cols) over the same n columns X[n][cols] into y[i][n][rows
  * of W_i]: each result bit-identical to qmat_matmul(W_i, X, n, .), but the activations are
@@ -123,22 +123,18 @@ void qmat_matmul_many(const qmat *const *m, int k, const float *x, int n, float 
  * K3_ISA=scalar|avx2|avx512|amx forces a level (unset: the best the CPU and OS support);
  * avx2 means the AVX2 kernels with AVX-VNNI integer dots where the CPU has them (K3_NOVNNI=1:
  * without). The older K3_NOAVX2=1 is K3_ISA=scalar. K3_IDOT=0 selects exact-float.
- * The setters override (tests, tools). All levels give the same IDOT bits, except amx, which
- * is never the default: its matmuls of 2+ columns round once per group of 32 (kern-amx.c), and
- * avx512 with K3_GROUP_ORDER=1 (kern_group_order: the same order for wide matmuls, kern-grp.c). */
+ * The setters override (tests, tools). All levels give the same IDOT bits at every column
+ * count (one rounding order, kern-impl.h), the amx level's tiles included. */
 enum kern_isa { KERN_SCALAR = 0, KERN_AVX2 = 1, KERN_AVX2_VNNI = 2, KERN_AVX512 = 3, KERN_AMX = 4 };
 #define KERN_N_ISA 5
 int kern_isa(void);
-/* K3_GROUP_ORDER (a knob, default 0): 1 = wide IDOT matmuls at the avx512 level in the AMX order
- * (kern-impl.h: KERN_GRP_MIN). kern_set_group_order overrides it (tests, benchmarks). */
-int  kern_group_order(void);
-void kern_set_group_order(int on);
 /* Select isa, falling back to what the CPU has (AMX -> AVX-512 -> VNNI -> AVX2 -> scalar).
  * Returns the isa in use. */
 int kern_set_isa(int isa);
 /* 1 when this CPU and OS run isa; else 0 and why (when not NULL) names the missing feature. */
 int kern_isa_ok(int isa, char *why, size_t n);
-/* The level selected when nothing asks for another: the best this CPU and OS run, never amx. */
+/* The level selected when nothing asks for another: the best this CPU and OS run (amx on AMX
+ * hardware, never its emulation; a refused tile permission then runs avx512). */
 int kern_isa_best(void);
 /* Short name of isa ("scalar", "avx2", "avx2+avx-vnni", "avx512-vnni", "amx-int8"). */
 const char *kern_isa_name(int isa);

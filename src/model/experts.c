@@ -635,9 +635,9 @@ k3_status ex_open(const ex_source *src, ex_tier **out) {
     t->L           = c->latent;
     t->direct      = src->direct;
     t->pipe        = src->pipe;
-    const char *fe = getenv("K3_TEST_DIRECT_EINVAL");
-    t->fake_einval = fe && *fe == '1';
-    t->n_shards    = st_n_shards(src->st);
+    t->fake_einval = 0; /* a malformed value: off */
+    (void)k3_setting_env_int(K3_SETTING_TEST_DIRECT_EINVAL, &t->fake_einval);
+    t->n_shards = st_n_shards(src->st);
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     k3_status st = K3_OK;

@@ -146,6 +146,10 @@ k3_status fit_scan(const k3_config *c, const st_dir *d, int n_run, int split, fi
     o->cb_base    = c1 - o->cb_col;
     o->cb_pos     = chunk_buf_bytes(c, n_run, 1, 1, 1) - c1;
     o->sess_extra = session_scratch_bytes(c, n_run, 1, 0) - c1;
+    uint64_t w1 = window_buf_bytes(c, n_run, 1, 1), w2 = window_buf_bytes(c, n_run, 2, 1);
+    o->win_col    = w2 - w1;
+    o->win_base   = w1 - o->win_col;
+    o->win_logits = window_buf_bytes(c, n_run, 1, 2) - w1;
     return K3_OK;
 }
 
@@ -172,6 +176,9 @@ void fit_plan_at(const fit_table *t, const fit_set *s, fit_plan *p) {
     p->b[FIT_SCRATCH]  = ns * (t->cb_base + t->cb_col * C + t->cb_pos * T + t->sess_extra);
     if (ns > C) /* the batch buffer of the lead session: one column per session */
         p->b[FIT_SCRATCH] += t->cb_base + t->cb_col * ns + t->cb_pos * T;
+    if ((uint64_t)s->window > C) /* one prefill window at a time */
+        p->b[FIT_WINDOW] =
+            t->win_base + (t->win_col + (s->all_logits ? t->win_logits : 0)) * (uint64_t)s->window;
     if (s->map) {
         for (int k = FIT_DENSE; k <= FIT_EMBED; k++)
             p->mapped += p->b[k];
@@ -251,15 +258,13 @@ double fit_meminfo_available(void) {
 
 k3_status fit_machine_get(fit_machine *o) {
     memset(o, 0, sizeof *o);
-    o->meminfo    = fit_meminfo_available();
-    o->cgroup     = cgroup_room();
-    const char *v = getenv("K3_MEM_GB");
-    if (v && *v) {
-        char *end;
-        errno    = 0;
-        double g = strtod(v, &end);
-        if (errno || end == v || *end || !(g > 0 && g < 1e9))
-            return k3_err(K3_ERR_ARG, "K3_MEM_GB='%s': expected a number of GB (10^9 bytes) > 0", v);
+    o->meminfo   = fit_meminfo_available();
+    o->cgroup    = cgroup_room();
+    double    g  = 0;
+    k3_status st = k3_setting_env(K3_SETTING_MEM_GB, &g);
+    if (st)
+        return st;
+    if (g > 0) {
         o->avail = g * FIT_GB;
         o->src   = "K3_MEM_GB";
     } else if (o->cgroup > 0 && (o->meminfo <= 0 || o->cgroup < o->meminfo)) {
@@ -317,7 +322,24 @@ static int fits(const fit_table *t, const fit_machine *mc, const fit_set *s, fit
     return (double)p->total <= mc->usable;
 }
 
-void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given, int mask, fit_choice *out) {
+/* The prefill window of s's plan p (window at 0): the wanted one (at most K3_MAXT), or what
+ * fits of it in half of what usable leaves beside the plan with the expert cache at its floor
+ * (an unset cache takes the rest) or all of it (a given cache); at most the chunk: none. */
+static int window_fit(const fit_table *t, const fit_machine *mc, const fit_set *s, const fit_plan *p,
+                      int want) {
+    const uint64_t col  = t->win_col + (s->all_logits ? t->win_logits : 0);
+    double         left = mc->usable - (double)p->total - (s->map ? (double)p->mapped : 0);
+    if (s->expert_gb < 0)
+        left /= 2;
+    double fit = col ? (left - (double)t->win_base) / (double)col : want;
+    int    w   = fit >= want ? want : fit < 0 ? 0 : (int)fit;
+    return w > s->chunk ? w : 0;
+}
+
+void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given0, int mask, fit_choice *out) {
+    fit_set g1 = *given0, *given = &g1;
+    int     want = given0->window > 0 && given0->window < given0->maxt ? given0->window : (int)given0->maxt;
+    g1.window    = 0; /* the bits and the cache are chosen as before; the window takes its share after */
     fit_set cand[3] = {*given, *given, *given};
     if (!(mask & K3_SET_BITS) && cand[1].bits > 4)
         cand[1].bits = 4;
@@ -327,6 +349,7 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
     if (!(mask & K3_SET_HEAD_BITS) && cand[2].head_bits > 4)
         cand[2].head_bits = 4;
     memset(out, 0, sizeof *out);
+    out->win_want = want;
     char   sets[256], room[256], sess[512];
     size_t o = 0, n = sizeof out->msg;
     snprintf(room, sizeof room, "%s usable of %s available (%s; reserve 0.5 GB + 5%%)", HB(mc->usable),
@@ -338,6 +361,8 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
         if (!fits(t, mc, &cand[i], &p))
             continue;
         out->ok = 1, out->level = i, out->set = cand[i];
+        out->set.window = window_fit(t, mc, &cand[i], &p, want);
+        fit_plan_at(t, &out->set, &p);
         if (given->expert_gb < 0) { /* the cache takes what is left of usable, at most all experts */
             double left = mc->usable - (double)p.total + (double)p.b[FIT_EXPERT] - (double)p.mapped;
             double all = (double)t->expert_all, floor_b = (double)p.b[FIT_EXPERT];
@@ -387,6 +412,13 @@ void fit_decide(const fit_table *t, const fit_machine *mc, const fit_set *given,
             o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; %s",
                                   mask ? "the given settings fit" : "the defaults fit");
         }
+        if (out->set.window) /* last: the line's start reads as before */
+            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0, "; prefill window %d tokens (%s)%s",
+                                  out->set.window, HB(out->plan.b[FIT_WINDOW]),
+                                  out->set.window < want ? ", shrunk to fit the memory" : "");
+        else if (want > out->set.chunk)
+            o += (size_t)snprintf(out->msg + o, o < n ? n - o : 0,
+                                  "; no prefill window (%d tokens do not fit the memory): per chunk", want);
         return;
     }
     /* refused: the figures */

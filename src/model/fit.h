@@ -60,6 +60,7 @@ enum {
     FIT_MLACACHE,
     FIT_BLOCKS,
     FIT_SCRATCH,
+    FIT_WINDOW,
     FIT_NCLASS
 };
 
@@ -75,6 +76,10 @@ typedef struct fit_table {
     uint64_t cb_base, cb_col, cb_pos; /* a chunk buffer: cb_base + cb_col x columns (each with its
                                          logits row) + cb_pos x K3_MAXT (session.c)              */
     uint64_t sess_extra;              /* a session's last logits and KDA accumulators                   */
+    uint64_t win_base, win_col;       /* a prefill window's buffer: win_base + win_col x tokens (hidden
+                                         states, AttnRes snapshots, routing table and expert outputs
+                                         per token; session.c)                                     */
+    uint64_t win_logits;              /* each window token's logits row while K3_LOGITS is set         */
     uint64_t big_f32;                 /* largest matrix as f32 (information: the load no longer holds it) */
     int      n_mats;                  /* matrix products per token outside the routed experts          */
     int      n_run, n_moe, n_kda, n_mla;
@@ -90,6 +95,9 @@ typedef struct fit_set {
     int    map;      /* K3_MMAP=1                                                     */
     int    chunk;    /* K3_CHUNK (columns of the chunk scratch)                        */
     int    sessions; /* sessions at once (--parallel); < 1 counts as 1                */
+    int    window;   /* prefill window in tokens; <= chunk: none (given: the wanted one,
+                        K3_WINDOW or K3_MAXT; chosen: what fits, fit_decide)          */
+    int all_logits;  /* K3_LOGITS: the window keeps a logits row per token          */
 } fit_set;
 
 typedef struct fit_plan {
@@ -116,6 +124,7 @@ typedef struct fit_choice {
     char     msg[2048];  /* one line: what was chosen and why, or the refusal             */
     char     brief[128]; /* the choice in a few words (status bar): "4/8/8 bits (fit step
                             2) · cache 1.61 GB"                                          */
+    int win_want;        /* the window wanted (given.window, at most K3_MAXT)              */
 } fit_choice;
 
 /* The figures of the plan for the first n_run layers of config c (fit.c: DESIGN). D: the open
@@ -173,6 +182,24 @@ void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p,
 typedef struct fit_route {
     double dec_active, dec_miss, chunk_distinct, chunk_miss;
 } fit_route;
+/* Time to the first token of a prompt of P tokens at settings s: prefill windows of s->window
+ * tokens (at most chunk: chunks), each MoE layer of a window reading the experts it touches under
+ * flat routing (E (1 - (1 - k/E)^n) of a window of n) that the cache does not hold, once, while
+ * computing them (reads overlap the compute: the slower of the two counts). */
+typedef struct fit_ttft_est {
+    double seconds; /* to the first token                                               */
+    double compute; /* of which the kernels alone would take                           */
+    double bytes;   /* routed-expert bytes read from the drive                         */
+    double floor;   /* the unique experts the prompt routes to, each read once          */
+    int    window;  /* the window it assumed                                           */
+} fit_ttft_est;
+void fit_ttft(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp, int n_active,
+              int chunk, long P, fit_ttft_est *out);
+/* "1024-token prompt 12.3 s reading 1.40 TB of experts (floor 1.38 TB; per chunk of 128:
+ * 95.1 s, 9.85 TB); 8192-token prompt ...": fit_ttft at 1k and 8k tokens (at most K3_MAXT), the
+ * window of s against the per-chunk path. */
+void fit_ttft_str(char *buf, size_t n, const fit_table *t, const fit_set *s, const fit_plan *p,
+                  const fit_speed *sp, int n_active, int chunk);
 /* fit_speed_estimate with the routing r (NULL: flat routing, as fit_speed_estimate). */
 void fit_speed_estimate_route(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
                               int n_active, int chunk, const fit_route *r, double *decode_s,

@@ -1,7 +1,11 @@
-/* forward.c: the K3 forward pass of one decoder layer over a chunk of n tokens (spec section 5).
+/* forward.c: the K3 model, input to logits (spec section 5): model_forward at the end of this
+ * file goes embed -> layers -> head over a pass of n tokens; above it, one decoder layer
+ * (layer_forward) and its parts.
  *
  * DESIGN
- * Layer-major over a chunk: every weight matrix is applied once to the chunk's n rows with
+ * Layer-major over a pass: a chunk, or a prefill window of many chunks (attention runs over the
+ * window a chunk at a time, the MoE over all of it at once, expert by expert, so each routed
+ * expert is read once per window). Every weight matrix is applied once to the chunk's n rows with
  * mm() (qmat_matmul, or qmat_matvec for one row; the kernels give the same bits either way), and
  * every sequential recurrence (KDA conv and state, MLA cache) is advanced token by token in
  * order, so a token's result never depends on the chunk size. Per-token arithmetic that the
@@ -159,9 +163,10 @@ static void kda_forward(fwd_pass *p, int l) {
         const float *tap = w->conv[i];
         prof_t       t0  = prof_begin();
         for (int g = 0; g < p->nseg; g++) {
-            const pass_seg *sg = &p->seg[g];
-            layer_state    *ls = &sg->s->ls[l];
-            memcpy(win, ls->tail[ls->sel] + (size_t)i * (K - 1) * P, (size_t)(K - 1) * P * sizeof(float));
+            const pass_seg *sg  = &p->seg[g];
+            layer_state    *ls  = &sg->s->ls[l];
+            const int       src = sg->off ? 1 - ls->sel : ls->sel; /* a window's later chunk: in place */
+            memcpy(win, ls->tail[src] + (size_t)i * (K - 1) * P, (size_t)(K - 1) * P * sizeof(float));
             memcpy(win + (size_t)(K - 1) * P, pj[i] + (size_t)sg->t0 * P, (size_t)sg->n * P * sizeof(float));
             /* causal depthwise conv + SiLU: out[t][ch] = Σ_k tap[ch][k] · win[t+k][ch], in blocks
              * of PAR_MIN elements of (t, ch); SiLU by kern_unary (K3_ACT: float or double) */
@@ -227,7 +232,7 @@ static void kda_forward(fwd_pass *p, int l) {
         const int       h   = hs % H;
         const pass_seg *sg  = &p->seg[hs / H];
         layer_state    *ls  = &sg->s->ls[l];
-        const int       src = ls->sel, dst = 1 - src;
+        const int       dst = 1 - ls->sel, src = sg->off ? dst : ls->sel;
         double         *u = sg->s->dtmp + (size_t)h * 2 * d;
         const kda_rec   r = {.d      = d,
                              .P      = P,
@@ -287,7 +292,7 @@ static void mla_forward(fwd_pass *p, int l) {
         layer_state    *ls = &sg->s->ls[l];
         for (int t = 0; t < sg->n; t++) {
             const float *row = kva + (size_t)(sg->t0 + t) * (kl + rope);
-            const size_t j   = (size_t)sg->s->pos + (size_t)t;
+            const size_t j   = (size_t)sg->s->pos + (size_t)sg->off + (size_t)t;
             rmsnorm(ls->c + j * kl, row, w->kva_norm, kl, 1e-6);
             memcpy(ls->kr + j * rope, row + kl, (size_t)rope * sizeof(float));
         }
@@ -305,9 +310,9 @@ static void mla_forward(fwd_pass *p, int l) {
      * into mla_ctx (Hm, C, kl) */
     long work = 0;
     for (int g = 0; g < p->nseg; g++)
-        work += (long)p->seg[g].n * (p->seg[g].s->pos + p->seg[g].n);
+        work += (long)p->seg[g].n * (p->seg[g].s->pos + p->seg[g].off + p->seg[g].n);
     t0 = prof_begin();
-#pragma omp parallel for schedule(static) if (work * Hm * kl >= (1L << 18))
+#pragma omp parallel for schedule(static) if (work * Hm * kl >= K3_PAR_MIN_OPS)
     for (int h = 0; h < Hm; h++) {
         float *sc = b->scores + (size_t)h * m->par.max_ctx;
         for (int t = 0, g = 0; t < n; t++) {
@@ -316,7 +321,7 @@ static void mla_forward(fwd_pass *p, int l) {
             const layer_state *ls  = &p->seg[g].s->ls[l];
             const float       *ql_ = b->mla_qlat + ((size_t)h * C + t) * kl;
             const float       *qr  = q + (size_t)t * Hm * qw + (size_t)h * qw + nope;
-            const int          T   = p->seg[g].s->pos + (t - p->seg[g].t0) + 1;
+            const int          T   = p->seg[g].s->pos + p->seg[g].off + (t - p->seg[g].t0) + 1;
             float              mx  = -INFINITY;
             for (int j = 0; j < T; j++) {
                 sc[j] = (float)((double)(dot8(ql_, ls->c + (size_t)j * kl, kl) +
@@ -400,28 +405,30 @@ static void topp_drop(int *sel, float *wt, int k, double p, int *idx /* (k) scra
 
 /* ==== LatentMoE: route, gather, compute, combine ======================================== */
 
-/* The MoE's scratch, named for its role; views of the session's chunk_buf (shapes per chunk
- * of n tokens, np = tokens routed to one expert, at most n). */
+/* The MoE's scratch, named for its role; views of the pass's chunk_buf. n = the pass's
+ * columns (a chunk, or a prefill window), C = its chunk scratch's columns (fwd_pass.cap);
+ * np = the tokens routed to one expert (at most n), computed in blocks of at most C. */
 typedef struct moe_scratch {
-    float *scores; /* (n, E) router sigmoid scores                                        */
+    float *scores; /* (C, E) router sigmoid scores of one chunk of columns                */
     float *z;      /* (n, L) latent down projection of every token                        */
-    float *gate;   /* (np, F) one expert's w1 rows, then SiTU-GLU(w1, w3)                  */
-    float *up;     /* (np, F) its w3 rows                                                 */
-    float *in;     /* (np, L) the gathered latent rows of the tokens routed to one expert  */
-    float *out;    /* (np, L) their expert outputs, before the scatter                    */
+    float *gate;   /* (C, F) one block of an expert's w1 rows, then SiTU-GLU(w1, w3)       */
+    float *up;     /* (C, F) its w3 rows                                                  */
+    float *in;     /* (C, L) the gathered latent rows of that block                       */
+    float *out;    /* (C, L) their expert outputs, before the scatter                     */
     float *slot_y; /* (n, k, L) per token and slot expert output (canonical order)        */
-    float *lat;    /* (n, L) Σ_slot w · slot_y, then RMSNorm                              */
-    float *shared; /* (n, D) shared experts' output                                       */
+    float *lat;    /* (C, L) Σ_slot w · slot_y, then RMSNorm, of one chunk of columns      */
+    float *shared; /* (C, D) shared experts' output of one chunk of columns               */
     int   *sel;    /* (n, k) selected expert ids (-1: dropped by K3_TOPP)                 */
     int   *csel;   /* (n, k) sel, -1 where the Vulkan tier computed the row: the CPU's     */
     float *w;      /* (n, k) their weights                                                */
-    int   *rows;   /* (n*k) t*k + slot of the rows of one expert / K3_TOPP scratch         */
-    int   *ids;    /* (E) distinct experts of the chunk                                   */
+    int   *rows;   /* (n*k) t*k + slot of the CPU's rows, grouped by expert / K3_TOPP's    */
+    int   *ids;    /* (E) distinct experts of the pass                                    */
+    int   *start;  /* (E+1) expert e's rows are rows[start[e], start[e+1])                 */
 } moe_scratch;
 
 static moe_scratch moe_scratch_of(chunk_buf *b) {
     return (moe_scratch){.scores = b->proj[0],
-                         .z      = b->proj[1],
+                         .z      = b->moe_z,
                          .gate   = b->proj[2],
                          .up     = b->proj[3],
                          .in     = b->gath_in,
@@ -433,16 +440,57 @@ static moe_scratch moe_scratch_of(chunk_buf *b) {
                          .w      = b->moe_w,
                          .csel   = b->moe_sel,
                          .rows   = b->moe_tok,
-                         .ids    = b->moe_ids};
+                         .ids    = b->moe_ids,
+                         .start  = b->moe_res};
 }
 
-/* Route: σ(router x); per token the top-k of (score + bias) in the order (biased score
- * descending, id ascending on ties), weights w_e = s_e / (Σ_T s + 1e-20) · routed_scale;
- * K3_TOPP < 1 then drops the lightest (topp_drop). xn (n, D) -> ms->sel, ms->w. */
-static void moe_route(const k3_model *m, const moe_weights *w, const float *xn, int n, moe_scratch *ms) {
-    const k3_config *c = &m->cfg;
-    const int        E = c->n_experts, k = c->n_active;
-    mm(&w->router, xn, n, ms->scores);
+/* The position of the pass's column t. */
+static int col_pos(const fwd_pass *p, int t) {
+    int g = 0;
+    while (g + 1 < p->nseg && t >= p->seg[g].t0 + p->seg[g].n)
+        g++;
+    return p->seg[g].s->pos + p->seg[g].off + (t - p->seg[g].t0);
+}
+
+static uint64_t mix64(uint64_t x) { /* splitmix64's finaliser */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* K3_ROUTE=uniform (benchmarks only): k distinct experts of E drawn uniformly without
+ * replacement (Floyd's method), a function of (seed, position, layer) alone, ascending. */
+static void route_uniform(int seed, int pos, int layer, int E, int k, int *sel) {
+    uint64_t x =
+        mix64(((uint64_t)(uint32_t)seed << 32) ^ mix64(((uint64_t)(uint32_t)pos << 16) ^ (uint64_t)layer));
+    int n = 0;
+    for (int j = E - k; j < E; j++) {
+        x     = mix64(x + 0x9e3779b97f4a7c15ULL);
+        int r = (int)(x % (uint64_t)(j + 1)), dup = 0;
+        for (int i = 0; i < n; i++)
+            dup |= sel[i] == r;
+        sel[n++] = dup ? j : r;
+    }
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && sel[j] < sel[j - 1]; j--) {
+            int tmp    = sel[j];
+            sel[j]     = sel[j - 1];
+            sel[j - 1] = tmp;
+        }
+}
+
+/* Route the pass's columns [c0, c0 + n) (n <= C): σ(router x); per token the top-k of
+ * (score + bias) in the order (biased score descending, id ascending on ties), or with
+ * K3_ROUTE=uniform k drawn ids; weights w_e = s_e / (Σ_T s + 1e-20) · routed_scale; K3_TOPP < 1
+ * then drops the lightest (topp_drop). xn -> ms->sel, ms->w (rows c0..). */
+static void moe_route(const fwd_pass *p, int l, int c0, int n, moe_scratch *ms) {
+    const k3_model    *m = p->m;
+    const moe_weights *w = &m->layers[l].moe;
+    const k3_config   *c = &m->cfg;
+    const int          E = c->n_experts, k = c->n_active;
+    mm(&w->router, p->b->xn + (size_t)c0 * c->hidden, n, ms->scores);
     prof_t t0 = prof_begin();
     /* per token; K3_TOPP's drop shares ms->rows as scratch, so it stays on one thread */
 #pragma omp parallel for schedule(static) if (n > 1 && (long)n * E >= PAR_MIN / 8 && m->par.topp >= 1)
@@ -450,28 +498,33 @@ static void moe_route(const k3_model *m, const moe_weights *w, const float *xn, 
         float *st = ms->scores + (size_t)t * E;
         for (int e = 0; e < E; e++)
             st[e] = sigmoidf_((double)st[e]);
-        int   *sel = ms->sel + (size_t)t * k;
-        float *wt  = ms->w + (size_t)t * k;
-        /* k passes, each taking the best expert after the previous one in the order */
-        double tot = 0, pv = (double)INFINITY;
-        int    pe = -1;
-        for (int j = 0; j < k; j++) {
-            int    best = -1;
-            double bv   = 0;
-            for (int e = 0; e < E; e++) {
-                double v = (double)st[e] + (double)w->bias[e];
-                if ((v < pv || (v == pv && e > pe)) && (best < 0 || v > bv)) {
-                    best = e;
-                    bv   = v;
+        int   *sel = ms->sel + (size_t)(c0 + t) * k;
+        float *wt  = ms->w + (size_t)(c0 + t) * k;
+        double tot = 0;
+        if (m->par.route)
+            route_uniform(m->par.route_seed, col_pos(p, c0 + t), l, E, k, sel);
+        else { /* k passes, each taking the best expert after the previous one in the order */
+            double pv = (double)INFINITY;
+            int    pe = -1;
+            for (int j = 0; j < k; j++) {
+                int    best = -1;
+                double bv   = 0;
+                for (int e = 0; e < E; e++) {
+                    double v = (double)st[e] + (double)w->bias[e];
+                    if ((v < pv || (v == pv && e > pe)) && (best < 0 || v > bv)) {
+                        best = e;
+                        bv   = v;
+                    }
                 }
+                if (best < 0)
+                    best = j; /* NaN scores: any distinct id; the logits check fails */
+                sel[j] = best;
+                pv     = bv;
+                pe     = best;
             }
-            if (best < 0)
-                best = j; /* NaN scores: any distinct id; the logits check fails */
-            sel[j] = best;
-            pv     = bv;
-            pe     = best;
-            tot += (double)st[best];
         }
+        for (int j = 0; j < k; j++)
+            tot += (double)st[sel[j]];
         for (int j = 0; j < k; j++)
             wt[j] = (float)(k > 1 ? (double)st[sel[j]] / (tot + 1e-20) * (double)c->routed_scale
                                   : (double)st[sel[j]] * (double)c->routed_scale);
@@ -493,49 +546,68 @@ static int moe_experts(const int *sel, int nk, int E, int *ids) {
     return n_ids;
 }
 
-/* Gather: the (token, slot) rows routed to expert e on the CPU, in token order -> ms->rows,
- * and their latent rows z -> ms->in. Returns np. */
-static int moe_gather(const moe_scratch *ms, int e, int nk, int k, int L) {
+/* The routing table of the pass by expert: the CPU's (token, slot) rows of csel[0..nk) grouped
+ * by expert, in token order within each (ms->rows, ms->start), and the distinct experts in id
+ * order (ms->ids). Returns their number. One counting pass: O(E + nk), for windows of
+ * thousands of tokens. */
+static int moe_bucket(const moe_scratch *ms, int nk, int E) {
     prof_t t0 = prof_begin();
-    int    np = 0;
+    int   *st = ms->start;
+    memset(st, 0, (size_t)(E + 1) * sizeof *st);
     for (int i = 0; i < nk; i++)
-        if (ms->csel[i] == e)
-            ms->rows[np++] = i;
-    for (int i = 0; i < np; i++)
-        memcpy(ms->in + (size_t)i * L, ms->z + (size_t)(ms->rows[i] / k) * L, (size_t)L * sizeof(float));
+        if (ms->csel[i] >= 0)
+            st[ms->csel[i] + 1]++;
+    int n_ids = 0;
+    for (int e = 0; e < E; e++) {
+        if (st[e + 1])
+            ms->ids[n_ids++] = e;
+        st[e + 1] += st[e];
+    }
+    for (int i = 0; i < nk; i++) /* st[e] runs to the end of e's rows, then moves back */
+        if (ms->csel[i] >= 0)
+            ms->rows[st[ms->csel[i]]++] = i;
+    for (int e = E; e > 0; e--)
+        st[e] = st[e - 1];
+    st[0] = 0;
     prof_end(PROF_MOE_MOVE, t0);
-    return np;
+    return n_ids;
 }
 
-/* Compute: one expert over its np gathered rows, each projection one matmul (grouped GEMM):
- * ms->out = w2(SiTU-GLU(w1 in, w3 in)); then scatter the rows back to their (token, slot). */
-static void moe_compute(const k3_config *c, const k3_expert *x, int np, moe_scratch *ms) {
-    const int   L = c->latent, F = c->moe_inter;
+/* Compute: one expert over np <= C of its rows (rows: t*k + slot), each projection one matmul
+ * (grouped GEMM): gather their latent rows z, out = w2(SiTU-GLU(w1 in, w3 in)), then scatter
+ * the outputs back to their (token, slot). */
+static void moe_compute(const k3_config *c, const k3_expert *x, const int *rows, int np, moe_scratch *ms) {
+    const int L = c->latent, F = c->moe_inter, k = c->n_active;
+    prof_t    t0 = prof_begin();
+    for (int i = 0; i < np; i++)
+        memcpy(ms->in + (size_t)i * L, ms->z + (size_t)(rows[i] / k) * L, (size_t)L * sizeof(float));
+    prof_end(PROF_MOE_MOVE, t0);
     const qmat *w13[2] = {&x->w1, &x->w3};
     float      *y13[2] = {ms->gate, ms->up}; /* (np, F) each */
     mm_many(w13, 2, ms->in, np, y13);
     situ_glu(ms->gate, ms->up, (size_t)np * F, (double)c->situ_beta, (double)c->situ_linear_beta);
     mm(&x->w2, ms->gate, np, ms->out); /* (np, L) */
-    prof_t t0 = prof_begin();
+    t0 = prof_begin();
     for (int i = 0; i < np; i++)
-        memcpy(ms->slot_y + (size_t)ms->rows[i] * L, ms->out + (size_t)i * L, (size_t)L * sizeof(float));
+        memcpy(ms->slot_y + (size_t)rows[i] * L, ms->out + (size_t)i * L, (size_t)L * sizeof(float));
     prof_end(PROF_MOE_MOVE, t0);
 }
 
-/* Combine: lat = RMSNorm(Σ_slot w · slot_y) in selection order (so the order experts ran in
- * does not matter), y = up_lat lat + shared. */
-static void moe_combine(const k3_model *m, const moe_weights *w, int n, moe_scratch *ms, float *y) {
+/* Combine the columns [c0, c0 + n): lat = RMSNorm(Σ_slot w · slot_y) in selection order (so
+ * the order experts ran in does not matter), y = up_lat lat + shared (ms->shared: n rows). */
+static void moe_combine(const k3_model *m, const moe_weights *w, int c0, int n, moe_scratch *ms, float *y) {
     const k3_config *c = &m->cfg;
     const int        k = c->n_active, L = c->latent, D = c->hidden;
     prof_t           t0 = prof_begin();
 #pragma omp parallel for schedule(static) if (n > 1 && (long)n * L >= PAR_MIN)
     for (int t = 0; t < n; t++) {
-        float *ut = ms->lat + (size_t)t * L;
+        float       *ut  = ms->lat + (size_t)t * L;
+        const size_t row = (size_t)(c0 + t) * k;
         for (int i = 0; i < L; i++) {
             double acc = 0;
             for (int j = 0; j < k; j++)
-                if (ms->sel[(size_t)t * k + j] >= 0)
-                    acc += (double)ms->w[(size_t)t * k + j] * (double)ms->slot_y[((size_t)t * k + j) * L + i];
+                if (ms->sel[row + j] >= 0)
+                    acc += (double)ms->w[row + j] * (double)ms->slot_y[(row + j) * L + i];
             ut[i] = (float)acc;
         }
         rmsnorm(ut, ut, w->lat_norm, L, (double)c->rms_eps);
@@ -604,47 +676,99 @@ static k3_status moe_device(fwd_pass *p, int l, moe_scratch *ms) {
  *   s = σ(gate x);  T = top-k of (s + bias);  w_e = s_e / (Σ_T s + 1e-20) · routed_scale
  *   z = down_lat x;  u = Σ_{e∈T} w_e · w2_e(SiTU-GLU(w1_e z, w3_e z))
  *   y = up_lat RMSNorm(u, routed_expert_norm) + shared(x)
- * Route, then each distinct expert of the pass once over its tokens (gather, compute as one
- * matmul per projection, scatter), in the order the expert tier hands them out (hits, then
- * reads as they land), then combine in selection order, so the result does not depend on
- * that order nor on the other columns. */
+ * Expert-major over the whole pass (a chunk, or a prefill window of many chunks): route every
+ * column (the router and down_lat a chunk of columns at a time), then each distinct expert of
+ * the pass once over all its tokens (gather, compute as one matmul per projection in blocks of
+ * C columns, scatter), in the order the expert tier hands them out (hits, then reads in disk
+ * order as they land), then combine a chunk of columns at a time in selection order, so the
+ * result depends neither on that order nor on the other columns nor on the window. */
 static k3_status moe_forward(fwd_pass *p, int l) {
     const k3_model    *m = p->m;
     const k3_config   *c = &m->cfg;
     const moe_weights *w = &m->layers[l].moe;
     chunk_buf         *b = p->b;
-    const int          n = p->n, k = c->n_active, L = c->latent, nk = n * k;
+    const int          n = p->n, k = c->n_active, L = c->latent, D = c->hidden, nk = n * k, C = p->cap;
     moe_scratch        ms = moe_scratch_of(b);
 
-    moe_route(m, w, b->xn, n, &ms);
-    mm(&w->down_lat, b->xn, n, ms.z);
+    for (int c0 = 0; c0 < n; c0 += C) {
+        const int cn = n - c0 < C ? n - c0 : C;
+        moe_route(p, l, c0, cn, &ms);
+        mm(&w->down_lat, b->xn + (size_t)c0 * D, cn, ms.z + (size_t)c0 * L);
+    }
     if (m->vk)
         ms.csel = b->moe_dev + n; /* after the (n) column flags */
-    k3_status rc = moe_device(p, l, &ms);
+    /* a chunk: the shared experts and the Vulkan tier's columns now (moe_device); a window
+     * (no one-token pass in it): the shared experts a chunk at a time at the combine */
+    const int whole = n <= C;
+    k3_status rc    = K3_OK;
+    if (whole)
+        rc = moe_device(p, l, &ms);
+    else if (m->vk)
+        memcpy(ms.csel, ms.sel, (size_t)nk * sizeof(int));
     if (rc)
         return rc;
-    int      n_ids = moe_experts(ms.csel, nk, c->n_experts, ms.ids);
+    int      n_ids = moe_bucket(&ms, nk, c->n_experts);
     ex_batch eb;
     rc = ex_begin(m->tier, l, ms.ids, n_ids, p->stats, &eb);
     int              e;
     const k3_expert *x;
     while (!rc && !(rc = ex_next(&eb, &e, &x)) && e >= 0) {
-        moe_compute(c, x, moe_gather(&ms, e, nk, k, L), &ms);
-        vkt_offer(m->vk, l, e, &x->w1, &x->w3, &x->w2); /* warm the device tier with what was just read */
+        const int *rows = ms.rows + ms.start[e], np = ms.start[e + 1] - ms.start[e];
+        for (int i = 0; i < np; i += C)
+            moe_compute(c, x, rows + i, np - i < C ? np - i : C, &ms);
+        vkt_offer(m->vk, l, e, &x->w1, &x->w3, &x->w2);  /* warm the device tier with what was just read */
+        if (!whole && atomic_load(&p->seg[0].s->cancel)) /* a window: its one session, between experts */
+            rc = k3_err(K3_ABORTED, "cancelled in layer %d of a %d-token prefill window", l, n);
     }
     ex_end(&eb);
     if (rc)
         return rc;
-    moe_combine(m, w, n, &ms, b->y);
+    for (int c0 = 0; c0 < n; c0 += C) {
+        const int cn = n - c0 < C ? n - c0 : C;
+        if (!whole)
+            mlp_forward(m, &w->shared, b->xn + (size_t)c0 * D, cn, ms.shared, ms.gate, ms.up);
+        moe_combine(m, w, c0, cn, &ms, b->y + (size_t)c0 * D);
+    }
     return K3_OK;
 }
 
 /* ==== one decoder layer with Attention Residuals ============================== */
 
+/* The layer's attention over the pass: a chunk at once; a prefill window (n > cap, one
+ * session) chunk by chunk in order, each a pass of its own over the window's rows of xn and y,
+ * later chunks carrying on from the state the earlier ones left uncommitted (pass_seg.off). */
+static k3_status attention(fwd_pass *pa, int l) {
+    const int kda = pa->m->layers[l].kind == K3_LAYER_KDA, C = pa->cap, n = pa->n, D = pa->m->cfg.hidden;
+    if (n <= C) {
+        (kda ? kda_forward : mla_forward)(pa, l);
+        return K3_OK;
+    }
+    K3_ASSERT(pa->nseg == 1);
+    for (int c0 = 0; c0 < n; c0 += C) {
+        if (c0 && atomic_load(&pa->seg[0].s->cancel)) /* its one session, between chunks */
+            return k3_err(K3_ABORTED, "cancelled in layer %d of a %d-token prefill window", l, n);
+        chunk_buf b  = *pa->b;
+        pass_seg  sg = pa->seg[0];
+        fwd_pass  sp = *pa;
+        b.xn += (size_t)c0 * D;
+        b.y += (size_t)c0 * D;
+        sg.t0 = 0;
+        sg.n  = n - c0 < C ? n - c0 : C;
+        sg.off += c0;
+        sg.dev  = 0;
+        sp.b    = &b;
+        sp.n    = sg.n;
+        sp.seg  = &sg;
+        sp.nseg = 1;
+        (kda ? kda_forward : mla_forward)(&sp, l);
+    }
+    return K3_OK;
+}
+
 /* Spec 5, per token: p = h; x = blocks ? mix(p, blocks, attn_res) : p; on a block restart
  * blocks.append(p); a = Attn(RMSNorm(x)); p = restart ? a : p + a;
  * m = mix(p, blocks, mlp_res); p += MLP(RMSNorm(m)); h = p. */
-k3_status layer_forward(fwd_pass *pa, int l) {
+static k3_status layer_forward(fwd_pass *pa, int l) {
     const k3_model      *m = pa->m;
     const k3_config     *c = &m->cfg;
     const layer_weights *w = &m->layers[l];
@@ -668,10 +792,9 @@ k3_status layer_forward(fwd_pass *pa, int l) {
         rmsnorm(b->xn + (size_t)t * D, x, w->in_norm, D, eps);
     }
     prof_end(PROF_NORM, t0);
-    if (w->kind == K3_LAYER_KDA)
-        kda_forward(pa, l);
-    else
-        mla_forward(pa, l);
+    k3_status st = attention(pa, l);
+    if (st)
+        return st;
     t0 = prof_begin();
 #pragma omp parallel for schedule(static) if (n > 1 && (long)n * D >= PAR_MIN)
     for (int t = 0; t < n; t++) {
@@ -684,12 +807,11 @@ k3_status layer_forward(fwd_pass *pa, int l) {
     }
     prof_end(PROF_NORM, t0);
     if (w->dense)
-        mlp_forward(m, &w->mlp, b->xn, n, b->y, b->proj[0], b->proj[1]);
-    else {
-        k3_status st = moe_forward(pa, l);
-        if (st)
-            return st;
-    }
+        for (int c0 = 0; c0 < n; c0 += pa->cap) /* a chunk of columns at a time */
+            mlp_forward(m, &w->mlp, b->xn + (size_t)c0 * D, n - c0 < pa->cap ? n - c0 : pa->cap,
+                        b->y + (size_t)c0 * D, b->proj[0], b->proj[1]);
+    else if ((st = moe_forward(pa, l)))
+        return st;
     t0 = prof_begin();
     for (size_t i = 0; i < (size_t)n * D; i++)
         b->h[i] += b->y[i];
@@ -699,7 +821,7 @@ k3_status layer_forward(fwd_pass *pa, int l) {
 
 /* logits = lm_head · RMSNorm(mix(h, blocks, output_attn_res), model.norm) for the rows each
  * segment needs, gathered in order into xn's first rows: one lm_head matmul for all. */
-void model_head(fwd_pass *p) {
+static void model_head(fwd_pass *p) {
     const k3_model  *m = p->m;
     const k3_config *c = &m->cfg;
     chunk_buf       *b = p->b;
@@ -718,4 +840,104 @@ void model_head(fwd_pass *p) {
     }
     prof_end(PROF_NORM, p0);
     mm(&m->lm_head, b->xn, r, b->logits);
+}
+
+/* ==== the model: embed -> layers -> head ======================================= */
+
+/* Embedding row of token id, converted to f32 from its stored dtype, into out (D floats). */
+static void embed(const k3_model *m, int id, float *out) {
+    const int    D   = m->cfg.hidden;
+    const size_t off = (size_t)id * D;
+    switch (m->embed_dtype) {
+    case ST_F32:
+        memcpy(out, (const float *)m->embed + off, (size_t)D * sizeof(float));
+        break;
+    case ST_BF16:
+        for (int i = 0; i < D; i++)
+            out[i] = k3_bf16_to_f32(((const uint16_t *)m->embed)[off + i]);
+        break;
+    case ST_F16:
+        for (int i = 0; i < D; i++)
+            out[i] = k3_f16_to_f32(((const uint16_t *)m->embed)[off + i]);
+        break;
+    default:
+        K3_ASSERT(!"embed dtype");
+    }
+}
+
+/* Take segment g out of the pass: its entry, and (cols) its columns, the ones after it moving
+ * down; the only per-column state between layers is h, the AttnRes blocks and the trace rows. */
+static void seg_drop(fwd_pass *p, int g, int cols) {
+    const k3_model *m = p->m;
+    const int       D = m->cfg.hidden, NB = (m->n_run + m->cfg.attn_res_block - 1) / m->cfg.attn_res_block;
+    const int       t0 = p->seg[g].t0, k = p->seg[g].n, rest = p->n - t0 - k;
+    chunk_buf      *b = p->b;
+    if (cols) {
+        memmove(b->h + (size_t)t0 * D, b->h + (size_t)(t0 + k) * D, (size_t)rest * D * sizeof(float));
+        memmove(b->blocks + (size_t)t0 * NB * D, b->blocks + (size_t)(t0 + k) * NB * D,
+                (size_t)rest * NB * D * sizeof(float));
+        if (b->trace)
+            memmove(b->trace + (size_t)t0 * m->n_run * D, b->trace + (size_t)(t0 + k) * m->n_run * D,
+                    (size_t)rest * m->n_run * D * sizeof(float));
+        p->n -= k;
+    }
+    for (int i = g + 1; i < p->nseg; i++) {
+        if (cols)
+            p->seg[i].t0 -= k;
+        p->seg[i - 1] = p->seg[i];
+    }
+    p->nseg--;
+}
+
+void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, void *ud) {
+    const k3_model *m = p->m;
+    const int       D = m->cfg.hidden, V = m->cfg.vocab;
+    chunk_buf      *b = p->b;
+    /* embed: each column's token, or its K3_X0 row */
+    for (int g = 0; g < p->nseg; g++) {
+        const k3_session *s = p->seg[g].s;
+        for (int t = 0; t < p->seg[g].n; t++) {
+            float *h = b->h + (size_t)(p->seg[g].t0 + t) * D;
+            if (s->x0)
+                memcpy(h, s->x0 + (size_t)(s->pos + t) * D, (size_t)D * sizeof(float));
+            else
+                embed(m, ids[g][t], h);
+        }
+    }
+    /* the layers; a cancelled session leaves between them */
+    for (int l = 0; l < m->n_run; l++) {
+        for (int g = p->nseg - 1; g >= 0; g--)
+            if (atomic_load(&p->seg[g].s->cancel)) {
+                fail(ud, &p->seg[g],
+                     k3_err(K3_ABORTED, "cancelled before layer %d of a %d-token chunk", l, p->seg[g].n));
+                seg_drop(p, g, 1);
+            }
+        if (!p->nseg)
+            return;
+        k3_status st = layer_forward(p, l);
+        if (st) {
+            for (int g = 0; g < p->nseg; g++)
+                fail(ud, &p->seg[g], st);
+            p->nseg = 0;
+            return;
+        }
+        if (b->trace) /* K3_TRACE: h after each layer */
+            for (int t = 0; t < p->n; t++)
+                memcpy(b->trace + ((size_t)t * m->n_run + l) * D, b->h + (size_t)t * D,
+                       (size_t)D * sizeof(float));
+    }
+    /* the head: lm_head for the last row of each session, or every row while K3_LOGITS is set */
+    model_head(p);
+    for (int g = 0; g < p->nseg; g++) {
+        const pass_seg *sg = &p->seg[g];
+        const float    *lg = b->logits + ((size_t)sg->lrow + (size_t)sg->lcnt - 1) * V;
+        for (int i = 0; i < V; i++)
+            if (!isfinite(lg[i])) {
+                fail(ud, sg,
+                     k3_err(K3_ERR_NUMERIC, "logit %d at position %d is not finite", i,
+                            sg->s->pos + sg->n - 1));
+                seg_drop(p, g--, 0);
+                break;
+            }
+    }
 }

@@ -36,10 +36,12 @@ typedef struct insp_settings {
     double expert_gb; /* < 0: unset (the fit chooses); 0: the floor of one expert per MoE layer */
     long   maxt;
     int    maxt_set;
-    int    set;      /* K3_SET_* mask (k3_params.set)                                      */
-    int    n_layers; /* K3_LAYERS (0: all)                                                 */
-    int    map;      /* K3_MMAP=1                                                          */
-    int    chunk;    /* K3_CHUNK                                                           */
+    int    set;        /* K3_SET_* mask (k3_params.set)                                      */
+    int    n_layers;   /* K3_LAYERS (0: all)                                                 */
+    int    map;        /* K3_MMAP=1                                                          */
+    int    chunk;      /* K3_CHUNK                                                           */
+    int    window;     /* K3_WINDOW (0: unset)                                               */
+    int    all_logits; /* K3_LOGITS is set                                                 */
 } insp_settings;
 
 static k3_status read_settings(const char *dir, insp_settings *s) {
@@ -57,10 +59,12 @@ static k3_status read_settings(const char *dir, insp_settings *s) {
     s->maxt_set  = !!(p.set & K3_SET_MAXT);
     s->set       = p.set | (s->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
              (s->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) | (s->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
-    s->n_layers = p.n_layers;
-    s->chunk    = p.chunk;
-    s->map      = 0;
-    return k3_env_int("K3_MMAP", 0, 1, &s->map);
+    s->n_layers   = p.n_layers;
+    s->chunk      = p.chunk;
+    s->window     = p.window;
+    s->all_logits = p.logits_path != NULL;
+    s->map        = 0;
+    return k3_setting_env_int(K3_SETTING_MMAP, &s->map);
 }
 
 #define HB(x) fit_hb((char[32]){0}, 32, (double)(x))
@@ -240,6 +244,16 @@ static void print_memory(const fit_table *ft, const fit_machine *mc, const fit_c
     fprintf(f, "  MLA latent cache             %12s  (%ld positions)\n", HB(p->b[FIT_MLACACHE]), s->maxt);
     fprintf(f, "  chunk scratch                %12s  (K3_CHUNK=%d columns, logits rows and MLA scores)\n",
             HB(p->b[FIT_SCRATCH]), fc->set.chunk);
+    if (fc->set.window)
+        fprintf(f,
+                "  prefill window               %12s  (%d tokens%s: hidden states, AttnRes snapshots, "
+                "routing and expert "
+                "outputs per token)\n",
+                HB(p->b[FIT_WINDOW]), fc->set.window, fc->set.window < fc->win_want ? ", shrunk to fit" : "");
+    else
+        fprintf(f,
+                "  prefill window               %12s  (none: %d tokens do not fit; prefill per K3_CHUNK)\n",
+                HB(0), fc->win_want);
     if (p->mapped)
         fprintf(f, "  mapped (page cache)          %12s  (K3_MMAP=1: not counted below)\n", HB(p->mapped));
     fprintf(f, "  total                        %12s  (one session)\n", HB(p->total));
@@ -297,19 +311,22 @@ static k3_status inspect(const char *dir, int measure, FILE *out) {
     }
     if ((st = fit_scan(c, d, s.n_layers ? s.n_layers : c->n_layers, 0, &ft)) || (st = fit_machine_get(&mc)))
         goto fail;
-    fit_set given = {.bits      = s.bits,
-                     .mla_bits  = s.mla_bits,
-                     .head_bits = s.head_bits,
-                     .expert_gb = s.expert_gb,
-                     .maxt      = s.maxt,
-                     .map       = s.map,
-                     .chunk     = s.chunk,
-                     .sessions  = 1};
+    fit_set given = {.bits       = s.bits,
+                     .mla_bits   = s.mla_bits,
+                     .head_bits  = s.head_bits,
+                     .expert_gb  = s.expert_gb,
+                     .maxt       = s.maxt,
+                     .map        = s.map,
+                     .chunk      = s.chunk,
+                     .sessions   = 1,
+                     .window     = s.window,
+                     .all_logits = s.all_logits};
     fit_decide(&ft, &mc, &given, s.set, fc);
 
     fprintf(out, "model        %s (%s)\n", dir, c->model_type);
     fprintf(out, "kernels      %s (K3_ISA=%s)\n", k3_kernels(),
-            getenv("K3_ISA") && *getenv("K3_ISA") ? getenv("K3_ISA") : "unset: the best level this CPU runs");
+            k3_setting_env_str(K3_SETTING_ISA) ? k3_setting_env_str(K3_SETTING_ISA)
+                                               : "unset: the best level this CPU runs");
     print_plan(c, out);
     fprintf(out, "dimensions   hidden %d, vocab %d, dense MLP %d, rms_norm_eps %g, attn_res_block_size %d\n",
             c->hidden, c->vocab, c->inter, (double)c->rms_eps, c->attn_res_block);
@@ -350,6 +367,12 @@ static k3_status inspect(const char *dir, int measure, FILE *out) {
             "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, "
             "K3_CHUNK=%d)\n",
             dec, pre, s.chunk);
+    char ttft[512];
+    fit_ttft_str(ttft, sizeof ttft, &ft, &fc->set, &fc->plan, &sp, c->n_active, s.chunk);
+    fprintf(
+        out,
+        "first token  %s (estimate: prefill window %d tokens, flat routing, reads overlapping the compute)\n",
+        ttft, fc->set.window > s.chunk ? fc->set.window : s.chunk);
     char wide[128] = ""; /* the rates at the chunk's width, when over 32 columns */
     if (sp.wide_n > 32)
         snprintf(wide, sizeof wide, "; of %d (the chunk) %.0f, %.0f, %.0f, %.0f", sp.wide_n, sp.wide[0] / 1e9,

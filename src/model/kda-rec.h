@@ -21,7 +21,7 @@ typedef struct kda_rec {
 
 /* Columns x heads x d x d at which a pass runs the heads' recurrences on the threads (less work
  * than this costs less than waking them): forward.c, and speed.c's probe of it. */
-#define KDA_REC_PAR_MIN (1L << 18)
+#define KDA_REC_PAR_MIN K3_PAR_MIN_OPS
 
 /* At the running kernel level (kern_isa()); kda_rec_isa at a given one (a level the CPU lacks
  * runs the baseline build). Every level gives the same bits (tests/test-model). */

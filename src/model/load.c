@@ -30,94 +30,88 @@
 
 /* ==== parameters ========================================================== */
 
-static k3_status env_bits(const char *name, int *out) {
-    k3_status st = k3_env_int(name, 4, 32, out);
-    if (st)
+/* The K3_* values of the parameters, each through its row of the settings table. */
+static k3_status params_env(k3_params *p) {
+    static const struct {
+        enum k3_setting_id id;
+        int                set; /* K3_SET_* bit: given explicitly */
+        size_t             off; /* the int field */
+    } ints[] = {
+        {K3_SETTING_BITS, K3_SET_BITS, offsetof(k3_params, bits)},
+        {K3_SETTING_MLA_BITS, K3_SET_MLA_BITS, offsetof(k3_params, mla_bits)},
+        {K3_SETTING_HEAD_BITS, K3_SET_HEAD_BITS, offsetof(k3_params, head_bits)},
+        {K3_SETTING_CHUNK, 0, offsetof(k3_params, chunk)},
+        {K3_SETTING_MAXT, K3_SET_MAXT, offsetof(k3_params, max_ctx)},
+        {K3_SETTING_THREADS, 0, offsetof(k3_params, threads)},
+        {K3_SETTING_LAYERS, 0, offsetof(k3_params, n_layers)},
+        {K3_SETTING_DIRECT, 0, offsetof(k3_params, direct)},
+        {K3_SETTING_PIPE, 0, offsetof(k3_params, pipe)},
+        {K3_SETTING_LOAD_THREADS, 0, offsetof(k3_params, load_threads)},
+        {K3_SETTING_WINDOW, 0, offsetof(k3_params, window)},
+        {K3_SETTING_ROUTE_SEED, 0, offsetof(k3_params, route_seed)},
+    };
+    k3_status st;
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if ((st = k3_setting_env_int(ints[i].id, (int *)(void *)((char *)p + ints[i].off))))
+            return st;
+        if (k3_setting_env_str(ints[i].id))
+            p->set |= ints[i].set;
+    }
+    if ((st = k3_setting_env(K3_SETTING_EXPERT_GB, &p->expert_gb)) ||
+        (st = k3_setting_env(K3_SETTING_TOPP, &p->topp)))
         return st;
-    if (*out != 4 && *out != 8 && *out != 32)
-        return k3_err(K3_ERR_ARG, "%s=%d: expected 4, 8 or 32", name, *out);
+    if (k3_setting_env_str(K3_SETTING_EXPERT_GB))
+        p->set |= K3_SET_EXPERT_GB;
+    double route = p->route; /* model|uniform: its index */
+    if ((st = k3_setting_env(K3_SETTING_ROUTE, &route)))
+        return st;
+    p->route       = (int)route;
+    p->logits_path = k3_setting_env_str(K3_SETTING_LOGITS);
+    p->trace_path  = k3_setting_env_str(K3_SETTING_TRACE);
+    p->x0_path     = k3_setting_env_str(K3_SETTING_X0);
     return K3_OK;
 }
 
 k3_status k3_params_default(k3_params *p) {
     memset(p, 0, sizeof *p);
-    p->bits      = 8; /* defaults justified by tools/k3-ab.c figures in BENCHMARKS.md (int4: k3-nano) */
-    p->mla_bits  = 8;
-    p->head_bits = 8;
-    p->chunk =
-        128; /* measured 32..256: BENCHMARKS.md "chunk size" (128 ~ 256 in CPU time, half the scratch) */
-    p->max_ctx      = 8192;
+    /* defaults from the settings table (bits: tools/k3-ab.c figures in BENCHMARKS.md, int4: k3-nano;
+     * chunk measured 32..256: BENCHMARKS.md "chunk size", 128 ~ 256 in CPU time, half the scratch) */
+    p->bits         = (int)k3_setting(K3_SETTING_BITS)->def;
+    p->mla_bits     = (int)k3_setting(K3_SETTING_MLA_BITS)->def;
+    p->head_bits    = (int)k3_setting(K3_SETTING_HEAD_BITS)->def;
+    p->chunk        = (int)k3_setting(K3_SETTING_CHUNK)->def;
+    p->max_ctx      = (int)k3_setting(K3_SETTING_MAXT)->def;
     p->sessions     = 1;
     p->expert_gb    = -1;
-    p->direct       = 1;
-    p->pipe         = 1;
-    p->load_threads = 4;
-    p->topp         = 1;
+    p->direct       = (int)k3_setting(K3_SETTING_DIRECT)->def;
+    p->pipe         = (int)k3_setting(K3_SETTING_PIPE)->def;
+    p->load_threads = (int)k3_setting(K3_SETTING_LOAD_THREADS)->def;
+    p->topp         = k3_setting(K3_SETTING_TOPP)->def;
+    p->window       = (int)k3_setting(K3_SETTING_WINDOW)->def;
+    p->route        = (int)k3_setting(K3_SETTING_ROUTE)->def;
+    p->route_seed   = (int)k3_setting(K3_SETTING_ROUTE_SEED)->def;
+    return params_env(p);
+}
+
+/* ==== process init ========================================================= */
+
+static _Atomic int init_done;
+
+k3_status k3_init(void) {
     k3_status st;
-    if ((st = env_bits("K3_BITS", &p->bits)))
+    int       verbose = 0; /* read once by k3_log_verbose: checked here */
+    init_done         = 1;
+    if ((st = kern_knobs_env()) || (st = kern_isa_env()) || (st = kern_act_env()))
         return st;
-    if ((st = env_bits("K3_MLA_BITS", &p->mla_bits)))
+    if ((st = prof_init()) || (st = k3_setting_env_int(K3_SETTING_VERBOSE, &verbose)) ||
+        (st = k3_hugepages_init()))
         return st;
-    if ((st = env_bits("K3_HEAD_BITS", &p->head_bits)))
+    double d; /* the conversations read these quietly: checked here */
+    if ((st = k3_setting_env(K3_SETTING_CONV_SNAPSHOTS, &d)) ||
+        (st = k3_setting_env(K3_SETTING_CONV_SNAPSHOT_MB, &d)))
         return st;
-    if ((st = k3_env_int("K3_CHUNK", 1, 4096, &p->chunk)))
-        return st;
-    if ((st = k3_env_int("K3_MAXT", 1, 1 << 24, &p->max_ctx)))
-        return st;
-    if ((st = k3_env_int("K3_THREADS", 0, 4096, &p->threads)))
-        return st;
-    if ((st = k3_env_int("K3_LAYERS", 0, K3_MAX_LAYERS, &p->n_layers)))
-        return st;
-    if ((st = k3_env_int("K3_DIRECT", 0, 1, &p->direct)))
-        return st;
-    if ((st = k3_env_int("K3_PIPE", 0, 1, &p->pipe)))
-        return st;
-    if ((st = k3_env_int("K3_LOAD_THREADS", 1, 256, &p->load_threads)))
-        return st;
-    if ((st = kern_knobs_env()) || (st = kern_isa_env()))
-        return st;
-    if ((st = kern_act_env()))
-        return st;
-    int verbose = 0; /* read by k3_log at each message: checked here */
-    if ((st = prof_init()) || (st = k3_env_int("K3_VERBOSE", 0, 1, &verbose)) || (st = k3_hugepages_init()))
-        return st;
-    static const struct {
-        const char *name;
-        int         bit;
-    } given[] = {{"K3_BITS", K3_SET_BITS},
-                 {"K3_MLA_BITS", K3_SET_MLA_BITS},
-                 {"K3_HEAD_BITS", K3_SET_HEAD_BITS},
-                 {"K3_EXPERT_GB", K3_SET_EXPERT_GB},
-                 {"K3_MAXT", K3_SET_MAXT}};
-    for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
-        const char *e = getenv(given[i].name);
-        if (e && *e)
-            p->set |= given[i].bit;
-    }
-    const char *v = getenv("K3_EXPERT_GB");
-    if (v && *v) {
-        char *end;
-        p->expert_gb = strtod(v, &end);
-        if (*end || !(p->expert_gb >= 0 && p->expert_gb < 1e9))
-            return k3_err(K3_ERR_ARG, "K3_EXPERT_GB='%s': expected a number of GB >= 0", v);
-    }
     fit_machine mc; /* K3_MEM_GB is checked here, before any file is opened */
-    if ((st = fit_machine_get(&mc)))
-        return st;
-    v = getenv("K3_TOPP");
-    if (v && *v) {
-        char *end;
-        p->topp = strtod(v, &end);
-        if (*end || !(p->topp > 0 && p->topp <= 1))
-            return k3_err(K3_ERR_ARG, "K3_TOPP='%s': expected a number in (0, 1]", v);
-    }
-    v              = getenv("K3_LOGITS");
-    p->logits_path = v && *v ? v : NULL;
-    v              = getenv("K3_TRACE");
-    p->trace_path  = v && *v ? v : NULL;
-    v              = getenv("K3_X0");
-    p->x0_path     = v && *v ? v : NULL;
-    return K3_OK;
+    return fit_machine_get(&mc);
 }
 
 /* ==== loading helpers ======================================================= */
@@ -660,30 +654,6 @@ static k3_status load_layer(k3_model *m, int l) {
 
 /* ==== model API ============================================================== */
 
-/* Elements [i0, i0+n) of embedding row id, converted to f32. */
-static void embed_slice(const k3_model *m, int id, int i0, int n, float *out) {
-    size_t off = (size_t)id * m->cfg.hidden + i0;
-    switch (m->embed_dtype) {
-    case ST_F32:
-        memcpy(out, (const float *)m->embed + off, (size_t)n * sizeof(float));
-        break;
-    case ST_BF16:
-        for (int i = 0; i < n; i++)
-            out[i] = k3_bf16_to_f32(((const uint16_t *)m->embed)[off + i]);
-        break;
-    case ST_F16:
-        for (int i = 0; i < n; i++)
-            out[i] = k3_f16_to_f32(((const uint16_t *)m->embed)[off + i]);
-        break;
-    default:
-        K3_ASSERT(!"embed dtype");
-    }
-}
-
-void model_embed(const k3_model *m, int id, float *out) {
-    embed_slice(m, id, 0, m->cfg.hidden, out);
-}
-
 /* embed_tokens stays in its stored dtype (F32/F16/BF16); rows convert on lookup. */
 static k3_status load_embed(k3_model *m, const char *name) {
     k3_status        st = K3_OK;
@@ -726,15 +696,18 @@ static k3_status model_fit(k3_model *m) {
     int mask = m->par.set | (m->from & RP_FROM_BITS ? K3_SET_BITS : 0) |
                (m->from & RP_FROM_MLA ? K3_SET_MLA_BITS : 0) |
                (m->from & RP_FROM_HEAD ? K3_SET_HEAD_BITS : 0);
-    fit_set given = {.bits      = m->par.bits,
-                     .mla_bits  = m->par.mla_bits,
-                     .head_bits = m->par.head_bits,
-                     .expert_gb = m->par.expert_gb,
-                     .maxt      = m->par.max_ctx,
-                     .map       = m->map,
-                     .chunk     = m->par.chunk,
-                     .sessions  = m->par.sessions};
+    fit_set given = {.bits       = m->par.bits,
+                     .mla_bits   = m->par.mla_bits,
+                     .head_bits  = m->par.head_bits,
+                     .expert_gb  = m->par.expert_gb,
+                     .maxt       = m->par.max_ctx,
+                     .map        = m->map,
+                     .chunk      = m->par.chunk,
+                     .sessions   = m->par.sessions,
+                     .window     = m->par.window,
+                     .all_logits = m->par.logits_path != NULL};
     fit_decide(&m->fit_t, &m->fit_mc, &given, mask, &m->fit);
+    m->win_max     = m->fit.set.window;
     m->expert_auto = given.expert_gb < 0;
     if (!m->fit.ok)
         return k3_err(K3_ERR_NOMEM, "%s: %s", m->dir, m->fit.msg);
@@ -785,14 +758,16 @@ static k3_status container_params(k3_model *m) {
         K3_LOG_INFO("%s: k3 container (bits %d, MLA %d, head %d); running at %d/%d/%d", m->dir, ci.bits,
                     ci.mla_bits, ci.head_bits, m->par.bits, m->par.mla_bits, m->par.head_bits);
     }
-    if ((st = k3_env_int("K3_MMAP", 0, 1, &m->map)))
+    if ((st = k3_setting_env_int(K3_SETTING_MMAP, &m->map)))
         return st;
     int dmin = ST_DIRECT_MIN; /* test hook K3_TEST_DIRECT_MIN: O_DIRECT from this many bytes */
-    if ((st = k3_env_int("K3_TEST_DIRECT_MIN", 1, 1 << 30, &dmin)))
+    if ((st = k3_setting_env_int(K3_SETTING_TEST_DIRECT_MIN, &dmin)))
         return st;
-    m->direct_min  = m->par.direct ? (uint64_t)dmin : 0;
-    const char *vk = getenv("K3_VK");
-    if (m->map && vk && *vk && strcmp(vk, "0"))
+    m->direct_min = m->par.direct ? (uint64_t)dmin : 0;
+    int vk_on     = 0; /* a bad K3_VK is vkt_open's error */
+    (void)k3_setting_env_int(K3_SETTING_VK, &vk_on);
+    const char *vk = k3_setting_env_str(K3_SETTING_VK);
+    if (m->map && vk_on)
         return k3_err(
             K3_ERR_UNSUPPORTED,
             "K3_MMAP=1 with K3_VK=%s: the Vulkan tier is not supported on mapped weights; unset one of them",
@@ -805,6 +780,8 @@ static k3_status container_params(k3_model *m) {
  * what cannot fit. *given: the parameters before the fit lowered anything. */
 static k3_status open_plan(k3_model *m, const char *dir, const k3_params *p, k3_params *given) {
     k3_status st;
+    if (!init_done && (st = k3_init())) /* a program that did not call k3_init */
+        return st;
     if (p)
         m->par = *p;
     else if ((st = k3_params_default(&m->par)))
@@ -839,10 +816,14 @@ k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size
         fit_speed_get_model(dir, &m->fit_t, 0, m->par.chunk, &sp);
         fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk, &dec,
                            &pre);
-        snprintf(buf, n,
-                 "expected speed on this machine: decode %.3g s/token, prefill %.3g s/token (%s; estimate "
-                 "from the memory plan and this machine's measured kernels%s)",
-                 dec, pre, m->fit.brief, sp.sparse ? "; the drive figure is a sparse file's holes" : "");
+        char ttft[512];
+        fit_ttft_str(ttft, sizeof ttft, &m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active,
+                     m->par.chunk);
+        snprintf(
+            buf, n,
+            "expected speed on this machine: decode %.3g s/token, prefill %.3g s/token; first token of a "
+            "%s (%s; estimate from the memory plan and this machine's measured kernels and drive%s)",
+            dec, pre, ttft, m->fit.brief, sp.sparse ? "; the drive figure is a sparse file's holes" : "");
     }
     k3_model_free(m);
     return st;
@@ -872,7 +853,7 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
     /* The exact path (K3_BITS=32) computes the MXFP4 experts in float too, quantized paths use
      * int8-activation dot products, unless K3_IDOT says otherwise. (A process-wide kernel
      * setting: the model opened last decides.) */
-    if (!getenv("K3_IDOT"))
+    if (!k3_setting_env_str(K3_SETTING_IDOT))
         kern_set_idot(m->par.bits != 32);
     for (int i = 0; i < st_n_tensors(m->st); i++)
         m->load_total += st_tensor_at(m->st, i)->nbytes;
@@ -968,8 +949,9 @@ void k3_model_get_info(const k3_model *m, k3_model_info *out) {
 }
 
 k3_status k3_model_set_expert_budget(k3_model *m, double gb) {
-    if (!(gb < 1e9))
-        return k3_err(K3_ERR_ARG, "expert budget %g GB: expected < 1e9", gb);
+    char err[160]; /* < 0: the default; else the range of K3_EXPERT_GB and /experts */
+    if (!(gb < 0) && k3_setting_check(K3_SETTING_EXPERT_GB, K3_SRC_API, gb, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "expert budget: %s", err);
     if (gb >= 0) { /* the memory fit holds for live changes too */
         fit_set  s = m->fit.set;
         fit_plan p;

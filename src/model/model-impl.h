@@ -112,10 +112,8 @@ struct k3_model {
     fit_table   fit_t;    /* the memory plan's figures (fit.h), from the headers  */
     fit_machine fit_mc;   /* what the machine gave at open                      */
     fit_choice  fit;      /* the settings chosen at open and why                */
+    int         win_max;  /* prefill window the memory fit leaves room for (tokens) */
 };
-
-/* Embedding row of token id into out (D floats). */
-void model_embed(const k3_model *m, int id, float *out);
 
 /* ---- session state --------------------------------------------------------- */
 
@@ -146,6 +144,7 @@ typedef struct chunk_buf {
     float *gath_out;         /* (C, max(v, kv_lora, L)) that matmul's output */
     float *scores;           /* (Hm, max_ctx) MLA attention weights */
     float *moe_y;            /* (C, k, L) per token and slot expert outputs */
+    float *moe_z;            /* (C, L) latent down projection of every token */
     int   *moe_sel;          /* (C, k) selected expert ids */
     float *moe_w;            /* (C, k) their weights */
     int   *moe_tok;          /* (C*k) tokens of one expert / (C*k) slots */
@@ -179,6 +178,11 @@ struct k3_session {
 /* Scratch for a chunk of up to cap columns with lrows rows of logits; K3_ERR_NOMEM. */
 k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int cap, int lrows);
 void      chunk_buf_free(chunk_buf *b);
+/* A prefill window's buffer shares its session's chunk scratch and owns what grows with the
+ * window's columns (model-impl.h, chunk_buf: the (C, ...) buffers that are per token rather
+ * than per chunk: h, blocks, x, xn, y, moe_*, logits, trace); freed with window_buf_free. */
+void     window_buf_free(const k3_model *m, chunk_buf *b);
+uint64_t window_buf_bytes(const k3_config *c, int n_run, int W, int lrows);
 /* Its bytes for config c with n_run layers and T positions (K3_TRACE's buffer not counted), and
  * a session's whole scratch at chunk C: its chunk buffer, last logits and KDA accumulators (its
  * KDA state and MLA cache are counted apart: fit.h). The memory fit counts these. */
@@ -196,7 +200,10 @@ typedef struct pass_seg {
     k3_session *s;
     int         ix;    /* the caller's index of the session                     */
     int         t0, n; /* its columns [t0, t0 + n) of the pass                  */
-    int         dev;   /* its last column is, fed alone, a pass of one token: the
+    int         off;   /* its columns before t0 in this layer (a prefill window's
+                          later chunks): positions pos + off + 0..n-1, and the KDA
+                          state already advanced in the uncommitted buffer 1-sel  */
+    int dev;           /* its last column is, fed alone, a pass of one token: the
                           Vulkan tier's decode path applies to it              */
     int lrow, lcnt;    /* its logits: rows [lrow, lrow + lcnt) of b->logits,
                           for positions pos + n - lcnt .. pos + n - 1          */
@@ -204,18 +211,24 @@ typedef struct pass_seg {
 
 typedef struct fwd_pass {
     const k3_model *m;
-    chunk_buf      *b;   /* scratch (the single session's own, or the batch's)     */
-    int             cap; /* columns b holds: the stride of mla_qlat, mla_ctx       */
-    int             n;   /* columns                                                */
-    int             nseg;
-    pass_seg       *seg;   /* [nseg], columns in order                               */
-    k3_stats       *stats; /* where the expert tier and the Vulkan tier count        */
+    chunk_buf      *b; /* scratch (the single session's own, the batch's, or a
+                          prefill window's)                                     */
+    int cap;           /* columns of b's chunk scratch: the stride of mla_qlat,
+                          mla_ctx, the attention's and expert products' block   */
+    int n;             /* columns (n > cap: a prefill window of one session, its
+                          window buffers hold n columns)                        */
+    int       nseg;
+    pass_seg *seg;   /* [nseg], columns in order                               */
+    k3_stats *stats; /* where the expert tier and the Vulkan tier count        */
 } fwd_pass;
 
-/* One layer over the pass's columns: b->h in, b->h out (Attention Residuals, attention, MLP).
- * Fails only when an expert cannot be read (K3_ERR_IO, K3_ERR_NUMERIC, K3_ERR_NOMEM): no
- * session of the pass may then be committed. */
-k3_status layer_forward(fwd_pass *p, int l);
-/* Final mix, norm and lm_head of the rows the segments need (the last of each, every one
- * while K3_LOGITS is set) into b->logits; sets each segment's lrow, lcnt. */
-void model_head(fwd_pass *p);
+/* The model over a pass (forward.c), top to bottom: each column's embedding (or its K3_X0
+ * row), every layer (a segment whose session is cancelled between layers leaves the pass, its
+ * columns compacted away), the K3_TRACE rows per layer, then the final mix, norm and lm_head of
+ * the rows each segment needs (its last, or every one while K3_LOGITS is set: b->logits rows
+ * [lrow, lrow + lcnt)) and the check that its last logits are finite. A segment that leaves
+ * (K3_ABORTED, K3_ERR_NUMERIC) or fails with the pass (a layer's K3_ERR_IO, K3_ERR_NUMERIC,
+ * K3_ERR_NOMEM: every one) is reported to fail(ud, seg, status) with the message current and
+ * taken out of p->seg; the segments left are complete, for the caller to commit. */
+typedef void (*fwd_fail_fn)(void *ud, const pass_seg *sg, k3_status st);
+void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, void *ud);

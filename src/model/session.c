@@ -1,5 +1,6 @@
-/* session.c: the decode state and the engine API over it: feed (chunked prefill and decode),
- * cancel, snapshots, statistics and the validation hooks (K3_LOGITS, K3_TRACE, K3_X0).
+/* session.c: the decode state and the engine API over it: feed (prefill windows, chunks and
+ * decode), cancel, snapshots, statistics and the validation hooks' files (K3_LOGITS, K3_TRACE,
+ * K3_X0). The model itself, input to logits, is model_forward (forward.c).
  *
  * DESIGN
  * k3_session_feed() splits the ids into chunks of K3_CHUNK and runs each chunk layer-major
@@ -71,51 +72,58 @@ done:
     return st;
 }
 
-/* The buffers of a chunk buffer of C columns with lrows rows of logits and their element counts
- * (floats or ints, 4 bytes each; ints zeroed): one list for chunk_buf_alloc and the memory fit. */
+/* The buffers of a chunk buffer of C columns (the attention scratch of one chunk) and W
+ * window columns (what a pass keeps for each of its columns: hidden states, AttnRes blocks,
+ * the MoE's routing table and outputs) with lrows rows of logits, and their element counts
+ * (floats or ints, 4 bytes each; ints zeroed): one list for chunk_buf_alloc, the window
+ * buffers and the memory fit. */
 typedef struct cb_part {
     void **p;
     size_t n;
     int    ints;
+    int    win; /* 1: per window column (or the logits rows), 0: per chunk */
 } cb_part;
-#define CB_PARTS (CHUNK_PROJ + 20)
+#define CB_PARTS (CHUNK_PROJ + 21)
 
-static void cb_parts(const k3_config *c, int n_run, int C, int lrows, long T, chunk_buf *b, cb_part *o) {
+static void cb_parts(const k3_config *c, int n_run, int C, int W, int lrows, long T, chunk_buf *b,
+                     cb_part *o) {
     const size_t D = (size_t)c->hidden, V = (size_t)c->vocab;
     const size_t H = (size_t)c->kda_heads, d = (size_t)c->kda_head_dim, P = H * d, K = (size_t)c->conv_k;
     const size_t Hm = (size_t)c->n_heads, kl = (size_t)c->kv_lora, qw = (size_t)(c->nope + c->rope);
     const size_t L = (size_t)c->latent, k = (size_t)c->n_active, E = (size_t)c->n_experts, Cz = (size_t)C;
+    const size_t Wz = (size_t)W;
     const size_t NB = (size_t)((n_run + c->attn_res_block - 1) / c->attn_res_block);
-    /* W: the widest per-token projection any layer writes into proj[] */
-    size_t W   = MAX2(MAX2(P, Hm * qw), MAX2(kl + (size_t)c->rope, Hm * (size_t)c->v_dim));
+    /* the widest per-token projection any layer writes into proj[] */
+    size_t pw  = MAX2(MAX2(P, Hm * qw), MAX2(kl + (size_t)c->rope, Hm * (size_t)c->v_dim));
     size_t mlp = MAX2((size_t)(c->n_shared * c->moe_inter), (size_t)c->inter);
-    W          = MAX2(W, MAX2(MAX2((size_t)c->q_lora, E), mlp));
-    W          = MAX2(W, MAX2(MAX2(D, L), (size_t)c->moe_inter));
+    pw         = MAX2(pw, MAX2(MAX2((size_t)c->q_lora, E), mlp));
+    pw         = MAX2(pw, MAX2(MAX2(D, L), (size_t)c->moe_inter));
     size_t  gw = MAX2(MAX2((size_t)c->nope, kl), MAX2(L, H)), gw2 = MAX2(MAX2((size_t)c->v_dim, kl), L);
     cb_part parts[CB_PARTS] = {
-        {(void **)&b->h, Cz * D, 0},
-        {(void **)&b->blocks, Cz * NB * D, 0},
-        {(void **)&b->x, Cz * D, 0},
-        {(void **)&b->xn, Cz * D, 0},
-        {(void **)&b->y, Cz * D, 0},
-        {(void **)&b->win, 3 * (K - 1 + Cz) * P, 0},
-        {(void **)&b->mla_qlat, Hm * Cz * kl, 0},
-        {(void **)&b->mla_ctx, Hm * Cz * kl, 0},
-        {(void **)&b->gath_in, Cz * gw, 0},
-        {(void **)&b->gath_out, Cz * gw2, 0},
-        {(void **)&b->scores, Hm * (size_t)T, 0},
-        {(void **)&b->moe_y, Cz * k * L, 0},
-        {(void **)&b->moe_w, Cz * k, 0},
-        {(void **)&b->moe_sel, Cz * k, 1},
-        {(void **)&b->moe_tok, Cz * k, 1},
-        {(void **)&b->moe_ids, E + 1, 1},
-        {(void **)&b->moe_res, E + 1, 1},
-        {(void **)&b->moe_dev, Cz * (k + 1), 1},
-        {(void **)&b->moe_resy, E * L, 0},
-        {(void **)&b->logits, (size_t)lrows * V, 0},
+        {(void **)&b->h, Wz * D, 0, 1},
+        {(void **)&b->blocks, Wz * NB * D, 0, 1},
+        {(void **)&b->x, Wz * D, 0, 1},
+        {(void **)&b->xn, Wz * D, 0, 1},
+        {(void **)&b->y, Wz * D, 0, 1},
+        {(void **)&b->win, 3 * (K - 1 + Cz) * P, 0, 0},
+        {(void **)&b->mla_qlat, Hm * Cz * kl, 0, 0},
+        {(void **)&b->mla_ctx, Hm * Cz * kl, 0, 0},
+        {(void **)&b->gath_in, Cz * gw, 0, 0},
+        {(void **)&b->gath_out, Cz * gw2, 0, 0},
+        {(void **)&b->scores, Hm * (size_t)T, 0, 0},
+        {(void **)&b->moe_y, Wz * k * L, 0, 1},
+        {(void **)&b->moe_z, Wz * L, 0, 1},
+        {(void **)&b->moe_w, Wz * k, 0, 1},
+        {(void **)&b->moe_sel, Wz * k, 1, 1},
+        {(void **)&b->moe_tok, Wz * k, 1, 1},
+        {(void **)&b->moe_ids, E + 1, 1, 0},
+        {(void **)&b->moe_res, E + 1, 1, 0},
+        {(void **)&b->moe_dev, Wz * (k + 1), 1, 1},
+        {(void **)&b->moe_resy, E * L, 0, 0},
+        {(void **)&b->logits, (size_t)lrows * V, 0, 1},
     };
-    for (int i = 0; i < CHUNK_PROJ; i++) /* the projection slots, (C, W) each */
-        parts[20 + i] = (cb_part){(void **)&b->proj[i], Cz * W, 0};
+    for (int i = 0; i < CHUNK_PROJ; i++) /* the projection slots, (C, pw) each */
+        parts[21 + i] = (cb_part){(void **)&b->proj[i], Cz * pw, 0, 0};
     memcpy(o, parts, sizeof parts);
 }
 
@@ -123,9 +131,19 @@ uint64_t chunk_buf_bytes(const k3_config *c, int n_run, int C, int lrows, long T
     chunk_buf b;
     cb_part   o[CB_PARTS];
     uint64_t  n = 0;
-    cb_parts(c, n_run, C, lrows, T, &b, o);
+    cb_parts(c, n_run, C, C, lrows, T, &b, o);
     for (int i = 0; i < CB_PARTS; i++)
         n += (uint64_t)o[i].n * 4;
+    return n;
+}
+
+uint64_t window_buf_bytes(const k3_config *c, int n_run, int W, int lrows) {
+    chunk_buf b;
+    cb_part   o[CB_PARTS];
+    uint64_t  n = 0;
+    cb_parts(c, n_run, 1, W, lrows, 0, &b, o);
+    for (int i = 0; i < CB_PARTS; i++)
+        n += o[i].win ? (uint64_t)o[i].n * 4 : 0;
     return n;
 }
 
@@ -134,27 +152,73 @@ uint64_t session_scratch_bytes(const k3_config *c, int n_run, int C, long T) {
            (uint64_t)2 * (uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim * sizeof(double);
 }
 
+/* Allocate the parts of o[] that WIN selects (all: -1); on failure free what was allocated. */
+static int cb_alloc_parts(cb_part *o, int win) {
+    for (int i = 0; i < CB_PARTS; i++) {
+        if (win >= 0 && o[i].win != win)
+            continue;
+        if (!(*o[i].p =
+                  o[i].ints ? (void *)calloc(o[i].n ? o[i].n : 1, sizeof(int)) : (void *)falloc(o[i].n))) {
+            for (int j = 0; j < i; j++)
+                if (win < 0 || o[j].win == win) {
+                    free(*o[j].p);
+                    *o[j].p = NULL;
+                }
+            return -1;
+        }
+    }
+    return 0;
+}
+
 k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int C, int lrows) {
     _Static_assert(sizeof(float) == 4 && sizeof(int) == 4, "chunk buffers count 4-byte elements");
     cb_part o[CB_PARTS];
     memset(b, 0, sizeof *b);
-    cb_parts(&m->cfg, m->n_run, C, lrows, m->par.max_ctx, b, o);
-    for (int i = 0; i < CB_PARTS; i++)
-        if (!(*o[i].p =
-                  o[i].ints ? (void *)calloc(o[i].n ? o[i].n : 1, sizeof(int)) : (void *)falloc(o[i].n)))
-            goto oom;
-    if (m->par.trace_path && !(b->trace = falloc((size_t)C * m->n_run * m->cfg.hidden)))
-        goto oom;
+    cb_parts(&m->cfg, m->n_run, C, C, lrows, m->par.max_ctx, b, o);
+    if (cb_alloc_parts(o, -1))
+        return nomem();
+    if (m->par.trace_path && !(b->trace = falloc((size_t)C * m->n_run * m->cfg.hidden))) {
+        chunk_buf_free(b);
+        return nomem();
+    }
     return K3_OK;
-oom:
-    chunk_buf_free(b);
-    return nomem();
+}
+
+/* A window buffer of W columns over base (a session's chunk buffer): base's chunk scratch,
+ * its own window parts (and lrows rows of logits, and the K3_TRACE rows). */
+static k3_status window_buf_alloc(const k3_model *m, const chunk_buf *base, int W, int lrows, chunk_buf *b) {
+    cb_part o[CB_PARTS];
+    *b = *base;
+    cb_parts(&m->cfg, m->n_run, 1, W, lrows, 0, b, o);
+    if (cb_alloc_parts(o, 1)) {
+        *b = (chunk_buf){0};
+        return nomem();
+    }
+    b->trace = NULL;
+    if (m->par.trace_path && !(b->trace = falloc((size_t)W * m->n_run * m->cfg.hidden))) {
+        window_buf_free(m, b);
+        return nomem();
+    }
+    return K3_OK;
+}
+
+void window_buf_free(const k3_model *m, chunk_buf *b) {
+    cb_part o[CB_PARTS];
+    if (!b->h)
+        return;
+    cb_parts(&m->cfg, m->n_run, 1, 1, 1, 0, b, o);
+    for (int i = 0; i < CB_PARTS; i++)
+        if (o[i].win)
+            free(*o[i].p);
+    free(b->trace);
+    *b = (chunk_buf){0};
 }
 
 void chunk_buf_free(chunk_buf *b) {
-    void *bufs[] = {b->h,       b->blocks,  b->x,        b->xn,      b->y,        b->win,     b->mla_qlat,
-                    b->mla_ctx, b->gath_in, b->gath_out, b->scores,  b->moe_y,    b->moe_sel, b->moe_w,
-                    b->moe_tok, b->moe_ids, b->moe_res,  b->moe_dev, b->moe_resy, b->logits,  b->trace};
+    void *bufs[] = {b->h,        b->blocks,   b->x,       b->xn,       b->y,       b->win,
+                    b->mla_qlat, b->mla_ctx,  b->gath_in, b->gath_out, b->scores,  b->moe_y,
+                    b->moe_z,    b->moe_sel,  b->moe_w,   b->moe_tok,  b->moe_ids, b->moe_res,
+                    b->moe_dev,  b->moe_resy, b->logits,  b->trace};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     for (int i = 0; i < CHUNK_PROJ; i++)
@@ -312,99 +376,65 @@ static void fail_ix(pass_run *r, int ix, k3_status st) {
         snprintf(r->msg, sizeof r->msg, "%s", k3_errmsg());
 }
 
-static void seg_fail(pass_run *r, int g, k3_status st) {
-    fail_ix(r, r->p.seg[g].ix, st);
+/* model_forward's report: segment sg failed with st (its message is current). */
+static void seg_failed(void *ud, const pass_seg *sg, k3_status st) {
+    fail_ix(ud, sg->ix, st);
 }
 
-/* Take segment g out of the pass (a cancelled session): the columns after it move down; the
- * only per-column state between layers is h, the AttnRes blocks and the trace rows. */
-static void seg_drop(fwd_pass *p, int g) {
-    const k3_model *m = p->m;
-    const int       D = m->cfg.hidden, NB = (m->n_run + m->cfg.attn_res_block - 1) / m->cfg.attn_res_block;
-    const int       t0 = p->seg[g].t0, k = p->seg[g].n, rest = p->n - t0 - k;
-    chunk_buf      *b = p->b;
-    memmove(b->h + (size_t)t0 * D, b->h + (size_t)(t0 + k) * D, (size_t)rest * D * sizeof(float));
-    memmove(b->blocks + (size_t)t0 * NB * D, b->blocks + (size_t)(t0 + k) * NB * D,
-            (size_t)rest * NB * D * sizeof(float));
-    if (b->trace)
-        memmove(b->trace + (size_t)t0 * m->n_run * D, b->trace + (size_t)(t0 + k) * m->n_run * D,
-                (size_t)rest * m->n_run * D * sizeof(float));
-    for (int i = g + 1; i < p->nseg; i++) {
-        p->seg[i].t0 -= k;
-        p->seg[i - 1] = p->seg[i];
-    }
-    p->nseg--;
-    p->n -= k;
-}
-
-/* Run the pass (segment g fed ids[g]), layer-major; a session is committed only if every
- * layer ran for it. A session cancelled between layers leaves the pass (K3_ABORTED), the
- * others go on; a failed expert read fails every session still in it. */
+/* Run the pass (segment g fed ids[g]) through the model, then commit each session that came
+ * through every layer; a commit that fails (a hook file) fails its session alone. */
 static void run_pass(pass_run *r, const int32_t *const *ids) {
     fwd_pass       *p = &r->p;
     const k3_model *m = p->m;
     const int       D = m->cfg.hidden, V = m->cfg.vocab;
     chunk_buf      *b = p->b;
-    for (int g = 0; g < p->nseg; g++) {
-        const k3_session *s = p->seg[g].s;
-        for (int t = 0; t < p->seg[g].n; t++) {
-            float *h = b->h + (size_t)(p->seg[g].t0 + t) * D;
-            if (s->x0)
-                memcpy(h, s->x0 + (size_t)(s->pos + t) * D, (size_t)D * sizeof(float));
-            else
-                model_embed(m, ids[g][t], h);
-        }
-    }
-    for (int l = 0; l < m->n_run; l++) {
-        for (int g = p->nseg - 1; g >= 0; g--)
-            if (atomic_load(&p->seg[g].s->cancel)) {
-                seg_fail(r, g,
-                         k3_err(K3_ABORTED, "cancelled before layer %d of a %d-token chunk", l, p->seg[g].n));
-                seg_drop(p, g);
-            }
-        if (!p->nseg)
-            return;
-        k3_status st = layer_forward(p, l);
-        for (int g = 0; st && g < p->nseg; g++)
-            seg_fail(r, g, st);
-        if (st)
-            return;
-        if (b->trace)
-            for (int t = 0; t < p->n; t++)
-                memcpy(b->trace + ((size_t)t * m->n_run + l) * D, b->h + (size_t)t * D,
-                       (size_t)D * sizeof(float));
-    }
-    /* lm_head for the last row of each session, or every row while K3_LOGITS is set */
-    model_head(p);
+    model_forward(p, ids, seg_failed, r);
     for (int g = 0; g < p->nseg; g++) {
         const pass_seg *sg = &p->seg[g];
-        const float    *lg = b->logits + (size_t)sg->lrow * V;
-        k3_status       st = K3_OK;
-        for (int i = 0; i < V && !st; i++)
-            if (!isfinite(lg[(size_t)(sg->lcnt - 1) * V + i]))
-                st = k3_err(K3_ERR_NUMERIC, "logit %d at position %d is not finite", i,
-                            sg->s->pos + sg->n - 1);
-        if (!st)
-            st = commit(sg->s, sg->n, lg, sg->lcnt,
-                        b->trace ? b->trace + (size_t)sg->t0 * m->n_run * D : NULL);
+        k3_status       st = commit(sg->s, sg->n, b->logits + (size_t)sg->lrow * V, sg->lcnt,
+                              b->trace ? b->trace + (size_t)sg->t0 * m->n_run * D : NULL);
         if (st)
-            seg_fail(r, g, st);
+            fail_ix(r, sg->ix, st);
         else
             r->st[sg->ix] = K3_OK;
     }
 }
 
-/* One chunk of n <= C tokens of one session. */
-static k3_status run_chunk(k3_session *s, const int32_t *ids, int n) {
+/* One pass of n tokens of one session: a chunk (n <= C, the session's chunk buffer) or a
+ * prefill window (n > C, the window buffer wb, which holds n columns). */
+static k3_status run_chunk(k3_session *s, chunk_buf *wb, const int32_t *ids, int n) {
     pass_seg  seg = {.s = s, .ix = 0, .t0 = 0, .n = n, .dev = n == 1};
     k3_status st  = K3_OK;
-    fwd_pass  p   = {
-           .m = s->m, .b = &s->cb, .cap = s->chunk, .n = n, .nseg = 1, .seg = &seg, .stats = &s->stats};
-    pass_run r = {.p = p, .st = &st};
+    fwd_pass  p   = {.m     = s->m,
+                     .b     = n > s->chunk ? wb : &s->cb,
+                     .cap   = s->chunk,
+                     .n     = n,
+                     .nseg  = 1,
+                     .seg   = &seg,
+                     .stats = &s->stats};
+    pass_run  r   = {.p = p, .st = &st};
     run_pass(&r, &ids);
     if (st)
         k3_err(st, "%s", r.msg);
     return st;
+}
+
+/* The prefill window for a feed of n ids: the memory fit's (k3_model's win_max: K3_WINDOW,
+ * else K3_MAXT, as far as the memory allows), at most n, at least the chunk; its buffer into wb (a smaller
+ * window when the memory is not there: it says so once). Returns the window (<= chunk: no window buffer). */
+static int window_get(k3_session *s, int n, chunk_buf *wb) {
+    const k3_model *m = s->m;
+    int             W = m->win_max; /* the fit's: K3_WINDOW or K3_MAXT, shrunk to the memory */
+    if (W > n)
+        W = n;
+    while (W > s->chunk) {
+        if (!window_buf_alloc(m, &s->cb, W, s->f_logits ? W : 1, wb))
+            return W;
+        int w2 = W / 2 > s->chunk ? W / 2 : s->chunk;
+        K3_LOG_WARN("prefill window of %d tokens: out of memory, shrunk to %d", W, w2);
+        W = w2;
+    }
+    return s->chunk;
 }
 
 /* The checks of a feed of n ids that depend on the session (ids, context, K3_X0 rows). */
@@ -442,12 +472,16 @@ k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
     k3_status st = feed_check(s, ids, n);
     if (st)
         return st;
-    double t   = k3_time();
-    int    pos = s->pos;
-    for (int i = 0; i < n && !st; i += s->chunk) {
-        int nc = n - i < s->chunk ? n - i : s->chunk;
-        st     = run_chunk(s, ids + i, nc);
+    double    t     = k3_time();
+    int       pos   = s->pos;
+    chunk_buf wb    = {0};
+    const int W     = n > s->chunk ? window_get(s, n, &wb) : s->chunk;
+    s->stats.window = W;
+    for (int i = 0; i < n && !st; i += W) {
+        int nc = n - i < W ? n - i : W;
+        st     = run_chunk(s, &wb, ids + i, nc);
     }
+    window_buf_free(s->m, &wb);
     if (st == K3_ABORTED)
         atomic_store(&s->cancel, 0);
     feed_stats(s, n, pos, k3_time() - t);
@@ -610,7 +644,7 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
         }
         if ((st = batch_buf(lead, nc, lrows, &r.p))) {
             for (int g = 0; g < r.p.nseg; g++)
-                seg_fail(&r, g, st);
+                fail_ix(&r, seg[g].ix, st);
             break;
         }
         r.p.n = nc;

@@ -23,7 +23,7 @@
  *                  chunk) on an 8 MB slice of the same matrix, best of 5
  *   pre3_FMT_xC    the same at C columns, C the session's chunk (K3_CHUNK) when over 32, on
  *                  the same slice, alternating with the two above (fit_speed_get_model): the
- *                  kernels' work per column falls with the columns (k3-bench grp_matmul: MXFP4
+ *                  kernels' work per column falls with the columns (k3-bench idot_matmul: MXFP4
  *                  326-338 GOPS at 32 columns, 413-424 at 128), so the 32-column line alone
  *                  overcounts a 128-column chunk
  *   kda_rec_HxD    seconds per token of one KDA layer's recurrence (kda-rec.c) at the model's
@@ -41,8 +41,8 @@
  *                  itself where the shard is sparse (a replica, whose experts are holes while a
  *                  container's matrices are written), else equal to disk.
  * The kernels' figures (dec3_*, pre3_*, call2) are cached per kernel setting: under their own
- * names for the machine's default kernels, as NAME@LEVEL[+group] for another K3_ISA or for
- * K3_GROUP_ORDER=1, so that an estimate never uses figures measured with other kernels.
+ * names for the machine's default kernels, as NAME@LEVEL for another K3_ISA, so that an estimate
+ * never uses figures measured with other kernels.
  * `k3chat --inspect --measure` measures every figure again whatever the cache holds.
  *
  * Estimates. A matrix of B bytes multiplied by n columns takes B x (1/dec + (n - 1) x per_col),
@@ -516,14 +516,14 @@ static void measured(fit_speed *o, const char *key, unsigned long long dev, doub
 }
 
 /* The cache key of a figure the kernels make: key itself for the machine's default kernels (its
- * best level, the canonical order), else key@LEVEL (and +group for K3_GROUP_ORDER=1), so that a
- * run with K3_ISA or K3_GROUP_ORDER never reads a figure measured with other kernels. */
+ * best level), else key@LEVEL, so that a run with K3_ISA never reads a figure measured with other
+ * kernels. */
 static const char *kernel_key(const char *key, char *buf, size_t n) {
     static const char *const lv[KERN_N_ISA] = {"scalar", "avx2", "avx2vnni", "avx512", "amx"};
-    const int                isa = kern_isa(), grp = isa == KERN_AVX512 && kern_group_order();
-    if (isa == kern_isa_best() && !grp)
+    const int                isa            = kern_isa();
+    if (isa == kern_isa_best())
         return key;
-    snprintf(buf, n, "%s@%s%s", key, lv[isa], grp ? "+group" : "");
+    snprintf(buf, n, "%s@%s", key, lv[isa]);
     return buf;
 }
 
@@ -626,31 +626,84 @@ void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p,
     fit_speed_estimate_route(t, s, p, sp, n_active, chunk, NULL, decode_s, prefill_s);
 }
 
+/* Seconds of everything but the routed experts over a chunk of C columns (PREFILL 0: a decode
+ * step): the matrix classes at their bits, the f32 tensors, the KDA state, the calls, the
+ * mapped weights read again (K3_MMAP=1), and in prefill the KDA recurrence token by token (in
+ * decode the state's read bounds it). */
+static double fixed_s(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp, double C,
+                      int prefill) {
+    const int    cls[3]  = {FIT_DENSE, FIT_MLA, FIT_HEAD};
+    const int    bits[3] = {s->bits, s->mla_bits, s->head_bits};
+    const double mem = sp->mem_bw > 0 ? sp->mem_bw : 1e10, call = sp->call > 0 ? sp->call : 1e-5;
+    const double ddata = sp->disk_data > 0 ? sp->disk_data : sp->disk > 0 ? sp->disk : 1e9;
+    double       x     = 0;
+    for (int i = 0; i < 3; i++)
+        x += mat_s(sp, bits_fmt(bits[i]),
+                   (double)t->mat[cls[i]][bits[i] == 32  ? 0
+                                          : bits[i] == 8 ? 1
+                                                         : 2],
+                   C);
+    /* K3_MMAP=1: mapped weights the page cache cannot keep; stored data, never holes */
+    return x + mat_s(sp, Q_F32, (double)t->small, C) + (double)t->kda_state / mem + t->n_mats * call +
+           (double)p->reread / ddata + (prefill ? C * t->n_kda * sp->kda_rec : 0);
+}
+
+void fit_ttft(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp, int n_active,
+              int chunk, long P, fit_ttft_est *o) {
+    const double C = chunk > 0 ? chunk : 1, k = n_active, W = s->window > C ? s->window : C;
+    const double E = t->expert_one && t->n_moe ? (double)t->expert_all / (double)t->expert_one / t->n_moe : 1;
+    const double f = t->expert_all ? (double)p->b[FIT_EXPERT] / (double)t->expert_all : 1; /* hit rate */
+    const double one = (double)t->expert_one, disk = sp->disk > 0 ? sp->disk : 1e9;
+    const double call = sp->call > 0 ? sp->call : 1e-5, fixed = fixed_s(t, s, p, sp, C, 1) / C;
+    memset(o, 0, sizeof *o);
+    o->window = (int)W;
+    o->floor  = t->n_moe * E * (1 - pow(1 - k / E, (double)P)) * one;
+    for (double done = 0; done < (double)P; done += W) {
+        const double wn       = (double)P - done < W ? (double)P - done : W;
+        const double distinct = E * (1 - pow(1 - k / E, wn)), cols = wn * k / (distinct > 0 ? distinct : 1);
+        const double blocks = ceil(cols / C);
+        const double comp =
+            t->n_moe * distinct * blocks * (mat_s(sp, Q_MXFP4, one, cols / blocks) + 3 * call);
+        const double rd = t->n_moe * (1 - f) * distinct * one;
+        o->compute += fixed * wn + comp;
+        o->bytes += rd;
+        o->seconds += fixed * wn + (comp > rd / disk ? comp : rd / disk); /* reads overlap the compute */
+    }
+}
+
+void fit_ttft_str(char *buf, size_t n, const fit_table *t, const fit_set *s, const fit_plan *p,
+                  const fit_speed *sp, int n_active, int chunk) {
+    static const long Ps[2] = {1024, 8192};
+    size_t            o     = 0;
+    fit_set           pc    = *s;
+    pc.window               = 0; /* the per-chunk path, for the ratio */
+    buf[0]                  = 0;
+    for (int i = 0; i < 2; i++) {
+        long         P = Ps[i] < s->maxt ? Ps[i] : s->maxt;
+        fit_ttft_est w, c;
+        char         b1[32], b2[32], b3[32];
+        fit_ttft(t, s, p, sp, n_active, chunk, P, &w);
+        fit_ttft(t, &pc, p, sp, n_active, chunk, P, &c);
+        o += (size_t)snprintf(
+            buf + o, o < n ? n - o : 0,
+            "%s%ld-token prompt %.3g s reading %s of experts (floor %s; per chunk of %d: %.3g "
+            "s, %s)",
+            i ? "; " : "", P, w.seconds, fit_hb(b1, sizeof b1, w.bytes), fit_hb(b2, sizeof b2, w.floor),
+            chunk, c.seconds, fit_hb(b3, sizeof b3, c.bytes));
+        if (P < Ps[i])
+            break;
+    }
+}
+
 void fit_speed_estimate_route(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
                               int n_active, int chunk, const fit_route *r, double *decode_s,
                               double *prefill_s) {
-    const int    cls[3]  = {FIT_DENSE, FIT_MLA, FIT_HEAD};
-    const int    bits[3] = {s->bits, s->mla_bits, s->head_bits};
     const double C = chunk > 0 ? chunk : 1, k = n_active;
     const double E = t->expert_one && t->n_moe ? (double)t->expert_all / (double)t->expert_one / t->n_moe : 1;
     const double f = t->expert_all ? (double)p->b[FIT_EXPERT] / (double)t->expert_all : 1; /* hit rate */
-    const double one = (double)t->expert_one, mem = sp->mem_bw > 0 ? sp->mem_bw : 1e10,
-                 disk = sp->disk > 0 ? sp->disk : 1e9;
+    const double one = (double)t->expert_one, disk = sp->disk > 0 ? sp->disk : 1e9;
     const double call = sp->call > 0 ? sp->call : 1e-5;
-    double       dec = 0, pre = 0;
-    for (int i = 0; i < 3; i++) {
-        double B = (double)t->mat[cls[i]][bits[i] == 32 ? 0 : bits[i] == 8 ? 1 : 2];
-        dec += mat_s(sp, bits_fmt(bits[i]), B, 1);
-        pre += mat_s(sp, bits_fmt(bits[i]), B, C);
-    }
-    dec += mat_s(sp, Q_F32, (double)t->small, 1) + (double)t->kda_state / mem + t->n_mats * call;
-    pre += mat_s(sp, Q_F32, (double)t->small, C) + (double)t->kda_state / mem + t->n_mats * call;
-    /* the KDA recurrence, token by token in a chunk (in decode the state's read above bounds it) */
-    pre += C * t->n_kda * sp->kda_rec;
-    /* K3_MMAP=1: mapped weights the page cache cannot keep; stored data, never holes */
-    const double ddata = sp->disk_data > 0 ? sp->disk_data : disk;
-    dec += (double)p->reread / ddata;
-    pre += (double)p->reread / ddata;
+    double       dec = fixed_s(t, s, p, sp, 1, 0), pre = fixed_s(t, s, p, sp, C, 1);
     /* decode: n_moe x k experts, each a one-column MXFP4 product; misses also read the drive */
     double act  = (double)t->n_moe * (r ? r->dec_active : k),
            miss = r ? t->n_moe * r->dec_miss : (1 - f) * act;

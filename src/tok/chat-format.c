@@ -351,12 +351,16 @@ static k3_status need_special(const k3_tok *t, const char *name, int32_t *id) {
 
 k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs, const k3_chat_opts *o,
                          k3_ids *out) {
-    static const k3_chat_opts defaults = {1, NULL, 1, NULL, NULL};
+    static const k3_chat_opts defaults = {1, NULL, 1, NULL, NULL, NULL, NULL};
     if (!o)
         o = &defaults;
-    const char *effort = o->effort ? o->effort : "max";
-    if (strcmp(effort, "low") && strcmp(effort, "high") && strcmp(effort, "max"))
-        return k3_err(K3_ERR_ARG, "thinking effort '%s' is not supported: use low, high or max%s", effort,
+    const char *effort =
+        o->effort ? o->effort : k3_setting_choice(K3_SETTING_EFFORT, (int)k3_setting(K3_SETTING_EFFORT)->def);
+    double eff;
+    char   want[64];
+    if (k3_setting_parse(K3_SETTING_EFFORT, K3_SRC_API, effort, &eff, NULL, 0))
+        return k3_err(K3_ERR_ARG, "thinking effort '%s' is not supported: use %s%s", effort,
+                      k3_setting_expect(K3_SETTING_EFFORT, K3_SRC_API, want, sizeof want),
                       !strcmp(effort, "medium") ? " (the release's encoder rejects medium)" : "");
     const char *choice = o->tool_choice ? o->tool_choice : "auto";
     if (strcmp(choice, "auto") && strcmp(choice, "required") && strcmp(choice, "none"))
@@ -432,6 +436,40 @@ k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs
                  !strcmp(choice, "required") ? "MUST call tools" : "MUST NOT call any tools");
         k3_chat_msg cm = {"system", body, NULL, 0, NULL, 0, NULL, NULL, NULL};
         if ((st = message(&e, 0, "system", "tool-choice", &cm, 0, NULL, 0)))
+            goto fail;
+    }
+    if (o->response_format && strcmp(o->response_format, "text")) {
+        int schema = !strcmp(o->response_format, "json_schema");
+        if (!schema && strcmp(o->response_format, "json_object")) {
+            st = k3_err(K3_ERR_ARG, "response_format '%.40s': expected text, json_object or json_schema",
+                        o->response_format);
+            goto fail;
+        }
+        jbuf b   = {0};
+        jv  *sch = NULL;
+        st       = jbuf_add(&b, "The system is invoked with `response_format=",
+                            strlen("The system is invoked with `response_format="));
+        if (!st)
+            st = jbuf_add(&b, o->response_format, strlen(o->response_format));
+        static const char raw[] =
+            "`.\nYour response must be raw JSON data without markdown code blocks (```json) "
+            "or any additional formatting.";
+        if (!st)
+            st = jbuf_add(&b, raw, strlen(raw));
+        if (!st && schema) {
+            static const char must[] = "\nThe JSON data must match the following schema:\n```json\n";
+            const char       *txt    = o->response_schema ? o->response_schema : "{}";
+            if (!(st = jv_parse(txt, strlen(txt), &sch)) && !(st = jbuf_add(&b, must, strlen(must))) &&
+                !(st = jv_dump(sch, JV_SORTED_COMPACT, &b)))
+                st = jbuf_add(&b, "\n```", 4);
+            jv_free(sch);
+        }
+        if (!st && !(st = jbuf_add(&b, "", 1))) {
+            k3_chat_msg rm = {"system", b.p, NULL, 0, NULL, 0, NULL, NULL, NULL};
+            st             = message(&e, 0, "system", "response-format", &rm, 0, NULL, 0);
+        }
+        free(b.p);
+        if (st)
             goto fail;
     }
     if (o->gen_prompt) {

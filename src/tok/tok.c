@@ -535,10 +535,6 @@ done:
 int32_t k3_tok_n_vocab(const k3_tok *t) {
     return t->n_base + TOK_N_RESERVED;
 }
-const char *k3_tok_pattern(const k3_tok *t) {
-    return t->family == TOK_KIMI ? "kimi" : "o200k";
-}
-
 int32_t k3_tok_special(const k3_tok *t, const char *name) {
     size_t len = strlen(name);
     for (int i = 0; i < TOK_N_RESERVED; i++)

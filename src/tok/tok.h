@@ -87,6 +87,9 @@ k3_status tok_load_mem(const char *model_txt, size_t model_len, const char *mode
 
 /* Append the U+FFFD-sanitized form of b[0..n) (maximal-subpart rule) to a malloc'ed
  * buffer; whole-string reference used by k3_tok_decode_text. */
+/* k3_detok fed one id at a time (the tests; the chat parser feeds bytes): as k3_detok_feed_bytes
+ * with the id's piece. */
+k3_status k3_detok_feed(k3_detok *d, int32_t id, const char **text, size_t *len);
 k3_status tok_utf8_sanitize(const uint8_t *b, size_t n, char **out, size_t *len);
 
 /* chat-format.c's open_tag on its own (tests: attribute escaping and segment boundaries). */

@@ -25,37 +25,23 @@ struct vkt {
     int        n_resident;
 };
 
-static k3_status env_num(const char *name, double lo, double hi, double def, double *out) {
-    const char *v = getenv(name);
-    *out          = def;
-    if (!v || !*v)
-        return K3_OK;
-    char  *end;
-    double d = strtod(v, &end);
-    if (end == v || *end || !(d >= lo && d <= hi))
-        return k3_err(K3_ERR_ARG, "%s='%s': expected a number in %g..%g", name, v, lo, hi);
-    *out = d;
-    return K3_OK;
-}
-
 k3_status vkt_open(const vkt_src *src, vkt **out) {
-    *out           = NULL;
-    const char *on = getenv("K3_VK");
-    if (on && !strcmp(on, "0"))
-        return K3_OK;
-    if (on && *on && strcmp(on, "1"))
-        return k3_err(K3_ERR_ARG, "K3_VK='%s': expected 0 (off) or 1 (on)", on);
-    double    gb, up;
+    *out         = NULL;
+    int       on = -1; /* K3_VK: 0 off, 1 on, -1 (unset) on with a GPU */
+    double    gb = k3_setting(K3_SETTING_VK_GB)->def;
+    int       up = (int)k3_setting(K3_SETTING_VK_UP)->def;
     k3_status st;
-    if ((st = env_num("K3_VK_GB", 0, 1e6, 0, &gb)) || (st = env_num("K3_VK_UP", 0, 1e6, 16, &up)))
+    if ((st = k3_setting_env_int(K3_SETTING_VK, &on)) || on == 0)
+        return st;
+    if ((st = k3_setting_env(K3_SETTING_VK_GB, &gb)) || (st = k3_setting_env_int(K3_SETTING_VK_UP, &up)))
         return st;
     vk_ctx *c;
     if (vk_ctx_new((uint64_t)(gb * 1e9), &c) != K3_OK) {
-        if (on) /* asked for explicitly: say why it is off */
+        if (on == 1) /* asked for explicitly: say why it is off */
             K3_LOG_WARN("Vulkan tier off: %s; computing on the CPU", k3_errmsg());
         return K3_OK;
     }
-    if (!on && vk_device_is_cpu(c)) { /* a CPU-emulated device is slower than the CPU kernels */
+    if (on < 0 && vk_device_is_cpu(c)) { /* a CPU-emulated device is slower than the CPU kernels */
         K3_LOG_INFO("vulkan: '%s' is a CPU device, slower than the CPU kernels: not used (K3_VK=1 forces it)",
                     vk_device_name(c));
         vk_ctx_free(c);
@@ -73,7 +59,7 @@ k3_status vkt_open(const vkt_src *src, vkt **out) {
     t->latent      = src->latent;
     t->beta        = src->situ_beta;
     t->linear_beta = src->situ_linear_beta;
-    t->up_per_step = (int)up;
+    t->up_per_step = up;
     t->last_layer  = -1;
     for (int l = 0; l < src->n_layers; l++) {
         const qmat *const *sh = src->shared + (size_t)l * 3;

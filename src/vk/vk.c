@@ -341,16 +341,8 @@ static int pin_new(struct dl_phdr_info *info, size_t size, void *arg) {
     return 0;
 }
 
-k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
-    k3_status st    = K3_OK;
-    *out            = NULL;
-    const char *env = getenv("K3_VK");
-    if (env && !strcmp(env, "0"))
-        return k3_err(K3_ERR_UNSUPPORTED, "vulkan: disabled by K3_VK=0");
-    vk_ctx *c = calloc(1, sizeof *c);
-    if (!c)
-        return K3_ERR_NOMEM;
-
+/* The instance (the driver kept mapped: see above). */
+static k3_status instance_create(vk_ctx *c) {
     VkApplicationInfo    app    = {.sType            = VK_STRUCTURE_TYPE_APPLICATION_INFO,
                                    .pApplicationName = "k3chat",
                                    .apiVersion       = VK_API_VERSION_1_2};
@@ -359,31 +351,29 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     dl_iterate_phdr(loaded_add, &before);
     VkResult r = vkCreateInstance(&ici, NULL, &c->inst);
     dl_iterate_phdr(pin_new, &before);
-    if (r != VK_SUCCESS) {
-        st = k3_err(K3_ERR_UNSUPPORTED, "vulkan: no Vulkan driver (vkCreateInstance: %d)", (int)r);
-        goto fail;
-    }
+    if (r != VK_SUCCESS)
+        return k3_err(K3_ERR_UNSUPPORTED, "vulkan: no Vulkan driver (vkCreateInstance: %d)", (int)r);
+    return K3_OK;
+}
+
+/* c->phys: K3_VK_DEVICE, else the best kind of device (discrete > integrated > other > CPU);
+ * its name, memory properties and the chunk size it allows. */
+static k3_status device_pick(vk_ctx *c) {
     uint32_t n = 0;
     vkEnumeratePhysicalDevices(c->inst, &n, NULL);
-    if (n == 0) {
-        st = k3_err(K3_ERR_UNSUPPORTED, "vulkan: no Vulkan device found");
-        goto fail;
-    }
+    if (n == 0)
+        return k3_err(K3_ERR_UNSUPPORTED, "vulkan: no Vulkan device found");
     VkPhysicalDevice devs[16];
     if (n > 16)
         n = 16;
     vkEnumeratePhysicalDevices(c->inst, &n, devs);
-    int         pick = -1;
-    const char *denv = getenv("K3_VK_DEVICE");
-    if (denv && *denv) {
-        char *end;
-        long  v = strtol(denv, &end, 10);
-        if (*end || v < 0 || v >= (long)n) {
-            st = k3_err(K3_ERR_ARG, "K3_VK_DEVICE=%s: expected a device index in 0..%u", denv, n - 1);
-            goto fail;
-        }
-        pick = (int)v;
-    } else { /* discrete > integrated > anything else (lavapipe, the CPU device, last) */
+    int       pick = -1;
+    k3_status st   = k3_setting_env_int(K3_SETTING_VK_DEVICE, &pick);
+    if (st)
+        return st;
+    if (pick >= (int)n)
+        return k3_err(K3_ERR_ARG, "K3_VK_DEVICE: '%d' is not a device index in 0..%u", pick, n - 1);
+    if (pick < 0) { /* discrete > integrated > anything else (lavapipe, the CPU device, last) */
         int best = -1;
         for (uint32_t i = 0; i < n; i++) {
             VkPhysicalDeviceProperties p;
@@ -407,7 +397,11 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     c->chunk_size = CHUNK_DEFAULT;
     if (props.limits.maxStorageBufferRange < c->chunk_size)
         c->chunk_size = props.limits.maxStorageBufferRange & ~(uint64_t)(ARENA_ALIGN - 1);
+    return K3_OK;
+}
 
+/* c->qfam: the first queue family that computes. */
+static k3_status queue_pick(vk_ctx *c) {
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(c->phys, &nq, NULL);
     VkQueueFamilyProperties qf[32];
@@ -420,20 +414,24 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
             c->qfam = i;
             break;
         }
-    if (c->qfam == UINT32_MAX) {
-        st = k3_err(K3_ERR_UNSUPPORTED, "vulkan: device '%s' has no compute queue", c->name);
-        goto fail;
-    }
+    if (c->qfam == UINT32_MAX)
+        return k3_err(K3_ERR_UNSUPPORTED, "vulkan: device '%s' has no compute queue", c->name);
+    return K3_OK;
+}
 
-    int      has_budget = 0;
-    uint32_t next       = 0;
+/* The logical device and its queue, with VK_EXT_memory_budget where the device has it
+ * (*has_budget). */
+static k3_status device_create(vk_ctx *c, int *has_budget) {
+    k3_status st  = K3_OK;
+    *has_budget   = 0;
+    uint32_t next = 0;
     vkEnumerateDeviceExtensionProperties(c->phys, NULL, &next, NULL);
     VkExtensionProperties *exts = calloc(next ? next : 1, sizeof *exts);
     if (exts) {
         vkEnumerateDeviceExtensionProperties(c->phys, NULL, &next, exts);
         for (uint32_t i = 0; i < next; i++)
             if (!strcmp(exts[i].extensionName, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME))
-                has_budget = 1;
+                *has_budget = 1;
         free(exts);
     }
     const char             *dev_exts[] = {VK_EXT_MEMORY_BUDGET_EXTENSION_NAME};
@@ -445,11 +443,18 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     VkDeviceCreateInfo      di         = {.sType                   = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                                           .queueCreateInfoCount    = 1,
                                           .pQueueCreateInfos       = &qi,
-                                          .enabledExtensionCount   = has_budget ? 1u : 0u,
+                                          .enabledExtensionCount   = *has_budget ? 1u : 0u,
                                           .ppEnabledExtensionNames = dev_exts};
     VK_CHECK(vkCreateDevice(c->phys, &di, NULL, &c->dev));
     vkGetDeviceQueue(c->dev, c->qfam, 0, &c->queue);
+    return K3_OK;
+fail:
+    return st;
+}
 
+/* The command pool, its one command buffer and the fence of a submit. */
+static k3_status commands_create(vk_ctx *c) {
+    k3_status               st  = K3_OK;
     VkCommandPoolCreateInfo pci = {.sType            = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                    .flags            = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                    .queueFamilyIndex = c->qfam};
@@ -461,7 +466,14 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     VK_CHECK(vkAllocateCommandBuffers(c->dev, &cai, &c->cmd));
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     VK_CHECK(vkCreateFence(c->dev, &fci, NULL, &c->fence));
+    return K3_OK;
+fail:
+    return st;
+}
 
+/* The layouts every pipeline shares: three storage buffers and 32 bytes of push constants. */
+static k3_status layouts_create(vk_ctx *c) {
+    k3_status                    st = K3_OK;
     VkDescriptorSetLayoutBinding b[3];
     for (int i = 0; i < 3; i++)
         b[i] = (VkDescriptorSetLayoutBinding){.binding         = (uint32_t)i,
@@ -485,6 +497,26 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
                                       .pushConstantRangeCount = 1,
                                       .pPushConstantRanges    = &pcr};
     VK_CHECK(vkCreatePipelineLayout(c->dev, &pli, NULL, &c->playout));
+    return K3_OK;
+fail:
+    return st;
+}
+
+k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
+    k3_status st = K3_OK;
+    *out         = NULL;
+    int on       = -1;
+    if (k3_setting_env_int(K3_SETTING_VK, &on) == K3_OK && on == 0)
+        return k3_err(K3_ERR_UNSUPPORTED, "vulkan: disabled by K3_VK=0");
+    vk_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return K3_ERR_NOMEM;
+
+    int has_budget = 0;
+    if ((st = instance_create(c)) != K3_OK || (st = device_pick(c)) != K3_OK ||
+        (st = queue_pick(c)) != K3_OK || (st = device_create(c, &has_budget)) != K3_OK ||
+        (st = commands_create(c)) != K3_OK || (st = layouts_create(c)) != K3_OK)
+        goto fail;
     if ((st = pipelines_create(c)) != K3_OK)
         goto fail;
     if ((st = io_reserve(c, 1u << 20, 1u << 20)) != K3_OK)

@@ -3,7 +3,7 @@
  * and message), as text the server echoes or logs (http_clean: printable, no control
  * character, within its buffer), and as a chat-completion body (serve_check_body: served or
  * refused with a message). Never a crash. */
-#include "cli.h"
+#include "serve.h"
 #include "fuzz.h"
 #include "serve-http.h"
 

@@ -1,4 +1,5 @@
-/* fuzz-schema.c: the JSON Schema compiler (src/grammar) on any bytes. It compiles or refuses
+/* fuzz-schema.c: the JSON Schema compiler (src/grammar) on any bytes ("T" + bytes: the
+ * tool-call grammar of those bytes as a tools array). It compiles or refuses
  * with a message, never crashes; a grammar it makes is walked for up to 48 tokens: every id in
  * the mask is accepted (k3_gmatch_allows and k3_gmatch_accept agree with the mask), and a mask
  * is never empty before the end (edges into dead ends are pruned at compile time). */
@@ -14,7 +15,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             abort(); /* run from the repository root (tests/fuzz/run.sh does) */
     }
     k3_grammar *g;
-    if (k3_grammar_json_schema(voc, (const char *)data, size, &g) != K3_OK) {
+    k3_status   st;
+    if (size && data[0] == 'T') { /* "T" + a tools array: the tool-call grammar */
+        char *t = malloc(size);
+        if (!t)
+            return 0;
+        memcpy(t, data + 1, size - 1);
+        t[size - 1] = 0;
+        st = k3_grammar_tool_calls(voc, t, size > 2 && data[1] == '[' ? NULL : "f", 1 + (int)(size % 4),
+                                   (int)(size & 1), &g);
+        free(t);
+    } else
+        st = k3_grammar_json_schema(voc, (const char *)data, size, &g);
+    if (st != K3_OK) {
         FZ_CHECK(k3_errmsg()[0] != 0);
         return 0;
     }

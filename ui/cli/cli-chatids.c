@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-int cli_chat_ids(const cli_opts *o) {
+int cli_chat_ids(const ui_opts *o) {
     k3_tok          *tok = NULL;
     k3_conv         *c   = k3_conv_new();
     k3_ids           ids = {0};

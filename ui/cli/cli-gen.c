@@ -36,11 +36,27 @@ static void emit(FILE *f, txt_esc *st, const char *t, size_t n) {
     }
 }
 
+/* One step of the parser's output: the reasoning to stderr, the answer to stdout. The reasoning
+ * ends with a newline once the answer starts (*thought: 1 while it is open, 2 after), so the two
+ * stay apart when both streams go to one file (2>&1). */
+static void emit_out(const k3_chat_out *out, txt_esc *err, txt_esc *res, int *thought) {
+    emit(stderr, err, out->think, out->think_len);
+    if (out->think_len > 0 && !*thought)
+        *thought = 1;
+    if (out->response_len > 0 && *thought == 1) {
+        txt_term_end(stderr, err);
+        fputc('\n', stderr);
+        fflush(stderr);
+        *thought = 2;
+    }
+    emit(stdout, res, out->response, out->response_len);
+}
+
 /* --prompt: [system], user message -> chat encoder -> generate -> output parser; the
  * response channel to stdout, the think channel to stderr. Stops at <|end_of_msg|>,
  * eos_token_id, --max-tokens or the context capacity. */
 /* The grammar of --json-schema FILE or --json (NULL when neither). 0, or -1 with the reason said. */
-static int load_grammar(const cli_opts *o, const k3_tok *tok, int32_t n_vocab, int32_t eos, k3_gvocab **voc,
+static int load_grammar(const ui_opts *o, const k3_tok *tok, int32_t n_vocab, int32_t eos, k3_gvocab **voc,
                         k3_grammar **g) {
     *voc = NULL;
     *g   = NULL;
@@ -72,7 +88,8 @@ static int load_grammar(const cli_opts *o, const k3_tok *tok, int32_t n_vocab, i
         len  = b.n;
     }
     if (!(st = k3_gvocab_new(tok, n_vocab, eos, voc)))
-        st = o->json_schema ? k3_grammar_json_schema(*voc, text ? text : "", len, g) : k3_grammar_json_object(*voc, g);
+        st = o->json_schema ? k3_grammar_json_schema(*voc, text ? text : "", len, g)
+                            : k3_grammar_json_object(*voc, g);
     free(text);
     if (st) {
         fprintf(stderr, "k3chat: %s%s: %s\n", o->json_schema ? "--json-schema " : "--json",
@@ -84,15 +101,15 @@ static int load_grammar(const cli_opts *o, const k3_tok *tok, int32_t n_vocab, i
     return 0;
 }
 
-static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
-    k3_tok         *tok = NULL;
-    k3_gvocab      *voc = NULL;
+static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
+    k3_tok         *tok  = NULL;
+    k3_gvocab      *voc  = NULL;
     k3_grammar     *gram = NULL;
     k3_gmatch      *gm   = NULL;
     uint64_t       *mask = NULL;
-    k3_chat_parser *prs = NULL;
-    k3_sampler     *smp = NULL;
-    k3_ids          ids = {0};
+    k3_chat_parser *prs  = NULL;
+    k3_sampler     *smp  = NULL;
+    k3_ids          ids  = {0};
     k3_status       st;
     int             rc = 1, think = o->think >= 0 ? o->think : 1;
     k3_chat_msg     msgs[2];
@@ -114,8 +131,8 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     k3_model_get_info(m, &info);
     if (load_grammar(o, tok, info.vocab, info.eos_id, &voc, &gram))
         goto done;
-    if (gram && ((st = k3_gmatch_new(gram, &gm)) ||
-                 !(mask = malloc((size_t)k3_gvocab_words(voc) * sizeof *mask)))) {
+    if (gram &&
+        ((st = k3_gmatch_new(gram, &gm)) || !(mask = malloc((size_t)k3_gvocab_words(voc) * sizeof *mask)))) {
         fprintf(stderr, "k3chat: %s\n", st ? k3_errmsg() : "out of memory");
         goto done;
     }
@@ -142,9 +159,7 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
             break;
         if ((st = k3_chat_parser_feed(prs, t, &out)))
             break;
-        emit(stderr, &esc_err, out.think, out.think_len);
-        emit(stdout, &esc_out, out.response, out.response_len);
-        thought |= out.think_len > 0;
+        emit_out(&out, &esc_err, &esc_out, &thought);
         ended = out.end || t == info.eos_id;
         cut   = !ended && i + 1 == max_tokens && o->max_tokens > 0;
         if (ended || i + 1 == max_tokens)
@@ -159,13 +174,11 @@ static int oneshot_prompt(const cli_opts *o, k3_model *m, k3_session *s, const k
     }
     if (!ended) {
         k3_chat_parser_finish(prs, &out);
-        emit(stderr, &esc_err, out.think, out.think_len);
-        emit(stdout, &esc_out, out.response, out.response_len);
-        thought |= out.think_len > 0;
+        emit_out(&out, &esc_err, &esc_out, &thought);
     }
     txt_term_end(stderr, &esc_err);
     txt_term_end(stdout, &esc_out);
-    if (thought)
+    if (thought == 1)
         fputc('\n', stderr);
     printf("\n");
     if (cut) /* as line mode says it (plain.c report_cut) */
@@ -190,7 +203,7 @@ done:
 }
 
 /* --ids: raw ids in, generated ids out (one line). */
-static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
+static int oneshot_ids(const ui_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
     k3_ids parsed = {0};
     if (k3_ids_parse(o->ids, INT32_MAX, &parsed)) {
         fprintf(stderr, "k3chat: --ids: %s\n", k3_errmsg());
@@ -226,7 +239,7 @@ static int oneshot_ids(const cli_opts *o, k3_model *m, k3_session *s, const k3_s
     return st ? 1 : 0;
 }
 
-int cli_oneshot(const cli_opts *o) {
+int cli_oneshot(const ui_opts *o) {
     int         rc = 1;
     k3_params   par;
     k3_model   *m = NULL;

@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-int cli_inspect(const cli_opts *o) {
+int cli_inspect(const ui_opts *o) {
     if (!o->dir) {
         fprintf(stderr, "k3chat: --inspect needs MODEL_DIR\n");
         return 2;

@@ -46,7 +46,7 @@ static char *slurp(const char *path, size_t *len) {
     return b;
 }
 
-static k3_tok *load(const cli_opts *o) {
+static k3_tok *load(const ui_opts *o) {
     k3_tok *t;
     if (k3_tok_load(o->dir, o->pattern, &t)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
@@ -57,7 +57,7 @@ static k3_tok *load(const cli_opts *o) {
 
 /* FILE, then the vocabulary; --tokenize encodes FILE and prints the ids, --detokenize reads
  * FILE's ids (k3_ids_parse) and writes their bytes. */
-static int run(const cli_opts *o, int detok) {
+static int run(const ui_opts *o, int detok) {
     size_t len;
     char  *text = slurp(o->file, &len);
     if (!text)
@@ -96,10 +96,10 @@ done:
     return rc;
 }
 
-int cli_tokenize(const cli_opts *o) {
+int cli_tokenize(const ui_opts *o) {
     return run(o, 0);
 }
 
-int cli_detokenize(const cli_opts *o) {
+int cli_detokenize(const ui_opts *o) {
     return run(o, 1);
 }

@@ -1,9 +1,14 @@
-/* main.c: k3chat's entry point: parse the command line, pick a mode (cli.h), run it.
+/* main.c: k3chat's entry point: parse the command line (the settings' flags come from the table,
+ * include/k3-settings.h), pick a mode, run it: a CLI mode (cli.h), the full-screen chat (tui.h),
+ * the line mode when the terminal cannot run it, or the server (serve.h). The modes do not call
+ * each other.
  * Only main and the CLI modes may exit; the engine returns statuses. */
 #include "settings.h"
 #include "cli.h"
 #include "cmd.h"
 #include "k3.h"
+#include "serve.h"
+#include "tui.h"
 #include "text.h"
 
 #include <errno.h>
@@ -16,6 +21,28 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+
+/* " (0..2, default 0.6; or K3_X)": what the help says after a setting's doc ("" when nothing); n of
+ * at least 176 holds every part whole (64 + 48 + 48 and the separators). */
+static const char *settings_note(int id, char *buf, size_t n) {
+    const k3_setting_row *r         = k3_setting(id);
+    char                  range[64] = "", def[48] = "", env[48] = "";
+    if (r->type == K3_TYPE_NUM || (r->type == K3_TYPE_INT && !r->choices))
+        snprintf(range, sizeof range, "%.15g..%.15g", r->lo, r->hi);
+    if (!isnan(r->def) && r->type == K3_TYPE_BOOL)
+        snprintf(def, sizeof def, "default %s", r->def ? "on" : "off");
+    else if (!isnan(r->def) && r->type == K3_TYPE_ENUM)
+        snprintf(def, sizeof def, "default %s", k3_setting_choice(id, (int)r->def));
+    else if (!isnan(r->def))
+        snprintf(def, sizeof def, "default %g", r->def);
+    if (r->env)
+        snprintf(env, sizeof env, "or %s", r->env);
+    if (!range[0] && !def[0] && !env[0])
+        return "";
+    snprintf(buf, n, " (%s%s%s%s%s)", range, range[0] && def[0] ? ", " : "", def,
+             (range[0] || def[0]) && env[0] ? "; " : "", env);
+    return buf;
+}
 
 static void usage(FILE *f) {
     fprintf(
@@ -31,58 +58,100 @@ static void usage(FILE *f) {
         "       k3chat MODEL_DIR --replay FILE      re-run a transcript's user turns and compare\n"
         "       k3chat MODEL_DIR --serve [ADDR:]PORT  OpenAI-compatible HTTP server (127.0.0.1 by default)\n"
         "       k3chat --endpoint URL [--model NAME]  chat with a remote OpenAI-compatible server\n"
+        "       k3chat MODEL_DIR --plain            line-mode REPL instead of the full-screen interface\n"
         "\n"
-        "options:\n"
-        "  --plain             line-mode REPL instead of the full-screen interface\n"
-        "  --load FILE         continue a saved conversation (transcript)\n"
-        "  --system TEXT       system prompt\n"
-        "  --max-tokens N      stop after N generated tokens\n"
-        "  --temp T            sampling temperature (0 = greedy)\n"
-        "  --top-p P           nucleus sampling threshold\n"
-        "  --seed S            random seed for reproducible sampling\n"
-        "  --think on|off      thinking mode (default on)\n"
-        "  --effort low|high|max  thinking effort (default max)\n"
-        "  --json-schema FILE  --prompt's answer is one JSON document valid against FILE's schema\n"
-        "  --json              --prompt's answer is one JSON object\n"
-        "  --pattern kimi|o200k   pre-tokenizer family for --tokenize/--detokenize\n"
-        "  --theme NAME        color theme\n"
-        "  --api-key KEY       bearer token --serve demands of clients, --endpoint sends (or K3_API_KEY)\n"
-        "  --model NAME        model name served (--serve) or requested (--endpoint)\n"
-        "  --allow-host NAMES  Host names (comma-separated) a --serve without a key answers\n"
-        "  --parallel N        requests --serve generates at once (1..64, default 4)\n"
-        "  --measure           with --inspect: measure this machine's speed figures again\n"
-        "  -h, --help          this help;  -V, --version  the version\n"
-        "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
+        "options (the settings table, k3-settings.h):\n");
+    for (int id = 0; id < K3_SETTING_N; id++) { /* "  --temp X  doc (0..2, default 0.6)" */
+        const k3_setting_row *r = k3_setting(id);
+        if (r->flag) {
+            char opt[64], note[176];
+            snprintf(opt, sizeof opt, "--%s %s", r->flag, k3_setting_arg(id, K3_SRC_FLAG));
+            fprintf(f, "  %-22s %s%s\n", opt, r->doc, settings_note(id, note, sizeof note));
+        }
+    }
+    fprintf(f, "  --json                 --prompt's answer is one JSON object\n"
+               "  --measure              with --inspect: measure this machine's speed figures again\n"
+               "  -h, --help             this help;  -V, --version  the version\n"
+               "\nSee k3chat(1) for slash commands, keys and the K3_* environment variables.\n");
 }
 
 /* Each mode option (--prompt, --ids, --serve, --inspect, ...) picks what k3chat does: two
  * different ones are a usage error (the last one used to win silently: --prompt X --serve P
  * served and dropped the prompt); the same one again replaces its argument. */
-static int set_mode(cli_opts *o, enum cli_mode mode, const char *opt) {
+static int set_mode(enum cli_mode *o, enum cli_mode mode, const char *opt) {
     static const char *first;
     if (first && strcmp(first, opt)) {
         fprintf(stderr, "k3chat: %s and %s are different modes; give one of them (try --help)\n", first, opt);
         return 2;
     }
-    first   = opt;
-    o->mode = mode;
+    first = opt;
+    *o    = mode;
     return 0;
 }
 
-/* An option's number: cmd_num, the parser and range the slash commands use (cmd.h). */
-static int parse_num(const char *opt, const char *s, double lo, double hi, int integer, double *out) {
-    char range[64];
-    if (cmd_num(s, lo, hi, integer, out) == 0)
-        return 0;
-    fprintf(stderr, "k3chat: %s: '%s' is not %s in %s\n", opt, s, integer ? "an integer" : "a number",
-            cmd_range_str(lo, hi, range, sizeof range));
-    return -1;
-}
-
-static int parse_cmd_num(const char *opt, enum cmd_id id, const char *s, double *out) {
-    double lo, hi;
-    cmd_range(id, &lo, &hi);
-    return parse_num(opt, s, lo, hi, 0, out);
+/* A setting's flag (--temp X): parsed by its row of the settings table into o. 0 ok; 2 (a usage
+ * error) with the table's message. */
+static int set_flag(ui_opts *o, enum k3_setting_id id, const char *arg) {
+    char     err[256];
+    double   v = 0;
+    uint64_t u = 0;
+    if ((id == K3_SETTING_SEED ? k3_setting_parse_u64(id, K3_SRC_FLAG, arg, &u, err, sizeof err)
+                               : k3_setting_parse(id, K3_SRC_FLAG, arg, &v, err, sizeof err))) {
+        fprintf(stderr, "k3chat: %s\n", err);
+        return 2;
+    }
+    switch (id) {
+    case K3_SETTING_TEMP:
+        o->temp = (float)v;
+        break;
+    case K3_SETTING_TOP_P:
+        o->top_p = (float)v;
+        break;
+    case K3_SETTING_THINK:
+        o->think = (int)v;
+        break;
+    case K3_SETTING_EFFORT:
+        o->effort = arg;
+        break;
+    case K3_SETTING_MAX_TOKENS:
+        o->max_tokens = (int)v;
+        break;
+    case K3_SETTING_SEED:
+        o->seed     = u;
+        o->has_seed = 1;
+        break;
+    case K3_SETTING_SYSTEM:
+        o->system = arg;
+        break;
+    case K3_SETTING_THEME:
+        o->theme = arg;
+        break;
+    case K3_SETTING_LOAD:
+        o->load = arg;
+        break;
+    case K3_SETTING_PATTERN:
+        o->pattern = arg;
+        break;
+    case K3_SETTING_API_KEY:
+        o->api_key = arg;
+        break;
+    case K3_SETTING_MODEL_NAME:
+        o->model_name = arg;
+        break;
+    case K3_SETTING_ALLOW_HOST:
+        o->allow_hosts = arg;
+        break;
+    case K3_SETTING_PARALLEL:
+        o->parallel = (int)v;
+        break;
+    case K3_SETTING_JSON_SCHEMA:
+        o->json_schema = arg;
+        break;
+    default:
+        fprintf(stderr, "k3chat: --%s: not an option of k3chat\n", k3_setting(id)->flag);
+        return 2;
+    }
+    return 0;
 }
 
 /* A closed standard descriptor would be taken by the next open() (a shard, the autosave
@@ -98,8 +167,11 @@ static void hold_std_fds(void) {
     }
 }
 
-static int run_mode(const cli_opts *o) {
-    switch (o->mode) {
+/* main picks the mode; the modes do not call each other (the full-screen chat on a terminal that
+ * cannot run it is the line mode, chosen here). */
+static int run_mode(enum cli_mode mode, int plain, const ui_opts *o) {
+    char why[160];
+    switch (mode) {
     case CLI_INSPECT:
         return cli_inspect(o);
     case CLI_TOKENIZE:
@@ -115,8 +187,13 @@ static int run_mode(const cli_opts *o) {
     case CLI_SERVE:
         return cli_serve(o);
     case CLI_CHAT:
-        if (o->plain || !isatty(0) || !isatty(1))
+        if (plain || !isatty(0) || !isatty(1))
             return cli_plain(o);
+        if (!tui_usable(why, sizeof why)) {
+            if (why[0])
+                txt_term_printf(stderr, "k3chat: %s: using line mode\n", why); /* why names TERM */
+            return cli_plain(o);
+        }
         return ui_tui_run(o);
     }
     return 2;
@@ -160,7 +237,9 @@ static int stdout_done(int rc) {
     return rc;
 }
 
-int main(int argc, char **argv) {
+/* The command line into o, *mode and *plain (the option table: the modes, then a flag per
+ * setting). -1 to go on, else the exit status (0 after --help or --version, 2 on a usage error). */
+static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, int *plain) {
     enum {
         O_INSPECT = 256,
         O_TOKENIZE,
@@ -168,65 +247,39 @@ int main(int argc, char **argv) {
         O_CHAT_IDS,
         O_PROMPT,
         O_IDS,
-        O_PATTERN,
-        O_LOAD,
         O_REPLAY,
-        O_THEME,
-        O_SYSTEM,
-        O_MAXTOK,
-        O_TEMP,
-        O_TOPP,
-        O_SEED,
-        O_THINK,
-        O_EFFORT,
         O_PLAIN,
         O_SERVE,
         O_ENDPOINT,
-        O_APIKEY,
-        O_MODEL,
-        O_ALLOWHOST,
-        O_PARALLEL,
         O_MEASURE,
-        O_JSONSCHEMA,
-        O_JSON
+        O_JSON,
+        O_SETTING /* + the setting's id */
     };
-    static const struct option lo[] = {{"inspect", no_argument, 0, O_INSPECT},
-                                       {"tokenize", no_argument, 0, O_TOKENIZE},
-                                       {"detokenize", no_argument, 0, O_DETOKENIZE},
-                                       {"chat-ids", no_argument, 0, O_CHAT_IDS},
-                                       {"prompt", required_argument, 0, O_PROMPT},
-                                       {"ids", required_argument, 0, O_IDS},
-                                       {"pattern", required_argument, 0, O_PATTERN},
-                                       {"load", required_argument, 0, O_LOAD},
-                                       {"replay", required_argument, 0, O_REPLAY},
-                                       {"theme", required_argument, 0, O_THEME},
-                                       {"system", required_argument, 0, O_SYSTEM},
-                                       {"max-tokens", required_argument, 0, O_MAXTOK},
-                                       {"temp", required_argument, 0, O_TEMP},
-                                       {"top-p", required_argument, 0, O_TOPP},
-                                       {"seed", required_argument, 0, O_SEED},
-                                       {"think", required_argument, 0, O_THINK},
-                                       {"effort", required_argument, 0, O_EFFORT},
-                                       {"plain", no_argument, 0, O_PLAIN},
-                                       {"serve", required_argument, 0, O_SERVE},
-                                       {"endpoint", required_argument, 0, O_ENDPOINT},
-                                       {"api-key", required_argument, 0, O_APIKEY},
-                                       {"model", required_argument, 0, O_MODEL},
-                                       {"allow-host", required_argument, 0, O_ALLOWHOST},
-                                       {"parallel", required_argument, 0, O_PARALLEL},
-                                       {"measure", no_argument, 0, O_MEASURE},
-                                       {"json-schema", required_argument, 0, O_JSONSCHEMA},
-                                       {"json", no_argument, 0, O_JSON},
-                                       {"help", no_argument, 0, 'h'},
-                                       {"version", no_argument, 0, 'V'},
-                                       {0, 0, 0, 0}};
-    hold_std_fds();
-    /* a reader that went away (k3chat ... | head) is a write error reported with a message and
-     * status 1, not a silent death by SIGPIPE (141) */
-    signal(SIGPIPE, SIG_IGN);
-    cli_opts o = {.max_tokens = -1, .temp = NAN, .top_p = NAN, .think = -1};
-    double   v;
-    int      c;
+    /* the modes, then every setting with a flag (k3-settings.h) */
+    static const struct option modes[] = {{"inspect", no_argument, 0, O_INSPECT},
+                                          {"tokenize", no_argument, 0, O_TOKENIZE},
+                                          {"detokenize", no_argument, 0, O_DETOKENIZE},
+                                          {"chat-ids", no_argument, 0, O_CHAT_IDS},
+                                          {"prompt", required_argument, 0, O_PROMPT},
+                                          {"ids", required_argument, 0, O_IDS},
+                                          {"replay", required_argument, 0, O_REPLAY},
+                                          {"plain", no_argument, 0, O_PLAIN},
+                                          {"serve", required_argument, 0, O_SERVE},
+                                          {"endpoint", required_argument, 0, O_ENDPOINT},
+                                          {"measure", no_argument, 0, O_MEASURE},
+                                          {"json", no_argument, 0, O_JSON},
+                                          {"help", no_argument, 0, 'h'},
+                                          {"version", no_argument, 0, 'V'}};
+    enum { N_MODES = sizeof modes / sizeof modes[0] };
+    struct option lo[N_MODES + K3_SETTING_N + 1];
+    int           nlo = 0;
+    for (; nlo < N_MODES; nlo++)
+        lo[nlo] = modes[nlo];
+    for (int id = 0; id < K3_SETTING_N; id++)
+        if (k3_setting(id)->flag)
+            lo[nlo++] = (struct option){k3_setting(id)->flag, required_argument, 0, O_SETTING + id};
+    lo[nlo] = (struct option){0, 0, 0, 0};
+    int c;
     while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
         switch (c) {
         case 'h':
@@ -236,187 +289,146 @@ int main(int argc, char **argv) {
             printf("k3chat %s\n", k3_version());
             return 0;
         case O_INSPECT:
-            if (set_mode(&o, CLI_INSPECT, "--inspect"))
+            if (set_mode(mode, CLI_INSPECT, "--inspect"))
                 return 2;
             break;
         case O_TOKENIZE:
-            if (set_mode(&o, CLI_TOKENIZE, "--tokenize"))
+            if (set_mode(mode, CLI_TOKENIZE, "--tokenize"))
                 return 2;
             break;
         case O_DETOKENIZE:
-            if (set_mode(&o, CLI_DETOKENIZE, "--detokenize"))
+            if (set_mode(mode, CLI_DETOKENIZE, "--detokenize"))
                 return 2;
             break;
         case O_CHAT_IDS:
-            if (set_mode(&o, CLI_CHAT_IDS, "--chat-ids"))
+            if (set_mode(mode, CLI_CHAT_IDS, "--chat-ids"))
                 return 2;
             break;
         case O_PROMPT:
-            if (set_mode(&o, CLI_ONESHOT, "--prompt"))
+            if (set_mode(mode, CLI_ONESHOT, "--prompt"))
                 return 2;
-            o.prompt = optarg;
-            break;
-        case O_JSONSCHEMA:
-            o.json_schema = optarg;
+            o->prompt = optarg;
             break;
         case O_JSON:
-            o.json = 1;
+            o->json = 1;
             break;
         case O_IDS:
-            if (set_mode(&o, CLI_ONESHOT, "--ids"))
+            if (set_mode(mode, CLI_ONESHOT, "--ids"))
                 return 2;
-            o.ids = optarg;
+            o->ids = optarg;
             break;
         case O_REPLAY:
-            if (set_mode(&o, CLI_REPLAY, "--replay"))
+            if (set_mode(mode, CLI_REPLAY, "--replay"))
                 return 2;
-            o.file = optarg;
-            break;
-        case O_PATTERN:
-            if (strcmp(optarg, "kimi") && strcmp(optarg, "o200k")) {
-                fprintf(stderr, "k3chat: --pattern: '%s' is not kimi or o200k\n", optarg);
-                return 2;
-            }
-            o.pattern = optarg;
-            break;
-        case O_LOAD:
-            o.load = optarg;
-            break;
-        case O_THEME:
-            o.theme = optarg;
-            break;
-        case O_SYSTEM:
-            o.system = optarg;
-            break;
-        case O_MAXTOK:
-            if (parse_num("--max-tokens", optarg, 0, 1e9, 1, &v))
-                return 2;
-            o.max_tokens = (int)v;
-            break;
-        case O_TEMP:
-            if (parse_cmd_num("--temp", CMD_TEMP, optarg, &v))
-                return 2;
-            o.temp = (float)v;
-            break;
-        case O_TOPP:
-            if (parse_cmd_num("--top-p", CMD_TOPP, optarg, &v))
-                return 2;
-            o.top_p = (float)v;
-            break;
-        case O_SEED: {
-            /* digits only (strtoull would take "-1" as 2^64-1), and what a transcript stores */
-            char *end;
-            errno  = 0;
-            o.seed = strtoull(optarg, &end, 10);
-            if (!optarg[0] || optarg[strspn(optarg, "0123456789")] || errno || o.seed > (uint64_t)INT64_MAX) {
-                fprintf(stderr, "k3chat: --seed: '%s' is not an integer in 0..%lld\n", optarg,
-                        (long long)INT64_MAX);
-                return 2;
-            }
-            o.has_seed = 1;
-            break;
-        }
-        case O_THINK:
-            if (!strcmp(optarg, "on"))
-                o.think = 1;
-            else if (!strcmp(optarg, "off"))
-                o.think = 0;
-            else {
-                fprintf(stderr, "k3chat: --think: '%s' is not on or off\n", optarg);
-                return 2;
-            }
-            break;
-        case O_EFFORT:
-            if (strcmp(optarg, "low") && strcmp(optarg, "high") && strcmp(optarg, "max")) {
-                fprintf(stderr, "k3chat: --effort: '%s' is not low, high or max%s\n", optarg,
-                        strcmp(optarg, "medium") ? "" : " (the release rejects medium)");
-                return 2;
-            }
-            o.effort = optarg;
+            o->file = optarg;
             break;
         case O_PLAIN:
-            o.plain = 1;
+            *plain = 1;
             break;
         case O_SERVE:
-            if (set_mode(&o, CLI_SERVE, "--serve"))
+            if (set_mode(mode, CLI_SERVE, "--serve"))
                 return 2;
-            o.serve = optarg;
+            o->serve = optarg;
             break;
         case O_ENDPOINT:
-            o.endpoint = optarg;
-            break;
-        case O_APIKEY:
-            o.api_key = optarg;
-            break;
-        case O_MODEL:
-            o.model_name = optarg;
-            break;
-        case O_ALLOWHOST:
-            o.allow_hosts = optarg;
-            break;
-        case O_PARALLEL:
-            if (parse_num("--parallel", optarg, 1, 64, 1, &v))
-                return 2;
-            o.parallel = (int)v;
+            o->endpoint = optarg;
             break;
         case O_MEASURE:
-            o.measure = 1;
+            o->measure = 1;
             break;
         default:
+            if (c >= O_SETTING && c < O_SETTING + K3_SETTING_N) {
+                if (set_flag(o, (enum k3_setting_id)(c - O_SETTING), optarg))
+                    return 2;
+                break;
+            }
             usage(stderr);
             return 2;
         }
     }
-    if (!o.api_key && getenv("K3_API_KEY") && *getenv("K3_API_KEY"))
-        o.api_key = getenv("K3_API_KEY");
-    if (o.measure && o.mode != CLI_INSPECT) {
+    if (!o->api_key) /* the flags that have a variable too: the flag wins */
+        o->api_key = k3_setting_env_str(K3_SETTING_API_KEY);
+    if (!o->theme)
+        o->theme = k3_setting_env_str(K3_SETTING_THEME);
+    return -1;
+}
+
+/* The options that do not go together, the number of arguments for the mode (o->dir, o->file
+ * taken from them) and a --load transcript checked: 0, or 2 (a usage error, reported). */
+static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
+    if (o->measure && mode != CLI_INSPECT) {
         fprintf(stderr, "k3chat: --measure goes with --inspect (k3chat --inspect --measure MODEL_DIR)\n");
         return 2;
     }
-    if (o.endpoint && o.mode != CLI_CHAT) {
+    if (o->endpoint && mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --endpoint works with the chat (TUI or --plain) only\n");
         return 2;
     }
-    if (o.endpoint && strstr(o.endpoint, "://") && strncasecmp(o.endpoint, "http://", 7) &&
-        strncasecmp(o.endpoint, "https://", 8)) { /* libcurl would try ftp://, file://, ... */
-        txt_term_printf(stderr, "k3chat: --endpoint: '%s' is not an http:// or https:// URL\n", o.endpoint);
+    if (o->endpoint && strstr(o->endpoint, "://") && strncasecmp(o->endpoint, "http://", 7) &&
+        strncasecmp(o->endpoint, "https://", 8)) { /* libcurl would try ftp://, file://, ... */
+        txt_term_printf(stderr, "k3chat: --endpoint: '%s' is not an http:// or https:// URL\n", o->endpoint);
         return 2;
     }
-    int nargs = argc - optind,
-        want  = (o.mode == CLI_TOKENIZE || o.mode == CLI_DETOKENIZE || o.mode == CLI_CHAT_IDS) ? 2
-                : o.endpoint                                                                   ? 0
-                                                                                               : 1;
+    int nargs = argc - optind, want = (mode == CLI_TOKENIZE || mode == CLI_DETOKENIZE || mode == CLI_CHAT_IDS)
+                                          ? 2
+                                      : o->endpoint ? 0
+                                                    : 1;
     if (nargs != want) {
         fprintf(stderr, "k3chat: expected %d argument%s, got %d (try --help)\n", want, want != 1 ? "s" : "",
                 nargs);
         return 2;
     }
-    o.dir = want ? argv[optind] : NULL;
+    o->dir = want ? argv[optind] : NULL;
     if (want == 2)
-        o.file = argv[optind + 1];
-    if (o.load && o.mode != CLI_CHAT) {
+        o->file = argv[optind + 1];
+    if (o->load && mode != CLI_CHAT) {
         fprintf(stderr, "k3chat: --load continues a conversation in the chat only (not with --prompt, --ids, "
                         "--replay, --serve or the tools); to ask one question after it, pipe the message in: "
                         "echo TEXT | k3chat --load FILE MODEL_DIR\n");
         return 2;
     }
-    if ((o.json_schema || o.json) && !o.prompt) {
-        fprintf(stderr, "k3chat: %s shapes the answer of --prompt only\n", o.json ? "--json" : "--json-schema");
+    if ((o->json_schema || o->json) && !o->prompt) {
+        fprintf(stderr, "k3chat: %s shapes the answer of --prompt only\n",
+                o->json ? "--json" : "--json-schema");
         return 2;
     }
-    if (o.json_schema && o.json) {
+    if (o->json_schema && o->json) {
         fprintf(stderr, "k3chat: --json and --json-schema exclude each other (--json is any JSON object)\n");
         return 2;
     }
-    if (o.load && check_load(o.load) != 0)
+    if (o->load && check_load(o->load) != 0)
         return 2;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    hold_std_fds();
+    /* a reader that went away (k3chat ... | head) is a write error reported with a message and
+     * status 1, not a silent death by SIGPIPE (141) */
+    signal(SIGPIPE, SIG_IGN);
+    ui_opts       o     = {.max_tokens = -1, .temp = NAN, .top_p = NAN, .think = -1};
+    enum cli_mode mode  = CLI_CHAT;
+    int           plain = 0;
+    int           rc    = parse_args(argc, argv, &o, &mode, &plain);
+    if (rc >= 0)
+        return rc;
+    if (check_args(argc, argv, &o, mode))
+        return 2;
+    /* the process settings (kernels, K3_VERBOSE, K3_MEM_GB, ...), once, for the modes that run a
+     * model: a malformed one stops here, before a terminal is taken over */
+    int runs_model = mode == CLI_ONESHOT || mode == CLI_REPLAY || mode == CLI_SERVE || mode == CLI_INSPECT ||
+                     (mode == CLI_CHAT && !o.endpoint && !k3_setting_env_str(K3_SETTING_MOCK));
+    if (runs_model && k3_init() != K3_OK) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        return 1;
+    }
 
     char *prompt = NULL, *system = NULL;
     if (utf8_arg("--prompt", &o.prompt, &prompt) || utf8_arg("--system", &o.system, &system)) {
         free(prompt);
         return 1;
     }
-    int rc = stdout_done(run_mode(&o));
+    rc = stdout_done(run_mode(mode, plain, &o));
     free(prompt);
     free(system);
     return rc;

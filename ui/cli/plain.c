@@ -23,11 +23,14 @@
 #include "engine.h"
 #include "input.h"
 #include "k3.h"
+#include "k3-settings.h"
 #include "text.h"
 #include "loadprog.h"
 
 #include <errno.h>
+#include <curses.h>
 #include <histedit.h>
+#include <term.h>
 #include <locale.h>
 #include <signal.h>
 #include <stdio.h>
@@ -52,10 +55,12 @@ typedef struct plain {
     int           replaying;        /* a /replay runs: its end writes no answer line              */
     int           want_stats;       /* /stats asked: print the next requested EV_STATS            */
     ue_stats      st;               /* the last turn's statistics (EV_DONE)                        */
-    load_prog     lp;               /* the loading line on stderr (loadprog.h)                    */
-    unsigned      acked;            /* EV_ACKs seen: the worker has run this many commands */
-    int           out_err;          /* errno of the first failed write to stdout (0: none) */
-    txt_buf      *ans;              /* (n_ans) the answers of the conversation, for /copy */
+    ue_stats      now;              /* the latest context figures (a partial EV_STATS)             */
+    int           have_now;
+    load_prog     lp;      /* the loading line on stderr (loadprog.h)                    */
+    unsigned      acked;   /* EV_ACKs seen: the worker has run this many commands */
+    int           out_err; /* errno of the first failed write to stdout (0: none) */
+    txt_buf      *ans;     /* (n_ans) the answers of the conversation, for /copy */
     int           n_ans, cap_ans;
     txt_buf       cur;       /* the answer streaming now                            */
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
@@ -134,8 +139,13 @@ static void print_stats(plain *p, const ue_stats *now) {
             s->n_prefill);
     else
         txt_term_printf(stderr, "k3chat: last turn: none yet\n");
-    txt_term_printf(stderr, "k3chat: context: %d of %d tokens; memory: %.2f GB resident", now->ctx_used,
-                    now->ctx_max, now->mem_gb);
+    if (now->ctx_max > 0)
+        txt_term_printf(stderr, "k3chat: context: %d of %d tokens; memory: %.2f GB resident", now->ctx_used,
+                        now->ctx_max, now->mem_gb);
+    else /* a server that does not say its context size */
+        txt_term_printf(
+            stderr, "k3chat: context: %d tokens (the server does not say its size); memory: %.2f GB resident",
+            now->ctx_used, now->mem_gb);
     if (now->expert_gb >= 0)
         txt_term_printf(stderr, "; expert cache: %.1f GB", now->expert_gb);
     if (now->expert_hit >= 0)
@@ -228,9 +238,10 @@ static int on_event(plain *p, ui_ev *e) {
         p->replaying = 0;
         return 1;
     case EV_STATS:
-        if (e->i && p->want_stats) {
-            p->want_stats = 0;
-            print_stats(p, &e->st);
+        if (e->i) /* the latest context figures; /stats prints them when its command is done */
+        {
+            p->now      = e->st;
+            p->have_now = 1;
         }
         break;
     case EV_ERROR:
@@ -243,6 +254,10 @@ static int on_event(plain *p, ui_ev *e) {
         break;
     case EV_ACK:
         p->acked++;
+        if (e->i == EV_CMD_STATS && p->want_stats && p->have_now) {
+            p->want_stats = 0;
+            print_stats(p, &p->now);
+        }
         break;
     case EV_RESET:
         ans_drop(p, 0);
@@ -263,6 +278,7 @@ static int on_event(plain *p, ui_ev *e) {
     case EV_SETTINGS: {
         char msg[300];
         chat_settings_loaded(&p->cs, &e->gen, msg, sizeof msg);
+        ue_settings(p->eng, &p->cs.gen); /* the options that won over the transcript's */
         txt_term_printf(stderr, "k3chat: %s\n", msg);
         break;
     }
@@ -316,17 +332,17 @@ static int md_command(plain *p, const cmd_result *r) {
         if (p->el) {
             /* offered on the next prompt, one line (newlines would send it at once); the user
              * is told, since the message sent will differ from the one edited */
-            int lines = 1;
+            int n_lines = 1;
             for (char *c = p->last_user; *c; c++)
                 if (*c == '\n' || *c == '\r') {
-                    lines += *c == '\n';
+                    n_lines += *c == '\n';
                     *c = ' ';
                 }
-            if (lines > 1)
+            if (n_lines > 1)
                 txt_term_printf(stderr,
                                 "k3chat: /edit: your message has %d lines; line mode offers it as one, "
                                 "the newlines turned into spaces\n",
-                                lines);
+                                n_lines);
             el_push(p->el, p->last_user);
         }
         txt_term_printf(
@@ -405,6 +421,26 @@ static void hist_drop(plain *p, const char *s) {
     }
 }
 
+/* libedit on the terminal; a TERM the terminal database does not know (k3chat has said so) is
+ * given to libedit as dumb, so it does not add a notice of its own. */
+static EditLine *el_init_quiet(FILE *in, FILE *out) {
+    const char *term  = getenv("TERM");
+    int         err   = 0;
+    char       *saved = NULL;
+    if (term && *term && setupterm(term, fileno(out), &err) != OK) {
+        saved = strdup(term);
+        setenv("TERM", "dumb", 1);
+    } else if (term && *term) {
+        del_curterm(cur_term);
+    }
+    EditLine *el = el_init("k3chat", in, out, out);
+    if (saved) {
+        setenv("TERM", saved, 1);
+        free(saved);
+    }
+    return el;
+}
+
 static int handle_text(plain *p, char *line) {
     if (line[0] == '/' && line[1] != '/') {
         cmd_result r;
@@ -418,6 +454,7 @@ static int handle_text(plain *p, char *line) {
         if (r.id == CMD_LOAD && keep_unsaved(p, p->el != NULL, "", UE_DROP_LOAD))
             return 0;
         if (chat_apply(&p->cs, p->eng, &r, msg, sizeof msg)) {
+            ue_settings(p->eng, &p->cs.gen); /* the context figure follows /think, /effort */
             if (msg[0])
                 txt_term_printf(stderr, "k3chat: %s\n", msg);
             if (r.id == CMD_REPLAY) {
@@ -556,9 +593,18 @@ static const char *prompt_fn(EditLine *el) {
     return "> ";
 }
 
-int cli_plain(const cli_opts *o) {
+int cli_plain(const ui_opts *o) {
     plain P = {.last_ch = -1}, *p = &P;
     setlocale(LC_ALL, "");
+    /* K3_EMOJI only changes the full-screen drawing, but a value it would refuse is refused here
+     * too (status 2), so a script learns of the typo before it moves to a terminal */
+    const char *emo = k3_setting_env_str(K3_SETTING_EMOJI);
+    double      ix;
+    char        eerr[256];
+    if (emo && k3_setting_parse(K3_SETTING_EMOJI, K3_SRC_ENV, emo, &ix, eerr, sizeof eerr)) {
+        txt_term_printf(stderr, "k3chat: %s\n", eerr);
+        return 2;
+    }
     chat_settings_init(&p->cs, o);
     p->err_tty       = isatty(2);
     const char *term = getenv("TERM");
@@ -577,6 +623,7 @@ int cli_plain(const cli_opts *o) {
         ev_queue_free(p->q);
         return 1;
     }
+    ue_settings(p->eng, &p->cs.gen); /* the command line's, before anything is measured */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_int;
@@ -593,7 +640,7 @@ int cli_plain(const cli_opts *o) {
     char      hpath[4096];
     int       has_hist = 0;
     if (isatty(0) && isatty(2)) {
-        el = el_init("k3chat", stdin, stderr, stderr);
+        el = el_init_quiet(stdin, stderr);
         if (el) {
             el_set(el, EL_EDITOR, "emacs");
             p->el = el;
@@ -643,6 +690,7 @@ int cli_plain(const cli_opts *o) {
             if (!s || n <= 0) {
                 if (keep_unsaved(p, 1, "\n", UE_DROP_QUIT)) /* after the terminal's ^D */
                     continue;
+                fputc('\n', stderr); /* the shell's prompt starts on a line of its own */
                 break;
             }
             line  = strdup(s);

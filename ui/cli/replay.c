@@ -8,6 +8,8 @@
  * a transcript reproduces exactly whatever its sampling.
  * Exit status: 0 every turn matches, 3 some turn differs, 1 error. */
 #include "cli.h"
+#include "engine.h"
+#include "text.h"
 #include "k3.h"
 #include "loadprog.h"
 
@@ -20,19 +22,15 @@ static void report(const k3_replay_turn *t, void *ud) {
     const char *unit = t->by_ids ? "tokens" : "bytes";
     if (t->match) {
         printf("turn %d: match (%d %s)\n", t->turn, t->n_saved, unit);
-    } else if (t->by_ids) {
-        printf("turn %d: DIFFERS at token %d (saved %d tokens, new %d): saved %d %s, new %d %s\n", t->turn,
-               t->first_diff + 1, t->n_saved, t->n_new, (int)t->saved_id, t->saved_piece, (int)t->new_id,
-               t->new_piece);
     } else {
-        printf(
-            "turn %d: DIFFERS at byte %d of the think+response text (saved %d, new %d): saved %s, new %s\n",
-            t->turn, t->first_diff + 1, t->n_saved, t->n_new, t->saved_piece, t->new_piece);
+        char d[512];
+        ue_replay_diff(t, d, sizeof d);
+        txt_term_printf(stdout, "turn %d: %s\n", t->turn, d); /* the pieces are the model's text */
     }
     fflush(stdout);
 }
 
-int cli_replay(const cli_opts *o) {
+int cli_replay(const ui_opts *o) {
     k3_params        par;
     k3_model        *m = NULL;
     k3_session      *s = NULL;

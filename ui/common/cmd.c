@@ -9,51 +9,57 @@
 
 static const struct {
     const char *name;
-    int         kind;
-    double      lo, hi;
+    int         kind, setting;
     const char *usage, *help;
 } defs[CMD_N] = {
-#define X(id, name, kind, lo, hi, usage, help) {name, kind, lo, hi, usage, help},
+#define X(id, name, kind, setting, usage, help) {name, kind, setting, usage, help},
     CMD_TABLE(X)
 #undef X
 };
 
+int cmd_setting(enum cmd_id id) {
+    return id >= 0 && id < CMD_N ? defs[id].setting : -1;
+}
+
+enum cmd_id cmd_of_setting(enum k3_setting_id s) {
+    for (int k = 0; k < CMD_N; k++)
+        if (defs[k].setting == (int)s)
+            return (enum cmd_id)k;
+    return CMD_UNKNOWN;
+}
+
+/* The name: a setting command's is its row's slash name. */
+static const char *name_of(int k) {
+    return defs[k].setting >= 0 ? k3_setting(defs[k].setting)->slash : defs[k].name;
+}
+
 const char *cmd_name(enum cmd_id id) {
-    return id >= 0 && id < CMD_N ? defs[id].name : "?";
+    return id >= 0 && id < CMD_N ? name_of(id) : "?";
 }
 
 const char *cmd_usage(enum cmd_id id, char *buf, size_t n) {
     if (id < 0 || id >= CMD_N)
         return "";
-    snprintf(buf, n, "/%s%s%s", defs[id].name, defs[id].usage[0] ? " " : "", defs[id].usage);
+    const char *arg = defs[id].setting >= 0 ? k3_setting_arg(defs[id].setting, K3_SRC_SLASH) : defs[id].usage;
+    snprintf(buf, n, "/%s%s%s", name_of(id), arg[0] ? " " : "", arg);
     return buf;
 }
 
+/* A setting command's help: the row's doc, and the range of a number ("(0..2)"). */
 const char *cmd_help(enum cmd_id id) {
-    return id >= 0 && id < CMD_N ? defs[id].help : "";
-}
-
-int cmd_num(const char *s, double lo, double hi, int integer, double *out) {
-    size_t digits = strspn(s, "0123456789"), frac = 0;
-    if (s[digits] == '.' && !integer)
-        frac = 1 + strspn(s + digits + 1, "0123456789");
-    if (digits + frac == 0 || (digits == 0 && frac == 1) || s[digits + frac])
-        return -1; /* empty, a lone ".", or anything after the number */
-    double v = strtod(s, NULL);
-    if (!(v >= lo && v <= hi))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-const char *cmd_range_str(double lo, double hi, char *buf, size_t n) {
-    snprintf(buf, n, "%.15g..%.15g", lo, hi);
-    return buf;
-}
-
-void cmd_range(enum cmd_id id, double *lo, double *hi) {
-    *lo = id >= 0 && id < CMD_N ? defs[id].lo : 0;
-    *hi = id >= 0 && id < CMD_N ? defs[id].hi : 0;
+    static char help[CMD_N][256];
+    if (id < 0 || id >= CMD_N)
+        return "";
+    if (defs[id].setting < 0)
+        return defs[id].help;
+    if (!help[id][0]) {
+        const k3_setting_row *r = k3_setting(defs[id].setting);
+        if (r->type == K3_TYPE_NUM)
+            snprintf(help[id], sizeof help[id], "%s (%.15g..%.15g)", r->doc, r->lo, r->hi);
+        else
+            snprintf(help[id], sizeof help[id], "%s", r->doc);
+    }
+    return help[id];
 }
 
 /* Optimal string alignment distance (edits: insert, delete, substitute, swap neighbours). */
@@ -90,10 +96,10 @@ const char *cmd_nearest(const char *name_in) {
     name[ln] = 0;
     for (int k = 0; k < CMD_N; k++) {
         /* a prefix of a command ("/sa" -> "/save") is as near as it gets */
-        int d = ln && !strncmp(defs[k].name, name, ln) ? 0 : distance(name, defs[k].name);
+        int d = ln && !strncmp(name_of(k), name, ln) ? 0 : distance(name, name_of(k));
         if (d < bd) {
             bd   = d;
-            best = defs[k].name;
+            best = name_of(k);
         }
     }
     int limit = ln <= 3 ? 1 : ln <= 6 ? 2 : 3;
@@ -104,9 +110,9 @@ int cmd_complete(const char *prefix, const char **out, int max) {
     int    n  = 0;
     size_t lp = strlen(prefix);
     for (int k = 0; k < CMD_N; k++)
-        if (!strncmp(defs[k].name, prefix, lp)) {
+        if (!strncmp(name_of(k), prefix, lp)) {
             if (n < max)
-                out[n] = defs[k].name;
+                out[n] = name_of(k);
             n++;
         }
     return n;
@@ -141,7 +147,7 @@ int cmd_parse(const char *line, cmd_result *r) {
     }
     int k;
     for (k = 0; k < CMD_N; k++)
-        if (!strcmp(name, defs[k].name))
+        if (!strcmp(name, name_of(k)))
             break;
     if (k == CMD_N) {
         const char *near = cmd_nearest(name);
@@ -164,46 +170,18 @@ int cmd_parse(const char *line, cmd_result *r) {
             return -1;
         }
         break;
-    case CMD_ARG_NUM: {
-        char range[64];
+    case CMD_ARG_SETTING: {
+        char want[96];
         if (!al) {
-            snprintf(r->msg, sizeof r->msg, "%s: missing the value (%s)", usage, defs[k].help);
+            snprintf(r->msg, sizeof r->msg, "%s: missing the value (%s)", usage,
+                     k3_setting_expect(defs[k].setting, K3_SRC_SLASH, want, sizeof want));
             return -1;
         }
-        if (cmd_num(r->arg, defs[k].lo, defs[k].hi, 0, &r->num) != 0) {
-            snprintf(r->msg, sizeof r->msg, "%s: '%.60s' is not a number in %s", usage, r->arg,
-                     cmd_range_str(defs[k].lo, defs[k].hi, range, sizeof range));
+        if (k3_setting_parse(defs[k].setting, K3_SRC_SLASH, r->arg, &r->num, r->msg, sizeof r->msg))
             return -1;
-        }
+        r->flag = (int)r->num;
         break;
     }
-    case CMD_ARG_ONOFF:
-        if (!strcmp(r->arg, "on"))
-            r->flag = 1;
-        else if (!strcmp(r->arg, "off"))
-            r->flag = 0;
-        else {
-            snprintf(r->msg, sizeof r->msg, "%s: %s%.60s%s", usage, al ? "'" : "missing on or off",
-                     al ? r->arg : "", al ? "' is not on or off" : "");
-            return -1;
-        }
-        break;
-    case CMD_ARG_EFFORT:
-        if (!strcmp(r->arg, "low"))
-            r->flag = 0;
-        else if (!strcmp(r->arg, "high"))
-            r->flag = 1;
-        else if (!strcmp(r->arg, "max"))
-            r->flag = 2;
-        else if (!al) {
-            snprintf(r->msg, sizeof r->msg, "%s: missing the effort (low, high or max)", usage);
-            return -1;
-        } else {
-            snprintf(r->msg, sizeof r->msg, "%s: '%.60s' is not low, high or max%s", usage, r->arg,
-                     strcmp(r->arg, "medium") ? "" : " (the release rejects medium)");
-            return -1;
-        }
-        break;
     case CMD_ARG_FORGET:
         if (al && strcmp(r->arg, "--fit")) {
             snprintf(r->msg, sizeof r->msg, "%s: '%.60s' is not --fit", usage, r->arg);
@@ -225,7 +203,7 @@ int cmd_parse(const char *line, cmd_result *r) {
             const char *w = r->arg[0] == '/' ? r->arg + 1 : r->arg;
             int         j;
             for (j = 0; j < CMD_N; j++)
-                if (!strcmp(w, defs[j].name))
+                if (!strcmp(w, name_of(j)))
                     break;
             if (j == CMD_N) {
                 const char *near = cmd_nearest(w);

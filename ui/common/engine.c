@@ -42,7 +42,7 @@ static void *worker_main(void *arg) {
             ui_ev ack = {.type = EV_ACK, .i = c.type};
             ev_push(u->out, &ack);
         } else {
-            if (c.type != EV_CMD_EXPERTS && c.type != EV_CMD_STATS)
+            if (c.type != EV_CMD_EXPERTS && c.type != EV_CMD_STATS && c.type != EV_CMD_SETTINGS)
                 ev_push_text(u->out, EV_ERROR, "no model is loaded");
             ui_ev ack = {.type = EV_ACK, .i = c.type};
             ev_push(u->out, &ack);
@@ -55,12 +55,12 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-ue *ue_start(const cli_opts *o, ev_queue *out) {
+ue *ue_start(const ui_opts *o, ev_queue *out) {
     ue *u = calloc(1, sizeof *u);
     if (!u)
         return NULL;
-    const char *mock = getenv("K3_MOCK");
-    u->be            = mock && *mock ? &ue_backend_mock : o->endpoint ? &ue_backend_remote : &ue_backend_real;
+    const char *mock = k3_setting_env_str(K3_SETTING_MOCK);
+    u->be            = mock ? &ue_backend_mock : o->endpoint ? &ue_backend_remote : &ue_backend_real;
     u->opts          = o;
     u->out           = out;
     u->cmds          = ev_queue_new(0);
@@ -144,6 +144,19 @@ void ue_experts(ue *u, double gb) {
 void ue_stats_req(ue *u) {
     post(u, EV_CMD_STATS, NULL, NULL, 0);
 }
+void ue_replay_diff(const k3_replay_turn *t, char *buf, size_t n) {
+    if (t->by_ids)
+        snprintf(buf, n, "DIFFERS at token %d (saved %d tokens, new %d): saved %d %s, new %d %s",
+                 t->first_diff + 1, t->n_saved, t->n_new, (int)t->saved_id, t->saved_piece, (int)t->new_id,
+                 t->new_piece);
+    else
+        snprintf(buf, n, "DIFFERS at byte %d of the think+response text (saved %d, new %d): saved %s, new %s",
+                 t->first_diff + 1, t->n_saved, t->n_new, t->saved_piece, t->new_piece);
+}
+
+void ue_settings(ue *u, const ue_gen *g) {
+    post(u, EV_CMD_SETTINGS, NULL, g, 0);
+}
 
 void ue_emit_token(ue *u, int ch, const char *text, size_t n) {
     char buf[256], *s = n < sizeof buf ? buf : malloc(n + 1);
@@ -167,7 +180,7 @@ void ue_emitf(ue *u, int type, const char *fmt, ...) {
 }
 
 const char *ue_effort_name(int e) {
-    return e == 0 ? "low" : e == 1 ? "high" : "max";
+    return k3_setting_choice(K3_SETTING_EFFORT, e);
 }
 
 void ue_gen_settings(struct k3_conv *c, const ue_gen *g, float temp, float top_p, k3_conv_settings *set) {
@@ -295,7 +308,7 @@ void ue_note_saved(ue *u, const k3_conv *c) {
 }
 
 int ue_unsaved_refuse(ue *u, int *warned, int what, char *msg, size_t n) {
-    static const char *const name[] = {"quit", "/clear", "/load"},
+    static const char *const name[]  = {"quit", "/clear", "/load"},
                              *does[] = {"leaves", "drops it", "replaces it"};
     int kind                         = what + 1;
     if (!ue_unsaved(u) || *warned == kind) {
@@ -387,13 +400,13 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         if (li.has_settings) { /* the next turns continue with the transcript's settings */
             k3_conv_settings set;
             k3_conv_get_settings(c, &set);
-            ui_ev e = {.type = EV_SETTINGS};
-            e.gen   = (ue_gen){.temp   = set.sampling.temp,
-                               .top_p  = set.sampling.top_p,
-                               .think  = set.think,
-                               .effort = !strcmp(set.effort, "low")    ? 0
-                                         : !strcmp(set.effort, "high") ? 1
-                                                                       : 2};
+            ui_ev  e   = {.type = EV_SETTINGS};
+            double eff = k3_setting(K3_SETTING_EFFORT)->def; /* k3_conv_load checked it */
+            (void)k3_setting_parse(K3_SETTING_EFFORT, K3_SRC_API, set.effort, &eff, NULL, 0);
+            e.gen = (ue_gen){.temp   = set.sampling.temp,
+                             .top_p  = set.sampling.top_p,
+                             .think  = set.think,
+                             .effort = (int)eff};
             ev_push(u->out, &e);
         }
         return 2;

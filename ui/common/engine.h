@@ -15,7 +15,7 @@
  * built and tested without a model.
  */
 #pragma once
-#include "cli.h"
+#include "opts.h"
 #include "ev.h"
 
 #include <pthread.h>
@@ -45,7 +45,7 @@ extern const ue_backend ue_backend_remote; /* remote.c: --endpoint URL */
 struct ue {
     const ue_backend *be;
     void             *self;
-    const cli_opts   *opts;        /* options of the process (read-only)          */
+    const ui_opts    *opts;        /* options of the process (read-only)          */
     ev_queue         *out;         /* events to the UI                            */
     ev_queue         *cmds;        /* commands to the worker                      */
     atomic_int        cancel;      /* set by ue_cancel, cleared when a turn starts */
@@ -65,7 +65,7 @@ struct ue {
 };
 
 /* Start the worker (mock when K3_MOCK is set, else the real engine). NULL when out of memory. */
-ue  *ue_start(const cli_opts *o, ev_queue *out);
+ue  *ue_start(const ui_opts *o, ev_queue *out);
 void ue_close(ue *u); /* cancel, stop and join the worker, free */
 void ue_cancel(ue *u);
 
@@ -86,6 +86,14 @@ void ue_replay(ue *u, const char *path, const ue_gen *g);
 void ue_export(ue *u, const char *path, int force);
 void ue_experts(ue *u, double gb);
 void ue_stats_req(ue *u);
+/* The settings in force now (after a settings command, a load, at start): the conversation
+ * takes them at once, so every context figure (the status bar, /stats, /load's "needs",
+ * /forget --fit) is measured as the next turn will render it. */
+void ue_settings(ue *u, const ue_gen *g);
+/* How a replayed turn differs from the saved one, the same words for --replay and /replay:
+ * "DIFFERS at token 3 (saved 12 tokens, new 12): saved 77 'x', new 78 'y'" (1-based). */
+struct k3_replay_turn;
+void ue_replay_diff(const struct k3_replay_turn *t, char *buf, size_t n);
 
 /* For backends: has the UI asked to stop? */
 static inline int ue_cancelled(ue *u) {

@@ -48,6 +48,7 @@ enum ev_type {
     EV_CMD_EXPERTS,
     EV_CMD_STATS,
     EV_CMD_EDIT,
+    EV_CMD_SETTINGS, /* gen: the settings in force now (ue_settings)                          */
     EV_CMD_QUIT,
 };
 

@@ -70,18 +70,27 @@ static unsigned char complete_fn(EditLine *el, int ch) {
         word = line + 1;
         n    = cmd_complete(word, cands, 32);
     } else {
-        static const char *onoff[] = {"on", "off"}, *effort[] = {"low", "high", "max"};
-        char               name[64];
-        snprintf(name, sizeof name, "%.*s", (int)(space - line - 1), line + 1);
-        word = space + 1;
+        /* a setting's words: on|off, or its choices (low|high|max) */
+        static char words[8][32];
+        const char *set[8];
+        int         ns = 0;
+        word           = space + 1;
         while (*word == ' ')
             word++;
-        const char **set = NULL;
-        int          ns  = 0;
-        if (!strcmp(name, "think") || !strcmp(name, "show-thinking"))
-            set = onoff, ns = 2;
-        else if (!strcmp(name, "effort"))
-            set = effort, ns = 3;
+        cmd_result r; /* the command is known even when its argument is not complete yet */
+        cmd_parse(line, &r);
+        const int             sid = r.id == CMD_UNKNOWN ? -1 : cmd_setting(r.id);
+        const k3_setting_row *row = sid >= 0 ? k3_setting(sid) : NULL;
+        for (int k = 0; row && (row->type == K3_TYPE_BOOL || row->type == K3_TYPE_ENUM) && k < 8; k++) {
+            const char *w = row->type == K3_TYPE_BOOL ? (k == 0   ? "on"
+                                                         : k == 1 ? "off"
+                                                                  : "?")
+                                                      : k3_setting_choice(sid, k);
+            if (!strcmp(w, "?"))
+                break;
+            snprintf(words[k], sizeof words[k], "%s", w);
+            set[ns++] = words[k];
+        }
         n = 0;
         for (int k = 0; k < ns; k++)
             if (!strncmp(set[k], word, strlen(word)))

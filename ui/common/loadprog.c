@@ -1,6 +1,7 @@
 /* loadprog.c: the loading progress line of the line modes (format and rules: loadprog.h). */
 #include "loadprog.h"
 #include "ev.h"
+#include "settings.h"
 #include "k3.h"
 
 #include <unistd.h>
@@ -64,6 +65,7 @@ int load_model_verbose(const char *dir, k3_params *par, k3_model **out) {
         return st;
     k3_model_info mi;
     k3_model_get_info(*out, &mi);
-    fprintf(stderr, "k3chat: %s\n", mi.fit);
+    if (!chat_verbose()) /* K3_VERBOSE: the engine's log has told it */
+        fprintf(stderr, "k3chat: %s\n", mi.fit);
     return K3_OK;
 }

@@ -11,8 +11,11 @@
  * Bounds: prefix pieces stop being added once the indentation reaches half the width, the span
  * stack is capped (deeper spans take the innermost style that fit), and md4c itself is linear,
  * so pathological input costs time and memory proportional to its size.
+ *
+ * Streaming (md_stream) lives in md-stream.c; what both files share is in md-impl.h.
  */
-#include "md.h"
+#include "md-impl.h"
+#include "k3.h"
 
 #include <md4c.h>
 #include <stddef.h>
@@ -21,86 +24,11 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#define SPAN_MAX 64 /* nested inline styles tracked */
-#define PFX_MAX 512 /* prefix pieces tracked (deeper containers add nothing) */
-
-typedef struct span {
-    size_t off, len;
-    int    role, link;
-} span;
-
-/* Styled text: bytes and the spans that cover them, in order. */
-typedef struct styled {
-    txt_buf t;
-    span   *sp;
-    size_t  n_sp, cap_sp;
-    size_t  sp0; /* spans before sp0 are closed (a finished table cell): no merging into them */
-} styled;
-
-typedef struct piece {
-    char text[48];  /* continuation text (spaces or a quote bar)          */
-    char first[48]; /* marker for the next line ("" = use text)           */
-    int  role, width;
-} piece;
-
-typedef struct cell {
-    int    row, col;
-    size_t t0, t1, s0, s1; /* bytes and spans of table.st */
-} cell;
-
-typedef struct table {
-    styled st;
-    cell  *cells;
-    size_t n_cells, cap_cells;
-    int    n_cols, n_rows, n_head, in_head;
-    int    align[128];
-} table;
-
-typedef struct md_rctx {
-    md_doc  *d;
-    int      width, base;
-    unsigned flags;
-    int      err;
-
-    int n_pfx, pfx_w;
-    int depth; /* containers entered (may exceed n_pfx)          */
-    int list_depth;
-
-    /* line being built */
-    int    in_line, col;
-    size_t line_run0;
-    int    emitted; /* lines emitted by this render                   */
-    int    need_blank;
-
-    /* leaf block */
-    int    roles[SPAN_MAX];
-    int    n_roles, span_depth;
-    int    link;
-    int    leaf; /* MD_BLOCK_* of the open leaf, -1 none           */
-    int    h_level;
-    int    in_code;
-    table *tb; /* the open table (tb_keep), NULL outside one     */
-    int    in_table, cell_open;
-
-    /* not cleared: buffers kept between the renders of a stream (emptied by render_begin), so a
-     * streaming frame allocates nothing once they have grown */
-    styled    in;
-    txt_buf   code, lang, ex; /* ex: a code line with its tabs expanded */
-    table    *tb_keep;
-    txt_line *wl; /* lines of a wrapped paragraph (wrap) */
-    int       cap_wl;
-
-    /* last, and not cleared (57 KB): each entry is written before it is read */
-    piece pfx[PFX_MAX];     /* [0, n_pfx): written by push_piece                  */
-    int   pushed[PFX_MAX];  /* per container level: it added a piece (push_piece) */
-    int   ol_next[PFX_MAX]; /* per list level: next number, -1 bullets (list entry) */
-} R;
-
 /* ==== output lines ========================================================== */
 
 /* A run of the line whose runs start at run0 (merged with the previous one of that line when
  * the style is the same). */
-static int doc_run(md_doc *d, size_t run0, size_t off, size_t len, int role, int link) {
+int md_doc_run(md_doc *d, size_t run0, size_t off, size_t len, int role, int link) {
     if (d->n_runs > run0) {
         md_run *p = &d->runs[d->n_runs - 1];
         if (p->role == role && p->link == link && p->off + p->len == off && p->len + len < UINT32_MAX) {
@@ -131,7 +59,7 @@ static void ln_add_rep(R *r, const char *s, size_t n, int rep, int role, int lin
             r->err = d->oom = 1;
             return;
         }
-    if (doc_run(d, r->line_run0, off, n * (size_t)rep, role, link)) {
+    if (md_doc_run(d, r->line_run0, off, n * (size_t)rep, role, link)) {
         r->err = d->oom = 1;
         return;
     }
@@ -354,7 +282,7 @@ static void flush_inline(R *r) {
 
 /* The rows of one line of code s[0, ln): tabs expanded by column, control characters left out,
  * wrapped by columns (code keeps its spaces) inside the box of inner width iw, or bare. */
-static void code_line(R *r, const char *s, size_t ln, int box, int iw) {
+void md_code_line(R *r, const char *s, size_t ln, int box, int iw) {
     txt_buf *ex = &r->ex;
     ex->n       = 0;
     int col     = 0;
@@ -395,12 +323,12 @@ static void code_line(R *r, const char *s, size_t ln, int box, int iw) {
 }
 
 /* The box of a code block in a columns: whether there is one, and its inner width. */
-static int code_box(int a, int *iw) {
+int md_code_box(int a, int *iw) {
     *iw = a >= 8 ? a - 4 : a;
     return a >= 8;
 }
 
-static void code_bottom(R *r, int a) {
+void md_code_bottom(R *r, int a) {
     ln_begin(r);
     ln_add(r, "└", strlen("└"), THM_MD_BORDER, -1);
     ln_rep(r, "─", a - 2, THM_MD_BORDER);
@@ -413,7 +341,7 @@ static void code_block(R *r) {
     size_t      n = r->code.n;
     if (n && s[n - 1] == '\n')
         n--;
-    int a = avail(r), iw, box = code_box(a, &iw);
+    int a = avail(r), iw, box = md_code_box(a, &iw);
     if (box) {
         ln_begin(r);
         ln_add(r, "┌─", strlen("┌─"), THM_MD_BORDER, -1);
@@ -432,13 +360,13 @@ static void code_block(R *r) {
     for (size_t p = 0; p <= n && !r->err;) {
         const char *eol = memchr(s + p, '\n', n - p);
         size_t      ln  = eol ? (size_t)(eol - (s + p)) : n - p;
-        code_line(r, s + p, ln, box, iw);
+        md_code_line(r, s + p, ln, box, iw);
         if (!eol)
             break;
         p += ln + 1;
     }
     if (box)
-        code_bottom(r, a);
+        md_code_bottom(r, a);
 }
 
 /* ==== tables ================================================================ */
@@ -919,14 +847,19 @@ static int enter_span(MD_SPANTYPE type, void *detail, void *ud) {
     return r->err ? -1 : 0;
 }
 
-/* The link text equals its URL (an autolink): nothing to add after it. */
+/* The link text equals its URL (an autolink): nothing to add after it. A bare www.x or
+ * name@x autolink's URL is the text with "http://" or "mailto:" before it: the same. */
 static int link_is_text(R *r, const md_link *l) {
     styled *t = target(r);
     size_t  n = 0;
     for (size_t k = t->n_sp; k-- > 0 && t->sp[k].link == r->link;)
         n += t->sp[k].len;
-    const char *u = r->d->text.p + l->off;
-    return n >= l->len && !memcmp(t->t.p + t->t.n - l->len, u, l->len);
+    const char *u   = r->d->text.p + l->off;
+    size_t      len = l->len;
+    if (len > 7 && (!memcmp(u, "http://", 7) || !memcmp(u, "mailto:", 7)) && n == len - 7 &&
+        !memcmp(t->t.p + t->t.n - n, u + 7, n))
+        return 1;
+    return n >= len && !memcmp(t->t.p + t->t.n - len, u, len);
 }
 
 static int leave_span(MD_SPANTYPE type, void *detail, void *ud) {
@@ -1017,7 +950,7 @@ static int on_text(MD_TEXTTYPE type, const MD_CHAR *s, MD_SIZE n, void *ud) {
 
 /* Render s[0..n) into d with the context r (its buffers kept for the next render). */
 /* r made ready to render into d (its buffers emptied, kept). */
-static void render_begin(R *r, md_doc *d, int width, int base, unsigned flags) {
+void md_render_begin(R *r, md_doc *d, int width, int base, unsigned flags) {
     memset(r, 0, offsetof(R, in));
     st_reset(&r->in);
     r->code.n = r->lang.n = 0;
@@ -1030,8 +963,8 @@ static void render_begin(R *r, md_doc *d, int width, int base, unsigned flags) {
     r->need_blank         = 1;
 }
 
-static int render_with(R *r, md_doc *d, const char *s, size_t n, int width, int base, unsigned flags) {
-    render_begin(r, d, width, base, flags);
+int md_render_with(R *r, md_doc *d, const char *s, size_t n, int width, int base, unsigned flags) {
+    md_render_begin(r, d, width, base, flags);
     MD_PARSER p;
     memset(&p, 0, sizeof p);
     p.flags = MD_FLAG_TABLES | MD_FLAG_STRIKETHROUGH | MD_FLAG_TASKLISTS | MD_FLAG_LATEXMATHSPANS |
@@ -1048,14 +981,14 @@ static int render_with(R *r, md_doc *d, const char *s, size_t n, int width, int 
     return r->err || rc != 0 ? -1 : 0;
 }
 
-static R *ctx_new(void) {
+R *md_ctx_new(void) {
     R *r = malloc(sizeof *r);
     if (r)
         memset(r, 0, offsetof(R, pfx));
     return r;
 }
 
-static void ctx_free(R *r) {
+void md_ctx_free(R *r) {
     if (!r)
         return;
     st_free(&r->in);
@@ -1068,13 +1001,13 @@ static void ctx_free(R *r) {
 }
 
 int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned flags) {
-    R *r = ctx_new();
+    R *r = md_ctx_new();
     if (!r) {
         d->oom = 1;
         return -1;
     }
-    int rc = render_with(r, d, s, n, width, base, flags);
-    ctx_free(r);
+    int rc = md_render_with(r, d, s, n, width, base, flags);
+    md_ctx_free(r);
     return rc;
 }
 
@@ -1168,410 +1101,6 @@ int md_code_block(const char *s, size_t n, int k, txt_buf *out) {
     return c.err ? -1 : c.count;
 }
 
-/* ==== streaming ============================================================== */
-
-static int blank_line(const char *s, size_t n) {
-    for (size_t k = 0; k < n; k++)
-        if (s[k] != ' ' && s[k] != '\t' && s[k] != '\r')
-            return 0;
-    return 1;
-}
-
-/* A fence line (up to 3 spaces, then 3+ ` or ~): its character and length, else 0; *rest:
- * only spaces follow (it can close a fence). */
-static int fence_line(const char *s, size_t n, char *ch, int *rest) {
-    size_t i = 0;
-    while (i < n && i < 3 && s[i] == ' ')
-        i++;
-    if (i >= n || (s[i] != '`' && s[i] != '~'))
-        return 0;
-    size_t j = i;
-    while (j < n && s[j] == s[i])
-        j++;
-    if (j - i < 3)
-        return 0;
-    *ch   = s[i];
-    *rest = blank_line(s + j, n - j);
-    return (int)(j - i);
-}
-
-/* Text of the open chunk as shown while streaming: a half-received table row held back and
- * unclosed `code`, **strong** and ~~strike~~ of its last paragraph closed. */
-static size_t view_end(const char *s, size_t n) {
-    size_t last = n;
-    while (last > 0 && s[last - 1] != '\n')
-        last--;
-    /* [last, n) is the incomplete final line */
-    if (last < n && s[last] == '|' && last > 0) {
-        size_t prev = last - 1;
-        while (prev > 0 && s[prev - 1] != '\n')
-            prev--;
-        if (s[prev] == '|')
-            n = last;
-    }
-    /* markers at the very end open something whose text has not come yet ("**", "`", a "~~"
-     * cut in two): shown by the next token, or closed below once text follows them */
-    while (n > 0 && strchr("*`~_$", s[n - 1]))
-        n--;
-    return n;
-}
-
-static int stream_view(md_stream *st, const char *s, size_t n) {
-    txt_buf *b = &st->tmp;
-    b->n       = 0;
-    if (txt_buf_add(b, s, view_end(s, n)))
-        return -1;
-    s = b->p;
-    n = b->n;
-    if (st->fence)
-        return 0; /* an open fence: md4c shows the code to the end */
-    /* the last paragraph: after the last blank line */
-    size_t p0 = 0;
-    for (size_t k = 0; k + 1 < n; k++)
-        if (s[k] == '\n' && (s[k + 1] == '\n'))
-            p0 = k + 2;
-    int ticks = 0, stars = 0, tildes = 0, tick_run = 0;
-    for (size_t k = p0; k < n;) {
-        if (s[k] == '`') {
-            size_t j = k;
-            while (j < n && s[j] == '`')
-                j++;
-            if (ticks && (int)(j - k) == tick_run)
-                ticks = 0;
-            else if (!ticks) {
-                ticks    = 1;
-                tick_run = (int)(j - k);
-            }
-            k = j;
-            continue;
-        }
-        if (!ticks && k + 1 < n && s[k] == '*' && s[k + 1] == '*') {
-            stars ^= 1;
-            k += 2;
-            continue;
-        }
-        if (!ticks && k + 1 < n && s[k] == '~' && s[k + 1] == '~') {
-            tildes ^= 1;
-            k += 2;
-            continue;
-        }
-        k++;
-    }
-    if (stars || tildes) /* a closer after a space would not close: end at the last word */
-        while (b->n > 0 && (b->p[b->n - 1] == ' ' || b->p[b->n - 1] == '\t'))
-            b->p[--b->n] = 0;
-    if (ticks)
-        for (int k = 0; k < tick_run; k++)
-            txt_buf_add(b, "`", 1);
-    if (stars)
-        txt_buf_add(b, "**", 2);
-    if (tildes)
-        txt_buf_add(b, "~~", 2);
-    return 0;
-}
-
-/* ==== streaming a plain paragraph ========================================== */
-
-/* Whether s[from, n) keeps the chunk s[done, n) a plain paragraph: it starts with a letter (no
- * block marker), and has no newline, no control character, no invalid UTF-8 and nothing md4c
- * gives a meaning inline (emphasis, code, math, strike, links and autolinks, entities, escapes,
- * table pipes). Then md_render shows it as its bytes, trailing spaces trimmed, greedily wrapped
- * at the width in the base role: what pl_layout does. Returns the end of the plain bytes. */
-static size_t plain_scan(const char *s, size_t done, size_t from, size_t n) {
-    if (from == done &&
-        !(n > done && (((unsigned char)s[done] | 0x20) >= 'a' && ((unsigned char)s[done] | 0x20) <= 'z')) &&
-        !(n > done && (unsigned char)s[done] >= 0xC2))
-        return done;
-    for (size_t k = from; k < n;) {
-        unsigned char c = (unsigned char)s[k];
-        if (c < 0x80) {
-            if (c < 0x20 || c == 0x7f || strchr("\\`*_~$[]<>!&|:@", c))
-                return k;
-            if (c == '.' && k >= done + 3 && !strncasecmp(s + k - 3, "www", 3))
-                return k; /* a www autolink */
-            k++;
-            continue;
-        }
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t l =
-            utf8proc_iterate((const utf8proc_uint8_t *)s + k, (utf8proc_ssize_t)(n - k), &cp);
-        if (l <= 0)
-            return k;
-        k += (size_t)l;
-    }
-    return n;
-}
-
-/* One line of a plain paragraph: its bytes as one run in role (as ln_begin, ln_add, ln_end
- * make it without a prefix). 0, or -1 out of memory. */
-static int pl_line_add(md_doc *d, const char *s, size_t n, int role, int width) {
-    size_t run0 = d->n_runs, off = d->text.n;
-    if (n && (txt_buf_add(&d->text, s, n) || doc_run(d, run0, off, n, role, -1)))
-        return d->oom = 1, -1;
-    if (d->n_lines == d->cap_lines) {
-        int      cap = d->cap_lines ? d->cap_lines * 2 : 64;
-        md_line *l   = realloc(d->lines, (size_t)cap * sizeof *l);
-        if (!l)
-            return d->oom = 1, -1;
-        d->lines     = l;
-        d->cap_lines = cap;
-    }
-    d->lines[d->n_lines++] = (md_line){run0, (int)(d->n_runs - run0), width};
-    return 0;
-}
-
-/* Lay out the plain paragraph s[done, n) into st->open, wrapping again only from the start of
- * its last line: greedy wrapping restarted at a line start gives the same lines after it, and a
- * line is final once a later one exists. 0, or -1 out of memory. */
-static int pl_layout(md_stream *st, const char *s, size_t n, int role) {
-    md_doc *d = &st->open;
-    if (!st->pl) {
-        md_doc_reset(d);
-        st->pl      = 1;
-        st->pl_line = st->done;
-        if (st->fin.n_lines && pl_line_add(d, NULL, 0, role, 0)) /* the blank line between blocks */
-            return -1;
-    } else if (d->n_lines > 0) { /* the last line is laid out again */
-        const md_line *l = &d->lines[--d->n_lines];
-        if (l->n_runs) {
-            d->text.n = d->runs[l->run0].off;
-            d->n_runs = l->run0;
-        }
-    }
-    size_t e = n;
-    while (e > st->pl_line && s[e - 1] == ' ')
-        e--; /* md4c drops a paragraph's trailing spaces */
-    const char *p = s + st->pl_line;
-    int         w = st->width < 2 ? 2 : st->width;
-    txt_line    buf[64], *L = buf;
-    int         nl = txt_wrap(p, e - st->pl_line, w, L, 64);
-    if (nl > 64) { /* a long paragraph laid out afresh (a new width) */
-        if (!(L = malloc((size_t)nl * sizeof *L)))
-            return d->oom = 1, -1;
-        txt_wrap(p, e - st->pl_line, w, L, nl);
-    }
-    int rc = 0;
-    for (int i = 0; i < nl && !rc; i++)
-        rc = pl_line_add(d, p + L[i].off, L[i].len, role, L[i].width);
-    if (nl > 0)
-        st->pl_line += L[nl - 1].off;
-    if (L != buf)
-        free(L);
-    return rc;
-}
-
-/* md_render with the stream's context: its buffers stay allocated from one frame to the next. */
-static int stream_render(md_stream *st, md_doc *d, const char *s, size_t n, unsigned flags) {
-    if (!st->ctx && !(st->ctx = ctx_new()))
-        return d->oom = 1, -1;
-    return render_with(st->ctx, d, s, n, st->width, st->role, flags);
-}
-
-/* ==== streaming an open code block ========================================== */
-
-/* Whether s[0, n) holds a NUL or a CR (md4c's line ends and its U+FFFD differ from ours). */
-static int has_cr_nul(const char *s, size_t n) {
-    return memchr(s, '\r', n) || memchr(s, 0, n);
-}
-
-/* A line of a fenced code block as md4c gives it: its indentation as spaces (tab stops every 4
- * columns), then the rest as it is; its rows laid out. */
-static void fc_code_line(R *r, const char *s, size_t ln, int box, int iw) {
-    size_t k   = 0;
-    int    col = 0;
-    for (; k < ln && (s[k] == ' ' || s[k] == '\t'); k++)
-        col = s[k] == ' ' ? col + 1 : (col + 4) / 4 * 4;
-    r->code.n = 0;
-    for (int i = 0; i < col; i++)
-        txt_buf_add(&r->code, " ", 1);
-    if (txt_buf_add(&r->code, s + k, ln - k))
-        r->err = r->d->oom = 1;
-    code_line(r, r->code.p, r->code.n, box, iw);
-}
-
-/* Open's lines from line k on dropped (their runs and text with them). */
-static void doc_cut(md_doc *d, int k) {
-    if (k >= d->n_lines)
-        return;
-    size_t run0 = d->lines[k].run0;
-    if (run0 < d->n_runs) {
-        d->text.n = d->runs[run0].off;
-        d->n_runs = run0;
-    }
-    d->n_lines = k;
-}
-
-/* The open chunk s[done, n) as a fenced code block that is still open (its first line a fence at
- * column 0): what md4c makes of the stream's view of it, without md4c after its first line. The
- * head (md4c's rendering of the fence line, to the box's top) is made once; the rows of a complete
- * line once; each update adds the rows of the new complete lines, then those of the partial last
- * line and the bottom, which the next update takes back. Code lines are laid out one by one in
- * md_render too (code_line), so this is exact. 0 done, 1 not such a chunk (md4c renders it), -1
- * out of memory. */
-static int fc_layout(md_stream *st, const char *s, size_t n, unsigned f) {
-    md_doc *d = &st->open;
-    if (st->fc_done != st->done) {
-        st->fc = st->fc_no = 0;
-        st->fc_done        = st->done;
-    }
-    if (st->fc_no || !st->fence || st->fence_at != st->done)
-        return 1;
-    const char *c    = s + st->done;
-    const char *eol  = memchr(c, '\n', n - st->done);
-    size_t      body = (size_t)(eol - s) + 1; /* the fence line was scanned: it is complete */
-    if (!st->fc) {
-        size_t k = 0;
-        while (c[k] == st->fence_ch)
-            k++;
-        if ((st->fence_ch == '`' && memchr(c + k, '`', body - 1 - st->done - k)) ||
-            has_cr_nul(c, body - st->done)) {
-            st->fc_no = 1; /* not a fence to md4c, or line ends md4c sees and we do not */
-            return 1;
-        }
-        st->last_ok = 0; /* open is rebuilt here */
-        md_doc_reset(d);
-        if (stream_render(st, d, c, body - st->done, f))
-            return -1;
-        int iw;
-        doc_cut(d, d->n_lines - 1 - code_box(st->width < 2 ? 2 : st->width, &iw)); /* the empty row, bottom */
-        st->fc       = 1;
-        st->fc_line  = body;
-        st->fc_any   = 0;
-        st->fc_lines = d->n_lines;
-    }
-    doc_cut(d, st->fc_lines); /* the partial line and the bottom of the last update */
-    size_t v = st->done + view_end(c, n - st->done);
-    R     *r = st->ctx;
-    render_begin(r, d, st->width, st->role, f);
-    int a = r->width, iw, box = code_box(a, &iw);
-    for (const char *e; st->fc_line < v && (e = memchr(s + st->fc_line, '\n', v - st->fc_line));) {
-        size_t ln = (size_t)(e - (s + st->fc_line));
-        if (has_cr_nul(s + st->fc_line, ln))
-            return st->fc = 0, st->fc_no = 1;
-        fc_code_line(r, s + st->fc_line, ln, box, iw);
-        st->fc_line += ln + 1;
-        st->fc_any = 1;
-    }
-    st->fc_lines = d->n_lines;
-    char ch;
-    int  rest, fl = 0;
-    if (v > st->fc_line) {
-        if (has_cr_nul(s + st->fc_line, v - st->fc_line))
-            return st->fc = 0, st->fc_no = 1;
-        fl = fence_line(s + st->fc_line, v - st->fc_line, &ch, &rest);
-        if (fl >= st->fence_n && ch == st->fence_ch && rest)
-            v = st->fc_line; /* a closing fence, still without its newline */
-    }
-    if (v > st->fc_line || !st->fc_any)
-        fc_code_line(r, s + st->fc_line, v - st->fc_line, box, iw);
-    if (box)
-        code_bottom(r, a);
-    return r->err ? -1 : 0;
-}
-
-int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role, unsigned flags) {
-    n = txt_complete(s, n);
-    if (st->base != s && st->base && n >= st->scan && st->seen.n == st->scan &&
-        !memcmp(s, st->seen.p ? st->seen.p : "", st->scan))
-        st->base = s; /* the same text moved (its buffer grew): what was done stays done */
-    if (st->base != s || n < st->len || st->width != width || st->role != role ||
-        (st->flags & ~(unsigned)MD_STREAMING) != (flags & ~(unsigned)MD_STREAMING)) {
-        md_doc_reset(&st->fin);
-        st->seen.n = 0;
-        st->done = st->scan = 0;
-        st->pl = st->fc = st->last_ok = 0;
-        st->pl_done = st->fc_done = (size_t)-1;
-        st->fence = st->blank = 0;
-        st->base              = s;
-        st->width             = width;
-        st->role              = role;
-    }
-    st->flags = flags;
-    st->len   = n;
-    /* look at the new complete lines for chunk ends */
-    while (st->scan < n) {
-        const char *eol = memchr(s + st->scan, '\n', n - st->scan);
-        size_t      p   = st->scan;
-        if (!st->fence && st->blank && p > st->done && s[p] != ' ' && s[p] != '\t' && s[p] != '\n') {
-            /* a blank line before a line at column 0: the chunk [done, p) is finished */
-            unsigned f = st->fin.n_lines ? MD_CONT : 0;
-            if (stream_render(st, &st->fin, s + st->done, p - st->done, (flags & MD_OSC8) | f))
-                return -1;
-            st->n_fin++;
-            st->done = p;
-        }
-        if (!eol)
-            break;
-        size_t ln   = (size_t)(eol - (s + p));
-        char   ch   = 0;
-        int    rest = 0, fl = fence_line(s + p, ln, &ch, &rest);
-        if (st->fence) {
-            if (fl >= st->fence_n && ch == st->fence_ch && rest)
-                st->fence = 0;
-        } else if (fl) {
-            st->fence    = 1;
-            st->fence_ch = ch;
-            st->fence_n  = fl;
-            st->fence_at = p;
-        }
-        st->blank = blank_line(s + p, ln);
-        st->scan  = p + ln + 1;
-        if (txt_buf_add(&st->seen, s + p, ln + 1))
-            return -1;
-    }
-    if (st->pl_done != st->done) { /* a new open chunk: is it a plain paragraph? */
-        st->pl = st->pl_no = 0;
-        st->pl_done = st->pl_scan = st->done;
-    }
-    if ((flags & MD_STREAMING) && !(flags & MD_EXACT) && !st->pl_no && st->done < n) {
-        st->pl_scan = plain_scan(s, st->done, st->pl_scan, n);
-        st->last_ok = 0;
-        if (st->pl_scan == n)
-            return pl_layout(st, s, n, role);
-        st->pl_no = 1; /* for good: the chunk only grows */
-    }
-    unsigned f = (flags & MD_OSC8) | (st->fin.n_lines ? MD_CONT : 0);
-    if ((flags & MD_STREAMING) && !(flags & MD_EXACT) && st->done < n) {
-        int rc = fc_layout(st, s, n, f);
-        if (rc <= 0)
-            return rc;
-    }
-    st->pl = st->fc = 0;
-    const char *v   = s + st->done;
-    size_t      vn  = st->done < n ? n - st->done : 0;
-    if ((flags & MD_STREAMING) && vn) {
-        if (stream_view(st, v, vn))
-            return -1;
-        v  = st->tmp.p;
-        vn = st->tmp.n;
-    }
-    /* the same text as last time (new bytes held back): the open lines stay */
-    if (st->last_ok && !(flags & MD_EXACT) && st->last_done == st->done && st->last_f == f &&
-        st->last.n == vn && !memcmp(st->last.p, v, vn))
-        return 0;
-    st->last_ok = 0;
-    md_doc_reset(&st->open);
-    if (!vn)
-        return 0;
-    st->last.n = 0;
-    if (txt_buf_add(&st->last, v, vn) || stream_render(st, &st->open, v, vn, f))
-        return -1;
-    st->last_ok   = 1;
-    st->last_done = st->done;
-    st->last_f    = f;
-    return 0;
-}
-
-void md_stream_free(md_stream *st) {
-    md_doc_free(&st->fin);
-    md_doc_free(&st->open);
-    free(st->tmp.p);
-    free(st->seen.p);
-    free(st->last.p);
-    ctx_free(st->ctx);
-    memset(st, 0, sizeof *st);
-}
-
 /* ==== terminal escapes ====================================================== */
 
 int md_base64(txt_buf *out, const char *s, size_t n) {
@@ -1625,9 +1154,10 @@ int md_term_mux(void) {
 }
 
 int md_term_osc8(void) {
-    const char *e = getenv("K3_HYPERLINKS");
-    if (e && *e)
-        return strcmp(e, "0") != 0;
+    const char *e = k3_setting_env_str(K3_SETTING_HYPERLINKS);
+    double      on;
+    if (e && !k3_setting_parse(K3_SETTING_HYPERLINKS, K3_SRC_ENV, e, &on, NULL, 0))
+        return on == 1; /* 0 or 1; anything else: detected, as unset */
     if (md_term_mux() != MD_TERM_PLAIN)
         return 0;
     const char *vte = getenv("VTE_VERSION"), *tp = getenv("TERM_PROGRAM"), *term = getenv("TERM");

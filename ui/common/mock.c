@@ -165,7 +165,8 @@ static int mock_open(ue *u, void **self, char *err, size_t errn) {
     int   load_ms = 0;
     if (!m)
         return -1;
-    if (!(m->c = k3_conv_new()) || parse_script(m, getenv("K3_MOCK"), &load_ms, err, errn) != 0) {
+    if (!(m->c = k3_conv_new()) ||
+        parse_script(m, k3_setting_env_str(K3_SETTING_MOCK), &load_ms, err, errn) != 0) {
         if (!m->c)
             snprintf(err, errn, "K3_MOCK: out of memory");
         mock_close(m);
@@ -184,7 +185,11 @@ static int mock_open(ue *u, void **self, char *err, size_t errn) {
             sleep_ms(load_ms / 20);
     }
     ui_ev r = {.type = EV_READY, .text = (char *)"mock · 3 layers · scripted", .i = 4096};
-    r.gen   = (ue_gen){.temp = 0.6f, .top_p = 0.95f, .think = 1, .effort = 2, .max_tokens = -1};
+    r.gen   = (ue_gen){.temp       = (float)k3_setting(K3_SETTING_TEMP)->def,
+                       .top_p      = (float)k3_setting(K3_SETTING_TOP_P)->def,
+                       .think      = (int)k3_setting(K3_SETTING_THINK)->def,
+                       .effort     = (int)k3_setting(K3_SETTING_EFFORT)->def,
+                       .max_tokens = -1};
     ev_push(u->out, &r);
     *self = m;
     return 0;

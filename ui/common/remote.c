@@ -360,11 +360,15 @@ static char *request_body(remote *r, const ue_gen *g) {
             json_object_set_new(o, "name", json_string(m->tool_name));
         json_array_append_new(msgs, o);
     }
-    json_t *b = json_pack("{s:s,s:o,s:b,s:{s:b},s:f,s:f,s:{s:b}}", "model", r->model, "messages", msgs,
-                          "stream", 1, "stream_options", "include_usage", 1, "temperature", (double)g->temp,
-                          "top_p", (double)g->top_p, "chat_template_kwargs", "thinking", g->think);
+    json_t *b = json_pack("{s:s,s:o,s:b,s:{s:b},s:{s:b}}", "model", r->model, "messages", msgs, "stream", 1,
+                          "stream_options", "include_usage", 1, "chat_template_kwargs", "thinking", g->think);
     if (!b)
         return NULL;
+    /* the sampling the user chose; what they did not choose is left to the server's defaults */
+    if (!g->model_temp)
+        json_object_set_new(b, "temperature", json_real(g->temp));
+    if (!g->model_top_p)
+        json_object_set_new(b, "top_p", json_real(g->top_p));
     if (g->max_tokens > 0)
         json_object_set_new(b, "max_tokens", json_integer(g->max_tokens));
     json_t *tools = k3_conv_tools(r->c) ? json_loads(k3_conv_tools(r->c), 0, NULL) : NULL;
@@ -372,9 +376,11 @@ static char *request_body(remote *r, const ue_gen *g) {
         json_object_set_new(b, "tools", tools);
     if (g->has_seed)
         json_object_set_new(b, "seed", json_integer((json_int_t)g->seed));
-    if (g->think && g->effort != 2) /* the default (max) is not sent: other servers know low/high only */
+    if (g->think &&
+        g->effort != (int)k3_setting(K3_SETTING_EFFORT)
+                         ->def) /* the default (max) is not sent: other servers know low/high only */
         json_object_set_new(b, "reasoning_effort", json_string(ue_effort_name(g->effort)));
-    char *s = json_dumps(b, JSON_COMPACT);
+    char *s = json_dumps(b, JSON_COMPACT | JSON_REAL_PRECISION(6)); /* 0.6, not 0.6000000238418579 */
     json_decref(b);
     return s;
 }
@@ -547,8 +553,8 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
     char desc[400];
     snprintf(desc, sizeof desc, "%.120s · remote %.200s", r->model[0] ? r->model : "?", r->base);
     ui_ev e = {.type = EV_READY, .text = desc, .i = r->ctx_max > 0 ? r->ctx_max : 0};
-    e.gen =
-        (ue_gen){.temp = 1.0f, .top_p = 1.0f, .think = 1, .effort = 2, .max_tokens = -1}; /* K3's defaults */
+    e.gen   = (ue_gen){
+          .temp = -1, .top_p = -1, .think = 1, .effort = 2, .max_tokens = -1}; /* the server's, unknown */
     ev_push(u->out, &e);
     if (down) /* not fatal: the server may come up; each turn tries again */
         ue_emitf(u, EV_ERROR, "%s", msg);

@@ -15,20 +15,18 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *effort_names[] = {"low", "high", "max"};
-
-void chat_settings_init(chat_settings *s, const cli_opts *o) {
+void chat_settings_init(chat_settings *s, const ui_opts *o) {
     memset(s, 0, sizeof *s);
-    s->gen.temp        = 0.6f;
-    s->gen.top_p       = 0.95f;
-    s->gen.think       = o->think != 0;
-    s->gen.effort      = 2;
+    s->gen.temp        = (float)k3_setting(K3_SETTING_TEMP)->def;
+    s->gen.top_p       = (float)k3_setting(K3_SETTING_TOP_P)->def;
+    s->gen.think       = o->think >= 0 ? o->think : (int)k3_setting(K3_SETTING_THINK)->def;
+    s->gen.effort      = (int)k3_setting(K3_SETTING_EFFORT)->def;
     s->gen.max_tokens  = o->max_tokens;
     s->gen.seed        = o->seed;
     s->gen.has_seed    = o->has_seed;
     s->gen.model_temp  = 1;
     s->gen.model_top_p = 1;
-    s->show_thinking   = 1;
+    s->show_thinking   = (int)k3_setting(K3_SETTING_SHOW_THINKING)->def;
     s->expert_gb       = -1;
     if (!isnan(o->temp)) {
         s->gen.temp       = o->temp;
@@ -40,10 +38,9 @@ void chat_settings_init(chat_settings *s, const cli_opts *o) {
         s->gen.model_top_p = 0;
         s->top_p_set       = 1;
     }
-    if (o->effort)
-        for (int k = 0; k < 3; k++)
-            if (!strcmp(o->effort, effort_names[k]))
-                s->gen.effort = k;
+    double eff; /* main checked it */
+    if (o->effort && !k3_setting_parse(K3_SETTING_EFFORT, K3_SRC_FLAG, o->effort, &eff, NULL, 0))
+        s->gen.effort = (int)eff;
     if (o->system)
         snprintf(s->system, sizeof s->system, "%s", o->system);
     if (o->load) /* explicit options win over the transcript's settings */
@@ -56,6 +53,14 @@ void chat_settings_model(chat_settings *s, const ue_gen *m) {
         s->gen.temp = m->temp;
     if (!s->top_p_set && m->top_p > 0)
         s->gen.top_p = m->top_p;
+    s->server_sampling = m->temp < 0; /* a remote server's own defaults, not known here */
+}
+
+const char *chat_sampling_str(const chat_settings *s, int top_p, char *buf, size_t n) {
+    if (s->server_sampling && !(top_p ? s->top_p_set : s->temp_set))
+        return "server's";
+    snprintf(buf, n, "%.2f", (double)(top_p ? s->gen.top_p : s->gen.temp));
+    return buf;
 }
 
 void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n) {
@@ -67,7 +72,7 @@ void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n
     if (!(k & CHAT_KEEP_THINK))
         s->gen.think = g->think;
     if (!(k & CHAT_KEEP_EFFORT))
-        s->gen.effort = g->effort % 3;
+        s->gen.effort = g->effort;
     s->gen.model_temp = s->gen.model_top_p = 0;
     s->temp_set = s->top_p_set      = 1;
     s->keep                         = 0;
@@ -82,8 +87,10 @@ void chat_settings_loaded(chat_settings *s, const ue_gen *g, char *msg, size_t n
 }
 
 void chat_settings_str(const chat_settings *s, char *buf, size_t n) {
-    snprintf(buf, n, "temp %.2f · top-p %.2f · think %s · effort %s", (double)s->gen.temp,
-             (double)s->gen.top_p, s->gen.think ? "on" : "off", effort_names[s->gen.effort % 3]);
+    char t[16], p[16];
+    snprintf(buf, n, "temp %s · top-p %s · think %s · effort %s", chat_sampling_str(s, 0, t, sizeof t),
+             chat_sampling_str(s, 1, p, sizeof p), s->gen.think ? "on" : "off",
+             ue_effort_name(s->gen.effort));
 }
 
 char *chat_utf8_in(const char *what, const char *s, size_t n, char *note, size_t nn) {
@@ -149,7 +156,7 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         return 1;
     case CMD_EFFORT:
         s->gen.effort = r->flag;
-        snprintf(msg, n, "thinking effort %s%s", effort_names[r->flag],
+        snprintf(msg, n, "thinking effort %s%s", ue_effort_name(r->flag),
                  s->gen.think ? "" : " (thinking is off: /think on)");
         return 1;
     case CMD_SHOWTHINK:
@@ -161,7 +168,10 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         s->expert_gb = r->num;
         if (eng)
             ue_experts(eng, r->num);
-        snprintf(msg, n, "expert-cache budget %g GB requested", r->num);
+        if (s->server_sampling) /* a remote server: the engine says why the budget does not apply */
+            msg[0] = 0;
+        else
+            snprintf(msg, n, "expert-cache budget %g GB requested", r->num);
         return 1;
     case CMD_SYSTEM:
         if (!r->arg[0]) {
@@ -181,7 +191,8 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
         snprintf(s->system, sizeof s->system, "%s", r->arg);
         if (eng)
             ue_system(eng, s->system);
-        snprintf(msg, n, "system prompt set (%zu bytes); it applies from the next turn", strlen(s->system));
+        snprintf(msg, n, "system prompt set (%zu byte%s); it applies from the next turn", strlen(s->system),
+                 strlen(s->system) == 1 ? "" : "s");
         return 1;
     case CMD_SAVE: {
         char path[PATH_MAX];
@@ -231,8 +242,7 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
 }
 
 int chat_verbose(void) {
-    const char *v = getenv("K3_VERBOSE");
-    return v && *v && strcmp(v, "0");
+    return k3_log_verbose();
 }
 
 const char *chat_help_text(void) {
@@ -243,17 +253,20 @@ const char *chat_help_text(void) {
     for (int k = 0; k < CMD_N; k++) {
         char usage[96];
         cmd_usage((enum cmd_id)k, usage, sizeof usage);
-        u += (size_t)snprintf(buf + u, sizeof buf - u, "  %-22s %s\n", usage, cmd_help((enum cmd_id)k));
+        /* at least two spaces before the description: the full-screen chat finds its second
+         * column (the hanging indent of a wrapped description) by them */
+        int col = strlen(usage) < 22 ? 22 : (int)strlen(usage) + 1;
+        u += (size_t)snprintf(buf + u, sizeof buf - u, "  %-*s %s\n", col, usage, cmd_help((enum cmd_id)k));
     }
     snprintf(buf + u, sizeof buf - u,
              "Keys:\n"
              "  Enter                  send the message\n"
              "  Alt-Enter, trailing \\  new line in the message\n"
              "  Tab                    complete a command\n"
-             "  Up/Down, Ctrl-P/N      history;  Ctrl-R  search the history\n"
-             "  Ctrl-A/E/B/F/K/U/W/Y   Emacs editing keys\n"
-             "  Ctrl-C                 stop the answer; at an empty prompt: quit\n"
-             "  Ctrl-D                 quit (at an empty prompt)\n"
+             "  Up/Down, Ctrl-P/N      history;  Ctrl-R/Ctrl-S search it (older/newer), Ctrl-G gives up\n"
+             "  Ctrl-A/E/B/F/K/U/W/Y/T, Alt-B/F  Emacs editing keys\n"
+             "  Ctrl-C                 stop the answer; with a typed line (or /edit): clear it; else quit\n"
+             "  Ctrl-D, Ctrl-Z         quit at an empty prompt (twice while an answer streams); suspend\n"
              "  PgUp/PgDn, wheel       scroll the conversation;  Home/End with Ctrl: top/bottom\n"
              "  F2                     expand/collapse all reasoning\n"
              "  F3                     mouse capture on/off (off: the terminal selects text)\n"

@@ -11,12 +11,14 @@ typedef struct chat_settings {
     int      show_thinking;
     double   expert_gb; /* < 0 = engine default */
     char     system[4096];
-    unsigned keep; /* CHAT_KEEP_*: options given with --load, which win over its transcript's */
+    unsigned keep;            /* CHAT_KEEP_*: options given with --load, which win over its transcript's */
+    int      server_sampling; /* --endpoint (a remote server): what the user did not set is the
+                                 server's default, and /experts does not apply                */
 } chat_settings;
 enum { CHAT_KEEP_TEMP = 1, CHAT_KEEP_TOP_P = 2, CHAT_KEEP_THINK = 4, CHAT_KEEP_EFFORT = 8 };
 
 /* Defaults from the command line (NAN = model default). */
-void chat_settings_init(chat_settings *s, const cli_opts *o);
+void chat_settings_init(chat_settings *s, const ui_opts *o);
 /* The model's defaults (EV_READY gen) for what the user did not set. */
 void chat_settings_model(chat_settings *s, const ue_gen *model);
 /* A loaded transcript's settings (EV_SETTINGS) become the ones the next turns use, as if the
@@ -30,6 +32,9 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
 int chat_verbose(void);
 /* The whole /help text (commands and keys), newline-separated. */
 const char *chat_help_text(void);
+/* The temperature (top_p = 0) or top-p in force as shown: "0.60", or "server's" where an
+ * --endpoint server's own default applies (nothing is sent for it). buf: 16 bytes. */
+const char *chat_sampling_str(const chat_settings *s, int top_p, char *buf, size_t n);
 /* "temp 0.60 · top-p 0.95 · think on · effort max" */
 void chat_settings_str(const chat_settings *s, char *buf, size_t n);
 /* Text from outside (a typed or piped line, a paste, --prompt, --system): a malloc'ed copy

@@ -1,5 +1,6 @@
 /* theme.c: role table, theme files and curses color pairs (see theme.h). */
 #include "theme.h"
+#include "k3.h"
 #include "xdg.h"
 
 #include <ctype.h>
@@ -144,8 +145,8 @@ int thm_parse(const char *text, const char *file, thm_spec t[THM_N], char *err, 
 /* Directories searched for NAME.theme, most specific first. */
 static int theme_dirs(char dirs[][PATH_MAX], int max) {
     int         n = 0;
-    const char *d = getenv("K3_THEME_DIR");
-    if (d && *d && n < max)
+    const char *d = k3_setting_env_str(K3_SETTING_THEME_DIR);
+    if (d && n < max)
         snprintf(dirs[n++], PATH_MAX, "%s", d);
     if (n < max && xdg_dir("XDG_CONFIG_HOME", ".config", "themes", 0, dirs[n], PATH_MAX) == 0)
         n++;

@@ -3,6 +3,7 @@
  * the history, the prompt cache, transcripts and the autosave; this file turns its callbacks
  * and statistics into UI events. */
 #include "engine.h"
+#include "settings.h"
 #include "k3.h"
 
 #include <math.h>
@@ -197,10 +198,11 @@ static void on_replay(const k3_replay_turn *t, void *ud) {
     if (t->match)
         ue_emitf(x->r->u, EV_INFO, "replay turn %d: same answer (%d %s)", t->turn, t->n_new,
                  t->by_ids ? "tokens" : "bytes");
-    else
-        ue_emitf(x->r->u, EV_ERROR, "replay turn %d: differs at %s %d: saved %d '%s', new %d '%s'", t->turn,
-                 t->by_ids ? "token" : "byte", t->first_diff, (int)t->saved_id,
-                 t->saved_piece ? t->saved_piece : "", (int)t->new_id, t->new_piece ? t->new_piece : "");
+    else {
+        char d[512];
+        ue_replay_diff(t, d, sizeof d);
+        ue_emitf(x->r->u, EV_ERROR, "replay turn %d: %s", t->turn, d);
+    }
 }
 
 static void replay(real *r, const char *path, const ue_gen *g) {
@@ -334,6 +336,18 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
     case EV_CMD_REPLAY:
         replay(r, c->text, &c->gen);
         break;
+    case EV_CMD_SETTINGS: { /* what changes the rendered prompt changes the context figure */
+        k3_conv_settings was, now;
+        k3_conv_get_settings(r->c, &was);
+        apply_gen(r, &c->gen);
+        k3_conv_get_settings(r->c, &now);
+        if (was.think != now.think || strcmp(was.effort, now.effort)) {
+            ui_ev e = {.type = EV_STATS, .i = 1};
+            fill_common(r, &e.st);
+            ev_push(u->out, &e);
+        }
+        break;
+    }
     case EV_CMD_EXPERTS:
         apply_experts(r); /* unless a turn applied it already */
         /* FALLTHROUGH */
@@ -390,7 +404,8 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
     ui_ev ctx = {.type = EV_STATS, .i = 1}; /* the empty conversation's context, as after /clear */
     fill_common(r, &ctx.st);
     ev_push(u->out, &ctx);
-    ue_emitf(u, EV_INFO, "%s", r->info.fit); /* what the memory fit chose and why */
+    if (!chat_verbose()) /* what the memory fit chose and why (K3_VERBOSE: the engine's log says it) */
+        ue_emitf(u, EV_INFO, "%s", r->info.fit);
     *self = r;
     return 0;
 fail:

@@ -8,7 +8,7 @@
  * they ask for what it does anyway. Tool fields are serve-tools.c's.
  */
 #include "serve-req.h"
-#include "cli.h"
+#include "serve.h"
 #include "text.h"
 
 #include <math.h>
@@ -27,6 +27,7 @@ void sreq_free(sreq *r) {
     free(r->msgs);
     free(r->tx);
     stools_req_free(&r->tl);
+    sformat_free(&r->fmt);
     for (int i = 0; i < r->n_stops; i++)
         free(r->stops[i]);
     memset(r, 0, sizeof *r);
@@ -152,36 +153,25 @@ static int get_bool(json_t *o, const char *key, const char *path, int *out, perr
     return 0;
 }
 
-static int get_num(json_t *o, const char *key, double lo, double hi, float *out, perr *e) {
-    json_t *v = json_object_get(o, key);
+/* A number field of the settings table (temperature, top_p): its row's range and message. */
+static int get_num(json_t *o, enum k3_setting_id id, float *out, perr *e) {
+    const char *key = k3_setting(id)->api;
+    json_t     *v   = json_object_get(o, key);
+    char        err[256];
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_number(v))
         return bad(e, "invalid_type", "%s: expected a number", key);
-    double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) {
-        char num[40]; /* the shortest text that reads back as x: 2.0000001 is not "2" */
-        for (int prec = 6; prec <= 17; prec++)
-            if (snprintf(num, sizeof num, "%.*g", prec, x), strtod(num, NULL) == x)
-                break;
-        return bad(e, "invalid_value", "%s: %s is outside %g..%g", key, num, lo, hi);
-    }
-    *out = (float)x;
+    if (k3_setting_check(id, K3_SRC_API, json_number_value(v), err, sizeof err))
+        return bad(e, "invalid_value", "%s", err);
+    *out = (float)json_number_value(v);
     return 0;
 }
 
 /* Fields the server does not implement: refused, with the field named, unless they ask for
- * what it does anyway (response_format text, penalties 0, no logprobs, no bias). */
+ * what it does anyway (penalties 0, no logprobs, no bias; response_format is serve-format.c's). */
 static int parse_unsupported(json_t *b, perr *e) {
-    json_t *v;
-    if ((v = json_object_get(b, "response_format")) && !json_is_null(v)) {
-        const char *t = json_string_value(json_object_get(v, "type"));
-        if (!json_is_object(v) || !t)
-            return bad(e, "invalid_type", "response_format: expected an object with a string type");
-        if (strcmp(t, "text"))
-            return bad(e, "unsupported_value", "response_format: type '%.40s' is not supported (text only)",
-                       t);
-    }
+    json_t            *v;
     static const char *pen[] = {"frequency_penalty", "presence_penalty"};
     for (int k = 0; k < 2; k++) {
         if (!(v = json_object_get(b, pen[k])) || json_is_null(v))
@@ -216,7 +206,8 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
     if (!json_is_object(b))
         return bad(e, "invalid_type", "the body must be a JSON object");
     r->think = 1;
-    snprintf(r->effort, sizeof r->effort, "max");
+    snprintf(r->effort, sizeof r->effort, "%s",
+             k3_setting_choice(K3_SETTING_EFFORT, (int)k3_setting(K3_SETTING_EFFORT)->def));
     r->temp  = info->gen_temp;
     r->top_p = info->gen_top_p;
     r->seed  = (uint64_t)time(NULL) ^ ((uint64_t)seq << 32); /* a fresh seed per request */
@@ -224,8 +215,8 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
     if ((v = json_object_get(b, "model")) && !json_is_string(v) && !json_is_null(v))
         return bad(e, "invalid_type", "model: expected a string");
     if (parse_messages(json_object_get(b, "messages"), r, e) ||
-        get_bool(b, "stream", "stream", &r->stream, e) || get_num(b, "temperature", 0, 2, &r->temp, e) ||
-        get_num(b, "top_p", 0, 1, &r->top_p, e))
+        get_bool(b, "stream", "stream", &r->stream, e) || get_num(b, K3_SETTING_TEMP, &r->temp, e) ||
+        get_num(b, K3_SETTING_TOP_P, &r->top_p, e))
         return -1;
     if ((v = json_object_get(b, "stream_options")) && !json_is_null(v)) {
         if (!json_is_object(v))
@@ -254,7 +245,8 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
         return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
                    "n: only 1 choice per request is supported");
     if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) ||
-        stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e))
+        stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e) || sformat_parse(b, &r->fmt, e) ||
+        sformat_tools(&r->tl, &r->fmt, e))
         return -1;
     if ((v = json_object_get(b, "stop")) && !json_is_null(v)) {
         json_t *one[1] = {v};
@@ -291,13 +283,14 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
         const char *s = json_string_value(v);
         if (!s)
             return bad(e, "invalid_type", "reasoning_effort: expected a string");
+        double eff;
+        char   err[256];
         if (!strcmp(s, "none"))
             r->think = 0;
-        else if (!strcmp(s, "low") || !strcmp(s, "high") || !strcmp(s, "max"))
+        else if (!k3_setting_parse(K3_SETTING_EFFORT, K3_SRC_API, s, &eff, err, sizeof err))
             snprintf(r->effort, sizeof r->effort, "%s", s);
         else
-            return bad(e, "invalid_value", "reasoning_effort: '%.40s' is not low, high or max%s", s,
-                       strcmp(s, "medium") ? "" : " (Kimi K3 rejects medium)");
+            return bad(e, "invalid_value", "%s", err);
     }
     return 0;
 }

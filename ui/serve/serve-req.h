@@ -3,14 +3,15 @@
  * the field for anything wrong. serve.c keeps HTTP, the jobs and the engine thread. */
 #pragma once
 #include "k3.h"
+#include "serve-format.h"
 #include "serve-tools.h"
 
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define SERVE_MAX_STOPS 16          /* stop strings per request                       */
-#define SERVE_MAX_TOKENS 1000000000 /* max_tokens accepted (the context ends a turn first) */
+#define SERVE_MAX_STOPS 16 /* stop strings per request                       */
+#define SERVE_MAX_TOKENS ((int)k3_setting(K3_SETTING_MAX_TOKENS)->hi) /* the context ends a turn first */
 
 typedef stools_err perr; /* a 400's message and code (serve-tools.h) */
 
@@ -35,6 +36,7 @@ typedef struct sreq {
     int         n_stops;
     size_t      max_stop; /* longest stop string in bytes */
     stools_req  tl;       /* tools, tool_choice (serve-tools.c)        */
+    sformat_req fmt;      /* response_format, the answer's grammar (serve-format.c) */
     stools_msg *tx;       /* (n_msgs) each message's tool calls / result ids */
 } sreq;
 

@@ -4,11 +4,10 @@
  * The request side checks what the chat format cannot take and answers a 400 naming the
  * field: tools must be {"type":"function","function":{"name", ...}} with a plain name
  * (letters, digits, _ - . : up to 128 bytes: no quotes or markers) and an object for
- * "parameters"; tool_choice is auto, required or none (a named function and
- * parallel_tool_calls=false need constrained decoding, which k3chat does not have yet:
- * refused with the reason); an assistant message's calls carry an id, a name and string
- * arguments (an object is accepted and written as JSON; JSON that is not an object is
- * refused, text that is not JSON becomes the format's raw json block); a tool result's
+ * "parameters"; tool_choice is auto, required, none or a named function (required, named and
+ * parallel_tool_calls=false are enforced by the tool-call grammar, serve-format.c); an assistant message's
+ * calls carry an id, a name and string arguments (an object is accepted and written as JSON; JSON that is not
+ * an object is refused, text that is not JSON becomes the format's raw json block); a tool result's
  * tool_call_id must name a call of the nearest assistant message before it.
  * The answer side (the final message's tool_calls, the stream's delta.tool_calls) is in
  * tool-json.c, which the remote backend shares.
@@ -91,6 +90,17 @@ static int parse_tools(json_t *v, const char *where, char **out, stools_err *e) 
     return 0;
 }
 
+/* parallel_tool_calls: false limits the answer to one call (the tool-call grammar). */
+static int parse_parallel(json_t *b, stools_req *r, stools_err *e) {
+    json_t *v = json_object_get(b, "parallel_tool_calls");
+    if (v && !json_is_null(v)) {
+        if (!json_is_boolean(v))
+            return bad(e, "invalid_type", "parallel_tool_calls: expected true or false");
+        r->single = json_is_false(v);
+    }
+    return 0;
+}
+
 int stools_parse_request(json_t *b, stools_req *r, stools_err *e) {
     snprintf(r->tool_choice, sizeof r->tool_choice, "auto");
     json_t *v = json_object_get(b, "tools");
@@ -98,32 +108,39 @@ int stools_parse_request(json_t *b, stools_req *r, stools_err *e) {
         return -1;
     if ((v = json_object_get(b, "tool_choice")) && !json_is_null(v)) {
         const char *s = json_string_value(v);
-        if (json_is_object(v))
-            return bad(e, "unsupported_value",
-                       "tool_choice: a named function is not supported (it needs constrained decoding, which "
-                       "k3chat does "
-                       "not have yet); use \"auto\", \"required\" or \"none\"");
+        if (json_is_object(v)) { /* a named function: enforced by the tool-call grammar (serve-format.c) */
+            const char *n = json_string_value(json_object_get(json_object_get(v, "function"), "name"));
+            const char *t = json_string_value(json_object_get(v, "type"));
+            if (!n || (t && strcmp(t, "function")))
+                return bad(e, "invalid_type",
+                           "tool_choice: expected {\"type\":\"function\",\"function\":{\"name\":..}}");
+            json_t *tl    = json_object_get(b, "tools");
+            int     found = 0;
+            for (size_t i = 0; r->tools && i < json_array_size(tl); i++) {
+                const char *tn = json_string_value(
+                    json_object_get(json_object_get(json_array_get(tl, i), "function"), "name"));
+                found |= tn && !strcmp(n, tn);
+            }
+            if (!found)
+                return bad(e, "invalid_value", "tool_choice: function '%.60s' is not in tools", n);
+            if (!(r->named = strdup(n)))
+                return bad(e, "out_of_memory", "out of memory");
+            return parse_parallel(b, r, e);
+        }
         if (!s)
             return bad(e, "invalid_type", "tool_choice: expected \"auto\", \"required\" or \"none\"");
         if (strcmp(s, "auto") && strcmp(s, "required") && strcmp(s, "none"))
             return bad(e, "invalid_value", "tool_choice: '%.40s' is not auto, required or none", s);
         snprintf(r->tool_choice, sizeof r->tool_choice, "%s", s);
     }
-    if ((v = json_object_get(b, "parallel_tool_calls")) && !json_is_null(v)) {
-        if (!json_is_boolean(v))
-            return bad(e, "invalid_type", "parallel_tool_calls: expected true or false");
-        if (json_is_false(v))
-            return bad(e, "unsupported_value",
-                       "parallel_tool_calls: false is not supported (limiting the model to one call needs "
-                       "constrained "
-                       "decoding, which k3chat does not have yet)");
-    }
-    return 0;
+    return parse_parallel(b, r, e);
 }
 
 void stools_req_free(stools_req *r) {
     free(r->tools);
+    free(r->named);
     r->tools = NULL;
+    r->named = NULL;
 }
 
 static char *dup_str(json_t *v) {

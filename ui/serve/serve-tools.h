@@ -17,7 +17,9 @@ int serve_bad(stools_err *e, const char *code, const char *fmt, ...) __attribute
 /* The request's tools (compact JSON text, NULL: none) and tool_choice. */
 typedef struct stools_req {
     char *tools;
-    char  tool_choice[12]; /* "auto" | "required" | "none" */
+    char  tool_choice[12]; /* "auto" | "required" | "none" (a named choice renders as auto) */
+    char *named;           /* tool_choice {"type":"function","function":{"name":..}}, else NULL */
+    int   single;          /* parallel_tool_calls false: at most one call                     */
 } stools_req;
 
 /* The tool parts of one message: an assistant's calls, a tool result's id and name. */

@@ -41,7 +41,7 @@
  * finish (up to SERVE_DRAIN_SECS), exit 0.
  */
 #include "loadprog.h"
-#include "cli.h"
+#include "serve.h"
 #include "k3.h"
 #include "serve-http.h"
 #include "serve-req.h"
@@ -61,19 +61,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#define SERVE_MAX_BODY (8u << 20)  /* bytes of a request body                        */
-#define SERVE_DRAIN_SECS 10        /* at shutdown, for responses to finish           */
-#define SERVE_MAX_KEYS 64          /* API keys (one prompt cache owner at a time)    */
-#define SERVE_MIN_ROOM 8           /* tokens a turn must be able to generate (conv)  */
-#define SERVE_MAX_PARALLEL 64      /* --parallel                                      */
-#define SERVE_PARALLEL 4           /* its default                                     */
-#define SERVE_QUEUE 32             /* jobs waiting for a slot (K3_SERVE_QUEUE)        */
-#define SERVE_CHUNK 32             /* prompt ids per prefill step (K3_SERVE_CHUNK; BENCHMARKS.md) */
-#define SERVE_QUEUE_SECS 600       /* longest wait for a slot (K3_SERVE_QUEUE_SECS)   */
+#define SERVE_MAX_BODY (8u << 20) /* bytes of a request body                        */
+#define SERVE_DRAIN_SECS 10       /* at shutdown, for responses to finish           */
+#define SERVE_MAX_KEYS 64         /* API keys (one prompt cache owner at a time)    */
+#define SERVE_MIN_ROOM 8          /* tokens a turn must be able to generate (conv)  */
+#define SERVE_MAX_PARALLEL 64     /* --parallel's top (the PARALLEL row of k3-settings.h) */
+/* --parallel, K3_SERVE_QUEUE (jobs waiting for a slot), K3_SERVE_CHUNK (prompt ids per prefill
+ * step; BENCHMARKS.md), K3_SERVE_QUEUE_SECS (longest wait for a slot): the table's defaults */
+#define SERVE_DEFAULT(id) ((int)k3_setting(K3_SETTING_##id)->def)
 #define SERVE_SSE_MAX (256u << 10) /* stream bytes a client may leave unread; beyond: cancelled */
 
 /* ---- jobs ------------------------------------------------------------------------- */
@@ -442,7 +442,9 @@ static k3_status job_start(slot *sl, job *j) {
     set.sampling.top_p = r->top_p;
     set.sampling.seed  = r->seed;
     snprintf(set.tool_choice, sizeof set.tool_choice, "%s", r->tl.tool_choice);
+    k3_conv_set_grammar(sl->c, r->fmt.g);
     if ((st = k3_conv_set_settings(sl->c, &set)) || (st = k3_conv_set_tools(sl->c, r->tl.tools)) ||
+        (st = k3_conv_set_response_format(sl->c, r->fmt.type, r->fmt.schema)) ||
         (st = load_messages(sl->c, r)) || (stools_script_next(sl->c) < 0 && (st = K3_ERR_NOMEM)))
         return st == K3_ERR_ARG ? K3_ERR_ARG : K3_ERR_NOMEM;
     k3_conv_set_turn_seed(sl->c, r->seed);
@@ -456,6 +458,7 @@ static void job_finish(slot *sl, job *j, k3_status st) {
     const sreq   *r    = &j->r;
     int           n    = k3_conv_count(sl->c);
     const k3_msg *last = n ? k3_conv_msg(sl->c, n - 1) : NULL;
+    k3_conv_set_grammar(sl->c, NULL); /* the job's grammar goes with it */
     if (last && (last->role != K3_ROLE_ASSISTANT || !last->has_stats))
         last = NULL; /* the turn did not start */
     pthread_mutex_lock(&srv.mu);
@@ -747,9 +750,34 @@ static void send_stream(http_req *con, job *j) {
     pthread_mutex_unlock(&srv.mu);
 }
 
+/* The body handed to jansson in pieces; the pages it has read go back to the system as it goes,
+ * so a large body is not held whole beside the text jansson builds from it. */
+typedef struct body_feed {
+    char  *p;
+    size_t n, at, freed; /* freed: bytes [0, freed) returned (page-aligned in p) */
+} body_feed;
+
+static size_t feed_body(void *buf, size_t max, void *arg) {
+    body_feed *f = arg;
+    size_t     k = f->n - f->at < max ? f->n - f->at : max;
+    if (!k)
+        return 0; /* the end (an empty body has no buffer at all) */
+    memcpy(buf, f->p + f->at, k);
+    f->at += k;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE),
+              lo   = ((uintptr_t)f->p + f->freed + page - 1) & ~(page - 1);
+    uintptr_t hi   = ((uintptr_t)f->p + f->at) & ~(page - 1);
+    if (hi >= lo + (256u << 10)) { /* read and never read again: MADV_DONTNEED zero-fills them */
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        f->freed = hi - (uintptr_t)f->p;
+    }
+    return k;
+}
+
 static void chat_completions(http_req *con) {
     json_error_t je;
-    json_t      *b = json_loadb(con->body ? con->body : "", con->body_n, JSON_REJECT_DUPLICATES, &je);
+    body_feed    feed = {con->body, con->body ? con->body_n : 0, 0, 0};
+    json_t      *b    = json_load_callback(feed_body, &feed, JSON_REJECT_DUPLICATES, &je);
     free(con->body); /* the parsed tree holds what counts: the raw bytes go now */
     con->body = NULL;
     if (!b) {
@@ -947,16 +975,13 @@ static int parse_keys(const char *v) {
     return srv.n_keys ? 0 : -1;
 }
 
-/* A count from the environment (name unset or empty: def); a bad value is an error at start. */
-static int env_count(const char *name, int lo, int hi, int def, int *out) {
-    const char *v = getenv(name);
-    char       *end;
-    long        x = v && *v ? strtol(v, &end, 10) : def;
-    if (v && *v && (*end || x < lo || x > hi)) {
-        fprintf(stderr, "k3chat: %s='%s': expected an integer from %d to %d\n", name, v, lo, hi);
+/* A setting from the environment (unset or empty: def); a bad value is an error at start. */
+static int env_count(enum k3_setting_id id, int def, int *out) {
+    *out = def;
+    if (k3_setting_env_int(id, out)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         return -1;
     }
-    *out = (int)x;
     return 0;
 }
 
@@ -970,8 +995,8 @@ static int is_loopback(const struct sockaddr *a) {
  * for all of them: clients take turns on the slots, so keep more saved states than the chat
  * does (least recently used out; env overrides, see k3chat(1)). The queue's limits and the
  * scripted replies (tests) from the environment. 0, or -1 with the reason on stderr. */
-static int serve_slots(const cli_opts *o) {
-    srv.n_slots = o->parallel > 0 ? o->parallel : SERVE_PARALLEL;
+static int serve_slots(const ui_opts *o) {
+    srv.n_slots = o->parallel > 0 ? o->parallel : SERVE_DEFAULT(PARALLEL);
     if (!(srv.slots = calloc((size_t)srv.n_slots, sizeof *srv.slots))) {
         fprintf(stderr, "k3chat: out of memory\n");
         return -1;
@@ -986,27 +1011,25 @@ static int serve_slots(const cli_opts *o) {
             k3_conv_share_prompt_cache(srv.slots[i].c, srv.slots[0].c);
     }
     /* the shared prompt cache: more snapshots and bytes than a chat's (16, 2000 MB) */
-    const char *mb = getenv("K3_CONV_SNAPSHOT_MB");
-    char       *end;
-    int         n_snaps;
-    double      snap_mb = mb && *mb ? strtod(mb, &end) : 2000;
-    if (env_count("K3_CONV_SNAPSHOTS", 0, 64, 16, &n_snaps))
+    int    n_snaps;
+    double snap_mb = 2000;
+    if (env_count(K3_SETTING_CONV_SNAPSHOTS, 16, &n_snaps))
         return -1;
-    if (mb && *mb && (*end || !(snap_mb >= 0 && snap_mb < 1e9))) {
-        fprintf(stderr, "k3chat: K3_CONV_SNAPSHOT_MB='%s': expected a number of megabytes >= 0\n", mb);
+    if (k3_setting_env(K3_SETTING_CONV_SNAPSHOT_MB, &snap_mb)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         return -1;
     }
     if (k3_conv_set_prompt_cache(srv.slots[0].c, n_snaps, snap_mb)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         return -1;
     }
-    if (env_count("K3_SERVE_QUEUE", 0, 100000, SERVE_QUEUE, &srv.max_queue) ||
-        env_count("K3_SERVE_CHUNK", 1, 1 << 20, SERVE_CHUNK, &srv.chunk) ||
-        env_count("K3_SERVE_QUEUE_SECS", 1, 86400, SERVE_QUEUE_SECS, &srv.queue_secs))
+    if (env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
+        env_count(K3_SETTING_SERVE_CHUNK, SERVE_DEFAULT(SERVE_CHUNK), &srv.chunk) ||
+        env_count(K3_SETTING_SERVE_QUEUE_SECS, SERVE_DEFAULT(SERVE_QUEUE_SECS), &srv.queue_secs))
         return -1;
-    const char *script = getenv("K3_SERVE_SCRIPT");
+    const char *script = k3_setting_env_str(K3_SETTING_SERVE_SCRIPT);
     stools_err  se;
-    if (script && *script && stools_script_load(script, o->dir, &se)) {
+    if (script && stools_script_load(script, o->dir, &se)) {
         fprintf(stderr, "k3chat: %s\n", se.msg);
         return -1;
     }
@@ -1014,7 +1037,7 @@ static int serve_slots(const cli_opts *o) {
 }
 
 /* The model id: --model, else the model directory's last component. */
-static void serve_name(const cli_opts *o, char *dname, size_t cap) {
+static void serve_name(const ui_opts *o, char *dname, size_t cap) {
     const char *dir = o->dir;
     size_t      dl  = strlen(dir);
     while (dl > 1 && dir[dl - 1] == '/')
@@ -1043,7 +1066,7 @@ static void serve_stop(http_gate *gate, int sig, pthread_t wt) {
     serve_log("%lu answered, %lu cancelled, %lu failed", srv.n_ok, srv.n_cancel, srv.n_err);
 }
 
-int cli_serve(const cli_opts *o) {
+int cli_serve(const ui_opts *o) {
     struct addrinfo *ai = NULL;
     if (parse_listen(o->serve, &ai)) {
         fprintf(stderr,
@@ -1086,7 +1109,8 @@ int cli_serve(const cli_opts *o) {
     pthread_t wt;
     int       have_worker = 0;
     k3_status pst         = k3_params_default(&par);
-    par.sessions = o->parallel > 0 ? o->parallel : SERVE_PARALLEL; /* the memory fit counts every slot */
+    par.sessions =
+        o->parallel > 0 ? o->parallel : SERVE_DEFAULT(PARALLEL); /* the memory fit counts every slot */
     if (pst || load_model_verbose(o->dir, &par, &srv.m)) {
         fprintf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
@@ -1094,6 +1118,10 @@ int cli_serve(const cli_opts *o) {
     if (serve_slots(o))
         goto done;
     k3_model_get_info(srv.m, &srv.info);
+    if (sformat_init(o->dir, &srv.info)) {
+        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        goto done;
+    }
     char dname[256];
     serve_name(o, dname, sizeof dname);
     srv.t_start = (long long)time(NULL);
@@ -1137,6 +1165,7 @@ done:
         k3_session_free(srv.slots[i].s);
     }
     free(srv.slots);
+    sformat_done();
     k3_model_free(srv.m);
     free_keys();
     freeaddrinfo(ai);

@@ -110,13 +110,6 @@ static const char *const samples[EMJ_PROBE_N] = {
 };
 static const int sample_kind[EMJ_PROBE_N] = {EMJ_ZWJ, EMJ_FLAG, EMJ_MOD};
 
-const char *emj_probe_sample(int i) {
-    return i >= 0 && i < EMJ_PROBE_N ? samples[i] : "";
-}
-int emj_probe_kind(int i) {
-    return i >= 0 && i < EMJ_PROBE_N ? sample_kind[i] : 0;
-}
-
 int emj_probe_request(txt_buf *out) {
     int rc = 0;
     for (int i = 0; i < EMJ_PROBE_N; i++) {

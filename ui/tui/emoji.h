@@ -46,8 +46,6 @@ int emj_mode(const char *setting, const char *term);
  * written at the top-left cell and the cursor position asked for (ESC [ 6 n); a device
  * attributes request (ESC [ c) ends the list, since almost every terminal answers it. */
 #define EMJ_PROBE_N 3
-const char *emj_probe_sample(int i); /* UTF-8, i < EMJ_PROBE_N */
-int         emj_probe_kind(int i);
 /* Request bytes for the whole probe (into out, 0 or -1 on memory). */
 int emj_probe_request(txt_buf *out);
 /* Scan terminal input r[0..n): cursor position replies ESC [ ROW ; COL R are stored in order

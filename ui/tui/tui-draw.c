@@ -386,8 +386,9 @@ static void build_lines(tui *t, int width) {
             if (e->think.n) {
                 char *fb = e->summary;
                 if (e->think_s >= 0 || e->n_think > 0)
-                    snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d tokens",
-                             e->expanded ? "▾" : "▸", e->think_s > 0 ? e->think_s : 0, e->n_think);
+                    snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d token%s",
+                             e->expanded ? "▾" : "▸", e->think_s > 0 ? e->think_s : 0, e->n_think,
+                             e->n_think == 1 ? "" : "s");
                 else /* a transcript without figures */
                     snprintf(fb, sizeof e->summary, "%s reasoning (not timed)", e->expanded ? "▾" : "▸");
                 dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
@@ -565,7 +566,8 @@ static void draw_panes(tui *t, int dirty) {
     char   extra[96];
     if (t->think_h > 0 && (dirty & DIRTY_THINK)) {
         double s = e->think.n ? (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0 : 0;
-        snprintf(extra, sizeof extra, "%.1f s · %d tokens", e->think.n ? s : 0.0, e->n_think);
+        snprintf(extra, sizeof extra, "%.1f s · %d token%s", e->think.n ? s : 0.0, e->n_think,
+                 e->n_think == 1 ? "" : "s");
         draw_title(t, t->think_y, "thinking", extra, t->cols);
         if (!t->dl_valid) /* draw_tail uses the line list as scratch space */
             build_lines(t, t->cols - 1);
@@ -577,8 +579,9 @@ static void draw_panes(tui *t, int dirty) {
         if (e->text.n)
             snprintf(extra, sizeof extra, "Ctrl-C stops");
         else if (e->think.n && t->think_h == 0)
-            snprintf(extra, sizeof extra, "thinking (hidden) %.1f s · %d tokens · Ctrl-C stops",
-                     (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0, e->n_think);
+            snprintf(extra, sizeof extra, "thinking (hidden) %.1f s · %d token%s · Ctrl-C stops",
+                     (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0, e->n_think,
+                     e->n_think == 1 ? "" : "s");
         else
             snprintf(extra, sizeof extra, "waiting for the first token · Ctrl-C stops");
         draw_title(t, t->resp_y, "response", extra, t->cols);
@@ -592,10 +595,9 @@ static void draw_panes(tui *t, int dirty) {
 /* The status bar: segments by priority (0 = always, higher = dropped sooner when the bar is too
  * narrow), drawn whole and in their order; the model name is cut if even that does not fit. */
 static void draw_status(tui *t) {
-    static const char *eff[] = {"low", "high", "max"};
-    char               seg[16][96];
-    int                pri[16], n = 0;
-    const ue_stats    *s = &t->st;
+    char            seg[16][96];
+    int             pri[16], n = 0;
+    const ue_stats *s = &t->st;
 #define SEG(p, ...) (pri[n] = (p), snprintf(seg[n++], 96, __VA_ARGS__))
     if (!t->ready) {
         if (t->fatal)
@@ -614,8 +616,10 @@ static void draw_status(tui *t) {
         SEG(3, "mouse off (F3)");
     if (t->scroll > 0)
         SEG(4, "scrolled ↑%d", t->scroll);
-    SEG(2, "think %s", t->cs.gen.think ? eff[t->cs.gen.effort % 3] : "off");
-    SEG(5, "T %.2f p %.2f", (double)t->cs.gen.temp, (double)t->cs.gen.top_p);
+    SEG(2, "think %s", t->cs.gen.think ? ue_effort_name(t->cs.gen.effort) : "off");
+    char tb[16], pb[16];
+    SEG(5, "T %s p %s", chat_sampling_str(&t->cs, 0, tb, sizeof tb),
+        chat_sampling_str(&t->cs, 1, pb, sizeof pb));
     if (s->tok_s > 0)
         SEG(6, "%.1f tok/s", s->tok_s);
     if (s->ttft_s > 0)

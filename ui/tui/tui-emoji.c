@@ -43,12 +43,11 @@ static struct {
 } E;
 
 int tui_emoji_setup(char *err, size_t n) {
-    const char *v = getenv("K3_EMOJI");
-    E.mode        = emj_mode(v, getenv("TERM"));
-    if (E.mode < 0) {
-        snprintf(err, n, "K3_EMOJI='%.40s': expected whole, fallback or auto", v);
-        return -1;
-    }
+    const char *v = k3_setting_env_str(K3_SETTING_EMOJI);
+    double      ix;
+    if (v && k3_setting_parse(K3_SETTING_EMOJI, K3_SRC_ENV, v, &ix, err, n))
+        return -1; /* "K3_EMOJI: 'x' is not auto, whole or fallback" */
+    E.mode  = emj_mode(v, getenv("TERM"));
     E.kinds = E.mode == EMJ_MODE_WHOLE ? EMJ_ALL : 0;
     return 0;
 }

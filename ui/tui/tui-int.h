@@ -4,7 +4,7 @@
 #define K3_TUI_INT_H
 
 #include "settings.h"
-#include "cli.h"
+#include "opts.h"
 #include "engine.h"
 #include "input.h"
 #include "k3.h"
@@ -78,13 +78,13 @@ typedef struct dline {
 } dline;
 
 typedef struct tui {
-    const cli_opts *o;
-    ue             *eng;
-    ev_queue       *q;
-    inp            *in;
-    chat_settings   cs;
-    thm_spec        theme[THM_N];
-    char            theme_name[64];
+    const ui_opts *o;
+    ue            *eng;
+    ev_queue      *q;
+    inp           *in;
+    chat_settings  cs;
+    thm_spec       theme[THM_N];
+    char           theme_name[64];
 
     entry *ents; /* (n_ents) the conversation as displayed */
     int    n_ents, cap_ents;

@@ -26,6 +26,7 @@
  */
 
 #include "tui-int.h"
+#include "tui.h"
 
 #include <errno.h>
 #include <term.h>
@@ -178,20 +179,110 @@ static void thread_usage(double ru[2]) {
     ru[1] = (double)r.ru_stime.tv_sec + (double)r.ru_stime.tv_usec * 1e-6;
 }
 
+/* Loading progress: what is read, how far, and the rate since the first report. */
+static void on_progress(tui *t, const ui_ev *e) {
+    double now = ev_now();
+    if (t->load_t0 == 0)
+        t->load_t0 = now;
+    else if (now > t->load_t0)
+        t->load_rate = (double)e->a / (now - t->load_t0);
+    snprintf(t->load_what, sizeof t->load_what, "%s", e->text ? e->text : "");
+    t->load_done  = e->a;
+    t->load_total = e->b;
+    t->dirty |= DIRTY_HIST | DIRTY_STATUS;
+}
+
+/* A token of the answer (or of its thinking) appended to the streaming entry. */
+static void on_token(tui *t, const ui_ev *e) {
+    if (t->cur < 0 || !t->streaming)
+        return;
+    if (t->turn_ru0[0] == 0 && t->turn_ru0[1] == 0)
+        thread_usage(t->turn_ru0);
+    if (t->tok_t_pending == 0)
+        t->tok_t_pending = e->t;
+    if (e->ch == EV_CH_THINK) {
+        if (t->think_t0 == 0)
+            t->think_t0 = e->t;
+        txt_buf_add(&t->ents[t->cur].think, e->text, strlen(e->text));
+        t->ents[t->cur].n_think += e->i;
+    } else {
+        if (t->think_t0 > 0 && t->think_t1 == 0)
+            t->think_t1 = e->t;
+        txt_buf_add(&t->ents[t->cur].text, e->text, strlen(e->text));
+    }
+    t->dirty |= e->ch == EV_CH_THINK ? DIRTY_THINK : DIRTY_RESP | DIRTY_THINK * (t->think_t1 == e->t);
+    if (t->think_h == 0 && t->ents[t->cur].think.n && t->cs.show_thinking)
+        tui_layout(t);
+}
+
+/* Figures for the status line; a partial update (e->i) has the context, cache and memory only. */
+static void on_stats(tui *t, const ui_ev *e) {
+    if (e->i) { /* partial: context, cache and memory only */
+        t->st.ctx_used     = e->st.ctx_used;
+        t->st.ctx_max      = e->st.ctx_max;
+        t->st.expert_hit   = e->st.expert_hit;
+        t->st.expert_gb    = e->st.expert_gb;
+        t->st.mem_gb       = e->st.mem_gb;
+        t->st.vk_used_gb   = e->st.vk_used_gb;
+        t->st.vk_budget_gb = e->st.vk_budget_gb;
+        t->st.vk_hits      = e->st.vk_hits;
+        t->st.kernels      = e->st.kernels;
+    } else {
+        t->st = e->st;
+    }
+    t->dirty |= DIRTY_STATUS;
+}
+
+/* The end of a turn (or of a replay, or of a turn /undo dropped already): its figures kept. */
+static void on_done(tui *t, const ui_ev *e) {
+    if (t->turn_ru0[0] > 0 || t->turn_ru0[1] > 0) {
+        double ru[2];
+        thread_usage(ru);
+        t->turn_user += ru[0] - t->turn_ru0[0];
+        t->turn_sys += ru[1] - t->turn_ru0[1];
+        t->turn_ru0[0] = t->turn_ru0[1] = 0;
+    }
+    if (!e->i || e->st.ctx_max)
+        t->st = e->st;
+    if (e->st.tok_s > 0 && e->st.n_response + e->st.n_think > 0)
+        t->decode_wall += (e->st.n_response + e->st.n_think) / e->st.tok_s;
+    if (t->replaying) {
+        t->replaying   = 0;
+        t->quit_warned = 0;
+        return;
+    }
+    if (t->ignore_done) {
+        t->ignore_done = 0;
+        return;
+    }
+    end_turn(t, e->i, &e->st);
+}
+
+/* An /undo done by the worker: the last user turn and what followed it dropped. */
+static void on_undo(tui *t, const ui_ev *e) {
+    if (t->undo_pending)
+        return;         /* done already */
+    if (t->streaming) { /* the turn failed before it began: its entry goes too */
+        int k = last_user(t);
+        if (k >= 0 && inp_empty(t->in) && t->ents[k].text.p)
+            inp_insert(t->in, t->ents[k].text.p); /* to send again after /clear or /forget */
+        t->streaming   = 0;
+        t->cur         = -1;
+        t->ignore_done = 1;
+        tui_layout(t);
+    }
+    int k = t->n_ents;
+    while (k > 0 && t->ents[k - 1].role != UE_ROLE_USER)
+        k--;
+    if (k > 0)
+        drop_entries(t, k - 1);
+}
+
 static void on_event(tui *t, ui_ev *e) {
     switch (e->type) {
-    case EV_PROGRESS: {
-        double now = ev_now();
-        if (t->load_t0 == 0)
-            t->load_t0 = now;
-        else if (now > t->load_t0)
-            t->load_rate = (double)e->a / (now - t->load_t0);
-        snprintf(t->load_what, sizeof t->load_what, "%s", e->text ? e->text : "");
-        t->load_done  = e->a;
-        t->load_total = e->b;
-        t->dirty |= DIRTY_HIST | DIRTY_STATUS;
+    case EV_PROGRESS:
+        on_progress(t, e);
         break;
-    }
     case EV_READY:
         t->ready = 1;
         snprintf(t->model, sizeof t->model, "%s", e->text ? e->text : "model");
@@ -221,64 +312,13 @@ static void on_event(tui *t, ui_ev *e) {
         t->unsaved_warned = 0; /* a new turn: ask again before dropping it */
         break;
     case EV_TOKEN:
-        if (t->cur < 0 || !t->streaming)
-            break;
-        if (t->turn_ru0[0] == 0 && t->turn_ru0[1] == 0)
-            thread_usage(t->turn_ru0);
-        if (t->tok_t_pending == 0)
-            t->tok_t_pending = e->t;
-        if (e->ch == EV_CH_THINK) {
-            if (t->think_t0 == 0)
-                t->think_t0 = e->t;
-            txt_buf_add(&t->ents[t->cur].think, e->text, strlen(e->text));
-            t->ents[t->cur].n_think += e->i;
-        } else {
-            if (t->think_t0 > 0 && t->think_t1 == 0)
-                t->think_t1 = e->t;
-            txt_buf_add(&t->ents[t->cur].text, e->text, strlen(e->text));
-        }
-        t->dirty |= e->ch == EV_CH_THINK ? DIRTY_THINK : DIRTY_RESP | DIRTY_THINK * (t->think_t1 == e->t);
-        if (t->think_h == 0 && t->ents[t->cur].think.n && t->cs.show_thinking)
-            tui_layout(t);
+        on_token(t, e);
         break;
     case EV_STATS:
-        if (e->i) { /* partial: context, cache and memory only */
-            t->st.ctx_used     = e->st.ctx_used;
-            t->st.ctx_max      = e->st.ctx_max;
-            t->st.expert_hit   = e->st.expert_hit;
-            t->st.expert_gb    = e->st.expert_gb;
-            t->st.mem_gb       = e->st.mem_gb;
-            t->st.vk_used_gb   = e->st.vk_used_gb;
-            t->st.vk_budget_gb = e->st.vk_budget_gb;
-            t->st.vk_hits      = e->st.vk_hits;
-            t->st.kernels      = e->st.kernels;
-        } else {
-            t->st = e->st;
-        }
-        t->dirty |= DIRTY_STATUS;
+        on_stats(t, e);
         break;
     case EV_DONE:
-        if (t->turn_ru0[0] > 0 || t->turn_ru0[1] > 0) {
-            double ru[2];
-            thread_usage(ru);
-            t->turn_user += ru[0] - t->turn_ru0[0];
-            t->turn_sys += ru[1] - t->turn_ru0[1];
-            t->turn_ru0[0] = t->turn_ru0[1] = 0;
-        }
-        if (!e->i || e->st.ctx_max)
-            t->st = e->st;
-        if (e->st.tok_s > 0 && e->st.n_response + e->st.n_think > 0)
-            t->decode_wall += (e->st.n_response + e->st.n_think) / e->st.tok_s;
-        if (t->replaying) {
-            t->replaying   = 0;
-            t->quit_warned = 0;
-            break;
-        }
-        if (t->ignore_done) {
-            t->ignore_done = 0;
-            break;
-        }
-        end_turn(t, e->i, &e->st);
+        on_done(t, e);
         break;
     case EV_ERROR:
     case EV_INFO:
@@ -295,6 +335,7 @@ static void on_event(tui *t, ui_ev *e) {
     case EV_SETTINGS: {
         char msg[300];
         chat_settings_loaded(&t->cs, &e->gen, msg, sizeof msg);
+        ue_settings(t->eng, &t->cs.gen); /* the options that won over the transcript's */
         notice(t, ROLE_INFO, "%s", msg);
         t->dirty |= DIRTY_STATUS;
         break;
@@ -330,25 +371,9 @@ static void on_event(tui *t, ui_ev *e) {
         }
         break;
     }
-    case EV_UNDO: {
-        if (t->undo_pending)
-            break;          /* done already */
-        if (t->streaming) { /* the turn failed before it began: its entry goes too */
-            int k = last_user(t);
-            if (k >= 0 && inp_empty(t->in) && t->ents[k].text.p)
-                inp_insert(t->in, t->ents[k].text.p); /* to send again after /clear or /forget */
-            t->streaming   = 0;
-            t->cur         = -1;
-            t->ignore_done = 1;
-            tui_layout(t);
-        }
-        int k = t->n_ents;
-        while (k > 0 && t->ents[k - 1].role != UE_ROLE_USER)
-            k--;
-        if (k > 0)
-            drop_entries(t, k - 1);
+    case EV_UNDO:
+        on_undo(t, e);
         break;
-    }
     default:
         break;
     }
@@ -473,6 +498,7 @@ static void run_command(tui *t, const char *line) {
     if (r.id == CMD_LOAD && unsaved_refuse(t, UE_DROP_LOAD))
         return;
     if (chat_apply(&t->cs, t->eng, &r, msg, sizeof msg)) {
+        ue_settings(t->eng, &t->cs.gen); /* the context figure follows /think, /effort */
         if (r.id == CMD_REPLAY)
             t->replaying = 1;
         if (r.id == CMD_LOAD || r.id == CMD_FORGET) /* /forget --fit: history follows */
@@ -1088,7 +1114,7 @@ static double thread_cpu(void) {
 }
 
 static void write_ui_stats(tui *t) {
-    const char *path = getenv("K3_UI_STATS");
+    const char *path = k3_setting_env_str(K3_SETTING_UI_STATS);
     if (!path || !*path)
         return;
     FILE *f = fopen(path, "w");
@@ -1104,7 +1130,27 @@ static void write_ui_stats(tui *t) {
     fclose(f);
 }
 
-int ui_tui_run(const cli_opts *o) {
+int tui_usable(char *why, size_t n) {
+    const char *term = getenv("TERM");
+    why[0]           = 0;
+    if (!term || !*term || !strcmp(term, "dumb"))
+        return 0; /* no cursor addressing: line mode */
+    /* a terminal curses does not know (or one without cursor addressing) gets line mode too,
+     * rather than curses' own exit from initscr() */
+    int terr = 0;
+    if (setupterm(term, 1, &terr) != OK) {
+        snprintf(why, n, "no terminfo entry for TERM '%.64s'", term);
+        return 0;
+    }
+    char *cup = tigetstr("cup");
+    int   can = cup && cup != (char *)-1;
+    del_curterm(cur_term);
+    if (!can)
+        snprintf(why, n, "TERM '%.64s' cannot move the cursor", term);
+    return can;
+}
+
+int ui_tui_run(const ui_opts *o) {
     static tui T;
     tui       *t = &T;
     char       err[512];
@@ -1114,26 +1160,9 @@ int ui_tui_run(const cli_opts *o) {
     t->st  = (ue_stats){
          .tok_s = -1, .prefill_tok_s = -1, .ttft_s = -1, .think_s = -1, .expert_hit = -1, .expert_gb = -1};
     t->ep[0] = t->ep[1] = -1;
-    const char *term    = getenv("TERM");
-    if (!term || !*term || !strcmp(term, "dumb"))
-        return cli_plain(o); /* no cursor addressing: line mode */
-    setlocale(LC_ALL, "");
-    /* a terminal curses does not know (or one without cursor addressing) gets line mode too,
-     * rather than curses' own exit from initscr() */
-    int terr = 0;
-    if (setupterm(term, 1, &terr) != OK) {
-        txt_term_printf(stderr, "k3chat: no terminfo entry for TERM '%s': using line mode\n", term);
-        return cli_plain(o);
-    }
-    char *cup = tigetstr("cup");
-    int   can = cup && cup != (char *)-1;
-    del_curterm(cur_term);
-    if (!can) {
-        txt_term_printf(stderr, "k3chat: TERM '%s' cannot move the cursor: using line mode\n", term);
-        return cli_plain(o);
-    }
+    setlocale(LC_ALL, ""); /* main checked the terminal (tui_usable) */
     chat_settings_init(&t->cs, o);
-    const char *theme = o->theme ? o->theme : getenv("K3_THEME");
+    const char *theme = o->theme; /* --theme, else K3_THEME (main) */
     if (!theme || !*theme)
         theme = "dark";
     if (thm_load(theme, t->theme, err, sizeof err) != 0) {
@@ -1166,6 +1195,7 @@ int ui_tui_run(const cli_opts *o) {
         ev_queue_free(t->q);
         return 1;
     }
+    ue_settings(t->eng, &t->cs.gen); /* the command line's, before anything is measured */
     if (o->system && *o->system)
         ue_system(t->eng, o->system);
     if (o->load) {
@@ -1210,7 +1240,7 @@ int ui_tui_run(const cli_opts *o) {
     printf("\033[?2004h"); /* bracketed paste on */
     fflush(stdout);
     mouseinterval(0);
-    set_mouse(t, getenv("K3_NO_MOUSE") == NULL);
+    set_mouse(t, k3_setting_env_str(K3_SETTING_NO_MOUSE) == NULL);
     t->ui_cpu0 = thread_cpu();
     t->osc8    = md_term_osc8();
     refresh(); /* the screen is cleared before the probe writes on it */

@@ -1,0 +1,198 @@
+/* bench-prefill.c: prefill at the release's expert scale (issue 38), on real bytes: the prefill
+ * window (each routed expert read once per prompt) against the per-chunk path (K3_WINDOW =
+ * K3_CHUNK: each expert read again for every chunk that routes to it). Only when asked:
+ * `k3-bench prefill_scale` (it reads tens of GB).
+ *
+ *   K3_BENCH_PSCALE=DIR          an existing one-layer slice; unset: `k3-mkmodel --preset slice
+ *                                --layers 1 --dense 0 --experts N` is generated into
+ *                                $K3_BENCH_DIR (default /var/tmp) and deleted afterwards
+ *   K3_BENCH_PSCALE_EXPERTS=N    N for the generated slice (default 64, ~6 GB; the issue's 896
+ *                                is ~21 GB and reads ~450 GB per chunked 4k prompt)
+ *   K3_BENCH_PSCALE_PROMPTS=LIST prompt lengths, space separated (default "128 1024"; the issue
+ *                                asks for "128 1024 4096")
+ * Settings: K3_ROUTE=uniform (the release's flat routing), the expert cache at the release's
+ * cache-to-experts ratio of a big machine (0.5 GB of 896 experts per layer: K3_EXPERT_GB = 0.5 x
+ * E / 896 per MoE layer), O_DIRECT expert reads (K3_DIRECT's default) and the shards' page cache
+ * dropped (posix_fadvise DONTNEED) before every prefill; the rest from the environment.
+ *
+ * Per prompt length P, one round: the drive, the windowed prefill, the drive, the per-chunk
+ * prefill (each a fresh session; the cache keeps what the previous run left, a few experts).
+ * Results
+ *   prefill_scale_<P>_bytes        expert bytes the windowed prefill read; ref: the unique-expert
+ *                                  floor (the experts it routed to, each once)
+ *   prefill_scale_<P>_chunk_bytes  the same for the per-chunk path; ref: the floor
+ *   prefill_scale_<P>_wall         windowed prefill seconds; ref: max(its bytes at the drive's
+ *                                  O_DIRECT rate, its compute: wall - time waiting on reads)
+ *   prefill_scale_<P>_chunk_wall   per-chunk seconds; ref: the windowed seconds
+ *   prefill_scale_drive            the drive's O_DIRECT sequential rate over the expert ranges
+ *                                  (bench_direct_experts), median of the runs between prefills
+ */
+#include "bench.h"
+#include "model-impl.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int bench_prefill(void);
+
+#define PS_REQ (16u << 20)
+#define PS_MAXP 16
+
+/* Drop the page cache of every shard of d (the dense weights are in memory already). */
+static void drop_cache(const st_dir *d) {
+    for (int sh = 0; sh < st_n_shards(d); sh++) {
+        int fd = open(st_shard_path(d, sh), O_RDONLY);
+        if (fd >= 0) {
+            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            close(fd);
+        }
+    }
+}
+
+typedef struct ps_run {
+    double wall, wait, bytes, distinct; /* distinct: expert ids the MoE calls asked for */
+} ps_run;
+
+/* One prefill of n ids at window W (tokens; the chunk: per chunk) in a fresh session. */
+static int ps_prefill(k3_model *m, int W, const int32_t *ids, int n, ps_run *o) {
+    k3_session *s = NULL;
+    m->win_max    = W;
+    drop_cache(m->st);
+    if (k3_session_new(m, &s))
+        return -1;
+    k3_status st = k3_session_feed(s, ids, n);
+    k3_stats  ks;
+    k3_session_stats(s, &ks);
+    k3_session_free(s);
+    if (st)
+        return -1;
+    o->wall     = ks.t_prefill;
+    o->wait     = ks.expert_wait_s;
+    o->bytes    = (double)ks.expert_bytes_read;
+    o->distinct = (double)(ks.expert_hits + ks.expert_misses);
+    printf(
+        "# prefill_scale: %d tokens, window %d: %.2f s (%.2f s waiting on reads), %.2f GB of experts read, "
+        "%.0f expert requests (%d MoE layer%s)\n",
+        n, ks.window, o->wall, o->wait, o->bytes / 1e9, o->distinct, m->fit_t.n_moe,
+        m->fit_t.n_moe == 1 ? "" : "s");
+    fflush(stdout);
+    return 0;
+}
+
+static int ps_prompts(int *P) {
+    const char *v = getenv("K3_BENCH_PSCALE_PROMPTS");
+    int         n = 0;
+    if (!v || !*v)
+        v = "128 1024";
+    for (char *e; *v && n < PS_MAXP; v = e) {
+        long x = strtol(v, &e, 10);
+        if (e == v)
+            break;
+        if (x > 0)
+            P[n++] = (int)x;
+    }
+    return n;
+}
+
+int bench_prefill(void) {
+    if (!bench_asked("prefill_scale"))
+        return 0;
+    const char *dir      = getenv("K3_BENCH_PSCALE");
+    char        gen[600] = "";
+    const char *ev       = getenv("K3_BENCH_PSCALE_EXPERTS");
+    int         E        = ev && *ev ? atoi(ev) : 64;
+    if (!dir || !*dir) {
+        char args[128];
+        snprintf(args, sizeof args, "--preset slice --layers 1 --dense 0 --experts %d --seed 1", E);
+        if (bench_mkmodel(args, "k3-bench-pscale", gen, sizeof gen))
+            return 1;
+        dir = gen;
+    }
+    int       P[PS_MAXP], np = ps_prompts(P), rc = 1, maxp = 0;
+    k3_params p;
+    k3_model *m   = NULL;
+    uint8_t  *buf = k3_aligned_alloc(4096, PS_REQ);
+    int32_t  *ids = NULL;
+    for (int i = 0; i < np; i++)
+        maxp = P[i] > maxp ? P[i] : maxp;
+    if (!buf || !np || k3_params_default(&p))
+        goto done;
+    if (!(ids = malloc((size_t)maxp * sizeof *ids)))
+        goto done;
+    k3_config c;
+    if (cfg_load(dir, &c))
+        goto done;
+    E           = c.n_experts;
+    p.route     = 1;
+    p.expert_gb = 0.5 * E / 896 * (c.n_layers - c.first_dense);
+    p.set |= K3_SET_EXPERT_GB;
+    p.window = maxp;
+    if (p.max_ctx < maxp)
+        p.max_ctx = maxp;
+    if (k3_model_open(dir, &p, &m))
+        goto done;
+    const int W = m->win_max; /* the fit's window */
+    srand(38);
+    for (int i = 0; i < maxp; i++)
+        ids[i] = rand() % (c.vocab - 256) + 256;
+    printf("# prefill_scale: %s: %d MoE layer(s) x %d experts of %.2f MB (%.2f GB), K3_ROUTE=uniform, "
+           "expert cache %.3f GB, K3_CHUNK=%d, prefill window %d; load ",
+           dir, m->fit_t.n_moe, E, (double)m->fit_t.expert_one / 1e6, (double)m->fit_t.expert_all / 1e9,
+           p.expert_gb, m->par.chunk, W);
+    {
+        FILE *la     = fopen("/proc/loadavg", "r");
+        char  l[128] = "";
+        if (la && fgets(l, sizeof l, la))
+            printf("%s", l);
+        else
+            printf("\n");
+        if (la)
+            fclose(la);
+    }
+    double   drive[2 * PS_MAXP];
+    int      nd = 0;
+    uint64_t db;
+    for (int i = 0; i < np; i++) {
+        ps_run w, k;
+        drive[nd] = bench_direct_experts(m->st, buf, PS_REQ, &db);
+        if (drive[nd++] <= 0 || ps_prefill(m, W < P[i] ? W : P[i], ids, P[i], &w))
+            goto done;
+        drive[nd] = bench_direct_experts(m->st, buf, PS_REQ, &db);
+        if (drive[nd++] <= 0 || ps_prefill(m, m->par.chunk, ids, P[i], &k))
+            goto done;
+        const double rate = (drive[nd - 2] + drive[nd - 1]) / 2 * 1e9;
+        /* the floor: the experts the prompt routed to, each once: the one window's requests, or
+         * (several windows) their expected number under uniform routing */
+        const double k1 = (double)c.n_active / E, one = (double)m->fit_t.expert_one;
+        const double floor_b =
+            P[i] <= W ? w.distinct * one : m->fit_t.n_moe * E * (1 - pow(1 - k1, (double)P[i])) * one;
+        const double compute = w.wall - w.wait, drive_s = w.bytes / rate;
+        char         nm[64];
+        printf("# prefill_scale %d: drive %.2f GB/s: window %.2f s (drive time %.2f s, compute %.2f s), per "
+               "chunk %.2f s (drive time %.2f s, compute %.2f s)\n",
+               P[i], rate / 1e9, w.wall, drive_s, compute, k.wall, k.bytes / rate, k.wall - k.wait);
+        snprintf(nm, sizeof nm, "prefill_scale_%d_bytes", P[i]);
+        bench_report(nm, w.bytes / 1e9, "GB", floor_b / 1e9, "GB");
+        snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_bytes", P[i]);
+        bench_report(nm, k.bytes / 1e9, "GB", floor_b / 1e9, "GB");
+        snprintf(nm, sizeof nm, "prefill_scale_%d_wall", P[i]);
+        bench_report(nm, w.wall, "s", compute > drive_s ? compute : drive_s, "s(max drive,compute)");
+        snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_wall", P[i]);
+        bench_report(nm, k.wall, "s", w.wall, "s(window)");
+    }
+    bench_report("prefill_scale_drive", bench_median(drive, nd), "GB/s", 0, "");
+    rc = 0;
+done:
+    if (rc)
+        fprintf(stderr, "bench-prefill: %s: %s\n", dir, k3_errmsg());
+    k3_model_free(m);
+    free(ids);
+    free(buf);
+    if (*gen)
+        bench_rmmodel(gen);
+    return rc;
+}

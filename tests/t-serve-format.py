@@ -1,0 +1,287 @@
+# t-serve-format.py: response_format through `k3chat models/k3-nano --serve` end to end: a
+# json_schema (strict) answer at temperature 1 over several seeds, streamed and not, validates
+# against its schema (checked here by hand, field by field); json_object gives one JSON object;
+# an unsupported keyword, a schema no document satisfies and a malformed response_format are
+# 400s naming the field; text changes nothing; tool_choice required and named and
+# parallel_tool_calls false give calls that follow the tools' parameters; the official OpenAI SDK
+# (npm openai 5 + zod 3, SKIP without node/npm) parses zodResponseFormat and raw json_schema answers
+# and gets required (single) and named (streamed) calls. Thinking is off (k3-nano seldom opens its
+# response channel after thinking, and reasoning is never masked). The server runs on
+# 127.0.0.1 with a kernel-picked port and is always killed; every wait is bounded.
+import http.client
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import serve_lib
+from serve_lib import wait_for
+
+B, T, K3, ASAN, env = serve_lib.setup()
+fails = 0
+
+
+def ok(cond, desc):
+    global fails
+    fails += not serve_lib.ok(cond, desc)
+
+
+M = os.path.join(os.environ["K3_SRC"], "models", "k3-nano")
+LOG = os.path.join(T, "serve.log")
+env.pop("K3_BITS", None)
+srv = subprocess.Popen([K3, M, "--serve", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=open(LOG, "w"), env=env)
+
+
+def log_text():
+    with open(LOG, errors="replace") as f:
+        return f.read()
+
+
+def post(body, timeout=120):
+    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read().decode("utf-8", "replace")
+    c.close()
+    if r.getheader("Content-Type", "").startswith("text/event-stream"):
+        text = ""
+        for block in data.split("\n\n"):
+            block = block.strip("\n")
+            if block.startswith("data: ") and block[6:] != "[DONE]":
+                for ch in json.loads(block[6:]).get("choices", []):
+                    text += ch.get("delta", {}).get("content") or ""
+        return r.status, text
+    try:
+        return r.status, json.loads(data)
+    except ValueError:
+        return r.status, data
+
+
+SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age", "tags"],
+          "properties": {"name": {"type": "string", "maxLength": 10},
+                         "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                         "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
+                         "email": {"type": "string", "format": "email"}}}
+
+
+def valid(d):
+    """SCHEMA by hand: an independent check of the fields the grammar must enforce."""
+    if not isinstance(d, dict) or set(d) - {"name", "age", "tags", "email"} or not {"name", "age", "tags"} <= set(d):
+        return False
+    if not isinstance(d["name"], str) or len(d["name"]) > 10:
+        return False
+    if type(d["age"]) is not int or not 0 <= d["age"] <= 120:
+        return False
+    if not isinstance(d["tags"], list) or len(d["tags"]) > 3 or any(t not in ("a", "b", "c") for t in d["tags"]):
+        return False
+    return "email" not in d or re.fullmatch(r"[a-z0-9.]+@[a-z0-9]+(\.[a-z0-9]+)+", d["email"]) is not None
+
+
+def ask(fmt, seed, stream=False):
+    return post({"messages": [{"role": "user", "content": "A person, as JSON."}], "temperature": 1, "seed": seed,
+                 "max_tokens": 300, "chat_template_kwargs": {"thinking": False}, "response_format": fmt,
+                 "stream": stream})
+
+
+try:
+    ok(wait_for(lambda: "serving" in log_text() or srv.poll() is not None, 60), "the server starts on k3-nano")
+    port = re.search(r"http://127\.0\.0\.1:(\d+)/v1", log_text())
+    if port is None:
+        print("FAIL: no address in the log: " + log_text()[-300:])
+        raise SystemExit(1)
+    PORT = int(port.group(1))
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": SCHEMA}}
+    good, shown = 0, None
+    for seed in range(6):
+        code, o = ask(fmt, seed)
+        text = o["choices"][0]["message"]["content"] if code == 200 else str(o)
+        try:
+            good += valid(json.loads(text)) and o["choices"][0]["finish_reason"] == "stop"
+        except (ValueError, TypeError):
+            shown = shown or text
+    ok(good == 6, "json_schema strict, 6 seeds at temperature 1: every answer parses and validates (%d)%s"
+       % (good, "" if good == 6 else ": " + str(shown)[:200]))
+    good = 0
+    for seed in range(6, 9):
+        code, text = ask(fmt, seed, stream=True)
+        try:
+            good += code == 200 and valid(json.loads(text))
+        except ValueError:
+            pass
+    ok(good == 3, "the same streamed: the concatenated deltas validate (%d of 3)" % good)
+    code, o = ask({"type": "json_schema", "json_schema": {"name": "n", "strict": False, "schema": SCHEMA}}, 11)
+    try:
+        ok(code == 200 and valid(json.loads(o["choices"][0]["message"]["content"])), "strict false is enforced too")
+    except (ValueError, TypeError, KeyError):
+        ok(False, "strict false is enforced too: %s" % str(o)[:200])
+    code, o = ask({"type": "json_object"}, 12)
+    try:
+        ok(code == 200 and isinstance(json.loads(o["choices"][0]["message"]["content"]), dict),
+           "json_object: the answer is one JSON object")
+    except (ValueError, TypeError, KeyError):
+        ok(False, "json_object: %s" % str(o)[:200])
+    code, o = ask({"type": "text"}, 13)
+    ok(code == 200, "text: answered as before")
+    bad = {"type": "object", "properties": {"a": {"type": "string", "contentEncoding": "base64"}}}
+    code, o = ask({"type": "json_schema", "json_schema": {"name": "x", "schema": bad}}, 1)
+    msg = o.get("error", {}).get("message", "") if isinstance(o, dict) else ""
+    ok(code == 400 and '"contentEncoding" at #/properties/a' in msg, "an unsupported keyword: 400 naming it (%s)" % msg)
+    code, o = ask({"type": "json_schema", "json_schema": {"name": "x", "schema": {"enum": []}}}, 1)
+    msg = o.get("error", {}).get("message", "") if isinstance(o, dict) else ""
+    ok(code == 400 and "nothing" in msg, "\"enum\": []: 400, compiles to nothing (%s)" % msg)
+    code, o = ask({"type": "yaml"}, 1)
+    ok(code == 400 and "response_format.type" in json.dumps(o), "an unknown type: 400 naming response_format.type")
+    code, o = ask({"type": "json_schema"}, 1)
+    ok(code == 400 and "response_format.json_schema" in json.dumps(o), "json_schema without the object: 400")
+
+    # ---- the tool-call grammar: required, named, parallel_tool_calls false (k3-tools.md 1.6)
+    TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}, "days": {"type": "integer", "minimum": 1,
+                                                                                    "maximum": 7}},
+        "required": ["city"]}}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {
+            "type": "object", "properties": {"zone": {"type": "string", "maxLength": 8}}, "required": ["zone"]}}}]
+
+    def calls(choice, seed, parallel=None, stream=False):
+        body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS, "tool_choice": choice,
+                "temperature": 1, "seed": seed, "max_tokens": 300, "chat_template_kwargs": {"thinking": False},
+                "stream": stream}
+        if parallel is not None:
+            body["parallel_tool_calls"] = parallel
+        if not stream:
+            code, o = post(body)
+            if code != 200:
+                return None, str(o)
+            ch = o["choices"][0]
+            return ch["finish_reason"], ch["message"].get("tool_calls") or []
+        c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+        c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        data = c.getresponse().read().decode()
+        c.close()
+        acc, finish = {}, None
+        for block in data.split("\n\n"):
+            block = block.strip("\n")
+            if not block.startswith("data: ") or block[6:] == "[DONE]":
+                continue
+            for ch in json.loads(block[6:]).get("choices", []):
+                finish = ch.get("finish_reason") or finish
+                for d in ch.get("delta", {}).get("tool_calls") or []:
+                    a = acc.setdefault(d["index"], {"function": {"name": "", "arguments": ""}})
+                    a["function"]["name"] += d.get("function", {}).get("name") or ""
+                    a["function"]["arguments"] += d.get("function", {}).get("arguments") or ""
+        return finish, [acc[k] for k in sorted(acc)]
+
+    def args_ok(call):
+        a = json.loads(call["function"]["arguments"])
+        if call["function"]["name"] == "get_weather":
+            return a.get("city") in ("Paris", "Oslo") and set(a) <= {"city", "days"} and (
+                "days" not in a or (type(a["days"]) is int and 1 <= a["days"] <= 7))
+        return call["function"]["name"] == "get_time" and set(a) == {"zone"} and isinstance(a["zone"], str) and len(
+            a["zone"]) <= 8
+
+    good, shown = 0, ""
+    for seed in range(4):
+        finish, cs = calls("required", seed, stream=seed % 2 == 1)
+        try:
+            good += finish == "tool_calls" and len(cs) >= 1 and all(args_ok(c) for c in cs)
+        except (ValueError, TypeError, KeyError):
+            pass
+        shown = shown or ("" if finish == "tool_calls" else str(cs)[:200])
+    ok(good == 4, "tool_choice required, 4 seeds (2 streamed): every answer is calls with valid arguments (%d)%s"
+       % (good, shown and ": " + shown))
+    good = 0
+    for seed in range(4):
+        finish, cs = calls({"type": "function", "function": {"name": "get_time"}}, seed, parallel=False)
+        try:
+            good += finish == "tool_calls" and len(cs) == 1 and cs[0]["function"]["name"] == "get_time" and args_ok(cs[0])
+        except (ValueError, TypeError, KeyError):
+            pass
+    ok(good == 4, "a named tool_choice with parallel_tool_calls false: exactly one call of that tool (%d of 4)" % good)
+    good = 0
+    for seed in range(4):
+        finish, cs = calls("auto", seed, parallel=False)
+        good += finish in ("stop", "tool_calls") and len(cs) <= 1
+    ok(good == 4, "auto with parallel_tool_calls false: at most one call (%d of 4)" % good)
+
+    # ---- the official OpenAI SDK (npm openai 5 + zod 3, installed outside the repository into
+    # K3_OPENAI_JS, default ~/.cache/k3chat/openai-js, as t-serve-tools.py does)
+    cache = os.environ.get("K3_OPENAI_JS") or os.path.join(
+        os.environ.get("HOME_REAL", os.path.expanduser("~")), ".cache", "k3chat", "openai-js")
+    have = shutil.which("node") and shutil.which("npm")
+    if not have:
+        print("SKIP: node/npm are not installed (needed for the OpenAI SDK checks)")
+    else:
+        os.makedirs(cache, exist_ok=True)
+        if not os.path.exists(os.path.join(cache, "package.json")):
+            with open(os.path.join(cache, "package.json"), "w") as f:
+                f.write('{"name":"k3chat-openai-ref","private":true}\n')
+        if not all(os.path.exists(os.path.join(cache, "node_modules", p, "package.json")) for p in ("openai", "zod")):
+            p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "openai@5", "zod@3"], cwd=cache,
+                               capture_output=True, timeout=300)
+            if p.returncode:
+                print("SKIP: npm install openai@5 zod@3 failed: " + p.stderr.decode()[-160:].replace("\n", " "))
+                have = False
+    if have:
+        js = os.path.join(T, "sdk.cjs")
+        with open(js, "w") as f:
+            f.write(r"""
+const OpenAI = require("openai").default;  // CommonJS: found through NODE_PATH
+const { zodResponseFormat } = require("openai/helpers/zod");
+const { z } = require("zod");
+(async () => {
+const client = new OpenAI({ baseURL: process.argv[2], apiKey: "none", maxRetries: 0 });
+const schema = JSON.parse(process.argv[3]), tools = JSON.parse(process.argv[4]);
+const base = { model: "k3-nano", messages: [{ role: "user", content: "A person, as JSON." }], temperature: 1,
+               max_tokens: 300, chat_template_kwargs: { thinking: false } };
+const Person = z.object({ name: z.string().max(10), age: z.number().int().min(0).max(120),
+                          tags: z.array(z.enum(["a", "b", "c"])).max(3) });
+const out = { zod: [], raw: [] };
+for (let seed = 0; seed < 3; seed++) {
+  const r = await client.chat.completions.parse({ ...base, seed, response_format: zodResponseFormat(Person, "person") });
+  out.zod.push(r.choices[0].message.parsed);
+  const r2 = await client.chat.completions.parse({ ...base, seed,
+    response_format: { type: "json_schema", json_schema: { name: "person", strict: true, schema } } });
+  out.raw.push(r2.choices[0].message.parsed);
+}
+const t = await client.chat.completions.create({ ...base, tools, tool_choice: "required", parallel_tool_calls: false });
+out.required = t.choices[0].message.tool_calls.map(c => [c.function.name, JSON.parse(c.function.arguments)]);
+const s = await client.chat.completions.create({ ...base, seed: 4, tools, stream: true,
+  tool_choice: { type: "function", function: { name: "get_time" } } });
+const acc = {};
+for await (const ch of s)
+  for (const tc of ch.choices[0]?.delta?.tool_calls ?? []) {
+    acc[tc.index] ??= { name: "", args: "" };
+    acc[tc.index].name += tc.function?.name ?? "";
+    acc[tc.index].args += tc.function?.arguments ?? "";
+  }
+out.named = Object.values(acc).map(c => [c.name, JSON.parse(c.args)]);
+console.log(JSON.stringify(out));
+})().catch(e => { console.error(e); process.exit(1); });
+""")
+        p = subprocess.run(["node", js, "http://127.0.0.1:%d/v1" % PORT, json.dumps(SCHEMA), json.dumps(TOOLS)],
+                           capture_output=True, timeout=300, env=dict(env, NODE_PATH=os.path.join(cache, "node_modules")))
+        try:
+            res = json.loads(p.stdout.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            res = {}
+            print("# sdk: " + p.stderr.decode()[-400:])
+        zod = res.get("zod", [])
+        ok(len(zod) == 3 and all(isinstance(d, dict) and set(d) == {"name", "age", "tags"} and valid(d) for d in zod),
+           "OpenAI SDK: chat.completions.parse with zodResponseFormat: 3 seeds, parsed objects valid (%r)" % (zod[:1],))
+        raw = res.get("raw", [])
+        ok(len(raw) == 3 and all(valid(d) for d in raw), "OpenAI SDK: parse with a raw json_schema: 3 parsed objects valid")
+        req = res.get("required", [])
+        ok(len(req) == 1 and args_ok({"function": {"name": req[0][0], "arguments": json.dumps(req[0][1])}}),
+           "OpenAI SDK: tool_choice required with parallel_tool_calls false: one call, valid arguments (%r)" % (req,))
+        nm = res.get("named", [])
+        ok(len(nm) >= 1 and all(n == "get_time" for n, _ in nm) and all(
+            args_ok({"function": {"name": n, "arguments": json.dumps(a)}}) for n, a in nm),
+           "OpenAI SDK: a named tool_choice, streamed: calls of that function only, valid arguments (%r)" % (nm[:1],))
+finally:
+    srv.terminate()
+    try:
+        srv.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+raise SystemExit(1 if fails else 0)

@@ -1,0 +1,101 @@
+/* md-impl.h: internals of the Markdown renderer shared by md.c (the md4c walk and the layout)
+ * and md-stream.c (streaming: chunks, the plain-paragraph and open-code-block fast paths).
+ * Never included outside ui/common/md*.c; the public interface is md.h.
+ */
+#pragma once
+#include "md.h"
+
+#include <stddef.h>
+
+#define SPAN_MAX 64 /* nested inline styles tracked */
+#define PFX_MAX 512 /* prefix pieces tracked (deeper containers add nothing) */
+
+typedef struct span {
+    size_t off, len;
+    int    role, link;
+} span;
+
+/* Styled text: bytes and the spans that cover them, in order. */
+typedef struct styled {
+    txt_buf t;
+    span   *sp;
+    size_t  n_sp, cap_sp;
+    size_t  sp0; /* spans before sp0 are closed (a finished table cell): no merging into them */
+} styled;
+
+typedef struct piece {
+    char text[48];  /* continuation text (spaces or a quote bar)          */
+    char first[48]; /* marker for the next line ("" = use text)           */
+    int  role, width;
+} piece;
+
+typedef struct cell {
+    int    row, col;
+    size_t t0, t1, s0, s1; /* bytes and spans of table.st */
+} cell;
+
+typedef struct table {
+    styled st;
+    cell  *cells;
+    size_t n_cells, cap_cells;
+    int    n_cols, n_rows, n_head, in_head;
+    int    align[128];
+} table;
+
+typedef struct md_rctx {
+    md_doc  *d;
+    int      width, base;
+    unsigned flags;
+    int      err;
+
+    int n_pfx, pfx_w;
+    int depth; /* containers entered (may exceed n_pfx)          */
+    int list_depth;
+
+    /* line being built */
+    int    in_line, col;
+    size_t line_run0;
+    int    emitted; /* lines emitted by this render                   */
+    int    need_blank;
+
+    /* leaf block */
+    int    roles[SPAN_MAX];
+    int    n_roles, span_depth;
+    int    link;
+    int    leaf; /* MD_BLOCK_* of the open leaf, -1 none           */
+    int    h_level;
+    int    in_code;
+    table *tb; /* the open table (tb_keep), NULL outside one     */
+    int    in_table, cell_open;
+
+    /* not cleared: buffers kept between the renders of a stream (emptied by md_render_begin), so a
+     * streaming frame allocates nothing once they have grown */
+    styled    in;
+    txt_buf   code, lang, ex; /* ex: a code line with its tabs expanded */
+    table    *tb_keep;
+    txt_line *wl; /* lines of a wrapped paragraph (wrap) */
+    int       cap_wl;
+
+    /* last, and not cleared (57 KB): each entry is written before it is read */
+    piece pfx[PFX_MAX];     /* [0, n_pfx): written by push_piece                  */
+    int   pushed[PFX_MAX];  /* per container level: it added a piece (push_piece) */
+    int   ol_next[PFX_MAX]; /* per list level: next number, -1 bullets (list entry) */
+} R;
+
+/* ---- md.c, used by md-stream.c ---- */
+
+/* A run of the line whose runs start at run0 (merged with the previous one when the style is
+ * the same). 0, or -1 out of memory. */
+int md_doc_run(md_doc *d, size_t run0, size_t off, size_t len, int role, int link);
+/* The rows of one line of code s[0, ln) inside a box of inner width iw, or bare. */
+void md_code_line(R *r, const char *s, size_t ln, int box, int iw);
+/* The box of a code block in a columns: whether there is one, and its inner width. */
+int  md_code_box(int a, int *iw);
+void md_code_bottom(R *r, int a);
+/* r made ready to render into d (its buffers emptied, kept). */
+void md_render_begin(R *r, md_doc *d, int width, int base, unsigned flags);
+/* Render s[0..n) into d with the context r (its buffers kept for the next render). */
+int md_render_with(R *r, md_doc *d, const char *s, size_t n, int width, int base, unsigned flags);
+/* A render context (NULL out of memory), freed with md_ctx_free (NULL is fine). */
+R   *md_ctx_new(void);
+void md_ctx_free(R *r);
