@@ -25,7 +25,7 @@
 #   # run-once    runs only for the first tree (for slow checks whose code is not under the
 #                 sanitizers, e.g. the numpy reference)
 #   # run-alone   runs with no other test beside it (RSS or timing measured against a quiet
-#                 machine); these run first, one at a time
+#                 machine); these run last, one at a time, once every other test has ended
 #   # slow        starts before the others (long tests started early keep every job busy to
 #                 the end instead of leaving one long test running alone at the close)
 #   # after-build runs once every --bg command has ended (t-fuzz: make fuzz-build is then
@@ -148,6 +148,7 @@ mark() { grep -q "^# $1\$" "$2" && echo 1 || echo 0; }
 for b in "$@"; do
     if bg_is_tree "$b"; then # not built yet: its C tests from the sources
         for t in tests/test-*.c; do
+            [ -f "$t" ] || continue
             nm=$(basename "$t" .c)
             [ -n "${TEST_FILTER:-}" ] && case "$nm" in *"$TEST_FILTER"*) ;; *) continue ;; esac
             add "$nm" "$b" 0 0 0 "$b/tests/$nm"
@@ -175,11 +176,14 @@ for b in "$@"; do
     first=0
 done
 
-# the start order: run-alone tests, then slow ones, then the rest of the trees built by --bg
-# (sanitizer tests take several times as long: once their tree is built they go before the
-# first tree's remaining ones), then the rest, each group in list order
+# the start order: slow tests, then the rest of the trees built by --bg (sanitizer tests take
+# several times as long: once their tree is built they go before the first tree's remaining
+# ones), then the rest, then the run-alone tests, each group in list order. Run-alone tests
+# come last: each waits for every other test to end, and last that wait is no drain of the
+# other jobs behind the longest running test (with no --bg they run alone at the end as they
+# ran alone at the start before)
 order=""
-for g in alone slow restbg rest; do
+for g in slow restbg rest alone; do
     i=1
     while [ $i -le $n ]; do
         eval "a=\$ALONE_$i s=\$SLOW_$i tb=\$B_$i"

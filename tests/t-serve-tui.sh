@@ -34,16 +34,18 @@ check "/experts says the remote server decides" wait_for "remote server places i
 keys C-l; type_line "/think off"
 type_line "go on"
 # the response pane while the answer streams, or, when it ended between two looks at a busy
-# machine's screen, the answer under "go on" with no reasoning folded above it (greedy: it runs to
-# the length limit)
+# machine's screen, the answer in the conversation with no reasoning folded above it (greedy:
+# it runs to the length limit, the second marker)
+# (the first answer may end before the limit: only what follows "› go on" counts)
 after_go_on() { screen | sed -n '/› go on/,$p'; }
-go_on_ended() { after_go_on | grep -q 'length limit reached'; }
 resp_or_done() {
-    has "── response" || { go_on_ended && ! after_go_on | grep -q 'thought for'; }
+    has "── response" ||
+        { after_go_on | grep -q 'length limit reached' && ! after_go_on | grep -q 'thought for'; }
 }
 check "with thinking off the answer goes to the response pane" wait_until "the response pane" 20 resp_or_done
 # a quit while the answer streams only warns (k3chat(1), Ctrl-D): quit once the turn has ended
-check "the greedy answer runs to the length limit" wait_until "the length-limit marker under 'go on'" 30 go_on_ended
+turn_ended() { after_go_on | grep -q 'length limit reached'; }
+check "the greedy answer runs to the length limit" wait_until "the length-limit marker after '› go on'" 30 turn_ended
 keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 
@@ -59,7 +61,7 @@ check "and the server cancels the generation" wait_until "'cancelled' in the ser
 
 # the server goes away: a clear error, the message is kept; back again: /retry answers it
 stop_server
-keys C-l; type_line "are you there"
+keys C-l; type_line "once upon a time" # long (as above): the retried answer still streams at its Ctrl-C
 check "a turn with the server down says it cannot connect" wait_for "cannot connect" 10
 start_server "127.0.0.1:$port"
 check "the server is back on the same port" [ -n "$port" ]
