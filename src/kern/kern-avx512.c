@@ -229,7 +229,7 @@ Z static INLINE __m512 i4_rows4(const float *const s[4], int p) {
     __m128 v[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
-        v[i] = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)(s[i] + p)));
+        v[i] = _mm_castsi128_ps(_mm_loadl_epi64((const void *)(s[i] + p))); /* 4-byte aligned only */
     const __m128 t01 = _mm_unpacklo_ps(v[0], v[1]), t23 = _mm_unpacklo_ps(v[2], v[3]);
     const __m128 lo = _mm_movelh_ps(t01, t23), hi = _mm_movehl_ps(t23, t01);
     const __m256 l2 = _mm256_insertf128_ps(_mm256_castps128_ps256(lo), lo, 1);
