@@ -320,7 +320,10 @@ void inp_history_drop(inp *in, const char *line) {
         while (le > 0 && ev.str[le - 1] == L'\n')
             le--;
         if (le == lw && !wmemcmp(ev.str, w, lw)) {
-            history_w(in->hist, &ev, H_DEL, ev.num);
+            /* H_DEL unlinks the entry and hands its text back: freeing it is the caller's
+             * (editline(3), H_DEL) */
+            if (history_w(in->hist, &ev, H_DEL, ev.num) == 0)
+                free((void *)(uintptr_t)ev.str);
             if (in->histfile)
                 history_w(in->hist, &ev, H_SAVE, in->histfile);
             break;
