@@ -920,6 +920,22 @@ static k3_status chat_close(sc *c) {
     return K3_OK;
 }
 
+/* The end of a compile: on success *out gets the grammar, on failure it is freed and *out NULL;
+ * the compiler's own state and the parsed schema are freed either way. */
+static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out) {
+    if (st) {
+        k3_grammar_free(c->g);
+        c->g = NULL;
+    }
+    for (int i = 0; i < c->n_owned; i++)
+        jv_free(c->owned[i]);
+    free(c->owned);
+    free(c->rule);
+    jv_free(js);
+    *out = c->g;
+    return st;
+}
+
 static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int object_only,
                          k3_grammar **out) {
     sc        c  = {.any = -1};
@@ -949,17 +965,7 @@ static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int
     if (!st)
         st = g_finish(c.g);
 done:
-    if (st) {
-        k3_grammar_free(c.g);
-        c.g = NULL;
-    }
-    for (int i = 0; i < c.n_owned; i++)
-        jv_free(c.owned[i]);
-    free(c.owned);
-    free(c.rule);
-    jv_free(js);
-    *out = c.g;
-    return st;
+    return sc_finish(&c, js, st, out);
 }
 
 k3_status k3_grammar_json_schema(const k3_gvocab *v, const char *schema, size_t len, k3_grammar **out) {
@@ -1189,15 +1195,5 @@ tools_done:
     free(names);
     free(nlen);
 done:
-    if (st) {
-        k3_grammar_free(c.g);
-        c.g = NULL;
-    }
-    for (int i = 0; i < c.n_owned; i++)
-        jv_free(c.owned[i]);
-    free(c.owned);
-    free(c.rule);
-    jv_free(js);
-    *out = c.g;
-    return st;
+    return sc_finish(&c, js, st, out);
 }
