@@ -2,7 +2,8 @@
 # --endpoint (loopback only). Usage: python3 chat_fake.py PORTFILE LOGFILE
 # It listens on 127.0.0.1 (a free port, written to PORTFILE once it listens) and appends each
 # chat request's JSON body to LOGFILE, one line each. What it answers depends on the last
-# message: "evil" streams terminal commands (OSC 52 clipboard, OSC 0 title, CSI colour, a C1
+# message: "nul" streams a NUL byte in reasoning_content and content; "evil" streams terminal
+# commands (OSC 52 clipboard, OSC 0 title, CSI colour, a C1
 # CSI) in content and reasoning_content; "e500" answers HTTP 500 with such commands in the error
 # message; anything else streams "ok". It runs until killed, 300 s at the most.
 import http.server
@@ -47,7 +48,10 @@ class Fake(http.server.BaseHTTPRequestHandler):
         def ev(d, fin=None):
             return ("data: " + json.dumps({"choices": [{"index": 0, "delta": d, "finish_reason": fin}]}) +
                     "\n\n").encode()
-        if last == "evil":
+        if last == "nul":  # a model may write a NUL byte: JSON "\u0000" in both channels
+            out = ev({"reasoning_content": "r\x00s"}) + ev({"content": "a\x00b"}) + \
+                ev({"content": " end"}, "stop")
+        elif last == "evil":
             out = ev({"reasoning_content": "think " + EVIL.replace("EVIL", "EVILR")}) + \
                 ev({"content": "ans " + EVIL}) + ev({"content": " end"}, "stop")
         else:

@@ -31,6 +31,13 @@ check "... the answer's commands show escaped" has 'ans \x1B]52;c;ZXZpbA==\x07 \
 check "... and the reasoning's" has 'think \x1B]52;c;ZXZpbA==\x07 \x1B]0;EVILR\x07'
 check "... and the server's HTTP error text on stderr" has 'boom \x1B]52;c;ZXZpbA==\x07 \x1B]0;EVIL500\x07'
 
+# a NUL byte the model wrote ("\u0000" in the stream) shows as U+FFFD, as a typed one does, and
+# the answer goes on: not a malformed stream
+type_line nul
+check "--endpoint: a NUL byte in the answer shows as U+FFFD and the answer goes on" wait_for 'a�b end' 15
+check "... in the reasoning too" has 'r�s'
+check "... and the stream is not refused" hasnt "malformed stream"
+
 # the mock cuts tokens every 3 bytes: sequences (and the UTF-8 C1 CSI) split across tokens
 printf 'delay 0\nthink m-think \033]0;EVILM\007 x\nresponse m-ans \033]52;c;ZXZpbA==\007 \302\2331m m-end\n' >"$K3_TMP/evil.txt"
 tui_start 120 30 K3_MOCK="$K3_TMP/evil.txt" -- "$K3CHAT --plain /no/model; echo EXIT=\$?; sleep 60"

@@ -158,12 +158,27 @@ void ue_settings(ue *u, const ue_gen *g) {
     post(u, EV_CMD_SETTINGS, NULL, g, 0);
 }
 
+/* A token's text to the front end. Events carry C strings, so a NUL byte the model wrote (a byte
+ * token, or "\u0000" from a server) is shown as U+FFFD, as a NUL typed in a message is; the
+ * conversation keeps the byte. */
 void ue_emit_token(ue *u, int ch, const char *text, size_t n) {
-    char buf[256], *s = n < sizeof buf ? buf : malloc(n + 1);
+    size_t nul = 0;
+    for (size_t i = 0; i < n; i++)
+        nul += text[i] == 0;
+    size_t need = n + 2 * nul + 1;
+    char   buf[256], *s = need <= sizeof buf ? buf : malloc(need);
     if (!s)
         return;
-    memcpy(s, text, n);
-    s[n]    = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i])
+            s[o++] = text[i];
+        else {
+            memcpy(s + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+        }
+    }
+    s[o]    = 0;
     ui_ev e = {.type = EV_TOKEN, .ch = ch, .text = s};
     ev_push(u->out, &e);
     if (s != buf)

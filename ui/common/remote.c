@@ -169,14 +169,25 @@ static void piece(remote *r, int ch, const char *s, size_t n) {
     }
 }
 
-static const char *reasoning_of(json_t *o) {
+static json_t *reasoning_of(json_t *o) {
     static const char *keys[] = {"reasoning_content", "reasoning", "thinking"};
     for (int k = 0; k < 3; k++) {
-        const char *s = json_string_value(json_object_get(o, keys[k]));
-        if (s)
+        json_t *s = json_object_get(o, keys[k]);
+        if (json_is_string(s))
             return s;
     }
     return NULL;
+}
+
+/* A message's (or delta's) reasoning and content to their channels, whole: a model may write a
+ * NUL byte (JSON "\u0000", parsed with JSON_ALLOW_NUL), which the text path escapes like any
+ * other control character instead of cutting the piece there. */
+static void message_pieces(remote *r, json_t *m) {
+    json_t *t = reasoning_of(m), *c = json_object_get(m, "content");
+    if (t)
+        piece(r, EV_CH_THINK, json_string_value(t), json_string_length(t));
+    if (json_is_string(c))
+        piece(r, EV_CH_RESPONSE, json_string_value(c), json_string_length(c));
 }
 
 static void usage_of(remote *r, json_t *o) {
@@ -194,7 +205,7 @@ static int on_event(remote *r, const char *d, size_t n) {
         return 0;
     }
     json_error_t je;
-    json_t      *o = json_loadb(d, n, 0, &je);
+    json_t      *o = json_loadb(d, n, JSON_ALLOW_NUL, &je);
     if (!json_is_object(o)) {
         snprintf(r->err, sizeof r->err, "malformed stream: an event is not a JSON object (%s): %.60s",
                  o ? "wrong type" : je.text, d);
@@ -210,13 +221,8 @@ static int on_event(remote *r, const char *d, size_t n) {
     usage_of(r, o);
     json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
     json_t *dl = json_object_get(ch, "delta");
-    if (json_is_object(dl)) {
-        const char *t = reasoning_of(dl), *c = json_string_value(json_object_get(dl, "content"));
-        if (t)
-            piece(r, EV_CH_THINK, t, strlen(t));
-        if (c)
-            piece(r, EV_CH_RESPONSE, c, strlen(c));
-    }
+    if (json_is_object(dl))
+        message_pieces(r, dl);
     const char *f = json_string_value(json_object_get(ch, "finish_reason"));
     if (f)
         snprintf(r->finish, sizeof r->finish, "%s", f);
@@ -290,7 +296,7 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
 
 /* A complete JSON answer (a server that ignored "stream"). */
 static int on_json_answer(remote *r) {
-    json_t *o   = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
+    json_t *o   = r->body.p ? json_loadb(r->body.p, r->body.n, JSON_ALLOW_NUL, NULL) : NULL;
     json_t *ch  = json_array_get(json_object_get(o, "choices"), 0);
     json_t *msg = json_object_get(ch, "message");
     if (!json_is_object(msg)) {
@@ -299,11 +305,7 @@ static int on_json_answer(remote *r) {
         json_decref(o);
         return -1;
     }
-    const char *t = reasoning_of(msg), *c = json_string_value(json_object_get(msg, "content"));
-    if (t)
-        piece(r, EV_CH_THINK, t, strlen(t));
-    if (c)
-        piece(r, EV_CH_RESPONSE, c, strlen(c));
+    message_pieces(r, msg);
     const char *f = json_string_value(json_object_get(ch, "finish_reason"));
     snprintf(r->finish, sizeof r->finish, "%s", f ? f : "stop");
     usage_of(r, o);
