@@ -3,7 +3,9 @@
 # slow
 # run-once
 #
-# Installs ajv (draft 2020-12) and ajv-formats from the npm registry into a cache folder outside
+# First, with no validator: the masks are exact on the release-size vocabulary (test-grammar
+# --release-vocab: every checked id's mask bit equals k3_gmatch_allows along walks of the corpus
+# and json_object). Installs ajv (draft 2020-12) and ajv-formats from the npm registry into a cache folder outside
 # the repository (K3_AJV_JS, default ~/.cache/k3chat/ajv-js; never committed). Then:
 #   - the 45-schema corpus (tests/fixtures/grammar-corpus.jsonl) x 20 seeds at temperature 1
 #     (tests/test-grammar-nano --emit: the engine loop of --json-schema): every output ends with
@@ -20,6 +22,14 @@ M="$K3_SRC/models/k3-nano"
 CORPUS="$K3_SRC/tests/fixtures/grammar-corpus.jsonl"
 cache=${K3_AJV_JS:-${HOME:-/tmp}/.cache/k3chat/ajv-js}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+# --- exact masks on the release-size vocabulary (163,840 ids; k3-mkmodel writes it in K3_TMP) ---
+(cd "$K3_SRC" && K3_TMP="$K3_TMP" K3_BUILD="$K3_BUILD" "$K3_BUILD/tests/test-grammar" --release-vocab) \
+    > "$K3_TMP/exact.log" 2>&1
+rc=$?
+grep -E '^(PASS|FAIL): ' "$K3_TMP/exact.log"
+[ $rc -eq 0 ] || grep -q '^FAIL: ' "$K3_TMP/exact.log" ||
+    echo "FAIL: test-grammar --release-vocab exited with status $rc: $(tail -n 1 "$K3_TMP/exact.log")"
 
 # --- the command line, no validator needed ---
 printf '{"type":"object","properties":{"a":{"type":"string","contentMediaType":"text/html"}}}' > "$K3_TMP/bad.json"
