@@ -428,6 +428,8 @@ k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const cha
                                 int text, k3_grammar **out);
 void      k3_grammar_free(k3_grammar *g); /* after every matcher of it */
 int       k3_grammar_nodes(const k3_grammar *g);
+/* Fills every node's mask cache now (otherwise each is filled on its first visit). */
+k3_status k3_grammar_warm(const k3_grammar *g);
 int32_t   k3_grammar_words(const k3_grammar *g); /* uint64_t words of its masks */
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out);
 void      k3_gmatch_free(k3_gmatch *m);

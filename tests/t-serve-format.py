@@ -5,7 +5,9 @@
 # 400s naming the field; text changes nothing; tool_choice required and named and
 # parallel_tool_calls false give calls that follow the tools' parameters; the official OpenAI SDK
 # (npm openai 5 + zod 3, SKIP without node/npm) parses zodResponseFormat and raw json_schema answers
-# and gets required (single) and named (streamed) calls. Thinking is off (k3-nano seldom opens its
+# and gets required (single) and named (streamed) calls; usage.prompt_tokens of json_schema,
+# json_object, required, named and none + json_schema requests equals the prompt rendered here from
+# k3-tools.md 1.2/1.6/1.7 (tokenised by tools/nano_tok.py). Thinking is off (k3-nano seldom opens its
 # response channel after thinking, and reasoning is never masked). The server runs on
 # 127.0.0.1 with a kernel-picked port and is always killed; every wait is bounded.
 import http.client
@@ -14,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import serve_lib
 from serve_lib import wait_for
@@ -203,6 +206,60 @@ try:
         finish, cs = calls("auto", seed, parallel=False)
         good += finish in ("stop", "tool_calls") and len(cs) <= 1
     ok(good == 4, "auto with parallel_tool_calls false: at most one call (%d of 4)" % good)
+
+    # ---- the prompt's token count is what k3-tools.md 1.2, 1.6 and 1.7 give: each request's prompt
+    # rendered here from the spec's text (tools/nano_tok.py's tokenizer, which t-nano checks
+    # against k3chat's) against the server's usage.prompt_tokens
+    sys.path.insert(0, os.path.join(os.environ["K3_SRC"], "tools"))
+    import nano_tok
+    tk = nano_tok.Tok.load(M)
+    sp = tk.special
+
+    def sysmsg(typ, body):
+        return tk.open_tag("message", [("role", "system"), ("type", typ)]) + tk.encode(body) + \
+            tk.close_tag("message") + [sp["<|end_of_msg|>"]]
+
+    def spec_prompt(user, tools=None, choice=None, fmt=None):
+        ids = []
+        if tools:  # 1.2: keys sorted at every depth, compact; the body is not stripped
+            ids += sysmsg("tool-declare", "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n"
+                          + json.dumps(tools, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n```")
+        ids += tk.open_tag("message", [("role", "user")]) + tk.encode(user) + tk.close_tag("message") + \
+            [sp["<|end_of_msg|>"]]
+        if choice == "required":  # 1.6; a named choice adds nothing
+            ids += sysmsg("tool-choice", "The system is invoked with `tool_choice=required`.\n"
+                          "You MUST call tools in the next message.")
+        if choice == "none":
+            ids += sysmsg("tool-choice", "The system is invoked with `tool_choice=none`.\n"
+                          "You MUST NOT call any tools in the next message.")
+        if fmt is not None:  # 1.7
+            body = ("The system is invoked with `response_format=%s`.\nYour response must be raw JSON data without "
+                    "markdown code blocks (```json) or any additional formatting." % fmt["type"])
+            if fmt["type"] == "json_schema":
+                body += "\nThe JSON data must match the following schema:\n```json\n" + json.dumps(
+                    fmt["json_schema"]["schema"], sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n```"
+            ids += sysmsg("response-format", body.strip())
+        return ids + tk.open_tag("message", [("role", "assistant")]) + tk.open_tag("response")  # thinking off
+
+    USER = "A person, as JSON."
+    for desc, extra, want in (
+            ("response_format json_schema", {"response_format": fmt}, spec_prompt(USER, fmt=fmt)),
+            ("response_format json_object", {"response_format": {"type": "json_object"}},
+             spec_prompt(USER, fmt={"type": "json_object"})),
+            ("tool_choice required", {"tools": TOOLS, "tool_choice": "required"},
+             spec_prompt(USER, TOOLS, "required")),
+            ("a named tool_choice with parallel_tool_calls false",
+             {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+              "parallel_tool_calls": False}, spec_prompt(USER, TOOLS)),
+            ("tool_choice none, then json_schema", {"tools": TOOLS, "tool_choice": "none", "response_format": fmt},
+             spec_prompt(USER, TOOLS, "none", fmt))):
+        body = {"messages": [{"role": "user", "content": USER}], "temperature": 0, "max_tokens": 4,
+                "chat_template_kwargs": {"thinking": False}}
+        body.update(extra)
+        code, o = post(body)
+        got = o.get("usage", {}).get("prompt_tokens") if code == 200 and isinstance(o, dict) else None
+        ok(got == len(want), "%s: usage.prompt_tokens %s = %d, the spec's prompt (k3-tools.md 1.2/1.6/1.7)%s"
+           % (desc, got, len(want), "" if code == 200 else ": HTTP %d %s" % (code, str(o)[:160])))
 
     # ---- the official OpenAI SDK (npm openai 5 + zod 3, installed outside the repository into
     # K3_OPENAI_JS, default ~/.cache/k3chat/openai-js, as t-serve-tools.py does)

@@ -1058,6 +1058,16 @@ static k3_status cache_get(const k3_grammar *g, int node) {
     return st;
 }
 
+k3_status k3_grammar_warm(const k3_grammar *g) {
+    for (int i = 0; i < g->n_node; i++)
+        if (g->node[i].reads) {
+            k3_status st = cache_get(g, i);
+            if (st)
+                return st;
+        }
+    return K3_OK;
+}
+
 k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *bits) {
     const k3_grammar *g = m->g;
     const k3_gvocab  *v = g->voc;
