@@ -385,6 +385,9 @@ typedef struct k3_chat_out {
 typedef struct k3_chat_parser k3_chat_parser;
 /* think: the same flag as the prompt's (1: starts in the think channel). */
 k3_status k3_chat_parser_new(const k3_tok *t, int think, k3_chat_parser **out);
+/* The ids that end a reasoning and open the answer, <|close|>think<|sep|><|open|>response<|sep|>,
+ * appended to out (a thinking budget writes them for the model). */
+k3_status k3_chat_think_close(const k3_tok *t, k3_ids *out);
 /* on = 1: parse <|open|>tools<|sep|> blocks into calls (spec k3-tools.md section 2, with
  * its leniency); 0 (default): they are shown as text like any unexpected tag. Call it
  * before the first feed. */
@@ -505,9 +508,11 @@ typedef struct k3_msg {
 } k3_msg;
 
 typedef struct k3_conv_settings {
-    int               think;           /* thinking mode: 1 on (default), 0 off                 */
-    char              effort[8];       /* "low" | "high" | "max" (default); "medium" rejected  */
-    int               max_tokens;      /* generated tokens per turn; 0 = up to the capacity    */
+    int  think;                        /* thinking mode: 1 on (default), 0 off                 */
+    char effort[8];                    /* "low" | "high" | "max" (default); "medium" rejected  */
+    int  max_tokens;                   /* generated tokens per turn; 0 = up to the capacity    */
+    int  think_budget;                 /* reasoning tokens before the think channel is closed
+                                        * for the model (the answer follows); 0 = no limit    */
     k3_sampler_params sampling;        /* temp, top_p, min_p, top_k, seed                       */
     char              tool_choice[12]; /* "auto" (or "") | "required" | "none" (k3-tools.md 1.6) */
 } k3_conv_settings;

@@ -52,6 +52,29 @@ fi
 grep -q -- '--json shapes the answer of --prompt only' "$K3_TMP/ids.err" &&
     echo "PASS: --json without --prompt is a usage error" || echo "FAIL: --json without --prompt: $(cat "$K3_TMP/ids.err")"
 
+# --- thinking on: the reasoning is free, the mask applies from the response channel on. k3-nano
+# seldom opens that channel by itself: --think-budget 8 closes the reasoning after 8 tokens. The
+# reasoning (stderr's last line) must be the same with and without --json (same seed: masked or
+# not, a draw in the think channel is the same draw), and stdout one JSON object.
+good=0
+for seed in 1 2 3; do
+    "$K3" "$M" --prompt "Reply in JSON." --json --think on --think-budget 8 --temp 1 --seed $seed --max-tokens 200 \
+        >"$K3_TMP/th.out" 2>"$K3_TMP/th.err"
+    rc=$?
+    "$K3" "$M" --prompt "Reply in JSON." --think on --think-budget 8 --temp 1 --seed $seed --max-tokens 200 \
+        >"$K3_TMP/tf.out" 2>"$K3_TMP/tf.err"
+    r1=$(tail -n 1 "$K3_TMP/th.err"); r2=$(tail -n 1 "$K3_TMP/tf.err")
+    if [ $rc -eq 0 ] && [ -n "$r1" ] && [ "$r1" = "$r2" ] && [ "${r1#\{}" = "$r1" ] &&
+        /usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if isinstance(d, dict) else 1)' \
+            "$K3_TMP/th.out"; then
+        good=$((good + 1))
+    else
+        echo "# seed $seed: rc $rc, reasoning '$r1' vs '$r2' without --json, stdout: $(head -c 200 "$K3_TMP/th.out")"
+    fi
+done
+[ $good -eq 3 ] && echo "PASS: --json with thinking on and --think-budget 8, 3 seeds: the reasoning is the unmasked one, stdout one JSON object" ||
+    echo "FAIL: --json with thinking on and --think-budget 8: $good of 3 seeds"
+
 command -v node >/dev/null 2>&1 || { echo "SKIP: node is not installed (needed for ajv)"; exit 0; }
 command -v npm >/dev/null 2>&1 || { echo "SKIP: npm is not installed (needed for ajv)"; exit 0; }
 mkdir -p "$cache" || { echo "SKIP: cannot create $cache"; exit 0; }

@@ -7,7 +7,8 @@
 # (npm openai 5 + zod 3, SKIP without node/npm) parses zodResponseFormat and raw json_schema answers
 # and gets required (single) and named (streamed) calls; usage.prompt_tokens of json_schema,
 # json_object, required, named and none + json_schema requests equals the prompt rendered here from
-# k3-tools.md 1.2/1.6/1.7 (tokenised by tools/nano_tok.py). Thinking is off (k3-nano seldom opens its
+# k3-tools.md 1.2/1.6/1.7 (tokenised by tools/nano_tok.py); with thinking on and thinking_budget
+# (which closes k3-nano's reasoning), the reasoning is free text and the answer validates. Elsewhere thinking is off (k3-nano seldom opens its
 # response channel after thinking, and reasoning is never masked). The server runs on
 # 127.0.0.1 with a kernel-picked port and is always killed; every wait is bounded.
 import http.client
@@ -124,6 +125,40 @@ try:
            "json_object: the answer is one JSON object")
     except (ValueError, TypeError, KeyError):
         ok(False, "json_object: %s" % str(o)[:200])
+    # thinking on: the reasoning stays free, the mask applies from the response channel on
+    # (thinking_budget 8 closes k3-nano's reasoning, which seldom ends by itself). The prompts
+    # differ (1.7's message), so the reasoning is compared with the unmasked one only in t-grammar
+    # (--prompt); here it must be text a JSON mask would refuse (not starting with "{", not JSON)
+    def is_json(t):
+        try:
+            json.loads(t)
+            return True
+        except ValueError:
+            return False
+
+    def think_ask(f, seed, budget=8):
+        body = {"messages": [{"role": "user", "content": "A person, as JSON."}], "temperature": 1, "seed": seed,
+                "max_tokens": 300, "chat_template_kwargs": {"thinking": True}, "thinking_budget": budget}
+        if f:
+            body["response_format"] = f
+        return post(body)
+
+    good, shown = 0, ""
+    for seed in range(3):
+        c1, o1 = think_ask(fmt, seed)
+        c2, o2 = think_ask(None, seed)
+        try:
+            m1, m2 = o1["choices"][0]["message"], o2["choices"][0]["message"]
+            r1, r2 = m1.get("reasoning_content") or "", m2.get("reasoning_content") or ""
+            good += (r1 != "" and r2 != "" and not r1.lstrip().startswith("{") and not is_json(r1)
+                     and valid(json.loads(m1["content"])) and o1["choices"][0]["finish_reason"] == "stop")
+            shown = shown or "reasoning %r vs %r, content %r" % (r1[:60], r2[:60], m1["content"][:80])
+        except (ValueError, TypeError, KeyError, IndexError):
+            shown = shown or str(o1)[:200]
+    ok(good == 3, "thinking on, thinking_budget 8, json_schema, 3 seeds: the reasoning is free text, the answer "
+       "validates (%d)%s" % (good, "" if good == 3 else ": " + shown))
+    code, o = think_ask(fmt, 1, budget=-1)
+    ok(code == 400 and "thinking_budget" in json.dumps(o), "thinking_budget -1: a 400 naming it")
     code, o = ask({"type": "text"}, 13)
     ok(code == 200, "text: answered as before")
     bad = {"type": "object", "properties": {"a": {"type": "string", "contentEncoding": "base64"}}}

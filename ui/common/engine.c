@@ -203,6 +203,7 @@ void ue_gen_settings(struct k3_conv *c, const ue_gen *g, float temp, float top_p
     set->think = g->think;
     snprintf(set->effort, sizeof set->effort, "%s", ue_effort_name(g->effort));
     set->max_tokens     = g->max_tokens > 0 ? g->max_tokens : 0;
+    set->think_budget   = g->think_budget;
     set->sampling.temp  = temp;
     set->sampling.top_p = top_p;
     if (g->has_seed)

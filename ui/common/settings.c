@@ -17,17 +17,18 @@
 
 void chat_settings_init(chat_settings *s, const ui_opts *o) {
     memset(s, 0, sizeof *s);
-    s->gen.temp        = (float)k3_setting(K3_SETTING_TEMP)->def;
-    s->gen.top_p       = (float)k3_setting(K3_SETTING_TOP_P)->def;
-    s->gen.think       = o->think >= 0 ? o->think : (int)k3_setting(K3_SETTING_THINK)->def;
-    s->gen.effort      = (int)k3_setting(K3_SETTING_EFFORT)->def;
-    s->gen.max_tokens  = o->max_tokens;
-    s->gen.seed        = o->seed;
-    s->gen.has_seed    = o->has_seed;
-    s->gen.model_temp  = 1;
-    s->gen.model_top_p = 1;
-    s->show_thinking   = (int)k3_setting(K3_SETTING_SHOW_THINKING)->def;
-    s->expert_gb       = -1;
+    s->gen.temp         = (float)k3_setting(K3_SETTING_TEMP)->def;
+    s->gen.top_p        = (float)k3_setting(K3_SETTING_TOP_P)->def;
+    s->gen.think        = o->think >= 0 ? o->think : (int)k3_setting(K3_SETTING_THINK)->def;
+    s->gen.effort       = (int)k3_setting(K3_SETTING_EFFORT)->def;
+    s->gen.max_tokens   = o->max_tokens;
+    s->gen.think_budget = o->think_budget;
+    s->gen.seed         = o->seed;
+    s->gen.has_seed     = o->has_seed;
+    s->gen.model_temp   = 1;
+    s->gen.model_top_p  = 1;
+    s->show_thinking    = (int)k3_setting(K3_SETTING_SHOW_THINKING)->def;
+    s->expert_gb        = -1;
     if (!isnan(o->temp)) {
         s->gen.temp       = o->temp;
         s->gen.model_temp = 0;
