@@ -15,6 +15,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -898,6 +899,30 @@ int main(int argc, char **argv) {
                 best = i;
         T_CHECK(a == best && b == best,
                 "greedy under a mask takes the best allowed id, the same twice (%d %d, %d)", a, b, best);
+        /* against the plain rule, with ties, NaN and widths that end inside a mask word */
+        int wrong = 0;
+        for (int r = 0; r < 400; r++) {
+            int n = 1 + (int)rnd(200);
+            memset(mask, 0, sizeof mask);
+            for (int i = 0; i < 200; i++) {
+                lg[i] = rnd(5) == 0 ? NAN : (float)rnd(8);
+                if (rnd(4) == 0 || i >= n) /* bits past n must be ignored */
+                    mask[i >> 6] |= 1ull << (i & 63);
+            }
+            int32_t want = -1, first = -1;
+            for (int i = 0; i < n; i++)
+                if (bit(mask, i)) {
+                    first = first < 0 ? i : first;
+                    if (!isnan(lg[i]) && (want < 0 || lg[i] > lg[want]))
+                        want = i;
+                }
+            wrong += k3_sampler_sample_masked(s, lg, n, mask) != (want >= 0 ? want : first);
+        }
+        T_CHECK(
+            wrong == 0,
+            "400 random masked greedy draws: the first maximum among the allowed ids below n, NaN skipped "
+            "(%d differ)",
+            wrong);
         k3_sampler_free(s);
     }
     k3_gvocab_free(v);
