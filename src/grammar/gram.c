@@ -582,7 +582,8 @@ static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set
 
 /* State 0 is the empty set. A transition is -1 (not computed yet) or target << 2 | acc << 1 |
  * esc, with acc and esc those of step() for that byte. */
-#define G_DFA_MAX 16384 /* states before a matcher's DFA starts again (1 KB of transitions each) */
+#define G_DFA_MAX 4096       /* states before a matcher's DFA starts again (1 KB of transitions each) */
+#define G_PASS_DFA_MAX 65536 /* the same for a grammar's cache-pass DFA (64 MB)                      */
 
 typedef struct g_dfa {
     g_cfg            *cfg;  /* state s: cfg[off[s] .. off[s + 1]), sorted */
@@ -909,12 +910,14 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c) {
     int32_t         *unc = NULL;
     g_pass          *f   = g->pass;
     g_cfg            c0  = {node, G_UNK};
-    int32_t          s0  = dfa_intern(&f->d, &c0, 1);
-    int32_t         *lvs = f->lvs;
-    uint8_t         *eb = f->esc, *u = f->unc;
-    uint64_t        *acc  = f->acc;
-    int32_t          nacc = 0;
-    const uint64_t  *fol  = g->rule_of[node] >= 0 ? g->follow[g->rule_of[node]] : g_all;
+    if (f->d.n > G_PASS_DFA_MAX) /* a memo: start again rather than grow without bound */
+        dfa_free(&f->d);
+    int32_t         s0  = f->d.n || dfa_intern(&f->d, NULL, 0) == 0 ? dfa_intern(&f->d, &c0, 1) : -1;
+    int32_t        *lvs = f->lvs;
+    uint8_t        *eb = f->esc, *u = f->unc;
+    uint64_t       *acc  = f->acc;
+    int32_t         nacc = 0;
+    const uint64_t *fol  = g->rule_of[node] >= 0 ? g->follow[g->rule_of[node]] : g_all;
 #define FOL(x) (fol[(uint8_t)(x) >> 6] >> ((uint8_t)(x)&63) & 1)
     if (s0 < 0)
         goto oom;
