@@ -10,6 +10,8 @@
  *                                                       caches filled on first visit), median; ref p99
  *   BENCH grammar_mask_warm_med    X us ref Y us        the same walk again (caches hot), median; ref p99
  *   BENCH grammar_mask_object_med  X us ref Y us        json_object (--json), warm, median; ref p99
+ *   BENCH grammar_mask_long_cold_med X us ref Y us      a string of 300..1000 characters, 4 walks on
+ *                                                       one grammar, the first cold; median, ref p99
  *   BENCH grammar_mask_tools_med   X us ref Y us        the tool-call grammar (3 tools, required), warm,
  *                                                       median; ref p99
  *   BENCH grammar_sample_masked    X us ref Y us        k3_sampler_sample_masked vs k3_sampler_sample
@@ -205,6 +207,19 @@ int bench_grammar(void) {
             walk(g, v, 99, t, &no);
             double p99 = pct(t, no, 0.99);
             bench_report("grammar_mask_object_med", 1e6 * pct(t, no, 0.5), "us", 1e6 * p99, "us");
+            k3_grammar_free(g);
+        }
+    }
+    { /* long strings, cold: positions far from the bounds share one cache (g_share) */
+        static const char lg[] = "{\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\","
+                                 "\"minLength\":300,\"maxLength\":1000}},\"required\":[\"text\"]}";
+        k3_grammar       *g;
+        int               no = 0;
+        if (!k3_grammar_json_schema(v, lg, sizeof lg - 1, &g)) {
+            for (uint64_t seed = 1; seed <= 4; seed++)
+                walk(g, v, seed, t, &no);
+            double p99 = pct(t, no, 0.99);
+            bench_report("grammar_mask_long_cold_med", 1e6 * pct(t, no, 0.5), "us", 1e6 * p99, "us");
             k3_grammar_free(g);
         }
     }

@@ -90,8 +90,12 @@ struct k3_grammar {
     int              n_node, cap_node;
     int              root; /* start node of the top rule */
     const k3_gvocab *voc;
-    g_cache         *cache;    /* (n_node) */
-    int32_t         *rule_of;  /* (n_node) the rule a node belongs to (-1: none, or several) */
+    g_cache         *cache; /* (n_node) */
+    int32_t         *share; /* (n_node) the node whose cache entry a node uses (itself, or an
+                             * equivalent one: g_share) */
+    int32_t *sh;            /* (2 * n_sh) node, representative pairs recorded while building */
+    int      n_sh, cap_sh;
+    int32_t *rule_of;          /* (n_node) the rule a node belongs to (-1: none, or several) */
     uint64_t (*first)[4];      /* (rules) the bytes a rule may start with                     */
     uint64_t (*follow)[4];     /* (rules) the bytes that may come right after a rule returns  */
     g_pass          *pass;     /* the cache passes' DFA, kept between passes (under lock) */
@@ -108,6 +112,10 @@ k3_status g_call(k3_grammar *g, int from, int start, int to);
 k3_status g_special(k3_grammar *g, int from, int32_t id, int to);
 k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to); /* the bytes of s */
 k3_status g_new(const k3_gvocab *v, const char *what, k3_grammar **out);
+/* Node uses rep's mask cache: the caller guarantees that both accept the same tokens and leave
+ * their rule with the same ones, for every piece of the vocabulary (at most voc->max_len bytes),
+ * e.g. two positions of an unrolled string more than max_len characters from its bounds. */
+k3_status g_share(k3_grammar *g, int node, int rep);
 /* After building: marks live nodes, drops edges into dead ones; K3_ERR_ARG when the root can
  * never complete ("compiles to nothing"). */
 k3_status g_finish(k3_grammar *g);

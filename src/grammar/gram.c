@@ -82,6 +82,21 @@ k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to) {
     return K3_OK;
 }
 
+k3_status g_share(k3_grammar *g, int node, int rep) {
+    if (g->n_sh == g->cap_sh) {
+        int      cap = g->cap_sh ? g->cap_sh * 2 : 64;
+        int32_t *s   = realloc(g->sh, (size_t)cap * 2 * sizeof *s);
+        if (!s)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        g->sh     = s;
+        g->cap_sh = cap;
+    }
+    g->sh[2 * g->n_sh]     = node;
+    g->sh[2 * g->n_sh + 1] = rep;
+    g->n_sh++;
+    return K3_OK;
+}
+
 k3_status g_new(const k3_gvocab *v, const char *what, k3_grammar **out) {
     k3_grammar *g = k3_calloc(1, sizeof *g);
     *out          = NULL;
@@ -265,8 +280,12 @@ k3_status g_finish(k3_grammar *g) {
     if (!g->node[g->root].live)
         return k3_err(K3_ERR_ARG, "%s: no document satisfies it (it compiles to nothing)", g->what);
     if (!(g->cache = k3_calloc((size_t)g->n_node, sizeof *g->cache)) || !(g->pass = pass_new(g)) ||
-        follow_sets(g))
+        !(g->share = k3_malloc((size_t)g->n_node * sizeof *g->share)) || follow_sets(g))
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    for (int i = 0; i < g->n_node; i++)
+        g->share[i] = i;
+    for (int k = 0; k < g->n_sh; k++) /* representatives are their own (the first of a group) */
+        g->share[g->sh[2 * k]] = g->share[g->sh[2 * k + 1]];
     return K3_OK;
 }
 
@@ -283,6 +302,8 @@ void k3_grammar_free(k3_grammar *g) {
     }
     fill_free(g->pass);
     free(g->rule_of);
+    free(g->share);
+    free(g->sh);
     free(g->first);
     free(g->follow);
     free(g->cache);
@@ -586,12 +607,14 @@ static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set
 #define G_PASS_DFA_MAX 65536 /* the same for a grammar's cache-pass DFA (64 MB)                      */
 
 typedef struct g_dfa {
-    g_cfg            *cfg;  /* state s: cfg[off[s] .. off[s + 1]), sorted */
-    int32_t          *off;  /* (n + 1) */
-    int32_t          *row;  /* (n * 256) */
-    int32_t          *hash; /* (hcap) state ids + 1, 0 empty */
-    int               n, cap, ncfg, capcfg, hcap;
-    int               root; /* the frame whose pop completes the document */
+    g_cfg   *cfg;  /* state s: cfg[off[s] .. off[s + 1]), sorted */
+    int32_t *off;  /* (n + 1) */
+    int32_t *row;  /* (n * 256) */
+    int32_t *hash; /* (hcap) state ids + 1, 0 empty */
+    int      n, cap, ncfg, capcfg, hcap;
+    int      root;  /* the frame whose pop completes the document */
+    int      canon; /* 1: nodes replaced by their g->share representative (a cache
+                     * pass only: one piece never tells them apart) */
     const k3_grammar *g;
     g_set             tmp; /* step() output */
 } g_dfa;
@@ -602,7 +625,7 @@ static void dfa_free(g_dfa *d) {
     free(d->row);
     free(d->hash);
     free(d->tmp.v);
-    *d = (g_dfa){.root = d->root, .g = d->g};
+    *d = (g_dfa){.root = d->root, .canon = d->canon, .g = d->g};
 }
 
 static int cfg_cmp(const void *a, const void *b) {
@@ -621,8 +644,17 @@ static uint32_t set_hash(const g_cfg *v, int n) {
 
 /* The id of the set v[0..n) (sorted in place), a new state if unseen; -1 on out of memory. */
 static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
-    if (n > 1)
+    if (d->canon)
+        for (int i = 0; i < n; i++)
+            v[i].node = d->g->share[v[i].node];
+    if (n > 1) {
         qsort(v, (size_t)n, sizeof *v, cfg_cmp);
+        int k = 1; /* canonical nodes may repeat */
+        for (int i = 1; i < n; i++)
+            if (v[i].node != v[k - 1].node || v[i].frame != v[k - 1].frame)
+                v[k++] = v[i];
+        n = k;
+    }
     if (!d->off && !(d->off = k3_calloc(1, sizeof *d->off))) /* off[0] = 0 */
         return -1;
     if (2 * (d->n + 1) >= d->hcap) {
@@ -863,9 +895,10 @@ static g_pass *pass_new(const k3_grammar *g) {
     g_pass *f = k3_calloc(1, sizeof *f);
     if (!f)
         return NULL;
-    f->w.g    = g;
-    f->d.root = G_UNK - 1;
-    f->d.g    = g;
+    f->w.g     = g;
+    f->d.root  = G_UNK - 1;
+    f->d.canon = 1;
+    f->d.g     = g;
     if (!(f->lvs = k3_calloc((size_t)D, sizeof *f->lvs)) || !(f->esc = k3_calloc((size_t)D, 1)) ||
         !(f->unc = k3_calloc((size_t)D, 1)) || !(f->acc = k3_calloc((size_t)g->voc->words, sizeof *f->acc)) ||
         dfa_intern(&f->d, NULL, 0) != 0) {
@@ -1052,6 +1085,7 @@ static void cache_or(const k3_gvocab *v, const g_cache *c, uint64_t *bits) {
 
 /* Fills node's cache entry if no one has (at compile time or on first use). */
 static k3_status cache_get(const k3_grammar *g, int node) {
+    node       = g->share[node];
     g_cache *c = &g->cache[node];
     if (__atomic_load_n(&c->kind, __ATOMIC_ACQUIRE))
         return K3_OK;
@@ -1081,11 +1115,11 @@ k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *bits) {
         k3_status st = cache_get(g, m->cur.v[i].node);
         if (st)
             return st;
-        cache_or(v, &g->cache[m->cur.v[i].node], bits);
+        cache_or(v, &g->cache[g->share[m->cur.v[i].node]], bits);
     }
     int32_t s0 = -1;
     for (int i = 0; i < m->cur.n; i++) { /* uncertain tokens: against the whole set */
-        const g_cache *c = &g->cache[m->cur.v[i].node];
+        const g_cache *c = &g->cache[g->share[m->cur.v[i].node]];
         if (c->n_unc && s0 < 0) {
             if (m->dfa.n > G_DFA_MAX) /* a long output's many stacks: start the DFA again */
                 dfa_free(&m->dfa);
