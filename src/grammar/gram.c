@@ -123,7 +123,6 @@ typedef struct g_fol {
     k3_grammar *g;
     int32_t    *stamp, *stack; /* (n_node) visit marks, DFS stack */
     int32_t     mark;
-    int         changed;
 } g_fol;
 
 static void bits_or(uint64_t *to, const uint64_t *from, int *changed) {
