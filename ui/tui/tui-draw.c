@@ -167,9 +167,18 @@ static void fill_row(int y, int x, int w, int role) {
 static int draw_wrapped(int y, int x, int w, int max_rows, const char *s, int role) {
     txt_line l[16];
     int      n = txt_wrap(s, strlen(s), w > 1 ? w : 1, l, 16);
-    for (int k = 0; k < n && k < 16 && k < max_rows; k++)
-        draw_text(y + k, x, w, s + l[k].off, l[k].len, role);
+    for (int k = 0; k < n && k < 16 && k < max_rows; k++) {
+        size_t off = l[k].off, len = l[k].len;
+        while (k && len && s[off] == ' ') /* a break inside a run of spaces: the row starts at x */
+            off++, len--;
+        draw_text(y + k, x, w, s + off, len, role);
+    }
     return n < max_rows ? n : max_rows;
+}
+
+/* Columns a pane title leaves for its extra text: "── NAME · " before it, " ─" after. */
+static int title_width(const char *name) {
+    return 2 + 1 + txt_width(name, strlen(name), 0) + 3 + 2;
 }
 
 /* A pane title: "── NAME · extra ───────". */
@@ -421,27 +430,34 @@ static void build_lines(tui *t, int width) {
 /* ==== regions ================================================================ */
 
 static void draw_loading(tui *t) {
-    int y = t->hist_h / 2 - 2, w = t->cols - 8;
-    if (y < 0)
-        y = 0;
-    char line[512];
-    snprintf(line, sizeof line, "Loading %s", t->o->dir ? t->o->dir : "the model");
-    draw_text(y, 4, w, line, strlen(line), THM_TITLE);
-    draw_text(y + 1, 4, w, t->load_what, strlen(t->load_what), THM_NORMAL);
-    int    bar  = w - 40 > 10 ? (w - 40 < 50 ? w - 40 : 50) : 10;
-    double f    = t->load_total ? (double)t->load_done / (double)t->load_total : 0;
-    int    fill = (int)(f * bar);
-    attrset((attr_t)thm_attr(THM_PROGRESS));
-    for (int k = 0; k < bar; k++)
-        mvaddstr(y + 2, 4 + k, k < fill ? "█" : "░");
+    const char *hint = "You can type already: messages are sent when the model is ready.";
+    int         w    = t->cols - 8;
+    int         bar  = w - 40 > 10 ? (w - 40 < 50 ? w - 40 : 50) : 10;
+    char        line[512];
+    double      f = t->load_total ? (double)t->load_done / (double)t->load_total : 0;
     if (t->load_total)
         snprintf(line, sizeof line, " %3.0f%%  %.0f / %.0f MB  %.0f MB/s", f * 100,
                  (double)t->load_done / 1e6, (double)t->load_total / 1e6, t->load_rate / 1e6);
     else
         snprintf(line, sizeof line, " %.0f MB  %.0f MB/s", (double)t->load_done / 1e6, t->load_rate / 1e6);
-    draw_text(y + 2, 4 + bar, w - bar, line, strlen(line), THM_NORMAL);
-    const char *hint = "You can type already: messages are sent when the model is ready.";
-    draw_text(y + 4, 4, w, hint, strlen(hint), THM_INFO);
+    int below = txt_width(line, strlen(line), 0) > w - bar; /* narrow: the figures under the bar */
+    int nh    = txt_wrap(hint, strlen(hint), w, NULL, 0);
+    int y     = (t->hist_h - (4 + below + nh)) / 2; /* the block centred: nothing cut at 40x12 */
+    if (y < 0)
+        y = 0;
+    char what[512];
+    snprintf(what, sizeof what, "Loading %s", t->o->dir ? t->o->dir : "the model");
+    draw_text(y, 4, w, what, strlen(what), THM_TITLE);
+    draw_text(y + 1, 4, w, t->load_what, strlen(t->load_what), THM_NORMAL);
+    int fill = (int)(f * bar);
+    attrset((attr_t)thm_attr(THM_PROGRESS));
+    for (int k = 0; k < bar; k++)
+        mvaddstr(y + 2, 4 + k, k < fill ? "█" : "░");
+    if (below)
+        draw_text(y + 3, 4, w, line + 1, strlen(line + 1), THM_NORMAL);
+    else
+        draw_text(y + 2, 4 + bar, w - bar, line, strlen(line), THM_NORMAL);
+    draw_wrapped(y + 4 + below, 4, w, t->hist_h - y - 4 - below, hint, THM_INFO);
 }
 
 static void draw_hist(tui *t) {
@@ -485,6 +501,10 @@ static void draw_hist(tui *t) {
     if (rows < t->hist_h) {
         char m[96];
         snprintf(m, sizeof m, "↓ %d more · PgDn, Ctrl-End: the latest", t->scroll);
+        if (txt_width(m, strlen(m), 0) > t->cols - 3) /* narrow: the shorter hint, not a cut one */
+            snprintf(m, sizeof m, "↓ %d more · Ctrl-End: the latest", t->scroll);
+        if (txt_width(m, strlen(m), 0) > t->cols - 3)
+            snprintf(m, sizeof m, "↓ %d more", t->scroll);
         fill_row(t->hist_y + rows, 0, t->cols, THM_STATUS);
         draw_text(t->hist_y + rows, 2, t->cols - 3, m, strlen(m), THM_STATUS);
     }
@@ -576,14 +596,23 @@ static void draw_panes(tui *t, int dirty) {
     if (t->think_h == 0)
         dirty |= (dirty & DIRTY_THINK) ? DIRTY_RESP : 0; /* hidden reasoning: its time is told here */
     if (t->resp_h > 0 && (dirty & DIRTY_RESP)) {
+        /* the longest wording that fits the title row (none is cut at 40 columns) */
+        int room = t->cols - title_width("response");
         if (e->text.n)
             snprintf(extra, sizeof extra, "Ctrl-C stops");
-        else if (e->think.n && t->think_h == 0)
-            snprintf(extra, sizeof extra, "thinking (hidden) %.1f s · %d token%s · Ctrl-C stops",
-                     (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0, e->n_think,
-                     e->n_think == 1 ? "" : "s");
-        else
+        else if (e->think.n && t->think_h == 0) {
+            double s = (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0;
+            snprintf(extra, sizeof extra, "thinking (hidden) %.1f s · %d token%s · Ctrl-C stops", s,
+                     e->n_think, e->n_think == 1 ? "" : "s");
+            if (txt_width(extra, strlen(extra), 0) > room)
+                snprintf(extra, sizeof extra, "thinking %.1f s · Ctrl-C stops", s);
+            if (txt_width(extra, strlen(extra), 0) > room)
+                snprintf(extra, sizeof extra, "thinking %.1f s", s);
+        } else {
             snprintf(extra, sizeof extra, "waiting for the first token · Ctrl-C stops");
+            if (txt_width(extra, strlen(extra), 0) > room)
+                snprintf(extra, sizeof extra, "waiting · Ctrl-C stops");
+        }
         draw_title(t, t->resp_y, "response", extra, t->cols);
         if (!t->dl_valid)
             build_lines(t, t->cols - 1);
@@ -616,6 +645,7 @@ static void draw_status(tui *t) {
         SEG(3, "mouse off (F3)");
     if (t->scroll > 0)
         SEG(4, "scrolled ↑%d", t->scroll);
+    t->scroll_shown = t->scroll;
     SEG(2, "think %s", t->cs.gen.think ? ue_effort_name(t->cs.gen.effort) : "off");
     char tb[16], pb[16];
     SEG(5, "T %s p %s", chat_sampling_str(&t->cs, 0, tb, sizeof tb),
@@ -740,6 +770,8 @@ void tui_render(tui *t, int force) {
         draw_hist(t);
     if (t->dirty & DIRTY_PANES)
         draw_panes(t, t->dirty);
+    if (t->scroll != t->scroll_shown) /* a jump to the bottom (a command, a notice) or a clamp */
+        t->dirty |= DIRTY_STATUS;
     if (t->dirty & DIRTY_STATUS)
         draw_status(t);
     draw_input(t);

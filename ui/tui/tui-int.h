@@ -112,7 +112,8 @@ typedef struct tui {
     int rows, cols, too_small;
     int hist_y, hist_h, think_y, think_h, resp_y, resp_h, status_y, input_y, input_h;
     int dirty;
-    int scroll; /* conversation lines scrolled up from the bottom */
+    int scroll;       /* conversation lines scrolled up from the bottom */
+    int scroll_shown; /* the scroll the status bar shows ("scrolled ↑N")  */
     int mouse;
     int paste;    /* inside a bracketed paste */
     int bad_utf8; /* invalid UTF-8 sequences read (as U+FFFD) since the last notice */

@@ -514,7 +514,7 @@ static void run_command(tui *t, const char *line) {
     case CMD_HELP:
         if (r.arg[0]) {
             char u[128];
-            notice(t, ROLE_INFO, "%s  %s", cmd_usage((enum cmd_id)r.flag, u, sizeof u),
+            notice(t, ROLE_INFO, "  %s  %s", cmd_usage((enum cmd_id)r.flag, u, sizeof u), /* as in /help */
                    cmd_help((enum cmd_id)r.flag));
         } else {
             notice(t, ROLE_INFO, "%s", chat_help_text());
