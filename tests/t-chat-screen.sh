@@ -60,4 +60,33 @@ more_ok() { # the row that says how much is below: whole, never "the lates"
 }
 check "21: the 'more below' row is whole at 40 columns" wait_until "a whole 'more' row" 5 more_ok
 
+# 7: text written to fd 2 while the chat owns the terminal (the Vulkan loader's debug output as
+# the engine probes for a GPU) is shown as notices, not painted over the chat: a full redraw
+# (Ctrl-L, from the chat's own state) shows the very screen that was there before it
+M="$K3_SRC/models/k3-nano"
+if VK_LOADER_DEBUG=all "$K3CHAT" "$M" --prompt hi --max-tokens 1 2>&1 </dev/null | grep -q 'LAYER'; then
+    for size in "80 24" "40 12"; do
+        # shellcheck disable=SC2086
+        tui_start $size VK_LOADER_DEBUG=all -- "$K3CHAT $M --think off; echo EXIT=\$?; sleep 60"
+        wait_for "k3-nano · 4 layers" 20
+        wait_for "prefill window" 10
+        s1=$(settled 10 screen)
+        keys C-l
+        sleep 0.3
+        s2=$(settled 10 screen)
+        check "7 ($size): the screen holds no stray stderr text (a redraw changes nothing)" test "$s1" = "$s2"
+        check "7 ($size): the status bar is whole" eval 'screen | tail -n 2 | head -n 1 | grep -q "^ k3-nano · 4 layers"'
+        if [ "$size" = "80 24" ]; then
+            check "7 ($size): the loader's lines are notices" has "stderr: "
+        else # the fit notice fills the pane: the loader's lines are above it
+            keys PPage PPage PPage
+            check "7 ($size): the loader's lines are notices" wait_for "stderr: " 5
+        fi
+        keys C-d
+        check "7 ($size): the chat ends normally" wait_for "EXIT=0" 10
+    done
+else
+    echo "SKIP: 7: VK_LOADER_DEBUG makes no stderr output here (no Vulkan loader)"
+fi
+
 finish

@@ -184,6 +184,12 @@ int tui_row_same(tui *t, int y, uint64_t h);
  * drawing them all again (curses sends the terminal a scroll, idlok) and move their hashes. */
 void tui_rows_scroll(tui *t, int y0, int h, const uint64_t *hs);
 
+/* tui-stderr.c: while the screen is ours, fd 2 (a terminal) is a pipe whose lines become notices
+ * (EV_INFO on q); end puts the terminal back and writes there what was not shown. begin: 0, or -1
+ * (fd 2 is not a terminal, or no pipe or thread: stderr stays as it was). */
+int  tui_stderr_begin(ev_queue *q);
+void tui_stderr_end(void);
+
 /* tui-md.c: Markdown in the panes, /raw, /copy */
 /* Lines of an assistant entry's text as rendered Markdown (cached per width); 0, or -1 when it
  * could not be rendered (the caller shows the raw text). */

@@ -1188,8 +1188,10 @@ int ui_tui_run(const ui_opts *o) {
         return 1;
     }
     k3_log_set_callback(log_to_ui, t->q);
+    tui_stderr_begin(t->q); /* from the engine's start on: its libraries may write to fd 2 */
     t->eng = ue_start(o, t->q);
     if (!t->eng) {
+        tui_stderr_end();
         fprintf(stderr, "k3chat: cannot start the engine thread\n");
         inp_free(t->in);
         ev_queue_free(t->q);
@@ -1259,6 +1261,7 @@ int ui_tui_run(const ui_opts *o) {
     fflush(stdout);
     mousemask(0, NULL);
     endwin();
+    tui_stderr_end();
     write_ui_stats(t);
     ue_close(t->eng);
     k3_log_set_callback(NULL, NULL);
