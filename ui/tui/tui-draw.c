@@ -375,56 +375,121 @@ static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int 
     }
 }
 
-static void build_lines(tui *t, int width) {
-    t->n_dl = 0;
-    for (int i = 0; i < t->n_ents; i++) {
-        entry *e = &t->ents[i];
+/* The lines of entry i at width onto t->dl, its blank separator last. count: only their number
+ * matters (an answer is rendered in a scratch doc, not kept; no summary text). */
+static void ent_build(tui *t, int i, int width, int count) {
+    entry *e = &t->ents[i];
+    switch (e->role) {
+    case UE_ROLE_USER: {
+        size_t mark = t->n_dl;
+        text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_USER, 2, NULL);
+        if ((size_t)t->n_dl > mark)
+            t->dl[mark].fold = 2; /* first line carries the "›" marker */
+        if (e->queued)
+            dl_push(t, i, "(waiting for the model to load)", 31, THM_INFO, 2, 0);
+        break;
+    }
+    case UE_ROLE_ASSISTANT:
+        if (e->think.n) {
+            const char *fb = "";
+            if (!count && (e->summary || (e->summary = malloc(96)) != NULL)) {
+                if (e->think_s >= 0 || e->n_think > 0)
+                    snprintf(e->summary, 96, "%s thought for %.1f s · %d token%s", e->expanded ? "▾" : "▸",
+                             e->think_s > 0 ? e->think_s : 0, e->n_think, e->n_think == 1 ? "" : "s");
+                else /* a transcript without figures */
+                    snprintf(e->summary, 96, "%s reasoning (not timed)", e->expanded ? "▾" : "▸");
+                fb = e->summary;
+            }
+            dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
+            if (e->expanded)
+                text_lines(t, i, e->think.p, e->think.n, width, THM_THINK, 2, NULL);
+        }
+        if (!t->raw && count) {
+            int n = tui_md_count(t, i, width);
+            for (int k = 0; k < n; k++)
+                dl_push(t, i, "", 0, THM_ASSISTANT, 0, 0);
+            if (n < 0)
+                text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_ASSISTANT, 0, NULL);
+        } else if (t->raw || tui_md_entry(t, i, width)) /* rendered Markdown, or raw */
+            text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_ASSISTANT, 0, NULL);
+        if (e->status == UE_DONE_CANCELLED)
+            dl_push(t, i, "[stopped]", 9, THM_INFO, 0, 0);
+        else if (e->status == UE_DONE_LENGTH)
+            dl_push(t, i, "[length limit reached]", 22, THM_INFO, 0, 0);
+        break;
+    case UE_ROLE_SYSTEM:
+        text_lines(t, i, e->text.p, e->text.n, width, THM_SYSTEM, 2, NULL);
+        break;
+    case ROLE_INFO:
+        text_lines(t, i, e->text.p, e->text.n, width, THM_INFO, 0, NULL);
+        break;
+    case ROLE_ERROR:
+        text_lines(t, i, e->text.p, e->text.n, width, THM_ERROR, 0, NULL);
+        break;
+    }
+    dl_push(t, i, "", 0, THM_NORMAL, 0, 0);
+}
+
+/* Lines entry i takes at width, cached in the entry while what they depend on stays. */
+static int ent_lines(tui *t, int i, int width) {
+    entry   *e    = &t->ents[i];
+    int64_t  a[8] = {width,       t->raw,    e->role,  (int64_t)e->text.n, (int64_t)e->think.n,
+                     e->expanded, e->queued, e->status};
+    uint64_t key  = tui_hash(TUI_HASH0, a, sizeof a);
+    if (e->nl > 0 && e->nl_key == key)
+        return e->nl;
+    int save = t->n_dl;
+    ent_build(t, i, width, 1);
+    e->nl     = t->n_dl - save;
+    e->nl_key = key;
+    t->n_dl   = save;
+    return e->nl;
+}
+
+/* The pane's lines for rows rows at t->scroll lines from the bottom: the entries are walked from
+ * the last up, by their cached line counts, until the window is covered, and only the entries
+ * that show in it are laid out (their Markdown docs kept; those of other entries freed past
+ * TUI_MD_KEEP). Memory and time follow the screen, not the conversation's length; scrolling to
+ * the top counts every entry once. A scroll past the top is clamped. Sets vis_first and the
+ * rows the text gets. */
+static void build_window(tui *t, int width) {
+    int  rows = t->hist_h - (t->scroll > 0 && t->hist_h > 1);
+    int  bot = -1, top = -1;
+    long below = 0, b_bot = 0; /* lines after entry i; after the last entry laid out */
+    for (int i = t->n_ents - 1; i >= 0; i--) {
         if (i == t->cur && t->streaming)
             continue;
-        switch (e->role) {
-        case UE_ROLE_USER: {
-            size_t mark = t->n_dl;
-            text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_USER, 2, NULL);
-            if ((size_t)t->n_dl > mark)
-                t->dl[mark].fold = 2; /* first line carries the "›" marker */
-            if (e->queued)
-                dl_push(t, i, "(waiting for the model to load)", 31, THM_INFO, 2, 0);
+        int nl = ent_lines(t, i, width);
+        if (bot < 0 && below + nl > t->scroll)
+            bot = i, b_bot = below;
+        below += nl;
+        if (bot >= 0)
+            top = i;
+        if (below >= (long)t->scroll + rows)
             break;
-        }
-        case UE_ROLE_ASSISTANT:
-            if (e->think.n) {
-                char *fb = e->summary;
-                if (e->think_s >= 0 || e->n_think > 0)
-                    snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d token%s",
-                             e->expanded ? "▾" : "▸", e->think_s > 0 ? e->think_s : 0, e->n_think,
-                             e->n_think == 1 ? "" : "s");
-                else /* a transcript without figures */
-                    snprintf(fb, sizeof e->summary, "%s reasoning (not timed)", e->expanded ? "▾" : "▸");
-                dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
-                if (e->expanded)
-                    text_lines(t, i, e->think.p, e->think.n, width, THM_THINK, 2, NULL);
-            }
-            if (t->raw || tui_md_entry(t, i, width)) /* rendered Markdown, or raw */
-                text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_ASSISTANT, 0, NULL);
-            if (e->status == UE_DONE_CANCELLED)
-                dl_push(t, i, "[stopped]", 9, THM_INFO, 0, 0);
-            else if (e->status == UE_DONE_LENGTH)
-                dl_push(t, i, "[length limit reached]", 22, THM_INFO, 0, 0);
-            break;
-        case UE_ROLE_SYSTEM:
-            text_lines(t, i, e->text.p, e->text.n, width, THM_SYSTEM, 2, NULL);
-            break;
-        case ROLE_INFO:
-            text_lines(t, i, e->text.p, e->text.n, width, THM_INFO, 0, NULL);
-            break;
-        case ROLE_ERROR:
-            text_lines(t, i, e->text.p, e->text.n, width, THM_ERROR, 0, NULL);
-            break;
-        }
-        dl_push(t, i, "", 0, THM_NORMAL, 0, 0);
     }
-    t->dl_width = width;
-    t->dl_valid = 1;
+    if (below < (long)t->scroll + rows) { /* the top was reached: clamp */
+        long max = below - rows > 0 ? below - rows : 0;
+        if (t->scroll > max) {
+            t->scroll = (int)max;
+            build_window(t, width); /* rows and the entries shown change with the scroll */
+            return;
+        }
+    }
+    t->n_dl = 0;
+    for (int i = top; i >= 0 && i <= bot; i++)
+        if (!(i == t->cur && t->streaming))
+            ent_build(t, i, width, 0);
+    long first   = (long)t->n_dl - rows - t->scroll + b_bot;
+    t->vis_first = first > 0 ? (int)first : 0;
+    t->dl_width  = width;
+    t->dl_scroll = t->scroll;
+    t->dl_rows   = t->hist_h;
+    t->dl_valid  = 1;
+    if (t->n_md > (TUI_MD_KEEP > 2 * t->rows ? TUI_MD_KEEP : 2 * t->rows)) /* off-screen docs go */
+        for (int i = 0; i < t->n_ents; i++)
+            if ((i < top || i > bot) && t->ents[i].md)
+                tui_md_entry_free(t, &t->ents[i]);
 }
 
 /* ==== regions ================================================================ */
@@ -473,21 +538,13 @@ static void draw_hist(tui *t) {
         return;
     }
     int width = t->cols - 1;
-    if (!t->dl_valid || t->dl_width != width)
-        build_lines(t, width);
-    /* scrolled up: the pane's last row says how many lines are below, the text gets the others */
-    int rows       = t->hist_h - (t->scroll > 0 && t->hist_h > 1);
-    int max_scroll = t->n_dl - rows > 0 ? t->n_dl - rows : 0;
-    if (t->scroll > max_scroll)
-        t->scroll = max_scroll;
     if (t->scroll < 0)
         t->scroll = 0;
-    if (t->scroll == 0)
-        rows = t->hist_h;
-    int first = t->n_dl - rows - t->scroll;
-    if (first < 0)
-        first = 0;
-    t->vis_first = first;
+    if (!t->dl_valid || t->dl_width != width || t->dl_scroll != t->scroll || t->dl_rows != t->hist_h)
+        build_window(t, width);
+    /* scrolled up: the pane's last row says how many lines are below, the text gets the others */
+    int rows  = t->hist_h - (t->scroll > 0 && t->hist_h > 1);
+    int first = t->vis_first;
     for (int r = 0; r < rows && first + r < t->n_dl; r++) {
         dline *d = &t->dl[first + r];
         int    x = d->indent;
@@ -590,7 +647,7 @@ static void draw_panes(tui *t, int dirty) {
                  e->n_think == 1 ? "" : "s");
         draw_title(t, t->think_y, "thinking", extra, t->cols);
         if (!t->dl_valid) /* draw_tail uses the line list as scratch space */
-            build_lines(t, t->cols - 1);
+            build_window(t, t->cols - 1);
         draw_tail(t, t->think_y + 1, t->think_h - 1, &e->think, THM_THINK, &t->tc_think);
     }
     if (t->think_h == 0)
@@ -615,7 +672,7 @@ static void draw_panes(tui *t, int dirty) {
         }
         draw_title(t, t->resp_y, "response", extra, t->cols);
         if (!t->dl_valid)
-            build_lines(t, t->cols - 1);
+            build_window(t, t->cols - 1);
         if (tui_md_tail(t, t->resp_y + 1, t->resp_h - 1, &e->text))
             draw_tail(t, t->resp_y + 1, t->resp_h - 1, &e->text, THM_ASSISTANT, &t->tc_resp);
     }
