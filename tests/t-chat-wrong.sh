@@ -50,6 +50,21 @@ printf '/stats\n/load %s/t4.jsonl\n/stats\n' "$K3_TMP" | K3_MOCK="$K3_TMP/mock.t
     >/dev/null 2>"$K3_TMP/err10b"
 t "10: a /load typed later adopts the transcript's settings" \
     '[ "$(grep -c "settings: temp 0.30 · top-p 0.50 · think off · effort low" "$K3_TMP/err10b")" -eq 1 ]'
+# 16: the context figure a load reports is measured under the settings in force (options given
+# with --load win: here --think off over a transcript saved with think on, which renders its
+# reasoning into the prompt), the one /stats and the status bar show; the send-time 'context
+# full' figure says what it counts (this message, and the answer's least room)
+M="$K3_SRC/models/k3-nano"
+printf 'What is 2 + 3?\n/save %s/t16.jsonl\n' "$K3_TMP" | "$k" "$M" --think on --max-tokens 20 >/dev/null 2>&1
+printf '/stats\n' | "$k" "$M" --think off --load "$K3_TMP/t16.jsonl" >/dev/null 2>"$K3_TMP/err16"
+load16=$(sed -n 's/^k3chat: context: \([0-9]*\) of [0-9]* tokens$/\1/p' "$K3_TMP/err16")
+stats16=$(sed -n 's/^k3chat: context: \([0-9]*\) of [0-9]* tokens; .*/\1/p' "$K3_TMP/err16")
+t "16: --load with --think off: the load's context figure is /stats's ($load16, $stats16)" \
+    '[ -n "$load16" ] && [ "$load16" = "$stats16" ]'
+printf 'hello there\n' | K3_MAXT=64 "$k" "$M" --think off --load "$K3_TMP/t16.jsonl" >/dev/null 2>"$K3_TMP/err16b"
+t "16: 'context full' says what its figure counts" \
+    'grep -q "context full: the conversation needs [0-9]* tokens ([0-9]* with this message, 8 more for the answer to start)" "$K3_TMP/err16b"'
+
 # 17: a broken pipe on stdout: the answer stops, no further line is read or sent (the fake
 # server counts the requests), status 1
 python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &

@@ -428,7 +428,7 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
                              .effort = (int)eff};
             ev_push(u->out, &e);
         }
-        return 2;
+        return li.has_settings ? 3 : 2;
     }
     case EV_CMD_EXPORT:
         if (!cmd->x && chat_file_may_replace("/export", cmd->text, CHAT_FILE_EXPORT, msg, sizeof msg))
