@@ -139,6 +139,8 @@ typedef struct k3_model_info {
     int         n_kda, n_mla, n_dense, n_moe;
     int         n_experts, n_active;
     int         max_ctx;
+    int         window;              /* prefill window of a long feed (tokens; the fit's,
+                                        K3_CHUNK when none fits)                        */
     int         eos_id;              /* config eos_token_id                      */
     float       gen_temp, gen_top_p; /* generation_config.json defaults          */
     uint64_t    bytes_resident;      /* weights held in RAM (expert cache: as now) */
