@@ -154,6 +154,8 @@
       "write the screen's statistics (tests)")                                                               \
     X(TEST_DIRECT_EINVAL, BOOL, 0, 1, 0, NULL, NULL, "K3_TEST_DIRECT_EINVAL", NULL, NULL, NULL,              \
       "act as if O_DIRECT were refused (tests)")                                                             \
+    X(TEST_PREFILL_DELAY, INT, 0, 10000, 0, NULL, "MS", "K3_TEST_PREFILL_DELAY", NULL, NULL, NULL,           \
+      "milliseconds each layer of a prefill pass waits (tests)")                                             \
     X(TEST_DIRECT_MIN, INT, 1, 1073741824, NAN, NULL, "N", "K3_TEST_DIRECT_MIN", NULL, NULL, NULL,           \
       "O_DIRECT from this many bytes (tests)")                                                               \
     X(REPACK_KILL_AT, INT, 0, 2147483647, NAN, NULL, "N", "K3_REPACK_KILL_AT", NULL, NULL, NULL,             \

@@ -133,6 +133,12 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out);
 k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size_t n);
 void      k3_model_free(k3_model *m);
 
+/* Prefill progress of k3_session_feed (a feed of more than one token), after each layer of each
+ * pass: done = the feed's tokens through the model so far, in layers (a pass of n tokens adds
+ * n / layers per layer; a window's tokens all finish at its last layer), of total (the feed's),
+ * and the routed-expert bytes the feed has read so far. */
+typedef void (*k3_prefill_cb)(double done, int total, uint64_t bytes, void *ud);
+
 typedef struct k3_model_info {
     const char *dir;
     int         n_layers, hidden, vocab; /* vocab = logits width (config vocab_size) */
@@ -165,6 +171,8 @@ k3_status k3_session_new(k3_model *m, k3_session **out);
 void      k3_session_free(k3_session *s);
 void      k3_session_reset(k3_session *s);     /* back to position 0 */
 int       k3_session_pos(const k3_session *s); /* tokens processed so far */
+/* Report k3_session_feed's prefill progress to cb (NULL: none); called on the feeding thread. */
+void k3_session_set_prefill_cb(k3_session *s, k3_prefill_cb cb, void *ud);
 
 /* Process n tokens (prefill in chunks of K3_CHUNK, or one decode step). On K3_OK the
  * logits of the last processed position are available from k3_session_logits().

@@ -941,6 +941,8 @@ void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, voi
             for (int t = 0; t < p->n; t++)
                 memcpy(b->trace + ((size_t)t * m->n_run + l) * D, b->h + (size_t)t * D,
                        (size_t)D * sizeof(float));
+        if (p->on_layer)
+            p->on_layer(p, l);
     }
     /* the head: lm_head for the last row of each session, or every row while K3_LOGITS is set */
     model_head(p);

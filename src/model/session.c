@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX2(a, b) ((a) > (b) ? (a) : (b))
 #define MIN2(a, b) ((a) < (b) ? (a) : (b))
@@ -240,7 +241,9 @@ k3_status k3_session_new(k3_model *m, k3_session **out) {
     atomic_init(&s->cancel, 0);
     const int T = m->par.max_ctx, P = c->kda_heads * c->kda_head_dim, d = c->kda_head_dim;
     const int K = c->conv_k, kl = c->kv_lora;
-    k3_status st = K3_OK;
+    k3_status st = k3_setting_env_int(K3_SETTING_TEST_PREFILL_DELAY, &s->delay_ms);
+    if (st)
+        goto fail;
 
     if (!(s->ls = calloc((size_t)c->n_layers, sizeof *s->ls)))
         goto oom;
@@ -403,18 +406,37 @@ static void run_pass(pass_run *r, const int32_t *const *ids) {
     }
 }
 
+/* After layer l of a prefill pass of one session: K3_TEST_PREFILL_DELAY, then the progress. */
+static void prefill_layer(const fwd_pass *p, int l) {
+    k3_session *s = p->seg[0].s;
+    if (s->delay_ms) {
+        struct timespec ts = {s->delay_ms / 1000, (long)(s->delay_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) && errno == EINTR) {
+        }
+    }
+    if (s->prefill_cb)
+        s->prefill_cb(s->feed_done + (double)p->n * (l + 1) / s->m->n_run, s->feed_n,
+                      s->stats.expert_bytes_read - s->feed_bytes0, s->prefill_ud);
+}
+
+void k3_session_set_prefill_cb(k3_session *s, k3_prefill_cb cb, void *ud) {
+    s->prefill_cb = cb;
+    s->prefill_ud = ud;
+}
+
 /* One pass of n tokens of one session: a chunk (n <= C, the session's chunk buffer) or a
  * prefill window (n > C, the window buffer wb, which holds n columns). */
 static k3_status run_chunk(k3_session *s, chunk_buf *wb, const int32_t *ids, int n) {
     pass_seg  seg = {.s = s, .ix = 0, .t0 = 0, .n = n, .dev = n == 1};
     k3_status st  = K3_OK;
-    fwd_pass  p   = {.m     = s->m,
-                     .b     = n > s->chunk ? wb : &s->cb,
-                     .cap   = s->chunk,
-                     .n     = n,
-                     .nseg  = 1,
-                     .seg   = &seg,
-                     .stats = &s->stats};
+    fwd_pass  p   = {.m        = s->m,
+                     .b        = n > s->chunk ? wb : &s->cb,
+                     .cap      = s->chunk,
+                     .n        = n,
+                     .nseg     = 1,
+                     .seg      = &seg,
+                     .stats    = &s->stats,
+                     .on_layer = n > 1 && (s->prefill_cb || s->delay_ms) ? prefill_layer : NULL};
     pass_run  r   = {.p = p, .st = &st};
     run_pass(&r, &ids);
     if (st)
@@ -480,9 +502,12 @@ k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
     chunk_buf wb    = {0};
     const int W     = n > s->chunk ? window_get(s, n, &wb) : s->chunk;
     s->stats.window = W;
+    s->feed_n       = n;
+    s->feed_bytes0  = s->stats.expert_bytes_read;
     for (int i = 0; i < n && !st; i += W) {
-        int nc = n - i < W ? n - i : W;
-        st     = run_chunk(s, &wb, ids + i, nc);
+        int nc       = n - i < W ? n - i : W;
+        s->feed_done = i;
+        st           = run_chunk(s, &wb, ids + i, nc);
     }
     window_buf_free(s->m, &wb);
     if (st == K3_ABORTED)
