@@ -10,6 +10,9 @@
  *                                is ~21 GB and reads ~450 GB per chunked 4k prompt)
  *   K3_BENCH_PSCALE_PROMPTS=LIST prompt lengths, space separated (default "128 1024"; the issue
  *                                asks for "128 1024 4096")
+ *   K3_BENCH_PSCALE_PATHS=P      window, chunk or both (default): which prefills to run (a long
+ *                                prompt's two paths in separate calls; the _wall ratios that
+ *                                need the other path are then left out)
  * Settings: K3_ROUTE=uniform (the release's flat routing), the expert cache at the release's
  * cache-to-experts ratio of a big machine (0.5 GB of 896 experts per layer: K3_EXPERT_GB = 0.5 x
  * E / 896 per MoE layer), O_DIRECT expert reads (K3_DIRECT's default) and the shards' page cache
@@ -153,36 +156,53 @@ int bench_prefill(void) {
         if (la)
             fclose(la);
     }
-    double   drive[2 * PS_MAXP];
-    int      nd = 0;
-    uint64_t db;
+    double      drive[2 * PS_MAXP];
+    int         nd = 0;
+    uint64_t    db;
+    const char *pv    = getenv("K3_BENCH_PSCALE_PATHS");
+    const int   run_w = !pv || !*pv || !strcmp(pv, "both") || !strcmp(pv, "window");
+    const int   run_k = !pv || !*pv || !strcmp(pv, "both") || !strcmp(pv, "chunk");
+    if (!run_w && !run_k) {
+        fprintf(stderr, "bench-prefill: K3_BENCH_PSCALE_PATHS: '%s' is not window, chunk or both\n", pv);
+        goto done;
+    }
     for (int i = 0; i < np; i++) {
-        ps_run w, k;
+        ps_run w = {0}, k = {0};
         drive[nd] = bench_direct_experts(m->st, buf, PS_REQ, &db);
-        if (drive[nd++] <= 0 || ps_prefill(m, W < P[i] ? W : P[i], ids, P[i], &w))
+        if (drive[nd++] <= 0 || (run_w && ps_prefill(m, W < P[i] ? W : P[i], ids, P[i], &w)))
             goto done;
         drive[nd] = bench_direct_experts(m->st, buf, PS_REQ, &db);
-        if (drive[nd++] <= 0 || ps_prefill(m, m->par.chunk, ids, P[i], &k))
+        if (drive[nd++] <= 0 || (run_k && ps_prefill(m, m->par.chunk, ids, P[i], &k)))
             goto done;
         const double rate = (drive[nd - 2] + drive[nd - 1]) / 2 * 1e9;
         /* the floor: the experts the prompt routed to, each once: the one window's requests, or
          * (several windows) their expected number under uniform routing */
         const double k1 = (double)c.n_active / E, one = (double)m->fit_t.expert_one;
-        const double floor_b =
-            P[i] <= W ? w.distinct * one : m->fit_t.n_moe * E * (1 - pow(1 - k1, (double)P[i])) * one;
+        const double floor_b = P[i] <= W && run_w
+                                   ? w.distinct * one
+                                   : m->fit_t.n_moe * E * (1 - pow(1 - k1, (double)P[i])) * one;
         const double compute = w.wall - w.wait, drive_s = w.bytes / rate;
+        const double kcomp = k.wall - k.wait, kdrive = k.bytes / rate;
         char         nm[64];
         printf("# prefill_scale %d: drive %.2f GB/s: window %.2f s (drive time %.2f s, compute %.2f s), per "
                "chunk %.2f s (drive time %.2f s, compute %.2f s)\n",
-               P[i], rate / 1e9, w.wall, drive_s, compute, k.wall, k.bytes / rate, k.wall - k.wait);
-        snprintf(nm, sizeof nm, "prefill_scale_%d_bytes", P[i]);
-        bench_report(nm, w.bytes / 1e9, "GB", floor_b / 1e9, "GB");
-        snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_bytes", P[i]);
-        bench_report(nm, k.bytes / 1e9, "GB", floor_b / 1e9, "GB");
-        snprintf(nm, sizeof nm, "prefill_scale_%d_wall", P[i]);
-        bench_report(nm, w.wall, "s", compute > drive_s ? compute : drive_s, "s(max drive,compute)");
-        snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_wall", P[i]);
-        bench_report(nm, k.wall, "s", w.wall, "s(window)");
+               P[i], rate / 1e9, w.wall, drive_s, compute, k.wall, kdrive, kcomp);
+        if (run_w) {
+            snprintf(nm, sizeof nm, "prefill_scale_%d_bytes", P[i]);
+            bench_report(nm, w.bytes / 1e9, "GB", floor_b / 1e9, "GB");
+            snprintf(nm, sizeof nm, "prefill_scale_%d_wall", P[i]);
+            bench_report(nm, w.wall, "s", compute > drive_s ? compute : drive_s, "s(max drive,compute)");
+        }
+        if (run_k) {
+            snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_bytes", P[i]);
+            bench_report(nm, k.bytes / 1e9, "GB", floor_b / 1e9, "GB");
+            snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_wall_drive", P[i]);
+            bench_report(nm, k.wall, "s", kcomp > kdrive ? kcomp : kdrive, "s(max drive,compute)");
+        }
+        if (run_w && run_k) {
+            snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_wall", P[i]);
+            bench_report(nm, k.wall, "s", w.wall, "s(window)");
+        }
     }
     bench_report("prefill_scale_drive", bench_median(drive, nd), "GB/s", 0, "");
     rc = 0;
