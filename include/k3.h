@@ -230,7 +230,8 @@ typedef struct k3_stats {
     uint64_t    vk_used, vk_budget; /* device bytes holding weights; its budget (0: off) */
     int         vk_experts;         /* routed experts resident on the device             */
     const char *kernels;            /* instruction set of the CPU kernels: k3_kernels()   */
-    int         window;             /* prefill window (tokens) of the last feed           */
+    int         window;             /* the most tokens of one pass since reset_stats: a long
+                                       feed's prefill window, else K3_CHUNK               */
 } k3_stats;
 void k3_session_stats(const k3_session *s, k3_stats *out);
 void k3_session_reset_stats(k3_session *s);

@@ -497,13 +497,14 @@ k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
     k3_status st = feed_check(s, ids, n);
     if (st)
         return st;
-    double    t     = k3_time();
-    int       pos   = s->pos;
-    chunk_buf wb    = {0};
-    const int W     = n > s->chunk ? window_get(s, n, &wb) : s->chunk;
-    s->stats.window = W;
-    s->feed_n       = n;
-    s->feed_bytes0  = s->stats.expert_bytes_read;
+    double    t   = k3_time();
+    int       pos = s->pos;
+    chunk_buf wb  = {0};
+    const int W   = n > s->chunk ? window_get(s, n, &wb) : s->chunk;
+    if (W > s->stats.window)
+        s->stats.window = W;
+    s->feed_n      = n;
+    s->feed_bytes0 = s->stats.expert_bytes_read;
     for (int i = 0; i < n && !st; i += W) {
         int nc       = n - i < W ? n - i : W;
         s->feed_done = i;
@@ -665,8 +666,9 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
     int *pos0 = iw, *fed = iw + count, *cols = iw + 2 * count, *refused = iw + 3 * count;
     for (int i = 0; i < count; i++) {
         atomic_store(&ss[i]->cancel, 0);
-        pos0[i]             = ss[i]->pos;
-        ss[i]->stats.window = ss[i]->chunk;
+        pos0[i] = ss[i]->pos;
+        if (ss[i]->chunk > ss[i]->stats.window)
+            ss[i]->stats.window = ss[i]->chunk;
         if ((st = feed_check(ss[i], ids[i], n[i]))) {
             fail_ix(&r, i, st);
             refused[i] = 1;

@@ -104,9 +104,10 @@ typedef struct job {
     int         stopped;   /* a stop string ended the turn               */
     const char *finish;    /* "stop" | "length" when done without error  */
     int         n_prompt, n_cached, n_gen;
-    json_t     *calls; /* the answer's tool_calls (NULL: none)       */
-    k3_conv    *c;     /* the slot's conversation while it runs      */
-    int         http;  /* 0 = success; else the error's HTTP status  */
+    int         window; /* its prefill's most tokens in one pass (k3_stats.window) */
+    json_t     *calls;  /* the answer's tool_calls (NULL: none)       */
+    k3_conv    *c;      /* the slot's conversation while it runs      */
+    int         http;   /* 0 = success; else the error's HTTP status  */
     char        err_type[32], err_code[40];
     char        err[600];
     struct job *next;
@@ -470,6 +471,9 @@ static void job_finish(slot *sl, job *j, k3_status st) {
         j->n_prompt = last->stats.n_prompt;
         j->n_cached = last->stats.n_cached;
         j->n_gen    = last->stats.n_gen;
+        k3_stats ks;
+        k3_session_stats(sl->s, &ks);
+        j->window = ks.window;
     }
     if (st == K3_OK || (st == K3_ABORTED && j->stopped)) {
         if (!j->stopped)
@@ -519,10 +523,11 @@ static void job_finish(slot *sl, job *j, k3_status st) {
 static void log_job(const job *j) {
     double dt = now_s() - j->t0;
     if (!j->http)
-        serve_log(
-            "#%u 200%s: %d prompt (%d cached) + %d completion tokens, %s, %.2f s (%d active, %d queued)",
-            j->seq, j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->finish, dt,
-            srv.n_active, srv.n_queued);
+        serve_log("#%u 200%s: %d prompt (%d cached) + %d completion tokens, prefill window %d, %s, %.2f s "
+                  "(%d active, "
+                  "%d queued)",
+                  j->seq, j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->window,
+                  j->finish, dt, srv.n_active, srv.n_queued);
     else if (j->http == 499)
         serve_log("#%u cancelled: %s after %d tokens, %.2f s (%d active, %d queued)", j->seq, j->err,
                   j->n_gen, dt, srv.n_active, srv.n_queued);
