@@ -318,6 +318,25 @@ static void test_window(const char *dir, int n_moe, int n_experts) {
             "window: the batch read %llu experts, at most twice each of %d MoE layers x %d (chunks of 5: 18 "
             "times)",
             (unsigned long long)miss, n_moe, n_experts);
+    /* the window's buffer out of memory when the batch comes (K3_TEST_WINDOW_MAX=40): it halves
+     * to 45, then 22 columns, which it gets; still bit-identical */
+    for (int i = 0; i < 3; i++) {
+        k3_session_free(ps[i].b);
+        k3_session_free(ps[i].r);
+        ps[i].b = ps[i].r = NULL;
+    }
+    setenv("K3_TEST_WINDOW_MAX", "40", 1);
+    if (!setup(m, sp, 3, ps)) {
+        T_CHECK(0, "window out of memory: set up: %s", k3_errmsg());
+        unsetenv("K3_TEST_WINDOW_MAX");
+        goto done;
+    }
+    T_CHECK(step(ps, 3, tok, n), "window out of memory (K3_TEST_WINDOW_MAX=40): bit-identical to each alone");
+    k3_session_stats(ps[1].b, &st[1]);
+    T_CHECK(st[1].window > 5 && st[1].window <= 22,
+            "window out of memory: the joining prompt ran in the halved window of 22 (most in one pass: %d)",
+            st[1].window);
+    unsetenv("K3_TEST_WINDOW_MAX");
 done:
     for (int i = 0; i < 3; i++) {
         k3_session_free(ps[i].b);

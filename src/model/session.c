@@ -192,6 +192,11 @@ k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int C, int lrows) {
  * its own window parts (and lrows rows of logits, and the K3_TRACE rows). */
 static k3_status window_buf_alloc(const k3_model *m, const chunk_buf *base, int W, int lrows, chunk_buf *b) {
     cb_part o[CB_PARTS];
+    int     test_max = 0; /* K3_TEST_WINDOW_MAX: a larger buffer fails as out of memory */
+    if (!k3_setting_env_int(K3_SETTING_TEST_WINDOW_MAX, &test_max) && test_max > 0 && W > test_max) {
+        *b = (chunk_buf){0};
+        return nomem();
+    }
     *b = *base;
     cb_parts(&m->cfg, m->n_run, 1, W, lrows, 0, b, o);
     if (cb_alloc_parts(o, 1)) {
