@@ -27,6 +27,9 @@
  *   prefill_scale_<P>_wall         windowed prefill seconds; ref: max(its bytes at the drive's
  *                                  O_DIRECT rate, its compute: wall - time waiting on reads)
  *   prefill_scale_<P>_chunk_wall   per-chunk seconds; ref: the windowed seconds
+ *   prefill_scale_<P>_rss          the process's peak resident memory during the windowed prefill
+ *                                  (VmHWM, reset before it through /proc/self/clear_refs); ref: the
+ *                                  memory fit's plan (private bytes)
  *   prefill_scale_drive            the drive's O_DIRECT sequential rate over the expert ranges
  *                                  (bench_direct_experts), median of the runs between prefills
  */
@@ -58,7 +61,30 @@ static void drop_cache(const st_dir *d) {
 
 typedef struct ps_run {
     double wall, wait, bytes, distinct; /* distinct: expert ids the MoE calls asked for */
+    double rss;                         /* peak resident bytes during it (0: unknown)   */
 } ps_run;
+
+/* Reset the peak resident set (VmHWM) of the process; 0 when done. */
+static int hwm_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f)
+        return -1;
+    int rc = fputs("5", f) < 0;
+    return fclose(f) || rc ? -1 : 0;
+}
+
+/* /proc/self/status's KEY ("VmHWM:", "VmRSS:") in bytes (0: unknown). */
+static double status_bytes(const char *key) {
+    FILE  *f = fopen("/proc/self/status", "r");
+    char   l[256];
+    double kb = 0;
+    while (f && fgets(l, sizeof l, f))
+        if (!strncmp(l, key, strlen(key)))
+            kb = atof(l + strlen(key));
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
 
 /* One prefill of n ids at window W (tokens; the chunk: per chunk) in a fresh session. */
 static int ps_prefill(k3_model *m, int W, const int32_t *ids, int n, ps_run *o) {
@@ -67,8 +93,13 @@ static int ps_prefill(k3_model *m, int W, const int32_t *ids, int n, ps_run *o) 
     drop_cache(m->st);
     if (k3_session_new(m, &s))
         return -1;
-    k3_status st = k3_session_feed(s, ids, n);
-    k3_stats  ks;
+    int          hw   = hwm_reset();
+    const double rss0 = status_bytes("VmRSS:");
+    k3_status    st   = k3_session_feed(s, ids, n);
+    o->rss            = hw ? 0 : status_bytes("VmHWM:");
+    printf("# prefill_scale: resident %.3f GB before the prefill, peak %.3f GB during it, plan %.3f GB\n",
+           rss0 / 1e9, o->rss / 1e9, (double)m->fit.plan.total / 1e9);
+    k3_stats ks;
     k3_session_stats(s, &ks);
     k3_session_free(s);
     if (st)
@@ -192,6 +223,10 @@ int bench_prefill(void) {
             bench_report(nm, w.bytes / 1e9, "GB", floor_b / 1e9, "GB");
             snprintf(nm, sizeof nm, "prefill_scale_%d_wall", P[i]);
             bench_report(nm, w.wall, "s", compute > drive_s ? compute : drive_s, "s(max drive,compute)");
+            if (w.rss > 0) {
+                snprintf(nm, sizeof nm, "prefill_scale_%d_rss", P[i]);
+                bench_report(nm, w.rss / 1e9, "GB", (double)m->fit.plan.total / 1e9, "GB(plan)");
+            }
         }
         if (run_k) {
             snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_bytes", P[i]);

@@ -7,7 +7,9 @@
  * rounds and a mixed round; in f32 and with the default quantized bits at every K3_ISA level
  * this CPU runs, with K3_CHUNK 5 and 32, with routed experts streamed through a one-slot
  * expert cache, and on k3-nano's trained weights; and with the Vulkan tier on (K3_VK=1, when
- * a device is there) once every routed expert is resident. Then a session cancelled mid-batch (the others
+ * a device is there) once every routed expert is resident. A prompt joining decode steps runs
+ * as a prefill window (each expert read once, not once per chunk), also when its buffer must
+ * shrink (K3_TEST_WINDOW_MAX). Then a session cancelled mid-batch (the others
  * finish identical, it resumes exactly), per-session bad input (the others go on), malformed calls
  * (K3_ERR_ARG naming the problem, nothing changed) and a failed expert read (K3_ERR_IO for the whole pass,
  * nothing applied, then exact once the file is back).
