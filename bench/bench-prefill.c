@@ -10,6 +10,9 @@
  *                                is ~21 GB and reads ~450 GB per chunked 4k prompt)
  *   K3_BENCH_PSCALE_PROMPTS=LIST prompt lengths, space separated (default "128 1024"; the issue
  *                                asks for "128 1024 4096")
+ *   K3_BENCH_PSCALE_PATHS=P      window, chunk or both (default): which prefills to run (a long
+ *                                prompt's two paths in separate calls; the _wall ratios that
+ *                                need the other path are then left out)
  * Settings: K3_ROUTE=uniform (the release's flat routing), the expert cache at the release's
  * cache-to-experts ratio of a big machine (0.5 GB of 896 experts per layer: K3_EXPERT_GB = 0.5 x
  * E / 896 per MoE layer), O_DIRECT expert reads (K3_DIRECT's default) and the shards' page cache
@@ -24,6 +27,9 @@
  *   prefill_scale_<P>_wall         windowed prefill seconds; ref: max(its bytes at the drive's
  *                                  O_DIRECT rate, its compute: wall - time waiting on reads)
  *   prefill_scale_<P>_chunk_wall   per-chunk seconds; ref: the windowed seconds
+ *   prefill_scale_<P>_rss          the process's peak resident memory during the windowed prefill
+ *                                  (VmHWM, reset before it through /proc/self/clear_refs); ref: the
+ *                                  memory fit's plan (private bytes)
  *   prefill_scale_drive            the drive's O_DIRECT sequential rate over the expert ranges
  *                                  (bench_direct_experts), median of the runs between prefills
  */
@@ -55,7 +61,30 @@ static void drop_cache(const st_dir *d) {
 
 typedef struct ps_run {
     double wall, wait, bytes, distinct; /* distinct: expert ids the MoE calls asked for */
+    double rss;                         /* peak resident bytes during it (0: unknown)   */
 } ps_run;
+
+/* Reset the peak resident set (VmHWM) of the process; 0 when done. */
+static int hwm_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f)
+        return -1;
+    int rc = fputs("5", f) < 0;
+    return fclose(f) || rc ? -1 : 0;
+}
+
+/* /proc/self/status's KEY ("VmHWM:", "VmRSS:") in bytes (0: unknown). */
+static double status_bytes(const char *key) {
+    FILE  *f = fopen("/proc/self/status", "r");
+    char   l[256];
+    double kb = 0;
+    while (f && fgets(l, sizeof l, f))
+        if (!strncmp(l, key, strlen(key)))
+            kb = atof(l + strlen(key));
+    if (f)
+        fclose(f);
+    return kb * 1024;
+}
 
 /* One prefill of n ids at window W (tokens; the chunk: per chunk) in a fresh session. */
 static int ps_prefill(k3_model *m, int W, const int32_t *ids, int n, ps_run *o) {
@@ -64,8 +93,13 @@ static int ps_prefill(k3_model *m, int W, const int32_t *ids, int n, ps_run *o) 
     drop_cache(m->st);
     if (k3_session_new(m, &s))
         return -1;
-    k3_status st = k3_session_feed(s, ids, n);
-    k3_stats  ks;
+    int          hw   = hwm_reset();
+    const double rss0 = status_bytes("VmRSS:");
+    k3_status    st   = k3_session_feed(s, ids, n);
+    o->rss            = hw ? 0 : status_bytes("VmHWM:");
+    printf("# prefill_scale: resident %.3f GB before the prefill, peak %.3f GB during it, plan %.3f GB\n",
+           rss0 / 1e9, o->rss / 1e9, (double)m->fit.plan.total / 1e9);
+    k3_stats ks;
     k3_session_stats(s, &ks);
     k3_session_free(s);
     if (st)
@@ -153,36 +187,57 @@ int bench_prefill(void) {
         if (la)
             fclose(la);
     }
-    double   drive[2 * PS_MAXP];
-    int      nd = 0;
-    uint64_t db;
+    double      drive[2 * PS_MAXP];
+    int         nd = 0;
+    uint64_t    db;
+    const char *pv    = getenv("K3_BENCH_PSCALE_PATHS");
+    const int   run_w = !pv || !*pv || !strcmp(pv, "both") || !strcmp(pv, "window");
+    const int   run_k = !pv || !*pv || !strcmp(pv, "both") || !strcmp(pv, "chunk");
+    if (!run_w && !run_k) {
+        fprintf(stderr, "bench-prefill: K3_BENCH_PSCALE_PATHS: '%s' is not window, chunk or both\n", pv);
+        goto done;
+    }
     for (int i = 0; i < np; i++) {
-        ps_run w, k;
+        ps_run w = {0}, k = {0};
         drive[nd] = bench_direct_experts(m->st, buf, PS_REQ, &db);
-        if (drive[nd++] <= 0 || ps_prefill(m, W < P[i] ? W : P[i], ids, P[i], &w))
+        if (drive[nd++] <= 0 || (run_w && ps_prefill(m, W < P[i] ? W : P[i], ids, P[i], &w)))
             goto done;
         drive[nd] = bench_direct_experts(m->st, buf, PS_REQ, &db);
-        if (drive[nd++] <= 0 || ps_prefill(m, m->par.chunk, ids, P[i], &k))
+        if (drive[nd++] <= 0 || (run_k && ps_prefill(m, m->par.chunk, ids, P[i], &k)))
             goto done;
         const double rate = (drive[nd - 2] + drive[nd - 1]) / 2 * 1e9;
         /* the floor: the experts the prompt routed to, each once: the one window's requests, or
          * (several windows) their expected number under uniform routing */
         const double k1 = (double)c.n_active / E, one = (double)m->fit_t.expert_one;
-        const double floor_b =
-            P[i] <= W ? w.distinct * one : m->fit_t.n_moe * E * (1 - pow(1 - k1, (double)P[i])) * one;
+        const double floor_b = P[i] <= W && run_w
+                                   ? w.distinct * one
+                                   : m->fit_t.n_moe * E * (1 - pow(1 - k1, (double)P[i])) * one;
         const double compute = w.wall - w.wait, drive_s = w.bytes / rate;
+        const double kcomp = k.wall - k.wait, kdrive = k.bytes / rate;
         char         nm[64];
         printf("# prefill_scale %d: drive %.2f GB/s: window %.2f s (drive time %.2f s, compute %.2f s), per "
                "chunk %.2f s (drive time %.2f s, compute %.2f s)\n",
-               P[i], rate / 1e9, w.wall, drive_s, compute, k.wall, k.bytes / rate, k.wall - k.wait);
-        snprintf(nm, sizeof nm, "prefill_scale_%d_bytes", P[i]);
-        bench_report(nm, w.bytes / 1e9, "GB", floor_b / 1e9, "GB");
-        snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_bytes", P[i]);
-        bench_report(nm, k.bytes / 1e9, "GB", floor_b / 1e9, "GB");
-        snprintf(nm, sizeof nm, "prefill_scale_%d_wall", P[i]);
-        bench_report(nm, w.wall, "s", compute > drive_s ? compute : drive_s, "s(max drive,compute)");
-        snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_wall", P[i]);
-        bench_report(nm, k.wall, "s", w.wall, "s(window)");
+               P[i], rate / 1e9, w.wall, drive_s, compute, k.wall, kdrive, kcomp);
+        if (run_w) {
+            snprintf(nm, sizeof nm, "prefill_scale_%d_bytes", P[i]);
+            bench_report(nm, w.bytes / 1e9, "GB", floor_b / 1e9, "GB");
+            snprintf(nm, sizeof nm, "prefill_scale_%d_wall", P[i]);
+            bench_report(nm, w.wall, "s", compute > drive_s ? compute : drive_s, "s(max drive,compute)");
+            if (w.rss > 0) {
+                snprintf(nm, sizeof nm, "prefill_scale_%d_rss", P[i]);
+                bench_report(nm, w.rss / 1e9, "GB", (double)m->fit.plan.total / 1e9, "GB(plan)");
+            }
+        }
+        if (run_k) {
+            snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_bytes", P[i]);
+            bench_report(nm, k.bytes / 1e9, "GB", floor_b / 1e9, "GB");
+            snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_wall_drive", P[i]);
+            bench_report(nm, k.wall, "s", kcomp > kdrive ? kcomp : kdrive, "s(max drive,compute)");
+        }
+        if (run_w && run_k) {
+            snprintf(nm, sizeof nm, "prefill_scale_%d_chunk_wall", P[i]);
+            bench_report(nm, k.wall, "s", w.wall, "s(window)");
+        }
     }
     bench_report("prefill_scale_drive", bench_median(drive, nd), "GB/s", 0, "");
     rc = 0;

@@ -13,7 +13,8 @@
  * What runs is what `k3chat --serve` runs per loop: k3_conv_gen_step_batch over the turns of
  * its slots (one conversation and session each, conversation layer included: rendering,
  * sampling, parsing), every decoding turn plus the next SB_CHUNK prompt ids of the oldest
- * prefilling one. The HTTP side is left out: it costs the same per token whatever N is.
+ * prefilling one (the server at K3_SERVE_CHUNK=32, its default until the prefill window became
+ * the default step). The HTTP side is left out: it costs the same per token whatever N is.
  *
  * Results (warm: each round starts with a warm-up turn; medians of SB_ROUNDS rounds, and in
  * each round the cases run in turn: 1, 2, 4, 8)
@@ -41,7 +42,7 @@ int bench_serve(void);
 #define SB_MAXS 8
 #define SB_ROUNDS 3
 #define SB_TOKENS 8   /* decode steps timed per case                   */
-#define SB_CHUNK 32   /* prompt ids per prefill step (the server's default) */
+#define SB_CHUNK 32   /* prompt ids per prefill step (K3_SERVE_CHUNK=32) */
 #define SB_PROMPT 200 /* the joining request's prompt, about (ids)      */
 
 typedef struct sb {

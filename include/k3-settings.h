@@ -68,8 +68,8 @@
       "requests --serve keeps waiting for a slot")                                                           \
     X(SERVE_QUEUE_SECS, INT, 1, 86400, 600, NULL, "N", "K3_SERVE_QUEUE_SECS", NULL, NULL, NULL,              \
       "longest wait of a request for a slot, in seconds")                                                    \
-    X(SERVE_CHUNK, INT, 1, 1048576, 32, NULL, "N", "K3_SERVE_CHUNK", NULL, NULL, NULL,                       \
-      "prompt tokens per prefill step of a --serve slot")                                                    \
+    X(SERVE_CHUNK, INT, 0, 1048576, 0, NULL, "N", "K3_SERVE_CHUNK", NULL, NULL, NULL,                        \
+      "prompt tokens per prefill step of a --serve slot (0: the prefill window)")                            \
     X(SERVE_SCRIPT, TEXT, 0, 0, NAN, NULL, "FILE", "K3_SERVE_SCRIPT", NULL, NULL, NULL,                      \
       "tool-call script of --serve (tests)")                                                                 \
     /* ---- the model: weights, memory, experts ---- */                                                      \
@@ -156,6 +156,10 @@
       "write the screen's statistics (tests)")                                                               \
     X(TEST_DIRECT_EINVAL, BOOL, 0, 1, 0, NULL, NULL, "K3_TEST_DIRECT_EINVAL", NULL, NULL, NULL,              \
       "act as if O_DIRECT were refused (tests)")                                                             \
+    X(TEST_PREFILL_DELAY, INT, 0, 10000, 0, NULL, "MS", "K3_TEST_PREFILL_DELAY", NULL, NULL, NULL,           \
+      "milliseconds each layer of a prefill pass waits (tests)")                                             \
+    X(TEST_WINDOW_MAX, INT, 0, 16777216, 0, NULL, "N", "K3_TEST_WINDOW_MAX", NULL, NULL, NULL,                 \
+      "a prefill window buffer of more tokens fails as out of memory (tests)")                               \
     X(TEST_DIRECT_MIN, INT, 1, 1073741824, NAN, NULL, "N", "K3_TEST_DIRECT_MIN", NULL, NULL, NULL,           \
       "O_DIRECT from this many bytes (tests)")                                                               \
     X(REPACK_KILL_AT, INT, 0, 2147483647, NAN, NULL, "N", "K3_REPACK_KILL_AT", NULL, NULL, NULL,             \

@@ -133,12 +133,20 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out);
 k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size_t n);
 void      k3_model_free(k3_model *m);
 
+/* Prefill progress of k3_session_feed (a feed of more than one token), after each layer of each
+ * pass: done = the feed's tokens through the model so far, in layers (a pass of n tokens adds
+ * n / layers per layer; a window's tokens all finish at its last layer), of total (the feed's),
+ * and the routed-expert bytes the feed has read so far. */
+typedef void (*k3_prefill_cb)(double done, int total, uint64_t bytes, void *ud);
+
 typedef struct k3_model_info {
     const char *dir;
     int         n_layers, hidden, vocab; /* vocab = logits width (config vocab_size) */
     int         n_kda, n_mla, n_dense, n_moe;
     int         n_experts, n_active;
     int         max_ctx;
+    int         window;              /* prefill window of a long feed (tokens; the fit's,
+                                        K3_CHUNK when none fits)                        */
     int         eos_id;              /* config eos_token_id                      */
     float       gen_temp, gen_top_p; /* generation_config.json defaults          */
     uint64_t    bytes_resident;      /* weights held in RAM (expert cache: as now) */
@@ -163,6 +171,8 @@ k3_status k3_session_new(k3_model *m, k3_session **out);
 void      k3_session_free(k3_session *s);
 void      k3_session_reset(k3_session *s);     /* back to position 0 */
 int       k3_session_pos(const k3_session *s); /* tokens processed so far */
+/* Report k3_session_feed's prefill progress to cb (NULL: none); called on the feeding thread. */
+void k3_session_set_prefill_cb(k3_session *s, k3_prefill_cb cb, void *ud);
 
 /* Process n tokens (prefill in chunks of K3_CHUNK, or one decode step). On K3_OK the
  * logits of the last processed position are available from k3_session_logits().
@@ -220,7 +230,8 @@ typedef struct k3_stats {
     uint64_t    vk_used, vk_budget; /* device bytes holding weights; its budget (0: off) */
     int         vk_experts;         /* routed experts resident on the device             */
     const char *kernels;            /* instruction set of the CPU kernels: k3_kernels()   */
-    int         window;             /* prefill window (tokens) of the last feed           */
+    int         window;             /* the most tokens of one pass since reset_stats: a long
+                                       feed's prefill window, else K3_CHUNK               */
 } k3_stats;
 void k3_session_stats(const k3_session *s, k3_stats *out);
 void k3_session_reset_stats(k3_session *s);

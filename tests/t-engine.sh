@@ -2,7 +2,7 @@
 # t-engine.sh: the one-shot CLI contract `k3chat MODEL_DIR --ids "..."` on a generated model:
 # generated ids on one line of stdout (decimal, single spaces), --max-tokens honoured, greedy
 # and seeded sampling reproducible, K3_CHUNK and K3_WINDOW not changing the output, K3_ROUTE=uniform
-# a function of its seed alone, bad input a clear error.
+# a function of its seed alone, a window out of memory at run time halving (K3_TEST_WINDOW_MAX), bad input a clear error.
 . "$K3_SRC/tests/lib.sh"
 set -u
 B=$K3_BUILD
@@ -23,6 +23,11 @@ out5=$(K3_CHUNK=5 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev
 outw=$(K3_CHUNK=4 K3_WINDOW=9 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 outc=$(K3_CHUNK=4 K3_WINDOW=4 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>/dev/null)
 [ "$out" = "$outw" ] && [ "$out" = "$outc" ]; ok $? "K3_WINDOW=9 (windows of 9 over chunks of 4) and the per-chunk path give the same greedy ids"
+# a window whose buffer cannot be had when the prompt comes halves until it can, and says so
+outm=$(K3_CHUNK=4 K3_TEST_WINDOW_MAX=20 "$B/k3chat" "$T/m" --ids "$ids" --max-tokens 6 --temp 0 2>"$T/err")
+[ "$out" = "$outm" ] && grep -qF "prefill window of 34 tokens: out of memory, shrunk to 17" "$T/err" &&
+    [ "$(grep -c "shrunk to" "$T/err")" = 1 ]
+ok $? "a 34-token window out of memory (K3_TEST_WINDOW_MAX=20) shrinks to 17 once, says so, and gives the same greedy ids ($(grep "shrunk" "$T/err" | head -c 120))"
 
 K3_ROUTE=random "$B/k3chat" "$T/m" --ids "1 2" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" != 0 ] && grep -qF "K3_ROUTE: 'random' is not model or uniform" "$T/err"; ok $? "K3_ROUTE=random is rejected naming the variable and the choices"

@@ -2,6 +2,8 @@
 # tiny checkpoint, raw HTTP on loopback:
 #   - 8 clients at once on --parallel 4: each answer (greedy and seeded, streamed and not) equals
 #     the same request run alone, none lost or mixed, and the turns really overlapped (log counts);
+#   - 4 fresh long prompts at once: each prefilled as a window (more than K3_CHUNK of it in one
+#     pass, the log's "prefill window");
 #   - a client that disconnects mid-stream leaves the others intact, and its slot takes the
 #     queued request at once;
 #   - --parallel 2 with 8 clients: they join in arrival order (FIFO), every answer right;
@@ -149,6 +151,17 @@ try:
     ok(len(counts) == 16 and max(counts) >= 2,
        "the turns ran together: %d answers logged, up to %d others still active at an answer's end"
        % (len(counts), max(counts) if counts else -1))
+    # fresh prompts (no cached prefix) joining together: each prefilled windowed, more than the
+    # engine's K3_CHUNK=128 of its tokens in one pass beside the others' columns (per chunk: 128)
+    n_lines = len(read(log).splitlines())
+    fresh = [body("fresh client %d asks %s" % (i, "why " * (60 + 9 * i)), 8, think=(i % 2 == 0)) for i in range(4)]
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(lambda r: post(port, r), fresh))
+    ok(all(g[0] == 200 for g in got), "4 fresh prompts at once: all 200 (%s)" % [g[0] for g in got])
+    pw = [(int(p), int(w)) for p, w in re.findall(r"#\d+ 200[^\n]*: (\d+) prompt \(0 cached\)[^\n]*prefill window (\d+)",
+                                                    "\n".join(read(log).splitlines()[n_lines:]))]
+    ok(len(pw) == 4 and all(p > 128 and w > 128 for p, w in pw),
+       "they prefilled as windows: more than K3_CHUNK=128 of each prompt in one pass (prompt, window): %s" % pw)
 
     # ---- disconnect one of four streams: the others are intact, its slot takes the queued request
     long_req = body("greetings", 100000, stream=True, think=True)

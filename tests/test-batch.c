@@ -7,7 +7,9 @@
  * rounds and a mixed round; in f32 and with the default quantized bits at every K3_ISA level
  * this CPU runs, with K3_CHUNK 5 and 32, with routed experts streamed through a one-slot
  * expert cache, and on k3-nano's trained weights; and with the Vulkan tier on (K3_VK=1, when
- * a device is there) once every routed expert is resident. Then a session cancelled mid-batch (the others
+ * a device is there) once every routed expert is resident. A prompt joining decode steps runs
+ * as a prefill window (each expert read once, not once per chunk), also when its buffer must
+ * shrink (K3_TEST_WINDOW_MAX). Then a session cancelled mid-batch (the others
  * finish identical, it resumes exactly), per-session bad input (the others go on), malformed calls
  * (K3_ERR_ARG naming the problem, nothing changed) and a failed expert read (K3_ERR_IO for the whole pass,
  * nothing applied, then exact once the file is back).
@@ -263,6 +265,85 @@ static void test_cancel(const char *dir) {
     T_CHECK(boundary, "the cancelled session stopped short of its 60 ids, and the call returned K3_ABORTED");
     T_CHECK(others, "the other sessions of the batch finish bit-identical to alone");
     T_CHECK(resumed, "fed the rest alone, the cancelled session ends bit-identical to one never cancelled");
+    k3_model_free(m);
+}
+
+/* ---- a joining prompt runs as a prefill window ----------------------------------- */
+
+/* Two sessions decode while a third joins with a 90-token prompt, at K3_CHUNK=5, routed experts
+ * through a one-slot cache and K3_ROUTE=uniform (every expert of a layer touched): the batch
+ * runs the prompt as one window of the fit's size with the decode columns in it (88 of its ids
+ * in the first pass, the last 2 in a second), so the batch reads each expert of a layer at most
+ * twice, where chunks of 5 would read it 18 times; every session bit-identical to alone. */
+static void test_window(const char *dir, int n_moe, int n_experts) {
+    k3_params p;
+    k3_model *m = NULL;
+    if (k3_params_default(&p)) {
+        T_CHECK(0, "window: parameters: %s", k3_errmsg());
+        return;
+    }
+    p.bits = p.mla_bits = p.head_bits = 32;
+    p.chunk                           = 5;
+    p.max_ctx                         = 256;
+    p.expert_gb                       = 1e-6;
+    p.route                           = 1;
+    p.threads                         = 1;
+    if (k3_model_open(dir, &p, &m)) {
+        T_CHECK(0, "window: open: %s", k3_errmsg());
+        return;
+    }
+    const sspec sp[3] = {{10, 0, 1}, {0, 0, 90}, {20, 0, 1}};
+    pair        ps[3] = {{0}};
+    if (!setup(m, sp, 3, ps)) {
+        T_CHECK(0, "window: set up: %s", k3_errmsg());
+        goto done;
+    }
+    const int32_t *tok[3];
+    int            n[3];
+    for (int i = 0; i < 3; i++) {
+        tok[i] = pool + ps[i].off + sp[i].pre;
+        n[i]   = sp[i].n;
+    }
+    T_CHECK(step(ps, 3, tok, n),
+            "window: a 90-token prompt joining two decode steps: bit-identical to each alone");
+    k3_stats st[3];
+    uint64_t miss = 0;
+    for (int i = 0; i < 3; i++) {
+        k3_session_stats(ps[i].b, &st[i]);
+        miss += st[i].expert_misses;
+    }
+    T_CHECK(st[1].window == 88, "window: the joining prompt ran 88 of its 90 ids in one pass (got %d)",
+            st[1].window);
+    T_CHECK(st[0].window == 5 && st[2].window == 5,
+            "window: the decode sessions' window stays their chunk (got %d, %d)", st[0].window, st[2].window);
+    T_CHECK(miss > 0 && miss <= 2ull * (uint64_t)n_moe * (uint64_t)n_experts,
+            "window: the batch read %llu experts, at most twice each of %d MoE layers x %d (chunks of 5: 18 "
+            "times)",
+            (unsigned long long)miss, n_moe, n_experts);
+    /* the window's buffer out of memory when the batch comes (K3_TEST_WINDOW_MAX=40): it halves
+     * to 45, then 22 columns, which it gets; still bit-identical */
+    for (int i = 0; i < 3; i++) {
+        k3_session_free(ps[i].b);
+        k3_session_free(ps[i].r);
+        ps[i].b = ps[i].r = NULL;
+    }
+    setenv("K3_TEST_WINDOW_MAX", "40", 1);
+    if (!setup(m, sp, 3, ps)) {
+        T_CHECK(0, "window out of memory: set up: %s", k3_errmsg());
+        unsetenv("K3_TEST_WINDOW_MAX");
+        goto done;
+    }
+    T_CHECK(step(ps, 3, tok, n), "window out of memory (K3_TEST_WINDOW_MAX=40): bit-identical to each alone");
+    k3_session_stats(ps[1].b, &st[1]);
+    T_CHECK(st[1].window > 5 && st[1].window <= 22,
+            "window out of memory: the joining prompt ran in the halved window of 22 (most in one pass: %d)",
+            st[1].window);
+    unsetenv("K3_TEST_WINDOW_MAX");
+done:
+    for (int i = 0; i < 3; i++) {
+        k3_session_free(ps[i].b);
+        k3_session_free(ps[i].r);
+    }
     k3_model_free(m);
 }
 
@@ -533,6 +614,7 @@ int main(void) {
     }
     unsetenv("K3_ISA");
     unsetenv("K3_NOVNNI");
+    test_window(dir, info.n_moe, info.n_experts);
     test_cancel(dir);
     test_bad(dir);
     test_io(dir);

@@ -716,8 +716,8 @@ static k3_status moe_forward(fwd_pass *p, int l) {
         const int *rows = ms.rows + ms.start[e], np = ms.start[e + 1] - ms.start[e];
         for (int i = 0; i < np; i += C)
             moe_compute(c, x, rows + i, np - i < C ? np - i : C, &ms);
-        vkt_offer(m->vk, l, e, &x->w1, &x->w3, &x->w2);  /* warm the device tier with what was just read */
-        if (!whole && atomic_load(&p->seg[0].s->cancel)) /* a window: its one session, between experts */
+        vkt_offer(m->vk, l, e, &x->w1, &x->w3, &x->w2); /* warm the device tier with what was just read */
+        if (!whole && p->nseg == 1 && atomic_load(&p->seg[0].s->cancel)) /* a window's one session */
             rc = k3_err(K3_ABORTED, "cancelled in layer %d of a %d-token prefill window", l, n);
     }
     ex_end(&eb);
@@ -734,34 +734,50 @@ static k3_status moe_forward(fwd_pass *p, int l) {
 
 /* ==== one decoder layer with Attention Residuals ============================== */
 
-/* The layer's attention over the pass: a chunk at once; a prefill window (n > cap, one
- * session) chunk by chunk in order, each a pass of its own over the window's rows of xn and y,
- * later chunks carrying on from the state the earlier ones left uncommitted (pass_seg.off). */
+/* The layer's attention over the pass: a chunk at once; a prefill window (n > cap: one
+ * session's, or a batch whose joining prompt runs windowed) in sub-passes of at most cap
+ * columns in order, each over the window's rows of xn and y: the pieces of the segments that
+ * fall in those columns, a segment's later pieces carrying on from the state its earlier ones
+ * left uncommitted (pass_seg.off). */
 static k3_status attention(fwd_pass *pa, int l) {
     const int kda = pa->m->layers[l].kind == K3_LAYER_KDA, C = pa->cap, n = pa->n, D = pa->m->cfg.hidden;
     if (n <= C) {
         (kda ? kda_forward : mla_forward)(pa, l);
         return K3_OK;
     }
-    K3_ASSERT(pa->nseg == 1);
+    pass_seg *sg = malloc((size_t)(pa->nseg < C ? pa->nseg : C) * sizeof *sg);
+    if (!sg)
+        return k3_err(K3_ERR_NOMEM, "layer %d: out of memory for a %d-token prefill window", l, n);
+    int g = 0; /* the first segment that reaches into the sub-pass */
     for (int c0 = 0; c0 < n; c0 += C) {
-        if (c0 && atomic_load(&pa->seg[0].s->cancel)) /* its one session, between chunks */
+        if (c0 && pa->nseg == 1 && atomic_load(&pa->seg[0].s->cancel)) { /* its one session, between chunks */
+            free(sg);
             return k3_err(K3_ABORTED, "cancelled in layer %d of a %d-token prefill window", l, n);
+        }
+        const int c1 = n - c0 < C ? n : c0 + C;
         chunk_buf b  = *pa->b;
-        pass_seg  sg = pa->seg[0];
         fwd_pass  sp = *pa;
         b.xn += (size_t)c0 * D;
         b.y += (size_t)c0 * D;
-        sg.t0 = 0;
-        sg.n  = n - c0 < C ? n - c0 : C;
-        sg.off += c0;
-        sg.dev  = 0;
         sp.b    = &b;
-        sp.n    = sg.n;
-        sp.seg  = &sg;
-        sp.nseg = 1;
+        sp.n    = c1 - c0;
+        sp.seg  = sg;
+        sp.nseg = 0;
+        while (pa->seg[g].t0 + pa->seg[g].n <= c0)
+            g++;
+        for (int i = g; i < pa->nseg && pa->seg[i].t0 < c1; i++) {
+            const pass_seg *o = &pa->seg[i];
+            const int       a = o->t0 > c0 ? o->t0 : c0, e = o->t0 + o->n < c1 ? o->t0 + o->n : c1;
+            pass_seg       *pc = &sg[sp.nseg++];
+            *pc                = *o;
+            pc->t0             = a - c0;
+            pc->n              = e - a;
+            pc->off            = o->off + (a - o->t0);
+            pc->dev            = 0;
+        }
         (kda ? kda_forward : mla_forward)(&sp, l);
     }
+    free(sg);
     return K3_OK;
 }
 
@@ -925,6 +941,8 @@ void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, voi
             for (int t = 0; t < p->n; t++)
                 memcpy(b->trace + ((size_t)t * m->n_run + l) * D, b->h + (size_t)t * D,
                        (size_t)D * sizeof(float));
+        if (p->on_layer)
+            p->on_layer(p, l);
     }
     /* the head: lm_head for the last row of each session, or every row while K3_LOGITS is set */
     model_head(p);

@@ -934,6 +934,7 @@ void k3_model_get_info(const k3_model *m, k3_model_info *out) {
     out->n_experts      = c->n_experts;
     out->n_active       = c->n_active;
     out->max_ctx        = m->par.max_ctx;
+    out->window         = m->win_max > m->par.chunk ? m->win_max : m->par.chunk;
     out->eos_id         = c->eos_id;
     out->gen_temp       = c->gen_temp;
     out->gen_top_p      = c->gen_top_p;

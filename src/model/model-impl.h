@@ -158,21 +158,26 @@ typedef struct chunk_buf {
 } chunk_buf;
 
 struct k3_session {
-    k3_model    *m;
-    int          pos;   /* committed positions                                 */
-    int          chunk; /* C                                                   */
-    atomic_int   cancel;
-    layer_state *ls; /* [n_layers] */
-    chunk_buf    cb;
-    double      *dtmp;   /* (H, 2, d) KDA per-head double accumulators             */
-    float       *logits; /* (V) logits of the last committed position           */
-    int          have_logits;
-    k3_stats     stats;
-    chunk_buf    bb;              /* scratch of the batches this session leads (ss[0])    */
-    int          bb_cap, bb_rows; /* its columns and logits rows; 0 before the first one  */
-    FILE        *f_logits, *f_trace;
-    float       *x0; /* (x0_rows, D) K3_X0 rows, or NULL                     */
-    int          x0_rows;
+    k3_model     *m;
+    int           pos;   /* committed positions                                 */
+    int           chunk; /* C                                                   */
+    atomic_int    cancel;
+    layer_state  *ls; /* [n_layers] */
+    chunk_buf     cb;
+    double       *dtmp;   /* (H, 2, d) KDA per-head double accumulators             */
+    float        *logits; /* (V) logits of the last committed position           */
+    int           have_logits;
+    k3_stats      stats;
+    chunk_buf     bb;              /* scratch of the batches this session leads (ss[0])    */
+    int           bb_cap, bb_rows; /* its columns and logits rows; 0 before the first one  */
+    FILE         *f_logits, *f_trace;
+    float        *x0; /* (x0_rows, D) K3_X0 rows, or NULL                     */
+    int           x0_rows;
+    k3_prefill_cb prefill_cb; /* k3_session_set_prefill_cb                            */
+    void         *prefill_ud;
+    int           feed_done, feed_n; /* this feed's tokens committed before the pass, and all */
+    uint64_t      feed_bytes0;       /* stats.expert_bytes_read when the feed began         */
+    int           delay_ms;          /* K3_TEST_PREFILL_DELAY                               */
 };
 
 /* Scratch for a chunk of up to cap columns with lrows rows of logits; K3_ERR_NOMEM. */
@@ -220,6 +225,7 @@ typedef struct fwd_pass {
     int       nseg;
     pass_seg *seg;   /* [nseg], columns in order                               */
     k3_stats *stats; /* where the expert tier and the Vulkan tier count        */
+    void (*on_layer)(const struct fwd_pass *p, int l); /* after each layer, or NULL */
 } fwd_pass;
 
 /* The model over a pass (forward.c), top to bottom: each column's embedding (or its K3_X0

@@ -12,7 +12,10 @@
  *
  * k3_session_feed_batch() runs the same passes (fwd_pass, model-impl.h) over the columns of
  * several sessions: rounds of at most K3_CHUNK columns, one per session with ids left and the
- * rest of the budget to the longer feeds in order. Each session of a pass is committed on its
+ * rest of the budget to the longer feeds in order; while a feed has more than a chunk left
+ * (a joining prompt) and the Vulkan tier is off, a round is a prefill window of up to the fit's
+ * window instead (the others' columns in it, the prompt's experts read once per window: the
+ * window buffer over the lead's chunk scratch). Each session of a pass is committed on its
  * own; a session cancelled between layers leaves the pass (its columns are compacted away) and
  * the others go on. The scratch is the lead session's (ss[0]) chunk buffer, or, with more
  * sessions than K3_CHUNK, a batch buffer it keeps. Statistics: token counts as alone, each
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX2(a, b) ((a) > (b) ? (a) : (b))
 #define MIN2(a, b) ((a) < (b) ? (a) : (b))
@@ -188,6 +192,11 @@ k3_status chunk_buf_alloc(const k3_model *m, chunk_buf *b, int C, int lrows) {
  * its own window parts (and lrows rows of logits, and the K3_TRACE rows). */
 static k3_status window_buf_alloc(const k3_model *m, const chunk_buf *base, int W, int lrows, chunk_buf *b) {
     cb_part o[CB_PARTS];
+    int     test_max = 0; /* K3_TEST_WINDOW_MAX: a larger buffer fails as out of memory */
+    if (!k3_setting_env_int(K3_SETTING_TEST_WINDOW_MAX, &test_max) && test_max > 0 && W > test_max) {
+        *b = (chunk_buf){0};
+        return nomem();
+    }
     *b = *base;
     cb_parts(&m->cfg, m->n_run, 1, W, lrows, 0, b, o);
     if (cb_alloc_parts(o, 1)) {
@@ -237,7 +246,9 @@ k3_status k3_session_new(k3_model *m, k3_session **out) {
     atomic_init(&s->cancel, 0);
     const int T = m->par.max_ctx, P = c->kda_heads * c->kda_head_dim, d = c->kda_head_dim;
     const int K = c->conv_k, kl = c->kv_lora;
-    k3_status st = K3_OK;
+    k3_status st = k3_setting_env_int(K3_SETTING_TEST_PREFILL_DELAY, &s->delay_ms);
+    if (st)
+        goto fail;
 
     if (!(s->ls = calloc((size_t)c->n_layers, sizeof *s->ls)))
         goto oom;
@@ -400,18 +411,37 @@ static void run_pass(pass_run *r, const int32_t *const *ids) {
     }
 }
 
+/* After layer l of a prefill pass of one session: K3_TEST_PREFILL_DELAY, then the progress. */
+static void prefill_layer(const fwd_pass *p, int l) {
+    k3_session *s = p->seg[0].s;
+    if (s->delay_ms) {
+        struct timespec ts = {s->delay_ms / 1000, (long)(s->delay_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) && errno == EINTR) {
+        }
+    }
+    if (s->prefill_cb)
+        s->prefill_cb(s->feed_done + (double)p->n * (l + 1) / s->m->n_run, s->feed_n,
+                      s->stats.expert_bytes_read - s->feed_bytes0, s->prefill_ud);
+}
+
+void k3_session_set_prefill_cb(k3_session *s, k3_prefill_cb cb, void *ud) {
+    s->prefill_cb = cb;
+    s->prefill_ud = ud;
+}
+
 /* One pass of n tokens of one session: a chunk (n <= C, the session's chunk buffer) or a
  * prefill window (n > C, the window buffer wb, which holds n columns). */
 static k3_status run_chunk(k3_session *s, chunk_buf *wb, const int32_t *ids, int n) {
     pass_seg  seg = {.s = s, .ix = 0, .t0 = 0, .n = n, .dev = n == 1};
     k3_status st  = K3_OK;
-    fwd_pass  p   = {.m     = s->m,
-                     .b     = n > s->chunk ? wb : &s->cb,
-                     .cap   = s->chunk,
-                     .n     = n,
-                     .nseg  = 1,
-                     .seg   = &seg,
-                     .stats = &s->stats};
+    fwd_pass  p   = {.m        = s->m,
+                     .b        = n > s->chunk ? wb : &s->cb,
+                     .cap      = s->chunk,
+                     .n        = n,
+                     .nseg     = 1,
+                     .seg      = &seg,
+                     .stats    = &s->stats,
+                     .on_layer = n > 1 && (s->prefill_cb || s->delay_ms) ? prefill_layer : NULL};
     pass_run  r   = {.p = p, .st = &st};
     run_pass(&r, &ids);
     if (st)
@@ -472,14 +502,18 @@ k3_status k3_session_feed(k3_session *s, const int32_t *ids, int n) {
     k3_status st = feed_check(s, ids, n);
     if (st)
         return st;
-    double    t     = k3_time();
-    int       pos   = s->pos;
-    chunk_buf wb    = {0};
-    const int W     = n > s->chunk ? window_get(s, n, &wb) : s->chunk;
-    s->stats.window = W;
+    double    t   = k3_time();
+    int       pos = s->pos;
+    chunk_buf wb  = {0};
+    const int W   = n > s->chunk ? window_get(s, n, &wb) : s->chunk;
+    if (W > s->stats.window)
+        s->stats.window = W;
+    s->feed_n      = n;
+    s->feed_bytes0 = s->stats.expert_bytes_read;
     for (int i = 0; i < n && !st; i += W) {
-        int nc = n - i < W ? n - i : W;
-        st     = run_chunk(s, &wb, ids + i, nc);
+        int nc       = n - i < W ? n - i : W;
+        s->feed_done = i;
+        st           = run_chunk(s, &wb, ids + i, nc);
     }
     window_buf_free(s->m, &wb);
     if (st == K3_ABORTED)
@@ -586,6 +620,35 @@ static k3_status batch_buf(k3_session *lead, int cap, int lrows, fwd_pass *p) {
     return K3_OK;
 }
 
+/* The prefill window of a batch (0: none; every round then at most a chunk): the fit's, as
+ * k3_session_feed would run the longest feed, when one is longer than its chunk and the Vulkan
+ * tier is off (its decode path needs a chunk's pass). Its buffer into wb: one window of
+ * MAX(window, sessions) columns over the lead's chunk scratch, smaller when the memory is not
+ * there (it says so), none below a chunk. */
+static int batch_window(k3_session *const *ss, const int *n, int count, chunk_buf *wb) {
+    k3_session     *lead = ss[0];
+    const k3_model *m    = lead->m;
+    int             W = 0, flog = 0;
+    for (int i = 0; i < count; i++) {
+        if (n[i] > ss[i]->chunk && n[i] > W)
+            W = n[i];
+        flog |= ss[i]->f_logits != NULL;
+    }
+    if (m->vk || W <= lead->chunk)
+        return 0;
+    if (W > m->win_max)
+        W = m->win_max;
+    while (W > lead->chunk) {
+        const int cols = MAX2(W, count);
+        if (!window_buf_alloc(m, &lead->cb, cols, flog ? cols : count, wb))
+            return W;
+        int w2 = W / 2 > lead->chunk ? W / 2 : lead->chunk;
+        K3_LOG_WARN("prefill window of %d tokens: out of memory, shrunk to %d", W, w2);
+        W = w2;
+    }
+    return 0;
+}
+
 k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids, const int *n, int count,
                                 k3_status *each) {
     k3_status st = batch_check(ss, ids, n, count);
@@ -609,30 +672,42 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
     for (int i = 0; i < count; i++) {
         atomic_store(&ss[i]->cancel, 0);
         pos0[i] = ss[i]->pos;
+        if (ss[i]->chunk > ss[i]->stats.window)
+            ss[i]->stats.window = ss[i]->chunk;
         if ((st = feed_check(ss[i], ids[i], n[i]))) {
             fail_ix(&r, i, st);
             refused[i] = 1;
         }
     }
-    r.p.seg   = seg;
-    r.p.stats = &tier;
-    double t  = k3_time();
+    r.p.seg       = seg;
+    r.p.stats     = &tier;
+    chunk_buf wb  = {0}; /* the window buffer of a round with a joining prompt */
+    int       win = batch_window(ss, n, count, &wb);
+    double    t   = k3_time();
     /* rounds of at most K3_CHUNK columns (or one per session, when there are more sessions):
      * one column for each session with ids left, then the rest of the budget to the longer
      * feeds in order, at most a chunk each (a token's result does not depend on how its feed
-     * is chunked) */
+     * is chunked). A round where a feed has more than a chunk left is a prefill window of up
+     * to win columns (the fit's window, as that feed alone would run): the other sessions'
+     * columns join it, and the joining prompt takes the rest, so its experts are read once
+     * per window, not once per chunk */
     for (;;) {
-        int nc = 0, lrows = 0, nact = 0;
+        int nc = 0, lrows = 0, nact = 0, budget = lead->chunk;
         for (int i = 0; i < count; i++)
-            nact += !r.st[i] && fed[i] < n[i];
+            if (!r.st[i] && fed[i] < n[i]) {
+                nact++;
+                if (win && n[i] - fed[i] > ss[i]->chunk)
+                    budget = win;
+            }
         if (!nact)
             break;
-        int left = MAX2(lead->chunk, nact) - nact;
+        const int cap1 = budget > lead->chunk ? budget : 0; /* a window round: a feed's cap */
+        int       left = MAX2(budget, nact) - nact;
         r.p.n = r.p.nseg = 0;
         for (int i = 0; i < count; i++) {
             if (r.st[i] || fed[i] == n[i])
                 continue;
-            int k = MIN2(MIN2(n[i] - fed[i], ss[i]->chunk) - 1, left);
+            int k = MIN2(MIN2(n[i] - fed[i], cap1 ? cap1 : ss[i]->chunk) - 1, left);
             left -= k;
             k++;
             /* the last id of a feed whose alone chunking ends in a one-token pass */
@@ -641,8 +716,13 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
             sid[r.p.nseg++] = ids[i] + fed[i];
             nc += k;
             lrows += ss[i]->f_logits ? k : 1;
+            if (k > ss[i]->stats.window)
+                ss[i]->stats.window = k;
         }
-        if ((st = batch_buf(lead, nc, lrows, &r.p))) {
+        if (nc > lead->chunk && cap1) {
+            r.p.b   = &wb;
+            r.p.cap = lead->chunk;
+        } else if ((st = batch_buf(lead, nc, lrows, &r.p))) {
             for (int g = 0; g < r.p.nseg; g++)
                 fail_ix(&r, seg[g].ix, st);
             break;
@@ -654,6 +734,7 @@ k3_status k3_session_feed_batch(k3_session *const *ss, const int32_t *const *ids
         for (int i = 0; i < count; i++)
             fed[i] = ss[i]->pos - pos0[i];
     }
+    window_buf_free(m, &wb);
     t = k3_time() - t;
     for (int i = 0; i < count; i++) {
         if (r.st[i] == K3_ABORTED)

@@ -52,6 +52,7 @@ typedef struct plain {
     int           esc;              /* stderr is a terminal that takes escape sequences (not dumb) */
     txt_esc       esc_out, esc_err; /* a character cut between two tokens, held (text.h) */
     int           progress;         /* a load-progress line is on stderr, not ended yet            */
+    double        pf_last;          /* when the last prefill-progress line was written             */
     int           replaying;        /* a /replay runs: its end writes no answer line              */
     int           want_stats;       /* /stats asked: print the next requested EV_STATS            */
     ue_stats      st;               /* the last turn's statistics (EV_DONE)                        */
@@ -207,6 +208,16 @@ static int on_event(plain *p, ui_ev *e) {
             out_check(p);
         }
         p->last_ch = e->ch;
+        break;
+    case EV_PREFILL: /* a live line on a terminal, else a line per update (about one a second) */
+        if (p->lp.tty || ev_now() - p->pf_last >= 1.0 || e->a == e->b) {
+            p->pf_last = ev_now();
+            fprintf(stderr, "%sk3chat: prefill %llu/%llu tokens, %.2f GB of experts read%s",
+                    p->lp.tty ? "\r" : "", (unsigned long long)e->a, (unsigned long long)e->b, e->x / 1e9,
+                    p->lp.tty ? "\033[K" : "\n");
+            fflush(stderr);
+            p->progress = p->lp.tty;
+        }
         break;
     case EV_DONE:
         progress_end(p);

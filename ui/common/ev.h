@@ -32,6 +32,9 @@ enum ev_type {
                     st.n_think its reasoning figures                                        */
     EV_UNDO,     /* the last exchange was dropped                                           */
     EV_ACK,      /* the worker finished command i (EV_CMD_*); after its other events        */
+    EV_PREFILL,  /* a turn's prefill that runs past a second: a = prompt tokens done (whole
+                    layers: a window's tokens finish together at its last layer), b = tokens
+                    to prefill, x = routed-expert bytes read so far                          */
     EV_SETTINGS, /* a loaded transcript's settings (gen: temp, top_p, think, effort), which the
                     next turns use                                                            */
     /* commands to the worker (ue_* in engine.h) */

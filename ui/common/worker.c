@@ -24,9 +24,10 @@ typedef struct real {
     ue_tokstats     tok;
     int             ctx_used0, ctx_cap; /* context at the start of the turn, and its capacity */
     double          last_progress;
-    pthread_mutex_t mu;              /* guards replaying against real_cancel      */
-    _Atomic double  experts_pending; /* a new expert budget (GB), NAN when none */
-    k3_conv        *replaying;       /* the saved conversation a replay runs on */
+    double          turn_t0, last_prefill; /* the turn's start, the last EV_PREFILL */
+    pthread_mutex_t mu;                    /* guards replaying against real_cancel      */
+    _Atomic double  experts_pending;       /* a new expert budget (GB), NAN when none */
+    k3_conv        *replaying;             /* the saved conversation a replay runs on */
 } real;
 
 static void on_progress(const char *what, uint64_t done, uint64_t total, void *ud) {
@@ -36,6 +37,17 @@ static void on_progress(const char *what, uint64_t done, uint64_t total, void *u
         return; /* a few updates per second are plenty */
     r->last_progress = now;
     ui_ev e          = {.type = EV_PROGRESS, .text = (char *)(uintptr_t)what, .a = done, .b = total};
+    ev_push(r->u->out, &e);
+}
+
+/* The session's prefill progress: after a second of prefill, a few EV_PREFILL a second. */
+static void on_prefill(double done, int total, uint64_t bytes, void *ud) {
+    real  *r   = ud;
+    double now = ev_now();
+    if (now - r->turn_t0 < 1.0 || (now - r->last_prefill < 0.1 && done < total))
+        return;
+    r->last_prefill = now;
+    ui_ev e         = {.type = EV_PREFILL, .a = (uint64_t)done, .b = (uint64_t)total, .x = (double)bytes};
     ev_push(r->u->out, &e);
 }
 
@@ -137,7 +149,10 @@ static void turn(real *r, const ue_gen *g) {
         k3_conv_callbacks cb = {
             .on_think = on_think, .on_response = on_response, .ud = r, .on_tool_call = on_tool_call};
         k3_session_reset_stats(r->s);
+        r->turn_t0 = ev_now();
+        k3_session_set_prefill_cb(r->s, on_prefill, r);
         st = k3_conv_generate(r->c, r->m, r->s, &cb);
+        k3_session_set_prefill_cb(r->s, NULL, NULL);
     }
     ui_ev         d    = {.type = EV_DONE, .i = UE_DONE_OK};
     int           n    = k3_conv_count(r->c);

@@ -11,7 +11,7 @@
  * its request, queues a job and waits. The engine thread runs continuous batching over
  * --parallel N slots, each a conversation (k3_conv) with its own session: queued jobs join
  * free slots in arrival order at the next step, every loop is one k3_conv_gen_step_batch over
- * the slots' turns (each decoding turn's next token plus a prompt chunk of the oldest
+ * the slots' turns (each decoding turn's next token plus a prompt window of the oldest
  * prefilling one, all in one batched engine feed), and a turn that is done leaves at once.
  * A slot's conversation gives the prompt cache: it keeps its messages when they are a prefix
  * of the request's (a client continuing its chat; such a request prefers that slot), so the
@@ -104,9 +104,10 @@ typedef struct job {
     int         stopped;   /* a stop string ended the turn               */
     const char *finish;    /* "stop" | "length" when done without error  */
     int         n_prompt, n_cached, n_gen;
-    json_t     *calls; /* the answer's tool_calls (NULL: none)       */
-    k3_conv    *c;     /* the slot's conversation while it runs      */
-    int         http;  /* 0 = success; else the error's HTTP status  */
+    int         window; /* its prefill's most tokens in one pass (k3_stats.window) */
+    json_t     *calls;  /* the answer's tool_calls (NULL: none)       */
+    k3_conv    *c;      /* the slot's conversation while it runs      */
+    int         http;   /* 0 = success; else the error's HTTP status  */
     char        err_type[32], err_code[40];
     char        err[600];
     struct job *next;
@@ -416,8 +417,10 @@ static void job_fail_locked(job *j, int http, const char *type, const char *code
  *
  * Jobs wait in a FIFO (bounded: a full queue answers 503 at once) and join a free slot at the
  * next step. Each loop is one k3_conv_gen_step_batch over the slots' turns: every decoding
- * turn's next token, plus the next prompt chunk (srv.chunk ids) of the oldest turn still
- * prefilling (of every one when none decodes), so a request that arrives while others
+ * turn's next token, plus the next prompt step of the oldest turn still prefilling (of every
+ * one when none decodes): by default a prefill window (the fit's, k3_model_info.window), which
+ * the batched feed runs with the decode columns in the same pass, each routed expert read
+ * once for the window; with K3_SERVE_CHUNK=N, N ids, so a request that arrives while others
  * stream delays them by one chunk per step, never by its whole prompt. A turn that is done
  * (finished, cancelled, disconnected, failed) ends at once and frees its slot. */
 
@@ -451,7 +454,9 @@ static k3_status job_start(slot *sl, job *j) {
     k3_conv_set_turn_seed(sl->c, r->seed);
     k3_conv_callbacks cb = {
         .on_think = on_think, .on_response = on_response, .ud = j, .on_tool_call = on_tool_call};
-    return k3_conv_gen_begin(sl->c, srv.m, sl->s, &cb, srv.chunk, &sl->g);
+    k3_model_info mi;
+    k3_model_get_info(srv.m, &mi);
+    return k3_conv_gen_begin(sl->c, srv.m, sl->s, &cb, srv.chunk ? srv.chunk : mi.window, &sl->g);
 }
 
 /* The job's answer from its turn's status st (engine thread, lock free). */
@@ -467,6 +472,9 @@ static void job_finish(slot *sl, job *j, k3_status st) {
         j->n_prompt = last->stats.n_prompt;
         j->n_cached = last->stats.n_cached;
         j->n_gen    = last->stats.n_gen;
+        k3_stats ks;
+        k3_session_stats(sl->s, &ks);
+        j->window = ks.window;
     }
     if (st == K3_OK || (st == K3_ABORTED && j->stopped)) {
         if (!j->stopped)
@@ -516,10 +524,11 @@ static void job_finish(slot *sl, job *j, k3_status st) {
 static void log_job(const job *j) {
     double dt = now_s() - j->t0;
     if (!j->http)
-        serve_log(
-            "#%u 200%s: %d prompt (%d cached) + %d completion tokens, %s, %.2f s (%d active, %d queued)",
-            j->seq, j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->finish, dt,
-            srv.n_active, srv.n_queued);
+        serve_log("#%u 200%s: %d prompt (%d cached) + %d completion tokens, prefill window %d, %s, %.2f s "
+                  "(%d active, "
+                  "%d queued)",
+                  j->seq, j->r.stream ? " stream" : "", j->n_prompt, j->n_cached, j->n_gen, j->window,
+                  j->finish, dt, srv.n_active, srv.n_queued);
     else if (j->http == 499)
         serve_log("#%u cancelled: %s after %d tokens, %.2f s (%d active, %d queued)", j->seq, j->err,
                   j->n_gen, dt, srv.n_active, srv.n_queued);

@@ -698,6 +698,9 @@ static void draw_status(tui *t) {
         if (t->fit[0])
             SEG(strstr(t->fit, "fit step") ? 4 : 7, "%.90s", t->fit); /* lowered settings matter more */
     }
+    if (t->pf_on)
+        SEG(0, "prefill %llu/%llu tok · %.2f GB read", (unsigned long long)t->pf_done,
+            (unsigned long long)t->pf_total, t->pf_bytes / 1e9);
     if (!t->mouse)
         SEG(3, "mouse off (F3)");
     if (t->scroll > 0)

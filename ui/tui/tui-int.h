@@ -98,9 +98,12 @@ typedef struct tui {
     int    ignore_done; /* the EV_DONE of a turn already taken back by EV_UNDO */
     /* commands the display applied at once; the worker's echo of them is ignored until its
      * EV_ACK, so a message typed right after them is not dropped */
-    int    clear_pending, undo_pending, load_pending;
-    int    stats_pending; /* /stats waits for the worker's fresh figures */
-    double turn_t0, think_t0, think_t1;
+    int      clear_pending, undo_pending, load_pending;
+    int      stats_pending; /* /stats waits for the worker's fresh figures */
+    double   turn_t0, think_t0, think_t1;
+    int      pf_on; /* a prefill's progress shows in the status bar (EV_PREFILL) */
+    uint64_t pf_done, pf_total;
+    double   pf_bytes;
 
     /* model and statistics */
     int      ready, fatal;

@@ -202,6 +202,10 @@ static void on_progress(tui *t, const ui_ev *e) {
 
 /* A token of the answer (or of its thinking) appended to the streaming entry. */
 static void on_token(tui *t, const ui_ev *e) {
+    if (t->pf_on) { /* the prefill is over */
+        t->pf_on = 0;
+        t->dirty |= DIRTY_STATUS;
+    }
     if (t->cur < 0 || !t->streaming)
         return;
     if (t->turn_ru0[0] == 0 && t->turn_ru0[1] == 0)
@@ -243,6 +247,7 @@ static void on_stats(tui *t, const ui_ev *e) {
 
 /* The end of a turn (or of a replay, or of a turn /undo dropped already): its figures kept. */
 static void on_done(tui *t, const ui_ev *e) {
+    t->pf_on = 0;
     if (t->turn_ru0[0] > 0 || t->turn_ru0[1] > 0) {
         double ru[2];
         thread_usage(ru);
@@ -314,6 +319,13 @@ static void on_event(tui *t, ui_ev *e) {
             t->ents[i].queued = 0;
         notice(t, ROLE_ERROR, "%s", e->text ? e->text : "the engine failed");
         t->dirty |= DIRTY_ALL;
+        break;
+    case EV_PREFILL:
+        t->pf_on    = t->streaming;
+        t->pf_done  = e->a;
+        t->pf_total = e->b;
+        t->pf_bytes = e->x;
+        t->dirty |= DIRTY_STATUS;
         break;
     case EV_TURN:
         t->turn_t0        = ev_now();

@@ -1,0 +1,50 @@
+#!/bin/sh
+# t-prefill-progress.sh: a turn's prefill that runs past a second shows its progress (tokens done
+# of the prompt's, routed-expert bytes read): on stderr in line mode (one line about every
+# second when stderr is not a terminal) and in the full-screen chat's status bar, gone once the
+# answer streams. The tiny model prefills in milliseconds, so K3_TEST_PREFILL_DELAY (a test-only
+# row of the settings table) makes each of its 6 layers wait; a fast prefill shows nothing.
+. "$K3_SRC/tests/tui-lib.sh"
+d="$K3_TMP/tiny"
+tiny_model "$d" 1
+
+# line mode, stderr a file: a 6 x 300 ms prefill at K3_CHUNK=32 (the chat prompt, ~200 tokens, is
+# one prefill window: per chunk it would take 6 passes of 1.8 s)
+printf 'hello there\n' | K3_CHUNK=32 K3_TEST_PREFILL_DELAY=300 "$K3CHAT" --plain --max-tokens 2 --temp 0 "$d" \
+    >"$K3_TMP/out" 2>"$K3_TMP/err"
+rc=$?
+pat='^k3chat: prefill [0-9]+/[0-9]+ tokens, [0-9]+\.[0-9]{2} GB of experts read$'
+n=$(grep -Ec "$pat" "$K3_TMP/err")
+[ "$rc" = 0 ] && [ "$n" -ge 1 ] && [ "$n" -le 3 ]
+ok $? "line mode, a 1.8 s prefill: $n progress line(s) on stderr (exit $rc; $(grep -E "$pat" "$K3_TMP/err" | tr '\n' ';'))"
+last=$(grep -E "$pat" "$K3_TMP/err" | tail -1 | sed 's/^k3chat: prefill \([0-9]*\)\/\([0-9]*\) .*/\1 \2/')
+set -- $last
+[ $# = 2 ] && [ "$1" = "$2" ] && [ "$2" -gt 5 ]
+ok $? "line mode: the last progress line counts the whole prompt ('$last')"
+first=$(grep -E "$pat" "$K3_TMP/err" | head -1 | sed 's/^k3chat: prefill \([0-9]*\)\/.*/\1/')
+[ -n "$first" ] && [ "$first" -gt 64 ]
+ok $? "line mode: the chat's first turn prefills as one window: $first tokens through the layers after ~1 s (chunks of 32 would have 1 or 2 done)"
+[ -s "$K3_TMP/out" ]; ok $? "line mode: the answer follows on stdout"
+
+printf 'hello there\n' | "$K3CHAT" --plain --max-tokens 2 --temp 0 "$d" >"$K3_TMP/out" 2>"$K3_TMP/err"
+rc=$?
+! grep -q "k3chat: prefill " "$K3_TMP/err" && [ "$rc" = 0 ]
+ok $? "line mode, a prefill of milliseconds: no progress line (exit $rc)"
+
+K3_TEST_PREFILL_DELAY=x "$K3CHAT" --ids "1 2" "$d" >/dev/null 2>"$K3_TMP/err"
+rc=$?
+[ "$rc" != 0 ] && grep -qF "K3_TEST_PREFILL_DELAY: 'x' is not an integer in 0..10000" "$K3_TMP/err"
+ok $? "K3_TEST_PREFILL_DELAY=x is refused naming the variable and the range ($(head -c 120 "$K3_TMP/err"))"
+
+# the full-screen chat: a 6 x 500 ms prefill shows in the status bar, then the answer replaces it
+command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
+tui_start 120 30 K3_TEST_PREFILL_DELAY=500 -- "$K3CHAT --max-tokens 4 --temp 0 $d 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+check "the model loads" wait_for "tiny · " 20
+type_line "hello there"
+check "status bar: the prefill's progress (tokens done of the prompt's, GB read)" wait_for " tok · 0.00 GB read" 10
+check "status bar: the progress counts the prompt's tokens" sh -c "$T capture-pane -p | grep -Eq 'prefill [0-9]+/[0-9]+ tok'"
+check "the answer streams and the turn ends" wait_for "[length limit reached]" 30
+check "status bar: the progress is gone" wait_gone "GB read" 5
+keys C-d
+check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
+finish
