@@ -276,11 +276,15 @@ Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, __m512 
 }
 // clang-format on
 
-/* Nibble codes of 64 weight bytes through lut. */
-Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *hi) {
+/* Nibble codes of 64 weight bytes: through lut for MXFP4 (mx), the nibbles themselves for Q_I4. */
+Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *hi, int mx) {
     const __m512i m4 = _mm512_set1_epi8(15);
-    *lo              = _mm512_shuffle_epi8(lut, _mm512_and_si512(b, m4));
-    *hi              = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b, 4), m4));
+    *lo              = _mm512_and_si512(b, m4);
+    *hi              = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+    if (mx) { /* Q_I4's code w + 8 is the nibble itself: no lookup */
+        *lo = _mm512_shuffle_epi8(lut, *lo);
+        *hi = _mm512_shuffle_epi8(lut, *hi);
+    }
 }
 
 /* The weight scales of rb rows for nib_tile_step from per-row lanes: MXFP4 sv[i] (e8m0_exp16),
@@ -328,14 +332,14 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
             for (int j = 0; j < 4; j++, p += 2) {
 #pragma GCC unroll 4
                 for (int i = 0; i < rb; i++)
-                    nib_codes512(row_bytes(w[i], p, pf, ks->lin ? w[0] : NULL, i), lut, &lo[i], &hi[i]);
+                    nib_codes512(row_bytes(w[i], p, pf, ks->lin ? w[0] : NULL, i), lut, &lo[i], &hi[i], mx);
                 nib_tile_step(lo, hi, E[j], a, mx, rb, cb, p, 4, acc);
             }
             continue;
         }
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
-            nib_codes512(row_bytes(w[i], p, pf, ks->lin ? w[0] : NULL, i), lut, &lo[i], &hi[i]);
+            nib_codes512(row_bytes(w[i], p, pf, ks->lin ? w[0] : NULL, i), lut, &lo[i], &hi[i], mx);
             sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, 4) : _mm512_setzero_ps();
         }
         nib_tile_step(lo, hi, mx || rb < 4 ? rows_pick(sv, rb, mx, s, p, 1) : i4_rows4(s, p), a, mx, rb, cb,
@@ -351,7 +355,7 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
         const __mmask64 k   = bytes_mask(rb_bytes - (size_t)p * 32);
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
-            nib_codes512(_mm512_maskz_loadu_epi8(k, w[i] + p * 32), lut, &lo[i], &hi[i]);
+            nib_codes512(_mm512_maskz_loadu_epi8(k, w[i] + p * 32), lut, &lo[i], &hi[i], mx);
             sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, ng - 2 * p < 4 ? ng - 2 * p : 4) : _mm512_setzero_ps();
         }
         nib_tile_step(lo, hi, rows_pick(sv, rb, mx, s, p, two), a, mx, rb, cb, p,
