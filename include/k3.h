@@ -542,9 +542,11 @@ k3_status k3_conv_set_tools(k3_conv *c, const char *json);
 k3_status k3_conv_set_response_format(k3_conv *c, const char *type, const char *schema);
 /* The next turns' answers are drawn under g's token masks from the response channel on
  * (reasoning stays free); NULL: none. g is not copied: it must outlive those turns. */
-void          k3_conv_set_grammar(k3_conv *c, const k3_grammar *g);
-const char   *k3_conv_tools(const k3_conv *c); /* NULL when none */
-int           k3_conv_count(const k3_conv *c);
+void        k3_conv_set_grammar(k3_conv *c, const k3_grammar *g);
+const char *k3_conv_tools(const k3_conv *c); /* NULL when none */
+int         k3_conv_count(const k3_conv *c);
+/* Messages of abandoned branches (/edit, /retry) the conversation keeps: a save writes them too. */
+int           k3_conv_abandoned_count(const k3_conv *c);
 const k3_msg *k3_conv_msg(const k3_conv *c, int i); /* NULL when out of range */
 /* New conversation: drops every message but the system prompt; settings stay; the
  * autosave continues in a new file (the old one is kept). */

@@ -868,9 +868,11 @@ k3_status k3_conv_gen_begin(k3_conv *c, k3_model *m, k3_session *s, const k3_con
         int users = 0; /* the advice depends on whether there are older turns to drop */
         for (int i = 0; i < c->n_msgs; i++)
             users += c->msgs[i].role == K3_ROLE_USER;
+        /* the prompt as k3_conv_context counts it (the status bar's figure), this message in it */
         st = k3_err(K3_ERR_CONTEXT,
-                    "context full: the conversation needs %d tokens and the context holds %d (K3_MAXT)%s",
-                    g->n + CONV_MIN_ROOM, g->info.max_ctx,
+                    "context full: the conversation needs %d tokens (%d with this message, %d more for the "
+                    "answer to start) and the context holds %d (K3_MAXT)%s",
+                    g->n + CONV_MIN_ROOM, g->n, CONV_MIN_ROOM, g->info.max_ctx,
                     users > 1 ? "; start a new conversation or drop the oldest turns" : "");
     }
     if (st) {

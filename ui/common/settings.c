@@ -205,8 +205,15 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
             char dir[PATH_MAX];
             if (xdg_dir("XDG_DATA_HOME", ".local/share", "transcripts", 0, dir, sizeof dir) != 0)
                 snprintf(msg, n, "/save: no data directory (set XDG_DATA_HOME or HOME, or give a FILE)");
-            else /* the variables are set: say what went wrong with the directory */
-                snprintf(msg, n, "/save: cannot make %.3900s: %s (give a FILE)", dir, strerror(e));
+            else { /* the variables are set: say which folder could not be made, and why */
+                char at[PATH_MAX];
+                xdg_first_missing(dir, at, sizeof at);
+                if (strcmp(at, dir))
+                    snprintf(msg, n, "/save: cannot make %.2000s (at %.1900s): %s (give a FILE)", dir, at,
+                             strerror(e));
+                else
+                    snprintf(msg, n, "/save: cannot make %.3900s: %s (give a FILE)", dir, strerror(e));
+            }
             return 1;
         }
         if (eng)
