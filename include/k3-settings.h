@@ -124,7 +124,7 @@
       "prefetch distance in bytes")                                                                          \
     X(MV_AHEAD, INT, 0, 64, 1, NULL, "N", "K3_MV_AHEAD", NULL, NULL, NULL,                                   \
       "rows the matrix-vector kernel reads ahead")                                                           \
-    X(MV_SPLIT, BOOL, 0, 1, 1, NULL, NULL, "K3_MV_SPLIT", NULL, NULL, NULL,                                  \
+    X(MV_SPLIT, BOOL, 0, 1, 0, NULL, NULL, "K3_MV_SPLIT", NULL, NULL, NULL,                                  \
       "split a matrix-vector product's rows")                                                                \
     X(KBLOCK, INT, 0, 1048576, 16, NULL, "N", "K3_KBLOCK", NULL, NULL, NULL,                                 \
       "column block of the matrix kernels")                                                                  \

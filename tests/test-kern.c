@@ -222,7 +222,7 @@ static void check_knobs_env(void) {
     } kn[] = {
         {"K3_MV_AHEAD", "abc", "an integer in 0..64", "3", kern_mv_ahead, 3, KERN_MV_AHEAD},
         {"K3_MV_AHEAD", "65", "an integer in 0..64", "0", kern_mv_ahead, 0, KERN_MV_AHEAD},
-        {"K3_MV_SPLIT", "2", "0 or 1", "0", kern_mv_split, 0, 1},
+        {"K3_MV_SPLIT", "2", "0 or 1", "1", kern_mv_split, 1, KERN_MV_SPLIT},
         {"K3_PREFETCH", "-1", "an integer in 0..1048576", "8192", kern_prefetch_bytes, 8192, KERN_PREFETCH},
         {"K3_KBLOCK", "8x", "an integer in 0..1048576", "4", kern_kblock_steps, 4, KERN_KBLOCK},
         {"K3_ROWSPLIT", "2", "0 or 1", "1", kern_rows_dynamic, 1, 0},
@@ -421,16 +421,16 @@ static void check_order(void) {
     }
 }
 
-/* The AVX-512 matvec (nc == 1) at every prefetch setting (K3_MV_AHEAD tiles ahead, 0 = the
- * old byte distance) against the scalar reference, bit for bit, at 1 and 2 threads, outputs
- * poisoned with NaN: rows not a multiple of the 4-row tile, K not a multiple of the 64-byte
- * step, and MXFP4 with every exponent 0..200 (its lane scales are vscalefps(d, e - 128); with
+/* The AVX-512 and AVX2 (AVX-VNNI) matvecs (nc == 1) at every tile layout (K3_MV_SPLIT) and
+ * prefetch setting (K3_MV_AHEAD tiles ahead, 0 = the old byte distance) against the scalar reference, bit for
+ * bit, at 1 and 2 threads, outputs poisoned with NaN: rows not a multiple of the 4-row tile, K not a multiple
+ * of the 64-byte step, and MXFP4 with every exponent 0..200 (its lane scales are vscalefps(d, e - 128); with
  * activations of magnitude 1, d about 2^-7: subnormal scales for the smallest exponents, and
  * no overflow at the largest). */
 static void check_mv_ahead(void) {
     char why[128];
-    if (!kern_isa_ok(KERN_AVX512, why, sizeof why)) {
-        T_SKIP("K3_MV_AHEAD (the avx512 matvec) not checked: %s", why);
+    if (!kern_isa_ok(KERN_AVX2, why, sizeof why)) {
+        T_SKIP("K3_MV_AHEAD (the avx512 and avx2 matvecs) not checked: %s", why);
         return;
     }
     /* rows: with 2 threads, shares of 3 (no split tile), 4 + 5 (one tile and a row left), 18 + 19, 19 +
@@ -463,13 +463,19 @@ static void check_mv_ahead(void) {
                         kern_set_rows_dynamic(dyn);
                         kern_set_mv_ahead(ahead[a]);
                         omp_set_num_threads(th);
-                        memset(y1, 0xff, (size_t)rows * sizeof(float)); /* NaN: a row not written fails */
-                        run_mv(&m, x, y1, KERN_AVX512, 1);
-                        ok &= bits_equal(y0, y1, (size_t)rows);
+                        for (int l = 0; l < 3; l++) { /* the row kernels of each level */
+                            static const int lv[] = {KERN_AVX2, KERN_AVX2_VNNI, KERN_AVX512};
+                            if (kern_set_isa(lv[l]) != lv[l])
+                                continue;
+                            memset(y1, 0xff, (size_t)rows * sizeof(float)); /* NaN: a row not written fails */
+                            run_mv(&m, x, y1, lv[l], 1);
+                            ok &= bits_equal(y0, y1, (size_t)rows);
+                        }
                     }
         T_CHECK(ok,
-                "%s %dx%d: avx512 matvec bit-identical to scalar at K3_MV_SPLIT 0 and 1, K3_ROWSPLIT 0 and "
-                "1, K3_MV_AHEAD 0, 1, 2, 7, 1 and 2 threads",
+                "%s %dx%d: avx512, avx-vnni and avx2 matvecs (where the CPU has them) bit-identical to "
+                "scalar at K3_MV_SPLIT 0 and 1, K3_ROWSPLIT "
+                "0 and 1, K3_MV_AHEAD 0, 1, 2, 7, 1 and 2 threads",
                 tname[type], rows, cols);
         free(x), free(y0), free(y1);
         if (mx)
@@ -478,7 +484,7 @@ static void check_mv_ahead(void) {
             qmat_free(&m);
     }
     kern_set_mv_ahead(KERN_MV_AHEAD);
-    kern_set_mv_split(1);
+    kern_set_mv_split(KERN_MV_SPLIT);
     kern_set_rows_dynamic(0);
     omp_set_num_threads(2);
 }

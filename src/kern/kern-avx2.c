@@ -208,6 +208,17 @@ AVX2 static inline void nib_codes(__m256i b, __m256i lut, __m256i *lo, __m256i *
     *hi              = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(b, 4), m4));
 }
 
+/* nib_codes for Q_I4 (mx 0), whose code w + 8 is the nibble itself: no table lookup. */
+AVX2 static inline void nib_codes_mx(int mx, __m256i b, __m256i lut, __m256i *lo, __m256i *hi) {
+    if (mx) {
+        nib_codes(b, lut, lo, hi);
+        return;
+    }
+    const __m256i m4 = _mm256_set1_epi8(15);
+    *lo              = _mm256_and_si256(b, m4);
+    *hi              = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+}
+
 /* Weight bytes of pair p of a nibble row of rb bytes, zero padded past the row. */
 AVX2 static inline __m256i pair_bytes(const uint8_t *w, size_t rb, int p) {
     if ((size_t)p * 32 + 32 <= rb)

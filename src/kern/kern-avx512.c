@@ -41,11 +41,16 @@
 #define INLINE __attribute__((always_inline)) inline
 
 /* The 64 weight bytes of double step k of a row (Q_I8 groups 2k, 2k+1; nibble pairs), asking for
- * the bytes pf ahead in the stream: the load at the head of every tile loop. */
-Z static INLINE __m512i row_bytes(const void *row, int k, int pf) {
+ * the bytes pf ahead in the stream: the load at the head of every tile loop. lin (a tile of four
+ * contiguous rows, row i of it; else NULL): the stream is the tile's bytes from lin = its first
+ * row, four lines per double step, so the next tile's rows arrive in address order. */
+Z static INLINE __m512i row_bytes(const void *row, int k, int pf, const void *lin, int i) {
     const uint8_t *p = (const uint8_t *)row + k * 32;
     if (pf)
-        __builtin_prefetch((const void *)((uintptr_t)p + (unsigned)pf), 0, 3);
+        __builtin_prefetch(
+            (const void *)((lin ? (uintptr_t)lin + (unsigned)(4 * k * 32 + 64 * i) : (uintptr_t)p) +
+                           (unsigned)pf),
+            0, 3);
     return _mm512_loadu_si512(p);
 }
 
@@ -101,6 +106,7 @@ static inline __mmask64 bytes_mask(size_t n) {
 typedef struct kspan {
     int     k0, k1;
     __m512 *ab;
+    int     lin; /* the matvec's contiguous tiles: prefetch along the tile (row_bytes) */
 } kspan;
 
 /* acc[c] = 0 at the first K block, else the lanes stored by the previous one */
@@ -149,7 +155,7 @@ Z static INLINE void i8_tile(const qmat *m, const kern_act *a, int rb, int cb, f
     for (; g < 2 * ks->k1; g += 2) {
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++)
-            wu[i] = _mm512_xor_si512(row_bytes(w[i], g, pf), flip);
+            wu[i] = _mm512_xor_si512(row_bytes(w[i], g, pf, ks->lin ? w[0] : NULL, i), flip);
         i8_tile_step(wu, a, rb, cb, g, 1, acc);
     }
     if (ks->k1 < n / 64) {
@@ -270,11 +276,15 @@ Z static INLINE void nib_tile_step(const __m512i *lo, const __m512i *hi, __m512 
 }
 // clang-format on
 
-/* Nibble codes of 64 weight bytes through lut. */
-Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *hi) {
+/* Nibble codes of 64 weight bytes: through lut for MXFP4 (mx), the nibbles themselves for Q_I4. */
+Z static INLINE void nib_codes512(__m512i b, __m512i lut, __m512i *lo, __m512i *hi, int mx) {
     const __m512i m4 = _mm512_set1_epi8(15);
-    *lo              = _mm512_shuffle_epi8(lut, _mm512_and_si512(b, m4));
-    *hi              = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b, 4), m4));
+    *lo              = _mm512_and_si512(b, m4);
+    *hi              = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+    if (mx) { /* Q_I4's code w + 8 is the nibble itself: no lookup */
+        *lo = _mm512_shuffle_epi8(lut, *lo);
+        *hi = _mm512_shuffle_epi8(lut, *hi);
+    }
 }
 
 /* The weight scales of rb rows for nib_tile_step from per-row lanes: MXFP4 sv[i] (e8m0_exp16),
@@ -322,14 +332,14 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
             for (int j = 0; j < 4; j++, p += 2) {
 #pragma GCC unroll 4
                 for (int i = 0; i < rb; i++)
-                    nib_codes512(row_bytes(w[i], p, pf), lut, &lo[i], &hi[i]);
+                    nib_codes512(row_bytes(w[i], p, pf, ks->lin ? w[0] : NULL, i), lut, &lo[i], &hi[i], mx);
                 nib_tile_step(lo, hi, E[j], a, mx, rb, cb, p, 4, acc);
             }
             continue;
         }
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
-            nib_codes512(row_bytes(w[i], p, pf), lut, &lo[i], &hi[i]);
+            nib_codes512(row_bytes(w[i], p, pf, ks->lin ? w[0] : NULL, i), lut, &lo[i], &hi[i], mx);
             sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, 4) : _mm512_setzero_ps();
         }
         nib_tile_step(lo, hi, mx || rb < 4 ? rows_pick(sv, rb, mx, s, p, 1) : i4_rows4(s, p), a, mx, rb, cb,
@@ -345,7 +355,7 @@ Z static INLINE void nib_tile(const qmat *m, const kern_act *a, int mx, int rb, 
         const __mmask64 k   = bytes_mask(rb_bytes - (size_t)p * 32);
 #pragma GCC unroll 4
         for (int i = 0; i < rb; i++) {
-            nib_codes512(_mm512_maskz_loadu_epi8(k, w[i] + p * 32), lut, &lo[i], &hi[i]);
+            nib_codes512(_mm512_maskz_loadu_epi8(k, w[i] + p * 32), lut, &lo[i], &hi[i], mx);
             sv[i] = mx ? e8m0_exp16(e[i] + 2 * p, ng - 2 * p < 4 ? ng - 2 * p : 4) : _mm512_setzero_ps();
         }
         nib_tile_step(lo, hi, rows_pick(sv, rb, mx, s, p, two), a, mx, rb, cb, p,
@@ -402,10 +412,10 @@ static int mv_prefetch(size_t tile) {
 }
 
 /* A split tile's step along its streams, for the weight prefetch: one row, at most MV_SPLIT_PF
- * bytes. One Zen 5 core under load, 3072x3584, GB/s by byte distance (1 KiB / 1.5 / 2 / 3.5):
- * int8 27-32 / 28-30 / 27-29 / 25-27; MXFP4 25-31 / 31 / 30-31 / 26; int4 27-29 / 28-29 / 25-28
- * / 24-25. 1.5 KiB: near the best of each. */
-#define MV_SPLIT_PF 1536
+ * (KERN_MV_SPLIT_PF, kern-impl.h) bytes. One Zen 5 core under load, 3072x3584, GB/s by byte distance (1 KiB
+ * / 1.5 / 2 / 3.5): int8 27-32 / 28-30 / 27-29 / 25-27; MXFP4 25-31 / 31 / 30-31 / 26; int4 27-29 / 28-29 /
+ * 25-28 / 24-25. 1.5 KiB: near the best of each. */
+#define MV_SPLIT_PF KERN_MV_SPLIT_PF
 
 /* A matvec's scale stream (Q_I4 s, Q_MXFP4 e; not beside the weights, so not covered by the
  * weight prefetch): the lines of rows [r, r + n) (those that exist), asked for by the tile that
@@ -439,7 +449,7 @@ static void mv_split(const qmat *m, const kern_act *a, float *const *y, int t, i
     const size_t rowb = q_wbytes(m->type, 1, m->cols);
     const int    q = (r1 - r0) / RB_MAX, ahead = kern_mv_ahead(), nfull = (int)(rowb / 64);
     const int    pf = mv_prefetch(rowb < MV_SPLIT_PF ? rowb : MV_SPLIT_PF);
-    const kspan  ks = {0, nfull, NULL};
+    const kspan  ks = {0, nfull, NULL, 0};
     for (int i = 0; i < q; i++) {
         if (ahead)
             for (int k = 0; k < RB_MAX; k++)
@@ -482,9 +492,10 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
     for (int rs = r0; rs < r1; rs += RS_ROWS) {
         const int re = r1 - rs < RS_ROWS ? r1 : rs + RS_ROWS;
         for (int k0 = 0;; k0 += kb) {
-            kspan ks = {k0, nfull - k0 < kb ? nfull : k0 + kb, NULL};
+            kspan ks = {k0, nfull - k0 < kb ? nfull : k0 + kb, NULL, 0};
             for (int r = rs; r < re;) {
                 const int four = r + RB_MAX <= re;
+                ks.lin         = nc == 1 && four && kern_mv_ahead();
                 if (nc == 1 && pf_rows)
                     mv_prefetch_scales(m, r + pf_rows, four ? RB_MAX : 1);
                 for (int c = 0, tl = 0; c < nc; c += (nc + tl) / ntl, tl++) {

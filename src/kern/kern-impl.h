@@ -153,21 +153,29 @@ int kern_prefetch_bytes(void);
  * layout before). A benchmark knob: every setting gives the same bits. */
 #define KERN_KBLOCK 16
 int kern_kblock_steps(void);
-/* How far ahead the AVX-512 matvec (nc == 1) prefetches its weight stream: K3_MV_AHEAD tiles of
- * RB_MAX rows, a knob, default KERN_MV_AHEAD; each row asks for the same bytes of the row that
- * many tiles below it, so the next tile is in flight while this one computes (the rows of a tile
- * are contiguous: four streams one row apart, which a fixed byte distance of a few KiB mostly
- * spends on the tile itself). 0: the byte distance of kern_prefetch_bytes(), as before. Every
- * setting gives the same bits. kern_set_mv_ahead overrides it (tests). */
+/* How far ahead the matvec (nc == 1; AVX-512 and the AVX2 row kernels) prefetches its weight
+ * stream: K3_MV_AHEAD tiles of 4 rows, a knob, default KERN_MV_AHEAD; the next tile is in flight
+ * while this one computes (the rows of a tile are contiguous: four streams one row apart, which
+ * a fixed byte distance of a few KiB mostly spends on the tile itself; each 64 bytes of a row ask
+ * for the next four lines of the tile that far ahead, in address order). 0: the byte distance of
+ * kern_prefetch_bytes() along each row, as before. Every setting gives the same bits.
+ * kern_set_mv_ahead overrides it (tests). */
 #define KERN_MV_AHEAD 1
 int  kern_mv_ahead(void);
 void kern_set_mv_ahead(int tiles);
-/* How the AVX-512 matvec forms its 4-row tiles: K3_MV_SPLIT, a knob, default 1: tile i takes row
- * i of each quarter of the thread's rows (four long linear streams; a tile ahead is then one row
- * ahead in each stream); 0: four contiguous rows (the layout before). Every setting gives the
- * same bits. kern_set_mv_split overrides it (tests). */
+/* How the matvec (AVX-512 and AVX2 row kernels) forms its 4-row tiles: K3_MV_SPLIT, a knob,
+ * default KERN_MV_SPLIT (0): four contiguous rows, the next tile's bytes prefetched in address
+ * order along the tile (kern_mv_ahead() tiles ahead), so the rows come as one linear stream;
+ * 1: tile i takes row i of each quarter of the thread's rows (four long linear streams; a tile
+ * ahead is then one row ahead in each stream, at most KERN_MV_SPLIT_PF bytes). On the Zen 4 of
+ * BENCHMARKS.md (issue 39) the contiguous tiles read 1.2-1.4x faster from DRAM on one thread.
+ * Every setting gives the same bits. kern_set_mv_split overrides it (tests). */
+#define KERN_MV_SPLIT 0
 int  kern_mv_split(void);
 void kern_set_mv_split(int on);
+/* A split matvec's prefetch step along each of its streams: one row, at most this many bytes
+ * (kern-avx512.c measured it; the AVX2 rows use it too). */
+#define KERN_MV_SPLIT_PF 1536
 /* The fewest columns kern.c gives kern_grp_matmul at the avx512 level (fewer run the row tiles of
  * kern-avx512.c, the same bits): below, its 16-column tiles are partly empty lanes and the
  * block's weight copy is spread over too few columns (BENCHMARKS.md, "One rounding order"). */
