@@ -21,8 +21,10 @@
  *   pre3_f32 .. pre3_mxfp4
  *                  weight bytes x columns per second of qmat_matmul at 32 columns (a prefill
  *                  chunk) on an 8 MB slice of the same matrix, best of 5
- *   pre3_FMT_xC    the same at C columns, C the session's chunk (K3_CHUNK) when not 1 or 32, on
- *                  the same slice, alternating with the two above (fit_speed_get_model): the
+ *   pre3_FMT_atC   the same at C columns, C the session's chunk (K3_CHUNK) when not 1 or 32, on
+ *                  the next 1/32 of the matrix (not the 32-column probe's rows, which it found in
+ *                  the L3: v1, pre3_FMT_xC, 0.80-0.93x too fast at 16 columns on the release's
+ *                  int4 matrices), alternating with the two above (fit_speed_get_model): the
  *                  kernels' work per column is not a line in the columns (k3-bench idot_matmul:
  *                  MXFP4 326-338 GOPS at 32 columns, 413-424 at 128, so the 32-column line alone
  *                  overcounts a 128-column chunk; the 16-column tiles of kern-grp.c make 16
@@ -51,7 +53,7 @@
  * `k3chat --inspect --measure` measures every figure again whatever the cache holds.
  *
  * Estimates. A matrix of B bytes multiplied by n columns takes B x s(n), s piecewise linear
- * through the measured points (1/dec at one column, 32/pre at 32, C/pre3_FMT_xC at the chunk's C),
+ * through the measured points (1/dec at one column, 32/pre at 32, C/pre3_FMT_atC at the chunk's C),
  * past the last on its last piece, so a chunk of any K3_CHUNK is costed at its own measured width
  * and an expert's few columns in it between the points, plus `call` per multiplication. A routed
  * expert is that curve with its three calls times the ratio its own probes measured to it (at one
@@ -295,6 +297,16 @@ static void measure_fmt(int fmt, int wide, double *dec, double *pre, double *wid
         double       v[NPROBE], w[NPROBE], u[NPROBE];
         qmat         part = q; /* 1/32 of the rows: a prefill chunk's matmul is long enough on it */
         part.rows         = rows / 32;
+        /* the chunk-width probe on the next 1/32: on the 32-column probe's rows it read them from
+         * the L3 (32 MB on this EPYC) where the 32-column probe had left them, while a chunk's
+         * matrices come from memory; the release replica's int4 matrices at 16 columns ran
+         * 0.80-0.93x the rate it measured so */
+        qmat next = part;
+        next.w    = (const uint8_t *)q.w + q_wbytes(fmt, part.rows, cols);
+        if (q.s)
+            next.s = (const float *)(const void *)((const uint8_t *)q.s + q_sbytes(fmt, part.rows, cols));
+        if (q.e)
+            next.e = q.e + q_sbytes(fmt, part.rows, cols);
         for (int r = 0; r < NPROBE; r++) { /* alternating, so that a burst of load hits both */
             double t0 = k3_time();
             qmat_matvec(&q, x, y);
@@ -302,7 +314,7 @@ static void measure_fmt(int fmt, int wide, double *dec, double *pre, double *wid
             qmat_matmul(&part, x, 32, y);
             double t2 = k3_time();
             if (wn)
-                qmat_matmul(&part, x, wn, y);
+                qmat_matmul(&next, x, wn, y);
             double t3 = k3_time();
             v[r]      = t1 > t0 ? bytes / (t1 - t0) : 0;
             w[r]      = t2 > t1 ? bytes / 32 * 32 / (t2 - t1) : 0;
@@ -616,7 +628,7 @@ void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, int chu
      * between one column and 32 says: 1.11-1.17x on the release's int4 matrices) */
     for (int f = 0; f < 4 && chunk > 1 && chunk != 32; f++) {
         char base[64], kb[96];
-        snprintf(base, sizeof base, "%s_x%d", fmt_key[f][1], chunk);
+        snprintf(base, sizeof base, "%s_at%d", fmt_key[f][1], chunk);
         const char *key = kernel_key(base, kb, sizeof kb);
         o->wide_n       = chunk;
         if (!(o->wide[f] = cached(o, fresh, key, 0))) {
