@@ -4,16 +4,23 @@
  *   BENCH grammar_compile_corpus   X ms ref Y ms        median compile of the 45 corpus schemas
  *                                                       (ref: the largest)
  *   BENCH grammar_compile_10kb     X ms                 a 10 KB schema (200 properties)
+ *   BENCH grammar_warm_10kb        X ms                 filling every node's mask cache of it
+ *                                                       (k3_grammar_warm: why the caches are lazy)
  *   BENCH grammar_mask_cold_med    X us ref Y us        mask per token on a first walk (per-node
  *                                                       caches filled on first visit), median; ref p99
  *   BENCH grammar_mask_warm_med    X us ref Y us        the same walk again (caches hot), median; ref p99
  *   BENCH grammar_mask_object_med  X us ref Y us        json_object (--json), warm, median; ref p99
+ *   BENCH grammar_mask_long_cold_med X us ref Y us      a string of 300..1000 characters, 4 walks on
+ *                                                       one grammar, the first cold; median, ref p99
  *   BENCH grammar_mask_tools_med   X us ref Y us        the tool-call grammar (3 tools, required), warm,
  *                                                       median; ref p99
  *   BENCH grammar_sample_masked    X us ref Y us        k3_sampler_sample_masked vs k3_sampler_sample
  *                                                       at temperature 0 over 163,840 logits
  *   BENCH grammar_mask_share_nano  X ref Y ms           warm mask median as a share of a k3-nano
  *                                                       decode step (ref: that step, ms)
+ *   BENCH grammar_decode_masked    X s/token ref Y      only when asked (`k3-bench grammar_decode`):
+ *                                                       greedy decoding of the slice preset under
+ *                                                       json_object's mask vs plain (see below)
  *
  * The vocabulary is the slice and release presets' tokenizer: `k3-mkmodel --preset tiny
  * --merges 163328 --seed 1` writes the same tiktoken.model (163,584 ranks + 256 reserved ids)
@@ -155,7 +162,7 @@ int bench_grammar(void) {
                                  : i % 4 == 2 ? "{\"enum\":[\"x\",\"y\",\"z\"]}"
                                               : "{\"type\":\"array\",\"items\":{\"type\":\"boolean\"}}");
         n += (size_t)sprintf(big + n, "},\"additionalProperties\":false}");
-        double best[5];
+        double best[5], warm[5];
         for (int r = 0; r < 5; r++) {
             k3_grammar *g;
             double      a = now();
@@ -165,10 +172,16 @@ int bench_grammar(void) {
                 goto done;
             }
             best[r] = 1e3 * (now() - a);
+            a       = now();
+            k3_grammar_warm(g);
+            warm[r] = 1e3 * (now() - a);
+            if (!r)
+                printf("# the 10 KB schema: %d nodes\n", k3_grammar_nodes(g));
             k3_grammar_free(g);
         }
         printf("# the 10 KB schema is %zu bytes\n", n);
         bench_report("grammar_compile_10kb", bench_median(best, 5), "ms", 0, "");
+        bench_report("grammar_warm_10kb", bench_median(warm, 5), "ms", 0, "");
         free(big);
     }
 
@@ -194,6 +207,19 @@ int bench_grammar(void) {
             walk(g, v, 99, t, &no);
             double p99 = pct(t, no, 0.99);
             bench_report("grammar_mask_object_med", 1e6 * pct(t, no, 0.5), "us", 1e6 * p99, "us");
+            k3_grammar_free(g);
+        }
+    }
+    { /* long strings, cold: positions far from the bounds share one cache (g_share) */
+        static const char lg[] = "{\"type\":\"object\",\"properties\":{\"text\":{\"type\":\"string\","
+                                 "\"minLength\":300,\"maxLength\":1000}},\"required\":[\"text\"]}";
+        k3_grammar       *g;
+        int               no = 0;
+        if (!k3_grammar_json_schema(v, lg, sizeof lg - 1, &g)) {
+            for (uint64_t seed = 1; seed <= 4; seed++)
+                walk(g, v, seed, t, &no);
+            double p99 = pct(t, no, 0.99);
+            bench_report("grammar_mask_long_cold_med", 1e6 * pct(t, no, 0.5), "us", 1e6 * p99, "us");
             k3_grammar_free(g);
         }
     }
@@ -278,6 +304,122 @@ done:
     free(corpus);
     k3_gvocab_free(v);
     k3_tok_free(tok);
+    if (gen[0])
+        bench_rmmodel(gen);
+    return rc;
+}
+
+/* grammar_decode (only when asked: `k3-bench grammar_decode`): greedy decoding of the slice
+ * preset with and without a mask (json_object, the chat prompt of "A person, as JSON." with
+ * thinking off, so every generated token is masked), per token: [mask,] draw at temperature 0,
+ * [accept,] feed one token. K3_BENCH_SLICE=DIR: an existing `k3-mkmodel --preset slice` directory
+ * (unset: one is generated and removed). K3_BENCH_ROUNDS rounds (default 5) of K3_BENCH_TOKENS
+ * tokens (default 8) from the same snapshot, plain and masked alternating (which goes first
+ * alternates too); the medians of the per-token times. */
+int bench_grammar_decode(void);
+
+static double decode_round(k3_session *s, const k3_snapshot *snap, const k3_grammar *g, const k3_gvocab *v,
+                           int vocab, int n, double *mask_s) {
+    k3_sampler_params sp   = {.temp = 0, .top_p = 1, .seed = 1};
+    k3_sampler       *smp  = k3_sampler_new(&sp);
+    k3_gmatch        *gm   = NULL;
+    uint64_t         *mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask);
+    double            t = -1, tm = 0;
+    if (!smp || !mask || k3_session_restore(s, snap) || (g && k3_gmatch_new(g, &gm)))
+        goto done;
+    double t0 = now();
+    for (int i = 0; i < n; i++) {
+        double  a = now();
+        int32_t id;
+        if (gm) {
+            if (k3_gmatch_mask(gm, mask))
+                goto done;
+            id = k3_sampler_sample_masked(smp, k3_session_logits(s), vocab, mask);
+            if (id < 0 || k3_gmatch_accept(gm, id))
+                goto done;
+        } else
+            id = k3_sampler_sample(smp, k3_session_logits(s), vocab);
+        tm += now() - a;
+        if (k3_session_feed(s, &id, 1))
+            goto done;
+    }
+    t       = (now() - t0) / n;
+    *mask_s = tm / n;
+done:
+    k3_gmatch_free(gm);
+    k3_sampler_free(smp);
+    free(mask);
+    return t;
+}
+
+int bench_grammar_decode(void) {
+    if (!bench_asked("grammar_decode"))
+        return 0;
+    char        gen[1024] = "";
+    const char *dir       = getenv("K3_BENCH_SLICE");
+    const char *e         = getenv("K3_BENCH_ROUNDS");
+    int         rounds    = e && atoi(e) > 0 && atoi(e) <= 64 ? atoi(e) : 5;
+    int         ntok      = (e = getenv("K3_BENCH_TOKENS")) && atoi(e) > 0 ? atoi(e) : 8;
+    if (!dir || !*dir) {
+        if (bench_mkmodel("--preset slice --seed 1", "k3-bench-slice", gen, sizeof gen))
+            return 1;
+        dir = gen;
+    }
+    int           rc = 1;
+    k3_params     p;
+    k3_model     *m    = NULL;
+    k3_session   *s    = NULL;
+    k3_tok       *tok  = NULL;
+    k3_gvocab    *v    = NULL;
+    k3_grammar   *g    = NULL;
+    k3_snapshot  *snap = NULL;
+    k3_ids        ids  = {0};
+    k3_model_info info;
+    k3_chat_msg   um  = {.role = "user", .content = "A person, as JSON."};
+    k3_chat_opts  opt = {.think = 0, .gen_prompt = 1, .response_format = "json_object"};
+    double        t0  = now();
+    if (k3_params_default(&p) || k3_model_open(dir, &p, &m) || k3_session_new(m, &s) ||
+        k3_tok_load(dir, NULL, &tok)) {
+        fprintf(stderr, "bench grammar_decode: %s: %s\n", dir, k3_errmsg());
+        goto done;
+    }
+    k3_model_get_info(m, &info);
+    if (k3_gvocab_new(tok, info.vocab, info.eos_id, &v) || k3_grammar_json_object(v, &g) ||
+        k3_chat_encode(tok, &um, 1, &opt, &ids) || k3_session_feed(s, ids.v, (int)ids.n) ||
+        k3_session_save(s, &snap)) {
+        fprintf(stderr, "bench grammar_decode: %s\n", k3_errmsg());
+        goto done;
+    }
+    printf("# grammar_decode: %s (vocab %d) opened and %zu prompt ids fed in %.1f s; %d rounds x %d tokens\n",
+           dir, (int)info.vocab, ids.n, now() - t0, rounds, ntok);
+    double plain[64], masked[64], mshare[64], junk;
+    for (int r = 0; r < rounds; r++) {
+        for (int k = 0; k < 2; k++) {
+            int    use = (k + r) % 2; /* round r: masked first when r is odd */
+            double t   = decode_round(s, snap, use ? g : NULL, v, info.vocab, ntok, use ? &mshare[r] : &junk);
+            if (t < 0) {
+                fprintf(stderr, "bench grammar_decode: %s\n", k3_errmsg());
+                goto done;
+            }
+            (use ? masked : plain)[r] = t;
+        }
+        printf(
+            "# round %d: plain %.4f s/token, masked %.4f s/token (%.3f), mask + masked draw %.1f us/token\n",
+            r + 1, plain[r], masked[r], masked[r] / plain[r], 1e6 * mshare[r]);
+    }
+    double mm = bench_median(mshare, rounds);
+    bench_report("grammar_decode_masked", bench_median(masked, rounds), "s/token",
+                 bench_median(plain, rounds), "s/token");
+    printf("# grammar_decode: mask + masked draw median %.1f us/token\n", 1e6 * mm);
+    rc = 0;
+done:
+    k3_snapshot_free(snap);
+    k3_ids_free(&ids);
+    k3_grammar_free(g);
+    k3_gvocab_free(v);
+    k3_tok_free(tok);
+    k3_session_free(s);
+    k3_model_free(m);
     if (gen[0])
         bench_rmmodel(gen);
     return rc;

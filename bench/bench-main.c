@@ -36,7 +36,8 @@
     X(cold)    /* bench-cold.c: reading memory left untouched, 4 KiB vs huge pages (only when asked) */      \
     X(batch)   /* bench-batch.c: aggregate decode tok/s of 1..8 sessions batched vs one alone */             \
     X(serve)   /* bench-serve.c: continuous batching: aggregate tok/s of 1-8 turns, TTFT joining 4 */        \
-    X(grammar) /* bench-grammar.c: structured output: compile ms, mask us/token on 163,840 ids */
+    X(grammar) /* bench-grammar.c: structured output: compile ms, mask us/token on 163,840 ids */            \
+    X(grammar_decode) /* bench-grammar.c: slice greedy decode with / without a mask (only when asked) */
 
 #define DECLARE(name) int bench_##name(void);
 BENCHES(DECLARE)

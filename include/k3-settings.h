@@ -39,6 +39,8 @@
       "thinking effort")                                                                                     \
     X(MAX_TOKENS, INT, 0, 1000000000, 0, NULL, "N", NULL, "max-tokens", NULL, "max_tokens",                  \
       "stop each answer after N generated tokens; 0: no limit")                                              \
+    X(THINK_BUDGET, INT, 0, 1000000000, 0, NULL, "N", NULL, "think-budget", NULL, "thinking_budget",         \
+      "close the thinking channel after N reasoning tokens, then answer; 0: no limit")                       \
     X(SEED, U64, 0, 9223372036854775807.0, NAN, NULL, "N", NULL, "seed", NULL, "seed",                       \
       "random seed for reproducible sampling")                                                               \
     X(SYSTEM, TEXT, 0, 0, NAN, NULL, "TEXT", NULL, "system", "system", NULL, "system prompt")                \

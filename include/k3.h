@@ -385,6 +385,9 @@ typedef struct k3_chat_out {
 typedef struct k3_chat_parser k3_chat_parser;
 /* think: the same flag as the prompt's (1: starts in the think channel). */
 k3_status k3_chat_parser_new(const k3_tok *t, int think, k3_chat_parser **out);
+/* The ids that end a reasoning and open the answer, <|close|>think<|sep|><|open|>response<|sep|>,
+ * appended to out (a thinking budget writes them for the model). */
+k3_status k3_chat_think_close(const k3_tok *t, k3_ids *out);
 /* on = 1: parse <|open|>tools<|sep|> blocks into calls (spec k3-tools.md section 2, with
  * its leniency); 0 (default): they are shown as text like any unexpected tag. Call it
  * before the first feed. */
@@ -428,6 +431,8 @@ k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const cha
                                 int text, k3_grammar **out);
 void      k3_grammar_free(k3_grammar *g); /* after every matcher of it */
 int       k3_grammar_nodes(const k3_grammar *g);
+/* Fills every node's mask cache now (otherwise each is filled on its first visit). */
+k3_status k3_grammar_warm(const k3_grammar *g);
 int32_t   k3_grammar_words(const k3_grammar *g); /* uint64_t words of its masks */
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out);
 void      k3_gmatch_free(k3_gmatch *m);
@@ -503,9 +508,11 @@ typedef struct k3_msg {
 } k3_msg;
 
 typedef struct k3_conv_settings {
-    int               think;           /* thinking mode: 1 on (default), 0 off                 */
-    char              effort[8];       /* "low" | "high" | "max" (default); "medium" rejected  */
-    int               max_tokens;      /* generated tokens per turn; 0 = up to the capacity    */
+    int  think;                        /* thinking mode: 1 on (default), 0 off                 */
+    char effort[8];                    /* "low" | "high" | "max" (default); "medium" rejected  */
+    int  max_tokens;                   /* generated tokens per turn; 0 = up to the capacity    */
+    int  think_budget;                 /* reasoning tokens before the think channel is closed
+                                        * for the model (the answer follows); 0 = no limit    */
     k3_sampler_params sampling;        /* temp, top_p, min_p, top_k, seed                       */
     char              tool_choice[12]; /* "auto" (or "") | "required" | "none" (k3-tools.md 1.6) */
 } k3_conv_settings;
@@ -542,9 +549,11 @@ k3_status k3_conv_set_tools(k3_conv *c, const char *json);
 k3_status k3_conv_set_response_format(k3_conv *c, const char *type, const char *schema);
 /* The next turns' answers are drawn under g's token masks from the response channel on
  * (reasoning stays free); NULL: none. g is not copied: it must outlive those turns. */
-void          k3_conv_set_grammar(k3_conv *c, const k3_grammar *g);
-const char   *k3_conv_tools(const k3_conv *c); /* NULL when none */
-int           k3_conv_count(const k3_conv *c);
+void        k3_conv_set_grammar(k3_conv *c, const k3_grammar *g);
+const char *k3_conv_tools(const k3_conv *c); /* NULL when none */
+int         k3_conv_count(const k3_conv *c);
+/* Messages of abandoned branches (/edit, /retry) the conversation keeps: a save writes them too. */
+int           k3_conv_abandoned_count(const k3_conv *c);
 const k3_msg *k3_conv_msg(const k3_conv *c, int i); /* NULL when out of range */
 /* New conversation: drops every message but the system prompt; settings stay; the
  * autosave continues in a new file (the old one is kept). */

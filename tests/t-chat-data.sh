@@ -166,7 +166,7 @@ t "16c: the same mode option twice is not an error" '[ $? -eq 0 ]'
 : >"$K3_TMP/afile"
 printf 'hi\n/save\n' | XDG_DATA_HOME="$K3_TMP/afile/data" K3_MOCK="$mock" "$k" /no/model >/dev/null 2>"$K3_TMP/e16d"
 t "16d: /save names the directory it cannot make and why: $(grep /save "$K3_TMP/e16d")" \
-    'grep -q "/save: cannot make $K3_TMP/afile/data/k3chat/transcripts: Not a directory" "$K3_TMP/e16d"'
+    'grep -q "/save: cannot make $K3_TMP/afile/data/k3chat/transcripts (at $K3_TMP/afile): Not a directory" "$K3_TMP/e16d"'
 
 # ---- 19. a reader that goes away: status 1 and a message, not SIGPIPE (141)
 { printf 'a\nb\nc\n' | K3_MOCK="$mock" "$k" /no/model 2>"$K3_TMP/e19"; echo $? >"$K3_TMP/rc19"; } | true

@@ -50,6 +50,21 @@ printf '/stats\n/load %s/t4.jsonl\n/stats\n' "$K3_TMP" | K3_MOCK="$K3_TMP/mock.t
     >/dev/null 2>"$K3_TMP/err10b"
 t "10: a /load typed later adopts the transcript's settings" \
     '[ "$(grep -c "settings: temp 0.30 · top-p 0.50 · think off · effort low" "$K3_TMP/err10b")" -eq 1 ]'
+# 16: the context figure a load reports is measured under the settings in force (options given
+# with --load win: here --think off over a transcript saved with think on, which renders its
+# reasoning into the prompt), the one /stats and the status bar show; the send-time 'context
+# full' figure says what it counts (this message, and the answer's least room)
+M="$K3_SRC/models/k3-nano"
+printf 'What is 2 + 3?\n/save %s/t16.jsonl\n' "$K3_TMP" | "$k" "$M" --think on --max-tokens 20 >/dev/null 2>&1
+printf '/stats\n' | "$k" "$M" --think off --load "$K3_TMP/t16.jsonl" >/dev/null 2>"$K3_TMP/err16"
+load16=$(sed -n 's/^k3chat: context: \([0-9]*\) of [0-9]* tokens$/\1/p' "$K3_TMP/err16")
+stats16=$(sed -n 's/^k3chat: context: \([0-9]*\) of [0-9]* tokens; .*/\1/p' "$K3_TMP/err16")
+t "16: --load with --think off: the load's context figure is /stats's ($load16, $stats16)" \
+    '[ -n "$load16" ] && [ "$load16" = "$stats16" ]'
+printf 'hello there\n' | K3_MAXT=64 "$k" "$M" --think off --load "$K3_TMP/t16.jsonl" >/dev/null 2>"$K3_TMP/err16b"
+t "16: 'context full' says what its figure counts" \
+    'grep -q "context full: the conversation needs [0-9]* tokens ([0-9]* with this message, 8 more for the answer to start)" "$K3_TMP/err16b"'
+
 # 17: a broken pipe on stdout: the answer stops, no further line is read or sent (the fake
 # server counts the requests), status 1
 python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &
@@ -80,16 +95,33 @@ printf 'one\ntwo\n' | "$k" --endpoint "$ep" --plain --temp 0.6 >/dev/null 2>&1
 t "8: --temp 0.6 goes as 0.6 in every request, top_p still the server's" \
     '[ "$(grep -c "\"temperature\":0.6[,}]" "$K3_TMP/reqs")" -eq 2 ] && ! grep -q top_p "$K3_TMP/reqs"'
 
-# 23 (wording): a byte, a token in the singular; a
+# 23 (wording): a byte, a token in the singular; the abandoned lines a save wrote are counted; a
 # server that does not say its context size is not "of -1 tokens"
 printf 'delay 0\nresponse first {user}\n---\nresponse second {user}\n' >"$K3_TMP/m2.txt"
 printf 'hi\n/retry\n/save %s/w.jsonl\n/system x\n' "$K3_TMP" | K3_MOCK="$K3_TMP/m2.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err23"
+t "23: /save counts the abandoned answer it wrote" 'grep -q "saved 2 messages and 1 abandoned to" "$K3_TMP/err23" &&
+    [ "$(grep -c "\"abandoned\"" "$K3_TMP/w.jsonl")" -eq 1 ]'
 t "23: /system of one byte says 1 byte" 'grep -q "system prompt set (1 byte);" "$K3_TMP/err23"'
 printf '/stats\n/experts 1\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err23b"
 t "23: remote /experts says only that it does not apply (not 'requested' first)" \
     'grep -q "the budget applies to a local model only" "$K3_TMP/err23b" && ! grep -q "GB requested" "$K3_TMP/err23b"'
 t "23: remote /stats without a context size says so (not 'of -1')" \
     'grep -q "context: 0 tokens (the server does not say its size)" "$K3_TMP/err23b" && ! grep -q "of -1" "$K3_TMP/err23b"'
+
+# 23: a data folder that cannot be made is reported with the real reason and where it failed (a
+# read-only mount said ENOENT, the error of the folder below it); root ignores permissions, so a
+# read-only tmpfs mount where one can be made (a path through a file: t-chat-data 16d)
+ro="$K3_TMP/ro"
+mkdir -p "$ro"
+if mount -t tmpfs -o ro,size=1m tmpfs "$ro" 2>/dev/null; then
+    printf 'hi\n/save\n' | K3_MOCK="$K3_TMP/mock.txt" XDG_DATA_HOME="$ro/data" "$k" /no/model >/dev/null 2>"$K3_TMP/err23r"
+    umount "$ro"
+    t "23: /save in a read-only data folder says so (not ENOENT) and names the folder" \
+        'grep -q "/save: cannot make $ro/data/k3chat/transcripts (at $ro/data): Read-only file system" "$K3_TMP/err23r" &&
+        ! grep -q "No such file" "$K3_TMP/err23r"'
+else
+    echo "SKIP: 23: no read-only mount can be made here"
+fi
 
 # 23: transcript errors in k3chat's words: no library flag name, the file named once, a value
 # rather than "is an integer, expected ... integer"

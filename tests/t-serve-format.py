@@ -5,7 +5,10 @@
 # 400s naming the field; text changes nothing; tool_choice required and named and
 # parallel_tool_calls false give calls that follow the tools' parameters; the official OpenAI SDK
 # (npm openai 5 + zod 3, SKIP without node/npm) parses zodResponseFormat and raw json_schema answers
-# and gets required (single) and named (streamed) calls. Thinking is off (k3-nano seldom opens its
+# and gets required (single) and named (streamed) calls; usage.prompt_tokens of json_schema,
+# json_object, required, named and none + json_schema requests equals the prompt rendered here from
+# k3-tools.md 1.2/1.6/1.7 (tokenised by tools/nano_tok.py); with thinking on and thinking_budget
+# (which closes k3-nano's reasoning), the reasoning is free text and the answer validates. Elsewhere thinking is off (k3-nano seldom opens its
 # response channel after thinking, and reasoning is never masked). The server runs on
 # 127.0.0.1 with a kernel-picked port and is always killed; every wait is bounded.
 import http.client
@@ -14,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import serve_lib
 from serve_lib import wait_for
@@ -121,6 +125,40 @@ try:
            "json_object: the answer is one JSON object")
     except (ValueError, TypeError, KeyError):
         ok(False, "json_object: %s" % str(o)[:200])
+    # thinking on: the reasoning stays free, the mask applies from the response channel on
+    # (thinking_budget 8 closes k3-nano's reasoning, which seldom ends by itself). The prompts
+    # differ (1.7's message), so the reasoning is compared with the unmasked one only in t-grammar
+    # (--prompt); here it must be text a JSON mask would refuse (not starting with "{", not JSON)
+    def is_json(t):
+        try:
+            json.loads(t)
+            return True
+        except ValueError:
+            return False
+
+    def think_ask(f, seed, budget=8):
+        body = {"messages": [{"role": "user", "content": "A person, as JSON."}], "temperature": 1, "seed": seed,
+                "max_tokens": 300, "chat_template_kwargs": {"thinking": True}, "thinking_budget": budget}
+        if f:
+            body["response_format"] = f
+        return post(body)
+
+    good, shown = 0, ""
+    for seed in range(3):
+        c1, o1 = think_ask(fmt, seed)
+        c2, o2 = think_ask(None, seed)
+        try:
+            m1, m2 = o1["choices"][0]["message"], o2["choices"][0]["message"]
+            r1, r2 = m1.get("reasoning_content") or "", m2.get("reasoning_content") or ""
+            good += (r1 != "" and r2 != "" and not r1.lstrip().startswith("{") and not is_json(r1)
+                     and valid(json.loads(m1["content"])) and o1["choices"][0]["finish_reason"] == "stop")
+            shown = shown or "reasoning %r vs %r, content %r" % (r1[:60], r2[:60], m1["content"][:80])
+        except (ValueError, TypeError, KeyError, IndexError):
+            shown = shown or str(o1)[:200]
+    ok(good == 3, "thinking on, thinking_budget 8, json_schema, 3 seeds: the reasoning is free text, the answer "
+       "validates (%d)%s" % (good, "" if good == 3 else ": " + shown))
+    code, o = think_ask(fmt, 1, budget=-1)
+    ok(code == 400 and "thinking_budget" in json.dumps(o), "thinking_budget -1: a 400 naming it")
     code, o = ask({"type": "text"}, 13)
     ok(code == 200, "text: answered as before")
     bad = {"type": "object", "properties": {"a": {"type": "string", "contentEncoding": "base64"}}}
@@ -203,6 +241,60 @@ try:
         finish, cs = calls("auto", seed, parallel=False)
         good += finish in ("stop", "tool_calls") and len(cs) <= 1
     ok(good == 4, "auto with parallel_tool_calls false: at most one call (%d of 4)" % good)
+
+    # ---- the prompt's token count is what k3-tools.md 1.2, 1.6 and 1.7 give: each request's prompt
+    # rendered here from the spec's text (tools/nano_tok.py's tokenizer, which t-nano checks
+    # against k3chat's) against the server's usage.prompt_tokens
+    sys.path.insert(0, os.path.join(os.environ["K3_SRC"], "tools"))
+    import nano_tok
+    tk = nano_tok.Tok.load(M)
+    sp = tk.special
+
+    def sysmsg(typ, body):
+        return tk.open_tag("message", [("role", "system"), ("type", typ)]) + tk.encode(body) + \
+            tk.close_tag("message") + [sp["<|end_of_msg|>"]]
+
+    def spec_prompt(user, tools=None, choice=None, fmt=None):
+        ids = []
+        if tools:  # 1.2: keys sorted at every depth, compact; the body is not stripped
+            ids += sysmsg("tool-declare", "# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n"
+                          + json.dumps(tools, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n```")
+        ids += tk.open_tag("message", [("role", "user")]) + tk.encode(user) + tk.close_tag("message") + \
+            [sp["<|end_of_msg|>"]]
+        if choice == "required":  # 1.6; a named choice adds nothing
+            ids += sysmsg("tool-choice", "The system is invoked with `tool_choice=required`.\n"
+                          "You MUST call tools in the next message.")
+        if choice == "none":
+            ids += sysmsg("tool-choice", "The system is invoked with `tool_choice=none`.\n"
+                          "You MUST NOT call any tools in the next message.")
+        if fmt is not None:  # 1.7
+            body = ("The system is invoked with `response_format=%s`.\nYour response must be raw JSON data without "
+                    "markdown code blocks (```json) or any additional formatting." % fmt["type"])
+            if fmt["type"] == "json_schema":
+                body += "\nThe JSON data must match the following schema:\n```json\n" + json.dumps(
+                    fmt["json_schema"]["schema"], sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n```"
+            ids += sysmsg("response-format", body.strip())
+        return ids + tk.open_tag("message", [("role", "assistant")]) + tk.open_tag("response")  # thinking off
+
+    USER = "A person, as JSON."
+    for desc, extra, want in (
+            ("response_format json_schema", {"response_format": fmt}, spec_prompt(USER, fmt=fmt)),
+            ("response_format json_object", {"response_format": {"type": "json_object"}},
+             spec_prompt(USER, fmt={"type": "json_object"})),
+            ("tool_choice required", {"tools": TOOLS, "tool_choice": "required"},
+             spec_prompt(USER, TOOLS, "required")),
+            ("a named tool_choice with parallel_tool_calls false",
+             {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+              "parallel_tool_calls": False}, spec_prompt(USER, TOOLS)),
+            ("tool_choice none, then json_schema", {"tools": TOOLS, "tool_choice": "none", "response_format": fmt},
+             spec_prompt(USER, TOOLS, "none", fmt))):
+        body = {"messages": [{"role": "user", "content": USER}], "temperature": 0, "max_tokens": 4,
+                "chat_template_kwargs": {"thinking": False}}
+        body.update(extra)
+        code, o = post(body)
+        got = o.get("usage", {}).get("prompt_tokens") if code == 200 and isinstance(o, dict) else None
+        ok(got == len(want), "%s: usage.prompt_tokens %s = %d, the spec's prompt (k3-tools.md 1.2/1.6/1.7)%s"
+           % (desc, got, len(want), "" if code == 200 else ": HTTP %d %s" % (code, str(o)[:160])))
 
     # ---- the official OpenAI SDK (npm openai 5 + zod 3, installed outside the repository into
     # K3_OPENAI_JS, default ~/.cache/k3chat/openai-js, as t-serve-tools.py does)

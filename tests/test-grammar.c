@@ -15,6 +15,7 @@
 
 #include <stdarg.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,6 +313,83 @@ static int feed_ids(const k3_grammar *g, const k3_gvocab *v, const int32_t *ids,
     return rc;
 }
 
+/* A walk of up to `steps` ids drawn from the mask; at each step every id's bit (or the bits of
+ * cand[0..nc) when cand is not NULL) must equal k3_gmatch_allows (the mask is exact: no valid id
+ * left out, no invalid one let in). Returns the number of steps where they differ, *nsteps the
+ * steps taken. */
+static int exact_walk(const k3_grammar *g, int32_t nv, const int32_t *cand, int32_t nc, int steps,
+                      int *nsteps) {
+    k3_gmatch *m;
+    uint64_t  *mask = malloc((size_t)(nv + 63) / 64 * sizeof *mask);
+    int        bad  = 0;
+    if (!mask || k3_gmatch_new(g, &m))
+        return free(mask), 1;
+    for (int s = 0; s < steps && !k3_gmatch_ended(m); s++) {
+        if (k3_gmatch_mask(m, mask))
+            return k3_gmatch_free(m), free(mask), bad + 1;
+        int32_t n = 0, pick = -1, diff = 0;
+        for (int32_t id = 0; id < nv; id++)
+            n += bit(mask, id);
+        for (int32_t k = 0; k < (cand ? nc : nv); k++) {
+            int32_t id = cand ? cand[k] : k;
+            diff += bit(mask, id) != k3_gmatch_allows(m, id);
+        }
+        bad += diff > 0;
+        (*nsteps)++;
+        if (!n)
+            break;
+        for (int32_t id = 0, want = (int32_t)rnd((uint32_t)n); id < nv && pick < 0; id++)
+            if (bit(mask, id) && want-- == 0)
+                pick = id;
+        if (k3_gmatch_accept(m, pick))
+            return k3_gmatch_free(m), free(mask), bad + 1;
+    }
+    k3_gmatch_free(m);
+    free(mask);
+    return bad;
+}
+
+/* exact_walk over each corpus schema (`steps` each), json_object (3 walks of `steps` * 2) and
+ * three schemas of long strings (2 walks of `steps` * 3 each);
+ * the steps that differ, *nsch the grammars walked, *nsteps the steps. */
+static int exact_corpus(const k3_gvocab *v, int32_t nv, const int32_t *cand, int32_t nc, int steps, int *nsch,
+                        int *nsteps) {
+    FILE       *cf = fopen("tests/fixtures/grammar-corpus.jsonl", "rb");
+    char        line[16384];
+    int         bad = 0;
+    k3_grammar *eg;
+    while (cf && fgets(line, sizeof line, cf))
+        if (k3_grammar_json_schema(v, line, strlen(line), &eg) == K3_OK) {
+            bad += exact_walk(eg, nv, cand, nc, steps, nsteps);
+            (*nsch)++;
+            k3_grammar_free(eg);
+        }
+    if (cf)
+        fclose(cf);
+    if (k3_grammar_json_object(v, &eg) == K3_OK) {
+        for (int r = 0; r < 3; r++)
+            bad += exact_walk(eg, nv, cand, nc, 2 * steps, nsteps);
+        (*nsch)++;
+        k3_grammar_free(eg);
+    }
+    /* long strings: positions far from both bounds share one mask cache (g_share), the others
+     * have their own; the walks cross from one kind to the other */
+    static const char *const longs[] = {
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"minLength\":150,\"maxLength\":"
+        "400},\"t\":{\"type\":\"string\",\"maxLength\":300}},\"required\":[\"s\",\"t\"],"
+        "\"additionalProperties\":false}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":130},\"maxItems\":3}",
+        "{\"type\":\"string\",\"minLength\":120}"};
+    for (size_t i = 0; i < sizeof longs / sizeof *longs; i++)
+        if (k3_grammar_json_schema(v, longs[i], strlen(longs[i]), &eg) == K3_OK) {
+            for (int r = 0; r < 2; r++)
+                bad += exact_walk(eg, nv, cand, nc, 3 * steps, nsteps);
+            (*nsch)++;
+            k3_grammar_free(eg);
+        }
+    return bad;
+}
+
 /* A random tokenisation of d: at each position, any vocabulary piece that is a prefix. */
 static size_t random_ids(const k3_tok *t, const char *d, size_t n, int32_t *out) {
     size_t  k  = 0;
@@ -339,7 +417,50 @@ static k3_status compile(const k3_gvocab *v, const char *s, k3_grammar **g) {
     return k3_grammar_json_schema(v, s, strlen(s), g);
 }
 
-int main(void) {
+/* The same on the release-size vocabulary (163,840 ids, the slice preset's tokenizer), whose long
+ * pieces cross rule ends ("},", "\":\"", "]]"): at each step the ids whose piece holds a JSON
+ * structural byte, and 500 others. */
+static void exact_release(void) {
+    char       dir[1024];
+    k3_tok    *tok = NULL;
+    k3_gvocab *v   = NULL;
+    snprintf(dir, sizeof dir, "%s/grammar-release-vocab", t_tmp());
+    if (t_sh("'%s/k3-mkmodel' --preset tiny --merges 163328 --seed 1 --quiet --force '%s' >/dev/null",
+             t_build(), dir) ||
+        k3_tok_load(dir, NULL, &tok)) {
+        T_CHECK(0, "the release-size vocabulary (k3-mkmodel --merges 163328 in %s): %s", dir, k3_errmsg());
+        return;
+    }
+    int32_t  nv = k3_tok_n_vocab(tok), nc = 0;
+    int32_t *cand = malloc((size_t)nv * sizeof *cand);
+    if (!cand || k3_gvocab_new(tok, nv, -1, &v)) {
+        T_CHECK(0, "the release-size vocabulary: %s", k3_errmsg());
+        free(cand);
+        k3_tok_free(tok);
+        return;
+    }
+    for (int32_t id = 0; id < nv; id++) {
+        size_t      n;
+        const char *p = k3_tok_piece(tok, id, &n);
+        if (p && (memchr(p, '"', n) || memchr(p, ',', n) || memchr(p, '}', n) || memchr(p, ']', n) ||
+                  memchr(p, ':', n) || rnd(300) == 0))
+            cand[nc++] = id;
+    }
+    int nsch = 0, steps = 0, bad = exact_corpus(v, nv, cand, nc, 16, &nsch, &steps);
+    T_CHECK(nsch >= 49 && steps > 500 && bad == 0,
+            "masks are exact on %d ids: over %d steps of %d grammars, each of %d ids' bits equals "
+            "k3_gmatch_allows (%d steps differ)",
+            (int)nv, steps, nsch, (int)nc, bad);
+    free(cand);
+    k3_gvocab_free(v);
+    k3_tok_free(tok);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--release-vocab")) { /* t-grammar.sh */
+        exact_release();
+        return t_done();
+    }
     k3_tok    *tok;
     k3_gvocab *v;
     if (k3_tok_load("models/k3-nano", NULL, &tok)) {
@@ -685,6 +806,27 @@ int main(void) {
                 "an argument with two types is refused naming it: %s", k3_errmsg());
     }
 
+    /* exact masks: the cached parts (accepted, rejected or bitset), the tokens that leave a rule
+     * and go on with a byte that may follow it, and a rule left with a token's last byte */
+    {
+        int         nsch = 0, steps = 0, bad = exact_corpus(v, nv, NULL, 0, 40, &nsch, &steps);
+        k3_grammar *eg;
+        if (k3_grammar_tool_calls(v,
+                                  "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{"
+                                  "\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"string\"},\"n\":{"
+                                  "\"type\":\"integer\"},\"o\":{\"type\":\"object\"}}}}}]",
+                                  NULL, 3, 1, &eg) == K3_OK) {
+            for (int r = 0; r < 4; r++)
+                bad += exact_walk(eg, nv, NULL, 0, 60, &steps);
+            nsch++;
+            k3_grammar_free(eg);
+        }
+        T_CHECK(nsch >= 50 && steps > 1000 && bad == 0,
+                "masks are exact: over %d steps of %d grammars (corpus, json_object, tool calls) every id's "
+                "bit equals k3_gmatch_allows (%d steps differ)",
+                steps, nsch, bad);
+    }
+
     /* k3-tools.md 1.7: the response-format message, after the tool-choice one, before the prompt */
     {
         k3_chat_msg  um = {.role = "user", .content = "hi"};
@@ -773,6 +915,30 @@ int main(void) {
                 best = i;
         T_CHECK(a == best && b == best,
                 "greedy under a mask takes the best allowed id, the same twice (%d %d, %d)", a, b, best);
+        /* against the plain rule, with ties, NaN and widths that end inside a mask word */
+        int wrong = 0;
+        for (int r = 0; r < 400; r++) {
+            int n = 1 + (int)rnd(200);
+            memset(mask, 0, sizeof mask);
+            for (int i = 0; i < 200; i++) {
+                lg[i] = rnd(5) == 0 ? NAN : (float)rnd(8);
+                if (rnd(4) == 0 || i >= n) /* bits past n must be ignored */
+                    mask[i >> 6] |= 1ull << (i & 63);
+            }
+            int32_t want = -1, first = -1;
+            for (int i = 0; i < n; i++)
+                if (bit(mask, i)) {
+                    first = first < 0 ? i : first;
+                    if (!isnan(lg[i]) && (want < 0 || lg[i] > lg[want]))
+                        want = i;
+                }
+            wrong += k3_sampler_sample_masked(s, lg, n, mask) != (want >= 0 ? want : first);
+        }
+        T_CHECK(
+            wrong == 0,
+            "400 random masked greedy draws: the first maximum among the allowed ids below n, NaN skipped "
+            "(%d differ)",
+            wrong);
         k3_sampler_free(s);
     }
     k3_gvocab_free(v);

@@ -693,9 +693,11 @@ struct k3_conv_gen {
     k3_status         st;   /* the turn's status so far                     */
     const int32_t    *feed; /* this step's feed: (n_feed) ids, pos0 before  */
     int               n_feed, pos0;
-    int32_t           tok1; /* the decode step's token                      */
-    k3_gmatch        *gm;   /* the answer's grammar position (c->grammar)   */
-    uint64_t         *mask; /* its token mask                               */
+    int32_t           tok1;    /* the decode step's token                      */
+    k3_gmatch        *gm;      /* the answer's grammar position (c->grammar)   */
+    uint64_t         *mask;    /* its token mask                               */
+    k3_ids            tclose;  /* set.think_budget: the ids that close the reasoning */
+    int               i_close; /* how many of them were written (0: none yet)     */
 };
 
 /* Engine feed of several sessions (count >= 1), each[i] the status of ss[i]: one batched
@@ -731,6 +733,8 @@ static void prefill_done(k3_conv_gen *g) {
         g->st = k3_err(K3_ERR_NOMEM, "conversation: out of memory for the token mask");
     else if (!(g->st = k3_chat_parser_new(g->tok, c->set.think, &g->par)))
         k3_chat_parser_set_tools(g->par, c->tools && strcmp(c->set.tool_choice, "none"));
+    if (!g->st && c->set.think && c->set.think_budget > 0 && !g->forced)
+        g->st = k3_chat_think_close(g->tok, &g->tclose);
     g->ts.stop = K3_STOP_EOS;
     if (!g->st)
         g->phase = GEN_DECODE;
@@ -769,8 +773,13 @@ static void step_prepare(k3_conv_gen *g) {
         return;
     }
     int32_t id;
+    int     chan = k3_chat_parser_channel(g->par);
     if (g->forced)
         id = g->forced[g->gen.n];
+    else if (g->tclose.n && g->i_close < (int)g->tclose.n &&
+             (g->i_close > 0 || (chan == K3_CHAN_THINK && g->ts.n_think >= g->c->set.think_budget &&
+                                 !(g->gen.n && k3_tok_is_special(g->tok, g->gen.v[g->gen.n - 1])))))
+        id = g->tclose.v[g->i_close++]; /* the thinking budget is spent: close the reasoning */
     else if (g->gm && k3_chat_parser_channel(g->par) == K3_CHAN_RESPONSE) { /* reasoning stays free */
         if ((g->st = k3_gmatch_mask(g->gm, g->mask)))
             return;
@@ -868,9 +877,11 @@ k3_status k3_conv_gen_begin(k3_conv *c, k3_model *m, k3_session *s, const k3_con
         int users = 0; /* the advice depends on whether there are older turns to drop */
         for (int i = 0; i < c->n_msgs; i++)
             users += c->msgs[i].role == K3_ROLE_USER;
+        /* the prompt as k3_conv_context counts it (the status bar's figure), this message in it */
         st = k3_err(K3_ERR_CONTEXT,
-                    "context full: the conversation needs %d tokens and the context holds %d (K3_MAXT)%s",
-                    g->n + CONV_MIN_ROOM, g->info.max_ctx,
+                    "context full: the conversation needs %d tokens (%d with this message, %d more for the "
+                    "answer to start) and the context holds %d (K3_MAXT)%s",
+                    g->n + CONV_MIN_ROOM, g->n, CONV_MIN_ROOM, g->info.max_ctx,
                     users > 1 ? "; start a new conversation or drop the oldest turns" : "");
     }
     if (st) {
@@ -1007,6 +1018,7 @@ k3_status k3_conv_gen_end(k3_conv_gen *g) {
     free(g->forced);
     k3_sampler_free(g->smp);
     k3_gmatch_free(g->gm);
+    k3_ids_free(&g->tclose);
     free(g->mask);
     k3_chat_parser_free(g->par);
     k3_ids_free(&g->gen);

@@ -12,9 +12,21 @@
  *
  * Token masks follow xgrammar's split: for a node n the tokens that are accepted without
  * leaving n's rule do not depend on the stack; they are computed once per node (walking the
- * sorted vocabulary, sharing prefixes) and cached as a bitset, with the list of tokens that
- * left the rule (uncertain). A mask is the union of the cached bitsets of the set's nodes plus
- * the uncertain tokens checked against the whole set.
+ * sorted vocabulary, sharing prefixes) and cached in the smallest of three forms (accepted
+ * ids, rejected ids, bitset), with the list of tokens that left the rule (uncertain). A mask
+ * is the union of the cached parts of the set's nodes plus the uncertain tokens checked
+ * against the whole set.
+ *
+ * A token that leaves the rule with its last byte is accepted in any context (the caller's
+ * return node is live); one that leaves it earlier is uncertain only when its next byte may
+ * follow the rule somewhere (g->follow, an over-approximation computed at compile time), so the
+ * run-time lists hold tens to hundreds of tokens, not thousands.
+ *
+ * Both walks step through a lazily built DFA whose states are closed configuration sets
+ * (interned; 256 transitions per state, computed on first use): a byte of a vocabulary piece
+ * costs one table read once its transition is known. The cache passes share one DFA per
+ * grammar (stacks relative to the unknown one below the node), so a node's pass mostly reads
+ * transitions earlier passes computed; a matcher keeps its own for the uncertain tokens.
  */
 #pragma once
 #include "k3-impl.h"
@@ -40,12 +52,20 @@ typedef struct g_node {
     uint8_t live;  /* productive: an end is reachable        */
 } g_node;
 
-/* A per-node mask cache entry (computed on first use, under the grammar's lock). */
+/* A per-node mask cache entry (computed under the grammar's lock, at compile time or on first
+ * use), stored in whichever form is smallest: the accepted ids, the rejected ids (the mask is
+ * their complement), or a bitset. */
+enum g_cache_kind { GC_NONE = 0, GC_BITS, GC_ACC, GC_REJ };
 typedef struct g_cache {
-    uint64_t *acc; /* (words) tokens accepted within the node's rule */
-    int32_t  *unc; /* (n_unc) tokens that leave the rule: check them  */
+    uint64_t *bits; /* GC_BITS: (words) the tokens accepted within the node's rule        */
+    int32_t  *ids;  /* GC_ACC / GC_REJ: (n_ids) accepted / rejected ids, ascending          */
+    int32_t   n_ids;
+    int32_t  *unc; /* (n_unc) tokens that leave the rule, in sorted piece order: check them */
     int       n_unc;
+    int       kind; /* GC_*; set last (release): readers check it without the lock */
 } g_cache;
+
+typedef struct g_pass g_pass; /* gram.c: the cache passes' shared DFA and scratch */
 
 struct k3_gvocab {
     int32_t      n_vocab;    /* mask width (the model's vocab_size)                  */
@@ -53,7 +73,8 @@ struct k3_gvocab {
     int32_t      n_sorted;   /* ordinary tokens with a non-empty piece                */
     int32_t     *sorted;     /* (n_sorted) ids in byte order of their pieces          */
     uint16_t    *lcp;        /* (n_sorted) common prefix with the previous sorted one  */
-    const char **spiece;     /* (n_sorted) the pieces in sorted order (sequential reads) */
+    const char **spiece;     /* (n_sorted) the pieces in sorted order (into sbytes)        */
+    char        *sbytes;     /* the pieces' bytes in sorted order (sequential reads)      */
     uint32_t    *splen;      /* (n_sorted)                                              */
     int32_t      first[257]; /* sorted[first[b] .. first[b+1]) start with byte b   */
     const char **piece;      /* (n_vocab) bytes of each id (NULL: none)              */
@@ -69,8 +90,16 @@ struct k3_grammar {
     int              n_node, cap_node;
     int              root; /* start node of the top rule */
     const k3_gvocab *voc;
-    g_cache         *cache;    /* (n_node) */
-    pthread_mutex_t *lock;     /* guards cache (a pointer: matchers see the grammar const) */
+    g_cache         *cache; /* (n_node) */
+    int32_t         *share; /* (n_node) the node whose cache entry a node uses (itself, or an
+                             * equivalent one: g_share) */
+    int32_t *sh;            /* (2 * n_sh) node, representative pairs recorded while building */
+    int      n_sh, cap_sh;
+    int32_t *rule_of;          /* (n_node) the rule a node belongs to (-1: none, or several) */
+    uint64_t (*first)[4];      /* (rules) the bytes a rule may start with                     */
+    uint64_t (*follow)[4];     /* (rules) the bytes that may come right after a rule returns  */
+    g_pass          *pass;     /* the cache passes' DFA, kept between passes (under lock) */
+    pthread_mutex_t *lock;     /* guards cache and fill (a pointer: matchers see the grammar const) */
     char             what[64]; /* "json schema", "json object", "tool calls" */
 };
 
@@ -83,6 +112,10 @@ k3_status g_call(k3_grammar *g, int from, int start, int to);
 k3_status g_special(k3_grammar *g, int from, int32_t id, int to);
 k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to); /* the bytes of s */
 k3_status g_new(const k3_gvocab *v, const char *what, k3_grammar **out);
+/* Node uses rep's mask cache: the caller guarantees that both accept the same tokens and leave
+ * their rule with the same ones, for every piece of the vocabulary (at most voc->max_len bytes),
+ * e.g. two positions of an unrolled string more than max_len characters from its bounds. */
+k3_status g_share(k3_grammar *g, int node, int rep);
 /* After building: marks live nodes, drops edges into dead ones; K3_ERR_ARG when the root can
  * never complete ("compiles to nothing"). */
 k3_status g_finish(k3_grammar *g);

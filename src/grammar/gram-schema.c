@@ -289,23 +289,34 @@ static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int
     }
     if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
         return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
-    int cur = a;
-    for (long k = 0; k < mn; k++) {
+    /* A position more than max_len + 1 characters from both bounds cannot see them within one
+     * vocabulary piece: it shares the mask cache of the first such position (its reading node
+     * and the nodes inside its character, created in the same order each time). */
+    long far = (long)c->g->voc->max_len + 1;
+    int  cur = a, rep = -1, rep_in = -1, rep_n = 0;
+    for (long k = 0, end = mx > mn ? mx : mn; k < end; k++) { /* mn head positions, then the tail's */
+        int in = c->g->n_node, tail = k >= mn;
+        if (k == mn)
+            rep = -1; /* the tail's positions are not the head's */
         int nx = node(c);
-        if ((st = g_str_char(c->g, cur, nx)))
+        if ((tail && (st = g_eps(c->g, cur, b))) || (st = g_str_char(c->g, cur, nx)))
             return st;
+        int n_in = c->g->n_node - in - 1; /* the nodes inside this character, after nx */
+        if ((tail ? mx - k : mn - k) > far) {
+            if (rep < 0)
+                rep = cur, rep_in = in + 1, rep_n = n_in;
+            else if (n_in == rep_n) {
+                if ((st = g_share(c->g, cur, rep)))
+                    return st;
+                for (int j = 0; j < n_in; j++)
+                    if ((st = g_share(c->g, in + 1 + j, rep_in + j)))
+                        return st;
+            }
+        }
         cur = nx;
     }
-    if (mx < 0) {
-        if ((st = g_str_char(c->g, cur, cur)))
-            return st;
-    } else
-        for (long k = mn; k < mx; k++) {
-            int nx = node(c);
-            if ((st = g_eps(c->g, cur, b)) || (st = g_str_char(c->g, cur, nx)))
-                return st;
-            cur = nx;
-        }
+    if (mx < 0 && (st = g_str_char(c->g, cur, cur)))
+        return st;
     return g_eps(c->g, cur, b);
 }
 

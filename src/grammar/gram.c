@@ -19,6 +19,10 @@
     } while (0)
 #define G_UNK (-1) /* the unknown stack below a node, when its cache entry is computed */
 
+static void    fill_free(g_pass *f);
+static int     follow_sets(k3_grammar *g);
+static g_pass *pass_new(const k3_grammar *g);
+
 /* ==== building ======================================================================== */
 
 int g_node_new(k3_grammar *g) {
@@ -78,6 +82,21 @@ k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to) {
     return K3_OK;
 }
 
+k3_status g_share(k3_grammar *g, int node, int rep) {
+    if (g->n_sh == g->cap_sh) {
+        int      cap = g->cap_sh ? g->cap_sh * 2 : 64;
+        int32_t *s   = realloc(g->sh, (size_t)cap * 2 * sizeof *s);
+        if (!s)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        g->sh     = s;
+        g->cap_sh = cap;
+    }
+    g->sh[2 * g->n_sh]     = node;
+    g->sh[2 * g->n_sh + 1] = rep;
+    g->n_sh++;
+    return K3_OK;
+}
+
 k3_status g_new(const k3_gvocab *v, const char *what, k3_grammar **out) {
     k3_grammar *g = k3_calloc(1, sizeof *g);
     *out          = NULL;
@@ -92,6 +111,139 @@ k3_status g_new(const k3_gvocab *v, const char *what, k3_grammar **out) {
     snprintf(g->what, sizeof g->what, "%s", what);
     *out = g;
     return K3_OK;
+}
+
+/* ---- what may follow a rule ----------------------------------------------------------------
+ * A cache pass sees a rule's return as the unknown stack popping; the tokens that go on after
+ * it are checked at run time against the real stack. Only those whose next byte can follow
+ * the rule somewhere need be: follow[rule_of[n]] over-approximates that set for node n's rule
+ * (every call is treated as possibly empty; a node of two rules, or of none, gets all bytes). */
+
+typedef struct g_fol {
+    k3_grammar *g;
+    int32_t    *stamp, *stack; /* (n_node) visit marks, DFS stack */
+    int32_t     mark;
+} g_fol;
+
+static void bits_or(uint64_t *to, const uint64_t *from, int *changed) {
+    for (int k = 0; k < 4; k++)
+        if (from[k] & ~to[k]) {
+            to[k] |= from[k];
+            *changed = 1;
+        }
+}
+
+static const uint64_t g_all[4] = {~0ull, ~0ull, ~0ull, ~0ull};
+
+/* out |= the bytes read first from node `at`: eps and calls followed (a callee adds its first
+ * bytes, and the call may be empty); a return adds at_ret (NULL: nothing). */
+static void first_from(g_fol *f, int at, const uint64_t *at_ret, uint64_t *out, int *changed) {
+    k3_grammar *g  = f->g;
+    int         sp = 0;
+    f->mark++;
+    f->stack[sp++] = at;
+    f->stamp[at]   = f->mark;
+    while (sp) {
+        const g_node *n = &g->node[f->stack[--sp]];
+        if (n->ret && at_ret)
+            bits_or(out, at_ret, changed);
+        for (int k = 0; k < n->n; k++) {
+            const g_edge *e = &n->e[k];
+            if (e->kind == GE_BYTE) {
+                for (int b = e->lo; b <= e->hi; b++)
+                    if (!(out[b >> 6] >> (b & 63) & 1)) {
+                        out[b >> 6] |= 1ull << (b & 63);
+                        *changed = 1;
+                    }
+            } else if (e->kind == GE_CALL)
+                bits_or(out, g->rule_of[e->arg] >= 0 ? g->first[g->rule_of[e->arg]] : g_all, changed);
+            if ((e->kind == GE_EPS || e->kind == GE_CALL) && f->stamp[e->to] != f->mark) {
+                f->stamp[e->to] = f->mark;
+                f->stack[sp++]  = e->to;
+            }
+        }
+    }
+}
+
+/* g->rule_of, g->first, g->follow (0 on success). */
+static int follow_sets(k3_grammar *g) {
+    int      nr    = 0;
+    g_fol    f     = {.g = g};
+    int32_t *start = k3_malloc((size_t)g->n_node * sizeof *start);
+    uint8_t *is_st = k3_calloc((size_t)g->n_node, 1);
+    g->rule_of     = k3_malloc((size_t)g->n_node * sizeof *g->rule_of);
+    f.stamp        = k3_calloc((size_t)g->n_node, sizeof *f.stamp);
+    f.stack        = k3_malloc((size_t)g->n_node * sizeof *f.stack);
+    if (!start || !is_st || !g->rule_of || !f.stamp || !f.stack)
+        goto oom;
+    start[nr++]    = g->root;
+    is_st[g->root] = 1;
+    for (int i = 0; i < g->n_node; i++)
+        for (int k = 0; k < g->node[i].n; k++) {
+            int32_t a = g->node[i].e[k].arg;
+            if (g->node[i].e[k].kind == GE_CALL && !is_st[a]) {
+                is_st[a]    = 1;
+                start[nr++] = a;
+            }
+        }
+    /* members: what a start reaches without entering a call (-1: none, or several rules) */
+    for (int i = 0; i < g->n_node; i++)
+        g->rule_of[i] = -2; /* -2: not reached yet */
+    for (int r = 0; r < nr; r++) {
+        int sp               = 0;
+        g->rule_of[start[r]] = g->rule_of[start[r]] == -2 ? r : -1;
+        f.stack[sp++]        = start[r];
+        while (sp) {
+            const g_node *n = &g->node[f.stack[--sp]];
+            for (int k = 0; k < n->n; k++) {
+                int32_t to = n->e[k].to;
+                if (g->rule_of[to] == r || g->rule_of[to] == -1)
+                    continue;
+                g->rule_of[to] = g->rule_of[to] == -2 ? r : -1;
+                f.stack[sp++]  = to;
+            }
+        }
+    }
+    for (int i = 0; i < g->n_node; i++)
+        if (g->rule_of[i] == -2)
+            g->rule_of[i] = -1;
+    g->first  = k3_calloc((size_t)nr, sizeof *g->first);
+    g->follow = k3_calloc((size_t)nr, sizeof *g->follow);
+    if (!g->first || !g->follow)
+        goto oom;
+    for (int r = 0; r < nr; r++)
+        if (g->rule_of[start[r]] != r) { /* a start inside another rule: all bytes both ways */
+            memcpy(g->first[r], g_all, sizeof g_all);
+            memcpy(g->follow[r], g_all, sizeof g_all);
+        }
+    for (int changed = 1; changed;) { /* the first bytes of each rule */
+        changed = 0;
+        for (int r = 0; r < nr; r++)
+            if (g->rule_of[start[r]] == r)
+                first_from(&f, start[r], NULL, g->first[r], &changed);
+    }
+    for (int changed = 1; changed;) { /* what follows each rule: the bytes after its calls */
+        changed = 0;
+        for (int i = 0; i < g->n_node; i++)
+            for (int k = 0; k < g->node[i].n; k++) {
+                const g_edge *e = &g->node[i].e[k];
+                int           r = g->rule_of[i];
+                if (e->kind == GE_CALL && g->rule_of[e->arg] >= 0)
+                    first_from(&f, e->to, r >= 0 ? g->follow[r] : g_all, g->follow[g->rule_of[e->arg]],
+                               &changed);
+            }
+    }
+    free(start);
+    free(is_st);
+    free(f.stamp);
+    free(f.stack);
+    return 0;
+oom:
+    free(start);
+    free(is_st);
+    free(f.stamp);
+    free(f.stack);
+    return -1;
 }
 
 k3_status g_finish(k3_grammar *g) {
@@ -126,8 +278,13 @@ k3_status g_finish(k3_grammar *g) {
     }
     if (!g->node[g->root].live)
         return k3_err(K3_ERR_ARG, "%s: no document satisfies it (it compiles to nothing)", g->what);
-    if (!(g->cache = k3_calloc((size_t)g->n_node, sizeof *g->cache)))
+    if (!(g->cache = k3_calloc((size_t)g->n_node, sizeof *g->cache)) || !(g->pass = pass_new(g)) ||
+        !(g->share = k3_malloc((size_t)g->n_node * sizeof *g->share)) || follow_sets(g))
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    for (int i = 0; i < g->n_node; i++)
+        g->share[i] = i;
+    for (int k = 0; k < g->n_sh; k++) /* representatives are their own (the first of a group) */
+        g->share[g->sh[2 * k]] = g->share[g->sh[2 * k + 1]];
     return K3_OK;
 }
 
@@ -137,10 +294,17 @@ void k3_grammar_free(k3_grammar *g) {
     for (int i = 0; i < g->n_node; i++) {
         free(g->node[i].e);
         if (g->cache) {
-            free(g->cache[i].acc);
+            free(g->cache[i].bits);
+            free(g->cache[i].ids);
             free(g->cache[i].unc);
         }
     }
+    fill_free(g->pass);
+    free(g->rule_of);
+    free(g->share);
+    free(g->sh);
+    free(g->first);
+    free(g->follow);
     free(g->cache);
     free(g->node);
     pthread_mutex_destroy(g->lock);
@@ -217,13 +381,23 @@ k3_status k3_gvocab_new(const k3_tok *t, int32_t n_vocab, int32_t eos_id, k3_gvo
         k3_gvocab_free(v);
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     }
+    size_t total = 0;
+    for (int32_t i = 0; i < v->n_sorted; i++)
+        total += v->plen[v->sorted[i]];
+    if (!(v->sbytes = k3_malloc(total + 1))) {
+        k3_gvocab_free(v);
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    }
+    total = 0;
     for (int32_t i = 0, b = 0; i <= v->n_sorted; i++) {
         int fb = i < v->n_sorted ? (uint8_t)v->piece[v->sorted[i]][0] : 256;
         while (b <= fb)
             v->first[b++] = i;
-        if (i < v->n_sorted) {
-            v->spiece[i] = v->piece[v->sorted[i]];
-            v->splen[i]  = v->plen[v->sorted[i]];
+        if (i < v->n_sorted) { /* the bytes in sorted order, one after the other */
+            v->splen[i] = v->plen[v->sorted[i]];
+            memcpy(v->sbytes + total, v->piece[v->sorted[i]], v->splen[i]);
+            v->spiece[i] = v->sbytes + total;
+            total += v->splen[i];
         }
     }
     for (int32_t i = 1; i < v->n_sorted; i++) {
@@ -253,6 +427,7 @@ void k3_gvocab_free(k3_gvocab *v) {
     free(v->lcp);
     free(v->spiece);
     free(v->splen);
+    free(v->sbytes);
     free(v);
 }
 
@@ -297,6 +472,15 @@ static int set_push(g_set *s, int32_t node, int32_t frame) {
         s->cap = cap;
     }
     s->v[s->n++] = (g_cfg){node, frame};
+    return 0;
+}
+
+static int set_reserve(g_set *s, int n) {
+    g_cfg *v = realloc(s->v, (size_t)n * sizeof *v);
+    if (!v)
+        return -1;
+    s->v   = v;
+    s->cap = n;
     return 0;
 }
 
@@ -414,6 +598,139 @@ static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set
     closure(w, out, root, acc, esc);
 }
 
+/* ==== a lazy DFA over closed configuration sets ========================================== */
+
+/* State 0 is the empty set. A transition is -1 (not computed yet) or target << 2 | acc << 1 |
+ * esc, with acc and esc those of step() for that byte. */
+#define G_DFA_MAX 4096       /* states before a matcher's DFA starts again (1 KB of transitions each) */
+#define G_PASS_DFA_MAX 65536 /* the same for a grammar's cache-pass DFA (64 MB)                      */
+
+typedef struct g_dfa {
+    g_cfg   *cfg;  /* state s: cfg[off[s] .. off[s + 1]), sorted */
+    int32_t *off;  /* (n + 1) */
+    int32_t *row;  /* (n * 256) */
+    int32_t *hash; /* (hcap) state ids + 1, 0 empty */
+    int      n, cap, ncfg, capcfg, hcap;
+    int      root;  /* the frame whose pop completes the document */
+    int      canon; /* 1: nodes replaced by their g->share representative (a cache
+                     * pass only: one piece never tells them apart) */
+    const k3_grammar *g;
+    g_set             tmp; /* step() output */
+} g_dfa;
+
+static void dfa_free(g_dfa *d) {
+    free(d->cfg);
+    free(d->off);
+    free(d->row);
+    free(d->hash);
+    free(d->tmp.v);
+    *d = (g_dfa){.root = d->root, .canon = d->canon, .g = d->g};
+}
+
+static int cfg_cmp(const void *a, const void *b) {
+    const g_cfg *x = a, *y = b;
+    if (x->node != y->node)
+        return x->node < y->node ? -1 : 1;
+    return (x->frame > y->frame) - (x->frame < y->frame);
+}
+
+static uint32_t set_hash(const g_cfg *v, int n) {
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < n; i++)
+        h = (h ^ ((uint32_t)v[i].node * 2654435761u) ^ ((uint32_t)v[i].frame * 40503u)) * 16777619u;
+    return h;
+}
+
+/* The id of the set v[0..n) (sorted in place), a new state if unseen; -1 on out of memory. */
+static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
+    if (d->canon)
+        for (int i = 0; i < n; i++)
+            v[i].node = d->g->share[v[i].node];
+    if (n > 1) {
+        qsort(v, (size_t)n, sizeof *v, cfg_cmp);
+        int k = 1; /* canonical nodes may repeat */
+        for (int i = 1; i < n; i++)
+            if (v[i].node != v[k - 1].node || v[i].frame != v[k - 1].frame)
+                v[k++] = v[i];
+        n = k;
+    }
+    if (!d->off && !(d->off = k3_calloc(1, sizeof *d->off))) /* off[0] = 0 */
+        return -1;
+    if (2 * (d->n + 1) >= d->hcap) {
+        int      cap = d->hcap ? d->hcap * 2 : 256;
+        int32_t *h   = k3_calloc((size_t)cap, sizeof *h);
+        if (!h)
+            return -1;
+        for (int s = 0; s < d->n; s++) {
+            uint32_t k = set_hash(d->cfg + d->off[s], d->off[s + 1] - d->off[s]) & (uint32_t)(cap - 1);
+            while (h[k])
+                k = (k + 1) & (uint32_t)(cap - 1);
+            h[k] = s + 1;
+        }
+        free(d->hash);
+        d->hash = h;
+        d->hcap = cap;
+    }
+    uint32_t k = set_hash(v, n) & (uint32_t)(d->hcap - 1);
+    for (; d->hash[k]; k = (k + 1) & (uint32_t)(d->hcap - 1)) {
+        int32_t s = d->hash[k] - 1;
+        if (d->off[s + 1] - d->off[s] == n && (!n || !memcmp(d->cfg + d->off[s], v, (size_t)n * sizeof *v)))
+            return s;
+    }
+    if (d->n == d->cap) {
+        int      cap = d->cap ? d->cap * 2 : 64;
+        int32_t *o   = realloc(d->off, (size_t)(cap + 1) * sizeof *o);
+        if (!o)
+            return -1;
+        d->off     = o;
+        int32_t *r = realloc(d->row, (size_t)cap * 256 * sizeof *r);
+        if (!r)
+            return -1;
+        d->row = r;
+        d->cap = cap;
+    }
+    if (d->ncfg + n > d->capcfg) {
+        int cap = d->capcfg ? d->capcfg : 256;
+        while (cap < d->ncfg + n)
+            cap *= 2;
+        g_cfg *c = realloc(d->cfg, (size_t)cap * sizeof *c);
+        if (!c)
+            return -1;
+        d->cfg    = c;
+        d->capcfg = cap;
+    }
+    if (n)
+        memcpy(d->cfg + d->ncfg, v, (size_t)n * sizeof *v);
+    d->ncfg += n;
+    d->off[d->n + 1] = d->ncfg;
+    int32_t *row     = d->row + (size_t)d->n * 256; /* bytes no edge reads lead to state 0 */
+    memset(row, 0, 256 * sizeof *row);
+    for (int i = 0; i < n; i++) {
+        const g_node *nd = &d->g->node[v[i].node];
+        for (int j = 0; j < nd->n; j++)
+            if (nd->e[j].kind == GE_BYTE)
+                for (int b = nd->e[j].lo; b <= nd->e[j].hi; b++)
+                    row[b] = -1;
+    }
+    d->hash[k] = d->n + 1;
+    return d->n++;
+}
+
+/* The transition of state s on byte b (computing it on first use); -1 on out of memory. */
+static inline int32_t dfa_next(g_dfa *d, g_walk *w, int32_t s, uint8_t b) {
+    int32_t t = d->row[(size_t)s * 256 + b];
+    if (t >= 0)
+        return t;
+    int acc, esc;
+    step(w, d->cfg + d->off[s], d->off[s + 1] - d->off[s], GE_BYTE, b, &d->tmp, d->root, &acc, &esc);
+    int32_t to = w->oom ? -1 : dfa_intern(d, d->tmp.v, d->tmp.n);
+    if (to < 0)
+        return w->oom = 1, -1;
+    t                           = to << 2 | acc << 1 | esc;
+    d->row[(size_t)s * 256 + b] = t;
+    return t;
+}
+
 /* ==== matcher ============================================================================ */
 
 struct k3_gmatch {
@@ -422,7 +739,8 @@ struct k3_gmatch {
     g_set             cur, nxt, tmp;
     int               accept; /* the document is complete (an end token may follow)  */
     int               ended;  /* an end token was accepted                             */
-    g_set            *lv;     /* (max_len + 1) check_sorted's sets per prefix length  */
+    g_dfa             dfa;    /* root frame 0: uncertain tokens against the whole set */
+    int32_t          *lvs;    /* (max_len + 1) check_sorted's states per prefix length */
     uint8_t          *lacc;   /* (max_len + 1) and whether the document was complete  */
 };
 
@@ -431,8 +749,14 @@ k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out) {
     k3_gmatch *m = k3_calloc(1, sizeof *m);
     if (!m)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-    m->g         = g;
-    m->w.g       = g;
+    m->g     = g;
+    m->w.g   = g;
+    m->dfa.g = g;
+    if (!(m->lvs = k3_calloc((size_t)g->voc->max_len + 1, sizeof *m->lvs)) ||
+        !(m->lacc = k3_calloc((size_t)g->voc->max_len + 1, 1))) {
+        k3_gmatch_free(m);
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    }
     int32_t root = frame_get(&m->w, -1, G_UNK); /* frame 0: the empty stack */
     int     esc;
     if (root != 0 || set_push(&m->w.work, g->root, 0)) {
@@ -452,9 +776,8 @@ void k3_gmatch_free(k3_gmatch *m) {
     if (!m)
         return;
     walk_free(&m->w);
-    for (int i = 0; m->lv && i <= m->g->voc->max_len; i++)
-        free(m->lv[i].v);
-    free(m->lv);
+    dfa_free(&m->dfa);
+    free(m->lvs);
     free(m->lacc);
     free(m->cur.v);
     free(m->nxt.v);
@@ -556,93 +879,163 @@ int k3_gmatch_allows(k3_gmatch *m, int32_t id) {
 
 /* ==== token masks ======================================================================== */
 
-/* The cache entry of reading node `node`: walk the sorted vocabulary from {(node, G_UNK)},
- * sharing the steps of common prefixes; a token is accepted when a configuration survives its
+struct g_pass {
+    g_walk    w;   /* frames relative to the unknown stack G_UNK */
+    g_dfa     d;   /* root: none (G_UNK - 1) */
+    int32_t  *lvs; /* (max_len + 1) the state after each prefix length */
+    uint8_t  *esc; /* (max_len + 1) whether the step into a level left the rule */
+    uint8_t  *unc; /* (max_len + 1) whether the token depends on the stack so far */
+    uint64_t *acc; /* (words) scratch bitset */
+};
+
+/* The grammar's cache-pass state (g_finish). */
+static g_pass *pass_new(const k3_grammar *g) {
+    int     D = g->voc->max_len + 1;
+    g_pass *f = k3_calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->w.g     = g;
+    f->d.root  = G_UNK - 1;
+    f->d.canon = 1;
+    f->d.g     = g;
+    if (!(f->lvs = k3_calloc((size_t)D, sizeof *f->lvs)) || !(f->esc = k3_calloc((size_t)D, 1)) ||
+        !(f->unc = k3_calloc((size_t)D, 1)) || !(f->acc = k3_calloc((size_t)g->voc->words, sizeof *f->acc)) ||
+        dfa_intern(&f->d, NULL, 0) != 0) {
+        fill_free(f);
+        return NULL;
+    }
+    return f;
+}
+
+static void fill_free(g_pass *f) {
+    if (!f)
+        return;
+    walk_free(&f->w);
+    dfa_free(&f->d);
+    free(f->lvs);
+    free(f->esc);
+    free(f->unc);
+    free(f->acc);
+    free(f);
+}
+
+static int push_id(int32_t **v, int *n, int *cap, int32_t id) {
+    if (*n == *cap) {
+        int      c  = *cap ? *cap * 2 : 64;
+        int32_t *nv = realloc(*v, (size_t)c * sizeof *nv);
+        if (!nv)
+            return -1;
+        *v   = nv;
+        *cap = c;
+    }
+    (*v)[(*n)++] = id;
+    return 0;
+}
+
+/* The cache entry of reading node `node`: walk the sorted vocabulary from {(node, G_UNK)}
+ * through the grammar's fill DFA, sharing the steps of common prefixes and skipping every
+ * first byte that kills all branches; a token is accepted when a configuration survives its
  * last byte, uncertain when some branch left the rule (popped G_UNK) on the way. */
 static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c) {
-    const k3_gvocab *v  = g->voc;
-    k3_status        st = K3_OK;
-    int              D = v->max_len + 1, nunc = 0, capunc = 0, have = 0;
-    g_set           *lv  = k3_calloc((size_t)D, sizeof *lv);
-    uint8_t         *esc = k3_calloc((size_t)D, 1);
-    uint64_t        *acc = k3_calloc((size_t)v->words, sizeof *acc);
+    const k3_gvocab *v    = g->voc;
+    int              nunc = 0, capunc = 0, have = 0;
     int32_t         *unc = NULL;
-    g_walk           w   = {.g = g};
-    if (!lv || !esc || !acc || set_push(&lv[0], node, G_UNK))
+    g_pass          *f   = g->pass;
+    g_cfg            c0  = {node, G_UNK};
+    if (f->d.n > G_PASS_DFA_MAX) /* a memo: start again rather than grow without bound */
+        dfa_free(&f->d);
+    int32_t         s0  = f->d.n || dfa_intern(&f->d, NULL, 0) == 0 ? dfa_intern(&f->d, &c0, 1) : -1;
+    int32_t        *lvs = f->lvs;
+    uint8_t        *eb = f->esc, *u = f->unc;
+    uint64_t       *acc  = f->acc;
+    int32_t         nacc = 0;
+    const uint64_t *fol  = g->rule_of[node] >= 0 ? g->follow[g->rule_of[node]] : g_all;
+#define FOL(x) (fol[(uint8_t)(x) >> 6] >> ((uint8_t)(x)&63) & 1)
+    if (s0 < 0)
         goto oom;
+    memset(acc, 0, (size_t)v->words * sizeof *acc);
+    lvs[0] = s0;
+    eb[0] = u[0] = 0;
+    /* Level d: lvs[d] the state after p[0..d), eb[d] whether the step into it left the rule,
+     * u[d] whether an earlier step left it with the next byte one that may follow the rule
+     * (the token then depends on the stack). A token that leaves the rule with its last byte
+     * is accepted in any context: the caller's return node is live. */
     for (int b = 0; b < 256; b++) { /* by first byte: a byte that kills every branch skips its range */
         int32_t lo = v->first[b], hi = v->first[b + 1];
         if (lo == hi)
             continue;
-        int a0, e0;
-        step(&w, lv[0].v, lv[0].n, GE_BYTE, (uint8_t)b, &lv[1], G_UNK - 1, &a0, &e0);
-        if (w.oom)
+        int32_t t = dfa_next(&f->d, &f->w, s0, (uint8_t)b);
+        if (t < 0)
             goto oom;
-        if (lv[1].n == 0 && !e0)
+        if (t >> 2 == 0 && !(t & 1))
             continue;
-        esc[1] = (uint8_t)e0;
+        lvs[1] = t >> 2;
+        eb[1]  = (uint8_t)(t & 1);
+        u[1]   = 0;
         have   = 1;
         for (int32_t i = lo; i < hi; i++) {
-            int32_t     id = v->sorted[i];
-            const char *p  = v->spiece[i];
+            const char *p = v->spiece[i];
             int         L = (int)v->splen[i], d = i == lo ? 1 : v->lcp[i] < have ? v->lcp[i] : have;
-            while (d < L && lv[d].n > 0) {
-                int a, e;
-                step(&w, lv[d].v, lv[d].n, GE_BYTE, (uint8_t)p[d], &lv[d + 1], G_UNK - 1, &a, &e);
-                if (w.oom)
+            while (d < L && lvs[d]) {
+                int32_t x = dfa_next(&f->d, &f->w, lvs[d], (uint8_t)p[d]);
+                if (x < 0)
                     goto oom;
-                esc[d + 1] = esc[d] | (uint8_t)e;
+                u[d + 1]   = u[d] | (eb[d] & (uint8_t)FOL(p[d]));
+                lvs[d + 1] = x >> 2;
+                eb[d + 1]  = (uint8_t)(x & 1);
                 d++;
             }
             have = d;
-            if (d == L && lv[L].n > 0)
+            if (d == L && (lvs[L] || eb[L])) {
+                int32_t id = v->sorted[i];
                 acc[id >> 6] |= 1ull << (id & 63);
-            else if (esc[d]) {
-                if (nunc == capunc) {
-                    capunc      = capunc ? capunc * 2 : 64;
-                    int32_t *nu = realloc(unc, (size_t)capunc * sizeof *nu);
-                    if (!nu)
-                        goto oom;
-                    unc = nu;
-                }
-                unc[nunc++] = id;
+                nacc++;
+            } else if ((u[d] || (d < L && eb[d] && FOL(p[d]))) && push_id(&unc, &nunc, &capunc, v->sorted[i]))
+                goto oom;
+        }
+    }
+#undef FOL
+    /* the smallest form: a list of n ids takes 4n bytes, the bitset 8 * words */
+    int32_t nrej = v->n_vocab - nacc, *ids = NULL, n = 0;
+    int     kind = nacc <= 2 * v->words ? GC_ACC : nrej <= 2 * v->words ? GC_REJ : GC_BITS;
+    if (kind == GC_BITS) {
+        if (!(c->bits = k3_malloc((size_t)v->words * sizeof *c->bits)))
+            goto oom;
+        memcpy(c->bits, acc, (size_t)v->words * sizeof *acc);
+    } else {
+        if (!(ids = k3_malloc(((size_t)(kind == GC_ACC ? nacc : nrej) + 1) * sizeof *ids)))
+            goto oom;
+        for (int k = 0; k < v->words; k++) { /* the set (or clear) bits, in id order */
+            uint64_t x = kind == GC_ACC ? acc[k] : ~acc[k];
+            for (; x; x &= x - 1) {
+                int32_t id = k * 64 + __builtin_ctzll(x);
+                if (id < v->n_vocab)
+                    ids[n++] = id;
             }
         }
+        c->ids   = ids;
+        c->n_ids = n;
     }
     c->unc   = unc;
     c->n_unc = nunc;
-    __atomic_store_n(&c->acc, acc, __ATOMIC_RELEASE); /* last: readers check acc without the lock */
-    acc = NULL;
-    unc = NULL;
-    goto done;
+    __atomic_store_n(&c->kind, kind, __ATOMIC_RELEASE); /* last: readers check kind without the lock */
+    return K3_OK;
 oom:
-    st = k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
-done:
-    for (int i = 0; lv && i < D; i++)
-        free(lv[i].v);
-    free(lv);
-    free(esc);
-    free(acc);
     free(unc);
-    walk_free(&w);
-    return st;
+    return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
 }
 
 /* Sets the bits of ids[0..n) (ordinary tokens in sorted piece order) that continue m->cur,
- * sharing the steps of common prefixes as cache_fill does; ids already set are skipped. */
-static void check_sorted(k3_gmatch *m, const int32_t *ids, int n, uint64_t *bits) {
+ * sharing the steps of common prefixes as cache_fill does, through the matcher's DFA; ids
+ * already set are skipped. s0: m->cur's state. */
+static void check_sorted(k3_gmatch *m, int32_t s0, const int32_t *ids, int n, uint64_t *bits) {
     const k3_gvocab *v    = m->g->voc;
     const char      *prev = NULL;
     int              have = 0, plen = 0;
-    if (!n)
-        return;
-    if (!m->lv) {
-        if (!(m->lv = k3_calloc((size_t)v->max_len + 1, sizeof *m->lv)) ||
-            !(m->lacc = k3_calloc((size_t)v->max_len + 1, 1))) {
-            m->w.oom = 1;
-            return;
-        }
-    }
+    int32_t         *lvs  = m->lvs;
+    uint8_t         *lacc = m->lacc;
+    lvs[0]                = s0;
+    lacc[0]               = (uint8_t)m->accept;
     for (int k = 0; k < n; k++) {
         int32_t id = ids[k];
         if (bits[id >> 6] >> (id & 63) & 1)
@@ -651,24 +1044,64 @@ static void check_sorted(k3_gmatch *m, const int32_t *ids, int n, uint64_t *bits
         int         L = (int)v->plen[id], d = 0;
         while (prev && d < have && d < L && d < plen && prev[d] == p[d])
             d++;
-        /* level d holds the set after p[0..d); level 0 is m->cur itself */
-        while (d < L) {
-            const g_set *from = d ? &m->lv[d] : &m->cur;
-            int          acc, esc;
-            if (from->n == 0)
-                break;
-            step(&m->w, from->v, from->n, GE_BYTE, (uint8_t)p[d], &m->lv[d + 1], 0, &acc, &esc);
-            m->lacc[d + 1] = (uint8_t)acc;
-            if (m->w.oom)
+        /* level d holds the state after p[0..d); level 0 is m->cur's */
+        while (d < L && lvs[d]) {
+            int32_t x = dfa_next(&m->dfa, &m->w, lvs[d], (uint8_t)p[d]);
+            if (x < 0)
                 return;
+            lvs[d + 1]  = x >> 2;
+            lacc[d + 1] = (uint8_t)(x >> 1 & 1);
             d++;
         }
         have = d;
         prev = p;
         plen = L;
-        if (d == L && (m->lv[L].n > 0 || m->lacc[L]))
+        if (d == L && (lvs[L] || lacc[L]))
             bits[id >> 6] |= 1ull << (id & 63);
     }
+}
+
+/* bits |= the cached part of node's entry c. */
+static void cache_or(const k3_gvocab *v, const g_cache *c, uint64_t *bits) {
+    if (c->kind == GC_BITS)
+        for (int k = 0; k < v->words; k++)
+            bits[k] |= c->bits[k];
+    else if (c->kind == GC_ACC)
+        for (int32_t i = 0; i < c->n_ids; i++)
+            bits[c->ids[i] >> 6] |= 1ull << (c->ids[i] & 63);
+    else { /* the complement of the rejected ids, a word at a time */
+        int32_t i = 0;
+        for (int k = 0; k < v->words; k++) {
+            uint64_t r = 0;
+            for (; i < c->n_ids && c->ids[i] >> 6 == k; i++)
+                r |= 1ull << (c->ids[i] & 63);
+            bits[k] |= ~r;
+        }
+        if (v->n_vocab & 63)
+            bits[v->words - 1] &= (1ull << (v->n_vocab & 63)) - 1;
+    }
+}
+
+/* Fills node's cache entry if no one has (at compile time or on first use). */
+static k3_status cache_get(const k3_grammar *g, int node) {
+    node       = g->share[node];
+    g_cache *c = &g->cache[node];
+    if (__atomic_load_n(&c->kind, __ATOMIC_ACQUIRE))
+        return K3_OK;
+    pthread_mutex_lock(g->lock);
+    k3_status st = c->kind ? K3_OK : cache_fill(g, node, c);
+    pthread_mutex_unlock(g->lock);
+    return st;
+}
+
+k3_status k3_grammar_warm(const k3_grammar *g) {
+    for (int i = 0; i < g->n_node; i++)
+        if (g->node[i].reads) {
+            k3_status st = cache_get(g, i);
+            if (st)
+                return st;
+        }
+    return K3_OK;
 }
 
 k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *bits) {
@@ -678,22 +1111,26 @@ k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *bits) {
     if (m->ended)
         return K3_OK;
     for (int i = 0; i < m->cur.n; i++) { /* stack-independent part, cached per node */
-        int      node = m->cur.v[i].node;
-        g_cache *c    = &g->cache[node];
-        if (!__atomic_load_n(&c->acc, __ATOMIC_ACQUIRE)) {
-            pthread_mutex_lock(g->lock);
-            k3_status st = c->acc ? K3_OK : cache_fill(g, node, c);
-            pthread_mutex_unlock(g->lock);
-            if (st)
-                return st;
-        }
-        const uint64_t *a = c->acc;
-        for (int k = 0; k < v->words; k++)
-            bits[k] |= a[k];
+        k3_status st = cache_get(g, m->cur.v[i].node);
+        if (st)
+            return st;
+        cache_or(v, &g->cache[g->share[m->cur.v[i].node]], bits);
     }
+    int32_t s0 = -1;
     for (int i = 0; i < m->cur.n; i++) { /* uncertain tokens: against the whole set */
-        const g_cache *c = &g->cache[m->cur.v[i].node];
-        check_sorted(m, c->unc, c->n_unc, bits);
+        const g_cache *c = &g->cache[g->share[m->cur.v[i].node]];
+        if (c->n_unc && s0 < 0) {
+            if (m->dfa.n > G_DFA_MAX) /* a long output's many stacks: start the DFA again */
+                dfa_free(&m->dfa);
+            if (!m->dfa.n && dfa_intern(&m->dfa, NULL, 0) != 0)
+                return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+            if (m->tmp.cap < m->cur.n && set_reserve(&m->tmp, m->cur.n))
+                return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+            memcpy(m->tmp.v, m->cur.v, (size_t)m->cur.n * sizeof *m->tmp.v);
+            if ((s0 = dfa_intern(&m->dfa, m->tmp.v, m->cur.n)) < 0)
+                return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+        }
+        check_sorted(m, s0, c->unc, c->n_unc, bits);
         const g_node *n = &g->node[m->cur.v[i].node];
         for (int k = 0; k < n->n; k++)
             if (n->e[k].kind == GE_SPECIAL && n->e[k].arg < v->n_vocab)

@@ -172,15 +172,20 @@ int32_t k3_sampler_sample_masked(k3_sampler *s, const float *logits, int n, cons
     if (n <= 0 || !logits)
         return -1;
     if (!(s->p.temp > 0)) { /* greedy: the first maximum among the allowed ids, no copy */
-        int32_t best = -1;
-        for (int i = 0; i < n; i++)
-            if (mask[i >> 6] >> (i & 63) & 1 && !isnan(logits[i]) && (best < 0 || logits[i] > logits[best]))
-                best = i;
-        if (best < 0) /* every allowed logit NaN: the first allowed id, as greedy takes id 0 */
-            for (int i = 0; i < n && best < 0; i++)
-                if (mask[i >> 6] >> (i & 63) & 1)
+        int32_t best = -1, first = -1;
+        float   bv = 0;
+        for (int k = 0; k < (n + 63) / 64; k++) /* only the set bits, in id order */
+            for (uint64_t w = mask[k] & (k == n / 64 ? (1ull << (n & 63)) - 1 : ~0ull); w; w &= w - 1) {
+                int i = k * 64 + __builtin_ctzll(w);
+                if (first < 0)
+                    first = i;
+                if (!isnan(logits[i]) && (best < 0 || logits[i] > bv)) {
                     best = i;
-        return best;
+                    bv   = logits[i];
+                }
+            }
+        return best >= 0 ? best
+                         : first; /* every allowed logit NaN: the first allowed id, as greedy takes id 0 */
     }
     if (s->mcap < n) {
         float *m = realloc(s->masked, (size_t)n * sizeof *m);

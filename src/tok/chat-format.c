@@ -349,6 +349,15 @@ static k3_status need_special(const k3_tok *t, const char *name, int32_t *id) {
     return K3_OK;
 }
 
+k3_status k3_chat_think_close(const k3_tok *t, k3_ids *out) {
+    chat_enc  e = {t, out, 0, 0, 0, 0};
+    k3_status st;
+    if ((st = need_special(t, "<|open|>", &e.open)) || (st = need_special(t, "<|close|>", &e.close)) ||
+        (st = need_special(t, "<|sep|>", &e.sep)) || (st = close_tag(&e, "think")))
+        return st;
+    return open_tag(&e, "response", NULL);
+}
+
 k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs, const k3_chat_opts *o,
                          k3_ids *out) {
     static const k3_chat_opts defaults = {1, NULL, 1, NULL, NULL, NULL, NULL};

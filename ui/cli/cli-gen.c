@@ -109,9 +109,9 @@ static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3
     uint64_t       *mask = NULL;
     k3_chat_parser *prs  = NULL;
     k3_sampler     *smp  = NULL;
-    k3_ids          ids  = {0};
+    k3_ids          ids = {0}, tclose = {0};
     k3_status       st;
-    int             rc = 1, think = o->think >= 0 ? o->think : 1;
+    int             rc = 1, think = o->think >= 0 ? o->think : 1, i_close = 0, n_think = 0;
     k3_chat_msg     msgs[2];
     size_t          nm = 0;
     if (o->system && *o->system)
@@ -119,7 +119,8 @@ static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3
     msgs[nm++]       = (k3_chat_msg){.role = "user", .content = o->prompt};
     k3_chat_opts opt = {.think = think, .effort = o->effort, .gen_prompt = 1};
     if ((st = k3_tok_load(o->dir, NULL, &tok)) || (st = k3_chat_encode(tok, msgs, nm, &opt, &ids)) ||
-        (st = k3_chat_parser_new(tok, think, &prs))) {
+        (st = k3_chat_parser_new(tok, think, &prs)) ||
+        (think && o->think_budget > 0 && (st = k3_chat_think_close(tok, &tclose)))) {
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
@@ -145,12 +146,19 @@ static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3
     int         ended = 0, thought = 0, cut = 0;
     txt_esc     esc_out = {0}, esc_err = {0};
     const char *why = "max tokens";
-    for (int i = 0; i < max_tokens && !ended; i++) {
-        int     masked = gm && k3_chat_parser_channel(prs) == K3_CHAN_RESPONSE;
+    for (int i = 0, last = -1; i < max_tokens && !ended; i++) {
+        int     chan = k3_chat_parser_channel(prs), masked = gm && chan == K3_CHAN_RESPONSE;
         int32_t t;
         if (masked && (st = k3_gmatch_mask(gm, mask)))
             break;
-        t = k3_sampler_sample_masked(smp, k3_session_logits(s), info.vocab, masked ? mask : NULL);
+        if (tclose.n && i_close < (int)tclose.n &&
+            (i_close > 0 || (chan == K3_CHAN_THINK && n_think >= o->think_budget &&
+                             !(last >= 0 && k3_tok_is_special(tok, last)))))
+            t = tclose.v[i_close++]; /* --think-budget is spent: close the reasoning */
+        else
+            t = k3_sampler_sample_masked(smp, k3_session_logits(s), info.vocab, masked ? mask : NULL);
+        n_think += chan == K3_CHAN_THINK;
+        last = t;
         if (t < 0) {
             why = "the grammar allows no token here";
             break;
@@ -198,6 +206,7 @@ done:
     k3_sampler_free(smp);
     k3_chat_parser_free(prs);
     k3_ids_free(&ids);
+    k3_ids_free(&tclose);
     k3_tok_free(tok);
     return rc;
 }

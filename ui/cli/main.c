@@ -116,6 +116,9 @@ static int set_flag(ui_opts *o, enum k3_setting_id id, const char *arg) {
     case K3_SETTING_MAX_TOKENS:
         o->max_tokens = (int)v;
         break;
+    case K3_SETTING_THINK_BUDGET:
+        o->think_budget = (int)v;
+        break;
     case K3_SETTING_SEED:
         o->seed     = u;
         o->has_seed = 1;

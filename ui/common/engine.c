@@ -203,6 +203,7 @@ void ue_gen_settings(struct k3_conv *c, const ue_gen *g, float temp, float top_p
     set->think = g->think;
     snprintf(set->effort, sizeof set->effort, "%s", ue_effort_name(g->effort));
     set->max_tokens     = g->max_tokens > 0 ? g->max_tokens : 0;
+    set->think_budget   = g->think_budget;
     set->sampling.temp  = temp;
     set->sampling.top_p = top_p;
     if (g->has_seed)
@@ -393,7 +394,11 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
             ue_emitf(u, EV_ERROR, "/save: %s", k3_errmsg());
         } else {
             atomic_store(&u->unsaved, 0); /* on disk now, in the file named */
-            ue_emitf(u, EV_INFO, "saved %d message%s to %s", k3_conv_count(c), plural(k3_conv_count(c)),
+            char ab[48] = "";             /* the file holds the abandoned branches too (/edit, /retry) */
+            int  na     = k3_conv_abandoned_count(c);
+            if (na)
+                snprintf(ab, sizeof ab, " and %d abandoned", na);
+            ue_emitf(u, EV_INFO, "saved %d message%s%s to %s", k3_conv_count(c), plural(k3_conv_count(c)), ab,
                      cmd->text);
         }
         return 1;
@@ -424,7 +429,7 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
                              .effort = (int)eff};
             ev_push(u->out, &e);
         }
-        return 2;
+        return li.has_settings ? 3 : 2;
     }
     case EV_CMD_EXPORT:
         if (!cmd->x && chat_file_may_replace("/export", cmd->text, CHAT_FILE_EXPORT, msg, sizeof msg))

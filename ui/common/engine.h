@@ -108,8 +108,9 @@ struct k3_conv;
 /* EV_RESET, then one EV_MSG per message of c. */
 void ue_send_history(ue *u, const struct k3_conv *c);
 /* Handle the conversation edits (/undo /forget /clear /system /save /load /export) the same way in
- * every backend; 1 when cmd was one of them (2: a /load that succeeded), 0 when the backend must
- * handle it. EV_CMD_EDIT
+ * every backend; 1 when cmd was one of them (2: a /load that succeeded; 3: one that also sent
+ * the transcript's settings as EV_SETTINGS, which the front end answers with the settings in
+ * force), 0 when the backend must handle it. EV_CMD_EDIT
  * moves the last exchange to an abandoned branch and returns 0: the backend sends as for
  * EV_CMD_SEND. */
 int    ue_conv_cmd(ue *u, struct k3_conv *c, const ui_ev *cmd);

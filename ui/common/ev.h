@@ -77,9 +77,10 @@ typedef struct ue_stats {
 /* Generation settings, copied into each command (the worker never reads UI state). */
 typedef struct ue_gen {
     float    temp, top_p;
-    int      think;      /* 1 on, 0 off                   */
-    int      effort;     /* 0 low, 1 high, 2 max          */
-    int      max_tokens; /* -1 = until end of message     */
+    int      think;        /* 1 on, 0 off                   */
+    int      effort;       /* 0 low, 1 high, 2 max          */
+    int      max_tokens;   /* -1 = until end of message     */
+    int      think_budget; /* reasoning tokens, 0 = no limit */
     uint64_t seed;
     int      has_seed;
     /* 1: not chosen by the user, so the backend uses the model's generation defaults (a message

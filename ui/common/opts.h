@@ -6,21 +6,22 @@
 #include <stdint.h>
 
 typedef struct ui_opts {
-    const char *dir;         /* model or vocabulary directory                           */
-    const char *file;        /* FILE / TRANSCRIPT argument                              */
-    const char *prompt;      /* --prompt                                                */
-    const char *ids;         /* --ids                                                   */
-    const char *pattern;     /* --pattern kimi|o200k (NULL = from the directory)        */
-    const char *load;        /* --load FILE                                             */
-    const char *theme;       /* --theme NAME, else K3_THEME                             */
-    const char *system;      /* --system TEXT                                           */
-    const char *json_schema; /* --json-schema FILE: the answer follows this schema      */
-    int         json;        /* --json: the answer is one JSON object                   */
-    int         measure;     /* --measure (with --inspect): the speed figures measured again */
-    int         max_tokens;  /* --max-tokens, -1 = default                              */
-    float       temp;        /* --temp, NAN = generation_config.json default            */
-    float       top_p;       /* --top-p, NAN = default                                  */
-    uint64_t    seed;        /* --seed                                                  */
+    const char *dir;          /* model or vocabulary directory                           */
+    const char *file;         /* FILE / TRANSCRIPT argument                              */
+    const char *prompt;       /* --prompt                                                */
+    const char *ids;          /* --ids                                                   */
+    const char *pattern;      /* --pattern kimi|o200k (NULL = from the directory)        */
+    const char *load;         /* --load FILE                                             */
+    const char *theme;        /* --theme NAME, else K3_THEME                             */
+    const char *system;       /* --system TEXT                                           */
+    const char *json_schema;  /* --json-schema FILE: the answer follows this schema      */
+    int         json;         /* --json: the answer is one JSON object                   */
+    int         measure;      /* --measure (with --inspect): the speed figures measured again */
+    int         max_tokens;   /* --max-tokens, -1 = default                              */
+    int         think_budget; /* --think-budget N: reasoning tokens, 0 = no limit       */
+    float       temp;         /* --temp, NAN = generation_config.json default            */
+    float       top_p;        /* --top-p, NAN = default                                  */
+    uint64_t    seed;         /* --seed                                                  */
     int         has_seed;
     int         think;       /* --think on|off: 1/0, -1 = default (on)                  */
     const char *effort;      /* --effort low|high|max                                   */

@@ -17,17 +17,18 @@
 
 void chat_settings_init(chat_settings *s, const ui_opts *o) {
     memset(s, 0, sizeof *s);
-    s->gen.temp        = (float)k3_setting(K3_SETTING_TEMP)->def;
-    s->gen.top_p       = (float)k3_setting(K3_SETTING_TOP_P)->def;
-    s->gen.think       = o->think >= 0 ? o->think : (int)k3_setting(K3_SETTING_THINK)->def;
-    s->gen.effort      = (int)k3_setting(K3_SETTING_EFFORT)->def;
-    s->gen.max_tokens  = o->max_tokens;
-    s->gen.seed        = o->seed;
-    s->gen.has_seed    = o->has_seed;
-    s->gen.model_temp  = 1;
-    s->gen.model_top_p = 1;
-    s->show_thinking   = (int)k3_setting(K3_SETTING_SHOW_THINKING)->def;
-    s->expert_gb       = -1;
+    s->gen.temp         = (float)k3_setting(K3_SETTING_TEMP)->def;
+    s->gen.top_p        = (float)k3_setting(K3_SETTING_TOP_P)->def;
+    s->gen.think        = o->think >= 0 ? o->think : (int)k3_setting(K3_SETTING_THINK)->def;
+    s->gen.effort       = (int)k3_setting(K3_SETTING_EFFORT)->def;
+    s->gen.max_tokens   = o->max_tokens;
+    s->gen.think_budget = o->think_budget;
+    s->gen.seed         = o->seed;
+    s->gen.has_seed     = o->has_seed;
+    s->gen.model_temp   = 1;
+    s->gen.model_top_p  = 1;
+    s->show_thinking    = (int)k3_setting(K3_SETTING_SHOW_THINKING)->def;
+    s->expert_gb        = -1;
     if (!isnan(o->temp)) {
         s->gen.temp       = o->temp;
         s->gen.model_temp = 0;
@@ -205,8 +206,15 @@ int chat_apply(chat_settings *s, ue *eng, const cmd_result *r, char *msg, size_t
             char dir[PATH_MAX];
             if (xdg_dir("XDG_DATA_HOME", ".local/share", "transcripts", 0, dir, sizeof dir) != 0)
                 snprintf(msg, n, "/save: no data directory (set XDG_DATA_HOME or HOME, or give a FILE)");
-            else /* the variables are set: say what went wrong with the directory */
-                snprintf(msg, n, "/save: cannot make %.3900s: %s (give a FILE)", dir, strerror(e));
+            else { /* the variables are set: say which folder could not be made, and why */
+                char at[PATH_MAX];
+                xdg_first_missing(dir, at, sizeof at);
+                if (strcmp(at, dir))
+                    snprintf(msg, n, "/save: cannot make %.2000s (at %.1900s): %s (give a FILE)", dir, at,
+                             strerror(e));
+                else
+                    snprintf(msg, n, "/save: cannot make %.3900s: %s (give a FILE)", dir, strerror(e));
+            }
             return 1;
         }
         if (eng)

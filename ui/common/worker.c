@@ -13,6 +13,9 @@
 #include <string.h>
 
 typedef struct real {
+    /* a /load sent the transcript's settings: its context report waits for the settings in force
+     * (the front end's answer, EV_CMD_SETTINGS), options given with --load may win over them */
+    int             fit_pending;
     ue             *u;
     k3_model       *m;
     k3_session     *s;
@@ -305,6 +308,8 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
         forget_fit(r);
     else if ((done = ue_conv_cmd(u, r->c, c)) == 2) /* /undo /forget /clear /system /save /load /export */
         report_fit(r);
+    else if (done == 3)
+        r->fit_pending = 1;
     if (done) {
         ui_ev e = {.type = EV_STATS, .i = 1}; /* the context figure follows the edit */
         fill_common(r, &e.st);
@@ -345,6 +350,10 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
             ui_ev e = {.type = EV_STATS, .i = 1};
             fill_common(r, &e.st);
             ev_push(u->out, &e);
+        }
+        if (r->fit_pending) { /* a load's report, measured as the next turn will be */
+            r->fit_pending = 0;
+            report_fit(r);
         }
         break;
     }

@@ -21,9 +21,31 @@ int xdg_dir(const char *var, const char *fallback, const char *sub, int create, 
         return 0;
     for (char *p = out + 1; *p; p++)
         if (*p == '/') {
-            *p = 0;
-            mkdir(out, 0700);
-            *p = '/';
+            struct stat st;
+            *p      = 0;
+            int bad = mkdir(out, 0700) != 0 && errno != EEXIST, e = errno;
+            bad = bad && !(stat(out, &st) == 0 && S_ISDIR(st.st_mode));
+            *p  = '/';
+            if (bad) { /* the real cause (EROFS, EACCES, ENOTDIR), not the ENOENT further down */
+                errno = e;
+                return -1;
+            }
         }
     return mkdir(out, 0700) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+const char *xdg_first_missing(const char *dir, char *buf, size_t n) {
+    struct stat st;
+    snprintf(buf, n, "%s", dir);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p)
+            continue;
+        char c = *p;
+        *p     = 0;
+        if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+            return buf;
+        if (!c)
+            return buf;
+        *p = c;
+    }
 }

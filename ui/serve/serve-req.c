@@ -279,6 +279,12 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
             get_bool(v, "thinking", "chat_template_kwargs.thinking", &r->think, e))
             return -1;
     }
+    if ((v = json_object_get(b, "thinking_budget")) && !json_is_null(v)) {
+        double hi = k3_setting(K3_SETTING_THINK_BUDGET)->hi;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || (double)json_integer_value(v) > hi)
+            return bad(e, "invalid_value", "thinking_budget: expected an integer in 0..%.0f", hi);
+        r->think_budget = (int)json_integer_value(v);
+    }
     if ((v = json_object_get(b, "reasoning_effort")) && !json_is_null(v)) {
         const char *s = json_string_value(v);
         if (!s)

@@ -27,9 +27,10 @@ typedef struct sreq {
     smsg       *msgs; /* (n_msgs) */
     int         n_msgs;
     int         stream, include_usage;
-    int         think;      /* 1 on, 0 off */
-    char        effort[8];  /* low | high | max */
-    int         max_tokens; /* 0 = up to the context */
+    int         think;        /* 1 on, 0 off */
+    char        effort[8];    /* low | high | max */
+    int         max_tokens;   /* 0 = up to the context */
+    int         think_budget; /* thinking_budget: reasoning tokens, 0 = no limit */
     float       temp, top_p;
     uint64_t    seed;
     char       *stops[SERVE_MAX_STOPS]; /* (n_stops) stop strings, non-empty */

@@ -436,7 +436,8 @@ static k3_status job_start(slot *sl, job *j) {
     k3_conv_get_settings(sl->c, &set);
     set.think = r->think;
     snprintf(set.effort, sizeof set.effort, "%s", r->effort);
-    set.max_tokens = r->max_tokens;
+    set.max_tokens   = r->max_tokens;
+    set.think_budget = r->think_budget;
     k3_sampler_params_default(srv.m, &set.sampling);
     set.sampling.temp  = r->temp;
     set.sampling.top_p = r->top_p;

@@ -167,9 +167,18 @@ static void fill_row(int y, int x, int w, int role) {
 static int draw_wrapped(int y, int x, int w, int max_rows, const char *s, int role) {
     txt_line l[16];
     int      n = txt_wrap(s, strlen(s), w > 1 ? w : 1, l, 16);
-    for (int k = 0; k < n && k < 16 && k < max_rows; k++)
-        draw_text(y + k, x, w, s + l[k].off, l[k].len, role);
+    for (int k = 0; k < n && k < 16 && k < max_rows; k++) {
+        size_t off = l[k].off, len = l[k].len;
+        while (k && len && s[off] == ' ') /* a break inside a run of spaces: the row starts at x */
+            off++, len--;
+        draw_text(y + k, x, w, s + off, len, role);
+    }
     return n < max_rows ? n : max_rows;
+}
+
+/* Columns a pane title leaves for its extra text: "── NAME · " before it, " ─" after. */
+static int title_width(const char *name) {
+    return 2 + 1 + txt_width(name, strlen(name), 0) + 3 + 2;
 }
 
 /* A pane title: "── NAME · extra ───────". */
@@ -366,82 +375,154 @@ static void text_lines(tui *t, int ent, const char *s, size_t n, int width, int 
     }
 }
 
-static void build_lines(tui *t, int width) {
-    t->n_dl = 0;
-    for (int i = 0; i < t->n_ents; i++) {
-        entry *e = &t->ents[i];
+/* The lines of entry i at width onto t->dl, its blank separator last. count: only their number
+ * matters (an answer is rendered in a scratch doc, not kept; no summary text). */
+static void ent_build(tui *t, int i, int width, int count) {
+    entry *e = &t->ents[i];
+    switch (e->role) {
+    case UE_ROLE_USER: {
+        size_t mark = t->n_dl;
+        text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_USER, 2, NULL);
+        if ((size_t)t->n_dl > mark)
+            t->dl[mark].fold = 2; /* first line carries the "›" marker */
+        if (e->queued)
+            dl_push(t, i, "(waiting for the model to load)", 31, THM_INFO, 2, 0);
+        break;
+    }
+    case UE_ROLE_ASSISTANT:
+        if (e->think.n) {
+            const char *fb = "";
+            if (!count && (e->summary || (e->summary = malloc(96)) != NULL)) {
+                if (e->think_s >= 0 || e->n_think > 0)
+                    snprintf(e->summary, 96, "%s thought for %.1f s · %d token%s", e->expanded ? "▾" : "▸",
+                             e->think_s > 0 ? e->think_s : 0, e->n_think, e->n_think == 1 ? "" : "s");
+                else /* a transcript without figures */
+                    snprintf(e->summary, 96, "%s reasoning (not timed)", e->expanded ? "▾" : "▸");
+                fb = e->summary;
+            }
+            dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
+            if (e->expanded)
+                text_lines(t, i, e->think.p, e->think.n, width, THM_THINK, 2, NULL);
+        }
+        if (!t->raw && count) {
+            int n = tui_md_count(t, i, width);
+            for (int k = 0; k < n; k++)
+                dl_push(t, i, "", 0, THM_ASSISTANT, 0, 0);
+            if (n < 0)
+                text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_ASSISTANT, 0, NULL);
+        } else if (t->raw || tui_md_entry(t, i, width)) /* rendered Markdown, or raw */
+            text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_ASSISTANT, 0, NULL);
+        if (e->status == UE_DONE_CANCELLED)
+            dl_push(t, i, "[stopped]", 9, THM_INFO, 0, 0);
+        else if (e->status == UE_DONE_LENGTH)
+            dl_push(t, i, "[length limit reached]", 22, THM_INFO, 0, 0);
+        break;
+    case UE_ROLE_SYSTEM:
+        text_lines(t, i, e->text.p, e->text.n, width, THM_SYSTEM, 2, NULL);
+        break;
+    case ROLE_INFO:
+        text_lines(t, i, e->text.p, e->text.n, width, THM_INFO, 0, NULL);
+        break;
+    case ROLE_ERROR:
+        text_lines(t, i, e->text.p, e->text.n, width, THM_ERROR, 0, NULL);
+        break;
+    }
+    dl_push(t, i, "", 0, THM_NORMAL, 0, 0);
+}
+
+/* Lines entry i takes at width, cached in the entry while what they depend on stays. */
+static int ent_lines(tui *t, int i, int width) {
+    entry   *e    = &t->ents[i];
+    int64_t  a[8] = {width,       t->raw,    e->role,  (int64_t)e->text.n, (int64_t)e->think.n,
+                     e->expanded, e->queued, e->status};
+    uint64_t key  = tui_hash(TUI_HASH0, a, sizeof a);
+    if (e->nl > 0 && e->nl_key == key)
+        return e->nl;
+    int save = t->n_dl;
+    ent_build(t, i, width, 1);
+    e->nl     = t->n_dl - save;
+    e->nl_key = key;
+    t->n_dl   = save;
+    return e->nl;
+}
+
+/* The pane's lines for rows rows at t->scroll lines from the bottom: the entries are walked from
+ * the last up, by their cached line counts, until the window is covered, and only the entries
+ * that show in it are laid out (their Markdown docs kept; those of other entries freed past
+ * TUI_MD_KEEP). Memory and time follow the screen, not the conversation's length; scrolling to
+ * the top counts every entry once. A scroll past the top is clamped. Sets vis_first and the
+ * rows the text gets. */
+static void build_window(tui *t, int width) {
+    int  rows = t->hist_h - (t->scroll > 0 && t->hist_h > 1);
+    int  bot = -1, top = -1;
+    long below = 0, b_bot = 0; /* lines after entry i; after the last entry laid out */
+    for (int i = t->n_ents - 1; i >= 0; i--) {
         if (i == t->cur && t->streaming)
             continue;
-        switch (e->role) {
-        case UE_ROLE_USER: {
-            size_t mark = t->n_dl;
-            text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_USER, 2, NULL);
-            if ((size_t)t->n_dl > mark)
-                t->dl[mark].fold = 2; /* first line carries the "›" marker */
-            if (e->queued)
-                dl_push(t, i, "(waiting for the model to load)", 31, THM_INFO, 2, 0);
+        int nl = ent_lines(t, i, width);
+        if (bot < 0 && below + nl > t->scroll)
+            bot = i, b_bot = below;
+        below += nl;
+        if (bot >= 0)
+            top = i;
+        if (below >= (long)t->scroll + rows)
             break;
-        }
-        case UE_ROLE_ASSISTANT:
-            if (e->think.n) {
-                char *fb = e->summary;
-                if (e->think_s >= 0 || e->n_think > 0)
-                    snprintf(fb, sizeof e->summary, "%s thought for %.1f s · %d token%s",
-                             e->expanded ? "▾" : "▸", e->think_s > 0 ? e->think_s : 0, e->n_think,
-                             e->n_think == 1 ? "" : "s");
-                else /* a transcript without figures */
-                    snprintf(fb, sizeof e->summary, "%s reasoning (not timed)", e->expanded ? "▾" : "▸");
-                dl_push(t, i, fb, strlen(fb), THM_THINK_SUMMARY, 0, 1);
-                if (e->expanded)
-                    text_lines(t, i, e->think.p, e->think.n, width, THM_THINK, 2, NULL);
-            }
-            if (t->raw || tui_md_entry(t, i, width)) /* rendered Markdown, or raw */
-                text_lines(t, i, e->text.p ? e->text.p : "", e->text.n, width, THM_ASSISTANT, 0, NULL);
-            if (e->status == UE_DONE_CANCELLED)
-                dl_push(t, i, "[stopped]", 9, THM_INFO, 0, 0);
-            else if (e->status == UE_DONE_LENGTH)
-                dl_push(t, i, "[length limit reached]", 22, THM_INFO, 0, 0);
-            break;
-        case UE_ROLE_SYSTEM:
-            text_lines(t, i, e->text.p, e->text.n, width, THM_SYSTEM, 2, NULL);
-            break;
-        case ROLE_INFO:
-            text_lines(t, i, e->text.p, e->text.n, width, THM_INFO, 0, NULL);
-            break;
-        case ROLE_ERROR:
-            text_lines(t, i, e->text.p, e->text.n, width, THM_ERROR, 0, NULL);
-            break;
-        }
-        dl_push(t, i, "", 0, THM_NORMAL, 0, 0);
     }
-    t->dl_width = width;
-    t->dl_valid = 1;
+    if (below < (long)t->scroll + rows) { /* the top was reached: clamp */
+        long max = below - rows > 0 ? below - rows : 0;
+        if (t->scroll > max) {
+            t->scroll = (int)max;
+            build_window(t, width); /* rows and the entries shown change with the scroll */
+            return;
+        }
+    }
+    t->n_dl = 0;
+    for (int i = top; i >= 0 && i <= bot; i++)
+        if (!(i == t->cur && t->streaming))
+            ent_build(t, i, width, 0);
+    long first   = (long)t->n_dl - rows - t->scroll + b_bot;
+    t->vis_first = first > 0 ? (int)first : 0;
+    t->dl_width  = width;
+    t->dl_scroll = t->scroll;
+    t->dl_rows   = t->hist_h;
+    t->dl_valid  = 1;
+    if (t->n_md > (TUI_MD_KEEP > 2 * t->rows ? TUI_MD_KEEP : 2 * t->rows)) /* off-screen docs go */
+        for (int i = 0; i < t->n_ents; i++)
+            if ((i < top || i > bot) && t->ents[i].md)
+                tui_md_entry_free(t, &t->ents[i]);
 }
 
 /* ==== regions ================================================================ */
 
 static void draw_loading(tui *t) {
-    int y = t->hist_h / 2 - 2, w = t->cols - 8;
-    if (y < 0)
-        y = 0;
-    char line[512];
-    snprintf(line, sizeof line, "Loading %s", t->o->dir ? t->o->dir : "the model");
-    draw_text(y, 4, w, line, strlen(line), THM_TITLE);
-    draw_text(y + 1, 4, w, t->load_what, strlen(t->load_what), THM_NORMAL);
-    int    bar  = w - 40 > 10 ? (w - 40 < 50 ? w - 40 : 50) : 10;
-    double f    = t->load_total ? (double)t->load_done / (double)t->load_total : 0;
-    int    fill = (int)(f * bar);
-    attrset((attr_t)thm_attr(THM_PROGRESS));
-    for (int k = 0; k < bar; k++)
-        mvaddstr(y + 2, 4 + k, k < fill ? "█" : "░");
+    const char *hint = "You can type already: messages are sent when the model is ready.";
+    int         w    = t->cols - 8;
+    int         bar  = w - 40 > 10 ? (w - 40 < 50 ? w - 40 : 50) : 10;
+    char        line[512];
+    double      f = t->load_total ? (double)t->load_done / (double)t->load_total : 0;
     if (t->load_total)
         snprintf(line, sizeof line, " %3.0f%%  %.0f / %.0f MB  %.0f MB/s", f * 100,
                  (double)t->load_done / 1e6, (double)t->load_total / 1e6, t->load_rate / 1e6);
     else
         snprintf(line, sizeof line, " %.0f MB  %.0f MB/s", (double)t->load_done / 1e6, t->load_rate / 1e6);
-    draw_text(y + 2, 4 + bar, w - bar, line, strlen(line), THM_NORMAL);
-    const char *hint = "You can type already: messages are sent when the model is ready.";
-    draw_text(y + 4, 4, w, hint, strlen(hint), THM_INFO);
+    int below = txt_width(line, strlen(line), 0) > w - bar; /* narrow: the figures under the bar */
+    int nh    = txt_wrap(hint, strlen(hint), w, NULL, 0);
+    int y     = (t->hist_h - (4 + below + nh)) / 2; /* the block centred: nothing cut at 40x12 */
+    if (y < 0)
+        y = 0;
+    char what[512];
+    snprintf(what, sizeof what, "Loading %s", t->o->dir ? t->o->dir : "the model");
+    draw_text(y, 4, w, what, strlen(what), THM_TITLE);
+    draw_text(y + 1, 4, w, t->load_what, strlen(t->load_what), THM_NORMAL);
+    int fill = (int)(f * bar);
+    attrset((attr_t)thm_attr(THM_PROGRESS));
+    for (int k = 0; k < bar; k++)
+        mvaddstr(y + 2, 4 + k, k < fill ? "█" : "░");
+    if (below)
+        draw_text(y + 3, 4, w, line + 1, strlen(line + 1), THM_NORMAL);
+    else
+        draw_text(y + 2, 4 + bar, w - bar, line, strlen(line), THM_NORMAL);
+    draw_wrapped(y + 4 + below, 4, w, t->hist_h - y - 4 - below, hint, THM_INFO);
 }
 
 static void draw_hist(tui *t) {
@@ -457,21 +538,13 @@ static void draw_hist(tui *t) {
         return;
     }
     int width = t->cols - 1;
-    if (!t->dl_valid || t->dl_width != width)
-        build_lines(t, width);
-    /* scrolled up: the pane's last row says how many lines are below, the text gets the others */
-    int rows       = t->hist_h - (t->scroll > 0 && t->hist_h > 1);
-    int max_scroll = t->n_dl - rows > 0 ? t->n_dl - rows : 0;
-    if (t->scroll > max_scroll)
-        t->scroll = max_scroll;
     if (t->scroll < 0)
         t->scroll = 0;
-    if (t->scroll == 0)
-        rows = t->hist_h;
-    int first = t->n_dl - rows - t->scroll;
-    if (first < 0)
-        first = 0;
-    t->vis_first = first;
+    if (!t->dl_valid || t->dl_width != width || t->dl_scroll != t->scroll || t->dl_rows != t->hist_h)
+        build_window(t, width);
+    /* scrolled up: the pane's last row says how many lines are below, the text gets the others */
+    int rows  = t->hist_h - (t->scroll > 0 && t->hist_h > 1);
+    int first = t->vis_first;
     for (int r = 0; r < rows && first + r < t->n_dl; r++) {
         dline *d = &t->dl[first + r];
         int    x = d->indent;
@@ -485,6 +558,10 @@ static void draw_hist(tui *t) {
     if (rows < t->hist_h) {
         char m[96];
         snprintf(m, sizeof m, "↓ %d more · PgDn, Ctrl-End: the latest", t->scroll);
+        if (txt_width(m, strlen(m), 0) > t->cols - 3) /* narrow: the shorter hint, not a cut one */
+            snprintf(m, sizeof m, "↓ %d more · Ctrl-End: the latest", t->scroll);
+        if (txt_width(m, strlen(m), 0) > t->cols - 3)
+            snprintf(m, sizeof m, "↓ %d more", t->scroll);
         fill_row(t->hist_y + rows, 0, t->cols, THM_STATUS);
         draw_text(t->hist_y + rows, 2, t->cols - 3, m, strlen(m), THM_STATUS);
     }
@@ -570,23 +647,32 @@ static void draw_panes(tui *t, int dirty) {
                  e->n_think == 1 ? "" : "s");
         draw_title(t, t->think_y, "thinking", extra, t->cols);
         if (!t->dl_valid) /* draw_tail uses the line list as scratch space */
-            build_lines(t, t->cols - 1);
+            build_window(t, t->cols - 1);
         draw_tail(t, t->think_y + 1, t->think_h - 1, &e->think, THM_THINK, &t->tc_think);
     }
     if (t->think_h == 0)
         dirty |= (dirty & DIRTY_THINK) ? DIRTY_RESP : 0; /* hidden reasoning: its time is told here */
     if (t->resp_h > 0 && (dirty & DIRTY_RESP)) {
+        /* the longest wording that fits the title row (none is cut at 40 columns) */
+        int room = t->cols - title_width("response");
         if (e->text.n)
             snprintf(extra, sizeof extra, "Ctrl-C stops");
-        else if (e->think.n && t->think_h == 0)
-            snprintf(extra, sizeof extra, "thinking (hidden) %.1f s · %d token%s · Ctrl-C stops",
-                     (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0, e->n_think,
-                     e->n_think == 1 ? "" : "s");
-        else
+        else if (e->think.n && t->think_h == 0) {
+            double s = (t->think_t1 > 0 ? t->think_t1 : ev_now()) - t->think_t0;
+            snprintf(extra, sizeof extra, "thinking (hidden) %.1f s · %d token%s · Ctrl-C stops", s,
+                     e->n_think, e->n_think == 1 ? "" : "s");
+            if (txt_width(extra, strlen(extra), 0) > room)
+                snprintf(extra, sizeof extra, "thinking %.1f s · Ctrl-C stops", s);
+            if (txt_width(extra, strlen(extra), 0) > room)
+                snprintf(extra, sizeof extra, "thinking %.1f s", s);
+        } else {
             snprintf(extra, sizeof extra, "waiting for the first token · Ctrl-C stops");
+            if (txt_width(extra, strlen(extra), 0) > room)
+                snprintf(extra, sizeof extra, "waiting · Ctrl-C stops");
+        }
         draw_title(t, t->resp_y, "response", extra, t->cols);
         if (!t->dl_valid)
-            build_lines(t, t->cols - 1);
+            build_window(t, t->cols - 1);
         if (tui_md_tail(t, t->resp_y + 1, t->resp_h - 1, &e->text))
             draw_tail(t, t->resp_y + 1, t->resp_h - 1, &e->text, THM_ASSISTANT, &t->tc_resp);
     }
@@ -616,6 +702,7 @@ static void draw_status(tui *t) {
         SEG(3, "mouse off (F3)");
     if (t->scroll > 0)
         SEG(4, "scrolled ↑%d", t->scroll);
+    t->scroll_shown = t->scroll;
     SEG(2, "think %s", t->cs.gen.think ? ue_effort_name(t->cs.gen.effort) : "off");
     char tb[16], pb[16];
     SEG(5, "T %s p %s", chat_sampling_str(&t->cs, 0, tb, sizeof tb),
@@ -740,6 +827,8 @@ void tui_render(tui *t, int force) {
         draw_hist(t);
     if (t->dirty & DIRTY_PANES)
         draw_panes(t, t->dirty);
+    if (t->scroll != t->scroll_shown) /* a jump to the bottom (a command, a notice) or a clamp */
+        t->dirty |= DIRTY_STATUS;
     if (t->dirty & DIRTY_STATUS)
         draw_status(t);
     draw_input(t);

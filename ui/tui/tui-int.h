@@ -28,18 +28,22 @@ enum { KEY_PASTE_BEGIN = KEY_MAX + 1, KEY_PASTE_END, KEY_CTRL_HOME, KEY_CTRL_END
 /* ==== state ================================================================= */
 
 typedef struct entry {
-    int     role;        /* UE_ROLE_* or ROLE_INFO / ROLE_ERROR               */
-    txt_buf text;        /* content                                            */
-    txt_buf think;       /* reasoning (assistant)                              */
-    double  think_s;     /* seconds of reasoning                               */
-    int     n_think;     /* reasoning tokens                                   */
-    int     expanded;    /* reasoning unfolded in the conversation pane        */
-    int     status;      /* UE_DONE_* of an assistant turn                     */
-    int     queued;      /* user message waiting for the model to load         */
-    char    summary[96]; /* the folded-reasoning line as drawn              */
-    md_doc *md;          /* text rendered as Markdown at md_width (tui-md.c)  */
-    int     md_width;
-    size_t  md_len; /* bytes of text rendered                             */
+    int     role;     /* UE_ROLE_* or ROLE_INFO / ROLE_ERROR               */
+    txt_buf text;     /* content                                            */
+    txt_buf think;    /* reasoning (assistant)                              */
+    double  think_s;  /* seconds of reasoning                               */
+    int     n_think;  /* reasoning tokens                                   */
+    int     expanded; /* reasoning unfolded in the conversation pane        */
+    int     status;   /* UE_DONE_* of an assistant turn                     */
+    int     queued;   /* user message waiting for the model to load         */
+    char   *summary;  /* the folded-reasoning line as drawn (reasoning only) */
+    md_doc *md;       /* text rendered as Markdown at md_width (tui-md.c);
+                         kept only near the lines on screen (TUI_MD_KEEP)   */
+    int    md_width;
+    size_t md_len; /* bytes of text rendered                             */
+    int    nl;     /* lines it takes in the conversation pane, with the
+                      blank after it; valid while nl_key matches         */
+    uint64_t nl_key;
 } entry;
 
 /* Final lines of a streaming pane (byte ranges of its buffer), and where wrapping resumes. */
@@ -112,7 +116,8 @@ typedef struct tui {
     int rows, cols, too_small;
     int hist_y, hist_h, think_y, think_h, resp_y, resp_h, status_y, input_y, input_h;
     int dirty;
-    int scroll; /* conversation lines scrolled up from the bottom */
+    int scroll;       /* conversation lines scrolled up from the bottom */
+    int scroll_shown; /* the scroll the status bar shows ("scrolled ↑N")  */
     int mouse;
     int paste;    /* inside a bracketed paste */
     int bad_utf8; /* invalid UTF-8 sequences read (as U+FFFD) since the last notice */
@@ -130,9 +135,13 @@ typedef struct tui {
      * pipe; -1 before the first sleep, -2 when epoll is not available (poll() then) */
     int ep[2];
 
-    dline     *dl; /* (n_dl) conversation pane lines, rebuilt when dirty */
-    int        n_dl, cap_dl, dl_width, dl_valid;
+    /* (n_dl) the conversation pane's lines: only those of the entries on screen (tui-draw.c
+     * build_window), rebuilt when dirty, at another width or scroll */
+    dline     *dl;
+    int        n_dl, cap_dl, dl_width, dl_valid, dl_scroll, dl_rows;
     int        vis_first;         /* dline index drawn on the pane's first row */
+    int        n_md;              /* entries holding a rendered Markdown doc       */
+    md_doc     md_count;          /* scratch: an answer rendered to count its lines */
     tail_cache tc_think, tc_resp; /* incremental wrapping of the streaming panes */
     /* what each screen row shows (a hash of its content, 0: unknown): drawing that would put the
      * same again is skipped, so a streaming frame touches only the rows that changed. Valid
@@ -183,17 +192,28 @@ int tui_row_same(tui *t, int y, uint64_t h);
  * drawing them all again (curses sends the terminal a scroll, idlok) and move their hashes. */
 void tui_rows_scroll(tui *t, int y0, int h, const uint64_t *hs);
 
+/* tui-stderr.c: while the screen is ours, fd 2 (a terminal) is a pipe whose lines become notices
+ * (EV_INFO on q); end puts the terminal back and writes there what was not shown. begin: 0, or -1
+ * (fd 2 is not a terminal, or no pipe or thread: stderr stays as it was). */
+int  tui_stderr_begin(ev_queue *q);
+void tui_stderr_end(void);
+
 /* tui-md.c: Markdown in the panes, /raw, /copy */
 /* Lines of an assistant entry's text as rendered Markdown (cached per width); 0, or -1 when it
  * could not be rendered (the caller shows the raw text). */
 int tui_md_entry(tui *t, int ent, int width);
+/* The number of lines tui_md_entry would give, without keeping a doc for the entry (its own when
+ * it has one at width, else rendered in a scratch doc); -1 as there. */
+int tui_md_count(tui *t, int ent, int width);
+/* Docs kept at most (more: those of entries off screen are freed after a window is built). */
+#define TUI_MD_KEEP 256
 /* Draw line i of d at (y, x) within w columns; returns the columns used. */
 int tui_md_draw(tui *t, int y, int x, int w, const md_doc *d, int i);
 /* The streaming response's last h lines in rows [y0, y0 + h); -1 when not rendered. */
 int  tui_md_tail(tui *t, int y0, int h, const txt_buf *b);
 void tui_md_frame(tui *t); /* before drawing: forget last frame's links */
 void tui_md_links(tui *t); /* after doupdate: OSC 8 over the links drawn */
-void tui_md_entry_free(entry *e);
+void tui_md_entry_free(tui *t, entry *e);
 /* tui-emoji.c: multi-emoji clusters (ZWJ sequences, flags, skin tones) drawn whole where the
  * terminal can, over a stand-in curses holds (emoji.h) */
 int  tui_emoji_setup(char *err, size_t n); /* K3_EMOJI, before initscr; -1 with a message */

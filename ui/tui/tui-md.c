@@ -23,6 +23,17 @@ static unsigned md_flags(const tui *t) {
     return t->osc8 ? MD_OSC8 : 0;
 }
 
+int tui_md_count(tui *t, int ent, int width) {
+    entry *e = &t->ents[ent];
+    if (e->md && e->md_width == width && e->md_len == e->text.n)
+        return e->md->n_lines;
+    md_doc_reset(&t->md_count);
+    if (md_render(&t->md_count, e->text.p ? e->text.p : "", e->text.n, width, THM_ASSISTANT, md_flags(t)) &&
+        t->md_count.n_lines == 0)
+        return -1;
+    return t->md_count.n_lines;
+}
+
 int tui_md_entry(tui *t, int ent, int width) {
     entry *e = &t->ents[ent];
     if (!e->md) {
@@ -30,6 +41,7 @@ int tui_md_entry(tui *t, int ent, int width) {
         if (!e->md)
             return -1;
         e->md_width = -1;
+        t->n_md++;
     }
     if (e->md_width != width || e->md_len != e->text.n) {
         md_doc_reset(e->md);
@@ -172,11 +184,12 @@ void tui_md_links(tui *t) {
     free(b.p);
 }
 
-void tui_md_entry_free(entry *e) {
+void tui_md_entry_free(tui *t, entry *e) {
     if (e->md) {
         md_doc_free(e->md);
         free(e->md);
         e->md = NULL;
+        t->n_md--;
     }
 }
 

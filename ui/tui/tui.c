@@ -83,23 +83,31 @@ static entry *add_entry(tui *t, int role, const char *text) {
     entry *e = &t->ents[t->n_ents++];
     memset(e, 0, sizeof *e);
     e->role = role;
-    if (text)
-        txt_buf_add(&e->text, text, strlen(text));
+    if (text) { /* its size, not a growing buffer's: a loaded transcript has many short ones */
+        size_t n  = strlen(text);
+        e->text.p = malloc(n + 1);
+        if (e->text.p) {
+            memcpy(e->text.p, text, n + 1);
+            e->text.n   = n;
+            e->text.cap = n + 1;
+        }
+    }
     t->dl_valid = 0;
     t->dirty |= DIRTY_HIST;
     return e;
 }
 
-static void free_entry(entry *e) {
-    tui_md_entry_free(e);
+static void free_entry(tui *t, entry *e) {
+    tui_md_entry_free(t, e);
     free(e->text.p);
     free(e->think.p);
+    free(e->summary);
 }
 
 /* Remove entry k alone: the notices after it stay (an error raised as a turn starts follows
  * the turn's empty entry). */
 static void remove_entry(tui *t, int k) {
-    free_entry(&t->ents[k]);
+    free_entry(t, &t->ents[k]);
     memmove(t->ents + k, t->ents + k + 1, (size_t)(t->n_ents - k - 1) * sizeof *t->ents);
     t->n_ents--;
     t->dl_valid = 0;
@@ -108,7 +116,7 @@ static void remove_entry(tui *t, int k) {
 
 static void drop_entries(tui *t, int keep) {
     while (t->n_ents > keep)
-        free_entry(&t->ents[--t->n_ents]);
+        free_entry(t, &t->ents[--t->n_ents]);
     t->dl_valid = 0;
     t->dirty |= DIRTY_HIST;
 }
@@ -514,7 +522,7 @@ static void run_command(tui *t, const char *line) {
     case CMD_HELP:
         if (r.arg[0]) {
             char u[128];
-            notice(t, ROLE_INFO, "%s  %s", cmd_usage((enum cmd_id)r.flag, u, sizeof u),
+            notice(t, ROLE_INFO, "  %s  %s", cmd_usage((enum cmd_id)r.flag, u, sizeof u), /* as in /help */
                    cmd_help((enum cmd_id)r.flag));
         } else {
             notice(t, ROLE_INFO, "%s", chat_help_text());
@@ -1188,8 +1196,10 @@ int ui_tui_run(const ui_opts *o) {
         return 1;
     }
     k3_log_set_callback(log_to_ui, t->q);
+    tui_stderr_begin(t->q); /* from the engine's start on: its libraries may write to fd 2 */
     t->eng = ue_start(o, t->q);
     if (!t->eng) {
+        tui_stderr_end();
         fprintf(stderr, "k3chat: cannot start the engine thread\n");
         inp_free(t->in);
         ev_queue_free(t->q);
@@ -1259,6 +1269,7 @@ int ui_tui_run(const ui_opts *o) {
     fflush(stdout);
     mousemask(0, NULL);
     endwin();
+    tui_stderr_end();
     write_ui_stats(t);
     ue_close(t->eng);
     k3_log_set_callback(NULL, NULL);
@@ -1270,6 +1281,7 @@ int ui_tui_run(const ui_opts *o) {
     drop_entries(t, 0);
     free(t->ents);
     free(t->dl);
+    md_doc_free(&t->md_count);
     free(t->row_sig);
     free(t->paste_buf.p);
     md_stream_free(&t->ms_resp);
