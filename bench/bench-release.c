@@ -105,7 +105,7 @@ int bench_release(void) {
             printf("# %s\n", m->fit.msg);
         fit_speed sp;
         double    est_dec, est_first, est_pre, fl_dec, fl_pre, d[4];
-        fit_speed_get_model(dir, &m->fit_t, 1, 16, &sp);
+        fit_speed_get_model(dir, &m->fit_t, 1, 16, m->cfg.n_active, &sp);
         printf("# round %d: one column f32 %.2f, int8 %.2f, int4 %.2f, MXFP4 %.2f GB/s; 32 columns %.0f, "
                "%.0f, %.0f, %.0f GB/s; "
                "experts %.2f GB/s; call %.1f us; memory %.1f GB/s; drive %.2f GB/s%s, its data %.2f GB/s\n",
@@ -157,7 +157,11 @@ int bench_release(void) {
                                &est_first);
             fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 16, &fl_dec,
                                &fl_pre);
-            fit_speed_estimate_route(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, 16, &rt,
+            /* the experts' rate at the columns the routing gave each one (flat routing's above) */
+            fit_speed sr = sp;
+            fit_speed_get_experts(
+                &m->fit_t, 1, 16.0 * m->cfg.n_active / (rt.chunk_distinct > 0 ? rt.chunk_distinct : 1), &sr);
+            fit_speed_estimate_route(&m->fit_t, &m->fit.set, &m->fit.plan, &sr, m->cfg.n_active, 16, &rt,
                                      &est_dec, &est_pre);
             pb[r]       = (double)ps.expert_bytes_read / 16;
             pb_floor[r] = (double)(ps.expert_hits + ps.expert_misses) * (double)m->fit_t.expert_one / 16;
@@ -169,8 +173,11 @@ int bench_release(void) {
             first_est[r] = 3 * est_first, pre_est[r] = est_pre, dec_est[r] = est_dec;
             pre_flat[r] = fl_pre, dec_flat[r] = fl_dec;
             printf("# round %d: routing per MoE layer: decode %.1f experts, %.2f missed a token; a 16-token "
-                   "chunk %.1f distinct, %.1f missed\n",
-                   r + 1, rt.dec_active, rt.dec_miss, rt.chunk_distinct, rt.chunk_miss);
+                   "chunk %.1f distinct, %.1f missed; the experts at %d columns %.0f GB/s x columns (flat "
+                   "routing's %d: %.0f); the matrices at 16 columns %.0f, %.0f, %.0f, %.0f\n",
+                   r + 1, rt.dec_active, rt.dec_miss, rt.chunk_distinct, rt.chunk_miss, sr.ex_pre_n,
+                   sr.ex_pre / 1e9, sp.ex_pre_n, sp.ex_pre / 1e9, sp.wide[0] / 1e9, sp.wide[1] / 1e9,
+                   sp.wide[2] / 1e9, sp.wide[3] / 1e9);
             printf("# round %d: open %.1f s, first token %.3g s (estimate %.3g), decode %.3g s/token "
                    "(estimate %.3g; flat routing %.3g), prefill %.3g s/token (estimate %.3g; flat routing "
                    "%.3g)\n",

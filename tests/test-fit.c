@@ -11,6 +11,8 @@
 #include "quant.h"
 #include "test.h"
 
+#include <math.h>
+
 #define GB 1e9
 
 static fit_table table(void) {
@@ -103,6 +105,66 @@ int main(void) {
     T_NEAR(dx - dec1, dwant, 1e-6 * dx, "decode estimate with the expert rate: %+.3f s (%.3f s in all)",
            dwant, dx);
     T_CHECK(px == pre1, "prefill estimate: the expert rate leaves it as it was (%.4g s)", px);
+
+    /* issue 43: the rates of sp as seconds per byte, one column and each further one (the line
+     * through the 1- and 32-column points) */
+    const double t1 = 1 / sp.dec[0], pc = (32 / sp.pre[0] - t1) / 31;
+    const int    hb   = c.set.head_bits == 32 ? 0 : c.set.head_bits == 8 ? 1 : 2;
+    const double head = (double)t.mat[FIT_HEAD][hb];
+
+    /* the head multiplies a chunk's last row only (forward.c: model_head), all C with K3_LOGITS */
+    fit_set lg = c.set;
+    double  dl, pl;
+    lg.all_logits = 1;
+    fit_speed_estimate(&t, &lg, &c.plan, &sp, 16, 32, &dl, &pl);
+    T_NEAR(pl - pre1, head * pc * 31 / 32, 1e-9 * pl,
+           "prefill estimate: the head at one column a chunk, at 32 with K3_LOGITS (%+.4g s a token)",
+           pl - pre1);
+    T_CHECK(dl == dec1, "decode estimate: K3_LOGITS changes nothing (%.4g s)", dl);
+
+    /* a rate measured at the chunk's width below 32 (wide_n 16) is a point of the curve: the matrices
+     * multiplied by the chunk's 16 columns cost it exactly, an expert's few columns the piece from
+     * one column to it */
+    fit_speed sw = sp;
+    sw.wide_n    = 16;
+    for (int f = 0; f < 4; f++)
+        sw.wide[f] = 100 * GB;
+    double    d16, p16, dw16, pw16;
+    const int mb      = c.set.bits == 32  ? 0
+                        : c.set.bits == 8 ? 1
+                                          : 2,
+              lb      = c.set.mla_bits == 32  ? 0
+                        : c.set.mla_bits == 8 ? 1
+                                              : 2;
+    const double mats = (double)t.mat[FIT_DENSE][mb] + (double)t.mat[FIT_MLA][lb] + (double)t.small;
+    const double E = 896, distinct = E * (1 - pow(1 - 16 / E, 16)), cols = 16 * 16 / distinct;
+    const double s_line = t1 + pc * (cols - 1), s_wide = t1 + (16 / sw.wide[0] - t1) / 15 * (cols - 1);
+    fit_speed_estimate(&t, &c.set, &c.plan, &sp, 16, 16, &d16, &p16);
+    fit_speed_estimate(&t, &c.set, &c.plan, &sw, 16, 16, &dw16, &pw16);
+    const double want16 =
+        (mats * (16 / sw.wide[0] - (t1 + 15 * pc)) + t.n_moe * distinct * one * (s_wide - s_line)) / 16;
+    T_NEAR(pw16 - p16, want16, 1e-9 * pw16,
+           "prefill estimate, chunk 16 with its rate measured: %+.4g s a token", want16);
+    T_CHECK(dw16 == d16, "decode estimate: the chunk's rate changes nothing (%.4g s)", dw16);
+
+    /* the experts' own probe at ex_pre_n columns: an expert with that many columns costs it exactly
+     * (not the 7168-wide matrix's curve plus three calls); past it the same ratio to the curve */
+    fit_speed se = sp;
+    se.ex_pre = 50 * GB, se.ex_pre_n = 4;
+    fit_route rt = {
+        .dec_active = 16, .dec_miss = 0, .chunk_distinct = 64, .chunk_miss = 0}; /* 4 columns each */
+    double dr, pr, dre, pre_e;
+    fit_speed_estimate_route(&t, &c.set, &c.plan, &sp, 16, 16, &rt, &dr, &pr);
+    fit_speed_estimate_route(&t, &c.set, &c.plan, &se, 16, 16, &rt, &dre, &pre_e);
+    const double g4 = one * (t1 + 3 * pc) + 3 * sp.call, e4 = one * 4 / se.ex_pre;
+    T_NEAR(pre_e - pr, t.n_moe * 64 * (e4 - g4) / 16, 1e-9 * pre_e,
+           "prefill estimate, experts at the probe's 4 columns: %.4g s each, not %.4g", e4, g4);
+    rt.chunk_distinct = 32; /* 8 columns each */
+    fit_speed_estimate_route(&t, &c.set, &c.plan, &sp, 16, 16, &rt, &dr, &pr);
+    fit_speed_estimate_route(&t, &c.set, &c.plan, &se, 16, 16, &rt, &dre, &pre_e);
+    const double g8 = one * (t1 + 7 * pc) + 3 * sp.call;
+    T_NEAR(pre_e - pr, t.n_moe * 32 * g8 * (e4 / g4 - 1) / 16, 1e-9 * pre_e,
+           "prefill estimate, experts at 8 columns: the curve times the probe's ratio %.3f", e4 / g4);
 
     /* the prefill window: K3_MAXT tokens when half of what is left beside the plan holds them,
      * else what it does (said in the fit line), none below the chunk; a given cache leaves the

@@ -145,21 +145,24 @@ const char *fit_hb(char *buf, size_t n, double bytes);
 /* Expected speed (speed.c): quick measurements of this machine's kernels, cached per machine
  * in $XDG_CACHE_HOME/k3chat/speed, and the estimates (speed.c: DESIGN). */
 typedef struct fit_speed {
-    double mem_bw;       /* bytes/s, summing a 256 MB buffer on all threads                        */
-    double dec[4];       /* [enum qtype] weight bytes/s of a one-column product                     */
-    double pre[4];       /* [enum qtype] weight bytes x columns/s at 32 columns                     */
-    double wide[4];      /* [enum qtype] the same at wide_n columns (a chunk over 32); 0: not measured */
-    int    wide_n;       /* the columns of wide: fit_speed_get_model's chunk, 0 when 32 or less      */
-    double call;         /* seconds of one small product (the fixed cost of a call)                 */
-    double kda_rec;      /* seconds of one KDA layer's recurrence for one token (all heads, on the
-                            threads, as a chunk runs it); 0: not measured                        */
-    double ex_dec;       /* weight bytes/s of routed experts run as decode runs them (w1 and w3 in one
-                            call, then w2) at the model's expert shape; 0: not measured              */
-    double    disk;      /* bytes/s, O_DIRECT 4 MB reads of the largest shard (0: unknown)          */
-    double    disk_data; /* the same from its data only (= disk unless the shard is sparse)         */
-    int       sparse;    /* that shard is sparse: the disk figure is holes, not the drive           */
-    int       cached;    /* every figure came from the cache                                        */
-    long long when;      /* Unix time the oldest of the figures was measured                        */
+    double mem_bw;              /* bytes/s, summing a 256 MB buffer on all threads                        */
+    double dec[4];              /* [enum qtype] weight bytes/s of a one-column product                     */
+    double pre[4];              /* [enum qtype] weight bytes x columns/s at 32 columns                     */
+    double wide[4];             /* [enum qtype] the same at wide_n columns (the chunk); 0: not measured    */
+    int    wide_n;              /* the columns of wide: fit_speed_get_model's chunk, 0 when 1 or 32         */
+    double call;                /* seconds of one small product (the fixed cost of a call)                 */
+    double kda_rec;             /* seconds of one KDA layer's recurrence for one token (all heads, on the
+                                   threads, as a chunk runs it); 0: not measured                        */
+    double ex_dec;              /* weight bytes/s of routed experts run as decode runs them (w1 and w3 in one
+                                   call, then w2) at the model's expert shape; 0: not measured              */
+    double ex_pre;              /* weight bytes x columns/s of the same at ex_pre_n columns (a prefill chunk's
+                                   products of one expert); 0: not measured                              */
+    int       ex_pre_n;         /* the columns of ex_pre (over 1)                                          */
+    double    disk;             /* bytes/s, O_DIRECT 4 MB reads of the largest shard (0: unknown)          */
+    double    disk_data;        /* the same from its data only (= disk unless the shard is sparse)         */
+    int       sparse;           /* that shard is sparse: the disk figure is holes, not the drive           */
+    int       cached;           /* every figure came from the cache                                        */
+    long long when;             /* Unix time the oldest of the figures was measured                        */
     double    load_lo, load_hi; /* the 1-minute load averages they were measured under             */
     int       n_cond;           /* figures counted in when / load_lo / load_hi                     */
     double    load_now;         /* the load average now (before any measuring)                     */
@@ -169,9 +172,14 @@ typedef struct fit_speed {
 /* Measures (or, unless FRESH, takes from the cache) the figures, the drive's from the largest
  * shard of DIR. */
 void fit_speed_get(const char *dir, int fresh, fit_speed *out);
-/* The same with the expert figure (ex_dec) for t's expert shape, when t has routed experts, and
- * for a chunk of more than 32 columns the rates at its width (wide). */
-void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, int chunk, fit_speed *out);
+/* The same with the expert figures for t's expert shape, when t has routed experts (ex_dec; ex_pre
+ * at the columns flat routing gives one expert in a chunk of CHUNK with n_active experts a token),
+ * and for a chunk other than 1 or 32 columns the rates at its width (wide). */
+void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, int chunk, int n_active,
+                         fit_speed *out);
+/* The routed experts' rate at round(cols) columns into out->ex_pre (k3-bench release: the columns
+ * the chunk's routing gave each expert); nothing when t has no routed experts or cols < 1.5. */
+void fit_speed_get_experts(const fit_table *t, int fresh, double cols, fit_speed *out);
 void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
                         int n_active, int chunk, double *decode_s, double *prefill_s);
 /* The routing a run really had, per MoE layer (k3-bench release takes it from the session's

@@ -361,7 +361,7 @@ static k3_status inspect(const char *dir, int measure, FILE *out) {
     print_memory(&ft, &mc, fc, &s, s.set, out);
     fit_speed sp;
     double    dec, pre;
-    fit_speed_get_model(dir, &ft, measure, s.chunk, &sp);
+    fit_speed_get_model(dir, &ft, measure, s.chunk, c->n_active, &sp);
     fit_speed_estimate(&ft, &fc->set, &fc->plan, &sp, c->n_active, s.chunk, &dec, &pre);
     fprintf(out,
             "speed        decode %.3g s/token, prefill %.3g s/token (estimate at the settings above, "
@@ -373,19 +373,22 @@ static k3_status inspect(const char *dir, int measure, FILE *out) {
         out,
         "first token  %s (estimate: prefill window %d tokens, flat routing, reads overlapping the compute)\n",
         ttft, fc->set.window > s.chunk ? fc->set.window : s.chunk);
-    char wide[128] = ""; /* the rates at the chunk's width, when over 32 columns */
-    if (sp.wide_n > 32)
+    char wide[128] = "", expre[96] = ""; /* the rates at the chunk's width, when not 1 or 32 columns */
+    if (sp.ex_pre > 0)
+        snprintf(expre, sizeof expre, ", at %d columns (a chunk's, flat routing) %.0f GB/s x columns",
+                 sp.ex_pre_n, sp.ex_pre / 1e9);
+    if (sp.wide_n > 1 && sp.wide_n != 32)
         snprintf(wide, sizeof wide, "; of %d (the chunk) %.0f, %.0f, %.0f, %.0f", sp.wide_n, sp.wide[0] / 1e9,
                  sp.wide[1] / 1e9, sp.wide[2] / 1e9, sp.wide[3] / 1e9);
     fprintf(out,
             "  measured   memory read %.1f GB/s; products of one column (decode) f32 %.1f, int8 %.1f, int4 "
-            "%.1f, MXFP4 %.1f GB/s of weights; routed experts as decode runs them %.1f GB/s; "
+            "%.1f, MXFP4 %.1f GB/s of weights; routed experts as decode runs them %.1f GB/s%s; "
             "of 32 columns (prefill) %.0f, %.0f, %.0f, %.0f GB/s x columns%s; KDA recurrence %.3g ms a token "
             "and layer; "
             "%.1f us a call; drive %s%s%s%s%s%s "
             "(%s %s)\n",
             sp.mem_bw / 1e9, sp.dec[0] / 1e9, sp.dec[1] / 1e9, sp.dec[2] / 1e9, sp.dec[3] / 1e9,
-            sp.ex_dec / 1e9, sp.pre[0] / 1e9, sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, wide,
+            sp.ex_dec / 1e9, expre, sp.pre[0] / 1e9, sp.pre[1] / 1e9, sp.pre[2] / 1e9, sp.pre[3] / 1e9, wide,
             sp.kda_rec * 1e3, sp.call * 1e6, sp.disk > 0 ? HB(sp.disk) : "unknown", sp.disk > 0 ? "/s" : "",
             sp.sparse ? " (sparse file: holes, not the drive); its data " : "",
             sp.sparse ? (sp.disk_data > 0 ? HB(sp.disk_data) : "none found") : "",

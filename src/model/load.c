@@ -813,7 +813,7 @@ k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size
     if (!st && m->fit.plan.total + m->fit.plan.mapped >= (uint64_t)1e9) {
         fit_speed sp;
         double    dec, pre;
-        fit_speed_get_model(dir, &m->fit_t, 0, m->par.chunk, &sp);
+        fit_speed_get_model(dir, &m->fit_t, 0, m->par.chunk, m->cfg.n_active, &sp);
         fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk, &dec,
                            &pre);
         char ttft[512];

@@ -21,15 +21,22 @@
  *   pre3_f32 .. pre3_mxfp4
  *                  weight bytes x columns per second of qmat_matmul at 32 columns (a prefill
  *                  chunk) on an 8 MB slice of the same matrix, best of 5
- *   pre3_FMT_xC    the same at C columns, C the session's chunk (K3_CHUNK) when over 32, on
- *                  the same slice, alternating with the two above (fit_speed_get_model): the
- *                  kernels' work per column falls with the columns (k3-bench idot_matmul: MXFP4
- *                  326-338 GOPS at 32 columns, 413-424 at 128), so the 32-column line alone
- *                  overcounts a 128-column chunk
+ *   pre3_FMT_atC   the same at C columns, C the session's chunk (K3_CHUNK) when not 1 or 32, on
+ *                  the next 1/32 of the matrix (not the 32-column probe's rows, which it found in
+ *                  the L3: v1, pre3_FMT_xC, 0.80-0.93x too fast at 16 columns on the release's
+ *                  int4 matrices), alternating with the two above (fit_speed_get_model): the
+ *                  kernels' work per column is not a line in the columns (k3-bench idot_matmul:
+ *                  MXFP4 326-338 GOPS at 32 columns, 413-424 at 128, so the 32-column line alone
+ *                  overcounts a 128-column chunk; the 16-column tiles of kern-grp.c make 16
+ *                  columns cost 1.11-1.17x what the line from one column to 32 says)
  *   kda_rec_HxD    seconds per token of one KDA layer's recurrence (kda-rec.c) at the model's
  *                  heads and head width, the heads on all threads over a 64-column chunk, best of 5:
  *                  a prefill chunk runs it token by token on each head's state, work none of the
  *                  matrix probes sees (the estimate had counted only the state's read per chunk)
+ *   pre3_ex_FxL_xN the routed experts as a prefill chunk runs them, N columns each (N the columns
+ *                  flat routing gives an expert in a chunk of K3_CHUNK, over 1), bytes x columns/s,
+ *                  best of 5: at the release's 3584-wide experts the 7168-wide matrices' curve
+ *                  missed them by 1.1-1.3x (K3_PROFILE, each product timed against its estimate)
  *   call2          seconds of one qmat_matvec on a 128 x 1024 int8 matrix, the smallest the
  *                  kernels run on all threads: the fixed cost of a call (the OpenMP region's
  *                  start and join), which is what a small model's token costs ("call", on a
@@ -45,12 +52,13 @@
  * never uses figures measured with other kernels.
  * `k3chat --inspect --measure` measures every figure again whatever the cache holds.
  *
- * Estimates. A matrix of B bytes multiplied by n columns takes B x (1/dec + (n - 1) x per_col),
- * per_col = (32/pre - 1/dec) / 31: the line through the two measured points, so a chunk of any
- * K3_CHUNK and an expert's few columns in it are costed at their own column count (it was
- * B x max(1/dec, n/pre), the 32-column rate whatever the columns), plus `call` per
- * multiplication; past 32 columns the line goes through the 32-column point and the chunk-width
- * one (pre3_FMT_xC) instead, when measured. Per decode token: every
+ * Estimates. A matrix of B bytes multiplied by n columns takes B x s(n), s piecewise linear
+ * through the measured points (1/dec at one column, 32/pre at 32, C/pre3_FMT_atC at the chunk's C),
+ * past the last on its last piece, so a chunk of any K3_CHUNK is costed at its own measured width
+ * and an expert's few columns in it between the points, plus `call` per multiplication. A routed
+ * expert is that curve with its three calls times the ratio its own probes measured to it (at one
+ * column dec3_ex, at N pre3_ex; linear between, N's past it). The head multiplies one row per
+ * chunk (the last token's logits) unless K3_LOGITS asks for every row. Per decode token: every
  * matrix class at its bits, the f32 tensors (router, f_a/f_b, b_proj: "small" in the plan), the
  * active experts (n_moe x n_active, MXFP4), the KDA state read and written (mem_bw), and the
  * expert misses read from the drive: routing is flat, so a cache holding a fraction f of the
@@ -269,11 +277,12 @@ static double best_n(const double *v, int n) {
     return b;
 }
 
-/* dec (bytes/s, one column) and pre (bytes x columns/s, 32 columns) of format fmt; with wide > 32
- * also *wid, bytes x columns/s at wide columns on the same slice, its probes alternating with the
- * others (else *wid is left alone). */
+/* dec (bytes/s, one column) and pre (bytes x columns/s, 32 columns) of format fmt; with wide over
+ * 1 and not 32 also *wid, bytes x columns/s at wide columns on the same slice, its probes
+ * alternating with the others (else *wid is left alone). */
 static void measure_fmt(int fmt, int wide, double *dec, double *pre, double *wid) {
     const int cols = 7168, n = wide > 32 ? wide : 32; /* the release's hidden width */
+    const int wn   = wide > 1 && wide != 32 ? wide : 0;
     const int bpr  = (int)(q_wbytes(fmt, 1, cols) + q_sbytes(fmt, 1, cols));
     const int rows = (int)(((size_t)256 << 20) / (size_t)bpr); /* beyond any L3 (56 MB was not) */
     qmat      q    = {0};
@@ -288,22 +297,32 @@ static void measure_fmt(int fmt, int wide, double *dec, double *pre, double *wid
         double       v[NPROBE], w[NPROBE], u[NPROBE];
         qmat         part = q; /* 1/32 of the rows: a prefill chunk's matmul is long enough on it */
         part.rows         = rows / 32;
+        /* the chunk-width probe on the next 1/32: on the 32-column probe's rows it read them from
+         * the L3 (32 MB on this EPYC) where the 32-column probe had left them, while a chunk's
+         * matrices come from memory; the release replica's int4 matrices at 16 columns ran
+         * 0.80-0.93x the rate it measured so */
+        qmat next = part;
+        next.w    = (const uint8_t *)q.w + q_wbytes(fmt, part.rows, cols);
+        if (q.s)
+            next.s = (const float *)(const void *)((const uint8_t *)q.s + q_sbytes(fmt, part.rows, cols));
+        if (q.e)
+            next.e = q.e + q_sbytes(fmt, part.rows, cols);
         for (int r = 0; r < NPROBE; r++) { /* alternating, so that a burst of load hits both */
             double t0 = k3_time();
             qmat_matvec(&q, x, y);
             double t1 = k3_time();
             qmat_matmul(&part, x, 32, y);
             double t2 = k3_time();
-            if (n > 32)
-                qmat_matmul(&part, x, n, y);
+            if (wn)
+                qmat_matmul(&next, x, wn, y);
             double t3 = k3_time();
             v[r]      = t1 > t0 ? bytes / (t1 - t0) : 0;
             w[r]      = t2 > t1 ? bytes / 32 * 32 / (t2 - t1) : 0;
-            u[r]      = t3 > t2 ? bytes / 32 * n / (t3 - t2) : 0;
+            u[r]      = t3 > t2 ? bytes / 32 * wn / (t3 - t2) : 0;
         }
         *dec = best_n(v, NPROBE); /* the best round, as a benchmark keeps: what the machine can do */
         *pre = best_n(w, NPROBE);
-        if (n > 32)
+        if (wn)
             *wid = best_n(u, NPROBE);
     }
     if (own)
@@ -314,27 +333,30 @@ static void measure_fmt(int fmt, int wide, double *dec, double *pre, double *wid
     free(y);
 }
 
-/* Bytes/s of MXFP4 routed experts of shape (F, L) run as a decode step runs them: w1 and w3 in one
- * call over the same input, then w2 over an F-wide input; enough distinct experts to pass 256 MB
- * (beyond the caches), best of NPROBE passes over all of them. A small expert's products are
- * short, so a call's fixed cost (threads woken and joined) and the ramp-up of each matrix's
- * stream weigh on them in a way the 256 MB matrices above do not show. */
-static double measure_experts(int F, int L) {
+/* Bytes x columns/s of MXFP4 routed experts of shape (F, L) run as the engine runs them on n
+ * columns (n = 1: a decode step): w1 and w3 in one call over the same input, then w2 over an
+ * F-wide input; enough distinct experts to pass 256 MB (beyond the caches), best of NPROBE passes
+ * over all of them. A small expert's products are short, so a call's fixed cost (threads woken
+ * and joined) and the ramp-up of each matrix's stream weigh on them in a way the 256 MB matrices
+ * above do not show; at a prefill chunk's few columns per expert the kernels' work per column
+ * is not the line between one column and 32 of a 7168-wide matrix either (k3-bench release,
+ * K3_PROFILE per product: the release's experts at 16 columns took 1.19-1.27x that line). */
+static double measure_experts(int F, int L, int n) {
     /* an expert: w1 (F, L), w3 (F, L), w2 (L, F) back to back, each `part` bytes */
     const size_t wb = q_wbytes(Q_MXFP4, F, L), part = wb + q_sbytes(Q_MXFP4, F, L), one = 3 * part;
     const int    W  = F > L ? F : L;
     int          nx = (int)(((size_t)256 << 20) / one) + 1;
     nx              = nx < 2 ? 2 : nx > 256 ? 256 : nx;
     uint8_t *buf    = k3_aligned_alloc(64, (size_t)nx * one);
-    float   *x      = k3_aligned_alloc(64, (size_t)W * sizeof(float)),
-          *y        = k3_aligned_alloc(64, 2 * (size_t)W * sizeof(float));
+    float   *x      = k3_aligned_alloc(64, (size_t)n * W * sizeof(float)),
+          *y        = k3_aligned_alloc(64, 2 * (size_t)n * W * sizeof(float));
     double v[NPROBE], r = 0;
     if (buf && x && y) {
         for (size_t i = 0; i < (size_t)nx * 3; i++) { /* weights 0x37, exponents 2^0 */
             memset(buf + i * part, 0x37, wb);
             memset(buf + i * part + wb, 127, part - wb);
         }
-        for (int i = 0; i < W; i++)
+        for (size_t i = 0; i < (size_t)n * W; i++)
             x[i] = (float)(i % 17) * 0.1f - 0.8f;
         for (int r0 = 0; r0 < NPROBE; r0++) {
             double t0 = k3_time();
@@ -342,12 +364,15 @@ static double measure_experts(int F, int L) {
                 const uint8_t *p = buf + (size_t)e * one;
                 const qmat  w1 = mx_at(p, F, L), w3 = mx_at(p + part, F, L), w2 = mx_at(p + 2 * part, L, F);
                 const qmat *w13[2] = {&w1, &w3};
-                float      *y13[2] = {y, y + F};
-                qmat_matmul_many(w13, 2, x, 1, y13);
-                qmat_matvec(&w2, x, y);
+                float      *y13[2] = {y, y + (size_t)n * F};
+                qmat_matmul_many(w13, 2, x, n, y13);
+                if (n == 1)
+                    qmat_matvec(&w2, x, y);
+                else
+                    qmat_matmul(&w2, x, n, y);
             }
             double dt = k3_time() - t0;
-            v[r0]     = dt > 0 ? (double)nx * (double)one / dt : 0;
+            v[r0]     = dt > 0 ? (double)nx * (double)one * n / dt : 0;
         }
         r = best_n(v, NPROBE);
     }
@@ -569,13 +594,41 @@ void fit_speed_get(const char *dir, int fresh, fit_speed *o) {
     cache_path(o->cache, sizeof o->cache, 0);
 }
 
-void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, int chunk, fit_speed *o) {
+/* Experts per MoE layer of t (E), for flat routing. */
+static double experts_per_layer(const fit_table *t) {
+    return t->expert_one && t->n_moe ? (double)t->expert_all / (double)t->expert_one / t->n_moe : 1;
+}
+
+/* The columns of one routed expert's products in a chunk of C tokens under flat routing: the
+ * chunk's C k columns over the E (1 - (1 - k/E)^C) distinct experts it touches. */
+static double flat_cols(const fit_table *t, int n_active, double C) {
+    const double E = experts_per_layer(t), k = n_active, distinct = E * (1 - pow(1 - k / E, C));
+    return distinct > 0 ? C * k / distinct : 1;
+}
+
+void fit_speed_get_experts(const fit_table *t, int fresh, double cols, fit_speed *o) {
+    const int n = (int)lround(cols);
+    if (t->ex_rows <= 0 || t->ex_cols <= 0 || t->ex_cols % Q_MXFP4_GROUP || t->ex_rows % Q_MXFP4_GROUP ||
+        n < 2)
+        return;
+    char base[64], kb[96];
+    snprintf(base, sizeof base, "pre3_ex_%dx%d_x%d", t->ex_rows, t->ex_cols, n);
+    const char *key = kernel_key(base, kb, sizeof kb);
+    o->ex_pre_n     = n;
+    if (!(o->ex_pre = cached(o, fresh, key, 0)))
+        measured(o, key, 0, o->ex_pre = measure_experts(t->ex_rows, t->ex_cols, n), 1);
+}
+
+void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, int chunk, int n_active,
+                         fit_speed *o) {
     fit_speed_get(dir, fresh, o);
-    /* a chunk wider than 32 columns: each format's rate at the chunk's width (the kernels' work per
-     * column falls with the columns: the 32-column rate alone made prefill 1.3-1.4x too slow) */
-    for (int f = 0; f < 4 && chunk > 32; f++) {
+    /* a chunk other than 32 columns: each format's rate at the chunk's width (the kernels' work per
+     * column is not a line: it falls past 32 columns, where the 32-column rate alone made prefill
+     * 1.3-1.4x too slow, and the kernels' 16-column tiles make 16 columns cost more than the line
+     * between one column and 32 says: 1.11-1.17x on the release's int4 matrices) */
+    for (int f = 0; f < 4 && chunk > 1 && chunk != 32; f++) {
         char base[64], kb[96];
-        snprintf(base, sizeof base, "%s_x%d", fmt_key[f][1], chunk);
+        snprintf(base, sizeof base, "%s_at%d", fmt_key[f][1], chunk);
         const char *key = kernel_key(base, kb, sizeof kb);
         o->wide_n       = chunk;
         if (!(o->wide[f] = cached(o, fresh, key, 0))) {
@@ -597,28 +650,53 @@ void fit_speed_get_model(const char *dir, const fit_table *t, int fresh, int chu
     snprintf(base, sizeof base, "dec3_ex_%dx%d", t->ex_rows, t->ex_cols);
     const char *key = kernel_key(base, kb, sizeof kb);
     if (!(o->ex_dec = cached(o, fresh, key, 0)))
-        measured(o, key, 0, o->ex_dec = measure_experts(t->ex_rows, t->ex_cols), 1);
+        measured(o, key, 0, o->ex_dec = measure_experts(t->ex_rows, t->ex_cols, 1), 1);
+    if (chunk > 1 && n_active > 0) /* an expert's columns in a chunk, flat routing */
+        fit_speed_get_experts(t, fresh, flat_cols(t, n_active, chunk), o);
 }
 
 static int bits_fmt(int bits) {
     return bits == 32 ? Q_F32 : bits == 8 ? Q_I8 : Q_I4;
 }
 
-/* Seconds for B bytes of format f times n columns (speed.c: DESIGN): per byte, a part that does
- * not depend on the columns (reading and unpacking the weights) and one per column, the line
- * through the measured points (1 column: dec, 32 columns: pre) and, past 32 columns, through the
- * 32-column point and the chunk-width one (wide) when measured; never under one column's. */
+/* Seconds for B bytes of format f times n columns (speed.c: DESIGN): per byte, piecewise linear
+ * in the columns through the measured points (1 column: dec, 32 columns: pre, the chunk's width:
+ * wide, when measured), past the last point on its last piece; a piece never falls (a rate that
+ * was measured slower at more columns counts as the same seconds); never under one column's. */
 static double mat_s(const fit_speed *sp, int f, double B, double n) {
     double dec = sp->dec[f] > 0 ? sp->dec[f] : 1e10, pre = sp->pre[f] > 0 ? sp->pre[f] : 1e11;
-    double t1 = 1 / dec, per_col = (32 / pre - t1) / 31;
-    if (per_col < 0)
-        per_col = 0;
-    double t = B * (t1 + per_col * (n - 1));
-    if (n > 32 && sp->wide_n > 32 && sp->wide[f] > 0) {
-        double t32 = t1 + per_col * 31, wide_col = (sp->wide_n / sp->wide[f] - t32) / (sp->wide_n - 32);
-        t = B * (t32 + (wide_col > 0 ? wide_col : 0) * (n - 32));
+    double x[3] = {1, 32, 0}, y[3] = {1 / dec, 32 / pre, 0}; /* columns, seconds per byte */
+    int    np = 2;
+    if (sp->wide_n > 1 && sp->wide_n != 32 && sp->wide[f] > 0) {
+        const int at = sp->wide_n < 32 ? 1 : 2; /* kept in order of the columns */
+        for (int i = 2; i > at; i--)
+            x[i] = x[i - 1], y[i] = y[i - 1];
+        x[at] = sp->wide_n, y[at] = sp->wide_n / sp->wide[f];
+        np = 3;
     }
-    return t > B * t1 ? t : B * t1;
+    for (int i = 1; i < np; i++) /* a piece never falls */
+        y[i] = y[i] > y[i - 1] ? y[i] : y[i - 1];
+    int i = 0;
+    while (i < np - 2 && n > x[i + 1])
+        i++;
+    const double t = B * (y[i] + (y[i + 1] - y[i]) / (x[i + 1] - x[i]) * (n - x[i]));
+    return t > B * y[0] ? t : B * y[0];
+}
+
+/* Seconds of one routed expert of B bytes times n columns (w1 and w3 in one call, w2 in another):
+ * at one column the measured decode rate (ex_dec); at more, mat_s's MXFP4 curve with its calls,
+ * corrected by the ratio the expert probes measured to it at one column and at ex_pre_n columns
+ * (linear between them, the last one's past it), so that the experts' own shape and kernels count. */
+static double ex_s(const fit_speed *sp, double B, double n) {
+    const double call = sp->call > 0 ? sp->call : 1e-5, g1 = mat_s(sp, Q_MXFP4, B, 1) + 3 * call;
+    if (n <= 1)
+        return sp->ex_dec > 0 ? B / sp->ex_dec : g1;
+    const double g = mat_s(sp, Q_MXFP4, B, n) + 3 * call;
+    if (!(sp->ex_pre > 0 && sp->ex_pre_n > 1))
+        return g;
+    const double ne = sp->ex_pre_n, c1 = sp->ex_dec > 0 ? B / sp->ex_dec / g1 : 1;
+    const double ce = B * ne / sp->ex_pre / (mat_s(sp, Q_MXFP4, B, ne) + 3 * call);
+    return g * (n >= ne ? ce : c1 + (ce - c1) * (n - 1) / (ne - 1));
 }
 
 void fit_speed_estimate(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp,
@@ -637,12 +715,12 @@ static double fixed_s(const fit_table *t, const fit_set *s, const fit_plan *p, c
     const double mem = sp->mem_bw > 0 ? sp->mem_bw : 1e10, call = sp->call > 0 ? sp->call : 1e-5;
     const double ddata = sp->disk_data > 0 ? sp->disk_data : sp->disk > 0 ? sp->disk : 1e9;
     double       x     = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) /* the head multiplies a chunk's last row only, unless K3_LOGITS */
         x += mat_s(sp, bits_fmt(bits[i]),
                    (double)t->mat[cls[i]][bits[i] == 32  ? 0
                                           : bits[i] == 8 ? 1
                                                          : 2],
-                   C);
+                   cls[i] == FIT_HEAD && !s->all_logits ? 1 : C);
     /* K3_MMAP=1: mapped weights the page cache cannot keep; stored data, never holes */
     return x + mat_s(sp, Q_F32, (double)t->small, C) + (double)t->kda_state / mem + t->n_mats * call +
            (double)p->reread / ddata + (prefill ? C * t->n_kda * sp->kda_rec : 0);
@@ -651,10 +729,10 @@ static double fixed_s(const fit_table *t, const fit_set *s, const fit_plan *p, c
 void fit_ttft(const fit_table *t, const fit_set *s, const fit_plan *p, const fit_speed *sp, int n_active,
               int chunk, long P, fit_ttft_est *o) {
     const double C = chunk > 0 ? chunk : 1, k = n_active, W = s->window > C ? s->window : C;
-    const double E = t->expert_one && t->n_moe ? (double)t->expert_all / (double)t->expert_one / t->n_moe : 1;
-    const double f = t->expert_all ? (double)p->b[FIT_EXPERT] / (double)t->expert_all : 1; /* hit rate */
+    const double E   = experts_per_layer(t);
+    const double f   = t->expert_all ? (double)p->b[FIT_EXPERT] / (double)t->expert_all : 1; /* hit rate */
     const double one = (double)t->expert_one, disk = sp->disk > 0 ? sp->disk : 1e9;
-    const double call = sp->call > 0 ? sp->call : 1e-5, fixed = fixed_s(t, s, p, sp, C, 1) / C;
+    const double fixed = fixed_s(t, s, p, sp, C, 1) / C;
     memset(o, 0, sizeof *o);
     o->window = (int)W;
     o->floor  = t->n_moe * E * (1 - pow(1 - k / E, (double)P)) * one;
@@ -662,9 +740,8 @@ void fit_ttft(const fit_table *t, const fit_set *s, const fit_plan *p, const fit
         const double wn       = (double)P - done < W ? (double)P - done : W;
         const double distinct = E * (1 - pow(1 - k / E, wn)), cols = wn * k / (distinct > 0 ? distinct : 1);
         const double blocks = ceil(cols / C);
-        const double comp =
-            t->n_moe * distinct * blocks * (mat_s(sp, Q_MXFP4, one, cols / blocks) + 3 * call);
-        const double rd = t->n_moe * (1 - f) * distinct * one;
+        const double comp   = t->n_moe * distinct * blocks * ex_s(sp, one, cols / blocks);
+        const double rd     = t->n_moe * (1 - f) * distinct * one;
         o->compute += fixed * wn + comp;
         o->bytes += rd;
         o->seconds += fixed * wn + (comp > rd / disk ? comp : rd / disk); /* reads overlap the compute */
@@ -699,21 +776,18 @@ void fit_speed_estimate_route(const fit_table *t, const fit_set *s, const fit_pl
                               int n_active, int chunk, const fit_route *r, double *decode_s,
                               double *prefill_s) {
     const double C = chunk > 0 ? chunk : 1, k = n_active;
-    const double E = t->expert_one && t->n_moe ? (double)t->expert_all / (double)t->expert_one / t->n_moe : 1;
-    const double f = t->expert_all ? (double)p->b[FIT_EXPERT] / (double)t->expert_all : 1; /* hit rate */
+    const double E   = experts_per_layer(t);
+    const double f   = t->expert_all ? (double)p->b[FIT_EXPERT] / (double)t->expert_all : 1; /* hit rate */
     const double one = (double)t->expert_one, disk = sp->disk > 0 ? sp->disk : 1e9;
-    const double call = sp->call > 0 ? sp->call : 1e-5;
     double       dec = fixed_s(t, s, p, sp, 1, 0), pre = fixed_s(t, s, p, sp, C, 1);
     /* decode: n_moe x k experts, each a one-column MXFP4 product; misses also read the drive */
     double act  = (double)t->n_moe * (r ? r->dec_active : k),
            miss = r ? t->n_moe * r->dec_miss : (1 - f) * act;
-    dec +=
-        act * (sp->ex_dec > 0 ? one / sp->ex_dec : mat_s(sp, Q_MXFP4, one, 1) + 3 * call) + miss * one / disk;
+    dec += act * ex_s(sp, one, 1) + miss * one / disk;
     /* prefill: a chunk touches `distinct` experts per MoE layer, each with C k / distinct columns */
     double distinct = r ? r->chunk_distinct : E * (1 - pow(1 - k / E, C));
     double cols = C * k / (distinct > 0 ? distinct : 1), cmiss = r ? r->chunk_miss : (1 - f) * distinct;
-    double per_chunk =
-        t->n_moe * (distinct * (mat_s(sp, Q_MXFP4, one, cols) + 3 * call) + cmiss * one / disk);
-    *decode_s  = dec;
-    *prefill_s = pre / C + per_chunk / C;
+    double per_chunk = t->n_moe * (distinct * ex_s(sp, one, cols) + cmiss * one / disk);
+    *decode_s        = dec;
+    *prefill_s       = pre / C + per_chunk / C;
 }
