@@ -116,6 +116,32 @@ Z static void half_tile(const uint8_t *wq, int kpad, const float *ws, int ng, co
     }
 }
 
+/* kern_row_wscales in vectors of 16 groups (the same floats: a copy for int4, for MXFP4 the bits of
+ * kern_e8m0_half). */
+Z static void row_wscales(const qmat *m, int r, int ng, float *ws) {
+    if (m->type == Q_I4) {
+        const int     nsg = (m->cols + Q_I4_GROUP - 1) / Q_I4_GROUP;
+        const float  *s   = m->s + (size_t)r * nsg;
+        const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        for (int g = 0; g < ng; g += 16) {
+            const int       ns = nsg - g / 2 < 8 ? nsg - g / 2 : 8, nw = ng - g < 16 ? ng - g : 16;
+            const __m512    v  = _mm512_castps256_ps512(_mm256_maskz_loadu_ps((__mmask8)((1u << ns) - 1), s + g / 2));
+            _mm512_mask_storeu_ps(ws + g, (__mmask16)((1u << nw) - 1), _mm512_permutexvar_ps(dup, v));
+        }
+    } else {
+        const uint8_t *e = m->e + (size_t)r * (m->cols / Q_MXFP4_GROUP);
+        for (int g = 0; g < ng; g += 16) {
+            const int       nw = ng - g < 16 ? ng - g : 16;
+            const __mmask16 k  = (__mmask16)((1u << nw) - 1);
+            const __m512i   ev = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, e + g));
+            const __m512i   nm = _mm512_slli_epi32(_mm512_sub_epi32(ev, _mm512_set1_epi32(1)), 23);
+            const __m512i   sb = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), ev); /* e < 2 */
+            const __mmask16 ge = _mm512_cmpge_epi32_mask(ev, _mm512_set1_epi32(2));
+            _mm512_mask_storeu_ps(ws + g, k, _mm512_castsi512_ps(_mm512_mask_blend_epi32(ge, sb, nm)));
+        }
+    }
+}
+
 /* One thread's buffers. */
 typedef struct {
     uint8_t *wq; /* [16][kpad] the block's weights + 128, groups past K and rows past the matrix 128 */
@@ -147,7 +173,7 @@ Z static void blocks(const qmat *m, const kern_tile_act *x, int n, float *y, int
             } else {
                 kern_unpack_row_avx512((const uint8_t *)m->w + (size_t)(r0 + i) * rbytes, rbytes, m->type,
                                        cols, kpad, 128, o);
-                kern_row_wscales(m, r0 + i, ng, th->ws + (size_t)i * ng);
+                row_wscales(m, r0 + i, ng, th->ws + (size_t)i * ng);
             }
         }
         if (rb < GR) /* rows past the matrix: w = 0 (read by the last half, never written out) */
