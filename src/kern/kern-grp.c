@@ -22,6 +22,10 @@
  *   the doubled e2m1 values); groups past K and rows past the matrix are 128 (w = 0).
  * - Rows run in two halves of 8 per column tile (8 accumulators, 8 group sums, 8 B rows: 24
  *   registers), each over every group in order, so each row's FMAs are in group order.
+ * - MXFP4's weight scale is 2^(e-128), so ws x d is d with e - 128 added to its exponent: an
+ *   integer add instead of the float multiply (which shares the FMA pipes with vpdpbusd on Zen 4:
+ *   +7 % there), taken per (block, column tile) when every d of the tile is normal and every
+ *   product a normal float, i.e. exactly the multiply's result; otherwise the multiply.
  * - Threads take whole blocks of 16 rows, so a row's arithmetic never depends on the split.
  */
 #include "kern-impl.h"
@@ -83,9 +87,10 @@ void kern_tile_act_free(kern_tile_act *a) {
 
 /* Rows 8h .. 8h+7 of a block (wq: 16 rows of kpad unsigned codes) for one column tile (bt, dt,
  * cs of its groups): acc[i] over every group in order. ws: row i's weight scale of group g
- * (nibble types; NULL for int8). */
-Z static void half_tile(const uint8_t *wq, int kpad, const float *ws, int ng, const int8_t *bt,
-                        const float *dt, const int32_t *cs, int h, __m512 acc[8]) {
+ * (nibble types; NULL for int8). wk (MXFP4, when not NULL): the scale as an exponent step added
+ * to d's bits, the product ws x d without the multiply (the caller checked that it is exact). */
+Z static void half_tile(const uint8_t *wq, int kpad, const float *ws, const int32_t *wk, int ng,
+                        const int8_t *bt, const float *dt, const int32_t *cs, int h, __m512 acc[8]) {
     const uint8_t *row = wq + (size_t)8 * h * kpad;
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
@@ -108,10 +113,51 @@ Z static void half_tile(const uint8_t *wq, int kpad, const float *ws, int ng, co
                 c[i] = _mm512_dpbusd_epi32(c[i], _mm512_set1_epi32(wd), b[kq]);
             }
         const __m512 dv = _mm512_load_ps(dt + (size_t)g * 16);
+        if (wk) {
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const __m512 sc = _mm512_castsi512_ps(
+                    _mm512_add_epi32(_mm512_castps_si512(dv), _mm512_set1_epi32(wk[(8 * h + i) * ng + g])));
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c[i]), sc, acc[i]);
+            }
+            continue;
+        }
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
             const __m512 sc = ws ? _mm512_mul_ps(_mm512_set1_ps(ws[(8 * h + i) * ng + g]), dv) : dv;
             acc[i]          = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c[i]), sc, acc[i]);
+        }
+    }
+}
+
+/* kern_row_wscales in vectors of 16 groups (the same floats: a copy for int4, for MXFP4 the bits of
+ * kern_e8m0_half). */
+Z static void row_wscales(const qmat *m, int r, int ng, float *ws, int32_t *wk, int *elo, int *ehi) {
+    if (m->type == Q_I4) {
+        const int     nsg = (m->cols + Q_I4_GROUP - 1) / Q_I4_GROUP;
+        const float  *s   = m->s + (size_t)r * nsg;
+        const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+        for (int g = 0; g < ng; g += 16) {
+            const int    ns = nsg - g / 2 < 8 ? nsg - g / 2 : 8, nw = ng - g < 16 ? ng - g : 16;
+            const __m512 v =
+                _mm512_castps256_ps512(_mm256_maskz_loadu_ps((__mmask8)((1u << ns) - 1), s + g / 2));
+            _mm512_mask_storeu_ps(ws + g, (__mmask16)((1u << nw) - 1), _mm512_permutexvar_ps(dup, v));
+        }
+    } else {
+        const uint8_t *e = m->e + (size_t)r * (m->cols / Q_MXFP4_GROUP);
+        for (int g = 0; g < ng; g += 16) {
+            const int       nw = ng - g < 16 ? ng - g : 16;
+            const __mmask16 k  = (__mmask16)((1u << nw) - 1);
+            const __m512i   ev = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, e + g));
+            const __m512i   nm = _mm512_slli_epi32(_mm512_sub_epi32(ev, _mm512_set1_epi32(1)), 23);
+            const __m512i   sb = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), ev); /* e < 2 */
+            const __mmask16 ge = _mm512_cmpge_epi32_mask(ev, _mm512_set1_epi32(2));
+            _mm512_mask_storeu_ps(ws + g, k, _mm512_castsi512_ps(_mm512_mask_blend_epi32(ge, sb, nm)));
+            _mm512_mask_storeu_epi32(wk + g, k,
+                                     _mm512_slli_epi32(_mm512_sub_epi32(ev, _mm512_set1_epi32(128)), 23));
+            const int lo = _mm512_mask_reduce_min_epi32(k, ev), hi = _mm512_mask_reduce_max_epi32(k, ev);
+            *elo = lo < *elo ? lo : *elo;
+            *ehi = hi > *ehi ? hi : *ehi;
         }
     }
 }
@@ -121,15 +167,34 @@ typedef struct {
     uint8_t *wq; /* [16][kpad] the block's weights + 128, groups past K and rows past the matrix 128 */
     float   *ws; /* nibble types: [16][ng] wscale of row i, group g                                */
     float   *fb; /* [16][16] a column tile's results before the transposed write                  */
+    int32_t *wk; /* MXFP4: [16][ng] (e - 128) << 23 of row i, group g: ws[i][g] as an exponent step  */
 } grp_thread;
 
+/* The exponent range [lo, hi] of d[nv] when every d is a normal float, else lo > hi. */
+static void tile_drange(const float *d, int nv, int *lo, int *hi) {
+    *lo = 255, *hi = 0;
+    for (int v = 0; v < nv; v++) {
+        uint32_t u;
+        memcpy(&u, d + v, 4);
+        const int e = (int)(u >> 23 & 0xff);
+        if (e == 0 || e == 255) {
+            *lo = 255, *hi = 0;
+            return;
+        }
+        *lo = e < *lo ? e : *lo;
+        *hi = e > *hi ? e : *hi;
+    }
+}
+
 /* Rows of blocks [b0, b1) of y[n][rows] for every column tile. */
-Z static void blocks(const qmat *m, const kern_tile_act *x, int n, float *y, int b0, int b1, grp_thread *th) {
+Z static void blocks(const qmat *m, const kern_tile_act *x, const int *dlo, const int *dhi, int n, float *y,
+                     int b0, int b1, grp_thread *th) {
     const int     rows = m->rows, cols = m->cols, ng = x->ng, i8 = m->type == Q_I8, kpad = ng * GK;
     const size_t  rbytes = m->type == Q_I4 ? (size_t)(cols + 1) / 2 : (size_t)cols / 2;
     const __m512i flip   = _mm512_set1_epi8((char)0x80);
     for (int blk = b0; blk < b1; blk++) {
         const int r0 = blk * GR, rb = rows - r0 < GR ? rows - r0 : GR;
+        int       elo = 255, ehi = 0; /* MXFP4: the block's exponent range */
         for (int i = 0; i < rb; i++) {
             uint8_t *o = th->wq + (size_t)i * kpad;
             if (i8) { /* w ^ 0x80 = w + 128; the row's end masked, then 128 up to kpad */
@@ -147,7 +212,7 @@ Z static void blocks(const qmat *m, const kern_tile_act *x, int n, float *y, int
             } else {
                 kern_unpack_row_avx512((const uint8_t *)m->w + (size_t)(r0 + i) * rbytes, rbytes, m->type,
                                        cols, kpad, 128, o);
-                kern_row_wscales(m, r0 + i, ng, th->ws + (size_t)i * ng);
+                row_wscales(m, r0 + i, ng, th->ws + (size_t)i * ng, th->wk + (size_t)i * ng, &elo, &ehi);
             }
         }
         if (rb < GR) /* rows past the matrix: w = 0 (read by the last half, never written out) */
@@ -155,10 +220,14 @@ Z static void blocks(const qmat *m, const kern_tile_act *x, int n, float *y, int
         for (int j = 0; j < x->ntile; j++) {
             const int    nt  = n - j * GN < GN ? n - j * GN : GN;
             const size_t off = (size_t)j * ng;
+            /* MXFP4: the exponent step when every d of the tile is normal and every product
+             * 2^(e-128) d is a normal float (then exact, as the multiply) */
+            const int add = m->type == Q_MXFP4 && dlo[j] <= dhi[j] && elo >= 2 && dlo[j] + elo - 128 >= 1 &&
+                            dhi[j] + ehi - 128 <= 254;
             for (int h = 0; h * 8 < rb; h++) {
                 __m512 acc[8];
-                half_tile(th->wq, kpad, i8 ? NULL : th->ws, ng, x->b + off * 512, x->dt + off * 16,
-                          x->cs + off * 16, h, acc);
+                half_tile(th->wq, kpad, i8 ? NULL : th->ws, add ? th->wk : NULL, ng, x->b + off * 512,
+                          x->dt + off * 16, x->cs + off * 16, h, acc);
                 for (int i = 0; i < 8; i++) {
                     const int r = 8 * h + i;
                     _mm512_storeu_ps(th->fb + r * 16,
@@ -178,7 +247,14 @@ void kern_grp_matmul(const qmat *m, const float *x, int n, float *y) {
     kern_tile_act a;
     const int     made = kern_tile_act_make(x, m->cols, n, 1, &a);
     K3_ASSERT(made); /* a few KiB per column: out of memory here is not recoverable (as in kern.c) */
-    const int  nb = (m->rows + GR - 1) / GR, ng = a.ng;
+    const int nb = (m->rows + GR - 1) / GR, ng = a.ng;
+    int      *dlo = malloc((size_t)a.ntile * 2 * sizeof(int)), *dhi = dlo + a.ntile;
+    K3_ASSERT(dlo);
+    for (int j = 0; j < a.ntile; j++) /* MXFP4: each tile's exponent range of d (lo > hi: not all normal) */
+        if (m->type == Q_MXFP4)
+            tile_drange(a.dt + (size_t)j * ng * 16, ng * 16, &dlo[j], &dhi[j]);
+        else
+            dlo[j] = 255, dhi[j] = 0;
     const long work = (long)m->rows * m->cols * n;
 #pragma omp parallel if (work > K3_PAR_MIN_MATMUL)
     {
@@ -188,11 +264,13 @@ void kern_grp_matmul(const qmat *m, const float *x, int n, float *y) {
         th.wq         = k3_aligned_alloc(64, (size_t)GR * ng * GK);
         th.ws         = calloc((size_t)GR * ng, sizeof(float));
         th.fb         = k3_aligned_alloc(64, GR * 16 * sizeof(float));
-        K3_ASSERT(th.wq && th.ws && th.fb);
+        th.wk         = calloc((size_t)GR * ng, sizeof(int32_t));
+        K3_ASSERT(th.wq && th.ws && th.fb && th.wk);
         if (b0 < b1)
-            blocks(m, &a, n, y, b0, b1, &th);
-        free(th.wq), free(th.ws), free(th.fb);
+            blocks(m, &a, dlo, dhi, n, y, b0, b1, &th);
+        free(th.wq), free(th.ws), free(th.fb), free(th.wk);
     }
+    free(dlo);
     kern_tile_act_free(&a);
 }
 
