@@ -76,11 +76,18 @@ static inline int t_sh(const char *fmt, ...) {
     return system(cmd);
 }
 
-/* $K3_TMP (where a test writes; default /tmp) and $K3_BUILD (the build tree; default build),
- * as tests/run.sh sets them. */
+/* $K3_TMP (where a test writes) and $K3_BUILD (the build tree; default build), as tests/run.sh
+ * sets them. A test binary run by hand without K3_TMP writes into a fresh /tmp/k3test-XXXXXX of its
+ * own (left behind), not into /tmp itself, where an earlier run's files would be in the way. */
 static inline const char *t_tmp(void) {
     const char *t = getenv("K3_TMP");
-    return t && *t ? t : "/tmp";
+    if (t && *t)
+        return t;
+    static char own[] = "/tmp/k3test-XXXXXX";
+    static int made;
+    if (!made)
+        made = mkdtemp(own) ? 1 : -1;
+    return made > 0 ? own : "/tmp";
 }
 static inline const char *t_build(void) {
     const char *b = getenv("K3_BUILD");
