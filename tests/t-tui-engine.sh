@@ -71,10 +71,15 @@ check "a new message after Ctrl-C is accepted" wait_input_empty 5
 # ended clears the input instead of quitting (no race between looking and pressing)
 keys -l x; keys C-c; keys C-u
 wait_gone "── response" 10
-found=0
+# one page at a time, each looked at once drawn: a busy machine draws late, and keys sent ahead
+# of the frames could scroll past the message between two looks
+found=0 prev=$(screen)
 for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-    if screen | head -n -2 | grep -q '› again'; then found=1; break; fi
-    keys PPage; sleep 0.1
+    if printf '%s\n' "$prev" | head -n -2 | grep -q '› again'; then found=1; break; fi
+    keys PPage
+    n=0 # the page drawn (at the top nothing changes: give up after 5 s)
+    while [ "$(screen)" = "$prev" ] && [ $n -lt $((100 * slow)) ]; do sleep 0.05; n=$((n + 1)); done
+    prev=$(settled 5 screen) || break
 done
 check "and is in the conversation above its answer (PgUp finds it)" [ $found = 1 ]
 keys C-d
