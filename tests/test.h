@@ -84,7 +84,7 @@ static inline const char *t_tmp(void) {
     if (t && *t)
         return t;
     static char own[] = "/tmp/k3test-XXXXXX";
-    static int made;
+    static int  made;
     if (!made)
         made = mkdtemp(own) ? 1 : -1;
     return made > 0 ? own : "/tmp";
