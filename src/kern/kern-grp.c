@@ -196,12 +196,18 @@ Z static void row_wscales(const qmat *m, int r, int ng, float *ws, int32_t *wk, 
         const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
         for (int g = 0; g < ng; g += 16) {
             const int    ns = nsg - g / 2 < 8 ? nsg - g / 2 : 8, nw = ng - g < 16 ? ng - g : 16;
-            const __m512 v =
-                _mm512_castps256_ps512(_mm256_maskz_loadu_ps((__mmask8)((1u << ns) - 1), s + g / 2));
-            _mm512_mask_storeu_ps(ws + g, (__mmask16)((1u << nw) - 1), _mm512_permutexvar_ps(dup, v));
+            const __m512 v = _mm512_castps256_ps512(
+                ns == 8 ? _mm256_loadu_ps(s + g / 2)
+                        : _mm256_maskz_loadu_ps((__mmask8)((1u << ns) - 1), s + g / 2));
+            const __m512 wv = _mm512_permutexvar_ps(dup, v);
+            if (nw == 16) /* plain stores: masked ones are slow on Zen */
+                _mm512_storeu_ps(ws + g, wv);
+            else
+                _mm512_mask_storeu_ps(ws + g, (__mmask16)((1u << nw) - 1), wv);
         }
     } else {
-        const uint8_t *e = m->e + (size_t)r * (m->cols / Q_MXFP4_GROUP);
+        const uint8_t *e  = m->e + (size_t)r * (m->cols / Q_MXFP4_GROUP);
+        __m512i        lo = _mm512_set1_epi32(255), hi = _mm512_setzero_si512(); /* the row's range */
         for (int g = 0; g < ng; g += 16) {
             const int       nw = ng - g < 16 ? ng - g : 16;
             const __mmask16 k  = (__mmask16)((1u << nw) - 1);
@@ -209,13 +215,21 @@ Z static void row_wscales(const qmat *m, int r, int ng, float *ws, int32_t *wk, 
             const __m512i   nm = _mm512_slli_epi32(_mm512_sub_epi32(ev, _mm512_set1_epi32(1)), 23);
             const __m512i   sb = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), ev); /* e < 2 */
             const __mmask16 ge = _mm512_cmpge_epi32_mask(ev, _mm512_set1_epi32(2));
-            _mm512_mask_storeu_ps(ws + g, k, _mm512_castsi512_ps(_mm512_mask_blend_epi32(ge, sb, nm)));
-            _mm512_mask_storeu_epi32(wk + g, k,
-                                     _mm512_slli_epi32(_mm512_sub_epi32(ev, _mm512_set1_epi32(128)), 23));
-            const int lo = _mm512_mask_reduce_min_epi32(k, ev), hi = _mm512_mask_reduce_max_epi32(k, ev);
-            *elo = lo < *elo ? lo : *elo;
-            *ehi = hi > *ehi ? hi : *ehi;
+            const __m512    wv = _mm512_castsi512_ps(_mm512_mask_blend_epi32(ge, sb, nm));
+            const __m512i   kv = _mm512_slli_epi32(_mm512_sub_epi32(ev, _mm512_set1_epi32(128)), 23);
+            if (nw == 16) { /* plain stores: masked ones are slow on Zen */
+                _mm512_storeu_ps(ws + g, wv);
+                _mm512_storeu_si512(wk + g, kv);
+            } else {
+                _mm512_mask_storeu_ps(ws + g, k, wv);
+                _mm512_mask_storeu_epi32(wk + g, k, kv);
+            }
+            lo = _mm512_mask_min_epi32(lo, k, lo, ev);
+            hi = _mm512_mask_max_epi32(hi, k, hi, ev);
         }
+        const int l = _mm512_reduce_min_epi32(lo), h = _mm512_reduce_max_epi32(hi);
+        *elo = l < *elo ? l : *elo;
+        *ehi = h > *ehi ? h : *ehi;
     }
 }
 
