@@ -13,7 +13,8 @@ out=$(mktemp -d "${TMPDIR:-/tmp}/k3ggml.XXXXXX")
 for v in plain lf; do
     lf=OFF; [ "$v" = lf ] && lf=ON
     cmake -S "$g" -B "$g/build-k3-$v" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-        -DGGML_LLAMAFILE=$lf -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >/dev/null
+        -DGGML_LLAMAFILE=$lf -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF \
+        -DBUILD_SHARED_LIBS=OFF >/dev/null
     ninja -C "$g/build-k3-$v" >/dev/null
     l="$g/build-k3-$v/src"
     cc -O2 -I"$g/include" -o "$out/ggml-mm-$v" bench/ggml/ggml-mm.c "$l/libggml.a" "$l/libggml-cpu.a" \
@@ -27,7 +28,8 @@ for r in $(seq "$rounds"); do
             OMP_NUM_THREADS=1 "$out/ggml-mm-plain" $t $n 0 9 | sed 's/^/as shipped: /'
             OMP_NUM_THREADS=1 "$out/ggml-mm-lf" $t $n 0 9 | sed 's/^/llamafile: /'
             # the repacked layouts (x86: q4_0 and mxfp4; q8_0 has none there)
-            [ $t = q8_0 ] || OMP_NUM_THREADS=1 "$out/ggml-mm-plain" $t $n 1 9 | grep -v '^repack' | sed 's/^/repacked: /'
+            [ $t = q8_0 ] || OMP_NUM_THREADS=1 "$out/ggml-mm-plain" $t $n 1 9 | grep -v '^repack' |
+                sed 's/^/repacked: /'
         done
     done
 done
