@@ -10,8 +10,13 @@
  *   FMA per group in group order: every (row, column) does exactly the scalar reference's
  *   fmaf chain, so every column is bit-identical to it, to the AVX2 twins and to the wide
  *   kernels (kern-grp.c, kern-amx.c), at every column count.
- * - Q_I8 (no vpsignb at 512 bits): the weight byte as an unsigned code w ^ 0x80 = w + 128 and
- *   the activation's precomputed -128 * lane sums (kern_act.nsxo, Q_I8 layout) restore w.
+ * - Q_I8 (no vpsignb at 512 bits): the weight byte as an unsigned code w ^ 0x80 = w + 128; the
+ *   vpdpbusd chains start from zero, and after the reduction the activation's -128 * group sum
+ *   (kern_act.cg, a float) is added to each group's converted sum: every term an integer below
+ *   2^24, so the float add is exact and the FMA sees the scalar twin's sum of w q. Against a
+ *   -128 * lane-sum vector as the chains' start (kern_act.nsxo, before): one 64-byte activation
+ *   load less per double step and 3.5 KiB less of L1 per matvec of 3584 columns (BENCHMARKS.md,
+ *   "Decode matvec compute ceiling": one thread from DRAM 1.15x, from the caches 1.05x).
  *   The code is formed once per weight load and shared by every column.
  * - Nibble types read the activations in the quad layout (kern_act.q2): per two pairs the even
  *   columns of both, then the odd columns of both, so the low/high nibble codes of one 64-byte
@@ -124,17 +129,19 @@ Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, 
                                   __m128 acc[CB_I8]) {
 #pragma GCC unroll 4
     for (int c = 0; c < cb; c++) {
-        const __m512i ns = _mm512_loadu_si512(a[c].nsxo + g * 8), xq = _mm512_loadu_si512(a[c].q + g * 32);
+        const __m512i xq = _mm512_loadu_si512(a[c].q + g * 32);
         __m512i s[4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            s[i] = i < rb ? _mm512_dpbusd_epi32(ns, wu[i], xq) : _mm512_setzero_si512();
-        /* blocks 0 + 1 are group g, 2 + 3 group g + 1 */
+            s[i] = i < rb ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), wu[i], xq) : _mm512_setzero_si512();
+        /* blocks 0 + 1 are group g, 2 + 3 group g + 1: the sums of (w + 128) q, then + cg in float
+         * (every term an integer below 2^24: exact, so the sum of w q as the scalar twin has it) */
         const __m512i u = red4(s);
         const __m512  f = _mm512_cvtepi32_ps(_mm512_add_epi32(u, _mm512_shuffle_i32x4(u, u, 0xB1)));
-        acc[c]          = _mm_fmadd_ps(BLK(f, 0), _mm_set1_ps(a[c].d[g]), acc[c]);
+        acc[c] = _mm_fmadd_ps(_mm_add_ps(BLK(f, 0), _mm_set1_ps(a[c].cg[g])), _mm_set1_ps(a[c].d[g]), acc[c]);
         if (two)
-            acc[c] = _mm_fmadd_ps(BLK(f, 2), _mm_set1_ps(a[c].d[g + 1]), acc[c]);
+            acc[c] = _mm_fmadd_ps(_mm_add_ps(BLK(f, 2), _mm_set1_ps(a[c].cg[g + 1])), _mm_set1_ps(a[c].d[g + 1]),
+                                  acc[c]);
     }
 }
 // clang-format on
@@ -582,12 +589,12 @@ Z void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float 
 
 Z void kern_act_layout_avx512(int type, int np, kern_act *a) {
     const __m512i ones = _mm512_set1_epi8(1);
-    if (type == Q_I8) { /* groups g, g+1: lanes 8k + j = -128 * sum of columns 4j..4j+3 of g + k */
+    if (type == Q_I8) { /* groups g, g+1: cg = -128 * the sum of each group's 32 codes */
         for (int g = 0; g < 2 * np; g += 2) {
             const __m512i s4 =
                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(a->q + g * 32));
-            _mm512_storeu_si512(a->nsxo + g * 8,
-                                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s4, 7)));
+            a->cg[g]     = (float)(-128 * _mm512_mask_reduce_add_epi32(0x00FF, s4));
+            a->cg[g + 1] = (float)(-128 * _mm512_mask_reduce_add_epi32(0xFF00, s4));
             _mm512_storeu_ps(a->d8 + g * 8, two8(a->d[g], a->d[g + 1]));
         }
         return;
