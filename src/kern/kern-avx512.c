@@ -239,15 +239,17 @@ Z static INLINE void e8m0_rows4(const __m512 ev[4], __m512 E[4]) {
 /* Four rows' Q_I4 scales of pairs p, p + 1 (s[i] row i's scales) for nib_tile_step: lane 4k + i
  * = s[i][p + k / 2] (groups 2p .. 2p + 3 of row i). */
 Z static INLINE __m512 i4_rows4(const float *const s[4], int p) {
-    __m128 v[4];
+    /* rows 0, 1 (v01) and 2, 3 (v23): lanes 2i', 2i' + 1 = s[i][p], s[i][p + 1] (64-bit loads:
+     * the scales are 4-byte aligned only), then one two-source permute to lane 4k + i */
+    __m128i v[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
-        v[i] = _mm_castsi128_ps(_mm_loadl_epi64((const void *)(s[i] + p))); /* 4-byte aligned only */
-    const __m128 t01 = _mm_unpacklo_ps(v[0], v[1]), t23 = _mm_unpacklo_ps(v[2], v[3]);
-    const __m128 lo = _mm_movelh_ps(t01, t23), hi = _mm_movehl_ps(t23, t01);
-    const __m256 l2 = _mm256_insertf128_ps(_mm256_castps128_ps256(lo), lo, 1);
-    const __m256 h2 = _mm256_insertf128_ps(_mm256_castps128_ps256(hi), hi, 1);
-    return _mm512_insertf32x8(_mm512_castps256_ps512(l2), h2, 1);
+        v[i] = _mm_loadl_epi64((const void *)(s[i] + p));
+    const __m128 v01 = _mm_castsi128_ps(_mm_unpacklo_epi64(v[0], v[1]));
+    const __m128 v23 = _mm_castsi128_ps(_mm_unpacklo_epi64(v[2], v[3]));
+    return _mm512_permutex2var_ps(_mm512_castps128_ps512(v01),
+                                  _mm512_setr_epi32(0, 2, 16, 18, 0, 2, 16, 18, 1, 3, 17, 19, 1, 3, 17, 19),
+                                  _mm512_castps128_ps512(v23));
 }
 
 // (kept as written: clang-format 14 aligns a leading #pragma with the declarations after it)
