@@ -16,7 +16,7 @@
  *   2^24, so the float add is exact and the FMA sees the scalar twin's sum of w q. Against a
  *   -128 * lane-sum vector as the chains' start (kern_act.nsxo, before): one 64-byte activation
  *   load less per double step and 3.5 KiB less of L1 per matvec of 3584 columns (BENCHMARKS.md,
- *   "Decode matvec compute ceiling": one thread from DRAM 1.15x, from the caches 1.05x).
+ *   "Decode matvec compute ceiling": one thread from DRAM 1.2x, from the caches 1.06x).
  *   The code is formed once per weight load and shared by every column.
  * - Nibble types read the activations in the quad layout (kern_act.q2): per two pairs the even
  *   columns of both, then the odd columns of both, so the low/high nibble codes of one 64-byte
@@ -29,7 +29,12 @@
  *   the row kern_mv_ahead() tiles below it, and the tile start asks for that tile's scale lines,
  *   so the next tile is in flight while this one computes (a byte distance of a few KiB would
  *   mostly land inside the current tile, whose four rows are contiguous). MXFP4 lane scales are
- *   vscalefps(d, e - 128), the exact product with 2^(e-128) without decoding it.
+ *   vscalefps(d, e - 128), the exact product with 2^(e-128) without decoding it. On the Zen 4
+ *   of BENCHMARKS.md ("Decode matvec compute ceiling") this prefetch is a trade: from the caches
+ *   prefetcht1 reads up to 1.15x (the next tile waits in L2, not L1) but from DRAM 0.83-0.87x;
+ *   a shorter or bursty lead, every other line, or per-row distances all read 0.5-0.6x from
+ *   DRAM. What is left of the int8 compute ceiling (0.83x of the order before, which needed no
+ *   reduction) is red4's seven shuffles per four rows and double step.
  * - Row ends (a partial step) use masked loads, which never touch bytes past the row, and a
  *   masked FMA that leaves B alone when only the even step exists.
  * - Compiled for the baseline target with target attributes; reached only after
