@@ -124,6 +124,58 @@ static void check_mat(const qmat *m, int have_avx2) {
     free(x), free(y0), free(y1), free(ym), free(yv), free(wr);
 }
 
+/* int8 at the magnitude bounds of the AVX-512 row tiles' sums: unsigned codes w ^ 0x80 of 0 and
+ * 255 against codes of +-127 (a group's sum of (w + 128) q up to 32 x 255 x 127), the correction
+ * -128 x sum q added after the reduction in float (kern_act.cg): every level at 1 and 7 columns
+ * bit-identical to scalar, and a one-sign row against its exact value. */
+static void check_i8_extremes(void) {
+    static const int colss[] = {32, 100, 3584, 4135};
+    int              ok = 1, exact = 1, cases = 0;
+    for (size_t ci = 0; ci < sizeof colss / sizeof colss[0]; ci++) {
+        const int cols = colss[ci], rows = 9, N = 7;
+        int8_t   *w = malloc((size_t)rows * cols);
+        float    *s = malloc((size_t)rows * sizeof(float));
+        float    *x = malloc((size_t)N * cols * sizeof(float));
+        float *y0 = malloc((size_t)N * rows * sizeof(float)), *y1 = malloc((size_t)N * rows * sizeof(float));
+        for (int c = 0; c < N * cols; c++) /* |x| = 1 everywhere: every code +-127, d = 1/127 */
+            x[c] = (c % cols) % 3 == 1 && c >= cols ? -1.0f : 1.0f;
+        for (int r = 0; r < rows; r++) {
+            s[r] = 1.0f;
+            for (int c = 0; c < cols; c++) {
+                const int pat[]         = {-128, 127, c & 1 ? 127 : -128, c % 3 == 1 ? 127 : -128, -128};
+                w[(size_t)r * cols + c] = (int8_t)(r < 5 ? pat[r] : (rnd() & 1) ? 127 : -128);
+            }
+        }
+        const qmat m = {.type = Q_I8, .rows = rows, .cols = cols, .w = w, .s = s};
+        kern_set_isa(KERN_SCALAR);
+        kern_set_idot(1);
+        qmat_matmul(&m, x, N, y0);
+        /* row 0 (all -128) on column 0 (all +1): per group fmaf(-128 * 127 * len, 1/127, acc) */
+        float want = 0.0f;
+        for (int g = 0; g < (cols + 31) / 32; g++) {
+            const int len = cols - g * 32 < 32 ? cols - g * 32 : 32;
+            want          = fmaf((float)(-128 * 127 * len), 1.0f / 127.0f, want);
+        }
+        exact &= y0[0] == want;
+        for (int isa = KERN_AVX2; isa <= max_isa; isa++)
+            for (int n = 1; n <= N; n += N - 1) {
+                kern_set_isa(isa);
+                kern_set_idot(1);
+                memset(y1, 0xff, (size_t)N * rows * sizeof(float));
+                qmat_matmul(&m, x, n, y1);
+                ok &= bits_equal(y0, y1, (size_t)n * rows);
+                cases++;
+            }
+        free(w), free(s), free(x), free(y0), free(y1);
+    }
+    T_CHECK(
+        ok,
+        "int8 at the sums' bounds (codes 0/255 x +-127): every level == scalar at 1 and 7 columns (%d cases)",
+        cases);
+    T_CHECK(exact, "int8 at the sums' bounds: an all -128 row against all +1 columns gives the group order's "
+                   "exact value");
+}
+
 /* MXFP4 on hand-made bytes: decode and one-hot products give the exact values. */
 static void check_mxfp4_known(int have_avx2) {
     /* one row of 64 columns: group 0 exponent 127 (x1), group 1 exponent given per case */
@@ -551,6 +603,7 @@ int main(void) {
         free(mx);
     }
     check_mxfp4_known(have_avx2);
+    check_i8_extremes();
     check_mm_widths();
     check_order();
     check_mv_ahead();

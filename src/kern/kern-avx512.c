@@ -10,8 +10,13 @@
  *   FMA per group in group order: every (row, column) does exactly the scalar reference's
  *   fmaf chain, so every column is bit-identical to it, to the AVX2 twins and to the wide
  *   kernels (kern-grp.c, kern-amx.c), at every column count.
- * - Q_I8 (no vpsignb at 512 bits): the weight byte as an unsigned code w ^ 0x80 = w + 128 and
- *   the activation's precomputed -128 * lane sums (kern_act.nsxo, Q_I8 layout) restore w.
+ * - Q_I8 (no vpsignb at 512 bits): the weight byte as an unsigned code w ^ 0x80 = w + 128; the
+ *   vpdpbusd chains start from zero, and after the reduction the activation's -128 * group sum
+ *   (kern_act.cg, a float) is added to each group's converted sum: every term an integer below
+ *   2^24, so the float add is exact and the FMA sees the scalar twin's sum of w q. Against a
+ *   -128 * lane-sum vector as the chains' start (kern_act.nsxo, before): one 64-byte activation
+ *   load less per double step and 3.5 KiB less of L1 per matvec of 3584 columns (BENCHMARKS.md,
+ *   "Decode matvec compute ceiling": one thread from DRAM 1.2x, from the caches 1.06x).
  *   The code is formed once per weight load and shared by every column.
  * - Nibble types read the activations in the quad layout (kern_act.q2): per two pairs the even
  *   columns of both, then the odd columns of both, so the low/high nibble codes of one 64-byte
@@ -24,7 +29,12 @@
  *   the row kern_mv_ahead() tiles below it, and the tile start asks for that tile's scale lines,
  *   so the next tile is in flight while this one computes (a byte distance of a few KiB would
  *   mostly land inside the current tile, whose four rows are contiguous). MXFP4 lane scales are
- *   vscalefps(d, e - 128), the exact product with 2^(e-128) without decoding it.
+ *   vscalefps(d, e - 128), the exact product with 2^(e-128) without decoding it. On the Zen 4
+ *   of BENCHMARKS.md ("Decode matvec compute ceiling") this prefetch is a trade: from the caches
+ *   prefetcht1 reads up to 1.15x (the next tile waits in L2, not L1) but from DRAM 0.83-0.87x;
+ *   a shorter or bursty lead, every other line, or per-row distances all read 0.5-0.6x from
+ *   DRAM. What is left of the int8 compute ceiling (0.83x of the order before, which needed no
+ *   reduction) is red4's seven shuffles per four rows and double step.
  * - Row ends (a partial step) use masked loads, which never touch bytes past the row, and a
  *   masked FMA that leaves B alone when only the even step exists.
  * - Compiled for the baseline target with target attributes; reached only after
@@ -124,17 +134,19 @@ Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, 
                                   __m128 acc[CB_I8]) {
 #pragma GCC unroll 4
     for (int c = 0; c < cb; c++) {
-        const __m512i ns = _mm512_loadu_si512(a[c].nsxo + g * 8), xq = _mm512_loadu_si512(a[c].q + g * 32);
+        const __m512i xq = _mm512_loadu_si512(a[c].q + g * 32);
         __m512i s[4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            s[i] = i < rb ? _mm512_dpbusd_epi32(ns, wu[i], xq) : _mm512_setzero_si512();
-        /* blocks 0 + 1 are group g, 2 + 3 group g + 1 */
+            s[i] = i < rb ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), wu[i], xq) : _mm512_setzero_si512();
+        /* blocks 0 + 1 are group g, 2 + 3 group g + 1: the sums of (w + 128) q, then + cg in float
+         * (every term an integer below 2^24: exact, so the sum of w q as the scalar twin has it) */
         const __m512i u = red4(s);
         const __m512  f = _mm512_cvtepi32_ps(_mm512_add_epi32(u, _mm512_shuffle_i32x4(u, u, 0xB1)));
-        acc[c]          = _mm_fmadd_ps(BLK(f, 0), _mm_set1_ps(a[c].d[g]), acc[c]);
+        acc[c] = _mm_fmadd_ps(_mm_add_ps(BLK(f, 0), _mm_set1_ps(a[c].cg[g])), _mm_set1_ps(a[c].d[g]), acc[c]);
         if (two)
-            acc[c] = _mm_fmadd_ps(BLK(f, 2), _mm_set1_ps(a[c].d[g + 1]), acc[c]);
+            acc[c] = _mm_fmadd_ps(_mm_add_ps(BLK(f, 2), _mm_set1_ps(a[c].cg[g + 1])), _mm_set1_ps(a[c].d[g + 1]),
+                                  acc[c]);
     }
 }
 // clang-format on
@@ -232,15 +244,17 @@ Z static INLINE void e8m0_rows4(const __m512 ev[4], __m512 E[4]) {
 /* Four rows' Q_I4 scales of pairs p, p + 1 (s[i] row i's scales) for nib_tile_step: lane 4k + i
  * = s[i][p + k / 2] (groups 2p .. 2p + 3 of row i). */
 Z static INLINE __m512 i4_rows4(const float *const s[4], int p) {
-    __m128 v[4];
+    /* rows 0, 1 (v01) and 2, 3 (v23): lanes 2i', 2i' + 1 = s[i][p], s[i][p + 1] (64-bit loads:
+     * the scales are 4-byte aligned only), then one two-source permute to lane 4k + i */
+    __m128i v[4];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
-        v[i] = _mm_castsi128_ps(_mm_loadl_epi64((const void *)(s[i] + p))); /* 4-byte aligned only */
-    const __m128 t01 = _mm_unpacklo_ps(v[0], v[1]), t23 = _mm_unpacklo_ps(v[2], v[3]);
-    const __m128 lo = _mm_movelh_ps(t01, t23), hi = _mm_movehl_ps(t23, t01);
-    const __m256 l2 = _mm256_insertf128_ps(_mm256_castps128_ps256(lo), lo, 1);
-    const __m256 h2 = _mm256_insertf128_ps(_mm256_castps128_ps256(hi), hi, 1);
-    return _mm512_insertf32x8(_mm512_castps256_ps512(l2), h2, 1);
+        v[i] = _mm_loadl_epi64((const void *)(s[i] + p));
+    const __m128 v01 = _mm_castsi128_ps(_mm_unpacklo_epi64(v[0], v[1]));
+    const __m128 v23 = _mm_castsi128_ps(_mm_unpacklo_epi64(v[2], v[3]));
+    return _mm512_permutex2var_ps(_mm512_castps128_ps512(v01),
+                                  _mm512_setr_epi32(0, 2, 16, 18, 0, 2, 16, 18, 1, 3, 17, 19, 1, 3, 17, 19),
+                                  _mm512_castps128_ps512(v23));
 }
 
 // (kept as written: clang-format 14 aligns a leading #pragma with the declarations after it)
@@ -582,12 +596,12 @@ Z void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float 
 
 Z void kern_act_layout_avx512(int type, int np, kern_act *a) {
     const __m512i ones = _mm512_set1_epi8(1);
-    if (type == Q_I8) { /* groups g, g+1: lanes 8k + j = -128 * sum of columns 4j..4j+3 of g + k */
+    if (type == Q_I8) { /* groups g, g+1: cg = -128 * the sum of each group's 32 codes */
         for (int g = 0; g < 2 * np; g += 2) {
             const __m512i s4 =
                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(a->q + g * 32));
-            _mm512_storeu_si512(a->nsxo + g * 8,
-                                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s4, 7)));
+            a->cg[g]     = (float)(-128 * _mm512_mask_reduce_add_epi32(0x00FF, s4));
+            a->cg[g + 1] = (float)(-128 * _mm512_mask_reduce_add_epi32(0xFF00, s4));
             _mm512_storeu_ps(a->d8 + g * 8, two8(a->d[g], a->d[g + 1]));
         }
         return;

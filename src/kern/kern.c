@@ -128,7 +128,7 @@ static size_t round32(size_t n) {
 
 size_t kern_act_bytes(int cols) {
     size_t np = (size_t)(cols + 63) / 64, np2 = (np + 1) & ~(size_t)1;
-    return np * 64 + np2 * 64 + round32(np * 2 * sizeof(float)) + np * 16 * sizeof(float) +
+    return np * 64 + np2 * 64 + 2 * round32(np * 2 * sizeof(float)) + np * 16 * sizeof(float) +
            np * 16 * sizeof(int32_t);
 }
 
@@ -168,12 +168,12 @@ static int isum(const int8_t *q, int n) {
 
 void kern_act_layout_ref(int type, int np, kern_act *a) {
     const int8_t *nat = type == Q_I8 ? a->q : a->q2;
-    if (type == Q_I8) { /* steps are groups; lane j: columns 4j..4j+3 */
-        for (int g = 0; g < 2 * np; g++)
-            for (int j = 0; j < 8; j++) {
-                a->d8[g * 8 + j]   = a->d[g];
-                a->nsxo[g * 8 + j] = -128 * isum(nat + g * 32 + 4 * j, 4);
-            }
+    if (type == Q_I8) { /* steps are groups */
+        for (int g = 0; g < 2 * np; g++) {
+            for (int j = 0; j < 8; j++)
+                a->d8[g * 8 + j] = a->d[g];
+            a->cg[g] = (float)(-128 * isum(nat + g * 32, 32));
+        }
         return;
     }
     const int off = type == Q_MXFP4 ? KERN_MXFP4_OFF : 8;
@@ -209,8 +209,10 @@ void kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a) {
     a->d        = (float *)(void *)(a->q2 + (size_t)np2 * 64);
     a->d8       = (float *)(void *)((char *)a->d + round32((size_t)np * 2 * sizeof(float)));
     a->nsxo     = (int32_t *)(void *)(a->d8 + (size_t)np * 16);
+    a->cg       = (float *)(void *)(a->nsxo + (size_t)np * 16);
     memset(a->q, 0, (size_t)(np + np2) * 64);
-    memset(a->d8, 0, (size_t)np * 16 * (sizeof(float) + sizeof(int32_t)));
+    memset(a->d8, 0,
+           (size_t)np * 16 * (sizeof(float) + sizeof(int32_t)) + round32((size_t)np * 2 * sizeof(float)));
     /* codes in natural column order: Q_I8 keeps them there, nibble types pass through q2 */
     int8_t *nat = type == Q_I8 ? a->q : a->q2;
     if (KERN_BUILD_AVX512 && kern_isa() >= KERN_AVX512) {
