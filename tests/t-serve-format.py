@@ -266,8 +266,8 @@ try:
         ok(got == len(want), "%s: usage.prompt_tokens %s = %d, the spec's prompt (k3-tools.md 1.2/1.6/1.7)%s"
            % (desc, got, len(want), "" if code == 200 else ": HTTP %d %s" % (code, str(o)[:160])))
 
-    # ---- the official OpenAI SDK (npm openai 5 + zod 3, installed outside the repository into
-    # K3_OPENAI_JS, default ~/.cache/k3chat/openai-js, as t-serve-tools.py does)
+    # ---- the official OpenAI SDK (npm openai 5 + zod 3, installed outside the repository by
+    # serve_lib.openai_sdk into K3_OPENAI_JS, default ~/.cache/k3chat/openai-js)
     cache = serve_lib.openai_sdk(["openai@5", "zod@3"])
     if cache:
         js = os.path.join(T, "sdk.cjs")
