@@ -384,10 +384,11 @@ static void check_mm_widths(void) {
  * C from the float columns), bit for bit, at every level this CPU runs, on 1 and 2 threads. The
  * chunk-and-batch identity of prefill rests on it. int8 with K not a multiple of 32, int4 and
  * MXFP4 with an odd number of groups (a pair's second group missing); some activations 8x the
- * others (scales differ per group). The AMX level (its tiles on the emulation): test-amx. */
+ * others (scales differ per group). 40 columns: a last tile of 8; nothing past the n columns is
+ * written. The AMX level (its tiles on the emulation): test-amx. */
 static void check_order(void) {
     static const int sh[][3] = {{Q_I8, 37, 1100}, {Q_I4, 21, 2080}, {Q_MXFP4, 37, 1120}, {Q_I8, 19, 200}};
-    static const int ns[]    = {1, 7, 32, 128};
+    static const int ns[]    = {1, 7, 32, 40, 128}; /* 40: a last column tile of 8 */
     enum { NMAX = 128 };
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
         const int rows = sh[s][1], cols = sh[s][2];
@@ -405,10 +406,16 @@ static void check_order(void) {
                 size_t diff = 0;
                 for (int th = 1; th <= 2; th++) {
                     omp_set_num_threads(th);
-                    memset(ym, 0xff, (size_t)n * rows * sizeof(float)); /* NaN: a row left out shows */
+                    /* NaN: a row left out shows; past the n columns: a write past them shows */
+                    memset(ym, 0xff, (size_t)NMAX * rows * sizeof(float));
                     qmat_matmul(&m, x, n, ym);
                     for (size_t i = 0; i < (size_t)n * rows; i++)
                         diff += memcmp(&ym[i], &yr[i], sizeof(float)) != 0;
+                    for (size_t i = (size_t)n * rows; i < (size_t)NMAX * rows; i++) {
+                        uint32_t u;
+                        memcpy(&u, &ym[i], 4);
+                        diff += u != 0xffffffffu;
+                    }
                 }
                 T_CHECK(!diff,
                         "group order: %s %dx%d, %s, %d column%s: == kern_amx_ref bit for bit, 1 and 2 "

@@ -183,9 +183,7 @@ T static void blocks(const qmat *m, const kern_tile_act *x, int n, float *y, int
             for (int i = 0; i < TR; i++)
                 _mm512_storeu_ps(th->fb + i * 16,
                                  i8 && i < rb ? _mm512_mul_ps(acc[i], _mm512_set1_ps(m->s[r0 + i])) : acc[i]);
-            for (int i = 0; i < rb; i++)
-                for (int t = 0; t < nt; t++)
-                    y[(size_t)(j * TN + t) * rows + r0 + i] = th->fb[i * 16 + t];
+            kern_tile_store(th->fb, rb, nt, y + (size_t)j * TN * rows + r0, rows);
         }
     }
     if (th->rb)

@@ -511,7 +511,7 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
     }
 }
 
-/* ---- nibble rows to bytes (the AMX-order matmuls: kern-amx.c, kern-grp.c) ------------------ */
+/* ---- nibble rows to bytes (kern-amx.c; kern-grp.c unpacks the same bytes 32 at a time) --- */
 
 Z void kern_unpack_row_avx512(const uint8_t *w, size_t nbytes, int type, int cols, int kpad, int bias,
                               uint8_t *out) {

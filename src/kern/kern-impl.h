@@ -125,6 +125,9 @@ typedef struct kern_tile_act {
  * level only. kern_tile_act_free releases it. */
 int  kern_tile_act_make(const float *x, int cols, int n, int sums, kern_tile_act *a);
 void kern_tile_act_free(kern_tile_act *a);
+/* Columns t < nt of a 16 x 16 tile's results fb (row i, column t at fb[i * 16 + t]; rows i < rb)
+ * to y + t * rows (a column's rows are contiguous in y). AVX-512 level only (kern-grp.c). */
+void kern_tile_store(const float *fb, int rb, int nt, float *y, int rows);
 /* One int4 or MXFP4 row (nbytes packed bytes, low nibble = even column) as bytes: the integer
  * weight of each of cols columns + bias (MXFP4: the doubled e2m1 value), then bias up to kpad
  * (whole groups of 32, >= cols). Never reads past the row's nbytes. AVX-512 level only. */
