@@ -81,9 +81,12 @@ static double decode(k3_session **ss, int n, int alone, int vocab, double *per_c
 int bench_batch(void) {
     if (!bench_want("decode_batch"))
         return 0;
-    const char *dir      = getenv("K3_BENCH_BATCH");
+    const char *dir      = k3_setting_env_str(K3_SETTING_BENCH_BATCH);
     char        gen[600] = "";
-    if (!dir || !*dir) {
+    int         keep     = 0;
+    if (bench_env_int(K3_SETTING_BENCH_KEEP, &keep))
+        return 1;
+    if (!dir) {
         if (bench_mkmodel("--preset slice --layers 2 --experts 16 --active 8 --merges 1000 --seed 1",
                           "k3-bench-batch", gen, sizeof gen))
             return 1;
@@ -198,7 +201,7 @@ done:
     for (int i = 0; i < BB_MAXS; i++)
         k3_session_free(ss[i]);
     k3_model_free(m);
-    if (*gen && !getenv("K3_BENCH_KEEP"))
+    if (*gen && !keep)
         bench_rmmodel(gen);
     return rc;
 }

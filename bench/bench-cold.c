@@ -39,11 +39,9 @@ int bench_cold(void) {
         printf("# cold: skipped (it sleeps; run `k3-bench cold`)\n");
         return 0;
     }
-    int secs = 30;
-    if (k3_env_int("K3_BENCH_COLD_S", 1, 600, &secs)) {
-        fprintf(stderr, "bench-cold: %s\n", k3_errmsg());
+    int secs = (int)k3_setting(K3_SETTING_BENCH_COLD_S)->def;
+    if (bench_env_int(K3_SETTING_BENCH_COLD_S, &secs))
         return 1;
-    }
     const size_t n = (size_t)1 << 30, align = (size_t)2 << 20;
     uint64_t    *b[2];
     for (int i = 0; i < 2; i++) {

@@ -437,9 +437,9 @@ int bench_experts(void) {
                  (bench_asked("prefill_") && !bench_asked("prefill_scale"));
     if (!want_s && !want_e)
         return 0;
-    const char *dir      = getenv("K3_BENCH_SLICE");
+    const char *dir      = k3_setting_env_str(K3_SETTING_BENCH_SLICE);
     char        gen[600] = "";
-    if (!dir || !*dir) {
+    if (!dir) {
         const char    *base = bench_dir();
         struct statvfs sv;
         if (statvfs(base, &sv) || (double)sv.f_bavail * sv.f_frsize < 16e9) {

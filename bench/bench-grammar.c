@@ -100,8 +100,8 @@ int bench_grammar(void) {
     if (!bench_want("grammar"))
         return 0;
     char        gen[1024] = "";
-    const char *dir       = getenv("K3_BENCH_GRAMMAR");
-    if (!dir || !*dir) {
+    const char *dir       = k3_setting_env_str(K3_SETTING_BENCH_GRAMMAR);
+    if (!dir) {
         if (bench_mkmodel("--preset tiny --merges 163328 --seed 1", "k3-bench-grammar", gen, sizeof gen))
             return 1;
         dir = gen;
@@ -356,11 +356,11 @@ int bench_grammar_decode(void) {
     if (!bench_asked("grammar_decode"))
         return 0;
     char        gen[1024] = "";
-    const char *dir       = getenv("K3_BENCH_SLICE");
-    const char *e         = getenv("K3_BENCH_ROUNDS");
-    int         rounds    = e && atoi(e) > 0 && atoi(e) <= 64 ? atoi(e) : 5;
-    int         ntok      = (e = getenv("K3_BENCH_TOKENS")) && atoi(e) > 0 ? atoi(e) : 8;
-    if (!dir || !*dir) {
+    const char *dir       = k3_setting_env_str(K3_SETTING_BENCH_SLICE);
+    int         rounds = 5, ntok = (int)k3_setting(K3_SETTING_BENCH_TOKENS)->def;
+    if (bench_env_int(K3_SETTING_BENCH_ROUNDS, &rounds) || bench_env_int(K3_SETTING_BENCH_TOKENS, &ntok))
+        return 1;
+    if (!dir) {
         if (bench_mkmodel("--preset slice --seed 1", "k3-bench-slice", gen, sizeof gen))
             return 1;
         dir = gen;

@@ -428,10 +428,8 @@ int bench_kern(void) {
                   : arena_bytes > (2048u << 20) ? (2048u << 20)
                                                 : arena_bytes;
     int mb      = 0;
-    if (k3_env_int("K3_BENCH_MB", 1, 1 << 20, &mb)) {
-        fprintf(stderr, "bench-kern: %s\n", k3_errmsg());
+    if (bench_env_int(K3_SETTING_BENCH_MB, &mb))
         return 1;
-    }
     if (mb)
         arena_bytes = (size_t)mb << 20;
     arena = k3_aligned_alloc(64, arena_bytes);

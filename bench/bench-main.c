@@ -70,15 +70,22 @@ void bench_report(const char *name, double value, const char *unit, double ref, 
 }
 
 const char *bench_dir(void) {
-    const char *b = getenv("K3_BENCH_DIR");
-    return b && *b ? b : "/var/tmp";
+    const char *b = k3_setting_env_str(K3_SETTING_BENCH_DIR);
+    return b ? b : "/var/tmp";
+}
+
+int bench_env_int(enum k3_setting_id id, int *out) {
+    if (k3_setting_env_int(id, out) == K3_OK)
+        return 0;
+    fprintf(stderr, "k3-bench: %s\n", k3_errmsg());
+    return -1;
 }
 
 int bench_mkmodel(const char *args, const char *name, char *out, size_t n) {
-    const char *mk = getenv("K3_MKMODEL");
+    const char *mk = k3_setting_env_str(K3_SETTING_MKMODEL);
     char        cmd[1600];
     snprintf(out, n, "%s/%s-%d", bench_dir(), name, (int)getpid());
-    snprintf(cmd, sizeof cmd, "'%s' %s --quiet '%s'", mk && *mk ? mk : "build/k3-mkmodel", args, out);
+    snprintf(cmd, sizeof cmd, "'%s' %s --quiet '%s'", mk ? mk : "build/k3-mkmodel", args, out);
     printf("# generating: %s\n", cmd);
     fflush(stdout);
     if (system(cmd)) {

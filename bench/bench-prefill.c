@@ -117,17 +117,26 @@ static int ps_prefill(k3_model *m, int W, const int32_t *ids, int n, ps_run *o) 
     return 0;
 }
 
+/* The prompt lengths of K3_BENCH_PSCALE_PROMPTS into P (at most PS_MAXP); 0 after printing what
+ * was wrong. */
 static int ps_prompts(int *P) {
-    const char *v = getenv("K3_BENCH_PSCALE_PROMPTS");
+    const char *v = k3_setting_env_str(K3_SETTING_BENCH_PSCALE_PROMPTS), *all;
     int         n = 0;
-    if (!v || !*v)
-        v = "128 1024";
-    for (char *e; *v && n < PS_MAXP; v = e) {
-        long x = strtol(v, &e, 10);
-        if (e == v)
+    all = v = v ? v : "128 1024";
+    for (char *e; *v; v = e) {
+        while (*v == ' ')
+            v++;
+        if (!*v)
             break;
-        if (x > 0)
-            P[n++] = (int)x;
+        long x = strtol(v, &e, 10);
+        if (n == PS_MAXP || e == v || (*e && *e != ' ') || x < 1 || x > 16777216) {
+            fprintf(stderr,
+                    "k3-bench: K3_BENCH_PSCALE_PROMPTS: '%.60s' is not prompt lengths (at most %d integers "
+                    "in 1..16777216, space separated)\n",
+                    all, PS_MAXP);
+            return 0;
+        }
+        P[n++] = (int)x;
     }
     return n;
 }
@@ -135,25 +144,29 @@ static int ps_prompts(int *P) {
 int bench_prefill(void) {
     if (!bench_asked("prefill_scale"))
         return 0;
-    const char *dir      = getenv("K3_BENCH_PSCALE");
+    const char *dir      = k3_setting_env_str(K3_SETTING_BENCH_PSCALE);
     char        gen[600] = "";
-    const char *ev       = getenv("K3_BENCH_PSCALE_EXPERTS");
-    int         E        = ev && *ev ? atoi(ev) : 64;
-    if (!dir || !*dir) {
+    int         E        = (int)k3_setting(K3_SETTING_BENCH_PSCALE_EXPERTS)->def;
+    int         paths    = (int)k3_setting(K3_SETTING_BENCH_PSCALE_PATHS)->def; /* window|chunk|both */
+    int         P[PS_MAXP], np = ps_prompts(P);
+    if (!np || bench_env_int(K3_SETTING_BENCH_PSCALE_EXPERTS, &E) ||
+        bench_env_int(K3_SETTING_BENCH_PSCALE_PATHS, &paths))
+        return 1;
+    if (!dir) {
         char args[128];
         snprintf(args, sizeof args, "--preset slice --layers 1 --dense 0 --experts %d --seed 1", E);
         if (bench_mkmodel(args, "k3-bench-pscale", gen, sizeof gen))
             return 1;
         dir = gen;
     }
-    int       P[PS_MAXP], np = ps_prompts(P), rc = 1, maxp = 0;
+    int       rc = 1, maxp = 0;
     k3_params p;
     k3_model *m   = NULL;
     uint8_t  *buf = k3_aligned_alloc(4096, PS_REQ);
     int32_t  *ids = NULL;
     for (int i = 0; i < np; i++)
         maxp = P[i] > maxp ? P[i] : maxp;
-    if (!buf || !np || k3_params_default(&p))
+    if (!buf || k3_params_default(&p))
         goto done;
     if (!(ids = malloc((size_t)maxp * sizeof *ids)))
         goto done;
@@ -187,16 +200,10 @@ int bench_prefill(void) {
         if (la)
             fclose(la);
     }
-    double      drive[2 * PS_MAXP];
-    int         nd = 0;
-    uint64_t    db;
-    const char *pv    = getenv("K3_BENCH_PSCALE_PATHS");
-    const int   run_w = !pv || !*pv || !strcmp(pv, "both") || !strcmp(pv, "window");
-    const int   run_k = !pv || !*pv || !strcmp(pv, "both") || !strcmp(pv, "chunk");
-    if (!run_w && !run_k) {
-        fprintf(stderr, "bench-prefill: K3_BENCH_PSCALE_PATHS: '%s' is not window, chunk or both\n", pv);
-        goto done;
-    }
+    double    drive[2 * PS_MAXP];
+    int       nd = 0;
+    uint64_t  db;
+    const int run_w = paths != 1, run_k = paths != 0; /* window|chunk|both */
     for (int i = 0; i < np; i++) {
         ps_run w = {0}, k = {0};
         drive[nd] = bench_direct_experts(m->st, buf, PS_REQ, &db);

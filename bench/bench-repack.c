@@ -144,10 +144,12 @@ int bench_repack(void) {
     char *slash = strrchr(bin, '/');
     if (slash)
         *slash = 0;
-    const char *base = getenv("K3_BENCH_DIR");
-    if (!base || !*base)
+    const char *base = k3_setting_env_str(K3_SETTING_BENCH_DIR);
+    if (!base)
         base = "/var/tmp/k3-bench-repack";
-    int  keep = getenv("K3_BENCH_KEEP") && !strcmp(getenv("K3_BENCH_KEEP"), "1");
+    int keep = 0;
+    if (bench_env_int(K3_SETTING_BENCH_KEEP, &keep))
+        return 1;
     char src[PATH_MAX], dst[PATH_MAX], done[PATH_MAX + 16];
     snprintf(src, sizeof src, "%s/slice", base);
     snprintf(dst, sizeof dst, "%s/slice-q8", base);

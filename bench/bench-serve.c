@@ -174,9 +174,9 @@ int bench_serve(void) {
     const int chunks = bench_asked("serve_chunk");
     if (!bench_want("serve_batch") && !bench_want("serve_ttft") && !chunks)
         return 0;
-    const char *dir      = getenv("K3_BENCH_SERVE");
+    const char *dir      = k3_setting_env_str(K3_SETTING_BENCH_SERVE);
     char        gen[600] = "";
-    if (!dir || !*dir) {
+    if (!dir) {
         if (bench_mkmodel("--preset slice --layers 2 --experts 16 --active 8 --merges 1000 --seed 1",
                           "k3-bench-serve", gen, sizeof gen))
             return 1;

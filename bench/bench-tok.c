@@ -97,8 +97,8 @@ int bench_tok(void) {
     }
     const char *home = getenv("HOME");
     char        cache[1024], dir[] = "/tmp/k3-bench-tok.XXXXXX", cmd[4096];
-    if (getenv("K3_TIKTOKEN_JS"))
-        snprintf(cache, sizeof cache, "%s", getenv("K3_TIKTOKEN_JS"));
+    if (k3_setting_env_str(K3_SETTING_TIKTOKEN_JS))
+        snprintf(cache, sizeof cache, "%s", k3_setting_env_str(K3_SETTING_TIKTOKEN_JS));
     else
         snprintf(cache, sizeof cache, "%s/.cache/k3chat/tiktoken-js", home ? home : "/tmp");
     if (!mkdtemp(dir))

@@ -7,6 +7,8 @@
  * Extra human-readable lines start with "# ".
  */
 #pragma once
+#include "k3.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +21,10 @@ int bench_asked(const char *what);
 void bench_report(const char *name, double value, const char *unit, double ref, const char *ref_unit);
 /* Where generated models go: $K3_BENCH_DIR, default /var/tmp (not a tmpfs). */
 const char *bench_dir(void);
+/* The benchmarks' knobs are rows of the settings table (include/k3-settings.h, "(benchmarks)"):
+ * text through k3_setting_env_str, numbers through these. 0 with *out set (left as it is when the
+ * variable is unset or empty); -1 after printing "k3-bench: K3_X: 'TEXT' is not EXPECTED". */
+int bench_env_int(enum k3_setting_id id, int *out);
 /* Run `$K3_MKMODEL ARGS DIR` (default build/k3-mkmodel) for DIR = bench_dir()/NAME-PID, written
  * into out; 0 when it worked. bench_rmmodel removes such a directory. */
 int  bench_mkmodel(const char *args, const char *name, char *out, size_t n);

@@ -21,6 +21,9 @@
  * ARG names the value in help texts ("X", "N", "FILE"); NULL for BOOL and ENUM, whose words
  * say it (on|off, low|high|max).
  *
+ * Rows whose help ends in "(tests)" are hooks of the test suite; "(benchmarks)" rows are read by
+ * k3-bench (bench/) alone. Both are documented with the other variables (man page ENVIRONMENT).
+ *
  * X(ID, TYPE, LO, HI, DEF, CHOICES, ARG, ENV, FLAG, SLASH, API, DOC)
  */
 #pragma once
@@ -164,12 +167,39 @@
       "O_DIRECT from this many bytes (tests)")                                                               \
     X(REPACK_KILL_AT, INT, 0, 2147483647, NAN, NULL, "N", "K3_REPACK_KILL_AT", NULL, NULL, NULL,             \
       "k3-repack dies after this many tensors (tests)")                                                      \
+    /* ---- k3-bench's knobs, read by bench/ only ---- */                                                    \
     X(BENCH_DIR, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_DIR", NULL, NULL, NULL,                             \
-      "k3-bench's scratch directory")                                                                        \
+      "where k3-bench generates models (unset: /var/tmp; repack: /var/tmp/k3-bench-repack) (benchmarks)")    \
+    X(BENCH_KEEP, BOOL, 0, 1, 0, NULL, NULL, "K3_BENCH_KEEP", NULL, NULL, NULL,                              \
+      "keep the models k3-bench decode_batch and repack generated (benchmarks)")                             \
+    X(MKMODEL, TEXT, 0, 0, NAN, NULL, "FILE", "K3_MKMODEL", NULL, NULL, NULL,                                \
+      "the k3-mkmodel k3-bench runs (unset: build/k3-mkmodel) (benchmarks)")                                 \
     X(BENCH_MB, INT, 1, 1048576, NAN, NULL, "N", "K3_BENCH_MB", NULL, NULL, NULL,                            \
-      "k3-bench's file size in MB")                                                                          \
+      "arena of the kernel benchmarks in MiB (unset: from the last-level cache) (benchmarks)")               \
     X(BENCH_SLICE, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_SLICE", NULL, NULL, NULL,                         \
-      "k3-bench's model slice")                                                                              \
+      "a slice model for the expert and grammar_decode benchmarks (unset: generated) (benchmarks)")          \
+    X(BENCH_GRAMMAR, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_GRAMMAR", NULL, NULL, NULL,                     \
+      "a model for the grammar benchmark (unset: generated) (benchmarks)")                                   \
+    X(BENCH_BATCH, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_BATCH", NULL, NULL, NULL,                         \
+      "a model for decode_batch (unset: generated) (benchmarks)")                                            \
+    X(BENCH_SERVE, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_SERVE", NULL, NULL, NULL,                         \
+      "a model for serve_batch, serve_ttft and serve_chunk (unset: generated) (benchmarks)")                 \
+    X(BENCH_RELEASE, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_RELEASE", NULL, NULL, NULL,                     \
+      "a model for the release benchmarks (unset: generated) (benchmarks)")                                  \
+    X(BENCH_PSCALE, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_PSCALE", NULL, NULL, NULL,                       \
+      "a one-layer slice for prefill_scale (unset: generated) (benchmarks)")                                 \
+    X(BENCH_PSCALE_EXPERTS, INT, 1, 4096, 64, NULL, "N", "K3_BENCH_PSCALE_EXPERTS", NULL, NULL, NULL,        \
+      "routed experts of prefill_scale's generated slice (benchmarks)")                                      \
+    X(BENCH_PSCALE_PROMPTS, TEXT, 0, 0, NAN, NULL, "N...", "K3_BENCH_PSCALE_PROMPTS", NULL, NULL, NULL,      \
+      "prompt lengths of prefill_scale, space separated (unset: 128 1024) (benchmarks)")                     \
+    X(BENCH_PSCALE_PATHS, ENUM, 0, 2, 2, "window|chunk|both", NULL, "K3_BENCH_PSCALE_PATHS", NULL, NULL,     \
+      NULL, "the prefills prefill_scale runs (benchmarks)")                                                  \
+    X(BENCH_ROUNDS, INT, 1, 64, NAN, NULL, "N", "K3_BENCH_ROUNDS", NULL, NULL, NULL,                         \
+      "rounds of grammar_decode (unset: 5) and of the release benchmarks (unset: 3) (benchmarks)")           \
+    X(BENCH_TOKENS, INT, 1, 100000, 8, NULL, "N", "K3_BENCH_TOKENS", NULL, NULL, NULL,                       \
+      "tokens per round of grammar_decode (benchmarks)")                                                     \
+    X(BENCH_COLD_S, INT, 1, 600, 30, NULL, "N", "K3_BENCH_COLD_S", NULL, NULL, NULL,                         \
+      "seconds the cold benchmark leaves its memory untouched (benchmarks)")                                 \
     X(TIKTOKEN_JS, TEXT, 0, 0, NAN, NULL, "DIR", "K3_TIKTOKEN_JS", NULL, NULL, NULL,                         \
       "the tiktoken check's sources (tests)")                                                                \
     X(FUZZ_RUNS, INT, 1, 2147483647, NAN, NULL, "N", "K3_FUZZ_RUNS", NULL, NULL, NULL,                       \

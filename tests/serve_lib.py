@@ -1,17 +1,32 @@
-# serve_lib.py: helpers shared by the server tests (t-serve.py, t-serve-attack.py): one
-# assertion line per check in tests/run.sh's protocol, and a bounded wait.
+# serve_lib.py: helpers shared by the server and --endpoint tests (t-serve*.py, chat_fake.py): one
+# assertion line per check in tests/run.sh's protocol, a bounded wait, starting and stopping a
+# `k3chat --serve`, raw HTTP, the OpenAI SDK for JavaScript, and the pieces of a fake
+# OpenAI-compatible server (FakeHandler, sse, start_fake).
+import http.client
+import http.server
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
+import threading
 import time
+
+FAILS = 0  # FAIL lines printed by ok() so far
 
 
 def ok(cond, desc):
-    """Print PASS: or FAIL: desc (run.sh counts the lines)."""
+    """Print PASS: or FAIL: desc (run.sh counts the lines); counted in FAILS."""
+    global FAILS
+    FAILS += not cond
     print(("PASS: " if cond else "FAIL: ") + desc, flush=True)
     return bool(cond)
+
+
+def status():
+    """The exit status of a test whose checks all went through ok(): 1 after any FAIL."""
+    return 1 if FAILS else 0
 
 
 def wait_for(pred, secs):
@@ -48,18 +63,158 @@ def read(path):
         return f.read()
 
 
+def read_text(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def launch(k3, model, log, env, args=("--serve", "127.0.0.1:0")):
+    """`k3 MODEL ARGS` with its stderr in the file log (made afresh) and stdout discarded."""
+    return subprocess.Popen([k3, model] + list(args), stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env=env)
+
+
+def await_port(p, log, secs=60):
+    """Wait at most secs for the server p to log that it is serving, or to exit: (whether it did
+    either in time, its port from the log or None)."""
+    up = wait_for(lambda: b"serving" in read(log) or p.poll() is not None, secs)
+    m = re.search(rb"http://(?:127\.0\.0\.1|\[[0-9a-f:]+\]):(\d+)/v1", read(log))
+    return up, (int(m.group(1)) if m else None)
+
+
+def stop(p, secs=30):
+    """SIGTERM, then SIGKILL when p has not exited after secs."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=secs)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def start_server(k3, model, tmp, env, procs, name, extra=(), key=None, wait=True, **more_env):
     """A server on 127.0.0.1:0 (or extra's address), added to procs: (process, port, log path)."""
     log = os.path.join(tmp, name + ".log")
     e = dict(env, K3_API_KEY=key, **more_env) if key else dict(env, **more_env)
-    args = list(extra) or ["--serve", "127.0.0.1:0"]
-    p = subprocess.Popen([k3, model] + args, stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env=e)
+    p = launch(k3, model, log, e, list(extra) or ["--serve", "127.0.0.1:0"])
     procs.append(p)
     if not wait:
         return p, None, log
-    wait_for(lambda: b"serving" in read(log) or p.poll() is not None, 60)
-    m = re.search(rb"http://(?:127\.0\.0\.1|\[[0-9a-f:]+\]):(\d+)/v1", read(log))
-    return p, (int(m.group(1)) if m else None), log
+    return p, await_port(p, log, 60)[1], log
+
+
+def post_chat(port, body, timeout=60):
+    """POST body (a dict, or text sent as it is) to /v1/chat/completions: (status, data, streamed)
+    where data is the SSE text of a stream, else the parsed JSON, else the text."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request("POST", "/v1/chat/completions", body=body if isinstance(body, str) else json.dumps(body),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read().decode("utf-8", "replace")
+    c.close()
+    if r.getheader("Content-Type", "").startswith("text/event-stream"):
+        return r.status, data, True
+    try:
+        return r.status, json.loads(data), False
+    except ValueError:
+        return r.status, data, False
+
+
+def sse_objects(text):
+    """The JSON objects of an SSE text's data lines, and whether it ends with data: [DONE]."""
+    out = []
+    for block in text.split("\n\n"):
+        block = block.strip("\n")
+        if block.startswith("data: ") and block[6:] != "[DONE]":
+            out.append(json.loads(block[6:]))
+    return out, text.rstrip().endswith("data: [DONE]")
+
+
+def openai_sdk(packages):
+    """The directory whose node_modules hold the official OpenAI SDK for JavaScript and packages
+    (npm names with versions, e.g. "openai@5"), installed there once: $K3_OPENAI_JS, default
+    ~/.cache/k3chat/openai-js (outside the repository). None, after a SKIP line, without node/npm
+    or when npm install fails."""
+    cache = os.environ.get("K3_OPENAI_JS") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME_REAL", os.path.expanduser("~")),
+                                                         ".cache"), "k3chat", "openai-js")
+    if not (shutil.which("node") and shutil.which("npm")):
+        print("SKIP: node/npm are not installed (needed for the OpenAI SDK checks)")
+        return None
+    os.makedirs(cache, exist_ok=True)
+    if not os.path.exists(os.path.join(cache, "package.json")):
+        with open(os.path.join(cache, "package.json"), "w") as f:
+            f.write('{"name":"k3chat-openai-ref","private":true}\n')
+    names = [p.rpartition("@")[0] or p for p in packages]
+    if not all(os.path.exists(os.path.join(cache, "node_modules", n, "package.json")) for n in names):
+        p = subprocess.run(["npm", "install", "--no-audit", "--no-fund"] + list(packages), cwd=cache,
+                           capture_output=True, timeout=300)
+        if p.returncode:
+            print("SKIP: npm install %s failed: " % " ".join(packages) + p.stderr.decode()[-160:].replace("\n", " "))
+            return None
+    return cache
+
+
+def run_node(script, args, cache, env, timeout, cwd=None):
+    """Run the JavaScript file script with node (modules from cache): the JSON object of its last
+    stdout line, {} (and its stderr's end printed) when there is none."""
+    p = subprocess.run(["node", script] + list(args), capture_output=True, timeout=timeout, cwd=cwd,
+                       env=dict(env, NODE_PATH=os.path.join(cache, "node_modules")))
+    try:
+        return json.loads(p.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        print("# node: " + p.stderr.decode()[-400:])
+        return {}
+
+
+# ---- a fake OpenAI-compatible server (loopback): subclass FakeHandler with do_POST, start_fake it
+
+class FakeHandler(http.server.BaseHTTPRequestHandler):
+    """HTTP/1.0 (the connection's end ends each body), no request log; GET answers the model list
+    MODELS. Helpers for do_POST: read_json, send_json, start_stream."""
+    protocol_version = "HTTP/1.0"
+    MODELS = [{"id": "fake-model", "object": "model"}]
+
+    def log_message(self, *a):
+        pass
+
+    def read_json(self):
+        return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+    def send_json(self, code, obj, headers=()):
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def start_stream(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+
+    def do_GET(self):
+        self.send_json(200, {"object": "list", "data": self.MODELS})
+
+
+def sse(obj, eol="\n"):
+    """One SSE event of obj's JSON, its lines ended by eol."""
+    return ("data: " + json.dumps(obj) + eol + eol).encode()
+
+
+def delta(d, finish=None, **more):
+    """A chat.completion.chunk's object: one choice with delta d and finish_reason finish."""
+    return dict(more, choices=[{"index": 0, "delta": d, "finish_reason": finish}])
+
+
+def start_fake(handler):
+    """A threading HTTP server of handler on 127.0.0.1 (a free port), served from a daemon thread."""
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
 
 
 def exchange(port, data, src=None, shut=False, timeout=15, chunks=None):

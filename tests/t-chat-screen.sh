@@ -1,8 +1,9 @@
 #!/bin/sh
 # t-chat-screen.sh: what the full-screen chat shows, in tmux (issue 36 items 7 and 21): nothing
 # that is written to stderr while curses owns the screen lands in the chat's rows (it becomes a
-# notice); the status bar's "scrolled" mark leaves with a jump to the bottom; the completion
-# hint's rows start in one column; at 40 columns no help, title or hint line is cut.
+# notice, and is on the terminal after the chat: nothing on stderr is lost); the status bar's
+# "scrolled" mark leaves with a jump to the bottom; the completion hint's rows start in one
+# column; at 40 columns no help, title or hint line is cut.
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 
@@ -59,6 +60,26 @@ more_ok() { # the row that says how much is below: whole, never "the lates"
         printf '%s\n' "$_m" | grep -Eq '↓ [0-9]+ more( · .*the latest)? *$'
 }
 check "21: the 'more below' row is whole at 40 columns" wait_until "a whole 'more' row" 5 more_ok
+
+# 7: nothing that comes on stderr while the chat runs is lost: a line shown as a notice is on the
+# terminal after the chat closes (its notice went with the chat's screen), and so is one written
+# as the chat ends (between the display's last event and the end of curses). The mock's turn
+# writes "mock-err USER" to fd 2 as it starts; turn two is sent with Ctrl-D right behind it
+# (twice: the first only asks while an answer is coming).
+printf 'stderr mock-err {user}\nresponse fine\n' >"$K3_TMP/mock-err.txt"
+tui_start 80 24 K3_MOCK="$K3_TMP/mock-err.txt" -- "$K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+wait_for "mock · 3 layers" 10
+type_line "one"
+check "7: a line on stderr is a notice while the chat runs" wait_for "stderr: mock-err one" 5
+wait_for "fine" 5
+keys -l "two"
+keys Enter C-d C-d
+check "7: the chat ends" wait_for "EXIT=0" 10
+check "7: after the chat, the terminal shows the line that was a notice" has "mock-err one"
+check "7: ... and the line written as the chat ended" has "mock-err two"
+check "7: ... each once, before the shell's next line" eval \
+    '[ "$(screen | grep -c "mock-err")" -eq 2 ] && screen | grep -A3 "mock-err two" | grep -q "EXIT=0"'
+check "7: no sanitizer or runtime error report after the chat" eval '! screen | grep -q -e Sanitizer -e "runtime error"'
 
 # 7: text written to fd 2 while the chat owns the terminal (the Vulkan loader's debug output as
 # the engine probes for a GPU) is shown as notices, not painted over the chat: a full redraw

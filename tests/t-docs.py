@@ -3,9 +3,11 @@
 # (../shared/...); every relative link of README.md and doc/*.md names a file that exists; every
 # release figure doc/model-format.md gives for a config.json key ("`key` [value]") equals what
 # `k3-mkmodel --preset release` (the release's config, every figure) writes.
+# The man pages render without groff warnings at every line length from 50 to 132 columns.
 import json
 import os
 import re
+import shutil
 import subprocess
 
 SRC = os.environ.get("K3_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -69,4 +71,21 @@ ok(len(seen) >= 25 and not wrong, "doc/model-format.md: its %d release figures o
    "`k3-mkmodel --preset release` (%r)" % (len(seen), wrong[:4]))
 ok(str(cfg.get("eos_token_id")) in model_doc and "163586" in open(os.path.join(SRC, "doc", "chat-format.md")).read()
    and cfg.get("eos_token_id") == 163586, "the eos id the documents give is the release's (%r)" % cfg.get("eos_token_id"))
+# the man pages render without a groff warning (-ww) at every width a terminal may give man,
+# not only the default 80 columns: a long token with no break point leaves a line troff cannot
+# adjust at some widths (79 columns once), and -Tascii (man in a C locale) lacks the chat's glyphs
+if shutil.which("groff"):
+    def groff_warnings(page, dev, width):
+        args = ["groff", "-ww", "-man", "-T" + dev, "-z"] + (["-rLL=%dn" % width] if width else [])
+        p = subprocess.run(args + [os.path.join(SRC, "man", page)], capture_output=True, timeout=60)
+        return p.stderr.decode(errors="replace").strip() or (p.returncode and "exit %d" % p.returncode)
+
+    for page in ("k3chat.1", "k3chat.5"):
+        runs = [("utf8", 0), ("ascii", 0)] + [("utf8", w) for w in list(range(50, 133)) + [160, 200]]
+        bad = [(dev, w, groff_warnings(page, dev, w)) for dev, w in runs]
+        bad = [b for b in bad if b[2]]
+        ok(not bad, "groff -ww renders man/%s without warnings, -Tutf8 and -Tascii, at line lengths "
+           "50..132, 160, 200 (%d renders; first: %r)" % (page, len(runs), bad[:1]))
+else:
+    print("SKIP: groff not installed (man pages not checked for warnings)")
 raise SystemExit(1 if fails else 0)

@@ -18,11 +18,11 @@ import json
 import os
 import re
 import socket
-import subprocess
 import threading
 import time
 
-from serve_lib import ok, setup, wait_for
+import serve_lib
+from serve_lib import ok, setup, start_server, wait_for
 
 B, T, K3, ASAN, env = setup()
 M = os.path.join(T, "m")
@@ -31,18 +31,10 @@ procs = []
 
 def start(name, *args, **extra_env):
     """A server with args: (process, port, log path); port None when it did not start."""
-    log = os.path.join(T, name + ".log")
-    p = subprocess.Popen([K3, M, "--serve", "127.0.0.1:0"] + list(args), stdout=subprocess.DEVNULL,
-                         stderr=open(log, "w"), env=dict(env, **extra_env))
-    procs.append(p)
-    wait_for(lambda: "serving" in read(log) or p.poll() is not None, 60)
-    m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", read(log))
-    return p, (int(m.group(1)) if m else None), log
+    return start_server(K3, M, T, env, procs, name, ["--serve", "127.0.0.1:0"] + list(args), **extra_env)
 
 
-def read(path):
-    with open(path, errors="replace") as f:
-        return f.read()
+read = serve_lib.read_text
 
 
 def body(prompt, n, stream=False, seed=None, temp=0.0, think=False):

@@ -10,22 +10,15 @@
 # own saved transcript up to that turn. Then the errors those servers give: HTTP 400 with the
 # error object, 429 with Retry-After, a stream cut without [DONE]: each shown with the server's
 # words, the conversation kept (/save, /retry). Loopback only; every wait is bounded.
-import http.server
 import json
 import os
 import subprocess
-import threading
 
 import serve_lib
+from serve_lib import ok
 
 B, T, K3, ASAN, env = serve_lib.setup()  # a tiny generated checkpoint in T/m (only its vocabulary is read)
 M = os.path.join(T, "m")
-fails = 0
-
-
-def ok(cond, desc):
-    global fails
-    fails += not serve_lib.ok(cond, desc)
 
 
 def chat_ids(path):
@@ -44,32 +37,15 @@ def make_server(name, field, flat_errors):
     """A fake OpenAI-compatible server that knows the reasoning only as `field`."""
     state = {"rendered": [], "requests": [], "seen": set(), "n": 0}
 
-    class H(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
-
-        def log_message(self, *a):
-            pass
-
-        def send_json(self, code, obj, headers=()):
-            body = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            for k, v in headers:
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    class H(serve_lib.FakeHandler):
+        MODELS = [{"id": "k3-" + name, "object": "model", "max_model_len": 2048}]
 
         def error(self, code, msg, typ, headers=()):
             e = {"message": msg, "type": typ, "param": None, "code": code}
             self.send_json(code, dict(e, object="error") if flat_errors else {"error": e}, headers)
 
-        def do_GET(self):
-            self.send_json(200, {"object": "list", "data": [{"id": "k3-" + name, "object": "model",
-                                                             "max_model_len": 2048}]})
-
         def do_POST(self):
-            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            req = self.read_json()
             state["requests"].append(req)
             last = req["messages"][-1]["content"]
             first = last not in state["seen"]  # each error is given once: /retry then succeeds
@@ -94,14 +70,10 @@ def make_server(name, field, flat_errors):
             state["rendered"].append(chat_ids(path))
             state["n"] += 1
             k = state["n"]
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
+            self.start_stream()
 
-            def ev(delta, finish=None):
-                o = {"object": "chat.completion.chunk", "model": "k3-" + name,
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-                return ("data: " + json.dumps(o) + "\n\n").encode()
+            def ev(d, finish=None):
+                return serve_lib.sse(serve_lib.delta(d, finish, object="chat.completion.chunk", model="k3-" + name))
             self.wfile.write(ev({"role": "assistant", "content": ""}))
             self.wfile.write(ev({field: "Thought %d: caf\u00e9 \u4e2d" % k}))
             self.wfile.write(ev({field: " and more."}))
@@ -111,9 +83,7 @@ def make_server(name, field, flat_errors):
                 return
             self.wfile.write(ev({}, "stop") + b"data: [DONE]\n\n")
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv, state
+    return serve_lib.start_fake(H), state
 
 
 def client(port, lines):
@@ -191,4 +161,4 @@ try:
 finally:
     for srv, _ in servers:
         srv.shutdown()
-raise SystemExit(1 if fails else 0)
+raise SystemExit(serve_lib.status())

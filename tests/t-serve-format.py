@@ -11,55 +11,32 @@
 # (which closes k3-nano's reasoning), the reasoning is free text and the answer validates. Elsewhere thinking is off (k3-nano seldom opens its
 # response channel after thinking, and reasoning is never masked). The server runs on
 # 127.0.0.1 with a kernel-picked port and is always killed; every wait is bounded.
-import http.client
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 
 import serve_lib
-from serve_lib import wait_for
+from serve_lib import ok
 
 B, T, K3, ASAN, env = serve_lib.setup()
-fails = 0
-
-
-def ok(cond, desc):
-    global fails
-    fails += not serve_lib.ok(cond, desc)
-
-
 M = os.path.join(os.environ["K3_SRC"], "models", "k3-nano")
 LOG = os.path.join(T, "serve.log")
 env.pop("K3_BITS", None)
-srv = subprocess.Popen([K3, M, "--serve", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=open(LOG, "w"), env=env)
+srv = serve_lib.launch(K3, M, LOG, env)
 
 
 def log_text():
-    with open(LOG, errors="replace") as f:
-        return f.read()
+    return serve_lib.read_text(LOG)
 
 
 def post(body, timeout=120):
-    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
-    c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read().decode("utf-8", "replace")
-    c.close()
-    if r.getheader("Content-Type", "").startswith("text/event-stream"):
-        text = ""
-        for block in data.split("\n\n"):
-            block = block.strip("\n")
-            if block.startswith("data: ") and block[6:] != "[DONE]":
-                for ch in json.loads(block[6:]).get("choices", []):
-                    text += ch.get("delta", {}).get("content") or ""
-        return r.status, text
-    try:
-        return r.status, json.loads(data)
-    except ValueError:
-        return r.status, data
+    """(status, the answer's text of a stream, else the parsed JSON or the text)"""
+    code, data, streamed = serve_lib.post_chat(PORT, body, timeout)
+    if streamed:
+        objs, _ = serve_lib.sse_objects(data)
+        return code, "".join(ch.get("delta", {}).get("content") or "" for o in objs for ch in o.get("choices", []))
+    return code, data
 
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age", "tags"],
@@ -89,12 +66,11 @@ def ask(fmt, seed, stream=False):
 
 
 try:
-    ok(wait_for(lambda: "serving" in log_text() or srv.poll() is not None, 60), "the server starts on k3-nano")
-    port = re.search(r"http://127\.0\.0\.1:(\d+)/v1", log_text())
-    if port is None:
+    up, PORT = serve_lib.await_port(srv, LOG, 60)
+    ok(up, "the server starts on k3-nano")
+    if PORT is None:
         print("FAIL: no address in the log: " + log_text()[-300:])
         raise SystemExit(1)
-    PORT = int(port.group(1))
     fmt = {"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": SCHEMA}}
     good, shown = 0, None
     for seed in range(6):
@@ -193,16 +169,10 @@ try:
                 return None, str(o)
             ch = o["choices"][0]
             return ch["finish_reason"], ch["message"].get("tool_calls") or []
-        c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-        c.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
-        data = c.getresponse().read().decode()
-        c.close()
+        _, data, streamed = serve_lib.post_chat(PORT, body, 120)
         acc, finish = {}, None
-        for block in data.split("\n\n"):
-            block = block.strip("\n")
-            if not block.startswith("data: ") or block[6:] == "[DONE]":
-                continue
-            for ch in json.loads(block[6:]).get("choices", []):
+        for o in serve_lib.sse_objects(data)[0] if streamed else []:
+            for ch in o.get("choices", []):
                 finish = ch.get("finish_reason") or finish
                 for d in ch.get("delta", {}).get("tool_calls") or []:
                     a = acc.setdefault(d["index"], {"function": {"name": "", "arguments": ""}})
@@ -296,25 +266,10 @@ try:
         ok(got == len(want), "%s: usage.prompt_tokens %s = %d, the spec's prompt (k3-tools.md 1.2/1.6/1.7)%s"
            % (desc, got, len(want), "" if code == 200 else ": HTTP %d %s" % (code, str(o)[:160])))
 
-    # ---- the official OpenAI SDK (npm openai 5 + zod 3, installed outside the repository into
-    # K3_OPENAI_JS, default ~/.cache/k3chat/openai-js, as t-serve-tools.py does)
-    cache = os.environ.get("K3_OPENAI_JS") or os.path.join(
-        os.environ.get("HOME_REAL", os.path.expanduser("~")), ".cache", "k3chat", "openai-js")
-    have = shutil.which("node") and shutil.which("npm")
-    if not have:
-        print("SKIP: node/npm are not installed (needed for the OpenAI SDK checks)")
-    else:
-        os.makedirs(cache, exist_ok=True)
-        if not os.path.exists(os.path.join(cache, "package.json")):
-            with open(os.path.join(cache, "package.json"), "w") as f:
-                f.write('{"name":"k3chat-openai-ref","private":true}\n')
-        if not all(os.path.exists(os.path.join(cache, "node_modules", p, "package.json")) for p in ("openai", "zod")):
-            p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "openai@5", "zod@3"], cwd=cache,
-                               capture_output=True, timeout=300)
-            if p.returncode:
-                print("SKIP: npm install openai@5 zod@3 failed: " + p.stderr.decode()[-160:].replace("\n", " "))
-                have = False
-    if have:
+    # ---- the official OpenAI SDK (npm openai 5 + zod 3, installed outside the repository by
+    # serve_lib.openai_sdk into K3_OPENAI_JS, default ~/.cache/k3chat/openai-js)
+    cache = serve_lib.openai_sdk(["openai@5", "zod@3"])
+    if cache:
         js = os.path.join(T, "sdk.cjs")
         with open(js, "w") as f:
             f.write(r"""
@@ -351,13 +306,8 @@ out.named = Object.values(acc).map(c => [c.name, JSON.parse(c.args)]);
 console.log(JSON.stringify(out));
 })().catch(e => { console.error(e); process.exit(1); });
 """)
-        p = subprocess.run(["node", js, "http://127.0.0.1:%d/v1" % PORT, json.dumps(SCHEMA), json.dumps(TOOLS)],
-                           capture_output=True, timeout=300, env=dict(env, NODE_PATH=os.path.join(cache, "node_modules")))
-        try:
-            res = json.loads(p.stdout.decode().strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            res = {}
-            print("# sdk: " + p.stderr.decode()[-400:])
+        res = serve_lib.run_node(js, ["http://127.0.0.1:%d/v1" % PORT, json.dumps(SCHEMA), json.dumps(TOOLS)], cache,
+                                 env, 300)
         zod = res.get("zod", [])
         ok(len(zod) == 3 and all(isinstance(d, dict) and set(d) == {"name", "age", "tags"} and valid(d) for d in zod),
            "OpenAI SDK: chat.completions.parse with zodResponseFormat: 3 seeds, parsed objects valid (%r)" % (zod[:1],))
@@ -371,9 +321,5 @@ console.log(JSON.stringify(out));
             args_ok({"function": {"name": n, "arguments": json.dumps(a)}}) for n, a in nm),
            "OpenAI SDK: a named tool_choice, streamed: calls of that function only, valid arguments (%r)" % (nm[:1],))
 finally:
-    srv.terminate()
-    try:
-        srv.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        srv.kill()
-raise SystemExit(1 if fails else 0)
+    serve_lib.stop(srv)
+raise SystemExit(serve_lib.status())

@@ -8,24 +8,15 @@
 # histories with a call unanswered or answered twice, a shared id, an undeclared tool, a duplicate name).
 # The server runs on 127.0.0.1 with a kernel-picked port and is always killed; every wait is
 # bounded.
-import http.client
 import json
 import os
 import re
-import shutil
 import subprocess
 
 import serve_lib
-from serve_lib import wait_for
+from serve_lib import ok
 
 B, T, K3, ASAN, env = serve_lib.setup()  # a tiny generated checkpoint in T/m
-fails = 0
-
-
-def ok(cond, desc):
-    global fails
-    fails += not serve_lib.ok(cond, desc)
-
 
 CALL = ('<|open|>call tool="%s" index="%d"<|sep|>%s<|close|>call<|sep|>')
 ARG = '<|open|>argument key="%s" type="%s"<|sep|>%s<|close|>argument<|sep|>'
@@ -50,38 +41,20 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
                                                           "required": ["city"]}}},
          {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
 LOG = os.path.join(T, "serve.log")
-srv = subprocess.Popen([K3, M, "--serve", "127.0.0.1:0", "--model", "tiny-k3"], stdout=subprocess.DEVNULL,
-                       stderr=open(LOG, "w"), env=dict(env, K3_SERVE_SCRIPT=SCRIPT))
+SERVE = ["--serve", "127.0.0.1:0", "--model", "tiny-k3"]
+srv = serve_lib.launch(K3, M, LOG, dict(env, K3_SERVE_SCRIPT=SCRIPT), SERVE)
 
 
 def log_text():
-    with open(LOG, errors="replace") as f:
-        return f.read()
+    return serve_lib.read_text(LOG)
 
 
 def post(body, timeout=60):
     """(status, parsed JSON or SSE text)"""
-    c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=timeout)
-    c.request("POST", "/v1/chat/completions", body=json.dumps(body) if not isinstance(body, str) else body,
-              headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read().decode("utf-8", "replace")
-    c.close()
-    if r.getheader("Content-Type", "").startswith("text/event-stream"):
-        return r.status, data
-    try:
-        return r.status, json.loads(data)
-    except ValueError:
-        return r.status, data
+    return serve_lib.post_chat(PORT, body, timeout)[:2]
 
 
-def events(text):
-    out = []
-    for block in text.split("\n\n"):
-        block = block.strip("\n")
-        if block.startswith("data: ") and block[6:] != "[DONE]":
-            out.append(json.loads(block[6:]))
-    return out, text.rstrip().endswith("data: [DONE]")
+events = serve_lib.sse_objects
 
 
 def user(text):
@@ -89,12 +62,11 @@ def user(text):
 
 
 try:
-    ok(wait_for(lambda: "serving" in log_text() or srv.poll() is not None, 30), "the server starts with a script")
-    port = re.search(r"http://127\.0\.0\.1:(\d+)/v1", log_text())
-    if port is None:
+    up, PORT = serve_lib.await_port(srv, LOG, 30)
+    ok(up, "the server starts with a script")
+    if PORT is None:
         print("FAIL: no address in the log: " + log_text()[-300:])
         raise SystemExit(1)
-    PORT = int(port.group(1))
 
     # ---- 1. tool calls, not streamed (turn 1)
     q = [user("Weather in Paris, and the time?")]
@@ -275,24 +247,8 @@ try:
     ok(srv.poll() is None, "the server is still up after the bad requests")
 
     # ---- 7. the official OpenAI SDK (npm openai 5)
-    cache = os.environ.get("K3_OPENAI_JS") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME_REAL", os.path.expanduser("~")),
-                                                         ".cache"), "k3chat", "openai-js")
-    have = shutil.which("node") and shutil.which("npm")
-    if not have:
-        print("SKIP: node/npm are not installed (needed for the OpenAI SDK checks)")
-    else:
-        os.makedirs(cache, exist_ok=True)
-        if not os.path.exists(os.path.join(cache, "package.json")):
-            with open(os.path.join(cache, "package.json"), "w") as f:
-                f.write('{"name":"k3chat-openai-ref","private":true}\n')
-        if not os.path.exists(os.path.join(cache, "node_modules", "openai", "package.json")):
-            p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "openai@5"], cwd=cache,
-                               capture_output=True, timeout=300)
-            if p.returncode:
-                print("SKIP: npm install openai@5 failed: " + p.stderr.decode()[-160:].replace("\n", " "))
-                have = False
-    if have:
+    cache = serve_lib.openai_sdk(["openai@5"])
+    if cache:
         js = os.path.join(T, "sdk.cjs")
         with open(js, "w") as f:
             f.write(r"""
@@ -334,22 +290,12 @@ console.log(JSON.stringify(out));
 })().catch(e => { console.error(e); process.exit(1); });
 """)
         # the SDK run takes turns 10 (TWO_CALLS, repeating from here on) ...: re-script with a fresh server
-        srv.terminate()
-        srv.wait(timeout=30)
+        serve_lib.stop(srv)
         with open(SCRIPT, "w") as f:
             f.write("\n---\n".join([TWO_CALLS, TWO_CALLS, ANSWER]) + "\n")
-        open(LOG, "w").close()
-        srv = subprocess.Popen([K3, M, "--serve", "127.0.0.1:0", "--model", "tiny-k3"], stdout=subprocess.DEVNULL,
-                               stderr=open(LOG, "w"), env=dict(env, K3_SERVE_SCRIPT=SCRIPT))
-        wait_for(lambda: "serving" in log_text() or srv.poll() is not None, 30)
-        PORT = int(re.search(r"http://127\.0\.0\.1:(\d+)/v1", log_text()).group(1))
-        p = subprocess.run(["node", js, "http://127.0.0.1:%d/v1" % PORT, json.dumps(TOOLS)], capture_output=True,
-                           timeout=120, env=dict(env, NODE_PATH=os.path.join(cache, "node_modules")), cwd=cache)
-        try:
-            res = json.loads(p.stdout.decode().strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            res = {}
-            print("  node: " + p.stderr.decode()[-400:])
+        srv = serve_lib.launch(K3, M, LOG, dict(env, K3_SERVE_SCRIPT=SCRIPT), SERVE)
+        PORT = serve_lib.await_port(srv, LOG, 30)[1]
+        res = serve_lib.run_node(js, ["http://127.0.0.1:%d/v1" % PORT, json.dumps(TOOLS)], cache, env, 120, cwd=cache)
         pl, st = res.get("plain", {}), res.get("stream", {})
         ok(pl.get("finish") == "tool_calls" and pl.get("content") is None and
            [c[1:] for c in pl.get("calls", [])] == [["get_weather", WANT_ARGS[0]], ["get_time", WANT_ARGS[1]]],
@@ -365,10 +311,5 @@ console.log(JSON.stringify(out));
         ok(isinstance(res.get("named"), list) and res["named"][0] == 400, "OpenAI SDK: a named tool_choice of a function "
            "not in tools is a 400 error (%r)" % (res.get("named"),))
 finally:
-    if srv.poll() is None:
-        srv.terminate()
-        try:
-            srv.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-raise SystemExit(1 if fails else 0)
+    serve_lib.stop(srv)
+raise SystemExit(serve_lib.status())

@@ -21,6 +21,7 @@ import subprocess
 import time
 import urllib.request
 
+import serve_lib
 from serve_lib import ok, setup, wait_for
 
 B, T, K3, ASAN, env = setup()
@@ -140,11 +141,10 @@ def rss_kb(pid):
 LOG = os.path.join(T, "serve.log")
 HLOG = os.path.join(T, "hold.log")
 hsrv = None
-srv = subprocess.Popen([K3, M, "--serve", "127.0.0.1:0", "--model", "tiny-k3"], stdout=subprocess.DEVNULL,
-                       stderr=open(LOG, "w"), env=dict(env, K3_API_KEY=KEY))
+srv = serve_lib.launch(K3, M, LOG, dict(env, K3_API_KEY=KEY), ["--serve", "127.0.0.1:0", "--model", "tiny-k3"])
 try:
-    ok(wait_for(lambda: "serving" in log_text() or srv.poll() is not None, 30), "the server starts")
-    port = re.search(r"http://127\.0\.0\.1:(\d+)/v1", log_text())
+    up, port = serve_lib.await_port(srv, LOG, 30)
+    ok(up, "the server starts")
     ok(port is not None and "API key required" in log_text(), "it logs its address and that a key is required")
     fitl = [l for l in log_text().splitlines() if l.startswith("k3chat: memory fit: K3_BITS=")]
     ok(len(fitl) == 1 and "usable of" in fitl[0] and any(w in fitl[0] for w in ("the defaults fit", "the given settings fit", "chosen: step")),
@@ -154,7 +154,7 @@ try:
        % (fitl[0][-260:] if fitl else ""))
     if port is None:
         raise SystemExit(1)
-    BASE = "http://127.0.0.1:%s" % port.group(1)
+    BASE = "http://127.0.0.1:%s" % port
 
     # ---- /v1/models and authentication
     code, body = curl("/v1/models")
@@ -269,15 +269,14 @@ try:
     hold_txt = os.path.join(T, "hold.txt")
     with open(hold_txt, "w") as f:
         f.write("la " * 40000)
-    hsrv = subprocess.Popen([K3, M, "--serve", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=open(HLOG, "w"),
-                            env=dict(env, K3_API_KEY=KEY, K3_SERVE_SCRIPT=hold_txt, K3_MAXT="65536"))
-    ok(wait_for(lambda: "serving" in hold_text() or hsrv.poll() is not None, 30),
-       "a second server with a scripted endless reply starts")
-    hport = re.search(r"http://127\.0\.0\.1:(\d+)/v1", hold_text())
-    HBASE = "http://127.0.0.1:%s" % (hport.group(1) if hport else "1")
+    hsrv = serve_lib.launch(K3, M, HLOG, dict(env, K3_API_KEY=KEY, K3_SERVE_SCRIPT=hold_txt, K3_MAXT="65536"))
+    up, hport = serve_lib.await_port(hsrv, HLOG, 30)
+    ok(up, "a second server with a scripted endless reply starts")
+    hport = hport or 1
+    HBASE = "http://127.0.0.1:%s" % hport
     n0 = hold_text().count("cancelled:")
     t0 = time.time()
-    hc = http.client.HTTPConnection("127.0.0.1", int(hport.group(1)) if hport else 1, timeout=30)
+    hc = http.client.HTTPConnection("127.0.0.1", hport, timeout=30)
     try:
         hc.request("POST", "/v1/chat/completions", chat(user("hello"), max_tokens=100000, stream=True),
                    {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
@@ -360,7 +359,7 @@ try:
 
     # ---- SIGTERM while generating (the scripted server's endless reply, its first chunk read):
     # a clean, prompt exit, and the stream ends with an error event
-    hc = http.client.HTTPConnection("127.0.0.1", int(hport.group(1)) if hport else 1, timeout=30)
+    hc = http.client.HTTPConnection("127.0.0.1", hport, timeout=30)
     try:
         hc.request("POST", "/v1/chat/completions", chat(user("hello"), max_tokens=100000, stream=True),
                    {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
@@ -404,39 +403,20 @@ try:
 
     # ---- --endpoint against a scripted server: SSE cut into 1-byte writes with CRLF, the
     # "reasoning" and "thinking" spellings, reasoning sent back, HTTP 500 (once), malformed and cut streams
-    import http.server
-    import threading
     seen = []
 
-    class Fake(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
-
-        def log_message(self, *a):
-            pass
-
-        def do_GET(self):
-            body = b'{"object":"list","data":[{"id":"fake-model","object":"model"}]}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Fake(serve_lib.FakeHandler):
         def do_POST(self):
-            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            req = self.read_json()
             seen.append(req)
             last = req["messages"][-1]["content"]
             if last == "e500" and sum(m["messages"][-1]["content"] == "e500" for m in seen) == 1:
-                self.send_response(500)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(b'{"error":{"message":"boom happened","type":"server_error"}}')
+                self.send_json(500, {"error": {"message": "boom happened", "type": "server_error"}})
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.end_headers()
+            self.start_stream()
 
             def ev(o):
-                return ("data: " + json.dumps(o) + "\r\n\r\n").encode()
+                return serve_lib.sse(o, "\r\n")
             if last == "split":
                 data = (ev({"choices": [{"index": 0, "delta": {"reasoning": "abc"}}]}) +
                         ev({"choices": [{"index": 0, "delta": {"thinking": "d\u00e9f"}}]}) +
@@ -454,8 +434,7 @@ try:
                 self.wfile.write(ev({"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]})
                                  + b"data: [DONE]\n\n")
 
-    fake = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
-    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    fake = serve_lib.start_fake(Fake)
     fep = [K3, "--endpoint", "http://127.0.0.1:%d" % fake.server_address[1], "--plain"]
     try:
         p = subprocess.run(fep, input=b"split\ncheck\n", capture_output=True, timeout=60, env=env)

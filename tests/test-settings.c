@@ -1,6 +1,7 @@
 /* test-settings.c: the table of settings (include/k3-settings.h, src/base/settings.c): one parser
  * per type with one message format, and the table held against what users read: `/help`,
- * `k3chat --help` and the man page's OPTIONS, SLASH COMMANDS and ENVIRONMENT lists. */
+ * `k3chat --help` and the man page's OPTIONS, SLASH COMMANDS and ENVIRONMENT lists; and against
+ * the sources: no K3_ variable is read around the table (engine, front ends, tools, k3-bench). */
 #include "cmd.h"
 #include "config.h"
 #include "conv-impl.h"
@@ -9,6 +10,7 @@
 #include "settings.h"
 #include "test.h"
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,9 +318,63 @@ static void check_docs(void) {
     free(man);
 }
 
+/* ---- the sources read their K3_ variables through the table ---- */
+
+static int n_sources, n_bench_names;
+
+static int env_row(const char *name, size_t len) {
+    for (int i = 0; i < K3_SETTING_N; i++) {
+        const char *e = k3_setting(i)->env;
+        if (e && strlen(e) == len && !strncmp(e, name, len))
+            return 1;
+    }
+    return 0;
+}
+
+/* nftw callback: a .c or .h file must not call getenv on a K3_ name (settings.c, the table's
+ * reader, excepted), and every K3_BENCH_ name k3-bench's sources mention is a row. */
+static int scan_source(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb, (void)ftw;
+    size_t n = strlen(path), len;
+    if (type != FTW_F || n < 2 || (strcmp(path + n - 2, ".c") && strcmp(path + n - 2, ".h")))
+        return 0;
+    char *text = t_read_file(path, &n);
+    T_CHECK(text != NULL, "%s read", path);
+    if (!text)
+        return 0;
+    n_sources++;
+    if (strcmp(path, "src/base/settings.c"))
+        for (const char *p = text; (p = strstr(p, "getenv(\"K3_")); p++) {
+            len = strcspn(p + 8, "\"");
+            T_CHECK(0, "%s reads %.*s with getenv, not through its row of the settings table", path, (int)len,
+                    p + 8);
+        }
+    if (!strncmp(path, "bench/", 6))
+        for (const char *p = text; (p = strstr(p, "K3_BENCH_")); p += len) {
+            len = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+            n_bench_names++;
+            if (!env_row(p, len))
+                T_CHECK(0, "%s names %.*s, which is not a row of the settings table", path, (int)len, p);
+        }
+    free(text);
+    return 0;
+}
+
+static void check_sources(void) {
+    static const char *const dirs[] = {"src", "ui", "tools", "bench", "include"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
+        T_CHECK(nftw(dirs[i], scan_source, 16, FTW_PHYS) == 0, "%s/ walked", dirs[i]);
+    T_CHECK(
+        n_sources > 100 && n_bench_names >= 20,
+        "no getenv(\"K3_...\") outside settings.c in %d sources; %d mentions of K3_BENCH_ names in bench/, "
+        "each a row",
+        n_sources, n_bench_names);
+}
+
 int main(void) {
     check_parsers();
     check_rows();
     check_docs();
+    check_sources();
     return t_done();
 }

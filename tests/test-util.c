@@ -1,5 +1,5 @@
-/* test-util.c: error messages, float conversions, the growable buffer, integer settings from the
- * environment (k3_env_int). */
+/* test-util.c: error messages, float conversions, the growable buffer, huge pages. (Settings from
+ * the environment: test-settings.c.) */
 #include "k3-impl.h"
 #include "test.h"
 
@@ -99,34 +99,6 @@ int main(void) {
             "k3_buf_add: an impossible size fails, sets oom and leaves the buffer as it was");
     T_CHECK(k3_buf_add(&b, "", 0) == 0 && b.n == 3000, "k3_buf_add: an empty append is fine");
     free(b.p);
-    /* k3_env_int: unset and empty keep the value; the whole text must be an integer in range */
-    static const struct {
-        const char *text;
-        int         ok, want;
-    } env[] = {{"7", 1, 7},   {"-3", 1, -3}, {"12", 1, 12}, {"13", 0, 0}, {"-4", 0, 0},
-               {"abc", 0, 0}, {"5x", 0, 0},  {"1.5", 0, 0}, {" ", 0, 0},  {"99999999999999999999", 0, 0}};
-    int v   = 42;
-    unsetenv("K3_TEST_KNOB");
-    T_CHECK(k3_env_int("K3_TEST_KNOB", -3, 12, &v) == K3_OK && v == 42, "k3_env_int: unset keeps the value");
-    setenv("K3_TEST_KNOB", "", 1);
-    T_CHECK(k3_env_int("K3_TEST_KNOB", -3, 12, &v) == K3_OK && v == 42, "k3_env_int: empty keeps the value");
-    for (size_t i = 0; i < sizeof env / sizeof *env; i++) {
-        char want[128];
-        snprintf(want, sizeof want, "K3_TEST_KNOB: '%s' is not an integer in -3..12", env[i].text);
-        setenv("K3_TEST_KNOB", env[i].text, 1);
-        v  = 42;
-        st = k3_env_int("K3_TEST_KNOB", -3, 12, &v);
-        if (env[i].ok)
-            T_CHECK(st == K3_OK && v == env[i].want, "k3_env_int: '%s' is %d", env[i].text, v);
-        else
-            T_CHECK(st == K3_ERR_ARG && v == 42 && !strcmp(k3_errmsg(), want),
-                    "k3_env_int: '%s' refused, value kept: '%s'", env[i].text, k3_errmsg());
-    }
-    setenv("K3_TEST_KNOB", "2", 1);
-    T_CHECK(k3_env_int("K3_TEST_KNOB", 0, 1, &v) == K3_ERR_ARG &&
-                !strcmp(k3_errmsg(), "K3_TEST_KNOB: '2' is not 0 or 1"),
-            "k3_env_int: a 0/1 switch says so: '%s'", k3_errmsg());
-    unsetenv("K3_TEST_KNOB");
     check_hugepages();
     return t_done();
 }

@@ -51,13 +51,6 @@ void *k3_aligned_alloc(size_t align, size_t n); /* free with free(); 4 MiB and u
 k3_status k3_hugepages_init(void);
 char     *k3_strdup(const char *s);
 
-/* An integer setting from the environment (K3_CHUNK, K3_MV_AHEAD, ...): unset or empty leaves *out
- * as it is; otherwise the whole value must be a decimal integer in lo..hi, else K3_ERR_ARG naming
- * the variable, the value given and the range ("K3_MV_AHEAD='abc': expected an integer in 0..64";
- * for lo..hi = 0..1 "expected 0 or 1"). Every K3_* integer knob of the engine and the tools is read
- * here, so none takes a malformed value silently. */
-k3_status k3_env_int(const char *name, int lo, int hi, int *out);
-
 /* Seconds from a monotonic clock. */
 double k3_time(void);
 

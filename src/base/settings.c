@@ -3,8 +3,8 @@
  * DESIGN
  * Every value k3chat takes from the environment, the command line, a slash command or an API
  * field goes through k3_setting_parse with its row: one range, one default and one error message
- * format ("SOURCE: 'VALUE' is not EXPECTED") for all four. k3_env_int is the same integer parser
- * for a variable that has no row (tests' knobs).
+ * format ("SOURCE: 'VALUE' is not EXPECTED") for all four. There is no reader for a variable
+ * without a row: the test suite's and k3-bench's knobs are rows too.
  */
 #include "k3-impl.h"
 
@@ -265,18 +265,4 @@ k3_status k3_setting_env_int(enum k3_setting_id id, int *out) {
     if (!st && ok)
         *out = (int)d;
     return st;
-}
-
-k3_status k3_env_int(const char *name, int lo, int hi, int *out) {
-    const char *v = getenv(name);
-    long long   x;
-    if (!v || !*v)
-        return K3_OK;
-    if (int_text(v, lo < 0, &x) || x < lo || x > hi) {
-        if (lo == 0 && hi == 1)
-            return k3_err(K3_ERR_ARG, "%s: '%.60s' is not 0 or 1", name, v);
-        return k3_err(K3_ERR_ARG, "%s: '%.60s' is not an integer in %d..%d", name, v, lo, hi);
-    }
-    *out = (int)x;
-    return K3_OK;
 }

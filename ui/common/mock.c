@@ -8,6 +8,8 @@
  *     think TEXT       reasoning text of the current turn (several lines join with newlines)
  *     response TEXT    answer text of the current turn
  *     error TEXT       the turn fails with this message
+ *     stderr TEXT      the turn starts by writing TEXT and a newline to fd 2 (as a library's
+ *                      message would come)
  *     ---              next turn; turns are used in order and the last one repeats
  * In TEXT, "{user}" is replaced by the user's message and "\n" by a newline. Tokens are cut
  * every 3 bytes, deliberately inside UTF-8 characters, as a real tokenizer's byte tokens can be.
@@ -25,7 +27,7 @@
 #include <time.h>
 
 typedef struct mturn {
-    char *think, *response, *error;
+    char *think, *response, *error, *err_line;
     int   delay_ms, prefill_ms, hold_ms;
 } mturn;
 
@@ -109,6 +111,8 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
             append(&t->response, arg);
         } else if (kw == 5 && !strncmp(line, "error", 5)) {
             append(&t->error, arg);
+        } else if (kw == 6 && !strncmp(line, "stderr", 6)) {
+            append(&t->err_line, arg);
         } else {
             snprintf(err, errn, "K3_MOCK: %s:%d: unknown directive '%.*s'", path, lineno, (int)kw, line);
             fclose(f);
@@ -262,6 +266,12 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     int    n_think = 0, n_resp = 0, cancelled = 0;
     ui_ev  e = {.type = EV_TURN};
     ev_push(u->out, &e);
+    if (t->err_line) {
+        char *s = expand(t->err_line, user);
+        fprintf(stderr, "%s\n", s ? s : "");
+        fflush(stderr);
+        free(s);
+    }
     k3_conv_settings set; /* for the transcript, as a model would have run the turn */
     ue_gen_settings(m->c, g, g->temp, g->top_p, &set);
     k3_conv_set_settings(m->c, &set);
@@ -371,6 +381,7 @@ static void mock_close(void *self) {
         free(m->turns[k].think);
         free(m->turns[k].response);
         free(m->turns[k].error);
+        free(m->turns[k].err_line);
     }
     free(m->turns);
     k3_conv_free(m->c);

@@ -8,11 +8,15 @@
  * display as notices, each line after "stderr: " (EV_INFO through the event queue: drawn through
  * the one text path, where control characters are not drawn). A partial line waits 0.1 s for its end.
  *
- * At the end fd 2 is the terminal again before the engine thread is joined, and what the reader
- * had not sent is written there. The pipe's write end does not block: a writer that outruns
- * the reader (1 MiB of pipe) loses text rather than hangs the engine. An abort (K3_ASSERT) puts
- * fd 2 back and passes on what the pipe still holds before the process dies, so its message is
- * not lost.
+ * A notice lives on the chat's screen, which goes when the chat ends (the alternate screen), and
+ * a line that comes in the chat's last moments may never be drawn (read, queued, and the display
+ * gone before it took it). So the reader also keeps every byte it reads (the first KEPT_MAX), and
+ * at the end, once fd 2 is the terminal again (after endwin, before the engine thread is joined)
+ * and the reader has drained the pipe into that store, all of it is written there in the order
+ * it came: nothing written to stderr while the chat ran is lost, the notices only showed it as it
+ * came. The pipe's write end does not block: a writer that outruns the reader (1 MiB of pipe)
+ * loses text rather than hangs the engine. An abort (K3_ASSERT) puts fd 2 back and passes on what
+ * was kept and what the pipe still holds before the process dies, so its message is not lost.
  */
 #include "tui-int.h"
 
@@ -22,15 +26,22 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+enum { KEPT_MAX = 1 << 20 }; /* bytes of stderr kept for the end (pages are touched as used) */
+
 static struct {
-    int        saved; /* the terminal's fd 2 (a dup), -1 when not redirected */
-    int        rd;    /* the pipe's read end                                */
-    pthread_t  th;
-    ev_queue  *q;
-    atomic_int gone; /* the display has ended: what comes goes to saved      */
+    int           saved; /* the terminal's fd 2 (a dup), -1 when not redirected       */
+    int           rd;    /* the pipe's read end                                      */
+    pthread_t     th;
+    ev_queue     *q;
+    atomic_int    gone;   /* the display has ended: no more notices                   */
+    char         *kept;   /* (KEPT_MAX) what came, for the terminal at the end          */
+    atomic_size_t n_kept; /* bytes of kept written (the reader publishes, on_abort reads) */
+    size_t        lost;   /* bytes that came after kept was full                       */
 } ec = {.saved = -1, .rd = -1};
 
 static void write_all(int fd, const char *p, size_t n) {
@@ -45,13 +56,16 @@ static void write_all(int fd, const char *p, size_t n) {
     }
 }
 
-/* Pass on p[0..n) (whole lines, or a partial one that timed out): a notice while the display
- * runs, the terminal after. */
+/* Pass on p[0..n) (whole lines, or a partial one that timed out): kept for the end, and a
+ * notice while the display runs. Only the reader thread calls this. */
 static void emit(const char *p, size_t n) {
-    if (atomic_load(&ec.gone)) {
-        write_all(ec.saved, p, n);
+    size_t k = atomic_load_explicit(&ec.n_kept, memory_order_relaxed),
+           c = n < KEPT_MAX - k ? n : KEPT_MAX - k;
+    memcpy(ec.kept + k, p, c);
+    atomic_store_explicit(&ec.n_kept, k + c, memory_order_release);
+    ec.lost += n - c;
+    if (atomic_load(&ec.gone))
         return;
-    }
     char   msg[2 * 4096];
     size_t o = 0;
     while (n && (p[n - 1] == '\n' || p[n - 1] == '\r'))
@@ -99,13 +113,14 @@ static void *reader(void *ud) {
     }
 }
 
-/* SIGABRT (an assertion): the terminal back on fd 2 with what the pipe holds, then the default
- * action. Only async-signal-safe calls. */
+/* SIGABRT (an assertion): the terminal back on fd 2 with what was kept and what the pipe holds,
+ * then the default action. Only async-signal-safe calls. */
 static void on_abort(int sig) {
     if (ec.saved >= 0) {
         char    b[4096];
         ssize_t r;
         dup2(ec.saved, 2);
+        write_all(2, ec.kept, atomic_load_explicit(&ec.n_kept, memory_order_acquire));
         while ((r = read(ec.rd, b, sizeof b)) > 0)
             write_all(2, b, (size_t)r);
     }
@@ -115,10 +130,17 @@ static void on_abort(int sig) {
 
 int tui_stderr_begin(ev_queue *q) {
     int p[2];
-    if (!isatty(2) || pipe2(p, O_CLOEXEC) != 0)
+    if (!isatty(2) || !(ec.kept = malloc(KEPT_MAX)))
         return -1;
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        free(ec.kept);
+        ec.kept = NULL;
+        return -1;
+    }
     ec.q = q;
     atomic_store(&ec.gone, 0);
+    atomic_store(&ec.n_kept, 0);
+    ec.lost = 0;
     fcntl(p[0], F_SETPIPE_SZ, 1 << 20); /* room for a burst (a loader's debug output) */
     fcntl(p[0], F_SETFL, O_NONBLOCK);   /* the reader polls; on_abort must not block   */
     fcntl(p[1], F_SETFL, O_NONBLOCK);   /* a full pipe loses text, never hangs a writer */
@@ -129,6 +151,8 @@ int tui_stderr_begin(ev_queue *q) {
             close(ec.saved);
         close(p[0]);
         close(p[1]);
+        free(ec.kept);
+        ec.kept  = NULL;
         ec.saved = ec.rd = -1;
         return -1;
     }
@@ -146,11 +170,18 @@ void tui_stderr_end(void) {
     if (ec.saved < 0)
         return;
     fflush(stderr);
-    atomic_store(&ec.gone, 1); /* from now on the reader writes to the terminal */
+    atomic_store(&ec.gone, 1); /* no more notices: the display takes no more events */
     dup2(ec.saved, 2);         /* the last write end closes: the reader drains and ends */
     pthread_join(ec.th, NULL);
     signal(SIGABRT, SIG_DFL);
+    write_all(2, ec.kept, atomic_load(&ec.n_kept)); /* all that came, in order */
+    if (ec.lost)
+        fprintf(stderr,
+                "k3chat: %zu more bytes came on stderr while the chat ran (the first %d MiB are above)\n",
+                ec.lost, KEPT_MAX >> 20);
     close(ec.rd);
     close(ec.saved);
+    free(ec.kept);
+    ec.kept  = NULL;
     ec.saved = ec.rd = -1;
 }
