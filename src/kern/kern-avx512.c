@@ -144,9 +144,10 @@ Z static INLINE void i8_tile_step(const __m512i *wu, const kern_act *a, int rb, 
         const __m512i u = red4(s);
         const __m512  f = _mm512_cvtepi32_ps(_mm512_add_epi32(u, _mm512_shuffle_i32x4(u, u, 0xB1)));
         acc[c] = _mm_fmadd_ps(_mm_add_ps(BLK(f, 0), _mm_set1_ps(a[c].cg[g])), _mm_set1_ps(a[c].d[g]), acc[c]);
-        if (two)
-            acc[c] = _mm_fmadd_ps(_mm_add_ps(BLK(f, 2), _mm_set1_ps(a[c].cg[g + 1])), _mm_set1_ps(a[c].d[g + 1]),
-                                  acc[c]);
+        if (two) {
+            const __m128 f1 = _mm_add_ps(BLK(f, 2), _mm_set1_ps(a[c].cg[g + 1]));
+            acc[c]          = _mm_fmadd_ps(f1, _mm_set1_ps(a[c].d[g + 1]), acc[c]);
+        }
     }
 }
 // clang-format on
