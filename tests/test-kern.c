@@ -437,9 +437,12 @@ static void check_mm_widths(void) {
  * chunk-and-batch identity of prefill rests on it. int8 with K not a multiple of 32, int4 and
  * MXFP4 with an odd number of groups (a pair's second group missing); some activations 8x the
  * others (scales differ per group). 40 columns: a last tile of 8; nothing past the n columns is
- * written. The AMX level (its tiles on the emulation): test-amx. */
+ * written. int4 with an odd K (a half-filled last byte) and int8 with K < 32 (no whole group), in
+ * three blocks of rows (the wide kernel unpacks the next block while the tiles of one run). The AMX level
+ * (its tiles on the emulation): test-amx. */
 static void check_order(void) {
-    static const int sh[][3] = {{Q_I8, 37, 1100}, {Q_I4, 21, 2080}, {Q_MXFP4, 37, 1120}, {Q_I8, 19, 200}};
+    static const int sh[][3] = {{Q_I8, 37, 1100}, {Q_I4, 21, 2080}, {Q_MXFP4, 37, 1120},
+                                {Q_I8, 19, 200},  {Q_I4, 37, 1001}, {Q_I8, 37, 20}};
     static const int ns[]    = {1, 7, 32, 40, 128}; /* 40: a last column tile of 8 */
     enum { NMAX = 128 };
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
