@@ -21,11 +21,21 @@ static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
+enum { REPS_MAX = 200 };
 int main(int argc, char **argv) {
     const char *tn = argc > 1 ? argv[1] : "q4_0";
     int         n = argc > 2 ? atoi(argv[2]) : 32, repack = argc > 3 ? atoi(argv[3]) : 0,
-        reps            = argc > 4 ? atoi(argv[4]) : 15;
-    const int      rows = 3072, cols = 3584;
+        reps       = argc > 4 ? atoi(argv[4]) : 15;
+    const int rows = 3072, cols = 3584;
+    if (strcmp(tn, "q8_0") && strcmp(tn, "q4_0") && strcmp(tn, "mxfp4")) {
+        fprintf(stderr, "ggml-mm: TYPE '%s': expected q8_0, q4_0 or mxfp4\n", tn);
+        return 2;
+    }
+    if (n < 1 || n > 4096 || (repack != 0 && repack != 1) || reps < 2 || reps > REPS_MAX) {
+        fprintf(stderr, "ggml-mm: N %d, REPACK %d, REPS %d: expected N 1..4096, REPACK 0 or 1, REPS 2..%d\n",
+                n, repack, reps, REPS_MAX);
+        return 2;
+    }
     enum ggml_type type = !strcmp(tn, "q8_0")    ? GGML_TYPE_Q8_0
                           : !strcmp(tn, "mxfp4") ? GGML_TYPE_MXFP4
                                                  : GGML_TYPE_Q4_0;
@@ -74,7 +84,7 @@ int main(int argc, char **argv) {
     struct ggml_context *cg = ggml_init(ip);
     struct ggml_cgraph  *gf = ggml_new_graph(cg);
     ggml_build_forward_expand(gf, y);
-    double t[200];
+    double t[REPS_MAX];
     for (int r = 0; r < reps; r++) {
         double t0 = cpu();
         ggml_backend_graph_compute(be, gf);
