@@ -150,7 +150,7 @@ T static void block_tile(amx_thread *th, const a_src *a, const int8_t *bt, const
 T static void blocks(const qmat *m, const kern_tile_act *x, int n, float *y, int b0, int b1, amx_thread *th) {
     const int    rows = m->rows, cols = m->cols, ng = x->ng, i8 = m->type == Q_I8;
     const int    kpad   = ng * TK;
-    const size_t rbytes = m->type == Q_I4 ? (size_t)(cols + 1) / 2 : (size_t)cols / 2;
+    const size_t rbytes = q_wbytes(m->type, 1, cols);
     for (int blk = b0; blk < b1; blk++) {
         const int r0 = blk * TR, rb = rows - r0 < TR ? rows - r0 : TR;
         a_src     a = {0};

@@ -263,9 +263,7 @@ static void tile_drange(const float *d, int nv, int *lo, int *hi) {
 Z static void block_start(const qmat *m, int ng, int blk, grp_thread *th, int k, grp_unpack *u) {
     const int rows = m->rows, cols = m->cols, kpad = ng * GK, r0 = blk * GR,
               rb       = rows - r0 < GR ? rows - r0 : GR;
-    const size_t rstep = m->type == Q_I8   ? (size_t)cols
-                         : m->type == Q_I4 ? (size_t)(cols + 1) / 2
-                                           : (size_t)cols / 2;
+    const size_t rstep = q_wbytes(m->type, 1, cols);
     th->elo[k] = 255, th->ehi[k] = 0;
     if (m->type != Q_I8)
         for (int i = 0; i < rb; i++)
