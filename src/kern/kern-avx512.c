@@ -603,7 +603,6 @@ Z void kern_act_layout_avx512(int type, int np, kern_act *a) {
                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(a->q + g * 32));
             a->cg[g]     = (float)(-128 * _mm512_mask_reduce_add_epi32(0x00FF, s4));
             a->cg[g + 1] = (float)(-128 * _mm512_mask_reduce_add_epi32(0xFF00, s4));
-            _mm512_storeu_ps(a->d8 + g * 8, two8(a->d[g], a->d[g + 1]));
         }
         return;
     }

@@ -35,8 +35,8 @@ typedef struct kern_act {
     int8_t *q2;    /* nibble types: [(np+1)/2][128] quad layout for the AVX-512 twins: per two
                       pairs p, p+1 the 32 even columns of p, of p+1, then the odd ones of p, p+1 */
     float *d;      /* [2*np] scale per group (0 for groups past cols)                       */
-    float *d8;     /* [2*np][8] lane scales: nibble types [p][8] d[2p] in lanes 0-3, d[2p+1]
-                      in lanes 4-7; Q_I8 [g][8] d[g] in every lane; 0 past the last step      */
+    float *d8;     /* nibble types: [np][8] lane scales, d[2p] in lanes 0-3, d[2p+1] in lanes
+                      4-7; 0 past the last pair; not written for Q_I8 (its kernels read d)   */
     int32_t *nsxo; /* nibble types: [np][8] -o * (sum of q over lane j's columns) of each pair,
                       o = 8 (Q_I4) or 12 (Q_MXFP4), the twins use unsigned codes w + o; 0 past
                       the last pair; not written for Q_I8 */
@@ -55,7 +55,7 @@ void   kern_act_make(int type, const float *x, int cols, void *buf, kern_act *a)
 void kern_act_quant_ref(const float *x, int cols, int ng, int8_t *q, float *d);
 void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d);
 /* The rest of kern_act_make, after the quantizer wrote the natural-order codes (Q_I8: q; nibble
- * types: q2) and d of np pairs: d8, cg (Q_I8) or nsxo, and for nibble types the pair layout q and the quad
+ * types: q2) and d of np pairs: Q_I8 cg; nibble types d8, nsxo, the pair layout q and the quad
  * layout q2 (in place). The AVX-512 twin writes the same bytes. */
 void kern_act_layout_ref(int type, int np, kern_act *a);
 void kern_act_layout_avx512(int type, int np, kern_act *a);

@@ -169,11 +169,8 @@ static int isum(const int8_t *q, int n) {
 void kern_act_layout_ref(int type, int np, kern_act *a) {
     const int8_t *nat = type == Q_I8 ? a->q : a->q2;
     if (type == Q_I8) { /* steps are groups */
-        for (int g = 0; g < 2 * np; g++) {
-            for (int j = 0; j < 8; j++)
-                a->d8[g * 8 + j] = a->d[g];
+        for (int g = 0; g < 2 * np; g++)
             a->cg[g] = (float)(-128 * isum(nat + g * 32, 32));
-        }
         return;
     }
     const int off = type == Q_MXFP4 ? KERN_MXFP4_OFF : 8;
