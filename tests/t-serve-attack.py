@@ -29,7 +29,7 @@ import time
 
 import serve_lib
 from serve_lib import (chat, exchange, final, kill_all, ok, one_json_error, parse, read, read_rest,
-                       sanitizer_clean, setup, sse_events, start_server, wait_for)
+                       sanitizer_clean, setup, sse_events, start_server)
 
 B, T, K3, ASAN, env = setup()
 M = os.path.join(T, "m")
