@@ -621,6 +621,71 @@ int main(int argc, char **argv) {
     st = compile(v, "{\"type\":", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "not JSON"), "a schema that is not JSON: %s",
             k3_errmsg());
+    { /* nested past the parser's depth: the message is the parser's, once (it was written over
+       * itself: "json schema: not JSON: json schema: not JSON: o deeply at byte 2569") */
+        sbuf d = {0};
+        for (int k = 0; k < 600; k++)
+            puts_(&d, "{\"anyOf\":[");
+        puts_(&d, "{}");
+        for (int k = 0; k < 600; k++)
+            puts_(&d, "]}");
+        st                = compile(v, d.p, &g);
+        const char *m     = k3_errmsg();
+        const char *again = strstr(m, "not JSON") ? strstr(strstr(m, "not JSON") + 1, "not JSON") : NULL;
+        T_CHECK(st == K3_ERR_ARG &&
+                    !strncmp(m, "json schema: not JSON: invalid JSON: nested too deeply at byte ", 63) &&
+                    !again,
+                "a schema nested 1,200 deep: %s", m);
+        free(d.p);
+    }
+    for (int deep = 100000; deep >= 64; deep = deep == 64 ? 0 : 64) {
+        /* a pattern's groups nested 100,000 deep: the parser recursed per group (a crash: the
+         * stack); 64 deep compiles */
+        sbuf d = {0};
+        puts_(&d, "{\"type\":\"string\",\"pattern\":\"^");
+        for (int k = 0; k < deep; k++)
+            puts_(&d, "(");
+        puts_(&d, "a");
+        for (int k = 0; k < deep; k++)
+            puts_(&d, ")");
+        puts_(&d, "$\"}");
+        int complete = 0;
+        st           = compile(v, d.p, &g);
+        if (deep > 64)
+            T_CHECK(st == K3_ERR_UNSUPPORTED &&
+                        strstr(k3_errmsg(), "\"pattern\" at #: groups nested more than 64 deep"),
+                    "a pattern nested 100,000 deep is refused: %.120s", k3_errmsg());
+        else
+            T_CHECK(st == K3_OK && feed_bytes(g, "\"a\"", 3, &complete) == -1 && complete,
+                    "... 64 deep compiles and takes \"a\": %s", st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+        free(d.p);
+    }
+    { /* a few bytes that write out millions of nodes: refused at once, naming where (it took
+       * 4 GB and 10 s, then "out of memory", or the machine's memory) */
+        static const char *const big[][2] = {
+            {"{\"type\":\"string\",\"pattern\":\"^([^x]{1000}){1000}$\"}", "too large at #:"},
+            {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^((a{1000}){1000}"
+             "){1000}$\"}}}",
+             "too large at #/properties/a:"},
+            {"{\"type\":\"array\",\"prefixItems\":[{\"maxLength\":4096},{\"maxLength\":4096},{\"maxLength\":"
+             "4096},"
+             "{\"maxLength\":4096},{\"maxLength\":4096},{\"maxLength\":4096},{\"maxLength\":4096},{"
+             "\"maxLength\":4096},"
+             "{\"maxLength\":4096},{\"maxLength\":4096},{\"maxLength\":4096},{\"maxLength\":4096}]}",
+             "too large at #/prefixItems/"},
+        };
+        for (size_t k = 0; k < sizeof big / sizeof *big; k++) {
+            st = compile(v, big[k][0], &g);
+            T_CHECK(st == K3_ERR_UNSUPPORTED && !g && strstr(k3_errmsg(), big[k][1]) &&
+                        strstr(k3_errmsg(), "grammar nodes"),
+                    "schema %zu of %zu that writes out millions of nodes is refused naming where: %s", k + 1,
+                    sizeof big / sizeof *big, k3_errmsg());
+        }
+        st = compile(v, "{\"type\":\"string\",\"maxLength\":4096}", &g);
+        T_CHECK(st == K3_OK, "one string of maxLength 4096 still compiles: %s", st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+    }
 
     /* recursive $ref, 4 deep */
     static const char tree[] =

@@ -8,7 +8,8 @@
  * Without ^ (or $) the match may start (or end) anywhere, as ECMAScript's RegExp.test; the
  * text before (after) it is at most G_FILL_MAX characters, so a model cannot ramble there.
  * Refused with the construct named: lookaround, backreferences, \b, \p, named groups, anchors
- * elsewhere, classes with non-ASCII members, and more than G_RE_MAX_REP repetitions.
+ * elsewhere, classes with non-ASCII members, more than G_RE_MAX_REP repetitions, and groups
+ * nested more than G_RE_MAX_DEPTH deep.
  * The parser runs twice over a quantified atom: once to find its end (emit 0), then once per
  * copy (emit 1), so no syntax tree is kept.
  */
@@ -17,6 +18,9 @@
 #include <string.h>
 
 #define G_RE_MAX_REP 1000
+#define G_RE_MAX_DEPTH 64 /* groups inside groups */
+#define G_STR_(x) #x
+#define G_STR(x) G_STR_(x)
 
 /* One JSON string character: plain ASCII, a valid UTF-8 sequence, or an escape (no lone
  * surrogates, so a code point counts once as JSON Schema's lengths do). */
@@ -88,6 +92,7 @@ typedef struct re_p {
     k3_grammar *g;
     const char *s, *path;
     size_t      n, i;
+    int         depth; /* groups open at p->i */
     k3_status   st;
 } re_p;
 
@@ -253,6 +258,8 @@ static int re_atom(re_p *p, int emit, int from, int to) {
     char   ch = p->s[p->i];
     re_set c  = {0};
     if (ch == '(') {
+        if (p->depth == G_RE_MAX_DEPTH) /* the parser recurses per group: bound the stack */
+            return re_fail(p, "groups nested more than " G_STR(G_RE_MAX_DEPTH) " deep");
         p->i++;
         if (p->i < p->n && p->s[p->i] == '?') {
             if (p->i + 1 < p->n && p->s[p->i + 1] == ':')
@@ -260,8 +267,10 @@ static int re_atom(re_p *p, int emit, int from, int to) {
             else
                 return re_fail(p, "lookaround or a named group");
         }
+        p->depth++;
         if (re_alt(p, emit, from, to))
             return -1;
+        p->depth--;
         if (p->i >= p->n || p->s[p->i] != ')')
             return re_fail(p, "an unclosed group");
         p->i++;

@@ -38,6 +38,7 @@ typedef struct sc {
     int         any;   /* start of the any-value rule, -1 until made */
     jv        **owned; /* merged allOf schemas */
     int         n_owned;
+    char        full_at[512]; /* the innermost schema being written when the grammar got full */
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
@@ -801,7 +802,18 @@ static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path
 
 /* ---- a schema ----------------------------------------------------------------------------- */
 
+static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int to);
+
+/* Schema s from -> to; when that fills the grammar (G_MAX_NODES), the innermost path is kept
+ * for the refusal (sc_finish). */
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to) {
+    k3_status st = emit_schema(c, s, path, from, to);
+    if (st && c->g->full && !c->full_at[0])
+        snprintf(c->full_at, sizeof c->full_at, "%s", path);
+    return st;
+}
+
+static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int to) {
     k3_status st;
     if (s->kind == JV_TRUE) {
         int start;
@@ -934,6 +946,11 @@ static k3_status chat_close(sc *c) {
 /* The end of a compile: on success *out gets the grammar, on failure it is freed and *out NULL;
  * the compiler's own state and the parsed schema are freed either way. */
 static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out) {
+    if (st && c->g && c->g->full)
+        st = k3_err(K3_ERR_UNSUPPORTED,
+                    "%s: too large%s%s: it needs more than %d grammar nodes or %d edges (each maxLength, "
+                    "maxItems, enum value and pattern repetition is written out, nested ones multiply)",
+                    c->g->what, c->full_at[0] ? " at " : "", c->full_at, G_MAX_NODES, G_MAX_EDGES);
     if (st) {
         k3_grammar_free(c->g);
         c->g = NULL;
@@ -953,8 +970,10 @@ static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int
     jv       *js = NULL;
     k3_status st;
     *out = NULL;
-    if (!object_only && (st = jv_parse(schema, len, &js)))
-        return k3_err(K3_ERR_ARG, "json schema: not JSON: %s", k3_errmsg());
+    if (!object_only && (st = jv_parse(schema, len, &js))) {
+        k3_err_prefix("json schema: not JSON"); /* the parser's message names what and where */
+        return K3_ERR_ARG;
+    }
     if ((st = g_new(v, object_only ? "json object" : "json schema", &c.g)))
         goto done;
     c.root = js;
@@ -1132,8 +1151,10 @@ k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const cha
         return k3_err(K3_ERR_UNSUPPORTED, "tool calls: the tokenizer has no <|open|>, <|sep|> or <|close|>");
     if (max_calls < 1)
         max_calls = 1;
-    if ((st = jv_parse(tools ? tools : "[]", strlen(tools ? tools : "[]"), &js)))
-        return k3_err(K3_ERR_ARG, "tool calls: tools are not JSON: %s", k3_errmsg());
+    if ((st = jv_parse(tools ? tools : "[]", strlen(tools ? tools : "[]"), &js))) {
+        k3_err_prefix("tool calls: tools are not JSON");
+        return K3_ERR_ARG;
+    }
     if ((st = g_new(v, "tool calls", &c.g)))
         goto done;
     int          n_tools = 0, *args = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *args);

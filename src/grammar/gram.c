@@ -26,6 +26,8 @@ static g_pass *pass_new(const k3_grammar *g);
 /* ==== building ======================================================================== */
 
 int g_node_new(k3_grammar *g) {
+    if (g->n_node >= G_MAX_NODES)
+        return g->full = 1, -1;
     if (g->n_node == g->cap_node) {
         int     cap = g->cap_node ? g->cap_node * 2 : 256;
         g_node *n   = realloc(g->node, (size_t)cap * sizeof *n);
@@ -41,6 +43,8 @@ int g_node_new(k3_grammar *g) {
 k3_status g_edge_add(k3_grammar *g, int from, g_edge e) {
     if (from < 0 || e.to < 0)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    if (g->n_edge >= G_MAX_EDGES)
+        return g->full = 1, k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     g_node *n = &g->node[from];
     if (n->n == n->cap) {
         int     cap = n->cap ? n->cap * 2 : 2;
@@ -51,6 +55,7 @@ k3_status g_edge_add(k3_grammar *g, int from, g_edge e) {
         n->cap = cap;
     }
     n->e[n->n++] = e;
+    g->n_edge++;
     if (e.kind == GE_BYTE || e.kind == GE_SPECIAL)
         n->reads = 1;
     return K3_OK;
