@@ -251,23 +251,64 @@ oom:
     return -1;
 }
 
-k3_status g_finish(k3_grammar *g) {
-    /* live: a ret node, or a node with an edge to a live node (a call: start and return live) */
-    for (int i = 0; i < g->n_node; i++)
-        g->node[i].live = g->node[i].ret;
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (int i = 0; i < g->n_node; i++) {
-            g_node *n = &g->node[i];
-            if (n->live)
-                continue;
-            for (int k = 0; k < n->n && !n->live; k++) {
-                const g_edge *e = &n->e[k];
-                n->live         = g->node[e->to].live && (e->kind != GE_CALL || g->node[e->arg].live);
+/* live: a ret node, or a node with an edge to a live node (a call: start and return live).
+ * Backwards from the ret nodes over the reversed edges, so each edge is looked at once or twice
+ * (a fixed point over the node list took a pass per node of a long chain: 500,000 nodes, most
+ * of a minute). 0, or -1 on out of memory. */
+static int live_marks(k3_grammar *g) {
+    int      n = g->n_node, sp = 0;
+    int32_t *off = k3_calloc((size_t)n + 1, sizeof *off), *pos = k3_malloc((size_t)n * sizeof *pos);
+    int32_t *stack = k3_malloc((size_t)n * sizeof *stack), *rf = NULL, *rk = NULL;
+    if (!off || !pos || !stack)
+        goto oom;
+    for (int i = 0; i < n; i++) /* reversed edges, (from node, edge index), grouped by target */
+        for (int k = 0; k < g->node[i].n; k++) {
+            const g_edge *e = &g->node[i].e[k];
+            off[e->to + 1]++;
+            if (e->kind == GE_CALL && e->arg != e->to)
+                off[e->arg + 1]++;
+        }
+    for (int i = 0; i < n; i++)
+        off[i + 1] += off[i];
+    for (int i = 0; i < n; i++) /* pos[t]: where t's next reversed edge goes */
+        pos[i] = off[i];
+    if (!(rf = k3_malloc(((size_t)off[n] + 1) * sizeof *rf)) ||
+        !(rk = k3_malloc(((size_t)off[n] + 1) * sizeof *rk)))
+        goto oom;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->node[i].n; k++) {
+            const g_edge *e = &g->node[i].e[k];
+            int32_t       j = pos[e->to]++;
+            rf[j] = i, rk[j] = k;
+            if (e->kind == GE_CALL && e->arg != e->to) {
+                j     = pos[e->arg]++;
+                rf[j] = i, rk[j] = k;
             }
-            changed |= n->live;
+        }
+    for (int i = 0; i < n; i++)
+        if ((g->node[i].live = g->node[i].ret))
+            stack[sp++] = i;
+    while (sp) { /* a node turned live: the edges into it may make their sources live */
+        int t = stack[--sp];
+        for (int32_t j = off[t]; j < off[t + 1]; j++) {
+            g_node       *f = &g->node[rf[j]];
+            const g_edge *e = &f->e[rk[j]];
+            if (!f->live && g->node[e->to].live && (e->kind != GE_CALL || g->node[e->arg].live)) {
+                f->live     = 1;
+                stack[sp++] = rf[j];
+            }
         }
     }
+    free(off), free(pos), free(stack), free(rf), free(rk);
+    return 0;
+oom:
+    free(off), free(pos), free(stack), free(rf), free(rk);
+    return -1;
+}
+
+k3_status g_finish(k3_grammar *g) {
+    if (live_marks(g))
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     for (int i = 0; i < g->n_node; i++) { /* drop edges into dead ends: a mask never strands */
         g_node *n = &g->node[i];
         int     k = 0;
@@ -463,6 +504,10 @@ typedef struct g_walk {
     int32_t          *hash; /* (hcap) frame ids + 1, 0 empty */
     int               hcap;
     g_set             seen; /* closure scratch: every config visited this step */
+    g_cfg            *stab; /* (scap) seen as a hash set: slot k holds stab[k] when sgen[k] == gen */
+    uint32_t         *sgen;
+    int               scap;
+    uint32_t          gen;
     g_set             work;
     int               oom;
 } g_walk;
@@ -536,27 +581,64 @@ static void walk_free(g_walk *w) {
     free(w->fr);
     free(w->hash);
     free(w->seen.v);
+    free(w->stab);
+    free(w->sgen);
     free(w->work.v);
 }
 
-static int seen_has(const g_set *s, int32_t node, int32_t frame) {
-    for (int i = 0; i < s->n; i++)
-        if (s->v[i].node == node && s->v[i].frame == frame)
+/* Adds (node, frame) to this step's seen set: 1 when it was there already, 0 when added, -1 on
+ * out of memory. A hash set (a closure can reach hundreds of thousands of configurations, e.g. a
+ * pattern repeating something that may be empty: a scan per visit was quadratic, minutes). */
+static int seen_add(g_walk *w, int32_t node, int32_t frame) {
+    if (2 * (w->seen.n + 1) > w->scap) {
+        int       cap = w->scap ? w->scap * 2 : 256;
+        g_cfg    *t   = k3_malloc((size_t)cap * sizeof *t);
+        uint32_t *gn  = k3_calloc((size_t)cap, sizeof *gn);
+        if (!t || !gn) {
+            free(t);
+            free(gn);
+            return -1;
+        }
+        free(w->stab);
+        free(w->sgen);
+        w->stab = t, w->sgen = gn, w->scap = cap, w->gen = 1;
+        for (int i = 0; i < w->seen.n; i++) { /* distinct already */
+            uint32_t k = frame_hash(w->seen.v[i].node, w->seen.v[i].frame) & (uint32_t)(cap - 1);
+            while (gn[k] == w->gen)
+                k = (k + 1) & (uint32_t)(cap - 1);
+            gn[k] = w->gen, t[k] = w->seen.v[i];
+        }
+    }
+    uint32_t k = frame_hash(node, frame) & (uint32_t)(w->scap - 1);
+    for (; w->sgen[k] == w->gen; k = (k + 1) & (uint32_t)(w->scap - 1))
+        if (w->stab[k].node == node && w->stab[k].frame == frame)
             return 1;
-    return 0;
+    w->sgen[k] = w->gen, w->stab[k] = (g_cfg){node, frame};
+    return set_push(&w->seen, node, frame);
+}
+
+/* Empties the seen set (constant work: the slots of older steps carry older generations). */
+static void seen_clear(g_walk *w) {
+    w->seen.n = 0;
+    if (++w->gen == 0) {
+        if (w->sgen)
+            memset(w->sgen, 0, (size_t)w->scap * sizeof *w->sgen);
+        w->gen = 1;
+    }
 }
 
 /* Closes w->work (the configurations just reached) into out: reading nodes are added, eps and
  * calls followed, ret nodes popped. *acc: the empty stack (frame root) was popped; *esc: the
- * unknown stack (G_UNK) was. w->seen must be cleared by the caller once per step. */
+ * unknown stack (G_UNK) was. w->seen must be cleared (seen_clear) once per step. */
 static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
     const k3_grammar *g = w->g;
     while (w->work.n) {
-        g_cfg c = w->work.v[--w->work.n];
-        if (seen_has(&w->seen, c.node, c.frame))
-            continue;
-        if (set_push(&w->seen, c.node, c.frame))
+        g_cfg c    = w->work.v[--w->work.n];
+        int   seen = seen_add(w, c.node, c.frame);
+        if (seen < 0)
             OOM_RET;
+        if (seen)
+            continue;
         const g_node *n = &g->node[c.node];
         if (n->reads && set_push(out, c.node, c.frame))
             OOM_RET;
@@ -585,8 +667,8 @@ static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
 /* out = the closed set after reading byte b (kind GE_BYTE) or special id b (GE_SPECIAL). */
 static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set *out, int root, int *acc,
                  int *esc) {
-    out->n    = 0;
-    w->seen.n = 0;
+    out->n = 0;
+    seen_clear(w);
     w->work.n = 0;
     *acc = *esc = 0;
     for (int i = 0; i < nin; i++) {
