@@ -661,6 +661,22 @@ int main(int argc, char **argv) {
         k3_grammar_free(g);
         free(d.p);
     }
+    for (int n = 100; n <= 50000; n += 49900) {
+        /* a chain of $refs: rules were written as they were met, a recursion per $ref (50,000:
+         * a crash, the stack); now a loop. 100 of them also take a document (calls 101 deep) */
+        sbuf d = {0};
+        puts_(&d, "{\"$ref\":\"#/$defs/d0\",\"$defs\":{");
+        for (int k = 0; k < n; k++)
+            putf(&d, "\"d%d\":{\"$ref\":\"#/$defs/d%d\"},", k, k + 1);
+        putf(&d, "\"d%d\":{\"type\":\"boolean\"}}}", n);
+        int complete = 0;
+        st           = compile(v, d.p, &g);
+        T_CHECK(st == K3_OK && (n > 100 || (feed_bytes(g, "true", 4, &complete) == -1 && complete)),
+                "a chain of %d $refs compiles%s: %s", n, n > 100 ? "" : " and takes true",
+                st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+        free(d.p);
+    }
     { /* repeating what may be empty: from one position every later copy is reachable without
        * reading (((a|){300}){300}: 90,000 at once; over 100 s for 8 tokens); refused, naming the
        * form that has no such path. *, + and ? of it stay (a loop, or one copy). */

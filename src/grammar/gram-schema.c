@@ -25,16 +25,24 @@
 
 enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_OBJ = 64, T_ALL = 127 };
 
+/* A rule: schema s, written between start and end (a ret node) once the schema that called it
+ * is done (rules_emit), with the root its $refs resolve against and its path. */
 typedef struct sc_rule {
-    const jv *s;
-    int       start;
+    const jv *s, *root;
+    int       start, end;
+    char     *path;
 } sc_rule;
 
 typedef struct sc {
     k3_grammar *g;
     const jv   *root;
     sc_rule    *rule;
-    int         n_rule, cap_rule;
+    int         n_rule, cap_rule, n_done; /* rule[n_done ..]: not written yet */
+    int32_t    *rh;                       /* (rhcap) rule ids + 1 by schema pointer, 0 empty */
+    int         rhcap;
+    const jv   *dobj; /* the $defs object dh indexes (names -> member index + 1, 0 empty) */
+    int32_t    *dh;
+    int         dhcap;
     int         any;   /* start of the any-value rule, -1 until made */
     jv        **owned; /* merged allOf schemas */
     int         n_owned;
@@ -619,6 +627,42 @@ static k3_status types_of(const jv *s, const char *path, int *mask) {
     return K3_OK;
 }
 
+static uint32_t name_hash(const char *p, size_t n, int cap) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)p[i]) * 16777619u;
+    return h & (uint32_t)(cap - 1);
+}
+
+/* defs' member named name: a hash look-up (a scan per $ref was quadratic in the definitions). */
+static const jv *defs_get(sc *c, const jv *defs, const char *name) {
+    if (!defs || defs->kind != JV_OBJECT || defs->n < 16)
+        return jv_get(defs, name);
+    if (c->dobj != defs) {
+        int cap = 32;
+        while ((size_t)cap < 2 * defs->n)
+            cap *= 2;
+        int32_t *h = k3_calloc((size_t)cap, sizeof *h);
+        if (!h)
+            return jv_get(defs, name);
+        for (size_t i = 0; i < defs->n; i++) {
+            uint32_t k = name_hash(defs->keys[i].s, defs->keys[i].n, cap);
+            while (h[k])
+                k = (k + 1) & (uint32_t)(cap - 1);
+            h[k] = (int32_t)i + 1;
+        }
+        free(c->dh);
+        c->dh = h, c->dhcap = cap, c->dobj = defs;
+    }
+    size_t n = strlen(name);
+    for (uint32_t k = name_hash(name, n, c->dhcap); c->dh[k]; k = (k + 1) & (uint32_t)(c->dhcap - 1)) {
+        const jv *key = &defs->keys[c->dh[k] - 1];
+        if (key->n == n && !memcmp(key->s, name, n))
+            return &defs->items[c->dh[k] - 1];
+    }
+    return NULL;
+}
+
 static k3_status resolve(sc *c, const jv *ref, const char *path, const jv **out) {
     if (ref->kind != JV_STRING)
         return bad(path, "$ref", "a string");
@@ -635,7 +679,7 @@ static k3_status resolve(sc *c, const jv *ref, const char *path, const jv **out)
         for (const char *p = ref->s + l; *p && n + 1 < sizeof name; p++) /* JSON pointer: ~1 is /, ~0 is ~ */
             name[n++] = p[0] == '~' && (p[1] == '0' || p[1] == '1') ? (p++, p[0] == '1' ? '/' : '~') : *p;
         name[n]     = 0;
-        const jv *d = defs ? jv_get(defs, name) : NULL;
+        const jv *d = defs ? defs_get(c, defs, name) : NULL;
         if (d && !strchr(name, '/'))
             return *out = d, K3_OK;
         return k3_err(K3_ERR_ARG, "json schema: \"$ref\" at %s: \"%s\" names no definition", path, ref->s);
@@ -785,13 +829,14 @@ static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path
     for (size_t k = 0; k < s->n; k++)
         if (strcmp(s->keys[k].s, key) && !IN(s->keys[k].s, annotations))
             return unsupported(path, key, "with sibling keywords (put them in each branch)");
-    if (!strcmp(key, "oneOf"))
-        for (size_t i = 0; i < l->n; i++)
-            for (size_t j = 0; j < i; j++)
-                if (schema_types(c, &l->items[i], 0) & schema_types(c, &l->items[j], 0))
-                    return unsupported(path, "oneOf",
-                                       "branches that may match the same document (only branches of "
-                                       "distinct types are supported; anyOf has no such limit)");
+    for (size_t i = 0, seen = 0; !strcmp(key, "oneOf") && i < l->n; i++) { /* pairwise disjoint */
+        int t = schema_types(c, &l->items[i], 0);
+        if (t & (int)seen)
+            return unsupported(path, "oneOf",
+                               "branches that may match the same document (only branches of "
+                               "distinct types are supported; anyOf has no such limit)");
+        seen |= (size_t)t;
+    }
     for (size_t i = 0; i < l->n; i++) {
         snprintf(p2, sizeof p2, "%s/%s/%zu", path, key, i);
         if ((st = emit(c, &l->items[i], p2, from, to)))
@@ -900,10 +945,19 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
     return K3_OK;
 }
 
+static uint32_t rule_hash(const jv *s, int cap) {
+    return (uint32_t)(((uintptr_t)s >> 3) * 2654435761u) & (uint32_t)(cap - 1);
+}
+
+/* The rule of schema s (one per schema: $ref recursion ends there): its start node. It is only
+ * registered here; rules_emit writes it, so a chain of 50,000 $refs is a loop, not a recursion
+ * 50,000 deep (which overflowed the stack), and finding it is a hash look-up (a scan per call
+ * was quadratic in the rules). */
 static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
-    for (int i = 0; i < c->n_rule; i++)
-        if (c->rule[i].s == s)
-            return *start = c->rule[i].start, K3_OK;
+    for (uint32_t k = c->rhcap ? rule_hash(s, c->rhcap) : 0; c->rhcap && c->rh[k];
+         k          = (k + 1) & (uint32_t)(c->rhcap - 1))
+        if (c->rule[c->rh[k] - 1].s == s)
+            return *start = c->rule[c->rh[k] - 1].start, K3_OK;
     if (c->n_rule == c->cap_rule) {
         int      cap = c->cap_rule ? c->cap_rule * 2 : 16;
         sc_rule *r   = realloc(c->rule, (size_t)cap * sizeof *r);
@@ -912,13 +966,48 @@ static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
         c->rule     = r;
         c->cap_rule = cap;
     }
-    int b = node(c), e = node(c);
-    if (e < 0)
+    if (2 * (c->n_rule + 1) > c->rhcap) {
+        int      cap = c->rhcap ? c->rhcap * 2 : 64;
+        int32_t *h   = k3_calloc((size_t)cap, sizeof *h);
+        if (!h)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        for (int i = 0; i < c->n_rule; i++) {
+            uint32_t k = rule_hash(c->rule[i].s, cap);
+            while (h[k])
+                k = (k + 1) & (uint32_t)(cap - 1);
+            h[k] = i + 1;
+        }
+        free(c->rh);
+        c->rh    = h;
+        c->rhcap = cap;
+    }
+    int   b = node(c), e = node(c);
+    char *p = strdup(path);
+    if (e < 0 || !p) {
+        free(p);
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    }
+    uint32_t k = rule_hash(s, c->rhcap);
+    while (c->rh[k])
+        k = (k + 1) & (uint32_t)(c->rhcap - 1);
+    c->rh[k]             = c->n_rule + 1;
     c->g->node[e].ret    = 1;
-    c->rule[c->n_rule++] = (sc_rule){s, b};
+    c->rule[c->n_rule++] = (sc_rule){s, c->root, b, e, p};
     *start               = b;
-    return emit(c, s, path, b, e);
+    return K3_OK;
+}
+
+/* Writes the rules registered and not written yet (those they call on the way too). */
+static k3_status rules_emit(sc *c) {
+    const jv *root = c->root;
+    k3_status st   = K3_OK;
+    while (!st && c->n_done < c->n_rule) {
+        sc_rule r = c->rule[c->n_done++]; /* a copy: emit may grow c->rule */
+        c->root   = r.root;
+        st        = emit(c, r.s, r.path, r.start, r.end);
+    }
+    c->root = root;
+    return st;
 }
 
 /* The top rule: the document, then optionally the closes the model writes after an answer
@@ -958,7 +1047,11 @@ static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out) {
     for (int i = 0; i < c->n_owned; i++)
         jv_free(c->owned[i]);
     free(c->owned);
+    for (int i = 0; i < c->n_rule; i++)
+        free(c->rule[i].path);
     free(c->rule);
+    free(c->rh);
+    free(c->dh);
     jv_free(js);
     *out = c->g;
     return st;
@@ -990,6 +1083,8 @@ static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int
         (void)start;
     } else
         st = rule_of(&c, js, "#", &c.g->root);
+    if (!st)
+        st = rules_emit(&c);
     if (!st)
         st = chat_close(&c);
     if (!st)
@@ -1220,6 +1315,8 @@ k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const cha
             break;
         cur = nx;
     }
+    if (!st)
+        st = rules_emit(&c);
     if (!st)
         st = g_finish(c.g);
 tools_done:

@@ -128,6 +128,7 @@ typedef struct g_fol {
     k3_grammar *g;
     int32_t    *stamp, *stack; /* (n_node) visit marks, DFS stack */
     int32_t     mark;
+    long        budget; /* nodes the walks may still visit; below 0: give up (all bytes) */
 } g_fol;
 
 static void bits_or(uint64_t *to, const uint64_t *from, int *changed) {
@@ -148,7 +149,7 @@ static void first_from(g_fol *f, int at, const uint64_t *at_ret, uint64_t *out, 
     f->mark++;
     f->stack[sp++] = at;
     f->stamp[at]   = f->mark;
-    while (sp) {
+    while (sp && --f->budget >= 0) {
         const g_node *n = &g->node[f->stack[--sp]];
         if (n->ret && at_ret)
             bits_or(out, at_ret, changed);
@@ -221,13 +222,17 @@ static int follow_sets(k3_grammar *g) {
             memcpy(g->first[r], g_all, sizeof g_all);
             memcpy(g->follow[r], g_all, sizeof g_all);
         }
-    for (int changed = 1; changed;) { /* the first bytes of each rule */
+    /* Fixed points, bounded: a chain of 50,000 $refs took a pass per rule (most of a minute).
+     * Past the budget every rule is taken to be followed by any byte: a sound over-approximation
+     * (more tokens are checked against the stack at run time, none is wrongly allowed). */
+    f.budget = 64L * (g->n_node + g->n_edge) + (1L << 20);
+    for (int changed = 1; changed && f.budget >= 0;) { /* the first bytes of each rule */
         changed = 0;
         for (int r = 0; r < nr; r++)
             if (g->rule_of[start[r]] == r)
                 first_from(&f, start[r], NULL, g->first[r], &changed);
     }
-    for (int changed = 1; changed;) { /* what follows each rule: the bytes after its calls */
+    for (int changed = 1; changed && f.budget >= 0;) { /* what follows each rule: the bytes after its calls */
         changed = 0;
         for (int i = 0; i < g->n_node; i++)
             for (int k = 0; k < g->node[i].n; k++) {
@@ -238,6 +243,9 @@ static int follow_sets(k3_grammar *g) {
                                &changed);
             }
     }
+    if (f.budget < 0)
+        for (int r = 0; r < nr; r++)
+            memcpy(g->follow[r], g_all, sizeof g_all);
     free(start);
     free(is_st);
     free(f.stamp);
