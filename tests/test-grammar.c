@@ -661,6 +661,46 @@ int main(int argc, char **argv) {
         k3_grammar_free(g);
         free(d.p);
     }
+    { /* bounds that admit nothing: it wrote exactly maxLength (maxItems) items, fewer than the
+       * minimum, documents that do not validate; now nothing, and an anyOf keeps its other branch */
+        static const char *const none[] = {
+            "{\"type\":\"string\",\"minLength\":5,\"maxLength\":3}",
+            "{\"type\":\"array\",\"minItems\":5,\"maxItems\":3}",
+            "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"null\"}],\"items\":false,\"minItems\":3}"};
+        for (size_t k = 0; k < sizeof none / sizeof *none; k++) {
+            st = compile(v, none[k], &g);
+            T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "compiles to nothing"),
+                    "%s compiles to nothing: %s", none[k], st ? k3_errmsg() : "it compiled");
+            k3_grammar_free(g);
+        }
+        int complete = 0;
+        st           = compile(
+                      v, "{\"anyOf\":[{\"type\":\"string\",\"minLength\":5,\"maxLength\":3},{\"type\":\"null\"}]}", &g);
+        T_CHECK(st == K3_OK && feed_bytes(g, "\"abcde\"", 7, &complete) == 0 &&
+                    feed_bytes(g, "null", 4, &complete) == -1 && complete,
+                "... in an anyOf, the other branch only: %s", st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+        /* integer bounds at 16 digits are exact (through a double, 9999999999999999 was 1e16:
+         * minimum = maximum = it compiled to nothing) */
+        static const char *const edge[][2] = {
+            {"{\"type\":\"integer\",\"minimum\":9999999999999999,\"maximum\":9999999999999999}",
+             "9999999999999999"},
+            {"{\"type\":\"integer\",\"minimum\":-9999999999999999,\"maximum\":-9999999999999999}",
+             "-9999999999999999"},
+            {"{\"type\":\"integer\",\"exclusiveMinimum\":9007199254740992,\"exclusiveMaximum\":"
+             "9007199254740994}",
+             "9007199254740993"}};
+        for (size_t k = 0; k < sizeof edge / sizeof *edge; k++) {
+            complete = 0;
+            st       = compile(v, edge[k][0], &g);
+            T_CHECK(st == K3_OK && feed_bytes(g, edge[k][1], strlen(edge[k][1]), &complete) == -1 && complete,
+                    "%s takes %s: %s", edge[k][0], edge[k][1], st ? k3_errmsg() : "");
+            k3_grammar_free(g);
+        }
+        st = compile(v, "{\"type\":\"integer\",\"maximum\":10000000000000000}", &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "beyond 16 digits"),
+                "a 17-digit bound is refused: %s", k3_errmsg());
+    }
     for (int n = 100; n <= 50000; n += 49900) {
         /* a chain of $refs: rules were written as they were met, a recursion per $ref (50,000:
          * a crash, the stack); now a loop. 100 of them also take a document (calls 101 deep) */

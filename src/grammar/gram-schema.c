@@ -201,9 +201,15 @@ static k3_status int_range(sc *c, long long lo, long long hi, int from, int to) 
 /* A bound of an integer: floor/ceil of the value (dir -1: lower bound, rounds up). */
 static k3_status bound(const jv *v, const char *path, const char *key, int lower, int excl, long long *out) {
     double d;
-    if (v->kind == JV_INT)
-        d = strtod(v->s, NULL);
-    else if (v->kind == JV_FLOAT)
+    if (v->kind == JV_INT) { /* exactly: a double rounds 9999999999999999 up to 1e16 */
+        char     *end;
+        long long x = strtoll(v->s, &end, 10);
+        if (*end || x > G_INT_MAX || x < -G_INT_MAX)
+            return unsupported(path, key, "a bound beyond 16 digits");
+        *out = x + (excl ? (lower ? 1 : -1) : 0);
+        return K3_OK;
+    }
+    if (v->kind == JV_FLOAT)
         d = v->d;
     else
         return bad(path, key, "a number");
@@ -296,6 +302,8 @@ static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int
         snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
         return unsupported(path, "format", why);
     }
+    if (mx >= 0 && mn > mx)
+        return K3_OK; /* no string: nothing (g_finish reports a schema left with nothing) */
     if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
         return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
     /* A position more than max_len + 1 characters from both bounds cannot see them within one
@@ -546,6 +554,8 @@ static k3_status emit_array(sc *c, const jv *s, const char *path, int from, int 
     long np = pre ? (long)pre->n : 0;
     if (items && items->kind == JV_FALSE && (mx < 0 || mx > np))
         mx = np;
+    if (mx >= 0 && mn > mx)
+        return K3_OK; /* no array: nothing (it wrote exactly maxItems, fewer than minItems) */
     long lim = mx >= 0 ? mx : (mn > np ? mn : np);
     if (lim > G_MAX_UNROLL)
         return unsupported(path, mx >= 0 ? "maxItems" : "minItems", "a count above 4096");
@@ -1148,8 +1158,10 @@ static k3_status raw_string(sc *c, const jv *s, const char *path, int from, int 
     long mn, mx;
     if ((st = get_count(s, "minLength", path, 0, &mn)) || (st = get_count(s, "maxLength", path, -1, &mx)))
         return st;
+    if (mx >= 0 && mn > mx)
+        return K3_OK; /* no string: nothing */
     if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
-        return unsupported(path, "maxLength", "a length above 4096");
+        return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
     int cur = from;
     for (long k = 0; k < mn; k++) { /* one raw character: ASCII or a UTF-8 sequence */
         int nx = node(c);
