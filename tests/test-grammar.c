@@ -701,6 +701,32 @@ int main(int argc, char **argv) {
         T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "beyond 16 digits"),
                 "a 17-digit bound is refused: %s", k3_errmsg());
     }
+    { /* a recursive schema nested past 128: the whole stack was bounded at 128, where the mask
+       * (computed against an unknown stack) still allowed '[' and the matcher refused it (a 500
+       * from the server for a schema that forces 140 levels) */
+        st = compile(v,
+                     "{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/"
+                     "a\"}}},\"$ref\":\"#/$defs/a\"}",
+                     &g);
+        char doc[600];
+        memset(doc, '[', 300);
+        memset(doc + 300, ']', 300);
+        int complete = 0;
+        T_CHECK(st == K3_OK && feed_bytes(g, doc, 600, &complete) == -1 && complete,
+                "arrays nested 300 deep in a recursive schema are taken: %s", st ? k3_errmsg() : "");
+        k3_gmatch *m    = NULL;
+        uint64_t  *mask = calloc((size_t)k3_gvocab_words(v), sizeof *mask);
+        int        n_in = 0, n_bad = 0;
+        if (!st && !k3_gmatch_new(g, &m) && !k3_gmatch_accept_bytes(m, doc, 200) && !k3_gmatch_mask(m, mask))
+            for (int32_t id = 0; id < k3_gvocab_words(v) * 64; id++)
+                if (bit(mask, id))
+                    n_in++, n_bad += !k3_gmatch_allows(m, id);
+        T_CHECK(n_in > 0 && n_bad == 0,
+                "... and 200 deep every id in the mask is taken (%d in the mask, %d refused)", n_in, n_bad);
+        k3_gmatch_free(m);
+        free(mask);
+        k3_grammar_free(g);
+    }
     for (int n = 100; n <= 50000; n += 49900) {
         /* a chain of $refs: rules were written as they were met, a recursion per $ref (50,000:
          * a crash, the stack); now a loop. 100 of them also take a document (calls 101 deep) */

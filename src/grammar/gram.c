@@ -4,7 +4,8 @@
  * something are kept; eps and call edges are followed, a ret node pops its frame (frame 0 is
  * the empty stack: popping it means the document is complete, `accept`). Frames are interned
  * per matcher as (return node, parent), so two equal stacks have one id and the set stays
- * small. Calls deeper than G_MAX_DEPTH are not followed (a bound on $ref recursion).
+ * small. Calls more than G_MAX_DEPTH deeper than a step began are not followed (a bound on
+ * calls that read nothing: $ref recursion at a rule's start).
  */
 #include "gram-impl.h"
 
@@ -517,7 +518,9 @@ typedef struct g_walk {
     int               scap;
     uint32_t          gen;
     g_set             work;
-    int               oom;
+    int               base; /* the shallowest depth this step started from: calls go at most
+                             * G_MAX_DEPTH deeper within the step */
+    int oom;
 } g_walk;
 
 static int set_push(g_set *s, int32_t node, int32_t frame) {
@@ -546,10 +549,14 @@ static uint32_t frame_hash(int32_t ret, int32_t parent) {
     return ((uint32_t)ret * 2654435761u) ^ ((uint32_t)(parent + 2) * 40503u);
 }
 
-/* The frame (ret, parent), interned; -2 on out of memory or past G_MAX_DEPTH. */
+/* The frame (ret, parent), interned; -2 on out of memory or more than G_MAX_DEPTH calls deeper
+ * than the step began (a bound on calls that read nothing, e.g. a $ref to # at its start; a
+ * document may nest as deep as it likes: a bound on the whole stack cut it at 128, where the
+ * mask, computed against an unknown stack, still allowed the next '[': a 500 for a schema
+ * forcing 140 levels, and any recursive one the model nested that deep). */
 static int32_t frame_get(g_walk *w, int32_t ret, int32_t parent) {
     int depth = parent >= 0 ? w->fr[parent].depth + 1 : 1;
-    if (depth > G_MAX_DEPTH)
+    if (depth > w->base + G_MAX_DEPTH)
         return -2;
     if (2 * (w->n_fr + 1) > w->hcap) {
         int      cap = w->hcap ? w->hcap * 2 : 256;
@@ -679,6 +686,14 @@ static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set
     seen_clear(w);
     w->work.n = 0;
     *acc = *esc = 0;
+    w->base     = INT32_MAX;
+    for (int i = 0; i < nin; i++) {
+        int d = in[i].frame >= 0 ? w->fr[in[i].frame].depth : 0;
+        if (d < w->base)
+            w->base = d;
+    }
+    if (!nin)
+        w->base = 0;
     for (int i = 0; i < nin; i++) {
         const g_node *n = &w->g->node[in[i].node];
         for (int k = 0; k < n->n; k++) {
