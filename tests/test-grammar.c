@@ -973,6 +973,19 @@ int main(int argc, char **argv) {
             NULL, 1, 0, &g);
         T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "tools[f].parameters/properties/x"),
                 "an argument with two types is refused naming it: %s", k3_errmsg());
+        /* a required name the parameters do not declare: ignored (a forced call could never
+         * hold it), while response_format refused the same schema */
+        st = k3_grammar_tool_calls(
+            v,
+            "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
+            "\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\",\"b\"]}}}]",
+            NULL, 1, 0, &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"required\" at tools[f].parameters") &&
+                    strstr(k3_errmsg(), "does not declare"),
+                "a tool's required name that its properties do not declare is refused: %s",
+                st ? k3_errmsg() : "it compiled");
+        if (!st)
+            k3_grammar_free(g);
     }
 
     /* exact masks: the cached parts (accepted, rejected or bitset), the tokens that leave a rule

@@ -470,13 +470,8 @@ static int has_name(const jv *list, const jv *name) {
     return 0;
 }
 
-static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int to) {
-    const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
-             *addl = jv_get(s, "additionalProperties");
-    k3_status st;
-    char      p2[512];
-    if (props && props->kind != JV_OBJECT)
-        return bad(path, "properties", "an object");
+/* "required": strings that "properties" declares (an object schema's, a tool's parameters'). */
+static k3_status check_required(const char *path, const jv *props, const jv *req) {
     if (req && req->kind != JV_ARRAY)
         return bad(path, "required", "an array of strings");
     for (size_t i = 0; req && i < req->n; i++) {
@@ -485,6 +480,18 @@ static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int
         if (!props || !jv_get(props, req->items[i].s) || memchr(req->items[i].s, 0, req->items[i].n))
             return unsupported(path, "required", "a required name that \"properties\" does not declare");
     }
+    return K3_OK;
+}
+
+static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int to) {
+    const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
+             *addl = jv_get(s, "additionalProperties");
+    k3_status st;
+    char      p2[512];
+    if (props && props->kind != JV_OBJECT)
+        return bad(path, "properties", "an object");
+    if ((st = check_required(path, props, req)))
+        return st;
     if (addl && addl->kind != JV_TRUE && addl->kind != JV_FALSE && addl->kind != JV_OBJECT)
         return bad(path, "additionalProperties", "a boolean or a schema");
     int A = node(c), B = node(c); /* A: nothing written yet; B: a member written */
@@ -1199,6 +1206,8 @@ static k3_status tool_args(sc *c, const jv *params, const char *name, int *start
     c->root         = params;
     const jv *props = jv_get(params, "properties"), *req = jv_get(params, "required");
     int       cur = s;
+    if ((st = check_required(path, props && props->kind == JV_OBJECT ? props : NULL, req)))
+        return st; /* it was ignored: a call could never hold the undeclared name */
     for (size_t i = 0; props && props->kind == JV_OBJECT && i < props->n; i++) {
         const jv *k = &props->keys[i], *ps = &props->items[i];
         char      p2[400];
