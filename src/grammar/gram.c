@@ -515,7 +515,7 @@ typedef struct g_walk {
     g_set             seen; /* closure scratch: every config visited this step */
     g_cfg            *stab; /* (scap) seen as a hash set: slot k holds stab[k] when sgen[k] == gen */
     uint32_t         *sgen;
-    int               scap;
+    int               scap, hashed; /* hashed: this step's seen is in stab (past G_SEEN_SCAN) */
     uint32_t          gen;
     g_set             work;
     int               base; /* the shallowest depth this step started from: calls go at most
@@ -602,27 +602,45 @@ static void walk_free(g_walk *w) {
 }
 
 /* Adds (node, frame) to this step's seen set: 1 when it was there already, 0 when added, -1 on
- * out of memory. A hash set (a closure can reach hundreds of thousands of configurations, e.g. a
- * pattern repeating something that may be empty: a scan per visit was quadratic, minutes). */
+ * out of memory. A scan while the set is small (most steps: a few configurations), a hash set
+ * past G_SEEN_SCAN (a closure can reach hundreds of thousands of configurations, e.g. an
+ * object of thousands of optional members: a scan per visit was quadratic). */
+#define G_SEEN_SCAN 32
 static int seen_add(g_walk *w, int32_t node, int32_t frame) {
-    if (2 * (w->seen.n + 1) > w->scap) {
-        int       cap = w->scap ? w->scap * 2 : 256;
-        g_cfg    *t   = k3_malloc((size_t)cap * sizeof *t);
-        uint32_t *gn  = k3_calloc((size_t)cap, sizeof *gn);
-        if (!t || !gn) {
-            free(t);
-            free(gn);
-            return -1;
+    if (!w->hashed) {
+        for (int i = 0; i < w->seen.n; i++)
+            if (w->seen.v[i].node == node && w->seen.v[i].frame == frame)
+                return 1;
+        if (w->seen.n < G_SEEN_SCAN)
+            return set_push(&w->seen, node, frame);
+    }
+    if (!w->hashed || 2 * (w->seen.n + 1) > w->scap) { /* (re)build from the list */
+        int cap = w->scap ? w->scap : 256;
+        while (2 * (w->seen.n + 1) > cap)
+            cap *= 2;
+        if (cap != w->scap) {
+            g_cfg    *t  = k3_malloc((size_t)cap * sizeof *t);
+            uint32_t *gn = k3_calloc((size_t)cap, sizeof *gn);
+            if (!t || !gn) {
+                free(t);
+                free(gn);
+                return -1;
+            }
+            free(w->stab);
+            free(w->sgen);
+            w->stab = t, w->sgen = gn, w->scap = cap, w->gen = 0;
         }
-        free(w->stab);
-        free(w->sgen);
-        w->stab = t, w->sgen = gn, w->scap = cap, w->gen = 1;
+        if (++w->gen == 0) {
+            memset(w->sgen, 0, (size_t)w->scap * sizeof *w->sgen);
+            w->gen = 1;
+        }
         for (int i = 0; i < w->seen.n; i++) { /* distinct already */
-            uint32_t k = frame_hash(w->seen.v[i].node, w->seen.v[i].frame) & (uint32_t)(cap - 1);
-            while (gn[k] == w->gen)
-                k = (k + 1) & (uint32_t)(cap - 1);
-            gn[k] = w->gen, t[k] = w->seen.v[i];
+            uint32_t k = frame_hash(w->seen.v[i].node, w->seen.v[i].frame) & (uint32_t)(w->scap - 1);
+            while (w->sgen[k] == w->gen)
+                k = (k + 1) & (uint32_t)(w->scap - 1);
+            w->sgen[k] = w->gen, w->stab[k] = w->seen.v[i];
         }
+        w->hashed = 1;
     }
     uint32_t k = frame_hash(node, frame) & (uint32_t)(w->scap - 1);
     for (; w->sgen[k] == w->gen; k = (k + 1) & (uint32_t)(w->scap - 1))
@@ -632,14 +650,11 @@ static int seen_add(g_walk *w, int32_t node, int32_t frame) {
     return set_push(&w->seen, node, frame);
 }
 
-/* Empties the seen set (constant work: the slots of older steps carry older generations). */
+/* Empties the seen set (the hash set's slots are dropped by a new generation when it is next
+ * built). */
 static void seen_clear(g_walk *w) {
     w->seen.n = 0;
-    if (++w->gen == 0) {
-        if (w->sgen)
-            memset(w->sgen, 0, (size_t)w->scap * sizeof *w->sgen);
-        w->gen = 1;
-    }
+    w->hashed = 0;
 }
 
 /* Closes w->work (the configurations just reached) into out: reading nodes are added, eps and
