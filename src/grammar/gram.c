@@ -685,9 +685,12 @@ static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
             if (e->kind == GE_EPS) {
                 if (set_push(&w->work, e->to, c.frame))
                     OOM_RET;
-            } else if (e->kind == GE_CALL) {
-                int32_t f = frame_get(w, e->to, c.frame);
-                if (f >= 0 && set_push(&w->work, e->arg, f))
+            } else if (e->kind == GE_CALL) { /* a call in tail position (it returns to a bare ret
+                                              * node: a $ref alias, an anyOf branch) pushes nothing:
+                                              * chains of them cost no depth */
+                const g_node *r = &g->node[e->to];
+                int32_t       f = r->ret && !r->n ? c.frame : frame_get(w, e->to, c.frame);
+                if (f >= -1 && set_push(&w->work, e->arg, f))
                     OOM_RET;
             }
         }
