@@ -23,7 +23,7 @@ class Fake(FakeHandler):
         with open(sys.argv[2], "ab") as f:
             f.write(raw.replace(b"\n", b" ") + b"\n")
         last = json.loads(raw)["messages"][-1]["content"]
-        if last == "flood":  # one endless stream line (64 MB at most): the bytes it got out go in LOGFILE.flood
+        if last == "flood":  # one endless stream line (64 MB at most); LOGFILE.flood: the bytes sent
             self.start_stream()
             sent = 0
             try:

@@ -673,9 +673,10 @@ int main(int argc, char **argv) {
                     "%s compiles to nothing: %s", none[k], st ? k3_errmsg() : "it compiled");
             k3_grammar_free(g);
         }
+        static const char either[] =
+            "{\"anyOf\":[{\"type\":\"string\",\"minLength\":5,\"maxLength\":3},{\"type\":\"null\"}]}";
         int complete = 0;
-        st           = compile(
-                      v, "{\"anyOf\":[{\"type\":\"string\",\"minLength\":5,\"maxLength\":3},{\"type\":\"null\"}]}", &g);
+        st           = compile(v, either, &g);
         T_CHECK(st == K3_OK && feed_bytes(g, "\"abcde\"", 7, &complete) == 0 &&
                     feed_bytes(g, "null", 4, &complete) == -1 && complete,
                 "... in an anyOf, the other branch only: %s", st ? k3_errmsg() : "");
