@@ -705,6 +705,7 @@ k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_co
 typedef struct k3_load_info {
     int  n_messages;
     int  torn_line;            /* line number of an ignored torn final line, 0 when none */
+    char torn_why[160];        /* why that line did not parse ("invalid JSON at column 34: ...") */
     int  utf8_fixed;           /* invalid UTF-8 sequences replaced with U+FFFD, 0 when none */
     int  utf8_line, utf8_byte; /* where the first was: line, byte of the line (1-based) */
     int  has_settings;         /* the header had "settings" (else the defaults were used)          */
@@ -717,7 +718,8 @@ typedef struct k3_load_info {
 k3_status k3_conv_save(const k3_conv *c, const char *path);
 /* Replaces c's messages and settings with the transcript's; on any error (K3_ERR_FORMAT /
  * K3_ERR_IO, message "FILE:LINE: what") c is untouched. info may be NULL. A torn final
- * line (no newline, unparseable: an interrupted append) is ignored and reported in info;
+ * line (no newline, unparseable: an interrupted append) is ignored and reported in info, not
+ * logged: the front end says it once, where the user looks;
  * so is invalid UTF-8, which is replaced with U+FFFD (info->utf8_*). */
 k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info);
 /* Markdown export (reasoning in <details> blocks), written atomically. */

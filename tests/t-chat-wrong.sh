@@ -144,6 +144,9 @@ t "23: a NUL in a transcript is explained without JSON_ALLOW_NUL" \
     'grep -q "NUL) in a string" "$K3_TMP/err23c" && ! grep -q JSON_ALLOW_NUL "$K3_TMP/err23c"'
 t "23: the torn-line warning names the file once" \
     '[ "$(grep "torn final line" "$K3_TMP/err23c" | grep -o "torn.jsonl" | wc -l)" -eq 1 ]'
+printf 'hi\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model --plain --load "$K3_TMP/torn.jsonl" >/dev/null 2>"$K3_TMP/err23t"
+t "23: --load of a torn transcript says so once, with why (read before the chat and again in it)" \
+    '[ "$(grep -c "torn final line" "$K3_TMP/err23t")" -eq 1 ] && grep -q "line 2, a torn final line (an interrupted write), was ignored: invalid JSON at column" "$K3_TMP/err23t"'
 t "23: a bad integer is quoted: '\"abandoned\" is 0, expected ...'" 'grep -q "\"abandoned\" is 0, expected a branch number" "$K3_TMP/err23c"'
 
 # 23: a TERM the terminal database does not know: k3chat's one notice, not libedit's too

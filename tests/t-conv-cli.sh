@@ -66,7 +66,7 @@ bad "unknown version" '{"format":"k3chat-transcript","version":9}\n' '1: unknown
 # invalid UTF-8 is not an error: U+FFFD (as everywhere text comes in, k3chat(1)), and a note
 printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"\377"}\n' >"$T/latin.jsonl"
 "$B/k3chat" --chat-ids "$T/m" "$T/latin.jsonl" >"$T/out" 2>"$T/err"; rc=$?
-[ "$rc" = 0 ] && [ -s "$T/out" ] && grep -q "latin.jsonl: invalid UTF-8 replaced with U+FFFD (1 sequence, the first at line 2, byte 27)" "$T/err"
+[ "$rc" = 0 ] && [ -s "$T/out" ] && grep -q "latin.jsonl: invalid UTF-8 replaced with U+FFFD: 1 sequence, the first at line 2, byte 27" "$T/err"
 ok $? "--chat-ids, invalid UTF-8: U+FFFD, exit 0, and a note naming line and byte ($(head -c 160 "$T/err"))"
 bad "tool_calls not an array" '{"format":"k3chat-transcript","version":1}\n{"role":"assistant","content":"","tool_calls":{}}\n' '2: "tool_calls" is an object'
 bad "arguments not a string" '{"format":"k3chat-transcript","version":1}\n{"role":"assistant","content":"","tool_calls":[{"id":"a","function":{"name":"f","arguments":{}}}]}\n' '2: "tool_calls"\[0\].function.arguments is an object'

@@ -1053,7 +1053,7 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
             const char *why = k3_errmsg(); /* "PATH:LINE: ...": the file is named once */
             int         np  = snprintf(pre, sizeof pre, ":%d: ", L.line);
             const char *at  = strstr(why, pre);
-            K3_LOG_WARN("%s:%d: ignoring a torn final line (%s)", path, L.line, at && np > 0 ? at + np : why);
+            snprintf(info->torn_why, sizeof info->torn_why, "%s", at && np > 0 ? at + np : why);
             info->torn_line = L.line;
             st              = K3_OK;
         }

@@ -4,6 +4,8 @@
  * transcript's header, overridden by --think / --effort. Only the vocabulary of
  * MODEL_DIR is read (tiktoken.model, tokenizer_config.json), not the weights. */
 #include "cli.h"
+#include "engine.h"
+#include "text.h"
 #include "k3.h"
 
 #include <stdio.h>
@@ -22,11 +24,10 @@ int cli_chat_ids(const ui_opts *o) {
     }
     if (k3_tok_load(o->dir, o->pattern, &tok) || k3_conv_load(c, o->file, &info))
         goto fail;
-    if (info.utf8_fixed) /* the one rule for invalid UTF-8: U+FFFD, and say so */
-        fprintf(
-            stderr,
-            "k3chat: %s: invalid UTF-8 replaced with U+FFFD (%d sequence%s, the first at line %d, byte %d)\n",
-            o->file, info.utf8_fixed, info.utf8_fixed == 1 ? "" : "s", info.utf8_line, info.utf8_byte);
+    char notes[400]; /* the one rule for invalid UTF-8: U+FFFD, and say so; a torn line too */
+    ue_load_notes(&info, notes, sizeof notes);
+    if (notes[0])
+        txt_term_printf(stderr, "k3chat: %s: %s\n", o->file, notes);
     k3_conv_get_settings(c, &set);
     if (o->think >= 0)
         set.think = o->think;

@@ -61,13 +61,10 @@ int cli_replay(const ui_opts *o) {
         set.max_tokens = o->max_tokens;
     if (k3_conv_set_settings(c, &set))
         goto fail;
-    if (info.torn_line)
-        printf("replay: %s: line %d is a torn final line (an interrupted write), ignored\n", o->file,
-               info.torn_line);
-    if (info.utf8_fixed)
-        printf(
-            "replay: %s: invalid UTF-8 replaced with U+FFFD (%d sequence%s, the first at line %d, byte %d)\n",
-            o->file, info.utf8_fixed, info.utf8_fixed == 1 ? "" : "s", info.utf8_line, info.utf8_byte);
+    char notes[400];
+    ue_load_notes(&info, notes, sizeof notes);
+    if (notes[0])
+        txt_term_printf(stdout, "replay: %s: %s\n", o->file, notes); /* the reason may quote the file */
     if (info.config_fnv64[0] && strcmp(info.config_fnv64, k3_conv_model_fingerprint(c)))
         printf("replay: note: the transcript was made with another model configuration (config.json "
                "fingerprint %s, this model %s)\n",

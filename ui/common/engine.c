@@ -300,6 +300,18 @@ static const char *plural(int n) {
     return n == 1 ? "" : "s";
 }
 
+void ue_load_notes(const k3_load_info *li, char *buf, size_t n) {
+    int k  = 0;
+    buf[0] = 0;
+    if (li->torn_line)
+        k = snprintf(buf, n, "line %d, a torn final line (an interrupted write), was ignored: %s",
+                     li->torn_line, li->torn_why);
+    if (li->utf8_fixed && k >= 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k,
+                 "%sinvalid UTF-8 replaced with U+FFFD: %d sequence%s, the first at line %d, byte %d",
+                 k ? "; " : "", li->utf8_fixed, plural(li->utf8_fixed), li->utf8_line, li->utf8_byte);
+}
+
 /* An edit of the history reaches the autosave file at once (k3chat(5)): after /undo a secret
  * typed by mistake must not stay on disk until the next turn, or for ever after /quit. */
 void ue_conv_autosave(ue *u, k3_conv *c) {
@@ -410,13 +422,10 @@ int ue_conv_cmd(ue *u, k3_conv *c, const ui_ev *cmd) {
         }
         atomic_store(&u->unsaved, 0); /* the conversation is the file's */
         ue_send_history(u, c);
-        char fixed[160] = "";
-        if (li.utf8_fixed)
-            snprintf(fixed, sizeof fixed,
-                     " (invalid UTF-8 replaced with U+FFFD: %d sequence%s, the first at line %d, byte %d)",
-                     li.utf8_fixed, plural(li.utf8_fixed), li.utf8_line, li.utf8_byte);
-        ue_emitf(u, EV_INFO, "loaded %d message%s from %s%s%s", li.n_messages, plural(li.n_messages),
-                 cmd->text, li.torn_line ? " (an incomplete last line was ignored)" : "", fixed);
+        char notes[400];
+        ue_load_notes(&li, notes, sizeof notes);
+        ue_emitf(u, EV_INFO, "loaded %d message%s from %s%s%s%s", li.n_messages, plural(li.n_messages),
+                 cmd->text, notes[0] ? " (" : "", notes, notes[0] ? ")" : "");
         if (li.has_settings) { /* the next turns continue with the transcript's settings */
             k3_conv_settings set;
             k3_conv_get_settings(c, &set);

@@ -94,6 +94,12 @@ void ue_settings(ue *u, const ue_gen *g);
  * "DIFFERS at token 3 (saved 12 tokens, new 12): saved 77 'x', new 78 'y'" (1-based). */
 struct k3_replay_turn;
 void ue_replay_diff(const struct k3_replay_turn *t, char *buf, size_t n);
+/* What k3_conv_load set aside, the same words for /load, /replay, --replay and --chat-ids:
+ * "" or "line 3, a torn final line (an interrupted write), was ignored: invalid JSON at ...;
+ * invalid UTF-8 replaced with U+FFFD: 1 sequence, the first at line 2, byte 5". The text may
+ * quote the file: it reaches a terminal escaped. */
+struct k3_load_info;
+void ue_load_notes(const struct k3_load_info *li, char *buf, size_t n);
 
 /* For backends: has the UI asked to stop? */
 static inline int ue_cancelled(ue *u) {

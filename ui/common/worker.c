@@ -232,7 +232,8 @@ static void replay(real *r, const char *path, const ue_gen *g) {
         d.i = UE_DONE_ERROR;
         goto out;
     }
-    if (k3_conv_load(saved, path, NULL) != K3_OK) {
+    k3_load_info li;
+    if (k3_conv_load(saved, path, &li) != K3_OK) {
         ue_emitf(r->u, EV_ERROR, "/replay: %s", k3_errmsg());
         d.i = UE_DONE_ERROR;
         goto out;
@@ -240,8 +241,10 @@ static void replay(real *r, const char *path, const ue_gen *g) {
     int n_user = 0;
     for (int k = 0; k < k3_conv_count(saved); k++)
         n_user += k3_conv_msg(saved, k)->role == K3_ROLE_USER;
-    ue_emitf(r->u, EV_INFO, "replaying %s: %d user turn%s (Ctrl-C stops)", path, n_user,
-             n_user == 1 ? "" : "s");
+    char notes[400];
+    ue_load_notes(&li, notes, sizeof notes);
+    ue_emitf(r->u, EV_INFO, "replaying %s: %d user turn%s%s%s (Ctrl-C stops)", path, n_user,
+             n_user == 1 ? "" : "s", notes[0] ? "; " : "", notes);
     k3_conv_settings set;
     k3_conv_get_settings(saved, &set);
     gen_sampling(r, g, &set.sampling.temp, &set.sampling.top_p);
