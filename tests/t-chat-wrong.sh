@@ -220,6 +220,10 @@ printf 'hi\n' | K3_EMOJI=bogus K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_T
 rc=$?
 t "19: K3_EMOJI=bogus in line mode: status 2 naming the value ($rc), nothing sent" \
     '[ $rc -eq 2 ] && grep -q "K3_EMOJI: .bogus." "$K3_TMP/err19b" && [ ! -s "$K3_TMP/out19" ]'
+K3_EMOJI=bogus K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model --prompt hi >"$K3_TMP/out19c" 2>"$K3_TMP/err19c"
+rc=$?
+t "19: ... and with --prompt (status $rc)" \
+    '[ $rc -eq 2 ] && grep -q "K3_EMOJI: .bogus." "$K3_TMP/err19c" && [ ! -s "$K3_TMP/out19c" ]'
 
 # 11: --prompt reports a cut at --max-tokens as line mode does
 nano="$K3_SRC/models/k3-nano"

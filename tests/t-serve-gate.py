@@ -156,6 +156,12 @@ try:
         ok(good and what.startswith("duplicate_key") and "duplicate" in what,
            "duplicate JSON keys (%s) -> 400 duplicate_key (%s)" % (name, what[:80]))
 
+    # a NUL in a message: a 400 in k3chat's words, not jansson's flag name
+    good, what = one_json_error(exchange(PORT, req("POST", "/v1/chat/completions",
+                                                   b'{"messages":[{"role":"user","content":"a\\u0000b"}]}'))[0], 400)
+    ok(good and what.startswith("invalid_json") and "NUL" in what and "column" in what and "ALLOW" not in what,
+       "a \\u0000 in a message -> 400 invalid_json naming the NUL and where (%s)" % what[:100])
+
     # ---- 10: max_tokens 100.0 is taken as n 1.0 is
     for name, kw in [("max_tokens 100.0", dict(max_tokens=100.0)), ("n 1.0", dict(n=1.0, max_tokens=2))]:
         st = final(exchange(PORT, req("POST", "/v1/chat/completions", chat(reasoning_effort="none", **kw)),

@@ -757,6 +757,9 @@ int main(int argc, char **argv) {
                         strstr(k3_errmsg(), "a counted repetition of a group that can match "
                                             "the empty string"),
                     "pattern %s is refused: %s", nul[k], k3_errmsg());
+            char whole[80]; /* the message quotes the pattern as written, its final $ too */
+            snprintf(whole, sizeof whole, " of %s)", nul[k]);
+            T_CHECK(strstr(k3_errmsg(), whole) != NULL, "... and quotes all of it (%s)", whole);
         }
         int c1 = 0, c2 = 0;
         st = compile(v, "{\"type\":\"string\",\"pattern\":\"^(a|)*(b?)+(c|)?(xd?){2}$\"}", &g);

@@ -92,6 +92,7 @@ typedef struct re_p {
     k3_grammar *g;
     const char *s, *path;
     size_t      n, i;
+    size_t      whole; /* the pattern's length with a final $ (n stops before it), for messages */
     int         depth; /* groups open at p->i */
     int         nul;   /* 1: what was just read (an atom, a sequence, alternatives) may be empty */
     k3_status   st;
@@ -101,7 +102,7 @@ static int re_fail(re_p *p, const char *what) {
     if (!p->st)
         p->st = k3_err(K3_ERR_UNSUPPORTED,
                        "json schema: unsupported keyword \"pattern\" at %s: %s (at offset %zu of %.*s)",
-                       p->path, what, p->i, (int)p->n, p->s);
+                       p->path, what, p->i, (int)p->whole, p->s);
     return -1;
 }
 
@@ -438,7 +439,7 @@ static int re_alt(re_p *p, int emit, int from, int to) {
 }
 
 k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, int from, int to) {
-    re_p p      = {.g = g, .s = re, .n = n, .path = path};
+    re_p p      = {.g = g, .s = re, .n = n, .whole = n, .path = path};
     int  anch_s = n && re[0] == '^', anch_e = n && re[n - 1] == '$' && (n < 2 || re[n - 2] != '\\');
     int  a = g_node_new(g), b = g_node_new(g);
     if (a < 0 || b < 0)

@@ -401,6 +401,15 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
     }
     if (o->load && check_load(o->load) != 0)
         return 2;
+    /* K3_EMOJI only changes the full-screen drawing, but a value it would refuse is refused in
+     * every mode, so a script learns of the typo before it moves to a terminal */
+    const char *emo = k3_setting_env_str(K3_SETTING_EMOJI);
+    double      ix;
+    char        err[256];
+    if (emo && k3_setting_parse(K3_SETTING_EMOJI, K3_SRC_ENV, emo, &ix, err, sizeof err)) {
+        txt_term_printf(stderr, "k3chat: %s\n", err);
+        return 2;
+    }
     return 0;
 }
 

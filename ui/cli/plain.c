@@ -607,15 +607,6 @@ static const char *prompt_fn(EditLine *el) {
 int cli_plain(const ui_opts *o) {
     plain P = {.last_ch = -1}, *p = &P;
     setlocale(LC_ALL, "");
-    /* K3_EMOJI only changes the full-screen drawing, but a value it would refuse is refused here
-     * too (status 2), so a script learns of the typo before it moves to a terminal */
-    const char *emo = k3_setting_env_str(K3_SETTING_EMOJI);
-    double      ix;
-    char        eerr[256];
-    if (emo && k3_setting_parse(K3_SETTING_EMOJI, K3_SRC_ENV, emo, &ix, eerr, sizeof eerr)) {
-        txt_term_printf(stderr, "k3chat: %s\n", eerr);
-        return 2;
-    }
     chat_settings_init(&p->cs, o);
     p->err_tty       = isatty(2);
     const char *term = getenv("TERM");

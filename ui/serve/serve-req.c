@@ -301,13 +301,20 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
     return 0;
 }
 
+void sreq_json_err(const json_error_t *je, char *m, size_t n) {
+    snprintf(m, n, "invalid JSON at line %d column %d: %s", je->line, je->column,
+             json_error_code(je) == json_error_null_character
+                 ? "a \\u0000 (NUL) in a string, which a message cannot hold" /* not jansson's flag name */
+                 : je->text);
+}
+
 /* A request body through the same parser the server uses (for the fuzz target and tests):
  * 0 when it would be served, -1 with the 4xx message in err. */
 int serve_check_body(const char *body, size_t n, char *err, size_t errn) {
     json_error_t je;
     json_t      *b = json_loadb(body, n, JSON_REJECT_DUPLICATES, &je);
     if (!b) {
-        snprintf(err, errn, "the body is not JSON: %s (line %d)", je.text, je.line);
+        sreq_json_err(&je, err, errn);
         return -1;
     }
     sreq r;

@@ -15,6 +15,10 @@
 
 typedef stools_err perr; /* a 400's message and code (serve-tools.h) */
 
+/* A body jansson refused, in the server's words: "invalid JSON at line L column C: what" (a
+ * NUL named as such, not by jansson's flag). */
+void sreq_json_err(const json_error_t *je, char *m, size_t n);
+
 /* ---- a parsed request ----------------------------------------------------------- */
 
 typedef struct smsg {

@@ -792,7 +792,7 @@ static void chat_completions(http_req *con) {
     con->body = NULL;
     if (!b) {
         char m[400];
-        snprintf(m, sizeof m, "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        sreq_json_err(&je, m, sizeof m);
         send_error(con, 400, "invalid_request_error",
                    json_error_code(&je) == json_error_duplicate_key ? "duplicate_key" : "invalid_json", m);
         return;
