@@ -478,6 +478,119 @@ static void mv_split(const qmat *m, const kern_act *a, float *const *y, int t, i
     }
 }
 
+/* ---- Q_I8 matmul of a few columns, rows in the lanes ----------------------------------------
+ * 16 rows x one group of 32 weights (16 x 8 dwords) transposed into 8 registers (dword kq of the
+ * 16 rows each, as unsigned codes w ^ 0x80), once for all nc columns; then per column a chain of
+ * 8 vpdpbusd against the broadcast activation dwords gives the 16 rows' exact group sums with
+ * no horizontal reduction, + cg (exact, as in i8_tile_step), one convert and one FMA per group
+ * in group order: the same steps per (row, column) as every twin. */
+
+/* Rows i (ymm lo) and i + 4 (ymm hi) of 16 rows x 8 dwords z[8] (z[0..3]: rows 0-3 | 4-7,
+ * z[4..7]: rows 8-11 | 12-15) -> wt[kq] lane r = row r's dword kq: 24 shuffles. */
+Z static INLINE void t16x8(const __m512i z[8], __m512i wt[8]) {
+    __m512i u[8];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i *zz = z + 4 * h;
+        const __m512i  t0 = _mm512_unpacklo_epi32(zz[0], zz[1]), t1 = _mm512_unpackhi_epi32(zz[0], zz[1]);
+        const __m512i  t2 = _mm512_unpacklo_epi32(zz[2], zz[3]), t3 = _mm512_unpackhi_epi32(zz[2], zz[3]);
+        /* block b of u[4h + j]: rows 4b' .. of dword j (b even) or j + 4 (b odd) */
+        u[4 * h + 0] = _mm512_unpacklo_epi64(t0, t2);
+        u[4 * h + 1] = _mm512_unpackhi_epi64(t0, t2);
+        u[4 * h + 2] = _mm512_unpacklo_epi64(t1, t3);
+        u[4 * h + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        wt[j]     = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
+        wt[j + 4] = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+/* Group g of 16 rows for NC columns: b0 = row 0 + g * 32, b8 = row 8's; row i of each eight
+ * at b + i * n (n1 = n, n3 = 3n, n5 = 5n, n7 = 7n: six address registers for the sixteen rows).
+ * k: the live bytes of a partial last group (else 0: plain loads). pf: prefetch the same bytes
+ * pf on (rows 16 on). */
+Z static INLINE void i8_rows16_group(const int8_t *b0, const int8_t *b8, ptrdiff_t n1, ptrdiff_t n3, ptrdiff_t n5,
+                                     ptrdiff_t n7, __mmask32 k, int pf, const kern_act *a, const int NC, int g,
+                                     __m512 acc[KERN_NC512]) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    /* row i: (i < 8 ? b0 : b8) + off(i % 8); z[j] holds rows j' and j' + 4, j' = (j & 3) + 8 (j >> 2) */
+    const int8_t *p[16];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const int8_t *b = h ? b8 : b0;
+        p[8 * h + 0] = b, p[8 * h + 1] = b + n1, p[8 * h + 2] = b + 2 * n1, p[8 * h + 3] = b + n3;
+        p[8 * h + 4] = b + 4 * n1, p[8 * h + 5] = b + n5, p[8 * h + 6] = b + 2 * n3, p[8 * h + 7] = b + n7;
+    }
+    __m512i z[8], wt[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        const int8_t *lo = p[(j & 3) + 8 * (j >> 2)], *hi = p[(j & 3) + 8 * (j >> 2) + 4];
+        if (pf) {
+            __builtin_prefetch(lo + pf, 0, 3);
+            __builtin_prefetch(hi + pf, 0, 3);
+        }
+        const __m256i l = k ? _mm256_maskz_loadu_epi8(k, lo) : _mm256_loadu_si256((const __m256i *)(const void *)lo);
+        const __m256i u = k ? _mm256_maskz_loadu_epi8(k, hi) : _mm256_loadu_si256((const __m256i *)(const void *)hi);
+        z[j]            = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(l), u, 1), flip);
+    }
+    t16x8(z, wt);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        const int32_t *q = (const int32_t *)(const void *)(a[c].q + g * 32);
+        __m512i        s = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int kq = 0; kq < 8; kq++)
+            s = _mm512_dpbusd_epi32(s, wt[kq], _mm512_set1_epi32(q[kq]));
+        const __m512 f = _mm512_add_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(a[c].cg[g]));
+        acc[c]         = _mm512_fmadd_ps(f, _mm512_set1_ps(a[c].d[g]), acc[c]);
+    }
+}
+
+/* Rows [r, r + 16) of a Q_I8 matrix for NC columns (a constant: one instance per count). The
+ * weight prefetch (pf: the matmul's, RS_ROWS rows on) every other group: one line per row. */
+Z static INLINE void i8_rows16(const qmat *m, const kern_act *a, const int NC, float *const *y, int r, int pf) {
+    const int       n = m->cols, nf = n / 32;
+    const ptrdiff_t n1 = n, n3 = 3 * n1, n5 = 5 * n1, n7 = 7 * n1;
+    const int8_t   *w = (const int8_t *)m->w + (size_t)r * n;
+    __m512          acc[KERN_NC512];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        acc[c] = _mm512_setzero_ps();
+    int g = 0;
+    for (; g + 1 < nf; g += 2) {
+        i8_rows16_group(w + g * 32, w + 8 * n1 + g * 32, n1, n3, n5, n7, 0, pf, a, NC, g, acc);
+        i8_rows16_group(w + g * 32 + 32, w + 8 * n1 + g * 32 + 32, n1, n3, n5, n7, 0, 0, a, NC, g + 1, acc);
+    }
+    if (g < nf) {
+        i8_rows16_group(w + g * 32, w + 8 * n1 + g * 32, n1, n3, n5, n7, 0, pf, a, NC, g, acc);
+        g++;
+    }
+    if (g * 32 < n) /* the partial last group: masked loads, never past the row */
+        i8_rows16_group(w + g * 32, w + 8 * n1 + g * 32, n1, n3, n5, n7, (__mmask32)((1u << (n - g * 32)) - 1), 0,
+                        a, NC, g, acc);
+    const __m512 sc = _mm512_loadu_ps(m->s + r);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        _mm512_storeu_ps(y[c] + r, _mm512_mul_ps(acc[c], sc));
+}
+
+#define ROWS16_FN(nc)                                                                                        \
+    Z static void i8_rows16_##nc(const qmat *m, const kern_act *a, float *const *y, int r, int pf) {         \
+        i8_rows16(m, a, nc, y, r, pf);                                                                       \
+    }
+ROWS16_FN(2)
+ROWS16_FN(3)
+ROWS16_FN(4)
+ROWS16_FN(5)
+ROWS16_FN(6)
+ROWS16_FN(7)
+ROWS16_FN(8)
+static_assert(KERN_NC512 == 8, "one i8_rows16 instance per column count 2 .. KERN_NC512");
+static void (*const i8_rows16_fns[KERN_NC512 + 1])(const qmat *, const kern_act *, float *const *, int, int) = {
+    NULL, NULL, i8_rows16_2, i8_rows16_3, i8_rows16_4, i8_rows16_5, i8_rows16_6, i8_rows16_7, i8_rows16_8};
+
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
     K3_ASSERT(nc >= 1 && nc <= KERN_NC512);
     K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
@@ -494,6 +607,12 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
                         : kern_prefetch_bytes() ? RS_ROWS * (int)q_wbytes(m->type, 1, m->cols)
                                                 : 0;
     const int pf_rows = nc == 1 ? kern_mv_ahead() * RB_MAX : 0; /* matvec: scales prefetched too */
+    if (t == 0 && nc > 1) { /* whole blocks of 16 rows with the rows in the lanes, the rest below */
+        for (; r0 + 16 <= r1; r0 += 16)
+            i8_rows16_fns[nc](m, a, y, r0, pf);
+        if (r0 == r1)
+            return;
+    }
     /* columns per tile, balanced: nc = 7 runs as 3 + 2 + 2 (nibble) or 4 + 3 (int8), never with a
      * tile of one column beside wider ones, whose weight decode serves that one column alone
      * (a 4 x 1 nibble tile: 2.5 to 3.2 cycles per vpdpbusd, 4 x 3: 1.4 to 1.5) */
@@ -650,6 +769,91 @@ void kern_act_quant_avx512(const float *x, int cols, int ng, int8_t *q, float *d
 void kern_act_layout_avx512(int type, int np, kern_act *a) {
     kern_act_layout_ref(type, np, a);
 }
+
+/* ---- Q_I8 matmul of a few columns, rows in the lanes ----------------------------------------
+ * 16 rows x one group of 32 weights (16 x 8 dwords) transposed into 8 registers (dword kq of the
+ * 16 rows each, as unsigned codes w ^ 0x80), once for all nc columns; then per column a chain of
+ * 8 vpdpbusd against the broadcast activation dwords gives the 16 rows' exact group sums with
+ * no horizontal reduction, + cg (exact, as in i8_tile_step), one convert and one FMA per group
+ * in group order: the same steps per (row, column) as every twin. */
+
+/* Rows i (ymm lo) and i + 4 (ymm hi) of 16 rows x 8 dwords z[8] (z[0..3]: rows 0-3 | 4-7,
+ * z[4..7]: rows 8-11 | 12-15) -> wt[kq] lane r = row r's dword kq: 24 shuffles. */
+Z static INLINE void t16x8(const __m512i z[8], __m512i wt[8]) {
+    __m512i u[8];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i *zz = z + 4 * h;
+        const __m512i  t0 = _mm512_unpacklo_epi32(zz[0], zz[1]), t1 = _mm512_unpackhi_epi32(zz[0], zz[1]);
+        const __m512i  t2 = _mm512_unpacklo_epi32(zz[2], zz[3]), t3 = _mm512_unpackhi_epi32(zz[2], zz[3]);
+        /* block b of u[4h + j]: rows 4b' .. of dword j (b even) or j + 4 (b odd) */
+        u[4 * h + 0] = _mm512_unpacklo_epi64(t0, t2);
+        u[4 * h + 1] = _mm512_unpackhi_epi64(t0, t2);
+        u[4 * h + 2] = _mm512_unpacklo_epi64(t1, t3);
+        u[4 * h + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        wt[j]     = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
+        wt[j + 4] = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+/* Rows [r, r + 16) of a Q_I8 matrix for NC columns (a constant: one instance per count). */
+Z static INLINE void i8_rows16(const qmat *m, const kern_act *a, const int NC, float *const *y, int r, int pf) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    const int     n = m->cols, ng = (n + 31) / 32;
+    const int8_t *w = (const int8_t *)m->w + (size_t)r * n;
+    __m512        acc[KERN_NC512];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        acc[c] = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        const int       live = n - g * 32 < 32 ? n - g * 32 : 32;
+        const __mmask32 k    = live == 32 ? ~(__mmask32)0 : ((__mmask32)1 << live) - 1;
+        __m512i         z[8], wt[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) { /* rows i' = (i & 3) + 8 (i >> 2) and i' + 4 */
+            const int8_t *p = w + (size_t)((i & 3) + 8 * (i >> 2)) * n + g * 32;
+            if (pf && !(g & 1)) {
+                __builtin_prefetch(p + pf, 0, 3);
+                __builtin_prefetch(p + (size_t)4 * n + pf, 0, 3);
+            }
+            const __m256i lo = _mm256_maskz_loadu_epi8(k, p), hi = _mm256_maskz_loadu_epi8(k, p + (size_t)4 * n);
+            z[i] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+        }
+        t16x8(z, wt);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const int32_t *q = (const int32_t *)(const void *)(a[c].q + g * 32);
+            __m512i        s = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int kq = 0; kq < 8; kq++)
+                s = _mm512_dpbusd_epi32(s, wt[kq], _mm512_set1_epi32(q[kq]));
+            const __m512 f = _mm512_add_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(a[c].cg[g]));
+            acc[c]         = _mm512_fmadd_ps(f, _mm512_set1_ps(a[c].d[g]), acc[c]);
+        }
+    }
+    const __m512 sc = _mm512_loadu_ps(m->s + r);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        _mm512_storeu_ps(y[c] + r, _mm512_mul_ps(acc[c], sc));
+}
+
+#define ROWS16_FN(nc)                                                                                        \
+    Z static void i8_rows16_##nc(const qmat *m, const kern_act *a, float *const *y, int r, int pf) {         \
+        i8_rows16(m, a, nc, y, r, pf);                                                                       \
+    }
+ROWS16_FN(2)
+ROWS16_FN(3)
+ROWS16_FN(4)
+ROWS16_FN(5)
+ROWS16_FN(6)
+ROWS16_FN(7)
+ROWS16_FN(8)
+static_assert(KERN_NC512 == 8, "one i8_rows16 instance per column count 2 .. KERN_NC512");
+static void (*const i8_rows16_fns[KERN_NC512 + 1])(const qmat *, const kern_act *, float *const *, int, int) = {
+    NULL, NULL, i8_rows16_2, i8_rows16_3, i8_rows16_4, i8_rows16_5, i8_rows16_6, i8_rows16_7, i8_rows16_8};
 
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
     for (int c = 0; c < nc; c++)
