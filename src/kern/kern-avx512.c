@@ -539,11 +539,13 @@ Z static INLINE void i8_rows16_group(const int8_t *b0, const int8_t *b8, ptrdiff
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
         const int32_t *q = (const int32_t *)(const void *)(a[c].q + g * 32);
-        __m512i        s = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int kq = 0; kq < 8; kq++)
-            s = _mm512_dpbusd_epi32(s, wt[kq], _mm512_set1_epi32(q[kq]));
-        const __m512 f = _mm512_add_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(a[c].cg[g]));
+        __m512i        s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int kq = 0; kq < 8; kq += 2) {
+            s0 = _mm512_dpbusd_epi32(s0, wt[kq], _mm512_set1_epi32(q[kq]));
+            s1 = _mm512_dpbusd_epi32(s1, wt[kq + 1], _mm512_set1_epi32(q[kq + 1]));
+        }
+        const __m512 f = _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_set1_ps(a[c].cg[g]));
         acc[c]         = _mm512_fmadd_ps(f, _mm512_set1_ps(a[c].d[g]), acc[c]);
     }
 }
