@@ -170,10 +170,10 @@ static void check_i8_extremes(void) {
             }
         free(w), free(s), free(x), free(y0), free(y1);
     }
-    T_CHECK(
-        ok,
-        "int8 at the sums' bounds (codes 0/255 x +-127): every level == scalar at 1, 2 and 7 columns (%d cases)",
-        cases);
+    T_CHECK(ok,
+            "int8 at the sums' bounds (codes 0/255 x +-127): every level == scalar at 1, 2 and 7 columns (%d "
+            "cases)",
+            cases);
     T_CHECK(exact, "int8 at the sums' bounds: an all -128 row against all +1 columns gives the group order's "
                    "exact value");
 }

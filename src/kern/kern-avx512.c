@@ -511,9 +511,9 @@ Z static INLINE void t16x8(const __m512i z[8], __m512i wt[8]) {
  * at b + i * n (n1 = n, n3 = 3n, n5 = 5n, n7 = 7n: six address registers for the sixteen rows).
  * k: the live bytes of a partial last group (else 0: plain loads). pf: prefetch the same bytes
  * pf on (rows 16 on). */
-Z static INLINE void i8_rows16_group(const int8_t *b0, const int8_t *b8, ptrdiff_t n1, ptrdiff_t n3, ptrdiff_t n5,
-                                     ptrdiff_t n7, __mmask32 k, int pf, const kern_act *a, const int NC, int g,
-                                     __m512 acc[KERN_NC512]) {
+Z static INLINE void i8_rows16_group(const int8_t *b0, const int8_t *b8, ptrdiff_t n1, ptrdiff_t n3,
+                                     ptrdiff_t n5, ptrdiff_t n7, __mmask32 k, int pf, const kern_act *a,
+                                     const int NC, int g, __m512 acc[KERN_NC512]) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     /* row i: (i < 8 ? b0 : b8) + off(i % 8); z[j] holds rows j' and j' + 4, j' = (j & 3) + 8 (j >> 2) */
     const int8_t *p[16];
@@ -531,28 +531,32 @@ Z static INLINE void i8_rows16_group(const int8_t *b0, const int8_t *b8, ptrdiff
             __builtin_prefetch(lo + pf, 0, 3);
             __builtin_prefetch(hi + pf, 0, 3);
         }
-        const __m256i l = k ? _mm256_maskz_loadu_epi8(k, lo) : _mm256_loadu_si256((const __m256i *)(const void *)lo);
-        const __m256i u = k ? _mm256_maskz_loadu_epi8(k, hi) : _mm256_loadu_si256((const __m256i *)(const void *)hi);
-        z[j]            = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(l), u, 1), flip);
+        const __m256i l =
+            k ? _mm256_maskz_loadu_epi8(k, lo) : _mm256_loadu_si256((const __m256i *)(const void *)lo);
+        const __m256i u =
+            k ? _mm256_maskz_loadu_epi8(k, hi) : _mm256_loadu_si256((const __m256i *)(const void *)hi);
+        z[j] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(l), u, 1), flip);
     }
     t16x8(z, wt);
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
-        const int32_t *q = (const int32_t *)(const void *)(a[c].q + g * 32);
+        const int32_t *q  = (const int32_t *)(const void *)(a[c].q + g * 32);
         __m512i        s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int kq = 0; kq < 8; kq += 2) {
             s0 = _mm512_dpbusd_epi32(s0, wt[kq], _mm512_set1_epi32(q[kq]));
             s1 = _mm512_dpbusd_epi32(s1, wt[kq + 1], _mm512_set1_epi32(q[kq + 1]));
         }
-        const __m512 f = _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_set1_ps(a[c].cg[g]));
-        acc[c]         = _mm512_fmadd_ps(f, _mm512_set1_ps(a[c].d[g]), acc[c]);
+        const __m512 f =
+            _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_set1_ps(a[c].cg[g]));
+        acc[c] = _mm512_fmadd_ps(f, _mm512_set1_ps(a[c].d[g]), acc[c]);
     }
 }
 
 /* Rows [r, r + 16) of a Q_I8 matrix for NC columns (a constant: one instance per count). The
  * weight prefetch (pf: the matmul's, RS_ROWS rows on) every other group: one line per row. */
-Z static INLINE void i8_rows16(const qmat *m, const kern_act *a, const int NC, float *const *y, int r, int pf) {
+Z static INLINE void i8_rows16(const qmat *m, const kern_act *a, const int NC, float *const *y, int r,
+                               int pf) {
     const int       n = m->cols, nf = n / 32;
     const ptrdiff_t n1 = n, n3 = 3 * n1, n5 = 5 * n1, n7 = 7 * n1;
     const int8_t   *w = (const int8_t *)m->w + (size_t)r * n;
@@ -570,8 +574,8 @@ Z static INLINE void i8_rows16(const qmat *m, const kern_act *a, const int NC, f
         g++;
     }
     if (g * 32 < n) /* the partial last group: masked loads, never past the row */
-        i8_rows16_group(w + g * 32, w + 8 * n1 + g * 32, n1, n3, n5, n7, (__mmask32)((1u << (n - g * 32)) - 1), 0,
-                        a, NC, g, acc);
+        i8_rows16_group(w + g * 32, w + 8 * n1 + g * 32, n1, n3, n5, n7,
+                        (__mmask32)((1u << (n - g * 32)) - 1), 0, a, NC, g, acc);
     const __m512 sc = _mm512_loadu_ps(m->s + r);
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
@@ -590,7 +594,8 @@ ROWS16_FN(6)
 ROWS16_FN(7)
 ROWS16_FN(8)
 static_assert(KERN_NC512 == 8, "one i8_rows16 instance per column count 2 .. KERN_NC512");
-static void (*const i8_rows16_fns[KERN_NC512 + 1])(const qmat *, const kern_act *, float *const *, int, int) = {
+static void (*const i8_rows16_fns[KERN_NC512 + 1])(const qmat *, const kern_act *, float *const *, int,
+                                                   int) = {
     NULL, NULL, i8_rows16_2, i8_rows16_3, i8_rows16_4, i8_rows16_5, i8_rows16_6, i8_rows16_7, i8_rows16_8};
 
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
@@ -802,7 +807,8 @@ Z static INLINE void t16x8(const __m512i z[8], __m512i wt[8]) {
 }
 
 /* Rows [r, r + 16) of a Q_I8 matrix for NC columns (a constant: one instance per count). */
-Z static INLINE void i8_rows16(const qmat *m, const kern_act *a, const int NC, float *const *y, int r, int pf) {
+Z static INLINE void i8_rows16(const qmat *m, const kern_act *a, const int NC, float *const *y, int r,
+                               int pf) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     const int     n = m->cols, ng = (n + 31) / 32;
     const int8_t *w = (const int8_t *)m->w + (size_t)r * n;
@@ -821,8 +827,9 @@ Z static INLINE void i8_rows16(const qmat *m, const kern_act *a, const int NC, f
                 __builtin_prefetch(p + pf, 0, 3);
                 __builtin_prefetch(p + (size_t)4 * n + pf, 0, 3);
             }
-            const __m256i lo = _mm256_maskz_loadu_epi8(k, p), hi = _mm256_maskz_loadu_epi8(k, p + (size_t)4 * n);
-            z[i] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
+            const __m256i lo = _mm256_maskz_loadu_epi8(k, p),
+                          hi = _mm256_maskz_loadu_epi8(k, p + (size_t)4 * n);
+            z[i]             = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip);
         }
         t16x8(z, wt);
 #pragma GCC unroll 8
@@ -854,7 +861,8 @@ ROWS16_FN(6)
 ROWS16_FN(7)
 ROWS16_FN(8)
 static_assert(KERN_NC512 == 8, "one i8_rows16 instance per column count 2 .. KERN_NC512");
-static void (*const i8_rows16_fns[KERN_NC512 + 1])(const qmat *, const kern_act *, float *const *, int, int) = {
+static void (*const i8_rows16_fns[KERN_NC512 + 1])(const qmat *, const kern_act *, float *const *, int,
+                                                   int) = {
     NULL, NULL, i8_rows16_2, i8_rows16_3, i8_rows16_4, i8_rows16_5, i8_rows16_6, i8_rows16_7, i8_rows16_8};
 
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
