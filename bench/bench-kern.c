@@ -252,16 +252,10 @@ static void matvec_name(char *name, size_t size, int type, int rows, int cols, i
 
 /* One format x shape x numerics x threads result. MV_HOT: one copy, read again and again from the
  * caches (the kernel's compute ceiling), as many matvecs as a streaming pass would make. */
-static void bench_matvec(int type, int rows, int cols, int idot, int th, int mode, double ref) {
-    char name[96];
-    matvec_name(name, sizeof name, type, rows, cols, idot, th, mode);
-    if (!bench_want(name) || (mode == MV_CPU && !bench_asked("cpu")))
-        return;
-    const int    hot = mode == MV_HOT;
-    const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
-    const size_t stride = (wb + sb + 63) / 64 * 64;
+/* The copies of a matrix (wb weight bytes, sb scale bytes) stride bytes apart in the arena, each
+ * given valid scales (random bytes could be NaN or subnormal); returns how many fit. */
+static size_t arena_scales(int type, size_t wb, size_t sb, size_t stride) {
     const size_t copies = arena_bytes / stride;
-    /* valid scales in every copy (random bytes could be NaN or subnormal) */
     for (size_t k = 0; k < copies; k++) {
         uint8_t *s = arena + k * stride + wb;
         if (type == Q_MXFP4)
@@ -270,7 +264,19 @@ static void bench_matvec(int type, int rows, int cols, int idot, int th, int mod
             for (size_t i = 0; i < sb / 4; i++)
                 memcpy(s + i * 4, &(float){0.01f}, 4);
     }
-    float *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
+    return copies;
+}
+
+static void bench_matvec(int type, int rows, int cols, int idot, int th, int mode, double ref) {
+    char name[96];
+    matvec_name(name, sizeof name, type, rows, cols, idot, th, mode);
+    if (!bench_want(name) || (mode == MV_CPU && !bench_asked("cpu")))
+        return;
+    const int    hot = mode == MV_HOT;
+    const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
+    const size_t stride = (wb + sb + 63) / 64 * 64;
+    const size_t copies = arena_scales(type, wb, sb, stride);
+    float       *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
     for (int c = 0; c < cols; c++)
         x[c] = (float)((c * 37) % 101 - 50) / 50.0f;
     omp_set_num_threads(th);
@@ -419,6 +425,43 @@ static void bench_matmul(int type, int rows, int cols, int n, double peak) {
     free(y);
 }
 
+/* Batched decode from DRAM: qmat_matmul of n columns on every copy of the arena (the weights
+ * read once per copy, as a batched step reads them), th threads, wall clock, GB/s of weight bytes
+ * (once per copy, not per column); each pass alternated with a pass of the four-stream read
+ * (the reference, as for the matvecs). <fmt>_idot_matmul<n>_<rows>x<cols>_t<th>. */
+static void bench_matmul_stream(int type, int rows, int cols, int n, int th) {
+    char name[96];
+    snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t%d", mm_fmt[type], n, rows, cols, th);
+    if (!bench_want(name))
+        return;
+    const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
+    const size_t stride = (wb + sb + 63) / 64 * 64, copies = arena_scales(type, wb, sb, stride);
+    float       *x = hot_cols(n, cols), *y = malloc((size_t)n * rows * sizeof(float));
+    omp_set_num_threads(th);
+    kern_set_idot(1);
+    double t[WALL_PASSES], rf[WALL_PASSES];
+    for (int p = 0; p < WALL_PASSES; p++) {
+        if (p > 0)
+            rf[p - 1] = mem_pass(th, 0, 1);
+        const double t0 = k3_time();
+        for (size_t k = 0; k < copies; k++) {
+            uint8_t *base = arena + k * stride;
+            qmat     m    = {.type = type, .rows = rows, .cols = cols, .w = base};
+            if (type == Q_MXFP4)
+                m.e = base + wb;
+            else
+                m.s = (const float *)(const void *)(base + wb);
+            qmat_matmul(&m, x, n, y);
+        }
+        if (p > 0)
+            t[p - 1] = k3_time() - t0;
+    }
+    bench_report(name, (double)(copies * (wb + sb)) / bench_median(t, WALL_PASSES - 1) / 1e9, "GB/s",
+                 bench_median(rf, WALL_PASSES - 1), "GB/s(read, alternated)");
+    free(x);
+    free(y);
+}
+
 int bench_kern(void); /* registered in bench-main.c */
 int bench_kern(void) {
     static const int shapes[][2] = {{3072, 3584}, {3584, 3072}, {7168, 3584}};
@@ -442,8 +485,14 @@ int bench_kern(void) {
                         any |= bench_want("int8_peak");
                     }
     for (size_t t = 0; t < 3 && !any; t++)
-        for (size_t w = 0; w < sizeof widths / sizeof *widths; w++)
+        for (size_t w = 0; w < sizeof widths / sizeof *widths; w++) {
             any |= matmul_wanted(types[t], shapes[0][0], shapes[0][1], widths[w]);
+            for (int th = 1; th <= 2 && widths[w] < KERN_NC512; th++) {
+                snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t%d", mm_fmt[types[t]], widths[w],
+                         shapes[0][0], shapes[0][1], th);
+                any |= bench_want(name);
+            }
+        }
     if (!any)
         return 0;
 
@@ -506,6 +555,11 @@ int bench_kern(void) {
     for (size_t t = 0; t < 3; t++)
         for (size_t w = 0; w < sizeof widths / sizeof *widths; w++)
             bench_matmul(types[t], shapes[0][0], shapes[0][1], widths[w], peak);
+    /* batched decode from DRAM: a few columns, 1 and 2 threads */
+    for (size_t t = 0; t < 3; t++)
+        for (size_t w = 0; w < sizeof widths / sizeof *widths && widths[w] < KERN_NC512; w++)
+            for (int th = 1; th <= 2; th++)
+                bench_matmul_stream(types[t], shapes[0][0], shapes[0][1], widths[w], th);
     /* compute ceilings: the first shape, one thread, from the caches */
     for (size_t t = 0; t < 3; t++)
         for (int idot = 0; idot <= 1; idot++)
