@@ -21,10 +21,20 @@
  * - Nibble types read the activations in the quad layout (kern_act.q2): per two pairs the even
  *   columns of both, then the odd columns of both, so the low/high nibble codes of one 64-byte
  *   weight load meet their activations with plain loads.
- * - Matmul of a few columns: up to KERN_NC512 columns per decoded weight load (register
- *   blocking: the weight codes stay in registers while each column does its own steps, in its
- *   own order, so column t does not depend on how many ran beside it). nc is a compile-time constant in each
- *   instantiation (kern_idot_avx512 switches on it) so the accumulators stay in registers.
+ * - Matmul of a few columns (batched decode; kern.c passes up to KERN_NC512 per call): whole
+ *   blocks of 16 rows run with the rows in the lanes (i8_rows16, nib_rows16): per group (int8)
+ *   or pair of groups (nibble types) the 16 rows' 32 bytes are transposed once (rows16_load), so
+ *   dword kq of all 16 rows sits in one register, and each column's group sum is a chain of
+ *   vpdpbusd against its broadcast activation dwords: no horizontal reduction per column (the
+ *   row tiles below need seven shuffles per four rows, column and double step), and the
+ *   transpose is shared by the columns. The next block of 16 rows is prefetched to L2 in address
+ *   order while this one runs (per-row lines at the same offset, or to L1: half the DRAM rate).
+ *   Rows past the last whole block, MXFP4 rows under 128 columns (the exponent gathers read 4
+ *   bytes) and matvecs run the row tiles: up to CB columns per decoded weight load (register
+ *   blocking: each column does its own steps, in its own order, so column t does not depend on
+ *   how many ran beside it). nc is a compile-time constant in each instantiation (one function
+ *   per count) so the accumulators stay in registers. BENCHMARKS.md, "Batched decode after the
+ *   one order", has the figures.
  * - Matvec (nc == 1; decode: a DRAM stream): each row of a 4-row tile prefetches the same bytes of
  *   the row kern_mv_ahead() tiles below it, and the tile start asks for that tile's scale lines,
  *   so the next tile is in flight while this one computes (a byte distance of a few KiB would
