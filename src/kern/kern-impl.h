@@ -155,9 +155,10 @@ float kern_idot_wscale(const qmat *m, int r, int g);
  * restarts slowly); with it the stream runs a few rows ahead. See BENCHMARKS.md. */
 #define KERN_PREFETCH 4096
 int kern_prefetch_bytes(void);
-/* K blocking of the AVX-512 matmul (kern-avx512.c): double steps (64 weight bytes of a row each)
- * per K block, K3_KBLOCK, a knob, default KERN_KBLOCK; 0 turns it off (one pass per row, the
- * layout before). A benchmark knob: every setting gives the same bits. */
+/* K blocking of the AVX-512 matmul's row tiles (kern-avx512.c; the rows past its 16-row blocks):
+ * double steps (64 weight bytes of a row each) per K block, K3_KBLOCK, a knob, default
+ * KERN_KBLOCK; 0 turns it off (one pass per row, the layout before). A benchmark knob: every
+ * setting gives the same bits. */
 #define KERN_KBLOCK 16
 int kern_kblock_steps(void);
 /* How far ahead the matvec (nc == 1; AVX-512 and the AVX2 row kernels) prefetches its weight
