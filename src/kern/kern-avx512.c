@@ -616,7 +616,7 @@ static void (*const i8_rows16_fns[KERN_NC512 + 1])(const qmat *, const kern_act 
  * then odd); per (column, group) two chains of 4 vpdpbusd from the group's correction (corr: -o
  * x the group's code sum, from nsxo), one convert, the row lanes' scale (Q_I4: s x d; MXFP4:
  * vscalefps(d, e - 128), as nib_tile_step) and one FMA, in group order. The rows' scales come by
- * gathers: Q_I4 one float per row and pair; MXFP4 one dword per row and pair ending at the pair's
+ * gathers: Q_I4 one float per row and pair; MXFP4 one dword per row and two pairs ending at their
  * last exponent byte (so never past the row, whose first 4 bytes exist: cols >= 128). */
 #define NIB_GMAX 512 /* groups of the per-call corrections (kern_idot_avx512's stack: 16 KiB) */
 
@@ -650,17 +650,20 @@ Z static INLINE void nib_rows16_group(const __m512i *wt, __m512i lut, int mx, co
     }
 }
 
-/* e - 128 of groups g and g + 1 (ev[0], ev[1]; g + 1 only when two) of 16 rows (e: row 0's
- * exponents, sr >= 4 bytes a row, idx: r * sr) as floats, by one gather of the dword that ends at
- * the last group's byte (or the row's first dword): never past the row. */
-Z static INLINE void e8m0_rows16(const uint8_t *e, __m512i idx, int g, int two, __m512 ev[2]) {
-    const int     last = two ? g + 1 : g, at = last >= 3 ? last - 3 : 0; /* bytes at .. at + 3 */
-    const __m512i v = _mm512_i32gather_epi32(idx, (const void *)(e + at), 1);
-#pragma GCC unroll 2
-    for (int h = 0; h <= two; h++) {
-        const __m512i eh = _mm512_and_si512(_mm512_srli_epi32(v, 8 * (g + h - at)), _mm512_set1_epi32(255));
-        ev[h]            = _mm512_sub_ps(_mm512_cvtepi32_ps(eh), _mm512_set1_ps(128.0f));
-    }
+/* The exponents of groups g .. min(g + 3, ng - 1) of 16 rows (e: row 0's, sr >= 4 bytes a row, idx:
+ * r * sr): one gather of the dword that ends at the last group's byte (or the row's first dword),
+ * never past the row; *at: the group of its byte 0. */
+Z static INLINE __m512i e8m0_gather4(const uint8_t *e, __m512i idx, int g, int ng, int *at) {
+    const int last = g + 3 < ng ? g + 3 : ng - 1;
+    *at            = last >= 3 ? last - 3 : 0;
+    return _mm512_i32gather_epi32(idx, (const void *)(e + *at), 1);
+}
+
+/* e - 128 of group g (at <= g <= at + 3) of e8m0_gather4's dwords v, as floats. */
+Z static INLINE __m512 e8m0_lane(__m512i v, int at, int g) {
+    const __m512i eg =
+        _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_set1_epi32(8 * (g - at))), _mm512_set1_epi32(255));
+    return _mm512_sub_ps(_mm512_cvtepi32_ps(eg), _mm512_set1_ps(128.0f));
 }
 
 /* Rows [r, r + 16) of a Q_I4 (mx = 0) or Q_MXFP4 matrix for NC columns (one instance per count). */
@@ -679,21 +682,20 @@ Z static INLINE void nib_rows16(const qmat *m, const kern_act *a, int mx, const 
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
+    __m512i ev = _mm512_setzero_si512();
+    int     at = 0;
     for (int p = 0; p < np; p++) {
         const size_t    live = rbytes - (size_t)p * 32 < 32 ? rbytes - (size_t)p * 32 : 32;
         const __mmask32 k    = live == 32 ? 0 : (__mmask32)((1u << live) - 1);
         __m512i         wt[8];
         rows16_load((const int8_t *)(w + (size_t)p * 32), (ptrdiff_t)rbytes, k,
                     pf ? (const int8_t *)(w + pf + (size_t)p * 512) : NULL, _mm512_setzero_si512(), wt);
-        const int two = 2 * p + 1 < ng;
-        __m512    ws[2];
-        if (mx)
-            e8m0_rows16(e, idx, 2 * p, two, ws);
-        else
-            ws[0] = ws[1] = _mm512_i32gather_ps(idx, s + p, 4);
-        nib_rows16_group(wt, lut, mx, a, NC, corr, ng, p, 0, ws[0], acc);
-        if (two)
-            nib_rows16_group(wt, lut, mx, a, NC, corr, ng, p, 1, ws[1], acc);
+        if (mx && !(p & 1)) /* MXFP4: the exponents of two pairs by one gather */
+            ev = e8m0_gather4(e, idx, 2 * p, ng, &at);
+        const __m512 ws = mx ? e8m0_lane(ev, at, 2 * p) : _mm512_i32gather_ps(idx, s + p, 4);
+        nib_rows16_group(wt, lut, mx, a, NC, corr, ng, p, 0, ws, acc);
+        if (2 * p + 1 < ng)
+            nib_rows16_group(wt, lut, mx, a, NC, corr, ng, p, 1, mx ? e8m0_lane(ev, at, 2 * p + 1) : ws, acc);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
