@@ -26,7 +26,8 @@
  * - int8_peak_<isa>_t1: the core's int8 multiply-add peak for the running ISA (register-only
  *   loop, CPU time; ref: the AVX2 maddubs loop). <fmt>_idot_matmul<n>_..._gops: the default
  *   matmul (qmat_matmul) of 32 and 128 columns (the default chunk) in int8 ops per CPU-second
- *   against that peak.
+ *   against that peak; of 2, 4 and 7 columns (batched decode of that many sessions) against the
+ *   same work as n matvecs of the same run (ratio < 1: the n columns cost more than n matvecs).
  */
 #include "bench.h"
 #include "kern-impl.h"
@@ -251,16 +252,10 @@ static void matvec_name(char *name, size_t size, int type, int rows, int cols, i
 
 /* One format x shape x numerics x threads result. MV_HOT: one copy, read again and again from the
  * caches (the kernel's compute ceiling), as many matvecs as a streaming pass would make. */
-static void bench_matvec(int type, int rows, int cols, int idot, int th, int mode, double ref) {
-    char name[96];
-    matvec_name(name, sizeof name, type, rows, cols, idot, th, mode);
-    if (!bench_want(name) || (mode == MV_CPU && !bench_asked("cpu")))
-        return;
-    const int    hot = mode == MV_HOT;
-    const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
-    const size_t stride = (wb + sb + 63) / 64 * 64;
+/* The copies of a matrix (wb weight bytes, sb scale bytes) stride bytes apart in the arena, each
+ * given valid scales (random bytes could be NaN or subnormal); returns how many fit. */
+static size_t arena_scales(int type, size_t wb, size_t sb, size_t stride) {
     const size_t copies = arena_bytes / stride;
-    /* valid scales in every copy (random bytes could be NaN or subnormal) */
     for (size_t k = 0; k < copies; k++) {
         uint8_t *s = arena + k * stride + wb;
         if (type == Q_MXFP4)
@@ -269,7 +264,19 @@ static void bench_matvec(int type, int rows, int cols, int idot, int th, int mod
             for (size_t i = 0; i < sb / 4; i++)
                 memcpy(s + i * 4, &(float){0.01f}, 4);
     }
-    float *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
+    return copies;
+}
+
+static void bench_matvec(int type, int rows, int cols, int idot, int th, int mode, double ref) {
+    char name[96];
+    matvec_name(name, sizeof name, type, rows, cols, idot, th, mode);
+    if (!bench_want(name) || (mode == MV_CPU && !bench_asked("cpu")))
+        return;
+    const int    hot = mode == MV_HOT;
+    const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
+    const size_t stride = (wb + sb + 63) / 64 * 64;
+    const size_t copies = arena_scales(type, wb, sb, stride);
+    float       *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
     for (int c = 0; c < cols; c++)
         x[c] = (float)((c * 37) % 101 - 50) / 50.0f;
     omp_set_num_threads(th);
@@ -355,15 +362,17 @@ static void matvecs(const qmat *m, const float *x, int n, float *y) {
         qmat_matvec(m, x + (size_t)c * m->cols, y + (size_t)c * m->rows);
 }
 
-/* PASSES rounds of qmat_matmul then other on the same columns, in the thread's CPU time; the
- * rounds but the first into ta (qmat_matmul) and tb (other). */
-static void time_pair(const qmat *m, const float *x, int n, float *y,
+/* PASSES rounds of qmat_matmul then other on the same columns (each reps times), in the
+ * thread's CPU time; the rounds but the first into ta (qmat_matmul) and tb (other). */
+static void time_pair(const qmat *m, const float *x, int n, float *y, int reps,
                       void (*other)(const qmat *, const float *, int, float *), double *ta, double *tb) {
     for (int p = 0; p < PASSES; p++) {
         double t0 = cpu_time();
-        qmat_matmul(m, x, n, y);
+        for (int i = 0; i < reps; i++)
+            qmat_matmul(m, x, n, y);
         double t1 = cpu_time();
-        other(m, x, n, y);
+        for (int i = 0; i < reps; i++)
+            other(m, x, n, y);
         if (p > 0) {
             ta[p - 1] = t1 - t0;
             tb[p - 1] = cpu_time() - t1;
@@ -371,29 +380,84 @@ static void time_pair(const qmat *m, const float *x, int n, float *y,
     }
 }
 
-/* Prefill: qmat_matmul of n columns on one cached copy, IDOT, one thread; GB/s counts the
- * weight bytes once per column (what n matvecs would read), per CPU-second. The ref is the same
- * work done as n separate matvecs, so the ratio is the speedup of the multi-column kernel. */
+static const char *const mm_fmt[] = {"f32", "int8", "int4", "mxfp4"};
+
+/* 1 when the filter asks for a result of bench_matmul(type, rows, cols, n). */
+static int matmul_wanted(int type, int rows, int cols, int n) {
+    char name[96];
+    snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_hot", mm_fmt[type], n, rows, cols);
+    if (bench_want(name))
+        return 1;
+    snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_gops", mm_fmt[type], n, rows, cols);
+    return bench_want(name);
+}
+
+/* qmat_matmul of n columns on one cached copy, IDOT, one thread (prefill: 32, 128 columns;
+ * batched decode: a few), against the same work done as n separate matvecs in the same passes.
+ * _hot: GB/s counts the weight bytes once per column (what n matvecs would read), per
+ * CPU-second; ratio: the speedup of the multi-column kernel. _gops: int8 ops per CPU-second,
+ * against the core's peak (n >= KERN_NC512) or the n matvecs (fewer: batched decode). A pass of
+ * fewer than KERN_NC512 columns repeats the product to about 128 columns' work, so that it is
+ * timed as long as the widest. */
 static void bench_matmul(int type, int rows, int cols, int n, double peak) {
-    static const char *fmt[] = {"f32", "int8", "int4", "mxfp4"};
-    char               name[96];
-    snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_hot", fmt[type], n, rows, cols);
-    if (!bench_want(name))
+    char name[96];
+    if (!matmul_wanted(type, rows, cols, n))
         return;
     const qmat m = hot_mat(type, rows, cols);
     float     *x = hot_cols(n, cols), *y = malloc((size_t)n * rows * sizeof(float));
+    const int  reps = n < KERN_NC512 ? (128 + n - 1) / n : 1;
     omp_set_num_threads(1);
     kern_set_idot(1);
     double tm[PASSES - 1], tv[PASSES - 1];
-    time_pair(&m, x, n, y, matvecs, tm, tv);
-    const double bytes = (double)(q_wbytes(type, rows, cols) + q_sbytes(type, rows, cols)) * n;
-    bench_report(name, bytes / bench_median(tm, PASSES - 1) / 1e9, "GB/s",
-                 bytes / bench_median(tv, PASSES - 1) / 1e9, "GB/s");
-    if (peak > 0) { /* the same matmul in int8 ops per CPU-second against the core's peak */
-        snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_gops", fmt[type], n, rows, cols);
-        bench_report(name, 2.0 * rows * cols * n / bench_median(tm, PASSES - 1) / 1e9, "GOPS", peak,
-                     "GOPS(peak)");
+    time_pair(&m, x, n, y, reps, matvecs, tm, tv);
+    const double bytes = (double)(q_wbytes(type, rows, cols) + q_sbytes(type, rows, cols)) * n * reps;
+    snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_hot", mm_fmt[type], n, rows, cols);
+    if (bench_want(name))
+        bench_report(name, bytes / bench_median(tm, PASSES - 1) / 1e9, "GB/s",
+                     bytes / bench_median(tv, PASSES - 1) / 1e9, "GB/s");
+    snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t1_gops", mm_fmt[type], n, rows, cols);
+    const double ops = 2.0 * rows * cols * n * reps, gops = ops / bench_median(tm, PASSES - 1) / 1e9;
+    if (bench_want(name) && n < KERN_NC512)
+        bench_report(name, gops, "GOPS", ops / bench_median(tv, PASSES - 1) / 1e9, "GOPS(matvecs)");
+    else if (bench_want(name) && peak > 0)
+        bench_report(name, gops, "GOPS", peak, "GOPS(peak)");
+    free(x);
+    free(y);
+}
+
+/* Batched decode from DRAM: qmat_matmul of n columns on every copy of the arena (the weights
+ * read once per copy, as a batched step reads them), th threads, wall clock, GB/s of weight bytes
+ * (once per copy, not per column); each pass alternated with a pass of the four-stream read
+ * (the reference, as for the matvecs). <fmt>_idot_matmul<n>_<rows>x<cols>_t<th>. */
+static void bench_matmul_stream(int type, int rows, int cols, int n, int th) {
+    char name[96];
+    snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t%d", mm_fmt[type], n, rows, cols, th);
+    if (!bench_want(name))
+        return;
+    const size_t wb = q_wbytes(type, rows, cols), sb = q_sbytes(type, rows, cols);
+    const size_t stride = (wb + sb + 63) / 64 * 64, copies = arena_scales(type, wb, sb, stride);
+    float       *x = hot_cols(n, cols), *y = malloc((size_t)n * rows * sizeof(float));
+    omp_set_num_threads(th);
+    kern_set_idot(1);
+    double t[WALL_PASSES], rf[WALL_PASSES];
+    for (int p = 0; p < WALL_PASSES; p++) {
+        if (p > 0)
+            rf[p - 1] = mem_pass(th, 0, 1);
+        const double t0 = k3_time();
+        for (size_t k = 0; k < copies; k++) {
+            uint8_t *base = arena + k * stride;
+            qmat     m    = {.type = type, .rows = rows, .cols = cols, .w = base};
+            if (type == Q_MXFP4)
+                m.e = base + wb;
+            else
+                m.s = (const float *)(const void *)(base + wb);
+            qmat_matmul(&m, x, n, y);
+        }
+        if (p > 0)
+            t[p - 1] = k3_time() - t0;
     }
+    bench_report(name, (double)(copies * (wb + sb)) / bench_median(t, WALL_PASSES - 1) / 1e9, "GB/s",
+                 bench_median(rf, WALL_PASSES - 1), "GB/s(read, alternated)");
     free(x);
     free(y);
 }
@@ -402,6 +466,7 @@ int bench_kern(void); /* registered in bench-main.c */
 int bench_kern(void) {
     static const int shapes[][2] = {{3072, 3584}, {3584, 3072}, {7168, 3584}};
     static const int types[]     = {Q_MXFP4, Q_I4, Q_I8};
+    static const int widths[]    = {2, 4, 7, 32, 128}; /* matmul columns */
     int              any         = 0;
     char             name[64];
     for (int th = 1; th <= 2; th++) {
@@ -417,8 +482,17 @@ int bench_kern(void) {
                     for (int mode = MV_WALL; mode <= MV_HOT; mode++) {
                         matvec_name(name, sizeof name, types[t], shapes[s][0], shapes[s][1], idot, th, mode);
                         any |= bench_want(name) && (mode != MV_CPU || bench_asked("cpu"));
-                        any |= bench_want("matmul32") || bench_want("matmul128") || bench_want("int8_peak");
+                        any |= bench_want("int8_peak");
                     }
+    for (size_t t = 0; t < 3 && !any; t++)
+        for (size_t w = 0; w < sizeof widths / sizeof *widths; w++) {
+            any |= matmul_wanted(types[t], shapes[0][0], shapes[0][1], widths[w]);
+            for (int th = 1; th <= 2 && widths[w] < KERN_NC512; th++) {
+                snprintf(name, sizeof name, "%s_idot_matmul%d_%dx%d_t%d", mm_fmt[types[t]], widths[w],
+                         shapes[0][0], shapes[0][1], th);
+                any |= bench_want(name);
+            }
+        }
     if (!any)
         return 0;
 
@@ -470,16 +544,22 @@ int bench_kern(void) {
     /* the core's int8 peak for the running ISA (the reference of the matmul GOPS) */
     double peak = 0.0;
     snprintf(name, sizeof name, "int8_peak_%s_t1", kern_isa_name(kern_isa()));
-    if (bench_want(name) || bench_want("matmul32") || bench_want("matmul128")) {
+    if (bench_want(name) || bench_want("matmul32") || bench_want("matmul128")) { /* the wide rows' ref */
         peak      = int8_peak(kern_isa());
         double p2 = kern_cpu_avx2() ? int8_peak(KERN_AVX2) : 0.0;
         if (peak > 0 && bench_want(name))
             bench_report(name, peak, "GOPS", p2, "GOPS(avx2 maddubs)");
     }
-    /* prefill: the default matmul over 32 and 128 columns (the default chunk), hot */
+    /* batched decode (2, 4, 7 sessions) and prefill (32 and 128 columns: the default chunk):
+     * the default matmul, hot */
     for (size_t t = 0; t < 3; t++)
-        for (int n = 32; n <= 128; n *= 4)
-            bench_matmul(types[t], shapes[0][0], shapes[0][1], n, peak);
+        for (size_t w = 0; w < sizeof widths / sizeof *widths; w++)
+            bench_matmul(types[t], shapes[0][0], shapes[0][1], widths[w], peak);
+    /* batched decode from DRAM: a few columns, 1 and 2 threads */
+    for (size_t t = 0; t < 3; t++)
+        for (size_t w = 0; w < sizeof widths / sizeof *widths && widths[w] < KERN_NC512; w++)
+            for (int th = 1; th <= 2; th++)
+                bench_matmul_stream(types[t], shapes[0][0], shapes[0][1], widths[w], th);
     /* compute ceilings: the first shape, one thread, from the caches */
     for (size_t t = 0; t < 3; t++)
         for (int idot = 0; idot <= 1; idot++)

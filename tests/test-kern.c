@@ -19,6 +19,8 @@
 #include <float.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static const char *tname[] = {"f32", "i8", "i4", "mxfp4"};
 static const char *iname[] = {"scalar", "avx2", "avx-vnni", "avx512-vnni", "amx"};
@@ -132,7 +134,9 @@ static void check_i8_extremes(void) {
     static const int colss[] = {32, 100, 3584, 4135};
     int              ok = 1, exact = 1, cases = 0;
     for (size_t ci = 0; ci < sizeof colss / sizeof colss[0]; ci++) {
-        const int cols = colss[ci], rows = 9, N = 7;
+        /* 37 rows: two blocks of the int8 matmul's 16-row kernel (2 .. 12 columns), then 4-row
+         * and 1-row tiles */
+        const int cols = colss[ci], rows = 37, N = 7;
         int8_t   *w = malloc((size_t)rows * cols);
         float    *s = malloc((size_t)rows * sizeof(float));
         float    *x = malloc((size_t)N * cols * sizeof(float));
@@ -143,22 +147,22 @@ static void check_i8_extremes(void) {
             s[r] = 1.0f;
             for (int c = 0; c < cols; c++) {
                 const int pat[]         = {-128, 127, c & 1 ? 127 : -128, c % 3 == 1 ? 127 : -128, -128};
-                w[(size_t)r * cols + c] = (int8_t)(r < 5 ? pat[r] : (rnd() & 1) ? 127 : -128);
+                w[(size_t)r * cols + c] = (int8_t)(r % 16 < 5 ? pat[r % 16] : (rnd() & 1) ? 127 : -128);
             }
         }
         const qmat m = {.type = Q_I8, .rows = rows, .cols = cols, .w = w, .s = s};
         kern_set_isa(KERN_SCALAR);
         kern_set_idot(1);
         qmat_matmul(&m, x, N, y0);
-        /* row 0 (all -128) on column 0 (all +1): per group fmaf(-128 * 127 * len, 1/127, acc) */
+        /* rows 0 and 16 (all -128) on column 0 (all +1): per group fmaf(-128 * 127 * len, 1/127, acc) */
         float want = 0.0f;
         for (int g = 0; g < (cols + 31) / 32; g++) {
             const int len = cols - g * 32 < 32 ? cols - g * 32 : 32;
             want          = fmaf((float)(-128 * 127 * len), 1.0f / 127.0f, want);
         }
-        exact &= y0[0] == want;
+        exact &= y0[0] == want && y0[16] == want;
         for (int isa = KERN_AVX2; isa <= max_isa; isa++)
-            for (int n = 1; n <= N; n += N - 1) {
+            for (int n = 1; n <= N; n = n == 1 ? 2 : n == 2 ? N : N + 1) {
                 kern_set_isa(isa);
                 kern_set_idot(1);
                 memset(y1, 0xff, (size_t)N * rows * sizeof(float));
@@ -168,10 +172,10 @@ static void check_i8_extremes(void) {
             }
         free(w), free(s), free(x), free(y0), free(y1);
     }
-    T_CHECK(
-        ok,
-        "int8 at the sums' bounds (codes 0/255 x +-127): every level == scalar at 1 and 7 columns (%d cases)",
-        cases);
+    T_CHECK(ok,
+            "int8 at the sums' bounds (codes 0/255 x +-127): every level == scalar at 1, 2 and 7 columns (%d "
+            "cases)",
+            cases);
     T_CHECK(exact, "int8 at the sums' bounds: an all -128 row against all +1 columns gives the group order's "
                    "exact value");
 }
@@ -400,8 +404,12 @@ static void mm_case_free(mm_case *c) {
  * 16-row sub-blocks, K not a multiple of the K block nor of a double step. */
 static void check_mm_widths(void) {
     enum { NMAX = 17 };
-    static const int sh[][3] = {{Q_I8, 37, 1100}, {Q_I8, 150, 2080},   {Q_I4, 21, 2080},
-                                {Q_I4, 37, 1100}, {Q_MXFP4, 37, 1120}, {Q_MXFP4, 150, 2336}};
+    /* the 16-row kernels (2 .. 12 int8 columns, 2 .. 15 nibble ones) at their edges too: one
+     * partial group only, an odd int4 row, the fewest MXFP4 columns they take (128) and fewer
+     * (96: the tiles) */
+    static const int sh[][3] = {{Q_I8, 37, 1100},    {Q_I8, 150, 2080},    {Q_I4, 21, 2080}, {Q_I4, 37, 1100},
+                                {Q_MXFP4, 37, 1120}, {Q_MXFP4, 150, 2336}, {Q_I8, 16, 20},   {Q_I4, 32, 63},
+                                {Q_MXFP4, 16, 128},  {Q_MXFP4, 37, 96}};
     for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
         const int rows = sh[s][1], cols = sh[s][2];
         mm_case   mc;
@@ -428,6 +436,53 @@ static void check_mm_widths(void) {
         omp_set_num_threads(2);
         mm_case_free(&mc);
     }
+}
+
+/* The MXFP4 16-row kernel reads each row's exponents by 4-byte gathers that end at the group's
+ * byte (or, for the first groups, the row's first 4 bytes): never past the matrix. An MXFP4
+ * matrix whose exponents end where an unreadable page begins, 16 and 32 rows at 128 and 160
+ * columns (the fewest it takes, and an odd group count), 2 .. 8 columns: no fault, == scalar. */
+static void check_mx_rows16_end(void) {
+    const long pg = sysconf(_SC_PAGESIZE);
+    int        ok = 1, cases = 0;
+    for (int rows = 16; rows <= 32; rows += 16)
+        for (int cols = 128; cols <= 160; cols += 32) {
+            const size_t wb = q_wbytes(Q_MXFP4, rows, cols), sb = q_sbytes(Q_MXFP4, rows, cols);
+            const size_t span = (wb + sb + (size_t)pg - 1) / (size_t)pg * (size_t)pg;
+            uint8_t     *map =
+                mmap(NULL, span + (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (map == MAP_FAILED || mprotect(map + span, (size_t)pg, PROT_NONE) != 0) {
+                T_CHECK(0, "MXFP4 page-end case: mmap/mprotect of %zu bytes failed", span + (size_t)pg);
+                return;
+            }
+            uint8_t *p = map + span - (wb + sb); /* the last exponent byte is the page's last */
+            for (size_t i = 0; i < wb; i++)
+                p[i] = (uint8_t)rnd();
+            for (size_t i = 0; i < sb; i++)
+                p[wb + i] = (uint8_t)(118 + rnd() % 12);
+            const qmat m = {.type = Q_MXFP4, .rows = rows, .cols = cols, .w = p, .e = p + wb};
+            float     *x = malloc((size_t)8 * cols * sizeof(float)),
+                  *y0    = malloc((size_t)8 * rows * sizeof(float)),
+                  *y1    = malloc((size_t)8 * rows * sizeof(float));
+            for (int i = 0; i < 8 * cols; i++)
+                x[i] = frnd();
+            kern_set_isa(KERN_SCALAR);
+            kern_set_idot(1);
+            qmat_matmul(&m, x, 8, y0);
+            for (int n = 2; n <= 8; n++) {
+                kern_set_isa(max_isa < KERN_AVX512 ? max_isa : KERN_AVX512);
+                kern_set_idot(1);
+                qmat_matmul(&m, x, n, y1);
+                ok &= bits_equal(y0, y1, (size_t)n * rows);
+                cases++;
+            }
+            free(x), free(y0), free(y1);
+            munmap(map, span + (size_t)pg);
+        }
+    T_CHECK(ok,
+            "MXFP4 matmul of 2..8 columns on a matrix ending at an unreadable page: no read past it, == "
+            "scalar (%d cases)",
+            cases);
 }
 
 /* One rounding order (kern-impl.h) at every level and column count: qmat_matmul of n = 1, 7, 32
@@ -608,6 +663,7 @@ int main(void) {
     check_mxfp4_known(have_avx2);
     check_i8_extremes();
     check_mm_widths();
+    check_mx_rows16_end();
     check_order();
     check_mv_ahead();
 
@@ -633,7 +689,7 @@ int main(void) {
         for (int isa = 0; isa <= max_isa; isa++)
             for (int th = 1; th <= 2; th++)
                 for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++)
-                    for (int n = 1; n <= N; n += N - 1) {
+                    for (int n = 1; n <= N; n = n == 1 ? 2 : n == 2 ? N : N + 1) {
                         const int   i0 = sets[si][0], k = sets[si][1];
                         const qmat *mp[K];
                         kern_set_isa(isa);

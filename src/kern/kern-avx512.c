@@ -21,10 +21,20 @@
  * - Nibble types read the activations in the quad layout (kern_act.q2): per two pairs the even
  *   columns of both, then the odd columns of both, so the low/high nibble codes of one 64-byte
  *   weight load meet their activations with plain loads.
- * - Matmul of a few columns: up to KERN_NC512 columns per decoded weight load (register
- *   blocking: the weight codes stay in registers while each column does its own steps, in its
- *   own order, so column t does not depend on how many ran beside it). nc is a compile-time constant in each
- *   instantiation (kern_idot_avx512 switches on it) so the accumulators stay in registers.
+ * - Matmul of a few columns (batched decode; kern.c passes up to KERN_NC512 per call): whole
+ *   blocks of 16 rows run with the rows in the lanes (i8_rows16, nib_rows16): per group (int8)
+ *   or pair of groups (nibble types) the 16 rows' 32 bytes are transposed once (rows16_load), so
+ *   dword kq of all 16 rows sits in one register, and each column's group sum is a chain of
+ *   vpdpbusd against its broadcast activation dwords: no horizontal reduction per column (the
+ *   row tiles below need seven shuffles per four rows, column and double step), and the
+ *   transpose is shared by the columns. The next block of 16 rows is prefetched to L2 in address
+ *   order while this one runs (per-row lines at the same offset, or to L1: half the DRAM rate).
+ *   Rows past the last whole block, MXFP4 rows under 128 columns (the exponent gathers read 4
+ *   bytes) and matvecs run the row tiles: up to CB columns per decoded weight load (register
+ *   blocking: each column does its own steps, in its own order, so column t does not depend on
+ *   how many ran beside it). nc is a compile-time constant in each instantiation (one function
+ *   per count) so the accumulators stay in registers. BENCHMARKS.md, "Batched decode after the
+ *   one order", has the figures.
  * - Matvec (nc == 1; decode: a DRAM stream): each row of a 4-row tile prefetches the same bytes of
  *   the row kern_mv_ahead() tiles below it, and the tile start asks for that tile's scale lines,
  *   so the next tile is in flight while this one computes (a byte distance of a few KiB would
@@ -478,6 +488,241 @@ static void mv_split(const qmat *m, const kern_act *a, float *const *y, int t, i
     }
 }
 
+/* ---- Q_I8 matmul of a few columns, rows in the lanes ----------------------------------------
+ * 16 rows x one group of 32 weights (16 x 8 dwords) transposed into 8 registers (dword kq of the
+ * 16 rows each, as unsigned codes w ^ 0x80), once for all nc columns; then per column a chain of
+ * 8 vpdpbusd against the broadcast activation dwords gives the 16 rows' exact group sums with
+ * no horizontal reduction, + cg (exact, as in i8_tile_step), one convert and one FMA per group
+ * in group order: the same steps per (row, column) as every twin. */
+
+/* Rows i (ymm lo) and i + 4 (ymm hi) of 16 rows x 8 dwords z[8] (z[0..3]: rows 0-3 | 4-7,
+ * z[4..7]: rows 8-11 | 12-15) -> wt[kq] lane r = row r's dword kq: 24 shuffles. */
+Z static INLINE void t16x8(const __m512i z[8], __m512i wt[8]) {
+    __m512i u[8];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i *zz = z + 4 * h;
+        const __m512i  t0 = _mm512_unpacklo_epi32(zz[0], zz[1]), t1 = _mm512_unpackhi_epi32(zz[0], zz[1]);
+        const __m512i  t2 = _mm512_unpacklo_epi32(zz[2], zz[3]), t3 = _mm512_unpackhi_epi32(zz[2], zz[3]);
+        /* block b of u[4h + j]: rows 4b' .. of dword j (b even) or j + 4 (b odd) */
+        u[4 * h + 0] = _mm512_unpacklo_epi64(t0, t2);
+        u[4 * h + 1] = _mm512_unpackhi_epi64(t0, t2);
+        u[4 * h + 2] = _mm512_unpacklo_epi64(t1, t3);
+        u[4 * h + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        wt[j]     = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(2, 0, 2, 0));
+        wt[j + 4] = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+/* 32 bytes at b of each of 16 rows n1 bytes apart, transposed: wt[kq] lane i = row i's dword kq
+ * (XOR flip: the int8 codes w + 128). k: the live bytes of a row's partial end (masked loads,
+ * never past it), else 0. lin (NULL: none): 8 lines from there are prefetched to L2, the next
+ * block's share of this step in address order. Rows i, i + 4 share a register (t16x8); the six
+ * address registers b, b + 8 n1 and n1, 3, 5, 7 n1 reach all sixteen. */
+Z static INLINE void rows16_load(const int8_t *b, ptrdiff_t n1, __mmask32 k, const int8_t *lin, __m512i flip,
+                                 __m512i wt[8]) {
+    const ptrdiff_t n3 = 3 * n1, n5 = 5 * n1, n7 = 7 * n1;
+    const int8_t   *p[16];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const int8_t *bh = h ? b + 8 * n1 : b;
+        p[8 * h + 0] = bh, p[8 * h + 1] = bh + n1, p[8 * h + 2] = bh + 2 * n1, p[8 * h + 3] = bh + n3;
+        p[8 * h + 4] = bh + 4 * n1, p[8 * h + 5] = bh + n5, p[8 * h + 6] = bh + 2 * n3,
+                  p[8 * h + 7] = bh + n7;
+    }
+    __m512i z[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) { /* z[j]: rows j' and j' + 4, j' = (j & 3) + 8 (j >> 2) */
+        const int8_t *lo = p[(j & 3) + 8 * (j >> 2)], *hi = p[(j & 3) + 8 * (j >> 2) + 4];
+        if (lin)
+            __builtin_prefetch(lin + 64 * j, 0, 2);
+        const __m256i l =
+            k ? _mm256_maskz_loadu_epi8(k, lo) : _mm256_loadu_si256((const __m256i *)(const void *)lo);
+        const __m256i u =
+            k ? _mm256_maskz_loadu_epi8(k, hi) : _mm256_loadu_si256((const __m256i *)(const void *)hi);
+        z[j] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(l), u, 1), flip);
+    }
+    t16x8(z, wt);
+}
+
+/* Group g (32 bytes at b of row 0; rows n1 apart) of 16 rows for NC columns; k, lin: rows16_load. */
+Z static INLINE void i8_rows16_group(const int8_t *b, ptrdiff_t n1, __mmask32 k, const int8_t *lin,
+                                     const kern_act *a, const int NC, int g, __m512 acc[KERN_NC512]) {
+    __m512i wt[8];
+    rows16_load(b, n1, k, lin, _mm512_set1_epi8((char)0x80), wt);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        const int32_t *q  = (const int32_t *)(const void *)(a[c].q + g * 32);
+        __m512i        s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int kq = 0; kq < 8; kq += 2) {
+            s0 = _mm512_dpbusd_epi32(s0, wt[kq], _mm512_set1_epi32(q[kq]));
+            s1 = _mm512_dpbusd_epi32(s1, wt[kq + 1], _mm512_set1_epi32(q[kq + 1]));
+        }
+        const __m512 f =
+            _mm512_add_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_set1_ps(a[c].cg[g]));
+        acc[c] = _mm512_fmadd_ps(f, _mm512_set1_ps(a[c].d[g]), acc[c]);
+    }
+}
+
+/* Rows [r, r + 16) of a Q_I8 matrix for NC columns (a constant: one instance per count). The
+ * weight prefetch (pf: the matmul's distance, RS_ROWS rows, i.e. the next block of 16 rows): that
+ * block's 16 n contiguous bytes in address order, 512 per group step (where the prefetch asked
+ * for each row's line at the same offset, a matmul of 2 columns read 14 GB/s from DRAM on one
+ * Zen 4 thread, a matvec about 30: BENCHMARKS.md, "Batched decode after the one order"). */
+Z static INLINE void i8_rows16(const qmat *m, const kern_act *a, const int NC, float *const *y, int r,
+                               int pf) {
+    const int     n = m->cols, nf = n / 32;
+    const int8_t *w = (const int8_t *)m->w + (size_t)r * n;
+    __m512        acc[KERN_NC512];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        acc[c] = _mm512_setzero_ps();
+    const int8_t *lin = pf ? w + pf : NULL;
+    int           g   = 0;
+    for (; g < nf; g++)
+        i8_rows16_group(w + g * 32, n, 0, lin ? lin + g * 512 : NULL, a, NC, g, acc);
+    if (g * 32 < n) /* the partial last group: masked loads, never past the row */
+        i8_rows16_group(w + g * 32, n, (__mmask32)((1u << (n - g * 32)) - 1), NULL, a, NC, g, acc);
+    const __m512 sc = _mm512_loadu_ps(m->s + r);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        _mm512_storeu_ps(y[c] + r, _mm512_mul_ps(acc[c], sc));
+}
+
+#define ROWS16_FN(nc)                                                                                        \
+    Z static void i8_rows16_##nc(const qmat *m, const kern_act *a, float *const *y, int r, int pf) {         \
+        i8_rows16(m, a, nc, y, r, pf);                                                                       \
+    }
+ROWS16_FN(2)
+ROWS16_FN(3)
+ROWS16_FN(4)
+ROWS16_FN(5)
+ROWS16_FN(6)
+ROWS16_FN(7)
+ROWS16_FN(8)
+static_assert(KERN_NC512 == 8, "one i8_rows16 instance per column count 2 .. KERN_NC512");
+static void (*const i8_rows16_fns[KERN_NC512 + 1])(const qmat *, const kern_act *, float *const *, int,
+                                                   int) = {
+    NULL, NULL, i8_rows16_2, i8_rows16_3, i8_rows16_4, i8_rows16_5, i8_rows16_6, i8_rows16_7, i8_rows16_8};
+
+/* ---- Q_I4 and Q_MXFP4 matmul of a few columns, rows in the lanes ---------------------------
+ * The same for the nibble types, per pair of groups: 16 rows x 32 packed bytes transposed
+ * (t16x8), each dword's low nibbles (even columns, through the code table for MXFP4) and high
+ * nibbles (odd columns) meet the broadcast dwords of the pair layout (kern_act.q: even columns,
+ * then odd); per (column, group) two chains of 4 vpdpbusd from the group's correction (corr: -o
+ * x the group's code sum, from nsxo), one convert, the row lanes' scale (Q_I4: s x d; MXFP4:
+ * vscalefps(d, e - 128), as nib_tile_step) and one FMA, in group order. The rows' scales come by
+ * gathers: Q_I4 one float per row and pair; MXFP4 one dword per row and two pairs ending at their
+ * last exponent byte (so never past the row, whose first 4 bytes exist: cols >= 128). */
+#define NIB_GMAX 512 /* groups of the per-call corrections (kern_idot_avx512's stack: 16 KiB) */
+
+/* Group 2p + h (its dwords wt[4h .. 4h + 3]) of 16 rows for NC columns; wsc: the rows' lanes of
+ * the group's weight scale (Q_I4) or e - 128 (MXFP4). */
+Z static INLINE void nib_rows16_group(const __m512i *wt, __m512i lut, int mx, const kern_act *a, const int NC,
+                                      const int32_t *corr, int ng, int p, int h, __m512 wsc,
+                                      __m512 acc[KERN_NC512]) {
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const int     g  = 2 * p + h;
+    __m512i       lo[4], hi[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        lo[j] = _mm512_and_si512(wt[4 * h + j], m4);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(wt[4 * h + j], 4), m4);
+        if (mx)
+            lo[j] = _mm512_shuffle_epi8(lut, lo[j]), hi[j] = _mm512_shuffle_epi8(lut, hi[j]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        const int32_t *qe = (const int32_t *)(const void *)(a[c].q + p * 64 + 16 * h), *qo = qe + 8;
+        __m512i        s0 = _mm512_set1_epi32(corr[c * ng + g]), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            s0 = _mm512_dpbusd_epi32(s0, lo[j], _mm512_set1_epi32(qe[j]));
+            s1 = _mm512_dpbusd_epi32(s1, hi[j], _mm512_set1_epi32(qo[j]));
+        }
+        const __m512 f  = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+        const __m512 dv = _mm512_set1_ps(a[c].d[g]);
+        acc[c]          = _mm512_fmadd_ps(f, mx ? _mm512_scalef_ps(dv, wsc) : _mm512_mul_ps(wsc, dv), acc[c]);
+    }
+}
+
+/* The exponents of groups g .. min(g + 3, ng - 1) of 16 rows (e: row 0's, sr >= 4 bytes a row, idx:
+ * r * sr): one gather of the dword that ends at the last group's byte (or the row's first dword),
+ * never past the row; *at: the group of its byte 0. */
+Z static INLINE __m512i e8m0_gather4(const uint8_t *e, __m512i idx, int g, int ng, int *at) {
+    const int last = g + 3 < ng ? g + 3 : ng - 1;
+    *at            = last >= 3 ? last - 3 : 0;
+    return _mm512_i32gather_epi32(idx, (const void *)(e + *at), 1);
+}
+
+/* e - 128 of group g (at <= g <= at + 3) of e8m0_gather4's dwords v, as floats. */
+Z static INLINE __m512 e8m0_lane(__m512i v, int at, int g) {
+    const __m512i eg =
+        _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_set1_epi32(8 * (g - at))), _mm512_set1_epi32(255));
+    return _mm512_sub_ps(_mm512_cvtepi32_ps(eg), _mm512_set1_ps(128.0f));
+}
+
+/* Rows [r, r + 16) of a Q_I4 (mx = 0) or Q_MXFP4 matrix for NC columns (one instance per count). */
+Z static INLINE void nib_rows16(const qmat *m, const kern_act *a, int mx, const int NC, float *const *y,
+                                int r, int pf, const int32_t *corr) {
+    const __m512i lut =
+        _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const int      n = m->cols, ng = (n + 31) / 32, np = (n + 63) / 64, sr = mx ? n / 32 : np;
+    const size_t   rbytes = mx ? (size_t)n / 2 : (size_t)(n + 1) / 2;
+    const uint8_t *w      = (const uint8_t *)m->w + (size_t)r * rbytes;
+    const __m512i  idx    = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(sr));
+    const uint8_t *e = mx ? m->e + (size_t)r * sr : NULL;
+    const float   *s = mx ? NULL : m->s + (size_t)r * sr;
+    __m512         acc[KERN_NC512];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        acc[c] = _mm512_setzero_ps();
+    __m512i ev = _mm512_setzero_si512();
+    int     at = 0;
+    for (int p = 0; p < np; p++) {
+        const size_t    live = rbytes - (size_t)p * 32 < 32 ? rbytes - (size_t)p * 32 : 32;
+        const __mmask32 k    = live == 32 ? 0 : (__mmask32)((1u << live) - 1);
+        __m512i         wt[8];
+        rows16_load((const int8_t *)(w + (size_t)p * 32), (ptrdiff_t)rbytes, k,
+                    pf ? (const int8_t *)(w + pf + (size_t)p * 512) : NULL, _mm512_setzero_si512(), wt);
+        if (mx && !(p & 1)) /* MXFP4: the exponents of two pairs by one gather */
+            ev = e8m0_gather4(e, idx, 2 * p, ng, &at);
+        const __m512 ws = mx ? e8m0_lane(ev, at, 2 * p) : _mm512_i32gather_ps(idx, s + p, 4);
+        nib_rows16_group(wt, lut, mx, a, NC, corr, ng, p, 0, ws, acc);
+        if (2 * p + 1 < ng)
+            nib_rows16_group(wt, lut, mx, a, NC, corr, ng, p, 1, mx ? e8m0_lane(ev, at, 2 * p + 1) : ws, acc);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        _mm512_storeu_ps(y[c] + r, acc[c]);
+}
+
+#define NIB_ROWS16_FN(nc)                                                                                    \
+    Z static void i4_rows16_##nc(const qmat *m, const kern_act *a, float *const *y, int r, int pf,           \
+                                 const int32_t *corr) {                                                      \
+        nib_rows16(m, a, 0, nc, y, r, pf, corr);                                                             \
+    }                                                                                                        \
+    Z static void mx_rows16_##nc(const qmat *m, const kern_act *a, float *const *y, int r, int pf,           \
+                                 const int32_t *corr) {                                                      \
+        nib_rows16(m, a, 1, nc, y, r, pf, corr);                                                             \
+    }
+NIB_ROWS16_FN(2)
+NIB_ROWS16_FN(3)
+NIB_ROWS16_FN(4)
+NIB_ROWS16_FN(5)
+NIB_ROWS16_FN(6)
+NIB_ROWS16_FN(7)
+NIB_ROWS16_FN(8)
+typedef void (*nib_rows16_fn)(const qmat *, const kern_act *, float *const *, int, int, const int32_t *);
+static const nib_rows16_fn nib_rows16_fns[2][KERN_NC512 + 1] = {
+    {NULL, NULL, i4_rows16_2, i4_rows16_3, i4_rows16_4, i4_rows16_5, i4_rows16_6, i4_rows16_7, i4_rows16_8},
+    {NULL, NULL, mx_rows16_2, mx_rows16_3, mx_rows16_4, mx_rows16_5, mx_rows16_6, mx_rows16_7, mx_rows16_8}};
+
 void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y, int r0, int r1) {
     K3_ASSERT(nc >= 1 && nc <= KERN_NC512);
     K3_ASSERT(m->type == Q_I8 || m->type == Q_I4 || m->type == Q_MXFP4);
@@ -494,6 +739,25 @@ void kern_idot_avx512(const qmat *m, const kern_act *a, int nc, float *const *y,
                         : kern_prefetch_bytes() ? RS_ROWS * (int)q_wbytes(m->type, 1, m->cols)
                                                 : 0;
     const int pf_rows = nc == 1 ? kern_mv_ahead() * RB_MAX : 0; /* matvec: scales prefetched too */
+    if (t == 0 && nc > 1) { /* whole blocks of 16 rows with the rows in the lanes, the rest below */
+        for (; r0 + 16 <= r1; r0 += 16)
+            i8_rows16_fns[nc](m, a, y, r0, pf);
+        if (r0 == r1)
+            return;
+    }
+    const int ng = (m->cols + 31) / 32;
+    if (t && nc > 1 && r0 + 16 <= r1 && ng <= NIB_GMAX && (t == 1 || m->cols >= 128)) {
+        int32_t corr[KERN_NC512 * NIB_GMAX]; /* column c, group g: the sum of its 4 nsxo lanes */
+        for (int c = 0; c < nc; c++)
+            for (int g = 0; g < ng; g++) {
+                const int32_t *v = a[c].nsxo + g * 4;
+                corr[c * ng + g] = v[0] + v[1] + v[2] + v[3];
+            }
+        for (; r0 + 16 <= r1; r0 += 16)
+            nib_rows16_fns[t - 1][nc](m, a, y, r0, pf, corr);
+        if (r0 == r1)
+            return;
+    }
     /* columns per tile, balanced: nc = 7 runs as 3 + 2 + 2 (nibble) or 4 + 3 (int8), never with a
      * tile of one column beside wider ones, whose weight decode serves that one column alone
      * (a 4 x 1 nibble tile: 2.5 to 3.2 cycles per vpdpbusd, 4 x 3: 1.4 to 1.5) */

@@ -188,7 +188,7 @@ Z static void half_tile(const uint8_t *wq, int kpad, const float *ws, const int3
 }
 
 /* kern_row_wscales in vectors of 16 groups (the same floats: a copy for int4, for MXFP4 the bits of
- * kern_e8m0_half). */
+ * kern_e8m0_half); MXFP4 also wk (int4: not touched, may be NULL). */
 Z static void row_wscales(const qmat *m, int r, int ng, float *ws, int32_t *wk, int *elo, int *ehi) {
     if (m->type == Q_I4) {
         const int     nsg = (m->cols + Q_I4_GROUP - 1) / Q_I4_GROUP;
@@ -236,10 +236,11 @@ Z static void row_wscales(const qmat *m, int r, int ng, float *ws, int32_t *wk, 
 /* One thread's buffers: two of each, for the block the tiles read and the one being unpacked. */
 typedef struct {
     uint8_t *wq[2]; /* [16][kpad] a block's weights + 128, groups past K and rows past the matrix 128 */
-    float   *ws[2]; /* nibble types: [16][ng] wscale of row i, group g                             */
-    int32_t *wk[2]; /* MXFP4: [16][ng] (e - 128) << 23 of row i, group g: ws[i][g] as an exponent step */
-    int      elo[2], ehi[2]; /* MXFP4: the block's exponent range                                */
-    float   *fb;             /* [16][16] a column tile's results before the transposed write               */
+    float   *ws[2]; /* nibble types: [16][ng] wscale of row i, group g (int8: NULL)                */
+    int32_t *wk[2]; /* MXFP4: [16][ng] (e - 128) << 23 of row i, group g: ws[i][g] as an exponent step
+                       (other types: NULL) */
+    int    elo[2], ehi[2]; /* MXFP4: the block's exponent range                                */
+    float *fb;             /* [16][16] a column tile's results before the transposed write               */
 } grp_thread;
 
 /* The exponent range [lo, hi] of d[nv] when every d is a normal float, else lo > hi. */
@@ -267,8 +268,8 @@ Z static void block_start(const qmat *m, int ng, int blk, grp_thread *th, int k,
     th->elo[k] = 255, th->ehi[k] = 0;
     if (m->type != Q_I8)
         for (int i = 0; i < rb; i++)
-            row_wscales(m, r0 + i, ng, th->ws[k] + (size_t)i * ng, th->wk[k] + (size_t)i * ng, &th->elo[k],
-                        &th->ehi[k]);
+            row_wscales(m, r0 + i, ng, th->ws[k] + (size_t)i * ng,
+                        th->wk[k] ? th->wk[k] + (size_t)i * ng : NULL, &th->elo[k], &th->ehi[k]);
     if (rb < GR) /* rows past the matrix: w = 0 (read by the last half, never written out) */
         memset(th->wq[k] + (size_t)rb * kpad, 0x80, (size_t)(GR - rb) * kpad);
     *u = (grp_unpack){
@@ -361,11 +362,11 @@ void kern_grp_matmul(const qmat *m, const float *x, int n, float *y) {
         const int  ith = omp_get_thread_num(), nth = omp_get_num_threads();
         const int  b0 = (int)((long)nb * ith / nth), b1 = (int)((long)nb * (ith + 1) / nth);
         grp_thread th = {0};
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 2; k++) { /* the scale buffers only for the types that read them */
             th.wq[k] = k3_aligned_alloc(64, (size_t)GR * ng * GK);
-            th.ws[k] = calloc((size_t)GR * ng, sizeof(float));
-            th.wk[k] = calloc((size_t)GR * ng, sizeof(int32_t));
-            K3_ASSERT(th.wq[k] && th.ws[k] && th.wk[k]);
+            th.ws[k] = m->type != Q_I8 ? calloc((size_t)GR * ng, sizeof(float)) : NULL;
+            th.wk[k] = m->type == Q_MXFP4 ? calloc((size_t)GR * ng, sizeof(int32_t)) : NULL;
+            K3_ASSERT(th.wq[k] && (th.ws[k] || m->type == Q_I8) && (th.wk[k] || m->type != Q_MXFP4));
         }
         th.fb = k3_aligned_alloc(64, GR * 16 * sizeof(float));
         K3_ASSERT(th.fb);

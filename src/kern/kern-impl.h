@@ -155,9 +155,10 @@ float kern_idot_wscale(const qmat *m, int r, int g);
  * restarts slowly); with it the stream runs a few rows ahead. See BENCHMARKS.md. */
 #define KERN_PREFETCH 4096
 int kern_prefetch_bytes(void);
-/* K blocking of the AVX-512 matmul (kern-avx512.c): double steps (64 weight bytes of a row each)
- * per K block, K3_KBLOCK, a knob, default KERN_KBLOCK; 0 turns it off (one pass per row, the
- * layout before). A benchmark knob: every setting gives the same bits. */
+/* K blocking of the AVX-512 matmul's row tiles (kern-avx512.c; the rows past its 16-row blocks):
+ * double steps (64 weight bytes of a row each) per K block, K3_KBLOCK, a knob, default
+ * KERN_KBLOCK; 0 turns it off (one pass per row, the layout before). A benchmark knob: every
+ * setting gives the same bits. */
 #define KERN_KBLOCK 16
 int kern_kblock_steps(void);
 /* How far ahead the matvec (nc == 1; AVX-512 and the AVX2 row kernels) prefetches its weight
@@ -185,8 +186,10 @@ void kern_set_mv_split(int on);
 #define KERN_MV_SPLIT_PF 1536
 /* The fewest columns kern.c gives kern_grp_matmul at the avx512 level (fewer run the row tiles of
  * kern-avx512.c, the same bits): below, its 16-column tiles are partly empty lanes and the
- * block's weight copy is spread over too few columns (BENCHMARKS.md, "One rounding order"). */
-#define KERN_GRP_MIN(type) ((type) == Q_I8 ? 8 : 16)
+ * block's weight copy is spread over too few columns (BENCHMARKS.md, "One rounding order").
+ * Q_I8: kern-avx512.c's 16-row kernel (rows in the lanes) beats it up to 12 columns (8 + 4) and
+ * loses at 14 (BENCHMARKS.md, "Batched decode after the one order"). */
+#define KERN_GRP_MIN(type) ((type) == Q_I8 ? 13 : 16)
 /* Rows to threads (kern.c run): K3_ROWSPLIT=1 each thread takes the next free block of rows
  * (matvec blocks of about KERN_MV_BLOCK weight bytes); 0 (default: no measured gain yet, see
  * BENCHMARKS.md) thread ith takes the ith fixed share. A knob; kern_set_rows_dynamic

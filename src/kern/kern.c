@@ -13,7 +13,8 @@
  *   (what chunked prefill and batched decode rely on). qmat_matmul runs the row kernel per
  *   column, on blocks of rows small enough to stay in L2 while the n columns pass over them:
  *   the weights stream from memory once. The AVX2 IDOT path takes KERN_NC columns per decoded
- *   weight row, the AVX-512 path up to KERN_NC512, each column doing exactly its own steps.
+ *   weight row, the AVX-512 path up to KERN_NC512 (16 rows in the lanes: kern-avx512.c), each
+ *   column doing exactly its own steps.
  *   Wide products run kernels with the columns in the lanes, in the same order: at the avx512
  *   level KERN_GRP_MIN(type)+ columns (kern-grp.c), at the amx level 2+ columns (the tiles,
  *   kern-amx.c).
