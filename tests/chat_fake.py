@@ -5,7 +5,8 @@
 # message: "nul" streams a NUL byte in reasoning_content and content; "evil" streams terminal
 # commands (OSC 52 clipboard, OSC 0 title, CSI colour, a C1
 # CSI) in content and reasoning_content; "e500" answers HTTP 500 with such commands in the error
-# message; anything else streams "ok". It runs until killed, 300 s at the most.
+# message; "flood" streams one endless line (up to 64 MB, the bytes it sent written to
+# LOGFILE.flood); anything else streams "ok". It runs until killed, 300 s at the most.
 import json
 import os
 import sys
@@ -22,6 +23,19 @@ class Fake(FakeHandler):
         with open(sys.argv[2], "ab") as f:
             f.write(raw.replace(b"\n", b" ") + b"\n")
         last = json.loads(raw)["messages"][-1]["content"]
+        if last == "flood":  # one endless stream line (64 MB at most); LOGFILE.flood: the bytes sent
+            self.start_stream()
+            sent = 0
+            try:
+                self.wfile.write(b'data: {"choices":[{"index":0,"delta":{"content":"')
+                while sent < 64 << 20:
+                    self.wfile.write(b"A" * 65536)
+                    sent += 65536
+            except OSError:
+                pass
+            with open(sys.argv[2] + ".flood", "w") as f:
+                f.write(str(sent))
+            return
         if last == "e500":
             self.send_json(500, {"error": {"message": "boom " + EVIL.replace("EVIL", "EVIL500"),
                                            "type": "server_error"}})

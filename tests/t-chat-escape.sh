@@ -51,6 +51,18 @@ check "... the commands show escaped, cut between tokens or not" \
     has 'm-ans \x1B]52;c;ZXZpbA==\x07 \u009B1m m-end'
 check "... in the reasoning too" has 'm-think \x1B]0;EVILM\x07 x'
 
+# a schema file's refusal quotes it (the keyword, the pattern): escaped too
+printf '{"type":"string","pattern":"\\u001b]0;EVILS\\u0007\\u001b]52;c;ZXZpbA==\\u0007(?=x)"}' >"$K3_TMP/evil.json"
+tui_start 400 30 -- "$K3CHAT $K3_SRC/models/k3-nano --prompt hi --json-schema $K3_TMP/evil.json; echo EXIT=\$?; sleep 60"
+$T set-option -g set-clipboard on
+$T set-option -g allow-rename on 2>/dev/null
+before=$(state)
+wait_for "EXIT=1" 30
+after=$(state)
+check "--json-schema: a refused pattern's commands leave clipboard and title alone ('$before' -> '$after')" \
+    [ "$before" = "$after" ]
+check "... and show escaped in the message" has 'lookaround or a named group (at offset 27 of \x1B]0;EVILS\x07\x1B]52;c;ZXZpbA==\x07(?=x))'
+
 # not a terminal: the text is the model's, byte for byte
 printf 'evil\n' | "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out" 2>"$K3_TMP/err"
 check "into a pipe the answer goes as it is" \

@@ -82,6 +82,16 @@ n=$(wc -l <"$K3_TMP/reqs")
 t "17: after a broken pipe no more lines are sent (1 request of 5: $n), status 1 ($rc)" '[ "$n" -eq 1 ] && [ "$rc" = 1 ]'
 t "17: ... and it says so once" '[ "$(grep -c "cannot write the answer to standard output" "$K3_TMP/err17")" -eq 1 ]'
 
+# a hostile endpoint streaming one endless line: refused at 1 MB naming the limit (the line was
+# kept whole: all the memory the server cared to send), the message kept for /retry
+printf 'flood\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/errfl"
+rcfl=$?
+wait_until "the fake's count of what it sent" 10 test -s "$K3_TMP/reqs.flood"
+t "an endless stream line is refused naming the limit, status 1 ($rcfl): $(tail -n 1 "$K3_TMP/errfl")" \
+    '[ "$rcfl" = 1 ] && grep -q "malformed stream: an event over 1048576 bytes (the conversation is kept" "$K3_TMP/errfl"'
+t "... having read little of it (the fake got $(cat "$K3_TMP/reqs.flood" 2>/dev/null) bytes out, under 16 MB)" \
+    '[ "$(cat "$K3_TMP/reqs.flood")" -lt 16000000 ]'
+
 # 8: --endpoint sends no sampling the user did not set (the server's defaults apply) and says
 # so; what the user set goes as given, without float noise
 : >"$K3_TMP/reqs"

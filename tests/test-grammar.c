@@ -621,6 +621,176 @@ int main(int argc, char **argv) {
     st = compile(v, "{\"type\":", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "not JSON"), "a schema that is not JSON: %s",
             k3_errmsg());
+    { /* nested past the parser's depth: the message is the parser's, once (it was written over
+       * itself: "json schema: not JSON: json schema: not JSON: o deeply at byte 2569") */
+        sbuf d = {0};
+        for (int k = 0; k < 600; k++)
+            puts_(&d, "{\"anyOf\":[");
+        puts_(&d, "{}");
+        for (int k = 0; k < 600; k++)
+            puts_(&d, "]}");
+        st                = compile(v, d.p, &g);
+        const char *m     = k3_errmsg();
+        const char *again = strstr(m, "not JSON") ? strstr(strstr(m, "not JSON") + 1, "not JSON") : NULL;
+        T_CHECK(st == K3_ERR_ARG &&
+                    !strncmp(m, "json schema: not JSON: invalid JSON: nested too deeply at byte ", 63) &&
+                    !again,
+                "a schema nested 1,200 deep: %s", m);
+        free(d.p);
+    }
+    for (int deep = 100000; deep >= 64; deep = deep == 64 ? 0 : 64) {
+        /* a pattern's groups nested 100,000 deep: the parser recursed per group (a crash: the
+         * stack); 64 deep compiles */
+        sbuf d = {0};
+        puts_(&d, "{\"type\":\"string\",\"pattern\":\"^");
+        for (int k = 0; k < deep; k++)
+            puts_(&d, "(");
+        puts_(&d, "a");
+        for (int k = 0; k < deep; k++)
+            puts_(&d, ")");
+        puts_(&d, "$\"}");
+        int complete = 0;
+        st           = compile(v, d.p, &g);
+        if (deep > 64)
+            T_CHECK(st == K3_ERR_UNSUPPORTED &&
+                        strstr(k3_errmsg(), "\"pattern\" at #: groups nested more than 64 deep"),
+                    "a pattern nested 100,000 deep is refused: %.120s", k3_errmsg());
+        else
+            T_CHECK(st == K3_OK && feed_bytes(g, "\"a\"", 3, &complete) == -1 && complete,
+                    "... 64 deep compiles and takes \"a\": %s", st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+        free(d.p);
+    }
+    { /* bounds that admit nothing: it wrote exactly maxLength (maxItems) items, fewer than the
+       * minimum, documents that do not validate; now nothing, and an anyOf keeps its other branch */
+        static const char *const none[] = {
+            "{\"type\":\"string\",\"minLength\":5,\"maxLength\":3}",
+            "{\"type\":\"array\",\"minItems\":5,\"maxItems\":3}",
+            "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"null\"}],\"items\":false,\"minItems\":3}"};
+        for (size_t k = 0; k < sizeof none / sizeof *none; k++) {
+            st = compile(v, none[k], &g);
+            T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "compiles to nothing"),
+                    "%s compiles to nothing: %s", none[k], st ? k3_errmsg() : "it compiled");
+            k3_grammar_free(g);
+        }
+        static const char either[] =
+            "{\"anyOf\":[{\"type\":\"string\",\"minLength\":5,\"maxLength\":3},{\"type\":\"null\"}]}";
+        int complete = 0;
+        st           = compile(v, either, &g);
+        T_CHECK(st == K3_OK && feed_bytes(g, "\"abcde\"", 7, &complete) == 0 &&
+                    feed_bytes(g, "null", 4, &complete) == -1 && complete,
+                "... in an anyOf, the other branch only: %s", st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+        /* integer bounds at 16 digits are exact (through a double, 9999999999999999 was 1e16:
+         * minimum = maximum = it compiled to nothing) */
+        static const char *const edge[][2] = {
+            {"{\"type\":\"integer\",\"minimum\":9999999999999999,\"maximum\":9999999999999999}",
+             "9999999999999999"},
+            {"{\"type\":\"integer\",\"minimum\":-9999999999999999,\"maximum\":-9999999999999999}",
+             "-9999999999999999"},
+            {"{\"type\":\"integer\",\"exclusiveMinimum\":9007199254740992,\"exclusiveMaximum\":"
+             "9007199254740994}",
+             "9007199254740993"}};
+        for (size_t k = 0; k < sizeof edge / sizeof *edge; k++) {
+            complete = 0;
+            st       = compile(v, edge[k][0], &g);
+            T_CHECK(st == K3_OK && feed_bytes(g, edge[k][1], strlen(edge[k][1]), &complete) == -1 && complete,
+                    "%s takes %s: %s", edge[k][0], edge[k][1], st ? k3_errmsg() : "");
+            k3_grammar_free(g);
+        }
+        st = compile(v, "{\"type\":\"integer\",\"maximum\":10000000000000000}", &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "beyond 16 digits"),
+                "a 17-digit bound is refused: %s", k3_errmsg());
+    }
+    { /* a recursive schema nested past 128: the whole stack was bounded at 128, where the mask
+       * (computed against an unknown stack) still allowed '[' and the matcher refused it (a 500
+       * from the server for a schema that forces 140 levels) */
+        st = compile(v,
+                     "{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/"
+                     "a\"}}},\"$ref\":\"#/$defs/a\"}",
+                     &g);
+        char doc[600];
+        memset(doc, '[', 300);
+        memset(doc + 300, ']', 300);
+        int complete = 0;
+        T_CHECK(st == K3_OK && feed_bytes(g, doc, 600, &complete) == -1 && complete,
+                "arrays nested 300 deep in a recursive schema are taken: %s", st ? k3_errmsg() : "");
+        k3_gmatch *m    = NULL;
+        uint64_t  *mask = calloc((size_t)k3_gvocab_words(v), sizeof *mask);
+        int        n_in = 0, n_bad = 0;
+        if (!st && !k3_gmatch_new(g, &m) && !k3_gmatch_accept_bytes(m, doc, 200) && !k3_gmatch_mask(m, mask))
+            for (int32_t id = 0; id < k3_gvocab_words(v) * 64; id++)
+                if (bit(mask, id))
+                    n_in++, n_bad += !k3_gmatch_allows(m, id);
+        T_CHECK(n_in > 0 && n_bad == 0,
+                "... and 200 deep every id in the mask is taken (%d in the mask, %d refused)", n_in, n_bad);
+        k3_gmatch_free(m);
+        free(mask);
+        k3_grammar_free(g);
+    }
+    for (int n = 100; n <= 50000; n += 49900) {
+        /* a chain of $refs: rules were written as they were met, a recursion per $ref (50,000:
+         * a crash, the stack); now a loop. Each is an alias (a call in tail position): they push
+         * no frame, so past 128 of them the document is still taken (it was refused) */
+        sbuf d = {0};
+        puts_(&d, "{\"$ref\":\"#/$defs/d0\",\"$defs\":{");
+        for (int k = 0; k < n; k++)
+            putf(&d, "\"d%d\":{\"$ref\":\"#/$defs/d%d\"},", k, k + 1);
+        putf(&d, "\"d%d\":{\"type\":\"boolean\"}}}", n);
+        int complete = 0;
+        st           = compile(v, d.p, &g);
+        T_CHECK(st == K3_OK && feed_bytes(g, "true", 4, &complete) == -1 && complete,
+                "a chain of %d $refs compiles and takes true: %s", n, st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+        free(d.p);
+    }
+    { /* repeating what may be empty: from one position every later copy is reachable without
+       * reading (((a|){300}){300}: 90,000 at once; over 100 s for 8 tokens); refused, naming the
+       * form that has no such path. *, + and ? of it stay (a loop, or one copy). */
+        static const char *const nul[] = {"^(a|){1000}$", "^(a?b?){2}$", "^((a|){300}){300}$",
+                                          "^(x(a|)){3}(()*){2}$"};
+        for (size_t k = 0; k < sizeof nul / sizeof *nul; k++) {
+            char sch[160];
+            snprintf(sch, sizeof sch, "{\"type\":\"string\",\"pattern\":\"%s\"}", nul[k]);
+            st = compile(v, sch, &g);
+            T_CHECK(st == K3_ERR_UNSUPPORTED &&
+                        strstr(k3_errmsg(), "a counted repetition of a group that can match "
+                                            "the empty string"),
+                    "pattern %s is refused: %s", nul[k], k3_errmsg());
+        }
+        int c1 = 0, c2 = 0;
+        st = compile(v, "{\"type\":\"string\",\"pattern\":\"^(a|)*(b?)+(c|)?(xd?){2}$\"}", &g);
+        T_CHECK(st == K3_OK && feed_bytes(g, "\"aab\"", 5, &c1) == 4 &&
+                    feed_bytes(g, "\"aabcxxd\"", 9, &c2) == -1 && c2,
+                "... * + ? of a group that may be empty, and {2} of one that may not, compile and match: %s",
+                st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+    }
+    { /* a few bytes that write out millions of nodes: refused at once, naming where (it took
+       * 4 GB and 10 s, then "out of memory", or the machine's memory) */
+        static const char *const big[][2] = {
+            {"{\"type\":\"string\",\"pattern\":\"^([^x]{1000}){1000}$\"}", "too large at #:"},
+            {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^((a{1000}){1000}"
+             "){1000}$\"}}}",
+             "too large at #/properties/a:"},
+            {"{\"type\":\"array\",\"prefixItems\":[{\"maxLength\":4096},{\"maxLength\":4096},{\"maxLength\":"
+             "4096},"
+             "{\"maxLength\":4096},{\"maxLength\":4096},{\"maxLength\":4096},{\"maxLength\":4096},{"
+             "\"maxLength\":4096},"
+             "{\"maxLength\":4096},{\"maxLength\":4096},{\"maxLength\":4096},{\"maxLength\":4096}]}",
+             "too large at #/prefixItems/"},
+        };
+        for (size_t k = 0; k < sizeof big / sizeof *big; k++) {
+            st = compile(v, big[k][0], &g);
+            T_CHECK(st == K3_ERR_UNSUPPORTED && !g && strstr(k3_errmsg(), big[k][1]) &&
+                        strstr(k3_errmsg(), "grammar nodes"),
+                    "schema %zu of %zu that writes out millions of nodes is refused naming where: %s", k + 1,
+                    sizeof big / sizeof *big, k3_errmsg());
+        }
+        st = compile(v, "{\"type\":\"string\",\"maxLength\":4096}", &g);
+        T_CHECK(st == K3_OK, "one string of maxLength 4096 still compiles: %s", st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+    }
 
     /* recursive $ref, 4 deep */
     static const char tree[] =
@@ -804,6 +974,19 @@ int main(int argc, char **argv) {
             NULL, 1, 0, &g);
         T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "tools[f].parameters/properties/x"),
                 "an argument with two types is refused naming it: %s", k3_errmsg());
+        /* a required name the parameters do not declare: ignored (a forced call could never
+         * hold it), while response_format refused the same schema */
+        st = k3_grammar_tool_calls(
+            v,
+            "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
+            "\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\",\"b\"]}}}]",
+            NULL, 1, 0, &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"required\" at tools[f].parameters") &&
+                    strstr(k3_errmsg(), "does not declare"),
+                "a tool's required name that its properties do not declare is refused: %s",
+                st ? k3_errmsg() : "it compiled");
+        if (!st)
+            k3_grammar_free(g);
     }
 
     /* exact masks: the cached parts (accepted, rejected or bitset), the tokens that leave a rule

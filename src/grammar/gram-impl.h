@@ -85,10 +85,18 @@ struct k3_gvocab {
     int          max_len; /* the longest piece                                       */
 };
 
+/* What one grammar may hold: a schema that would need more is refused (compile names where),
+ * so a request of a few KB cannot take gigabytes and minutes (nested pattern repetitions,
+ * long maxLength strings, many of them: each is written out). ~100 MB at most. */
+#define G_MAX_NODES (1 << 19)
+#define G_MAX_EDGES (1 << 21)
+
 struct k3_grammar {
     g_node          *node; /* (n_node) */
     int              n_node, cap_node;
-    int              root; /* start node of the top rule */
+    int              n_edge; /* edges added (G_MAX_EDGES at most)                            */
+    int              full;   /* 1: G_MAX_NODES or G_MAX_EDGES was reached (the build failed) */
+    int              root;   /* start node of the top rule */
     const k3_gvocab *voc;
     g_cache         *cache; /* (n_node) */
     int32_t         *share; /* (n_node) the node whose cache entry a node uses (itself, or an
@@ -104,7 +112,7 @@ struct k3_grammar {
 };
 
 /* ---- building (gram.c) ---- */
-int       g_node_new(k3_grammar *g); /* -1 on out of memory */
+int       g_node_new(k3_grammar *g); /* -1 on out of memory or past G_MAX_NODES (g->full) */
 k3_status g_edge_add(k3_grammar *g, int from, g_edge e);
 k3_status g_byte(k3_grammar *g, int from, int lo, int hi, int to);
 k3_status g_eps(k3_grammar *g, int from, int to);

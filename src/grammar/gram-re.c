@@ -8,7 +8,8 @@
  * Without ^ (or $) the match may start (or end) anywhere, as ECMAScript's RegExp.test; the
  * text before (after) it is at most G_FILL_MAX characters, so a model cannot ramble there.
  * Refused with the construct named: lookaround, backreferences, \b, \p, named groups, anchors
- * elsewhere, classes with non-ASCII members, and more than G_RE_MAX_REP repetitions.
+ * elsewhere, classes with non-ASCII members, more than G_RE_MAX_REP repetitions, groups
+ * nested more than G_RE_MAX_DEPTH deep, and {n,m} (n or m above 1) of a group that may be empty.
  * The parser runs twice over a quantified atom: once to find its end (emit 0), then once per
  * copy (emit 1), so no syntax tree is kept.
  */
@@ -17,6 +18,9 @@
 #include <string.h>
 
 #define G_RE_MAX_REP 1000
+#define G_RE_MAX_DEPTH 64 /* groups inside groups */
+#define G_STR_(x) #x
+#define G_STR(x) G_STR_(x)
 
 /* One JSON string character: plain ASCII, a valid UTF-8 sequence, or an escape (no lone
  * surrogates, so a code point counts once as JSON Schema's lengths do). */
@@ -88,6 +92,8 @@ typedef struct re_p {
     k3_grammar *g;
     const char *s, *path;
     size_t      n, i;
+    int         depth; /* groups open at p->i */
+    int         nul;   /* 1: what was just read (an atom, a sequence, alternatives) may be empty */
     k3_status   st;
 } re_p;
 
@@ -252,7 +258,10 @@ static int re_class(re_p *p, re_set *c) {
 static int re_atom(re_p *p, int emit, int from, int to) {
     char   ch = p->s[p->i];
     re_set c  = {0};
+    p->nul    = 0; /* a group's is its alternatives' (re_alt) */
     if (ch == '(') {
+        if (p->depth == G_RE_MAX_DEPTH) /* the parser recurses per group: bound the stack */
+            return re_fail(p, "groups nested more than " G_STR(G_RE_MAX_DEPTH) " deep");
         p->i++;
         if (p->i < p->n && p->s[p->i] == '?') {
             if (p->i + 1 < p->n && p->s[p->i + 1] == ':')
@@ -260,8 +269,10 @@ static int re_atom(re_p *p, int emit, int from, int to) {
             else
                 return re_fail(p, "lookaround or a named group");
         }
+        p->depth++;
         if (re_alt(p, emit, from, to))
             return -1;
+        p->depth--;
         if (p->i >= p->n || p->s[p->i] != ')')
             return re_fail(p, "an unclosed group");
         p->i++;
@@ -357,15 +368,22 @@ static int re_quant(re_p *p, int *lo, int *hi) {
 }
 
 static int re_seq(re_p *p, int emit, int from, int to) {
-    int cur = from;
+    int cur = from, all = 1;
     while (p->i < p->n && p->s[p->i] != '|' && p->s[p->i] != ')') {
         size_t a = p->i;
         if (re_atom(p, 0, 0, 0))
             return -1;
-        size_t b  = p->i;
-        int    lo = 1, hi = 1, q = re_quant(p, &lo, &hi);
+        size_t b   = p->i;
+        int    nul = p->nul, lo = 1, hi = 1, q = re_quant(p, &lo, &hi);
         if (q < 0)
             return -1;
+        /* Copies of something that may be empty chain their empty paths: from one position the
+         * automaton reaches every later copy without reading (((a|){300}){300}: 90,000 at once,
+         * minutes per token). The same strings have a form without it: (a|){3} is a{0,3}. */
+        if (nul && (lo > 1 || hi > 1))
+            return re_fail(p, "a counted repetition of a group that can match the empty string "
+                              "(write it so the group cannot be empty: (a|){3} is a{0,3})");
+        all &= nul || lo == 0;
         size_t after = p->i;
         if (!emit)
             continue;
@@ -401,17 +419,20 @@ static int re_seq(re_p *p, int emit, int from, int to) {
     }
     if (emit && (p->st = g_eps(p->g, cur, to)))
         return -1;
+    p->nul = all;
     return 0;
 }
 
 static int re_alt(re_p *p, int emit, int from, int to) {
-    for (;;) {
+    for (int nul = 0;;) {
         if (re_seq(p, emit, from, to))
             return -1;
+        nul |= p->nul;
         if (p->i < p->n && p->s[p->i] == '|') {
             p->i++;
             continue;
         }
+        p->nul = nul;
         return 0;
     }
 }

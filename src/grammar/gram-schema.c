@@ -25,19 +25,28 @@
 
 enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_OBJ = 64, T_ALL = 127 };
 
+/* A rule: schema s, written between start and end (a ret node) once the schema that called it
+ * is done (rules_emit), with the root its $refs resolve against and its path. */
 typedef struct sc_rule {
-    const jv *s;
-    int       start;
+    const jv *s, *root;
+    int       start, end;
+    char     *path;
 } sc_rule;
 
 typedef struct sc {
     k3_grammar *g;
     const jv   *root;
     sc_rule    *rule;
-    int         n_rule, cap_rule;
+    int         n_rule, cap_rule, n_done; /* rule[n_done ..]: not written yet */
+    int32_t    *rh;                       /* (rhcap) rule ids + 1 by schema pointer, 0 empty */
+    int         rhcap;
+    const jv   *dobj; /* the $defs object dh indexes (names -> member index + 1, 0 empty) */
+    int32_t    *dh;
+    int         dhcap;
     int         any;   /* start of the any-value rule, -1 until made */
     jv        **owned; /* merged allOf schemas */
     int         n_owned;
+    char        full_at[512]; /* the innermost schema being written when the grammar got full */
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
@@ -192,9 +201,15 @@ static k3_status int_range(sc *c, long long lo, long long hi, int from, int to) 
 /* A bound of an integer: floor/ceil of the value (dir -1: lower bound, rounds up). */
 static k3_status bound(const jv *v, const char *path, const char *key, int lower, int excl, long long *out) {
     double d;
-    if (v->kind == JV_INT)
-        d = strtod(v->s, NULL);
-    else if (v->kind == JV_FLOAT)
+    if (v->kind == JV_INT) { /* exactly: a double rounds 9999999999999999 up to 1e16 */
+        char     *end;
+        long long x = strtoll(v->s, &end, 10);
+        if (*end || x > G_INT_MAX || x < -G_INT_MAX)
+            return unsupported(path, key, "a bound beyond 16 digits");
+        *out = x + (excl ? (lower ? 1 : -1) : 0);
+        return K3_OK;
+    }
+    if (v->kind == JV_FLOAT)
         d = v->d;
     else
         return bad(path, key, "a number");
@@ -287,6 +302,8 @@ static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int
         snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
         return unsupported(path, "format", why);
     }
+    if (mx >= 0 && mn > mx)
+        return K3_OK; /* no string: nothing (g_finish reports a schema left with nothing) */
     if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
         return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
     /* A position more than max_len + 1 characters from both bounds cannot see them within one
@@ -453,13 +470,8 @@ static int has_name(const jv *list, const jv *name) {
     return 0;
 }
 
-static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int to) {
-    const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
-             *addl = jv_get(s, "additionalProperties");
-    k3_status st;
-    char      p2[512];
-    if (props && props->kind != JV_OBJECT)
-        return bad(path, "properties", "an object");
+/* "required": strings that "properties" declares (an object schema's, a tool's parameters'). */
+static k3_status check_required(const char *path, const jv *props, const jv *req) {
     if (req && req->kind != JV_ARRAY)
         return bad(path, "required", "an array of strings");
     for (size_t i = 0; req && i < req->n; i++) {
@@ -468,6 +480,18 @@ static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int
         if (!props || !jv_get(props, req->items[i].s) || memchr(req->items[i].s, 0, req->items[i].n))
             return unsupported(path, "required", "a required name that \"properties\" does not declare");
     }
+    return K3_OK;
+}
+
+static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int to) {
+    const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
+             *addl = jv_get(s, "additionalProperties");
+    k3_status st;
+    char      p2[512];
+    if (props && props->kind != JV_OBJECT)
+        return bad(path, "properties", "an object");
+    if ((st = check_required(path, props, req)))
+        return st;
     if (addl && addl->kind != JV_TRUE && addl->kind != JV_FALSE && addl->kind != JV_OBJECT)
         return bad(path, "additionalProperties", "a boolean or a schema");
     int A = node(c), B = node(c); /* A: nothing written yet; B: a member written */
@@ -537,6 +561,8 @@ static k3_status emit_array(sc *c, const jv *s, const char *path, int from, int 
     long np = pre ? (long)pre->n : 0;
     if (items && items->kind == JV_FALSE && (mx < 0 || mx > np))
         mx = np;
+    if (mx >= 0 && mn > mx)
+        return K3_OK; /* no array: nothing (it wrote exactly maxItems, fewer than minItems) */
     long lim = mx >= 0 ? mx : (mn > np ? mn : np);
     if (lim > G_MAX_UNROLL)
         return unsupported(path, mx >= 0 ? "maxItems" : "minItems", "a count above 4096");
@@ -618,6 +644,42 @@ static k3_status types_of(const jv *s, const char *path, int *mask) {
     return K3_OK;
 }
 
+static uint32_t name_hash(const char *p, size_t n, int cap) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)p[i]) * 16777619u;
+    return h & (uint32_t)(cap - 1);
+}
+
+/* defs' member named name: a hash look-up (a scan per $ref was quadratic in the definitions). */
+static const jv *defs_get(sc *c, const jv *defs, const char *name) {
+    if (!defs || defs->kind != JV_OBJECT || defs->n < 16)
+        return jv_get(defs, name);
+    if (c->dobj != defs) {
+        int cap = 32;
+        while ((size_t)cap < 2 * defs->n)
+            cap *= 2;
+        int32_t *h = k3_calloc((size_t)cap, sizeof *h);
+        if (!h)
+            return jv_get(defs, name);
+        for (size_t i = 0; i < defs->n; i++) {
+            uint32_t k = name_hash(defs->keys[i].s, defs->keys[i].n, cap);
+            while (h[k])
+                k = (k + 1) & (uint32_t)(cap - 1);
+            h[k] = (int32_t)i + 1;
+        }
+        free(c->dh);
+        c->dh = h, c->dhcap = cap, c->dobj = defs;
+    }
+    size_t n = strlen(name);
+    for (uint32_t k = name_hash(name, n, c->dhcap); c->dh[k]; k = (k + 1) & (uint32_t)(c->dhcap - 1)) {
+        const jv *key = &defs->keys[c->dh[k] - 1];
+        if (key->n == n && !memcmp(key->s, name, n))
+            return &defs->items[c->dh[k] - 1];
+    }
+    return NULL;
+}
+
 static k3_status resolve(sc *c, const jv *ref, const char *path, const jv **out) {
     if (ref->kind != JV_STRING)
         return bad(path, "$ref", "a string");
@@ -634,7 +696,7 @@ static k3_status resolve(sc *c, const jv *ref, const char *path, const jv **out)
         for (const char *p = ref->s + l; *p && n + 1 < sizeof name; p++) /* JSON pointer: ~1 is /, ~0 is ~ */
             name[n++] = p[0] == '~' && (p[1] == '0' || p[1] == '1') ? (p++, p[0] == '1' ? '/' : '~') : *p;
         name[n]     = 0;
-        const jv *d = defs ? jv_get(defs, name) : NULL;
+        const jv *d = defs ? defs_get(c, defs, name) : NULL;
         if (d && !strchr(name, '/'))
             return *out = d, K3_OK;
         return k3_err(K3_ERR_ARG, "json schema: \"$ref\" at %s: \"%s\" names no definition", path, ref->s);
@@ -784,13 +846,14 @@ static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path
     for (size_t k = 0; k < s->n; k++)
         if (strcmp(s->keys[k].s, key) && !IN(s->keys[k].s, annotations))
             return unsupported(path, key, "with sibling keywords (put them in each branch)");
-    if (!strcmp(key, "oneOf"))
-        for (size_t i = 0; i < l->n; i++)
-            for (size_t j = 0; j < i; j++)
-                if (schema_types(c, &l->items[i], 0) & schema_types(c, &l->items[j], 0))
-                    return unsupported(path, "oneOf",
-                                       "branches that may match the same document (only branches of "
-                                       "distinct types are supported; anyOf has no such limit)");
+    for (size_t i = 0, seen = 0; !strcmp(key, "oneOf") && i < l->n; i++) { /* pairwise disjoint */
+        int t = schema_types(c, &l->items[i], 0);
+        if (t & (int)seen)
+            return unsupported(path, "oneOf",
+                               "branches that may match the same document (only branches of "
+                               "distinct types are supported; anyOf has no such limit)");
+        seen |= (size_t)t;
+    }
     for (size_t i = 0; i < l->n; i++) {
         snprintf(p2, sizeof p2, "%s/%s/%zu", path, key, i);
         if ((st = emit(c, &l->items[i], p2, from, to)))
@@ -801,7 +864,18 @@ static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path
 
 /* ---- a schema ----------------------------------------------------------------------------- */
 
+static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int to);
+
+/* Schema s from -> to; when that fills the grammar (G_MAX_NODES), the innermost path is kept
+ * for the refusal (sc_finish). */
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to) {
+    k3_status st = emit_schema(c, s, path, from, to);
+    if (st && c->g->full && !c->full_at[0])
+        snprintf(c->full_at, sizeof c->full_at, "%s", path);
+    return st;
+}
+
+static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int to) {
     k3_status st;
     if (s->kind == JV_TRUE) {
         int start;
@@ -888,10 +962,19 @@ static k3_status emit(sc *c, const jv *s, const char *path, int from, int to) {
     return K3_OK;
 }
 
+static uint32_t rule_hash(const jv *s, int cap) {
+    return (uint32_t)(((uintptr_t)s >> 3) * 2654435761u) & (uint32_t)(cap - 1);
+}
+
+/* The rule of schema s (one per schema: $ref recursion ends there): its start node. It is only
+ * registered here; rules_emit writes it, so a chain of 50,000 $refs is a loop, not a recursion
+ * 50,000 deep (which overflowed the stack), and finding it is a hash look-up (a scan per call
+ * was quadratic in the rules). */
 static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
-    for (int i = 0; i < c->n_rule; i++)
-        if (c->rule[i].s == s)
-            return *start = c->rule[i].start, K3_OK;
+    for (uint32_t k = c->rhcap ? rule_hash(s, c->rhcap) : 0; c->rhcap && c->rh[k];
+         k          = (k + 1) & (uint32_t)(c->rhcap - 1))
+        if (c->rule[c->rh[k] - 1].s == s)
+            return *start = c->rule[c->rh[k] - 1].start, K3_OK;
     if (c->n_rule == c->cap_rule) {
         int      cap = c->cap_rule ? c->cap_rule * 2 : 16;
         sc_rule *r   = realloc(c->rule, (size_t)cap * sizeof *r);
@@ -900,13 +983,48 @@ static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
         c->rule     = r;
         c->cap_rule = cap;
     }
-    int b = node(c), e = node(c);
-    if (e < 0)
+    if (2 * (c->n_rule + 1) > c->rhcap) {
+        int      cap = c->rhcap ? c->rhcap * 2 : 64;
+        int32_t *h   = k3_calloc((size_t)cap, sizeof *h);
+        if (!h)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        for (int i = 0; i < c->n_rule; i++) {
+            uint32_t k = rule_hash(c->rule[i].s, cap);
+            while (h[k])
+                k = (k + 1) & (uint32_t)(cap - 1);
+            h[k] = i + 1;
+        }
+        free(c->rh);
+        c->rh    = h;
+        c->rhcap = cap;
+    }
+    int   b = node(c), e = node(c);
+    char *p = strdup(path);
+    if (e < 0 || !p) {
+        free(p);
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    }
+    uint32_t k = rule_hash(s, c->rhcap);
+    while (c->rh[k])
+        k = (k + 1) & (uint32_t)(c->rhcap - 1);
+    c->rh[k]             = c->n_rule + 1;
     c->g->node[e].ret    = 1;
-    c->rule[c->n_rule++] = (sc_rule){s, b};
+    c->rule[c->n_rule++] = (sc_rule){s, c->root, b, e, p};
     *start               = b;
-    return emit(c, s, path, b, e);
+    return K3_OK;
+}
+
+/* Writes the rules registered and not written yet (those they call on the way too). */
+static k3_status rules_emit(sc *c) {
+    const jv *root = c->root;
+    k3_status st   = K3_OK;
+    while (!st && c->n_done < c->n_rule) {
+        sc_rule r = c->rule[c->n_done++]; /* a copy: emit may grow c->rule */
+        c->root   = r.root;
+        st        = emit(c, r.s, r.path, r.start, r.end);
+    }
+    c->root = root;
+    return st;
 }
 
 /* The top rule: the document, then optionally the closes the model writes after an answer
@@ -934,6 +1052,11 @@ static k3_status chat_close(sc *c) {
 /* The end of a compile: on success *out gets the grammar, on failure it is freed and *out NULL;
  * the compiler's own state and the parsed schema are freed either way. */
 static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out) {
+    if (st && c->g && c->g->full)
+        st = k3_err(K3_ERR_UNSUPPORTED,
+                    "%s: too large%s%s: it needs more than %d grammar nodes or %d edges (each maxLength, "
+                    "maxItems, enum value and pattern repetition is written out, nested ones multiply)",
+                    c->g->what, c->full_at[0] ? " at " : "", c->full_at, G_MAX_NODES, G_MAX_EDGES);
     if (st) {
         k3_grammar_free(c->g);
         c->g = NULL;
@@ -941,7 +1064,11 @@ static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out) {
     for (int i = 0; i < c->n_owned; i++)
         jv_free(c->owned[i]);
     free(c->owned);
+    for (int i = 0; i < c->n_rule; i++)
+        free(c->rule[i].path);
     free(c->rule);
+    free(c->rh);
+    free(c->dh);
     jv_free(js);
     *out = c->g;
     return st;
@@ -953,8 +1080,10 @@ static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int
     jv       *js = NULL;
     k3_status st;
     *out = NULL;
-    if (!object_only && (st = jv_parse(schema, len, &js)))
-        return k3_err(K3_ERR_ARG, "json schema: not JSON: %s", k3_errmsg());
+    if (!object_only && (st = jv_parse(schema, len, &js))) {
+        k3_err_prefix("json schema: not JSON"); /* the parser's message names what and where */
+        return K3_ERR_ARG;
+    }
     if ((st = g_new(v, object_only ? "json object" : "json schema", &c.g)))
         goto done;
     c.root = js;
@@ -971,6 +1100,8 @@ static k3_status compile(const k3_gvocab *v, const char *schema, size_t len, int
         (void)start;
     } else
         st = rule_of(&c, js, "#", &c.g->root);
+    if (!st)
+        st = rules_emit(&c);
     if (!st)
         st = chat_close(&c);
     if (!st)
@@ -1034,8 +1165,10 @@ static k3_status raw_string(sc *c, const jv *s, const char *path, int from, int 
     long mn, mx;
     if ((st = get_count(s, "minLength", path, 0, &mn)) || (st = get_count(s, "maxLength", path, -1, &mx)))
         return st;
+    if (mx >= 0 && mn > mx)
+        return K3_OK; /* no string: nothing */
     if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
-        return unsupported(path, "maxLength", "a length above 4096");
+        return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
     int cur = from;
     for (long k = 0; k < mn; k++) { /* one raw character: ASCII or a UTF-8 sequence */
         int nx = node(c);
@@ -1073,6 +1206,8 @@ static k3_status tool_args(sc *c, const jv *params, const char *name, int *start
     c->root         = params;
     const jv *props = jv_get(params, "properties"), *req = jv_get(params, "required");
     int       cur = s;
+    if ((st = check_required(path, props && props->kind == JV_OBJECT ? props : NULL, req)))
+        return st; /* it was ignored: a call could never hold the undeclared name */
     for (size_t i = 0; props && props->kind == JV_OBJECT && i < props->n; i++) {
         const jv *k = &props->keys[i], *ps = &props->items[i];
         char      p2[400];
@@ -1132,8 +1267,10 @@ k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const cha
         return k3_err(K3_ERR_UNSUPPORTED, "tool calls: the tokenizer has no <|open|>, <|sep|> or <|close|>");
     if (max_calls < 1)
         max_calls = 1;
-    if ((st = jv_parse(tools ? tools : "[]", strlen(tools ? tools : "[]"), &js)))
-        return k3_err(K3_ERR_ARG, "tool calls: tools are not JSON: %s", k3_errmsg());
+    if ((st = jv_parse(tools ? tools : "[]", strlen(tools ? tools : "[]"), &js))) {
+        k3_err_prefix("tool calls: tools are not JSON");
+        return K3_ERR_ARG;
+    }
     if ((st = g_new(v, "tool calls", &c.g)))
         goto done;
     int          n_tools = 0, *args = k3_calloc(js->kind == JV_ARRAY ? js->n + 1 : 1, sizeof *args);
@@ -1199,6 +1336,8 @@ k3_status k3_grammar_tool_calls(const k3_gvocab *v, const char *tools, const cha
             break;
         cur = nx;
     }
+    if (!st)
+        st = rules_emit(&c);
     if (!st)
         st = g_finish(c.g);
 tools_done:

@@ -4,7 +4,8 @@
  * something are kept; eps and call edges are followed, a ret node pops its frame (frame 0 is
  * the empty stack: popping it means the document is complete, `accept`). Frames are interned
  * per matcher as (return node, parent), so two equal stacks have one id and the set stays
- * small. Calls deeper than G_MAX_DEPTH are not followed (a bound on $ref recursion).
+ * small. Calls more than G_MAX_DEPTH deeper than a step began are not followed (a bound on
+ * calls that read nothing: $ref recursion at a rule's start).
  */
 #include "gram-impl.h"
 
@@ -26,6 +27,8 @@ static g_pass *pass_new(const k3_grammar *g);
 /* ==== building ======================================================================== */
 
 int g_node_new(k3_grammar *g) {
+    if (g->n_node >= G_MAX_NODES)
+        return g->full = 1, -1;
     if (g->n_node == g->cap_node) {
         int     cap = g->cap_node ? g->cap_node * 2 : 256;
         g_node *n   = realloc(g->node, (size_t)cap * sizeof *n);
@@ -41,6 +44,8 @@ int g_node_new(k3_grammar *g) {
 k3_status g_edge_add(k3_grammar *g, int from, g_edge e) {
     if (from < 0 || e.to < 0)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    if (g->n_edge >= G_MAX_EDGES)
+        return g->full = 1, k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     g_node *n = &g->node[from];
     if (n->n == n->cap) {
         int     cap = n->cap ? n->cap * 2 : 2;
@@ -51,6 +56,7 @@ k3_status g_edge_add(k3_grammar *g, int from, g_edge e) {
         n->cap = cap;
     }
     n->e[n->n++] = e;
+    g->n_edge++;
     if (e.kind == GE_BYTE || e.kind == GE_SPECIAL)
         n->reads = 1;
     return K3_OK;
@@ -123,6 +129,7 @@ typedef struct g_fol {
     k3_grammar *g;
     int32_t    *stamp, *stack; /* (n_node) visit marks, DFS stack */
     int32_t     mark;
+    long        budget; /* nodes the walks may still visit; below 0: give up (all bytes) */
 } g_fol;
 
 static void bits_or(uint64_t *to, const uint64_t *from, int *changed) {
@@ -143,7 +150,7 @@ static void first_from(g_fol *f, int at, const uint64_t *at_ret, uint64_t *out, 
     f->mark++;
     f->stack[sp++] = at;
     f->stamp[at]   = f->mark;
-    while (sp) {
+    while (sp && --f->budget >= 0) {
         const g_node *n = &g->node[f->stack[--sp]];
         if (n->ret && at_ret)
             bits_or(out, at_ret, changed);
@@ -216,13 +223,17 @@ static int follow_sets(k3_grammar *g) {
             memcpy(g->first[r], g_all, sizeof g_all);
             memcpy(g->follow[r], g_all, sizeof g_all);
         }
-    for (int changed = 1; changed;) { /* the first bytes of each rule */
+    /* Fixed points, bounded: a chain of 50,000 $refs took a pass per rule (most of a minute).
+     * Past the budget every rule is taken to be followed by any byte: a sound over-approximation
+     * (more tokens are checked against the stack at run time, none is wrongly allowed). */
+    f.budget = 64L * (g->n_node + g->n_edge) + (1L << 20);
+    for (int changed = 1; changed && f.budget >= 0;) { /* the first bytes of each rule */
         changed = 0;
         for (int r = 0; r < nr; r++)
             if (g->rule_of[start[r]] == r)
                 first_from(&f, start[r], NULL, g->first[r], &changed);
     }
-    for (int changed = 1; changed;) { /* what follows each rule: the bytes after its calls */
+    for (int changed = 1; changed && f.budget >= 0;) { /* what follows each rule: the bytes after its calls */
         changed = 0;
         for (int i = 0; i < g->n_node; i++)
             for (int k = 0; k < g->node[i].n; k++) {
@@ -233,6 +244,9 @@ static int follow_sets(k3_grammar *g) {
                                &changed);
             }
     }
+    if (f.budget < 0)
+        for (int r = 0; r < nr; r++)
+            memcpy(g->follow[r], g_all, sizeof g_all);
     free(start);
     free(is_st);
     free(f.stamp);
@@ -246,23 +260,64 @@ oom:
     return -1;
 }
 
-k3_status g_finish(k3_grammar *g) {
-    /* live: a ret node, or a node with an edge to a live node (a call: start and return live) */
-    for (int i = 0; i < g->n_node; i++)
-        g->node[i].live = g->node[i].ret;
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (int i = 0; i < g->n_node; i++) {
-            g_node *n = &g->node[i];
-            if (n->live)
-                continue;
-            for (int k = 0; k < n->n && !n->live; k++) {
-                const g_edge *e = &n->e[k];
-                n->live         = g->node[e->to].live && (e->kind != GE_CALL || g->node[e->arg].live);
+/* live: a ret node, or a node with an edge to a live node (a call: start and return live).
+ * Backwards from the ret nodes over the reversed edges, so each edge is looked at once or twice
+ * (a fixed point over the node list took a pass per node of a long chain: 500,000 nodes, most
+ * of a minute). 0, or -1 on out of memory. */
+static int live_marks(k3_grammar *g) {
+    int      n = g->n_node, sp = 0;
+    int32_t *off = k3_calloc((size_t)n + 1, sizeof *off), *pos = k3_malloc((size_t)n * sizeof *pos);
+    int32_t *stack = k3_malloc((size_t)n * sizeof *stack), *rf = NULL, *rk = NULL;
+    if (!off || !pos || !stack)
+        goto oom;
+    for (int i = 0; i < n; i++) /* reversed edges, (from node, edge index), grouped by target */
+        for (int k = 0; k < g->node[i].n; k++) {
+            const g_edge *e = &g->node[i].e[k];
+            off[e->to + 1]++;
+            if (e->kind == GE_CALL && e->arg != e->to)
+                off[e->arg + 1]++;
+        }
+    for (int i = 0; i < n; i++)
+        off[i + 1] += off[i];
+    for (int i = 0; i < n; i++) /* pos[t]: where t's next reversed edge goes */
+        pos[i] = off[i];
+    if (!(rf = k3_malloc(((size_t)off[n] + 1) * sizeof *rf)) ||
+        !(rk = k3_malloc(((size_t)off[n] + 1) * sizeof *rk)))
+        goto oom;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->node[i].n; k++) {
+            const g_edge *e = &g->node[i].e[k];
+            int32_t       j = pos[e->to]++;
+            rf[j] = i, rk[j] = k;
+            if (e->kind == GE_CALL && e->arg != e->to) {
+                j     = pos[e->arg]++;
+                rf[j] = i, rk[j] = k;
             }
-            changed |= n->live;
+        }
+    for (int i = 0; i < n; i++)
+        if ((g->node[i].live = g->node[i].ret))
+            stack[sp++] = i;
+    while (sp) { /* a node turned live: the edges into it may make their sources live */
+        int t = stack[--sp];
+        for (int32_t j = off[t]; j < off[t + 1]; j++) {
+            g_node       *f = &g->node[rf[j]];
+            const g_edge *e = &f->e[rk[j]];
+            if (!f->live && g->node[e->to].live && (e->kind != GE_CALL || g->node[e->arg].live)) {
+                f->live     = 1;
+                stack[sp++] = rf[j];
+            }
         }
     }
+    free(off), free(pos), free(stack), free(rf), free(rk);
+    return 0;
+oom:
+    free(off), free(pos), free(stack), free(rf), free(rk);
+    return -1;
+}
+
+k3_status g_finish(k3_grammar *g) {
+    if (live_marks(g))
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     for (int i = 0; i < g->n_node; i++) { /* drop edges into dead ends: a mask never strands */
         g_node *n = &g->node[i];
         int     k = 0;
@@ -458,8 +513,14 @@ typedef struct g_walk {
     int32_t          *hash; /* (hcap) frame ids + 1, 0 empty */
     int               hcap;
     g_set             seen; /* closure scratch: every config visited this step */
+    g_cfg            *stab; /* (scap) seen as a hash set: slot k holds stab[k] when sgen[k] == gen */
+    uint32_t         *sgen;
+    int               scap, hashed; /* hashed: this step's seen is in stab (past G_SEEN_SCAN) */
+    uint32_t          gen;
     g_set             work;
-    int               oom;
+    int               base; /* the shallowest depth this step started from: calls go at most
+                             * G_MAX_DEPTH deeper within the step */
+    int oom;
 } g_walk;
 
 static int set_push(g_set *s, int32_t node, int32_t frame) {
@@ -488,10 +549,14 @@ static uint32_t frame_hash(int32_t ret, int32_t parent) {
     return ((uint32_t)ret * 2654435761u) ^ ((uint32_t)(parent + 2) * 40503u);
 }
 
-/* The frame (ret, parent), interned; -2 on out of memory or past G_MAX_DEPTH. */
+/* The frame (ret, parent), interned; -2 on out of memory or more than G_MAX_DEPTH calls deeper
+ * than the step began (a bound on calls that read nothing, e.g. a $ref to # at its start; a
+ * document may nest as deep as it likes: a bound on the whole stack cut it at 128, where the
+ * mask, computed against an unknown stack, still allowed the next '[': a 500 for a schema
+ * forcing 140 levels, and any recursive one the model nested that deep). */
 static int32_t frame_get(g_walk *w, int32_t ret, int32_t parent) {
     int depth = parent >= 0 ? w->fr[parent].depth + 1 : 1;
-    if (depth > G_MAX_DEPTH)
+    if (depth > w->base + G_MAX_DEPTH)
         return -2;
     if (2 * (w->n_fr + 1) > w->hcap) {
         int      cap = w->hcap ? w->hcap * 2 : 256;
@@ -531,27 +596,79 @@ static void walk_free(g_walk *w) {
     free(w->fr);
     free(w->hash);
     free(w->seen.v);
+    free(w->stab);
+    free(w->sgen);
     free(w->work.v);
 }
 
-static int seen_has(const g_set *s, int32_t node, int32_t frame) {
-    for (int i = 0; i < s->n; i++)
-        if (s->v[i].node == node && s->v[i].frame == frame)
+/* Adds (node, frame) to this step's seen set: 1 when it was there already, 0 when added, -1 on
+ * out of memory. A scan while the set is small (most steps: a few configurations), a hash set
+ * past G_SEEN_SCAN (a closure can reach hundreds of thousands of configurations, e.g. an
+ * object of thousands of optional members: a scan per visit was quadratic). */
+#define G_SEEN_SCAN 32
+static int seen_add(g_walk *w, int32_t node, int32_t frame) {
+    if (!w->hashed) {
+        for (int i = 0; i < w->seen.n; i++)
+            if (w->seen.v[i].node == node && w->seen.v[i].frame == frame)
+                return 1;
+        if (w->seen.n < G_SEEN_SCAN)
+            return set_push(&w->seen, node, frame);
+    }
+    if (!w->hashed || 2 * (w->seen.n + 1) > w->scap) { /* (re)build from the list */
+        int cap = w->scap ? w->scap : 256;
+        while (2 * (w->seen.n + 1) > cap)
+            cap *= 2;
+        if (cap != w->scap) {
+            g_cfg    *t  = k3_malloc((size_t)cap * sizeof *t);
+            uint32_t *gn = k3_calloc((size_t)cap, sizeof *gn);
+            if (!t || !gn) {
+                free(t);
+                free(gn);
+                return -1;
+            }
+            free(w->stab);
+            free(w->sgen);
+            w->stab = t, w->sgen = gn, w->scap = cap, w->gen = 0;
+        }
+        if (++w->gen == 0) {
+            memset(w->sgen, 0, (size_t)w->scap * sizeof *w->sgen);
+            w->gen = 1;
+        }
+        for (int i = 0; i < w->seen.n; i++) { /* distinct already */
+            uint32_t k = frame_hash(w->seen.v[i].node, w->seen.v[i].frame) & (uint32_t)(w->scap - 1);
+            while (w->sgen[k] == w->gen)
+                k = (k + 1) & (uint32_t)(w->scap - 1);
+            w->sgen[k] = w->gen, w->stab[k] = w->seen.v[i];
+        }
+        w->hashed = 1;
+    }
+    uint32_t k = frame_hash(node, frame) & (uint32_t)(w->scap - 1);
+    for (; w->sgen[k] == w->gen; k = (k + 1) & (uint32_t)(w->scap - 1))
+        if (w->stab[k].node == node && w->stab[k].frame == frame)
             return 1;
-    return 0;
+    w->sgen[k] = w->gen, w->stab[k] = (g_cfg){node, frame};
+    return set_push(&w->seen, node, frame);
+}
+
+/* Empties the seen set (the hash set's slots are dropped by a new generation when it is next
+ * built). */
+static void seen_clear(g_walk *w) {
+    w->seen.n = 0;
+    w->hashed = 0;
 }
 
 /* Closes w->work (the configurations just reached) into out: reading nodes are added, eps and
  * calls followed, ret nodes popped. *acc: the empty stack (frame root) was popped; *esc: the
- * unknown stack (G_UNK) was. w->seen must be cleared by the caller once per step. */
+ * unknown stack (G_UNK) was. w->seen must be cleared (seen_clear) once per step. */
 static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
     const k3_grammar *g = w->g;
     while (w->work.n) {
-        g_cfg c = w->work.v[--w->work.n];
-        if (seen_has(&w->seen, c.node, c.frame))
-            continue;
-        if (set_push(&w->seen, c.node, c.frame))
+        g_cfg c    = w->work.v[--w->work.n];
+        int   seen = seen_add(w, c.node, c.frame);
+        if (seen < 0)
             OOM_RET;
+        if (seen)
+            continue;
         const g_node *n = &g->node[c.node];
         if (n->reads && set_push(out, c.node, c.frame))
             OOM_RET;
@@ -568,9 +685,12 @@ static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
             if (e->kind == GE_EPS) {
                 if (set_push(&w->work, e->to, c.frame))
                     OOM_RET;
-            } else if (e->kind == GE_CALL) {
-                int32_t f = frame_get(w, e->to, c.frame);
-                if (f >= 0 && set_push(&w->work, e->arg, f))
+            } else if (e->kind == GE_CALL) { /* a call in tail position (it returns to a bare ret
+                                              * node: a $ref alias, an anyOf branch) pushes nothing:
+                                              * chains of them cost no depth */
+                const g_node *r = &g->node[e->to];
+                int32_t       f = r->ret && !r->n ? c.frame : frame_get(w, e->to, c.frame);
+                if (f >= -1 && set_push(&w->work, e->arg, f))
                     OOM_RET;
             }
         }
@@ -580,10 +700,18 @@ static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
 /* out = the closed set after reading byte b (kind GE_BYTE) or special id b (GE_SPECIAL). */
 static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set *out, int root, int *acc,
                  int *esc) {
-    out->n    = 0;
-    w->seen.n = 0;
+    out->n = 0;
+    seen_clear(w);
     w->work.n = 0;
     *acc = *esc = 0;
+    w->base     = INT32_MAX;
+    for (int i = 0; i < nin; i++) {
+        int d = in[i].frame >= 0 ? w->fr[in[i].frame].depth : 0;
+        if (d < w->base)
+            w->base = d;
+    }
+    if (!nin)
+        w->base = 0;
     for (int i = 0; i < nin; i++) {
         const g_node *n = &w->g->node[in[i].node];
         for (int k = 0; k < n->n; k++) {

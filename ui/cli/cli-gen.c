@@ -92,8 +92,8 @@ static int load_grammar(const ui_opts *o, const k3_tok *tok, int32_t n_vocab, in
                             : k3_grammar_json_object(*voc, g);
     free(text);
     if (st) {
-        fprintf(stderr, "k3chat: %s%s: %s\n", o->json_schema ? "--json-schema " : "--json",
-                o->json_schema ? o->json_schema : "", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s%s: %s\n", o->json_schema ? "--json-schema " : "--json",
+                        o->json_schema ? o->json_schema : "", k3_errmsg()); /* it quotes the file */
         k3_gvocab_free(*voc);
         *voc = NULL;
         return -1;

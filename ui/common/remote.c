@@ -31,7 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REMOTE_MAX_BODY (1u << 20) /* bytes kept of a non-stream body (errors, JSON answers) */
+#define REMOTE_MAX_BODY (1u << 20)  /* bytes kept of a non-stream body (errors, JSON answers) */
+#define REMOTE_MAX_EVENT (1u << 20) /* bytes of one stream event (its line, its data lines)    */
 #define REMOTE_CONNECT_S 10L
 #define REMOTE_SILENCE_S 300L /* no byte for this long: timed out */
 
@@ -230,6 +231,15 @@ static int on_event(remote *r, const char *d, size_t n) {
     return 0;
 }
 
+/* Refuses an event that grows past REMOTE_MAX_EVENT (a server that sends one endless line took
+ * all the memory it sent): -1 with the reason, 0 while it fits. */
+static int event_room(remote *r, size_t have, size_t more) {
+    if (have + more <= REMOTE_MAX_EVENT)
+        return 0;
+    snprintf(r->err, sizeof r->err, "malformed stream: an event over %u bytes", REMOTE_MAX_EVENT);
+    return -1;
+}
+
 /* One complete line of the event stream (without its end of line). */
 static int on_line(remote *r, const char *s, size_t n) {
     if (n && s[n - 1] == '\r')
@@ -245,6 +255,8 @@ static int on_line(remote *r, const char *s, size_t n) {
         s += 5, n -= 5;
         if (n && *s == ' ')
             s++, n--;
+        if (event_room(r, r->data.n, n + 1))
+            return -1;
         if (r->data.n)
             txt_buf_add(&r->data, "\n", 1);
         return txt_buf_add(&r->data, s, n);
@@ -274,13 +286,13 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
         const char *nl = memchr(p + k, '\n', n - k);
         size_t      m  = nl ? (size_t)(nl - (p + k)) : n - k;
         if (!nl) { /* incomplete: keep for the next read */
-            if (txt_buf_add(&r->line, p + k, m))
+            if (event_room(r, r->line.n, m) || txt_buf_add(&r->line, p + k, m))
                 return 0;
             break;
         }
         int rc;
         if (r->line.n) {
-            if (txt_buf_add(&r->line, p + k, m))
+            if (event_room(r, r->line.n, m) || txt_buf_add(&r->line, p + k, m))
                 return 0;
             rc        = on_line(r, r->line.p, r->line.n);
             r->line.n = 0;
