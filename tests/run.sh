@@ -34,7 +34,9 @@
 # the per-test lines still come in the fixed order (trees, C tests, scripts) as each test and
 # all before it have finished, and the closing line counts them all. K3_TEST_JOBS=1 runs one
 # test at a time. TEST_FILTER=substring limits which tests run.
-# Per-test logs: BUILD/test-logs/NAME.log.
+# Per-test logs: BUILD/test-logs/NAME.log. Each test's summary line ends with its wall seconds,
+# the CPU seconds of its processes (user + system) and when it started, in seconds from the first
+# test's start: where the suite's time goes on a 2-core machine (CPU or waiting) and its schedule.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 2
@@ -123,6 +125,10 @@ run_one() {
     wait $!
     rc=$?
     t1=$(date +%s)
+    # the CPU seconds of the test's processes (user + system of the children waited for)
+    # (times in a pipe or $(...) would run in a fork, whose children have used nothing)
+    times >"$res/$id.times"
+    cpu=$(awk 'END { split($1 " " $2, a, /[ms]/); printf "%d", a[1] * 60 + a[2] + a[3] * 60 + a[4] }' "$res/$id.times")
     rm -rf "$tmp"
     p=$(grep -c '^PASS:' "$log"); f=$(grep -c '^FAIL:' "$log"); s=$(grep -c '^SKIP:' "$log")
     {
@@ -132,7 +138,8 @@ run_one() {
         elif [ $((p + f + s)) -eq 0 ]; then
             f=1; echo "  [$b] $name: FAIL: printed no assertion (log: $log)"
         fi
-        printf '%-8s %-40s %4d passed %3d failed %3d skipped  %3ds\n' "[$b]" "$name" "$p" "$f" "$s" $((t1 - t0))
+        printf '%-8s %-40s %4d passed %3d failed %3d skipped  %3ds  (cpu %3ds, from %3ds)\n' "[$b]" "$name" "$p" "$f" "$s" \
+            $((t1 - t0)) "$cpu" $((t0 - start))
         echo "$p $f $s" >"$res/$id.cnt"
     } >"$res/$id.out"
     : >"$res/$id.done"
@@ -196,7 +203,7 @@ done
 # the scheduler: start tests in that order while fewer than $jobs run (a run-alone test only
 # when none runs, and nothing beside it), passing over those whose tree is still being built
 # (--bg); print the summaries in list order as they complete
-running=0; alone=0; shown=1
+running=0; alone=0; shown=1; start=$(date +%s)
 pending=$order
 while [ $shown -le $n ]; do
     left=""; hold=0
