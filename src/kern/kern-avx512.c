@@ -34,7 +34,9 @@
  *   blocking: each column does its own steps, in its own order, so column t does not depend on
  *   how many ran beside it). nc is a compile-time constant in each instantiation (one function
  *   per count) so the accumulators stay in registers. BENCHMARKS.md, "Batched decode after the
- *   one order", has the figures.
+ *   one order", has the figures. At one column nothing shares the transpose, which costs more
+ *   shuffles per weight byte than the row tiles' reduction: i8_rows16 as the matvec read 0.93x
+ *   from the caches and 0.79-0.87x from DRAM ("Decode matvec compute ceiling"), so it is not.
  * - Matvec (nc == 1; decode: a DRAM stream): each row of a 4-row tile prefetches the same bytes of
  *   the row kern_mv_ahead() tiles below it, and the tile start asks for that tile's scale lines,
  *   so the next tile is in flight while this one computes (a byte distance of a few KiB would
