@@ -111,6 +111,13 @@ struct k3_grammar {
     char             what[64]; /* "json schema", "json object", "tool calls" */
 };
 
+/* The grammar's hash indexes (matcher frames, DFA state sets, schema rules, $defs names) are one
+ * kind of table: slot k holds entry + 1 (0: empty), linear probing, cap a power of two, at most
+ * half full. g_index_build makes a table of cap slots for entries 0..n-1, hash(ctx, i) giving
+ * entry i's hash (masked here); NULL on out of memory. It runs only when a table grows; each
+ * site keeps its look-up inline (the mask walk's hot path). */
+int32_t *g_index_build(int cap, int n, uint32_t (*hash)(const void *ctx, int i), const void *ctx);
+
 /* ---- building (gram.c) ---- */
 int       g_node_new(k3_grammar *g); /* -1 on out of memory or past G_MAX_NODES (g->full) */
 k3_status g_edge_add(k3_grammar *g, int from, g_edge e);

@@ -651,6 +651,11 @@ static uint32_t name_hash(const char *p, size_t n, int cap) {
     return h & (uint32_t)(cap - 1);
 }
 
+static uint32_t name_hash_at(const void *ctx, int i) {
+    const jv *key = &((const jv *)ctx)->keys[i];
+    return name_hash(key->s, key->n, INT32_MAX / 2 + 1); /* all bits: g_index_build masks */
+}
+
 /* defs' member named name: a hash look-up (a scan per $ref was quadratic in the definitions). */
 static const jv *defs_get(sc *c, const jv *defs, const char *name) {
     if (!defs || defs->kind != JV_OBJECT || defs->n < 16)
@@ -659,15 +664,9 @@ static const jv *defs_get(sc *c, const jv *defs, const char *name) {
         int cap = 32;
         while ((size_t)cap < 2 * defs->n)
             cap *= 2;
-        int32_t *h = k3_calloc((size_t)cap, sizeof *h);
+        int32_t *h = defs->n < INT32_MAX / 2 ? g_index_build(cap, (int)defs->n, name_hash_at, defs) : NULL;
         if (!h)
             return jv_get(defs, name);
-        for (size_t i = 0; i < defs->n; i++) {
-            uint32_t k = name_hash(defs->keys[i].s, defs->keys[i].n, cap);
-            while (h[k])
-                k = (k + 1) & (uint32_t)(cap - 1);
-            h[k] = (int32_t)i + 1;
-        }
         free(c->dh);
         c->dh = h, c->dhcap = cap, c->dobj = defs;
     }
@@ -965,6 +964,9 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
 static uint32_t rule_hash(const jv *s, int cap) {
     return (uint32_t)(((uintptr_t)s >> 3) * 2654435761u) & (uint32_t)(cap - 1);
 }
+static uint32_t rule_hash_at(const void *ctx, int i) {
+    return rule_hash(((const sc *)ctx)->rule[i].s, INT32_MAX / 2 + 1); /* all bits: g_index_build masks */
+}
 
 /* The rule of schema s (one per schema: $ref recursion ends there): its start node. It is only
  * registered here; rules_emit writes it, so a chain of 50,000 $refs is a loop, not a recursion
@@ -985,15 +987,9 @@ static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
     }
     if (2 * (c->n_rule + 1) > c->rhcap) {
         int      cap = c->rhcap ? c->rhcap * 2 : 64;
-        int32_t *h   = k3_calloc((size_t)cap, sizeof *h);
+        int32_t *h   = g_index_build(cap, c->n_rule, rule_hash_at, c);
         if (!h)
             return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        for (int i = 0; i < c->n_rule; i++) {
-            uint32_t k = rule_hash(c->rule[i].s, cap);
-            while (h[k])
-                k = (k + 1) & (uint32_t)(cap - 1);
-            h[k] = i + 1;
-        }
         free(c->rh);
         c->rh    = h;
         c->rhcap = cap;

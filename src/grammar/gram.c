@@ -545,8 +545,25 @@ static int set_reserve(g_set *s, int n) {
     return 0;
 }
 
+int32_t *g_index_build(int cap, int n, uint32_t (*hash)(const void *ctx, int i), const void *ctx) {
+    int32_t *h = k3_calloc((size_t)cap, sizeof *h);
+    if (!h)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        uint32_t k = hash(ctx, i) & (uint32_t)(cap - 1);
+        while (h[k])
+            k = (k + 1) & (uint32_t)(cap - 1);
+        h[k] = i + 1;
+    }
+    return h;
+}
+
 static uint32_t frame_hash(int32_t ret, int32_t parent) {
     return ((uint32_t)ret * 2654435761u) ^ ((uint32_t)(parent + 2) * 40503u);
+}
+static uint32_t frame_hash_at(const void *ctx, int i) {
+    const g_frame *f = &((const g_walk *)ctx)->fr[i];
+    return frame_hash(f->ret, f->parent);
 }
 
 /* The frame (ret, parent), interned; -2 on out of memory or more than G_MAX_DEPTH calls deeper
@@ -560,15 +577,9 @@ static int32_t frame_get(g_walk *w, int32_t ret, int32_t parent) {
         return -2;
     if (2 * (w->n_fr + 1) > w->hcap) {
         int      cap = w->hcap ? w->hcap * 2 : 256;
-        int32_t *h   = k3_calloc((size_t)cap, sizeof *h);
+        int32_t *h   = g_index_build(cap, w->n_fr, frame_hash_at, w);
         if (!h)
             return w->oom = 1, -2;
-        for (int i = 0; i < w->n_fr; i++) {
-            uint32_t k = frame_hash(w->fr[i].ret, w->fr[i].parent) & (uint32_t)(cap - 1);
-            while (h[k])
-                k = (k + 1) & (uint32_t)(cap - 1);
-            h[k] = i + 1;
-        }
         free(w->hash);
         w->hash = h;
         w->hcap = cap;
@@ -770,6 +781,11 @@ static uint32_t set_hash(const g_cfg *v, int n) {
 }
 
 /* The id of the set v[0..n) (sorted in place), a new state if unseen; -1 on out of memory. */
+static uint32_t set_hash_at(const void *ctx, int s) {
+    const g_dfa *d = ctx;
+    return set_hash(d->cfg + d->off[s], d->off[s + 1] - d->off[s]);
+}
+
 static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
     if (d->canon)
         for (int i = 0; i < n; i++)
@@ -786,15 +802,9 @@ static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
         return -1;
     if (2 * (d->n + 1) >= d->hcap) {
         int      cap = d->hcap ? d->hcap * 2 : 256;
-        int32_t *h   = k3_calloc((size_t)cap, sizeof *h);
+        int32_t *h   = g_index_build(cap, d->n, set_hash_at, d);
         if (!h)
             return -1;
-        for (int s = 0; s < d->n; s++) {
-            uint32_t k = set_hash(d->cfg + d->off[s], d->off[s + 1] - d->off[s]) & (uint32_t)(cap - 1);
-            while (h[k])
-                k = (k + 1) & (uint32_t)(cap - 1);
-            h[k] = s + 1;
-        }
         free(d->hash);
         d->hash = h;
         d->hcap = cap;
