@@ -644,16 +644,16 @@ static k3_status types_of(const jv *s, const char *path, int *mask) {
     return K3_OK;
 }
 
-static uint32_t name_hash(const char *p, size_t n, int cap) {
+static uint32_t name_hash(const char *p, size_t n) {
     uint32_t h = 2166136261u;
     for (size_t i = 0; i < n; i++)
         h = (h ^ (uint8_t)p[i]) * 16777619u;
-    return h & (uint32_t)(cap - 1);
+    return h;
 }
 
 static uint32_t name_hash_at(const void *ctx, int i) {
     const jv *key = &((const jv *)ctx)->keys[i];
-    return name_hash(key->s, key->n, INT32_MAX / 2 + 1); /* all bits: g_index_build masks */
+    return name_hash(key->s, key->n);
 }
 
 /* defs' member named name: a hash look-up (a scan per $ref was quadratic in the definitions). */
@@ -670,8 +670,9 @@ static const jv *defs_get(sc *c, const jv *defs, const char *name) {
         free(c->dh);
         c->dh = h, c->dhcap = cap, c->dobj = defs;
     }
-    size_t n = strlen(name);
-    for (uint32_t k = name_hash(name, n, c->dhcap); c->dh[k]; k = (k + 1) & (uint32_t)(c->dhcap - 1)) {
+    size_t         n    = strlen(name);
+    const uint32_t mask = (uint32_t)(c->dhcap - 1);
+    for (uint32_t k = name_hash(name, n) & mask; c->dh[k]; k = (k + 1) & mask) {
         const jv *key = &defs->keys[c->dh[k] - 1];
         if (key->n == n && !memcmp(key->s, name, n))
             return &defs->items[c->dh[k] - 1];
@@ -961,11 +962,11 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
     return K3_OK;
 }
 
-static uint32_t rule_hash(const jv *s, int cap) {
-    return (uint32_t)(((uintptr_t)s >> 3) * 2654435761u) & (uint32_t)(cap - 1);
+static uint32_t rule_hash(const jv *s) {
+    return (uint32_t)(((uintptr_t)s >> 3) * 2654435761u);
 }
 static uint32_t rule_hash_at(const void *ctx, int i) {
-    return rule_hash(((const sc *)ctx)->rule[i].s, INT32_MAX / 2 + 1); /* all bits: g_index_build masks */
+    return rule_hash(((const sc *)ctx)->rule[i].s);
 }
 
 /* The rule of schema s (one per schema: $ref recursion ends there): its start node. It is only
@@ -973,8 +974,8 @@ static uint32_t rule_hash_at(const void *ctx, int i) {
  * 50,000 deep (which overflowed the stack), and finding it is a hash look-up (a scan per call
  * was quadratic in the rules). */
 static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
-    for (uint32_t k = c->rhcap ? rule_hash(s, c->rhcap) : 0; c->rhcap && c->rh[k];
-         k          = (k + 1) & (uint32_t)(c->rhcap - 1))
+    const uint32_t mask = (uint32_t)(c->rhcap - 1); /* no table yet (rhcap 0): no look-up */
+    for (uint32_t k = rule_hash(s) & mask; c->rhcap && c->rh[k]; k = (k + 1) & mask)
         if (c->rule[c->rh[k] - 1].s == s)
             return *start = c->rule[c->rh[k] - 1].start, K3_OK;
     if (c->n_rule == c->cap_rule) {
@@ -1000,7 +1001,7 @@ static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
         free(p);
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     }
-    uint32_t k = rule_hash(s, c->rhcap);
+    uint32_t k = rule_hash(s) & (uint32_t)(c->rhcap - 1);
     while (c->rh[k])
         k = (k + 1) & (uint32_t)(c->rhcap - 1);
     c->rh[k]             = c->n_rule + 1;

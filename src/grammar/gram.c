@@ -780,12 +780,12 @@ static uint32_t set_hash(const g_cfg *v, int n) {
     return h;
 }
 
-/* The id of the set v[0..n) (sorted in place), a new state if unseen; -1 on out of memory. */
 static uint32_t set_hash_at(const void *ctx, int s) {
     const g_dfa *d = ctx;
     return set_hash(d->cfg + d->off[s], d->off[s + 1] - d->off[s]);
 }
 
+/* The id of the set v[0..n) (sorted in place), a new state if unseen; -1 on out of memory. */
 static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
     if (d->canon)
         for (int i = 0; i < n; i++)
