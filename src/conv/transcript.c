@@ -978,7 +978,7 @@ static k3_status parse_line(const lctx *L, const char *p, size_t n, k3_conv *c, 
     if (!j) {
         *json_syntax = 1;
         return LERR(L, "invalid JSON at column %d: %s", e.column,
-                    strstr(e.text, "JSON_ALLOW_NUL")
+                    json_error_code(&e) == json_error_null_character
                         ? "a \\u0000 (NUL) in a string, which a transcript cannot hold"
                         : e.text); /* not the library's flag name */
     }
