@@ -346,10 +346,12 @@ typedef struct k3_chat_msg {
     int                 n_images;   /* > 0: K3_ERR_UNSUPPORTED (images are not supported yet)    */
     const k3_tool_call *tool_calls; /* assistant: (n_tool_calls) calls, in order        */
     int                 n_tool_calls;
-    const char         *name;         /* tool: the tool's name (NULL: from the matching call)       */
-    const char         *tool_call_id; /* tool: the id of the call this result answers           */
-    const char         *tools;        /* system: a JSON array of tool declarations: rendered in
-                                       * place as "New Tools Available" (content dropped)          */
+    const char         *name; /* tool: the tool's name (NULL: from the matching call);
+                               * system, user, assistant: the speaker's name, rendered
+                               * as name="..." when non-empty (k3-tools.md 1.4)          */
+    const char *tool_call_id; /* tool: the id of the call this result answers           */
+    const char *tools;        /* system: a JSON array of tool declarations: rendered in
+                               * place as "New Tools Available" (content dropped)          */
 } k3_chat_msg;
 
 typedef struct k3_chat_opts {
@@ -512,10 +514,11 @@ typedef struct k3_msg {
     int           n_ids;
     k3_tool_call *tool_calls; /* assistant: (n_tool_calls) calls it made (strings owned)  */
     int           n_tool_calls;
-    char         *tool_name;    /* tool result: the tool's name (NULL: from its call)     */
-    char         *tool_call_id; /* tool result: the call it answers (NULL when unknown)   */
-    char         *tools;        /* system: tools declared here, in place (JSON array text;
-                                 * k3-tools.md 1.2 "New Tools Available"), NULL when none  */
+    char         *tool_name; /* tool result: the tool's name (NULL: from its call); other
+                              * roles: the message's "name" (name="..."), NULL: none    */
+    char *tool_call_id;      /* tool result: the call it answers (NULL when unknown)   */
+    char *tools;             /* system: tools declared here, in place (JSON array text;
+                              * k3-tools.md 1.2 "New Tools Available"), NULL when none  */
 } k3_msg;
 
 typedef struct k3_conv_settings {

@@ -643,6 +643,28 @@ static void test_rules(const k3_tok *t) {
             "index=\"3\"<|sep|>Ry<|close|>message<|sep|><|end_of_msg|>"),
         "an unmatched id leaves the run in order: names from name, else call I of the last assistant");
 
+    /* 1.4's note, the release's encoder: system, user and assistant messages carry
+     * name="..." (escaped as every attribute) when name is non-empty; tool results do not */
+    k3_tool_call c1[] = {{.id = "k", .name = "a"}};
+    k3_chat_msg  nm[] = {
+         {.role = "system", .content = "s", .name = "Bo & \"Al\""},
+         {.role = "developer", .content = "d", .name = "dev"},
+         {.role = "user", .content = "u", .name = ""},
+         {.role = "assistant", .content = "", .name = "x<|sep|>", .tool_calls = c1, .n_tool_calls = 1},
+         {.role = "tool", .content = "r", .tool_call_id = "k", .name = "a"}};
+    T_CHECK(
+        render_is(t, nm, 5, &off,
+                  "<|open|>message role=\"system\" name=\"Bo &amp; &quot;Al&quot;\"<|sep|>s<|close|>message"
+                  "<|sep|><|end_of_msg|><|open|>message role=\"system\" name=\"dev\"<|sep|>d<|close|>message"
+                  "<|sep|><|end_of_msg|><|open|>message role=\"user\"<|sep|>u<|close|>message<|sep|>"
+                  "<|end_of_msg|><|open|>message role=\"assistant\" name=\"x\xc2\xabsep\xc2\xbb\"<|sep|>"
+                  "<|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|><|open|>call "
+                  "tool=\"a\" index=\"1\"<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message"
+                  "<|sep|><|end_of_msg|><|open|>message role=\"tool\" tool=\"a\" index=\"1\"<|sep|>r"
+                  "<|close|>message<|sep|><|end_of_msg|>"),
+        "name=\"...\" on system, developer and assistant messages (escaped; marker text stays text), "
+        "none when empty or on a tool result");
+
     /* 1.6 tool_choice: after the last message, before the prompt; independent of tools */
     k3_chat_msg  u[] = {{.role = "user", .content = "u"}};
     k3_chat_opts req = {.think = 0, .gen_prompt = 1, .tool_choice = "required"};

@@ -593,7 +593,10 @@ static void test_tools(void) {
                         "\"type\":\"object\"}}}]";
     T_CHECK(k3_conv_set_tools(a, tools) == K3_OK && k3_conv_tools(a) && !strcmp(k3_conv_tools(a), tools),
             "tools set");
-    k3_conv_add(a, K3_ROLE_USER, "Weather in Paris and Rome?", NULL);
+    k3_msg um = {.role      = K3_ROLE_USER,
+                 .content   = (char *)(uintptr_t) "Weather in Paris and Rome?",
+                 .tool_name = (char *)(uintptr_t) "ana"}; /* a speaker's name */
+    k3_conv_add_msg(a, &um);
     k3_tool_call calls[] = {{.id = "call_a", .name = "get_weather", .arguments = "{\"city\": \"Paris\"}"},
                             {.id = "call_b", .name = "get_weather", .arguments = "{\"city\": \"Rome\"}"}};
     k3_msg       am      = {.role         = K3_ROLE_ASSISTANT,
@@ -637,6 +640,8 @@ static void test_tools(void) {
     T_CHECK(k3_conv_load(b, p, NULL) == K3_OK && k3_conv_count(b) == 5, "load it back (%s)", k3_errmsg());
     T_CHECK(k3_conv_msg(b, 4)->tools && strstr(k3_conv_msg(b, 4)->tools, "\"late\""),
             "the in-place declarations come back with their system message");
+    T_CHECK(k3_conv_msg(b, 0)->tool_name && !strcmp(k3_conv_msg(b, 0)->tool_name, "ana"),
+            "a user message's name comes back (it was dropped on load)");
     const k3_msg *m1 = k3_conv_msg(b, 1), *m2 = k3_conv_msg(b, 2), *m3 = k3_conv_msg(b, 3);
     k3_conv_get_settings(b, &set);
     T_CHECK(m1 && m1->n_tool_calls == 2 && !strcmp(m1->tool_calls[1].id, "call_b") &&

@@ -855,11 +855,10 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
     }
     if ((st = get_str(L, o, "", "tool_call_id", &tcid)) || (st = get_str(L, o, "", "name", &tname)))
         goto out;
-    if (m.role == K3_ROLE_TOOL) {
+    if (m.role == K3_ROLE_TOOL)
         m.tool_call_id = (char *)(uintptr_t)tcid;
-        m.tool_name    = (char *)(uintptr_t)tname;
-    }
-    json_t *mt = json_object_get(o, "tools");
+    m.tool_name = (char *)(uintptr_t)tname; /* a tool's, or the speaker's (rendered name="...") */
+    json_t *mt  = json_object_get(o, "tools");
     if (mt && !json_is_null(mt) && m.role == K3_ROLE_SYSTEM) {
         if (!json_is_array(mt)) {
             st = LERR(L, "\"tools\" is %s, expected an array", jtype(mt));

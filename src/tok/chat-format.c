@@ -250,9 +250,17 @@ static k3_status message(chat_enc *e, size_t mi, const char *role, const char *t
                          int think, const char *tool_name, int tool_index) {
     char idx[16];
     snprintf(idx, sizeof idx, "%d", tool_index);
-    const char *attrs[]  = {"role", role, type ? "type" : NULL, type, NULL};
-    const char *tattrs[] = {"role", role, "tool", tool_name, "index", idx, NULL};
-    k3_status   st       = open_tag(e, "message", tool_name ? tattrs : attrs);
+    /* role, then: a tool result's tool and index; an internal message's type; else name="..."
+     * when the message has a non-empty name (the release's encoder, k3-tools.md 1.4) */
+    const char *val     = tool_name ? tool_name : type ? type : m->name && *m->name ? m->name : NULL;
+    const char *attrs[] = {"role",
+                           role,
+                           val ? (tool_name ? "tool" : type ? "type" : "name") : NULL,
+                           val,
+                           tool_name ? "index" : NULL,
+                           idx,
+                           NULL};
+    k3_status   st      = open_tag(e, "message", attrs);
     if (st)
         return st;
     if (!strcmp(role, "assistant")) {

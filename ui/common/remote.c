@@ -370,7 +370,7 @@ static char *request_body(remote *r, const ue_gen *g) {
             json_object_set_new(o, "tool_calls", calls);
         if (m->tool_call_id)
             json_object_set_new(o, "tool_call_id", json_string(m->tool_call_id));
-        if (m->role == K3_ROLE_TOOL && m->tool_name)
+        if (m->tool_name) /* a tool's name, or the speaker's */
             json_object_set_new(o, "name", json_string(m->tool_name));
         json_array_append_new(msgs, o);
     }

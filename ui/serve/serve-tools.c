@@ -147,8 +147,23 @@ static char *dup_str(json_t *v) {
     return strndup(json_string_value(v), json_string_length(v));
 }
 
+/* A system, user or assistant message's "name" (the speaker's, rendered name="..." when
+ * non-empty: k3-tools.md 1.4): any string, escaped by the chat format. */
+static int speaker_name(json_t *m, size_t i, stools_msg *x, stools_err *e) {
+    json_t *v = json_object_get(m, "name");
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return bad(e, "invalid_type", "messages[%zu].name: expected a string", i);
+    if (!json_string_length(v))
+        return 0;
+    return (x->name = dup_str(v)) ? 0 : bad(e, "out_of_memory", "out of memory");
+}
+
 int stools_parse_message(json_t *m, size_t i, k3_role role, stools_msg *x, stools_err *e) {
     json_t *v;
+    if (role != K3_ROLE_TOOL && speaker_name(m, i, x, e))
+        return -1;
     if (role == K3_ROLE_SYSTEM) { /* tools declared in place (k3-tools.md 1.2) */
         char where[48];
         snprintf(where, sizeof where, "messages[%zu].tools", i);

@@ -22,7 +22,8 @@ typedef struct stools_req {
     int   single;          /* parallel_tool_calls false: at most one call                     */
 } stools_req;
 
-/* The tool parts of one message: an assistant's calls, a tool result's id and name. */
+/* The tool parts of one message: an assistant's calls, a tool result's id and name (or the
+ * speaker's name of a system, user or assistant message). */
 typedef struct stools_msg {
     k3_tool_call *calls; /* (n_calls) strings owned */
     int           n_calls;
@@ -35,7 +36,7 @@ int  stools_parse_request(json_t *body, stools_req *r, stools_err *e);
 void stools_req_free(stools_req *r);
 
 /* The tool parts of messages[i]: an assistant's tool_calls, a tool result's tool_call_id and
- * name, a system message's tools (declared in place). */
+ * name, a system message's tools (declared in place), the name of any other message. */
 int stools_parse_message(json_t *m, size_t i, k3_role role, stools_msg *x, stools_err *e);
 /* Every tool result answers a call of the nearest assistant message before it; a message's
  * calls have distinct ids, and each is answered exactly once (400s name the missing or
