@@ -7,7 +7,8 @@
 # (npm openai 5 + zod 3, SKIP without node/npm) parses zodResponseFormat and raw json_schema answers
 # and gets required (single) and named (streamed) calls; usage.prompt_tokens of json_schema,
 # json_object, required, named and none + json_schema requests equals the prompt rendered here from
-# k3-tools.md 1.2/1.6/1.7 (tokenised by tools/nano_tok.py); with thinking on and thinking_budget
+# k3-tools.md 1.2/1.6/1.7 (tokenised by tools/nano_tok.py), and so does that of a chat with every
+# message kind (names, text parts, an empty reasoning_content beside reasoning); with thinking on and thinking_budget
 # (which closes k3-nano's reasoning), the reasoning is free text and the answer validates. Elsewhere thinking is off (k3-nano seldom opens its
 # response channel after thinking, and reasoning is never masked). The server runs on
 # 127.0.0.1 with a kernel-picked port and is always killed; every wait is bounded.
@@ -265,6 +266,34 @@ try:
         got = o.get("usage", {}).get("prompt_tokens") if code == 200 and isinstance(o, dict) else None
         ok(got == len(want), "%s: usage.prompt_tokens %s = %d, the spec's prompt (k3-tools.md 1.2/1.6/1.7)%s"
            % (desc, got, len(want), "" if code == 200 else ": HTTP %d %s" % (code, str(o)[:160])))
+
+    # ---- each message kind as the release's encoder renders it (k3-chat.md 2, k3-tools.md 1.4):
+    # name="..." (escaped) on system, developer and assistant messages; text parts concatenated
+    # with nothing between them; an empty reasoning_content gives way to reasoning; thinking on
+    def msg(role, body, attrs=()):
+        return tk.open_tag("message", [("role", role)] + list(attrs)) + body + tk.close_tag("message") + \
+            [sp["<|end_of_msg|>"]]
+    kinds = [{"role": "system", "name": 'Ops & "Co"', "content": "Be brief."},
+             {"role": "developer", "name": "", "content": "Plain."},
+             {"role": "user", "name": "ana",
+              "content": [{"type": "text", "text": "Hi,"}, {"type": "text", "text": " there"}]},
+             {"role": "assistant", "name": "k3", "content": "Hello.", "reasoning_content": "",
+              "reasoning": "Greet."},
+             {"role": "user", "content": "Bye"}]
+    want = (sysmsg("thinking-effort", nano_tok.EFFORT_BODY.format("max"))
+            + msg("system", tk.encode("Be brief."), [("name", 'Ops & "Co"')])
+            + msg("system", tk.encode("Plain."))
+            + msg("user", tk.encode("Hi,") + tk.encode(" there"), [("name", "ana")])
+            + msg("assistant", tk.open_tag("think") + tk.encode("Greet.") + tk.close_tag("think")
+                  + tk.open_tag("response") + tk.encode("Hello.") + tk.close_tag("response"), [("name", "k3")])
+            + msg("user", tk.encode("Bye")) + tk.open_tag("message", [("role", "assistant")])
+            + tk.open_tag("think"))
+    code, o = post({"messages": kinds, "temperature": 0, "max_tokens": 1})
+    got = o.get("usage", {}).get("prompt_tokens") if code == 200 and isinstance(o, dict) else None
+    ok(got == len(want), "names, text parts, reasoning: usage.prompt_tokens %s = %d, the release's "
+       "rendering%s" % (got, len(want), "" if code == 200 else ": HTTP %d %s" % (code, str(o)[:160])))
+    code, o = post({"messages": [{"role": "user", "name": 7, "content": "x"}]})
+    ok(code == 400 and "messages[0].name" in json.dumps(o), "a name that is not a string: 400 naming it")
 
     # ---- the official OpenAI SDK (npm openai 5 + zod 3, installed outside the repository by
     # serve_lib.openai_sdk into K3_OPENAI_JS, default ~/.cache/k3chat/openai-js)

@@ -37,7 +37,9 @@ void sreq_free(sreq *r) {
 
 #define bad serve_bad
 
-/* Message content: a string, null, or an array of {"type":"text","text":...} parts. */
+/* Message content: a string, null, or an array of {"type":"text","text":...} parts, which are
+ * concatenated as they are (the release's encoder writes each part's text with nothing
+ * between them). */
 static int parse_content(json_t *v, int i, const char *field, char **out, perr *e) {
     if (!v || json_is_null(v)) {
         *out = strdup("");
@@ -71,8 +73,7 @@ static int parse_content(json_t *v, int i, const char *field, char **out, perr *
             free(b.p);
             return bad(e, "invalid_type", "messages[%d].%s[%zu].text: expected a string", i, field, k);
         }
-        if ((k && txt_buf_add(&b, "\n", 1)) ||
-            txt_buf_add(&b, json_string_value(text), json_string_length(text))) {
+        if (txt_buf_add(&b, json_string_value(text), json_string_length(text))) {
             free(b.p);
             return bad(e, "out_of_memory", "out of memory");
         }
@@ -121,11 +122,16 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
             return -1;
         if (stools_parse_message(m, i, d->role, &r->tx[i], e))
             return -1;
+        /* the first of these that is not empty (the release: reasoning_content or reasoning) */
         static const char *rk[] = {"reasoning_content", "reasoning", "thinking"};
         for (int k = 0; k < 3 && d->role == K3_ROLE_ASSISTANT && !d->reasoning; k++) {
             json_t *v = json_object_get(m, rk[k]);
             if (v && !json_is_null(v) && parse_content(v, (int)i, rk[k], &d->reasoning, e))
                 return -1;
+            if (d->reasoning && !d->reasoning[0]) { /* "": the next name may hold it */
+                free(d->reasoning);
+                d->reasoning = NULL;
+            }
         }
     }
     if (r->msgs[n - 1].role != K3_ROLE_USER && r->msgs[n - 1].role != K3_ROLE_TOOL)
