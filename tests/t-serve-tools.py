@@ -4,8 +4,8 @@
 # official OpenAI SDK for JavaScript (npm `openai` 5, installed outside the repository into
 # K3_OPENAI_JS, default ~/.cache/k3chat/openai-js; SKIP without node/npm or the registry):
 # tool calls streamed and not, a tool result turn (and its prompt-cache reuse), tool_choice
-# required/none, a truncated call, and the bad-input cases of issues 23 and 37 (400 naming the field; tool
-# histories with a call unanswered or answered twice, a shared id, an undeclared tool, a duplicate name).
+# required/none, a truncated call, a call cut by the model's end of message, and the bad-input
+# cases of issues 23 and 37 (400 naming the field; tool histories with a call unanswered or answered twice, a shared id, an undeclared tool, a duplicate name).
 # The server runs on 127.0.0.1 with a kernel-picked port and is always killed; every wait is
 # bounded.
 import json
@@ -28,8 +28,13 @@ WANT_ARGS = ['{"city": "Par\\"is\\\\", "unit": "celsius"}', '{"days": 3, "opts":
 ANSWER = "Got it.<|close|>think<|sep|><|open|>response<|sep|>It is 18 C.<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"
 TRUNCATED = ("Hmm.<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>"
              + '<|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="city" type="string"<|sep|>Lon')
+# the model ends its message (end_of_msg) inside its second call: one complete call
+CUT_BY_EOM = ("Two.<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>"
+              + CALL % ("get_weather", 1, ARG % ("city", "string", "Paris"))
+              + '<|open|>call tool="get_time" index="2"<|sep|><|open|>argument key="days" type="number"<|sep|>3'
+              + "<|end_of_msg|>")
 # turns in the order the requests below reach the model (the last one repeats)
-TURNS = [TWO_CALLS, TWO_CALLS, ANSWER, TRUNCATED, TRUNCATED, TWO_CALLS, TWO_CALLS, TWO_CALLS, ANSWER, ANSWER, TWO_CALLS]
+TURNS = [TWO_CALLS, TWO_CALLS, ANSWER, TRUNCATED, TRUNCATED, CUT_BY_EOM, CUT_BY_EOM, TWO_CALLS, TWO_CALLS, TWO_CALLS, ANSWER, ANSWER, TWO_CALLS]
 SCRIPT = os.path.join(T, "script.txt")
 with open(SCRIPT, "w") as f:
     f.write("\n---\n".join(TURNS) + "\n")
@@ -145,14 +150,32 @@ try:
        "".join(tc["function"]["arguments"] for tc in tcs) == '{"city": "Lon',
        "streamed: what was streamed stays (name, partial arguments), finish_reason length")
 
-    # ---- 5. tool_choice required / none (turns 6, 7): the prompt grows by the tool-choice message
+    # ---- 4b. the model ends inside its second call (turns 6, 7): the plain answer has the complete
+    # call (k3-tools.md 2.3); the stream, which sent the second call's start, reports length (2.4),
+    # not tool_calls (a client would parse arguments that are not JSON)
+    code, o = post({"messages": q, "tools": TOOLS})
+    ch = o.get("choices", [{}])[0] if code == 200 else {}
+    cs = ch.get("message", {}).get("tool_calls") or []
+    ok(code == 200 and ch.get("finish_reason") == "tool_calls" and
+       [(c["function"]["name"], c["function"]["arguments"]) for c in cs] == [("get_weather", '{"city": "Paris"}')],
+       "end of message inside the second call: the complete call, finish_reason tool_calls (%s)" % str(ch)[:200])
+    code, text = post({"messages": q, "tools": TOOLS, "stream": True})
+    evs, done = events(text) if code == 200 else ([], False)
+    tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
+    fins = [e["choices"][0]["finish_reason"] for e in evs if e.get("choices") and e["choices"][0]["finish_reason"]]
+    ok(done and fins == ["length"] and [tc["function"].get("name") for tc in tcs if "id" in tc] ==
+       ["get_weather", "get_time"] and
+       "".join(tc["function"]["arguments"] for tc in tcs if tc["index"] == 0) == '{"city": "Paris"}',
+       "streamed: both calls' starts stay, finish_reason length, not tool_calls (%s)" % fins)
+
+    # ---- 5. tool_choice required / none (turns 8, 9): the prompt grows by the tool-choice message
     code, o_auto = post({"messages": q, "tools": TOOLS, "tool_choice": "auto"})
     code2, o_req = post({"messages": q, "tools": TOOLS, "tool_choice": "required"})
     pa = o_auto.get("usage", {}).get("prompt_tokens", 0) if code == 200 else 0
     pr = o_req.get("usage", {}).get("prompt_tokens", 0) if code2 == 200 else 0
     ok(code == 200 and code2 == 200 and pr > pa > 0 and o_req["choices"][0]["finish_reason"] == "tool_calls",
        "tool_choice required adds the tool-choice message (%d -> %d prompt tokens) and calls are returned" % (pa, pr))
-    code, o = post({"messages": q, "tools": TOOLS, "tool_choice": "none"})  # turn 8
+    code, o = post({"messages": q, "tools": TOOLS, "tool_choice": "none"})  # turn 10
     m = o.get("choices", [{}])[0].get("message", {}) if code == 200 else {}
     ok(code == 200 and "tool_calls" not in m and o["choices"][0]["finish_reason"] == "stop" and
        "<|open|>tools<|sep|>" in (m.get("content") or ""),
@@ -210,12 +233,12 @@ try:
     bad("duplicate function names in tools", {"messages": q, "tools": TOOLS + [TOOLS[0]]},
         "tools[2].function.name: 'get_weather' is also the name of tools[0]")
     bad("tool_choice required with no tools", {"messages": q, "tool_choice": "required"}, "tool_choice")
-    # arguments that are not JSON render as the format's raw json block: a correct render (turn 9)
+    # arguments that are not JSON render as the format's raw json block: a correct render (turn 11)
     asst["tool_calls"][0]["function"]["arguments"] = "not json {"
     code, o = post({"messages": q + [asst, {"role": "tool", "tool_call_id": "c1", "content": "x"}], "tools": TOOLS})
     ok(code == 200 and o["choices"][0]["message"]["content"] == "It is 18 C.",
        "arguments that are not JSON: rendered as the raw json block, answered (%d)" % code)
-    # `k3chat --endpoint` sends a loaded transcript's tool turns as they are (turn 10)
+    # `k3chat --endpoint` sends a loaded transcript's tool turns as they are (turn 12)
     tr = os.path.join(T, "tools.jsonl")
     with open(tr, "w") as f:
         f.write(json.dumps({"format": "k3chat-transcript", "version": 1, "settings": {"think": True},
@@ -289,7 +312,7 @@ try {
 console.log(JSON.stringify(out));
 })().catch(e => { console.error(e); process.exit(1); });
 """)
-        # the SDK run takes turns 10 (TWO_CALLS, repeating from here on) ...: re-script with a fresh server
+        # the SDK run takes turns 12 (TWO_CALLS, repeating from here on) ...: re-script with a fresh server
         serve_lib.stop(srv)
         with open(SCRIPT, "w") as f:
             f.write("\n---\n".join([TWO_CALLS, TWO_CALLS, ANSWER]) + "\n")

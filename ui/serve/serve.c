@@ -104,10 +104,11 @@ typedef struct job {
     int         stopped;   /* a stop string ended the turn               */
     const char *finish;    /* "stop" | "length" when done without error  */
     int         n_prompt, n_cached, n_gen;
-    int         window; /* its prefill's most tokens in one pass (k3_stats.window) */
-    json_t     *calls;  /* the answer's tool_calls (NULL: none)       */
-    k3_conv    *c;      /* the slot's conversation while it runs      */
-    int         http;   /* 0 = success; else the error's HTTP status  */
+    int         window;     /* its prefill's most tokens in one pass (k3_stats.window) */
+    json_t     *calls;      /* the answer's tool_calls (NULL: none)       */
+    int         open_calls; /* calls streamed whose close has not come   */
+    k3_conv    *c;          /* the slot's conversation while it runs      */
+    int         http;       /* 0 = success; else the error's HTTP status  */
     char        err_type[32], err_code[40];
     char        err[600];
     struct job *next;
@@ -346,10 +347,10 @@ static void on_response(const char *text, size_t n, void *ud) {
 static void on_tool_call(int index, const char *id, const char *name, const char *args, size_t n, int done,
                          void *ud) {
     job *j = ud;
-    (void)done;
     pthread_mutex_lock(&srv.mu);
     if (j->gone)
         k3_conv_cancel(j->c);
+    j->open_calls += (name != NULL) - (done != 0);
     if (j->r.stream && (name || n)) {
         if (!j->role_sent) {
             j->role_sent = 1;
@@ -484,6 +485,11 @@ static void job_finish(slot *sl, job *j, k3_status st) {
             j->finish = "tool_calls";
             j->calls  = stools_calls_json(last);
         }
+        /* k3-tools.md 2.4: a stream that ended inside a call it had begun to send (the model
+         * stopped before the call's close) reports length, as a cut one does: its deltas hold
+         * arguments that are not JSON. The plain answer has only the complete calls (2.3). */
+        if (j->r.stream && j->open_calls > 0 && !j->stopped)
+            j->finish = "length";
     } else if (st == K3_ABORTED && srv.stopping && !j->gone) {
         job_fail_locked(j, 503, "server_error", "shutting_down", "the server is shutting down");
     } else if (st == K3_ABORTED) {
