@@ -295,6 +295,23 @@ try:
     code, o = post({"messages": [{"role": "user", "name": 7, "content": "x"}]})
     ok(code == 400 and "messages[0].name" in json.dumps(o), "a name that is not a string: 400 naming it")
 
+    # ---- chat_template_kwargs.thinking_effort (the release encoder's own name) sets the effort and
+    # comes before reasoning_effort: seen through the prompt cache (an identical prompt is all cached)
+    def cached(**kw):
+        code, o = post(dict({"messages": [{"role": "user", "content": "Effort check."}], "temperature": 0,
+                             "max_tokens": 1}, **kw))
+        u = o.get("usage", {}) if code == 200 and isinstance(o, dict) else {}
+        return u.get("prompt_tokens_details", {}).get("cached_tokens"), u.get("prompt_tokens")
+    cached(reasoning_effort="low")
+    c1, n1 = cached(chat_template_kwargs={"thinking_effort": "low"})
+    c2, n2 = cached(reasoning_effort="low", chat_template_kwargs={"thinking_effort": "high"})
+    ok(n1 and c1 == n1 and n2 and c2 < n2, "chat_template_kwargs.thinking_effort low renders reasoning_effort "
+       "low's prompt (all %s of %s cached), and high overrides reasoning_effort low (%s of %s)" % (c1, n1, c2, n2))
+    code, o = post({"messages": [{"role": "user", "content": "x"}],
+                    "chat_template_kwargs": {"thinking_effort": "medium"}})
+    ok(code == 400 and "chat_template_kwargs.thinking_effort: 'medium'" in json.dumps(o),
+       "chat_template_kwargs.thinking_effort medium: 400 naming it (%s)" % str(o)[:120])
+
     # ---- the official OpenAI SDK (npm openai 5 + zod 3, installed outside the repository by
     # serve_lib.openai_sdk into K3_OPENAI_JS, default ~/.cache/k3chat/openai-js)
     cache = serve_lib.openai_sdk(["openai@5", "zod@3"])

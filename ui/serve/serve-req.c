@@ -275,7 +275,9 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
         }
     }
     /* thinking: chat_template_kwargs.thinking / enable_thinking, or top-level enable_thinking;
-     * reasoning_effort low|high|max ("none": thinking off) */
+     * reasoning_effort low|high|max ("none": thinking off); chat_template_kwargs.thinking_effort,
+     * the release encoder's own name, comes before reasoning_effort (as in its encoder) */
+    const char *kw_effort = NULL;
     if (get_bool(b, "enable_thinking", "enable_thinking", &r->think, e))
         return -1;
     if ((v = json_object_get(b, "chat_template_kwargs")) && !json_is_null(v)) {
@@ -284,6 +286,9 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
         if (get_bool(v, "enable_thinking", "chat_template_kwargs.enable_thinking", &r->think, e) ||
             get_bool(v, "thinking", "chat_template_kwargs.thinking", &r->think, e))
             return -1;
+        json_t *te = json_object_get(v, "thinking_effort");
+        if (te && !json_is_null(te) && !(kw_effort = json_string_value(te)))
+            return bad(e, "invalid_type", "chat_template_kwargs.thinking_effort: expected a string");
     }
     if ((v = json_object_get(b, "thinking_budget")) && !json_is_null(v)) {
         double hi = k3_setting(K3_SETTING_THINK_BUDGET)->hi;
@@ -303,6 +308,15 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
             snprintf(r->effort, sizeof r->effort, "%s", s);
         else
             return bad(e, "invalid_value", "%s", err);
+    }
+    if (kw_effort) {
+        double eff;
+        char   err[256];
+        if (k3_setting_parse(K3_SETTING_EFFORT, K3_SRC_API, kw_effort, &eff, err, sizeof err)) {
+            const char *why = strchr(err, ':'); /* the table's words, under this field's name */
+            return bad(e, "invalid_value", "chat_template_kwargs.thinking_effort%s", why ? why : err);
+        }
+        snprintf(r->effort, sizeof r->effort, "%s", kw_effort);
     }
     return 0;
 }
