@@ -292,6 +292,22 @@ try:
     got = o.get("usage", {}).get("prompt_tokens") if code == 200 and isinstance(o, dict) else None
     ok(got == len(want), "names, text parts, reasoning: usage.prompt_tokens %s = %d, the release's "
        "rendering%s" % (got, len(want), "" if code == 200 else ": HTTP %d %s" % (code, str(o)[:160])))
+    # a tool result whose content is null writes nothing (k3-tools.md 1.4), thinking off
+    hist = [{"role": "user", "content": "Time?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "t1", "content": None}]
+    want = (spec_prompt("Time?", TOOLS)[:-len(tk.open_tag("message", [("role", "assistant")]) + tk.open_tag("response"))]
+            + msg("assistant", tk.open_tag("response") + tk.close_tag("response") + tk.open_tag("tools")
+                  + tk.open_tag("call", [("tool", "get_time"), ("index", "1")]) + tk.close_tag("call")
+                  + tk.close_tag("tools"))
+            + msg("tool", [], [("tool", "get_time"), ("index", "1")])
+            + tk.open_tag("message", [("role", "assistant")]) + tk.open_tag("response"))
+    code, o = post({"messages": hist, "tools": TOOLS, "temperature": 0, "max_tokens": 1,
+                    "chat_template_kwargs": {"thinking": False}})
+    got = o.get("usage", {}).get("prompt_tokens") if code == 200 and isinstance(o, dict) else None
+    ok(got == len(want), "a tool result with content null: answered, usage.prompt_tokens %s = %d, the spec's "
+       "prompt%s" % (got, len(want), "" if code == 200 else ": HTTP %d %s" % (code, str(o)[:160])))
     code, o = post({"messages": [{"role": "user", "name": 7, "content": "x"}]})
     ok(code == 400 and "messages[0].name" in json.dumps(o), "a name that is not a string: 400 naming it")
 

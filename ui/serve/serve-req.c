@@ -113,7 +113,8 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
                        i, role);
         r->n_msgs   = (int)i + 1;
         json_t *cnt = json_object_get(m, "content");
-        if ((!cnt || json_is_null(cnt)) && d->role != K3_ROLE_ASSISTANT) /* only an answer may lack it */
+        /* an answer, or a tool result (k3-tools.md 1.4: null writes nothing), may lack it */
+        if ((!cnt || json_is_null(cnt)) && d->role != K3_ROLE_ASSISTANT && d->role != K3_ROLE_TOOL)
             return bad(
                 e, cnt ? "invalid_type" : "missing_field",
                 "messages[%zu].content: a %s message needs its content (a string or an array of text parts)",
