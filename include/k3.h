@@ -352,6 +352,11 @@ typedef struct k3_chat_msg {
     const char *tool_call_id; /* tool: the id of the call this result answers           */
     const char *tools;        /* system: a JSON array of tool declarations: rendered in
                                * place as "New Tools Available" (content dropped)          */
+    const size_t *parts;      /* (n_parts) the content's text parts, their byte lengths: each is
+                               * encoded as its own segment, as the release's encoder does with
+                               * a list of parts. NULL, or lengths whose sum is not the
+                               * content's length (it was edited): one segment             */
+    int n_parts;
 } k3_chat_msg;
 
 typedef struct k3_chat_opts {
@@ -519,6 +524,9 @@ typedef struct k3_msg {
     char *tool_call_id;      /* tool result: the call it answers (NULL when unknown)   */
     char *tools;             /* system: tools declared here, in place (JSON array text;
                               * k3-tools.md 1.2 "New Tools Available"), NULL when none  */
+    size_t *parts;           /* (n_parts) content's text parts' byte lengths (owned), as
+                              * k3_chat_msg.parts; NULL: one string                      */
+    int n_parts;
 } k3_msg;
 
 typedef struct k3_conv_settings {

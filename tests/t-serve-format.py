@@ -268,22 +268,23 @@ try:
            % (desc, got, len(want), "" if code == 200 else ": HTTP %d %s" % (code, str(o)[:160])))
 
     # ---- each message kind as the release's encoder renders it (k3-chat.md 2, k3-tools.md 1.4):
-    # name="..." (escaped) on system, developer and assistant messages; text parts concatenated
-    # with nothing between them; an empty reasoning_content gives way to reasoning; thinking on
+    # name="..." (escaped) on system, developer and assistant messages; text parts one after the
+    # other, each its own segment ("Hel" + "lo" never forms "Hello"); an empty reasoning_content
+    # gives way to reasoning; thinking on
     def msg(role, body, attrs=()):
         return tk.open_tag("message", [("role", role)] + list(attrs)) + body + tk.close_tag("message") + \
             [sp["<|end_of_msg|>"]]
     kinds = [{"role": "system", "name": 'Ops & "Co"', "content": "Be brief."},
              {"role": "developer", "name": "", "content": "Plain."},
              {"role": "user", "name": "ana",
-              "content": [{"type": "text", "text": "Hi,"}, {"type": "text", "text": " there"}]},
+              "content": [{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo there"}]},
              {"role": "assistant", "name": "k3", "content": "Hello.", "reasoning_content": "",
               "reasoning": "Greet."},
              {"role": "user", "content": "Bye"}]
     want = (sysmsg("thinking-effort", nano_tok.EFFORT_BODY.format("max"))
             + msg("system", tk.encode("Be brief."), [("name", 'Ops & "Co"')])
             + msg("system", tk.encode("Plain."))
-            + msg("user", tk.encode("Hi,") + tk.encode(" there"), [("name", "ana")])
+            + msg("user", tk.encode("Hel") + tk.encode("lo there"), [("name", "ana")])
             + msg("assistant", tk.open_tag("think") + tk.encode("Greet.") + tk.close_tag("think")
                   + tk.open_tag("response") + tk.encode("Hello.") + tk.close_tag("response"), [("name", "k3")])
             + msg("user", tk.encode("Bye")) + tk.open_tag("message", [("role", "assistant")])

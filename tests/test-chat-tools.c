@@ -806,6 +806,27 @@ static void test_ids(const k3_tok *t) {
             "call and result id for id: every attribute piece its own segment (%zu ids)", got.n);
     k3_ids_free(&got);
     k3_ids_free(&want);
+
+    /* a content of text parts: each part its own segment, as the release's encoder writes a
+     * list of parts ("Par" + "is" never forms the word "Paris"); parts that do not add up to
+     * the content (it was edited since) are ignored: one segment */
+    size_t      pp[] = {3, 2}, bad[] = {3, 9};
+    k3_chat_msg um[] = {{.role = "user", .content = "Paris", .parts = pp, .n_parts = 2}};
+    // clang-format off
+    static const char *const wp[] = {"<|open|>", "message", " role", "=\"", "user", "\"", "<|sep|>", "#Par", "#is",
+                                     "<|close|>", "message", "<|sep|>", "<|end_of_msg|>"};
+    // clang-format on
+    push_pieces(t, wp, sizeof wp / sizeof *wp, &want);
+    st = k3_chat_encode(t, um, 1, &off, &got);
+    T_CHECK(!st && got.n == want.n && !memcmp(got.v, want.v, got.n * sizeof *got.v),
+            "text parts: one segment each (%zu ids, want %zu)", got.n, want.n);
+    k3_ids_free(&got);
+    um[0].parts = bad;
+    st          = k3_chat_encode(t, um, 1, &off, &got);
+    T_CHECK(!st && got.n == want.n - 4 && got.v[7] == tok_rank(t, (const uint8_t *)"Paris", 5),
+            "parts that do not add up to the content: one segment, \"Paris\" one token (%zu ids)", got.n);
+    k3_ids_free(&got);
+    k3_ids_free(&want);
 }
 
 /* ==== parsing ==================================================================== */

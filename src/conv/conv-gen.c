@@ -144,7 +144,9 @@ void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out) {
                                         .n_tool_calls = m->n_tool_calls,
                                         .name         = m->tool_name,
                                         .tool_call_id = m->tool_call_id,
-                                        .tools        = m->tools};
+                                        .tools        = m->tools,
+                                        .parts        = m->parts,
+                                        .n_parts      = m->n_parts};
     }
 }
 

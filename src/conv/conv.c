@@ -138,6 +138,7 @@ void conv_msg_clear(k3_msg *m) {
     free(m->tool_name);
     free(m->tool_call_id);
     free(m->tools);
+    free(m->parts);
     memset(m, 0, sizeof *m);
 }
 
@@ -276,8 +277,12 @@ static k3_status msg_copy(k3_msg *dst, const k3_msg *src) {
     dst->tool_name    = src->tool_name ? k3_strdup(src->tool_name) : NULL;
     dst->tool_call_id = src->tool_call_id ? k3_strdup(src->tool_call_id) : NULL;
     dst->tools        = src->tools ? k3_strdup(src->tools) : NULL;
+    dst->parts        = NULL;
+    dst->n_parts      = src->parts && src->n_parts > 0 ? src->n_parts : 0;
+    if (dst->n_parts && (dst->parts = k3_malloc((size_t)dst->n_parts * sizeof *dst->parts)))
+        memcpy(dst->parts, src->parts, (size_t)dst->n_parts * sizeof *dst->parts);
     bad |= (src->tool_name && !dst->tool_name) || (src->tool_call_id && !dst->tool_call_id) ||
-           (src->tools && !dst->tools);
+           (src->tools && !dst->tools) || (dst->n_parts && !dst->parts);
     if (src->tool_calls && src->n_tool_calls > 0) {
         dst->tool_calls = k3_calloc((size_t)src->n_tool_calls, sizeof *dst->tool_calls);
         bad |= !dst->tool_calls;

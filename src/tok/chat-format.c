@@ -109,6 +109,21 @@ static k3_status text(chat_enc *e, const char *s) {
     return s ? seg(e, s) : K3_OK;
 }
 
+/* A message's content: one segment per text part when m has parts that make up the whole
+ * content (the release's encoder writes each part as its own segment), else one. */
+static k3_status content(chat_enc *e, const k3_chat_msg *m) {
+    size_t n = m->content ? strlen(m->content) : 0, sum = 0;
+    for (int k = 0; m->parts && k < m->n_parts; k++)
+        sum += m->parts[k];
+    if (!m->parts || m->n_parts < 2 || sum != n)
+        return text(e, m->content);
+    k3_status st = K3_OK;
+    size_t    at = 0;
+    for (int k = 0; !st && k < m->n_parts; at += m->parts[k++])
+        st = m->parts[k] ? k3_tok_encode(e->t, m->content + at, m->parts[k], 0, e->out) : K3_OK;
+    return st;
+}
+
 /* Only whitespace (Python's str.isspace, as the release's strip() sees it)? */
 static int blank(const char *s) {
     if (!s)
@@ -272,8 +287,7 @@ static k3_status message(chat_enc *e, size_t mi, const char *role, const char *t
             if ((st = close_tag(e, "think")))
                 return st;
         }
-        if ((st = open_tag(e, "response", NULL)) || (st = text(e, m->content)) ||
-            (st = close_tag(e, "response")))
+        if ((st = open_tag(e, "response", NULL)) || (st = content(e, m)) || (st = close_tag(e, "response")))
             return st;
         if (m->n_tool_calls > 0) {
             if ((st = open_tag(e, "tools", NULL)))
@@ -284,7 +298,7 @@ static k3_status message(chat_enc *e, size_t mi, const char *role, const char *t
             if ((st = close_tag(e, "tools")))
                 return st;
         }
-    } else if ((st = text(e, m->content))) {
+    } else if ((st = content(e, m))) {
         return st;
     }
     if ((st = close_tag(e, "message")))
@@ -412,7 +426,7 @@ k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs
                  "response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
                  "Now the system is invoked with `thinking_effort=%s`.",
                  effort);
-        k3_chat_msg em = {"system", body, NULL, 0, NULL, 0, NULL, NULL, NULL};
+        k3_chat_msg em = {.role = "system", .content = body};
         if ((st = message(&e, 0, "system", "thinking-effort", &em, 0, NULL, 0)))
             goto fail;
     }
@@ -451,7 +465,7 @@ k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs
         snprintf(body, sizeof body,
                  "The system is invoked with `tool_choice=%s`.\nYou %s in the next message.", choice,
                  !strcmp(choice, "required") ? "MUST call tools" : "MUST NOT call any tools");
-        k3_chat_msg cm = {"system", body, NULL, 0, NULL, 0, NULL, NULL, NULL};
+        k3_chat_msg cm = {.role = "system", .content = body};
         if ((st = message(&e, 0, "system", "tool-choice", &cm, 0, NULL, 0)))
             goto fail;
     }
@@ -482,7 +496,7 @@ k3_status k3_chat_encode(const k3_tok *t, const k3_chat_msg *msgs, size_t n_msgs
             jv_free(sch);
         }
         if (!st && !(st = jbuf_add(&b, "", 1))) {
-            k3_chat_msg rm = {"system", b.p, NULL, 0, NULL, 0, NULL, NULL, NULL};
+            k3_chat_msg rm = {.role = "system", .content = b.p};
             st             = message(&e, 0, "system", "response-format", &rm, 0, NULL, 0);
         }
         free(b.p);

@@ -21,6 +21,7 @@ void sreq_free(sreq *r) {
     for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].content);
         free(r->msgs[i].reasoning);
+        free(r->msgs[i].parts);
         if (r->tx)
             stools_msg_free(&r->tx[i]);
     }
@@ -39,8 +40,9 @@ void sreq_free(sreq *r) {
 
 /* Message content: a string, null, or an array of {"type":"text","text":...} parts, which are
  * concatenated as they are (the release's encoder writes each part's text with nothing
- * between them). */
-static int parse_content(json_t *v, int i, const char *field, char **out, perr *e) {
+ * between them, each its own segment: parts, when not NULL, gets their byte lengths). */
+static int parse_content(json_t *v, int i, const char *field, char **out, size_t **parts, int *n_parts,
+                         perr *e) {
     if (!v || json_is_null(v)) {
         *out = strdup("");
         return *out ? 0 : bad(e, "out_of_memory", "out of memory");
@@ -55,6 +57,8 @@ static int parse_content(json_t *v, int i, const char *field, char **out, perr *
     txt_buf b = {0};
     size_t  k;
     json_t *part;
+    if (parts && json_array_size(v) > 1 && !(*parts = calloc(json_array_size(v), sizeof **parts)))
+        return bad(e, "out_of_memory", "out of memory");
     json_array_foreach(v, k, part) {
         json_t     *tv   = json_object_get(part, "type");
         const char *type = json_string_value(tv);
@@ -77,6 +81,8 @@ static int parse_content(json_t *v, int i, const char *field, char **out, perr *
             free(b.p);
             return bad(e, "out_of_memory", "out of memory");
         }
+        if (parts && *parts)
+            (*parts)[(*n_parts)++] = json_string_length(text);
     }
     *out = b.p ? b.p : strdup("");
     return *out ? 0 : bad(e, "out_of_memory", "out of memory");
@@ -119,7 +125,7 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
                 e, cnt ? "invalid_type" : "missing_field",
                 "messages[%zu].content: a %s message needs its content (a string or an array of text parts)",
                 i, role);
-        if (parse_content(cnt, (int)i, "content", &d->content, e))
+        if (parse_content(cnt, (int)i, "content", &d->content, &d->parts, &d->n_parts, e))
             return -1;
         if (stools_parse_message(m, i, d->role, &r->tx[i], e))
             return -1;
@@ -127,7 +133,7 @@ static int parse_messages(json_t *msgs, sreq *r, perr *e) {
         static const char *rk[] = {"reasoning_content", "reasoning", "thinking"};
         for (int k = 0; k < 3 && d->role == K3_ROLE_ASSISTANT && !d->reasoning; k++) {
             json_t *v = json_object_get(m, rk[k]);
-            if (v && !json_is_null(v) && parse_content(v, (int)i, rk[k], &d->reasoning, e))
+            if (v && !json_is_null(v) && parse_content(v, (int)i, rk[k], &d->reasoning, NULL, NULL, e))
                 return -1;
             if (d->reasoning && !d->reasoning[0]) { /* "": the next name may hold it */
                 free(d->reasoning);

@@ -25,6 +25,8 @@ typedef struct smsg {
     k3_role role;
     char   *content;   /* never NULL           */
     char   *reasoning; /* NULL when none given */
+    size_t *parts;     /* (n_parts) content's text parts' byte lengths; NULL: a string */
+    int     n_parts;
 } smsg;
 
 typedef struct sreq {

@@ -377,7 +377,9 @@ static int msgs_kept(const k3_conv *c, const sreq *r) {
     for (int i = 0; keep && i < n; i++) {
         const k3_msg *m = k3_conv_msg(c, i);
         keep = m->role == r->msgs[i].role && !m->interrupted && !strcmp(m->content, r->msgs[i].content) &&
-               str_eq0(m->reasoning, r->msgs[i].reasoning) && stools_msg_same(m, &r->tx[i]);
+               str_eq0(m->reasoning, r->msgs[i].reasoning) && stools_msg_same(m, &r->tx[i]) &&
+               m->n_parts == r->msgs[i].n_parts &&
+               (!m->n_parts || !memcmp(m->parts, r->msgs[i].parts, (size_t)m->n_parts * sizeof *m->parts));
     }
     return keep ? n : -1;
 }
@@ -401,7 +403,9 @@ static k3_status load_messages(k3_conv *c, const sreq *r) {
                                .n_tool_calls = x->n_calls,
                                .tool_call_id = x->tool_call_id,
                                .tool_name    = x->name,
-                               .tools        = x->tools};
+                               .tools        = x->tools,
+                               .parts        = r->msgs[i].parts,
+                               .n_parts      = r->msgs[i].n_parts};
         st                  = k3_conv_add_msg(c, &m);
     }
     return st;
