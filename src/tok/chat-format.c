@@ -267,14 +267,9 @@ static k3_status message(chat_enc *e, size_t mi, const char *role, const char *t
     snprintf(idx, sizeof idx, "%d", tool_index);
     /* role, then: a tool result's tool and index; an internal message's type; else name="..."
      * when the message has a non-empty name (the release's encoder, k3-tools.md 1.4) */
+    const char *key     = tool_name ? "tool" : type ? "type" : "name";
     const char *val     = tool_name ? tool_name : type ? type : m->name && *m->name ? m->name : NULL;
-    const char *attrs[] = {"role",
-                           role,
-                           val ? (tool_name ? "tool" : type ? "type" : "name") : NULL,
-                           val,
-                           tool_name ? "index" : NULL,
-                           idx,
-                           NULL};
+    const char *attrs[] = {"role", role, val ? key : NULL, val, tool_name ? "index" : NULL, idx, NULL};
     k3_status   st      = open_tag(e, "message", attrs);
     if (st)
         return st;
