@@ -810,12 +810,11 @@ static void test_ids(const k3_tok *t) {
     /* a content of text parts: each part its own segment, as the release's encoder writes a
      * list of parts ("Par" + "is" never forms the word "Paris"); parts that do not add up to
      * the content (it was edited since) are ignored: one segment */
-    size_t      pp[] = {3, 2}, bad[] = {3, 9};
-    k3_chat_msg um[] = {{.role = "user", .content = "Paris", .parts = pp, .n_parts = 2}};
-    // clang-format off
-    static const char *const wp[] = {"<|open|>", "message", " role", "=\"", "user", "\"", "<|sep|>", "#Par", "#is",
-                                     "<|close|>", "message", "<|sep|>", "<|end_of_msg|>"};
-    // clang-format on
+    size_t                   pp[] = {3, 2}, bad[] = {3, 9};
+    k3_chat_msg              um[] = {{.role = "user", .content = "Paris", .parts = pp, .n_parts = 2}};
+    static const char *const wp[] = {"<|open|>", "message", " role",         "=\"", "user",
+                                     "\"",       "<|sep|>", "#Par",          "#is", "<|close|>",
+                                     "message",  "<|sep|>", "<|end_of_msg|>"};
     push_pieces(t, wp, sizeof wp / sizeof *wp, &want);
     st = k3_chat_encode(t, um, 1, &off, &got);
     T_CHECK(!st && got.n == want.n && !memcmp(got.v, want.v, got.n * sizeof *got.v),
