@@ -6,12 +6,15 @@
  * physical layout (e.g. the six tensors of one expert back to back) independently of the
  * header's key order (sorted, as the reference writer does). The header is written as text
  * directly, byte for byte what jansson's json_dumps(JSON_COMPACT | JSON_SORT_KEYS) made of the
- * same object before (keys sorted by strcmp, the same string escapes): building and freeing a
- * jansson tree of the release's 497,052 tensors cost k3-mkmodel most of its 10 s of CPU.
+ * same object before (keys sorted by strcmp, the same string escapes but for a control byte's
+ * \u00xx, in small letters here): building and freeing a jansson tree of the release's 497,052
+ * tensors cost k3-mkmodel most of its 10 s of CPU.
  * stw_write() only counts bytes against the declared total; it never needs to know where one
  * tensor ends.
  */
 #include "st-write.h"
+
+#include "json.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -152,64 +155,23 @@ k3_status stw_meta(stw_file *w, const char *key, const char *value) {
     return K3_OK;
 }
 
-/* ---- the header's text ---- */
+/* ---- the header's text (k3_buf: an append that runs out of memory sets oom) ---- */
 
-typedef struct sbuf {
-    char  *p;
-    size_t n, cap;
-    int    bad; /* out of memory */
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->bad)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->bad = 1;
-            return;
-        }
-        b->p = np, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
+static void put(k3_buf *b, const char *s, size_t n) {
+    (void)k3_buf_add(b, s, n);
 }
 
-static void put_u(sbuf *b, long long v) {
+static void put_u(k3_buf *b, long long v) {
     char t[24];
     put(b, t, (size_t)snprintf(t, sizeof t, "%lld", v));
 }
 
-/* A JSON string as jansson writes it: '"', '\\' and the control bytes escaped (\b \f \n \r \t,
- * else \u00XX), everything else (UTF-8 included) as it is. */
-static void put_str(sbuf *b, const char *s) {
+/* A JSON string: jv_escape's escapes ('"', '\\', the control bytes; jansson wrote the same but
+ * \u00XX in capitals, which no tensor name has), UTF-8 as it is. */
+static void put_str(k3_buf *b, const char *s) {
     put(b, "\"", 1);
-    const char *run = s;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        put(b, run, (size_t)(s - run));
-        char        t[8];
-        const char *e = c == '"'    ? "\\\""
-                        : c == '\\' ? "\\\\"
-                        : c == '\b' ? "\\b"
-                        : c == '\f' ? "\\f"
-                        : c == '\n' ? "\\n"
-                        : c == '\r' ? "\\r"
-                        : c == '\t' ? "\\t"
-                                    : NULL;
-        if (!e) {
-            snprintf(t, sizeof t, "\\u%04X", c);
-            e = t;
-        }
-        put(b, e, strlen(e));
-        run = s + 1;
-    }
-    put(b, run, (size_t)(s - run));
+    if (jv_escape(s, strlen(s), b))
+        b->oom = 1;
     put(b, "\"", 1);
 }
 
@@ -225,12 +187,12 @@ k3_status stw_header(stw_file *w, size_t align, char **out, size_t *len) {
     uint64_t    *off  = malloc((w->n_ent + 1) * sizeof *off);
     const char **keys = malloc((w->n_ent + 1) * sizeof *keys);
     const char **mk   = malloc((w->n_meta / 2 + 1) * sizeof *mk);
-    sbuf         b    = {0};
+    k3_buf       b    = {0};
     if (!off || !keys || !mk)
-        b.bad = 1;
-    for (size_t i = 0, o = 0; !b.bad && i < w->n_ent; o += w->ent[i].n, i++)
+        b.oom = 1;
+    for (size_t i = 0, o = 0; !b.oom && i < w->n_ent; o += w->ent[i].n, i++)
         off[i] = o, keys[i] = w->ent[i].name;
-    if (!b.bad) {
+    if (!b.oom) {
         keys[w->n_ent] = "__metadata__";
         qsort(keys, w->n_ent + 1, sizeof *keys, cmp_str);
         for (size_t i = 0; i < w->n_meta / 2; i++)
@@ -238,7 +200,7 @@ k3_status stw_header(stw_file *w, size_t align, char **out, size_t *len) {
         qsort(mk, w->n_meta / 2, sizeof *mk, cmp_str);
     }
     put(&b, "{", 1);
-    for (size_t k = 0; !b.bad && k <= w->n_ent; k++) {
+    for (size_t k = 0; !b.oom && k <= w->n_ent; k++) {
         if (k)
             put(&b, ",", 1);
         put_str(&b, keys[k]);
@@ -278,7 +240,7 @@ k3_status stw_header(stw_file *w, size_t align, char **out, size_t *len) {
     free(keys);
     free(mk);
     size_t jl = b.n, hl = jl + (align - (8 + jl) % align) % align; /* spaces: data aligned */
-    char  *h = b.bad ? NULL : malloc(8 + hl);
+    char  *h = b.oom ? NULL : malloc(8 + hl);
     if (!h) {
         free(b.p);
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
