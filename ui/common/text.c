@@ -349,6 +349,37 @@ void txt_term_end(FILE *f, txt_esc *st) {
     txt_term_put(f, NULL, st->hold, (size_t)n);
 }
 
+int txt_term_drawn(txt_buf *out, const char *s, size_t n) {
+    size_t run = 0; /* s[run..off) goes out as it is */
+    for (size_t off = 0; off < n;) {
+        int    w, f;
+        size_t len = txt_cluster(s + off, n - off, &w, &f);
+        if (f & (TXT_F_CTRL | TXT_F_NL | TXT_F_TAB | TXT_F_INVALID)) {
+            if (txt_buf_add(out, s + run, off - run) ||
+                ((f & TXT_F_INVALID) && txt_buf_add(out, "\xEF\xBF\xBD", 3)))
+                return -1;
+            run = off + len;
+        }
+        off += len;
+    }
+    return txt_buf_add(out, s + run, n - run);
+}
+
+int txt_term_uri(txt_buf *out, const char *s, size_t n) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t            run   = 0;
+    for (size_t k = 0; k < n; k++) {
+        unsigned char c = (unsigned char)s[k];
+        if (c > 0x20 && c < 0x7f)
+            continue;
+        char pct[3] = {'%', hex[c >> 4], hex[c & 15]};
+        if (txt_buf_add(out, s + run, k - run) || txt_buf_add(out, pct, 3))
+            return -1;
+        run = k + 1;
+    }
+    return txt_buf_add(out, s + run, n - run);
+}
+
 int txt_term_printf(FILE *f, const char *fmt, ...) {
     char    small[512], *big = NULL;
     va_list ap;
