@@ -78,6 +78,21 @@ if command -v tmux >/dev/null; then
         sh -c "$tm capture-pane -p | sed -n '/^> dumb\$/,\$p' | grep -q 'answer to dumb'"
     $tm send-keys C-d
     check "Ctrl-D ends the line mode with 0" wait_until "'EXIT=0'" 5 on_screen "EXIT=0"
+    # SIGTERM and SIGHUP while libedit reads a line (the terminal raw, echo off): k3chat dies by
+    # the signal (128 + its number) with the terminal as it found it (it stayed -icanon -echo)
+    for sig in TERM HUP; do
+        $tm kill-server 2>/dev/null
+        tm="tmux -L k3plain$sig -f /dev/null" # a fresh server: one shutting down cannot take it
+        $tm new-session -d -x 80 -y 20 -e K3_MOCK="$m" -e HOME="$K3_TMP" -e XDG_STATE_HOME="$K3_TMP/state" \
+            "sh -c 'echo \$\$ >$K3_TMP/pid; exec env TERM=xterm-256color $k --plain /no/model'; echo EXIT=\$?; stty -a | tr ' ' '\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\n' ' '; echo; sleep 30"
+        wait_until "the line-mode prompt" 5 on_screen '^>'
+        $tm send-keys -l "half typed"
+        wait_until "the typed text" 5 on_screen "half typed"
+        kill -$sig "$(cat "$K3_TMP/pid")"
+        st=$((128 + $(signum $sig)))
+        check "SIG$sig at the line-mode prompt: exits with $st" wait_until "'EXIT=$st'" 5 on_screen "EXIT=$st"
+        check "SIG$sig at the line-mode prompt: the terminal is restored" wait_until "'icanon echo'" 5 on_screen "^icanon echo"
+    done
     $tm kill-server 2>/dev/null
 else
     echo "SKIP: tmux is not installed"

@@ -36,12 +36,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t got_int;
 static void                  on_int(int sig) {
                      (void)sig;
                      got_int = 1;
+}
+
+/* SIGTERM and SIGHUP with libedit on the terminal: libedit keeps the terminal in raw mode (no
+ * echo, no line editing) while it reads a line, and dying there by the default action left the
+ * user's shell so. The handler puts back the terminal settings k3chat found (tcsetattr is
+ * async-signal-safe), then dies by the signal as before (the shell sees 128 + its number).
+ * Finished turns are in the autosave file already. */
+static struct termios tty_found;
+static void           on_term(int sig) {
+              tcsetattr(0, TCSANOW, &tty_found);
+              signal(sig, SIG_DFL);
+              raise(sig);
 }
 
 typedef struct plain {
@@ -643,6 +656,13 @@ int cli_plain(const ui_opts *o) {
     int       has_hist = 0;
     if (isatty(0) && isatty(2)) {
         el = el_init_quiet(stdin, stderr);
+        if (el && tcgetattr(0, &tty_found) == 0) {
+            struct sigaction st;
+            memset(&st, 0, sizeof st);
+            st.sa_handler = on_term;
+            sigaction(SIGTERM, &st, NULL);
+            sigaction(SIGHUP, &st, NULL);
+        }
         if (el) {
             el_set(el, EL_EDITOR, "emacs");
             p->el = el;
