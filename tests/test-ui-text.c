@@ -175,6 +175,20 @@ int main(void) {
                    c4, 1, "a\\xE6bc"),
             "a lead byte whose sequence is broken is escaped");
     T_CHECK(esc_ok("\xff\x80q", NULL, 0, "\\xFF\\x80q"), "bytes that are not UTF-8 are escaped");
+    /* bidi controls and line separators: escaped, cut between pieces or not; not drawn */
+    size_t c5[] = {3, 5};
+    T_CHECK(esc_ok("a \xe2\x80\xae"
+                   "evil\xe2\x80\xac \xe2\x81\xa6x\xe2\x81\xa9\xe2\x80\x8f\xd8\x9c\xe2\x80\xa8.\xe2\x80\x8b",
+                   c5, 2, "a \\u202Eevil\\u202C \\u2066x\\u2069\\u200F\\u061C\\u2028.\xe2\x80\x8b"),
+            "bidi overrides, isolates and marks and U+2028 are escaped; a zero-width space is kept");
+    int bw = -1, bf = 0;
+    txt_cluster("\xe2\x80\xae"
+                "x",
+                4, &bw, &bf);
+    T_CHECK(bw == 0 && (bf & TXT_F_CTRL) &&
+                W("a\xe2\x80\xae"
+                  "bc") == 3,
+            "U+202E is a control cluster of no width (the full-screen chat leaves it out)");
 
     /* what the full-screen chat writes around curses (an OSC 8 link's text and URL) */
     txt_buf     b   = {0};

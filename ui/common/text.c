@@ -29,6 +29,12 @@ static int is_emoji_pres(utf8proc_int32_t cp) {
            (cp >= 0x1F3FB && cp <= 0x1F3FF);
 }
 
+int txt_ctrl_cp(int32_t cp) {
+    return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0) || cp == 0x061C || cp == 0x200E ||
+           cp == 0x200F || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 ||
+           cp == 0x2029;
+}
+
 size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     /* printable ASCII not followed by a combining character (which would not be ASCII): a
      * cluster of one byte and one column, without a table lookup */
@@ -57,7 +63,7 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
         *flags = TXT_F_NL;
         return len;
     }
-    if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
+    if (txt_ctrl_cp(cp)) {
         *width = 0;
         *flags = TXT_F_CTRL;
         return len;
@@ -281,7 +287,7 @@ static int escape_run(txt_buf *out, txt_esc *st, const char *s, size_t n) {
             cp = decode(s + i, n - i, &len);
         else
             cp = c, len = 1;
-        if (cp == '\n' || cp == '\t' || cp >= 0xA0) {
+        if (cp == '\n' || cp == '\t' || (cp >= 0xA0 && !txt_ctrl_cp(cp))) {
             i += len;
             continue;
         }

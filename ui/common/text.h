@@ -12,6 +12,7 @@
 #include "k3.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #define TXT_TAB 8
@@ -62,6 +63,15 @@ typedef k3_buf txt_buf;
  * terminal, every control character but \n and \t is shown as an escape; elsewhere (a pipe, a
  * file) the text goes out as it is. The full-screen interface leaves control characters out when
  * it draws (tui-draw.c). */
+
+/* Whether code point cp is a control character to outside text: C0, DEL, the C1 controls
+ * U+0080..U+009F, and the characters that reorder or break a displayed line (the bidirectional
+ * embeddings, overrides, isolates and marks U+061C, U+200E, U+200F, U+202A..U+202E,
+ * U+2066..U+2069; the line and paragraph separators U+2028, U+2029): on a terminal that does
+ * bidi they could make an answer show other than it reads. txt_escape shows them as escapes,
+ * the full-screen chat leaves them out (txt_cluster flags them TXT_F_CTRL), and the server's
+ * log and error texts escape them too (http_clean). \n and \t are the callers' to treat. */
+int txt_ctrl_cp(int32_t cp);
 
 /* What a stream cut inside a character held back (the bytes of an incomplete UTF-8 sequence). */
 typedef struct txt_esc {
