@@ -32,6 +32,16 @@ K3_MOCK="$m" timeout 30 "$k" /no/model <"$K3_TMP/cmds" >"$K3_TMP/out6" 2>"$K3_TM
 rc=$?
 t "300 slash commands are taken in order and the answers around them come (status $rc; 30 s hang limit)" \
     '[ $rc -eq 0 ] && [ "$(cat "$K3_TMP/out6")" = "$(printf "answer to hi\nanswer to bye")" ]'
+# a /retry refused before a turn (nothing to regenerate) is a command's error, not a message
+# that went unanswered: the status stays 0 (it was 1); a message that failed still gives 1
+printf 'hi\n/undo\n/retry\n' | K3_MOCK="$m" "$k" /no/model >/dev/null 2>"$K3_TMP/err7"
+rc=$?
+t "a refused /retry says why and leaves the exit status 0 (got $rc)" \
+    '[ $rc -eq 0 ] && grep -q "/retry: there is no answer to regenerate" "$K3_TMP/err7"'
+printf 'delay 0\nerror the mock failed\n' >"$K3_TMP/mfail"
+printf 'hi\n/retry\n' | K3_MOCK="$K3_TMP/mfail" "$k" /no/model >/dev/null 2>/dev/null
+rc=$?
+t "a message that failed, and failed again on /retry, still exits 1 (got $rc)" '[ $rc -eq 1 ]'
 printf 'hello\n' | K3_MOCK="$m" "$k" --plain --think off /no/model >"$K3_TMP/out2" 2>/dev/null
 t "--plain --think off answers" 'grep -qx "answer to hello" "$K3_TMP/out2"'
 printf '/quit\nnever\n' | K3_MOCK="$m" "$k" /no/model >"$K3_TMP/out3" 2>/dev/null

@@ -80,14 +80,17 @@ typedef struct plain {
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
     int           edit_pending;
     EditLine     *el;
-    History      *hist;        /* the line editor's history (a terminal), NULL otherwise      */
-    const char   *hpath;       /* its file, NULL when there is none                          */
-    int           lineno;      /* input lines read so far                             */
-    int           quit_warned; /* 1 + UE_DROP_* of the refused request (keep_unsaved) */
-    int           failed;      /* messages that got no answer (an error): exit status 1 */
-    int           last_failed; /* the last exchange's turn failed (counted in failed)       */
-    int           redo;        /* the turn running is a /retry or /edit of the last exchange:
-                                  its answer takes that failure back                         */
+    History      *hist;         /* the line editor's history (a terminal), NULL otherwise      */
+    const char   *hpath;        /* its file, NULL when there is none                          */
+    int           lineno;       /* input lines read so far                             */
+    int           quit_warned;  /* 1 + UE_DROP_* of the refused request (keep_unsaved) */
+    int           failed;       /* messages that got no answer (an error): exit status 1 */
+    int           last_failed;  /* the last exchange's turn failed (counted in failed)       */
+    int           turn_started; /* EV_TURN came since the last send, /retry or /edit: a /retry
+                                 * refused before a turn (nothing to regenerate) is no message
+                                 * that went unanswered */
+    int redo;                   /* the turn running is a /retry or /edit of the last exchange:
+                                   its answer takes that failure back                         */
 } plain;
 
 /* Keep an answer (an owned copy) for /copy; pop = drop the last one. */
@@ -242,7 +245,7 @@ static int on_event(plain *p, ui_ev *e) {
             fputc('\n', stdout);
         if (e->i == UE_DONE_CANCELLED)
             txt_term_printf(stderr, "k3chat: stopped\n");
-        if (e->i == UE_DONE_ERROR && !p->replaying) {
+        if (e->i == UE_DONE_ERROR && !p->replaying && (p->turn_started || !p->redo)) {
             p->failed += !(p->redo && p->last_failed); /* the same message failing again: once */
             p->last_failed = 1;
         } else if ((e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH) && !p->replaying && p->redo &&
@@ -267,6 +270,9 @@ static int on_event(plain *p, ui_ev *e) {
             p->now      = e->st;
             p->have_now = 1;
         }
+        break;
+    case EV_TURN:
+        p->turn_started = 1;
         break;
     case EV_ERROR:
         progress_end(p);
@@ -506,7 +512,8 @@ static int handle_text(plain *p, char *line) {
             break;
         case CMD_RETRY:
             ans_drop(p, p->n_ans - 1);
-            p->redo = 1;
+            p->redo         = 1;
+            p->turn_started = 0;
             ue_retry(p->eng, &p->cs.gen);
             drain(p, 1);
             settle(p);
@@ -557,6 +564,7 @@ static int handle_text(plain *p, char *line) {
         ue_send(p->eng, text, &p->cs.gen);
     }
     p->edit_pending = 0;
+    p->turn_started = 0;
     p->quit_warned  = 0; /* a new turn: ask again before dropping it */
     free(p->last_user);
     p->last_user = strdup(text);
