@@ -103,6 +103,20 @@ if command -v tmux >/dev/null; then
         check "SIG$sig at the line-mode prompt: exits with $st" wait_until "'EXIT=$st'" 5 on_screen "EXIT=$st"
         check "SIG$sig at the line-mode prompt: the terminal is restored" wait_until "'icanon echo'" 5 on_screen "^icanon echo"
     done
+    # /edit offers a loaded transcript's message on the prompt: its control characters are text,
+    # not keys (^A moved the cursor, so 'x^Ay' was sent as 'yx'; ESC ] ran a meta key)
+    printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"x\\u0001y \\u001b]0;T\\u0007 z"}\n{"role":"assistant","content":"a"}\n' >"$K3_TMP/ctl.jsonl"
+    $tm kill-server 2>/dev/null
+    tm="tmux -L k3plainedit -f /dev/null"
+    $tm new-session -d -x 100 -y 20 -e K3_MOCK="$m" -e HOME="$K3_TMP" -e XDG_STATE_HOME="$K3_TMP/state" \
+        "env TERM=xterm-256color $k --plain --load $K3_TMP/ctl.jsonl /no/model; echo EXIT=\$?; sleep 30"
+    wait_until "the line-mode prompt" 5 on_screen '^>'
+    $tm send-keys -l "/edit"; $tm send-keys Enter
+    wait_until "the /edit notice" 5 on_screen "replaces your last one"
+    $tm send-keys Enter
+    check "/edit of a message with control characters sends it as it was" \
+        wait_until "'answer to x\\x01y \\x1B]0;T\\x07 z'" 5 on_screen 'answer to x\\x01y \\x1B]0;T\\x07 z'
+    $tm send-keys C-d
     $tm kill-server 2>/dev/null
 else
     echo "SKIP: tmux is not installed"

@@ -319,6 +319,29 @@ static int on_event(plain *p, ui_ev *e) {
 }
 
 /* /copy, /edit and /raw in line mode; 1 when r was one of them. */
+/* Offer s on the next prompt: libedit takes pushed text as keys, so each control character in
+ * it (C0, DEL, C1: a transcript's message may hold any) goes behind a ^V (ed-quoted-insert) and
+ * is inserted as it is, shown by libedit as ^X, instead of running as an editing command (^A
+ * moved the cursor, ^D at the start ended the chat, ESC sequences ran meta keys). */
+static void push_literal(EditLine *el, const char *s) {
+    txt_buf b = {0};
+    for (size_t i = 0, n = strlen(s); i < n;) {
+        unsigned char c   = (unsigned char)s[i];
+        size_t        l   = 1;
+        int           ctl = c < 0x20 || c == 0x7f;
+        if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] < 0xa0)
+            ctl = 1, l = 2; /* U+0080..U+009F */
+        if ((ctl && txt_buf_add(&b, "\026", 1)) || txt_buf_add(&b, s + i, l)) {
+            free(b.p);
+            return;
+        }
+        i += l;
+    }
+    if (b.n && !txt_buf_add(&b, "", 1))
+        el_push(el, b.p);
+    free(b.p);
+}
+
 static int md_command(plain *p, const cmd_result *r) {
     char msg[1024];
     switch (r->id) {
@@ -373,7 +396,7 @@ static int md_command(plain *p, const cmd_result *r) {
                                 "k3chat: /edit: your message has %d lines; line mode offers it as one, "
                                 "the newlines turned into spaces\n",
                                 n_lines);
-            el_push(p->el, p->last_user);
+            push_literal(p->el, p->last_user);
         }
         txt_term_printf(
             stderr,
