@@ -51,6 +51,24 @@ check "... the commands show escaped, cut between tokens or not" \
     has 'm-ans \x1B]52;c;ZXZpbA==\x07 \u009B1m m-end'
 check "... in the reasoning too" has 'm-think \x1B]0;EVILM\x07 x'
 
+# bidi controls (an override, an isolate, a mark) and a line separator reorder or break what a
+# bidi terminal shows: escaped in line mode, left out by the full-screen chat (not on its byte stream)
+printf 'delay 0\nresponse bidi \342\200\256evil\342\200\254 \342\201\246x\342\201\251\342\200\217 \342\200\250sep end-bidi\n' >"$K3_TMP/bidi.txt"
+tui_start 120 30 K3_MOCK="$K3_TMP/bidi.txt" -- "$K3CHAT --plain /no/model; echo EXIT=\$?; sleep 60"
+type_line hi
+check "K3_MOCK --plain: bidi controls and U+2028 show escaped" \
+    wait_for 'bidi \u202Eevil\u202C \u2066x\u2069\u200F \u2028sep end-bidi' 15
+tui_start 120 30 K3_MOCK="$K3_TMP/bidi.txt" -- "$K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+$T pipe-pane -O "cat >>'$K3_TMP/bidi.bin'"
+wait_for "mock · 3 layers" 10
+type_line hi
+check "full-screen: the answer shows without its bidi controls" wait_for "bidi evil x sep end-bidi" 15
+check "... and none of them is on the byte stream" /usr/bin/python3 -c '
+import re, sys
+b = open(sys.argv[1], "rb").read()
+sys.exit(1 if re.search(rb"\xe2\x80[\xa8\xa9\xaa-\xae\x8e\x8f]|\xe2\x81[\xa6-\xa9]", b) else 0)' "$K3_TMP/bidi.bin"
+keys C-d
+
 # a schema file's refusal quotes it (the keyword, the pattern): escaped too
 printf '{"type":"string","pattern":"\\u001b]0;EVILS\\u0007\\u001b]52;c;ZXZpbA==\\u0007(?=x)"}' >"$K3_TMP/evil.json"
 tui_start 400 30 -- "$K3CHAT $K3_SRC/models/k3-nano --prompt hi --json-schema $K3_TMP/evil.json; echo EXIT=\$?; sleep 60"

@@ -9,6 +9,10 @@ printf 'delay 0\nthink pondering {user}\nresponse reply to {user}\n' >"$m"
 mkdir -p "$K3_TMP/config/k3chat/themes"
 printf 'user = red default bold\n' >"$K3_TMP/config/k3chat/themes/mine.theme"
 printf 'user = purple default\n' >"$K3_TMP/config/k3chat/themes/broken.theme"
+mkdir "$K3_TMP/config/k3chat/themes/adir.theme" # a directory, a theme past 16 KB, a NUL byte
+{ printf 'user = red default\n'; i=0; while [ $i -lt 1100 ]; do printf '# %s\n' "padding line $i"; i=$((i + 1)); done
+  printf 'user = purple default\n'; } >"$K3_TMP/config/k3chat/themes/big.theme"
+printf 'user = red default\n\000user = purple default\n' >"$K3_TMP/config/k3chat/themes/nul.theme"
 run_mock 110 40 "$m"
 wait_for "mock · 3 layers" 10
 # cmd TEXT EXPECT DESC: type a command, wait for EXPECT on screen
@@ -86,6 +90,9 @@ cmd "/theme high-contrast" "theme high-contrast" "/theme high-contrast"
 cmd "/theme mine" "theme mine" "/theme from the XDG config directory"
 cmd "/theme broken" "broken.theme:1: user: 'purple' is not a color" "a bad theme file names file, line and field"
 cmd "/theme nope" "no theme 'nope'" "/theme with an unknown name"
+cmd "/theme adir" "adir.theme: cannot read: Is a directory" "a directory NAME.theme is refused, not an empty theme"
+cmd "/theme big" "big.theme: larger than 16383 bytes, not a theme" "a theme past 16 KB is refused, not cut"
+cmd "/theme nul" "nul.theme: a NUL byte (byte 20), not a theme" "a theme with a NUL byte is refused, not cut there"
 cmd "/theme dark" "theme dark" "/theme dark"
 cmd "/tmep 1" "unknown command /tmep; did you mean /temp?" "a misspelled command suggests the nearest"
 cmd "/qiut" "did you mean /quit?" "/qiut suggests /quit"

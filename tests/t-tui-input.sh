@@ -81,6 +81,16 @@ check "Enter in the search sends the found message" wait_for "got it" 3
 keys -l "some text"; keys C-c
 check "Ctrl-C with text clears the line" wait_gone "some text" 3
 check "and does not quit" hasnt "EXIT="
+# a paste of more rows than the input area's wrap buffer held (256): the rows around the cursor
+# show, so the end of the text and what is typed after it are seen (the first 256 rows stayed)
+/usr/bin/python3 -c 'print("".join("l%03d\n" % i for i in range(300)) + "END-OF-PASTE", end="")' >"$K3_TMP/paste300.txt"
+$T load-buffer "$K3_TMP/paste300.txt"
+$T paste-buffer -p
+keys -l "TYPED"
+check "a 301-row paste: its end and the keys typed after it show in the input area" \
+    wait_for "  END-OF-PASTETYPED" 5
+check "... with the cursor after them" sh -c "[ \"\$($T display -p '#{cursor_x},#{cursor_y}')\" = 19,29 ]"
+keys C-u
 keys C-d
 check "Ctrl-D at an empty prompt quits" wait_for "EXIT=0" 5
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"

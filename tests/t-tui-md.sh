@@ -206,6 +206,26 @@ check "the link text is wrapped in an OSC 8 hyperlink on the byte stream" grep -
 keys C-d
 wait_for "EXIT=0" 5
 
+# a hostile link: C1 controls (U+009B CSI, U+009C ST, U+009D OSC: a terminal that takes them ends
+# the OSC 8 early and runs the rest), a raw 0x9B byte, ESC and BEL in the text and the URL. What
+# goes around curses is what curses draws (the text without controls) and a percent-encoded URL
+printf 'delay 0\nresponse see [li\302\2331mnk\2332J](<http://x/\302\234\302\23552;c;ZXZpbA==\302\234\033]0;T\007>) end-of-evil\n' >"$K3_TMP/evil8.txt"
+tui_start 90 20 K3_MOCK="$K3_TMP/evil8.txt" K3_HYPERLINKS=1 -- "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+$T pipe-pane -O "cat >>'$K3_TMP/evil8.bin'"
+wait_for "mock · 3 layers" 10
+type_line "evil link"
+wait_for "end-of-evil" 10
+sleep 0.3
+check "OSC 8: the hostile URL goes percent-encoded" \
+    grep -qF "]8;;http://x/%C2%9C%C2%9D52;c;ZXZpbA==%C2%9C%1B]0;T%07" "$K3_TMP/evil8.bin"
+check "OSC 8: no C1 control, raw 0x9B, BEL or title command from the model on the byte stream" $PY -c '
+import re, sys
+b = open(sys.argv[1], "rb").read()
+bad = re.findall(rb"\xc2[\x80-\x9f]|\x9b2J|\x07|\x1b\]0;T", b)
+sys.exit(1 if bad or b"1mnk" not in b else 0)' "$K3_TMP/evil8.bin"
+keys C-d
+wait_for "EXIT=0" 5
+
 # on k3-nano (the real engine and conversation): /copy of a real answer, /edit then send
 n="$K3_SRC/models/k3-nano"
 if [ ! -f "$n/config.json" ]; then

@@ -32,6 +32,16 @@ K3_MOCK="$m" timeout 30 "$k" /no/model <"$K3_TMP/cmds" >"$K3_TMP/out6" 2>"$K3_TM
 rc=$?
 t "300 slash commands are taken in order and the answers around them come (status $rc; 30 s hang limit)" \
     '[ $rc -eq 0 ] && [ "$(cat "$K3_TMP/out6")" = "$(printf "answer to hi\nanswer to bye")" ]'
+# a /retry refused before a turn (nothing to regenerate) is a command's error, not a message
+# that went unanswered: the status stays 0 (it was 1); a message that failed still gives 1
+printf 'hi\n/undo\n/retry\n' | K3_MOCK="$m" "$k" /no/model >/dev/null 2>"$K3_TMP/err7"
+rc=$?
+t "a refused /retry says why and leaves the exit status 0 (got $rc)" \
+    '[ $rc -eq 0 ] && grep -q "/retry: there is no answer to regenerate" "$K3_TMP/err7"'
+printf 'delay 0\nerror the mock failed\n' >"$K3_TMP/mfail"
+printf 'hi\n/retry\n' | K3_MOCK="$K3_TMP/mfail" "$k" /no/model >/dev/null 2>/dev/null
+rc=$?
+t "a message that failed, and failed again on /retry, still exits 1 (got $rc)" '[ $rc -eq 1 ]'
 printf 'hello\n' | K3_MOCK="$m" "$k" --plain --think off /no/model >"$K3_TMP/out2" 2>/dev/null
 t "--plain --think off answers" 'grep -qx "answer to hello" "$K3_TMP/out2"'
 printf '/quit\nnever\n' | K3_MOCK="$m" "$k" /no/model >"$K3_TMP/out3" 2>/dev/null
@@ -78,6 +88,35 @@ if command -v tmux >/dev/null; then
         sh -c "$tm capture-pane -p | sed -n '/^> dumb\$/,\$p' | grep -q 'answer to dumb'"
     $tm send-keys C-d
     check "Ctrl-D ends the line mode with 0" wait_until "'EXIT=0'" 5 on_screen "EXIT=0"
+    # SIGTERM and SIGHUP while libedit reads a line (the terminal raw, echo off): k3chat dies by
+    # the signal (128 + its number) with the terminal as it found it (it stayed -icanon -echo)
+    for sig in TERM HUP; do
+        $tm kill-server 2>/dev/null
+        tm="tmux -L k3plain$sig -f /dev/null" # a fresh server: one shutting down cannot take it
+        $tm new-session -d -x 80 -y 20 -e K3_MOCK="$m" -e HOME="$K3_TMP" -e XDG_STATE_HOME="$K3_TMP/state" \
+            "sh -c 'echo \$\$ >$K3_TMP/pid; exec env TERM=xterm-256color $k --plain /no/model'; echo EXIT=\$?; stty -a | tr ' ' '\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\n' ' '; echo; sleep 30"
+        wait_until "the line-mode prompt" 5 on_screen '^>'
+        $tm send-keys -l "half typed"
+        wait_until "the typed text" 5 on_screen "half typed"
+        kill -$sig "$(cat "$K3_TMP/pid")"
+        st=$((128 + $(signum $sig)))
+        check "SIG$sig at the line-mode prompt: exits with $st" wait_until "'EXIT=$st'" 5 on_screen "EXIT=$st"
+        check "SIG$sig at the line-mode prompt: the terminal is restored" wait_until "'icanon echo'" 5 on_screen "^icanon echo"
+    done
+    # /edit offers a loaded transcript's message on the prompt: its control characters are text,
+    # not keys (^A moved the cursor, so 'x^Ay' was sent as 'yx'; ESC ] ran a meta key)
+    printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"x\\u0001y \\u001b]0;T\\u0007 z"}\n{"role":"assistant","content":"a"}\n' >"$K3_TMP/ctl.jsonl"
+    $tm kill-server 2>/dev/null
+    tm="tmux -L k3plainedit -f /dev/null"
+    $tm new-session -d -x 100 -y 20 -e K3_MOCK="$m" -e HOME="$K3_TMP" -e XDG_STATE_HOME="$K3_TMP/state" \
+        "env TERM=xterm-256color $k --plain --load $K3_TMP/ctl.jsonl /no/model; echo EXIT=\$?; sleep 30"
+    wait_until "the line-mode prompt" 5 on_screen '^>'
+    $tm send-keys -l "/edit"; $tm send-keys Enter
+    wait_until "the /edit notice" 5 on_screen "replaces your last one"
+    $tm send-keys Enter
+    check "/edit of a message with control characters sends it as it was" \
+        wait_until "'answer to x\\x01y \\x1B]0;T\\x07 z'" 5 on_screen 'answer to x\\x01y \\x1B]0;T\\x07 z'
+    $tm send-keys C-d
     $tm kill-server 2>/dev/null
 else
     echo "SKIP: tmux is not installed"

@@ -481,6 +481,50 @@ static void test_stream(void) {
     free(buf);
 }
 
+/* One long line in an open code block, streamed: each update lays out only the partial line's
+ * last row and what follows (fc_pl_*), and every step shows what a fresh md4c render shows. The
+ * line has tabs, CJK, combining marks, an emoji ZWJ sequence and a control character. */
+static void test_stream_long_code_line(void) {
+    static const char piece[] = "ab\tc\xe6\xbc\xa2\xe5\xad\x97"
+                                "e\xcc\x81\xcc\x82 \t\t"
+                                "\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7x\x01yz ";
+    txt_buf           text    = {0};
+    txt_buf_add(&text, "```c\n  \t", strlen("```c\n  \t"));
+    while (text.n < 2500)
+        txt_buf_add(&text, piece, sizeof piece - 1);
+    txt_buf_add(&text, "\nnext line\n", strlen("\nnext line\n"));
+    int bad = 0, steps = 0, resumed = 0;
+    for (int wi = 0; wi < 3 && !bad; wi++) {
+        static const int widths[] = {9, 13, 30};
+        md_stream        st       = {0};
+        unsigned         seed     = 7u + (unsigned)wi;
+        for (size_t k = 1; k <= text.n && !bad;) {
+            md_stream_update(&st, text.p, k, widths[wi], THM_ASSISTANT, MD_STREAMING);
+            resumed += st.fc && st.fc_pl_line >= 0;
+            md_stream ref = {0};
+            md_stream_update(&ref, text.p, k, widths[wi], THM_ASSISTANT, MD_STREAMING | MD_EXACT);
+            int at;
+            if (!same_stream(&st, &ref, &at)) {
+                T_CHECK(0, "long code line, width %d, %zu bytes: line %d differs from a fresh render",
+                        widths[wi], k, at);
+                bad = 1;
+            }
+            md_stream_free(&ref);
+            steps++;
+            seed = seed * 1103515245u + 12345u;
+            k += 1 + (seed >> 16) % 7;
+            if (k > text.n && k - text.n < 7)
+                k = text.n;
+        }
+        md_stream_free(&st);
+    }
+    T_CHECK(!bad && resumed > steps / 2,
+            "a 2.5 kB code line streamed at widths 9, 13 and 30: every step as md4c shows it, %d of %d "
+            "steps laid out from the partial line's last row",
+            resumed, steps);
+    free(text.p);
+}
+
 static void test_copy(void) {
     const char *s = "text\n\n```sh\necho one\n```\n\nmore\n\n    indented\n\n~~~\nthree\n~~~\n";
     txt_buf     b = {0};
@@ -623,6 +667,7 @@ int main(void) {
     test_stream();
     test_stream_plain();
     test_stream_incremental();
+    test_stream_long_code_line();
     test_copy();
     test_bad_input();
     md_doc_free(&D);

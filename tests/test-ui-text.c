@@ -175,5 +175,43 @@ int main(void) {
                    c4, 1, "a\\xE6bc"),
             "a lead byte whose sequence is broken is escaped");
     T_CHECK(esc_ok("\xff\x80q", NULL, 0, "\\xFF\\x80q"), "bytes that are not UTF-8 are escaped");
+    /* bidi controls and line separators: escaped, cut between pieces or not; not drawn */
+    size_t c5[] = {3, 5};
+    T_CHECK(esc_ok("a \xe2\x80\xae"
+                   "evil\xe2\x80\xac \xe2\x81\xa6x\xe2\x81\xa9\xe2\x80\x8f\xd8\x9c\xe2\x80\xa8.\xe2\x80\x8b",
+                   c5, 2, "a \\u202Eevil\\u202C \\u2066x\\u2069\\u200F\\u061C\\u2028.\xe2\x80\x8b"),
+            "bidi overrides, isolates and marks and U+2028 are escaped; a zero-width space is kept");
+    int bw = -1, bf = 0;
+    txt_cluster("\xe2\x80\xae"
+                "x",
+                4, &bw, &bf);
+    T_CHECK(bw == 0 && (bf & TXT_F_CTRL) &&
+                W("a\xe2\x80\xae"
+                  "bc") == 3,
+            "U+202E is a control cluster of no width (the full-screen chat leaves it out)");
+
+    /* what the full-screen chat writes around curses (an OSC 8 link's text and URL) */
+    txt_buf     b   = {0};
+    const char *vis = "a\x1b[31m\xc2\x9b"
+                      "1m\x9b"
+                      "2J\t\n\x7f\xc2\x9c\xe4\xb8\xad\xcc\x81\xf0\x9f\x98\x80z";
+    txt_term_drawn(&b, vis, strlen(vis));
+    const char *want = "a[31m1m\xef\xbf\xbd"
+                       "2J\xe4\xb8\xad\xcc\x81\xf0\x9f\x98\x80z";
+    T_CHECK(b.n == strlen(want) && !memcmp(b.p, want, b.n),
+            "txt_term_drawn leaves out C0, DEL and C1 controls, shows a raw byte as U+FFFD, keeps the rest "
+            "('%.*s')",
+            (int)b.n, b.p);
+    b.n               = 0;
+    const char *uri   = "http://x/a b\x1b]0;T\x07\xc2\x9c\xc2\x9d"
+                        "52;c;eA==\xc2\x9c\x9b~";
+    const char *uwant = "http://x/a%20b%1B]0;T%07%C2%9C%C2%9D52;c;eA==%C2%9C%9B~";
+    int         nctl  = 0;
+    txt_term_uri(&b, uri, strlen(uri));
+    for (size_t k = 0; k < b.n; k++)
+        nctl += (unsigned char)b.p[k] <= 0x20 || (unsigned char)b.p[k] >= 0x7f;
+    T_CHECK(b.n == strlen(uwant) && !memcmp(b.p, uwant, b.n) && !nctl,
+            "txt_term_uri percent-encodes every byte outside 0x21..0x7E ('%.*s')", (int)b.n, b.p);
+    free(b.p);
     return t_done();
 }

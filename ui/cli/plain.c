@@ -36,12 +36,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t got_int;
 static void                  on_int(int sig) {
                      (void)sig;
                      got_int = 1;
+}
+
+/* SIGTERM and SIGHUP with libedit on the terminal: libedit keeps the terminal in raw mode (no
+ * echo, no line editing) while it reads a line, and dying there by the default action left the
+ * user's shell so. The handler puts back the terminal settings k3chat found (tcsetattr is
+ * async-signal-safe), then dies by the signal as before (the shell sees 128 + its number).
+ * Finished turns are in the autosave file already. */
+static struct termios tty_found;
+static void           on_term(int sig) {
+              tcsetattr(0, TCSANOW, &tty_found);
+              signal(sig, SIG_DFL);
+              raise(sig);
 }
 
 typedef struct plain {
@@ -67,14 +80,17 @@ typedef struct plain {
     char         *last_user; /* the last message sent, for /edit (NULL: none)     */
     int           edit_pending;
     EditLine     *el;
-    History      *hist;        /* the line editor's history (a terminal), NULL otherwise      */
-    const char   *hpath;       /* its file, NULL when there is none                          */
-    int           lineno;      /* input lines read so far                             */
-    int           quit_warned; /* 1 + UE_DROP_* of the refused request (keep_unsaved) */
-    int           failed;      /* messages that got no answer (an error): exit status 1 */
-    int           last_failed; /* the last exchange's turn failed (counted in failed)       */
-    int           redo;        /* the turn running is a /retry or /edit of the last exchange:
-                                  its answer takes that failure back                         */
+    History      *hist;         /* the line editor's history (a terminal), NULL otherwise      */
+    const char   *hpath;        /* its file, NULL when there is none                          */
+    int           lineno;       /* input lines read so far                             */
+    int           quit_warned;  /* 1 + UE_DROP_* of the refused request (keep_unsaved) */
+    int           failed;       /* messages that got no answer (an error): exit status 1 */
+    int           last_failed;  /* the last exchange's turn failed (counted in failed)       */
+    int           turn_started; /* EV_TURN came since the last send, /retry or /edit: a /retry
+                                 * refused before a turn (nothing to regenerate) is no message
+                                 * that went unanswered */
+    int redo;                   /* the turn running is a /retry or /edit of the last exchange:
+                                   its answer takes that failure back                         */
 } plain;
 
 /* Keep an answer (an owned copy) for /copy; pop = drop the last one. */
@@ -229,7 +245,7 @@ static int on_event(plain *p, ui_ev *e) {
             fputc('\n', stdout);
         if (e->i == UE_DONE_CANCELLED)
             txt_term_printf(stderr, "k3chat: stopped\n");
-        if (e->i == UE_DONE_ERROR && !p->replaying) {
+        if (e->i == UE_DONE_ERROR && !p->replaying && (p->turn_started || !p->redo)) {
             p->failed += !(p->redo && p->last_failed); /* the same message failing again: once */
             p->last_failed = 1;
         } else if ((e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH) && !p->replaying && p->redo &&
@@ -254,6 +270,9 @@ static int on_event(plain *p, ui_ev *e) {
             p->now      = e->st;
             p->have_now = 1;
         }
+        break;
+    case EV_TURN:
+        p->turn_started = 1;
         break;
     case EV_ERROR:
         progress_end(p);
@@ -300,6 +319,29 @@ static int on_event(plain *p, ui_ev *e) {
 }
 
 /* /copy, /edit and /raw in line mode; 1 when r was one of them. */
+/* Offer s on the next prompt: libedit takes pushed text as keys, so each control character in
+ * it (C0, DEL, C1: a transcript's message may hold any) goes behind a ^V (ed-quoted-insert) and
+ * is inserted as it is, shown by libedit as ^X, instead of running as an editing command (^A
+ * moved the cursor, ^D at the start ended the chat, ESC sequences ran meta keys). */
+static void push_literal(EditLine *el, const char *s) {
+    txt_buf b = {0};
+    for (size_t i = 0, n = strlen(s); i < n;) {
+        unsigned char c   = (unsigned char)s[i];
+        size_t        l   = 1;
+        int           ctl = c < 0x20 || c == 0x7f;
+        if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] < 0xa0)
+            ctl = 1, l = 2; /* U+0080..U+009F */
+        if ((ctl && txt_buf_add(&b, "\026", 1)) || txt_buf_add(&b, s + i, l)) {
+            free(b.p);
+            return;
+        }
+        i += l;
+    }
+    if (b.n && !txt_buf_add(&b, "", 1))
+        el_push(el, b.p);
+    free(b.p);
+}
+
 static int md_command(plain *p, const cmd_result *r) {
     char msg[1024];
     switch (r->id) {
@@ -354,7 +396,7 @@ static int md_command(plain *p, const cmd_result *r) {
                                 "k3chat: /edit: your message has %d lines; line mode offers it as one, "
                                 "the newlines turned into spaces\n",
                                 n_lines);
-            el_push(p->el, p->last_user);
+            push_literal(p->el, p->last_user);
         }
         txt_term_printf(
             stderr,
@@ -493,7 +535,8 @@ static int handle_text(plain *p, char *line) {
             break;
         case CMD_RETRY:
             ans_drop(p, p->n_ans - 1);
-            p->redo = 1;
+            p->redo         = 1;
+            p->turn_started = 0;
             ue_retry(p->eng, &p->cs.gen);
             drain(p, 1);
             settle(p);
@@ -544,6 +587,7 @@ static int handle_text(plain *p, char *line) {
         ue_send(p->eng, text, &p->cs.gen);
     }
     p->edit_pending = 0;
+    p->turn_started = 0;
     p->quit_warned  = 0; /* a new turn: ask again before dropping it */
     free(p->last_user);
     p->last_user = strdup(text);
@@ -643,6 +687,13 @@ int cli_plain(const ui_opts *o) {
     int       has_hist = 0;
     if (isatty(0) && isatty(2)) {
         el = el_init_quiet(stdin, stderr);
+        if (el && tcgetattr(0, &tty_found) == 0) {
+            struct sigaction st;
+            memset(&st, 0, sizeof st);
+            st.sa_handler = on_term;
+            sigaction(SIGTERM, &st, NULL);
+            sigaction(SIGHUP, &st, NULL);
+        }
         if (el) {
             el_set(el, EL_EDITOR, "emacs");
             p->el = el;

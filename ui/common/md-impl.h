@@ -89,6 +89,17 @@ typedef struct md_rctx {
 int md_doc_run(md_doc *d, size_t run0, size_t off, size_t len, int role, int link);
 /* The rows of one line of code s[0, ln) inside a box of inner width iw, or bare. */
 void md_code_line(R *r, const char *s, size_t ln, int box, int iw);
+/* The last row md_code_rows laid out: open's line it is (-1: none that can be resumed), the byte
+ * of s it starts at and that byte's column in the line. */
+typedef struct md_code_last {
+    int    line;
+    size_t off;
+    int    col;
+} md_code_last;
+/* md_code_line for the rest s[0, ln) of a line whose first col0 columns were laid out already
+ * (rows of earlier calls); with last != NULL, where its last row starts, so that a stream can lay
+ * out only that row and what follows when more of the line comes. */
+void md_code_rows(R *r, const char *s, size_t ln, int box, int iw, int col0, md_code_last *last);
 /* The box of a code block in a columns: whether there is one, and its inner width. */
 int  md_code_box(int a, int *iw);
 void md_code_bottom(R *r, int a);

@@ -5,8 +5,8 @@
  * column 0; finished chunks are rendered once into st->fin, the open chunk into st->open again as
  * text arrives. Two fast paths skip md4c for the open chunk where its result is known: a plain
  * paragraph (pl_layout wraps only its last line again) and an open fenced code block (fc_layout
- * adds the rows of new lines). Both lay out exactly what md_render would (md.c's code_line and
- * run helpers, shared through md-impl.h).
+ * adds the rows of new lines, and of a partial line lays out only its last row again). Both lay out exactly
+ * what md_render would (md.c's code_line and run helpers, shared through md-impl.h).
  */
 #include "md-impl.h"
 
@@ -223,7 +223,7 @@ static int has_cr_nul(const char *s, size_t n) {
 
 /* A line of a fenced code block as md4c gives it: its indentation as spaces (tab stops every 4
  * columns), then the rest as it is; its rows laid out. */
-static void fc_code_line(R *r, const char *s, size_t ln, int box, int iw) {
+static void fc_code_line(R *r, const char *s, size_t ln, int box, int iw, md_code_last *last) {
     size_t k   = 0;
     int    col = 0;
     for (; k < ln && (s[k] == ' ' || s[k] == '\t'); k++)
@@ -233,7 +233,12 @@ static void fc_code_line(R *r, const char *s, size_t ln, int box, int iw) {
         txt_buf_add(&r->code, " ", 1);
     if (txt_buf_add(&r->code, s + k, ln - k))
         r->err = r->d->oom = 1;
-    md_code_line(r, r->code.p, r->code.n, box, iw);
+    md_code_rows(r, r->code.p ? r->code.p : "", r->code.n, box, iw, 0, last);
+    /* where the last row starts, in s (not inside the indentation made of spaces) */
+    if (last && last->line >= 0 && last->off >= (size_t)col)
+        last->off = last->off - (size_t)col + k;
+    else if (last)
+        last->line = -1;
 }
 
 /* Open's lines from line k on dropped (their runs and text with them). */
@@ -252,9 +257,10 @@ static void doc_cut(md_doc *d, int k) {
  * column 0): what md4c makes of the stream's view of it, without md4c after its first line. The
  * head (md4c's rendering of the fence line, to the box's top) is made once; the rows of a complete
  * line once; each update adds the rows of the new complete lines, then those of the partial last
- * line and the bottom, which the next update takes back. Code lines are laid out one by one in
- * md_render too (md_code_line), so this is exact. 0 done, 1 not such a chunk (md4c renders it), -1
- * out of memory. */
+ * line and the bottom, which the next update takes back: of a partial line only its last row (a
+ * line of megabytes without a newline, laid out again whole, cost its length every frame). Code lines are
+ * laid out one by one in md_render too (md_code_line), so this is exact. 0 done, 1 not such a chunk (md4c
+ * renders it), -1 out of memory. */
 static int fc_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     md_doc *d = &st->open;
     if (st->fc_done != st->done) {
@@ -282,36 +288,60 @@ static int fc_layout(md_stream *st, const char *s, size_t n, unsigned f) {
         int iw;
         doc_cut(d,
                 d->n_lines - 1 - md_code_box(st->width < 2 ? 2 : st->width, &iw)); /* the empty row, bottom */
-        st->fc       = 1;
-        st->fc_line  = body;
-        st->fc_any   = 0;
-        st->fc_lines = d->n_lines;
+        st->fc         = 1;
+        st->fc_line    = body;
+        st->fc_any     = 0;
+        st->fc_lines   = d->n_lines;
+        st->fc_pl_line = -1;
+        st->fc_scan    = 0;
     }
-    doc_cut(d, st->fc_lines); /* the partial line and the bottom of the last update */
     size_t v = st->done + view_end(c, n - st->done);
-    R     *r = st->ctx;
+    /* a partial line laid out before and no newline since: its rows but the last stay (a line of
+     * megabytes costs its new bytes an update, not its whole length) */
+    int resume = st->fc_pl_line >= 0 && st->fc_pl_at == st->fc_line && st->fc_pl_off <= v &&
+                 v > st->fc_line && !memchr(s + st->fc_line, '\n', v - st->fc_line);
+    if (resume) {
+        char ch;
+        int  rest, fl = fence_line(s + st->fc_line, v - st->fc_line, &ch, &rest);
+        resume = !(fl >= st->fence_n && ch == st->fence_ch && rest);
+    }
+    doc_cut(d, resume ? st->fc_pl_line : st->fc_lines); /* what the last update laid out again */
+    R *r = st->ctx;
     md_render_begin(r, d, st->width, st->role, f);
     int a = r->width, iw, box = md_code_box(a, &iw);
-    for (const char *e; st->fc_line < v && (e = memchr(s + st->fc_line, '\n', v - st->fc_line));) {
+    for (const char *e; !resume && st->fc_line < v && (e = memchr(s + st->fc_line, '\n', v - st->fc_line));) {
         size_t ln = (size_t)(e - (s + st->fc_line));
         if (has_cr_nul(s + st->fc_line, ln))
             return st->fc = 0, st->fc_no = 1;
-        fc_code_line(r, s + st->fc_line, ln, box, iw);
+        fc_code_line(r, s + st->fc_line, ln, box, iw, NULL);
         st->fc_line += ln + 1;
         st->fc_any = 1;
     }
-    st->fc_lines = d->n_lines;
+    if (!resume)
+        st->fc_lines = d->n_lines;
     char ch;
     int  rest, fl = 0;
     if (v > st->fc_line) {
-        if (has_cr_nul(s + st->fc_line, v - st->fc_line))
+        size_t from = st->fc_scan > st->fc_line ? st->fc_scan : st->fc_line;
+        if (v > from && has_cr_nul(s + from, v - from))
             return st->fc = 0, st->fc_no = 1;
-        fl = fence_line(s + st->fc_line, v - st->fc_line, &ch, &rest);
+        st->fc_scan = v > from ? v : from;
+        fl          = fence_line(s + st->fc_line, v - st->fc_line, &ch, &rest);
         if (fl >= st->fence_n && ch == st->fence_ch && rest)
             v = st->fc_line; /* a closing fence, still without its newline */
     }
-    if (v > st->fc_line || !st->fc_any)
-        fc_code_line(r, s + st->fc_line, v - st->fc_line, box, iw);
+    md_code_last last = {-1, 0, 0};
+    if (resume) {
+        md_code_rows(r, s + st->fc_pl_off, v - st->fc_pl_off, box, iw, st->fc_pl_col, &last);
+        last.off += st->fc_pl_off;
+    } else if (v > st->fc_line || !st->fc_any) {
+        fc_code_line(r, s + st->fc_line, v - st->fc_line, box, iw, &last);
+        last.off += st->fc_line;
+    }
+    st->fc_pl_line = last.line;
+    st->fc_pl_at   = st->fc_line;
+    st->fc_pl_off  = last.off;
+    st->fc_pl_col  = last.col;
     if (box)
         md_code_bottom(r, a);
     return r->err ? -1 : 0;

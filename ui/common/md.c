@@ -280,12 +280,43 @@ static void flush_inline(R *r) {
 
 /* ==== code blocks ========================================================== */
 
+/* Where the row that starts at byte q of the expanded line (r->ex) starts in s: the byte of s
+ * and its column, when a cluster of s starts there (not inside a tab's spaces); else none. */
+static void code_row_start(md_code_last *last, R *r, const char *s, size_t ln, int col0, size_t q) {
+    size_t e   = 0; /* bytes of r->ex made by s[0, p) */
+    int    col = col0;
+    for (size_t p = 0; p <= ln;) {
+        if (e == q) {
+            *last = (md_code_last){r->d->n_lines, p, col};
+            return;
+        }
+        if (e > q || p == ln)
+            return;
+        int    w, f;
+        size_t l = txt_cluster(s + p, ln - p, &w, &f);
+        if (f & TXT_F_TAB) {
+            w = TXT_TAB - col % TXT_TAB;
+            e += (size_t)w;
+        } else if (!(f & (TXT_F_CTRL | TXT_F_NL))) {
+            e += l;
+        } else {
+            w = 0;
+        }
+        col += w;
+        p += l;
+    }
+}
+
 /* The rows of one line of code s[0, ln): tabs expanded by column, control characters left out,
  * wrapped by columns (code keeps its spaces) inside the box of inner width iw, or bare. */
 void md_code_line(R *r, const char *s, size_t ln, int box, int iw) {
+    md_code_rows(r, s, ln, box, iw, 0, NULL);
+}
+
+void md_code_rows(R *r, const char *s, size_t ln, int box, int iw, int col0, md_code_last *last) {
     txt_buf *ex = &r->ex;
     ex->n       = 0;
-    int col     = 0;
+    int col     = col0;
     for (size_t q = 0; q < ln;) {
         int    w, f;
         size_t l = txt_cluster(s + q, ln - q, &w, &f);
@@ -301,12 +332,16 @@ void md_code_line(R *r, const char *s, size_t ln, int box, int iw) {
         q += l;
     }
     size_t q = 0;
+    if (last)
+        last->line = -1;
     do {
         size_t take = txt_col_to_off(ex->p ? ex->p + q : "", ex->n - q, iw);
         if (take == 0 && q < ex->n) { /* one cluster wider than the box */
             int w, f;
             take = txt_cluster(ex->p + q, ex->n - q, &w, &f);
         }
+        if (last && q + take >= ex->n)
+            code_row_start(last, r, s, ln, col0, q);
         ln_begin(r);
         int c0 = r->col;
         if (box)

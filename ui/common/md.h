@@ -114,6 +114,12 @@ typedef struct md_stream {
     int    fc, fc_no, fc_any; /* open is such a layout / the chunk is not one / a line is in   */
     size_t fc_done, fc_line;  /* the chunk start it was made for; the next line to lay out      */
     int    fc_lines;          /* open's lines that stay (head and complete lines' rows)          */
+    /* The partial last line (a long line still coming): the row of open it last ended with, which
+     * the next update lays out again from byte fc_pl_off (column fc_pl_col) on, while the line
+     * starting at fc_pl_at is still the partial one; fc_pl_line -1: from the line's start. */
+    int    fc_pl_line, fc_pl_col;
+    size_t fc_pl_at, fc_pl_off;
+    size_t fc_scan; /* bytes before it are known to hold no CR or NUL                        */
     /* The text the open chunk was last rendered from by md4c (held-back bytes change nothing) */
     txt_buf  last;
     int      last_ok;

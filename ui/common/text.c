@@ -29,6 +29,12 @@ static int is_emoji_pres(utf8proc_int32_t cp) {
            (cp >= 0x1F3FB && cp <= 0x1F3FF);
 }
 
+int txt_ctrl_cp(int32_t cp) {
+    return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0) || cp == 0x061C || cp == 0x200E ||
+           cp == 0x200F || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 ||
+           cp == 0x2029;
+}
+
 size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     /* printable ASCII not followed by a combining character (which would not be ASCII): a
      * cluster of one byte and one column, without a table lookup */
@@ -57,7 +63,7 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
         *flags = TXT_F_NL;
         return len;
     }
-    if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
+    if (txt_ctrl_cp(cp)) {
         *width = 0;
         *flags = TXT_F_CTRL;
         return len;
@@ -281,7 +287,7 @@ static int escape_run(txt_buf *out, txt_esc *st, const char *s, size_t n) {
             cp = decode(s + i, n - i, &len);
         else
             cp = c, len = 1;
-        if (cp == '\n' || cp == '\t' || cp >= 0xA0) {
+        if (cp == '\n' || cp == '\t' || (cp >= 0xA0 && !txt_ctrl_cp(cp))) {
             i += len;
             continue;
         }
@@ -347,6 +353,37 @@ void txt_term_end(FILE *f, txt_esc *st) {
     int n = st->n;
     st->n = 0;
     txt_term_put(f, NULL, st->hold, (size_t)n);
+}
+
+int txt_term_drawn(txt_buf *out, const char *s, size_t n) {
+    size_t run = 0; /* s[run..off) goes out as it is */
+    for (size_t off = 0; off < n;) {
+        int    w, f;
+        size_t len = txt_cluster(s + off, n - off, &w, &f);
+        if (f & (TXT_F_CTRL | TXT_F_NL | TXT_F_TAB | TXT_F_INVALID)) {
+            if (txt_buf_add(out, s + run, off - run) ||
+                ((f & TXT_F_INVALID) && txt_buf_add(out, "\xEF\xBF\xBD", 3)))
+                return -1;
+            run = off + len;
+        }
+        off += len;
+    }
+    return txt_buf_add(out, s + run, n - run);
+}
+
+int txt_term_uri(txt_buf *out, const char *s, size_t n) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t            run   = 0;
+    for (size_t k = 0; k < n; k++) {
+        unsigned char c = (unsigned char)s[k];
+        if (c > 0x20 && c < 0x7f)
+            continue;
+        char pct[3] = {'%', hex[c >> 4], hex[c & 15]};
+        if (txt_buf_add(out, s + run, k - run) || txt_buf_add(out, pct, 3))
+            return -1;
+        run = k + 1;
+    }
+    return txt_buf_add(out, s + run, n - run);
 }
 
 int txt_term_printf(FILE *f, const char *fmt, ...) {

@@ -12,6 +12,7 @@
 #include "k3.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #define TXT_TAB 8
@@ -63,6 +64,15 @@ typedef k3_buf txt_buf;
  * file) the text goes out as it is. The full-screen interface leaves control characters out when
  * it draws (tui-draw.c). */
 
+/* Whether code point cp is a control character to outside text: C0, DEL, the C1 controls
+ * U+0080..U+009F, and the characters that reorder or break a displayed line (the bidirectional
+ * embeddings, overrides, isolates and marks U+061C, U+200E, U+200F, U+202A..U+202E,
+ * U+2066..U+2069; the line and paragraph separators U+2028, U+2029): on a terminal that does
+ * bidi they could make an answer show other than it reads. txt_escape shows them as escapes,
+ * the full-screen chat leaves them out (txt_cluster flags them TXT_F_CTRL), and the server's
+ * log and error texts escape them too (http_clean). \n and \t are the callers' to treat. */
+int txt_ctrl_cp(int32_t cp);
+
 /* What a stream cut inside a character held back (the bytes of an incomplete UTF-8 sequence). */
 typedef struct txt_esc {
     char hold[4];
@@ -80,6 +90,15 @@ int txt_escape(txt_buf *out, txt_esc *st, const char *s, size_t n);
 void txt_term_put(FILE *f, txt_esc *st, const char *s, size_t n);
 /* The end of a streamed text: bytes st still holds go out (escaped on a terminal). */
 void txt_term_end(FILE *f, txt_esc *st);
+/* The full-screen chat writes a few things around curses, straight to the terminal (OSC 8
+ * links, tui-md.c). Text it writes so is what curses would draw of it: txt_term_drawn appends
+ * s[0..n) with every control character (C0 with \n and \t, DEL, the C1 controls U+0080..U+009F)
+ * left out and each byte that is not UTF-8 as U+FFFD. A URL goes as an OSC 8 target:
+ * txt_term_uri appends s[0..n) with every byte outside 0x21..0x7E percent-encoded (%1B, %C2%9C),
+ * so neither ESC, BEL nor a C1 string terminator can end the sequence early. Both -1 out of
+ * memory. */
+int txt_term_drawn(txt_buf *out, const char *s, size_t n);
+int txt_term_uri(txt_buf *out, const char *s, size_t n);
 /* fprintf(f, fmt, ...) with the whole formatted text through txt_term_put: for messages that
  * quote outside text (a server's error, a file's line). Returns what fprintf would, or -1. */
 int txt_term_printf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

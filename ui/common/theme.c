@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <curses.h>
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,9 +182,25 @@ int thm_load(const char *name, thm_spec t[THM_N], char *err, size_t errn) {
         FILE *f = fopen(path, "r");
         if (!f)
             continue;
+        /* a theme is a few dozen short lines: one that does not fit, or cannot be read (a
+         * directory named NAME.theme), is refused by name rather than parsed in part or as empty */
         char   buf[16384];
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        size_t n    = fread(buf, 1, sizeof buf - 1, f);
+        int    rerr = ferror(f) ? errno : 0, more = n == sizeof buf - 1 && fgetc(f) != EOF;
         fclose(f);
+        if (rerr) {
+            snprintf(err, errn, "%s: cannot read: %s", path, strerror(rerr));
+            return -1;
+        }
+        if (more) {
+            snprintf(err, errn, "%s: larger than %zu bytes, not a theme", path, sizeof buf - 1);
+            return -1;
+        }
+        const char *nul = memchr(buf, 0, n);
+        if (nul) { /* the parser would stop there and take what follows for nothing */
+            snprintf(err, errn, "%s: a NUL byte (byte %zu), not a theme", path, (size_t)(nul - buf) + 1);
+            return -1;
+        }
         buf[n] = 0;
         return thm_parse(buf, path, t, err, errn);
     }

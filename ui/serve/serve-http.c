@@ -16,6 +16,7 @@
  * bidirectional overrides become visible escapes, once (a backslash stays one backslash).
  */
 #include "serve-http.h"
+#include "text.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -70,9 +71,7 @@ size_t http_clean(char *dst, size_t cap, const char *src, size_t n) {
         } else if (cp < 0x20 || cp == 0x7F) {
             snprintf(esc, sizeof esc, "\\x%02X", (unsigned)cp);
             s = esc, m = 4;
-        } else if ((cp >= 0x80 && cp < 0xA0) || (cp >= 0x202A && cp <= 0x202E) ||
-                   (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 || cp == 0x2029 || cp == 0x200E ||
-                   cp == 0x200F || cp == 0x061C) {
+        } else if (txt_ctrl_cp(cp)) { /* C1, bidi controls, line separators (text.h) */
             snprintf(esc, sizeof esc, "\\u%04X", (unsigned)cp);
             s = esc, m = 6;
         }

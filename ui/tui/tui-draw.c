@@ -763,10 +763,14 @@ static void draw_input(tui *t) {
     size_t      n = strlen(s);
     int         w = t->cols - 2, hint = hint_rows(t, w, t->input_h);
     int         rows = t->input_h - hint;
-    txt_line    lines[256];
-    int         nl = txt_wrap(s, n, w, lines, 256);
-    if (nl > 256)
-        nl = 256;
+    txt_line    small[256], *lines = small;
+    int         nl = txt_wrap(s, n, w, small, 256);
+    /* a message of more rows than that (a long paste): all its rows, so the cursor's is found
+     * (with the first 256 alone, the end of the text and what is typed there were not shown) */
+    if (nl > 256 && (lines = malloc((size_t)nl * sizeof *lines)) != NULL)
+        txt_wrap(s, n, w, lines, nl);
+    else if (nl > 256)
+        lines = small, nl = 256;
     /* the line holding the cursor: the last one starting at or before it */
     int cl = 0;
     for (int k = 0; k < nl; k++)
@@ -791,6 +795,8 @@ static void draw_input(tui *t) {
     if (cx >= t->cols)
         cx = t->cols - 1;
     move(y0 + cl - first, cx);
+    if (lines != small)
+        free(lines);
 }
 
 void tui_render(tui *t, int force) {

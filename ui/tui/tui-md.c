@@ -164,13 +164,12 @@ void tui_md_links(tui *t) {
         char                   pos[32];
         snprintf(pos, sizeof pos, "\033[%d;%dH\033]8;;", l->y + 1, l->x + 1);
         txt_buf_add(&b, pos, strlen(pos));
-        for (size_t j = 0; j < u->len; j++) { /* no control bytes from the URL reach the terminal */
-            unsigned char c = (unsigned char)l->d->text.p[u->off + j];
-            if (c >= 0x20 && c != 0x7f)
-                txt_buf_add(&b, (const char *)&c, 1);
-        }
+        /* the model's URL and text reach the terminal only through text.c: the URL
+         * percent-encoded (no ESC, BEL or C1 terminator ends the sequence early), the text as
+         * curses drew it (no control character, U+FFFD for bytes that are not UTF-8) */
+        txt_term_uri(&b, l->d->text.p + u->off, u->len);
         txt_buf_add(&b, "\033\\\033[4m", 6);
-        txt_buf_add(&b, s, n);
+        txt_term_drawn(&b, s, n);
         txt_buf_add(&b, "\033[0m\033]8;;\033\\", 11);
     }
     txt_buf_add(&b, "\0338", 2);
