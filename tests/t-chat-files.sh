@@ -58,6 +58,12 @@ t "--force replaces them" \
 : >"$d/empty.jsonl"
 say "hi\n/save $d/empty.jsonl\n"
 t "an empty file is replaced (nothing is lost)" 'grep -q "\"hi\"" "$d/empty.jsonl"'
+(cd "$d" && printf 'hi\n/save --force --force x.jsonl\n/export --forse y.md\n/load --z\n/save ./--w.jsonl\n' |
+    K3_MOCK="$m" "$k" /no/model >/dev/null 2>"$K3_TMP/err")
+t "a mistyped or repeated option is refused and named, and writes no file called --..." \
+    'grep -q "/save: unknown option .--force. (the one option is --force, once)" "$K3_TMP/err" &&
+     grep -q "/export: unknown option .--forse." "$K3_TMP/err" && grep -q "/load: unknown option .--z." "$K3_TMP/err" &&
+     [ "$(ls -A "$d" | grep -c -- "^--")" -eq 1 ] && [ -s "$d/--w.jsonl" ]'
 
 # 13: quotes around a name are removed; a name with a newline (Alt-Enter) is refused
 say "hi\n/save \"$d/with space.jsonl\"\n/export '$d/q.md'\n"
