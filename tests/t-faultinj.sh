@@ -36,7 +36,7 @@ fi_run() {
     shift
     rm -f "$K3_TMP/fi.log"
     # shellcheck disable=SC2086
-    env $_e "$k" "$M" "$@"
+    env $_e "$k" "${MD:-$M}" "$@"
 }
 # wait_grep FILE PATTERN SECONDS: poll until FILE matches (a FAIL line on timeout)
 wait_grep() { wait_until "'$2' in $1" "$3" grep -q -- "$2" "$1"; }
@@ -117,16 +117,21 @@ plain_end
 t "plain mode: after the fault clears /retry answers as without it (exit $prc)" \
     '[ $prc -eq 0 ] && cmp -s "$K3_TMP/po" "$K3_TMP/base1" && san "$K3_TMP/pe"'
 
+# halve DIR: each shard of DIR kept in $K3_TMP/keep, then cut to half its size
+mkdir "$K3_TMP/keep"
+halve() {
+    rm -f "$K3_TMP"/keep/*
+    for f in "$1"/model-*.safetensors; do
+        cp "$f" "$K3_TMP/keep/"
+        truncate -s "$(($(wc -c <"$f") / 2))" "$f"
+    done
+}
 # real truncation between turns (shim passes through): turn 2 fails, the files come back,
 # /retry answers turn 2
-mkdir "$K3_TMP/keep"
 plain_start FI_MODE=pass
 echo hello >&3
 wait_size "$K3_TMP/po" "$n1" 30
-for f in "$M"/model-*.safetensors; do
-    cp "$f" "$K3_TMP/keep/"
-    truncate -s "$(($(wc -c <"$f") / 2))" "$f"
-done
+halve "$M"
 echo again >&3
 wait_grep "$K3_TMP/pe" "unexpected end of file" 30
 t "real truncation between turns: reported with file and offset" \
@@ -156,3 +161,36 @@ echo /retry >&3
 plain_end
 t "shard back: the next turn answers as without the fault (exit $prc)" \
     '[ $prc -eq 0 ] && cmp -s "$K3_TMP/po" "$K3_TMP/base2" && san "$K3_TMP/pe"'
+
+# K3_MMAP=1 on a k3-repack container: the mapped weights shrink under the engine between turns
+# (before: SIGBUS ended k3chat and the conversation). The turn fails naming the file, tensor,
+# offset and sizes; /retry while still short says so again; the files restored in place, /retry
+# answers as a run that never saw the fault
+C="$K3_TMP/c8"
+if ! "$K3_BUILD/k3-repack" "$M" "$C" --bits 8 --quiet 2>"$K3_TMP/rp.err"; then
+    echo "FAIL: k3-repack of the tiny model: $(head -n 1 "$K3_TMP/rp.err")"
+    exit 0
+fi
+# shellcheck disable=SC2086
+printf 'hello\n' | K3_MMAP=1 "$k" "$C" --plain $opts >"$K3_TMP/cbase1" 2>/dev/null
+# shellcheck disable=SC2086
+printf 'hello\nagain\n' | K3_MMAP=1 "$k" "$C" --plain $opts >"$K3_TMP/cbase2" 2>/dev/null
+c1=$(wc -c <"$K3_TMP/cbase1")
+MD=$C plain_start K3_MMAP=1 FI_MODE=pass
+echo hello >&3
+wait_size "$K3_TMP/po" "$c1" 30
+halve "$C"
+echo again >&3
+wait_grep "$K3_TMP/pe" "shrank under" 30
+mpat="model-[0-9]*-of-[0-9]*\.safetensors: mapped tensor '[a-z0-9_.]*' at offset [0-9]* is past the end of the file"
+t "K3_MMAP=1, container shrunk between turns: the turn fails naming file, tensor and offset" \
+    'grep -q "$mpat (it shrank under the running engine): the file is now [0-9]* bytes, [0-9]* when" "$K3_TMP/pe"'
+echo /retry >&3
+wait_grep "$K3_TMP/pe" "is still past the end" 30
+t "K3_MMAP=1: /retry while still short fails the same way, the process alive" \
+    'kill -0 $pid && grep -q "is still past the end of the file: the file is now" "$K3_TMP/pe"'
+for f in "$K3_TMP"/keep/*; do cp "$f" "$C/"; done # in place: the same inodes
+echo /retry >&3
+plain_end
+t "K3_MMAP=1: restored files: /retry answers as without the fault (exit $prc)" \
+    '[ $prc -eq 0 ] && cmp -s "$K3_TMP/po" "$K3_TMP/cbase2" && san "$K3_TMP/pe"'
