@@ -194,3 +194,39 @@ echo /retry >&3
 plain_end
 t "K3_MMAP=1: restored files: /retry answers as without the fault (exit $prc)" \
     '[ $prc -eq 0 ] && cmp -s "$K3_TMP/po" "$K3_TMP/cbase2" && san "$K3_TMP/pe"'
+
+# the same under the server: the request that reads past the new end gets a 500 naming the file,
+# tensor and offset, the server keeps serving, and once the files are back the next request
+# answers as the first did (the shards restored in place)
+K3_MMAP=1 /usr/bin/python3 - "$k" "$C" "$K3_TMP" "$K3_SRC/tests" <<'PYEOF'
+import glob, os, sys
+sys.path.insert(0, sys.argv[4])
+from serve_lib import ok, post_chat, read_text, start_server, stop
+
+k3, c, tmp = sys.argv[1:4]
+procs = []
+p, port, log = start_server(k3, c, tmp, dict(os.environ), procs, "mmap-serve")
+body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4, "temperature": 0}
+try:
+    s1, d1, _ = post_chat(port, body)
+    ok(s1 == 200 and d1["choices"][0]["message"], f"K3_MMAP=1 server: the first request answers ({s1})")
+    keep = {}
+    for f in glob.glob(os.path.join(c, "model-*.safetensors")):
+        with open(f, "rb") as fh:
+            keep[f] = fh.read()
+        os.truncate(f, len(keep[f]) // 2)
+    s2, d2, _ = post_chat(port, body)
+    msg = d2.get("error", {}).get("message", "") if isinstance(d2, dict) else str(d2)
+    ok(s2 == 500 and "mapped tensor '" in msg and "at offset" in msg and "shrank under the running engine" in msg
+       and ".safetensors: " in msg, f"K3_MMAP=1 server, shards shrunk: 500 naming file, tensor, offset ({s2}: {msg[:160]})")
+    ok(p.poll() is None, "K3_MMAP=1 server: still running after the failed request")
+    for f, b in keep.items():
+        with open(f, "r+b") as fh:  # in place: the same inodes
+            fh.write(b)
+    s3, d3, _ = post_chat(port, body)
+    ok(s3 == 200 and d3["choices"][0]["message"] == d1["choices"][0]["message"],
+       f"K3_MMAP=1 server, files restored: the next request answers as the first ({s3})")
+finally:
+    stop(p)
+ok("AddressSanitizer" not in read_text(log) and "runtime error:" not in read_text(log), "K3_MMAP=1 server: no sanitizer report")
+PYEOF
