@@ -327,15 +327,8 @@ static k3_status shard_check(st_dir *d, int si) {
     st_shard   *sh   = &d->shards[si];
     const char *file = sh->name;
     k3_status   st;
-    sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (sh->fd < 0)
-        return k3_err(K3_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
-    struct stat sb;
-    if (fstat(sh->fd, &sb) < 0)
-        return k3_err(K3_ERR_IO, "%s: cannot stat: %s", file, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return k3_err(K3_ERR_IO, "%s: not a regular file", file);
-    sh->size = (uint64_t)sb.st_size;
+    if ((st = k3_open_regular(sh->path, file, &sh->fd, &sh->size, NULL)))
+        return st;
     if (sh->size < 8)
         return k3_err(K3_ERR_FORMAT, "%s: %llu bytes, too short for the 8-byte header length", file,
                       (unsigned long long)sh->size);
@@ -510,24 +503,20 @@ static k3_status read_index(st_dir *d, const char *ipath, wm_map *wm, int **wm_s
     const char *file = base_name(ipath);
     /* one read and the fast weight_map reader (wmap.h): jansson's tree of the release's 60 MB
      * index cost ~2.3 s of CPU before the first check of a shard */
-    int         fd = open(ipath, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) < 0) {
-        k3_status st = k3_err(K3_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return st;
-    }
-    char     *buf = k3_malloc((size_t)sb.st_size + 1);
-    k3_status rst = buf ? pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0, NULL)
-                        : k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
-    size_t    at;
-    if (!rst && !wm_scan(buf, (size_t)sb.st_size, wm, &at)) {
+    int       fd;
+    uint64_t  fsize;
+    k3_status rst = k3_open_regular(ipath, file, &fd, &fsize, NULL);
+    if (rst)
+        return rst;
+    char *buf = k3_malloc((size_t)fsize + 1);
+    rst = buf ? pread_all(fd, ipath, buf, fsize, 0, NULL) : k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
+    size_t at;
+    if (!rst && !wm_scan(buf, (size_t)fsize, wm, &at)) {
         wm->arena = buf; /* the entries point into it */
     } else if (!rst) {   /* jansson decides, on the text read again (the scanner decoded it in place) */
         K3_LOG_DEBUG("%s: the fast reader stopped at byte %zu; full parse", file, at);
-        if (!(rst = pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0, NULL)))
-            rst = wm_parse_full(file, buf, (size_t)sb.st_size, wm);
+        if (!(rst = pread_all(fd, ipath, buf, fsize, 0, NULL)))
+            rst = wm_parse_full(file, buf, (size_t)fsize, wm);
         free(buf);
     } else {
         free(buf);
@@ -1002,15 +991,15 @@ k3_status st_map_check(const st_dir *d) {
  * (same size and header). */
 static k3_status map_again(const st_dir *d, int si) {
     st_shard *s   = &d->shards[si];
-    uint64_t  off = atomic_load(&s->reg->fault) - 1;
-    int       fd  = open(s->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return k3_err(K3_ERR_IO,
-                      "%s: mapped data at offset %llu failed and the file cannot be opened again: %s",
-                      s->name, (unsigned long long)off, strerror(errno));
-    struct stat sb;
-    k3_status   st  = K3_OK;
-    int64_t     now = fstat(fd, &sb) < 0 ? -1 : (int64_t)sb.st_size;
+    uint64_t  off = atomic_load(&s->reg->fault) - 1, size;
+    int       fd;
+    k3_status st = k3_open_regular(s->path, s->name, &fd, &size, NULL);
+    if (st) {
+        k3_err_prefix("mapped data at offset %llu failed, and opening the file again",
+                      (unsigned long long)off);
+        return st;
+    }
+    int64_t now = (int64_t)size;
     if (now != (int64_t)s->size) {
         st = map_fault_err(d, si, off, now,
                            now >= 0 && (uint64_t)now <= off ? "is still past the end of the file"
