@@ -873,10 +873,11 @@ static st_mapreg *_Atomic map_regs;    /* the list (entries pushed at its head) 
 static atomic_ulong       map_gen;     /* faults handled so far                               */
 static struct sigaction   map_old_bus; /* the SIGBUS action before ours                       */
 static pthread_once_t     map_once = PTHREAD_ONCE_INIT;
+static long               map_page; /* the page size                                     */
 
 static void map_bus(int sig, siginfo_t *si, void *uc) {
     uintptr_t a  = (uintptr_t)si->si_addr;
-    long      ps = sysconf(_SC_PAGESIZE);
+    long      ps = map_page; /* read before the handler was installed: no libc call here */
     for (st_mapreg *r = si->si_code > 0 ? atomic_load(&map_regs) : NULL; r; r = r->next) { /* > 0: a fault */
         uintptr_t lo = atomic_load(&r->lo), hi = atomic_load(&r->hi);
         if (a < lo || a >= hi)
@@ -904,6 +905,7 @@ static void map_bus(int sig, siginfo_t *si, void *uc) {
 }
 
 static void map_install(void) {
+    map_page            = sysconf(_SC_PAGESIZE);
     struct sigaction sa = {.sa_sigaction = map_bus, .sa_flags = SA_SIGINFO | SA_RESTART};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGBUS, &sa, &map_old_bus);
