@@ -155,6 +155,18 @@ echo again >&3
 wait_grep "$K3_TMP/pe" "expert read" 30
 t "vanished shard: the error names the file and says it cannot be opened" \
     'grep -q "model-[0-9]*-of-[0-9]*\.safetensors: cannot open: No such file" "$K3_TMP/pe"'
+# FIFOs in their place: the reopen by path blocked in open() for ever, the tier's lock held (the
+# chat hung); now the turn fails naming the file. A FIFO that a blocked open still waits on is
+# opened for writing (under a timeout), so the old code ends instead of hanging the test
+for f in "$K3_TMP"/away/*; do mkfifo "$M/${f##*/}"; done
+echo /retry >&3
+wait_grep "$K3_TMP/pe" "not a regular file" 15
+t "a FIFO in place of a shard at the reopen: the turn fails naming it" \
+    'grep -q "model-[0-9]*-of-[0-9]*\.safetensors: not a regular file (a FIFO)" "$K3_TMP/pe"'
+for f in "$K3_TMP"/away/*; do
+    timeout 1 sh -c ': >"$1"' sh "$M/${f##*/}" 2>/dev/null
+    rm -f "$M/${f##*/}"
+done
 mv "$K3_TMP"/away/* "$M/"
 rm -f "$K3_TMP/ctl"
 echo /retry >&3

@@ -59,6 +59,10 @@ char     *k3_strdup(const char *s);
  * and returns K3_OK with *fd = -1, setting no error. Errors: "WHAT: cannot open: strerror",
  * "WHAT: not a regular file (a FIFO)". */
 k3_status k3_open_regular(const char *path, const char *what, int *fd, uint64_t *size, int *missing);
+/* k3_open_regular's open, for a caller with its own messages and extra open flags (O_DIRECT): the
+ * descriptor (*size set), or -1 with errno, or -2 when the path is not a regular file (*kind: "a
+ * FIFO", "a directory", ...). */
+int k3_open_regular_fd(const char *path, int flags, uint64_t *size, const char **kind);
 /* The whole of a regular file (k3_open_regular) in a new NUL-terminated buffer of *len bytes
  * (the caller frees it); as much memory as the file is long, no more. missing: as above
  * (*buf NULL). */

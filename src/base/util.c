@@ -202,11 +202,43 @@ char *k3_strdup(const char *s) {
     return d;
 }
 
+int k3_open_regular_fd(const char *path, int flags, uint64_t *size, const char **kind) {
+    *kind = NULL;
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
+    if (f < 0)
+        return -1;
+    struct stat sb;
+    if (fstat(f, &sb) < 0) {
+        int e = errno;
+        close(f);
+        errno = e;
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(f);
+        *kind = S_ISFIFO(sb.st_mode)   ? "a FIFO"
+                : S_ISDIR(sb.st_mode)  ? "a directory"
+                : S_ISCHR(sb.st_mode)  ? "a character device"
+                : S_ISBLK(sb.st_mode)  ? "a block device"
+                : S_ISSOCK(sb.st_mode) ? "a socket"
+                                       : "not a file";
+        return -2;
+    }
+    int fl = fcntl(f, F_GETFL);
+    if (fl >= 0)
+        fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    *size = (uint64_t)sb.st_size;
+    return f;
+}
+
 k3_status k3_open_regular(const char *path, const char *what, int *fd, uint64_t *size, int *missing) {
     *fd = -1;
     if (missing)
         *missing = 0;
-    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    const char *kind;
+    int         f = k3_open_regular_fd(path, 0, size, &kind);
+    if (f == -2)
+        return k3_err(K3_ERR_IO, "%s: not a regular file (%s)", what, kind);
     if (f < 0) {
         if (missing && errno == ENOENT) {
             *missing = 1;
@@ -214,27 +246,7 @@ k3_status k3_open_regular(const char *path, const char *what, int *fd, uint64_t 
         }
         return k3_err(K3_ERR_IO, "%s: cannot open: %s", what, strerror(errno));
     }
-    struct stat sb;
-    if (fstat(f, &sb) < 0) {
-        k3_status st = k3_err(K3_ERR_IO, "%s: cannot stat: %s", what, strerror(errno));
-        close(f);
-        return st;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(f);
-        return k3_err(K3_ERR_IO, "%s: not a regular file (%s)", what,
-                      S_ISFIFO(sb.st_mode)   ? "a FIFO"
-                      : S_ISDIR(sb.st_mode)  ? "a directory"
-                      : S_ISCHR(sb.st_mode)  ? "a character device"
-                      : S_ISBLK(sb.st_mode)  ? "a block device"
-                      : S_ISSOCK(sb.st_mode) ? "a socket"
-                                             : "not a file");
-    }
-    int fl = fcntl(f, F_GETFL);
-    if (fl >= 0)
-        fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
-    *fd   = f;
-    *size = (uint64_t)sb.st_size;
+    *fd = f;
     return K3_OK;
 }
 
