@@ -71,6 +71,8 @@
       "requests --serve keeps waiting for a slot")                                                           \
     X(SERVE_QUEUE_SECS, INT, 1, 86400, 600, NULL, "N", "K3_SERVE_QUEUE_SECS", NULL, NULL, NULL,              \
       "longest wait of a request for a slot, in seconds")                                                    \
+    X(SERVE_BODY_SECS, INT, 1, 86400, 60, NULL, "N", "K3_SERVE_BODY_SECS", NULL, NULL, NULL,                 \
+      "longest time a request body may take to arrive after its head, in seconds")                           \
     X(SERVE_CHUNK, INT, 0, 1048576, 0, NULL, "N", "K3_SERVE_CHUNK", NULL, NULL, NULL,                        \
       "prompt tokens per prefill step of a --serve slot (0: the prefill window)")                            \
     X(SERVE_SCRIPT, TEXT, 0, 0, NAN, NULL, "FILE", "K3_SERVE_SCRIPT", NULL, NULL, NULL,                      \

@@ -30,7 +30,9 @@
 #                 the end instead of leaving one long test running alone at the close)
 #   # after-build runs once every --bg command has ended (t-fuzz: make fuzz-build is then
 #                 up to date, never a second make beside the --bg one in the same tree)
-# Tests run K3_TEST_JOBS at a time (default 3: many tests wait on tmux, timers or a server);
+# Tests run K3_TEST_JOBS at a time (default 3: many tests wait on tmux, timers or a server; with
+# --bg and no K3_TEST_JOBS, 4 once every --bg build has ended: the builds used the CPU those waits
+# leave, and three tests alone left a 2-core machine a third idle after them in make check);
 # the per-test lines still come in the fixed order (trees, C tests, scripts) as each test and
 # all before it have finished, and the closing line counts them all. K3_TEST_JOBS=1 runs one
 # test at a time. TEST_FILTER=substring limits which tests run.
@@ -44,6 +46,7 @@ pass=0; fail=0; skip=0; first=1
 timeout_s=${TEST_TIMEOUT:-900}
 jobs=${K3_TEST_JOBS:-3}
 case "$jobs" in '' | *[!0-9]* | 0) echo "run.sh: K3_TEST_JOBS='$jobs': expected a whole number >= 1"; exit 2 ;; esac
+jobs_after=$jobs; [ -z "${K3_TEST_JOBS:-}" ] && jobs_after=4 # once the --bg builds have ended
 # OpenMP threads that spin while idle steal the other core from the next test step on a
 # small machine; tests measure results, not latency.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -208,6 +211,7 @@ pending=$order
 while [ $shown -le $n ]; do
     left=""; hold=0
     bg_poll
+    jobs_now=$jobs; [ $bgn -gt 0 ] && bg_all_done && jobs_now=$jobs_after
     for i in $pending; do
         eval "a=\$ALONE_$i af=\$AFTER_$i tb=\$B_$i"
         tree_state "$tb"
@@ -221,7 +225,7 @@ while [ $shown -le $n ]; do
             echo "0 1 0" >"$res/$i.cnt"; : >"$res/$i.done"; eval "R_$i=2"
             continue
         fi
-        if [ $hold -eq 1 ] || [ $running -ge "$jobs" ] || [ $alone -eq 1 ] || [ "$st" = wait ] ||
+        if [ $hold -eq 1 ] || [ $running -ge "$jobs_now" ] || [ $alone -eq 1 ] || [ "$st" = wait ] ||
             { { [ "$a" = 1 ] || [ "$af" = 1 ]; } && ! bg_all_done; }; then
             left="$left $i"; continue
         fi

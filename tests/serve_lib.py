@@ -2,6 +2,7 @@
 # assertion line per check in tests/run.sh's protocol, a bounded wait, starting and stopping a
 # `k3chat --serve`, raw HTTP, the OpenAI SDK for JavaScript, and the pieces of a fake
 # OpenAI-compatible server (FakeHandler, sse, start_fake).
+import fcntl
 import http.client
 import http.server
 import json
@@ -135,13 +136,19 @@ def openai_sdk(packages):
     (npm names with versions, e.g. "openai@5"), installed there once: $K3_OPENAI_JS, default
     ~/.cache/k3chat/openai-js (outside the repository). None, after a SKIP line, without node/npm
     or when npm install fails."""
-    cache = os.environ.get("K3_OPENAI_JS") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME_REAL", os.path.expanduser("~")),
-                                                         ".cache"), "k3chat", "openai-js")
+    # (under HOME, not XDG_CACHE_HOME: tests/run.sh gives each test a cache folder of its own,
+    # which made every run install again)
+    cache = os.environ.get("K3_OPENAI_JS") or os.path.join(os.path.expanduser("~"), ".cache", "k3chat", "openai-js")
     if not (shutil.which("node") and shutil.which("npm")):
         print("SKIP: node/npm are not installed (needed for the OpenAI SDK checks)")
         return None
     os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, ".lock"), "w") as lock:  # one install at a time (suites may run at once)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _openai_install(cache, packages)
+
+
+def _openai_install(cache, packages):
     if not os.path.exists(os.path.join(cache, "package.json")):
         with open(os.path.join(cache, "package.json"), "w") as f:
             f.write('{"name":"k3chat-openai-ref","private":true}\n')

@@ -1,11 +1,14 @@
 # t-serve-gate.py: `k3chat MODEL_DIR --serve` reads every request itself, once (issue 37), on a
 # generated tiny checkpoint, loopback only:
-#   - 66 slow bodies (Content-Length 100000, one byte every 5 s, from 19 addresses), a head then
-#     silence, and a body byte every 20 s are open while a normal client is served; each of
-#     them gets 408 at the body deadline (60 s after its head), none is closed without an answer;
-#   - a trickled head (16 connections sending 8 kB heads one byte per segment): the server's CPU
-#     time per head byte (its CPU clock, counted once it has read every byte sent) stays flat from
-#     the first half of the heads to the second, and a normal client is served meanwhile (its
+#   - 66 slow bodies (Content-Length 100000, one byte every second, from 19 addresses), a head
+#     then silence, and a body byte every 3 s are open while a normal client is served; each of
+#     them gets 408 at the body deadline (K3_SERVE_BODY_SECS=10 here, the default 60 s: the same
+#     code, a sixth of the wait), none is closed without an answer; K3_SERVE_BODY_SECS=0 is
+#     refused at start;
+#   - a trickled head (48 connections sending head bytes one per segment, each read on its own):
+#     the server's CPU time per byte (its CPU clock, counted once it has read every byte sent) is
+#     the same 15.9 kB into the head as at its start, so neither a re-scan of the head per read
+#     nor a peek at the whole head per read passes; a normal client is served meanwhile (its
 #     latency is printed; BENCHMARKS.md has the figures);
 #   - a burst from one address (40 GET /health and 30 chat requests at once) gets no 503;
 #   - one reading of the head: 'Content-Length: 2 ' frames a 2-byte body (one JSON answer on the
@@ -25,6 +28,8 @@ import json
 import os
 import socket
 import statistics
+import struct
+import subprocess
 import threading
 import time
 
@@ -35,7 +40,7 @@ B, T, K3, ASAN, env = setup()
 M = os.path.join(T, "m")
 KEY = "gate-key"
 procs = []
-BODY_SECS = 60  # the man page's body deadline
+BODY_SECS = 10  # K3_SERVE_BODY_SECS of the server under test (the default, 60 s, is the same code)
 
 
 def req(method, path, body=b"", headers=(), key=KEY, host=True, ctype="application/json"):
@@ -62,15 +67,57 @@ def cpu_seconds(pid):
     return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
 
 
+_diag = []  # the NETLINK_SOCK_DIAG socket, made on first use ([] until then, [None] when refused)
+
+
+def _diag_unread(port, ips):
+    """The same from the kernel's socket diagnostics (what ss reads): established TCP sockets
+    only, so it stays quick however many closed connections wait in TIME_WAIT (/proc/net/tcp
+    lists those too: 12 ms a read with 450 of them on a loaded machine). None when refused."""
+    if not _diag:
+        try:
+            _diag.append(socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4))  # NETLINK_SOCK_DIAG
+        except OSError:
+            _diag.append(None)
+    if _diag[0] is None:
+        return None
+    # inet_diag_req_v2 (family, protocol, ext, pad, states = 1 << TCP_ESTABLISHED, a zero sockid)
+    body = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0, 1 << 1) + bytes(48)
+    # nlmsghdr: SOCK_DIAG_BY_FAMILY (20), NLM_F_REQUEST | NLM_F_DUMP
+    _diag[0].send(struct.pack("=IHHII", 16 + len(body), 20, 0x301, 1, 0) + body)
+    n = 0
+    while True:
+        data, off = _diag[0].recv(1 << 16), 0
+        while off + 16 <= len(data):
+            ln, typ = struct.unpack_from("=IH", data, off)
+            if typ == 3:  # NLMSG_DONE
+                return n
+            if typ == 2 or ln < 16:  # NLMSG_ERROR
+                return None
+            # inet_diag_msg: family, state, timer, retrans, sockid (sport, dport big-endian, src,
+            # dst 16 bytes each, interface, cookie), expires, rqueue, wqueue, uid, inode
+            m = off + 16
+            sport = struct.unpack_from(">H", data, m + 4)[0]
+            dst = data[m + 24:m + 28]
+            if sport == port and dst in ips:
+                n += struct.unpack_from("=I", data, m + 56)[0]
+            off += (ln + 3) & ~3
+
+
 def unread_bytes(port, src):
-    """Bytes that clients from address src sent to the server on port and that it has not read yet:
-    the receive queues of its connections (/proc/net/tcp: local port, remote address, rx_queue)."""
-    ip = "%08X" % int.from_bytes(socket.inet_aton(src), "little")
+    """Bytes that clients from address src (or each of a list) sent to the server on port and that it has not read yet:
+    the receive queues of its connections (socket diagnostics, else /proc/net/tcp: local port,
+    remote address, rx_queue)."""
+    srcs = [src] if isinstance(src, str) else src
+    n = _diag_unread(port, [socket.inet_aton(a) for a in srcs])
+    if n is not None:
+        return n
+    ips = ["%08X:" % int.from_bytes(socket.inet_aton(a), "little") for a in srcs]
     n = 0
     with open("/proc/net/tcp") as f:
         for line in f.readlines()[1:]:
             v = line.split()
-            if v[1].endswith(":%04X" % port) and v[2].startswith(ip + ":"):
+            if v[1].endswith(":%04X" % port) and v[2][:9] in ips:
                 n += int(v[4].split(":")[1], 16)
     return n
 
@@ -148,24 +195,32 @@ class Slow(threading.Thread):
 
 
 try:
-    srv, PORT, LOG = start_server(K3, M, T, env, procs, "gate", key=KEY)
+    # a bad K3_SERVE_BODY_SECS is refused at start, with the setting's range
+    r = subprocess.run([K3, M, "--serve", "127.0.0.1:0"], env=dict(env, K3_SERVE_BODY_SECS="0"),
+                       capture_output=True, timeout=60)
+    ok(r.returncode == 2 and b"K3_SERVE_BODY_SECS: '0' is not an integer in 1..86400" in r.stderr,
+       "K3_SERVE_BODY_SECS=0: exit 2 naming the setting and its range (%d, %r)" % (r.returncode, r.stderr[-120:]))
+    srv, PORT, LOG = start_server(K3, M, T, env, procs, "gate", key=KEY, K3_SERVE_BODY_SECS=str(BODY_SECS))
     ok(PORT is not None, "the server starts (port %s)" % PORT)
     if PORT is None:
         raise SystemExit(1)
     t_open = time.time()
 
     # ---- availability: slow bodies hold no thread; their deadline answers 408 on its own
-    slow = Slow(["127.0.0.%d" % (20 + i % 19) for i in range(66)], 100000, 5, b"{")
+    # (each sends bytes before its deadline: bytes that arrive do not extend it)
+    slow = Slow(["127.0.0.%d" % (20 + i % 19) for i in range(66)], 100000, 1, b"{")
     silent = Slow(["127.0.0.40"], 10, 0)
-    sparse = Slow(["127.0.0.41"], 100, 20, b"{")
+    sparse = Slow(["127.0.0.41"], 100, 3, b"{")
     for th in (slow, silent, sparse):
         th.start()
     time.sleep(1)
     served = [timed_health() for _ in range(3)]
     out, _ = exchange(PORT, req("POST", "/v1/chat/completions", chat(max_tokens=2)), timeout=60)
-    ok(len(slow.socks) == 66 and all(s == 200 for s, _ in served) and final(out)[0] == 200,
-       "66 slow bodies from 19 addresses open: a normal client is served (/health %s in %s s, a chat %d)"
-       % ([s for s, _ in served], ["%.2f" % t for _, t in served], final(out)[0]))
+    waiting = sum(x["t"] is None for x in slow.socks)  # none answered yet: they were open all along
+    ok(len(slow.socks) == 66 and waiting == 66 and all(s == 200 for s, _ in served) and final(out)[0] == 200,
+       "66 slow bodies from 19 addresses open (%d unanswered): a normal client is served (/health %s in %s s, "
+       "a chat %d, %.1f s after the slow heads)" % (waiting, [s for s, _ in served], ["%.2f" % t for _, t in served],
+                                                   final(out)[0], time.time() - t_open))
 
     # ---- 10: a stream whose client never reads is cancelled once 256 kB waits unsent (a scripted
     # endless reply, so the turn outlives the check on any machine; checked at the end)
@@ -263,15 +318,37 @@ try:
     ok(codes.count(200) == 70, "a burst from one address (70 connections open, then 40 GET /health and 30 chat "
        "requests sent): all 200, no 503 (%s)" % {c: codes.count(c) for c in set(codes)})
 
-    # ---- 1: a trickled head costs the same CPU per byte all along; a normal client is served
-    N, L = 16, 8000
-    head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + "p" * L).encode()[:L]
-    settled = [caught_up(srv.pid, PORT, "127.0.0.5")]  # the burst's work is done
-    socks = []
-    for _ in range(N):
-        s = socket.create_connection(("127.0.0.1", PORT), timeout=5, source_address=("127.0.0.5", 0))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        socks.append(s)
+    # ---- 2 and 4: the body deadline answers every slow body with 408 BODY_SECS after its head
+    # (before the trickled heads below, whose CPU count their answers would add to)
+    for th in (slow, silent, sparse):
+        th.join(BODY_SECS + 20 - (time.time() - t_open))
+    res = slow.results()
+    said = b"the request body did not arrive within %d s" % BODY_SECS
+    on_time = [t for t, st in res if st == 408 and t is not None and BODY_SECS - 1 <= t <= BODY_SECS + 3]
+    ok(len(on_time) == 66 and all(said in x["got"] for x in slow.socks),
+       "66 slow bodies: each answered 408 %d..%d s after its head, naming the %d s (%d of %d; statuses %s)"
+       % (BODY_SECS - 1, BODY_SECS + 3, BODY_SECS, len(on_time), len(res), sorted(set(st for _, st in res))))
+    for name, th in [("a head then silence", silent), ("a body byte every 3 s", sparse)]:
+        t, st = th.results()[0]
+        ok(st == 408 and t is not None and BODY_SECS - 1 <= t <= BODY_SECS + 3,
+           "%s: 408 at %s s (the deadline is %d s)" % (name, "%.1f" % t if t else None, BODY_SECS))
+
+    # ---- 1: a trickled head costs the same CPU per byte wherever it is; a normal client is served.
+    # Each round opens N connections (16 from each of three addresses), sends each a head prefix of P bytes, waits
+    # until the server has read it all, then sends K bytes to each, one per segment, one byte per
+    # connection at a time, each waiting until the server has read the last one: every read gets
+    # one byte, whatever the load (a loaded server would otherwise read several bytes at once and
+    # pay a per-read cost once for all of them). The server's CPU per byte over those N * K reads,
+    # at P = 15.9 kB (near HTTP_MAX_HEAD, 16 kB) against P = 64 bytes: equal when each read looks
+    # only at its new bytes; a re-scan of the head per read, or a peek at the whole head, costs
+    # ~16 kB of work per read there (several times a read's own cost). Rounds alternate short
+    # and long, three each; the medians are compared.
+    SRC = ["127.0.0.5", "127.0.0.7", "127.0.0.8"]
+    N, K = 16 * len(SRC), 100
+    def prefix(p):
+        h = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ").encode()
+        return h + b"p" * (p - len(h))
+    settled = [caught_up(srv.pid, PORT, SRC)]  # the work before is done
     lat, stop_probe = [], threading.Event()
 
     def probe():
@@ -279,30 +356,48 @@ try:
             lat.append(timed_health())
             time.sleep(0.2)
 
+    def one_round(p):
+        """CPU microseconds per trickled byte after a prefix of p bytes, and the round's seconds."""
+        socks, t_acc = [], time.time()
+        for i in range(N):
+            c = socket.create_connection(("127.0.0.1", PORT), timeout=5, source_address=(SRC[i % len(SRC)], 0))
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c.sendall(prefix(p))
+            socks.append(c)
+        t0 = time.time()
+        settled.append(caught_up(srv.pid, PORT, SRC))
+        c0, sent, t_end = cpu_seconds(srv.pid), 0, t_acc + 9  # within the 10 s head deadline
+        for _ in range(K):
+            for c in socks:
+                c.send(b"p")
+            sent += N
+            while unread_bytes(PORT, SRC) and time.time() < t_end:
+                pass
+            if time.time() >= t_end:
+                break
+        settled.append(caught_up(srv.pid, PORT, SRC))  # this round's CPU is all in
+        c1 = cpu_seconds(srv.pid)
+        for c in socks:
+            c.close()
+        return (c1 - c0) / sent * 1e6, sent, time.time() - t0
+
     pt = threading.Thread(target=probe)
     pt.start()
-    cpu, sent = [cpu_seconds(srv.pid)], 0
-    t_end = time.time() + 8  # within the 10 s head deadline
-    t_send = time.time()
-    for half in range(2):
-        for k in range(half * L // 2, (half + 1) * L // 2):
-            if time.time() > t_end:
-                break
-            for s in socks:
-                s.send(head[k:k + 1])
-            sent += N
-        settled.append(caught_up(srv.pid, PORT, "127.0.0.5"))  # this half's CPU is all in
-        cpu.append(cpu_seconds(srv.pid))
-    t_send = time.time() - t_send
+    rounds = {64: [], 15900: []}
+    for r in range(6):
+        p = 64 if r % 2 == 0 else 15900
+        rounds[p].append(one_round(p))
+        caught_up(srv.pid, PORT, SRC)  # the closes answered before the next round
     stop_probe.set()
     pt.join(30)
-    for s in socks:
-        s.close()
-    per = [(cpu[i + 1] - cpu[i]) / (sent / 2) * 1e6 for i in range(2)]
-    ok(sent == N * L and all(settled) and per[1] < 1.5 * per[0] + 1,
-       "a trickled head (%d x %d bytes, one per segment, %.1f s): server CPU %.2f us per byte in the first half, "
-       "%.2f in the second (flat: no re-scan; the server caught up before each count: %s)"
-       % (N, L, t_send, per[0], per[1], settled))
+    med = {p: statistics.median(u for u, _, _ in v) for p, v in rounds.items()}
+    full = all(n == N * K for v in rounds.values() for _, n, _ in v)
+    ok(full and all(settled) and med[15900] < 1.5 * med[64],
+       "a trickled head (%d connections x %d bytes, one per read): server CPU %.2f us per byte 15.9 kB into "
+       "the head, %.2f at its start (medians of 3 alternating rounds: %s; flat: no re-scan per read; every "
+       "byte sent %s, the server caught up before each count: %s)"
+       % (N, K, med[15900], med[64], {p: ["%.2f us, %.1f s" % (u, t) for u, _, t in v] for p, v in rounds.items()},
+          full, all(settled)))
     lt = sorted(t for _, t in lat)
     ok(lat and all(st == 200 for st, _ in lat), "a normal client during it: %d x 200, latency median %.3f s, "
        "max %.3f s (load %s)" % (len(lat), statistics.median(lt) if lt else 0, lt[-1] if lt else 0,
@@ -322,18 +417,6 @@ try:
         p6.wait()
     else:
         print("SKIP: no IPv6 on this machine")
-
-    # ---- 2 and 4: the body deadline answers every slow body with 408 at 60 s after its head
-    for th in (slow, silent, sparse):
-        th.join(BODY_SECS + 20 - (time.time() - t_open))
-    res = slow.results()
-    on_time = [t for t, st in res if st == 408 and t is not None and BODY_SECS - 1 <= t <= BODY_SECS + 3]
-    ok(len(on_time) == 66, "66 slow bodies: each answered 408 %d..%d s after its head (%d of %d; statuses %s)"
-       % (BODY_SECS - 1, BODY_SECS + 3, len(on_time), len(res), sorted(set(st for _, st in res))))
-    for name, th in [("a head then silence", silent), ("a body byte every 20 s", sparse)]:
-        t, st = th.results()[0]
-        ok(st == 408 and t is not None and BODY_SECS - 1 <= t <= BODY_SECS + 3,
-           "%s: 408 at %s s (the deadline is %d s)" % (name, "%.1f" % t if t else None, BODY_SECS))
 
     if sport:
         seen = serve_lib.wait_for(lambda: b"reads its stream too slowly" in read(slog), 90 if ASAN else 30)

@@ -17,12 +17,16 @@ set -u
 : "${K3_BUILD:?}" "${K3_SRC:?}" "${K3_TMP:?}"
 K3="$K3_BUILD/k3chat"
 REF="$K3_SRC/tools/tiktoken-ref.cjs"
-cache=${K3_TIKTOKEN_JS:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/k3chat/tiktoken-js}
+# (under HOME, not XDG_CACHE_HOME: tests/run.sh gives each test a cache folder of its own, which
+# made every run install again)
+cache=${K3_TIKTOKEN_JS:-${HOME:-/tmp}/.cache/k3chat/tiktoken-js}
 
 command -v node >/dev/null 2>&1 || { echo "SKIP: node is not installed (needed for tiktoken's JS port)"; exit 0; }
 command -v npm >/dev/null 2>&1 || { echo "SKIP: npm is not installed (needed for tiktoken's JS port)"; exit 0; }
 mkdir -p "$cache" || { echo "SKIP: cannot create $cache"; exit 0; }
 [ -f "$cache/package.json" ] || echo '{"name":"k3chat-tiktoken-ref","private":true}' > "$cache/package.json"
+# one install at a time into the shared folder (two suites may run at once)
+exec 9>"$cache/.lock" && command -v flock >/dev/null 2>&1 && flock 9
 if [ ! -f "$cache/node_modules/js-tiktoken/package.json" ]; then
     if ! (cd "$cache" && timeout 300 npm install --no-audit --no-fund js-tiktoken@1.0.21) >"$K3_TMP/npm.log" 2>&1; then
         echo "SKIP: npm install js-tiktoken failed: $(grep -i err "$K3_TMP/npm.log" | head -n 1)"
@@ -32,6 +36,7 @@ fi
 if [ ! -f "$cache/node_modules/tiktoken/package.json" ]; then
     (cd "$cache" && timeout 300 npm install --no-audit --no-fund tiktoken@1.0.22) >"$K3_TMP/npm2.log" 2>&1 || true
 fi
+exec 9>&-
 export NODE_PATH="$cache/node_modules"
 
 node "$K3_SRC/tools/mkcorpus.js" "$K3_TMP/corpus.txt" 1.2 || { echo "FAIL: mkcorpus.js"; exit 1; }

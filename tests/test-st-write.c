@@ -2,7 +2,8 @@
  * reader (src/format/st.c): names, dtypes, shapes and bytes come back exactly, data lies in declaration
  * order whatever the header's key order, chunked writes may cross tensor boundaries, and misuse
  * (duplicate name, too many or too few bytes, unwritable path) fails with a message naming the
- * file. (The other tests write their safetensors files with it too, through tests/st-file.h.)
+ * file; holes (stw_skip) read back as zeros, sparse shards included. (The other tests write their safetensors
+ * files with it too, through tests/st-file.h.)
  */
 #include "st-write.h"
 #include "st.h"
@@ -10,6 +11,7 @@
 
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static char root[512];
 
@@ -172,6 +174,93 @@ static void header_align(void) {
     }
 }
 
+/* Holes (stw_skip) read back as zeros and data as written, whether the reader takes a sparse
+ * shard's holes from the drive or fills them itself (st.c read_sparse): a hole in the middle, a
+ * hole at the end (not written: the file's length), a read across data, hole and data; the bytes
+ * are counted as read; a file cut short after the open still fails naming the file. */
+static void sparse(void) {
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/sparse", root);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const int64_t  na = 10000, nb = 3 << 20, nc = 5000, nd = 2 << 20; /* holes of several MB */
+    static uint8_t a[10000], c[5000];
+    for (size_t i = 0; i < sizeof a; i++)
+        a[i] = (uint8_t)((i * 13 + 1) | 1);
+    for (size_t i = 0; i < sizeof c; i++)
+        c[i] = (uint8_t)((i * 7 + 3) | 1);
+    stw_file     *w      = NULL;
+    k3_status     st     = stw_create(path, &w);
+    const int64_t shp[4] = {na, nb, nc, nd};
+    for (int i = 0; i < 4 && !st; i++)
+        st = stw_add(w, (const char *[]){"a", "b", "c", "d"}[i], ST_U8, 1, &shp[i]);
+    if (!st && !(st = stw_begin(w)) && !(st = stw_write(w, a, sizeof a)) &&
+        !(st = stw_skip(w, (uint64_t)nb)) && !(st = stw_write(w, c, sizeof c)) &&
+        !(st = stw_skip(w, (uint64_t)nd)))
+        st = stw_end(w);
+    stw_free(w);
+    T_CHECK(!st, "a shard with a hole of 3 MB between data and 2 MB at its end (%s)",
+            st ? k3_errmsg() : "ok");
+    struct stat sb;
+    if (stat(path, &sb) == 0 && (uint64_t)sb.st_blocks * 512 >= (uint64_t)sb.st_size)
+        printf("SKIP: this filesystem wrote no holes (%lld of %lld bytes on disk): read as plain data\n",
+               (long long)sb.st_blocks * 512, (long long)sb.st_size);
+    st_dir *d = NULL;
+    T_CHECK(st_open(dir, &d) == K3_OK, "the sparse shard opens (%s)", d ? "ok" : k3_errmsg());
+    if (!d)
+        return;
+    const st_tensor *t[4] = {st_find(d, "a"), st_find(d, "b"), st_find(d, "c"), st_find(d, "d")};
+    T_CHECK(t[0] && t[1] && t[2] && t[3], "four tensors");
+    if (!(t[0] && t[1] && t[2] && t[3])) {
+        st_close(d);
+        return;
+    }
+    uint64_t all = t[3]->offset + t[3]->nbytes - t[0]->offset;
+    uint8_t *buf = malloc(all);
+    T_CHECK(buf != NULL, "buffer");
+    if (!buf) {
+        st_close(d);
+        return;
+    }
+    for (int i = 0; i < 4; i++) {
+        memset(buf, 0xAA, all);
+        st     = st_read(d, t[i], buf);
+        int ok = !st;
+        for (uint64_t k = 0; ok && k < t[i]->nbytes; k++)
+            ok = buf[k] == (i == 0 ? a[k] : i == 2 ? c[k] : 0);
+        T_CHECK(ok && buf[t[i]->nbytes] == 0xAA,
+                "%s (%s, %llu bytes): read back exactly, nothing past it (%s)", t[i]->name,
+                i % 2 ? "a hole" : "data", (unsigned long long)t[i]->nbytes, st ? k3_errmsg() : "ok");
+    }
+    /* one read from the middle of a to the middle of d: data, hole, data, hole */
+    st_io io0, io1;
+    st_io_get(d, &io0);
+    uint64_t from = t[0]->offset + 5000, n = all - 5000 - (uint64_t)nd / 2;
+    memset(buf, 0xAA, all);
+    st     = st_read_at(d, t[0]->shard, buf, n, from);
+    int ok = !st;
+    for (uint64_t k = 0; ok && k < n; k++) {
+        uint64_t o    = from + k;
+        uint8_t  want = o < t[1]->offset                        ? a[o - t[0]->offset]
+                        : o >= t[2]->offset && o < t[3]->offset ? c[o - t[2]->offset]
+                                                                : 0;
+        ok            = buf[k] == want;
+    }
+    st_io_get(d, &io1);
+    T_CHECK(ok && io1.bytes - io0.bytes == n,
+            "a read across data, hole, data and hole: %llu bytes exact, counted "
+            "as read (%llu) (%s)",
+            (unsigned long long)n, (unsigned long long)(io1.bytes - io0.bytes), st ? k3_errmsg() : "ok");
+    /* cut inside d after the open: its read fails and names the file */
+    T_CHECK(truncate(path, (off_t)(8 + t[3]->offset + (uint64_t)nd / 2)) == 0, "truncate the shard inside d");
+    st = st_read(d, t[3], buf);
+    T_CHECK(st == K3_ERR_IO && strstr(k3_errmsg(), "model.safetensors") && strstr(k3_errmsg(), "end of file"),
+            "d cut short after the open: an error naming the file and the end (%s)",
+            st ? k3_errmsg() : "none");
+    free(buf);
+    st_close(d);
+}
+
 int main(void) {
     const char *tmp = getenv("K3_TMP");
     snprintf(root, sizeof root, "%s/test-st-write.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -183,5 +272,6 @@ int main(void) {
     roundtrip();
     misuse();
     header_align();
+    sparse();
     return t_done();
 }

@@ -1,42 +1,90 @@
 /* st-write.c: streaming safetensors writer (API and format in st-write.h).
  *
  * DESIGN
- * The header is built as a jansson object while tensors are declared (which also catches
- * duplicate names); data offsets are assigned in declaration order, so the caller decides the
+ * Tensors are declared into a table (name, dtype, shape, bytes) with a hash of the names that
+ * catches duplicates; data offsets are assigned in declaration order, so the caller decides the
  * physical layout (e.g. the six tensors of one expert back to back) independently of the
- * header's key order (sorted, as the reference writer does). stw_write() only counts bytes
- * against the declared total; it never needs to know where one tensor ends.
+ * header's key order (sorted, as the reference writer does). The header is written as text
+ * directly, byte for byte what jansson's json_dumps(JSON_COMPACT | JSON_SORT_KEYS) made of the
+ * same object before (keys sorted by strcmp, the same string escapes but for a control byte's
+ * \u00xx, in small letters here): building and freeing a jansson tree of the release's 497,052
+ * tensors cost k3-mkmodel most of its 10 s of CPU.
+ * stw_write() only counts bytes against the declared total; it never needs to know where one
+ * tensor ends.
  */
 #include "st-write.h"
 
+#include "json.h"
+
 #include <errno.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+typedef struct stw_ent {
+    char    *name;
+    st_dtype dtype;
+    int      ndim;
+    int64_t  shape[ST_MAX_DIMS];
+    uint64_t n; /* bytes */
+} stw_ent;
+
 struct stw_file {
     char    *path;
-    FILE    *f;         /* open between stw_begin and stw_end     */
-    json_t  *hdr;       /* name -> {dtype, shape}; offsets at begin */
-    json_t  *meta;      /* "__metadata__" object                  */
-    json_t  *order;     /* array of names in declaration order    */
+    FILE    *f;   /* open between stw_begin and stw_end     */
+    stw_ent *ent; /* (n_ent) in declaration order            */
+    size_t   n_ent, cap_ent;
+    size_t  *slot; /* (cap_slot, a power of two) entry + 1, 0 empty: the names' hash */
+    size_t   cap_slot;
+    char   **meta; /* (n_meta) key, value, key, value, ...    */
+    size_t   n_meta;
     uint64_t data;      /* declared data bytes                    */
     uint64_t written;   /* data bytes written so far              */
     uint64_t hdr_bytes; /* 8 + padded header length               */
 };
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The slot of name: its entry's, or the empty one where it would go. */
+static size_t *find_slot(const stw_file *w, const char *name) {
+    size_t i = (size_t)name_hash(name) & (w->cap_slot - 1);
+    while (w->slot[i] && strcmp(w->ent[w->slot[i] - 1].name, name))
+        i = (i + 1) & (w->cap_slot - 1);
+    return &w->slot[i];
+}
+
+static int grow_slots(stw_file *w) {
+    size_t  cap = w->cap_slot ? w->cap_slot * 2 : 1024;
+    size_t *old = w->slot, oc = w->cap_slot;
+    if (!(w->slot = calloc(cap, sizeof *w->slot))) {
+        w->slot = old;
+        return -1;
+    }
+    w->cap_slot = cap;
+    for (size_t i = 0; i < oc; i++)
+        if (old[i])
+            *find_slot(w, w->ent[old[i] - 1].name) = old[i];
+    free(old);
+    return 0;
+}
+
+/* What jansson accepts as a string: valid UTF-8. */
+static int utf8_ok(const char *s) {
+    return k3_utf8_repair(s, strlen(s), NULL, NULL) == 0;
+}
 
 k3_status stw_create(const char *path, stw_file **out) {
     *out        = NULL;
     stw_file *w = k3_calloc(1, sizeof *w);
     if (!w)
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
-    w->path  = k3_strdup(path);
-    w->hdr   = json_object();
-    w->meta  = json_object();
-    w->order = json_array();
-    if (!w->path || !w->hdr || !w->meta || !w->order ||
-        json_object_set_new(w->meta, "format", json_string("pt"))) {
+    w->path = k3_strdup(path);
+    if (!w->path || stw_meta(w, "format", "pt")) {
         stw_free(w);
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
     }
@@ -48,82 +96,160 @@ k3_status stw_add(stw_file *w, const char *name, st_dtype dtype, int ndim, const
     K3_ASSERT(!w->f && (unsigned)dtype < ST_DTYPE_COUNT);
     if (!name[0] || !strcmp(name, "__metadata__"))
         return k3_err(K3_ERR_ARG, "%s: tensor name '%s' is not allowed", w->path, name);
-    if (json_object_get(w->hdr, name))
+    if (!utf8_ok(name))
+        return k3_err(K3_ERR_ARG, "%s: tensor name '%s' is not valid UTF-8", w->path, name);
+    if ((w->n_ent + 1) * 2 > w->cap_slot && grow_slots(w))
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
+    size_t *sl = find_slot(w, name);
+    if (*sl)
         return k3_err(K3_ERR_ARG, "%s: tensor '%s' declared twice", w->path, name);
     if (ndim < 0 || ndim > ST_MAX_DIMS)
         return k3_err(K3_ERR_ARG, "%s: tensor '%s': %d dims, expected 0..%d", w->path, name, ndim,
                       ST_MAX_DIMS);
-    uint64_t n  = st_dtype_size(dtype);
-    json_t  *sh = json_array(), *t = json_object();
-    if (!sh || !t)
-        goto nomem;
+    stw_ent e = {.dtype = dtype, .ndim = ndim, .n = st_dtype_size(dtype)};
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0 || (shape[i] && n > UINT64_MAX / (uint64_t)shape[i])) {
-            json_decref(sh);
-            json_decref(t);
+        if (shape[i] < 0 || (shape[i] && e.n > UINT64_MAX / (uint64_t)shape[i]))
             return k3_err(K3_ERR_ARG, "%s: tensor '%s': bad dimension %lld", w->path, name,
                           (long long)shape[i]);
-        }
-        n *= (uint64_t)shape[i];
-        if (json_array_append_new(sh, json_integer(shape[i])))
-            goto nomem;
+        e.n *= (uint64_t)shape[i];
+        e.shape[i] = shape[i];
     }
-    if (json_object_set_new(t, "dtype", json_string(st_dtype_name(dtype))) ||
-        json_object_set_new(t, "shape", sh) || json_object_set_new(t, "data_offsets", json_array()) ||
-        json_object_set_new(t, "_n", json_integer((json_int_t)n)))
-        goto nomem_t;
-    if (json_object_set_new(w->hdr, name, t) || json_array_append_new(w->order, json_string(name)))
+    if (w->n_ent == w->cap_ent) {
+        size_t   cap = w->cap_ent ? w->cap_ent * 2 : 256;
+        stw_ent *ne  = realloc(w->ent, cap * sizeof *ne);
+        if (!ne)
+            return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
+        w->ent = ne, w->cap_ent = cap;
+    }
+    if (!(e.name = k3_strdup(name)))
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
-    w->data += n;
+    w->ent[w->n_ent++] = e;
+    *sl                = w->n_ent;
+    w->data += e.n;
     return K3_OK;
-nomem:
-    json_decref(sh);
-nomem_t:
-    json_decref(t);
-    return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
 }
 
 k3_status stw_meta(stw_file *w, const char *key, const char *value) {
     K3_ASSERT(!w->f);
-    if (json_object_set_new(w->meta, key, json_string(value)))
+    if (!utf8_ok(key) || !utf8_ok(value))
         return k3_err(K3_ERR_ARG, "%s: metadata '%s' is not valid UTF-8", w->path, key);
+    char *v = k3_strdup(value);
+    if (!v)
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
+    for (size_t i = 0; i < w->n_meta; i += 2)
+        if (!strcmp(w->meta[i], key)) { /* a key given again: its last value */
+            free(w->meta[i + 1]);
+            w->meta[i + 1] = v;
+            return K3_OK;
+        }
+    char  *k  = k3_strdup(key);
+    char **nm = k ? realloc(w->meta, (w->n_meta + 2) * sizeof *nm) : NULL;
+    if (!nm) {
+        free(k);
+        free(v);
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
+    }
+    w->meta            = nm;
+    w->meta[w->n_meta] = k, w->meta[w->n_meta + 1] = v;
+    w->n_meta += 2;
     return K3_OK;
+}
+
+/* ---- the header's text (k3_buf: an append that runs out of memory sets oom) ---- */
+
+static void put(k3_buf *b, const char *s, size_t n) {
+    (void)k3_buf_add(b, s, n);
+}
+
+static void put_u(k3_buf *b, long long v) {
+    char t[24];
+    put(b, t, (size_t)snprintf(t, sizeof t, "%lld", v));
+}
+
+/* A JSON string: jv_escape's escapes ('"', '\\', the control bytes; jansson wrote the same but
+ * \u00XX in capitals, which no tensor name has), UTF-8 as it is. */
+static void put_str(k3_buf *b, const char *s) {
+    put(b, "\"", 1);
+    if (jv_escape(s, strlen(s), b))
+        b->oom = 1;
+    put(b, "\"", 1);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 k3_status stw_header(stw_file *w, size_t align, char **out, size_t *len) {
     K3_ASSERT(!w->f && align >= 8 && align % 8 == 0 && !w->hdr_bytes);
     *out = NULL;
     *len = 0;
-    /* assign offsets in declaration order */
-    uint64_t off = 0;
-    size_t   i;
-    json_t  *nm;
-    json_array_foreach(w->order, i, nm) {
-        json_t  *t = json_object_get(w->hdr, json_string_value(nm));
-        uint64_t n = (uint64_t)json_integer_value(json_object_get(t, "_n"));
-        json_t  *o = json_object_get(t, "data_offsets");
-        if (json_array_append_new(o, json_integer((json_int_t)off)) ||
-            json_array_append_new(o, json_integer((json_int_t)(off + n))))
-            return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
-        json_object_del(t, "_n");
-        off += n;
+    /* offsets in declaration order; keys in strcmp order, "__metadata__" among them */
+    uint64_t    *off  = malloc((w->n_ent + 1) * sizeof *off);
+    const char **keys = malloc((w->n_ent + 1) * sizeof *keys);
+    const char **mk   = malloc((w->n_meta / 2 + 1) * sizeof *mk);
+    k3_buf       b    = {0};
+    if (!off || !keys || !mk)
+        b.oom = 1;
+    for (size_t i = 0, o = 0; !b.oom && i < w->n_ent; o += w->ent[i].n, i++)
+        off[i] = o, keys[i] = w->ent[i].name;
+    if (!b.oom) {
+        keys[w->n_ent] = "__metadata__";
+        qsort(keys, w->n_ent + 1, sizeof *keys, cmp_str);
+        for (size_t i = 0; i < w->n_meta / 2; i++)
+            mk[i] = w->meta[2 * i];
+        qsort(mk, w->n_meta / 2, sizeof *mk, cmp_str);
     }
-    if (json_object_set(w->hdr, "__metadata__", w->meta))
-        return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
-    char *js = json_dumps(w->hdr, JSON_COMPACT | JSON_SORT_KEYS);
-    if (!js)
-        return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
-    size_t jl = strlen(js), hl = jl + (align - (8 + jl) % align) % align; /* spaces: data aligned */
-    char  *h = malloc(8 + hl);
+    put(&b, "{", 1);
+    for (size_t k = 0; !b.oom && k <= w->n_ent; k++) {
+        if (k)
+            put(&b, ",", 1);
+        put_str(&b, keys[k]);
+        put(&b, ":{", 2);
+        if (!strcmp(keys[k], "__metadata__")) {
+            for (size_t i = 0; i < w->n_meta / 2; i++) {
+                size_t j = 0;
+                while (strcmp(w->meta[j], mk[i]))
+                    j += 2;
+                if (i)
+                    put(&b, ",", 1);
+                put_str(&b, mk[i]);
+                put(&b, ":", 1);
+                put_str(&b, w->meta[j + 1]);
+            }
+        } else {
+            size_t         e = *find_slot(w, keys[k]) - 1;
+            const stw_ent *t = &w->ent[e];
+            put(&b, "\"data_offsets\":[", 16);
+            put_u(&b, (long long)off[e]);
+            put(&b, ",", 1);
+            put_u(&b, (long long)(off[e] + t->n));
+            put(&b, "],\"dtype\":", 10);
+            put_str(&b, st_dtype_name(t->dtype));
+            put(&b, ",\"shape\":[", 10);
+            for (int d = 0; d < t->ndim; d++) {
+                if (d)
+                    put(&b, ",", 1);
+                put_u(&b, (long long)t->shape[d]);
+            }
+            put(&b, "]", 1);
+        }
+        put(&b, "}", 1);
+    }
+    put(&b, "}", 1);
+    free(off);
+    free(keys);
+    free(mk);
+    size_t jl = b.n, hl = jl + (align - (8 + jl) % align) % align; /* spaces: data aligned */
+    char  *h = b.oom ? NULL : malloc(8 + hl);
     if (!h) {
-        free(js);
+        free(b.p);
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
     }
-    for (int b = 0; b < 8; b++)
-        h[b] = (char)(unsigned char)((uint64_t)hl >> (8 * b));
-    memcpy(h + 8, js, jl);
+    for (int i = 0; i < 8; i++)
+        h[i] = (char)(unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(h + 8, b.p, jl);
     memset(h + 8 + jl, ' ', hl - jl);
-    free(js);
+    free(b.p);
     w->hdr_bytes = 8 + hl;
     *out         = h;
     *len         = 8 + hl;
@@ -197,9 +323,13 @@ void stw_free(stw_file *w) {
         return;
     if (w->f)
         fclose(w->f);
-    json_decref(w->hdr);
-    json_decref(w->meta);
-    json_decref(w->order);
+    for (size_t i = 0; i < w->n_ent; i++)
+        free(w->ent[i].name);
+    for (size_t i = 0; i < w->n_meta; i++)
+        free(w->meta[i]);
+    free(w->ent);
+    free(w->slot);
+    free(w->meta);
     free(w->path);
     free(w);
 }

@@ -16,8 +16,8 @@
  *           "100 Continue" when it asked and has a body, and goes on to
  *   BODY    the body (exactly Content-Length bytes) is arriving into a buffer that grows with
  *           what came (never more than Content-Length; all such buffers together at most
- *           HTTP_BODY_BUDGET, beyond which 503): it must be complete within HTTP_BODY_SECS of
- *           the head, or 408.
+ *           HTTP_BODY_BUDGET, beyond which 503): it must be complete within rules.body_secs
+ *           (K3_SERVE_BODY_SECS) of the head, or 408.
  *   WAIT    the request is complete; waiting (FIFO) for a thread of its own, at most
  *           HTTP_QUEUE_SECS, then 503 with Retry-After. A request from an address that already
  *           holds HTTP_PER_ADDR threads goes after those from other addresses, but a free
@@ -321,7 +321,7 @@ static void head_done(http_gate *g, hrec *x) {
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         (void)!send(x->fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
-    set_state(g, x, R_BODY, HTTP_BODY_SECS);
+    set_state(g, x, R_BODY, g->rules.body_secs);
     body_read(g, x);
 }
 
@@ -552,10 +552,11 @@ static void gate_expire(http_gate *g, double now) {
             if (st[k] == R_HEAD)
                 gate_answer(g, x, 408, "invalid_request_error", "request_timeout",
                             "the request head did not arrive within " HTTP_STR(HTTP_HEAD_SECS) " s");
-            else if (st[k] == R_BODY)
-                gate_answer(g, x, 408, "invalid_request_error", "request_timeout",
-                            "the request body did not arrive within " HTTP_STR(HTTP_BODY_SECS) " s");
-            else if (st[k] == R_WAIT)
+            else if (st[k] == R_BODY) {
+                char m[80];
+                snprintf(m, sizeof m, "the request body did not arrive within %d s", g->rules.body_secs);
+                gate_answer(g, x, 408, "invalid_request_error", "request_timeout", m);
+            } else if (st[k] == R_WAIT)
                 gate_answer(g, x, 503, "server_error", "server_busy",
                             "every connection slot is busy: retry later");
             else

@@ -18,7 +18,6 @@
 #define HTTP_BURST_SECS 1    /* over it, only one incomplete for this long gives way      */
 #define HTTP_HEAD_SECS 10    /* the whole request head must arrive within this            */
 #define HTTP_QUEUE_SECS 10   /* a complete request waits this long for a slot, then 503    */
-#define HTTP_BODY_SECS 60    /* the body must be complete this long after the head (408)   */
 #define HTTP_SEND_SECS 60    /* a response write that makes no progress this long: closed */
 #define HTTP_MAX_HEAD 16384  /* bytes of a request head (431 beyond)                      */
 #define HTTP_MAX_TARGET 8192 /* bytes of a request line (414 beyond)                       */
@@ -29,6 +28,7 @@ typedef struct http_rules {
     int         keyless;     /* no API key: Host must be an IP, localhost or allowed; POST needs JSON */
     const char *allow_hosts; /* comma-separated extra Host names for a keyless server, or NULL     */
     size_t      max_body;    /* Content-Length above this: 413 from the head                       */
+    int         body_secs;   /* the body must be complete this long after the head (408)           */
     /* The API key index of an Authorization value (v[0..n), white space around it trimmed; NULL
      * when absent), -1 for a missing or wrong key: 401 before any body is read. NULL: no keys. */
     int (*auth)(const char *v, size_t n);

@@ -1089,6 +1089,12 @@ int cli_serve(const ui_opts *o) {
         freeaddrinfo(ai);
         return 2;
     }
+    int body_secs; /* K3_SERVE_BODY_SECS: a bad value fails here, before the port is taken */
+    if (env_count(K3_SETTING_SERVE_BODY_SECS, SERVE_DEFAULT(SERVE_BODY_SECS), &body_secs)) {
+        free_keys();
+        freeaddrinfo(ai);
+        return 2;
+    }
     if (!o->api_key && !is_loopback(ai->ai_addr))
         fprintf(stderr,
                 "k3chat: warning: --serve %s without an API key: anyone who can reach this address can use "
@@ -1098,6 +1104,7 @@ int cli_serve(const ui_opts *o) {
     http_rules rules = {.keyless     = !o->api_key,
                         .allow_hosts = o->allow_hosts,
                         .max_body    = SERVE_MAX_BODY,
+                        .body_secs   = body_secs,
                         .auth        = srv.n_keys ? auth_key : NULL};
     http_gate *gate  = http_gate_open(ai->ai_addr, ai->ai_addrlen, &rules);
     if (!gate) {
