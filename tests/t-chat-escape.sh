@@ -81,6 +81,30 @@ check "--json-schema: a refused pattern's commands leave clipboard and title alo
     [ "$before" = "$after" ]
 check "... and show escaped in the message" has 'lookaround or a named group (at offset 27 of \x1B]0;EVILS\x07\x1B]52;c;ZXZpbA==\x07(?=x))'
 
+# a model directory's names (here a shard file name from its index) reach the terminal in errors:
+# --prompt and --inspect printed them raw (an index could set the title or the clipboard)
+"$K3_BUILD/k3-mkmodel" --preset tiny --seed 1 "$K3_TMP/evilm" >/dev/null 2>&1
+/usr/bin/python3 - "$K3_TMP/evilm/model.safetensors.index.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+w = j["weight_map"]
+old = sorted(set(w.values()))[0]
+for k in w:
+    if w[k] == old:
+        w[k] = "\u001b]0;EVILD\u0007\u001b]52;c;ZXZpbA==\u0007.safetensors"
+json.dump(j, open(sys.argv[1], "w"))
+EOF
+for mode in "--prompt hi" --inspect; do
+    tui_start 200 30 -- "$K3CHAT $K3_TMP/evilm $mode; echo EXIT=\$?; sleep 60"
+    $T set-option -g set-clipboard on
+    $T set-option -g allow-rename on 2>/dev/null
+    wait_for "EXIT=1" 30
+    after=$(state) # the error may come before a first look: no EVILD title, no 'evil' in a buffer
+    check "a shard name with commands in the index, $mode: clipboard and title untouched ('$after')" \
+        sh -c "! printf '%s' '$after' | grep -q -e EVILD -e evil"
+    check "... and the error shows them escaped" has 'k3chat: \x1B]0;EVILD\x07\x1B]52;c;ZXZpbA==\x07.safetensors: cannot open'
+done
+
 # not a terminal: the text is the model's, byte for byte
 printf 'evil\n' | "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out" 2>"$K3_TMP/err"
 check "into a pipe the answer goes as it is" \

@@ -36,7 +36,7 @@ fi_run() {
     shift
     rm -f "$K3_TMP/fi.log"
     # shellcheck disable=SC2086
-    env $_e "$k" "$M" "$@"
+    env $_e "$k" "${MD:-$M}" "$@"
 }
 # wait_grep FILE PATTERN SECONDS: poll until FILE matches (a FAIL line on timeout)
 wait_grep() { wait_until "'$2' in $1" "$3" grep -q -- "$2" "$1"; }
@@ -117,16 +117,21 @@ plain_end
 t "plain mode: after the fault clears /retry answers as without it (exit $prc)" \
     '[ $prc -eq 0 ] && cmp -s "$K3_TMP/po" "$K3_TMP/base1" && san "$K3_TMP/pe"'
 
+# halve DIR: each shard of DIR kept in $K3_TMP/keep, then cut to half its size
+mkdir "$K3_TMP/keep"
+halve() {
+    rm -f "$K3_TMP"/keep/*
+    for f in "$1"/model-*.safetensors; do
+        cp "$f" "$K3_TMP/keep/"
+        truncate -s "$(($(wc -c <"$f") / 2))" "$f"
+    done
+}
 # real truncation between turns (shim passes through): turn 2 fails, the files come back,
 # /retry answers turn 2
-mkdir "$K3_TMP/keep"
 plain_start FI_MODE=pass
 echo hello >&3
 wait_size "$K3_TMP/po" "$n1" 30
-for f in "$M"/model-*.safetensors; do
-    cp "$f" "$K3_TMP/keep/"
-    truncate -s "$(($(wc -c <"$f") / 2))" "$f"
-done
+halve "$M"
 echo again >&3
 wait_grep "$K3_TMP/pe" "unexpected end of file" 30
 t "real truncation between turns: reported with file and offset" \
@@ -150,9 +155,90 @@ echo again >&3
 wait_grep "$K3_TMP/pe" "expert read" 30
 t "vanished shard: the error names the file and says it cannot be opened" \
     'grep -q "model-[0-9]*-of-[0-9]*\.safetensors: cannot open: No such file" "$K3_TMP/pe"'
+# FIFOs in their place: the reopen by path blocked in open() for ever, the tier's lock held (the
+# chat hung); now the turn fails naming the file. A FIFO that a blocked open still waits on is
+# opened for writing (under a timeout), so the old code ends instead of hanging the test
+for f in "$K3_TMP"/away/*; do mkfifo "$M/${f##*/}"; done
+echo /retry >&3
+wait_grep "$K3_TMP/pe" "not a regular file" 15
+t "a FIFO in place of a shard at the reopen: the turn fails naming it" \
+    'grep -q "model-[0-9]*-of-[0-9]*\.safetensors: not a regular file (a FIFO)" "$K3_TMP/pe"'
+for f in "$K3_TMP"/away/*; do
+    timeout 1 sh -c ': >"$1"' sh "$M/${f##*/}" 2>/dev/null
+    rm -f "$M/${f##*/}"
+done
 mv "$K3_TMP"/away/* "$M/"
 rm -f "$K3_TMP/ctl"
 echo /retry >&3
 plain_end
 t "shard back: the next turn answers as without the fault (exit $prc)" \
     '[ $prc -eq 0 ] && cmp -s "$K3_TMP/po" "$K3_TMP/base2" && san "$K3_TMP/pe"'
+
+# K3_MMAP=1 on a k3-repack container: the mapped weights shrink under the engine between turns
+# (before: SIGBUS ended k3chat and the conversation). The turn fails naming the file, tensor,
+# offset and sizes; /retry while still short says so again; the files restored in place, /retry
+# answers as a run that never saw the fault
+C="$K3_TMP/c8"
+if ! "$K3_BUILD/k3-repack" "$M" "$C" --bits 8 --quiet 2>"$K3_TMP/rp.err"; then
+    echo "FAIL: k3-repack of the tiny model: $(head -n 1 "$K3_TMP/rp.err")"
+    exit 0
+fi
+# shellcheck disable=SC2086
+printf 'hello\n' | K3_MMAP=1 "$k" "$C" --plain $opts >"$K3_TMP/cbase1" 2>/dev/null
+# shellcheck disable=SC2086
+printf 'hello\nagain\n' | K3_MMAP=1 "$k" "$C" --plain $opts >"$K3_TMP/cbase2" 2>/dev/null
+c1=$(wc -c <"$K3_TMP/cbase1")
+MD=$C plain_start K3_MMAP=1 FI_MODE=pass
+echo hello >&3
+wait_size "$K3_TMP/po" "$c1" 30
+halve "$C"
+echo again >&3
+wait_grep "$K3_TMP/pe" "shrank under" 30
+mpat="model-[0-9]*-of-[0-9]*\.safetensors: mapped tensor '[a-z0-9_.]*' at offset [0-9]* is past the end of the file"
+t "K3_MMAP=1, container shrunk between turns: the turn fails naming file, tensor and offset" \
+    'grep -q "$mpat (it shrank under the running engine): the file is now [0-9]* bytes, [0-9]* when" "$K3_TMP/pe"'
+echo /retry >&3
+wait_grep "$K3_TMP/pe" "is still past the end" 30
+t "K3_MMAP=1: /retry while still short fails the same way, the process alive" \
+    'kill -0 $pid && grep -q "is still past the end of the file: the file is now" "$K3_TMP/pe"'
+for f in "$K3_TMP"/keep/*; do cp "$f" "$C/"; done # in place: the same inodes
+echo /retry >&3
+plain_end
+t "K3_MMAP=1: restored files: /retry answers as without the fault (exit $prc)" \
+    '[ $prc -eq 0 ] && cmp -s "$K3_TMP/po" "$K3_TMP/cbase2" && san "$K3_TMP/pe"'
+
+# the same under the server: the request that reads past the new end gets a 500 naming the file,
+# tensor and offset, the server keeps serving, and once the files are back the next request
+# answers as the first did (the shards restored in place)
+K3_MMAP=1 /usr/bin/python3 - "$k" "$C" "$K3_TMP" "$K3_SRC/tests" <<'PYEOF'
+import glob, os, sys
+sys.path.insert(0, sys.argv[4])
+from serve_lib import ok, post_chat, read_text, start_server, stop
+
+k3, c, tmp = sys.argv[1:4]
+procs = []
+p, port, log = start_server(k3, c, tmp, dict(os.environ), procs, "mmap-serve")
+body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4, "temperature": 0}
+try:
+    s1, d1, _ = post_chat(port, body)
+    ok(s1 == 200 and d1["choices"][0]["message"], f"K3_MMAP=1 server: the first request answers ({s1})")
+    keep = {}
+    for f in glob.glob(os.path.join(c, "model-*.safetensors")):
+        with open(f, "rb") as fh:
+            keep[f] = fh.read()
+        os.truncate(f, len(keep[f]) // 2)
+    s2, d2, _ = post_chat(port, body)
+    msg = d2.get("error", {}).get("message", "") if isinstance(d2, dict) else str(d2)
+    ok(s2 == 500 and "mapped tensor '" in msg and "at offset" in msg and "shrank under the running engine" in msg
+       and ".safetensors: " in msg, f"K3_MMAP=1 server, shards shrunk: 500 naming file, tensor, offset ({s2}: {msg[:160]})")
+    ok(p.poll() is None, "K3_MMAP=1 server: still running after the failed request")
+    for f, b in keep.items():
+        with open(f, "r+b") as fh:  # in place: the same inodes
+            fh.write(b)
+    s3, d3, _ = post_chat(port, body)
+    ok(s3 == 200 and d3["choices"][0]["message"] == d1["choices"][0]["message"],
+       f"K3_MMAP=1 server, files restored: the next request answers as the first ({s3})")
+finally:
+    stop(p)
+ok("AddressSanitizer" not in read_text(log) and "runtime error:" not in read_text(log), "K3_MMAP=1 server: no sanitizer report")
+PYEOF

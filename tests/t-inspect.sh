@@ -202,3 +202,22 @@ for mode in truncated hlen overlap dtype size headerjson missing shape cfgjson c
     grep -qF -- "$a" "$T/err" && grep -qF -- "$b" "$T/err"; check $? "$mode: names '$a' and '$b' ($msg)"
     ! grep -qE "AddressSanitizer|LeakSanitizer|runtime error" "$T/err"; check $? "$mode: no sanitizer report"
 done
+
+# ---- a model file that is not a regular file ----
+# A FIFO in place of a model file blocked the open for ever (k3chat hung before its first line),
+# and /dev/zero as tiktoken.model or tokenizer_config.json was read until memory ran out: each
+# is now refused at once, naming the file and what it is. timeout 20 turns the old hang into a
+# failure (exit 124); the new refusal takes well under a second.
+S1=$(ls "$M" | grep '^model-.*safetensors$' | sort | sed -n 1p)
+for f in config.json generation_config.json model.safetensors.index.json "$S1" tiktoken.model \
+         tokenizer_config.json; do
+    for kind in FIFO dev; do
+        D=$T/nr; rm -rf "$D"; cp -r "$M" "$D"; rm -f "$D/$f"
+        if [ $kind = FIFO ]; then mkfifo "$D/$f"; what="a FIFO"; else ln -s /dev/null "$D/$f"; what="a character device"; fi
+        timeout 20 "$K3" "$D" --prompt hi --max-tokens 1 >"$T/out" 2>"$T/err"; rc=$?
+        msg=$(tail -n 1 "$T/err" | head -c 300)
+        [ $rc -eq 1 ] && grep -qF "$f: not a regular file ($what)" "$T/err" &&
+            ! grep -qE "AddressSanitizer|LeakSanitizer|runtime error" "$T/err"
+        check $? "$f as $what: refused, naming it (exit $rc: $msg)"
+    done
+done

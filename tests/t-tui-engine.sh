@@ -97,6 +97,34 @@ check "the conversation is unchanged" sh -c "! $T capture-pane -p | head -n -1 |
 keys C-u; keys C-d
 check "exit with 0 after the context error" wait_for "EXIT=0" 10
 
+# K3_MMAP=1 on a k3-repack container whose shards shrink between turns (was SIGBUS, the end of
+# the chat): the turn shows the error naming file, tensor and offset, the chat keeps running,
+# and /retry answers once the files are back in place
+c="$K3_TMP/c8"
+mkdir "$K3_TMP/keep"
+if "$K3_BUILD/k3-repack" "$d" "$c" --bits 8 --quiet 2>>"$K3_TMP/stderr.txt"; then
+    tui_start 120 30 K3_MMAP=1 -- "$K3CHAT --max-tokens 4 --temp 0 --think off $c 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+    check "K3_MMAP=1: the container loads" wait_for "c8 · " 20
+    type_line hello
+    check "K3_MMAP=1: the first turn answers" wait_for "length limit reached" 20
+    for f in "$c"/model-*.safetensors; do
+        cp "$f" "$K3_TMP/keep/"
+        truncate -s "$(($(wc -c <"$f") / 2))" "$f"
+    done
+    type_line again
+    check "K3_MMAP=1, shards halved: the turn's error names file, tensor and offset" \
+        wait_until "the mapped-shard error" 20 joined_has "safetensors: mapped tensor 'model."
+    check "and says the file shrank under the engine" joined_has "is past the end of the file (it shrank under the running engine)"
+    for f in "$K3_TMP"/keep/*; do cp "$f" "$c/"; done # in place: the same inodes
+    type_line /retry
+    two_answers() { [ "$(screen | grep -c 'length limit reached')" -ge 2 ]; }
+    check "K3_MMAP=1, files restored: /retry answers" wait_until "a second answer" 20 two_answers
+    keys C-d
+    check "K3_MMAP=1: exit with 0" wait_for "EXIT=0" 10
+else
+    fail "k3-repack of the tiny model"
+fi
+
 # line mode on the same model: the answer on stdout, and the autosave transcript
 printf 'hello\n' | XDG_DATA_HOME="$K3_TMP/data2" HOME="$K3_TMP" "$K3CHAT" --max-tokens 12 --think off "$d" >"$K3_TMP/out" 2>>"$K3_TMP/stderr.txt"
 rc=$?

@@ -6,8 +6,12 @@
 #include "st.h"
 #include "test.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char root[512];
@@ -345,6 +349,135 @@ static void fuzz(void) {
             rejected, bad);
 }
 
+/* The sum of n mapped bytes, each read once (volatile: the reads happen). */
+static unsigned touch(const void *p, size_t n) {
+    const volatile unsigned char *b = p;
+    unsigned                      s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += b[i];
+    return s;
+}
+
+/* The whole file at path into a new buffer (*n bytes), NULL on failure. */
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long           sz = ftell(f);
+    unsigned char *b  = sz > 0 ? malloc((size_t)sz) : NULL;
+    fseek(f, 0, SEEK_SET);
+    *n = b && fread(b, 1, (size_t)sz, f) == (size_t)sz ? (size_t)sz : 0;
+    fclose(f);
+    if (!*n) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* A mapped shard truncated under its reader (K3_MMAP=1's weights): was SIGBUS, the end of the
+ * process. Now the pages past the end read as zeros, the fault is counted and st_map_check names
+ * the file, the tensor, the offset and both sizes; st_map_repair refuses while the file is short
+ * or has another header, and maps it again once it is back (the tensors' pointers still good). */
+static void mapped_shrink(void) {
+    char dir[600], p[700];
+    mkdir_case("mapped", dir, sizeof dir);
+    path2(p, sizeof p, dir, "model.safetensors");
+    enum { N = 4096 }; /* 16 kB a tensor: several pages */
+    float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
+    for (int i = 0; a && b && i < N; i++)
+        a[i] = (float)i + 0.5f, b[i] = -(float)i - 1;
+    tsf f = {0};
+    tsf_add(&f, "a", "F32", 1, (int64_t[]){N}, a);
+    tsf_add(&f, "b", "F32", 1, (int64_t[]){N}, b);
+    size_t         n    = 0;
+    unsigned char *orig = tsf_write(&f, p) == 0 ? slurp(p, &n) : NULL;
+    st_dir        *d    = NULL;
+    T_CHECK(orig && st_open(dir, &d) == K3_OK, "mapped: file written and opened (%s)", d ? "" : k3_errmsg());
+    const st_tensor *ta = d ? st_find(d, "a") : NULL, *tb = d ? st_find(d, "b") : NULL;
+    const void      *ma = NULL, *mb = NULL;
+    T_CHECK(ta && tb && st_map(d, ta, &ma) == K3_OK && st_map(d, tb, &mb) == K3_OK &&
+                !memcmp(ma, a, N * sizeof *a) && !memcmp(mb, b, N * sizeof *b),
+            "mapped: both tensors read through the map");
+    if (!ta || !tb || !ma || !mb || !orig)
+        goto out;
+    T_CHECK(st_map_check(d) == K3_OK && st_map_repair(d) == K3_OK, "mapped: no fault yet");
+
+    /* shrink to the start of b: a stays whole, b's pages past the end fault */
+    unsigned long gen = st_map_gen();
+    T_CHECK(truncate(p, (off_t)tb->offset) == 0, "mapped: truncate to b's offset %llu",
+            (unsigned long long)tb->offset);
+    unsigned sa = touch(ma, N * sizeof *a), sb = touch(mb, N * sizeof *b);
+    long     ps    = sysconf(_SC_PAGESIZE);
+    uint64_t first = ((uint64_t)tb->offset + (uint64_t)ps - 1) / (uint64_t)ps * (uint64_t)ps;
+    T_CHECK(st_map_gen() > gen, "mapped: the reads past the end were counted as a fault (%lu -> %lu)", gen,
+            st_map_gen());
+    T_CHECK(sa == touch(a, N * sizeof *a) && sb != touch(b, N * sizeof *b) && ((const float *)mb)[N - 1] == 0,
+            "mapped: a intact, b past the end reads zeros");
+    char want[200], was[64];
+    snprintf(want, sizeof want, "tensor 'b' at offset %llu is past the end", (unsigned long long)first);
+    snprintf(was, sizeof was, "is now %llu bytes, %zu when", (unsigned long long)tb->offset, n);
+    k3_status st = st_map_check(d);
+    T_CHECK(st == K3_ERR_IO && msg_has("model.safetensors: mapped ", want) && msg_has(was, "shrank"),
+            "mapped: the error names file, tensor, offset and sizes (%s)", k3_errmsg());
+    st = st_map_repair(d);
+    T_CHECK(st == K3_ERR_IO && msg_has("model.safetensors", was), "mapped: repair refused while short (%s)",
+            k3_errmsg());
+    T_CHECK(st_map_check(d) != K3_OK, "mapped: the fault stays");
+
+    /* the same size with another header: refused too */
+    orig[9] ^= 0x20; /* a byte of the JSON header */
+    T_CHECK(tsf_bytes(p, orig, n) == 0, "mapped: another header written");
+    orig[9] ^= 0x20;
+    st = st_map_repair(d);
+    T_CHECK(st == K3_ERR_IO && msg_has("model.safetensors", "header is not the one"),
+            "mapped: repair refused with another header (%s)", k3_errmsg());
+
+    /* the file back as it was: mapped again at the same address */
+    T_CHECK(tsf_bytes(p, orig, n) == 0, "mapped: original bytes back");
+    st = st_map_repair(d);
+    T_CHECK(st == K3_OK && st_map_check(d) == K3_OK, "mapped: repaired (%s)", st ? k3_errmsg() : "");
+    T_CHECK(!memcmp(ma, a, N * sizeof *a) && !memcmp(mb, b, N * sizeof *b),
+            "mapped: the old pointers read the data again");
+
+    /* a SIGBUS that is not a fault in a registered map still ends the process */
+    for (int kind = 0; kind < 2; kind++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            int nul = open("/dev/null", O_WRONLY);
+            if (nul >= 0)
+                dup2(nul, 2); /* the sanitizer's report of the expected death */
+            if (kind == 0) {
+                kill(getpid(), SIGBUS);
+            } else { /* a file mapped by hand, truncated, read */
+                int   fd = open(p, O_RDONLY);
+                void *m  = fd < 0 ? MAP_FAILED : mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+                if (m != MAP_FAILED && truncate(p, 0) == 0)
+                    (void)touch(m, n);
+            }
+            _exit(0);
+        }
+        int ws = 0;
+        waitpid(pid, &ws, 0);
+#if defined(__SANITIZE_ADDRESS__)
+        int died = !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0); /* ASan's handler reports and exits */
+#else
+        int died = WIFSIGNALED(ws) && WTERMSIG(ws) == SIGBUS;
+#endif
+        T_CHECK(pid > 0 && died, "mapped: a SIGBUS %s still ends the process (status %#x)",
+                kind ? "on an unregistered map" : "sent by kill", ws);
+        if (kind)
+            tsf_bytes(p, orig, n);
+    }
+out:
+    st_close(d);
+    free(orig);
+    free(a);
+    free(b);
+}
+
 int main(void) {
     const char *tmp = getenv("K3_TMP");
     snprintf(root, sizeof root, "%s/test-st.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -358,6 +491,7 @@ int main(void) {
     sharded();
     index_errors();
     fuzz();
+    mapped_shrink();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd))

@@ -51,6 +51,23 @@ void *k3_aligned_alloc(size_t align, size_t n); /* free with free(); 4 MiB and u
 k3_status k3_hugepages_init(void);
 char     *k3_strdup(const char *s);
 
+/* Open a model file read-only as a regular file (every file of a model directory opens here):
+ * a FIFO, a device, a directory or a socket in its place is refused, naming `what` and what the
+ * path is instead, since a FIFO would block the open for ever and /dev/zero would never end a
+ * read. The open itself does not block (O_NONBLOCK, cleared once the file is known to be
+ * regular). *size: the file's length. missing non-NULL: an absent file (ENOENT) sets *missing = 1
+ * and returns K3_OK with *fd = -1, setting no error. Errors: "WHAT: cannot open: strerror",
+ * "WHAT: not a regular file (a FIFO)". */
+k3_status k3_open_regular(const char *path, const char *what, int *fd, uint64_t *size, int *missing);
+/* k3_open_regular's open, for a caller with its own messages and extra open flags (O_DIRECT): the
+ * descriptor (*size set), or -1 with errno, or -2 when the path is not a regular file (*kind: "a
+ * FIFO", "a directory", ...). */
+int k3_open_regular_fd(const char *path, int flags, uint64_t *size, const char **kind);
+/* The whole of a regular file (k3_open_regular) in a new NUL-terminated buffer of *len bytes
+ * (the caller frees it); as much memory as the file is long, no more. missing: as above
+ * (*buf NULL). */
+k3_status k3_read_regular(const char *path, const char *what, char **buf, size_t *len, int *missing);
+
 /* Seconds from a monotonic clock. */
 double k3_time(void);
 

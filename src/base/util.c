@@ -7,13 +7,16 @@
 #include "k3-impl.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static _Thread_local char err_buf[1024];
 
@@ -197,6 +200,91 @@ char *k3_strdup(const char *s) {
     if (d)
         memcpy(d, s, n);
     return d;
+}
+
+int k3_open_regular_fd(const char *path, int flags, uint64_t *size, const char **kind) {
+    *kind = NULL;
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
+    if (f < 0)
+        return -1;
+    struct stat sb;
+    if (fstat(f, &sb) < 0) {
+        int e = errno;
+        close(f);
+        errno = e;
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(f);
+        *kind = S_ISFIFO(sb.st_mode)   ? "a FIFO"
+                : S_ISDIR(sb.st_mode)  ? "a directory"
+                : S_ISCHR(sb.st_mode)  ? "a character device"
+                : S_ISBLK(sb.st_mode)  ? "a block device"
+                : S_ISSOCK(sb.st_mode) ? "a socket"
+                                       : "not a file";
+        return -2;
+    }
+    int fl = fcntl(f, F_GETFL);
+    if (fl >= 0)
+        fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    *size = (uint64_t)sb.st_size;
+    return f;
+}
+
+k3_status k3_open_regular(const char *path, const char *what, int *fd, uint64_t *size, int *missing) {
+    *fd = -1;
+    if (missing)
+        *missing = 0;
+    const char *kind;
+    int         f = k3_open_regular_fd(path, 0, size, &kind);
+    if (f == -2)
+        return k3_err(K3_ERR_IO, "%s: not a regular file (%s)", what, kind);
+    if (f < 0) {
+        if (missing && errno == ENOENT) {
+            *missing = 1;
+            return K3_OK;
+        }
+        return k3_err(K3_ERR_IO, "%s: cannot open: %s", what, strerror(errno));
+    }
+    *fd = f;
+    return K3_OK;
+}
+
+k3_status k3_read_regular(const char *path, const char *what, char **buf, size_t *len, int *missing) {
+    *buf = NULL;
+    *len = 0;
+    int       fd;
+    uint64_t  size;
+    k3_status st = k3_open_regular(path, what, &fd, &size, missing);
+    if (st || fd < 0)
+        return st;
+    char *b = size < SIZE_MAX ? k3_malloc((size_t)size + 1) : NULL;
+    if (!b) {
+        close(fd);
+        return k3_err(K3_ERR_NOMEM, "%s: no memory for its %llu bytes", what, (unsigned long long)size);
+    }
+    size_t n = 0;
+    while (n < size) { /* a file that shrinks meanwhile is read as far as it goes */
+        ssize_t r = read(fd, b + n, (size_t)size - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            st = k3_err(K3_ERR_IO, "%s: read failed at offset %zu: %s", what, n, strerror(errno));
+            break;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (st) {
+        free(b);
+        return st;
+    }
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return K3_OK;
 }
 
 double k3_time(void) {

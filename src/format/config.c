@@ -265,11 +265,14 @@ static k3_status read_generation(const char *dir, k3_config *o) {
     char path[4096];
     snprintf(path, sizeof path, "%s/" GEN_FILE, dir);
     json_error_t e;
-    FILE        *f = fopen(path, "rb");
-    if (!f)
-        return K3_OK; /* absent: defaults */
-    json_t *g = json_loadf(f, JSON_REJECT_DUPLICATES, &e);
-    fclose(f);
+    char        *text;
+    size_t       len;
+    int          missing;
+    k3_status    rs = k3_read_regular(path, GEN_FILE, &text, &len, &missing);
+    if (rs || missing)
+        return rs; /* absent: defaults */
+    json_t *g = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);
+    free(text);
     if (!g)
         return k3_err(K3_ERR_CONFIG, GEN_FILE ": line %d column %d: %s", e.line, e.column, e.text);
     k3_status st = K3_OK;
@@ -445,11 +448,13 @@ k3_status cfg_load(const char *dir, k3_config *out) {
     if ((size_t)snprintf(path, sizeof path, "%s/" CFG_FILE, dir) >= sizeof path)
         return k3_err(K3_ERR_ARG, "%s: path too long", dir);
     json_error_t e;
-    FILE        *f = fopen(path, "rb");
-    if (!f)
-        return k3_err(K3_ERR_IO, CFG_FILE ": cannot open %s: %s", path, strerror(errno));
-    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &e);
-    fclose(f);
+    char        *text;
+    size_t       len;
+    k3_status    rs = k3_read_regular(path, CFG_FILE, &text, &len, NULL);
+    if (rs)
+        return rs;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);
+    free(text);
     if (!root)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": line %d column %d: %s", e.line, e.column, e.text);
     k3_status st;

@@ -39,7 +39,13 @@ k3_status rp_info_load(const char *dir, rp_info *info) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_error_t jerr;
-    json_t      *root = json_load_file(path, 0, &jerr);
+    char        *text;
+    size_t       len;
+    k3_status    rs = k3_read_regular(path, "config.json", &text, &len, NULL);
+    if (rs)
+        return rs;
+    json_t *root = json_loadb(text, len, 0, &jerr);
+    free(text);
     if (!root)
         return k3_err(K3_ERR_CONFIG, "config.json: %s", jerr.text);
     json_t   *sec = json_is_object(root) ? json_object_get(root, RP_CONFIG_KEY) : NULL;

@@ -34,6 +34,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -45,27 +48,30 @@
 #define ST_MAX_HEADER ((uint64_t)100000000) /* 100 MB; the release's shard headers are under 1 MB */
 
 typedef struct st_shard {
-    char    *path;   /* full path                                   */
-    char    *name;   /* file name as in the index                   */
-    uint64_t size;   /* file size (0 if never opened)               */
-    uint64_t hlen;   /* header length (shard_check)                 */
-    int      fd;     /* -1 if never opened (vision-only)            */
-    int      dfd;    /* O_DIRECT descriptor (st_read_block): -1 not yet opened, -2 refused */
-    int      text;   /* holds at least one text tensor              */
-    int      sparse; /* fewer blocks on disk than its size: holes (read_sparse) */
-    void    *map;    /* st_map(): whole-file read-only map, or NULL */
+    char             *path;   /* full path                                   */
+    char             *name;   /* file name as in the index                   */
+    uint64_t          size;   /* file size (0 if never opened)               */
+    uint64_t          hlen;   /* header length (shard_check)                 */
+    int               fd;     /* -1 if never opened (vision-only)            */
+    int               dfd;    /* O_DIRECT descriptor (st_read_block): -1 not yet opened, -2 refused */
+    int               text;   /* holds at least one text tensor              */
+    int               sparse; /* fewer blocks on disk than its size: holes (read_sparse) */
+    void             *map;    /* st_map(): whole-file read-only map, or NULL */
+    uint64_t          hsum;   /* FNV-1a of the header (shard_check): st_map_repair's same-file test */
+    struct st_mapreg *reg;    /* the map's entry for the SIGBUS handler (st_map), or NULL */
 } st_shard;
 
 struct st_dir {
-    char      *path;
-    int        has_prefix;
-    int        n_shards;
-    st_shard  *shards; /* [n_shards]                                  */
-    int        n_tensors;
-    int        cap_tensors;
-    st_tensor *tensors; /* [n_tensors], sorted by name after st_open   */
-    st_io     *io;      /* -> io_n: tensor data read so far (atomic adds: any thread reads; */
-    st_io      io_n;    /*    counted through a const st_dir too)                       */
+    char           *path;
+    int             has_prefix;
+    int             n_shards;
+    st_shard       *shards; /* [n_shards]                                  */
+    int             n_tensors;
+    int             cap_tensors;
+    st_tensor      *tensors; /* [n_tensors], sorted by name after st_open   */
+    st_io          *io;      /* -> io_n: tensor data read so far (atomic adds: any thread reads; */
+    st_io           io_n;    /*    counted through a const st_dir too)                       */
+    pthread_mutex_t map_mu;  /* st_map_repair                                             */
 };
 
 static const struct {
@@ -306,6 +312,15 @@ static uint64_t header_data_end(const char *h, size_t n, char *name, size_t nn) 
     return best;
 }
 
+/* FNV-1a 64 of n bytes: a shard's header, to tell the same file when it is reopened. */
+static uint64_t fnv64(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t             h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 /* Open shard si and check what costs no JSON parse: a regular file, the header length within the
  * file and under ST_MAX_HEADER, and no tensor's data past the end of the file. st_open runs it on
  * every shard before parsing any header, so a missing, truncated or absurd shard is reported at
@@ -314,16 +329,10 @@ static k3_status shard_check(st_dir *d, int si) {
     st_shard   *sh   = &d->shards[si];
     const char *file = sh->name;
     k3_status   st;
-    sh->fd = open(sh->path, O_RDONLY | O_CLOEXEC);
-    if (sh->fd < 0)
-        return k3_err(K3_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
+    if ((st = k3_open_regular(sh->path, file, &sh->fd, &sh->size, NULL)))
+        return st;
     struct stat sb;
-    if (fstat(sh->fd, &sb) < 0)
-        return k3_err(K3_ERR_IO, "%s: cannot stat: %s", file, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return k3_err(K3_ERR_IO, "%s: not a regular file", file);
-    sh->size   = (uint64_t)sb.st_size;
-    sh->sparse = (uint64_t)sb.st_blocks * 512 < sh->size;
+    sh->sparse = fstat(sh->fd, &sb) == 0 && (uint64_t)sb.st_blocks * 512 < sh->size;
     if (sh->size < 8)
         return k3_err(K3_ERR_FORMAT, "%s: %llu bytes, too short for the 8-byte header length", file,
                       (unsigned long long)sh->size);
@@ -349,6 +358,7 @@ static k3_status shard_check(st_dir *d, int si) {
     st = pread_all(sh->fd, sh->path, hbuf, hlen, 8, NULL);
     char     tname[256];
     uint64_t end = st ? 0 : header_data_end(hbuf, (size_t)hlen, tname, sizeof tname);
+    sh->hsum     = fnv64(hbuf, (size_t)hlen);
     free(hbuf);
     if (!st && end > sh->size - 8 - hlen)
         st = k3_err(K3_ERR_FORMAT,
@@ -497,24 +507,20 @@ static k3_status read_index(st_dir *d, const char *ipath, wm_map *wm, int **wm_s
     const char *file = base_name(ipath);
     /* one read and the fast weight_map reader (wmap.h): jansson's tree of the release's 60 MB
      * index cost ~2.3 s of CPU before the first check of a shard */
-    int         fd = open(ipath, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) < 0) {
-        k3_status st = k3_err(K3_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return st;
-    }
-    char     *buf = k3_malloc((size_t)sb.st_size + 1);
-    k3_status rst = buf ? pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0, NULL)
-                        : k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
-    size_t    at;
-    if (!rst && !wm_scan(buf, (size_t)sb.st_size, wm, &at)) {
+    int       fd;
+    uint64_t  fsize;
+    k3_status rst = k3_open_regular(ipath, file, &fd, &fsize, NULL);
+    if (rst)
+        return rst;
+    char *buf = k3_malloc((size_t)fsize + 1);
+    rst = buf ? pread_all(fd, ipath, buf, fsize, 0, NULL) : k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
+    size_t at;
+    if (!rst && !wm_scan(buf, (size_t)fsize, wm, &at)) {
         wm->arena = buf; /* the entries point into it */
     } else if (!rst) {   /* jansson decides, on the text read again (the scanner decoded it in place) */
         K3_LOG_DEBUG("%s: the fast reader stopped at byte %zu; full parse", file, at);
-        if (!(rst = pread_all(fd, ipath, buf, (uint64_t)sb.st_size, 0, NULL)))
-            rst = wm_parse_full(file, buf, (size_t)sb.st_size, wm);
+        if (!(rst = pread_all(fd, ipath, buf, fsize, 0, NULL)))
+            rst = wm_parse_full(file, buf, (size_t)fsize, wm);
         free(buf);
     } else {
         free(buf);
@@ -567,6 +573,7 @@ k3_status st_open(const char *dir, st_dir **out) {
         return k3_err(K3_ERR_NOMEM, "out of memory");
     }
     d->io = &d->io_n;
+    pthread_mutex_init(&d->map_mu, NULL);
     ipath = path_join(dir, "model.safetensors.index.json");
     if (!ipath) {
         st = k3_err(K3_ERR_NOMEM, "out of memory");
@@ -640,6 +647,8 @@ fail:
     return st;
 }
 
+static void map_unregister(struct st_mapreg *r);
+
 void st_close(st_dir *d) {
     if (!d)
         return;
@@ -647,8 +656,10 @@ void st_close(st_dir *d) {
         free((void *)(uintptr_t)d->tensors[i].name);
     for (int i = 0; i < d->n_shards; i++) {
         st_shard *s = &d->shards[i];
-        if (s->map)
+        if (s->map) {
+            map_unregister(s->reg);
             munmap(s->map, (size_t)s->size);
+        }
         if (s->fd >= 0)
             close(s->fd);
         if (s->dfd >= 0)
@@ -659,6 +670,7 @@ void st_close(st_dir *d) {
     free(d->tensors);
     free(d->shards);
     free(d->path);
+    pthread_mutex_destroy(&d->map_mu);
     free(d);
 }
 
@@ -872,6 +884,207 @@ int st_shard_opened(const st_dir *d, int shard) {
     return d->shards[shard].fd >= 0;
 }
 
+/* ---- mapped shards that change under the engine --------------------------------------------
+ * A page of a MAP_SHARED mapping past the end of its file (the file truncated after st_map, or a
+ * page the drive cannot read) raises SIGBUS on access, which would end the process and the
+ * conversation with it. st_map registers each mapping; the handler, on a fault inside one, maps
+ * anonymous zero pages over the rest of that mapping (from the faulting page on: one fault per
+ * shrink, not one per page), records the lowest faulting offset and bumps a counter, and returns:
+ * the access completes with zeros. The forward pass compares the counter between layers
+ * (st_map_gen) and fails the pass with st_map_check's error, which names the file, the offset,
+ * the tensor and the sizes; the sessions keep their state (nothing of a failed pass is
+ * committed). The next pass calls st_map_repair first: the shard is reopened by path and mapped
+ * again at the same address (the tensors keep their pointers) when it is back at its size with
+ * the same header, else the pass fails again with the same kind of message. A SIGBUS outside
+ * every registered mapping goes to the handler that was there before, or to the default action
+ * (the access faults again and the process dies as before).
+ * Entries are never freed (st_close marks them free for reuse), so the handler walks the list
+ * without a lock. mmap is a system call (no lock of the C library is taken), which the handler
+ * may make even though POSIX does not list it as async-signal-safe. */
+typedef struct st_mapreg {
+    struct st_mapreg *next;
+    _Atomic uintptr_t lo, hi; /* the mapping [lo, hi); 0, 0 while the entry is free    */
+    _Atomic uint64_t  fault;  /* lowest faulting offset in the file + 1; 0: none        */
+    atomic_int        used;
+} st_mapreg;
+
+static st_mapreg *_Atomic map_regs;    /* the list (entries pushed at its head)               */
+static atomic_ulong       map_gen;     /* faults handled so far                               */
+static struct sigaction   map_old_bus; /* the SIGBUS action before ours                       */
+static pthread_once_t     map_once = PTHREAD_ONCE_INIT;
+static long               map_page; /* the page size                                     */
+
+static void map_bus(int sig, siginfo_t *si, void *uc) {
+    uintptr_t a  = (uintptr_t)si->si_addr;
+    long      ps = map_page; /* read before the handler was installed: no libc call here */
+    for (st_mapreg *r = si->si_code > 0 ? atomic_load(&map_regs) : NULL; r; r = r->next) { /* > 0: a fault */
+        uintptr_t lo = atomic_load(&r->lo), hi = atomic_load(&r->hi);
+        if (a < lo || a >= hi)
+            continue;
+        uintptr_t pg = a & ~(uintptr_t)(ps - 1);
+        if (mmap((void *)pg, hi - pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+                 0) == MAP_FAILED)
+            break;
+        uint64_t off = (uint64_t)(a - lo) + 1, cur = atomic_load(&r->fault);
+        while ((!cur || off < cur) && !atomic_compare_exchange_weak(&r->fault, &cur, off)) {
+        }
+        atomic_fetch_add(&map_gen, 1);
+        return;
+    }
+    if (map_old_bus.sa_flags & SA_SIGINFO) {
+        map_old_bus.sa_sigaction(sig, si, uc);
+    } else if (map_old_bus.sa_handler != SIG_DFL && map_old_bus.sa_handler != SIG_IGN) {
+        map_old_bus.sa_handler(sig);
+    } else { /* the default action: pending until the handler returns (a fault would recur anyway) */
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        sigemptyset(&dfl.sa_mask);
+        sigaction(SIGBUS, &dfl, NULL);
+        raise(sig);
+    }
+}
+
+static void map_install(void) {
+    map_page            = sysconf(_SC_PAGESIZE);
+    struct sigaction sa = {.sa_sigaction = map_bus, .sa_flags = SA_SIGINFO | SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &map_old_bus);
+}
+
+/* An entry for [p, p + n): a free one reused, else a new one (NULL: out of memory). */
+static st_mapreg *map_register(void *p, uint64_t n) {
+    pthread_once(&map_once, map_install);
+    st_mapreg *r = atomic_load(&map_regs);
+    for (; r; r = r->next) {
+        int z = 0;
+        if (atomic_compare_exchange_strong(&r->used, &z, 1))
+            break;
+    }
+    if (!r) {
+        if (!(r = k3_calloc(1, sizeof *r)))
+            return NULL;
+        atomic_store(&r->used, 1);
+        r->next = atomic_load(&map_regs);
+        while (!atomic_compare_exchange_weak(&map_regs, &r->next, r)) {
+        }
+    }
+    atomic_store(&r->fault, 0);
+    atomic_store(&r->hi, (uintptr_t)p + n);
+    atomic_store(&r->lo, (uintptr_t)p);
+    return r;
+}
+
+static void map_unregister(st_mapreg *r) {
+    if (!r)
+        return;
+    atomic_store(&r->lo, 0);
+    atomic_store(&r->hi, 0);
+    atomic_store(&r->used, 0);
+}
+
+unsigned long st_map_gen(void) {
+    return atomic_load(&map_gen);
+}
+
+/* The error of shard si, faulted at offset off (its file now `now` bytes, -1: unknown). */
+static k3_status map_fault_err(const st_dir *d, int si, uint64_t off, int64_t now, const char *why) {
+    const st_shard  *s = &d->shards[si];
+    const st_tensor *t = NULL;
+    for (int i = 0; i < d->n_tensors && !t; i++)
+        if (d->tensors[i].shard == si && off >= d->tensors[i].offset &&
+            off - d->tensors[i].offset < d->tensors[i].nbytes)
+            t = &d->tensors[i];
+    char tn[300] = "";
+    if (t)
+        snprintf(tn, sizeof tn, "tensor '%s' ", t->name);
+    char sz[96];
+    if (now < 0)
+        snprintf(sz, sizeof sz, "cannot be read");
+    else
+        snprintf(sz, sizeof sz, "is now %lld bytes", (long long)now);
+    return k3_err(K3_ERR_IO,
+                  "%s: mapped %sat offset %llu %s: the file %s, %llu when the model was opened (K3_MMAP=1; "
+                  "restore the file, or restart k3chat to load what is there now)",
+                  s->name, tn, (unsigned long long)off, why, sz, (unsigned long long)s->size);
+}
+
+/* The size of the file at path now (-1: cannot stat). */
+static int64_t path_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) < 0 ? -1 : (int64_t)sb.st_size;
+}
+
+k3_status st_map_check(const st_dir *d) {
+    for (int i = 0; i < d->n_shards; i++) {
+        const st_shard *s = &d->shards[i];
+        uint64_t        f = s->reg ? atomic_load(&s->reg->fault) : 0;
+        if (!f)
+            continue;
+        int64_t now = path_size(s->path);
+        return map_fault_err(d, i, f - 1, now,
+                             now >= 0 && (uint64_t)now <= f - 1 ? "is past the end of the file (it shrank "
+                                                                  "under the running engine)"
+                                                                : "could not be read");
+    }
+    return K3_OK;
+}
+
+/* Map shard s again at its address from the file at its path, when that is the file st_open read
+ * (same size and header). */
+static k3_status map_again(const st_dir *d, int si) {
+    st_shard *s   = &d->shards[si];
+    uint64_t  off = atomic_load(&s->reg->fault) - 1, size;
+    int       fd;
+    k3_status st = k3_open_regular(s->path, s->name, &fd, &size, NULL);
+    if (st) {
+        k3_err_prefix("mapped data at offset %llu failed, and opening the file again",
+                      (unsigned long long)off);
+        return st;
+    }
+    int64_t now = (int64_t)size;
+    if (now != (int64_t)s->size) {
+        st = map_fault_err(d, si, off, now,
+                           now >= 0 && (uint64_t)now <= off ? "is still past the end of the file"
+                                                            : "failed, and the file is not the size it had");
+        goto done;
+    }
+    char *h = k3_malloc((size_t)s->hlen + 1);
+    if (!h) {
+        st = k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", s->name,
+                    (unsigned long long)s->hlen);
+        goto done;
+    }
+    st = pread_all(fd, s->path, h, s->hlen, 8, NULL);
+    if (!st && fnv64(h, (size_t)s->hlen) != s->hsum)
+        st = k3_err(
+            K3_ERR_IO,
+            "%s: mapped data at offset %llu failed before, and the file's header is not the one the model "
+            "was opened with (K3_MMAP=1; restart k3chat to load the new file)",
+            s->name, (unsigned long long)off);
+    free(h);
+    if (st)
+        goto done;
+    if (mmap(s->map, (size_t)s->size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        st = k3_err(K3_ERR_IO, "%s: mapping the file again failed: %s", s->name, strerror(errno));
+        goto done;
+    }
+    if (dup2(fd, s->fd) < 0) /* the new file under the old descriptor number: st_read_at reads it too */
+        K3_LOG_WARN("%s: dup2: %s", s->name, strerror(errno));
+    atomic_store(&s->reg->fault, 0);
+done:
+    close(fd);
+    return st;
+}
+
+k3_status st_map_repair(st_dir *d) {
+    k3_status st = K3_OK;
+    pthread_mutex_lock(&d->map_mu);
+    for (int i = 0; i < d->n_shards && !st; i++)
+        if (d->shards[i].reg && atomic_load(&d->shards[i].reg->fault))
+            st = map_again(d, i);
+    pthread_mutex_unlock(&d->map_mu);
+    return st;
+}
+
 k3_status st_map(st_dir *d, const st_tensor *t, const void **out) {
     st_shard *s = &d->shards[t->shard];
     *out        = NULL;
@@ -881,6 +1094,10 @@ k3_status st_map(st_dir *d, const st_tensor *t, const void **out) {
         void *m = mmap(NULL, (size_t)s->size, PROT_READ, MAP_SHARED, s->fd, 0);
         if (m == MAP_FAILED)
             return k3_err(K3_ERR_IO, "%s: mmap failed: %s", s->name, strerror(errno));
+        if (!(s->reg = map_register(m, s->size))) {
+            munmap(m, (size_t)s->size);
+            return k3_err(K3_ERR_NOMEM, "%s: out of memory", s->name);
+        }
         s->map = m;
     }
     *out = (const unsigned char *)s->map + t->offset;

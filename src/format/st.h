@@ -88,6 +88,18 @@ typedef struct st_io {
 void st_io_get(const st_dir *d, st_io *out);
 /* Pointer to the tensor's bytes in a read-only shared mapping of its whole shard (mapped on
  * first use, unmapped by st_close). Not thread-safe on first use of a shard: call it from one
- * thread. A shard truncated after st_open would fault on access: prefer st_read for data that
- * is read once. */
+ * thread. A mapped page the file no longer holds (truncated after st_open) or cannot give reads
+ * as zeros instead of killing the process with SIGBUS (st.c's handler); such a fault is counted
+ * (st_map_gen) and recorded with its shard and offset: the reader of the data fails what it
+ * computed with st_map_check's error. Prefer st_read for data that is read once. */
 k3_status st_map(st_dir *d, const st_tensor *t, const void **out);
+/* Faults on mapped shards handled so far, in any st_dir (an atomic counter: compare it before and
+ * after work that read mapped data). */
+unsigned long st_map_gen(void);
+/* K3_OK, or the error of a fault on one of d's mappings: the file, the offset, the tensor there, the
+ * file's size now and when opened. Stays until st_map_repair. */
+k3_status st_map_check(const st_dir *d);
+/* Before reading mapped data again: each faulted shard of d is reopened by path and mapped at its
+ * old address when the file is back at the size and header st_open read (then its fault is
+ * cleared); else the error says why (the shard stays faulted). Thread-safe. */
+k3_status st_map_repair(st_dir *d);

@@ -160,10 +160,16 @@ static k3_status shard_fd(ex_tier *t, int shard, int reopen, int *fd, int *direc
         t->fds[shard] = -1;
     }
     while (t->fds[shard] < 0) {
-        int f = t->direct && t->fake_einval ? (errno = EINVAL, -1)
-                                            : open(path, O_RDONLY | O_CLOEXEC | (t->direct ? O_DIRECT : 0));
+        uint64_t    size;
+        const char *kind = NULL; /* a FIFO put in its place would block the open, mu held */
+        int         f    = t->direct && t->fake_einval
+                               ? (errno = EINVAL, -1)
+                               : k3_open_regular_fd(path, t->direct ? O_DIRECT : 0, &size, &kind);
         if (f >= 0) {
             t->fds[shard] = f;
+        } else if (kind) {
+            st = k3_err(K3_ERR_IO, "%s: not a regular file (%s)", path, kind);
+            break;
         } else if (errno == EINVAL && t->direct) {
             drop_direct(t, path, errno);
         } else {

@@ -905,10 +905,30 @@ static void seg_drop(fwd_pass *p, int g, int cols) {
     p->nseg--;
 }
 
+/* Every session of the pass failed with st (its message is current); the pass ends. */
+static void fail_all(fwd_pass *p, fwd_fail_fn fail, void *ud, k3_status st) {
+    for (int g = 0; g < p->nseg; g++)
+        fail(ud, &p->seg[g], st);
+    p->nseg = 0;
+}
+
+/* K3_MMAP=1: a mapped shard faulted since gen0 (st_map_gen: a file truncated under the engine):
+ * the error of the pass (what it computed read zeros), else K3_OK. */
+static k3_status map_faulted(const k3_model *m, unsigned long gen0) {
+    return m->map && st_map_gen() != gen0 ? st_map_check(m->st) : K3_OK;
+}
+
 void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, void *ud) {
     const k3_model *m = p->m;
     const int       D = m->cfg.hidden, V = m->cfg.vocab;
     chunk_buf      *b = p->b;
+    /* K3_MMAP=1: a shard that faulted in an earlier pass is mapped again first, or the pass fails */
+    unsigned long gen0 = st_map_gen();
+    k3_status     st0  = m->map ? st_map_repair(m->st) : K3_OK;
+    if (st0) {
+        fail_all(p, fail, ud, st0);
+        return;
+    }
     /* embed: each column's token, or its K3_X0 row */
     for (int g = 0; g < p->nseg; g++) {
         const k3_session *s = p->seg[g].s;
@@ -931,10 +951,8 @@ void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, voi
         if (!p->nseg)
             return;
         k3_status st = layer_forward(p, l);
-        if (st) {
-            for (int g = 0; g < p->nseg; g++)
-                fail(ud, &p->seg[g], st);
-            p->nseg = 0;
+        if (st || (st = map_faulted(m, gen0))) {
+            fail_all(p, fail, ud, st);
             return;
         }
         if (b->trace) /* K3_TRACE: h after each layer */
@@ -946,6 +964,10 @@ void model_forward(fwd_pass *p, const int32_t *const *ids, fwd_fail_fn fail, voi
     }
     /* the head: lm_head for the last row of each session, or every row while K3_LOGITS is set */
     model_head(p);
+    if ((st0 = map_faulted(m, gen0))) {
+        fail_all(p, fail, ud, st0);
+        return;
+    }
     for (int g = 0; g < p->nseg; g++) {
         const pass_seg *sg = &p->seg[g];
         const float    *lg = b->logits + ((size_t)sg->lrow + (size_t)sg->lcnt - 1) * V;

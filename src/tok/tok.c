@@ -460,47 +460,6 @@ fail:
     return st;
 }
 
-/* Whole file into a NUL-terminated buffer. ENOENT -> *missing = 1 (no error set). */
-static k3_status read_file(const char *path, char **buf, size_t *len, int *missing) {
-    *buf = NULL;
-    if (missing)
-        *missing = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (missing && errno == ENOENT) {
-            *missing = 1;
-            return K3_OK;
-        }
-        return k3_err(K3_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    }
-    size_t cap = 1 << 16, n = 0;
-    char  *b = malloc(cap);
-    for (;;) {
-        if (!b) {
-            fclose(f);
-            return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
-        }
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        cap *= 2;
-        char *nb = realloc(b, cap);
-        if (!nb)
-            free(b);
-        b = nb;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(b);
-        return k3_err(K3_ERR_IO, "%s: read error", path);
-    }
-    b[n] = 0;
-    *buf = b;
-    *len = n;
-    return K3_OK;
-}
-
 k3_status k3_tok_load(const char *dir, const char *pattern, k3_tok **out) {
     *out = NULL;
     char mp[4096], cp[4096];
@@ -509,10 +468,10 @@ k3_status k3_tok_load(const char *dir, const char *pattern, k3_tok **out) {
     char     *model = NULL, *cfg = NULL;
     size_t    mlen = 0, clen = 0;
     int       missing = 0;
-    k3_status st      = read_file(mp, &model, &mlen, NULL);
+    k3_status st      = k3_read_regular(mp, mp, &model, &mlen, NULL);
     if (st)
         return st;
-    if ((st = read_file(cp, &cfg, &clen, &missing)))
+    if ((st = k3_read_regular(cp, cp, &cfg, &clen, &missing)))
         goto done;
     enum tok_family f = cfg ? TOK_KIMI : TOK_O200K;
     if (pattern) {

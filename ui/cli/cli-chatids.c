@@ -43,7 +43,7 @@ int cli_chat_ids(const ui_opts *o) {
         fprintf(stderr, "k3chat: writing the ids failed\n");
     goto done;
 fail:
-    fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+    txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
 done:
     k3_ids_free(&ids);
     k3_conv_free(c);

@@ -134,7 +134,7 @@ static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3
         goto done;
     if (gram &&
         ((st = k3_gmatch_new(gram, &gm)) || !(mask = malloc((size_t)k3_gvocab_words(voc) * sizeof *mask)))) {
-        fprintf(stderr, "k3chat: %s\n", st ? k3_errmsg() : "out of memory");
+        txt_term_printf(stderr, "k3chat: %s\n", st ? k3_errmsg() : "out of memory");
         goto done;
     }
     if ((st = k3_session_feed(s, ids.v, (int)ids.n))) {

@@ -7,6 +7,7 @@
  * --pattern kimi|o200k overrides the pre-tokenizer family chosen from VOCAB_DIR.
  */
 #include "cli.h"
+#include "text.h"
 #include "k3.h"
 
 #include <errno.h>
@@ -49,7 +50,7 @@ static char *slurp(const char *path, size_t *len) {
 static k3_tok *load(const ui_opts *o) {
     k3_tok *t;
     if (k3_tok_load(o->dir, o->pattern, &t)) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         return NULL;
     }
     return t;
@@ -77,7 +78,7 @@ static int run(const ui_opts *o, int detok) {
     } else
         st = k3_tok_encode(t, text, len, 0, &ids);
     if (st) {
-        fprintf(stderr, "k3chat: %s: %s\n", o->file, k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s: %s\n", o->file, k3_errmsg());
         goto done;
     }
     if (detok)

@@ -413,6 +413,16 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
     return 0;
 }
 
+/* The engine's log on stderr (--prompt, --serve, --inspect, ...): its messages quote the model
+ * directory's file and tensor names, so a terminal gets them through the escaping function. The
+ * engine's own logger (no callback) wrote them raw. */
+static void cli_log(int level, const char *msg, void *ud) {
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    (void)ud;
+    if (level <= K3_LOG_LEVEL_WARN || chat_verbose())
+        txt_term_printf(stderr, "k3: %s: %s\n", names[level & 3], msg);
+}
+
 int main(int argc, char **argv) {
     hold_std_fds();
     /* a reader that went away (k3chat ... | head) is a write error reported with a message and
@@ -430,8 +440,9 @@ int main(int argc, char **argv) {
      * model: a malformed one stops here, before a terminal is taken over */
     int runs_model = mode == CLI_ONESHOT || mode == CLI_REPLAY || mode == CLI_SERVE || mode == CLI_INSPECT ||
                      (mode == CLI_CHAT && !o.endpoint && !k3_setting_env_str(K3_SETTING_MOCK));
+    k3_log_set_callback(cli_log, NULL); /* the TUI and --plain set their own */
     if (runs_model && k3_init() != K3_OK) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         return 1;
     }
 

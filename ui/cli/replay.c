@@ -82,7 +82,7 @@ int cli_replay(const ui_opts *o) {
     rc = n_diff ? 3 : 0;
     goto done;
 fail:
-    fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+    txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
 done:
     k3_conv_free(c);
     k3_session_free(s);

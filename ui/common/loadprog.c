@@ -2,8 +2,10 @@
 #include "loadprog.h"
 #include "ev.h"
 #include "settings.h"
+#include "text.h"
 #include "k3.h"
 
+#include <string.h>
 #include <unistd.h>
 
 void load_prog_init(load_prog *p, FILE *f) {
@@ -31,9 +33,11 @@ void load_prog_cb(const char *what, uint64_t done, uint64_t total, void *ud) {
     if (rate > 0 && total > done)
         snprintf(left, sizeof left, "  %.0f s left", (double)(total - done) / rate);
     double unit = total >= 1e9 ? 1e9 : 1e6;
-    fprintf(p->f, "%sk3chat: loading %3.0f%%  %.2f of %.2f %s  %.0f MB/s%s  (%.80s)%s",
-            p->tty ? "\r\033[K" : "", pct, (double)done / unit, (double)total / unit,
-            unit == 1e9 ? "GB" : "MB", rate / 1e6, left, what ? what : "", p->tty ? "" : "\n");
+    fprintf(p->f, "%sk3chat: loading %3.0f%%  %.2f of %.2f %s  %.0f MB/s%s  (", p->tty ? "\r\033[K" : "", pct,
+            (double)done / unit, (double)total / unit, unit == 1e9 ? "GB" : "MB", rate / 1e6, left);
+    txt_term_put(p->f, NULL, what ? what : "",
+                 what ? strnlen(what, 80) : 0); /* a name from a shard's header */
+    fprintf(p->f, ")%s", p->tty ? "" : "\n");
     fflush(p->f);
 }
 
@@ -54,7 +58,7 @@ int load_model_verbose(const char *dir, k3_params *par, k3_model **out) {
     load_prog lp;
     char      est[512];
     if (k3_model_estimate(dir, par, est, sizeof est) == K3_OK && est[0])
-        fprintf(stderr, "k3chat: %s\n", est);
+        txt_term_printf(stderr, "k3chat: %s\n", est);
     load_prog_init(&lp, stderr);
     par->progress    = load_prog_cb;
     par->progress_ud = &lp;
@@ -66,6 +70,6 @@ int load_model_verbose(const char *dir, k3_params *par, k3_model **out) {
     k3_model_info mi;
     k3_model_get_info(*out, &mi);
     if (!chat_verbose()) /* K3_VERBOSE: the engine's log has told it */
-        fprintf(stderr, "k3chat: %s\n", mi.fit);
+        txt_term_printf(stderr, "k3chat: %s\n", mi.fit);
     return K3_OK;
 }

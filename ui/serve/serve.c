@@ -999,7 +999,7 @@ static int parse_keys(const char *v) {
 static int env_count(enum k3_setting_id id, int def, int *out) {
     *out = def;
     if (k3_setting_env_int(id, out)) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         return -1;
     }
     return 0;
@@ -1036,11 +1036,11 @@ static int serve_slots(const ui_opts *o) {
     if (env_count(K3_SETTING_CONV_SNAPSHOTS, 16, &n_snaps))
         return -1;
     if (k3_setting_env(K3_SETTING_CONV_SNAPSHOT_MB, &snap_mb)) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         return -1;
     }
     if (k3_conv_set_prompt_cache(srv.slots[0].c, n_snaps, snap_mb)) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         return -1;
     }
     if (env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
@@ -1050,7 +1050,7 @@ static int serve_slots(const ui_opts *o) {
     const char *script = k3_setting_env_str(K3_SETTING_SERVE_SCRIPT);
     stools_err  se;
     if (script && stools_script_load(script, o->dir, &se)) {
-        fprintf(stderr, "k3chat: %s\n", se.msg);
+        txt_term_printf(stderr, "k3chat: %s\n", se.msg);
         return -1;
     }
     return 0;
@@ -1139,14 +1139,14 @@ int cli_serve(const ui_opts *o) {
     par.sessions =
         o->parallel > 0 ? o->parallel : SERVE_DEFAULT(PARALLEL); /* the memory fit counts every slot */
     if (pst || load_model_verbose(o->dir, &par, &srv.m)) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     if (serve_slots(o))
         goto done;
     k3_model_get_info(srv.m, &srv.info);
     if (sformat_init(o->dir, &srv.info)) {
-        fprintf(stderr, "k3chat: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
     char dname[256];
