@@ -244,7 +244,9 @@ k3_status k3_open_regular(const char *path, const char *what, int *fd, uint64_t 
             *missing = 1;
             return K3_OK;
         }
-        return k3_err(K3_ERR_IO, "%s: cannot open: %s", what, strerror(errno));
+        int e = errno; /* the path too, where what is a short name: the user sees which directory */
+        return strcmp(what, path) ? k3_err(K3_ERR_IO, "%s: cannot open %s: %s", what, path, strerror(e))
+                                  : k3_err(K3_ERR_IO, "%s: cannot open: %s", what, strerror(e));
     }
     *fd = f;
     return K3_OK;

@@ -20,8 +20,8 @@ int chat_file_arg(const char *cmd, const char *arg, char *buf, size_t n, int *fo
     }
     if (!strncmp(arg, "--", 2)) { /* "--forse x", "--force --force x": a mistyped option, not a name */
         size_t w = strcspn(arg, " ");
-        snprintf(msg, mn, "%s: unknown option '%.*s'%s; name a file that starts with -- as ./--NAME",
-                 cmd, (int)(w < 64 ? w : 64), arg, force ? " (the one option is --force, once)" : "");
+        snprintf(msg, mn, "%s: unknown option '%.*s'%s; name a file that starts with -- as ./--NAME", cmd,
+                 (int)(w < 64 ? w : 64), arg, force ? " (the one option is --force, once)" : "");
         return -1;
     }
     size_t len = strlen(arg);
