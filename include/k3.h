@@ -49,6 +49,8 @@ typedef void (*k3_log_cb)(int level, const char *msg, void *ud);
 void k3_log_set_callback(k3_log_cb cb, void *ud);
 /* K3_VERBOSE=1: information messages are logged too (read once). */
 int k3_log_verbose(void);
+/* The level's name in the default sink's lines: "error", "warning", "info" or "debug". */
+const char *k3_log_level_name(int level);
 
 /* ==== settings (settings.c): the table of every setting, its parsers ==== */
 #include "k3-settings.h"

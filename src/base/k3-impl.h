@@ -56,8 +56,8 @@ char     *k3_strdup(const char *s);
  * path is instead, since a FIFO would block the open for ever and /dev/zero would never end a
  * read. The open itself does not block (O_NONBLOCK, cleared once the file is known to be
  * regular). *size: the file's length. missing non-NULL: an absent file (ENOENT) sets *missing = 1
- * and returns K3_OK with *fd = -1, setting no error. Errors: "WHAT: cannot open: strerror",
- * "WHAT: not a regular file (a FIFO)". */
+ * and returns K3_OK with *fd = -1, setting no error. Errors: "WHAT: cannot open PATH: strerror"
+ * (no PATH when it is WHAT), "WHAT: not a regular file (a FIFO)". */
 k3_status k3_open_regular(const char *path, const char *what, int *fd, uint64_t *size, int *missing);
 /* k3_open_regular's open, for a caller with its own messages and extra open flags (O_DIRECT): the
  * descriptor (*size set), or -1 with errno, or -2 when the path is not a regular file (*kind: "a

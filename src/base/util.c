@@ -102,10 +102,14 @@ int k3_log_verbose(void) {
     return v;
 }
 
+const char *k3_log_level_name(int level) {
+    static const char *const names[] = {"error", "warning", "info", "debug"};
+    return names[level & 3];
+}
+
 void k3_log(int level, const char *fmt, ...) {
-    static const char *names[] = {"error", "warning", "info", "debug"};
-    char               msg[1024];
-    va_list            ap;
+    char    msg[1024];
+    va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
@@ -114,7 +118,7 @@ void k3_log(int level, const char *fmt, ...) {
         return;
     }
     if (level <= K3_LOG_LEVEL_WARN || k3_log_verbose())
-        fprintf(stderr, "k3: %s: %s\n", names[level & 3], msg);
+        fprintf(stderr, "k3: %s: %s\n", k3_log_level_name(level), msg);
 }
 
 _Noreturn void k3_assert_fail(const char *expr, const char *file, int line) {

@@ -413,14 +413,13 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
     return 0;
 }
 
-/* The engine's log on stderr (--prompt, --serve, --inspect, ...): its messages quote the model
- * directory's file and tensor names, so a terminal gets them through the escaping function. The
- * engine's own logger (no callback) wrote them raw. */
+/* The engine's log on stderr (--prompt, --serve, --inspect, ...): the engine's own lines, but its
+ * messages quote the model directory's file and tensor names, so a terminal gets them through the
+ * escaping function. The engine's own logger (no callback) wrote them raw. */
 static void cli_log(int level, const char *msg, void *ud) {
-    static const char *names[] = {"error", "warning", "info", "debug"};
     (void)ud;
     if (level <= K3_LOG_LEVEL_WARN || chat_verbose())
-        txt_term_printf(stderr, "k3: %s: %s\n", names[level & 3], msg);
+        txt_term_printf(stderr, "k3: %s: %s\n", k3_log_level_name(level), msg);
 }
 
 int main(int argc, char **argv) {

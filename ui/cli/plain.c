@@ -318,7 +318,6 @@ static int on_event(plain *p, ui_ev *e) {
     return 0;
 }
 
-/* /copy, /edit and /raw in line mode; 1 when r was one of them. */
 /* Offer s on the next prompt: libedit takes pushed text as keys, so each control character in
  * it (C0, DEL, C1: a transcript's message may hold any) goes behind a ^V (ed-quoted-insert) and
  * is inserted as it is, shown by libedit as ^X, instead of running as an editing command (^A
@@ -342,6 +341,7 @@ static void push_literal(EditLine *el, const char *s) {
     free(b.p);
 }
 
+/* /copy, /edit and /raw in line mode; 1 when r was one of them. */
 static int md_command(plain *p, const cmd_result *r) {
     char msg[1024];
     switch (r->id) {

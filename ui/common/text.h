@@ -92,8 +92,8 @@ void txt_term_put(FILE *f, txt_esc *st, const char *s, size_t n);
 void txt_term_end(FILE *f, txt_esc *st);
 /* The full-screen chat writes a few things around curses, straight to the terminal (OSC 8
  * links, tui-md.c). Text it writes so is what curses would draw of it: txt_term_drawn appends
- * s[0..n) with every control character (C0 with \n and \t, DEL, the C1 controls U+0080..U+009F)
- * left out and each byte that is not UTF-8 as U+FFFD. A URL goes as an OSC 8 target:
+ * s[0..n) with every control character (txt_ctrl_cp, \n and \t too) left out and each byte that
+ * is not UTF-8 as U+FFFD. A URL goes as an OSC 8 target:
  * txt_term_uri appends s[0..n) with every byte outside 0x21..0x7E percent-encoded (%1B, %C2%9C),
  * so neither ESC, BEL nor a C1 string terminator can end the sequence early. Both -1 out of
  * memory. */
