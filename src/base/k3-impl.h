@@ -68,6 +68,9 @@ int k3_open_regular_fd(const char *path, int flags, uint64_t *size, const char *
  * (*buf NULL). */
 k3_status k3_read_regular(const char *path, const char *what, char **buf, size_t *len, int *missing);
 
+/* FNV-1a, 64 bits, of p[0..n): names in hash tables, a header's fingerprint (never stored). */
+uint64_t k3_fnv1a(const void *p, size_t n);
+
 /* Seconds from a monotonic clock. */
 double k3_time(void);
 

@@ -293,6 +293,14 @@ k3_status k3_read_regular(const char *path, const char *what, char **buf, size_t
     return K3_OK;
 }
 
+uint64_t k3_fnv1a(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t             h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 double k3_time(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

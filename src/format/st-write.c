@@ -43,16 +43,9 @@ struct stw_file {
     uint64_t hdr_bytes; /* 8 + padded header length               */
 };
 
-static uint64_t name_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 /* The slot of name: its entry's, or the empty one where it would go. */
 static size_t *find_slot(const stw_file *w, const char *name) {
-    size_t i = (size_t)name_hash(name) & (w->cap_slot - 1);
+    size_t i = (size_t)k3_fnv1a(name, strlen(name)) & (w->cap_slot - 1);
     while (w->slot[i] && strcmp(w->ent[w->slot[i] - 1].name, name))
         i = (i + 1) & (w->cap_slot - 1);
     return &w->slot[i];

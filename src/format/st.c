@@ -312,15 +312,6 @@ static uint64_t header_data_end(const char *h, size_t n, char *name, size_t nn) 
     return best;
 }
 
-/* FNV-1a 64 of n bytes: a shard's header, to tell the same file when it is reopened. */
-static uint64_t fnv64(const void *p, size_t n) {
-    const unsigned char *b = p;
-    uint64_t             h = 14695981039346656037ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 /* Open shard si and check what costs no JSON parse: a regular file, the header length within the
  * file and under ST_MAX_HEADER, and no tensor's data past the end of the file. st_open runs it on
  * every shard before parsing any header, so a missing, truncated or absurd shard is reported at
@@ -358,7 +349,7 @@ static k3_status shard_check(st_dir *d, int si) {
     st = pread_all(sh->fd, sh->path, hbuf, hlen, 8, NULL);
     char     tname[256];
     uint64_t end = st ? 0 : header_data_end(hbuf, (size_t)hlen, tname, sizeof tname);
-    sh->hsum     = fnv64(hbuf, (size_t)hlen);
+    sh->hsum     = k3_fnv1a(hbuf, (size_t)hlen);
     free(hbuf);
     if (!st && end > sh->size - 8 - hlen)
         st = k3_err(K3_ERR_FORMAT,
@@ -1054,7 +1045,7 @@ static k3_status map_again(const st_dir *d, int si) {
         goto done;
     }
     st = pread_all(fd, s->path, h, s->hlen, 8, NULL);
-    if (!st && fnv64(h, (size_t)s->hlen) != s->hsum)
+    if (!st && k3_fnv1a(h, (size_t)s->hlen) != s->hsum)
         st = k3_err(
             K3_ERR_IO,
             "%s: mapped data at offset %llu failed before, and the file's header is not the one the model "

@@ -336,9 +336,7 @@ static int has_duplicate(const wm_map *m) {
         return 1;
     int dup = 0;
     for (size_t i = 0; i < m->n && !dup; i++) {
-        uint64_t h = 1469598103934665603ull; /* FNV-1a */
-        for (const unsigned char *p = (const unsigned char *)m->e[i].name; *p; p++)
-            h = (h ^ *p) * 1099511628211ull;
+        uint64_t h = k3_fnv1a(m->e[i].name, strlen(m->e[i].name));
         for (size_t k = (size_t)h & (cap - 1);; k = (k + 1) & (cap - 1)) {
             if (!slot[k]) {
                 slot[k] = (uint32_t)i + 1;
