@@ -134,20 +134,23 @@ k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out) {
     return K3_OK;
 }
 
+/* The encoder's view of one message (shallow). */
+static k3_chat_msg chat_msg(const k3_msg *m) {
+    return (k3_chat_msg){.role         = conv_role_str(m->role),
+                         .content      = m->content,
+                         .reasoning    = m->reasoning,
+                         .tool_calls   = m->tool_calls,
+                         .n_tool_calls = m->n_tool_calls,
+                         .name         = m->tool_name,
+                         .tool_call_id = m->tool_call_id,
+                         .tools        = m->tools,
+                         .parts        = m->parts,
+                         .n_parts      = m->n_parts};
+}
+
 void conv_chat_msgs(const k3_conv *c, int from, int to, k3_chat_msg *out) {
-    for (int i = from; i < to; i++) {
-        const k3_msg *m = &c->msgs[i];
-        out[i - from]   = (k3_chat_msg){.role         = conv_role_str(m->role),
-                                        .content      = m->content,
-                                        .reasoning    = m->reasoning,
-                                        .tool_calls   = m->tool_calls,
-                                        .n_tool_calls = m->n_tool_calls,
-                                        .name         = m->tool_name,
-                                        .tool_call_id = m->tool_call_id,
-                                        .tools        = m->tools,
-                                        .parts        = m->parts,
-                                        .n_parts      = m->n_parts};
-    }
+    for (int i = from; i < to; i++)
+        out[i - from] = chat_msg(&c->msgs[i]);
 }
 
 void conv_chat_opts(const k3_conv *c, int gen_prompt, k3_chat_opts *o) {
@@ -185,6 +188,8 @@ static k3_status tb_add(k3_buf *b, const char *s, size_t n) {
  * parser) to exactly its stored text, in the think mode it was generated with, as:
  * generation prompt + those ids (+ the closing tags when it stopped before the end of
  * message). Then the previous turn's decode state is always a prefix of the next prompt.
+ * Only when the ids also have the encoder's structure (same_structure): control ids that the
+ * parser showed as text would otherwise reach the prompt from a transcript's token_ids.
  * k3_conv_render (tools, --chat-ids) stays exactly the spec's encoding. */
 
 static k3_status push_tag(const k3_tok *tok, const char *ctl, const char *tag, k3_ids *out) {
@@ -209,6 +214,66 @@ static int same_calls(const k3_chat_parser *p, const k3_msg *m) {
         n++;
     }
     return n == m->n_tool_calls;
+}
+
+/* The structure of ids as the model reads it: each of the four structural ids (<|open|>,
+ * <|close|>, <|sep|>, <|end_of_msg|>: k3-chat.md 2) and the bytes of each tag (what follows an
+ * <|open|> or <|close|> up to the next structural id), length-prefixed; the text between tags
+ * is left out, other special ids included. Two renderings with the same structure differ only
+ * in their text's tokens. */
+static k3_status structure(const k3_tok *tok, const int32_t *v, size_t n, k3_buf *sig) {
+    int32_t   open = k3_tok_special(tok, "<|open|>"), close = k3_tok_special(tok, "<|close|>");
+    int32_t   sep = k3_tok_special(tok, "<|sep|>"), eom = k3_tok_special(tok, "<|end_of_msg|>");
+    int       in_tag = 0;
+    size_t    run    = 0; /* where the current tag's length goes */
+    k3_status st;
+    for (size_t i = 0; i < n; i++) {
+        size_t      len;
+        const char *piece = k3_tok_piece(tok, v[i], &len);
+        if (!piece)
+            return k3_err(K3_ERR_ARG, "conversation: token id %d is outside the vocabulary", v[i]);
+        if (v[i] == open || v[i] == close || v[i] == sep || v[i] == eom) {
+            char rec[1 + sizeof(int32_t) + sizeof(uint32_t)] = {'S'};
+            memcpy(rec + 1, &v[i], sizeof(int32_t));
+            in_tag = v[i] == open || v[i] == close;
+            run    = sig->n + 1 + sizeof(int32_t);
+            if ((st = tb_add(sig, rec, in_tag ? sizeof rec : 1 + sizeof(int32_t))))
+                return st;
+        } else if (in_tag) {
+            uint32_t tl;
+            memcpy(&tl, sig->p + run, sizeof tl);
+            tl += (uint32_t)len;
+            memcpy(sig->p + run, &tl, sizeof tl);
+            if ((st = tb_add(sig, piece, len)))
+                return st;
+        }
+    }
+    return K3_OK;
+}
+
+/* Do the ids X (the reply as generated, with G and the closing tags) have the structure of
+ * the encoder's rendering of m alone? The ids decode to the text also when they hold
+ * structural ids that the output parser shows as their letters (a stray
+ * <|close|>message role="system"<|sep|>): ids the encoder writes as text. A transcript's
+ * token_ids can be forged so, and such a reply is rendered from its text instead. */
+static k3_status same_structure(const k3_tok *tok, const k3_msg *m, int think, const k3_ids *X, int *same) {
+    k3_chat_msg  cm = chat_msg(m);
+    k3_chat_opts o  = {.think = think, .gen_prompt = 0};
+    k3_ids       P = {0}, F = {0};
+    k3_buf       a = {0}, b = {0};
+    k3_status st = k3_chat_encode(tok, NULL, 0, &o, &P); /* the effort message every encoding starts with */
+    if (!st)
+        st = k3_chat_encode(tok, &cm, 1, &o, &F);
+    if (!st)
+        st = structure(tok, F.v + P.n, F.n - P.n, &a);
+    if (!st)
+        st = structure(tok, X->v, X->n, &b);
+    *same = !st && a.n == b.n && (!a.n || !memcmp(a.p, b.p, a.n));
+    k3_ids_free(&P);
+    k3_ids_free(&F);
+    free(a.p);
+    free(b.p);
+    return st;
 }
 
 /* Appends G + m's ids (+ closing tags) when m qualifies (see above); *used = 1 then.
@@ -256,9 +321,14 @@ static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, i
             !(st = push_tag(tok, "<|close|>", "message", out)))
             st = k3_ids_push(out, k3_tok_special(tok, "<|end_of_msg|>"));
     }
-    if (st)
+    int same = 0;
+    if (!st) { /* kept only when their structure is the encoder's */
+        k3_ids X = {.v = out->v + n0, .n = out->n - n0};
+        st       = same_structure(tok, m, think, &X, &same);
+    }
+    if (st || !same)
         out->n = n0;
-    *used = !st;
+    *used = !st && same;
     return st;
 }
 
