@@ -361,6 +361,26 @@ typedef struct k3_chat_msg {
     int n_parts;
 } k3_chat_msg;
 
+/* A message's OpenAI "content" (or a reasoning field) read from JSON, transcript.c: the one reader
+ * of transcripts (k3chat(5)) and server requests. v: a string, null or absent (""), or an array of
+ * text parts {"type": "text", "text": ...} ("type" may be left out), concatenated. *out is
+ * malloc'ed. parts (may be NULL): when v is an array of 2 or more parts, *parts gets their byte
+ * lengths (malloc'ed, as k3_chat_msg.parts) and *n_parts their number; else *parts = NULL.
+ * Returns 0, or -1 with *e saying where and why: the caller puts its field name before path
+ * ("messages[2].content" + "[1].type") and reason ("is an integer, expected \"text\""). */
+struct json_t; /* jansson's */
+typedef enum k3_content_fault {
+    K3_CONTENT_TYPE = 1, /* a value of the wrong JSON type                    */
+    K3_CONTENT_MEDIA,    /* a part that is not text (images, audio, files)    */
+    K3_CONTENT_NOMEM,
+} k3_content_fault;
+typedef struct k3_content_err {
+    k3_content_fault fault;
+    char             path[48];    /* below the field: "", "[3]", "[3].type", "[3].text" */
+    char             reason[160]; /* starts with "is ..."                           */
+} k3_content_err;
+int k3_content_parse(const struct json_t *v, char **out, size_t **parts, int *n_parts, k3_content_err *e);
+
 typedef struct k3_chat_opts {
     int         think;           /* 1 = thinking on (the default in k3chat), 0 = off          */
     const char *effort;          /* "low" | "high" | "max"; NULL = "max". Else K3_ERR_ARG

@@ -213,6 +213,24 @@ static void test_round_trip(void) {
             !strcmp(k3_conv_msg(c, 4)->reasoning, "r2"),
         "reads reasoning, thinking, content parts, null content, developer as system, CRLF, blank lines (%s)",
         st ? k3_errmsg() : "ok");
+    /* the text parts are kept (each is its own segment for the encoder) and written back */
+    const k3_msg *sm = k3_conv_msg(c, 0);
+    T_CHECK(!st && sm->n_parts == 2 && sm->parts[0] == 4 && sm->parts[1] == 3,
+            "content parts: their lengths are kept (%d parts)", st ? -1 : sm->n_parts);
+    char p3[600];
+    path_in(p3, sizeof p3, "other-saved.jsonl");
+    k3_conv  *c2  = k3_conv_new();
+    k3_status st2 = k3_conv_save(c, p3);
+    if (!st2)
+        st2 = k3_conv_load(c2, p3, NULL);
+    T_CHECK(!st2 && k3_conv_count(c2) == 5 && k3_conv_msg(c2, 0)->n_parts == 2 &&
+                k3_conv_msg(c2, 0)->parts[0] == 4 && k3_conv_msg(c2, 0)->parts[1] == 3 &&
+                !strcmp(k3_conv_msg(c2, 0)->content, "sys two") && k3_conv_msg(c2, 1)->n_parts == 0,
+            "content parts: saved as parts and read back the same (%s)", st2 ? k3_errmsg() : "ok");
+    k3_conv_set_system(c, "1234567"); /* as long as "sys two": its parts must not split it */
+    T_CHECK(k3_conv_msg(c, 0)->n_parts == 0 && !k3_conv_msg(c, 0)->parts,
+            "a new system prompt drops the old one's parts");
+    k3_conv_free(c2);
     k3_conv_free(c);
 }
 
@@ -243,6 +261,15 @@ static void test_malformed(void) {
     malformed("truncated final line with newline",
               S(HDR "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"us\n"), ":3:", "invalid JSON");
     malformed("wrong type", S(HDR "{\"role\":\"user\",\"content\":5}\n"), ":2:", "\"content\" is an integer");
+    malformed("image part",
+              S(HDR "{\"role\":\"user\",\"content\":[{\"text\":\"a\"},{\"type\":\"image_url\"}]}\n"),
+              ":2:", "\"content\"[1] is of type 'image_url': only text parts");
+    malformed("part type", S(HDR "{\"role\":\"user\",\"content\":[{\"type\":5,\"text\":\"a\"}]}\n"),
+              ":2:", "\"content\"[0].type is an integer, expected \"text\"");
+    malformed("part text", S(HDR "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":[]}]}\n"),
+              ":2:", "\"content\"[0].text is an array, expected a string");
+    malformed("part not an object", S(HDR "{\"role\":\"user\",\"content\":[\"a\"]}\n"),
+              ":2:", "\"content\"[0] is a string, expected a {");
     malformed("wrong stats type",
               S(HDR "{\"role\":\"assistant\",\"content\":\"\",\"stats\":{\"tok_s\":\"fast\"}}\n"),
               ":2:", "\"tok_s\" is a string");

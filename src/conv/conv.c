@@ -460,7 +460,10 @@ k3_status k3_conv_set_system(k3_conv *c, const char *text) {
         c->n_msgs++;
     }
     free(c->msgs[0].content);
+    free(c->msgs[0].parts); /* the old text's parts */
     c->msgs[0].content = copy;
+    c->msgs[0].parts   = NULL;
+    c->msgs[0].n_parts = 0;
     c->sys_since       = since;
     conv_touched(c, 0);
     return K3_OK;

@@ -158,8 +158,34 @@ static json_t *jtext(const char *s) {
     return j;
 }
 
+/* content: a string, or the array of its text parts when it came as one (k3_msg.parts: each
+ * part is a segment of its own for the encoder), so a transcript renders the same once loaded. */
+static json_t *content_json(const k3_msg *m) {
+    size_t n = strlen(m->content), sum = 0;
+    for (int k = 0; m->parts && k < m->n_parts; k++)
+        sum += m->parts[k];
+    if (!m->parts || m->n_parts < 2 || sum != n)
+        return jtext(m->content);
+    json_t *a  = json_array();
+    size_t  at = 0;
+    for (int k = 0; a && k < m->n_parts; at += m->parts[k++]) {
+        char *s = k3_malloc(m->parts[k] + 1);
+        if (s) {
+            memcpy(s, m->content + at, m->parts[k]);
+            s[m->parts[k]] = 0;
+        }
+        json_t *p = s ? json_pack("{s:s, s:o}", "type", "text", "text", jtext(s)) : NULL;
+        free(s);
+        if (!p || json_array_append_new(a, p)) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    return a;
+}
+
 static json_t *msg_json(const k3_msg *m) {
-    json_t *o = json_pack("{s:s, s:o}", "role", conv_role_str(m->role), "content", jtext(m->content));
+    json_t *o = json_pack("{s:s, s:o}", "role", conv_role_str(m->role), "content", content_json(m));
     if (!o)
         return NULL;
     int bad = 0;
@@ -769,27 +795,84 @@ static k3_status parse_stats(const lctx *L, json_t *s, k3_turn_stats *t) {
     return K3_OK;
 }
 
-/* content: a string, null, or an array of {"type": "text", "text": ...} parts. */
-static k3_status parse_content(const lctx *L, json_t *v, sbuf *out) {
-    if (!v || json_is_null(v))
-        return K3_OK;
-    if (json_is_string(v)) {
-        sb_add(out, json_string_value(v), json_string_length(v));
-        return K3_OK;
+/* ==== message content ==================================================== */
+
+static int content_err(k3_content_err *e, k3_content_fault f, const char *path, const char *fmt, ...)
+    K3_PRINTF(4, 5);
+static int content_err(k3_content_err *e, k3_content_fault f, const char *path, const char *fmt, ...) {
+    va_list ap;
+    e->fault = f;
+    snprintf(e->path, sizeof e->path, "%s", path);
+    va_start(ap, fmt);
+    vsnprintf(e->reason, sizeof e->reason, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int k3_content_parse(const json_t *cv, char **out, size_t **parts, int *n_parts, k3_content_err *e) {
+    json_t *v = (json_t *)(uintptr_t)cv; /* jansson's getters take non-const */
+    *out      = NULL;
+    if (parts) {
+        *parts   = NULL;
+        *n_parts = 0;
+    }
+    if (!v || json_is_null(v) || json_is_string(v)) {
+        const char *s = v ? json_string_value(v) : NULL;
+        size_t      n = s ? json_string_length(v) : 0;
+        if ((*out = k3_malloc(n + 1))) {
+            memcpy(*out, s ? s : "", n);
+            (*out)[n] = 0;
+        }
+        return *out ? 0 : content_err(e, K3_CONTENT_NOMEM, "", "is too long (out of memory)");
     }
     if (!json_is_array(v))
-        return LERR(L, "\"content\" is %s, expected a string or an array of text parts", jtype(v));
-    size_t  i;
+        return content_err(e, K3_CONTENT_TYPE, "", "is %s, expected a string or an array of text parts",
+                           jtype(v));
+    size_t  n = json_array_size(v), k, *len = parts && n > 1 ? k3_calloc(n, sizeof *len) : NULL;
+    k3_buf  b = {0};
     json_t *part;
-    json_array_foreach(v, i, part) {
-        const char *type = json_is_object(part) ? json_string_value(json_object_get(part, "type")) : NULL;
+    char    at[48];
+    int     rc = 0;
+    if (parts && n > 1 && !len)
+        return content_err(e, K3_CONTENT_NOMEM, "", "is too long (out of memory)");
+    json_array_foreach(v, k, part) {
+        json_t     *tv   = json_is_object(part) ? json_object_get(part, "type") : NULL;
         json_t     *text = json_is_object(part) ? json_object_get(part, "text") : NULL;
-        if (!type || strcmp(type, "text") || !json_is_string(text))
-            return LERR(L, "\"content\"[%zu] is not a {\"type\": \"text\", \"text\": ...} part%s", i,
-                        type && strcmp(type, "text") ? " (images and other media are not supported)" : "");
-        sb_add(out, json_string_value(text), json_string_length(text));
+        const char *type = json_string_value(tv);
+        snprintf(at, sizeof at, "[%zu]", k);
+        if (!json_is_object(part))
+            rc = content_err(e, K3_CONTENT_TYPE, at,
+                             "is %s, expected a {\"type\": \"text\", \"text\": ...} part", jtype(part));
+        else if (tv && !type) {
+            snprintf(at, sizeof at, "[%zu].type", k);
+            rc = content_err(e, K3_CONTENT_TYPE, at, "is %s, expected \"text\"", jtype(tv));
+        } else if (type && strcmp(type, "text"))
+            rc = content_err(
+                e, K3_CONTENT_MEDIA, at,
+                "is of type '%.40s': only text parts are supported (images and other media are not)", type);
+        else if (!json_is_string(text)) {
+            snprintf(at, sizeof at, "[%zu].text", k);
+            rc = text ? content_err(e, K3_CONTENT_TYPE, at, "is %s, expected a string", jtype(text))
+                      : content_err(e, K3_CONTENT_TYPE, at, "is missing (a text part's string)");
+        } else if (k3_buf_add(&b, json_string_value(text), json_string_length(text)))
+            rc = content_err(e, K3_CONTENT_NOMEM, "", "is too long (out of memory)");
+        else if (len)
+            len[k] = json_string_length(text);
+        if (rc)
+            break;
     }
-    return K3_OK;
+    if (!rc && !(*out = b.p ? b.p : k3_strdup("")))
+        rc = content_err(e, K3_CONTENT_NOMEM, "", "is too long (out of memory)");
+    if (rc) {
+        free(b.p);
+        free(len);
+        return rc;
+    }
+    if (len) {
+        *parts   = len;
+        *n_parts = (int)n;
+    }
+    return 0;
 }
 
 /* "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": string}}];
@@ -844,7 +927,7 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         m.role = K3_ROLE_TOOL;
     else
         return LERR(L, "role '%s' is not system, user, assistant or tool", role);
-    sbuf        text = {0};
+    char       *text = NULL;
     const char *tcid = NULL, *tname = NULL;
     char       *mtools = NULL;
     if ((st = parse_tool_calls(L, json_object_get(o, "tool_calls"), &m)))
@@ -870,8 +953,12 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         }
         m.tools = mtools;
     }
-    if ((st = parse_content(L, json_object_get(o, "content"), &text)))
+    k3_content_err ce;
+    if (k3_content_parse(json_object_get(o, "content"), &text, &m.parts, &m.n_parts, &ce)) {
+        st = ce.fault == K3_CONTENT_NOMEM ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line)
+                                          : LERR(L, "\"content\"%s %s", ce.path, ce.reason);
         goto out;
+    }
     /* reasoning: reasoning_content (ours, DeepSeek/vLLM), reasoning, thinking */
     const char              *reasoning = NULL;
     static const char *const rkeys[]   = {"reasoning_content", "reasoning", "thinking"};
@@ -945,15 +1032,14 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         }
         since = json_integer_value(sj);
     }
-    m.content   = text.p ? text.p : (char *)(uintptr_t) "";
+    m.content   = text;
     m.reasoning = (char *)(uintptr_t)reasoning;
-    st          = text.oom ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line)
-                  : branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch)
-                           : conv_push(c, &m);
+    st          = branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch) : conv_push(c, &m);
     if (!st && since)
         c->sys_since = (int)since;
 out:
-    free(text.p);
+    free(text);
+    free(m.parts);
     free(m.ids);
     free(m.tool_calls);
     free(mtools);

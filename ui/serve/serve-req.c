@@ -38,54 +38,18 @@ void sreq_free(sreq *r) {
 
 #define bad serve_bad
 
-/* Message content: a string, null, or an array of {"type":"text","text":...} parts, which are
- * concatenated as they are (the release's encoder writes each part's text with nothing
- * between them, each its own segment: parts, when not NULL, gets their byte lengths). */
+/* Message content (or a reasoning field): k3_content_parse, the transcripts' reader; its error
+ * under the field's name (messages[2].content[1].type ...). parts, when not NULL, gets the text
+ * parts' byte lengths (the release's encoder writes each part as its own segment). */
 static int parse_content(json_t *v, int i, const char *field, char **out, size_t **parts, int *n_parts,
                          perr *e) {
-    if (!v || json_is_null(v)) {
-        *out = strdup("");
-        return *out ? 0 : bad(e, "out_of_memory", "out of memory");
-    }
-    if (json_is_string(v)) {
-        *out = strndup(json_string_value(v), json_string_length(v));
-        return *out ? 0 : bad(e, "out_of_memory", "out of memory");
-    }
-    if (!json_is_array(v))
-        return bad(e, "invalid_type", "messages[%d].%s: expected a string or an array of text parts", i,
-                   field);
-    txt_buf b = {0};
-    size_t  k;
-    json_t *part;
-    if (parts && json_array_size(v) > 1 && !(*parts = calloc(json_array_size(v), sizeof **parts)))
+    k3_content_err ce;
+    if (!k3_content_parse(v, out, parts, n_parts, &ce))
+        return 0;
+    if (ce.fault == K3_CONTENT_NOMEM)
         return bad(e, "out_of_memory", "out of memory");
-    json_array_foreach(v, k, part) {
-        json_t     *tv   = json_object_get(part, "type");
-        const char *type = json_string_value(tv);
-        json_t     *text = json_object_get(part, "text");
-        if (!json_is_object(part) || (tv && !type)) {
-            free(b.p);
-            return bad(e, "invalid_type", "messages[%d].%s[%zu]%s: expected %s", i, field, k,
-                       json_is_object(part) ? ".type" : "", json_is_object(part) ? "a string" : "an object");
-        }
-        if (type && strcmp(type, "text") != 0) {
-            free(b.p);
-            return bad(e, "unsupported_content",
-                       "messages[%d].%s[%zu]: '%s' parts are not supported (text only)", i, field, k, type);
-        }
-        if (!json_is_string(text)) {
-            free(b.p);
-            return bad(e, "invalid_type", "messages[%d].%s[%zu].text: expected a string", i, field, k);
-        }
-        if (txt_buf_add(&b, json_string_value(text), json_string_length(text))) {
-            free(b.p);
-            return bad(e, "out_of_memory", "out of memory");
-        }
-        if (parts && *parts)
-            (*parts)[(*n_parts)++] = json_string_length(text);
-    }
-    *out = b.p ? b.p : strdup("");
-    return *out ? 0 : bad(e, "out_of_memory", "out of memory");
+    return bad(e, ce.fault == K3_CONTENT_MEDIA ? "unsupported_content" : "invalid_type",
+               "messages[%d].%s%s %s", i, field, ce.path, ce.reason);
 }
 
 static int parse_messages(json_t *msgs, sreq *r, perr *e) {
