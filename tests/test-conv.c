@@ -195,8 +195,9 @@ static void test_round_trip(void) {
             k3_errmsg());
     k3_conv_free(c);
 
-    /* other writers' spellings: reasoning / thinking, content parts, null content, developer */
-    const char *other = "{\"format\":\"k3chat-transcript\",\"version\":1}\n"
+    /* other writers' spellings: a byte order mark, reasoning / thinking, content parts, null
+     * content, developer */
+    const char *other = "\xEF\xBB\xBF{\"format\":\"k3chat-transcript\",\"version\":1}\n"
                         "{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"sys "
                         "\"},{\"type\":\"text\",\"text\":\"two\"}]}\n"
                         "{\"role\":\"user\",\"content\":\"q\"}\n\n"
@@ -207,12 +208,13 @@ static void test_round_trip(void) {
     write_file(p1, other, strlen(other));
     c            = k3_conv_new();
     k3_status st = k3_conv_load(c, p1, NULL);
-    T_CHECK(
-        st == K3_OK && k3_conv_count(c) == 5 && !strcmp(k3_conv_system(c), "sys two") &&
-            !strcmp(k3_conv_msg(c, 2)->reasoning, "r1") && !strcmp(k3_conv_msg(c, 2)->content, "") &&
-            !strcmp(k3_conv_msg(c, 4)->reasoning, "r2"),
-        "reads reasoning, thinking, content parts, null content, developer as system, CRLF, blank lines (%s)",
-        st ? k3_errmsg() : "ok");
+    T_CHECK(st == K3_OK && k3_conv_count(c) == 5 && !strcmp(k3_conv_system(c), "sys two") &&
+                !strcmp(k3_conv_msg(c, 2)->reasoning, "r1") && !strcmp(k3_conv_msg(c, 2)->content, "") &&
+                !strcmp(k3_conv_msg(c, 4)->reasoning, "r2"),
+            "reads a byte order mark, reasoning, thinking, content parts, null content, developer as system, "
+            "CRLF, "
+            "blank lines (%s)",
+            st ? k3_errmsg() : "ok");
     /* the text parts are kept (each is its own segment for the encoder) and written back */
     const k3_msg *sm = k3_conv_msg(c, 0);
     T_CHECK(!st && sm->n_parts == 2 && sm->parts[0] == 4 && sm->parts[1] == 3,
@@ -285,6 +287,7 @@ static void test_malformed(void) {
               ":1:", "neither a k3chat transcript header");
     malformed("header without format", S("{\"version\":1}\n"), ":1:", "neither a k3chat transcript header");
     malformed("empty file", "", 0, ":1:", "empty");
+    malformed("only a byte order mark", S("\xEF\xBB\xBF"), ":1:", "empty");
     malformed("unknown role", S(HDR "{\"role\":\"function\",\"content\":\"x\"}\n"),
               ":2:", "not system, user, assistant or tool");
     malformed("tool_calls on a user message",

@@ -1107,18 +1107,20 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
     int rerr = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory: EISDIR */
     fclose(f);
     k3_conv *nc = k3_conv_new();
+    /* a UTF-8 byte order mark (some editors write one) is not part of the header (RFC 8259) */
+    size_t bom = b.n >= 3 && !memcmp(b.p, "\xEF\xBB\xBF", 3) ? 3 : 0;
     if (rerr)
         st = io_err(path, "read failed", rerr);
     else if (b.oom || !nc)
         st = k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
     else if (b.n > TRANSCRIPT_MAX)
         st = k3_err(K3_ERR_FORMAT, "%s: larger than %u bytes, not a transcript", path, TRANSCRIPT_MAX);
-    else if (b.n == 0)
+    else if (b.n == bom)
         st = k3_err(K3_ERR_FORMAT, "%s:1: empty file, expected a k3chat transcript header", path);
     if (st)
         goto done;
     lctx   L   = {path, 0};
-    size_t pos = 0;
+    size_t pos = bom;
     while (pos < b.n) {
         L.line++;
         char  *nl  = memchr(b.p + pos, '\n', b.n - pos);
