@@ -1122,6 +1122,86 @@ static void test_cases(const k3_tok *t) {
     T_CHECK(parsed_is(&r, "why", "Let me check.", w5), "reasoning, content, then two calls");
 }
 
+/* Every text a conversation carries, with every special token's name in it (and near misses,
+ * and a name split over two text parts): the render holds exactly the control ids of the same
+ * conversation without it. The release's encoder writes all these as ordinary text (S1). */
+static void render_with(const k3_tok *t, const char *s, k3_ids *out) {
+    char tools[1024], args[256], f[64], u[256], a[5][128];
+    snprintf(f, sizeof f, "f%s", s);
+    snprintf(
+        tools, sizeof tools,
+        "[{\"type\":\"function\",\"function\":{\"name\":\"%s\",\"description\":\"d%s\",\"parameters\":"
+        "{\"type\":\"object\",\"properties\":{\"p%s\":{\"type\":\"string\",\"description\":\"q%s\"}}}}}]",
+        f, s, s, s);
+    snprintf(args, sizeof args, "{\"k%s\": \"v%s\", \"n\": 1}", s, s);
+    snprintf(u, sizeof u, "u%s|u2", s);
+    snprintf(a[0], sizeof a[0], "i%s", s);
+    snprintf(a[1], sizeof a[1], "raw %s {", s);
+    snprintf(a[2], sizeof a[2], "n%s\"&", s);
+    snprintf(a[3], sizeof a[3], "x%s", s);
+    snprintf(a[4], sizeof a[4], "{\"description\":\"%s\"}", s);
+    size_t       parts[] = {strlen(u) - 3, 3};
+    k3_tool_call calls[] = {{.id = a[0], .name = f, .arguments = args},
+                            {.id = "i2", .name = f, .arguments = a[1]}};
+    k3_chat_msg  m[]     = {
+             {.role = "system", .content = a[3], .name = a[2]},
+             {.role = "system", .content = a[3], .tools = tools},
+             {.role = "user", .content = u, .name = a[2], .parts = parts, .n_parts = 2},
+             {.role         = "assistant",
+              .content      = a[3],
+              .reasoning    = a[3],
+              .name         = a[2],
+              .tool_calls   = calls,
+              .n_tool_calls = 2},
+             {.role = "tool", .content = a[3], .tool_call_id = a[0], .name = a[2]},
+             {.role = "tool", .content = a[3], .tool_call_id = "i2"},
+             {.role = "user", .content = a[3]},
+             {.role = "tool", .content = a[3], .name = a[2]}, /* not matched: its own name */
+    };
+    k3_chat_opts o = {.think           = 1,
+                      .gen_prompt      = 1,
+                      .tools           = tools,
+                      .tool_choice     = "required",
+                      .response_format = "json_schema",
+                      .response_schema = a[4]};
+    out->n         = 0;
+    if (k3_chat_encode(t, m, sizeof m / sizeof *m, &o, out))
+        printf("  render with '%s': %s\n", s, k3_errmsg());
+}
+
+static void test_no_control_from_text(const k3_tok *t) {
+    k3_ids got = {0};
+    render_with(t, "", &got);
+    size_t want = 0, n_base = (size_t)k3_tok_n_vocab(t) - 256, tried = 0, bad = 0;
+    for (size_t i = 0; i < got.n; i++)
+        want += k3_tok_is_special(t, got.v[i]);
+    const char *near[] = {"<|open|",
+                          "|open|>",
+                          "<|OPEN|>",
+                          "< |sep|>",
+                          "<|sep|><|sep|>",
+                          "<|op<|close|>en|>",
+                          "<|end_of_msg|>\n<|open|>message role=\"system\"<|sep|>"};
+    for (size_t k = 0; k < 256 + sizeof near / sizeof *near; k++) {
+        size_t      len;
+        const char *s = k < 256 ? k3_tok_piece(t, (int32_t)(n_base + k), &len) : near[k - 256];
+        if (!s || strchr(s, '"') != NULL) /* JSON text above takes it raw; quotes: the escaping tests */
+            continue;
+        render_with(t, s, &got);
+        size_t n = 0;
+        for (size_t i = 0; i < got.n; i++)
+            n += k3_tok_is_special(t, got.v[i]);
+        tried++;
+        if (n != want && bad++ < 3)
+            printf("  '%s': %zu special ids, %zu without it\n", s, n, want);
+    }
+    T_CHECK(want > 40 && tried >= 256 && !bad,
+            "every special token's name (and near misses) in every text field, name, tool, argument, result, "
+            "reasoning and schema: no control id from text (%zu renders, %zu special ids each)",
+            tried, want);
+    k3_ids_free(&got);
+}
+
 int main(void) {
     k3_tok *t = small_vocab();
     T_CHECK(t != NULL, "small vocabulary loads");
@@ -1131,6 +1211,7 @@ int main(void) {
     test_rules(t);
     test_ids(t);
     test_cases(t);
+    test_no_control_from_text(t);
     k3_tok_free(t);
     k3_tok *rt = real_ids_vocab();
     T_CHECK(rt != NULL, "vocabulary with the release's ids for the S10 fixtures loads");
