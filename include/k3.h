@@ -380,6 +380,10 @@ typedef struct k3_content_err {
     char             reason[160]; /* starts with "is ..."                           */
 } k3_content_err;
 int k3_content_parse(const struct json_t *v, char **out, size_t **parts, int *n_parts, k3_content_err *e);
+/* The other way: content as a JSON string, or as the array of its text parts when parts (byte
+ * lengths, as k3_chat_msg.parts) has 2 or more that add up to it (else it was edited since: a
+ * string). Invalid UTF-8 is written as U+FFFD. NULL when out of memory. */
+struct json_t *k3_content_json(const char *content, const size_t *parts, int n_parts);
 
 typedef struct k3_chat_opts {
     int         think;           /* 1 = thinking on (the default in k3chat), 0 = off          */

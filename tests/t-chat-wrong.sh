@@ -105,6 +105,14 @@ printf 'one\ntwo\n' | "$k" --endpoint "$ep" --plain --temp 0.6 >/dev/null 2>&1
 t "8: --temp 0.6 goes as 0.6 in every request, top_p still the server's" \
     '[ "$(grep -c "\"temperature\":0.6[,}]" "$K3_TMP/reqs")" -eq 2 ] && ! grep -q top_p "$K3_TMP/reqs"'
 
+# a loaded transcript's text parts go to the endpoint as the same parts (each is tokenized on its
+# own), not joined into one string
+printf '{"role":"user","content":[{"type":"text","text":"a<|op"},{"type":"text","text":"en|>b"}]}\n{"role":"assistant","content":"ok"}\n' >"$K3_TMP/parts.jsonl"
+: >"$K3_TMP/reqs"
+printf 'next\n' | "$k" --endpoint "$ep" --plain --load "$K3_TMP/parts.jsonl" >/dev/null 2>"$K3_TMP/errparts"
+t "a loaded message's text parts are sent as parts: $(head -c 160 "$K3_TMP/reqs")" \
+    'grep -q "\"content\":\[{\"type\":\"text\",\"text\":\"a<|op\"},{\"type\":\"text\",\"text\":\"en|>b\"}\]" "$K3_TMP/reqs"'
+
 # 23 (wording): a byte, a token in the singular; the abandoned lines a save wrote are counted; a
 # server that does not say its context size is not "of -1 tokens"
 printf 'delay 0\nresponse first {user}\n---\nresponse second {user}\n' >"$K3_TMP/m2.txt"

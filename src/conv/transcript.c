@@ -158,21 +158,19 @@ static json_t *jtext(const char *s) {
     return j;
 }
 
-/* content: a string, or the array of its text parts when it came as one (k3_msg.parts: each
- * part is a segment of its own for the encoder), so a transcript renders the same once loaded. */
-static json_t *content_json(const k3_msg *m) {
-    size_t n = strlen(m->content), sum = 0;
-    for (int k = 0; m->parts && k < m->n_parts; k++)
-        sum += m->parts[k];
-    if (!m->parts || m->n_parts < 2 || sum != n)
-        return jtext(m->content);
+json_t *k3_content_json(const char *content, const size_t *parts, int n_parts) {
+    size_t n = strlen(content), sum = 0;
+    for (int k = 0; parts && k < n_parts; k++)
+        sum += parts[k];
+    if (!parts || n_parts < 2 || sum != n)
+        return jtext(content);
     json_t *a  = json_array();
     size_t  at = 0;
-    for (int k = 0; a && k < m->n_parts; at += m->parts[k++]) {
-        char *s = k3_malloc(m->parts[k] + 1);
+    for (int k = 0; a && k < n_parts; at += parts[k++]) {
+        char *s = k3_malloc(parts[k] + 1);
         if (s) {
-            memcpy(s, m->content + at, m->parts[k]);
-            s[m->parts[k]] = 0;
+            memcpy(s, content + at, parts[k]);
+            s[parts[k]] = 0;
         }
         json_t *p = s ? json_pack("{s:s, s:o}", "type", "text", "text", jtext(s)) : NULL;
         free(s);
@@ -185,7 +183,8 @@ static json_t *content_json(const k3_msg *m) {
 }
 
 static json_t *msg_json(const k3_msg *m) {
-    json_t *o = json_pack("{s:s, s:o}", "role", conv_role_str(m->role), "content", content_json(m));
+    json_t *o = json_pack("{s:s, s:o}", "role", conv_role_str(m->role), "content",
+                          k3_content_json(m->content, m->parts, m->n_parts));
     if (!o)
         return NULL;
     int bad = 0;
