@@ -197,13 +197,15 @@ static void test_round_trip(void) {
 
     /* other writers' spellings: a byte order mark, reasoning / thinking, content parts, null
      * content, developer */
-    const char *other = "\xEF\xBB\xBF{\"format\":\"k3chat-transcript\",\"version\":1}\n"
-                        "{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"sys "
-                        "\"},{\"type\":\"text\",\"text\":\"two\"}]}\n"
-                        "{\"role\":\"user\",\"content\":\"q\"}\n\n"
-                        "{\"role\":\"assistant\",\"content\":null,\"reasoning\":\"r1\"}\r\n"
-                        "{\"role\":\"user\",\"content\":\"q2\"}\n"
-                        "{\"role\":\"assistant\",\"content\":\"a2\",\"thinking\":\"r2\"}\n";
+    const char *other =
+        "\xEF\xBB\xBF{\"format\":\"k3chat-transcript\",\"version\":1}\n"
+        "{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"sys "
+        "\"},{\"type\":\"text\",\"text\":\"two\"}]}\n"
+        "{\"role\":\"user\",\"content\":\"q\"}\n\n"
+        "{\"role\":\"assistant\",\"content\":null,\"reasoning\":[{\"type\":\"text\",\"text\":\"r\"},"
+        "{\"type\":\"text\",\"text\":\"1\"}]}\r\n"
+        "{\"role\":\"user\",\"content\":\"q2\"}\n"
+        "{\"role\":\"assistant\",\"content\":\"a2\",\"thinking\":\"r2\"}\n";
     path_in(p1, sizeof p1, "other.jsonl");
     write_file(p1, other, strlen(other));
     c            = k3_conv_new();
@@ -211,7 +213,8 @@ static void test_round_trip(void) {
     T_CHECK(st == K3_OK && k3_conv_count(c) == 5 && !strcmp(k3_conv_system(c), "sys two") &&
                 !strcmp(k3_conv_msg(c, 2)->reasoning, "r1") && !strcmp(k3_conv_msg(c, 2)->content, "") &&
                 !strcmp(k3_conv_msg(c, 4)->reasoning, "r2"),
-            "reads a byte order mark, reasoning, thinking, content parts, null content, developer as system, "
+            "reads a byte order mark, reasoning (as text parts), thinking, content parts, null content, "
+            "developer as system, "
             "CRLF, "
             "blank lines (%s)",
             st ? k3_errmsg() : "ok");
@@ -270,6 +273,8 @@ static void test_malformed(void) {
               ":2:", "\"content\"[0].type is an integer, expected \"text\"");
     malformed("part text", S(HDR "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":[]}]}\n"),
               ":2:", "\"content\"[0].text is an array, expected a string");
+    malformed("reasoning type", S(HDR "{\"role\":\"assistant\",\"content\":\"a\",\"thinking\":5}\n"),
+              ":2:", "\"thinking\" is an integer, expected a string or an array of text parts");
     malformed("part not an object", S(HDR "{\"role\":\"user\",\"content\":[\"a\"]}\n"),
               ":2:", "\"content\"[0] is a string, expected a {");
     malformed("wrong stats type",

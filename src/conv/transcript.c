@@ -874,6 +874,13 @@ int k3_content_parse(const json_t *cv, char **out, size_t **parts, int *n_parts,
     return 0;
 }
 
+/* k3_content_parse's error on line L, under the field's name. */
+static k3_status content_lerr(const lctx *L, const char *field, const k3_content_err *ce) {
+    if (ce->fault == K3_CONTENT_NOMEM)
+        return k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line);
+    return LERR(L, "\"%s\"%s %s", field, ce->path, ce->reason);
+}
+
 /* "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": string}}];
  * m->tool_calls points into the JSON (the caller frees only the array). */
 static k3_status parse_tool_calls(const lctx *L, json_t *v, k3_msg *m) {
@@ -926,7 +933,7 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         m.role = K3_ROLE_TOOL;
     else
         return LERR(L, "role '%s' is not system, user, assistant or tool", role);
-    char       *text = NULL;
+    char       *text = NULL, *reasoning = NULL;
     const char *tcid = NULL, *tname = NULL;
     char       *mtools = NULL;
     if ((st = parse_tool_calls(L, json_object_get(o, "tool_calls"), &m)))
@@ -954,16 +961,19 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
     }
     k3_content_err ce;
     if (k3_content_parse(json_object_get(o, "content"), &text, &m.parts, &m.n_parts, &ce)) {
-        st = ce.fault == K3_CONTENT_NOMEM ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line)
-                                          : LERR(L, "\"content\"%s %s", ce.path, ce.reason);
+        st = content_lerr(L, "content", &ce);
         goto out;
     }
-    /* reasoning: reasoning_content (ours, DeepSeek/vLLM), reasoning, thinking */
-    const char              *reasoning = NULL;
-    static const char *const rkeys[]   = {"reasoning_content", "reasoning", "thinking"};
-    for (size_t k = 0; k < 3 && !reasoning; k++)
-        if ((st = get_str(L, o, "", rkeys[k], &reasoning)))
+    /* reasoning: reasoning_content (ours, DeepSeek/vLLM), reasoning, thinking; a string or text
+     * parts, as the server reads them */
+    static const char *const rkeys[] = {"reasoning_content", "reasoning", "thinking"};
+    for (size_t k = 0; k < 3 && !reasoning; k++) {
+        json_t *rj = json_object_get(o, rkeys[k]);
+        if (rj && !json_is_null(rj) && k3_content_parse(rj, &reasoning, NULL, NULL, &ce)) {
+            st = content_lerr(L, rkeys[k], &ce);
             goto out;
+        }
+    }
     if (reasoning && m.role != K3_ROLE_ASSISTANT) {
         st = LERR(L, "a %s message has reasoning; only assistant messages do", role);
         goto out;
@@ -1032,12 +1042,13 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         since = json_integer_value(sj);
     }
     m.content   = text;
-    m.reasoning = (char *)(uintptr_t)reasoning;
+    m.reasoning = reasoning;
     st          = branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch) : conv_push(c, &m);
     if (!st && since)
         c->sys_since = (int)since;
 out:
     free(text);
+    free(reasoning);
     free(m.parts);
     free(m.ids);
     free(m.tool_calls);
