@@ -143,8 +143,11 @@ t "16: /forget --fit drops the oldest exchanges at once" 'grep -q "dropped the [
 t "16: and the next message is answered" '[ -s "$K3_TMP/o16" ] && ! grep -q "context full" "$K3_TMP/e16"'
 
 # ---- 16b. line mode: a message that gets no answer (over the context) is exit status 1, as with
-# --prompt (it was 0: a script could not tell); the next message is still answered
-printf 'word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word word\nhi\n' |
+# --prompt (it was 0: a script could not tell); the next message is still answered. 100 words
+# are over the 120 tokens alone (with 40 the first message fitted, and the second overflowed
+# only because the first answer, cut inside <|close|>respon..., was shown to the model with a
+# second whole close after the cut one)
+printf '%s\nhi\n' "$(printf 'word %.0s' $(seq 100))" |
     K3_MAXT=120 "$k" "$M" --plain --think off --max-tokens 4 >"$K3_TMP/o16b" 2>"$K3_TMP/e16b"
 rc=$?
 t "16b: a message over the context in line mode: exit status 1 (got $rc)" '[ $rc -eq 1 ] && grep -q "context full" "$K3_TMP/e16b"'
