@@ -256,22 +256,21 @@ static k3_status structure(const k3_tok *tok, const int32_t *v, size_t n, k3_buf
  * structural ids that the output parser shows as their letters (a stray
  * <|close|>message role="system"<|sep|>): ids the encoder writes as text. A transcript's
  * token_ids can be forged so, and such a reply is rendered from its text instead. */
-static k3_status same_structure(const k3_tok *tok, const k3_msg *m, int think, const k3_ids *X, int *same) {
+static k3_status same_structure(const k3_tok *tok, const k3_msg *m, int think, size_t n_pre, const k3_ids *X,
+                                int *same) {
     k3_chat_msg  cm = chat_msg(m);
     k3_chat_opts o  = {.think = think, .gen_prompt = 0};
-    k3_ids       P = {0}, F = {0};
+    k3_ids       F  = {0};
     k3_buf       a = {0}, b = {0};
-    k3_status st = k3_chat_encode(tok, NULL, 0, &o, &P); /* the effort message every encoding starts with */
+    k3_status    st = k3_chat_encode(tok, &cm, 1, &o, &F);
+    K3_ASSERT(st || F.n >= n_pre); /* the encoding is a concatenation */
     if (!st)
-        st = k3_chat_encode(tok, &cm, 1, &o, &F);
-    if (!st)
-        st = structure(tok, F.v + P.n, F.n - P.n, &a);
+        st = structure(tok, F.v + n_pre, F.n - n_pre, &a);
     if (!st)
         st = structure(tok, X->v, X->n, &b);
     *same = !st && a.n == b.n && (!a.n || !memcmp(a.p, b.p, a.n));
     if (st && st != K3_ERR_NOMEM)
         st = K3_OK; /* not the encoder's (bad arguments): render_part says why, naming the message */
-    k3_ids_free(&P);
     k3_ids_free(&F);
     free(a.p);
     free(b.p);
@@ -279,9 +278,10 @@ static k3_status same_structure(const k3_tok *tok, const k3_msg *m, int think, c
 }
 
 /* Appends G + m's ids (+ closing tags) when m qualifies (see above); *used = 1 then.
- * tools: the reply was generated with tool calls parsed. */
+ * tools: the reply was generated with tool calls parsed. n_pre: the length of the encoding of
+ * no message with thinking as think (the effort message), which same_structure skips. */
 static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, int tools, const k3_ids *G,
-                                k3_ids *out, int *used) {
+                                size_t n_pre, k3_ids *out, int *used) {
     *used = 0;
     if (m->role != K3_ROLE_ASSISTANT || !m->ids || m->n_ids <= 0 || !m->has_stats || m->stats.think != think)
         return K3_OK;
@@ -326,7 +326,7 @@ static k3_status faithful_reply(const k3_tok *tok, const k3_msg *m, int think, i
     int same = 0;
     if (!st) { /* kept only when their structure is the encoder's */
         k3_ids X = {.v = out->v + n0, .n = out->n - n0};
-        st       = same_structure(tok, m, think, &X, &same);
+        st       = same_structure(tok, m, think, n_pre, &X, &same);
     }
     if (st || !same)
         out->n = n0;
@@ -386,13 +386,17 @@ k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt
         st = k3_chat_encode(tok, NULL, 0, &o, &T);
     oa.gen_prompt = 0; /* each part: no tool-choice message, no prompt */
     K3_ASSERT(st || (G.n >= E.n && T.n >= E.n && (!E.n || !memcmp(G.v, E.v, E.n * sizeof *E.v))));
+    k3_chat_opts po = {.think = c->set.think}; /* what same_structure's one-message encodings start with */
+    k3_ids       P  = {0};
+    if (!st)
+        st = k3_chat_encode(tok, NULL, 0, &po, &P);
     for (size_t k = 0; !st && k < E.n; k++)
         st = k3_ids_push(out, E.v[k]);
     int tools = c->tools && strcmp(c->set.tool_choice, "none");
     for (int i = 0; !st && i < c->n_msgs; i++) {
         int    used;
         k3_ids g = {.v = G.v + E.n, .n = G.n - E.n};
-        if ((st = faithful_reply(tok, &c->msgs[i], c->set.think, tools, &g, out, &used)) || used)
+        if ((st = faithful_reply(tok, &c->msgs[i], c->set.think, tools, &g, P.n, out, &used)) || used)
             continue;
         int a = i, j = i + 1;
         if (c->msgs[i].role == K3_ROLE_TOOL) { /* a run of results, with the calls they answer */
@@ -413,6 +417,7 @@ k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt
     k3_ids_free(&E);
     k3_ids_free(&G);
     k3_ids_free(&T);
+    k3_ids_free(&P);
     k3_ids_free(&one);
     return st;
 }
