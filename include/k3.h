@@ -543,8 +543,8 @@ typedef struct k3_conv_settings {
 
 typedef struct k3_conv k3_conv;
 
-/* Defaults: think on, effort max, max_tokens 0, temp 0.6 / top_p 0.95 (override with the
- * model's generation_config via settings), seed 0. */
+/* Defaults: think on, effort max, max_tokens 0, temp 1 / top_p 1 (the settings table's; override
+ * with the model's generation_config via settings), seed 0. */
 void     k3_conv_settings_default(k3_conv_settings *s);
 k3_conv *k3_conv_new(void); /* NULL on out of memory */
 void     k3_conv_free(k3_conv *c);

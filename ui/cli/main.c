@@ -22,7 +22,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-/* " (0..2, default 0.6; or K3_X)": what the help says after a setting's doc ("" when nothing); n of
+/* " (0..2, default 1; or K3_X)": what the help says after a setting's doc ("" when nothing); n of
  * at least 176 holds every part whole (64 + 48 + 48 and the separators). */
 static const char *settings_note(int id, char *buf, size_t n) {
     const k3_setting_row *r         = k3_setting(id);
@@ -61,7 +61,7 @@ static void usage(FILE *f) {
         "       k3chat MODEL_DIR --plain            line-mode REPL instead of the full-screen interface\n"
         "\n"
         "options (the settings table, k3-settings.h):\n");
-    for (int id = 0; id < K3_SETTING_N; id++) { /* "  --temp X  doc (0..2, default 0.6)" */
+    for (int id = 0; id < K3_SETTING_N; id++) { /* "  --temp X  doc (0..2, default 1)" */
         const k3_setting_row *r = k3_setting(id);
         if (r->flag) {
             char opt[64], note[176];
