@@ -225,6 +225,15 @@ rc=$?
 t "19: ... and with --prompt (status $rc)" \
     '[ $rc -eq 2 ] && grep -q "K3_EMOJI: .bogus." "$K3_TMP/err19c" && [ ! -s "$K3_TMP/out19c" ]'
 
+# 19: so is K3_HYPERLINKS with a value other than 0 or 1 (it used to count as unset, unsaid)
+printf 'hi\n' | K3_HYPERLINKS=yes K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19d" 2>"$K3_TMP/err19d"
+rc=$?
+t "19: K3_HYPERLINKS=yes in line mode: status 2 naming the value ($rc), nothing sent" \
+    '[ $rc -eq 2 ] && grep -q "K3_HYPERLINKS: .yes. is not 0 or 1" "$K3_TMP/err19d" && [ ! -s "$K3_TMP/out19d" ]'
+printf 'hi\n' | K3_HYPERLINKS=0 K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19e" 2>"$K3_TMP/err19e"
+rc=$?
+t "19: ... K3_HYPERLINKS=0 is taken (status $rc)" '[ $rc -eq 0 ] && [ -s "$K3_TMP/out19e" ]'
+
 # 11: --prompt reports a cut at --max-tokens as line mode does
 nano="$K3_SRC/models/k3-nano"
 if [ -f "$nano/model.safetensors" ]; then

@@ -401,14 +401,18 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
     }
     if (o->load && check_load(o->load) != 0)
         return 2;
-    /* K3_EMOJI only changes the full-screen drawing, but a value it would refuse is refused in
-     * every mode, so a script learns of the typo before it moves to a terminal */
-    const char *emo = k3_setting_env_str(K3_SETTING_EMOJI);
-    double      ix;
-    char        err[256];
-    if (emo && k3_setting_parse(K3_SETTING_EMOJI, K3_SRC_ENV, emo, &ix, err, sizeof err)) {
-        txt_term_printf(stderr, "k3chat: %s\n", err);
-        return 2;
+    /* K3_EMOJI and K3_HYPERLINKS only change the full-screen drawing, but a value they would
+     * refuse is refused in every mode, so a script learns of the typo before it moves to a
+     * terminal (K3_HYPERLINKS=yes used to count as unset without a word) */
+    static const enum k3_setting_id drawing[] = {K3_SETTING_EMOJI, K3_SETTING_HYPERLINKS};
+    for (size_t i = 0; i < sizeof drawing / sizeof *drawing; i++) {
+        const char *v = k3_setting_env_str(drawing[i]);
+        double      x;
+        char        err[256];
+        if (v && k3_setting_parse(drawing[i], K3_SRC_ENV, v, &x, err, sizeof err)) {
+            txt_term_printf(stderr, "k3chat: %s\n", err);
+            return 2;
+        }
     }
     return 0;
 }

@@ -1192,7 +1192,7 @@ int md_term_osc8(void) {
     const char *e = k3_setting_env_str(K3_SETTING_HYPERLINKS);
     double      on;
     if (e && !k3_setting_parse(K3_SETTING_HYPERLINKS, K3_SRC_ENV, e, &on, NULL, 0))
-        return on == 1; /* 0 or 1; anything else: detected, as unset */
+        return on == 1; /* 0 or 1 (main refuses anything else at start) */
     if (md_term_mux() != MD_TERM_PLAIN)
         return 0;
     const char *vte = getenv("VTE_VERSION"), *tp = getenv("TERM_PROGRAM"), *term = getenv("TERM");
