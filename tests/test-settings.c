@@ -1,6 +1,7 @@
 /* test-settings.c: the table of settings (include/k3-settings.h, src/base/settings.c): one parser
  * per type with one message format, and the table held against what users read: `/help`,
- * `k3chat --help` and the man page's OPTIONS, SLASH COMMANDS and ENVIRONMENT lists; and against
+ * `k3chat --help` and the man page's OPTIONS, SLASH COMMANDS and ENVIRONMENT lists (every slash
+ * command of cmd.c, settings or not, tagged with /help's usage, and no entry that is not one); and against
  * the sources: no K3_ variable is read around the table (engine, front ends, tools, k3-bench). */
 #include "cmd.h"
 #include "config.h"
@@ -201,6 +202,54 @@ static int has_word(const char *s, const char *word) {
     return 0;
 }
 
+/* The tag of each ".TP" entry of a man section, as it renders: the macro (.B, .BI, .BR) dropped,
+ * quotes removed, runs of spaces made one ("/save [--force] [FILE]"); n tags at most. */
+static int man_tags(const char *sec, char tags[][128], int n) {
+    int k = 0;
+    for (const char *p = sec; k < n && (p = strstr(p, "\n.TP\n")); p += 4) {
+        const char *q = p + 5, *eol = strchr(q, '\n');
+        if (*q != '.' || !eol)
+            continue;
+        q += strcspn(q, " ");
+        size_t o = 0;
+        for (; q < eol && o < sizeof tags[k] - 1; q++)
+            if (*q != '"' && !(*q == ' ' && (o == 0 || tags[k][o - 1] == ' ')))
+                tags[k][o++] = *q;
+        while (o > 0 && tags[k][o - 1] == ' ')
+            o--;
+        tags[k++][o] = 0;
+    }
+    return k;
+}
+
+/* Every slash command cmd.c knows has its entry in the man page's SLASH COMMANDS, tagged with its
+ * usage as /help gives it ("/copy [N|code [K]]"), and a line of /help; every entry there is a
+ * command. */
+static void check_man_commands(const char *slash, const char *help) {
+    static char tags[64][128];
+    int         n = man_tags(slash, tags, 64);
+    for (int k = 0; k < CMD_N; k++) {
+        char usage[128], w[160];
+        cmd_usage(k, usage, sizeof usage);
+        int found = 0;
+        for (int i = 0; i < n; i++)
+            found |= !strcmp(tags[i], usage);
+        T_CHECK(found, "man SLASH COMMANDS has an entry '%s', /help's usage", usage);
+        snprintf(w, sizeof w, "\n  %s ", usage);
+        T_CHECK(strstr(help, w) != NULL, "/help has a line for %s", usage);
+    }
+    for (int i = 0; i < n; i++) {
+        char   name[64];
+        size_t k = strcspn(tags[i] + 1, " ");
+        snprintf(name, sizeof name, "%.*s", (int)k, tags[i] + 1);
+        int known = 0;
+        for (int c = 0; c < CMD_N; c++)
+            known |= !strcmp(cmd_name(c), name);
+        T_CHECK(tags[i][0] == '/' && known, "man SLASH COMMANDS' entry '%s' is a command of cmd.c", tags[i]);
+    }
+    T_CHECK(n >= CMD_N, "man SLASH COMMANDS: %d entries for %d commands", n, CMD_N);
+}
+
 static void check_docs(void) {
     /* /help: every setting command, with its row's doc */
     const char *help = chat_help_text();
@@ -311,6 +360,7 @@ static void check_docs(void) {
                 row |= k3_setting(i)->env && !strcmp(k3_setting(i)->env, name);
             T_CHECK(row, "man ENVIRONMENT's %s is a row of the settings table", name);
         }
+        check_man_commands(slash, help);
     }
     free(opts);
     free(slash);
