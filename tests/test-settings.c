@@ -250,6 +250,62 @@ static void check_man_commands(const char *slash, const char *help) {
     T_CHECK(n >= CMD_N, "man SLASH COMMANDS: %d entries for %d commands", n, CMD_N);
 }
 
+/* The text of the ENVIRONMENT entry whose tag names variable name (".B K3_X", ".BI K3_X= N"), up
+ * to the next .TP or .PP; *len its length. NULL when the variable has no entry of its own. */
+static const char *man_env_entry(const char *env, const char *name, size_t *len) {
+    size_t n = strlen(name);
+    for (const char *p = env; (p = strstr(p, "\n.TP\n")); p += 4) {
+        const char *q = p + 5;
+        q += strcspn(q, " \n");
+        if (*q != ' ' || strncmp(q + 1, name, n))
+            continue;
+        char c = q[1 + n];
+        if (c == '_' || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+            continue;
+        const char *e = strstr(q, "\n.TP\n"), *pp = strstr(q, "\n.PP\n");
+        if (!e || (pp && pp < e))
+            e = pp;
+        *len = e ? (size_t)(e - q) : strlen(q);
+        return q;
+    }
+    return NULL;
+}
+
+/* The figures the man page's ENVIRONMENT states for a numeric variable are the table's: every
+ * range "LO..HI" in its entry is the row's, every "default N" the row's default. */
+static void check_man_env_figures(const char *env) {
+    int n_checked = 0;
+    for (int i = 0; i < K3_SETTING_N; i++) {
+        const k3_setting_row *r = k3_setting(i);
+        size_t                len;
+        const char           *t = r->env ? man_env_entry(env, r->env, &len) : NULL;
+        if (!t || !(r->type == K3_TYPE_NUM || (r->type == K3_TYPE_INT && !r->choices)))
+            continue;
+        char *entry = strndup(t, len);
+        for (const char *p = entry; (p = strstr(p, "..")); p += 2) {
+            const char *a = p;
+            while (a > entry && ((a[-1] >= '0' && a[-1] <= '9') || a[-1] == '.'))
+                a--;
+            if (a == p || !(p[2] >= '0' && p[2] <= '9'))
+                continue;
+            double lo = strtod(a, NULL), hi = strtod(p + 2, NULL);
+            T_CHECK(lo == r->lo && hi == r->hi,
+                    "man ENVIRONMENT: %s's range %.15g..%.15g is the table's %.15g..%.15g", r->env, lo, hi,
+                    r->lo, r->hi);
+            n_checked++;
+        }
+        for (const char *p = entry; !isnan(r->def) && (p = strstr(p, "default ")); p += 8)
+            if (p[8] >= '0' && p[8] <= '9') {
+                double d = strtod(p + 8, NULL);
+                T_CHECK(d == r->def, "man ENVIRONMENT: %s's default %.15g is the table's %.15g", r->env, d,
+                        r->def);
+                n_checked++;
+            }
+        free(entry);
+    }
+    T_CHECK(n_checked >= 20, "man ENVIRONMENT: %d ranges and defaults compared with the table", n_checked);
+}
+
 static void check_docs(void) {
     /* /help: every setting command, with its row's doc */
     const char *help = chat_help_text();
@@ -361,6 +417,7 @@ static void check_docs(void) {
             T_CHECK(row, "man ENVIRONMENT's %s is a row of the settings table", name);
         }
         check_man_commands(slash, help);
+        check_man_env_figures(env);
     }
     free(opts);
     free(slash);
