@@ -33,9 +33,9 @@
 
 #define K3_SETTINGS(X)                                                                                       \
     /* ---- the conversation: flags, slash commands, API fields ---- */                                      \
-    X(TEMP, NUM, 0, 2, 1, NULL, "X", NULL, "temp", "temp", "temperature",                                  \
+    X(TEMP, NUM, 0, 2, 1, NULL, "X", NULL, "temp", "temp", "temperature",                                    \
       "sampling temperature, 0 = greedy")                                                                    \
-    X(TOP_P, NUM, 0, 1, 1, NULL, "X", NULL, "top-p", "top-p", "top_p",                                    \
+    X(TOP_P, NUM, 0, 1, 1, NULL, "X", NULL, "top-p", "top-p", "top_p",                                       \
       "nucleus sampling: keep the smallest set of tokens with probability >= X")                             \
     X(THINK, BOOL, 0, 1, 1, NULL, NULL, NULL, "think", "think", "enable_thinking", "thinking mode")          \
     X(EFFORT, ENUM, 0, 2, 2, "low|high|max", NULL, NULL, "effort", "effort", "reasoning_effort",             \
