@@ -168,7 +168,7 @@
     X(TEST_DIRECT_MIN, INT, 1, 1073741824, NAN, NULL, "N", "K3_TEST_DIRECT_MIN", NULL, NULL, NULL,           \
       "O_DIRECT from this many bytes (tests)")                                                               \
     X(REPACK_KILL_AT, INT, 0, 2147483647, NAN, NULL, "N", "K3_REPACK_KILL_AT", NULL, NULL, NULL,             \
-      "k3-repack dies after this many tensors (tests)")                                                      \
+      "k3-repack kills itself halfway through the N-th shard it writes (tests)")                             \
     /* ---- k3-bench's knobs, read by bench/ only ---- */                                                    \
     X(BENCH_DIR, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_DIR", NULL, NULL, NULL,                             \
       "where k3-bench generates models (unset: /var/tmp; repack: /var/tmp/k3-bench-repack) (benchmarks)")    \
