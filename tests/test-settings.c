@@ -1,7 +1,8 @@
 /* test-settings.c: the table of settings (include/k3-settings.h, src/base/settings.c): one parser
  * per type with one message format, and the table held against what users read: `/help`,
  * `k3chat --help` and the man page's OPTIONS, SLASH COMMANDS and ENVIRONMENT lists (every slash
- * command of cmd.c, settings or not, tagged with /help's usage, and no entry that is not one); and against
+ * command of cmd.c, settings or not, tagged with /help's usage, and no entry that is not one; the
+ * figures of ENVIRONMENT; the color roles of THEMES); and against
  * the sources: no K3_ variable is read around the table (engine, front ends, tools, k3-bench). */
 #include "cmd.h"
 #include "config.h"
@@ -10,6 +11,7 @@
 #include "kern-impl.h"
 #include "settings.h"
 #include "test.h"
+#include "theme.h"
 
 #include <ftw.h>
 #include <stdio.h>
@@ -369,7 +371,24 @@ static void check_docs(void) {
     if (!man)
         return;
     char *opts = man_section(man, "OPTIONS"), *slash = man_section(man, "SLASH COMMANDS"),
-         *env = man_section(man, "ENVIRONMENT");
+         *env = man_section(man, "ENVIRONMENT"), *themes = man_section(man, "THEMES");
+    /* THEMES: every color role of the theme table is named, and every md- word is a role */
+    T_CHECK(themes != NULL, "man page section THEMES");
+    for (int r = 0; themes && r < THM_N; r++)
+        T_CHECK(has_word(themes, thm_role_name((enum thm_role)r)), "man THEMES names the role %s",
+                thm_role_name((enum thm_role)r));
+    for (const char *p = themes; p && (p = strstr(p, "md-")); p += 3) {
+        char   w[64];
+        size_t k = 0;
+        while (k < sizeof w - 1 && ((p[k] >= 'a' && p[k] <= 'z') || p[k] == '-'))
+            w[k] = p[k], k++;
+        w[k]      = 0;
+        int known = 0;
+        for (int r = 0; r < THM_N; r++)
+            known |= !strcmp(w, thm_role_name((enum thm_role)r));
+        T_CHECK(known, "man THEMES' %s is a role of the theme table", w);
+    }
+    free(themes);
     T_CHECK(opts && slash && env, "man page sections OPTIONS, SLASH COMMANDS, ENVIRONMENT");
     if (opts && slash && env) {
         for (int i = 0; i < K3_SETTING_N; i++) {
