@@ -233,6 +233,18 @@ t "19: K3_HYPERLINKS=yes in line mode: status 2 naming the value ($rc), nothing 
 printf 'hi\n' | K3_HYPERLINKS=0 K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19e" 2>"$K3_TMP/err19e"
 rc=$?
 t "19: ... K3_HYPERLINKS=0 is taken (status $rc)" '[ $rc -eq 0 ] && [ -s "$K3_TMP/out19e" ]'
+# 19: and a theme the full-screen chat could not load (--theme, K3_THEME), which line mode ignored
+printf 'hi\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" --theme nosuch /no/model >"$K3_TMP/out19f" 2>"$K3_TMP/err19f"
+rc=$?
+t "19: --theme nosuch in line mode: status 2 naming the themes there are ($rc), nothing sent" \
+    '[ $rc -eq 2 ] && grep -q "^k3chat: --theme: no theme .nosuch. (themes: .*dark" "$K3_TMP/err19f" && [ ! -s "$K3_TMP/out19f" ]'
+printf 'hi\n' | K3_THEME=nosuch K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19g" 2>"$K3_TMP/err19g"
+rc=$?
+t "19: ... K3_THEME=nosuch too, named as K3_THEME ($rc)" \
+    '[ $rc -eq 2 ] && grep -q "^k3chat: K3_THEME: no theme .nosuch." "$K3_TMP/err19g" && [ ! -s "$K3_TMP/out19g" ]'
+printf 'hi\n' | K3_THEME=light K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19h" 2>/dev/null
+rc=$?
+t "19: ... a theme that exists is taken ($rc)" '[ $rc -eq 0 ] && [ -s "$K3_TMP/out19h" ]'
 
 # 11: --prompt reports a cut at --max-tokens as line mode does
 nano="$K3_SRC/models/k3-nano"

@@ -10,6 +10,7 @@
 #include "serve.h"
 #include "tui.h"
 #include "text.h"
+#include "theme.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -413,6 +414,15 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
             txt_term_printf(stderr, "k3chat: %s\n", err);
             return 2;
         }
+    }
+    /* so is a --theme (or K3_THEME) the full-screen chat could not load: line mode used to
+     * ignore it, and the same command on a terminal then stopped with status 2 */
+    thm_spec th[THM_N];
+    char     err[512];
+    if (o->theme && *o->theme && thm_load(o->theme, th, err, sizeof err)) {
+        txt_term_printf(stderr, "k3chat: %s: %s\n",
+                        o->theme == k3_setting_env_str(K3_SETTING_THEME) ? "K3_THEME" : "--theme", err);
+        return 2;
     }
     return 0;
 }
