@@ -215,36 +215,33 @@ rc=$?
 t "19: --endpoint ftp://x is a usage error naming the URL (status $rc)" \
     '[ $rc -eq 2 ] && grep -q "endpoint: .ftp://x. is not an http:// or https:// URL" "$K3_TMP/err19"'
 
-# 19: K3_EMOJI with a value the full-screen chat refuses is refused in line mode too (status 2)
-printf 'hi\n' | K3_EMOJI=bogus K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19" 2>"$K3_TMP/err19b"
-rc=$?
-t "19: K3_EMOJI=bogus in line mode: status 2 naming the value ($rc), nothing sent" \
-    '[ $rc -eq 2 ] && grep -q "K3_EMOJI: .bogus." "$K3_TMP/err19b" && [ ! -s "$K3_TMP/out19" ]'
-K3_EMOJI=bogus K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model --prompt hi >"$K3_TMP/out19c" 2>"$K3_TMP/err19c"
-rc=$?
-t "19: ... and with --prompt (status $rc)" \
-    '[ $rc -eq 2 ] && grep -q "K3_EMOJI: .bogus." "$K3_TMP/err19c" && [ ! -s "$K3_TMP/out19c" ]'
-
-# 19: so is K3_HYPERLINKS with a value other than 0 or 1 (it used to count as unset, unsaid)
-printf 'hi\n' | K3_HYPERLINKS=yes K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19d" 2>"$K3_TMP/err19d"
-rc=$?
-t "19: K3_HYPERLINKS=yes in line mode: status 2 naming the value ($rc), nothing sent" \
-    '[ $rc -eq 2 ] && grep -q "K3_HYPERLINKS: .yes. is not 0 or 1" "$K3_TMP/err19d" && [ ! -s "$K3_TMP/out19d" ]'
-printf 'hi\n' | K3_HYPERLINKS=0 K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19e" 2>"$K3_TMP/err19e"
-rc=$?
-t "19: ... K3_HYPERLINKS=0 is taken (status $rc)" '[ $rc -eq 0 ] && [ -s "$K3_TMP/out19e" ]'
-# 19: and a theme the full-screen chat could not load (--theme, K3_THEME), which line mode ignored
-printf 'hi\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" --theme nosuch /no/model >"$K3_TMP/out19f" 2>"$K3_TMP/err19f"
-rc=$?
-t "19: --theme nosuch in line mode: status 2 naming the themes there are ($rc), nothing sent" \
-    '[ $rc -eq 2 ] && grep -q "^k3chat: --theme: no theme .nosuch. (themes: .*dark" "$K3_TMP/err19f" && [ ! -s "$K3_TMP/out19f" ]'
-printf 'hi\n' | K3_THEME=nosuch K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19g" 2>"$K3_TMP/err19g"
-rc=$?
-t "19: ... K3_THEME=nosuch too, named as K3_THEME ($rc)" \
-    '[ $rc -eq 2 ] && grep -q "^k3chat: K3_THEME: no theme .nosuch." "$K3_TMP/err19g" && [ ! -s "$K3_TMP/out19g" ]'
-printf 'hi\n' | K3_THEME=light K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19h" 2>/dev/null
-rc=$?
-t "19: ... a theme that exists is taken ($rc)" '[ $rc -eq 0 ] && [ -s "$K3_TMP/out19h" ]'
+# 19: a drawing setting the full-screen chat would refuse (K3_EMOJI, K3_HYPERLINKS, a theme it
+# cannot load) is refused in line mode and with --prompt too: status 2 naming it, nothing sent.
+# plain19 NAME PATTERN [VAR=VALUE ...] [-- ARGS]: 'hi' piped to k3chat on the mock
+plain19() {
+    name=$1 want=$2 args=""
+    shift 2
+    # shellcheck disable=SC2163 # "$1" is VAR=VALUE
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do export "$1"; shift; done
+    [ "${1:-}" = -- ] && shift && args="$*"
+    # shellcheck disable=SC2086 # args: words
+    printf 'hi\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" $args /no/model >"$K3_TMP/out19" 2>"$K3_TMP/err19b"
+    rc=$?
+    unset K3_EMOJI K3_HYPERLINKS K3_THEME
+    if [ -z "$want" ]; then
+        t "19: $name is taken (status $rc)" '[ $rc -eq 0 ] && [ -s "$K3_TMP/out19" ]'
+    else
+        t "19: $name: status 2 naming it ($rc), nothing sent" \
+            '[ $rc -eq 2 ] && grep -q "$want" "$K3_TMP/err19b" && [ ! -s "$K3_TMP/out19" ]'
+    fi
+}
+plain19 "K3_EMOJI=bogus in line mode" "K3_EMOJI: .bogus." K3_EMOJI=bogus
+plain19 "K3_EMOJI=bogus with --prompt" "K3_EMOJI: .bogus." K3_EMOJI=bogus -- --prompt hi
+plain19 "K3_HYPERLINKS=yes (it used to count as unset, unsaid)" "K3_HYPERLINKS: .yes. is not 0 or 1" K3_HYPERLINKS=yes
+plain19 "K3_HYPERLINKS=0" "" K3_HYPERLINKS=0
+plain19 "--theme nosuch (line mode ignored it)" "^k3chat: --theme: no theme .nosuch. (themes: .*dark" -- --theme nosuch
+plain19 "K3_THEME=nosuch, named as K3_THEME" "^k3chat: K3_THEME: no theme .nosuch." K3_THEME=nosuch
+plain19 "K3_THEME=light" "" K3_THEME=light
 
 # 11: --prompt reports a cut at --max-tokens as line mode does
 nano="$K3_SRC/models/k3-nano"
