@@ -115,6 +115,9 @@ t "23: /system of one byte says 1 byte" 'grep -q "system prompt set (1 byte);" "
 printf '/stats\n/experts 1\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err23b"
 t "23: remote /experts says only that it does not apply (not 'requested' first)" \
     'grep -q "the budget applies to a local model only" "$K3_TMP/err23b" && ! grep -q "GB requested" "$K3_TMP/err23b"'
+printf '/experts 1\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err23c"
+t "23: ... also as the first line, before the server has answered" \
+    'grep -q "the budget applies to a local model only" "$K3_TMP/err23c" && ! grep -q "GB requested" "$K3_TMP/err23c"'
 t "23: remote /stats without a context size says so (not 'of -1')" \
     'grep -q "context: 0 tokens (the server does not say its size)" "$K3_TMP/err23b" && ! grep -q "of -1" "$K3_TMP/err23b"'
 

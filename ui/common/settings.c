@@ -27,6 +27,7 @@ void chat_settings_init(chat_settings *s, const ui_opts *o) {
     s->gen.has_seed     = o->has_seed;
     s->gen.model_temp   = 1;
     s->gen.model_top_p  = 1;
+    s->server_sampling  = o->endpoint != NULL; /* known from the start, before the server answers */
     s->show_thinking    = (int)k3_setting(K3_SETTING_SHOW_THINKING)->def;
     s->expert_gb        = -1;
     if (!isnan(o->temp)) {
