@@ -225,7 +225,7 @@ static int man_tags(const char *sec, char tags[][128], int n) {
 }
 
 /* Every slash command cmd.c knows has its entry in the man page's SLASH COMMANDS, tagged with its
- * usage as /help gives it ("/copy [N|code [K]]"), and a line of /help; every entry there is a
+ * usage as /help gives it ("/copy [N] [code [K]]"), and a line of /help; every entry there is a
  * command. */
 static void check_man_commands(const char *slash, const char *help) {
     static char tags[64][128];
