@@ -2,7 +2,7 @@
  * per type with one message format, and the table held against what users read: `/help`,
  * `k3chat --help` and the man page's OPTIONS, SLASH COMMANDS and ENVIRONMENT lists (every slash
  * command of cmd.c, settings or not, tagged with /help's usage, and no entry that is not one; the
- * figures of ENVIRONMENT; the color roles of THEMES); and against
+ * figures of ENVIRONMENT; the color roles of THEMES; the keys of KEYS and /help); and against
  * the sources: no K3_ variable is read around the table (engine, front ends, tools, k3-bench). */
 #include "cmd.h"
 #include "config.h"
@@ -308,6 +308,75 @@ static void check_man_env_figures(const char *env) {
     T_CHECK(n_checked >= 20, "man ENVIRONMENT: %d ranges and defaults compared with the table", n_checked);
 }
 
+/* The keys a text names: "Ctrl-X", "Alt-X", "Fn", "PgUp", "PgDn", "Enter", "Tab", with the short
+ * forms /help uses spelt out ("Ctrl-A/E/B" is Ctrl-A, Ctrl-E, Ctrl-B); each key once, "|" after
+ * each, into out. */
+static void key_names(const char *s, char *out, size_t n) {
+    out[0] = 0;
+    for (const char *p = s; *p; p++) {
+        char   key[32], pre[8] = "";
+        size_t k = 0;
+        if (p > s && ((p[-1] >= 'A' && p[-1] <= 'Z') || (p[-1] >= 'a' && p[-1] <= 'z')))
+            continue; /* inside a word */
+        if (!strncmp(p, "Ctrl-", 5) || !strncmp(p, "Alt-", 4))
+            snprintf(pre, sizeof pre, "%.*s", *p == 'C' ? 5 : 4, p);
+        else if (!(*p == 'F' && p[1] >= '1' && p[1] <= '9') && strncmp(p, "PgUp", 4) &&
+                 strncmp(p, "PgDn", 4) && strncmp(p, "Enter", 5) && strncmp(p, "Tab", 3))
+            continue;
+        const char *q = p + strlen(pre);
+        for (;;) { /* the key, then each "/Y" that adds the same modifier to Y */
+            k = 0;
+            while (k < 16 && ((q[k] >= 'A' && q[k] <= 'Z') || (q[k] >= 'a' && q[k] <= 'z') ||
+                              (q[k] >= '0' && q[k] <= '9')))
+                k++;
+            snprintf(key, sizeof key, "%s%.*s|", pre, (int)k, q);
+            if (k && !strstr(out, key) && strlen(out) + strlen(key) < n)
+                strcat(out, key);
+            q += k;
+            if (!pre[0] || *q != '/' || !strncmp(q + 1, "Ctrl-", 5) || !strncmp(q + 1, "Alt-", 4))
+                break;
+            q++;
+        }
+        p = q - 1;
+    }
+}
+
+/* The keys /help lists and the ones the man page's KEYS section names are the same: each key of
+ * /help is in KEYS, each key a KEYS entry is tagged with is in /help. */
+static void check_man_keys(const char *keys, const char *help) {
+    char        hk[1024], mk[1024], tk[1024], tags[1024] = "";
+    const char *at = strstr(help, "\nKeys:\n");
+    T_CHECK(at != NULL, "/help has a Keys: list");
+    if (!at)
+        return;
+    key_names(at, hk, sizeof hk);
+    key_names(keys, mk, sizeof mk);
+    for (const char *p = keys; *p; p++) { /* each ".TP" line, the section's first one included */
+        if (strncmp(p, ".TP\n", 4) || (p > keys && p[-1] != '\n'))
+            continue;
+        const char *q = p + 4, *eol = strchr(q, '\n');
+        if (eol && strlen(tags) + (size_t)(eol - q) + 2 < sizeof tags)
+            strncat(tags, q, (size_t)(eol - q)), strcat(tags, "\n");
+    }
+    key_names(tags, tk, sizeof tk);
+    int n = 0;
+    for (char *k = hk, *e; (e = strchr(k, '|')); k = e + 1, n++) {
+        *e = 0;
+        char w[40];
+        snprintf(w, sizeof w, "%.32s|", k);
+        T_CHECK(strstr(mk, w) != NULL, "man KEYS names /help's key %s", k);
+        *e = '|';
+    }
+    for (char *k = tk, *e; (e = strchr(k, '|')); k = e + 1) {
+        *e = 0;
+        char w[40];
+        snprintf(w, sizeof w, "%.32s|", k);
+        T_CHECK(strstr(hk, w) != NULL, "/help lists the man KEYS entry %s", k);
+        *e = '|';
+    }
+    T_CHECK(n >= 25, "/help's Keys: %d keys compared with the man page", n);
+}
+
 static void check_docs(void) {
     /* /help: every setting command, with its row's doc */
     const char *help = chat_help_text();
@@ -437,6 +506,11 @@ static void check_docs(void) {
         }
         check_man_commands(slash, help);
         check_man_env_figures(env);
+        char *keys = man_section(man, "KEYS");
+        T_CHECK(keys != NULL, "man page section KEYS");
+        if (keys)
+            check_man_keys(keys, help);
+        free(keys);
     }
     free(opts);
     free(slash);

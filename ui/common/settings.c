@@ -276,7 +276,7 @@ const char *chat_help_text(void) {
              "  Ctrl-A/E/B/F/K/U/W/Y/T, Alt-B/F  Emacs editing keys\n"
              "  Ctrl-C                 stop the answer; with a typed line (or /edit): clear it; else quit\n"
              "  Ctrl-D, Ctrl-Z         quit at an empty prompt (twice while an answer streams); suspend\n"
-             "  PgUp/PgDn, wheel       scroll the conversation;  Home/End with Ctrl: top/bottom\n"
+             "  PgUp/PgDn, wheel       scroll the conversation;  Ctrl-Home/End: top/bottom\n"
              "  F2                     expand/collapse all reasoning\n"
              "  F3                     mouse capture on/off (off: the terminal selects text)\n"
              "  Ctrl-L                 redraw the screen\n"
