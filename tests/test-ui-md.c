@@ -525,6 +525,160 @@ static void test_stream_long_code_line(void) {
     free(text.p);
 }
 
+/* Streams text[0, n) in tokens of 1 to 7 bytes at width (a new buffer now and then, as an entry's
+ * grows) and compares every step with a fresh md4c-only stream (MD_EXACT). Returns the steps, -1
+ * on a difference (reported); *tb counts the steps whose open chunk was a table laid out without
+ * re-rendering it. */
+static int stream_vs_exact(const char *text, size_t n, int width, unsigned seed, unsigned flags, int *tb,
+                           long *fin, long *fin_want) {
+    md_stream st    = {0};
+    int       steps = 0;
+    char     *buf   = NULL;
+    for (size_t k = 1; k <= n;) {
+        if (!buf || (seed >> 7) % 5 == 0) {
+            free(buf);
+            buf = malloc(n + 1);
+        }
+        memcpy(buf, text, k);
+        buf[k]        = 0;
+        md_stream ref = {0};
+        int       at, bad = md_stream_update(&st, buf, k, width, THM_ASSISTANT, MD_STREAMING | flags) != 0;
+        md_stream_update(&ref, buf, k, width, THM_ASSISTANT, MD_STREAMING | MD_EXACT | flags);
+        if (bad || !same_stream(&st, &ref, &at)) {
+            txt_buf a = {0}, b = {0};
+            md_line_text(at < st.fin.n_lines ? &st.fin : &st.open,
+                         at < st.fin.n_lines ? at : at - st.fin.n_lines, &a);
+            md_line_text(at < ref.fin.n_lines ? &ref.fin : &ref.open,
+                         at < ref.fin.n_lines ? at : at - ref.fin.n_lines, &b);
+            T_CHECK(0,
+                    "table, width %d, %zu bytes: line %d is '%s', a fresh render has '%s' (%d vs %d lines)",
+                    width, k, at, a.p ? a.p : "", b.p ? b.p : "", st.fin.n_lines + st.open.n_lines,
+                    ref.fin.n_lines + ref.open.n_lines);
+            free(a.p);
+            free(b.p);
+            md_stream_free(&ref);
+            steps = -1;
+            break;
+        }
+        if (k == n) {
+            *fin += st.n_fin;
+            *fin_want += ref.n_fin;
+        }
+        md_stream_free(&ref);
+        *tb += st.tb;
+        steps++;
+        seed = seed * 1103515245u + 12345u;
+        if (k == n)
+            break;
+        k += 1 + (seed >> 16) % 7;
+        if (k > n)
+            k = n;
+    }
+    free(buf);
+    md_stream_free(&st);
+    return steps;
+}
+
+/* An open table streams through tb_layout (md-stream.c): md4c collects each row once, and only the
+ * new rows are laid out unless a column's width changes. Every step must equal a fresh md4c render
+ * of the same text: tables with CJK and emoji cells, escaped pipes, code spans with pipes, links,
+ * emphasis left open inside a row, empty and missing cells, alignment, a column that widens late,
+ * widths where the columns shrink and where rows become "header: value" records, the table closed
+ * by a blank line and the text after it, a table that a list or a rule ends without a blank line,
+ * a blank line of spaces after a row that left a code span open (stream_view closes it after the
+ * blank line), a CR CR LF (md4c sees a blank line inside the line) and a table still open at the
+ * end. */
+static void test_stream_table(void) {
+    txt_buf t = {0};
+    k3_buf_printf(&t, "Intro line.\n\n| name | 値 | note |\n|:-----|---:|:---:|\n");
+    static const char *cells[] = {"a",
+                                  "漢字テスト",
+                                  "😀",
+                                  "x \\| y",
+                                  "`a|b`",
+                                  "**bold**",
+                                  "[link](https://e.x/1)",
+                                  "~~gone~~",
+                                  "e\xcc\x81t\xc3\xa9",
+                                  "`open",
+                                  "**open",
+                                  "1.5",
+                                  "",
+                                  "www.example.com",
+                                  "&amp; &#x41;",
+                                  "$x^2$"};
+    unsigned           seed    = 99;
+    for (int row = 0; row < 60; row++) {
+        k3_buf_printf(&t, "|");
+        int nc = row % 11 == 5 ? 2 : 3; /* now and then a row with a missing cell */
+        for (int c = 0; c < nc; c++) {
+            seed = seed * 1103515245u + 12345u;
+            k3_buf_printf(&t, " %s %s |", cells[(seed >> 16) % 16],
+                          row == 50 && c == 1 ? "a much wider cell, late" : "");
+        }
+        k3_buf_printf(&t, row % 7 == 3 ? " extra |\n" : "\n");
+    }
+    k3_buf_printf(&t, "\nAfter the table.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n- a list ends it\n\n"
+                      "x | y\n--|--\n1 | 2\n---\n\n| q | r |\n|---|---|\n| `x | y |\n \nnext\n\n"
+                      "| c | d |\n|---|---|\n| 1 | 2 |\r\r\n| 3 | 4 |\n\n"
+                      "| k | v |\n| - | - |\n| 漢 | `unclosed | code |\n| z | **w");
+    int              tb = 0, steps = 0, bad = 0;
+    long             fin = 0, fin_want = 0;
+    static const int widths[] = {12, 24, 41, 80, 119};
+    for (int wi = 0; wi < 5 && !bad; wi++)
+        for (unsigned osc = 0; osc <= MD_OSC8 && !bad; osc += MD_OSC8) {
+            int k = stream_vs_exact(t.p, t.n, widths[wi], 5u + (unsigned)wi, osc, &tb, &fin, &fin_want);
+            bad |= k < 0;
+            steps += k;
+        }
+    T_CHECK(!bad,
+            "streamed tables at widths 12 to 119, with and without OSC 8: every step shows what a fresh "
+            "md4c render shows (%d steps)",
+            steps);
+    T_CHECK(tb > steps / 2, "the open table was laid out without rendering it again in %d of %d steps", tb,
+            steps);
+    T_CHECK(fin == fin_want, "each finished chunk laid out once (%ld, md4c alone %ld)", fin, fin_want);
+    free(t.p);
+}
+
+/* The work of a streamed table grows with what arrives: each row is collected by md4c once (and the
+ * partial row once per update), and laid out once, except when a column's width changes, which
+ * lays out every row again. 3,000 rows whose widths settle early and change once late. */
+static void test_stream_table_work(void) {
+    txt_buf t = {0};
+    k3_buf_printf(&t, "| id | name | value |\n|---:|------|-------|\n");
+    int rows = 3000;
+    for (int i = 0; i < rows; i++)
+        k3_buf_printf(&t, "| %d | item %s | %s |\n", i % 100, i % 3 ? "漢字" : "ab",
+                      i == 2900 ? "a late and much wider value" : "v");
+    md_stream st    = {0};
+    int       steps = 0;
+    unsigned  seed  = 3;
+    for (size_t k = 1; k <= t.n; steps++) {
+        md_stream_update(&st, t.p, k, 100, THM_ASSISTANT, MD_STREAMING);
+        seed = seed * 1103515245u + 12345u;
+        if (k == t.n)
+            break;
+        k += 1 + (seed >> 16) % 12;
+        if (k > t.n)
+            k = t.n;
+    }
+    md_stream ref = {0};
+    md_stream_update(&ref, t.p, t.n, 100, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
+    int at;
+    T_CHECK(same_stream(&st, &ref, &at) && st.tb, "3,000 streamed rows as md4c shows them (line %d)", at);
+    T_CHECK(st.tb_rows <= rows + steps, "rows collected by md4c: %ld for %d rows in %d updates", st.tb_rows,
+            rows, steps);
+    T_CHECK(
+        st.tb_relaid <= 12 && st.tb_laid <= (long)(rows + 1) * (st.tb_relaid + 1) + steps &&
+            st.tb_laid < 3L * rows + steps,
+        "rows laid out: %ld (all of them again %ld times, when a width changed) for %d rows in %d updates",
+        st.tb_laid, st.tb_relaid, rows, steps);
+    md_stream_free(&st);
+    md_stream_free(&ref);
+    free(t.p);
+}
+
 static void test_copy(void) {
     const char *s = "text\n\n```sh\necho one\n```\n\nmore\n\n    indented\n\n~~~\nthree\n~~~\n";
     txt_buf     b = {0};
@@ -668,6 +822,8 @@ int main(void) {
     test_stream_plain();
     test_stream_incremental();
     test_stream_long_code_line();
+    test_stream_table();
+    test_stream_table_work();
     test_copy();
     test_bad_input();
     md_doc_free(&D);

@@ -63,6 +63,55 @@ static size_t view_end(const char *s, size_t n) {
     return n;
 }
 
+/* Inline markers still open at the end of a paragraph's text (stream_view): a code span's run of
+ * backticks, ** and ~~. view_marks runs over a text in pieces cut after newlines. */
+typedef struct view_mk {
+    int ticks, stars, tildes, tick_run;
+} view_mk;
+
+static void view_marks(view_mk *m, const char *s, size_t k, size_t n) {
+    while (k < n) {
+        if (s[k] == '`') {
+            size_t j = k;
+            while (j < n && s[j] == '`')
+                j++;
+            if (m->ticks && (int)(j - k) == m->tick_run)
+                m->ticks = 0;
+            else if (!m->ticks) {
+                m->ticks    = 1;
+                m->tick_run = (int)(j - k);
+            }
+            k = j;
+            continue;
+        }
+        if (!m->ticks && k + 1 < n && s[k] == '*' && s[k + 1] == '*') {
+            m->stars ^= 1;
+            k += 2;
+            continue;
+        }
+        if (!m->ticks && k + 1 < n && s[k] == '~' && s[k + 1] == '~') {
+            m->tildes ^= 1;
+            k += 2;
+            continue;
+        }
+        k++;
+    }
+}
+
+/* b (a paragraph's text as shown) with the markers m left open closed. */
+static void view_close(txt_buf *b, const view_mk *m) {
+    if (m->stars || m->tildes) /* a closer after a space would not close: end at the last word */
+        while (b->n > 0 && (b->p[b->n - 1] == ' ' || b->p[b->n - 1] == '\t'))
+            b->p[--b->n] = 0;
+    if (m->ticks)
+        for (int k = 0; k < m->tick_run; k++)
+            txt_buf_add(b, "`", 1);
+    if (m->stars)
+        txt_buf_add(b, "**", 2);
+    if (m->tildes)
+        txt_buf_add(b, "~~", 2);
+}
+
 static int stream_view(md_stream *st, const char *s, size_t n) {
     txt_buf *b = &st->tmp;
     b->n       = 0;
@@ -77,43 +126,9 @@ static int stream_view(md_stream *st, const char *s, size_t n) {
     for (size_t k = 0; k + 1 < n; k++)
         if (s[k] == '\n' && (s[k + 1] == '\n'))
             p0 = k + 2;
-    int ticks = 0, stars = 0, tildes = 0, tick_run = 0;
-    for (size_t k = p0; k < n;) {
-        if (s[k] == '`') {
-            size_t j = k;
-            while (j < n && s[j] == '`')
-                j++;
-            if (ticks && (int)(j - k) == tick_run)
-                ticks = 0;
-            else if (!ticks) {
-                ticks    = 1;
-                tick_run = (int)(j - k);
-            }
-            k = j;
-            continue;
-        }
-        if (!ticks && k + 1 < n && s[k] == '*' && s[k + 1] == '*') {
-            stars ^= 1;
-            k += 2;
-            continue;
-        }
-        if (!ticks && k + 1 < n && s[k] == '~' && s[k + 1] == '~') {
-            tildes ^= 1;
-            k += 2;
-            continue;
-        }
-        k++;
-    }
-    if (stars || tildes) /* a closer after a space would not close: end at the last word */
-        while (b->n > 0 && (b->p[b->n - 1] == ' ' || b->p[b->n - 1] == '\t'))
-            b->p[--b->n] = 0;
-    if (ticks)
-        for (int k = 0; k < tick_run; k++)
-            txt_buf_add(b, "`", 1);
-    if (stars)
-        txt_buf_add(b, "**", 2);
-    if (tildes)
-        txt_buf_add(b, "~~", 2);
+    view_mk m = {0};
+    view_marks(&m, s, p0, n);
+    view_close(b, &m);
     return 0;
 }
 
@@ -155,15 +170,8 @@ static int pl_line_add(md_doc *d, const char *s, size_t n, int role, int width) 
     size_t run0 = d->n_runs, off = d->text.n;
     if (n && (txt_buf_add(&d->text, s, n) || md_doc_run(d, run0, off, n, role, -1)))
         return d->oom = 1, -1;
-    if (d->n_lines == d->cap_lines) {
-        int      cap = d->cap_lines ? d->cap_lines * 2 : 64;
-        md_line *l   = realloc(d->lines, (size_t)cap * sizeof *l);
-        if (!l)
-            return d->oom = 1, -1;
-        d->lines     = l;
-        d->cap_lines = cap;
-    }
-    d->lines[d->n_lines++] = (md_line){run0, (int)(d->n_runs - run0), width};
+    if (md_doc_line(d, (md_line){run0, (int)(d->n_runs - run0), width}))
+        return d->oom = 1, -1;
     return 0;
 }
 
@@ -347,6 +355,323 @@ static int fc_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     return r->err ? -1 : 0;
 }
 
+/* ==== streaming a table ====================================================== */
+
+/* The state of an open chunk that is a table (tb_layout). */
+typedef struct md_tbs {
+    table   t;      /* the header and the complete rows so far, as md4c collected them        */
+    md_doc  url;    /* the URLs of t's links: url's links[i] is open's links[i]               */
+    md_doc  tmp;    /* where a collecting render goes (links only)                            */
+    txt_buf in;     /* the header and delimiter lines (head bytes), then the rows to collect   */
+    size_t  head;   /* the chunk's bytes [done, done + head) are the header and delimiter     */
+    size_t  line;   /* the text's next line to collect: every line before it is in t          */
+    size_t  blank;  /* closed: the lines [line, blank) are blank                              */
+    int     closed; /* a blank line at line ended the table                                   */
+    view_mk mk;     /* stream_view's markers over the collected lines                         */
+    int     nat[128];
+    /* open: t's cells [0, cells) laid out at widths w (mode) and after them nothing but what the
+     * next update takes back (the partial row, the bottom border): open's counts at that point */
+    int    laid, mode, w[128];
+    size_t cells;
+    int    cut_lines, cut_links;
+    size_t cut_runs, cut_text;
+} md_tbs;
+
+static void tbs_free(md_tbs *T) {
+    if (!T)
+        return;
+    md_table_release(&T->t);
+    md_doc_free(&T->url);
+    md_doc_free(&T->tmp);
+    free(T->in.p);
+    free(T);
+}
+
+/* md4c collects the cells of in[0, in.n) (MD_COLLECT): 1 when it is one table and nothing else,
+ * its cells then in st->ctx->tb_keep; 0 when not; -1 out of memory. */
+static int tb_collect(md_stream *st, unsigned f) {
+    md_tbs *T = st->tbs;
+    md_doc_reset(&T->tmp);
+    R  *r  = st->ctx;
+    int rc = md_render_with(r, &T->tmp, T->in.p, T->in.n, st->width, st->role, (f & MD_OSC8) | MD_COLLECT);
+    if (rc && T->tmp.oom)
+        return -1;
+    return !rc && r->coll_tables == 1 && !r->coll_bad && r->tb_keep;
+}
+
+/* Collect the complete lines of s from T->line to end (a line start) into T->t: they are rows,
+ * until a blank line closes the table (after which only blank lines may come). 0 done, 1 the chunk
+ * is no longer one table (tb_no), -1 out of memory. */
+static int tb_commit(md_stream *st, const char *s, size_t end, unsigned f) {
+    md_tbs *T = st->tbs;
+    size_t  p = T->closed ? T->blank : T->line;
+    if (T->closed) {
+        for (; p < end; p++)
+            if (s[p] != ' ' && s[p] != '\t' && s[p] != '\r' && s[p] != '\n')
+                return 1;
+        T->blank = end;
+        return 0;
+    }
+    size_t q = p; /* rows [p, q): lines up to the first blank one */
+    while (q < end) {
+        const char *e  = memchr(s + q, '\n', end - q);
+        size_t      ln = (size_t)(e - (s + q));
+        if (blank_line(s + q, ln)) {
+            T->closed = 1;
+            break;
+        }
+        q += ln + 1;
+    }
+    for (const char *cr = s + p; q > p && (cr = memchr(cr, '\r', (size_t)(s + q - cr))) != NULL; cr++)
+        if (cr[1] != '\n')
+            return 1; /* a line end of md4c's inside a line: it may have seen a blank line */
+    if (q > p) {
+        T->in.n = T->head;
+        if (txt_buf_add(&T->in, s + p, q - p))
+            return -1;
+        int ok = tb_collect(st, f);
+        if (ok <= 0)
+            return ok < 0 ? -1 : 1;
+        table *c    = st->ctx->tb_keep;
+        size_t from = T->t.n_cells;
+        st->tb_rows += c->n_rows - c->n_head;
+        if (md_table_add_rows(&T->t, c, c->n_head, &T->tmp, &T->url))
+            return -1;
+        md_table_nat(&T->t, from, T->t.n_cells, T->nat);
+        view_marks(&T->mk, s, p, q);
+        T->line = q;
+    }
+    if (T->closed) {
+        T->blank = q;
+        return tb_commit(st, s, end, f);
+    }
+    return 0;
+}
+
+/* open's links made those of T->url (the ones after open's own added). 0, or -1 out of memory. */
+static int tb_links(md_doc *d, const md_doc *url) {
+    for (int i = d->n_links; i < url->n_links; i++)
+        if (md_doc_link(d, url->text.p + url->links[i].off, url->links[i].len) < 0)
+            return d->oom = 1, -1;
+    return 0;
+}
+
+/* Lay the table out into open: the collected rows (only those not laid out yet, when the widths
+ * are those of the last layout), then the rows of tail (the partial last row, collected into
+ * tb_keep, or none) and the bottom border. 0, or -1 out of memory. */
+static int tb_draw(md_stream *st, const table *tail, unsigned f) {
+    md_tbs *T = st->tbs;
+    md_doc *d = &st->open;
+    R      *r = st->ctx;
+    int     nat[128], w[128];
+    memcpy(nat, T->nat, sizeof nat);
+    if (tail)
+        md_table_nat(tail, 0, tail->n_cells, nat);
+    md_render_begin(r, d, st->width, st->role, f);
+    int mode = md_table_widths(r, &T->t, nat, w);
+    if (T->laid && (mode != T->mode || memcmp(w, T->w, sizeof w)))
+        T->laid = 0; /* a column's width changed: every row again */
+    if (!T->laid) {
+        md_doc_reset(d);
+        T->cells = 0;
+        st->tb_relaid++;
+    } else {
+        d->n_lines = T->cut_lines;
+        d->n_runs  = T->cut_runs;
+        d->text.n  = T->cut_text;
+        d->n_links = T->cut_links;
+    }
+    if (tb_links(d, &T->url))
+        return -1;
+    if (T->cells < T->t.n_cells || !T->laid) {
+        if (T->cells < T->t.n_cells)
+            st->tb_laid += T->t.cells[T->t.n_cells - 1].row + 1 - T->t.cells[T->cells].row;
+        md_table_part(r, &T->t, T->cells, T->t.n_cells, w, mode, !T->laid, 0);
+    }
+    T->laid = 1;
+    T->mode = mode;
+    memcpy(T->w, w, sizeof w);
+    T->cells     = T->t.n_cells;
+    T->cut_lines = d->n_lines;
+    T->cut_runs  = d->n_runs;
+    T->cut_text  = d->text.n;
+    T->cut_links = d->n_links;
+    if (tail && tail->n_rows > tail->n_head) { /* the partial row, for this update only */
+        size_t c0 = T->t.n_cells, t0 = T->t.st.t.n, s0 = T->t.st.n_sp;
+        int    rows = T->t.n_rows, links = T->url.n_links;
+        size_t url_n = T->url.text.n;
+        int    rc    = md_table_add_rows(&T->t, tail, tail->n_head, &T->tmp, &T->url) || tb_links(d, &T->url);
+        if (!rc) {
+            st->tb_laid += T->t.n_rows - rows;
+            md_table_part(r, &T->t, c0, T->t.n_cells, w, mode, 0, 0);
+        }
+        T->t.n_cells   = c0;
+        T->t.st.t.n    = t0;
+        T->t.st.n_sp   = s0;
+        T->t.st.sp0    = s0;
+        T->t.n_rows    = rows;
+        T->url.n_links = links;
+        T->url.text.n  = url_n;
+        if (rc)
+            return d->oom = 1, -1;
+    }
+    if (mode == MD_TB_BOX)
+        md_table_part(r, &T->t, 0, 0, w, mode, 0, 1);
+    return r->err ? -1 : 0;
+}
+
+/* The open chunk s[done, n) as a table whose header and delimiter rows are its first two lines:
+ * what md4c makes of the stream's view of it, md4c collecting each row once. The view of such a
+ * chunk is its complete lines (rows) and the partial last line, to which stream_view's closing
+ * markers are added (they depend on the markers of the earlier rows, kept in T->mk); md4c parses
+ * each line of a table by itself once the table has started (no row changes another, and in a
+ * chunk that starts with the header nothing defines a link reference), so collecting rows behind a
+ * copy of the header and delimiter lines gives the cells it gives in the whole text. A chunk in
+ * which md4c sees anything else (a list after the table, text after a blank line) goes back to
+ * md4c for good. 0 done, 1 not such a chunk (md4c renders it), -1 out of memory. */
+static int tb_layout(md_stream *st, const char *s, size_t n, unsigned f) {
+    if (st->tb_done != st->done) {
+        st->tb = st->tb_no = 0;
+        st->tb_done        = st->done;
+        if (st->tbs)
+            st->tbs->head = 0;
+    }
+    if (st->tb_no)
+        return 1;
+    if (st->fence) /* a fence line seen as a row by md4c: stream_view then closes nothing */
+        return st->tb = 0, 1;
+    const char *c = s + st->done, *e1 = memchr(c, '\n', n - st->done), *e2;
+    if (!e1 || !(e2 = memchr(e1 + 1, '\n', n - (size_t)(e1 + 1 - s))))
+        return 1; /* the header and delimiter lines not complete yet */
+    if (!st->ctx && !(st->ctx = md_ctx_new()))
+        return -1;
+    if (!st->tbs && !(st->tbs = calloc(1, sizeof *st->tbs)))
+        return -1;
+    md_tbs *T = st->tbs;
+    if (!T->head) { /* is it a table? md4c says, from the first two lines */
+        size_t head = (size_t)(e2 + 1 - c);
+        if (!memchr(e1 + 1, '|', (size_t)(e2 - e1))) {
+            st->tb_no = 1; /* no delimiter row */
+            return 1;
+        }
+        T->in.n = 0;
+        if (txt_buf_add(&T->in, c, head))
+            return -1;
+        int ok = tb_collect(st, f);
+        if (ok < 0)
+            return -1;
+        table *h = st->ctx->tb_keep;
+        if (!ok || h->n_rows != 1 || h->n_head != 1) {
+            st->tb_no = 1;
+            return 1;
+        }
+        md_table_release(&T->t);
+        md_doc_reset(&T->url);
+        if (md_table_add_rows(&T->t, h, 0, &T->tmp, &T->url))
+            return -1;
+        T->t.n_head = h->n_head;
+        T->t.n_cols = h->n_cols;
+        memcpy(T->t.align, h->align, sizeof T->t.align);
+        memset(T->nat, 0, sizeof T->nat);
+        md_table_nat(&T->t, 0, T->t.n_cells, T->nat);
+        T->head = head;
+        T->line = st->done + head;
+        T->mk   = (view_mk){0};
+        view_marks(&T->mk, s, st->done, T->line);
+        T->closed = T->laid = 0;
+        st->tb              = 0;
+    }
+    /* the complete lines */
+    const char *last = memrchr(s + T->line, '\n', n - T->line);
+    if (last) {
+        int rc = tb_commit(st, s, (size_t)(last + 1 - s), f);
+        if (rc)
+            return rc < 0 ? -1 : (st->tb = 0, st->tb_no = 1);
+    }
+    size_t v    = st->done + view_end(c, n - st->done);
+    table *tail = NULL;
+    if (T->closed) {
+        /* blank lines and the partial one: the table as it is, unless stream_view adds closers
+         * (no empty line after the rows and markers left open by them) or the partial line is
+         * more than white space */
+        size_t from = T->blank > v ? v : T->blank;
+        for (size_t k = from; k < v; k++)
+            if (s[k] != ' ' && s[k] != '\t' && s[k] != '\r')
+                return st->tb = 0, 1;
+        if ((T->mk.ticks || T->mk.stars || T->mk.tildes) &&
+            !memmem(s + T->line - 1, v - T->line + 1, "\n\n", 2))
+            return st->tb = 0, 1;
+    } else if (v > T->line || T->mk.ticks || T->mk.stars || T->mk.tildes) {
+        /* the partial row as stream_view shows it: with the markers left open closed */
+        view_mk m = T->mk;
+        view_marks(&m, s, T->line, v);
+        T->in.n = T->head;
+        if (txt_buf_add(&T->in, s + T->line, v - T->line))
+            return -1;
+        view_close(&T->in, &m);
+        if (T->in.n > T->head) {
+            int ok = tb_collect(st, f);
+            if (ok <= 0)
+                return ok < 0 ? -1 : (st->tb = 0, 1); /* not a row (yet): md4c, this update */
+            tail = st->ctx->tb_keep;
+            st->tb_rows += tail->n_rows - tail->n_head;
+        }
+    }
+    if (!st->tb)
+        T->laid = 0; /* open was made by md4c */
+    st->last_ok = st->pl = 0;
+    st->tb               = 1;
+    return tb_draw(st, tail, f);
+}
+
+/* d's lines followed by those of e (e's text, runs and links copied). 0, or -1 out of memory. */
+static int doc_append(md_doc *d, const md_doc *e) {
+    size_t t0 = d->text.n, r0 = d->n_runs;
+    int    l0 = d->n_links;
+    if (txt_buf_add(&d->text, e->text.p ? e->text.p : "", e->text.n))
+        return d->oom = 1, -1;
+    for (int i = 0; i < e->n_links; i++)
+        if (md_doc_link(d, "", 0) < 0)
+            return d->oom = 1, -1;
+        else
+            d->links[l0 + i] = (md_link){e->links[i].off + t0, e->links[i].len};
+    for (size_t k = 0; k < e->n_runs; k++) {
+        md_run u = e->runs[k];
+        /* run0 past the end: never merged with the run before, as e's runs are not */
+        if (md_doc_run(d, d->n_runs + 1, u.off + t0, u.len, u.role, u.link >= 0 ? u.link + l0 : -1))
+            return d->oom = 1, -1;
+    }
+    for (int i = 0; i < e->n_lines; i++) {
+        md_line l = e->lines[i];
+        l.run0 += r0;
+        if (md_doc_line(d, l))
+            return d->oom = 1, -1;
+    }
+    return 0;
+}
+
+/* The chunk [done, p) has finished and the open table's layout holds it (its lines rows, then only
+ * blank lines): its rows laid out into fin as md_render would lay out the chunk, without md4c
+ * (the rows it has not collected yet collected). 0 done, 1 not (md4c renders the chunk), -1 out
+ * of memory. */
+static int tb_finish(md_stream *st, const char *s, size_t p, unsigned f) {
+    md_tbs *T = st->tbs;
+    if (!T || !T->head || st->tb_no || st->tb_done != st->done)
+        return 1;
+    int rc = tb_commit(st, s, p, f);
+    if (rc || !T->closed)
+        return rc < 0 ? -1 : 1;
+    if (!st->tb)
+        T->laid = 0;
+    if (tb_draw(st, NULL, f) || doc_append(&st->fin, &st->open))
+        return -1;
+    md_doc_reset(&st->open);
+    T->laid = T->head = 0;
+    st->tb            = 0;
+    st->last_ok       = 0;
+    return 0;
+}
+
 int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role, unsigned flags) {
     n = txt_complete(s, n);
     if (st->base != s && st->base && n >= st->scan && st->seen.n == st->scan &&
@@ -357,8 +682,8 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         md_doc_reset(&st->fin);
         st->seen.n = 0;
         st->done = st->scan = 0;
-        st->pl = st->fc = st->last_ok = 0;
-        st->pl_done = st->fc_done = (size_t)-1;
+        st->pl = st->fc = st->tb = st->last_ok = 0;
+        st->pl_done = st->fc_done = st->tb_done = (size_t)-1;
         st->fence = st->blank = 0;
         st->base              = s;
         st->width             = width;
@@ -372,8 +697,9 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         size_t      p   = st->scan;
         if (!st->fence && st->blank && p > st->done && s[p] != ' ' && s[p] != '\t' && s[p] != '\n') {
             /* a blank line before a line at column 0: the chunk [done, p) is finished */
-            unsigned f = st->fin.n_lines ? MD_CONT : 0;
-            if (stream_render(st, &st->fin, s + st->done, p - st->done, (flags & MD_OSC8) | f))
+            unsigned f  = (flags & MD_OSC8) | (st->fin.n_lines ? MD_CONT : 0);
+            int      rc = tb_finish(st, s, p, f);
+            if (rc < 0 || (rc && stream_render(st, &st->fin, s + st->done, p - st->done, f)))
                 return -1;
             st->n_fin++;
             st->done = p;
@@ -413,10 +739,13 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         int rc = fc_layout(st, s, n, f);
         if (rc <= 0)
             return rc;
+        st->fc = 0;
+        if ((rc = tb_layout(st, s, n, f)) <= 0)
+            return rc;
     }
-    st->pl = st->fc = 0;
-    const char *v   = s + st->done;
-    size_t      vn  = st->done < n ? n - st->done : 0;
+    st->pl = st->fc = st->tb = 0;
+    const char *v            = s + st->done;
+    size_t      vn           = st->done < n ? n - st->done : 0;
     if ((flags & MD_STREAMING) && vn) {
         if (stream_view(st, v, vn))
             return -1;
@@ -447,5 +776,6 @@ void md_stream_free(md_stream *st) {
     free(st->seen.p);
     free(st->last.p);
     md_ctx_free(st->ctx);
+    tbs_free(st->tbs);
     memset(st, 0, sizeof *st);
 }
