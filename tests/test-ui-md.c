@@ -530,7 +530,7 @@ static void test_stream_long_code_line(void) {
  * on a difference (reported); *tb counts the steps whose open chunk was a table laid out without
  * re-rendering it. */
 static int stream_vs_exact(const char *text, size_t n, int width, unsigned seed, unsigned flags, int *tb,
-                           long *fin, long *fin_want) {
+                           long *fin, long *fin_want, int *li, int max_step) {
     md_stream st    = {0};
     int       steps = 0;
     char     *buf   = NULL;
@@ -550,8 +550,7 @@ static int stream_vs_exact(const char *text, size_t n, int width, unsigned seed,
                          at < st.fin.n_lines ? at : at - st.fin.n_lines, &a);
             md_line_text(at < ref.fin.n_lines ? &ref.fin : &ref.open,
                          at < ref.fin.n_lines ? at : at - ref.fin.n_lines, &b);
-            T_CHECK(0,
-                    "table, width %d, %zu bytes: line %d is '%s', a fresh render has '%s' (%d vs %d lines)",
+            T_CHECK(0, "width %d, %zu bytes: line %d is '%s', a fresh render has '%s' (%d vs %d lines)",
                     width, k, at, a.p ? a.p : "", b.p ? b.p : "", st.fin.n_lines + st.open.n_lines,
                     ref.fin.n_lines + ref.open.n_lines);
             free(a.p);
@@ -566,11 +565,12 @@ static int stream_vs_exact(const char *text, size_t n, int width, unsigned seed,
         }
         md_stream_free(&ref);
         *tb += st.tb;
+        *li += st.li;
         steps++;
         seed = seed * 1103515245u + 12345u;
         if (k == n)
             break;
-        k += 1 + (seed >> 16) % 7;
+        k += 1 + (seed >> 16) % (unsigned)max_step;
         if (k > n)
             k = n;
     }
@@ -622,12 +622,13 @@ static void test_stream_table(void) {
                       "x | y\n--|--\n1 | 2\n---\n\n| q | r |\n|---|---|\n| `x | y |\n \nnext\n\n"
                       "| c | d |\n|---|---|\n| 1 | 2 |\r\r\n| 3 | 4 |\n\n"
                       "| k | v |\n| - | - |\n| 漢 | `unclosed | code |\n| z | **w");
-    int              tb = 0, steps = 0, bad = 0;
+    int              tb = 0, steps = 0, bad = 0, li = 0;
     long             fin = 0, fin_want = 0;
     static const int widths[] = {12, 24, 41, 80, 119};
     for (int wi = 0; wi < 5 && !bad; wi++)
         for (unsigned osc = 0; osc <= MD_OSC8 && !bad; osc += MD_OSC8) {
-            int k = stream_vs_exact(t.p, t.n, widths[wi], 5u + (unsigned)wi, osc, &tb, &fin, &fin_want);
+            int k =
+                stream_vs_exact(t.p, t.n, widths[wi], 5u + (unsigned)wi, osc, &tb, &fin, &fin_want, &li, 7);
             bad |= k < 0;
             steps += k;
         }
@@ -641,6 +642,23 @@ static void test_stream_table(void) {
     free(t.p);
 }
 
+/* Streams t into st in tokens of 1 to 12 bytes at width, and the whole of it into ref with md4c
+ * alone (MD_EXACT); returns the updates. */
+static int stream_whole(md_stream *st, md_stream *ref, const txt_buf *t, int width, unsigned seed) {
+    int steps = 0;
+    for (size_t k = 1; k <= t->n; steps++) {
+        md_stream_update(st, t->p, k, width, THM_ASSISTANT, MD_STREAMING);
+        seed = seed * 1103515245u + 12345u;
+        if (k == t->n)
+            break;
+        k += 1 + (seed >> 16) % 12;
+        if (k > t->n)
+            k = t->n;
+    }
+    md_stream_update(ref, t->p, t->n, width, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
+    return steps + 1;
+}
+
 /* The work of a streamed table grows with what arrives: each row is collected by md4c once (and the
  * partial row once per update), and laid out once, except when a column's width changes, which
  * lays out every row again. 3,000 rows whose widths settle early and change once late. */
@@ -651,21 +669,8 @@ static void test_stream_table_work(void) {
     for (int i = 0; i < rows; i++)
         k3_buf_printf(&t, "| %d | item %s | %s |\n", i % 100, i % 3 ? "漢字" : "ab",
                       i == 2900 ? "a late and much wider value" : "v");
-    md_stream st    = {0};
-    int       steps = 0;
-    unsigned  seed  = 3;
-    for (size_t k = 1; k <= t.n; steps++) {
-        md_stream_update(&st, t.p, k, 100, THM_ASSISTANT, MD_STREAMING);
-        seed = seed * 1103515245u + 12345u;
-        if (k == t.n)
-            break;
-        k += 1 + (seed >> 16) % 12;
-        if (k > t.n)
-            k = t.n;
-    }
-    md_stream ref = {0};
-    md_stream_update(&ref, t.p, t.n, 100, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
-    int at;
+    md_stream st = {0}, ref = {0};
+    int       at, steps     = stream_whole(&st, &ref, &t, 100, 3);
     T_CHECK(same_stream(&st, &ref, &at) && st.tb, "3,000 streamed rows as md4c shows them (line %d)", at);
     T_CHECK(st.tb_rows <= rows + steps, "rows collected by md4c: %ld for %d rows in %d updates", st.tb_rows,
             rows, steps);
@@ -674,6 +679,87 @@ static void test_stream_table_work(void) {
             st.tb_laid < 3L * rows + steps,
         "rows laid out: %ld (all of them again %ld times, when a width changed) for %d rows in %d updates",
         st.tb_laid, st.tb_relaid, rows, steps);
+    md_stream_free(&st);
+    md_stream_free(&ref);
+    free(t.p);
+}
+
+/* An open tight list streams through li_layout (md-stream.c): md4c renders each item alone once the
+ * next item's line is complete, and only the last item again on each update. Every step must equal
+ * a fresh md4c render of the same text: bullets and nesting, a code span and emphasis left open in
+ * one item and closed in a later one, links, task items, an indented fenced block inside an item,
+ * lazy continuation lines, CJK, ordered lists numbered 8 to 11 with ')' and with numbers that do not
+ * count on (md4c numbers them from the first), a blank line then indented text (a loose list), a
+ * link reference definition in a later item, another bullet, a rule and a heading after the items,
+ * a lone CR, and lists closed by a blank line and the text after it. */
+static void test_stream_list(void) {
+    txt_buf t = {0};
+    k3_buf_printf(&t, "Intro.\n\n");
+    for (int i = 0; i < 14; i++)
+        k3_buf_printf(&t, "- item %d with `code` and **strong** 漢字 [a link](https://e.x/%d)%s\n", i, i,
+                      i == 3    ? "\n  - nested *em*\n    - deeper\n  continued\nlazy line"
+                      : i == 5  ? " and `open"
+                      : i == 7  ? " closed` now ~~strike"
+                      : i == 9  ? "\n  ```sh\n  echo in item\n  ```"
+                      : i == 11 ? "\n- [ ] task\n- [x] done"
+                                : "");
+    k3_buf_printf(&t, "\nText after.\n\n");
+    for (int i = 8; i <= 11; i++)
+        k3_buf_printf(&t, "%d) step %d of the plan\n", i, i);
+    k3_buf_printf(
+        &t,
+        "\n1. one\n1. one again\n1. and again\n\n- a\n- b\n\n  loose now\n- c\n\n"
+        "- see [x]\n- [x]: https://e.x/def\n\n- a\n* other bullet\n- b\n\n- a\n***\n\n- a\n- b\n# head\n\n"
+        "- a\r- b\n- c\n\n- x\n  > q\n- a\r\r  more\n- b\n\n- x\n  > q\n- b\n\n  loose now\n- c\n\n"
+        "- one\n- two\n  ```\n  code still open");
+    int              li = 0, steps = 0, bad = 0, tb = 0;
+    long             fin = 0, fin_want = 0;
+    static const int widths[] = {6, 17, 41, 80};
+    for (int wi = 0; wi < 4 && !bad; wi++)
+        for (unsigned osc = 0; osc <= MD_OSC8 && !bad; osc += MD_OSC8) {
+            int k =
+                stream_vs_exact(t.p, t.n, widths[wi], 11u + (unsigned)wi, osc, &tb, &fin, &fin_want, &li, 7);
+            bad |= k < 0;
+            steps += k;
+        }
+    /* a list ending in an empty line while a code span and a strike are open: stream_view closes
+     * nothing after an empty line */
+    static const char *ends[] = {"- a `x\n- b ~~y\n- c\n\n", "- a `x\n- b ~~y\n- c\n  \n"};
+    for (int k = 0; k < 2 && !bad; k++) {
+        int s2 = stream_vs_exact(ends[k], strlen(ends[k]), 30, 1, 0, &tb, &fin, &fin_want, &li, 7);
+        bad |= s2 < 0;
+        steps += s2;
+    }
+    /* whole lines at once (a slow frame): a blank line, then a line that makes the list loose; a CR CR */
+    for (unsigned seed = 1; seed < 40 && !bad; seed++) {
+        static const char loose[] = "- x\n  > q\n- b\n\n  loose now\n- c\n\n- x\n  > q\n- a\r\r  more\n- b\n";
+        int s2 = stream_vs_exact(loose, strlen(loose), 30, seed, 0, &tb, &fin, &fin_want, &li, 24);
+        bad |= s2 < 0;
+        steps += s2;
+    }
+    T_CHECK(!bad,
+            "streamed lists at widths 6 to 80, with and without OSC 8: every step shows what a fresh md4c "
+            "render shows (%d steps)",
+            steps);
+    T_CHECK(li > steps / 3, "the open list was laid out item by item in %d of %d steps", li, steps);
+    T_CHECK(fin == fin_want, "each finished chunk laid out once (%ld, md4c alone %ld)", fin, fin_want);
+    free(t.p);
+}
+
+/* The work of a streamed list grows with what arrives: md4c renders each item once when the next
+ * one has started, and the last item on each update. 10,000 items of 30 bytes. */
+static void test_stream_list_work(void) {
+    txt_buf t = {0};
+    for (int i = 0; i < 10000; i++)
+        k3_buf_printf(&t, "%d. item with **some** words\n", i + 1);
+    md_stream st = {0}, ref = {0};
+    int       at, steps     = stream_whole(&st, &ref, &t, 60, 5);
+    T_CHECK(same_stream(&st, &ref, &at) && st.li, "10,000 streamed items as md4c shows them (line %d)", at);
+    /* each item once when the next one's line is complete, and until then the last two (under 80
+     * bytes) once per update */
+    T_CHECK(st.li_bytes <= (long)t.n + 80L * steps,
+            "bytes md4c rendered for the list: %ld for a %zu-byte list in %d updates", st.li_bytes, t.n,
+            steps);
     md_stream_free(&st);
     md_stream_free(&ref);
     free(t.p);
@@ -824,6 +910,8 @@ int main(void) {
     test_stream_long_code_line();
     test_stream_table();
     test_stream_table_work();
+    test_stream_list();
+    test_stream_list_work();
     test_copy();
     test_bad_input();
     md_doc_free(&D);

@@ -68,6 +68,10 @@ typedef struct md_rctx {
     table *tb; /* the open table (tb_keep), NULL outside one     */
     int    in_table, cell_open;
     int    coll_tables, coll_bad; /* MD_COLLECT: tables entered; another block was */
+    /* the shape of the document at its top: blocks (top_n, the last one's type), items of a list
+     * there (top_li) and an ordered one's start number (md-stream.c checks a list item with them) */
+    int      md_depth, top_n, top_type, top_li; /* top_type: MD_TOP_* */
+    unsigned top_start;
 
     /* not cleared: buffers kept between the renders of a stream (emptied by md_render_begin), so a
      * streaming frame allocates nothing once they have grown */
@@ -97,6 +101,8 @@ int md_doc_link(md_doc *d, const char *u, size_t n);
 int md_table_add_rows(table *dst, const table *src, int from, const md_doc *src_doc, md_doc *url);
 /* Free what t holds (t itself is not freed; it is left empty). */
 void md_table_release(table *t);
+/* The kind of a top-level block (R.top_type). */
+enum { MD_TOP_UL = 1, MD_TOP_OL, MD_TOP_OTHER };
 /* How a table is drawn at a width (md_table_widths). */
 enum { MD_TB_NONE, MD_TB_BOX, MD_TB_RECORDS };
 /* nat[c] raised to the display width of each cell [c0, c1) of column c (nat holds 128 ints). */

@@ -650,6 +650,225 @@ static int doc_append(md_doc *d, const md_doc *e) {
     return 0;
 }
 
+/* ==== streaming a list ======================================================= */
+
+/* The state of an open chunk that is a tight list (li_layout). */
+typedef struct md_lis {
+    int     on;      /* set up for the chunk at st->li_done                                        */
+    char    mark;    /* the bullet ('-', '*', '+') or the ordered delimiter ('.', ')')             */
+    long    next;    /* ordered: the number the open item must carry                               */
+    size_t  seg;     /* the open item, the last one, starts here: open holds the items before it   */
+    size_t  scan;    /* the complete lines before scan were looked at                              */
+    size_t  ref;     /* the bytes before ref were looked at for "]:" (a link reference definition) */
+    int     blank;   /* a blank line came after seg                                                */
+    view_mk mk;      /* stream_view's markers over [done, seg)                                     */
+    int     swapped; /* keep holds them                                                            */
+    int     cut_lines, cut_links; /* open's counts after the items before seg                      */
+    size_t  cut_runs, cut_text;
+    md_doc  keep; /* open's lines while md4c shows the chunk for an update (swapped with open)     */
+} md_lis;
+
+/* An item's marker at the start of line s[0, n): 1 when it is one of mark's kind ('.' and ')'
+ * ordered, with its number in *num), followed by a space, a tab or the line's end; 2 when the line
+ * is not complete and that cannot be said yet; 0 not. */
+static int item_mark(const char *s, size_t n, int complete, char *mark, long *num) {
+    size_t k = 0;
+    long   v = 0;
+    while (k < n && k < 9 && s[k] >= '0' && s[k] <= '9')
+        v = v * 10 + (s[k++] - '0');
+    if (k == 0 && (n == 0 || !s[0] || !strchr("-*+", s[0])))
+        return n || complete ? 0 : 2;
+    if (k > 0 && k == n)
+        return complete ? 0 : 2;
+    if (k > 0 && s[k] != '.' && s[k] != ')')
+        return 0;
+    *mark = s[k++];
+    *num  = v;
+    if (k == n)
+        return complete ? 1 : 2;
+    return s[k] == ' ' || s[k] == '\t' || s[k] == '\r';
+}
+
+/* Whether s[0, n) holds a CR that is not part of a CR LF (md4c ends a line there). */
+static int lone_cr(const char *s, size_t n) {
+    for (const char *c = s; (c = memchr(c, '\r', (size_t)(s + n - c))) != NULL; c++)
+        if (c + 1 == s + n || c[1] != '\n')
+            return 1;
+    return 0;
+}
+
+/* md4c renders the item(s) s[0, k) alone into open (after the items before it): 1 when that is one
+ * list of the chunk's kind, of one item when one (ordered: numbered as the list numbers it),
+ * 0 when not, -1 out of memory. */
+static int li_render(md_stream *st, const char *s, size_t k, int one, unsigned f) {
+    md_lis *L = st->lis;
+    R      *r = st->ctx;
+    /* the first item continues what came before the chunk; the others follow an item */
+    unsigned ff = L->seg == st->done ? f : f & ~(unsigned)MD_CONT;
+    st->li_bytes += (long)k;
+    if (md_render_with(r, &st->open, s, k, st->width, st->role, ff))
+        return st->open.oom ? -1 : 0;
+    int ordered = L->mark == '.' || L->mark == ')';
+    return r->top_n == 1 && r->top_type == (ordered ? MD_TOP_OL : MD_TOP_UL) &&
+           (one ? r->top_li == 1 : r->top_li >= 1) && (!ordered || r->top_start == (unsigned)L->next);
+}
+
+/* open made the items before seg (its lines or keep's). */
+static void li_open(md_stream *st) {
+    md_lis *L = st->lis;
+    md_doc *d = &st->open;
+    if (L->swapped) {
+        md_doc t   = *d;
+        *d         = L->keep;
+        L->keep    = t;
+        L->swapped = 0;
+    }
+    d->n_lines = L->cut_lines;
+    d->n_runs  = L->cut_runs;
+    d->text.n  = L->cut_text;
+    d->n_links = L->cut_links;
+}
+
+/* The items whose lines start before end (a line start), rendered and kept. 0, 1 not such a list
+ * (li_no), -1 out of memory. */
+static int li_items(md_stream *st, const char *s, size_t end, unsigned f) {
+    md_lis *L = st->lis;
+    if (L->ref < end) {
+        size_t a = L->ref > st->done ? L->ref - 1 : L->ref;
+        if (memmem(s + a, end - a, "]:", 2))
+            return 1; /* perhaps a link reference definition: it would apply to the items before */
+        L->ref = end;
+    }
+    while (L->scan < end) {
+        size_t      p  = L->scan;
+        const char *e  = memchr(s + p, '\n', end - p);
+        size_t      ln = (size_t)(e - (s + p));
+        char        m;
+        long        num;
+        if (lone_cr(s + p, ln))
+            return 1;
+        if (p == L->seg) {
+        } else if (blank_line(s + p, ln)) {
+            L->blank = 1;
+        } else if (L->blank) {
+            return 1; /* text after a blank line inside an item: the list may be loose */
+        } else if (item_mark(s + p, ln, 1, &m, &num) == 1 && m == L->mark) {
+            int ok = li_render(st, s + L->seg, p - L->seg, 1, f);
+            if (ok <= 0)
+                return ok < 0 ? -1 : 1;
+            view_marks(&L->mk, s, L->seg, p);
+            L->seg       = p;
+            L->next      = L->next + 1;
+            L->cut_lines = st->open.n_lines;
+            L->cut_runs  = st->open.n_runs;
+            L->cut_text  = st->open.text.n;
+            L->cut_links = st->open.n_links;
+        }
+        L->scan = p + ln + 1;
+    }
+    return 0;
+}
+
+/* The open chunk s[done, n) as a tight list whose first line is an item at column 0: what md4c
+ * makes of the stream's view of it, md4c rendering each item alone. Items of a tight list are laid
+ * out one after the other with nothing carried from one to the next (bullets by depth, numbers
+ * counted from the first, which md4c takes from an item alone when it carries that number); what
+ * md4c sees across items is checked: a blank line followed by text inside the chunk (a loose list),
+ * "]:" (a link reference definition applies to every item), a CR alone (a line end inside a line),
+ * an item of another kind or anything else after the list (then md4c renders the chunk, for good).
+ * When only the partial last line makes the last item something else, md4c shows the chunk for that
+ * update and the items' lines wait in keep. 0 done, 1 not such a chunk, -1 out of memory. */
+static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
+    if (st->li_done != st->done) {
+        st->li = st->li_no = 0;
+        st->li_done        = st->done;
+        if (st->lis)
+            st->lis->on = 0;
+    }
+    if (st->li_no)
+        return 1;
+    if (!st->ctx && !(st->ctx = md_ctx_new()))
+        return -1;
+    if (!st->lis && !(st->lis = calloc(1, sizeof *st->lis)))
+        return -1;
+    md_lis     *L = st->lis;
+    const char *c = s + st->done, *e = memchr(c, '\n', n - st->done);
+    if (!L->on) {
+        char m;
+        long num;
+        int  k = item_mark(c, e ? (size_t)(e - c) : n - st->done, e != NULL, &m, &num);
+        if (k != 1) {
+            st->li_no = !k;
+            return 1;
+        }
+        memset(L, 0, offsetof(md_lis, keep)); /* keep's memory is kept */
+        L->on   = 1;
+        L->mark = m;
+        L->next = num;
+        L->seg = L->scan = L->ref = st->done;
+        md_doc_reset(&st->open);
+        st->li = 0;
+    }
+    li_open(st);
+    const char *last = memrchr(s + L->scan, '\n', n - L->scan);
+    int         rc   = last ? li_items(st, s, (size_t)(last + 1 - s), f) : 0;
+    if (rc)
+        return rc < 0 ? -1 : (st->li = 0, st->li_no = 1);
+    /* the open item as stream_view shows it */
+    size_t   v = st->done + view_end(c, n - st->done), p0 = L->seg;
+    txt_buf *b = &st->tmp;
+    b->n       = 0;
+    if (v > L->seg && (lone_cr(s + L->seg, v - L->seg - (s[v - 1] == '\r')) ||
+                       (L->blank && !blank_line(s + L->scan, v > L->scan ? v - L->scan : 0))))
+        return st->li = 0, st->li_no = 1;
+    if (v > L->seg && txt_buf_add(b, s + L->seg, v - L->seg))
+        return -1;
+    if (!st->fence) {
+        view_mk m = L->mk;
+        for (size_t k = L->seg; k + 1 < v; k++)
+            if (s[k] == '\n' && s[k + 1] == '\n')
+                p0 = k + 2, m = (view_mk){0};
+        view_marks(&m, s, p0, v);
+        view_close(b, &m);
+    }
+    if (b->n) {
+        int ok = li_render(st, b->p, b->n, 0, f);
+        if (ok < 0)
+            return -1;
+        if (!ok) { /* md4c shows the chunk for this update; the items' lines wait in keep */
+            md_doc t   = st->open;
+            st->open   = L->keep;
+            L->keep    = t;
+            L->swapped = 1;
+            st->li     = 0;
+            return 1;
+        }
+    }
+    st->li      = 1;
+    st->last_ok = st->pl = 0;
+    return 0;
+}
+
+/* The chunk [done, p) has finished and it is the open list: its last item rendered and its lines
+ * moved to fin (no md4c render of the whole chunk). 0 done, 1 not, -1 out of memory. */
+static int li_finish(md_stream *st, const char *s, size_t p, unsigned f) {
+    md_lis *L = st->lis;
+    if (!L || !L->on || st->li_no || st->li_done != st->done)
+        return 1;
+    li_open(st);
+    int rc = li_items(st, s, p, f);
+    if (rc)
+        return rc < 0 ? -1 : 1;
+    rc = li_render(st, s + L->seg, p - L->seg, 1, f);
+    if (rc <= 0)
+        return rc < 0 ? -1 : 1;
+    if (doc_append(&st->fin, &st->open))
+        return -1;
+    md_doc_reset(&st->open);
+    L->on = st->li = st->last_ok = 0;
+    return 0;
+}
+
 /* The chunk [done, p) has finished and the open table's layout holds it (its lines rows, then only
  * blank lines): its rows laid out into fin as md_render would lay out the chunk, without md4c
  * (the rows it has not collected yet collected). 0 done, 1 not (md4c renders the chunk), -1 out
@@ -682,8 +901,8 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         md_doc_reset(&st->fin);
         st->seen.n = 0;
         st->done = st->scan = 0;
-        st->pl = st->fc = st->tb = st->last_ok = 0;
-        st->pl_done = st->fc_done = st->tb_done = (size_t)-1;
+        st->pl = st->fc = st->tb = st->li = st->last_ok = 0;
+        st->pl_done = st->fc_done = st->tb_done = st->li_done = (size_t)-1;
         st->fence = st->blank = 0;
         st->base              = s;
         st->width             = width;
@@ -699,6 +918,8 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
             /* a blank line before a line at column 0: the chunk [done, p) is finished */
             unsigned f  = (flags & MD_OSC8) | (st->fin.n_lines ? MD_CONT : 0);
             int      rc = tb_finish(st, s, p, f);
+            if (rc > 0)
+                rc = li_finish(st, s, p, f);
             if (rc < 0 || (rc && stream_render(st, &st->fin, s + st->done, p - st->done, f)))
                 return -1;
             st->n_fin++;
@@ -742,10 +963,13 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         st->fc = 0;
         if ((rc = tb_layout(st, s, n, f)) <= 0)
             return rc;
+        st->tb = 0;
+        if ((rc = li_layout(st, s, n, f)) <= 0)
+            return rc;
     }
-    st->pl = st->fc = st->tb = 0;
-    const char *v            = s + st->done;
-    size_t      vn           = st->done < n ? n - st->done : 0;
+    st->pl = st->fc = st->tb = st->li = 0;
+    const char *v                     = s + st->done;
+    size_t      vn                    = st->done < n ? n - st->done : 0;
     if ((flags & MD_STREAMING) && vn) {
         if (stream_view(st, v, vn))
             return -1;
@@ -777,5 +1001,8 @@ void md_stream_free(md_stream *st) {
     free(st->last.p);
     md_ctx_free(st->ctx);
     tbs_free(st->tbs);
+    if (st->lis)
+        md_doc_free(&st->lis->keep);
+    free(st->lis);
     memset(st, 0, sizeof *st);
 }

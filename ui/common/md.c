@@ -713,6 +713,14 @@ static void set_lang(R *r, const MD_ATTRIBUTE *a) {
 
 static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     R *r = ud;
+    if (r->md_depth == 1) {
+        r->top_n++;
+        r->top_type  = type == MD_BLOCK_UL ? MD_TOP_UL : type == MD_BLOCK_OL ? MD_TOP_OL : MD_TOP_OTHER;
+        r->top_start = type == MD_BLOCK_OL ? ((MD_BLOCK_OL_DETAIL *)detail)->start : 0;
+    } else if (r->md_depth == 2 && type == MD_BLOCK_LI) {
+        r->top_li++;
+    }
+    r->md_depth++;
     if (r->flags & MD_COLLECT) { /* only one table: anything else and the caller renders with md4c */
         if (type == MD_BLOCK_TABLE)
             r->coll_tables++;
@@ -850,6 +858,7 @@ static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
 static int leave_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     R *r = ud;
     (void)detail;
+    r->md_depth--;
     switch (type) {
     case MD_BLOCK_DOC:
         flush_inline(r);
