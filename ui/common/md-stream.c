@@ -3,10 +3,16 @@
  * DESIGN
  * The text is cut into chunks at blank lines outside code fences that are followed by a line at
  * column 0; finished chunks are rendered once into st->fin, the open chunk into st->open again as
- * text arrives. Two fast paths skip md4c for the open chunk where its result is known: a plain
- * paragraph (pl_layout wraps only its last line again) and an open fenced code block (fc_layout
- * adds the rows of new lines, and of a partial line lays out only its last row again). Both lay out exactly
- * what md_render would (md.c's code_line and run helpers, shared through md-impl.h).
+ * text arrives. Fast paths skip md4c's render of the whole open chunk where its result is known,
+ * so that a frame costs what arrived, not the chunk's length:
+ *   - a plain paragraph (pl_layout wraps only its last line again);
+ *   - an open fenced code block (fc_layout adds the rows of new lines, and of a partial line lays
+ *     out only its last row again);
+ *   - a table (tb_layout: md4c collects each row once behind a copy of the header and delimiter
+ *     lines; only new rows are laid out unless a column's width changes);
+ *   - a tight list (li_layout: md4c renders each item alone once, and the last item per update).
+ * Each lays out exactly what md_render would (md.c's code_line, table and run helpers, shared
+ * through md-impl.h), and gives way to md4c wherever that cannot be said.
  */
 #include "md-impl.h"
 
