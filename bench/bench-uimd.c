@@ -10,6 +10,8 @@
  *   ui_md_list_*   10,000 list items, no blank line between them (one chunk)
  *   ui_md_code_*   a fenced code block of 20,000 lines, still open
  *   ui_md_paras_*  5 MB of plain paragraphs separated by blank lines
+ *   ui_md_lines_*  300 kB of lines with single newlines (one paragraph of soft line breaks)
+ *   ui_md_quote_*  300 kB of a block quote
  */
 #include "bench.h"
 #include "md.h"
@@ -97,6 +99,14 @@ int bench_uimd(void) {
                       "answer, and then ends.\n\n",
                       t.n);
     rc |= run_case("ui_md_paras", &t);
+    t.n = 0;
+    while (t.n < 300000)
+        k3_buf_printf(&t, "A line of text at %zu bytes, then a single newline\n", t.n);
+    rc |= run_case("ui_md_lines", &t);
+    t.n = 0;
+    while (t.n < 300000)
+        k3_buf_printf(&t, "> a quoted line at %zu bytes\n", t.n);
+    rc |= run_case("ui_md_quote", &t);
     free(t.p);
     return rc;
 }

@@ -140,18 +140,21 @@ static int stream_view(md_stream *st, const char *s, size_t n) {
 
 /* ==== streaming a plain paragraph ========================================== */
 
-/* Whether s[from, n) keeps the chunk s[done, n) a plain paragraph: it starts with a letter (no
- * block marker), and has no newline, no control character, no invalid UTF-8 and nothing md4c
- * gives a meaning inline (emphasis, code, math, strike, links and autolinks, entities, escapes,
- * table pipes). Then md_render shows it as its bytes, trailing spaces trimmed, greedily wrapped
- * at the width in the base role: what pl_layout does. Returns the end of the plain bytes. */
+/* Whether s[from, n) keeps the chunk s[done, n) a plain paragraph: each of its lines starts with a
+ * letter (no block marker) and ends without a space (no hard break), and it has no control
+ * character but the newlines, no invalid UTF-8 and nothing md4c gives a meaning inline (emphasis,
+ * code, math, strike, links and autolinks, entities, escapes, table pipes). Then md_render shows
+ * it as its bytes with each newline a space (md4c's soft break), trailing spaces trimmed, greedily
+ * wrapped at the width in the base role: what pl_layout does. Returns the end of the plain bytes. */
 static size_t plain_scan(const char *s, size_t done, size_t from, size_t n) {
-    if (from == done &&
-        !(n > done && (((unsigned char)s[done] | 0x20) >= 'a' && ((unsigned char)s[done] | 0x20) <= 'z')) &&
-        !(n > done && (unsigned char)s[done] >= 0xC2))
-        return done;
     for (size_t k = from; k < n;) {
         unsigned char c = (unsigned char)s[k];
+        if ((k == done || s[k - 1] == '\n') && !((c | 0x20) >= 'a' && (c | 0x20) <= 'z') && c < 0xC2)
+            return k;                       /* a line starts with a letter: no block marker */
+        if (c == '\n' && s[k - 1] != ' ') { /* a soft line break (two spaces would be a hard one) */
+            k++;
+            continue;
+        }
         if (c < 0x80) {
             if (c < 0x20 || c == 0x7f || strchr("\\`*_~$[]<>!&|:@", c))
                 return k;
@@ -200,12 +203,21 @@ static int pl_layout(md_stream *st, const char *s, size_t n, int role) {
         }
     }
     size_t e = n;
-    while (e > st->pl_line && s[e - 1] == ' ')
-        e--; /* md4c drops a paragraph's trailing spaces */
+    while (e > st->pl_line && (s[e - 1] == ' ' || s[e - 1] == '\n'))
+        e--; /* md4c drops a paragraph's trailing spaces and its line end */
     const char *p = s + st->pl_line;
-    int         w = st->width < 2 ? 2 : st->width;
-    txt_line    buf[64], *L = buf;
-    int         nl = txt_wrap(p, e - st->pl_line, w, L, 64);
+    if (memchr(p, '\n', e - st->pl_line)) { /* soft line breaks: spaces */
+        txt_buf *b = &st->tmp;
+        b->n       = 0;
+        if (txt_buf_add(b, p, e - st->pl_line))
+            return d->oom = 1, -1;
+        for (char *q = b->p; (q = memchr(q, '\n', (size_t)(b->p + b->n - q))) != NULL;)
+            *q++ = ' ';
+        p = b->p;
+    }
+    int      w = st->width < 2 ? 2 : st->width;
+    txt_line buf[64], *L = buf;
+    int      nl = txt_wrap(p, e - st->pl_line, w, L, 64);
     if (nl > 64) { /* a long paragraph laid out afresh (a new width) */
         if (!(L = malloc((size_t)nl * sizeof *L)))
             return d->oom = 1, -1;
