@@ -712,12 +712,12 @@ static void test_stream_list(void) {
     k3_buf_printf(&t, "\nText after.\n\n");
     for (int i = 8; i <= 11; i++)
         k3_buf_printf(&t, "%d) step %d of the plan\n", i, i);
-    k3_buf_printf(
-        &t,
-        "\n1. one\n1. one again\n1. and again\n\n- a\n- b\n\n  loose now\n- c\n\n"
-        "- see [x]\n- [x]: https://e.x/def\n\n- a\n* other bullet\n- b\n\n- a\n***\n\n- a\n- b\n# head\n\n"
-        "- a\r- b\n- c\n\n- x\n  > q\n- a\r\r  more\n- b\n\n- x\n  > q\n- b\n\n  loose now\n- c\n\n"
-        "- one\n- two\n  ```\n  code still open");
+    k3_buf_printf(&t,
+                  "\n1. one\n1. one again\n1. and again\n\n- a\n- b\n\n  loose now\n- c\n\n"
+                  "- see [x]\n- b\n- [x]: https://e.x/def\n\n- a\n* other bullet\n- b\n\n- a\n***\n\n- a\n- "
+                  "b\n# head\n\n"
+                  "- a\r- b\n- c\n\n- x\n  > q\n- a\r\r  more\n- b\n\n- x\n  > q\n- b\n\n  loose now\n- c\n\n"
+                  "- one\n- two\n  ```\n  code still open");
     int              li = 0, steps = 0, bad = 0, tb = 0;
     long             fin = 0, fin_want = 0;
     static const int widths[] = {6, 17, 41, 80};

@@ -749,14 +749,23 @@ static void li_open(md_stream *st) {
 
 /* The items whose lines start before end (a line start), rendered and kept. 0, 1 not such a list
  * (li_no), -1 out of memory. */
-static int li_items(md_stream *st, const char *s, size_t end, unsigned f) {
+/* Whether s[done, end) may hold a link reference definition ("]:"), which would apply to every
+ * item, also to those rendered before it came. */
+static int li_refs(md_stream *st, const char *s, size_t end) {
     md_lis *L = st->lis;
     if (L->ref < end) {
         size_t a = L->ref > st->done ? L->ref - 1 : L->ref;
         if (memmem(s + a, end - a, "]:", 2))
-            return 1; /* perhaps a link reference definition: it would apply to the items before */
+            return 1;
         L->ref = end;
     }
+    return 0;
+}
+
+static int li_items(md_stream *st, const char *s, size_t end, unsigned f) {
+    md_lis *L = st->lis;
+    if (li_refs(st, s, end))
+        return 1;
     while (L->scan < end) {
         size_t      p  = L->scan;
         const char *e  = memchr(s + p, '\n', end - p);
@@ -829,7 +838,9 @@ static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     }
     li_open(st);
     const char *last = memrchr(s + L->scan, '\n', n - L->scan);
-    int         rc   = last ? li_items(st, s, (size_t)(last + 1 - s), f) : 0;
+    int         rc   = li_refs(st, s, n);
+    if (!rc && last)
+        rc = li_items(st, s, (size_t)(last + 1 - s), f);
     if (rc)
         return rc < 0 ? -1 : (st->li = 0, st->li_no = 1);
     /* the open item as stream_view shows it */
