@@ -771,6 +771,86 @@ static void test_stream_list_work(void) {
     free(t.p);
 }
 
+/* Random answers made of tables, lists and paragraphs (odd cells, items that nest, continue, hold a
+ * fence, a blank line, a heading, a rule, a link reference definition, CR CR, hard breaks, numbers
+ * that do not count on, another bullet), streamed in tokens of 1 to 40 bytes at random widths:
+ * every step equals a fresh md4c render. (This found the definition in an open item.) */
+static void test_stream_random(void) {
+    static const char *cells[] = {
+        "a",   "漢字",     "`x|y`", "\\|", "**b", "[l](http://e.x)", "", "~~s~~", "`o", "long cell text here",
+        "1.5", "www.e.com"};
+    static const char *items[] = {"item",
+                                  "item **b**",
+                                  "it `c",
+                                  "x ~~y",
+                                  "[l](http://e.x)",
+                                  "t\n  - nested",
+                                  "t\n  cont",
+                                  "t\nlazy",
+                                  "t\n  ```\n  code",
+                                  "t\n\n  para",
+                                  "t\n# h",
+                                  "t\n---",
+                                  "[x]: http://u",
+                                  "see [x]",
+                                  "t\r\rz",
+                                  "t  \nhard",
+                                  ""};
+    unsigned           seed    = 2026;
+    int                steps = 0, tb = 0, li = 0, bad = 0;
+    long               fin = 0, fin_want = 0;
+    for (int doc = 0; doc < 60 && !bad; doc++) {
+        txt_buf t      = {0};
+        int     blocks = 1 + (seed >> 3) % 4;
+        for (int b = 0; b < blocks; b++) {
+            seed     = seed * 1103515245u + 12345u;
+            int kind = (seed >> 10) % 3, rows = 1 + (seed >> 14) % 12;
+            if (kind == 0) {
+                k3_buf_printf(&t, "| h1 | h2 | h3 |\n|---|:-:|--:|\n");
+                for (int r = 0; r < rows; r++) {
+                    seed   = seed * 1103515245u + 12345u;
+                    int nc = 1 + (seed >> 9) % 4;
+                    k3_buf_printf(&t, "|");
+                    for (int c = 0; c < nc; c++) {
+                        seed = seed * 1103515245u + 12345u;
+                        k3_buf_printf(&t, " %s |", cells[(seed >> 11) % 12]);
+                    }
+                    k3_buf_printf(&t, "%s\n",
+                                  (seed >> 5) % 13 == 0   ? "\n  "
+                                  : (seed >> 5) % 17 == 0 ? "\n- li"
+                                                          : "");
+                }
+            } else if (kind == 1) {
+                int ord = (seed >> 7) & 1;
+                for (int r = 0; r < rows; r++) {
+                    seed           = seed * 1103515245u + 12345u;
+                    const char *it = items[(seed >> 11) % ((seed >> 6) % 3 ? 5 : 17)];
+                    if (ord)
+                        k3_buf_printf(&t, "%u%s %s\n", (seed >> 4) % 19 == 0 ? 7u : (unsigned)r + 1,
+                                      (seed >> 5) % 23 == 0 ? ")" : ".", it);
+                    else
+                        k3_buf_printf(&t, "%s %s\n", (seed >> 5) % 23 == 0 ? "*" : "-", it);
+                }
+            } else {
+                k3_buf_printf(&t, "Some text\nmore text\n");
+            }
+            k3_buf_printf(&t, "%s", (seed >> 3) % 3 ? "\n" : "");
+        }
+        if ((seed >> 5) & 1)
+            t.n--; /* no final newline */
+        int k = stream_vs_exact(t.p, t.n, 6 + (int)((seed >> 12) % 90), seed, (seed >> 7) & 1 ? MD_OSC8 : 0,
+                                &tb, &fin, &fin_want, &li, (seed >> 9) % 2 ? 7 : 40);
+        bad |= k < 0;
+        steps += k;
+        seed = seed * 1103515245u + 12345u;
+        free(t.p);
+    }
+    T_CHECK(!bad && tb > steps / 10 && li > steps / 20 && fin == fin_want,
+            "60 random answers of tables, lists and paragraphs: every one of %d steps as md4c shows it (%d "
+            "table steps, %d list steps without rendering the chunk again)",
+            steps, tb, li);
+}
+
 static void test_copy(void) {
     const char *s = "text\n\n```sh\necho one\n```\n\nmore\n\n    indented\n\n~~~\nthree\n~~~\n";
     txt_buf     b = {0};
@@ -918,6 +998,7 @@ int main(void) {
     test_stream_table_work();
     test_stream_list();
     test_stream_list_work();
+    test_stream_random();
     test_copy();
     test_bad_input();
     md_doc_free(&D);
