@@ -13,6 +13,7 @@
 #              three resizes (100, 80, 120 columns).
 #   MODE long: one message, answered with 52 kB of reasoning (the think pane) and then 3,000 list
 #              items in one list (110 kB), a 3-byte token every millisecond.
+#   MODE table: the same with a table of 3,000 rows (75 kB; a column widens at row 2,500).
 import json
 import os
 import pty
@@ -47,6 +48,10 @@ with open(mock, 'w') as f:
     if mode == 'long':
         for i in range(3000):
             f.write("- item %d with some words\nresponse " % i)
+    if mode == 'table':
+        f.write("| id | name | value |\nresponse |---:|---|---|\nresponse ")
+        for i in range(3000):
+            f.write("| %d | item %d | %s |\nresponse " % (i, i * 7, "wider value here" if i == 2500 else "v"))
     f.write("done\n")
 stats = d + '/stats.txt'
 pid, fd = pty.fork()
