@@ -326,29 +326,18 @@ static int value(scan *c, int depth) {
     }
 }
 
-/* 1 when a name is in the map twice (or out of memory: the full parse decides then). */
-static int has_duplicate(const wm_map *m) {
-    size_t cap = 16;
-    while (cap < 2 * m->n)
-        cap *= 2;
-    uint32_t *slot = calloc(cap, sizeof *slot); /* entry index + 1, 0 = empty */
-    if (!slot)
-        return 1;
-    int dup = 0;
-    for (size_t i = 0; i < m->n && !dup; i++) {
-        uint64_t h = k3_fnv1a(m->e[i].name, strlen(m->e[i].name));
-        for (size_t k = (size_t)h & (cap - 1);; k = (k + 1) & (cap - 1)) {
-            if (!slot[k]) {
-                slot[k] = (uint32_t)i + 1;
-                break;
-            }
-            if (!strcmp(m->e[slot[k] - 1].name, m->e[i].name)) {
-                dup = 1;
-                break;
-            }
-        }
-    }
-    free(slot);
+static const char *entry_name(const void *e, size_t i) {
+    return ((const wm_entry *)e)[i].name;
+}
+
+/* 1 when two of the n names (read through name_of) are the same, or out of memory (the full
+ * parse decides then). */
+static int has_duplicate(const char *(*name_of)(const void *, size_t), const void *ctx, size_t n) {
+    k3_names t   = {.name_of = name_of, .ctx = ctx};
+    int      dup = 0;
+    for (size_t i = 0; i < n && !dup; i++)
+        dup = k3_names_add(&t, i, NULL) != 0;
+    k3_names_free(&t);
     return dup;
 }
 
@@ -358,7 +347,7 @@ int wm_scan(char *text, size_t len, wm_map *out, size_t *at) {
     if (len > UINT32_MAX - 1)
         goto stop;
     ws(&c);
-    if (object(&c, 0, out) || c.i != c.n || !c.found || has_duplicate(out))
+    if (object(&c, 0, out) || c.i != c.n || !c.found || has_duplicate(entry_name, out->e, out->n))
         goto stop;
     return 0;
 stop:
