@@ -427,6 +427,42 @@ static void header_via_st_open(void) {
             "with an index naming 2 of the shard's 10,002 entries: those 2 kept (%d tensors; %s)",
             d ? st_n_tensors(d) : -1, st ? k3_errmsg() : "ok");
     st_close(d);
+    /* the index against the headers: each error names the file, the tensor and the shards */
+    tsf_add(&w, "a", "F32", 1, (int64_t[]){2}, NULL);
+    tsf_add(&w, "z", "F32", 1, (int64_t[]){1}, NULL);
+    snprintf(p, sizeof p, "%s/s2.safetensors", dir);
+    T_CHECK(tsf_write(&w, p) == 0, "a second shard (a, z) written");
+    static const struct {
+        const char *what, *index, *want; /* want NULL: opens */
+    } x[] = {
+        {"a tensor the header lacks",
+         "{\"weight_map\": {\"a\": \"s1.safetensors\", \"c\": \"s1.safetensors\"}}",
+         "s1.safetensors: tensor 'c' is in the index but not in the shard's header"},
+        {"a tensor mapped to another shard",
+         "{\"weight_map\": {\"pad.0\": \"s1.safetensors\", \"b\": \"s2.safetensors\", \"z\": "
+         "\"s2.safetensors\"}}",
+         "model.safetensors.index.json: tensor 'b' is mapped to s2.safetensors but stored in s1.safetensors"},
+        {"a tensor in two shards", "{\"weight_map\": {\"a\": \"s1.safetensors\", \"z\": \"s2.safetensors\"}}",
+         "s2.safetensors: tensor 'a' is also in s1.safetensors"},
+        {"names with the prefix the headers lack",
+         "{\"weight_map\": {\"language_model.b\": \"s1.safetensors\", \"z\": \"s2.safetensors\"}}", NULL},
+    };
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++) {
+        tsf_bytes(p, x[i].index, strlen(x[i].index));
+        d  = NULL;
+        st = st_open(dir, &d);
+        if (x[i].want)
+            T_CHECK(st == K3_ERR_FORMAT && !d && !strcmp(k3_errmsg(), x[i].want), "%s: refused (%s)",
+                    x[i].what, k3_errmsg());
+        else
+            T_CHECK(st == K3_OK && st_n_tensors(d) == 2 && st_find(d, "b") && st_find(d, "z") &&
+                        !st_find(d, "a"),
+                    "%s: opens with the 2 tensors the index names (%s)", x[i].what, st ? k3_errmsg() : "ok");
+        st_close(d);
+    }
+    snprintf(p, sizeof p, "%s/s2.safetensors", dir);
+    unlink(p);
     char q[700];
     snprintf(p, sizeof p, "%s/s1.safetensors", dir);
     snprintf(q, sizeof q, "%s/model.safetensors", dir);

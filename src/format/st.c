@@ -385,7 +385,9 @@ typedef struct shard_load {
     const char     *file;
     uint64_t        data_start, data_size;
     const k3_names *index; /* the index's names (NULL: no index, every entry is a tensor) */
-    hdr_entry      *ents;  /* every entry's range (the overlap check) */
+    int            *found; /* [index's items]: 1 + the shard that first held the item, or 0 */
+    size_t          n_found;
+    hdr_entry      *ents; /* every entry's range (the overlap check) */
     size_t          ne, cap;
     k3_status       st; /* the first entry's error */
 } shard_load;
@@ -410,8 +412,11 @@ static int take_entry(void *ud, const wm_tensor *w) {
         L->ents = n, L->cap = nc;
     }
     L->ents[L->ne++] = e;
-    if (is_vision(w->name) || (L->index && k3_names_find(L->index, strip_prefix(w->name)) < 0))
+    long item        = L->index ? k3_names_find(L->index, strip_prefix(w->name)) : -1;
+    if (is_vision(w->name) || (L->index && item < 0))
         return 0;
+    if (item >= 0 && !L->found[item])
+        L->found[item] = L->si + 1;
     if (!(t.name = k3_strdup(strip_prefix(w->name)))) {
         L->st = k3_err(K3_ERR_NOMEM, "%s: out of memory", L->file);
         return 0;
@@ -428,7 +433,7 @@ static int take_entry(void *ud, const wm_tensor *w) {
 /* Parse and validate the header of shard si (shard_check ran) and record its text tensors (those
  * the index names, when there is one: index). The scanner of wmap.h reads it without a tree; what
  * it leaves (or stops at) jansson parses again from the file, with the same checks after. */
-static k3_status load_shard(st_dir *d, int si, const k3_names *index) {
+static k3_status load_shard(st_dir *d, int si, const k3_names *index, int *found, size_t n_found) {
     st_shard   *sh   = &d->shards[si];
     const char *file = sh->name;
     k3_status   st   = K3_OK;
@@ -441,7 +446,9 @@ static k3_status load_shard(st_dir *d, int si, const k3_names *index) {
                         .file       = file,
                         .data_start = 8 + hlen,
                         .data_size  = sh->size - 8 - hlen,
-                        .index      = index};
+                        .index      = index,
+                        .found      = found,
+                        .n_found    = n_found};
     size_t      at;
     hbuf = k3_malloc((size_t)hlen + 1);
     if (!hbuf) {
@@ -457,8 +464,11 @@ static k3_status load_shard(st_dir *d, int si, const k3_names *index) {
         for (int i = mark; i < d->n_tensors; i++)
             free((void *)(uintptr_t)d->tensors[i].name);
         d->n_tensors = mark;
-        L.ne         = 0;
-        L.st         = K3_OK;
+        for (size_t i = 0; i < n_found; i++)
+            if (found[i] == si + 1)
+                found[i] = 0;
+        L.ne = 0;
+        L.st = K3_OK;
         if ((st = pread_all(sh->fd, sh->path, hbuf, hlen, 8, NULL)))
             goto fail;
         json_error_t jerr;
@@ -628,6 +638,7 @@ k3_status st_open(const char *dir, st_dir **out) {
     k3_status st    = K3_OK;
     wm_map    wm    = {0};
     k3_names  names = {0};  /* wm's names */
+    int      *found = NULL; /* [wm.n] (shard_load.found) */
     int      *wms   = NULL; /* [wm.n] each entry's shard */
     char     *ipath = NULL;
     st_dir   *d     = k3_calloc(1, sizeof *d);
@@ -669,6 +680,10 @@ k3_status st_open(const char *dir, st_dir **out) {
             goto fail;
     if (wm.n) { /* the names the index gives (without the prefix): the headers' entries kept */
         names.name_of = wm_name, names.ctx = &wm;
+        if (!(found = calloc(wm.n, sizeof *found))) {
+            st = k3_err(K3_ERR_NOMEM, "model.safetensors.index.json: out of memory");
+            goto fail;
+        }
         for (size_t i = 0; i < wm.n; i++)
             if (k3_names_add(&names, i, NULL) < 0) {
                 st = k3_err(K3_ERR_NOMEM, "model.safetensors.index.json: out of memory");
@@ -676,7 +691,7 @@ k3_status st_open(const char *dir, st_dir **out) {
             }
     }
     for (int i = 0; i < d->n_shards; i++)
-        if (d->shards[i].text && (st = load_shard(d, i, wm.n ? &names : NULL)))
+        if (d->shards[i].text && (st = load_shard(d, i, wm.n ? &names : NULL, found, wm.n)))
             goto fail;
 
     if (d->n_tensors > 1) /* qsort with a NULL base (no text tensor at all) is undefined */
@@ -692,20 +707,25 @@ k3_status st_open(const char *dir, st_dir **out) {
         const char *key = wm.e[i].name;
         if (is_vision(key))
             continue;
-        const st_tensor *t = st_find(d, key);
-        if (!t) {
+        int at = found[i]; /* 0 also for a name given again with the prefix: its first item's */
+        if (!at) {
+            long f = k3_names_find(&names, strip_prefix(key));
+            at     = f >= 0 ? found[f] : 0;
+        }
+        if (!at) {
             st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is in the index but not in the shard's header",
                         d->shards[wms[i]].name, key);
             goto fail;
         }
-        if (t->shard != wms[i]) {
+        if (at - 1 != wms[i]) {
             st = k3_err(K3_ERR_FORMAT,
                         "model.safetensors.index.json: tensor '%s' is mapped to %s but stored in %s", key,
-                        d->shards[wms[i]].name, d->shards[t->shard].name);
+                        d->shards[wms[i]].name, d->shards[at - 1].name);
             goto fail;
         }
     }
     k3_names_free(&names);
+    free(found);
     wm_free(&wm);
     free(wms);
     free(ipath);
@@ -713,6 +733,7 @@ k3_status st_open(const char *dir, st_dir **out) {
     return K3_OK;
 fail:
     k3_names_free(&names);
+    free(found);
     wm_free(&wm);
     free(wms);
     free(ipath);
