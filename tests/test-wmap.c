@@ -344,6 +344,10 @@ static void headers(void) {
         {"-0 (jansson reads 0)", "{\"a\":{\"dtype\":\"U8\",\"shape\":[-0],\"data_offsets\":[0,0]}}", 1},
         {"a negative dimension", "{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", 2},
         {"a real dimension", "{\"a\":{\"dtype\":\"U8\",\"shape\":[2.0],\"data_offsets\":[0,2]}}", 2},
+        {"a real of 22 digits",
+         "{\"a\":{\"dtype\":\"U8\",\"shape\":[2555555555555555055555.5],"
+         "\"data_offsets\":[0,2]}}",
+         2},
         {"an exponent", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1e0]}}", 2},
         {"nine dimensions", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
          2},

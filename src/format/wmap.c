@@ -379,12 +379,12 @@ static int integer(scan *c, int64_t *v) {
     size_t j = c->i;
     if (j >= c->n || c->s[j] == '-' || number(c))
         return -1;
-    int64_t x = 0;
-    for (; j < c->i; j++) {
-        if (c->s[j] < '0' || c->s[j] > '9')
-            return -1; /* a fraction or an exponent: a real */
+    for (size_t k = j; k < c->i; k++)
+        if (c->s[k] < '0' || c->s[k] > '9')
+            return -1; /* a fraction or an exponent: a real (of any length) */
+    int64_t x = 0;     /* all digits: number() allowed at most 18 */
+    for (; j < c->i; j++)
         x = x * 10 + (c->s[j] - '0');
-    }
     *v = x;
     return 0;
 }
