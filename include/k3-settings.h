@@ -33,9 +33,9 @@
 
 #define K3_SETTINGS(X)                                                                                       \
     /* ---- the conversation: flags, slash commands, API fields ---- */                                      \
-    X(TEMP, NUM, 0, 2, 0.6, NULL, "X", NULL, "temp", "temp", "temperature",                                  \
+    X(TEMP, NUM, 0, 2, 1, NULL, "X", NULL, "temp", "temp", "temperature",                                    \
       "sampling temperature, 0 = greedy")                                                                    \
-    X(TOP_P, NUM, 0, 1, 0.95, NULL, "X", NULL, "top-p", "top-p", "top_p",                                    \
+    X(TOP_P, NUM, 0, 1, 1, NULL, "X", NULL, "top-p", "top-p", "top_p",                                       \
       "nucleus sampling: keep the smallest set of tokens with probability >= X")                             \
     X(THINK, BOOL, 0, 1, 1, NULL, NULL, NULL, "think", "think", "enable_thinking", "thinking mode")          \
     X(EFFORT, ENUM, 0, 2, 2, "low|high|max", NULL, NULL, "effort", "effort", "reasoning_effort",             \
@@ -76,7 +76,7 @@
     X(SERVE_CHUNK, INT, 0, 1048576, 0, NULL, "N", "K3_SERVE_CHUNK", NULL, NULL, NULL,                        \
       "prompt tokens per prefill step of a --serve slot (0: the prefill window)")                            \
     X(SERVE_SCRIPT, TEXT, 0, 0, NAN, NULL, "FILE", "K3_SERVE_SCRIPT", NULL, NULL, NULL,                      \
-      "tool-call script of --serve (tests)")                                                                 \
+      "--serve takes its answers' tokens from FILE, not sampled (tests)")                                    \
     /* ---- the model: weights, memory, experts ---- */                                                      \
     X(BITS, INT, 4, 32, 8, "4|8|32", "N", "K3_BITS", NULL, NULL, NULL,                                       \
       "weight format of the KDA, latent, shared and dense matrices")                                         \
@@ -102,7 +102,8 @@
       "memory the fit plans for, in GB (unset: MemAvailable or the cgroup limit)")                           \
     X(TOPP, NUM, 0.001, 1, 1, NULL, "X", "K3_TOPP", NULL, NULL, NULL,                                        \
       "share of the routing weight the selected experts keep")                                               \
-    X(DIRECT, BOOL, 0, 1, 1, NULL, NULL, "K3_DIRECT", NULL, NULL, NULL, "O_DIRECT expert reads")             \
+    X(DIRECT, BOOL, 0, 1, 1, NULL, NULL, "K3_DIRECT", NULL, NULL, NULL,                                      \
+      "O_DIRECT reads of experts and large tensors")                                                         \
     X(PIPE, BOOL, 0, 1, 1, NULL, NULL, "K3_PIPE", NULL, NULL, NULL,                                          \
       "read the next expert while one computes")                                                             \
     X(LOAD_THREADS, INT, 1, 256, 4, NULL, "N", "K3_LOAD_THREADS", NULL, NULL, NULL, "expert reader threads") \
@@ -128,12 +129,13 @@
     X(PREFETCH, INT, 0, 1048576, 4096, NULL, "N", "K3_PREFETCH", NULL, NULL, NULL,                           \
       "prefetch distance in bytes")                                                                          \
     X(MV_AHEAD, INT, 0, 64, 1, NULL, "N", "K3_MV_AHEAD", NULL, NULL, NULL,                                   \
-      "rows the matrix-vector kernel reads ahead")                                                           \
+      "tiles of four rows the matrix-vector kernels prefetch ahead")                                         \
     X(MV_SPLIT, BOOL, 0, 1, 0, NULL, NULL, "K3_MV_SPLIT", NULL, NULL, NULL,                                  \
       "split a matrix-vector product's rows")                                                                \
     X(KBLOCK, INT, 0, 1048576, 16, NULL, "N", "K3_KBLOCK", NULL, NULL, NULL,                                 \
-      "column block of the matrix kernels")                                                                  \
-    X(ROWSPLIT, BOOL, 0, 1, 0, NULL, NULL, "K3_ROWSPLIT", NULL, NULL, NULL, "split prefill by rows")         \
+      "K block of the few-column AVX-512 matmul, in 64-byte steps of a row")                                 \
+    X(ROWSPLIT, BOOL, 0, 1, 0, NULL, NULL, "K3_ROWSPLIT", NULL, NULL, NULL,                                  \
+      "threads take the next free block of rows, not fixed shares")                                          \
     X(VK, BOOL, 0, 1, NAN, NULL, NULL, "K3_VK", NULL, NULL, NULL, "the Vulkan tier (unset: on with a GPU)")  \
     X(VK_GB, NUM, 0, 1000000, 0, NULL, "GB", "K3_VK_GB", NULL, NULL, NULL,                                   \
       "device memory budget in GB (0: all)")                                                                 \
@@ -168,7 +170,7 @@
     X(TEST_DIRECT_MIN, INT, 1, 1073741824, NAN, NULL, "N", "K3_TEST_DIRECT_MIN", NULL, NULL, NULL,           \
       "O_DIRECT from this many bytes (tests)")                                                               \
     X(REPACK_KILL_AT, INT, 0, 2147483647, NAN, NULL, "N", "K3_REPACK_KILL_AT", NULL, NULL, NULL,             \
-      "k3-repack dies after this many tensors (tests)")                                                      \
+      "k3-repack kills itself halfway through the N-th shard it writes (tests)")                             \
     /* ---- k3-bench's knobs, read by bench/ only ---- */                                                    \
     X(BENCH_DIR, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_DIR", NULL, NULL, NULL,                             \
       "where k3-bench generates models (unset: /var/tmp; repack: /var/tmp/k3-bench-repack) (benchmarks)")    \

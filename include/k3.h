@@ -69,6 +69,8 @@ typedef struct k3_buf {
 } k3_buf;
 /* Append n bytes of s: 0, or -1 when memory runs out (the buffer keeps what it had, oom is set). */
 int k3_buf_add(k3_buf *b, const char *s, size_t n);
+/* Append printf(fmt, ...) (any length): 0, or -1 when memory runs out or fmt cannot be formatted. */
+int k3_buf_printf(k3_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ==== model and session (load.c, session.c, sample.c) ================== */
 
@@ -107,6 +109,10 @@ typedef struct k3_params {
                             others it may lower (see k3chat(1), MEMORY FIT)                */
     k3_progress_cb progress;
     void          *progress_ud;
+    /* k3_model_open's speed estimate (k3_model_estimate's line, not called when that is empty),
+     * given with progress_ud once config.json and every shard header are checked and before any
+     * weight is read or any cache allocated; NULL: none */
+    void (*estimate)(const char *line, void *ud);
     /* validation hooks (see k3chat(1)); NULL / 0 = off                                  */
     int         n_layers;    /* K3_LAYERS: run only the first N layers (then mix, norm, head) */
     const char *logits_path; /* K3_LOGITS: raw LE f32 (positions, vocab) of every position  */
@@ -127,11 +133,14 @@ k3_status k3_init(void);
 k3_status k3_params_default(k3_params *p);
 
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out);
-/* Before k3_model_open: the expected decode and prefill seconds per token of DIR with P on this
- * machine, one line into buf ("expected speed on this machine: ..."), from config.json and this
- * machine's speed figures (measured in one to two seconds the first time, then cached in
- * $XDG_CACHE_HOME/k3chat/speed). Empty when the plan is under 1 GB (it loads in seconds) or
- * when the open would fail (k3_model_open then says why; the status says so too). */
+/* The expected decode and prefill seconds per token of DIR with P on this machine, one line into
+ * buf ("expected speed on this machine: ..."), from the memory plan and this machine's speed
+ * figures (measured in one to two seconds the first time, then cached in
+ * $XDG_CACHE_HOME/k3chat/speed), measured only once config.json and the shard headers are checked
+ * (a hostile config.json is refused before any kernel runs at its shapes). Empty when the plan is
+ * under 1 GB (it loads in seconds) or when the open would fail (the status says why). It opens
+ * the headers as k3_model_open does: a caller that opens the model next sets P's estimate
+ * callback instead and has the line from that open. */
 k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size_t n);
 void      k3_model_free(k3_model *m);
 
@@ -567,8 +576,8 @@ typedef struct k3_conv_settings {
 
 typedef struct k3_conv k3_conv;
 
-/* Defaults: think on, effort max, max_tokens 0, temp 0.6 / top_p 0.95 (override with the
- * model's generation_config via settings), seed 0. */
+/* Defaults: think on, effort max, max_tokens 0, temp 1 / top_p 1 (the settings table's; override
+ * with the model's generation_config via settings), seed 0. */
 void     k3_conv_settings_default(k3_conv_settings *s);
 k3_conv *k3_conv_new(void); /* NULL on out of memory */
 void     k3_conv_free(k3_conv *c);

@@ -123,6 +123,9 @@ t "23: /system of one byte says 1 byte" 'grep -q "system prompt set (1 byte);" "
 printf '/stats\n/experts 1\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err23b"
 t "23: remote /experts says only that it does not apply (not 'requested' first)" \
     'grep -q "the budget applies to a local model only" "$K3_TMP/err23b" && ! grep -q "GB requested" "$K3_TMP/err23b"'
+printf '/experts 1\n' | "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err23c"
+t "23: ... also as the first line, before the server has answered" \
+    'grep -q "the budget applies to a local model only" "$K3_TMP/err23c" && ! grep -q "GB requested" "$K3_TMP/err23c"'
 t "23: remote /stats without a context size says so (not 'of -1')" \
     'grep -q "context: 0 tokens (the server does not say its size)" "$K3_TMP/err23b" && ! grep -q "of -1" "$K3_TMP/err23b"'
 
@@ -223,15 +226,33 @@ rc=$?
 t "19: --endpoint ftp://x is a usage error naming the URL (status $rc)" \
     '[ $rc -eq 2 ] && grep -q "endpoint: .ftp://x. is not an http:// or https:// URL" "$K3_TMP/err19"'
 
-# 19: K3_EMOJI with a value the full-screen chat refuses is refused in line mode too (status 2)
-printf 'hi\n' | K3_EMOJI=bogus K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >"$K3_TMP/out19" 2>"$K3_TMP/err19b"
-rc=$?
-t "19: K3_EMOJI=bogus in line mode: status 2 naming the value ($rc), nothing sent" \
-    '[ $rc -eq 2 ] && grep -q "K3_EMOJI: .bogus." "$K3_TMP/err19b" && [ ! -s "$K3_TMP/out19" ]'
-K3_EMOJI=bogus K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model --prompt hi >"$K3_TMP/out19c" 2>"$K3_TMP/err19c"
-rc=$?
-t "19: ... and with --prompt (status $rc)" \
-    '[ $rc -eq 2 ] && grep -q "K3_EMOJI: .bogus." "$K3_TMP/err19c" && [ ! -s "$K3_TMP/out19c" ]'
+# 19: a drawing setting the full-screen chat would refuse (K3_EMOJI, K3_HYPERLINKS, a theme it
+# cannot load) is refused in line mode and with --prompt too: status 2 naming it, nothing sent.
+# plain19 NAME PATTERN [VAR=VALUE ...] [-- ARGS]: 'hi' piped to k3chat on the mock
+plain19() {
+    name=$1 want=$2 args=""
+    shift 2
+    # shellcheck disable=SC2163 # "$1" is VAR=VALUE
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do export "$1"; shift; done
+    [ "${1:-}" = -- ] && shift && args="$*"
+    # shellcheck disable=SC2086 # args: words
+    printf 'hi\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" $args /no/model >"$K3_TMP/out19" 2>"$K3_TMP/err19b"
+    rc=$?
+    unset K3_EMOJI K3_HYPERLINKS K3_THEME
+    if [ -z "$want" ]; then
+        t "19: $name is taken (status $rc)" '[ $rc -eq 0 ] && [ -s "$K3_TMP/out19" ]'
+    else
+        t "19: $name: status 2 naming it ($rc), nothing sent" \
+            '[ $rc -eq 2 ] && grep -q "$want" "$K3_TMP/err19b" && [ ! -s "$K3_TMP/out19" ]'
+    fi
+}
+plain19 "K3_EMOJI=bogus in line mode" "K3_EMOJI: .bogus." K3_EMOJI=bogus
+plain19 "K3_EMOJI=bogus with --prompt" "K3_EMOJI: .bogus." K3_EMOJI=bogus -- --prompt hi
+plain19 "K3_HYPERLINKS=yes (it used to count as unset, unsaid)" "K3_HYPERLINKS: .yes. is not 0 or 1" K3_HYPERLINKS=yes
+plain19 "K3_HYPERLINKS=0" "" K3_HYPERLINKS=0
+plain19 "--theme nosuch (line mode ignored it)" "^k3chat: --theme: no theme .nosuch. (themes: .*dark" -- --theme nosuch
+plain19 "K3_THEME=nosuch, named as K3_THEME" "^k3chat: K3_THEME: no theme .nosuch." K3_THEME=nosuch
+plain19 "K3_THEME=light" "" K3_THEME=light
 
 # 11: --prompt reports a cut at --max-tokens as line mode does
 nano="$K3_SRC/models/k3-nano"

@@ -2,7 +2,8 @@
 # with the program: no tracked text refers to a specification outside the repository
 # (../shared/...); every relative link of README.md and doc/*.md names a file that exists; every
 # release figure doc/model-format.md gives for a config.json key ("`key` [value]") equals what
-# `k3-mkmodel --preset release` (the release's config, every figure) writes.
+# `k3-mkmodel --preset release` (the release's config, every figure) writes; k3chat(1)'s example
+# of the memory fit's refusal is what k3chat prints for that release.
 # The man pages render without groff warnings at every line length from 50 to 132 columns.
 import json
 import os
@@ -71,6 +72,24 @@ ok(len(seen) >= 25 and not wrong, "doc/model-format.md: its %d release figures o
    "`k3-mkmodel --preset release` (%r)" % (len(seen), wrong[:4]))
 ok(str(cfg.get("eos_token_id")) in model_doc and "163586" in open(os.path.join(SRC, "doc", "chat-format.md")).read()
    and cfg.get("eos_token_id") == 163586, "the eos id the documents give is the release's (%r)" % cfg.get("eos_token_id"))
+# k3chat(1) MEMORY FIT's example refusal ("the release on a 24 GB machine") is what k3chat prints
+# for the release's config with K3_MEM_GB=24: it refuses from config.json alone, before any shard
+# is read, so the whole preset (sparse, seconds to write) costs no compute
+man1 = open(os.path.join(SRC, "man", "k3chat.1"), encoding="utf-8").read()
+m = re.search(r"For example, the release on a 24 GB machine:\n\.PP\n\.nf\n\.RS\n(.*?)\n\.RE\n", man1, re.S)
+want = " ".join(m.group(1).split()) if m else "(no example in the man page)"
+full = os.path.join(T, "release")
+p = subprocess.run([os.path.join(B, "k3-mkmodel"), "--preset", "release", "--quiet", full],
+                   capture_output=True, timeout=300)
+got = ""
+if p.returncode == 0:
+    p = subprocess.run([os.path.join(B, "k3chat"), full, "--prompt", "hi"], capture_output=True, timeout=120,
+                       env=dict(os.environ, K3_MEM_GB="24", HOME=T, XDG_DATA_HOME=T, XDG_CACHE_HOME=T))
+    err = p.stderr.decode(errors="replace")
+    got = " ".join(err[err.find("memory: "):].split()) if "memory: " in err else err.strip()[:300]
+shutil.rmtree(full, ignore_errors=True)
+ok(m is not None and got == want, "k3chat(1) MEMORY FIT: the example refusal of the release at K3_MEM_GB=24 is "
+   "what k3chat prints (%r)" % (got if got != want else "")[:400])
 # the man pages render without a groff warning (-ww) at every width a terminal may give man,
 # not only the default 80 columns: a long token with no break point leaves a line troff cannot
 # adjust at some widths (79 columns once), and -Tascii (man in a C locale) lacks the chat's glyphs

@@ -63,6 +63,17 @@ done
 for o in $(cat "$T/man" "$T/helpopts" | sort -u); do
     grep -qx -- "$o" "$T/getopt"; check $? "--$o (in --help or the man page) is a real option"
 done
+# the k3chat command lines README.md, the k3-nano card, doc/ and the man page's EXAMPLES show use
+# real options only (a renamed option would leave them failing as written)
+{ grep -ohE '`[^`]*k3chat [^`]*`' "$S/README.md" "$S/models/k3-nano/README.md" "$S"/doc/*.md
+  grep -hE '^    .*k3chat ' "$S/README.md" "$S/models/k3-nano/README.md"
+  sed -n '/^\.SH EXAMPLES/,/^\.SH /p' "$S/man/k3chat.1" | sed 's/\\-/-/g' | grep 'k3chat '; } |
+    grep -oE -- 'k3chat .*' | grep -oE -- ' --[a-z][a-z0-9-]*' | sed 's/^ --//' | sort -u >"$T/docopts"
+n=$(wc -l <"$T/docopts")
+[ "$n" -ge 10 ]; check $? "README, the k3-nano card, doc/ and EXAMPLES show k3chat command lines ($n options)"
+for o in $(cat "$T/docopts"); do
+    grep -qx -- "$o" "$T/getopt"; check $? "--$o (in a k3chat command line of the documents) is a real option"
+done
 
 # ---- the man pages render without warnings ----
 if command -v groff >/dev/null 2>&1; then

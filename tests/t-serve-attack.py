@@ -178,6 +178,7 @@ try:
     details = [
         ("temperature 2.0000001", chat(temperature=2.0000001), "'2.0000001' is not a number in 0..2"),
         ("max_tokens 2000000000", chat(max_tokens=2000000000), "1 to 1000000000"),
+        ("seed -1", chat(seed=-1), "seed: '-1' is not an integer in 0..9223372036854775807"),
         ("response_format yaml", chat(response_format={"type": "yaml"}), "response_format.type"),
         ("frequency_penalty 'abc'", chat(frequency_penalty="abc"), "frequency_penalty"),
         ("presence_penalty 0.5", chat(presence_penalty=0.5), "presence_penalty"),

@@ -101,7 +101,10 @@ static void config_cases(void) {
     T_CHECK(c.bos_id == 1 && c.eos_id == 2 && c.pad_id == 0 && !strcmp(c.model_type, "kimi_k3"),
             "top-level ids");
     T_CHECK(c.mxfp4_group == 32, "MXFP4 group 32");
-    T_CHECK(c.gen_temp == 1.0f && c.gen_top_p == 1.0f, "no generation_config.json: 1.0 / 1.0");
+    T_CHECK(c.gen_temp == 1.0f && c.gen_top_p == 1.0f &&
+                c.gen_temp == (float)k3_setting(K3_SETTING_TEMP)->def &&
+                c.gen_top_p == (float)k3_setting(K3_SETTING_TOP_P)->def,
+            "no generation_config.json: 1.0 / 1.0, the settings table's defaults (what --help says)");
 
     char p[800];
     snprintf(p, sizeof p, "%s/generation_config.json", dir);

@@ -1,6 +1,8 @@
 /* test-settings.c: the table of settings (include/k3-settings.h, src/base/settings.c): one parser
  * per type with one message format, and the table held against what users read: `/help`,
- * `k3chat --help` and the man page's OPTIONS, SLASH COMMANDS and ENVIRONMENT lists; and against
+ * `k3chat --help` and the man page's OPTIONS, SLASH COMMANDS and ENVIRONMENT lists (every slash
+ * command of cmd.c, settings or not, tagged with /help's usage, and no entry that is not one; the
+ * figures of ENVIRONMENT; the color roles of THEMES; the keys of KEYS and /help); and against
  * the sources: no K3_ variable is read around the table (engine, front ends, tools, k3-bench). */
 #include "cmd.h"
 #include "config.h"
@@ -9,6 +11,7 @@
 #include "kern-impl.h"
 #include "settings.h"
 #include "test.h"
+#include "theme.h"
 
 #include <ftw.h>
 #include <stdio.h>
@@ -201,6 +204,179 @@ static int has_word(const char *s, const char *word) {
     return 0;
 }
 
+/* The tag of each ".TP" entry of a man section, as it renders: the macro (.B, .BI, .BR) dropped,
+ * quotes removed, runs of spaces made one ("/save [--force] [FILE]"); n tags at most. */
+static int man_tags(const char *sec, char tags[][128], int n) {
+    int k = 0;
+    for (const char *p = sec; k < n && (p = strstr(p, "\n.TP\n")); p += 4) {
+        const char *q = p + 5, *eol = strchr(q, '\n');
+        if (*q != '.' || !eol)
+            continue;
+        q += strcspn(q, " ");
+        size_t o = 0;
+        for (; q < eol && o < sizeof tags[k] - 1; q++)
+            if (*q != '"' && !(*q == ' ' && (o == 0 || tags[k][o - 1] == ' ')))
+                tags[k][o++] = *q;
+        while (o > 0 && tags[k][o - 1] == ' ')
+            o--;
+        tags[k++][o] = 0;
+    }
+    return k;
+}
+
+/* Every slash command cmd.c knows has its entry in the man page's SLASH COMMANDS, tagged with its
+ * usage as /help gives it ("/copy [N] [code [K]]"), and a line of /help; every entry there is a
+ * command. */
+static void check_man_commands(const char *slash, const char *help) {
+    static char tags[64][128];
+    int         n = man_tags(slash, tags, 64);
+    for (int k = 0; k < CMD_N; k++) {
+        char usage[128], w[160];
+        cmd_usage(k, usage, sizeof usage);
+        int found = 0;
+        for (int i = 0; i < n; i++)
+            found |= !strcmp(tags[i], usage);
+        T_CHECK(found, "man SLASH COMMANDS has an entry '%s', /help's usage", usage);
+        snprintf(w, sizeof w, "\n  %s ", usage);
+        T_CHECK(strstr(help, w) != NULL, "/help has a line for %s", usage);
+    }
+    for (int i = 0; i < n; i++) {
+        char   name[64];
+        size_t k = strcspn(tags[i] + 1, " ");
+        snprintf(name, sizeof name, "%.*s", (int)k, tags[i] + 1);
+        int known = 0;
+        for (int c = 0; c < CMD_N; c++)
+            known |= !strcmp(cmd_name(c), name);
+        T_CHECK(tags[i][0] == '/' && known, "man SLASH COMMANDS' entry '%s' is a command of cmd.c", tags[i]);
+    }
+    T_CHECK(n >= CMD_N, "man SLASH COMMANDS: %d entries for %d commands", n, CMD_N);
+}
+
+/* The text of the ENVIRONMENT entry whose tag names variable name (".B K3_X", ".BI K3_X= N"), up
+ * to the next .TP or .PP; *len its length. NULL when the variable has no entry of its own. */
+static const char *man_env_entry(const char *env, const char *name, size_t *len) {
+    size_t n = strlen(name);
+    for (const char *p = env; (p = strstr(p, "\n.TP\n")); p += 4) {
+        const char *q = p + 5;
+        q += strcspn(q, " \n");
+        if (*q != ' ' || strncmp(q + 1, name, n))
+            continue;
+        char c = q[1 + n];
+        if (c == '_' || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+            continue;
+        const char *e = strstr(q, "\n.TP\n"), *pp = strstr(q, "\n.PP\n");
+        if (!e || (pp && pp < e))
+            e = pp;
+        *len = e ? (size_t)(e - q) : strlen(q);
+        return q;
+    }
+    return NULL;
+}
+
+/* The figures the man page's ENVIRONMENT states for a numeric variable are the table's: every
+ * range "LO..HI" in its entry is the row's, every "default N" the row's default. */
+static void check_man_env_figures(const char *env) {
+    int n_checked = 0;
+    for (int i = 0; i < K3_SETTING_N; i++) {
+        const k3_setting_row *r = k3_setting(i);
+        size_t                len;
+        const char           *t = r->env ? man_env_entry(env, r->env, &len) : NULL;
+        if (!t || !(r->type == K3_TYPE_NUM || (r->type == K3_TYPE_INT && !r->choices)))
+            continue;
+        char *entry = strndup(t, len);
+        for (const char *p = entry; (p = strstr(p, "..")); p += 2) {
+            const char *a = p;
+            while (a > entry && ((a[-1] >= '0' && a[-1] <= '9') || a[-1] == '.'))
+                a--;
+            if (a == p || !(p[2] >= '0' && p[2] <= '9'))
+                continue;
+            double lo = strtod(a, NULL), hi = strtod(p + 2, NULL);
+            T_CHECK(lo == r->lo && hi == r->hi,
+                    "man ENVIRONMENT: %s's range %.15g..%.15g is the table's %.15g..%.15g", r->env, lo, hi,
+                    r->lo, r->hi);
+            n_checked++;
+        }
+        for (const char *p = entry; !isnan(r->def) && (p = strstr(p, "default ")); p += 8)
+            if (p[8] >= '0' && p[8] <= '9') {
+                double d = strtod(p + 8, NULL);
+                T_CHECK(d == r->def, "man ENVIRONMENT: %s's default %.15g is the table's %.15g", r->env, d,
+                        r->def);
+                n_checked++;
+            }
+        free(entry);
+    }
+    T_CHECK(n_checked >= 20, "man ENVIRONMENT: %d ranges and defaults compared with the table", n_checked);
+}
+
+/* The keys a text names: "Ctrl-X", "Alt-X", "Fn", "PgUp", "PgDn", "Enter", "Tab", with the short
+ * forms /help uses spelt out ("Ctrl-A/E/B" is Ctrl-A, Ctrl-E, Ctrl-B); each key once, "|" after
+ * each, into out. */
+static void key_names(const char *s, char *out, size_t n) {
+    out[0] = 0;
+    for (const char *p = s; *p; p++) {
+        char   key[32], pre[8] = "";
+        size_t k = 0;
+        if (p > s && ((p[-1] >= 'A' && p[-1] <= 'Z') || (p[-1] >= 'a' && p[-1] <= 'z')))
+            continue; /* inside a word */
+        if (!strncmp(p, "Ctrl-", 5) || !strncmp(p, "Alt-", 4))
+            snprintf(pre, sizeof pre, "%.*s", *p == 'C' ? 5 : 4, p);
+        else if (!(*p == 'F' && p[1] >= '1' && p[1] <= '9') && strncmp(p, "PgUp", 4) &&
+                 strncmp(p, "PgDn", 4) && strncmp(p, "Enter", 5) && strncmp(p, "Tab", 3))
+            continue;
+        const char *q = p + strlen(pre);
+        for (;;) { /* the key, then each "/Y" that adds the same modifier to Y */
+            k = 0;
+            while (k < 16 && ((q[k] >= 'A' && q[k] <= 'Z') || (q[k] >= 'a' && q[k] <= 'z') ||
+                              (q[k] >= '0' && q[k] <= '9')))
+                k++;
+            snprintf(key, sizeof key, "%s%.*s|", pre, (int)k, q);
+            if (k && !strstr(out, key) && strlen(out) + strlen(key) < n)
+                strcat(out, key);
+            q += k;
+            if (!pre[0] || *q != '/' || !strncmp(q + 1, "Ctrl-", 5) || !strncmp(q + 1, "Alt-", 4))
+                break;
+            q++;
+        }
+        p = q - 1;
+    }
+}
+
+/* The keys /help lists and the ones the man page's KEYS section names are the same: each key of
+ * /help is in KEYS, each key a KEYS entry is tagged with is in /help. */
+static void check_man_keys(const char *keys, const char *help) {
+    char        hk[1024], mk[1024], tk[1024], tags[1024] = "";
+    const char *at = strstr(help, "\nKeys:\n");
+    T_CHECK(at != NULL, "/help has a Keys: list");
+    if (!at)
+        return;
+    key_names(at, hk, sizeof hk);
+    key_names(keys, mk, sizeof mk);
+    for (const char *p = keys; *p; p++) { /* each ".TP" line, the section's first one included */
+        if (strncmp(p, ".TP\n", 4) || (p > keys && p[-1] != '\n'))
+            continue;
+        const char *q = p + 4, *eol = strchr(q, '\n');
+        if (eol && strlen(tags) + (size_t)(eol - q) + 2 < sizeof tags)
+            strncat(tags, q, (size_t)(eol - q)), strcat(tags, "\n");
+    }
+    key_names(tags, tk, sizeof tk);
+    int n = 0;
+    for (char *k = hk, *e; (e = strchr(k, '|')); k = e + 1, n++) {
+        *e = 0;
+        char w[40];
+        snprintf(w, sizeof w, "%.32s|", k);
+        T_CHECK(strstr(mk, w) != NULL, "man KEYS names /help's key %s", k);
+        *e = '|';
+    }
+    for (char *k = tk, *e; (e = strchr(k, '|')); k = e + 1) {
+        *e = 0;
+        char w[40];
+        snprintf(w, sizeof w, "%.32s|", k);
+        T_CHECK(strstr(hk, w) != NULL, "/help lists the man KEYS entry %s", k);
+        *e = '|';
+    }
+    T_CHECK(n >= 25, "/help's Keys: %d keys compared with the man page", n);
+}
+
 static void check_docs(void) {
     /* /help: every setting command, with its row's doc */
     const char *help = chat_help_text();
@@ -264,7 +440,24 @@ static void check_docs(void) {
     if (!man)
         return;
     char *opts = man_section(man, "OPTIONS"), *slash = man_section(man, "SLASH COMMANDS"),
-         *env = man_section(man, "ENVIRONMENT");
+         *env = man_section(man, "ENVIRONMENT"), *themes = man_section(man, "THEMES");
+    /* THEMES: every color role of the theme table is named, and every md- word is a role */
+    T_CHECK(themes != NULL, "man page section THEMES");
+    for (int r = 0; themes && r < THM_N; r++)
+        T_CHECK(has_word(themes, thm_role_name((enum thm_role)r)), "man THEMES names the role %s",
+                thm_role_name((enum thm_role)r));
+    for (const char *p = themes; p && (p = strstr(p, "md-")); p += 3) {
+        char   w[64];
+        size_t k = 0;
+        while (k < sizeof w - 1 && ((p[k] >= 'a' && p[k] <= 'z') || p[k] == '-'))
+            w[k] = p[k], k++;
+        w[k]      = 0;
+        int known = 0;
+        for (int r = 0; r < THM_N; r++)
+            known |= !strcmp(w, thm_role_name((enum thm_role)r));
+        T_CHECK(known, "man THEMES' %s is a role of the theme table", w);
+    }
+    free(themes);
     T_CHECK(opts && slash && env, "man page sections OPTIONS, SLASH COMMANDS, ENVIRONMENT");
     if (opts && slash && env) {
         for (int i = 0; i < K3_SETTING_N; i++) {
@@ -311,6 +504,13 @@ static void check_docs(void) {
                 row |= k3_setting(i)->env && !strcmp(k3_setting(i)->env, name);
             T_CHECK(row, "man ENVIRONMENT's %s is a row of the settings table", name);
         }
+        check_man_commands(slash, help);
+        check_man_env_figures(env);
+        char *keys = man_section(man, "KEYS");
+        T_CHECK(keys != NULL, "man page section KEYS");
+        if (keys)
+            check_man_keys(keys, help);
+        free(keys);
     }
     free(opts);
     free(slash);

@@ -72,6 +72,43 @@ static void check_hugepages(void) {
     free(q);
 }
 
+static const char *name_at(const void *names, size_t i) {
+    return ((const char *const *)names)[i];
+}
+
+/* k3_names: the one duplicate-name table of the format code (index, headers, st-write). */
+static void check_names(void) {
+    enum { N = 5000 };
+    static char        buf[N][16];
+    static const char *names[N + 1];
+    for (int i = 0; i < N; i++) {
+        snprintf(buf[i], sizeof buf[i], "w.%d", i);
+        names[i] = buf[i];
+    }
+    k3_names t = {.name_of = name_at, .ctx = names};
+    T_CHECK(k3_names_find(&t, "w.1") == -1, "an empty table finds nothing");
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += k3_names_add(&t, (size_t)i, NULL) != 0;
+    T_CHECK(!bad && t.n == N && t.cap >= 2 * N,
+            "%d distinct names added through its growth (%d refused, %zu "
+            "slots)",
+            N, bad, t.cap);
+    int miss = 0;
+    for (int i = 0; i < N; i++)
+        miss += k3_names_find(&t, buf[i]) != i;
+    T_CHECK(!miss, "each name finds its own item (%d wrong)", miss);
+    T_CHECK(k3_names_find(&t, "w.5000") == -1 && k3_names_find(&t, "w.") == -1 && k3_names_find(&t, "") == -1,
+            "names not added are not found");
+    char again[16] = "w.4321";
+    names[N]       = again; /* the same text at another address */
+    size_t dup     = 0;
+    T_CHECK(k3_names_add(&t, N, &dup) == 1 && dup == 4321 && t.n == N,
+            "a name added again is refused, naming the item that has it (%zu)", dup);
+    k3_names_free(&t);
+    T_CHECK(!t.slot && !t.cap && !t.n && k3_names_find(&t, "w.1") == -1, "freed: empty again");
+}
+
 int main(void) {
     k3_status st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is bad", "x.safetensors", "w");
     T_CHECK(st == K3_ERR_FORMAT, "k3_err returns its status");
@@ -99,6 +136,7 @@ int main(void) {
             "k3_buf_add: an impossible size fails, sets oom and leaves the buffer as it was");
     T_CHECK(k3_buf_add(&b, "", 0) == 0 && b.n == 3000, "k3_buf_add: an empty append is fine");
     free(b.p);
+    check_names();
     check_hugepages();
     return t_done();
 }

@@ -13,6 +13,7 @@
 #include "test.h"
 #include "wmap.h"
 
+#include <jansson.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -147,6 +148,25 @@ static void tricky(void) {
     ONE("a UTF-8 byte order mark", "\xef\xbb\xbf{\"weight_map\": {\"a\": \"s\"}}", STOP, J_ERR, -1, 0, 0);
 }
 
+/* base (n bytes) into t with damage r of a series: by r % 3, one byte changed to one of the
+ * characters that matter to a JSON reader, one removed, or the text cut; its length. */
+static size_t damage(const char *base, size_t n, char *t, unsigned *seed, int r) {
+    static const char pick[] = "{}[]\",:\\u0aZ \n\t\x01\x80\xc3\xed\xf4-+.eE9";
+    memcpy(t, base, n);
+    *seed      = *seed * 1103515245u + 12345u;
+    size_t pos = (*seed >> 8) % n;
+    *seed      = *seed * 1103515245u + 12345u;
+    if (r % 3 == 0) {
+        t[pos] = pick[(*seed >> 8) % (sizeof pick - 1)];
+        return n;
+    }
+    if (r % 3 == 1) {
+        memmove(t + pos, t + pos + 1, n - pos - 1);
+        return n - 1;
+    }
+    return pos;
+}
+
 /* Random damage to a valid index: a byte changed to one of the characters that matter, one
  * removed, or the text cut. The scanner may stop where jansson accepts (it then decides), never
  * read what jansson refuses, never give other entries. */
@@ -157,28 +177,12 @@ static void damaged(void) {
         "    \"na\\u00efve\\ud83d\\ude00\": \"model-00002-of-000096.safetensors\",\n"
         "    \"esc\\\"\\\\\\/\\n\": \"model-00002-of-000096.safetensors\",\n"
         "    \"vision_tower.x\": \"model-00096-of-000096.safetensors\"\n  }\n}\n";
-    static const char pick[] = "{}[]\",:\\u0aZ \n\t\x01\x80\xc3\xed\xf4-+.eE9";
-    size_t            n      = sizeof base - 1;
-    char             *t = malloc(n + 1), *copy = malloc(n + 1);
-    int               agree = 0, scan_more = 0, jansson_only = 0, both_refuse = 0, bad = 0;
-    unsigned          seed = 12345;
+    size_t   n = sizeof base - 1;
+    char    *t = malloc(n + 1), *copy = malloc(n + 1);
+    int      agree = 0, scan_more = 0, jansson_only = 0, both_refuse = 0, bad = 0;
+    unsigned seed = 12345;
     for (int r = 0; r < 3000; r++) {
-        memcpy(t, base, n);
-        size_t len = n;
-        seed       = seed * 1103515245u + 12345u;
-        size_t pos = (seed >> 8) % n;
-        seed       = seed * 1103515245u + 12345u;
-        switch (r % 3) {
-        case 0:
-            t[pos] = pick[(seed >> 8) % (sizeof pick - 1)];
-            break;
-        case 1:
-            memmove(t + pos, t + pos + 1, n - pos - 1);
-            len = n - 1;
-            break;
-        default:
-            len = pos;
-        }
+        size_t len = damage(base, n, t, &seed, r);
         memcpy(copy, t, len);
         wm_map    s = {0}, j = {0};
         size_t    at;
@@ -248,6 +252,235 @@ static void via_st_open(void) {
     }
 }
 
+/* ==== shard headers (wm_scan_header) ==== */
+
+/* The entries as text, one line each: name, dtype, shape, data_offsets. */
+static void put_entry(k3_buf *b, const char *name, const char *dtype, int nd, const int64_t *shape,
+                      uint64_t begin, uint64_t end) {
+    char t[64];
+    (void)k3_buf_add(b, name, strlen(name) + 1); /* the NUL: names may hold any other byte */
+    (void)k3_buf_add(b, dtype, strlen(dtype) + 1);
+    for (int i = 0; i < nd; i++)
+        (void)k3_buf_add(b, t, (size_t)snprintf(t, sizeof t, "%lld,", (long long)shape[i]));
+    (void)k3_buf_add(
+        b, t,
+        (size_t)snprintf(t, sizeof t, "|%llu-%llu\n", (unsigned long long)begin, (unsigned long long)end));
+}
+
+static int scan_cb(void *ud, const wm_tensor *t) {
+    put_entry(ud, t->name, t->dtype, t->ndim, t->shape, t->begin, t->end);
+    return 0;
+}
+
+/* jansson's reading as st.c's full parse takes it: 0 and the entries, or -1 (refused: not JSON, a
+ * duplicate key, or an entry not of the form: dtype a string, shape at most 8 non-negative
+ * integers, data_offsets two) */
+static int jansson_header(const char *text, size_t len, k3_buf *out) {
+    json_error_t e;
+    json_t      *jroot = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);
+    int          bad   = !json_is_object(jroot);
+    const char  *key;
+    json_t      *v;
+    if (!bad)
+        json_object_foreach(jroot, key, v) {
+            if (!strcmp(key, "__metadata__"))
+                continue;
+            json_t *d = json_object_get(v, "dtype"), *s = json_object_get(v, "shape"),
+                   *o = json_object_get(v, "data_offsets");
+            int64_t sh[ST_MAX_DIMS], off[2];
+            size_t  nd = json_array_size(s);
+            bad |= !json_is_object(v) || !json_is_string(d) || !json_is_array(s) || nd > ST_MAX_DIMS ||
+                   !json_is_array(o) || json_array_size(o) != 2;
+            for (size_t i = 0; !bad && i < nd + 2; i++) {
+                json_t *x = i < nd ? json_array_get(s, i) : json_array_get(o, i - nd);
+                bad |= !json_is_integer(x) || json_integer_value(x) < 0;
+                if (!bad)
+                    *(i < nd ? &sh[i] : &off[i - nd]) = json_integer_value(x);
+            }
+            if (bad)
+                break;
+            put_entry(out, key, json_string_value(d), (int)nd, sh, (uint64_t)off[0], (uint64_t)off[1]);
+        }
+    json_decref(jroot);
+    return bad ? -1 : 0;
+}
+
+/* 0 both read it alike, 1 the scanner stops and jansson reads it, 2 both refuse, 3 the scanner
+ * reads what jansson refuses, 4 both read it but the entries differ */
+static int header_verdict(const char *text, size_t len) {
+    char  *copy = malloc(len + 1);
+    k3_buf a = {0}, b = {0};
+    size_t at;
+    memcpy(copy, text, len);
+    int rs = wm_scan_header(copy, len, scan_cb, &a, &at), rj = jansson_header(text, len, &b);
+    int v = rs ? (rj ? 2 : 1) : rj ? 3 : a.n != b.n || (a.n && memcmp(a.p, b.p, a.n)) ? 4 : 0;
+    free(copy);
+    free(a.p);
+    free(b.p);
+    return v;
+}
+
+static void headers(void) {
+    static const struct {
+        const char *what, *text;
+        int         want; /* header_verdict */
+    } c[] = {
+        {"plain",
+         "{\"__metadata__\":{\"format\":\"pt\"},\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],"
+         "\"data_offsets\":[0,24]}}",
+         0},
+        {"no tensor", " {} ", 0},
+        {"members in any order, one extra, spaces, an escaped name",
+         "{ \"n\\u00e9\\\"\" : { \"shape\" : [ ] , \"x\" : [1, {\"y\": null}], \"data_offsets\" : [ 7 , 9 ] ,"
+         " \"dtype\" : \"U8\" } , \"__metadata__\" : [1] }   ",
+         0},
+        {"18 digits", "{\"a\":{\"dtype\":\"U8\",\"shape\":[999999999999999999],\"data_offsets\":[0,1]}}", 0},
+        {"eight dimensions", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
+         0},
+        {"an unknown dtype (st.c's check, not the reader's)",
+         "{\"a\":{\"dtype\":\"Q9\",\"shape\":[1],\"data_offsets\":[5,1]}}", 0},
+        {"19 digits (jansson reads them)",
+         "{\"a\":{\"dtype\":\"U8\",\"shape\":[1234567890123456789],\"data_offsets\":[0,1]}}", 1},
+        {"-0 (jansson reads 0)", "{\"a\":{\"dtype\":\"U8\",\"shape\":[-0],\"data_offsets\":[0,0]}}", 1},
+        {"a negative dimension", "{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", 2},
+        {"a real dimension", "{\"a\":{\"dtype\":\"U8\",\"shape\":[2.0],\"data_offsets\":[0,2]}}", 2},
+        {"a real of 22 digits",
+         "{\"a\":{\"dtype\":\"U8\",\"shape\":[2555555555555555055555.5],"
+         "\"data_offsets\":[0,2]}}",
+         2},
+        {"an exponent", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1e0]}}", 2},
+        {"nine dimensions", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
+         2},
+        {"three offsets", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", 2},
+        {"one offset", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1]}}", 2},
+        {"a dtype that is a number", "{\"a\":{\"dtype\":8,\"shape\":[1],\"data_offsets\":[0,1]}}", 2},
+        {"no shape", "{\"a\":{\"dtype\":\"U8\",\"data_offsets\":[0,1]}}", 2},
+        {"an empty entry", "{\"a\":{}}", 2},
+        {"an entry that is an array", "{\"a\":[1]}", 2},
+        {"a tensor twice",
+         "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]},"
+         "\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}",
+         2},
+        {"a tensor twice, once escaped",
+         "{\"ab\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]},"
+         "\"\\u0061b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}}",
+         2},
+        {"__metadata__ twice", "{\"__metadata__\":{},\"__metadata__\":{}}", 2},
+        {"dtype twice in an entry",
+         "{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[0],"
+         "\"data_offsets\":[0,0]}}",
+         2},
+        {"a NUL after the object", "{}\0", 2},
+        {"cut short", "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_off", 2},
+        {"not an object", "[]", 2},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        size_t len = strlen(c[i].text) + (strstr(c[i].what, "NUL") ? 1 : 0);
+        int    v   = header_verdict(c[i].text, len);
+        T_CHECK(v == c[i].want,
+                "header %s: verdict %d, expected %d (0 read alike, 1 left to jansson, 2 both "
+                "refuse)",
+                c[i].what, v, c[i].want);
+    }
+    /* random damage to a valid header, as damaged() for the index */
+    static const char base[] =
+        "{\"__metadata__\":{\"format\":\"pt\",\"n\":[1.5,true,null]},\n"
+        "\"model.layers.0.mlp.gate_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[90,100],"
+        "\"data_offsets\":[0,18000]},\n"
+        "\"na\\u00efve\\ud83d\\ude00\":{\"shape\":[3, 4],\"dtype\":\"F32\",\"data_offsets\":[18000,18048]},\n"
+        "\"e\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[18048,18049],\"x\":{\"y\":\"z\"}}}   ";
+    size_t   n        = sizeof base - 1;
+    char    *t        = malloc(n + 1);
+    int      count[5] = {0};
+    unsigned seed     = 4242;
+    for (int r = 0; r < 3000; r++) {
+        size_t len = damage(base, n, t, &seed, r);
+        count[header_verdict(t, len)]++;
+    }
+    T_CHECK(
+        count[3] == 0 && count[4] == 0 && count[0] > 100 && count[2] > 1000,
+        "3,000 damaged headers: %d read alike, %d left to jansson which reads them, %d refused by both; the "
+        "scanner read %d that jansson refuses and gave other entries for %d",
+        count[0], count[1], count[2], count[3], count[4]);
+    free(t);
+}
+
+/* Through st_open: a shard's entries that the index does not name are checked but not kept as
+ * tensors (10,000 zero-length ones beside two real ones); a bad one among them is still refused;
+ * without an index (model.safetensors) every entry is a tensor. */
+static void header_via_st_open(void) {
+    char dir[600], p[700], name[32];
+    snprintf(dir, sizeof dir, "%s/hdr", root);
+    mkdir(dir, 0755);
+    tsf w = {0};
+    tsf_add(&w, "a", "F32", 1, (int64_t[]){2}, NULL);
+    for (int i = 0; i < 10000; i++) {
+        snprintf(name, sizeof name, "pad.%d", i);
+        tsf_add(&w, name, "U8", 1, (int64_t[]){0}, NULL);
+    }
+    tsf_add(&w, "b", "BF16", 2, (int64_t[]){3, 2}, NULL);
+    snprintf(p, sizeof p, "%s/s1.safetensors", dir);
+    T_CHECK(tsf_write(&w, p) == 0, "a shard of 10,002 entries written");
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    static const char idx[] = "{\"weight_map\": {\"a\": \"s1.safetensors\", \"b\": \"s1.safetensors\"}}";
+    tsf_bytes(p, idx, sizeof idx - 1);
+    st_dir   *d  = NULL;
+    k3_status st = st_open(dir, &d);
+    T_CHECK(st == K3_OK && st_n_tensors(d) == 2 && st_find(d, "a") && st_find(d, "b") &&
+                st_find(d, "b")->nbytes == 12 && !st_find(d, "pad.7"),
+            "with an index naming 2 of the shard's 10,002 entries: those 2 kept (%d tensors; %s)",
+            d ? st_n_tensors(d) : -1, st ? k3_errmsg() : "ok");
+    st_close(d);
+    /* the index against the headers: each error names the file, the tensor and the shards */
+    tsf_add(&w, "a", "F32", 1, (int64_t[]){2}, NULL);
+    tsf_add(&w, "z", "F32", 1, (int64_t[]){1}, NULL);
+    snprintf(p, sizeof p, "%s/s2.safetensors", dir);
+    T_CHECK(tsf_write(&w, p) == 0, "a second shard (a, z) written");
+    static const struct {
+        const char *what, *index, *want; /* want NULL: opens */
+    } x[] = {
+        {"a tensor the header lacks",
+         "{\"weight_map\": {\"a\": \"s1.safetensors\", \"c\": \"s1.safetensors\"}}",
+         "s1.safetensors: tensor 'c' is in the index but not in the shard's header"},
+        {"a tensor mapped to another shard",
+         "{\"weight_map\": {\"pad.0\": \"s1.safetensors\", \"b\": \"s2.safetensors\", \"z\": "
+         "\"s2.safetensors\"}}",
+         "model.safetensors.index.json: tensor 'b' is mapped to s2.safetensors but stored in s1.safetensors"},
+        {"a tensor in two shards", "{\"weight_map\": {\"a\": \"s1.safetensors\", \"z\": \"s2.safetensors\"}}",
+         "s2.safetensors: tensor 'a' is also in s1.safetensors"},
+        {"names with the prefix the headers lack",
+         "{\"weight_map\": {\"language_model.b\": \"s1.safetensors\", \"z\": \"s2.safetensors\"}}", NULL},
+    };
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++) {
+        tsf_bytes(p, x[i].index, strlen(x[i].index));
+        d  = NULL;
+        st = st_open(dir, &d);
+        if (x[i].want)
+            T_CHECK(st == K3_ERR_FORMAT && !d && !strcmp(k3_errmsg(), x[i].want), "%s: refused (%s)",
+                    x[i].what, k3_errmsg());
+        else
+            T_CHECK(st == K3_OK && st_n_tensors(d) == 2 && st_find(d, "b") && st_find(d, "z") &&
+                        !st_find(d, "a"),
+                    "%s: opens with the 2 tensors the index names (%s)", x[i].what, st ? k3_errmsg() : "ok");
+        st_close(d);
+    }
+    snprintf(p, sizeof p, "%s/s2.safetensors", dir);
+    unlink(p);
+    char q[700];
+    snprintf(p, sizeof p, "%s/s1.safetensors", dir);
+    snprintf(q, sizeof q, "%s/model.safetensors", dir);
+    T_CHECK(rename(p, q) == 0, "the shard renamed model.safetensors");
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    unlink(p);
+    d  = NULL;
+    st = st_open(dir, &d);
+    T_CHECK(st == K3_OK && st_n_tensors(d) == 10002 && st_find(d, "pad.9999"),
+            "the same file as model.safetensors, no index: all 10,002 entries are tensors (%d; %s)",
+            d ? st_n_tensors(d) : -1, st ? k3_errmsg() : "ok");
+    st_close(d);
+}
+
 int main(void) {
     const char *tmp = getenv("K3_TMP");
     snprintf(root, sizeof root, "%s/test-wmap.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -258,6 +491,8 @@ int main(void) {
     tricky();
     damaged();
     via_st_open();
+    headers();
+    header_via_st_open();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd))

@@ -71,6 +71,23 @@ k3_status k3_read_regular(const char *path, const char *what, char **buf, size_t
 /* FNV-1a, 64 bits, of p[0..n): names in hash tables, a header's fingerprint (never stored). */
 uint64_t k3_fnv1a(const void *p, size_t n);
 
+/* A set of distinct names, the one table the format code finds duplicate tensor names with (the
+ * index's weight_map, a shard header, st-write's declared tensors): open addressing on k3_fnv1a,
+ * each slot an item's number + 1 (0 empty); the names stay the caller's, read through name_of(ctx,
+ * item). Zero-initialize it (name_of and ctx set) before use. */
+typedef struct k3_names {
+    uint32_t *slot; /* cap slots, a power of two, at most half full */
+    size_t    cap, n;
+    const char *(*name_of)(const void *ctx, size_t item);
+    const void *ctx;
+} k3_names;
+/* Adds item under its name: 0 added; 1 the name is there already (*dup, when not NULL: that
+ * item), nothing added; -1 out of memory (or an item number beyond 2^32 - 2). */
+int k3_names_add(k3_names *t, size_t item, size_t *dup);
+/* The item named name, or -1. */
+long k3_names_find(const k3_names *t, const char *name);
+void k3_names_free(k3_names *t);
+
 /* Seconds from a monotonic clock. */
 double k3_time(void);
 

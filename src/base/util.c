@@ -153,6 +153,32 @@ int k3_buf_add(k3_buf *b, const char *s, size_t n) {
     return 0;
 }
 
+int k3_buf_printf(k3_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || k3_buf_add(b, "", 0)) /* p allocated */
+        return -1;
+    size_t at = b->n;
+    if (b->cap - at < (size_t)n + 1) { /* room for the text and its NUL */
+        char *tmp = malloc((size_t)n + 1);
+        if (!tmp)
+            return b->oom = 1, -1;
+        va_start(ap, fmt);
+        vsnprintf(tmp, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+        int rc = k3_buf_add(b, tmp, (size_t)n);
+        free(tmp);
+        return rc;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->p + at, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)n;
+    return 0;
+}
+
 void *k3_malloc(size_t n) {
     return malloc(n ? n : 1);
 }
@@ -299,6 +325,54 @@ uint64_t k3_fnv1a(const void *p, size_t n) {
     for (size_t i = 0; i < n; i++)
         h = (h ^ b[i]) * 1099511628211ull;
     return h;
+}
+
+/* The slot of name: the item's holding it, or the empty one where it would go. */
+static uint32_t *names_slot(const k3_names *t, const char *name) {
+    size_t i = (size_t)k3_fnv1a(name, strlen(name)) & (t->cap - 1);
+    while (t->slot[i] && strcmp(t->name_of(t->ctx, t->slot[i] - 1), name))
+        i = (i + 1) & (t->cap - 1);
+    return &t->slot[i];
+}
+
+int k3_names_add(k3_names *t, size_t item, size_t *dup) {
+    if (item >= UINT32_MAX - 1)
+        return -1;
+    if ((t->n + 1) * 2 > t->cap) { /* grow: each item goes to its slot in a table twice as big */
+        size_t    cap = t->cap ? t->cap * 2 : 1024;
+        uint32_t *old = t->slot, *ns = calloc(cap, sizeof *ns);
+        if (!ns)
+            return -1;
+        size_t oc = t->cap;
+        t->slot = ns, t->cap = cap;
+        for (size_t i = 0; i < oc; i++)
+            if (old[i])
+                *names_slot(t, t->name_of(t->ctx, old[i] - 1)) = old[i];
+        free(old);
+    }
+    const char *name = t->name_of(t->ctx, item);
+    uint32_t   *s    = names_slot(t, name);
+    if (*s) {
+        if (dup)
+            *dup = *s - 1;
+        return 1;
+    }
+    *s = (uint32_t)item + 1;
+    t->n++;
+    return 0;
+}
+
+long k3_names_find(const k3_names *t, const char *name) {
+    if (!t->cap)
+        return -1;
+    uint32_t s = *names_slot(t, name);
+    return s ? (long)s - 1 : -1;
+}
+
+void k3_names_free(k3_names *t) {
+    free(t->slot);
+    t->slot = NULL;
+    t->cap = t->n = 0;
 }
 
 double k3_time(void) {

@@ -260,8 +260,9 @@ static k3_status read_quant(const cfg_ctx *c, k3_config *o) {
 }
 
 static k3_status read_generation(const char *dir, k3_config *o) {
-    o->gen_temp  = 1.0f;
-    o->gen_top_p = 1.0f;
+    /* absent keys (or file): the settings table's defaults, the release's own 1.0 / 1.0 */
+    o->gen_temp  = (float)k3_setting(K3_SETTING_TEMP)->def;
+    o->gen_top_p = (float)k3_setting(K3_SETTING_TOP_P)->def;
     char path[4096];
     snprintf(path, sizeof path, "%s/" GEN_FILE, dir);
     json_error_t e;

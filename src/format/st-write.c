@@ -34,36 +34,16 @@ struct stw_file {
     FILE    *f;   /* open between stw_begin and stw_end     */
     stw_ent *ent; /* (n_ent) in declaration order            */
     size_t   n_ent, cap_ent;
-    size_t  *slot; /* (cap_slot, a power of two) entry + 1, 0 empty: the names' hash */
-    size_t   cap_slot;
-    char   **meta; /* (n_meta) key, value, key, value, ...    */
+    k3_names names; /* the entries' names (k3_names: the duplicate check) */
+    char   **meta;  /* (n_meta) key, value, key, value, ...    */
     size_t   n_meta;
     uint64_t data;      /* declared data bytes                    */
     uint64_t written;   /* data bytes written so far              */
     uint64_t hdr_bytes; /* 8 + padded header length               */
 };
 
-/* The slot of name: its entry's, or the empty one where it would go. */
-static size_t *find_slot(const stw_file *w, const char *name) {
-    size_t i = (size_t)k3_fnv1a(name, strlen(name)) & (w->cap_slot - 1);
-    while (w->slot[i] && strcmp(w->ent[w->slot[i] - 1].name, name))
-        i = (i + 1) & (w->cap_slot - 1);
-    return &w->slot[i];
-}
-
-static int grow_slots(stw_file *w) {
-    size_t  cap = w->cap_slot ? w->cap_slot * 2 : 1024;
-    size_t *old = w->slot, oc = w->cap_slot;
-    if (!(w->slot = calloc(cap, sizeof *w->slot))) {
-        w->slot = old;
-        return -1;
-    }
-    w->cap_slot = cap;
-    for (size_t i = 0; i < oc; i++)
-        if (old[i])
-            *find_slot(w, w->ent[old[i] - 1].name) = old[i];
-    free(old);
-    return 0;
+static const char *ent_name(const void *w, size_t i) {
+    return ((const stw_file *)w)->ent[i].name;
 }
 
 /* What jansson accepts as a string: valid UTF-8. */
@@ -76,7 +56,9 @@ k3_status stw_create(const char *path, stw_file **out) {
     stw_file *w = k3_calloc(1, sizeof *w);
     if (!w)
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
-    w->path = k3_strdup(path);
+    w->path          = k3_strdup(path);
+    w->names.name_of = ent_name;
+    w->names.ctx     = w;
     if (!w->path || stw_meta(w, "format", "pt")) {
         stw_free(w);
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
@@ -91,10 +73,7 @@ k3_status stw_add(stw_file *w, const char *name, st_dtype dtype, int ndim, const
         return k3_err(K3_ERR_ARG, "%s: tensor name '%s' is not allowed", w->path, name);
     if (!utf8_ok(name))
         return k3_err(K3_ERR_ARG, "%s: tensor name '%s' is not valid UTF-8", w->path, name);
-    if ((w->n_ent + 1) * 2 > w->cap_slot && grow_slots(w))
-        return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
-    size_t *sl = find_slot(w, name);
-    if (*sl)
+    if (k3_names_find(&w->names, name) >= 0)
         return k3_err(K3_ERR_ARG, "%s: tensor '%s' declared twice", w->path, name);
     if (ndim < 0 || ndim > ST_MAX_DIMS)
         return k3_err(K3_ERR_ARG, "%s: tensor '%s': %d dims, expected 0..%d", w->path, name, ndim,
@@ -117,7 +96,10 @@ k3_status stw_add(stw_file *w, const char *name, st_dtype dtype, int ndim, const
     if (!(e.name = k3_strdup(name)))
         return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
     w->ent[w->n_ent++] = e;
-    *sl                = w->n_ent;
+    if (k3_names_add(&w->names, w->n_ent - 1, NULL)) { /* not there: checked above */
+        free(w->ent[--w->n_ent].name);
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", w->path);
+    }
     w->data += e.n;
     return K3_OK;
 }
@@ -210,7 +192,7 @@ k3_status stw_header(stw_file *w, size_t align, char **out, size_t *len) {
                 put_str(&b, w->meta[j + 1]);
             }
         } else {
-            size_t         e = *find_slot(w, keys[k]) - 1;
+            size_t         e = (size_t)k3_names_find(&w->names, keys[k]);
             const stw_ent *t = &w->ent[e];
             put(&b, "\"data_offsets\":[", 16);
             put_u(&b, (long long)off[e]);
@@ -321,7 +303,7 @@ void stw_free(stw_file *w) {
     for (size_t i = 0; i < w->n_meta; i++)
         free(w->meta[i]);
     free(w->ent);
-    free(w->slot);
+    k3_names_free(&w->names);
     free(w->meta);
     free(w->path);
     free(w);

@@ -13,7 +13,10 @@
  * formed (no duplicate keys), known dtype, product(shape) * dtype size == end - begin (with
  * overflow checks), every range inside the data section, no two ranges overlapping (checked
  * after sorting by begin). Tensors the index places in a shard must be in that shard's header;
- * a name in two shards is an error.
+ * a name in two shards is an error. A header is read by wmap.c's scanner, with no tree (jansson
+ * parses it again only where the scanner stops: an error, or a form it leaves to jansson). An
+ * entry the index does not name is checked as any other but not recorded: a header padded with a
+ * million such entries costs its scan, not a tensor each.
  *
  * Text tensors are kept sorted by name (without the optional "language_model." prefix) for
  * bsearch; vision tensors that happen to share a shard with text tensors are validated but not
@@ -175,7 +178,7 @@ static k3_status pread_all(int fd, const char *path, void *dst, uint64_t n, uint
 /* ---- header parsing ---------------------------------------------------------------------- */
 
 typedef struct hdr_entry {
-    const char *name; /* points into the JSON object (valid while it lives) */
+    const char *name; /* points into the header's text or jansson's tree (valid while load_shard runs) */
     uint64_t    begin, end;
 } hdr_entry;
 
@@ -206,36 +209,56 @@ static int get_u64(json_t *v, uint64_t *out) {
     return 0;
 }
 
-/* Parse one tensor entry of shard sh's header. Fills t (name not set) and its range. */
-static k3_status parse_entry(const char *file, const char *name, json_t *v, uint64_t data_size, st_tensor *t,
-                             hdr_entry *e) {
+/* One tensor entry of a header parsed by jansson into w (w->name set): the form the scanner
+ * (wm_scan_header) takes, or the error saying what is not. */
+static k3_status entry_from_json(const char *file, json_t *v, wm_tensor *w) {
+    const char *name = w->name;
     if (!json_is_object(v))
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': header entry is not an object", file, name);
     json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
            *jo = json_object_get(v, "data_offsets");
     if (!json_is_string(jd))
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': dtype missing or not a string", file, name);
-    int dt = dtype_parse(json_string_value(jd));
-    if (dt < 0)
-        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s'", file, name,
-                      json_string_value(jd));
+    w->dtype = json_string_value(jd);
     if (!json_is_array(js))
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': shape missing or not an array", file, name);
     size_t nd = json_array_size(js);
     if (nd > ST_MAX_DIMS)
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': %zu dimensions (at most %d supported)", file, name, nd,
                       ST_MAX_DIMS);
-    memset(t, 0, sizeof *t);
-    t->dtype          = (st_dtype)dt;
-    t->ndim           = (int)nd;
-    uint64_t numel    = 1;
-    int      overflow = 0;
+    w->ndim = (int)nd;
     for (size_t i = 0; i < nd; i++) {
         uint64_t s;
-        if (get_u64(json_array_get(js, i), &s) || s > (uint64_t)INT64_MAX)
+        if (get_u64(json_array_get(js, i), &s))
             return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': shape[%zu] is not a non-negative integer", file,
                           name, i);
-        t->shape[i] = (int64_t)s;
+        w->shape[i] = (int64_t)s;
+    }
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || get_u64(json_array_get(jo, 0), &w->begin) ||
+        get_u64(json_array_get(jo, 1), &w->end))
+        return k3_err(K3_ERR_FORMAT,
+                      "%s: tensor '%s': data_offsets is not [begin, end] (non-negative integers)", file,
+                      name);
+    return K3_OK;
+}
+
+/* Check one tensor entry of a header (read by either reader) against the data section: a known
+ * dtype, shape times dtype size equal to the range, the range inside the data section. Fills t
+ * (name not set) and its range e. */
+static k3_status entry_check(const char *file, const wm_tensor *w, uint64_t data_size, st_tensor *t,
+                             hdr_entry *e) {
+    const char *name = w->name;
+    int         dt   = dtype_parse(w->dtype);
+    if (dt < 0)
+        return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s'", file, name, w->dtype);
+    memset(t, 0, sizeof *t);
+    t->dtype          = (st_dtype)dt;
+    t->ndim           = w->ndim;
+    uint64_t numel    = 1;
+    int      overflow = 0;
+    for (int i = 0; i < w->ndim; i++) {
+        uint64_t s  = (uint64_t)w->shape[i];
+        t->shape[i] = w->shape[i];
         if (s && numel > UINT64_MAX / s)
             overflow = 1;
         numel *= s;
@@ -244,11 +267,7 @@ static k3_status parse_entry(const char *file, const char *name, json_t *v, uint
     if (numel && numel > UINT64_MAX / es)
         overflow = 1;
     uint64_t want = numel * es;
-    if (!json_is_array(jo) || json_array_size(jo) != 2 || get_u64(json_array_get(jo, 0), &e->begin) ||
-        get_u64(json_array_get(jo, 1), &e->end))
-        return k3_err(K3_ERR_FORMAT,
-                      "%s: tensor '%s': data_offsets is not [begin, end] (non-negative integers)", file,
-                      name);
+    e->begin = w->begin, e->end = w->end;
     if (e->end < e->begin)
         return k3_err(K3_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before begin", file,
                       name, (unsigned long long)e->begin, (unsigned long long)e->end);
@@ -359,15 +378,78 @@ static k3_status shard_check(st_dir *d, int si) {
     return st;
 }
 
-/* Parse and validate the header of shard si (shard_check ran) and record its text tensors. */
-static k3_status load_shard(st_dir *d, int si) {
+/* A shard's header being loaded: where its entries go (take_entry). */
+typedef struct shard_load {
+    st_dir         *d;
+    int             si;
+    const char     *file;
+    uint64_t        data_start, data_size;
+    const k3_names *index; /* the index's names (NULL: no index, every entry is a tensor) */
+    int            *found; /* [index's items]: 1 + the shard that first held the item, or 0 */
+    size_t          n_found;
+    hdr_entry      *ents; /* every entry's range (the overlap check) */
+    size_t          ne, cap;
+    k3_status       st; /* the first entry's error */
+} shard_load;
+
+/* One tensor entry of the header, from either reader, in the header's order: checked, its range
+ * kept, and recorded as a tensor unless it is a vision tensor or one the index does not name
+ * (such entries are checked, not kept: a header's count is not the checkpoint's). After the
+ * first error the rest are skipped (that error is the header's). */
+static int take_entry(void *ud, const wm_tensor *w) {
+    shard_load *L = ud;
+    st_tensor   t;
+    hdr_entry   e;
+    if (L->st || (L->st = entry_check(L->file, w, L->data_size, &t, &e)))
+        return 0;
+    if (L->ne == L->cap) {
+        size_t     nc = L->cap ? 2 * L->cap : 256;
+        hdr_entry *n  = realloc(L->ents, nc * sizeof *n);
+        if (!n) {
+            L->st = k3_err(K3_ERR_NOMEM, "%s: out of memory", L->file);
+            return 0;
+        }
+        L->ents = n, L->cap = nc;
+    }
+    L->ents[L->ne++] = e;
+    long item        = L->index ? k3_names_find(L->index, strip_prefix(w->name)) : -1;
+    if (is_vision(w->name) || (L->index && item < 0))
+        return 0;
+    if (item >= 0 && !L->found[item])
+        L->found[item] = L->si + 1;
+    if (!(t.name = k3_strdup(strip_prefix(w->name)))) {
+        L->st = k3_err(K3_ERR_NOMEM, "%s: out of memory", L->file);
+        return 0;
+    }
+    if (strip_prefix(w->name) != w->name)
+        L->d->has_prefix = 1;
+    t.shard  = L->si;
+    t.offset = L->data_start + e.begin;
+    if ((L->st = add_tensor(L->d, &t)))
+        free((void *)(uintptr_t)t.name);
+    return 0;
+}
+
+/* Parse and validate the header of shard si (shard_check ran) and record its text tensors (those
+ * the index names, when there is one: index). The scanner of wmap.h reads it without a tree; what
+ * it leaves (or stops at) jansson parses again from the file, with the same checks after. */
+static k3_status load_shard(st_dir *d, int si, const k3_names *index, int *found, size_t n_found) {
     st_shard   *sh   = &d->shards[si];
     const char *file = sh->name;
     k3_status   st   = K3_OK;
     char       *hbuf = NULL;
     json_t     *root = NULL;
-    hdr_entry  *ents = NULL;
-    uint64_t    hlen = sh->hlen, data_start = 8 + hlen, data_size = sh->size - data_start;
+    uint64_t    hlen = sh->hlen;
+    int         mark = d->n_tensors;
+    shard_load  L    = {.d          = d,
+                        .si         = si,
+                        .file       = file,
+                        .data_start = 8 + hlen,
+                        .data_size  = sh->size - 8 - hlen,
+                        .index      = index,
+                        .found      = found,
+                        .n_found    = n_found};
+    size_t      at;
     hbuf = k3_malloc((size_t)hlen + 1);
     if (!hbuf) {
         st = k3_err(K3_ERR_NOMEM, "%s: no memory for a %llu-byte header", file, (unsigned long long)hlen);
@@ -375,59 +457,54 @@ static k3_status load_shard(st_dir *d, int si) {
     }
     if ((st = pread_all(sh->fd, sh->path, hbuf, hlen, 8, NULL)))
         goto fail;
-    json_error_t jerr;
-    root = json_loadb(hbuf, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        st =
-            k3_err(K3_ERR_FORMAT, "%s: header JSON malformed at byte %d: %s", file, jerr.position, jerr.text);
-        goto fail;
-    }
-    if (!json_is_object(root)) {
-        st = k3_err(K3_ERR_FORMAT, "%s: header JSON is not an object", file);
-        goto fail;
-    }
-    size_t n = json_object_size(root), ne = 0;
-    ents = k3_calloc(n ? n : 1, sizeof *ents);
-    if (!ents) {
-        st = k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
-        goto fail;
-    }
-    const char *key;
-    json_t     *val;
-    json_object_foreach(root, key, val) {
-        if (!strcmp(key, "__metadata__"))
-            continue;
-        st_tensor t;
-        if ((st = parse_entry(file, key, val, data_size, &t, &ents[ne])))
+    if (!wm_scan_header(hbuf, (size_t)hlen, take_entry, &L, &at)) {
+        st = L.st;
+    } else { /* jansson decides, on the text read again (the scanner decoded it in place) */
+        K3_LOG_DEBUG("%s: the fast reader stopped at byte %zu; full parse", file, at);
+        for (int i = mark; i < d->n_tensors; i++)
+            free((void *)(uintptr_t)d->tensors[i].name);
+        d->n_tensors = mark;
+        for (size_t i = 0; i < n_found; i++)
+            if (found[i] == si + 1)
+                found[i] = 0;
+        L.ne = 0;
+        L.st = K3_OK;
+        if ((st = pread_all(sh->fd, sh->path, hbuf, hlen, 8, NULL)))
             goto fail;
-        ne++;
-        if (is_vision(key))
-            continue;
-        t.name = k3_strdup(strip_prefix(key));
-        if (!t.name) {
-            st = k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
+        json_error_t jerr;
+        root = json_loadb(hbuf, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root) {
+            st = k3_err(K3_ERR_FORMAT, "%s: header JSON malformed at byte %d: %s", file, jerr.position,
+                        jerr.text);
             goto fail;
         }
-        if (strip_prefix(key) != key)
-            d->has_prefix = 1;
-        t.shard  = si;
-        t.offset = data_start + ents[ne - 1].begin;
-        if ((st = add_tensor(d, &t))) {
-            free((void *)(uintptr_t)t.name);
+        if (!json_is_object(root)) {
+            st = k3_err(K3_ERR_FORMAT, "%s: header JSON is not an object", file);
             goto fail;
         }
+        const char *key;
+        json_t     *val;
+        json_object_foreach(root, key, val) {
+            wm_tensor w = {.name = key};
+            if (strcmp(key, "__metadata__") && !L.st && !(L.st = entry_from_json(file, val, &w)))
+                take_entry(&L, &w);
+        }
+        st = L.st;
     }
-    qsort(ents, ne, sizeof *ents, cmp_entry_begin);
-    for (size_t i = 1; i < ne; i++)
-        if (ents[i].begin < ents[i - 1].end) {
-            st = k3_err(
-                K3_ERR_FORMAT, "%s: tensor '%s' data [%llu, %llu) overlaps tensor '%s' data [%llu, %llu)",
-                file, ents[i].name, (unsigned long long)ents[i].begin, (unsigned long long)ents[i].end,
-                ents[i - 1].name, (unsigned long long)ents[i - 1].begin, (unsigned long long)ents[i - 1].end);
+    if (st)
+        goto fail;
+    qsort(L.ents, L.ne, sizeof *L.ents, cmp_entry_begin);
+    for (size_t i = 1; i < L.ne; i++)
+        if (L.ents[i].begin < L.ents[i - 1].end) {
+            const hdr_entry *a = &L.ents[i - 1], *b = &L.ents[i];
+            st = k3_err(K3_ERR_FORMAT,
+                        "%s: tensor '%s' data [%llu, %llu) overlaps tensor '%s' data [%llu, %llu)", file,
+                        b->name, (unsigned long long)b->begin, (unsigned long long)b->end, a->name,
+                        (unsigned long long)a->begin, (unsigned long long)a->end);
             goto fail;
         }
 fail:
-    free(ents);
+    free(L.ents);
     json_decref(root);
     free(hbuf);
     return st;
@@ -552,10 +629,16 @@ static k3_status read_index(st_dir *d, const char *ipath, wm_map *wm, int **wm_s
     return K3_OK;
 }
 
+static const char *wm_name(const void *wm, size_t i) {
+    return strip_prefix(((const wm_map *)wm)->e[i].name);
+}
+
 k3_status st_open(const char *dir, st_dir **out) {
     *out            = NULL;
     k3_status st    = K3_OK;
     wm_map    wm    = {0};
+    k3_names  names = {0};  /* wm's names */
+    int      *found = NULL; /* [wm.n] (shard_load.found) */
     int      *wms   = NULL; /* [wm.n] each entry's shard */
     char     *ipath = NULL;
     st_dir   *d     = k3_calloc(1, sizeof *d);
@@ -595,8 +678,20 @@ k3_status st_open(const char *dir, st_dir **out) {
     for (int i = 0; i < d->n_shards; i++) /* every shard's size first: no header parsed yet */
         if (d->shards[i].text && (st = shard_check(d, i)))
             goto fail;
+    if (wm.n) { /* the names the index gives (without the prefix): the headers' entries kept */
+        names.name_of = wm_name, names.ctx = &wm;
+        if (!(found = calloc(wm.n, sizeof *found))) {
+            st = k3_err(K3_ERR_NOMEM, "model.safetensors.index.json: out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < wm.n; i++)
+            if (k3_names_add(&names, i, NULL) < 0) {
+                st = k3_err(K3_ERR_NOMEM, "model.safetensors.index.json: out of memory");
+                goto fail;
+            }
+    }
     for (int i = 0; i < d->n_shards; i++)
-        if (d->shards[i].text && (st = load_shard(d, i)))
+        if (d->shards[i].text && (st = load_shard(d, i, wm.n ? &names : NULL, found, wm.n)))
             goto fail;
 
     if (d->n_tensors > 1) /* qsort with a NULL base (no text tensor at all) is undefined */
@@ -612,25 +707,33 @@ k3_status st_open(const char *dir, st_dir **out) {
         const char *key = wm.e[i].name;
         if (is_vision(key))
             continue;
-        const st_tensor *t = st_find(d, key);
-        if (!t) {
+        int at = found[i]; /* 0 also for a name given again with the prefix: its first item's */
+        if (!at) {
+            long f = k3_names_find(&names, strip_prefix(key));
+            at     = f >= 0 ? found[f] : 0;
+        }
+        if (!at) {
             st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is in the index but not in the shard's header",
                         d->shards[wms[i]].name, key);
             goto fail;
         }
-        if (t->shard != wms[i]) {
+        if (at - 1 != wms[i]) {
             st = k3_err(K3_ERR_FORMAT,
                         "model.safetensors.index.json: tensor '%s' is mapped to %s but stored in %s", key,
-                        d->shards[wms[i]].name, d->shards[t->shard].name);
+                        d->shards[wms[i]].name, d->shards[at - 1].name);
             goto fail;
         }
     }
+    k3_names_free(&names);
+    free(found);
     wm_free(&wm);
     free(wms);
     free(ipath);
     *out = d;
     return K3_OK;
 fail:
+    k3_names_free(&names);
+    free(found);
     wm_free(&wm);
     free(wms);
     free(ipath);

@@ -4,7 +4,8 @@
  * model.safetensors. st_open() parses and validates every header of every shard that
  * holds a text tensor (header length within the file, JSON well formed, known dtype,
  * product(shape) * dtype size == end - begin, ranges inside the data section and not
- * overlapping). Shards holding only vision_tower.* / mm_projector.* tensors are never
+ * overlapping). With an index, only the entries it names are recorded as tensors (the others
+ * are checked all the same). Shards holding only vision_tower.* / mm_projector.* tensors are never
  * opened. Tensor names are stored without the optional "language_model." prefix;
  * st_find() accepts either form.
  */

@@ -1,4 +1,5 @@
-/* wmap.c: the index's weight_map, by a one-pass scanner with jansson behind it (see wmap.h).
+/* wmap.c: the index's weight_map and a shard header's tensors, by one one-pass scanner with
+ * jansson behind it (see wmap.h).
  *
  * DESIGN
  * The scanner accepts a subset of what jansson (2.14, flags JSON_REJECT_DUPLICATES) accepts and
@@ -12,7 +13,10 @@
  *   (jansson refuses an overflow, accepts an underflow);
  * - true, false, null; arrays; objects: up to 16 members outside weight_map (their keys are
  *   compared for duplicates), nesting up to 32;
- * - weight_map's keys are checked for duplicates with a hash table once the scan is done.
+ * - weight_map's keys, and a header's top-level keys, are checked for duplicates with a hash table
+ *   (k3_names) once the scan is done;
+ * - a header's tensor: an object with dtype (a string), shape (at most ST_MAX_DIMS integers) and
+ *   data_offsets (two), each non-negative with at most 18 digits, other members skipped.
  * Strings are decoded in place (a string never decodes to more bytes than its quoted form holds;
  * the NUL goes at or before the closing quote): no copy, no second 60 MB buffer to fault in. So
  * the text is spent either way, and the full parse needs it read again.
@@ -266,6 +270,18 @@ static int weight_map(scan *c, wm_map *m) {
 
 static int value(scan *c, int depth);
 
+/* The next member's key of an object of at most WM_MAX_MEMBERS (keys[0..*nk): those before it),
+ * added to keys; NULL at a key given twice or one too many. */
+static const char *member_key(scan *c, const char **keys, int *nk) {
+    const char *k = key(c);
+    if (!k || *nk == WM_MAX_MEMBERS)
+        return NULL;
+    for (int j = 0; j < *nk; j++)
+        if (!strcmp(keys[j], k))
+            return NULL;
+    return keys[(*nk)++] = k;
+}
+
 /* An object (c->i at '{'): up to WM_MAX_MEMBERS members, no key twice. top: the index's own
  * object, whose member "weight_map" goes there. */
 static int object(scan *c, int depth, wm_map *top) {
@@ -276,13 +292,9 @@ static int object(scan *c, int depth, wm_map *top) {
     if (!eat(c, '}'))
         return 0;
     for (;;) {
-        const char *k = key(c);
-        if (!k || nk == WM_MAX_MEMBERS)
+        const char *k = member_key(c, keys, &nk);
+        if (!k)
             return -1;
-        for (int j = 0; j < nk; j++)
-            if (!strcmp(keys[j], k))
-                return -1;
-        keys[nk++] = k;
         if (top && !strcmp(k, "weight_map") ? (c->found = 1, weight_map(c, top)) : value(c, depth + 1))
             return -1;
         if ((r = more(c, '}')))
@@ -326,29 +338,22 @@ static int value(scan *c, int depth) {
     }
 }
 
-/* 1 when a name is in the map twice (or out of memory: the full parse decides then). */
-static int has_duplicate(const wm_map *m) {
-    size_t cap = 16;
-    while (cap < 2 * m->n)
-        cap *= 2;
-    uint32_t *slot = calloc(cap, sizeof *slot); /* entry index + 1, 0 = empty */
-    if (!slot)
-        return 1;
-    int dup = 0;
-    for (size_t i = 0; i < m->n && !dup; i++) {
-        uint64_t h = k3_fnv1a(m->e[i].name, strlen(m->e[i].name));
-        for (size_t k = (size_t)h & (cap - 1);; k = (k + 1) & (cap - 1)) {
-            if (!slot[k]) {
-                slot[k] = (uint32_t)i + 1;
-                break;
-            }
-            if (!strcmp(m->e[slot[k] - 1].name, m->e[i].name)) {
-                dup = 1;
-                break;
-            }
-        }
-    }
-    free(slot);
+static const char *entry_name(const void *e, size_t i) {
+    return ((const wm_entry *)e)[i].name;
+}
+
+static const char *key_name(const void *k, size_t i) {
+    return ((const char *const *)k)[i];
+}
+
+/* 1 when two of the n names (read through name_of) are the same, or out of memory (the full
+ * parse decides then). */
+static int has_duplicate(const char *(*name_of)(const void *, size_t), const void *ctx, size_t n) {
+    k3_names t   = {.name_of = name_of, .ctx = ctx};
+    int      dup = 0;
+    for (size_t i = 0; i < n && !dup; i++)
+        dup = k3_names_add(&t, i, NULL) != 0;
+    k3_names_free(&t);
     return dup;
 }
 
@@ -358,13 +363,121 @@ int wm_scan(char *text, size_t len, wm_map *out, size_t *at) {
     if (len > UINT32_MAX - 1)
         goto stop;
     ws(&c);
-    if (object(&c, 0, out) || c.i != c.n || !c.found || has_duplicate(out))
+    if (object(&c, 0, out) || c.i != c.n || !c.found || has_duplicate(entry_name, out->e, out->n))
         goto stop;
     return 0;
 stop:
     *at = c.i;
     wm_free(out);
     return -1;
+}
+
+/* ==== a shard header ============================================================================= */
+
+/* A non-negative integer of at most 18 digits (what jansson reads as one, exactly). */
+static int integer(scan *c, int64_t *v) {
+    size_t j = c->i;
+    if (j >= c->n || c->s[j] == '-' || number(c))
+        return -1;
+    for (size_t k = j; k < c->i; k++)
+        if (c->s[k] < '0' || c->s[k] > '9')
+            return -1; /* a fraction or an exponent: a real (of any length) */
+    int64_t x = 0;     /* all digits: number() allowed at most 18 */
+    for (; j < c->i; j++)
+        x = x * 10 + (c->s[j] - '0');
+    *v = x;
+    return 0;
+}
+
+/* An array (c->i at '[') of at most max such integers into v; their count into *n. */
+static int integers(scan *c, int64_t *v, int max, int *n) {
+    int r;
+    *n = 0;
+    if (eat(c, '['))
+        return -1;
+    if (!eat(c, ']'))
+        return 0;
+    for (;;) {
+        if (*n == max || integer(c, &v[*n]))
+            return -1;
+        ++*n;
+        if ((r = more(c, ']')))
+            return r < 0 ? -1 : 0;
+    }
+}
+
+/* A tensor's object (c->i at '{'): dtype a string, shape and data_offsets arrays of integers,
+ * each once; other members skipped (their values checked as anywhere). */
+static int tensor(scan *c, int depth, wm_tensor *t) {
+    const char *keys[WM_MAX_MEMBERS];
+    int         nk = 0, r, have = 0, no;
+    int64_t     off[2] = {0, 0};
+    if (eat(c, '{') || !eat(c, '}'))
+        return -1;
+    for (;;) {
+        const char *k = member_key(c, keys, &nk);
+        if (!k)
+            return -1;
+        if (!strcmp(k, "dtype"))
+            have |= 1, r = !(t->dtype = str(c));
+        else if (!strcmp(k, "shape"))
+            have |= 2, r = integers(c, t->shape, ST_MAX_DIMS, &t->ndim);
+        else if (!strcmp(k, "data_offsets"))
+            have |= 4, r = integers(c, off, 2, &no) || no != 2;
+        else
+            r = value(c, depth + 1);
+        if (r)
+            return -1;
+        if ((r = more(c, '}'))) {
+            t->begin = (uint64_t)off[0], t->end = (uint64_t)off[1];
+            return r < 0 || have != 7 ? -1 : 0;
+        }
+    }
+}
+
+int wm_scan_header(char *text, size_t len, wm_tensor_cb cb, void *ud, size_t *at) {
+    scan         c    = {.s = text, .n = len};
+    const char **keys = NULL; /* the top level's keys, for the duplicate check */
+    size_t       nk = 0, cap = 0;
+    int          r, ret      = -1;
+    if (len > UINT32_MAX - 1)
+        goto stop;
+    ws(&c);
+    if (eat(&c, '{'))
+        goto stop;
+    for (r = !eat(&c, '}'); !r;) {
+        const char *k = key(&c);
+        if (!k)
+            goto stop;
+        if (nk == cap) {
+            size_t       nc  = cap ? 2 * cap : 1024;
+            const char **nkk = realloc(keys, nc * sizeof *nkk);
+            if (!nkk)
+                goto stop;
+            keys = nkk, cap = nc;
+        }
+        keys[nk++] = k;
+        if (!strcmp(k, "__metadata__")) {
+            if (value(&c, 1))
+                goto stop;
+        } else {
+            wm_tensor t = {.name = k};
+            if (tensor(&c, 1, &t))
+                goto stop;
+            if (cb(ud, &t)) {
+                ret = -2;
+                goto stop;
+            }
+        }
+        if ((r = more(&c, '}')) < 0)
+            goto stop;
+    }
+    if (c.i == c.n && !has_duplicate(key_name, keys, nk))
+        ret = 0;
+stop:
+    free(keys);
+    *at = c.i;
+    return ret;
 }
 
 /* ==== full parse (jansson) ======================================================================== */

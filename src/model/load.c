@@ -804,27 +804,48 @@ static k3_status open_plan(k3_model *m, const char *dir, const k3_params *p, k3_
     return model_fit(m); /* config.json only: refuse at once */
 }
 
-k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size_t n) {
-    k3_params given;
-    k3_model *m  = calloc(1, sizeof *m);
-    k3_status st = m ? open_plan(m, dir, p, &given) : k3_err(K3_ERR_NOMEM, "model: out of memory");
+/* The speed estimate's line into buf (empty under a 1 GB plan), from m's plan: measures this
+ * machine's kernels at the model's shapes the first time (fit_speed_get_model), so it runs only
+ * after the checks of config.json and the headers. */
+static void estimate_line(const k3_model *m, char *buf, size_t n) {
     if (n)
         buf[0] = 0;
-    if (!st && m->fit.plan.total + m->fit.plan.mapped >= (uint64_t)1e9) {
-        fit_speed sp;
-        double    dec, pre;
-        fit_speed_get_model(dir, &m->fit_t, 0, m->par.chunk, m->cfg.n_active, &sp);
-        fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk, &dec,
-                           &pre);
-        char ttft[512];
-        fit_ttft_str(ttft, sizeof ttft, &m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active,
-                     m->par.chunk);
-        snprintf(
-            buf, n,
-            "expected speed on this machine: decode %.3g s/token, prefill %.3g s/token; first token of a "
-            "%s (%s; estimate from the memory plan and this machine's measured kernels and drive%s)",
-            dec, pre, ttft, m->fit.brief, sp.sparse ? "; the drive figure is a sparse file's holes" : "");
-    }
+    if (m->fit.plan.total + m->fit.plan.mapped < (uint64_t)1e9)
+        return;
+    fit_speed sp;
+    double    dec, pre;
+    fit_speed_get_model(m->dir, &m->fit_t, 0, m->par.chunk, m->cfg.n_active, &sp);
+    fit_speed_estimate(&m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk, &dec, &pre);
+    char ttft[512];
+    fit_ttft_str(ttft, sizeof ttft, &m->fit_t, &m->fit.set, &m->fit.plan, &sp, m->cfg.n_active, m->par.chunk);
+    snprintf(buf, n,
+             "expected speed on this machine: decode %.3g s/token, prefill %.3g s/token; first token of a "
+             "%s (%s; estimate from the memory plan and this machine's measured kernels and drive%s)",
+             dec, pre, ttft, m->fit.brief, sp.sparse ? "; the drive figure is a sparse file's holes" : "");
+}
+
+/* Everything config.json and the headers can settle, before any expensive work: the config-only
+ * memory fit (refuses what cannot fit), the shards' headers (st_open), every tensor the config
+ * implies with its shape and dtype, and the exact fit. The speed estimate's probes, the caches and
+ * the weights' reads come after it (k3_model_open, k3_model_estimate). */
+static k3_status open_checked(k3_model *m, const char *dir, const k3_params *p) {
+    k3_params given;
+    k3_status st;
+    if ((st = open_plan(m, dir, p, &given)))
+        return st;
+    m->par = given;
+    if ((st = st_open(dir, &m->st)) || (st = cfg_check_tensors(&m->cfg, m->st)) || (st = model_fit(m)))
+        return st;
+    return K3_OK;
+}
+
+k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size_t n) {
+    k3_model *m  = calloc(1, sizeof *m);
+    k3_status st = m ? open_checked(m, dir, p) : k3_err(K3_ERR_NOMEM, "model: out of memory");
+    if (n)
+        buf[0] = 0;
+    if (!st)
+        estimate_line(m, buf, n);
     k3_model_free(m);
     return st;
 }
@@ -832,20 +853,18 @@ k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
     *out = NULL;
     k3_status st;
-    k3_params given;
     k3_model *m = calloc(1, sizeof *m);
     if (!m)
         return k3_err(K3_ERR_NOMEM, "model: out of memory");
-    if ((st = open_plan(m, dir, p, &given)))
+    if ((st = open_checked(m, dir, p)))
         goto fail;
     const k3_config *c = &m->cfg;
-    m->par             = given;
-    if ((st = st_open(dir, &m->st)))
-        goto fail;
-    if ((st = cfg_check_tensors(&m->cfg, m->st)))
-        goto fail;
-    if ((st = model_fit(m)))
-        goto fail;
+    if (m->par.estimate) {
+        char est[512];
+        estimate_line(m, est, sizeof est);
+        if (est[0])
+            m->par.estimate(est, m->par.progress_ud);
+    }
 #ifdef _OPENMP
     if (m->par.threads > 0)
         omp_set_num_threads(m->par.threads);

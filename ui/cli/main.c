@@ -10,6 +10,7 @@
 #include "serve.h"
 #include "tui.h"
 #include "text.h"
+#include "theme.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +23,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-/* " (0..2, default 0.6; or K3_X)": what the help says after a setting's doc ("" when nothing); n of
+/* " (0..2, default 1; or K3_X)": what the help says after a setting's doc ("" when nothing); n of
  * at least 176 holds every part whole (64 + 48 + 48 and the separators). */
 static const char *settings_note(int id, char *buf, size_t n) {
     const k3_setting_row *r         = k3_setting(id);
@@ -61,7 +62,7 @@ static void usage(FILE *f) {
         "       k3chat MODEL_DIR --plain            line-mode REPL instead of the full-screen interface\n"
         "\n"
         "options (the settings table, k3-settings.h):\n");
-    for (int id = 0; id < K3_SETTING_N; id++) { /* "  --temp X  doc (0..2, default 0.6)" */
+    for (int id = 0; id < K3_SETTING_N; id++) { /* "  --temp X  doc (0..2, default 1)" */
         const k3_setting_row *r = k3_setting(id);
         if (r->flag) {
             char opt[64], note[176];
@@ -401,13 +402,26 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
     }
     if (o->load && check_load(o->load) != 0)
         return 2;
-    /* K3_EMOJI only changes the full-screen drawing, but a value it would refuse is refused in
-     * every mode, so a script learns of the typo before it moves to a terminal */
-    const char *emo = k3_setting_env_str(K3_SETTING_EMOJI);
-    double      ix;
-    char        err[256];
-    if (emo && k3_setting_parse(K3_SETTING_EMOJI, K3_SRC_ENV, emo, &ix, err, sizeof err)) {
-        txt_term_printf(stderr, "k3chat: %s\n", err);
+    /* K3_EMOJI and K3_HYPERLINKS only change the full-screen drawing, but a value they would
+     * refuse is refused in every mode, so a script learns of the typo before it moves to a
+     * terminal (K3_HYPERLINKS=yes used to count as unset without a word) */
+    static const enum k3_setting_id drawing[] = {K3_SETTING_EMOJI, K3_SETTING_HYPERLINKS};
+    for (size_t i = 0; i < sizeof drawing / sizeof *drawing; i++) {
+        const char *v = k3_setting_env_str(drawing[i]);
+        double      x;
+        char        err[256];
+        if (v && k3_setting_parse(drawing[i], K3_SRC_ENV, v, &x, err, sizeof err)) {
+            txt_term_printf(stderr, "k3chat: %s\n", err);
+            return 2;
+        }
+    }
+    /* so is a --theme (or K3_THEME) the full-screen chat could not load: line mode used to
+     * ignore it, and the same command on a terminal then stopped with status 2 */
+    thm_spec th[THM_N];
+    char     err[512];
+    if (o->theme && *o->theme && thm_load(o->theme, th, err, sizeof err)) {
+        txt_term_printf(stderr, "k3chat: %s: %s\n",
+                        o->theme == k3_setting_env_str(K3_SETTING_THEME) ? "K3_THEME" : "--theme", err);
         return 2;
     }
     return 0;

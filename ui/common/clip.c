@@ -33,7 +33,7 @@ int clip_parse(const char *arg, clip_req *q, char *err, size_t errn) {
     snprintf(buf, sizeof buf, "%s", arg ? arg : "");
     for (char *s = strtok(buf, " \t"); s; s = strtok(NULL, " \t")) {
         if (nw == 3) {
-            snprintf(err, errn, "/copy: too many words (usage: /copy [N|code [K]], e.g. /copy 2 code 1)");
+            snprintf(err, errn, "/copy: too many words (usage: /copy [N] [code [K]], e.g. /copy 2 code 1)");
             return -1;
         }
         w[nw++] = s;
@@ -60,7 +60,7 @@ int clip_parse(const char *arg, clip_req *q, char *err, size_t errn) {
         i += i < nw;
     }
     if (i < nw) {
-        snprintf(err, errn, "/copy: unexpected '%.40s' (usage: /copy [N|code [K]])", w[i]);
+        snprintf(err, errn, "/copy: unexpected '%.40s' (usage: /copy [N] [code [K]])", w[i]);
         return -1;
     }
     return 0;

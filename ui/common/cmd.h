@@ -35,7 +35,7 @@
     X(CMD_STATS, "stats", CMD_ARG_NONE, -1, "", "show the statistics of the last turn and the session")      \
     X(CMD_THEME, "theme", CMD_ARG_OPT_WORD, -1, "[NAME]", "switch the color theme (no name: list them)")     \
     X(CMD_RAW, NULL, CMD_ARG_SETTING, K3_SETTING_RAW, NULL, NULL)                                            \
-    X(CMD_COPY, "copy", CMD_ARG_TEXT_OPT, -1, "[N|code [K]]",                                                \
+    X(CMD_COPY, "copy", CMD_ARG_TEXT_OPT, -1, "[N] [code [K]]",                                              \
       "copy the last answer, answer N or its K-th code block (OSC 52)")                                      \
     X(CMD_EDIT, "edit", CMD_ARG_NONE, -1, "",                                                                \
       "edit your last message; sending it replaces the last exchange")                                       \

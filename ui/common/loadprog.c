@@ -54,17 +54,22 @@ void load_prog_finish(load_prog *p, int ok) {
     fflush(p->f);
 }
 
+/* The speed estimate (k3_params.estimate): before the first progress line. */
+static void load_prog_estimate(const char *line, void *ud) {
+    load_prog *p = ud;
+    txt_term_printf(p->f, "k3chat: %s\n", line);
+}
+
 int load_model_verbose(const char *dir, k3_params *par, k3_model **out) {
     load_prog lp;
-    char      est[512];
-    if (k3_model_estimate(dir, par, est, sizeof est) == K3_OK && est[0])
-        txt_term_printf(stderr, "k3chat: %s\n", est);
     load_prog_init(&lp, stderr);
     par->progress    = load_prog_cb;
+    par->estimate    = load_prog_estimate;
     par->progress_ud = &lp;
     k3_status st     = k3_model_open(dir, par, out);
     load_prog_finish(&lp, st == K3_OK);
     par->progress = NULL; /* lp lives on this stack frame only */
+    par->estimate = NULL;
     if (st)
         return st;
     k3_model_info mi;

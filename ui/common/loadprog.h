@@ -27,8 +27,9 @@ void load_prog_cb(const char *what, uint64_t done, uint64_t total, void *ud);
 /* The final line (only when something was reported); clears the live line on a terminal. */
 void load_prog_finish(load_prog *p, int ok);
 
-/* k3_model_open with the progress line on stderr, then the memory fit's line ("k3chat: memory
- * fit: ...") on stderr; par->progress is set here. The line modes' one way to open a model. */
+/* k3_model_open with the speed estimate's line (once the files are checked, when there is one)
+ * and the progress line on stderr, then the memory fit's line ("k3chat: memory fit: ...") on
+ * stderr; par->progress and par->estimate are set here. The line modes' one way to open a model. */
 typedef struct k3_params k3_params;
 typedef struct k3_model  k3_model;
 int                      load_model_verbose(const char *dir, k3_params *par, k3_model **out);

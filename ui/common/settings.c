@@ -27,6 +27,7 @@ void chat_settings_init(chat_settings *s, const ui_opts *o) {
     s->gen.has_seed     = o->has_seed;
     s->gen.model_temp   = 1;
     s->gen.model_top_p  = 1;
+    s->server_sampling  = o->endpoint != NULL; /* known from the start, before the server answers */
     s->show_thinking    = (int)k3_setting(K3_SETTING_SHOW_THINKING)->def;
     s->expert_gb        = -1;
     if (!isnan(o->temp)) {
@@ -275,7 +276,7 @@ const char *chat_help_text(void) {
              "  Ctrl-A/E/B/F/K/U/W/Y/T, Alt-B/F  Emacs editing keys\n"
              "  Ctrl-C                 stop the answer; with a typed line (or /edit): clear it; else quit\n"
              "  Ctrl-D, Ctrl-Z         quit at an empty prompt (twice while an answer streams); suspend\n"
-             "  PgUp/PgDn, wheel       scroll the conversation;  Home/End with Ctrl: top/bottom\n"
+             "  PgUp/PgDn, wheel       scroll the conversation;  Ctrl-Home/End: top/bottom\n"
              "  F2                     expand/collapse all reasoning\n"
              "  F3                     mouse capture on/off (off: the terminal selects text)\n"
              "  Ctrl-L                 redraw the screen\n"

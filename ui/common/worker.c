@@ -40,6 +40,12 @@ static void on_progress(const char *what, uint64_t done, uint64_t total, void *u
     ev_push(r->u->out, &e);
 }
 
+/* The speed estimate, once the model's files are checked (k3_params.estimate). */
+static void on_estimate(const char *line, void *ud) {
+    real *r = ud;
+    ue_emitf(r->u, EV_INFO, "%s", line);
+}
+
 /* The session's prefill progress: after a second of prefill, a few EV_PREFILL a second. */
 static void on_prefill(double done, int total, uint64_t bytes, void *ud) {
     real  *r   = ud;
@@ -403,10 +409,8 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
         goto fail;
     }
     p.progress    = on_progress;
+    p.estimate    = on_estimate; /* shown while the model loads */
     p.progress_ud = r;
-    char est[512]; /* shown while the model loads */
-    if (k3_model_estimate(u->opts->dir, &p, est, sizeof est) == K3_OK && est[0])
-        ue_emitf(u, EV_INFO, "%s", est);
     if (k3_model_open(u->opts->dir, &p, &r->m) != K3_OK) {
         snprintf(err, errn, "%s", k3_errmsg());
         goto fail;

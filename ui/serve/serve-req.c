@@ -213,8 +213,12 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
         r->max_tokens = (int)x;
     }
     if ((v = json_object_get(b, "seed")) && !json_is_null(v)) {
+        char err[256];
         if (!json_is_integer(v))
             return bad(e, "invalid_type", "seed: expected an integer");
+        if (json_integer_value(v) < 0 && /* the row's range, as --seed has it (-1 was taken as 2^64 - 1) */
+            k3_setting_check(K3_SETTING_SEED, K3_SRC_API, (double)json_integer_value(v), err, sizeof err))
+            return bad(e, "invalid_value", "%s", err);
         r->seed = (uint64_t)json_integer_value(v);
     }
     if ((v = json_object_get(b, "n")) && !json_is_null(v) &&

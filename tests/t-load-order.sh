@@ -1,0 +1,36 @@
+#!/bin/sh
+# t-load-order.sh: the model's open checks what config.json and the shard headers can settle before
+# any expensive work. A config.json claiming widths far beyond its checkpoint (65,536 over the tiny
+# preset's) is refused with the shape error naming the shard, the tensor and both shapes, before the
+# speed estimate measures this machine's kernels at the claimed shapes: no speed figure is written
+# to the (empty) cache, and the refusal comes within 5 s (the probes at those shapes took 1.4-12 s
+# before, up to 26 s under load, and over 60 s at a width of 16,777,216 that a large K3_MEM_GB let
+# through the first memory fit; the order is what is checked, the bound only catches a return to
+# the old one).
+. "$K3_SRC/tests/lib.sh"
+set -u
+B=${K3_BUILD:?}; T=${K3_TMP:?}
+K3=$B/k3chat; PY=/usr/bin/python3
+[ -x "$K3" ] || { fail "$K3 not built"; exit 1; }
+tiny_model "$T/tiny" 3
+# KEY VALUE K3_MEM_GB: the last one passes the config-only memory fit by K3_MEM_GB and made the
+# old probes run at a 16,777,216-wide expert (over 60 s)
+for c in "moe_intermediate_size 65536 24" "routed_expert_hidden_size 65536 24" "kv_lora_rank 65536 24" \
+    "qk_rope_head_dim 65536 24" "routed_expert_hidden_size 16777216 100000"; do
+    set -- $c
+    key="$1 $2"
+    rm -rf "$T/m" "$T/cache"
+    cp -r "$T/tiny" "$T/m"
+    $PY -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['text_config'][sys.argv[2]]=int(sys.argv[3]); json.dump(c, open(p, 'w'))" \
+        "$T/m/config.json" "$1" "$2" || fail "config.json edit"
+    t0=$(date +%s%N)
+    K3_MEM_GB=$3 XDG_CACHE_HOME="$T/cache" timeout 30 "$K3" "$T/m" --prompt hi --max-tokens 1 >"$T/out" 2>"$T/err"; rc=$?
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    [ $rc -eq 1 ] && [ "$(wc -l <"$T/err")" -eq 1 ] &&
+        grep -Eq "^k3chat: model-0000[0-9]-of-000008\.safetensors: tensor '[^']+' has shape \[[0-9, ]+\], expected \[[0-9, ]+\]$" "$T/err"
+    check $? "$key: exit 1, one line naming the shard, the tensor and both shapes ($(head -c 250 "$T/err"))"
+    n=$(find "$T/cache" -type f 2>/dev/null | wc -l)
+    [ "$n" -eq 0 ]; check $? "$key: refused before the speed probes ran (files in the speed cache: $n)"
+    [ $ms -lt $((5000 * slow)) ]; check $? "$key: refused in $ms ms (bound $((5000 * slow)) ms)"
+done
+finish
