@@ -263,12 +263,12 @@ try:
        and "2048" in json.loads(text)["error"]["message"], "a prompt over the context (K3_MAXT 2048) -> 400: %s" % text[:120])
 
     # ---- a client that disconnects cancels its generation. The replies here are scripted
-    # (K3_SERVE_SCRIPT: 40,000 words and no end of message, K3_MAXT 65536), so the turn is still
+    # (K3_SERVE_SCRIPT: 42,000 words, 'la' with a 'Z' every 3,000, and no end of message, K3_MAXT 65536), so the turn is still
     # running when the client leaves on any machine; a sampled greedy reply ends whenever the model
     # emits its end, which got earlier as the kernels got faster (t-serve-batch broke on that)
     hold_txt = os.path.join(T, "hold.txt")
     with open(hold_txt, "w") as f:
-        f.write("la " * 40000)
+        f.write(("la " * 3000 + "Z ") * 14)
     hsrv = serve_lib.launch(K3, M, HLOG, dict(env, K3_API_KEY=KEY, K3_SERVE_SCRIPT=hold_txt, K3_MAXT="65536"))
     up, hport = serve_lib.await_port(hsrv, HLOG, 30)
     ok(up, "a second server with a scripted endless reply starts")
@@ -298,6 +298,37 @@ try:
     except (ValueError, KeyError, IndexError, TypeError):
         good = False
     ok(good, "the next request on that server is answered (%d: %s)" % (code, body[-200:]))
+
+    # ---- long stop strings cost the engine thread (which every client shares) linear time. The
+    # scripted answer (thinking off) is 'la la ...' with a 'Z' after 9,000 bytes; 16 stop strings of
+    # 'la ' * 150,000 + 'X' (7.2 MB) never match, but each byte of the answer up to the Z begins one,
+    # so it is held back. The old filter looked again at the whole held tail, byte by byte with a
+    # strlen of every stop string per byte, for every token (3x the plain request's CPU here, and a
+    # stall of every client growing as the square of the held text); a matcher that keeps its
+    # state (KMP) costs each new byte constant work: the server's CPU for the request stays near
+    # the same request's without stop strings.
+    def cpu_s(pid):
+        with open("/proc/%d/stat" % pid) as f:
+            st = f.read().rsplit(")", 1)[1].split()
+        return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+
+    def timed(extra):
+        c0 = cpu_s(hsrv.pid)
+        code, body = curl(HBASE + "/v1/chat/completions",
+                          chat(user("hello"), max_tokens=3100, reasoning_effort="none", **extra))
+        try:
+            o = json.loads(body)["choices"][0]
+            got = (o["message"]["content"], o["finish_reason"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            got = (body[-200:], None)
+        return cpu_s(hsrv.pid) - c0, code, got
+    plain = timed({})
+    held = timed({"stop": ["la " * 150000 + "X"] * 16})
+    ok(plain[1] == held[1] == 200 and plain[2] == held[2] and plain[2][1] == "length" and "Z" in plain[2][0],
+       "16 long stop strings that the answer keeps beginning: the same answer as without them (%d, %d, %r)"
+       % (plain[1], held[1], held[2][0][-40:]))
+    ok(held[0] < 1.5 * plain[0] + 0.3, "and the server's CPU for it stays near the plain request's "
+       "(%.2f s against %.2f s; quadratic: 3x)" % (held[0], plain[0]))
     code, body = curl("/v1/chat/completions", chat(user("hello"), temperature=0, top_p=1, max_tokens=N))
     ok(code == 200 and json.loads(body)["choices"][0]["message"]["reasoning_content"] == exp_think,
        "the first server still answers as before")

@@ -12,6 +12,7 @@
 #include "text.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +30,58 @@ void sreq_free(sreq *r) {
     free(r->tx);
     stools_req_free(&r->tl);
     sformat_free(&r->fmt);
-    for (int i = 0; i < r->n_stops; i++)
-        free(r->stops[i]);
+    for (int i = 0; i < r->stop.n; i++) {
+        free(r->stop.s[i]);
+        free(r->stop.fail[i]);
+    }
     memset(r, 0, sizeof *r);
+}
+
+/* ---- stop strings ------------------------------------------------------------------------ */
+
+int sstop_add(sstop *st, const char *p, size_t n) {
+    int k = st->n;
+    if (!(st->s[k] = strndup(p, n)) || !(st->fail[k] = malloc(n * sizeof *st->fail[k]))) {
+        free(st->s[k]);
+        st->s[k] = NULL;
+        return -1;
+    }
+    const char *s = st->s[k];
+    uint32_t   *f = st->fail[k];
+    f[0]          = 0;
+    for (size_t i = 1, q = 0; i < n; i++) {
+        while (q && s[i] != s[q])
+            q = f[q - 1];
+        q += s[i] == s[q];
+        f[i] = (uint32_t)q;
+    }
+    st->len[k] = n;
+    st->q[k]   = 0;
+    st->n++;
+    return 0;
+}
+
+size_t sstop_feed(sstop *st, const char *p, size_t n, size_t at, size_t *hold) {
+    size_t first = SIZE_MAX;
+    *hold        = 0;
+    for (int k = 0; k < st->n; k++) {
+        const char     *s = st->s[k];
+        const uint32_t *f = st->fail[k];
+        size_t          q = st->q[k], len = st->len[k];
+        for (size_t i = 0; i < n; i++) {
+            while (q && p[i] != s[q])
+                q = f[q - 1];
+            q += p[i] == s[q];
+            if (q == len) { /* s ends at byte i: it started len - 1 bytes before */
+                if (at + i + 1 - len < first)
+                    first = at + i + 1 - len;
+                q = f[len - 1];
+            }
+        }
+        st->q[k] = q;
+        *hold    = q > *hold ? q : *hold;
+    }
+    return first;
 }
 
 /* ---- request parsing ------------------------------------------------------------------- */
@@ -272,13 +322,8 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
             json_t *s = json_is_array(v) ? json_array_get(v, k) : one[0];
             if (!json_is_string(s))
                 return bad(e, "invalid_type", "stop[%zu]: expected a string", k);
-            if (!json_string_length(s))
-                continue;
-            if (!(r->stops[r->n_stops] = strndup(json_string_value(s), json_string_length(s))))
+            if (json_string_length(s) && sstop_add(&r->stop, json_string_value(s), json_string_length(s)))
                 return bad(e, "out_of_memory", "out of memory");
-            if (json_string_length(s) > r->max_stop)
-                r->max_stop = json_string_length(s);
-            r->n_stops++;
         }
     }
     /* thinking: chat_template_kwargs.thinking / enable_thinking, or top-level enable_thinking;

@@ -100,6 +100,7 @@ typedef struct job {
     int         role_sent; /* the first chunk (role) is in sse           */
     txt_buf     resp;      /* every response byte generated              */
     size_t      rel;       /* of which released (not held by stop check) */
+    size_t      fed;       /* of which seen by the stop strings' matcher */
     txt_buf     reasoning; /* think channel                              */
     int         stopped;   /* a stop string ended the turn               */
     const char *finish;    /* "stop" | "length" when done without error  */
@@ -292,37 +293,28 @@ static void release(job *j, size_t to) {
     }
 }
 
-/* Stop strings: find the first one in the unreleased text; else hold back the longest tail
- * that is a prefix of one. Releases what is certain. Returns 1 when a stop string matched. */
+/* Stop strings: the text not yet seen goes through the matcher (serve-req.c, linear in the
+ * text); a stop string ends the answer before it, else the longest tail that could still become
+ * one is held back (nothing when final). Releases what is certain. Returns 1 when a stop string
+ * matched. */
 static int stop_filter(job *j, int final) {
-    const sreq *r    = &j->r;
-    const char *text = j->resp.p ? j->resp.p : ""; /* no visible text yet: NULL (memmem wants a pointer) */
-    size_t      n = j->resp.n, at = n;
-    if (!r->n_stops || j->stopped) {
+    const char *text = j->resp.p;
+    size_t      n = j->resp.n, hold = 0, at = SIZE_MAX;
+    if (!j->r.stop.n || j->stopped) {
         if (!j->stopped)
             release(j, n);
         return j->stopped;
     }
-    for (int k = 0; k < r->n_stops; k++) {
-        const char *p = memmem(text + j->rel, n - j->rel, r->stops[k], strlen(r->stops[k]));
-        if (p && (size_t)(p - text) < at)
-            at = (size_t)(p - text);
-    }
-    if (at < n) {
+    if (n > j->fed) /* no visible text yet: resp.p is NULL */
+        at = sstop_feed(&j->r.stop, text + j->fed, n - j->fed, j->fed, &hold);
+    j->fed = n;
+    if (at != SIZE_MAX) {
         release(j, at);
         j->stopped = 1;
         return 1;
     }
-    size_t hold = 0;
-    for (size_t k = r->max_stop - 1; !final && k > 0 && !hold; k--) {
-        if (k > n - j->rel)
-            continue;
-        for (int s = 0; s < r->n_stops && !hold; s++)
-            if (strlen(r->stops[s]) > k && !memcmp(text + n - k, r->stops[s], k))
-                hold = k;
-    }
-    size_t to = n - hold;
-    while (to > j->rel && ((unsigned char)text[to] & 0xC0) == 0x80 && to < n)
+    size_t to = final ? n : n - hold;
+    while (to > j->rel && to < n && ((unsigned char)text[to] & 0xC0) == 0x80)
         to--; /* never split a character (stop strings start on one anyway) */
     release(j, to);
     return 0;
