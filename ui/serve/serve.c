@@ -38,7 +38,8 @@
  * are cut on a character boundary with control characters escaped, and so is every log line.
  * SIGINT/SIGTERM: stop accepting, cancel the running turns (a stream ends with an error event
  * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
- * finish (up to SERVE_DRAIN_SECS), exit 0.
+ * finish (up to SERVE_DRAIN_SECS), exit 0. Before the server is ready (the model loading) a
+ * signal ends the process at once, as the signal (sig_main).
  */
 #include "loadprog.h"
 #include "serve.h"
@@ -1078,6 +1079,51 @@ static void serve_stop(http_gate *gate, int sig, pthread_t wt) {
     serve_log("%lu answered, %lu cancelled, %lu failed", srv.n_ok, srv.n_cancel, srv.n_err);
 }
 
+/* SIGINT/SIGTERM: blocked in every thread but sig_main, which waits for them from the moment the
+ * port is taken. Before the server is ready (the model loading: minutes for a large one) there is
+ * nothing to finish, so a signal ends the process at once, as the signal (exit status 128 + N);
+ * once cli_serve says it serves, the signal is handed to it for the orderly stop (serve_stop). */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    int             serving, sig;
+} sigs_at = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *sig_main(void *arg) {
+    const sigset_t *set = arg;
+    int             sig = 0;
+    while (sigwait(set, &sig)) {
+    }
+    pthread_mutex_lock(&sigs_at.mu);
+    if (sigs_at.serving) {
+        sigs_at.sig = sig;
+        pthread_cond_signal(&sigs_at.cv);
+        pthread_mutex_unlock(&sigs_at.mu);
+        return NULL;
+    }
+    fprintf(stderr, "k3chat: %s before the server was ready: exiting\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    signal(sig, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+    raise(sig); /* this thread alone takes it now: the process ends as the signal */
+    _exit(128 + sig);
+}
+
+/* Waits for the signal that stops a server that is ready (the signal thread then ends). */
+static int sig_wait_serving(pthread_t th) {
+    pthread_mutex_lock(&sigs_at.mu);
+    sigs_at.serving = 1;
+    while (!sigs_at.sig)
+        pthread_cond_wait(&sigs_at.cv, &sigs_at.mu);
+    int sig = sigs_at.sig;
+    pthread_mutex_unlock(&sigs_at.mu);
+    pthread_join(th, NULL);
+    return sig;
+}
+
 int cli_serve(const ui_opts *o) {
     struct addrinfo *ai = NULL;
     if (parse_listen(o->serve, &ai)) {
@@ -1115,8 +1161,8 @@ int cli_serve(const ui_opts *o) {
         freeaddrinfo(ai);
         return 1;
     }
-    /* signals: handled by sigwait below; every thread created from here on blocks them */
-    sigset_t sigs;
+    /* signals: every thread created from here on blocks them; sig_main takes them */
+    static sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
@@ -1125,9 +1171,16 @@ int cli_serve(const ui_opts *o) {
 
     int       rc = 1;
     k3_params par;
-    pthread_t wt;
-    int       have_worker = 0;
-    k3_status pst         = k3_params_default(&par);
+    pthread_t wt, st;
+    int       have_worker = 0, have_sig = !pthread_create(&st, NULL, sig_main, &sigs);
+    if (!have_sig) {
+        fprintf(stderr, "k3chat: cannot start the signal thread\n");
+        http_gate_free(gate);
+        free_keys();
+        freeaddrinfo(ai);
+        return 1;
+    }
+    k3_status pst = k3_params_default(&par);
     par.sessions =
         o->parallel > 0 ? o->parallel : SERVE_DEFAULT(PARALLEL); /* the memory fit counts every slot */
     if (pst || load_model_verbose(o->dir, &par, &srv.m)) {
@@ -1163,12 +1216,14 @@ int cli_serve(const ui_opts *o) {
     fprintf(stderr, "k3chat: serving %s (context %d) on http://%s%s%s:%u/v1%s\n", srv.name, srv.info.max_ctx,
             ai->ai_family == AF_INET6 ? "[" : "", host, ai->ai_family == AF_INET6 ? "]" : "",
             http_gate_port(gate), srv.n_keys ? " (API key required)" : "");
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    serve_stop(gate, sig, wt);
-    have_worker = 0;
-    rc          = 0;
+    serve_stop(gate, sig_wait_serving(st), wt);
+    have_sig = have_worker = 0;
+    rc                     = 0;
 done:
+    if (have_sig) { /* a failed start: the signal thread waits in sigwait (a cancellation point) */
+        pthread_cancel(st);
+        pthread_join(st, NULL);
+    }
     if (have_worker) {
         pthread_mutex_lock(&srv.mu);
         srv.stopping = 1;
