@@ -4,7 +4,8 @@
 #     then silence, and a body byte every 3 s are open while a normal client is served; each of
 #     them gets 408 at the body deadline (K3_SERVE_BODY_SECS=10 here, the default 60 s: the same
 #     code, a sixth of the wait), none is closed without an answer; K3_SERVE_BODY_SECS=0 is
-#     refused at start;
+#     refused at start, and so are bad K3_SERVE_QUEUE, K3_SERVE_QUEUE_SECS and K3_SERVE_CHUNK
+#     (before the model loads);
 #   - a trickled head (48 connections sending head bytes one per segment, each read on its own):
 #     the server's CPU time per byte (its CPU clock, counted once it has read every byte sent) is
 #     the same 15.9 kB into the head as at its start, so neither a re-scan of the head per read
@@ -200,6 +201,16 @@ try:
                        capture_output=True, timeout=60)
     ok(r.returncode == 2 and b"K3_SERVE_BODY_SECS: '0' is not an integer in 1..86400" in r.stderr,
        "K3_SERVE_BODY_SECS=0: exit 2 naming the setting and its range (%d, %r)" % (r.returncode, r.stderr[-120:]))
+    # and so are the queue's and the prefill chunk's, before the model loads (they were read after
+    # it: a typo cost a whole load, minutes on a large model, then exit 1)
+    for name, val, rng in (("K3_SERVE_QUEUE", "-1", "0..100000"), ("K3_SERVE_QUEUE_SECS", "0", "1..86400"),
+                           ("K3_SERVE_CHUNK", "x", "0..1048576")):
+        r = subprocess.run([K3, M, "--serve", "127.0.0.1:0"], env=dict(env, **{name: val}), capture_output=True,
+                           timeout=60)
+        ok(r.returncode == 2 and b"%s: '%s' is not an integer in %s" % (name.encode(), val.encode(), rng.encode())
+           in r.stderr and b"loaded" not in r.stderr,
+           "%s=%s: exit 2 before the model loads, naming the setting and its range (%d, %r)"
+           % (name, val, r.returncode, r.stderr[-120:]))
     srv, PORT, LOG = start_server(K3, M, T, env, procs, "gate", key=KEY, K3_SERVE_BODY_SECS=str(BODY_SECS))
     ok(PORT is not None, "the server starts (port %s)" % PORT)
     if PORT is None:

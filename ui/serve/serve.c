@@ -135,8 +135,10 @@ static struct server {
     int             queue_secs; /* longest wait in it (K3_SERVE_QUEUE_SECS) */
     slot           *slots;      /* (n_slots) --parallel                   */
     int             n_slots, n_active;
-    int             chunk; /* prompt ids a prefill step feeds         */
-    uint64_t        clock; /* admissions                             */
+    int             chunk;   /* prompt ids a prefill step feeds         */
+    int             n_snaps; /* the shared prompt cache: saved states (K3_CONV_SNAPSHOTS) */
+    double          snap_mb; /* and their megabytes (K3_CONV_SNAPSHOT_MB)                 */
+    uint64_t        clock;   /* admissions                             */
     int             stopping;
     unsigned        seq;
     unsigned long   n_ok, n_err, n_cancel;
@@ -1004,10 +1006,29 @@ static int is_loopback(const struct sockaddr *a) {
     return a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
 }
 
+/* The server's settings from the environment, read before the port is taken and the model
+ * loads (a typo costs no load): K3_SERVE_BODY_SECS into *body_secs, the queue's, the prefill
+ * chunk's and the shared prompt cache's (more snapshots and bytes than a chat's: 16, 2000 MB)
+ * into srv. 0, or -1 with the reason on stderr. */
+static int serve_env(int *body_secs) {
+    srv.snap_mb = 2000;
+    if (env_count(K3_SETTING_SERVE_BODY_SECS, SERVE_DEFAULT(SERVE_BODY_SECS), body_secs) ||
+        env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
+        env_count(K3_SETTING_SERVE_CHUNK, SERVE_DEFAULT(SERVE_CHUNK), &srv.chunk) ||
+        env_count(K3_SETTING_SERVE_QUEUE_SECS, SERVE_DEFAULT(SERVE_QUEUE_SECS), &srv.queue_secs) ||
+        env_count(K3_SETTING_CONV_SNAPSHOTS, 16, &srv.n_snaps))
+        return -1;
+    if (k3_setting_env(K3_SETTING_CONV_SNAPSHOT_MB, &srv.snap_mb)) {
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
 /* --parallel slots, each a conversation (its session is made on first use); one prompt cache
  * for all of them: clients take turns on the slots, so keep more saved states than the chat
- * does (least recently used out; env overrides, see k3chat(1)). The queue's limits and the
- * scripted replies (tests) from the environment. 0, or -1 with the reason on stderr. */
+ * does (least recently used out; serve_env read the sizes). The scripted replies (tests) from
+ * the environment. 0, or -1 with the reason on stderr. */
 static int serve_slots(const ui_opts *o) {
     srv.n_slots = o->parallel > 0 ? o->parallel : SERVE_DEFAULT(PARALLEL);
     if (!(srv.slots = calloc((size_t)srv.n_slots, sizeof *srv.slots))) {
@@ -1023,23 +1044,10 @@ static int serve_slots(const ui_opts *o) {
         if (i)
             k3_conv_share_prompt_cache(srv.slots[i].c, srv.slots[0].c);
     }
-    /* the shared prompt cache: more snapshots and bytes than a chat's (16, 2000 MB) */
-    int    n_snaps;
-    double snap_mb = 2000;
-    if (env_count(K3_SETTING_CONV_SNAPSHOTS, 16, &n_snaps))
-        return -1;
-    if (k3_setting_env(K3_SETTING_CONV_SNAPSHOT_MB, &snap_mb)) {
+    if (k3_conv_set_prompt_cache(srv.slots[0].c, srv.n_snaps, srv.snap_mb)) {
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         return -1;
     }
-    if (k3_conv_set_prompt_cache(srv.slots[0].c, n_snaps, snap_mb)) {
-        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
-        return -1;
-    }
-    if (env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
-        env_count(K3_SETTING_SERVE_CHUNK, SERVE_DEFAULT(SERVE_CHUNK), &srv.chunk) ||
-        env_count(K3_SETTING_SERVE_QUEUE_SECS, SERVE_DEFAULT(SERVE_QUEUE_SECS), &srv.queue_secs))
-        return -1;
     const char *script = k3_setting_env_str(K3_SETTING_SERVE_SCRIPT);
     stools_err  se;
     if (script && stools_script_load(script, o->dir, &se)) {
@@ -1137,8 +1145,8 @@ int cli_serve(const ui_opts *o) {
         freeaddrinfo(ai);
         return 2;
     }
-    int body_secs; /* K3_SERVE_BODY_SECS: a bad value fails here, before the port is taken */
-    if (env_count(K3_SETTING_SERVE_BODY_SECS, SERVE_DEFAULT(SERVE_BODY_SECS), &body_secs)) {
+    int body_secs; /* a bad setting fails here, before the port is taken */
+    if (serve_env(&body_secs)) {
         free_keys();
         freeaddrinfo(ai);
         return 2;
