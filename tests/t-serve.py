@@ -230,6 +230,22 @@ try:
     ok(code == 200 and cached > 0 and cached < o["usage"]["prompt_tokens"],
        "a follow-up reuses the prompt cache (%d of %d prompt tokens cached)" % (cached, o.get("usage", {}).get("prompt_tokens", 0)))
 
+    # ---- vLLM's top_k and min_p (sent as extra body fields) are honoured: top_k 1, or min_p 1, at
+    # temperature 1 leaves the most likely token alone, so the answer is the greedy one (they were
+    # ignored: the answer was the temperature-1 sample, another text)
+    def answer(**kw):
+        code, body = curl("/v1/chat/completions", chat(user("hello there"), max_tokens=24, reasoning_effort="none", **kw))
+        try:
+            return json.loads(body)["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return "(%d: %s)" % (code, body[:80])
+    greedy, sampled = answer(temperature=0), answer(temperature=1, seed=5)
+    ok(greedy != sampled, "premise: at temperature 1 (seed 5) the answer is not the greedy one (%r, %r)"
+       % (greedy[:30], sampled[:30]))
+    ok(answer(temperature=1, seed=5, top_k=1) == greedy and answer(temperature=1, seed=5, min_p=1) == greedy
+       and answer(temperature=1, seed=5, top_k=-1) == sampled and answer(temperature=1, seed=5, top_k=0) == sampled,
+       "top_k 1 and min_p 1 give the greedy answer at temperature 1; top_k -1 and 0 change nothing")
+
     # ---- bad requests
     big = os.path.join(T, "big.json")
     with open(big, "w") as f:
@@ -238,6 +254,10 @@ try:
            ("temperature a string", chat(user("x"), temperature="hot"), 400),
            ("max_tokens a float", chat(user("x"), max_tokens=1.5), 400),
            ("stop of numbers", chat(user("x"), stop=[1]), 400),
+           ("top_k -2 (it was ignored)", chat(user("x"), top_k=-2), 400),
+           ("top_k 1.5", chat(user("x"), top_k=1.5), 400),
+           ("min_p 1.5", chat(user("x"), min_p=1.5), 400),
+           ("repetition_penalty 1.1 (not implemented; it was ignored)", chat(user("x"), repetition_penalty=1.1), 400),
            ("content a number", '{"messages":[{"role":"user","content":5}]}', 400),
            ("a user message without content (it was answered as an empty one)", '{"messages":[{"role":"user"}]}', 400),
            ("a user message with content null", '{"messages":[{"role":"user","content":null}]}', 400),

@@ -231,18 +231,40 @@ static int get_num(json_t *o, enum k3_setting_id id, float *out, perr *e) {
     return 0;
 }
 
+/* The sampler's top_k and min_p, which vLLM takes beside OpenAI's fields (clients send them as
+ * extra body fields): top_k an integer, -1 or 0 for no limit; min_p a number in 0..1. */
+static int parse_vllm_sampling(json_t *b, sreq *r, perr *e) {
+    json_t *v;
+    if ((v = json_object_get(b, "top_k")) && !json_is_null(v)) {
+        json_int_t k = json_integer_value(v);
+        if (!json_is_integer(v) || k < -1 || k > INT32_MAX)
+            return bad(e, json_is_integer(v) ? "invalid_value" : "invalid_type",
+                       "top_k: expected an integer from 1 to %d, or -1 or 0 for no limit", INT32_MAX);
+        r->top_k = k < 0 ? 0 : (int)k;
+    }
+    if ((v = json_object_get(b, "min_p")) && !json_is_null(v)) {
+        double x = json_number_value(v);
+        if (!json_is_number(v) || !(x >= 0 && x <= 1))
+            return bad(e, json_is_number(v) ? "invalid_value" : "invalid_type",
+                       "min_p: expected a number from 0 to 1 (0: off)");
+        r->min_p = (float)x;
+    }
+    return 0;
+}
+
 /* Fields the server does not implement: refused, with the field named, unless they ask for
- * what it does anyway (penalties 0, no logprobs, no bias; response_format is serve-format.c's). */
+ * what it does anyway (penalties 0 and a repetition_penalty of 1, no logprobs, no bias;
+ * response_format is serve-format.c's). */
 static int parse_unsupported(json_t *b, perr *e) {
     json_t            *v;
-    static const char *pen[] = {"frequency_penalty", "presence_penalty"};
-    for (int k = 0; k < 2; k++) {
+    static const char *pen[] = {"frequency_penalty", "presence_penalty", "repetition_penalty"};
+    for (int k = 0; k < 3; k++) {
         if (!(v = json_object_get(b, pen[k])) || json_is_null(v))
             continue;
         if (!json_is_number(v))
             return bad(e, "invalid_type", "%s: expected a number", pen[k]);
-        if (json_number_value(v) != 0)
-            return bad(e, "unsupported_value", "%s: not supported (only 0)", pen[k]);
+        if (json_number_value(v) != (k == 2 ? 1 : 0))
+            return bad(e, "unsupported_value", "%s: not supported (only %d)", pen[k], k == 2 ? 1 : 0);
     }
     if ((v = json_object_get(b, "logprobs")) && !json_is_null(v)) {
         if (!json_is_boolean(v))
@@ -307,7 +329,7 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
         !(json_is_number(v) && json_number_value(v) == 1))
         return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
                    "n: only 1 choice per request is supported");
-    if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) ||
+    if (parse_vllm_sampling(b, r, e) || parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) ||
         stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e) || sformat_parse(b, &r->fmt, e) ||
         sformat_tools(&r->tl, &r->fmt, e))
         return -1;

@@ -59,6 +59,8 @@ typedef struct sreq {
     int         max_tokens;   /* 0 = up to the context */
     int         think_budget; /* thinking_budget: reasoning tokens, 0 = no limit */
     float       temp, top_p;
+    float       min_p; /* min_p (vLLM's): 0 = off                     */
+    int         top_k; /* top_k (vLLM's): 0 = off (-1 is read as 0)    */
     uint64_t    seed;
     sstop       stop;
     stools_req  tl;  /* tools, tool_choice (serve-tools.c)        */

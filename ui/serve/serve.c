@@ -444,6 +444,8 @@ static k3_status job_start(slot *sl, job *j) {
     k3_sampler_params_default(srv.m, &set.sampling);
     set.sampling.temp  = r->temp;
     set.sampling.top_p = r->top_p;
+    set.sampling.top_k = r->top_k;
+    set.sampling.min_p = r->min_p;
     set.sampling.seed  = r->seed;
     snprintf(set.tool_choice, sizeof set.tool_choice, "%s", r->tl.tool_choice);
     k3_conv_set_grammar(sl->c, r->fmt.g);
