@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -149,6 +150,7 @@ static struct server {
     size_t          key_len[SERVE_MAX_KEYS];
     int             n_keys;
     long long       t_start;
+    uint64_t        id_tag; /* random, in every completion id: two servers never share one */
 } srv = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static double now_s(void) {
@@ -828,7 +830,7 @@ static void chat_completions(http_req *con) {
     j->key     = con->key;
     j->created = (long long)time(NULL);
     j->t0      = now_s();
-    snprintf(j->id, sizeof j->id, "chatcmpl-k3-%llx-%u", (unsigned long long)srv.t_start, j->seq);
+    snprintf(j->id, sizeof j->id, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, j->seq);
     j->refs = 2; /* this connection + the worker */
     pthread_mutex_lock(&srv.mu);
     if (srv.stopping) {
@@ -1207,6 +1209,9 @@ int cli_serve(const ui_opts *o) {
     char dname[256];
     serve_name(o, dname, sizeof dname);
     srv.t_start = (long long)time(NULL);
+    /* completion ids: the start second alone was the same for two servers started together */
+    if (getrandom(&srv.id_tag, sizeof srv.id_tag, 0) != (ssize_t)sizeof srv.id_tag)
+        srv.id_tag = (uint64_t)srv.t_start << 32 ^ (uint64_t)getpid() ^ (uint64_t)(now_s() * 1e9);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_cond_init(&srv.work_cv, &ca);
