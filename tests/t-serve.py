@@ -17,6 +17,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -311,6 +312,20 @@ try:
     code, _ = curl(HBASE + "/v1/chat/completions", chat(user("hello"), max_tokens=100000), extra=["--max-time", "0.5"])
     ok(wait_for(lambda: hold_text().count("cancelled:") > n0 + 1, 15),
        "so does a non-streaming one (curl --max-time 0.5): %r" % hold_text()[-300:])
+    # and one that sent a stray CRLF after its body (or a pipelined request: bytes never served),
+    # then left: the check for a closed connection peeked at those bytes and stopped there, so the
+    # turn ran on for the gone client to max_tokens (20,000 here: about 25 s of engine time)
+    n1 = hold_text().count("cancelled:")
+    body = chat(user("hello"), max_tokens=20000).encode()
+    s = socket.create_connection(("127.0.0.1", hport), timeout=10)
+    s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+               "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (KEY, len(body))).encode() + body)
+    time.sleep(0.3)  # the request is being answered; then the stray bytes, then the client leaves
+    s.sendall(b"\r\n")
+    time.sleep(0.2)
+    s.close()
+    ok(wait_for(lambda: hold_text().count("cancelled:") > n1, 5),
+       "so does a non-streaming one that sent a stray CRLF after its body: %r" % hold_text()[-160:])
     code, body = curl(HBASE + "/v1/chat/completions", chat(user("hello"), max_tokens=4))
     try:
         msg = json.loads(body)["choices"][0]["message"]  # think is on: the script's words are the reasoning

@@ -23,8 +23,9 @@
  * at once, the response through the stop-string filter, which holds back a tail that could
  * still become a stop string and cancels the turn when one appears. A streaming request's
  * thread writes the job's bytes as they come (a client that leaves SERVE_SSE_MAX unread is
- * cancelled); a plain one waits for the end. Both wait in 100 ms steps and peek at the socket (recv MSG_PEEK:
- * 0 = closed): a client that went away cancels its job (k3_conv_cancel of its slot), queued or running.
+ * cancelled); a plain one waits for the end. Both wait in 100 ms steps and read the socket (bytes after
+ * the request dropped; 0 = closed): a client that went away cancels its job (k3_conv_cancel of its
+ * slot), queued or running.
  *
  * A client that closed its sending side after the request (half-close) still gets its answer:
  * at EOF an HTTP/1.1 client is sent an interim "100 Continue" now and then, which a client that
