@@ -299,9 +299,13 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
     json_t *v;
     if ((v = json_object_get(b, "model")) && !json_is_string(v) && !json_is_null(v))
         return bad(e, "invalid_type", "model: expected a string");
-    if (parse_messages(json_object_get(b, "messages"), r, e) ||
-        get_bool(b, "stream", "stream", &r->stream, e) || get_num(b, K3_SETTING_TEMP, &r->temp, e) ||
-        get_num(b, K3_SETTING_TOP_P, &r->top_p, e))
+    json_t *msgs = json_object_get(b, "messages");
+    if (info->max_ctx > 0 && json_is_array(msgs) && json_array_size(msgs) > (size_t)info->max_ctx)
+        return bad(e, "context_length_exceeded",
+                   "messages: %zu messages cannot fit the context of %d tokens (each takes at least one)",
+                   json_array_size(msgs), info->max_ctx); /* before the engine thread renders them */
+    if (parse_messages(msgs, r, e) || get_bool(b, "stream", "stream", &r->stream, e) ||
+        get_num(b, K3_SETTING_TEMP, &r->temp, e) || get_num(b, K3_SETTING_TOP_P, &r->top_p, e))
         return -1;
     if ((v = json_object_get(b, "stream_options")) && !json_is_null(v)) {
         if (!json_is_object(v))

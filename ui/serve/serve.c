@@ -78,6 +78,7 @@
  * step; BENCHMARKS.md), K3_SERVE_QUEUE_SECS (longest wait for a slot): the table's defaults */
 #define SERVE_DEFAULT(id) ((int)k3_setting(K3_SETTING_##id)->def)
 #define SERVE_SSE_MAX (256u << 10) /* stream bytes a client may leave unread; beyond: cancelled */
+#define SERVE_PARSING 4 /* request bodies parsed at once (a JSON tree of small values is ~25x its body) */
 
 /* ---- jobs ------------------------------------------------------------------------- */
 
@@ -794,13 +795,34 @@ static size_t feed_body(void *buf, size_t max, void *arg) {
     return k;
 }
 
+/* At most SERVE_PARSING request bodies become JSON trees at once: an 8 MB body of small
+ * objects (289,000 empty messages) makes a tree and request of ~200 MB, so the HTTP_MAX_CONN
+ * request threads parsing together could take 12 GB; the others wait their turn here. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    int             n;
+} parsing = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void parse_turn(int take) {
+    pthread_mutex_lock(&parsing.mu);
+    while (take && parsing.n >= SERVE_PARSING)
+        pthread_cond_wait(&parsing.cv, &parsing.mu);
+    parsing.n += take ? 1 : -1;
+    if (!take)
+        pthread_cond_signal(&parsing.cv);
+    pthread_mutex_unlock(&parsing.mu);
+}
+
 static void chat_completions(http_req *con) {
     json_error_t je;
     body_feed    feed = {con->body, con->body ? con->body_n : 0, 0, 0};
-    json_t      *b    = json_load_callback(feed_body, &feed, JSON_REJECT_DUPLICATES, &je);
+    parse_turn(1);
+    json_t *b = json_load_callback(feed_body, &feed, JSON_REJECT_DUPLICATES, &je);
     free(con->body); /* the parsed tree holds what counts: the raw bytes go now */
     con->body = NULL;
     if (!b) {
+        parse_turn(0);
         char m[400];
         sreq_json_err(&je, m, sizeof m);
         send_error(con, 400, "invalid_request_error",
@@ -811,6 +833,7 @@ static void chat_completions(http_req *con) {
     perr e = {{0}, {0}};
     if (!j) {
         json_decref(b);
+        parse_turn(0);
         send_error(con, 500, "server_error", "out_of_memory", "out of memory");
         return;
     }
@@ -819,6 +842,7 @@ static void chat_completions(http_req *con) {
     pthread_mutex_unlock(&srv.mu);
     int rc = sreq_parse(b, j->seq, &srv.info, &j->r, &e);
     json_decref(b);
+    parse_turn(0);
     if (rc) {
         serve_log("#%u 400: %s", j->seq, e.msg);
         sreq_free(&j->r);
