@@ -27,6 +27,7 @@
     X(amx)     /* bench-amx.c: AMX-INT8 tile peak and matmul GOPS (hardware only; SKIP otherwise) */         \
     X(act)     /* bench-act.c: SiTU-GLU ns/element, float path by level vs the double formula */             \
     X(ui)      /* bench-ui.c: token-to-screen latency and UI CPU share of the TUI (mock engine) */           \
+    X(uimd)    /* bench-uimd.c: md_stream_update over long tables, lists, code and paragraphs, 1 kB steps */ \
     X(repack)  /* bench-repack.c: start-up of a k3 container vs the BF16 source; K3_MMAP memory */           \
     X(tok)     /* bench-tok.c: tokenizer encode MB/s vs tiktoken's JS and WASM builds */                     \
     X(vk)      /* bench-vk.c: Vulkan matvec GB/s vs the device read bandwidth */                             \

@@ -69,6 +69,8 @@ typedef struct k3_buf {
 } k3_buf;
 /* Append n bytes of s: 0, or -1 when memory runs out (the buffer keeps what it had, oom is set). */
 int k3_buf_add(k3_buf *b, const char *s, size_t n);
+/* Append printf(fmt, ...) (any length): 0, or -1 when memory runs out or fmt cannot be formatted. */
+int k3_buf_printf(k3_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ==== model and session (load.c, session.c, sample.c) ================== */
 

@@ -249,6 +249,11 @@ static void test_stream_plain(void) {
         while (n < 1500) {
             seed          = seed * 1103515245u + 12345u;
             const char *w = words[(seed >> 16) % 12];
+            /* half of the texts have line breaks before words that start with a letter: soft ones,
+             * and in a few texts after a double space a space and a newline (then md4c renders) */
+            if (doc % 2 && (seed >> 8) % 5 == 1 && ((w[0] | 0x20) >= 'a' && (w[0] | 0x20) <= 'z') &&
+                n > p0 + 1 && text[n - 1] == ' ' && (text[n - 2] != ' ' || doc % 8 == 7))
+                text[n - 1] = '\n';
             n += (size_t)snprintf(text + n, sizeof text - n, "%s%s", w, (seed >> 8) % 7 == 0 ? "  " : " ");
         }
         if (doc % 5 == 4) /* ends in a different block: the layout gives way to md4c */
@@ -281,7 +286,8 @@ static void test_stream_plain(void) {
     }
     T_CHECK(!bad && plain_steps > steps / 2,
             "a streamed plain paragraph is laid out as md_render does (%d of %d steps "
-            "without md4c, 40 texts, widths 8 to 107, CJK, emoji, combining marks, double spaces)",
+            "without md4c, 40 texts, widths 8 to 107, CJK, emoji, combining marks, double spaces, soft "
+            "and hard line breaks)",
             plain_steps, steps);
 }
 
@@ -525,6 +531,326 @@ static void test_stream_long_code_line(void) {
     free(text.p);
 }
 
+/* Streams text[0, n) in tokens of 1 to 7 bytes at width (a new buffer now and then, as an entry's
+ * grows) and compares every step with a fresh md4c-only stream (MD_EXACT). Returns the steps, -1
+ * on a difference (reported); *tb counts the steps whose open chunk was a table laid out without
+ * re-rendering it. */
+static int stream_vs_exact(const char *text, size_t n, int width, unsigned seed, unsigned flags, int *tb,
+                           long *fin, long *fin_want, int *li, int max_step) {
+    md_stream st    = {0};
+    int       steps = 0;
+    char     *buf   = NULL;
+    for (size_t k = 1; k <= n;) {
+        if (!buf || (seed >> 7) % 5 == 0) {
+            free(buf);
+            buf = malloc(n + 1);
+        }
+        memcpy(buf, text, k);
+        buf[k]        = 0;
+        md_stream ref = {0};
+        int       at, bad = md_stream_update(&st, buf, k, width, THM_ASSISTANT, MD_STREAMING | flags) != 0;
+        md_stream_update(&ref, buf, k, width, THM_ASSISTANT, MD_STREAMING | MD_EXACT | flags);
+        if (bad || !same_stream(&st, &ref, &at)) {
+            txt_buf a = {0}, b = {0};
+            md_line_text(at < st.fin.n_lines ? &st.fin : &st.open,
+                         at < st.fin.n_lines ? at : at - st.fin.n_lines, &a);
+            md_line_text(at < ref.fin.n_lines ? &ref.fin : &ref.open,
+                         at < ref.fin.n_lines ? at : at - ref.fin.n_lines, &b);
+            T_CHECK(0, "width %d, %zu bytes: line %d is '%s', a fresh render has '%s' (%d vs %d lines)",
+                    width, k, at, a.p ? a.p : "", b.p ? b.p : "", st.fin.n_lines + st.open.n_lines,
+                    ref.fin.n_lines + ref.open.n_lines);
+            free(a.p);
+            free(b.p);
+            md_stream_free(&ref);
+            steps = -1;
+            break;
+        }
+        if (k == n) {
+            *fin += st.n_fin;
+            *fin_want += ref.n_fin;
+        }
+        md_stream_free(&ref);
+        *tb += st.tb;
+        *li += st.li;
+        steps++;
+        seed = seed * 1103515245u + 12345u;
+        if (k == n)
+            break;
+        k += 1 + (seed >> 16) % (unsigned)max_step;
+        if (k > n)
+            k = n;
+    }
+    free(buf);
+    md_stream_free(&st);
+    return steps;
+}
+
+/* An open table streams through tb_layout (md-stream.c): md4c collects each row once, and only the
+ * new rows are laid out unless a column's width changes. Every step must equal a fresh md4c render
+ * of the same text: tables with CJK and emoji cells, escaped pipes, code spans with pipes, links,
+ * emphasis left open inside a row, empty and missing cells, alignment, a column that widens late,
+ * widths where the columns shrink and where rows become "header: value" records, the table closed
+ * by a blank line and the text after it, a table that a list or a rule ends without a blank line,
+ * a blank line of spaces after a row that left a code span open (stream_view closes it after the
+ * blank line), a CR CR LF (md4c sees a blank line inside the line) and a table still open at the
+ * end. */
+static void test_stream_table(void) {
+    txt_buf t = {0};
+    k3_buf_printf(&t, "Intro line.\n\n| name | 値 | note |\n|:-----|---:|:---:|\n");
+    static const char *cells[] = {"a",
+                                  "漢字テスト",
+                                  "😀",
+                                  "x \\| y",
+                                  "`a|b`",
+                                  "**bold**",
+                                  "[link](https://e.x/1)",
+                                  "~~gone~~",
+                                  "e\xcc\x81t\xc3\xa9",
+                                  "`open",
+                                  "**open",
+                                  "1.5",
+                                  "",
+                                  "www.example.com",
+                                  "&amp; &#x41;",
+                                  "$x^2$"};
+    unsigned           seed    = 99;
+    for (int row = 0; row < 60; row++) {
+        k3_buf_printf(&t, "|");
+        int nc = row % 11 == 5 ? 2 : 3; /* now and then a row with a missing cell */
+        for (int c = 0; c < nc; c++) {
+            seed = seed * 1103515245u + 12345u;
+            k3_buf_printf(&t, " %s %s |", cells[(seed >> 16) % 16],
+                          row == 50 && c == 1 ? "a much wider cell, late" : "");
+        }
+        k3_buf_printf(&t, row % 7 == 3 ? " extra |\n" : "\n");
+    }
+    k3_buf_printf(&t, "\nAfter the table.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n- a list ends it\n\n"
+                      "x | y\n--|--\n1 | 2\n---\n\n| q | r |\n|---|---|\n| `x | y |\n \nnext\n\n"
+                      "| c | d |\n|---|---|\n| 1 | 2 |\r\r\n| 3 | 4 |\n\n"
+                      "| k | v |\n| - | - |\n| 漢 | `unclosed | code |\n| z | **w");
+    int              tb = 0, steps = 0, bad = 0, li = 0;
+    long             fin = 0, fin_want = 0;
+    static const int widths[] = {12, 24, 41, 80, 119};
+    for (int wi = 0; wi < 5 && !bad; wi++)
+        for (unsigned osc = 0; osc <= MD_OSC8 && !bad; osc += MD_OSC8) {
+            int k =
+                stream_vs_exact(t.p, t.n, widths[wi], 5u + (unsigned)wi, osc, &tb, &fin, &fin_want, &li, 7);
+            bad |= k < 0;
+            steps += k;
+        }
+    T_CHECK(!bad,
+            "streamed tables at widths 12 to 119, with and without OSC 8: every step shows what a fresh "
+            "md4c render shows (%d steps)",
+            steps);
+    T_CHECK(tb > steps / 2, "the open table was laid out without rendering it again in %d of %d steps", tb,
+            steps);
+    T_CHECK(fin == fin_want, "each finished chunk laid out once (%ld, md4c alone %ld)", fin, fin_want);
+    free(t.p);
+}
+
+/* Streams t into st in tokens of 1 to 12 bytes at width, and the whole of it into ref with md4c
+ * alone (MD_EXACT); returns the updates. */
+static int stream_whole(md_stream *st, md_stream *ref, const txt_buf *t, int width, unsigned seed) {
+    int steps = 0;
+    for (size_t k = 1; k <= t->n; steps++) {
+        md_stream_update(st, t->p, k, width, THM_ASSISTANT, MD_STREAMING);
+        seed = seed * 1103515245u + 12345u;
+        if (k == t->n)
+            break;
+        k += 1 + (seed >> 16) % 12;
+        if (k > t->n)
+            k = t->n;
+    }
+    md_stream_update(ref, t->p, t->n, width, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
+    return steps + 1;
+}
+
+/* The work of a streamed table grows with what arrives: each row is collected by md4c once (and the
+ * partial row once per update), and laid out once, except when a column's width changes, which
+ * lays out every row again. 3,000 rows whose widths settle early and change once late. */
+static void test_stream_table_work(void) {
+    txt_buf t = {0};
+    k3_buf_printf(&t, "| id | name | value |\n|---:|------|-------|\n");
+    int rows = 3000;
+    for (int i = 0; i < rows; i++)
+        k3_buf_printf(&t, "| %d | item %s | %s |\n", i % 100, i % 3 ? "漢字" : "ab",
+                      i == 2900 ? "a late and much wider value" : "v");
+    md_stream st = {0}, ref = {0};
+    int       at, steps     = stream_whole(&st, &ref, &t, 100, 3);
+    T_CHECK(same_stream(&st, &ref, &at) && st.tb, "3,000 streamed rows as md4c shows them (line %d)", at);
+    T_CHECK(st.tb_rows <= rows + steps, "rows collected by md4c: %ld for %d rows in %d updates", st.tb_rows,
+            rows, steps);
+    T_CHECK(
+        st.tb_relaid <= 12 && st.tb_laid <= (long)(rows + 1) * (st.tb_relaid + 1) + steps &&
+            st.tb_laid < 3L * rows + steps,
+        "rows laid out: %ld (all of them again %ld times, when a width changed) for %d rows in %d updates",
+        st.tb_laid, st.tb_relaid, rows, steps);
+    md_stream_free(&st);
+    md_stream_free(&ref);
+    free(t.p);
+}
+
+/* An open tight list streams through li_layout (md-stream.c): md4c renders each item alone once the
+ * next item's line is complete, and only the last item again on each update. Every step must equal
+ * a fresh md4c render of the same text: bullets and nesting, a code span and emphasis left open in
+ * one item and closed in a later one, links, task items, an indented fenced block inside an item,
+ * lazy continuation lines, CJK, ordered lists numbered 8 to 11 with ')' and with numbers that do not
+ * count on (md4c numbers them from the first), a blank line then indented text (a loose list), a
+ * link reference definition in a later item, another bullet, a rule and a heading after the items,
+ * a lone CR, and lists closed by a blank line and the text after it. */
+static void test_stream_list(void) {
+    txt_buf t = {0};
+    k3_buf_printf(&t, "Intro.\n\n");
+    for (int i = 0; i < 14; i++)
+        k3_buf_printf(&t, "- item %d with `code` and **strong** 漢字 [a link](https://e.x/%d)%s\n", i, i,
+                      i == 3    ? "\n  - nested *em*\n    - deeper\n  continued\nlazy line"
+                      : i == 5  ? " and `open"
+                      : i == 7  ? " closed` now ~~strike"
+                      : i == 9  ? "\n  ```sh\n  echo in item\n  ```"
+                      : i == 11 ? "\n- [ ] task\n- [x] done"
+                                : "");
+    k3_buf_printf(&t, "\nText after.\n\n");
+    for (int i = 8; i <= 11; i++)
+        k3_buf_printf(&t, "%d) step %d of the plan\n", i, i);
+    k3_buf_printf(&t,
+                  "\n1. one\n1. one again\n1. and again\n\n- a\n- b\n\n  loose now\n- c\n\n"
+                  "- see [x]\n- b\n- [x]: https://e.x/def\n\n- a\n* other bullet\n- b\n\n- a\n***\n\n- a\n- "
+                  "b\n# head\n\n"
+                  "- a\r- b\n- c\n\n- x\n  > q\n- a\r\r  more\n- b\n\n- x\n  > q\n- b\n\n  loose now\n- c\n\n"
+                  "- one\n- two\n  ```\n  code still open");
+    int              li = 0, steps = 0, bad = 0, tb = 0;
+    long             fin = 0, fin_want = 0;
+    static const int widths[] = {6, 17, 41, 80};
+    for (int wi = 0; wi < 4 && !bad; wi++)
+        for (unsigned osc = 0; osc <= MD_OSC8 && !bad; osc += MD_OSC8) {
+            int k =
+                stream_vs_exact(t.p, t.n, widths[wi], 11u + (unsigned)wi, osc, &tb, &fin, &fin_want, &li, 7);
+            bad |= k < 0;
+            steps += k;
+        }
+    /* a list ending in an empty line while a code span and a strike are open: stream_view closes
+     * nothing after an empty line */
+    static const char *ends[] = {"- a `x\n- b ~~y\n- c\n\n", "- a `x\n- b ~~y\n- c\n  \n"};
+    for (int k = 0; k < 2 && !bad; k++) {
+        int s2 = stream_vs_exact(ends[k], strlen(ends[k]), 30, 1, 0, &tb, &fin, &fin_want, &li, 7);
+        bad |= s2 < 0;
+        steps += s2;
+    }
+    /* whole lines at once (a slow frame): a blank line, then a line that makes the list loose; a CR CR */
+    for (unsigned seed = 1; seed < 40 && !bad; seed++) {
+        static const char loose[] = "- x\n  > q\n- b\n\n  loose now\n- c\n\n- x\n  > q\n- a\r\r  more\n- b\n";
+        int s2 = stream_vs_exact(loose, strlen(loose), 30, seed, 0, &tb, &fin, &fin_want, &li, 24);
+        bad |= s2 < 0;
+        steps += s2;
+    }
+    T_CHECK(!bad,
+            "streamed lists at widths 6 to 80, with and without OSC 8: every step shows what a fresh md4c "
+            "render shows (%d steps)",
+            steps);
+    T_CHECK(li > steps / 3, "the open list was laid out item by item in %d of %d steps", li, steps);
+    T_CHECK(fin == fin_want, "each finished chunk laid out once (%ld, md4c alone %ld)", fin, fin_want);
+    free(t.p);
+}
+
+/* The work of a streamed list grows with what arrives: md4c renders each item once when the next
+ * one has started, and the last item on each update. 10,000 items of 30 bytes. */
+static void test_stream_list_work(void) {
+    txt_buf t = {0};
+    for (int i = 0; i < 10000; i++)
+        k3_buf_printf(&t, "%d. item with **some** words\n", i + 1);
+    md_stream st = {0}, ref = {0};
+    int       at, steps     = stream_whole(&st, &ref, &t, 60, 5);
+    T_CHECK(same_stream(&st, &ref, &at) && st.li, "10,000 streamed items as md4c shows them (line %d)", at);
+    /* each item once when the next one's line is complete, and until then the last two (under 80
+     * bytes) once per update */
+    T_CHECK(st.li_bytes <= (long)t.n + 80L * steps,
+            "bytes md4c rendered for the list: %ld for a %zu-byte list in %d updates", st.li_bytes, t.n,
+            steps);
+    md_stream_free(&st);
+    md_stream_free(&ref);
+    free(t.p);
+}
+
+/* Random answers made of tables, lists and paragraphs (odd cells, items that nest, continue, hold a
+ * fence, a blank line, a heading, a rule, a link reference definition, CR CR, hard breaks, numbers
+ * that do not count on, another bullet), streamed in tokens of 1 to 40 bytes at random widths:
+ * every step equals a fresh md4c render. (This found the definition in an open item.) */
+static void test_stream_random(void) {
+    static const char *cells[] = {
+        "a",   "漢字",     "`x|y`", "\\|", "**b", "[l](http://e.x)", "", "~~s~~", "`o", "long cell text here",
+        "1.5", "www.e.com"};
+    static const char *items[] = {"item",
+                                  "item **b**",
+                                  "it `c",
+                                  "x ~~y",
+                                  "[l](http://e.x)",
+                                  "t\n  - nested",
+                                  "t\n  cont",
+                                  "t\nlazy",
+                                  "t\n  ```\n  code",
+                                  "t\n\n  para",
+                                  "t\n# h",
+                                  "t\n---",
+                                  "[x]: http://u",
+                                  "see [x]",
+                                  "t\r\rz",
+                                  "t  \nhard",
+                                  ""};
+    unsigned           seed    = 2026;
+    int                steps = 0, tb = 0, li = 0, bad = 0;
+    long               fin = 0, fin_want = 0;
+    for (int doc = 0; doc < 60 && !bad; doc++) {
+        txt_buf t      = {0};
+        int     blocks = 1 + (seed >> 3) % 4;
+        for (int b = 0; b < blocks; b++) {
+            seed     = seed * 1103515245u + 12345u;
+            int kind = (seed >> 10) % 3, rows = 1 + (seed >> 14) % 12;
+            if (kind == 0) {
+                k3_buf_printf(&t, "| h1 | h2 | h3 |\n|---|:-:|--:|\n");
+                for (int r = 0; r < rows; r++) {
+                    seed   = seed * 1103515245u + 12345u;
+                    int nc = 1 + (seed >> 9) % 4;
+                    k3_buf_printf(&t, "|");
+                    for (int c = 0; c < nc; c++) {
+                        seed = seed * 1103515245u + 12345u;
+                        k3_buf_printf(&t, " %s |", cells[(seed >> 11) % 12]);
+                    }
+                    k3_buf_printf(&t, "%s\n",
+                                  (seed >> 5) % 13 == 0   ? "\n  "
+                                  : (seed >> 5) % 17 == 0 ? "\n- li"
+                                                          : "");
+                }
+            } else if (kind == 1) {
+                int ord = (seed >> 7) & 1;
+                for (int r = 0; r < rows; r++) {
+                    seed           = seed * 1103515245u + 12345u;
+                    const char *it = items[(seed >> 11) % ((seed >> 6) % 3 ? 5 : 17)];
+                    if (ord)
+                        k3_buf_printf(&t, "%u%s %s\n", (seed >> 4) % 19 == 0 ? 7u : (unsigned)r + 1,
+                                      (seed >> 5) % 23 == 0 ? ")" : ".", it);
+                    else
+                        k3_buf_printf(&t, "%s %s\n", (seed >> 5) % 23 == 0 ? "*" : "-", it);
+                }
+            } else {
+                k3_buf_printf(&t, "Some text\nmore text\n");
+            }
+            k3_buf_printf(&t, "%s", (seed >> 3) % 3 ? "\n" : "");
+        }
+        if ((seed >> 5) & 1)
+            t.n--; /* no final newline */
+        int k = stream_vs_exact(t.p, t.n, 6 + (int)((seed >> 12) % 90), seed, (seed >> 7) & 1 ? MD_OSC8 : 0,
+                                &tb, &fin, &fin_want, &li, (seed >> 9) % 2 ? 7 : 40);
+        bad |= k < 0;
+        steps += k;
+        seed = seed * 1103515245u + 12345u;
+        free(t.p);
+    }
+    T_CHECK(!bad && tb > steps / 10 && li > steps / 20 && fin == fin_want,
+            "60 random answers of tables, lists and paragraphs: every one of %d steps as md4c shows it (%d "
+            "table steps, %d list steps without rendering the chunk again)",
+            steps, tb, li);
+}
+
 static void test_copy(void) {
     const char *s = "text\n\n```sh\necho one\n```\n\nmore\n\n    indented\n\n~~~\nthree\n~~~\n";
     txt_buf     b = {0};
@@ -668,6 +994,11 @@ int main(void) {
     test_stream_plain();
     test_stream_incremental();
     test_stream_long_code_line();
+    test_stream_table();
+    test_stream_table_work();
+    test_stream_list();
+    test_stream_list_work();
+    test_stream_random();
     test_copy();
     test_bad_input();
     md_doc_free(&D);

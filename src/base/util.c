@@ -153,6 +153,32 @@ int k3_buf_add(k3_buf *b, const char *s, size_t n) {
     return 0;
 }
 
+int k3_buf_printf(k3_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || k3_buf_add(b, "", 0)) /* p allocated */
+        return -1;
+    size_t at = b->n;
+    if (b->cap - at < (size_t)n + 1) { /* room for the text and its NUL */
+        char *tmp = malloc((size_t)n + 1);
+        if (!tmp)
+            return b->oom = 1, -1;
+        va_start(ap, fmt);
+        vsnprintf(tmp, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+        int rc = k3_buf_add(b, tmp, (size_t)n);
+        free(tmp);
+        return rc;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->p + at, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)n;
+    return 0;
+}
+
 void *k3_malloc(size_t n) {
     return malloc(n ? n : 1);
 }

@@ -67,6 +67,11 @@ typedef struct md_rctx {
     int    in_code;
     table *tb; /* the open table (tb_keep), NULL outside one     */
     int    in_table, cell_open;
+    int    coll_tables, coll_bad; /* MD_COLLECT: tables entered; another block was */
+    /* the shape of the document at its top: blocks (top_n, the last one's type), items of a list
+     * there (top_li) and an ordered one's start number (md-stream.c checks a list item with them) */
+    int      md_depth, top_n, top_type, top_li; /* top_type: MD_TOP_* */
+    unsigned top_start;
 
     /* not cleared: buffers kept between the renders of a stream (emptied by md_render_begin), so a
      * streaming frame allocates nothing once they have grown */
@@ -84,9 +89,37 @@ typedef struct md_rctx {
 
 /* ---- md.c, used by md-stream.c ---- */
 
+/* md_render_with flag (beside md.h's): collect the cells of a table into tb_keep and draw nothing;
+ * coll_tables and coll_bad say whether the text was one table and nothing else. */
+#define MD_COLLECT 0x100
+
+/* A link to URL u[0, n) in d (its text, then the link): its index, -1 out of memory. */
+int md_doc_link(md_doc *d, const char *u, size_t n);
+/* Append the rows from row `from` on of src (collected from src_doc, whose links its spans name)
+ * to dst as its next rows; the URLs of their links go into url (links renumbered). 0, or -1 out
+ * of memory. */
+int md_table_add_rows(table *dst, const table *src, int from, const md_doc *src_doc, md_doc *url);
+/* Free what t holds (t itself is not freed; it is left empty). */
+void md_table_release(table *t);
+/* The kind of a top-level block (R.top_type). */
+enum { MD_TOP_UL = 1, MD_TOP_OL, MD_TOP_OTHER };
+/* How a table is drawn at a width (md_table_widths). */
+enum { MD_TB_NONE, MD_TB_BOX, MD_TB_RECORDS };
+/* nat[c] raised to the display width of each cell [c0, c1) of column c (nat holds 128 ints). */
+void md_table_nat(const table *t, size_t c0, size_t c1, int *nat);
+/* The column widths w[128] for natural widths nat at r's width, and how the table is drawn. */
+int md_table_widths(const R *r, const table *t, const int *nat, int *w);
+/* Draw the rows whose cells are [c0, c1) of t with widths w (mode from md_table_widths): with
+ * top, the blank line before a block and the top border first; with bottom, the bottom border
+ * after. The rule under the header comes before the first body row. md_table_part of all cells
+ * with top and bottom is what md_render draws for the table. */
+void md_table_part(R *r, const table *t, size_t c0, size_t c1, const int *w, int mode, int top, int bottom);
+
 /* A run of the line whose runs start at run0 (merged with the previous one when the style is
  * the same). 0, or -1 out of memory. */
 int md_doc_run(md_doc *d, size_t run0, size_t off, size_t len, int role, int link);
+/* Line l appended to d's lines. 0, or -1 out of memory. */
+int md_doc_line(md_doc *d, md_line l);
 /* The rows of one line of code s[0, ln) inside a box of inner width iw, or bare. */
 void md_code_line(R *r, const char *s, size_t ln, int box, int iw);
 /* The last row md_code_rows laid out: open's line it is (-1: none that can be resumed), the byte

@@ -3,10 +3,16 @@
  * DESIGN
  * The text is cut into chunks at blank lines outside code fences that are followed by a line at
  * column 0; finished chunks are rendered once into st->fin, the open chunk into st->open again as
- * text arrives. Two fast paths skip md4c for the open chunk where its result is known: a plain
- * paragraph (pl_layout wraps only its last line again) and an open fenced code block (fc_layout
- * adds the rows of new lines, and of a partial line lays out only its last row again). Both lay out exactly
- * what md_render would (md.c's code_line and run helpers, shared through md-impl.h).
+ * text arrives. Fast paths skip md4c's render of the whole open chunk where its result is known,
+ * so that a frame costs what arrived, not the chunk's length:
+ *   - a plain paragraph (pl_layout wraps only its last line again);
+ *   - an open fenced code block (fc_layout adds the rows of new lines, and of a partial line lays
+ *     out only its last row again);
+ *   - a table (tb_layout: md4c collects each row once behind a copy of the header and delimiter
+ *     lines; only new rows are laid out unless a column's width changes);
+ *   - a tight list (li_layout: md4c renders each item alone once, and the last item per update).
+ * Each lays out exactly what md_render would (md.c's code_line, table and run helpers, shared
+ * through md-impl.h), and gives way to md4c wherever that cannot be said.
  */
 #include "md-impl.h"
 
@@ -63,6 +69,55 @@ static size_t view_end(const char *s, size_t n) {
     return n;
 }
 
+/* Inline markers still open at the end of a paragraph's text (stream_view): a code span's run of
+ * backticks, ** and ~~. view_marks runs over a text in pieces cut after newlines. */
+typedef struct view_mk {
+    int ticks, stars, tildes, tick_run;
+} view_mk;
+
+static void view_marks(view_mk *m, const char *s, size_t k, size_t n) {
+    while (k < n) {
+        if (s[k] == '`') {
+            size_t j = k;
+            while (j < n && s[j] == '`')
+                j++;
+            if (m->ticks && (int)(j - k) == m->tick_run)
+                m->ticks = 0;
+            else if (!m->ticks) {
+                m->ticks    = 1;
+                m->tick_run = (int)(j - k);
+            }
+            k = j;
+            continue;
+        }
+        if (!m->ticks && k + 1 < n && s[k] == '*' && s[k + 1] == '*') {
+            m->stars ^= 1;
+            k += 2;
+            continue;
+        }
+        if (!m->ticks && k + 1 < n && s[k] == '~' && s[k + 1] == '~') {
+            m->tildes ^= 1;
+            k += 2;
+            continue;
+        }
+        k++;
+    }
+}
+
+/* b (a paragraph's text as shown) with the markers m left open closed. */
+static void view_close(txt_buf *b, const view_mk *m) {
+    if (m->stars || m->tildes) /* a closer after a space would not close: end at the last word */
+        while (b->n > 0 && (b->p[b->n - 1] == ' ' || b->p[b->n - 1] == '\t'))
+            b->p[--b->n] = 0;
+    if (m->ticks)
+        for (int k = 0; k < m->tick_run; k++)
+            txt_buf_add(b, "`", 1);
+    if (m->stars)
+        txt_buf_add(b, "**", 2);
+    if (m->tildes)
+        txt_buf_add(b, "~~", 2);
+}
+
 static int stream_view(md_stream *st, const char *s, size_t n) {
     txt_buf *b = &st->tmp;
     b->n       = 0;
@@ -77,60 +132,29 @@ static int stream_view(md_stream *st, const char *s, size_t n) {
     for (size_t k = 0; k + 1 < n; k++)
         if (s[k] == '\n' && (s[k + 1] == '\n'))
             p0 = k + 2;
-    int ticks = 0, stars = 0, tildes = 0, tick_run = 0;
-    for (size_t k = p0; k < n;) {
-        if (s[k] == '`') {
-            size_t j = k;
-            while (j < n && s[j] == '`')
-                j++;
-            if (ticks && (int)(j - k) == tick_run)
-                ticks = 0;
-            else if (!ticks) {
-                ticks    = 1;
-                tick_run = (int)(j - k);
-            }
-            k = j;
-            continue;
-        }
-        if (!ticks && k + 1 < n && s[k] == '*' && s[k + 1] == '*') {
-            stars ^= 1;
-            k += 2;
-            continue;
-        }
-        if (!ticks && k + 1 < n && s[k] == '~' && s[k + 1] == '~') {
-            tildes ^= 1;
-            k += 2;
-            continue;
-        }
-        k++;
-    }
-    if (stars || tildes) /* a closer after a space would not close: end at the last word */
-        while (b->n > 0 && (b->p[b->n - 1] == ' ' || b->p[b->n - 1] == '\t'))
-            b->p[--b->n] = 0;
-    if (ticks)
-        for (int k = 0; k < tick_run; k++)
-            txt_buf_add(b, "`", 1);
-    if (stars)
-        txt_buf_add(b, "**", 2);
-    if (tildes)
-        txt_buf_add(b, "~~", 2);
+    view_mk m = {0};
+    view_marks(&m, s, p0, n);
+    view_close(b, &m);
     return 0;
 }
 
 /* ==== streaming a plain paragraph ========================================== */
 
-/* Whether s[from, n) keeps the chunk s[done, n) a plain paragraph: it starts with a letter (no
- * block marker), and has no newline, no control character, no invalid UTF-8 and nothing md4c
- * gives a meaning inline (emphasis, code, math, strike, links and autolinks, entities, escapes,
- * table pipes). Then md_render shows it as its bytes, trailing spaces trimmed, greedily wrapped
- * at the width in the base role: what pl_layout does. Returns the end of the plain bytes. */
+/* Whether s[from, n) keeps the chunk s[done, n) a plain paragraph: each of its lines starts with a
+ * letter (no block marker) and ends without a space (no hard break), and it has no control
+ * character but the newlines, no invalid UTF-8 and nothing md4c gives a meaning inline (emphasis,
+ * code, math, strike, links and autolinks, entities, escapes, table pipes). Then md_render shows
+ * it as its bytes with each newline a space (md4c's soft break), trailing spaces trimmed, greedily
+ * wrapped at the width in the base role: what pl_layout does. Returns the end of the plain bytes. */
 static size_t plain_scan(const char *s, size_t done, size_t from, size_t n) {
-    if (from == done &&
-        !(n > done && (((unsigned char)s[done] | 0x20) >= 'a' && ((unsigned char)s[done] | 0x20) <= 'z')) &&
-        !(n > done && (unsigned char)s[done] >= 0xC2))
-        return done;
     for (size_t k = from; k < n;) {
         unsigned char c = (unsigned char)s[k];
+        if ((k == done || s[k - 1] == '\n') && !((c | 0x20) >= 'a' && (c | 0x20) <= 'z') && c < 0xC2)
+            return k;                       /* a line starts with a letter: no block marker */
+        if (c == '\n' && s[k - 1] != ' ') { /* a soft line break (two spaces would be a hard one) */
+            k++;
+            continue;
+        }
         if (c < 0x80) {
             if (c < 0x20 || c == 0x7f || strchr("\\`*_~$[]<>!&|:@", c))
                 return k;
@@ -155,15 +179,8 @@ static int pl_line_add(md_doc *d, const char *s, size_t n, int role, int width) 
     size_t run0 = d->n_runs, off = d->text.n;
     if (n && (txt_buf_add(&d->text, s, n) || md_doc_run(d, run0, off, n, role, -1)))
         return d->oom = 1, -1;
-    if (d->n_lines == d->cap_lines) {
-        int      cap = d->cap_lines ? d->cap_lines * 2 : 64;
-        md_line *l   = realloc(d->lines, (size_t)cap * sizeof *l);
-        if (!l)
-            return d->oom = 1, -1;
-        d->lines     = l;
-        d->cap_lines = cap;
-    }
-    d->lines[d->n_lines++] = (md_line){run0, (int)(d->n_runs - run0), width};
+    if (md_doc_line(d, (md_line){run0, (int)(d->n_runs - run0), width}))
+        return d->oom = 1, -1;
     return 0;
 }
 
@@ -186,12 +203,21 @@ static int pl_layout(md_stream *st, const char *s, size_t n, int role) {
         }
     }
     size_t e = n;
-    while (e > st->pl_line && s[e - 1] == ' ')
-        e--; /* md4c drops a paragraph's trailing spaces */
+    while (e > st->pl_line && (s[e - 1] == ' ' || s[e - 1] == '\n'))
+        e--; /* md4c drops a paragraph's trailing spaces and its line end */
     const char *p = s + st->pl_line;
-    int         w = st->width < 2 ? 2 : st->width;
-    txt_line    buf[64], *L = buf;
-    int         nl = txt_wrap(p, e - st->pl_line, w, L, 64);
+    if (memchr(p, '\n', e - st->pl_line)) { /* soft line breaks: spaces */
+        txt_buf *b = &st->tmp;
+        b->n       = 0;
+        if (txt_buf_add(b, p, e - st->pl_line))
+            return d->oom = 1, -1;
+        for (char *q = b->p; (q = memchr(q, '\n', (size_t)(b->p + b->n - q))) != NULL;)
+            *q++ = ' ';
+        p = b->p;
+    }
+    int      w = st->width < 2 ? 2 : st->width;
+    txt_line buf[64], *L = buf;
+    int      nl = txt_wrap(p, e - st->pl_line, w, L, 64);
     if (nl > 64) { /* a long paragraph laid out afresh (a new width) */
         if (!(L = malloc((size_t)nl * sizeof *L)))
             return d->oom = 1, -1;
@@ -347,6 +373,553 @@ static int fc_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     return r->err ? -1 : 0;
 }
 
+/* ==== streaming a table ====================================================== */
+
+/* The state of an open chunk that is a table (tb_layout). */
+typedef struct md_tbs {
+    table   t;      /* the header and the complete rows so far, as md4c collected them        */
+    md_doc  url;    /* the URLs of t's links: url's links[i] is open's links[i]               */
+    md_doc  tmp;    /* where a collecting render goes (links only)                            */
+    txt_buf in;     /* the header and delimiter lines (head bytes), then the rows to collect   */
+    size_t  head;   /* the chunk's bytes [done, done + head) are the header and delimiter     */
+    size_t  line;   /* the text's next line to collect: every line before it is in t          */
+    size_t  blank;  /* closed: the lines [line, blank) are blank                              */
+    int     closed; /* a blank line at line ended the table                                   */
+    view_mk mk;     /* stream_view's markers over the collected lines                         */
+    int     nat[128];
+    /* open: t's cells [0, cells) laid out at widths w (mode) and after them nothing but what the
+     * next update takes back (the partial row, the bottom border): open's counts at that point */
+    int    laid, mode, w[128];
+    size_t cells;
+    int    cut_lines, cut_links;
+    size_t cut_runs, cut_text;
+} md_tbs;
+
+static void tbs_free(md_tbs *T) {
+    if (!T)
+        return;
+    md_table_release(&T->t);
+    md_doc_free(&T->url);
+    md_doc_free(&T->tmp);
+    free(T->in.p);
+    free(T);
+}
+
+/* md4c collects the cells of in[0, in.n) (MD_COLLECT): 1 when it is one table and nothing else,
+ * its cells then in st->ctx->tb_keep; 0 when not; -1 out of memory. */
+static int tb_collect(md_stream *st, unsigned f) {
+    md_tbs *T = st->tbs;
+    md_doc_reset(&T->tmp);
+    R  *r  = st->ctx;
+    int rc = md_render_with(r, &T->tmp, T->in.p, T->in.n, st->width, st->role, (f & MD_OSC8) | MD_COLLECT);
+    if (rc && T->tmp.oom)
+        return -1;
+    return !rc && r->coll_tables == 1 && !r->coll_bad && r->tb_keep;
+}
+
+/* Collect the complete lines of s from T->line to end (a line start) into T->t: they are rows,
+ * until a blank line closes the table (after which only blank lines may come). 0 done, 1 the chunk
+ * is no longer one table (tb_no), -1 out of memory. */
+static int tb_commit(md_stream *st, const char *s, size_t end, unsigned f) {
+    md_tbs *T = st->tbs;
+    size_t  p = T->closed ? T->blank : T->line;
+    if (T->closed) {
+        for (; p < end; p++)
+            if (s[p] != ' ' && s[p] != '\t' && s[p] != '\r' && s[p] != '\n')
+                return 1;
+        T->blank = end;
+        return 0;
+    }
+    size_t q = p; /* rows [p, q): lines up to the first blank one */
+    while (q < end) {
+        const char *e  = memchr(s + q, '\n', end - q);
+        size_t      ln = (size_t)(e - (s + q));
+        if (blank_line(s + q, ln)) {
+            T->closed = 1;
+            break;
+        }
+        q += ln + 1;
+    }
+    for (const char *cr = s + p; q > p && (cr = memchr(cr, '\r', (size_t)(s + q - cr))) != NULL; cr++)
+        if (cr[1] != '\n')
+            return 1; /* a line end of md4c's inside a line: it may have seen a blank line */
+    if (q > p) {
+        T->in.n = T->head;
+        if (txt_buf_add(&T->in, s + p, q - p))
+            return -1;
+        int ok = tb_collect(st, f);
+        if (ok <= 0)
+            return ok < 0 ? -1 : 1;
+        table *c    = st->ctx->tb_keep;
+        size_t from = T->t.n_cells;
+        st->tb_rows += c->n_rows - c->n_head;
+        if (md_table_add_rows(&T->t, c, c->n_head, &T->tmp, &T->url))
+            return -1;
+        md_table_nat(&T->t, from, T->t.n_cells, T->nat);
+        view_marks(&T->mk, s, p, q);
+        T->line = q;
+    }
+    if (T->closed) {
+        T->blank = q;
+        return tb_commit(st, s, end, f);
+    }
+    return 0;
+}
+
+/* open's links made those of T->url (the ones after open's own added). 0, or -1 out of memory. */
+static int tb_links(md_doc *d, const md_doc *url) {
+    for (int i = d->n_links; i < url->n_links; i++)
+        if (md_doc_link(d, url->text.p + url->links[i].off, url->links[i].len) < 0)
+            return d->oom = 1, -1;
+    return 0;
+}
+
+/* Lay the table out into open: the collected rows (only those not laid out yet, when the widths
+ * are those of the last layout), then the rows of tail (the partial last row, collected into
+ * tb_keep, or none) and the bottom border. 0, or -1 out of memory. */
+static int tb_draw(md_stream *st, const table *tail, unsigned f) {
+    md_tbs *T = st->tbs;
+    md_doc *d = &st->open;
+    R      *r = st->ctx;
+    int     nat[128], w[128];
+    memcpy(nat, T->nat, sizeof nat);
+    if (tail)
+        md_table_nat(tail, 0, tail->n_cells, nat);
+    md_render_begin(r, d, st->width, st->role, f);
+    int mode = md_table_widths(r, &T->t, nat, w);
+    if (T->laid && (mode != T->mode || memcmp(w, T->w, sizeof w)))
+        T->laid = 0; /* a column's width changed: every row again */
+    if (!T->laid) {
+        md_doc_reset(d);
+        T->cells = 0;
+        st->tb_relaid++;
+    } else {
+        d->n_lines = T->cut_lines;
+        d->n_runs  = T->cut_runs;
+        d->text.n  = T->cut_text;
+        d->n_links = T->cut_links;
+    }
+    if (tb_links(d, &T->url))
+        return -1;
+    if (T->cells < T->t.n_cells || !T->laid) {
+        if (T->cells < T->t.n_cells)
+            st->tb_laid += T->t.cells[T->t.n_cells - 1].row + 1 - T->t.cells[T->cells].row;
+        md_table_part(r, &T->t, T->cells, T->t.n_cells, w, mode, !T->laid, 0);
+    }
+    T->laid = 1;
+    T->mode = mode;
+    memcpy(T->w, w, sizeof w);
+    T->cells     = T->t.n_cells;
+    T->cut_lines = d->n_lines;
+    T->cut_runs  = d->n_runs;
+    T->cut_text  = d->text.n;
+    T->cut_links = d->n_links;
+    if (tail && tail->n_rows > tail->n_head) { /* the partial row, for this update only */
+        size_t c0 = T->t.n_cells, t0 = T->t.st.t.n, s0 = T->t.st.n_sp;
+        int    rows = T->t.n_rows, links = T->url.n_links;
+        size_t url_n = T->url.text.n;
+        int    rc    = md_table_add_rows(&T->t, tail, tail->n_head, &T->tmp, &T->url) || tb_links(d, &T->url);
+        if (!rc) {
+            st->tb_laid += T->t.n_rows - rows;
+            md_table_part(r, &T->t, c0, T->t.n_cells, w, mode, 0, 0);
+        }
+        T->t.n_cells   = c0;
+        T->t.st.t.n    = t0;
+        T->t.st.n_sp   = s0;
+        T->t.st.sp0    = s0;
+        T->t.n_rows    = rows;
+        T->url.n_links = links;
+        T->url.text.n  = url_n;
+        if (rc)
+            return d->oom = 1, -1;
+    }
+    if (mode == MD_TB_BOX)
+        md_table_part(r, &T->t, 0, 0, w, mode, 0, 1);
+    return r->err ? -1 : 0;
+}
+
+/* The open chunk s[done, n) as a table whose header and delimiter rows are its first two lines:
+ * what md4c makes of the stream's view of it, md4c collecting each row once. The view of such a
+ * chunk is its complete lines (rows) and the partial last line, to which stream_view's closing
+ * markers are added (they depend on the markers of the earlier rows, kept in T->mk); md4c parses
+ * each line of a table by itself once the table has started (no row changes another, and in a
+ * chunk that starts with the header nothing defines a link reference), so collecting rows behind a
+ * copy of the header and delimiter lines gives the cells it gives in the whole text. A chunk in
+ * which md4c sees anything else (a list after the table, text after a blank line) goes back to
+ * md4c for good. 0 done, 1 not such a chunk (md4c renders it), -1 out of memory. */
+static int tb_layout(md_stream *st, const char *s, size_t n, unsigned f) {
+    if (st->tb_done != st->done) {
+        st->tb = st->tb_no = 0;
+        st->tb_done        = st->done;
+        if (st->tbs)
+            st->tbs->head = 0;
+    }
+    if (st->tb_no)
+        return 1;
+    if (st->fence) /* a fence line seen as a row by md4c: stream_view then closes nothing */
+        return st->tb = 0, 1;
+    const char *c = s + st->done, *e1 = memchr(c, '\n', n - st->done), *e2;
+    if (!e1 || !(e2 = memchr(e1 + 1, '\n', n - (size_t)(e1 + 1 - s))))
+        return 1; /* the header and delimiter lines not complete yet */
+    if (!st->ctx && !(st->ctx = md_ctx_new()))
+        return -1;
+    if (!st->tbs && !(st->tbs = calloc(1, sizeof *st->tbs)))
+        return -1;
+    md_tbs *T = st->tbs;
+    if (!T->head) { /* is it a table? md4c says, from the first two lines */
+        size_t head = (size_t)(e2 + 1 - c);
+        if (!memchr(e1 + 1, '|', (size_t)(e2 - e1))) {
+            st->tb_no = 1; /* no delimiter row */
+            return 1;
+        }
+        T->in.n = 0;
+        if (txt_buf_add(&T->in, c, head))
+            return -1;
+        int ok = tb_collect(st, f);
+        if (ok < 0)
+            return -1;
+        table *h = st->ctx->tb_keep;
+        if (!ok || h->n_rows != 1 || h->n_head != 1) {
+            st->tb_no = 1;
+            return 1;
+        }
+        md_table_release(&T->t);
+        md_doc_reset(&T->url);
+        if (md_table_add_rows(&T->t, h, 0, &T->tmp, &T->url))
+            return -1;
+        T->t.n_head = h->n_head;
+        T->t.n_cols = h->n_cols;
+        memcpy(T->t.align, h->align, sizeof T->t.align);
+        memset(T->nat, 0, sizeof T->nat);
+        md_table_nat(&T->t, 0, T->t.n_cells, T->nat);
+        T->head = head;
+        T->line = st->done + head;
+        T->mk   = (view_mk){0};
+        view_marks(&T->mk, s, st->done, T->line);
+        T->closed = T->laid = 0;
+        st->tb              = 0;
+    }
+    /* the complete lines */
+    const char *last = memrchr(s + T->line, '\n', n - T->line);
+    if (last) {
+        int rc = tb_commit(st, s, (size_t)(last + 1 - s), f);
+        if (rc)
+            return rc < 0 ? -1 : (st->tb = 0, st->tb_no = 1);
+    }
+    size_t v    = st->done + view_end(c, n - st->done);
+    table *tail = NULL;
+    if (T->closed) {
+        /* blank lines and the partial one: the table as it is, unless stream_view adds closers
+         * (no empty line after the rows and markers left open by them) or the partial line is
+         * more than white space */
+        size_t from = T->blank > v ? v : T->blank;
+        for (size_t k = from; k < v; k++)
+            if (s[k] != ' ' && s[k] != '\t' && s[k] != '\r')
+                return st->tb = 0, 1;
+        if ((T->mk.ticks || T->mk.stars || T->mk.tildes) &&
+            !memmem(s + T->line - 1, v - T->line + 1, "\n\n", 2))
+            return st->tb = 0, 1;
+    } else if (v > T->line || T->mk.ticks || T->mk.stars || T->mk.tildes) {
+        /* the partial row as stream_view shows it: with the markers left open closed */
+        view_mk m = T->mk;
+        view_marks(&m, s, T->line, v);
+        T->in.n = T->head;
+        if (txt_buf_add(&T->in, s + T->line, v - T->line))
+            return -1;
+        view_close(&T->in, &m);
+        if (T->in.n > T->head) {
+            int ok = tb_collect(st, f);
+            if (ok <= 0)
+                return ok < 0 ? -1 : (st->tb = 0, 1); /* not a row (yet): md4c, this update */
+            tail = st->ctx->tb_keep;
+            st->tb_rows += tail->n_rows - tail->n_head;
+        }
+    }
+    if (!st->tb)
+        T->laid = 0; /* open was made by md4c */
+    st->last_ok = st->pl = 0;
+    st->tb               = 1;
+    return tb_draw(st, tail, f);
+}
+
+/* d's lines followed by those of e (e's text, runs and links copied). 0, or -1 out of memory. */
+static int doc_append(md_doc *d, const md_doc *e) {
+    size_t t0 = d->text.n, r0 = d->n_runs;
+    int    l0 = d->n_links;
+    if (txt_buf_add(&d->text, e->text.p ? e->text.p : "", e->text.n))
+        return d->oom = 1, -1;
+    for (int i = 0; i < e->n_links; i++)
+        if (md_doc_link(d, "", 0) < 0)
+            return d->oom = 1, -1;
+        else
+            d->links[l0 + i] = (md_link){e->links[i].off + t0, e->links[i].len};
+    for (size_t k = 0; k < e->n_runs; k++) {
+        md_run u = e->runs[k];
+        /* run0 past the end: never merged with the run before, as e's runs are not */
+        if (md_doc_run(d, d->n_runs + 1, u.off + t0, u.len, u.role, u.link >= 0 ? u.link + l0 : -1))
+            return d->oom = 1, -1;
+    }
+    for (int i = 0; i < e->n_lines; i++) {
+        md_line l = e->lines[i];
+        l.run0 += r0;
+        if (md_doc_line(d, l))
+            return d->oom = 1, -1;
+    }
+    return 0;
+}
+
+/* ==== streaming a list ======================================================= */
+
+/* The state of an open chunk that is a tight list (li_layout). */
+typedef struct md_lis {
+    int     on;      /* set up for the chunk at st->li_done                                        */
+    char    mark;    /* the bullet ('-', '*', '+') or the ordered delimiter ('.', ')')             */
+    long    next;    /* ordered: the number the open item must carry                               */
+    size_t  seg;     /* the open item, the last one, starts here: open holds the items before it   */
+    size_t  scan;    /* the complete lines before scan were looked at                              */
+    size_t  ref;     /* the bytes before ref were looked at for "]:" (a link reference definition) */
+    int     blank;   /* a blank line came after seg                                                */
+    view_mk mk;      /* stream_view's markers over [done, seg)                                     */
+    int     swapped; /* keep holds them                                                            */
+    int     cut_lines, cut_links; /* open's counts after the items before seg                      */
+    size_t  cut_runs, cut_text;
+    md_doc  keep; /* open's lines while md4c shows the chunk for an update (swapped with open)     */
+} md_lis;
+
+/* An item's marker at the start of line s[0, n): 1 when it is one of mark's kind ('.' and ')'
+ * ordered, with its number in *num), followed by a space, a tab or the line's end; 2 when the line
+ * is not complete and that cannot be said yet; 0 not. */
+static int item_mark(const char *s, size_t n, int complete, char *mark, long *num) {
+    size_t k = 0;
+    long   v = 0;
+    while (k < n && k < 9 && s[k] >= '0' && s[k] <= '9')
+        v = v * 10 + (s[k++] - '0');
+    if (k == 0 && (n == 0 || !s[0] || !strchr("-*+", s[0])))
+        return n || complete ? 0 : 2;
+    if (k > 0 && k == n)
+        return complete ? 0 : 2;
+    if (k > 0 && s[k] != '.' && s[k] != ')')
+        return 0;
+    *mark = s[k++];
+    *num  = v;
+    if (k == n)
+        return complete ? 1 : 2;
+    return s[k] == ' ' || s[k] == '\t' || s[k] == '\r';
+}
+
+/* Whether s[0, n) holds a CR that is not part of a CR LF (md4c ends a line there). */
+static int lone_cr(const char *s, size_t n) {
+    for (const char *c = s; (c = memchr(c, '\r', (size_t)(s + n - c))) != NULL; c++)
+        if (c + 1 == s + n || c[1] != '\n')
+            return 1;
+    return 0;
+}
+
+/* md4c renders the item(s) s[0, k) alone into open (after the items before it): 1 when that is one
+ * list of the chunk's kind, of one item when one (ordered: numbered as the list numbers it),
+ * 0 when not, -1 out of memory. */
+static int li_render(md_stream *st, const char *s, size_t k, int one, unsigned f) {
+    md_lis *L = st->lis;
+    R      *r = st->ctx;
+    /* the first item continues what came before the chunk; the others follow an item */
+    unsigned ff = L->seg == st->done ? f : f & ~(unsigned)MD_CONT;
+    st->li_bytes += (long)k;
+    if (md_render_with(r, &st->open, s, k, st->width, st->role, ff))
+        return st->open.oom ? -1 : 0;
+    int ordered = L->mark == '.' || L->mark == ')';
+    return r->top_n == 1 && r->top_type == (ordered ? MD_TOP_OL : MD_TOP_UL) &&
+           (one ? r->top_li == 1 : r->top_li >= 1) && (!ordered || r->top_start == (unsigned)L->next);
+}
+
+/* open made the items before seg (its lines or keep's). */
+static void li_open(md_stream *st) {
+    md_lis *L = st->lis;
+    md_doc *d = &st->open;
+    if (L->swapped) {
+        md_doc t   = *d;
+        *d         = L->keep;
+        L->keep    = t;
+        L->swapped = 0;
+    }
+    d->n_lines = L->cut_lines;
+    d->n_runs  = L->cut_runs;
+    d->text.n  = L->cut_text;
+    d->n_links = L->cut_links;
+}
+
+/* The items whose lines start before end (a line start), rendered and kept. 0, 1 not such a list
+ * (li_no), -1 out of memory. */
+/* Whether s[done, end) may hold a link reference definition ("]:"), which would apply to every
+ * item, also to those rendered before it came. */
+static int li_refs(md_stream *st, const char *s, size_t end) {
+    md_lis *L = st->lis;
+    if (L->ref < end) {
+        size_t a = L->ref > st->done ? L->ref - 1 : L->ref;
+        if (memmem(s + a, end - a, "]:", 2))
+            return 1;
+        L->ref = end;
+    }
+    return 0;
+}
+
+static int li_items(md_stream *st, const char *s, size_t end, unsigned f) {
+    md_lis *L = st->lis;
+    if (li_refs(st, s, end))
+        return 1;
+    while (L->scan < end) {
+        size_t      p  = L->scan;
+        const char *e  = memchr(s + p, '\n', end - p);
+        size_t      ln = (size_t)(e - (s + p));
+        char        m;
+        long        num;
+        if (lone_cr(s + p, ln))
+            return 1;
+        if (p == L->seg) {
+        } else if (blank_line(s + p, ln)) {
+            L->blank = 1;
+        } else if (L->blank) {
+            return 1; /* text after a blank line inside an item: the list may be loose */
+        } else if (item_mark(s + p, ln, 1, &m, &num) == 1 && m == L->mark) {
+            int ok = li_render(st, s + L->seg, p - L->seg, 1, f);
+            if (ok <= 0)
+                return ok < 0 ? -1 : 1;
+            view_marks(&L->mk, s, L->seg, p);
+            L->seg       = p;
+            L->next      = L->next + 1;
+            L->cut_lines = st->open.n_lines;
+            L->cut_runs  = st->open.n_runs;
+            L->cut_text  = st->open.text.n;
+            L->cut_links = st->open.n_links;
+        }
+        L->scan = p + ln + 1;
+    }
+    return 0;
+}
+
+/* The open chunk s[done, n) as a tight list whose first line is an item at column 0: what md4c
+ * makes of the stream's view of it, md4c rendering each item alone. Items of a tight list are laid
+ * out one after the other with nothing carried from one to the next (bullets by depth, numbers
+ * counted from the first, which md4c takes from an item alone when it carries that number); what
+ * md4c sees across items is checked: a blank line followed by text inside the chunk (a loose list),
+ * "]:" (a link reference definition applies to every item), a CR alone (a line end inside a line),
+ * an item of another kind or anything else after the list (then md4c renders the chunk, for good).
+ * When only the partial last line makes the last item something else, md4c shows the chunk for that
+ * update and the items' lines wait in keep. 0 done, 1 not such a chunk, -1 out of memory. */
+static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
+    if (st->li_done != st->done) {
+        st->li = st->li_no = 0;
+        st->li_done        = st->done;
+        if (st->lis)
+            st->lis->on = 0;
+    }
+    if (st->li_no)
+        return 1;
+    if (!st->ctx && !(st->ctx = md_ctx_new()))
+        return -1;
+    if (!st->lis && !(st->lis = calloc(1, sizeof *st->lis)))
+        return -1;
+    md_lis     *L = st->lis;
+    const char *c = s + st->done, *e = memchr(c, '\n', n - st->done);
+    if (!L->on) {
+        char m;
+        long num;
+        int  k = item_mark(c, e ? (size_t)(e - c) : n - st->done, e != NULL, &m, &num);
+        if (k != 1) {
+            st->li_no = !k;
+            return 1;
+        }
+        memset(L, 0, offsetof(md_lis, keep)); /* keep's memory is kept */
+        L->on   = 1;
+        L->mark = m;
+        L->next = num;
+        L->seg = L->scan = L->ref = st->done;
+        md_doc_reset(&st->open);
+        st->li = 0;
+    }
+    li_open(st);
+    const char *last = memrchr(s + L->scan, '\n', n - L->scan);
+    int         rc   = li_refs(st, s, n);
+    if (!rc && last)
+        rc = li_items(st, s, (size_t)(last + 1 - s), f);
+    if (rc)
+        return rc < 0 ? -1 : (st->li = 0, st->li_no = 1);
+    /* the open item as stream_view shows it */
+    size_t   v = st->done + view_end(c, n - st->done), p0 = L->seg;
+    txt_buf *b = &st->tmp;
+    b->n       = 0;
+    if (v > L->seg && (lone_cr(s + L->seg, v - L->seg - (s[v - 1] == '\r')) ||
+                       (L->blank && !blank_line(s + L->scan, v > L->scan ? v - L->scan : 0))))
+        return st->li = 0, st->li_no = 1;
+    if (v > L->seg && txt_buf_add(b, s + L->seg, v - L->seg))
+        return -1;
+    if (!st->fence) {
+        view_mk m = L->mk;
+        for (size_t k = L->seg; k + 1 < v; k++)
+            if (s[k] == '\n' && s[k + 1] == '\n')
+                p0 = k + 2, m = (view_mk){0};
+        view_marks(&m, s, p0, v);
+        view_close(b, &m);
+    }
+    if (b->n) {
+        int ok = li_render(st, b->p, b->n, 0, f);
+        if (ok < 0)
+            return -1;
+        if (!ok) { /* md4c shows the chunk for this update; the items' lines wait in keep */
+            md_doc t   = st->open;
+            st->open   = L->keep;
+            L->keep    = t;
+            L->swapped = 1;
+            st->li     = 0;
+            return 1;
+        }
+    }
+    st->li      = 1;
+    st->last_ok = st->pl = 0;
+    return 0;
+}
+
+/* The chunk [done, p) has finished and it is the open list: its last item rendered and its lines
+ * moved to fin (no md4c render of the whole chunk). 0 done, 1 not, -1 out of memory. */
+static int li_finish(md_stream *st, const char *s, size_t p, unsigned f) {
+    md_lis *L = st->lis;
+    if (!L || !L->on || st->li_no || st->li_done != st->done)
+        return 1;
+    li_open(st);
+    int rc = li_items(st, s, p, f);
+    if (rc)
+        return rc < 0 ? -1 : 1;
+    rc = li_render(st, s + L->seg, p - L->seg, 1, f);
+    if (rc <= 0)
+        return rc < 0 ? -1 : 1;
+    if (doc_append(&st->fin, &st->open))
+        return -1;
+    md_doc_reset(&st->open);
+    L->on = st->li = st->last_ok = 0;
+    return 0;
+}
+
+/* The chunk [done, p) has finished and the open table's layout holds it (its lines rows, then only
+ * blank lines): its rows laid out into fin as md_render would lay out the chunk, without md4c
+ * (the rows it has not collected yet collected). 0 done, 1 not (md4c renders the chunk), -1 out
+ * of memory. */
+static int tb_finish(md_stream *st, const char *s, size_t p, unsigned f) {
+    md_tbs *T = st->tbs;
+    if (!T || !T->head || st->tb_no || st->tb_done != st->done)
+        return 1;
+    int rc = tb_commit(st, s, p, f);
+    if (rc || !T->closed)
+        return rc < 0 ? -1 : 1;
+    if (!st->tb)
+        T->laid = 0;
+    if (tb_draw(st, NULL, f) || doc_append(&st->fin, &st->open))
+        return -1;
+    md_doc_reset(&st->open);
+    T->laid = T->head = 0;
+    st->tb            = 0;
+    st->last_ok       = 0;
+    return 0;
+}
+
 int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role, unsigned flags) {
     n = txt_complete(s, n);
     if (st->base != s && st->base && n >= st->scan && st->seen.n == st->scan &&
@@ -357,8 +930,8 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         md_doc_reset(&st->fin);
         st->seen.n = 0;
         st->done = st->scan = 0;
-        st->pl = st->fc = st->last_ok = 0;
-        st->pl_done = st->fc_done = (size_t)-1;
+        st->pl = st->fc = st->tb = st->li = st->last_ok = 0;
+        st->pl_done = st->fc_done = st->tb_done = st->li_done = (size_t)-1;
         st->fence = st->blank = 0;
         st->base              = s;
         st->width             = width;
@@ -372,8 +945,11 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         size_t      p   = st->scan;
         if (!st->fence && st->blank && p > st->done && s[p] != ' ' && s[p] != '\t' && s[p] != '\n') {
             /* a blank line before a line at column 0: the chunk [done, p) is finished */
-            unsigned f = st->fin.n_lines ? MD_CONT : 0;
-            if (stream_render(st, &st->fin, s + st->done, p - st->done, (flags & MD_OSC8) | f))
+            unsigned f  = (flags & MD_OSC8) | (st->fin.n_lines ? MD_CONT : 0);
+            int      rc = tb_finish(st, s, p, f);
+            if (rc > 0)
+                rc = li_finish(st, s, p, f);
+            if (rc < 0 || (rc && stream_render(st, &st->fin, s + st->done, p - st->done, f)))
                 return -1;
             st->n_fin++;
             st->done = p;
@@ -413,10 +989,16 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         int rc = fc_layout(st, s, n, f);
         if (rc <= 0)
             return rc;
+        st->fc = 0;
+        if ((rc = tb_layout(st, s, n, f)) <= 0)
+            return rc;
+        st->tb = 0;
+        if ((rc = li_layout(st, s, n, f)) <= 0)
+            return rc;
     }
-    st->pl = st->fc = 0;
-    const char *v   = s + st->done;
-    size_t      vn  = st->done < n ? n - st->done : 0;
+    st->pl = st->fc = st->tb = st->li = 0;
+    const char *v                     = s + st->done;
+    size_t      vn                    = st->done < n ? n - st->done : 0;
     if ((flags & MD_STREAMING) && vn) {
         if (stream_view(st, v, vn))
             return -1;
@@ -447,5 +1029,9 @@ void md_stream_free(md_stream *st) {
     free(st->seen.p);
     free(st->last.p);
     md_ctx_free(st->ctx);
+    tbs_free(st->tbs);
+    if (st->lis)
+        md_doc_free(&st->lis->keep);
+    free(st->lis);
     memset(st, 0, sizeof *st);
 }

@@ -48,6 +48,19 @@ int md_doc_run(md_doc *d, size_t run0, size_t off, size_t len, int role, int lin
     return 0;
 }
 
+int md_doc_line(md_doc *d, md_line l) {
+    if (d->n_lines == d->cap_lines) {
+        int      cap = d->cap_lines ? d->cap_lines * 2 : 64;
+        md_line *p   = realloc(d->lines, (size_t)cap * sizeof *p);
+        if (!p)
+            return -1;
+        d->lines     = p;
+        d->cap_lines = cap;
+    }
+    d->lines[d->n_lines++] = l;
+    return 0;
+}
+
 /* s[0..n) repeated rep times as one run of rep x w columns. */
 static void ln_add_rep(R *r, const char *s, size_t n, int rep, int role, int link, int w) {
     if (!n || rep <= 0 || r->err)
@@ -109,17 +122,10 @@ static void ln_end(R *r) {
     r->in_line = 0;
     if (r->err)
         return;
-    if (d->n_lines == d->cap_lines) {
-        int      cap = d->cap_lines ? d->cap_lines * 2 : 64;
-        md_line *l   = realloc(d->lines, (size_t)cap * sizeof *l);
-        if (!l) {
-            r->err = d->oom = 1;
-            return;
-        }
-        d->lines     = l;
-        d->cap_lines = cap;
+    if (md_doc_line(d, (md_line){r->line_run0, (int)(d->n_runs - r->line_run0), r->col})) {
+        r->err = d->oom = 1;
+        return;
     }
-    d->lines[d->n_lines++] = (md_line){r->line_run0, (int)(d->n_runs - r->line_run0), r->col};
     r->emitted++;
 }
 
@@ -406,12 +412,69 @@ static void code_block(R *r) {
 
 /* ==== tables ================================================================ */
 
+void md_table_release(table *t) {
+    st_free(&t->st);
+    free(t->cells);
+    memset(t, 0, sizeof *t);
+}
+
 static void table_free(table *t) {
     if (!t)
         return;
-    st_free(&t->st);
-    free(t->cells);
+    md_table_release(t);
     free(t);
+}
+
+int md_table_add_rows(table *dst, const table *src, int from, const md_doc *src_doc, md_doc *url) {
+    size_t i0 = 0; /* the first cell copied: its bytes and spans come after those of earlier rows */
+    while (i0 < src->n_cells && src->cells[i0].row < from)
+        i0++;
+    if (i0 == src->n_cells)
+        return 0;
+    size_t tb = src->cells[i0].t0, sb = src->cells[i0].s0;
+    size_t t0 = dst->st.t.n, s0 = dst->st.n_sp;
+    int    row0 = dst->n_rows - from;
+    if (txt_buf_add(&dst->st.t, src->st.t.p + tb, src->st.t.n - tb))
+        return -1;
+    for (size_t k = sb; k < src->st.n_sp; k++) {
+        span sp = src->st.sp[k];
+        if (dst->st.n_sp == dst->st.cap_sp) {
+            size_t cap = dst->st.cap_sp ? dst->st.cap_sp * 2 : 64;
+            span  *p   = realloc(dst->st.sp, cap * sizeof *p);
+            if (!p)
+                return -1;
+            dst->st.sp     = p;
+            dst->st.cap_sp = cap;
+        }
+        sp.off = sp.off - tb + t0;
+        if (sp.link >= 0) { /* its URL into url, where the layout's doc takes it from */
+            const md_link *l = &src_doc->links[sp.link];
+            if ((sp.link = md_doc_link(url, src_doc->text.p + l->off, l->len)) < 0)
+                return -1;
+        }
+        dst->st.sp[dst->st.n_sp++] = sp;
+    }
+    dst->st.sp0 = dst->st.n_sp;
+    for (size_t i = i0; i < src->n_cells; i++) {
+        cell c = src->cells[i];
+        if (dst->n_cells == dst->cap_cells) {
+            size_t cap = dst->cap_cells ? dst->cap_cells * 2 : 32;
+            cell  *p   = realloc(dst->cells, cap * sizeof *p);
+            if (!p)
+                return -1;
+            dst->cells     = p;
+            dst->cap_cells = cap;
+        }
+        c.row += row0;
+        c.t0                       = c.t0 - tb + t0;
+        c.t1                       = c.t1 - tb + t0;
+        c.s0                       = c.s0 - sb + s0;
+        c.s1                       = c.s1 - sb + s0;
+        dst->cells[dst->n_cells++] = c;
+        if (c.row + 1 > dst->n_rows)
+            dst->n_rows = c.row + 1;
+    }
+    return 0;
 }
 
 static int cell_width(const table *t, const cell *c) {
@@ -472,23 +535,22 @@ static void table_row(R *r, const table *t, const cell *row, int n, const int *w
         free(L[c]);
 }
 
-/* Too narrow for columns: each row as "header: value" paragraphs. */
-static void table_records(R *r, const table *t) {
-    size_t i     = 0;
-    int    first = 1;
-    while (i < t->n_cells) {
+/* Too narrow for columns: body rows whose cells are [c0, c1) as "header: value" paragraphs, a short
+ * rule before each row but the first body row. */
+static void table_records(R *r, const table *t, size_t c0, size_t c1) {
+    size_t i = c0;
+    while (i < c1) {
         int row = t->cells[i].row;
         if (row < t->n_head) {
             i++;
             continue;
         }
-        if (!first) {
+        if (row > t->n_head) {
             ln_begin(r);
             ln_rep(r, "─", avail(r) < 8 ? avail(r) : 8, THM_MD_BORDER);
             ln_end(r);
         }
-        first = 0;
-        for (; i < t->n_cells && t->cells[i].row == row && !r->err; i++) {
+        for (; i < c1 && t->cells[i].row == row && !r->err; i++) {
             const cell *c = &t->cells[i];
             /* the header of this column, if any */
             for (size_t h = 0; h < t->n_cells && t->cells[h].row < t->n_head; h++)
@@ -510,12 +572,9 @@ static void table_records(R *r, const table *t) {
     }
 }
 
-static void table_draw(R *r, table *t) {
+void md_table_nat(const table *t, size_t c0, size_t c1, int *nat) {
     int nc = t->n_cols < 128 ? t->n_cols : 128;
-    if (nc <= 0 || !t->n_cells)
-        return;
-    int nat[128] = {0}, w[128] = {0};
-    for (size_t i = 0; i < t->n_cells; i++) {
+    for (size_t i = c0; i < c1; i++) {
         const cell *c = &t->cells[i];
         if (c->col < nc) {
             int cw = cell_width(t, c);
@@ -523,14 +582,21 @@ static void table_draw(R *r, table *t) {
                 nat[c->col] = cw;
         }
     }
+}
+
+int md_table_widths(const R *r, const table *t, const int *nat_in, int *w) {
+    int nc = t->n_cols < 128 ? t->n_cols : 128;
+    if (nc <= 0 || !t->n_cells)
+        return MD_TB_NONE;
+    int nat[128] = {0};
     int a = avail(r), over = 3 * nc + 1, total = 0;
     for (int c = 0; c < nc; c++) {
-        if (nat[c] < 1)
-            nat[c] = 1;
+        nat[c] = nat_in[c] < 1 ? 1 : nat_in[c];
         total += nat[c];
     }
+    memset(w, 0, 128 * sizeof *w);
     if (total + over <= a) {
-        memcpy(w, nat, sizeof w);
+        memcpy(w, nat, sizeof nat);
     } else if (a - over >= 4 * nc) {
         /* share the room: narrow columns keep their width, wide ones split the rest */
         int room = a - over, left = nc, done[128] = {0};
@@ -552,21 +618,42 @@ static void table_draw(R *r, table *t) {
                 k++;
             }
     } else {
-        table_records(r, t);
+        return MD_TB_RECORDS;
+    }
+    return MD_TB_BOX;
+}
+
+void md_table_part(R *r, const table *t, size_t c0, size_t c1, const int *w, int mode, int top, int bottom) {
+    int nc = t->n_cols < 128 ? t->n_cols : 128;
+    if (top)
+        block_start(r);
+    if (mode == MD_TB_RECORDS) {
+        table_records(r, t, c0, c1);
         return;
     }
-    table_rule(r, w, nc, "┌", "┬", "┐");
-    size_t i = 0;
-    while (i < t->n_cells && !r->err) {
+    if (mode != MD_TB_BOX)
+        return;
+    if (top)
+        table_rule(r, w, nc, "┌", "┬", "┐");
+    size_t i = c0;
+    while (i < c1 && !r->err) {
         size_t j = i;
-        while (j < t->n_cells && t->cells[j].row == t->cells[i].row)
+        while (j < c1 && t->cells[j].row == t->cells[i].row)
             j++;
-        table_row(r, t, &t->cells[i], (int)(j - i), w, nc);
-        if (t->cells[i].row + 1 == t->n_head && j < t->n_cells)
+        if (t->cells[i].row == t->n_head && t->n_head > 0) /* the first body row: the header's rule */
             table_rule(r, w, nc, "├", "┼", "┤");
+        table_row(r, t, &t->cells[i], (int)(j - i), w, nc);
         i = j;
     }
-    table_rule(r, w, nc, "└", "┴", "┘");
+    if (bottom)
+        table_rule(r, w, nc, "└", "┴", "┘");
+}
+
+static void table_draw(R *r, table *t) {
+    int nat[128] = {0}, w[128];
+    md_table_nat(t, 0, t->n_cells, nat);
+    /* (block_start was called when the table was entered: a second call adds nothing) */
+    md_table_part(r, t, 0, t->n_cells, w, md_table_widths(r, t, nat, w), 1, 1);
 }
 
 /* ==== md4c callbacks ======================================================= */
@@ -626,6 +713,21 @@ static void set_lang(R *r, const MD_ATTRIBUTE *a) {
 
 static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     R *r = ud;
+    if (r->md_depth == 1) {
+        r->top_n++;
+        r->top_type  = type == MD_BLOCK_UL ? MD_TOP_UL : type == MD_BLOCK_OL ? MD_TOP_OL : MD_TOP_OTHER;
+        r->top_start = type == MD_BLOCK_OL ? ((MD_BLOCK_OL_DETAIL *)detail)->start : 0;
+    } else if (r->md_depth == 2 && type == MD_BLOCK_LI) {
+        r->top_li++;
+    }
+    r->md_depth++;
+    if (r->flags & MD_COLLECT) { /* only one table: anything else and the caller renders with md4c */
+        if (type == MD_BLOCK_TABLE)
+            r->coll_tables++;
+        else if (type != MD_BLOCK_DOC && type != MD_BLOCK_THEAD && type != MD_BLOCK_TBODY &&
+                 type != MD_BLOCK_TR && type != MD_BLOCK_TH && type != MD_BLOCK_TD)
+            r->coll_bad = 1;
+    }
     if (r->in.t.n && !r->in_table)
         flush_inline(r); /* text of a tight list item before a nested block */
     switch (type) {
@@ -756,6 +858,7 @@ static int enter_block(MD_BLOCKTYPE type, void *detail, void *ud) {
 static int leave_block(MD_BLOCKTYPE type, void *detail, void *ud) {
     R *r = ud;
     (void)detail;
+    r->md_depth--;
     switch (type) {
     case MD_BLOCK_DOC:
         flush_inline(r);
@@ -800,7 +903,7 @@ static int leave_block(MD_BLOCKTYPE type, void *detail, void *ud) {
         r->need_blank = 1;
         break;
     case MD_BLOCK_TABLE:
-        if (r->tb)
+        if (r->tb && !(r->flags & MD_COLLECT))
             table_draw(r, r->tb);
         r->tb         = NULL;
         r->in_table   = 0;
@@ -848,26 +951,12 @@ static int enter_span(MD_SPANTYPE type, void *detail, void *ud) {
     case MD_SPAN_IMG: {
         const MD_ATTRIBUTE *h =
             type == MD_SPAN_A ? &((MD_SPAN_A_DETAIL *)detail)->href : &((MD_SPAN_IMG_DETAIL *)detail)->src;
-        md_doc *d = r->d;
-        role      = THM_MD_LINK;
+        role = THM_MD_LINK;
         if (r->span_depth == 0 || r->link < 0) {
-            if (d->n_links == d->cap_links) {
-                int      cap = d->cap_links ? d->cap_links * 2 : 16;
-                md_link *l   = realloc(d->links, (size_t)cap * sizeof *l);
-                if (!l) {
-                    r->err = d->oom = 1;
-                    return -1;
-                }
-                d->links     = l;
-                d->cap_links = cap;
-            }
-            size_t off = d->text.n;
-            if (txt_buf_add(&d->text, h->text ? h->text : "", h->size)) {
-                r->err = d->oom = 1;
+            if ((r->link = md_doc_link(r->d, h->text ? h->text : "", h->size)) < 0) {
+                r->err = r->d->oom = 1;
                 return -1;
             }
-            d->links[d->n_links] = (md_link){off, h->size};
-            r->link              = d->n_links++;
         }
         if (type == MD_SPAN_IMG)
             add_text(r, "[image: ", 8);
@@ -1044,6 +1133,22 @@ int md_render(md_doc *d, const char *s, size_t n, int width, int base, unsigned 
     int rc = md_render_with(r, d, s, n, width, base, flags);
     md_ctx_free(r);
     return rc;
+}
+
+int md_doc_link(md_doc *d, const char *u, size_t n) {
+    if (d->n_links == d->cap_links) {
+        int      cap = d->cap_links ? d->cap_links * 2 : 16;
+        md_link *l   = realloc(d->links, (size_t)cap * sizeof *l);
+        if (!l)
+            return -1;
+        d->links     = l;
+        d->cap_links = cap;
+    }
+    size_t off = d->text.n;
+    if (txt_buf_add(&d->text, u, n))
+        return -1;
+    d->links[d->n_links] = (md_link){off, n};
+    return d->n_links++;
 }
 
 void md_doc_reset(md_doc *d) {

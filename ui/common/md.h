@@ -120,6 +120,22 @@ typedef struct md_stream {
     int    fc_pl_line, fc_pl_col;
     size_t fc_pl_at, fc_pl_off;
     size_t fc_scan; /* bytes before it are known to hold no CR or NUL                        */
+    /* The open chunk as a table (its first two lines a table's header and delimiter row, the usual
+     * case of a long streamed table; md-stream.c tb_layout): md4c collects each complete row once,
+     * behind a copy of those two lines, into the kept cells of tbs; open keeps the rows laid out and
+     * an update lays out only the new rows, the partial last one and the bottom border, unless a
+     * column's width changed (then every row again, without md4c). */
+    struct md_tbs *tbs;
+    size_t         tb_done;           /* the chunk start it was made for                                  */
+    int            tb, tb_no;         /* open is such a layout / the chunk is not one               */
+    long tb_rows, tb_laid, tb_relaid; /* rows collected by md4c, rows laid out, layouts of all rows */
+    /* The open chunk as a tight list (its first line an item at column 0, the usual case of a long
+     * streamed list; md-stream.c li_layout): md4c renders each item alone, once the line of the next
+     * item is complete, and open keeps its lines; an update renders only the last item again. */
+    struct md_lis *lis;
+    size_t         li_done;   /* the chunk start it was made for                                */
+    int            li, li_no; /* open is such a layout / the chunk is not one                   */
+    long           li_bytes;  /* bytes md4c rendered for it, the last item's each update (tests) */
     /* The text the open chunk was last rendered from by md4c (held-back bytes change nothing) */
     txt_buf  last;
     int      last_ok;

@@ -799,12 +799,30 @@ static void draw_input(tui *t) {
         free(lines);
 }
 
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void render(tui *t);
+
 void tui_render(tui *t, int force) {
     double now = ev_now();
     if (!t->dirty && !force)
         return;
     if (!force && t->streaming && now - t->last_draw < FRAME_S && !(t->dirty & DIRTY_INPUT))
         return; /* coalesce: the sleep (tui.c wait_input) ends when the frame is due */
+    double c0 = thread_cpu_s();
+    render(t);
+    double dt = thread_cpu_s() - c0; /* K3_UI_STATS */
+    t->draw_cpu += dt;
+    t->draw_max = dt > t->draw_max ? dt : t->draw_max;
+    t->draw_n++;
+}
+
+static void render(tui *t) {
+    double now = ev_now();
     if (t->too_small) {
         erase();
         char m[192];

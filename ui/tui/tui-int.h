@@ -175,6 +175,9 @@ typedef struct tui {
      * (getrusage), and the wake-ups from its sleep and frames in that time */
     double turn_ru0[2], turn_user, turn_sys;
     long   turn_wakes, turn_frames;
+    /* the UI thread's CPU time of each frame drawn (tui_render): all of them and the most */
+    double draw_cpu, draw_max;
+    long   draw_n;
 } tui;
 
 /* tui-draw.c */

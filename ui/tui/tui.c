@@ -1147,6 +1147,8 @@ static void write_ui_stats(tui *t) {
             thread_cpu() - t->ui_cpu0, t->decode_wall);
     fprintf(f, "turn_user_s %.6f\nturn_sys_s %.6f\nturn_wakeups %ld\nturn_frames %ld\n", t->turn_user,
             t->turn_sys, t->turn_wakes, t->turn_frames);
+    fprintf(f, "draw_frames %ld\ndraw_cpu_s %.6f\ndraw_max_ms %.4f\n", t->draw_n, t->draw_cpu,
+            t->draw_max * 1e3);
     fclose(f);
 }
 
