@@ -13,7 +13,8 @@
 # address; a prompt cache per API key (two keys: cached_tokens never tells one key about the
 # other's prompts); SIGTERM during a stream, three times: the same event stream (an error event
 # shutting_down, then [DONE], the chunked body terminated) and a queued request 503
-# shutting_down.
+# shutting_down; SIGTERM and SIGINT before the server is ready end it at once as the signal; two
+# servers started in the same second give different completion ids.
 # Every server listens on 127.0.0.1 (attack connections come from other 127.0.0.x source
 # addresses), every loop and wait is bounded, and every server is killed at the end.
 # slow
@@ -416,6 +417,61 @@ try:
         ok(qs[0] and "shutting_down" in qs[1], "SIGTERM run %d: a queued request gets 503 shutting_down (%s)"
            % (run + 1, qs[1][:60]))
     ok(len(shapes) == 3 and shapes[0] == shapes[1] == shapes[2], "the same event stream in every run")
+
+    # ---- 16: two servers on one model directory started in the same second (a pair behind one
+    # address, say) answer with different completion ids (the id was the start second and the request
+    # number: both servers' first answers had the same). /v1/models tells each one's start second;
+    # a pair that started in different seconds is started again (at most 4 tries).
+    same, ids = False, []
+    for attempt in range(4):
+        pair = [start("twin%d-%d" % (attempt, k), key=None, wait=False) for k in range(2)]
+        ports = [serve_lib.await_port(p, lg, 60)[1] for p, _, lg in pair]
+        if None in ports:
+            break
+        secs = [json.loads(final(exchange(pt, req("GET", "/v1/models", key=None))[0])[2])["data"][0]["created"]
+                for pt in ports]
+        if secs[0] == secs[1]:
+            same = True
+            ids = [json.loads(final(exchange(pt, req("POST", "/v1/chat/completions", chat(max_tokens=1), key=None),
+                                             timeout=60)[0])[2]).get("id") for pt in ports]
+        for p, _, _ in pair:
+            serve_lib.stop(p)
+        if same:
+            break
+    ok(same and len(ids) == 2 and None not in ids and ids[0] != ids[1],
+       "two servers started in the same second: their first answers' ids differ (%s)" % ids)
+
+    # ---- 15: SIGTERM or SIGINT before the server is ready ends it at once, as the signal. The
+    # model's load (minutes for a large one) is the long step before serving; here the scripted
+    # replies' file is a FIFO that nobody writes, whose open blocks the start after the load the
+    # same way. Before, the signal waited until the start was over (the process then served and
+    # stopped with status 0: a 2-layer release-width model got its SIGTERM at 2 s of the load and
+    # exited 35 s later); now: 128 + N at once, with a line saying why, and nothing served.
+    fifo = os.path.join(T, "script.fifo")
+    os.mkfifo(fifo)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        name = "early-%s" % sig.name
+        sp, _, slog = start(name, wait=False, K3_SERVE_SCRIPT=fifo)
+        loaded = serve_lib.wait_for(lambda: b"memory fit" in read(slog) or sp.poll() is not None, 30)
+        time.sleep(0.2)
+        sp.send_signal(sig)
+        t0 = time.time()
+        try:
+            rc = sp.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            rc = None
+            try:  # the old code: let its start go on
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+            try:
+                sp.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        text = read(slog)
+        ok(loaded and rc == -sig and b"%s before the server was ready" % sig.name.encode() in text
+           and b"serving" not in text, "%s while the server starts: it ends at once as the signal (status %s, %.2f s, "
+           "%r)" % (sig.name, rc, time.time() - t0, text[-100:]))
 
     sanitizer_clean(T)
 finally:

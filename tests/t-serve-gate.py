@@ -4,7 +4,8 @@
 #     then silence, and a body byte every 3 s are open while a normal client is served; each of
 #     them gets 408 at the body deadline (K3_SERVE_BODY_SECS=10 here, the default 60 s: the same
 #     code, a sixth of the wait), none is closed without an answer; K3_SERVE_BODY_SECS=0 is
-#     refused at start;
+#     refused at start, and so are bad K3_SERVE_QUEUE, K3_SERVE_QUEUE_SECS and K3_SERVE_CHUNK
+#     (before the model loads);
 #   - a trickled head (48 connections sending head bytes one per segment, each read on its own):
 #     the server's CPU time per byte (its CPU clock, counted once it has read every byte sent) is
 #     the same 15.9 kB into the head as at its start, so neither a re-scan of the head per read
@@ -19,13 +20,16 @@
 #   - an answer with no visible text and a stop string (the sanitizer tree runs it: memmem(NULL));
 #   - log lines escape once (a role with a newline shows as \n, not \\n);
 #   - --serve [::]:PORT also takes IPv4 clients;
-#   - a stream whose client never reads is cancelled once 256 kB of it waits unsent.
+#   - a stream whose client never reads is cancelled once 256 kB of it waits unsent;
+#   - more messages than the context has tokens: 400 when the body is read (no slot taken);
+#   - 12 bodies of 8 MB of tiny JSON values at once: parsed a few at a time (peak RSS < 1.4 GB more).
 # Every loop and wait is bounded; every server is killed at the end.
 # slow
 import concurrent.futures
 import ctypes
 import json
 import os
+import re
 import socket
 import statistics
 import struct
@@ -52,6 +56,12 @@ class _Timespec(ctypes.Structure):
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def vm_kb(pid, field):
+    """A /proc/PID/status figure in kB (VmRSS, VmHWM)."""
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(field + r":\s+(\d+)", f.read()).group(1))
 
 
 def cpu_seconds(pid):
@@ -200,6 +210,16 @@ try:
                        capture_output=True, timeout=60)
     ok(r.returncode == 2 and b"K3_SERVE_BODY_SECS: '0' is not an integer in 1..86400" in r.stderr,
        "K3_SERVE_BODY_SECS=0: exit 2 naming the setting and its range (%d, %r)" % (r.returncode, r.stderr[-120:]))
+    # and so are the queue's and the prefill chunk's, before the model loads (they were read after
+    # it: a typo cost a whole load, minutes on a large model, then exit 1)
+    for name, val, rng in (("K3_SERVE_QUEUE", "-1", "0..100000"), ("K3_SERVE_QUEUE_SECS", "0", "1..86400"),
+                           ("K3_SERVE_CHUNK", "x", "0..1048576")):
+        r = subprocess.run([K3, M, "--serve", "127.0.0.1:0"], env=dict(env, **{name: val}), capture_output=True,
+                           timeout=60)
+        ok(r.returncode == 2 and b"%s: '%s' is not an integer in %s" % (name.encode(), val.encode(), rng.encode())
+           in r.stderr and b"loaded" not in r.stderr,
+           "%s=%s: exit 2 before the model loads, naming the setting and its range (%d, %r)"
+           % (name, val, r.returncode, r.stderr[-120:]))
     srv, PORT, LOG = start_server(K3, M, T, env, procs, "gate", key=KEY, K3_SERVE_BODY_SECS=str(BODY_SECS))
     ok(PORT is not None, "the server starts (port %s)" % PORT)
     if PORT is None:
@@ -402,6 +422,37 @@ try:
     ok(lat and all(st == 200 for st, _ in lat), "a normal client during it: %d x 200, latency median %.3f s, "
        "max %.3f s (load %s)" % (len(lat), statistics.median(lt) if lt else 0, lt[-1] if lt else 0,
                                  open("/proc/loadavg").read().split()[0]))
+
+    # ---- 11: more messages than the context has tokens are refused when the body is read (each
+    # message takes at least one token), not rendered on the engine thread every client shares
+    # (289,000 empty messages in 8 MB took it ~1 s each before the context error)
+    many = json.dumps({"messages": [{"role": "user", "content": ""}] * 2048 + [{"role": "user", "content": "x"}],
+                       "max_tokens": 1}).encode()
+    st, _, body = final(exchange(PORT, req("POST", "/v1/chat/completions", many), timeout=30)[0])
+    num = re.findall(rb"#(\d+) 400: messages: 2049 messages", read(LOG))
+    ok(st == 400 and b"2049 messages cannot fit the context of 2048 tokens" in body and num
+       and b"#%s joins" % num[-1] not in read(LOG),
+       "2,049 messages with a context of 2,048: 400 when the body is read, no slot taken (%d, %r)" % (st, body[:110]))
+
+    # ---- 12: request bodies become JSON trees a few at a time: 12 bodies of 8 MB, each one
+    # message of 290,000 empty text parts (a tree of ~180 MB each), sent at once. All parsed at
+    # once, the server's peak RSS grew by ~2.1 GB (64 request threads: 12 GB); now by < 1 GB
+    if ASAN:
+        print("SKIP: peak RSS of parsing under AddressSanitizer (its own allocator)")
+    else:
+        mp, mport, _ = start_server(K3, M, T, env, procs, "parse")
+        part = '{"type":"text","text":""},'
+        big = ('{"messages":[{"role":"user","content":[' + part * ((8 << 20) // len(part) - 10)
+               + '{"type":"text","text":"x"}]}],"max_tokens":1}').encode()
+        hwm0 = vm_kb(mp.pid, "VmHWM")
+        with concurrent.futures.ThreadPoolExecutor(12) as ex:
+            sts = list(ex.map(lambda _: final(exchange(mport, req("POST", "/v1/chat/completions", big, key=None),
+                                                       timeout=120)[0])[0], range(12)))
+        grew = (vm_kb(mp.pid, "VmHWM") - hwm0) / 1024
+        ok(sts == [200] * 12 and grew < 1400, "12 bodies of 290,000 text parts at once: all answered, the server's peak "
+           "RSS grew by %.0f MB (%s)" % (grew, sts))
+        mp.kill()
+        mp.wait()
 
     # ---- 8: --serve [::]:PORT takes IPv4 clients too
     try:

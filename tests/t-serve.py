@@ -17,6 +17,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -230,6 +231,22 @@ try:
     ok(code == 200 and cached > 0 and cached < o["usage"]["prompt_tokens"],
        "a follow-up reuses the prompt cache (%d of %d prompt tokens cached)" % (cached, o.get("usage", {}).get("prompt_tokens", 0)))
 
+    # ---- vLLM's top_k and min_p (sent as extra body fields) are honoured: top_k 1, or min_p 1, at
+    # temperature 1 leaves the most likely token alone, so the answer is the greedy one (they were
+    # ignored: the answer was the temperature-1 sample, another text)
+    def answer(**kw):
+        code, body = curl("/v1/chat/completions", chat(user("hello there"), max_tokens=24, reasoning_effort="none", **kw))
+        try:
+            return json.loads(body)["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return "(%d: %s)" % (code, body[:80])
+    greedy, sampled = answer(temperature=0), answer(temperature=1, seed=5)
+    ok(greedy != sampled, "premise: at temperature 1 (seed 5) the answer is not the greedy one (%r, %r)"
+       % (greedy[:30], sampled[:30]))
+    ok(answer(temperature=1, seed=5, top_k=1) == greedy and answer(temperature=1, seed=5, min_p=1) == greedy
+       and answer(temperature=1, seed=5, top_k=-1) == sampled and answer(temperature=1, seed=5, top_k=0) == sampled,
+       "top_k 1 and min_p 1 give the greedy answer at temperature 1; top_k -1 and 0 change nothing")
+
     # ---- bad requests
     big = os.path.join(T, "big.json")
     with open(big, "w") as f:
@@ -238,6 +255,10 @@ try:
            ("temperature a string", chat(user("x"), temperature="hot"), 400),
            ("max_tokens a float", chat(user("x"), max_tokens=1.5), 400),
            ("stop of numbers", chat(user("x"), stop=[1]), 400),
+           ("top_k -2 (it was ignored)", chat(user("x"), top_k=-2), 400),
+           ("top_k 1.5", chat(user("x"), top_k=1.5), 400),
+           ("min_p 1.5", chat(user("x"), min_p=1.5), 400),
+           ("repetition_penalty 1.1 (not implemented; it was ignored)", chat(user("x"), repetition_penalty=1.1), 400),
            ("content a number", '{"messages":[{"role":"user","content":5}]}', 400),
            ("a user message without content (it was answered as an empty one)", '{"messages":[{"role":"user"}]}', 400),
            ("a user message with content null", '{"messages":[{"role":"user","content":null}]}', 400),
@@ -263,12 +284,12 @@ try:
        and "2048" in json.loads(text)["error"]["message"], "a prompt over the context (K3_MAXT 2048) -> 400: %s" % text[:120])
 
     # ---- a client that disconnects cancels its generation. The replies here are scripted
-    # (K3_SERVE_SCRIPT: 40,000 words and no end of message, K3_MAXT 65536), so the turn is still
+    # (K3_SERVE_SCRIPT: 42,000 words, 'la' with a 'Z' every 3,000, and no end of message, K3_MAXT 65536), so the turn is still
     # running when the client leaves on any machine; a sampled greedy reply ends whenever the model
     # emits its end, which got earlier as the kernels got faster (t-serve-batch broke on that)
     hold_txt = os.path.join(T, "hold.txt")
     with open(hold_txt, "w") as f:
-        f.write("la " * 40000)
+        f.write(("la " * 3000 + "Z ") * 14)
     hsrv = serve_lib.launch(K3, M, HLOG, dict(env, K3_API_KEY=KEY, K3_SERVE_SCRIPT=hold_txt, K3_MAXT="65536"))
     up, hport = serve_lib.await_port(hsrv, HLOG, 30)
     ok(up, "a second server with a scripted endless reply starts")
@@ -291,6 +312,20 @@ try:
     code, _ = curl(HBASE + "/v1/chat/completions", chat(user("hello"), max_tokens=100000), extra=["--max-time", "0.5"])
     ok(wait_for(lambda: hold_text().count("cancelled:") > n0 + 1, 15),
        "so does a non-streaming one (curl --max-time 0.5): %r" % hold_text()[-300:])
+    # and one that sent a stray CRLF after its body (or a pipelined request: bytes never served),
+    # then left: the check for a closed connection peeked at those bytes and stopped there, so the
+    # turn ran on for the gone client to max_tokens (20,000 here: about 25 s of engine time)
+    n1 = hold_text().count("cancelled:")
+    body = chat(user("hello"), max_tokens=20000).encode()
+    s = socket.create_connection(("127.0.0.1", hport), timeout=10)
+    s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
+               "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (KEY, len(body))).encode() + body)
+    time.sleep(0.3)  # the request is being answered; then the stray bytes, then the client leaves
+    s.sendall(b"\r\n")
+    time.sleep(0.2)
+    s.close()
+    ok(wait_for(lambda: hold_text().count("cancelled:") > n1, 5),
+       "so does a non-streaming one that sent a stray CRLF after its body: %r" % hold_text()[-160:])
     code, body = curl(HBASE + "/v1/chat/completions", chat(user("hello"), max_tokens=4))
     try:
         msg = json.loads(body)["choices"][0]["message"]  # think is on: the script's words are the reasoning
@@ -298,6 +333,40 @@ try:
     except (ValueError, KeyError, IndexError, TypeError):
         good = False
     ok(good, "the next request on that server is answered (%d: %s)" % (code, body[-200:]))
+
+    # ---- long stop strings cost the engine thread (which every client shares) linear time. The
+    # scripted answer (thinking off) is 'la la ...' with a 'Z' after 9,000 bytes; 16 stop strings of
+    # 'la ' * 150,000 + 'X' (7.2 MB) never match, but each byte of the answer up to the Z begins one,
+    # so it is held back. The old filter looked again at the whole held tail, byte by byte with a
+    # strlen of every stop string per byte, for every token (3x the plain request's CPU here, and a
+    # stall of every client growing as the square of the held text); a matcher that keeps its
+    # state (KMP) costs each new byte constant work: the server's CPU for the request stays near
+    # the same request's without stop strings.
+    def cpu_s(pid):
+        with open("/proc/%d/stat" % pid) as f:
+            st = f.read().rsplit(")", 1)[1].split()
+        return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+
+    def timed(extra):
+        c0 = cpu_s(hsrv.pid)
+        code, body = curl(HBASE + "/v1/chat/completions",
+                          chat(user("hello"), max_tokens=3100, reasoning_effort="none", **extra))
+        try:
+            o = json.loads(body)["choices"][0]
+            got = (o["message"]["content"], o["finish_reason"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            got = (body[-200:], None)
+        return cpu_s(hsrv.pid) - c0, code, got
+    if ASAN:  # 3,100 tokens twice take 18 s there; test-serve-http runs the matcher under the sanitizers
+        print("SKIP: long stop strings' CPU under AddressSanitizer (slow; the matcher: test-serve-http)")
+    else:
+        plain = timed({})
+        held = timed({"stop": ["la " * 150000 + "X"] * 16})
+        ok(plain[1] == held[1] == 200 and plain[2] == held[2] and plain[2][1] == "length" and "Z" in plain[2][0],
+           "16 long stop strings that the answer keeps beginning: the same answer as without them (%d, %d, %r)"
+           % (plain[1], held[1], held[2][0][-40:]))
+        ok(held[0] < 1.5 * plain[0] + 0.3, "and the server's CPU for it stays near the plain request's "
+           "(%.2f s against %.2f s; quadratic: 3x)" % (held[0], plain[0]))
     code, body = curl("/v1/chat/completions", chat(user("hello"), temperature=0, top_p=1, max_tokens=N))
     ok(code == 200 and json.loads(body)["choices"][0]["message"]["reasoning_content"] == exp_think,
        "the first server still answers as before")

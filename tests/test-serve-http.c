@@ -4,11 +4,72 @@
  * same verdict byte by byte as at once, and reads each value once with the white space around
  * it trimmed (Content-Length "2 ", an Authorization with trailing white space); Expect other
  * than 100-continue is 417, and 100-continue without a body asks for no "100 Continue";
- * http_clean escapes once (a backslash stays one). */
+ * http_clean escapes once (a backslash stays one). The stop strings' matcher (serve-req.c,
+ * sstop_feed) gives, over random texts fed in random pieces, what a search of the whole text
+ * gives: the earliest stop string that ends in the new bytes, and the longest end of the text
+ * that begins one (the part a stream holds back). */
 #include "serve-http.h"
+#include "serve-req.h"
 #include "test.h"
 
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* By brute force over text[0..n): where the earliest stop string ending in (from, n] starts
+ * (SIZE_MAX: none), and the longest end of the text that is a proper beginning of one. */
+static size_t stop_ref(const sstop *st, const char *text, size_t from, size_t n, size_t *hold) {
+    size_t first = SIZE_MAX;
+    *hold        = 0;
+    for (int k = 0; k < st->n; k++) {
+        size_t len = st->len[k];
+        for (size_t end = from + 1; end <= n; end++)
+            if (end >= len && !memcmp(text + end - len, st->s[k], len) && end - len < first)
+                first = end - len;
+        for (size_t h = len - 1; h > *hold; h--)
+            if (h <= n && !memcmp(text + n - h, st->s[k], h)) {
+                *hold = h;
+                break;
+            }
+    }
+    return first;
+}
+
+/* Random stop strings and texts over a 2- or 3-letter alphabet (so they overlap and repeat),
+ * fed in pieces of 1 to 5 bytes: every feed agrees with stop_ref. Returns the feeds that differ. */
+static int stop_rounds(int rounds, int *matches) {
+    int bad = 0;
+    srand(7);
+    for (int r = 0; r < rounds; r++) {
+        sstop st;
+        memset(&st, 0, sizeof st);
+        int  abc = 2 + r % 2, n_stops = 1 + rand() % 4;
+        char text[200], s[12];
+        for (int k = 0; k < n_stops; k++) {
+            size_t len = 1 + (size_t)(rand() % 10);
+            for (size_t i = 0; i < len; i++)
+                s[i] = (char)('a' + rand() % abc);
+            if (sstop_add(&st, s, len))
+                return -1;
+        }
+        size_t n = 0;
+        while (n < sizeof text - 5) {
+            size_t piece = 1 + (size_t)(rand() % 5), hold, want_hold;
+            for (size_t i = 0; i < piece; i++)
+                text[n + i] = (char)('a' + rand() % abc);
+            size_t got  = sstop_feed(&st, text + n, piece, n, &hold);
+            size_t want = stop_ref(&st, text, n, n + piece, &want_hold);
+            bad += got != want || hold != want_hold;
+            *matches += got != SIZE_MAX;
+            n += piece;
+        }
+        for (int k = 0; k < st.n; k++) {
+            free(st.s[k]);
+            free(st.fail[k]);
+        }
+    }
+    return bad;
+}
 
 static const http_rules rules = {.keyless = 0, .allow_hosts = NULL, .max_body = 1000};
 
@@ -103,5 +164,13 @@ int main(void) {
     char again[64];
     http_clean(again, sizeof again, out, strlen(out));
     T_CHECK(!strcmp(again, out), "and cleaning clean text again changes nothing (%s)", again);
+
+    /* stop strings: the matcher that keeps its state against a search of the whole text */
+    int matches = 0, bad = stop_rounds(300, &matches);
+    T_CHECK(
+        bad == 0 && matches > 1000,
+        "stop strings: 300 random texts fed in pieces, every feed's match and held tail as a search of the "
+        "whole text gives (%d differ, %d matches)",
+        bad, matches);
     return t_done();
 }

@@ -855,8 +855,14 @@ void http_gate_free(http_gate *g) {
 }
 
 int http_peer_gone(int fd, int can_probe, double *t_probe) {
-    char    c;
-    ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    /* Bytes after the request (a pipelined request, a stray CRLF after a body) are never served:
+     * one request per connection. They are read and dropped, as LINGER drops them after the
+     * answer, so that what comes after them, the end of the connection, is seen (a peek stopped at
+     * the first of them for good, and a client that left was never noticed). At most 64 kB a call. */
+    char    buf[4096];
+    ssize_t r;
+    for (int k = 0; (r = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0 && k < 16; k++) {
+    }
     if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
         return 0;
     if (r < 0)

@@ -107,9 +107,10 @@ int  http_gate_drain(http_gate *g, double secs);
 void http_gate_free(http_gate *g);
 
 /* A peer during a request (the request's thread, before the response starts): 0 still there,
- * 1 gone. A peer that closed its sending side (EOF) may still read: on HTTP/1.1 (can_probe)
- * an interim "100 Continue" is sent at most once a second, which a closed peer answers with a
- * reset, seen at the next check; *t_probe keeps the time of the last one (start with 0). */
+ * 1 gone. Bytes it sent after the request are read and dropped (never served). A peer that closed its sending
+ * side (EOF) may still read: on HTTP/1.1 (can_probe) an interim "100 Continue" is sent at most once a second,
+ * which a closed peer answers with a reset, seen at the next check; *t_probe keeps the time of the last one
+ * (start with 0). */
 int http_peer_gone(int fd, int can_probe, double *t_probe);
 
 /* Copy src[0..n) into dst (cap >= 1 bytes, always terminated) as valid UTF-8: control

@@ -12,6 +12,7 @@
 #include "text.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +30,58 @@ void sreq_free(sreq *r) {
     free(r->tx);
     stools_req_free(&r->tl);
     sformat_free(&r->fmt);
-    for (int i = 0; i < r->n_stops; i++)
-        free(r->stops[i]);
+    for (int i = 0; i < r->stop.n; i++) {
+        free(r->stop.s[i]);
+        free(r->stop.fail[i]);
+    }
     memset(r, 0, sizeof *r);
+}
+
+/* ---- stop strings ------------------------------------------------------------------------ */
+
+int sstop_add(sstop *st, const char *p, size_t n) {
+    int k = st->n;
+    if (!(st->s[k] = strndup(p, n)) || !(st->fail[k] = malloc(n * sizeof *st->fail[k]))) {
+        free(st->s[k]);
+        st->s[k] = NULL;
+        return -1;
+    }
+    const char *s = st->s[k];
+    uint32_t   *f = st->fail[k];
+    f[0]          = 0;
+    for (size_t i = 1, q = 0; i < n; i++) {
+        while (q && s[i] != s[q])
+            q = f[q - 1];
+        q += s[i] == s[q];
+        f[i] = (uint32_t)q;
+    }
+    st->len[k] = n;
+    st->q[k]   = 0;
+    st->n++;
+    return 0;
+}
+
+size_t sstop_feed(sstop *st, const char *p, size_t n, size_t at, size_t *hold) {
+    size_t first = SIZE_MAX;
+    *hold        = 0;
+    for (int k = 0; k < st->n; k++) {
+        const char     *s = st->s[k];
+        const uint32_t *f = st->fail[k];
+        size_t          q = st->q[k], len = st->len[k];
+        for (size_t i = 0; i < n; i++) {
+            while (q && p[i] != s[q])
+                q = f[q - 1];
+            q += p[i] == s[q];
+            if (q == len) { /* s ends at byte i: it started len - 1 bytes before */
+                if (at + i + 1 - len < first)
+                    first = at + i + 1 - len;
+                q = f[len - 1];
+            }
+        }
+        st->q[k] = q;
+        *hold    = q > *hold ? q : *hold;
+    }
+    return first;
 }
 
 /* ---- request parsing ------------------------------------------------------------------- */
@@ -145,18 +195,40 @@ static int get_num(json_t *o, enum k3_setting_id id, float *out, perr *e) {
     return 0;
 }
 
+/* The sampler's top_k and min_p, which vLLM takes beside OpenAI's fields (clients send them as
+ * extra body fields): top_k an integer, -1 or 0 for no limit; min_p a number in 0..1. */
+static int parse_vllm_sampling(json_t *b, sreq *r, perr *e) {
+    json_t *v;
+    if ((v = json_object_get(b, "top_k")) && !json_is_null(v)) {
+        json_int_t k = json_integer_value(v);
+        if (!json_is_integer(v) || k < -1 || k > INT32_MAX)
+            return bad(e, json_is_integer(v) ? "invalid_value" : "invalid_type",
+                       "top_k: expected an integer from 1 to %d, or -1 or 0 for no limit", INT32_MAX);
+        r->top_k = k < 0 ? 0 : (int)k;
+    }
+    if ((v = json_object_get(b, "min_p")) && !json_is_null(v)) {
+        double x = json_number_value(v);
+        if (!json_is_number(v) || !(x >= 0 && x <= 1))
+            return bad(e, json_is_number(v) ? "invalid_value" : "invalid_type",
+                       "min_p: expected a number from 0 to 1 (0: off)");
+        r->min_p = (float)x;
+    }
+    return 0;
+}
+
 /* Fields the server does not implement: refused, with the field named, unless they ask for
- * what it does anyway (penalties 0, no logprobs, no bias; response_format is serve-format.c's). */
+ * what it does anyway (penalties 0 and a repetition_penalty of 1, no logprobs, no bias;
+ * response_format is serve-format.c's). */
 static int parse_unsupported(json_t *b, perr *e) {
     json_t            *v;
-    static const char *pen[] = {"frequency_penalty", "presence_penalty"};
-    for (int k = 0; k < 2; k++) {
+    static const char *pen[] = {"frequency_penalty", "presence_penalty", "repetition_penalty"};
+    for (int k = 0; k < 3; k++) {
         if (!(v = json_object_get(b, pen[k])) || json_is_null(v))
             continue;
         if (!json_is_number(v))
             return bad(e, "invalid_type", "%s: expected a number", pen[k]);
-        if (json_number_value(v) != 0)
-            return bad(e, "unsupported_value", "%s: not supported (only 0)", pen[k]);
+        if (json_number_value(v) != (k == 2 ? 1 : 0))
+            return bad(e, "unsupported_value", "%s: not supported (only %d)", pen[k], k == 2 ? 1 : 0);
     }
     if ((v = json_object_get(b, "logprobs")) && !json_is_null(v)) {
         if (!json_is_boolean(v))
@@ -191,9 +263,13 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
     json_t *v;
     if ((v = json_object_get(b, "model")) && !json_is_string(v) && !json_is_null(v))
         return bad(e, "invalid_type", "model: expected a string");
-    if (parse_messages(json_object_get(b, "messages"), r, e) ||
-        get_bool(b, "stream", "stream", &r->stream, e) || get_num(b, K3_SETTING_TEMP, &r->temp, e) ||
-        get_num(b, K3_SETTING_TOP_P, &r->top_p, e))
+    json_t *msgs = json_object_get(b, "messages");
+    if (info->max_ctx > 0 && json_is_array(msgs) && json_array_size(msgs) > (size_t)info->max_ctx)
+        return bad(e, "context_length_exceeded",
+                   "messages: %zu messages cannot fit the context of %d tokens (each takes at least one)",
+                   json_array_size(msgs), info->max_ctx); /* before the engine thread renders them */
+    if (parse_messages(msgs, r, e) || get_bool(b, "stream", "stream", &r->stream, e) ||
+        get_num(b, K3_SETTING_TEMP, &r->temp, e) || get_num(b, K3_SETTING_TOP_P, &r->top_p, e))
         return -1;
     if ((v = json_object_get(b, "stream_options")) && !json_is_null(v)) {
         if (!json_is_object(v))
@@ -225,7 +301,7 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
         !(json_is_number(v) && json_number_value(v) == 1))
         return bad(e, json_is_number(v) ? "unsupported_value" : "invalid_type",
                    "n: only 1 choice per request is supported");
-    if (parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) ||
+    if (parse_vllm_sampling(b, r, e) || parse_unsupported(b, e) || stools_parse_request(b, &r->tl, e) ||
         stools_check_calls(&r->tl, r->tx, (size_t)r->n_msgs, e) || sformat_parse(b, &r->fmt, e) ||
         sformat_tools(&r->tl, &r->fmt, e))
         return -1;
@@ -240,13 +316,8 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
             json_t *s = json_is_array(v) ? json_array_get(v, k) : one[0];
             if (!json_is_string(s))
                 return bad(e, "invalid_type", "stop[%zu]: expected a string", k);
-            if (!json_string_length(s))
-                continue;
-            if (!(r->stops[r->n_stops] = strndup(json_string_value(s), json_string_length(s))))
+            if (json_string_length(s) && sstop_add(&r->stop, json_string_value(s), json_string_length(s)))
                 return bad(e, "out_of_memory", "out of memory");
-            if (json_string_length(s) > r->max_stop)
-                r->max_stop = json_string_length(s);
-            r->n_stops++;
         }
     }
     /* thinking: chat_template_kwargs.thinking / enable_thinking, or top-level enable_thinking;

@@ -29,6 +29,27 @@ typedef struct smsg {
     int     n_parts;
 } smsg;
 
+/* A request's stop strings, matched as the answer grows (Knuth-Morris-Pratt): each new byte
+ * costs O(1) amortized per string, whatever the strings' length or how much text is held back
+ * (a byte-by-byte re-scan of the held tail cost its length times the strings' per token, on the
+ * engine thread that every client shares). */
+typedef struct sstop {
+    char     *s[SERVE_MAX_STOPS];    /* (n) the strings, non-empty                         */
+    size_t    len[SERVE_MAX_STOPS];  /* their byte lengths                                 */
+    uint32_t *fail[SERVE_MAX_STOPS]; /* (len) KMP failure function: fail[i] = the longest
+                                      * proper prefix of s[0..i] that also ends it         */
+    size_t q[SERVE_MAX_STOPS];       /* bytes of s matched by the end of the text fed      */
+    int    n;
+} sstop;
+
+/* Adds the string p[0..n) (n >= 1) to st. 0, or -1 when out of memory. */
+int sstop_add(sstop *st, const char *p, size_t n);
+
+/* Feeds the text's next bytes p[0..n), which start at byte `at` of the text. Returns the text
+ * offset where the earliest stop string that ends in them starts, or SIZE_MAX when none does;
+ * *hold gets the length of the longest end of the text that is a stop string's beginning. */
+size_t sstop_feed(sstop *st, const char *p, size_t n, size_t at, size_t *hold);
+
 typedef struct sreq {
     smsg       *msgs; /* (n_msgs) */
     int         n_msgs;
@@ -38,13 +59,13 @@ typedef struct sreq {
     int         max_tokens;   /* 0 = up to the context */
     int         think_budget; /* thinking_budget: reasoning tokens, 0 = no limit */
     float       temp, top_p;
+    float       min_p; /* min_p (vLLM's): 0 = off                     */
+    int         top_k; /* top_k (vLLM's): 0 = off (-1 is read as 0)    */
     uint64_t    seed;
-    char       *stops[SERVE_MAX_STOPS]; /* (n_stops) stop strings, non-empty */
-    int         n_stops;
-    size_t      max_stop; /* longest stop string in bytes */
-    stools_req  tl;       /* tools, tool_choice (serve-tools.c)        */
-    sformat_req fmt;      /* response_format, the answer's grammar (serve-format.c) */
-    stools_msg *tx;       /* (n_msgs) each message's tool calls / result ids */
+    sstop       stop;
+    stools_req  tl;  /* tools, tool_choice (serve-tools.c)        */
+    sformat_req fmt; /* response_format, the answer's grammar (serve-format.c) */
+    stools_msg *tx;  /* (n_msgs) each message's tool calls / result ids */
 } sreq;
 
 /* The request in body b (a JSON object; seq numbers it for the default seed; info gives the

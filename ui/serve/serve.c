@@ -23,8 +23,9 @@
  * at once, the response through the stop-string filter, which holds back a tail that could
  * still become a stop string and cancels the turn when one appears. A streaming request's
  * thread writes the job's bytes as they come (a client that leaves SERVE_SSE_MAX unread is
- * cancelled); a plain one waits for the end. Both wait in 100 ms steps and peek at the socket (recv MSG_PEEK:
- * 0 = closed): a client that went away cancels its job (k3_conv_cancel of its slot), queued or running.
+ * cancelled); a plain one waits for the end. Both wait in 100 ms steps and read the socket (bytes after
+ * the request dropped; 0 = closed): a client that went away cancels its job (k3_conv_cancel of its
+ * slot), queued or running.
  *
  * A client that closed its sending side after the request (half-close) still gets its answer:
  * at EOF an HTTP/1.1 client is sent an interim "100 Continue" now and then, which a client that
@@ -38,7 +39,8 @@
  * are cut on a character boundary with control characters escaped, and so is every log line.
  * SIGINT/SIGTERM: stop accepting, cancel the running turns (a stream ends with an error event
  * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
- * finish (up to SERVE_DRAIN_SECS), exit 0.
+ * finish (up to SERVE_DRAIN_SECS), exit 0. Before the server is ready (the model loading) a
+ * signal ends the process at once, as the signal (sig_main).
  */
 #include "loadprog.h"
 #include "serve.h"
@@ -62,6 +64,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,6 +78,7 @@
  * step; BENCHMARKS.md), K3_SERVE_QUEUE_SECS (longest wait for a slot): the table's defaults */
 #define SERVE_DEFAULT(id) ((int)k3_setting(K3_SETTING_##id)->def)
 #define SERVE_SSE_MAX (256u << 10) /* stream bytes a client may leave unread; beyond: cancelled */
+#define SERVE_PARSING 4 /* request bodies parsed at once (a JSON tree of small values is ~25x its body) */
 
 /* ---- jobs ------------------------------------------------------------------------- */
 
@@ -100,6 +104,7 @@ typedef struct job {
     int         role_sent; /* the first chunk (role) is in sse           */
     txt_buf     resp;      /* every response byte generated              */
     size_t      rel;       /* of which released (not held by stop check) */
+    size_t      fed;       /* of which seen by the stop strings' matcher */
     txt_buf     reasoning; /* think channel                              */
     int         stopped;   /* a stop string ended the turn               */
     const char *finish;    /* "stop" | "length" when done without error  */
@@ -133,8 +138,10 @@ static struct server {
     int             queue_secs; /* longest wait in it (K3_SERVE_QUEUE_SECS) */
     slot           *slots;      /* (n_slots) --parallel                   */
     int             n_slots, n_active;
-    int             chunk; /* prompt ids a prefill step feeds         */
-    uint64_t        clock; /* admissions                             */
+    int             chunk;   /* prompt ids a prefill step feeds         */
+    int             n_snaps; /* the shared prompt cache: saved states (K3_CONV_SNAPSHOTS) */
+    double          snap_mb; /* and their megabytes (K3_CONV_SNAPSHOT_MB)                 */
+    uint64_t        clock;   /* admissions                             */
     int             stopping;
     unsigned        seq;
     unsigned long   n_ok, n_err, n_cancel;
@@ -145,6 +152,7 @@ static struct server {
     size_t          key_len[SERVE_MAX_KEYS];
     int             n_keys;
     long long       t_start;
+    uint64_t        id_tag; /* random, in every completion id: two servers never share one */
 } srv = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static double now_s(void) {
@@ -292,37 +300,28 @@ static void release(job *j, size_t to) {
     }
 }
 
-/* Stop strings: find the first one in the unreleased text; else hold back the longest tail
- * that is a prefix of one. Releases what is certain. Returns 1 when a stop string matched. */
+/* Stop strings: the text not yet seen goes through the matcher (serve-req.c, linear in the
+ * text); a stop string ends the answer before it, else the longest tail that could still become
+ * one is held back (nothing when final). Releases what is certain. Returns 1 when a stop string
+ * matched. */
 static int stop_filter(job *j, int final) {
-    const sreq *r    = &j->r;
-    const char *text = j->resp.p ? j->resp.p : ""; /* no visible text yet: NULL (memmem wants a pointer) */
-    size_t      n = j->resp.n, at = n;
-    if (!r->n_stops || j->stopped) {
+    const char *text = j->resp.p;
+    size_t      n = j->resp.n, hold = 0, at = SIZE_MAX;
+    if (!j->r.stop.n || j->stopped) {
         if (!j->stopped)
             release(j, n);
         return j->stopped;
     }
-    for (int k = 0; k < r->n_stops; k++) {
-        const char *p = memmem(text + j->rel, n - j->rel, r->stops[k], strlen(r->stops[k]));
-        if (p && (size_t)(p - text) < at)
-            at = (size_t)(p - text);
-    }
-    if (at < n) {
+    if (n > j->fed) /* no visible text yet: resp.p is NULL */
+        at = sstop_feed(&j->r.stop, text + j->fed, n - j->fed, j->fed, &hold);
+    j->fed = n;
+    if (at != SIZE_MAX) {
         release(j, at);
         j->stopped = 1;
         return 1;
     }
-    size_t hold = 0;
-    for (size_t k = r->max_stop - 1; !final && k > 0 && !hold; k--) {
-        if (k > n - j->rel)
-            continue;
-        for (int s = 0; s < r->n_stops && !hold; s++)
-            if (strlen(r->stops[s]) > k && !memcmp(text + n - k, r->stops[s], k))
-                hold = k;
-    }
-    size_t to = n - hold;
-    while (to > j->rel && ((unsigned char)text[to] & 0xC0) == 0x80 && to < n)
+    size_t to = final ? n : n - hold;
+    while (to > j->rel && to < n && ((unsigned char)text[to] & 0xC0) == 0x80)
         to--; /* never split a character (stop strings start on one anyway) */
     release(j, to);
     return 0;
@@ -449,6 +448,8 @@ static k3_status job_start(slot *sl, job *j) {
     k3_sampler_params_default(srv.m, &set.sampling);
     set.sampling.temp  = r->temp;
     set.sampling.top_p = r->top_p;
+    set.sampling.top_k = r->top_k;
+    set.sampling.min_p = r->min_p;
     set.sampling.seed  = r->seed;
     snprintf(set.tool_choice, sizeof set.tool_choice, "%s", r->tl.tool_choice);
     k3_conv_set_grammar(sl->c, r->fmt.g);
@@ -794,13 +795,34 @@ static size_t feed_body(void *buf, size_t max, void *arg) {
     return k;
 }
 
+/* At most SERVE_PARSING request bodies become JSON trees at once: an 8 MB body of small
+ * objects (289,000 empty messages) makes a tree and request of ~200 MB, so the HTTP_MAX_CONN
+ * request threads parsing together could take 12 GB; the others wait their turn here. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    int             n;
+} parsing = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void parse_turn(int take) {
+    pthread_mutex_lock(&parsing.mu);
+    while (take && parsing.n >= SERVE_PARSING)
+        pthread_cond_wait(&parsing.cv, &parsing.mu);
+    parsing.n += take ? 1 : -1;
+    if (!take)
+        pthread_cond_signal(&parsing.cv);
+    pthread_mutex_unlock(&parsing.mu);
+}
+
 static void chat_completions(http_req *con) {
     json_error_t je;
     body_feed    feed = {con->body, con->body ? con->body_n : 0, 0, 0};
-    json_t      *b    = json_load_callback(feed_body, &feed, JSON_REJECT_DUPLICATES, &je);
+    parse_turn(1);
+    json_t *b = json_load_callback(feed_body, &feed, JSON_REJECT_DUPLICATES, &je);
     free(con->body); /* the parsed tree holds what counts: the raw bytes go now */
     con->body = NULL;
     if (!b) {
+        parse_turn(0);
         char m[400];
         sreq_json_err(&je, m, sizeof m);
         send_error(con, 400, "invalid_request_error",
@@ -811,6 +833,7 @@ static void chat_completions(http_req *con) {
     perr e = {{0}, {0}};
     if (!j) {
         json_decref(b);
+        parse_turn(0);
         send_error(con, 500, "server_error", "out_of_memory", "out of memory");
         return;
     }
@@ -819,6 +842,7 @@ static void chat_completions(http_req *con) {
     pthread_mutex_unlock(&srv.mu);
     int rc = sreq_parse(b, j->seq, &srv.info, &j->r, &e);
     json_decref(b);
+    parse_turn(0);
     if (rc) {
         serve_log("#%u 400: %s", j->seq, e.msg);
         sreq_free(&j->r);
@@ -831,7 +855,7 @@ static void chat_completions(http_req *con) {
     j->key     = con->key;
     j->created = (long long)time(NULL);
     j->t0      = now_s();
-    snprintf(j->id, sizeof j->id, "chatcmpl-k3-%llx-%u", (unsigned long long)srv.t_start, j->seq);
+    snprintf(j->id, sizeof j->id, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, j->seq);
     j->refs = 2; /* this connection + the worker */
     pthread_mutex_lock(&srv.mu);
     if (srv.stopping) {
@@ -1011,10 +1035,29 @@ static int is_loopback(const struct sockaddr *a) {
     return a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
 }
 
+/* The server's settings from the environment, read before the port is taken and the model
+ * loads (a typo costs no load): K3_SERVE_BODY_SECS into *body_secs, the queue's, the prefill
+ * chunk's and the shared prompt cache's (more snapshots and bytes than a chat's: 16, 2000 MB)
+ * into srv. 0, or -1 with the reason on stderr. */
+static int serve_env(int *body_secs) {
+    srv.snap_mb = 2000;
+    if (env_count(K3_SETTING_SERVE_BODY_SECS, SERVE_DEFAULT(SERVE_BODY_SECS), body_secs) ||
+        env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
+        env_count(K3_SETTING_SERVE_CHUNK, SERVE_DEFAULT(SERVE_CHUNK), &srv.chunk) ||
+        env_count(K3_SETTING_SERVE_QUEUE_SECS, SERVE_DEFAULT(SERVE_QUEUE_SECS), &srv.queue_secs) ||
+        env_count(K3_SETTING_CONV_SNAPSHOTS, 16, &srv.n_snaps))
+        return -1;
+    if (k3_setting_env(K3_SETTING_CONV_SNAPSHOT_MB, &srv.snap_mb)) {
+        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
 /* --parallel slots, each a conversation (its session is made on first use); one prompt cache
  * for all of them: clients take turns on the slots, so keep more saved states than the chat
- * does (least recently used out; env overrides, see k3chat(1)). The queue's limits and the
- * scripted replies (tests) from the environment. 0, or -1 with the reason on stderr. */
+ * does (least recently used out; serve_env read the sizes). The scripted replies (tests) from
+ * the environment. 0, or -1 with the reason on stderr. */
 static int serve_slots(const ui_opts *o) {
     srv.n_slots = o->parallel > 0 ? o->parallel : SERVE_DEFAULT(PARALLEL);
     if (!(srv.slots = calloc((size_t)srv.n_slots, sizeof *srv.slots))) {
@@ -1030,23 +1073,10 @@ static int serve_slots(const ui_opts *o) {
         if (i)
             k3_conv_share_prompt_cache(srv.slots[i].c, srv.slots[0].c);
     }
-    /* the shared prompt cache: more snapshots and bytes than a chat's (16, 2000 MB) */
-    int    n_snaps;
-    double snap_mb = 2000;
-    if (env_count(K3_SETTING_CONV_SNAPSHOTS, 16, &n_snaps))
-        return -1;
-    if (k3_setting_env(K3_SETTING_CONV_SNAPSHOT_MB, &snap_mb)) {
+    if (k3_conv_set_prompt_cache(srv.slots[0].c, srv.n_snaps, srv.snap_mb)) {
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         return -1;
     }
-    if (k3_conv_set_prompt_cache(srv.slots[0].c, n_snaps, snap_mb)) {
-        txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
-        return -1;
-    }
-    if (env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
-        env_count(K3_SETTING_SERVE_CHUNK, SERVE_DEFAULT(SERVE_CHUNK), &srv.chunk) ||
-        env_count(K3_SETTING_SERVE_QUEUE_SECS, SERVE_DEFAULT(SERVE_QUEUE_SECS), &srv.queue_secs))
-        return -1;
     const char *script = k3_setting_env_str(K3_SETTING_SERVE_SCRIPT);
     stools_err  se;
     if (script && stools_script_load(script, o->dir, &se)) {
@@ -1086,6 +1116,51 @@ static void serve_stop(http_gate *gate, int sig, pthread_t wt) {
     serve_log("%lu answered, %lu cancelled, %lu failed", srv.n_ok, srv.n_cancel, srv.n_err);
 }
 
+/* SIGINT/SIGTERM: blocked in every thread but sig_main, which waits for them from the moment the
+ * port is taken. Before the server is ready (the model loading: minutes for a large one) there is
+ * nothing to finish, so a signal ends the process at once, as the signal (exit status 128 + N);
+ * once cli_serve says it serves, the signal is handed to it for the orderly stop (serve_stop). */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    int             serving, sig;
+} sigs_at = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *sig_main(void *arg) {
+    const sigset_t *set = arg;
+    int             sig = 0;
+    while (sigwait(set, &sig)) {
+    }
+    pthread_mutex_lock(&sigs_at.mu);
+    if (sigs_at.serving) {
+        sigs_at.sig = sig;
+        pthread_cond_signal(&sigs_at.cv);
+        pthread_mutex_unlock(&sigs_at.mu);
+        return NULL;
+    }
+    fprintf(stderr, "k3chat: %s before the server was ready: exiting\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    signal(sig, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+    raise(sig); /* this thread alone takes it now: the process ends as the signal */
+    _exit(128 + sig);
+}
+
+/* Waits for the signal that stops a server that is ready (the signal thread then ends). */
+static int sig_wait_serving(pthread_t th) {
+    pthread_mutex_lock(&sigs_at.mu);
+    sigs_at.serving = 1;
+    while (!sigs_at.sig)
+        pthread_cond_wait(&sigs_at.cv, &sigs_at.mu);
+    int sig = sigs_at.sig;
+    pthread_mutex_unlock(&sigs_at.mu);
+    pthread_join(th, NULL);
+    return sig;
+}
+
 int cli_serve(const ui_opts *o) {
     struct addrinfo *ai = NULL;
     if (parse_listen(o->serve, &ai)) {
@@ -1099,8 +1174,8 @@ int cli_serve(const ui_opts *o) {
         freeaddrinfo(ai);
         return 2;
     }
-    int body_secs; /* K3_SERVE_BODY_SECS: a bad value fails here, before the port is taken */
-    if (env_count(K3_SETTING_SERVE_BODY_SECS, SERVE_DEFAULT(SERVE_BODY_SECS), &body_secs)) {
+    int body_secs; /* a bad setting fails here, before the port is taken */
+    if (serve_env(&body_secs)) {
         free_keys();
         freeaddrinfo(ai);
         return 2;
@@ -1123,8 +1198,8 @@ int cli_serve(const ui_opts *o) {
         freeaddrinfo(ai);
         return 1;
     }
-    /* signals: handled by sigwait below; every thread created from here on blocks them */
-    sigset_t sigs;
+    /* signals: every thread created from here on blocks them; sig_main takes them */
+    static sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
@@ -1133,9 +1208,16 @@ int cli_serve(const ui_opts *o) {
 
     int       rc = 1;
     k3_params par;
-    pthread_t wt;
-    int       have_worker = 0;
-    k3_status pst         = k3_params_default(&par);
+    pthread_t wt, st;
+    int       have_worker = 0, have_sig = !pthread_create(&st, NULL, sig_main, &sigs);
+    if (!have_sig) {
+        fprintf(stderr, "k3chat: cannot start the signal thread\n");
+        http_gate_free(gate);
+        free_keys();
+        freeaddrinfo(ai);
+        return 1;
+    }
+    k3_status pst = k3_params_default(&par);
     par.sessions =
         o->parallel > 0 ? o->parallel : SERVE_DEFAULT(PARALLEL); /* the memory fit counts every slot */
     if (pst || load_model_verbose(o->dir, &par, &srv.m)) {
@@ -1152,6 +1234,9 @@ int cli_serve(const ui_opts *o) {
     char dname[256];
     serve_name(o, dname, sizeof dname);
     srv.t_start = (long long)time(NULL);
+    /* completion ids: the start second alone was the same for two servers started together */
+    if (getrandom(&srv.id_tag, sizeof srv.id_tag, 0) != (ssize_t)sizeof srv.id_tag)
+        srv.id_tag = (uint64_t)srv.t_start << 32 ^ (uint64_t)getpid() ^ (uint64_t)(now_s() * 1e9);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_cond_init(&srv.work_cv, &ca);
@@ -1171,12 +1256,14 @@ int cli_serve(const ui_opts *o) {
     fprintf(stderr, "k3chat: serving %s (context %d) on http://%s%s%s:%u/v1%s\n", srv.name, srv.info.max_ctx,
             ai->ai_family == AF_INET6 ? "[" : "", host, ai->ai_family == AF_INET6 ? "]" : "",
             http_gate_port(gate), srv.n_keys ? " (API key required)" : "");
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    serve_stop(gate, sig, wt);
-    have_worker = 0;
-    rc          = 0;
+    serve_stop(gate, sig_wait_serving(st), wt);
+    have_sig = have_worker = 0;
+    rc                     = 0;
 done:
+    if (have_sig) { /* a failed start: the signal thread waits in sigwait (a cancellation point) */
+        pthread_cancel(st);
+        pthread_join(st, NULL);
+    }
     if (have_worker) {
         pthread_mutex_lock(&srv.mu);
         srv.stopping = 1;
