@@ -11,7 +11,8 @@
  *   ui_md_code_*   a fenced code block of 20,000 lines, still open
  *   ui_md_paras_*  5 MB of plain paragraphs separated by blank lines
  *   ui_md_lines_*  300 kB of lines with single newlines (one paragraph of soft line breaks)
- *   ui_md_quote_*  300 kB of a block quote
+ *   ui_md_quote_*  300 kB of a block quote (one paragraph of soft line breaks)
+ *   ui_md_quotes_* 300 kB of a block quote of short paragraphs with markup, blank quoted lines between
  */
 #include "bench.h"
 #include "md.h"
@@ -107,6 +108,11 @@ int bench_uimd(void) {
     while (t.n < 300000)
         k3_buf_printf(&t, "> a quoted line at %zu bytes\n", t.n);
     rc |= run_case("ui_md_quote", &t);
+    t.n = 0;
+    while (t.n < 300000)
+        k3_buf_printf(
+            &t, "> A paragraph at %zu bytes with **some** words and `code`\n> and a second line\n>\n", t.n);
+    rc |= run_case("ui_md_quotes", &t);
     free(t.p);
     return rc;
 }

@@ -535,6 +535,8 @@ static void test_stream_long_code_line(void) {
  * grows) and compares every step with a fresh md4c-only stream (MD_EXACT). Returns the steps, -1
  * on a difference (reported); *tb counts the steps whose open chunk was a table laid out without
  * re-rendering it. */
+static int qt_steps; /* steps of stream_vs_exact whose open chunk was a quote laid out by segments */
+
 static int stream_vs_exact(const char *text, size_t n, int width, unsigned seed, unsigned flags, int *tb,
                            long *fin, long *fin_want, int *li, int max_step) {
     md_stream st    = {0};
@@ -552,6 +554,12 @@ static int stream_vs_exact(const char *text, size_t n, int width, unsigned seed,
         md_stream_update(&ref, buf, k, width, THM_ASSISTANT, MD_STREAMING | MD_EXACT | flags);
         if (bad || !same_stream(&st, &ref, &at)) {
             txt_buf a = {0}, b = {0};
+            if (getenv("TEST_MD_SHOW")) { /* the text, to reproduce a difference */
+                fprintf(stderr, "text: \"");
+                for (size_t j = 0; j < k; j++)
+                    fprintf(stderr, buf[j] == '\n' ? "\\n" : buf[j] == '\r' ? "\\r" : "%c", buf[j]);
+                fprintf(stderr, "\"\n");
+            }
             md_line_text(at < st.fin.n_lines ? &st.fin : &st.open,
                          at < st.fin.n_lines ? at : at - st.fin.n_lines, &a);
             md_line_text(at < ref.fin.n_lines ? &ref.fin : &ref.open,
@@ -572,6 +580,7 @@ static int stream_vs_exact(const char *text, size_t n, int width, unsigned seed,
         md_stream_free(&ref);
         *tb += st.tb;
         *li += st.li;
+        qt_steps += st.qt;
         steps++;
         seed = seed * 1103515245u + 12345u;
         if (k == n)
@@ -582,6 +591,22 @@ static int stream_vs_exact(const char *text, size_t n, int width, unsigned seed,
     }
     free(buf);
     md_stream_free(&st);
+    return steps;
+}
+
+/* stream_vs_exact at each of nw widths, with and without OSC 8 (seeds seed0 + the width's index):
+ * the steps, -1 on a difference. */
+static int stream_widths(const txt_buf *t, const int *widths, int nw, unsigned seed0, int *tb, long *fin,
+                         long *fin_want, int *li, int max_step) {
+    int steps = 0;
+    for (int wi = 0; wi < nw; wi++)
+        for (unsigned osc = 0; osc <= MD_OSC8; osc += MD_OSC8) {
+            int k = stream_vs_exact(t->p, t->n, widths[wi], seed0 + (unsigned)wi, osc, tb, fin, fin_want, li,
+                                    max_step);
+            if (k < 0)
+                return -1;
+            steps += k;
+        }
     return steps;
 }
 
@@ -628,17 +653,11 @@ static void test_stream_table(void) {
                       "x | y\n--|--\n1 | 2\n---\n\n| q | r |\n|---|---|\n| `x | y |\n \nnext\n\n"
                       "| c | d |\n|---|---|\n| 1 | 2 |\r\r\n| 3 | 4 |\n\n"
                       "| k | v |\n| - | - |\n| 漢 | `unclosed | code |\n| z | **w");
-    int              tb = 0, steps = 0, bad = 0, li = 0;
+    int              tb = 0, li = 0;
     long             fin = 0, fin_want = 0;
     static const int widths[] = {12, 24, 41, 80, 119};
-    for (int wi = 0; wi < 5 && !bad; wi++)
-        for (unsigned osc = 0; osc <= MD_OSC8 && !bad; osc += MD_OSC8) {
-            int k =
-                stream_vs_exact(t.p, t.n, widths[wi], 5u + (unsigned)wi, osc, &tb, &fin, &fin_want, &li, 7);
-            bad |= k < 0;
-            steps += k;
-        }
-    T_CHECK(!bad,
+    int              steps    = stream_widths(&t, widths, 5, 5u, &tb, &fin, &fin_want, &li, 7);
+    T_CHECK(steps >= 0,
             "streamed tables at widths 12 to 119, with and without OSC 8: every step shows what a fresh "
             "md4c render shows (%d steps)",
             steps);
@@ -721,13 +740,8 @@ static void test_stream_list(void) {
     int              li = 0, steps = 0, bad = 0, tb = 0;
     long             fin = 0, fin_want = 0;
     static const int widths[] = {6, 17, 41, 80};
-    for (int wi = 0; wi < 4 && !bad; wi++)
-        for (unsigned osc = 0; osc <= MD_OSC8 && !bad; osc += MD_OSC8) {
-            int k =
-                stream_vs_exact(t.p, t.n, widths[wi], 11u + (unsigned)wi, osc, &tb, &fin, &fin_want, &li, 7);
-            bad |= k < 0;
-            steps += k;
-        }
+    steps                     = stream_widths(&t, widths, 4, 11u, &tb, &fin, &fin_want, &li, 7);
+    bad                       = steps < 0;
     /* a list ending in an empty line while a code span and a strike are open: stream_view closes
      * nothing after an empty line */
     static const char *ends[] = {"- a `x\n- b ~~y\n- c\n\n", "- a `x\n- b ~~y\n- c\n  \n"};
@@ -771,6 +785,71 @@ static void test_stream_list_work(void) {
     free(t.p);
 }
 
+/* An open block quote streams through qt_layout (md-stream.c): cut at blank quoted lines before a
+ * paragraph, each segment rendered alone once, a plain paragraph laid out from its last row on.
+ * Every step must equal a fresh md4c render of the same text: plain paragraphs with CJK, a long
+ * one, markup and a code span left open in one segment and closed in a later one, a nested quote,
+ * a loose list and a fenced block with blank quoted lines inside them (no cut there), indented code,
+ * a table, a lazy line, a definition used before it, a hard break, a quote ended by a list, quotes
+ * closed by a blank line and the text after them, a quote after a paragraph (MD_CONT). */
+static void test_stream_quote(void) {
+    txt_buf t = {0};
+    k3_buf_printf(&t, "> First quoted paragraph with 漢字 and words\n> that goes on\n>\n");
+    for (int i = 0; i < 30; i++)
+        k3_buf_printf(&t, "> line %d of a long paragraph in the quote, plain words only\n", i);
+    k3_buf_printf(&t, ">\n> Then **bold and `open code\n> still open\n>\n> Closed` now\n>\n> > nested\n> > "
+                      "more\n>\n> After nested\n>\n> - a\n>\n> - b loose\n>\n> Para\n>\n> ```\n> code\n>\n> "
+                      "Still code\n> ```\n>\n> Para again\n>\n>     indented\n>\n> Text\n>\n> | a | b |\n> "
+                      "|---|---|\n> | 1 | 2 |\n>\n> Lazy\nline here\n>\n> More\n\nAfter.\n\n"
+                      "> see [x] here\n>\n> Two\n> [x]: http://e.x\n\n> hard  \n> break\n>\n> Next\n- list "
+                      "ends it\n\nPara.\n\n> ends open `x");
+    int              li = 0, tb = 0;
+    long             fin = 0, fin_want = 0;
+    static const int widths[] = {3, 6, 17, 41, 80};
+    qt_steps                  = 0;
+    int steps                 = stream_widths(&t, widths, 5, 7u, &tb, &fin, &fin_want, &li, 9);
+    T_CHECK(steps >= 0,
+            "streamed quotes at widths 3 to 80, with and without OSC 8: every step shows what a fresh md4c "
+            "render shows (%d steps)",
+            steps);
+    T_CHECK(qt_steps > steps / 2, "the open quote was laid out by segments in %d of %d steps", qt_steps,
+            steps);
+    T_CHECK(fin == fin_want, "each finished chunk laid out once (%ld, md4c alone %ld)", fin, fin_want);
+    free(t.p);
+}
+
+/* The work of a streamed quote grows with what arrives: a plain quoted paragraph of 300 kB is
+ * wrapped from its last row on (md4c renders only "> " before its first letter); a quote of 2,000 short
+ * paragraphs with markup has each rendered by md4c once when the next starts, and the open one once per
+ * update. */
+static void test_stream_quote_work(void) {
+    txt_buf t = {0};
+    while (t.n < 300000)
+        k3_buf_printf(&t, "> a quoted line at %zu bytes\n", t.n);
+    md_stream st = {0}, ref = {0};
+    int       at, steps     = stream_whole(&st, &ref, &t, 100, 9);
+    T_CHECK(same_stream(&st, &ref, &at) && st.qt, "a 300 kB quoted paragraph as md4c shows it (line %d)", at);
+    T_CHECK(st.qt_bytes < 8 && st.qt_laid <= (long)t.n + 250L * steps,
+            "bytes md4c rendered for it: %ld; wrapped: %ld for %zu bytes in %d updates", st.qt_bytes,
+            st.qt_laid, t.n, steps);
+    md_stream_free(&st);
+    md_stream_free(&ref);
+    t.n = 0;
+    for (int i = 0; i < 2000; i++)
+        k3_buf_printf(&t, "> Paragraph %d with **some** words\n> and `code`\n>\n", i);
+    st    = (md_stream){0};
+    ref   = (md_stream){0};
+    steps = stream_whole(&st, &ref, &t, 60, 5);
+    T_CHECK(same_stream(&st, &ref, &at) && st.qt, "2,000 quoted paragraphs as md4c shows them (line %d)", at);
+    /* each paragraph once when the next one starts, and until then the open one (under 60 bytes) and
+     * the blank line after it once per update */
+    T_CHECK(st.qt_bytes <= (long)t.n + 120L * steps,
+            "bytes md4c rendered for the quote: %ld for %zu bytes in %d updates", st.qt_bytes, t.n, steps);
+    md_stream_free(&st);
+    md_stream_free(&ref);
+    free(t.p);
+}
+
 /* Random answers made of tables, lists and paragraphs (odd cells, items that nest, continue, hold a
  * fence, a blank line, a heading, a rule, a link reference definition, CR CR, hard breaks, numbers
  * that do not count on, another bullet), streamed in tokens of 1 to 40 bytes at random widths:
@@ -796,15 +875,51 @@ static void test_stream_random(void) {
                                   "t\r\rz",
                                   "t  \nhard",
                                   ""};
-    unsigned           seed    = 2026;
-    int                steps = 0, tb = 0, li = 0, bad = 0;
-    long               fin = 0, fin_want = 0;
-    for (int doc = 0; doc < 60 && !bad; doc++) {
+    /* lines of a block quote: plain text, blank quoted lines, markup, nested quotes, lists, fences,
+     * indented code, tables, lazy lines, a definition, hard breaks, the quote's end */
+    static const char *quoted[] = {"> plain words here",
+                                   "> more plain words and 漢字 text",
+                                   ">",
+                                   "> ",
+                                   "> Another paragraph starts",
+                                   ">text without a space",
+                                   "> `open code",
+                                   "> **strong",
+                                   "> ~~strike~~ and *em*",
+                                   "> > nested quote",
+                                   "> >",
+                                   "> - item in quote",
+                                   ">   continued item",
+                                   "> 1. ordered",
+                                   "> ```",
+                                   "> ```sh",
+                                   "> ~~~",
+                                   ">     indented code",
+                                   "> | a | b |\n> |---|---|\n> | 1 | 2 |",
+                                   "lazy line",
+                                   "> [x]: http://u",
+                                   "> see [x]",
+                                   "> hard break  ",
+                                   "> # heading",
+                                   "> ---",
+                                   "> t\r\rz",
+                                   "",
+                                   "  indented after"};
+    unsigned           seed     = 2026;
+    int                steps = 0, tb = 0, li = 0, bad = 0, docs = 60;
+    qt_steps        = 0;
+    long        fin = 0, fin_want = 0;
+    const char *env = getenv("TEST_MD_DOCS"); /* more answers, to look for a difference */
+    if (env && atoi(env) > 0)
+        docs = atoi(env);
+    if ((env = getenv("TEST_MD_SEED")) != NULL) /* other answers */
+        seed = (unsigned)strtoul(env, NULL, 10);
+    for (int doc = 0; doc < docs && !bad; doc++) {
         txt_buf t      = {0};
         int     blocks = 1 + (seed >> 3) % 4;
         for (int b = 0; b < blocks; b++) {
             seed     = seed * 1103515245u + 12345u;
-            int kind = (seed >> 10) % 3, rows = 1 + (seed >> 14) % 12;
+            int kind = (seed >> 10) % 4, rows = 1 + (seed >> 14) % 12;
             if (kind == 0) {
                 k3_buf_printf(&t, "| h1 | h2 | h3 |\n|---|:-:|--:|\n");
                 for (int r = 0; r < rows; r++) {
@@ -831,6 +946,12 @@ static void test_stream_random(void) {
                     else
                         k3_buf_printf(&t, "%s %s\n", (seed >> 5) % 23 == 0 ? "*" : "-", it);
                 }
+            } else if (kind == 3) {
+                for (int r = 0; r < rows * 2; r++) {
+                    seed = seed * 1103515245u + 12345u;
+                    /* mostly plain lines and blank quoted lines, now and then anything */
+                    k3_buf_printf(&t, "%s\n", quoted[(seed >> 11) % ((seed >> 6) % 3 ? 5 : 28)]);
+                }
             } else {
                 k3_buf_printf(&t, "Some text\nmore text\n");
             }
@@ -845,10 +966,10 @@ static void test_stream_random(void) {
         seed = seed * 1103515245u + 12345u;
         free(t.p);
     }
-    T_CHECK(!bad && tb > steps / 10 && li > steps / 20 && fin == fin_want,
-            "60 random answers of tables, lists and paragraphs: every one of %d steps as md4c shows it (%d "
-            "table steps, %d list steps without rendering the chunk again)",
-            steps, tb, li);
+    T_CHECK(!bad && tb > steps / 10 && li > steps / 27 && qt_steps > steps / 20 && fin == fin_want,
+            "%d random answers of tables, lists, quotes and paragraphs: every one of %d steps as md4c shows "
+            "it (%d table steps, %d list steps, %d quote steps without rendering the chunk again)",
+            docs, steps, tb, li, qt_steps);
 }
 
 static void test_copy(void) {
@@ -998,6 +1119,8 @@ int main(void) {
     test_stream_table_work();
     test_stream_list();
     test_stream_list_work();
+    test_stream_quote();
+    test_stream_quote_work();
     test_stream_random();
     test_copy();
     test_bad_input();

@@ -136,6 +136,9 @@ void md_code_rows(R *r, const char *s, size_t ln, int box, int iw, int col0, md_
 /* The box of a code block in a columns: whether there is one, and its inner width. */
 int  md_code_box(int a, int *iw);
 void md_code_bottom(R *r, int a);
+/* Rows of a plain paragraph t[0, n) inside a top-level block quote, or with t NULL the quote's
+ * blank line between blocks (see md.c); *last: where the last row starts in t. */
+void md_quote_rows(R *r, int start, const char *t, size_t n, size_t *last);
 /* r made ready to render into d (its buffers emptied, kept). */
 void md_render_begin(R *r, md_doc *d, int width, int base, unsigned flags);
 /* Render s[0..n) into d with the context r (its buffers kept for the next render). */

@@ -10,7 +10,10 @@
  *     out only its last row again);
  *   - a table (tb_layout: md4c collects each row once behind a copy of the header and delimiter
  *     lines; only new rows are laid out unless a column's width changes);
- *   - a tight list (li_layout: md4c renders each item alone once, and the last item per update).
+ *   - a tight list (li_layout: md4c renders each item alone once, and the last item per update);
+ *   - a block quote (qt_layout: cut at a blank quoted line before a paragraph, md4c renders each
+ *     segment alone once, and the open one per update unless it is a plain paragraph, whose last
+ *     row alone is wrapped again).
  * Each lays out exactly what md_render would (md.c's code_line, table and run helpers, shared
  * through md-impl.h), and gives way to md4c wherever that cannot be said.
  */
@@ -747,21 +750,26 @@ static void li_open(md_stream *st) {
     d->n_links = L->cut_links;
 }
 
-/* The items whose lines start before end (a line start), rendered and kept. 0, 1 not such a list
- * (li_no), -1 out of memory. */
-/* Whether s[done, end) may hold a link reference definition ("]:"), which would apply to every
- * item, also to those rendered before it came. */
-static int li_refs(md_stream *st, const char *s, size_t end) {
-    md_lis *L = st->lis;
-    if (L->ref < end) {
-        size_t a = L->ref > st->done ? L->ref - 1 : L->ref;
+/* Whether s[done, end) may hold a link reference definition ("]:"), which would apply to the whole
+ * chunk, also to what was rendered before it came; *ref: the bytes before it were looked at. */
+static int has_ref(size_t *ref, size_t done, const char *s, size_t end) {
+    if (*ref < end) {
+        size_t a = *ref > done ? *ref - 1 : *ref;
         if (memmem(s + a, end - a, "]:", 2))
             return 1;
-        L->ref = end;
+        *ref = end;
     }
     return 0;
 }
 
+/* has_ref for the open list: a definition would apply to every item, also to those rendered before
+ * it came. */
+static int li_refs(md_stream *st, const char *s, size_t end) {
+    return has_ref(&st->lis->ref, st->done, s, end);
+}
+
+/* The items whose lines start before end (a line start), rendered and kept. 0, 1 not such a list
+ * (li_no), -1 out of memory. */
 static int li_items(md_stream *st, const char *s, size_t end, unsigned f) {
     md_lis *L = st->lis;
     if (li_refs(st, s, end))
@@ -920,6 +928,315 @@ static int tb_finish(md_stream *st, const char *s, size_t p, unsigned f) {
     return 0;
 }
 
+/* ==== streaming a block quote ================================================= */
+
+/* The state of an open chunk that is a block quote (qt_layout). The chunk is cut into segments at
+ * a blank quoted line followed by a quoted line whose text starts with a letter: there md4c ends
+ * every block of the quote (a list, an indented code block, a nested quote or a table cannot go on
+ * past a blank line and a line of text at the quote's left edge) except a fenced code block, so
+ * no cut is made after "```" or "~~~" or after a line that does not start with '>' (a lazy line or
+ * the quote's end). Before a cut md4c's render of the whole chunk has the lines of the segments
+ * before it, then the quote's bar alone (the blank line between two blocks in it), then what it
+ * makes of the segment after it alone. */
+typedef struct md_qts {
+    int     on;    /* set up for the chunk at st->qt_done                                      */
+    size_t  seg;   /* the open segment starts here: open holds the segments before it          */
+    size_t  scan;  /* the complete lines before scan were looked at                            */
+    size_t  ref;   /* the bytes before ref were looked at for "]:"                             */
+    int     blank; /* the last line was blank and came after a line of text in the segment    */
+    int     text;  /* the open segment has a line of text                                      */
+    int     nocut; /* no cut from here on (a fence, a line without '>')                        */
+    view_mk mk;    /* stream_view's markers over [done, seg)                                   */
+    int     cut_lines, cut_links; /* open's counts after the segments before seg                  */
+    size_t  cut_runs, cut_text;
+    /* The open segment as one plain paragraph (each line '>', an optional space and plain_scan's
+     * text starting with a letter), then only blank lines: open holds its rows after the cut, those
+     * before pp_keep final, the last one (from byte pp_row on) laid out again by each update. */
+    int    pp, pp_laid, pp_keep;
+    size_t pp_row, pp_end;   /* pp_end: the end of its last complete line's text                   */
+    size_t part_at, part_ok; /* the partial line at part_at is plain before part_ok (a long line) */
+} md_qts;
+
+/* Where the text of the quoted line s[p, e) (s[p] == '>') starts: after one optional space. */
+static size_t qt_text(const char *s, size_t p, size_t e) {
+    return p + 1 < e && s[p + 1] == ' ' ? p + 2 : p + 1;
+}
+
+/* A letter or a non-ASCII character: a line of text starting with it is no block marker. */
+static int qt_letter(unsigned char c) {
+    return ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c >= 0xC2;
+}
+
+/* open back to what the segments before seg made (with t, the open paragraph's final rows kept). */
+static void qt_open(md_stream *st, int keep_rows) {
+    md_qts *Q = st->qts;
+    md_doc *d = &st->open;
+    if (keep_rows && Q->pp_laid) {
+        doc_cut(d, Q->pp_keep);
+        return;
+    }
+    Q->pp_laid = 0;
+    d->n_lines = Q->cut_lines;
+    d->n_runs  = Q->cut_runs;
+    d->text.n  = Q->cut_text;
+    d->n_links = Q->cut_links;
+}
+
+/* The open segment's plain paragraph, its text up to e (a line's end, or inside the partial last
+ * line), laid out into open from its last row on, as md_render lays it out: the text md4c joins
+ * (each line end and the next line's '>' and optional space one space) wrapped again only from
+ * where its last row starts. 0, or -1 out of memory. */
+static int qt_para(md_stream *st, const char *s, size_t e, unsigned f) {
+    md_qts *Q     = st->qts;
+    md_doc *d     = &st->open;
+    R      *r     = st->ctx;
+    int     start = 0;
+    if (!Q->pp_laid) {
+        qt_open(st, 0);
+        start      = Q->seg == st->done; /* the quote's first block: the blank line before it */
+        Q->pp_laid = 1;
+        Q->pp_row  = qt_text(s, Q->seg, e);
+    } else {
+        doc_cut(d, Q->pp_keep); /* the last row is laid out again */
+    }
+    while (e > Q->pp_row && (s[e - 1] == ' ' || s[e - 1] == '\n'))
+        e--; /* md4c drops a paragraph's trailing spaces */
+    txt_buf *b = &st->tmp;
+    b->n       = 0;
+    for (size_t k = Q->pp_row; k < e;) {
+        const char *nl = memchr(s + k, '\n', e - k);
+        size_t      q  = nl ? (size_t)(nl - s) : e;
+        if (txt_buf_add(b, s + k, q - k) || (nl && txt_buf_add(b, " ", 1)))
+            return d->oom = 1, -1;
+        k = nl ? qt_text(s, q + 1, e) : e;
+    }
+    size_t last = 0;
+    int    n0   = d->n_lines;
+    if (b->n) {
+        md_render_begin(r, d, st->width, st->role, f);
+        md_quote_rows(r, start, b->p, b->n, &last);
+        if (r->err)
+            return -1;
+    }
+    st->qt_laid += (long)b->n;
+    if (b->n && last < b->n) { /* where the last row starts, in s */
+        size_t k = Q->pp_row, t = 0;
+        while (t < last) {
+            if (s[k] == '\n') {
+                k = qt_text(s, k + 1, e);
+                t++;
+            } else {
+                k++;
+                t++;
+            }
+        }
+        Q->pp_row  = k;
+        Q->pp_keep = d->n_lines - 1;
+    } else {
+        Q->pp_keep = n0; /* nothing laid out: the next update starts from the same byte */
+    }
+    return 0;
+}
+
+/* md4c renders s[a, b) (the open segment, with the markers m left open closed when m) alone into
+ * open after the segments before it. 0, or -1 out of memory. */
+static int qt_render(md_stream *st, const char *s, size_t a, size_t b, const view_mk *m, unsigned f) {
+    md_qts  *Q = st->qts;
+    txt_buf *t = &st->tmp;
+    qt_open(st, 0);
+    t->n = 0;
+    if (txt_buf_add(t, s + a, b - a))
+        return st->open.oom = 1, -1;
+    if (m)
+        view_close(t, m);
+    st->qt_bytes += (long)t->n;
+    unsigned ff = Q->seg == st->done ? f : f & ~(unsigned)MD_CONT;
+    return md_render_with(st->ctx, &st->open, t->p ? t->p : "", t->n, st->width, st->role, ff);
+}
+
+/* The segment [seg, p) is finished and a new one starts at p: its lines made final, then the bar
+ * alone. 0 cut, 1 not (no line of the quote came yet: md4c would draw no blank line), -1 out of
+ * memory. */
+static int qt_cut(md_stream *st, const char *s, size_t p, unsigned f) {
+    md_qts *Q  = st->qts;
+    int     rc = Q->pp ? qt_para(st, s, Q->pp_end, f) : qt_render(st, s, Q->seg, p, NULL, f);
+    if (rc)
+        return -1;
+    if (!st->open.n_lines)
+        return 1;
+    md_render_begin(st->ctx, &st->open, st->width, st->role, f);
+    size_t last;
+    md_quote_rows(st->ctx, 0, NULL, 0, &last);
+    if (st->ctx->err)
+        return -1;
+    view_marks(&Q->mk, s, Q->seg, p);
+    Q->seg       = p;
+    Q->cut_lines = st->open.n_lines;
+    Q->cut_runs  = st->open.n_runs;
+    Q->cut_text  = st->open.text.n;
+    Q->cut_links = st->open.n_links;
+    Q->pp        = 1;
+    Q->pp_laid = Q->blank = Q->text = 0;
+    return 0;
+}
+
+/* The quoted line s[p, e) (e its newline, or the end of the partial last line) has text: a cut
+ * before it when it starts a paragraph after a blank line; whether the open segment is still one
+ * plain paragraph (complete lines only: the partial one is looked at by qt_layout). 0, -1 out of
+ * memory. */
+static int qt_line(md_stream *st, const char *s, size_t p, size_t e, int complete, unsigned f) {
+    md_qts *Q = st->qts;
+    size_t  c = qt_text(s, p, e);
+    if (Q->blank) {
+        int rc = Q->text && !Q->nocut && qt_letter((unsigned char)s[c]) ? qt_cut(st, s, p, f) : 1;
+        if (rc < 0)
+            return -1;
+        if (rc)
+            Q->pp = 0; /* text after a blank line in the same segment */
+    }
+    if (!complete)
+        return 0;
+    Q->text  = 1;
+    Q->blank = 0; /* a cut only right after a blank line */
+    if (memmem(s + c, e - c, "```", 3) || memmem(s + c, e - c, "~~~", 3))
+        Q->nocut = 1; /* a fence may be open: a blank line would not end it */
+    if (Q->pp && (!qt_letter((unsigned char)s[c]) || s[e - 1] == ' ' || plain_scan(s, c, c, e) != e))
+        Q->pp = 0;
+    if (Q->pp)
+        Q->pp_end = e;
+    return 0;
+}
+
+/* The complete lines before end (a line start) looked at. 0, 1 not such a chunk (qt_no), -1 out of
+ * memory. */
+static int qt_lines(md_stream *st, const char *s, size_t end, unsigned f) {
+    md_qts *Q = st->qts;
+    if (has_ref(&Q->ref, st->done, s, end))
+        return 1;
+    while (Q->scan < end) {
+        size_t      p  = Q->scan;
+        const char *e  = memchr(s + p, '\n', end - p);
+        size_t      ln = (size_t)(e - (s + p));
+        if (lone_cr(s + p, ln))
+            return 1; /* a line end of md4c's inside the line */
+        if (s[p] != '>') {
+            Q->nocut = 1; /* a lazy line, or the quote's end */
+            if (!blank_line(s + p, ln))
+                Q->pp = 0;
+            Q->blank = Q->text;
+        } else if (blank_line(s + qt_text(s, p, p + ln), p + ln - qt_text(s, p, p + ln))) {
+            Q->blank = Q->text;
+            if (!Q->text)
+                Q->pp = 0; /* a blank line before the paragraph */
+        } else if (qt_line(st, s, p, p + ln, 1, f)) {
+            return -1;
+        }
+        Q->scan = p + ln + 1;
+    }
+    return 0;
+}
+
+/* The open chunk s[done, n) as a block quote whose first line starts with '>': what md4c makes of
+ * the stream's view of it, md4c rendering each segment (md_qts) alone once the next one has started
+ * and the open one each update, unless it is a plain paragraph (then only its last row is laid out
+ * again). A link reference definition or a CR alone sends the chunk to md4c for good. 0 done, 1 not
+ * such a chunk, -1 out of memory. */
+static int qt_layout(md_stream *st, const char *s, size_t n, unsigned f) {
+    if (st->qt_done != st->done) {
+        st->qt = st->qt_no = 0;
+        st->qt_done        = st->done;
+        if (st->qts)
+            st->qts->on = 0;
+    }
+    if (st->qt_no)
+        return 1;
+    if (s[st->done] != '>')
+        return st->qt_no = 1;
+    if (!st->ctx && !(st->ctx = md_ctx_new()))
+        return -1;
+    if (!st->qts && !(st->qts = calloc(1, sizeof *st->qts)))
+        return -1;
+    md_qts *Q = st->qts;
+    if (!Q->on) {
+        memset(Q, 0, sizeof *Q);
+        Q->on  = 1;
+        Q->seg = Q->scan = Q->ref = st->done;
+        Q->pp                     = 1;
+        md_doc_reset(&st->open);
+    }
+    if (!st->qt)
+        Q->pp_laid = 0; /* open was made by md4c */
+    const char *last = memrchr(s + Q->scan, '\n', n - Q->scan);
+    int         rc   = has_ref(&Q->ref, st->done, s, n);
+    if (!rc && last)
+        rc = qt_lines(st, s, (size_t)(last + 1 - s), f);
+    if (rc)
+        return rc < 0 ? -1 : (st->qt = 0, st->qt_no = 1);
+    /* the partial last line, as stream_view shows it */
+    size_t v = st->done + view_end(s + st->done, n - st->done), p = Q->scan;
+    int    part = 0; /* the partial line: 0 nothing, 1 blank, 2 text of '>' (c its start), 3 else */
+    size_t c    = p;
+    if (v > p) {
+        if (s[p] == '>') {
+            c    = qt_text(s, p, v);
+            part = blank_line(s + c, v - c) ? 1 : 2;
+        } else {
+            part = blank_line(s + p, v - p) ? 1 : 3;
+        }
+        if (part == 2 && qt_line(st, s, p, v, 0, f))
+            return -1;
+    }
+    int plain = Q->pp && (Q->text || part == 2) && !Q->mk.ticks && !Q->mk.stars && !Q->mk.tildes;
+    if (plain && part == 2) {
+        size_t from = Q->part_at == p && Q->part_ok > c ? Q->part_ok : c; /* looked at before */
+        plain = !Q->blank && qt_letter((unsigned char)s[c]) && (Q->part_ok = plain_scan(s, c, from, v)) == v;
+        Q->part_at = p;
+    } else if (plain && part == 3) {
+        plain = 0;
+    }
+    if (plain) {
+        if (qt_para(st, s, part == 2 ? v : Q->pp_end, f))
+            return -1;
+    } else {
+        /* the open segment as stream_view shows it: the markers left open closed (not in a fence) */
+        view_mk m  = Q->mk;
+        size_t  p0 = Q->seg;
+        for (size_t k = Q->seg; k + 1 < v; k++)
+            if (s[k] == '\n' && s[k + 1] == '\n')
+                p0 = k + 2, m = (view_mk){0};
+        view_marks(&m, s, p0, v);
+        if (v > Q->seg && qt_render(st, s, Q->seg, v, st->fence ? NULL : &m, f))
+            return -1;
+        if (v <= Q->seg)
+            qt_open(st, 0);
+    }
+    st->qt      = 1;
+    st->last_ok = st->pl = 0;
+    return 0;
+}
+
+/* The chunk [done, p) has finished and it is the open quote: its last segment laid out (no md4c
+ * render of the whole chunk). 0 done, 1 not, -1 out of memory. */
+static int qt_finish(md_stream *st, const char *s, size_t p, unsigned f) {
+    md_qts *Q = st->qts;
+    if (!Q || !Q->on || st->qt_no || st->qt_done != st->done)
+        return 1;
+    if (!st->qt)
+        Q->pp_laid = 0;
+    int rc = has_ref(&Q->ref, st->done, s, p);
+    if (!rc)
+        rc = qt_lines(st, s, p, f);
+    if (!rc)
+        rc = Q->pp && Q->text ? qt_para(st, s, Q->pp_end, f) : qt_render(st, s, Q->seg, p, NULL, f);
+    if (rc)
+        return rc < 0 ? -1 : 1;
+    if (doc_append(&st->fin, &st->open))
+        return -1;
+    md_doc_reset(&st->open);
+    Q->on = st->qt = st->last_ok = 0;
+    return 0;
+}
+
 int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role, unsigned flags) {
     n = txt_complete(s, n);
     if (st->base != s && st->base && n >= st->scan && st->seen.n == st->scan &&
@@ -930,8 +1247,8 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         md_doc_reset(&st->fin);
         st->seen.n = 0;
         st->done = st->scan = 0;
-        st->pl = st->fc = st->tb = st->li = st->last_ok = 0;
-        st->pl_done = st->fc_done = st->tb_done = st->li_done = (size_t)-1;
+        st->pl = st->fc = st->tb = st->li = st->qt = st->last_ok = 0;
+        st->pl_done = st->fc_done = st->tb_done = st->li_done = st->qt_done = (size_t)-1;
         st->fence = st->blank = 0;
         st->base              = s;
         st->width             = width;
@@ -949,6 +1266,8 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
             int      rc = tb_finish(st, s, p, f);
             if (rc > 0)
                 rc = li_finish(st, s, p, f);
+            if (rc > 0)
+                rc = qt_finish(st, s, p, f);
             if (rc < 0 || (rc && stream_render(st, &st->fin, s + st->done, p - st->done, f)))
                 return -1;
             st->n_fin++;
@@ -995,10 +1314,13 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         st->tb = 0;
         if ((rc = li_layout(st, s, n, f)) <= 0)
             return rc;
+        st->li = 0;
+        if ((rc = qt_layout(st, s, n, f)) <= 0)
+            return rc;
     }
-    st->pl = st->fc = st->tb = st->li = 0;
-    const char *v                     = s + st->done;
-    size_t      vn                    = st->done < n ? n - st->done : 0;
+    st->pl = st->fc = st->tb = st->li = st->qt = 0;
+    const char *v                              = s + st->done;
+    size_t      vn                             = st->done < n ? n - st->done : 0;
     if ((flags & MD_STREAMING) && vn) {
         if (stream_view(st, v, vn))
             return -1;
@@ -1030,6 +1352,7 @@ void md_stream_free(md_stream *st) {
     free(st->last.p);
     md_ctx_free(st->ctx);
     tbs_free(st->tbs);
+    free(st->qts);
     if (st->lis)
         md_doc_free(&st->lis->keep);
     free(st->lis);

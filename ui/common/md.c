@@ -1070,6 +1070,34 @@ static int on_text(MD_TEXTTYPE type, const MD_CHAR *s, MD_SIZE n, void *ud) {
     return r->err ? -1 : 0;
 }
 
+/* The rows of a block quote's plain paragraph t[0, n) (md-stream.c's quote layout): each the
+ * quote's bar, then a row of t wrapped at the width left, in the base role, as flush_inline lays out
+ * a paragraph of one style without control characters; with t NULL, the bar alone (the blank line
+ * between two blocks of a quote). start: the quote begins here (the blank line before a block, as
+ * entering the quote makes it). *last: the byte of t where the last row starts (n: no row). */
+void md_quote_rows(R *r, int start, const char *t, size_t n, size_t *last) {
+    if (start)
+        block_start(r);
+    push_piece(r, "│ ", NULL, THM_MD_QUOTE);
+    *last = n;
+    if (!t) {
+        ln_begin(r);
+        ln_end(r);
+    } else {
+        int k = wrap_scratch(r, t, n, avail(r));
+        if (k < 0)
+            r->err = r->d->oom = 1;
+        for (int i = 0; i < k; i++) {
+            ln_begin(r);
+            ln_add(r, t + r->wl[i].off, r->wl[i].len, r->base, -1);
+            ln_end(r);
+        }
+        if (k > 0)
+            *last = r->wl[k - 1].off;
+    }
+    pop_piece(r);
+}
+
 /* ==== public ================================================================ */
 
 /* Render s[0..n) into d with the context r (its buffers kept for the next render). */

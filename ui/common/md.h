@@ -136,6 +136,15 @@ typedef struct md_stream {
     size_t         li_done;   /* the chunk start it was made for                                */
     int            li, li_no; /* open is such a layout / the chunk is not one                   */
     long           li_bytes;  /* bytes md4c rendered for it, the last item's each update (tests) */
+    /* The open chunk as a block quote (its first line starts with '>' at column 0, the usual case of
+     * a long quoted answer; md-stream.c qt_layout): cut into segments at blank quoted lines followed
+     * by a paragraph, each rendered once when the next one starts; the open segment is a plain
+     * paragraph laid out from its last row on, or rendered again by md4c each update. */
+    struct md_qts *qts;
+    size_t         qt_done;   /* the chunk start it was made for                               */
+    int            qt, qt_no; /* open is such a layout / the chunk is not one                  */
+    long           qt_bytes;  /* bytes md4c rendered for it (tests)                             */
+    long           qt_laid;   /* bytes of its paragraphs wrapped without md4c (tests)           */
     /* The text the open chunk was last rendered from by md4c (held-back bytes change nothing) */
     txt_buf  last;
     int      last_ok;
