@@ -8,6 +8,7 @@
  * shows as a total many times the reference and a slowest update that grows with the text.
  *   ui_md_table_*  548 kB of table rows (13,000 rows; one column widens at row 12,000)
  *   ui_md_list_*   10,000 list items, no blank line between them (one chunk)
+ *   ui_md_steps_*  a line of text, then 10,000 numbered items right after it (one chunk)
  *   ui_md_code_*   a fenced code block of 20,000 lines, still open
  *   ui_md_paras_*  5 MB of plain paragraphs separated by blank lines
  *   ui_md_lines_*  300 kB of lines with single newlines (one paragraph of soft line breaks)
@@ -88,6 +89,11 @@ int bench_uimd(void) {
     for (int i = 0; i < 10000; i++)
         k3_buf_printf(&t, "- item %d with **some** words\n", i);
     rc |= run_case("ui_md_list", &t);
+    t.n = 0;
+    k3_buf_printf(&t, "Here are **the** steps:\n");
+    for (int i = 0; i < 10000; i++)
+        k3_buf_printf(&t, "%d. step %d with **some** words\n", i + 1, i);
+    rc |= run_case("ui_md_steps", &t);
     t.n = 0;
     k3_buf_printf(&t, "```c\n");
     for (int i = 0; i < 20000; i++)

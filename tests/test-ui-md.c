@@ -736,7 +736,9 @@ static void test_stream_list(void) {
                   "- see [x]\n- b\n- [x]: https://e.x/def\n\n- a\n* other bullet\n- b\n\n- a\n***\n\n- a\n- "
                   "b\n# head\n\n"
                   "- a\r- b\n- c\n\n- x\n  > q\n- a\r\r  more\n- b\n\n- x\n  > q\n- b\n\n  loose now\n- c\n\n"
-                  "- one\n- two\n  ```\n  code still open");
+                  "- one\n- two\n  ```\n  code still open\n```\n\nSteps **now** `x`:\n1. a\n2. b\n\nText\n2. "
+                  "no list\n- a list\n\nText\n-\n- b\n\n# Head\n- a\n- b\n\n```\n`\n\n```\n- a `b\n\nIntro "
+                  "`open\n* x `c\n* y");
     int              li = 0, steps = 0, bad = 0, tb = 0;
     long             fin = 0, fin_want = 0;
     static const int widths[] = {6, 17, 41, 80};
@@ -780,6 +782,23 @@ static void test_stream_list_work(void) {
     T_CHECK(st.li_bytes <= (long)t.n + 80L * steps,
             "bytes md4c rendered for the list: %ld for a %zu-byte list in %d updates", st.li_bytes, t.n,
             steps);
+    md_stream_free(&st);
+    md_stream_free(&ref);
+    /* the same after a line of text with markup and no blank line (md_stream's li_lead): that line
+     * rendered twice when the first item's line is complete, then the items as above */
+    t.n = 0;
+    k3_buf_printf(&t, "Here are **the** steps, with `code`:\n");
+    size_t lead = t.n;
+    for (int i = 0; i < 10000; i++)
+        k3_buf_printf(&t, "%d. item with **some** words\n", i + 1);
+    st    = (md_stream){0};
+    ref   = (md_stream){0};
+    steps = stream_whole(&st, &ref, &t, 60, 5);
+    T_CHECK(same_stream(&st, &ref, &at) && st.li,
+            "a line and 10,000 streamed items as md4c shows them (line %d)", at);
+    T_CHECK(st.li_bytes <= (long)(t.n - lead) + 80L * steps,
+            "bytes md4c rendered for the list after a line: %ld for a %zu-byte list in %d updates",
+            st.li_bytes, t.n - lead, steps);
     md_stream_free(&st);
     md_stream_free(&ref);
     free(t.p);
@@ -875,6 +894,23 @@ static void test_stream_random(void) {
                                   "t\r\rz",
                                   "t  \nhard",
                                   ""};
+    /* what comes right before a list: text (plain, markup, a code span left open), a heading, a
+     * quote, a fence, a table row, a definition, a rule, indented code, a hard break */
+    static const char *leads[] = {"Steps:",
+                                  "The **plan** and `code`:",
+                                  "Intro\nmore intro",
+                                  "# Heading",
+                                  "> quoted",
+                                  "```\ncode",
+                                  "| a | b |",
+                                  "Text `open",
+                                  "[x]: http://u",
+                                  "---",
+                                  "    indented",
+                                  "Text  ",
+                                  "漢字 text",
+                                  "see [x]",
+                                  "~~strike"};
     /* lines of a block quote: plain text, blank quoted lines, markup, nested quotes, lists, fences,
      * indented code, tables, lazy lines, a definition, hard breaks, the quote's end */
     static const char *quoted[] = {"> plain words here",
@@ -937,6 +973,8 @@ static void test_stream_random(void) {
                 }
             } else if (kind == 1) {
                 int ord = (seed >> 7) & 1;
+                if ((seed >> 8) % 3 == 0) /* a line or block right before the list */
+                    k3_buf_printf(&t, "%s\n", leads[(seed >> 17) % ((seed >> 9) % 2 ? 3 : 15)]);
                 for (int r = 0; r < rows; r++) {
                     seed           = seed * 1103515245u + 12345u;
                     const char *it = items[(seed >> 11) % ((seed >> 6) % 3 ? 5 : 17)];

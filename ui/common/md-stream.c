@@ -10,7 +10,8 @@
  *     out only its last row again);
  *   - a table (tb_layout: md4c collects each row once behind a copy of the header and delimiter
  *     lines; only new rows are laid out unless a column's width changes);
- *   - a tight list (li_layout: md4c renders each item alone once, and the last item per update);
+ *   - a tight list, also right after a paragraph line (li_layout: md4c renders each item alone once,
+ *     and the last item per update);
  *   - a block quote (qt_layout: cut at a blank quoted line before a paragraph, md4c renders each
  *     segment alone once, and the open one per update unless it is a plain paragraph, whose last
  *     row alone is wrapped again).
@@ -686,7 +687,9 @@ typedef struct md_lis {
     int     swapped; /* keep holds them                                                            */
     int     cut_lines, cut_links; /* open's counts after the items before seg                      */
     size_t  cut_runs, cut_text;
-    md_doc  keep; /* open's lines while md4c shows the chunk for an update (swapped with open)     */
+    size_t  first; /* the first item starts here; the lines before it are one block (li_lead)      */
+    md_doc  keep;  /* open's lines while md4c shows the chunk for an update (swapped with open)     */
+    size_t  lead, lead_done; /* not cleared: the lines of the chunk at lead_done before lead hold no item */
 } md_lis;
 
 /* An item's marker at the start of line s[0, n): 1 when it is one of mark's kind ('.' and ')'
@@ -724,8 +727,9 @@ static int lone_cr(const char *s, size_t n) {
 static int li_render(md_stream *st, const char *s, size_t k, int one, unsigned f) {
     md_lis *L = st->lis;
     R      *r = st->ctx;
-    /* the first item continues what came before the chunk; the others follow an item */
-    unsigned ff = L->seg == st->done ? f : f & ~(unsigned)MD_CONT;
+    /* the first item continues what came before the chunk or the block before it (a blank line
+     * between them); the others follow an item */
+    unsigned ff = L->seg != L->first ? f & ~(unsigned)MD_CONT : L->first == st->done ? f : f | MD_CONT;
     st->li_bytes += (long)k;
     if (md_render_with(r, &st->open, s, k, st->width, st->role, ff))
         return st->open.oom ? -1 : 0;
@@ -770,6 +774,51 @@ static int li_refs(md_stream *st, const char *s, size_t end) {
 
 /* The items whose lines start before end (a line start), rendered and kept. 0, 1 not such a list
  * (li_no), -1 out of memory. */
+/* The chunk s[done, n) starts with a line that is no item: when a complete line at column 0 is one
+ * (the usual "Steps:" line before a list), and md4c makes of the lines before it one block (not a
+ * list) and of those lines and that one the block and a list of one item, which it starts there,
+ * then the lines before it are rendered into open once, and the list after them as li_layout renders
+ * a list (the first item with MD_CONT: the blank line after a block). *first: the item's line,
+ * *mark and *num its marker. 0 found, 1 not yet (md4c renders the chunk), 2 not such a chunk for
+ * good, -1 out of memory. */
+static int li_lead(md_stream *st, const char *s, size_t n, unsigned f, size_t *first, char *mark, long *num) {
+    md_lis *L = st->lis;
+    if (L->lead_done != st->done) {
+        L->lead_done = st->done;
+        L->lead      = st->done;
+    }
+    for (const char *e; (e = memchr(s + L->lead, '\n', n - L->lead)) != NULL;) {
+        size_t p = L->lead, ln = (size_t)(e - (s + p));
+        L->lead = p + ln + 1;
+        if (p == st->done || item_mark(s + p, ln, 1, mark, num) != 1)
+            continue;
+        size_t ref = st->done;
+        if (has_ref(&ref, st->done, s, p + ln + 1) || lone_cr(s + st->done, p + ln - st->done))
+            return 2;
+        R      *r       = st->ctx;
+        md_doc *d       = &L->keep; /* open is not touched unless the list is laid out here */
+        int     ordered = *mark == '.' || *mark == ')';
+        md_doc_reset(d);
+        if (md_render_with(r, d, s + st->done, p + ln + 1 - st->done, st->width, st->role, f))
+            return d->oom ? -1 : 2;
+        if (r->top_n != 2 || r->top_type != (ordered ? MD_TOP_OL : MD_TOP_UL) || r->top_li != 1 ||
+            (ordered && r->top_start != (unsigned)*num))
+            return 2;
+        md_doc_reset(d);
+        if (md_render_with(r, d, s + st->done, p - st->done, st->width, st->role, f))
+            return d->oom ? -1 : 2;
+        if (r->top_n != 1 || r->top_type != MD_TOP_OTHER || !d->n_lines)
+            return 2;
+        md_doc t   = st->open; /* open: the block's lines */
+        st->open   = *d;
+        *d         = t;
+        L->swapped = 0;
+        *first     = p;
+        return 0;
+    }
+    return 1;
+}
+
 static int li_items(md_stream *st, const char *s, size_t end, unsigned f) {
     md_lis *L = st->lis;
     if (li_refs(st, s, end))
@@ -804,8 +853,9 @@ static int li_items(md_stream *st, const char *s, size_t end, unsigned f) {
     return 0;
 }
 
-/* The open chunk s[done, n) as a tight list whose first line is an item at column 0: what md4c
- * makes of the stream's view of it, md4c rendering each item alone. Items of a tight list are laid
+/* The open chunk s[done, n) as a tight list whose first line is an item at column 0, or comes after
+ * one block that md4c ends there (li_lead: a paragraph line before the list): what md4c makes of the
+ * stream's view of it, md4c rendering each item alone. Items of a tight list are laid
  * out one after the other with nothing carried from one to the next (bullets by depth, numbers
  * counted from the first, which md4c takes from an item alone when it carries that number); what
  * md4c sees across items is checked: a blank line followed by text inside the chunk (a loose list),
@@ -829,20 +879,37 @@ static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     md_lis     *L = st->lis;
     const char *c = s + st->done, *e = memchr(c, '\n', n - st->done);
     if (!L->on) {
-        char m;
-        long num;
-        int  k = item_mark(c, e ? (size_t)(e - c) : n - st->done, e != NULL, &m, &num);
-        if (k != 1) {
-            st->li_no = !k;
-            return 1;
+        char   m;
+        long   num;
+        size_t first = st->done;
+        int    k     = item_mark(c, e ? (size_t)(e - c) : n - st->done, e != NULL, &m, &num);
+        if (k == 0) { /* a line before the list? (a quote is qt_layout's) */
+            int rc = *c == '>' ? 2 : li_lead(st, s, n, f, &first, &m, &num);
+            if (rc < 0)
+                return -1;
+            st->li_no = rc == 2;
+            k         = rc ? 2 : 1;
+        } else if (k == 1) {
+            md_doc_reset(&st->open);
         }
+        if (k != 1)
+            return 1;
         memset(L, 0, offsetof(md_lis, keep)); /* keep's memory is kept */
         L->on   = 1;
         L->mark = m;
         L->next = num;
-        L->seg = L->scan = L->ref = st->done;
-        md_doc_reset(&st->open);
-        st->li = 0;
+        L->ref  = st->done;
+        L->seg = L->scan = L->first = first;
+        size_t p0 = st->done; /* stream_view's markers: after the last blank line (in a fence) */
+        for (size_t q = st->done; q + 1 < first; q++)
+            if (s[q] == '\n' && s[q + 1] == '\n')
+                p0 = q + 2;
+        view_marks(&L->mk, s, p0, first);
+        L->cut_lines = st->open.n_lines; /* the block before the list, when one */
+        L->cut_runs  = st->open.n_runs;
+        L->cut_text  = st->open.text.n;
+        L->cut_links = st->open.n_links;
+        st->li       = 0;
     }
     li_open(st);
     const char *last = memrchr(s + L->scan, '\n', n - L->scan);
@@ -1157,15 +1224,13 @@ static int qt_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     if (!st->qts && !(st->qts = calloc(1, sizeof *st->qts)))
         return -1;
     md_qts *Q = st->qts;
-    if (!Q->on) {
+    if (!Q->on || !st->qt) { /* open is made here from the chunk's start */
         memset(Q, 0, sizeof *Q);
         Q->on  = 1;
         Q->seg = Q->scan = Q->ref = st->done;
         Q->pp                     = 1;
         md_doc_reset(&st->open);
     }
-    if (!st->qt)
-        Q->pp_laid = 0; /* open was made by md4c */
     const char *last = memrchr(s + Q->scan, '\n', n - Q->scan);
     int         rc   = has_ref(&Q->ref, st->done, s, n);
     if (!rc && last)
@@ -1219,10 +1284,8 @@ static int qt_layout(md_stream *st, const char *s, size_t n, unsigned f) {
  * render of the whole chunk). 0 done, 1 not, -1 out of memory. */
 static int qt_finish(md_stream *st, const char *s, size_t p, unsigned f) {
     md_qts *Q = st->qts;
-    if (!Q || !Q->on || st->qt_no || st->qt_done != st->done)
+    if (!Q || !Q->on || !st->qt || st->qt_no || st->qt_done != st->done)
         return 1;
-    if (!st->qt)
-        Q->pp_laid = 0;
     int rc = has_ref(&Q->ref, st->done, s, p);
     if (!rc)
         rc = qt_lines(st, s, p, f);
