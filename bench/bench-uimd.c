@@ -14,6 +14,8 @@
  *   ui_md_lines_*  300 kB of lines with single newlines (one paragraph of soft line breaks)
  *   ui_md_quote_*  300 kB of a block quote (one paragraph of soft line breaks)
  *   ui_md_quotes_* 300 kB of a block quote of short paragraphs with markup, blank quoted lines between
+ *   ui_md_item_*   a list whose second item grows to 300 kB without a newline
+ *   ui_md_row_*    a table whose second row grows to 300 kB without a newline (a cell still open)
  */
 #include "bench.h"
 #include "md.h"
@@ -119,6 +121,16 @@ int bench_uimd(void) {
         k3_buf_printf(
             &t, "> A paragraph at %zu bytes with **some** words and `code`\n> and a second line\n>\n", t.n);
     rc |= run_case("ui_md_quotes", &t);
+    t.n = 0;
+    k3_buf_printf(&t, "- first item\n- ");
+    while (t.n < 300000)
+        k3_buf_printf(&t, "words of one long item at %zu bytes ", t.n);
+    rc |= run_case("ui_md_item", &t);
+    t.n = 0;
+    k3_buf_printf(&t, "| a | b |\n|---|---|\n| 1 | ");
+    while (t.n < 300000)
+        k3_buf_printf(&t, "words of one long cell at %zu bytes ", t.n);
+    rc |= run_case("ui_md_row", &t);
     free(t.p);
     return rc;
 }
