@@ -804,6 +804,50 @@ static void test_stream_list_work(void) {
     free(t.p);
 }
 
+/* One list item that grows long on one line (li_item, md-stream.c): once md4c has rendered it and
+ * its rows check out, only its last row is wrapped again. Every step must equal a fresh md4c render:
+ * words, CJK, a word wider than the width, numbers that widen the marker (9. then 10.), the item
+ * after a paragraph line, a code span left open by an earlier item (then md4c renders it), a task
+ * item and two spaces after a marker (md4c renders them); and a 300 kB item costs md4c only its
+ * first updates. */
+static void test_stream_list_item(void) {
+    txt_buf t = {0};
+    k3_buf_printf(&t, "Steps:\n8. short\n9. ");
+    for (int i = 0; i < 60; i++)
+        k3_buf_printf(&t, "word%d 漢字テキスト %s", i,
+                      i % 17 == 5 ? "averyveryverylongwordthatiswiderthanthewidth " : "");
+    k3_buf_printf(&t, "\n10. ");
+    for (int i = 0; i < 40; i++)
+        k3_buf_printf(&t, "more words %d ", i);
+    k3_buf_printf(&t, "\n\n- a `x\n- after open ");
+    for (int i = 0; i < 20; i++)
+        k3_buf_printf(&t, "text %d ", i);
+    k3_buf_printf(&t, "\n- [ ] task item with words and words\n-  two spaces then words and words\n- last");
+    int              li = 0, tb = 0;
+    long             fin = 0, fin_want = 0, laid = 0;
+    static const int widths[] = {6, 9, 13, 30, 80};
+    int              steps    = stream_widths(&t, widths, 5, 3u, &tb, &fin, &fin_want, &li, 7);
+    T_CHECK(steps >= 0,
+            "a long item streamed at widths 6 to 80, with and without OSC 8: every step shows what a fresh "
+            "md4c render shows (%d steps)",
+            steps);
+    t.n = 0;
+    k3_buf_printf(&t, "- first item\n- ");
+    while (t.n < 300000)
+        k3_buf_printf(&t, "words of one long item at %zu bytes ", t.n);
+    md_stream st = {0}, ref = {0};
+    int       at;
+    steps = stream_whole(&st, &ref, &t, 100, 7);
+    laid  = st.li_laid;
+    T_CHECK(same_stream(&st, &ref, &at) && st.li, "a 300 kB item as md4c shows it (line %d)", at);
+    T_CHECK(st.li_bytes < 200 && laid <= 200L * steps,
+            "bytes md4c rendered for the list: %ld; wrapped from the last row: %ld in %d updates",
+            st.li_bytes, laid, steps);
+    md_stream_free(&st);
+    md_stream_free(&ref);
+    free(t.p);
+}
+
 /* An open block quote streams through qt_layout (md-stream.c): cut at blank quoted lines before a
  * paragraph, each segment rendered alone once, a plain paragraph laid out from its last row on.
  * Every step must equal a fresh md4c render of the same text: plain paragraphs with CJK, a long
@@ -1157,6 +1201,7 @@ int main(void) {
     test_stream_table_work();
     test_stream_list();
     test_stream_list_work();
+    test_stream_list_item();
     test_stream_quote();
     test_stream_quote_work();
     test_stream_random();

@@ -11,7 +11,7 @@
  *   - a table (tb_layout: md4c collects each row once behind a copy of the header and delimiter
  *     lines; only new rows are laid out unless a column's width changes);
  *   - a tight list, also right after a paragraph line (li_layout: md4c renders each item alone once,
- *     and the last item per update);
+ *     and the last item per update, unless it is one line of plain text: li_item wraps its last row);
  *   - a block quote (qt_layout: cut at a blank quoted line before a paragraph, md4c renders each
  *     segment alone once, and the open one per update unless it is a plain paragraph, whose last
  *     row alone is wrapped again).
@@ -688,8 +688,14 @@ typedef struct md_lis {
     int     cut_lines, cut_links; /* open's counts after the items before seg                      */
     size_t  cut_runs, cut_text;
     size_t  first; /* the first item starts here; the lines before it are one block (li_lead)      */
-    md_doc  keep;  /* open's lines while md4c shows the chunk for an update (swapped with open)     */
-    size_t  lead, lead_done; /* not cleared: the lines of the chunk at lead_done before lead hold no item */
+    /* the open item (it_seg) as one line of plain text (li_item): open's rows before it_keep final,
+     * the last from byte it_row on laid out again; its text from it_t0, plain before it_ok; its
+     * first row it_first, after the marker it_mark (it_pw columns; 0: no marker) */
+    int    it_on, it_keep, it_first, it_pw;
+    size_t it_seg, it_t0, it_ok, it_row, it_mark_n;
+    char   it_mark[48];
+    md_doc keep; /* open's lines while md4c shows the chunk for an update (swapped with open)     */
+    size_t lead, lead_done; /* not cleared: the lines of the chunk at lead_done before lead hold no item */
 } md_lis;
 
 /* An item's marker at the start of line s[0, n): 1 when it is one of mark's kind ('.' and ')'
@@ -738,8 +744,9 @@ static int li_render(md_stream *st, const char *s, size_t k, int one, unsigned f
            (one ? r->top_li == 1 : r->top_li >= 1) && (!ordered || r->top_start == (unsigned)L->next);
 }
 
-/* open made the items before seg (its lines or keep's). */
-static void li_open(md_stream *st) {
+/* open made the items before seg (its lines or keep's); with rows, also the final rows of the open
+ * item when li_item lays it out. */
+static void li_open(md_stream *st, int rows) {
     md_lis *L = st->lis;
     md_doc *d = &st->open;
     if (L->swapped) {
@@ -747,6 +754,10 @@ static void li_open(md_stream *st) {
         *d         = L->keep;
         L->keep    = t;
         L->swapped = 0;
+    }
+    if (rows && L->it_on && L->it_seg == L->seg && L->it_keep >= L->cut_lines) {
+        doc_cut(d, L->it_keep);
+        return;
     }
     d->n_lines = L->cut_lines;
     d->n_runs  = L->cut_runs;
@@ -770,6 +781,24 @@ static int has_ref(size_t *ref, size_t done, const char *s, size_t end) {
  * it came. */
 static int li_refs(md_stream *st, const char *s, size_t end) {
     return has_ref(&st->lis->ref, st->done, s, end);
+}
+
+/* The next item starts at p: the open one [seg, p) rendered alone, for good (the rows li_item laid
+ * out for it go). 0, 1 not one item of the list (li_no), -1 out of memory. */
+static int li_next(md_stream *st, const char *s, size_t p, unsigned f) {
+    md_lis *L = st->lis;
+    li_open(st, 0);
+    int ok = li_render(st, s + L->seg, p - L->seg, 1, f);
+    if (ok <= 0)
+        return ok < 0 ? -1 : 1;
+    view_marks(&L->mk, s, L->seg, p);
+    L->seg       = p;
+    L->next      = L->next + 1;
+    L->cut_lines = st->open.n_lines;
+    L->cut_runs  = st->open.n_runs;
+    L->cut_text  = st->open.text.n;
+    L->cut_links = st->open.n_links;
+    return 0;
 }
 
 /* The items whose lines start before end (a line start), rendered and kept. 0, 1 not such a list
@@ -837,20 +866,159 @@ static int li_items(md_stream *st, const char *s, size_t end, unsigned f) {
         } else if (L->blank) {
             return 1; /* text after a blank line inside an item: the list may be loose */
         } else if (item_mark(s + p, ln, 1, &m, &num) == 1 && m == L->mark) {
-            int ok = li_render(st, s + L->seg, p - L->seg, 1, f);
-            if (ok <= 0)
-                return ok < 0 ? -1 : 1;
-            view_marks(&L->mk, s, L->seg, p);
-            L->seg       = p;
-            L->next      = L->next + 1;
-            L->cut_lines = st->open.n_lines;
-            L->cut_runs  = st->open.n_runs;
-            L->cut_text  = st->open.text.n;
-            L->cut_links = st->open.n_links;
+            int rc = li_next(st, s, p, f);
+            if (rc)
+                return rc;
         }
         L->scan = p + ln + 1;
     }
     return 0;
+}
+
+/* A letter or a non-ASCII character: a line of text starting with it is no block marker. */
+static int qt_letter(unsigned char c) {
+    return ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c >= 0xC2;
+}
+
+/* ==== a long open item ======================================================= */
+
+/* Rows of the open item's text s[a, e) (one line of plain text) from open's line it_keep on: the
+ * item's first row after the marker md4c drew (it_mark), the others after as many spaces in the
+ * list role (push_piece's hanging indent), the text in the base role, wrapped at the width left, as
+ * md4c's render of the item alone lays them out. 0, or -1 out of memory. */
+static int it_rows(md_stream *st, const char *s, size_t a, size_t e) {
+    md_lis  *L = st->lis;
+    md_doc  *d = &st->open;
+    int      W = st->width < 2 ? 2 : st->width, w = W - L->it_pw < 1 ? 1 : W - L->it_pw;
+    txt_line buf[64], *rw                         = buf;
+    int      k = txt_wrap(s + a, e - a, w, rw, 64);
+    if (k > 64) {
+        if (!(rw = malloc((size_t)k * sizeof *rw)))
+            return d->oom = 1, -1;
+        txt_wrap(s + a, e - a, w, rw, k);
+    }
+    static const char sp[] = "                                        ";
+    int               rc   = 0;
+    for (int i = 0; i < k && !rc; i++) {
+        size_t run0 = d->n_runs, off = d->text.n;
+        if (L->it_pw) {
+            int first = d->n_lines == L->it_first;
+            rc = txt_buf_add(&d->text, first ? L->it_mark : sp, first ? L->it_mark_n : (size_t)L->it_pw) ||
+                 md_doc_run(d, run0, off, d->text.n - off, THM_MD_LIST, -1);
+        }
+        off = d->text.n;
+        if (!rc && rw[i].len)
+            rc = txt_buf_add(&d->text, s + a + rw[i].off, rw[i].len) ||
+                 md_doc_run(d, run0, off, rw[i].len, st->role, -1);
+        if (!rc)
+            rc = md_doc_line(d, (md_line){run0, (int)(d->n_runs - run0), L->it_pw + rw[i].width});
+    }
+    st->li_laid += (long)(e - a);
+    if (!rc && k > 0) {
+        L->it_keep = d->n_lines - 1;
+        L->it_row  = a + rw[k - 1].off;
+    }
+    if (rw != buf)
+        free(rw);
+    return rc ? (d->oom = 1, -1) : 0;
+}
+
+/* Whether line i of open is the prefix run p[0, pn) in the list role (none when !pn) and then text
+ * s[a, a + len) in the base role, of width pw + tw. */
+static int it_same(const md_stream *st, int i, const char *p, size_t pn, const char *s, size_t a, size_t len,
+                   int tw) {
+    const md_doc  *d = &st->open;
+    const md_line *l = &d->lines[i];
+    int            r = l->run0 >= d->n_runs ? 0 : 1;
+    if (l->n_runs != (pn ? 1 : 0) + (len ? 1 : 0) || l->width != st->lis->it_pw + tw || (l->n_runs && !r))
+        return 0;
+    const md_run *u = &d->runs[l->run0];
+    if (pn && (u->role != THM_MD_LIST || u->link >= 0 || u->len != pn || memcmp(d->text.p + u->off, p, pn)))
+        return 0;
+    if (pn)
+        u++;
+    return !len ||
+           (u->role == st->role && u->link < 0 && u->len == len && !memcmp(d->text.p + u->off, s + a, len));
+}
+
+/* md4c has just rendered the open item s[seg, v) alone into open: when it is one line of plain text
+ * after its marker and one space, its rows are checked against it_rows' (the marker and width taken
+ * from md4c's first row) and later updates lay out only its last row again (li_item). */
+static void it_setup(md_stream *st, const char *s, size_t v) {
+    md_lis *L = st->lis;
+    md_doc *d = &st->open;
+    L->it_on  = 0;
+    char   m;
+    long   num;
+    size_t t0 = L->seg;
+    while (t0 < v && s[t0] != ' ' && s[t0] != '\t')
+        t0++;
+    if (st->fence || L->blank || st->role == THM_MD_LIST || L->mk.ticks || L->mk.stars || L->mk.tildes ||
+        t0 + 1 >= v || s[t0] != ' ' || !qt_letter((unsigned char)s[t0 + 1]) ||
+        item_mark(s + L->seg, t0 - L->seg, 0, &m, &num) == 0 || memchr(s + L->seg, '\n', v - L->seg) ||
+        plain_scan(s, t0 + 1, t0 + 1, v) != v || d->n_lines <= L->cut_lines)
+        return;
+    t0++;
+    size_t e = v;
+    while (e > t0 && s[e - 1] == ' ')
+        e--;
+    /* the prefix md4c drew: the last line's first run in the list role, or none */
+    const md_line *l  = &d->lines[d->n_lines - 1];
+    int            pw = 0;
+    if (l->n_runs && d->runs[l->run0].role == THM_MD_LIST) {
+        const md_run *u = &d->runs[l->run0];
+        pw              = txt_width(d->text.p + u->off, u->len, 0);
+    }
+    int      W = st->width < 2 ? 2 : st->width, w = W - pw < 1 ? 1 : W - pw;
+    txt_line buf[64], *rw                         = buf;
+    int      k = txt_wrap(s + t0, e - t0, w, rw, 64);
+    if (k > 64 && !(rw = malloc((size_t)k * sizeof *rw)))
+        return;
+    if (k > 64)
+        txt_wrap(s + t0, e - t0, w, rw, k);
+    int r0 = d->n_lines - k, ok = r0 >= L->cut_lines && pw <= 40;
+    L->it_pw     = pw;
+    L->it_mark_n = 0;
+    if (ok && pw) { /* the marker: the first row's first run */
+        const md_run *u = &d->runs[d->lines[r0].run0];
+        ok              = d->lines[r0].n_runs > 0 && u->role == THM_MD_LIST && u->len < sizeof L->it_mark;
+        if (ok) {
+            memcpy(L->it_mark, d->text.p + u->off, u->len);
+            L->it_mark_n = u->len;
+        }
+    }
+    static const char sp[] = "                                        ";
+    for (int i = 0; i < k && ok; i++)
+        ok = it_same(st, r0 + i, i ? sp : L->it_mark, i ? (size_t)pw : L->it_mark_n, s, t0 + rw[i].off,
+                     rw[i].len, rw[i].width);
+    if (ok) {
+        L->it_on    = 1;
+        L->it_seg   = L->seg;
+        L->it_t0    = t0;
+        L->it_ok    = v;
+        L->it_first = r0;
+        L->it_keep  = d->n_lines - 1;
+        L->it_row   = t0 + rw[k - 1].off;
+    }
+    if (rw != buf)
+        free(rw);
+}
+
+/* The open item laid out from its last row on, when it_setup found it one line of plain text and it
+ * still is (its new bytes plain, no newline) and nothing before it leaves a marker open. 0 done, 1
+ * not (md4c renders the item), -1 out of memory. */
+static int li_item(md_stream *st, const char *s, size_t v) {
+    md_lis *L = st->lis;
+    if (!L->it_on || L->it_seg != L->seg || st->fence || L->blank || v < L->it_ok)
+        return 1;
+    if (memchr(s + L->it_ok, '\n', v - L->it_ok) || plain_scan(s, L->it_t0, L->it_ok, v) != v)
+        return L->it_on = 0, 1;
+    L->it_ok = v;
+    doc_cut(&st->open, L->it_keep);
+    size_t e = v;
+    while (e > L->it_row && s[e - 1] == ' ')
+        e--;
+    return it_rows(st, s, L->it_row, e);
 }
 
 /* The open chunk s[done, n) as a tight list whose first line is an item at column 0, or comes after
@@ -911,7 +1079,7 @@ static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
         L->cut_links = st->open.n_links;
         st->li       = 0;
     }
-    li_open(st);
+    li_open(st, 1);
     const char *last = memrchr(s + L->scan, '\n', n - L->scan);
     int         rc   = li_refs(st, s, n);
     if (!rc && last)
@@ -919,9 +1087,34 @@ static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     if (rc)
         return rc < 0 ? -1 : (st->li = 0, st->li_no = 1);
     /* the open item as stream_view shows it */
-    size_t   v = st->done + view_end(c, n - st->done), p0 = L->seg;
-    txt_buf *b = &st->tmp;
-    b->n       = 0;
+    size_t v = st->done + view_end(c, n - st->done);
+    if (!L->blank && L->scan > L->seg && v > L->scan) {
+        /* the partial line is the next item already (its marker, a space and a letter): the item
+         * before it is finished, and a long item laid out by li_item from its start */
+        size_t q = L->scan, k = q;
+        char   m;
+        long   num;
+        while (k < v && s[k] != ' ')
+            k++;
+        if (k + 1 < v && qt_letter((unsigned char)s[k + 1]) && item_mark(s + q, k - q, 0, &m, &num) &&
+            m == L->mark) {
+            int nx = li_next(st, s, q, f);
+            if (nx)
+                return nx < 0 ? -1 : (st->li = 0, st->li_no = 1);
+        }
+    }
+    int it = li_item(st, s, v);
+    if (it <= 0) {
+        if (it < 0)
+            return -1;
+        st->li      = 1;
+        st->last_ok = st->pl = 0;
+        return 0;
+    }
+    li_open(st, 0); /* md4c renders the open item: its rows laid out before go */
+    size_t   p0 = L->seg;
+    txt_buf *b  = &st->tmp;
+    b->n        = 0;
     if (v > L->seg && (lone_cr(s + L->seg, v - L->seg - (s[v - 1] == '\r')) ||
                        (L->blank && !blank_line(s + L->scan, v > L->scan ? v - L->scan : 0))))
         return st->li = 0, st->li_no = 1;
@@ -944,9 +1137,11 @@ static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
             st->open   = L->keep;
             L->keep    = t;
             L->swapped = 1;
+            L->it_on   = 0;
             st->li     = 0;
             return 1;
         }
+        it_setup(st, s, v);
     }
     st->li      = 1;
     st->last_ok = st->pl = 0;
@@ -959,7 +1154,7 @@ static int li_finish(md_stream *st, const char *s, size_t p, unsigned f) {
     md_lis *L = st->lis;
     if (!L || !L->on || st->li_no || st->li_done != st->done)
         return 1;
-    li_open(st);
+    li_open(st, 0);
     int rc = li_items(st, s, p, f);
     if (rc)
         return rc < 0 ? -1 : 1;
@@ -1027,11 +1222,6 @@ typedef struct md_qts {
 /* Where the text of the quoted line s[p, e) (s[p] == '>') starts: after one optional space. */
 static size_t qt_text(const char *s, size_t p, size_t e) {
     return p + 1 < e && s[p + 1] == ' ' ? p + 2 : p + 1;
-}
-
-/* A letter or a non-ASCII character: a line of text starting with it is no block marker. */
-static int qt_letter(unsigned char c) {
-    return ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c >= 0xC2;
 }
 
 /* open back to what the segments before seg made (with t, the open paragraph's final rows kept). */

@@ -136,6 +136,7 @@ typedef struct md_stream {
     size_t         li_done;   /* the chunk start it was made for                                */
     int            li, li_no; /* open is such a layout / the chunk is not one                   */
     long           li_bytes;  /* bytes md4c rendered for it, the last item's each update (tests) */
+    long           li_laid;   /* bytes of a long open item wrapped without md4c (tests)        */
     /* The open chunk as a block quote (its first line starts with '>' at column 0, the usual case of
      * a long quoted answer; md-stream.c qt_layout): cut into segments at blank quoted lines followed
      * by a paragraph, each rendered once when the next one starts; the open segment is a plain
