@@ -23,9 +23,10 @@
  * at once, the response through the stop-string filter, which holds back a tail that could
  * still become a stop string and cancels the turn when one appears. A streaming request's
  * thread writes the job's bytes as they come (a client that leaves SERVE_SSE_MAX unread is
- * cancelled); a plain one waits for the end. Both wait in 100 ms steps and read the socket (bytes after
- * the request dropped; 0 = closed): a client that went away cancels its job (k3_conv_cancel of its
- * slot), queued or running.
+ * cancelled and its connection shut down at once, so the thread blocked writing to it returns;
+ * a write that sees no byte taken for HTTP_SEND_SECS ends too); a plain one waits for the end. Both wait in
+ * 100 ms steps and read the socket (bytes after the request dropped; 0 = closed): a client that went away
+ * cancels its job (k3_conv_cancel of its slot), queued or running.
  *
  * A client that closed its sending side after the request (half-close) still gets its answer:
  * at EOF an HTTP/1.1 client is sent an interim "100 Continue" now and then, which a client that
@@ -89,7 +90,7 @@ typedef struct job {
     int         state;   /* J_*; all fields below are guarded by srv.mu */
     int         refs;    /* connection + worker (+ streaming response)  */
     int         gone;    /* the client disconnected                     */
-    int         fd;      /* the connection's socket                     */
+    int         fd;      /* the connection's socket; -1 once its thread has left */
     int         v11;     /* HTTP/1.1: an interim 100 may probe the peer  */
     int         key;     /* index of the request's API key (cache owner) */
     int         started; /* the response has begun (no more probes)     */
@@ -242,6 +243,9 @@ static void sse_json(job *j, json_t *o) {
         serve_log("#%u: the client reads its stream too slowly (%zu bytes unsent): cancelled", j->seq,
                   j->sse.n);
         job_gone_locked(j);
+        /* and closed: its thread may wait in a write the client does not take (HTTP_SEND_SECS) */
+        if (j->fd >= 0)
+            shutdown(j->fd, SHUT_RDWR);
     }
 }
 
@@ -768,6 +772,7 @@ static void send_stream(http_req *con, job *j) {
         http_stream_end(con);
     else
         job_gone_locked(j); /* the response ended early: the client went away */
+    j->fd = -1;             /* the gate closes the socket: no shutdown of a number used again */
     pthread_mutex_unlock(&srv.mu);
 }
 
@@ -889,6 +894,9 @@ static void chat_completions(http_req *con) {
     /* streaming: start the response at the first text (or at the end); plain: at the end */
     while (j->state != J_DONE && !j->gone && !(j->r.stream && j->sse.n))
         job_wait_step(j);
+    if (!j->r.stream || !j->sse.n || (j->gone && j->state != J_DONE))
+        j->fd =
+            -1; /* no stream goes out: the socket is this thread's alone (a stream's: send_stream's end) */
     if (j->gone && j->state != J_DONE) {
         job_unref_locked(j);
         pthread_mutex_unlock(&srv.mu);
