@@ -189,6 +189,10 @@ try:
         ("a content part of type 5", chat(messages=[{"role": "user", "content": [{"type": 5, "text": "x"}]}]),
          "content[0].type"),
         ("a content part that is not an object", chat(messages=[{"role": "user", "content": ["x"]}]), "content[0]"),
+        # OpenAI and vLLM refuse stream_options on a request that does not stream (it was taken silently)
+        ("stream_options without stream", chat(stream_options={"include_usage": True}),
+         'stream_options: only allowed with "stream": true'),
+        ("stream_options with stream false", chat(stream=False, stream_options={}), "stream_options: only allowed"),
     ]
     for name, b, want in details:
         out, _ = exchange(PORT, req("POST", "/v1/chat/completions", b))
@@ -198,6 +202,8 @@ try:
                                                                       frequency_penalty=0, logprobs=False)))
     ok(final(out)[0] == 200, "n: 1.0, response_format text, frequency_penalty 0, logprobs false are accepted (%d)"
        % final(out)[0])
+    out, _ = exchange(PORT, req("POST", "/v1/chat/completions", chat(max_tokens=2, stream_options=None)))
+    ok(final(out)[0] == 200, "stream_options null without stream is accepted (%d)" % final(out)[0])
     out, _ = exchange(PORT, req("POST", "/v1/chat/completions",
                                 chat(max_tokens=2, stream=True, stream_options={"include_usage": True})))
     ev = [e for e in sse_events(final(out)[2]) if e != "[DONE]" and e.get("usage")]
