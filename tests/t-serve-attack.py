@@ -11,9 +11,9 @@
 # connections end with 408 or 503 (slow bodies, bursts, trickled heads and the body deadline:
 # t-serve-gate.py); a keyless server's Host and Content-Type rules; an empty --api-key and a keyless wildcard
 # address; a prompt cache per API key (two keys: cached_tokens never tells one key about the
-# other's prompts); SIGTERM during a stream, three times: the same event stream (an error event
-# shutting_down, then [DONE], the chunked body terminated) and a queued request 503
-# shutting_down; SIGTERM and SIGINT before the server is ready end it at once as the signal; two
+# other's prompts); SIGTERM during a stream, three times, and SIGHUP once: the same event stream
+# (an error event shutting_down, then [DONE], the chunked body terminated) and a queued request 503
+# shutting_down; SIGTERM, SIGINT and SIGHUP before the server is ready end it at once as the signal; two
 # servers started in the same second give different completion ids.
 # Every server listens on 127.0.0.1 (attack connections come from other 127.0.0.x source
 # addresses), every loop and wait is bounded, and every server is killed at the end.
@@ -380,7 +380,7 @@ try:
     with open(hold_txt, "w") as f:
         f.write("la " * 40000)
     shapes = []
-    for run in range(3):
+    for run, sig in enumerate((signal.SIGTERM, signal.SIGTERM, signal.SIGTERM, signal.SIGHUP)):
         sp, sport, slog = start("term%d" % run, ["--serve", "127.0.0.1:0", "--parallel", "1"],  # so one queues
                                 K3_SERVE_SCRIPT=hold_txt, K3_MAXT="65536")
         if not sport:
@@ -400,7 +400,7 @@ try:
                                                                                   chat(max_tokens=2)), timeout=30)))
         qt.start()
         time.sleep(0.3)
-        sp.send_signal(signal.SIGTERM)
+        sp.send_signal(sig)  # SIGHUP (the terminal gone) takes the same path; it ended the process at once
         got += read_rest(s, 30)
         qt.join(40)
         try:
@@ -417,12 +417,26 @@ try:
                 kinds.append(k)
         shapes.append(kinds)
         qs = one_json_error(queued.get("r", (b"", ""))[0], 503)
-        ok(rc == 0 and not prob and not left and kinds == ["role", "delta", "error:shutting_down", "done"],
-           "SIGTERM run %d: exit %s, the stream ends with an error event shutting_down then [DONE], chunked body "
-           "terminated (%s; %s)" % (run + 1, rc, kinds, prob))
-        ok(qs[0] and "shutting_down" in qs[1], "SIGTERM run %d: a queued request gets 503 shutting_down (%s)"
-           % (run + 1, qs[1][:60]))
-    ok(len(shapes) == 3 and shapes[0] == shapes[1] == shapes[2], "the same event stream in every run")
+        ok(rc == 0 and not prob and not left and kinds == ["role", "delta", "error:shutting_down", "done"]
+           and b"%s: shutting down" % sig.name.encode() in read(slog),
+           "%s run %d: exit %s, the stream ends with an error event shutting_down then [DONE], chunked body "
+           "terminated (%s; %s)" % (sig.name, run + 1, rc, kinds, prob))
+        ok(qs[0] and "shutting_down" in qs[1], "%s run %d: a queued request gets 503 shutting_down (%s)"
+           % (sig.name, run + 1, qs[1][:60]))
+    ok(len(shapes) == 4 and shapes[0] == shapes[1] == shapes[2] == shapes[3], "the same event stream in every run")
+    # under nohup (SIGHUP ignored when it starts) SIGHUP leaves the server serving
+    old_hup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        hp, hport, hlog = start("nohup", key=None)
+    finally:
+        signal.signal(signal.SIGHUP, old_hup)
+    if hport:
+        hp.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        st = final(exchange(hport, req("GET", "/health", key=None))[0])[0]
+    ok(hport and hp.poll() is None and st == 200 and b"shutting down" not in read(hlog),
+       "SIGHUP to a server started under nohup (SIGHUP ignored): it serves on (/health %s)" % (hport and st))
+    serve_lib.stop(hp)
 
     # ---- 16: two servers on one model directory started in the same second (a pair behind one
     # address, say) answer with different completion ids (the id was the start second and the request
@@ -455,7 +469,7 @@ try:
     # exited 35 s later); now: 128 + N at once, with a line saying why, and nothing served.
     fifo = os.path.join(T, "script.fifo")
     os.mkfifo(fifo)
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         name = "early-%s" % sig.name
         sp, _, slog = start(name, wait=False, K3_SERVE_SCRIPT=fifo)
         loaded = serve_lib.wait_for(lambda: b"memory fit" in read(slog) or sp.poll() is not None, 30)

@@ -38,7 +38,7 @@
  * (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 417, 431, 500, 503 (busy or
  * queue full, with Retry-After; shutting down), 505. Messages that echo the client's text
  * are cut on a character boundary with control characters escaped, and so is every log line.
- * SIGINT/SIGTERM: stop accepting, cancel the running turns (a stream ends with an error event
+ * SIGINT/SIGTERM/SIGHUP: stop accepting, cancel the running turns (a stream ends with an error event
  * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
  * finish (up to SERVE_DRAIN_SECS), exit 0. Before the server is ready (the model loading) a
  * signal ends the process at once, as the signal (sig_main).
@@ -1106,10 +1106,19 @@ static void serve_name(const ui_opts *o, char *dname, size_t cap) {
     srv.name = o->model_name ? o->model_name : dname;
 }
 
-/* SIGINT/SIGTERM: stop accepting, cancel the running turns, answer the queue, let every response
- * finish (up to SERVE_DRAIN_SECS). Joins the engine thread wt. */
+/* The signals that stop the server (cli_serve blocks them; sig_main takes them). SIGHUP is one: a
+ * daemon's convention is to reload its configuration, but a server's settings are fixed at its start
+ * (the model, the slots, the keys), so SIGHUP means what it does for any program, its terminal went
+ * away, and gets the same orderly stop as SIGTERM rather than the default action's abrupt end (open
+ * streams cut with no error event and no [DONE]). */
+static const char *sig_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
+
+/* SIGINT/SIGTERM/SIGHUP: stop accepting, cancel the running turns, answer the queue, let every
+ * response finish (up to SERVE_DRAIN_SECS). Joins the engine thread wt. */
 static void serve_stop(http_gate *gate, int sig, pthread_t wt) {
-    serve_log("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    serve_log("%s: shutting down", sig_name(sig));
     http_gate_stop(gate); /* no new connections; those not handed on yet get 503 */
     pthread_mutex_lock(&srv.mu);
     srv.stopping = 1;
@@ -1124,7 +1133,7 @@ static void serve_stop(http_gate *gate, int sig, pthread_t wt) {
     serve_log("%lu answered, %lu cancelled, %lu failed", srv.n_ok, srv.n_cancel, srv.n_err);
 }
 
-/* SIGINT/SIGTERM: blocked in every thread but sig_main, which waits for them from the moment the
+/* SIGINT/SIGTERM/SIGHUP: blocked in every thread but sig_main, which waits for them from the moment the
  * port is taken. Before the server is ready (the model loading: minutes for a large one) there is
  * nothing to finish, so a signal ends the process at once, as the signal (exit status 128 + N);
  * once cli_serve says it serves, the signal is handed to it for the orderly stop (serve_stop). */
@@ -1146,8 +1155,7 @@ static void *sig_main(void *arg) {
         pthread_mutex_unlock(&sigs_at.mu);
         return NULL;
     }
-    fprintf(stderr, "k3chat: %s before the server was ready: exiting\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    fprintf(stderr, "k3chat: %s before the server was ready: exiting\n", sig_name(sig));
     sigset_t one;
     sigemptyset(&one);
     sigaddset(&one, sig);
@@ -1211,6 +1219,9 @@ int cli_serve(const ui_opts *o) {
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    struct sigaction hup;
+    if (sigaction(SIGHUP, NULL, &hup) || hup.sa_handler != SIG_IGN)
+        sigaddset(&sigs, SIGHUP); /* not under nohup: a blocked signal is taken even when ignored */
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
