@@ -15,6 +15,7 @@
 # (an error event shutting_down, then [DONE], the chunked body terminated) and a queued request 503
 # shutting_down; SIGTERM, SIGINT and SIGHUP before the server is ready end it at once as the signal; two
 # servers started in the same second give different completion ids.
+# --serve on an address that cannot be bound names it, the step (bind) and why.
 # Every server listens on 127.0.0.1 (attack connections come from other 127.0.0.x source
 # addresses), every loop and wait is bounded, and every server is killed at the end.
 # slow
@@ -66,6 +67,23 @@ try:
        "a second server on the same port: exit 1, 'address already in use' (rc %s, %r)" % (rc2, read(log2)[-120:]))
     codes = [final(exchange(PORT, req("GET", "/v1/models", key=None))[0])[0] for _ in range(10)]
     ok(codes == [401] * 10, "and every request without the key still gets 401: %s" % codes)
+    # an address that cannot be bound is named with the step and the reason in words (it said only
+    # "Invalid argument" / "Cannot assign requested address"): link-local IPv6 without a %scope, and an
+    # address that is not this machine's (192.0.2.1, TEST-NET-1)
+    v6 = socket.has_ipv6
+    try:
+        socket.socket(socket.AF_INET6).close()
+    except OSError:
+        v6 = False
+    for spec, want in ((("[fe80::1]:0", b"cannot bind [fe80::1] port 0: a link-local IPv6 address needs its interface "
+                                       b"as a scope"),) if v6 else ()) + \
+            (("192.0.2.1:0", b"cannot bind 192.0.2.1 port 0: the address is not one of this machine's"),):
+        r = subprocess.run([K3, M, "--serve", spec], env=env, capture_output=True, timeout=60)
+        ok(r.returncode == 1 and b"k3chat: --serve " + spec.encode() + b": " + want in r.stderr
+           and b"loaded" not in r.stderr, "--serve %s: exit 1 before the load, naming the address, bind and why (%d, %r)"
+           % (spec, r.returncode, r.stderr[-200:]))
+    if not v6:
+        print("SKIP: no IPv6 on this machine: the link-local address is not tried")
 
     # ---- 7: ambiguous framing -> 400 and close, one JSON response on the wire
     body = chat(max_tokens=1)

@@ -752,7 +752,9 @@ int http_stream_end(http_req *q) {
 
 /* ---- the gate's life ----------------------------------------------------------------------------- */
 
-http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const http_rules *r) {
+http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const http_rules *r,
+                          const char **step) {
+    *step        = "set up";
     http_gate *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
@@ -770,11 +772,19 @@ http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const htt
         goto fail;
     g->rules.allow_hosts = g->allow;
     int one = 1, zero = 0;
+    *step = "open a socket for";
     if ((g->lfd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
         setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-        (addr->sa_family == AF_INET6 && setsockopt(g->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero)) ||
-        bind(g->lfd, addr, alen) || listen(g->lfd, 128) || pipe2(g->wake, O_NONBLOCK | O_CLOEXEC) ||
-        (g->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        (addr->sa_family == AF_INET6 && setsockopt(g->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero)))
+        goto fail;
+    *step = "bind";
+    if (bind(g->lfd, addr, alen))
+        goto fail;
+    *step = "listen on";
+    if (listen(g->lfd, 128))
+        goto fail;
+    *step = "set up";
+    if (pipe2(g->wake, O_NONBLOCK | O_CLOEXEC) || (g->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
         goto fail;
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
     struct epoll_event el = {.events = EPOLLIN, .data.u64 = UINT64_MAX - 1};

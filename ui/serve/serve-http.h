@@ -94,8 +94,10 @@ int http_stream_end(http_req *q);
 typedef struct http_gate http_gate;
 
 /* Bind and listen on addr (no SO_REUSEPORT: a port in use is refused; IPv6 also takes IPv4,
- * IPV6_V6ONLY off). NULL with errno set. */
-http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const http_rules *r);
+ * IPV6_V6ONLY off). NULL with errno set and *step the failed step as a verb ("bind", "listen on",
+ * "open a socket for", "set up"). */
+http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const http_rules *r,
+                          const char **step);
 unsigned   http_gate_port(const http_gate *g);
 /* Start the event loop thread, handing each complete request to h (a thread per request). 0 or -1. */
 int http_gate_start(http_gate *g, http_handler h, void *cls);

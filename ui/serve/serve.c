@@ -996,6 +996,31 @@ static int parse_listen(const char *spec, struct addrinfo **out) {
     return getaddrinfo(host[0] ? host : "127.0.0.1", port, &hints, out) == 0 ? 0 : -1;
 }
 
+/* Why the address of --serve SPEC could not be taken, in a user's words: the step that failed
+ * (bind, mostly), the address and port, the likely cause, and the system's own words. */
+static void listen_error(const char *spec, const struct addrinfo *ai, const char *step, int err) {
+    char host[128] = "?", serv[16] = "?";
+    getnameinfo(ai->ai_addr, ai->ai_addrlen, host, sizeof host, serv, sizeof serv,
+                NI_NUMERICHOST | NI_NUMERICSERV);
+    const struct sockaddr_in6 *a6  = (const struct sockaddr_in6 *)ai->ai_addr;
+    int                        v6  = ai->ai_family == AF_INET6;
+    const char                *why = NULL;
+    if (err == EADDRINUSE)
+        why = "address already in use (another server on this port?)";
+    else if (v6 && err == EINVAL && IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr) && !a6->sin6_scope_id)
+        why = "a link-local IPv6 address needs its interface as a scope, as in [fe80::1%eth0]:PORT";
+    else if (err == EADDRNOTAVAIL)
+        why = "the address is not one of this machine's (0.0.0.0 or [::] listens on all of them)";
+    else if (err == EACCES && strcmp(serv, "0") && atoi(serv) < 1024)
+        why = "a port below 1024 takes root or CAP_NET_BIND_SERVICE";
+    else if (err == EAFNOSUPPORT)
+        why = v6 ? "IPv6 is off on this machine" : "IPv4 is off on this machine";
+    int said = !why || err == EADDRINUSE; /* the reason is the system's own words already */
+    txt_term_printf(stderr, "k3chat: --serve %s: cannot %s %s%s%s port %s: %s%s%s%s\n", spec, step,
+                    v6 ? "[" : "", host, v6 ? "]" : "", serv, why ? why : strerror(err), said ? "" : " (",
+                    said ? "" : strerror(err), said ? "" : ")");
+}
+
 static void free_keys(void) {
     while (srv.n_keys > 0)
         free(srv.keys[--srv.n_keys]);
@@ -1202,15 +1227,15 @@ int cli_serve(const ui_opts *o) {
                 "the model (set K3_API_KEY)\n",
                 o->serve);
     /* the port first: a port in use fails at once, before the model loads */
-    http_rules rules = {.keyless     = !o->api_key,
-                        .allow_hosts = o->allow_hosts,
-                        .max_body    = SERVE_MAX_BODY,
-                        .body_secs   = body_secs,
-                        .auth        = srv.n_keys ? auth_key : NULL};
-    http_gate *gate  = http_gate_open(ai->ai_addr, ai->ai_addrlen, &rules);
+    http_rules  rules = {.keyless     = !o->api_key,
+                         .allow_hosts = o->allow_hosts,
+                         .max_body    = SERVE_MAX_BODY,
+                         .body_secs   = body_secs,
+                         .auth        = srv.n_keys ? auth_key : NULL};
+    const char *step;
+    http_gate  *gate = http_gate_open(ai->ai_addr, ai->ai_addrlen, &rules, &step);
     if (!gate) {
-        fprintf(stderr, "k3chat: --serve %s: %s\n", o->serve,
-                errno == EADDRINUSE ? "address already in use" : strerror(errno));
+        listen_error(o->serve, ai, step, errno);
         freeaddrinfo(ai);
         return 1;
     }
