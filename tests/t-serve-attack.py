@@ -161,8 +161,9 @@ try:
     # ---- 9: an error message cut inside a multi-byte character still answers, valid UTF-8
     for name, b in [("a role of 'a' + 'é' x 300", chat(messages=[{"role": "a" + "\u00e9" * 300, "content": "x"}])),
                     ("a long non-ASCII reasoning_effort", chat(reasoning_effort="\u00e9\u4e2d" * 100)),
+                    # no "text": a part of another type with a text is text (the release's encoder)
                     ("a content part type of 'é' x 300", chat(messages=[{"role": "user", "content": [
-                        {"type": "\u00e9" * 300, "text": "x"}]}]))]:
+                        {"type": "\u00e9" * 300, "image": "x"}]}]))]:
         out, how = exchange(PORT, req("POST", "/v1/chat/completions", b))
         good, what = one_json_error(out, 400)
         ok(good, "UTF-8: %s -> 400 with a valid UTF-8 JSON message (%s)" % (name, what[:70]))
@@ -207,6 +208,8 @@ try:
         ("a content part of type 5", chat(messages=[{"role": "user", "content": [{"type": 5, "text": "x"}]}]),
          "content[0].type"),
         ("a content part that is not an object", chat(messages=[{"role": "user", "content": ["x"]}]), "content[0]"),
+        ("an input_image part", chat(messages=[{"role": "user", "content": [
+            {"type": "input_image", "image_url": "data:image/png;base64,AA=="}]}]), "content[0] is of type 'input_image'"),
         # OpenAI and vLLM refuse stream_options on a request that does not stream (it was taken silently)
         ("stream_options without stream", chat(stream_options={"include_usage": True}),
          'stream_options: only allowed with "stream": true'),
@@ -220,6 +223,16 @@ try:
                                                                       frequency_penalty=0, logprobs=False)))
     ok(final(out)[0] == 200, "n: 1.0, response_format text, frequency_penalty 0, logprobs false are accepted (%d)"
        % final(out)[0])
+    # a part of any type but an image's renders its text, as the release's encoder does (input_text: 400 before)
+    use = []
+    for ptype in ("input_text", "text"):
+        out, _ = exchange(PORT, req("POST", "/v1/chat/completions", chat(max_tokens=1, messages=[
+            {"role": "user", "content": [{"type": ptype, "text": "hello "}, {"type": "text", "text": "there"}]}])),
+            timeout=60)
+        st, _, b = final(out)
+        use.append((st, json.loads(b).get("usage", {}).get("prompt_tokens") if st == 200 else b[:120]))
+    ok(use[0][0] == 200 and use[0] == use[1], "an input_text part is read as a text part (status, prompt tokens: %s)"
+       % use)
     out, _ = exchange(PORT, req("POST", "/v1/chat/completions", chat(max_tokens=2, stream_options=None)))
     ok(final(out)[0] == 200, "stream_options null without stream is accepted (%d)" % final(out)[0])
     out, _ = exchange(PORT, req("POST", "/v1/chat/completions",
