@@ -23,7 +23,8 @@
 #   - a stream whose client never reads is cancelled once 256 kB of it waits unsent, and its
 #     request thread comes back at once (6 such clients: threads back within 3 s, a chat answered;
 #     they waited out a 60 s send timeout); a finished stream to a client that never reads gives
-#     its thread back 10 s after the turn (no byte taken);
+#     its thread back 10 s after the turn (no byte taken); one that reads 16 kB a second is served
+#     to the end (~20 s, its socket full all along);
 #   - more messages than the context has tokens: 400 when the body is read (no slot taken);
 #   - 12 bodies of 8 MB of tiny JSON values at once: parsed a few at a time (peak RSS < 1.4 GB more).
 # Every loop and wait is bounded; every server is killed at the end.
@@ -514,6 +515,28 @@ try:
         ok(done and held and back, "a finished stream whose client never reads: its thread held while the answer "
            "waits (%s), back %.1f s after the turn's end (send no byte taken for 10 s)"
            % (held, time.time() - t_done))
+        # a client that reads slowly is served however slowly: 16 kB a second, so the server's writes
+        # wait longer than 10 s in all (~370 kB, ~160 kB of socket buffers, less than 256 kB behind)
+        # but bytes are taken all along
+        u = socket.socket()
+        u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        u.connect(("127.0.0.1", sport))
+        u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=1700, stream=True), key=None))
+        got, t0 = b"", time.time()
+        u.settimeout(1)
+        while time.time() - t0 < 60:
+            time.sleep(1)
+            try:
+                b = u.recv(16384)
+            except socket.timeout:
+                continue
+            if not b:
+                break
+            got += b
+        u.close()
+        ok(got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") and time.time() - t0 > 12,
+           "a stream read at 16 kB/s: served to its end in %.0f s (%d bytes; the socket full all along)"
+           % (time.time() - t0, len(got)))
     else:
         ok(False, "the scripted server starts")
     for u in unreads:
