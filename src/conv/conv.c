@@ -77,7 +77,11 @@ k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
                       strncmp(s->effort, "medium", sizeof s->effort) ? "" : " (the release rejects medium)");
     if (s->max_tokens < 0)
         return k3_err(K3_ERR_ARG, "%s: max_tokens = %d is negative", where, s->max_tokens);
-    const k3_sampler_params *p = &s->sampling;
+    return conv_check_sampling(&s->sampling, where);
+}
+
+k3_status conv_check_sampling(const k3_sampler_params *p, const char *where) {
+    char err[256];
     if (k3_setting_check(K3_SETTING_TEMP, K3_SRC_API, p->temp, err, sizeof err) ||
         k3_setting_check(K3_SETTING_TOP_P, K3_SRC_API, p->top_p, err, sizeof err))
         return k3_err(K3_ERR_ARG, "%s: %s", where, err);
