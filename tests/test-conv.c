@@ -292,6 +292,10 @@ static void test_malformed(void) {
         "stats top_p above the TOP_P row",
         S(HDR "{\"role\":\"assistant\",\"content\":\"\",\"stats\":{\"temperature\":1,\"top_p\":1.5}}\n"),
         ":2:", "stats: top_p: '1.5' is not a number in 0..1");
+    malformed(
+        "header max_tokens above the MAX_TOKENS row (it took up to INT_MAX)",
+        S("{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"max_tokens\":2000000000}}\n"),
+        ":1:", "settings: max_tokens: '2000000000' is not an integer in 0..1000000000");
     malformed("header temperature above the TEMP row",
               S("{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"temperature\":5}}\n"),
               ":1:", "settings: temperature: '5' is not a number in 0..2");
