@@ -71,6 +71,22 @@ b = open(sys.argv[1], "rb").read()
 sys.exit(1 if re.search(rb"\xe2\x80[\xa8\xa9\xaa-\xae\x8e\x8f]|\xe2\x81[\xa6-\xa9]", b) else 0)' "$K3_TMP/bidi.bin"
 keys C-d
 
+# what came on fd 2 while the full-screen chat ran goes to the terminal when it ends: escaped
+# (it was written raw, so a library's line quoting a file could set the title)
+printf 'delay 0\nstderr e-err \033]0;EVILE\007 e-end\nresponse fine\n' >"$K3_TMP/err.txt"
+tui_start 120 30 K3_MOCK="$K3_TMP/err.txt" -- "$K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+$T set-option -g allow-rename on 2>/dev/null
+before=$(state)
+wait_for "mock · 3 layers" 10
+type_line hi
+wait_for "fine" 10
+keys C-d
+wait_for "EXIT=0" 10
+after=$(state)
+check "full-screen: stderr's text after the chat leaves the title alone ('$before' -> '$after')" \
+    [ "$before" = "$after" ]
+check "... and shows its commands escaped" has 'e-err \x1B]0;EVILE\x07 e-end'
+
 # a schema file's refusal quotes it (the keyword, the pattern): escaped too
 printf '{"type":"string","pattern":"\\u001b]0;EVILS\\u0007\\u001b]52;c;ZXZpbA==\\u0007(?=x)"}' >"$K3_TMP/evil.json"
 tui_start 400 30 -- "$K3CHAT $K3_SRC/models/k3-nano --prompt hi --json-schema $K3_TMP/evil.json; echo EXIT=\$?; sleep 60"
