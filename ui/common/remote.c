@@ -360,8 +360,9 @@ static char *request_body(remote *r, const ue_gen *g) {
                              : m->role == K3_ROLE_USER ? "user"
                              : m->role == K3_ROLE_TOOL ? "tool"
                                                        : "assistant";
-        json_t       *o    = json_pack("{s:s,s:o}", "role", role, "content",
-                                       k3_content_json(m->content, m->parts, m->n_parts)); /* text parts as parts */
+        /* text parts go as parts */
+        json_t *o = json_pack("{s:s,s:o}", "role", role, "content",
+                              k3_content_json(m->content, m->parts, m->n_parts));
         if (m->role == K3_ROLE_ASSISTANT && m->reasoning && m->reasoning[0]) {
             json_object_set_new(o, "reasoning", json_string(m->reasoning));
             json_object_set_new(o, "reasoning_content", json_string(m->reasoning));
