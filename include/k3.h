@@ -372,7 +372,8 @@ typedef struct k3_chat_msg {
 
 /* A message's OpenAI "content" (or a reasoning field) read from JSON, transcript.c: the one reader
  * of transcripts (k3chat(5)) and server requests. v: a string, null or absent (""), or an array of
- * text parts {"type": "text", "text": ...} ("type" may be left out), concatenated. *out is
+ * text parts {"type": "text", "text": ...} ("type" may be left out; any type but an image's with a
+ * "text" is text, as the release's encoder reads it, e.g. "input_text"), concatenated. *out is
  * malloc'ed. parts (may be NULL): when v is an array of 2 or more parts, *parts gets their byte
  * lengths (malloc'ed, as k3_chat_msg.parts) and *n_parts their number; else *parts = NULL.
  * Returns 0, or -1 with *e saying where and why: the caller puts its field name before path

@@ -11,10 +11,11 @@
 # connections end with 408 or 503 (slow bodies, bursts, trickled heads and the body deadline:
 # t-serve-gate.py); a keyless server's Host and Content-Type rules; an empty --api-key and a keyless wildcard
 # address; a prompt cache per API key (two keys: cached_tokens never tells one key about the
-# other's prompts); SIGTERM during a stream, three times: the same event stream (an error event
-# shutting_down, then [DONE], the chunked body terminated) and a queued request 503
-# shutting_down; SIGTERM and SIGINT before the server is ready end it at once as the signal; two
+# other's prompts); SIGTERM during a stream, three times, and SIGHUP once: the same event stream
+# (an error event shutting_down, then [DONE], the chunked body terminated) and a queued request 503
+# shutting_down; SIGTERM, SIGINT and SIGHUP before the server is ready end it at once as the signal; two
 # servers started in the same second give different completion ids.
+# --serve on an address that cannot be bound names it, the step (bind) and why.
 # Every server listens on 127.0.0.1 (attack connections come from other 127.0.0.x source
 # addresses), every loop and wait is bounded, and every server is killed at the end.
 # slow
@@ -66,6 +67,23 @@ try:
        "a second server on the same port: exit 1, 'address already in use' (rc %s, %r)" % (rc2, read(log2)[-120:]))
     codes = [final(exchange(PORT, req("GET", "/v1/models", key=None))[0])[0] for _ in range(10)]
     ok(codes == [401] * 10, "and every request without the key still gets 401: %s" % codes)
+    # an address that cannot be bound is named with the step and the reason in words (it said only
+    # "Invalid argument" / "Cannot assign requested address"): link-local IPv6 without a %scope, and an
+    # address that is not this machine's (192.0.2.1, TEST-NET-1)
+    v6 = socket.has_ipv6
+    try:
+        socket.socket(socket.AF_INET6).close()
+    except OSError:
+        v6 = False
+    for spec, want in ((("[fe80::1]:0", b"cannot bind [fe80::1] port 0: a link-local IPv6 address needs its interface "
+                                       b"as a scope"),) if v6 else ()) + \
+            (("192.0.2.1:0", b"cannot bind 192.0.2.1 port 0: the address is not one of this machine's"),):
+        r = subprocess.run([K3, M, "--serve", spec], env=env, capture_output=True, timeout=60)
+        ok(r.returncode == 1 and b"k3chat: --serve " + spec.encode() + b": " + want in r.stderr
+           and b"loaded" not in r.stderr, "--serve %s: exit 1 before the load, naming the address, bind and why (%d, %r)"
+           % (spec, r.returncode, r.stderr[-200:]))
+    if not v6:
+        print("SKIP: no IPv6 on this machine: the link-local address is not tried")
 
     # ---- 7: ambiguous framing -> 400 and close, one JSON response on the wire
     body = chat(max_tokens=1)
@@ -143,8 +161,9 @@ try:
     # ---- 9: an error message cut inside a multi-byte character still answers, valid UTF-8
     for name, b in [("a role of 'a' + 'é' x 300", chat(messages=[{"role": "a" + "\u00e9" * 300, "content": "x"}])),
                     ("a long non-ASCII reasoning_effort", chat(reasoning_effort="\u00e9\u4e2d" * 100)),
+                    # no "text": a part of another type with a text is text (the release's encoder)
                     ("a content part type of 'é' x 300", chat(messages=[{"role": "user", "content": [
-                        {"type": "\u00e9" * 300, "text": "x"}]}]))]:
+                        {"type": "\u00e9" * 300, "image": "x"}]}]))]:
         out, how = exchange(PORT, req("POST", "/v1/chat/completions", b))
         good, what = one_json_error(out, 400)
         ok(good, "UTF-8: %s -> 400 with a valid UTF-8 JSON message (%s)" % (name, what[:70]))
@@ -189,6 +208,12 @@ try:
         ("a content part of type 5", chat(messages=[{"role": "user", "content": [{"type": 5, "text": "x"}]}]),
          "content[0].type"),
         ("a content part that is not an object", chat(messages=[{"role": "user", "content": ["x"]}]), "content[0]"),
+        ("an input_image part", chat(messages=[{"role": "user", "content": [
+            {"type": "input_image", "image_url": "data:image/png;base64,AA=="}]}]), "content[0] is of type 'input_image'"),
+        # OpenAI and vLLM refuse stream_options on a request that does not stream (it was taken silently)
+        ("stream_options without stream", chat(stream_options={"include_usage": True}),
+         'stream_options: only allowed with "stream": true'),
+        ("stream_options with stream false", chat(stream=False, stream_options={}), "stream_options: only allowed"),
     ]
     for name, b, want in details:
         out, _ = exchange(PORT, req("POST", "/v1/chat/completions", b))
@@ -198,6 +223,18 @@ try:
                                                                       frequency_penalty=0, logprobs=False)))
     ok(final(out)[0] == 200, "n: 1.0, response_format text, frequency_penalty 0, logprobs false are accepted (%d)"
        % final(out)[0])
+    # a part of any type but an image's renders its text, as the release's encoder does (input_text: 400 before)
+    use = []
+    for ptype in ("input_text", "text"):
+        out, _ = exchange(PORT, req("POST", "/v1/chat/completions", chat(max_tokens=1, messages=[
+            {"role": "user", "content": [{"type": ptype, "text": "hello "}, {"type": "text", "text": "there"}]}])),
+            timeout=60)
+        st, _, b = final(out)
+        use.append((st, json.loads(b).get("usage", {}).get("prompt_tokens") if st == 200 else b[:120]))
+    ok(use[0][0] == 200 and use[0] == use[1], "an input_text part is read as a text part (status, prompt tokens: %s)"
+       % use)
+    out, _ = exchange(PORT, req("POST", "/v1/chat/completions", chat(max_tokens=2, stream_options=None)))
+    ok(final(out)[0] == 200, "stream_options null without stream is accepted (%d)" % final(out)[0])
     out, _ = exchange(PORT, req("POST", "/v1/chat/completions",
                                 chat(max_tokens=2, stream=True, stream_options={"include_usage": True})))
     ev = [e for e in sse_events(final(out)[2]) if e != "[DONE]" and e.get("usage")]
@@ -374,7 +411,7 @@ try:
     with open(hold_txt, "w") as f:
         f.write("la " * 40000)
     shapes = []
-    for run in range(3):
+    for run, sig in enumerate((signal.SIGTERM, signal.SIGTERM, signal.SIGTERM, signal.SIGHUP)):
         sp, sport, slog = start("term%d" % run, ["--serve", "127.0.0.1:0", "--parallel", "1"],  # so one queues
                                 K3_SERVE_SCRIPT=hold_txt, K3_MAXT="65536")
         if not sport:
@@ -394,7 +431,7 @@ try:
                                                                                   chat(max_tokens=2)), timeout=30)))
         qt.start()
         time.sleep(0.3)
-        sp.send_signal(signal.SIGTERM)
+        sp.send_signal(sig)  # SIGHUP (the terminal gone) takes the same path; it ended the process at once
         got += read_rest(s, 30)
         qt.join(40)
         try:
@@ -411,12 +448,26 @@ try:
                 kinds.append(k)
         shapes.append(kinds)
         qs = one_json_error(queued.get("r", (b"", ""))[0], 503)
-        ok(rc == 0 and not prob and not left and kinds == ["role", "delta", "error:shutting_down", "done"],
-           "SIGTERM run %d: exit %s, the stream ends with an error event shutting_down then [DONE], chunked body "
-           "terminated (%s; %s)" % (run + 1, rc, kinds, prob))
-        ok(qs[0] and "shutting_down" in qs[1], "SIGTERM run %d: a queued request gets 503 shutting_down (%s)"
-           % (run + 1, qs[1][:60]))
-    ok(len(shapes) == 3 and shapes[0] == shapes[1] == shapes[2], "the same event stream in every run")
+        ok(rc == 0 and not prob and not left and kinds == ["role", "delta", "error:shutting_down", "done"]
+           and b"%s: shutting down" % sig.name.encode() in read(slog),
+           "%s run %d: exit %s, the stream ends with an error event shutting_down then [DONE], chunked body "
+           "terminated (%s; %s)" % (sig.name, run + 1, rc, kinds, prob))
+        ok(qs[0] and "shutting_down" in qs[1], "%s run %d: a queued request gets 503 shutting_down (%s)"
+           % (sig.name, run + 1, qs[1][:60]))
+    ok(len(shapes) == 4 and shapes[0] == shapes[1] == shapes[2] == shapes[3], "the same event stream in every run")
+    # under nohup (SIGHUP ignored when it starts) SIGHUP leaves the server serving
+    old_hup = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        hp, hport, hlog = start("nohup", key=None)
+    finally:
+        signal.signal(signal.SIGHUP, old_hup)
+    if hport:
+        hp.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        st = final(exchange(hport, req("GET", "/health", key=None))[0])[0]
+    ok(hport and hp.poll() is None and st == 200 and b"shutting down" not in read(hlog),
+       "SIGHUP to a server started under nohup (SIGHUP ignored): it serves on (/health %s)" % (hport and st))
+    serve_lib.stop(hp)
 
     # ---- 16: two servers on one model directory started in the same second (a pair behind one
     # address, say) answer with different completion ids (the id was the start second and the request
@@ -449,7 +500,7 @@ try:
     # exited 35 s later); now: 128 + N at once, with a line saying why, and nothing served.
     fifo = os.path.join(T, "script.fifo")
     os.mkfifo(fifo)
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         name = "early-%s" % sig.name
         sp, _, slog = start(name, wait=False, K3_SERVE_SCRIPT=fifo)
         loaded = serve_lib.wait_for(lambda: b"memory fit" in read(slog) or sp.poll() is not None, 30)

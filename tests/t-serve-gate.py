@@ -20,7 +20,11 @@
 #   - an answer with no visible text and a stop string (the sanitizer tree runs it: memmem(NULL));
 #   - log lines escape once (a role with a newline shows as \n, not \\n);
 #   - --serve [::]:PORT also takes IPv4 clients;
-#   - a stream whose client never reads is cancelled once 256 kB of it waits unsent;
+#   - a stream whose client never reads is cancelled once 256 kB of it waits unsent, and its
+#     request thread comes back at once (6 such clients: threads back within 3 s, a chat answered;
+#     they waited out a 60 s send timeout); a finished stream to a client that never reads gives
+#     its thread back 10 s after the turn (no byte taken); one that reads 16 kB a second is served
+#     to the end (~20 s, its socket full all along);
 #   - more messages than the context has tokens: 400 when the body is read (no slot taken);
 #   - 12 bodies of 8 MB of tiny JSON values at once: parsed a few at a time (peak RSS < 1.4 GB more).
 # Every loop and wait is bounded; every server is killed at the end.
@@ -45,6 +49,13 @@ M = os.path.join(T, "m")
 KEY = "gate-key"
 procs = []
 BODY_SECS = 10  # K3_SERVE_BODY_SECS of the server under test (the default, 60 s, is the same code)
+
+
+N_UNREAD = 6  # streams whose clients never read
+
+
+def n_threads(pid):
+    return len(os.listdir("/proc/%d/task" % pid))
 
 
 def req(method, path, body=b"", headers=(), key=KEY, host=True, ctype="application/json"):
@@ -247,13 +258,19 @@ try:
     hold = os.path.join(T, "hold.txt")
     with open(hold, "w") as f:
         f.write("la " * 40000)
-    ps, sport, slog = start_server(K3, M, T, env, procs, "unread", ["--serve", "127.0.0.1:0", "--parallel", "1"],
+    ps, sport, slog = start_server(K3, M, T, env, procs, "unread", ["--serve", "127.0.0.1:0", "--parallel", "2"],
                                    K3_SERVE_SCRIPT=hold, K3_MAXT="65536")
-    unread = socket.socket()
-    unread.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    if sport:
-        unread.connect(("127.0.0.1", sport))
-        unread.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=100000, stream=True), key=None))
+    threads0 = None
+    if sport:  # the server's threads once warm (a turn run: the engine's own threads exist)
+        exchange(sport, req("POST", "/v1/chat/completions", chat(max_tokens=2), key=None), timeout=60)
+        threads0 = n_threads(ps.pid)
+    unreads = []
+    for _ in range(N_UNREAD if sport else 0):
+        u = socket.socket()
+        u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        u.connect(("127.0.0.1", sport))
+        u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=100000, stream=True), key=None))
+        unreads.append(u)
 
     # ---- 6: an answer with no visible text and a stop string (ASan/UBSan: memmem(NULL))
     out, _ = exchange(PORT, req("POST", "/v1/chat/completions", chat(max_tokens=2, stop=["x"])), timeout=60)
@@ -470,13 +487,60 @@ try:
         print("SKIP: no IPv6 on this machine")
 
     if sport:
-        seen = serve_lib.wait_for(lambda: b"reads its stream too slowly" in read(slog), 90 if ASAN else 30)
-        st = final(exchange(sport, req("GET", "/health", key=None))[0])[0]
-        ok(seen and st == 200, "a stream whose client never reads: cancelled with 256 kB unsent, the server "
-           "answers others (%r, /health %d)" % ([ln for ln in read(slog).split(b"\n") if b"slowly" in ln][:1], st))
+        seen = serve_lib.wait_for(lambda: read(slog).count(b"reads its stream too slowly") >= N_UNREAD,
+                                  (90 if ASAN else 30) * N_UNREAD // 2)
+        t_seen = time.time()
+        # their request threads come back at once: the connection is shut down with the cancel (it
+        # was left to the send timeout, 60 s, each thread held all that time)
+        back = serve_lib.wait_for(lambda: n_threads(ps.pid) <= threads0, 3)
+        t_back = time.time() - t_seen
+        t0 = time.time()
+        st = final(exchange(sport, req("POST", "/v1/chat/completions", chat(max_tokens=2), key=None), timeout=30)[0])[0]
+        ok(seen and back and st == 200 and time.time() - t0 < 10,
+           "%d streams whose clients never read: cancelled with 256 kB unsent, their threads back %.1f s later "
+           "(%d threads, %d before), a chat answered %d in %.1f s (%r)"
+           % (N_UNREAD, t_back, n_threads(ps.pid), threads0, st, time.time() - t0,
+              [ln for ln in read(slog).split(b"\n") if b"slowly" in ln][:1]))
+        # a stream that ends before its backlog is cancelled, to a client that never reads: its thread
+        # waits in a write no byte of which is taken, for HTTP_SEND_SECS (10 s; it was 60 s)
+        u = socket.socket()
+        u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        u.connect(("127.0.0.1", sport))
+        u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=1500, stream=True), key=None))
+        unreads.append(u)
+        done = serve_lib.wait_for(lambda: b"1500 completion tokens" in read(slog), 60)
+        t_done = time.time()
+        held = n_threads(ps.pid) > threads0
+        back = serve_lib.wait_for(lambda: n_threads(ps.pid) <= threads0, 15)
+        ok(done and held and back, "a finished stream whose client never reads: its thread held while the answer "
+           "waits (%s), back %.1f s after the turn's end (send no byte taken for 10 s)"
+           % (held, time.time() - t_done))
+        # a client that reads slowly is served however slowly: 16 kB a second, so the server's writes
+        # wait longer than 10 s in all (~370 kB, ~160 kB of socket buffers, less than 256 kB behind)
+        # but bytes are taken all along
+        u = socket.socket()
+        u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        u.connect(("127.0.0.1", sport))
+        u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=1700, stream=True), key=None))
+        got, t0 = b"", time.time()
+        u.settimeout(1)
+        while time.time() - t0 < 60:
+            time.sleep(1)
+            try:
+                b = u.recv(16384)
+            except socket.timeout:
+                continue
+            if not b:
+                break
+            got += b
+        u.close()
+        ok(got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") and time.time() - t0 > 12,
+           "a stream read at 16 kB/s: served to its end in %.0f s (%d bytes; the socket full all along)"
+           % (time.time() - t0, len(got)))
     else:
         ok(False, "the scripted server starts")
-    unread.close()
+    for u in unreads:
+        u.close()
     ps.kill()
     ps.wait()
 

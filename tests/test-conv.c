@@ -156,6 +156,8 @@ static k3_conv *sample_conv(void) {
     return c;
 }
 
+#define HDR "{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"think\":true}}\n"
+
 static void test_round_trip(void) {
     char p1[600], p2[600];
     path_in(p1, sizeof p1, "rt.jsonl");
@@ -232,6 +234,17 @@ static void test_round_trip(void) {
                 k3_conv_msg(c2, 0)->parts[0] == 4 && k3_conv_msg(c2, 0)->parts[1] == 3 &&
                 !strcmp(k3_conv_msg(c2, 0)->content, "sys two") && k3_conv_msg(c2, 1)->n_parts == 0,
             "content parts: saved as parts and read back the same (%s)", st2 ? k3_errmsg() : "ok");
+    /* any part but an image's renders its "text", as the release's encoder does ("input_text") */
+    const char *typed = HDR "{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"ab\"},"
+                            "{\"type\":\"text\",\"text\":\"c\"}]}\n";
+    path_in(p3, sizeof p3, "typed.jsonl");
+    write_file(p3, typed, strlen(typed));
+    k3_conv  *c3  = k3_conv_new();
+    k3_status st3 = k3_conv_load(c3, p3, NULL);
+    T_CHECK(!st3 && k3_conv_count(c3) == 1 && !strcmp(k3_conv_msg(c3, 0)->content, "abc") &&
+                k3_conv_msg(c3, 0)->n_parts == 2 && k3_conv_msg(c3, 0)->parts[0] == 2,
+            "an input_text part is text, its own part (%s)", st3 ? k3_errmsg() : "ok");
+    k3_conv_free(c3);
     k3_conv_set_system(c, "1234567"); /* as long as "sys two": its parts must not split it */
     T_CHECK(k3_conv_msg(c, 0)->n_parts == 0 && !k3_conv_msg(c, 0)->parts,
             "a new system prompt drops the old one's parts");
@@ -256,7 +269,6 @@ static void malformed(const char *what, const char *text, size_t n, const char *
     k3_conv_free(c);
 }
 
-#define HDR "{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"think\":true}}\n"
 #define S(x) x, sizeof(x) - 1
 
 static void test_malformed(void) {
@@ -269,6 +281,12 @@ static void test_malformed(void) {
     malformed("image part",
               S(HDR "{\"role\":\"user\",\"content\":[{\"text\":\"a\"},{\"type\":\"image_url\"}]}\n"),
               ":2:", "\"content\"[1] is of type 'image_url': only text parts");
+    malformed("image part with a text",
+              S(HDR "{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"text\":\"a\"}]}\n"),
+              ":2:", "\"content\"[0] is of type 'image': only text parts");
+    malformed("audio part (no text)",
+              S(HDR "{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\",\"input_audio\":{}}]}\n"),
+              ":2:", "\"content\"[0] is of type 'input_audio': only text parts");
     malformed("part type", S(HDR "{\"role\":\"user\",\"content\":[{\"type\":5,\"text\":\"a\"}]}\n"),
               ":2:", "\"content\"[0].type is an integer, expected \"text\"");
     malformed("part text", S(HDR "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":[]}]}\n"),

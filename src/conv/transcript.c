@@ -813,6 +813,10 @@ static int content_err(k3_content_err *e, k3_content_fault f, const char *path, 
     return -1;
 }
 
+/* A part is text as the release's encoder reads it (encoding_k3.py, _render_content_segments): any
+ * part that is not an image ("image", "image_url") renders its "text", whatever its type says (the
+ * Responses API's "input_text", say). A part with no "text" under another type (audio, a file, a
+ * Responses "input_image") is media, as an image is. */
 int k3_content_parse(const json_t *cv, char **out, size_t **parts, int *n_parts, k3_content_err *e) {
     json_t *v = (json_t *)(uintptr_t)cv; /* jansson's getters take non-const */
     *out      = NULL;
@@ -850,7 +854,8 @@ int k3_content_parse(const json_t *cv, char **out, size_t **parts, int *n_parts,
         else if (tv && !type) {
             snprintf(at, sizeof at, "[%zu].type", k);
             rc = content_err(e, K3_CONTENT_TYPE, at, "is %s, expected \"text\"", jtype(tv));
-        } else if (type && strcmp(type, "text"))
+        } else if (type &&
+                   (!strcmp(type, "image") || !strcmp(type, "image_url") || (strcmp(type, "text") && !text)))
             rc = content_err(
                 e, K3_CONTENT_MEDIA, at,
                 "is of type '%.40s': only text parts are supported (images and other media are not)", type);

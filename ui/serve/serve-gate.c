@@ -56,7 +56,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <poll.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -480,8 +483,6 @@ static void *req_main(void *arg) {
     http_gate *g  = x->g;
     int        fl = fcntl(x->fd, F_GETFL), one = 1;
     fcntl(x->fd, F_SETFL, fl & ~O_NONBLOCK);
-    struct timeval tv = {.tv_sec = HTTP_SEND_SECS};
-    setsockopt(x->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     setsockopt(x->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     int sndbuf = HTTP_SNDBUF; /* fixed: what a client that never reads leaves in the kernel is bounded */
     setsockopt(x->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
@@ -655,15 +656,34 @@ static void *gate_main(void *arg) {
 
 /* ---- responses (a request's thread) ------------------------------------------------------------ */
 
+/* Writes wait in poll, not in a blocking send, so that the rule is the client's progress: a
+ * write that sees no byte taken for HTTP_SEND_SECS ends the connection. A byte is taken when the
+ * kernel accepts it or when the client's TCP acknowledges one (the socket's unacknowledged bytes,
+ * SIOCOUTQ, go down): a client that reads slowly opens its window now and then and is served
+ * however slowly; one that stopped reading acknowledges nothing. A connection shut down by
+ * another thread (serve.c, a stream cancelled for its unread backlog) fails the write at once. */
 static int send_all(http_req *q, const char *p, size_t n) {
+    double t_taken = mono();
+    int    outq    = -1;
     while (n && !q->failed) {
-        ssize_t k = send(q->fd, p, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            q->failed = 1; /* gone, or HTTP_SEND_SECS without progress */
-        else
+        ssize_t k = send(q->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
             p += k, n -= (size_t)k;
+            t_taken = mono();
+        } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            struct pollfd pf = {.fd = q->fd, .events = POLLOUT};
+            poll(&pf, 1, 250);
+            int now_q;
+            if (!ioctl(q->fd, SIOCOUTQ, &now_q)) {
+                if (outq >= 0 && now_q < outq)
+                    t_taken = mono(); /* the client acknowledged bytes: it reads */
+                outq = now_q;
+            }
+            if (mono() - t_taken > HTTP_SEND_SECS)
+                q->failed = 1; /* no byte taken for HTTP_SEND_SECS */
+        } else {
+            q->failed = 1; /* gone, or shut down */
+        }
     }
     return q->failed ? -1 : 0;
 }
@@ -732,7 +752,9 @@ int http_stream_end(http_req *q) {
 
 /* ---- the gate's life ----------------------------------------------------------------------------- */
 
-http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const http_rules *r) {
+http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const http_rules *r,
+                          const char **step) {
+    *step        = "set up";
     http_gate *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
@@ -750,11 +772,19 @@ http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const htt
         goto fail;
     g->rules.allow_hosts = g->allow;
     int one = 1, zero = 0;
+    *step = "open a socket for";
     if ((g->lfd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0 ||
         setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-        (addr->sa_family == AF_INET6 && setsockopt(g->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero)) ||
-        bind(g->lfd, addr, alen) || listen(g->lfd, 128) || pipe2(g->wake, O_NONBLOCK | O_CLOEXEC) ||
-        (g->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        (addr->sa_family == AF_INET6 && setsockopt(g->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero)))
+        goto fail;
+    *step = "bind";
+    if (bind(g->lfd, addr, alen))
+        goto fail;
+    *step = "listen on";
+    if (listen(g->lfd, 128))
+        goto fail;
+    *step = "set up";
+    if (pipe2(g->wake, O_NONBLOCK | O_CLOEXEC) || (g->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
         goto fail;
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
     struct epoll_event el = {.events = EPOLLIN, .data.u64 = UINT64_MAX - 1};

@@ -18,7 +18,7 @@
 #define HTTP_BURST_SECS 1    /* over it, only one incomplete for this long gives way      */
 #define HTTP_HEAD_SECS 10    /* the whole request head must arrive within this            */
 #define HTTP_QUEUE_SECS 10   /* a complete request waits this long for a slot, then 503    */
-#define HTTP_SEND_SECS 60    /* a response write that makes no progress this long: closed */
+#define HTTP_SEND_SECS 10    /* a response write that sees no byte taken this long: closed */
 #define HTTP_MAX_HEAD 16384  /* bytes of a request head (431 beyond)                      */
 #define HTTP_MAX_TARGET 8192 /* bytes of a request line (414 beyond)                       */
 #define HTTP_MAX_FIELDS 100  /* header fields of a request (431 beyond)                    */
@@ -67,7 +67,7 @@ int http_head_check(const char *p, size_t n, int eof, const http_rules *r, http_
 
 /* A complete request, checked, as the handler gets it. */
 typedef struct http_req {
-    int         fd;        /* the connection (blocking writes, HTTP_SEND_SECS)           */
+    int         fd;        /* the connection (writes end after HTTP_SEND_SECS untaken)    */
     int         v11;       /* HTTP/1.1                                                   */
     int         head_only; /* HEAD: the response has no body                             */
     int         key;       /* its API key's index (0 when the server has none)           */
@@ -94,8 +94,10 @@ int http_stream_end(http_req *q);
 typedef struct http_gate http_gate;
 
 /* Bind and listen on addr (no SO_REUSEPORT: a port in use is refused; IPv6 also takes IPv4,
- * IPV6_V6ONLY off). NULL with errno set. */
-http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const http_rules *r);
+ * IPV6_V6ONLY off). NULL with errno set and *step the failed step as a verb ("bind", "listen on",
+ * "open a socket for", "set up"). */
+http_gate *http_gate_open(const struct sockaddr *addr, socklen_t alen, const http_rules *r,
+                          const char **step);
 unsigned   http_gate_port(const http_gate *g);
 /* Start the event loop thread, handing each complete request to h (a thread per request). 0 or -1. */
 int http_gate_start(http_gate *g, http_handler h, void *cls);

@@ -274,6 +274,8 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
     if ((v = json_object_get(b, "stream_options")) && !json_is_null(v)) {
         if (!json_is_object(v))
             return bad(e, "invalid_type", "stream_options: expected an object");
+        if (!r->stream) /* OpenAI and vLLM refuse it too (a client that meant to stream) */
+            return bad(e, "invalid_value", "stream_options: only allowed with \"stream\": true");
         if (get_bool(v, "include_usage", "stream_options.include_usage", &r->include_usage, e))
             return -1;
     }

@@ -23,9 +23,10 @@
  * at once, the response through the stop-string filter, which holds back a tail that could
  * still become a stop string and cancels the turn when one appears. A streaming request's
  * thread writes the job's bytes as they come (a client that leaves SERVE_SSE_MAX unread is
- * cancelled); a plain one waits for the end. Both wait in 100 ms steps and read the socket (bytes after
- * the request dropped; 0 = closed): a client that went away cancels its job (k3_conv_cancel of its
- * slot), queued or running.
+ * cancelled and its connection shut down at once, so the thread blocked writing to it returns;
+ * a write that sees no byte taken for HTTP_SEND_SECS ends too); a plain one waits for the end. Both wait in
+ * 100 ms steps and read the socket (bytes after the request dropped; 0 = closed): a client that went away
+ * cancels its job (k3_conv_cancel of its slot), queued or running.
  *
  * A client that closed its sending side after the request (half-close) still gets its answer:
  * at EOF an HTTP/1.1 client is sent an interim "100 Continue" now and then, which a client that
@@ -37,7 +38,7 @@
  * (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 417, 431, 500, 503 (busy or
  * queue full, with Retry-After; shutting down), 505. Messages that echo the client's text
  * are cut on a character boundary with control characters escaped, and so is every log line.
- * SIGINT/SIGTERM: stop accepting, cancel the running turns (a stream ends with an error event
+ * SIGINT/SIGTERM/SIGHUP: stop accepting, cancel the running turns (a stream ends with an error event
  * "shutting_down" and [DONE]), answer queued jobs 503 shutting_down, let every response
  * finish (up to SERVE_DRAIN_SECS), exit 0. Before the server is ready (the model loading) a
  * signal ends the process at once, as the signal (sig_main).
@@ -89,7 +90,7 @@ typedef struct job {
     int         state;   /* J_*; all fields below are guarded by srv.mu */
     int         refs;    /* connection + worker (+ streaming response)  */
     int         gone;    /* the client disconnected                     */
-    int         fd;      /* the connection's socket                     */
+    int         fd;      /* the connection's socket; -1 once its thread has left */
     int         v11;     /* HTTP/1.1: an interim 100 may probe the peer  */
     int         key;     /* index of the request's API key (cache owner) */
     int         started; /* the response has begun (no more probes)     */
@@ -242,6 +243,9 @@ static void sse_json(job *j, json_t *o) {
         serve_log("#%u: the client reads its stream too slowly (%zu bytes unsent): cancelled", j->seq,
                   j->sse.n);
         job_gone_locked(j);
+        /* and closed: its thread may wait in a write the client does not take (HTTP_SEND_SECS) */
+        if (j->fd >= 0)
+            shutdown(j->fd, SHUT_RDWR);
     }
 }
 
@@ -768,6 +772,7 @@ static void send_stream(http_req *con, job *j) {
         http_stream_end(con);
     else
         job_gone_locked(j); /* the response ended early: the client went away */
+    j->fd = -1;             /* the gate closes the socket: no shutdown of a number used again */
     pthread_mutex_unlock(&srv.mu);
 }
 
@@ -889,6 +894,9 @@ static void chat_completions(http_req *con) {
     /* streaming: start the response at the first text (or at the end); plain: at the end */
     while (j->state != J_DONE && !j->gone && !(j->r.stream && j->sse.n))
         job_wait_step(j);
+    if (!j->r.stream || !j->sse.n || (j->gone && j->state != J_DONE))
+        j->fd =
+            -1; /* no stream goes out: the socket is this thread's alone (a stream's: send_stream's end) */
     if (j->gone && j->state != J_DONE) {
         job_unref_locked(j);
         pthread_mutex_unlock(&srv.mu);
@@ -986,6 +994,31 @@ static int parse_listen(const char *spec, struct addrinfo **out) {
         return -1;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     return getaddrinfo(host[0] ? host : "127.0.0.1", port, &hints, out) == 0 ? 0 : -1;
+}
+
+/* Why the address of --serve SPEC could not be taken, in a user's words: the step that failed
+ * (bind, mostly), the address and port, the likely cause, and the system's own words. */
+static void listen_error(const char *spec, const struct addrinfo *ai, const char *step, int err) {
+    char host[128] = "?", serv[16] = "?";
+    getnameinfo(ai->ai_addr, ai->ai_addrlen, host, sizeof host, serv, sizeof serv,
+                NI_NUMERICHOST | NI_NUMERICSERV);
+    const struct sockaddr_in6 *a6  = (const struct sockaddr_in6 *)ai->ai_addr;
+    int                        v6  = ai->ai_family == AF_INET6;
+    const char                *why = NULL;
+    if (err == EADDRINUSE)
+        why = "address already in use (another server on this port?)";
+    else if (v6 && err == EINVAL && IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr) && !a6->sin6_scope_id)
+        why = "a link-local IPv6 address needs its interface as a scope, as in [fe80::1%eth0]:PORT";
+    else if (err == EADDRNOTAVAIL)
+        why = "the address is not one of this machine's (0.0.0.0 or [::] listens on all of them)";
+    else if (err == EACCES && strcmp(serv, "0") && atoi(serv) < 1024)
+        why = "a port below 1024 takes root or CAP_NET_BIND_SERVICE";
+    else if (err == EAFNOSUPPORT)
+        why = v6 ? "IPv6 is off on this machine" : "IPv4 is off on this machine";
+    int said = !why || err == EADDRINUSE; /* the reason is the system's own words already */
+    txt_term_printf(stderr, "k3chat: --serve %s: cannot %s %s%s%s port %s: %s%s%s%s\n", spec, step,
+                    v6 ? "[" : "", host, v6 ? "]" : "", serv, why ? why : strerror(err), said ? "" : " (",
+                    said ? "" : strerror(err), said ? "" : ")");
 }
 
 static void free_keys(void) {
@@ -1098,10 +1131,19 @@ static void serve_name(const ui_opts *o, char *dname, size_t cap) {
     srv.name = o->model_name ? o->model_name : dname;
 }
 
-/* SIGINT/SIGTERM: stop accepting, cancel the running turns, answer the queue, let every response
- * finish (up to SERVE_DRAIN_SECS). Joins the engine thread wt. */
+/* The signals that stop the server (cli_serve blocks them; sig_main takes them). SIGHUP is one: a
+ * daemon's convention is to reload its configuration, but a server's settings are fixed at its start
+ * (the model, the slots, the keys), so SIGHUP means what it does for any program, its terminal went
+ * away, and gets the same orderly stop as SIGTERM rather than the default action's abrupt end (open
+ * streams cut with no error event and no [DONE]). */
+static const char *sig_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
+
+/* SIGINT/SIGTERM/SIGHUP: stop accepting, cancel the running turns, answer the queue, let every
+ * response finish (up to SERVE_DRAIN_SECS). Joins the engine thread wt. */
 static void serve_stop(http_gate *gate, int sig, pthread_t wt) {
-    serve_log("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    serve_log("%s: shutting down", sig_name(sig));
     http_gate_stop(gate); /* no new connections; those not handed on yet get 503 */
     pthread_mutex_lock(&srv.mu);
     srv.stopping = 1;
@@ -1116,7 +1158,7 @@ static void serve_stop(http_gate *gate, int sig, pthread_t wt) {
     serve_log("%lu answered, %lu cancelled, %lu failed", srv.n_ok, srv.n_cancel, srv.n_err);
 }
 
-/* SIGINT/SIGTERM: blocked in every thread but sig_main, which waits for them from the moment the
+/* SIGINT/SIGTERM/SIGHUP: blocked in every thread but sig_main, which waits for them from the moment the
  * port is taken. Before the server is ready (the model loading: minutes for a large one) there is
  * nothing to finish, so a signal ends the process at once, as the signal (exit status 128 + N);
  * once cli_serve says it serves, the signal is handed to it for the orderly stop (serve_stop). */
@@ -1138,8 +1180,7 @@ static void *sig_main(void *arg) {
         pthread_mutex_unlock(&sigs_at.mu);
         return NULL;
     }
-    fprintf(stderr, "k3chat: %s before the server was ready: exiting\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    fprintf(stderr, "k3chat: %s before the server was ready: exiting\n", sig_name(sig));
     sigset_t one;
     sigemptyset(&one);
     sigaddset(&one, sig);
@@ -1186,15 +1227,15 @@ int cli_serve(const ui_opts *o) {
                 "the model (set K3_API_KEY)\n",
                 o->serve);
     /* the port first: a port in use fails at once, before the model loads */
-    http_rules rules = {.keyless     = !o->api_key,
-                        .allow_hosts = o->allow_hosts,
-                        .max_body    = SERVE_MAX_BODY,
-                        .body_secs   = body_secs,
-                        .auth        = srv.n_keys ? auth_key : NULL};
-    http_gate *gate  = http_gate_open(ai->ai_addr, ai->ai_addrlen, &rules);
+    http_rules  rules = {.keyless     = !o->api_key,
+                         .allow_hosts = o->allow_hosts,
+                         .max_body    = SERVE_MAX_BODY,
+                         .body_secs   = body_secs,
+                         .auth        = srv.n_keys ? auth_key : NULL};
+    const char *step;
+    http_gate  *gate = http_gate_open(ai->ai_addr, ai->ai_addrlen, &rules, &step);
     if (!gate) {
-        fprintf(stderr, "k3chat: --serve %s: %s\n", o->serve,
-                errno == EADDRINUSE ? "address already in use" : strerror(errno));
+        listen_error(o->serve, ai, step, errno);
         freeaddrinfo(ai);
         return 1;
     }
@@ -1203,6 +1244,9 @@ int cli_serve(const ui_opts *o) {
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    struct sigaction hup;
+    if (sigaction(SIGHUP, NULL, &hup) || hup.sa_handler != SIG_IGN)
+        sigaddset(&sigs, SIGHUP); /* not under nohup: a blocked signal is taken even when ignored */
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
