@@ -3,7 +3,9 @@
 # one escaping function (txt_term_put, text.h): in line mode under tmux, a fake OpenAI server
 # (chat_fake.py) and the mock stream OSC 52 (clipboard), OSC 0 (title), CSI and a C1 CSI in the
 # answer, the reasoning and an HTTP error; the tmux clipboard and the pane title stay as they
-# were and the commands show as \x1B escapes. Into a pipe the text goes as it is.
+# were and the commands show as \x1B escapes. Into a pipe the answer goes as it is; a message
+# that quotes outside text (a transcript's line, a server's error, an option) is escaped into a
+# file or a pipe too (txt_term_printf).
 . "$K3_SRC/tests/tui-lib.sh"
 
 python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &
@@ -69,6 +71,22 @@ b = open(sys.argv[1], "rb").read()
 sys.exit(1 if re.search(rb"\xe2\x80[\xa8\xa9\xaa-\xae\x8e\x8f]|\xe2\x81[\xa6-\xa9]", b) else 0)' "$K3_TMP/bidi.bin"
 keys C-d
 
+# what came on fd 2 while the full-screen chat ran goes to the terminal when it ends: escaped
+# (it was written raw, so a library's line quoting a file could set the title)
+printf 'delay 0\nstderr e-err \033]0;EVILE\007 e-end\nresponse fine\n' >"$K3_TMP/err.txt"
+tui_start 120 30 K3_MOCK="$K3_TMP/err.txt" -- "$K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+$T set-option -g allow-rename on 2>/dev/null
+before=$(state)
+wait_for "mock · 3 layers" 10
+type_line hi
+wait_for "fine" 10
+keys C-d
+wait_for "EXIT=0" 10
+after=$(state)
+check "full-screen: stderr's text after the chat leaves the title alone ('$before' -> '$after')" \
+    [ "$before" = "$after" ]
+check "... and shows its commands escaped" has 'e-err \x1B]0;EVILE\x07 e-end'
+
 # a schema file's refusal quotes it (the keyword, the pattern): escaped too
 printf '{"type":"string","pattern":"\\u001b]0;EVILS\\u0007\\u001b]52;c;ZXZpbA==\\u0007(?=x)"}' >"$K3_TMP/evil.json"
 tui_start 400 30 -- "$K3CHAT $K3_SRC/models/k3-nano --prompt hi --json-schema $K3_TMP/evil.json; echo EXIT=\$?; sleep 60"
@@ -109,4 +127,23 @@ done
 printf 'evil\n' | "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out" 2>"$K3_TMP/err"
 check "into a pipe the answer goes as it is" \
     [ "$(cat "$K3_TMP/out")" = "$(printf 'ans \033]52;c;ZXZpbA==\007 \033]0;EVIL\007 \033[31m red \302\23332m c1 end')" ]
+
+# messages that quote a file's or a server's text are escaped off a terminal too (they were
+# written raw into a file or a pipe, and a log file or a pipe into cat reaches a terminal)
+noesc() { ! grep -q "$(printf '\033')" "$1"; } # no raw ESC byte in file $1
+printf '{"format":"k3chat-transcript","version":1,"settings":{"effort":"\\u001b]52;c;ZXZpbA==\\u0007x"}}\n' \
+    >"$K3_TMP/evil.jsonl"
+"$K3CHAT" --load "$K3_TMP/evil.jsonl" --plain /no/model </dev/null >/dev/null 2>"$K3_TMP/err-load"
+check "--load, stderr a file: the transcript's bad effort shows escaped" \
+    grep -qF "effort\" '\x1B]52;c;ZXZpbA==\x07x' is not" "$K3_TMP/err-load"
+check "... and no raw ESC is in the file" noesc "$K3_TMP/err-load"
+{ "$K3CHAT" --load "$K3_TMP/evil.jsonl" --plain /no/model </dev/null 2>&1 >/dev/null; } | cat >"$K3_TMP/err-pipe"
+check "--load, stderr a pipe: escaped as well" grep -qF "effort\" '\x1B]52;c;ZXZpbA==\x07x' is not" "$K3_TMP/err-pipe"
+check "... and no raw ESC went through the pipe" noesc "$K3_TMP/err-pipe"
+printf 'e500\n' | "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err-500"
+check "--endpoint --plain, stderr a file: the server's HTTP error text shows escaped" \
+    grep -qF 'boom \x1B]52;c;ZXZpbA==\x07 \x1B]0;EVIL500\x07' "$K3_TMP/err-500"
+check "... and no raw ESC is in the file" noesc "$K3_TMP/err-500"
+"$K3CHAT" --temp "$(printf 'x\033]0;T\007')" /no/model >/dev/null 2>"$K3_TMP/err-flag"
+check "a refused option's value is quoted escaped, stderr a file" grep -qF "'x\x1B]0;T\x07' is not" "$K3_TMP/err-flag"
 finish

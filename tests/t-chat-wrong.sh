@@ -179,7 +179,7 @@ check "21: www.example.com is shown once; a named link still gets its URL" \
 # 24: /help names every key the chat has (Ctrl-Z, Ctrl-S, Ctrl-G, Alt-B, Alt-F, Ctrl-T were missing)
 printf '/help\n' | K3_MOCK="$K3_TMP/mock.txt" "$k" /no/model >/dev/null 2>"$K3_TMP/err24"
 miss=""
-for key in Ctrl-Z Ctrl-S Ctrl-G Alt-B/F /T,; do grep -q -- "$key" "$K3_TMP/err24" || miss="$miss $key"; done
+for key in Ctrl-Z Ctrl-S Ctrl-G Alt-B/F 'Y/T,'; do grep -q -- "$key" "$K3_TMP/err24" || miss="$miss $key"; done
 t "24: /help lists Ctrl-Z, Ctrl-S, Ctrl-G, Alt-B/F and Ctrl-T (missing:${miss:- none})" '[ -z "$miss" ]'
 t "24: ... and what Ctrl-C does to a typed line" 'grep -q "with a typed line (or /edit): clear it" "$K3_TMP/err24"'
 
@@ -280,7 +280,7 @@ if [ -f "$nano/model.safetensors" ]; then
     a22=$("$k" "$nano" --replay "$K3_TMP/r22x.jsonl" 2>/dev/null | sed -n 's/^turn 1: //p')
     printf '/replay %s/r22x.jsonl\n' "$K3_TMP" | XDG_DATA_HOME="$K3_TMP/d22" "$k" "$nano" >/dev/null 2>"$K3_TMP/err22"
     b22=$(sed -n 's/^k3chat: replay turn 1: //p' "$K3_TMP/err22")
-    t "22: /replay and --replay say the same of a differing turn ($b22)" \
+    t "22: /replay ($b22) and --replay ($a22) say the same of a differing turn" \
         'case "$a22" in DIFFERS*) [ "$a22" = "$b22" ] ;; *) false ;; esac'
     # 16: the context figures are measured under the settings in force: an empty conversation
     # with --think off measures the same at start and after /clear (it was 83 then 14), and

@@ -177,6 +177,24 @@ try:
        % exp_think[:40])
     ok(o.get("usage", {}).get("completion_tokens") == N and o["choices"][0]["finish_reason"] == "length",
        "usage counts %d completion tokens, finish_reason length" % N)
+    # max_completion_tokens and its deprecated name max_tokens: both with one value are that value
+    code, body = curl("/v1/chat/completions", chat(user("hello"), temperature=0, top_p=1, max_tokens=N - 4,
+                                                   max_completion_tokens=N - 4))
+    o = json.loads(body) if code == 200 else {}
+    ok(code == 200 and o.get("usage", {}).get("completion_tokens") == N - 4,
+       "max_tokens and max_completion_tokens both %d: %d completion tokens (%d: %s)"
+       % (N - 4, N - 4, code, body[:90]))
+    code, body = curl("/v1/chat/completions", chat(user("hello"), max_tokens=N, max_completion_tokens=N - 4))
+    try:
+        err = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        err = {}
+    ok(code == 400 and err.get("code") == "invalid_parameter_combination"
+       and "max_completion_tokens (%d) and max_tokens (%d) differ" % (N - 4, N) in err.get("message", ""),
+       "max_tokens and max_completion_tokens differing -> 400 naming both (%d: %s)" % (code, body[:120]))
+    code, body = curl("/v1/chat/completions", chat(user("hello"), max_tokens=-3, max_completion_tokens=N))
+    ok(code == 400 and "max_tokens: expected an integer from 1" in body,
+       "a bad max_tokens beside a good max_completion_tokens -> 400 (it was ignored) (%d: %s)" % (code, body[:90]))
     code, body = curl("/v1/chat/completions", chat(user("hello"), temperature=0, top_p=1, max_tokens=N, stream=True,
                                                    stream_options={"include_usage": True}))
     c, rs, fin, usage, done, nev = sse(body)

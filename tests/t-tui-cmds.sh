@@ -44,6 +44,7 @@ cmd "/show-thinking off" "think pane hidden" "/show-thinking off"
 cmd "/show-thinking sometimes" "'sometimes' is not on or off" "/show-thinking with a bad word"
 cmd "/show-thinking on" "think pane shown" "/show-thinking on"
 cmd "/experts 2.5" "expert-cache budget 2.5 GB requested" "/experts GB"
+check "... and the mock says it applied it, as the local engine does" wait_for "expert-cache budget now 2.5 GB" 3
 check "status bar shows the expert budget" wait_for "of 2.5 GB" 3
 cmd "/experts lots" "'lots' is not a number" "/experts with a word"
 cmd "/system You are terse." "system prompt set" "/system TEXT"

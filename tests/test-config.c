@@ -115,8 +115,17 @@ static void config_cases(void) {
     T_CHECK(cfg_load(dir, &c) != K3_OK && strstr(k3_errmsg(), "generation_config.json"),
             "malformed generation_config (%s)", k3_errmsg());
     tsf_bytes(p, "{\"top_p\": 2}", 12);
-    T_CHECK(cfg_load(dir, &c) != K3_OK && strstr(k3_errmsg(), "generation_config.json: top_p"),
+    T_CHECK(cfg_load(dir, &c) != K3_OK &&
+                strstr(k3_errmsg(), "generation_config.json: top_p: '2' is not a number in 0..1"),
             "top_p 2 rejected (%s)", k3_errmsg());
+    /* the TEMP row's range (0..2), as --temp, /temp and the API field: 5 was taken (0..100) */
+    tsf_bytes(p, "{\"temperature\": 5}", 18);
+    T_CHECK(cfg_load(dir, &c) != K3_OK &&
+                strstr(k3_errmsg(), "generation_config.json: temperature: '5' is not a number in 0..2"),
+            "temperature 5 rejected by the TEMP row (%s)", k3_errmsg());
+    tsf_bytes(p, "{\"temperature\": 2, \"top_p\": 0}", 30);
+    T_CHECK(cfg_load(dir, &c) == K3_OK && c.gen_temp == 2.0f && c.gen_top_p == 0.0f,
+            "temperature 2 and top_p 0, the rows' bounds, read (%s)", k3_errmsg());
     unlink(p);
 
     /* flat: every text key at the top level, _per_tok alias, quantization_config top level */

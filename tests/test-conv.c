@@ -298,6 +298,25 @@ static void test_malformed(void) {
     malformed("wrong stats type",
               S(HDR "{\"role\":\"assistant\",\"content\":\"\",\"stats\":{\"tok_s\":\"fast\"}}\n"),
               ":2:", "\"tok_s\" is a string");
+    /* a turn's recorded sampling has the header's ranges (the settings table's rows): a
+     * temperature of 5 was accepted here (up to 100) and refused in the header */
+    malformed("stats temperature above the TEMP row",
+              S(HDR "{\"role\":\"assistant\",\"content\":\"\",\"stats\":{\"temperature\":5}}\n"),
+              ":2:", "stats: temperature: '5' is not a number in 0..2");
+    malformed("stats negative temperature",
+              S(HDR "{\"role\":\"assistant\",\"content\":\"\",\"stats\":{\"temperature\":-0.5}}\n"),
+              ":2:", "stats: temperature: '-0.5' is not a number in 0..2");
+    malformed(
+        "stats top_p above the TOP_P row",
+        S(HDR "{\"role\":\"assistant\",\"content\":\"\",\"stats\":{\"temperature\":1,\"top_p\":1.5}}\n"),
+        ":2:", "stats: top_p: '1.5' is not a number in 0..1");
+    malformed(
+        "header max_tokens above the MAX_TOKENS row (it took up to INT_MAX)",
+        S("{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"max_tokens\":2000000000}}\n"),
+        ":1:", "settings: max_tokens: '2000000000' is not an integer in 0..1000000000");
+    malformed("header temperature above the TEMP row",
+              S("{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"temperature\":5}}\n"),
+              ":1:", "settings: temperature: '5' is not a number in 0..2");
     malformed("wrong settings type",
               S("{\"format\":\"k3chat-transcript\",\"version\":1,\"settings\":{\"think\":\"yes\"}}\n"),
               ":1:", "\"think\" is a string");

@@ -32,6 +32,14 @@ static float rndf(void) { /* uniform in [-1, 1) */
     return (float)((int32_t)(rnd() % 131072u) - 65536) / 65536.0f;
 }
 
+/* The last warning the engine logged (k3_log_set_callback). */
+static char log_text[512];
+static void log_cb(int level, const char *msg, void *ud) {
+    (void)ud;
+    if (level <= K3_LOG_LEVEL_WARN)
+        snprintf(log_text, sizeof log_text, "%s", msg);
+}
+
 typedef struct owned {
     qmat  m;
     void *w, *s;
@@ -236,6 +244,29 @@ int main(void) {
         free_mat(&o);
         vk_ctx_free(small);
     }
+    /* a budget above what the device reports: clamped to the device's figure, and said with both
+     * (the figure may move between two opens, as the driver's free memory does: the test reads
+     * the one this open used from the budget it got) */
+    uint64_t avail = vk_budget(c), big = avail * 2 + 1000000000u;
+    vk_ctx  *over;
+    log_text[0] = 0;
+    k3_log_set_callback(log_cb, NULL);
+    st = vk_ctx_new(big, &over);
+    T_CHECK(st == K3_OK, "a budget of twice the device's opens (%s)", st ? k3_errmsg() : "ok");
+    if (st == K3_OK) {
+        uint64_t got = vk_budget(over);
+        char     want[160], use[64];
+        snprintf(want, sizeof want, "K3_VK_GB=%.2f GB is more than the %.2f GB", (double)big / 1e9,
+                 (double)got / 1e9);
+        snprintf(use, sizeof use, "using %.2f GB", (double)got / 1e9);
+        T_CHECK(got > 0 && got < big && got <= avail + avail / 2,
+                "K3_VK_GB above the device's %.2f GB is clamped to what the device reports (%.2f GB)",
+                (double)avail / 1e9, (double)got / 1e9);
+        T_CHECK(strstr(log_text, want) && strstr(log_text, use), "... and a warning names both figures (%s)",
+                log_text);
+        vk_ctx_free(over);
+    }
+    k3_log_set_callback(NULL, NULL);
     vk_ctx_free(c);
     return t_done();
 #endif

@@ -234,9 +234,12 @@ int k3_setting_check(enum k3_setting_id id, enum k3_setting_src src, double v, c
     if (v >= r->lo && v <= r->hi && (r->type != K3_TYPE_INT || v == (double)(long long)v))
         return 0;
     char num[40]; /* the shortest text that reads back as v: 2.0000001 is not "2" */
-    for (int prec = 6; prec <= 17; prec++)
-        if (snprintf(num, sizeof num, "%.*g", prec, v), strtod(num, NULL) == v)
-            break;
+    if (v == floor(v) && fabs(v) < 1e17)
+        snprintf(num, sizeof num, "%.0f", v); /* a whole number as its digits: not 2e+09 */
+    else
+        for (int prec = 6; prec <= 17; prec++)
+            if (snprintf(num, sizeof num, "%.*g", prec, v), strtod(num, NULL) == v)
+                break;
     return fail(id, src, num, err, n);
 }
 

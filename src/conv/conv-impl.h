@@ -114,6 +114,10 @@ k3_status conv_push(k3_conv *c, const k3_msg *m);
 k3_status conv_grow(void **arr, int *cap, int need, size_t elem, int first, const char *what);
 /* Validates settings; K3_ERR_ARG naming the field (prefix "where" in the message). */
 k3_status conv_check_settings(const k3_conv_settings *s, const char *where);
+/* Validates sampling parameters: temperature and top_p by their rows of the settings table
+ * (k3-settings.h, the same range as --temp, /temp and the API), min_p 0..1, top_k >= 0. Used
+ * for a conversation's settings and for a turn's recorded sampling alike. */
+k3_status conv_check_sampling(const k3_sampler_params *p, const char *where);
 /* Marks that messages from index i on changed (autosave bookkeeping). */
 void        conv_touched(k3_conv *c, int i);
 const char *conv_role_str(k3_role r);

@@ -75,9 +75,14 @@ k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
         return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not %s%s", where, (int)sizeof s->effort, s->effort,
                       k3_setting_expect(K3_SETTING_EFFORT, K3_SRC_API, err, sizeof err),
                       strncmp(s->effort, "medium", sizeof s->effort) ? "" : " (the release rejects medium)");
-    if (s->max_tokens < 0)
-        return k3_err(K3_ERR_ARG, "%s: max_tokens = %d is negative", where, s->max_tokens);
-    const k3_sampler_params *p = &s->sampling;
+    if (k3_setting_check(K3_SETTING_MAX_TOKENS, K3_SRC_API, s->max_tokens, err, sizeof err) ||
+        k3_setting_check(K3_SETTING_THINK_BUDGET, K3_SRC_API, s->think_budget, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "%s: %s", where, err); /* --max-tokens's and --think-budget's rows */
+    return conv_check_sampling(&s->sampling, where);
+}
+
+k3_status conv_check_sampling(const k3_sampler_params *p, const char *where) {
+    char err[256];
     if (k3_setting_check(K3_SETTING_TEMP, K3_SRC_API, p->temp, err, sizeof err) ||
         k3_setting_check(K3_SETTING_TOP_P, K3_SRC_API, p->top_p, err, sizeof err))
         return k3_err(K3_ERR_ARG, "%s: %s", where, err);

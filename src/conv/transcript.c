@@ -765,19 +765,24 @@ static k3_status parse_stats(const lctx *L, json_t *s, k3_turn_stats *t) {
     TRY(get_num(L, s, "stats.", "ttft_s", &t->ttft));
     TRY(get_num(L, s, "stats.", "think_s", &t->t_think));
     TRY(get_num(L, s, "stats.", "tok_s", &t->tok_s));
-    double temp = -1, top_p = 1, min_p = 0;
+    double temp = NAN, top_p = 1, min_p = 0; /* JSON has no NaN: NAN is "not recorded" */
     TRY(get_num(L, s, "stats.", "temperature", &temp));
     TRY(get_num(L, s, "stats.", "top_p", &top_p));
     TRY(get_num(L, s, "stats.", "min_p", &min_p));
     TRY(get_int(L, s, "stats.", "top_k", 0, INT_MAX, &t->sampling.top_k));
     TRY(get_seed(L, s, "stats.", &t->sampling.seed));
-    if (temp >= 0) { /* the sampling this turn used is known */
-        if (!(temp <= 100 && top_p >= 0 && top_p <= 1 && min_p >= 0 && min_p <= 1))
-            return LERR(L, "stats: temperature %g / top_p %g / min_p %g out of range", temp, top_p, min_p);
-        t->sampling.temp  = (float)temp;
-        t->sampling.top_p = (float)top_p;
-        t->sampling.min_p = (float)min_p;
-        t->has_sampling   = 1;
+    if (!isnan(temp)) { /* the sampling this turn used is known: the header's ranges */
+        k3_sampler_params p = t->sampling;
+        p.temp              = (float)temp;
+        p.top_p             = (float)top_p;
+        p.min_p             = (float)min_p;
+        if (conv_check_sampling(&p, "stats")) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", k3_errmsg());
+            return LERR(L, "%s", msg);
+        }
+        t->sampling     = p;
+        t->has_sampling = 1;
     }
     TRY(get_bool(L, s, "stats.", "think", &t->think));
     TRY(get_str(L, s, "stats.", "stop", &stop));

@@ -276,16 +276,22 @@ static k3_status read_generation(const char *dir, k3_config *o) {
     free(text);
     if (!g)
         return k3_err(K3_ERR_CONFIG, GEN_FILE ": line %d column %d: %s", e.line, e.column, e.text);
+    /* the model's defaults have the ranges of --temp, /temp and the API's fields: their rows */
     k3_status st = K3_OK;
     json_t   *t = json_object_get(g, "temperature"), *p = json_object_get(g, "top_p");
+    char      err[256];
     if (!json_is_object(g))
         st = k3_err(K3_ERR_CONFIG, GEN_FILE ": not a JSON object");
-    else if (t && !json_is_null(t) &&
-             (!json_is_number(t) || !(json_number_value(t) >= 0 && json_number_value(t) <= 100)))
-        st = k3_err(K3_ERR_CONFIG, GEN_FILE ": temperature is not a number in 0..100");
-    else if (p && !json_is_null(p) &&
-             (!json_is_number(p) || !(json_number_value(p) > 0 && json_number_value(p) <= 1)))
-        st = k3_err(K3_ERR_CONFIG, GEN_FILE ": top_p is not a number in (0, 1]");
+    else if (t && !json_is_null(t) && !json_is_number(t))
+        st = k3_err(K3_ERR_CONFIG, GEN_FILE ": temperature is not a number");
+    else if (t && json_is_number(t) &&
+             k3_setting_check(K3_SETTING_TEMP, K3_SRC_API, json_number_value(t), err, sizeof err))
+        st = k3_err(K3_ERR_CONFIG, GEN_FILE ": %s", err);
+    else if (p && !json_is_null(p) && !json_is_number(p))
+        st = k3_err(K3_ERR_CONFIG, GEN_FILE ": top_p is not a number");
+    else if (p && json_is_number(p) &&
+             k3_setting_check(K3_SETTING_TOP_P, K3_SRC_API, json_number_value(p), err, sizeof err))
+        st = k3_err(K3_ERR_CONFIG, GEN_FILE ": %s", err);
     if (!st && t && json_is_number(t))
         o->gen_temp = (float)json_number_value(t);
     if (!st && p && json_is_number(p))

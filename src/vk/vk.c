@@ -522,11 +522,13 @@ k3_status vk_ctx_new(uint64_t budget_bytes, vk_ctx **out) {
     if ((st = io_reserve(c, 1u << 20, 1u << 20)) != K3_OK)
         goto fail;
 
+    /* K3_VK_GB is a ceiling: above what the device reports available, uploads would fail in
+     * the middle of a run (or spill into system memory), so the budget is the device's figure */
     uint64_t avail = driver_budget(c, has_budget);
-    c->budget      = budget_bytes ? budget_bytes : avail;
+    c->budget      = budget_bytes && (!avail || budget_bytes <= avail) ? budget_bytes : avail;
     if (budget_bytes && avail && budget_bytes > avail)
-        K3_LOG_WARN("vulkan: K3_VK_GB asks for %.2f GB but '%s' reports %.2f GB available",
-                    budget_bytes / 1e9, c->name, avail / 1e9);
+        K3_LOG_WARN("vulkan: K3_VK_GB=%.2f GB is more than the %.2f GB '%s' reports available: using %.2f GB",
+                    budget_bytes / 1e9, avail / 1e9, c->name, avail / 1e9);
     K3_LOG_DEBUG("vulkan: opened '%s', budget %.2f GB", c->name, c->budget / 1e9); /* vkt_open says if used */
     *out = c;
     return K3_OK;

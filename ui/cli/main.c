@@ -98,7 +98,7 @@ static int set_flag(ui_opts *o, enum k3_setting_id id, const char *arg) {
     uint64_t u = 0;
     if ((id == K3_SETTING_SEED ? k3_setting_parse_u64(id, K3_SRC_FLAG, arg, &u, err, sizeof err)
                                : k3_setting_parse(id, K3_SRC_FLAG, arg, &v, err, sizeof err))) {
-        fprintf(stderr, "k3chat: %s\n", err);
+        txt_term_printf(stderr, "k3chat: %s\n", err); /* err quotes the argument */
         return 2;
     }
     switch (id) {

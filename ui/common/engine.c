@@ -141,6 +141,9 @@ void ue_experts(ue *u, double gb) {
         u->be->experts(u->self, gb); /* applied during a turn, between two tokens */
     post(u, EV_CMD_EXPERTS, NULL, NULL, gb);
 }
+void ue_experts_now(ue *u, double gb) {
+    ue_emitf(u, EV_INFO, "expert-cache budget now %.3g GB", gb);
+}
 void ue_stats_req(ue *u) {
     post(u, EV_CMD_STATS, NULL, NULL, 0);
 }

@@ -85,6 +85,9 @@ void ue_load(ue *u, const char *path);
 void ue_replay(ue *u, const char *path, const ue_gen *g);
 void ue_export(ue *u, const char *path, int force);
 void ue_experts(ue *u, double gb);
+/* Engine side (worker thread): says that the expert-cache budget is now gb GB (EV_INFO), the
+ * one wording of the local engine and of the mock that imitates it. */
+void ue_experts_now(ue *u, double gb);
 void ue_stats_req(ue *u);
 /* The settings in force now (after a settings command, a load, at start): the conversation
  * takes them at once, so every context figure (the status bar, /stats, /load's "needs",

@@ -35,8 +35,8 @@ void load_prog_cb(const char *what, uint64_t done, uint64_t total, void *ud) {
     double unit = total >= 1e9 ? 1e9 : 1e6;
     fprintf(p->f, "%sk3chat: loading %3.0f%%  %.2f of %.2f %s  %.0f MB/s%s  (", p->tty ? "\r\033[K" : "", pct,
             (double)done / unit, (double)total / unit, unit == 1e9 ? "GB" : "MB", rate / 1e6, left);
-    txt_term_put(p->f, NULL, what ? what : "",
-                 what ? strnlen(what, 80) : 0); /* a name from a shard's header */
+    txt_term_printf(p->f, "%.*s", what ? (int)strnlen(what, 80) : 0,
+                    what ? what : ""); /* a name from a shard's header: escaped, a message */
     fprintf(p->f, ")%s", p->tty ? "" : "\n");
     fflush(p->f);
 }

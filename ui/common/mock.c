@@ -17,6 +17,11 @@
  * /undo, /edit, /forget, /clear, /system, /save, /load and /export run the engine's transcript
  * code (ue_conv_cmd), so the UI tests exercise it; a /load adopts the transcript's settings.
  * No autosave: the mock writes only the files it is asked to.
+ * What a model-less engine can show, it shows as a local model does (remote.c has no expert
+ * cache, no layers): the status bar's "3 layers", an expert cache of 4 GB with 90% hits, and
+ * /experts GB, which sets that cache figure and says "expert-cache budget now GB" as the local
+ * engine does (the remote backend refuses /experts: its server places its own experts). What
+ * needs the model's weights (/replay) it refuses.
  */
 #include "engine.h"
 #include "k3.h"
@@ -365,8 +370,10 @@ static void mock_cmd(ue *u, void *self, const ui_ev *c) {
     case EV_CMD_REPLAY:
         done_error(u, "/replay: the mock engine cannot replay transcripts");
         break;
-    case EV_CMD_EXPERTS:
-        m->expert_gb = c->x; /* FALLTHROUGH */
+    case EV_CMD_EXPERTS: /* as a local model: the budget is the cache figure the mock reports */
+        m->expert_gb = c->x;
+        ue_experts_now(u, m->expert_gb);
+        /* FALLTHROUGH */
     case EV_CMD_STATS:
         ctx_stats(u, m);
         break;

@@ -403,7 +403,12 @@ int txt_term_printf(FILE *f, const char *fmt, ...) {
         va_end(ap);
         s = big;
     }
-    txt_term_put(f, NULL, s, (size_t)n);
+    /* a message, not a stream: escaped wherever it goes (a log file or a pipe into cat reaches
+     * a terminal as well, and \e, \xHH, \uHHHH read as well in a file) */
+    txt_buf b = {0};
+    if (txt_escape(&b, NULL, s, (size_t)n) == 0 && b.n)
+        fwrite(b.p, 1, b.n, f);
+    free(b.p);
     free(big);
     return n;
 }

@@ -59,10 +59,12 @@ typedef k3_buf txt_buf;
 /* ==== outside text on a terminal ==============================================================
  * Text that comes from the model, a server or a file may hold terminal commands (OSC 52 writes
  * the clipboard, OSC 0 the title, CSI the colours and the cursor). Every front end that prints
- * such text to a stream (line mode, --prompt) goes through txt_term_put / txt_term_printf: on a
- * terminal, every control character but \n and \t is shown as an escape; elsewhere (a pipe, a
- * file) the text goes out as it is. The full-screen interface leaves control characters out when
- * it draws (tui-draw.c). */
+ * such text to a stream goes through txt_term_put (the answer and reasoning of line mode and
+ * --prompt: on a terminal, every control character but \n and \t is shown as an escape; in a
+ * pipe or a file the text goes out as it is, the data a script asked for) or txt_term_printf
+ * (a message that quotes such text, an error naming a file's line, a log line: escaped wherever
+ * it goes, as a log file or a pipe into cat reaches a terminal too). The full-screen interface
+ * leaves control characters out when it draws (tui-draw.c). */
 
 /* Whether code point cp is a control character to outside text: C0, DEL, the C1 controls
  * U+0080..U+009F, and the characters that reorder or break a displayed line (the bidirectional
@@ -99,6 +101,7 @@ void txt_term_end(FILE *f, txt_esc *st);
  * memory. */
 int txt_term_drawn(txt_buf *out, const char *s, size_t n);
 int txt_term_uri(txt_buf *out, const char *s, size_t n);
-/* fprintf(f, fmt, ...) with the whole formatted text through txt_term_put: for messages that
- * quote outside text (a server's error, a file's line). Returns what fprintf would, or -1. */
+/* fprintf(f, fmt, ...) with the whole formatted text through txt_escape, on a terminal or not:
+ * for messages that quote outside text (a server's error, a file's line). Returns what fprintf
+ * would, or -1. */
 int txt_term_printf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

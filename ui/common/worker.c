@@ -83,7 +83,7 @@ static void apply_experts(real *r) {
     if (k3_model_set_expert_budget(r->m, gb) != K3_OK)
         ue_emitf(r->u, EV_ERROR, "/experts: %s", k3_errmsg());
     else
-        ue_emitf(r->u, EV_INFO, "expert-cache budget now %.3g GB", k3_model_expert_budget(r->m));
+        ue_experts_now(r->u, k3_model_expert_budget(r->m));
 }
 
 static void on_piece(real *r, int ch, const char *text, size_t n) {

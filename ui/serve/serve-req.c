@@ -279,8 +279,12 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
         if (get_bool(v, "include_usage", "stream_options.include_usage", &r->include_usage, e))
             return -1;
     }
-    static const char *mk[] = {"max_completion_tokens", "max_tokens"};
-    for (int k = 0; k < 2 && !r->max_tokens; k++) {
+    /* max_completion_tokens and its deprecated name max_tokens: each one given is checked; both
+     * with one value is that value (vLLM takes max_completion_tokens first), two different
+     * values are a 400, as OpenAI answers both at once (invalid_parameter_combination) */
+    static const char *mk[]  = {"max_completion_tokens", "max_tokens"};
+    int                mt[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
         if (!(v = json_object_get(b, mk[k])) || json_is_null(v))
             continue;
         double x = json_number_value(v); /* 100 or 100.0, as n takes 1 or 1.0 */
@@ -288,8 +292,12 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
             return bad(e, json_is_number(v) ? "invalid_value" : "invalid_type",
                        "%s: expected an integer from 1 to %d (a turn also ends at the context's end)", mk[k],
                        SERVE_MAX_TOKENS);
-        r->max_tokens = (int)x;
+        mt[k] = (int)x;
     }
+    if (mt[0] && mt[1] && mt[0] != mt[1])
+        return bad(e, "invalid_parameter_combination",
+                   "max_completion_tokens (%d) and max_tokens (%d) differ: give one", mt[0], mt[1]);
+    r->max_tokens = mt[0] ? mt[0] : mt[1];
     if ((v = json_object_get(b, "seed")) && !json_is_null(v)) {
         char err[256];
         if (!json_is_integer(v))

@@ -13,8 +13,9 @@
  * gone before it took it). So the reader also keeps every byte it reads (the first KEPT_MAX), and
  * at the end, once fd 2 is the terminal again (after endwin, before the engine thread is joined)
  * and the reader has drained the pipe into that store, all of it is written there in the order
- * it came: nothing written to stderr while the chat ran is lost, the notices only showed it as it
- * came. The pipe's write end does not block: a writer that outruns the reader (1 MiB of pipe)
+ * it came, through txt_term_put (control characters escaped, as everywhere outside text reaches
+ * a terminal): nothing written to stderr while the chat ran is lost, the notices only showed it
+ * as it came. The pipe's write end does not block: a writer that outruns the reader (1 MiB of pipe)
  * loses text rather than hangs the engine. An abort (K3_ASSERT) puts fd 2 back and passes on what
  * was kept and what the pipe still holds before the process dies, so its message is not lost.
  */
@@ -174,7 +175,12 @@ void tui_stderr_end(void) {
     dup2(ec.saved, 2);         /* the last write end closes: the reader drains and ends */
     pthread_join(ec.th, NULL);
     signal(SIGABRT, SIG_DFL);
-    write_all(2, ec.kept, atomic_load(&ec.n_kept)); /* all that came, in order */
+    /* all that came, in order, through the one escaping function: fd 2 is a terminal here, and
+     * what a library wrote may quote a file's or a server's text */
+    txt_esc st = {0};
+    txt_term_put(stderr, &st, ec.kept, atomic_load(&ec.n_kept));
+    txt_term_end(stderr, &st);
+    fflush(stderr);
     if (ec.lost)
         fprintf(stderr,
                 "k3chat: %zu more bytes came on stderr while the chat ran (the first %d MiB are above)\n",
