@@ -56,8 +56,10 @@ check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 
 # a long answer (greedy: this model and prompt run thousands of tokens without ending at
 # K3_BITS=4, the numerics pinned here; at the default 8 bits it ends sooner; "go on" ended at 150
-# tokens once the kernels rounded once per group of 32): Ctrl-C in the middle, then a new message
-tui_start 100 30 K3_BITS=4 -- "$K3CHAT --max-tokens 100000 --temp 0 --think off $d 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+# tokens once the kernels rounded once per group of 32): Ctrl-C in the middle, then a new message.
+# K3_MAXT=65536: on an idle machine the answer filled 8,192 tokens before the Ctrl-C, and "again"
+# then had no room (the drawing got cheaper, so the engine runs faster beside it)
+tui_start 100 30 K3_BITS=4 K3_MAXT=65536 -- "$K3CHAT --max-tokens 100000 --temp 0 --think off $d 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 wait_for "tiny · " 20
 type_line "continue"
 check "a long answer streams into the response pane" wait_for "── response" 20
