@@ -894,9 +894,9 @@ static void chat_completions(http_req *con) {
     /* streaming: start the response at the first text (or at the end); plain: at the end */
     while (j->state != J_DONE && !j->gone && !(j->r.stream && j->sse.n))
         job_wait_step(j);
+    /* no stream goes out: the socket is this thread's alone (a stream's: send_stream's end) */
     if (!j->r.stream || !j->sse.n || (j->gone && j->state != J_DONE))
-        j->fd =
-            -1; /* no stream goes out: the socket is this thread's alone (a stream's: send_stream's end) */
+        j->fd = -1;
     if (j->gone && j->state != J_DONE) {
         job_unref_locked(j);
         pthread_mutex_unlock(&srv.mu);
