@@ -109,9 +109,12 @@ typedef struct k3_params {
                             others it may lower (see k3chat(1), MEMORY FIT)                */
     k3_progress_cb progress;
     void          *progress_ud;
-    /* k3_model_open's speed estimate (k3_model_estimate's line, not called when that is empty),
-     * given with progress_ud once config.json and every shard header are checked and before any
-     * weight is read or any cache allocated; NULL: none */
+    /* k3_model_open's speed estimate, one line ("expected speed on this machine: decode ... s/token,
+     * prefill ... s/token; first token of ..."), from the memory plan and this machine's kernel and
+     * drive figures (measured in one to two seconds the first time, then cached in
+     * $XDG_CACHE_HOME/k3chat/speed); given with progress_ud once config.json and every shard header
+     * are checked and before any weight is read or any cache allocated; not called when the plan is
+     * under 1 GB (it loads in seconds); NULL: none */
     void (*estimate)(const char *line, void *ud);
     /* validation hooks (see k3chat(1)); NULL / 0 = off                                  */
     int         n_layers;    /* K3_LAYERS: run only the first N layers (then mix, norm, head) */
@@ -133,15 +136,6 @@ k3_status k3_init(void);
 k3_status k3_params_default(k3_params *p);
 
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out);
-/* The expected decode and prefill seconds per token of DIR with P on this machine, one line into
- * buf ("expected speed on this machine: ..."), from the memory plan and this machine's speed
- * figures (measured in one to two seconds the first time, then cached in
- * $XDG_CACHE_HOME/k3chat/speed), measured only once config.json and the shard headers are checked
- * (a hostile config.json is refused before any kernel runs at its shapes). Empty when the plan is
- * under 1 GB (it loads in seconds) or when the open would fail (the status says why). It opens
- * the headers as k3_model_open does: a caller that opens the model next sets P's estimate
- * callback instead and has the line from that open. */
-k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size_t n);
 void      k3_model_free(k3_model *m);
 
 /* Prefill progress of k3_session_feed (a feed of more than one token), after each layer of each

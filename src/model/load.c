@@ -827,7 +827,7 @@ static void estimate_line(const k3_model *m, char *buf, size_t n) {
 /* Everything config.json and the headers can settle, before any expensive work: the config-only
  * memory fit (refuses what cannot fit), the shards' headers (st_open), every tensor the config
  * implies with its shape and dtype, and the exact fit. The speed estimate's probes, the caches and
- * the weights' reads come after it (k3_model_open, k3_model_estimate). */
+ * the weights' reads come after it (k3_model_open). */
 static k3_status open_checked(k3_model *m, const char *dir, const k3_params *p) {
     k3_params given;
     k3_status st;
@@ -837,17 +837,6 @@ static k3_status open_checked(k3_model *m, const char *dir, const k3_params *p) 
     if ((st = st_open(dir, &m->st)) || (st = cfg_check_tensors(&m->cfg, m->st)) || (st = model_fit(m)))
         return st;
     return K3_OK;
-}
-
-k3_status k3_model_estimate(const char *dir, const k3_params *p, char *buf, size_t n) {
-    k3_model *m  = calloc(1, sizeof *m);
-    k3_status st = m ? open_checked(m, dir, p) : k3_err(K3_ERR_NOMEM, "model: out of memory");
-    if (n)
-        buf[0] = 0;
-    if (!st)
-        estimate_line(m, buf, n);
-    k3_model_free(m);
-    return st;
 }
 
 k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
@@ -860,7 +849,7 @@ k3_status k3_model_open(const char *dir, const k3_params *p, k3_model **out) {
         goto fail;
     const k3_config *c = &m->cfg;
     if (m->par.estimate) {
-        char est[512];
+        char est[1024]; /* the line: about 200 bytes of words, the ttft part (512) and fit.brief (128) */
         estimate_line(m, est, sizeof est);
         if (est[0])
             m->par.estimate(est, m->par.progress_ud);
