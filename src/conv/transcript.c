@@ -57,17 +57,6 @@ static void sb_str(sbuf *b, const char *s) {
     sb_add(b, s, strlen(s));
 }
 
-static void sb_fmt(sbuf *b, const char *fmt, ...) K3_PRINTF(2, 3);
-static void sb_fmt(sbuf *b, const char *fmt, ...) {
-    char    tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        sb_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 /* Appends j as one compact line (j is consumed). */
 static void sb_json_line(sbuf *b, json_t *j) {
     char *s = j ? json_dumps(j, JSON_FLAGS) : NULL;
@@ -1266,21 +1255,22 @@ static void md_stats(sbuf *b, const k3_msg *m) {
     if (!m->has_stats)
         return;
     const k3_turn_stats *t = &m->stats;
-    sb_fmt(b, "<sub>%d tokens, %.1f tok/s, first token after %.2f s", t->n_gen, t->tok_s, t->ttft);
+    k3_buf_printf(b, "<sub>%d tokens, %.1f tok/s, first token after %.2f s", t->n_gen, t->tok_s, t->ttft);
     if (t->n_think)
-        sb_fmt(b, ", thought %.1f s", t->t_think);
-    sb_fmt(b, ", prompt %d tokens (%d cached)</sub>\n\n", t->n_prompt, t->n_cached);
+        k3_buf_printf(b, ", thought %.1f s", t->t_think);
+    k3_buf_printf(b, ", prompt %d tokens (%d cached)</sub>\n\n", t->n_prompt, t->n_cached);
 }
 
 /* One message of the Markdown export; note (or NULL) is added to its heading. */
 static void md_msg(sbuf *bp, const k3_msg *m, const char *note) {
     static const char *const title[] = {"System", "User", "Assistant", "Tool result"};
     if (m->role == K3_ROLE_TOOL)
-        sb_fmt(bp, "## Tool result%s%s%s%s%s%s\n\n", m->tool_name ? ": `" : "",
-               m->tool_name ? m->tool_name : "", m->tool_name ? "`" : "", m->tool_call_id ? " (call " : "",
-               m->tool_call_id ? m->tool_call_id : "", m->tool_call_id ? ")" : "");
+        k3_buf_printf(bp, "## Tool result%s%s%s%s%s%s\n\n", m->tool_name ? ": `" : "",
+                      m->tool_name ? m->tool_name : "", m->tool_name ? "`" : "",
+                      m->tool_call_id ? " (call " : "", m->tool_call_id ? m->tool_call_id : "",
+                      m->tool_call_id ? ")" : "");
     else
-        sb_fmt(bp, "## %s%s\n\n", title[m->role], note ? note : "");
+        k3_buf_printf(bp, "## %s%s\n\n", title[m->role], note ? note : "");
     if (m->reasoning && *m->reasoning) {
         sb_str(bp, "<details>\n<summary>Reasoning</summary>\n\n");
         md_block(bp, m->reasoning);
@@ -1294,11 +1284,11 @@ static void md_msg(sbuf *bp, const k3_msg *m, const char *note) {
         sb_str(bp, "\n\n");
     }
     if (m->tools)
-        sb_fmt(bp, "**Tools declared here:**\n\n```json\n%s\n```\n\n", m->tools);
+        k3_buf_printf(bp, "**Tools declared here:**\n\n```json\n%s\n```\n\n", m->tools);
     for (int k = 0; k < m->n_tool_calls; k++) {
         const k3_tool_call *tc = &m->tool_calls[k];
-        sb_fmt(bp, "**Tool call** `%s` (%s):\n\n```json\n%s\n```\n\n", tc->name, tc->id ? tc->id : "",
-               tc->arguments && *tc->arguments ? tc->arguments : "{}");
+        k3_buf_printf(bp, "**Tool call** `%s` (%s):\n\n```json\n%s\n```\n\n", tc->name, tc->id ? tc->id : "",
+                      tc->arguments && *tc->arguments ? tc->arguments : "{}");
     }
     md_stats(bp, m);
 }
@@ -1307,15 +1297,15 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
     sbuf                    b = {0};
     const k3_conv_settings *s = &c->set;
     sb_str(&b, "# k3chat conversation\n\n");
-    sb_fmt(&b, "k3chat %s", k3_version());
+    k3_buf_printf(&b, "k3chat %s", k3_version());
     if (c->model_dir) {
         sb_str(&b, ", model `");
         sb_str(&b, c->model_dir);
         sb_str(&b, "`");
     }
-    sb_fmt(&b, ", thinking %s (effort %s), temperature %g, top-p %g, seed %llu\n\n", s->think ? "on" : "off",
-           s->effort, (double)s->sampling.temp, (double)s->sampling.top_p,
-           (unsigned long long)s->sampling.seed);
+    k3_buf_printf(&b, ", thinking %s (effort %s), temperature %g, top-p %g, seed %llu\n\n",
+                  s->think ? "on" : "off", s->effort, (double)s->sampling.temp, (double)s->sampling.top_p,
+                  (unsigned long long)s->sampling.seed);
     /* a system prompt set mid-conversation ("since") stands where it was set, not above the
      * answers that were given without it */
     int               sys = c->n_msgs && c->msgs[0].role == K3_ROLE_SYSTEM, late = sys && c->sys_since > 0;
