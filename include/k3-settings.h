@@ -73,6 +73,8 @@
       "longest wait of a request for a slot, in seconds")                                                    \
     X(SERVE_BODY_SECS, INT, 1, 86400, 60, NULL, "N", "K3_SERVE_BODY_SECS", NULL, NULL, NULL,                 \
       "longest time a request body may take to arrive after its head, in seconds")                           \
+    X(SERVE_SEND_SECS, INT, 1, 86400, 10, NULL, "N", "K3_SERVE_SEND_SECS", NULL, NULL, NULL,                 \
+      "longest a response write may wait with no byte taken by the client, in seconds")                      \
     X(SERVE_CHUNK, INT, 0, 1048576, 0, NULL, "N", "K3_SERVE_CHUNK", NULL, NULL, NULL,                        \
       "prompt tokens per prefill step of a --serve slot (0: the prefill window)")                            \
     X(SERVE_SCRIPT, TEXT, 0, 0, NAN, NULL, "FILE", "K3_SERVE_SCRIPT", NULL, NULL, NULL,                      \

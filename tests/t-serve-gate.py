@@ -23,8 +23,9 @@
 #   - a stream whose client never reads is cancelled once 256 kB of it waits unsent, and its
 #     request thread comes back at once (6 such clients: threads back within 3 s, a chat answered;
 #     they waited out a 60 s send timeout); a finished stream to a client that never reads gives
-#     its thread back 10 s after the turn (no byte taken); one that reads 16 kB a second is served
-#     to the end (~20 s, its socket full all along);
+#     its thread back K3_SERVE_SEND_SECS (2 s here) after the socket filled (no byte taken), the log
+#     saying so; one that reads 32 kB a second is served to the end (~12 s, its socket full all
+#     along); a bad K3_SERVE_SEND_SECS is refused at start;
 #   - more messages than the context has tokens: 400 when the body is read (no slot taken);
 #   - 12 bodies of 8 MB of tiny JSON values at once: parsed a few at a time (peak RSS < 1.4 GB more).
 # Every loop and wait is bounded; every server is killed at the end.
@@ -224,7 +225,7 @@ try:
     # and so are the queue's and the prefill chunk's, before the model loads (they were read after
     # it: a typo cost a whole load, minutes on a large model, then exit 1)
     for name, val, rng in (("K3_SERVE_QUEUE", "-1", "0..100000"), ("K3_SERVE_QUEUE_SECS", "0", "1..86400"),
-                           ("K3_SERVE_CHUNK", "x", "0..1048576")):
+                           ("K3_SERVE_CHUNK", "x", "0..1048576"), ("K3_SERVE_SEND_SECS", "0", "1..86400")):
         r = subprocess.run([K3, M, "--serve", "127.0.0.1:0"], env=dict(env, **{name: val}), capture_output=True,
                            timeout=60)
         ok(r.returncode == 2 and b"%s: '%s' is not an integer in %s" % (name.encode(), val.encode(), rng.encode())
@@ -254,12 +255,14 @@ try:
                                                    final(out)[0], time.time() - t_open))
 
     # ---- 10: a stream whose client never reads is cancelled once 256 kB waits unsent (a scripted
-    # endless reply, so the turn outlives the check on any machine; checked at the end)
+    # endless reply, so the turn outlives the check on any machine; checked at the end). The
+    # no-progress limit (K3_SERVE_SEND_SECS) is a day here: on a slow machine (a sanitizer tree
+    # beside other tests) it could otherwise close a stream before the backlog reaches 256 kB
     hold = os.path.join(T, "hold.txt")
     with open(hold, "w") as f:
         f.write("la " * 40000)
-    ps, sport, slog = start_server(K3, M, T, env, procs, "unread", ["--serve", "127.0.0.1:0", "--parallel", "2"],
-                                   K3_SERVE_SCRIPT=hold, K3_MAXT="65536")
+    ps, sport, slog = start_server(K3, M, T, env, procs, "unread", ["--serve", "127.0.0.1:0", "--parallel", "3"],
+                                   K3_SERVE_SCRIPT=hold, K3_MAXT="65536", K3_SERVE_SEND_SECS="86400")
     threads0 = None
     if sport:  # the server's threads once warm (a turn run: the engine's own threads exist)
         exchange(sport, req("POST", "/v1/chat/completions", chat(max_tokens=2), key=None), timeout=60)
@@ -487,8 +490,9 @@ try:
         print("SKIP: no IPv6 on this machine")
 
     if sport:
+        # each stream runs until 256 kB of it waits unsent (the only way out with a day's send limit)
         seen = serve_lib.wait_for(lambda: read(slog).count(b"reads its stream too slowly") >= N_UNREAD,
-                                  (90 if ASAN else 30) * N_UNREAD // 2)
+                                  300 if ASAN else 120)
         t_seen = time.time()
         # their request threads come back at once: the connection is shut down with the cancel (it
         # was left to the send timeout, 60 s, each thread held all that time)
@@ -497,44 +501,59 @@ try:
         t0 = time.time()
         st = final(exchange(sport, req("POST", "/v1/chat/completions", chat(max_tokens=2), key=None), timeout=30)[0])[0]
         ok(seen and back and st == 200 and time.time() - t0 < 10,
-           "%d streams whose clients never read: cancelled with 256 kB unsent, their threads back %.1f s later "
-           "(%d threads, %d before), a chat answered %d in %.1f s (%r)"
-           % (N_UNREAD, t_back, n_threads(ps.pid), threads0, st, time.time() - t0,
-              [ln for ln in read(slog).split(b"\n") if b"slowly" in ln][:1]))
-        # a stream to a client that never reads, too short for the backlog's cancel: its thread waits in
-        # a write no byte of which is taken and lets go after HTTP_SEND_SECS (10 s) without progress,
-        # at the turn's end or before it where the turn is slow (a sanitizer tree); it waited 60 s after
-        # the turn's end. So: held while the stream runs, back well within 60 s of the request.
+           "%d streams whose clients never read: cancelled with 256 kB unsent (%d of them), their threads back "
+           "%.1f s later (%d threads, %d before), a chat answered %d in %.1f s (%r)"
+           % (N_UNREAD, read(slog).count(b"reads its stream too slowly"), t_back, n_threads(ps.pid), threads0, st,
+              time.time() - t0, [ln for ln in read(slog).split(b"\n") if b"slowly" in ln][:1]))
+    else:
+        ok(False, "the scripted server starts")
+    for u in unreads:
+        u.close()
+    ps.kill()
+    ps.wait()
+
+    # ---- 13: a response write that sees no byte taken for K3_SERVE_SEND_SECS (2 s here; default
+    # 10 s, the same code) closes the connection. A scripted reply, so the turn's length is the
+    # same on any machine.
+    SEND = 2
+    pn, nport, nlog = start_server(K3, M, T, env, procs, "send", K3_SERVE_SCRIPT=hold, K3_MAXT="65536",
+                                   K3_SERVE_SEND_SECS=str(SEND))
+    if nport:
+        exchange(nport, req("POST", "/v1/chat/completions", chat(max_tokens=2), key=None), timeout=60)
+        threads1 = n_threads(pn.pid)  # the server's threads once warm, no request in flight
+        # a stream to a client that never reads, too short for the backlog's cancel (1500 tokens,
+        # ~330 kB: ~135 kB in the sockets, the rest unsent): its thread waits in a write no byte of
+        # which is taken and lets go SEND s later, logging why; it waited 60 s after the turn's end
         u = socket.socket()
         u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        u.connect(("127.0.0.1", sport))
+        u.connect(("127.0.0.1", nport))
         t_req = time.time()
         u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=1500, stream=True), key=None))
-        unreads.append(u)
         held, t_back = False, None
         while time.time() - t_req < 45:
-            if n_threads(ps.pid) > threads0:
+            if n_threads(pn.pid) > threads1:
                 held = True
             elif held:
                 t_back = time.time() - t_req
                 break
-            time.sleep(0.1)
-        turn = read(slog).count(b"1500 completion tokens") > 0
-        ok(held and t_back is not None,
-           "a stream whose client never reads: its thread held while the answer waits (%s), back %s s after "
-           "the request (no byte taken for 10 s; the turn %s)"
-           % (held, "%.1f" % t_back if t_back is not None else "> 45", "ended" if turn else "was cut"))
-        # a client that reads slowly is served however slowly: 16 kB a second, so the server's writes
-        # wait longer than 10 s in all (~370 kB, ~160 kB of socket buffers, less than 256 kB behind)
-        # but bytes are taken all along
+            time.sleep(0.05)
+        why = [ln for ln in read(nlog).split(b"\n") if b"took no byte" in ln]
+        ok(held and t_back is not None and why and b"for %d s (K3_SERVE_SEND_SECS): closed" % SEND in why[0]
+           and b"too slowly" not in read(nlog),
+           "a stream whose client never reads: its thread held while the answer waits (%s), back %s s after the "
+           "request, the log saying why (%r)" % (held, "%.1f" % t_back if t_back is not None else "> 45", why[:1]))
+        u.close()
+        # a client that reads slowly is served however slowly: 16 kB every 0.5 s, so the server's writes
+        # wait several times SEND s in all (~370 kB, ~160 kB of socket buffers, less than 256 kB
+        # behind) but bytes are taken within every SEND s
         u = socket.socket()
         u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
-        u.connect(("127.0.0.1", sport))
+        u.connect(("127.0.0.1", nport))
         u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=1700, stream=True), key=None))
         got, t0 = b"", time.time()
-        u.settimeout(1)
+        u.settimeout(0.5)
         while time.time() - t0 < 60:
-            time.sleep(1)
+            time.sleep(0.5)
             try:
                 b = u.recv(16384)
             except socket.timeout:
@@ -543,15 +562,14 @@ try:
                 break
             got += b
         u.close()
-        ok(got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") and time.time() - t0 > 12,
-           "a stream read at 16 kB/s: served to its end in %.0f s (%d bytes; the socket full all along)"
+        ok(got.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n") and time.time() - t0 > 4 * SEND
+           and read(nlog).count(b"took no byte") == 1,
+           "a stream read at 32 kB/s: served to its end in %.0f s (%d bytes; the socket full all along)"
            % (time.time() - t0, len(got)))
+        pn.kill()
+        pn.wait()
     else:
-        ok(False, "the scripted server starts")
-    for u in unreads:
-        u.close()
-    ps.kill()
-    ps.wait()
+        ok(False, "the server with K3_SERVE_SEND_SECS=%d starts" % SEND)
 
     sanitizer_clean(T)
 finally:

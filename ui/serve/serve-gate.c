@@ -487,6 +487,7 @@ static void *req_main(void *arg) {
     int sndbuf = HTTP_SNDBUF; /* fixed: what a client that never reads leaves in the kernel is bounded */
     setsockopt(x->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     http_req q = {.fd        = x->fd,
+                  .send_secs = g->rules.send_secs,
                   .v11       = x->head.v11,
                   .head_only = !strcmp(x->buf, "HEAD"),
                   .key       = x->key,
@@ -657,11 +658,12 @@ static void *gate_main(void *arg) {
 /* ---- responses (a request's thread) ------------------------------------------------------------ */
 
 /* Writes wait in poll, not in a blocking send, so that the rule is the client's progress: a
- * write that sees no byte taken for HTTP_SEND_SECS ends the connection. A byte is taken when the
- * kernel accepts it or when the client's TCP acknowledges one (the socket's unacknowledged bytes,
- * SIOCOUTQ, go down): a client that reads slowly opens its window now and then and is served
- * however slowly; one that stopped reading acknowledges nothing. A connection shut down by
- * another thread (serve.c, a stream cancelled for its unread backlog) fails the write at once. */
+ * write that sees no byte taken for send_secs (K3_SERVE_SEND_SECS) ends the connection. A byte
+ * is taken when the kernel accepts it or when the client's TCP acknowledges one (the socket's
+ * unacknowledged bytes, SIOCOUTQ, go down): a client that reads slowly opens its window now and
+ * then and is served however slowly; one that stopped reading acknowledges nothing. A connection
+ * shut down by another thread (serve.c, a stream cancelled for its unread backlog) fails the
+ * write at once. */
 static int send_all(http_req *q, const char *p, size_t n) {
     double t_taken = mono();
     int    outq    = -1;
@@ -679,8 +681,8 @@ static int send_all(http_req *q, const char *p, size_t n) {
                     t_taken = mono(); /* the client acknowledged bytes: it reads */
                 outq = now_q;
             }
-            if (mono() - t_taken > HTTP_SEND_SECS)
-                q->failed = 1; /* no byte taken for HTTP_SEND_SECS */
+            if (mono() - t_taken > q->send_secs)
+                q->failed = q->stalled = 1; /* no byte taken for send_secs */
         } else {
             q->failed = 1; /* gone, or shut down */
         }

@@ -18,7 +18,6 @@
 #define HTTP_BURST_SECS 1    /* over it, only one incomplete for this long gives way      */
 #define HTTP_HEAD_SECS 10    /* the whole request head must arrive within this            */
 #define HTTP_QUEUE_SECS 10   /* a complete request waits this long for a slot, then 503    */
-#define HTTP_SEND_SECS 10    /* a response write that sees no byte taken this long: closed */
 #define HTTP_MAX_HEAD 16384  /* bytes of a request head (431 beyond)                      */
 #define HTTP_MAX_TARGET 8192 /* bytes of a request line (414 beyond)                       */
 #define HTTP_MAX_FIELDS 100  /* header fields of a request (431 beyond)                    */
@@ -29,6 +28,7 @@ typedef struct http_rules {
     const char *allow_hosts; /* comma-separated extra Host names for a keyless server, or NULL     */
     size_t      max_body;    /* Content-Length above this: 413 from the head                       */
     int         body_secs;   /* the body must be complete this long after the head (408)           */
+    int         send_secs;   /* a response write that sees no byte taken this long: closed          */
     /* The API key index of an Authorization value (v[0..n), white space around it trimmed; NULL
      * when absent), -1 for a missing or wrong key: 401 before any body is read. NULL: no keys. */
     int (*auth)(const char *v, size_t n);
@@ -67,7 +67,8 @@ int http_head_check(const char *p, size_t n, int eof, const http_rules *r, http_
 
 /* A complete request, checked, as the handler gets it. */
 typedef struct http_req {
-    int         fd;        /* the connection (writes end after HTTP_SEND_SECS untaken)    */
+    int         fd;        /* the connection (writes end after send_secs untaken)         */
+    int         send_secs; /* the rules' send_secs                                        */
     int         v11;       /* HTTP/1.1                                                   */
     int         head_only; /* HEAD: the response has no body                             */
     int         key;       /* its API key's index (0 when the server has none)           */
@@ -78,6 +79,7 @@ typedef struct http_req {
     int         sent;    /* the response has begun                                       */
     int         chunked; /* the stream is chunked (HTTP/1.1)                             */
     int         failed;  /* a write failed: the client is gone                           */
+    int         stalled; /* 1: that write saw no byte taken for send_secs (2: logged)    */
 } http_req;
 
 /* Answers q (a thread of the layer's; may block). Returns when the response is written. */

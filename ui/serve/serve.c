@@ -24,7 +24,8 @@
  * still become a stop string and cancels the turn when one appears. A streaming request's
  * thread writes the job's bytes as they come (a client that leaves SERVE_SSE_MAX unread is
  * cancelled and its connection shut down at once, so the thread blocked writing to it returns;
- * a write that sees no byte taken for HTTP_SEND_SECS ends too); a plain one waits for the end. Both wait in
+ * a write that sees no byte taken for K3_SERVE_SEND_SECS ends too); a plain one waits for the
+ * end. Both wait in
  * 100 ms steps and read the socket (bytes after the request dropped; 0 = closed): a client that went away
  * cancels its job (k3_conv_cancel of its slot), queued or running.
  *
@@ -243,7 +244,7 @@ static void sse_json(job *j, json_t *o) {
         serve_log("#%u: the client reads its stream too slowly (%zu bytes unsent): cancelled", j->seq,
                   j->sse.n);
         job_gone_locked(j);
-        /* and closed: its thread may wait in a write the client does not take (HTTP_SEND_SECS) */
+        /* and closed: its thread may wait in a write the client does not take (K3_SERVE_SEND_SECS) */
         if (j->fd >= 0)
             shutdown(j->fd, SHUT_RDWR);
     }
@@ -767,6 +768,11 @@ static void send_stream(http_req *con, job *j) {
                 break;
         }
     free(p);
+    if (con->stalled) {
+        serve_log("#%u: the client took no byte of its stream for %d s (K3_SERVE_SEND_SECS): closed", j->seq,
+                  con->send_secs);
+        con->stalled = 2;
+    }
     pthread_mutex_lock(&srv.mu);
     if (j->state == J_DONE && !con->failed)
         http_stream_end(con);
@@ -942,8 +948,7 @@ static void chat_completions(http_req *con) {
 }
 
 /* A request, read and checked by serve-gate.c (authenticated too): route it and answer. */
-static void on_request(void *cls, http_req *con) {
-    (void)cls;
+static void route(http_req *con) {
     const char *url = con->path, *method = con->method;
     int         get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/v1/models") || !strcmp(url, "/health") || !strncmp(url, "/v1/models/", 11)) {
@@ -970,6 +975,14 @@ static void on_request(void *cls, http_req *con) {
     snprintf(m, sizeof m, "no route %s %.200s (try GET /v1/models or POST /v1/chat/completions)", method,
              url);
     send_error(con, 404, "invalid_request_error", "not_found", m);
+}
+
+static void on_request(void *cls, http_req *con) {
+    (void)cls;
+    route(con);
+    if (con->stalled == 1) /* a stream's line has its number (send_stream) */
+        serve_log("%s %.200s: the client took no byte of its answer for %d s (K3_SERVE_SEND_SECS): closed",
+                  con->method, con->path, con->send_secs);
 }
 
 /* "[ADDR:]PORT": ADDR defaults to 127.0.0.1; IPv6 as [::1]:PORT. */
@@ -1069,12 +1082,13 @@ static int is_loopback(const struct sockaddr *a) {
 }
 
 /* The server's settings from the environment, read before the port is taken and the model
- * loads (a typo costs no load): K3_SERVE_BODY_SECS into *body_secs, the queue's, the prefill
- * chunk's and the shared prompt cache's (more snapshots and bytes than a chat's: 16, 2000 MB)
- * into srv. 0, or -1 with the reason on stderr. */
-static int serve_env(int *body_secs) {
+ * loads (a typo costs no load): K3_SERVE_BODY_SECS and K3_SERVE_SEND_SECS into the gate's rules,
+ * the queue's, the prefill chunk's and the shared prompt cache's (more snapshots and bytes than a
+ * chat's: 16, 2000 MB) into srv. 0, or -1 with the reason on stderr. */
+static int serve_env(http_rules *rules) {
     srv.snap_mb = 2000;
-    if (env_count(K3_SETTING_SERVE_BODY_SECS, SERVE_DEFAULT(SERVE_BODY_SECS), body_secs) ||
+    if (env_count(K3_SETTING_SERVE_BODY_SECS, SERVE_DEFAULT(SERVE_BODY_SECS), &rules->body_secs) ||
+        env_count(K3_SETTING_SERVE_SEND_SECS, SERVE_DEFAULT(SERVE_SEND_SECS), &rules->send_secs) ||
         env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
         env_count(K3_SETTING_SERVE_CHUNK, SERVE_DEFAULT(SERVE_CHUNK), &srv.chunk) ||
         env_count(K3_SETTING_SERVE_QUEUE_SECS, SERVE_DEFAULT(SERVE_QUEUE_SECS), &srv.queue_secs) ||
@@ -1215,8 +1229,11 @@ int cli_serve(const ui_opts *o) {
         freeaddrinfo(ai);
         return 2;
     }
-    int body_secs; /* a bad setting fails here, before the port is taken */
-    if (serve_env(&body_secs)) {
+    http_rules rules = {.keyless     = !o->api_key,
+                        .allow_hosts = o->allow_hosts,
+                        .max_body    = SERVE_MAX_BODY,
+                        .auth        = srv.n_keys ? auth_key : NULL};
+    if (serve_env(&rules)) { /* a bad setting fails here, before the port is taken */
         free_keys();
         freeaddrinfo(ai);
         return 2;
@@ -1227,11 +1244,6 @@ int cli_serve(const ui_opts *o) {
                 "the model (set K3_API_KEY)\n",
                 o->serve);
     /* the port first: a port in use fails at once, before the model loads */
-    http_rules  rules = {.keyless     = !o->api_key,
-                         .allow_hosts = o->allow_hosts,
-                         .max_body    = SERVE_MAX_BODY,
-                         .body_secs   = body_secs,
-                         .auth        = srv.n_keys ? auth_key : NULL};
     const char *step;
     http_gate  *gate = http_gate_open(ai->ai_addr, ai->ai_addrlen, &rules, &step);
     if (!gate) {
