@@ -18,9 +18,15 @@
  *   sidecars are aligned in the file and usable from a mapping; data starts 64-byte aligned.
  * - Resume: a shard whose final file exists with exactly the planned header (which records the
  *   bits and the source shard's name, size and mtime) and size is skipped; a killed run leaves
- *   only .partial files, which the next run overwrites. --shards picks source shards (1-based, "1-3,7") so
- * disjoint runs can share the work; each run then rebuilds the index from every completed shard in DST (under
- * a lock, temp + rename), refusing to publish one when a tensor name appears twice.
+ *   only .partial files, which the next run overwrites. A write error, SIGINT, SIGTERM or SIGHUP
+ *   removes the shard's .partial file (the completed shards stay for the next run).
+ * - Nothing half-done is published: a DST that holds a model k3-repack did not write (config.json
+ *   without k3_container, a shard without its metadata) is refused before any work, and before
+ *   the first shard of a run is written DST's index and config.json are removed, so a container
+ *   rewritten in part (killed while going from 8 to 4 bits) is no model until a run completes.
+ * - --shards picks source shards (1-based, "1-3,7") so disjoint runs can share the work; each
+ *   run then rebuilds the index from every completed shard in DST (under a lock, temp + rename),
+ *   refusing to publish one when a tensor name appears twice.
  * - --verify-full re-reads every expert byte of every selected shard (fresh or skipped) from
  *   DST and compares it with the source.
  * Test hook: K3_REPACK_KILL_AT=N sends SIGKILL to the process halfway through the N-th shard it
@@ -121,6 +127,18 @@ typedef struct ctx {
     int       tty;
     int       kill_at, n_started;
 } ctx;
+
+static volatile sig_atomic_t stop_sig; /* SIGINT, SIGTERM or SIGHUP received: stop at the next chunk */
+
+static void on_signal(int sig) {
+    stop_sig = sig;
+}
+
+/* K3_ABORTED when a stop signal came (the caller removes what it was writing). */
+static k3_status check_stop(void) {
+    return stop_sig ? k3_err(K3_ABORTED, "interrupted by signal %d (%s)", (int)stop_sig, strsignal(stop_sig))
+                    : K3_OK;
+}
 
 static void die_oom(void) {
     fprintf(stderr, "k3-repack: out of memory\n");
@@ -595,7 +613,7 @@ static k3_status do_pass(ctx *c, const wctx *o, const plan *p, const job *j, uns
     const st_tensor *t  = st_tensor_at(c->d, j->src);
     const item      *it = &p->items[j->w];
     k3_status        st = K3_OK;
-    for (uint64_t k = 0; k < t->nbytes && !st; k += CHUNK_BYTES) {
+    for (uint64_t k = 0; k < t->nbytes && !st && !(st = check_stop()); k += CHUNK_BYTES) {
         size_t n = (size_t)(t->nbytes - k < CHUNK_BYTES ? t->nbytes - k : CHUNK_BYTES);
         if (!src_hole(st_shard_fd(c->d, t->shard), t->offset + k, n)) {
             if ((st = st_read_at(c->d, t->shard, buf, n, t->offset + k)))
@@ -625,7 +643,7 @@ static k3_status do_mat(ctx *c, const wctx *o, const plan *p, const job *j) {
     if (!raw || !w || !f || (srow && !s))
         die_oom();
     int zero_rows = -1; /* rows of w and s hold the quantized zero row: as many as last filled */
-    for (int64_t r0 = 0; r0 < x->rows && !st; r0 += step) {
+    for (int64_t r0 = 0; r0 < x->rows && !st && !(st = check_stop()); r0 += step) {
         int64_t n = x->rows - r0 < step ? x->rows - r0 : step;
         if (src_hole(st_shard_fd(c->d, t->shard), t->offset + (uint64_t)r0 * cols * es,
                      (uint64_t)n * cols * es)) {
@@ -687,7 +705,7 @@ static k3_status do_kvb(ctx *c, const wctx *o, const plan *p, const job *j) {
     k3_status st = K3_OK;
     if (!raw || !w || !s || !f || !kt)
         die_oom();
-    for (int h = 0; h < k->Hm && !st; h++) {
+    for (int h = 0; h < k->Hm && !st && !(st = check_stop()); h++) {
         if ((st = read_rows(c, t, kl, (int64_t)h * hr, hr, raw, f)))
             break;
         for (int i = 0; i < kl; i++)
@@ -776,7 +794,7 @@ static k3_status verify_experts(ctx *c, const plan *p, const char *path) {
         die_oom();
     if (fd < 0)
         st = k3_err(K3_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    for (int jn = 0; jn < p->n_jobs && !st; jn++) {
+    for (int jn = 0; jn < p->n_jobs && !st && !(st = check_stop()); jn++) {
         const job *j = &p->jobs[jn];
         if (j->role != R_EXPERT)
             continue;
@@ -817,7 +835,8 @@ static k3_status fsync_dir(const char *dir) {
     return r ? k3_err(K3_ERR_IO, "%s: fsync failed: %s", dir, strerror(errno)) : K3_OK;
 }
 
-/* Write plan p to tmp (every job), fsync. */
+/* Write plan p to tmp (every job), fsync. On failure tmp is removed: a resumed run starts the
+ * shard afresh, and a full disk gets its space back. */
 static k3_status write_shard(ctx *c, const plan *p, const char *tmp) {
     wctx o = {.path = tmp, .base = p->header_len};
     o.fd   = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -832,7 +851,7 @@ static k3_status write_shard(ctx *c, const plan *p, const char *tmp) {
     if (!st && ftruncate(o.fd, (off_t)(p->header_len + p->data_bytes))) /* all-zero experts are skipped */
         st = k3_err(K3_ERR_IO, "%s: cannot size to %llu bytes: %s", tmp,
                     (unsigned long long)(p->header_len + p->data_bytes), strerror(errno));
-    for (int jn = 0; jn < p->n_jobs && !st; jn++) {
+    for (int jn = 0; jn < p->n_jobs && !st && !(st = check_stop()); jn++) {
         const job *j = &p->jobs[jn];
         if (c->kill_at == c->n_started && jn == p->n_jobs / 2) {
             fsync(o.fd); /* make the partial file real, then die as kill -9 would */
@@ -862,6 +881,14 @@ static k3_status write_shard(ctx *c, const plan *p, const char *tmp) {
         st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     if (close(o.fd) && !st)
         st = k3_err(K3_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+    if (st) {
+        unlink(tmp);
+        if (st == K3_ABORTED)
+            k3_err(st,
+                   "%s: interrupted by signal %d (%s): this partial shard removed, the completed ones kept "
+                   "(run again to resume)",
+                   tmp, (int)stop_sig, strsignal(stop_sig));
+    }
     return st;
 }
 
@@ -1093,6 +1120,62 @@ static k3_status write_small_files(const ctx *c) {
     return st;
 }
 
+/* ==== what DST holds ========================================================================== */
+
+/* A DST that holds a model k3-repack did not write is refused before any work: its shards would
+ * be replaced one by one (the same names) or left beside ours. config.json must have the
+ * k3_container section and every *.safetensors file our metadata, when there. */
+static k3_status dst_check(const ctx *c) {
+    const char *dst = c->o.dst;
+    char       *cp  = xasprintf("%s/config.json", dst);
+    k3_status   st  = K3_OK;
+    if (access(cp, F_OK) == 0) {
+        rp_info info;
+        if ((st = rp_info_load(dst, &info)))
+            k3_err_prefix("%s", dst);
+        else if (!info.present)
+            st = k3_err(K3_ERR_ARG,
+                        "%s holds a model that k3-repack did not write (config.json has no " RP_CONFIG_KEY
+                        "): write the container to an empty directory",
+                        dst);
+    }
+    free(cp);
+    struct dirent **ents = NULL;
+    int             n    = st ? 0 : scandir(dst, &ents, NULL, alphasort);
+    if (n < 0)
+        st = k3_err(K3_ERR_IO, "%s: cannot list: %s", dst, strerror(errno));
+    for (int i = 0; i < n; i++) {
+        if (!st && is_shard_name(ents[i]->d_name)) {
+            char   *path = xasprintf("%s/%s", dst, ents[i]->d_name);
+            json_t *h;
+            if (!(st = read_out_header(path, ents[i]->d_name, &h)))
+                json_decref(h);
+            else
+                k3_err_prefix("%s", dst);
+            free(path);
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    return st;
+}
+
+/* Before the first shard of a run is written: DST's index and config.json go, so that until
+ * a run completes (and writes them anew) DST is no model a load would take as complete. */
+static k3_status unpublish(const ctx *c) {
+    const char *names[] = {INDEX_FILE, "config.json"};
+    for (int i = 0; i < 2; i++) {
+        char *p = xasprintf("%s/%s", c->o.dst, names[i]);
+        int   r = access(p, F_OK) == 0 && unlink(p) && errno != ENOENT;
+        if (r)
+            k3_err(K3_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
+        free(p);
+        if (r)
+            return K3_ERR_IO;
+    }
+    return fsync_dir(c->o.dst);
+}
+
 /* ==== command line ============================================================================ */
 
 static void usage(FILE *f) {
@@ -1191,7 +1274,9 @@ static k3_status run(ctx *c) {
         if (!stat(c->o.src, &sa) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino)
             st = k3_err(K3_ERR_ARG, "DST is SRC (%s): write the container to another directory", c->o.dst);
     }
-    int n_out = 0, n_done = 0, n_skip = 0;
+    if (!st)
+        st = dst_check(c);
+    int n_out = 0, n_done = 0, n_skip = 0, unpublished = 0;
     for (int s = 0; s < ns && !st; s++) {
         if (!st_shard_opened(c->d, s))
             continue;
@@ -1204,7 +1289,7 @@ static k3_status run(ctx *c) {
             c->total += pl[s].src_bytes + (c->o.verify_full ? pl[s].exp_bytes : 0);
     }
     c->t0 = c->t_last = k3_time();
-    for (int s = 0; s < ns && !st; s++) {
+    for (int s = 0; s < ns && !st && !(st = check_stop()); s++) {
         if (!sel[s] || !pl[s].n_items)
             continue;
         const char *name = st_shard_name(c->d, s);
@@ -1216,8 +1301,11 @@ static k3_status run(ctx *c) {
             if (c->o.verify_full)
                 st = verify_experts(c, &pl[s], fin);
         } else {
-            if (!(st = write_shard(c, &pl[s], tmp)) && c->o.verify_full)
-                st = verify_experts(c, &pl[s], tmp);
+            if (!unpublished && !(st = unpublish(c)))
+                unpublished = 1;
+            if (!st && !(st = write_shard(c, &pl[s], tmp)) && c->o.verify_full &&
+                (st = verify_experts(c, &pl[s], tmp)))
+                unlink(tmp);
             if (!st && rename(tmp, fin))
                 st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
             if (!st)
@@ -1313,7 +1401,14 @@ int main(int argc, char **argv) {
     if (c.o.jobs)
         omp_set_num_threads(c.o.jobs);
 #endif
-    c.tty        = isatty(2);
+    c.tty               = isatty(2);
+    struct sigaction sa = {0}; /* a stop signal ends the shard being written (its .partial removed) */
+    sa.sa_handler       = on_signal;
+    sa.sa_flags         = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     k3_status st = k3_setting_env_int(K3_SETTING_REPACK_KILL_AT, &c.kill_at); /* test hook */
     if (st == K3_OK)
         st = run(&c);
@@ -1324,7 +1419,10 @@ int main(int argc, char **argv) {
         if (c.tty && !c.o.quiet)
             fputs("\r\033[K", stderr);
         fprintf(stderr, "k3-repack: %s\n", k3_errmsg());
-        return 1;
     }
-    return 0;
+    if (stop_sig) { /* the signal's own status (130, 143), as its default action would give */
+        signal(stop_sig, SIG_DFL);
+        raise(stop_sig);
+    }
+    return st ? 1 : 0;
 }
