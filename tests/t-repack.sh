@@ -293,9 +293,14 @@ ok $? "a container matrix without its scale sidecar: clear error naming it ($(he
 "$RP" "$T/src" "$T/x" --bits 8 --head-bits 16 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ]; ok $? "--head-bits 16 rejected"
 "$RP" "$T/src" "$T/x" --bits 8 --shards 3-99 >/dev/null 2>"$T/err"; rc=$?
-[ "$rc" = 1 ] && grep -q -- "--shards" "$T/err"; ok $? "--shards 3-99 out of range rejected ($(head -c 120 "$T/err"))"
-"$RP" "$T/src" "$T/x" --bits 8 --shards 2-1 >/dev/null 2>"$T/err"; rc=$?
-[ "$rc" = 1 ]; ok $? "--shards 2-1 rejected"
+[ "$rc" = 2 ] && grep -q -- "--shards '3-99': shard 99 is past the last: .*src has shards 1..8" "$T/err" && [ ! -e "$T/x" ]
+ok $? "--shards 3-99 out of range: usage error naming the last shard, nothing written ($(head -c 120 "$T/err"))"
+bad_l=
+for l in 2-1 abc 0 1, 1,,2 1- ' 3' +3 3-+5 99999999999; do
+    "$RP" "$T/nonexistent" "$T/x" --bits 8 --shards "$l" >/dev/null 2>"$T/err"; rc=$?
+    [ "$rc" = 2 ] && grep -q -- "--shards '$l': expected shard numbers from 1" "$T/err" || bad_l="$bad_l [$l] $rc"
+done
+[ -z "${bad_l:-}" ]; ok $? "malformed --shards lists: usage error (exit 2) before the source is read (failed:${bad_l:- none})"
 "$RP" "$T/src" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ]; ok $? "a missing DST is a usage error"
 "$RP" "$T/nonexistent" "$T/x" --bits 8 >/dev/null 2>"$T/err"; rc=$?

@@ -6,7 +6,7 @@
  * A setting is a space-separated list of K3_* environment assignments, applied on top of the
  * caller's environment for that run only ("" = the defaults), e.g.
  *   k3-ab m/ 'K3_BITS=32 K3_MLA_BITS=32 K3_HEAD_BITS=32 K3_IDOT=0' 'K3_BITS=4'
- * Tokens: --text FILE (UTF-8 text, encoded with the model's tokenizer, special-token names as
+ * Tokens, given one way (two of these options: exit 2): --text FILE (UTF-8 text, encoded with the model's tokenizer, special-token names as
  * plain text), --ids 'ID ID ...' or --ids-file FILE (whitespace-separated ids), or --random N
  * (N ids drawn uniformly from the vocabulary with --seed S, default 1; the default is
  * --random 64). --max N keeps the first N tokens. Each setting loads the model, feeds the whole sequence once
@@ -178,6 +178,7 @@ int main(int argc, char **argv) {
     int                n_random = 64, n_max = 0;
     unsigned long long seed = 1;
     int                ai   = 1;
+    const char        *src  = NULL; /* the option that gave the tokens: one of the four at most */
     for (; ai < argc && argv[ai][0] == '-' && argv[ai][1]; ai++) {
         const char *o = argv[ai];
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -189,6 +190,16 @@ int main(int argc, char **argv) {
             return 2;
         }
         const char *v = argv[++ai];
+        if (!strcmp(o, "--ids") || !strcmp(o, "--ids-file") || !strcmp(o, "--text") ||
+            !strcmp(o, "--random")) {
+            if (src && strcmp(src, o)) {
+                fprintf(stderr,
+                        "k3-ab: %s and %s: give the tokens one way (--text, --ids, --ids-file or --random)\n",
+                        src, o);
+                return 2;
+            }
+            src = o;
+        }
         if (!strcmp(o, "--ids"))
             ids_text = v;
         else if (!strcmp(o, "--ids-file"))

@@ -999,7 +999,7 @@ static const struct mk_int_opt {
     {"dense", 0, MK_MAX_LAYERS, offsetof(mk_shape, first_dense)},
     {"experts", 1, 4096, offsetof(mk_shape, n_exp)},
     {"active", 1, 4096, offsetof(mk_shape, n_act)},
-    {"shared", 0, 64, offsetof(mk_shape, n_shared)},
+    {"shared", 1, K3_MAX_SHARED, offsetof(mk_shape, n_shared)}, /* config.c's range */
     {"block", 1, MK_MAX_LAYERS, offsetof(mk_shape, block)},
     {"merges", 0, 1 << 20, offsetof(mk_shape, merges)},
 };

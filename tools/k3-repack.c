@@ -45,6 +45,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -126,6 +127,7 @@ typedef struct ctx {
     double    t0, t_last;
     int       tty;
     int       kill_at, n_started;
+    int       usage; /* the error is the command line's: exit 2 */
 } ctx;
 
 static volatile sig_atomic_t stop_sig; /* SIGINT, SIGTERM or SIGHUP received: stop at the next chunk */
@@ -1200,38 +1202,42 @@ static int parse_bits(const char *opt, const char *v, int allow32) {
     char *end;
     long  b = strtol(v, &end, 10);
     if (*end || !(b == 4 || b == 8 || (allow32 && b == 32))) {
-        fprintf(stderr, "k3-repack: %s '%s': expected 4, 8%s\n", opt, v, allow32 ? " or 32" : "");
+        fprintf(stderr, "k3-repack: %s '%s': expected %s\n", opt, v, allow32 ? "4, 8 or 32" : "4 or 8");
         exit(2);
     }
     return (int)b;
 }
 
-/* "1-3,7" -> sel[0..n) (1-based numbers in the list). */
-static int parse_shards(const char *list, int n, unsigned char *sel) {
-    const char *p = list;
-    if (!*p)
+/* A shard number of a --shards list: digits only (no sign, space or hex), 1..INT_MAX. */
+static long shard_num(const char **p) {
+    long v = 0;
+    if (**p < '0' || **p > '9')
         return -1;
-    while (*p) {
-        char *end;
-        long  a = strtol(p, &end, 10), b = a;
-        if (end == p)
+    for (; **p >= '0' && **p <= '9'; ++*p)
+        if ((v = v * 10 + (**p - '0')) > INT_MAX)
             return -1;
-        p = end;
+    return v;
+}
+
+/* "1-3,7": ranges a-b (a <= b) and numbers, comma-separated, from 1. *max: the largest number;
+ * with sel, sel[i - 1] = 1 for each (every number at most *max, which the caller checked).
+ * -1 when the list is malformed. */
+static int parse_shards(const char *list, unsigned char *sel, long *max) {
+    const char *p = list;
+    *max          = 0;
+    do {
+        long a = shard_num(&p), b = a;
         if (*p == '-') {
-            b = strtol(++p, &end, 10);
-            if (end == p)
-                return -1;
-            p = end;
-        }
-        if (a < 1 || b < a || b > n)
-            return -1;
-        for (long i = a; i <= b; i++)
-            sel[i - 1] = 1;
-        if (*p == ',')
             p++;
-        else if (*p)
+            b = shard_num(&p);
+        }
+        if (a < 1 || b < a || (*p && *p != ','))
             return -1;
-    }
+        if (b > *max)
+            *max = b;
+        for (long i = a; sel && i <= b; i++)
+            sel[i - 1] = 1;
+    } while (*p++ == ',');
     return 0;
 }
 
@@ -1245,9 +1251,17 @@ static k3_status run(ctx *c) {
                       "%s is already a k3 container (config.json has " RP_CONFIG_KEY
                       "); repack the release checkpoint",
                       c->o.src);
-    if ((st = st_open(c->o.src, &c->d)) || (st = cfg_check_tensors(&c->cfg, c->d)))
+    if ((st = st_open(c->o.src, &c->d)))
         return st;
-    int ns = st_n_shards(c->d);
+    int  ns = st_n_shards(c->d);
+    long mx = 0;
+    if (c->o.shards && (parse_shards(c->o.shards, NULL, &mx) || mx > ns)) { /* main checked the form */
+        c->usage = 1;
+        return k3_err(K3_ERR_ARG, "--shards '%s': shard %ld is past the last: %s has shards 1..%d",
+                      c->o.shards, mx, c->o.src, ns);
+    }
+    if ((st = cfg_check_tensors(&c->cfg, c->d)))
+        return st;
     if (!(c->ti = calloc((size_t)st_n_tensors(c->d) + 1, sizeof *c->ti)))
         die_oom();
     classify(c);
@@ -1258,12 +1272,8 @@ static k3_status run(ctx *c) {
         die_oom();
     if (!c->o.shards)
         memset(sel, 1, (size_t)ns);
-    else if (parse_shards(c->o.shards, ns, sel)) {
-        free(sel);
-        free(pl);
-        return k3_err(K3_ERR_ARG, "--shards '%s': expected a list like 1-3,7 of shard numbers in 1..%d",
-                      c->o.shards, ns);
-    }
+    else
+        parse_shards(c->o.shards, sel, &mx);
     struct stat sb;
     if (mkdir(c->o.dst, 0755) && errno != EEXIST)
         st = k3_err(K3_ERR_IO, "%s: cannot create: %s", c->o.dst, strerror(errno));
@@ -1365,9 +1375,18 @@ int main(int argc, char **argv) {
         case O_HEAD:
             c.o.head_bits = parse_bits("--head-bits", optarg, 1);
             break;
-        case O_SHARDS:
+        case O_SHARDS: {
+            long mx;
+            if (parse_shards(optarg, NULL, &mx)) {
+                fprintf(stderr,
+                        "k3-repack: --shards '%s': expected shard numbers from 1 and ranges, comma-separated "
+                        "(e.g. 1-3,7)\n",
+                        optarg);
+                return 2;
+            }
             c.o.shards = optarg;
             break;
+        }
         case O_JOBS: {
             char *end;
             long  j = strtol(optarg, &end, 10);
@@ -1424,5 +1443,5 @@ int main(int argc, char **argv) {
         signal(stop_sig, SIG_DFL);
         raise(stop_sig);
     }
-    return st ? 1 : 0;
+    return st ? c.usage ? 2 : 1 : 0;
 }
