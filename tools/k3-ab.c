@@ -6,10 +6,10 @@
  * A setting is a space-separated list of K3_* environment assignments, applied on top of the
  * caller's environment for that run only ("" = the defaults), e.g.
  *   k3-ab m/ 'K3_BITS=32 K3_MLA_BITS=32 K3_HEAD_BITS=32 K3_IDOT=0' 'K3_BITS=4'
- * Tokens, given one way (two of these options: exit 2): --text FILE (UTF-8 text, encoded with the model's tokenizer, special-token names as
- * plain text), --ids 'ID ID ...' or --ids-file FILE (whitespace-separated ids), or --random N
- * (N ids drawn uniformly from the vocabulary with --seed S, default 1; the default is
- * --random 64). --max N keeps the first N tokens. Each setting loads the model, feeds the whole sequence once
+ * Tokens, given one way (two of these options: exit 2): --text FILE (UTF-8 text, encoded with
+ * the model's tokenizer, special-token names as plain text), --ids 'ID ID ...' or --ids-file
+ * FILE (whitespace-separated ids), or --random N (N ids drawn uniformly from the vocabulary
+ * with --seed S, default 1; the default is --random 64). --max N keeps the first N tokens. Each setting loads the model, feeds the whole sequence once
  * (chunked prefill; the engine's K3_LOGITS hook writes every position's logits to a scratch file) and frees
  * it.
  *
