@@ -9,9 +9,9 @@
  * Tokens, given one way (two of these options: exit 2): --text FILE (UTF-8 text, encoded with
  * the model's tokenizer, special-token names as plain text), --ids 'ID ID ...' or --ids-file
  * FILE (whitespace-separated ids), or --random N (N ids drawn uniformly from the vocabulary
- * with --seed S, default 1; the default is --random 64). --max N keeps the first N tokens. Each setting loads the model, feeds the whole sequence once
- * (chunked prefill; the engine's K3_LOGITS hook writes every position's logits to a scratch file) and frees
- * it.
+ * with --seed S, default 1; the default is --random 64). --max N keeps the first N tokens. Each setting loads
+ * the model, feeds the whole sequence once (chunked prefill; the engine's K3_LOGITS hook writes every
+ * position's logits to a scratch file) and frees it.
  *
  * Report (A is the reference): per position the softmax of each side; then
  *   top1      fraction of positions where argmax A == argmax B
