@@ -61,8 +61,8 @@ static int setting_parse(setting *s, const char *text) {
          tok = strtok_r(NULL, " \t\n", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq || eq == tok || strncmp(tok, "K3_", 3) != 0 || s->n == MAX_VARS) {
-            fprintf(stderr, "k3-ab: setting '%s': expected K3_NAME=VALUE assignments (at most %d)\n", tok,
-                    MAX_VARS);
+            txt_term_printf(stderr, "k3-ab: setting '%s': expected K3_NAME=VALUE assignments (at most %d)\n",
+                            tok, MAX_VARS);
             return -1;
         }
         *eq            = '\0';
@@ -124,7 +124,7 @@ static int run_setting(const char *dir, setting *s, const int32_t *ids, int n, i
     if (st == K3_OK)
         st = k3_session_feed(se, ids, n);
     if (st != K3_OK) {
-        fprintf(stderr, "k3-ab: %s: %s\n", k3_status_str(st), k3_errmsg());
+        txt_term_printf(stderr, "k3-ab: %s: %s\n", k3_status_str(st), k3_errmsg());
         goto done;
     }
     k3_session_free(se); /* flushes and closes the K3_LOGITS file */
@@ -135,7 +135,7 @@ static int run_setting(const char *dir, setting *s, const int32_t *ids, int n, i
     *out   = malloc((size_t)n * info.vocab * sizeof(float));
     f      = fopen(path, "rb");
     if (!*out || !f || fread(*out, sizeof(float) * info.vocab, (size_t)n, f) != (size_t)n) {
-        fprintf(stderr, "k3-ab: reading %d x %d logits from %s failed\n", n, info.vocab, path);
+        txt_term_printf(stderr, "k3-ab: reading %d x %d logits from %s failed\n", n, info.vocab, path);
         free(*out);
         *out = NULL;
         goto done;
@@ -186,16 +186,17 @@ int main(int argc, char **argv) {
             return 0;
         }
         if (ai + 1 >= argc) {
-            fprintf(stderr, "k3-ab: %s needs a value\n", o);
+            txt_term_printf(stderr, "k3-ab: %s needs a value\n", o);
             return 2;
         }
         const char *v = argv[++ai];
         if (!strcmp(o, "--ids") || !strcmp(o, "--ids-file") || !strcmp(o, "--text") ||
             !strcmp(o, "--random")) {
             if (src && strcmp(src, o)) {
-                fprintf(stderr,
-                        "k3-ab: %s and %s: give the tokens one way (--text, --ids, --ids-file or --random)\n",
-                        src, o);
+                txt_term_printf(
+                    stderr,
+                    "k3-ab: %s and %s: give the tokens one way (--text, --ids, --ids-file or --random)\n",
+                    src, o);
                 return 2;
             }
             src = o;
@@ -216,7 +217,7 @@ int main(int argc, char **argv) {
             if (tool_u64("k3-ab", "seed", v, &seed))
                 return 2;
         } else {
-            fprintf(stderr, "k3-ab: unknown option '%s'\n", o);
+            txt_term_printf(stderr, "k3-ab: unknown option '%s'\n", o);
             usage(stderr);
             return 2;
         }
@@ -241,7 +242,7 @@ int main(int argc, char **argv) {
         const char *fn = text_file ? text_file : ids_file;
         FILE       *f  = fopen(fn, "rb");
         if (!f) {
-            fprintf(stderr, "k3-ab: %s: %s\n", fn, strerror(errno));
+            txt_term_printf(stderr, "k3-ab: %s: %s\n", fn, strerror(errno));
             goto out;
         }
         size_t cap = 1 << 16;
@@ -276,7 +277,7 @@ int main(int argc, char **argv) {
             st = k3_tok_encode(tok, text, len, 0, &v);
         k3_tok_free(tok);
         if (st != K3_OK) {
-            fprintf(stderr, "k3-ab: %s: %s\n", text_file, k3_errmsg());
+            txt_term_printf(stderr, "k3-ab: %s: %s\n", text_file, k3_errmsg());
             k3_ids_free(&v);
             rc = 1;
             goto out;
@@ -287,7 +288,7 @@ int main(int argc, char **argv) {
         k3_ids    v  = {0};
         k3_status st = k3_ids_parse(ids_text, INT32_MAX, &v);
         if (st) {
-            fprintf(stderr, "k3-ab: token ids: %s\n", k3_errmsg());
+            txt_term_printf(stderr, "k3-ab: token ids: %s\n", k3_errmsg());
             k3_ids_free(&v);
             rc = st == K3_ERR_ARG ? 2 : 1; /* a bad id is a usage error */
             goto out;
@@ -299,7 +300,7 @@ int main(int argc, char **argv) {
         k3_params p;
         k3_model *m = NULL;
         if (k3_params_default(&p) || k3_model_open(dir, &p, &m)) {
-            fprintf(stderr, "k3-ab: %s\n", k3_errmsg());
+            txt_term_printf(stderr, "k3-ab: %s\n", k3_errmsg());
             rc = 1;
             goto out;
         }

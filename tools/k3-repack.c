@@ -185,10 +185,12 @@ static void progress(ctx *c, uint64_t add, const char *what) {
         for (int i = 0; i < 30; i++)
             bar[i] = i < k ? '#' : '.';
         bar[30] = 0;
-        fprintf(stderr, "\r[%s] %5.1f%% %8.1f MB/s %s left  %-40.40s\033[K", bar, pct, rate / 1e6, left,
-                what);
+        fputc('\r', stderr); /* the name (the model's text) escaped, the bar's own controls not */
+        txt_term_printf(stderr, "[%s] %5.1f%% %8.1f MB/s %s left  %-40.40s", bar, pct, rate / 1e6, left,
+                        what);
+        fputs("\033[K", stderr);
     } else {
-        fprintf(stderr, "k3-repack: %5.1f%% %.1f MB/s %s left (%s)\n", pct, rate / 1e6, left, what);
+        txt_term_printf(stderr, "k3-repack: %5.1f%% %.1f MB/s %s left (%s)\n", pct, rate / 1e6, left, what);
     }
 }
 
@@ -200,11 +202,13 @@ static void say(const ctx *c, const char *fmt, ...) {
     if (c->tty)
         fputs("\r\033[K", stderr);
     va_list ap;
+    char   *m = NULL;
     va_start(ap, fmt);
-    fputs("k3-repack: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    if (vasprintf(&m, fmt, ap) < 0)
+        die_oom();
     va_end(ap);
+    txt_term_printf(stderr, "k3-repack: %s\n", m); /* shard names come from the source's index */
+    free(m);
 }
 
 /* ==== classification: the same matrix classes as load.c ===================================== */
@@ -1202,7 +1206,8 @@ static int parse_bits(const char *opt, const char *v, int allow32) {
     char *end;
     long  b = strtol(v, &end, 10);
     if (*end || !(b == 4 || b == 8 || (allow32 && b == 32))) {
-        fprintf(stderr, "k3-repack: %s '%s': expected %s\n", opt, v, allow32 ? "4, 8 or 32" : "4 or 8");
+        txt_term_printf(stderr, "k3-repack: %s '%s': expected %s\n", opt, v,
+                        allow32 ? "4, 8 or 32" : "4 or 8");
         exit(2);
     }
     return (int)b;
@@ -1378,10 +1383,11 @@ int main(int argc, char **argv) {
         case O_SHARDS: {
             long mx;
             if (parse_shards(optarg, NULL, &mx)) {
-                fprintf(stderr,
-                        "k3-repack: --shards '%s': expected shard numbers from 1 and ranges, comma-separated "
-                        "(e.g. 1-3,7)\n",
-                        optarg);
+                txt_term_printf(
+                    stderr,
+                    "k3-repack: --shards '%s': expected shard numbers from 1 and ranges, comma-separated "
+                    "(e.g. 1-3,7)\n",
+                    optarg);
                 return 2;
             }
             c.o.shards = optarg;
@@ -1391,7 +1397,7 @@ int main(int argc, char **argv) {
             char *end;
             long  j = strtol(optarg, &end, 10);
             if (*end || j < 1 || j > 1024) {
-                fprintf(stderr, "k3-repack: --jobs '%s': expected 1..1024\n", optarg);
+                txt_term_printf(stderr, "k3-repack: --jobs '%s': expected 1..1024\n", optarg);
                 return 2;
             }
             c.o.jobs = (int)j;
@@ -1437,7 +1443,7 @@ int main(int argc, char **argv) {
     if (st) {
         if (c.tty && !c.o.quiet)
             fputs("\r\033[K", stderr);
-        fprintf(stderr, "k3-repack: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3-repack: %s\n", k3_errmsg()); /* paths, names: escaped */
     }
     if (stop_sig) { /* the signal's own status (130, 143), as its default action would give */
         signal(stop_sig, SIG_DFL);

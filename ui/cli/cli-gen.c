@@ -68,7 +68,8 @@ static int load_grammar(const ui_opts *o, const k3_tok *tok, int32_t n_vocab, in
     if (o->json_schema) {
         FILE *f = fopen(o->json_schema, "rb");
         if (!f) {
-            fprintf(stderr, "k3chat: --json-schema: cannot open %s: %s\n", o->json_schema, strerror(errno));
+            txt_term_printf(stderr, "k3chat: --json-schema: cannot open %s: %s\n", o->json_schema,
+                            strerror(errno));
             return -1;
         }
         k3_buf b = {0};
@@ -80,7 +81,7 @@ static int load_grammar(const ui_opts *o, const k3_tok *tok, int32_t n_vocab, in
         int bad = ferror(f) || b.oom;
         fclose(f);
         if (bad) {
-            fprintf(stderr, "k3chat: --json-schema: cannot read %s\n", o->json_schema);
+            txt_term_printf(stderr, "k3chat: --json-schema: cannot read %s\n", o->json_schema);
             free(b.p);
             return -1;
         }
@@ -215,7 +216,7 @@ done:
 static int oneshot_ids(const ui_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
     k3_ids parsed = {0};
     if (k3_ids_parse(o->ids, INT32_MAX, &parsed)) {
-        fprintf(stderr, "k3chat: --ids: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: --ids: %s\n", k3_errmsg());
         k3_ids_free(&parsed);
         return 2;
     }
@@ -264,7 +265,7 @@ int cli_oneshot(const ui_opts *o) {
         int       n   = (int)pre.n;
         k3_ids_free(&pre);
         if (ps != K3_OK || n == 0) {
-            fprintf(stderr, "k3chat: --ids: %s\n", ps != K3_OK ? k3_errmsg() : "no token ids given");
+            txt_term_printf(stderr, "k3chat: --ids: %s\n", ps != K3_OK ? k3_errmsg() : "no token ids given");
             return 2;
         }
     }

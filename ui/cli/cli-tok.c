@@ -18,7 +18,7 @@
 static char *slurp(const char *path, size_t *len) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) {
-        fprintf(stderr, "k3chat: %s: %s\n", path, strerror(errno));
+        txt_term_printf(stderr, "k3chat: %s: %s\n", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
@@ -37,8 +37,8 @@ static char *slurp(const char *path, size_t *len) {
     if (f != stdin)
         fclose(f);
     if (!b || err) {
-        fprintf(stderr, "k3chat: %s: %s%s\n", path, b ? "read error: " : "out of memory",
-                b ? strerror(err) : "");
+        txt_term_printf(stderr, "k3chat: %s: %s%s\n", path, b ? "read error: " : "out of memory",
+                        b ? strerror(err) : "");
         free(b);
         return NULL;
     }

@@ -284,7 +284,8 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
             lo[nlo++] = (struct option){k3_setting(id)->flag, required_argument, 0, O_SETTING + id};
     lo[nlo] = (struct option){0, 0, 0, 0};
     int c;
-    while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
+    opterr = 0; /* txt_getopt_error says what is wrong, escaped (glibc quotes the argument raw) */
+    while ((c = getopt_long(argc, argv, ":hV", lo, NULL)) != -1) {
         switch (c) {
         case 'h':
             usage(stdout);
@@ -346,6 +347,8 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
                     return 2;
                 break;
             }
+            if (c == '?' || c == ':')
+                txt_getopt_error(stderr, c, argv, lo);
             usage(stderr);
             return 2;
         }

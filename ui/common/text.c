@@ -1,6 +1,7 @@
 /* text.c: UTF-8 display width and word wrapping (see text.h). */
 #include "text.h"
 
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -411,4 +412,35 @@ int txt_term_printf(FILE *f, const char *fmt, ...) {
     free(b.p);
     free(big);
     return n;
+}
+
+/* Whether name[0..n) names exactly one option of lo (whole, or as getopt's unique prefix), and
+ * that one takes no value. */
+static int opt_is_switch(const struct option *lo, const char *name, size_t n) {
+    const struct option *hit    = NULL;
+    int                  n_hits = 0;
+    for (; lo && lo->name; lo++)
+        if (!strncmp(lo->name, name, n)) {
+            if (strlen(lo->name) == n)
+                return lo->has_arg == no_argument;
+            hit = lo;
+            n_hits++;
+        }
+    return n_hits == 1 && hit->has_arg == no_argument;
+}
+
+void txt_getopt_error(FILE *f, int c, char *const argv[], const struct option *lo) {
+    const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    const char *arg = argv[optind - 1], *eq = strchr(arg, '=');
+    int         lng = !strncmp(arg, "--", 2);
+    if (c == ':' && lng)
+        txt_term_printf(f, "%s: %s needs a value\n", prog, arg);
+    else if (c == ':')
+        txt_term_printf(f, "%s: -%c needs a value\n", prog, optopt);
+    else if (lng && eq && opt_is_switch(lo, arg + 2, (size_t)(eq - arg - 2)))
+        txt_term_printf(f, "%s: %.*s takes no value\n", prog, (int)(eq - arg), arg);
+    else if (lng)
+        txt_term_printf(f, "%s: unknown option '%s'\n", prog, arg);
+    else
+        txt_term_printf(f, "%s: unknown option '-%c'\n", prog, optopt);
 }
