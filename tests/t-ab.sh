@@ -88,6 +88,12 @@ for o in "--random 5x:expected an integer in 1..16777216" "--random 0:expected a
     [ $? -eq 2 ] && grep -qF -- "${o%% *} '$(echo "${o%%:*}" | cut -d' ' -f2)': ${o#*:}" "$T/bad"
     check $? "k3-ab ${o%%:*}: exit 2, '$(head -c 120 "$T/bad")'"
 done
+# a report that cannot be written (a full disk: /dev/full) is an error, not exit 0 with nothing
+if [ -w /dev/full ]; then
+    "$AB" --random 4 "$T/m" "" "" >/dev/full 2>"$T/bad"; rc=$?
+    [ "$rc" = 1 ] && grep -q "cannot write the report to standard output: No space left on device" "$T/bad"
+    check $? "report to a full disk (/dev/full): exit $rc, '$(head -c 120 "$T/bad")'"
+fi
 # two ways of giving the tokens: refused (before, --text won over --ids and --ids-file, and --ids
 # over --random, without a word)
 printf '1 2 3\n' >"$T/ids"

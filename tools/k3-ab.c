@@ -352,7 +352,7 @@ int main(int argc, char **argv) {
         kl_max = fmax(kl_max, kl);
     }
     const double rel = a2 > 0 ? sqrt(d2 / a2) : 0.0;
-    printf("A: '%s'\nB: '%s'\n", argv[ai + 1], argv[ai + 2]);
+    txt_term_printf(stdout, "A: '%s'\nB: '%s'\n", argv[ai + 1], argv[ai + 2]); /* the user's text */
     printf("positions %d, vocabulary %d\n", n, V);
     printf("top-1 agreement   %.4f (%d of %d)\n", (double)agree / n, agree, n);
     printf("KL(A||B) nats     mean %.3e  max %.3e\n", kl_sum / n, kl_max);
@@ -361,6 +361,11 @@ int main(int argc, char **argv) {
     printf("AB top1 %.4f kl_mean %.3e kl_max %.3e maxerr %.4g rel_l2 %.3e n %d\n", (double)agree / n,
            kl_sum / n, kl_max, maxerr, rel, n);
     rc = 0;
+    if (fflush(stdout) || ferror(stdout)) { /* a report cut short (a full disk) is no result */
+        fprintf(stderr, "k3-ab: cannot write the report to standard output: %s\n",
+                strerror(errno ? errno : EIO));
+        rc = 1;
+    }
 out:
     free(pa), free(pb), free(la), free(lb), free(ids), free(text);
     free(sa.buf), free(sb.buf);

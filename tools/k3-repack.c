@@ -962,14 +962,35 @@ static k3_status read_out_header(const char *path, const char *file, json_t **ou
     return K3_OK;
 }
 
+/* Write bytes to dir/name through a temp file + fsync + rename. */
+static k3_status put_file(const char *dir, const char *name, const void *data, size_t n) {
+    char *tmp = xasprintf("%s/.%s.%d.tmp", dir, name, (int)getpid()), *fin = xasprintf("%s/%s", dir, name);
+    k3_status st = K3_OK;
+    int       fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        st = k3_err(K3_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    else {
+        st = pwrite_all(fd, tmp, data, n, 0);
+        if (!st && fsync(fd))
+            st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+        if (close(fd) && !st)
+            st = k3_err(K3_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+        if (!st && rename(tmp, fin))
+            st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
+        if (st)
+            unlink(tmp);
+    }
+    free(tmp);
+    free(fin);
+    return st;
+}
+
 /* Rebuild DST's index from every completed shard there, under a lock, atomically. A tensor in
  * two shards aborts (no index is published). *n_out: shards indexed. */
 static k3_status rebuild_index(const ctx *c, int *n_out) {
-    const char *dst    = c->o.dst;
-    char       *lock   = xasprintf("%s/" LOCK_FILE, dst),
-         *tmp          = xasprintf("%s/." INDEX_FILE ".%d", dst, (int)getpid()),
-         *fin          = xasprintf("%s/" INDEX_FILE, dst);
-    k3_status       st = K3_OK;
+    const char     *dst  = c->o.dst;
+    char           *lock = xasprintf("%s/" LOCK_FILE, dst);
+    k3_status       st   = K3_OK;
     json_t         *wm = json_object(), *idx = json_object(), *md = json_object();
     struct dirent **ents = NULL;
     int             n = -1, lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -1020,22 +1041,13 @@ static k3_status rebuild_index(const ctx *c, int *n_out) {
     json_object_set_new(md, "total_size", json_integer((json_int_t)total));
     json_object_set(idx, "metadata", md);
     json_object_set(idx, "weight_map", wm);
-    if (json_dump_file(idx, tmp, JSON_INDENT(2) | JSON_SORT_KEYS)) {
-        st = k3_err(K3_ERR_IO, "%s: cannot write", tmp);
-        goto out;
-    }
-    int fd = open(tmp, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd))
-        st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    if (!st && rename(tmp, fin))
-        st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
-    if (!st)
+    char *js = json_dumps(idx, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!js)
+        die_oom();
+    if (!(st = put_file(dst, INDEX_FILE, js, strlen(js)))) /* temp + fsync + rename: a write error says why */
         st = fsync_dir(dst);
+    free(js);
 out:
-    if (st)
-        unlink(tmp);
     for (int i = 0; i < n; i++)
         free(ents[i]);
     free(ents);
@@ -1045,30 +1057,6 @@ out:
     json_decref(idx);
     json_decref(md);
     free(lock);
-    free(tmp);
-    free(fin);
-    return st;
-}
-
-/* Write bytes to dir/name through a temp file + fsync + rename. */
-static k3_status put_file(const char *dir, const char *name, const void *data, size_t n) {
-    char *tmp = xasprintf("%s/.%s.%d.tmp", dir, name, (int)getpid()), *fin = xasprintf("%s/%s", dir, name);
-    k3_status st = K3_OK;
-    int       fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        st = k3_err(K3_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    else {
-        st = pwrite_all(fd, tmp, data, n, 0);
-        if (!st && fsync(fd))
-            st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-        close(fd);
-        if (!st && rename(tmp, fin))
-            st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
-        if (st)
-            unlink(tmp);
-    }
-    free(tmp);
-    free(fin);
     return st;
 }
 
