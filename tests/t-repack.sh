@@ -297,6 +297,16 @@ ok $? "a container matrix without its scale sidecar: clear error naming it ($(he
 [ "$rc" = 2 ] && grep -q "'5'" "$T/err"; ok $? "--bits 5 rejected ($(head -c 100 "$T/err"))"
 "$RP" "$T/src" "$T/x" --bits 8 --head-bits 16 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ]; ok $? "--head-bits 16 rejected"
+# the values are read by the settings rows (K3_BITS, K3_MLA_BITS, K3_HEAD_BITS, K3_THREADS): whole
+# numbers (strtol took ' 8' and '+8'), the rows' ranges (--jobs was 1..1024, K3_THREADS 0..4096)
+bad_v=
+for v in "--bits 32:4 or 8" "--bits  8:4 or 8" "--bits +8:4 or 8" "--mla-bits 16:4, 8 or 32" \
+    "--head-bits 8x:4, 8 or 32" "--jobs 5000:an integer in 0..4096" "--jobs -1:an integer in 0..4096"; do
+    o=${v%% *}; val=${v#* }; val=${val%%:*}
+    "$RP" "$T/src" "$T/x" --bits 4 "$o" "$val" >/dev/null 2>"$T/err"; rc=$?
+    [ "$rc" = 2 ] && grep -qF -- "$o '$val': expected ${v#*:}" "$T/err" || bad_v="$bad_v [$o '$val' $rc]"
+done
+[ -z "$bad_v" ] && [ ! -e "$T/x" ]; ok $? "option values out of their settings row: exit 2 naming the option and the row's range, nothing written (failed:${bad_v:- none})"
 "$RP" "$T/src" "$T/x" --bits 8 --shards 3-99 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q -- "--shards '3-99': shard 99 is past the last: .*src has shards 1..8" "$T/err" && [ ! -e "$T/x" ]
 ok $? "--shards 3-99 out of range: usage error naming the last shard, nothing written ($(head -c 120 "$T/err"))"

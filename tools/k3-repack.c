@@ -1186,19 +1186,22 @@ static void usage(FILE *f) {
             "                  from every completed shard in DST\n"
             "  --verify-full   re-read every expert byte written (or already there) and compare it\n"
             "                  with the source\n"
-            "  --jobs N        quantization threads (default: OpenMP's)\n"
+            "  --jobs N        quantization threads, 0..4096 as K3_THREADS (default 0: OpenMP's)\n"
             "  --quiet         no progress output\n");
 }
 
-static int parse_bits(const char *opt, const char *v, int allow32) {
-    char *end;
-    long  b = strtol(v, &end, 10);
-    if (*end || !(b == 4 || b == 8 || (allow32 && b == 32))) {
+/* Option opt's value v, read by the settings row id (k3-settings.h: the one range, as the engine
+ * reads K3_MLA_BITS, K3_THREADS); with no32, 32 is refused too (--bits: the K3_BITS classes are
+ * stored quantized). Exits 2 naming the option and what it expects. */
+static int parse_row(const char *opt, enum k3_setting_id id, const char *v, int no32) {
+    double x;
+    char   err[256], want[128];
+    if (k3_setting_parse(id, K3_SRC_ENV, v, &x, err, sizeof err) || (no32 && x == 32)) {
         txt_term_printf(stderr, "k3-repack: %s '%s': expected %s\n", opt, v,
-                        allow32 ? "4, 8 or 32" : "4 or 8");
+                        no32 ? "4 or 8" : k3_setting_expect(id, K3_SRC_ENV, want, sizeof want));
         exit(2);
     }
-    return (int)b;
+    return (int)x;
 }
 
 /* A shard number of a --shards list: digits only (no sign, space or hex), 1..INT_MAX. */
@@ -1360,13 +1363,13 @@ int main(int argc, char **argv) {
     while ((opt = tool_getopt(argc, argv, lo, usage, &rc)) != -1) {
         switch (opt) {
         case O_BITS:
-            c.o.bits = parse_bits("--bits", optarg, 0);
+            c.o.bits = parse_row("--bits", K3_SETTING_BITS, optarg, 1);
             break;
         case O_MLA:
-            c.o.mla_bits = parse_bits("--mla-bits", optarg, 1);
+            c.o.mla_bits = parse_row("--mla-bits", K3_SETTING_MLA_BITS, optarg, 0);
             break;
         case O_HEAD:
-            c.o.head_bits = parse_bits("--head-bits", optarg, 1);
+            c.o.head_bits = parse_row("--head-bits", K3_SETTING_HEAD_BITS, optarg, 0);
             break;
         case O_SHARDS: {
             long mx;
@@ -1381,16 +1384,9 @@ int main(int argc, char **argv) {
             c.o.shards = optarg;
             break;
         }
-        case O_JOBS: {
-            char *end;
-            long  j = strtol(optarg, &end, 10);
-            if (*end || j < 1 || j > 1024) {
-                txt_term_printf(stderr, "k3-repack: --jobs '%s': expected 1..1024\n", optarg);
-                return 2;
-            }
-            c.o.jobs = (int)j;
+        case O_JOBS: /* K3_THREADS's range: 0 = OpenMP's default */
+            c.o.jobs = parse_row("--jobs", K3_SETTING_THREADS, optarg, 0);
             break;
-        }
         }
     }
     if (rc >= 0)
