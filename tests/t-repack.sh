@@ -290,6 +290,16 @@ EOF
 [ "$rc" = 1 ] && grep -q "lm_head.weight.qs" "$T/err" && grep -q "missing" "$T/err"
 ok $? "a container matrix without its scale sidecar: clear error naming it ($(head -c 160 "$T/err"))"
 
+# a container shard cut short (a copy interrupted): the load names the file, the tensor and the bytes
+cp -r "$T/c8" "$T/cut"
+f="$T/cut/model-00004-of-000008.safetensors"; sz=$(wc -c <"$f")
+head -c $((sz - 1000)) "$f" >"$T/trunc" && mv "$T/trunc" "$f"
+for e in "" K3_MMAP=1; do
+    env $e "$B/k3chat" "$T/cut" --ids "1 2" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+    [ "$rc" = 1 ] && grep -q "model-00004-of-000008.safetensors: tensor '.*': its data ends at byte $sz of the file, but the file has $((sz - 1000)) bytes" "$T/err"
+    ok $? "a container shard 1000 bytes short${e:+ ($e)}: exit $rc naming file, tensor and sizes ($(tail -c 150 "$T/err"))"
+done
+
 # ---- bad arguments, corrupt source -------------------------------------------------------------
 "$RP" "$T/src" "$T/x" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q -- "--bits" "$T/err"; ok $? "missing --bits: usage error (exit $rc)"
