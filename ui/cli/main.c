@@ -92,6 +92,8 @@ static int set_mode(enum cli_mode *o, enum cli_mode mode, const char *opt) {
 
 /* A setting's flag (--temp X): parsed by its row of the settings table into o. 0 ok; 2 (a usage
  * error) with the table's message. */
+static unsigned char flag_given[K3_SETTING_N]; /* the settings given as flags (check_args) */
+
 static int set_flag(ui_opts *o, enum k3_setting_id id, const char *arg) {
     char     err[256];
     double   v = 0;
@@ -345,6 +347,7 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
             if (c >= O_SETTING && c < O_SETTING + K3_SETTING_N) {
                 if (set_flag(o, (enum k3_setting_id)(c - O_SETTING), optarg))
                     return 2;
+                flag_given[c - O_SETTING] = 1;
                 break;
             }
             if (c == '?' || c == ':')
@@ -398,6 +401,23 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
         fprintf(stderr, "k3chat: %s shapes the answer of --prompt only\n",
                 o->json ? "--json" : "--json-schema");
         return 2;
+    }
+    /* the tokenizer's tools take --pattern and nothing else; --pattern nothing else (a flag that
+     * changes nothing was taken without a word: --tokenize V F --temp 0.5, --prompt X --pattern o200k) */
+    int tok_mode = mode == CLI_TOKENIZE || mode == CLI_DETOKENIZE;
+    for (int id = 0; id < K3_SETTING_N; id++) {
+        if (!flag_given[id])
+            continue;
+        if (tok_mode && id != K3_SETTING_PATTERN) {
+            fprintf(stderr, "k3chat: --%s has no effect with %s (it takes --pattern only)\n",
+                    k3_setting((enum k3_setting_id)id)->flag,
+                    mode == CLI_TOKENIZE ? "--tokenize" : "--detokenize");
+            return 2;
+        }
+        if (id == K3_SETTING_PATTERN && !tok_mode && mode != CLI_CHAT_IDS) {
+            fprintf(stderr, "k3chat: --pattern goes with --tokenize, --detokenize and --chat-ids only\n");
+            return 2;
+        }
     }
     if (o->json_schema && o->json) {
         fprintf(stderr, "k3chat: --json and --json-schema exclude each other (--json is any JSON object)\n");
