@@ -189,6 +189,18 @@ repack "$T/src" "$T/r4" --bits 4; rc=$?
     diff -r -x '.k3-repack.lock' "$T/c4" "$T/r4" >/dev/null
 ok $? "the rerun completes it (2 shards skipped): equal to a clean --bits 4 run, file for file"
 
+# --shards over a container of other bits: the index would have joined this run's 4-bit shards
+# and the old 8-bit ones (published, loaded, reported as 4 bits)
+cp -r "$T/c8" "$T/mx4"
+repack "$T/src" "$T/mx4" --bits 4 --shards 1-3; rc=$?
+"$B/k3chat" "$T/mx4" --ids "1 2" --max-tokens 1 >/dev/null 2>"$T/err"; rc2=$?
+[ "$rc" = 1 ] && grep -q "mx4/model-00004-of-000008.safetensors: written by another run .*(--shards 4)" "$T/rp.err" &&
+    [ ! -e "$T/mx4/model.safetensors.index.json" ] && [ ! -e "$T/mx4/config.json" ] && [ "$rc2" = 1 ]
+ok $? "--bits 4 --shards 1-3 over an int8 container: exit $rc naming the first 8-bit shard, nothing published ($(tail -c 120 "$T/rp.err"))"
+repack "$T/src" "$T/mx4" --bits 4 --shards 4-8; rc=$?
+[ "$rc" = 0 ] && diff -r -x '.k3-repack.lock' "$T/c4" "$T/mx4" >/dev/null
+ok $? "--shards 4-8 at 4 bits then completes it: equal to a clean --bits 4 run"
+
 # ---- a destination holding a model k3-repack did not write -------------------------------------
 cp -r "$T/src" "$T/other"
 repack "$T/src" "$T/other" --bits 8; rc=$?

@@ -26,7 +26,8 @@
  *   rewritten in part (killed while going from 8 to 4 bits) is no model until a run completes.
  * - --shards picks source shards (1-based, "1-3,7") so disjoint runs can share the work; each
  *   run then rebuilds the index from every completed shard in DST (under a lock, temp + rename),
- *   refusing to publish one when a tensor name appears twice.
+ *   refusing to publish one when a tensor name appears twice, or when a shard of the checkpoint
+ *   there is not what this run would write (another run's bits: a container of two settings).
  * - --verify-full re-reads every expert byte of every selected shard (fresh or skipped) from
  *   DST and compares it with the source.
  * Test hook: K3_REPACK_KILL_AT=N sends SIGKILL to the process halfway through the N-th shard it
@@ -1324,6 +1325,19 @@ static k3_status run(ctx *c) {
         }
         free(fin);
         free(tmp);
+    }
+    /* a shard of this checkpoint in DST that this run's plan does not match (written at other bits,
+     * or from a source shard since replaced: another run's, left by a --shards run) would be
+     * published beside this run's ones, a container of two settings: no index then */
+    for (int s = 0; s < ns && !st; s++) {
+        char *fin = pl[s].n_items ? xasprintf("%s/%s", c->o.dst, st_shard_name(c->d, s)) : NULL;
+        if (fin && access(fin, F_OK) == 0 && !shard_complete(&pl[s], fin))
+            st = k3_err(
+                K3_ERR_ARG,
+                "%s: written by another run (other bits or options, or a source shard since replaced): "
+                "repack it with this run's options (--shards %d) or remove it; no index written",
+                fin, s + 1);
+        free(fin);
     }
     int n_idx = 0;
     if (!st)
