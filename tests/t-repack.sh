@@ -235,6 +235,10 @@ if cc -shared -fPIC -O1 -o "$so" "$K3_SRC/tests/faultinj.c" -ldl 2>"$T/cc.err"; 
     [ "$rc" = 1 ] && grep -q "h8/.model.safetensors.index.json.[0-9]*.tmp: write of .* failed: No space left on device" "$T/rp.err" &&
         [ ! -e "$T/h8/model.safetensors.index.json" ] && [ -z "$(ls -A "$T/h8" | grep '^\..*tmp$')" ]
     ok $? "ENOSPC writing the index: exit $rc naming the file and the reason, no index, no temporary ($(tail -c 150 "$T/rp.err"))"
+    LD_PRELOAD=$so FI_PATH=/.model.safetensors.index.json FI_MODE=signal FI_SIG=15 "$RP" "$T/src" "$T/i8" \
+        --bits 8 >/dev/null 2>"$T/rp.err"; rc=$?
+    [ "$rc" = 0 ] && diff -r -x '.k3-repack.lock' "$T/c8" "$T/i8" >/dev/null
+    ok $? "SIGTERM while the index is written: the run completes it (exit $rc), equal to a clean run"
     repack "$T/src" "$T/g8" --bits 8; rc=$?
     [ "$rc" = 0 ] && [ "$(grep -c "complete, skipped" "$T/rp.err")" = 3 ] &&
         diff -r -x '.k3-repack.lock' "$T/c8" "$T/g8" >/dev/null

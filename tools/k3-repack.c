@@ -1443,7 +1443,8 @@ int main(int argc, char **argv) {
             fputs("\r\033[K", stderr);
         txt_term_printf(stderr, "k3-repack: %s\n", k3_errmsg()); /* paths, names: escaped */
     }
-    if (stop_sig) { /* the signal's own status (130, 143), as its default action would give */
+    if (st && stop_sig) { /* the signal's own status (130, 143), as its default action would give; a
+                             signal that came after the last check finds the run complete: 0 */
         signal(stop_sig, SIG_DFL);
         raise(stop_sig);
     }
