@@ -402,19 +402,31 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
                 o->json ? "--json" : "--json-schema");
         return 2;
     }
-    /* the tokenizer's tools take --pattern and nothing else; --pattern nothing else (a flag that
-     * changes nothing was taken without a word: --tokenize V F --temp 0.5, --prompt X --pattern o200k) */
-    int tok_mode = mode == CLI_TOKENIZE || mode == CLI_DETOKENIZE;
+    /* the tools take few setting flags (--tokenize and --detokenize --pattern, --chat-ids --pattern,
+     * --think and --effort, --inspect none), and --pattern goes with those three only: a flag that
+     * changed nothing was taken without a word (--tokenize V F --temp 0.5, --prompt X --pattern) */
+    static const struct {
+        enum cli_mode mode;
+        const char   *name, *takes; /* takes: the flags it reads, " name " each */
+    } tools[] = {{CLI_TOKENIZE, "--tokenize", " pattern "},
+                 {CLI_DETOKENIZE, "--detokenize", " pattern "},
+                 {CLI_CHAT_IDS, "--chat-ids", " pattern think effort "},
+                 {CLI_INSPECT, "--inspect", " "}};
     for (int id = 0; id < K3_SETTING_N; id++) {
+        const char *flag = k3_setting((enum k3_setting_id)id)->flag;
+        char        word[64];
+        int         tool = -1;
         if (!flag_given[id])
             continue;
-        if (tok_mode && id != K3_SETTING_PATTERN) {
-            fprintf(stderr, "k3chat: --%s has no effect with %s (it takes --pattern only)\n",
-                    k3_setting((enum k3_setting_id)id)->flag,
-                    mode == CLI_TOKENIZE ? "--tokenize" : "--detokenize");
+        snprintf(word, sizeof word, " %s ", flag);
+        for (size_t t = 0; t < sizeof tools / sizeof *tools; t++)
+            if (tools[t].mode == mode)
+                tool = (int)t;
+        if (tool >= 0 && !strstr(tools[tool].takes, word)) {
+            fprintf(stderr, "k3chat: --%s has no effect with %s\n", flag, tools[tool].name);
             return 2;
         }
-        if (id == K3_SETTING_PATTERN && !tok_mode && mode != CLI_CHAT_IDS) {
+        if (id == K3_SETTING_PATTERN && tool < 0) {
             fprintf(stderr, "k3chat: --pattern goes with --tokenize, --detokenize and --chat-ids only\n");
             return 2;
         }
