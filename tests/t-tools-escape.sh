@@ -5,7 +5,8 @@
 # \x07, never as the raw bytes. The messages go to a file here: txt_term_printf escapes wherever
 # they go (a log read with cat reaches a terminal too). Covered: k3chat --tokenize, --json-schema,
 # --ids and an unknown option (getopt's own message quoted it raw); k3-repack's shard lines,
-# errors and option values; k3-mkmodel's OUT_DIR; k3-ab's --text and settings.
+# errors and option values; k3-mkmodel's OUT_DIR; k3-ab's --text and settings. Then getopt's
+# refusals in the tools' words (an ambiguous prefix, a value to a switch, a missing value).
 . "$K3_SRC/tests/lib.sh"
 set -u
 B=$K3_BUILD
@@ -69,4 +70,15 @@ esc_ok "k3-mkmodel --preset holding ESC" $? 2 "$T/e12"
 esc_ok "k3-ab --text naming a missing file with ESC" $? 2 "$T/e13"
 "$B/k3-ab" "$T/m" "K3_BITS$X" "" >/dev/null 2>"$T/e14"
 esc_ok "k3-ab with a setting holding ESC" $? 2 "$T/e14"
+
+# ---- getopt's refusals, said by txt_getopt_error (opterr = 0): each names the option ------------
+for c in "k3chat --th x:k3chat: '--th' is ambiguous: --think --think-budget --theme" \
+    "k3-repack --quiet=1:k3-repack: --quiet takes no value" "k3-repack --bits:k3-repack: --bits needs a value" \
+    "k3-mkmodel --s x:k3-mkmodel: '--s' is ambiguous: --seed --single --shared" \
+    "k3-mkmodel --frob x:k3-mkmodel: unknown option '--frob'"; do
+    cmd=${c%%:*}
+    # shellcheck disable=SC2086
+    "$B/"$cmd >/dev/null 2>"$T/eo"; rc=$?
+    [ "$rc" = 2 ] && [ "$(head -n 1 "$T/eo")" = "${c#*:}" ]; ok $? "$cmd: exit $rc, '$(head -n 1 "$T/eo")'"
+done
 exit 0
