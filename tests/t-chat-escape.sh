@@ -5,7 +5,8 @@
 # answer, the reasoning and an HTTP error; the tmux clipboard and the pane title stay as they
 # were and the commands show as \x1B escapes. Into a pipe the answer goes as it is; a message
 # that quotes outside text (a transcript's line, a server's error, an option) is escaped into a
-# file or a pipe too (txt_term_printf).
+# file or a pipe too (txt_term_printf). --inspect's report, which names MODEL_DIR, is escaped
+# on a terminal (a directory named with OSC 0 set the pane's title).
 . "$K3_SRC/tests/tui-lib.sh"
 
 python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &
@@ -146,4 +147,20 @@ check "--endpoint --plain, stderr a file: the server's HTTP error text shows esc
 check "... and no raw ESC is in the file" noesc "$K3_TMP/err-500"
 "$K3CHAT" --temp "$(printf 'x\033]0;T\007')" /no/model >/dev/null 2>"$K3_TMP/err-flag"
 check "a refused option's value is quoted escaped, stderr a file" grep -qF "'x\x1B]0;T\x07' is not" "$K3_TMP/err-flag"
+
+# --inspect's report quotes MODEL_DIR as given: on a terminal escaped (cli-inspect.c), into a
+# pipe as it is (the report is the data asked for)
+ln -s "$K3_SRC/models/k3-nano" "$K3_TMP/nano$(printf '\033]0;EVILI\007')"
+printf '%s' "$K3_TMP/nano$(printf '\033]0;EVILI\007')" >"$K3_TMP/insp-dir"
+printf '#!/bin/sh\nexec "$1" --inspect "$(cat "$2")"\n' >"$K3_TMP/insp.sh"
+tui_start 200 150 -- "sh $K3_TMP/insp.sh $K3CHAT $K3_TMP/insp-dir; echo EXIT=\$?; sleep 60"
+$T set-option -g allow-rename on 2>/dev/null
+before=$(state)
+wait_for "EXIT=0" 30
+after=$(state)
+check "--inspect of a MODEL_DIR named with OSC 0: the pane title unchanged ('$before' -> '$after')" \
+    [ "$before" = "$after" ]
+check "... and the report shows the name escaped" has 'nano\x1B]0;EVILI\x07 (kimi_k3)'
+"$K3CHAT" --inspect "$(cat "$K3_TMP/insp-dir")" 2>/dev/null | grep -q "$(printf '\033')]0;EVILI"
+check "--inspect into a pipe: the report as it is (the name's bytes)" [ $? = 0 ]
 finish
