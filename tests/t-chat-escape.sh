@@ -88,14 +88,20 @@ check "full-screen: stderr's text after the chat leaves the title alone ('$befor
     [ "$before" = "$after" ]
 check "... and shows its commands escaped" has 'e-err \x1B]0;EVILE\x07 e-end'
 
+# watch_run W H CMD END: CMD in a W x H pane (clipboard and renaming on), $before and $after
+# the pane's state() before it and once END (its exit line) shows
+watch_run() {
+    tui_start "$1" "$2" -- "$3; echo EXIT=\$?; sleep 60"
+    $T set-option -g set-clipboard on
+    $T set-option -g allow-rename on 2>/dev/null
+    before=$(state)
+    wait_for "$4" 30
+    after=$(state)
+}
+
 # a schema file's refusal quotes it (the keyword, the pattern): escaped too
 printf '{"type":"string","pattern":"\\u001b]0;EVILS\\u0007\\u001b]52;c;ZXZpbA==\\u0007(?=x)"}' >"$K3_TMP/evil.json"
-tui_start 400 30 -- "$K3CHAT $K3_SRC/models/k3-nano --prompt hi --json-schema $K3_TMP/evil.json; echo EXIT=\$?; sleep 60"
-$T set-option -g set-clipboard on
-$T set-option -g allow-rename on 2>/dev/null
-before=$(state)
-wait_for "EXIT=1" 30
-after=$(state)
+watch_run 400 30 "$K3CHAT $K3_SRC/models/k3-nano --prompt hi --json-schema $K3_TMP/evil.json" "EXIT=1"
 check "--json-schema: a refused pattern's commands leave clipboard and title alone ('$before' -> '$after')" \
     [ "$before" = "$after" ]
 check "... and show escaped in the message" has 'lookaround or a named group (at offset 27 of \x1B]0;EVILS\x07\x1B]52;c;ZXZpbA==\x07(?=x))'
@@ -153,11 +159,7 @@ check "a refused option's value is quoted escaped, stderr a file" grep -qF "'x\x
 ln -s "$K3_SRC/models/k3-nano" "$K3_TMP/nano$(printf '\033]0;EVILI\007')"
 printf '%s' "$K3_TMP/nano$(printf '\033]0;EVILI\007')" >"$K3_TMP/insp-dir"
 printf '#!/bin/sh\nexec "$1" --inspect "$(cat "$2")"\n' >"$K3_TMP/insp.sh"
-tui_start 200 150 -- "sh $K3_TMP/insp.sh $K3CHAT $K3_TMP/insp-dir; echo EXIT=\$?; sleep 60"
-$T set-option -g allow-rename on 2>/dev/null
-before=$(state)
-wait_for "EXIT=0" 30
-after=$(state)
+watch_run 200 150 "sh $K3_TMP/insp.sh $K3CHAT $K3_TMP/insp-dir" "EXIT=0" # tall: the whole report
 check "--inspect of a MODEL_DIR named with OSC 0: the pane title unchanged ('$before' -> '$after')" \
     [ "$before" = "$after" ]
 check "... and the report shows the name escaped" has 'nano\x1B]0;EVILI\x07 (kimi_k3)'
