@@ -986,21 +986,35 @@ static k3_status put_file(const char *dir, const char *name, const void *data, s
     return st;
 }
 
+/* DST's lock (LOCK_FILE, flock'ed exclusive; close to release) held by runs sharing DST while they
+ * publish or remove the index: the descriptor, or -1 with the error recorded. */
+static int lock_dst(const char *dst) {
+    char *path = xasprintf("%s/" LOCK_FILE, dst);
+    int   fd   = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || flock(fd, LOCK_EX)) {
+        k3_err(K3_ERR_IO, "%s: cannot lock: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+    }
+    free(path);
+    return fd;
+}
+
 /* Rebuild DST's index from every completed shard there, under a lock, atomically. A tensor in
  * two shards aborts (no index is published). *n_out: shards indexed. */
 static k3_status rebuild_index(const ctx *c, int *n_out) {
-    const char     *dst  = c->o.dst;
-    char           *lock = xasprintf("%s/" LOCK_FILE, dst);
-    k3_status       st   = K3_OK;
+    const char     *dst = c->o.dst;
+    k3_status       st  = K3_OK;
     json_t         *wm = json_object(), *idx = json_object(), *md = json_object();
     struct dirent **ents = NULL;
-    int             n = -1, lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int             n = -1, lfd = lock_dst(dst);
     uint64_t        total = 0;
     *n_out                = 0;
     if (!wm || !idx || !md)
         die_oom();
-    if (lfd < 0 || flock(lfd, LOCK_EX)) {
-        st = k3_err(K3_ERR_IO, "%s: cannot lock: %s", lock, strerror(errno));
+    if (lfd < 0) {
+        st = K3_ERR_IO;
         goto out;
     }
     if ((n = scandir(dst, &ents, NULL, alphasort)) < 0) {
@@ -1057,7 +1071,6 @@ out:
     json_decref(wm);
     json_decref(idx);
     json_decref(md);
-    free(lock);
     return st;
 }
 
@@ -1159,16 +1172,19 @@ static k3_status dst_check(const ctx *c) {
  * a run completes (and writes them anew) DST is no model a load would take as complete. */
 static k3_status unpublish(const ctx *c) {
     const char *names[] = {INDEX_FILE, "config.json"};
-    for (int i = 0; i < 2; i++) {
+    int         lfd     = lock_dst(c->o.dst); /* not between another run's checks and its rename */
+    k3_status   st      = lfd < 0 ? K3_ERR_IO : K3_OK;
+    for (int i = 0; i < 2 && !st; i++) {
         char *p = xasprintf("%s/%s", c->o.dst, names[i]);
-        int   r = access(p, F_OK) == 0 && unlink(p) && errno != ENOENT;
-        if (r)
-            k3_err(K3_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
+        if (access(p, F_OK) == 0 && unlink(p) && errno != ENOENT)
+            st = k3_err(K3_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
         free(p);
-        if (r)
-            return K3_ERR_IO;
     }
-    return fsync_dir(c->o.dst);
+    if (!st)
+        st = fsync_dir(c->o.dst);
+    if (lfd >= 0)
+        close(lfd);
+    return st;
 }
 
 /* ==== command line ============================================================================ */
