@@ -293,5 +293,26 @@ if [ -f "$nano/model.safetensors" ]; then
     t "16: --think off: the empty conversation's context is the same at start and after /clear ($c1, $c2)" \
         '[ -n "$c1" ] && [ "$c1" = "$c2" ]'
     t "16: ... and /think on changes it before any turn ($c2 -> $c3)" '[ -n "$c3" ] && [ "$c3" -gt "$c2" ]'
+    # a regeneration the context refuses leaves the conversation as it was. /retry after a
+    # /system that makes the prompt too long: the answer stays in place (it went to an abandoned
+    # branch and the question was dropped, from memory and from the transcript); /edit to a
+    # message too long: the old exchange stays and its answer can still be copied; a message too
+    # long after an answer: /copy still has that answer (line mode dropped it from its list)
+    sys="You are a very helpful assistant who answers in detail and checks every step twice before answering, always."
+    printf 'What is 2 + 3?\n/system %s\n/retry\n/save %s/r24.jsonl\n' "$sys" "$K3_TMP" |
+        K3_MAXT=100 XDG_DATA_HOME="$K3_TMP/d24" "$k" "$nano" --think off --temp 0 >/dev/null 2>"$K3_TMP/err24"
+    t "ctx: a /retry refused for the context says the previous answer stays" \
+        'grep -q "context full: .*The previous answer stays\.$" "$K3_TMP/err24"'
+    t "ctx: ... and it does: the transcript holds the question and its answer, nothing abandoned" \
+        'grep -q "\"role\":\"user\",\"content\":\"What is 2 + 3?\"" "$K3_TMP/r24.jsonl" &&
+         grep -q "\"role\":\"assistant\"" "$K3_TMP/r24.jsonl" && ! grep -q abandoned "$K3_TMP/r24.jsonl"'
+    long="What is 2 + 3? Please answer with a few more words than that, since this message must be too long for the context."
+    printf 'What is 2 + 3?\n/edit\n%s\n/copy 2\n/save %s/e24.jsonl\n%s\n/copy 2\n' "$long" "$K3_TMP" "$long" |
+        K3_MAXT=60 XDG_DATA_HOME="$K3_TMP/d24" "$k" "$nano" --think off --temp 0 >/dev/null 2>"$K3_TMP/err24b"
+    t "ctx: an /edit refused for the context keeps the old exchange, nothing abandoned" \
+        'grep -q "\"content\":\"What is 2 + 3?\"" "$K3_TMP/e24.jsonl" && grep -q "\"role\":\"assistant\"" "$K3_TMP/e24.jsonl" &&
+         ! grep -q abandoned "$K3_TMP/e24.jsonl"'
+    t "ctx: ... and /copy still has its answer, after the /edit and after a message that does not fit" \
+        '[ "$(grep -c "/copy 2: there is only 1 answer" "$K3_TMP/err24b")" -eq 2 ]'
 fi
 finish

@@ -91,6 +91,7 @@ typedef struct plain {
                                  * that went unanswered */
     int redo;                   /* the turn running is a /retry or /edit of the last exchange:
                                    its answer takes that failure back                         */
+    int in_turn;                /* between EV_TURN and its EV_DONE                            */
 } plain;
 
 /* Keep an answer (an owned copy) for /copy; pop = drop the last one. */
@@ -188,6 +189,8 @@ static void report_cut(plain *p, const ue_stats *s) {
                                 "/forget drops the oldest exchange, /clear starts anew\n");
 }
 
+static void push_literal(EditLine *el, const char *s);
+
 /* Handle one event; returns 1 when a turn finished. */
 static int on_event(plain *p, ui_ev *e) {
     switch (e->type) {
@@ -263,6 +266,7 @@ static int on_event(plain *p, ui_ev *e) {
             report_cut(p, &e->st);
         p->last_ch   = -1;
         p->replaying = 0;
+        p->in_turn   = 0;
         return 1;
     case EV_STATS:
         if (e->i) /* the latest context figures; /stats prints them when its command is done */
@@ -273,6 +277,7 @@ static int on_event(plain *p, ui_ev *e) {
         break;
     case EV_TURN:
         p->turn_started = 1;
+        p->in_turn      = 1;
         break;
     case EV_ERROR:
         progress_end(p);
@@ -303,7 +308,11 @@ static int on_event(plain *p, ui_ev *e) {
         }
         break;
     case EV_UNDO:
-        ans_drop(p, p->n_ans - 1);
+        if (!p->in_turn)
+            ans_drop(p, p->n_ans - 1); /* /undo: the last exchange's answer goes */
+        else if (p->el && p->last_user)
+            push_literal(p->el, p->last_user); /* a turn that failed before it began: no answer of it was
+                                                  kept, and its message is offered again at the prompt */
         break;
     case EV_SETTINGS: {
         char msg[300];

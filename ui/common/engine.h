@@ -116,6 +116,8 @@ void ue_emitf(ue *u, int type, const char *fmt, ...) __attribute__((format(print
 struct k3_conv;
 /* EV_RESET, then one EV_MSG per message of c. */
 void ue_send_history(ue *u, const struct k3_conv *c);
+/* One EV_MSG each for messages [from, count) of c (messages that came back: a failed /retry). */
+void ue_send_msgs(ue *u, const struct k3_conv *c, int from);
 /* Handle the conversation edits (/undo /forget /clear /system /save /load /export) the same way in
  * every backend; 1 when cmd was one of them (2: a /load that succeeded; 3: one that also sent
  * the transcript's settings as EV_SETTINGS, which the front end answers with the settings in

@@ -139,8 +139,9 @@ static k3_status apply_gen(real *r, const ue_gen *g) {
     return k3_conv_set_settings(r->c, &set);
 }
 
-/* Generate the reply to the history (which ends with a user message). */
-static void turn(real *r, const ue_gen *g) {
+/* Generate the reply to the history (which ends with a user message). redo: the command moved
+ * the last exchange (/edit) or answer (/retry) to an abandoned branch just before (k3.h). */
+static void turn(real *r, const ue_gen *g, int redo) {
     ui_ev e = {.type = EV_TURN};
     ev_push(r->u->out, &e);
     ue_tok_begin(&r->tok);
@@ -166,20 +167,31 @@ static void turn(real *r, const ue_gen *g) {
     if (st != K3_OK && st != K3_ABORTED) {
         char msg[1200];
         snprintf(msg, sizeof msg, "%s", k3_errmsg());
-        if (!last || last->role != K3_ROLE_ASSISTANT) {
-            /* nothing was generated: the user's message goes too, so the conversation is as before */
-            k3_conv_undo(r->c);
-            ui_ev u = {.type = EV_UNDO};
-            ev_push(r->u->out, &u);
-        }
-        int earlier = 0; /* exchanges before this message: /clear and /forget could help */
-        for (int k = 0; k < k3_conv_count(r->c); k++)
+        int earlier = 0, kept = 0; /* exchanges before this message: /clear and /forget could help */
+        for (int k = 0; k + 1 < n; k++)
             earlier |= k3_conv_msg(r->c, k)->role == K3_ROLE_USER;
+        if (!last || last->role != K3_ROLE_ASSISTANT) {
+            /* nothing was generated: the conversation goes back to what it was before the command.
+             * A message: it goes (back to the input line). A /retry: the answer it replaced comes
+             * back; an /edit: the exchange it replaced does (the edited text to the input line). */
+            if (redo != EV_CMD_RETRY) {
+                k3_conv_undo(r->c);
+                ui_ev u = {.type = EV_UNDO};
+                ev_push(r->u->out, &u);
+            }
+            int from = k3_conv_count(r->c), back = redo ? k3_conv_restore_branch(r->c) : 0;
+            if (back > 0)
+                ue_send_msgs(r->u, r->c, from);
+            kept = redo == EV_CMD_RETRY && back > 0;
+            last = NULL;
+        }
         if (st == K3_ERR_CONTEXT && earlier)
             ue_emitf(r->u, EV_ERROR,
                      "%s (/forget: drop the oldest exchange; /forget --fit: keep the newest that fit; "
-                     "/clear: new conversation). Your message is back in the input line.",
-                     msg);
+                     "/clear: new conversation). %s",
+                     msg, kept ? "The previous answer stays." : "Your message is back in the input line.");
+        else if (st == K3_ERR_CONTEXT && kept)
+            ue_emitf(r->u, EV_ERROR, "%s. The previous answer stays.", msg);
         else if (st == K3_ERR_CONTEXT)
             ue_emitf(r->u, EV_ERROR,
                      "%s: this message alone is too long for the context; shorten it. "
@@ -326,8 +338,9 @@ static void forget_fit(real *r) {
 }
 
 static void real_cmd(ue *u, void *self, const ui_ev *c) {
-    real *r    = self;
-    int   done = 1;
+    real *r     = self;
+    int   done  = 1;
+    int   aban0 = k3_conv_abandoned_count(r->c); /* an /edit's branch: see turn */
     if (c->type == EV_CMD_FORGET && c->text && !strcmp(c->text, "--fit"))
         forget_fit(r);
     else if ((done = ue_conv_cmd(u, r->c, c)) == 2) /* /undo /forget /clear /system /save /load /export */
@@ -349,7 +362,7 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
             ev_push(u->out, &d);
             break;
         }
-        turn(r, &c->gen);
+        turn(r, &c->gen, c->type == EV_CMD_EDIT && k3_conv_abandoned_count(r->c) > aban0 ? EV_CMD_EDIT : 0);
         break;
     case EV_CMD_RETRY: {
         int n = k3_conv_retry_last(r->c); /* the old answer stays, abandoned (k3.h) */
@@ -359,7 +372,7 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
             ev_push(u->out, &d);
             break;
         }
-        turn(r, &c->gen);
+        turn(r, &c->gen, EV_CMD_RETRY);
         break;
     }
     case EV_CMD_REPLAY:
