@@ -293,6 +293,11 @@ if [ -f "$nano/model.safetensors" ]; then
     t "16: --think off: the empty conversation's context is the same at start and after /clear ($c1, $c2)" \
         '[ -n "$c1" ] && [ "$c1" = "$c2" ]'
     t "16: ... and /think on changes it before any turn ($c2 -> $c3)" '[ -n "$c3" ] && [ "$c3" -gt "$c2" ]'
+    # an answer that fills the context says so in those words, with the figure and what makes
+    # room (it was told apart from --max-tokens by the token counts, without naming K3_MAXT)
+    printf 'What is 2 + 3?\n' | K3_MAXT=130 XDG_DATA_HOME="$K3_TMP/d24" "$k" "$nano" --temp 0 >/dev/null 2>"$K3_TMP/err24c"
+    t "ctx: an answer cut by the context: 'the context is full (K3_MAXT=130 tokens)' and what makes room" \
+        'grep -q "cut off: the context is full (K3_MAXT=130 tokens); /forget drops the oldest exchange, /clear starts anew, a larger K3_MAXT holds more" "$K3_TMP/err24c"'
     # a regeneration the context refuses leaves the conversation as it was. /retry after a
     # /system that makes the prompt too long: the answer stays in place (it went to an abandoned
     # branch and the question was dropped, from memory and from the transcript); /edit to a

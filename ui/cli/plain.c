@@ -173,10 +173,17 @@ static void print_stats(plain *p, const ue_stats *now) {
     fputc('\n', stderr);
 }
 
-/* Why an answer stopped early, from the settings and the token counts. */
-static void report_cut(plain *p, const ue_stats *s) {
+/* Why an answer stopped early: how the turn ended (UE_DONE_LENGTH, UE_DONE_CONTEXT), and for a
+ * remote server's "length" the settings and the token counts. */
+static void report_cut(plain *p, int how, const ue_stats *s) {
     int n = s->n_think + s->n_response, max = p->cs.gen.max_tokens;
-    if (max > 0 && n >= max)
+    if (how == UE_DONE_CONTEXT)
+        txt_term_printf(
+            stderr,
+            "k3chat: the answer was cut off: the context is full (K3_MAXT=%d tokens); "
+            "/forget drops the oldest exchange, /clear starts anew, a larger K3_MAXT holds more\n",
+            s->ctx_max);
+    else if (max > 0 && n >= max)
         txt_term_printf(stderr, "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n",
                         max);
     else if (s->ctx_max > 0) /* ctx_used is what the next prompt needs, which can exceed it */
@@ -244,15 +251,16 @@ static int on_event(plain *p, ui_ev *e) {
         txt_term_end(stdout, &p->esc_out);
         if (p->last_ch == EV_CH_THINK)
             fputc('\n', stderr);
-        if (!p->replaying && (p->last_ch >= 0 || e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH))
+        if (!p->replaying &&
+            (p->last_ch >= 0 || e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT))
             fputc('\n', stdout);
         if (e->i == UE_DONE_CANCELLED)
             txt_term_printf(stderr, "k3chat: stopped\n");
         if (e->i == UE_DONE_ERROR && !p->replaying && (p->turn_started || !p->redo)) {
             p->failed += !(p->redo && p->last_failed); /* the same message failing again: once */
             p->last_failed = 1;
-        } else if ((e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH) && !p->replaying && p->redo &&
-                   p->last_failed) {
+        } else if ((e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT) &&
+                   !p->replaying && p->redo && p->last_failed) {
             p->failed--; /* the message got its answer after all */
             p->last_failed = 0;
         }
@@ -262,8 +270,8 @@ static int on_event(plain *p, ui_ev *e) {
         if (!p->replaying)
             p->st = e->st;
         out_check(p);
-        if (e->i == UE_DONE_LENGTH)
-            report_cut(p, &e->st);
+        if (e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT)
+            report_cut(p, e->i, &e->st);
         p->last_ch   = -1;
         p->replaying = 0;
         p->in_turn   = 0;

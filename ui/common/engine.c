@@ -293,8 +293,10 @@ void ue_send_msgs(ue *u, const k3_conv *c, int from) {
         if (m->has_stats) { /* the figures the turn's EV_DONE gave (worker.c) */
             x.st.think_s = m->stats.t_think > m->stats.ttft ? m->stats.t_think - m->stats.ttft : -1;
             x.st.n_think = m->stats.n_think;
-            if (m->stats.stop == K3_STOP_MAX_TOKENS || m->stats.stop == K3_STOP_CONTEXT)
+            if (m->stats.stop == K3_STOP_MAX_TOKENS)
                 x.ch = UE_DONE_LENGTH;
+            else if (m->stats.stop == K3_STOP_CONTEXT)
+                x.ch = UE_DONE_CONTEXT;
         }
         if (m->interrupted)
             x.ch = UE_DONE_CANCELLED;

@@ -22,7 +22,9 @@
 #include <stdatomic.h>
 
 enum { UE_ROLE_USER = 0, UE_ROLE_ASSISTANT, UE_ROLE_SYSTEM };
-enum { UE_DONE_OK = 0, UE_DONE_CANCELLED, UE_DONE_ERROR, UE_DONE_LENGTH };
+/* How a turn ended (EV_DONE's i, a loaded message's EV_MSG ch). LENGTH: --max-tokens (or a remote
+ * server's "length", which may be either); CONTEXT: the answer filled the local context (K3_MAXT). */
+enum { UE_DONE_OK = 0, UE_DONE_CANCELLED, UE_DONE_ERROR, UE_DONE_LENGTH, UE_DONE_CONTEXT };
 
 typedef struct ue ue;
 

@@ -213,8 +213,10 @@ static void turn(real *r, const ue_gen *g, int redo) {
         d.st.n_think            = ts->n_think;
         d.st.n_response         = ts->n_gen - ts->n_think;
         d.st.n_prefill          = ts->n_prefill;
-        if (ts->stop == K3_STOP_MAX_TOKENS || ts->stop == K3_STOP_CONTEXT)
-            d.i = d.i == UE_DONE_OK ? UE_DONE_LENGTH : d.i;
+        if (d.i == UE_DONE_OK && ts->stop == K3_STOP_MAX_TOKENS)
+            d.i = UE_DONE_LENGTH;
+        else if (d.i == UE_DONE_OK && ts->stop == K3_STOP_CONTEXT)
+            d.i = UE_DONE_CONTEXT;
     } else {
         d.st.tok_s = d.st.ttft_s = d.st.think_s = d.st.prefill_tok_s = -1;
     }
