@@ -298,6 +298,27 @@ if [ -f "$nano/model.safetensors" ]; then
     printf 'What is 2 + 3?\n' | K3_MAXT=130 XDG_DATA_HOME="$K3_TMP/d24" "$k" "$nano" --temp 0 >/dev/null 2>"$K3_TMP/err24c"
     t "ctx: an answer cut by the context: 'the context is full (K3_MAXT=130 tokens)' and what makes room" \
         'grep -q "cut off: the context is full (K3_MAXT=130 tokens); /forget drops the oldest exchange, /clear starts anew, a larger K3_MAXT holds more" "$K3_TMP/err24c"'
+    # a replay at a context smaller than the transcript's turns need is no difference: it names the
+    # K3_MAXT a turn needs (the prompt, and the saved answer's tokens but its unfed last one) and
+    # fails (1); at that figure every turn matches (the answer cut at the context was a 'DIFFERS at
+    # token 16 ... new -1 (end)', exit 3; a prompt over it said to start a new conversation)
+    printf 'What is 2 + 3?\nWhat is 12 + 30?\n/save %s/rp.jsonl\n' "$K3_TMP" |
+        XDG_DATA_HOME="$K3_TMP/d24" "$k" "$nano" --temp 0 >/dev/null 2>&1
+    p2=$(sed -n '5s/.*"prompt_tokens":\([0-9]*\).*/\1/p' "$K3_TMP/rp.jsonl")
+    c2=$(sed -n '5s/.*"completion_tokens":\([0-9]*\).*/\1/p' "$K3_TMP/rp.jsonl")
+    need=$((p2 + c2 - 1)) # turn 2 ended its message: its last token was never fed
+    K3_MAXT=$((need - 1)) "$k" "$nano" --replay "$K3_TMP/rp.jsonl" >"$K3_TMP/orp" 2>"$K3_TMP/erp"
+    rc=$?
+    t "ctx: --replay at K3_MAXT=$((need - 1)): turn 2's answer ends at the context, named, exit 1 (got $rc)" \
+        '[ $rc -eq 1 ] && grep -q "replay of turn 2 (message 4): the context (K3_MAXT=$((need - 1))) ended the new answer after $((c2 - 1)) of the saved answer.s $c2 tokens, equal so far; the turn needs K3_MAXT=$need or more" "$K3_TMP/erp" && ! grep -q DIFFERS "$K3_TMP/orp"'
+    K3_MAXT=$p2 "$k" "$nano" --replay "$K3_TMP/rp.jsonl" >/dev/null 2>"$K3_TMP/erp2"
+    rc=$?
+    t "ctx: --replay at K3_MAXT=$p2: turn 2's prompt does not fit, the figure it needs, exit 1 (got $rc)" \
+        '[ $rc -eq 1 ] && grep -q "replay of turn 2 (message 4): its prompt takes $p2 tokens and the context holds $p2 (K3_MAXT); the turn needs K3_MAXT=$need or more" "$K3_TMP/erp2"'
+    K3_MAXT=$need "$k" "$nano" --replay "$K3_TMP/rp.jsonl" >"$K3_TMP/orp3" 2>/dev/null
+    rc=$?
+    t "ctx: --replay at K3_MAXT=$need, the figure named: every turn matches (exit $rc)" \
+        '[ $rc -eq 0 ] && grep -q "every turn matches" "$K3_TMP/orp3"'
     # a regeneration the context refuses leaves the conversation as it was. /retry after a
     # /system that makes the prompt too long: the answer stays in place (it went to an abandoned
     # branch and the question was dropped, from memory and from the transcript); /edit to a

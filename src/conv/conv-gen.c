@@ -31,8 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CONV_MIN_ROOM 8 /* tokens a turn must be able to generate for it to start */
-
 /* ==== chat encoder ============================================================== */
 
 typedef struct conv_render {

@@ -13,6 +13,8 @@
 
 #include <stdatomic.h>
 
+#define CONV_MIN_ROOM 8 /* tokens a turn must be able to generate for it to start (conv-gen.c) */
+
 /* saved decode states (prompt cache, /retry, /undo), at most: the CONV_SNAPSHOTS row's top in
  * include/k3-settings.h (test-settings.c holds them equal) */
 #define CONV_MAX_SNAPSHOTS 64
