@@ -141,6 +141,22 @@ t "16: loading says it does not fit and what /forget --fit keeps" \
     'grep -q "needs [0-9]* tokens and the context holds 512: the next message cannot fit. /forget --fit keeps the newest [0-9]* of its 40 exchanges" "$K3_TMP/e16"'
 t "16: /forget --fit drops the oldest exchanges at once" 'grep -q "dropped the [0-9]* oldest exchanges ([0-9]* messages); the conversation now needs [0-9]* of 512 tokens" "$K3_TMP/e16"'
 t "16: and the next message is answered" '[ -s "$K3_TMP/o16" ] && ! grep -q "context full" "$K3_TMP/e16"'
+# 16e: a transcript that opens with an assistant's greeting (kept by /forget, which drops
+# exchanges from the first user message on): the figure /forget --fit gives is the one /stats
+# then shows, and it leaves the quarter free (the greeting was left out of the count: 'now needs
+# 715 of 1024', /stats 926)
+/usr/bin/python3 -c '
+import json
+print(json.dumps({"format": "k3chat-transcript", "version": 1, "settings": {"think": False}}))
+print(json.dumps({"role": "assistant", "content": "Hello! I am a helpful assistant. " * 20}))
+for i in range(40):
+    print(json.dumps({"role": "user", "content": "What is %d + %d? Please answer with the sum only." % (i, i)}))
+    print(json.dumps({"role": "assistant", "content": "%d + %d = %d." % (i, i, 2 * i)}))' >"$K3_TMP/greet.jsonl"
+printf '/forget --fit\n/stats\n' | K3_MAXT=1024 "$k" "$M" --load "$K3_TMP/greet.jsonl" >/dev/null 2>"$K3_TMP/e16c"
+fit16=$(sed -n 's/.*the conversation now needs \([0-9]*\) of 1024 tokens$/\1/p' "$K3_TMP/e16c")
+st16=$(sed -n 's/^k3chat: context: \([0-9]*\) of 1024 tokens;.*/\1/p' "$K3_TMP/e16c")
+t "16e: a greeting before the first exchange: /forget --fit's figure ($fit16) is /stats's ($st16), a quarter free" \
+    '[ -n "$fit16" ] && [ "$fit16" = "$st16" ] && [ "$st16" -le 768 ]'
 
 # ---- 16b. line mode: a message that gets no answer (over the context) is exit status 1, as with
 # --prompt (it was 0: a script could not tell); the next message is still answered. 100 words
