@@ -92,6 +92,14 @@ t "an endless stream line is refused naming the limit, status 1 ($rcfl): $(tail 
 t "... having read little of it (the fake got $(cat "$K3_TMP/reqs.flood" 2>/dev/null) bytes out, under 16 MB)" \
     '[ "$(cat "$K3_TMP/reqs.flood")" -lt 16000000 ]'
 
+# a /retry the endpoint fails (HTTP 500) before any text: the answer it would replace stays in the
+# conversation, as with a local model (it went to an abandoned branch, the question alone left)
+printf 'once\n/retry\n/save %s/once.jsonl\n/copy 2\n' "$K3_TMP" |
+    XDG_DATA_HOME="$K3_TMP/donce" "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/erronce"
+t "ctx: --endpoint: a /retry that fails keeps the previous answer, and says so" \
+    'grep -q "(the conversation is kept, with the previous answer: /retry sends the message again)" "$K3_TMP/erronce" &&
+     grep -q "\"role\":\"assistant\",\"content\":\"ok\"" "$K3_TMP/once.jsonl" && ! grep -q abandoned "$K3_TMP/once.jsonl" &&
+     grep -q "/copy 2: there is only 1 answer" "$K3_TMP/erronce"'
 # 8: --endpoint sends no sampling the user did not set (the server's defaults apply) and says
 # so; what the user set goes as given, without float noise
 : >"$K3_TMP/reqs"
