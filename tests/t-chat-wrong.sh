@@ -327,6 +327,13 @@ if [ -f "$nano/model.safetensors" ]; then
     rc=$?
     t "ctx: --replay at K3_MAXT=$need, the figure named: every turn matches (exit $rc)" \
         '[ $rc -eq 0 ] && grep -q "every turn matches" "$K3_TMP/orp3"'
+    # a system prompt that alone leaves no room: the notice says so and what helps (it blamed the
+    # message: 'this message alone is too long for the context; shorten it')
+    long=$(printf 'Always answer in full sentences and check every sum twice. %.0s' 1 2 3 4 5 6)
+    printf '/system %s\nhi\nWhat is 2 + 3?\n' "$long" | K3_MAXT=100 "$k" "$nano" --think off >/dev/null 2>"$K3_TMP/errsys"
+    t "ctx: a system prompt too long for the context: named, with what helps, for each message" \
+        '[ "$(grep -c "the context holds 100 (K3_MAXT): with the system prompt alone the conversation takes [0-9]* tokens; shorten it (/system TEXT), remove it (/system --clear) or start with a larger K3_MAXT. Your message is back in the input line.$" "$K3_TMP/errsys")" -eq 2 ] &&
+         ! grep -q "this message alone" "$K3_TMP/errsys"'
     # a regeneration the context refuses leaves the conversation as it was. /retry after a
     # /system that makes the prompt too long: the answer stays in place (it went to an abandoned
     # branch and the question was dropped, from memory and from the transcript); /edit to a

@@ -185,11 +185,25 @@ static void turn(real *r, const ue_gen *g, int redo) {
             kept = redo == EV_CMD_RETRY && back > 0;
             last = NULL;
         }
-        if (st == K3_ERR_CONTEXT && earlier)
+        /* the system prompt alone leaves no room (8: CONV_MIN_ROOM): neither /forget nor a shorter
+         * message can help */
+        k3_fit_info fi;
+        int         sys_full = st == K3_ERR_CONTEXT && k3_conv_system(r->c) &&
+                       k3_conv_fit(r->c, r->m, 8, 0, &fi) == K3_OK && fi.drop == fi.n_exchanges &&
+                       fi.used_after + 8 > fi.capacity;
+        const char *tail = kept ? "The previous answer stays." : "Your message is back in the input line.";
+        if (sys_full)
+            msg[strcspn(msg, ";")] = 0; /* the engine's advice (drop turns) cannot help then */
+        if (sys_full)
+            ue_emitf(r->u, EV_ERROR,
+                     "%s: with the system prompt alone the conversation takes %d tokens; shorten it (/system "
+                     "TEXT), remove it (/system --clear) or start with a larger K3_MAXT. %s",
+                     msg, fi.used_after, tail);
+        else if (st == K3_ERR_CONTEXT && earlier)
             ue_emitf(r->u, EV_ERROR,
                      "%s (/forget: drop the oldest exchange; /forget --fit: keep the newest that fit; "
                      "/clear: new conversation). %s",
-                     msg, kept ? "The previous answer stays." : "Your message is back in the input line.");
+                     msg, tail);
         else if (st == K3_ERR_CONTEXT && kept)
             ue_emitf(r->u, EV_ERROR, "%s. The previous answer stays.", msg);
         else if (st == K3_ERR_CONTEXT)
