@@ -155,6 +155,21 @@ for i in range(40):
 printf '/forget --fit\n/stats\n' | K3_MAXT=1024 "$k" "$M" --load "$K3_TMP/greet.jsonl" >/dev/null 2>"$K3_TMP/e16c"
 fit16=$(sed -n 's/.*the conversation now needs \([0-9]*\) of 1024 tokens$/\1/p' "$K3_TMP/e16c")
 st16=$(sed -n 's/^k3chat: context: \([0-9]*\) of 1024 tokens;.*/\1/p' "$K3_TMP/e16c")
+# 16f: a transcript whose system prompt alone leaves no room: the load says no message can fit and
+# what helps, and /forget --fit drops nothing (it said it would keep 0 exchanges with 'a quarter
+# of the context left free', then dropped all of them, the conversation still over the context)
+/usr/bin/python3 -c '
+import json
+print(json.dumps({"format": "k3chat-transcript", "version": 1, "settings": {"think": False}}))
+print(json.dumps({"role": "system", "content": "Always answer in full sentences and check every sum twice. " * 6}))
+for i in range(5):
+    print(json.dumps({"role": "user", "content": "What is %d + %d?" % (i, i)}))
+    print(json.dumps({"role": "assistant", "content": "The answer is %d." % (2 * i)}))' >"$K3_TMP/bigsys.jsonl"
+printf '/forget --fit\n/save %s/bigsys2.jsonl\n' "$K3_TMP" | K3_MAXT=200 "$k" "$M" --load "$K3_TMP/bigsys.jsonl" >/dev/null 2>"$K3_TMP/e16f"
+t "16f: a system prompt over the context: the load says no message can fit, and what helps" \
+    'grep -q "the context holds 200; even without any of its 5 exchanges it takes [0-9]*, so no message can fit: shorten or remove the system prompt (/system TEXT, /system --clear) or start with a larger K3_MAXT" "$K3_TMP/e16f" && ! grep -q "keeps the newest" "$K3_TMP/e16f"'
+t "16f: ... and /forget --fit drops nothing" \
+    'grep -q "/forget --fit: even without any of its 5 exchanges .* so nothing is dropped" "$K3_TMP/e16f" && ! grep -q "^k3chat: dropped" "$K3_TMP/e16f" && grep -q "saved 11 messages" "$K3_TMP/e16f"'
 t "16e: a greeting before the first exchange: /forget --fit's figure ($fit16) is /stats's ($st16), a quarter free" \
     '[ -n "$fit16" ] && [ "$fit16" = "$st16" ] && [ "$st16" -le 768 ]'
 

@@ -139,6 +139,12 @@ static k3_status apply_gen(real *r, const ue_gen *g) {
     return k3_conv_set_settings(r->c, &set);
 }
 
+/* Even without any exchange no message fits (the system prompt, or what comes before the first
+ * exchange, leaves less than the 8 tokens a turn needs: CONV_MIN_ROOM). */
+static int fit_none(const k3_fit_info *fi) {
+    return fi->drop == fi->n_exchanges && fi->used_after + 8 > fi->capacity;
+}
+
 /* Generate the reply to the history (which ends with a user message). redo: the command moved
  * the last exchange (/edit) or answer (/retry) to an abandoned branch just before (k3.h). */
 static void turn(real *r, const ue_gen *g, int redo) {
@@ -189,8 +195,7 @@ static void turn(real *r, const ue_gen *g, int redo) {
          * message can help */
         k3_fit_info fi;
         int         sys_full = st == K3_ERR_CONTEXT && k3_conv_system(r->c) &&
-                       k3_conv_fit(r->c, r->m, 8, 0, &fi) == K3_OK && fi.drop == fi.n_exchanges &&
-                       fi.used_after + 8 > fi.capacity;
+                       k3_conv_fit(r->c, r->m, 8, 0, &fi) == K3_OK && fit_none(&fi);
         const char *tail = kept ? "The previous answer stays." : "Your message is back in the input line.";
         if (sys_full)
             msg[strcspn(msg, ";")] = 0; /* the engine's advice (drop turns) cannot help then */
@@ -321,6 +326,14 @@ static void report_fit(real *r) {
         ue_emitf(r->u, EV_ERROR, "/load: %s", k3_errmsg());
         return;
     }
+    if (fit_none(&fi)) {
+        ue_emitf(r->u, EV_ERROR,
+                 "this conversation needs %d tokens and the context holds %d; even without any of its %d "
+                 "exchanges it takes %d, so no message can fit: shorten or remove the system prompt (/system "
+                 "TEXT, /system --clear) or start with a larger K3_MAXT",
+                 fi.used, fi.capacity, fi.n_exchanges, fi.used_after);
+        return;
+    }
     if (!fi.drop) {
         ue_emitf(r->u, EV_INFO, "context: %d of %d tokens", fi.used, fi.capacity);
         return;
@@ -329,21 +342,35 @@ static void report_fit(real *r) {
     ue_emitf(r->u, EV_ERROR,
              "this conversation needs %d tokens and the context holds %d: %s. /forget --fit keeps the newest "
              "%d of its "
-             "%d exchanges (%d tokens, a quarter of the context left free); /forget drops the oldest one",
+             "%d exchanges (%d tokens, %s of the context left free); /forget drops the oldest one",
              fi.used, fi.capacity,
              fi.used + 8 > fi.capacity ? "the next message cannot fit" : "little room is left", keep,
-             fi.n_exchanges, fi.used_after);
+             fi.n_exchanges, fi.used_after,
+             fi.used_after + fit_room(r) <= fi.capacity ? "a quarter" : "less than a quarter");
 }
 
 static void forget_fit(real *r) {
-    k3_fit_info fi;
-    if (k3_conv_fit(r->c, r->m, fit_room(r), 1, &fi) != K3_OK) {
+    k3_fit_info fi; /* measured first, applied once it helps */
+    if (k3_conv_fit(r->c, r->m, fit_room(r), 0, &fi) != K3_OK) {
         ue_emitf(r->u, EV_ERROR, "/forget --fit: %s", k3_errmsg());
+        return;
+    }
+    if (fit_none(&fi)) { /* dropping every exchange would not make room: nothing is dropped */
+        ue_emitf(
+            r->u, EV_ERROR,
+            "/forget --fit: even without any of its %d exchanges the conversation takes %d of the context's "
+            "%d tokens, so nothing is dropped: shorten or remove the system prompt (/system TEXT, /system "
+            "--clear) or start with a larger K3_MAXT",
+            fi.n_exchanges, fi.used_after, fi.capacity);
         return;
     }
     if (!fi.drop) {
         ue_emitf(r->u, EV_INFO, "/forget --fit: the conversation fits already (%d of %d tokens)", fi.used,
                  fi.capacity);
+        return;
+    }
+    if (k3_conv_fit(r->c, r->m, fit_room(r), 1, &fi) != K3_OK) {
+        ue_emitf(r->u, EV_ERROR, "/forget --fit: %s", k3_errmsg());
         return;
     }
     ue_send_history(r->u, r->c);
