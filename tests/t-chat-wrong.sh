@@ -332,8 +332,20 @@ if [ -f "$nano/model.safetensors" ]; then
     long=$(printf 'Always answer in full sentences and check every sum twice. %.0s' 1 2 3 4 5 6)
     printf '/system %s\nhi\nWhat is 2 + 3?\n' "$long" | K3_MAXT=100 "$k" "$nano" --think off >/dev/null 2>"$K3_TMP/errsys"
     t "ctx: a system prompt too long for the context: named, with what helps, for each message" \
-        '[ "$(grep -c "the context holds 100 (K3_MAXT): with the system prompt alone the conversation takes [0-9]* tokens; shorten it (/system TEXT), remove it (/system --clear) or start with a larger K3_MAXT. Your message is back in the input line.$" "$K3_TMP/errsys")" -eq 2 ] &&
+        '[ "$(grep -c "the context holds 100 (K3_MAXT): with the system prompt alone the conversation takes [0-9]* tokens; shorten it (/system TEXT), remove it (/system --clear) or start with a larger K3_MAXT. Your message got no answer.$" "$K3_TMP/errsys")" -eq 2 ] &&
          ! grep -q "this message alone" "$K3_TMP/errsys"'
+    # line mode on a terminal: a message the context refuses is offered again at the prompt, as the
+    # notice says (it was not: the notice said so, the prompt was empty); off a terminal the
+    # notice does not claim it (piped above: 'Your message got no answer.')
+    long60="What is 2 + 3? Please answer with a few more words than that, since it must not fit."
+    tui_start 120 20 K3_MAXT=60 -- "$K3CHAT --plain --think off --temp 0 $nano 2>&1; echo EXIT=\$?; sleep 60"
+    wait_until "the line-mode prompt" 30 sh -c "$T capture-pane -p | grep -v '^\$' | tail -n 1 | grep -qx '>'"
+    type_line "$long60"
+    wait_for "It is back in the input line." 30
+    check "ctx: line mode on a terminal: the refused message is back at the prompt" \
+        wait_until "the message at the prompt" 10 sh -c "$T capture-pane -p | grep -v '^\$' | tail -n 1 | grep -qF '> $long60'"
+    keys C-u C-d
+    wait_for "EXIT=" 10
     # a regeneration the context refuses leaves the conversation as it was. /retry after a
     # /system that makes the prompt too long: the answer stays in place (it went to an abandoned
     # branch and the question was dropped, from memory and from the transcript); /edit to a

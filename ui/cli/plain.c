@@ -686,7 +686,8 @@ int cli_plain(const ui_opts *o) {
         ev_queue_free(p->q);
         return 1;
     }
-    ue_settings(p->eng, &p->cs.gen); /* the command line's, before anything is measured */
+    p->eng->no_input_line = !(isatty(0) && isatty(2)); /* as the EditLine below */
+    ue_settings(p->eng, &p->cs.gen);                   /* the command line's, before anything is measured */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_int;

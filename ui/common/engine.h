@@ -59,7 +59,9 @@ struct ue {
     atomic_int unsaved;            /* the conversation holds turns that are on no disk: the
                                       autosave failed (or is off) and no /save since
                                       (ue_note_saved); the UI asks before dropping it */
-    int      no_autosave;          /* the autosave could not be enabled (worker only) */
+    int no_autosave;               /* the autosave could not be enabled (worker only) */
+    int no_input_line;             /* line mode off a terminal: a refused message is not offered
+                                      again (set by the front end before its first command) */
     unsigned posted;               /* commands posted so far (UI thread only); each is
                                       answered by one EV_ACK, EV_CMD_QUIT excepted  */
     int       started;

@@ -196,7 +196,9 @@ static void turn(real *r, const ue_gen *g, int redo) {
         k3_fit_info fi;
         int         sys_full = st == K3_ERR_CONTEXT && k3_conv_system(r->c) &&
                        k3_conv_fit(r->c, r->m, 8, 0, &fi) == K3_OK && fit_none(&fi);
-        const char *tail = kept ? "The previous answer stays." : "Your message is back in the input line.";
+        const char *tail = kept                  ? "The previous answer stays."
+                           : r->u->no_input_line ? "Your message got no answer."
+                                                 : "Your message is back in the input line.";
         if (sys_full)
             msg[strcspn(msg, ";")] = 0; /* the engine's advice (drop turns) cannot help then */
         if (sys_full)
@@ -212,10 +214,8 @@ static void turn(real *r, const ue_gen *g, int redo) {
         else if (st == K3_ERR_CONTEXT && kept)
             ue_emitf(r->u, EV_ERROR, "%s. The previous answer stays.", msg);
         else if (st == K3_ERR_CONTEXT)
-            ue_emitf(r->u, EV_ERROR,
-                     "%s: this message alone is too long for the context; shorten it. "
-                     "It is back in the input line.",
-                     msg);
+            ue_emitf(r->u, EV_ERROR, "%s: this message alone is too long for the context; shorten it.%s", msg,
+                     r->u->no_input_line ? "" : " It is back in the input line.");
         else
             ue_emitf(r->u, EV_ERROR, "%s", msg[0] ? msg : k3_status_str(st));
         d.i = UE_DONE_ERROR;
