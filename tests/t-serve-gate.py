@@ -300,6 +300,11 @@ try:
         ok(good and what.startswith("duplicate_key") and "duplicate" in what,
            "duplicate JSON keys (%s) -> 400 duplicate_key (%s)" % (name, what[:80]))
 
+    # a body that starts with a UTF-8 BOM (curl -d @file of a file a Windows tool wrote): RFC 8259
+    # lets a parser ignore it, and vLLM's (Python's json on bytes) does; it was a 400
+    st = final(exchange(PORT, req("POST", "/v1/chat/completions",
+                                  b"\xef\xbb\xbf" + chat(max_tokens=1, reasoning_effort="none")), timeout=60)[0])[0]
+    ok(st == 200, "a request body starting with a UTF-8 BOM is read as JSON: 200 (%d)" % st)
     # a NUL in a message: a 400 in k3chat's words, not jansson's flag name
     good, what = one_json_error(exchange(PORT, req("POST", "/v1/chat/completions",
                                                    b'{"messages":[{"role":"user","content":"a\\u0000b"}]}'))[0], 400)
