@@ -665,8 +665,8 @@ static void test_export_long(void) {
              "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"%s\"}}]", d);
     k3_msg       sys  = {.role = K3_ROLE_SYSTEM, .content = (char *)(uintptr_t) "", .tools = tools};
     k3_tool_call call = {.id = "call_1", .name = "f", .arguments = args};
-    k3_msg       am   = {
-                .role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t) "", .tool_calls = &call, .n_tool_calls = 1};
+    k3_msg       am   = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t) "", .tool_calls = &call};
+    am.n_tool_calls   = 1;
     K3_ASSERT(c && !k3_conv_add_msg(c, &sys) && k3_conv_add(c, K3_ROLE_USER, "go", NULL) == K3_OK &&
               !k3_conv_add_msg(c, &am));
     T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown with 3 kB of tool text");
