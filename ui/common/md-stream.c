@@ -304,8 +304,9 @@ static int fc_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     const char *eol  = memchr(c, '\n', n - st->done);
     size_t      body = (size_t)(eol - s) + 1; /* the fence line was scanned: it is complete */
     if (!st->fc) {
-        if (has_cr_nul(c, body - st->done)) {
-            st->fc_no = 1; /* line ends md4c sees and we do not */
+        if (c[0] == ' ' || has_cr_nul(c, body - st->done)) {
+            st->fc_no = 1; /* an indented fence (md4c takes as much indentation off each code line),
+                            * or line ends md4c sees and we do not */
             return 1;
         }
         st->last_ok = 0; /* open is rebuilt here */
