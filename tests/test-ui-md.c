@@ -416,7 +416,8 @@ static void test_stream_incremental(void) {
     free(la.p);
     md_stream_update(&lt, lb, strlen(lb), 30, THM_ASSISTANT, MD_STREAMING);
     md_stream_update(&lref, lb, strlen(lb), 30, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
-    T_CHECK(same_stream(&lt, &lref, &at), "a short text after a long chunk of no list starts the stream over");
+    T_CHECK(same_stream(&lt, &lref, &at),
+            "a short text after a long chunk of no list starts the stream over");
     md_stream_free(&lt);
     md_stream_free(&lref);
     free(lb);
