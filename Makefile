@@ -90,7 +90,7 @@ INC_ui/cli := ui/cli ui/common include
 INC_ui/serve := ui/serve ui/common include
 # main picks the mode: it alone sees every front end's header (ui/cli, ui/tui, ui/serve)
 INC_ui/cli/main.c := ui/cli ui/tui ui/serve ui/common include
-INC_tools := tools src/format src/kern src/base include
+INC_tools := tools src/format src/kern src/base ui/common include
 # bench-uimd times the Markdown renderer of the UI
 INC_bench/bench-uimd.c := bench ui/common include
 INC_bench := bench src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include

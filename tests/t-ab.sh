@@ -88,6 +88,21 @@ for o in "--random 5x:expected an integer in 1..16777216" "--random 0:expected a
     [ $? -eq 2 ] && grep -qF -- "${o%% *} '$(echo "${o%%:*}" | cut -d' ' -f2)': ${o#*:}" "$T/bad"
     check $? "k3-ab ${o%%:*}: exit 2, '$(head -c 120 "$T/bad")'"
 done
+# a report that cannot be written (a full disk: /dev/full) is an error, not exit 0 with nothing
+if [ -w /dev/full ]; then
+    "$AB" --random 4 "$T/m" "" "" >/dev/full 2>"$T/bad"; rc=$?
+    [ "$rc" = 1 ] && grep -q "cannot write the report to standard output: No space left on device" "$T/bad"
+    check $? "report to a full disk (/dev/full): exit $rc, '$(head -c 120 "$T/bad")'"
+fi
+# two ways of giving the tokens: refused (before, --text won over --ids and --ids-file, and --ids
+# over --random, without a word)
+printf '1 2 3\n' >"$T/ids"
+for o in "--ids 5 --text $T/ids:--ids and --text" "--random 4 --ids 5:--random and --ids" \
+    "--ids-file $T/ids --text $T/ids:--ids-file and --text"; do
+    "$AB" ${o%%:*} "$T/m" "" "" >"$T/bad" 2>&1
+    [ $? -eq 2 ] && grep -qF -- "k3-ab: ${o#*:}: give the tokens one way" "$T/bad"
+    check $? "k3-ab ${o%%:*}: exit 2, '$(head -c 120 "$T/bad")'"
+done
 "$AB" "$T/m" "" "K3_MV_AHEAD=abc" >"$T/bad" 2>&1
 [ $? -eq 1 ] && grep -qF "K3_MV_AHEAD: 'abc' is not an integer in 0..64" "$T/bad"
 check $? "a malformed kernel knob in a setting: exit 1 naming it ($(head -c 120 "$T/bad"))"

@@ -5,7 +5,8 @@
 # answer, the reasoning and an HTTP error; the tmux clipboard and the pane title stay as they
 # were and the commands show as \x1B escapes. Into a pipe the answer goes as it is; a message
 # that quotes outside text (a transcript's line, a server's error, an option) is escaped into a
-# file or a pipe too (txt_term_printf).
+# file or a pipe too (txt_term_printf). --inspect's report, which names MODEL_DIR, is escaped
+# on a terminal (a directory named with OSC 0 set the pane's title).
 . "$K3_SRC/tests/tui-lib.sh"
 
 python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &
@@ -87,14 +88,20 @@ check "full-screen: stderr's text after the chat leaves the title alone ('$befor
     [ "$before" = "$after" ]
 check "... and shows its commands escaped" has 'e-err \x1B]0;EVILE\x07 e-end'
 
+# watch_run W H CMD END: CMD in a W x H pane (clipboard and renaming on), $before and $after
+# the pane's state() before it and once END (its exit line) shows
+watch_run() {
+    tui_start "$1" "$2" -- "$3; echo EXIT=\$?; sleep 60"
+    $T set-option -g set-clipboard on
+    $T set-option -g allow-rename on 2>/dev/null
+    before=$(state)
+    wait_for "$4" 30
+    after=$(state)
+}
+
 # a schema file's refusal quotes it (the keyword, the pattern): escaped too
 printf '{"type":"string","pattern":"\\u001b]0;EVILS\\u0007\\u001b]52;c;ZXZpbA==\\u0007(?=x)"}' >"$K3_TMP/evil.json"
-tui_start 400 30 -- "$K3CHAT $K3_SRC/models/k3-nano --prompt hi --json-schema $K3_TMP/evil.json; echo EXIT=\$?; sleep 60"
-$T set-option -g set-clipboard on
-$T set-option -g allow-rename on 2>/dev/null
-before=$(state)
-wait_for "EXIT=1" 30
-after=$(state)
+watch_run 400 30 "$K3CHAT $K3_SRC/models/k3-nano --prompt hi --json-schema $K3_TMP/evil.json" "EXIT=1"
 check "--json-schema: a refused pattern's commands leave clipboard and title alone ('$before' -> '$after')" \
     [ "$before" = "$after" ]
 check "... and show escaped in the message" has 'lookaround or a named group (at offset 27 of \x1B]0;EVILS\x07\x1B]52;c;ZXZpbA==\x07(?=x))'
@@ -146,4 +153,26 @@ check "--endpoint --plain, stderr a file: the server's HTTP error text shows esc
 check "... and no raw ESC is in the file" noesc "$K3_TMP/err-500"
 "$K3CHAT" --temp "$(printf 'x\033]0;T\007')" /no/model >/dev/null 2>"$K3_TMP/err-flag"
 check "a refused option's value is quoted escaped, stderr a file" grep -qF "'x\x1B]0;T\x07' is not" "$K3_TMP/err-flag"
+
+# --inspect's report quotes MODEL_DIR as given: on a terminal escaped (cli-inspect.c), into a
+# pipe as it is (the report is the data asked for)
+ln -s "$K3_SRC/models/k3-nano" "$K3_TMP/nano$(printf '\033]0;EVILI\007')"
+printf '%s' "$K3_TMP/nano$(printf '\033]0;EVILI\007')" >"$K3_TMP/insp-dir"
+printf '#!/bin/sh\nexec "$1" --inspect "$(cat "$2")"\n' >"$K3_TMP/insp.sh"
+watch_run 200 150 "sh $K3_TMP/insp.sh $K3CHAT $K3_TMP/insp-dir" "EXIT=0" # tall: the whole report
+no_evil() { case "$1" in *EVIL*) return 1 ;; esac; } # the state holds no title the text set
+check "--inspect of a MODEL_DIR named with OSC 0: the pane title not set ('$before' -> '$after')" no_evil "$after"
+check "... and the report shows the name escaped" has 'nano\x1B]0;EVILI\x07 (kimi_k3)'
+"$K3CHAT" --inspect "$(cat "$K3_TMP/insp-dir")" 2>/dev/null | grep -q "$(printf '\033')]0;EVILI"
+check "--inspect into a pipe: the report as it is (the name's bytes)" [ $? = 0 ]
+
+# --detokenize writes the vocabulary's bytes: on a terminal escaped, into a pipe as they are
+printf 'a\033]0;EVILD\007b' >"$K3_TMP/evil-d.txt"
+"$K3CHAT" --tokenize "$K3_SRC/models/k3-nano" "$K3_TMP/evil-d.txt" >"$K3_TMP/evil-d.ids"
+watch_run 120 10 "$K3CHAT --detokenize $K3_SRC/models/k3-nano $K3_TMP/evil-d.ids" "EXIT=0"
+check "--detokenize of ids that spell OSC 0, on a terminal: the title not set ('$before' -> '$after')" \
+    no_evil "$after"
+check "... and the bytes show escaped" has 'a\x1B]0;EVILD\x07b'
+"$K3CHAT" --detokenize "$K3_SRC/models/k3-nano" "$K3_TMP/evil-d.ids" | cmp -s - "$K3_TMP/evil-d.txt"
+check "--detokenize into a pipe: the bytes unchanged" [ $? = 0 ]
 finish

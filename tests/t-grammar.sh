@@ -40,6 +40,18 @@ if [ $rc -ne 0 ] && grep -q '"contentMediaType" at #/properties/a' "$K3_TMP/bad.
 else
     echo "FAIL: an unsupported keyword: status $rc, stderr: $(tail -n 1 "$K3_TMP/bad.err")"
 fi
+# a schema file that cannot be read is said before the model loads (the release's load takes
+# minutes): no 'loaded' line before the error, and the reason of a read error named
+for f in "$K3_TMP/none.json" "$K3_TMP"; do
+    "$K3" "$M" --prompt hi --json-schema "$f" >"$K3_TMP/nf.out" 2>"$K3_TMP/nf.err"
+    rc=$?
+    if [ $rc = 1 ] && ! grep -q 'k3chat: load' "$K3_TMP/nf.err" &&
+        grep -qE -- "--json-schema: cannot (open|read) $f: (No such file or directory|Is a directory)" "$K3_TMP/nf.err"; then
+        echo "PASS: --json-schema $f: status 1 before the model loads ($(tail -n 1 "$K3_TMP/nf.err"))"
+    else
+        echo "FAIL: --json-schema $f: status $rc, stderr: $(head -c 300 "$K3_TMP/nf.err")"
+    fi
+done
 printf '{"type":"array","items":{"type":"integer"},"minItems":50}' > "$K3_TMP/long.json"
 "$K3" "$M" --prompt hi --json-schema "$K3_TMP/long.json" --think off --max-tokens 3 >"$K3_TMP/long.out" 2>"$K3_TMP/long.err"
 rc=$?

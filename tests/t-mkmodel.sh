@@ -309,6 +309,10 @@ refuse "--layers 0" "--layers" --preset tiny --layers 0 "$T/x"
 refuse "--active above --experts" "--active" --preset tiny --experts 4 --active 5 "$T/x"
 refuse "--dense above --layers" "--dense" --preset tiny --layers 2 --dense 3 "$T/x"
 refuse "a missing OUT_DIR" "missing OUT_DIR" --preset tiny
+# k3chat needs one shared expert at least (config.c: num_shared_experts in 1..64): a model
+# written with --shared 0 was refused by every load
+refuse "--shared 0 (a model no load takes)" "--shared '0': expected an integer in 1..64" --preset tiny --shared 0 "$T/x"
+check "--shared 0 is a usage error (exit 2)" [ "$rc" = 2 ]
 refuse "an unknown option" "usage" --preset tiny --bogus "$T/x"
 : >"$T/file"
 refuse "an OUT_DIR that is a file" "not a directory" --preset tiny "$T/file"

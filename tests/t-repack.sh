@@ -3,7 +3,9 @@
 # to load-time quantization of the source (hidden states and logits via K3_TRACE / K3_LOGITS,
 # compared with cmp), at 8 and 4 bits, with mixed classes, with K3_MMAP=1 and with O_DIRECT reads
 # at open (the bytes and calls an open reads, from K3_VERBOSE's open line); resume after a
-# kill -9 mid-shard; disjoint --shards runs; duplicate names; --verify-full; bad arguments and
+# kill -9 mid-shard; a container rewritten at other bits and killed is no model until a rerun
+# completes it; a DST holding a model k3-repack did not write is refused; ENOSPC and SIGTERM
+# mid-shard (tests/faultinj.c) leave no .partial and no index; disjoint --shards runs; duplicate names; --verify-full; bad arguments and
 # a corrupt source; K3_BITS downcast and K3_MMAP refusals; --inspect reports (and sizes) a container
 # at its stored bits unless K3_BITS etc. are set.
 # slow
@@ -173,6 +175,78 @@ n_skip=$(grep -c "complete, skipped" "$T/rp.err")
 diff -r -x '.k3-repack.lock' "$T/c8" "$T/k8" >/dev/null && [ -z "$(ls -a "$T/k8" | grep '\.partial$')" ]
 ok $? "the resumed container equals a clean run, file for file, no partial left"
 
+# ---- rewriting a container at other bits: nothing half-done is published --------------------
+# A run killed while rewriting the int8 container at 4 bits left shards of both runs under the
+# old index and config.json (bits 8), and k3chat ran that mixture as a complete container.
+cp -r "$T/c8" "$T/r4"
+K3_REPACK_KILL_AT=3 "$RP" "$T/src" "$T/r4" --bits 4 >/dev/null 2>"$T/rp.err"; rc=$?
+"$B/k3chat" "$T/r4" --ids "1 2" --max-tokens 1 >/dev/null 2>"$T/err"; rc2=$?
+[ "$rc" = 137 ] && [ ! -e "$T/r4/model.safetensors.index.json" ] && [ ! -e "$T/r4/config.json" ] &&
+    [ "$rc2" = 1 ] && grep -q "config.json" "$T/err"
+ok $? "int8 container rewritten at 4 bits, killed in the 3rd shard: no index, no config.json, no model to load (k3chat exit $rc2: $(head -c 100 "$T/err"))"
+repack "$T/src" "$T/r4" --bits 4; rc=$?
+[ "$rc" = 0 ] && [ "$(grep -c "complete, skipped" "$T/rp.err")" = 2 ] &&
+    diff -r -x '.k3-repack.lock' "$T/c4" "$T/r4" >/dev/null
+ok $? "the rerun completes it (2 shards skipped): equal to a clean --bits 4 run, file for file"
+
+# --shards over a container of other bits: the index would have joined this run's 4-bit shards
+# and the old 8-bit ones (published, loaded, reported as 4 bits)
+cp -r "$T/c8" "$T/mx4"
+repack "$T/src" "$T/mx4" --bits 4 --shards 1-3; rc=$?
+"$B/k3chat" "$T/mx4" --ids "1 2" --max-tokens 1 >/dev/null 2>"$T/err"; rc2=$?
+[ "$rc" = 1 ] && grep -q "mx4/model-00004-of-000008.safetensors: written by another run .*(--shards 4)" "$T/rp.err" &&
+    [ ! -e "$T/mx4/model.safetensors.index.json" ] && [ ! -e "$T/mx4/config.json" ] && [ "$rc2" = 1 ]
+ok $? "--bits 4 --shards 1-3 over an int8 container: exit $rc naming the first 8-bit shard, nothing published ($(tail -c 120 "$T/rp.err"))"
+repack "$T/src" "$T/mx4" --bits 4 --shards 4-8; rc=$?
+[ "$rc" = 0 ] && diff -r -x '.k3-repack.lock' "$T/c4" "$T/mx4" >/dev/null
+ok $? "--shards 4-8 at 4 bits then completes it: equal to a clean --bits 4 run"
+
+# ---- a destination holding a model k3-repack did not write -------------------------------------
+cp -r "$T/src" "$T/other"
+repack "$T/src" "$T/other" --bits 8; rc=$?
+[ "$rc" = 1 ] && grep -q "other holds a model that k3-repack did not write" "$T/rp.err" && diff -r "$T/src" "$T/other" >/dev/null
+ok $? "DST holding a release checkpoint: refused before writing, left unchanged ($(head -c 150 "$T/rp.err"))"
+mkdir "$T/other2" && cp "$T/src/model-00002-of-000008.safetensors" "$T/other2/"
+repack "$T/src" "$T/other2" --bits 8; rc=$?
+[ "$rc" = 1 ] && grep -q "model-00002-of-000008.safetensors: not written by k3-repack" "$T/rp.err" &&
+    cmp -s "$T/src/model-00002-of-000008.safetensors" "$T/other2/model-00002-of-000008.safetensors" &&
+    [ "$(ls -A "$T/other2" | wc -l)" = 1 ]
+ok $? "DST holding a shard of another model (no config.json): refused, nothing written beside it"
+
+# ---- a full disk and a signal while writing (tests/faultinj.c on the .partial files) -----------
+so="$T/faultinj.so"
+case "$B" in *asan*) ASAN_OPTIONS="verify_asan_link_order=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}" && export ASAN_OPTIONS ;; esac
+if cc -shared -fPIC -O1 -o "$so" "$K3_SRC/tests/faultinj.c" -ldl 2>"$T/cc.err"; then
+    cp -r "$T/c8" "$T/f4"
+    LD_PRELOAD=$so FI_PATH=/.model-00004 FI_MODE=enospc FI_AFTER=2 "$RP" "$T/src" "$T/f4" --bits 4 \
+        >/dev/null 2>"$T/rp.err"; rc=$?
+    [ "$rc" = 1 ] && grep -q "f4/.model-00004-of-000008.safetensors.partial: write of .* failed: No space left on device" "$T/rp.err" &&
+        [ -z "$(ls -a "$T/f4" | grep '\.partial$')" ] && [ ! -e "$T/f4/config.json" ] &&
+        [ ! -e "$T/f4/model.safetensors.index.json" ]
+    ok $? "ENOSPC in the 4th shard: exit $rc naming the file, its .partial removed, no index or config.json ($(tail -c 150 "$T/rp.err"))"
+    LD_PRELOAD=$so FI_PATH=/.model-00004 FI_MODE=signal FI_SIG=15 "$RP" "$T/src" "$T/g8" --bits 8 \
+        >/dev/null 2>"$T/rp.err"; rc=$?
+    [ "$rc" = 143 ] && grep -q "g8/.model-00004-of-000008.safetensors.partial: interrupted by signal 15" "$T/rp.err" &&
+        [ "$(ls -A "$T/g8" | grep -c '^model-0000[123]-of-000008.safetensors$')" = 3 ] &&
+        [ -z "$(ls -a "$T/g8" | grep '\.partial$')" ] && [ ! -e "$T/g8/model.safetensors.index.json" ]
+    ok $? "SIGTERM while writing the 4th shard: status $rc, its .partial removed, shards 1-3 kept, no index ($(tail -c 150 "$T/rp.err"))"
+    LD_PRELOAD=$so FI_PATH=/.model.safetensors.index.json FI_MODE=enospc "$RP" "$T/src" "$T/h8" --bits 8 \
+        >/dev/null 2>"$T/rp.err"; rc=$?
+    [ "$rc" = 1 ] && grep -q "h8/.model.safetensors.index.json.[0-9]*.tmp: write of .* failed: No space left on device" "$T/rp.err" &&
+        [ ! -e "$T/h8/model.safetensors.index.json" ] && [ -z "$(ls -A "$T/h8" | grep '^\..*tmp$')" ]
+    ok $? "ENOSPC writing the index: exit $rc naming the file and the reason, no index, no temporary ($(tail -c 150 "$T/rp.err"))"
+    LD_PRELOAD=$so FI_PATH=/.model.safetensors.index.json FI_MODE=signal FI_SIG=15 "$RP" "$T/src" "$T/i8" \
+        --bits 8 >/dev/null 2>"$T/rp.err"; rc=$?
+    [ "$rc" = 0 ] && diff -r -x '.k3-repack.lock' "$T/c8" "$T/i8" >/dev/null
+    ok $? "SIGTERM while the index is written: the run completes it (exit $rc), equal to a clean run"
+    repack "$T/src" "$T/g8" --bits 8; rc=$?
+    [ "$rc" = 0 ] && [ "$(grep -c "complete, skipped" "$T/rp.err")" = 3 ] &&
+        diff -r -x '.k3-repack.lock' "$T/c8" "$T/g8" >/dev/null
+    ok $? "the rerun after SIGTERM skips the 3 completed shards and equals a clean run"
+else
+    echo "SKIP: full disk and signal checks: cannot build the fault-injection shim: $(head -n 1 "$T/cc.err")"
+fi
+
 # ---- disjoint --shards ------------------------------------------------------------------------
 repack "$T/src" "$T/p8" --bits 8 --shards 1-3; rc1=$?
 grep -q "incomplete" "$T/rp.err"; ok $? "--shards 1-3: index published for 3 of 7 shards, reported incomplete"
@@ -232,6 +306,16 @@ EOF
 [ "$rc" = 1 ] && grep -q "lm_head.weight.qs" "$T/err" && grep -q "missing" "$T/err"
 ok $? "a container matrix without its scale sidecar: clear error naming it ($(head -c 160 "$T/err"))"
 
+# a container shard cut short (a copy interrupted): the load names the file, the tensor and the bytes
+cp -r "$T/c8" "$T/cut"
+f="$T/cut/model-00004-of-000008.safetensors"; sz=$(wc -c <"$f")
+head -c $((sz - 1000)) "$f" >"$T/trunc" && mv "$T/trunc" "$f"
+for e in "" K3_MMAP=1; do
+    env $e "$B/k3chat" "$T/cut" --ids "1 2" --max-tokens 1 >/dev/null 2>"$T/err"; rc=$?
+    [ "$rc" = 1 ] && grep -q "model-00004-of-000008.safetensors: tensor '.*': its data ends at byte $sz of the file, but the file has $((sz - 1000)) bytes" "$T/err"
+    ok $? "a container shard 1000 bytes short${e:+ ($e)}: exit $rc naming file, tensor and sizes ($(tail -c 150 "$T/err"))"
+done
+
 # ---- bad arguments, corrupt source -------------------------------------------------------------
 "$RP" "$T/src" "$T/x" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q -- "--bits" "$T/err"; ok $? "missing --bits: usage error (exit $rc)"
@@ -239,10 +323,25 @@ ok $? "a container matrix without its scale sidecar: clear error naming it ($(he
 [ "$rc" = 2 ] && grep -q "'5'" "$T/err"; ok $? "--bits 5 rejected ($(head -c 100 "$T/err"))"
 "$RP" "$T/src" "$T/x" --bits 8 --head-bits 16 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ]; ok $? "--head-bits 16 rejected"
+# the values are read by the settings rows (K3_BITS, K3_MLA_BITS, K3_HEAD_BITS, K3_THREADS): whole
+# numbers (strtol took ' 8' and '+8'), the rows' ranges (--jobs was 1..1024, K3_THREADS 0..4096)
+bad_v=
+for v in "--bits 32:4 or 8" "--bits  8:4 or 8" "--bits +8:4 or 8" "--mla-bits 16:4, 8 or 32" \
+    "--head-bits 8x:4, 8 or 32" "--jobs 5000:an integer in 0..4096" "--jobs -1:an integer in 0..4096"; do
+    o=${v%% *}; val=${v#* }; val=${val%%:*}
+    "$RP" "$T/src" "$T/x" --bits 4 "$o" "$val" >/dev/null 2>"$T/err"; rc=$?
+    [ "$rc" = 2 ] && grep -qF -- "$o '$val': expected ${v#*:}" "$T/err" || bad_v="$bad_v [$o '$val' $rc]"
+done
+[ -z "$bad_v" ] && [ ! -e "$T/x" ]; ok $? "option values out of their settings row: exit 2 naming the option and the row's range, nothing written (failed:${bad_v:- none})"
 "$RP" "$T/src" "$T/x" --bits 8 --shards 3-99 >/dev/null 2>"$T/err"; rc=$?
-[ "$rc" = 1 ] && grep -q -- "--shards" "$T/err"; ok $? "--shards 3-99 out of range rejected ($(head -c 120 "$T/err"))"
-"$RP" "$T/src" "$T/x" --bits 8 --shards 2-1 >/dev/null 2>"$T/err"; rc=$?
-[ "$rc" = 1 ]; ok $? "--shards 2-1 rejected"
+[ "$rc" = 2 ] && grep -q -- "--shards '3-99': shard 99 is past the last: .*src has shards 1..8" "$T/err" && [ ! -e "$T/x" ]
+ok $? "--shards 3-99 out of range: usage error naming the last shard, nothing written ($(head -c 120 "$T/err"))"
+bad_l=
+for l in 2-1 abc 0 1, 1,,2 1- ' 3' +3 3-+5 99999999999; do
+    "$RP" "$T/nonexistent" "$T/x" --bits 8 --shards "$l" >/dev/null 2>"$T/err"; rc=$?
+    [ "$rc" = 2 ] && grep -q -- "--shards '$l': expected shard numbers from 1" "$T/err" || bad_l="$bad_l [$l] $rc"
+done
+[ -z "${bad_l:-}" ]; ok $? "malformed --shards lists: usage error (exit 2) before the source is read (failed:${bad_l:- none})"
 "$RP" "$T/src" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 2 ]; ok $? "a missing DST is a usage error"
 "$RP" "$T/nonexistent" "$T/x" --bits 8 >/dev/null 2>"$T/err"; rc=$?

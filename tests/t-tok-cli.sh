@@ -60,4 +60,19 @@ err=$("$K3" --detokenize "$V" "$K3_TMP/badids.txt" 2>&1); rc=$?
 err=$("$K3" --tokenize "$V" "$K3_TMP" 2>&1); rc=$?
 [ $rc -eq 1 ] && echo "$err" | grep -q "read error: Is a directory" && echo "PASS: a directory to --tokenize says it is one ($err)" ||
     echo "FAIL: --tokenize DIR: rc $rc, '$err' (want the reason, not a bare 'read error')"
+# a flag that changes nothing in the mode is a usage error (it was taken without a word): the
+# tokenizer's tools take --pattern only, --chat-ids --pattern, --think and --effort, --inspect
+# none, and --pattern goes with the first three only
+for a in "--tokenize $V $K3_TMP/in.txt --temp 0.5:--temp has no effect with --tokenize" \
+    "--detokenize $V $K3_TMP/commas.txt --max-tokens 3:--max-tokens has no effect with --detokenize" \
+    "--tokenize $V $K3_TMP/in.txt --think off:--think has no effect with --tokenize" \
+    "$V --prompt hi --pattern o200k:--pattern goes with --tokenize, --detokenize and --chat-ids only" \
+    "--inspect $V --pattern kimi:--pattern has no effect with --inspect" \
+    "--inspect $V --temp 1:--temp has no effect with --inspect" \
+    "--chat-ids $V $K3_TMP/in.txt --max-tokens 3:--max-tokens has no effect with --chat-ids"; do
+    # shellcheck disable=SC2086
+    err=$("$K3" ${a%%:*} 2>&1 >/dev/null); rc=$?
+    [ $rc -eq 2 ] && echo "$err" | grep -qF -- "${a#*:}" && echo "PASS: k3chat ${a%%:*}: usage error ($err)" ||
+        echo "FAIL: k3chat ${a%%:*}: rc $rc, '$err' (want 2 and '${a#*:}')"
+done
 exit 0

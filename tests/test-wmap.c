@@ -62,6 +62,34 @@ static void one(const char *what, const char *text, size_t len, int want_scan, i
 
 #define ONE(what, lit, sc, jj, n, name, file) one(what, lit, sizeof lit - 1, sc, jj, n, name, file)
 
+/* wm_map.names, from either reader: every entry's name without the prefix finds the first entry
+ * with it; a name no entry has is not found. */
+static void names_table(void) {
+    static const char text[] = "{\"weight_map\": {\"language_model.a\": \"s1\", \"b\": \"s2\", "
+                               "\"a\": \"s3\", \"language_model.c.d\": \"s4\"}}";
+    for (int full = 0; full < 2; full++) {
+        char  *copy = strdup(text);
+        wm_map m    = {0};
+        size_t at;
+        int    ok = full ? wm_parse_full("idx.json", text, sizeof text - 1, &m) == K3_OK
+                         : wm_scan(copy, sizeof text - 1, &m, &at) == 0;
+        T_CHECK(ok && m.n == 4, "names table (%s): the index read, %zu entries", full ? "jansson" : "scanner",
+                m.n);
+        if (ok && m.n == 4) {
+            long a = k3_names_find(&m.names, "a"), b = k3_names_find(&m.names, "b"),
+                 cd = k3_names_find(&m.names, "c.d"), x = k3_names_find(&m.names, "language_model.a"),
+                 y = k3_names_find(&m.names, "e");
+            T_CHECK(a == 0 && b == 1 && cd == 3 && x < 0 && y < 0 && !strcmp(m.e[3].key, "c.d") &&
+                        !strcmp(m.e[1].key, "b"),
+                    "names table (%s): a -> %ld (the first, language_model.a), b -> %ld, c.d -> %ld, "
+                    "the full name %ld and e %ld not found",
+                    full ? "jansson" : "scanner", a, b, cd, x, y);
+        }
+        wm_free(&m);
+        free(copy);
+    }
+}
+
 static void tricky(void) {
     ONE("plain index",
         "{\"metadata\": {\"total_size\": 123}, \"weight_map\": {\"a\": \"s1\", \"b\": \"s2\"}}", SCAN, J_OK,
@@ -97,6 +125,19 @@ static void tricky(void) {
         -1, 0, 0);
     ONE("duplicate spelled with an escape", "{\"weight_map\": {\"ab\": \"s\", \"\\u0061b\": \"s\"}}", STOP,
         J_ERR, -1, 0, 0);
+    /* the duplicate check is the table of names without the prefix (wm_map.names): a name with
+     * and without it is two names, the same full name twice a duplicate in either order */
+    ONE("a name with and without language_model.",
+        "{\"weight_map\": {\"x\": \"s\", \"language_model.x\": \"t\"}}", SCAN, J_OK, 2, "x", "s");
+    ONE("language_model.x twice after x",
+        "{\"weight_map\": {\"x\": \"s\", \"language_model.x\": \"s\", \"language_model.x\": \"s\"}}", STOP,
+        J_ERR, -1, 0, 0);
+    ONE("x twice after language_model.x",
+        "{\"weight_map\": {\"language_model.x\": \"s\", \"x\": \"s\", \"y\": \"s\", \"x\": \"s\"}}", STOP,
+        J_ERR, -1, 0, 0);
+    ONE("language_model.x twice",
+        "{\"weight_map\": {\"language_model.x\": \"s\", \"language_model.x\": \"s\"}}", STOP, J_ERR, -1, 0,
+        0);
     ONE("weight_map twice", "{\"weight_map\": {\"a\": \"s\"}, \"weight_map\": {\"b\": \"s\"}}", STOP, J_ERR,
         -1, 0, 0);
     ONE("duplicate key in metadata", "{\"metadata\": {\"x\": 1, \"x\": 2}, \"weight_map\": {\"a\": \"s\"}}",
@@ -489,6 +530,7 @@ int main(void) {
         return t_done();
     }
     tricky();
+    names_table();
     damaged();
     via_st_open();
     headers();

@@ -6,12 +6,12 @@
  * A setting is a space-separated list of K3_* environment assignments, applied on top of the
  * caller's environment for that run only ("" = the defaults), e.g.
  *   k3-ab m/ 'K3_BITS=32 K3_MLA_BITS=32 K3_HEAD_BITS=32 K3_IDOT=0' 'K3_BITS=4'
- * Tokens: --text FILE (UTF-8 text, encoded with the model's tokenizer, special-token names as
- * plain text), --ids 'ID ID ...' or --ids-file FILE (whitespace-separated ids), or --random N
- * (N ids drawn uniformly from the vocabulary with --seed S, default 1; the default is
- * --random 64). --max N keeps the first N tokens. Each setting loads the model, feeds the whole sequence once
- * (chunked prefill; the engine's K3_LOGITS hook writes every position's logits to a scratch file) and frees
- * it.
+ * Tokens, given one way (two of these options: exit 2): --text FILE (UTF-8 text, encoded with
+ * the model's tokenizer, special-token names as plain text), --ids 'ID ID ...' or --ids-file
+ * FILE (whitespace-separated ids), or --random N (N ids drawn uniformly from the vocabulary
+ * with --seed S, default 1; the default is --random 64). --max N keeps the first N tokens. Each setting loads
+ * the model, feeds the whole sequence once (chunked prefill; the engine's K3_LOGITS hook writes every
+ * position's logits to a scratch file) and frees it.
  *
  * Report (A is the reference): per position the softmax of each side; then
  *   top1      fraction of positions where argmax A == argmax B
@@ -61,8 +61,8 @@ static int setting_parse(setting *s, const char *text) {
          tok = strtok_r(NULL, " \t\n", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq || eq == tok || strncmp(tok, "K3_", 3) != 0 || s->n == MAX_VARS) {
-            fprintf(stderr, "k3-ab: setting '%s': expected K3_NAME=VALUE assignments (at most %d)\n", tok,
-                    MAX_VARS);
+            txt_term_printf(stderr, "k3-ab: setting '%s': expected K3_NAME=VALUE assignments (at most %d)\n",
+                            tok, MAX_VARS);
             return -1;
         }
         *eq            = '\0';
@@ -124,7 +124,7 @@ static int run_setting(const char *dir, setting *s, const int32_t *ids, int n, i
     if (st == K3_OK)
         st = k3_session_feed(se, ids, n);
     if (st != K3_OK) {
-        fprintf(stderr, "k3-ab: %s: %s\n", k3_status_str(st), k3_errmsg());
+        txt_term_printf(stderr, "k3-ab: %s: %s\n", k3_status_str(st), k3_errmsg());
         goto done;
     }
     k3_session_free(se); /* flushes and closes the K3_LOGITS file */
@@ -135,7 +135,7 @@ static int run_setting(const char *dir, setting *s, const int32_t *ids, int n, i
     *out   = malloc((size_t)n * info.vocab * sizeof(float));
     f      = fopen(path, "rb");
     if (!*out || !f || fread(*out, sizeof(float) * info.vocab, (size_t)n, f) != (size_t)n) {
-        fprintf(stderr, "k3-ab: reading %d x %d logits from %s failed\n", n, info.vocab, path);
+        txt_term_printf(stderr, "k3-ab: reading %d x %d logits from %s failed\n", n, info.vocab, path);
         free(*out);
         *out = NULL;
         goto done;
@@ -178,6 +178,7 @@ int main(int argc, char **argv) {
     int                n_random = 64, n_max = 0;
     unsigned long long seed = 1;
     int                ai   = 1;
+    const char        *src  = NULL; /* the option that gave the tokens: one of the four at most */
     for (; ai < argc && argv[ai][0] == '-' && argv[ai][1]; ai++) {
         const char *o = argv[ai];
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -185,10 +186,21 @@ int main(int argc, char **argv) {
             return 0;
         }
         if (ai + 1 >= argc) {
-            fprintf(stderr, "k3-ab: %s needs a value\n", o);
+            txt_term_printf(stderr, "k3-ab: %s needs a value\n", o);
             return 2;
         }
         const char *v = argv[++ai];
+        if (!strcmp(o, "--ids") || !strcmp(o, "--ids-file") || !strcmp(o, "--text") ||
+            !strcmp(o, "--random")) {
+            if (src && strcmp(src, o)) {
+                txt_term_printf(
+                    stderr,
+                    "k3-ab: %s and %s: give the tokens one way (--text, --ids, --ids-file or --random)\n",
+                    src, o);
+                return 2;
+            }
+            src = o;
+        }
         if (!strcmp(o, "--ids"))
             ids_text = v;
         else if (!strcmp(o, "--ids-file"))
@@ -205,7 +217,7 @@ int main(int argc, char **argv) {
             if (tool_u64("k3-ab", "seed", v, &seed))
                 return 2;
         } else {
-            fprintf(stderr, "k3-ab: unknown option '%s'\n", o);
+            txt_term_printf(stderr, "k3-ab: unknown option '%s'\n", o);
             usage(stderr);
             return 2;
         }
@@ -230,7 +242,7 @@ int main(int argc, char **argv) {
         const char *fn = text_file ? text_file : ids_file;
         FILE       *f  = fopen(fn, "rb");
         if (!f) {
-            fprintf(stderr, "k3-ab: %s: %s\n", fn, strerror(errno));
+            txt_term_printf(stderr, "k3-ab: %s: %s\n", fn, strerror(errno));
             goto out;
         }
         size_t cap = 1 << 16;
@@ -265,7 +277,7 @@ int main(int argc, char **argv) {
             st = k3_tok_encode(tok, text, len, 0, &v);
         k3_tok_free(tok);
         if (st != K3_OK) {
-            fprintf(stderr, "k3-ab: %s: %s\n", text_file, k3_errmsg());
+            txt_term_printf(stderr, "k3-ab: %s: %s\n", text_file, k3_errmsg());
             k3_ids_free(&v);
             rc = 1;
             goto out;
@@ -276,7 +288,7 @@ int main(int argc, char **argv) {
         k3_ids    v  = {0};
         k3_status st = k3_ids_parse(ids_text, INT32_MAX, &v);
         if (st) {
-            fprintf(stderr, "k3-ab: token ids: %s\n", k3_errmsg());
+            txt_term_printf(stderr, "k3-ab: token ids: %s\n", k3_errmsg());
             k3_ids_free(&v);
             rc = st == K3_ERR_ARG ? 2 : 1; /* a bad id is a usage error */
             goto out;
@@ -288,7 +300,7 @@ int main(int argc, char **argv) {
         k3_params p;
         k3_model *m = NULL;
         if (k3_params_default(&p) || k3_model_open(dir, &p, &m)) {
-            fprintf(stderr, "k3-ab: %s\n", k3_errmsg());
+            txt_term_printf(stderr, "k3-ab: %s\n", k3_errmsg());
             rc = 1;
             goto out;
         }
@@ -340,7 +352,7 @@ int main(int argc, char **argv) {
         kl_max = fmax(kl_max, kl);
     }
     const double rel = a2 > 0 ? sqrt(d2 / a2) : 0.0;
-    printf("A: '%s'\nB: '%s'\n", argv[ai + 1], argv[ai + 2]);
+    txt_term_printf(stdout, "A: '%s'\nB: '%s'\n", argv[ai + 1], argv[ai + 2]); /* the user's text */
     printf("positions %d, vocabulary %d\n", n, V);
     printf("top-1 agreement   %.4f (%d of %d)\n", (double)agree / n, agree, n);
     printf("KL(A||B) nats     mean %.3e  max %.3e\n", kl_sum / n, kl_max);
@@ -349,6 +361,11 @@ int main(int argc, char **argv) {
     printf("AB top1 %.4f kl_mean %.3e kl_max %.3e maxerr %.4g rel_l2 %.3e n %d\n", (double)agree / n,
            kl_sum / n, kl_max, maxerr, rel, n);
     rc = 0;
+    if (fflush(stdout) || ferror(stdout)) { /* a report cut short (a full disk) is no result */
+        fprintf(stderr, "k3-ab: cannot write the report to standard output: %s\n",
+                strerror(errno ? errno : EIO));
+        rc = 1;
+    }
 out:
     free(pa), free(pb), free(la), free(lb), free(ids), free(text);
     free(sa.buf), free(sb.buf);

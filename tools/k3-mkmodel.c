@@ -877,10 +877,10 @@ static k3_status write_shards(const char *dir, const mk_plan *p, const mk_opts *
         if (!st) {
             total += stw_data_bytes(w);
             if (!o->quiet)
-                fprintf(stderr, "k3-mkmodel: [%d/%d] %s  %.1f MiB  (%.0f%% of %.1f MiB, %.1f s)\n", s + 1, ns,
-                        fname, (double)stw_file_bytes(w) / 1048576.0,
-                        100.0 * (double)total / (double)(all ? all : 1), (double)all / 1048576.0,
-                        k3_time() - t0);
+                txt_term_printf(stderr, "k3-mkmodel: [%d/%d] %s  %.1f MiB  (%.0f%% of %.1f MiB, %.1f s)\n",
+                                s + 1, ns, fname, (double)stw_file_bytes(w) / 1048576.0,
+                                100.0 * (double)total / (double)(all ? all : 1), (double)all / 1048576.0,
+                                k3_time() - t0);
         }
         stw_free(w);
     }
@@ -933,16 +933,16 @@ static int out_state(const char *out) {
     if (stat(out, &sb) != 0) {
         if (errno == ENOENT)
             return 0;
-        fprintf(stderr, "k3-mkmodel: %s: %s\n", out, strerror(errno));
+        txt_term_printf(stderr, "k3-mkmodel: %s: %s\n", out, strerror(errno));
         return -1;
     }
     if (!S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "k3-mkmodel: %s exists and is not a directory\n", out);
+        txt_term_printf(stderr, "k3-mkmodel: %s exists and is not a directory\n", out);
         return -1;
     }
     DIR *dp = opendir(out);
     if (!dp) {
-        fprintf(stderr, "k3-mkmodel: %s: %s\n", out, strerror(errno));
+        txt_term_printf(stderr, "k3-mkmodel: %s: %s\n", out, strerror(errno));
         return -1;
     }
     struct dirent *de;
@@ -999,7 +999,7 @@ static const struct mk_int_opt {
     {"dense", 0, MK_MAX_LAYERS, offsetof(mk_shape, first_dense)},
     {"experts", 1, 4096, offsetof(mk_shape, n_exp)},
     {"active", 1, 4096, offsetof(mk_shape, n_act)},
-    {"shared", 0, 64, offsetof(mk_shape, n_shared)},
+    {"shared", 1, K3_MAX_SHARED, offsetof(mk_shape, n_shared)}, /* config.c's range */
     {"block", 1, MK_MAX_LAYERS, offsetof(mk_shape, block)},
     {"merges", 0, 1 << 20, offsetof(mk_shape, merges)},
 };
@@ -1056,15 +1056,16 @@ int main(int argc, char **argv) {
     if (rc >= 0)
         return rc;
     if (optind != argc - 1) {
-        fprintf(stderr,
-                optind >= argc ? "k3-mkmodel: missing OUT_DIR\n" : "k3-mkmodel: unexpected argument '%s'\n",
-                argv[optind + (optind < argc)]);
+        txt_term_printf(stderr,
+                        optind >= argc ? "k3-mkmodel: missing OUT_DIR\n"
+                                       : "k3-mkmodel: unexpected argument '%s'\n",
+                        argv[optind + (optind < argc)]);
         usage(stderr);
         return 2;
     }
     static char outbuf[PATH_MAX];
     if (snprintf(outbuf, sizeof outbuf, "%s", argv[optind]) >= (int)sizeof outbuf - 16) {
-        fprintf(stderr, "k3-mkmodel: %s: path too long\n", argv[optind]);
+        txt_term_printf(stderr, "k3-mkmodel: %s: path too long\n", argv[optind]);
         return 2;
     }
     for (size_t l = strlen(outbuf); l > 1 && outbuf[l - 1] == '/'; l--)
@@ -1081,7 +1082,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(preset, "release")) {
         s = preset_release;
     } else {
-        fprintf(stderr, "k3-mkmodel: --preset '%s': expected tiny, slice or release\n", preset);
+        txt_term_printf(stderr, "k3-mkmodel: --preset '%s': expected tiny, slice or release\n", preset);
         return 2;
     }
     for (int i = 0; i < MK_N_INT_OPTS; i++)
@@ -1105,7 +1106,8 @@ int main(int argc, char **argv) {
     if (state < 0)
         return 1;
     if (state > 0 && !o.force) {
-        fprintf(stderr, "k3-mkmodel: %s exists and is not empty (use --force to replace it)\n", o.out);
+        txt_term_printf(stderr, "k3-mkmodel: %s exists and is not empty (use --force to replace it)\n",
+                        o.out);
         return 1;
     }
 
@@ -1119,11 +1121,11 @@ int main(int argc, char **argv) {
 
     char tmp[PATH_MAX];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", o.out) >= sizeof tmp) {
-        fprintf(stderr, "k3-mkmodel: %s: path too long\n", o.out);
+        txt_term_printf(stderr, "k3-mkmodel: %s: path too long\n", o.out);
         return 2;
     }
     if (mkdir_parent(o.out) != 0 || !mkdtemp(tmp)) {
-        fprintf(stderr, "k3-mkmodel: cannot create %s: %s\n", tmp, strerror(errno));
+        txt_term_printf(stderr, "k3-mkmodel: cannot create %s: %s\n", tmp, strerror(errno));
         return 1;
     }
     chmod(tmp, 0755);
@@ -1149,7 +1151,8 @@ int main(int argc, char **argv) {
     mk_vocab_free(&v);
     free(p.t);
     if (st || stop_sig) {
-        fprintf(stderr, "k3-mkmodel: %s; nothing written\n", st ? k3_errmsg() : "interrupted by a signal");
+        txt_term_printf(stderr, "k3-mkmodel: %s; nothing written\n",
+                        st ? k3_errmsg() : "interrupted by a signal");
         rm_tree(tmp);
         if (stop_sig) {
             signal(stop_sig, SIG_DFL);
@@ -1164,19 +1167,19 @@ int main(int argc, char **argv) {
     if (out_state(o.out) > 0) {
         snprintf(old, sizeof old, "%s.old-XXXXXX", o.out);
         if (!mkdtemp(old) || rename(o.out, old) != 0) {
-            fprintf(stderr, "k3-mkmodel: cannot move %s aside: %s\n", o.out, strerror(errno));
+            txt_term_printf(stderr, "k3-mkmodel: cannot move %s aside: %s\n", o.out, strerror(errno));
             rm_tree(tmp);
             return 1;
         }
     }
     if (rename(tmp, o.out) != 0) {
-        fprintf(stderr, "k3-mkmodel: cannot rename %s to %s: %s\n", tmp, o.out, strerror(errno));
+        txt_term_printf(stderr, "k3-mkmodel: cannot rename %s to %s: %s\n", tmp, o.out, strerror(errno));
         rm_tree(tmp);
         return 1;
     }
     if (old[0])
         rm_tree(old);
     if (!o.quiet)
-        fprintf(stderr, "k3-mkmodel: wrote %s\n", o.out);
+        txt_term_printf(stderr, "k3-mkmodel: wrote %s\n", o.out);
     return 0;
 }

@@ -18,9 +18,16 @@
  *   sidecars are aligned in the file and usable from a mapping; data starts 64-byte aligned.
  * - Resume: a shard whose final file exists with exactly the planned header (which records the
  *   bits and the source shard's name, size and mtime) and size is skipped; a killed run leaves
- *   only .partial files, which the next run overwrites. --shards picks source shards (1-based, "1-3,7") so
- * disjoint runs can share the work; each run then rebuilds the index from every completed shard in DST (under
- * a lock, temp + rename), refusing to publish one when a tensor name appears twice.
+ *   only .partial files, which the next run overwrites. A write error, SIGINT, SIGTERM or SIGHUP
+ *   removes the shard's .partial file (the completed shards stay for the next run).
+ * - Nothing half-done is published: a DST that holds a model k3-repack did not write (config.json
+ *   without k3_container, a shard without its metadata) is refused before any work, and before
+ *   the first shard of a run is written DST's index and config.json are removed, so a container
+ *   rewritten in part (killed while going from 8 to 4 bits) is no model until a run completes.
+ * - --shards picks source shards (1-based, "1-3,7") so disjoint runs can share the work; each
+ *   run then rebuilds the index from every completed shard in DST (under a lock, temp + rename),
+ *   refusing to publish one when a tensor name appears twice, or when a shard of the checkpoint
+ *   there is not what this run would write (another run's bits: a container of two settings).
  * - --verify-full re-reads every expert byte of every selected shard (fresh or skipped) from
  *   DST and compares it with the source.
  * Test hook: K3_REPACK_KILL_AT=N sends SIGKILL to the process halfway through the N-th shard it
@@ -39,6 +46,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -120,7 +128,20 @@ typedef struct ctx {
     double    t0, t_last;
     int       tty;
     int       kill_at, n_started;
+    int       usage; /* the error is the command line's: exit 2 */
 } ctx;
+
+static volatile sig_atomic_t stop_sig; /* SIGINT, SIGTERM or SIGHUP received: stop at the next chunk */
+
+static void on_signal(int sig) {
+    stop_sig = sig;
+}
+
+/* K3_ABORTED when a stop signal came (the caller removes what it was writing). */
+static k3_status check_stop(void) {
+    return stop_sig ? k3_err(K3_ABORTED, "interrupted by signal %d (%s)", (int)stop_sig, strsignal(stop_sig))
+                    : K3_OK;
+}
 
 static void die_oom(void) {
     fprintf(stderr, "k3-repack: out of memory\n");
@@ -165,10 +186,12 @@ static void progress(ctx *c, uint64_t add, const char *what) {
         for (int i = 0; i < 30; i++)
             bar[i] = i < k ? '#' : '.';
         bar[30] = 0;
-        fprintf(stderr, "\r[%s] %5.1f%% %8.1f MB/s %s left  %-40.40s\033[K", bar, pct, rate / 1e6, left,
-                what);
+        fputc('\r', stderr); /* the name (the model's text) escaped, the bar's own controls not */
+        txt_term_printf(stderr, "[%s] %5.1f%% %8.1f MB/s %s left  %-40.40s", bar, pct, rate / 1e6, left,
+                        what);
+        fputs("\033[K", stderr);
     } else {
-        fprintf(stderr, "k3-repack: %5.1f%% %.1f MB/s %s left (%s)\n", pct, rate / 1e6, left, what);
+        txt_term_printf(stderr, "k3-repack: %5.1f%% %.1f MB/s %s left (%s)\n", pct, rate / 1e6, left, what);
     }
 }
 
@@ -180,11 +203,13 @@ static void say(const ctx *c, const char *fmt, ...) {
     if (c->tty)
         fputs("\r\033[K", stderr);
     va_list ap;
+    char   *m = NULL;
     va_start(ap, fmt);
-    fputs("k3-repack: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    if (vasprintf(&m, fmt, ap) < 0)
+        die_oom();
     va_end(ap);
+    txt_term_printf(stderr, "k3-repack: %s\n", m); /* shard names come from the source's index */
+    free(m);
 }
 
 /* ==== classification: the same matrix classes as load.c ===================================== */
@@ -595,7 +620,7 @@ static k3_status do_pass(ctx *c, const wctx *o, const plan *p, const job *j, uns
     const st_tensor *t  = st_tensor_at(c->d, j->src);
     const item      *it = &p->items[j->w];
     k3_status        st = K3_OK;
-    for (uint64_t k = 0; k < t->nbytes && !st; k += CHUNK_BYTES) {
+    for (uint64_t k = 0; k < t->nbytes && !st && !(st = check_stop()); k += CHUNK_BYTES) {
         size_t n = (size_t)(t->nbytes - k < CHUNK_BYTES ? t->nbytes - k : CHUNK_BYTES);
         if (!src_hole(st_shard_fd(c->d, t->shard), t->offset + k, n)) {
             if ((st = st_read_at(c->d, t->shard, buf, n, t->offset + k)))
@@ -625,7 +650,7 @@ static k3_status do_mat(ctx *c, const wctx *o, const plan *p, const job *j) {
     if (!raw || !w || !f || (srow && !s))
         die_oom();
     int zero_rows = -1; /* rows of w and s hold the quantized zero row: as many as last filled */
-    for (int64_t r0 = 0; r0 < x->rows && !st; r0 += step) {
+    for (int64_t r0 = 0; r0 < x->rows && !st && !(st = check_stop()); r0 += step) {
         int64_t n = x->rows - r0 < step ? x->rows - r0 : step;
         if (src_hole(st_shard_fd(c->d, t->shard), t->offset + (uint64_t)r0 * cols * es,
                      (uint64_t)n * cols * es)) {
@@ -687,7 +712,7 @@ static k3_status do_kvb(ctx *c, const wctx *o, const plan *p, const job *j) {
     k3_status st = K3_OK;
     if (!raw || !w || !s || !f || !kt)
         die_oom();
-    for (int h = 0; h < k->Hm && !st; h++) {
+    for (int h = 0; h < k->Hm && !st && !(st = check_stop()); h++) {
         if ((st = read_rows(c, t, kl, (int64_t)h * hr, hr, raw, f)))
             break;
         for (int i = 0; i < kl; i++)
@@ -776,7 +801,7 @@ static k3_status verify_experts(ctx *c, const plan *p, const char *path) {
         die_oom();
     if (fd < 0)
         st = k3_err(K3_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    for (int jn = 0; jn < p->n_jobs && !st; jn++) {
+    for (int jn = 0; jn < p->n_jobs && !st && !(st = check_stop()); jn++) {
         const job *j = &p->jobs[jn];
         if (j->role != R_EXPERT)
             continue;
@@ -817,7 +842,8 @@ static k3_status fsync_dir(const char *dir) {
     return r ? k3_err(K3_ERR_IO, "%s: fsync failed: %s", dir, strerror(errno)) : K3_OK;
 }
 
-/* Write plan p to tmp (every job), fsync. */
+/* Write plan p to tmp (every job), fsync. On failure tmp is removed: a resumed run starts the
+ * shard afresh, and a full disk gets its space back. */
 static k3_status write_shard(ctx *c, const plan *p, const char *tmp) {
     wctx o = {.path = tmp, .base = p->header_len};
     o.fd   = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -832,7 +858,7 @@ static k3_status write_shard(ctx *c, const plan *p, const char *tmp) {
     if (!st && ftruncate(o.fd, (off_t)(p->header_len + p->data_bytes))) /* all-zero experts are skipped */
         st = k3_err(K3_ERR_IO, "%s: cannot size to %llu bytes: %s", tmp,
                     (unsigned long long)(p->header_len + p->data_bytes), strerror(errno));
-    for (int jn = 0; jn < p->n_jobs && !st; jn++) {
+    for (int jn = 0; jn < p->n_jobs && !st && !(st = check_stop()); jn++) {
         const job *j = &p->jobs[jn];
         if (c->kill_at == c->n_started && jn == p->n_jobs / 2) {
             fsync(o.fd); /* make the partial file real, then die as kill -9 would */
@@ -862,6 +888,14 @@ static k3_status write_shard(ctx *c, const plan *p, const char *tmp) {
         st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
     if (close(o.fd) && !st)
         st = k3_err(K3_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+    if (st) {
+        unlink(tmp);
+        if (st == K3_ABORTED)
+            k3_err(st,
+                   "%s: interrupted by signal %d (%s): this partial shard removed, the completed ones kept "
+                   "(run again to resume)",
+                   tmp, (int)stop_sig, strsignal(stop_sig));
+    }
     return st;
 }
 
@@ -929,23 +963,58 @@ static k3_status read_out_header(const char *path, const char *file, json_t **ou
     return K3_OK;
 }
 
+/* Write bytes to dir/name through a temp file + fsync + rename. */
+static k3_status put_file(const char *dir, const char *name, const void *data, size_t n) {
+    char *tmp = xasprintf("%s/.%s.%d.tmp", dir, name, (int)getpid()), *fin = xasprintf("%s/%s", dir, name);
+    k3_status st = K3_OK;
+    int       fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        st = k3_err(K3_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    else {
+        st = pwrite_all(fd, tmp, data, n, 0);
+        if (!st && fsync(fd))
+            st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+        if (close(fd) && !st)
+            st = k3_err(K3_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
+        if (!st && rename(tmp, fin))
+            st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
+        if (st)
+            unlink(tmp);
+    }
+    free(tmp);
+    free(fin);
+    return st;
+}
+
+/* DST's lock (LOCK_FILE, flock'ed exclusive; close to release) held by runs sharing DST while they
+ * publish or remove the index: the descriptor, or -1 with the error recorded. */
+static int lock_dst(const char *dst) {
+    char *path = xasprintf("%s/" LOCK_FILE, dst);
+    int   fd   = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || flock(fd, LOCK_EX)) {
+        k3_err(K3_ERR_IO, "%s: cannot lock: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+    }
+    free(path);
+    return fd;
+}
+
 /* Rebuild DST's index from every completed shard there, under a lock, atomically. A tensor in
  * two shards aborts (no index is published). *n_out: shards indexed. */
 static k3_status rebuild_index(const ctx *c, int *n_out) {
-    const char *dst    = c->o.dst;
-    char       *lock   = xasprintf("%s/" LOCK_FILE, dst),
-         *tmp          = xasprintf("%s/." INDEX_FILE ".%d", dst, (int)getpid()),
-         *fin          = xasprintf("%s/" INDEX_FILE, dst);
-    k3_status       st = K3_OK;
+    const char     *dst = c->o.dst;
+    k3_status       st  = K3_OK;
     json_t         *wm = json_object(), *idx = json_object(), *md = json_object();
     struct dirent **ents = NULL;
-    int             n = -1, lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int             n = -1, lfd = lock_dst(dst);
     uint64_t        total = 0;
     *n_out                = 0;
     if (!wm || !idx || !md)
         die_oom();
-    if (lfd < 0 || flock(lfd, LOCK_EX)) {
-        st = k3_err(K3_ERR_IO, "%s: cannot lock: %s", lock, strerror(errno));
+    if (lfd < 0) {
+        st = K3_ERR_IO;
         goto out;
     }
     if ((n = scandir(dst, &ents, NULL, alphasort)) < 0) {
@@ -987,22 +1056,13 @@ static k3_status rebuild_index(const ctx *c, int *n_out) {
     json_object_set_new(md, "total_size", json_integer((json_int_t)total));
     json_object_set(idx, "metadata", md);
     json_object_set(idx, "weight_map", wm);
-    if (json_dump_file(idx, tmp, JSON_INDENT(2) | JSON_SORT_KEYS)) {
-        st = k3_err(K3_ERR_IO, "%s: cannot write", tmp);
-        goto out;
-    }
-    int fd = open(tmp, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd))
-        st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    if (!st && rename(tmp, fin))
-        st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
-    if (!st)
+    char *js = json_dumps(idx, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!js)
+        die_oom();
+    if (!(st = put_file(dst, INDEX_FILE, js, strlen(js)))) /* temp + fsync + rename: a write error says why */
         st = fsync_dir(dst);
+    free(js);
 out:
-    if (st)
-        unlink(tmp);
     for (int i = 0; i < n; i++)
         free(ents[i]);
     free(ents);
@@ -1011,31 +1071,6 @@ out:
     json_decref(wm);
     json_decref(idx);
     json_decref(md);
-    free(lock);
-    free(tmp);
-    free(fin);
-    return st;
-}
-
-/* Write bytes to dir/name through a temp file + fsync + rename. */
-static k3_status put_file(const char *dir, const char *name, const void *data, size_t n) {
-    char *tmp = xasprintf("%s/.%s.%d.tmp", dir, name, (int)getpid()), *fin = xasprintf("%s/%s", dir, name);
-    k3_status st = K3_OK;
-    int       fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        st = k3_err(K3_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    else {
-        st = pwrite_all(fd, tmp, data, n, 0);
-        if (!st && fsync(fd))
-            st = k3_err(K3_ERR_IO, "%s: fsync failed: %s", tmp, strerror(errno));
-        close(fd);
-        if (!st && rename(tmp, fin))
-            st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
-        if (st)
-            unlink(tmp);
-    }
-    free(tmp);
-    free(fin);
     return st;
 }
 
@@ -1093,6 +1128,65 @@ static k3_status write_small_files(const ctx *c) {
     return st;
 }
 
+/* ==== what DST holds ========================================================================== */
+
+/* A DST that holds a model k3-repack did not write is refused before any work: its shards would
+ * be replaced one by one (the same names) or left beside ours. config.json must have the
+ * k3_container section and every *.safetensors file our metadata, when there. */
+static k3_status dst_check(const ctx *c) {
+    const char *dst = c->o.dst;
+    char       *cp  = xasprintf("%s/config.json", dst);
+    k3_status   st  = K3_OK;
+    if (access(cp, F_OK) == 0) {
+        rp_info info;
+        if ((st = rp_info_load(dst, &info)))
+            k3_err_prefix("%s", dst);
+        else if (!info.present)
+            st = k3_err(K3_ERR_ARG,
+                        "%s holds a model that k3-repack did not write (config.json has no " RP_CONFIG_KEY
+                        "): write the container to an empty directory",
+                        dst);
+    }
+    free(cp);
+    struct dirent **ents = NULL;
+    int             n    = st ? 0 : scandir(dst, &ents, NULL, alphasort);
+    if (n < 0)
+        st = k3_err(K3_ERR_IO, "%s: cannot list: %s", dst, strerror(errno));
+    for (int i = 0; i < n; i++) {
+        if (!st && is_shard_name(ents[i]->d_name)) {
+            char   *path = xasprintf("%s/%s", dst, ents[i]->d_name);
+            json_t *h;
+            if (!(st = read_out_header(path, ents[i]->d_name, &h)))
+                json_decref(h);
+            else
+                k3_err_prefix("%s", dst);
+            free(path);
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    return st;
+}
+
+/* Before the first shard of a run is written: DST's index and config.json go, so that until
+ * a run completes (and writes them anew) DST is no model a load would take as complete. */
+static k3_status unpublish(const ctx *c) {
+    const char *names[] = {INDEX_FILE, "config.json"};
+    int         lfd     = lock_dst(c->o.dst); /* not between another run's checks and its rename */
+    k3_status   st      = lfd < 0 ? K3_ERR_IO : K3_OK;
+    for (int i = 0; i < 2 && !st; i++) {
+        char *p = xasprintf("%s/%s", c->o.dst, names[i]);
+        if (access(p, F_OK) == 0 && unlink(p) && errno != ENOENT)
+            st = k3_err(K3_ERR_IO, "%s: cannot remove: %s", p, strerror(errno));
+        free(p);
+    }
+    if (!st)
+        st = fsync_dir(c->o.dst);
+    if (lfd >= 0)
+        close(lfd);
+    return st;
+}
+
 /* ==== command line ============================================================================ */
 
 static void usage(FILE *f) {
@@ -1109,46 +1203,54 @@ static void usage(FILE *f) {
             "                  from every completed shard in DST\n"
             "  --verify-full   re-read every expert byte written (or already there) and compare it\n"
             "                  with the source\n"
-            "  --jobs N        quantization threads (default: OpenMP's)\n"
+            "  --jobs N        quantization threads, 0..4096 as K3_THREADS (default 0: OpenMP's)\n"
             "  --quiet         no progress output\n");
 }
 
-static int parse_bits(const char *opt, const char *v, int allow32) {
-    char *end;
-    long  b = strtol(v, &end, 10);
-    if (*end || !(b == 4 || b == 8 || (allow32 && b == 32))) {
-        fprintf(stderr, "k3-repack: %s '%s': expected 4, 8%s\n", opt, v, allow32 ? " or 32" : "");
+/* Option opt's value v, read by the settings row id (k3-settings.h: the one range, as the engine
+ * reads K3_MLA_BITS, K3_THREADS); with no32, 32 is refused too (--bits: the K3_BITS classes are
+ * stored quantized). Exits 2 naming the option and what it expects. */
+static int parse_row(const char *opt, enum k3_setting_id id, const char *v, int no32) {
+    double x;
+    char   err[256], want[128];
+    if (k3_setting_parse(id, K3_SRC_ENV, v, &x, err, sizeof err) || (no32 && x == 32)) {
+        txt_term_printf(stderr, "k3-repack: %s '%s': expected %s\n", opt, v,
+                        no32 ? "4 or 8" : k3_setting_expect(id, K3_SRC_ENV, want, sizeof want));
         exit(2);
     }
-    return (int)b;
+    return (int)x;
 }
 
-/* "1-3,7" -> sel[0..n) (1-based numbers in the list). */
-static int parse_shards(const char *list, int n, unsigned char *sel) {
-    const char *p = list;
-    if (!*p)
+/* A shard number of a --shards list: digits only (no sign, space or hex), 1..INT_MAX. */
+static long shard_num(const char **p) {
+    long v = 0;
+    if (**p < '0' || **p > '9')
         return -1;
-    while (*p) {
-        char *end;
-        long  a = strtol(p, &end, 10), b = a;
-        if (end == p)
+    for (; **p >= '0' && **p <= '9'; ++*p)
+        if ((v = v * 10 + (**p - '0')) > INT_MAX)
             return -1;
-        p = end;
+    return v;
+}
+
+/* "1-3,7": ranges a-b (a <= b) and numbers, comma-separated, from 1. *max: the largest number;
+ * with sel, sel[i - 1] = 1 for each (every number at most *max, which the caller checked).
+ * -1 when the list is malformed. */
+static int parse_shards(const char *list, unsigned char *sel, long *max) {
+    const char *p = list;
+    *max          = 0;
+    do {
+        long a = shard_num(&p), b = a;
         if (*p == '-') {
-            b = strtol(++p, &end, 10);
-            if (end == p)
-                return -1;
-            p = end;
-        }
-        if (a < 1 || b < a || b > n)
-            return -1;
-        for (long i = a; i <= b; i++)
-            sel[i - 1] = 1;
-        if (*p == ',')
             p++;
-        else if (*p)
+            b = shard_num(&p);
+        }
+        if (a < 1 || b < a || (*p && *p != ','))
             return -1;
-    }
+        if (b > *max)
+            *max = b;
+        for (long i = a; sel && i <= b; i++)
+            sel[i - 1] = 1;
+    } while (*p++ == ',');
     return 0;
 }
 
@@ -1162,9 +1264,17 @@ static k3_status run(ctx *c) {
                       "%s is already a k3 container (config.json has " RP_CONFIG_KEY
                       "); repack the release checkpoint",
                       c->o.src);
-    if ((st = st_open(c->o.src, &c->d)) || (st = cfg_check_tensors(&c->cfg, c->d)))
+    if ((st = st_open(c->o.src, &c->d)))
         return st;
-    int ns = st_n_shards(c->d);
+    int  ns = st_n_shards(c->d);
+    long mx = 0;
+    if (c->o.shards && (parse_shards(c->o.shards, NULL, &mx) || mx > ns)) { /* main checked the form */
+        c->usage = 1;
+        return k3_err(K3_ERR_ARG, "--shards '%s': shard %ld is past the last: %s has shards 1..%d",
+                      c->o.shards, mx, c->o.src, ns);
+    }
+    if ((st = cfg_check_tensors(&c->cfg, c->d)))
+        return st;
     if (!(c->ti = calloc((size_t)st_n_tensors(c->d) + 1, sizeof *c->ti)))
         die_oom();
     classify(c);
@@ -1175,12 +1285,8 @@ static k3_status run(ctx *c) {
         die_oom();
     if (!c->o.shards)
         memset(sel, 1, (size_t)ns);
-    else if (parse_shards(c->o.shards, ns, sel)) {
-        free(sel);
-        free(pl);
-        return k3_err(K3_ERR_ARG, "--shards '%s': expected a list like 1-3,7 of shard numbers in 1..%d",
-                      c->o.shards, ns);
-    }
+    else
+        parse_shards(c->o.shards, sel, &mx);
     struct stat sb;
     if (mkdir(c->o.dst, 0755) && errno != EEXIST)
         st = k3_err(K3_ERR_IO, "%s: cannot create: %s", c->o.dst, strerror(errno));
@@ -1191,7 +1297,9 @@ static k3_status run(ctx *c) {
         if (!stat(c->o.src, &sa) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino)
             st = k3_err(K3_ERR_ARG, "DST is SRC (%s): write the container to another directory", c->o.dst);
     }
-    int n_out = 0, n_done = 0, n_skip = 0;
+    if (!st)
+        st = dst_check(c);
+    int n_out = 0, n_done = 0, n_skip = 0, unpublished = 0;
     for (int s = 0; s < ns && !st; s++) {
         if (!st_shard_opened(c->d, s))
             continue;
@@ -1204,7 +1312,7 @@ static k3_status run(ctx *c) {
             c->total += pl[s].src_bytes + (c->o.verify_full ? pl[s].exp_bytes : 0);
     }
     c->t0 = c->t_last = k3_time();
-    for (int s = 0; s < ns && !st; s++) {
+    for (int s = 0; s < ns && !st && !(st = check_stop()); s++) {
         if (!sel[s] || !pl[s].n_items)
             continue;
         const char *name = st_shard_name(c->d, s);
@@ -1216,8 +1324,11 @@ static k3_status run(ctx *c) {
             if (c->o.verify_full)
                 st = verify_experts(c, &pl[s], fin);
         } else {
-            if (!(st = write_shard(c, &pl[s], tmp)) && c->o.verify_full)
-                st = verify_experts(c, &pl[s], tmp);
+            if (!unpublished && !(st = unpublish(c)))
+                unpublished = 1;
+            if (!st && !(st = write_shard(c, &pl[s], tmp)) && c->o.verify_full &&
+                (st = verify_experts(c, &pl[s], tmp)))
+                unlink(tmp);
             if (!st && rename(tmp, fin))
                 st = k3_err(K3_ERR_IO, "%s: rename failed: %s", fin, strerror(errno));
             if (!st)
@@ -1230,6 +1341,19 @@ static k3_status run(ctx *c) {
         }
         free(fin);
         free(tmp);
+    }
+    /* a shard of this checkpoint in DST that this run's plan does not match (written at other bits,
+     * or from a source shard since replaced: another run's, left by a --shards run) would be
+     * published beside this run's ones, a container of two settings: no index then */
+    for (int s = 0; s < ns && !st; s++) {
+        char *fin = pl[s].n_items ? xasprintf("%s/%s", c->o.dst, st_shard_name(c->d, s)) : NULL;
+        if (fin && access(fin, F_OK) == 0 && !shard_complete(&pl[s], fin))
+            st = k3_err(
+                K3_ERR_ARG,
+                "%s: written by another run (other bits or options, or a source shard since replaced): "
+                "repack it with this run's options (--shards %d) or remove it; no index written",
+                fin, s + 1);
+        free(fin);
     }
     int n_idx = 0;
     if (!st)
@@ -1269,27 +1393,30 @@ int main(int argc, char **argv) {
     while ((opt = tool_getopt(argc, argv, lo, usage, &rc)) != -1) {
         switch (opt) {
         case O_BITS:
-            c.o.bits = parse_bits("--bits", optarg, 0);
+            c.o.bits = parse_row("--bits", K3_SETTING_BITS, optarg, 1);
             break;
         case O_MLA:
-            c.o.mla_bits = parse_bits("--mla-bits", optarg, 1);
+            c.o.mla_bits = parse_row("--mla-bits", K3_SETTING_MLA_BITS, optarg, 0);
             break;
         case O_HEAD:
-            c.o.head_bits = parse_bits("--head-bits", optarg, 1);
+            c.o.head_bits = parse_row("--head-bits", K3_SETTING_HEAD_BITS, optarg, 0);
             break;
-        case O_SHARDS:
-            c.o.shards = optarg;
-            break;
-        case O_JOBS: {
-            char *end;
-            long  j = strtol(optarg, &end, 10);
-            if (*end || j < 1 || j > 1024) {
-                fprintf(stderr, "k3-repack: --jobs '%s': expected 1..1024\n", optarg);
+        case O_SHARDS: {
+            long mx;
+            if (parse_shards(optarg, NULL, &mx)) {
+                txt_term_printf(
+                    stderr,
+                    "k3-repack: --shards '%s': expected shard numbers from 1 and ranges, comma-separated "
+                    "(e.g. 1-3,7)\n",
+                    optarg);
                 return 2;
             }
-            c.o.jobs = (int)j;
+            c.o.shards = optarg;
             break;
         }
+        case O_JOBS: /* K3_THREADS's range: 0 = OpenMP's default */
+            c.o.jobs = parse_row("--jobs", K3_SETTING_THREADS, optarg, 0);
+            break;
         }
     }
     if (rc >= 0)
@@ -1313,7 +1440,14 @@ int main(int argc, char **argv) {
     if (c.o.jobs)
         omp_set_num_threads(c.o.jobs);
 #endif
-    c.tty        = isatty(2);
+    c.tty               = isatty(2);
+    struct sigaction sa = {0}; /* a stop signal ends the shard being written (its .partial removed) */
+    sa.sa_handler       = on_signal;
+    sa.sa_flags         = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     k3_status st = k3_setting_env_int(K3_SETTING_REPACK_KILL_AT, &c.kill_at); /* test hook */
     if (st == K3_OK)
         st = run(&c);
@@ -1323,8 +1457,12 @@ int main(int argc, char **argv) {
     if (st) {
         if (c.tty && !c.o.quiet)
             fputs("\r\033[K", stderr);
-        fprintf(stderr, "k3-repack: %s\n", k3_errmsg());
-        return 1;
+        txt_term_printf(stderr, "k3-repack: %s\n", k3_errmsg()); /* paths, names: escaped */
     }
-    return 0;
+    if (st && stop_sig) { /* the signal's own status (130, 143), as its default action would give; a
+                             signal that came after the last check finds the run complete: 0 */
+        signal(stop_sig, SIG_DFL);
+        raise(stop_sig);
+    }
+    return st ? c.usage ? 2 : 1 : 0;
 }

@@ -5,8 +5,13 @@
  * pointer and print a usage(FILE *) of their own; tool_getopt answers the cases that are the
  * same in every tool, so each loop's switch holds only the tool's own options. tool_int and
  * tool_u64 read a number option whole (no atoi: "12x" or "" is an error naming the option).
+ * Every message that quotes the command line (a value, an unknown option) goes through
+ * txt_term_printf (ui/common/text.h), as do the tools' other messages that quote a path, a file's
+ * or a model's text: an argument holding ESC ] 52 must not reach the terminal as a command.
  */
 #pragma once
+#include "text.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -19,7 +24,7 @@ static inline int tool_int(const char *tool, const char *name, const char *s, lo
     errno  = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "%s: --%s '%s': expected an integer in %ld..%ld\n", tool, name, s, lo, hi);
+        txt_term_printf(stderr, "%s: --%s '%s': expected an integer in %ld..%ld\n", tool, name, s, lo, hi);
         return -1;
     }
     *out = (int)v;
@@ -32,7 +37,7 @@ static inline int tool_u64(const char *tool, const char *name, const char *s, un
     errno                = 0;
     unsigned long long v = strtoull(s, &end, 0);
     if (errno || end == s || *end || s[0] == '-') {
-        fprintf(stderr, "%s: --%s '%s': expected a non-negative integer\n", tool, name, s);
+        txt_term_printf(stderr, "%s: --%s '%s': expected a non-negative integer\n", tool, name, s);
         return -1;
     }
     *out = v;
@@ -41,15 +46,19 @@ static inline int tool_u64(const char *tool, const char *name, const char *s, un
 
 /* The next of the tool's own options (getopt_long's value; optarg as getopt left it), or -1 at the
  * end of the options or when the tool must stop: -h/--help prints usage on stdout and sets *rc to
- * 0, an unknown option or a missing argument (getopt named it on stderr) prints usage on stderr
- * and sets *rc to 2. A switch (getopt set it through its flag pointer) is passed over. *rc is
- * left alone otherwise: start it at -1 and return it when it is >= 0 after the loop. */
+ * 0, an unknown option, a missing value or a value given to a switch prints what is wrong
+ * (txt_getopt_error: getopt's own messages quote the argument raw) and usage on stderr and sets *rc to 2. A
+ * switch (getopt set it through its flag pointer) is passed over. *rc is left alone otherwise: start it at -1
+ * and return it when it is >= 0 after the loop. */
 static inline int tool_getopt(int argc, char **argv, const struct option *lo, void (*usage)(FILE *),
                               int *rc) {
     int c;
-    while ((c = getopt_long(argc, argv, "h", lo, NULL)) == 0)
+    opterr = 0; /* txt_getopt_error says what is wrong, escaped */
+    while ((c = getopt_long(argc, argv, ":h", lo, NULL)) == 0)
         ;
     if (c == 'h' || c == '?' || c == ':') {
+        if (c != 'h')
+            txt_getopt_error(stderr, c, argv, lo);
         usage(c == 'h' ? stdout : stderr);
         *rc = c == 'h' ? 0 : 2;
         return -1;

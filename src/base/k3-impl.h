@@ -86,6 +86,9 @@ typedef struct k3_names {
 int k3_names_add(k3_names *t, size_t item, size_t *dup);
 /* The item named name, or -1. */
 long k3_names_find(const k3_names *t, const char *name);
+/* Room for n names in all, made before the first add (the table is not grown, and every name
+ * hashed again, on the way): 0, or -1 out of memory. */
+int  k3_names_reserve(k3_names *t, size_t n);
 void k3_names_free(k3_names *t);
 
 /* Seconds from a monotonic clock. */

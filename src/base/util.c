@@ -362,6 +362,20 @@ int k3_names_add(k3_names *t, size_t item, size_t *dup) {
     return 0;
 }
 
+int k3_names_reserve(k3_names *t, size_t n) {
+    size_t cap = 1024;
+    while (cap < (n + 1) * 2)
+        cap *= 2;
+    if (t->n || cap <= t->cap)
+        return 0; /* names in it already: it grows as it must */
+    uint32_t *ns = calloc(cap, sizeof *ns);
+    if (!ns)
+        return -1;
+    free(t->slot);
+    t->slot = ns, t->cap = cap;
+    return 0;
+}
+
 long k3_names_find(const k3_names *t, const char *name) {
     if (!t->cap)
         return -1;

@@ -377,7 +377,7 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
         return k3_err(K3_ERR_CONFIG,
                       CFG_FILE ": %s = %d is not a multiple of 32 (MXFP4 groups of the gate/up projections)",
                       (text_key(c, "routed_expert_hidden_size", path, sizeof path), path), o->latent);
-    if ((st = t_int(c, "num_shared_experts", 1, 64, &o->n_shared)))
+    if ((st = t_int(c, "num_shared_experts", 1, K3_MAX_SHARED, &o->n_shared)))
         return st;
     if ((long)o->n_shared * o->moe_inter > DIM_MAX)
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s times moe_intermediate_size exceeds %d",

@@ -11,6 +11,7 @@
 enum k3_layer_kind { K3_LAYER_KDA = 1, K3_LAYER_MLA = 2 };
 
 #define K3_MAX_LAYERS 1024
+#define K3_MAX_SHARED 64 /* num_shared_experts: 1..K3_MAX_SHARED (k3-mkmodel --shared too) */
 
 typedef struct k3_config {
     /* top level */

@@ -46,8 +46,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ST_PREFIX "language_model."
-#define ST_PREFIX_LEN (sizeof ST_PREFIX - 1)
 #define ST_MAX_HEADER ((uint64_t)100000000) /* 100 MB; the release's shard headers are under 1 MB */
 
 typedef struct st_shard {
@@ -629,15 +627,10 @@ static k3_status read_index(st_dir *d, const char *ipath, wm_map *wm, int **wm_s
     return K3_OK;
 }
 
-static const char *wm_name(const void *wm, size_t i) {
-    return strip_prefix(((const wm_map *)wm)->e[i].name);
-}
-
 k3_status st_open(const char *dir, st_dir **out) {
     *out            = NULL;
     k3_status st    = K3_OK;
     wm_map    wm    = {0};
-    k3_names  names = {0};  /* wm's names */
     int      *found = NULL; /* [wm.n] (shard_load.found) */
     int      *wms   = NULL; /* [wm.n] each entry's shard */
     char     *ipath = NULL;
@@ -678,20 +671,13 @@ k3_status st_open(const char *dir, st_dir **out) {
     for (int i = 0; i < d->n_shards; i++) /* every shard's size first: no header parsed yet */
         if (d->shards[i].text && (st = shard_check(d, i)))
             goto fail;
-    if (wm.n) { /* the names the index gives (without the prefix): the headers' entries kept */
-        names.name_of = wm_name, names.ctx = &wm;
-        if (!(found = calloc(wm.n, sizeof *found))) {
-            st = k3_err(K3_ERR_NOMEM, "model.safetensors.index.json: out of memory");
-            goto fail;
-        }
-        for (size_t i = 0; i < wm.n; i++)
-            if (k3_names_add(&names, i, NULL) < 0) {
-                st = k3_err(K3_ERR_NOMEM, "model.safetensors.index.json: out of memory");
-                goto fail;
-            }
+    /* the names the index gives (wm.names, made by its duplicate check): the headers' entries kept */
+    if (wm.n && !(found = calloc(wm.n, sizeof *found))) {
+        st = k3_err(K3_ERR_NOMEM, "model.safetensors.index.json: out of memory");
+        goto fail;
     }
     for (int i = 0; i < d->n_shards; i++)
-        if (d->shards[i].text && (st = load_shard(d, i, wm.n ? &names : NULL, found, wm.n)))
+        if (d->shards[i].text && (st = load_shard(d, i, wm.n ? &wm.names : NULL, found, wm.n)))
             goto fail;
 
     if (d->n_tensors > 1) /* qsort with a NULL base (no text tensor at all) is undefined */
@@ -709,7 +695,7 @@ k3_status st_open(const char *dir, st_dir **out) {
             continue;
         int at = found[i]; /* 0 also for a name given again with the prefix: its first item's */
         if (!at) {
-            long f = k3_names_find(&names, strip_prefix(key));
+            long f = k3_names_find(&wm.names, wm.e[i].key);
             at     = f >= 0 ? found[f] : 0;
         }
         if (!at) {
@@ -724,7 +710,6 @@ k3_status st_open(const char *dir, st_dir **out) {
             goto fail;
         }
     }
-    k3_names_free(&names);
     free(found);
     wm_free(&wm);
     free(wms);
@@ -732,7 +717,6 @@ k3_status st_open(const char *dir, st_dir **out) {
     *out = d;
     return K3_OK;
 fail:
-    k3_names_free(&names);
     free(found);
     wm_free(&wm);
     free(wms);

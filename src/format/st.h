@@ -31,6 +31,9 @@ size_t      st_dtype_size(st_dtype t);
 const char *st_dtype_name(st_dtype t);
 
 #define ST_MAX_DIMS 8
+/* The release's text tensors are "language_model.NAME"; the engine names them NAME. */
+#define ST_PREFIX "language_model."
+#define ST_PREFIX_LEN (sizeof ST_PREFIX - 1)
 
 typedef struct st_tensor {
     const char *name; /* without "language_model." prefix                 */

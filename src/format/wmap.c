@@ -47,6 +47,7 @@ void wm_free(wm_map *m) {
         return;
     free(m->e);
     free(m->arena);
+    k3_names_free(&m->names);
     memset(m, 0, sizeof *m);
 }
 
@@ -247,7 +248,7 @@ static int push(wm_map *m, size_t *cap, const char *name, const char *file) {
             return -1;
         m->e = ne, *cap = nc;
     }
-    m->e[m->n++] = (wm_entry){name, file};
+    m->e[m->n++] = (wm_entry){.name = name, .file = file};
     return 0;
 }
 
@@ -342,6 +343,10 @@ static const char *entry_name(const void *e, size_t i) {
     return ((const wm_entry *)e)[i].name;
 }
 
+static const char *entry_key(const void *e, size_t i) {
+    return ((const wm_entry *)e)[i].key;
+}
+
 static const char *key_name(const void *k, size_t i) {
     return ((const char *const *)k)[i];
 }
@@ -350,11 +355,35 @@ static const char *key_name(const void *k, size_t i) {
  * parse decides then). */
 static int has_duplicate(const char *(*name_of)(const void *, size_t), const void *ctx, size_t n) {
     k3_names t   = {.name_of = name_of, .ctx = ctx};
-    int      dup = 0;
+    int      dup = k3_names_reserve(&t, n) != 0;
     for (size_t i = 0; i < n && !dup; i++)
         dup = k3_names_add(&t, i, NULL) != 0;
     k3_names_free(&t);
     return dup;
+}
+
+/* m->names, m's entries by key, in one pass that is also the check for a duplicate name (JSON's
+ * duplicate key): two entries with one key are the same name when their full names are equal.
+ * Only an index that gives a name both with and without ST_PREFIX needs a second pass, over the
+ * full names (X, ST_PREFIX X, ST_PREFIX X is a duplicate the keys' table alone does not see).
+ * 0; 1 a duplicate name; -1 out of memory. */
+static int index_names(wm_map *m) {
+    int mixed = 0;
+    m->names  = (k3_names){.name_of = entry_key, .ctx = m->e};
+    if (k3_names_reserve(&m->names, m->n))
+        return -1;
+    for (size_t i = 0; i < m->n; i++) {
+        const char *nm = m->e[i].name;
+        size_t      first;
+        m->e[i].key = strncmp(nm, ST_PREFIX, ST_PREFIX_LEN) ? nm : nm + ST_PREFIX_LEN;
+        int r       = k3_names_add(&m->names, i, &first);
+        if (r < 0)
+            return -1;
+        if (r && !strcmp(m->e[first].name, nm))
+            return 1;
+        mixed |= r;
+    }
+    return mixed ? has_duplicate(entry_name, m->e, m->n) : 0;
 }
 
 int wm_scan(char *text, size_t len, wm_map *out, size_t *at) {
@@ -363,7 +392,7 @@ int wm_scan(char *text, size_t len, wm_map *out, size_t *at) {
     if (len > UINT32_MAX - 1)
         goto stop;
     ws(&c);
-    if (object(&c, 0, out) || c.i != c.n || !c.found || has_duplicate(entry_name, out->e, out->n))
+    if (object(&c, 0, out) || c.i != c.n || !c.found || index_names(out))
         goto stop;
     return 0;
 stop:
@@ -520,6 +549,8 @@ k3_status wm_parse_full(const char *file, const char *text, size_t len, wm_map *
         p += nk + nv;
         k++;
     }
+    if (index_names(out)) /* jansson refused duplicate keys: only memory can fail here */
+        st = k3_err(K3_ERR_NOMEM, "%s: out of memory", file);
 done:
     json_decref(root);
     if (st)

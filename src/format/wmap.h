@@ -18,6 +18,7 @@
 
 typedef struct wm_entry {
     const char *name; /* tensor name, decoded (every JSON escape resolved), NUL-terminated */
+    const char *key;  /* name without ST_PREFIX (the engine's name; a pointer into name)   */
     const char *file; /* its shard file, decoded                                           */
 } wm_entry;
 
@@ -25,6 +26,8 @@ typedef struct wm_map {
     wm_entry *e; /* (n) entries, in the order of the document */
     size_t    n;
     char     *arena; /* the decoded strings (owned; NULL: they live in the caller's text) */
+    k3_names  names; /* the entries by key; of two with one key (X and ST_PREFIX X) the first.
+                        Built by the duplicate check of the index's names: one pass over them */
 } wm_map;
 
 /* The scanner, which decodes text's strings in place (text is spent either way). 0: text[0..len)

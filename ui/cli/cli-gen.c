@@ -55,42 +55,49 @@ static void emit_out(const k3_chat_out *out, txt_esc *err, txt_esc *res, int *th
 /* --prompt: [system], user message -> chat encoder -> generate -> output parser; the
  * response channel to stdout, the think channel to stderr. Stops at <|end_of_msg|>,
  * eos_token_id, --max-tokens or the context capacity. */
-/* The grammar of --json-schema FILE or --json (NULL when neither). 0, or -1 with the reason said. */
-static int load_grammar(const ui_opts *o, const k3_tok *tok, int32_t n_vocab, int32_t eos, k3_gvocab **voc,
-                        k3_grammar **g) {
+/* --json-schema FILE's text into *b (nothing without the option), read before the model loads
+ * (minutes for the release) so that a wrong file name is said at once. 0, or -1 with the reason
+ * said. */
+static int read_schema(const ui_opts *o, k3_buf *b) {
+    memset(b, 0, sizeof *b);
+    if (!o->json_schema)
+        return 0;
+    FILE *f = fopen(o->json_schema, "rb");
+    if (!f) {
+        txt_term_printf(stderr, "k3chat: --json-schema: cannot open %s: %s\n", o->json_schema,
+                        strerror(errno));
+        return -1;
+    }
+    char   chunk[65536];
+    size_t n;
+    errno = 0;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if (k3_buf_add(b, chunk, n))
+            break;
+    int err = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory: EISDIR */
+    fclose(f);
+    if (err || b->oom) {
+        txt_term_printf(stderr, "k3chat: --json-schema: cannot read %s: %s\n", o->json_schema,
+                        err ? strerror(err) : "out of memory");
+        free(b->p);
+        memset(b, 0, sizeof *b);
+        return -1;
+    }
+    return 0;
+}
+
+/* The grammar of --json-schema (its text: schema, read_schema) or --json (NULL when neither). 0,
+ * or -1 with the reason said. */
+static int load_grammar(const ui_opts *o, const k3_buf *schema, const k3_tok *tok, int32_t n_vocab,
+                        int32_t eos, k3_gvocab **voc, k3_grammar **g) {
     *voc = NULL;
     *g   = NULL;
     if (!o->json_schema && !o->json)
         return 0;
-    char     *text = NULL;
-    size_t    len  = 0;
-    k3_status st   = K3_OK;
-    if (o->json_schema) {
-        FILE *f = fopen(o->json_schema, "rb");
-        if (!f) {
-            fprintf(stderr, "k3chat: --json-schema: cannot open %s: %s\n", o->json_schema, strerror(errno));
-            return -1;
-        }
-        k3_buf b = {0};
-        char   chunk[65536];
-        size_t n;
-        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-            if (k3_buf_add(&b, chunk, n))
-                break;
-        int bad = ferror(f) || b.oom;
-        fclose(f);
-        if (bad) {
-            fprintf(stderr, "k3chat: --json-schema: cannot read %s\n", o->json_schema);
-            free(b.p);
-            return -1;
-        }
-        text = b.p;
-        len  = b.n;
-    }
+    k3_status st;
     if (!(st = k3_gvocab_new(tok, n_vocab, eos, voc)))
-        st = o->json_schema ? k3_grammar_json_schema(*voc, text ? text : "", len, g)
+        st = o->json_schema ? k3_grammar_json_schema(*voc, schema->p ? schema->p : "", schema->n, g)
                             : k3_grammar_json_object(*voc, g);
-    free(text);
     if (st) {
         txt_term_printf(stderr, "k3chat: %s%s: %s\n", o->json_schema ? "--json-schema " : "--json",
                         o->json_schema ? o->json_schema : "", k3_errmsg()); /* it quotes the file */
@@ -101,7 +108,8 @@ static int load_grammar(const ui_opts *o, const k3_tok *tok, int32_t n_vocab, in
     return 0;
 }
 
-static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
+static int oneshot_prompt(const ui_opts *o, const k3_buf *schema, k3_model *m, k3_session *s,
+                          const k3_sampler_params *sp) {
     k3_tok         *tok  = NULL;
     k3_gvocab      *voc  = NULL;
     k3_grammar     *gram = NULL;
@@ -130,7 +138,7 @@ static int oneshot_prompt(const ui_opts *o, k3_model *m, k3_session *s, const k3
     }
     k3_model_info info;
     k3_model_get_info(m, &info);
-    if (load_grammar(o, tok, info.vocab, info.eos_id, &voc, &gram))
+    if (load_grammar(o, schema, tok, info.vocab, info.eos_id, &voc, &gram))
         goto done;
     if (gram &&
         ((st = k3_gmatch_new(gram, &gm)) || !(mask = malloc((size_t)k3_gvocab_words(voc) * sizeof *mask)))) {
@@ -215,7 +223,7 @@ done:
 static int oneshot_ids(const ui_opts *o, k3_model *m, k3_session *s, const k3_sampler_params *sp) {
     k3_ids parsed = {0};
     if (k3_ids_parse(o->ids, INT32_MAX, &parsed)) {
-        fprintf(stderr, "k3chat: --ids: %s\n", k3_errmsg());
+        txt_term_printf(stderr, "k3chat: --ids: %s\n", k3_errmsg());
         k3_ids_free(&parsed);
         return 2;
     }
@@ -264,12 +272,16 @@ int cli_oneshot(const ui_opts *o) {
         int       n   = (int)pre.n;
         k3_ids_free(&pre);
         if (ps != K3_OK || n == 0) {
-            fprintf(stderr, "k3chat: --ids: %s\n", ps != K3_OK ? k3_errmsg() : "no token ids given");
+            txt_term_printf(stderr, "k3chat: --ids: %s\n", ps != K3_OK ? k3_errmsg() : "no token ids given");
             return 2;
         }
     }
+    k3_buf schema;
+    if (read_schema(o, &schema))
+        return 1;
     if ((st = k3_params_default(&par))) {
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
+        free(schema.p);
         return 1;
     }
     st = load_model_verbose(o->dir, &par, &m);
@@ -284,8 +296,9 @@ int cli_oneshot(const ui_opts *o) {
     if (!isnan(o->top_p))
         sp.top_p = o->top_p;
     sp.seed = o->has_seed ? o->seed : (uint64_t)time(NULL);
-    rc      = o->ids ? oneshot_ids(o, m, s, &sp) : oneshot_prompt(o, m, s, &sp);
+    rc      = o->ids ? oneshot_ids(o, m, s, &sp) : oneshot_prompt(o, &schema, m, s, &sp);
 done:
+    free(schema.p);
     k3_session_free(s);
     k3_model_free(m);
     return rc;

@@ -4,6 +4,7 @@
  *                                        allowed), decimal, single spaces, one line
  *   k3chat --detokenize VOCAB_DIR FILE   FILE holds such ids (white space or commas
  *                                        between them); writes the raw bytes to stdout
+ *                                        (on a terminal through txt_term_put: escaped)
  * --pattern kimi|o200k overrides the pre-tokenizer family chosen from VOCAB_DIR.
  */
 #include "cli.h"
@@ -18,7 +19,7 @@
 static char *slurp(const char *path, size_t *len) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (!f) {
-        fprintf(stderr, "k3chat: %s: %s\n", path, strerror(errno));
+        txt_term_printf(stderr, "k3chat: %s: %s\n", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
@@ -37,8 +38,8 @@ static char *slurp(const char *path, size_t *len) {
     if (f != stdin)
         fclose(f);
     if (!b || err) {
-        fprintf(stderr, "k3chat: %s: %s%s\n", path, b ? "read error: " : "out of memory",
-                b ? strerror(err) : "");
+        txt_term_printf(stderr, "k3chat: %s: %s%s\n", path, b ? "read error: " : "out of memory",
+                        b ? strerror(err) : "");
         free(b);
         return NULL;
     }
@@ -81,9 +82,10 @@ static int run(const ui_opts *o, int detok) {
         txt_term_printf(stderr, "k3chat: %s: %s\n", o->file, k3_errmsg());
         goto done;
     }
-    if (detok)
-        rc = (fwrite(bytes, 1, nb, stdout) != nb || fflush(stdout)) ? 1 : 0;
-    else {
+    if (detok) { /* the vocabulary's bytes: escaped on a terminal, as they are into a pipe or file */
+        txt_term_put(stdout, NULL, bytes, nb);
+        rc = fflush(stdout) || ferror(stdout) ? 1 : 0;
+    } else {
         for (size_t i = 0; i < ids.n; i++)
             printf(i ? " %d" : "%d", ids.v[i]);
         printf("\n");

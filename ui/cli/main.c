@@ -92,6 +92,8 @@ static int set_mode(enum cli_mode *o, enum cli_mode mode, const char *opt) {
 
 /* A setting's flag (--temp X): parsed by its row of the settings table into o. 0 ok; 2 (a usage
  * error) with the table's message. */
+static unsigned char flag_given[K3_SETTING_N]; /* the settings given as flags (check_args) */
+
 static int set_flag(ui_opts *o, enum k3_setting_id id, const char *arg) {
     char     err[256];
     double   v = 0;
@@ -284,7 +286,8 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
             lo[nlo++] = (struct option){k3_setting(id)->flag, required_argument, 0, O_SETTING + id};
     lo[nlo] = (struct option){0, 0, 0, 0};
     int c;
-    while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
+    opterr = 0; /* txt_getopt_error says what is wrong, escaped (glibc quotes the argument raw) */
+    while ((c = getopt_long(argc, argv, ":hV", lo, NULL)) != -1) {
         switch (c) {
         case 'h':
             usage(stdout);
@@ -344,8 +347,11 @@ static int parse_args(int argc, char **argv, ui_opts *o, enum cli_mode *mode, in
             if (c >= O_SETTING && c < O_SETTING + K3_SETTING_N) {
                 if (set_flag(o, (enum k3_setting_id)(c - O_SETTING), optarg))
                     return 2;
+                flag_given[c - O_SETTING] = 1;
                 break;
             }
+            if (c == '?' || c == ':')
+                txt_getopt_error(stderr, c, argv, lo);
             usage(stderr);
             return 2;
         }
@@ -395,6 +401,35 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
         fprintf(stderr, "k3chat: %s shapes the answer of --prompt only\n",
                 o->json ? "--json" : "--json-schema");
         return 2;
+    }
+    /* the tools take few setting flags (--tokenize and --detokenize --pattern, --chat-ids --pattern,
+     * --think and --effort, --inspect none), and --pattern goes with those three only: a flag that
+     * changed nothing was taken without a word (--tokenize V F --temp 0.5, --prompt X --pattern) */
+    static const struct {
+        enum cli_mode mode;
+        const char   *name, *takes; /* takes: the flags it reads, " name " each */
+    } tools[] = {{CLI_TOKENIZE, "--tokenize", " pattern "},
+                 {CLI_DETOKENIZE, "--detokenize", " pattern "},
+                 {CLI_CHAT_IDS, "--chat-ids", " pattern think effort "},
+                 {CLI_INSPECT, "--inspect", " "}};
+    for (int id = 0; id < K3_SETTING_N; id++) {
+        const char *flag = k3_setting((enum k3_setting_id)id)->flag;
+        char        word[64];
+        int         tool = -1;
+        if (!flag_given[id])
+            continue;
+        snprintf(word, sizeof word, " %s ", flag);
+        for (size_t t = 0; t < sizeof tools / sizeof *tools; t++)
+            if (tools[t].mode == mode)
+                tool = (int)t;
+        if (tool >= 0 && !strstr(tools[tool].takes, word)) {
+            fprintf(stderr, "k3chat: --%s has no effect with %s\n", flag, tools[tool].name);
+            return 2;
+        }
+        if (id == K3_SETTING_PATTERN && tool < 0) {
+            fprintf(stderr, "k3chat: --pattern goes with --tokenize, --detokenize and --chat-ids only\n");
+            return 2;
+        }
     }
     if (o->json_schema && o->json) {
         fprintf(stderr, "k3chat: --json and --json-schema exclude each other (--json is any JSON object)\n");

@@ -1,6 +1,7 @@
 /* text.c: UTF-8 display width and word wrapping (see text.h). */
 #include "text.h"
 
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -411,4 +412,47 @@ int txt_term_printf(FILE *f, const char *fmt, ...) {
     free(b.p);
     free(big);
     return n;
+}
+
+/* The options of lo that name[0..n) names: 1 and *hit for a whole name or getopt's unique prefix;
+ * more for an ambiguous prefix; 0 for none. */
+static int opt_match(const struct option *lo, const char *name, size_t n, const struct option **hit) {
+    int k = 0;
+    for (; lo && lo->name; lo++)
+        if (!strncmp(lo->name, name, n)) {
+            if (strlen(lo->name) == n) {
+                *hit = lo;
+                return 1;
+            }
+            *hit = lo;
+            k++;
+        }
+    return k;
+}
+
+void txt_getopt_error(FILE *f, int c, char *const argv[], const struct option *lo) {
+    const char          *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    const char          *arg = argv[optind - 1], *eq = strchr(arg, '=');
+    int                  lng = !strncmp(arg, "--", 2);
+    size_t               n   = lng ? (eq ? (size_t)(eq - arg - 2) : strlen(arg + 2)) : 0;
+    const struct option *hit = NULL;
+    int                  k   = lng ? opt_match(lo, arg + 2, n, &hit) : 0;
+    if (c == ':' && lng)
+        txt_term_printf(f, "%s: %s needs a value\n", prog, arg);
+    else if (c == ':')
+        txt_term_printf(f, "%s: -%c needs a value\n", prog, optopt);
+    else if (k == 1 && eq && hit->has_arg == no_argument)
+        txt_term_printf(f, "%s: --%s takes no value\n", prog, hit->name);
+    else if (k > 1) { /* a prefix of several: name them */
+        txt_buf b = {0};
+        for (const struct option *o = lo; o->name; o++)
+            if (!strncmp(o->name, arg + 2, n) &&
+                (txt_buf_add(&b, " --", 3) || txt_buf_add(&b, o->name, strlen(o->name))))
+                break;
+        txt_term_printf(f, "%s: '%.*s' is ambiguous:%.*s\n", prog, (int)n + 2, arg, (int)b.n, b.p ? b.p : "");
+        free(b.p);
+    } else if (lng)
+        txt_term_printf(f, "%s: unknown option '%s'\n", prog, arg);
+    else
+        txt_term_printf(f, "%s: unknown option '-%c'\n", prog, optopt);
 }

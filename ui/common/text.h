@@ -105,3 +105,10 @@ int txt_term_uri(txt_buf *out, const char *s, size_t n);
  * for messages that quote outside text (a server's error, a file's line). Returns what fprintf
  * would, or -1. */
 int txt_term_printf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+struct option;
+/* What getopt_long (run with opterr = 0 and an optstring that starts with ':') refused, said
+ * through txt_term_printf (glibc's own messages quote the argument raw): c is its return, ':'
+ * for a missing value ("PROG: --bits needs a value"), '?' for an unknown option ("PROG: unknown
+ * option '--frob'") or a value given to a switch of lo ("PROG: --quiet takes no value"); PROG
+ * is argv[0]'s last component. */
+void txt_getopt_error(FILE *f, int c, char *const argv[], const struct option *lo);
