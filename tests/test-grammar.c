@@ -13,7 +13,6 @@
 #include "test.h"
 #include "k3.h"
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,30 +25,9 @@ static uint32_t rnd(uint32_t n) {
     return n ? (uint32_t)(rng % n) : 0;
 }
 
-typedef struct sbuf {
-    char  *p;
-    size_t n, cap;
-} sbuf;
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2;
-        b->p   = realloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void puts_(sbuf *b, const char *s) {
-    put(b, s, strlen(s));
-}
-static void putf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(sbuf *b, const char *fmt, ...) {
-    char    t[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(t, sizeof t, fmt, ap);
-    va_end(ap);
-    put(b, t, (size_t)n);
+/* Text is built in a k3_buf (util.c): k3_buf_add and k3_buf_printf, plus this for C strings. */
+static void puts_(k3_buf *b, const char *s) {
+    k3_buf_add(b, s, strlen(s));
 }
 
 /* ---- random schemas and their documents ---- */
@@ -69,8 +47,13 @@ static sn *gen_schema(int depth) {
         s->t = S_INT;
     switch (s->t) {
     case S_INT:
-        s->lo = (long long)rnd(2000) - 1000;
-        s->hi = s->lo + (long long)rnd(5000);
+        if (rnd(3)) {
+            s->lo = (long long)rnd(2000) - 1000;
+            s->hi = s->lo + (long long)rnd(5000);
+        } else { /* bounds at and around 0 ([0, 0], [-5, 0], [-1, 1], ...) */
+            s->lo = -(long long)rnd(6);
+            s->hi = s->lo + (long long)rnd(8);
+        }
         break;
     case S_STR:
         s->lo = rnd(3);
@@ -110,7 +93,7 @@ static const char *const names[]  = {"alpha", "b", "c_d", "mu\\u00e9", "x"};  /*
 static const char *const dnames[] = {"alpha", "b", "c_d", "mu\xc3\xa9", "x"}; /* as documents do */
 static const char *const enums[]  = {"\"red\"", "\"green\"", "3", "null", "\"re\""};
 
-static void schema_text(const sn *s, sbuf *b) {
+static void schema_text(const sn *s, k3_buf *b) {
     switch (s->t) {
     case S_NULL:
         puts_(b, "{\"type\":\"null\"}");
@@ -119,21 +102,21 @@ static void schema_text(const sn *s, sbuf *b) {
         puts_(b, "{\"type\":\"boolean\",\"description\":\"a flag\"}");
         break;
     case S_INT:
-        putf(b, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}", s->lo, s->hi);
+        k3_buf_printf(b, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}", s->lo, s->hi);
         break;
     case S_NUM:
         puts_(b, "{\"type\":\"number\"}");
         break;
     case S_STR:
-        putf(b, "{\"type\":\"string\",\"minLength\":%lld", s->lo);
+        k3_buf_printf(b, "{\"type\":\"string\",\"minLength\":%lld", s->lo);
         if (s->hi >= 0)
-            putf(b, ",\"maxLength\":%lld", s->hi);
+            k3_buf_printf(b, ",\"maxLength\":%lld", s->hi);
         puts_(b, "}");
         break;
     case S_ENUM:
         puts_(b, "{\"enum\":[");
         for (int i = 0; i < 5; i++)
-            putf(b, "%s%s", i ? "," : "", enums[i]);
+            k3_buf_printf(b, "%s%s", i ? "," : "", enums[i]);
         puts_(b, "]}");
         break;
     case S_FMT:
@@ -145,22 +128,22 @@ static void schema_text(const sn *s, sbuf *b) {
     case S_ARR:
         puts_(b, "{\"type\":\"array\",\"items\":");
         schema_text(s->kid[0], b);
-        putf(b, ",\"minItems\":%lld", s->lo);
+        k3_buf_printf(b, ",\"minItems\":%lld", s->lo);
         if (s->hi >= 0)
-            putf(b, ",\"maxItems\":%lld", s->hi);
+            k3_buf_printf(b, ",\"maxItems\":%lld", s->hi);
         puts_(b, "}");
         break;
     case S_OBJ: {
         puts_(b, "{\"type\":\"object\",\"properties\":{");
         for (int i = 0; i < s->n; i++) {
-            putf(b, "%s\"%s\":", i ? "," : "", names[i]);
+            k3_buf_printf(b, "%s\"%s\":", i ? "," : "", names[i]);
             schema_text(s->kid[i], b);
         }
         puts_(b, "},\"required\":[");
         for (int i = 0, k = 0; i < s->n; i++)
             if (s->req[i])
-                putf(b, "%s\"%s\"", k++ ? "," : "", names[i]);
-        putf(b, "],\"additionalProperties\":%s}", s->addl ? "true" : "false");
+                k3_buf_printf(b, "%s\"%s\"", k++ ? "," : "", names[i]);
+        k3_buf_printf(b, "],\"additionalProperties\":%s}", s->addl ? "true" : "false");
         break;
     }
     case S_ANY:
@@ -173,9 +156,9 @@ static void schema_text(const sn *s, sbuf *b) {
     }
 }
 
-static void sepr(sbuf *b, char c) {
+static void sepr(k3_buf *b, char c) {
     char t[2] = {c, ' '};
-    put(b, t, rnd(2) ? 2 : 1);
+    k3_buf_add(b, t, rnd(2) ? 2 : 1);
 }
 
 static const char *const chars[] = {"a",
@@ -193,7 +176,7 @@ static const char *const chars[] = {"a",
                                     "/",
                                     "\\/"};
 
-static void doc_text(const sn *s, sbuf *b) {
+static void doc_text(const sn *s, k3_buf *b) {
     switch (s->t) {
     case S_NULL:
         puts_(b, "null");
@@ -202,7 +185,10 @@ static void doc_text(const sn *s, sbuf *b) {
         puts_(b, rnd(2) ? "true" : "false");
         break;
     case S_INT:
-        putf(b, "%lld", s->lo + (long long)rnd((uint32_t)(s->hi - s->lo + 1)));
+        k3_buf_printf(b, "%lld",
+                      rnd(3)   ? s->lo + (long long)rnd((uint32_t)(s->hi - s->lo + 1)) /* or a bound */
+                      : rnd(2) ? s->lo
+                               : s->hi);
         break;
     case S_NUM: {
         static const char *const nums[] = {"0", "-0.5", "12.25e3", "7E-2", "-310", "1.0"};
@@ -225,13 +211,13 @@ static void doc_text(const sn *s, sbuf *b) {
         puts_(b, enums[rnd(5)]);
         break;
     case S_FMT:
-        putf(b, "\"%04u-%02u-%02u\"", 1900 + rnd(200), 1 + rnd(12), 1 + rnd(28));
+        k3_buf_printf(b, "\"%04u-%02u-%02u\"", 1900 + rnd(200), 1 + rnd(12), 1 + rnd(28));
         break;
     case S_PAT: {
         puts_(b, "\"");
         for (uint32_t i = 0, n = 2 + rnd(3); i < n; i++)
-            putf(b, "%c", 'a' + rnd(26));
-        putf(b, "-%u%s\"", rnd(1000), rnd(2) ? "" : ".x");
+            k3_buf_printf(b, "%c", 'a' + rnd(26));
+        k3_buf_printf(b, "-%u%s\"", rnd(1000), rnd(2) ? "" : ".x");
         break;
     }
     case S_ARR: {
@@ -253,7 +239,7 @@ static void doc_text(const sn *s, sbuf *b) {
                 continue;
             if (k++)
                 sepr(b, ',');
-            putf(b, "\"%s\"", dnames[i]);
+            k3_buf_printf(b, "\"%s\"", dnames[i]);
             sepr(b, ':');
             doc_text(s->kid[i], b);
         }
@@ -456,6 +442,46 @@ static void exact_release(void) {
     k3_tok_free(tok);
 }
 
+/* Documents at the edges of what a schema allows, each taken byte by byte: want 1 = accepted and
+ * complete (a valid document the grammar must allow), 0 = rejected or incomplete (an invalid one,
+ * as ECMAScript's RegExp with the u flag and JSON Schema 2020-12 judge it; ajv agrees). */
+static const struct {
+    const char *schema, *doc;
+    int         want;
+} edge_docs[] = {
+    /* integer ranges whose top is 0: "0" was left out (nonneg's loop stopped before 1 digit) */
+    {"{\"type\":\"integer\",\"minimum\":-5,\"maximum\":0}", "0", 1},
+    {"{\"type\":\"integer\",\"minimum\":-5,\"maximum\":0}", "-5", 1},
+    {"{\"type\":\"integer\",\"minimum\":-5,\"maximum\":0}", "1", 0},
+    {"{\"type\":\"integer\",\"maximum\":0}", "0", 1},
+    {"{\"type\":\"integer\",\"minimum\":0,\"maximum\":0}", "0", 1},
+    {"{\"type\":\"integer\",\"minimum\":0,\"maximum\":0}", "-0", 0},
+    {"{\"type\":\"integer\",\"exclusiveMinimum\":-1,\"exclusiveMaximum\":1}", "0", 1},
+};
+
+/* Each edge_docs row: the number that went as wanted (a failure is printed). */
+static int edge_run(const k3_gvocab *v) {
+    int ok = 0;
+    for (size_t k = 0; k < sizeof edge_docs / sizeof *edge_docs; k++) {
+        k3_grammar *g;
+        int         complete = 0, got = 0;
+        k3_status   st = compile(v, edge_docs[k].schema, &g);
+        if (!st) {
+            got = feed_bytes(g, edge_docs[k].doc, strlen(edge_docs[k].doc), &complete) == -1 && complete;
+            k3_grammar_free(g);
+        }
+        if (!st && got == edge_docs[k].want)
+            ok++;
+        else
+            printf("# %s under %s: %s, wanted %s\n", edge_docs[k].doc, edge_docs[k].schema,
+                   st    ? k3_errmsg()
+                   : got ? "accepted"
+                         : "rejected",
+                   edge_docs[k].want ? "accepted" : "rejected");
+    }
+    return ok;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--release-vocab")) { /* t-grammar.sh */
         exact_release();
@@ -470,13 +496,17 @@ int main(int argc, char **argv) {
     int32_t nv = k3_tok_n_vocab(tok), eom = k3_tok_special(tok, "<|end_of_msg|>");
     T_CHECK(!k3_gvocab_new(tok, nv, -1, &v), "vocabulary of k3-nano (%d ids)", (int)nv);
 
+    int n_edge = (int)(sizeof edge_docs / sizeof *edge_docs), ok_edge = edge_run(v);
+    T_CHECK(ok_edge == n_edge, "%d of %d edge documents accepted or rejected as JSON Schema says", ok_edge,
+            n_edge);
+
     /* ---- the property test ---- */
     int n_schema = 0, n_doc = 0, f_byte = 0, f_chunk = 0, f_enc = 0, f_rand = 0, f_ctl = 0, f_del = 0,
         f_req = 0;
     int n_req = 0, n_del = 0;
     for (int si = 0; si < 150; si++) {
-        sn  *s  = gen_schema(0);
-        sbuf st = {0};
+        sn    *s  = gen_schema(0);
+        k3_buf st = {0};
         schema_text(s, &st);
         k3_grammar *g;
         if (compile(v, st.p, &g)) {
@@ -486,7 +516,7 @@ int main(int argc, char **argv) {
         }
         n_schema++;
         for (int di = 0; di < 8; di++) {
-            sbuf d = {0};
+            k3_buf d = {0};
             doc_text(s, &d);
             n_doc++;
             int  complete;
@@ -524,10 +554,10 @@ int main(int argc, char **argv) {
             free(rid);
             /* a control byte inserted at p: rejected at exactly p */
             size_t p  = rnd((uint32_t)d.n + 1);
-            sbuf   mu = {0};
-            put(&mu, d.p, p);
-            put(&mu, "\x01", 1);
-            put(&mu, d.p + p, d.n - p);
+            k3_buf mu = {0};
+            k3_buf_add(&mu, d.p, p);
+            k3_buf_add(&mu, "\x01", 1);
+            k3_buf_add(&mu, d.p + p, d.n - p);
             if (feed_bytes(g, mu.p, mu.n, &complete) != (long)p && !f_ctl++)
                 printf("# control byte at %zu not rejected there: %s\n", p, d.p);
             /* the last closing bracket deleted: never complete */
@@ -541,9 +571,9 @@ int main(int argc, char **argv) {
         }
         /* a required key missing: an object whose first member is required, written without it */
         if (s->t == S_OBJ && s->req[0]) {
-            sbuf d     = {0};
-            int  saved = s->req[0];
-            s->req[0]  = 0;
+            k3_buf d     = {0};
+            int    saved = s->req[0];
+            s->req[0]    = 0;
             for (int tries = 0; tries < 4; tries++) {
                 d.n = 0;
                 doc_text(s, &d);
@@ -623,7 +653,7 @@ int main(int argc, char **argv) {
             k3_errmsg());
     { /* nested past the parser's depth: the message is the parser's, once (it was written over
        * itself: "json schema: not JSON: json schema: not JSON: o deeply at byte 2569") */
-        sbuf d = {0};
+        k3_buf d = {0};
         for (int k = 0; k < 600; k++)
             puts_(&d, "{\"anyOf\":[");
         puts_(&d, "{}");
@@ -641,7 +671,7 @@ int main(int argc, char **argv) {
     for (int deep = 100000; deep >= 64; deep = deep == 64 ? 0 : 64) {
         /* a pattern's groups nested 100,000 deep: the parser recursed per group (a crash: the
          * stack); 64 deep compiles */
-        sbuf d = {0};
+        k3_buf d = {0};
         puts_(&d, "{\"type\":\"string\",\"pattern\":\"^");
         for (int k = 0; k < deep; k++)
             puts_(&d, "(");
@@ -732,11 +762,11 @@ int main(int argc, char **argv) {
         /* a chain of $refs: rules were written as they were met, a recursion per $ref (50,000:
          * a crash, the stack); now a loop. Each is an alias (a call in tail position): they push
          * no frame, so past 128 of them the document is still taken (it was refused) */
-        sbuf d = {0};
+        k3_buf d = {0};
         puts_(&d, "{\"$ref\":\"#/$defs/d0\",\"$defs\":{");
         for (int k = 0; k < n; k++)
-            putf(&d, "\"d%d\":{\"$ref\":\"#/$defs/d%d\"},", k, k + 1);
-        putf(&d, "\"d%d\":{\"type\":\"boolean\"}}}", n);
+            k3_buf_printf(&d, "\"d%d\":{\"$ref\":\"#/$defs/d%d\"},", k, k + 1);
+        k3_buf_printf(&d, "\"d%d\":{\"type\":\"boolean\"}}}", n);
         int complete = 0;
         st           = compile(v, d.p, &g);
         T_CHECK(st == K3_OK && feed_bytes(g, "true", 4, &complete) == -1 && complete,

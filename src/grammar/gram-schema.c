@@ -169,8 +169,8 @@ static k3_status digits(sc *c, const char *lo, const char *hi, int n, int from, 
 
 /* Decimal integers in [a, b], 0 <= a <= b. */
 static k3_status nonneg(sc *c, long long a, long long b, int from, int to) {
-    long long p = 1;
-    for (int L = 1; L <= 17 && p <= b; L++, p *= 10) {
+    long long p = 1; /* L digits: [p, 10p - 1], and 0 for L = 1 (so b = 0 still writes "0") */
+    for (int L = 1; L <= 17 && (L == 1 || p <= b); L++, p *= 10) {
         long long lo = a > (L == 1 ? 0 : p) ? a : (L == 1 ? 0 : p), hi = b < p * 10 - 1 ? b : p * 10 - 1;
         if (lo > hi)
             continue;
