@@ -457,6 +457,37 @@ static const struct {
     {"{\"type\":\"integer\",\"minimum\":0,\"maximum\":0}", "0", 1},
     {"{\"type\":\"integer\",\"minimum\":0,\"maximum\":0}", "-0", 0},
     {"{\"type\":\"integer\",\"exclusiveMinimum\":-1,\"exclusiveMaximum\":1}", "0", 1},
+    /* ECMAScript's \s holds U+00A0, U+1680, U+2000-200A, U+2028/9, U+202F, U+205F, U+3000, U+FEFF:
+     * \S and negated classes took any non-ASCII character */
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xc2\xa0\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xe3\x80\x80\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xef\xbb\xbf\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xe2\x80\x8a\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xc3\xa9\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xe2\x80\x8b\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\s]+$\"}", "\"a\xe2\x80\xa8\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\S]$\"}", "\"\xc3\xa9\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\S]$\"}", "\"\xc2\xa0\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\D]$\"}", "\"\xd9\xa3\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\D]$\"}", "\"5\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\W]$\"}", "\"\xc3\xa9\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\s$\"}", "\"\xc2\xa0\"", 1},
+    /* . is any character but \n \r U+2028 U+2029 (it left out all of U+2000-2FFF) */
+    {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\xe2\x80\xa8\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\xe2\x80\x94\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\xe2\x82\xac\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\xf0\x9f\x98\x80\"", 1},
+    /* classes with non-ASCII members, \uHHHH, [\b], [^], and an escaped backslash before $ */
+    {"{\"type\":\"string\",\"pattern\":\"^[\xc3\xa9-\xc3\xab]$\"}", "\"\xc3\xaa\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[\xc3\xa9-\xc3\xab]$\"}", "\"e\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\xc3\xa9]$\"}", "\"\xc3\xa9\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\xc3\xa9]$\"}", "\"\xc3\xa8\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\u0041\\\\ud83d\\\\ude00$\"}", "\"A\xf0\x9f\x98\x80\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[\\\\b]$\"}", "\"\\b\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^]$\"}", "\"]\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\\\\\$\"}", "\"\\\\\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^a\\\\$\"}", "\"a$\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^a\\\\$\"}", "\"a\"", 0},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */
