@@ -488,6 +488,31 @@ static const struct {
     {"{\"type\":\"string\",\"pattern\":\"^\\\\\\\\$\"}", "\"\\\\\"", 1},
     {"{\"type\":\"string\",\"pattern\":\"^a\\\\$\"}", "\"a$\"", 1},
     {"{\"type\":\"string\",\"pattern\":\"^a\\\\$\"}", "\"a\"", 0},
+    /* enum and const next to other keywords: each value must satisfy them too (they were
+     * ignored: only type was checked) */
+    {"{\"enum\":[\"abc\",\"a\",null],\"maxLength\":2}", "\"abc\"", 0},
+    {"{\"enum\":[\"abc\",\"a\",null],\"maxLength\":2}", "\"a\"", 1},
+    {"{\"enum\":[\"abc\",\"a\",null],\"maxLength\":2}", "null", 1},
+    {"{\"type\":\"string\",\"enum\":[\"x\",\"yy\"],\"minLength\":2}", "\"x\"", 0},
+    {"{\"enum\":[1,5,10],\"maximum\":5}", "10", 0},
+    {"{\"enum\":[1,5,10],\"maximum\":5}", "5", 1},
+    {"{\"enum\":[[1,2,3],[1]],\"maxItems\":2}", "[1,2,3]", 0},
+    {"{\"enum\":[[1,2,3],[1]],\"maxItems\":2}", "[1]", 1},
+    {"{\"enum\":[{\"a\":1},{\"a\":\"x\"}],\"properties\":{\"a\":{\"type\":\"integer\"}}}", "{\"a\":\"x\"}",
+     0},
+    {"{\"enum\":[{\"a\":1},{\"a\":\"x\"}],\"properties\":{\"a\":{\"type\":\"integer\"}}}", "{\"a\":1}", 1},
+    {"{\"anyOf\":[{\"const\":\"abc\",\"pattern\":\"^b\"},{\"type\":\"null\"}]}", "\"abc\"", 0},
+    {"{\"anyOf\":[{\"const\":\"abc\",\"pattern\":\"^a\"},{\"type\":\"null\"}]}", "\"abc\"", 1},
+    {"{\"anyOf\":[{\"const\":\"a\",\"enum\":[\"b\"]},{\"type\":\"null\"}]}", "\"a\"", 0},
+    {"{\"enum\":[{\"a\":{\"a\":1}}],\"properties\":{\"a\":{\"enum\":[{\"a\":1}],\"properties\":{\"a\":"
+     "{\"enum\":[1],\"maximum\":3}}}}}",
+     "{\"a\":{\"a\":1}}", 1},
+    {"{\"$defs\":{\"s\":{\"type\":\"string\",\"maxLength\":1}},\"enum\":[[\"ab\"],[\"a\"]],"
+     "\"items\":{\"$ref\":\"#/$defs/s\"}}",
+     "[\"ab\"]", 0},
+    {"{\"$defs\":{\"s\":{\"type\":\"string\",\"maxLength\":1}},\"enum\":[[\"ab\"],[\"a\"]],"
+     "\"items\":{\"$ref\":\"#/$defs/s\"}}",
+     "[\"a\"]", 1},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */
@@ -530,6 +555,20 @@ int main(int argc, char **argv) {
     int n_edge = (int)(sizeof edge_docs / sizeof *edge_docs), ok_edge = edge_run(v);
     T_CHECK(ok_edge == n_edge, "%d of %d edge documents accepted or rejected as JSON Schema says", ok_edge,
             n_edge);
+
+    { /* an enum whose other keywords reach it again through $ref "#": its values' check would
+       * compile the schema again without end (a stack overflow); refused at 8 checks deep */
+        k3_grammar *g  = NULL;
+        k3_status   st = compile(v,
+                                 "{\"type\":\"object\",\"properties\":{\"p\":{\"enum\":[[],[1]],"
+                                   "\"items\":{\"$ref\":\"#\"}}}}",
+                                 &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED &&
+                    strstr(k3_errmsg(), "\"enum\" at #/properties/p/items/properties/p") &&
+                    strstr(k3_errmsg(), "more than 8 deep"),
+                "an enum checked against a $ref back to itself is refused: %.200s", st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+    }
 
     /* ---- the property test ---- */
     int n_schema = 0, n_doc = 0, f_byte = 0, f_chunk = 0, f_enc = 0, f_rand = 0, f_ctl = 0, f_del = 0,

@@ -5,11 +5,12 @@
  * of at most 16 integer digits, 16 fraction digits and a 2-digit exponent. Every document the
  * grammar accepts validates against the schema; that is the contract the tests check with an
  * independent validator. Keywords (see the man page, k3chat(1), STRUCTURED OUTPUT):
- *   type (one or a list), enum, const, properties, required, additionalProperties, items,
- *   prefixItems, minItems, maxItems, minLength, maxLength, pattern (gram-re.c), format
- *   (date-time, date, uuid, email), minimum, maximum, exclusiveMinimum, exclusiveMaximum
- *   (integers), anyOf, oneOf (branches of distinct types), allOf (of objects), $ref to #,
- *   #/$defs/NAME or #/definitions/NAME (recursion through calls), and the annotations.
+ *   type (one or a list), enum, const (a value is kept only when the schema's other keywords
+ *   allow it: value_ok checks it with their own grammar), properties, required,
+ *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, pattern
+ *   (gram-re.c), format (date-time, date, uuid, email), minimum, maximum, exclusiveMinimum,
+ *   exclusiveMaximum (integers), anyOf, oneOf (branches of distinct types), allOf (of objects),
+ *   $ref to #, #/$defs/NAME or #/definitions/NAME (recursion through calls), the annotations.
  * Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
  */
 #include "gram-impl.h"
@@ -47,10 +48,16 @@ typedef struct sc {
     jv        **owned; /* merged allOf schemas */
     int         n_owned;
     char        full_at[512]; /* the innermost schema being written when the grammar got full */
+    long        checked;      /* the top compile's: nodes of the grammars enum/const values were checked
+                               * with (rest_grammar), those nested in them included */
+    struct sc *top;           /* the compile rest_grammar was called from, at the top (NULL: this one) */
+    int        nest;          /* rest_grammar calls this one is inside */
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
 static k3_status rule_of(sc *c, const jv *s, const char *path, int *start);
+static k3_status rules_emit(sc *c);
+static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out);
 
 static const char *const annotations[] = {"$schema",     "$id",       "$comment", "title",
                                           "description", "default",   "examples", "deprecated",
@@ -114,10 +121,10 @@ static k3_status lit(sc *c, int from, const char *s, int to) {
     return g_lit(c->g, from, s, strlen(s), to);
 }
 
-/* A JSON value written compactly (const, enum). */
+/* A JSON value written compactly, members in their order (const, enum: value_ok checks that form). */
 static k3_status emit_value(sc *c, const jv *v, const char *path, int from, int to) {
     jbuf      b  = {0};
-    k3_status st = jv_dump(v, JV_SORTED_COMPACT, &b);
+    k3_status st = jv_dump(v, JV_COMPACT, &b);
     if (!st && (strstr(b.p ? b.p : "", "NaN") || strstr(b.p ? b.p : "", "Infinity")) && v->kind != JV_STRING)
         st = bad(path, "enum/const", "finite numbers");
     if (!st)
@@ -862,6 +869,92 @@ static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path
     return K3_OK;
 }
 
+/* ---- enum and const with other keywords ---------------------------------------------------- */
+
+/* s without keyword key, parsed anew into *rest (NULL when s holds nothing else but type and
+ * annotations: type alone is checked by kind_type). Without a type, each keyword applies to its
+ * own type and values of the others pass: rest gets the types of the values (kinds, T_*; JSON
+ * integers as T_INT, which the integer grammar takes, other numbers T_NUM). */
+static k3_status schema_rest(const jv *s, const char *key, int kinds, jv **rest) {
+    jbuf      b  = {0};
+    k3_status st = jbuf_add(&b, "{", 1);
+    int       n = 0, other = 0;
+    *rest = NULL;
+    for (size_t i = 0; i < s->n && !st; i++) {
+        const char *k = s->keys[i].s;
+        if (!strcmp(k, key))
+            continue;
+        other |= strcmp(k, "type") && !IN(k, annotations);
+        if ((n++ && (st = jbuf_add(&b, ",", 1))) || (st = jv_dump_str(k, s->keys[i].n, &b)) ||
+            (st = jbuf_add(&b, ":", 1)))
+            break;
+        st = jv_dump(&s->items[i], JV_SORTED_COMPACT, &b);
+    }
+    if (!st && other && !jv_get(s, "type")) {
+        static const char *const tn[] = {"null", "boolean", "integer", "number", "string", "array", "object"};
+        if (jv_get(s, "minimum") || jv_get(s, "maximum") || jv_get(s, "exclusiveMinimum") ||
+            jv_get(s, "exclusiveMaximum"))
+            kinds &= ~T_NUM; /* bounds on numbers are refused: such values are left out */
+        st = jbuf_add(&b, n ? ",\"type\":[" : "\"type\":[", n ? 9 : 8);
+        for (int k = 0, m = 0; k < 7 && !st; k++)
+            if (kinds & 1 << k)
+                st = k3_buf_printf(&b, "%s\"%s\"", m++ ? "," : "", tn[k])
+                         ? k3_err(K3_ERR_NOMEM, "grammar: out of memory")
+                         : K3_OK;
+        if (!st)
+            st = jbuf_add(&b, "]", 1);
+    }
+    if (!st && other && !(st = jbuf_add(&b, "}", 1)))
+        st = jv_parse(b.p, b.n, rest);
+    free(b.p);
+    return st;
+}
+
+/* The grammar of rest (a schema of c's document: its $refs resolve against c's root), to check
+ * enum/const values with: what the other keywords of their schema allow. Their grammars count
+ * against one budget, so a schema of many such enums cannot multiply its compile time. */
+static k3_status rest_grammar(sc *c, const jv *rest, const char *path, k3_grammar **out) {
+    sc       *top = c->top ? c->top : c;
+    sc        t   = {.any = -1, .root = c->root, .top = top, .nest = c->nest + 1};
+    k3_status st;
+    int       none = 0;
+    *out           = NULL;
+    if (t.nest > 8) /* through a $ref back to itself it would never end */
+        return k3_err(K3_ERR_UNSUPPORTED,
+                      "json schema: unsupported keyword \"enum\" at %s: enum/const values checked "
+                      "against other keywords that hold such values themselves, more than 8 deep",
+                      path);
+    if ((st = g_new(c->g->voc, "json schema", &t.g)))
+        return st;
+    if (!(st = rule_of(&t, rest, path, &t.g->root)) && !(st = rules_emit(&t)))
+        none = g_finish(t.g) == K3_ERR_ARG; /* no document: no value passes */
+    top->checked += 16 + t.g->n_node;       /* 16: the cost of a grammar however small */
+    if (!st && top->checked > G_MAX_NODES)
+        st = k3_err(K3_ERR_UNSUPPORTED,
+                    "json schema: too large at %s: checking enum/const values against their other "
+                    "keywords needs more than %d grammar nodes",
+                    path, G_MAX_NODES);
+    st = sc_finish(&t, NULL, st, out); /* a full grammar: "too large at" the innermost path */
+    if (none)
+        k3_grammar_free(*out), *out = NULL;
+    return st;
+}
+
+/* *ok: value x, written as emit_value writes it, is a document of chk. */
+static k3_status value_ok(const k3_grammar *chk, const jv *x, int *ok) {
+    jbuf       b  = {0};
+    k3_gmatch *m  = NULL;
+    k3_status  st = jv_dump(x, JV_COMPACT, &b);
+    *ok           = 0;
+    if (!chk || st)
+        return free(b.p), st;
+    if (!(st = k3_gmatch_new(chk, &m)))
+        *ok = !k3_gmatch_accept_bytes(m, b.p, b.n) && k3_gmatch_complete(m);
+    k3_gmatch_free(m);
+    free(b.p);
+    return st;
+}
+
 /* ---- a schema ----------------------------------------------------------------------------- */
 
 static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int to);
@@ -912,16 +1005,31 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
     int types;
     if ((st = types_of(s, path, &types)))
         return st;
-    if ((v = jv_get(s, "const")))
-        return types && !(kind_type(v) & types) ? K3_OK : emit_value(c, v, path, from, to);
-    if ((v = jv_get(s, "enum"))) {
-        if (v->kind != JV_ARRAY)
+    if ((v = jv_get(s, "const")) || (v = jv_get(s, "enum"))) {
+        const char *key = jv_get(s, "const") ? "const" : "enum";
+        size_t      n   = key[0] == 'c' ? 1 : v->n;
+        if (key[0] == 'e' && v->kind != JV_ARRAY)
             return bad(path, "enum", "an array");
-        for (size_t i = 0; i < v->n; i++)
-            if ((!types || (kind_type(&v->items[i]) & types)) &&
-                (st = emit_value(c, &v->items[i], path, from, to)))
-                return st;
-        return K3_OK;
+        jv         *rest  = NULL; /* the schema without this keyword, when it holds more than type */
+        k3_grammar *chk   = NULL;
+        int         kinds = 0;
+        for (size_t i = 0; i < n; i++) {
+            const jv *x = key[0] == 'c' ? v : &v->items[i];
+            kinds |= x->kind == JV_INT ? T_INT : kind_type(x);
+        }
+        if ((st = schema_rest(s, key, kinds, &rest)) || (rest && (st = rest_grammar(c, rest, path, &chk))))
+            return jv_free(rest), st;
+        for (size_t i = 0; i < n && !st; i++) {
+            const jv *x  = key[0] == 'c' ? v : &v->items[i];
+            int       ok = !types || (kind_type(x) & types);
+            if (ok && rest && (st = value_ok(chk, x, &ok)))
+                break;
+            if (ok)
+                st = emit_value(c, x, path, from, to);
+        }
+        k3_grammar_free(chk);
+        jv_free(rest);
+        return st;
     }
     if (!types) { /* no type: what the keywords imply, else any value */
         for (size_t i = 0; i < s->n; i++) {
