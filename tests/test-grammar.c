@@ -538,6 +538,46 @@ static int edge_run(const k3_gvocab *v) {
     return ok;
 }
 
+/* A call of tool f whose one argument s (required) has schema arg and the raw value val: 1 when
+ * the tool-call grammar takes the whole block and then allows the end of message, 0 when not,
+ * -1 when it does not compile (k3_errmsg says why). */
+static int tool_value(const k3_gvocab *v, const k3_tok *tok, const char *arg, const char *val) {
+    int32_t O = k3_tok_special(tok, "<|open|>"), S = k3_tok_special(tok, "<|sep|>"),
+            C = k3_tok_special(tok, "<|close|>"), E = k3_tok_special(tok, "<|end_of_msg|>");
+    k3_buf      tools = {0};
+    k3_grammar *g;
+    k3_gmatch  *m;
+    k3_buf_printf(&tools,
+                  "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                  "\"properties\":{\"s\":%s},\"required\":[\"s\"]}}}]",
+                  arg);
+    k3_status st = k3_grammar_tool_calls(v, tools.p, NULL, 1, 0, &g);
+    free(tools.p);
+    if (st)
+        return -1;
+    const char *const text[] = {"response",
+                                "tools",
+                                "call tool=\"f\" index=\"1\"",
+                                "argument key=\"s\" type=\"string\"",
+                                val,
+                                "argument",
+                                "call",
+                                "tools"};
+    /* the script: specials (O S C) and the texts in order (t: the next text) */
+    static const char script[] = "CtSOtSOtSOtStCtSCtSCtS";
+    int               ok       = !k3_gmatch_new(g, &m);
+    for (size_t i = 0, t = 0; ok && i < sizeof script - 1; i++)
+        if (script[i] == 't') {
+            const char *x = text[t++];
+            ok            = !*x || !k3_gmatch_accept_bytes(m, x, strlen(x));
+        } else
+            ok = !k3_gmatch_accept(m, script[i] == 'O' ? O : script[i] == 'S' ? S : C);
+    ok = ok && k3_gmatch_allows(m, E);
+    k3_gmatch_free(m);
+    k3_grammar_free(g);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--release-vocab")) { /* t-grammar.sh */
         exact_release();
@@ -1077,6 +1117,54 @@ int main(int argc, char **argv) {
             NULL, 1, 0, &g);
         T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "tools[f].parameters/properties/x"),
                 "an argument with two types is refused naming it: %s", k3_errmsg());
+        /* a string argument is written raw (k3-tools.md 1.3): its pattern's automaton wrote the JSON
+         * escapes (\" for ", \n for a newline), which the value then held as a backslash; enum
+         * and const ignored the other keywords, a pattern ignored maxLength, unknown keywords
+         * were not refused */
+        static const struct {
+            const char *arg, *val;
+            int         want;
+        } raw[] = {
+            {"{\"type\":\"string\",\"pattern\":\"^[^\\\\\\\\]$\"}", "\\\"", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^[^\\\\\\\\]$\"}", "\"", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^\\\\s$\"}", "\\n", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^\\\\s$\"}", "\n", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^a\\\\\\\\b$\"}", "a\\b", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^a\\\\\\\\b$\"}", "a\\\\b", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^x\"}", "x\"\\\t", 1},
+            {"{\"type\":\"string\",\"enum\":[\"abc\",\"a\"],\"maxLength\":2}", "abc", 0},
+            {"{\"type\":\"string\",\"enum\":[\"abc\",\"a\"],\"maxLength\":2}", "a", 1},
+            {"{\"type\":\"string\",\"const\":\"a\\\"b\"}", "a\"b", 1},
+            {"{\"type\":\"string\",\"format\":\"date\"}", "2024-01-31", 1},
+        };
+        int n_raw = (int)(sizeof raw / sizeof *raw), ok_raw = 0;
+        for (int k = 0; k < n_raw; k++) {
+            int got = tool_value(v, tok, raw[k].arg, raw[k].val);
+            ok_raw += got == raw[k].want;
+            if (got != raw[k].want)
+                printf("# tool argument %s, raw value %s: %s, wanted %s\n", raw[k].arg, raw[k].val,
+                       got < 0 ? k3_errmsg()
+                       : got   ? "taken"
+                               : "refused",
+                       raw[k].want ? "taken" : "refused");
+        }
+        T_CHECK(ok_raw == n_raw,
+                "%d of %d raw string arguments of a tool call taken or refused as the schema says", ok_raw,
+                n_raw);
+        static const char *const refused[][2] = {
+            {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":2}",
+             "\"maxLength\" at tools[f].parameters/properties/s"},
+            {"{\"type\":\"string\",\"contentEncoding\":\"base64\"}",
+             "\"contentEncoding\" at tools[f].parameters/properties/s"},
+            {"{\"type\":\"string\",\"anyOf\":[{\"maxLength\":1},{\"pattern\":\"^a\"}]}",
+             "\"anyOf\" at tools[f].parameters/properties/s"},
+        };
+        for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+            int got = tool_value(v, tok, refused[k][0], "a");
+            T_CHECK(got < 0 && strstr(k3_errmsg(), refused[k][1]),
+                    "a tool argument %s is refused naming it: %s", refused[k][0],
+                    got < 0 ? k3_errmsg() : "it compiled");
+        }
         /* a required name the parameters do not declare: ignored (a forced call could never
          * hold it), while response_format refused the same schema */
         st = k3_grammar_tool_calls(

@@ -80,11 +80,12 @@ k3_status g_str_char(k3_grammar *g, int from, int to) {
     return K3_OK;
 }
 
-k3_status g_fill(k3_grammar *g, int from, int to) {
+k3_status g_fill(k3_grammar *g, int raw, int from, int to) {
     k3_status st = g_eps(g, from, to);
     for (int k = 0; k < G_FILL_MAX && !st; k++) {
         int nx = g_node_new(g);
-        if (!(st = g_str_char(g, from, nx)))
+        if (!(st = raw ? g_byte(g, from, 0x00, 0x7f, nx) : g_str_char(g, from, nx)) &&
+            !(st = raw ? g_raw_multi(g, from, nx) : K3_OK))
             st = g_eps(g, nx, to);
         from = nx;
     }
@@ -100,6 +101,7 @@ typedef struct re_p {
     size_t      whole; /* the pattern's length with a final $ (n stops before it), for messages */
     int         depth; /* groups open at p->i */
     int         nul;   /* 1: what was just read (an atom, a sequence, alternatives) may be empty */
+    int         raw;   /* 1: characters as themselves (a tool call's string), 0: JSON-escaped */
     k3_status   st;
 } re_p;
 
@@ -310,7 +312,13 @@ static void emit_set(re_p *p, const re_set *c, int from, int to) {
         if (!c->ascii[k])
             continue;
         char buf[8];
-        if (k == '"' || k == '\\')
+        if (p->raw) { /* a run of members as one byte range */
+            int hi = k;
+            while (hi + 1 < 128 && c->ascii[hi + 1])
+                hi++;
+            p->st = g_byte(g, from, k, hi, to);
+            k     = hi;
+        } else if (k == '"' || k == '\\')
             p->st = g_lit(g, from, (snprintf(buf, sizeof buf, "\\%c", k), buf), 2, to);
         else if (k < 0x20) {
             const char *sh = k == '\n'   ? "\\n"
@@ -593,8 +601,8 @@ static int re_alt(re_p *p, int emit, int from, int to) {
     }
 }
 
-k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, int from, int to) {
-    re_p   p  = {.g = g, .s = re, .n = n, .whole = n, .path = path};
+k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, int raw, int from, int to) {
+    re_p   p  = {.g = g, .s = re, .n = n, .whole = n, .path = path, .raw = raw};
     size_t bs = 0; /* backslashes before a final $: an odd count escapes it */
     while (n && bs + 1 < n && re[n - 2 - bs] == '\\')
         bs++;
@@ -609,7 +617,7 @@ k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, i
     if (p.i < p.n)
         return re_fail(&p, "an unbalanced )"), p.st;
     k3_status st;
-    if ((st = anch_s ? g_eps(g, from, a) : g_fill(g, from, a)))
+    if ((st = anch_s ? g_eps(g, from, a) : g_fill(g, raw, from, a)))
         return st;
-    return anch_e ? g_eps(g, b, to) : g_fill(g, b, to);
+    return anch_e ? g_eps(g, b, to) : g_fill(g, raw, b, to);
 }

@@ -265,7 +265,7 @@ static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, in
 /* -?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})? */
 static k3_status emit_number(sc *c, int from, int to) {
     static const char re[] = "^-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})?$";
-    return g_pattern(c->g, re, sizeof re - 1, "(number)", from, to);
+    return g_pattern(c->g, re, sizeof re - 1, "(number)", 0, from, to);
 }
 
 static const struct {
@@ -298,13 +298,13 @@ static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int
         if (pat) {
             if (pat->kind != JV_STRING)
                 return bad(path, "pattern", "a string");
-            return g_pattern(c->g, pat->s, pat->n, path, a, b);
+            return g_pattern(c->g, pat->s, pat->n, path, 0, a, b);
         }
         if (fmt->kind != JV_STRING)
             return bad(path, "format", "a string");
         for (size_t k = 0; k < sizeof formats / sizeof *formats; k++)
             if (!strcmp(fmt->s, formats[k].name))
-                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, a, b);
+                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, 0, a, b);
         char why[160];
         snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
         return unsupported(path, "format", why);
@@ -955,6 +955,37 @@ static k3_status value_ok(const k3_grammar *chk, const jv *x, int *ok) {
     return st;
 }
 
+/* The values of s's const (else enum) of the types given (0: any) that s's other keywords allow,
+ * from -> to; raw 1: strings only, written raw (a tool call's string argument). */
+static k3_status emit_enum(sc *c, const jv *s, const char *path, int types, int raw, int from, int to) {
+    const jv   *v   = jv_get(s, "const") ? jv_get(s, "const") : jv_get(s, "enum");
+    const char *key = jv_get(s, "const") ? "const" : "enum";
+    size_t      n   = key[0] == 'c' ? 1 : v->n;
+    k3_status   st;
+    if (key[0] == 'e' && v->kind != JV_ARRAY)
+        return bad(path, "enum", "an array");
+    jv         *rest  = NULL; /* the schema without this keyword, when it holds more than type */
+    k3_grammar *chk   = NULL;
+    int         kinds = 0;
+    for (size_t i = 0; i < n; i++) {
+        const jv *x = key[0] == 'c' ? v : &v->items[i];
+        kinds |= x->kind == JV_INT ? T_INT : kind_type(x);
+    }
+    if ((st = schema_rest(s, key, kinds, &rest)) || (rest && (st = rest_grammar(c, rest, path, &chk))))
+        return jv_free(rest), st;
+    for (size_t i = 0; i < n && !st; i++) {
+        const jv *x  = key[0] == 'c' ? v : &v->items[i];
+        int       ok = (!types || (kind_type(x) & types)) && (!raw || x->kind == JV_STRING);
+        if (ok && rest && (st = value_ok(chk, x, &ok)))
+            break;
+        if (ok)
+            st = raw ? g_lit(c->g, from, x->s, x->n, to) : emit_value(c, x, path, from, to);
+    }
+    k3_grammar_free(chk);
+    jv_free(rest);
+    return st;
+}
+
 /* ---- a schema ----------------------------------------------------------------------------- */
 
 static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int to);
@@ -1005,32 +1036,8 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
     int types;
     if ((st = types_of(s, path, &types)))
         return st;
-    if ((v = jv_get(s, "const")) || (v = jv_get(s, "enum"))) {
-        const char *key = jv_get(s, "const") ? "const" : "enum";
-        size_t      n   = key[0] == 'c' ? 1 : v->n;
-        if (key[0] == 'e' && v->kind != JV_ARRAY)
-            return bad(path, "enum", "an array");
-        jv         *rest  = NULL; /* the schema without this keyword, when it holds more than type */
-        k3_grammar *chk   = NULL;
-        int         kinds = 0;
-        for (size_t i = 0; i < n; i++) {
-            const jv *x = key[0] == 'c' ? v : &v->items[i];
-            kinds |= x->kind == JV_INT ? T_INT : kind_type(x);
-        }
-        if ((st = schema_rest(s, key, kinds, &rest)) || (rest && (st = rest_grammar(c, rest, path, &chk))))
-            return jv_free(rest), st;
-        for (size_t i = 0; i < n && !st; i++) {
-            const jv *x  = key[0] == 'c' ? v : &v->items[i];
-            int       ok = !types || (kind_type(x) & types);
-            if (ok && rest && (st = value_ok(chk, x, &ok)))
-                break;
-            if (ok)
-                st = emit_value(c, x, path, from, to);
-        }
-        k3_grammar_free(chk);
-        jv_free(rest);
-        return st;
-    }
+    if (jv_get(s, "const") || jv_get(s, "enum"))
+        return emit_enum(c, s, path, types, 0, from, to);
     if (!types) { /* no type: what the keywords imply, else any value */
         for (size_t i = 0; i < s->n; i++) {
             const char *k = s->keys[i].s;
@@ -1246,30 +1253,37 @@ static k3_status attr_lit(sc *c, int from, const char *s, size_t n, int to) {
     return st;
 }
 
-/* A raw string VALUE: any UTF-8 text (no escaping), enum/const literals, or a format/pattern. */
+/* A raw string VALUE: any UTF-8 text (no escaping), enum/const literals, or a format/pattern
+ * (their automata in raw form). The keywords are response_format's, with the same refusals. */
 static k3_status raw_string(sc *c, const jv *s, const char *path, int from, int to) {
-    const jv *e = jv_get(s, "const"), *en = jv_get(s, "enum");
     k3_status st;
-    if (e || en) {
-        for (size_t i = 0; i < (e ? 1 : en->n); i++) {
-            const jv *v = e ? e : &en->items[i];
-            if (v->kind == JV_STRING && (st = g_lit(c->g, from, v->s, v->n, to)))
-                return st;
-        }
-        return K3_OK;
-    }
-    if (jv_get(s, "pattern") || jv_get(s, "format")) { /* their automata write no escapes for these */
-        const jv *p = jv_get(s, "pattern"), *f = jv_get(s, "format");
-        if (p && p->kind == JV_STRING)
-            return g_pattern(c->g, p->s, p->n, path, from, to);
-        for (size_t k = 0; f && f->kind == JV_STRING && k < sizeof formats / sizeof *formats; k++)
-            if (!strcmp(f->s, formats[k].name))
-                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, from, to);
-        return unsupported(path, "format", "a format other than date-time, date, uuid, email");
-    }
+    for (size_t i = 0; i < s->n; i++)
+        if (!IN(s->keys[i].s, annotations) && !IN(s->keys[i].s, keywords))
+            return unsupported(path, s->keys[i].s, NULL);
+    static const char *const comb[] = {"anyOf", "oneOf", "allOf", "$ref"};
+    for (size_t i = 0; i < sizeof comb / sizeof *comb; i++)
+        if (jv_get(s, comb[i]))
+            return unsupported(path, comb[i], "in a string argument of a tool (written raw)");
+    if (jv_get(s, "const") || jv_get(s, "enum"))
+        return emit_enum(c, s, path, T_STR, 1, from, to);
     long mn, mx;
     if ((st = get_count(s, "minLength", path, 0, &mn)) || (st = get_count(s, "maxLength", path, -1, &mx)))
         return st;
+    if (jv_get(s, "pattern") || jv_get(s, "format")) {
+        const jv *p = jv_get(s, "pattern"), *f = jv_get(s, "format");
+        if (p && f)
+            return unsupported(path, "format", "together with pattern");
+        if (mn > 0 || mx >= 0)
+            return unsupported(path, mn > 0 ? "minLength" : "maxLength", "together with pattern or format");
+        if (p && p->kind != JV_STRING)
+            return bad(path, "pattern", "a string");
+        if (p)
+            return g_pattern(c->g, p->s, p->n, path, 1, from, to);
+        for (size_t k = 0; f && f->kind == JV_STRING && k < sizeof formats / sizeof *formats; k++)
+            if (!strcmp(f->s, formats[k].name))
+                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, 1, from, to);
+        return unsupported(path, "format", "a format other than date-time, date, uuid, email");
+    }
     if (mx >= 0 && mn > mx)
         return K3_OK; /* no string: nothing */
     if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
