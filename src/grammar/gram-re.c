@@ -115,7 +115,7 @@ static int re_fail(re_p *p, const char *what) {
 
 /* A set of characters: the ASCII ones, and the others as code point ranges (at most
  * RE_MAX_RANGES; kept sorted and merged by set_norm). */
-#define RE_MAX_RANGES 128
+#define RE_MAX_RANGES 1024
 #define RE_MAX_CP 0x10ffff
 typedef struct re_set {
     uint8_t  ascii[128];
