@@ -525,6 +525,10 @@ static const struct {
     {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "[1,2]", 1},
     {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "[1]", 1},
     {"{\"enum\":[\"\",\"x\"]}", "\"\"", 1},
+    /* a count written as 2.0 is the integer 2 (it was refused: "expected a non-negative integer") */
+    {"{\"type\":\"string\",\"maxLength\":2.0}", "\"ab\"", 1},
+    {"{\"type\":\"string\",\"maxLength\":2.0}", "\"abc\"", 0},
+    {"{\"type\":\"array\",\"minItems\":1.0}", "[true]", 1},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */

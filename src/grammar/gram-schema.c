@@ -16,6 +16,7 @@
 #include "gram-impl.h"
 #include "json.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,15 +90,18 @@ static void sub(char *out, size_t n, const char *path, const char *a, const char
     snprintf(out, n, "%s/%s%s%s", path, a, b ? "/" : "", b ? b : "");
 }
 
-/* A non-negative integer keyword (absent: def). */
+/* A non-negative integer keyword (absent: def); 2.0 is the integer 2 (JSON Schema counts a
+ * number by its value), a count past LONG_MAX reads as LONG_MAX (the callers refuse it). */
 static k3_status get_count(const jv *s, const char *key, const char *path, long def, long *out) {
     const jv *v = jv_get(s, key);
     *out        = def;
     if (!v)
         return K3_OK;
-    char *end;
-    long  x = v->kind == JV_INT ? strtol(v->s, &end, 10) : -1;
-    if (v->kind != JV_INT || *end || x < 0)
+    char *end = "";
+    long  x   = v->kind == JV_INT                                         ? strtol(v->s, &end, 10)
+                : v->kind == JV_FLOAT && v->d >= 0 && v->d == floor(v->d) ? (v->d < 1e18 ? (long)v->d : LONG_MAX)
+                                                                          : -1;
+    if ((v->kind != JV_INT && v->kind != JV_FLOAT) || *end || x < 0)
         return bad(path, key, "a non-negative integer");
     *out = x;
     return K3_OK;
