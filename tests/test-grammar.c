@@ -9,6 +9,9 @@
  * closing bracket never completes, a missing required key never completes. Plus: unsupported
  * keywords named with their path, schemas that compile to nothing, recursive $ref, special
  * tokens as terminals, and the masked sampler.
+ *
+ *   test-grammar --release-vocab          exact masks on the release-size vocabulary (t-grammar.sh)
+ *   test-grammar --walk SCHEMAS OUT N     uniform random walks for ajv (t-grammar.sh; walk_out)
  */
 #include "test.h"
 #include "k3.h"
@@ -403,6 +406,95 @@ static k3_status compile(const k3_gvocab *v, const char *s, k3_grammar **g) {
     return k3_grammar_json_schema(v, s, strlen(s), g);
 }
 
+/* --walk SCHEMAS OUT N (t-grammar.sh, which validates OUT with ajv): for each schema (a line of
+ * SCHEMAS), N walks over k3-nano's masks, each token drawn uniformly from the mask with a fixed
+ * seed (the end of message with probability 1/4 once allowed, always in the last 64 of 400
+ * steps). Uniform draws reach what a model's distribution seldom does (a no-break space, a digit
+ * of another script, a quote in a raw pattern). OUT gets "LINE<TAB>WALK<TAB>end<TAB>TEXT" for
+ * each walk that ended. Checks: every schema compiles, no mask is empty before the end, and at
+ * least 90 % of the walks end within 400 tokens. */
+static void walk_out(const char *schemas, const char *outp, int n) {
+    k3_tok    *tok;
+    k3_gvocab *v;
+    size_t     len;
+    char      *text = t_read_file(schemas, &len);
+    FILE      *out  = fopen(outp, "w");
+    if (!text || !out || k3_tok_load("models/k3-nano", NULL, &tok)) {
+        T_CHECK(0, "--walk: %s and %s, k3-nano's tokenizer: %s", schemas, outp, k3_errmsg());
+        return;
+    }
+    int32_t   nv = k3_tok_n_vocab(tok), eom = k3_tok_special(tok, "<|end_of_msg|>");
+    uint64_t *mask  = NULL;
+    int32_t  *al    = malloc((size_t)nv * sizeof *al);
+    int       lines = 0, bad = 0, dead = 0, walks = 0, ended = 0;
+    if (k3_gvocab_new(tok, nv, -1, &v) || !al ||
+        !(mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask))) {
+        T_CHECK(0, "--walk: the vocabulary: %s", k3_errmsg());
+        return;
+    }
+    rng = 0x2545f4914f6cdd1dULL;
+    for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        if ((nl = strchr(line, '\n')))
+            *nl = 0;
+        if (!*line)
+            continue;
+        lines++;
+        k3_grammar *g;
+        if (compile(v, line, &g)) {
+            printf("# line %d does not compile: %s\n", lines, k3_errmsg());
+            bad++;
+            continue;
+        }
+        for (int w = 0; w < n; w++, walks++) {
+            k3_gmatch *m;
+            k3_ids     ids = {0};
+            int        end = 0, special = 0;
+            if (k3_gmatch_new(g, &m))
+                break;
+            for (int i = 0; i < 400 && !end; i++) {
+                int na = 0, can_end = 0;
+                k3_gmatch_mask(m, mask);
+                for (int32_t t = 0; t < nv; t++)
+                    if (bit(mask, t))
+                        al[na++] = t, can_end |= t == eom;
+                if (!na) {
+                    printf("# line %d walk %d: an empty mask after %d tokens\n", lines, w, i);
+                    dead++;
+                    break;
+                }
+                int32_t t = can_end && (!rnd(4) || i >= 336) ? eom : al[rnd((uint32_t)na)];
+                if (k3_gmatch_accept(m, t))
+                    break;
+                end = k3_gmatch_ended(m);
+                special |= k3_tok_is_special(tok, t); /* the closes after the document are not its text */
+                if (!special)
+                    k3_ids_push(&ids, t);
+            }
+            char  *doc = NULL;
+            size_t dl;
+            if (end && !k3_tok_decode(tok, ids.v, ids.n, &doc, &dl)) {
+                fprintf(out, "%d\t%d\tend\t%s\n", lines, w, doc);
+                ended++;
+            }
+            free(doc);
+            k3_ids_free(&ids);
+            k3_gmatch_free(m);
+        }
+        k3_grammar_free(g);
+    }
+    fclose(out);
+    T_CHECK(lines >= 40 && bad == 0, "--walk: %d of %d schemas compile (at least 40 asked)", lines - bad,
+            lines);
+    T_CHECK(dead == 0, "--walk: no mask is empty before the end (%d were, %d walks)", dead, walks);
+    T_CHECK(walks > 0 && ended * 10 >= walks * 9, "--walk: %d of %d walks end within 400 tokens", ended,
+            walks);
+    free(mask);
+    free(al);
+    free(text);
+    k3_gvocab_free(v);
+    k3_tok_free(tok);
+}
+
 /* The same on the release-size vocabulary (163,840 ids, the slice preset's tokenizer), whose long
  * pieces cross rule ends ("},", "\":\"", "]]"): at each step the ids whose piece holds a JSON
  * structural byte, and 500 others. */
@@ -595,6 +687,10 @@ static int tool_value(const k3_gvocab *v, const k3_tok *tok, const char *arg, co
 }
 
 int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--walk")) { /* t-grammar.sh */
+        walk_out(argv[2], argv[3], atoi(argv[4]));
+        return t_done();
+    }
     if (argc == 2 && !strcmp(argv[1], "--release-vocab")) { /* t-grammar.sh */
         exact_release();
         return t_done();
