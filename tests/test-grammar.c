@@ -722,6 +722,29 @@ int main(int argc, char **argv) {
         k3_grammar_free(g);
     }
 
+    { /* an $id below the root is a new base: "#/$defs/t" under it names its own $defs (ajv: b
+       * an integer), but the grammar read the root's (b a string); refused, at the root kept */
+        k3_grammar *g  = NULL;
+        k3_status   st = compile(
+              v,
+              "{\"$id\":\"http://x/root\",\"$defs\":{\"t\":{\"type\":\"string\"}},\"type\":\"object\","
+                "\"properties\":{\"a\":{\"$id\":\"http://x/sub\",\"$defs\":{\"t\":{\"type\":\"integer\"}},"
+                "\"type\":\"object\",\"properties\":{\"b\":{\"$ref\":\"#/$defs/t\"}},\"required\":[\"b\"]}},"
+                "\"required\":[\"a\"]}",
+              &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"$id\" at #/properties/a: below the root"),
+                "an $id below the root is refused naming it: %.160s", st ? k3_errmsg() : "it compiled");
+        k3_grammar_free(g);
+        g            = NULL;
+        st           = compile(v, "{\"$id\":\"http://x/root\",\"enum\":[1,5],\"maximum\":3}", &g);
+        int complete = 0;
+        T_CHECK(st == K3_OK && feed_bytes(g, "1", 1, &complete) == -1 && complete &&
+                    feed_bytes(g, "5", 1, &complete) == 0,
+                "an $id at the root is kept (with an enum checked against maximum): %s",
+                st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+    }
+
     /* ---- the property test ---- */
     int n_schema = 0, n_doc = 0, f_byte = 0, f_chunk = 0, f_enc = 0, f_rand = 0, f_ctl = 0, f_del = 0,
         f_req = 0;

@@ -820,6 +820,8 @@ static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **ou
             return st;
         if (x->kind != JV_OBJECT || types_of(x, path, &t) || (t && t != T_OBJ))
             return unsupported(path, "allOf", "a branch that is not an object schema");
+        if (jv_get(x, "$id"))
+            return unsupported(path, "$id", "below the root (a $ref under it would name its own $defs)");
         for (size_t k = 0; k < x->n; k++)
             if (!IN(x->keys[k].s, annotations) && strcmp(x->keys[k].s, "type") &&
                 strcmp(x->keys[k].s, "properties") && strcmp(x->keys[k].s, "required") &&
@@ -933,7 +935,7 @@ static k3_status schema_rest(const jv *s, const char *key, int kinds, jv **rest)
     *rest = NULL;
     for (size_t i = 0; i < s->n && !st; i++) {
         const char *k = s->keys[i].s;
-        if (!strcmp(k, key))
+        if (!strcmp(k, key) || !strcmp(k, "$id")) /* rest is not the root: an $id would be refused */
             continue;
         other |= strcmp(k, "type") && !IN(k, annotations);
         if ((n++ && (st = jbuf_add(&b, ",", 1))) || (st = jv_dump_str(k, s->keys[i].n, &b)) ||
@@ -1075,6 +1077,8 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
     for (size_t i = 0; i < s->n; i++)
         if (!IN(s->keys[i].s, annotations) && !IN(s->keys[i].s, keywords))
             return unsupported(path, s->keys[i].s, NULL);
+    if (s != c->root && jv_get(s, "$id")) /* a new base: "#/$defs/t" below it means its own $defs */
+        return unsupported(path, "$id", "below the root (a $ref under it would name its own $defs)");
     const jv *v;
     if ((v = jv_get(s, "$ref"))) {
         const jv *t;
