@@ -893,6 +893,13 @@ int main(int argc, char **argv) {
     st = compile(v, "{\"type\":\"strin\"}", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "\"type\" at #"), "a misspelt type is named: %s",
             k3_errmsg());
+    st = compile(v, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":[]}}}", &g);
+    T_CHECK(st == K3_ERR_ARG &&
+                strstr(k3_errmsg(), "\"type\" at #/properties/a: expected a type or a non-empty list"),
+            "an empty type list is refused (it was any value; ajv refuses the schema): %s",
+            st ? k3_errmsg() : "it compiled");
+    if (!st)
+        k3_grammar_free(g);
     st = compile(v, "{\"type\":", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "not JSON"), "a schema that is not JSON: %s",
             k3_errmsg());

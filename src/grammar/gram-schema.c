@@ -688,6 +688,8 @@ static k3_status types_of(const jv *s, const char *path, int *mask) {
     if (!t)
         return K3_OK;
     size_t n = t->kind == JV_ARRAY ? t->n : 1;
+    if (!n) /* not "any type": the meta-schema asks for at least one (ajv refuses the schema) */
+        return bad(path, "type", "a type or a non-empty list of types");
     for (size_t i = 0; i < n; i++) {
         const jv *e = t->kind == JV_ARRAY ? &t->items[i] : t;
         int       k = 0;
