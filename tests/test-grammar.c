@@ -621,6 +621,16 @@ static const struct {
     {"{\"type\":\"string\",\"maxLength\":2.0}", "\"ab\"", 1},
     {"{\"type\":\"string\",\"maxLength\":2.0}", "\"abc\"", 0},
     {"{\"type\":\"array\",\"minItems\":1.0}", "[true]", 1},
+    /* an allOf of one branch is that branch (Pydantic v1 wraps a $ref with a default so; it was
+     * refused unless the branch was an object schema) */
+    {"{\"definitions\":{\"Color\":{\"enum\":[\"red\",\"blue\"]}},\"type\":\"object\",\"properties\":{\"c\":"
+     "{\"allOf\":[{\"$ref\":\"#/definitions/Color\"}],\"default\":\"red\"}},\"required\":[\"c\"]}",
+     "{\"c\":\"red\"}", 1},
+    {"{\"definitions\":{\"Color\":{\"enum\":[\"red\",\"blue\"]}},\"type\":\"object\",\"properties\":{\"c\":"
+     "{\"allOf\":[{\"$ref\":\"#/definitions/Color\"}],\"default\":\"red\"}},\"required\":[\"c\"]}",
+     "{\"c\":\"green\"}", 0},
+    {"{\"allOf\":[{\"type\":\"integer\",\"maximum\":3}],\"description\":\"x\"}", "3", 1},
+    {"{\"allOf\":[{\"type\":\"integer\",\"maximum\":3}],\"description\":\"x\"}", "4", 0},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */

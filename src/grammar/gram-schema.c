@@ -1096,6 +1096,14 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
         return emit_alts(c, s, "anyOf", path, from, to);
     if (jv_get(s, "oneOf"))
         return emit_alts(c, s, "oneOf", path, from, to);
+    if ((v = jv_get(s, "allOf")) && v->kind == JV_ARRAY && v->n == 1) { /* the branch itself */
+        char p2[512];
+        for (size_t k = 0; k < s->n; k++)
+            if (strcmp(s->keys[k].s, "allOf") && !IN(s->keys[k].s, annotations))
+                return unsupported(path, "allOf", "with sibling keywords");
+        snprintf(p2, sizeof p2, "%s/allOf/0", path);
+        return emit(c, &v->items[0], p2, from, to);
+    }
     if (jv_get(s, "allOf")) {
         const jv *m = NULL;
         char      p2[512];
