@@ -9,8 +9,9 @@
  *   allow it: value_ok checks it with their own grammar), properties, required,
  *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, pattern
  *   (gram-re.c), format (date-time, date, uuid, email), minimum, maximum, exclusiveMinimum,
- *   exclusiveMaximum (integers), anyOf, oneOf (branches of distinct types), allOf (of objects),
- *   $ref to #, #/$defs/NAME or #/definitions/NAME (recursion through calls), the annotations.
+ *   exclusiveMaximum (integers; numbers without an exponent: emit_number_range), anyOf, oneOf
+ *   (branches of distinct types), allOf (of objects, or of one schema), $ref to #, #/$defs/NAME
+ *   or #/definitions/NAME (recursion through calls), the annotations ($id at the root only).
  * Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
  */
 #include "gram-impl.h"
@@ -98,9 +99,11 @@ static k3_status get_count(const jv *s, const char *key, const char *path, long 
     if (!v)
         return K3_OK;
     char *end = "";
-    long  x   = v->kind == JV_INT                                         ? strtol(v->s, &end, 10)
-                : v->kind == JV_FLOAT && v->d >= 0 && v->d == floor(v->d) ? (v->d < 1e18 ? (long)v->d : LONG_MAX)
-                                                                          : -1;
+    long  x   = -1;
+    if (v->kind == JV_INT)
+        x = strtol(v->s, &end, 10);
+    else if (v->kind == JV_FLOAT && v->d >= 0 && v->d == floor(v->d))
+        x = v->d < 1e18 ? (long)v->d : LONG_MAX;
     if ((v->kind != JV_INT && v->kind != JV_FLOAT) || *end || x < 0)
         return bad(path, key, "a non-negative integer");
     *out = x;
@@ -311,6 +314,81 @@ static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, in
             hi = x;
     }
     return int_range(c, lo, hi, from, to);
+}
+
+/* A bound of a number: an integer *out and whether it is exclusive, a fractional bound rounded
+ * inwards (minimum 0.5 is taken as 1: fewer documents, each valid). */
+static k3_status num_bound(const jv *v, const char *path, const char *key, int lower, int excl,
+                           long long *out, int *ex) {
+    k3_status st = bound(v, path, key, lower, 0, out);
+    *ex          = 0;
+    if (!st && excl) { /* an integer bound stays exclusive; a fraction rounded inwards already excludes it */
+        double d = v->kind == JV_FLOAT ? v->d : (double)*out;
+        *ex      = d == floor(d);
+    }
+    return st;
+}
+
+/* Numbers y >= 0 written without a sign, a <= y <= b (bounds given: a_in, b_in; a_ex, b_ex:
+ * exclusive), as integer part then fraction, no exponent. */
+static k3_status nonneg_number(sc *c, long long a, int a_in, int a_ex, long long b, int b_in, int b_ex,
+                               int from, int to) {
+    static const char *const frac[] = {"^(\\.[0-9]{1,16})?$", "^\\.0{0,15}[1-9][0-9]{0,15}$",
+                                       "^(\\.0{1,16})?$"};
+    long long                lo = a_in && a > 0 ? a : 0, hi = b_in ? b : G_INT_MAX;
+    k3_status                st = K3_OK;
+    if (lo > hi)
+        return K3_OK;
+    /* the integer parts: lo (when it is the exclusive lower bound: a nonzero fraction), hi (when it
+     * is an inclusive upper bound: a zero fraction; exclusive: none), the others any fraction */
+    long long pa = a_in && a_ex && a >= 0 ? a : -1, pb = b_in ? b : -1;
+    long long r0 = lo + (pa == lo), r1 = hi - (pb == hi);
+    int       cat[2] = {1, b_ex ? -1 : 2}; /* 0 any, 1 nonzero, 2 zero, -1 none */
+    if (pa >= 0 && pa == pb)               /* y > a and y <= a: none */
+        cat[0] = -1, pb = -1;
+    for (int k = 0; k < 3 && !st; k++) {
+        long long x = k == 0 ? r0 : k == 1 ? pa : pb, y = k == 0 ? r1 : x;
+        int       f = k == 0 ? 0 : cat[k - 1];
+        if (x < 0 || x > y || f < 0 || (k && (x < lo || x > hi)))
+            continue;
+        int m = node(c);
+        if (m < 0 || (st = int_range(c, x, y, from, m)) ||
+            (st = g_pattern(c->g, frac[f], strlen(frac[f]), "(number)", 0, m, to)))
+            return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    }
+    return st;
+}
+
+/* A number within minimum/maximum/exclusiveMinimum/exclusiveMaximum: no exponent, at most 16
+ * integer and 16 fraction digits. x >= 0 as y = x; x <= 0 as "-" then y = -x, whose bounds are
+ * the negated other ones. */
+static k3_status emit_number_range(sc *c, const jv *s, const char *path, int from, int to) {
+    static const char *const key[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    long long                b[2]   = {0, 0}, x;
+    int                      in[2] = {0, 0}, ex[2] = {0, 0}, e, fr = 0;
+    k3_status                st;
+    for (int k = 0; k < 4; k++) {
+        const jv *v     = jv_get(s, key[k]);
+        int       lower = k < 2, i = !lower;
+        if (!v)
+            continue;
+        if (v->kind == JV_TRUE || v->kind == JV_FALSE)
+            return unsupported(path, key[k], "the boolean form (draft 4); give the bound as a number");
+        if ((st = num_bound(v, path, key[k], lower, k & 1, &x, &e)))
+            return st;
+        fr |= v->kind == JV_FLOAT && v->d != floor(v->d);
+        if (!in[i] || (lower ? x > b[i] || (x == b[i] && e) : x < b[i] || (x == b[i] && e)))
+            b[i] = x, ex[i] = e, in[i] = 1; /* the tighter bound */
+    }
+    if (fr && in[0] && in[1] && (b[0] > b[1] || (b[0] == b[1] && (ex[0] || ex[1]))))
+        return unsupported(path, "minimum",
+                           "fractional bounds with no integer between them (bounds are rounded inwards to "
+                           "integers: [0.5, 0.75] would admit nothing)");
+    int minus = node(c);
+    if (minus < 0 || (st = nonneg_number(c, b[0], in[0], ex[0], b[1], in[1], ex[1], from, to)) ||
+        (st = g_byte(c->g, from, '-', '-', minus)))
+        return minus < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : st;
+    return nonneg_number(c, -b[1], in[1], ex[1], -b[0], in[0], ex[0], minus, to);
 }
 
 /* -?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})? */
@@ -947,10 +1025,7 @@ static k3_status schema_rest(const jv *s, const char *key, int kinds, jv **rest)
     }
     if (!st && other && !jv_get(s, "type")) {
         static const char *const tn[] = {"null", "boolean", "integer", "number", "string", "array", "object"};
-        if (jv_get(s, "minimum") || jv_get(s, "maximum") || jv_get(s, "exclusiveMinimum") ||
-            jv_get(s, "exclusiveMaximum"))
-            kinds &= ~T_NUM; /* bounds on numbers are refused: such values are left out */
-        st = jbuf_add(&b, n ? ",\"type\":[" : "\"type\":[", n ? 9 : 8);
+        st                            = jbuf_add(&b, n ? ",\"type\":[" : "\"type\":[", n ? 9 : 8);
         for (int k = 0, m = 0; k < 7 && !st; k++)
             if (kinds & 1 << k)
                 st = k3_buf_printf(&b, "%s\"%s\"", m++ ? "," : "", tn[k])
@@ -1132,19 +1207,14 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
             return (st = any_rule(c, &start)) ? st : g_call(c->g, from, start, to);
         }
     }
-    if ((types & T_NUM) && (jv_get(s, "minimum") || jv_get(s, "maximum") || jv_get(s, "exclusiveMinimum") ||
-                            jv_get(s, "exclusiveMaximum")))
-        return unsupported(path,
-                           jv_get(s, "minimum")   ? "minimum"
-                           : jv_get(s, "maximum") ? "maximum"
-                                                  : "exclusiveMinimum",
-                           "bounds on type number (supported on integer)");
+    int nb = (types & T_NUM) && (jv_get(s, "minimum") || jv_get(s, "maximum") ||
+                                 jv_get(s, "exclusiveMinimum") || jv_get(s, "exclusiveMaximum"));
     if ((types & T_NULL) && (st = lit(c, from, "null", to)))
         return st;
     if ((types & T_BOOL) && ((st = lit(c, from, "true", to)) || (st = lit(c, from, "false", to))))
         return st;
     if (types & T_NUM)
-        st = emit_number(c, from, to);
+        st = nb ? emit_number_range(c, s, path, from, to) : emit_number(c, from, to);
     else if (types & T_INT)
         st = emit_integer(c, s, path, from, to);
     if (st || ((types & T_STR) && (st = emit_string(c, s, path, from, to))) ||
