@@ -775,6 +775,44 @@ int main(int argc, char **argv) {
         k3_grammar_free(g);
     }
 
+    { /* oneOf of objects told apart by a required property of distinct string constants (a
+       * Pydantic discriminated union, with OpenAPI's discriminator beside it): it was refused as
+       * "branches that may match the same document"; enum values in common still are */
+        static const char uni[] =
+            "{\"$defs\":{\"Cat\":{\"type\":\"object\",\"properties\":{\"pet_type\":{\"const\":\"ca"
+            "t\",\"title\":\"Pet Type\"},\"meows\":{\"type\":\"integer\",\"minimum\":0,\"maximum\""
+            ":9}},\"required\":[\"pet_type\",\"meows\"],\"title\":\"Cat\"},\"Dog\":{\"type\":\"obj"
+            "ect\",\"properties\":{\"pet_type\":{\"enum\":[\"dog\",\"wolf\"]},\"barks\":{\"type\":"
+            "\"number\",\"minimum\":0}},\"required\":[\"pet_type\",\"barks\"],\"title\":\"Dog\"}}"
+            ",\"type\":\"object\",\"properties\":{\"pet\":{\"oneOf\":[{\"$ref\":\"#/$defs/Cat\"},"
+            "{\"$ref\":\"#/$defs/Dog\"}],\"discriminator\":{\"propertyName\":\"pet_type\",\"ma"
+            "pping\":{\"cat\":\"#/$defs/Cat\",\"dog\":\"#/$defs/Dog\"}},\"title\":\"Pet\"}},\"req"
+            "uired\":[\"pet\"],\"title\":\"Model\"}";
+        k3_grammar *g        = NULL;
+        int         complete = 0;
+        k3_status   st       = compile(v, uni, &g);
+        T_CHECK(st == K3_OK &&
+                    feed_bytes(g, "{\"pet\":{\"pet_type\":\"cat\",\"meows\":3}}", 36, &complete) == -1 &&
+                    complete &&
+                    feed_bytes(g, "{\"pet\":{\"pet_type\":\"wolf\",\"barks\":1.5}}", 39, &complete) == -1 &&
+                    complete &&
+                    feed_bytes(g, "{\"pet\":{\"pet_type\":\"cat\",\"barks\":1}}", 35, &complete) != -1,
+                "a discriminated oneOf compiles, takes a cat and a wolf, refuses a cat that barks: %s",
+                st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+        g  = NULL;
+        st = compile(
+            v,
+            "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"required\":["
+            "\"k\"]},"
+            "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"b\",\"c\"]}},\"required\":[\"k\"]}]}",
+            &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"oneOf\" at #"),
+                "a oneOf whose tags share a value is still refused: %.100s",
+                st ? k3_errmsg() : "it compiled");
+        k3_grammar_free(g);
+    }
+
     /* ---- the property test ---- */
     int n_schema = 0, n_doc = 0, f_byte = 0, f_chunk = 0, f_enc = 0, f_rand = 0, f_ctl = 0, f_del = 0,
         f_req = 0;

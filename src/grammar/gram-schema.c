@@ -10,8 +10,8 @@
  *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, pattern
  *   (gram-re.c), format (date-time, date, uuid, email), minimum, maximum, exclusiveMinimum,
  *   exclusiveMaximum (integers; numbers without an exponent: emit_number_range), anyOf, oneOf
- *   (branches of distinct types), allOf (of objects, or of one schema), $ref to #, #/$defs/NAME
- *   or #/definitions/NAME (recursion through calls), the annotations ($id at the root only).
+ *   (branches of distinct types, or tagged objects: tagged_apart), allOf (of objects, or of one schema), $ref
+ * to #, #/$defs/NAME or #/definitions/NAME (recursion through calls), the annotations ($id at the root only).
  * Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
  */
 #include "gram-impl.h"
@@ -61,9 +61,10 @@ static k3_status rule_of(sc *c, const jv *s, const char *path, int *start);
 static k3_status rules_emit(sc *c);
 static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out);
 
-static const char *const annotations[] = {"$schema",     "$id",       "$comment", "title",
-                                          "description", "default",   "examples", "deprecated",
-                                          "readOnly",    "writeOnly", "$defs",    "definitions"};
+/* Keywords that constrain nothing (discriminator: OpenAPI's hint beside a oneOf). */
+static const char *const annotations[] = {"$schema", "$id",         "$comment",     "title",    "description",
+                                          "default", "examples",    "deprecated",   "readOnly", "writeOnly",
+                                          "$defs",   "definitions", "discriminator"};
 static const char *const keywords[]    = {
        "type",    "enum",        "const",    "properties", "required",         "additionalProperties",
        "items",   "prefixItems", "minItems", "maxItems",   "minLength",        "maxLength",
@@ -977,6 +978,49 @@ static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **ou
     return st;
 }
 
+/* The string constants schema p allows (const or enum of strings): *n of them at *v (an array or
+ * the const itself); 0 when p is not such a schema. */
+static int str_consts(const jv *p, const jv **v, size_t *n) {
+    const jv *e = p && p->kind == JV_OBJECT ? jv_get(p, "const") : NULL;
+    if (e) {
+        *v = e, *n = 1;
+        return e->kind == JV_STRING;
+    }
+    e = p && p->kind == JV_OBJECT ? jv_get(p, "enum") : NULL;
+    if (!e || e->kind != JV_ARRAY)
+        return 0;
+    for (size_t i = 0; i < e->n; i++)
+        if (e->items[i].kind != JV_STRING)
+            return 0;
+    *v = e->items, *n = e->n;
+    return 1;
+}
+
+/* 1 when no document matches both object schemas a and b: a property both require whose string
+ * constants (const or enum) have none in common (a tagged union's discriminator). */
+static int tagged_apart(sc *c, const jv *a, const jv *b) {
+    const jv *r;
+    if (a->kind == JV_OBJECT && (r = jv_get(a, "$ref")) && resolve(c, r, "#", &a))
+        return 0;
+    if (b->kind == JV_OBJECT && (r = jv_get(b, "$ref")) && resolve(c, r, "#", &b))
+        return 0;
+    const jv *pa = jv_get(a, "properties"), *pb = jv_get(b, "properties");
+    for (size_t k = 0; pa && pb && pa->kind == JV_OBJECT && k < pa->n; k++) {
+        const jv *name = &pa->keys[k], *va, *vb;
+        size_t    na, nb;
+        if (!has_name(jv_get(a, "required"), name) || !has_name(jv_get(b, "required"), name) ||
+            !str_consts(&pa->items[k], &va, &na) || !str_consts(jv_get(pb, name->s), &vb, &nb))
+            continue;
+        int common = 0;
+        for (size_t i = 0; i < na && !common; i++)
+            for (size_t j = 0; j < nb && !common; j++)
+                common = va[i].n == vb[j].n && !memcmp(va[i].s, vb[j].s, va[i].n);
+        if (!common)
+            return 1;
+    }
+    return 0;
+}
+
 static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path, int from, int to) {
     const jv *l = jv_get(s, key);
     char      p2[512];
@@ -986,14 +1030,15 @@ static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path
     for (size_t k = 0; k < s->n; k++)
         if (strcmp(s->keys[k].s, key) && !IN(s->keys[k].s, annotations))
             return unsupported(path, key, "with sibling keywords (put them in each branch)");
-    for (size_t i = 0, seen = 0; !strcmp(key, "oneOf") && i < l->n; i++) { /* pairwise disjoint */
-        int t = schema_types(c, &l->items[i], 0);
-        if (t & (int)seen)
-            return unsupported(path, "oneOf",
-                               "branches that may match the same document (only branches of "
-                               "distinct types are supported; anyOf has no such limit)");
-        seen |= (size_t)t;
-    }
+    for (size_t i = 0; !strcmp(key, "oneOf") && i < l->n; i++) /* pairwise disjoint */
+        for (size_t j = 0; j < i; j++) {
+            int t = schema_types(c, &l->items[i], 0) & schema_types(c, &l->items[j], 0);
+            if (t && !(t == T_OBJ && tagged_apart(c, &l->items[i], &l->items[j])))
+                return unsupported(path, "oneOf",
+                                   "branches that may match the same document (supported: branches of "
+                                   "distinct types, or objects told apart by a required property of "
+                                   "distinct string constants; anyOf has no such limit)");
+        }
     for (size_t i = 0; i < l->n; i++) {
         snprintf(p2, sizeof p2, "%s/%s/%zu", path, key, i);
         if ((st = emit(c, &l->items[i], p2, from, to)))
