@@ -651,6 +651,7 @@ static const struct {
     {"{\"type\":\"number\",\"maximum\":-3}", "-2.999", 0},
     {"{\"enum\":[2.5,7,-1.5],\"minimum\":0,\"maximum\":5}", "2.5", 1},
     {"{\"enum\":[2.5,7,-1.5],\"minimum\":0,\"maximum\":5}", "7", 0},
+    {"{\"anyOf\":[{\"type\":\"number\",\"minimum\":0,\"maximum\":-0.5},{\"type\":\"null\"}]}", "null", 1},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */

@@ -366,7 +366,8 @@ static k3_status nonneg_number(sc *c, long long a, int a_in, int a_ex, long long
 static k3_status emit_number_range(sc *c, const jv *s, const char *path, int from, int to) {
     static const char *const key[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
     long long                b[2]   = {0, 0}, x;
-    int                      in[2] = {0, 0}, ex[2] = {0, 0}, e, fr = 0;
+    int                      in[2] = {0, 0}, ex[2] = {0, 0}, e, fr = 0, rex[2] = {0, 0};
+    double                   r[2] = {-HUGE_VAL, HUGE_VAL}; /* the bounds as given */
     k3_status                st;
     for (int k = 0; k < 4; k++) {
         const jv *v     = jv_get(s, key[k]);
@@ -377,10 +378,15 @@ static k3_status emit_number_range(sc *c, const jv *s, const char *path, int fro
             return unsupported(path, key[k], "the boolean form (draft 4); give the bound as a number");
         if ((st = num_bound(v, path, key[k], lower, k & 1, &x, &e)))
             return st;
-        fr |= v->kind == JV_FLOAT && v->d != floor(v->d);
+        double d = v->kind == JV_FLOAT ? v->d : (double)x; /* x: exact for an integer (bound) */
+        fr |= v->kind == JV_FLOAT && d != floor(d);
+        if (lower ? d > r[0] || (d == r[0] && (k & 1)) : d < r[1] || (d == r[1] && (k & 1)))
+            r[i] = d, rex[i] = k & 1;
         if (!in[i] || (lower ? x > b[i] || (x == b[i] && e) : x < b[i] || (x == b[i] && e)))
             b[i] = x, ex[i] = e, in[i] = 1; /* the tighter bound */
     }
+    if (r[0] > r[1] || (r[0] == r[1] && (rex[0] || rex[1])))
+        return K3_OK; /* no number: nothing (g_finish reports a schema left with nothing) */
     if (fr && in[0] && in[1] && (b[0] > b[1] || (b[0] == b[1] && (ex[0] || ex[1]))))
         return unsupported(path, "minimum",
                            "fractional bounds with no integer between them (bounds are rounded inwards to "
