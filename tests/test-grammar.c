@@ -409,10 +409,10 @@ static k3_status compile(const k3_gvocab *v, const char *s, k3_grammar **g) {
 /* --walk SCHEMAS OUT N (t-grammar.sh, which validates OUT with ajv): for each schema (a line of
  * SCHEMAS), N walks over k3-nano's masks, each token drawn uniformly from the mask with a fixed
  * seed (the end of message with probability 1/4 once allowed, always in the last 64 of 400
- * steps). Uniform draws reach what a model's distribution seldom does (a no-break space, a digit
- * of another script, a quote in a raw pattern). OUT gets "LINE<TAB>WALK<TAB>end<TAB>TEXT" for
- * each walk that ended. Checks: every schema compiles, no mask is empty before the end, and at
- * least 90 % of the walks end within 400 tokens. */
+ * steps), each one accepted. Uniform draws reach what a model's distribution seldom does (a no-break space, a
+ * digit of another script, a quote in a raw pattern). OUT gets "LINE<TAB>WALK<TAB>end<TAB>TEXT" for each walk
+ * that ended. Checks: every schema compiles, no mask is empty before the end, and at least 90 % of the walks
+ * end within 400 tokens. */
 static void walk_out(const char *schemas, const char *outp, int n) {
     k3_tok    *tok;
     k3_gvocab *v;
@@ -426,7 +426,7 @@ static void walk_out(const char *schemas, const char *outp, int n) {
     int32_t   nv = k3_tok_n_vocab(tok), eom = k3_tok_special(tok, "<|end_of_msg|>");
     uint64_t *mask  = NULL;
     int32_t  *al    = malloc((size_t)nv * sizeof *al);
-    int       lines = 0, bad = 0, dead = 0, walks = 0, ended = 0;
+    int       lines = 0, bad = 0, dead = 0, walks = 0, ended = 0, refused = 0;
     if (k3_gvocab_new(tok, nv, -1, &v) || !al ||
         !(mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask))) {
         T_CHECK(0, "--walk: the vocabulary: %s", k3_errmsg());
@@ -463,8 +463,11 @@ static void walk_out(const char *schemas, const char *outp, int n) {
                     break;
                 }
                 int32_t t = can_end && (!rnd(4) || i >= 336) ? eom : al[rnd((uint32_t)na)];
-                if (k3_gmatch_accept(m, t))
+                if (k3_gmatch_accept(m, t)) {
+                    printf("# line %d walk %d: id %d was in the mask but not accepted\n", lines, w, (int)t);
+                    refused++;
                     break;
+                }
                 end = k3_gmatch_ended(m);
                 special |= k3_tok_is_special(tok, t); /* the closes after the document are not its text */
                 if (!special)
@@ -486,6 +489,7 @@ static void walk_out(const char *schemas, const char *outp, int n) {
     T_CHECK(lines >= 40 && bad == 0, "--walk: %d of %d schemas compile (at least 40 asked)", lines - bad,
             lines);
     T_CHECK(dead == 0, "--walk: no mask is empty before the end (%d were, %d walks)", dead, walks);
+    T_CHECK(refused == 0, "--walk: every id drawn from a mask is accepted (%d were not)", refused);
     T_CHECK(walks > 0 && ended * 10 >= walks * 9, "--walk: %d of %d walks end within 400 tokens", ended,
             walks);
     free(mask);
