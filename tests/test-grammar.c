@@ -343,18 +343,23 @@ static int exact_walk(const k3_grammar *g, int32_t nv, const int32_t *cand, int3
  * the steps that differ, *nsch the grammars walked, *nsteps the steps. */
 static int exact_corpus(const k3_gvocab *v, int32_t nv, const int32_t *cand, int32_t nc, int steps, int *nsch,
                         int *nsteps) {
-    FILE       *cf = fopen("tests/fixtures/grammar-corpus.jsonl", "rb");
-    char        line[16384];
-    int         bad = 0;
-    k3_grammar *eg;
-    while (cf && fgets(line, sizeof line, cf))
-        if (k3_grammar_json_schema(v, line, strlen(line), &eg) == K3_OK) {
-            bad += exact_walk(eg, nv, cand, nc, steps, nsteps);
-            (*nsch)++;
-            k3_grammar_free(eg);
-        }
-    if (cf)
-        fclose(cf);
+    /* the corpus, and the uniform walks' schemas (Unicode classes, number ranges, enum tries) */
+    static const char *const files[] = {"tests/fixtures/grammar-corpus.jsonl",
+                                        "tests/fixtures/grammar-walk.jsonl"};
+    char                     line[16384];
+    int                      bad = 0;
+    k3_grammar              *eg;
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        FILE *cf = fopen(files[f], "rb");
+        while (cf && fgets(line, sizeof line, cf))
+            if (k3_grammar_json_schema(v, line, strlen(line), &eg) == K3_OK) {
+                bad += exact_walk(eg, nv, cand, nc, steps, nsteps);
+                (*nsch)++;
+                k3_grammar_free(eg);
+            }
+        if (cf)
+            fclose(cf);
+    }
     if (k3_grammar_json_object(v, &eg) == K3_OK) {
         for (int r = 0; r < 3; r++)
             bad += exact_walk(eg, nv, cand, nc, 2 * steps, nsteps);
