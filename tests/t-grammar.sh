@@ -10,6 +10,9 @@
 #   - the 45-schema corpus (tests/fixtures/grammar-corpus.jsonl) x 20 seeds at temperature 1
 #     (tests/test-grammar-nano --emit: the engine loop of --json-schema): every output ends with
 #     <|end_of_msg|>, parses and validates;
+#   - tests/fixtures/grammar-walk.jsonl (65 schemas: patterns with Unicode classes, enum/const
+#     with other keywords, number bounds, a tagged oneOf, tricky strings) x 40 walks, each token
+#     drawn uniformly from the mask (test-grammar --walk): every finished document validates;
 #   - k3chat --prompt --json-schema FILE, one seed per schema: stdout is one valid document;
 #   - --json: one JSON object; an unsupported keyword: status 1 naming it and its path;
 #     --max-tokens too small: status 1 naming the reason.
@@ -103,6 +106,13 @@ export NODE_PATH="$cache/node_modules"
 "$K3_BUILD/tests/test-grammar-nano" --emit "$K3_TMP/corpus.tsv" 20 > "$K3_TMP/emit.log" 2>&1 ||
     { echo "FAIL: test-grammar-nano --emit: $(grep FAIL "$K3_TMP/emit.log" | head -n 2)"; }
 node "$K3_SRC/tests/grammar-validate.cjs" "$CORPUS" "$K3_TMP/corpus.tsv" "corpus x 20 seeds, temperature 1"
+
+# --- uniform random walks over the masks (no model): what a model's distribution seldom reaches ---
+(cd "$K3_SRC" && "$K3_BUILD/tests/test-grammar" --walk tests/fixtures/grammar-walk.jsonl "$K3_TMP/walk.tsv" 40) \
+    > "$K3_TMP/walk.log" 2>&1
+grep -E '^(PASS|FAIL): ' "$K3_TMP/walk.log"
+node "$K3_SRC/tests/grammar-validate.cjs" "$K3_SRC/tests/fixtures/grammar-walk.jsonl" "$K3_TMP/walk.tsv" \
+    "grammar-walk.jsonl x 40 uniform walks"
 
 # --- the command line: one seed per schema, stdout validated ---
 : > "$K3_TMP/cli.tsv"

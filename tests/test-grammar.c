@@ -9,11 +9,13 @@
  * closing bracket never completes, a missing required key never completes. Plus: unsupported
  * keywords named with their path, schemas that compile to nothing, recursive $ref, special
  * tokens as terminals, and the masked sampler.
+ *
+ *   test-grammar --release-vocab          exact masks on the release-size vocabulary (t-grammar.sh)
+ *   test-grammar --walk SCHEMAS OUT N     uniform random walks for ajv (t-grammar.sh; walk_out)
  */
 #include "test.h"
 #include "k3.h"
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,30 +28,9 @@ static uint32_t rnd(uint32_t n) {
     return n ? (uint32_t)(rng % n) : 0;
 }
 
-typedef struct sbuf {
-    char  *p;
-    size_t n, cap;
-} sbuf;
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2;
-        b->p   = realloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void puts_(sbuf *b, const char *s) {
-    put(b, s, strlen(s));
-}
-static void putf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(sbuf *b, const char *fmt, ...) {
-    char    t[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(t, sizeof t, fmt, ap);
-    va_end(ap);
-    put(b, t, (size_t)n);
+/* Text is built in a k3_buf (util.c): k3_buf_add and k3_buf_printf, plus this for C strings. */
+static void puts_(k3_buf *b, const char *s) {
+    k3_buf_add(b, s, strlen(s));
 }
 
 /* ---- random schemas and their documents ---- */
@@ -69,8 +50,13 @@ static sn *gen_schema(int depth) {
         s->t = S_INT;
     switch (s->t) {
     case S_INT:
-        s->lo = (long long)rnd(2000) - 1000;
-        s->hi = s->lo + (long long)rnd(5000);
+        if (rnd(3)) {
+            s->lo = (long long)rnd(2000) - 1000;
+            s->hi = s->lo + (long long)rnd(5000);
+        } else { /* bounds at and around 0 ([0, 0], [-5, 0], [-1, 1], ...) */
+            s->lo = -(long long)rnd(6);
+            s->hi = s->lo + (long long)rnd(8);
+        }
         break;
     case S_STR:
         s->lo = rnd(3);
@@ -110,7 +96,7 @@ static const char *const names[]  = {"alpha", "b", "c_d", "mu\\u00e9", "x"};  /*
 static const char *const dnames[] = {"alpha", "b", "c_d", "mu\xc3\xa9", "x"}; /* as documents do */
 static const char *const enums[]  = {"\"red\"", "\"green\"", "3", "null", "\"re\""};
 
-static void schema_text(const sn *s, sbuf *b) {
+static void schema_text(const sn *s, k3_buf *b) {
     switch (s->t) {
     case S_NULL:
         puts_(b, "{\"type\":\"null\"}");
@@ -119,21 +105,21 @@ static void schema_text(const sn *s, sbuf *b) {
         puts_(b, "{\"type\":\"boolean\",\"description\":\"a flag\"}");
         break;
     case S_INT:
-        putf(b, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}", s->lo, s->hi);
+        k3_buf_printf(b, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}", s->lo, s->hi);
         break;
     case S_NUM:
         puts_(b, "{\"type\":\"number\"}");
         break;
     case S_STR:
-        putf(b, "{\"type\":\"string\",\"minLength\":%lld", s->lo);
+        k3_buf_printf(b, "{\"type\":\"string\",\"minLength\":%lld", s->lo);
         if (s->hi >= 0)
-            putf(b, ",\"maxLength\":%lld", s->hi);
+            k3_buf_printf(b, ",\"maxLength\":%lld", s->hi);
         puts_(b, "}");
         break;
     case S_ENUM:
         puts_(b, "{\"enum\":[");
         for (int i = 0; i < 5; i++)
-            putf(b, "%s%s", i ? "," : "", enums[i]);
+            k3_buf_printf(b, "%s%s", i ? "," : "", enums[i]);
         puts_(b, "]}");
         break;
     case S_FMT:
@@ -145,22 +131,22 @@ static void schema_text(const sn *s, sbuf *b) {
     case S_ARR:
         puts_(b, "{\"type\":\"array\",\"items\":");
         schema_text(s->kid[0], b);
-        putf(b, ",\"minItems\":%lld", s->lo);
+        k3_buf_printf(b, ",\"minItems\":%lld", s->lo);
         if (s->hi >= 0)
-            putf(b, ",\"maxItems\":%lld", s->hi);
+            k3_buf_printf(b, ",\"maxItems\":%lld", s->hi);
         puts_(b, "}");
         break;
     case S_OBJ: {
         puts_(b, "{\"type\":\"object\",\"properties\":{");
         for (int i = 0; i < s->n; i++) {
-            putf(b, "%s\"%s\":", i ? "," : "", names[i]);
+            k3_buf_printf(b, "%s\"%s\":", i ? "," : "", names[i]);
             schema_text(s->kid[i], b);
         }
         puts_(b, "},\"required\":[");
         for (int i = 0, k = 0; i < s->n; i++)
             if (s->req[i])
-                putf(b, "%s\"%s\"", k++ ? "," : "", names[i]);
-        putf(b, "],\"additionalProperties\":%s}", s->addl ? "true" : "false");
+                k3_buf_printf(b, "%s\"%s\"", k++ ? "," : "", names[i]);
+        k3_buf_printf(b, "],\"additionalProperties\":%s}", s->addl ? "true" : "false");
         break;
     }
     case S_ANY:
@@ -173,9 +159,9 @@ static void schema_text(const sn *s, sbuf *b) {
     }
 }
 
-static void sepr(sbuf *b, char c) {
+static void sepr(k3_buf *b, char c) {
     char t[2] = {c, ' '};
-    put(b, t, rnd(2) ? 2 : 1);
+    k3_buf_add(b, t, rnd(2) ? 2 : 1);
 }
 
 static const char *const chars[] = {"a",
@@ -193,7 +179,7 @@ static const char *const chars[] = {"a",
                                     "/",
                                     "\\/"};
 
-static void doc_text(const sn *s, sbuf *b) {
+static void doc_text(const sn *s, k3_buf *b) {
     switch (s->t) {
     case S_NULL:
         puts_(b, "null");
@@ -202,7 +188,10 @@ static void doc_text(const sn *s, sbuf *b) {
         puts_(b, rnd(2) ? "true" : "false");
         break;
     case S_INT:
-        putf(b, "%lld", s->lo + (long long)rnd((uint32_t)(s->hi - s->lo + 1)));
+        k3_buf_printf(b, "%lld",
+                      rnd(3)   ? s->lo + (long long)rnd((uint32_t)(s->hi - s->lo + 1)) /* or a bound */
+                      : rnd(2) ? s->lo
+                               : s->hi);
         break;
     case S_NUM: {
         static const char *const nums[] = {"0", "-0.5", "12.25e3", "7E-2", "-310", "1.0"};
@@ -225,13 +214,13 @@ static void doc_text(const sn *s, sbuf *b) {
         puts_(b, enums[rnd(5)]);
         break;
     case S_FMT:
-        putf(b, "\"%04u-%02u-%02u\"", 1900 + rnd(200), 1 + rnd(12), 1 + rnd(28));
+        k3_buf_printf(b, "\"%04u-%02u-%02u\"", 1900 + rnd(200), 1 + rnd(12), 1 + rnd(28));
         break;
     case S_PAT: {
         puts_(b, "\"");
         for (uint32_t i = 0, n = 2 + rnd(3); i < n; i++)
-            putf(b, "%c", 'a' + rnd(26));
-        putf(b, "-%u%s\"", rnd(1000), rnd(2) ? "" : ".x");
+            k3_buf_printf(b, "%c", 'a' + rnd(26));
+        k3_buf_printf(b, "-%u%s\"", rnd(1000), rnd(2) ? "" : ".x");
         break;
     }
     case S_ARR: {
@@ -253,7 +242,7 @@ static void doc_text(const sn *s, sbuf *b) {
                 continue;
             if (k++)
                 sepr(b, ',');
-            putf(b, "\"%s\"", dnames[i]);
+            k3_buf_printf(b, "\"%s\"", dnames[i]);
             sepr(b, ':');
             doc_text(s->kid[i], b);
         }
@@ -354,18 +343,23 @@ static int exact_walk(const k3_grammar *g, int32_t nv, const int32_t *cand, int3
  * the steps that differ, *nsch the grammars walked, *nsteps the steps. */
 static int exact_corpus(const k3_gvocab *v, int32_t nv, const int32_t *cand, int32_t nc, int steps, int *nsch,
                         int *nsteps) {
-    FILE       *cf = fopen("tests/fixtures/grammar-corpus.jsonl", "rb");
-    char        line[16384];
-    int         bad = 0;
-    k3_grammar *eg;
-    while (cf && fgets(line, sizeof line, cf))
-        if (k3_grammar_json_schema(v, line, strlen(line), &eg) == K3_OK) {
-            bad += exact_walk(eg, nv, cand, nc, steps, nsteps);
-            (*nsch)++;
-            k3_grammar_free(eg);
-        }
-    if (cf)
-        fclose(cf);
+    /* the corpus, and the uniform walks' schemas (Unicode classes, number ranges, enum tries) */
+    static const char *const files[] = {"tests/fixtures/grammar-corpus.jsonl",
+                                        "tests/fixtures/grammar-walk.jsonl"};
+    char                     line[16384];
+    int                      bad = 0;
+    k3_grammar              *eg;
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        FILE *cf = fopen(files[f], "rb");
+        while (cf && fgets(line, sizeof line, cf))
+            if (k3_grammar_json_schema(v, line, strlen(line), &eg) == K3_OK) {
+                bad += exact_walk(eg, nv, cand, nc, steps, nsteps);
+                (*nsch)++;
+                k3_grammar_free(eg);
+            }
+        if (cf)
+            fclose(cf);
+    }
     if (k3_grammar_json_object(v, &eg) == K3_OK) {
         for (int r = 0; r < 3; r++)
             bad += exact_walk(eg, nv, cand, nc, 2 * steps, nsteps);
@@ -417,6 +411,99 @@ static k3_status compile(const k3_gvocab *v, const char *s, k3_grammar **g) {
     return k3_grammar_json_schema(v, s, strlen(s), g);
 }
 
+/* --walk SCHEMAS OUT N (t-grammar.sh, which validates OUT with ajv): for each schema (a line of
+ * SCHEMAS), N walks over k3-nano's masks, each token drawn uniformly from the mask with a fixed
+ * seed (the end of message with probability 1/4 once allowed, always in the last 64 of 400
+ * steps), each one accepted. Uniform draws reach what a model's distribution seldom does (a no-break space, a
+ * digit of another script, a quote in a raw pattern). OUT gets "LINE<TAB>WALK<TAB>end<TAB>TEXT" for each walk
+ * that ended. Checks: every schema compiles, no mask is empty before the end, and at least 90 % of the walks
+ * end within 400 tokens. */
+static void walk_out(const char *schemas, const char *outp, int n) {
+    k3_tok    *tok;
+    k3_gvocab *v;
+    size_t     len;
+    char      *text = t_read_file(schemas, &len);
+    FILE      *out  = fopen(outp, "w");
+    if (!text || !out || k3_tok_load("models/k3-nano", NULL, &tok)) {
+        T_CHECK(0, "--walk: %s and %s, k3-nano's tokenizer: %s", schemas, outp, k3_errmsg());
+        return;
+    }
+    int32_t   nv = k3_tok_n_vocab(tok), eom = k3_tok_special(tok, "<|end_of_msg|>");
+    uint64_t *mask  = NULL;
+    int32_t  *al    = malloc((size_t)nv * sizeof *al);
+    int       lines = 0, bad = 0, dead = 0, walks = 0, ended = 0, refused = 0;
+    if (k3_gvocab_new(tok, nv, -1, &v) || !al ||
+        !(mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask))) {
+        T_CHECK(0, "--walk: the vocabulary: %s", k3_errmsg());
+        return;
+    }
+    rng = 0x2545f4914f6cdd1dULL;
+    for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        if ((nl = strchr(line, '\n')))
+            *nl = 0;
+        if (!*line)
+            continue;
+        lines++;
+        k3_grammar *g;
+        if (compile(v, line, &g)) {
+            printf("# line %d does not compile: %s\n", lines, k3_errmsg());
+            bad++;
+            continue;
+        }
+        for (int w = 0; w < n; w++, walks++) {
+            k3_gmatch *m;
+            k3_ids     ids = {0};
+            int        end = 0, special = 0;
+            if (k3_gmatch_new(g, &m))
+                break;
+            for (int i = 0; i < 400 && !end; i++) {
+                int na = 0, can_end = 0;
+                k3_gmatch_mask(m, mask);
+                for (int32_t t = 0; t < nv; t++)
+                    if (bit(mask, t))
+                        al[na++] = t, can_end |= t == eom;
+                if (!na) {
+                    printf("# line %d walk %d: an empty mask after %d tokens\n", lines, w, i);
+                    dead++;
+                    break;
+                }
+                int32_t t = can_end && (!rnd(4) || i >= 336) ? eom : al[rnd((uint32_t)na)];
+                if (k3_gmatch_accept(m, t)) {
+                    printf("# line %d walk %d: id %d was in the mask but not accepted\n", lines, w, (int)t);
+                    refused++;
+                    break;
+                }
+                end = k3_gmatch_ended(m);
+                special |= k3_tok_is_special(tok, t); /* the closes after the document are not its text */
+                if (!special)
+                    k3_ids_push(&ids, t);
+            }
+            char  *doc = NULL;
+            size_t dl;
+            if (end && !k3_tok_decode(tok, ids.v, ids.n, &doc, &dl)) {
+                fprintf(out, "%d\t%d\tend\t%s\n", lines, w, doc);
+                ended++;
+            }
+            free(doc);
+            k3_ids_free(&ids);
+            k3_gmatch_free(m);
+        }
+        k3_grammar_free(g);
+    }
+    fclose(out);
+    T_CHECK(lines >= 40 && bad == 0, "--walk: %d of %d schemas compile (at least 40 asked)", lines - bad,
+            lines);
+    T_CHECK(dead == 0, "--walk: no mask is empty before the end (%d were, %d walks)", dead, walks);
+    T_CHECK(refused == 0, "--walk: every id drawn from a mask is accepted (%d were not)", refused);
+    T_CHECK(walks > 0 && ended * 10 >= walks * 9, "--walk: %d of %d walks end within 400 tokens", ended,
+            walks);
+    free(mask);
+    free(al);
+    free(text);
+    k3_gvocab_free(v);
+    k3_tok_free(tok);
+}
+
 /* The same on the release-size vocabulary (163,840 ids, the slice preset's tokenizer), whose long
  * pieces cross rule ends ("},", "\":\"", "]]"): at each step the ids whose piece holds a JSON
  * structural byte, and 500 others. */
@@ -456,7 +543,194 @@ static void exact_release(void) {
     k3_tok_free(tok);
 }
 
+/* Documents at the edges of what a schema allows, each taken byte by byte: want 1 = accepted and
+ * complete (a valid document the grammar must allow), 0 = rejected or incomplete (an invalid one,
+ * as ECMAScript's RegExp with the u flag and JSON Schema 2020-12 judge it; ajv agrees). */
+static const struct {
+    const char *schema, *doc;
+    int         want;
+} edge_docs[] = {
+    /* integer ranges whose top is 0: "0" was left out (nonneg's loop stopped before 1 digit) */
+    {"{\"type\":\"integer\",\"minimum\":-5,\"maximum\":0}", "0", 1},
+    {"{\"type\":\"integer\",\"minimum\":-5,\"maximum\":0}", "-5", 1},
+    {"{\"type\":\"integer\",\"minimum\":-5,\"maximum\":0}", "1", 0},
+    {"{\"type\":\"integer\",\"maximum\":0}", "0", 1},
+    {"{\"type\":\"integer\",\"minimum\":0,\"maximum\":0}", "0", 1},
+    {"{\"type\":\"integer\",\"minimum\":0,\"maximum\":0}", "-0", 0},
+    {"{\"type\":\"integer\",\"exclusiveMinimum\":-1,\"exclusiveMaximum\":1}", "0", 1},
+    /* ECMAScript's \s holds U+00A0, U+1680, U+2000-200A, U+2028/9, U+202F, U+205F, U+3000, U+FEFF:
+     * \S and negated classes took any non-ASCII character */
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xc2\xa0\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xe3\x80\x80\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xef\xbb\xbf\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xe2\x80\x8a\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xc3\xa9\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\S$\"}", "\"\xe2\x80\x8b\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\s]+$\"}", "\"a\xe2\x80\xa8\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\S]$\"}", "\"\xc3\xa9\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\S]$\"}", "\"\xc2\xa0\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\D]$\"}", "\"\xd9\xa3\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\D]$\"}", "\"5\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\\\\W]$\"}", "\"\xc3\xa9\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\s$\"}", "\"\xc2\xa0\"", 1},
+    /* . is any character but \n \r U+2028 U+2029 (it left out all of U+2000-2FFF) */
+    {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\xe2\x80\xa8\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\xe2\x80\x94\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\xe2\x82\xac\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^.$\"}", "\"\xf0\x9f\x98\x80\"", 1},
+    /* classes with non-ASCII members, \uHHHH, [\b], [^], and an escaped backslash before $ */
+    {"{\"type\":\"string\",\"pattern\":\"^[\xc3\xa9-\xc3\xab]$\"}", "\"\xc3\xaa\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[\xc3\xa9-\xc3\xab]$\"}", "\"e\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\xc3\xa9]$\"}", "\"\xc3\xa9\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^\xc3\xa9]$\"}", "\"\xc3\xa8\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\u0041\\\\ud83d\\\\ude00$\"}", "\"A\xf0\x9f\x98\x80\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[\\\\b]$\"}", "\"\\b\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^]$\"}", "\"]\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^\\\\\\\\$\"}", "\"\\\\\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^a\\\\$\"}", "\"a$\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^a\\\\$\"}", "\"a\"", 0},
+    /* enum and const next to other keywords: each value must satisfy them too (they were
+     * ignored: only type was checked) */
+    {"{\"enum\":[\"abc\",\"a\",null],\"maxLength\":2}", "\"abc\"", 0},
+    {"{\"enum\":[\"abc\",\"a\",null],\"maxLength\":2}", "\"a\"", 1},
+    {"{\"enum\":[\"abc\",\"a\",null],\"maxLength\":2}", "null", 1},
+    {"{\"type\":\"string\",\"enum\":[\"x\",\"yy\"],\"minLength\":2}", "\"x\"", 0},
+    {"{\"enum\":[1,5,10],\"maximum\":5}", "10", 0},
+    {"{\"enum\":[1,5,10],\"maximum\":5}", "5", 1},
+    {"{\"enum\":[[1,2,3],[1]],\"maxItems\":2}", "[1,2,3]", 0},
+    {"{\"enum\":[[1,2,3],[1]],\"maxItems\":2}", "[1]", 1},
+    {"{\"enum\":[{\"a\":1},{\"a\":\"x\"}],\"properties\":{\"a\":{\"type\":\"integer\"}}}", "{\"a\":\"x\"}",
+     0},
+    {"{\"enum\":[{\"a\":1},{\"a\":\"x\"}],\"properties\":{\"a\":{\"type\":\"integer\"}}}", "{\"a\":1}", 1},
+    {"{\"anyOf\":[{\"const\":\"abc\",\"pattern\":\"^b\"},{\"type\":\"null\"}]}", "\"abc\"", 0},
+    {"{\"anyOf\":[{\"const\":\"abc\",\"pattern\":\"^a\"},{\"type\":\"null\"}]}", "\"abc\"", 1},
+    {"{\"anyOf\":[{\"const\":\"a\",\"enum\":[\"b\"]},{\"type\":\"null\"}]}", "\"a\"", 0},
+    {"{\"enum\":[{\"a\":{\"a\":1}}],\"properties\":{\"a\":{\"enum\":[{\"a\":1}],\"properties\":{\"a\":"
+     "{\"enum\":[1],\"maximum\":3}}}}}",
+     "{\"a\":{\"a\":1}}", 1},
+    {"{\"$defs\":{\"s\":{\"type\":\"string\",\"maxLength\":1}},\"enum\":[[\"ab\"],[\"a\"]],"
+     "\"items\":{\"$ref\":\"#/$defs/s\"}}",
+     "[\"ab\"]", 0},
+    {"{\"$defs\":{\"s\":{\"type\":\"string\",\"maxLength\":1}},\"enum\":[[\"ab\"],[\"a\"]],"
+     "\"items\":{\"$ref\":\"#/$defs/s\"}}",
+     "[\"a\"]", 1},
+    /* enum values share their prefixes (a trie): values that are prefixes of others, repeats */
+    {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "1", 1},
+    {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "12", 1},
+    {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "123", 1},
+    {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "1234", 0},
+    {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "13", 0},
+    {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "\"a\"", 1},
+    {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "\"ab\"", 1},
+    {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "\"b\"", 0},
+    {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "[1,2]", 1},
+    {"{\"enum\":[123,1,12,1,\"ab\",\"a\",[1],[1,2]]}", "[1]", 1},
+    {"{\"enum\":[\"\",\"x\"]}", "\"\"", 1},
+    /* a count written as 2.0 is the integer 2 (it was refused: "expected a non-negative integer") */
+    {"{\"type\":\"string\",\"maxLength\":2.0}", "\"ab\"", 1},
+    {"{\"type\":\"string\",\"maxLength\":2.0}", "\"abc\"", 0},
+    {"{\"type\":\"array\",\"minItems\":1.0}", "[true]", 1},
+    /* an allOf of one branch is that branch (Pydantic v1 wraps a $ref with a default so; it was
+     * refused unless the branch was an object schema) */
+    {"{\"definitions\":{\"Color\":{\"enum\":[\"red\",\"blue\"]}},\"type\":\"object\",\"properties\":{\"c\":"
+     "{\"allOf\":[{\"$ref\":\"#/definitions/Color\"}],\"default\":\"red\"}},\"required\":[\"c\"]}",
+     "{\"c\":\"red\"}", 1},
+    {"{\"definitions\":{\"Color\":{\"enum\":[\"red\",\"blue\"]}},\"type\":\"object\",\"properties\":{\"c\":"
+     "{\"allOf\":[{\"$ref\":\"#/definitions/Color\"}],\"default\":\"red\"}},\"required\":[\"c\"]}",
+     "{\"c\":\"green\"}", 0},
+    {"{\"allOf\":[{\"type\":\"integer\",\"maximum\":3}],\"description\":\"x\"}", "3", 1},
+    {"{\"allOf\":[{\"type\":\"integer\",\"maximum\":3}],\"description\":\"x\"}", "4", 0},
+    /* bounds on numbers (they were refused): no exponent, fractional bounds rounded inwards */
+    {"{\"type\":\"number\",\"minimum\":0}", "2.5", 1},
+    {"{\"type\":\"number\",\"minimum\":0}", "-0.5", 0},
+    {"{\"type\":\"number\",\"minimum\":0}", "-0.0", 1},
+    {"{\"type\":\"number\",\"minimum\":0}", "1e5", 0}, /* valid, but no exponent is written */
+    {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "1.0", 1},
+    {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "1.01", 0},
+    {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", "0.999", 1},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1}", "0", 0},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1}", "0.000", 0},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1}", "0.001", 1},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1}", "1", 0},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":-2,\"maximum\":-1}", "-1.5", 1},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":-2,\"maximum\":-1}", "-2.0", 0},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":-2,\"maximum\":-1}", "-1.0", 1},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":-2,\"maximum\":-1}", "-0.9", 0},
+    {"{\"type\":\"number\",\"maximum\":-3}", "-3.000", 1},
+    {"{\"type\":\"number\",\"maximum\":-3}", "-2.999", 0},
+    {"{\"enum\":[2.5,7,-1.5],\"minimum\":0,\"maximum\":5}", "2.5", 1},
+    {"{\"enum\":[2.5,7,-1.5],\"minimum\":0,\"maximum\":5}", "7", 0},
+    {"{\"anyOf\":[{\"type\":\"number\",\"minimum\":0,\"maximum\":-0.5},{\"type\":\"null\"}]}", "null", 1},
+};
+
+/* Each edge_docs row: the number that went as wanted (a failure is printed). */
+static int edge_run(const k3_gvocab *v) {
+    int ok = 0;
+    for (size_t k = 0; k < sizeof edge_docs / sizeof *edge_docs; k++) {
+        k3_grammar *g;
+        int         complete = 0, got = 0;
+        k3_status   st = compile(v, edge_docs[k].schema, &g);
+        if (!st) {
+            got = feed_bytes(g, edge_docs[k].doc, strlen(edge_docs[k].doc), &complete) == -1 && complete;
+            k3_grammar_free(g);
+        }
+        if (!st && got == edge_docs[k].want)
+            ok++;
+        else
+            printf("# %s under %s: %s, wanted %s\n", edge_docs[k].doc, edge_docs[k].schema,
+                   st    ? k3_errmsg()
+                   : got ? "accepted"
+                         : "rejected",
+                   edge_docs[k].want ? "accepted" : "rejected");
+    }
+    return ok;
+}
+
+/* A call of tool f whose one argument s (required) has schema arg and the raw value val: 1 when
+ * the tool-call grammar takes the whole block and then allows the end of message, 0 when not,
+ * -1 when it does not compile (k3_errmsg says why). */
+static int tool_value(const k3_gvocab *v, const k3_tok *tok, const char *arg, const char *val) {
+    int32_t O = k3_tok_special(tok, "<|open|>"), S = k3_tok_special(tok, "<|sep|>"),
+            C = k3_tok_special(tok, "<|close|>"), E = k3_tok_special(tok, "<|end_of_msg|>");
+    k3_buf      tools = {0};
+    k3_grammar *g;
+    k3_gmatch  *m;
+    k3_buf_printf(&tools,
+                  "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                  "\"properties\":{\"s\":%s},\"required\":[\"s\"]}}}]",
+                  arg);
+    k3_status st = k3_grammar_tool_calls(v, tools.p, NULL, 1, 0, &g);
+    free(tools.p);
+    if (st)
+        return -1;
+    const char *const text[] = {"response",
+                                "tools",
+                                "call tool=\"f\" index=\"1\"",
+                                "argument key=\"s\" type=\"string\"",
+                                val,
+                                "argument",
+                                "call",
+                                "tools"};
+    /* the script: specials (O S C) and the texts in order (t: the next text) */
+    static const char script[] = "CtSOtSOtSOtStCtSCtSCtS";
+    int               ok       = !k3_gmatch_new(g, &m);
+    for (size_t i = 0, t = 0; ok && i < sizeof script - 1; i++)
+        if (script[i] == 't') {
+            const char *x = text[t++];
+            ok            = !*x || !k3_gmatch_accept_bytes(m, x, strlen(x));
+        } else
+            ok = !k3_gmatch_accept(m, script[i] == 'O' ? O : script[i] == 'S' ? S : C);
+    ok = ok && k3_gmatch_allows(m, E);
+    k3_gmatch_free(m);
+    k3_grammar_free(g);
+    return ok;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--walk")) { /* t-grammar.sh */
+        walk_out(argv[2], argv[3], atoi(argv[4]));
+        return t_done();
+    }
     if (argc == 2 && !strcmp(argv[1], "--release-vocab")) { /* t-grammar.sh */
         exact_release();
         return t_done();
@@ -470,13 +744,92 @@ int main(int argc, char **argv) {
     int32_t nv = k3_tok_n_vocab(tok), eom = k3_tok_special(tok, "<|end_of_msg|>");
     T_CHECK(!k3_gvocab_new(tok, nv, -1, &v), "vocabulary of k3-nano (%d ids)", (int)nv);
 
+    int n_edge = (int)(sizeof edge_docs / sizeof *edge_docs), ok_edge = edge_run(v);
+    T_CHECK(ok_edge == n_edge, "%d of %d edge documents accepted or rejected as JSON Schema says", ok_edge,
+            n_edge);
+
+    { /* an enum whose other keywords reach it again through $ref "#": its values' check would
+       * compile the schema again without end (a stack overflow); refused at 8 checks deep */
+        k3_grammar *g  = NULL;
+        k3_status   st = compile(v,
+                                 "{\"type\":\"object\",\"properties\":{\"p\":{\"enum\":[[],[1]],"
+                                   "\"items\":{\"$ref\":\"#\"}}}}",
+                                 &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED &&
+                    strstr(k3_errmsg(), "\"enum\" at #/properties/p/items/properties/p") &&
+                    strstr(k3_errmsg(), "more than 8 deep"),
+                "an enum checked against a $ref back to itself is refused: %.200s", st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+    }
+
+    { /* an $id below the root is a new base: "#/$defs/t" under it names its own $defs (ajv: b
+       * an integer), but the grammar read the root's (b a string); refused, at the root kept */
+        k3_grammar *g  = NULL;
+        k3_status   st = compile(
+              v,
+              "{\"$id\":\"http://x/root\",\"$defs\":{\"t\":{\"type\":\"string\"}},\"type\":\"object\","
+                "\"properties\":{\"a\":{\"$id\":\"http://x/sub\",\"$defs\":{\"t\":{\"type\":\"integer\"}},"
+                "\"type\":\"object\",\"properties\":{\"b\":{\"$ref\":\"#/$defs/t\"}},\"required\":[\"b\"]}},"
+                "\"required\":[\"a\"]}",
+              &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"$id\" at #/properties/a: below the root"),
+                "an $id below the root is refused naming it: %.160s", st ? k3_errmsg() : "it compiled");
+        k3_grammar_free(g);
+        g            = NULL;
+        st           = compile(v, "{\"$id\":\"http://x/root\",\"enum\":[1,5],\"maximum\":3}", &g);
+        int complete = 0;
+        T_CHECK(st == K3_OK && feed_bytes(g, "1", 1, &complete) == -1 && complete &&
+                    feed_bytes(g, "5", 1, &complete) == 0,
+                "an $id at the root is kept (with an enum checked against maximum): %s",
+                st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+    }
+
+    { /* oneOf of objects told apart by a required property of distinct string constants (a
+       * Pydantic discriminated union, with OpenAPI's discriminator beside it): it was refused as
+       * "branches that may match the same document"; enum values in common still are */
+        static const char uni[] =
+            "{\"$defs\":{\"Cat\":{\"type\":\"object\",\"properties\":{\"pet_type\":{\"const\":\"ca"
+            "t\",\"title\":\"Pet Type\"},\"meows\":{\"type\":\"integer\",\"minimum\":0,\"maximum\""
+            ":9}},\"required\":[\"pet_type\",\"meows\"],\"title\":\"Cat\"},\"Dog\":{\"type\":\"obj"
+            "ect\",\"properties\":{\"pet_type\":{\"enum\":[\"dog\",\"wolf\"]},\"barks\":{\"type\":"
+            "\"number\",\"minimum\":0}},\"required\":[\"pet_type\",\"barks\"],\"title\":\"Dog\"}}"
+            ",\"type\":\"object\",\"properties\":{\"pet\":{\"oneOf\":[{\"$ref\":\"#/$defs/Cat\"},"
+            "{\"$ref\":\"#/$defs/Dog\"}],\"discriminator\":{\"propertyName\":\"pet_type\",\"ma"
+            "pping\":{\"cat\":\"#/$defs/Cat\",\"dog\":\"#/$defs/Dog\"}},\"title\":\"Pet\"}},\"req"
+            "uired\":[\"pet\"],\"title\":\"Model\"}";
+        k3_grammar *g        = NULL;
+        int         complete = 0;
+        k3_status   st       = compile(v, uni, &g);
+        T_CHECK(st == K3_OK &&
+                    feed_bytes(g, "{\"pet\":{\"pet_type\":\"cat\",\"meows\":3}}", 36, &complete) == -1 &&
+                    complete &&
+                    feed_bytes(g, "{\"pet\":{\"pet_type\":\"wolf\",\"barks\":1.5}}", 39, &complete) == -1 &&
+                    complete &&
+                    feed_bytes(g, "{\"pet\":{\"pet_type\":\"cat\",\"barks\":1}}", 35, &complete) != -1,
+                "a discriminated oneOf compiles, takes a cat and a wolf, refuses a cat that barks: %s",
+                st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+        g  = NULL;
+        st = compile(
+            v,
+            "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"a\",\"b\"]}},\"required\":["
+            "\"k\"]},"
+            "{\"type\":\"object\",\"properties\":{\"k\":{\"enum\":[\"b\",\"c\"]}},\"required\":[\"k\"]}]}",
+            &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"oneOf\" at #"),
+                "a oneOf whose tags share a value is still refused: %.100s",
+                st ? k3_errmsg() : "it compiled");
+        k3_grammar_free(g);
+    }
+
     /* ---- the property test ---- */
     int n_schema = 0, n_doc = 0, f_byte = 0, f_chunk = 0, f_enc = 0, f_rand = 0, f_ctl = 0, f_del = 0,
         f_req = 0;
     int n_req = 0, n_del = 0;
     for (int si = 0; si < 150; si++) {
-        sn  *s  = gen_schema(0);
-        sbuf st = {0};
+        sn    *s  = gen_schema(0);
+        k3_buf st = {0};
         schema_text(s, &st);
         k3_grammar *g;
         if (compile(v, st.p, &g)) {
@@ -486,7 +839,7 @@ int main(int argc, char **argv) {
         }
         n_schema++;
         for (int di = 0; di < 8; di++) {
-            sbuf d = {0};
+            k3_buf d = {0};
             doc_text(s, &d);
             n_doc++;
             int  complete;
@@ -524,10 +877,10 @@ int main(int argc, char **argv) {
             free(rid);
             /* a control byte inserted at p: rejected at exactly p */
             size_t p  = rnd((uint32_t)d.n + 1);
-            sbuf   mu = {0};
-            put(&mu, d.p, p);
-            put(&mu, "\x01", 1);
-            put(&mu, d.p + p, d.n - p);
+            k3_buf mu = {0};
+            k3_buf_add(&mu, d.p, p);
+            k3_buf_add(&mu, "\x01", 1);
+            k3_buf_add(&mu, d.p + p, d.n - p);
             if (feed_bytes(g, mu.p, mu.n, &complete) != (long)p && !f_ctl++)
                 printf("# control byte at %zu not rejected there: %s\n", p, d.p);
             /* the last closing bracket deleted: never complete */
@@ -541,9 +894,9 @@ int main(int argc, char **argv) {
         }
         /* a required key missing: an object whose first member is required, written without it */
         if (s->t == S_OBJ && s->req[0]) {
-            sbuf d     = {0};
-            int  saved = s->req[0];
-            s->req[0]  = 0;
+            k3_buf d     = {0};
+            int    saved = s->req[0];
+            s->req[0]    = 0;
             for (int tries = 0; tries < 4; tries++) {
                 d.n = 0;
                 doc_text(s, &d);
@@ -612,18 +965,30 @@ int main(int argc, char **argv) {
                 "... and accepts the other one");
         k3_grammar_free(g);
     }
-    st = compile(v, "{\"minimum\":1,\"type\":\"number\"}", &g);
-    T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "minimum"), "bounds on number are refused: %s",
-            k3_errmsg());
+    st = compile(v, "{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.75}", &g);
+    T_CHECK(
+        st == K3_ERR_UNSUPPORTED &&
+            strstr(k3_errmsg(), "\"minimum\" at #: fractional bounds with no integer"),
+        "number bounds [0.5, 0.75] (rounded inwards to integers: none) are refused, not 'no document': %s",
+        st ? k3_errmsg() : "it compiled");
+    if (!st)
+        k3_grammar_free(g);
     st = compile(v, "{\"type\":\"strin\"}", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "\"type\" at #"), "a misspelt type is named: %s",
             k3_errmsg());
+    st = compile(v, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":[]}}}", &g);
+    T_CHECK(st == K3_ERR_ARG &&
+                strstr(k3_errmsg(), "\"type\" at #/properties/a: expected a type or a non-empty list"),
+            "an empty type list is refused (it was any value; ajv refuses the schema): %s",
+            st ? k3_errmsg() : "it compiled");
+    if (!st)
+        k3_grammar_free(g);
     st = compile(v, "{\"type\":", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "not JSON"), "a schema that is not JSON: %s",
             k3_errmsg());
     { /* nested past the parser's depth: the message is the parser's, once (it was written over
        * itself: "json schema: not JSON: json schema: not JSON: o deeply at byte 2569") */
-        sbuf d = {0};
+        k3_buf d = {0};
         for (int k = 0; k < 600; k++)
             puts_(&d, "{\"anyOf\":[");
         puts_(&d, "{}");
@@ -641,7 +1006,7 @@ int main(int argc, char **argv) {
     for (int deep = 100000; deep >= 64; deep = deep == 64 ? 0 : 64) {
         /* a pattern's groups nested 100,000 deep: the parser recursed per group (a crash: the
          * stack); 64 deep compiles */
-        sbuf d = {0};
+        k3_buf d = {0};
         puts_(&d, "{\"type\":\"string\",\"pattern\":\"^");
         for (int k = 0; k < deep; k++)
             puts_(&d, "(");
@@ -732,11 +1097,11 @@ int main(int argc, char **argv) {
         /* a chain of $refs: rules were written as they were met, a recursion per $ref (50,000:
          * a crash, the stack); now a loop. Each is an alias (a call in tail position): they push
          * no frame, so past 128 of them the document is still taken (it was refused) */
-        sbuf d = {0};
+        k3_buf d = {0};
         puts_(&d, "{\"$ref\":\"#/$defs/d0\",\"$defs\":{");
         for (int k = 0; k < n; k++)
-            putf(&d, "\"d%d\":{\"$ref\":\"#/$defs/d%d\"},", k, k + 1);
-        putf(&d, "\"d%d\":{\"type\":\"boolean\"}}}", n);
+            k3_buf_printf(&d, "\"d%d\":{\"$ref\":\"#/$defs/d%d\"},", k, k + 1);
+        k3_buf_printf(&d, "\"d%d\":{\"type\":\"boolean\"}}}", n);
         int complete = 0;
         st           = compile(v, d.p, &g);
         T_CHECK(st == K3_OK && feed_bytes(g, "true", 4, &complete) == -1 && complete,
@@ -977,6 +1342,54 @@ int main(int argc, char **argv) {
             NULL, 1, 0, &g);
         T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "tools[f].parameters/properties/x"),
                 "an argument with two types is refused naming it: %s", k3_errmsg());
+        /* a string argument is written raw (k3-tools.md 1.3): its pattern's automaton wrote the JSON
+         * escapes (\" for ", \n for a newline), which the value then held as a backslash; enum
+         * and const ignored the other keywords, a pattern ignored maxLength, unknown keywords
+         * were not refused */
+        static const struct {
+            const char *arg, *val;
+            int         want;
+        } raw[] = {
+            {"{\"type\":\"string\",\"pattern\":\"^[^\\\\\\\\]$\"}", "\\\"", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^[^\\\\\\\\]$\"}", "\"", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^\\\\s$\"}", "\\n", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^\\\\s$\"}", "\n", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^a\\\\\\\\b$\"}", "a\\b", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^a\\\\\\\\b$\"}", "a\\\\b", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^x\"}", "x\"\\\t", 1},
+            {"{\"type\":\"string\",\"enum\":[\"abc\",\"a\"],\"maxLength\":2}", "abc", 0},
+            {"{\"type\":\"string\",\"enum\":[\"abc\",\"a\"],\"maxLength\":2}", "a", 1},
+            {"{\"type\":\"string\",\"const\":\"a\\\"b\"}", "a\"b", 1},
+            {"{\"type\":\"string\",\"format\":\"date\"}", "2024-01-31", 1},
+        };
+        int n_raw = (int)(sizeof raw / sizeof *raw), ok_raw = 0;
+        for (int k = 0; k < n_raw; k++) {
+            int got = tool_value(v, tok, raw[k].arg, raw[k].val);
+            ok_raw += got == raw[k].want;
+            if (got != raw[k].want)
+                printf("# tool argument %s, raw value %s: %s, wanted %s\n", raw[k].arg, raw[k].val,
+                       got < 0 ? k3_errmsg()
+                       : got   ? "taken"
+                               : "refused",
+                       raw[k].want ? "taken" : "refused");
+        }
+        T_CHECK(ok_raw == n_raw,
+                "%d of %d raw string arguments of a tool call taken or refused as the schema says", ok_raw,
+                n_raw);
+        static const char *const refused[][2] = {
+            {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":2}",
+             "\"maxLength\" at tools[f].parameters/properties/s"},
+            {"{\"type\":\"string\",\"contentEncoding\":\"base64\"}",
+             "\"contentEncoding\" at tools[f].parameters/properties/s"},
+            {"{\"type\":\"string\",\"anyOf\":[{\"maxLength\":1},{\"pattern\":\"^a\"}]}",
+             "\"anyOf\" at tools[f].parameters/properties/s"},
+        };
+        for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+            int got = tool_value(v, tok, refused[k][0], "a");
+            T_CHECK(got < 0 && strstr(k3_errmsg(), refused[k][1]),
+                    "a tool argument %s is refused naming it: %s", refused[k][0],
+                    got < 0 ? k3_errmsg() : "it compiled");
+        }
         /* a required name the parameters do not declare: ignored (a forced call could never
          * hold it), while response_format refused the same schema */
         st = k3_grammar_tool_calls(

@@ -48,6 +48,7 @@ const jv *jv_get(const jv *v, const char *key);
 enum jv_style {
     JV_SORTED_COMPACT, /* json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False) */
     JV_PY_DEFAULT,     /* json.dumps(v, ensure_ascii=False): ", " and ": ", keys in order      */
+    JV_COMPACT,        /* json.dumps(v, separators=(",", ":"), ensure_ascii=False): keys in order */
 };
 /* Appends v written in that style. */
 k3_status jv_dump(const jv *v, enum jv_style style, jbuf *out);

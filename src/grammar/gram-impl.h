@@ -136,14 +136,16 @@ k3_status g_share(k3_grammar *g, int node, int rep);
 k3_status g_finish(k3_grammar *g);
 
 /* ---- pattern subset (gram-re.c) ---- */
-/* Emits the JSON-string content (escaped form) of the strings that pattern matches (ECMAScript
- * semantics: unanchored unless ^/$) from node from to node to. On an unsupported construct:
+/* Emits the JSON-string content (escaped form; raw 1: the characters themselves, as a tool
+ * call's string argument is written) of the strings that pattern matches (ECMAScript semantics:
+ * unanchored unless ^/$) from node from to node to. On an unsupported construct:
  * K3_ERR_UNSUPPORTED naming it and path. */
-k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, int from, int to);
-/* Up to G_FILL_MAX JSON string characters from -> to: what the grammar writes where the schema
- * leaves free text around a match (an unanchored pattern), bounded so generation ends. */
+k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, int raw, int from, int to);
+/* Up to G_FILL_MAX JSON string characters (raw 1: raw characters) from -> to: what the grammar
+ * writes where the schema leaves free text around a match (an unanchored pattern), bounded so
+ * generation ends. */
 #define G_FILL_MAX 32
-k3_status g_fill(k3_grammar *g, int from, int to);
+k3_status g_fill(k3_grammar *g, int raw, int from, int to);
 /* One raw UTF-8 character of 2 to 4 bytes (tool-call string values are not escaped). */
 k3_status g_raw_multi(k3_grammar *g, int from, int to);
 /* One JSON string character (any valid UTF-8 or an escape) from -> to. */

@@ -2,19 +2,25 @@
  *
  * The automaton reads the JSON text of a string (between the quotes), so a character that JSON
  * must escape is emitted in its escaped form (" as \", \ as \\, controls as \n or \u00XX).
- * Supported: literals (UTF-8 too), ., [classes] with ASCII ranges and negation, \d \w \s \D \W
- * \S, escaped punctuation, \t \n \r \f \v \xHH, groups ( ) and (?: ), |, the quantifiers
- * * + ? {n} {n,} {n,m} (lazy forms too: same language), ^ at the start and $ at the end.
+ * Supported: literals (UTF-8 too), ., [classes] with ranges of any characters and negation, \d \w
+ * \s \D \W \S (ECMAScript's sets with the u flag, as ajv compiles patterns: \d and \w ASCII, \s
+ * with the Unicode spaces and line terminators), escaped punctuation, \t \n \r \f \v \0 \xHH
+ * \uHHHH (a surrogate pair of them: one character), [\b], groups ( ) and (?: ), |, the
+ * quantifiers * + ? {n} {n,} {n,m} (lazy forms too: same language), ^ at the start and $ at the
+ * end. A class is a set of ASCII characters plus code point ranges, written as UTF-8 byte ranges.
  * Without ^ (or $) the match may start (or end) anywhere, as ECMAScript's RegExp.test; the
  * text before (after) it is at most G_FILL_MAX characters, so a model cannot ramble there.
- * Refused with the construct named: lookaround, backreferences, \b, \p, named groups, anchors
- * elsewhere, classes with non-ASCII members, more than G_RE_MAX_REP repetitions, groups
- * nested more than G_RE_MAX_DEPTH deep, and {n,m} (n or m above 1) of a group that may be empty.
+ * Refused with the construct named: lookaround, backreferences, \b, \p, \u{...}, named groups,
+ * anchors elsewhere, classes of more than RE_MAX_RANGES ranges, more than G_RE_MAX_REP
+ * repetitions, groups nested more than G_RE_MAX_DEPTH deep, and {n,m} (n or m above 1) of a
+ * group that may be empty.
  * The parser runs twice over a quantified atom: once to find its end (emit 0), then once per
  * copy (emit 1), so no syntax tree is kept.
  */
 #include "gram-impl.h"
+#include "json.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define G_RE_MAX_REP 1000
@@ -24,7 +30,7 @@
 
 /* One JSON string character: plain ASCII, a valid UTF-8 sequence, or an escape (no lone
  * surrogates, so a code point counts once as JSON Schema's lengths do). */
-static k3_status utf8_multi(k3_grammar *g, int from, int to, int no_e2) {
+static k3_status utf8_multi(k3_grammar *g, int from, int to) {
     int       c1 = g_node_new(g), c2 = g_node_new(g), c3 = g_node_new(g);
     k3_status st = K3_OK;
     if (c1 < 0 || c2 < 0 || c3 < 0)
@@ -33,8 +39,7 @@ static k3_status utf8_multi(k3_grammar *g, int from, int to, int no_e2) {
     if ((st = g_byte(g, c1, 0x80, 0xbf, to)) || (st = g_byte(g, c2, 0x80, 0xbf, c1)) ||
         (st = g_byte(g, c3, 0x80, 0xbf, c2)) || (st = g_byte(g, from, 0xc2, 0xdf, c1)) ||
         (st = g_byte(g, from, 0xe0, 0xe0, e0)) || (st = g_byte(g, e0, 0xa0, 0xbf, c1)) ||
-        (st = g_byte(g, from, 0xe1, no_e2 ? 0xe1 : 0xec, c2)) ||
-        (no_e2 && (st = g_byte(g, from, 0xe3, 0xec, c2))) || (st = g_byte(g, from, 0xee, 0xef, c2)) ||
+        (st = g_byte(g, from, 0xe1, 0xec, c2)) || (st = g_byte(g, from, 0xee, 0xef, c2)) ||
         (st = g_byte(g, from, 0xed, 0xed, ed)) || (st = g_byte(g, ed, 0x80, 0x9f, c1)) ||
         (st = g_byte(g, from, 0xf0, 0xf0, f0)) || (st = g_byte(g, f0, 0x90, 0xbf, c2)) ||
         (st = g_byte(g, from, 0xf1, 0xf3, c3)) || (st = g_byte(g, from, 0xf4, 0xf4, f4)) ||
@@ -44,7 +49,7 @@ static k3_status utf8_multi(k3_grammar *g, int from, int to, int no_e2) {
 }
 
 k3_status g_raw_multi(k3_grammar *g, int from, int to) {
-    return utf8_multi(g, from, to, 0);
+    return utf8_multi(g, from, to);
 }
 
 k3_status g_str_char(k3_grammar *g, int from, int to) {
@@ -54,7 +59,7 @@ k3_status g_str_char(k3_grammar *g, int from, int to) {
     if (d2 < 0)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     if ((st = g_byte(g, from, 0x20, 0x21, to)) || (st = g_byte(g, from, 0x23, 0x5b, to)) ||
-        (st = g_byte(g, from, 0x5d, 0x7f, to)) || (st = utf8_multi(g, from, to, 0)) ||
+        (st = g_byte(g, from, 0x5d, 0x7f, to)) || (st = utf8_multi(g, from, to)) ||
         (st = g_byte(g, from, '\\', '\\', e)) || (st = g_byte(g, e, '"', '"', to)) ||
         (st = g_byte(g, e, '\\', '\\', to)) || (st = g_byte(g, e, '/', '/', to)) ||
         (st = g_byte(g, e, 'b', 'b', to)) || (st = g_byte(g, e, 'f', 'f', to)) ||
@@ -75,11 +80,12 @@ k3_status g_str_char(k3_grammar *g, int from, int to) {
     return K3_OK;
 }
 
-k3_status g_fill(k3_grammar *g, int from, int to) {
+k3_status g_fill(k3_grammar *g, int raw, int from, int to) {
     k3_status st = g_eps(g, from, to);
     for (int k = 0; k < G_FILL_MAX && !st; k++) {
         int nx = g_node_new(g);
-        if (!(st = g_str_char(g, from, nx)))
+        if (!(st = raw ? g_byte(g, from, 0x00, 0x7f, nx) : g_str_char(g, from, nx)) &&
+            !(st = raw ? g_raw_multi(g, from, nx) : K3_OK))
             st = g_eps(g, nx, to);
         from = nx;
     }
@@ -95,6 +101,7 @@ typedef struct re_p {
     size_t      whole; /* the pattern's length with a final $ (n stops before it), for messages */
     int         depth; /* groups open at p->i */
     int         nul;   /* 1: what was just read (an atom, a sequence, alternatives) may be empty */
+    int         raw;   /* 1: characters as themselves (a tool call's string), 0: JSON-escaped */
     k3_status   st;
 } re_p;
 
@@ -106,42 +113,106 @@ static int re_fail(re_p *p, const char *what) {
     return -1;
 }
 
-/* A set of ASCII characters plus "any non-ASCII character". */
+/* A set of characters: the ASCII ones, and the others as code point ranges (at most
+ * RE_MAX_RANGES; kept sorted and merged by set_norm). */
+#define RE_MAX_RANGES 1024
+#define RE_MAX_CP 0x10ffff
 typedef struct re_set {
-    uint8_t ascii[128];
-    int     nonascii; /* 1: any; 2: any but U+2028/9 (the '.' of ECMAScript, E2 lead dropped) */
+    uint8_t  ascii[128];
+    int      n; /* ranges in lo/hi */
+    uint32_t lo[RE_MAX_RANGES], hi[RE_MAX_RANGES];
 } re_set;
 
-static void set_range(re_set *c, int lo, int hi) {
-    for (int k = lo; k <= hi; k++)
-        c->ascii[k] = 1;
+/* ECMAScript's \s beyond ASCII: WhiteSpace (NBSP, ZWNBSP, the Zs category) and the line
+ * terminators U+2028/9 (ECMA-262, 22.2.2.9; ajv compiles patterns with the u flag). */
+static const uint32_t re_space[][2] = {{0xa0, 0xa0},     {0x1680, 0x1680}, {0x2000, 0x200a},
+                                       {0x2028, 0x2029}, {0x202f, 0x202f}, {0x205f, 0x205f},
+                                       {0x3000, 0x3000}, {0xfeff, 0xfeff}};
+
+static int cp_cmp(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
 }
 
+/* Sorts and merges the ranges (adjacent ones too). */
+static void set_norm(re_set *c) {
+    uint32_t r[RE_MAX_RANGES][2];
+    int      n = 0;
+    for (int k = 0; k < c->n; k++)
+        r[k][0] = c->lo[k], r[k][1] = c->hi[k];
+    qsort(r, (size_t)c->n, sizeof *r, cp_cmp);
+    for (int k = 0; k < c->n; k++) {
+        if (n && r[k][0] <= c->hi[n - 1] + 1) {
+            if (r[k][1] > c->hi[n - 1])
+                c->hi[n - 1] = r[k][1];
+            continue;
+        }
+        c->lo[n] = r[k][0], c->hi[n] = r[k][1], n++;
+    }
+    c->n = n;
+}
+
+/* Adds the code points lo..hi: 0, or -1 when the set has too many ranges. */
+static int set_add(re_set *c, uint32_t lo, uint32_t hi) {
+    for (; lo <= hi && lo < 128; lo++)
+        c->ascii[lo] = 1;
+    if (lo > hi)
+        return 0;
+    if (c->n == RE_MAX_RANGES)
+        set_norm(c);
+    if (c->n == RE_MAX_RANGES)
+        return -1;
+    c->lo[c->n] = lo, c->hi[c->n] = hi, c->n++;
+    return 0;
+}
+
+static void set_range(re_set *c, int lo, int hi) {
+    set_add(c, (uint32_t)lo, (uint32_t)hi); /* ASCII only: no range is added */
+}
+
+/* Every character the set does not hold. */
+static void set_negate(re_set *c) {
+    re_set t = {0};
+    set_norm(c);
+    for (int k = 0; k < 128; k++)
+        t.ascii[k] = !c->ascii[k];
+    uint32_t at = 0x80;
+    for (int k = 0; k < c->n; k++) {
+        if (c->lo[k] > at)
+            t.lo[t.n] = at, t.hi[t.n] = c->lo[k] - 1, t.n++;
+        at = c->hi[k] + 1;
+    }
+    if (at <= RE_MAX_CP)
+        t.lo[t.n] = at, t.hi[t.n] = RE_MAX_CP, t.n++;
+    *c = t;
+}
+
+/* Adds the class \e names (d w s D W S); *ok 0 when e names none. */
 static void set_class(re_set *c, char e, int *ok) {
-    *ok = 1;
-    switch (e) {
+    re_set t = {0};
+    *ok      = 1;
+    switch (e | 32) {
     case 'd':
-        set_range(c, '0', '9');
+        set_range(&t, '0', '9');
         break;
     case 'w':
-        set_range(c, '0', '9'), set_range(c, 'a', 'z'), set_range(c, 'A', 'Z'), set_range(c, '_', '_');
+        set_range(&t, '0', '9'), set_range(&t, 'a', 'z'), set_range(&t, 'A', 'Z'), set_range(&t, '_', '_');
         break;
     case 's':
-        set_range(c, 9, 13), set_range(c, ' ', ' ');
+        set_range(&t, 9, 13), set_range(&t, ' ', ' ');
+        for (size_t k = 0; k < sizeof re_space / sizeof *re_space; k++)
+            set_add(&t, re_space[k][0], re_space[k][1]);
         break;
-    case 'D':
-    case 'W':
-    case 'S': {
-        re_set t = {0};
-        set_class(&t, (char)(e + 32), ok);
-        for (int k = 0; k < 128; k++)
-            c->ascii[k] |= !t.ascii[k];
-        c->nonascii = 1;
-        break;
-    }
     default:
         *ok = 0;
+        return;
     }
+    if (e >= 'A' && e <= 'Z')
+        set_negate(&t);
+    for (int k = 0; k < 128; k++)
+        c->ascii[k] |= t.ascii[k];
+    for (int k = 0; k < t.n; k++)
+        set_add(c, t.lo[k], t.hi[k]); /* at most 9 ranges each: a class of 14 such escapes fits */
 }
 
 /* The character an escape \e stands for (t n r f v and punctuation), or -1. */
@@ -172,6 +243,68 @@ static int hexval(char c) {
                                   : -1;
 }
 
+/* Code points lo..hi of one UTF-8 length, as chains of byte ranges from -> to (RE2's split: a
+ * range is cut where a lower byte would not cover its whole 80-BF span). */
+static void emit_utf8(re_p *p, uint32_t lo, uint32_t hi, int from, int to) {
+    int len = lo < 0x800 ? 2 : lo < 0x10000 ? 3 : 4;
+    for (int i = 1; i < len; i++) {
+        uint32_t m = (1u << (6 * i)) - 1;
+        if ((lo & ~m) == (hi & ~m))
+            continue;
+        if (lo & m) {
+            emit_utf8(p, lo, lo | m, from, to);
+            emit_utf8(p, (lo | m) + 1, hi, from, to);
+            return;
+        }
+        if ((hi & m) != m) {
+            emit_utf8(p, lo, (hi & ~m) - 1, from, to);
+            emit_utf8(p, hi & ~m, hi, from, to);
+            return;
+        }
+    }
+    char a[4], b[4];
+    jv_utf8(lo, a), jv_utf8(hi, b);
+    for (int k = 0, cur = from; k < len && !p->st; k++) {
+        int nx = k + 1 == len ? to : g_node_new(p->g);
+        p->st  = nx < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory")
+                        : g_byte(p->g, cur, (uint8_t)a[k], (uint8_t)b[k], nx);
+        cur    = nx;
+    }
+}
+
+/* Code points lo..hi (0x80 and up) from -> to, split at the UTF-8 lengths, surrogates left out. */
+static void emit_cps(re_p *p, uint32_t lo, uint32_t hi, int from, int to) {
+    static const uint32_t cut[][2] = {{0x80, 0x7ff}, {0x800, 0xd7ff}, {0xe000, 0xffff}, {0x10000, RE_MAX_CP}};
+    for (size_t k = 0; k < sizeof cut / sizeof *cut && !p->st; k++) {
+        uint32_t a = lo > cut[k][0] ? lo : cut[k][0], b = hi < cut[k][1] ? hi : cut[k][1];
+        if (a <= b)
+            emit_utf8(p, a, b, from, to);
+    }
+}
+
+/* The code point of the UTF-8 sequence at s (n bytes left): its length, or 0 when invalid. */
+static size_t utf8_cp(const char *s, size_t n, uint32_t *cp) {
+    const uint8_t *u   = (const uint8_t *)s;
+    size_t         len = u[0] < 0x80                   ? 1
+                         : u[0] >= 0xc2 && u[0] < 0xe0 ? 2
+                         : u[0] >= 0xe0 && u[0] < 0xf0 ? 3
+                         : u[0] >= 0xf0 && u[0] < 0xf5 ? 4
+                                                       : 0;
+    if (!len || len > n)
+        return 0;
+    uint32_t c = len == 1 ? u[0] : u[0] & (0x7f >> len);
+    for (size_t k = 1; k < len; k++) {
+        if ((u[k] & 0xc0) != 0x80)
+            return 0;
+        c = c << 6 | (u[k] & 0x3f);
+    }
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < least[len] || c > RE_MAX_CP || (c >= 0xd800 && c < 0xe000))
+        return 0;
+    *cp = c;
+    return len;
+}
+
 /* Emits the set's characters (escaped as JSON needs) from -> to. */
 static void emit_set(re_p *p, const re_set *c, int from, int to) {
     k3_grammar *g = p->g;
@@ -179,7 +312,13 @@ static void emit_set(re_p *p, const re_set *c, int from, int to) {
         if (!c->ascii[k])
             continue;
         char buf[8];
-        if (k == '"' || k == '\\')
+        if (p->raw) { /* a run of members as one byte range */
+            int hi = k;
+            while (hi + 1 < 128 && c->ascii[hi + 1])
+                hi++;
+            p->st = g_byte(g, from, k, hi, to);
+            k     = hi;
+        } else if (k == '"' || k == '\\')
             p->st = g_lit(g, from, (snprintf(buf, sizeof buf, "\\%c", k), buf), 2, to);
         else if (k < 0x20) {
             const char *sh = k == '\n'   ? "\\n"
@@ -199,67 +338,132 @@ static void emit_set(re_p *p, const re_set *c, int from, int to) {
             k     = hi;
         }
     }
-    if (c->nonascii && !p->st)
-        p->st = utf8_multi(g, from, to, c->nonascii == 2);
+    if (c->n == 1 && c->lo[0] == 0x80 && c->hi[0] == RE_MAX_CP && !p->st) /* any: the shared form */
+        p->st = utf8_multi(g, from, to);
+    else
+        for (int k = 0; k < c->n && !p->st; k++)
+            emit_cps(p, c->lo[k], c->hi[k], from, to);
 }
 
 static int re_alt(re_p *p, int emit, int from, int to);
 
-/* [class]: the set it names (ASCII members only). */
+/* \uHHHH at s (n bytes left): 0 and its value, or -1. */
+static int hex4(const char *s, size_t n, uint32_t *v) {
+    if (n < 6 || s[0] != '\\' || s[1] != 'u')
+        return -1;
+    *v = 0;
+    for (int j = 2; j < 6; j++) {
+        int h = hexval(s[j]);
+        if (h < 0)
+            return -1;
+        *v = *v << 4 | (uint32_t)h;
+    }
+    return 0;
+}
+
+/* One character at p->i that stands for itself (a literal, UTF-8 too, or an escape: \t \n \r \f \v
+ * \0, punctuation, \xHH, \uHHHH and a surrogate pair of them; in_class: \b, the backspace):
+ * its code point, p->i past it; -1 when it is none of these (p->i unchanged, nothing reported). */
+static long re_char(re_p *p, int in_class) {
+    const char *s = p->s + p->i;
+    size_t      n = p->n - p->i;
+    uint32_t    cp;
+    int         v;
+    if (s[0] != '\\') {
+        size_t len = utf8_cp(s, n, &cp);
+        return len ? (p->i += len, (long)cp) : -1;
+    }
+    if (n < 2)
+        return -1;
+    if (in_class && s[1] == 'b')
+        return p->i += 2, '\b';
+    if ((v = esc_char(s[1])) >= 0)
+        return p->i += 2, v;
+    if (s[1] == 'x' && n >= 4 && hexval(s[2]) >= 0 && hexval(s[3]) >= 0)
+        return p->i += 4, hexval(s[2]) * 16 + hexval(s[3]);
+    uint32_t hi, lo;
+    if (hex4(s, n, &hi))
+        return -1;
+    if (hi < 0xd800 || hi >= 0xe000)
+        return p->i += 6, (long)hi;
+    if (hi >= 0xdc00 || hex4(s + 6, n - 6, &lo) || lo < 0xdc00 || lo >= 0xe000)
+        return -1; /* a lone surrogate */
+    p->i += 12;
+    return 0x10000 + ((long)(hi - 0xd800) << 10) + (long)(lo - 0xdc00);
+}
+
+/* [class]: the set it names. ECMAScript's: [] is empty, [^] is any character. */
 static int re_class(re_p *p, re_set *c) {
     int neg = 0;
     p->i++;
     if (p->i < p->n && p->s[p->i] == '^')
         neg = 1, p->i++;
-    re_set t = {0};
-    for (int first = 1; p->i < p->n && (p->s[p->i] != ']' || first); first = 0) {
-        int lo;
+    memset(c, 0, sizeof *c);
+    while (p->i < p->n && p->s[p->i] != ']') {
         if (p->s[p->i] == '\\' && p->i + 1 < p->n) {
             int ok;
-            set_class(&t, p->s[p->i + 1], &ok);
+            set_class(c, p->s[p->i + 1], &ok);
             if (ok) {
                 p->i += 2;
                 continue;
             }
-            if ((lo = esc_char(p->s[p->i + 1])) < 0)
-                return re_fail(p, "an escape in a class it cannot read");
-            p->i += 2;
-        } else if ((unsigned char)p->s[p->i] >= 0x80)
-            return re_fail(p, "a non-ASCII character in a class");
-        else
-            lo = (unsigned char)p->s[p->i++];
-        int hi = lo;
+        }
+        long lo = re_char(p, 1), hi = lo;
+        if (lo < 0)
+            return re_fail(p, p->s[p->i] == '\\' ? "an escape in a class it cannot read"
+                                                 : "invalid UTF-8 in a class");
         if (p->i + 1 < p->n && p->s[p->i] == '-' && p->s[p->i + 1] != ']') {
             p->i++;
-            if (p->s[p->i] == '\\' && p->i + 1 < p->n) {
-                if ((hi = esc_char(p->s[p->i + 1])) < 0)
-                    return re_fail(p, "a class range it cannot read");
-                p->i += 2;
-            } else if ((unsigned char)p->s[p->i] >= 0x80)
-                return re_fail(p, "a non-ASCII character in a class");
-            else
-                hi = (unsigned char)p->s[p->i++];
+            if ((hi = re_char(p, 1)) < 0)
+                return re_fail(p, "a class range it cannot read");
             if (hi < lo)
                 return re_fail(p, "a class range out of order");
         }
-        set_range(&t, lo, hi);
+        if (set_add(c, (uint32_t)lo, (uint32_t)hi))
+            return re_fail(p, "a class of more than " G_STR(RE_MAX_RANGES) " ranges");
     }
     if (p->i >= p->n)
         return re_fail(p, "an unterminated class");
     p->i++;
-    if (neg) {
-        for (int k = 0; k < 128; k++)
-            c->ascii[k] = !t.ascii[k];
-        c->nonascii = 1;
-    } else
-        *c = t;
+    if (neg)
+        set_negate(c);
+    else
+        set_norm(c);
     return 0;
 }
 
-static int re_atom(re_p *p, int emit, int from, int to) {
-    char   ch = p->s[p->i];
+/* A one-character atom: a class, ., a class escape or a character. Its own function, so that
+ * the set stays off the frames of the group recursion. */
+static __attribute__((noinline)) int re_char_atom(re_p *p, int emit, int from, int to) {
     re_set c  = {0};
-    p->nul    = 0; /* a group's is its alternatives' (re_alt) */
+    char   ch = p->s[p->i];
+    int    ok = 0;
+    long   v;
+    if (ch == '[') {
+        if (re_class(p, &c))
+            return -1;
+    } else if (ch == '.') { /* any character but the line terminators \n \r U+2028 U+2029 */
+        set_range(&c, 0, 127);
+        c.ascii['\n'] = c.ascii['\r'] = 0;
+        set_add(&c, 0x80, 0x2027), set_add(&c, 0x202a, RE_MAX_CP);
+        p->i++;
+    } else if (ch == '\\' && p->i + 1 < p->n && (set_class(&c, p->s[p->i + 1], &ok), ok))
+        p->i += 2;
+    else if ((v = re_char(p, 0)) >= 0)
+        set_add(&c, (uint32_t)v, (uint32_t)v);
+    else
+        return re_fail(p, ch != '\\'         ? "invalid UTF-8"
+                          : p->i + 1 >= p->n ? "a trailing backslash"
+                                             : "an escape outside the supported subset (\\b, \\p, \\u{...}, "
+                                               "backreferences, ...)");
+    if (emit)
+        emit_set(p, &c, from, to);
+    return p->st ? -1 : 0;
+}
+
+static int re_atom(re_p *p, int emit, int from, int to) {
+    char ch = p->s[p->i];
+    p->nul  = 0; /* a group's is its alternatives' (re_alt) */
     if (ch == '(') {
         if (p->depth == G_RE_MAX_DEPTH) /* the parser recurses per group: bound the stack */
             return re_fail(p, "groups nested more than " G_STR(G_RE_MAX_DEPTH) " deep");
@@ -279,52 +483,11 @@ static int re_atom(re_p *p, int emit, int from, int to) {
         p->i++;
         return 0;
     }
-    if (ch == '[') {
-        if (re_class(p, &c))
-            return -1;
-    } else if (ch == '.') {
-        set_range(&c, 0, 127);
-        c.ascii['\n'] = c.ascii['\r'] = 0;
-        c.nonascii                    = 2;
-        p->i++;
-    } else if (ch == '\\') {
-        if (p->i + 1 >= p->n)
-            return re_fail(p, "a trailing backslash");
-        char e = p->s[p->i + 1];
-        int  ok, v;
-        set_class(&c, e, &ok);
-        if (ok)
-            p->i += 2;
-        else if (e == 'x' && p->i + 3 < p->n && hexval(p->s[p->i + 2]) >= 0 && hexval(p->s[p->i + 3]) >= 0) {
-            v = hexval(p->s[p->i + 2]) * 16 + hexval(p->s[p->i + 3]);
-            if (v >= 128)
-                return re_fail(p, "a \\x escape above 7F");
-            c.ascii[v] = 1;
-            p->i += 4;
-        } else if ((v = esc_char(e)) >= 0) {
-            c.ascii[v] = 1;
-            p->i += 2;
-        } else
-            return re_fail(p, "an escape outside the supported subset (\\b, \\p, backreferences, ...)");
-    } else if (ch == '^' || ch == '$')
+    if (ch == '^' || ch == '$')
         return re_fail(p, "an anchor that is not at the start (^) or the end ($)");
-    else if (strchr("*+?{", ch))
+    if (ch && strchr("*+?{", ch))
         return re_fail(p, "a quantifier with nothing to repeat");
-    else if ((unsigned char)ch >= 0x80) { /* a literal UTF-8 character: its bytes */
-        size_t k = p->i + 1;
-        while (k < p->n && ((unsigned char)p->s[k] & 0xc0) == 0x80)
-            k++;
-        if (emit)
-            p->st = g_lit(p->g, from, p->s + p->i, k - p->i, to);
-        p->i = k;
-        return p->st ? -1 : 0;
-    } else {
-        c.ascii[(unsigned char)ch] = 1;
-        p->i++;
-    }
-    if (emit)
-        emit_set(p, &c, from, to);
-    return p->st ? -1 : 0;
+    return re_char_atom(p, emit, from, to);
 }
 
 /* Reads a quantifier at p->i: *lo, *hi (-1: unbounded); 0 when there is none. */
@@ -438,10 +601,13 @@ static int re_alt(re_p *p, int emit, int from, int to) {
     }
 }
 
-k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, int from, int to) {
-    re_p p      = {.g = g, .s = re, .n = n, .whole = n, .path = path};
-    int  anch_s = n && re[0] == '^', anch_e = n && re[n - 1] == '$' && (n < 2 || re[n - 2] != '\\');
-    int  a = g_node_new(g), b = g_node_new(g);
+k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, int raw, int from, int to) {
+    re_p   p  = {.g = g, .s = re, .n = n, .whole = n, .path = path, .raw = raw};
+    size_t bs = 0; /* backslashes before a final $: an odd count escapes it */
+    while (n && bs + 1 < n && re[n - 2 - bs] == '\\')
+        bs++;
+    int anch_s = n && re[0] == '^', anch_e = n && re[n - 1] == '$' && bs % 2 == 0;
+    int a = g_node_new(g), b = g_node_new(g);
     if (a < 0 || b < 0)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     p.i = (size_t)anch_s;
@@ -451,7 +617,7 @@ k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, i
     if (p.i < p.n)
         return re_fail(&p, "an unbalanced )"), p.st;
     k3_status st;
-    if ((st = anch_s ? g_eps(g, from, a) : g_fill(g, from, a)))
+    if ((st = anch_s ? g_eps(g, from, a) : g_fill(g, raw, from, a)))
         return st;
-    return anch_e ? g_eps(g, b, to) : g_fill(g, b, to);
+    return anch_e ? g_eps(g, b, to) : g_fill(g, raw, b, to);
 }

@@ -5,16 +5,19 @@
  * of at most 16 integer digits, 16 fraction digits and a 2-digit exponent. Every document the
  * grammar accepts validates against the schema; that is the contract the tests check with an
  * independent validator. Keywords (see the man page, k3chat(1), STRUCTURED OUTPUT):
- *   type (one or a list), enum, const, properties, required, additionalProperties, items,
- *   prefixItems, minItems, maxItems, minLength, maxLength, pattern (gram-re.c), format
- *   (date-time, date, uuid, email), minimum, maximum, exclusiveMinimum, exclusiveMaximum
- *   (integers), anyOf, oneOf (branches of distinct types), allOf (of objects), $ref to #,
- *   #/$defs/NAME or #/definitions/NAME (recursion through calls), and the annotations.
+ *   type (one or a list), enum, const (a value is kept only when the schema's other keywords
+ *   allow it: value_ok checks it with their own grammar), properties, required,
+ *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, pattern
+ *   (gram-re.c), format (date-time, date, uuid, email), minimum, maximum, exclusiveMinimum,
+ *   exclusiveMaximum (integers; numbers without an exponent: emit_number_range), anyOf, oneOf
+ *   (branches of distinct types, or tagged objects: tagged_apart), allOf (of objects, or of one schema), $ref
+ * to #, #/$defs/NAME or #/definitions/NAME (recursion through calls), the annotations ($id at the root only).
  * Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
  */
 #include "gram-impl.h"
 #include "json.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,14 +50,21 @@ typedef struct sc {
     jv        **owned; /* merged allOf schemas */
     int         n_owned;
     char        full_at[512]; /* the innermost schema being written when the grammar got full */
+    long        checked;      /* the top compile's: nodes of the grammars enum/const values were checked
+                               * with (rest_grammar), those nested in them included */
+    struct sc *top;           /* the compile rest_grammar was called from, at the top (NULL: this one) */
+    int        nest;          /* rest_grammar calls this one is inside */
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
 static k3_status rule_of(sc *c, const jv *s, const char *path, int *start);
+static k3_status rules_emit(sc *c);
+static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out);
 
-static const char *const annotations[] = {"$schema",     "$id",       "$comment", "title",
-                                          "description", "default",   "examples", "deprecated",
-                                          "readOnly",    "writeOnly", "$defs",    "definitions"};
+/* Keywords that constrain nothing (discriminator: OpenAPI's hint beside a oneOf). */
+static const char *const annotations[] = {"$schema", "$id",         "$comment",     "title",    "description",
+                                          "default", "examples",    "deprecated",   "readOnly", "writeOnly",
+                                          "$defs",   "definitions", "discriminator"};
 static const char *const keywords[]    = {
        "type",    "enum",        "const",    "properties", "required",         "additionalProperties",
        "items",   "prefixItems", "minItems", "maxItems",   "minLength",        "maxLength",
@@ -82,15 +92,20 @@ static void sub(char *out, size_t n, const char *path, const char *a, const char
     snprintf(out, n, "%s/%s%s%s", path, a, b ? "/" : "", b ? b : "");
 }
 
-/* A non-negative integer keyword (absent: def). */
+/* A non-negative integer keyword (absent: def); 2.0 is the integer 2 (JSON Schema counts a
+ * number by its value), a count past LONG_MAX reads as LONG_MAX (the callers refuse it). */
 static k3_status get_count(const jv *s, const char *key, const char *path, long def, long *out) {
     const jv *v = jv_get(s, key);
     *out        = def;
     if (!v)
         return K3_OK;
-    char *end;
-    long  x = v->kind == JV_INT ? strtol(v->s, &end, 10) : -1;
-    if (v->kind != JV_INT || *end || x < 0)
+    char *end = "";
+    long  x   = -1;
+    if (v->kind == JV_INT)
+        x = strtol(v->s, &end, 10);
+    else if (v->kind == JV_FLOAT && v->d >= 0 && v->d == floor(v->d))
+        x = v->d < 1e18 ? (long)v->d : LONG_MAX;
+    if ((v->kind != JV_INT && v->kind != JV_FLOAT) || *end || x < 0)
         return bad(path, key, "a non-negative integer");
     *out = x;
     return K3_OK;
@@ -114,15 +129,62 @@ static k3_status lit(sc *c, int from, const char *s, int to) {
     return g_lit(c->g, from, s, strlen(s), to);
 }
 
-/* A JSON value written compactly (const, enum). */
-static k3_status emit_value(sc *c, const jv *v, const char *path, int from, int to) {
-    jbuf      b  = {0};
-    k3_status st = jv_dump(v, JV_SORTED_COMPACT, &b);
-    if (!st && (strstr(b.p ? b.p : "", "NaN") || strstr(b.p ? b.p : "", "Infinity")) && v->kind != JV_STRING)
+/* A JSON value written compactly, members in their order, appended to b (const, enum: value_ok
+ * checks that form); raw: a string's bytes themselves (a tool call's string argument). */
+static k3_status value_text(const jv *v, const char *path, int raw, jbuf *b) {
+    size_t    at = b->n;
+    k3_status st = raw ? jbuf_add(b, v->s, v->n) : jv_dump(v, JV_COMPACT, b);
+    if (!st && !raw && v->kind != JV_STRING && b->p &&
+        (memmem(b->p + at, b->n - at, "NaN", 3) || memmem(b->p + at, b->n - at, "Infinity", 8)))
         st = bad(path, "enum/const", "finite numbers");
-    if (!st)
-        st = g_lit(c->g, from, b.p, b.n, to);
-    free(b.p);
+    return st;
+}
+
+typedef struct lit_t {
+    const char *p;
+    size_t      n;
+} lit_t;
+
+static int lit_cmp(const void *a, const void *b) {
+    const lit_t *x = a, *y = b;
+    int          r = memcmp(x->p, y->p, x->n < y->n ? x->n : y->n);
+    return r ? r : (x->n > y->n) - (x->n < y->n);
+}
+
+static size_t lit_lcp(const lit_t *x, const lit_t *y) {
+    size_t k = 0;
+    while (k < x->n && k < y->n && x->p[k] == y->p[k])
+        k++;
+    return k;
+}
+
+/* The n literals l (sorted here) from -> to as a trie: values with a common prefix share its
+ * nodes, so after "item0 of 5,000 enum strings the matcher is at one node, not 5,000 (each a
+ * mask cache pass on its first visit: 20 ms a token on a 163,840-id vocabulary). */
+static k3_status emit_trie(sc *c, lit_t *l, size_t n, int from, int to) {
+    k3_status st  = K3_OK;
+    size_t    max = 0;
+    for (size_t i = 0; i < n; i++)
+        max = l[i].n > max ? l[i].n : max;
+    int *at = k3_malloc((max + 1) * sizeof *at); /* at[k]: the node after k bytes of the last one */
+    if (!at)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    qsort(l, n, sizeof *l, lit_cmp);
+    at[0] = from;
+    for (size_t i = 0; i < n && !st; i++) {
+        size_t lcp = i ? lit_lcp(&l[i], &l[i - 1]) : 0, next = i + 1 < n ? lit_lcp(&l[i], &l[i + 1]) : 0;
+        if (i && lcp == l[i].n && l[i - 1].n == l[i].n)
+            continue; /* the same value twice */
+        for (size_t k = lcp; k < l[i].n && !st;
+             k++) { /* the last byte goes to `to` unless a longer one goes on */
+            int nx    = k + 1 == l[i].n && next < l[i].n ? to : node(c);
+            st        = g_byte(c->g, at[k], (uint8_t)l[i].p[k], (uint8_t)l[i].p[k], nx);
+            at[k + 1] = nx;
+        }
+        if (!st && (next >= l[i].n || !l[i].n))
+            st = g_eps(c->g, at[l[i].n], to);
+    }
+    free(at);
     return st;
 }
 
@@ -169,8 +231,8 @@ static k3_status digits(sc *c, const char *lo, const char *hi, int n, int from, 
 
 /* Decimal integers in [a, b], 0 <= a <= b. */
 static k3_status nonneg(sc *c, long long a, long long b, int from, int to) {
-    long long p = 1;
-    for (int L = 1; L <= 17 && p <= b; L++, p *= 10) {
+    long long p = 1; /* L digits: [p, 10p - 1], and 0 for L = 1 (so b = 0 still writes "0") */
+    for (int L = 1; L <= 17 && (L == 1 || p <= b); L++, p *= 10) {
         long long lo = a > (L == 1 ? 0 : p) ? a : (L == 1 ? 0 : p), hi = b < p * 10 - 1 ? b : p * 10 - 1;
         if (lo > hi)
             continue;
@@ -255,10 +317,91 @@ static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, in
     return int_range(c, lo, hi, from, to);
 }
 
+/* A bound of a number: an integer *out and whether it is exclusive, a fractional bound rounded
+ * inwards (minimum 0.5 is taken as 1: fewer documents, each valid). */
+static k3_status num_bound(const jv *v, const char *path, const char *key, int lower, int excl,
+                           long long *out, int *ex) {
+    k3_status st = bound(v, path, key, lower, 0, out);
+    *ex          = 0;
+    if (!st && excl) { /* an integer bound stays exclusive; a fraction rounded inwards already excludes it */
+        double d = v->kind == JV_FLOAT ? v->d : (double)*out;
+        *ex      = d == floor(d);
+    }
+    return st;
+}
+
+/* Numbers y >= 0 written without a sign, a <= y <= b (bounds given: a_in, b_in; a_ex, b_ex:
+ * exclusive), as integer part then fraction, no exponent. */
+static k3_status nonneg_number(sc *c, long long a, int a_in, int a_ex, long long b, int b_in, int b_ex,
+                               int from, int to) {
+    static const char *const frac[] = {"^(\\.[0-9]{1,16})?$", "^\\.0{0,15}[1-9][0-9]{0,15}$",
+                                       "^(\\.0{1,16})?$"};
+    long long                lo = a_in && a > 0 ? a : 0, hi = b_in ? b : G_INT_MAX;
+    k3_status                st = K3_OK;
+    if (lo > hi)
+        return K3_OK;
+    /* the integer parts: lo (when it is the exclusive lower bound: a nonzero fraction), hi (when it
+     * is an inclusive upper bound: a zero fraction; exclusive: none), the others any fraction */
+    long long pa = a_in && a_ex && a >= 0 ? a : -1, pb = b_in ? b : -1;
+    long long r0 = lo + (pa == lo), r1 = hi - (pb == hi);
+    int       cat[2] = {1, b_ex ? -1 : 2}; /* 0 any, 1 nonzero, 2 zero, -1 none */
+    if (pa >= 0 && pa == pb)               /* y > a and y <= a: none */
+        cat[0] = -1, pb = -1;
+    for (int k = 0; k < 3 && !st; k++) {
+        long long x = k == 0 ? r0 : k == 1 ? pa : pb, y = k == 0 ? r1 : x;
+        int       f = k == 0 ? 0 : cat[k - 1];
+        if (x < 0 || x > y || f < 0 || (k && (x < lo || x > hi)))
+            continue;
+        int m = node(c);
+        if (m < 0 || (st = int_range(c, x, y, from, m)) ||
+            (st = g_pattern(c->g, frac[f], strlen(frac[f]), "(number)", 0, m, to)))
+            return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    }
+    return st;
+}
+
+/* A number within minimum/maximum/exclusiveMinimum/exclusiveMaximum: no exponent, at most 16
+ * integer and 16 fraction digits. x >= 0 as y = x; x <= 0 as "-" then y = -x, whose bounds are
+ * the negated other ones. */
+static k3_status emit_number_range(sc *c, const jv *s, const char *path, int from, int to) {
+    static const char *const key[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    long long                b[2]   = {0, 0}, x;
+    int                      in[2] = {0, 0}, ex[2] = {0, 0}, e, fr = 0, rex[2] = {0, 0};
+    double                   r[2] = {-HUGE_VAL, HUGE_VAL}; /* the bounds as given */
+    k3_status                st;
+    for (int k = 0; k < 4; k++) {
+        const jv *v     = jv_get(s, key[k]);
+        int       lower = k < 2, i = !lower;
+        if (!v)
+            continue;
+        if (v->kind == JV_TRUE || v->kind == JV_FALSE)
+            return unsupported(path, key[k], "the boolean form (draft 4); give the bound as a number");
+        if ((st = num_bound(v, path, key[k], lower, k & 1, &x, &e)))
+            return st;
+        double d = v->kind == JV_FLOAT ? v->d : (double)x; /* x: exact for an integer (bound) */
+        fr |= v->kind == JV_FLOAT && d != floor(d);
+        if (lower ? d > r[0] || (d == r[0] && (k & 1)) : d < r[1] || (d == r[1] && (k & 1)))
+            r[i] = d, rex[i] = k & 1;
+        if (!in[i] || (lower ? x > b[i] || (x == b[i] && e) : x < b[i] || (x == b[i] && e)))
+            b[i] = x, ex[i] = e, in[i] = 1; /* the tighter bound */
+    }
+    if (r[0] > r[1] || (r[0] == r[1] && (rex[0] || rex[1])))
+        return K3_OK; /* no number: nothing (g_finish reports a schema left with nothing) */
+    if (fr && in[0] && in[1] && (b[0] > b[1] || (b[0] == b[1] && (ex[0] || ex[1]))))
+        return unsupported(path, "minimum",
+                           "fractional bounds with no integer between them (bounds are rounded inwards to "
+                           "integers: [0.5, 0.75] would admit nothing)");
+    int minus = node(c);
+    if (minus < 0 || (st = nonneg_number(c, b[0], in[0], ex[0], b[1], in[1], ex[1], from, to)) ||
+        (st = g_byte(c->g, from, '-', '-', minus)))
+        return minus < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : st;
+    return nonneg_number(c, -b[1], in[1], ex[1], -b[0], in[0], ex[0], minus, to);
+}
+
 /* -?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})? */
 static k3_status emit_number(sc *c, int from, int to) {
     static const char re[] = "^-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})?$";
-    return g_pattern(c->g, re, sizeof re - 1, "(number)", from, to);
+    return g_pattern(c->g, re, sizeof re - 1, "(number)", 0, from, to);
 }
 
 static const struct {
@@ -291,13 +434,13 @@ static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int
         if (pat) {
             if (pat->kind != JV_STRING)
                 return bad(path, "pattern", "a string");
-            return g_pattern(c->g, pat->s, pat->n, path, a, b);
+            return g_pattern(c->g, pat->s, pat->n, path, 0, a, b);
         }
         if (fmt->kind != JV_STRING)
             return bad(path, "format", "a string");
         for (size_t k = 0; k < sizeof formats / sizeof *formats; k++)
             if (!strcmp(fmt->s, formats[k].name))
-                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, a, b);
+                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, 0, a, b);
         char why[160];
         snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
         return unsupported(path, "format", why);
@@ -630,6 +773,8 @@ static k3_status types_of(const jv *s, const char *path, int *mask) {
     if (!t)
         return K3_OK;
     size_t n = t->kind == JV_ARRAY ? t->n : 1;
+    if (!n) /* not "any type": the meta-schema asks for at least one (ajv refuses the schema) */
+        return bad(path, "type", "a type or a non-empty list of types");
     for (size_t i = 0; i < n; i++) {
         const jv *e = t->kind == JV_ARRAY ? &t->items[i] : t;
         int       k = 0;
@@ -762,6 +907,8 @@ static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **ou
             return st;
         if (x->kind != JV_OBJECT || types_of(x, path, &t) || (t && t != T_OBJ))
             return unsupported(path, "allOf", "a branch that is not an object schema");
+        if (jv_get(x, "$id"))
+            return unsupported(path, "$id", "below the root (a $ref under it would name its own $defs)");
         for (size_t k = 0; k < x->n; k++)
             if (!IN(x->keys[k].s, annotations) && strcmp(x->keys[k].s, "type") &&
                 strcmp(x->keys[k].s, "properties") && strcmp(x->keys[k].s, "required") &&
@@ -837,6 +984,49 @@ static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **ou
     return st;
 }
 
+/* The string constants schema p allows (const or enum of strings): *n of them at *v (an array or
+ * the const itself); 0 when p is not such a schema. */
+static int str_consts(const jv *p, const jv **v, size_t *n) {
+    const jv *e = p && p->kind == JV_OBJECT ? jv_get(p, "const") : NULL;
+    if (e) {
+        *v = e, *n = 1;
+        return e->kind == JV_STRING;
+    }
+    e = p && p->kind == JV_OBJECT ? jv_get(p, "enum") : NULL;
+    if (!e || e->kind != JV_ARRAY)
+        return 0;
+    for (size_t i = 0; i < e->n; i++)
+        if (e->items[i].kind != JV_STRING)
+            return 0;
+    *v = e->items, *n = e->n;
+    return 1;
+}
+
+/* 1 when no document matches both object schemas a and b: a property both require whose string
+ * constants (const or enum) have none in common (a tagged union's discriminator). */
+static int tagged_apart(sc *c, const jv *a, const jv *b) {
+    const jv *r;
+    if (a->kind == JV_OBJECT && (r = jv_get(a, "$ref")) && resolve(c, r, "#", &a))
+        return 0;
+    if (b->kind == JV_OBJECT && (r = jv_get(b, "$ref")) && resolve(c, r, "#", &b))
+        return 0;
+    const jv *pa = jv_get(a, "properties"), *pb = jv_get(b, "properties");
+    for (size_t k = 0; pa && pb && pa->kind == JV_OBJECT && k < pa->n; k++) {
+        const jv *name = &pa->keys[k], *va, *vb;
+        size_t    na, nb;
+        if (!has_name(jv_get(a, "required"), name) || !has_name(jv_get(b, "required"), name) ||
+            !str_consts(&pa->items[k], &va, &na) || !str_consts(jv_get(pb, name->s), &vb, &nb))
+            continue;
+        int common = 0;
+        for (size_t i = 0; i < na && !common; i++)
+            for (size_t j = 0; j < nb && !common; j++)
+                common = va[i].n == vb[j].n && !memcmp(va[i].s, vb[j].s, va[i].n);
+        if (!common)
+            return 1;
+    }
+    return 0;
+}
+
 static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path, int from, int to) {
     const jv *l = jv_get(s, key);
     char      p2[512];
@@ -846,20 +1036,147 @@ static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path
     for (size_t k = 0; k < s->n; k++)
         if (strcmp(s->keys[k].s, key) && !IN(s->keys[k].s, annotations))
             return unsupported(path, key, "with sibling keywords (put them in each branch)");
-    for (size_t i = 0, seen = 0; !strcmp(key, "oneOf") && i < l->n; i++) { /* pairwise disjoint */
-        int t = schema_types(c, &l->items[i], 0);
-        if (t & (int)seen)
-            return unsupported(path, "oneOf",
-                               "branches that may match the same document (only branches of "
-                               "distinct types are supported; anyOf has no such limit)");
-        seen |= (size_t)t;
-    }
+    for (size_t i = 0; !strcmp(key, "oneOf") && i < l->n; i++) /* pairwise disjoint */
+        for (size_t j = 0; j < i; j++) {
+            int t = schema_types(c, &l->items[i], 0) & schema_types(c, &l->items[j], 0);
+            if (t && !(t == T_OBJ && tagged_apart(c, &l->items[i], &l->items[j])))
+                return unsupported(path, "oneOf",
+                                   "branches that may match the same document (supported: branches of "
+                                   "distinct types, or objects told apart by a required property of "
+                                   "distinct string constants; anyOf has no such limit)");
+        }
     for (size_t i = 0; i < l->n; i++) {
         snprintf(p2, sizeof p2, "%s/%s/%zu", path, key, i);
         if ((st = emit(c, &l->items[i], p2, from, to)))
             return st;
     }
     return K3_OK;
+}
+
+/* ---- enum and const with other keywords ---------------------------------------------------- */
+
+/* s without keyword key, parsed anew into *rest (NULL when s holds nothing else but type and
+ * annotations: type alone is checked by kind_type). Without a type, each keyword applies to its
+ * own type and values of the others pass: rest gets the types of the values (kinds, T_*; JSON
+ * integers as T_INT, which the integer grammar takes, other numbers T_NUM). */
+static k3_status schema_rest(const jv *s, const char *key, int kinds, jv **rest) {
+    jbuf      b  = {0};
+    k3_status st = jbuf_add(&b, "{", 1);
+    int       n = 0, other = 0;
+    *rest = NULL;
+    for (size_t i = 0; i < s->n && !st; i++) {
+        const char *k = s->keys[i].s;
+        if (!strcmp(k, key) || !strcmp(k, "$id")) /* rest is not the root: an $id would be refused */
+            continue;
+        other |= strcmp(k, "type") && !IN(k, annotations);
+        if ((n++ && (st = jbuf_add(&b, ",", 1))) || (st = jv_dump_str(k, s->keys[i].n, &b)) ||
+            (st = jbuf_add(&b, ":", 1)))
+            break;
+        st = jv_dump(&s->items[i], JV_SORTED_COMPACT, &b);
+    }
+    if (!st && other && !jv_get(s, "type")) {
+        static const char *const tn[] = {"null", "boolean", "integer", "number", "string", "array", "object"};
+        st                            = jbuf_add(&b, n ? ",\"type\":[" : "\"type\":[", n ? 9 : 8);
+        for (int k = 0, m = 0; k < 7 && !st; k++)
+            if (kinds & 1 << k)
+                st = k3_buf_printf(&b, "%s\"%s\"", m++ ? "," : "", tn[k])
+                         ? k3_err(K3_ERR_NOMEM, "grammar: out of memory")
+                         : K3_OK;
+        if (!st)
+            st = jbuf_add(&b, "]", 1);
+    }
+    if (!st && other && !(st = jbuf_add(&b, "}", 1)))
+        st = jv_parse(b.p, b.n, rest);
+    free(b.p);
+    return st;
+}
+
+/* The grammar of rest (a schema of c's document: its $refs resolve against c's root), to check
+ * enum/const values with: what the other keywords of their schema allow. Their grammars count
+ * against one budget, so a schema of many such enums cannot multiply its compile time. */
+static k3_status rest_grammar(sc *c, const jv *rest, const char *path, k3_grammar **out) {
+    sc       *top = c->top ? c->top : c;
+    sc        t   = {.any = -1, .root = c->root, .top = top, .nest = c->nest + 1};
+    k3_status st;
+    int       none = 0;
+    *out           = NULL;
+    if (t.nest > 8) /* through a $ref back to itself it would never end */
+        return k3_err(K3_ERR_UNSUPPORTED,
+                      "json schema: unsupported keyword \"enum\" at %s: enum/const values checked "
+                      "against other keywords that hold such values themselves, more than 8 deep",
+                      path);
+    if ((st = g_new(c->g->voc, "json schema", &t.g)))
+        return st;
+    if (!(st = rule_of(&t, rest, path, &t.g->root)) && !(st = rules_emit(&t)))
+        none = g_finish(t.g) == K3_ERR_ARG; /* no document: no value passes */
+    top->checked += 16 + t.g->n_node;       /* 16: the cost of a grammar however small */
+    if (!st && top->checked > G_MAX_NODES)
+        st = k3_err(K3_ERR_UNSUPPORTED,
+                    "json schema: too large at %s: checking enum/const values against their other "
+                    "keywords needs more than %d grammar nodes",
+                    path, G_MAX_NODES);
+    st = sc_finish(&t, NULL, st, out); /* a full grammar: "too large at" the innermost path */
+    if (none)
+        k3_grammar_free(*out), *out = NULL;
+    return st;
+}
+
+/* *ok: value x, written as value_text writes it, is a document of chk. */
+static k3_status value_ok(const k3_grammar *chk, const jv *x, int *ok) {
+    jbuf       b  = {0};
+    k3_gmatch *m  = NULL;
+    k3_status  st = jv_dump(x, JV_COMPACT, &b);
+    *ok           = 0;
+    if (!chk || st)
+        return free(b.p), st;
+    if (!(st = k3_gmatch_new(chk, &m)))
+        *ok = !k3_gmatch_accept_bytes(m, b.p, b.n) && k3_gmatch_complete(m);
+    k3_gmatch_free(m);
+    free(b.p);
+    return st;
+}
+
+/* The values of s's const (else enum) of the types given (0: any) that s's other keywords allow,
+ * from -> to; raw 1: strings only, written raw (a tool call's string argument). */
+static k3_status emit_enum(sc *c, const jv *s, const char *path, int types, int raw, int from, int to) {
+    const jv   *v   = jv_get(s, "const") ? jv_get(s, "const") : jv_get(s, "enum");
+    const char *key = jv_get(s, "const") ? "const" : "enum";
+    size_t      n   = key[0] == 'c' ? 1 : v->n;
+    k3_status   st;
+    if (key[0] == 'e' && v->kind != JV_ARRAY)
+        return bad(path, "enum", "an array");
+    jv         *rest  = NULL; /* the schema without this keyword, when it holds more than type */
+    k3_grammar *chk   = NULL;
+    int         kinds = 0;
+    for (size_t i = 0; i < n; i++) {
+        const jv *x = key[0] == 'c' ? v : &v->items[i];
+        kinds |= x->kind == JV_INT ? T_INT : kind_type(x);
+    }
+    if ((st = schema_rest(s, key, kinds, &rest)) || (rest && (st = rest_grammar(c, rest, path, &chk))))
+        return jv_free(rest), st;
+    jbuf    all = {0}; /* the kept values' texts, one after another */
+    size_t *end = k3_malloc((n + 1) * sizeof *end), m = 0;
+    lit_t  *l = k3_malloc((n + 1) * sizeof *l);
+    if (!end || !l)
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    for (size_t i = 0; i < n && !st; i++) {
+        const jv *x  = key[0] == 'c' ? v : &v->items[i];
+        int       ok = (!types || (kind_type(x) & types)) && (!raw || x->kind == JV_STRING);
+        if (ok && rest && (st = value_ok(chk, x, &ok)))
+            break;
+        if (ok && !(st = value_text(x, path, raw, &all)))
+            end[m++] = all.n;
+    }
+    for (size_t i = 0; i < m && !st; i++)
+        l[i] = (lit_t){.p = all.p + (i ? end[i - 1] : 0), .n = end[i] - (i ? end[i - 1] : 0)};
+    if (!st)
+        st = emit_trie(c, l, m, from, to);
+    free(all.p);
+    free(end);
+    free(l);
+    k3_grammar_free(chk);
+    jv_free(rest);
+    return st;
 }
 
 /* ---- a schema ----------------------------------------------------------------------------- */
@@ -888,6 +1205,8 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
     for (size_t i = 0; i < s->n; i++)
         if (!IN(s->keys[i].s, annotations) && !IN(s->keys[i].s, keywords))
             return unsupported(path, s->keys[i].s, NULL);
+    if (s != c->root && jv_get(s, "$id")) /* a new base: "#/$defs/t" below it means its own $defs */
+        return unsupported(path, "$id", "below the root (a $ref under it would name its own $defs)");
     const jv *v;
     if ((v = jv_get(s, "$ref"))) {
         const jv *t;
@@ -903,6 +1222,14 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
         return emit_alts(c, s, "anyOf", path, from, to);
     if (jv_get(s, "oneOf"))
         return emit_alts(c, s, "oneOf", path, from, to);
+    if ((v = jv_get(s, "allOf")) && v->kind == JV_ARRAY && v->n == 1) { /* the branch itself */
+        char p2[512];
+        for (size_t k = 0; k < s->n; k++)
+            if (strcmp(s->keys[k].s, "allOf") && !IN(s->keys[k].s, annotations))
+                return unsupported(path, "allOf", "with sibling keywords");
+        snprintf(p2, sizeof p2, "%s/allOf/0", path);
+        return emit(c, &v->items[0], p2, from, to);
+    }
     if (jv_get(s, "allOf")) {
         const jv *m = NULL;
         char      p2[512];
@@ -912,17 +1239,8 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
     int types;
     if ((st = types_of(s, path, &types)))
         return st;
-    if ((v = jv_get(s, "const")))
-        return types && !(kind_type(v) & types) ? K3_OK : emit_value(c, v, path, from, to);
-    if ((v = jv_get(s, "enum"))) {
-        if (v->kind != JV_ARRAY)
-            return bad(path, "enum", "an array");
-        for (size_t i = 0; i < v->n; i++)
-            if ((!types || (kind_type(&v->items[i]) & types)) &&
-                (st = emit_value(c, &v->items[i], path, from, to)))
-                return st;
-        return K3_OK;
-    }
+    if (jv_get(s, "const") || jv_get(s, "enum"))
+        return emit_enum(c, s, path, types, 0, from, to);
     if (!types) { /* no type: what the keywords imply, else any value */
         for (size_t i = 0; i < s->n; i++) {
             const char *k = s->keys[i].s;
@@ -940,19 +1258,14 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
             return (st = any_rule(c, &start)) ? st : g_call(c->g, from, start, to);
         }
     }
-    if ((types & T_NUM) && (jv_get(s, "minimum") || jv_get(s, "maximum") || jv_get(s, "exclusiveMinimum") ||
-                            jv_get(s, "exclusiveMaximum")))
-        return unsupported(path,
-                           jv_get(s, "minimum")   ? "minimum"
-                           : jv_get(s, "maximum") ? "maximum"
-                                                  : "exclusiveMinimum",
-                           "bounds on type number (supported on integer)");
+    int nb = (types & T_NUM) && (jv_get(s, "minimum") || jv_get(s, "maximum") ||
+                                 jv_get(s, "exclusiveMinimum") || jv_get(s, "exclusiveMaximum"));
     if ((types & T_NULL) && (st = lit(c, from, "null", to)))
         return st;
     if ((types & T_BOOL) && ((st = lit(c, from, "true", to)) || (st = lit(c, from, "false", to))))
         return st;
     if (types & T_NUM)
-        st = emit_number(c, from, to);
+        st = nb ? emit_number_range(c, s, path, from, to) : emit_number(c, from, to);
     else if (types & T_INT)
         st = emit_integer(c, s, path, from, to);
     if (st || ((types & T_STR) && (st = emit_string(c, s, path, from, to))) ||
@@ -1138,30 +1451,37 @@ static k3_status attr_lit(sc *c, int from, const char *s, size_t n, int to) {
     return st;
 }
 
-/* A raw string VALUE: any UTF-8 text (no escaping), enum/const literals, or a format/pattern. */
+/* A raw string VALUE: any UTF-8 text (no escaping), enum/const literals, or a format/pattern
+ * (their automata in raw form). The keywords are response_format's, with the same refusals. */
 static k3_status raw_string(sc *c, const jv *s, const char *path, int from, int to) {
-    const jv *e = jv_get(s, "const"), *en = jv_get(s, "enum");
     k3_status st;
-    if (e || en) {
-        for (size_t i = 0; i < (e ? 1 : en->n); i++) {
-            const jv *v = e ? e : &en->items[i];
-            if (v->kind == JV_STRING && (st = g_lit(c->g, from, v->s, v->n, to)))
-                return st;
-        }
-        return K3_OK;
-    }
-    if (jv_get(s, "pattern") || jv_get(s, "format")) { /* their automata write no escapes for these */
-        const jv *p = jv_get(s, "pattern"), *f = jv_get(s, "format");
-        if (p && p->kind == JV_STRING)
-            return g_pattern(c->g, p->s, p->n, path, from, to);
-        for (size_t k = 0; f && f->kind == JV_STRING && k < sizeof formats / sizeof *formats; k++)
-            if (!strcmp(f->s, formats[k].name))
-                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, from, to);
-        return unsupported(path, "format", "a format other than date-time, date, uuid, email");
-    }
+    for (size_t i = 0; i < s->n; i++)
+        if (!IN(s->keys[i].s, annotations) && !IN(s->keys[i].s, keywords))
+            return unsupported(path, s->keys[i].s, NULL);
+    static const char *const comb[] = {"anyOf", "oneOf", "allOf", "$ref"};
+    for (size_t i = 0; i < sizeof comb / sizeof *comb; i++)
+        if (jv_get(s, comb[i]))
+            return unsupported(path, comb[i], "in a string argument of a tool (written raw)");
+    if (jv_get(s, "const") || jv_get(s, "enum"))
+        return emit_enum(c, s, path, T_STR, 1, from, to);
     long mn, mx;
     if ((st = get_count(s, "minLength", path, 0, &mn)) || (st = get_count(s, "maxLength", path, -1, &mx)))
         return st;
+    if (jv_get(s, "pattern") || jv_get(s, "format")) {
+        const jv *p = jv_get(s, "pattern"), *f = jv_get(s, "format");
+        if (p && f)
+            return unsupported(path, "format", "together with pattern");
+        if (mn > 0 || mx >= 0)
+            return unsupported(path, mn > 0 ? "minLength" : "maxLength", "together with pattern or format");
+        if (p && p->kind != JV_STRING)
+            return bad(path, "pattern", "a string");
+        if (p)
+            return g_pattern(c->g, p->s, p->n, path, 1, from, to);
+        for (size_t k = 0; f && f->kind == JV_STRING && k < sizeof formats / sizeof *formats; k++)
+            if (!strcmp(f->s, formats[k].name))
+                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, 1, from, to);
+        return unsupported(path, "format", "a format other than date-time, date, uuid, email");
+    }
     if (mx >= 0 && mn > mx)
         return K3_OK; /* no string: nothing */
     if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
