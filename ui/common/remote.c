@@ -24,26 +24,30 @@
 #include "k3.h"
 #include "tool-json.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
-#define REMOTE_MAX_BODY (1u << 20)  /* bytes kept of a non-stream body (errors, JSON answers) */
-#define REMOTE_MAX_EVENT (1u << 20) /* bytes of one stream event (its line, its data lines)    */
+#define REMOTE_MAX_BODY (1u << 20)    /* bytes kept of a non-stream body (errors, JSON answers) */
+#define REMOTE_MAX_EVENT (1u << 20)   /* bytes of one stream event (its line, its data lines)    */
+#define REMOTE_MAX_ANSWER (64u << 20) /* bytes of one answer, reasoning and text together       */
 #define REMOTE_CONNECT_S 10L
 #define REMOTE_SILENCE_S 300L /* no byte for this long: timed out */
 
 typedef struct remote {
     ue      *u;
     k3_conv *c;
-    char     base[1024]; /* ".../v1" without a trailing slash */
-    char     model[256]; /* "" = not known yet               */
-    char     auth[600];  /* "Authorization: Bearer KEY" or "" */
-    int      ctx_max;    /* from /models max_model_len, -1 unknown */
-    int      ctx_used;   /* prompt + completion tokens of the last answered turn (usage) */
+    char     base[1024];  /* ".../v1" without a trailing slash */
+    char     shown[1024]; /* base without a user:password@ (for messages and the status bar) */
+    char    *model;       /* NULL = not known yet (heap: a server's id may be long) */
+    char     auth[600];   /* "Authorization: Bearer KEY" or "" */
+    int      ctx_max;     /* from /models max_model_len, -1 unknown */
+    int      ctx_used;    /* prompt + completion tokens of the last answered turn (usage) */
     CURL    *curl;
     char     cerr[CURL_ERROR_SIZE];
     /* one turn */
@@ -51,6 +55,7 @@ typedef struct remote {
     int         is_sse;
     txt_buf     line;        /* partial SSE line                   */
     txt_buf     data;        /* data lines of the current event    */
+    int         ev_error;    /* the current event is "event: error" */
     txt_buf     body;        /* a non-stream body                  */
     txt_buf     think, resp; /* the answer so far                  */
     int         done, n_prompt, n_completion;
@@ -102,6 +107,7 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     r->http    = 0;
     r->is_sse  = -1;
     r->body.n = r->line.n = r->data.n = 0;
+    r->ev_error                       = 0;
     CURLcode rc                       = curl_easy_perform(c);
     long     code                     = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
@@ -129,21 +135,29 @@ static const char *error_message(json_t *o) {
 /* One line for a transfer that failed: curl's reason, or the server's error message. */
 static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     if (r->err[0]) {
-        snprintf(out, n, "%.300s: %.600s", r->base, r->err);
+        snprintf(out, n, "%.300s: %.600s", r->shown, r->err);
     } else if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST) {
-        snprintf(out, n, "cannot connect to %.300s: %.300s", r->base,
+        snprintf(out, n, "cannot connect to %.300s: %.300s", r->shown,
                  r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {
-        snprintf(out, n, "%.300s timed out: %.300s", r->base, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+        snprintf(out, n, "%.300s timed out: %.300s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else if (rc != CURLE_OK) {
-        snprintf(out, n, "%.300s: %.300s", r->base, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+        snprintf(out, n, "%.300s: %.300s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else {
         json_t     *o   = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
         const char *msg = error_message(o);
-        snprintf(out, n, "the server answered %d: %.400s", r->http,
-                 msg         ? msg
-                 : r->body.n ? r->body.p
-                             : "(no message)");
+        char       *to  = NULL; /* redirects are not followed (the key would go along): say where to */
+        if (r->http >= 300 && r->http < 400 &&
+            curl_easy_getinfo(r->curl, CURLINFO_REDIRECT_URL, &to) == CURLE_OK && to)
+            snprintf(out, n,
+                     "the server answered %d, a redirect to %.300s, which k3chat does not follow: "
+                     "give that address to --endpoint",
+                     r->http, to);
+        else
+            snprintf(out, n, "the server answered %d: %.400s", r->http,
+                     msg         ? msg
+                     : r->body.n ? r->body.p
+                                 : "(no message)");
         curl_off_t wait = -1;
         if (curl_easy_getinfo(r->curl, CURLINFO_RETRY_AFTER, &wait) == CURLE_OK && wait > 0)
             snprintf(out + strlen(out), n - strlen(out), " (it asks to wait %lld s before retrying)",
@@ -157,9 +171,17 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
 
 /* ---- the answer -------------------------------------------------------------------------- */
 
-static void piece(remote *r, int ch, const char *s, size_t n) {
+/* One piece of the answer to its channel; -1 (r->err set) past REMOTE_MAX_ANSWER: a server that
+ * streams without end took all the memory it sent, in the answer and the UI's copy of it. */
+static int piece(remote *r, int ch, const char *s, size_t n) {
     if (!n)
-        return;
+        return 0;
+    if (r->think.n + r->resp.n + n > REMOTE_MAX_ANSWER) {
+        snprintf(r->err, sizeof r->err,
+                 "the answer went past %u MiB (reasoning and text together) and was stopped",
+                 REMOTE_MAX_ANSWER >> 20);
+        return -1;
+    }
     txt_buf_add(ch == EV_CH_THINK ? &r->think : &r->resp, s, n);
     ue_emit_token(r->u, ch, s, n);
     ui_ev e = {.type = EV_STATS};
@@ -168,6 +190,7 @@ static void piece(remote *r, int ch, const char *s, size_t n) {
         e.st.ctx_max  = r->ctx_max;
         ev_push(r->u->out, &e);
     }
+    return 0;
 }
 
 static json_t *reasoning_of(json_t *o) {
@@ -183,12 +206,13 @@ static json_t *reasoning_of(json_t *o) {
 /* A message's (or delta's) reasoning and content to their channels, whole: a model may write a
  * NUL byte (JSON "\u0000", parsed with JSON_ALLOW_NUL), which the text path escapes like any
  * other control character instead of cutting the piece there. */
-static void message_pieces(remote *r, json_t *m) {
+static int message_pieces(remote *r, json_t *m) {
     json_t *t = reasoning_of(m), *c = json_object_get(m, "content");
-    if (t)
-        piece(r, EV_CH_THINK, json_string_value(t), json_string_length(t));
-    if (json_is_string(c))
-        piece(r, EV_CH_RESPONSE, json_string_value(c), json_string_length(c));
+    if (t && piece(r, EV_CH_THINK, json_string_value(t), json_string_length(t)))
+        return -1;
+    if (json_is_string(c) && piece(r, EV_CH_RESPONSE, json_string_value(c), json_string_length(c)))
+        return -1;
+    return 0;
 }
 
 static void usage_of(remote *r, json_t *o) {
@@ -207,6 +231,17 @@ static int on_event(remote *r, const char *d, size_t n) {
     }
     json_error_t je;
     json_t      *o = json_loadb(d, n, JSON_ALLOW_NUL, &je);
+    if (r->ev_error) { /* "event: error": its data is the reason, JSON or text */
+        const char *m = json_is_object(o) ? error_message(o) : NULL;
+        if (!m && json_is_object(o))
+            m = json_string_value(json_object_get(o, "message"));
+        snprintf(r->err, sizeof r->err, "the server failed mid-answer: %.400s",
+                 m   ? m
+                 : n ? d
+                     : "(no message)");
+        json_decref(o);
+        return -1;
+    }
     if (!json_is_object(o)) {
         snprintf(r->err, sizeof r->err, "malformed stream: an event is not a JSON object (%s): %.60s",
                  o ? "wrong type" : je.text, d);
@@ -222,8 +257,10 @@ static int on_event(remote *r, const char *d, size_t n) {
     usage_of(r, o);
     json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
     json_t *dl = json_object_get(ch, "delta");
-    if (json_is_object(dl))
-        message_pieces(r, dl);
+    if (json_is_object(dl) && message_pieces(r, dl)) {
+        json_decref(o);
+        return -1;
+    }
     const char *f = json_string_value(json_object_get(ch, "finish_reason"));
     if (f)
         snprintf(r->finish, sizeof r->finish, "%s", f);
@@ -245,12 +282,20 @@ static int on_line(remote *r, const char *s, size_t n) {
     if (n && s[n - 1] == '\r')
         n--;
     if (n == 0) { /* end of an event */
-        int rc    = r->data.n ? on_event(r, r->data.p, r->data.n) : 0;
-        r->data.n = 0;
+        int rc      = r->data.n ? on_event(r, r->data.p, r->data.n) : r->ev_error ? on_event(r, "", 0) : 0;
+        r->data.n   = 0;
+        r->ev_error = 0;
         return rc;
     }
     if (s[0] == ':')
-        return 0; /* comment / keep-alive */
+        return 0;                            /* comment / keep-alive */
+    if (n >= 6 && !memcmp(s, "event:", 6)) { /* "event: error" (an SSE event type) carries a failure */
+        s += 6, n -= 6;
+        if (n && *s == ' ')
+            s++, n--;
+        r->ev_error = n == 5 && !memcmp(s, "error", 5);
+        return 0;
+    }
     if (n >= 5 && !memcmp(s, "data:", 5)) {
         s += 5, n -= 5;
         if (n && *s == ' ')
@@ -261,7 +306,7 @@ static int on_line(remote *r, const char *s, size_t n) {
             txt_buf_add(&r->data, "\n", 1);
         return txt_buf_add(&r->data, s, n);
     }
-    return 0; /* event:, id:, retry: */
+    return 0; /* id:, retry: */
 }
 
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
@@ -317,7 +362,10 @@ static int on_json_answer(remote *r) {
         json_decref(o);
         return -1;
     }
-    message_pieces(r, msg);
+    if (message_pieces(r, msg)) {
+        json_decref(o);
+        return -1;
+    }
     const char *f = json_string_value(json_object_get(ch, "finish_reason"));
     snprintf(r->finish, sizeof r->finish, "%s", f ? f : "stop");
     usage_of(r, o);
@@ -339,14 +387,17 @@ static int discover(remote *r, char *msg, size_t n) {
     json_t     *o  = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
     json_t     *m0 = json_array_get(json_object_get(o, "data"), 0);
     const char *id = json_string_value(json_object_get(m0, "id"));
-    if (!r->model[0] && id)
-        snprintf(r->model, sizeof r->model, "%s", id);
+    if (!r->model && id && !(r->model = strdup(id))) {
+        json_decref(o);
+        snprintf(msg, n, "out of memory");
+        return -1;
+    }
     json_t *len = json_object_get(m0, "max_model_len");
     if (json_is_integer(len))
         r->ctx_max = (int)json_integer_value(len);
     json_decref(o);
-    if (!r->model[0]) {
-        snprintf(msg, n, "%s/models names no model: use --model NAME", r->base);
+    if (!r->model) {
+        snprintf(msg, n, "%s/models names no model: use --model NAME", r->shown);
         return -1;
     }
     return 0;
@@ -420,10 +471,12 @@ static void turn(remote *r, const ue_gen *g) {
     CURLcode rc              = CURLE_OK;
     int      failed          = 0;
     char    *body            = NULL;
-    if (!r->model[0] && discover(r, msg, sizeof msg)) {
+    if (!r->model && discover(r, msg, sizeof msg)) {
         failed = 1;
     } else if (!(body = request_body(r, g))) {
-        snprintf(msg, sizeof msg, "out of memory");
+        json_t *name = json_string(r->model); /* jansson takes only UTF-8 */
+        snprintf(msg, sizeof msg, name ? "out of memory" : "the model name (--model) is not valid UTF-8");
+        json_decref(name);
         failed = 1;
     } else {
         rc = http(r, "/chat/completions", body, 0);
@@ -439,7 +492,7 @@ static void turn(remote *r, const ue_gen *g) {
             describe_failure(r, rc, msg, sizeof msg);
             failed = 1;
         } else if (!r->done && !r->finish[0]) {
-            snprintf(msg, sizeof msg, "%s: the stream ended before the answer was complete", r->base);
+            snprintf(msg, sizeof msg, "%s: the stream ended before the answer was complete", r->shown);
             failed = 1;
         }
     }
@@ -542,6 +595,46 @@ static void set_base(remote *r, const char *url) {
     const char *host = strstr(r->base, "://");
     if (!strchr(host ? host + 3 : r->base, '/') && n + 3 < sizeof r->base)
         strcat(r->base, "/v1");
+    /* what messages show: without the user:password@ of the authority (libcurl sends it as Basic
+     * authentication; on the status bar or in an error line it would be on screen) */
+    const char *a   = host ? host + 3 : r->base;
+    size_t      end = strcspn(a, "/?#");
+    const char *at  = NULL;
+    for (const char *q = a; q < a + end; q++)
+        if (*q == '@')
+            at = q;
+    if (at)
+        snprintf(r->shown, sizeof r->shown, "%.*s%s", (int)(a - r->base), r->base, at + 1);
+    else
+        snprintf(r->shown, sizeof r->shown, "%s", r->base);
+}
+
+/* 1 when the URL sends a secret (an API key, or a password in it) in the clear: http:// to a host
+ * that is not a loopback address or name; *host_out gets the host as shown. */
+static int secret_in_clear(const remote *r, int has_key, char *host_out, size_t hn) {
+    if (strncasecmp(r->base, "http://", 7))
+        return 0;
+    const char *a   = r->base + 7;
+    size_t      end = strcspn(a, "/?#");
+    int         pw  = 0;
+    for (const char *q = a; q < a + end; q++)
+        if (*q == '@') { /* userinfo: a password if it has a ':' */
+            pw |= memchr(a, ':', (size_t)(q - a)) != NULL;
+            end -= (size_t)(q + 1 - a);
+            a = q + 1;
+        }
+    size_t hl = a[0] == '[' ? strcspn(a, "]") + (a[strcspn(a, "]")] == ']') : strcspn(a, ":/?#");
+    if (hl > end)
+        hl = end;
+    snprintf(host_out, hn, "%.*s", (int)hl, a);
+    char h[256];
+    snprintf(h, sizeof h, "%.*s", (int)(a[0] == '[' && hl >= 2 ? hl - 2 : hl), a[0] == '[' ? a + 1 : a);
+    unsigned char ip[16];
+    size_t        k    = strlen(h);
+    int           loop = !strcasecmp(h, "localhost") || (k > 10 && !strcasecmp(h + k - 10, ".localhost")) ||
+               (inet_pton(AF_INET, h, ip) == 1 && ip[0] == 127) ||
+               (inet_pton(AF_INET6, h, ip) == 1 && !memcmp(ip, in6addr_loopback.s6_addr, 16));
+    return (has_key || pw) && !loop;
 }
 
 static int remote_open(ue *u, void **self, char *err, size_t errn) {
@@ -552,7 +645,7 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
     r->ctx_max = -1;
     set_base(r, u->opts->endpoint);
     if (u->opts->model_name)
-        snprintf(r->model, sizeof r->model, "%s", u->opts->model_name);
+        r->model = strdup(u->opts->model_name);
     if (u->opts->api_key)
         snprintf(r->auth, sizeof r->auth, "Authorization: Bearer %s", u->opts->api_key);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(r->curl = curl_easy_init()) ||
@@ -560,6 +653,7 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         snprintf(err, errn, "cannot start libcurl");
         if (r->curl)
             curl_easy_cleanup(r->curl);
+        free(r->model);
         free(r);
         return -1;
     }
@@ -567,11 +661,17 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
     char msg[1200];
     int  down = discover(r, msg, sizeof msg);
     char desc[400];
-    snprintf(desc, sizeof desc, "%.120s · remote %.200s", r->model[0] ? r->model : "?", r->base);
+    snprintf(desc, sizeof desc, "%.120s · remote %.200s", r->model ? r->model : "?", r->shown);
     ui_ev e = {.type = EV_READY, .text = desc, .i = r->ctx_max > 0 ? r->ctx_max : 0};
     e.gen   = (ue_gen){
           .temp = -1, .top_p = -1, .think = 1, .effort = 2, .max_tokens = -1}; /* the server's, unknown */
     ev_push(u->out, &e);
+    char host[300];
+    if (secret_in_clear(r, r->auth[0] != 0, host, sizeof host))
+        ue_emitf(u, EV_ERROR,
+                 "warning: %s goes to %s over plain http://, which anyone on the network between can read: "
+                 "use https:// (a server on this machine is reached safely through 127.0.0.1 or localhost)",
+                 r->auth[0] ? "the API key" : "the password in the URL", host);
     if (down) /* not fatal: the server may come up; each turn tries again */
         ue_emitf(u, EV_ERROR, "%s", msg);
     *self = r;
@@ -583,6 +683,7 @@ static void remote_close(void *self) {
     curl_easy_cleanup(r->curl);
     curl_global_cleanup();
     k3_conv_free(r->c);
+    free(r->model);
     free(r->line.p);
     free(r->data.p);
     free(r->body.p);

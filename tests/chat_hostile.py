@@ -1,0 +1,67 @@
+# chat_hostile.py: a hostile or broken OpenAI-compatible server for t-chat-hostile.sh (loopback
+# only). Usage: python3 chat_hostile.py PORTFILE LOGFILE
+# It listens on 127.0.0.1 (a free port, written to PORTFILE once it listens) and appends one JSON
+# line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
+# header or null}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
+# bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
+# "fake-model". What a chat request gets depends on its last message:
+#   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
+#             goes, LOGFILE.forever gets the bytes sent
+#   evterr    "partial " then an SSE "event: error" whose data is {"message": "quota exceeded ..."}
+#   evterr2   the same with an error event that has no data line, then the connection closes
+#   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
+#   anything else streams "ok"
+# It runs until killed, 300 s at the most.
+import json
+import os
+import sys
+import time
+
+from serve_lib import FakeHandler, delta, sse, start_fake
+
+LONG_ID = "mm" + "\u00e9" * 150
+
+
+class Fake(FakeHandler):
+    def do_GET(self):
+        if self.path.startswith("/long/"):
+            self.send_json(200, {"object": "list", "data": [{"id": LONG_ID, "object": "model"}]})
+            return
+        super().do_GET()
+
+    def do_POST(self):
+        req = self.read_json()
+        with open(sys.argv[2], "a") as f:
+            f.write(json.dumps({"model": req.get("model"), "auth": self.headers.get("Authorization")}) + "\n")
+        last = req["messages"][-1]["content"]
+        if last == "redirect":
+            self.send_response(307)
+            self.send_header("Location", "http://127.0.0.2:9/v1/chat/completions")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.start_stream()
+        if last == "forever":
+            ev, sent = sse(delta({"content": "B" * 64000})), 0
+            try:
+                while sent < 1 << 30:
+                    self.wfile.write(ev)
+                    sent += len(ev)
+            except OSError:
+                pass
+            with open(sys.argv[2] + ".forever", "w") as f:
+                f.write(str(sent))
+            return
+        if last in ("evterr", "evterr2"):
+            out = sse(delta({"content": "partial "})) + b"event: error\n"
+            out += b'data: {"message": "quota exceeded for this key"}\n\n' if last == "evterr" else b"\n"
+            self.wfile.write(out)
+            return
+        self.wfile.write(sse(delta({"content": "ok"}, "stop")) + b"data: [DONE]\n\n")
+
+
+srv = start_fake(Fake)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(srv.server_address[1]))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(300)

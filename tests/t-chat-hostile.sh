@@ -1,0 +1,89 @@
+#!/bin/sh
+# t-chat-hostile.sh: --endpoint against a hostile or broken server (chat_hostile.py, loopback):
+# an endless stream is stopped at the answer bound with a line saying so and the conversation goes
+# on; an SSE "event: error" shows the server's reason; a redirect is not followed and names its
+# target; a long model id from /models is requested whole; a password in the URL never shows, and
+# a key or password that would cross the network unencrypted (http:// to a host that is not
+# loopback) draws a warning.
+. "$K3_SRC/tests/tui-lib.sh"
+
+python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
+fpid=$!
+trap '$T kill-server 2>/dev/null; kill $fpid 2>/dev/null' EXIT
+wait_until "the fake server's port in $K3_TMP/port" 10 test -s "$K3_TMP/port"
+port=$(cat "$K3_TMP/port")
+ep="http://127.0.0.1:$port"
+cd "$K3_TMP" || exit 1
+export XDG_STATE_HOME="$K3_TMP/state" HOME="$K3_TMP"
+
+# an endless stream: stopped at 64 MiB (it took all the memory the server sent), the reply kept
+# as interrupted, and the next message is answered
+printf 'forever\nhi\n/save %s/forever.jsonl\n' "$K3_TMP" |
+    timeout 300 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out1" 2>"$K3_TMP/err1"
+check "an endless stream: the turn fails with the bound's reason" \
+    grep -q "^k3chat: $ep/v1: the answer went past 64 MiB (reasoning and text together) and was stopped (the conversation is kept" \
+    "$K3_TMP/err1"
+wait_until "the server's count of the bytes it sent" 30 test -s "$K3_TMP/reqs.forever"
+sent=$(cat "$K3_TMP/reqs.forever")
+check "... the client stopped reading soon after the bound ($sent bytes sent)" [ "$sent" -lt $((96 << 20)) ]
+check "... and the next message is answered" grep -q "^ok$" "$K3_TMP/out1"
+check "... the cut reply is saved as interrupted, before the next turn" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+a = [x for x in m if x.get("role") == "assistant"]
+sys.exit(not (len(a) == 2 and a[0].get("interrupted") and len(a[0]["content"]) <= 64 << 20
+              and set(a[0]["content"]) == {"B"} and a[1]["content"] == "ok"))' "$K3_TMP/forever.jsonl"
+
+# SSE "event: error": its data is the reason (it was dropped: 'the stream ended before ...')
+printf 'evterr\nevterr2\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out2" 2>"$K3_TMP/err2"
+check "event: error: the server's reason is shown" \
+    grep -q "^k3chat: $ep/v1: the server failed mid-answer: quota exceeded for this key (the conversation" "$K3_TMP/err2"
+check "... an error event without data says so" \
+    grep -q "^k3chat: $ep/v1: the server failed mid-answer: (no message) (the conversation" "$K3_TMP/err2"
+check "... and what came before it is shown" grep -q "^partial" "$K3_TMP/out2"
+
+# a redirect is not followed (the key would go to the other host): the message says where to
+printf 'redirect\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "$ep" --plain \
+    >/dev/null 2>"$K3_TMP/err3"
+check "a redirect names its target and is not followed" grep -qF \
+    "k3chat: the server answered 307, a redirect to http://127.0.0.2:9/v1/chat/completions, which k3chat does not follow" \
+    "$K3_TMP/err3"
+check "... a key to 127.0.0.1 draws no warning" sh -c "! grep -q warning '$K3_TMP/err3'"
+check "... and the key is not shown" sh -c "! grep -q k3-secret-key '$K3_TMP/err3'"
+
+# a model id longer than 255 bytes: requested whole (it was cut inside a character and every turn
+# failed with 'out of memory')
+: >"$K3_TMP/reqs"
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/long/v1" --plain >"$K3_TMP/out4" 2>"$K3_TMP/err4"
+check "a 302-byte model id: the turn is answered" grep -q "^ok$" "$K3_TMP/out4"
+check "... and the request names the model whole" /usr/bin/python3 -c '
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+sys.exit(r["model"] != "mm" + "\u00e9" * 150)' "$K3_TMP/reqs"
+
+# a password in the URL: sent (Basic authentication) but never shown; http:// to an address that
+# is not loopback (0.0.0.0 reaches this machine's 127.0.0.1 on Linux) draws a warning
+ep0="http://k3user:pw-secret@0.0.0.0:$port"
+printf 'evterr\n' | timeout 60 "$K3CHAT" --endpoint "$ep0" --plain >/dev/null 2>"$K3_TMP/err5"
+check "a password in the URL: the warning names the host" grep -q \
+    "^k3chat: warning: the password in the URL goes to 0.0.0.0 over plain http://" "$K3_TMP/err5"
+check "... the error line shows the URL without it" \
+    grep -q "^k3chat: http://0.0.0.0:$port/v1: the server failed mid-answer: quota" "$K3_TMP/err5"
+check "... and the password shows nowhere" sh -c "! grep -q pw-secret '$K3_TMP/err5'"
+check "... it went to the server as Basic authentication" grep -q '"auth": "Basic ' "$K3_TMP/reqs"
+printf 'hi\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "http://0.0.0.0:$port" --plain \
+    >/dev/null 2>"$K3_TMP/err6"
+check "an API key over http:// to 0.0.0.0: a warning" \
+    grep -q "^k3chat: warning: the API key goes to 0.0.0.0 over plain http://" "$K3_TMP/err6"
+printf 'hi\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "http://localhost:$port" --plain \
+    >/dev/null 2>"$K3_TMP/err7"
+check "... to localhost: none" sh -c "! grep -q warning '$K3_TMP/err7'"
+
+# the full-screen chat: the status bar shows the URL without its password
+tui_start 160 20 -- "$K3CHAT --endpoint $ep0; echo EXIT=\$?; sleep 60"
+check "full-screen: the status bar shows the URL without the password" wait_for "remote http://0.0.0.0:$port/v1" 15
+check "... the warning is shown" wait_for "warning: the password in the URL goes to 0.0.0.0" 5
+check "... and the password is not" hasnt "pw-secret"
+keys C-d
+wait_for "EXIT=0" 10
+finish
