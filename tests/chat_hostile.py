@@ -2,13 +2,17 @@
 # only). Usage: python3 chat_hostile.py PORTFILE LOGFILE
 # It listens on 127.0.0.1 (a free port, written to PORTFILE once it listens) and appends one JSON
 # line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
-# header or null}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
+# header or null, "n_calls": the tool calls its messages carry}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
 # "fake-model". What a chat request gets depends on its last message:
 #   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
 #             goes, LOGFILE.forever gets the bytes sent
 #   evterr    "partial " then an SSE "event: error" whose data is {"message": "quota exceeded ..."}
 #   evterr2   the same with an error event that has no data line, then the connection closes
+#   tools     two tool calls streamed as OpenAI deltas: get_weather {"city": "Paris"} in three
+#             pieces (the id repeated in the last), then get_time {}
+#   toolid    the same with the first call's id changed in its third piece
+#   toolidx   a call that opens at index 3
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
@@ -32,7 +36,9 @@ class Fake(FakeHandler):
     def do_POST(self):
         req = self.read_json()
         with open(sys.argv[2], "a") as f:
-            f.write(json.dumps({"model": req.get("model"), "auth": self.headers.get("Authorization")}) + "\n")
+            calls = [c for m in req["messages"] for c in m.get("tool_calls") or []]
+            f.write(json.dumps({"model": req.get("model"), "auth": self.headers.get("Authorization"),
+                                "n_calls": len(calls)}) + "\n")
         last = req["messages"][-1]["content"]
         if last == "redirect":
             self.send_response(307)
@@ -51,6 +57,19 @@ class Fake(FakeHandler):
                 pass
             with open(sys.argv[2] + ".forever", "w") as f:
                 f.write(str(sent))
+            return
+        if last in ("tools", "toolid", "toolidx"):  # OpenAI stream deltas of tool calls
+            def tc(**c):
+                return sse(delta({"tool_calls": [c]}))
+            fn = {"name": "get_weather", "arguments": ""}
+            if last == "toolidx":  # a call that opens at index 3, with no 0..2 before it
+                out = tc(index=3, id="call_3", type="function", function=fn)
+            else:
+                out = tc(index=0, id="call_a", type="function", function=fn)
+                out += tc(index=0, function={"arguments": '{"city": '})
+                out += tc(index=0, id="call_a" if last == "tools" else "call_b", function={"arguments": '"Paris"}'})
+                out += tc(index=1, id="call_c", type="function", function={"name": "get_time", "arguments": "{}"})
+            self.wfile.write(out + sse(delta({}, "tool_calls")) + b"data: [DONE]\n\n")
             return
         if last in ("evterr", "evterr2"):
             out = sse(delta({"content": "partial "})) + b"event: error\n"

@@ -1,7 +1,8 @@
 #!/bin/sh
 # t-chat-hostile.sh: --endpoint against a hostile or broken server (chat_hostile.py, loopback):
 # an endless stream is stopped at the answer bound with a line saying so and the conversation goes
-# on; an SSE "event: error" shows the server's reason; a redirect is not followed and names its
+# on; tool calls streamed as deltas are shown and kept (an id that changes mid-stream or a call out
+# of order is a malformed stream); an SSE "event: error" shows the server's reason; a redirect is not followed and names its
 # target; a long model id from /models is requested whole; a password in the URL never shows, and
 # a key or password that would cross the network unencrypted (http:// to a host that is not
 # loopback) draws a warning.
@@ -21,7 +22,7 @@ export XDG_STATE_HOME="$K3_TMP/state" HOME="$K3_TMP"
 printf 'forever\nhi\n/save %s/forever.jsonl\n' "$K3_TMP" |
     timeout 300 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out1" 2>"$K3_TMP/err1"
 check "an endless stream: the turn fails with the bound's reason" \
-    grep -q "^k3chat: $ep/v1: the answer went past 64 MiB (reasoning and text together) and was stopped (the conversation is kept" \
+    grep -q "^k3chat: $ep/v1: the answer went past 64 MiB (reasoning, text and tool calls together) and was stopped (the conversation is kept" \
     "$K3_TMP/err1"
 wait_until "the server's count of the bytes it sent" 30 test -s "$K3_TMP/reqs.forever"
 sent=$(cat "$K3_TMP/reqs.forever")
@@ -33,6 +34,34 @@ m = [json.loads(l) for l in open(sys.argv[1])][1:]
 a = [x for x in m if x.get("role") == "assistant"]
 sys.exit(not (len(a) == 2 and a[0].get("interrupted") and len(a[0]["content"]) <= 64 << 20
               and set(a[0]["content"]) == {"B"} and a[1]["content"] == "ok"))' "$K3_TMP/forever.jsonl"
+
+# tool calls streamed as OpenAI deltas: shown as the local engine shows them, kept with the reply
+# (saved, sent back on the next turn); they were dropped (an empty answer). A call whose id changes
+# mid-stream, or one that opens out of order, is a malformed stream.
+: >"$K3_TMP/reqs"
+printf 'tools\n/save %s/tools.jsonl\nhi\ntoolid\ntoolidx\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8" 2>"$K3_TMP/err8"
+check "tool calls: shown as '-> name(arguments)'" \
+    grep -qx -e '-> get_weather({"city": "Paris"})' "$K3_TMP/out8"
+check "... the second one too" grep -qx -e '-> get_time({})' "$K3_TMP/out8"
+check "... kept with the reply in the transcript" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+c = m[1].get("tool_calls", [])
+sys.exit(not (m[1]["role"] == "assistant" and not m[1].get("interrupted") and
+              [(x["id"], x["function"]["name"], x["function"]["arguments"]) for x in c] ==
+              [("call_a", "get_weather", "{\"city\": \"Paris\"}"), ("call_c", "get_time", "{}")]))' \
+    "$K3_TMP/tools.jsonl"
+check "... and sent back with the next message" /usr/bin/python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+sys.exit(not (len(r) >= 2 and r[1]["n_calls"] == 2))' "$K3_TMP/reqs"
+check "a call's id that changes mid-stream: refused, saying so" grep -qF \
+    "malformed stream: tool call 0's id changed from 'call_a' to 'call_b' (the conversation is kept" "$K3_TMP/err8"
+check "... what came of it is shown closed" grep -qx -e '-> get_weather({"city": )' "$K3_TMP/out8"
+check "a call that opens at index 3: refused" grep -qF \
+    "malformed stream: tool call index 3 out of order (calls open in order from 0, 0 came so far, at most 128)" \
+    "$K3_TMP/err8"
 
 # SSE "event: error": its data is the reason (it was dropped: 'the stream ended before ...')
 printf 'evterr\nevterr2\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out2" 2>"$K3_TMP/err2"
@@ -84,6 +113,9 @@ tui_start 160 20 -- "$K3CHAT --endpoint $ep0; echo EXIT=\$?; sleep 60"
 check "full-screen: the status bar shows the URL without the password" wait_for "remote http://0.0.0.0:$port/v1" 15
 check "... the warning is shown" wait_for "warning: the password in the URL goes to 0.0.0.0" 5
 check "... and the password is not" hasnt "pw-secret"
+type_line tools
+check "full-screen: a streamed tool call shows in the answer" wait_for '-> get_weather({"city": "Paris"})' 15
+check "... the second one too" wait_for '-> get_time({})' 5
 keys C-d
 wait_for "EXIT=0" 10
 finish

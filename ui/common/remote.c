@@ -36,8 +36,15 @@
 #define REMOTE_MAX_BODY (1u << 20)    /* bytes kept of a non-stream body (errors, JSON answers) */
 #define REMOTE_MAX_EVENT (1u << 20)   /* bytes of one stream event (its line, its data lines)    */
 #define REMOTE_MAX_ANSWER (64u << 20) /* bytes of one answer, reasoning and text together       */
+#define REMOTE_MAX_CALLS 128          /* tool calls in one answer                              */
 #define REMOTE_CONNECT_S 10L
 #define REMOTE_SILENCE_S 300L /* no byte for this long: timed out */
+
+typedef struct rcall { /* a tool call of the answer, as it streams */
+    char   *id, *name; /* NULL until the server names them */
+    txt_buf args;      /* the arguments' JSON text so far   */
+    int     shown;     /* "-> name(" went to the UI         */
+} rcall;
 
 typedef struct remote {
     ue      *u;
@@ -58,6 +65,8 @@ typedef struct remote {
     int         ev_error;    /* the current event is "event: error" */
     txt_buf     body;        /* a non-stream body                  */
     txt_buf     think, resp; /* the answer so far                  */
+    rcall      *calls;       /* (n_calls) its tool calls           */
+    int         n_calls;
     int         done, n_prompt, n_completion;
     ue_tokstats tok;
     char        finish[32];
@@ -171,17 +180,15 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
 
 /* ---- the answer -------------------------------------------------------------------------- */
 
+static int answer_room(remote *r, size_t n);
+
 /* One piece of the answer to its channel; -1 (r->err set) past REMOTE_MAX_ANSWER: a server that
  * streams without end took all the memory it sent, in the answer and the UI's copy of it. */
 static int piece(remote *r, int ch, const char *s, size_t n) {
     if (!n)
         return 0;
-    if (r->think.n + r->resp.n + n > REMOTE_MAX_ANSWER) {
-        snprintf(r->err, sizeof r->err,
-                 "the answer went past %u MiB (reasoning and text together) and was stopped",
-                 REMOTE_MAX_ANSWER >> 20);
+    if (answer_room(r, n))
         return -1;
-    }
     txt_buf_add(ch == EV_CH_THINK ? &r->think : &r->resp, s, n);
     ue_emit_token(r->u, ch, s, n);
     ui_ev e = {.type = EV_STATS};
@@ -189,6 +196,119 @@ static int piece(remote *r, int ch, const char *s, size_t n) {
         e.st.ctx_used = r->ctx_used;
         e.st.ctx_max  = r->ctx_max;
         ev_push(r->u->out, &e);
+    }
+    return 0;
+}
+
+/* The answer's bytes so far (reasoning, text and tool calls' arguments), with n more; -1 (r->err
+ * set) past REMOTE_MAX_ANSWER. */
+static int answer_room(remote *r, size_t n) {
+    size_t have = r->think.n + r->resp.n;
+    for (int k = 0; k < r->n_calls; k++)
+        have += r->calls[k].args.n;
+    if (have + n <= REMOTE_MAX_ANSWER)
+        return 0;
+    snprintf(r->err, sizeof r->err,
+             "the answer went past %u MiB (reasoning, text and tool calls together) and was stopped",
+             REMOTE_MAX_ANSWER >> 20);
+    return -1;
+}
+
+/* A tool call is shown in the response as the local engine shows one: "-> name(arguments)". */
+static void call_show(remote *r, rcall *c) {
+    if (c->shown || !c->name)
+        return;
+    c->shown = 1;
+    ue_emit_token(r->u, EV_CH_RESPONSE, "\n-> ", 4);
+    ue_emit_token(r->u, EV_CH_RESPONSE, c->name, strlen(c->name));
+    ue_emit_token(r->u, EV_CH_RESPONSE, "(", 1);
+    if (c->args.n)
+        ue_emit_token(r->u, EV_CH_RESPONSE, c->args.p, c->args.n);
+}
+
+static void call_close(remote *r, rcall *c) {
+    if (c->shown == 1) {
+        ue_emit_token(r->u, EV_CH_RESPONSE, ")", 1);
+        c->shown = 2;
+    }
+}
+
+static void calls_free(remote *r) {
+    for (int k = 0; k < r->n_calls; k++) {
+        free(r->calls[k].id);
+        free(r->calls[k].name);
+        free(r->calls[k].args.p);
+    }
+    free(r->calls);
+    r->calls   = NULL;
+    r->n_calls = 0;
+}
+
+/* A field of a call that a later piece may repeat but not change (its id, its name). */
+static int call_field(remote *r, int idx, const char *what, char **have, json_t *v) {
+    const char *s = json_string_value(v);
+    if (!s || !*s)
+        return 0;
+    if (*have) {
+        if (strcmp(*have, s)) {
+            snprintf(r->err, sizeof r->err,
+                     "malformed stream: tool call %d's %s changed from '%.60s' to '%.60s'", idx, what, *have,
+                     s);
+            return -1;
+        }
+        return 0;
+    }
+    if (!(*have = strdup(s))) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The tool_calls of a stream delta (whole = 0: pieces by "index") or of a whole message. */
+static int on_calls(remote *r, json_t *arr, int whole) {
+    size_t  i;
+    json_t *t;
+    json_array_foreach(arr, i, t) {
+        json_t   *ix  = json_object_get(t, "index");
+        long long idx = whole ? r->n_calls : json_is_integer(ix) ? json_integer_value(ix) : -1;
+        if (idx < 0 && !json_is_integer(ix)) {
+            snprintf(r->err, sizeof r->err, "malformed stream: a tool call delta has no index");
+            return -1;
+        }
+        if (idx < 0 || idx > r->n_calls || idx >= REMOTE_MAX_CALLS) {
+            snprintf(r->err, sizeof r->err,
+                     "malformed stream: tool call index %lld out of order (calls open in order from 0, %d "
+                     "came so far, at most %d)",
+                     idx, r->n_calls, REMOTE_MAX_CALLS);
+            return -1;
+        }
+        if (idx == r->n_calls) {
+            rcall *c = realloc(r->calls, (size_t)(r->n_calls + 1) * sizeof *c);
+            if (!c) {
+                snprintf(r->err, sizeof r->err, "out of memory");
+                return -1;
+            }
+            r->calls = c;
+            memset(&c[r->n_calls++], 0, sizeof *c);
+            if (idx > 0)
+                call_close(r, &r->calls[idx - 1]);
+        }
+        rcall  *c    = &r->calls[idx];
+        json_t *fn   = json_object_get(t, "function");
+        json_t *args = json_object_get(fn, "arguments");
+        if (call_field(r, (int)idx, "id", &c->id, json_object_get(t, "id")) ||
+            call_field(r, (int)idx, "name", &c->name, json_object_get(fn, "name")))
+            return -1;
+        if (json_is_string(args) && json_string_length(args)) {
+            const char *a = json_string_value(args);
+            size_t      n = json_string_length(args);
+            if (answer_room(r, n) || txt_buf_add(&c->args, a, n))
+                return -1;
+            if (c->shown == 1)
+                ue_emit_token(r->u, EV_CH_RESPONSE, a, n);
+        }
+        call_show(r, c);
     }
     return 0;
 }
@@ -206,13 +326,13 @@ static json_t *reasoning_of(json_t *o) {
 /* A message's (or delta's) reasoning and content to their channels, whole: a model may write a
  * NUL byte (JSON "\u0000", parsed with JSON_ALLOW_NUL), which the text path escapes like any
  * other control character instead of cutting the piece there. */
-static int message_pieces(remote *r, json_t *m) {
-    json_t *t = reasoning_of(m), *c = json_object_get(m, "content");
+static int message_pieces(remote *r, json_t *m, int whole) {
+    json_t *t = reasoning_of(m), *c = json_object_get(m, "content"), *tc = json_object_get(m, "tool_calls");
     if (t && piece(r, EV_CH_THINK, json_string_value(t), json_string_length(t)))
         return -1;
     if (json_is_string(c) && piece(r, EV_CH_RESPONSE, json_string_value(c), json_string_length(c)))
         return -1;
-    return 0;
+    return json_is_array(tc) ? on_calls(r, tc, whole) : 0;
 }
 
 static void usage_of(remote *r, json_t *o) {
@@ -257,7 +377,7 @@ static int on_event(remote *r, const char *d, size_t n) {
     usage_of(r, o);
     json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
     json_t *dl = json_object_get(ch, "delta");
-    if (json_is_object(dl) && message_pieces(r, dl)) {
+    if (json_is_object(dl) && message_pieces(r, dl, 0)) {
         json_decref(o);
         return -1;
     }
@@ -362,7 +482,7 @@ static int on_json_answer(remote *r) {
         json_decref(o);
         return -1;
     }
-    if (message_pieces(r, msg)) {
+    if (message_pieces(r, msg, 1)) {
         json_decref(o);
         return -1;
     }
@@ -466,6 +586,7 @@ static void turn(remote *r, const ue_gen *g) {
     ue_tok_begin(&r->tok);
     r->n_prompt = r->n_completion = r->done = 0;
     r->think.n = r->resp.n = 0;
+    calls_free(r);
     r->finish[0] = r->err[0] = 0;
     char     msg[1200]       = "";
     CURLcode rc              = CURLE_OK;
@@ -497,16 +618,31 @@ static void turn(remote *r, const ue_gen *g) {
         }
     }
     free(body);
+    /* the tool calls: shown closed, kept with the reply when the server named them */
+    k3_tool_call *tc = r->n_calls ? calloc((size_t)r->n_calls, sizeof *tc) : NULL;
+    int           nt = 0;
+    for (int k = 0; k < r->n_calls; k++) {
+        call_close(r, &r->calls[k]);
+        if (r->calls[k].name && tc)
+            tc[nt++] = (k3_tool_call){r->calls[k].id, r->calls[k].name, r->calls[k].args.p};
+        else if (!failed) {
+            snprintf(msg, sizeof msg, "%s: malformed stream: tool call %d has no name", r->shown, k);
+            failed = 1;
+        }
+    }
     int cancelled = !failed && rc == CURLE_ABORTED_BY_CALLBACK;
-    if (r->think.n || r->resp.n || (!failed && !cancelled)) {
+    if (r->think.n || r->resp.n || nt || (!failed && !cancelled)) {
         /* a reply cut short (Ctrl-C, a failure mid-stream) is marked, as the local engine does */
-        k3_msg a = {.role        = K3_ROLE_ASSISTANT,
-                    .content     = r->resp.p ? r->resp.p : "",
-                    .reasoning   = g->think ? (r->think.p ? r->think.p : "") : NULL,
-                    .interrupted = failed || cancelled};
+        k3_msg a = {.role         = K3_ROLE_ASSISTANT,
+                    .content      = r->resp.p ? r->resp.p : "",
+                    .reasoning    = g->think ? (r->think.p ? r->think.p : "") : NULL,
+                    .interrupted  = failed || cancelled,
+                    .tool_calls   = tc,
+                    .n_tool_calls = nt};
         if (k3_conv_add_msg(r->c, &a) != K3_OK)
             ue_emitf(r->u, EV_ERROR, "%s", k3_errmsg());
     }
+    free(tc);
     ui_ev  d           = {.type = EV_DONE,
                           .i    = failed                         ? UE_DONE_ERROR
                                   : cancelled                    ? UE_DONE_CANCELLED
@@ -684,6 +820,7 @@ static void remote_close(void *self) {
     curl_global_cleanup();
     k3_conv_free(r->c);
     free(r->model);
+    calls_free(r);
     free(r->line.p);
     free(r->data.p);
     free(r->body.p);
