@@ -104,6 +104,17 @@ printf 'hi\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "http:/
     >/dev/null 2>"$K3_TMP/err6"
 check "an API key over http:// to 0.0.0.0: a warning" \
     grep -q "^k3chat: warning: the API key goes to 0.0.0.0 over plain http://" "$K3_TMP/err6"
+printf 'hi\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "0.0.0.0:$port" --plain \
+    >"$K3_TMP/out6b" 2>"$K3_TMP/err6b"
+check "... without a scheme (libcurl takes http://): a warning too" \
+    grep -q "^k3chat: warning: the API key goes to 0.0.0.0 over plain http://" "$K3_TMP/err6b"
+check "... and the chat works" grep -q "^ok$" "$K3_TMP/out6b"
+: >"$K3_TMP/reqs"
+printf 'hi\n' | K3_API_KEY="$(printf 'k3-key\r\nX-Other: 1')" "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err6c"
+check "a key with a CR LF (libcurl would send the rest as another header): refused, status 2" [ $? -eq 2 ]
+check "... saying which byte" grep -q "^k3chat: --api-key (or K3_API_KEY): a key is printable ASCII (byte 6 is 0x0D)" \
+    "$K3_TMP/err6c"
+check "... and nothing was sent" [ ! -s "$K3_TMP/reqs" ]
 printf 'hi\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "http://localhost:$port" --plain \
     >/dev/null 2>"$K3_TMP/err7"
 check "... to localhost: none" sh -c "! grep -q warning '$K3_TMP/err7'"

@@ -748,9 +748,10 @@ static void set_base(remote *r, const char *url) {
 /* 1 when the URL sends a secret (an API key, or a password in it) in the clear: http:// to a host
  * that is not a loopback address or name; *host_out gets the host as shown. */
 static int secret_in_clear(const remote *r, int has_key, char *host_out, size_t hn) {
-    if (strncasecmp(r->base, "http://", 7))
+    const char *sch = strstr(r->base, "://"); /* none: libcurl takes http:// */
+    if (sch && strncasecmp(r->base, "http://", 7))
         return 0;
-    const char *a   = r->base + 7;
+    const char *a   = sch ? sch + 3 : r->base;
     size_t      end = strcspn(a, "/?#");
     int         pw  = 0;
     for (const char *q = a; q < a + end; q++)
