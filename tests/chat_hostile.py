@@ -4,7 +4,7 @@
 # line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
 # header or null, "n_calls": the tool calls its messages carry}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
-# "fake-model". What a chat request gets depends on its last message:
+# "fake-model" with max_model_len 4096. What a chat request gets depends on its last message:
 #   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
 #             goes, LOGFILE.forever gets the bytes sent
 #   evterr    "partial " then an SSE "event: error" whose data is {"message": "quota exceeded ..."}
@@ -13,6 +13,7 @@
 #             pieces (the id repeated in the last), then get_time {}
 #   toolid    the same with the first call's id changed in its third piece
 #   toolidx   a call that opens at index 3
+#   length    "cut" with finish_reason "length" after 3 tokens (usage: prompt 5, completion 3)
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
@@ -27,6 +28,8 @@ LONG_ID = "mm" + "\u00e9" * 150
 
 
 class Fake(FakeHandler):
+    MODELS = [{"id": "fake-model", "object": "model", "max_model_len": 4096}]
+
     def do_GET(self):
         if self.path.startswith("/long/"):
             self.send_json(200, {"object": "list", "data": [{"id": LONG_ID, "object": "model"}]})
@@ -70,6 +73,11 @@ class Fake(FakeHandler):
                 out += tc(index=0, id="call_a" if last == "tools" else "call_b", function={"arguments": '"Paris"}'})
                 out += tc(index=1, id="call_c", type="function", function={"name": "get_time", "arguments": "{}"})
             self.wfile.write(out + sse(delta({}, "tool_calls")) + b"data: [DONE]\n\n")
+            return
+        if last == "length":  # cut by the server's own default max_tokens, the context far from full
+            out = sse(delta({"content": "cut"}, "length")) + \
+                sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
+            self.wfile.write(out + b"data: [DONE]\n\n")
             return
         if last in ("evterr", "evterr2"):
             out = sse(delta({"content": "partial "})) + b"event: error\n"

@@ -63,6 +63,14 @@ check "a call that opens at index 3: refused" grep -qF \
     "malformed stream: tool call index 3 out of order (calls open in order from 0, 0 came so far, at most 128)" \
     "$K3_TMP/err8"
 
+# finish_reason "length" with the context far from full: the server's own default max_tokens
+# (SGLang's is 128); line mode said 'the context is full (4096 tokens); /forget drops ...'
+printf 'length\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out9" 2>"$K3_TMP/err9"
+check "finish_reason length, 8 of 4096 tokens used: the server's limit, not a full context" grep -qx \
+    "k3chat: the answer was cut off: the server stopped it at a length limit after 3 tokens (its default max_tokens: the context has room); --max-tokens N asks for more" \
+    "$K3_TMP/err9"
+check "... and the answer is shown" grep -qx "cut" "$K3_TMP/out9"
+
 # SSE "event: error": its data is the reason (it was dropped: 'the stream ended before ...')
 printf 'evterr\nevterr2\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out2" 2>"$K3_TMP/err2"
 check "event: error: the server's reason is shown" \
