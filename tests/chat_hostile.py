@@ -4,7 +4,7 @@
 # line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
 # header or null, "n_calls": the tool calls its messages carry}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
-# "fake-model" with max_model_len 4096. What a chat request gets depends on its last message:
+# "fake-model" with max_model_len 4096; under /hang/ it never answers (60 s). What a chat request gets depends on its last message:
 #   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
 #             goes, LOGFILE.forever gets the bytes sent
 #   evterr    "partial " then an SSE "event: error" whose data is {"message": "quota exceeded ..."}
@@ -31,6 +31,9 @@ class Fake(FakeHandler):
     MODELS = [{"id": "fake-model", "object": "model", "max_model_len": 4096}]
 
     def do_GET(self):
+        if self.path.startswith("/hang/"):  # a server that takes the request and never answers
+            time.sleep(60)
+            return
         if self.path.startswith("/long/"):
             self.send_json(200, {"object": "list", "data": [{"id": LONG_ID, "object": "model"}]})
             return

@@ -127,6 +127,15 @@ printf 'hi\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "http:/
     >/dev/null 2>"$K3_TMP/err7"
 check "... to localhost: none" sh -c "! grep -q warning '$K3_TMP/err7'"
 
+# Ctrl-C while the server has not answered the model query (/models): 'stopped', not libcurl's
+# 'Callback aborted' as an error line
+tui_start 160 20 -- "$K3CHAT --endpoint $ep/hang/v1 --plain; echo EXIT=\$?; sleep 60"
+type_line hi
+wait_for "> hi" 10
+keys C-c
+check "Ctrl-C before the server answered: stopped" wait_for "k3chat: stopped" 30
+check "... without libcurl's words" hasnt "Callback aborted"
+
 # the full-screen chat: the status bar shows the URL without its password
 tui_start 160 20 -- "$K3CHAT --endpoint $ep0; echo EXIT=\$?; sleep 60"
 check "full-screen: the status bar shows the URL without the password" wait_for "remote http://0.0.0.0:$port/v1" 15

@@ -145,6 +145,8 @@ static const char *error_message(json_t *o) {
 static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     if (r->err[0]) {
         snprintf(out, n, "%.300s: %.600s", r->shown, r->err);
+    } else if (rc == CURLE_ABORTED_BY_CALLBACK) { /* curl says 'Callback aborted' */
+        snprintf(out, n, "%.300s: stopped (Ctrl-C) before the server answered", r->shown);
     } else if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST) {
         snprintf(out, n, "cannot connect to %.300s: %.300s", r->shown,
                  r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
@@ -496,13 +498,14 @@ static int on_json_answer(remote *r) {
 
 /* ---- turns --------------------------------------------------------------------------------- */
 
-/* GET /models: the model name (unless given) and its context length when the server says. */
+/* GET /models: the model name (unless given) and its context length when the server says; -1
+ * with msg, -2 when Ctrl-C stopped it. */
 static int discover(remote *r, char *msg, size_t n) {
     r->err[0]   = 0;
     CURLcode rc = http(r, "/models", NULL, 20);
     if (rc != CURLE_OK || r->http >= 300 || r->http == 0) {
         describe_failure(r, rc, msg, n);
-        return -1;
+        return rc == CURLE_ABORTED_BY_CALLBACK && !r->err[0] ? -2 : -1;
     }
     json_t     *o  = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
     json_t     *m0 = json_array_get(json_object_get(o, "data"), 0);
@@ -592,7 +595,10 @@ static void turn(remote *r, const ue_gen *g) {
     CURLcode rc              = CURLE_OK;
     int      failed          = 0;
     char    *body            = NULL;
-    if (!r->model && discover(r, msg, sizeof msg)) {
+    int      found           = r->model ? 0 : discover(r, msg, sizeof msg);
+    if (found == -2) {
+        rc = CURLE_ABORTED_BY_CALLBACK; /* Ctrl-C while asking for the model's name: stopped */
+    } else if (found) {
         failed = 1;
     } else if (!(body = request_body(r, g))) {
         json_t *name = json_string(r->model); /* jansson takes only UTF-8 */
