@@ -14,6 +14,7 @@
 #   toolid    the same with the first call's id changed in its third piece
 #   toolidx   a call that opens at index 3
 #   length    "cut" with finish_reason "length" after 3 tokens (usage: prompt 5, completion 3)
+#   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
@@ -80,6 +81,12 @@ class Fake(FakeHandler):
         if last == "length":  # cut by the server's own default max_tokens, the context far from full
             out = sse(delta({"content": "cut"}, "length")) + \
                 sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
+            self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "usage":  # token counts no server could mean: prompt + completion overflow an int
+            big = 2 ** 31 - 1
+            out = sse(delta({"content": "ok-usage"}, "stop")) + \
+                sse({"choices": [], "usage": {"prompt_tokens": big, "completion_tokens": big}})
             self.wfile.write(out + b"data: [DONE]\n\n")
             return
         if last in ("evterr", "evterr2"):

@@ -71,6 +71,20 @@ check "finish_reason length, 8 of 4096 tokens used: the server's limit, not a fu
     "$K3_TMP/err9"
 check "... and the answer is shown" grep -qx "cut" "$K3_TMP/out9"
 
+# usage figures past any real count (2^31 - 1 each): not believed (prompt + completion overflowed
+# an int: a negative context figure, and UBSan stops the sanitizer build there)
+printf 'usage\n/stats\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out10" 2>"$K3_TMP/err10"
+check "usage of 2^31 - 1 tokens: the answer comes" grep -qx "ok-usage" "$K3_TMP/out10"
+check "... and /stats counts the context as nothing known" grep -q "^k3chat: context: 0 of 4096 tokens" "$K3_TMP/err10"
+
+# an API key of 3000 bytes (a JWT can run to kilobytes) goes whole: it was cut at 578 bytes
+: >"$K3_TMP/reqs"
+key=$(/usr/bin/python3 -c 'print("k" * 3000)')
+printf 'hi\n' | K3_API_KEY="$key" timeout 60 "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>&1
+check "a 3000-byte API key is sent whole" /usr/bin/python3 -c '
+import json, sys
+sys.exit(json.loads(open(sys.argv[1]).readline())["auth"] != "Bearer " + "k" * 3000)' "$K3_TMP/reqs"
+
 # SSE "event: error": its data is the reason (it was dropped: 'the stream ended before ...')
 printf 'evterr\nevterr2\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out2" 2>"$K3_TMP/err2"
 check "event: error: the server's reason is shown" \

@@ -35,8 +35,9 @@
 
 #define REMOTE_MAX_BODY (1u << 20)    /* bytes kept of a non-stream body (errors, JSON answers) */
 #define REMOTE_MAX_EVENT (1u << 20)   /* bytes of one stream event (its line, its data lines)    */
-#define REMOTE_MAX_ANSWER (64u << 20) /* bytes of one answer, reasoning and text together       */
+#define REMOTE_MAX_ANSWER (64u << 20) /* bytes of one answer: reasoning, text, tool calls         */
 #define REMOTE_MAX_CALLS 128          /* tool calls in one answer                              */
+#define REMOTE_MAX_TOKENS (1 << 29)   /* a token count past this is not believed (two add up in an int) */
 #define REMOTE_CONNECT_S 10L
 #define REMOTE_SILENCE_S 300L /* no byte for this long: timed out */
 
@@ -52,7 +53,7 @@ typedef struct remote {
     char     base[1024];  /* ".../v1" without a trailing slash */
     char     shown[1024]; /* base without a user:password@ (for messages and the status bar) */
     char    *model;       /* NULL = not known yet (heap: a server's id may be long) */
-    char     auth[600];   /* "Authorization: Bearer KEY" or "" */
+    char    *auth;        /* "Authorization: Bearer KEY" or NULL (heap: a JWT may run to kilobytes) */
     int      ctx_max;     /* from /models max_model_len, -1 unknown */
     int      ctx_used;    /* prompt + completion tokens of the last answered turn (usage) */
     CURL    *curl;
@@ -92,7 +93,7 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     h                    = curl_slist_append(h, "Content-Type: application/json");
     h                    = curl_slist_append(h,
                           body ? "Accept: text/event-stream, application/json" : "Accept: application/json");
-    if (r->auth[0])
+    if (r->auth)
         h = curl_slist_append(h, r->auth);
     CURL *c = r->curl;
     curl_easy_reset(c);
@@ -173,7 +174,7 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
         if (curl_easy_getinfo(r->curl, CURLINFO_RETRY_AFTER, &wait) == CURLE_OK && wait > 0)
             snprintf(out + strlen(out), n - strlen(out), " (it asks to wait %lld s before retrying)",
                      (long long)wait);
-        if (r->http == 401 && !r->auth[0])
+        if (r->http == 401 && !r->auth)
             snprintf(out + strlen(out), n - strlen(out),
                      " (an API key is needed: --api-key KEY or K3_API_KEY)");
         json_decref(o);
@@ -337,11 +338,18 @@ static int message_pieces(remote *r, json_t *m, int whole) {
     return json_is_array(tc) ? on_calls(r, tc, whole) : 0;
 }
 
+/* A token count the server reports: 0 when absent or out of any real range (a negative or huge
+ * figure made prompt + completion overflow an int). */
+static int count_of(json_t *v) {
+    json_int_t x = json_integer_value(v);
+    return x > 0 && x <= REMOTE_MAX_TOKENS ? (int)x : 0;
+}
+
 static void usage_of(remote *r, json_t *o) {
     json_t *u = json_object_get(o, "usage");
     if (json_is_object(u)) {
-        r->n_prompt     = (int)json_integer_value(json_object_get(u, "prompt_tokens"));
-        r->n_completion = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+        r->n_prompt     = count_of(json_object_get(u, "prompt_tokens"));
+        r->n_completion = count_of(json_object_get(u, "completion_tokens"));
     }
 }
 
@@ -516,8 +524,8 @@ static int discover(remote *r, char *msg, size_t n) {
         return -1;
     }
     json_t *len = json_object_get(m0, "max_model_len");
-    if (json_is_integer(len))
-        r->ctx_max = (int)json_integer_value(len);
+    if (count_of(len))
+        r->ctx_max = count_of(len);
     json_decref(o);
     if (!r->model) {
         snprintf(msg, n, "%s/models names no model: use --model NAME", r->shown);
@@ -789,14 +797,15 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
     set_base(r, u->opts->endpoint);
     if (u->opts->model_name)
         r->model = strdup(u->opts->model_name);
-    if (u->opts->api_key)
-        snprintf(r->auth, sizeof r->auth, "Authorization: Bearer %s", u->opts->api_key);
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(r->curl = curl_easy_init()) ||
-        !(r->c = k3_conv_new())) {
+    if (u->opts->api_key && (r->auth = malloc(strlen(u->opts->api_key) + 32)))
+        sprintf(r->auth, "Authorization: Bearer %s", u->opts->api_key);
+    if ((u->opts->api_key && !r->auth) || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
+        !(r->curl = curl_easy_init()) || !(r->c = k3_conv_new())) {
         snprintf(err, errn, "cannot start libcurl");
         if (r->curl)
             curl_easy_cleanup(r->curl);
         free(r->model);
+        free(r->auth);
         free(r);
         return -1;
     }
@@ -810,11 +819,11 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
           .temp = -1, .top_p = -1, .think = 1, .effort = 2, .max_tokens = -1}; /* the server's, unknown */
     ev_push(u->out, &e);
     char host[300];
-    if (secret_in_clear(r, r->auth[0] != 0, host, sizeof host))
+    if (secret_in_clear(r, r->auth != NULL, host, sizeof host))
         ue_emitf(u, EV_ERROR,
                  "warning: %s goes to %s over plain http://, which anyone on the network between can read: "
                  "use https:// (a server on this machine is reached safely through 127.0.0.1 or localhost)",
-                 r->auth[0] ? "the API key" : "the password in the URL", host);
+                 r->auth ? "the API key" : "the password in the URL", host);
     if (down) /* not fatal: the server may come up; each turn tries again */
         ue_emitf(u, EV_ERROR, "%s", msg);
     *self = r;
@@ -827,6 +836,7 @@ static void remote_close(void *self) {
     curl_global_cleanup();
     k3_conv_free(r->c);
     free(r->model);
+    free(r->auth);
     calls_free(r);
     free(r->line.p);
     free(r->data.p);
