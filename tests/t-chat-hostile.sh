@@ -102,6 +102,11 @@ check "a redirect names its target and is not followed" grep -qF \
 check "... a key to 127.0.0.1 draws no warning" sh -c "! grep -q warning '$K3_TMP/err3'"
 check "... and the key is not shown" sh -c "! grep -q k3-secret-key '$K3_TMP/err3'"
 
+# a URL without a scheme is http: libcurl guessed the protocol from the host's name (ftp.HOST spoke
+# FTP to the HTTP server and timed out; dict.HOST, ldap.HOST likewise)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "ftp.localhost:$port" --plain >"$K3_TMP/out11" 2>"$K3_TMP/err11"
+check "--endpoint ftp.localhost:PORT (no scheme) speaks http" grep -qx "ok" "$K3_TMP/out11"
+
 # a model id longer than 255 bytes: requested whole (it was cut inside a character and every turn
 # failed with 'out of memory')
 : >"$K3_TMP/reqs"

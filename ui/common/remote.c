@@ -100,6 +100,14 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    /* http and https only; a URL without a scheme is http (libcurl guessed from the host's name:
+     * ftp.HOST spoke FTP, dict.HOST DICT, ldap.HOST LDAP) */
+    curl_easy_setopt(c, CURLOPT_DEFAULT_PROTOCOL, "http");
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, REMOTE_CONNECT_S);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, REMOTE_SILENCE_S);
