@@ -4,7 +4,8 @@
 # line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
 # header or null, "n_calls": the tool calls its messages carry}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
-# "fake-model" with max_model_len 4096; under /hang/ it never answers (60 s). What a chat request gets depends on its last message:
+# "fake-model" with max_model_len 4096; under /hang/ it never answers (60 s); under /html/ every
+# GET and POST gets a web page (200, text/html). What a chat request gets depends on its last message:
 #   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
 #             goes, LOGFILE.forever gets the bytes sent
 #   evterr    "partial " then an SSE "event: error" whose data is {"message": "quota exceeded ..."}
@@ -31,7 +32,18 @@ LONG_ID = "mm" + "\u00e9" * 150
 class Fake(FakeHandler):
     MODELS = [{"id": "fake-model", "object": "model", "max_model_len": 4096}]
 
+    def html(self):  # a web page, as a site's front end answers any path
+        body = b"<!doctype html><html><body>Chat UI</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_GET(self):
+        if self.path.startswith("/html/"):
+            self.html()
+            return
         if self.path.startswith("/hang/"):  # a server that takes the request and never answers
             time.sleep(60)
             return
@@ -41,6 +53,10 @@ class Fake(FakeHandler):
         super().do_GET()
 
     def do_POST(self):
+        if self.path.startswith("/html/"):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.html()
+            return
         req = self.read_json()
         with open(sys.argv[2], "a") as f:
             calls = [c for m in req["messages"] for c in m.get("tool_calls") or []]

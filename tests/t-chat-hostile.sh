@@ -107,6 +107,17 @@ check "... and the key is not shown" sh -c "! grep -q k3-secret-key '$K3_TMP/err
 printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "ftp.localhost:$port" --plain >"$K3_TMP/out11" 2>"$K3_TMP/err11"
 check "--endpoint ftp.localhost:PORT (no scheme) speaks http" grep -qx "ok" "$K3_TMP/out11"
 
+# a URL that names a web page, not the API: the lines say so (they said 'names no model: use --model
+# NAME', then 'malformed answer: no choices[0].message in <!doctype html>...')
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/html" --plain >/dev/null 2>"$K3_TMP/err12"
+check "a web page at /models: not JSON, is URL the API base?" grep -qF \
+    "k3chat: $ep/html/models answered text/html; charset=utf-8, not JSON: is $ep/html the server's API base (it usually ends in /v1)?" \
+    "$K3_TMP/err12"
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/html" --model m --plain >/dev/null 2>"$K3_TMP/err13"
+check "... and with --model, at the chat request" grep -qF \
+    "k3chat: $ep/html: answered text/html; charset=utf-8, not JSON: is $ep/html the server's API base" \
+    "$K3_TMP/err13"
+
 # a model id longer than 255 bytes: requested whole (it was cut inside a character and every turn
 # failed with 'out of memory')
 : >"$K3_TMP/reqs"

@@ -489,11 +489,25 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     return n;
 }
 
+/* A 2xx answer to path that is not JSON (a web page: URL names a site, not its API): the line. */
+static void not_api(remote *r, const char *path, char *out, size_t n) {
+    char *ct = NULL;
+    curl_easy_getinfo(r->curl, CURLINFO_CONTENT_TYPE, &ct);
+    int at = path[0] ? snprintf(out, n, "%.300s%.20s ", r->shown, path) : 0;
+    snprintf(out + at, n - (size_t)at,
+             "answered %.80s, not JSON: is %.300s the server's API base (it usually ends in /v1)?",
+             ct ? ct : "without a content type", r->shown);
+}
+
 /* A complete JSON answer (a server that ignored "stream"). */
 static int on_json_answer(remote *r) {
     json_t *o   = r->body.p ? json_loadb(r->body.p, r->body.n, JSON_ALLOW_NUL, NULL) : NULL;
     json_t *ch  = json_array_get(json_object_get(o, "choices"), 0);
     json_t *msg = json_object_get(ch, "message");
+    if (!o) {
+        not_api(r, "", r->err, sizeof r->err);
+        return -1;
+    }
     if (!json_is_object(msg)) {
         snprintf(r->err, sizeof r->err, "malformed answer: no choices[0].message in %.80s",
                  r->body.p ? r->body.p : "");
@@ -534,9 +548,13 @@ static int discover(remote *r, char *msg, size_t n) {
     json_t *len = json_object_get(m0, "max_model_len");
     if (count_of(len))
         r->ctx_max = count_of(len);
+    int json = o != NULL;
     json_decref(o);
     if (!r->model) {
-        snprintf(msg, n, "%s/models names no model: use --model NAME", r->shown);
+        if (json)
+            snprintf(msg, n, "%s/models names no model: use --model NAME", r->shown);
+        else
+            not_api(r, "/models", msg, n);
         return -1;
     }
     return 0;
