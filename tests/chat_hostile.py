@@ -5,7 +5,8 @@
 # header or null, "n_calls": the tool calls its messages carry}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
 # "fake-model" with max_model_len 4096; under /hang/ it never answers (60 s); under /html/ every
-# GET and POST gets a web page (200, text/html). What a chat request gets depends on its last message:
+# GET and POST gets a web page (200, text/html); under /textplain/ a chat request's stream comes
+# labelled text/plain. What a chat request gets depends on its last message:
 #   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
 #             goes, LOGFILE.forever gets the bytes sent
 #   evterr    "partial " then an SSE "event: error" whose data is {"message": "quota exceeded ..."}
@@ -68,6 +69,12 @@ class Fake(FakeHandler):
             self.send_header("Location", "http://127.0.0.2:9/v1/chat/completions")
             self.send_header("Content-Length", "0")
             self.end_headers()
+            return
+        if self.path.startswith("/textplain/"):  # the stream labelled text/plain (a proxy's doing)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.end_headers()
+            self.wfile.write(sse(delta({"content": "ok-plain"}, "stop")) + b"data: [DONE]\n\n")
             return
         self.start_stream()
         if last == "forever":

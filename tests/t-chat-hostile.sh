@@ -118,6 +118,10 @@ check "... and with --model, at the chat request" grep -qF \
     "k3chat: $ep/html: answered text/html; charset=utf-8, not JSON: is $ep/html the server's API base" \
     "$K3_TMP/err13"
 
+# an event stream labelled text/plain (a proxy's doing) is read as a stream (it was parsed as JSON)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/textplain/v1" --plain >"$K3_TMP/out14" 2>"$K3_TMP/err14"
+check "a stream labelled text/plain: read as a stream" grep -qx "ok-plain" "$K3_TMP/out14"
+
 # a model id longer than 255 bytes: requested whole (it was cut inside a character and every turn
 # failed with 'out of memory')
 : >"$K3_TMP/reqs"

@@ -456,6 +456,11 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
         curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &code);
         curl_easy_getinfo(r->curl, CURLINFO_CONTENT_TYPE, &ct);
         r->is_sse = code < 300 && ct && strstr(ct, "text/event-stream") != NULL;
+        /* a proxy that labels the stream otherwise (text/plain, none): a body that starts as an
+         * event stream is read as one (it failed as 'not JSON', or past 1 MiB as 'not a stream') */
+        if (!r->is_sse && code < 300 && !(ct && strstr(ct, "json")))
+            r->is_sse = (n >= 5 && !memcmp(p, "data:", 5)) || (n >= 6 && !memcmp(p, "event:", 6)) ||
+                        (n >= 1 && p[0] == ':');
     }
     if (!r->is_sse) {
         if (r->body.n + n > REMOTE_MAX_BODY) {
