@@ -16,6 +16,8 @@
 #   toolid    the same with the first call's id changed in its third piece
 #   toolidx   a call that opens at index 3
 #   length    "cut" with finish_reason "length" after 3 tokens (usage: prompt 5, completion 3)
+#   cr        "ok-cr" in events whose lines end with a lone CR
+#   crlf      "ok-crlf" with CR LF ends, each written as two pieces cut between the CR and the LF
 #   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
 #   anything else streams "ok"
@@ -111,6 +113,19 @@ class Fake(FakeHandler):
             out = sse(delta({"content": "ok-usage"}, "stop")) + \
                 sse({"choices": [], "usage": {"prompt_tokens": big, "completion_tokens": big}})
             self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "cr":  # lines ended by a lone CR, as the event-stream format allows
+            self.wfile.write(sse(delta({"content": "ok-"}), "\r") + sse(delta({"content": "cr"}, "stop"), "\r") +
+                             b"data: [DONE]\r\r")
+            return
+        if last == "crlf":  # CR LF ends, each cut between its CR and its LF across two writes
+            for piece in (sse(delta({"content": "ok-"}), "\r\n"), sse(delta({"content": "crlf"}, "stop"), "\r\n"),
+                          b"data: [DONE]\r\n\r\n"):
+                for part in piece.split(b"\n"):
+                    self.wfile.write(part)
+                    self.wfile.flush()
+                    time.sleep(0.05)
+                    self.wfile.write(b"\n")
             return
         if last in ("evterr", "evterr2"):
             out = sse(delta({"content": "partial "})) + b"event: error\n"

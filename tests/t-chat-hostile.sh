@@ -122,6 +122,12 @@ check "... and with --model, at the chat request" grep -qF \
 printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/textplain/v1" --plain >"$K3_TMP/out14" 2>"$K3_TMP/err14"
 check "a stream labelled text/plain: read as a stream" grep -qx "ok-plain" "$K3_TMP/out14"
 
+# lines ended by a lone CR (the event-stream format allows LF, CR LF and CR): the stream was one
+# endless line; CR LF cut between two reads still counts as one end
+printf 'cr\ncrlf\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out15" 2>"$K3_TMP/err15"
+check "a stream whose lines end with a lone CR is read" grep -qx "ok-cr" "$K3_TMP/out15"
+check "... and one whose CR LF ends are cut between reads" grep -qx "ok-crlf" "$K3_TMP/out15"
+
 # a model id longer than 255 bytes: requested whole (it was cut inside a character and every turn
 # failed with 'out of memory')
 : >"$K3_TMP/reqs"

@@ -64,6 +64,7 @@ typedef struct remote {
     txt_buf     line;        /* partial SSE line                   */
     txt_buf     data;        /* data lines of the current event    */
     int         ev_error;    /* the current event is "event: error" */
+    int         after_cr;    /* the last read ended with a line's CR  */
     txt_buf     body;        /* a non-stream body                  */
     txt_buf     think, resp; /* the answer so far                  */
     rcall      *calls;       /* (n_calls) its tool calls           */
@@ -125,9 +126,9 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     r->http    = 0;
     r->is_sse  = -1;
     r->body.n = r->line.n = r->data.n = 0;
-    r->ev_error                       = 0;
-    CURLcode rc                       = curl_easy_perform(c);
-    long     code                     = 0;
+    r->ev_error = r->after_cr = 0;
+    CURLcode rc               = curl_easy_perform(c);
+    long     code             = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     r->http = (int)code;
     curl_slist_free_all(h);
@@ -471,9 +472,22 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
         return txt_buf_add(&r->body, p, n) ? 0 : n;
     }
     for (size_t k = 0; k < n;) {
-        const char *nl = memchr(p + k, '\n', n - k);
-        size_t      m  = nl ? (size_t)(nl - (p + k)) : n - k;
-        if (!nl) { /* incomplete: keep for the next read */
+        if (r->after_cr) { /* the LF of a CR LF that a read cut */
+            r->after_cr = 0;
+            if (p[k] == '\n' && ++k == n)
+                break;
+        }
+        /* a line ends at LF, CR LF or a lone CR (the event-stream format allows all three) */
+        const char *nl  = memchr(p + k, '\n', n - k);
+        const char *cr  = memchr(p + k, '\r', nl ? (size_t)(nl - (p + k)) : n - k);
+        const char *end = cr ? cr : nl;                          /* the line's end, NULL: not in this read */
+        size_t      m   = end ? (size_t)(end - (p + k)) : n - k; /* the line's length               */
+        size_t      adv = m + 1;                                 /* what it takes with its end      */
+        if (cr && cr + 1 == p + n)
+            r->after_cr = 1;
+        else if (cr && cr[1] == '\n')
+            adv++;
+        if (!end) { /* incomplete: keep for the next read */
             if (event_room(r, r->line.n, m) || txt_buf_add(&r->line, p + k, m))
                 return 0;
             break;
@@ -489,7 +503,7 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
         }
         if (rc)
             return 0;
-        k += m + 1;
+        k += adv;
     }
     return n;
 }
