@@ -18,6 +18,7 @@
 #   length    "cut" with finish_reason "length" after 3 tokens (usage: prompt 5, completion 3)
 #   cr        "ok-cr" in events whose lines end with a lone CR
 #   crlf      "ok-crlf" with CR LF ends, each written as two pieces cut between the CR and the LF
+#   thinkevil OSC 52, OSC 0 and a C1 CSI in the reasoning, OSC 0 in the answer
 #   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
 #   anything else streams "ok"
@@ -126,6 +127,11 @@ class Fake(FakeHandler):
                     self.wfile.flush()
                     time.sleep(0.05)
                     self.wfile.write(b"\n")
+            return
+        if last == "thinkevil":  # terminal commands (OSC 52 clipboard, OSC 0 title, a C1 CSI) in the reasoning
+            out = sse(delta({"reasoning_content": "r \x1b]52;c;ZXZpbA==\x07 \x1b]0;T\x07 \u009b1m end"})) + \
+                sse(delta({"content": "a \x1b]0;A\x07 end"}, "stop"))
+            self.wfile.write(out + b"data: [DONE]\n\n")
             return
         if last in ("evterr", "evterr2"):
             out = sse(delta({"content": "partial "})) + b"event: error\n"

@@ -128,6 +128,19 @@ printf 'cr\ncrlf\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/ou
 check "a stream whose lines end with a lone CR is read" grep -qx "ok-cr" "$K3_TMP/out15"
 check "... and one whose CR LF ends are cut between reads" grep -qx "ok-crlf" "$K3_TMP/out15"
 
+# line mode with stderr a file or a pipe: the reasoning goes there among the notices and is escaped
+# (it went raw: a log of stderr shown later wrote the clipboard); the answer on stdout is the data
+noesc() { ! grep -q "$(printf '\033')" "$1"; } # no raw ESC byte in file $1
+printf 'thinkevil\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out16" 2>"$K3_TMP/err16"
+check "stderr a file: the reasoning's commands show escaped" \
+    grep -qF 'r \x1B]52;c;ZXZpbA==\x07 \x1B]0;T\x07 \u009B1m end' "$K3_TMP/err16"
+check "... no raw ESC is in the file" noesc "$K3_TMP/err16"
+{ printf 'thinkevil\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain 2>&1 >/dev/null; } | cat >"$K3_TMP/err16p"
+check "... through a pipe: escaped too" grep -qF 'r \x1B]52;c;ZXZpbA==\x07' "$K3_TMP/err16p"
+check "... with no raw ESC" noesc "$K3_TMP/err16p"
+check "... and the answer on stdout is the model's, byte for byte" \
+    [ "$(cat "$K3_TMP/out16")" = "$(printf 'a \033]0;A\007 end')" ]
+
 # a model id longer than 255 bytes: requested whole (it was cut inside a character and every turn
 # failed with 'out of memory')
 : >"$K3_TMP/reqs"
