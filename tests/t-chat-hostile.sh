@@ -151,6 +151,10 @@ import json, sys
 r = json.loads(open(sys.argv[1]).readline())
 sys.exit(r["model"] != "mm" + "\u00e9" * 150)' "$K3_TMP/reqs"
 
+# a --model that is not UTF-8: said so (json_pack refused it and the line was 'out of memory')
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --model "$(printf 'm\377')" --plain >/dev/null 2>"$K3_TMP/err17"
+check "a --model that is not UTF-8: said so" grep -q "the model name (--model) is not valid UTF-8" "$K3_TMP/err17"
+
 # a password in the URL: sent (Basic authentication) but never shown; http:// to an address that
 # is not loopback (0.0.0.0 reaches this machine's 127.0.0.1 on Linux) draws a warning
 ep0="http://k3user:pw-secret@0.0.0.0:$port"
