@@ -2,10 +2,14 @@
 # t-chat-hostile.sh: --endpoint against a hostile or broken server (chat_hostile.py, loopback):
 # an endless stream is stopped at the answer bound with a line saying so and the conversation goes
 # on; tool calls streamed as deltas are shown and kept (an id that changes mid-stream or a call out
-# of order is a malformed stream); an SSE "event: error" shows the server's reason; a redirect is not followed and names its
-# target; a long model id from /models is requested whole; a password in the URL never shows, and
-# a key or password that would cross the network unencrypted (http:// to a host that is not
-# loopback) draws a warning.
+# of order is a malformed stream); finish_reason "length" with room in the context names the
+# server's limit; absurd usage counts are not believed; an SSE "event: error" shows the server's
+# reason; lines may end with CR; a stream labelled text/plain is read; a web page instead of the
+# API says so; the reasoning on stderr is escaped in a file or a pipe; a redirect is not followed
+# and names its target; a URL without a scheme is http (never ftp/dict); a long model id and a
+# long key go whole, a key with a CR LF is refused; Ctrl-C before /models answered is a stop; a
+# password in the URL never shows, and a key or password that would cross the network
+# unencrypted (http:// to a host that is not loopback) draws a warning.
 . "$K3_SRC/tests/tui-lib.sh"
 
 python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
