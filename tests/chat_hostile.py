@@ -20,6 +20,7 @@
 #   crlf      "ok-crlf" with CR LF ends, each written as two pieces cut between the CR and the LF
 #   thinkevil OSC 52, OSC 0 and a C1 CSI in the reasoning, OSC 0 in the answer
 #   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
+#   jsontools one JSON answer (not a stream) whose message calls lookup {"q": 1}
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
@@ -67,6 +68,11 @@ class Fake(FakeHandler):
             f.write(json.dumps({"model": req.get("model"), "auth": self.headers.get("Authorization"),
                                 "n_calls": len(calls)}) + "\n")
         last = req["messages"][-1]["content"]
+        if last == "jsontools":  # one JSON answer (no stream) whose message is a tool call
+            call = {"id": "call_j", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
+            self.send_json(200, {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                 "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]})
+            return
         if last == "redirect":
             self.send_response(307)
             self.send_header("Location", "http://127.0.0.2:9/v1/chat/completions")

@@ -60,6 +60,8 @@ check "... and sent back with the next message" /usr/bin/python3 -c '
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1])]
 sys.exit(not (len(r) >= 2 and r[1]["n_calls"] == 2))' "$K3_TMP/reqs"
+printf 'jsontools\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8j" 2>"$K3_TMP/err8j"
+check "a tool call in a JSON answer (not a stream): shown too" grep -qx -e '-> lookup({"q": 1})' "$K3_TMP/out8j"
 check "a call's id that changes mid-stream: refused, saying so" grep -qF \
     "malformed stream: tool call 0's id changed from 'call_a' to 'call_b' (the conversation is kept" "$K3_TMP/err8"
 check "... what came of it is shown closed" grep -qx -e '-> get_weather({"city": )' "$K3_TMP/out8"
