@@ -19,6 +19,8 @@
 #   cr        "ok-cr" in events whose lines end with a lone CR
 #   crlf      "ok-crlf" with CR LF ends, each written as two pieces cut between the CR and the LF
 #   thinkevil OSC 52, OSC 0 and a C1 CSI in the reasoning, OSC 0 in the answer
+#   cut       "half " and the connection closes (no finish_reason, no [DONE])
+#   nodata    a JSON chunk on a line of its own, without "data:"
 #   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
 #   jsontools one JSON answer (not a stream) whose message calls lookup {"q": 1}
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
@@ -138,6 +140,12 @@ class Fake(FakeHandler):
             out = sse(delta({"reasoning_content": "r \x1b]52;c;ZXZpbA==\x07 \x1b]0;T\x07 \u009b1m end"})) + \
                 sse(delta({"content": "a \x1b]0;A\x07 end"}, "stop"))
             self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "cut":  # one event, then the connection closes: no finish_reason, no [DONE]
+            self.wfile.write(sse(delta({"content": "half "})))
+            return
+        if last == "nodata":  # JSON lines, not events: no line starts with data:
+            self.wfile.write(json.dumps(delta({"content": "x"}, "stop")).encode() + b"\n\n")
             return
         if last in ("evterr", "evterr2"):
             out = sse(delta({"content": "partial "})) + b"event: error\n"

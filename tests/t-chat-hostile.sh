@@ -147,6 +147,14 @@ check "... with no raw ESC" noesc "$K3_TMP/err16p"
 check "... and the answer on stdout is the model's, byte for byte" \
     [ "$(cat "$K3_TMP/out16")" = "$(printf 'a \033]0;A\007 end')" ]
 
+# a stream of JSON lines without "data:": said so (it was 'the stream ended before the answer was
+# complete', as for a cut stream)
+printf 'nodata\ncut\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err18"
+check "a stream without one data: line says so" grep -qF \
+    "k3chat: $ep/v1: the stream ended without one 'data:' event: is it an OpenAI-compatible server?" "$K3_TMP/err18"
+check "... a stream cut after its first event still says 'ended before the answer was complete'" grep -qF \
+    "k3chat: $ep/v1: the stream ended before the answer was complete" "$K3_TMP/err18"
+
 # a model id longer than 255 bytes: requested whole (it was cut inside a character and every turn
 # failed with 'out of memory')
 : >"$K3_TMP/reqs"

@@ -65,6 +65,7 @@ typedef struct remote {
     txt_buf     data;        /* data lines of the current event    */
     int         ev_error;    /* the current event is "event: error" */
     int         after_cr;    /* the last read ended with a line's CR  */
+    int         n_events;    /* events read (data: lines ended)       */
     txt_buf     body;        /* a non-stream body                  */
     txt_buf     think, resp; /* the answer so far                  */
     rcall      *calls;       /* (n_calls) its tool calls           */
@@ -126,9 +127,9 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     r->http    = 0;
     r->is_sse  = -1;
     r->body.n = r->line.n = r->data.n = 0;
-    r->ev_error = r->after_cr = 0;
-    CURLcode rc               = curl_easy_perform(c);
-    long     code             = 0;
+    r->ev_error = r->after_cr = r->n_events = 0;
+    CURLcode rc                             = curl_easy_perform(c);
+    long     code                           = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     r->http = (int)code;
     curl_slist_free_all(h);
@@ -364,6 +365,7 @@ static void usage_of(remote *r, json_t *o) {
 
 /* One SSE event's data. Returns -1 (r->err set) to abort the transfer. */
 static int on_event(remote *r, const char *d, size_t n) {
+    r->n_events++;
     if (n == 6 && !memcmp(d, "[DONE]", 6)) {
         r->done = 1;
         return 0;
@@ -672,7 +674,12 @@ static void turn(remote *r, const ue_gen *g) {
             describe_failure(r, rc, msg, sizeof msg);
             failed = 1;
         } else if (!r->done && !r->finish[0]) {
-            snprintf(msg, sizeof msg, "%s: the stream ended before the answer was complete", r->shown);
+            if (r->n_events)
+                snprintf(msg, sizeof msg, "%s: the stream ended before the answer was complete", r->shown);
+            else /* lines, but none of them "data:": JSON lines, say, not an event stream */
+                snprintf(msg, sizeof msg,
+                         "%s: the stream ended without one 'data:' event: is it an OpenAI-compatible server?",
+                         r->shown);
             failed = 1;
         }
     }
