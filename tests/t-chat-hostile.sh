@@ -12,7 +12,7 @@
 # unencrypted (http:// to a host that is not loopback) draws a warning.
 . "$K3_SRC/tests/tui-lib.sh"
 
-python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
+/usr/bin/python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
 fpid=$!
 trap '$T kill-server 2>/dev/null; kill $fpid 2>/dev/null' EXIT
 wait_until "the fake server's port in $K3_TMP/port" 10 test -s "$K3_TMP/port"
