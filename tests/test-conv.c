@@ -651,6 +651,32 @@ static void test_export_escape(void) {
     k3_conv_free(c);
 }
 
+/* /export writes long tool text whole: a declaration and a call's arguments of 3,000 bytes each
+ * (its formatter once cut every line at 511 bytes without a word). */
+static void test_export_long(void) {
+    k3_conv *c = k3_conv_new();
+    char     md[600], q[3000], d[3000], args[3100], tools[3200];
+    path_in(md, sizeof md, "long.md");
+    memset(q, 'q', sizeof q - 1);
+    memset(d, 'd', sizeof d - 1);
+    q[sizeof q - 1] = d[sizeof d - 1] = 0;
+    snprintf(args, sizeof args, "{\"q\": \"%s\"}", q);
+    snprintf(tools, sizeof tools,
+             "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"%s\"}}]", d);
+    k3_msg       sys  = {.role = K3_ROLE_SYSTEM, .content = (char *)(uintptr_t) "", .tools = tools};
+    k3_tool_call call = {.id = "call_1", .name = "f", .arguments = args};
+    k3_msg       am   = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t) "", .tool_calls = &call};
+    am.n_tool_calls   = 1;
+    K3_ASSERT(c && !k3_conv_add_msg(c, &sys) && k3_conv_add(c, K3_ROLE_USER, "go", NULL) == K3_OK &&
+              !k3_conv_add_msg(c, &am));
+    T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown with 3 kB of tool text");
+    char *t = t_read_file(md, NULL);
+    T_CHECK(t && strstr(t, args) && strstr(t, d),
+            "the call's arguments and the declaration are exported whole (%zu bytes)", t ? strlen(t) : 0);
+    free(t);
+    k3_conv_free(c);
+}
+
 /* Tool turns: saved in the OpenAI shape, loaded back field for field, exported readably. */
 static void test_tools(void) {
     k3_conv         *a = k3_conv_new(), *b = k3_conv_new();
@@ -749,6 +775,7 @@ int main(void) {
     test_malformed();
     test_utf8();
     test_export_escape();
+    test_export_long();
     test_failures();
     test_full_disk();
     test_crash();

@@ -415,6 +415,59 @@ static void test_stream_incremental(void) {
             moves, fin_chunks, fin_want);
 }
 
+/* A finished answer cut into chunks at its blank lines shows what md4c shows for the whole text:
+ * a line md4c does not take for a fence (backticks in a backtick fence's info string: a code
+ * span) opens none in the cutter either, or the blank lines after it were not cut and a later
+ * real fence was split (its lines shown as Markdown). Held at the end of a token-by-token stream
+ * and on a fresh render of the finished text. */
+static void test_stream_whole(void) {
+    static const char *const texts[] = {
+        "``` a`b\nnot a fence\n```\n\nsome\n\nmore text\n\n```\n",
+        "```` x``y\ntext\n\n```\ncode\n\nstill code\n```\n\nafter\n",
+        "~~~ a`b ~~~\ntilde fence: backticks allowed\n\nstill code\n~~~\n\nafter\n",
+        "``` a`b\n```\n\n- item\n\n```\n\nin code\n```\n",
+    };
+    int bad = 0;
+    for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
+        size_t    n  = strlen(texts[t]);
+        md_stream st = {0}, one = {0}, ref = {0};
+        for (size_t k = 1; k < n; k++)
+            md_stream_update(&st, texts[t], k, 40, THM_ASSISTANT, MD_STREAMING);
+        md_stream_update(&st, texts[t], n, 40, THM_ASSISTANT, 0);
+        md_stream_update(&one, texts[t], n, 40, THM_ASSISTANT, 0);
+        md_render(&ref.open, texts[t], n, 40, THM_ASSISTANT, 0);
+        int at, at1, same = same_stream(&st, &ref, &at), same1 = same_stream(&one, &ref, &at1);
+        if (!same || !same1) {
+            T_CHECK(
+                0,
+                "text %zu: the finished answer differs from md4c's whole render at line %d (streamed) / %d",
+                t, at, at1);
+            bad = 1;
+        }
+        md_stream_free(&st);
+        md_stream_free(&one);
+        md_stream_free(&ref);
+    }
+    /* an indented fence streamed byte by byte: md4c takes the fence's indentation off each code
+     * line, a partial one too (" -" showed as " -", not "-") */
+    static const char ind[] = " ```\n -\n  - b\n   c\n ```\n\n   ```\n    x\n -\n";
+    md_stream         st    = {0};
+    for (size_t k = 1; k <= sizeof ind - 1 && !bad; k++) {
+        md_stream ref = {0};
+        md_stream_update(&st, ind, k, 30, THM_ASSISTANT, MD_STREAMING);
+        md_stream_update(&ref, ind, k, 30, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
+        int at;
+        if (!same_stream(&st, &ref, &at)) {
+            T_CHECK(0, "an indented fence, %zu bytes streamed: line %d differs from md4c's", k, at);
+            bad = 1;
+        }
+        md_stream_free(&ref);
+    }
+    md_stream_free(&st);
+    T_CHECK(!bad, "finished answers with backticks in a fence's info string render as md4c renders the whole "
+                  "text (4 texts, streamed and at once); an indented fence streams as md4c shows it");
+}
+
 /* Streams text (40 columns, still streaming) into st; returns its first open line, in *a. */
 static const char *streamed(md_stream *st, const char *text, txt_buf *a) {
     md_stream_update(st, text, strlen(text), 40, THM_ASSISTANT, MD_STREAMING);
@@ -1196,6 +1249,7 @@ int main(void) {
     test_stream();
     test_stream_plain();
     test_stream_incremental();
+    test_stream_whole();
     test_stream_long_code_line();
     test_stream_table();
     test_stream_table_work();

@@ -34,8 +34,9 @@ static int blank_line(const char *s, size_t n) {
     return 1;
 }
 
-/* A fence line (up to 3 spaces, then 3+ ` or ~): its character and length, else 0; *rest:
- * only spaces follow (it can close a fence). */
+/* A fence line (up to 3 spaces, then 3+ ` or ~; after a run of backticks no backtick, or it is
+ * a code span to md4c, as CommonMark says): its character and length, else 0; *rest: only
+ * spaces follow (it can close a fence). */
 static int fence_line(const char *s, size_t n, char *ch, int *rest) {
     size_t i = 0;
     while (i < n && i < 3 && s[i] == ' ')
@@ -45,7 +46,7 @@ static int fence_line(const char *s, size_t n, char *ch, int *rest) {
     size_t j = i;
     while (j < n && s[j] == s[i])
         j++;
-    if (j - i < 3)
+    if (j - i < 3 || (s[i] == '`' && memchr(s + j, '`', n - j)))
         return 0;
     *ch   = s[i];
     *rest = blank_line(s + j, n - j);
@@ -303,12 +304,9 @@ static int fc_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     const char *eol  = memchr(c, '\n', n - st->done);
     size_t      body = (size_t)(eol - s) + 1; /* the fence line was scanned: it is complete */
     if (!st->fc) {
-        size_t k = 0;
-        while (c[k] == st->fence_ch)
-            k++;
-        if ((st->fence_ch == '`' && memchr(c + k, '`', body - 1 - st->done - k)) ||
-            has_cr_nul(c, body - st->done)) {
-            st->fc_no = 1; /* not a fence to md4c, or line ends md4c sees and we do not */
+        if (c[0] == ' ' || has_cr_nul(c, body - st->done)) {
+            st->fc_no = 1; /* an indented fence (md4c takes as much indentation off each code line),
+                            * or line ends md4c sees and we do not */
             return 1;
         }
         st->last_ok = 0; /* open is rebuilt here */

@@ -482,6 +482,7 @@ static void *req_main(void *arg) {
     hrec      *x  = arg;
     http_gate *g  = x->g;
     int        fl = fcntl(x->fd, F_GETFL), one = 1;
+    pthread_setname_np(pthread_self(), "k3-request"); /* as top -H and /proc/PID/task/N/comm show it */
     fcntl(x->fd, F_SETFL, fl & ~O_NONBLOCK);
     setsockopt(x->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     int sndbuf = HTTP_SNDBUF; /* fixed: what a client that never reads leaves in the kernel is bounded */
@@ -615,6 +616,7 @@ static void gate_shutdown(http_gate *g) {
 static void *gate_main(void *arg) {
     http_gate *g         = arg;
     int        listening = 1;
+    pthread_setname_np(pthread_self(), "k3-http-gate");
     pthread_mutex_lock(&g->mu);
     while (!g->stopping) {
         double now = mono();

@@ -828,6 +828,8 @@ static void parse_turn(int take) {
 static void chat_completions(http_req *con) {
     json_error_t je;
     body_feed    feed = {con->body, con->body ? con->body_n : 0, 0, 0};
+    if (feed.n >= 3 && !memcmp(feed.p, "\xef\xbb\xbf", 3))
+        feed.at = 3; /* a UTF-8 BOM, which RFC 8259 lets a parser ignore (Windows tools write one) */
     parse_turn(1);
     json_t *b = json_load_callback(feed_body, &feed, JSON_REJECT_DUPLICATES, &je);
     free(con->body); /* the parsed tree holds what counts: the raw bytes go now */
