@@ -623,6 +623,11 @@ int k3_conv_pop_reply(k3_conv *c);
  * k3_conv_edit_last keeps an edited exchange), in memory and in the autosave. Returns the
  * messages moved (0: no answer to retry; -1: out of memory, k3_errmsg says so). */
 int k3_conv_retry_last(k3_conv *c);
+/* Undoes a k3_conv_retry_last or k3_conv_edit_last that nothing followed (a regeneration that
+ * failed before its turn began): the newest abandoned branch, when it was cut where the history
+ * now ends, becomes active again, as it was. Returns the messages moved back (0: no such branch;
+ * -1: out of memory, nothing changed). */
+int k3_conv_restore_branch(k3_conv *c);
 /* Drops the oldest exchange (first user message and the replies up to the next user
  * message); the system prompt stays. Returns messages removed (0: nothing to drop). */
 int k3_conv_drop_oldest(k3_conv *c);

@@ -6,7 +6,8 @@
 # commands (OSC 52 clipboard, OSC 0 title, CSI colour, a C1
 # CSI) in content and reasoning_content; "e500" answers HTTP 500 with such commands in the error
 # message; "flood" streams one endless line (up to 64 MB, the bytes it sent written to
-# LOGFILE.flood); anything else streams "ok". It runs until killed, 300 s at the most.
+# LOGFILE.flood); "once" streams "ok" the first time and answers HTTP 500 after (a /retry that
+# fails); anything else streams "ok". It runs until killed, 300 s at the most.
 import json
 import os
 import sys
@@ -18,6 +19,8 @@ EVIL = "\x1b]52;c;ZXZpbA==\x07 \x1b]0;EVIL\x07 \x1b[31m red \u009b32m c1"
 
 
 class Fake(FakeHandler):
+    once = 0  # requests that ended with "once" so far
+
     def do_POST(self):
         raw = self.rfile.read(int(self.headers["Content-Length"]))
         with open(sys.argv[2], "ab") as f:
@@ -36,7 +39,9 @@ class Fake(FakeHandler):
             with open(sys.argv[2] + ".flood", "w") as f:
                 f.write(str(sent))
             return
-        if last == "e500":
+        if last == "once":
+            Fake.once += 1
+        if last == "e500" or (last == "once" and Fake.once > 1):
             self.send_json(500, {"error": {"message": "boom " + EVIL.replace("EVIL", "EVIL500"),
                                            "type": "server_error"}})
             return

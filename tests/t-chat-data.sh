@@ -141,6 +141,37 @@ t "16: loading says it does not fit and what /forget --fit keeps" \
     'grep -q "needs [0-9]* tokens and the context holds 512: the next message cannot fit. /forget --fit keeps the newest [0-9]* of its 40 exchanges" "$K3_TMP/e16"'
 t "16: /forget --fit drops the oldest exchanges at once" 'grep -q "dropped the [0-9]* oldest exchanges ([0-9]* messages); the conversation now needs [0-9]* of 512 tokens" "$K3_TMP/e16"'
 t "16: and the next message is answered" '[ -s "$K3_TMP/o16" ] && ! grep -q "context full" "$K3_TMP/e16"'
+# 16e: a transcript that opens with an assistant's greeting (kept by /forget, which drops
+# exchanges from the first user message on): the figure /forget --fit gives is the one /stats
+# then shows, and it leaves the quarter free (the greeting was left out of the count: 'now needs
+# 715 of 1024', /stats 926)
+/usr/bin/python3 -c '
+import json
+print(json.dumps({"format": "k3chat-transcript", "version": 1, "settings": {"think": False}}))
+print(json.dumps({"role": "assistant", "content": "Hello! I am a helpful assistant. " * 20}))
+for i in range(40):
+    print(json.dumps({"role": "user", "content": "What is %d + %d? Please answer with the sum only." % (i, i)}))
+    print(json.dumps({"role": "assistant", "content": "%d + %d = %d." % (i, i, 2 * i)}))' >"$K3_TMP/greet.jsonl"
+printf '/forget --fit\n/stats\n' | K3_MAXT=1024 "$k" "$M" --load "$K3_TMP/greet.jsonl" >/dev/null 2>"$K3_TMP/e16c"
+fit16=$(sed -n 's/.*the conversation now needs \([0-9]*\) of 1024 tokens$/\1/p' "$K3_TMP/e16c")
+st16=$(sed -n 's/^k3chat: context: \([0-9]*\) of 1024 tokens;.*/\1/p' "$K3_TMP/e16c")
+# 16f: a transcript whose system prompt alone leaves no room: the load says no message can fit and
+# what helps, and /forget --fit drops nothing (it said it would keep 0 exchanges with 'a quarter
+# of the context left free', then dropped all of them, the conversation still over the context)
+/usr/bin/python3 -c '
+import json
+print(json.dumps({"format": "k3chat-transcript", "version": 1, "settings": {"think": False}}))
+print(json.dumps({"role": "system", "content": "Always answer in full sentences and check every sum twice. " * 6}))
+for i in range(5):
+    print(json.dumps({"role": "user", "content": "What is %d + %d?" % (i, i)}))
+    print(json.dumps({"role": "assistant", "content": "The answer is %d." % (2 * i)}))' >"$K3_TMP/bigsys.jsonl"
+printf '/forget --fit\n/save %s/bigsys2.jsonl\n' "$K3_TMP" | K3_MAXT=200 "$k" "$M" --load "$K3_TMP/bigsys.jsonl" >/dev/null 2>"$K3_TMP/e16f"
+t "16f: a system prompt over the context: the load says no message can fit, and what helps" \
+    'grep -q "the context holds 200; even without any of its 5 exchanges it takes [0-9]*, so no message can fit: shorten or remove the system prompt (/system TEXT, /system --clear) or start with a larger K3_MAXT" "$K3_TMP/e16f" && ! grep -q "keeps the newest" "$K3_TMP/e16f"'
+t "16f: ... and /forget --fit drops nothing" \
+    'grep -q "/forget --fit: even without any of its 5 exchanges .* so nothing is dropped" "$K3_TMP/e16f" && ! grep -q "^k3chat: dropped" "$K3_TMP/e16f" && grep -q "saved 11 messages" "$K3_TMP/e16f"'
+t "16e: a greeting before the first exchange: /forget --fit's figure ($fit16) is /stats's ($st16), a quarter free" \
+    '[ -n "$fit16" ] && [ "$fit16" = "$st16" ] && [ "$st16" -le 768 ]'
 
 # ---- 16b. line mode: a message that gets no answer (over the context) is exit status 1, as with
 # --prompt (it was 0: a script could not tell); the next message is still answered. 100 words

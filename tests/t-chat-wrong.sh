@@ -92,6 +92,14 @@ t "an endless stream line is refused naming the limit, status 1 ($rcfl): $(tail 
 t "... having read little of it (the fake got $(cat "$K3_TMP/reqs.flood" 2>/dev/null) bytes out, under 16 MB)" \
     '[ "$(cat "$K3_TMP/reqs.flood")" -lt 16000000 ]'
 
+# a /retry the endpoint fails (HTTP 500) before any text: the answer it would replace stays in the
+# conversation, as with a local model (it went to an abandoned branch, the question alone left)
+printf 'once\n/retry\n/save %s/once.jsonl\n/copy 2\n' "$K3_TMP" |
+    XDG_DATA_HOME="$K3_TMP/donce" "$k" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/erronce"
+t "ctx: --endpoint: a /retry that fails keeps the previous answer, and says so" \
+    'grep -q "(the conversation is kept, with the previous answer: /retry sends the message again)" "$K3_TMP/erronce" &&
+     grep -q "\"role\":\"assistant\",\"content\":\"ok\"" "$K3_TMP/once.jsonl" && ! grep -q abandoned "$K3_TMP/once.jsonl" &&
+     grep -q "/copy 2: there is only 1 answer" "$K3_TMP/erronce"'
 # 8: --endpoint sends no sampling the user did not set (the server's defaults apply) and says
 # so; what the user set goes as given, without float noise
 : >"$K3_TMP/reqs"
@@ -293,5 +301,71 @@ if [ -f "$nano/model.safetensors" ]; then
     t "16: --think off: the empty conversation's context is the same at start and after /clear ($c1, $c2)" \
         '[ -n "$c1" ] && [ "$c1" = "$c2" ]'
     t "16: ... and /think on changes it before any turn ($c2 -> $c3)" '[ -n "$c3" ] && [ "$c3" -gt "$c2" ]'
+    # an answer that fills the context says so in those words, with the figure and what makes
+    # room (it was told apart from --max-tokens by the token counts, without naming K3_MAXT)
+    printf 'What is 2 + 3?\n' | K3_MAXT=130 XDG_DATA_HOME="$K3_TMP/d24" "$k" "$nano" --temp 0 >/dev/null 2>"$K3_TMP/err24c"
+    t "ctx: an answer cut by the context: 'the context is full (K3_MAXT=130 tokens)' and what makes room" \
+        'grep -q "cut off: the context is full (K3_MAXT=130 tokens); /forget drops the oldest exchange, /clear starts anew, a larger K3_MAXT holds more" "$K3_TMP/err24c"'
+    # a replay at a context smaller than the transcript's turns need is no difference: it names the
+    # K3_MAXT a turn needs (the prompt, and the saved answer's tokens but its unfed last one) and
+    # fails (1); at that figure every turn matches (the answer cut at the context was a 'DIFFERS at
+    # token 16 ... new -1 (end)', exit 3; a prompt over it said to start a new conversation)
+    printf 'What is 2 + 3?\nWhat is 12 + 30?\n/save %s/rp.jsonl\n' "$K3_TMP" |
+        XDG_DATA_HOME="$K3_TMP/d24" "$k" "$nano" --temp 0 >/dev/null 2>&1
+    p2=$(sed -n '5s/.*"prompt_tokens":\([0-9]*\).*/\1/p' "$K3_TMP/rp.jsonl")
+    c2=$(sed -n '5s/.*"completion_tokens":\([0-9]*\).*/\1/p' "$K3_TMP/rp.jsonl")
+    need=$((p2 + c2 - 1)) # turn 2 ended its message: its last token was never fed
+    K3_MAXT=$((need - 1)) "$k" "$nano" --replay "$K3_TMP/rp.jsonl" >"$K3_TMP/orp" 2>"$K3_TMP/erp"
+    rc=$?
+    t "ctx: --replay at K3_MAXT=$((need - 1)): turn 2's answer ends at the context, named, exit 1 (got $rc)" \
+        '[ $rc -eq 1 ] && grep -q "replay of turn 2 (message 4): the context (K3_MAXT=$((need - 1))) ended the new answer after $((c2 - 1)) of the saved answer.s $c2 tokens, equal so far; the turn needs K3_MAXT=$need or more" "$K3_TMP/erp" && ! grep -q DIFFERS "$K3_TMP/orp"'
+    K3_MAXT=$p2 "$k" "$nano" --replay "$K3_TMP/rp.jsonl" >/dev/null 2>"$K3_TMP/erp2"
+    rc=$?
+    t "ctx: --replay at K3_MAXT=$p2: turn 2's prompt does not fit, the figure it needs, exit 1 (got $rc)" \
+        '[ $rc -eq 1 ] && grep -q "replay of turn 2 (message 4): its prompt takes $p2 tokens and the context holds $p2 (K3_MAXT); the turn needs K3_MAXT=$need or more" "$K3_TMP/erp2"'
+    K3_MAXT=$need "$k" "$nano" --replay "$K3_TMP/rp.jsonl" >"$K3_TMP/orp3" 2>/dev/null
+    rc=$?
+    t "ctx: --replay at K3_MAXT=$need, the figure named: every turn matches (exit $rc)" \
+        '[ $rc -eq 0 ] && grep -q "every turn matches" "$K3_TMP/orp3"'
+    # a system prompt that alone leaves no room: the notice says so and what helps (it blamed the
+    # message: 'this message alone is too long for the context; shorten it')
+    long=$(printf 'Always answer in full sentences and check every sum twice. %.0s' 1 2 3 4 5 6)
+    printf '/system %s\nhi\nWhat is 2 + 3?\n' "$long" | K3_MAXT=100 "$k" "$nano" --think off >/dev/null 2>"$K3_TMP/errsys"
+    t "ctx: a system prompt too long for the context: named, with what helps, for each message" \
+        '[ "$(grep -c "the context holds 100 (K3_MAXT): with the system prompt alone the conversation takes [0-9]* tokens; shorten it (/system TEXT), remove it (/system --clear) or start with a larger K3_MAXT. Your message got no answer.$" "$K3_TMP/errsys")" -eq 2 ] &&
+         ! grep -q "this message alone" "$K3_TMP/errsys"'
+    # line mode on a terminal: a message the context refuses is offered again at the prompt, as the
+    # notice says (it was not: the notice said so, the prompt was empty); off a terminal the
+    # notice does not claim it (piped above: 'Your message got no answer.')
+    long60="What is 2 + 3? Please answer with a few more words than that, since it must not fit."
+    tui_start 120 20 K3_MAXT=60 -- "$K3CHAT --plain --think off --temp 0 $nano 2>&1; echo EXIT=\$?; sleep 60"
+    wait_until "the line-mode prompt" 30 sh -c "$T capture-pane -p | grep -v '^\$' | tail -n 1 | grep -qx '>'"
+    type_line "$long60"
+    wait_for "It is back in the input line." 30
+    check "ctx: line mode on a terminal: the refused message is back at the prompt" \
+        wait_until "the message at the prompt" 10 sh -c "$T capture-pane -p | grep -v '^\$' | tail -n 1 | grep -qF '> $long60'"
+    keys C-u C-d
+    wait_for "EXIT=" 10
+    # a regeneration the context refuses leaves the conversation as it was. /retry after a
+    # /system that makes the prompt too long: the answer stays in place (it went to an abandoned
+    # branch and the question was dropped, from memory and from the transcript); /edit to a
+    # message too long: the old exchange stays and its answer can still be copied; a message too
+    # long after an answer: /copy still has that answer (line mode dropped it from its list)
+    sys="You are a very helpful assistant who answers in detail and checks every step twice before answering, always."
+    printf 'What is 2 + 3?\n/system %s\n/retry\n/save %s/r24.jsonl\n' "$sys" "$K3_TMP" |
+        K3_MAXT=100 XDG_DATA_HOME="$K3_TMP/d24" "$k" "$nano" --think off --temp 0 >/dev/null 2>"$K3_TMP/err24"
+    t "ctx: a /retry refused for the context says the previous answer stays" \
+        'grep -q "context full: .*The previous answer stays\.$" "$K3_TMP/err24"'
+    t "ctx: ... and it does: the transcript holds the question and its answer, nothing abandoned" \
+        'grep -q "\"role\":\"user\",\"content\":\"What is 2 + 3?\"" "$K3_TMP/r24.jsonl" &&
+         grep -q "\"role\":\"assistant\"" "$K3_TMP/r24.jsonl" && ! grep -q abandoned "$K3_TMP/r24.jsonl"'
+    long="What is 2 + 3? Please answer with a few more words than that, since this message must be too long for the context."
+    printf 'What is 2 + 3?\n/edit\n%s\n/copy 2\n/save %s/e24.jsonl\n%s\n/copy 2\n' "$long" "$K3_TMP" "$long" |
+        K3_MAXT=60 XDG_DATA_HOME="$K3_TMP/d24" "$k" "$nano" --think off --temp 0 >/dev/null 2>"$K3_TMP/err24b"
+    t "ctx: an /edit refused for the context keeps the old exchange, nothing abandoned" \
+        'grep -q "\"content\":\"What is 2 + 3?\"" "$K3_TMP/e24.jsonl" && grep -q "\"role\":\"assistant\"" "$K3_TMP/e24.jsonl" &&
+         ! grep -q abandoned "$K3_TMP/e24.jsonl"'
+    t "ctx: ... and /copy still has its answer, after the /edit and after a message that does not fit" \
+        '[ "$(grep -c "/copy 2: there is only 1 answer" "$K3_TMP/err24b")" -eq 2 ]'
 fi
 finish

@@ -276,6 +276,7 @@ done
 nano="$K3_SRC/models/k3-nano"
 if [ -f "$nano/model.safetensors" ]; then
     nctx() { screen | grep -o 'ctx [0-9]*/' | head -n 1 | tr -dc 0-9; }
+    joined_has() { screen | tr '\n' ' ' | tr -s ' ' | grep -qF -- "$1"; }
     nctx_is() { _c=$(nctx); [ -n "$_c" ] && [ "$_c" "$1" "$2" ]; } # nctx_is TEST VALUE (-eq, -lt)
     tui_start 100 30 -- "$K3CHAT --temp 0 --max-tokens 6 $nano 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
     wait_for "k3-nano" 30
@@ -318,12 +319,25 @@ if [ -f "$nano/model.safetensors" ]; then
     check "item 24 (k3-nano, K3_MAXT=120): no frame showed another figure first ($(sort -u "$K3_TMP/ctx-seen" | tr '\n' ' '))" \
         sh -c "[ \"\$(sort -u '$K3_TMP/ctx-seen')\" = '$ctx0' ]"
     type_line "What is 27 + 58?"
-    wait_for "length limit reached" 60
+    check "item 24 (k3-nano, K3_MAXT=120): an answer that fills the context says so, and what makes room" \
+        wait_for "[context full: the answer was cut off; /forget or /clear makes room]" 60
+    check "item 24 (k3-nano, K3_MAXT=120): ... not the --max-tokens marker" hasnt "length limit reached"
     check "item 24 (k3-nano, K3_MAXT=120): an answer that fills the context: the bar says ctx full 120/120" \
         wait_for "ctx full 120/120" 10
     type_line "hi"
     check "item 24 (k3-nano, K3_MAXT=120): ... and the next message does not fit" wait_for "context full: the conversation needs" 10
-    keys C-u; type_line "/clear"
+    # a /retry that no longer fits (a system prompt came since): the answer it would replace stays,
+    # on the screen with its marker as in the conversation
+    keys C-u; type_line "/system Answer every question with care, in full sentences, and check the sum twice."
+    wait_for "system prompt set" 5
+    type_line "/retry"
+    check "item 24 (k3-nano, K3_MAXT=120): a /retry refused for the context: the previous answer stays" \
+        wait_until "the notice" 10 joined_has "The previous answer stays."
+    check "item 24 (k3-nano, K3_MAXT=120): ... on the screen, with its marker" \
+        has "[context full: the answer was cut off; /forget or /clear makes room]"
+    check "item 24 (k3-nano, K3_MAXT=120): ... and the question too" has "What is 27 + 58?"
+    type_line "/system --clear"
+    type_line "/clear"
     check "item 24 (k3-nano, K3_MAXT=120): /clear: the figure of the empty conversation again, as at start" \
         wait_for "ctx $ctx0/120" 5
     keys C-d; wait_for "EXIT=0" 5

@@ -207,6 +207,48 @@ int main(void) {
     k3_conv_free(y);
     k3_conv_free(y2);
 
+    /* a regeneration that fails before its turn begins is taken back (k3_conv_restore_branch): the
+     * /retry's answer, or the /edit's exchange, is active again as it was, the branch gone, the
+     * system prompt's "since" as before, and the autosave file says so (no "abandoned" line) */
+    k3_conv *b = k3_conv_new();
+    snprintf(path, sizeof path, "%s/auto-b", dir);
+    k3_conv_autosave_enable(b, path);
+    k3_conv_add(b, K3_ROLE_USER, "q1", NULL);
+    k3_conv_add(b, K3_ROLE_ASSISTANT, "a1", "r1");
+    k3_conv_set_system(b, "late");
+    T_CHECK(k3_conv_autosave(b) == K3_OK && k3_conv_restore_branch(b) == 0,
+            "nothing abandoned: nothing to restore");
+    T_CHECK(k3_conv_retry_last(b) == 1 && b->sys_since == 1, "/retry: the answer leaves (since 2 -> %d)",
+            b->sys_since);
+    char *tb = k3_conv_autosave(b) == K3_OK ? t_read_file(k3_conv_autosave_path(b), NULL) : NULL;
+    T_CHECK(tb && strstr(tb, "\"abandoned\":1"), "the autosave file holds it as abandoned");
+    free(tb);
+    T_CHECK(k3_conv_restore_branch(b) == 1 && k3_conv_count(b) == 3 && k3_conv_abandoned_count(b) == 0 &&
+                !strcmp(k3_conv_msg(b, 2)->content, "a1") && !strcmp(k3_conv_msg(b, 2)->reasoning, "r1") &&
+                b->sys_since == 2 && b->n_branches == 0,
+            "restored: the answer is back in place, no branch, since 2 again (%d messages, %d abandoned, "
+            "since %d)",
+            k3_conv_count(b), k3_conv_abandoned_count(b), b->sys_since);
+    T_CHECK(k3_conv_autosave(b) == K3_OK, "autosave after the restore");
+    tb = t_read_file(k3_conv_autosave_path(b), NULL);
+    T_CHECK(tb && line_has(tb, 1, "\"late\"") && line_has(tb, 1, "\"since\":2") &&
+                line_has(tb, 2, "\"q1\"") && line_has(tb, 3, "\"a1\"") && !strstr(tb, "abandoned"),
+            "the autosave file holds the exchange as before, nothing abandoned");
+    free(tb);
+    k3_conv_add(b, K3_ROLE_USER, "q2", NULL);
+    k3_conv_add(b, K3_ROLE_ASSISTANT, "a2", NULL);
+    T_CHECK(k3_conv_edit_last(b) == 2 && k3_conv_add(b, K3_ROLE_USER, "q2 edited", NULL) == K3_OK &&
+                k3_conv_restore_branch(b) == 0,
+            "an /edit's branch is not restored while its new message stands");
+    T_CHECK(k3_conv_undo(b) == 1 && k3_conv_restore_branch(b) == 2 && k3_conv_count(b) == 5 &&
+                !strcmp(k3_conv_msg(b, 3)->content, "q2") && !strcmp(k3_conv_msg(b, 4)->content, "a2") &&
+                k3_conv_abandoned_count(b) == 0,
+            "the edited message undone: the old exchange is back (%d messages)", k3_conv_count(b));
+    T_CHECK(k3_conv_retry_last(b) == 1 && k3_conv_add(b, K3_ROLE_ASSISTANT, "a2 new", NULL) == K3_OK &&
+                k3_conv_restore_branch(b) == 0 && k3_conv_abandoned_count(b) == 1,
+            "a /retry that got its answer keeps the old one abandoned");
+    k3_conv_free(b);
+
     free(t);
     k3_conv_free(a);
     k3_conv_free(c);

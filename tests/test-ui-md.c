@@ -403,6 +403,24 @@ static void test_stream_incremental(void) {
     md_stream_free(&st);
     md_stream_free(&ref);
     free(pb);
+    /* ... also after a long chunk that is no list (li_lead looked at its lines up to their end):
+     * the next answer's short text (a new turn after Ctrl-C) was searched from there, past its
+     * end (a crash in the chat) */
+    md_stream lt = {0}, lref = {0};
+    txt_buf   la = {0};
+    for (int i = 0; i < 60; i++)
+        txt_buf_add(&la, "Some **bold** words on a line of their own\n", 43);
+    for (size_t k = 1; k <= la.n; k += 5)
+        md_stream_update(&lt, la.p, k, 30, THM_ASSISTANT, MD_STREAMING);
+    char *lb = strdup("23 **x**\n- y");
+    free(la.p);
+    md_stream_update(&lt, lb, strlen(lb), 30, THM_ASSISTANT, MD_STREAMING);
+    md_stream_update(&lref, lb, strlen(lb), 30, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
+    T_CHECK(same_stream(&lt, &lref, &at),
+            "a short text after a long chunk of no list starts the stream over");
+    md_stream_free(&lt);
+    md_stream_free(&lref);
+    free(lb);
     T_CHECK(!bad && steps > 1000,
             "streamed token by token at widths 6 to 119 and resized mid-stream: every "
             "step shows what a fresh md4c render of the same text shows (%d steps)",

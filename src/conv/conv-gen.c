@@ -31,8 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CONV_MIN_ROOM 8 /* tokens a turn must be able to generate for it to start */
-
 /* ==== chat encoder ============================================================== */
 
 typedef struct conv_render {
@@ -439,19 +437,20 @@ k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity) {
     return K3_OK;
 }
 
-/* Tokens the next turn's prompt needs when the first `drop` exchanges are left out: the
- * system prompt and messages [start[drop], n) rendered as a view (shallow copies). */
+/* Tokens the next turn's prompt needs when the first `drop` exchanges are left out: what comes
+ * before the first exchange (the system prompt, a greeting: never dropped) and messages
+ * [start[drop], n) rendered as a view (shallow copies). */
 static k3_status need_without(const k3_conv *c, const k3_tok *tok, const int *start, int n_exch, int drop,
                               int *need) {
-    int       sys = k3_conv_system(c) != NULL, from = !drop ? sys : drop < n_exch ? start[drop] : c->n_msgs;
-    k3_msg   *v    = k3_calloc((size_t)(sys + c->n_msgs - from) + 1, sizeof *v);
+    int       lead = n_exch ? start[0] : c->n_msgs, from = drop < n_exch ? start[drop] : c->n_msgs;
+    k3_msg   *v    = k3_calloc((size_t)(lead + c->n_msgs - from) + 1, sizeof *v);
     k3_conv  *view = k3_calloc(1, sizeof *view);
     k3_ids    r    = {0};
     k3_status st   = v && view ? K3_OK : k3_err(K3_ERR_NOMEM, "conversation: out of memory");
     if (!st) {
         int n = 0;
-        if (sys)
-            v[n++] = c->msgs[0];
+        for (int i = 0; i < lead; i++)
+            v[n++] = c->msgs[i];
         for (int i = from; i < c->n_msgs; i++)
             v[n++] = c->msgs[i];
         view->msgs   = v;

@@ -13,6 +13,8 @@
 
 #include <stdatomic.h>
 
+#define CONV_MIN_ROOM 8 /* tokens a turn must be able to generate for it to start (conv-gen.c) */
+
 /* saved decode states (prompt cache, /retry, /undo), at most: the CONV_SNAPSHOTS row's top in
  * include/k3-settings.h (test-settings.c holds them equal) */
 #define CONV_MAX_SNAPSHOTS 64
@@ -48,8 +50,9 @@ typedef struct conv_store {
 /* A message of an abandoned branch (/edit): kept for the transcript, never in the prompt. */
 typedef struct conv_aban {
     k3_msg m;
-    int    at;     /* index of the active message it is written before (the branch point) */
-    int    branch; /* branch number, 1-based; the messages of one /edit share it            */
+    int    at;         /* index of the active message it is written before (the branch point) */
+    int    branch;     /* branch number, 1-based; the messages of one /edit share it            */
+    int    before_sys; /* it was answered before a mid-chat system prompt (counted in sys_since) */
 } conv_aban;
 
 struct k3_conv {

@@ -110,6 +110,53 @@ static k3_status compare(const k3_tok *tok, const k3_msg *saved, const k3_msg *n
     return K3_OK;
 }
 
+/* A turn the context (K3_MAXT) cannot hold whole is no difference of the model's: the replay stops
+ * with an error that names the figure it needs. The saved turn's prompt does not fit (gst, the
+ * turn's K3_ERR_CONTEXT); or the new answer stopped at the context where the saved one went on,
+ * equal so far (t; NULL for the first case). Returns K3_ERR_CONTEXT when so, else K3_OK. */
+static k3_status replay_context(k3_conv *r, k3_model *m, const k3_msg *saved, const k3_replay_turn *t,
+                                k3_status gst, int turn, int i) {
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    /* the positions the saved answer takes: its last token is not fed when it ended the message or
+     * met the context's end (conv-gen.c step_prepare), at least the room a turn needs to start */
+    int ans = saved->n_ids - (saved->has_stats &&
+                              (saved->stats.stop == K3_STOP_EOS || saved->stats.stop == K3_STOP_CONTEXT));
+    ans     = ans > CONV_MIN_ROOM ? ans : CONV_MIN_ROOM;
+    if (gst == K3_ERR_CONTEXT) {
+        int used = 0, cap = 0;
+        if (k3_conv_context(r, m, &used, &cap) != K3_OK)
+            return k3_err(K3_ERR_CONTEXT, "replay of turn %d (message %d): %s", turn, i + 1, k3_errmsg());
+        return k3_err(K3_ERR_CONTEXT,
+                      "replay of turn %d (message %d): its prompt takes %d tokens and the context holds %d "
+                      "(K3_MAXT); the turn needs K3_MAXT=%d or more",
+                      turn, i + 1, used, info.max_ctx, used + ans);
+    }
+    const k3_msg *nm = t->new_msg;
+    if (t->match || !nm->has_stats || nm->stats.stop != K3_STOP_CONTEXT)
+        return K3_OK;
+    if (t->by_ids) {
+        if (t->first_diff != t->n_new) /* a token differs before the context ended it */
+            return K3_OK;
+        return k3_err(
+            K3_ERR_CONTEXT,
+            "replay of turn %d (message %d): the context (K3_MAXT=%d) ended the new answer after %d of "
+            "the saved answer's %d tokens, equal so far; the turn needs K3_MAXT=%d or more",
+            turn, i + 1, info.max_ctx, t->n_new, t->n_saved, nm->stats.n_prompt + ans);
+    }
+    const char *sr = saved->reasoning ? saved->reasoning : "", *nr = nm->reasoning ? nm->reasoning : "";
+    size_t      lr = strlen(nr), lc = strlen(nm->content);
+    int         prefix =
+        !strncmp(sr, nr, lr) && (!lc || (!strcmp(sr, nr) && !strncmp(saved->content, nm->content, lc)));
+    if (!prefix)
+        return K3_OK;
+    return k3_err(
+        K3_ERR_CONTEXT,
+        "replay of turn %d (message %d): the context (K3_MAXT=%d) ended the new answer before the saved "
+        "one ended, equal so far; the turn needs a larger K3_MAXT",
+        turn, i + 1, info.max_ctx);
+}
+
 k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_conv_settings *set,
                          unsigned flags, k3_replay_cb cb, void *ud, int *n_diff) {
     k3_conv  *r   = k3_conv_new();
@@ -153,13 +200,18 @@ k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_co
             break;
         }
         st = k3_conv_generate(r, m, s, NULL);
+        if (st == K3_ERR_CONTEXT && r->msgs[r->n_msgs - 1].role == K3_ROLE_USER) {
+            st = replay_context(r, m, msg, NULL, st, turn, i);
+            break;
+        }
         if (st) {
             k3_err_prefix("replay of turn %d (message %d)", turn, i + 1);
             break;
         }
         k3_replay_turn t = {.turn = turn, .msg_index = i, .new_msg = &r->msgs[r->n_msgs - 1]};
         char           sp[96], np[96];
-        if ((st = compare(tok, msg, t.new_msg, &t, sp, np, sizeof sp)))
+        if ((st = compare(tok, msg, t.new_msg, &t, sp, np, sizeof sp)) ||
+            (st = replay_context(r, m, msg, &t, K3_OK, turn, i)))
             break;
         diffs += !t.match;
         if (cb)

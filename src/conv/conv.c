@@ -525,10 +525,11 @@ static int abandon_from(k3_conv *c, int i) {
     int n = c->n_msgs - i;
     if (grow_aban(c, n))
         return -1;
+    int sys = k3_conv_system(c) != NULL, since = c->sys_since; /* before conv_since_removed */
     conv_since_removed(c, i, n);
     c->n_branches++;
-    for (int k = i; k < c->n_msgs; k++)
-        c->aban[c->n_aban++] = (conv_aban){c->msgs[k], i, c->n_branches}; /* moved, not copied */
+    for (int k = i; k < c->n_msgs; k++) /* moved, not copied */
+        c->aban[c->n_aban++] = (conv_aban){c->msgs[k], i, c->n_branches, k - sys < since};
     c->n_msgs = i;
     conv_touched(c, i);
     if (c->autosave_path)
@@ -549,6 +550,28 @@ int k3_conv_retry_last(k3_conv *c) {
         (c->msgs[i - 1].role != K3_ROLE_USER && c->msgs[i - 1].role != K3_ROLE_TOOL))
         return 0;
     return abandon_from(c, i);
+}
+
+int k3_conv_restore_branch(k3_conv *c) {
+    int n = 0, nb = c->n_branches;
+    while (n < c->n_aban && c->aban[c->n_aban - 1 - n].branch == nb &&
+           c->aban[c->n_aban - 1 - n].at == c->n_msgs)
+        n++;
+    if (!n || (n < c->n_aban && c->aban[c->n_aban - 1 - n].branch == nb))
+        return 0; /* not the newest branch, or not cut where the history now ends */
+    void *p = c->msgs;
+    if (conv_grow(&p, &c->cap_msgs, c->n_msgs + n, sizeof *c->msgs, 16, "messages"))
+        return -1;
+    c->msgs = p;
+    for (int k = c->n_aban - n; k < c->n_aban; k++) { /* moved back, not copied */
+        c->sys_since += c->aban[k].before_sys;
+        c->msgs[c->n_msgs++] = c->aban[k].m;
+    }
+    c->n_aban -= n;
+    c->n_branches--;
+    if (c->autosave_path)
+        c->rewrite = 1; /* the file may hold them as a branch */
+    return n;
 }
 
 int k3_conv_abandoned_count(const k3_conv *c) {

@@ -91,6 +91,7 @@ typedef struct plain {
                                  * that went unanswered */
     int redo;                   /* the turn running is a /retry or /edit of the last exchange:
                                    its answer takes that failure back                         */
+    int in_turn;                /* between EV_TURN and its EV_DONE                            */
 } plain;
 
 /* Keep an answer (an owned copy) for /copy; pop = drop the last one. */
@@ -172,10 +173,17 @@ static void print_stats(plain *p, const ue_stats *now) {
     fputc('\n', stderr);
 }
 
-/* Why an answer stopped early, from the settings and the token counts. */
-static void report_cut(plain *p, const ue_stats *s) {
+/* Why an answer stopped early: how the turn ended (UE_DONE_LENGTH, UE_DONE_CONTEXT), and for a
+ * remote server's "length" the settings and the token counts. */
+static void report_cut(plain *p, int how, const ue_stats *s) {
     int n = s->n_think + s->n_response, max = p->cs.gen.max_tokens;
-    if (max > 0 && n >= max)
+    if (how == UE_DONE_CONTEXT)
+        txt_term_printf(
+            stderr,
+            "k3chat: the answer was cut off: the context is full (K3_MAXT=%d tokens); "
+            "/forget drops the oldest exchange, /clear starts anew, a larger K3_MAXT holds more\n",
+            s->ctx_max);
+    else if (max > 0 && n >= max)
         txt_term_printf(stderr, "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n",
                         max);
     else if (p->cs.server_sampling && !(s->ctx_max > 0 && s->ctx_used >= s->ctx_max))
@@ -196,6 +204,8 @@ static void report_cut(plain *p, const ue_stats *s) {
         txt_term_printf(stderr, "k3chat: the answer was cut off: the context is full; "
                                 "/forget drops the oldest exchange, /clear starts anew\n");
 }
+
+static void push_literal(EditLine *el, const char *s);
 
 /* Handle one event; returns 1 when a turn finished. */
 static int on_event(plain *p, ui_ev *e) {
@@ -250,15 +260,16 @@ static int on_event(plain *p, ui_ev *e) {
         txt_term_end(stdout, &p->esc_out);
         if (p->last_ch == EV_CH_THINK)
             fputc('\n', stderr);
-        if (!p->replaying && (p->last_ch >= 0 || e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH))
+        if (!p->replaying &&
+            (p->last_ch >= 0 || e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT))
             fputc('\n', stdout);
         if (e->i == UE_DONE_CANCELLED)
             txt_term_printf(stderr, "k3chat: stopped\n");
         if (e->i == UE_DONE_ERROR && !p->replaying && (p->turn_started || !p->redo)) {
             p->failed += !(p->redo && p->last_failed); /* the same message failing again: once */
             p->last_failed = 1;
-        } else if ((e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH) && !p->replaying && p->redo &&
-                   p->last_failed) {
+        } else if ((e->i == UE_DONE_OK || e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT) &&
+                   !p->replaying && p->redo && p->last_failed) {
             p->failed--; /* the message got its answer after all */
             p->last_failed = 0;
         }
@@ -268,10 +279,11 @@ static int on_event(plain *p, ui_ev *e) {
         if (!p->replaying)
             p->st = e->st;
         out_check(p);
-        if (e->i == UE_DONE_LENGTH)
-            report_cut(p, &e->st);
+        if (e->i == UE_DONE_LENGTH || e->i == UE_DONE_CONTEXT)
+            report_cut(p, e->i, &e->st);
         p->last_ch   = -1;
         p->replaying = 0;
+        p->in_turn   = 0;
         return 1;
     case EV_STATS:
         if (e->i) /* the latest context figures; /stats prints them when its command is done */
@@ -282,6 +294,7 @@ static int on_event(plain *p, ui_ev *e) {
         break;
     case EV_TURN:
         p->turn_started = 1;
+        p->in_turn      = 1;
         break;
     case EV_ERROR:
         progress_end(p);
@@ -312,7 +325,11 @@ static int on_event(plain *p, ui_ev *e) {
         }
         break;
     case EV_UNDO:
-        ans_drop(p, p->n_ans - 1);
+        if (!p->in_turn)
+            ans_drop(p, p->n_ans - 1); /* /undo: the last exchange's answer goes */
+        else if (p->el && p->last_user)
+            push_literal(p->el, p->last_user); /* a turn that failed before it began: no answer of it was
+                                                  kept, and its message is offered again at the prompt */
         break;
     case EV_SETTINGS: {
         char msg[300];
@@ -678,7 +695,8 @@ int cli_plain(const ui_opts *o) {
         ev_queue_free(p->q);
         return 1;
     }
-    ue_settings(p->eng, &p->cs.gen); /* the command line's, before anything is measured */
+    p->eng->no_input_line = !(isatty(0) && isatty(2)); /* as the EditLine below */
+    ue_settings(p->eng, &p->cs.gen);                   /* the command line's, before anything is measured */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_int;

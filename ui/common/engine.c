@@ -278,7 +278,11 @@ static char *tool_text(const k3_msg *m) {
 void ue_send_history(ue *u, const k3_conv *c) {
     ui_ev e = {.type = EV_RESET};
     ev_push(u->out, &e);
-    for (int k = 0; k < k3_conv_count(c); k++) {
+    ue_send_msgs(u, c, 0);
+}
+
+void ue_send_msgs(ue *u, const k3_conv *c, int from) {
+    for (int k = from < 0 ? 0 : from; k < k3_conv_count(c); k++) {
         const k3_msg *m    = k3_conv_msg(c, k);
         int           role = m->role == K3_ROLE_USER        ? UE_ROLE_USER
                              : m->role == K3_ROLE_ASSISTANT ? UE_ROLE_ASSISTANT
@@ -289,8 +293,10 @@ void ue_send_history(ue *u, const k3_conv *c) {
         if (m->has_stats) { /* the figures the turn's EV_DONE gave (worker.c) */
             x.st.think_s = m->stats.t_think > m->stats.ttft ? m->stats.t_think - m->stats.ttft : -1;
             x.st.n_think = m->stats.n_think;
-            if (m->stats.stop == K3_STOP_MAX_TOKENS || m->stats.stop == K3_STOP_CONTEXT)
+            if (m->stats.stop == K3_STOP_MAX_TOKENS)
                 x.ch = UE_DONE_LENGTH;
+            else if (m->stats.stop == K3_STOP_CONTEXT)
+                x.ch = UE_DONE_CONTEXT;
         }
         if (m->interrupted)
             x.ch = UE_DONE_CANCELLED;

@@ -22,7 +22,9 @@
 #include <stdatomic.h>
 
 enum { UE_ROLE_USER = 0, UE_ROLE_ASSISTANT, UE_ROLE_SYSTEM };
-enum { UE_DONE_OK = 0, UE_DONE_CANCELLED, UE_DONE_ERROR, UE_DONE_LENGTH };
+/* How a turn ended (EV_DONE's i, a loaded message's EV_MSG ch). LENGTH: --max-tokens (or a remote
+ * server's "length", which may be either); CONTEXT: the answer filled the local context (K3_MAXT). */
+enum { UE_DONE_OK = 0, UE_DONE_CANCELLED, UE_DONE_ERROR, UE_DONE_LENGTH, UE_DONE_CONTEXT };
 
 typedef struct ue ue;
 
@@ -57,7 +59,9 @@ struct ue {
     atomic_int unsaved;            /* the conversation holds turns that are on no disk: the
                                       autosave failed (or is off) and no /save since
                                       (ue_note_saved); the UI asks before dropping it */
-    int      no_autosave;          /* the autosave could not be enabled (worker only) */
+    int no_autosave;               /* the autosave could not be enabled (worker only) */
+    int no_input_line;             /* line mode off a terminal: a refused message is not offered
+                                      again (set by the front end before its first command) */
     unsigned posted;               /* commands posted so far (UI thread only); each is
                                       answered by one EV_ACK, EV_CMD_QUIT excepted  */
     int       started;
@@ -116,6 +120,8 @@ void ue_emitf(ue *u, int type, const char *fmt, ...) __attribute__((format(print
 struct k3_conv;
 /* EV_RESET, then one EV_MSG per message of c. */
 void ue_send_history(ue *u, const struct k3_conv *c);
+/* One EV_MSG each for messages [from, count) of c (messages that came back: a failed /retry). */
+void ue_send_msgs(ue *u, const struct k3_conv *c, int from);
 /* Handle the conversation edits (/undo /forget /clear /system /save /load /export) the same way in
  * every backend; 1 when cmd was one of them (2: a /load that succeeded; 3: one that also sent
  * the transcript's settings as EV_SETTINGS, which the front end answers with the settings in

@@ -1504,6 +1504,8 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         st->base              = s;
         st->width             = width;
         st->role              = role;
+        if (st->lis) /* li_lead's scan was of the old text (its lead_done may be 0 again) */
+            st->lis->lead_done = (size_t)-1;
     }
     st->flags = flags;
     st->len   = n;

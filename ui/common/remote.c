@@ -636,8 +636,9 @@ static void record_settings(remote *r, const ue_gen *g) {
     k3_conv_set_settings(r->c, &set); /* only for the transcript: invalid values are the server's to judge */
 }
 
-/* Answer the history (which ends with a user message). */
-static void turn(remote *r, const ue_gen *g) {
+/* Answer the history (which ends with a user message). retry: a /retry moved the answer to an
+ * abandoned branch just before (k3.h); a failure that brought no text puts it back. */
+static void turn(remote *r, const ue_gen *g, int retry) {
     ui_ev e = {.type = EV_TURN};
     ev_push(r->u->out, &e);
     record_settings(r, g);
@@ -707,6 +708,12 @@ static void turn(remote *r, const ue_gen *g) {
                     .n_tool_calls = nt};
         if (k3_conv_add_msg(r->c, &a) != K3_OK)
             ue_emitf(r->u, EV_ERROR, "%s", k3_errmsg());
+    } else if (failed && retry) { /* the answer the /retry replaced stays, as with a local model */
+        int from = k3_conv_count(r->c);
+        if ((retry = k3_conv_restore_branch(r->c) > 0))
+            ue_send_msgs(r->u, r->c, from);
+    } else {
+        retry = 0;
     }
     free(tc);
     ui_ev  d           = {.type = EV_DONE,
@@ -732,7 +739,8 @@ static void turn(remote *r, const ue_gen *g) {
     ue_note_saved(r->u, r->c); /* before EV_DONE: a quit right after it sees the state */
     ev_push(r->u->out, &d);
     if (failed) /* after EV_DONE: the UI drops an empty failed turn, not this line */
-        ue_emitf(r->u, EV_ERROR, "%s (the conversation is kept: /retry sends the message again)", msg);
+        ue_emitf(r->u, EV_ERROR, "%s (the conversation is kept%s: /retry sends the message again)", msg,
+                 retry ? ", with the previous answer" : "");
     const char *ae = k3_conv_autosave_error(r->c);
     if (ae)
         ue_emitf(r->u, EV_ERROR, "autosave: %s (the conversation is kept in memory)", ae);
@@ -755,11 +763,13 @@ static void remote_cmd(ue *u, void *self, const ui_ev *c) {
         if (k3_conv_add(r->c, K3_ROLE_USER, c->text, NULL) != K3_OK)
             done_error(u, k3_errmsg());
         else
-            turn(r, &c->gen);
+            turn(r, &c->gen, 0);
         break;
     case EV_CMD_RETRY: /* after a failed turn the history already ends with the user's message */
-        if ((n && k3_conv_msg(r->c, n - 1)->role == K3_ROLE_USER) || k3_conv_retry_last(r->c) > 0)
-            turn(r, &c->gen);
+        if (n && k3_conv_msg(r->c, n - 1)->role == K3_ROLE_USER)
+            turn(r, &c->gen, 0);
+        else if (k3_conv_retry_last(r->c) > 0)
+            turn(r, &c->gen, 1);
         else
             done_error(u, "/retry: there is no answer to regenerate");
         break;

@@ -139,8 +139,15 @@ static k3_status apply_gen(real *r, const ue_gen *g) {
     return k3_conv_set_settings(r->c, &set);
 }
 
-/* Generate the reply to the history (which ends with a user message). */
-static void turn(real *r, const ue_gen *g) {
+/* Even without any exchange no message fits (the system prompt, or what comes before the first
+ * exchange, leaves less than the 8 tokens a turn needs: CONV_MIN_ROOM). */
+static int fit_none(const k3_fit_info *fi) {
+    return fi->drop == fi->n_exchanges && fi->used_after + 8 > fi->capacity;
+}
+
+/* Generate the reply to the history (which ends with a user message). redo: the command moved
+ * the last exchange (/edit) or answer (/retry) to an abandoned branch just before (k3.h). */
+static void turn(real *r, const ue_gen *g, int redo) {
     ui_ev e = {.type = EV_TURN};
     ev_push(r->u->out, &e);
     ue_tok_begin(&r->tok);
@@ -166,25 +173,49 @@ static void turn(real *r, const ue_gen *g) {
     if (st != K3_OK && st != K3_ABORTED) {
         char msg[1200];
         snprintf(msg, sizeof msg, "%s", k3_errmsg());
-        if (!last || last->role != K3_ROLE_ASSISTANT) {
-            /* nothing was generated: the user's message goes too, so the conversation is as before */
-            k3_conv_undo(r->c);
-            ui_ev u = {.type = EV_UNDO};
-            ev_push(r->u->out, &u);
-        }
-        int earlier = 0; /* exchanges before this message: /clear and /forget could help */
-        for (int k = 0; k < k3_conv_count(r->c); k++)
+        int earlier = 0, kept = 0; /* exchanges before this message: /clear and /forget could help */
+        for (int k = 0; k + 1 < n; k++)
             earlier |= k3_conv_msg(r->c, k)->role == K3_ROLE_USER;
-        if (st == K3_ERR_CONTEXT && earlier)
+        if (!last || last->role != K3_ROLE_ASSISTANT) {
+            /* nothing was generated: the conversation goes back to what it was before the command.
+             * A message: it goes (back to the input line). A /retry: the answer it replaced comes
+             * back; an /edit: the exchange it replaced does (the edited text to the input line). */
+            if (redo != EV_CMD_RETRY) {
+                k3_conv_undo(r->c);
+                ui_ev u = {.type = EV_UNDO};
+                ev_push(r->u->out, &u);
+            }
+            int from = k3_conv_count(r->c), back = redo ? k3_conv_restore_branch(r->c) : 0;
+            if (back > 0)
+                ue_send_msgs(r->u, r->c, from);
+            kept = redo == EV_CMD_RETRY && back > 0;
+            last = NULL;
+        }
+        /* the system prompt alone leaves no room (8: CONV_MIN_ROOM): neither /forget nor a shorter
+         * message can help */
+        k3_fit_info fi;
+        int         sys_full = st == K3_ERR_CONTEXT && k3_conv_system(r->c) &&
+                       k3_conv_fit(r->c, r->m, 8, 0, &fi) == K3_OK && fit_none(&fi);
+        const char *tail = kept                  ? "The previous answer stays."
+                           : r->u->no_input_line ? "Your message got no answer."
+                                                 : "Your message is back in the input line.";
+        if (sys_full)
+            msg[strcspn(msg, ";")] = 0; /* the engine's advice (drop turns) cannot help then */
+        if (sys_full)
+            ue_emitf(r->u, EV_ERROR,
+                     "%s: with the system prompt alone the conversation takes %d tokens; shorten it (/system "
+                     "TEXT), remove it (/system --clear) or start with a larger K3_MAXT. %s",
+                     msg, fi.used_after, tail);
+        else if (st == K3_ERR_CONTEXT && earlier)
             ue_emitf(r->u, EV_ERROR,
                      "%s (/forget: drop the oldest exchange; /forget --fit: keep the newest that fit; "
-                     "/clear: new conversation). Your message is back in the input line.",
-                     msg);
+                     "/clear: new conversation). %s",
+                     msg, tail);
+        else if (st == K3_ERR_CONTEXT && kept)
+            ue_emitf(r->u, EV_ERROR, "%s. The previous answer stays.", msg);
         else if (st == K3_ERR_CONTEXT)
-            ue_emitf(r->u, EV_ERROR,
-                     "%s: this message alone is too long for the context; shorten it. "
-                     "It is back in the input line.",
-                     msg);
+            ue_emitf(r->u, EV_ERROR, "%s: this message alone is too long for the context; shorten it.%s", msg,
+                     r->u->no_input_line ? "" : " It is back in the input line.");
         else
             ue_emitf(r->u, EV_ERROR, "%s", msg[0] ? msg : k3_status_str(st));
         d.i = UE_DONE_ERROR;
@@ -201,8 +232,10 @@ static void turn(real *r, const ue_gen *g) {
         d.st.n_think            = ts->n_think;
         d.st.n_response         = ts->n_gen - ts->n_think;
         d.st.n_prefill          = ts->n_prefill;
-        if (ts->stop == K3_STOP_MAX_TOKENS || ts->stop == K3_STOP_CONTEXT)
-            d.i = d.i == UE_DONE_OK ? UE_DONE_LENGTH : d.i;
+        if (d.i == UE_DONE_OK && ts->stop == K3_STOP_MAX_TOKENS)
+            d.i = UE_DONE_LENGTH;
+        else if (d.i == UE_DONE_OK && ts->stop == K3_STOP_CONTEXT)
+            d.i = UE_DONE_CONTEXT;
     } else {
         d.st.tok_s = d.st.ttft_s = d.st.think_s = d.st.prefill_tok_s = -1;
     }
@@ -293,6 +326,14 @@ static void report_fit(real *r) {
         ue_emitf(r->u, EV_ERROR, "/load: %s", k3_errmsg());
         return;
     }
+    if (fit_none(&fi)) {
+        ue_emitf(r->u, EV_ERROR,
+                 "this conversation needs %d tokens and the context holds %d; even without any of its %d "
+                 "exchanges it takes %d, so no message can fit: shorten or remove the system prompt (/system "
+                 "TEXT, /system --clear) or start with a larger K3_MAXT",
+                 fi.used, fi.capacity, fi.n_exchanges, fi.used_after);
+        return;
+    }
     if (!fi.drop) {
         ue_emitf(r->u, EV_INFO, "context: %d of %d tokens", fi.used, fi.capacity);
         return;
@@ -301,21 +342,35 @@ static void report_fit(real *r) {
     ue_emitf(r->u, EV_ERROR,
              "this conversation needs %d tokens and the context holds %d: %s. /forget --fit keeps the newest "
              "%d of its "
-             "%d exchanges (%d tokens, a quarter of the context left free); /forget drops the oldest one",
+             "%d exchanges (%d tokens, %s of the context left free); /forget drops the oldest one",
              fi.used, fi.capacity,
              fi.used + 8 > fi.capacity ? "the next message cannot fit" : "little room is left", keep,
-             fi.n_exchanges, fi.used_after);
+             fi.n_exchanges, fi.used_after,
+             fi.used_after + fit_room(r) <= fi.capacity ? "a quarter" : "less than a quarter");
 }
 
 static void forget_fit(real *r) {
-    k3_fit_info fi;
-    if (k3_conv_fit(r->c, r->m, fit_room(r), 1, &fi) != K3_OK) {
+    k3_fit_info fi; /* measured first, applied once it helps */
+    if (k3_conv_fit(r->c, r->m, fit_room(r), 0, &fi) != K3_OK) {
         ue_emitf(r->u, EV_ERROR, "/forget --fit: %s", k3_errmsg());
+        return;
+    }
+    if (fit_none(&fi)) { /* dropping every exchange would not make room: nothing is dropped */
+        ue_emitf(
+            r->u, EV_ERROR,
+            "/forget --fit: even without any of its %d exchanges the conversation takes %d of the context's "
+            "%d tokens, so nothing is dropped: shorten or remove the system prompt (/system TEXT, /system "
+            "--clear) or start with a larger K3_MAXT",
+            fi.n_exchanges, fi.used_after, fi.capacity);
         return;
     }
     if (!fi.drop) {
         ue_emitf(r->u, EV_INFO, "/forget --fit: the conversation fits already (%d of %d tokens)", fi.used,
                  fi.capacity);
+        return;
+    }
+    if (k3_conv_fit(r->c, r->m, fit_room(r), 1, &fi) != K3_OK) {
+        ue_emitf(r->u, EV_ERROR, "/forget --fit: %s", k3_errmsg());
         return;
     }
     ue_send_history(r->u, r->c);
@@ -326,8 +381,9 @@ static void forget_fit(real *r) {
 }
 
 static void real_cmd(ue *u, void *self, const ui_ev *c) {
-    real *r    = self;
-    int   done = 1;
+    real *r     = self;
+    int   done  = 1;
+    int   aban0 = k3_conv_abandoned_count(r->c); /* an /edit's branch: see turn */
     if (c->type == EV_CMD_FORGET && c->text && !strcmp(c->text, "--fit"))
         forget_fit(r);
     else if ((done = ue_conv_cmd(u, r->c, c)) == 2) /* /undo /forget /clear /system /save /load /export */
@@ -349,7 +405,7 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
             ev_push(u->out, &d);
             break;
         }
-        turn(r, &c->gen);
+        turn(r, &c->gen, c->type == EV_CMD_EDIT && k3_conv_abandoned_count(r->c) > aban0 ? EV_CMD_EDIT : 0);
         break;
     case EV_CMD_RETRY: {
         int n = k3_conv_retry_last(r->c); /* the old answer stays, abandoned (k3.h) */
@@ -359,7 +415,7 @@ static void real_cmd(ue *u, void *self, const ui_ev *c) {
             ev_push(u->out, &d);
             break;
         }
-        turn(r, &c->gen);
+        turn(r, &c->gen, EV_CMD_RETRY);
         break;
     }
     case EV_CMD_REPLAY:

@@ -416,6 +416,10 @@ static void ent_build(tui *t, int i, int width, int count) {
             dl_push(t, i, "[stopped]", 9, THM_INFO, 0, 0);
         else if (e->status == UE_DONE_LENGTH)
             dl_push(t, i, "[length limit reached]", 22, THM_INFO, 0, 0);
+        else if (e->status == UE_DONE_CONTEXT) { /* what fills up, and what makes room */
+            static const char full[] = "[context full: the answer was cut off; /forget or /clear makes room]";
+            text_lines(t, i, full, sizeof full - 1, width, THM_INFO, 0, NULL);
+        }
         break;
     case UE_ROLE_SYSTEM:
         text_lines(t, i, e->text.p, e->text.n, width, THM_SYSTEM, 2, NULL);
