@@ -379,6 +379,13 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
         txt_term_printf(stderr, "k3chat: --endpoint: '%s' is not an http:// or https:// URL\n", o->endpoint);
         return 2;
     }
+    for (const char *k = o->endpoint && o->api_key ? o->api_key : ""; *k; k++)
+        if (*k < ' ' || *k > '~') { /* libcurl would cut the header there and send the rest as another */
+            fprintf(stderr,
+                    "k3chat: --api-key (or K3_API_KEY): a key is printable ASCII (byte %zu is 0x%02X)\n",
+                    (size_t)(k - o->api_key), (unsigned char)*k);
+            return 2;
+        }
     int nargs = argc - optind, want = (mode == CLI_TOKENIZE || mode == CLI_DETOKENIZE || mode == CLI_CHAT_IDS)
                                           ? 2
                                       : o->endpoint ? 0

@@ -186,6 +186,15 @@ static void report_cut(plain *p, int how, const ue_stats *s) {
     else if (max > 0 && n >= max)
         txt_term_printf(stderr, "k3chat: the answer was cut off at the --max-tokens limit (%d tokens)\n",
                         max);
+    else if (p->cs.server_sampling && !(s->ctx_max > 0 && s->ctx_used >= s->ctx_max))
+        /* a remote server's finish_reason "length" with room left in its context: its own default
+         * max_tokens (SGLang's is 128), which /forget or /clear would not change */
+        txt_term_printf(stderr,
+                        "k3chat: the answer was cut off: the server stopped it at a length limit after %d "
+                        "tokens (%s); --max-tokens N asks for more\n",
+                        n,
+                        s->ctx_max > 0 ? "its default max_tokens: the context has room"
+                                       : "its default max_tokens, or its context");
     else if (s->ctx_max > 0) /* ctx_used is what the next prompt needs, which can exceed it */
         txt_term_printf(stderr,
                         "k3chat: the answer was cut off: the context is full (%d tokens); "

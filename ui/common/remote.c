@@ -24,26 +24,38 @@
 #include "k3.h"
 #include "tool-json.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
-#define REMOTE_MAX_BODY (1u << 20)  /* bytes kept of a non-stream body (errors, JSON answers) */
-#define REMOTE_MAX_EVENT (1u << 20) /* bytes of one stream event (its line, its data lines)    */
+#define REMOTE_MAX_BODY (1u << 20)    /* bytes kept of a non-stream body (errors, JSON answers) */
+#define REMOTE_MAX_EVENT (1u << 20)   /* bytes of one stream event (its line, its data lines)    */
+#define REMOTE_MAX_ANSWER (64u << 20) /* bytes of one answer: reasoning, text, tool calls         */
+#define REMOTE_MAX_CALLS 128          /* tool calls in one answer                              */
+#define REMOTE_MAX_TOKENS (1 << 29)   /* a token count past this is not believed (two add up in an int) */
 #define REMOTE_CONNECT_S 10L
 #define REMOTE_SILENCE_S 300L /* no byte for this long: timed out */
+
+typedef struct rcall { /* a tool call of the answer, as it streams */
+    char   *id, *name; /* NULL until the server names them */
+    txt_buf args;      /* the arguments' JSON text so far   */
+    int     shown;     /* "-> name(" went to the UI         */
+} rcall;
 
 typedef struct remote {
     ue      *u;
     k3_conv *c;
-    char     base[1024]; /* ".../v1" without a trailing slash */
-    char     model[256]; /* "" = not known yet               */
-    char     auth[600];  /* "Authorization: Bearer KEY" or "" */
-    int      ctx_max;    /* from /models max_model_len, -1 unknown */
-    int      ctx_used;   /* prompt + completion tokens of the last answered turn (usage) */
+    char     base[1024];  /* ".../v1" without a trailing slash */
+    char     shown[1024]; /* base without a user:password@ (for messages and the status bar) */
+    char    *model;       /* NULL = not known yet (heap: a server's id may be long) */
+    char    *auth;        /* "Authorization: Bearer KEY" or NULL (heap: a JWT may run to kilobytes) */
+    int      ctx_max;     /* from /models max_model_len, -1 unknown */
+    int      ctx_used;    /* prompt + completion tokens of the last answered turn (usage) */
     CURL    *curl;
     char     cerr[CURL_ERROR_SIZE];
     /* one turn */
@@ -51,8 +63,13 @@ typedef struct remote {
     int         is_sse;
     txt_buf     line;        /* partial SSE line                   */
     txt_buf     data;        /* data lines of the current event    */
+    int         ev_error;    /* the current event is "event: error" */
+    int         after_cr;    /* the last read ended with a line's CR  */
+    int         n_events;    /* events read (data: lines ended)       */
     txt_buf     body;        /* a non-stream body                  */
     txt_buf     think, resp; /* the answer so far                  */
+    rcall      *calls;       /* (n_calls) its tool calls           */
+    int         n_calls;
     int         done, n_prompt, n_completion;
     ue_tokstats tok;
     char        finish[32];
@@ -78,13 +95,21 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     h                    = curl_slist_append(h, "Content-Type: application/json");
     h                    = curl_slist_append(h,
                           body ? "Accept: text/event-stream, application/json" : "Accept: application/json");
-    if (r->auth[0])
+    if (r->auth)
         h = curl_slist_append(h, r->auth);
     CURL *c = r->curl;
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    /* http and https only; a URL without a scheme is http (libcurl guessed from the host's name:
+     * ftp.HOST spoke FTP, dict.HOST DICT, ldap.HOST LDAP) */
+    curl_easy_setopt(c, CURLOPT_DEFAULT_PROTOCOL, "http");
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, REMOTE_CONNECT_S);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, REMOTE_SILENCE_S);
@@ -102,8 +127,9 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     r->http    = 0;
     r->is_sse  = -1;
     r->body.n = r->line.n = r->data.n = 0;
-    CURLcode rc                       = curl_easy_perform(c);
-    long     code                     = 0;
+    r->ev_error = r->after_cr = r->n_events = 0;
+    CURLcode rc                             = curl_easy_perform(c);
+    long     code                           = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
     r->http = (int)code;
     curl_slist_free_all(h);
@@ -129,26 +155,36 @@ static const char *error_message(json_t *o) {
 /* One line for a transfer that failed: curl's reason, or the server's error message. */
 static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     if (r->err[0]) {
-        snprintf(out, n, "%.300s: %.600s", r->base, r->err);
+        snprintf(out, n, "%.300s: %.600s", r->shown, r->err);
+    } else if (rc == CURLE_ABORTED_BY_CALLBACK) { /* curl says 'Callback aborted' */
+        snprintf(out, n, "%.300s: stopped (Ctrl-C) before the server answered", r->shown);
     } else if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST) {
-        snprintf(out, n, "cannot connect to %.300s: %.300s", r->base,
+        snprintf(out, n, "cannot connect to %.300s: %.300s", r->shown,
                  r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {
-        snprintf(out, n, "%.300s timed out: %.300s", r->base, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+        snprintf(out, n, "%.300s timed out: %.300s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else if (rc != CURLE_OK) {
-        snprintf(out, n, "%.300s: %.300s", r->base, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
+        snprintf(out, n, "%.300s: %.300s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else {
         json_t     *o   = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
         const char *msg = error_message(o);
-        snprintf(out, n, "the server answered %d: %.400s", r->http,
-                 msg         ? msg
-                 : r->body.n ? r->body.p
-                             : "(no message)");
+        char       *to  = NULL; /* redirects are not followed (the key would go along): say where to */
+        if (r->http >= 300 && r->http < 400 &&
+            curl_easy_getinfo(r->curl, CURLINFO_REDIRECT_URL, &to) == CURLE_OK && to)
+            snprintf(out, n,
+                     "the server answered %d, a redirect to %.300s, which k3chat does not follow: "
+                     "give that address to --endpoint",
+                     r->http, to);
+        else
+            snprintf(out, n, "the server answered %d: %.400s", r->http,
+                     msg         ? msg
+                     : r->body.n ? r->body.p
+                                 : "(no message)");
         curl_off_t wait = -1;
         if (curl_easy_getinfo(r->curl, CURLINFO_RETRY_AFTER, &wait) == CURLE_OK && wait > 0)
             snprintf(out + strlen(out), n - strlen(out), " (it asks to wait %lld s before retrying)",
                      (long long)wait);
-        if (r->http == 401 && !r->auth[0])
+        if (r->http == 401 && !r->auth)
             snprintf(out + strlen(out), n - strlen(out),
                      " (an API key is needed: --api-key KEY or K3_API_KEY)");
         json_decref(o);
@@ -157,9 +193,15 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
 
 /* ---- the answer -------------------------------------------------------------------------- */
 
-static void piece(remote *r, int ch, const char *s, size_t n) {
+static int answer_room(remote *r, size_t n);
+
+/* One piece of the answer to its channel; -1 (r->err set) past REMOTE_MAX_ANSWER: a server that
+ * streams without end took all the memory it sent, in the answer and the UI's copy of it. */
+static int piece(remote *r, int ch, const char *s, size_t n) {
     if (!n)
-        return;
+        return 0;
+    if (answer_room(r, n))
+        return -1;
     txt_buf_add(ch == EV_CH_THINK ? &r->think : &r->resp, s, n);
     ue_emit_token(r->u, ch, s, n);
     ui_ev e = {.type = EV_STATS};
@@ -168,6 +210,120 @@ static void piece(remote *r, int ch, const char *s, size_t n) {
         e.st.ctx_max  = r->ctx_max;
         ev_push(r->u->out, &e);
     }
+    return 0;
+}
+
+/* The answer's bytes so far (reasoning, text and tool calls' arguments), with n more; -1 (r->err
+ * set) past REMOTE_MAX_ANSWER. */
+static int answer_room(remote *r, size_t n) {
+    size_t have = r->think.n + r->resp.n;
+    for (int k = 0; k < r->n_calls; k++)
+        have += r->calls[k].args.n;
+    if (have + n <= REMOTE_MAX_ANSWER)
+        return 0;
+    snprintf(r->err, sizeof r->err,
+             "the answer went past %u MiB (reasoning, text and tool calls together) and was stopped",
+             REMOTE_MAX_ANSWER >> 20);
+    return -1;
+}
+
+/* A tool call is shown in the response as the local engine shows one: "-> name(arguments)". */
+static void call_show(remote *r, rcall *c) {
+    if (c->shown || !c->name)
+        return;
+    c->shown = 1;
+    ue_emit_token(r->u, EV_CH_RESPONSE, "\n-> ", 4);
+    ue_emit_token(r->u, EV_CH_RESPONSE, c->name, strlen(c->name));
+    ue_emit_token(r->u, EV_CH_RESPONSE, "(", 1);
+    if (c->args.n)
+        ue_emit_token(r->u, EV_CH_RESPONSE, c->args.p, c->args.n);
+}
+
+static void call_close(remote *r, rcall *c) {
+    if (c->shown == 1) {
+        ue_emit_token(r->u, EV_CH_RESPONSE, ")", 1);
+        c->shown = 2;
+    }
+}
+
+static void calls_free(remote *r) {
+    for (int k = 0; k < r->n_calls; k++) {
+        free(r->calls[k].id);
+        free(r->calls[k].name);
+        free(r->calls[k].args.p);
+    }
+    free(r->calls);
+    r->calls   = NULL;
+    r->n_calls = 0;
+}
+
+/* A field of a call that a later piece may repeat but not change (its id, its name). */
+static int call_field(remote *r, int idx, const char *what, char **have, json_t *v) {
+    const char *s = json_string_value(v);
+    if (!s || !*s)
+        return 0;
+    if (*have) {
+        if (strcmp(*have, s)) {
+            snprintf(r->err, sizeof r->err,
+                     "malformed stream: tool call %d's %s changed from '%.60s' to '%.60s'", idx, what, *have,
+                     s);
+            return -1;
+        }
+        return 0;
+    }
+    if (!(*have = strdup(s))) {
+        snprintf(r->err, sizeof r->err, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The tool_calls of a stream delta (whole = 0: pieces by "index") or of a whole message. */
+static int on_calls(remote *r, json_t *arr, int whole) {
+    size_t  i;
+    json_t *t;
+    json_array_foreach(arr, i, t) {
+        json_t   *ix  = json_object_get(t, "index");
+        long long idx = whole ? r->n_calls : json_is_integer(ix) ? json_integer_value(ix) : -1;
+        if (idx < 0 && !json_is_integer(ix)) {
+            snprintf(r->err, sizeof r->err, "malformed stream: a tool call delta has no index");
+            return -1;
+        }
+        if (idx < 0 || idx > r->n_calls || idx >= REMOTE_MAX_CALLS) {
+            snprintf(r->err, sizeof r->err,
+                     "malformed stream: tool call index %lld out of order (calls open in order from 0, %d "
+                     "came so far, at most %d)",
+                     idx, r->n_calls, REMOTE_MAX_CALLS);
+            return -1;
+        }
+        if (idx == r->n_calls) {
+            rcall *c = realloc(r->calls, (size_t)(r->n_calls + 1) * sizeof *c);
+            if (!c) {
+                snprintf(r->err, sizeof r->err, "out of memory");
+                return -1;
+            }
+            r->calls = c;
+            memset(&c[r->n_calls++], 0, sizeof *c);
+            if (idx > 0)
+                call_close(r, &r->calls[idx - 1]);
+        }
+        rcall  *c    = &r->calls[idx];
+        json_t *fn   = json_object_get(t, "function");
+        json_t *args = json_object_get(fn, "arguments");
+        if (call_field(r, (int)idx, "id", &c->id, json_object_get(t, "id")) ||
+            call_field(r, (int)idx, "name", &c->name, json_object_get(fn, "name")))
+            return -1;
+        if (json_is_string(args) && json_string_length(args)) {
+            const char *a = json_string_value(args);
+            size_t      n = json_string_length(args);
+            if (answer_room(r, n) || txt_buf_add(&c->args, a, n))
+                return -1;
+            if (c->shown == 1)
+                ue_emit_token(r->u, EV_CH_RESPONSE, a, n);
+        }
+        call_show(r, c);
+    }
+    return 0;
 }
 
 static json_t *reasoning_of(json_t *o) {
@@ -183,30 +339,50 @@ static json_t *reasoning_of(json_t *o) {
 /* A message's (or delta's) reasoning and content to their channels, whole: a model may write a
  * NUL byte (JSON "\u0000", parsed with JSON_ALLOW_NUL), which the text path escapes like any
  * other control character instead of cutting the piece there. */
-static void message_pieces(remote *r, json_t *m) {
-    json_t *t = reasoning_of(m), *c = json_object_get(m, "content");
-    if (t)
-        piece(r, EV_CH_THINK, json_string_value(t), json_string_length(t));
-    if (json_is_string(c))
-        piece(r, EV_CH_RESPONSE, json_string_value(c), json_string_length(c));
+static int message_pieces(remote *r, json_t *m, int whole) {
+    json_t *t = reasoning_of(m), *c = json_object_get(m, "content"), *tc = json_object_get(m, "tool_calls");
+    if (t && piece(r, EV_CH_THINK, json_string_value(t), json_string_length(t)))
+        return -1;
+    if (json_is_string(c) && piece(r, EV_CH_RESPONSE, json_string_value(c), json_string_length(c)))
+        return -1;
+    return json_is_array(tc) ? on_calls(r, tc, whole) : 0;
+}
+
+/* A token count the server reports: 0 when absent or out of any real range (a negative or huge
+ * figure made prompt + completion overflow an int). */
+static int count_of(json_t *v) {
+    json_int_t x = json_integer_value(v);
+    return x > 0 && x <= REMOTE_MAX_TOKENS ? (int)x : 0;
 }
 
 static void usage_of(remote *r, json_t *o) {
     json_t *u = json_object_get(o, "usage");
     if (json_is_object(u)) {
-        r->n_prompt     = (int)json_integer_value(json_object_get(u, "prompt_tokens"));
-        r->n_completion = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+        r->n_prompt     = count_of(json_object_get(u, "prompt_tokens"));
+        r->n_completion = count_of(json_object_get(u, "completion_tokens"));
     }
 }
 
 /* One SSE event's data. Returns -1 (r->err set) to abort the transfer. */
 static int on_event(remote *r, const char *d, size_t n) {
+    r->n_events++;
     if (n == 6 && !memcmp(d, "[DONE]", 6)) {
         r->done = 1;
         return 0;
     }
     json_error_t je;
     json_t      *o = json_loadb(d, n, JSON_ALLOW_NUL, &je);
+    if (r->ev_error) { /* "event: error": its data is the reason, JSON or text */
+        const char *m = json_is_object(o) ? error_message(o) : NULL;
+        if (!m && json_is_object(o))
+            m = json_string_value(json_object_get(o, "message"));
+        snprintf(r->err, sizeof r->err, "the server failed mid-answer: %.400s",
+                 m   ? m
+                 : n ? d
+                     : "(no message)");
+        json_decref(o);
+        return -1;
+    }
     if (!json_is_object(o)) {
         snprintf(r->err, sizeof r->err, "malformed stream: an event is not a JSON object (%s): %.60s",
                  o ? "wrong type" : je.text, d);
@@ -222,8 +398,10 @@ static int on_event(remote *r, const char *d, size_t n) {
     usage_of(r, o);
     json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
     json_t *dl = json_object_get(ch, "delta");
-    if (json_is_object(dl))
-        message_pieces(r, dl);
+    if (json_is_object(dl) && message_pieces(r, dl, 0)) {
+        json_decref(o);
+        return -1;
+    }
     const char *f = json_string_value(json_object_get(ch, "finish_reason"));
     if (f)
         snprintf(r->finish, sizeof r->finish, "%s", f);
@@ -245,12 +423,20 @@ static int on_line(remote *r, const char *s, size_t n) {
     if (n && s[n - 1] == '\r')
         n--;
     if (n == 0) { /* end of an event */
-        int rc    = r->data.n ? on_event(r, r->data.p, r->data.n) : 0;
-        r->data.n = 0;
+        int rc      = r->data.n ? on_event(r, r->data.p, r->data.n) : r->ev_error ? on_event(r, "", 0) : 0;
+        r->data.n   = 0;
+        r->ev_error = 0;
         return rc;
     }
     if (s[0] == ':')
-        return 0; /* comment / keep-alive */
+        return 0;                            /* comment / keep-alive */
+    if (n >= 6 && !memcmp(s, "event:", 6)) { /* "event: error" (an SSE event type) carries a failure */
+        s += 6, n -= 6;
+        if (n && *s == ' ')
+            s++, n--;
+        r->ev_error = n == 5 && !memcmp(s, "error", 5);
+        return 0;
+    }
     if (n >= 5 && !memcmp(s, "data:", 5)) {
         s += 5, n -= 5;
         if (n && *s == ' ')
@@ -261,7 +447,7 @@ static int on_line(remote *r, const char *s, size_t n) {
             txt_buf_add(&r->data, "\n", 1);
         return txt_buf_add(&r->data, s, n);
     }
-    return 0; /* event:, id:, retry: */
+    return 0; /* id:, retry: */
 }
 
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
@@ -273,6 +459,11 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
         curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &code);
         curl_easy_getinfo(r->curl, CURLINFO_CONTENT_TYPE, &ct);
         r->is_sse = code < 300 && ct && strstr(ct, "text/event-stream") != NULL;
+        /* a proxy that labels the stream otherwise (text/plain, none): a body that starts as an
+         * event stream is read as one (it failed as 'not JSON', or past 1 MiB as 'not a stream') */
+        if (!r->is_sse && code < 300 && !(ct && strstr(ct, "json")))
+            r->is_sse = (n >= 5 && !memcmp(p, "data:", 5)) || (n >= 6 && !memcmp(p, "event:", 6)) ||
+                        (n >= 1 && p[0] == ':');
     }
     if (!r->is_sse) {
         if (r->body.n + n > REMOTE_MAX_BODY) {
@@ -283,9 +474,22 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
         return txt_buf_add(&r->body, p, n) ? 0 : n;
     }
     for (size_t k = 0; k < n;) {
-        const char *nl = memchr(p + k, '\n', n - k);
-        size_t      m  = nl ? (size_t)(nl - (p + k)) : n - k;
-        if (!nl) { /* incomplete: keep for the next read */
+        if (r->after_cr) { /* the LF of a CR LF that a read cut */
+            r->after_cr = 0;
+            if (p[k] == '\n' && ++k == n)
+                break;
+        }
+        /* a line ends at LF, CR LF or a lone CR (the event-stream format allows all three) */
+        const char *nl  = memchr(p + k, '\n', n - k);
+        const char *cr  = memchr(p + k, '\r', nl ? (size_t)(nl - (p + k)) : n - k);
+        const char *end = cr ? cr : nl;                          /* the line's end, NULL: not in this read */
+        size_t      m   = end ? (size_t)(end - (p + k)) : n - k; /* the line's length               */
+        size_t      adv = m + 1;                                 /* what it takes with its end      */
+        if (cr && cr + 1 == p + n)
+            r->after_cr = 1;
+        else if (cr && cr[1] == '\n')
+            adv++;
+        if (!end) { /* incomplete: keep for the next read */
             if (event_room(r, r->line.n, m) || txt_buf_add(&r->line, p + k, m))
                 return 0;
             break;
@@ -301,9 +505,19 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
         }
         if (rc)
             return 0;
-        k += m + 1;
+        k += adv;
     }
     return n;
+}
+
+/* A 2xx answer to path that is not JSON (a web page: URL names a site, not its API): the line. */
+static void not_api(remote *r, const char *path, char *out, size_t n) {
+    char *ct = NULL;
+    curl_easy_getinfo(r->curl, CURLINFO_CONTENT_TYPE, &ct);
+    int at = path[0] ? snprintf(out, n, "%.300s%.20s ", r->shown, path) : 0;
+    snprintf(out + at, n - (size_t)at,
+             "answered %.80s, not JSON: is %.300s the server's API base (it usually ends in /v1)?",
+             ct ? ct : "without a content type", r->shown);
 }
 
 /* A complete JSON answer (a server that ignored "stream"). */
@@ -311,13 +525,20 @@ static int on_json_answer(remote *r) {
     json_t *o   = r->body.p ? json_loadb(r->body.p, r->body.n, JSON_ALLOW_NUL, NULL) : NULL;
     json_t *ch  = json_array_get(json_object_get(o, "choices"), 0);
     json_t *msg = json_object_get(ch, "message");
+    if (!o) {
+        not_api(r, "", r->err, sizeof r->err);
+        return -1;
+    }
     if (!json_is_object(msg)) {
         snprintf(r->err, sizeof r->err, "malformed answer: no choices[0].message in %.80s",
                  r->body.p ? r->body.p : "");
         json_decref(o);
         return -1;
     }
-    message_pieces(r, msg);
+    if (message_pieces(r, msg, 1)) {
+        json_decref(o);
+        return -1;
+    }
     const char *f = json_string_value(json_object_get(ch, "finish_reason"));
     snprintf(r->finish, sizeof r->finish, "%s", f ? f : "stop");
     usage_of(r, o);
@@ -328,25 +549,33 @@ static int on_json_answer(remote *r) {
 
 /* ---- turns --------------------------------------------------------------------------------- */
 
-/* GET /models: the model name (unless given) and its context length when the server says. */
+/* GET /models: the model name (unless given) and its context length when the server says; -1
+ * with msg, -2 when Ctrl-C stopped it. */
 static int discover(remote *r, char *msg, size_t n) {
     r->err[0]   = 0;
     CURLcode rc = http(r, "/models", NULL, 20);
     if (rc != CURLE_OK || r->http >= 300 || r->http == 0) {
         describe_failure(r, rc, msg, n);
-        return -1;
+        return rc == CURLE_ABORTED_BY_CALLBACK && !r->err[0] ? -2 : -1;
     }
     json_t     *o  = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
     json_t     *m0 = json_array_get(json_object_get(o, "data"), 0);
     const char *id = json_string_value(json_object_get(m0, "id"));
-    if (!r->model[0] && id)
-        snprintf(r->model, sizeof r->model, "%s", id);
+    if (!r->model && id && !(r->model = strdup(id))) {
+        json_decref(o);
+        snprintf(msg, n, "out of memory");
+        return -1;
+    }
     json_t *len = json_object_get(m0, "max_model_len");
-    if (json_is_integer(len))
-        r->ctx_max = (int)json_integer_value(len);
+    if (count_of(len))
+        r->ctx_max = count_of(len);
+    int json = o != NULL;
     json_decref(o);
-    if (!r->model[0]) {
-        snprintf(msg, n, "%s/models names no model: use --model NAME", r->base);
+    if (!r->model) {
+        if (json)
+            snprintf(msg, n, "%s/models names no model: use --model NAME", r->shown);
+        else
+            not_api(r, "/models", msg, n);
         return -1;
     }
     return 0;
@@ -416,15 +645,21 @@ static void turn(remote *r, const ue_gen *g, int retry) {
     ue_tok_begin(&r->tok);
     r->n_prompt = r->n_completion = r->done = 0;
     r->think.n = r->resp.n = 0;
+    calls_free(r);
     r->finish[0] = r->err[0] = 0;
     char     msg[1200]       = "";
     CURLcode rc              = CURLE_OK;
     int      failed          = 0;
     char    *body            = NULL;
-    if (!r->model[0] && discover(r, msg, sizeof msg)) {
+    int      found           = r->model ? 0 : discover(r, msg, sizeof msg);
+    if (found == -2) {
+        rc = CURLE_ABORTED_BY_CALLBACK; /* Ctrl-C while asking for the model's name: stopped */
+    } else if (found) {
         failed = 1;
     } else if (!(body = request_body(r, g))) {
-        snprintf(msg, sizeof msg, "out of memory");
+        json_t *name = json_string(r->model); /* jansson takes only UTF-8 */
+        snprintf(msg, sizeof msg, name ? "out of memory" : "the model name (--model) is not valid UTF-8");
+        json_decref(name);
         failed = 1;
     } else {
         rc = http(r, "/chat/completions", body, 0);
@@ -440,18 +675,37 @@ static void turn(remote *r, const ue_gen *g, int retry) {
             describe_failure(r, rc, msg, sizeof msg);
             failed = 1;
         } else if (!r->done && !r->finish[0]) {
-            snprintf(msg, sizeof msg, "%s: the stream ended before the answer was complete", r->base);
+            if (r->n_events)
+                snprintf(msg, sizeof msg, "%s: the stream ended before the answer was complete", r->shown);
+            else /* lines, but none of them "data:": JSON lines, say, not an event stream */
+                snprintf(msg, sizeof msg,
+                         "%s: the stream ended without one 'data:' event: is it an OpenAI-compatible server?",
+                         r->shown);
             failed = 1;
         }
     }
     free(body);
+    /* the tool calls: shown closed, kept with the reply when the server named them */
+    k3_tool_call *tc = r->n_calls ? calloc((size_t)r->n_calls, sizeof *tc) : NULL;
+    int           nt = 0;
+    for (int k = 0; k < r->n_calls; k++) {
+        call_close(r, &r->calls[k]);
+        if (r->calls[k].name && tc)
+            tc[nt++] = (k3_tool_call){r->calls[k].id, r->calls[k].name, r->calls[k].args.p};
+        else if (!failed) {
+            snprintf(msg, sizeof msg, "%s: malformed stream: tool call %d has no name", r->shown, k);
+            failed = 1;
+        }
+    }
     int cancelled = !failed && rc == CURLE_ABORTED_BY_CALLBACK;
-    if (r->think.n || r->resp.n || (!failed && !cancelled)) {
+    if (r->think.n || r->resp.n || nt || (!failed && !cancelled)) {
         /* a reply cut short (Ctrl-C, a failure mid-stream) is marked, as the local engine does */
-        k3_msg a = {.role        = K3_ROLE_ASSISTANT,
-                    .content     = r->resp.p ? r->resp.p : "",
-                    .reasoning   = g->think ? (r->think.p ? r->think.p : "") : NULL,
-                    .interrupted = failed || cancelled};
+        k3_msg a = {.role         = K3_ROLE_ASSISTANT,
+                    .content      = r->resp.p ? r->resp.p : "",
+                    .reasoning    = g->think ? (r->think.p ? r->think.p : "") : NULL,
+                    .interrupted  = failed || cancelled,
+                    .tool_calls   = tc,
+                    .n_tool_calls = nt};
         if (k3_conv_add_msg(r->c, &a) != K3_OK)
             ue_emitf(r->u, EV_ERROR, "%s", k3_errmsg());
     } else if (failed && retry) { /* the answer the /retry replaced stays, as with a local model */
@@ -461,6 +715,7 @@ static void turn(remote *r, const ue_gen *g, int retry) {
     } else {
         retry = 0;
     }
+    free(tc);
     ui_ev  d           = {.type = EV_DONE,
                           .i    = failed                         ? UE_DONE_ERROR
                                   : cancelled                    ? UE_DONE_CANCELLED
@@ -552,6 +807,47 @@ static void set_base(remote *r, const char *url) {
     const char *host = strstr(r->base, "://");
     if (!strchr(host ? host + 3 : r->base, '/') && n + 3 < sizeof r->base)
         strcat(r->base, "/v1");
+    /* what messages show: without the user:password@ of the authority (libcurl sends it as Basic
+     * authentication; on the status bar or in an error line it would be on screen) */
+    const char *a   = host ? host + 3 : r->base;
+    size_t      end = strcspn(a, "/?#");
+    const char *at  = NULL;
+    for (const char *q = a; q < a + end; q++)
+        if (*q == '@')
+            at = q;
+    if (at)
+        snprintf(r->shown, sizeof r->shown, "%.*s%s", (int)(a - r->base), r->base, at + 1);
+    else
+        snprintf(r->shown, sizeof r->shown, "%s", r->base);
+}
+
+/* 1 when the URL sends a secret (an API key, or a password in it) in the clear: http:// to a host
+ * that is not a loopback address or name; *host_out gets the host as shown. */
+static int secret_in_clear(const remote *r, int has_key, char *host_out, size_t hn) {
+    const char *sch = strstr(r->base, "://"); /* none: libcurl takes http:// */
+    if (sch && strncasecmp(r->base, "http://", 7))
+        return 0;
+    const char *a   = sch ? sch + 3 : r->base;
+    size_t      end = strcspn(a, "/?#");
+    int         pw  = 0;
+    for (const char *q = a; q < a + end; q++)
+        if (*q == '@') { /* userinfo: a password if it has a ':' */
+            pw |= memchr(a, ':', (size_t)(q - a)) != NULL;
+            end -= (size_t)(q + 1 - a);
+            a = q + 1;
+        }
+    size_t hl = a[0] == '[' ? strcspn(a, "]") + (a[strcspn(a, "]")] == ']') : strcspn(a, ":/?#");
+    if (hl > end)
+        hl = end;
+    snprintf(host_out, hn, "%.*s", (int)hl, a);
+    char h[256];
+    snprintf(h, sizeof h, "%.*s", (int)(a[0] == '[' && hl >= 2 ? hl - 2 : hl), a[0] == '[' ? a + 1 : a);
+    unsigned char ip[16];
+    size_t        k    = strlen(h);
+    int           loop = !strcasecmp(h, "localhost") || (k > 10 && !strcasecmp(h + k - 10, ".localhost")) ||
+               (inet_pton(AF_INET, h, ip) == 1 && ip[0] == 127) ||
+               (inet_pton(AF_INET6, h, ip) == 1 && !memcmp(ip, in6addr_loopback.s6_addr, 16));
+    return (has_key || pw) && !loop;
 }
 
 static int remote_open(ue *u, void **self, char *err, size_t errn) {
@@ -562,14 +858,16 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
     r->ctx_max = -1;
     set_base(r, u->opts->endpoint);
     if (u->opts->model_name)
-        snprintf(r->model, sizeof r->model, "%s", u->opts->model_name);
-    if (u->opts->api_key)
-        snprintf(r->auth, sizeof r->auth, "Authorization: Bearer %s", u->opts->api_key);
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(r->curl = curl_easy_init()) ||
-        !(r->c = k3_conv_new())) {
+        r->model = strdup(u->opts->model_name);
+    if (u->opts->api_key && (r->auth = malloc(strlen(u->opts->api_key) + 32)))
+        sprintf(r->auth, "Authorization: Bearer %s", u->opts->api_key);
+    if ((u->opts->api_key && !r->auth) || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
+        !(r->curl = curl_easy_init()) || !(r->c = k3_conv_new())) {
         snprintf(err, errn, "cannot start libcurl");
         if (r->curl)
             curl_easy_cleanup(r->curl);
+        free(r->model);
+        free(r->auth);
         free(r);
         return -1;
     }
@@ -577,11 +875,17 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
     char msg[1200];
     int  down = discover(r, msg, sizeof msg);
     char desc[400];
-    snprintf(desc, sizeof desc, "%.120s · remote %.200s", r->model[0] ? r->model : "?", r->base);
+    snprintf(desc, sizeof desc, "%.120s · remote %.200s", r->model ? r->model : "?", r->shown);
     ui_ev e = {.type = EV_READY, .text = desc, .i = r->ctx_max > 0 ? r->ctx_max : 0};
     e.gen   = (ue_gen){
           .temp = -1, .top_p = -1, .think = 1, .effort = 2, .max_tokens = -1}; /* the server's, unknown */
     ev_push(u->out, &e);
+    char host[300];
+    if (secret_in_clear(r, r->auth != NULL, host, sizeof host))
+        ue_emitf(u, EV_ERROR,
+                 "warning: %s goes to %s over plain http://, which anyone on the network between can read: "
+                 "use https:// (a server on this machine is reached safely through 127.0.0.1 or localhost)",
+                 r->auth ? "the API key" : "the password in the URL", host);
     if (down) /* not fatal: the server may come up; each turn tries again */
         ue_emitf(u, EV_ERROR, "%s", msg);
     *self = r;
@@ -593,6 +897,9 @@ static void remote_close(void *self) {
     curl_easy_cleanup(r->curl);
     curl_global_cleanup();
     k3_conv_free(r->c);
+    free(r->model);
+    free(r->auth);
+    calls_free(r);
     free(r->line.p);
     free(r->data.p);
     free(r->body.p);

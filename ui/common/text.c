@@ -338,7 +338,9 @@ int txt_escape(txt_buf *out, txt_esc *st, const char *s, size_t n) {
 }
 
 void txt_term_put(FILE *f, txt_esc *st, const char *s, size_t n) {
-    if (!isatty(fileno(f))) {
+    /* standard output into a pipe or a file is the data a script asked for; standard error is
+     * not (the reasoning goes there among notices, into a log that reaches a terminal later) */
+    if (f != stderr && !isatty(fileno(f))) {
         fwrite(s, 1, n, f);
         return;
     }

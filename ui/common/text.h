@@ -60,8 +60,9 @@ typedef k3_buf txt_buf;
  * Text that comes from the model, a server or a file may hold terminal commands (OSC 52 writes
  * the clipboard, OSC 0 the title, CSI the colours and the cursor). Every front end that prints
  * such text to a stream goes through txt_term_put (the answer and reasoning of line mode and
- * --prompt: on a terminal, every control character but \n and \t is shown as an escape; in a
- * pipe or a file the text goes out as it is, the data a script asked for) or txt_term_printf
+ * --prompt: on a terminal, every control character but \n and \t is shown as an escape; the
+ * answer into a pipe or a file goes out as it is, the data a script asked for, the reasoning on
+ * stderr is escaped wherever it goes) or txt_term_printf
  * (a message that quotes such text, an error naming a file's line, a log line: escaped wherever
  * it goes, as a log file or a pipe into cat reaches a terminal too). The full-screen interface
  * leaves control characters out when it draws (tui-draw.c). */
@@ -88,7 +89,8 @@ typedef struct txt_esc {
  * them escaped, as txt_term_end does). -1 out of memory. */
 int txt_escape(txt_buf *out, txt_esc *st, const char *s, size_t n);
 
-/* Write s[0..n) to f: through txt_escape when f is a terminal, as it is otherwise. */
+/* Write s[0..n) to f: through txt_escape when f is a terminal or stderr, as it is otherwise
+ * (standard output into a pipe or a file: the data a script asked for). */
 void txt_term_put(FILE *f, txt_esc *st, const char *s, size_t n);
 /* The end of a streamed text: bytes st still holds go out (escaped on a terminal). */
 void txt_term_end(FILE *f, txt_esc *st);

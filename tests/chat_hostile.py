@@ -1,0 +1,162 @@
+# chat_hostile.py: a hostile or broken OpenAI-compatible server for t-chat-hostile.sh (loopback
+# only). Usage: python3 chat_hostile.py PORTFILE LOGFILE
+# It listens on 127.0.0.1 (a free port, written to PORTFILE once it listens) and appends one JSON
+# line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
+# header or null, "n_calls": the tool calls its messages carry}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
+# bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
+# "fake-model" with max_model_len 4096; under /hang/ it never answers (60 s); under /html/ every
+# GET and POST gets a web page (200, text/html); under /textplain/ a chat request's stream comes
+# labelled text/plain. What a chat request gets depends on its last message:
+#   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
+#             goes, LOGFILE.forever gets the bytes sent
+#   evterr    "partial " then an SSE "event: error" whose data is {"message": "quota exceeded ..."}
+#   evterr2   the same with an error event that has no data line, then the connection closes
+#   tools     two tool calls streamed as OpenAI deltas: get_weather {"city": "Paris"} in three
+#             pieces (the id repeated in the last), then get_time {}
+#   toolid    the same with the first call's id changed in its third piece
+#   toolidx   a call that opens at index 3
+#   length    "cut" with finish_reason "length" after 3 tokens (usage: prompt 5, completion 3)
+#   cr        "ok-cr" in events whose lines end with a lone CR
+#   crlf      "ok-crlf" with CR LF ends, each written as two pieces cut between the CR and the LF
+#   thinkevil OSC 52, OSC 0 and a C1 CSI in the reasoning, OSC 0 in the answer
+#   cut       "half " and the connection closes (no finish_reason, no [DONE])
+#   nodata    a JSON chunk on a line of its own, without "data:"
+#   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
+#   jsontools one JSON answer (not a stream) whose message calls lookup {"q": 1}
+#   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
+#   anything else streams "ok"
+# It runs until killed, 300 s at the most.
+import json
+import os
+import sys
+import time
+
+from serve_lib import FakeHandler, delta, sse, start_fake
+
+LONG_ID = "mm" + "\u00e9" * 150
+
+
+class Fake(FakeHandler):
+    MODELS = [{"id": "fake-model", "object": "model", "max_model_len": 4096}]
+
+    def html(self):  # a web page, as a site's front end answers any path
+        body = b"<!doctype html><html><body>Chat UI</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path.startswith("/html/"):
+            self.html()
+            return
+        if self.path.startswith("/hang/"):  # a server that takes the request and never answers
+            time.sleep(60)
+            return
+        if self.path.startswith("/long/"):
+            self.send_json(200, {"object": "list", "data": [{"id": LONG_ID, "object": "model"}]})
+            return
+        super().do_GET()
+
+    def do_POST(self):
+        if self.path.startswith("/html/"):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.html()
+            return
+        req = self.read_json()
+        with open(sys.argv[2], "a") as f:
+            calls = [c for m in req["messages"] for c in m.get("tool_calls") or []]
+            f.write(json.dumps({"model": req.get("model"), "auth": self.headers.get("Authorization"),
+                                "n_calls": len(calls)}) + "\n")
+        last = req["messages"][-1]["content"]
+        if last == "jsontools":  # one JSON answer (no stream) whose message is a tool call
+            call = {"id": "call_j", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
+            self.send_json(200, {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                 "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]})
+            return
+        if last == "redirect":
+            self.send_response(307)
+            self.send_header("Location", "http://127.0.0.2:9/v1/chat/completions")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path.startswith("/textplain/"):  # the stream labelled text/plain (a proxy's doing)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.end_headers()
+            self.wfile.write(sse(delta({"content": "ok-plain"}, "stop")) + b"data: [DONE]\n\n")
+            return
+        self.start_stream()
+        if last == "forever":
+            ev, sent = sse(delta({"content": "B" * 64000})), 0
+            try:
+                while sent < 1 << 30:
+                    self.wfile.write(ev)
+                    sent += len(ev)
+            except OSError:
+                pass
+            with open(sys.argv[2] + ".forever", "w") as f:
+                f.write(str(sent))
+            return
+        if last in ("tools", "toolid", "toolidx"):  # OpenAI stream deltas of tool calls
+            def tc(**c):
+                return sse(delta({"tool_calls": [c]}))
+            fn = {"name": "get_weather", "arguments": ""}
+            if last == "toolidx":  # a call that opens at index 3, with no 0..2 before it
+                out = tc(index=3, id="call_3", type="function", function=fn)
+            else:
+                out = tc(index=0, id="call_a", type="function", function=fn)
+                out += tc(index=0, function={"arguments": '{"city": '})
+                out += tc(index=0, id="call_a" if last == "tools" else "call_b", function={"arguments": '"Paris"}'})
+                out += tc(index=1, id="call_c", type="function", function={"name": "get_time", "arguments": "{}"})
+            self.wfile.write(out + sse(delta({}, "tool_calls")) + b"data: [DONE]\n\n")
+            return
+        if last == "length":  # cut by the server's own default max_tokens, the context far from full
+            out = sse(delta({"content": "cut"}, "length")) + \
+                sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
+            self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "usage":  # token counts no server could mean: prompt + completion overflow an int
+            big = 2 ** 31 - 1
+            out = sse(delta({"content": "ok-usage"}, "stop")) + \
+                sse({"choices": [], "usage": {"prompt_tokens": big, "completion_tokens": big}})
+            self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "cr":  # lines ended by a lone CR, as the event-stream format allows
+            self.wfile.write(sse(delta({"content": "ok-"}), "\r") + sse(delta({"content": "cr"}, "stop"), "\r") +
+                             b"data: [DONE]\r\r")
+            return
+        if last == "crlf":  # CR LF ends, each cut between its CR and its LF across two writes
+            for piece in (sse(delta({"content": "ok-"}), "\r\n"), sse(delta({"content": "crlf"}, "stop"), "\r\n"),
+                          b"data: [DONE]\r\n\r\n"):
+                for part in piece.split(b"\n"):
+                    self.wfile.write(part)
+                    self.wfile.flush()
+                    time.sleep(0.05)
+                    self.wfile.write(b"\n")
+            return
+        if last == "thinkevil":  # terminal commands (OSC 52 clipboard, OSC 0 title, a C1 CSI) in the reasoning
+            out = sse(delta({"reasoning_content": "r \x1b]52;c;ZXZpbA==\x07 \x1b]0;T\x07 \u009b1m end"})) + \
+                sse(delta({"content": "a \x1b]0;A\x07 end"}, "stop"))
+            self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "cut":  # one event, then the connection closes: no finish_reason, no [DONE]
+            self.wfile.write(sse(delta({"content": "half "})))
+            return
+        if last == "nodata":  # JSON lines, not events: no line starts with data:
+            self.wfile.write(json.dumps(delta({"content": "x"}, "stop")).encode() + b"\n\n")
+            return
+        if last in ("evterr", "evterr2"):
+            out = sse(delta({"content": "partial "})) + b"event: error\n"
+            out += b'data: {"message": "quota exceeded for this key"}\n\n' if last == "evterr" else b"\n"
+            self.wfile.write(out)
+            return
+        self.wfile.write(sse(delta({"content": "ok"}, "stop")) + b"data: [DONE]\n\n")
+
+
+srv = start_fake(Fake)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(srv.server_address[1]))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(300)

@@ -1,0 +1,220 @@
+#!/bin/sh
+# t-chat-hostile.sh: --endpoint against a hostile or broken server (chat_hostile.py, loopback):
+# an endless stream is stopped at the answer bound with a line saying so and the conversation goes
+# on; tool calls streamed as deltas are shown and kept (an id that changes mid-stream or a call out
+# of order is a malformed stream); finish_reason "length" with room in the context names the
+# server's limit; absurd usage counts are not believed; an SSE "event: error" shows the server's
+# reason; lines may end with CR; a stream labelled text/plain is read; a web page instead of the
+# API says so; the reasoning on stderr is escaped in a file or a pipe; a redirect is not followed
+# and names its target; a URL without a scheme is http (never ftp/dict); a long model id and a
+# long key go whole, a key with a CR LF is refused; Ctrl-C before /models answered is a stop; a
+# password in the URL never shows, and a key or password that would cross the network
+# unencrypted (http:// to a host that is not loopback) draws a warning.
+. "$K3_SRC/tests/tui-lib.sh"
+
+/usr/bin/python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
+fpid=$!
+trap '$T kill-server 2>/dev/null; kill $fpid 2>/dev/null' EXIT
+wait_until "the fake server's port in $K3_TMP/port" 10 test -s "$K3_TMP/port"
+port=$(cat "$K3_TMP/port")
+ep="http://127.0.0.1:$port"
+cd "$K3_TMP" || exit 1
+export XDG_STATE_HOME="$K3_TMP/state" HOME="$K3_TMP"
+
+# an endless stream: stopped at 64 MiB (it took all the memory the server sent), the reply kept
+# as interrupted, and the next message is answered
+printf 'forever\nhi\n/save %s/forever.jsonl\n' "$K3_TMP" |
+    timeout 300 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out1" 2>"$K3_TMP/err1"
+check "an endless stream: the turn fails with the bound's reason" \
+    grep -q "^k3chat: $ep/v1: the answer went past 64 MiB (reasoning, text and tool calls together) and was stopped (the conversation is kept" \
+    "$K3_TMP/err1"
+wait_until "the server's count of the bytes it sent" 30 test -s "$K3_TMP/reqs.forever"
+sent=$(cat "$K3_TMP/reqs.forever")
+check "... the client stopped reading soon after the bound ($sent bytes sent)" [ "$sent" -lt $((96 << 20)) ]
+check "... and the next message is answered" grep -q "^ok$" "$K3_TMP/out1"
+check "... the cut reply is saved as interrupted, before the next turn" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+a = [x for x in m if x.get("role") == "assistant"]
+sys.exit(not (len(a) == 2 and a[0].get("interrupted") and len(a[0]["content"]) <= 64 << 20
+              and set(a[0]["content"]) == {"B"} and a[1]["content"] == "ok"))' "$K3_TMP/forever.jsonl"
+
+# tool calls streamed as OpenAI deltas: shown as the local engine shows them, kept with the reply
+# (saved, sent back on the next turn); they were dropped (an empty answer). A call whose id changes
+# mid-stream, or one that opens out of order, is a malformed stream.
+: >"$K3_TMP/reqs"
+printf 'tools\n/save %s/tools.jsonl\nhi\ntoolid\ntoolidx\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8" 2>"$K3_TMP/err8"
+check "tool calls: shown as '-> name(arguments)'" \
+    grep -qx -e '-> get_weather({"city": "Paris"})' "$K3_TMP/out8"
+check "... the second one too" grep -qx -e '-> get_time({})' "$K3_TMP/out8"
+check "... kept with the reply in the transcript" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+c = m[1].get("tool_calls", [])
+sys.exit(not (m[1]["role"] == "assistant" and not m[1].get("interrupted") and
+              [(x["id"], x["function"]["name"], x["function"]["arguments"]) for x in c] ==
+              [("call_a", "get_weather", "{\"city\": \"Paris\"}"), ("call_c", "get_time", "{}")]))' \
+    "$K3_TMP/tools.jsonl"
+check "... and sent back with the next message" /usr/bin/python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+sys.exit(not (len(r) >= 2 and r[1]["n_calls"] == 2))' "$K3_TMP/reqs"
+printf 'jsontools\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8j" 2>"$K3_TMP/err8j"
+check "a tool call in a JSON answer (not a stream): shown too" grep -qx -e '-> lookup({"q": 1})' "$K3_TMP/out8j"
+check "a call's id that changes mid-stream: refused, saying so" grep -qF \
+    "malformed stream: tool call 0's id changed from 'call_a' to 'call_b' (the conversation is kept" "$K3_TMP/err8"
+check "... what came of it is shown closed" grep -qx -e '-> get_weather({"city": )' "$K3_TMP/out8"
+check "a call that opens at index 3: refused" grep -qF \
+    "malformed stream: tool call index 3 out of order (calls open in order from 0, 0 came so far, at most 128)" \
+    "$K3_TMP/err8"
+
+# finish_reason "length" with the context far from full: the server's own default max_tokens
+# (SGLang's is 128); line mode said 'the context is full (4096 tokens); /forget drops ...'
+printf 'length\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out9" 2>"$K3_TMP/err9"
+check "finish_reason length, 8 of 4096 tokens used: the server's limit, not a full context" grep -qx \
+    "k3chat: the answer was cut off: the server stopped it at a length limit after 3 tokens (its default max_tokens: the context has room); --max-tokens N asks for more" \
+    "$K3_TMP/err9"
+check "... and the answer is shown" grep -qx "cut" "$K3_TMP/out9"
+
+# usage figures past any real count (2^31 - 1 each): not believed (prompt + completion overflowed
+# an int: a negative context figure, and UBSan stops the sanitizer build there)
+printf 'usage\n/stats\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out10" 2>"$K3_TMP/err10"
+check "usage of 2^31 - 1 tokens: the answer comes" grep -qx "ok-usage" "$K3_TMP/out10"
+check "... and /stats counts the context as nothing known" grep -q "^k3chat: context: 0 of 4096 tokens" "$K3_TMP/err10"
+
+# an API key of 3000 bytes (a JWT can run to kilobytes) goes whole: it was cut at 578 bytes
+: >"$K3_TMP/reqs"
+key=$(/usr/bin/python3 -c 'print("k" * 3000)')
+printf 'hi\n' | K3_API_KEY="$key" timeout 60 "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>&1
+check "a 3000-byte API key is sent whole" /usr/bin/python3 -c '
+import json, sys
+sys.exit(json.loads(open(sys.argv[1]).readline())["auth"] != "Bearer " + "k" * 3000)' "$K3_TMP/reqs"
+
+# SSE "event: error": its data is the reason (it was dropped: 'the stream ended before ...')
+printf 'evterr\nevterr2\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out2" 2>"$K3_TMP/err2"
+check "event: error: the server's reason is shown" \
+    grep -q "^k3chat: $ep/v1: the server failed mid-answer: quota exceeded for this key (the conversation" "$K3_TMP/err2"
+check "... an error event without data says so" \
+    grep -q "^k3chat: $ep/v1: the server failed mid-answer: (no message) (the conversation" "$K3_TMP/err2"
+check "... and what came before it is shown" grep -q "^partial" "$K3_TMP/out2"
+
+# a redirect is not followed (the key would go to the other host): the message says where to
+printf 'redirect\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "$ep" --plain \
+    >/dev/null 2>"$K3_TMP/err3"
+check "a redirect names its target and is not followed" grep -qF \
+    "k3chat: the server answered 307, a redirect to http://127.0.0.2:9/v1/chat/completions, which k3chat does not follow" \
+    "$K3_TMP/err3"
+check "... a key to 127.0.0.1 draws no warning" sh -c "! grep -q warning '$K3_TMP/err3'"
+check "... and the key is not shown" sh -c "! grep -q k3-secret-key '$K3_TMP/err3'"
+
+# a URL without a scheme is http: libcurl guessed the protocol from the host's name (ftp.HOST spoke
+# FTP to the HTTP server and timed out; dict.HOST, ldap.HOST likewise)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "ftp.localhost:$port" --plain >"$K3_TMP/out11" 2>"$K3_TMP/err11"
+check "--endpoint ftp.localhost:PORT (no scheme) speaks http" grep -qx "ok" "$K3_TMP/out11"
+
+# a URL that names a web page, not the API: the lines say so (they said 'names no model: use --model
+# NAME', then 'malformed answer: no choices[0].message in <!doctype html>...')
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/html" --plain >/dev/null 2>"$K3_TMP/err12"
+check "a web page at /models: not JSON, is URL the API base?" grep -qF \
+    "k3chat: $ep/html/models answered text/html; charset=utf-8, not JSON: is $ep/html the server's API base (it usually ends in /v1)?" \
+    "$K3_TMP/err12"
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/html" --model m --plain >/dev/null 2>"$K3_TMP/err13"
+check "... and with --model, at the chat request" grep -qF \
+    "k3chat: $ep/html: answered text/html; charset=utf-8, not JSON: is $ep/html the server's API base" \
+    "$K3_TMP/err13"
+
+# an event stream labelled text/plain (a proxy's doing) is read as a stream (it was parsed as JSON)
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/textplain/v1" --plain >"$K3_TMP/out14" 2>"$K3_TMP/err14"
+check "a stream labelled text/plain: read as a stream" grep -qx "ok-plain" "$K3_TMP/out14"
+
+# lines ended by a lone CR (the event-stream format allows LF, CR LF and CR): the stream was one
+# endless line; CR LF cut between two reads still counts as one end
+printf 'cr\ncrlf\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out15" 2>"$K3_TMP/err15"
+check "a stream whose lines end with a lone CR is read" grep -qx "ok-cr" "$K3_TMP/out15"
+check "... and one whose CR LF ends are cut between reads" grep -qx "ok-crlf" "$K3_TMP/out15"
+
+# line mode with stderr a file or a pipe: the reasoning goes there among the notices and is escaped
+# (it went raw: a log of stderr shown later wrote the clipboard); the answer on stdout is the data
+noesc() { ! grep -q "$(printf '\033')" "$1"; } # no raw ESC byte in file $1
+printf 'thinkevil\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out16" 2>"$K3_TMP/err16"
+check "stderr a file: the reasoning's commands show escaped" \
+    grep -qF 'r \x1B]52;c;ZXZpbA==\x07 \x1B]0;T\x07 \u009B1m end' "$K3_TMP/err16"
+check "... no raw ESC is in the file" noesc "$K3_TMP/err16"
+{ printf 'thinkevil\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain 2>&1 >/dev/null; } | cat >"$K3_TMP/err16p"
+check "... through a pipe: escaped too" grep -qF 'r \x1B]52;c;ZXZpbA==\x07' "$K3_TMP/err16p"
+check "... with no raw ESC" noesc "$K3_TMP/err16p"
+check "... and the answer on stdout is the model's, byte for byte" \
+    [ "$(cat "$K3_TMP/out16")" = "$(printf 'a \033]0;A\007 end')" ]
+
+# a stream of JSON lines without "data:": said so (it was 'the stream ended before the answer was
+# complete', as for a cut stream)
+printf 'nodata\ncut\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err18"
+check "a stream without one data: line says so" grep -qF \
+    "k3chat: $ep/v1: the stream ended without one 'data:' event: is it an OpenAI-compatible server?" "$K3_TMP/err18"
+check "... a stream cut after its first event still says 'ended before the answer was complete'" grep -qF \
+    "k3chat: $ep/v1: the stream ended before the answer was complete" "$K3_TMP/err18"
+
+# a model id longer than 255 bytes: requested whole (it was cut inside a character and every turn
+# failed with 'out of memory')
+: >"$K3_TMP/reqs"
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/long/v1" --plain >"$K3_TMP/out4" 2>"$K3_TMP/err4"
+check "a 302-byte model id: the turn is answered" grep -q "^ok$" "$K3_TMP/out4"
+check "... and the request names the model whole" /usr/bin/python3 -c '
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+sys.exit(r["model"] != "mm" + "\u00e9" * 150)' "$K3_TMP/reqs"
+
+# a --model that is not UTF-8: said so (json_pack refused it and the line was 'out of memory')
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --model "$(printf 'm\377')" --plain >/dev/null 2>"$K3_TMP/err17"
+check "a --model that is not UTF-8: said so" grep -q "the model name (--model) is not valid UTF-8" "$K3_TMP/err17"
+
+# a password in the URL: sent (Basic authentication) but never shown; http:// to an address that
+# is not loopback (0.0.0.0 reaches this machine's 127.0.0.1 on Linux) draws a warning
+ep0="http://k3user:pw-secret@0.0.0.0:$port"
+printf 'evterr\n' | timeout 60 "$K3CHAT" --endpoint "$ep0" --plain >/dev/null 2>"$K3_TMP/err5"
+check "a password in the URL: the warning names the host" grep -q \
+    "^k3chat: warning: the password in the URL goes to 0.0.0.0 over plain http://" "$K3_TMP/err5"
+check "... the error line shows the URL without it" \
+    grep -q "^k3chat: http://0.0.0.0:$port/v1: the server failed mid-answer: quota" "$K3_TMP/err5"
+check "... and the password shows nowhere" sh -c "! grep -q pw-secret '$K3_TMP/err5'"
+check "... it went to the server as Basic authentication" grep -q '"auth": "Basic ' "$K3_TMP/reqs"
+printf 'hi\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "http://0.0.0.0:$port" --plain \
+    >/dev/null 2>"$K3_TMP/err6"
+check "an API key over http:// to 0.0.0.0: a warning" \
+    grep -q "^k3chat: warning: the API key goes to 0.0.0.0 over plain http://" "$K3_TMP/err6"
+printf 'hi\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "0.0.0.0:$port" --plain \
+    >"$K3_TMP/out6b" 2>"$K3_TMP/err6b"
+check "... without a scheme (libcurl takes http://): a warning too" \
+    grep -q "^k3chat: warning: the API key goes to 0.0.0.0 over plain http://" "$K3_TMP/err6b"
+check "... and the chat works" grep -q "^ok$" "$K3_TMP/out6b"
+: >"$K3_TMP/reqs"
+printf 'hi\n' | K3_API_KEY="$(printf 'k3-key\r\nX-Other: 1')" "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err6c"
+check "a key with a CR LF (libcurl would send the rest as another header): refused, status 2" [ $? -eq 2 ]
+check "... saying which byte" grep -q "^k3chat: --api-key (or K3_API_KEY): a key is printable ASCII (byte 6 is 0x0D)" \
+    "$K3_TMP/err6c"
+check "... and nothing was sent" [ ! -s "$K3_TMP/reqs" ]
+printf 'hi\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "http://localhost:$port" --plain \
+    >/dev/null 2>"$K3_TMP/err7"
+check "... to localhost: none" sh -c "! grep -q warning '$K3_TMP/err7'"
+
+# Ctrl-C while the server has not answered the model query (/models): 'stopped', not libcurl's
+# 'Callback aborted' as an error line
+tui_start 160 20 -- "$K3CHAT --endpoint $ep/hang/v1 --plain; echo EXIT=\$?; sleep 60"
+type_line hi
+wait_for "> hi" 10
+keys C-c
+check "Ctrl-C before the server answered: stopped" wait_for "k3chat: stopped" 30
+check "... without libcurl's words" hasnt "Callback aborted"
+
+# the full-screen chat: the status bar shows the URL without its password
+tui_start 160 20 -- "$K3CHAT --endpoint $ep0; echo EXIT=\$?; sleep 60"
+check "full-screen: the status bar shows the URL without the password" wait_for "remote http://0.0.0.0:$port/v1" 15
+check "... the warning is shown" wait_for "warning: the password in the URL goes to 0.0.0.0" 5
+check "... and the password is not" hasnt "pw-secret"
+type_line tools
+check "full-screen: a streamed tool call shows in the answer" wait_for '-> get_weather({"city": "Paris"})' 15
+check "... the second one too" wait_for '-> get_time({})' 5
+keys C-d
+check "... and Ctrl-D exits 0 (the warning is not a failure)" wait_for "EXIT=0" 10
+finish
