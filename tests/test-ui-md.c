@@ -212,6 +212,13 @@ static void test_links(void) {
     T_CHECK(found, "the link run carries its URL");
     render("plain https://example.org here", 60, 0);
     T_CHECK(!strcmp(line(0), "plain https://example.org here"), "an autolink is not repeated: '%s'", line(0));
+    /* md4c leaves an emphasis there it did not enter (the '*' of the destination pairs with the one
+     * after it): that pops nothing, and the emphasis after it ends where md4c ends it */
+    render("[](*)* *a* c\n\nnext", 60, 0);
+    T_CHECK(role_of(0, "a") == THM_MD_EM && role_of(0, " c") == THM_ASSISTANT &&
+                role_of(2, "next") == THM_ASSISTANT,
+            "an emphasis after a link to '*' ends with it: roles %d, %d and %d", role_of(0, "a"),
+            role_of(0, " c"), role_of(2, "next"));
 }
 
 /* 1 when docs a and b hold the same lines: text, widths and each run's role, link and bytes. */
@@ -482,6 +489,9 @@ static void test_stream_fuzzed(void) {
         {"a backtick line after a fence in an item", "- ```\n`\n- a"},
         /* a CR alone after a list that li_lead laid out: open is md4c's again (li_layout) */
         {"a lone CR after a list after a paragraph line", "a```\n- ```~~\n\r "},
+        /* md4c leaves an emphasis it did not enter after "[](*)": md.c kept the next one's role on
+         * for the rest of the text, into the list li_lead renders apart (md.c's leave_span) */
+        {"an emphasis after a link to '*'", "`[](*)* *a*\n* \n* "},
     };
     int nbad = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
