@@ -212,6 +212,13 @@ static void test_links(void) {
     T_CHECK(found, "the link run carries its URL");
     render("plain https://example.org here", 60, 0);
     T_CHECK(!strcmp(line(0), "plain https://example.org here"), "an autolink is not repeated: '%s'", line(0));
+    /* md4c leaves an emphasis there it did not enter (the '*' of the destination pairs with the one
+     * after it): that pops nothing, and the emphasis after it ends where md4c ends it */
+    render("[](*)* *a* c\n\nnext", 60, 0);
+    T_CHECK(role_of(0, "a") == THM_MD_EM && role_of(0, " c") == THM_ASSISTANT &&
+                role_of(2, "next") == THM_ASSISTANT,
+            "an emphasis after a link to '*' ends with it: roles %d, %d and %d", role_of(0, "a"),
+            role_of(0, " c"), role_of(2, "next"));
 }
 
 /* 1 when docs a and b hold the same lines: text, widths and each run's role, link and bytes. */
@@ -484,6 +491,51 @@ static void test_stream_whole(void) {
     md_stream_free(&st);
     T_CHECK(!bad, "finished answers with backticks in a fence's info string render as md4c renders the whole "
                   "text (4 texts, streamed and at once); an indented fence streams as md4c shows it");
+}
+
+/* Texts on which fuzz-md found a fast path showing what md4c does not (minimized), streamed byte by
+ * byte: every step shows what md4c alone shows (MD_EXACT). */
+static void test_stream_fuzzed(void) {
+    static const struct {
+        const char *name, *text;
+    } cases[] = {
+        /* md4c closes a fence only with spaces after it: a tab leaves it open (fence_line) */
+        {"a fence line with a tab after it", "~~~\n~~~\t"},
+        /* a tab in a code line's indentation, its first byte in the partial line (fc_layout) */
+        {"a code line indented by a tab", "~~~\n\ta"},
+        /* a line of fence characters less indented than the item: md4c ends the list (li_layout) */
+        {"a backtick line after a fence in an item", "- ```\n`\n- a"},
+        /* a CR alone after a list that li_lead laid out: open is md4c's again (li_layout) */
+        {"a lone CR after a list after a paragraph line", "a```\n- ```~~\n\r "},
+        /* md4c leaves an emphasis it did not enter after "[](*)": md.c kept the next one's role on
+         * for the rest of the text, into the list li_lead renders apart (md.c's leave_span) */
+        {"an emphasis after a link to '*'", "`[](*)* *a*\n* \n* "},
+    };
+    int nbad = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *t   = cases[c].text;
+        size_t      n   = strlen(t);
+        int         bad = 0;
+        for (int w = 20; w <= 120 && !bad; w += 50) {
+            md_stream st = {0};
+            for (size_t k = 1; k <= n && !bad; k++) {
+                md_stream ref = {0};
+                md_stream_update(&st, t, k, w, THM_ASSISTANT, MD_STREAMING);
+                md_stream_update(&ref, t, k, w, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
+                int at;
+                if (!same_stream(&st, &ref, &at)) {
+                    T_CHECK(0, "%s, width %d, %zu bytes streamed: line %d differs from md4c's", cases[c].name,
+                            w, k, at);
+                    bad = 1;
+                    nbad++;
+                }
+                md_stream_free(&ref);
+            }
+            md_stream_free(&st);
+        }
+    }
+    T_CHECK(!nbad, "%zu texts found by fuzz-md stream byte by byte as md4c shows them",
+            sizeof cases / sizeof cases[0]);
 }
 
 /* Streams text (40 columns, still streaming) into st; returns its first open line, in *a. */
@@ -1268,6 +1320,7 @@ int main(void) {
     test_stream_plain();
     test_stream_incremental();
     test_stream_whole();
+    test_stream_fuzzed();
     test_stream_long_code_line();
     test_stream_table();
     test_stream_table_work();

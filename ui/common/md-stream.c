@@ -36,7 +36,7 @@ static int blank_line(const char *s, size_t n) {
 
 /* A fence line (up to 3 spaces, then 3+ ` or ~; after a run of backticks no backtick, or it is
  * a code span to md4c, as CommonMark says): its character and length, else 0; *rest: only
- * spaces follow (it can close a fence). */
+ * spaces follow, up to the line's end or a CR (it can close a fence: md4c takes no tab there). */
 static int fence_line(const char *s, size_t n, char *ch, int *rest) {
     size_t i = 0;
     while (i < n && i < 3 && s[i] == ' ')
@@ -48,8 +48,11 @@ static int fence_line(const char *s, size_t n, char *ch, int *rest) {
         j++;
     if (j - i < 3 || (s[i] == '`' && memchr(s + j, '`', n - j)))
         return 0;
+    size_t e = j;
+    while (e < n && s[e] == ' ')
+        e++;
     *ch   = s[i];
-    *rest = blank_line(s + j, n - j);
+    *rest = e == n || (s[e] == '\r' && blank_line(s + e, n - e));
     return (int)(j - i);
 }
 
@@ -265,8 +268,10 @@ static void fc_code_line(R *r, const char *s, size_t ln, int box, int iw, md_cod
     if (txt_buf_add(&r->code, s + k, ln - k))
         r->err = r->d->oom = 1;
     md_code_rows(r, r->code.p ? r->code.p : "", r->code.n, box, iw, 0, last);
-    /* where the last row starts, in s (not inside the indentation made of spaces) */
-    if (last && last->line >= 0 && last->off >= (size_t)col)
+    /* where the last row starts, in s (not inside the indentation made of spaces, and not while
+     * the line is all indentation: a tab still to come is md4c's indentation, to 4 columns, not a
+     * tab of the code that md_code_rows expands to the next tab stop) */
+    if (last && last->line >= 0 && last->off >= (size_t)col && k < ln)
         last->off = last->off - (size_t)col + k;
     else if (last)
         last->line = -1;
@@ -836,14 +841,45 @@ static int li_lead(md_stream *st, const char *s, size_t n, unsigned f, size_t *f
             return d->oom ? -1 : 2;
         if (r->top_n != 1 || r->top_type != MD_TOP_OTHER || !d->n_lines)
             return 2;
-        md_doc t   = st->open; /* open: the block's lines */
-        st->open   = *d;
-        *d         = t;
-        L->swapped = 0;
-        *first     = p;
+        md_doc t    = st->open; /* open: the block's lines */
+        st->open    = *d;
+        *d          = t;
+        L->swapped  = 0;
+        st->last_ok = 0;
+        *first      = p;
         return 0;
     }
     return 1;
+}
+
+/* Whether line s[0, ln) inside the item whose first line starts at it (in bytes before s) is made
+ * of fence characters (` or ~ after the indentation, then spaces) and less indented than the item's
+ * text (or either's indentation holds a tab): md4c ends the list there, and after a fence in the
+ * item takes the line for nothing (no block), so that the item rendered alone looks as it does in
+ * the list but the next item starts a new list. */
+static int li_fence_out(const char *s, size_t ln, const char *it, size_t in) {
+    size_t i = 0, j, k = 0;
+    int    tab = 0;
+    for (; i < ln && (s[i] == ' ' || s[i] == '\t'); i++)
+        tab |= s[i] == '\t';
+    if (i >= ln || (s[i] != '`' && s[i] != '~'))
+        return 0;
+    for (j = i; j < ln && s[j] == s[i];)
+        j++;
+    while (j < ln && (s[j] == ' ' || s[j] == '\r'))
+        j++;
+    if (j < ln)
+        return 0;
+    in = (size_t)((const char *)memchr(it, '\n', in) - it); /* the item's first line */
+    while (k < in && ((it[k] >= '0' && it[k] <= '9') || strchr("-*+.)", it[k])))
+        k++;
+    size_t sp = k;
+    while (sp < in && it[sp] == ' ')
+        sp++;
+    if (tab || (sp < in && it[sp] == '\t'))
+        return 1;                                    /* the columns are not worked out here */
+    size_t ci = sp == in || sp - k > 4 ? k + 1 : sp; /* the item's text starts at column ci */
+    return i < ci;
 }
 
 static int li_items(md_stream *st, const char *s, size_t end, unsigned f) {
@@ -863,6 +899,8 @@ static int li_items(md_stream *st, const char *s, size_t end, unsigned f) {
             L->blank = 1;
         } else if (L->blank) {
             return 1; /* text after a blank line inside an item: the list may be loose */
+        } else if (li_fence_out(s + p, ln, s + L->seg, p - L->seg)) {
+            return 1;
         } else if (item_mark(s + p, ln, 1, &m, &num) == 1 && m == L->mark) {
             int rc = li_next(st, s, p, f);
             if (rc)
@@ -1019,6 +1057,14 @@ static int li_item(md_stream *st, const char *s, size_t v) {
     return it_rows(st, s, L->it_row, e);
 }
 
+/* The open chunk is no such list, for good, after li_layout had set it up: open holds the items'
+ * lines (or li_lead's block), not md4c's render of the last view, so that is made again. 1. */
+static int li_no(md_stream *st) {
+    st->li = st->last_ok = 0;
+    st->li_no            = 1;
+    return 1;
+}
+
 /* The open chunk s[done, n) as a tight list whose first line is an item at column 0, or comes after
  * one block that md4c ends there (li_lead: a paragraph line before the list): what md4c makes of the
  * stream's view of it, md4c rendering each item alone. Items of a tight list are laid
@@ -1057,6 +1103,7 @@ static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
             k         = rc ? 2 : 1;
         } else if (k == 1) {
             md_doc_reset(&st->open);
+            st->last_ok = 0; /* open is no longer md4c's render of the last view */
         }
         if (k != 1)
             return 1;
@@ -1083,7 +1130,7 @@ static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     if (!rc && last)
         rc = li_items(st, s, (size_t)(last + 1 - s), f);
     if (rc)
-        return rc < 0 ? -1 : (st->li = 0, st->li_no = 1);
+        return rc < 0 ? -1 : li_no(st);
     /* the open item as stream_view shows it */
     size_t v = st->done + view_end(c, n - st->done);
     if (!L->blank && L->scan > L->seg && v > L->scan) {
@@ -1098,7 +1145,7 @@ static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
             m == L->mark) {
             int nx = li_next(st, s, q, f);
             if (nx)
-                return nx < 0 ? -1 : (st->li = 0, st->li_no = 1);
+                return nx < 0 ? -1 : li_no(st);
         }
     }
     int it = li_item(st, s, v);
@@ -1115,7 +1162,7 @@ static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     b->n        = 0;
     if (v > L->seg && (lone_cr(s + L->seg, v - L->seg - (s[v - 1] == '\r')) ||
                        (L->blank && !blank_line(s + L->scan, v > L->scan ? v - L->scan : 0))))
-        return st->li = 0, st->li_no = 1;
+        return li_no(st);
     if (v > L->seg && txt_buf_add(b, s + L->seg, v - L->seg))
         return -1;
     if (!st->fence) {
@@ -1418,6 +1465,7 @@ static int qt_layout(md_stream *st, const char *s, size_t n, unsigned f) {
         Q->seg = Q->scan = Q->ref = st->done;
         Q->pp                     = 1;
         md_doc_reset(&st->open);
+        st->last_ok = 0; /* open is no longer md4c's render of the last view */
     }
     const char *last = memrchr(s + Q->scan, '\n', n - Q->scan);
     int         rc   = has_ref(&Q->ref, st->done, s, n);

@@ -989,7 +989,11 @@ static int link_is_text(R *r, const md_link *l) {
 static int leave_span(MD_SPANTYPE type, void *detail, void *ud) {
     R *r = ud;
     (void)detail;
-    if (r->span_depth > 0 && r->span_depth <= SPAN_MAX)
+    /* md4c leaves a span it did not enter ("[](*)* *a*": an emphasis of the '*'s around ")"):
+     * nothing to pop, or the next span's role would stay on to the end of the text */
+    if (r->span_depth <= 0)
+        return 0;
+    if (r->span_depth <= SPAN_MAX)
         r->n_roles--;
     r->span_depth--;
     if ((type == MD_SPAN_A || type == MD_SPAN_IMG) && r->link >= 0) {
