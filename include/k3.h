@@ -704,6 +704,9 @@ void k3_conv_set_cache_owner(k3_conv *c, uint64_t owner);
 /* Forgets the prompt cache and its snapshots (every sharer's): call before freeing or
  * replacing the session or model the conversation generated with. */
 void k3_conv_drop_cache(k3_conv *c);
+/* Tokens of context a turn must be able to generate for it to start (a prompt that leaves
+ * fewer is refused with K3_ERR_CONTEXT). */
+#define K3_CONV_MIN_ROOM 8
 /* Context accounting: tokens the next turn's prompt needs, and the capacity. */
 k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity);
 /* Fitting a conversation into the context (a transcript far larger than it, say): the fewest

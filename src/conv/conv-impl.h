@@ -13,7 +13,7 @@
 
 #include <stdatomic.h>
 
-#define CONV_MIN_ROOM 8 /* tokens a turn must be able to generate for it to start (conv-gen.c) */
+#define CONV_MIN_ROOM K3_CONV_MIN_ROOM /* tokens a turn must be able to generate to start (k3.h) */
 
 /* saved decode states (prompt cache, /retry, /undo), at most: the CONV_SNAPSHOTS row's top in
  * include/k3-settings.h (test-settings.c holds them equal) */

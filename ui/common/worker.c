@@ -140,9 +140,9 @@ static k3_status apply_gen(real *r, const ue_gen *g) {
 }
 
 /* Even without any exchange no message fits (the system prompt, or what comes before the first
- * exchange, leaves less than the 8 tokens a turn needs: CONV_MIN_ROOM). */
+ * exchange, leaves less than the K3_CONV_MIN_ROOM tokens a turn needs). */
 static int fit_none(const k3_fit_info *fi) {
-    return fi->drop == fi->n_exchanges && fi->used_after + 8 > fi->capacity;
+    return fi->drop == fi->n_exchanges && fi->used_after + K3_CONV_MIN_ROOM > fi->capacity;
 }
 
 /* Generate the reply to the history (which ends with a user message). redo: the command moved
@@ -191,11 +191,11 @@ static void turn(real *r, const ue_gen *g, int redo) {
             kept = redo == EV_CMD_RETRY && back > 0;
             last = NULL;
         }
-        /* the system prompt alone leaves no room (8: CONV_MIN_ROOM): neither /forget nor a shorter
+        /* the system prompt alone leaves no room (K3_CONV_MIN_ROOM): neither /forget nor a shorter
          * message can help */
         k3_fit_info fi;
         int         sys_full = st == K3_ERR_CONTEXT && k3_conv_system(r->c) &&
-                       k3_conv_fit(r->c, r->m, 8, 0, &fi) == K3_OK && fit_none(&fi);
+                       k3_conv_fit(r->c, r->m, K3_CONV_MIN_ROOM, 0, &fi) == K3_OK && fit_none(&fi);
         const char *tail = kept                  ? "The previous answer stays."
                            : r->u->no_input_line ? "Your message got no answer."
                                                  : "Your message is back in the input line.";
@@ -344,8 +344,8 @@ static void report_fit(real *r) {
              "%d of its "
              "%d exchanges (%d tokens, %s of the context left free); /forget drops the oldest one",
              fi.used, fi.capacity,
-             fi.used + 8 > fi.capacity ? "the next message cannot fit" : "little room is left", keep,
-             fi.n_exchanges, fi.used_after,
+             fi.used + K3_CONV_MIN_ROOM > fi.capacity ? "the next message cannot fit" : "little room is left",
+             keep, fi.n_exchanges, fi.used_after,
              fi.used_after + fit_room(r) <= fi.capacity ? "a quarter" : "less than a quarter");
 }
 
