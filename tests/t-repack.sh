@@ -3,9 +3,10 @@
 # to load-time quantization of the source (hidden states and logits via K3_TRACE / K3_LOGITS,
 # compared with cmp), at 8 and 4 bits, with mixed classes, with K3_MMAP=1 and with O_DIRECT reads
 # at open (the bytes and calls an open reads, from K3_VERBOSE's open line); resume after a
-# kill -9 mid-shard; a container rewritten at other bits and killed is no model until a rerun
-# completes it; a DST holding a model k3-repack did not write is refused; ENOSPC and SIGTERM
-# mid-shard (tests/faultinj.c) leave no .partial and no index; disjoint --shards runs; duplicate names; --verify-full; bad arguments and
+# kill -9 mid-shard (a dead run's .NAME.PID.tmp removed, a live one's kept); a container
+# rewritten at other bits and killed is no model until a rerun completes it; a DST holding a
+# model k3-repack did not write is refused; ENOSPC and SIGTERM mid-shard (tests/faultinj.c)
+# leave no .partial and no index; disjoint --shards runs; duplicate names; --verify-full; bad arguments and
 # a corrupt source; K3_BITS downcast and K3_MMAP refusals; --inspect reports (and sizes) a container
 # at its stored bits unless K3_BITS etc. are set.
 # slow
@@ -169,7 +170,16 @@ K3_REPACK_KILL_AT=3 "$RP" "$T/src" "$T/k8" --bits 8 >/dev/null 2>"$T/rp.err"; rc
 n_partial=$(ls -a "$T/k8" | grep -c '\.partial$')
 [ "$rc" = 137 ] && [ "$n_partial" = 1 ] && [ ! -e "$T/k8/model.safetensors.index.json" ]
 ok $? "killed (SIGKILL) halfway through the 3rd shard: exit $rc, $n_partial partial file, no index"
+# a temp file of a run killed between its create and its rename (put_file: .NAME.PID.tmp) is
+# removed by the next run when that PID is gone; one of a live run (this shell's PID) stays
+sh -c 'exit 0' & dead=$!
+wait "$dead"
+echo stale >"$T/k8/.config.json.$dead.tmp"
+echo live >"$T/k8/.config.json.$$.tmp"
 repack "$T/src" "$T/k8" --bits 8; rc=$?
+[ ! -e "$T/k8/.config.json.$dead.tmp" ] && [ -e "$T/k8/.config.json.$$.tmp" ]
+ok $? "the rerun removes a dead run's temp file (.config.json.$dead.tmp) and keeps a live one's"
+rm -f "$T/k8/.config.json.$$.tmp"
 n_skip=$(grep -c "complete, skipped" "$T/rp.err")
 [ "$rc" = 0 ] && [ "$n_skip" = 2 ]; ok $? "rerun finishes, skipping the 2 completed shards (exit $rc, $n_skip skipped)"
 diff -r -x '.k3-repack.lock' "$T/c8" "$T/k8" >/dev/null && [ -z "$(ls -a "$T/k8" | grep '\.partial$')" ]

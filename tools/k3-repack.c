@@ -986,6 +986,26 @@ static k3_status put_file(const char *dir, const char *name, const void *data, s
     return st;
 }
 
+/* dir/f when it is put_file's temp file (.NAME.PID.tmp) of a run that is gone (killed with
+ * SIGKILL between the create and the rename): removed, as nothing else ever will. A run that
+ * still lives (another --shards run in the same DST) keeps its own. */
+static void drop_stale_tmp(const char *dir, const char *f) {
+    size_t l = strlen(f);
+    if (f[0] != '.' || l < 6 || strcmp(f + l - 4, ".tmp"))
+        return;
+    size_t d = l - 4; /* the PID's digits end here */
+    while (d > 1 && f[d - 1] >= '0' && f[d - 1] <= '9')
+        d--;
+    if (d == l - 4 || d < 3 || f[d - 1] != '.' || l - 4 - d > 9)
+        return;
+    long pid = strtol(f + d, NULL, 10);
+    if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        return;
+    char *path = xasprintf("%s/%s", dir, f);
+    unlink(path);
+    free(path);
+}
+
 /* DST's lock (LOCK_FILE, flock'ed exclusive; close to release) held by runs sharing DST while they
  * publish or remove the index: the descriptor, or -1 with the error recorded. */
 static int lock_dst(const char *dst) {
@@ -1023,6 +1043,7 @@ static k3_status rebuild_index(const ctx *c, int *n_out) {
     }
     for (int i = 0; i < n && !st; i++) {
         const char *f = ents[i]->d_name;
+        drop_stale_tmp(dst, f);
         if (!is_shard_name(f))
             continue;
         char   *path = xasprintf("%s/%s", dst, f);
