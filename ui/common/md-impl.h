@@ -77,6 +77,7 @@ typedef struct md_rctx {
      * streaming frame allocates nothing once they have grown */
     styled    in;
     txt_buf   code, lang, ex; /* ex: a code line with its tabs expanded */
+    txt_buf   src;            /* the text md4c parses: a copy that ends in a NUL            */
     table    *tb_keep;
     txt_line *wl; /* lines of a wrapped paragraph (wrap) */
     int       cap_wl;

@@ -1132,7 +1132,14 @@ int md_render_with(R *r, md_doc *d, const char *s, size_t n, int width, int base
     p.text        = on_text;
     if (n > 0xFFFFFFF0u)
         n = 0xFFFFFFF0u; /* MD_SIZE is 32 bits */
-    int rc = md_parse(s ? s : "", (MD_SIZE)n, &p, r);
+    /* md4c 0.4.8 can read the byte after the text (fuzz-md under ASan: one past a buffer of
+     * exactly n bytes): it parses a copy followed by a NUL, in a buffer kept between renders */
+    r->src.n = 0;
+    if (n && txt_buf_add(&r->src, s, n)) {
+        r->err = d->oom = 1;
+        return -1;
+    }
+    int rc = md_parse(n ? r->src.p : "", (MD_SIZE)n, &p, r);
     ln_end(r);
     return r->err || rc != 0 ? -1 : 0;
 }
@@ -1151,6 +1158,7 @@ void md_ctx_free(R *r) {
     free(r->code.p);
     free(r->lang.p);
     free(r->ex.p);
+    free(r->src.p);
     free(r->wl);
     table_free(r->tb_keep);
     free(r);
