@@ -473,24 +473,8 @@ static void test_stream_whole(void) {
         md_stream_free(&one);
         md_stream_free(&ref);
     }
-    /* an indented fence streamed byte by byte: md4c takes the fence's indentation off each code
-     * line, a partial one too (" -" showed as " -", not "-") */
-    static const char ind[] = " ```\n -\n  - b\n   c\n ```\n\n   ```\n    x\n -\n";
-    md_stream         st    = {0};
-    for (size_t k = 1; k <= sizeof ind - 1 && !bad; k++) {
-        md_stream ref = {0};
-        md_stream_update(&st, ind, k, 30, THM_ASSISTANT, MD_STREAMING);
-        md_stream_update(&ref, ind, k, 30, THM_ASSISTANT, MD_STREAMING | MD_EXACT);
-        int at;
-        if (!same_stream(&st, &ref, &at)) {
-            T_CHECK(0, "an indented fence, %zu bytes streamed: line %d differs from md4c's", k, at);
-            bad = 1;
-        }
-        md_stream_free(&ref);
-    }
-    md_stream_free(&st);
     T_CHECK(!bad, "finished answers with backticks in a fence's info string render as md4c renders the whole "
-                  "text (4 texts, streamed and at once); an indented fence streams as md4c shows it");
+                  "text (4 texts, streamed and at once)");
 }
 
 /* Texts on which fuzz-md found a fast path showing what md4c does not (minimized), streamed byte by
@@ -510,6 +494,9 @@ static void test_stream_fuzzed(void) {
         /* md4c leaves an emphasis it did not enter after "[](*)": md.c kept the next one's role on
          * for the rest of the text, into the list li_lead renders apart (md.c's leave_span) */
         {"an emphasis after a link to '*'", "`[](*)* *a*\n* \n* "},
+        /* md4c takes a fence's indentation off each code line, a partial one too: " -" in a fence
+         * indented by one space showed as " -", not "-" (fc_layout declines indented fences) */
+        {"an indented fence", " ```\n -\n  - b\n   c\n ```\n\n   ```\n    x\n -\n"},
     };
     int nbad = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
