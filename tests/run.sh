@@ -36,9 +36,11 @@
 # the per-test lines still come in the fixed order (trees, C tests, scripts) as each test and
 # all before it have finished, and the closing line counts them all. K3_TEST_JOBS=1 runs one
 # test at a time. TEST_FILTER=substring limits which tests run.
-# Per-test logs: BUILD/test-logs/NAME.log. Each test's summary line ends with its wall seconds,
-# the CPU seconds of its processes (user + system) and when it started, in seconds from the first
-# test's start: where the suite's time goes on a 2-core machine (CPU or waiting) and its schedule.
+# Before the closing line, the first lines of each failed test come once more (a CI page may
+# show only the end of the output). Per-test logs: BUILD/test-logs/NAME.log. Each test's
+# summary line ends with its wall seconds, the CPU seconds of its processes (user + system) and
+# when it started, in seconds from the first test's start: where the suite's time goes on a
+# 2-core machine (CPU or waiting) and its schedule.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 2
@@ -248,6 +250,7 @@ while [ $shown -le $n ]; do
     while [ $shown -le $n ] && [ -f "$res/$shown.done" ]; do # print in list order
         cat "$res/$shown.out"
         read -r p f s <"$res/$shown.cnt"
+        [ "$f" -gt 0 ] && grep -v -e ': SKIP: ' -e '^\[' "$res/$shown.out" | head -n 4 >>"$res/failed"
         pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
         shown=$((shown + 1))
     done
@@ -268,6 +271,11 @@ while [ $k -le $bgn ]; do
     k=$((k + 1))
 done
 wait
+# the failures once more, last: a CI page often shows only the end of the output
+if [ -s "$res/failed" ]; then
+    echo "run.sh: the failures (each failed test's first lines; all of them above):"
+    head -n 16 "$res/failed" | cut -c1-240
+fi
 
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]
