@@ -109,7 +109,9 @@ SRC := $(SRC_ALL)
 else
 SRC := $(filter-out src/vk/%.c,$(SRC_ALL))
 endif
-UI_SRC    := $(filter-out ui/cli/main.c,$(sort $(wildcard ui/*/*.c)))
+# UI_DIRS: the front-end folders in libk3ui.a (fuzz-build: only those the fuzz targets call)
+UI_DIRS   ?= $(wildcard ui/*)
+UI_SRC    := $(filter-out ui/cli/main.c,$(sort $(wildcard $(addsuffix /*.c,$(UI_DIRS)))))
 TOOL_SRC  := $(sort $(wildcard tools/k3-*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 TEST_SRC  := $(sort $(wildcard tests/test-*.c))
@@ -218,8 +220,11 @@ include tools/nano.mk
 FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz-*.c))
 FUZZ_B       := build-fuzz
 FUZZ_SECONDS ?= 60
+# The fuzz targets call the engine, ui/common and ui/serve: the fuzz tree's libk3ui.a leaves out
+# the full-screen and line front ends (ui/tui, ui/cli), an eighth of the lines it would compile.
+FUZZ_UI_DIRS := ui/common ui/serve
 fuzz-build:
-	$(MAKE) $(FUZZ_B)/libk3.a $(FUZZ_B)/libk3ui.a B=$(FUZZ_B) CC=clang SAN=fuzz CI= VK=$(VK) WARN=-w
+	$(MAKE) $(FUZZ_B)/libk3.a $(FUZZ_B)/libk3ui.a B=$(FUZZ_B) CC=clang SAN=fuzz CI= VK=$(VK) WARN=-w UI_DIRS="$(FUZZ_UI_DIRS)"
 	@mkdir -p $(FUZZ_B)/fuzz
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  if [ ! -x $(FUZZ_B)/fuzz/$$n ] || [ $$f -nt $(FUZZ_B)/fuzz/$$n ] || [ $(FUZZ_B)/libk3.a -nt $(FUZZ_B)/fuzz/$$n ] \
