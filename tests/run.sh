@@ -20,7 +20,14 @@
 # Script tests get K3_BUILD=<build dir> (absolute) and K3_SRC=<repo root>, and a scratch
 # directory K3_TMP. Every test gets its own XDG_CONFIG_HOME, XDG_DATA_HOME, XDG_STATE_HOME and
 # XDG_CACHE_HOME (under K3_TMP/xdg), so no two tests share history, autosave, settings or cache
-# files (HOME stays: npm, cargo and the like keep their configuration there).
+# files (HOME stays: npm, cargo and the like keep their configuration there). One exception: the
+# engine's measured-speed cache (k3chat/speed under XDG_CACHE_HOME: the figures of this machine's
+# kernels, each with the load it was measured under, src/model/speed.c) starts as a copy of the
+# figures the tree's earlier tests measured, and what a test adds goes back to that pool when it
+# ends. Measuring takes a few CPU-seconds (several times that under ASan) and a fresh cache per
+# test measured again in every test that runs --inspect or opens a large model; the engine still
+# measures each figure it finds no line for at a load like now's. A test that needs a cache of its
+# own (t-speed-cache.sh forges one) sets XDG_CACHE_HOME itself.
 # Markers, each a line of its own in a script test:
 #   # run-once    runs only for the first tree (for slow checks whose code is not under the
 #                 sanitizers, e.g. the numpy reference)
@@ -114,6 +121,20 @@ if [ $bgn -gt 0 ]; then
     bgpid=$!
 fi
 
+# speed_pool FILE POOL: FILE's figures not in POOL yet are appended to it (one writer at a time:
+# mkdir is the lock; readers copy POOL whole, it is replaced by rename). A FILE of another machine
+# line (K3_ISA does not change it; a forged one would) is left out.
+speed_pool() {
+    until mkdir "$2.lock" 2>/dev/null; do sleep 0.05; done
+    if [ ! -f "$2" ]; then
+        cp "$1" "$2.new" && mv "$2.new" "$2"
+    elif [ "$(head -n 1 "$1")" = "$(head -n 1 "$2")" ]; then
+        { cat "$2"; tail -n +2 "$1" | grep -vxF -f "$2"; } >"$2.new"
+        mv "$2.new" "$2"
+    fi
+    rmdir "$2.lock"
+}
+
 # run_one ID NAME BUILD CMD...: one test; its summary lines go to $res/ID.out, its counts
 # ("P F S") to $res/ID.cnt, and $res/ID.done appears last
 run_one() {
@@ -121,9 +142,11 @@ run_one() {
     log="$b/test-logs/$(echo "$name" | tr '/' '_').log"
     mkdir -p "$b/test-logs"
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/k3test.XXXXXX")
+    sp="$tmp/xdg/cache/k3chat/speed" pool="$res/speed.$(echo "$b" | tr '/' '_')"
+    mkdir -p "${sp%/*}"
+    [ -f "$pool" ] && cp "$pool" "$sp"
     t0=$(date +%s)
-    # XDG_CACHE_HOME: the engine's measured-speed cache (--inspect) stays in the test's directory
-    K3_BUILD="$root/$b" K3_SRC="$root" K3_TMP="$tmp" XDG_CACHE_HOME="$tmp/cache" \
+    K3_BUILD="$root/$b" K3_SRC="$root" K3_TMP="$tmp" XDG_CACHE_HOME="$tmp/xdg/cache" \
         XDG_CONFIG_HOME="$tmp/xdg/config" XDG_DATA_HOME="$tmp/xdg/data" XDG_STATE_HOME="$tmp/xdg/state" \
         timeout "$timeout_s" "$@" >"$log" 2>&1 </dev/null &
     echo $! >"$res/$id.pid" # timeout runs in a process group of its own: the trap below stops it
@@ -134,6 +157,7 @@ run_one() {
     # (times in a pipe or $(...) would run in a fork, whose children have used nothing)
     times >"$res/$id.times"
     cpu=$(awk 'END { split($1 " " $2, a, /[ms]/); printf "%d", a[1] * 60 + a[2] + a[3] * 60 + a[4] }' "$res/$id.times")
+    [ -s "$sp" ] && speed_pool "$sp" "$pool"
     rm -rf "$tmp"
     p=$(grep -c '^PASS:' "$log"); f=$(grep -c '^FAIL:' "$log"); s=$(grep -c '^SKIP:' "$log")
     {
