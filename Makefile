@@ -16,6 +16,7 @@
 #            which builds (with the fuzz tree) beside the first tree's tests (tests/run.sh --bg;
 #            K3_TEST_JOBS tests at a time, default 3; summaries in a fixed order)
 #   test     run the tests against an existing build (no deps, no asan)
+#   tested   build what the tests run: all but k3-bench (make check's ASan tree)
 #   asan     build the sanitizer tree into build-asan/
 #   demo     build and open k3chat on k3-nano (models/k3-nano, a trained K3-architecture model)
 #   nano     retrain k3-nano from scratch (CPU, about eight and a half hours; NANO_1..7, see models/k3-nano/README.md)
@@ -129,8 +130,10 @@ PROGS := $(B)/k3chat $(TOOLS) $(if $(BENCH_SRC),$(B)/k3-bench)
 # keep objects of single-file programs (no implicit-rule deletion)
 .SECONDARY:
 
-.PHONY: all check test asan demo nano bench install clean deps shaders fuzz fuzz-build
+.PHONY: all tested check test asan demo nano bench install clean deps shaders fuzz fuzz-build
 all: $(PROGS) $(TESTS)
+# what the tests run (all but k3-bench, which no test runs): make check's sanitizer tree
+tested: $(B)/k3chat $(TOOLS) $(TESTS)
 
 # ---- compile ----------------------------------------------------------------
 # V=1 shows full command lines.
@@ -188,14 +191,14 @@ deps:
 # `make check` on 2 cores). The ASan/UBSan tree and then the fuzz tree (clang, when installed;
 # t-fuzz reports a failed build) are built at nice 10 while the first tree's tests run
 # (tests/run.sh --bg: those tests wait on tmux, timers and servers more than they compute);
-# the sanitizer tree's tests start once it is built, and tests marked "# run-alone" or
-# "# after-build" once both builds have ended. Each tree builds with one job per core;
+# the sanitizer tree's tests (it builds what they run: make tested) start once it is built, and
+# tests marked "# run-alone" or "# after-build" once both builds have ended. Each tree builds with one job per core;
 # tests/run.sh runs K3_TEST_JOBS tests at a time (default 3), printing their summaries in the
 # usual order.
 CHECK_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 check: deps
 	$(MAKE) -j$(CHECK_JOBS) all
-	sh tests/run.sh --bg build-asan '$(MAKE) -j$(CHECK_JOBS) all B=build-asan SAN=1' \
+	sh tests/run.sh --bg build-asan '$(MAKE) -j$(CHECK_JOBS) tested B=build-asan SAN=1' \
 	    --bg build-fuzz 'command -v clang >/dev/null || exit 0; $(MAKE) -j$(CHECK_JOBS) fuzz-build || true' \
 	    build build-asan
 
