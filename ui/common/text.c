@@ -212,6 +212,29 @@ size_t txt_col_to_off(const char *s, size_t n, int col) {
     return n;
 }
 
+int txt_fit(txt_buf *out, const char *s, size_t n, int cols) {
+    int w = txt_width(s, n, 0);
+    if (w <= cols)
+        return txt_buf_add(out, s, n) ? -1 : w;
+    if (cols < 1)
+        return 0;
+    /* the head gets half of what the ellipsis leaves, the tail the rest: of two long ids or paths
+     * that share a prefix, the end is what tells them apart */
+    size_t h  = txt_col_to_off(s, n, (cols - 1) / 2);
+    int    hw = txt_width(s, h, 0), room = cols - 1 - hw, rest = txt_width(s + h, n - h, hw + 1);
+    size_t t = h;
+    while (t < n && rest > room) { /* the first cluster boundary after which the rest fits */
+        int    cw, f;
+        size_t len = txt_cluster(s + t, n - t, &cw, &f);
+        t += len;
+        /* a tab's width depends on its column: with one still to come, the rest is measured again */
+        rest = (f & TXT_F_TAB) || memchr(s + t, '\t', n - t) ? txt_width(s + t, n - t, hw + 1) : rest - cw;
+    }
+    if (txt_buf_add(out, s, h) || txt_buf_add(out, "\xE2\x80\xA6", 3) || txt_buf_add(out, s + t, n - t))
+        return -1;
+    return hw + 1 + rest;
+}
+
 /* ==== clusters of a code point array (the line editor's wide-character buffer) ============== */
 
 /* The cluster starting at w[i] (i < n), measured by txt_cluster on its UTF-8 form so editing

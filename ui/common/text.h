@@ -56,6 +56,13 @@ size_t txt_wcluster_prev(const wchar_t *w, size_t n, size_t i);
 typedef k3_buf txt_buf;
 #define txt_buf_add k3_buf_add
 
+/* Append s[0..n) (one line: a model's name, a path, a URL) to out in at most cols columns: as
+ * it is when it fits, else its first and last characters around a "\u2026" (…), cut at
+ * cluster boundaries by display width (never inside a UTF-8 character or a cluster), the end
+ * given the larger half (where two long ids or paths differ). Returns the width appended, -1
+ * out of memory. */
+int txt_fit(txt_buf *out, const char *s, size_t n, int cols);
+
 /* ==== outside text on a terminal ==============================================================
  * Text that comes from the model, a server or a file may hold terminal commands (OSC 52 writes
  * the clipboard, OSC 0 the title, CSI the colours and the cursor). Every front end that prints

@@ -107,7 +107,8 @@ typedef struct tui {
 
     /* model and statistics */
     int      ready, fatal;
-    char     model[160];
+    char     model[1024];   /* what the backend says it runs (EV_READY text), whole characters */
+    size_t   model_name;    /* its first model_name bytes are the model's name (EV_READY a) */
     char     fit[128];      /* the memory fit in a few words (EV_READY text2; status bar, /stats) */
     char     estimate[128]; /* expected speed while loading (EV_ESTIMATE)                     */
     ue_stats st;

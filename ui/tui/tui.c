@@ -299,6 +299,8 @@ static void on_event(tui *t, ui_ev *e) {
     case EV_READY:
         t->ready = 1;
         snprintf(t->model, sizeof t->model, "%s", e->text ? e->text : "model");
+        t->model[txt_complete(t->model, strlen(t->model))] = 0; /* a cut leaves no part of a character */
+        t->model_name = e->a && e->a < strlen(t->model) ? (size_t)e->a : strlen(t->model);
         snprintf(t->fit, sizeof t->fit, "%s", e->text2 ? e->text2 : "");
         /* the figure and its capacity together: a bar drawn before the next EV_STATS shows the
          * conversation's real context (the engine's EV_READY fills st.ctx_used; the mock's and a
