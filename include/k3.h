@@ -285,6 +285,8 @@ typedef struct k3_ids {
 } k3_ids;
 void      k3_ids_free(k3_ids *ids);             /* frees v, zeroes the struct   */
 k3_status k3_ids_push(k3_ids *ids, int32_t id); /* K3_ERR_NOMEM on failure      */
+/* Appends v[0..n) (v may not point into ids); K3_ERR_NOMEM on failure, ids unchanged. */
+k3_status k3_ids_append(k3_ids *ids, const int32_t *v, size_t n);
 /* Appends the decimal ids of text, separated by white space or commas, each in 0..max_id.
  * K3_ERR_ARG names the first bad one: "token N: 'TEXT' is not an id in 0..MAX". */
 k3_status k3_ids_parse(const char *text, int32_t max_id, k3_ids *out);
