@@ -1,5 +1,6 @@
 /* test-ui-cmd.c: slash-command parsing (ui/common/cmd.c): every command, bad arguments with their
  * messages, nearest-command suggestions and completion; theme file parsing (ui/common/theme.c). */
+#include "clip.h"
 #include "cmd.h"
 #include "test.h"
 #include "theme.h"
@@ -47,6 +48,22 @@ int main(void) {
                 ok("/stats", CMD_STATS) && ok("/quit", CMD_QUIT) && ok("/forget", CMD_FORGET),
             "/clear /retry /undo /stats /quit /forget");
     T_CHECK(bad("/clear all", "takes no argument"), "/clear all: %s", r.msg);
+    /* a long argument quoted in the message is cut between characters, with an ellipsis: at 60
+     * bytes, "a" and 40 three-byte characters were cut inside the 20th (U+FFFD on the screen) */
+    T_CHECK(bad("/clear a模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模",
+                "(got 'a模模模模模模模模模模模模模模模模模模模…')") &&
+                k3_utf8_repair(r.msg, strlen(r.msg), NULL, NULL) == 0,
+            "/clear with a long argument: the quote ends on a whole character, with … (%s)", r.msg);
+    T_CHECK(bad("/help a模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模",
+                "no command /a模模模模模模模模模模模模模模模模模模模…") &&
+                k3_utf8_repair(r.msg, strlen(r.msg), NULL, NULL) == 0,
+            "/help of a long name: the same (%s)", r.msg);
+    clip_req cq;
+    char     cm[256];
+    T_CHECK(clip_parse("模模模模模模模模模模模模模模模模模模模", &cq, cm, sizeof cm) != 0 &&
+                strstr(cm, "'模模模模模模模模模模模模模…' is not an answer number") &&
+                k3_utf8_repair(cm, strlen(cm), NULL, NULL) == 0,
+            "/copy with a long word: the quote ends on a whole character, with … (%s)", cm);
     T_CHECK(ok("/save", CMD_SAVE) && r.arg[0] == 0, "/save without a file");
     T_CHECK(ok("/save my chat.jsonl", CMD_SAVE) && !strcmp(r.arg, "my chat.jsonl"),
             "/save with a space in the name");

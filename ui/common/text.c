@@ -130,6 +130,18 @@ size_t txt_complete(const char *s, size_t n) {
     return n;
 }
 
+const char *txt_clip(char *buf, size_t n, const char *s) {
+    size_t len = strlen(s);
+    if (len < n) {
+        memcpy(buf, s, len + 1);
+        return buf;
+    }
+    size_t k = txt_complete(s, n - 4); /* room for the ellipsis (3 bytes) and the NUL */
+    memcpy(buf, s, k);
+    memcpy(buf + k, "\xE2\x80\xA6", 4);
+    return buf;
+}
+
 int txt_wrap(const char *s, size_t n, int cols, txt_line *out, int max) {
     int    nl = 0, col = 0;
     size_t start = 0;

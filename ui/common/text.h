@@ -37,6 +37,11 @@ typedef struct txt_line {
     int    width;
 } txt_line;
 
+/* s (a word the user typed, quoted in a message) into buf (n >= 4 bytes): whole when it fits,
+ * else its first bytes cut back to a character boundary and "…" (no half of a UTF-8 character
+ * reaches the message as U+FFFD). Returns buf. */
+const char *txt_clip(char *buf, size_t n, const char *s);
+
 /* Wrap s[0..n) at cols columns (cols >= 1). '\n' ends a line. Returns the number of lines
  * (>= 1 for any input, an empty text is one empty line) and, when out != NULL, stores up to
  * max lines. */
