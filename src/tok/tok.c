@@ -52,7 +52,9 @@ static k3_status ids_reserve(k3_ids *ids, size_t extra) {
 }
 
 k3_status k3_ids_append(k3_ids *ids, const int32_t *v, size_t n) {
-    k3_status st = n ? ids_reserve(ids, n) : K3_OK;
+    if (!n)
+        return K3_OK; /* v may be NULL then (an empty k3_ids) */
+    k3_status st = ids_reserve(ids, n);
     if (!st) {
         memcpy(ids->v + ids->n, v, n * sizeof *v);
         ids->n += n;
