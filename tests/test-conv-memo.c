@@ -123,15 +123,31 @@ int main(void) {
     same_render(c, "the run of results grown by the second");
     T_CHECK(k3_conv_generate(c, m, s, NULL) == K3_OK, "a turn after the results (%s)", k3_errmsg());
     same_render(c, "the answer to the results");
-    K3_ASSERT(k3_conv_set_tools(c, NULL) == K3_OK);
-    same_render(c, "tools removed");
-
+    /* /forget --fit measures the prompt the next turn sends: the declarations in it */
     k3_fit_info fi;
     int         used, cap;
+    K3_ASSERT(k3_conv_context(c, m, &used, &cap) == K3_OK && k3_conv_fit(c, m, 0, 0, &fi) == K3_OK);
+    T_CHECK(fi.used == used && fi.used_after == used && fi.drop == 0,
+            "with tools declared the fit counts what the context figure counts (%d, %d tokens; %d)", fi.used,
+            used, fi.used_after);
+    K3_ASSERT(k3_conv_fit(c, m, cap - used + 1, 1, &fi) == K3_OK);
+    int after = -1;
+    K3_ASSERT(k3_conv_context(c, m, &after, &cap) == K3_OK);
+    T_CHECK(fi.drop == 1 && fi.used_after == after,
+            "... and after it dropped %d exchanges, the figure it promised (%d) is the context's (%d)",
+            fi.drop, fi.used_after, after);
+    same_render(c, "/forget --fit with tools declared");
+    K3_ASSERT(k3_conv_set_tools(c, NULL) == K3_OK);
+    same_render(c, "tools removed");
+    ask(c, s, "What is 2 + 3?");
+    ask(c, s, "hi");
+
     K3_ASSERT(k3_conv_context(c, m, &used, &cap) == K3_OK);
     K3_ASSERT(k3_conv_fit(c, m, cap - used + 1, 1, &fi) == K3_OK); /* room for all but a token */
-    T_CHECK(fi.drop > 0 && fi.drop < fi.n_exchanges, "/forget --fit dropped %d of %d exchanges", fi.drop,
-            fi.n_exchanges);
+    K3_ASSERT(k3_conv_context(c, m, &after, &cap) == K3_OK);
+    T_CHECK(fi.drop == 1 && fi.drop < fi.n_exchanges && fi.used_after == after,
+            "/forget --fit dropped %d of %d exchanges, the figure it promised (%d) the context's (%d)",
+            fi.drop, fi.n_exchanges, fi.used_after, after);
     same_render(c, "/forget --fit");
 
     char path[600];

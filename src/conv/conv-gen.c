@@ -39,6 +39,7 @@ typedef struct render_memo {
     int    *first; /* (cap) first[i], i < n: the first message of i's segment     */
     size_t *at;    /* (cap) at[i]: ids.n where i's segment's part starts          */
     int     n, cap;
+    size_t  last_n, tail_n; /* the last call's: the last segment's part; T less E (the prompt's end) */
     /* the key: what E and every part depend on */
     const k3_tok *tok;
     int           think, tools_on;
@@ -566,8 +567,11 @@ k3_status conv_render_kept(k3_conv *c, const k3_tok *tok, k3_ids *out, int *n) {
             (st = k3_ids_append(out, x.T.v + x.E.n, x.T.n - x.E.n)))
             out->n = n0;
     }
-    if (!st)
-        *n = (int)(mm->ids.n + last.n + x.T.n - x.E.n);
+    if (!st) {
+        mm->last_n = last.n;
+        mm->tail_n = x.T.n - x.E.n;
+        *n         = (int)(mm->ids.n + last.n + x.T.n - x.E.n);
+    }
     ctx_free(&x);
     k3_ids_free(&last);
     return st;
@@ -604,9 +608,12 @@ static k3_status need_without(const k3_conv *c, const k3_tok *tok, const int *st
             v[n++] = c->msgs[i];
         for (int i = from; i < c->n_msgs; i++)
             v[n++] = c->msgs[i];
-        view->msgs   = v;
-        view->n_msgs = n;
-        view->set    = c->set;
+        view->msgs      = v;
+        view->n_msgs    = n;
+        view->set       = c->set;
+        view->tools     = c->tools; /* the declarations and the response format go with every prompt */
+        view->rf_schema = c->rf_schema;
+        memcpy(view->rf_type, c->rf_type, sizeof view->rf_type);
         st           = conv_render_prompt(view, tok, 1, &r);
         *need        = (int)r.n;
     }
@@ -632,13 +639,20 @@ k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info 
             start[n_exch++] = i;
     fi->capacity    = info.max_ctx;
     fi->n_exchanges = n_exch;
+    /* need(drop) from the kept rendering's offsets: the whole prompt less the parts of the exchanges
+     * dropped (an exchange's parts start at its user message and depend on nothing before it), so
+     * the search costs one rendering, not one per probe; the figure it settles on is rendered as a
+     * view below */
     int lo = 0, hi = n_exch, need = 0; /* the answer is in [lo, hi]: need(hi) fits or hi = n_exch */
-    if (!(st = need_without(c, tok, start, n_exch, 0, &fi->used)) && fi->used + room > info.max_ctx) {
-        lo = 1;
-        while (!st && lo < hi) { /* need() only shrinks as exchanges go */
-            int mid = lo + (hi - lo) / 2;
-            if ((st = need_without(c, tok, start, n_exch, mid, &need)))
-                break;
+    if (!(st = conv_render_kept(c, tok, NULL, &fi->used)) && fi->used + room > info.max_ctx) {
+        const render_memo *mm  = &((conv_render *)c->render)->memo;
+        size_t             end = mm->ids.n + mm->last_n;              /* where the parts end */
+        size_t at0 = start[0] < mm->n ? mm->at[start[0]] : mm->ids.n; /* E + the messages before them */
+        lo         = 1;
+        while (lo < hi) { /* need() only shrinks as exchanges go */
+            int    mid  = lo + (hi - lo) / 2;
+            size_t from = mid == n_exch ? end : start[mid] < mm->n ? mm->at[start[mid]] : mm->ids.n;
+            need        = (int)(at0 + (end - from) + mm->tail_n);
             if (need + room <= info.max_ctx)
                 hi = mid;
             else
