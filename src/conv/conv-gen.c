@@ -640,9 +640,10 @@ k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info 
     fi->capacity    = info.max_ctx;
     fi->n_exchanges = n_exch;
     /* need(drop) from the kept rendering's offsets: the whole prompt less the parts of the exchanges
-     * dropped (an exchange's parts start at its user message and depend on nothing before it), so
-     * the search costs one rendering, not one per probe; the figure it settles on is rendered as a
-     * view below */
+     * dropped (an exchange's parts start at its user message and depend on nothing before it, but
+     * for tool results that follow a user message with no reply between, which the encoder reads
+     * against an earlier reply's calls), so the search costs one rendering, not one per probe; the
+     * figure it settles on is rendered as a view below, exactly */
     int lo = 0, hi = n_exch, need = 0; /* the answer is in [lo, hi]: need(hi) fits or hi = n_exch */
     if (!(st = conv_render_kept(c, tok, NULL, &fi->used)) && fi->used + room > info.max_ctx) {
         const render_memo *mm  = &((conv_render *)c->render)->memo;
