@@ -6,6 +6,7 @@
 #include "theme.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static cmd_result r;
@@ -106,6 +107,25 @@ int main(void) {
     /* theme files */
     thm_spec t[THM_N];
     char     err[256];
+    thm_defaults(t);
+    /* a theme name past THM_NAME_MAX is refused, not cut: "%.64s.theme" opened the theme named by
+     * its first 64 bytes (here the "a...a" theme of a test directory for "a...aEVIL") */
+    char dir[600], name[80], tpath[800];
+    snprintf(dir, sizeof dir, "%s/themes", t_tmp());
+    memset(name, 'a', 64);
+    name[64] = 0;
+    snprintf(tpath, sizeof tpath, "%s/%s.theme", dir, name);
+    T_CHECK(t_sh("mkdir -p '%s' && printf 'user = red blue\\n' > '%s'", dir, tpath) == 0,
+            "a theme named a...a");
+    setenv("K3_THEME_DIR", dir, 1);
+    snprintf(name + 64, sizeof name - 64, "EVIL");
+    T_CHECK(thm_load(name, t, err, sizeof err) != 0 && strstr(err, "at most 63 bytes") &&
+                strstr(err, "aaa…'"),
+            "a 68-byte theme name is refused, not read as its first 64 bytes (%s)", err);
+    name[63] = 0;
+    T_CHECK(thm_load(name, t, err, sizeof err) != 0 && !strstr(err, "at most"),
+            "a 63-byte name is looked up whole (%s)", err);
+    unsetenv("K3_THEME_DIR");
     thm_defaults(t);
     T_CHECK(thm_parse("# c\nuser = red default bold underline\n\nthink=245 0 dim\n", "x.theme", t, err,
                       sizeof err) == 0 &&

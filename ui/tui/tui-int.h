@@ -88,7 +88,7 @@ typedef struct tui {
     inp           *in;
     chat_settings  cs;
     thm_spec       theme[THM_N];
-    char           theme_name[64];
+    char           theme_name[THM_NAME_MAX + 1];
 
     entry *ents; /* (n_ents) the conversation as displayed */
     int    n_ents, cap_ents;

@@ -439,7 +439,7 @@ static void apply_theme(tui *t, const char *name) {
         return;
     }
     memcpy(t->theme, th, sizeof th);
-    snprintf(t->theme_name, sizeof t->theme_name, "%.63s", name);
+    snprintf(t->theme_name, sizeof t->theme_name, "%.*s", THM_NAME_MAX, name); /* thm_load refused longer */
     thm_apply(t->theme);
     clearok(curscr, TRUE);
     t->dirty = DIRTY_ALL;
@@ -1197,7 +1197,7 @@ int ui_tui_run(const ui_opts *o) {
         txt_term_printf(stderr, "k3chat: %s\n", err);
         return 2;
     }
-    snprintf(t->theme_name, sizeof t->theme_name, "%.63s", theme);
+    snprintf(t->theme_name, sizeof t->theme_name, "%.*s", THM_NAME_MAX, theme); /* thm_load refused longer */
     t->q = ev_queue_new(1);
     if (!t->q) {
         txt_term_printf(stderr, "k3chat: cannot create the event queue\n");
