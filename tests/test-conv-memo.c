@@ -111,10 +111,9 @@ int main(void) {
                             {.id = "c2", .name = "add", .arguments = "{\"a\": 4, \"b\": 5}"}};
     k3_msg       am = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t) "", .tool_calls = calls};
     am.n_tool_calls = 2;
-    k3_msg r1       = {
-              .role = K3_ROLE_TOOL, .content = (char *)(uintptr_t) "5", .tool_call_id = (char *)(uintptr_t) "c1"};
-    k3_msg r2 = {
-        .role = K3_ROLE_TOOL, .content = (char *)(uintptr_t) "9", .tool_call_id = (char *)(uintptr_t) "c2"};
+    k3_msg r1 = {.role = K3_ROLE_TOOL}, r2 = {.role = K3_ROLE_TOOL};
+    r1.content = (char *)(uintptr_t) "5", r1.tool_call_id = (char *)(uintptr_t) "c1";
+    r2.content = (char *)(uintptr_t) "9", r2.tool_call_id = (char *)(uintptr_t) "c2";
     K3_ASSERT(!k3_conv_add_msg(c, &am));
     same_render(c, "a reply with two calls");
     K3_ASSERT(!k3_conv_add_msg(c, &r1));

@@ -668,7 +668,8 @@ static long first_ctl(const char *s, size_t n) {
  * control character but \n and \t (`cat chat.md` ran them), each shows as k3_escape's \xHH or
  * \uHHHH; the transcript keeps the bytes and loads back equal. */
 static void test_export_controls(void) {
-    static const char evil[] = "ans \x1b]52;c;ZXZpbA==\x07 \x1b]0;EVIL\x07 \x1b[31m red \xc2\x9b" "32m \xe2\x80\xae"
+    static const char evil[] = "ans \x1b]52;c;ZXZpbA==\x07 \x1b]0;EVIL\x07 \x1b[31m red \xc2\x9b"
+                               "32m \xe2\x80\xae"
                                "rev\r over\tend";
     k3_conv          *c = k3_conv_new(), *d = k3_conv_new();
     char              md[600], js[600];
@@ -679,26 +680,30 @@ static void test_export_controls(void) {
     k3_tool_call call = {.id = "c\x1b[2J1", .name = "f\nx", .arguments = "{\"q\": \"```\\u001b\"}"};
     k3_msg       am   = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t) "", .tool_calls = &call};
     am.n_tool_calls   = 1;
-    k3_msg tm = {.role         = K3_ROLE_TOOL,
-                 .content      = (char *)(uintptr_t) "out \x1b]52;c;dG9vbA==\x07",
-                 .tool_name    = (char *)(uintptr_t) "f`\x1b]0;T\x07",
-                 .tool_call_id = (char *)(uintptr_t) "c\x1b[2J1"};
+    k3_msg tm         = {.role         = K3_ROLE_TOOL,
+                         .content      = (char *)(uintptr_t) "out \x1b]52;c;dG9vbA==\x07",
+                         .tool_name    = (char *)(uintptr_t) "f`\x1b]0;T\x07",
+                         .tool_call_id = (char *)(uintptr_t) "c\x1b[2J1"};
     K3_ASSERT(k3_conv_add(c, K3_ROLE_USER, "go", NULL) == K3_OK && !k3_conv_add_msg(c, &am) &&
               !k3_conv_add_msg(c, &tm));
-    T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown with terminal commands in it (%s)", k3_errmsg());
-    size_t n = 0;
-    char  *t = t_read_file(md, &n);
+    T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown with terminal commands in it (%s)",
+            k3_errmsg());
+    size_t n  = 0;
+    char  *t  = t_read_file(md, &n);
     long   at = t ? first_ctl(t, n) : 0;
     T_CHECK(t && at < 0, "no control character but newline and tab in the export (byte %ld: 0x%02X)", at,
             t && at >= 0 ? (unsigned char)t[at] : 0);
-    T_CHECK(t && strstr(t, "ans \\x1B]52;c;ZXZpbA==\\x07 \\x1B]0;EVIL\\x07 \\x1B[31m red \\u009B32m \\u202Erev\\x0D "
-                           "over\tend"),
-            "the answer's commands show as escapes, C1 and bidi as \\u, the tab stays");
+    T_CHECK(
+        t && strstr(t,
+                    "ans \\x1B]52;c;ZXZpbA==\\x07 \\x1B]0;EVIL\\x07 \\x1B[31m red \\u009B32m \\u202Erev\\x0D "
+                    "over\tend"),
+        "the answer's commands show as escapes, C1 and bidi as \\u, the tab stays");
     T_CHECK(t && strstr(t, "think \\x1B]0;EVILR\\x07") && strstr(t, "say \\x1B\\]52;c;dXNlcg\\=\\=\\x07 it"),
             "so do the reasoning's and the user's");
-    T_CHECK(t && strstr(t, "## Tool result: ``f`\\x1B]0;T\\x07`` (call c\\x1B[2J1)") &&
-                strstr(t, "**Tool call** `f\\x0Ax` (c\\x1B[2J1)") && strstr(t, "````json\n{\"q\": \"```"),
-            "a tool's name and call id stay on their heading line in a code span, the arguments in their fence");
+    T_CHECK(
+        t && strstr(t, "## Tool result: ``f`\\x1B]0;T\\x07`` (call c\\x1B[2J1)") &&
+            strstr(t, "**Tool call** `f\\x0Ax` (c\\x1B[2J1)") && strstr(t, "````json\n{\"q\": \"```"),
+        "a tool's name and call id stay on their heading line in a code span, the arguments in their fence");
     free(t);
     T_CHECK(k3_conv_save(c, js) == K3_OK && k3_conv_load(d, js, NULL) == K3_OK && k3_conv_count(d) == 5 &&
                 !strcmp(k3_conv_msg(d, 1)->content, evil) &&

@@ -31,8 +31,8 @@ static size_t utf8_need(unsigned char c) {
  * of 1 when s does not start one (a stray continuation, an overlong form, a surrogate, a code
  * point past U+10FFFF, a sequence cut by the end of s). */
 static int32_t utf8_decode(const char *s, size_t n, size_t *len) {
-    const unsigned char *b    = (const unsigned char *)s;
-    size_t               need = utf8_need(b[0]);
+    const unsigned char *b      = (const unsigned char *)s;
+    size_t               need   = utf8_need(b[0]);
     static const int32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
     *len                        = 1;
     if (need <= 1 || need > n)

@@ -614,8 +614,8 @@ static k3_status need_without(const k3_conv *c, const k3_tok *tok, const int *st
         view->tools     = c->tools; /* the declarations and the response format go with every prompt */
         view->rf_schema = c->rf_schema;
         memcpy(view->rf_type, c->rf_type, sizeof view->rf_type);
-        st           = conv_render_prompt(view, tok, 1, &r);
-        *need        = (int)r.n;
+        st    = conv_render_prompt(view, tok, 1, &r);
+        *need = (int)r.n;
     }
     k3_ids_free(&r);
     free(v);

@@ -479,7 +479,7 @@ void k3_conv_clear(k3_conv *c) {
     int keep = k3_conv_system(c) != NULL;
     for (int i = keep; i < c->n_msgs; i++)
         conv_msg_clear(&c->msgs[i]);
-    c->n_msgs    = keep;
+    c->n_msgs = keep;
     conv_render_forget(c, keep);
     c->sys_since = 0; /* every turn from now on has it */
     drop_abandoned(c);

@@ -872,8 +872,8 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         return -1;
     }
     ue_conv_autosave_enable(u, r->c);
-    char msg[1200];
-    int  down = discover(r, msg, sizeof msg);
+    char   msg[1200];
+    int    down = discover(r, msg, sizeof msg);
     k3_buf desc = {0}; /* the id whole: the status bar fits it to its width (txt_fit) */
     k3_buf_printf(&desc, "%s · remote %s", r->model ? r->model : "?", r->shown);
     ui_ev e = {.type = EV_READY,

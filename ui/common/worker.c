@@ -488,7 +488,7 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
                .text2 = (char *)(uintptr_t)r->info.fit_brief,
                .a     = strlen(name),
                .i     = r->info.max_ctx};
-    e.gen = (ue_gen){.temp = r->info.gen_temp, .top_p = r->info.gen_top_p, .think = 1, .effort = 2};
+    e.gen   = (ue_gen){.temp = r->info.gen_temp, .top_p = r->info.gen_top_p, .think = 1, .effort = 2};
     fill_common(r, &e.st); /* the empty conversation's context comes with the model: no frame shows 0 */
     ev_push(u->out, &e);
     free(desc.p);

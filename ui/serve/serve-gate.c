@@ -11,9 +11,9 @@
  *   HEAD    the request head is arriving: the gate reads it into the connection's buffer and
  *           checks only the new bytes (http_head_scan keeps its position), so a head trickled
  *           one byte at a time costs constant work per byte. It must be complete within
- *           rules.head_secs (K3_SERVE_HEAD_SECS) of the accept, or 408. http_head_scan decides (serve-http.c); a head
- *           that passes is authenticated here (401 before any body is read), answered
- *           "100 Continue" when it asked and has a body, and goes on to
+ *           rules.head_secs (K3_SERVE_HEAD_SECS) of the accept, or 408. http_head_scan decides
+ *           (serve-http.c); a head that passes is authenticated here (401 before any body is
+ *           read), answered "100 Continue" when it asked and has a body, and goes on to
  *   BODY    the body (exactly Content-Length bytes) is arriving into a buffer that grows with
  *           what came (never more than Content-Length; all such buffers together at most
  *           HTTP_BODY_BUDGET, beyond which 503): it must be complete within rules.body_secs
@@ -551,7 +551,8 @@ static void gate_expire(http_gate *g, double now) {
             hrec *x = &g->rec[g->first[st[k]]];
             if (st[k] == R_HEAD || st[k] == R_BODY) {
                 char m[80];
-                snprintf(m, sizeof m, "the request %s did not arrive within %d s", st[k] == R_HEAD ? "head" : "body",
+                snprintf(m, sizeof m, "the request %s did not arrive within %d s",
+                         st[k] == R_HEAD ? "head" : "body",
                          st[k] == R_HEAD ? g->rules.head_secs : g->rules.body_secs);
                 gate_answer(g, x, 408, "invalid_request_error", "request_timeout", m);
             } else if (st[k] == R_WAIT)

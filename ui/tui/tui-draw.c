@@ -707,7 +707,7 @@ static void fit_model(const tui *t, txt_buf *out, int cols) {
 static void draw_status(tui *t) {
     char            seg[16][96];
     int             pri[16], n = 0;
-    const ue_stats *s = &t->st;
+    const ue_stats *s     = &t->st;
     txt_buf         name  = {0}; /* segment 0 when it is the model's name, fitted */
     int             fit_k = -1;  /* the memory fit's segment */
 #define SEG(p, ...) (pri[n] = (p), snprintf(seg[n++], 96, __VA_ARGS__))
