@@ -656,6 +656,31 @@ static const struct {
     {"{\"type\":\"number\",\"exclusiveMinimum\":-2,\"maximum\":-1}", "-2.0", 0},
     {"{\"type\":\"number\",\"exclusiveMinimum\":-2,\"maximum\":-1}", "-1.0", 1},
     {"{\"type\":\"number\",\"exclusiveMinimum\":-2,\"maximum\":-1}", "-0.9", 0},
+    /* fractional bounds are exact as a validator reads them (they were rounded inwards to
+     * integers: minimum 0.5 wrote numbers from 1, exclusiveMaximum 2.25 up to 1.999...) */
+    {"{\"type\":\"number\",\"minimum\":0.5}", "0.5", 1},
+    {"{\"type\":\"number\",\"minimum\":0.5}", "0.50", 1},
+    {"{\"type\":\"number\",\"minimum\":0.5}", "0.4999999999999999", 0},
+    {"{\"type\":\"number\",\"minimum\":0.5}", "0.7", 1},
+    {"{\"type\":\"number\",\"exclusiveMaximum\":2.25}", "2.2", 1},
+    {"{\"type\":\"number\",\"exclusiveMaximum\":2.25}", "2.25", 0},
+    {"{\"type\":\"number\",\"exclusiveMaximum\":2.25}", "2.2499999999999996", 1},
+    {"{\"type\":\"number\",\"exclusiveMaximum\":2.25}", "2.2499999999999999", 0}, /* the double 2.25 */
+    {"{\"type\":\"number\",\"exclusiveMinimum\":0.1}", "0.1000000000000001", 1},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":0.1}", "0.1", 0},
+    {"{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.75}", "0.6", 1},
+    {"{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.75}", "0.75", 1},
+    {"{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.75}", "0.7500000000000001", 0},
+    {"{\"type\":\"number\",\"minimum\":-1.75,\"maximum\":-1.5}", "-1.75", 1},
+    {"{\"type\":\"number\",\"minimum\":-1.75,\"maximum\":-1.5}", "-1.6", 1},
+    {"{\"type\":\"number\",\"minimum\":-1.75,\"maximum\":-1.5}", "-1.4", 0},
+    {"{\"type\":\"number\",\"minimum\":-0.5,\"maximum\":0.5}", "-0", 1},
+    {"{\"type\":\"number\",\"minimum\":-0.5,\"maximum\":0.5}", "-0.5", 1},
+    {"{\"type\":\"number\",\"maximum\":4503599627370496.5}", "4503599627370496.5", 1}, /* a tie */
+    {"{\"type\":\"number\",\"exclusiveMaximum\":4503599627370497}", "4503599627370496.5", 1},
+    {"{\"type\":\"number\",\"exclusiveMaximum\":4503599627370497}", "4503599627370496.6", 0},
+    {"{\"enum\":[0.25,0.5,2.5],\"exclusiveMinimum\":0.25,\"maximum\":2.25}", "0.5", 1},
+    {"{\"enum\":[0.25,0.5,2.5],\"exclusiveMinimum\":0.25,\"maximum\":2.25}", "0.25", 0},
     {"{\"type\":\"number\",\"maximum\":-3}", "-3.000", 1},
     {"{\"type\":\"number\",\"maximum\":-3}", "-2.999", 0},
     {"{\"enum\":[2.5,7,-1.5],\"minimum\":0,\"maximum\":5}", "2.5", 1},
@@ -684,6 +709,106 @@ static int edge_run(const k3_gvocab *v) {
                    edge_docs[k].want ? "accepted" : "rejected");
     }
     return ok;
+}
+
+/* Number bounds drawn at random (1 to 20 fraction digits, up to 16 integer digits, near powers
+ * of two where doubles are sparse), each keyword with its own bound: every candidate near a
+ * bound (its digits, one unit of the 16th fraction digit either side, of coarser digits, trailing
+ * zeros trimmed or kept) is taken by the grammar exactly when strtod's double of it (JSON.parse's,
+ * ajv's) passes the bound's double. Fails on a bound rounded to an integer (minimum 0.5 refused
+ * 0.5), a decimal comparison (exclusiveMaximum 2.25 took 2.2499999999999999, the double 2.25),
+ * and a tie rounded the wrong way. */
+static void num_bounds_exact(const k3_gvocab *v) {
+    static const char *const key[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    int                      n_sch = 0, n_doc = 0, bad = 0, n_in = 0;
+    for (int r = 0; r < 300; r++) {
+        char bt[2][64], sch[256];
+        int  kk[2] = {(int)rnd(2), 2 + (int)rnd(2)}, lone = (int)rnd(4); /* lone 0/1: that bound only */
+        for (int j = 0; j < 2; j++) { /* the bound's text: sign, integer digits, fraction digits */
+            int  ni = rnd(3) == 0 ? 16 : (int)rnd(4), nf = 1 + (int)rnd(20);
+            char ip[24] = "0", *p = bt[j];
+            if (ni == 16)
+                snprintf(ip, sizeof ip, "%lld", (1LL << (52 + rnd(2))) + (long long)rnd(5) - 2);
+            else
+                for (int k = 0; k < ni; k++)
+                    ip[k] = (char)((k ? '0' : '1') + rnd(k ? 10 : 9)), ip[k + 1] = 0;
+            p += sprintf(p, "%s%s.", rnd(3) == 0 ? "-" : "", ip);
+            for (int k = 0; k < nf; k++)
+                *p++ = (char)(rnd(4) == 0 ? '0' + rnd(10) : k + 1 == nf ? '5' : '0' + rnd(2) * 9);
+            *p = 0;
+        }
+        if (strtod(bt[0], NULL) > strtod(bt[1], NULL) && lone > 1) { /* lower first */
+            char t[64];
+            memcpy(t, bt[0], sizeof t), memcpy(bt[0], bt[1], sizeof t), memcpy(bt[1], t, sizeof t);
+        }
+        if (lone == 0)
+            snprintf(sch, sizeof sch, "{\"type\":\"number\",\"%s\":%s}", key[kk[0]], bt[0]);
+        else if (lone == 1)
+            snprintf(sch, sizeof sch, "{\"type\":\"number\",\"%s\":%s}", key[kk[1]], bt[1]);
+        else
+            snprintf(sch, sizeof sch, "{\"type\":\"number\",\"%s\":%s,\"%s\":%s}", key[kk[0]], bt[0], key[kk[1]],
+                     bt[1]);
+        double      lo = strtod(bt[0], NULL), hi = strtod(bt[1], NULL);
+        k3_grammar *g  = NULL;
+        k3_status   st = compile(v, sch, &g);
+        if (st && (st != K3_ERR_ARG || !strstr(k3_errmsg(), "compiles to nothing"))) {
+            printf("# %s: %s\n", sch, k3_errmsg());
+            bad++;
+            continue;
+        } /* compiled to nothing: then no candidate may be valid */
+        n_sch++;
+        for (int j = 0; j < 2; j++) { /* candidates around each bound's text */
+            const char *b   = bt[j];
+            const char *dot = strchr(b, '.');
+            char        ipart[40];
+            int         neg = b[0] == '-';
+            snprintf(ipart, sizeof ipart, "%.*s", (int)(dot - b - neg), b + neg);
+            char frac[17];
+            snprintf(frac, sizeof frac, "%.16s", dot + 1);
+            for (size_t k = strlen(frac); k < 16; k++)
+                frac[k] = '0';
+            frac[16] = 0;
+            /* the 16-digit magnitude as an integer of 10^-16 units, moved by delta */
+            static const long long step[] = {0, 1, -1, 2, -2, 3, -3, 10, -10, 1000, -1000, 100000000,
+                                              -100000000, 10000000000000000LL, -10000000000000000LL};
+            for (size_t d = 0; d < sizeof step / sizeof *step; d++) {
+                __extension__ __int128 m = (__int128)atoll(ipart) * 10000000000000000LL + atoll(frac);
+                m                        = (neg ? -m : m) + step[d];
+                __extension__ __int128 a = m < 0 ? -m : m;
+                char                   doc[64];
+                int                    l = snprintf(doc, sizeof doc, "%s%lld.%016lld", m < 0 ? "-" : "",
+                                                    (long long)(a / 10000000000000000LL),
+                                                    (long long)(a % 10000000000000000LL));
+                if (atoll(doc + (m < 0)) > 9999999999999999LL)
+                    continue;
+                int trim = (int)rnd(3); /* keep the zeros, trim them, or trim and drop ".": all one number */
+                while (trim && doc[l - 1] == '0' && doc[l - 2] != '.')
+                    doc[--l] = 0;
+                if (trim == 2 && doc[l - 1] == '0' && doc[l - 2] == '.')
+                    doc[l -= 2] = 0;
+                double x    = strtod(doc, NULL);
+                int    want = 1, complete = 0;
+                for (int q = 0; q < 2; q++) {
+                    if ((lone == 0 && q == 1) || (lone == 1 && q == 0))
+                        continue;
+                    double y = q ? hi : lo;
+                    int    k = kk[q];
+                    want &= k == 0 ? x >= y : k == 1 ? x > y : k == 2 ? x <= y : x < y;
+                }
+                int got = g && feed_bytes(g, doc, (size_t)l, &complete) == -1 && complete;
+                n_doc++;
+                n_in += want;
+                if (got != want && bad++ < 8)
+                    printf("# %s under %s: %s, wanted %s\n", doc, sch, got ? "taken" : "refused",
+                           want ? "taken" : "refused");
+            }
+        }
+        k3_grammar_free(g);
+    }
+    T_CHECK(bad == 0 && n_sch > 200 && n_in > 1000 && n_doc - n_in > 1000,
+            "number bounds are exact as strtod (ajv's JSON.parse) reads them: %d schemas, %d numbers near "
+            "their bounds (%d valid), %d taken or refused wrongly",
+            n_sch, n_doc, n_in, bad);
 }
 
 /* A call of tool f whose one argument s (required) has schema arg and the raw value val: 1 when
@@ -965,14 +1090,12 @@ int main(int argc, char **argv) {
                 "... and accepts the other one");
         k3_grammar_free(g);
     }
-    st = compile(v, "{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.75}", &g);
-    T_CHECK(
-        st == K3_ERR_UNSUPPORTED &&
-            strstr(k3_errmsg(), "\"minimum\" at #: fractional bounds with no integer"),
-        "number bounds [0.5, 0.75] (rounded inwards to integers: none) are refused, not 'no document': %s",
-        st ? k3_errmsg() : "it compiled");
+    st = compile(v, "{\"type\":\"number\",\"minimum\":0.75,\"exclusiveMaximum\":0.75}", &g);
+    T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "compiles to nothing"),
+            "number bounds [0.75, 0.75) admit nothing: %s", st ? k3_errmsg() : "it compiled");
     if (!st)
         k3_grammar_free(g);
+    num_bounds_exact(v);
     st = compile(v, "{\"type\":\"strin\"}", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "\"type\" at #"), "a misspelt type is named: %s",
             k3_errmsg());
