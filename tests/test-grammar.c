@@ -14,6 +14,7 @@
  *   test-grammar --walk SCHEMAS OUT N     uniform random walks for ajv (t-grammar.sh; walk_out)
  */
 #include "test.h"
+#include "gram-impl.h" /* g_match_budget, g_match_stats: the mask's work */
 #include "k3.h"
 
 #include <stdint.h>
@@ -306,6 +307,8 @@ static int feed_ids(const k3_grammar *g, const k3_gvocab *v, const int32_t *ids,
  * cand[0..nc) when cand is not NULL) must equal k3_gmatch_allows (the mask is exact: no valid id
  * left out, no invalid one let in). Returns the number of steps where they differ, *nsteps the
  * steps taken. */
+static int64_t walk_budget; /* nonzero: exact_walk's masks by k3_gmatch_mask_bounded with this budget */
+static int     walk_more;   /* masks of exact_walk that took more than one call */
 static int exact_walk(const k3_grammar *g, int32_t nv, const int32_t *cand, int32_t nc, int steps,
                       int *nsteps) {
     k3_gmatch *m;
@@ -313,9 +316,13 @@ static int exact_walk(const k3_grammar *g, int32_t nv, const int32_t *cand, int3
     int        bad  = 0;
     if (!mask || k3_gmatch_new(g, &m))
         return free(mask), 1;
+    g_match_budget(m, walk_budget);
     for (int s = 0; s < steps && !k3_gmatch_ended(m); s++) {
-        if (k3_gmatch_mask(m, mask))
-            return k3_gmatch_free(m), free(mask), bad + 1;
+        int done = 0, calls = 0;
+        while (!done && ++calls < 1000000)
+            if (walk_budget ? k3_gmatch_mask_bounded(m, mask, &done) : (done = 1, k3_gmatch_mask(m, mask)))
+                return k3_gmatch_free(m), free(mask), bad + 1;
+        walk_more += calls > 1;
         int32_t n = 0, pick = -1, diff = 0;
         for (int32_t id = 0; id < nv; id++)
             n += bit(mask, id);
@@ -1547,6 +1554,84 @@ int main(int argc, char **argv) {
                 "masks are exact: over %d steps of %d grammars (corpus, json_object, tool calls) every id's "
                 "bit equals k3_gmatch_allows (%d steps differ)",
                 steps, nsch, bad);
+    }
+
+    /* bounded masks over several calls: with a budget of 1 step each call fills one node's entry
+     * (the first it needs, whatever its bound) and returns without a mask while others are left;
+     * the mask it finally sets must be as exact as k3_gmatch_mask's */
+    {
+        int nsch = 0, steps = 0;
+        walk_budget = 1, walk_more = 0;
+        int bad     = exact_corpus(v, nv, NULL, 0, 24, &nsch, &steps);
+        T_CHECK(nsch >= 50 && steps > 1000 && walk_more > 100 && bad == 0,
+                "bounded masks set over several calls are exact: %d of %d steps of %d grammars took more "
+                "than one call, %d differ from k3_gmatch_allows",
+                walk_more, steps, nsch, bad);
+        walk_budget = 0;
+    }
+
+    /* many branches alive at once: an anyOf of 60 strings of maxLength 1..60 keeps up to 60 string
+     * positions in the set, each a fill (a walk over the vocabulary inside a string) on its first
+     * visit: a first mask took 60 walks (214 ms a token on the release vocabulary). Each call of
+     * k3_gmatch_mask_bounded now fills at most one walk's worth (the bound of its walks: the trie
+     * edges under the first bytes still alive) and says when it needs another; the masks it sets
+     * are exact. */
+    {
+        k3_buf any = {0};
+        puts_(&any, "{\"type\":\"object\",\"properties\":{\"s\":{\"anyOf\":[");
+        for (int k = 1; k <= 60; k++)
+            k3_buf_printf(&any, "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k);
+        puts_(&any, "]}},\"required\":[\"s\"]}");
+        k3_grammar *ag  = NULL;
+        k3_status   ast = compile(v, any.p, &ag);
+        T_CHECK(ast == K3_OK, "an anyOf of 60 strings compiles: %s", ast ? k3_errmsg() : "");
+        k3_grammar_free(ag);
+        for (int old = 1; old >= 0 && !ast; old--) { /* the unbounded path first, on its own grammar */
+            k3_grammar *gg = NULL;
+            k3_gmatch  *m  = NULL;
+            uint64_t   *mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask);
+            int64_t     most = 0, fill;
+            int         steps = 0, calls, n_more = 0, bad = 0, done;
+            if (!mask || compile(v, any.p, &gg) || k3_gmatch_new(gg, &m))
+                break;
+            g_match_budget(m, old ? -1 : 0);
+            if (k3_gmatch_accept_bytes(m, "{\"s\":\"", 6))
+                bad++;
+            for (; steps < 40 && !k3_gmatch_ended(m) && !bad; steps++) {
+                int32_t n = 0, pick = -1;
+                do {
+                    if (k3_gmatch_mask_bounded(m, mask, &done))
+                        bad++;
+                    g_match_stats(m, &fill, &calls);
+                    most = fill > most ? fill : most;
+                } while (!done && !bad);
+                n_more += calls > 1;
+                for (int32_t id = 0; id < nv; id++) {
+                    n += bit(mask, id);
+                    bad += bit(mask, id) != k3_gmatch_allows(m, id);
+                }
+                for (int32_t id = 0, want = n ? (int32_t)rnd((uint32_t)n) : -1; id < nv && pick < 0; id++)
+                    if (bit(mask, id) && want-- == 0)
+                        pick = id;
+                if (pick < 0 || k3_gmatch_accept(m, pick))
+                    bad++;
+            }
+            if (old)
+                T_CHECK(most > 4 * v->n_edges && !bad,
+                        "... unbounded (the old path), one mask fills %.1f walks' worth of the vocabulary "
+                        "(the schema is one the budget is for)",
+                        (double)most / (double)v->n_edges);
+            else
+                T_CHECK(most <= v->n_edges && n_more > 0 && !bad,
+                        "... bounded, each call fills at most one walk of the vocabulary (at most %lld of "
+                        "%lld trie edges; %d of %d masks took more than one call) and every mask is exact "
+                        "(%d ids' bits differ from k3_gmatch_allows or a step failed)",
+                        (long long)most, (long long)v->n_edges, n_more, steps, bad);
+            k3_gmatch_free(m);
+            k3_grammar_free(gg);
+            free(mask);
+        }
+        free(any.p);
     }
 
     /* k3-tools.md 1.7: the response-format message, after the tool-choice one, before the prompt */
