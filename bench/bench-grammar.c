@@ -80,7 +80,7 @@ static int walk(const k3_grammar *g, const k3_gvocab *v, uint64_t seed, double *
     if (!mask || k3_gmatch_new(g, &m))
         return free(mask), -1;
     for (int s = 0; s < WALK && !k3_gmatch_ended(m); s++) {
-        double t0 = now();
+        double t0   = now();
         int    done = 1, calls = 0, st = 0;
         if (walk_bounded)
             for (done = 0; !done && !st; calls++) {
@@ -135,7 +135,7 @@ static int anyof_rounds(const k3_gvocab *v) {
     for (int k = 1; k <= 200; k++)
         k3_buf_printf(&s[1], "%s{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}", k > 1 ? "," : "");
     k3_buf_add(&s[1], "]}", 2);
-    double *t = malloc(64 * WALK * sizeof *t), fig[2][2][3][3]; /* [schema][path][round][max, med, warm] */
+    double *t  = malloc(64 * WALK * sizeof *t), fig[2][2][3][3]; /* [schema][path][round][max, med, warm] */
     int     rc = 1;
     if (!t || s[0].oom || s[1].oom)
         goto out;
@@ -144,7 +144,7 @@ static int anyof_rounds(const k3_gvocab *v) {
             for (int q = 0; q < 2; q++) {
                 int         path = (q + r) & 1; /* 0 bounded, 1 unbounded; alternating */
                 k3_grammar *g;
-                int         nt = 0;
+                int         nt  = 0;
                 double      sum = 0;
                 if (k3_grammar_json_schema(v, s[x].p, s[x].n, &g)) {
                     fprintf(stderr, "bench grammar: the anyOf schema: %s\n", k3_errmsg());
@@ -156,17 +156,18 @@ static int anyof_rounds(const k3_gvocab *v) {
                     sum += t[k];
                 double *f = fig[x][path][r];
                 int     n = nt, calls = walk_calls;
-                f[1]      = pct(t, nt, 0.5);
-                f[0]      = nt ? t[nt - 1] : 0; /* sorted by pct */
-                nt        = 0;
+                f[1] = pct(t, nt, 0.5);
+                f[0] = nt ? t[nt - 1] : 0; /* sorted by pct */
+                nt   = 0;
                 walk(g, v, 1, t, &nt);
                 f[2]         = pct(t, nt, 0.5);
                 walk_bounded = 0;
-                printf("# anyOf of %s, round %d, %s: first walk %d %s (%d tokens, at most %d calls a "
-                       "mask), median %.1f us, max %.2f ms, total %.0f ms; again: median %.1f us (%d nodes)\n",
-                       x ? "200 integer arrays" : "100 strings", r + 1, path ? "unbounded" : "bounded", n,
-                       path ? "masks" : "calls", nt, path ? 1 : calls, 1e6 * f[1], 1e3 * f[0], 1e3 * sum,
-                       1e6 * f[2], k3_grammar_nodes(g));
+                printf(
+                    "# anyOf of %s, round %d, %s: first walk %d %s (%d tokens, at most %d calls a "
+                    "mask), median %.1f us, max %.2f ms, total %.0f ms; again: median %.1f us (%d nodes)\n",
+                    x ? "200 integer arrays" : "100 strings", r + 1, path ? "unbounded" : "bounded", n,
+                    path ? "masks" : "calls", nt, path ? 1 : calls, 1e6 * f[1], 1e3 * f[0], 1e3 * sum,
+                    1e6 * f[2], k3_grammar_nodes(g));
                 k3_grammar_free(g);
             }
     for (int x = 0; x < 2; x++) {
@@ -365,7 +366,7 @@ int bench_grammar(void) {
     }
     free(t);
     anyof_rounds(v); /* says why on stderr when it cannot run */
-    { /* applying the mask in the sampler */
+    {                /* applying the mask in the sampler */
         int               n = k3_tok_n_vocab(tok), w = k3_gvocab_words(v);
         float            *lg = malloc((size_t)n * sizeof *lg);
         uint64_t         *mk = malloc((size_t)w * sizeof *mk);

@@ -287,14 +287,16 @@ int main(void) {
             int p2 = k3_session_pos(s2), p3 = k3_session_pos(s3);
             int dec = !k3_conv_gen_prefill_left(gt[0]) && !k3_conv_gen_done(gt[1]);
             K3_ASSERT(k3_conv_gen_step_batch(gt, k3_conv_gen_done(gt[1]) ? 1 : 2) == K3_OK);
-            waits += dec && !k3_conv_gen_done(gt[0]) && k3_session_pos(s2) == p2 && k3_session_pos(s3) == p3 + 1;
+            waits +=
+                dec && !k3_conv_gen_done(gt[0]) && k3_session_pos(s2) == p2 && k3_session_pos(s3) == p3 + 1;
         }
         while (!k3_conv_gen_done(gt[1]))
             K3_ASSERT(k3_conv_gen_step(gt[1]) == K3_OK);
-        k3_status e2 = k3_conv_gen_end(gt[0]), e3 = k3_conv_gen_end(gt[1]);
+        k3_status     e2 = k3_conv_gen_end(gt[0]), e3 = k3_conv_gen_end(gt[1]);
         const k3_msg *a = last(c1), *b = last(c2);
         T_CHECK(e2 == K3_OK && e3 == K3_OK && waits > 0 && a->n_ids == b->n_ids && a->n_ids > 1 &&
-                    !memcmp(a->ids, b->ids, (size_t)a->n_ids * sizeof *a->ids) && str_eq(a->content, b->content),
+                    !memcmp(a->ids, b->ids, (size_t)a->n_ids * sizeof *a->ids) &&
+                    str_eq(a->content, b->content),
                 "a grammar with many first visits at once: %d steps where its turn waited for its mask and "
                 "the other was fed; its reply (%d tokens) is the one it gives alone: %s",
                 waits, b->n_ids, b->content);

@@ -303,12 +303,13 @@ static int feed_ids(const k3_grammar *g, const k3_gvocab *v, const int32_t *ids,
     return rc;
 }
 
+static int64_t walk_budget; /* nonzero: exact_walk's masks by k3_gmatch_mask_bounded with this budget */
+static int     walk_more;   /* masks of exact_walk that took more than one call */
+
 /* A walk of up to `steps` ids drawn from the mask; at each step every id's bit (or the bits of
  * cand[0..nc) when cand is not NULL) must equal k3_gmatch_allows (the mask is exact: no valid id
  * left out, no invalid one let in). Returns the number of steps where they differ, *nsteps the
  * steps taken. */
-static int64_t walk_budget; /* nonzero: exact_walk's masks by k3_gmatch_mask_bounded with this budget */
-static int     walk_more;   /* masks of exact_walk that took more than one call */
 static int exact_walk(const k3_grammar *g, int32_t nv, const int32_t *cand, int32_t nc, int steps,
                       int *nsteps) {
     k3_gmatch *m;
@@ -725,6 +726,9 @@ static int edge_run(const k3_gvocab *v) {
  * ajv's) passes the bound's double. Fails on a bound rounded to an integer (minimum 0.5 refused
  * 0.5), a decimal comparison (exclusiveMaximum 2.25 took 2.2499999999999999, the double 2.25),
  * and a tie rounded the wrong way. */
+__extension__ typedef __int128 num128; /* a number in units of 10^-16 */
+#define E16 10000000000000000LL
+
 static void num_bounds_exact(const k3_gvocab *v) {
     static const char *const key[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
     int                      n_sch = 0, n_doc = 0, bad = 0, n_in = 0;
@@ -753,8 +757,8 @@ static void num_bounds_exact(const k3_gvocab *v) {
         else if (lone == 1)
             snprintf(sch, sizeof sch, "{\"type\":\"number\",\"%s\":%s}", key[kk[1]], bt[1]);
         else
-            snprintf(sch, sizeof sch, "{\"type\":\"number\",\"%s\":%s,\"%s\":%s}", key[kk[0]], bt[0], key[kk[1]],
-                     bt[1]);
+            snprintf(sch, sizeof sch, "{\"type\":\"number\",\"%s\":%s,\"%s\":%s}", key[kk[0]], bt[0],
+                     key[kk[1]], bt[1]);
         double      lo = strtod(bt[0], NULL), hi = strtod(bt[1], NULL);
         k3_grammar *g  = NULL;
         k3_status   st = compile(v, sch, &g);
@@ -776,17 +780,16 @@ static void num_bounds_exact(const k3_gvocab *v) {
                 frac[k] = '0';
             frac[16] = 0;
             /* the 16-digit magnitude as an integer of 10^-16 units, moved by delta */
-            static const long long step[] = {0, 1, -1, 2, -2, 3, -3, 10, -10, 1000, -1000, 100000000,
-                                              -100000000, 10000000000000000LL, -10000000000000000LL};
+            static const long long step[] = {0,   1,    -1,    2,         -2,         3,   -3,  10,
+                                             -10, 1000, -1000, 100000000, -100000000, E16, -E16};
             for (size_t d = 0; d < sizeof step / sizeof *step; d++) {
-                __extension__ __int128 m = (__int128)atoll(ipart) * 10000000000000000LL + atoll(frac);
-                m                        = (neg ? -m : m) + step[d];
-                __extension__ __int128 a = m < 0 ? -m : m;
-                char                   doc[64];
-                int                    l = snprintf(doc, sizeof doc, "%s%lld.%016lld", m < 0 ? "-" : "",
-                                                    (long long)(a / 10000000000000000LL),
-                                                    (long long)(a % 10000000000000000LL));
-                if (atoll(doc + (m < 0)) > 9999999999999999LL)
+                num128 m = (num128)atoll(ipart) * E16 + atoll(frac);
+                m        = (neg ? -m : m) + step[d];
+                num128 a = m < 0 ? -m : m;
+                char   doc[64];
+                int    l = snprintf(doc, sizeof doc, "%s%lld.%016lld", m < 0 ? "-" : "", (long long)(a / E16),
+                                    (long long)(a % E16));
+                if (atoll(doc + (m < 0)) >= E16)
                     continue;
                 int trim = (int)rnd(3); /* keep the zeros, trim them, or trim and drop ".": all one number */
                 while (trim && doc[l - 1] == '0' && doc[l - 2] != '.')
@@ -1562,7 +1565,7 @@ int main(int argc, char **argv) {
     {
         int nsch = 0, steps = 0;
         walk_budget = 1, walk_more = 0;
-        int bad     = exact_corpus(v, nv, NULL, 0, 24, &nsch, &steps);
+        int bad = exact_corpus(v, nv, NULL, 0, 24, &nsch, &steps);
         T_CHECK(nsch >= 50 && steps > 1000 && walk_more > 100 && bad == 0,
                 "bounded masks set over several calls are exact: %d of %d steps of %d grammars took more "
                 "than one call, %d differ from k3_gmatch_allows",
@@ -1587,10 +1590,10 @@ int main(int argc, char **argv) {
         T_CHECK(ast == K3_OK, "an anyOf of 60 strings compiles: %s", ast ? k3_errmsg() : "");
         k3_grammar_free(ag);
         for (int old = 1; old >= 0 && !ast; old--) { /* the unbounded path first, on its own grammar */
-            k3_grammar *gg = NULL;
-            k3_gmatch  *m  = NULL;
-            uint64_t   *mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask);
-            int64_t     most = 0, fill;
+            k3_grammar *gg    = NULL;
+            k3_gmatch  *m     = NULL;
+            uint64_t   *mask  = malloc((size_t)k3_gvocab_words(v) * sizeof *mask);
+            int64_t     most  = 0, fill;
             int         steps = 0, calls, n_more = 0, bad = 0, done;
             if (!mask || compile(v, any.p, &gg) || k3_gmatch_new(gg, &m))
                 break;

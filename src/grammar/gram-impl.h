@@ -89,10 +89,10 @@ struct k3_gvocab {
     uint8_t     *special;    /* (n_vocab) 1: a special id                            */
     int32_t      end_id[2];  /* <|end_of_msg|> and the eos id (-1 when absent)       */
     int32_t      id_open, id_sep, id_close;
-    int          max_len; /* the longest piece                                       */
+    int          max_len;    /* the longest piece                                       */
     int64_t      edges[256]; /* the sorted pieces' trie edges under each first byte: the most
                               * byte steps a walk of the vocabulary takes there             */
-    int64_t      n_edges;    /* their sum: one whole walk (1.07 million for 163,840 ids)  */
+    int64_t n_edges;         /* their sum: one whole walk (1.07 million for 163,840 ids)  */
 };
 
 /* What one grammar may hold: a schema that would need more is refused (compile names where),

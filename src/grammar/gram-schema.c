@@ -330,8 +330,8 @@ static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, in
  * 0.1), maximum 4503599627370496.5 takes that number (its double is 4503599627370496). */
 
 __extension__ typedef __int128 g_num;
-#define G_E16 10000000000000000LL                     /* 10^16 */
-#define G_NUM_MAX ((g_num)G_E16 * G_E16 - 1)          /* 9999999999999999.9999999999999999 */
+#define G_E16 10000000000000000LL            /* 10^16 */
+#define G_NUM_MAX ((g_num)G_E16 * G_E16 - 1) /* 9999999999999999.9999999999999999 */
 
 static double num_value(g_num n) {
     char  t[48];
@@ -474,7 +474,8 @@ static k3_status emit_number_range(sc *c, const jv *s, const char *path, int fro
         int minus = node(c);
         if (minus < 0)
             return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        if ((st = g_byte(c->g, from, '-', '-', minus)) || (st = dec_range(c, hi < 0 ? -hi : 0, -lo, minus, to)))
+        if ((st = g_byte(c->g, from, '-', '-', minus)) ||
+            (st = dec_range(c, hi < 0 ? -hi : 0, -lo, minus, to)))
             return st;
     }
     return K3_OK;

@@ -885,11 +885,11 @@ struct k3_gmatch {
     g_dfa             dfa;    /* root frame 0: uncertain tokens against the whole set */
     int32_t          *lvs;    /* (max_len + 1) check_sorted's states per prefix length */
     uint8_t          *lacc;   /* (max_len + 1) and whether the document was complete  */
-    int64_t           budget;   /* k3_gmatch_mask_bounded's fill steps a call (0: one vocabulary
-                                 * walk; -1: no bound) */
-    int64_t           st_fill;  /* the last call's fill steps (the walks' bounds)            */
-    int               st_calls; /* the calls of the mask under way (or last set), that one's too */
-    int               st_done;  /* the last call set the mask                               */
+    int64_t           budget; /* k3_gmatch_mask_bounded's fill steps a call (0: one vocabulary
+                               * walk; -1: no bound) */
+    int64_t st_fill;          /* the last call's fill steps (the walks' bounds)            */
+    int     st_calls;         /* the calls of the mask under way (or last set), that one's too */
+    int     st_done;          /* the last call set the mask                               */
 };
 
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out) {
@@ -1316,10 +1316,8 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
     m->st_calls = m->st_done ? 1 : m->st_calls + 1;
     m->st_fill  = budget - left;
     m->st_done  = *done;
-    if (!*done) {
-        memset(bits, 0, (size_t)v->words * sizeof *bits);
-        return K3_OK;
-    }
+    if (!*done)
+        return K3_OK; /* the mask stays all zero */
     for (int i = 0; i < m->cur.n; i++)
         cache_or(v, &g->cache[g->share[m->cur.v[i].node]], bits);
     int32_t s0 = -1;
@@ -1328,7 +1326,7 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
         if (c->n_unc && s0 < 0 && (s0 = cur_state(m)) < 0)
             return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
         check_sorted(m, s0, c->unc, c->n_unc, bits);
-    const g_node *n = &g->node[m->cur.v[i].node];
+        const g_node *n = &g->node[m->cur.v[i].node];
         for (int k = 0; k < n->n; k++)
             if (n->e[k].kind == GE_SPECIAL && n->e[k].arg < v->n_vocab)
                 bits[n->e[k].arg >> 6] |= 1ull << (n->e[k].arg & 63);
