@@ -1590,10 +1590,10 @@ int main(int argc, char **argv) {
         T_CHECK(ast == K3_OK, "an anyOf of 60 strings compiles: %s", ast ? k3_errmsg() : "");
         k3_grammar_free(ag);
         for (int old = 1; old >= 0 && !ast; old--) { /* the unbounded path first, on its own grammar */
-            k3_grammar *gg    = NULL;
-            k3_gmatch  *m     = NULL;
-            uint64_t   *mask  = malloc((size_t)k3_gvocab_words(v) * sizeof *mask);
-            int64_t     most  = 0, fill;
+            k3_grammar *gg   = NULL;
+            k3_gmatch  *m    = NULL;
+            uint64_t   *mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask);
+            int64_t     most = 0, fill, pre, most_pre = 0;
             int         steps = 0, calls, n_more = 0, bad = 0, done;
             if (!mask || compile(v, any.p, &gg) || k3_gmatch_new(gg, &m))
                 break;
@@ -1605,8 +1605,9 @@ int main(int argc, char **argv) {
                 do {
                     if (k3_gmatch_mask_bounded(m, mask, &done))
                         bad++;
-                    g_match_stats(m, &fill, &calls);
-                    most = fill > most ? fill : most;
+                    g_match_stats(m, &fill, &pre, &calls);
+                    most     = fill > most ? fill : most;
+                    most_pre = pre > most_pre ? pre : most_pre;
                 } while (!done && !bad);
                 n_more += calls > 1;
                 for (int32_t id = 0; id < nv; id++) {
@@ -1620,16 +1621,17 @@ int main(int argc, char **argv) {
                     bad++;
             }
             if (old)
-                T_CHECK(most > 4 * v->n_edges && !bad,
-                        "... unbounded (the old path), one mask fills %.1f walks' worth of the vocabulary "
-                        "(the schema is one the budget is for)",
-                        (double)most / (double)v->n_edges);
+                T_CHECK(most_pre > 4 * v->n_edges && !bad,
+                        "... unbounded (the old path), one mask charges %.1f walks' worth of the vocabulary "
+                        "before its last fill (the schema is one the budget is for)",
+                        (double)most_pre / (double)v->n_edges);
             else
-                T_CHECK(most <= v->n_edges && n_more > 0 && !bad,
-                        "... bounded, each call fills at most one walk of the vocabulary (at most %lld of "
-                        "%lld trie edges; %d of %d masks took more than one call) and every mask is exact "
-                        "(%d ids' bits differ from k3_gmatch_allows or a step failed)",
-                        (long long)most, (long long)v->n_edges, n_more, steps, bad);
+                T_CHECK(most_pre <= v->n_edges && n_more > 0 && !bad,
+                        "... bounded, a call begins a fill only within one walk of the vocabulary (at most "
+                        "%lld of %lld charged before its last fill; %lld with it; %d of %d masks took more "
+                        "than one call) and every mask is exact (%d ids' bits differ from k3_gmatch_allows "
+                        "or a step failed)",
+                        (long long)most_pre, (long long)v->n_edges, (long long)most, n_more, steps, bad);
             k3_gmatch_free(m);
             k3_grammar_free(gg);
             free(mask);

@@ -150,9 +150,11 @@ k3_status g_finish(k3_grammar *g);
  * may spend: 0 (the default) one whole walk of the vocabulary, -1 no bound (for k3-bench and the
  * tests: the path before the bound). */
 void g_match_budget(k3_gmatch *m, int64_t budget);
-/* The last call's fill steps (its walks' bounds), and the calls the mask under way (or the one
- * the last call set) has taken, the last one counted. */
-void g_match_stats(const k3_gmatch *m, int64_t *fill, int *calls);
+/* The last call's charge (its fills' bounds and G_STEP_COST per DFA transition computed), the
+ * part of it before its last fill began (a fill begins only while the charge fits the budget,
+ * or as the call's first), and the calls the mask under way (or the one the last call set) has
+ * taken, the last one counted. */
+void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls);
 
 /* ---- pattern subset (gram-re.c) ---- */
 /* Emits the JSON-string content (escaped form; raw 1: the characters themselves, as a tool

@@ -19,6 +19,9 @@
         return;                                                                                              \
     } while (0)
 #define G_UNK (-1) /* the unknown stack below a node, when its cache entry is computed */
+/* A mask budget's price of one DFA transition computed (a step() over a configuration set, about a
+ * microsecond) against one read of a known one (the unit: a few nanoseconds). */
+#define G_STEP_COST 128
 
 static void    fill_free(g_pass *f);
 static int     follow_sets(k3_grammar *g);
@@ -525,7 +528,8 @@ typedef struct g_walk {
     g_set             work;
     int               base; /* the shallowest depth this step started from: calls go at most
                              * G_MAX_DEPTH deeper within the step */
-    int oom;
+    int     oom;
+    int64_t steps; /* step() calls so far (a DFA transition computed: what a mask budget counts) */
 } g_walk;
 
 static int set_push(g_set *s, int32_t node, int32_t frame) {
@@ -716,6 +720,7 @@ static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
 /* out = the closed set after reading byte b (kind GE_BYTE) or special id b (GE_SPECIAL). */
 static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set *out, int root, int *acc,
                  int *esc) {
+    w->steps++;
     out->n = 0;
     seen_clear(w);
     w->work.n = 0;
@@ -887,7 +892,8 @@ struct k3_gmatch {
     uint8_t          *lacc;   /* (max_len + 1) and whether the document was complete  */
     int64_t           budget; /* k3_gmatch_mask_bounded's fill steps a call (0: one vocabulary
                                * walk; -1: no bound) */
-    int64_t st_fill;          /* the last call's fill steps (the walks' bounds)            */
+    int64_t st_fill;          /* the last call's charge: fill walks' bounds and transitions  */
+    int64_t st_pre;           /* of which before its last fill began                        */
     int     st_calls;         /* the calls of the mask under way (or last set), that one's too */
     int     st_done;          /* the last call set the mask                               */
 };
@@ -1084,8 +1090,10 @@ static int push_id(int32_t **v, int *n, int *cap, int32_t id) {
  * through the grammar's fill DFA, sharing the steps of common prefixes and skipping every
  * first byte that kills all branches; a token is accepted when a configuration survives its
  * last byte, uncertain when some branch left the rule (popped G_UNK) on the way. budget (NULL:
- * none): the walk's bound (the trie edges under the first bytes that stay alive) is taken from
- * *budget when it fits, or when force is set; otherwise nothing is filled (c->kind stays GC_NONE). */
+ * none): the walk is made when its bound (the trie edges under the first bytes that stay alive)
+ * fits in *budget, or when force is set; otherwise nothing is filled (c->kind stays GC_NONE).
+ * *budget is charged the bound and G_STEP_COST for each DFA transition computed (known only once
+ * the walk is made: after a walk that computed many, no other fits). */
 static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *budget, int force) {
     const k3_gvocab *v    = g->voc;
     int              nunc = 0, capunc = 0, have = 0;
@@ -1103,17 +1111,18 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
 #define FOL(x) (fol[(uint8_t)(x) >> 6] >> ((uint8_t)(x)&63) & 1)
     if (s0 < 0)
         goto oom;
+    int64_t steps0 = f->w.steps, bound = 0;
     if (budget) { /* the walk's bound: one table read per first byte (the walk below reads them again) */
-        int64_t cost = 0;
         for (int b = 0; b < 256; b++) {
             int32_t t = v->edges[b] ? dfa_next(&f->d, &f->w, s0, (uint8_t)b) : 0;
             if (t < 0)
                 goto oom;
-            cost += t >> 2 || t & 1 ? v->edges[b] : 0;
+            bound += t >> 2 || t & 1 ? v->edges[b] : 0;
         }
-        if (cost > *budget && !force)
+        if (bound + G_STEP_COST * (f->w.steps - steps0) > *budget && !force) {
+            *budget -= G_STEP_COST * (f->w.steps - steps0); /* the transitions the bound took */
             return K3_OK;
-        *budget -= cost;
+        }
     }
     memset(acc, 0, (size_t)v->words * sizeof *acc);
     lvs[0] = s0;
@@ -1181,6 +1190,8 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
     c->unc   = unc;
     c->n_unc = nunc;
     __atomic_store_n(&c->kind, kind, __ATOMIC_RELEASE); /* last: readers check kind without the lock */
+    if (budget) /* the bound, and the transitions the walk had to compute (after the fact) */
+        *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
     return K3_OK;
 oom:
     free(unc);
@@ -1287,8 +1298,9 @@ void g_match_budget(k3_gmatch *m, int64_t budget) {
     m->budget = budget;
 }
 
-void g_match_stats(const k3_gmatch *m, int64_t *fill, int *calls) {
+void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls) {
     *fill  = m->st_fill;
+    *pre   = m->st_pre;
     *calls = m->st_calls;
 }
 
@@ -1308,10 +1320,14 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
     *done = 1;
     if (m->ended)
         return K3_OK;
+    m->st_pre = 0;
     for (int i = 0; i < m->cur.n && *done; i++) { /* stack-independent part, cached per node */
-        k3_status st = cache_get(g, m->cur.v[i].node, &left, left == budget, done);
+        int64_t   before = left;
+        k3_status st     = cache_get(g, m->cur.v[i].node, &left, left == budget, done);
         if (st)
             return st;
+        if (*done && left != before)
+            m->st_pre = budget - before;
     }
     m->st_calls = m->st_done ? 1 : m->st_calls + 1;
     m->st_fill  = budget - left;
