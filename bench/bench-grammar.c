@@ -25,6 +25,8 @@
  *   BENCH grammar_mask_anyof_cold_med X us ref Y us     the same walks' median call / mask
  *   BENCH grammar_mask_anyof_warm_med X us ref Y us     the same walk again on that grammar, median
  *   BENCH grammar_mask_arrays_cold_max X ms ref Y ms    the 200 arrays, as _anyof_cold_max
+ *   BENCH grammar_mask_one_walk    X ms                 for scale: one walk of the vocabulary (the first
+ *                                                       mask inside {"type":"string"}, cold), median
  *   BENCH grammar_sample_masked    X us ref Y us        k3_sampler_sample_masked vs k3_sampler_sample
  *                                                       at temperature 0 over 163,840 logits
  *   BENCH grammar_mask_share_nano  X ref Y ms           warm mask median as a share of a k3-nano
@@ -71,6 +73,7 @@ static double pct(double *v, int n, double p) {
 
 static int walk_bounded; /* 1: the walks' masks by k3_gmatch_mask_bounded, each call's time in t */
 static int walk_calls;   /* the most calls one bounded mask took */
+static int walk_cap;     /* bounded walks: the room in t (calls past it are not timed) */
 
 /* One walk of up to WALK tokens; appends each mask time (seconds) to t. */
 static int walk(const k3_grammar *g, const k3_gvocab *v, uint64_t seed, double *t, int *nt) {
@@ -84,9 +87,10 @@ static int walk(const k3_grammar *g, const k3_gvocab *v, uint64_t seed, double *
         int    done = 1, calls = 0, st = 0;
         if (walk_bounded)
             for (done = 0; !done && !st; calls++) {
-                st         = k3_gmatch_mask_bounded(m, mask, &done);
-                t[(*nt)++] = now() - t0;
-                t0         = now();
+                st = k3_gmatch_mask_bounded(m, mask, &done);
+                if (*nt < walk_cap)
+                    t[(*nt)++] = now() - t0;
+                t0 = now();
             }
         else if (!(st = k3_gmatch_mask(m, mask)))
             t[(*nt)++] = now() - t0;
@@ -135,11 +139,29 @@ static int anyof_rounds(const k3_gvocab *v) {
     for (int k = 1; k <= 200; k++)
         k3_buf_printf(&s[1], "%s{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}", k > 1 ? "," : "");
     k3_buf_add(&s[1], "]}", 2);
-    double *t  = malloc(64 * WALK * sizeof *t), fig[2][2][3][3]; /* [schema][path][round][max, med, warm] */
-    int     rc = 1;
+    double *t = malloc(64 * WALK * sizeof *t), fig[2][2][3][3]; /* [schema][path][round][max, med, warm] */
+    walk_cap  = 64 * WALK;
+    int rc    = 1;
     if (!t || s[0].oom || s[1].oom)
         goto out;
-    for (int r = 0; r < 3; r++)
+    double one[3]; /* one walk, for scale: the first mask inside {"type":"string"}, cold */
+    for (int r = 0; r < 3; r++) {
+        k3_grammar *sg;
+        k3_gmatch  *sm   = NULL;
+        uint64_t   *mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask);
+        one[r]           = 0;
+        if (mask && !k3_grammar_json_schema(v, "{\"type\":\"string\"}", 17, &sg)) {
+            if (!k3_gmatch_new(sg, &sm) && !k3_gmatch_accept_bytes(sm, "\"", 1)) {
+                double t0 = now();
+                k3_gmatch_mask(sm, mask);
+                one[r] = now() - t0;
+            }
+            k3_gmatch_free(sm);
+            k3_grammar_free(sg);
+        }
+        free(mask);
+        printf("# round %d: one walk of the vocabulary (the first mask inside a string) %.2f ms\n", r + 1,
+               1e3 * one[r]);
         for (int x = 0; x < 2; x++)
             for (int q = 0; q < 2; q++) {
                 int         path = (q + r) & 1; /* 0 bounded, 1 unbounded; alternating */
@@ -170,6 +192,8 @@ static int anyof_rounds(const k3_gvocab *v) {
                     1e6 * f[2], k3_grammar_nodes(g));
                 k3_grammar_free(g);
             }
+    }
+    bench_report("grammar_mask_one_walk", 1e3 * bench_median(one, 3), "ms", 0, "");
     for (int x = 0; x < 2; x++) {
         double m[2][3];
         for (int path = 0; path < 2; path++)
