@@ -1308,10 +1308,10 @@ void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls) 
  * entry is filled on its node's first visit: one walk of the vocabulary (up to the trie's edges;
  * inside a string most of them). A set of many nodes never seen (an anyOf of 100 strings keeps
  * 100 string positions alive) took one walk per node for one token: 214 ms, up to seconds under
- * load, on the engine thread every stream of the server shares. So one call fills entries only
- * while their walks' bounds (cache_fill) fit in `budget` (INT64_MAX: no bound), and the
- * first one whatever its bound (so each call gets further); *done 0: entries are left and the mask is
- * not set (call again: the filled entries stay, each call gets further); 1: the mask is set. */
+ * load, on the engine thread every stream of the server shares. So one call begins a fill only
+ * while the charge so far and the fill's bound fit in `budget` (cache_fill; INT64_MAX: no
+ * bound), and always the first it needs, so each call gets further. *done 0: entries are left
+ * and the mask is not set (all zero; the filled entries stay for the next call); 1: it is set. */
 static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *done) {
     const k3_grammar *g    = m->g;
     const k3_gvocab  *v    = g->voc;
