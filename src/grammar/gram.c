@@ -1281,10 +1281,11 @@ k3_status k3_grammar_warm(const k3_grammar *g) {
     return K3_OK;
 }
 
-/* The matcher's DFA state of m->cur (starting the DFA again past G_DFA_MAX states); -1 on out of
- * memory. */
+/* The matcher's DFA state of m->cur (starting the DFA again past G_DFA_MAX states, but not while
+ * a mask is under way over several calls: its transitions so far are its progress); -1 on out
+ * of memory. */
 static int32_t cur_state(k3_gmatch *m) {
-    if (m->dfa.n > G_DFA_MAX) /* a long output's many stacks: start the DFA again */
+    if (m->dfa.n > G_DFA_MAX && m->st_done) /* a long output's many stacks: start the DFA again */
         dfa_free(&m->dfa);
     if (!m->dfa.n && dfa_intern(&m->dfa, NULL, 0) != 0)
         return -1;
@@ -1310,8 +1311,11 @@ void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls) 
  * 100 string positions alive) took one walk per node for one token: 214 ms, up to seconds under
  * load, on the engine thread every stream of the server shares. So one call begins a fill only
  * while the charge so far and the fill's bound fit in `budget` (cache_fill; INT64_MAX: no
- * bound), and always the first it needs, so each call gets further. *done 0: entries are left
- * and the mask is not set (all zero; the filled entries stay for the next call); 1: it is set. */
+ * bound), and always the first it needs, so each call gets further. The uncertain tokens' check
+ * is charged too (G_STEP_COST per transition of the matcher's DFA, a step over the whole set):
+ * past the budget, between two nodes' lists, the call stops; the next reads those transitions
+ * back. *done 0: the mask is not set (all zero; what was filled or computed stays for the next
+ * call); 1: it is set. */
 static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *done) {
     const k3_grammar *g    = m->g;
     const k3_gvocab  *v    = g->voc;
@@ -1330,18 +1334,29 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
             m->st_pre = budget - before;
     }
     m->st_calls = m->st_done ? 1 : m->st_calls + 1;
-    m->st_fill  = budget - left;
-    m->st_done  = *done;
-    if (!*done)
+    if (!*done) {
+        m->st_fill = budget - left;
+        m->st_done = 0;
         return K3_OK; /* the mask stays all zero */
+    }
     for (int i = 0; i < m->cur.n; i++)
         cache_or(v, &g->cache[g->share[m->cur.v[i].node]], bits);
-    int32_t s0 = -1;
+    int32_t s0     = -1;
+    int64_t steps0 = m->w.steps;
     for (int i = 0; i < m->cur.n; i++) { /* uncertain tokens: against the whole set */
         const g_cache *c = &g->cache[g->share[m->cur.v[i].node]];
         if (c->n_unc && s0 < 0 && (s0 = cur_state(m)) < 0)
             return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
         check_sorted(m, s0, c->unc, c->n_unc, bits);
+        if (i + 1 < m->cur.n && m->w.steps > steps0 && G_STEP_COST * (m->w.steps - steps0) > left) {
+            /* the set's transitions (a step over all of its configurations each) took the rest of
+             * the budget: the next call reads them back from the matcher's DFA and goes on */
+            memset(bits, 0, (size_t)v->words * sizeof *bits);
+            *done      = 0;
+            m->st_fill = budget - left + G_STEP_COST * (m->w.steps - steps0);
+            m->st_done = 0;
+            return K3_OK;
+        }
         const g_node *n = &g->node[m->cur.v[i].node];
         for (int k = 0; k < n->n; k++)
             if (n->e[k].kind == GE_SPECIAL && n->e[k].arg < v->n_vocab)
@@ -1353,6 +1368,8 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
                 bits[v->end_id[k] >> 6] |= 1ull << (v->end_id[k] & 63);
     if (m->w.oom)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+    m->st_fill = budget - left + G_STEP_COST * (m->w.steps - steps0);
+    m->st_done = 1;
     return K3_OK;
 }
 
