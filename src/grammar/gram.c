@@ -19,8 +19,9 @@
         return;                                                                                              \
     } while (0)
 #define G_UNK (-1) /* the unknown stack below a node, when its cache entry is computed */
-/* A mask budget's price of one DFA transition computed (a step() over a configuration set, about a
- * microsecond) against one read of a known one (the unit: a few nanoseconds). */
+/* A mask budget's price of one DFA transition computed (a step() over a small configuration set,
+ * about a microsecond; more per 16 configurations) against one read of a known one (the unit: a
+ * few nanoseconds). */
 #define G_STEP_COST 128
 
 static void    fill_free(g_pass *f);
@@ -529,7 +530,8 @@ typedef struct g_walk {
     int               base; /* the shallowest depth this step started from: calls go at most
                              * G_MAX_DEPTH deeper within the step */
     int     oom;
-    int64_t steps; /* step() calls so far (a DFA transition computed: what a mask budget counts) */
+    int64_t steps; /* step()s so far, a unit more per 16 configurations stepped (a DFA transition
+                    * computed: what a mask budget counts) */
 } g_walk;
 
 static int set_push(g_set *s, int32_t node, int32_t frame) {
@@ -720,7 +722,7 @@ static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
 /* out = the closed set after reading byte b (kind GE_BYTE) or special id b (GE_SPECIAL). */
 static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set *out, int root, int *acc,
                  int *esc) {
-    w->steps++;
+    w->steps += 1 + nin / 16; /* its work grows with the set it steps */
     out->n = 0;
     seen_clear(w);
     w->work.n = 0;
@@ -1092,8 +1094,9 @@ static int push_id(int32_t **v, int *n, int *cap, int32_t id) {
  * last byte, uncertain when some branch left the rule (popped G_UNK) on the way. budget (NULL:
  * none): the walk is made when its bound (the trie edges under the first bytes that stay alive)
  * fits in *budget, or when force is set; otherwise nothing is filled (c->kind stays GC_NONE).
- * *budget is charged the bound and G_STEP_COST for each DFA transition computed (known only once
- * the walk is made: after a walk that computed many, no other fits). */
+ * *budget is charged the bound and G_STEP_COST for each DFA transition computed; a walk whose
+ * transitions pass *budget stops there unfilled, even a forced one (the next try goes on from
+ * the transitions it left in the DFA). */
 static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *budget, int force) {
     const k3_gvocab *v    = g->voc;
     int              nunc = 0, capunc = 0, have = 0;
@@ -1124,6 +1127,11 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
             return K3_OK;
         }
     }
+    /* A walk that computes transitions past *budget stops there (nothing filled); they stay in
+     * the DFA, so the next try reads them back and goes further. Not when the DFA is past half
+     * its bound: a start again (above) between two tries would lose them. */
+    int64_t stop_at =
+        budget && *budget >= 0 && f->d.n <= G_PASS_DFA_MAX / 2 ? steps0 + *budget / G_STEP_COST : INT64_MAX;
     memset(acc, 0, (size_t)v->words * sizeof *acc);
     lvs[0] = s0;
     eb[0] = u[0] = 0;
@@ -1157,6 +1165,11 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
                 d++;
             }
             have = d;
+            if (f->w.steps > stop_at) { /* past the budget (progress: a transition at least) */
+                free(unc);
+                *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
+                return K3_OK;
+            }
             if (d == L && (lvs[L] || eb[L])) {
                 int32_t id = v->sorted[i];
                 acc[id >> 6] |= 1ull << (id & 63);
