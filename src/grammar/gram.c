@@ -20,8 +20,8 @@
     } while (0)
 #define G_UNK (-1) /* the unknown stack below a node, when its cache entry is computed */
 /* A mask budget's price of one DFA transition computed (a step() over a small configuration set,
- * about a microsecond; more per 16 configurations) against one read of a known one (the unit: a
- * few nanoseconds). */
+ * about a microsecond; as much again per 2 configurations, so a step over 100 costs what 6,500
+ * reads do) against one read of a known one (the unit: a few nanoseconds). */
 #define G_STEP_COST 128
 
 static void    fill_free(g_pass *f);
@@ -530,7 +530,7 @@ typedef struct g_walk {
     int               base; /* the shallowest depth this step started from: calls go at most
                              * G_MAX_DEPTH deeper within the step */
     int     oom;
-    int64_t steps; /* step()s so far, a unit more per 16 configurations stepped (a DFA transition
+    int64_t steps; /* step()s so far, a unit more per 2 configurations stepped (a DFA transition
                     * computed: what a mask budget counts) */
 } g_walk;
 
@@ -722,7 +722,7 @@ static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
 /* out = the closed set after reading byte b (kind GE_BYTE) or special id b (GE_SPECIAL). */
 static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set *out, int root, int *acc,
                  int *esc) {
-    w->steps += 1 + nin / 16; /* its work grows with the set it steps */
+    w->steps += 1 + nin / 2; /* its work grows with the set it steps */
     out->n = 0;
     seen_clear(w);
     w->work.n = 0;
