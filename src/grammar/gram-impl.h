@@ -30,10 +30,12 @@
  *
  * A node's first pass is a walk of the vocabulary (inside a string, most of it: ~2 ms on 163,840
  * ids), and a set may hold a hundred new nodes (an anyOf of strings of different maxLength).
- * k3_gmatch_mask_bounded, which the engine's turns use, does passes only while their bounds (the
- * trie edges under the first bytes the node's DFA state keeps alive) fit in one walk of the
- * whole vocabulary (and always the first it needs), and otherwise says the mask is not done: the
- * engine's step then feeds that turn nothing and the other streams go on.
+ * k3_gmatch_mask_bounded, which the engine's turns use, charges one call at most one walk of the
+ * whole vocabulary: a pass begins only while its bound (the trie edges under the first bytes the
+ * node's DFA state keeps alive) fits, and a pass or the uncertain tokens' check stops once the
+ * DFA transitions it computes (G_STEP_COST each, more over large sets) pass the budget; the DFAs
+ * keep them, so the next call goes further. The mask is then not done: the engine's step feeds
+ * that turn nothing and the other streams go on.
  */
 #pragma once
 #include "k3-impl.h"
