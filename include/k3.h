@@ -507,8 +507,17 @@ k3_status k3_grammar_warm(const k3_grammar *g);
 int32_t   k3_grammar_words(const k3_grammar *g); /* uint64_t words of its masks */
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out);
 void      k3_gmatch_free(k3_gmatch *m);
-/* Sets the bits of the ids that may come next ((k3_gvocab_words) words). */
+/* Sets the bits of the ids that may come next ((k3_gvocab_words) words). Its first visit of an
+ * automaton node walks the vocabulary (milliseconds), and a schema may put hundreds of new nodes
+ * in one step: k3_gmatch_mask does all of them. */
 k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *mask);
+/* The same with the work of one call bounded, for an engine thread several streams share: about
+ * one walk of the whole vocabulary (first visits are begun while their walks fit, and stop once
+ * the automaton transitions they compute pass it). *done 1: the mask is set; 0: work is left and
+ * the mask is not set (all zero): call again, e.g. at the next engine step, after the other
+ * streams' tokens; each call gets further (what it computed is kept), and the mask it finally
+ * sets is k3_gmatch_mask's. */
+k3_status k3_gmatch_mask_bounded(k3_gmatch *m, uint64_t *mask, int *done);
 int       k3_gmatch_allows(k3_gmatch *m, int32_t id); /* 1: id may come next (state unchanged) */
 /* Advance by one id / by bytes; K3_ERR_ARG (state unchanged) when they do not continue. */
 k3_status k3_gmatch_accept(k3_gmatch *m, int32_t id);

@@ -1025,8 +1025,15 @@ static void step_prepare(k3_conv_gen *g) {
                                  !(g->gen.n && k3_tok_is_special(g->tok, g->gen.v[g->gen.n - 1])))))
         id = g->tclose.v[g->i_close++]; /* the thinking budget is spent: close the reasoning */
     else if (g->gm && k3_chat_parser_channel(g->par) == K3_CHAN_RESPONSE) { /* reasoning stays free */
-        if ((g->st = k3_gmatch_mask(g->gm, g->mask)))
+        int done;
+        if ((g->st = k3_gmatch_mask_bounded(g->gm, g->mask, &done)))
             return;
+        if (!done) { /* the grammar's first visits take more than one step's budget: this turn
+                      * feeds nothing this step (the others of a batch go on) and goes on with
+                      * them at the next; the draw waits for the whole mask */
+            g->phase = GEN_DECODE;
+            return;
+        }
         id = k3_sampler_sample_masked(g->smp, logits, g->info.vocab, g->mask);
         if (id < 0 || (g->st = k3_gmatch_accept(g->gm, id))) {
             g->st =
