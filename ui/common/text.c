@@ -2,6 +2,7 @@
 #include "text.h"
 
 #include <getopt.h>
+#include <locale.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -406,4 +407,9 @@ void txt_getopt_error(FILE *f, int c, char *const argv[], const struct option *l
         txt_term_printf(f, "%s: unknown option '%s'\n", prog, arg);
     else
         txt_term_printf(f, "%s: unknown option '-%c'\n", prog, optopt);
+}
+
+void txt_locale(void) {
+    setlocale(LC_ALL, "");
+    setlocale(LC_NUMERIC, "C");
 }

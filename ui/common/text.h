@@ -107,6 +107,10 @@ int txt_term_uri(txt_buf *out, const char *s, size_t n);
  * for messages that quote outside text (a server's error, a file's line). Returns what fprintf
  * would, or -1. */
 int txt_term_printf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The user's locale (LANG, LC_*) for characters, their widths and collation, with LC_NUMERIC
+ * kept "C": numbers in commands, config.json, JSON and transcripts are read (strtod) and written
+ * (printf) with a dot. Under de_DE.UTF-8, `/temp 0.5` read 0 and a config.json's 2.827 read 2. */
+void txt_locale(void);
 struct option;
 /* What getopt_long (run with opterr = 0 and an optstring that starts with ':') refused, said
  * through txt_term_printf (glibc's own messages quote the argument raw): c is its return, ':'

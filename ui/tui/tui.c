@@ -30,7 +30,6 @@
 
 #include <errno.h>
 #include <term.h>
-#include <locale.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1184,7 +1183,7 @@ int ui_tui_run(const ui_opts *o) {
     t->st  = (ue_stats){
          .tok_s = -1, .prefill_tok_s = -1, .ttft_s = -1, .think_s = -1, .expert_hit = -1, .expert_gb = -1};
     t->ep[0] = t->ep[1] = -1;
-    setlocale(LC_ALL, ""); /* main checked the terminal (tui_usable) */
+    txt_locale(); /* main checked the terminal (tui_usable) */
     chat_settings_init(&t->cs, o);
     const char *theme = o->theme; /* --theme, else K3_THEME (main) */
     if (!theme || !*theme)
