@@ -35,15 +35,39 @@ grep -E "$pat" "$K3_TMP/err" | sed 's/^k3chat: prefill \([0-9]*\)\/\([0-9]*\) .*
 ok $? "line mode: the chat's first turn prefills as one window: each line counts a sixth of the prompt per layer ($lines)"
 [ -s "$K3_TMP/out" ]; ok $? "line mode: the answer follows on stdout"
 
+# a prefill of milliseconds (no delay): no line. Lines begin after a second of prefill, so when
+# the whole command ran over a second (load and answer included) a busy machine may have
+# stretched the prefill that long: lines then prove nothing either way (seen at load 25: 1.4 s)
+t0=$(date +%s%N)
 printf 'hello there\n' | "$K3CHAT" --plain --max-tokens 2 --temp 0 "$d" >"$K3_TMP/out" 2>"$K3_TMP/err"
 rc=$?
-! grep -q "k3chat: prefill " "$K3_TMP/err" && [ "$rc" = 0 ]
-ok $? "line mode, a prefill of milliseconds: no progress line (exit $rc)"
+ms=$((($(date +%s%N) - t0) / 1000000))
+if [ "$rc" = 0 ] && [ "$ms" -ge 1000 ] && grep -q "k3chat: prefill " "$K3_TMP/err"; then
+    echo "SKIP: line mode, a prefill of milliseconds: no progress line (the machine is busy: the command took $ms ms, so the prefill may have run over a second)"
+else
+    ! grep -q "k3chat: prefill " "$K3_TMP/err" && [ "$rc" = 0 ]
+    ok $? "line mode, a prefill of milliseconds: no progress line (exit $rc, $ms ms)"
+fi
 
 K3_TEST_PREFILL_DELAY=x "$K3CHAT" --ids "1 2" "$d" >/dev/null 2>"$K3_TMP/err"
 rc=$?
 [ "$rc" != 0 ] && grep -qF "K3_TEST_PREFILL_DELAY: 'x' is not an integer in 0..10000" "$K3_TMP/err"
 ok $? "K3_TEST_PREFILL_DELAY=x is refused naming the variable and the range ($(head -c 120 "$K3_TMP/err"))"
+
+# K3_TEST_DECODE_DELAY (the other test-only row: a long answer outlasts a busy machine's look at
+# the screen): each decode pass waits; 20 ids from --ids are 19 decode passes after the prompt's,
+# so at least 1.9 s at 100 ms however fast the machine (without it: 0.3 s here)
+t0=$(date +%s%N)
+K3_TEST_DECODE_DELAY=100 "$K3CHAT" --ids "1 2 3" --max-tokens 20 --temp 0 "$d" >"$K3_TMP/out" 2>"$K3_TMP/err"
+rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+n=$(wc -w <"$K3_TMP/out")
+[ "$rc" = 0 ] && [ "$n" = 20 ] && [ "$ms" -ge 1900 ]
+ok $? "K3_TEST_DECODE_DELAY=100: 20 ids take at least 1.9 s ($ms ms, $n ids, exit $rc)"
+K3_TEST_DECODE_DELAY=-1 "$K3CHAT" --ids "1 2" "$d" >/dev/null 2>"$K3_TMP/err"
+rc=$?
+[ "$rc" != 0 ] && grep -qF "K3_TEST_DECODE_DELAY: '-1' is not an integer in 0..10000" "$K3_TMP/err"
+ok $? "K3_TEST_DECODE_DELAY=-1 is refused naming the variable and the range ($(tail -n 1 "$K3_TMP/err" | head -c 120))"
 
 # the full-screen chat: a 6 x 500 ms prefill shows in the status bar, then the answer replaces it
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }

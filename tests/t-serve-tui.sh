@@ -20,7 +20,8 @@ trap 'stop_server; $T kill-server 2>/dev/null' EXIT
 up_or_ended() { grep -q "serving" "$K3_TMP/serve.log" || ! kill -0 "$spid" 2>/dev/null; }
 start_server() {
     : >"$K3_TMP/serve.log"
-    OMP_NUM_THREADS=1 "$K3CHAT" "$d" --serve "127.0.0.1:$1" --model tiny-remote 2>>"$K3_TMP/serve.log" &
+    OMP_NUM_THREADS=1 K3_TEST_DECODE_DELAY=10 "$K3CHAT" "$d" --serve "127.0.0.1:$1" --model tiny-remote \
+        2>>"$K3_TMP/serve.log" &
     spid=$!
     port=""
     wait_until "the server to say it is serving" 10 up_or_ended
@@ -68,7 +69,9 @@ keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 
 # a long answer (greedy "once upon a time" runs past 2,000 tokens; "hello" ended at 370 once the
-# kernels rounded once per group of 32): Ctrl-C stops it
+# kernels rounded once per group of 32): Ctrl-C stops it. The server's K3_TEST_DECODE_DELAY=10
+# makes those 2,000 tokens last 20 s or more on any machine (an idle one streamed them in about
+# a second, a busy one's look at the screen can take longer)
 tui_start 100 30 -- "$K3CHAT --endpoint http://127.0.0.1:$port/v1 --temp 0 --think off 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 wait_for "tiny-remote" 10
 type_line "once upon a time"
