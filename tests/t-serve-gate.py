@@ -26,6 +26,8 @@
 #     its thread back K3_SERVE_SEND_SECS (2 s here) after the socket filled (no byte taken), the log
 #     saying so; one that reads 32 kB a second is served to the end (~12 s, its socket full all
 #     along); a bad K3_SERVE_SEND_SECS is refused at start;
+#   - a head trickled one byte every 0.5 s gets 408 K3_SERVE_HEAD_SECS (3 s here) after the
+#     connection, naming it (the bytes do not extend it); a bad value is refused at start;
 #   - more messages than the context has tokens: 400 when the body is read (no slot taken);
 #   - 12 bodies of 8 MB of tiny JSON values at once: parsed a few at a time (peak RSS < 1.4 GB more).
 # Every loop and wait is bounded; every server is killed at the end.
@@ -54,6 +56,9 @@ BODY_SECS = 10  # K3_SERVE_BODY_SECS of the server under test (the default, 60 s
 # under ASan at load 25 (2.6 s alone), so the 45 s and 60 s bounds it had were close to a speed
 # limit; a wait ends as soon as what it waits for has happened, so a long bound costs nothing
 HANG = 600 if ASAN else 240
+# K3_SERVE_HEAD_SECS of the server under test (default 10 s): the trickled-head rounds must end
+# within it, and a loaded machine (a sanitizer tree beside other tests) has taken 9.2 s for one
+HEAD_SECS = 120
 
 
 N_UNREAD = 6  # streams whose clients never read
@@ -238,14 +243,16 @@ try:
     # and so are the queue's and the prefill chunk's, before the model loads (they were read after
     # it: a typo cost a whole load, minutes on a large model, then exit 1)
     for name, val, rng in (("K3_SERVE_QUEUE", "-1", "0..100000"), ("K3_SERVE_QUEUE_SECS", "0", "1..86400"),
-                           ("K3_SERVE_CHUNK", "x", "0..1048576"), ("K3_SERVE_SEND_SECS", "0", "1..86400")):
+                           ("K3_SERVE_CHUNK", "x", "0..1048576"), ("K3_SERVE_SEND_SECS", "0", "1..86400"),
+                           ("K3_SERVE_HEAD_SECS", "86401", "1..86400")):
         r = subprocess.run([K3, M, "--serve", "127.0.0.1:0"], env=dict(env, **{name: val}), capture_output=True,
                            timeout=60)
         ok(r.returncode == 2 and b"%s: '%s' is not an integer in %s" % (name.encode(), val.encode(), rng.encode())
            in r.stderr and b"loaded" not in r.stderr,
            "%s=%s: exit 2 before the model loads, naming the setting and its range (%d, %r)"
            % (name, val, r.returncode, r.stderr[-120:]))
-    srv, PORT, LOG = start_server(K3, M, T, env, procs, "gate", key=KEY, K3_SERVE_BODY_SECS=str(BODY_SECS))
+    srv, PORT, LOG = start_server(K3, M, T, env, procs, "gate", key=KEY, K3_SERVE_BODY_SECS=str(BODY_SECS),
+                                  K3_SERVE_HEAD_SECS=str(HEAD_SECS))
     ok(PORT is not None, "the server starts (port %s)" % PORT)
     if PORT is None:
         raise SystemExit(1)
@@ -422,7 +429,7 @@ try:
             socks.append(c)
         t0 = time.time()
         settled.append(caught_up(srv.pid, PORT, SRC))
-        c0, sent, t_end = cpu_seconds(srv.pid), 0, t_acc + 9  # within the 10 s head deadline
+        c0, sent, t_end = cpu_seconds(srv.pid), 0, t_acc + HEAD_SECS - 10  # within the head deadline
         for _ in range(K):
             for c in socks:
                 c.send(b"p")
@@ -532,9 +539,9 @@ try:
     # ---- 13: a response write that sees no byte taken for K3_SERVE_SEND_SECS (2 s here; default
     # 10 s, the same code) closes the connection. A scripted reply, so the turn's length is the
     # same on any machine.
-    SEND = 2
+    SEND, HEAD = 2, 3
     pn, nport, nlog = start_server(K3, M, T, env, procs, "send", K3_SERVE_SCRIPT=hold, K3_MAXT="65536",
-                                   K3_SERVE_SEND_SECS=str(SEND))
+                                   K3_SERVE_SEND_SECS=str(SEND), K3_SERVE_HEAD_SECS=str(HEAD))
     if nport:
         exchange(nport, req("POST", "/v1/chat/completions", chat(max_tokens=2), key=None), timeout=60)
         serve_lib.wait_for(lambda: n_requests(pn.pid) == 0, 10)  # that request's thread has ended
@@ -584,6 +591,34 @@ try:
            and read(nlog).count(b"took no byte") == 1,
            "a stream read at 32 kB/s: served to its end in %.0f s (%d bytes; the socket full all along)"
            % (time.time() - t0, len(got)))
+
+        # ---- 14: a request head must be complete K3_SERVE_HEAD_SECS (3 s here) after the accept;
+        # head bytes that keep coming (one every 0.5 s) do not extend it
+        h = socket.create_connection(("127.0.0.1", nport), timeout=0.5)
+        t0, got, t_408 = time.time(), b"", None
+        h.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ")
+        while time.time() - t0 < 60:  # until the server closes (it answers with Connection: close)
+            try:
+                b = h.recv(4096)
+            except socket.timeout:
+                if t_408 is None:
+                    try:
+                        h.sendall(b"p")
+                    except OSError:
+                        pass
+                continue
+            except OSError:
+                break
+            if not b:
+                break
+            t_408 = t_408 or time.time() - t0
+            got += b
+        t_408 = t_408 if t_408 is not None else time.time() - t0
+        h.close()
+        ok(got.startswith(b"HTTP/1.1 408") and HEAD - 0.5 <= t_408 < 60
+           and b"the request head did not arrive within %d s" % HEAD in got,
+           "a head trickled a byte every 0.5 s: 408 %.1f s after the connection, the %d s of K3_SERVE_HEAD_SECS "
+           "(%r)" % (t_408, HEAD, got[:120]))
         pn.kill()
         pn.wait()
     else:
