@@ -169,6 +169,8 @@
       "act as if O_DIRECT were refused (tests)")                                                             \
     X(TEST_PREFILL_DELAY, INT, 0, 10000, 0, NULL, "MS", "K3_TEST_PREFILL_DELAY", NULL, NULL, NULL,           \
       "milliseconds each layer of a prefill pass waits (tests)")                                             \
+    X(TEST_DECODE_DELAY, INT, 0, 10000, 0, NULL, "MS", "K3_TEST_DECODE_DELAY", NULL, NULL, NULL,             \
+      "milliseconds each decoded token waits (tests)")                                                       \
     X(TEST_WINDOW_MAX, INT, 0, 16777216, 0, NULL, "N", "K3_TEST_WINDOW_MAX", NULL, NULL, NULL,               \
       "a prefill window buffer of more tokens fails as out of memory (tests)")                               \
     X(TEST_DIRECT_MIN, INT, 1, 1073741824, NAN, NULL, "N", "K3_TEST_DIRECT_MIN", NULL, NULL, NULL,           \
