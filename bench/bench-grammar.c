@@ -16,6 +16,19 @@
  *                                                       median; ref p99
  *   BENCH grammar_mask_enum_cold_med X us ref Y us      an enum of 5,000 strings with a common prefix,
  *                                                       a first walk (cold); median, ref p99
+ *   BENCH grammar_mask_anyof_cold_max X ms ref Y ms     many branches alive (an anyOf of 100 strings of
+ *                                                       maxLength 1..100; of 200 equal integer arrays):
+ *                                                       a first walk's slowest k3_gmatch_mask_bounded
+ *                                                       call (one engine step's mask work) vs the
+ *                                                       slowest k3_gmatch_mask (ref), each on its own
+ *                                                       grammar, median of 3 alternating rounds;
+ *                                                       the thread's CPU time
+ *   BENCH grammar_mask_anyof_cold_med X us ref Y us     the same walks' median call / mask
+ *   BENCH grammar_mask_anyof_warm_med X us ref Y us     the same walk again on that grammar, the same
+ *                                                       path: median call / mask
+ *   BENCH grammar_mask_arrays_cold_max X ms ref Y ms    the 200 arrays, as _anyof_cold_max
+ *   BENCH grammar_mask_one_walk    X ms                 for scale: one walk of the vocabulary (the first
+ *                                                       mask inside {"type":"string"}, cold), median
  *   BENCH grammar_sample_masked    X us ref Y us        k3_sampler_sample_masked vs k3_sampler_sample
  *                                                       at temperature 0 over 163,840 logits
  *   BENCH grammar_mask_share_nano  X ref Y ms           warm mask median as a share of a k3-nano
@@ -31,6 +44,7 @@
  * Run from the repository root (the corpus is tests/fixtures/grammar-corpus.jsonl).
  */
 #include "bench.h"
+#include "gram-impl.h" /* g_match_budget: the unbounded path beside the bounded one */
 #include "k3.h"
 
 #include <stdio.h>
@@ -42,9 +56,11 @@ int bench_grammar(void);
 
 #define WALK 64
 
+static clockid_t walk_clock = CLOCK_MONOTONIC; /* the anyOf rounds: the thread's CPU time */
+
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(walk_clock, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -59,6 +75,11 @@ static double pct(double *v, int n, double p) {
     return n ? v[k] : 0;
 }
 
+static int walk_bounded; /* 1: the walks' masks by k3_gmatch_mask_bounded, each call's time in t */
+static int walk_calls;   /* the most calls one bounded mask took */
+static int walk_cap;     /* bounded walks: the room in t (calls past it are not timed) */
+static int walk_masks;   /* the masks set (tokens) so far */
+
 /* One walk of up to WALK tokens; appends each mask time (seconds) to t. */
 static int walk(const k3_grammar *g, const k3_gvocab *v, uint64_t seed, double *t, int *nt) {
     k3_gmatch *m;
@@ -67,10 +88,21 @@ static int walk(const k3_grammar *g, const k3_gvocab *v, uint64_t seed, double *
     if (!mask || k3_gmatch_new(g, &m))
         return free(mask), -1;
     for (int s = 0; s < WALK && !k3_gmatch_ended(m); s++) {
-        double t0 = now();
-        if (k3_gmatch_mask(m, mask))
+        double t0   = now();
+        int    done = 1, calls = 0, st = 0;
+        if (walk_bounded)
+            for (done = 0; !done && !st; calls++) {
+                st = k3_gmatch_mask_bounded(m, mask, &done);
+                if (*nt < walk_cap)
+                    t[(*nt)++] = now() - t0;
+                t0 = now();
+            }
+        else if (!(st = k3_gmatch_mask(m, mask)))
+            t[(*nt)++] = now() - t0;
+        if (st)
             break;
-        t[(*nt)++] = now() - t0;
+        walk_calls = calls > walk_calls ? calls : walk_calls;
+        walk_masks++;
         int32_t n = 0, pick = -1;
         for (int32_t k = 0; k < words; k++)
             n += __builtin_popcountll(mask[k]);
@@ -96,6 +128,101 @@ static int walk(const k3_grammar *g, const k3_gvocab *v, uint64_t seed, double *
     k3_gmatch_free(m);
     free(mask);
     return 0;
+}
+
+/* Many branches alive at once: each alive node's cache entry is a walk of the vocabulary on its
+ * first visit. Times are the thread's CPU time (what the engine thread spends; on a loaded
+ * machine the wall time of a call is mostly waiting for a core). Per round and path (bounded:
+ * k3_gmatch_mask_bounded, a call per engine step, each call timed; unbounded: k3_gmatch_mask, the path before
+ * the bound, each mask timed), a freshly compiled grammar walked once cold and once warm (seed 1); the rounds
+ * alternate which path goes first. BENCH lines: medians over the 3 rounds. */
+static int anyof_rounds(const k3_gvocab *v) {
+    k3_buf s[2] = {{0}};
+    k3_buf_add(&s[0], "{\"anyOf\":[", 10);
+    for (int k = 1; k <= 100; k++)
+        k3_buf_printf(&s[0], "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k);
+    k3_buf_add(&s[0], "]}", 2);
+    k3_buf_add(&s[1], "{\"anyOf\":[", 10);
+    for (int k = 1; k <= 200; k++)
+        k3_buf_printf(&s[1], "%s{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}", k > 1 ? "," : "");
+    k3_buf_add(&s[1], "]}", 2);
+    double *t  = malloc(64 * WALK * sizeof *t), fig[2][2][3][3]; /* [schema][path][round][max, med, warm] */
+    walk_cap   = 64 * WALK;
+    walk_clock = CLOCK_THREAD_CPUTIME_ID; /* what the engine thread spends, not the machine's load */
+    int rc     = 1;
+    if (!t || s[0].oom || s[1].oom)
+        goto out;
+    double one[3]; /* one walk, for scale: the first mask inside {"type":"string"}, cold */
+    for (int r = 0; r < 3; r++) {
+        k3_grammar *sg;
+        k3_gmatch  *sm   = NULL;
+        uint64_t   *mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask);
+        one[r]           = 0;
+        if (mask && !k3_grammar_json_schema(v, "{\"type\":\"string\"}", 17, &sg)) {
+            if (!k3_gmatch_new(sg, &sm) && !k3_gmatch_accept_bytes(sm, "\"", 1)) {
+                double t0 = now();
+                k3_gmatch_mask(sm, mask);
+                one[r] = now() - t0;
+            }
+            k3_gmatch_free(sm);
+            k3_grammar_free(sg);
+        }
+        free(mask);
+        printf("# round %d: one walk of the vocabulary (the first mask inside a string) %.2f ms\n", r + 1,
+               1e3 * one[r]);
+        for (int x = 0; x < 2; x++)
+            for (int q = 0; q < 2; q++) {
+                int         path = (q + r) & 1; /* 0 bounded, 1 unbounded; alternating */
+                k3_grammar *g;
+                int         nt  = 0;
+                double      sum = 0;
+                if (k3_grammar_json_schema(v, s[x].p, s[x].n, &g)) {
+                    fprintf(stderr, "bench grammar: the anyOf schema: %s\n", k3_errmsg());
+                    goto out;
+                }
+                walk_bounded = !path, walk_calls = walk_masks = 0;
+                walk(g, v, 1, t, &nt);
+                for (int k = 0; k < nt; k++)
+                    sum += t[k];
+                double *f = fig[x][path][r];
+                int     n = nt, calls = walk_calls, masks = walk_masks;
+                f[1] = pct(t, nt, 0.5);
+                f[0] = nt ? t[nt - 1] : 0; /* sorted by pct */
+                nt   = 0;
+                walk(g, v, 1, t, &nt); /* again, the same path: what a later request of it gets */
+                f[2]         = pct(t, nt, 0.5);
+                walk_bounded = 0;
+                printf("# anyOf of %s, round %d, %s: first walk %d %s (%d tokens, at most %d calls a "
+                       "mask), median %.1f us, max %.2f ms, total %.0f ms; again: median %.1f us a %s (%d "
+                       "nodes)\n",
+                       x ? "200 integer arrays" : "100 strings", r + 1, path ? "unbounded" : "bounded", n,
+                       path ? "masks" : "calls", masks, path ? 1 : calls, 1e6 * f[1], 1e3 * f[0], 1e3 * sum,
+                       1e6 * f[2], path ? "mask" : "call", k3_grammar_nodes(g));
+                k3_grammar_free(g);
+            }
+    }
+    bench_report("grammar_mask_one_walk", 1e3 * bench_median(one, 3), "ms", 0, "");
+    for (int x = 0; x < 2; x++) {
+        double m[2][3];
+        for (int path = 0; path < 2; path++)
+            for (int k = 0; k < 3; k++) {
+                double a[3] = {fig[x][path][0][k], fig[x][path][1][k], fig[x][path][2][k]};
+                m[path][k]  = bench_median(a, 3);
+            }
+        if (x == 0) {
+            bench_report("grammar_mask_anyof_cold_max", 1e3 * m[0][0], "ms", 1e3 * m[1][0], "ms");
+            bench_report("grammar_mask_anyof_cold_med", 1e6 * m[0][1], "us", 1e6 * m[1][1], "us");
+            bench_report("grammar_mask_anyof_warm_med", 1e6 * m[0][2], "us", 1e6 * m[1][2], "us");
+        } else
+            bench_report("grammar_mask_arrays_cold_max", 1e3 * m[0][0], "ms", 1e3 * m[1][0], "ms");
+    }
+    rc = 0;
+out:
+    walk_clock = CLOCK_MONOTONIC;
+    free(t);
+    free(s[0].p);
+    free(s[1].p);
+    return rc;
 }
 
 int bench_grammar(void) {
@@ -271,7 +398,8 @@ int bench_grammar(void) {
         free(e.p);
     }
     free(t);
-    { /* applying the mask in the sampler */
+    anyof_rounds(v); /* says why on stderr when it cannot run */
+    {                /* applying the mask in the sampler */
         int               n = k3_tok_n_vocab(tok), w = k3_gvocab_words(v);
         float            *lg = malloc((size_t)n * sizeof *lg);
         uint64_t         *mk = malloc((size_t)w * sizeof *mk);

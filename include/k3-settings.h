@@ -71,6 +71,8 @@
       "requests --serve keeps waiting for a slot")                                                           \
     X(SERVE_QUEUE_SECS, INT, 1, 86400, 600, NULL, "N", "K3_SERVE_QUEUE_SECS", NULL, NULL, NULL,              \
       "longest wait of a request for a slot, in seconds")                                                    \
+    X(SERVE_HEAD_SECS, INT, 1, 86400, 10, NULL, "N", "K3_SERVE_HEAD_SECS", NULL, NULL, NULL,                 \
+      "longest time a request head may take to arrive after the connection, in seconds")                     \
     X(SERVE_BODY_SECS, INT, 1, 86400, 60, NULL, "N", "K3_SERVE_BODY_SECS", NULL, NULL, NULL,                 \
       "longest time a request body may take to arrive after its head, in seconds")                           \
     X(SERVE_SEND_SECS, INT, 1, 86400, 10, NULL, "N", "K3_SERVE_SEND_SECS", NULL, NULL, NULL,                 \
@@ -167,6 +169,8 @@
       "act as if O_DIRECT were refused (tests)")                                                             \
     X(TEST_PREFILL_DELAY, INT, 0, 10000, 0, NULL, "MS", "K3_TEST_PREFILL_DELAY", NULL, NULL, NULL,           \
       "milliseconds each layer of a prefill pass waits (tests)")                                             \
+    X(TEST_DECODE_DELAY, INT, 0, 10000, 0, NULL, "MS", "K3_TEST_DECODE_DELAY", NULL, NULL, NULL,             \
+      "milliseconds each decoded token waits (tests)")                                                       \
     X(TEST_WINDOW_MAX, INT, 0, 16777216, 0, NULL, "N", "K3_TEST_WINDOW_MAX", NULL, NULL, NULL,               \
       "a prefill window buffer of more tokens fails as out of memory (tests)")                               \
     X(TEST_DIRECT_MIN, INT, 1, 1073741824, NAN, NULL, "N", "K3_TEST_DIRECT_MIN", NULL, NULL, NULL,           \

@@ -285,6 +285,8 @@ typedef struct k3_ids {
 } k3_ids;
 void      k3_ids_free(k3_ids *ids);             /* frees v, zeroes the struct   */
 k3_status k3_ids_push(k3_ids *ids, int32_t id); /* K3_ERR_NOMEM on failure      */
+/* Appends v[0..n) (v may not point into ids); K3_ERR_NOMEM on failure, ids unchanged. */
+k3_status k3_ids_append(k3_ids *ids, const int32_t *v, size_t n);
 /* Appends the decimal ids of text, separated by white space or commas, each in 0..max_id.
  * K3_ERR_ARG names the first bad one: "token N: 'TEXT' is not an id in 0..MAX". */
 k3_status k3_ids_parse(const char *text, int32_t max_id, k3_ids *out);
@@ -320,6 +322,27 @@ k3_status k3_tok_decode_text(const k3_tok *t, const int32_t *ids, size_t n, char
  * is not NULL it receives a malloc'ed NUL-terminated copy with each invalid sequence replaced
  * by U+FFFD (free()). -1 when out of memory (*out is then NULL). */
 long k3_utf8_repair(const char *s, size_t n, char **out, size_t *first_bad);
+
+/* Outside text (the model's, a server's, a file's) may hold terminal commands: OSC 52 writes
+ * the clipboard, OSC 0 the title, CSI the colours and the cursor (esc.c). k3_ctrl_cp: whether
+ * code point cp is a control character to such text: C0, DEL, the C1 controls U+0080..U+009F,
+ * and the characters that reorder or break a displayed line (the bidirectional embeddings,
+ * overrides, isolates and marks U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069; the line
+ * and paragraph separators U+2028, U+2029), which on a terminal that does bidi could make an
+ * answer show other than it reads. \n and \t are the callers' to treat. */
+int k3_ctrl_cp(int32_t cp);
+/* What a stream cut inside a character held back (the bytes of an incomplete UTF-8 sequence). */
+typedef struct k3_esc {
+    char hold[4];
+    int  n;
+} k3_esc;
+/* Append s[0..n) to out with the control characters shown: C0 other than \n and \t, and DEL,
+ * as \xHH, the other k3_ctrl_cp characters as \uHHHH (\u009B), and bytes that are not UTF-8 as
+ * \xHH. With st != NULL an incomplete character at the end is held in st and completed by the
+ * next call (st->n bytes still held at the end of a text: call again with st = NULL on st's
+ * bytes to show them escaped). The one escaping of the terminal front ends (text.h) and the
+ * Markdown export. -1 out of memory. */
+int k3_escape(k3_buf *out, k3_esc *st, const char *s, size_t n);
 
 /* Streaming decoder: feed bytes (or ids, tok.h), get only complete, valid UTF-8. An
  * incomplete tail is held until a later id completes it; a sequence that cannot become
@@ -484,8 +507,17 @@ k3_status k3_grammar_warm(const k3_grammar *g);
 int32_t   k3_grammar_words(const k3_grammar *g); /* uint64_t words of its masks */
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out);
 void      k3_gmatch_free(k3_gmatch *m);
-/* Sets the bits of the ids that may come next ((k3_gvocab_words) words). */
+/* Sets the bits of the ids that may come next ((k3_gvocab_words) words). Its first visit of an
+ * automaton node walks the vocabulary (milliseconds), and a schema may put hundreds of new nodes
+ * in one step: k3_gmatch_mask does all of them. */
 k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *mask);
+/* The same with the work of one call bounded, for an engine thread several streams share: about
+ * one walk of the whole vocabulary (first visits are begun while their walks fit, and stop once
+ * the automaton transitions they compute pass it). *done 1: the mask is set; 0: work is left and
+ * the mask is not set (all zero): call again, e.g. at the next engine step, after the other
+ * streams' tokens; each call gets further (what it computed is kept), and the mask it finally
+ * sets is k3_gmatch_mask's. */
+k3_status k3_gmatch_mask_bounded(k3_gmatch *m, uint64_t *mask, int *done);
 int       k3_gmatch_allows(k3_gmatch *m, int32_t id); /* 1: id may come next (state unchanged) */
 /* Advance by one id / by bytes; K3_ERR_ARG (state unchanged) when they do not continue. */
 k3_status k3_gmatch_accept(k3_gmatch *m, int32_t id);

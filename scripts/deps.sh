@@ -13,7 +13,7 @@ PKGS="build-essential pkg-config
 libncurses-dev libedit-dev libutf8proc-dev libjansson-dev libmd4c-dev
 libcurl4-openssl-dev curl
 libvulkan-dev glslc mesa-vulkan-drivers
-python3 python3-numpy python3-torch tmux
+python3 python3-numpy python3-torch tmux locales
 clang clang-format libclang-rt-dev valgrind"
 
 # nodejs/npm are needed only by the tokenizer cross-check; a node already on

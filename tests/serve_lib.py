@@ -224,8 +224,10 @@ def start_fake(handler):
     return srv
 
 
-def exchange(port, data, src=None, shut=False, timeout=15, chunks=None):
-    """Send data (or write it in chunks), optionally half-close, read to the end: (bytes, how)."""
+def exchange(port, data, src=None, shut=False, timeout=60, chunks=None):
+    """Send data (or write it in chunks), optionally half-close, read to the end: (bytes, how).
+    The default timeout only catches a hang: a chat answer from a sanitizer build on a loaded
+    machine can take longer than the 15 s it was (no caller waits for it to expire)."""
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(src, 0) if src else None)
     except OSError as e:

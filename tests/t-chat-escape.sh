@@ -6,7 +6,8 @@
 # were and the commands show as \x1B escapes. Into a pipe the answer goes as it is; a message
 # that quotes outside text (a transcript's line, a server's error, an option) is escaped into a
 # file or a pipe too (txt_term_printf). --inspect's report, which names MODEL_DIR, is escaped
-# on a terminal (a directory named with OSC 0 set the pane's title).
+# on a terminal (a directory named with OSC 0 set the pane's title). /export of such an answer in
+# --endpoint mode writes them visibly; /save keeps the bytes and loads back to the same export.
 . "$K3_SRC/tests/tui-lib.sh"
 
 python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &
@@ -144,6 +145,21 @@ printf '{"format":"k3chat-transcript","version":1,"settings":{"effort":"\\u001b]
 check "--load, stderr a file: the transcript's bad effort shows escaped" \
     grep -qF "effort\" '\x1B]52;c;ZXZpbA==\x07x' is not" "$K3_TMP/err-load"
 check "... and no raw ESC is in the file" noesc "$K3_TMP/err-load"
+
+# --endpoint: /export writes the server's commands visibly (`cat chat.md` ran them), /save keeps
+# their bytes and /load reads them back, byte for byte into a pipe
+printf 'evil\n/export %s\n/save %s\n' "$K3_TMP/evil.md" "$K3_TMP/evil-ep.jsonl" |
+    "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>&1
+check "--endpoint /export: no raw ESC in the Markdown" noesc "$K3_TMP/evil.md"
+check "... nor a C1 control" sh -c "! grep -q '$(printf '\302\233')' '$K3_TMP/evil.md'"
+check "... the answer's commands show escaped" \
+    grep -qF 'ans \x1B]52;c;ZXZpbA==\x07 \x1B]0;EVIL\x07 \x1B[31m red \u009B32m c1 end' "$K3_TMP/evil.md"
+check "... and the reasoning's" grep -qF 'think \x1B]52;c;ZXZpbA==\x07 \x1B]0;EVILR\x07' "$K3_TMP/evil.md"
+check "--endpoint /save: the transcript keeps the bytes (JSON escapes)" \
+    grep -qF '"content":"ans \u001B]52;c;ZXZpbA==\u0007' "$K3_TMP/evil-ep.jsonl"
+printf '/export %s\n' "$K3_TMP/evil2.md" | "$K3CHAT" --load "$K3_TMP/evil-ep.jsonl" --endpoint "$ep" --plain \
+    >/dev/null 2>&1
+check "... and loads back to the same export" cmp -s "$K3_TMP/evil.md" "$K3_TMP/evil2.md"
 { "$K3CHAT" --load "$K3_TMP/evil.jsonl" --plain /no/model </dev/null 2>&1 >/dev/null; } | cat >"$K3_TMP/err-pipe"
 check "--load, stderr a pipe: escaped as well" grep -qF "effort\" '\x1B]52;c;ZXZpbA==\x07x' is not" "$K3_TMP/err-pipe"
 check "... and no raw ESC went through the pipe" noesc "$K3_TMP/err-pipe"

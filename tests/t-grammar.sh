@@ -10,9 +10,9 @@
 #   - the 45-schema corpus (tests/fixtures/grammar-corpus.jsonl) x 20 seeds at temperature 1
 #     (tests/test-grammar-nano --emit: the engine loop of --json-schema): every output ends with
 #     <|end_of_msg|>, parses and validates;
-#   - tests/fixtures/grammar-walk.jsonl (65 schemas: patterns with Unicode classes, enum/const
-#     with other keywords, number bounds, a tagged oneOf, tricky strings) x 40 walks, each token
-#     drawn uniformly from the mask (test-grammar --walk): every finished document validates;
+#   - tests/fixtures/grammar-walk.jsonl (70 schemas: patterns with Unicode classes, enum/const
+#     with other keywords, number bounds (fractional ones too), a tagged oneOf, tricky strings)
+#     x 40 walks, each token drawn uniformly from the mask (test-grammar --walk): every finished document validates;
 #   - k3chat --prompt --json-schema FILE, one seed per schema: stdout is one valid document;
 #   - --json: one JSON object; an unsupported keyword: status 1 naming it and its path;
 #     --max-tokens too small: status 1 naming the reason.

@@ -21,11 +21,13 @@
 #   - log lines escape once (a role with a newline shows as \n, not \\n);
 #   - --serve [::]:PORT also takes IPv4 clients;
 #   - a stream whose client never reads is cancelled once 256 kB of it waits unsent, and its
-#     request thread comes back at once (6 such clients: threads back within 3 s, a chat answered;
-#     they waited out a 60 s send timeout); a finished stream to a client that never reads gives
+#     request thread comes back at once (6 such clients: threads back, a chat answered; they
+#     waited out a 60 s send timeout); a finished stream to a client that never reads gives
 #     its thread back K3_SERVE_SEND_SECS (2 s here) after the socket filled (no byte taken), the log
 #     saying so; one that reads 32 kB a second is served to the end (~12 s, its socket full all
 #     along); a bad K3_SERVE_SEND_SECS is refused at start;
+#   - a head trickled one byte every 0.5 s gets 408 K3_SERVE_HEAD_SECS (3 s here) after the
+#     connection, naming it (the bytes do not extend it); a bad value is refused at start;
 #   - more messages than the context has tokens: 400 when the body is read (no slot taken);
 #   - 12 bodies of 8 MB of tiny JSON values at once: parsed a few at a time (peak RSS < 1.4 GB more).
 # Every loop and wait is bounded; every server is killed at the end.
@@ -50,6 +52,13 @@ M = os.path.join(T, "m")
 KEY = "gate-key"
 procs = []
 BODY_SECS = 10  # K3_SERVE_BODY_SECS of the server under test (the default, 60 s, is the same code)
+# The bound of a wait that only catches a hang: a scripted stream of 1,500 tokens took 23.5 s
+# under ASan at load 25 (2.6 s alone), so the 45 s and 60 s bounds it had were close to a speed
+# limit; a wait ends as soon as what it waits for has happened, so a long bound costs nothing
+HANG = 600 if ASAN else 240
+# K3_SERVE_HEAD_SECS of the server under test (default 10 s): the trickled-head rounds must end
+# within it, and a loaded machine (a sanitizer tree beside other tests) has taken 9.2 s for one
+HEAD_SECS = 120
 
 
 N_UNREAD = 6  # streams whose clients never read
@@ -234,14 +243,16 @@ try:
     # and so are the queue's and the prefill chunk's, before the model loads (they were read after
     # it: a typo cost a whole load, minutes on a large model, then exit 1)
     for name, val, rng in (("K3_SERVE_QUEUE", "-1", "0..100000"), ("K3_SERVE_QUEUE_SECS", "0", "1..86400"),
-                           ("K3_SERVE_CHUNK", "x", "0..1048576"), ("K3_SERVE_SEND_SECS", "0", "1..86400")):
+                           ("K3_SERVE_CHUNK", "x", "0..1048576"), ("K3_SERVE_SEND_SECS", "0", "1..86400"),
+                           ("K3_SERVE_HEAD_SECS", "86401", "1..86400")):
         r = subprocess.run([K3, M, "--serve", "127.0.0.1:0"], env=dict(env, **{name: val}), capture_output=True,
                            timeout=60)
         ok(r.returncode == 2 and b"%s: '%s' is not an integer in %s" % (name.encode(), val.encode(), rng.encode())
            in r.stderr and b"loaded" not in r.stderr,
            "%s=%s: exit 2 before the model loads, naming the setting and its range (%d, %r)"
            % (name, val, r.returncode, r.stderr[-120:]))
-    srv, PORT, LOG = start_server(K3, M, T, env, procs, "gate", key=KEY, K3_SERVE_BODY_SECS=str(BODY_SECS))
+    srv, PORT, LOG = start_server(K3, M, T, env, procs, "gate", key=KEY, K3_SERVE_BODY_SECS=str(BODY_SECS),
+                                  K3_SERVE_HEAD_SECS=str(HEAD_SECS))
     ok(PORT is not None, "the server starts (port %s)" % PORT)
     if PORT is None:
         raise SystemExit(1)
@@ -418,7 +429,7 @@ try:
             socks.append(c)
         t0 = time.time()
         settled.append(caught_up(srv.pid, PORT, SRC))
-        c0, sent, t_end = cpu_seconds(srv.pid), 0, t_acc + 9  # within the 10 s head deadline
+        c0, sent, t_end = cpu_seconds(srv.pid), 0, t_acc + HEAD_SECS - 10  # within the head deadline
         for _ in range(K):
             for c in socks:
                 c.send(b"p")
@@ -506,13 +517,14 @@ try:
         seen = serve_lib.wait_for(lambda: read(slog).count(b"reads its stream too slowly") >= N_UNREAD,
                                   300 if ASAN else 120)
         t_seen = time.time()
-        # their request threads come back at once: the connection is shut down with the cancel (it
-        # was left to the send timeout, 60 s, each thread held all that time)
-        back = serve_lib.wait_for(lambda: n_requests(ps.pid) == 0, 3)
+        # their request threads come back: the connection is shut down with the cancel (it was
+        # left to the send timeout, a day on this server, each thread held all that time); 0.1 s
+        # here, the bound only catches that hang
+        back = serve_lib.wait_for(lambda: n_requests(ps.pid) == 0, 30)
         t_back, left = time.time() - t_seen, n_requests(ps.pid)
         t0 = time.time()
-        st = final(exchange(sport, req("POST", "/v1/chat/completions", chat(max_tokens=2), key=None), timeout=30)[0])[0]
-        ok(seen and back and st == 200 and time.time() - t0 < 10,
+        st = final(exchange(sport, req("POST", "/v1/chat/completions", chat(max_tokens=2), key=None), timeout=60)[0])[0]
+        ok(seen and back and st == 200,
            "%d streams whose clients never read: cancelled with 256 kB unsent (%d of them), their threads back "
            "%.1f s later (%d request threads left), a chat answered %d in %.1f s (%r)"
            % (N_UNREAD, read(slog).count(b"reads its stream too slowly"), t_back, left, st,
@@ -527,9 +539,9 @@ try:
     # ---- 13: a response write that sees no byte taken for K3_SERVE_SEND_SECS (2 s here; default
     # 10 s, the same code) closes the connection. A scripted reply, so the turn's length is the
     # same on any machine.
-    SEND = 2
+    SEND, HEAD = 2, 3
     pn, nport, nlog = start_server(K3, M, T, env, procs, "send", K3_SERVE_SCRIPT=hold, K3_MAXT="65536",
-                                   K3_SERVE_SEND_SECS=str(SEND))
+                                   K3_SERVE_SEND_SECS=str(SEND), K3_SERVE_HEAD_SECS=str(HEAD))
     if nport:
         exchange(nport, req("POST", "/v1/chat/completions", chat(max_tokens=2), key=None), timeout=60)
         serve_lib.wait_for(lambda: n_requests(pn.pid) == 0, 10)  # that request's thread has ended
@@ -542,7 +554,7 @@ try:
         t_req = time.time()
         u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=1500, stream=True), key=None))
         held, t_back = False, None
-        while time.time() - t_req < 45:
+        while time.time() - t_req < HANG:
             if n_requests(pn.pid) > 0:
                 held = True
             elif held:
@@ -553,7 +565,8 @@ try:
         ok(held and t_back is not None and why and b"for %d s (K3_SERVE_SEND_SECS): closed" % SEND in why[0]
            and b"too slowly" not in read(nlog),
            "a stream whose client never reads: its thread held while the answer waits (%s), back %s s after the "
-           "request, the log saying why (%r)" % (held, "%.1f" % t_back if t_back is not None else "> 45", why[:1]))
+           "request, the log saying why (%r)" % (held, "%.1f" % t_back if t_back is not None else "> %d" % HANG,
+                                                 why[:1]))
         u.close()
         # a client that reads slowly is served however slowly: 16 kB every 0.5 s, so the server's writes
         # wait several times SEND s in all (~370 kB, ~160 kB of socket buffers, less than 256 kB
@@ -564,7 +577,7 @@ try:
         u.sendall(req("POST", "/v1/chat/completions", chat(max_tokens=1700, stream=True), key=None))
         got, t0 = b"", time.time()
         u.settimeout(0.5)
-        while time.time() - t0 < 60:
+        while time.time() - t0 < HANG:
             time.sleep(0.5)
             try:
                 b = u.recv(16384)
@@ -578,6 +591,34 @@ try:
            and read(nlog).count(b"took no byte") == 1,
            "a stream read at 32 kB/s: served to its end in %.0f s (%d bytes; the socket full all along)"
            % (time.time() - t0, len(got)))
+
+        # ---- 14: a request head must be complete K3_SERVE_HEAD_SECS (3 s here) after the accept;
+        # head bytes that keep coming (one every 0.5 s) do not extend it
+        h = socket.create_connection(("127.0.0.1", nport), timeout=0.5)
+        t0, got, t_408 = time.time(), b"", None
+        h.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ")
+        while time.time() - t0 < 60:  # until the server closes (it answers with Connection: close)
+            try:
+                b = h.recv(4096)
+            except socket.timeout:
+                if t_408 is None:
+                    try:
+                        h.sendall(b"p")
+                    except OSError:
+                        pass
+                continue
+            except OSError:
+                break
+            if not b:
+                break
+            t_408 = t_408 or time.time() - t0
+            got += b
+        t_408 = t_408 if t_408 is not None else time.time() - t0
+        h.close()
+        ok(got.startswith(b"HTTP/1.1 408") and HEAD - 0.5 <= t_408 < 60
+           and b"the request head did not arrive within %d s" % HEAD in got,
+           "a head trickled a byte every 0.5 s: 408 %.1f s after the connection, the %d s of K3_SERVE_HEAD_SECS "
+           "(%r)" % (t_408, HEAD, got[:120]))
         pn.kill()
         pn.wait()
     else:

@@ -3,7 +3,11 @@
 # generated tiny checkpoint: the model name from /v1/models, an answer streams into the panes,
 # /experts says the remote side decides, Ctrl-C stops a long answer; with the server stopped a
 # turn fails with a clear message, and once it is back /retry answers the kept message.
-# The server listens on 127.0.0.1 (a port the kernel picks) and is always killed at the end.
+# The server listens on 127.0.0.1 and is always killed at the end. Its port is one below the
+# kernel's ephemeral range: the test stops the server and starts it again on the same port, and a
+# port the kernel picks (127.0.0.1:0) is one it also gives to outgoing connections, so another
+# test's client could hold it by then ('address already in use': the restart failed, 4 FAIL
+# lines, at load 8 beside the other server tests).
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 d="$K3_TMP/tiny"
@@ -11,17 +15,32 @@ d="$K3_TMP/tiny"
 spid=""
 stop_server() { [ -n "$spid" ] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null; spid=""; }
 trap 'stop_server; $T kill-server 2>/dev/null' EXIT
-# start_server ADDR:PORT: waits (bounded) for its "serving" line; sets $port
+# start_server PORT: a server on 127.0.0.1:PORT; waits (bounded) until it says it is serving or
+# has ended (a port in use ends it at once). Status 0 and $port set when it serves.
+up_or_ended() { grep -q "serving" "$K3_TMP/serve.log" || ! kill -0 "$spid" 2>/dev/null; }
 start_server() {
     : >"$K3_TMP/serve.log"
-    OMP_NUM_THREADS=1 "$K3CHAT" "$d" --serve "$1" --model tiny-remote 2>>"$K3_TMP/serve.log" &
+    OMP_NUM_THREADS=1 K3_TEST_DECODE_DELAY=10 "$K3CHAT" "$d" --serve "127.0.0.1:$1" --model tiny-remote \
+        2>>"$K3_TMP/serve.log" &
     spid=$!
-    wait_until "the server to say it is serving" 10 grep -q "serving" "$K3_TMP/serve.log"
-    port=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\)/v1.*|\1|p' "$K3_TMP/serve.log" | head -n 1)
+    port=""
+    wait_until "the server to say it is serving" 10 up_or_ended
+    grep -q "serving" "$K3_TMP/serve.log" && { port=$1; return 0; }
+    wait "$spid" 2>/dev/null; spid=""
+    return 1
 }
-start_server 127.0.0.1:0
-check "the server starts on a free loopback port ($port)" [ -n "$port" ]
-[ -n "$port" ] || finish
+# the first port: a free one below the ephemeral range (ip_local_port_range's first; 32768 when
+# unreadable), from a start drawn from the process id (another tree's run may hold one)
+eph=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+case "$eph" in '' | *[!0-9]*) eph=32768 ;; esac
+[ "$eph" -gt 12000 ] || eph=32768
+try=0
+until [ $try -ge 20 ] || start_server $((10000 + ($$ * 7 + try * 997) % (eph - 10000))); do
+    grep -q "address already in use" "$K3_TMP/serve.log" || break # not a port in use: the FAIL below
+    try=$((try + 1))
+done
+check "the server starts on a free loopback port below the ephemeral range ($port)" [ -n "$port" ]
+[ -n "$port" ] || { sed 's/^/# serve.log: /' "$K3_TMP/serve.log" | tail -n 8; finish; }
 
 # 128 tokens: the response pane shows only while an answer streams, and 16 tokens of the tiny
 # model could start and end between two looks at a busy machine's screen
@@ -50,7 +69,9 @@ keys C-d
 check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 
 # a long answer (greedy "once upon a time" runs past 2,000 tokens; "hello" ended at 370 once the
-# kernels rounded once per group of 32): Ctrl-C stops it
+# kernels rounded once per group of 32): Ctrl-C stops it. The server's K3_TEST_DECODE_DELAY=10
+# makes those 2,000 tokens last 20 s or more on any machine (an idle one streamed them in about
+# a second, a busy one's look at the screen can take longer)
 tui_start 100 30 -- "$K3CHAT --endpoint http://127.0.0.1:$port/v1 --temp 0 --think off 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 wait_for "tiny-remote" 10
 type_line "once upon a time"
@@ -65,7 +86,7 @@ grep -q "cancelled" "$K3_TMP/serve.log" || sed 's/^/# serve.log: /' "$K3_TMP/ser
 stop_server
 keys C-l; type_line "once upon a time" # long (as above): the retried answer still streams at its Ctrl-C
 check "a turn with the server down says it cannot connect" wait_for "cannot connect" 10
-start_server "127.0.0.1:$port"
+start_server "$port"
 check "the server is back on the same port" [ -n "$port" ]
 keys C-l; type_line "/retry"
 check "/retry sends the kept message again and it is answered" wait_for "── response" 20

@@ -6,16 +6,21 @@
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 
+# The load lasts 3 s: the test types its first message while the model loads, once it has seen
+# the progress (1.2 s left about 1 s after that for two looks and the keys on a busy machine).
+# The second answer is cut with Ctrl-C once "word after word" shows: 100 words after that point
+# (14 s at 40 ms a token; it had 1 s) keep it streaming however late the Ctrl-C comes.
 m="$K3_TMP/mock.txt"
-cat >"$m" <<'M'
-load 1200
+words=$(printf ' after word%.0s' $(seq 1 100))
+cat >"$m" <<M
+load 3000
 delay 25
 think Considering "{user}": first I read the question, then I weigh a few options carefully.
 response Answer one to {user}.
 ---
 delay 40
 think Slow thinking for the second turn.
-response This answer is long and slow so that it can be interrupted in the middle of it, word after word after word after word after word after word after word after word.
+response This answer is long and slow so that it can be interrupted in the middle of it, word after word$words.
 ---
 delay 60
 think Third turn thinking, slowly, to leave time for resizing the terminal while tokens stream in.

@@ -58,8 +58,11 @@ check "Ctrl-D exits with 0" wait_for "EXIT=0" 10
 # K3_BITS=4, the numerics pinned here; at the default 8 bits it ends sooner; "go on" ended at 150
 # tokens once the kernels rounded once per group of 32): Ctrl-C in the middle, then a new message.
 # K3_MAXT=65536: on an idle machine the answer filled 8,192 tokens before the Ctrl-C, and "again"
-# then had no room (the drawing got cheaper, so the engine runs faster beside it)
-tui_start 100 30 K3_BITS=4 K3_MAXT=65536 -- "$K3CHAT --max-tokens 100000 --temp 0 --think off $d 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+# then had no room (the drawing got cheaper, so the engine runs faster beside it).
+# K3_TEST_DECODE_DELAY=10: the answer (about 12,000 tokens) streams for two minutes or more on any
+# machine; without it an idle machine streams it in seconds, and at load 30 it had ended between
+# the look that saw the response pane and the look after the resize (5 FAILs from there on)
+tui_start 100 30 K3_BITS=4 K3_MAXT=65536 K3_TEST_DECODE_DELAY=10 -- "$K3CHAT --max-tokens 100000 --temp 0 --think off $d 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
 wait_for "tiny · " 20
 type_line "continue"
 check "a long answer streams into the response pane" wait_for "── response" 20

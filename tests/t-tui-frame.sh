@@ -42,13 +42,15 @@ check "the answer streams into the response pane" wait_for "item 1 with" 10
 check "the whole answer arrives, the turn stays open" wait_for "the end of the answer" 20
 check "the pane scrolled: the heading went off its top" hasnt "Frame test"
 check "the response pane is still there (the turn holds)" has "── response"
-sleep 0.5
 # (the input row is left out: its "› " ends in a space that ncurses may write as a bold space
-# or leave to a clear to the end of the line, which look the same)
-$T capture-pane -p -e | sed '$d' >"$K3_TMP/streamed.txt"
+# or leave to a clear to the end of the line, which look the same). Each capture is taken once
+# two looks 0.25 s apart agree (fixed sleeps of 0.5 and 1 s could look at a busy machine's
+# frame half drawn)
+capt() { $T capture-pane -p -e | sed '$d'; }
+settled 10 capt >"$K3_TMP/streamed.txt"
 keys C-l
-sleep 1
-$T capture-pane -p -e | sed '$d' >"$K3_TMP/redrawn.txt"
+sleep 0.3
+settled 10 capt >"$K3_TMP/redrawn.txt"
 # cells.py A B: the two captures cell by cell, SGR state carried as tmux writes it (across
 # lines): each character with its colours and attributes; a blank cell's foreground, bold and
 # the like are left out (they do not show; which of them a cleared cell gets varies with how
@@ -104,10 +106,12 @@ think_title() { screen | grep -o -- "thinking · [0-9.]* s · [0-9]* tokens*" | 
 check "the first reasoning token arrives" wait_for "thinking · " 10
 wait_for "· 1 token " 10 # the singular since #36 item 23
 a=$(think_title)
-sleep 1
-b=$(think_title)
-check "the think timer moves between tokens ('$a', then '$b')" \
-    sh -c "[ -n '$a' ] && [ -n '$b' ] && [ '$a' != '$b' ]"
+# looked at until it moves, still at one token (the next comes 3 s after the first): one look a
+# second later missed a tick on a busy machine, and passed on the second token's count alone
+timer_moved() { b=$(think_title); [ -n "$b" ] && [ "$b" != "$a" ] && case "$b" in *"· 1 token") ;; *) false ;; esac; }
+b=""
+wait_until "the think timer to move at 1 token (from '$a')" 5 timer_moved &&
+    pass "the think timer moves between tokens ('$a', then '$b')"
 check "the answer starts" wait_for "ghi" 10
 a=$(think_title)
 sleep 0.7

@@ -12,7 +12,7 @@ mock_chat 100 30 'delay 0\nthink t\nresponse got it\n'
 keys -l "world"; keys C-a; keys -l "hello "
 check "Ctrl-A moves to the start of the line" wait_for "› hello world" 3
 keys C-e; keys -l "!"; keys C-a; keys M-f; keys C-k
-check "Alt-F / Ctrl-K edit by word" wait_for "› hello" 3
+check "Alt-F / Ctrl-K edit by word" wait_input "hello" 3
 check "the rest of the line was killed" hasnt "world!"
 keys C-u
 keys -l "line one"; keys M-Enter; keys -l "line two"

@@ -174,8 +174,8 @@ wait_for "type a message" 5
 type_line "first question"
 check "an answer" wait_for "reply to first question" 5
 type_line "/edit"
-check "/edit puts the message in the input line" wait_for "› first question" 5
-check "/edit says what Enter does" has "editing your last message"
+check "/edit puts the message in the input line" wait_input "first question" 5
+check "/edit says what Enter does" wait_for "editing your last message" 5
 keys C-u; type_line "better question"
 check "the edited message gets a new answer" wait_for "reply to better question" 5
 check "the old exchange is gone from the screen" hasnt "reply to first question"
@@ -186,7 +186,7 @@ check "/save" wait_for "saved" 5
 check "the transcript keeps the abandoned branch, marked" sh -c "grep -F 'first question' '$K3_TMP/edit.jsonl' | grep -q '\"abandoned\":1' && grep -F 'reply to first question' '$K3_TMP/edit.jsonl' | grep -q '\"abandoned\":1'"
 check "and the new branch, unmarked, in order" sh -c "grep -n . '$K3_TMP/edit.jsonl' | grep -v abandoned | grep -F -e 'better question' -e 'follow-up' | wc -l | grep -qx 4"
 type_line "/edit"
-wait_for "› follow-up" 5
+wait_input "follow-up" 5
 keys C-c
 check "Ctrl-C cancels an edit" wait_input_empty 5
 type_line "plain again"
@@ -245,7 +245,7 @@ type_line "/copy"
 check "/copy of k3-nano's answer" wait_for "copied " 5
 check "tmux's buffer holds the answer" sh -c "$T show-buffer | grep -q tenalp"
 keys C-l; type_line "/edit"
-check "/edit brings the question back" wait_for "› Reverse the word planet." 5
+check "/edit brings the question back" wait_input "Reverse the word planet." 5
 keys C-u; type_line "Reverse the word garden."
 check "the edited question is answered" wait_for "nedrag" 60
 check "the old question and answer are off the screen" sh -c "! screen | grep -qF -e planet -e tenalp"

@@ -72,6 +72,22 @@ if "$K3_BUILD/k3-mkmodel" --preset tiny --seed 5 --quiet "$K3_TMP/gm" >/dev/null
         "$k" --plain --max-tokens 2 "$K3_TMP/gm" >/dev/null 2>"$K3_TMP/err6"
     n=$(cat "$K3_TMP"/gdata/k3chat/*.jsonl 2>/dev/null | grep -c '"role":"assistant".*"temperature":0.3[0-9]*,"top_p":0.7[0-9]*,')
     t "every turn, the first included, samples with generation_config's temperature and top_p ($n of 3)" '[ "$n" -eq 3 ]'
+    # a locale whose decimal mark is a comma (de_DE.UTF-8, built here: a fresh Debian has only
+    # C.UTF-8) changes nothing read or written as a number: '/temp 0.5' read 0 (greedy) and said
+    # "0,00", generation_config's 0.3 read 0, when line mode took LC_NUMERIC from the locale
+    if mkdir -p "$K3_TMP/loc" && localedef -i de_DE -f UTF-8 "$K3_TMP/loc/de_DE.UTF-8" 2>"$K3_TMP/lde.err" ||
+        [ -f "$K3_TMP/loc/de_DE.UTF-8/LC_NUMERIC" ]; then
+        printf 'one\n/temp 0.5\ntwo\n' | LOCPATH="$K3_TMP/loc" LC_ALL=de_DE.UTF-8 OMP_WAIT_POLICY=passive \
+            XDG_DATA_HOME="$K3_TMP/ddata" HOME="$K3_TMP" "$k" --plain --max-tokens 2 "$K3_TMP/gm" >/dev/null 2>"$K3_TMP/de.err"
+        t "de_DE.UTF-8: '/temp 0.5' says 0.50 ($(grep temperature "$K3_TMP/de.err"))" \
+            'grep -q "temperature 0\.50\$" "$K3_TMP/de.err"'
+        t "de_DE.UTF-8: the first turn samples at generation_config's 0.3 and 0.7, the second at 0.5" \
+            'cat "$K3_TMP"/ddata/k3chat/*.jsonl | grep "\"role\":\"assistant\"" |
+             sed -n "s/.*\"temperature\":\(0\.[0-9]\)[0-9]*,\"top_p\":\(0\.[0-9]\)[0-9]*,.*/\1 \2/p" | tr "\n" " " |
+             grep -qx "0.3 0.7 0.5 0.7 "'
+    else
+        echo "SKIP: no de_DE.UTF-8 locale could be built (localedef: $(head -c 200 "$K3_TMP/lde.err"); Debian package locales)"
+    fi
 else
     t "k3-mkmodel --preset tiny" false
 fi

@@ -250,6 +250,64 @@ int main(void) {
     T_CHECK(k3_conv_gen_step(gg[0]) == K3_OK && k3_conv_gen_end(gg[0]) == K3_OK && !last(cx)->interrupted,
             "a finished turn's step does nothing; it ends K3_OK");
 
+    /* ---- a grammar whose first visits take more than one step's budget (an anyOf of 60 strings
+     * of maxLength 1..60 puts up to 60 string positions in the set at once, each a walk of the
+     * vocabulary on its first visit): its turn feeds nothing in the steps where its mask is not
+     * done (k3_gmatch_mask_bounded), while the turn beside it goes on; its reply is the one it
+     * gives alone. Before, each mask did every first visit in one step, holding the batch. */
+    {
+        k3_tok       *tok = NULL;
+        k3_gvocab    *voc = NULL;
+        k3_grammar   *gr[2];
+        k3_model_info info;
+        k3_buf        sch = {0};
+        k3_model_get_info(m, &info);
+        K3_ASSERT(k3_buf_add(&sch, "{\"anyOf\":[", 10) == K3_OK);
+        for (int k = 1; k <= 60; k++)
+            K3_ASSERT(k3_buf_printf(&sch, "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k) ==
+                      K3_OK);
+        K3_ASSERT(k3_buf_add(&sch, "]}", 2) == K3_OK);
+        K3_ASSERT(k3_tok_load(model_dir, NULL, &tok) == K3_OK);
+        K3_ASSERT(k3_gvocab_new(tok, info.vocab, info.eos_id, &voc) == K3_OK);
+        for (int k = 0; k < 2; k++) /* one for the turn alone, one (cold caches) for the batch */
+            K3_ASSERT(k3_grammar_json_schema(voc, sch.p, sch.n, &gr[k]) == K3_OK);
+        const tcase  gc = {"A string, please.", NULL, 0, 30, 1.0f, 11};
+        k3_conv     *c1 = conv_for(&gc), *c2 = conv_for(&gc), *c3 = conv_for(&cases[1]);
+        k3_session  *s1, *s2, *s3;
+        k3_conv_gen *gt[2];
+        K3_ASSERT(k3_session_new(m, &s1) == K3_OK && k3_session_new(m, &s2) == K3_OK &&
+                  k3_session_new(m, &s3) == K3_OK);
+        k3_conv_set_grammar(c1, gr[0]);
+        k3_conv_set_grammar(c2, gr[1]);
+        K3_ASSERT(k3_conv_generate(c1, m, s1, NULL) == K3_OK);
+        K3_ASSERT(k3_conv_gen_begin(c2, m, s2, NULL, 0, &gt[0]) == K3_OK &&
+                  k3_conv_gen_begin(c3, m, s3, NULL, 0, &gt[1]) == K3_OK);
+        int waits = 0, steps = 0;
+        while (!k3_conv_gen_done(gt[0]) && steps++ < 100000) {
+            int p2 = k3_session_pos(s2), p3 = k3_session_pos(s3);
+            int dec = !k3_conv_gen_prefill_left(gt[0]) && !k3_conv_gen_done(gt[1]);
+            K3_ASSERT(k3_conv_gen_step_batch(gt, k3_conv_gen_done(gt[1]) ? 1 : 2) == K3_OK);
+            waits +=
+                dec && !k3_conv_gen_done(gt[0]) && k3_session_pos(s2) == p2 && k3_session_pos(s3) == p3 + 1;
+        }
+        while (!k3_conv_gen_done(gt[1]))
+            K3_ASSERT(k3_conv_gen_step(gt[1]) == K3_OK);
+        k3_status     e2 = k3_conv_gen_end(gt[0]), e3 = k3_conv_gen_end(gt[1]);
+        const k3_msg *a = last(c1), *b = last(c2);
+        T_CHECK(e2 == K3_OK && e3 == K3_OK && waits > 0 && a->n_ids == b->n_ids && a->n_ids > 1 &&
+                    !memcmp(a->ids, b->ids, (size_t)a->n_ids * sizeof *a->ids) &&
+                    str_eq(a->content, b->content),
+                "a grammar with many first visits at once: %d steps where its turn waited for its mask and "
+                "the other was fed; its reply (%d tokens) is the one it gives alone: %s",
+                waits, b->n_ids, b->content);
+        k3_conv_free(c1), k3_conv_free(c2), k3_conv_free(c3);
+        k3_session_free(s1), k3_session_free(s2), k3_session_free(s3);
+        k3_grammar_free(gr[0]), k3_grammar_free(gr[1]);
+        k3_gvocab_free(voc);
+        k3_tok_free(tok);
+        free(sch.p);
+    }
+
     for (int i = 0; i < N_CASE; i++) {
         k3_conv_free(ca[i]);
         k3_conv_free(cb[i]);

@@ -651,6 +651,69 @@ static void test_export_escape(void) {
     k3_conv_free(c);
 }
 
+/* The first byte of s[0..n) a terminal would run: a C0 control other than \n and \t, DEL, or
+ * a C1 control in UTF-8 (C2 80..9F); -1 when none. */
+static long first_ctl(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f ||
+            (c == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] < 0xA0))
+            return (long)i;
+    }
+    return -1;
+}
+
+/* /export of an answer, reasoning, user text and tool names holding terminal commands (OSC 52
+ * clipboard write, OSC 0 title, CSI, a C1 CSI, a bidi override, a bare CR): the file holds no
+ * control character but \n and \t (`cat chat.md` ran them), each shows as k3_escape's \xHH or
+ * \uHHHH; the transcript keeps the bytes and loads back equal. */
+static void test_export_controls(void) {
+    static const char evil[] = "ans \x1b]52;c;ZXZpbA==\x07 \x1b]0;EVIL\x07 \x1b[31m red \xc2\x9b"
+                               "32m \xe2\x80\xae"
+                               "rev\r over\tend";
+    k3_conv          *c = k3_conv_new(), *d = k3_conv_new();
+    char              md[600], js[600];
+    path_in(md, sizeof md, "controls.md");
+    path_in(js, sizeof js, "controls.jsonl");
+    K3_ASSERT(c && d && k3_conv_add(c, K3_ROLE_USER, "say \x1b]52;c;dXNlcg==\x07 it", NULL) == K3_OK);
+    add_reply(c, evil, "think \x1b]0;EVILR\x07", 0, 0);
+    k3_tool_call call = {.id = "c\x1b[2J1", .name = "f\nx", .arguments = "{\"q\": \"```\\u001b\"}"};
+    k3_msg       am   = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t) "", .tool_calls = &call};
+    am.n_tool_calls   = 1;
+    k3_msg tm         = {.role         = K3_ROLE_TOOL,
+                         .content      = (char *)(uintptr_t) "out \x1b]52;c;dG9vbA==\x07",
+                         .tool_name    = (char *)(uintptr_t) "f`\x1b]0;T\x07",
+                         .tool_call_id = (char *)(uintptr_t) "c\x1b[2J1"};
+    K3_ASSERT(k3_conv_add(c, K3_ROLE_USER, "go", NULL) == K3_OK && !k3_conv_add_msg(c, &am) &&
+              !k3_conv_add_msg(c, &tm));
+    T_CHECK(k3_conv_export_md(c, md) == K3_OK, "export Markdown with terminal commands in it (%s)",
+            k3_errmsg());
+    size_t n  = 0;
+    char  *t  = t_read_file(md, &n);
+    long   at = t ? first_ctl(t, n) : 0;
+    T_CHECK(t && at < 0, "no control character but newline and tab in the export (byte %ld: 0x%02X)", at,
+            t && at >= 0 ? (unsigned char)t[at] : 0);
+    T_CHECK(
+        t && strstr(t,
+                    "ans \\x1B]52;c;ZXZpbA==\\x07 \\x1B]0;EVIL\\x07 \\x1B[31m red \\u009B32m \\u202Erev\\x0D "
+                    "over\tend"),
+        "the answer's commands show as escapes, C1 and bidi as \\u, the tab stays");
+    T_CHECK(t && strstr(t, "think \\x1B]0;EVILR\\x07") && strstr(t, "say \\x1B\\]52;c;dXNlcg\\=\\=\\x07 it"),
+            "so do the reasoning's and the user's");
+    T_CHECK(
+        t && strstr(t, "## Tool result: ``f`\\x1B]0;T\\x07`` (call c\\x1B[2J1)") &&
+            strstr(t, "**Tool call** `f\\x0Ax` (c\\x1B[2J1)") && strstr(t, "````json\n{\"q\": \"```"),
+        "a tool's name and call id stay on their heading line in a code span, the arguments in their fence");
+    free(t);
+    T_CHECK(k3_conv_save(c, js) == K3_OK && k3_conv_load(d, js, NULL) == K3_OK && k3_conv_count(d) == 5 &&
+                !strcmp(k3_conv_msg(d, 1)->content, evil) &&
+                !strcmp(k3_conv_msg(d, 1)->reasoning, "think \x1b]0;EVILR\x07") &&
+                !strcmp(k3_conv_msg(d, 4)->tool_name, "f`\x1b]0;T\x07"),
+            "the transcript keeps the exact bytes and loads back equal (%s)", k3_errmsg());
+    k3_conv_free(c);
+    k3_conv_free(d);
+}
+
 /* /export writes long tool text whole: a declaration and a call's arguments of 3,000 bytes each
  * (its formatter once cut every line at 511 bytes without a word). */
 static void test_export_long(void) {
@@ -775,6 +838,7 @@ int main(void) {
     test_malformed();
     test_utf8();
     test_export_escape();
+    test_export_controls();
     test_export_long();
     test_failures();
     test_full_disk();

@@ -14,6 +14,7 @@
  *   test-grammar --walk SCHEMAS OUT N     uniform random walks for ajv (t-grammar.sh; walk_out)
  */
 #include "test.h"
+#include "gram-impl.h" /* g_match_budget, g_match_stats: the mask's work */
 #include "k3.h"
 
 #include <stdint.h>
@@ -302,6 +303,9 @@ static int feed_ids(const k3_grammar *g, const k3_gvocab *v, const int32_t *ids,
     return rc;
 }
 
+static int64_t walk_budget; /* nonzero: exact_walk's masks by k3_gmatch_mask_bounded with this budget */
+static int     walk_more;   /* masks of exact_walk that took more than one call */
+
 /* A walk of up to `steps` ids drawn from the mask; at each step every id's bit (or the bits of
  * cand[0..nc) when cand is not NULL) must equal k3_gmatch_allows (the mask is exact: no valid id
  * left out, no invalid one let in). Returns the number of steps where they differ, *nsteps the
@@ -313,9 +317,13 @@ static int exact_walk(const k3_grammar *g, int32_t nv, const int32_t *cand, int3
     int        bad  = 0;
     if (!mask || k3_gmatch_new(g, &m))
         return free(mask), 1;
+    g_match_budget(m, walk_budget);
     for (int s = 0; s < steps && !k3_gmatch_ended(m); s++) {
-        if (k3_gmatch_mask(m, mask))
-            return k3_gmatch_free(m), free(mask), bad + 1;
+        int done = 0, calls = 0;
+        while (!done && ++calls < 1000000)
+            if (walk_budget ? k3_gmatch_mask_bounded(m, mask, &done) : (done = 1, k3_gmatch_mask(m, mask)))
+                return k3_gmatch_free(m), free(mask), bad + 1;
+        walk_more += calls > 1;
         int32_t n = 0, pick = -1, diff = 0;
         for (int32_t id = 0; id < nv; id++)
             n += bit(mask, id);
@@ -656,6 +664,31 @@ static const struct {
     {"{\"type\":\"number\",\"exclusiveMinimum\":-2,\"maximum\":-1}", "-2.0", 0},
     {"{\"type\":\"number\",\"exclusiveMinimum\":-2,\"maximum\":-1}", "-1.0", 1},
     {"{\"type\":\"number\",\"exclusiveMinimum\":-2,\"maximum\":-1}", "-0.9", 0},
+    /* fractional bounds are exact as a validator reads them (they were rounded inwards to
+     * integers: minimum 0.5 wrote numbers from 1, exclusiveMaximum 2.25 up to 1.999...) */
+    {"{\"type\":\"number\",\"minimum\":0.5}", "0.5", 1},
+    {"{\"type\":\"number\",\"minimum\":0.5}", "0.50", 1},
+    {"{\"type\":\"number\",\"minimum\":0.5}", "0.4999999999999999", 0},
+    {"{\"type\":\"number\",\"minimum\":0.5}", "0.7", 1},
+    {"{\"type\":\"number\",\"exclusiveMaximum\":2.25}", "2.2", 1},
+    {"{\"type\":\"number\",\"exclusiveMaximum\":2.25}", "2.25", 0},
+    {"{\"type\":\"number\",\"exclusiveMaximum\":2.25}", "2.2499999999999996", 1},
+    {"{\"type\":\"number\",\"exclusiveMaximum\":2.25}", "2.2499999999999999", 0}, /* the double 2.25 */
+    {"{\"type\":\"number\",\"exclusiveMinimum\":0.1}", "0.1000000000000001", 1},
+    {"{\"type\":\"number\",\"exclusiveMinimum\":0.1}", "0.1", 0},
+    {"{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.75}", "0.6", 1},
+    {"{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.75}", "0.75", 1},
+    {"{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.75}", "0.7500000000000001", 0},
+    {"{\"type\":\"number\",\"minimum\":-1.75,\"maximum\":-1.5}", "-1.75", 1},
+    {"{\"type\":\"number\",\"minimum\":-1.75,\"maximum\":-1.5}", "-1.6", 1},
+    {"{\"type\":\"number\",\"minimum\":-1.75,\"maximum\":-1.5}", "-1.4", 0},
+    {"{\"type\":\"number\",\"minimum\":-0.5,\"maximum\":0.5}", "-0", 1},
+    {"{\"type\":\"number\",\"minimum\":-0.5,\"maximum\":0.5}", "-0.5", 1},
+    {"{\"type\":\"number\",\"maximum\":4503599627370496.5}", "4503599627370496.5", 1}, /* a tie */
+    {"{\"type\":\"number\",\"exclusiveMaximum\":4503599627370497}", "4503599627370496.5", 1},
+    {"{\"type\":\"number\",\"exclusiveMaximum\":4503599627370497}", "4503599627370496.6", 0},
+    {"{\"enum\":[0.25,0.5,2.5],\"exclusiveMinimum\":0.25,\"maximum\":2.25}", "0.5", 1},
+    {"{\"enum\":[0.25,0.5,2.5],\"exclusiveMinimum\":0.25,\"maximum\":2.25}", "0.25", 0},
     {"{\"type\":\"number\",\"maximum\":-3}", "-3.000", 1},
     {"{\"type\":\"number\",\"maximum\":-3}", "-2.999", 0},
     {"{\"enum\":[2.5,7,-1.5],\"minimum\":0,\"maximum\":5}", "2.5", 1},
@@ -684,6 +717,108 @@ static int edge_run(const k3_gvocab *v) {
                    edge_docs[k].want ? "accepted" : "rejected");
     }
     return ok;
+}
+
+/* Number bounds drawn at random (1 to 20 fraction digits, up to 16 integer digits, near powers
+ * of two where doubles are sparse), each keyword with its own bound: every candidate near a
+ * bound (its digits, one unit of the 16th fraction digit either side, of coarser digits, trailing
+ * zeros trimmed or kept) is taken by the grammar exactly when strtod's double of it (JSON.parse's,
+ * ajv's) passes the bound's double. Fails on a bound rounded to an integer (minimum 0.5 refused
+ * 0.5), a decimal comparison (exclusiveMaximum 2.25 took 2.2499999999999999, the double 2.25),
+ * and a tie rounded the wrong way. */
+__extension__ typedef __int128 num128; /* a number in units of 10^-16 */
+#define E16 10000000000000000LL
+
+static void num_bounds_exact(const k3_gvocab *v) {
+    static const char *const key[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    int                      n_sch = 0, n_doc = 0, bad = 0, n_in = 0;
+    for (int r = 0; r < 300; r++) {
+        char bt[2][64], sch[256];
+        int  kk[2] = {(int)rnd(2), 2 + (int)rnd(2)}, lone = (int)rnd(4); /* lone 0/1: that bound only */
+        for (int j = 0; j < 2; j++) { /* the bound's text: sign, integer digits, fraction digits */
+            int  ni = rnd(3) == 0 ? 16 : (int)rnd(4), nf = 1 + (int)rnd(20);
+            char ip[24] = "0", *p = bt[j];
+            if (ni == 16)
+                snprintf(ip, sizeof ip, "%lld", (1LL << (52 + rnd(2))) + (long long)rnd(5) - 2);
+            else
+                for (int k = 0; k < ni; k++)
+                    ip[k] = (char)((k ? '0' : '1') + rnd(k ? 10 : 9)), ip[k + 1] = 0;
+            p += sprintf(p, "%s%s.", rnd(3) == 0 ? "-" : "", ip);
+            for (int k = 0; k < nf; k++)
+                *p++ = (char)(rnd(4) == 0 ? '0' + rnd(10) : k + 1 == nf ? '5' : '0' + rnd(2) * 9);
+            *p = 0;
+        }
+        if (strtod(bt[0], NULL) > strtod(bt[1], NULL) && lone > 1) { /* lower first */
+            char t[64];
+            memcpy(t, bt[0], sizeof t), memcpy(bt[0], bt[1], sizeof t), memcpy(bt[1], t, sizeof t);
+        }
+        if (lone == 0)
+            snprintf(sch, sizeof sch, "{\"type\":\"number\",\"%s\":%s}", key[kk[0]], bt[0]);
+        else if (lone == 1)
+            snprintf(sch, sizeof sch, "{\"type\":\"number\",\"%s\":%s}", key[kk[1]], bt[1]);
+        else
+            snprintf(sch, sizeof sch, "{\"type\":\"number\",\"%s\":%s,\"%s\":%s}", key[kk[0]], bt[0],
+                     key[kk[1]], bt[1]);
+        double      lo = strtod(bt[0], NULL), hi = strtod(bt[1], NULL);
+        k3_grammar *g  = NULL;
+        k3_status   st = compile(v, sch, &g);
+        if (st && (st != K3_ERR_ARG || !strstr(k3_errmsg(), "compiles to nothing"))) {
+            printf("# %s: %s\n", sch, k3_errmsg());
+            bad++;
+            continue;
+        } /* compiled to nothing: then no candidate may be valid */
+        n_sch++;
+        for (int j = 0; j < 2; j++) { /* candidates around each bound's text */
+            const char *b   = bt[j];
+            const char *dot = strchr(b, '.');
+            char        ipart[40];
+            int         neg = b[0] == '-';
+            snprintf(ipart, sizeof ipart, "%.*s", (int)(dot - b - neg), b + neg);
+            char frac[17];
+            snprintf(frac, sizeof frac, "%.16s", dot + 1);
+            for (size_t k = strlen(frac); k < 16; k++)
+                frac[k] = '0';
+            frac[16] = 0;
+            /* the 16-digit magnitude as an integer of 10^-16 units, moved by delta */
+            static const long long step[] = {0,   1,    -1,    2,         -2,         3,   -3,  10,
+                                             -10, 1000, -1000, 100000000, -100000000, E16, -E16};
+            for (size_t d = 0; d < sizeof step / sizeof *step; d++) {
+                num128 m = (num128)atoll(ipart) * E16 + atoll(frac);
+                m        = (neg ? -m : m) + step[d];
+                num128 a = m < 0 ? -m : m;
+                char   doc[64];
+                int    l = snprintf(doc, sizeof doc, "%s%lld.%016lld", m < 0 ? "-" : "", (long long)(a / E16),
+                                    (long long)(a % E16));
+                if (atoll(doc + (m < 0)) >= E16)
+                    continue;
+                int trim = (int)rnd(3); /* keep the zeros, trim them, or trim and drop ".": all one number */
+                while (trim && doc[l - 1] == '0' && doc[l - 2] != '.')
+                    doc[--l] = 0;
+                if (trim == 2 && doc[l - 1] == '0' && doc[l - 2] == '.')
+                    doc[l -= 2] = 0;
+                double x    = strtod(doc, NULL);
+                int    want = 1, complete = 0;
+                for (int q = 0; q < 2; q++) {
+                    if ((lone == 0 && q == 1) || (lone == 1 && q == 0))
+                        continue;
+                    double y = q ? hi : lo;
+                    int    k = kk[q];
+                    want &= k == 0 ? x >= y : k == 1 ? x > y : k == 2 ? x <= y : x < y;
+                }
+                int got = g && feed_bytes(g, doc, (size_t)l, &complete) == -1 && complete;
+                n_doc++;
+                n_in += want;
+                if (got != want && bad++ < 8)
+                    printf("# %s under %s: %s, wanted %s\n", doc, sch, got ? "taken" : "refused",
+                           want ? "taken" : "refused");
+            }
+        }
+        k3_grammar_free(g);
+    }
+    T_CHECK(bad == 0 && n_sch > 200 && n_in > 1000 && n_doc - n_in > 1000,
+            "number bounds are exact as strtod (ajv's JSON.parse) reads them: %d schemas, %d numbers near "
+            "their bounds (%d valid), %d taken or refused wrongly",
+            n_sch, n_doc, n_in, bad);
 }
 
 /* A call of tool f whose one argument s (required) has schema arg and the raw value val: 1 when
@@ -965,14 +1100,12 @@ int main(int argc, char **argv) {
                 "... and accepts the other one");
         k3_grammar_free(g);
     }
-    st = compile(v, "{\"type\":\"number\",\"minimum\":0.5,\"maximum\":0.75}", &g);
-    T_CHECK(
-        st == K3_ERR_UNSUPPORTED &&
-            strstr(k3_errmsg(), "\"minimum\" at #: fractional bounds with no integer"),
-        "number bounds [0.5, 0.75] (rounded inwards to integers: none) are refused, not 'no document': %s",
-        st ? k3_errmsg() : "it compiled");
+    st = compile(v, "{\"type\":\"number\",\"minimum\":0.75,\"exclusiveMaximum\":0.75}", &g);
+    T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "compiles to nothing"),
+            "number bounds [0.75, 0.75) admit nothing: %s", st ? k3_errmsg() : "it compiled");
     if (!st)
         k3_grammar_free(g);
+    num_bounds_exact(v);
     st = compile(v, "{\"type\":\"strin\"}", &g);
     T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "\"type\" at #"), "a misspelt type is named: %s",
             k3_errmsg());
@@ -1424,6 +1557,86 @@ int main(int argc, char **argv) {
                 "masks are exact: over %d steps of %d grammars (corpus, json_object, tool calls) every id's "
                 "bit equals k3_gmatch_allows (%d steps differ)",
                 steps, nsch, bad);
+    }
+
+    /* bounded masks over several calls: with a budget of 1 step each call fills one node's entry
+     * (the first it needs, whatever its bound) and returns without a mask while others are left;
+     * the mask it finally sets must be as exact as k3_gmatch_mask's */
+    {
+        int nsch = 0, steps = 0;
+        walk_budget = 1, walk_more = 0;
+        int bad = exact_corpus(v, nv, NULL, 0, 24, &nsch, &steps);
+        T_CHECK(nsch >= 50 && steps > 1000 && walk_more > 100 && bad == 0,
+                "bounded masks set over several calls are exact: %d of %d steps of %d grammars took more "
+                "than one call, %d differ from k3_gmatch_allows",
+                walk_more, steps, nsch, bad);
+        walk_budget = 0;
+    }
+
+    /* many branches alive at once: an anyOf of 60 strings of maxLength 1..60 keeps up to 60 string
+     * positions in the set, each a fill (a walk over the vocabulary inside a string) on its first
+     * visit: a first mask took 60 walks (214 ms a token on the release vocabulary). Each call of
+     * k3_gmatch_mask_bounded now fills at most one walk's worth (the bound of its walks: the trie
+     * edges under the first bytes still alive) and says when it needs another; the masks it sets
+     * are exact. */
+    {
+        k3_buf any = {0};
+        puts_(&any, "{\"type\":\"object\",\"properties\":{\"s\":{\"anyOf\":[");
+        for (int k = 1; k <= 60; k++)
+            k3_buf_printf(&any, "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k);
+        puts_(&any, "]}},\"required\":[\"s\"]}");
+        k3_grammar *ag  = NULL;
+        k3_status   ast = compile(v, any.p, &ag);
+        T_CHECK(ast == K3_OK, "an anyOf of 60 strings compiles: %s", ast ? k3_errmsg() : "");
+        k3_grammar_free(ag);
+        for (int old = 1; old >= 0 && !ast; old--) { /* the unbounded path first, on its own grammar */
+            k3_grammar *gg   = NULL;
+            k3_gmatch  *m    = NULL;
+            uint64_t   *mask = malloc((size_t)k3_gvocab_words(v) * sizeof *mask);
+            int64_t     most = 0, fill, pre, most_pre = 0;
+            int         steps = 0, calls, n_more = 0, bad = 0, done;
+            if (!mask || compile(v, any.p, &gg) || k3_gmatch_new(gg, &m))
+                break;
+            g_match_budget(m, old ? -1 : 0);
+            if (k3_gmatch_accept_bytes(m, "{\"s\":\"", 6))
+                bad++;
+            for (; steps < 40 && !k3_gmatch_ended(m) && !bad; steps++) {
+                int32_t n = 0, pick = -1;
+                do {
+                    if (k3_gmatch_mask_bounded(m, mask, &done))
+                        bad++;
+                    g_match_stats(m, &fill, &pre, &calls);
+                    most     = fill > most ? fill : most;
+                    most_pre = pre > most_pre ? pre : most_pre;
+                } while (!done && !bad);
+                n_more += calls > 1;
+                for (int32_t id = 0; id < nv; id++) {
+                    n += bit(mask, id);
+                    bad += bit(mask, id) != k3_gmatch_allows(m, id);
+                }
+                for (int32_t id = 0, want = n ? (int32_t)rnd((uint32_t)n) : -1; id < nv && pick < 0; id++)
+                    if (bit(mask, id) && want-- == 0)
+                        pick = id;
+                if (pick < 0 || k3_gmatch_accept(m, pick))
+                    bad++;
+            }
+            if (old)
+                T_CHECK(most_pre > 4 * v->n_edges && !bad,
+                        "... unbounded (the old path), one mask charges %.1f walks' worth of the vocabulary "
+                        "before its last fill (the schema is one the budget is for)",
+                        (double)most_pre / (double)v->n_edges);
+            else
+                T_CHECK(most_pre <= v->n_edges && n_more > 0 && !bad,
+                        "... bounded, a call begins a fill only within one walk of the vocabulary (at most "
+                        "%lld of %lld charged before its last fill; %lld with it; %d of %d masks took more "
+                        "than one call) and every mask is exact (%d ids' bits differ from k3_gmatch_allows "
+                        "or a step failed)",
+                        (long long)most_pre, (long long)v->n_edges, (long long)most, n_more, steps, bad);
+            k3_gmatch_free(m);
+            k3_grammar_free(gg);
+            free(mask);
+        }
+        free(any.p);
     }
 
     /* k3-tools.md 1.7: the response-format message, after the tool-choice one, before the prompt */

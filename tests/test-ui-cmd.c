@@ -1,10 +1,12 @@
 /* test-ui-cmd.c: slash-command parsing (ui/common/cmd.c): every command, bad arguments with their
  * messages, nearest-command suggestions and completion; theme file parsing (ui/common/theme.c). */
+#include "clip.h"
 #include "cmd.h"
 #include "test.h"
 #include "theme.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static cmd_result r;
@@ -47,6 +49,22 @@ int main(void) {
                 ok("/stats", CMD_STATS) && ok("/quit", CMD_QUIT) && ok("/forget", CMD_FORGET),
             "/clear /retry /undo /stats /quit /forget");
     T_CHECK(bad("/clear all", "takes no argument"), "/clear all: %s", r.msg);
+    /* a long argument quoted in the message is cut between characters, with an ellipsis: at 60
+     * bytes, "a" and 40 three-byte characters were cut inside the 20th (U+FFFD on the screen) */
+    T_CHECK(bad("/clear a模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模",
+                "(got 'a模模模模模模模模模模模模模模模模模模模…')") &&
+                k3_utf8_repair(r.msg, strlen(r.msg), NULL, NULL) == 0,
+            "/clear with a long argument: the quote ends on a whole character, with … (%s)", r.msg);
+    T_CHECK(bad("/help a模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模模",
+                "no command /a模模模模模模模模模模模模模模模模模模模…") &&
+                k3_utf8_repair(r.msg, strlen(r.msg), NULL, NULL) == 0,
+            "/help of a long name: the same (%s)", r.msg);
+    clip_req cq;
+    char     cm[256];
+    T_CHECK(clip_parse("模模模模模模模模模模模模模模模模模模模", &cq, cm, sizeof cm) != 0 &&
+                strstr(cm, "'模模模模模模模模模模模模模…' is not an answer number") &&
+                k3_utf8_repair(cm, strlen(cm), NULL, NULL) == 0,
+            "/copy with a long word: the quote ends on a whole character, with … (%s)", cm);
     T_CHECK(ok("/save", CMD_SAVE) && r.arg[0] == 0, "/save without a file");
     T_CHECK(ok("/save my chat.jsonl", CMD_SAVE) && !strcmp(r.arg, "my chat.jsonl"),
             "/save with a space in the name");
@@ -89,6 +107,25 @@ int main(void) {
     /* theme files */
     thm_spec t[THM_N];
     char     err[256];
+    thm_defaults(t);
+    /* a theme name past THM_NAME_MAX is refused, not cut: "%.64s.theme" opened the theme named by
+     * its first 64 bytes (here the "a...a" theme of a test directory for "a...aEVIL") */
+    char dir[600], name[80], tpath[800];
+    snprintf(dir, sizeof dir, "%s/themes", t_tmp());
+    memset(name, 'a', 64);
+    name[64] = 0;
+    snprintf(tpath, sizeof tpath, "%s/%s.theme", dir, name);
+    T_CHECK(t_sh("mkdir -p '%s' && printf 'user = red blue\\n' > '%s'", dir, tpath) == 0,
+            "a theme named a...a");
+    setenv("K3_THEME_DIR", dir, 1);
+    snprintf(name + 64, sizeof name - 64, "EVIL");
+    T_CHECK(thm_load(name, t, err, sizeof err) != 0 && strstr(err, "at most 63 bytes") &&
+                strstr(err, "aaa…'"),
+            "a 68-byte theme name is refused, not read as its first 64 bytes (%s)", err);
+    name[63] = 0;
+    T_CHECK(thm_load(name, t, err, sizeof err) != 0 && !strstr(err, "at most"),
+            "a 63-byte name is looked up whole (%s)", err);
+    unsetenv("K3_THEME_DIR");
     thm_defaults(t);
     T_CHECK(thm_parse("# c\nuser = red default bold underline\n\nthink=245 0 dim\n", "x.theme", t, err,
                       sizeof err) == 0 &&

@@ -48,6 +48,32 @@ static int esc_ok(const char *s, const size_t *cuts, int ncut, const char *want)
     return ok;
 }
 
+/* txt_fit of s at cols: the text into out (a C string, at most 255 bytes), its width returned. */
+static int fit_str(const char *s, int cols, char *out) {
+    txt_buf b = {0};
+    int     w = txt_fit(&b, s, strlen(s), cols);
+    snprintf(out, 256, "%s", b.p ? b.p : "");
+    free(b.p);
+    return w;
+}
+
+/* Every cut of s by txt_fit at 1..width columns: as wide as it says, no wider than asked, valid
+ * UTF-8 (no part of a character), and made of a prefix and a suffix of s around the ellipsis. */
+static int fit_all_ok(const char *s) {
+    char   out[256];
+    size_t n = strlen(s);
+    for (int c = 1; c <= W(s); c++) {
+        int         w  = fit_str(s, c, out);
+        const char *el = strstr(out, "\xE2\x80\xA6");
+        if (w != W(out) || w > c || k3_utf8_repair(out, strlen(out), NULL, NULL) != 0)
+            return 0;
+        if (c < W(s) && (!el || strncmp(out, s, (size_t)(el - out)) || strlen(el + 3) > n ||
+                         strcmp(el + 3, s + n - strlen(el + 3))))
+            return 0;
+    }
+    return 1;
+}
+
 int main(void) {
     T_CHECK(W("hello") == 5, "ASCII width 5 (got %d)", W("hello"));
     T_CHECK(W("日本語") == 6, "CJK: 3 characters, 6 columns (got %d)", W("日本語"));
@@ -213,5 +239,18 @@ int main(void) {
     T_CHECK(b.n == strlen(uwant) && !memcmp(b.p, uwant, b.n) && !nctl,
             "txt_term_uri percent-encodes every byte outside 0x21..0x7E ('%.*s')", (int)b.n, b.p);
     free(b.p);
+    char fo[256];
+    T_CHECK(fit_str("k3-nano", 20, fo) == 7 && !strcmp(fo, "k3-nano"),
+            "txt_fit: a name that fits is kept (%s)", fo);
+    T_CHECK(fit_str("moonshotai/Kimi-K3-Instruct-2026-12-v2", 21, fo) == 21 &&
+                !strcmp(fo, "moonshotai…2026-12-v2"),
+            "txt_fit: a long id keeps its start and its end, the end that tells two ids apart (%s)", fo);
+    T_CHECK(fit_str("模型模型模型模型-v2", 9, fo) <= 9 && !strcmp(fo, "模型…-v2"),
+            "txt_fit: CJK cut between characters by width, not bytes (%s)", fo);
+    T_CHECK(fit_all_ok("moonshotai/Kimi-K3-Instruct-v2") &&
+                fit_all_ok("模型/日本語の名前-e\u0301t\u00e9-👩\u200d👩\u200d👧-v3") &&
+                fit_all_ok("a\tb\tc-long-name-with-tabs"),
+            "txt_fit at every width: no wider than asked, whole characters and clusters, prefix … suffix");
+    T_CHECK(fit_str("abc", 0, fo) == 0 && !fo[0], "txt_fit into 0 columns: nothing");
     return t_done();
 }

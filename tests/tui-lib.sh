@@ -57,6 +57,10 @@ wait_gone() { wait_until "'$1' to leave the screen" "${2:-10}" hasnt "$1"; }
 # wait_input_empty [SECONDS]: until the last row is the bare prompt
 input_empty() { [ "$(screen | tail -n 1)" = "›" ]; }
 wait_input_empty() { wait_until "an empty input line" "${1:-10}" input_empty; }
+# wait_input TEXT [SECONDS]: until the last row is the prompt followed by TEXT (wait_for "› TEXT"
+# also matches the message TEXT in the conversation above, which may already be on the screen)
+input_is() { [ "$(screen | tail -n 1)" = "› $1" ]; }
+wait_input() { wait_until "'› $1' on the input line" "${2:-10}" input_is "$1"; }
 # mouse BUTTON COL ROW: an X10 mouse report (button 0 = left press, 3 = release, 64/65 = wheel
 # up/down; COL and ROW 1-based), typed into the pane as the terminal would send it
 mouse() {

@@ -33,10 +33,27 @@
 
 /* ==== chat encoder ============================================================== */
 
+/* The parts of the history rendered by an earlier call (see "the rendering kept between turns"). */
+typedef struct render_memo {
+    k3_ids  ids;   /* E + the parts of msgs[0, n)                                 */
+    int    *first; /* (cap) first[i], i < n: the first message of i's segment     */
+    size_t *at;    /* (cap) at[i]: ids.n where i's segment's part starts          */
+    int     n, cap;
+    size_t  last_n, tail_n; /* the last call's: the last segment's part; T less E (the prompt's end) */
+    /* the key: what E and every part depend on */
+    const k3_tok *tok;
+    int           think, tools_on;
+    char          effort[sizeof(((k3_conv_settings *)0)->effort)];
+    char         *tools;
+} render_memo;
+
 typedef struct conv_render {
-    char   *dir; /* model directory the tokenizer came from */
-    k3_tok *tok;
+    char       *dir; /* model directory the tokenizer came from */
+    k3_tok     *tok;
+    render_memo memo;
 } conv_render;
+
+static void memo_free(render_memo *mm);
 
 static void store_clear(conv_store *sn) {
     for (int i = 0; i < sn->n_snaps; i++) {
@@ -87,6 +104,7 @@ static void gen_free(k3_conv *c) {
     conv_render *r = c->render;
     if (r) {
         k3_tok_free(r->tok);
+        memo_free(&r->memo);
         free(r->dir);
         free(r);
     }
@@ -121,6 +139,7 @@ k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out) {
     }
     if (r) {
         k3_tok_free(r->tok);
+        memo_free(&r->memo);
         free(r->dir);
         free(r);
     }
@@ -359,6 +378,71 @@ static k3_status render_part(const k3_conv *c, const k3_tok *tok, int a, int i, 
     return st;
 }
 
+/* What each part of a rendering is measured against: E, the encoding of no message
+ * ([declarations, effort]); G, E + the generation prompt; T, E + [tool-choice] +
+ * [response-format] + [the generation prompt when asked]; P, the effort message alone (what
+ * same_structure's one-message encodings start with). The encoding is a concatenation: E + each
+ * message's part + the rest of T. */
+typedef struct render_ctx {
+    k3_chat_opts oa; /* tool_choice auto, no response format, no prompt: each part's encoding */
+    k3_ids       E, G, T, P, one;
+    int          tools; /* replies were generated with tool calls parsed */
+} render_ctx;
+
+static void ctx_free(render_ctx *x) {
+    k3_ids_free(&x->E);
+    k3_ids_free(&x->G);
+    k3_ids_free(&x->T);
+    k3_ids_free(&x->P);
+    k3_ids_free(&x->one);
+}
+
+static k3_status ctx_init(const k3_conv *c, const k3_tok *tok, int gen_prompt, render_ctx *x) {
+    k3_chat_opts o;
+    conv_chat_opts(c, 0, &o);
+    *x                    = (render_ctx){.oa = o};
+    x->oa.tool_choice     = NULL;
+    x->oa.response_format = NULL;
+    k3_status st          = k3_chat_encode(tok, NULL, 0, &x->oa, &x->E);
+    x->oa.gen_prompt      = 1;
+    if (!st)
+        st = k3_chat_encode(tok, NULL, 0, &x->oa, &x->G);
+    o.gen_prompt = gen_prompt;
+    if (!st)
+        st = k3_chat_encode(tok, NULL, 0, &o, &x->T);
+    x->oa.gen_prompt = 0;
+    K3_ASSERT(st || (x->G.n >= x->E.n && x->T.n >= x->E.n &&
+                     (!x->E.n || !memcmp(x->G.v, x->E.v, x->E.n * sizeof *x->E.v))));
+    k3_chat_opts po = {.think = c->set.think};
+    if (!st)
+        st = k3_chat_encode(tok, NULL, 0, &po, &x->P);
+    x->tools = c->tools && strcmp(c->set.tool_choice, "none");
+    if (st)
+        ctx_free(x);
+    return st;
+}
+
+/* Appends the part of the segment that starts at message i: a message, or a run of tool results
+ * (rendered with the calls they answer); *j gets the index after it. */
+static k3_status render_seg(const k3_conv *c, const k3_tok *tok, render_ctx *x, int i, int *j, k3_ids *out) {
+    int    used;
+    k3_ids g     = {.v = x->G.v + x->E.n, .n = x->G.n - x->E.n};
+    *j           = i + 1;
+    k3_status st = faithful_reply(tok, &c->msgs[i], c->set.think, x->tools, &g, x->P.n, out, &used);
+    if (st || used)
+        return st;
+    int a = i;
+    if (c->msgs[i].role == K3_ROLE_TOOL) { /* a run of results, with the calls they answer */
+        while (*j < c->n_msgs && c->msgs[*j].role == K3_ROLE_TOOL)
+            (*j)++;
+        while (a > 0 && c->msgs[a].role != K3_ROLE_ASSISTANT)
+            a--;
+        if (c->msgs[a].role != K3_ROLE_ASSISTANT)
+            a = i;
+    }
+    return render_part(c, tok, a, i, *j, &x->oa, x->E.n, &x->one, out);
+}
+
 /* The prompt generation uses: k3_conv_render, with qualifying replies as generated. */
 k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out) {
     int any = 0;
@@ -366,69 +450,140 @@ k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt
         any |= c->msgs[i].role == K3_ROLE_ASSISTANT && c->msgs[i].n_ids > 0;
     if (!any)
         return k3_conv_render(c, tok, gen_prompt, out);
-    /* the encoding is a concatenation: [declarations, effort] E + each message +
-     * [tool-choice] + [prompt]; G is the generation prompt alone, T the tail */
-    k3_chat_opts o;
-    conv_chat_opts(c, 0, &o);
-    k3_chat_opts oa    = o; /* tool_choice auto: no tool-choice message */
-    oa.tool_choice     = NULL;
-    oa.response_format = NULL; /* nor a response-format message */
-    k3_ids    E = {0}, G = {0}, T = {0}, one = {0};
-    size_t    n0  = out->n;
-    k3_status st  = k3_chat_encode(tok, NULL, 0, &oa, &E);
-    oa.gen_prompt = 1;
-    if (!st)
-        st = k3_chat_encode(tok, NULL, 0, &oa, &G);
-    o.gen_prompt = gen_prompt;
-    if (!st)
-        st = k3_chat_encode(tok, NULL, 0, &o, &T);
-    oa.gen_prompt = 0; /* each part: no tool-choice message, no prompt */
-    K3_ASSERT(st || (G.n >= E.n && T.n >= E.n && (!E.n || !memcmp(G.v, E.v, E.n * sizeof *E.v))));
-    k3_chat_opts po = {.think = c->set.think}; /* what same_structure's one-message encodings start with */
-    k3_ids       P  = {0};
-    if (!st)
-        st = k3_chat_encode(tok, NULL, 0, &po, &P);
-    for (size_t k = 0; !st && k < E.n; k++)
-        st = k3_ids_push(out, E.v[k]);
-    int tools = c->tools && strcmp(c->set.tool_choice, "none");
-    for (int i = 0; !st && i < c->n_msgs; i++) {
-        int    used;
-        k3_ids g = {.v = G.v + E.n, .n = G.n - E.n};
-        if ((st = faithful_reply(tok, &c->msgs[i], c->set.think, tools, &g, P.n, out, &used)) || used)
-            continue;
-        int a = i, j = i + 1;
-        if (c->msgs[i].role == K3_ROLE_TOOL) { /* a run of results, with the calls they answer */
-            while (j < c->n_msgs && c->msgs[j].role == K3_ROLE_TOOL)
-                j++;
-            while (a > 0 && c->msgs[a].role != K3_ROLE_ASSISTANT)
-                a--;
-            if (c->msgs[a].role != K3_ROLE_ASSISTANT)
-                a = i;
-        }
-        st = render_part(c, tok, a, i, j, &oa, E.n, &one, out);
-        i  = j - 1;
-    }
-    for (size_t k = E.n; !st && k < T.n; k++) /* [tool-choice] + [generation prompt] */
-        st = k3_ids_push(out, T.v[k]);
+    render_ctx x;
+    size_t     n0 = out->n;
+    k3_status  st = ctx_init(c, tok, gen_prompt, &x);
+    if (st)
+        return st;
+    st = k3_ids_append(out, x.E.v, x.E.n);
+    for (int i = 0, j; !st && i < c->n_msgs; i = j)
+        st = render_seg(c, tok, &x, i, &j, out);
+    if (!st) /* [tool-choice] + [generation prompt] */
+        st = k3_ids_append(out, x.T.v + x.E.n, x.T.n - x.E.n);
     if (st)
         out->n = n0;
-    k3_ids_free(&E);
-    k3_ids_free(&G);
-    k3_ids_free(&T);
-    k3_ids_free(&P);
-    k3_ids_free(&one);
+    ctx_free(&x);
+    return st;
+}
+
+/* ==== the rendering kept between turns ==========================================
+ *
+ * A chat turn needs the rendering of the whole history three times: the context figure before
+ * it (k3_conv_context), the prompt (k3_conv_generate), the figure after it. Encoding is the cost,
+ * linear in the history (each reply is also checked against its ids: k3-bench history measured
+ * 1.5 s a turn at 10,000 exchanges), and all but the newest messages render as they did the turn
+ * before. So the parts
+ * of msgs[0, n) are kept (render_memo, in c->render), E first, and a rendering encodes only the
+ * messages after them; the last segment is never kept (a run of tool results can still grow).
+ * Any change to messages [i, ...) (conv_touched, k3_conv_clear, a load) cuts the memo back to
+ * before i's segment (conv_render_forget); a change of what every part depends on (the
+ * tokenizer, think, effort, the declared tools) starts it again. Copying and comparing ids
+ * remains linear in the history, at memcpy's speed. Conversations that never ask for the
+ * context figure (the server's, one per request) keep no memo: one full encode is cheaper. */
+
+static void memo_free(render_memo *mm) {
+    k3_ids_free(&mm->ids);
+    free(mm->first);
+    free(mm->at);
+    free(mm->tools);
+    memset(mm, 0, sizeof *mm);
+}
+
+void conv_render_forget(k3_conv *c, int i) {
+    conv_render *r = c->render;
+    if (!r || i >= r->memo.n)
+        return;
+    int k         = i > 0 ? r->memo.first[i] : 0;
+    r->memo.ids.n = r->memo.at[k];
+    r->memo.n     = k;
+}
+
+/* The memo for c's settings and tok: kept when its key is theirs, else emptied and keyed anew. */
+static k3_status memo_key(render_memo *mm, const k3_conv *c, const k3_tok *tok) {
+    int tools_on = c->tools && strcmp(c->set.tool_choice, "none");
+    if (mm->tok == tok && mm->think == c->set.think && mm->tools_on == tools_on &&
+        !strcmp(mm->effort, c->set.effort) && !mm->tools == !c->tools &&
+        (!c->tools || !strcmp(mm->tools, c->tools)))
+        return K3_OK;
+    char *tools = c->tools ? k3_strdup(c->tools) : NULL;
+    if (c->tools && !tools)
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+    free(mm->tools);
+    mm->tools    = tools;
+    mm->tok      = tok;
+    mm->think    = c->set.think;
+    mm->tools_on = tools_on;
+    snprintf(mm->effort, sizeof mm->effort, "%s", c->set.effort);
+    mm->n     = 0;
+    mm->ids.n = 0;
+    return K3_OK;
+}
+
+k3_status conv_render_kept(k3_conv *c, const k3_tok *tok, k3_ids *out, int *n) {
+    render_memo *mm = &((conv_render *)c->render)->memo;
+    render_ctx   x;
+    k3_ids       last = {0};
+    k3_status    st   = ctx_init(c, tok, 1, &x);
+    if (st)
+        return st;
+    st = memo_key(mm, c, tok);
+    if (!st && mm->n == 0) {
+        mm->ids.n = 0;
+        st        = k3_ids_append(&mm->ids, x.E.v, x.E.n);
+    }
+    for (int i = mm->n, j; !st && i < c->n_msgs; i = j) {
+        size_t at = mm->ids.n;
+        if ((st = render_seg(c, tok, &x, i, &j, &mm->ids))) {
+            mm->ids.n = at;
+            break;
+        }
+        if (j == c->n_msgs) { /* the last segment: out of the memo */
+            st        = k3_ids_append(&last, mm->ids.v + at, mm->ids.n - at);
+            mm->ids.n = at;
+            break;
+        }
+        if (j > mm->cap) {
+            int     cap   = j + j / 2 + 16;
+            int    *first = realloc(mm->first, (size_t)cap * sizeof *first);
+            size_t *ats   = first ? realloc(mm->at, (size_t)cap * sizeof *ats) : NULL;
+            if (first)
+                mm->first = first;
+            if (ats)
+                mm->at = ats;
+            if (!first || !ats) {
+                mm->ids.n = at;
+                st        = k3_err(K3_ERR_NOMEM, "conversation: out of memory");
+                break;
+            }
+            mm->cap = cap;
+        }
+        for (int k = i; k < j; k++)
+            mm->first[k] = i, mm->at[k] = at;
+        mm->n = j;
+    }
+    if (!st && out) {
+        size_t n0 = out->n;
+        if ((st = k3_ids_append(out, mm->ids.v, mm->ids.n)) || (st = k3_ids_append(out, last.v, last.n)) ||
+            (st = k3_ids_append(out, x.T.v + x.E.n, x.T.n - x.E.n)))
+            out->n = n0;
+    }
+    if (!st) {
+        mm->last_n = last.n;
+        mm->tail_n = x.T.n - x.E.n;
+        *n         = (int)(mm->ids.n + last.n + x.T.n - x.E.n);
+    }
+    ctx_free(&x);
+    k3_ids_free(&last);
     return st;
 }
 
 k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity) {
     k3_tok       *tok;
-    k3_ids        r = {0};
     k3_model_info info;
+    int           n  = 0;
     k3_status     st = conv_get_tok(c, m, &tok);
     if (!st)
-        st = conv_render_prompt(c, tok, 1, &r);
-    int n = (int)r.n;
-    k3_ids_free(&r);
+        st = conv_render_kept(c, tok, NULL, &n);
     if (st)
         return st;
     k3_model_get_info(m, &info);
@@ -453,11 +608,14 @@ static k3_status need_without(const k3_conv *c, const k3_tok *tok, const int *st
             v[n++] = c->msgs[i];
         for (int i = from; i < c->n_msgs; i++)
             v[n++] = c->msgs[i];
-        view->msgs   = v;
-        view->n_msgs = n;
-        view->set    = c->set;
-        st           = conv_render_prompt(view, tok, 1, &r);
-        *need        = (int)r.n;
+        view->msgs      = v;
+        view->n_msgs    = n;
+        view->set       = c->set;
+        view->tools     = c->tools; /* the declarations and the response format go with every prompt */
+        view->rf_schema = c->rf_schema;
+        memcpy(view->rf_type, c->rf_type, sizeof view->rf_type);
+        st    = conv_render_prompt(view, tok, 1, &r);
+        *need = (int)r.n;
     }
     k3_ids_free(&r);
     free(v);
@@ -481,13 +639,21 @@ k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info 
             start[n_exch++] = i;
     fi->capacity    = info.max_ctx;
     fi->n_exchanges = n_exch;
+    /* need(drop) from the kept rendering's offsets: the whole prompt less the parts of the exchanges
+     * dropped (an exchange's parts start at its user message and depend on nothing before it, but
+     * for tool results that follow a user message with no reply between, which the encoder reads
+     * against an earlier reply's calls), so the search costs one rendering, not one per probe; the
+     * figure it settles on is rendered as a view below, exactly */
     int lo = 0, hi = n_exch, need = 0; /* the answer is in [lo, hi]: need(hi) fits or hi = n_exch */
-    if (!(st = need_without(c, tok, start, n_exch, 0, &fi->used)) && fi->used + room > info.max_ctx) {
-        lo = 1;
-        while (!st && lo < hi) { /* need() only shrinks as exchanges go */
-            int mid = lo + (hi - lo) / 2;
-            if ((st = need_without(c, tok, start, n_exch, mid, &need)))
-                break;
+    if (!(st = conv_render_kept(c, tok, NULL, &fi->used)) && fi->used + room > info.max_ctx) {
+        const render_memo *mm  = &((conv_render *)c->render)->memo;
+        size_t             end = mm->ids.n + mm->last_n;              /* where the parts end */
+        size_t at0 = start[0] < mm->n ? mm->at[start[0]] : mm->ids.n; /* E + the messages before them */
+        lo         = 1;
+        while (lo < hi) { /* need() only shrinks as exchanges go */
+            int    mid  = lo + (hi - lo) / 2;
+            size_t from = mid == n_exch ? end : start[mid] < mm->n ? mm->at[start[mid]] : mm->ids.n;
+            need        = (int)(at0 + (end - from) + mm->tail_n);
             if (need + room <= info.max_ctx)
                 hi = mid;
             else
@@ -859,8 +1025,15 @@ static void step_prepare(k3_conv_gen *g) {
                                  !(g->gen.n && k3_tok_is_special(g->tok, g->gen.v[g->gen.n - 1])))))
         id = g->tclose.v[g->i_close++]; /* the thinking budget is spent: close the reasoning */
     else if (g->gm && k3_chat_parser_channel(g->par) == K3_CHAN_RESPONSE) { /* reasoning stays free */
-        if ((g->st = k3_gmatch_mask(g->gm, g->mask)))
+        int done;
+        if ((g->st = k3_gmatch_mask_bounded(g->gm, g->mask, &done)))
             return;
+        if (!done) { /* the grammar's first visits take more than one step's budget: this turn
+                      * feeds nothing this step (the others of a batch go on) and goes on with
+                      * them at the next; the draw waits for the whole mask */
+            g->phase = GEN_DECODE;
+            return;
+        }
         id = k3_sampler_sample_masked(g->smp, logits, g->info.vocab, g->mask);
         if (id < 0 || (g->st = k3_gmatch_accept(g->gm, id))) {
             g->st =
@@ -947,7 +1120,10 @@ k3_status k3_conv_gen_begin(k3_conv *c, k3_model *m, k3_session *s, const k3_con
     k3_model_get_info(m, &g->info);
     g->t0        = k3_time();
     k3_status st = conv_get_tok(c, m, &g->tok);
-    if (!st)
+    int       n_memo;
+    if (!st && ((conv_render *)c->render)->memo.n > 0) /* a chat's: grown by the new messages */
+        st = conv_render_kept(c, g->tok, &g->R, &n_memo);
+    else if (!st)
         st = conv_render_prompt(c, g->tok, 1, &g->R);
     g->n     = (int)g->R.n;
     int room = g->info.max_ctx - g->n;

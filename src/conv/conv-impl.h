@@ -129,6 +129,14 @@ k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out);
 /* conv-gen.c: the ids generation prefills: k3_conv_render, except that replies generated
  * here whose ids decode to their text are rendered as generated (see conv-gen.c). */
 k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out);
+/* conv-gen.c: messages [i, ...) changed (or went): the rendering kept between turns forgets
+ * their parts (from the start of i's segment on). Every change to a message that is not the
+ * last appended goes through here (conv_touched, k3_conv_clear, conv_swap_content). */
+void conv_render_forget(k3_conv *c, int i);
+/* conv_render_prompt(c, tok, 1, out)'s ids (out may be NULL: only counted) and their number
+ * (*n), from the parts kept by earlier calls and the messages after them (conv-gen.c, "the
+ * rendering kept between turns"); c->render must be tok's (conv_get_tok). */
+k3_status conv_render_kept(k3_conv *c, const k3_tok *tok, k3_ids *out, int *n);
 /* Appends a copy of m to the abandoned branch `branch` at position at. */
 k3_status conv_push_abandoned(k3_conv *c, const k3_msg *m, int at, int branch);
 /* conv-gen.c: msgs[from, to) as chat-format messages (pointers into c; out has to - from). */

@@ -228,6 +228,7 @@ const char *k3_conv_model_fingerprint(const k3_conv *c) {
 /* ---- messages ------------------------------------------------------------ */
 
 void conv_touched(k3_conv *c, int i) {
+    conv_render_forget(c, i);
     if (i < c->n_saved) {
         c->rewrite = 1;
         c->n_saved = i;
@@ -478,7 +479,8 @@ void k3_conv_clear(k3_conv *c) {
     int keep = k3_conv_system(c) != NULL;
     for (int i = keep; i < c->n_msgs; i++)
         conv_msg_clear(&c->msgs[i]);
-    c->n_msgs    = keep;
+    c->n_msgs = keep;
+    conv_render_forget(c, keep);
     c->sys_since = 0; /* every turn from now on has it */
     drop_abandoned(c);
     /* a new conversation gets a new autosave file; the old file stays as it is */
@@ -640,4 +642,6 @@ void conv_swap_content(k3_conv *a, k3_conv *b) {
     b->n_msgs     = n;
     b->cap_msgs   = cap;
     b->set        = s;
+    conv_render_forget(a, 0);
+    conv_render_forget(b, 0);
 }

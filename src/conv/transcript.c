@@ -1261,15 +1261,64 @@ static void md_stats(sbuf *b, const k3_msg *m) {
     k3_buf_printf(b, ", prompt %d tokens (%d cached)</sub>\n\n", t->n_prompt, t->n_cached);
 }
 
+/* Text of one line (a tool's name, a call id, the model directory): a line break in it is
+ * written \x0A (k3_escape's form), so it cannot end the heading or the line it stands in. */
+static void md_line(sbuf *b, const char *s) {
+    for (; *s; s++) {
+        if (*s == '\n' || *s == '\r')
+            k3_buf_printf(b, "\\x%02X", (unsigned)*s);
+        else
+            sb_add(b, s, 1);
+    }
+}
+
+/* s (one line) in a code span whose backticks outnumber any run of them in s. */
+static void md_code_span(sbuf *b, const char *s) {
+    size_t run = 0, most = 0;
+    for (const char *p = s; *p; p++)
+        most = (run = *p == '`' ? run + 1 : 0) > most ? run : most;
+    int pad = most && (s[0] == '`' || s[strlen(s) - 1] == '`');
+    for (size_t k = 0; k <= most; k++)
+        sb_str(b, "`");
+    sb_str(b, pad ? " " : "");
+    md_line(b, s);
+    sb_str(b, pad ? " " : "");
+    for (size_t k = 0; k <= most; k++)
+        sb_str(b, "`");
+}
+
+/* JSON (a call's arguments, a tool declaration) in a fenced block whose fence is longer than any
+ * run of backticks in it. */
+static void md_json(sbuf *b, const char *s) {
+    size_t run = 0, most = 2;
+    for (const char *p = s; *p; p++)
+        most = (run = *p == '`' ? run + 1 : 0) > most ? run : most;
+    for (size_t k = 0; k <= most; k++)
+        sb_str(b, "`");
+    sb_str(b, "json\n");
+    sb_str(b, s);
+    sb_str(b, "\n");
+    for (size_t k = 0; k <= most; k++)
+        sb_str(b, "`");
+    sb_str(b, "\n\n");
+}
+
 /* One message of the Markdown export; note (or NULL) is added to its heading. */
 static void md_msg(sbuf *bp, const k3_msg *m, const char *note) {
     static const char *const title[] = {"System", "User", "Assistant", "Tool result"};
-    if (m->role == K3_ROLE_TOOL)
-        k3_buf_printf(bp, "## Tool result%s%s%s%s%s%s\n\n", m->tool_name ? ": `" : "",
-                      m->tool_name ? m->tool_name : "", m->tool_name ? "`" : "",
-                      m->tool_call_id ? " (call " : "", m->tool_call_id ? m->tool_call_id : "",
-                      m->tool_call_id ? ")" : "");
-    else
+    if (m->role == K3_ROLE_TOOL) {
+        sb_str(bp, "## Tool result");
+        if (m->tool_name) {
+            sb_str(bp, ": ");
+            md_code_span(bp, m->tool_name);
+        }
+        if (m->tool_call_id) {
+            sb_str(bp, " (call ");
+            md_line(bp, m->tool_call_id);
+            sb_str(bp, ")");
+        }
+        sb_str(bp, "\n\n");
+    } else
         k3_buf_printf(bp, "## %s%s\n\n", title[m->role], note ? note : "");
     if (m->reasoning && *m->reasoning) {
         sb_str(bp, "<details>\n<summary>Reasoning</summary>\n\n");
@@ -1283,12 +1332,18 @@ static void md_msg(sbuf *bp, const k3_msg *m, const char *note) {
             md_literal(bp, m->content);
         sb_str(bp, "\n\n");
     }
-    if (m->tools)
-        k3_buf_printf(bp, "**Tools declared here:**\n\n```json\n%s\n```\n\n", m->tools);
+    if (m->tools) {
+        sb_str(bp, "**Tools declared here:**\n\n");
+        md_json(bp, m->tools);
+    }
     for (int k = 0; k < m->n_tool_calls; k++) {
         const k3_tool_call *tc = &m->tool_calls[k];
-        k3_buf_printf(bp, "**Tool call** `%s` (%s):\n\n```json\n%s\n```\n\n", tc->name, tc->id ? tc->id : "",
-                      tc->arguments && *tc->arguments ? tc->arguments : "{}");
+        sb_str(bp, "**Tool call** ");
+        md_code_span(bp, tc->name);
+        sb_str(bp, " (");
+        md_line(bp, tc->id ? tc->id : "");
+        sb_str(bp, "):\n\n");
+        md_json(bp, tc->arguments && *tc->arguments ? tc->arguments : "{}");
     }
     md_stats(bp, m);
 }
@@ -1299,9 +1354,8 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
     sb_str(&b, "# k3chat conversation\n\n");
     k3_buf_printf(&b, "k3chat %s", k3_version());
     if (c->model_dir) {
-        sb_str(&b, ", model `");
-        sb_str(&b, c->model_dir);
-        sb_str(&b, "`");
+        sb_str(&b, ", model ");
+        md_code_span(&b, c->model_dir);
     }
     k3_buf_printf(&b, ", thinking %s (effort %s), temperature %g, top-p %g, seed %llu\n\n",
                   s->think ? "on" : "off", s->effort, (double)s->sampling.temp, (double)s->sampling.top_p,
@@ -1319,7 +1373,14 @@ k3_status k3_conv_export_md(const k3_conv *c, const char *path) {
     }
     if (late && c->sys_since >= c->n_msgs - 1)
         md_msg(&b, &c->msgs[0], note);
-    k3_status st = write_text_file(path, &b);
+    /* the file is read with cat and less too: every control character of the model's, a server's
+     * or the user's text but \n and \t shows as k3_escape's \xHH or \uHHHH (an answer's OSC 52
+     * must not write the clipboard of whoever reads the export); the transcript keeps the bytes */
+    sbuf e = {.oom = b.oom};
+    if (!b.oom)
+        k3_escape(&e, NULL, b.p ? b.p : "", b.n); /* out of memory sets e.oom */
+    k3_status st = write_text_file(path, &e);
     free(b.p);
+    free(e.p);
     return st;
 }

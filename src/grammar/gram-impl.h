@@ -27,6 +27,15 @@
  * costs one table read once its transition is known. The cache passes share one DFA per
  * grammar (stacks relative to the unknown one below the node), so a node's pass mostly reads
  * transitions earlier passes computed; a matcher keeps its own for the uncertain tokens.
+ *
+ * A node's first pass is a walk of the vocabulary (inside a string, most of it: ~2 ms on 163,840
+ * ids), and a set may hold a hundred new nodes (an anyOf of strings of different maxLength).
+ * k3_gmatch_mask_bounded, which the engine's turns use, charges one call at most one walk of the
+ * whole vocabulary: a pass begins only while its bound (the trie edges under the first bytes the
+ * node's DFA state keeps alive) fits, and a pass or the uncertain tokens' check stops once the
+ * DFA transitions it computes (G_STEP_COST each, more over large sets) pass the budget; the DFAs
+ * keep them, so the next call goes further. The mask is then not done: the engine's step feeds
+ * that turn nothing and the other streams go on.
  */
 #pragma once
 #include "k3-impl.h"
@@ -82,7 +91,10 @@ struct k3_gvocab {
     uint8_t     *special;    /* (n_vocab) 1: a special id                            */
     int32_t      end_id[2];  /* <|end_of_msg|> and the eos id (-1 when absent)       */
     int32_t      id_open, id_sep, id_close;
-    int          max_len; /* the longest piece                                       */
+    int          max_len;    /* the longest piece                                       */
+    int64_t      edges[256]; /* the sorted pieces' trie edges under each first byte: the most
+                              * byte steps a walk of the vocabulary takes there             */
+    int64_t n_edges;         /* their sum: one whole walk (1.07 million for 163,840 ids)  */
 };
 
 /* What one grammar may hold: a schema that would need more is refused (compile names where),
@@ -134,6 +146,17 @@ k3_status g_share(k3_grammar *g, int node, int rep);
 /* After building: marks live nodes, drops edges into dead ones; K3_ERR_ARG when the root can
  * never complete ("compiles to nothing"). */
 k3_status g_finish(k3_grammar *g);
+
+/* ---- mask budget (gram.c, k3_gmatch_mask_bounded) ---- */
+/* The cache-fill steps (trie edges of the vocabulary walks) one k3_gmatch_mask_bounded call of m
+ * may spend: 0 (the default) one whole walk of the vocabulary, -1 no bound (for k3-bench and the
+ * tests: the path before the bound). */
+void g_match_budget(k3_gmatch *m, int64_t budget);
+/* The last call's charge (its fills' bounds and G_STEP_COST per DFA transition computed), the
+ * part of it before its last fill began (a fill begins only while the charge fits the budget,
+ * or as the call's first), and the calls the mask under way (or the one the last call set) has
+ * taken, the last one counted. */
+void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls);
 
 /* ---- pattern subset (gram-re.c) ---- */
 /* Emits the JSON-string content (escaped form; raw 1: the characters themselves, as a tool

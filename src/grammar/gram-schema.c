@@ -317,85 +317,168 @@ static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, in
     return int_range(c, lo, hi, from, to);
 }
 
-/* A bound of a number: an integer *out and whether it is exclusive, a fractional bound rounded
- * inwards (minimum 0.5 is taken as 1: fewer documents, each valid). */
-static k3_status num_bound(const jv *v, const char *path, const char *key, int lower, int excl,
-                           long long *out, int *ex) {
-    k3_status st = bound(v, path, key, lower, 0, out);
-    *ex          = 0;
-    if (!st && excl) { /* an integer bound stays exclusive; a fraction rounded inwards already excludes it */
-        double d = v->kind == JV_FLOAT ? v->d : (double)*out;
-        *ex      = d == floor(d);
+/* ---- numbers within bounds ---------------------------------------------------------------
+ * A number the grammar writes has at most 16 integer and 16 fraction digits, no exponent: it is
+ * a multiple of 10^-16, held here as the integer N = value * 10^16 (|N| < 10^32, 107 bits). A
+ * validator reads the document's number as the double nearest to it (ajv: JSON.parse, correctly
+ * rounded, ties to even, as strtod) and compares that with the bound's double. Rounding is
+ * monotone, so the numbers that pass a lower bound are those from some N up: g_num_lo finds the
+ * least by bisection with strtod itself as the test (about 107 conversions), g_num_hi the
+ * greatest under an upper bound. The grammar then writes exactly the multiples of 10^-16 in
+ * [lo, hi] (any number of trailing zeros): minimum 0.5 starts at 0.5, exclusiveMinimum 0.1 at
+ * 0.1000000000000001 (0.10000000000000001 is the double 0.1, which ajv does not take as above
+ * 0.1), maximum 4503599627370496.5 takes that number (its double is 4503599627370496). */
+
+__extension__ typedef __int128 g_num;
+#define G_E16 10000000000000000LL            /* 10^16 */
+#define G_NUM_MAX ((g_num)G_E16 * G_E16 - 1) /* 9999999999999999.9999999999999999 */
+
+static double num_value(g_num n) {
+    char  t[48];
+    g_num a = n < 0 ? -n : n;
+    snprintf(t, sizeof t, "%s%llu.%016llu", n < 0 ? "-" : "", (unsigned long long)(a / G_E16),
+             (unsigned long long)(a % G_E16));
+    return strtod(t, NULL);
+}
+
+/* The least N whose number passes x >= d (excl: x > d); G_NUM_MAX + 1 when none does. */
+static g_num g_num_lo(double d, int excl) {
+    g_num lo = -G_NUM_MAX, hi = G_NUM_MAX;
+#define PASS(n) (excl ? num_value(n) > d : num_value(n) >= d)
+    if (!PASS(hi))
+        return G_NUM_MAX + 1;
+    while (lo < hi) {
+        g_num mid = lo + (hi - lo) / 2;
+        if (PASS(mid))
+            hi = mid;
+        else
+            lo = mid + 1;
     }
+#undef PASS
+    return lo;
+}
+
+/* The greatest N whose number passes x <= d (excl: x < d); -G_NUM_MAX - 1 when none does. */
+static g_num g_num_hi(double d, int excl) {
+    g_num lo = -G_NUM_MAX, hi = G_NUM_MAX;
+#define PASS(n) (excl ? num_value(n) < d : num_value(n) <= d)
+    if (!PASS(lo))
+        return -G_NUM_MAX - 1;
+    while (lo < hi) {
+        g_num mid = hi - (hi - lo) / 2;
+        if (PASS(mid))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+#undef PASS
+    return lo;
+}
+
+/* A fraction from -> to: nothing (the value 0) or '.' and 1 to 16 digits, whose digits padded
+ * with zeros to 16 lie in [a, b] (16-digit strings, a <= b). A digit-by-digit comparison: node
+ * (k, t) has read k digits, t bit 1: equal to a's so far, bit 2: equal to b's (a bit is dropped
+ * where the rest of a is zeros, of b nines: no longer a constraint). */
+static k3_status frac_range(sc *c, const char *a, const char *b, int from, int to) {
+    int       nd[17][4], zero[17], nine[17]; /* zero[k]: a[k..16) all '0'; nine[k]: b[k..16) all '9' */
+    k3_status st = K3_OK;
+    zero[16] = nine[16] = 1;
+    for (int k = 15; k >= 0; k--)
+        zero[k] = zero[k + 1] && a[k] == '0', nine[k] = nine[k + 1] && b[k] == '9';
+    for (int k = 0; k <= 16; k++)
+        for (int t = 0; t < 4; t++)
+            nd[k][t] = -1;
+#define AT(k, t)                                                                                             \
+    (nd[k][(t) & ~(zero[k] ? 1 : 0) & ~(nine[k] ? 2 : 0)] >= 0                                               \
+         ? nd[k][(t) & ~(zero[k] ? 1 : 0) & ~(nine[k] ? 2 : 0)]                                              \
+         : (nd[k][(t) & ~(zero[k] ? 1 : 0) & ~(nine[k] ? 2 : 0)] = node(c)))
+    if (zero[0] && (st = g_eps(c->g, from, to))) /* no fraction: the value 0 */
+        return st;
+    int first = AT(0, 3);
+    if (first < 0 || (st = g_byte(c->g, from, '.', '.', first)))
+        return first < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : st;
+    for (int k = 0; k <= 16 && !st; k++)
+        for (int t = 0; t < 4 && !st; t++) {
+            int n = nd[k][t];
+            if (n < 0)
+                continue;
+            if (k && !(t & 1) && (st = g_eps(c->g, n, to))) /* digits so far >= a's (or a's rest zeros) */
+                break;
+            if (k == 16)
+                continue;
+            int lo = t & 1 ? a[k] : '0', hi = t & 2 ? b[k] : '9';
+            for (int d = lo; d <= hi && !st; d++) { /* the digits that keep t's equalities: one each */
+                int tt = (t & 1 && d == a[k] ? 1 : 0) | (t & 2 && d == b[k] ? 2 : 0), nx;
+                int d1 = d;
+                if (!tt) /* the free digits between them: one range */
+                    while (d1 + 1 <= hi && !((t & 1 && d1 + 1 == a[k]) || (t & 2 && d1 + 1 == b[k])))
+                        d1++;
+                nx = AT(k + 1, tt);
+                st = nx < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : g_byte(c->g, n, d, d1, nx);
+                d  = d1;
+            }
+        }
+#undef AT
     return st;
 }
 
-/* Numbers y >= 0 written without a sign, a <= y <= b (bounds given: a_in, b_in; a_ex, b_ex:
- * exclusive), as integer part then fraction, no exponent. */
-static k3_status nonneg_number(sc *c, long long a, int a_in, int a_ex, long long b, int b_in, int b_ex,
-                               int from, int to) {
-    static const char *const frac[] = {"^(\\.[0-9]{1,16})?$", "^\\.0{0,15}[1-9][0-9]{0,15}$",
-                                       "^(\\.0{1,16})?$"};
-    long long                lo = a_in && a > 0 ? a : 0, hi = b_in ? b : G_INT_MAX;
-    k3_status                st = K3_OK;
-    if (lo > hi)
-        return K3_OK;
-    /* the integer parts: lo (when it is the exclusive lower bound: a nonzero fraction), hi (when it
-     * is an inclusive upper bound: a zero fraction; exclusive: none), the others any fraction */
-    long long pa = a_in && a_ex && a >= 0 ? a : -1, pb = b_in ? b : -1;
-    long long r0 = lo + (pa == lo), r1 = hi - (pb == hi);
-    int       cat[2] = {1, b_ex ? -1 : 2}; /* 0 any, 1 nonzero, 2 zero, -1 none */
-    if (pa >= 0 && pa == pb)               /* y > a and y <= a: none */
-        cat[0] = -1, pb = -1;
-    for (int k = 0; k < 3 && !st; k++) {
-        long long x = k == 0 ? r0 : k == 1 ? pa : pb, y = k == 0 ? r1 : x;
-        int       f = k == 0 ? 0 : cat[k - 1];
-        if (x < 0 || x > y || f < 0 || (k && (x < lo || x > hi)))
+/* The numbers N * 10^-16 for N in [lo, hi], 0 <= lo <= hi, unsigned, from -> to: the integer
+ * parts strictly inside with any fraction, the end ones with the fractions their bound allows. */
+static k3_status dec_range(sc *c, g_num lo, g_num hi, int from, int to) {
+    long long i0 = (long long)(lo / G_E16), i1 = (long long)(hi / G_E16);
+    char      f0[24], f1[24];
+    k3_status st = K3_OK;
+    snprintf(f0, sizeof f0, "%016lld", (long long)(lo % G_E16));
+    snprintf(f1, sizeof f1, "%016lld", (long long)(hi % G_E16));
+    for (int k = 0; k < 3 && !st; k++) { /* i0 alone, or i0 / i1 / those between */
+        long long x = k == 0 ? i0 : k == 1 ? i1 : i0 + 1, y = k == 2 ? i1 - 1 : x;
+        if ((k == 1 && i0 == i1) || x > y)
             continue;
         int m = node(c);
-        if (m < 0 || (st = int_range(c, x, y, from, m)) ||
-            (st = g_pattern(c->g, frac[f], strlen(frac[f]), "(number)", 0, m, to)))
-            return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        if (m < 0)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        const char *a = k == 0 ? f0 : "0000000000000000", *b = k == 1 || i0 == i1 ? f1 : "9999999999999999";
+        if (!(st = int_range(c, x, y, from, m)))
+            st = frac_range(c, a, b, m, to);
     }
     return st;
 }
 
-/* A number within minimum/maximum/exclusiveMinimum/exclusiveMaximum: no exponent, at most 16
- * integer and 16 fraction digits. x >= 0 as y = x; x <= 0 as "-" then y = -x, whose bounds are
- * the negated other ones. */
+/* A number within minimum/maximum/exclusiveMinimum/exclusiveMaximum, exactly as a validator
+ * reads it (above): no exponent, at most 16 integer and 16 fraction digits; x >= 0 unsigned,
+ * x <= 0 as "-" and its magnitude (so 0 may be written "-0", which every bound treats as 0). */
 static k3_status emit_number_range(sc *c, const jv *s, const char *path, int from, int to) {
     static const char *const key[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-    long long                b[2]   = {0, 0}, x;
-    int                      in[2] = {0, 0}, ex[2] = {0, 0}, e, fr = 0, rex[2] = {0, 0};
-    double                   r[2] = {-HUGE_VAL, HUGE_VAL}; /* the bounds as given */
+    g_num                    lo = -G_NUM_MAX, hi = G_NUM_MAX;
     k3_status                st;
     for (int k = 0; k < 4; k++) {
         const jv *v     = jv_get(s, key[k]);
-        int       lower = k < 2, i = !lower;
+        int       lower = k < 2;
+        long long x;
         if (!v)
             continue;
         if (v->kind == JV_TRUE || v->kind == JV_FALSE)
             return unsupported(path, key[k], "the boolean form (draft 4); give the bound as a number");
-        if ((st = num_bound(v, path, key[k], lower, k & 1, &x, &e)))
+        if ((st = bound(v, path, key[k], lower, 0, &x))) /* a number, of at most 16 digits */
             return st;
-        double d = v->kind == JV_FLOAT ? v->d : (double)x; /* x: exact for an integer (bound) */
-        fr |= v->kind == JV_FLOAT && d != floor(d);
-        if (lower ? d > r[0] || (d == r[0] && (k & 1)) : d < r[1] || (d == r[1] && (k & 1)))
-            r[i] = d, rex[i] = k & 1;
-        if (!in[i] || (lower ? x > b[i] || (x == b[i] && e) : x < b[i] || (x == b[i] && e)))
-            b[i] = x, ex[i] = e, in[i] = 1; /* the tighter bound */
+        double d = v->kind == JV_FLOAT ? v->d : strtod(v->s, NULL); /* the double a validator reads */
+        g_num  n = lower ? g_num_lo(d, k & 1) : g_num_hi(d, k & 1);
+        if (lower ? n > lo : n < hi)
+            lo = lower ? n : lo, hi = lower ? hi : n;
     }
-    if (r[0] > r[1] || (r[0] == r[1] && (rex[0] || rex[1])))
+    if (lo > hi)
         return K3_OK; /* no number: nothing (g_finish reports a schema left with nothing) */
-    if (fr && in[0] && in[1] && (b[0] > b[1] || (b[0] == b[1] && (ex[0] || ex[1]))))
-        return unsupported(path, "minimum",
-                           "fractional bounds with no integer between them (bounds are rounded inwards to "
-                           "integers: [0.5, 0.75] would admit nothing)");
-    int minus = node(c);
-    if (minus < 0 || (st = nonneg_number(c, b[0], in[0], ex[0], b[1], in[1], ex[1], from, to)) ||
-        (st = g_byte(c->g, from, '-', '-', minus)))
-        return minus < 0 ? k3_err(K3_ERR_NOMEM, "grammar: out of memory") : st;
-    return nonneg_number(c, -b[1], in[1], ex[1], -b[0], in[0], ex[0], minus, to);
+    if (hi >= 0 && (st = dec_range(c, lo > 0 ? lo : 0, hi, from, to)))
+        return st;
+    if (lo <= 0) {
+        int minus = node(c);
+        if (minus < 0)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        if ((st = g_byte(c->g, from, '-', '-', minus)) ||
+            (st = dec_range(c, hi < 0 ? -hi : 0, -lo, minus, to)))
+            return st;
+    }
+    return K3_OK;
 }
 
 /* -?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})? */

@@ -19,6 +19,10 @@
         return;                                                                                              \
     } while (0)
 #define G_UNK (-1) /* the unknown stack below a node, when its cache entry is computed */
+/* A mask budget's price of one DFA transition computed (a step() over a small configuration set,
+ * about a microsecond; as much again per 2 configurations, so a step over 100 costs what 6,500
+ * reads do) against one read of a known one (the unit: a few nanoseconds). */
+#define G_STEP_COST 128
 
 static void    fill_free(g_pass *f);
 static int     follow_sets(k3_grammar *g);
@@ -462,6 +466,11 @@ k3_status k3_gvocab_new(const k3_tok *t, int32_t n_vocab, int32_t eos_id, k3_gvo
             k++;
         v->lcp[i] = (uint16_t)k;
     }
+    for (int b = 0; b < 256; b++) { /* the trie's edges below each first byte (a walk's steps) */
+        for (int32_t i = v->first[b]; i < v->first[b + 1]; i++)
+            v->edges[b] += v->splen[i] - (i == v->first[b] ? 0 : v->lcp[i]);
+        v->n_edges += v->edges[b];
+    }
     int32_t eom  = k3_tok_special(t, "<|end_of_msg|>");
     v->end_id[0] = eom < n_vocab ? eom : -1;
     v->end_id[1] = eos_id >= 0 && eos_id < n_vocab && eos_id != eom ? eos_id : -1;
@@ -520,7 +529,9 @@ typedef struct g_walk {
     g_set             work;
     int               base; /* the shallowest depth this step started from: calls go at most
                              * G_MAX_DEPTH deeper within the step */
-    int oom;
+    int     oom;
+    int64_t steps; /* step()s so far, a unit more per 2 configurations stepped (a DFA transition
+                    * computed: what a mask budget counts) */
 } g_walk;
 
 static int set_push(g_set *s, int32_t node, int32_t frame) {
@@ -711,6 +722,7 @@ static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
 /* out = the closed set after reading byte b (kind GE_BYTE) or special id b (GE_SPECIAL). */
 static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set *out, int root, int *acc,
                  int *esc) {
+    w->steps += 1 + nin / 2; /* its work grows with the set it steps */
     out->n = 0;
     seen_clear(w);
     w->work.n = 0;
@@ -880,6 +892,12 @@ struct k3_gmatch {
     g_dfa             dfa;    /* root frame 0: uncertain tokens against the whole set */
     int32_t          *lvs;    /* (max_len + 1) check_sorted's states per prefix length */
     uint8_t          *lacc;   /* (max_len + 1) and whether the document was complete  */
+    int64_t           budget; /* k3_gmatch_mask_bounded's fill steps a call (0: one vocabulary
+                               * walk; -1: no bound) */
+    int64_t st_fill;          /* the last call's charge: fill walks' bounds and transitions  */
+    int64_t st_pre;           /* of which before its last fill began                        */
+    int     st_calls;         /* the calls of the mask under way (or last set), that one's too */
+    int     st_done;          /* the last call set the mask                               */
 };
 
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out) {
@@ -1073,8 +1091,13 @@ static int push_id(int32_t **v, int *n, int *cap, int32_t id) {
 /* The cache entry of reading node `node`: walk the sorted vocabulary from {(node, G_UNK)}
  * through the grammar's fill DFA, sharing the steps of common prefixes and skipping every
  * first byte that kills all branches; a token is accepted when a configuration survives its
- * last byte, uncertain when some branch left the rule (popped G_UNK) on the way. */
-static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c) {
+ * last byte, uncertain when some branch left the rule (popped G_UNK) on the way. budget (NULL:
+ * none): the walk is made when its bound (the trie edges under the first bytes that stay alive)
+ * fits in *budget, or when force is set; otherwise nothing is filled (c->kind stays GC_NONE).
+ * *budget is charged the bound and G_STEP_COST for each DFA transition computed; a walk whose
+ * transitions pass *budget stops there unfilled, even a forced one (the next try goes on from
+ * the transitions it left in the DFA). */
+static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *budget, int force) {
     const k3_gvocab *v    = g->voc;
     int              nunc = 0, capunc = 0, have = 0;
     int32_t         *unc = NULL;
@@ -1091,6 +1114,24 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c) {
 #define FOL(x) (fol[(uint8_t)(x) >> 6] >> ((uint8_t)(x)&63) & 1)
     if (s0 < 0)
         goto oom;
+    int64_t steps0 = f->w.steps, bound = 0;
+    if (budget) { /* the walk's bound: one table read per first byte (the walk below reads them again) */
+        for (int b = 0; b < 256; b++) {
+            int32_t t = v->edges[b] ? dfa_next(&f->d, &f->w, s0, (uint8_t)b) : 0;
+            if (t < 0)
+                goto oom;
+            bound += t >> 2 || t & 1 ? v->edges[b] : 0;
+        }
+        if (bound + G_STEP_COST * (f->w.steps - steps0) > *budget && !force) {
+            *budget -= G_STEP_COST * (f->w.steps - steps0); /* the transitions the bound took */
+            return K3_OK;
+        }
+    }
+    /* A walk that computes transitions past *budget stops there (nothing filled); they stay in
+     * the DFA, so the next try reads them back and goes further. Not when the DFA is past half
+     * its bound: a start again (above) between two tries would lose them. */
+    int64_t stop_at =
+        budget && *budget >= 0 && f->d.n <= G_PASS_DFA_MAX / 2 ? steps0 + *budget / G_STEP_COST : INT64_MAX;
     memset(acc, 0, (size_t)v->words * sizeof *acc);
     lvs[0] = s0;
     eb[0] = u[0] = 0;
@@ -1124,6 +1165,11 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c) {
                 d++;
             }
             have = d;
+            if (f->w.steps > stop_at) { /* past the budget (progress: a transition at least) */
+                free(unc);
+                *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
+                return K3_OK;
+            }
             if (d == L && (lvs[L] || eb[L])) {
                 int32_t id = v->sorted[i];
                 acc[id >> 6] |= 1ull << (id & 63);
@@ -1157,6 +1203,8 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c) {
     c->unc   = unc;
     c->n_unc = nunc;
     __atomic_store_n(&c->kind, kind, __ATOMIC_RELEASE); /* last: readers check kind without the lock */
+    if (budget) /* the bound, and the transitions the walk had to compute (after the fact) */
+        *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
     return K3_OK;
 oom:
     free(unc);
@@ -1220,14 +1268,17 @@ static void cache_or(const k3_gvocab *v, const g_cache *c, uint64_t *bits) {
     }
 }
 
-/* Fills node's cache entry if no one has (at compile time or on first use). */
-static k3_status cache_get(const k3_grammar *g, int node) {
+/* Fills node's cache entry if no one has (at compile time or on first use), within *budget
+ * (NULL: none; see cache_fill, and force): *filled 1 when the entry is there. */
+static k3_status cache_get(const k3_grammar *g, int node, int64_t *budget, int force, int *filled) {
     node       = g->share[node];
     g_cache *c = &g->cache[node];
+    *filled    = 1;
     if (__atomic_load_n(&c->kind, __ATOMIC_ACQUIRE))
         return K3_OK;
     pthread_mutex_lock(g->lock);
-    k3_status st = c->kind ? K3_OK : cache_fill(g, node, c);
+    k3_status st = c->kind ? K3_OK : cache_fill(g, node, c, budget, force);
+    *filled      = c->kind != GC_NONE;
     pthread_mutex_unlock(g->lock);
     return st;
 }
@@ -1235,40 +1286,90 @@ static k3_status cache_get(const k3_grammar *g, int node) {
 k3_status k3_grammar_warm(const k3_grammar *g) {
     for (int i = 0; i < g->n_node; i++)
         if (g->node[i].reads) {
-            k3_status st = cache_get(g, i);
+            int       filled;
+            k3_status st = cache_get(g, i, NULL, 0, &filled);
             if (st)
                 return st;
         }
     return K3_OK;
 }
 
-k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *bits) {
-    const k3_grammar *g = m->g;
-    const k3_gvocab  *v = g->voc;
+/* The matcher's DFA state of m->cur (starting the DFA again past G_DFA_MAX states, but not while
+ * a mask is under way over several calls: its transitions so far are its progress); -1 on out
+ * of memory. */
+static int32_t cur_state(k3_gmatch *m) {
+    if (m->dfa.n > G_DFA_MAX && m->st_done) /* a long output's many stacks: start the DFA again */
+        dfa_free(&m->dfa);
+    if (!m->dfa.n && dfa_intern(&m->dfa, NULL, 0) != 0)
+        return -1;
+    if (m->tmp.cap < m->cur.n && set_reserve(&m->tmp, m->cur.n))
+        return -1;
+    memcpy(m->tmp.v, m->cur.v, (size_t)m->cur.n * sizeof *m->tmp.v);
+    return dfa_intern(&m->dfa, m->tmp.v, m->cur.n);
+}
+
+void g_match_budget(k3_gmatch *m, int64_t budget) {
+    m->budget = budget;
+}
+
+void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls) {
+    *fill  = m->st_fill;
+    *pre   = m->st_pre;
+    *calls = m->st_calls;
+}
+
+/* A mask is the union of the set's nodes' cache entries and the uncertain tokens checked; an
+ * entry is filled on its node's first visit: one walk of the vocabulary (up to the trie's edges;
+ * inside a string most of them). A set of many nodes never seen (an anyOf of 100 strings keeps
+ * 100 string positions alive) took one walk per node for one token: 214 ms, up to seconds under
+ * load, on the engine thread every stream of the server shares. So one call begins a fill only
+ * while the charge so far and the fill's bound fit in `budget` (cache_fill; INT64_MAX: no
+ * bound), and always the first it needs, so each call gets further. The uncertain tokens' check
+ * is charged too (G_STEP_COST per transition of the matcher's DFA, a step over the whole set):
+ * past the budget, between two nodes' lists, the call stops; the next reads those transitions
+ * back. *done 0: the mask is not set (all zero; what was filled or computed stays for the next
+ * call); 1: it is set. */
+static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *done) {
+    const k3_grammar *g    = m->g;
+    const k3_gvocab  *v    = g->voc;
+    int64_t           left = budget;
     memset(bits, 0, (size_t)v->words * sizeof *bits);
+    *done = 1;
     if (m->ended)
         return K3_OK;
-    for (int i = 0; i < m->cur.n; i++) { /* stack-independent part, cached per node */
-        k3_status st = cache_get(g, m->cur.v[i].node);
+    m->st_pre = 0;
+    for (int i = 0; i < m->cur.n && *done; i++) { /* stack-independent part, cached per node */
+        int64_t   before = left;
+        k3_status st     = cache_get(g, m->cur.v[i].node, &left, left == budget, done);
         if (st)
             return st;
-        cache_or(v, &g->cache[g->share[m->cur.v[i].node]], bits);
+        if (*done && left != before)
+            m->st_pre = budget - before;
     }
-    int32_t s0 = -1;
+    m->st_calls = m->st_done ? 1 : m->st_calls + 1;
+    if (!*done) {
+        m->st_fill = budget - left;
+        m->st_done = 0;
+        return K3_OK; /* the mask stays all zero */
+    }
+    for (int i = 0; i < m->cur.n; i++)
+        cache_or(v, &g->cache[g->share[m->cur.v[i].node]], bits);
+    int32_t s0     = -1;
+    int64_t steps0 = m->w.steps;
     for (int i = 0; i < m->cur.n; i++) { /* uncertain tokens: against the whole set */
         const g_cache *c = &g->cache[g->share[m->cur.v[i].node]];
-        if (c->n_unc && s0 < 0) {
-            if (m->dfa.n > G_DFA_MAX) /* a long output's many stacks: start the DFA again */
-                dfa_free(&m->dfa);
-            if (!m->dfa.n && dfa_intern(&m->dfa, NULL, 0) != 0)
-                return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
-            if (m->tmp.cap < m->cur.n && set_reserve(&m->tmp, m->cur.n))
-                return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
-            memcpy(m->tmp.v, m->cur.v, (size_t)m->cur.n * sizeof *m->tmp.v);
-            if ((s0 = dfa_intern(&m->dfa, m->tmp.v, m->cur.n)) < 0)
-                return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
-        }
+        if (c->n_unc && s0 < 0 && (s0 = cur_state(m)) < 0)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
         check_sorted(m, s0, c->unc, c->n_unc, bits);
+        if (i + 1 < m->cur.n && m->w.steps > steps0 && G_STEP_COST * (m->w.steps - steps0) > left) {
+            /* the set's transitions (a step over all of its configurations each) took the rest of
+             * the budget: the next call reads them back from the matcher's DFA and goes on */
+            memset(bits, 0, (size_t)v->words * sizeof *bits);
+            *done      = 0;
+            m->st_fill = budget - left + G_STEP_COST * (m->w.steps - steps0);
+            m->st_done = 0;
+            return K3_OK;
+        }
         const g_node *n = &g->node[m->cur.v[i].node];
         for (int k = 0; k < n->n; k++)
             if (n->e[k].kind == GE_SPECIAL && n->e[k].arg < v->n_vocab)
@@ -1280,5 +1381,17 @@ k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *bits) {
                 bits[v->end_id[k] >> 6] |= 1ull << (v->end_id[k] & 63);
     if (m->w.oom)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+    m->st_fill = budget - left + G_STEP_COST * (m->w.steps - steps0);
+    m->st_done = 1;
     return K3_OK;
+}
+
+k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *bits) {
+    int done;
+    return mask_some(m, bits, INT64_MAX, &done);
+}
+
+k3_status k3_gmatch_mask_bounded(k3_gmatch *m, uint64_t *bits, int *done) {
+    int64_t budget = m->budget < 0 ? INT64_MAX : m->budget ? m->budget : m->g->voc->n_edges;
+    return mask_some(m, bits, budget, done);
 }

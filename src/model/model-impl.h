@@ -178,6 +178,7 @@ struct k3_session {
     int           feed_done, feed_n; /* this feed's tokens committed before the pass, and all */
     uint64_t      feed_bytes0;       /* stats.expert_bytes_read when the feed began         */
     int           delay_ms;          /* K3_TEST_PREFILL_DELAY                               */
+    int           decode_delay_ms;   /* K3_TEST_DECODE_DELAY                                */
 };
 
 /* Scratch for a chunk of up to cap columns with lrows rows of logits; K3_ERR_NOMEM. */

@@ -247,6 +247,8 @@ k3_status k3_session_new(k3_model *m, k3_session **out) {
     const int T = m->par.max_ctx, P = c->kda_heads * c->kda_head_dim, d = c->kda_head_dim;
     const int K = c->conv_k, kl = c->kv_lora;
     k3_status st = k3_setting_env_int(K3_SETTING_TEST_PREFILL_DELAY, &s->delay_ms);
+    if (!st)
+        st = k3_setting_env_int(K3_SETTING_TEST_DECODE_DELAY, &s->decode_delay_ms);
     if (st)
         goto fail;
 
@@ -392,6 +394,17 @@ static void seg_failed(void *ud, const pass_seg *sg, k3_status st) {
     fail_ix(ud, sg->ix, st);
 }
 
+/* Before a decode pass (one token of each session): K3_TEST_DECODE_DELAY, the longest of the
+ * sessions' (a test's long answer then lasts its length times the delay on any machine). */
+static void decode_delay(const fwd_pass *p) {
+    int ms = 0;
+    for (int g = 0; g < p->nseg && p->n == p->nseg; g++)
+        ms = p->seg[g].s->decode_delay_ms > ms ? p->seg[g].s->decode_delay_ms : ms;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (ms && nanosleep(&ts, &ts) && errno == EINTR) {
+    }
+}
+
 /* Run the pass (segment g fed ids[g]) through the model, then commit each session that came
  * through every layer; a commit that fails (a hook file) fails its session alone. */
 static void run_pass(pass_run *r, const int32_t *const *ids) {
@@ -399,6 +412,7 @@ static void run_pass(pass_run *r, const int32_t *const *ids) {
     const k3_model *m = p->m;
     const int       D = m->cfg.hidden, V = m->cfg.vocab;
     chunk_buf      *b = p->b;
+    decode_delay(p);
     model_forward(p, ids, seg_failed, r);
     for (int g = 0; g < p->nseg; g++) {
         const pass_seg *sg = &p->seg[g];

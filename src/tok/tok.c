@@ -51,6 +51,17 @@ static k3_status ids_reserve(k3_ids *ids, size_t extra) {
     return K3_OK;
 }
 
+k3_status k3_ids_append(k3_ids *ids, const int32_t *v, size_t n) {
+    if (!n)
+        return K3_OK; /* v may be NULL then (an empty k3_ids) */
+    k3_status st = ids_reserve(ids, n);
+    if (!st) {
+        memcpy(ids->v + ids->n, v, n * sizeof *v);
+        ids->n += n;
+    }
+    return st;
+}
+
 k3_status k3_ids_push(k3_ids *ids, int32_t id) {
     if (ids->n == ids->cap) {
         k3_status st = ids_reserve(ids, 1);

@@ -31,7 +31,6 @@
 #include <curses.h>
 #include <histedit.h>
 #include <term.h>
-#include <locale.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -676,7 +675,7 @@ static const char *prompt_fn(EditLine *el) {
 
 int cli_plain(const ui_opts *o) {
     plain P = {.last_ch = -1}, *p = &P;
-    setlocale(LC_ALL, "");
+    txt_locale();
     chat_settings_init(&p->cs, o);
     p->err_tty       = isatty(2);
     const char *term = getenv("TERM");

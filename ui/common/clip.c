@@ -9,6 +9,7 @@
  */
 #include "clip.h"
 #include "md.h"
+#include "text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -27,7 +28,7 @@ static int parse_num(const char *w, int *out) {
 }
 
 int clip_parse(const char *arg, clip_req *q, char *err, size_t errn) {
-    char buf[256], *w[4];
+    char buf[256], *w[4], qw[44]; /* qw: a word quoted in a message, cut (txt_clip) */
     int  nw   = 0;
     q->answer = q->code = 0;
     snprintf(buf, sizeof buf, "%s", arg ? arg : "");
@@ -41,26 +42,30 @@ int clip_parse(const char *arg, clip_req *q, char *err, size_t errn) {
     int i = 0;
     if (i < nw && strcmp(w[i], "code")) {
         if (parse_num(w[i], &q->answer)) {
-            snprintf(err, errn, "/copy: '%.40s' is not an answer number (1, 2, ...) or 'code'", w[i]);
+            snprintf(err, errn, "/copy: '%s' is not an answer number (1, 2, ...) or 'code'",
+                     txt_clip(qw, sizeof qw, w[i]));
             return -1;
         }
         i++;
     }
     if (i < nw) {
         if (strcmp(w[i], "code")) {
-            snprintf(err, errn, "/copy: expected 'code' after the answer number, got '%.40s'", w[i]);
+            snprintf(err, errn, "/copy: expected 'code' after the answer number, got '%s'",
+                     txt_clip(qw, sizeof qw, w[i]));
             return -1;
         }
         q->code = 1;
         i++;
         if (i < nw && parse_num(w[i], &q->code)) {
-            snprintf(err, errn, "/copy code: '%.40s' is not a code block number (1, 2, ...)", w[i]);
+            snprintf(err, errn, "/copy code: '%s' is not a code block number (1, 2, ...)",
+                     txt_clip(qw, sizeof qw, w[i]));
             return -1;
         }
         i += i < nw;
     }
     if (i < nw) {
-        snprintf(err, errn, "/copy: unexpected '%.40s' (usage: /copy [N] [code [K]])", w[i]);
+        snprintf(err, errn, "/copy: unexpected '%s' (usage: /copy [N] [code [K]])",
+                 txt_clip(qw, sizeof qw, w[i]));
         return -1;
     }
     return 0;

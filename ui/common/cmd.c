@@ -1,5 +1,6 @@
 /* cmd.c: slash-command table, parsing and suggestions (see cmd.h). */
 #include "cmd.h"
+#include "text.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -161,12 +162,13 @@ int cmd_parse(const char *line, cmd_result *r) {
     r->id = (enum cmd_id)k;
     memcpy(r->arg, args, al);
     r->arg[al] = 0;
-    char usage[128];
+    char usage[128], q[64]; /* q: the argument quoted in a message, cut (txt_clip) */
     cmd_usage(r->id, usage, sizeof usage);
     switch (defs[k].kind) {
     case CMD_ARG_NONE:
         if (al) {
-            snprintf(r->msg, sizeof r->msg, "/%s takes no argument (got '%.60s')", name, r->arg);
+            snprintf(r->msg, sizeof r->msg, "/%s takes no argument (got '%s')", name,
+                     txt_clip(q, sizeof q, r->arg));
             return -1;
         }
         break;
@@ -184,7 +186,7 @@ int cmd_parse(const char *line, cmd_result *r) {
     }
     case CMD_ARG_FORGET:
         if (al && strcmp(r->arg, "--fit")) {
-            snprintf(r->msg, sizeof r->msg, "%s: '%.60s' is not --fit", usage, r->arg);
+            snprintf(r->msg, sizeof r->msg, "%s: '%s' is not --fit", usage, txt_clip(q, sizeof q, r->arg));
             return -1;
         }
         break;
@@ -196,7 +198,8 @@ int cmd_parse(const char *line, cmd_result *r) {
         break;
     case CMD_ARG_OPT_WORD:
         if (strpbrk(r->arg, " \t")) {
-            snprintf(r->msg, sizeof r->msg, "%s: expected one word, got '%.60s'", usage, r->arg);
+            snprintf(r->msg, sizeof r->msg, "%s: expected one word, got '%s'", usage,
+                     txt_clip(q, sizeof q, r->arg));
             return -1;
         }
         if (r->id == CMD_HELP && al) {
@@ -207,7 +210,7 @@ int cmd_parse(const char *line, cmd_result *r) {
                     break;
             if (j == CMD_N) {
                 const char *near = cmd_nearest(w);
-                snprintf(r->msg, sizeof r->msg, "/help: no command /%.60s%s%s%s", w,
+                snprintf(r->msg, sizeof r->msg, "/help: no command /%s%s%s%s", txt_clip(q, sizeof q, w),
                          near ? "; did you mean /" : "", near ? near : "", near ? "?" : "");
                 return -1;
             }

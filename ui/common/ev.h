@@ -16,7 +16,9 @@
 enum ev_type {
     EV_NONE = 0,
     EV_PROGRESS, /* text = what is loading, a = bytes done, b = bytes total (0 = unknown)   */
-    EV_READY,    /* model loaded; text = one-line model description, i = context capacity,
+    EV_READY,    /* model loaded; text = one-line model description (any length): the model's
+                    name, its first a bytes (0: all of it), then what else (" · 3 layers ·
+                    2.4 GB", " · remote URL"); i = context capacity,
                     st.ctx_used = the empty conversation's context (0 where not counted),
                     gen = the model's default sampling settings                          */
     EV_FATAL,    /* loading failed; text = message. The engine accepts no more commands.    */

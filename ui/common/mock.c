@@ -193,7 +193,7 @@ static int mock_open(ue *u, void **self, char *err, size_t errn) {
         if (k < 20)
             sleep_ms(load_ms / 20);
     }
-    ui_ev r = {.type = EV_READY, .text = (char *)"mock · 3 layers · scripted", .i = 4096};
+    ui_ev r = {.type = EV_READY, .text = (char *)"mock · 3 layers · scripted", .a = 4, .i = 4096};
     r.gen   = (ue_gen){.temp       = (float)k3_setting(K3_SETTING_TEMP)->def,
                        .top_p      = (float)k3_setting(K3_SETTING_TOP_P)->def,
                        .think      = (int)k3_setting(K3_SETTING_THINK)->def,

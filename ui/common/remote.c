@@ -872,14 +872,18 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         return -1;
     }
     ue_conv_autosave_enable(u, r->c);
-    char msg[1200];
-    int  down = discover(r, msg, sizeof msg);
-    char desc[400];
-    snprintf(desc, sizeof desc, "%.120s · remote %.200s", r->model ? r->model : "?", r->shown);
-    ui_ev e = {.type = EV_READY, .text = desc, .i = r->ctx_max > 0 ? r->ctx_max : 0};
+    char   msg[1200];
+    int    down = discover(r, msg, sizeof msg);
+    k3_buf desc = {0}; /* the id whole: the status bar fits it to its width (txt_fit) */
+    k3_buf_printf(&desc, "%s · remote %s", r->model ? r->model : "?", r->shown);
+    ui_ev e = {.type = EV_READY,
+               .text = desc.p ? desc.p : (char *)(uintptr_t) "remote",
+               .a    = strlen(r->model ? r->model : "?"),
+               .i    = r->ctx_max > 0 ? r->ctx_max : 0};
     e.gen   = (ue_gen){
           .temp = -1, .top_p = -1, .think = 1, .effort = 2, .max_tokens = -1}; /* the server's, unknown */
     ev_push(u->out, &e);
+    free(desc.p);
     char host[300];
     if (secret_in_clear(r, r->auth != NULL, host, sizeof host))
         ue_emitf(u, EV_ERROR,

@@ -2,6 +2,7 @@
 #include "text.h"
 
 #include <getopt.h>
+#include <locale.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,12 +29,6 @@ static int is_emoji_pres(utf8proc_int32_t cp) {
      * table says 1 only with VS16: treat the cluster as an emoji when one of these joins. */
     return cp == 0xFE0F || cp == 0x200D || (cp >= 0x1F1E6 && cp <= 0x1F1FF) ||
            (cp >= 0x1F3FB && cp <= 0x1F3FF);
-}
-
-int txt_ctrl_cp(int32_t cp) {
-    return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0) || cp == 0x061C || cp == 0x200E ||
-           cp == 0x200F || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 ||
-           cp == 0x2029;
 }
 
 size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
@@ -136,6 +131,18 @@ size_t txt_complete(const char *s, size_t n) {
     return n;
 }
 
+const char *txt_clip(char *buf, size_t n, const char *s) {
+    size_t len = strlen(s);
+    if (len < n) {
+        memcpy(buf, s, len + 1);
+        return buf;
+    }
+    size_t k = txt_complete(s, n - 4); /* room for the ellipsis (3 bytes) and the NUL */
+    memcpy(buf, s, k);
+    memcpy(buf + k, "\xE2\x80\xA6", 4);
+    return buf;
+}
+
 int txt_wrap(const char *s, size_t n, int cols, txt_line *out, int max) {
     int    nl = 0, col = 0;
     size_t start = 0;
@@ -218,6 +225,29 @@ size_t txt_col_to_off(const char *s, size_t n, int col) {
     return n;
 }
 
+int txt_fit(txt_buf *out, const char *s, size_t n, int cols) {
+    int w = txt_width(s, n, 0);
+    if (w <= cols)
+        return txt_buf_add(out, s, n) ? -1 : w;
+    if (cols < 1)
+        return 0;
+    /* the head gets half of what the ellipsis leaves, the tail the rest: of two long ids or paths
+     * that share a prefix, the end is what tells them apart */
+    size_t h  = txt_col_to_off(s, n, (cols - 1) / 2);
+    int    hw = txt_width(s, h, 0), room = cols - 1 - hw, rest = txt_width(s + h, n - h, hw + 1);
+    size_t t = h;
+    while (t < n && rest > room) { /* the first cluster boundary after which the rest fits */
+        int    cw, f;
+        size_t len = txt_cluster(s + t, n - t, &cw, &f);
+        t += len;
+        /* a tab's width depends on its column: with one still to come, the rest is measured again */
+        rest = (f & TXT_F_TAB) || memchr(s + t, '\t', n - t) ? txt_width(s + t, n - t, hw + 1) : rest - cw;
+    }
+    if (txt_buf_add(out, s, h) || txt_buf_add(out, "\xE2\x80\xA6", 3) || txt_buf_add(out, s + t, n - t))
+        return -1;
+    return hw + 1 + rest;
+}
+
 /* ==== clusters of a code point array (the line editor's wide-character buffer) ============== */
 
 /* The cluster starting at w[i] (i < n), measured by txt_cluster on its UTF-8 form so editing
@@ -256,86 +286,6 @@ size_t txt_wcluster_prev(const wchar_t *w, size_t n, size_t i) {
 }
 
 /* ==== outside text on a terminal ============================================================= */
-
-/* Bytes a UTF-8 sequence starting with lead byte c has (0: c cannot start one). */
-static size_t utf8_need(unsigned char c) {
-    return c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-}
-
-/* Whether s[0..n) (n >= 1) is the start of a UTF-8 sequence that more bytes could complete. */
-static int utf8_partial(const char *s, size_t n) {
-    size_t need = utf8_need((unsigned char)s[0]);
-    if (need <= n)
-        return 0;
-    for (size_t k = 1; k < n; k++)
-        if (((unsigned char)s[k] & 0xC0) != 0x80)
-            return 0;
-    return 1;
-}
-
-static int escape_run(txt_buf *out, txt_esc *st, const char *s, size_t n) {
-    char   esc[8];
-    size_t i = 0, run = 0; /* s[run..i) is printable: appended in one piece */
-    while (i < n) {
-        unsigned char    c = (unsigned char)s[i];
-        utf8proc_int32_t cp;
-        size_t           len;
-        if (c >= 0x20 && c < 0x7f) {
-            i++;
-            continue;
-        }
-        if (c >= 0x80)
-            cp = decode(s + i, n - i, &len);
-        else
-            cp = c, len = 1;
-        if (cp == '\n' || cp == '\t' || (cp >= 0xA0 && !txt_ctrl_cp(cp))) {
-            i += len;
-            continue;
-        }
-        if (txt_buf_add(out, s + run, i - run))
-            return -1;
-        if (cp < 0 && st && utf8_partial(s + i, n - i)) {
-            memcpy(st->hold, s + i, n - i); /* at most 3 bytes */
-            st->n = (int)(n - i);
-            return 0;
-        }
-        int k = cp < 0      ? snprintf(esc, sizeof esc, "\\x%02X", c)
-                : cp < 0x80 ? snprintf(esc, sizeof esc, "\\x%02X", (unsigned)cp)
-                            : snprintf(esc, sizeof esc, "\\u%04X", (unsigned)cp);
-        if (txt_buf_add(out, esc, (size_t)k))
-            return -1;
-        i += len;
-        run = i;
-    }
-    return txt_buf_add(out, s + run, n - run);
-}
-
-int txt_escape(txt_buf *out, txt_esc *st, const char *s, size_t n) {
-    if (!st || st->n == 0)
-        return escape_run(out, st, s, n);
-    /* complete the held character with the first bytes of s, then go on with the rest */
-    char   buf[8];
-    size_t h = (size_t)st->n, take = utf8_need((unsigned char)st->hold[0]) - h;
-    if (take > n)
-        take = n;
-    memcpy(buf, st->hold, h);
-    memcpy(buf + h, s, take);
-    st->n      = 0;
-    size_t len = h + take;
-    if (utf8_partial(buf, len)) { /* still incomplete: hold it all */
-        memcpy(st->hold, buf, len);
-        st->n = (int)len;
-        return 0;
-    }
-    /* buf is one whole character, or bytes that are not UTF-8: those before the first
-     * continuation that fails are escaped, and the rest of s is read afresh */
-    size_t l;
-    if (decode(buf, len, &l) >= 0 && l == len)
-        return escape_run(out, NULL, buf, len) || escape_run(out, st, s + take, n - take) ? -1 : 0;
-    if (escape_run(out, NULL, buf, h))
-        return -1;
-    return escape_run(out, st, s, n);
-}
 
 void txt_term_put(FILE *f, txt_esc *st, const char *s, size_t n) {
     /* standard output into a pipe or a file is the data a script asked for; standard error is
@@ -457,4 +407,9 @@ void txt_getopt_error(FILE *f, int c, char *const argv[], const struct option *l
         txt_term_printf(f, "%s: unknown option '%s'\n", prog, arg);
     else
         txt_term_printf(f, "%s: unknown option '-%c'\n", prog, optopt);
+}
+
+void txt_locale(void) {
+    setlocale(LC_ALL, "");
+    setlocale(LC_NUMERIC, "C");
 }

@@ -37,6 +37,11 @@ typedef struct txt_line {
     int    width;
 } txt_line;
 
+/* s (a word the user typed, quoted in a message) into buf (n >= 4 bytes): whole when it fits,
+ * else its first bytes cut back to a character boundary and "…" (no half of a UTF-8 character
+ * reaches the message as U+FFFD). Returns buf. */
+const char *txt_clip(char *buf, size_t n, const char *s);
+
 /* Wrap s[0..n) at cols columns (cols >= 1). '\n' ends a line. Returns the number of lines
  * (>= 1 for any input, an empty text is one empty line) and, when out != NULL, stores up to
  * max lines. */
@@ -56,6 +61,13 @@ size_t txt_wcluster_prev(const wchar_t *w, size_t n, size_t i);
 typedef k3_buf txt_buf;
 #define txt_buf_add k3_buf_add
 
+/* Append s[0..n) (one line: a model's name, a path, a URL) to out in at most cols columns: as
+ * it is when it fits, else its first and last characters around a "\u2026" (…), cut at
+ * cluster boundaries by display width (never inside a UTF-8 character or a cluster), the end
+ * given the larger half (where two long ids or paths differ). Returns the width appended, -1
+ * out of memory. */
+int txt_fit(txt_buf *out, const char *s, size_t n, int cols);
+
 /* ==== outside text on a terminal ==============================================================
  * Text that comes from the model, a server or a file may hold terminal commands (OSC 52 writes
  * the clipboard, OSC 0 the title, CSI the colours and the cursor). Every front end that prints
@@ -67,27 +79,15 @@ typedef k3_buf txt_buf;
  * it goes, as a log file or a pipe into cat reaches a terminal too). The full-screen interface
  * leaves control characters out when it draws (tui-draw.c). */
 
-/* Whether code point cp is a control character to outside text: C0, DEL, the C1 controls
- * U+0080..U+009F, and the characters that reorder or break a displayed line (the bidirectional
- * embeddings, overrides, isolates and marks U+061C, U+200E, U+200F, U+202A..U+202E,
- * U+2066..U+2069; the line and paragraph separators U+2028, U+2029): on a terminal that does
- * bidi they could make an answer show other than it reads. txt_escape shows them as escapes,
- * the full-screen chat leaves them out (txt_cluster flags them TXT_F_CTRL), and the server's
- * log and error texts escape them too (http_clean). \n and \t are the callers' to treat. */
-int txt_ctrl_cp(int32_t cp);
-
-/* What a stream cut inside a character held back (the bytes of an incomplete UTF-8 sequence). */
-typedef struct txt_esc {
-    char hold[4];
-    int  n;
-} txt_esc;
-
-/* Append s[0..n) to out with C0 controls other than \n and \t, and DEL, as \xHH, C1 controls
- * (U+0080..U+009F) as \u00HH, and bytes that are not UTF-8 as \xHH. With st != NULL an
- * incomplete character at the end is held in st and completed by the next call (st->n bytes
- * still held at the end of a text: call again with n = 0 and st = NULL on st's bytes to show
- * them escaped, as txt_term_end does). -1 out of memory. */
-int txt_escape(txt_buf *out, txt_esc *st, const char *s, size_t n);
+/* The control characters of outside text and their escapes are the engine's (k3.h, esc.c), so
+ * that the Markdown export shows them as the terminal front ends do: txt_ctrl_cp is
+ * k3_ctrl_cp (C0, DEL, C1, the bidi controls and line separators; txt_cluster flags them
+ * TXT_F_CTRL, the full-screen chat leaves them out, the server's log escapes them), txt_escape
+ * is k3_escape (\xHH, \u00HH, \uHHHH; with a txt_esc, a character cut between two pieces is
+ * held and completed by the next call). */
+#define txt_ctrl_cp k3_ctrl_cp
+typedef k3_esc txt_esc;
+#define txt_escape k3_escape
 
 /* Write s[0..n) to f: through txt_escape when f is a terminal or stderr, as it is otherwise
  * (standard output into a pipe or a file: the data a script asked for). */
@@ -107,6 +107,10 @@ int txt_term_uri(txt_buf *out, const char *s, size_t n);
  * for messages that quote outside text (a server's error, a file's line). Returns what fprintf
  * would, or -1. */
 int txt_term_printf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The user's locale (LANG, LC_*) for characters, their widths and collation, with LC_NUMERIC
+ * kept "C": numbers in commands, config.json, JSON and transcripts are read (strtod) and written
+ * (printf) with a dot. Under de_DE.UTF-8, `/temp 0.5` read 0 and a config.json's 2.827 read 2. */
+void txt_locale(void);
 struct option;
 /* What getopt_long (run with opterr = 0 and an optstring that starts with ':') refused, said
  * through txt_term_printf (glibc's own messages quote the argument raw): c is its return, ':'

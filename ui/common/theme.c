@@ -1,6 +1,7 @@
 /* theme.c: role table, theme files and curses color pairs (see theme.h). */
 #include "theme.h"
 #include "k3.h"
+#include "text.h"
 #include "xdg.h"
 
 #include <ctype.h>
@@ -176,9 +177,15 @@ int thm_load(const char *name, thm_spec t[THM_N], char *err, size_t errn) {
                  name);
         return -1;
     }
+    if (strlen(name) > THM_NAME_MAX) {
+        char q[48];
+        snprintf(err, errn, "theme '%s': a theme name is at most %d bytes", txt_clip(q, sizeof q, name),
+                 THM_NAME_MAX);
+        return -1;
+    }
     for (int k = 0; k < nd; k++) {
         char path[PATH_MAX + 80];
-        snprintf(path, sizeof path, "%.4000s/%.64s.theme", dirs[k], name);
+        snprintf(path, sizeof path, "%.4000s/%s.theme", dirs[k], name);
         FILE *f = fopen(path, "r");
         if (!f)
             continue;

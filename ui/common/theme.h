@@ -70,7 +70,10 @@ typedef struct thm_spec {
  * "FILE:LINE: what" in err. */
 int  thm_parse(const char *text, const char *file, thm_spec t[THM_N], char *err, size_t errn);
 void thm_defaults(thm_spec t[THM_N]);
-/* Find and parse theme NAME ("dark" also works without a file). 0 ok; -1 with err. */
+/* The longest theme name, in bytes (the file is NAME.theme). */
+#define THM_NAME_MAX 63
+/* Find and parse theme NAME ("dark" also works without a file). 0 ok; -1 with err (a name with a
+ * '/' or longer than THM_NAME_MAX is refused, not cut: a cut name could open another theme). */
 int thm_load(const char *name, thm_spec t[THM_N], char *err, size_t errn);
 /* Space-separated names of the themes found (builtin + files). */
 void thm_list(char *buf, size_t n);

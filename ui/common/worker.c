@@ -480,14 +480,18 @@ static int real_open(ue *u, void **self, char *err, size_t errn) {
     ue_conv_autosave_enable(u, r->c);
     const char *slash = strrchr(u->opts->dir, '/');
     const char *name  = slash && slash[1] ? slash + 1 : u->opts->dir;
-    char        desc[256];
-    snprintf(desc, sizeof desc, "%.64s · %d layers · %.1f GB", name, r->info.n_layers,
-             (double)r->info.bytes_resident / 1e9);
-    ui_ev e = {
-        .type = EV_READY, .text = desc, .text2 = (char *)(uintptr_t)r->info.fit_brief, .i = r->info.max_ctx};
-    e.gen = (ue_gen){.temp = r->info.gen_temp, .top_p = r->info.gen_top_p, .think = 1, .effort = 2};
+    k3_buf      desc  = {0}; /* the name whole: the status bar fits it to its width (txt_fit) */
+    k3_buf_printf(&desc, "%s · %d layers · %.1f GB", name, r->info.n_layers,
+                  (double)r->info.bytes_resident / 1e9);
+    ui_ev e = {.type  = EV_READY,
+               .text  = desc.p ? desc.p : (char *)(uintptr_t) "model",
+               .text2 = (char *)(uintptr_t)r->info.fit_brief,
+               .a     = strlen(name),
+               .i     = r->info.max_ctx};
+    e.gen   = (ue_gen){.temp = r->info.gen_temp, .top_p = r->info.gen_top_p, .think = 1, .effort = 2};
     fill_common(r, &e.st); /* the empty conversation's context comes with the model: no frame shows 0 */
     ev_push(u->out, &e);
+    free(desc.p);
     ui_ev ctx = {.type = EV_STATS, .i = 1}; /* the empty conversation's context, as after /clear */
     fill_common(r, &ctx.st);
     ev_push(u->out, &ctx);

@@ -11,9 +11,9 @@
  *   HEAD    the request head is arriving: the gate reads it into the connection's buffer and
  *           checks only the new bytes (http_head_scan keeps its position), so a head trickled
  *           one byte at a time costs constant work per byte. It must be complete within
- *           HTTP_HEAD_SECS of the accept, or 408. http_head_scan decides (serve-http.c); a head
- *           that passes is authenticated here (401 before any body is read), answered
- *           "100 Continue" when it asked and has a body, and goes on to
+ *           rules.head_secs (K3_SERVE_HEAD_SECS) of the accept, or 408. http_head_scan decides
+ *           (serve-http.c); a head that passes is authenticated here (401 before any body is
+ *           read), answered "100 Continue" when it asked and has a body, and goes on to
  *   BODY    the body (exactly Content-Length bytes) is arriving into a buffer that grows with
  *           what came (never more than Content-Length; all such buffers together at most
  *           HTTP_BODY_BUDGET, beyond which 503): it must be complete within rules.body_secs
@@ -62,9 +62,6 @@
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
-
-#define HTTP_STR_(x) #x
-#define HTTP_STR(x) HTTP_STR_(x)
 
 enum { R_FREE = 0, R_HEAD, R_BODY, R_WAIT, R_ACTIVE, R_LINGER, R_NSTATE };
 #define N_LINGER 64
@@ -470,7 +467,7 @@ static void gate_accept(http_gate *g) {
         x->fd       = fd;
         x->t_accept = mono();
         snprintf(x->ip, sizeof x->ip, "%s", ip);
-        set_state(g, x, R_HEAD, HTTP_HEAD_SECS);
+        set_state(g, x, R_HEAD, g->rules.head_secs);
         ep_watch(g, x, EPOLL_CTL_ADD);
         head_read(g, x, 0); /* often the head came with the connection */
     }
@@ -552,12 +549,11 @@ static void gate_expire(http_gate *g, double now) {
     for (int k = 0; k < 4; k++)
         while (g->first[st[k]] >= 0 && g->rec[g->first[st[k]]].deadline <= now) {
             hrec *x = &g->rec[g->first[st[k]]];
-            if (st[k] == R_HEAD)
-                gate_answer(g, x, 408, "invalid_request_error", "request_timeout",
-                            "the request head did not arrive within " HTTP_STR(HTTP_HEAD_SECS) " s");
-            else if (st[k] == R_BODY) {
+            if (st[k] == R_HEAD || st[k] == R_BODY) {
                 char m[80];
-                snprintf(m, sizeof m, "the request body did not arrive within %d s", g->rules.body_secs);
+                snprintf(m, sizeof m, "the request %s did not arrive within %d s",
+                         st[k] == R_HEAD ? "head" : "body",
+                         st[k] == R_HEAD ? g->rules.head_secs : g->rules.body_secs);
                 gate_answer(g, x, 408, "invalid_request_error", "request_timeout", m);
             } else if (st[k] == R_WAIT)
                 gate_answer(g, x, 503, "server_error", "server_busy",

@@ -16,7 +16,6 @@
 #define HTTP_MAX_PENDING 256 /* connections whose request is being read or that wait     */
 #define HTTP_PENDING_ADDR 32 /* incomplete ones from one client address                  */
 #define HTTP_BURST_SECS 1    /* over it, only one incomplete for this long gives way      */
-#define HTTP_HEAD_SECS 10    /* the whole request head must arrive within this            */
 #define HTTP_QUEUE_SECS 10   /* a complete request waits this long for a slot, then 503    */
 #define HTTP_MAX_HEAD 16384  /* bytes of a request head (431 beyond)                      */
 #define HTTP_MAX_TARGET 8192 /* bytes of a request line (414 beyond)                       */
@@ -27,6 +26,7 @@ typedef struct http_rules {
     int         keyless;     /* no API key: Host must be an IP, localhost or allowed; POST needs JSON */
     const char *allow_hosts; /* comma-separated extra Host names for a keyless server, or NULL     */
     size_t      max_body;    /* Content-Length above this: 413 from the head                       */
+    int         head_secs;   /* the head must be complete this long after the accept (408)         */
     int         body_secs;   /* the body must be complete this long after the head (408)           */
     int         send_secs;   /* a response write that sees no byte taken this long: closed          */
     /* The API key index of an Authorization value (v[0..n), white space around it trimmed; NULL

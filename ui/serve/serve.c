@@ -1084,12 +1084,13 @@ static int is_loopback(const struct sockaddr *a) {
 }
 
 /* The server's settings from the environment, read before the port is taken and the model
- * loads (a typo costs no load): K3_SERVE_BODY_SECS and K3_SERVE_SEND_SECS into the gate's rules,
- * the queue's, the prefill chunk's and the shared prompt cache's (more snapshots and bytes than a
- * chat's: 16, 2000 MB) into srv. 0, or -1 with the reason on stderr. */
+ * loads (a typo costs no load): K3_SERVE_HEAD_SECS, K3_SERVE_BODY_SECS and K3_SERVE_SEND_SECS into
+ * the gate's rules, the queue's, the prefill chunk's and the shared prompt cache's (more snapshots
+ * and bytes than a chat's: 16, 2000 MB) into srv. 0, or -1 with the reason on stderr. */
 static int serve_env(http_rules *rules) {
     srv.snap_mb = 2000;
-    if (env_count(K3_SETTING_SERVE_BODY_SECS, SERVE_DEFAULT(SERVE_BODY_SECS), &rules->body_secs) ||
+    if (env_count(K3_SETTING_SERVE_HEAD_SECS, SERVE_DEFAULT(SERVE_HEAD_SECS), &rules->head_secs) ||
+        env_count(K3_SETTING_SERVE_BODY_SECS, SERVE_DEFAULT(SERVE_BODY_SECS), &rules->body_secs) ||
         env_count(K3_SETTING_SERVE_SEND_SECS, SERVE_DEFAULT(SERVE_SEND_SECS), &rules->send_secs) ||
         env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
         env_count(K3_SETTING_SERVE_CHUNK, SERVE_DEFAULT(SERVE_CHUNK), &srv.chunk) ||

@@ -682,12 +682,34 @@ static void draw_panes(tui *t, int dirty) {
     }
 }
 
+/* The model's description in at most cols columns, into out (emptied first): whole when it fits;
+ * else the whole name and what follows it cut in the middle, or, with no room for that, the name
+ * alone cut in the middle (txt_fit: "moonshotai/Kimi-K…-v2-instruct"), its end kept: of two long
+ * ids that share a prefix, the end tells them apart. */
+static void fit_model(const tui *t, txt_buf *out, int cols) {
+    const char *more = t->model + t->model_name;
+    int         wn = txt_width(t->model, t->model_name, 0), wm = txt_width(more, strlen(more), wn);
+    out->n = 0;
+    if (out->p)
+        out->p[0] = 0;
+    if (wn + wm <= cols)
+        txt_buf_add(out, t->model, strlen(t->model));
+    else if (wn + 4 <= cols && !txt_buf_add(out, t->model, t->model_name))
+        txt_fit(out, more, strlen(more), cols - wn);
+    else
+        txt_fit(out, t->model, t->model_name, cols);
+}
+
 /* The status bar: segments by priority (0 = always, higher = dropped sooner when the bar is too
- * narrow), drawn whole and in their order; the model name is cut if even that does not fit. */
+ * narrow), drawn whole and in their order. The model's description (any length: a remote
+ * server's id, a directory's name) takes half the bar at most (32 columns at least), and no more
+ * than the room the others leave when the bar is narrow (fit_model). */
 static void draw_status(tui *t) {
     char            seg[16][96];
     int             pri[16], n = 0;
-    const ue_stats *s = &t->st;
+    const ue_stats *s     = &t->st;
+    txt_buf         name  = {0}; /* segment 0 when it is the model's name, fitted */
+    int             fit_k = -1;  /* the memory fit's segment */
 #define SEG(p, ...) (pri[n] = (p), snprintf(seg[n++], 96, __VA_ARGS__))
     if (!t->ready) {
         if (t->fatal)
@@ -698,9 +720,9 @@ static void draw_status(tui *t) {
         else
             SEG(0, "loading…");
     } else {
-        SEG(0, "%.90s", t->model);
-        if (t->fit[0])
-            SEG(strstr(t->fit, "fit step") ? 4 : 7, "%.90s", t->fit); /* lowered settings matter more */
+        SEG(0, "%s", ""); /* the name: below, once the others are measured */
+        if (t->fit[0])    /* lowered settings matter more; the text: below */
+            fit_k = n, SEG(strstr(t->fit, "fit step") ? 4 : 7, "%s", "");
     }
     if (t->pf_on)
         SEG(0, "prefill %llu/%llu tok · %.2f GB read", (unsigned long long)t->pf_done,
@@ -729,9 +751,16 @@ static void draw_status(tui *t) {
     if (s->mem_gb > 0)
         SEG(7, "mem %.2f GB", s->mem_gb);
 #undef SEG
-    int w[16], total = 1;
+    const char *txt[16];
+    int         w[16], total = 1;
     for (int k = 0; k < n; k++)
-        total += (w[k] = txt_width(seg[k], strlen(seg[k]), 0) + (k ? 3 : 0));
+        txt[k] = k == fit_k ? t->fit : seg[k];
+    if (t->ready) { /* half the bar at most (32 columns at least), so the figures after it show */
+        fit_model(t, &name, t->cols / 2 - 1 > 32 ? t->cols / 2 - 1 : 32);
+        txt[0] = name.p ? name.p : "";
+    }
+    for (int k = 0; k < n; k++)
+        total += (w[k] = txt_width(txt[k], strlen(txt[k]), 0) + (k ? 3 : 0));
     while (total > t->cols - 1) { /* leave out the least important segment, the later on a tie */
         int drop = -1;
         for (int k = 1; k < n; k++)
@@ -742,12 +771,19 @@ static void draw_status(tui *t) {
         total -= w[drop];
         w[drop] = 0;
     }
+    if (t->ready && total > t->cols - 1) { /* a narrow bar: the name takes what the others leave */
+        int room = t->cols - 1 - (total - w[0]);
+        fit_model(t, &name, room > 1 ? room : 1);
+        txt[0] = name.p ? name.p : "";
+    }
     uint64_t h = TUI_HASH0; /* the segments shown: unchanged figures are not drawn again */
     for (int k = 0; k < n; k++)
         if (w[k])
-            h = tui_hash(h, seg[k], strlen(seg[k]) + 1);
-    if (tui_row_same(t, t->status_y, h))
+            h = tui_hash(h, txt[k], strlen(txt[k]) + 1);
+    if (tui_row_same(t, t->status_y, h)) {
+        free(name.p);
         return;
+    }
     fill_row(t->status_y, 0, t->cols, THM_STATUS);
     int x = 1;
     for (int k = 0; k < n && x < t->cols - 2; k++) {
@@ -755,9 +791,10 @@ static void draw_status(tui *t) {
             continue;
         if (k)
             x += draw_text(t->status_y, x, t->cols - x, " │ ", strlen(" │ "), THM_STATUS);
-        x += draw_text(t->status_y, x, t->cols - x, seg[k], strlen(seg[k]),
+        x += draw_text(t->status_y, x, t->cols - x, txt[k], strlen(txt[k]),
                        k == 0 ? THM_STATUS_KEY : THM_STATUS);
     }
+    free(name.p);
 }
 
 /* The input window; leaves the cursor at the editing position. */

@@ -88,7 +88,7 @@ typedef struct tui {
     inp           *in;
     chat_settings  cs;
     thm_spec       theme[THM_N];
-    char           theme_name[64];
+    char           theme_name[THM_NAME_MAX + 1];
 
     entry *ents; /* (n_ents) the conversation as displayed */
     int    n_ents, cap_ents;
@@ -107,7 +107,8 @@ typedef struct tui {
 
     /* model and statistics */
     int      ready, fatal;
-    char     model[160];
+    char     model[1024];   /* what the backend says it runs (EV_READY text), whole characters */
+    size_t   model_name;    /* its first model_name bytes are the model's name (EV_READY a) */
     char     fit[128];      /* the memory fit in a few words (EV_READY text2; status bar, /stats) */
     char     estimate[128]; /* expected speed while loading (EV_ESTIMATE)                     */
     ue_stats st;

@@ -30,7 +30,6 @@
 
 #include <errno.h>
 #include <term.h>
-#include <locale.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -299,6 +298,8 @@ static void on_event(tui *t, ui_ev *e) {
     case EV_READY:
         t->ready = 1;
         snprintf(t->model, sizeof t->model, "%s", e->text ? e->text : "model");
+        t->model[txt_complete(t->model, strlen(t->model))] = 0; /* a cut leaves no part of a character */
+        t->model_name = e->a && e->a < strlen(t->model) ? (size_t)e->a : strlen(t->model);
         snprintf(t->fit, sizeof t->fit, "%s", e->text2 ? e->text2 : "");
         /* the figure and its capacity together: a bar drawn before the next EV_STATS shows the
          * conversation's real context (the engine's EV_READY fills st.ctx_used; the mock's and a
@@ -437,7 +438,7 @@ static void apply_theme(tui *t, const char *name) {
         return;
     }
     memcpy(t->theme, th, sizeof th);
-    snprintf(t->theme_name, sizeof t->theme_name, "%.63s", name);
+    snprintf(t->theme_name, sizeof t->theme_name, "%.*s", THM_NAME_MAX, name); /* thm_load refused longer */
     thm_apply(t->theme);
     clearok(curscr, TRUE);
     t->dirty = DIRTY_ALL;
@@ -1182,7 +1183,7 @@ int ui_tui_run(const ui_opts *o) {
     t->st  = (ue_stats){
          .tok_s = -1, .prefill_tok_s = -1, .ttft_s = -1, .think_s = -1, .expert_hit = -1, .expert_gb = -1};
     t->ep[0] = t->ep[1] = -1;
-    setlocale(LC_ALL, ""); /* main checked the terminal (tui_usable) */
+    txt_locale(); /* main checked the terminal (tui_usable) */
     chat_settings_init(&t->cs, o);
     const char *theme = o->theme; /* --theme, else K3_THEME (main) */
     if (!theme || !*theme)
@@ -1195,7 +1196,7 @@ int ui_tui_run(const ui_opts *o) {
         txt_term_printf(stderr, "k3chat: %s\n", err);
         return 2;
     }
-    snprintf(t->theme_name, sizeof t->theme_name, "%.63s", theme);
+    snprintf(t->theme_name, sizeof t->theme_name, "%.*s", THM_NAME_MAX, theme); /* thm_load refused longer */
     t->q = ev_queue_new(1);
     if (!t->q) {
         txt_term_printf(stderr, "k3chat: cannot create the event queue\n");
