@@ -185,21 +185,23 @@ def timed_health(src="127.0.0.1"):
 
 class Slow(threading.Thread):
     """Connections that send a head, then body bytes every `every` seconds (never: silence),
-    reading whatever comes back; each records (seconds from its head to the answer, status)."""
+    reading whatever comes back; each records (seconds from its head to the answer, status).
+    With head=BYTES they send those instead (a head that never ends, say) and then their bytes;
+    port (default PORT) and secs (default BODY_SECS + 15) bound where and how long."""
 
-    def __init__(self, srcs, length, every, first=b""):
+    def __init__(self, srcs, length, every, first=b"", head=None, port=None, secs=None):
         super().__init__()
         self.socks, self.every = [], every
         for src in srcs:
             try:
-                s = socket.create_connection(("127.0.0.1", PORT), timeout=5, source_address=(src, 0))
+                s = socket.create_connection(("127.0.0.1", port or PORT), timeout=5, source_address=(src, 0))
             except OSError:
                 continue
-            head = req("POST", "/v1/chat/completions", b"x" * length)[:-length]
-            s.sendall(head + first)
+            h = head if head is not None else req("POST", "/v1/chat/completions", b"x" * length)[:-length]
+            s.sendall(h + first)
             s.setblocking(False)
             self.socks.append({"s": s, "t0": time.time(), "got": b"", "t": None, "eof": False})
-        self.stop = time.time() + BODY_SECS + 15
+        self.stop = time.time() + (secs if secs is not None else BODY_SECS + 15)
 
     def run(self):
         t_next = time.time() + (self.every or 1e9)
@@ -594,31 +596,15 @@ try:
 
         # ---- 14: a request head must be complete K3_SERVE_HEAD_SECS (3 s here) after the accept;
         # head bytes that keep coming (one every 0.5 s) do not extend it
-        h = socket.create_connection(("127.0.0.1", nport), timeout=0.5)
-        t0, got, t_408 = time.time(), b"", None
-        h.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ")
-        while time.time() - t0 < 60:  # until the server closes (it answers with Connection: close)
-            try:
-                b = h.recv(4096)
-            except socket.timeout:
-                if t_408 is None:
-                    try:
-                        h.sendall(b"p")
-                    except OSError:
-                        pass
-                continue
-            except OSError:
-                break
-            if not b:
-                break
-            t_408 = t_408 or time.time() - t0
-            got += b
-        t_408 = t_408 if t_408 is not None else time.time() - t0
-        h.close()
-        ok(got.startswith(b"HTTP/1.1 408") and HEAD - 0.5 <= t_408 < 60
+        h = Slow(["127.0.0.1"], 0, 0.5, head=b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ",
+                 port=nport, secs=60)
+        h.start()
+        h.join(90)
+        (t_408, st_408), got = h.results()[0], h.socks[0]["got"]
+        ok(st_408 == 408 and t_408 is not None and HEAD - 0.5 <= t_408 < 60
            and b"the request head did not arrive within %d s" % HEAD in got,
-           "a head trickled a byte every 0.5 s: 408 %.1f s after the connection, the %d s of K3_SERVE_HEAD_SECS "
-           "(%r)" % (t_408, HEAD, got[:120]))
+           "a head trickled a byte every 0.5 s: 408 %s s after the connection, the %d s of K3_SERVE_HEAD_SECS "
+           "(%r)" % ("%.1f" % t_408 if t_408 is not None else None, HEAD, got[:120]))
         pn.kill()
         pn.wait()
     else:
