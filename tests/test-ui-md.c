@@ -1192,6 +1192,46 @@ static void test_copy(void) {
     free(b.p);
 }
 
+/* the columns of line i as drawn: its runs one after the other (tui-draw.c places each run at the
+ * column where the last ended) */
+static int drawn_width(int i) {
+    const md_line *l   = &D.lines[i];
+    int            col = 0;
+    for (int k = 0; k < l->n_runs; k++) {
+        const md_run *r = &D.runs[l->run0 + (size_t)k];
+        col += txt_width(D.text.p + r->off, r->len, col);
+    }
+    return col;
+}
+
+/* Characters that a terminal gives a cell of their own although Unicode joins them to the next
+ * (U+0600 ARABIC NUMBER SIGN, a prepended mark) or the last (a spacing vowel sign), at the edge
+ * of a ~~strike~~ span: the lines fit, their runs are as wide as the line, no character is lost. */
+static void test_format_chars(void) {
+    static const char *in[]  = {"~~ab\u0600cd~~ef", "~~abc\u0600~~defgh ij", "~~\u0600~~123456789",
+                                "x ~~\u0600~~b c d e f g h", "~~\u0915~~\u093E\u0915\u093E\u0915\u093E"};
+    static const char *out[] = {"ab\u0600cdef", "abc\u0600defghij", "\u0600123456789", "x\u0600bcdefgh",
+                                "\u0915\u093E\u0915\u093E\u0915\u093E"};
+    for (int t = 0; t < 5; t++)
+        for (int w = 2; w <= 12; w++) {
+            T_CHECK(render(in[t], w, 0) == 0, "render '%s' at %d", in[t], w);
+            txt_buf all = {0};
+            int     ok  = all_fit(w);
+            for (int i = 0; i < D.n_lines; i++) {
+                ok &= drawn_width(i) == D.lines[i].width;
+                for (const char *c = line(i); *c; c++)
+                    if (*c != ' ')
+                        txt_buf_add(&all, c, 1);
+            }
+            txt_buf_add(&all, "", 1);
+            T_CHECK(ok && !strcmp(all.p, out[t]),
+                    "'%s' at %d columns: %d lines that fit, their runs as wide "
+                    "as the line, the text whole ('%s')",
+                    in[t], w, D.n_lines, all.p);
+            free(all.p);
+        }
+}
+
 static void test_bad_input(void) {
     /* 10,000 nested list levels */
     size_t n = 10000;
@@ -1318,6 +1358,7 @@ int main(void) {
     test_stream_quote_work();
     test_stream_random();
     test_copy();
+    test_format_chars();
     test_bad_input();
     md_doc_free(&D);
     free(L.p);

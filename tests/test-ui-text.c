@@ -87,6 +87,13 @@ int main(void) {
     T_CHECK(W("e\u0301") == 1, "e + combining acute is 1 column (got %d)", W("e\u0301"));
     T_CHECK(W("a\u0308\u0323b") == 2, "two combining marks on one base (got %d)", W("a\u0308\u0323b"));
     T_CHECK(W("한국어") == 6, "Hangul syllables are 2 columns (got %d)", W("한국어"));
+    /* what a terminal gives a cell of its own (curses' wcwidth, tmux, xterm): a prepended mark
+     * (U+0600 ARABIC NUMBER SIGN) and the digit after it, a consonant and its spacing vowel sign */
+    T_CHECK(W("\u060012") == 3, "U+0600 before digits is a column of its own (got %d)", W("\u060012"));
+    T_CHECK(W("\u0915\u093E\u0915") == 3, "Devanagari ka + vowel sign aa (Mc) + ka is 3 columns (got %d)",
+            W("\u0915\u093E\u0915"));
+    T_CHECK(W("\u1100\u1161\u11A8") == 2, "conjoining jamo L+V+T are 2 columns (got %d)",
+            W("\u1100\u1161\u11A8"));
     T_CHECK(W("\t") == 8, "tab at column 0 is 8 columns (got %d)", W("\t"));
     T_CHECK(W("abc\t") == 8, "tab after 3 columns reaches column 8 (got %d)", W("abc\t"));
     T_CHECK(txt_width("\t", 1, 5) == 3, "tab from column 5 is 3 columns (got %d)", txt_width("\t", 1, 5));
@@ -100,6 +107,17 @@ int main(void) {
     int    w, f;
     size_t l = txt_cluster("e\u0301x", 4, &w, &f);
     T_CHECK(l == 3 && w == 1, "cluster e+acute is 3 bytes, 1 column (got %zu, %d)", l, w);
+    l = txt_cluster("\u06001", 3, &w, &f);
+    T_CHECK(l == 2 && w == 1,
+            "U+0600 is a cluster of its own, 1 column: a digit after it is not drawn "
+            "into its cell (got %zu bytes, %d)",
+            l, w);
+    l = txt_cluster("\u0915\u093E", 6, &w, &f);
+    T_CHECK(l == 3 && w == 1, "a spacing vowel sign starts a cell of its own (got %zu bytes, %d)", l, w);
+    l = txt_cluster("\u0915\u093F\u0301", 8, &w, &f);
+    T_CHECK(l == 3, "... with the marks after it (got %zu bytes)", l);
+    l = txt_cluster("\u093F\u0301x", 6, &w, &f);
+    T_CHECK(l == 5 && w == 1, "... 1 column with its marks (got %zu bytes, %d)", l, w);
     l = txt_cluster("👩\u200d👩\u200d👧!", strlen("👩\u200d👩\u200d👧!"), &w, &f);
     T_CHECK(l == strlen("👩\u200d👩\u200d👧") && (f & TXT_F_EMOJI), "ZWJ sequence is one cluster (%zu bytes)",
             l);

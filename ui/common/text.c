@@ -31,6 +31,20 @@ static int is_emoji_pres(utf8proc_int32_t cp) {
            (cp >= 0x1F3FB && cp <= 0x1F3FF);
 }
 
+/* Columns of one code point as a terminal (and curses' wcwidth) gives it a cell: utf8proc's
+ * width, but a spacing mark (Mc: the Devanagari vowel sign in "\u0915\u093E") and a prepended
+ * mark (U+0600 ARABIC NUMBER SIGN, U+0D4E) take a column of their own, and the medial vowels and
+ * final consonants of conjoining Hangul (V, T) none: they join the syllable's first jamo. */
+static int cp_width(utf8proc_int32_t cp) {
+    const utf8proc_property_t *p = utf8proc_get_property(cp);
+    if (p->category == UTF8PROC_CATEGORY_MC || p->boundclass == UTF8PROC_BOUNDCLASS_PREPEND)
+        return 1;
+    if (p->boundclass == UTF8PROC_BOUNDCLASS_V || p->boundclass == UTF8PROC_BOUNDCLASS_T)
+        return 0;
+    int w = utf8proc_charwidth(cp);
+    return w < 0 ? 1 : w;
+}
+
 size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     /* printable ASCII not followed by a combining character (which would not be ASCII): a
      * cluster of one byte and one column, without a table lookup */
@@ -66,9 +80,7 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
     }
     if (cp == ' ')
         f |= TXT_F_SPACE;
-    w = utf8proc_charwidth(cp);
-    if (w < 0)
-        w = 1;
+    w = cp_width(cp);
     if (cp >= 0x1F1E6 && cp <= 0x1F1FF)
         emoji = 1; /* regional indicators: a pair is a flag */
     size_t off = len;
@@ -81,6 +93,9 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
         if (!utf8proc_grapheme_break_stateful(prev, c2, &state)) {
             if (is_emoji_pres(c2))
                 emoji = 1;
+            else if (!emoji && cp_width(c2) > 0)
+                break; /* a terminal gives a spacing character a cell of its own (a cell holds one
+                        * and the zero-width ones after it), whatever Unicode's clusters say */
             off += l2;
             prev = c2;
             ncp++;

@@ -2,8 +2,11 @@
  *
  * Text is measured in grapheme clusters (utf8proc's extended grapheme rules): a base character
  * with its combining marks, an emoji ZWJ sequence, a flag (regional indicator pair) or an emoji
- * with a variation selector or skin-tone modifier is one cluster. Widths: East Asian wide and
- * fullwidth characters 2, emoji clusters 2, combining marks 0 (they join their base), control
+ * with a variation selector or skin-tone modifier is one cluster; outside emoji, a cluster ends
+ * before a character that takes a column (a spacing mark, the letter after a prepended mark such as
+ * U+0600), as a terminal cell holds one such character. Widths: East Asian wide and
+ * fullwidth characters 2, emoji clusters 2, combining marks 0 (they join their base), spacing marks
+ * and prepended marks 1, control
  * characters 0 (not drawn), invalid bytes 1 (drawn as U+FFFD), a tab advances to the next
  * multiple of TXT_TAB columns. Wrapping breaks at spaces, after wide (CJK) characters, and inside
  * a word only when the word alone is wider than the line; never inside a cluster.
