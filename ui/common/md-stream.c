@@ -146,6 +146,67 @@ static int stream_view(md_stream *st, const char *s, size_t n) {
     return 0;
 }
 
+/* ==== the fast paths' state ================================================ */
+
+/* Fast path X (its md_fast X_for and its int X: open is its layout) and the open chunk, which
+ * starts at done: a new chunk starts the path over (neither laid out nor ruled out) and returns 1,
+ * for the path to drop what it kept of the last one; else 0. */
+static int fast_new(md_fast *p, int *on, size_t done) {
+    if (p->done == done)
+        return 0;
+    *on = p->no = 0;
+    p->done     = done;
+    return 1;
+}
+
+/* Whether the path may still lay out the chunk that starts at done (its chunk, not ruled out). */
+static int fast_at(const md_fast *p, size_t done) {
+    return !p->no && p->done == done;
+}
+
+/* The open chunk is not one for the path, for good (open is no longer its layout). 1. */
+static int fast_no(md_fast *p, int *on) {
+    *on   = 0;
+    p->no = 1;
+    return 1;
+}
+
+/* d's lines followed by those of e (e's text, runs and links copied). 0, or -1 out of memory. */
+static int doc_append(md_doc *d, const md_doc *e) {
+    size_t t0 = d->text.n, r0 = d->n_runs;
+    int    l0 = d->n_links;
+    if (txt_buf_add(&d->text, e->text.p ? e->text.p : "", e->text.n))
+        return d->oom = 1, -1;
+    for (int i = 0; i < e->n_links; i++)
+        if (md_doc_link(d, "", 0) < 0)
+            return d->oom = 1, -1;
+        else
+            d->links[l0 + i] = (md_link){e->links[i].off + t0, e->links[i].len};
+    for (size_t k = 0; k < e->n_runs; k++) {
+        md_run u = e->runs[k];
+        /* run0 past the end: never merged with the run before, as e's runs are not */
+        if (md_doc_run(d, d->n_runs + 1, u.off + t0, u.len, u.role, u.link >= 0 ? u.link + l0 : -1))
+            return d->oom = 1, -1;
+    }
+    for (int i = 0; i < e->n_lines; i++) {
+        md_line l = e->lines[i];
+        l.run0 += r0;
+        if (md_doc_line(d, l))
+            return d->oom = 1, -1;
+    }
+    return 0;
+}
+
+/* The chunk that has finished as a path laid it out in open (*on): open's lines move to fin. 0,
+ * or -1 out of memory. */
+static int fast_fin(md_stream *st, int *on) {
+    if (doc_append(&st->fin, &st->open))
+        return -1;
+    md_doc_reset(&st->open);
+    *on = st->last_ok = 0;
+    return 0;
+}
+
 /* ==== streaming a plain paragraph ========================================== */
 
 /* Whether s[from, n) keeps the chunk s[done, n) a plain paragraph: each of its lines starts with a
@@ -299,19 +360,16 @@ static void doc_cut(md_doc *d, int k) {
  * renders it), -1 out of memory. */
 static int fc_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     md_doc *d = &st->open;
-    if (st->fc_done != st->done) {
-        st->fc = st->fc_no = 0;
-        st->fc_done        = st->done;
-    }
-    if (st->fc_no || !st->fence || st->fence_at != st->done)
+    fast_new(&st->fc_for, &st->fc, st->done);
+    if (st->fc_for.no || !st->fence || st->fence_at != st->done)
         return 1;
     const char *c    = s + st->done;
     const char *eol  = memchr(c, '\n', n - st->done);
     size_t      body = (size_t)(eol - s) + 1; /* the fence line was scanned: it is complete */
     if (!st->fc) {
         if (c[0] == ' ' || has_cr_nul(c, body - st->done)) {
-            st->fc_no = 1; /* an indented fence (md4c takes as much indentation off each code line),
-                            * or line ends md4c sees and we do not */
+            st->fc_for.no = 1; /* an indented fence (md4c takes as much indentation off each code line),
+                                * or line ends md4c sees and we do not */
             return 1;
         }
         st->last_ok = 0; /* open is rebuilt here */
@@ -345,7 +403,7 @@ static int fc_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     for (const char *e; !resume && st->fc_line < v && (e = memchr(s + st->fc_line, '\n', v - st->fc_line));) {
         size_t ln = (size_t)(e - (s + st->fc_line));
         if (has_cr_nul(s + st->fc_line, ln))
-            return st->fc = 0, st->fc_no = 1;
+            return fast_no(&st->fc_for, &st->fc);
         fc_code_line(r, s + st->fc_line, ln, box, iw, NULL);
         st->fc_line += ln + 1;
         st->fc_any = 1;
@@ -357,7 +415,7 @@ static int fc_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     if (v > st->fc_line) {
         size_t from = st->fc_scan > st->fc_line ? st->fc_scan : st->fc_line;
         if (v > from && has_cr_nul(s + from, v - from))
-            return st->fc = 0, st->fc_no = 1;
+            return fast_no(&st->fc_for, &st->fc);
         st->fc_scan = v > from ? v : from;
         fl          = fence_line(s + st->fc_line, v - st->fc_line, &ch, &rest);
         if (fl >= st->fence_n && ch == st->fence_ch && rest)
@@ -555,13 +613,9 @@ static int tb_draw(md_stream *st, const table *tail, unsigned f) {
  * which md4c sees anything else (a list after the table, text after a blank line) goes back to
  * md4c for good. 0 done, 1 not such a chunk (md4c renders it), -1 out of memory. */
 static int tb_layout(md_stream *st, const char *s, size_t n, unsigned f) {
-    if (st->tb_done != st->done) {
-        st->tb = st->tb_no = 0;
-        st->tb_done        = st->done;
-        if (st->tbs)
-            st->tbs->head = 0;
-    }
-    if (st->tb_no)
+    if (fast_new(&st->tb_for, &st->tb, st->done) && st->tbs)
+        st->tbs->head = 0;
+    if (st->tb_for.no)
         return 1;
     if (st->fence) /* a fence line seen as a row by md4c: stream_view then closes nothing */
         return st->tb = 0, 1;
@@ -576,7 +630,7 @@ static int tb_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     if (!T->head) { /* is it a table? md4c says, from the first two lines */
         size_t head = (size_t)(e2 + 1 - c);
         if (!memchr(e1 + 1, '|', (size_t)(e2 - e1))) {
-            st->tb_no = 1; /* no delimiter row */
+            st->tb_for.no = 1; /* no delimiter row */
             return 1;
         }
         T->in.n = 0;
@@ -587,7 +641,7 @@ static int tb_layout(md_stream *st, const char *s, size_t n, unsigned f) {
             return -1;
         table *h = st->ctx->tb_keep;
         if (!ok || h->n_rows != 1 || h->n_head != 1) {
-            st->tb_no = 1;
+            st->tb_for.no = 1;
             return 1;
         }
         md_table_release(&T->t);
@@ -611,7 +665,7 @@ static int tb_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     if (last) {
         int rc = tb_commit(st, s, (size_t)(last + 1 - s), f);
         if (rc)
-            return rc < 0 ? -1 : (st->tb = 0, st->tb_no = 1);
+            return rc < 0 ? -1 : fast_no(&st->tb_for, &st->tb);
     }
     size_t v    = st->done + view_end(c, n - st->done);
     table *tail = NULL;
@@ -649,37 +703,11 @@ static int tb_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     return tb_draw(st, tail, f);
 }
 
-/* d's lines followed by those of e (e's text, runs and links copied). 0, or -1 out of memory. */
-static int doc_append(md_doc *d, const md_doc *e) {
-    size_t t0 = d->text.n, r0 = d->n_runs;
-    int    l0 = d->n_links;
-    if (txt_buf_add(&d->text, e->text.p ? e->text.p : "", e->text.n))
-        return d->oom = 1, -1;
-    for (int i = 0; i < e->n_links; i++)
-        if (md_doc_link(d, "", 0) < 0)
-            return d->oom = 1, -1;
-        else
-            d->links[l0 + i] = (md_link){e->links[i].off + t0, e->links[i].len};
-    for (size_t k = 0; k < e->n_runs; k++) {
-        md_run u = e->runs[k];
-        /* run0 past the end: never merged with the run before, as e's runs are not */
-        if (md_doc_run(d, d->n_runs + 1, u.off + t0, u.len, u.role, u.link >= 0 ? u.link + l0 : -1))
-            return d->oom = 1, -1;
-    }
-    for (int i = 0; i < e->n_lines; i++) {
-        md_line l = e->lines[i];
-        l.run0 += r0;
-        if (md_doc_line(d, l))
-            return d->oom = 1, -1;
-    }
-    return 0;
-}
-
 /* ==== streaming a list ======================================================= */
 
 /* The state of an open chunk that is a tight list (li_layout). */
 typedef struct md_lis {
-    int     on;      /* set up for the chunk at st->li_done                                        */
+    int     on;      /* set up for the chunk at st->li_for.done                                        */
     char    mark;    /* the bullet ('-', '*', '+') or the ordered delimiter ('.', ')')             */
     long    next;    /* ordered: the number the open item must carry                               */
     size_t  seg;     /* the open item, the last one, starts here: open holds the items before it   */
@@ -1060,9 +1088,8 @@ static int li_item(md_stream *st, const char *s, size_t v) {
 /* The open chunk is no such list, for good, after li_layout had set it up: open holds the items'
  * lines (or li_lead's block), not md4c's render of the last view, so that is made again. 1. */
 static int li_no(md_stream *st) {
-    st->li = st->last_ok = 0;
-    st->li_no            = 1;
-    return 1;
+    st->last_ok = 0;
+    return fast_no(&st->li_for, &st->li);
 }
 
 /* The open chunk s[done, n) as a tight list whose first line is an item at column 0, or comes after
@@ -1076,13 +1103,9 @@ static int li_no(md_stream *st) {
  * When only the partial last line makes the last item something else, md4c shows the chunk for that
  * update and the items' lines wait in keep. 0 done, 1 not such a chunk, -1 out of memory. */
 static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
-    if (st->li_done != st->done) {
-        st->li = st->li_no = 0;
-        st->li_done        = st->done;
-        if (st->lis)
-            st->lis->on = 0;
-    }
-    if (st->li_no)
+    if (fast_new(&st->li_for, &st->li, st->done) && st->lis)
+        st->lis->on = 0;
+    if (st->li_for.no)
         return 1;
     if (!st->ctx && !(st->ctx = md_ctx_new()))
         return -1;
@@ -1099,8 +1122,8 @@ static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
             int rc = *c == '>' ? 2 : li_lead(st, s, n, f, &first, &m, &num);
             if (rc < 0)
                 return -1;
-            st->li_no = rc == 2;
-            k         = rc ? 2 : 1;
+            st->li_for.no = rc == 2;
+            k             = rc ? 2 : 1;
         } else if (k == 1) {
             md_doc_reset(&st->open);
             st->last_ok = 0; /* open is no longer md4c's render of the last view */
@@ -1197,7 +1220,7 @@ static int li_layout(md_stream *st, const char *s, size_t n, unsigned f) {
  * moved to fin (no md4c render of the whole chunk). 0 done, 1 not, -1 out of memory. */
 static int li_finish(md_stream *st, const char *s, size_t p, unsigned f) {
     md_lis *L = st->lis;
-    if (!L || !L->on || st->li_no || st->li_done != st->done)
+    if (!L || !L->on || !fast_at(&st->li_for, st->done))
         return 1;
     li_open(st, 0);
     int rc = li_items(st, s, p, f);
@@ -1206,10 +1229,9 @@ static int li_finish(md_stream *st, const char *s, size_t p, unsigned f) {
     rc = li_render(st, s + L->seg, p - L->seg, 1, f);
     if (rc <= 0)
         return rc < 0 ? -1 : 1;
-    if (doc_append(&st->fin, &st->open))
+    if (fast_fin(st, &st->li))
         return -1;
-    md_doc_reset(&st->open);
-    L->on = st->li = st->last_ok = 0;
+    L->on = 0;
     return 0;
 }
 
@@ -1219,19 +1241,16 @@ static int li_finish(md_stream *st, const char *s, size_t p, unsigned f) {
  * of memory. */
 static int tb_finish(md_stream *st, const char *s, size_t p, unsigned f) {
     md_tbs *T = st->tbs;
-    if (!T || !T->head || st->tb_no || st->tb_done != st->done)
+    if (!T || !T->head || !fast_at(&st->tb_for, st->done))
         return 1;
     int rc = tb_commit(st, s, p, f);
     if (rc || !T->closed)
         return rc < 0 ? -1 : 1;
     if (!st->tb)
         T->laid = 0;
-    if (tb_draw(st, NULL, f) || doc_append(&st->fin, &st->open))
+    if (tb_draw(st, NULL, f) || fast_fin(st, &st->tb))
         return -1;
-    md_doc_reset(&st->open);
     T->laid = T->head = 0;
-    st->tb            = 0;
-    st->last_ok       = 0;
     return 0;
 }
 
@@ -1246,7 +1265,7 @@ static int tb_finish(md_stream *st, const char *s, size_t p, unsigned f) {
  * before it, then the quote's bar alone (the blank line between two blocks in it), then what it
  * makes of the segment after it alone. */
 typedef struct md_qts {
-    int     on;    /* set up for the chunk at st->qt_done                                      */
+    int     on;    /* set up for the chunk at st->qt_for.done                                      */
     size_t  seg;   /* the open segment starts here: open holds the segments before it          */
     size_t  scan;  /* the complete lines before scan were looked at                            */
     size_t  ref;   /* the bytes before ref were looked at for "]:"                             */
@@ -1444,16 +1463,12 @@ static int qt_lines(md_stream *st, const char *s, size_t end, unsigned f) {
  * again). A link reference definition or a CR alone sends the chunk to md4c for good. 0 done, 1 not
  * such a chunk, -1 out of memory. */
 static int qt_layout(md_stream *st, const char *s, size_t n, unsigned f) {
-    if (st->qt_done != st->done) {
-        st->qt = st->qt_no = 0;
-        st->qt_done        = st->done;
-        if (st->qts)
-            st->qts->on = 0;
-    }
-    if (st->qt_no)
+    if (fast_new(&st->qt_for, &st->qt, st->done) && st->qts)
+        st->qts->on = 0;
+    if (st->qt_for.no)
         return 1;
     if (s[st->done] != '>')
-        return st->qt_no = 1;
+        return st->qt_for.no = 1;
     if (!st->ctx && !(st->ctx = md_ctx_new()))
         return -1;
     if (!st->qts && !(st->qts = calloc(1, sizeof *st->qts)))
@@ -1472,7 +1487,7 @@ static int qt_layout(md_stream *st, const char *s, size_t n, unsigned f) {
     if (!rc && last)
         rc = qt_lines(st, s, (size_t)(last + 1 - s), f);
     if (rc)
-        return rc < 0 ? -1 : (st->qt = 0, st->qt_no = 1);
+        return rc < 0 ? -1 : fast_no(&st->qt_for, &st->qt);
     /* the partial last line, as stream_view shows it */
     size_t v = st->done + view_end(s + st->done, n - st->done), p = Q->scan;
     int    part = 0; /* the partial line: 0 nothing, 1 blank, 2 text of '>' (c its start), 3 else */
@@ -1520,7 +1535,7 @@ static int qt_layout(md_stream *st, const char *s, size_t n, unsigned f) {
  * render of the whole chunk). 0 done, 1 not, -1 out of memory. */
 static int qt_finish(md_stream *st, const char *s, size_t p, unsigned f) {
     md_qts *Q = st->qts;
-    if (!Q || !Q->on || !st->qt || st->qt_no || st->qt_done != st->done)
+    if (!Q || !Q->on || !st->qt || !fast_at(&st->qt_for, st->done))
         return 1;
     int rc = has_ref(&Q->ref, st->done, s, p);
     if (!rc)
@@ -1529,10 +1544,9 @@ static int qt_finish(md_stream *st, const char *s, size_t p, unsigned f) {
         rc = Q->pp && Q->text ? qt_para(st, s, Q->pp_end, f) : qt_render(st, s, Q->seg, p, NULL, f);
     if (rc)
         return rc < 0 ? -1 : 1;
-    if (doc_append(&st->fin, &st->open))
+    if (fast_fin(st, &st->qt))
         return -1;
-    md_doc_reset(&st->open);
-    Q->on = st->qt = st->last_ok = 0;
+    Q->on = 0;
     return 0;
 }
 
@@ -1547,7 +1561,7 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         st->seen.n = 0;
         st->done = st->scan = 0;
         st->pl = st->fc = st->tb = st->li = st->qt = st->last_ok = 0;
-        st->pl_done = st->fc_done = st->tb_done = st->li_done = st->qt_done = (size_t)-1;
+        st->pl_for = st->fc_for = st->tb_for = st->li_for = st->qt_for = (md_fast){.done = (size_t)-1};
         st->fence = st->blank = 0;
         st->base              = s;
         st->width             = width;
@@ -1593,16 +1607,14 @@ int md_stream_update(md_stream *st, const char *s, size_t n, int width, int role
         if (txt_buf_add(&st->seen, s + p, ln + 1))
             return -1;
     }
-    if (st->pl_done != st->done) { /* a new open chunk: is it a plain paragraph? */
-        st->pl = st->pl_no = 0;
-        st->pl_done = st->pl_scan = st->done;
-    }
-    if ((flags & MD_STREAMING) && !(flags & MD_EXACT) && !st->pl_no && st->done < n) {
+    if (fast_new(&st->pl_for, &st->pl, st->done)) /* a new open chunk: is it a plain paragraph? */
+        st->pl_scan = st->done;
+    if ((flags & MD_STREAMING) && !(flags & MD_EXACT) && !st->pl_for.no && st->done < n) {
         st->pl_scan = plain_scan(s, st->done, st->pl_scan, n);
         st->last_ok = 0;
         if (st->pl_scan == n)
             return pl_layout(st, s, n, role);
-        st->pl_no = 1; /* for good: the chunk only grows */
+        st->pl_for.no = 1; /* for good: the chunk only grows */
     }
     unsigned f = (flags & MD_OSC8) | (st->fin.n_lines ? MD_CONT : 0);
     if ((flags & MD_STREAMING) && !(flags & MD_EXACT) && st->done < n) {
