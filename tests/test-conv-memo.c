@@ -48,6 +48,83 @@ static void ask(k3_conv *c, k3_session *s, const char *q) {
     same_render(c, "after the reply");
 }
 
+/* The fit test's conversation without its first `drop` exchanges: a system prompt; a reply that
+ * calls `add` ten times and nine results; a user message answered by the tenth result alone (no
+ * reply between: the encoder names it, orders and numbers it from the first exchange's calls,
+ * index 10, the call's name, or from its own name, index 1, once that exchange is gone); a last
+ * exchange. name10: the tenth result's own name (NULL: none, it has only its call id). */
+static void fit_conv(k3_conv *c, int drop, const char *name10) {
+    static char  ids[10][8], args[10][32], res[10][8];
+    k3_tool_call calls[10];
+    for (int k = 0; k < 10; k++) {
+        snprintf(ids[k], sizeof ids[k], "c%d", k + 1);
+        snprintf(args[k], sizeof args[k], "{\"a\": %d, \"b\": 1}", k);
+        snprintf(res[k], sizeof res[k], "%d", k + 1);
+        calls[k] = (k3_tool_call){.id = ids[k], .name = "add", .arguments = args[k]};
+    }
+    K3_ASSERT(k3_conv_set_system(c, "You add numbers.") == K3_OK);
+    if (drop < 1) {
+        K3_ASSERT(k3_conv_add(c, K3_ROLE_USER, "Add each number to one.", NULL) == K3_OK);
+        k3_msg am       = {.role = K3_ROLE_ASSISTANT, .content = (char *)(uintptr_t) "", .tool_calls = calls};
+        am.n_tool_calls = 10;
+        K3_ASSERT(!k3_conv_add_msg(c, &am));
+        for (int k = 0; k < 9; k++) {
+            k3_msg r = {.role = K3_ROLE_TOOL, .content = res[k], .tool_call_id = ids[k], .tool_name = "add"};
+            K3_ASSERT(!k3_conv_add_msg(c, &r));
+        }
+    }
+    if (drop < 2) {
+        K3_ASSERT(k3_conv_add(c, K3_ROLE_USER, "And the last one?", NULL) == K3_OK);
+        k3_msg r = {.role         = K3_ROLE_TOOL,
+                    .content      = res[9],
+                    .tool_call_id = ids[9],
+                    .tool_name    = (char *)(uintptr_t)name10};
+        K3_ASSERT(!k3_conv_add_msg(c, &r));
+    }
+    K3_ASSERT(k3_conv_add(c, K3_ROLE_USER, "Thanks.", NULL) == K3_OK);
+    K3_ASSERT(k3_conv_add(c, K3_ROLE_ASSISTANT, "You are welcome.", NULL) == K3_OK);
+}
+
+/* /forget --fit on fit_conv at every room from "fits" to "only the last exchange fits": the fewest
+ * exchanges dropped whose prompt leaves the room, the figure it reports that prompt's. */
+static void fit_exact(const char *name10, const char *what) {
+    int need[4], cap = 0, bad = 0;
+    for (int d = 0; d < 3; d++) {
+        k3_conv *v = k3_conv_new();
+        K3_ASSERT(v);
+        fit_conv(v, d, name10);
+        need[d] = -1;
+        if (k3_conv_context(v, m, &need[d], &cap) != K3_OK)
+            need[d] = cap + 1; /* it cannot be rendered: never a fit */
+        k3_conv_free(v);
+    }
+    k3_conv *c = k3_conv_new();
+    K3_ASSERT(c);
+    fit_conv(c, 0, name10);
+    int lo = cap - need[0] + 1, hi = cap - need[2], n = 0;
+    for (int room = lo; room <= hi; room++, n++) {
+        k3_fit_info fi;
+        if (k3_conv_fit(c, m, room, 0, &fi) != K3_OK) {
+            T_CHECK(0, "%s: /forget --fit leaving %d tokens: %s", what, room, k3_errmsg());
+            bad++;
+            break;
+        }
+        int d = fi.drop;
+        int ok =
+            d >= 1 && d <= 2 && need[d] + room <= cap && need[d - 1] + room > cap && fi.used_after == need[d];
+        if (!ok && bad++ < 3)
+            T_CHECK(0,
+                    "%s: leaving %d tokens it drops %d exchange(s) and reports %d tokens; without 0, 1, 2 "
+                    "the prompt takes %d, %d, %d of %d",
+                    what, room, d, fi.used_after, need[0], need[1], need[2], cap);
+    }
+    T_CHECK(!bad && n > 0 && need[2] < need[0],
+            "%s: /forget --fit drops the fewest exchanges that leave the room "
+            "and reports the prompt it leaves, at each of %d rooms (%d, %d, %d tokens without 0, 1, 2)",
+            what, n, need[0], need[1], need[2]);
+    k3_conv_free(c);
+}
+
 int main(void) {
     k3_params p;
     K3_ASSERT(k3_params_default(&p) == K3_OK);
@@ -148,6 +225,11 @@ int main(void) {
             "/forget --fit dropped %d of %d exchanges, the figure it promised (%d) the context's (%d)",
             fi.drop, fi.n_exchanges, fi.used_after, after);
     same_render(c, "/forget --fit");
+
+    fit_exact("add_one_to_the_number_given_and_return_the_sum_as_a_string",
+              "a result named longer than its call");
+    fit_exact("a", "a result named shorter than its call");
+    fit_exact(NULL, "a result with only its call id");
 
     char path[600];
     snprintf(path, sizeof path, "%s/memo.jsonl", t_tmp());

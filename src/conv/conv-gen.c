@@ -623,6 +623,17 @@ static k3_status need_without(const k3_conv *c, const k3_tok *tok, const int *st
     return st;
 }
 
+/* Whether the messages from the user message at `from` on read what came before it: a run of tool
+ * results after it with no reply between is encoded against the last reply's calls (the names,
+ * the order and the index they go on from), which a prompt without the exchanges before `from`
+ * does not have, so its parts in the kept rendering are not its parts there. */
+static int reads_back(const k3_conv *c, int from) {
+    for (int i = from + 1; i < c->n_msgs && c->msgs[i].role != K3_ROLE_ASSISTANT; i++)
+        if (c->msgs[i].role == K3_ROLE_TOOL)
+            return 1;
+    return 0;
+}
+
 k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info *fi) {
     k3_tok       *tok;
     k3_model_info info;
@@ -640,29 +651,40 @@ k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info 
     fi->capacity    = info.max_ctx;
     fi->n_exchanges = n_exch;
     /* need(drop) from the kept rendering's offsets: the whole prompt less the parts of the exchanges
-     * dropped (an exchange's parts start at its user message and depend on nothing before it, but
-     * for tool results that follow a user message with no reply between, which the encoder reads
-     * against an earlier reply's calls), so the search costs one rendering, not one per probe; the
-     * figure it settles on is rendered as a view below, exactly */
+     * dropped (an exchange's parts start at its user message and depend on nothing before it), so
+     * the search costs one rendering, not one per probe; where the first exchange kept reads back
+     * (reads_back: tool results with no reply between them and its user message), the probe renders
+     * that prompt as a view, exactly, and one it cannot render (a result whose name came from a
+     * dropped call) does not fit. The figure reported is the view's too. */
     int lo = 0, hi = n_exch, need = 0; /* the answer is in [lo, hi]: need(hi) fits or hi = n_exch */
+    int hi_need = -1;                  /* need(hi) when the probe rendered it                      */
     if (!(st = conv_render_kept(c, tok, NULL, &fi->used)) && fi->used + room > info.max_ctx) {
         const render_memo *mm  = &((conv_render *)c->render)->memo;
         size_t             end = mm->ids.n + mm->last_n;              /* where the parts end */
         size_t at0 = start[0] < mm->n ? mm->at[start[0]] : mm->ids.n; /* E + the messages before them */
         lo         = 1;
         while (lo < hi) { /* need() only shrinks as exchanges go */
-            int    mid  = lo + (hi - lo) / 2;
-            size_t from = mid == n_exch ? end : start[mid] < mm->n ? mm->at[start[mid]] : mm->ids.n;
-            need        = (int)(at0 + (end - from) + mm->tail_n);
+            int mid = lo + (hi - lo) / 2, exact = mid < n_exch && reads_back(c, start[mid]);
+            if (exact) {
+                if ((st = need_without(c, tok, start, n_exch, mid, &need)) == K3_ERR_ARG)
+                    need = info.max_ctx + 1, st = K3_OK;
+                else if (st)
+                    break;
+            } else {
+                size_t from = mid == n_exch ? end : start[mid] < mm->n ? mm->at[start[mid]] : mm->ids.n;
+                need        = (int)(at0 + (end - from) + mm->tail_n);
+            }
             if (need + room <= info.max_ctx)
-                hi = mid;
+                hi = mid, hi_need = exact ? need : -1;
             else
                 lo = mid + 1;
         }
     } else {
         hi = 0;
     }
-    if (!st && hi)
+    if (!st && hi_need >= 0)
+        fi->used_after = hi_need;
+    else if (!st && hi)
         st = need_without(c, tok, start, n_exch, hi, &fi->used_after);
     else if (!st)
         fi->used_after = fi->used;
