@@ -22,4 +22,20 @@ check "U+0600 inside ~~strike~~ keeps the letter after it" wait_for "A ab${AN}cd
 check "a spacing vowel sign is drawn, the text after it in place" has "z $KA$AA$KA$AA end"
 keys C-d; wait_for "EXIT=0" 5
 
+# --- a locale that is not UTF-8 (LANG=C: a UTF-8 terminal reached without LANG set) -----------
+# The chat's text is UTF-8 whatever the locale. Under LANG=C the line editor dropped every
+# character typed that was not ASCII ('héllo' was sent as 'hllo'), and curses counted none of the
+# UTF-8 drawn (the status bar's '·' left stale cells after it).
+printf 'delay 0\nresponse got {user} \346\227\245\346\234\254\350\252\236 end\n' >"$m"
+for mode in full line; do
+    if [ $mode = full ]; then cmd="$K3CHAT /no/model"; else cmd="$K3CHAT --plain /no/model"; fi
+    tui_start 80 16 K3_MOCK="$m" -- "LANG=C LC_ALL=C $cmd 2>&1; echo EXIT=\$?; sleep 60"
+    check "LANG=C, $mode: says the locale is not UTF-8 and that the chat uses UTF-8" wait_for "are ASCII, not UTF-8" 10
+    keys -l "h$(printf '\303\251')llo $(printf '\346\227\245\346\234\254')"; keys Enter
+    check "LANG=C, $mode: what was typed is sent whole" \
+        wait_for "got h$(printf '\303\251')llo $(printf '\346\227\245\346\234\254 \346\227\245\346\234\254\350\252\236') end" 5
+    [ $mode = full ] && check "LANG=C, full: the status bar as drawn" has "mock $(printf '\302\267') 3 layers"
+    keys C-d; wait_for "EXIT=0" 5
+done
+
 finish

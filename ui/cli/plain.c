@@ -675,7 +675,9 @@ static const char *prompt_fn(EditLine *el) {
 
 int cli_plain(const ui_opts *o) {
     plain P = {.last_ch = -1}, *p = &P;
-    txt_locale();
+    char  loc[320];
+    if (txt_locale(loc, sizeof loc) && isatty(0)) /* typing: what the locale does to it */
+        txt_term_printf(stderr, "k3chat: %s\n", loc);
     chat_settings_init(&p->cs, o);
     p->err_tty       = isatty(2);
     const char *term = getenv("TERM");

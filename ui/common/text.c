@@ -2,6 +2,7 @@
 #include "text.h"
 
 #include <getopt.h>
+#include <langinfo.h>
 #include <locale.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -424,7 +425,30 @@ void txt_getopt_error(FILE *f, int c, char *const argv[], const struct option *l
         txt_term_printf(f, "%s: unknown option '-%c'\n", prog, optopt);
 }
 
-void txt_locale(void) {
+int txt_locale(char *note, size_t n) {
+    note[0] = 0;
     setlocale(LC_ALL, "");
     setlocale(LC_NUMERIC, "C");
+    char cs[64];
+    snprintf(cs, sizeof cs, "%s", nl_langinfo(CODESET));
+    if (!strcmp(cs, "UTF-8"))
+        return 0;
+    if (!strcmp(cs, "ANSI_X3.4-1968")) /* glibc's name for the C and POSIX locales' */
+        snprintf(cs, sizeof cs, "ASCII");
+    static const char *utf8[] = {"C.UTF-8", "C.utf8", "en_US.UTF-8"};
+    for (size_t k = 0; k < sizeof utf8 / sizeof *utf8; k++)
+        if (setlocale(LC_CTYPE, utf8[k]) && !strcmp(nl_langinfo(CODESET), "UTF-8")) {
+            snprintf(
+                note, n,
+                "the locale's characters are %s, not UTF-8: k3chat reads and writes UTF-8 (LC_CTYPE=%s); "
+                "set LANG=C.UTF-8 (or a language's .UTF-8 locale) to say so",
+                cs, utf8[k]);
+            return 1;
+        }
+    setlocale(LC_CTYPE, "");
+    snprintf(note, n,
+             "the locale's characters are %s, not UTF-8, and no UTF-8 locale is installed: characters that "
+             "are not ASCII cannot be typed and may not show right",
+             cs);
+    return -1;
 }

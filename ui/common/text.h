@@ -112,8 +112,14 @@ int txt_term_uri(txt_buf *out, const char *s, size_t n);
 int txt_term_printf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The user's locale (LANG, LC_*) for characters, their widths and collation, with LC_NUMERIC
  * kept "C": numbers in commands, config.json, JSON and transcripts are read (strtod) and written
- * (printf) with a dot. Under de_DE.UTF-8, `/temp 0.5` read 0 and a config.json's 2.827 read 2. */
-void txt_locale(void);
+ * (printf) with a dot. Under de_DE.UTF-8, `/temp 0.5` read 0 and a config.json's 2.827 read 2.
+ * Characters are UTF-8 whatever the locale: the model's text, transcripts and what is drawn are
+ * UTF-8, so a locale whose characters are not (LANG=C, POSIX, a legacy charset; most often a
+ * UTF-8 terminal reached without LANG set) gets LC_CTYPE C.UTF-8. Under LANG=C the line editor
+ * dropped every character typed that was not ASCII and curses counted none of the UTF-8 it drew
+ * (the status bar kept stale characters). Returns 0; 1 when LC_CTYPE was changed so, -1 when no
+ * UTF-8 locale is installed; either way note[0..n) gets a line saying so for the user. */
+int txt_locale(char *note, size_t n);
 struct option;
 /* What getopt_long (run with opterr = 0 and an optstring that starts with ':') refused, said
  * through txt_term_printf (glibc's own messages quote the argument raw): c is its return, ':'

@@ -1183,7 +1183,8 @@ int ui_tui_run(const ui_opts *o) {
     t->st  = (ue_stats){
          .tok_s = -1, .prefill_tok_s = -1, .ttft_s = -1, .think_s = -1, .expert_hit = -1, .expert_gb = -1};
     t->ep[0] = t->ep[1] = -1;
-    txt_locale(); /* main checked the terminal (tui_usable) */
+    char loc[320];
+    txt_locale(loc, sizeof loc); /* main checked the terminal (tui_usable) */
     chat_settings_init(&t->cs, o);
     const char *theme = o->theme; /* --theme, else K3_THEME (main) */
     if (!theme || !*theme)
@@ -1202,6 +1203,8 @@ int ui_tui_run(const ui_opts *o) {
         txt_term_printf(stderr, "k3chat: cannot create the event queue\n");
         return 1;
     }
+    if (loc[0])
+        ev_push_text(t->q, EV_INFO, loc);
     char hist[4096];
     int  has_hist = inp_history_path(hist, sizeof hist) == 0;
     t->in         = inp_new(has_hist ? hist : NULL, more_key, t, err, sizeof err);
