@@ -271,6 +271,33 @@ static void malformed(const char *what, const char *text, size_t n, const char *
 
 #define S(x) x, sizeof(x) - 1
 
+/* /load of a FIFO that nobody writes to (a path typed by mistake, a pipe whose writer died): an
+ * error at once, in a child so that a load that blocks (the old open) fails here after a bound
+ * far above any load's time rather than hanging the test; the chat's worker blocked so, and its
+ * quit waited on it for good. */
+static void test_load_fifo(void) {
+    char p[600];
+    path_in(p, sizeof p, "fifo.jsonl");
+    if (mkfifo(p, 0600) != 0) {
+        printf("SKIP: mkfifo %s: %s\n", p, strerror(errno));
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60);
+        k3_conv  *c  = k3_conv_new();
+        k3_status st = k3_conv_load(c, p, NULL);
+        _exit(st != K3_OK && strstr(k3_errmsg(), "fifo.jsonl:1: empty file") ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+            "/load of a FIFO with no writer: an error naming it, not a wait for good (%s %d)",
+            WIFSIGNALED(status) ? "signal" : "exit",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    unlink(p);
+}
+
 static void test_malformed(void) {
     malformed("truncated line",
               S(HDR "{\"role\":\"user\",\"content\":\"hi\n{\"role\":\"user\",\"content\":\"x\"}\n"),
@@ -836,6 +863,7 @@ int main(void) {
     test_round_trip();
     test_tools();
     test_malformed();
+    test_load_fifo();
     test_utf8();
     test_export_escape();
     test_export_controls();
