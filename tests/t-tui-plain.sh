@@ -58,6 +58,16 @@ t "a mock script's malformed delay: exit 1 naming the line and the value (got $r
 printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"old q"}\n{"role":"assistant","content":"old a"}\n' >"$K3_TMP/in.jsonl"
 printf 'new\n' | K3_MOCK="$m" "$k" --load "$K3_TMP/in.jsonl" /no/model >"$K3_TMP/out5" 2>"$K3_TMP/err5"
 t "--load continues a transcript" 'grep -q "loaded 2 messages" "$K3_TMP/err5" && grep -qx "answer to new" "$K3_TMP/out5"'
+# --load from a pipe (--load <(zcat chat.jsonl.gz), a FIFO being written): the transcript is read
+# before the chat starts and again when the engine is up, so the old code's second read found the
+# pipe drained (a FIFO: waited for good on a writer that was gone)
+mkfifo "$K3_TMP/in.fifo"
+cat "$K3_TMP/in.jsonl" >"$K3_TMP/in.fifo" &
+printf 'new\n' | K3_MOCK="$m" timeout 60 "$k" --load "$K3_TMP/in.fifo" /no/model >"$K3_TMP/out5f" 2>"$K3_TMP/err5f"
+rc=$?
+wait
+t "--load from a FIFO continues the transcript (exit $rc: $(head -c 160 "$K3_TMP/err5f"))" \
+    '[ $rc -eq 0 ] && grep -q "loaded 2 messages" "$K3_TMP/err5f" && grep -qx "answer to new" "$K3_TMP/out5f"'
 # the mock loads through the engine's transcript code too: a bad --load stops before it starts
 printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":5}\n' >"$K3_TMP/bad5.jsonl"
 printf 'new\n' | K3_MOCK="$m" "$k" --load "$K3_TMP/bad5.jsonl" /no/model >"$K3_TMP/out5b" 2>"$K3_TMP/err5b"

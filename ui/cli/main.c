@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* " (0..2, default 1; or K3_X)": what the help says after a setting's doc ("" when nothing); n of
@@ -205,13 +206,63 @@ static int run_mode(enum cli_mode mode, int plain, const ui_opts *o) {
     return 2;
 }
 
+/* A pipe given to --load (--load <(zcat chat.jsonl.gz)) can be read once, and the transcript is
+ * read twice (check_load, then the chat): its bytes go to a temporary file that is unlinked at
+ * once and kept open, and *path becomes /dev/fd/N, which reads that file from its start each
+ * time. Before, the chat's read found the pipe drained ('empty file') and nothing was loaded.
+ * 0, or -1 after saying why. */
+static int load_pipe(const char **path) {
+    static char fdpath[32];
+    const char *dir = getenv("TMPDIR");
+    char        tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s/k3chat-load-XXXXXX", dir && *dir ? dir : "/tmp");
+    int in = open(*path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), fl = in >= 0 ? fcntl(in, F_GETFL) : -1;
+    if (fl >= 0)
+        fcntl(in, F_SETFL, fl & ~O_NONBLOCK); /* a FIFO with no writer reads as empty (k3_conv_load) */
+    int out = in >= 0 ? mkstemp(tmp) : -1, err = 0;
+    if (out >= 0)
+        unlink(tmp);
+    char    buf[65536];
+    ssize_t n = 0;
+    while (out >= 0 && (n = read(in, buf, sizeof buf)) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || write(out, buf, (size_t)n) != n) {
+            err = errno ? errno : EIO;
+            break;
+        }
+    }
+    if (in < 0 || out < 0 || err) {
+        txt_term_printf(stderr, "k3chat: --load: %s: %s: %s\n", in < 0 || n < 0 ? *path : tmp,
+                        in < 0    ? "cannot open"
+                        : out < 0 ? "cannot make a temporary copy"
+                                  : "cannot copy",
+                        strerror(in < 0 || out < 0 ? errno : err));
+        if (in >= 0)
+            close(in);
+        if (out >= 0)
+            close(out);
+        return -1;
+    }
+    close(in);
+    snprintf(fdpath, sizeof fdpath, "/dev/fd/%d", out);
+    *path = fdpath;
+    return 0;
+}
+
 /* A transcript given to --load is read before anything starts (a bad one is a usage error, as
- * a bad --theme is); the chat reads it again when the engine is up. */
-static int check_load(const char *path) {
+ * a bad --theme is); the chat reads it again when the engine is up (a pipe: from a copy). */
+static int check_load(const char **path) {
+    struct stat sb;
+    const char *given = *path;
+    if (stat(*path, &sb) == 0 && S_ISFIFO(sb.st_mode) && load_pipe(path) != 0)
+        return -1;
     k3_conv *c  = k3_conv_new();
     int      rc = 0;
-    if (!c || k3_conv_load(c, path, NULL) != K3_OK) {
-        txt_term_printf(stderr, "k3chat: --load: %s\n", c ? k3_errmsg() : "out of memory");
+    if (!c || k3_conv_load(c, *path, NULL) != K3_OK) {
+        txt_term_printf(stderr, "k3chat: --load: %s%s%s%s\n", c ? k3_errmsg() : "out of memory",
+                        *path != given ? " (the copy of " : "", *path != given ? given : "",
+                        *path != given ? ")" : "");
         rc = -1;
     }
     k3_conv_free(c);
@@ -442,7 +493,7 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
         fprintf(stderr, "k3chat: --json and --json-schema exclude each other (--json is any JSON object)\n");
         return 2;
     }
-    if (o->load && check_load(o->load) != 0)
+    if (o->load && check_load(&o->load) != 0)
         return 2;
     /* K3_EMOJI and K3_HYPERLINKS only change the full-screen drawing, but a value they would
      * refuse is refused in every mode, so a script learns of the typo before it moves to a
