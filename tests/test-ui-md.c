@@ -1205,14 +1205,25 @@ static int drawn_width(int i) {
 }
 
 /* Characters that a terminal gives a cell of their own although Unicode joins them to the next
- * (U+0600 ARABIC NUMBER SIGN, a prepended mark) or the last (a spacing vowel sign), at the edge
- * of a ~~strike~~ span: the lines fit, their runs are as wide as the line, no character is lost. */
+ * (U+0600 ARABIC NUMBER SIGN, a prepended mark) or the last (a spacing vowel sign, also after an
+ * emoji), at the edge of a ~~strike~~, emphasis or code span: the lines fit, their runs are as wide as the
+ * line, no character is lost. */
 static void test_format_chars(void) {
-    static const char *in[]  = {"~~ab\u0600cd~~ef", "~~abc\u0600~~defgh ij", "~~\u0600~~123456789",
-                                "x ~~\u0600~~b c d e f g h", "~~\u0915~~\u093E\u0915\u093E\u0915\u093E"};
-    static const char *out[] = {"ab\u0600cdef", "abc\u0600defghij", "\u0600123456789", "x\u0600bcdefgh",
-                                "\u0915\u093E\u0915\u093E\u0915\u093E"};
-    for (int t = 0; t < 5; t++)
+    static const char *in[]  = {"~~ab\u0600cd~~ef",
+                                "~~abc\u0600~~defgh ij",
+                                "~~\u0600~~123456789",
+                                "x ~~\u0600~~b c d e f g h",
+                                "~~\u0915~~\u093E\u0915\u093E\u0915\u093E",
+                                "❤\uFE0F*\u093E*",
+                                "`\u0600`🇯🇵 ab"};
+    static const char *out[] = {"ab\u0600cdef",
+                                "abc\u0600defghij",
+                                "\u0600123456789",
+                                "x\u0600bcdefgh",
+                                "\u0915\u093E\u0915\u093E\u0915\u093E",
+                                "❤\uFE0F\u093E",
+                                "\u0600🇯🇵ab"};
+    for (int t = 0; t < 7; t++)
         for (int w = 2; w <= 12; w++) {
             T_CHECK(render(in[t], w, 0) == 0, "render '%s' at %d", in[t], w);
             txt_buf all = {0};

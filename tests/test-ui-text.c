@@ -94,6 +94,11 @@ int main(void) {
             W("\u0915\u093E\u0915"));
     T_CHECK(W("\u1100\u1161\u11A8") == 2, "conjoining jamo L+V+T are 2 columns (got %d)",
             W("\u1100\u1161\u11A8"));
+    /* an emoji does not take in a spacing character that is not part of its sequence */
+    T_CHECK(W("❤\uFE0F\u093E") == 3, "an emoji and a vowel sign after it are 3 columns (got %d)",
+            W("❤\uFE0F\u093E"));
+    T_CHECK(W("\u0600🇯🇵") == 3, "U+0600 before a flag is 3 columns (got %d)", W("\u0600🇯🇵"));
+    T_CHECK(W("a🏽") == 3, "a letter and a skin tone after it are 3 columns (got %d)", W("a🏽"));
     T_CHECK(W("\t") == 8, "tab at column 0 is 8 columns (got %d)", W("\t"));
     T_CHECK(W("abc\t") == 8, "tab after 3 columns reaches column 8 (got %d)", W("abc\t"));
     T_CHECK(txt_width("\t", 1, 5) == 3, "tab from column 5 is 3 columns (got %d)", txt_width("\t", 1, 5));

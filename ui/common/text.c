@@ -92,11 +92,14 @@ size_t txt_cluster(const char *s, size_t n, int *width, int *flags) {
         if (c2 < 0 || c2 == '\n' || c2 == '\t')
             break;
         if (!utf8proc_grapheme_break_stateful(prev, c2, &state)) {
+            /* a terminal gives a spacing character a cell of its own (a cell holds one and the
+             * zero-width ones after it), whatever Unicode's clusters say; an emoji sequence is
+             * drawn whole: what follows a ZWJ, a flag's second letter, a wide emoji's skin tone */
+            int ri = c2 >= 0x1F1E6 && c2 <= 0x1F1FF, tone = c2 >= 0x1F3FB && c2 <= 0x1F3FF;
+            if (cp_width(c2) > 0 && prev != 0x200D && !(ri && emoji && ncp == 1) && !(tone && w == 2))
+                break;
             if (is_emoji_pres(c2))
                 emoji = 1;
-            else if (!emoji && cp_width(c2) > 0)
-                break; /* a terminal gives a spacing character a cell of its own (a cell holds one
-                        * and the zero-width ones after it), whatever Unicode's clusters say */
             off += l2;
             prev = c2;
             ncp++;
