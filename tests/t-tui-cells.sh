@@ -2,7 +2,8 @@
 # t-tui-cells.sh: text that a terminal draws a cell at a time, in the full-screen chat on the
 # mock engine in tmux: what reaches the screen is every character of the answer, each row within
 # the pane. tmux keeps what it was sent in its cells, so capture-pane shows a character curses was
-# never given or one drawn over by the next.
+# never given or one drawn over by the next. Also under LANG=C (both modes): what is typed that is
+# not ASCII reaches the model.
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 
