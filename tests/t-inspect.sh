@@ -224,7 +224,7 @@ done
 
 # ---- a tokenizer with more ids than config.json's vocab_size ----
 # 300 more tokens in tiktoken.model (the reserved ids moved up with them in tokenizer_config.json):
-# every turn failed at the model with "token id 1811 (index 0) is outside 0..1511", and the server
+# every turn failed at the model with "token id 1559 (index 0) is outside 0..1511", and the server
 # started and answered each request 500 with it. Now the load refuses, naming the file and the key.
 D=$T/bigvocab; rm -rf "$D"; cp -r "$M" "$D"
 $PY - "$D" <<'PYEOF'
