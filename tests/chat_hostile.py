@@ -4,9 +4,11 @@
 # line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
 # header or null, "n_calls": the tool calls its messages carry}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
-# "fake-model" with max_model_len 4096; under /hang/ it never answers (60 s); under /html/ every
-# GET and POST gets a web page (200, text/html); under /textplain/ a chat request's stream comes
-# labelled text/plain. What a chat request gets depends on its last message:
+# "fake-model" with max_model_len 4096 (under /nulid/ followed by a model whose id holds a NUL; under
+# /surr/ instead one id "m\udcff", a lone surrogate as vLLM writes a path's Latin-1 byte); under
+# /hang/ it never answers (60 s); under /html/ every GET and POST gets a web page (200, text/html);
+# under /textplain/ a chat request's stream comes labelled text/plain. What a chat request gets
+# depends on its last message:
 #   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
 #             goes, LOGFILE.forever gets the bytes sent
 #   evterr    "partial " then an SSE "event: error" whose data is {"message": "quota exceeded ..."}
@@ -56,6 +58,12 @@ class Fake(FakeHandler):
             return
         if self.path.startswith("/long/"):
             self.send_json(200, {"object": "list", "data": [{"id": LONG_ID, "object": "model"}]})
+            return
+        if self.path.startswith("/surr/"):  # vLLM's id for a model path with a Latin-1 byte
+            self.send_json(200, {"object": "list", "data": [{"id": "m\udcff", "object": "model"}]})
+            return
+        if self.path.startswith("/nulid/"):  # a NUL in the id of a model after the first
+            self.send_json(200, {"object": "list", "data": self.MODELS + [{"id": "lora\0x", "object": "model"}]})
             return
         super().do_GET()
 

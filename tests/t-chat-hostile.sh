@@ -124,6 +124,16 @@ check "... and with --model, at the chat request" grep -qF \
     "k3chat: $ep/html: answered text/html; charset=utf-8, not JSON: is $ep/html the server's API base" \
     "$K3_TMP/err13"
 
+# a /models answer that is JSON with one bad string: a NUL in another model's id made the whole
+# list 'not JSON: is URL the server's API base?'; a lone surrogate (vLLM's escape for a path's
+# Latin-1 byte) is named by the parser's reason, not by that question
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/nulid/v1" --plain >"$K3_TMP/out12n" 2>"$K3_TMP/err12n"
+check "/models with a NUL in a later model's id: the first model is used" grep -qx "ok" "$K3_TMP/out12n"
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/surr/v1" --plain >/dev/null 2>"$K3_TMP/err12s"
+check "/models with a lone surrogate in an id: the parser's reason, not the API-base question" grep -qF \
+    "k3chat: $ep/surr/v1/models answered JSON that does not parse (line 1 column " "$K3_TMP/err12s"
+check "... naming the escape" grep -qF "invalid Unicode '\uDCFF'" "$K3_TMP/err12s"
+
 # an event stream labelled text/plain (a proxy's doing) is read as a stream (it was parsed as JSON)
 printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/textplain/v1" --plain >"$K3_TMP/out14" 2>"$K3_TMP/err14"
 check "a stream labelled text/plain: read as a stream" grep -qx "ok-plain" "$K3_TMP/out14"

@@ -510,23 +510,32 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     return n;
 }
 
-/* A 2xx answer to path that is not JSON (a web page: URL names a site, not its API): the line. */
-static void not_api(remote *r, const char *path, char *out, size_t n) {
-    char *ct = NULL;
+/* A 2xx answer to path that is not JSON (a web page: URL names a site, not its API): the line.
+ * je: the parser's reason; a body that starts as JSON is named by it instead (a server's JSON
+ * with one bad string: the API base is right, and the line said it might not be). */
+static void not_api(remote *r, const char *path, const json_error_t *je, char *out, size_t n) {
+    char       *ct   = NULL;
+    const char *b    = r->body.p ? r->body.p : "";
+    size_t      lead = strspn(b, " \t\r\n");
     curl_easy_getinfo(r->curl, CURLINFO_CONTENT_TYPE, &ct);
     int at = path[0] ? snprintf(out, n, "%.300s%.20s ", r->shown, path) : 0;
-    snprintf(out + at, n - (size_t)at,
-             "answered %.80s, not JSON: is %.300s the server's API base (it usually ends in /v1)?",
-             ct ? ct : "without a content type", r->shown);
+    if (b[lead] == '{' || b[lead] == '[')
+        snprintf(out + at, n - (size_t)at, "answered JSON that does not parse (line %d column %d: %.200s)",
+                 je->line, je->column, je->text);
+    else
+        snprintf(out + at, n - (size_t)at,
+                 "answered %.80s, not JSON: is %.300s the server's API base (it usually ends in /v1)?",
+                 ct ? ct : "without a content type", r->shown);
 }
 
 /* A complete JSON answer (a server that ignored "stream"). */
 static int on_json_answer(remote *r) {
-    json_t *o   = r->body.p ? json_loadb(r->body.p, r->body.n, JSON_ALLOW_NUL, NULL) : NULL;
-    json_t *ch  = json_array_get(json_object_get(o, "choices"), 0);
-    json_t *msg = json_object_get(ch, "message");
+    json_error_t je;
+    json_t      *o   = json_loadb(r->body.p ? r->body.p : "", r->body.n, JSON_ALLOW_NUL, &je);
+    json_t      *ch  = json_array_get(json_object_get(o, "choices"), 0);
+    json_t      *msg = json_object_get(ch, "message");
     if (!o) {
-        not_api(r, "", r->err, sizeof r->err);
+        not_api(r, "", &je, r->err, sizeof r->err);
         return -1;
     }
     if (!json_is_object(msg)) {
@@ -558,9 +567,16 @@ static int discover(remote *r, char *msg, size_t n) {
         describe_failure(r, rc, msg, n);
         return rc == CURLE_ABORTED_BY_CALLBACK && !r->err[0] ? -2 : -1;
     }
-    json_t     *o  = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
-    json_t     *m0 = json_array_get(json_object_get(o, "data"), 0);
-    const char *id = json_string_value(json_object_get(m0, "id"));
+    /* NUL allowed as everywhere else in a server's JSON: another model's id may hold one */
+    json_error_t je;
+    json_t      *o  = json_loadb(r->body.p ? r->body.p : "", r->body.n, JSON_ALLOW_NUL, &je);
+    json_t      *m0 = json_array_get(json_object_get(o, "data"), 0), *jid = json_object_get(m0, "id");
+    const char  *id = json_string_value(jid);
+    if (!r->model && id && strlen(id) != json_string_length(jid)) {
+        json_decref(o);
+        snprintf(msg, n, "%s/models names a model whose id holds a NUL byte: use --model NAME", r->shown);
+        return -1;
+    }
     if (!r->model && id && !(r->model = strdup(id))) {
         json_decref(o);
         snprintf(msg, n, "out of memory");
@@ -575,7 +591,7 @@ static int discover(remote *r, char *msg, size_t n) {
         if (json)
             snprintf(msg, n, "%s/models names no model: use --model NAME", r->shown);
         else
-            not_api(r, "/models", msg, n);
+            not_api(r, "/models", &je, msg, n);
         return -1;
     }
     return 0;
