@@ -22,6 +22,8 @@
 #   crlf      "ok-crlf" with CR LF ends, each written as two pieces cut between the CR and the LF
 #   thinkevil OSC 52, OSC 0 and a C1 CSI in the reasoning, OSC 0 in the answer
 #   cut       "half " and the connection closes (no finish_reason, no [DONE])
+#   keepalive "ka-", then keep-alive comments and empty deltas every 0.1 s for 120 s: no answer
+#   drip      "d0" .. "d7", one a second, then "-end" and the stream's end
 #   nodata    a JSON chunk on a line of its own, without "data:"
 #   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
 #   jsontools one JSON answer (not a stream) whose message calls lookup {"q": 1}
@@ -148,6 +150,23 @@ class Fake(FakeHandler):
             out = sse(delta({"reasoning_content": "r \x1b]52;c;ZXZpbA==\x07 \x1b]0;T\x07 \u009b1m end"})) + \
                 sse(delta({"content": "a \x1b]0;A\x07 end"}, "stop"))
             self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "keepalive":  # "ka-" then keep-alive comments and empty deltas, never an answer (120 s)
+            self.wfile.write(sse(delta({"content": "ka-"})))
+            try:
+                for _ in range(1200):
+                    self.wfile.write(b": keep-alive\n\n" + sse(delta({})))
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:
+                pass
+            return
+        if last == "drip":  # "d0" .. "d7", one a second, then the end: slow, but each brings a part
+            for i in range(8):
+                self.wfile.write(sse(delta({"content": "d%d" % i})))
+                self.wfile.flush()
+                time.sleep(1)
+            self.wfile.write(sse(delta({"content": "-end"}, "stop")) + b"data: [DONE]\n\n")
             return
         if last == "cut":  # one event, then the connection closes: no finish_reason, no [DONE]
             self.wfile.write(sse(delta({"content": "half "})))

@@ -39,6 +39,26 @@ a = [x for x in m if x.get("role") == "assistant"]
 sys.exit(not (len(a) == 2 and a[0].get("interrupted") and len(a[0]["content"]) <= 64 << 20
               and set(a[0]["content"]) == {"B"} and a[1]["content"] == "ok"))' "$K3_TMP/forever.jsonl"
 
+# a stream that goes on with keep-alive comments and empty deltas but no answer: it held the chat
+# for ever (the 300 s without a byte never came); K3_ENDPOINT_IDLE_SECS counts parts of the answer
+printf 'keepalive\nhi\n/save %s/ka.jsonl\n' "$K3_TMP" |
+    K3_ENDPOINT_IDLE_SECS=3 timeout 100 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out1k" 2>"$K3_TMP/err1k"
+check "keep-alives without an answer: stopped after K3_ENDPOINT_IDLE_SECS, saying so" grep -q \
+    "^k3chat: $ep/v1: no part of the answer came for 3 s (K3_ENDPOINT_IDLE_SECS) and the request was stopped (the conversation is kept" \
+    "$K3_TMP/err1k"
+check "... the next message is answered" grep -q "^ok$" "$K3_TMP/out1k"
+check "... and what came is kept as interrupted" /usr/bin/python3 -c '
+import json, sys
+a = [x for x in map(json.loads, open(sys.argv[1])) if x.get("role") == "assistant"]
+sys.exit(not (len(a) == 2 and a[0]["content"] == "ka-" and a[0].get("interrupted") and a[1]["content"] == "ok"))' \
+    "$K3_TMP/ka.jsonl"
+# a slow stream whose every second brings a part is not cut by the same deadline (5 s here)
+printf 'drip\n' | K3_ENDPOINT_IDLE_SECS=5 timeout 100 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out1d" 2>"$K3_TMP/err1d"
+check "a part a second for 8 s: the whole answer, under a 5 s deadline" grep -qx "d0d1d2d3d4d5d6d7-end" "$K3_TMP/out1d"
+K3_ENDPOINT_IDLE_SECS=0 "$K3CHAT" --endpoint "$ep" --plain </dev/null >/dev/null 2>"$K3_TMP/err1z"
+check "K3_ENDPOINT_IDLE_SECS=0 is refused at start" grep -q "K3_ENDPOINT_IDLE_SECS: '0' is not an integer in 1..86400" \
+    "$K3_TMP/err1z"
+
 # tool calls streamed as OpenAI deltas: shown as the local engine shows them, kept with the reply
 # (saved, sent back on the next turn); they were dropped (an empty answer). A call whose id changes
 # mid-stream, or one that opens out of order, is a malformed stream.
