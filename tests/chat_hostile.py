@@ -27,6 +27,7 @@
 #   nodata    a JSON chunk on a line of its own, without "data:"
 #   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
 #   jsontools one JSON answer (not a stream) whose message calls lookup {"q": 1}
+#   err500big 500 with an 8 MiB body, as a failing proxy's page
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
@@ -84,6 +85,16 @@ class Fake(FakeHandler):
             call = {"id": "call_j", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
             self.send_json(200, {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
                                  "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]})
+            return
+        if last == "err500big":  # 500 with a body without end (8 MiB at most)
+            self.send_response(500)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            try:
+                for _ in range(128):
+                    self.wfile.write(b"<p>Internal error</p>" * 3000)
+            except OSError:
+                pass
             return
         if last == "redirect":
             self.send_response(307)

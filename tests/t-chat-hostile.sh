@@ -133,6 +133,14 @@ check "... and the key is not shown" sh -c "! grep -q k3-secret-key '$K3_TMP/err
 printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "ftp.localhost:$port" --plain >"$K3_TMP/out11" 2>"$K3_TMP/err11"
 check "--endpoint ftp.localhost:PORT (no scheme) speaks http" grep -qx "ok" "$K3_TMP/out11"
 
+# an error whose body is over the 1 MiB read: the status was lost ('the answer is over 1048576 bytes
+# and is not a stream')
+printf 'err500big\nhi\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out12b" 2>"$K3_TMP/err12b"
+check "a 500 with an 8 MiB body: the status is named" grep -qF \
+    "k3chat: $ep/v1: the server answered 500 with a body of over 1048576 bytes, not read (the conversation is kept" \
+    "$K3_TMP/err12b"
+check "... and the next message is answered" grep -qx "ok" "$K3_TMP/out12b"
+
 # a URL that names a web page, not the API: the lines say so (they said 'names no model: use --model
 # NAME', then 'malformed answer: no choices[0].message in <!doctype html>...')
 printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/html" --plain >/dev/null 2>"$K3_TMP/err12"

@@ -485,8 +485,15 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     if (!r->is_sse) {
         r->progress_at = ev_now(); /* a JSON answer or an error: its bytes are its progress */
         if (r->body.n + n > REMOTE_MAX_BODY) {
-            snprintf(r->err, sizeof r->err, "the answer is over %u bytes and is not a stream",
-                     REMOTE_MAX_BODY);
+            long code = 0; /* an error's body: the status is the news (it was called an answer) */
+            curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &code);
+            if (code >= 300)
+                snprintf(r->err, sizeof r->err,
+                         "the server answered %ld with a body of over %u bytes, not read", code,
+                         REMOTE_MAX_BODY);
+            else
+                snprintf(r->err, sizeof r->err, "the answer is over %u bytes and is not a stream",
+                         REMOTE_MAX_BODY);
             return 0;
         }
         return txt_buf_add(&r->body, p, n) ? 0 : n;
