@@ -27,6 +27,7 @@
 #   nodata    a JSON chunk on a line of its own, without "data:"
 #   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
 #   jsontools one JSON answer (not a stream) whose message calls lookup {"q": 1}
+#   err400    400 {"error": {"message": "the first error"}}; err502: 502 without a body
 #   err500big 500 with an 8 MiB body, as a failing proxy's page
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
 #   anything else streams "ok"
@@ -85,6 +86,14 @@ class Fake(FakeHandler):
             call = {"id": "call_j", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
             self.send_json(200, {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
                                  "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]})
+            return
+        if last in ("err400", "err502"):  # an error with its message, then one without a body
+            body = b'{"error": {"message": "the first error"}}' if last == "err400" else b""
+            self.send_response(400 if last == "err400" else 502)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
             return
         if last == "err500big":  # 500 with a body without end (8 MiB at most)
             self.send_response(500)

@@ -141,6 +141,13 @@ check "a 500 with an 8 MiB body: the status is named" grep -qF \
     "$K3_TMP/err12b"
 check "... and the next message is answered" grep -qx "ok" "$K3_TMP/out12b"
 
+# an error without a body after one with a message: the earlier message was shown again (the
+# buffer kept it past the new body's length)
+printf 'err400\nerr502\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err12e"
+check "a 400 with its message: shown" grep -qF "k3chat: the server answered 400: the first error" "$K3_TMP/err12e"
+check "... then a 502 without a body: '(no message)', not the 400's" grep -qF \
+    "k3chat: the server answered 502: (no message)" "$K3_TMP/err12e"
+
 # a URL that names a web page, not the API: the lines say so (they said 'names no model: use --model
 # NAME', then 'malformed answer: no choices[0].message in <!doctype html>...')
 printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/html" --plain >/dev/null 2>"$K3_TMP/err12"

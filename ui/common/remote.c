@@ -176,7 +176,9 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     } else if (rc != CURLE_OK) {
         snprintf(out, n, "%.300s: %.300s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else {
-        json_t     *o   = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
+        /* this body's bytes only: body.p keeps an earlier answer's text past body.n (a 502 without
+         * a body showed the error before it) */
+        json_t     *o   = r->body.n ? json_loadb(r->body.p, r->body.n, JSON_ALLOW_NUL, NULL) : NULL;
         const char *msg = error_message(o);
         char       *to  = NULL; /* redirects are not followed (the key would go along): say where to */
         if (r->http >= 300 && r->http < 400 &&
@@ -540,11 +542,13 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
  * with one bad string: the API base is right, and the line said it might not be). */
 static void not_api(remote *r, const char *path, const json_error_t *je, char *out, size_t n) {
     char       *ct   = NULL;
-    const char *b    = r->body.p ? r->body.p : "";
-    size_t      lead = strspn(b, " \t\r\n");
+    const char *b    = r->body.p;
+    size_t      lead = 0; /* the body's first byte after white space (body.p may hold an older one's) */
+    while (lead < r->body.n && strchr(" \t\r\n", b[lead]))
+        lead++;
     curl_easy_getinfo(r->curl, CURLINFO_CONTENT_TYPE, &ct);
     int at = path[0] ? snprintf(out, n, "%.300s%.20s ", r->shown, path) : 0;
-    if (b[lead] == '{' || b[lead] == '[')
+    if (lead < r->body.n && (b[lead] == '{' || b[lead] == '['))
         snprintf(out + at, n - (size_t)at, "answered JSON that does not parse (line %d column %d: %.200s)",
                  je->line, je->column, je->text);
     else
