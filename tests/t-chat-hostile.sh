@@ -9,7 +9,10 @@
 # and names its target; a URL without a scheme is http (never ftp/dict); a long model id and a
 # long key go whole, a key with a CR LF is refused; Ctrl-C before /models answered is a stop; a
 # password in the URL never shows, and a key or password that would cross the network
-# unencrypted (http:// to a host that is not loopback) draws a warning.
+# unencrypted (http:// to a host that is not loopback) draws a warning. A stream of keep-alives
+# without an answer is stopped after K3_ENDPOINT_IDLE_SECS (a slow one that progresses is not); a
+# /models list with a NUL or a lone surrogate in an id, an error body past 1 MiB and an error
+# without a body after one with a message are each named for what they are.
 . "$K3_SRC/tests/tui-lib.sh"
 
 /usr/bin/python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
