@@ -243,5 +243,8 @@ vocab=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["text_confi
 want="$D/tiktoken.model: $((vocab - 256 + 300)) tokens and 256 reserved ids do not fit config.json's vocab_size $vocab"
 timeout 120 "$K3" "$D" --prompt hi --max-tokens 1 --think off >"$T/out" 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -qF "k3chat: $want" "$T/err"; check $? "vocabulary past vocab_size: --prompt refuses, naming both (exit $rc: $(tail -n 1 "$T/err" | head -c 300))"
+"$K3" --inspect "$D" >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && [ ! -s "$T/out" ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -qF "k3chat: $want" "$T/err"
+check $? "... --inspect names it in its one line (exit $rc: $(head -c 300 "$T/err"))"
 timeout 120 "$K3" "$D" --serve 127.0.0.1:0 >"$T/out" 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -qF "$want" "$T/err" && ! grep -q serving "$T/err"; check $? "... and --serve does not start (exit $rc: $(tail -n 1 "$T/err" | head -c 300))"
