@@ -65,6 +65,8 @@
       "model name served (--serve) or requested (--endpoint)")                                               \
     X(ALLOW_HOST, TEXT, 0, 0, NAN, NULL, "NAMES", NULL, "allow-host", NULL, NULL,                            \
       "Host names (comma-separated) a --serve without a key answers")                                        \
+    X(ENDPOINT_IDLE_SECS, INT, 1, 86400, 300, NULL, "N", "K3_ENDPOINT_IDLE_SECS", NULL, NULL, NULL,          \
+      "longest an --endpoint answer may go with no part of it (reasoning, text, tool call), in seconds")     \
     X(PARALLEL, INT, 1, 64, 4, NULL, "N", NULL, "parallel", NULL, NULL,                                      \
       "requests --serve generates at once")                                                                  \
     X(SERVE_QUEUE, INT, 0, 100000, 32, NULL, "N", "K3_SERVE_QUEUE", NULL, NULL, NULL,                        \

@@ -4,9 +4,11 @@
 # line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
 # header or null, "n_calls": the tool calls its messages carry}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
-# "fake-model" with max_model_len 4096; under /hang/ it never answers (60 s); under /html/ every
-# GET and POST gets a web page (200, text/html); under /textplain/ a chat request's stream comes
-# labelled text/plain. What a chat request gets depends on its last message:
+# "fake-model" with max_model_len 4096 (under /nulid/ followed by a model whose id holds a NUL; under
+# /surr/ instead one id "m\udcff", a lone surrogate as vLLM writes a path's Latin-1 byte); under
+# /hang/ it never answers (60 s); under /html/ every GET and POST gets a web page (200, text/html);
+# under /textplain/ a chat request's stream comes labelled text/plain. What a chat request gets
+# depends on its last message:
 #   forever   an endless stream of 64,000-byte content events (1 GiB at most); when the client
 #             goes, LOGFILE.forever gets the bytes sent
 #   evterr    "partial " then an SSE "event: error" whose data is {"message": "quota exceeded ..."}
@@ -20,9 +22,13 @@
 #   crlf      "ok-crlf" with CR LF ends, each written as two pieces cut between the CR and the LF
 #   thinkevil OSC 52, OSC 0 and a C1 CSI in the reasoning, OSC 0 in the answer
 #   cut       "half " and the connection closes (no finish_reason, no [DONE])
+#   keepalive "ka-", then keep-alive comments and empty deltas every 0.1 s for 120 s: no answer
+#   drip      "d0" .. "d7", one a second, then "-end" and the stream's end
 #   nodata    a JSON chunk on a line of its own, without "data:"
 #   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
 #   jsontools one JSON answer (not a stream) whose message calls lookup {"q": 1}
+#   err400    400 {"error": {"message": "the first error"}}; err502: 502 without a body
+#   err500big 500 with an 8 MiB body, as a failing proxy's page
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
@@ -57,6 +63,12 @@ class Fake(FakeHandler):
         if self.path.startswith("/long/"):
             self.send_json(200, {"object": "list", "data": [{"id": LONG_ID, "object": "model"}]})
             return
+        if self.path.startswith("/surr/"):  # vLLM's id for a model path with a Latin-1 byte
+            self.send_json(200, {"object": "list", "data": [{"id": "m\udcff", "object": "model"}]})
+            return
+        if self.path.startswith("/nulid/"):  # a NUL in the id of a model after the first
+            self.send_json(200, {"object": "list", "data": self.MODELS + [{"id": "lora\0x", "object": "model"}]})
+            return
         super().do_GET()
 
     def do_POST(self):
@@ -74,6 +86,24 @@ class Fake(FakeHandler):
             call = {"id": "call_j", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
             self.send_json(200, {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
                                  "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]})
+            return
+        if last in ("err400", "err502"):  # an error with its message, then one without a body
+            body = b'{"error": {"message": "the first error"}}' if last == "err400" else b""
+            self.send_response(400 if last == "err400" else 502)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        if last == "err500big":  # 500 with a body without end (8 MiB at most)
+            self.send_response(500)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            try:
+                for _ in range(128):
+                    self.wfile.write(b"<p>Internal error</p>" * 3000)
+            except OSError:
+                pass
             return
         if last == "redirect":
             self.send_response(307)
@@ -140,6 +170,23 @@ class Fake(FakeHandler):
             out = sse(delta({"reasoning_content": "r \x1b]52;c;ZXZpbA==\x07 \x1b]0;T\x07 \u009b1m end"})) + \
                 sse(delta({"content": "a \x1b]0;A\x07 end"}, "stop"))
             self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "keepalive":  # "ka-" then keep-alive comments and empty deltas, never an answer (120 s)
+            self.wfile.write(sse(delta({"content": "ka-"})))
+            try:
+                for _ in range(1200):
+                    self.wfile.write(b": keep-alive\n\n" + sse(delta({})))
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:
+                pass
+            return
+        if last == "drip":  # "d0" .. "d7", one a second, then the end: slow, but each brings a part
+            for i in range(8):
+                self.wfile.write(sse(delta({"content": "d%d" % i})))
+                self.wfile.flush()
+                time.sleep(1)
+            self.wfile.write(sse(delta({"content": "-end"}, "stop")) + b"data: [DONE]\n\n")
             return
         if last == "cut":  # one event, then the connection closes: no finish_reason, no [DONE]
             self.wfile.write(sse(delta({"content": "half "})))

@@ -9,7 +9,10 @@
 # and names its target; a URL without a scheme is http (never ftp/dict); a long model id and a
 # long key go whole, a key with a CR LF is refused; Ctrl-C before /models answered is a stop; a
 # password in the URL never shows, and a key or password that would cross the network
-# unencrypted (http:// to a host that is not loopback) draws a warning.
+# unencrypted (http:// to a host that is not loopback) draws a warning. A stream of keep-alives
+# without an answer is stopped after K3_ENDPOINT_IDLE_SECS (a slow one that progresses is not); a
+# /models list with a NUL or a lone surrogate in an id, an error body past 1 MiB and an error
+# without a body after one with a message are each named for what they are.
 . "$K3_SRC/tests/tui-lib.sh"
 
 /usr/bin/python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
@@ -38,6 +41,26 @@ m = [json.loads(l) for l in open(sys.argv[1])][1:]
 a = [x for x in m if x.get("role") == "assistant"]
 sys.exit(not (len(a) == 2 and a[0].get("interrupted") and len(a[0]["content"]) <= 64 << 20
               and set(a[0]["content"]) == {"B"} and a[1]["content"] == "ok"))' "$K3_TMP/forever.jsonl"
+
+# a stream that goes on with keep-alive comments and empty deltas but no answer: it held the chat
+# for ever (the 300 s without a byte never came); K3_ENDPOINT_IDLE_SECS counts parts of the answer
+printf 'keepalive\nhi\n/save %s/ka.jsonl\n' "$K3_TMP" |
+    K3_ENDPOINT_IDLE_SECS=3 timeout 100 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out1k" 2>"$K3_TMP/err1k"
+check "keep-alives without an answer: stopped after K3_ENDPOINT_IDLE_SECS, saying so" grep -q \
+    "^k3chat: $ep/v1: no part of the answer came for 3 s (K3_ENDPOINT_IDLE_SECS) and the request was stopped (the conversation is kept" \
+    "$K3_TMP/err1k"
+check "... the next message is answered" grep -q "^ok$" "$K3_TMP/out1k"
+check "... and what came is kept as interrupted" /usr/bin/python3 -c '
+import json, sys
+a = [x for x in map(json.loads, open(sys.argv[1])) if x.get("role") == "assistant"]
+sys.exit(not (len(a) == 2 and a[0]["content"] == "ka-" and a[0].get("interrupted") and a[1]["content"] == "ok"))' \
+    "$K3_TMP/ka.jsonl"
+# a slow stream whose every second brings a part is not cut by the same deadline (5 s here)
+printf 'drip\n' | K3_ENDPOINT_IDLE_SECS=5 timeout 100 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out1d" 2>"$K3_TMP/err1d"
+check "a part a second for 8 s: the whole answer, under a 5 s deadline" grep -qx "d0d1d2d3d4d5d6d7-end" "$K3_TMP/out1d"
+K3_ENDPOINT_IDLE_SECS=0 "$K3CHAT" --endpoint "$ep" --plain </dev/null >/dev/null 2>"$K3_TMP/err1z"
+check "K3_ENDPOINT_IDLE_SECS=0 is refused at start" grep -q "K3_ENDPOINT_IDLE_SECS: '0' is not an integer in 1..86400" \
+    "$K3_TMP/err1z"
 
 # tool calls streamed as OpenAI deltas: shown as the local engine shows them, kept with the reply
 # (saved, sent back on the next turn); they were dropped (an empty answer). A call whose id changes
@@ -113,6 +136,21 @@ check "... and the key is not shown" sh -c "! grep -q k3-secret-key '$K3_TMP/err
 printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "ftp.localhost:$port" --plain >"$K3_TMP/out11" 2>"$K3_TMP/err11"
 check "--endpoint ftp.localhost:PORT (no scheme) speaks http" grep -qx "ok" "$K3_TMP/out11"
 
+# an error whose body is over the 1 MiB read: the status was lost ('the answer is over 1048576 bytes
+# and is not a stream')
+printf 'err500big\nhi\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out12b" 2>"$K3_TMP/err12b"
+check "a 500 with an 8 MiB body: the status is named" grep -qF \
+    "k3chat: $ep/v1: the server answered 500 with a body of over 1048576 bytes, not read (the conversation is kept" \
+    "$K3_TMP/err12b"
+check "... and the next message is answered" grep -qx "ok" "$K3_TMP/out12b"
+
+# an error without a body after one with a message: the earlier message was shown again (the
+# buffer kept it past the new body's length)
+printf 'err400\nerr502\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err12e"
+check "a 400 with its message: shown" grep -qF "k3chat: the server answered 400: the first error" "$K3_TMP/err12e"
+check "... then a 502 without a body: '(no message)', not the 400's" grep -qF \
+    "k3chat: the server answered 502: (no message)" "$K3_TMP/err12e"
+
 # a URL that names a web page, not the API: the lines say so (they said 'names no model: use --model
 # NAME', then 'malformed answer: no choices[0].message in <!doctype html>...')
 printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/html" --plain >/dev/null 2>"$K3_TMP/err12"
@@ -123,6 +161,16 @@ printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/html" --model m --plain >/d
 check "... and with --model, at the chat request" grep -qF \
     "k3chat: $ep/html: answered text/html; charset=utf-8, not JSON: is $ep/html the server's API base" \
     "$K3_TMP/err13"
+
+# a /models answer that is JSON with one bad string: a NUL in another model's id made the whole
+# list 'not JSON: is URL the server's API base?'; a lone surrogate (vLLM's escape for a path's
+# Latin-1 byte) is named by the parser's reason, not by that question
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/nulid/v1" --plain >"$K3_TMP/out12n" 2>"$K3_TMP/err12n"
+check "/models with a NUL in a later model's id: the first model is used" grep -qx "ok" "$K3_TMP/out12n"
+printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/surr/v1" --plain >/dev/null 2>"$K3_TMP/err12s"
+check "/models with a lone surrogate in an id: the parser's reason, not the API-base question" grep -qF \
+    "k3chat: $ep/surr/v1/models answered JSON that does not parse (line 1 column " "$K3_TMP/err12s"
+check "... naming the escape" grep -qF "invalid Unicode '\uDCFF'" "$K3_TMP/err12s"
 
 # an event stream labelled text/plain (a proxy's doing) is read as a stream (it was parsed as JSON)
 printf 'hi\n' | timeout 60 "$K3CHAT" --endpoint "$ep/textplain/v1" --plain >"$K3_TMP/out14" 2>"$K3_TMP/err14"

@@ -221,3 +221,30 @@ for f in config.json generation_config.json model.safetensors.index.json "$S1" t
         check $? "$f as $what: refused, naming it (exit $rc: $msg)"
     done
 done
+
+# ---- a tokenizer with more ids than config.json's vocab_size ----
+# 300 more tokens in tiktoken.model (the reserved ids moved up with them in tokenizer_config.json):
+# every turn failed at the model with "token id 1559 (index 0) is outside 0..1511", and the server
+# started and answered each request 500 with it. Now the load refuses, naming the file and the key.
+D=$T/bigvocab; rm -rf "$D"; cp -r "$M" "$D"
+$PY - "$D" <<'PYEOF'
+import base64, json, sys
+d = sys.argv[1]
+lines = open(d + "/tiktoken.model").read().split("\n")
+lines = [l for l in lines if l]
+n = len(lines)
+lines += ["%s %d" % (base64.b64encode(b"extra%d" % i).decode(), n + i) for i in range(300)]
+open(d + "/tiktoken.model", "w").write("\n".join(lines) + "\n")
+c = json.load(open(d + "/tokenizer_config.json"))
+c["added_tokens_decoder"] = {str(int(k) + 300): v for k, v in c["added_tokens_decoder"].items()}
+json.dump(c, open(d + "/tokenizer_config.json", "w"))
+PYEOF
+vocab=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["text_config"]["vocab_size"])' "$D/config.json")
+want="$D/tiktoken.model: $((vocab - 256 + 300)) tokens and 256 reserved ids do not fit config.json's vocab_size $vocab"
+timeout 120 "$K3" "$D" --prompt hi --max-tokens 1 --think off >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -qF "k3chat: $want" "$T/err"; check $? "vocabulary past vocab_size: --prompt refuses, naming both (exit $rc: $(tail -n 1 "$T/err" | head -c 300))"
+"$K3" --inspect "$D" >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && [ ! -s "$T/out" ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -qF "k3chat: $want" "$T/err"
+check $? "... --inspect names it in its one line (exit $rc: $(head -c 300 "$T/err"))"
+timeout 120 "$K3" "$D" --serve 127.0.0.1:0 >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -qF "$want" "$T/err" && ! grep -q serving "$T/err"; check $? "... and --serve does not start (exit $rc: $(tail -n 1 "$T/err" | head -c 300))"

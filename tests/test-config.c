@@ -238,9 +238,20 @@ static void config_cases(void) {
     j = base();
     json_object_set_new(j, "eos_token_id", json_integer(300));
     expect_cfg("eos", j, "config.json: eos_token_id = 300 is outside 0..299", 1);
+    /* the copy in text_config was not read when the top level had the key: a tied head passed */
+    j = base();
+    json_object_set_new(tc(j), "tie_word_embeddings", json_true());
+    expect_cfg("tied-text", j, "config.json: text_config.tie_word_embeddings must be false", 0);
     j = base();
     json_object_set_new(j, "model_type", json_string("llama"));
     expect_cfg("model-type", j, "config.json: model_type", 0);
+    /* a prefix was enough: "kimi_k3" and then anything, terminal commands too (--inspect prints it) */
+    static const char *const not_k3[] = {"kimi_k3x", "kimi_k3\x1b]0;EVIL\x07", "kimi_k"};
+    for (int i = 0; i < 3; i++) {
+        j = base();
+        json_object_set_new(j, "model_type", json_string(not_k3[i]));
+        expect_cfg("model-type-prefix", j, "config.json: model_type is not \"kimi_k3\"", 1);
+    }
     j = base();
     json_object_set_new(json_object_get(tc(j), "quantization_config"), "format", json_string("int4"));
     expect_cfg("quant-format", j, "config.json: text_config.quantization_config.format = \"int4\"", 0);

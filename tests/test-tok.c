@@ -7,6 +7,7 @@
 #include "tok-vocab.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -135,7 +136,51 @@ static void test_vocab_errors(void) {
     T_CHECK(load_err(good, cfg_range, "added_tokens_decoder.5", "reserved range"),
             "special id outside range (%s)", k3_errmsg());
     T_CHECK(load_err("YQ==\n", NULL, "line 1", "no separator"), "line without rank (%s)", k3_errmsg());
+    /* one id named twice: the later name won, unsaid (config.json refuses a repeated key too) */
+    const char *cfg_dup =
+        "{\"added_tokens_decoder\": {\"259\": {\"content\": \"<|evil|>\"},\n"
+        " \"259\": {\"content\": \"<|open|>\"}, \"260\": {\"content\": \"<|close|>\"},"
+        " \"261\": {\"content\": \"<|sep|>\"}, \"258\": {\"content\": \"<|end_of_msg|>\"}}}";
+    T_CHECK(load_err(good, cfg_dup, "v/tokenizer_config.json: line 2", "duplicate"),
+            "an id named twice in added_tokens_decoder is refused, naming the line (%s)", k3_errmsg());
+    /* " 259", "+259" and "0259" are the id 259 to strtol: a second name for it under another key */
+    static const char *const alias[] = {" 259", "+259", "0259"};
+    for (int i = 0; i < 3; i++) {
+        char cfg[512], want[64];
+        snprintf(cfg, sizeof cfg, "{\"added_tokens_decoder\": {\"%s\": {\"content\": \"<|x|>\"}}}", alias[i]);
+        snprintf(want, sizeof want, "key '%s' is not a token id", alias[i]);
+        T_CHECK(load_err(good, cfg, "v/tokenizer_config.json: added_tokens_decoder:", want),
+                "added_tokens_decoder key '%s' is refused (%s)", alias[i], k3_errmsg());
+    }
     free(good);
+}
+
+/* k3_tok_load_model: a tokenizer with more ids than config.json's vocab_size (the embedding's rows)
+ * is refused at load, naming both; every request failed later with "token id N is outside 0..V-1". */
+static void test_vocab_fits(void) {
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/tok-fits", t_tmp());
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tiktoken.model", dir);
+    char *m = model_text((const char *const[]){"ab", "abc"}, 2); /* 258 tokens + 256 reserved = 514 ids */
+    FILE *f = fopen(path, "w");
+    T_CHECK(f && fputs(m, f) >= 0 && !fclose(f), "wrote %s", path);
+    free(m);
+    k3_tok *t = NULL;
+    T_CHECK(k3_tok_load_model(dir, 514, &t) == K3_OK && t, "514 ids fit vocab_size 514 (%s)", k3_errmsg());
+    k3_tok_free(t);
+    T_CHECK(k3_tok_load_model(dir, 600, &t) == K3_OK && t, "and vocab_size 600 (padded rows) (%s)",
+            k3_errmsg());
+    k3_tok_free(t);
+    t            = (k3_tok *)1;
+    k3_status st = k3_tok_load_model(dir, 513, &t);
+    char      want[700];
+    snprintf(want, sizeof want,
+             "%s/tiktoken.model: 258 tokens and 256 reserved ids do not fit config.json's vocab_size 513 "
+             "(the model has no embedding row for ids 513..513)",
+             dir);
+    T_CHECK(st == K3_ERR_FORMAT && !t && !strcmp(k3_errmsg(), want),
+            "514 ids do not fit vocab_size 513: refused naming both (%s)", k3_errmsg());
 }
 
 static void test_pretok(void) {
@@ -488,6 +533,7 @@ static void test_ids_parse(void) {
 int main(void) {
     test_ids_parse();
     test_vocab_errors();
+    test_vocab_fits();
     test_pretok();
     test_bpe();
     test_roundtrip_and_specials();

@@ -126,7 +126,7 @@ k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out) {
         return K3_OK;
     }
     k3_tok   *tok;
-    k3_status st = k3_tok_load(info.dir, NULL, &tok);
+    k3_status st = k3_tok_load_model(info.dir, info.vocab, &tok);
     if (st)
         return st;
     conv_render *nr  = k3_calloc(1, sizeof *nr);

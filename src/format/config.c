@@ -310,15 +310,18 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
     /* top level */
     if (!(v = json_object_get(c->top, "model_type")))
         return missing("model_type");
-    if (!json_is_string(v) || strncmp(json_string_value(v), "kimi_k3", 7))
+    /* exactly: a prefix match took "kimi_k3x" and "kimi_k3\e]0;..." (printed by --inspect) */
+    if (!json_is_string(v) || strcmp(json_string_value(v), "kimi_k3"))
         return k3_err(K3_ERR_CONFIG, CFG_FILE ": model_type is not \"kimi_k3\"");
     snprintf(o->model_type, sizeof o->model_type, "%s", json_string_value(v));
-    v = json_object_get(c->top, "tie_word_embeddings");
-    strcpy(path, "tie_word_embeddings");
-    if (!v && c->tc && (v = json_object_get(c->tc, "tie_word_embeddings")))
-        strcpy(path, "text_config.tie_word_embeddings");
-    if (v && !json_is_false(v))
-        return k3_err(K3_ERR_CONFIG, CFG_FILE ": %s must be false (K3 has a separate lm_head)", path);
+    /* both copies, when both are there: a text_config that ties the head contradicts the top level */
+    for (int i = 0; i < 2; i++) {
+        v = json_object_get(i ? c->tc : c->top, "tie_word_embeddings");
+        if (v && !json_is_false(v))
+            return k3_err(K3_ERR_CONFIG,
+                          CFG_FILE ": %stie_word_embeddings must be false (K3 has a separate lm_head)",
+                          i ? "text_config." : "");
+    }
     o->tie_word_embeddings = 0;
 
     /* text_config dimensions */

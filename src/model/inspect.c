@@ -3,10 +3,10 @@
  *
  * DESIGN
  * Everything is validated first (config.json, every text shard header, every tensor the config
- * implies) so the report is printed only for a checkpoint that would load; an error leaves the
- * one-line message in k3_errmsg(). Nothing but headers is read: the report comes from the tensor
- * table (shapes, dtypes, shard offsets), never from tensor data, so it is fast on the 1.5 TB
- * release.
+ * implies, the tokenizer and that its ids fit vocab_size) so the report is printed only for a checkpoint that
+ * would load; an error leaves the one-line message in k3_errmsg(). Nothing but headers is read: the report
+ * comes from the tensor table (shapes, dtypes, shard offsets), never from tensor data, so it is fast on
+ * the 1.5 TB release.
  *
  * Memory: the plan of fit.h (fit_scan / fit_plan_at / fit_decide, the same code k3_model_open
  * runs before reading any weight) at the settings the engine would run with on this machine:
@@ -302,9 +302,12 @@ static k3_status inspect(const char *dir, int measure, FILE *out) {
         free(fc);
         return k3_err(K3_ERR_NOMEM, "out of memory");
     }
+    k3_tok *tok = NULL; /* loaded to be checked: a chat would refuse it at its first turn */
     if ((st = cfg_load(dir, c)) || (st = read_settings(dir, &s)) || (st = st_open(dir, &d)) ||
-        (st = cfg_check_tensors(c, d)) || (st = scan_experts(c, d, &es)))
+        (st = cfg_check_tensors(c, d)) || (st = scan_experts(c, d, &es)) ||
+        (st = k3_tok_load_model(dir, c->vocab, &tok)))
         goto fail;
+    k3_tok_free(tok);
     if (s.n_layers > c->n_layers) {
         st = k3_err(K3_ERR_ARG, "K3_LAYERS=%d: the model has %d layers", s.n_layers, c->n_layers);
         goto fail;

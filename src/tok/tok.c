@@ -376,7 +376,7 @@ done:
 
 static k3_status parse_config(k3_tok *t, const char *js, const char *file) {
     json_error_t je;
-    json_t      *root = json_loads(js, 0, &je);
+    json_t      *root = json_loads(js, JSON_REJECT_DUPLICATES, &je); /* as config.json: one value a key */
     if (!root)
         return k3_err(K3_ERR_FORMAT, "%s: line %d: %s", file, je.line, je.text);
     k3_status st  = K3_OK;
@@ -391,7 +391,8 @@ static k3_status parse_config(k3_tok *t, const char *js, const char *file) {
         char *end;
         errno   = 0;
         long id = strtol(key, &end, 10);
-        if (*key == '\0' || *end || errno) {
+        /* plain decimal only: strtol also reads " 7", "+7" and "007", the same id as "7" */
+        if (!(*key >= '1' && *key <= '9') || *end || errno) {
             st = k3_err(K3_ERR_FORMAT, "%s: added_tokens_decoder: key '%s' is not a token id", file, key);
             goto done;
         }
@@ -499,6 +500,19 @@ k3_status k3_tok_load(const char *dir, const char *pattern, k3_tok **out) {
 done:
     free(model);
     free(cfg);
+    return st;
+}
+
+k3_status k3_tok_load_model(const char *dir, int32_t vocab, k3_tok **out) {
+    k3_status st = k3_tok_load(dir, NULL, out);
+    if (st || k3_tok_n_vocab(*out) <= vocab)
+        return st;
+    st = k3_err(K3_ERR_FORMAT,
+                "%s/tiktoken.model: %d tokens and %d reserved ids do not fit config.json's vocab_size %d "
+                "(the model has no embedding row for ids %d..%d)",
+                dir, (*out)->n_base, TOK_N_RESERVED, vocab, vocab, k3_tok_n_vocab(*out) - 1);
+    k3_tok_free(*out);
+    *out = NULL;
     return st;
 }
 

@@ -124,10 +124,12 @@ static int oneshot_prompt(const ui_opts *o, const k3_buf *schema, k3_model *m, k
     size_t          nm = 0;
     if (o->system && *o->system)
         msgs[nm++] = (k3_chat_msg){.role = "system", .content = o->system};
-    msgs[nm++]       = (k3_chat_msg){.role = "user", .content = o->prompt};
-    k3_chat_opts opt = {.think = think, .effort = o->effort, .gen_prompt = 1};
-    if ((st = k3_tok_load(o->dir, NULL, &tok)) || (st = k3_chat_encode(tok, msgs, nm, &opt, &ids)) ||
-        (st = k3_chat_parser_new(tok, think, &prs)) ||
+    msgs[nm++]        = (k3_chat_msg){.role = "user", .content = o->prompt};
+    k3_chat_opts  opt = {.think = think, .effort = o->effort, .gen_prompt = 1};
+    k3_model_info info;
+    k3_model_get_info(m, &info);
+    if ((st = k3_tok_load_model(o->dir, info.vocab, &tok)) ||
+        (st = k3_chat_encode(tok, msgs, nm, &opt, &ids)) || (st = k3_chat_parser_new(tok, think, &prs)) ||
         (think && o->think_budget > 0 && (st = k3_chat_think_close(tok, &tclose)))) {
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
@@ -136,8 +138,6 @@ static int oneshot_prompt(const ui_opts *o, const k3_buf *schema, k3_model *m, k
         fprintf(stderr, "k3chat: out of memory\n");
         goto done;
     }
-    k3_model_info info;
-    k3_model_get_info(m, &info);
     if (load_grammar(o, schema, tok, info.vocab, info.eos_id, &voc, &gram))
         goto done;
     if (gram &&

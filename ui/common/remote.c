@@ -39,7 +39,6 @@
 #define REMOTE_MAX_CALLS 128          /* tool calls in one answer                              */
 #define REMOTE_MAX_TOKENS (1 << 29)   /* a token count past this is not believed (two add up in an int) */
 #define REMOTE_CONNECT_S 10L
-#define REMOTE_SILENCE_S 300L /* no byte for this long: timed out */
 
 typedef struct rcall { /* a tool call of the answer, as it streams */
     char   *id, *name; /* NULL until the server names them */
@@ -56,6 +55,8 @@ typedef struct remote {
     char    *auth;        /* "Authorization: Bearer KEY" or NULL (heap: a JWT may run to kilobytes) */
     int      ctx_max;     /* from /models max_model_len, -1 unknown */
     int      ctx_used;    /* prompt + completion tokens of the last answered turn (usage) */
+    int      idle_s;      /* K3_ENDPOINT_IDLE_SECS: an answer without progress this long is stopped */
+    double   progress_at; /* when the transfer began or last brought a part of the answer (ev_now) */
     CURL    *curl;
     char     cerr[CURL_ERROR_SIZE];
     /* one turn */
@@ -81,10 +82,20 @@ typedef struct remote {
 
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud);
 
+/* Ctrl-C, or no progress for idle_s: counted in parts of the answer, not bytes (a server that sends
+ * keep-alive comments or empty deltas without end held a --plain chat for ever); a body that is
+ * not a stream progresses by its bytes. */
 static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
     (void)dt, (void)dn, (void)ut, (void)un;
     remote *r = ud;
-    return ue_cancelled(r->u) ? 1 : 0;
+    if (ue_cancelled(r->u))
+        return 1;
+    if (ev_now() - r->progress_at <= r->idle_s)
+        return 0;
+    snprintf(r->err, sizeof r->err,
+             "no part of the answer came for %d s (K3_ENDPOINT_IDLE_SECS) and the request was stopped",
+             r->idle_s);
+    return 1;
 }
 
 /* GET or POST (body != NULL) base+path; the answer goes through on_body. */
@@ -111,8 +122,6 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     curl_easy_setopt(c, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, REMOTE_CONNECT_S);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, REMOTE_SILENCE_S);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, timeout_s);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->cerr);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
@@ -128,6 +137,7 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     r->is_sse  = -1;
     r->body.n = r->line.n = r->data.n = 0;
     r->ev_error = r->after_cr = r->n_events = 0;
+    r->progress_at                          = ev_now();
     CURLcode rc                             = curl_easy_perform(c);
     long     code                           = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
@@ -166,7 +176,9 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     } else if (rc != CURLE_OK) {
         snprintf(out, n, "%.300s: %.300s", r->shown, r->cerr[0] ? r->cerr : curl_easy_strerror(rc));
     } else {
-        json_t     *o   = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
+        /* this body's bytes only: body.p keeps an earlier answer's text past body.n (a 502 without
+         * a body showed the error before it) */
+        json_t     *o   = r->body.n ? json_loadb(r->body.p, r->body.n, JSON_ALLOW_NUL, NULL) : NULL;
         const char *msg = error_message(o);
         char       *to  = NULL; /* redirects are not followed (the key would go along): say where to */
         if (r->http >= 300 && r->http < 400 &&
@@ -213,13 +225,17 @@ static int piece(remote *r, int ch, const char *s, size_t n) {
     return 0;
 }
 
-/* The answer's bytes so far (reasoning, text and tool calls' arguments), with n more; -1 (r->err
- * set) past REMOTE_MAX_ANSWER. */
-static int answer_room(remote *r, size_t n) {
+/* The answer's bytes so far: reasoning, text and tool calls' arguments. */
+static size_t answer_size(const remote *r) {
     size_t have = r->think.n + r->resp.n;
     for (int k = 0; k < r->n_calls; k++)
         have += r->calls[k].args.n;
-    if (have + n <= REMOTE_MAX_ANSWER)
+    return have;
+}
+
+/* The answer's bytes so far, with n more; -1 (r->err set) past REMOTE_MAX_ANSWER. */
+static int answer_room(remote *r, size_t n) {
+    if (answer_size(r) + n <= REMOTE_MAX_ANSWER)
         return 0;
     snprintf(r->err, sizeof r->err,
              "the answer went past %u MiB (reasoning, text and tool calls together) and was stopped",
@@ -396,12 +412,15 @@ static int on_event(remote *r, const char *d, size_t n) {
         return -1;
     }
     usage_of(r, o);
-    json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
-    json_t *dl = json_object_get(ch, "delta");
+    json_t *ch  = json_array_get(json_object_get(o, "choices"), 0);
+    json_t *dl  = json_object_get(ch, "delta");
+    size_t  had = answer_size(r), calls = (size_t)r->n_calls;
     if (json_is_object(dl) && message_pieces(r, dl, 0)) {
         json_decref(o);
         return -1;
     }
+    if (answer_size(r) != had || (size_t)r->n_calls != calls) /* a part of the answer: progress */
+        r->progress_at = ev_now();
     const char *f = json_string_value(json_object_get(ch, "finish_reason"));
     if (f)
         snprintf(r->finish, sizeof r->finish, "%s", f);
@@ -466,9 +485,17 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
                         (n >= 1 && p[0] == ':');
     }
     if (!r->is_sse) {
+        r->progress_at = ev_now(); /* a JSON answer or an error: its bytes are its progress */
         if (r->body.n + n > REMOTE_MAX_BODY) {
-            snprintf(r->err, sizeof r->err, "the answer is over %u bytes and is not a stream",
-                     REMOTE_MAX_BODY);
+            long code = 0; /* an error's body: the status is the news (it was called an answer) */
+            curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &code);
+            if (code >= 300)
+                snprintf(r->err, sizeof r->err,
+                         "the server answered %ld with a body of over %u bytes, not read", code,
+                         REMOTE_MAX_BODY);
+            else
+                snprintf(r->err, sizeof r->err, "the answer is over %u bytes and is not a stream",
+                         REMOTE_MAX_BODY);
             return 0;
         }
         return txt_buf_add(&r->body, p, n) ? 0 : n;
@@ -510,23 +537,34 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
     return n;
 }
 
-/* A 2xx answer to path that is not JSON (a web page: URL names a site, not its API): the line. */
-static void not_api(remote *r, const char *path, char *out, size_t n) {
-    char *ct = NULL;
+/* A 2xx answer to path that is not JSON (a web page: URL names a site, not its API): the line.
+ * je: the parser's reason; a body that starts as JSON is named by it instead (a server's JSON
+ * with one bad string: the API base is right, and the line said it might not be). */
+static void not_api(remote *r, const char *path, const json_error_t *je, char *out, size_t n) {
+    char       *ct   = NULL;
+    const char *b    = r->body.p;
+    size_t      lead = 0; /* the body's first byte after white space (body.p may hold an older one's) */
+    while (lead < r->body.n && strchr(" \t\r\n", b[lead]))
+        lead++;
     curl_easy_getinfo(r->curl, CURLINFO_CONTENT_TYPE, &ct);
     int at = path[0] ? snprintf(out, n, "%.300s%.20s ", r->shown, path) : 0;
-    snprintf(out + at, n - (size_t)at,
-             "answered %.80s, not JSON: is %.300s the server's API base (it usually ends in /v1)?",
-             ct ? ct : "without a content type", r->shown);
+    if (lead < r->body.n && (b[lead] == '{' || b[lead] == '['))
+        snprintf(out + at, n - (size_t)at, "answered JSON that does not parse (line %d column %d: %.200s)",
+                 je->line, je->column, je->text);
+    else
+        snprintf(out + at, n - (size_t)at,
+                 "answered %.80s, not JSON: is %.300s the server's API base (it usually ends in /v1)?",
+                 ct ? ct : "without a content type", r->shown);
 }
 
 /* A complete JSON answer (a server that ignored "stream"). */
 static int on_json_answer(remote *r) {
-    json_t *o   = r->body.p ? json_loadb(r->body.p, r->body.n, JSON_ALLOW_NUL, NULL) : NULL;
-    json_t *ch  = json_array_get(json_object_get(o, "choices"), 0);
-    json_t *msg = json_object_get(ch, "message");
+    json_error_t je;
+    json_t      *o   = json_loadb(r->body.p ? r->body.p : "", r->body.n, JSON_ALLOW_NUL, &je);
+    json_t      *ch  = json_array_get(json_object_get(o, "choices"), 0);
+    json_t      *msg = json_object_get(ch, "message");
     if (!o) {
-        not_api(r, "", r->err, sizeof r->err);
+        not_api(r, "", &je, r->err, sizeof r->err);
         return -1;
     }
     if (!json_is_object(msg)) {
@@ -558,9 +596,16 @@ static int discover(remote *r, char *msg, size_t n) {
         describe_failure(r, rc, msg, n);
         return rc == CURLE_ABORTED_BY_CALLBACK && !r->err[0] ? -2 : -1;
     }
-    json_t     *o  = r->body.p ? json_loads(r->body.p, 0, NULL) : NULL;
-    json_t     *m0 = json_array_get(json_object_get(o, "data"), 0);
-    const char *id = json_string_value(json_object_get(m0, "id"));
+    /* NUL allowed as everywhere else in a server's JSON: another model's id may hold one */
+    json_error_t je;
+    json_t      *o  = json_loadb(r->body.p ? r->body.p : "", r->body.n, JSON_ALLOW_NUL, &je);
+    json_t      *m0 = json_array_get(json_object_get(o, "data"), 0), *jid = json_object_get(m0, "id");
+    const char  *id = json_string_value(jid);
+    if (!r->model && id && strlen(id) != json_string_length(jid)) {
+        json_decref(o);
+        snprintf(msg, n, "%s/models names a model whose id holds a NUL byte: use --model NAME", r->shown);
+        return -1;
+    }
     if (!r->model && id && !(r->model = strdup(id))) {
         json_decref(o);
         snprintf(msg, n, "out of memory");
@@ -575,7 +620,7 @@ static int discover(remote *r, char *msg, size_t n) {
         if (json)
             snprintf(msg, n, "%s/models names no model: use --model NAME", r->shown);
         else
-            not_api(r, "/models", msg, n);
+            not_api(r, "/models", &je, msg, n);
         return -1;
     }
     return 0;
@@ -856,6 +901,12 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         return -1;
     r->u       = u;
     r->ctx_max = -1;
+    r->idle_s  = (int)k3_setting(K3_SETTING_ENDPOINT_IDLE_SECS)->def;
+    if (k3_setting_env_int(K3_SETTING_ENDPOINT_IDLE_SECS, &r->idle_s)) {
+        snprintf(err, errn, "%s", k3_errmsg());
+        free(r);
+        return -1;
+    }
     set_base(r, u->opts->endpoint);
     if (u->opts->model_name)
         r->model = strdup(u->opts->model_name);

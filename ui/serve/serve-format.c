@@ -25,7 +25,7 @@ static k3_gvocab  *voc;  /* its ids as bytes, mask width     */
 static k3_grammar *gobj; /* json_object, shared              */
 
 k3_status sformat_init(const char *dir, const k3_model_info *info) {
-    k3_status st = k3_tok_load(dir, NULL, &tok);
+    k3_status st = k3_tok_load_model(dir, info->vocab, &tok);
     if (!st)
         st = k3_gvocab_new(tok, info->vocab, info->eos_id, &voc);
     if (!st)
