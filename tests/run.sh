@@ -223,22 +223,31 @@ for b in "$@"; do
     first=0
 done
 
-# the start order: slow tests, then the rest of the trees built by --bg (sanitizer tests take
-# several times as long: once their tree is built they go before the first tree's remaining
-# ones), then the rest, then the run-alone tests, each group in list order. Run-alone tests
-# come last: each waits for every other test to end, and last that wait is no drain of the
-# other jobs behind the longest running test (with no --bg they run alone at the end as they
-# ran alone at the start before)
-order=""
-for g in slow restbg rest alone; do
-    i=1
-    while [ $i -le $n ]; do
-        eval "a=\$ALONE_$i s=\$SLOW_$i tb=\$B_$i"
+# the start order: slow tests, then the rest of the trees built by --bg and the rest of the first
+# tree, one of each in turn, then the run-alone tests, each group in list order. The sanitizer
+# tests mostly compute (CPU about their wall time) and the first tree's mostly wait on tmux,
+# timers and servers (CPU a third of it): run one after the other, the first tree's tests came
+# last, four at a time leaving a core idle for over a minute before the run-alone tests; side by
+# side the waits overlap the sanitizer tests' work. Run-alone tests come last: each waits for
+# every other test to end, and last that wait is no drain of the other jobs behind the longest
+# running test (with no --bg they run alone at the end as they ran alone at the start before)
+list_group() { # list_group G: the tests of group G (slow, restbg, rest, alone) in list order
+    _i=1
+    while [ $_i -le $n ]; do
+        eval "a=\$ALONE_$_i s=\$SLOW_$_i tb=\$B_$_i"
         bgt=0; bg_is_tree "$tb" && bgt=1
-        case "$g:$a:$s:$bgt" in alone:1:*:* | slow:0:1:* | restbg:0:0:1 | rest:0:0:0) order="$order $i" ;; esac
-        i=$((i + 1))
+        case "$1:$a:$s:$bgt" in alone:1:*:* | slow:0:1:* | restbg:0:0:1 | rest:0:0:0) printf ' %s' $_i ;; esac
+        _i=$((_i + 1))
     done
+}
+rbg=$(list_group restbg) rst=$(list_group rest) mixed=""
+set -- $rbg
+for i in $rst; do # one of each in turn while both last
+    [ $# -gt 0 ] && { mixed="$mixed $1"; shift; }
+    mixed="$mixed $i"
 done
+mixed="$mixed $*"
+order="$(list_group slow) $mixed $(list_group alone)"
 
 # the scheduler: start tests in that order while fewer than $jobs run (a run-alone test only
 # when none runs, and nothing beside it), passing over those whose tree is still being built
