@@ -1,6 +1,6 @@
 #!/bin/sh
-# t-fuzz.sh: every libFuzzer target runs briefly (20000 inputs, fixed seed) on its corpus
-# without a finding (make check).
+# t-fuzz.sh: every libFuzzer target runs briefly (20000 inputs, fixed seed, the same run each
+# time: tests/fuzz/run.sh says how) on its corpus without a finding (make check).
 # The fuzz tree is built with clang (make fuzz-build); a longer run is `make fuzz`.
 # run-once
 # slow

@@ -151,6 +151,26 @@ int main(void) {
         qmat_free(NULL);
     }
 
+    /* the row maximum |x| (the int8 scale's amax) wherever it lies: in a block of eight, in the
+     * tail after the last full block, first or last, negative; a NaN beside it is passed over */
+    {
+        int   all = 1;
+        float x[70];
+        for (int n = 1; n <= 70; n++)
+            for (int p = 0; p < n; p++) {
+                for (int c = 0; c < n; c++)
+                    x[c] = 0.01f * (float)(c % 5) - 0.02f;
+                x[p] = -3.0f;
+                if (n > 1)
+                    x[(p + 1) % n] = NAN;
+                int8_t q[70];
+                float  s = -1.0f;
+                q_quantize_row_i8(x, n, q, &s);
+                all &= s == 3.0f / 127.0f && q[p] == -127;
+            }
+        T_CHECK(all, "int8 row scale: max |x| found at every position of rows of 1 to 70, NaNs passed over");
+    }
+
     /* determinism: thread counts, f32 vs bf16 input on bf16-representable values */
     {
         uint16_t *wb = malloc((size_t)rows * cols * 2);
