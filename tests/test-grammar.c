@@ -694,6 +694,42 @@ static const struct {
     {"{\"enum\":[2.5,7,-1.5],\"minimum\":0,\"maximum\":5}", "2.5", 1},
     {"{\"enum\":[2.5,7,-1.5],\"minimum\":0,\"maximum\":5}", "7", 0},
     {"{\"anyOf\":[{\"type\":\"number\",\"minimum\":0,\"maximum\":-0.5},{\"type\":\"null\"}]}", "null", 1},
+    /* integers above 2^53 pass a bound exactly and as ajv's doubles (JSON.parse reads
+     * 9007199254740993 as 9007199254740992: the grammar wrote it under exclusiveMinimum 2^53) */
+    {"{\"type\":\"integer\",\"exclusiveMinimum\":9007199254740992,\"maximum\":9007199254740996}",
+     "9007199254740993", 0},
+    {"{\"type\":\"integer\",\"exclusiveMinimum\":9007199254740992,\"maximum\":9007199254740996}",
+     "9007199254740994", 1},
+    {"{\"type\":\"integer\",\"minimum\":-9007199254740996,\"exclusiveMaximum\":-9007199254740992}",
+     "-9007199254740993", 0},
+    {"{\"type\":\"integer\",\"maximum\":9007199254740993}", "9007199254740993", 1},
+    {"{\"type\":\"integer\",\"maximum\":9007199254740993}", "9007199254740994", 0},
+    /* enum/const values next to other keywords are checked by value, as ajv reads them: a number
+     * needing 17 digits, an exponent of 3, an integral 2.0 or 1e+20 for "integer" (the check wrote
+     * them with the grammar's 16 digits: the schema compiled to nothing, or lost the value) */
+    {"{\"enum\":[0.30000000000000004],\"minimum\":0}", "0.30000000000000004", 1},
+    {"{\"const\":1.7976931348623157e308,\"minimum\":0}", "1.7976931348623157e+308", 1},
+    {"{\"enum\":[5e-324,-5e-324],\"exclusiveMinimum\":0}", "5e-324", 1},
+    {"{\"enum\":[5e-324,-5e-324],\"exclusiveMinimum\":0}", "-5e-324", 0},
+    {"{\"enum\":[0.30000000000000004,0.3],\"maximum\":0.3}", "0.30000000000000004", 0},
+    {"{\"enum\":[0.30000000000000004,0.3],\"maximum\":0.3}", "0.3", 1},
+    {"{\"type\":\"integer\",\"enum\":[2.0,2.5,1e20]}", "2.0", 1},
+    {"{\"type\":\"integer\",\"enum\":[2.0,2.5,1e20]}", "1e+20", 1},
+    {"{\"type\":\"integer\",\"enum\":[2.0,2.5,1e20]}", "2.5", 0},
+    {"{\"enum\":[2.0,1e20,3],\"type\":\"integer\",\"minimum\":2.5}", "1e+20", 1},
+    {"{\"enum\":[2.0,1e20,3],\"type\":\"integer\",\"minimum\":2.5}", "2.0", 0},
+    {"{\"enum\":[[0.30000000000000004],[0.2,\"ab\"],[0.2,\"abc\"]],\"items\":{\"maximum\":0.3,"
+     "\"maxLength\":2}}",
+     "[0.2,\"ab\"]", 1},
+    {"{\"enum\":[[0.30000000000000004],[0.2,\"ab\"],[0.2,\"abc\"]],\"items\":{\"maximum\":0.3,"
+     "\"maxLength\":2}}",
+     "[0.30000000000000004]", 0},
+    {"{\"enum\":[[0.30000000000000004],[0.2,\"ab\"],[0.2,\"abc\"]],\"items\":{\"maximum\":0.3,"
+     "\"maxLength\":2}}",
+     "[0.2,\"abc\"]", 0},
+    /* a nested enum in the other keywords compares numbers by value: 1.0 is 1 */
+    {"{\"enum\":[{\"a\":[1.0]},{\"a\":[2]}],\"properties\":{\"a\":{\"enum\":[[1]]}}}", "{\"a\":[1.0]}", 1},
+    {"{\"enum\":[{\"a\":[1.0]},{\"a\":[2]}],\"properties\":{\"a\":{\"enum\":[[1]]}}}", "{\"a\":[2]}", 0},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */
@@ -1186,9 +1222,10 @@ int main(int argc, char **argv) {
              "9999999999999999"},
             {"{\"type\":\"integer\",\"minimum\":-9999999999999999,\"maximum\":-9999999999999999}",
              "-9999999999999999"},
-            {"{\"type\":\"integer\",\"exclusiveMinimum\":9007199254740992,\"exclusiveMaximum\":"
-             "9007199254740994}",
-             "9007199254740993"}};
+            /* a 17-digit maximum bounds nothing the grammar writes (it was refused) */
+            {"{\"type\":\"integer\",\"maximum\":10000000000000000}", "9999999999999999"},
+            {"{\"type\":\"integer\",\"maximum\":100000000000000000000}", "-9999999999999999"},
+            {"{\"type\":\"number\",\"maximum\":1e300,\"minimum\":-1e300}", "-9999999999999999.5"}};
         for (size_t k = 0; k < sizeof edge / sizeof *edge; k++) {
             complete = 0;
             st       = compile(v, edge[k][0], &g);
@@ -1196,9 +1233,26 @@ int main(int argc, char **argv) {
                     "%s takes %s: %s", edge[k][0], edge[k][1], st ? k3_errmsg() : "");
             k3_grammar_free(g);
         }
-        st = compile(v, "{\"type\":\"integer\",\"maximum\":10000000000000000}", &g);
-        T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "beyond 16 digits"),
-                "a 17-digit bound is refused: %s", k3_errmsg());
+        /* above 2^53 ajv compares doubles: 9007199254740993 is JSON.parse's 9007199254740992, not
+         * above 9007199254740992 (the grammar wrote it: ajv refused the document) */
+        st = compile(v,
+                     "{\"type\":\"integer\",\"exclusiveMinimum\":9007199254740992,\"exclusiveMaximum\":"
+                     "9007199254740994}",
+                     &g);
+        T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "compiles to nothing"),
+                "the one integer between exclusive bounds 2^53 and 2^53 + 2 is 2^53 to ajv: %s",
+                st ? k3_errmsg() : "it compiled");
+        k3_grammar_free(g);
+        static const char *const past[] = {"{\"type\":\"integer\",\"minimum\":10000000000000000}",
+                                           "{\"type\":\"integer\",\"maximum\":-1e17}",
+                                           "{\"type\":\"number\",\"exclusiveMinimum\":1e300}"};
+        for (size_t k = 0; k < sizeof past / sizeof *past; k++) {
+            st = compile(v, past[k], &g);
+            T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "beyond 16 digits"),
+                    "%s (past every number written) is refused: %s", past[k],
+                    st ? k3_errmsg() : "it compiled");
+            k3_grammar_free(g);
+        }
     }
     { /* a recursive schema nested past 128: the whole stack was bounded at 128, where the mask
        * (computed against an unknown stack) still allowed '[' and the matcher refused it (a 500
