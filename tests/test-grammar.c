@@ -546,6 +546,42 @@ static void exact_release(void) {
             "masks are exact on %d ids: over %d steps of %d grammars, each of %d ids' bits equals "
             "k3_gmatch_allows (%d steps differ)",
             (int)nv, steps, nsch, (int)nc, bad);
+    /* one bounded call's charge: a fill stops once its bound and the transitions it computes pass
+     * what is left of one walk (the first fill of a call may take a quarter more); it went a whole
+     * walk past its bound (1.5 walks charged, 3-8 ms a call). Allowed besides: the transitions
+     * of a bound (256 first bytes) and of one piece past the stop. */
+    {
+        k3_buf any = {0};
+        puts_(&any, "{\"anyOf\":[");
+        for (int k = 1; k <= 100; k++)
+            k3_buf_printf(&any, "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k);
+        puts_(&any, "]}");
+        k3_grammar *g    = NULL;
+        k3_gmatch  *m    = NULL;
+        uint64_t   *mask = calloc((size_t)k3_gvocab_words(v), sizeof *mask);
+        int64_t     most = 0, fill, pre, cap = v->n_edges + v->n_edges / 4 + 2 * 256 * 256;
+        int         calls, done, n_calls = 0, fed = 0;
+        if (mask && !compile(v, any.p, &g) && !k3_gmatch_new(g, &m)) {
+            static const char *const doc[] = {"\"", "a", "b", "c", "d", "e"};
+            for (int t = 0; t < 6 && !k3_gmatch_accept_bytes(m, doc[t], 1); t++, fed++)
+                do {
+                    done = 0;
+                    if (k3_gmatch_mask_bounded(m, mask, &done))
+                        break;
+                    g_match_stats(m, &fill, &pre, &calls);
+                    most = fill > most ? fill : most;
+                    n_calls++;
+                } while (!done);
+        }
+        T_CHECK(fed == 6 && n_calls > 6 && most <= cap,
+                "an anyOf of 100 strings, 6 masks in %d bounded calls: the most one charged is %.2f walks of "
+                "the vocabulary (at most %.2f)",
+                n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges);
+        k3_gmatch_free(m);
+        k3_grammar_free(g);
+        free(mask);
+        free(any.p);
+    }
     free(cand);
     k3_gvocab_free(v);
     k3_tok_free(tok);
@@ -1690,6 +1726,51 @@ int main(int argc, char **argv) {
             k3_grammar_free(gg);
             free(mask);
         }
+        free(any.p);
+    }
+
+    /* the merge of the set's cached entries counts against the budget too: with every entry
+     * filled (k3_grammar_warm) and a budget of 1, a call merges one entry, so a mask over the
+     * 60 strings' positions takes a call per distinct entry; it was merged whole in the first
+     * call, uncounted (5-12 ms on the release vocabulary for hundreds of entries). The mask
+     * set at last equals k3_gmatch_mask's. */
+    {
+        k3_buf any = {0};
+        puts_(&any, "{\"anyOf\":[");
+        for (int k = 1; k <= 60; k++)
+            k3_buf_printf(&any, "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k);
+        puts_(&any, "]}");
+        k3_grammar *gg = NULL;
+        k3_gmatch  *m = NULL, *ref = NULL;
+        size_t      words = (size_t)k3_gvocab_words(v);
+        uint64_t   *mask = calloc(words, sizeof *mask), *want = calloc(words, sizeof *want);
+        int         calls = 0, done = 0, first = 0, same = 1, fed = 0, guard = 0;
+        int64_t     fill, pre;
+        if (mask && want && !compile(v, any.p, &gg) && !k3_grammar_warm(gg) && !k3_gmatch_new(gg, &m) &&
+            !k3_gmatch_new(gg, &ref)) {
+            g_match_budget(m, 1);
+            static const char *const doc[] = {"\"", "a", "b", "c"};
+            for (int t = 0; t < 4 && same; t++, fed++) {
+                if (k3_gmatch_accept_bytes(m, doc[t], 1) || k3_gmatch_accept_bytes(ref, doc[t], 1))
+                    break;
+                do
+                    done = !k3_gmatch_mask_bounded(m, mask, &done) && done;
+                while (!done && ++guard < 100000);
+                g_match_stats(m, &fill, &pre, &calls);
+                if (t == 0)
+                    first = calls;
+                same &= done && !k3_gmatch_mask(ref, want) && !memcmp(mask, want, words * sizeof *mask);
+            }
+        }
+        T_CHECK(fed == 4 && same && first >= 20,
+                "with a budget of 1 and every entry filled, a call merges one entry: the first mask inside "
+                "an anyOf of 60 strings took %d calls, and the 4 masks equal k3_gmatch_mask's (%s)",
+                first, same ? "they do" : "they differ");
+        k3_gmatch_free(m);
+        k3_gmatch_free(ref);
+        k3_grammar_free(gg);
+        free(mask);
+        free(want);
         free(any.p);
     }
 

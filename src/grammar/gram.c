@@ -779,11 +779,15 @@ static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set
  * esc, with acc and esc those of step() for that byte. */
 #define G_DFA_MAX 4096       /* states before a matcher's DFA starts again (1 KB of transitions each) */
 #define G_PASS_DFA_MAX 65536 /* the same for a grammar's cache-pass DFA (64 MB)                      */
+#define G_DFA_BLK 256        /* states per block of transitions (256 KB)                             */
 
 typedef struct g_dfa {
-    g_cfg   *cfg;  /* state s: cfg[off[s] .. off[s + 1]), sorted */
-    int32_t *off;  /* (n + 1) */
-    int32_t *row;  /* (n * 256) */
+    g_cfg    *cfg; /* state s: cfg[off[s] .. off[s + 1]), sorted */
+    int32_t  *off; /* (n + 1) */
+    int32_t **blk; /* (n_blk) rows of G_DFA_BLK states, 256 transitions each: state s's row
+                    * is blk[s / G_DFA_BLK] + s % G_DFA_BLK * 256 (blocks, so that growing
+                    * the table never copies it: a 32 MB realloc took 4-5 ms of one step) */
+    int      n_blk;
     int32_t *hash; /* (hcap) state ids + 1, 0 empty */
     int      n, cap, ncfg, capcfg, hcap;
     int      root;  /* the frame whose pop completes the document */
@@ -796,7 +800,9 @@ typedef struct g_dfa {
 static void dfa_free(g_dfa *d) {
     free(d->cfg);
     free(d->off);
-    free(d->row);
+    for (int k = 0; k < d->n_blk; k++)
+        free(d->blk[k]);
+    free(d->blk);
     free(d->hash);
     free(d->tmp.v);
     *d = (g_dfa){.root = d->root, .canon = d->canon, .g = d->g};
@@ -819,6 +825,10 @@ static uint32_t set_hash(const g_cfg *v, int n) {
 static uint32_t set_hash_at(const void *ctx, int s) {
     const g_dfa *d = ctx;
     return set_hash(d->cfg + d->off[s], d->off[s + 1] - d->off[s]);
+}
+
+static inline int32_t *dfa_row(const g_dfa *d, int32_t s) {
+    return d->blk[s / G_DFA_BLK] + (size_t)(s % G_DFA_BLK) * 256;
 }
 
 /* The id of the set v[0..n) (sorted in place), a new state if unseen; -1 on out of memory. */
@@ -856,12 +866,17 @@ static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
         int32_t *o   = realloc(d->off, (size_t)(cap + 1) * sizeof *o);
         if (!o)
             return -1;
-        d->off     = o;
-        int32_t *r = realloc(d->row, (size_t)cap * 256 * sizeof *r);
-        if (!r)
+        d->off      = o;
+        int32_t **b = realloc(d->blk, (size_t)(cap / G_DFA_BLK + 1) * sizeof *b);
+        if (!b)
             return -1;
-        d->row = r;
+        d->blk = b;
         d->cap = cap;
+    }
+    if (d->n / G_DFA_BLK == d->n_blk) {
+        if (!(d->blk[d->n_blk] = k3_malloc((size_t)G_DFA_BLK * 256 * sizeof **d->blk)))
+            return -1;
+        d->n_blk++;
     }
     if (d->ncfg + n > d->capcfg) {
         int cap = d->capcfg ? d->capcfg : 256;
@@ -877,7 +892,7 @@ static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
         memcpy(d->cfg + d->ncfg, v, (size_t)n * sizeof *v);
     d->ncfg += n;
     d->off[d->n + 1] = d->ncfg;
-    int32_t *row     = d->row + (size_t)d->n * 256; /* bytes no edge reads lead to state 0 */
+    int32_t *row     = dfa_row(d, d->n); /* bytes no edge reads lead to state 0 */
     memset(row, 0, 256 * sizeof *row);
     for (int i = 0; i < n; i++) {
         const g_node *nd = &d->g->node[v[i].node];
@@ -892,7 +907,7 @@ static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
 
 /* The transition of state s on byte b (computing it on first use); -1 on out of memory. */
 static inline int32_t dfa_next(g_dfa *d, g_walk *w, int32_t s, uint8_t b) {
-    int32_t t = d->row[(size_t)s * 256 + b];
+    int32_t t = dfa_row(d, s)[b];
     if (t >= 0)
         return t;
     int acc, esc;
@@ -900,8 +915,8 @@ static inline int32_t dfa_next(g_dfa *d, g_walk *w, int32_t s, uint8_t b) {
     int32_t to = w->oom ? -1 : dfa_intern(d, d->tmp.v, d->tmp.n);
     if (to < 0)
         return w->oom = 1, -1;
-    t                           = to << 2 | acc << 1 | esc;
-    d->row[(size_t)s * 256 + b] = t;
+    t                = to << 2 | acc << 1 | esc;
+    dfa_row(d, s)[b] = t;
     return t;
 }
 
@@ -922,6 +937,15 @@ struct k3_gmatch {
     int64_t st_pre;           /* of which before its last fill began                        */
     int     st_calls;         /* the calls of the mask under way (or last set), that one's too */
     int     st_done;          /* the last call set the mask                               */
+    /* the mask under way over several calls (mask_some): once the set's entries are filled, its
+     * distinct entries (mk_rep, representatives ascending) are OR-ed into mk_bits, then their
+     * uncertain tokens checked; mk_merged and mk_checked say how far each got */
+    uint64_t *mk_bits; /* (words) */
+    int32_t  *mk_rep;  /* (mk_n) */
+    int       mk_n, mk_cap, mk_merged, mk_checked;
+    int32_t  *mk_hash; /* (mk_hcap) reps_of's set of entries seen: entry + 1, 0 empty */
+    int       mk_hcap;
+    int       mk_ready; /* 1: mk_rep is this set's, the merge under way */
 };
 
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out) {
@@ -959,6 +983,9 @@ void k3_gmatch_free(k3_gmatch *m) {
     dfa_free(&m->dfa);
     free(m->lvs);
     free(m->lacc);
+    free(m->mk_bits);
+    free(m->mk_rep);
+    free(m->mk_hash);
     free(m->cur.v);
     free(m->nxt.v);
     free(m->tmp.v);
@@ -1006,10 +1033,11 @@ static int sim_bytes(k3_gmatch *m, const char *b, size_t n, int *acc) {
 }
 
 static void commit(k3_gmatch *m, int acc) {
-    g_set t   = m->cur;
-    m->cur    = m->nxt;
-    m->nxt    = t;
-    m->accept = acc;
+    m->mk_ready = 0; /* a mask under way was of the set before */
+    g_set t     = m->cur;
+    m->cur      = m->nxt;
+    m->nxt      = t;
+    m->accept   = acc;
 }
 
 k3_status k3_gmatch_accept_bytes(k3_gmatch *m, const char *b, size_t n) {
@@ -1163,11 +1191,16 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
             return K3_OK;
         }
     }
-    /* A walk that computes transitions past *budget stops there (nothing filled); they stay in
-     * the DFA, so the next try reads them back and goes further. Not when the DFA is past half
-     * its bound: a start again (above) between two tries would lose them. */
-    int64_t stop_at =
-        budget && *budget >= 0 && f->d.n <= G_PASS_DFA_MAX / 2 ? steps0 + *budget / G_STEP_COST : INT64_MAX;
+    /* A walk whose transitions would take its charge (the bound and them) past *budget stops
+     * there (nothing filled); they stay in the DFA, so the next try reads them back and goes
+     * further. The first fill of a call may go a quarter of the budget past it (whatever its
+     * bound: progress); it went a whole budget past its bound (3-8 ms on 163,840 ids). Not when
+     * the DFA is past half its bound: a start again (above) between two tries would lose them. */
+    int64_t stop_at = INT64_MAX;
+    if (budget && *budget >= 0 && f->d.n <= G_PASS_DFA_MAX / 2) {
+        int64_t room = *budget - bound - G_STEP_COST * (f->w.steps - steps0);
+        stop_at      = f->w.steps + (room > *budget / 4 ? room : *budget / 4) / G_STEP_COST;
+    }
     memset(acc, 0, (size_t)v->words * sizeof *acc);
     lvs[0] = s0;
     eb[0] = u[0] = 0;
@@ -1354,58 +1387,116 @@ void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls) 
     *calls = m->st_calls;
 }
 
+/* The work of OR-ing entry c into a mask, in budget units: a word or an id each (a trie edge of
+ * a walk costs more, so one walk's budget merges a few hundred bitsets of 163,840 ids). */
+static int64_t merge_cost(const k3_gvocab *v, const g_cache *c) {
+    return c->kind == GC_ACC ? c->n_ids : c->kind == GC_REJ ? (int64_t)v->words + c->n_ids : v->words;
+}
+
+/* m->mk_rep: the distinct entries of m->cur's nodes, in the set's order (nodes that share one
+ * merge it once); -1 on out of memory. */
+static int reps_of(k3_gmatch *m) {
+    const k3_grammar *g = m->g;
+    if (m->mk_cap < m->cur.n) {
+        int32_t *r = realloc(m->mk_rep, (size_t)m->cur.n * sizeof *r);
+        if (!r)
+            return -1;
+        m->mk_rep = r, m->mk_cap = m->cur.n;
+    }
+    if (m->mk_hcap < 2 * m->cur.n) {
+        int cap = 64;
+        while (cap < 2 * m->cur.n)
+            cap *= 2;
+        free(m->mk_hash);
+        if (!(m->mk_hash = k3_malloc((size_t)cap * sizeof *m->mk_hash)))
+            return m->mk_hcap = 0, -1;
+        m->mk_hcap = cap;
+    }
+    if (!m->mk_bits && !(m->mk_bits = k3_malloc((size_t)g->voc->words * sizeof *m->mk_bits)))
+        return -1;
+    memset(m->mk_bits, 0, (size_t)g->voc->words * sizeof *m->mk_bits);
+    memset(m->mk_hash, 0, (size_t)m->mk_hcap * sizeof *m->mk_hash);
+    const uint32_t mask = (uint32_t)m->mk_hcap - 1;
+    m->mk_n             = 0;
+    for (int i = 0; i < m->cur.n; i++) {
+        int32_t  r = g->share[m->cur.v[i].node];
+        uint32_t k = ((uint32_t)r * 2654435761u) & mask;
+        while (m->mk_hash[k] && m->mk_hash[k] != r + 1)
+            k = (k + 1) & mask;
+        if (!m->mk_hash[k])
+            m->mk_hash[k] = r + 1, m->mk_rep[m->mk_n++] = r;
+    }
+    m->mk_merged = m->mk_checked = 0;
+    m->mk_ready                  = 1;
+    return 0;
+}
+
 /* A mask is the union of the set's nodes' cache entries and the uncertain tokens checked; an
  * entry is filled on its node's first visit: one walk of the vocabulary (up to the trie's edges;
  * inside a string most of them). A set of many nodes never seen (an anyOf of 100 strings keeps
  * 100 string positions alive) took one walk per node for one token: 214 ms, up to seconds under
- * load, on the engine thread every stream of the server shares. So one call begins a fill only
- * while the charge so far and the fill's bound fit in `budget` (cache_fill; INT64_MAX: no
- * bound), and always the first it needs, so each call gets further. The uncertain tokens' check
- * is charged too (G_STEP_COST per transition of the matcher's DFA, a step over the whole set):
- * past the budget, between two nodes' lists, the call stops; the next reads those transitions
- * back. *done 0: the mask is not set (all zero; what was filled or computed stays for the next
- * call); 1: it is set. */
+ * load, on the engine thread every stream of the server shares. So one call's work is bounded by
+ * `budget` (INT64_MAX: no bound), in three phases that each go on at the next call where this
+ * one stopped:
+ *   - fills: one begins only while the charge so far and its bound fit (cache_fill), or as the
+ *     call's first work;
+ *   - merges: the set's distinct entries (nodes that share one are merged once) OR-ed into
+ *     m->mk_bits, each charged merge_cost, begun on the same terms (hundreds of bitsets took
+ *     5-12 ms uncounted);
+ *   - the uncertain tokens' lists: each charged its length and G_STEP_COST per transition of
+ *     the matcher's DFA (a step over the whole set); past the budget, between two lists, the
+ *     call stops, and the next reads those transitions back.
+ * *done 0: the mask is not set (all zero; what was filled, merged or computed stays for the next
+ * call); 1: it is set, the same mask whatever the budget. */
 static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *done) {
     const k3_grammar *g    = m->g;
     const k3_gvocab  *v    = g->voc;
-    int64_t           left = budget;
+    int64_t           left = budget, steps0 = m->w.steps;
     memset(bits, 0, (size_t)v->words * sizeof *bits);
     *done = 1;
     if (m->ended)
         return K3_OK;
-    m->st_pre = 0;
-    for (int i = 0; i < m->cur.n && *done; i++) { /* stack-independent part, cached per node */
-        int64_t   before = left;
-        k3_status st     = cache_get(g, m->cur.v[i].node, &left, left == budget, done);
-        if (st)
-            return st;
-        if (*done && left != before)
-            m->st_pre = budget - before;
-    }
+    if (m->st_done) /* a new mask */
+        m->mk_ready = 0;
+    m->st_pre   = 0;
     m->st_calls = m->st_done ? 1 : m->st_calls + 1;
-    if (!*done) {
-        m->st_fill = budget - left;
-        m->st_done = 0;
-        return K3_OK; /* the mask stays all zero */
-    }
-    for (int i = 0; i < m->cur.n; i++)
-        cache_or(v, &g->cache[g->share[m->cur.v[i].node]], bits);
-    int32_t s0     = -1;
-    int64_t steps0 = m->w.steps;
-    for (int i = 0; i < m->cur.n; i++) { /* uncertain tokens: against the whole set */
-        const g_cache *c = &g->cache[g->share[m->cur.v[i].node]];
-        if (c->n_unc && s0 < 0 && (s0 = cur_state(m)) < 0)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
-        check_sorted(m, s0, c->unc, c->n_unc, bits);
-        if (i + 1 < m->cur.n && m->w.steps > steps0 && G_STEP_COST * (m->w.steps - steps0) > left) {
-            /* the set's transitions (a step over all of its configurations each) took the rest of
-             * the budget: the next call reads them back from the matcher's DFA and goes on */
-            memset(bits, 0, (size_t)v->words * sizeof *bits);
-            *done      = 0;
-            m->st_fill = budget - left + G_STEP_COST * (m->w.steps - steps0);
-            m->st_done = 0;
-            return K3_OK;
+    if (!m->mk_ready) {
+        for (int i = 0; i < m->cur.n && *done; i++) { /* stack-independent part, cached per node */
+            int64_t   before = left;
+            k3_status st     = cache_get(g, m->cur.v[i].node, &left, left == budget, done);
+            if (st)
+                return st;
+            if (*done && left != before)
+                m->st_pre = budget - before;
         }
+        if (!*done)
+            goto later;
+        if (reps_of(m))
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+    }
+    for (; m->mk_merged < m->mk_n; m->mk_merged++) {
+        const g_cache *c    = &g->cache[m->mk_rep[m->mk_merged]];
+        int64_t        cost = merge_cost(v, c);
+        if (cost > left && left != budget)
+            goto later;
+        cache_or(v, c, m->mk_bits);
+        left -= cost;
+    }
+    int32_t s0 = -1;
+    for (; m->mk_checked < m->mk_n; m->mk_checked++) { /* uncertain tokens: against the whole set */
+        const g_cache *c = &g->cache[m->mk_rep[m->mk_checked]];
+        if (!c->n_unc)
+            continue;
+        int64_t spent = G_STEP_COST * (m->w.steps - steps0);
+        if (spent >= left && (spent || left != budget))
+            goto later;
+        if (s0 < 0 && (s0 = cur_state(m)) < 0)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+        check_sorted(m, s0, c->unc, c->n_unc, m->mk_bits);
+        left -= c->n_unc;
+    }
+    memcpy(bits, m->mk_bits, (size_t)v->words * sizeof *bits);
+    for (int i = 0; i < m->cur.n; i++) {
         const g_node *n = &g->node[m->cur.v[i].node];
         for (int k = 0; k < n->n; k++)
             if (n->e[k].kind == GE_SPECIAL && n->e[k].arg < v->n_vocab)
@@ -1417,8 +1508,16 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
                 bits[v->end_id[k] >> 6] |= 1ull << (v->end_id[k] & 63);
     if (m->w.oom)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+    m->st_fill  = budget - left + G_STEP_COST * (m->w.steps - steps0);
+    m->st_done  = 1;
+    m->mk_ready = 0;
+    return K3_OK;
+later: /* the mask stays all zero; the next call goes on from here */
+    if (m->w.oom)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+    *done      = 0;
     m->st_fill = budget - left + G_STEP_COST * (m->w.steps - steps0);
-    m->st_done = 1;
+    m->st_done = 0;
     return K3_OK;
 }
 
