@@ -10,6 +10,7 @@
 #include "gram-impl.h"
 
 #include <math.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -779,15 +780,12 @@ static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set
  * esc, with acc and esc those of step() for that byte. */
 #define G_DFA_MAX 4096       /* states before a matcher's DFA starts again (1 KB of transitions each) */
 #define G_PASS_DFA_MAX 65536 /* the same for a grammar's cache-pass DFA (64 MB)                      */
-#define G_DFA_BLK 256        /* states per block of transitions (256 KB)                             */
 
 typedef struct g_dfa {
-    g_cfg    *cfg; /* state s: cfg[off[s] .. off[s + 1]), sorted */
-    int32_t  *off; /* (n + 1) */
-    int32_t **blk; /* (n_blk) rows of G_DFA_BLK states, 256 transitions each: state s's row
-                    * is blk[s / G_DFA_BLK] + s % G_DFA_BLK * 256 (blocks, so that growing
-                    * the table never copies it: a 32 MB realloc took 4-5 ms of one step) */
-    int      n_blk;
+    g_cfg   *cfg;  /* state s: cfg[off[s] .. off[s + 1]), sorted */
+    int32_t *off;  /* (n + 1) */
+    int32_t *row;  /* (cap * 256) mapped memory, grown by mremap: a realloc of a heap block
+                    * copied it (32 MB: 4-5 ms in one step of a bounded mask) */
     int32_t *hash; /* (hcap) state ids + 1, 0 empty */
     int      n, cap, ncfg, capcfg, hcap;
     int      root;  /* the frame whose pop completes the document */
@@ -800,9 +798,8 @@ typedef struct g_dfa {
 static void dfa_free(g_dfa *d) {
     free(d->cfg);
     free(d->off);
-    for (int k = 0; k < d->n_blk; k++)
-        free(d->blk[k]);
-    free(d->blk);
+    if (d->row)
+        munmap(d->row, (size_t)d->cap * 256 * sizeof *d->row);
     free(d->hash);
     free(d->tmp.v);
     *d = (g_dfa){.root = d->root, .canon = d->canon, .g = d->g};
@@ -828,7 +825,7 @@ static uint32_t set_hash_at(const void *ctx, int s) {
 }
 
 static inline int32_t *dfa_row(const g_dfa *d, int32_t s) {
-    return d->blk[s / G_DFA_BLK] + (size_t)(s % G_DFA_BLK) * 256;
+    return d->row + (size_t)s * 256;
 }
 
 /* The id of the set v[0..n) (sorted in place), a new state if unseen; -1 on out of memory. */
@@ -866,17 +863,14 @@ static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
         int32_t *o   = realloc(d->off, (size_t)(cap + 1) * sizeof *o);
         if (!o)
             return -1;
-        d->off      = o;
-        int32_t **b = realloc(d->blk, (size_t)(cap / G_DFA_BLK + 1) * sizeof *b);
-        if (!b)
+        d->off    = o;
+        size_t sz = (size_t)cap * 256 * sizeof *d->row, was = (size_t)d->cap * 256 * sizeof *d->row;
+        void  *r = d->row ? mremap(d->row, was, sz, MREMAP_MAYMOVE)
+                          : mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (r == MAP_FAILED)
             return -1;
-        d->blk = b;
+        d->row = r;
         d->cap = cap;
-    }
-    if (d->n / G_DFA_BLK == d->n_blk) {
-        if (!(d->blk[d->n_blk] = k3_malloc((size_t)G_DFA_BLK * 256 * sizeof **d->blk)))
-            return -1;
-        d->n_blk++;
     }
     if (d->ncfg + n > d->capcfg) {
         int cap = d->capcfg ? d->capcfg : 256;
@@ -938,8 +932,9 @@ struct k3_gmatch {
     int     st_calls;         /* the calls of the mask under way (or last set), that one's too */
     int     st_done;          /* the last call set the mask                               */
     /* the mask under way over several calls (mask_some): once the set's entries are filled, its
-     * distinct entries (mk_rep, representatives ascending) are OR-ed into mk_bits, then their
-     * uncertain tokens checked; mk_merged and mk_checked say how far each got */
+     * distinct entries (mk_rep) are OR-ed into the mask, then their uncertain tokens checked;
+     * mk_merged and mk_checked say how far each got, mk_bits holds the part done when a call
+     * stops */
     uint64_t *mk_bits; /* (words) */
     int32_t  *mk_rep;  /* (mk_n) */
     int       mk_n, mk_cap, mk_merged, mk_checked;
@@ -1412,9 +1407,6 @@ static int reps_of(k3_gmatch *m) {
             return m->mk_hcap = 0, -1;
         m->mk_hcap = cap;
     }
-    if (!m->mk_bits && !(m->mk_bits = k3_malloc((size_t)g->voc->words * sizeof *m->mk_bits)))
-        return -1;
-    memset(m->mk_bits, 0, (size_t)g->voc->words * sizeof *m->mk_bits);
     memset(m->mk_hash, 0, (size_t)m->mk_hcap * sizeof *m->mk_hash);
     const uint32_t mask = (uint32_t)m->mk_hcap - 1;
     m->mk_n             = 0;
@@ -1440,9 +1432,9 @@ static int reps_of(k3_gmatch *m) {
  * one stopped:
  *   - fills: one begins only while the charge so far and its bound fit (cache_fill), or as the
  *     call's first work;
- *   - merges: the set's distinct entries (nodes that share one are merged once) OR-ed into
- *     m->mk_bits, each charged merge_cost, begun on the same terms (hundreds of bitsets took
- *     5-12 ms uncounted);
+ *   - merges: the set's distinct entries (nodes that share one are merged once) OR-ed into the
+ *     mask, each charged merge_cost, begun on the same terms (uncounted, hundreds of bitsets
+ *     were a millisecond past the budget); a call that stops keeps its part in m->mk_bits;
  *   - the uncertain tokens' lists: each charged its length and G_STEP_COST per transition of
  *     the matcher's DFA (a step over the whole set); past the budget, between two lists, the
  *     call stops, and the next reads those transitions back.
@@ -1473,13 +1465,14 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
             goto later;
         if (reps_of(m))
             return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
-    }
+    } else /* merges under way: the last call's part of the mask */
+        memcpy(bits, m->mk_bits, (size_t)v->words * sizeof *bits);
     for (; m->mk_merged < m->mk_n; m->mk_merged++) {
         const g_cache *c    = &g->cache[m->mk_rep[m->mk_merged]];
         int64_t        cost = merge_cost(v, c);
         if (cost > left && left != budget)
             goto later;
-        cache_or(v, c, m->mk_bits);
+        cache_or(v, c, bits);
         left -= cost;
     }
     int32_t s0 = -1;
@@ -1492,10 +1485,9 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
             goto later;
         if (s0 < 0 && (s0 = cur_state(m)) < 0)
             return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
-        check_sorted(m, s0, c->unc, c->n_unc, m->mk_bits);
+        check_sorted(m, s0, c->unc, c->n_unc, bits);
         left -= c->n_unc;
     }
-    memcpy(bits, m->mk_bits, (size_t)v->words * sizeof *bits);
     for (int i = 0; i < m->cur.n; i++) {
         const g_node *n = &g->node[m->cur.v[i].node];
         for (int k = 0; k < n->n; k++)
@@ -1512,9 +1504,15 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
     m->st_done  = 1;
     m->mk_ready = 0;
     return K3_OK;
-later: /* the mask stays all zero; the next call goes on from here */
+later: /* the mask stays all zero; the next call goes on from here (a mask of one call, the
+        * usual one, never copies its bits) */
+    if (m->mk_ready && !m->mk_bits && !(m->mk_bits = k3_malloc((size_t)v->words * sizeof *m->mk_bits)))
+        m->w.oom = 1;
     if (m->w.oom)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+    if (m->mk_ready)
+        memcpy(m->mk_bits, bits, (size_t)v->words * sizeof *bits);
+    memset(bits, 0, (size_t)v->words * sizeof *bits);
     *done      = 0;
     m->st_fill = budget - left + G_STEP_COST * (m->w.steps - steps0);
     m->st_done = 0;
