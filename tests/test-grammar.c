@@ -1729,6 +1729,21 @@ int main(int argc, char **argv) {
         free(any.p);
     }
 
+    { /* 5,000 prefixItems are refused naming prefixItems (it named minItems, which the schema
+       * does not have) */
+        k3_buf pre = {0};
+        puts_(&pre, "{\"type\":\"array\",\"prefixItems\":[");
+        for (int k = 0; k < 5000; k++)
+            puts_(&pre, k ? ",{}" : "{}");
+        puts_(&pre, "]}");
+        k3_grammar *pg = NULL;
+        k3_status   ps = compile(v, pre.p, &pg);
+        T_CHECK(ps == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"prefixItems\" at #: a count above 4096"),
+                "5,000 prefixItems are refused naming prefixItems: %s", ps ? k3_errmsg() : "it compiled");
+        k3_grammar_free(pg);
+        free(pre.p);
+    }
+
     /* the merge of the set's cached entries counts against the budget too: with every entry
      * filled (k3_grammar_warm) and a budget of 1, a call merges one entry, so a mask over the
      * 60 strings' positions takes a call per distinct entry; it was merged whole in the first

@@ -833,8 +833,12 @@ static k3_status emit_array(sc *c, const jv *s, const char *path, int from, int 
     if (mx >= 0 && mn > mx)
         return K3_OK; /* no array: nothing (it wrote exactly maxItems, fewer than minItems) */
     long lim = mx >= 0 ? mx : (mn > np ? mn : np);
-    if (lim > G_MAX_UNROLL)
-        return unsupported(path, mx >= 0 ? "maxItems" : "minItems", "a count above 4096");
+    if (lim > G_MAX_UNROLL) /* named by what set it: a long prefixItems was blamed on minItems */
+        return unsupported(path,
+                           lim == np ? "prefixItems"
+                           : mx >= 0 ? "maxItems"
+                                     : "minItems",
+                           "a count above 4096");
     int cur = node(c);
     if ((st = g_byte(c->g, from, '[', '[', cur)))
         return st;
