@@ -579,6 +579,39 @@ static void exact_release(void) {
                 n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges);
         k3_gmatch_free(m);
         k3_grammar_free(g);
+        /* 250 strings, 30 tokens drawn from the masks: the fills' DFA passes half its bound, where
+         * a fill was let run whatever its transitions (5 walks charged, 10 ms in one call) */
+        any.n = 0;
+        puts_(&any, "{\"anyOf\":[");
+        for (int k = 1; k <= 250; k++)
+            k3_buf_printf(&any, "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k);
+        puts_(&any, "]}");
+        g = NULL, m = NULL, most = 0, n_calls = 0, fed = 0;
+        if (mask && !compile(v, any.p, &g) && !k3_gmatch_new(g, &m))
+            for (int t = 0; t < 30 && !k3_gmatch_ended(m); t++, fed++) {
+                do {
+                    done = 0;
+                    if (k3_gmatch_mask_bounded(m, mask, &done))
+                        break;
+                    g_match_stats(m, &fill, &pre, &calls);
+                    most = fill > most ? fill : most;
+                    n_calls++;
+                } while (!done);
+                int32_t n = 0, pick = -1;
+                for (int32_t id = 0; id < nv; id++)
+                    n += bit(mask, id);
+                for (int32_t id = 0, want = n ? (int32_t)rnd((uint32_t)n) : -1; id < nv && pick < 0; id++)
+                    if (bit(mask, id) && want-- == 0)
+                        pick = id;
+                if (pick < 0 || k3_gmatch_accept(m, pick))
+                    break;
+            }
+        T_CHECK(fed >= 10 && n_calls > 1000 && most <= cap,
+                "an anyOf of 250 strings, %d tokens in %d bounded calls: the most one charged is %.2f walks "
+                "(at most %.2f)",
+                fed, n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges);
+        k3_gmatch_free(m);
+        k3_grammar_free(g);
         free(mask);
         free(any.p);
     }

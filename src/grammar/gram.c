@@ -805,6 +805,16 @@ static void dfa_free(g_dfa *d) {
     *d = (g_dfa){.root = d->root, .canon = d->canon, .g = d->g};
 }
 
+static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n);
+
+/* Starts d again from the empty set (state 0), keeping its memory (mapped, touched). */
+static int dfa_reset(g_dfa *d) {
+    d->n = d->ncfg = 0;
+    if (d->hash)
+        memset(d->hash, 0, (size_t)d->hcap * sizeof *d->hash);
+    return dfa_intern(d, NULL, 0) == 0 ? 0 : -1;
+}
+
 static int cfg_cmp(const void *a, const void *b) {
     const g_cfg *x = a, *y = b;
     if (x->node != y->node)
@@ -1095,12 +1105,13 @@ int k3_gmatch_allows(k3_gmatch *m, int32_t id) {
 /* ==== token masks ======================================================================== */
 
 struct g_pass {
-    g_walk    w;   /* frames relative to the unknown stack G_UNK */
-    g_dfa     d;   /* root: none (G_UNK - 1) */
-    int32_t  *lvs; /* (max_len + 1) the state after each prefix length */
-    uint8_t  *esc; /* (max_len + 1) whether the step into a level left the rule */
-    uint8_t  *unc; /* (max_len + 1) whether the token depends on the stack so far */
-    uint64_t *acc; /* (words) scratch bitset */
+    g_walk    w;       /* frames relative to the unknown stack G_UNK */
+    g_dfa     d;       /* root: none (G_UNK - 1) */
+    int32_t  *lvs;     /* (max_len + 1) the state after each prefix length */
+    uint8_t  *esc;     /* (max_len + 1) whether the step into a level left the rule */
+    uint8_t  *unc;     /* (max_len + 1) whether the token depends on the stack so far */
+    uint64_t *acc;     /* (words) scratch bitset */
+    int       stopped; /* the node whose last fill stopped past its budget (-1: none) */
 };
 
 /* The grammar's cache-pass state (g_finish). */
@@ -1113,6 +1124,7 @@ static g_pass *pass_new(const k3_grammar *g) {
     f->d.root  = G_UNK - 1;
     f->d.canon = 1;
     f->d.g     = g;
+    f->stopped = -1;
     if (!(f->lvs = k3_calloc((size_t)D, sizeof *f->lvs)) || !(f->esc = k3_calloc((size_t)D, 1)) ||
         !(f->unc = k3_calloc((size_t)D, 1)) || !(f->acc = k3_calloc((size_t)g->voc->words, sizeof *f->acc)) ||
         dfa_intern(&f->d, NULL, 0) != 0) {
@@ -1162,10 +1174,13 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
     int32_t         *unc = NULL;
     g_pass          *f   = g->pass;
     g_cfg            c0  = {node, G_UNK};
-    if (f->d.n > G_PASS_DFA_MAX) /* a memo: start again rather than grow without bound */
-        dfa_free(&f->d);
-    int32_t         s0  = f->d.n || dfa_intern(&f->d, NULL, 0) == 0 ? dfa_intern(&f->d, &c0, 1) : -1;
-    int32_t        *lvs = f->lvs;
+    /* A memo: start again rather than grow without bound; past half its bound already, before
+     * a fill that is not the retry of one stopped (whose transitions so far are its progress), so
+     * that a stopped fill's retries never lose them and every fill may stop (one that was let
+     * run once the DFA passed half its bound took 10 ms in one call) */
+    int             restart = f->d.n > G_PASS_DFA_MAX || (f->d.n > G_PASS_DFA_MAX / 2 && node != f->stopped);
+    int32_t         s0      = restart && dfa_reset(&f->d) ? -1 : dfa_intern(&f->d, &c0, 1);
+    int32_t        *lvs     = f->lvs;
     uint8_t        *eb = f->esc, *u = f->unc;
     uint64_t       *acc  = f->acc;
     int32_t         nacc = 0;
@@ -1189,10 +1204,9 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
     /* A walk whose transitions would take its charge (the bound and them) past *budget stops
      * there (nothing filled); they stay in the DFA, so the next try reads them back and goes
      * further. The first fill of a call may go a quarter of the budget past it (whatever its
-     * bound: progress); it went a whole budget past its bound (3-8 ms on 163,840 ids). Not when
-     * the DFA is past half its bound: a start again (above) between two tries would lose them. */
+     * bound: progress); it went a whole budget past its bound (3-8 ms on 163,840 ids). */
     int64_t stop_at = INT64_MAX;
-    if (budget && *budget >= 0 && f->d.n <= G_PASS_DFA_MAX / 2) {
+    if (budget && *budget >= 0) {
         int64_t room = *budget - bound - G_STEP_COST * (f->w.steps - steps0);
         stop_at      = f->w.steps + (room > *budget / 4 ? room : *budget / 4) / G_STEP_COST;
     }
@@ -1229,7 +1243,10 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
                 d++;
             }
             have = d;
-            if (f->w.steps > stop_at) { /* past the budget (progress: a transition at least) */
+            /* past the budget (progress: a transition at least), unless the DFA is past its bound
+             * (the next fill starts it again: this one's transitions would be lost) */
+            if (f->w.steps > stop_at && f->d.n <= G_PASS_DFA_MAX) {
+                f->stopped = node;
                 free(unc);
                 *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
                 return K3_OK;
@@ -1264,8 +1281,9 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
         c->ids   = ids;
         c->n_ids = n;
     }
-    c->unc   = unc;
-    c->n_unc = nunc;
+    c->unc     = unc;
+    c->n_unc   = nunc;
+    f->stopped = -1;
     __atomic_store_n(&c->kind, kind, __ATOMIC_RELEASE); /* last: readers check kind without the lock */
     if (budget) /* the bound, and the transitions the walk had to compute (after the fact) */
         *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
