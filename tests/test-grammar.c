@@ -515,6 +515,51 @@ static void walk_out(const char *schemas, const char *outp, int n) {
 /* The same on the release-size vocabulary (163,840 ids, the slice preset's tokenizer), whose long
  * pieces cross rule ends ("},", "\":\"", "]]"): at each step the ids whose piece holds a JSON
  * structural byte, and 500 others. */
+/* The most one k3_gmatch_mask_bounded call charged (default budget) over an anyOf of n_str
+ * strings (maxLength 1..n_str): the tokens of `bytes` one byte each, else up to n tokens drawn
+ * from the masks; *fed: the tokens taken, *n_calls: the calls. */
+static int64_t bounded_most(const k3_gvocab *v, int n_str, const char *bytes, int n, int *fed, int *n_calls) {
+    k3_buf any = {0};
+    puts_(&any, "{\"anyOf\":[");
+    for (int k = 1; k <= n_str; k++)
+        k3_buf_printf(&any, "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k);
+    puts_(&any, "]}");
+    int32_t     nv   = k3_gvocab_words(v) * 64;
+    k3_grammar *g    = NULL;
+    k3_gmatch  *m    = NULL;
+    uint64_t   *mask = calloc((size_t)k3_gvocab_words(v), sizeof *mask);
+    int64_t     most = 0, fill, pre;
+    int         calls, done;
+    if (mask && !compile(v, any.p, &g) && !k3_gmatch_new(g, &m))
+        for (int t = 0; t < n && !k3_gmatch_ended(m); t++, ++*fed) {
+            if (bytes && k3_gmatch_accept_bytes(m, bytes + t, 1))
+                break;
+            do {
+                done = 0;
+                if (k3_gmatch_mask_bounded(m, mask, &done))
+                    break;
+                g_match_stats(m, &fill, &pre, &calls);
+                most = fill > most ? fill : most;
+                ++*n_calls;
+            } while (!done);
+            if (bytes)
+                continue;
+            int32_t cnt = 0, pick = -1;
+            for (int32_t id = 0; id < nv; id++)
+                cnt += bit(mask, id);
+            for (int32_t id = 0, w = cnt ? (int32_t)rnd((uint32_t)cnt) : -1; id < nv && pick < 0; id++)
+                if (bit(mask, id) && w-- == 0)
+                    pick = id;
+            if (pick < 0 || k3_gmatch_accept(m, pick))
+                break;
+        }
+    k3_gmatch_free(m);
+    k3_grammar_free(g);
+    free(mask);
+    free(any.p);
+    return most;
+}
+
 static void exact_release(void) {
     char       dir[1024];
     k3_tok    *tok = NULL;
@@ -549,71 +594,18 @@ static void exact_release(void) {
     /* one bounded call's charge: a fill stops once its bound and the transitions it computes pass
      * what is left of one walk (the first fill of a call may take a quarter more); it went a whole
      * walk past its bound (1.5 walks charged, 3-8 ms a call). Allowed besides: the transitions
-     * of a bound (256 first bytes) and of one piece past the stop. */
-    {
-        k3_buf any = {0};
-        puts_(&any, "{\"anyOf\":[");
-        for (int k = 1; k <= 100; k++)
-            k3_buf_printf(&any, "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k);
-        puts_(&any, "]}");
-        k3_grammar *g    = NULL;
-        k3_gmatch  *m    = NULL;
-        uint64_t   *mask = calloc((size_t)k3_gvocab_words(v), sizeof *mask);
-        int64_t     most = 0, fill, pre, cap = v->n_edges + v->n_edges / 4 + 2 * 256 * 256;
-        int         calls, done, n_calls = 0, fed = 0;
-        if (mask && !compile(v, any.p, &g) && !k3_gmatch_new(g, &m)) {
-            static const char *const doc[] = {"\"", "a", "b", "c", "d", "e"};
-            for (int t = 0; t < 6 && !k3_gmatch_accept_bytes(m, doc[t], 1); t++, fed++)
-                do {
-                    done = 0;
-                    if (k3_gmatch_mask_bounded(m, mask, &done))
-                        break;
-                    g_match_stats(m, &fill, &pre, &calls);
-                    most = fill > most ? fill : most;
-                    n_calls++;
-                } while (!done);
-        }
-        T_CHECK(fed == 6 && n_calls > 6 && most <= cap,
-                "an anyOf of 100 strings, 6 masks in %d bounded calls: the most one charged is %.2f walks of "
-                "the vocabulary (at most %.2f)",
-                n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges);
-        k3_gmatch_free(m);
-        k3_grammar_free(g);
-        /* 250 strings, 30 tokens drawn from the masks: the fills' DFA passes half its bound, where
-         * a fill was let run whatever its transitions (5 walks charged, 10 ms in one call) */
-        any.n = 0;
-        puts_(&any, "{\"anyOf\":[");
-        for (int k = 1; k <= 250; k++)
-            k3_buf_printf(&any, "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k);
-        puts_(&any, "]}");
-        g = NULL, m = NULL, most = 0, n_calls = 0, fed = 0;
-        if (mask && !compile(v, any.p, &g) && !k3_gmatch_new(g, &m))
-            for (int t = 0; t < 30 && !k3_gmatch_ended(m); t++, fed++) {
-                do {
-                    done = 0;
-                    if (k3_gmatch_mask_bounded(m, mask, &done))
-                        break;
-                    g_match_stats(m, &fill, &pre, &calls);
-                    most = fill > most ? fill : most;
-                    n_calls++;
-                } while (!done);
-                int32_t n = 0, pick = -1;
-                for (int32_t id = 0; id < nv; id++)
-                    n += bit(mask, id);
-                for (int32_t id = 0, want = n ? (int32_t)rnd((uint32_t)n) : -1; id < nv && pick < 0; id++)
-                    if (bit(mask, id) && want-- == 0)
-                        pick = id;
-                if (pick < 0 || k3_gmatch_accept(m, pick))
-                    break;
-            }
-        T_CHECK(fed >= 10 && n_calls > 1000 && most <= cap,
-                "an anyOf of 250 strings, %d tokens in %d bounded calls: the most one charged is %.2f walks "
-                "(at most %.2f)",
-                fed, n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges);
-        k3_gmatch_free(m);
-        k3_grammar_free(g);
-        free(mask);
-        free(any.p);
+     * of a bound (256 first bytes) and of one piece past the stop. With 250 strings and tokens
+     * drawn from the masks, the fills' DFA passes half its bound, where a fill was let run
+     * whatever its transitions (10 ms in one call). */
+    int64_t cap = v->n_edges + v->n_edges / 4 + 2 * 256 * 256;
+    for (int x = 0; x < 2; x++) {
+        int     n_str = x ? 250 : 100, want = x ? 10 : 6, fed = 0, n_calls = 0;
+        int64_t most = bounded_most(v, n_str, x ? NULL : "\"abcde", x ? 30 : 6, &fed, &n_calls);
+        T_CHECK(
+            fed >= want && n_calls > 6 && most <= cap,
+            "an anyOf of %d strings, %d tokens in %d bounded calls: the most one charged is %.2f walks of "
+            "the vocabulary (at most %.2f)",
+            n_str, fed, n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges);
     }
     free(cand);
     k3_gvocab_free(v);
