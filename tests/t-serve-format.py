@@ -2,7 +2,8 @@
 # json_schema (strict) answer at temperature 1 over several seeds, streamed and not, validates
 # against its schema (checked here by hand, field by field); json_object gives one JSON object;
 # an unsupported keyword, a schema no document satisfies and a malformed response_format are
-# 400s naming the field; text changes nothing; tool_choice required and named and
+# 400s naming the field; integers past int64 in a schema are served as ajv reads them (doubles),
+# a seed of 2^64 is a 400 naming it; text changes nothing; tool_choice required and named and
 # parallel_tool_calls false give calls that follow the tools' parameters; the official OpenAI SDK
 # (npm openai 5 + zod 3, SKIP without node/npm) parses zodResponseFormat and raw json_schema answers
 # and gets required (single) and named (streamed) calls; usage.prompt_tokens of json_schema,
@@ -96,6 +97,24 @@ try:
         ok(code == 200 and valid(json.loads(o["choices"][0]["message"]["content"])), "strict false is enforced too")
     except (ValueError, TypeError, KeyError):
         ok(False, "strict false is enforced too: %s" % str(o)[:200])
+    # integers past int64 (jansson's limit: the whole request was a 400 "too big integer") in a
+    # schema are the doubles ajv reads; an enum value needing 17 digits is kept beside minimum
+    big = {"type": "object", "additionalProperties": False, "required": ["n", "c"],
+           "properties": {"n": {"type": "integer", "minimum": -10**20, "maximum": 10**20},
+                          "c": {"enum": [2**64, 0.30000000000000004], "minimum": 0}}}
+    code, o = ask({"type": "json_schema", "json_schema": {"name": "big", "strict": True, "schema": big}}, 13)
+    try:
+        d = json.loads(o["choices"][0]["message"]["content"])
+        ok(code == 200 and set(d) == {"n", "c"} and type(d["n"]) is int and abs(d["n"]) < 10**16
+           and float(d["c"]) in (float(2**64), 0.30000000000000004),
+           "a schema with integers past int64 (maximum 1e20, enum 2^64) is served and the answer validates: %s"
+           % json.dumps(d))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        ok(False, "a schema with integers past int64: %s %s" % (code, str(o)[:300]))
+    code, o = post({"messages": [{"role": "user", "content": "hi"}], "seed": 2**64, "max_tokens": 4})
+    msg = o.get("error", {}).get("message", "") if isinstance(o, dict) else str(o)
+    ok(code == 400 and msg.startswith("seed: the integer 18446744073709551616 is past the 64-bit integers")
+       and "9223372036854775807" in msg, "seed 2^64: a 400 naming the field and the limit: %s" % msg[:200])
     code, o = ask({"type": "json_object"}, 12)
     try:
         ok(code == 200 and isinstance(json.loads(o["choices"][0]["message"]["content"]), dict),

@@ -515,6 +515,51 @@ static void walk_out(const char *schemas, const char *outp, int n) {
 /* The same on the release-size vocabulary (163,840 ids, the slice preset's tokenizer), whose long
  * pieces cross rule ends ("},", "\":\"", "]]"): at each step the ids whose piece holds a JSON
  * structural byte, and 500 others. */
+/* The most one k3_gmatch_mask_bounded call charged (default budget) over an anyOf of n_str
+ * strings (maxLength 1..n_str): the tokens of `bytes` one byte each, else up to n tokens drawn
+ * from the masks; *fed: the tokens taken, *n_calls: the calls. */
+static int64_t bounded_most(const k3_gvocab *v, int n_str, const char *bytes, int n, int *fed, int *n_calls) {
+    k3_buf any = {0};
+    puts_(&any, "{\"anyOf\":[");
+    for (int k = 1; k <= n_str; k++)
+        k3_buf_printf(&any, "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k);
+    puts_(&any, "]}");
+    int32_t     nv   = k3_gvocab_words(v) * 64;
+    k3_grammar *g    = NULL;
+    k3_gmatch  *m    = NULL;
+    uint64_t   *mask = calloc((size_t)k3_gvocab_words(v), sizeof *mask);
+    int64_t     most = 0, fill, pre;
+    int         calls, done;
+    if (mask && !compile(v, any.p, &g) && !k3_gmatch_new(g, &m))
+        for (int t = 0; t < n && !k3_gmatch_ended(m); t++, ++*fed) {
+            if (bytes && k3_gmatch_accept_bytes(m, bytes + t, 1))
+                break;
+            do {
+                done = 0;
+                if (k3_gmatch_mask_bounded(m, mask, &done))
+                    break;
+                g_match_stats(m, &fill, &pre, &calls);
+                most = fill > most ? fill : most;
+                ++*n_calls;
+            } while (!done);
+            if (bytes)
+                continue;
+            int32_t cnt = 0, pick = -1;
+            for (int32_t id = 0; id < nv; id++)
+                cnt += bit(mask, id);
+            for (int32_t id = 0, w = cnt ? (int32_t)rnd((uint32_t)cnt) : -1; id < nv && pick < 0; id++)
+                if (bit(mask, id) && w-- == 0)
+                    pick = id;
+            if (pick < 0 || k3_gmatch_accept(m, pick))
+                break;
+        }
+    k3_gmatch_free(m);
+    k3_grammar_free(g);
+    free(mask);
+    free(any.p);
+    return most;
+}
+
 static void exact_release(void) {
     char       dir[1024];
     k3_tok    *tok = NULL;
@@ -546,6 +591,22 @@ static void exact_release(void) {
             "masks are exact on %d ids: over %d steps of %d grammars, each of %d ids' bits equals "
             "k3_gmatch_allows (%d steps differ)",
             (int)nv, steps, nsch, (int)nc, bad);
+    /* one bounded call's charge: a fill stops once its bound and the transitions it computes pass
+     * what is left of one walk (the first fill of a call may take a quarter more); it went a whole
+     * walk past its bound (1.5 walks charged, 3-8 ms a call). Allowed besides: the transitions
+     * of a bound (256 first bytes) and of one piece past the stop. With 250 strings and tokens
+     * drawn from the masks, the fills' DFA passes half its bound, where a fill was let run
+     * whatever its transitions (10 ms in one call). */
+    int64_t cap = v->n_edges + v->n_edges / 4 + 2 * 256 * 256;
+    for (int x = 0; x < 2; x++) {
+        int     n_str = x ? 250 : 100, want = x ? 10 : 6, fed = 0, n_calls = 0;
+        int64_t most = bounded_most(v, n_str, x ? NULL : "\"abcde", x ? 30 : 6, &fed, &n_calls);
+        T_CHECK(
+            fed >= want && n_calls > 6 && most <= cap,
+            "an anyOf of %d strings, %d tokens in %d bounded calls: the most one charged is %.2f walks of "
+            "the vocabulary (at most %.2f)",
+            n_str, fed, n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges);
+    }
     free(cand);
     k3_gvocab_free(v);
     k3_tok_free(tok);
@@ -694,6 +755,42 @@ static const struct {
     {"{\"enum\":[2.5,7,-1.5],\"minimum\":0,\"maximum\":5}", "2.5", 1},
     {"{\"enum\":[2.5,7,-1.5],\"minimum\":0,\"maximum\":5}", "7", 0},
     {"{\"anyOf\":[{\"type\":\"number\",\"minimum\":0,\"maximum\":-0.5},{\"type\":\"null\"}]}", "null", 1},
+    /* integers above 2^53 pass a bound exactly and as ajv's doubles (JSON.parse reads
+     * 9007199254740993 as 9007199254740992: the grammar wrote it under exclusiveMinimum 2^53) */
+    {"{\"type\":\"integer\",\"exclusiveMinimum\":9007199254740992,\"maximum\":9007199254740996}",
+     "9007199254740993", 0},
+    {"{\"type\":\"integer\",\"exclusiveMinimum\":9007199254740992,\"maximum\":9007199254740996}",
+     "9007199254740994", 1},
+    {"{\"type\":\"integer\",\"minimum\":-9007199254740996,\"exclusiveMaximum\":-9007199254740992}",
+     "-9007199254740993", 0},
+    {"{\"type\":\"integer\",\"maximum\":9007199254740993}", "9007199254740993", 1},
+    {"{\"type\":\"integer\",\"maximum\":9007199254740993}", "9007199254740994", 0},
+    /* enum/const values next to other keywords are checked by value, as ajv reads them: a number
+     * needing 17 digits, an exponent of 3, an integral 2.0 or 1e+20 for "integer" (the check wrote
+     * them with the grammar's 16 digits: the schema compiled to nothing, or lost the value) */
+    {"{\"enum\":[0.30000000000000004],\"minimum\":0}", "0.30000000000000004", 1},
+    {"{\"const\":1.7976931348623157e308,\"minimum\":0}", "1.7976931348623157e+308", 1},
+    {"{\"enum\":[5e-324,-5e-324],\"exclusiveMinimum\":0}", "5e-324", 1},
+    {"{\"enum\":[5e-324,-5e-324],\"exclusiveMinimum\":0}", "-5e-324", 0},
+    {"{\"enum\":[0.30000000000000004,0.3],\"maximum\":0.3}", "0.30000000000000004", 0},
+    {"{\"enum\":[0.30000000000000004,0.3],\"maximum\":0.3}", "0.3", 1},
+    {"{\"type\":\"integer\",\"enum\":[2.0,2.5,1e20]}", "2.0", 1},
+    {"{\"type\":\"integer\",\"enum\":[2.0,2.5,1e20]}", "1e+20", 1},
+    {"{\"type\":\"integer\",\"enum\":[2.0,2.5,1e20]}", "2.5", 0},
+    {"{\"enum\":[2.0,1e20,3],\"type\":\"integer\",\"minimum\":2.5}", "1e+20", 1},
+    {"{\"enum\":[2.0,1e20,3],\"type\":\"integer\",\"minimum\":2.5}", "2.0", 0},
+    {"{\"enum\":[[0.30000000000000004],[0.2,\"ab\"],[0.2,\"abc\"]],\"items\":{\"maximum\":0.3,"
+     "\"maxLength\":2}}",
+     "[0.2,\"ab\"]", 1},
+    {"{\"enum\":[[0.30000000000000004],[0.2,\"ab\"],[0.2,\"abc\"]],\"items\":{\"maximum\":0.3,"
+     "\"maxLength\":2}}",
+     "[0.30000000000000004]", 0},
+    {"{\"enum\":[[0.30000000000000004],[0.2,\"ab\"],[0.2,\"abc\"]],\"items\":{\"maximum\":0.3,"
+     "\"maxLength\":2}}",
+     "[0.2,\"abc\"]", 0},
+    /* a nested enum in the other keywords compares numbers by value: 1.0 is 1 */
+    {"{\"enum\":[{\"a\":[1.0]},{\"a\":[2]}],\"properties\":{\"a\":{\"enum\":[[1]]}}}", "{\"a\":[1.0]}", 1},
+    {"{\"enum\":[{\"a\":[1.0]},{\"a\":[2]}],\"properties\":{\"a\":{\"enum\":[[1]]}}}", "{\"a\":[2]}", 0},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */
@@ -1186,9 +1283,10 @@ int main(int argc, char **argv) {
              "9999999999999999"},
             {"{\"type\":\"integer\",\"minimum\":-9999999999999999,\"maximum\":-9999999999999999}",
              "-9999999999999999"},
-            {"{\"type\":\"integer\",\"exclusiveMinimum\":9007199254740992,\"exclusiveMaximum\":"
-             "9007199254740994}",
-             "9007199254740993"}};
+            /* a 17-digit maximum bounds nothing the grammar writes (it was refused) */
+            {"{\"type\":\"integer\",\"maximum\":10000000000000000}", "9999999999999999"},
+            {"{\"type\":\"integer\",\"maximum\":100000000000000000000}", "-9999999999999999"},
+            {"{\"type\":\"number\",\"maximum\":1e300,\"minimum\":-1e300}", "-9999999999999999.5"}};
         for (size_t k = 0; k < sizeof edge / sizeof *edge; k++) {
             complete = 0;
             st       = compile(v, edge[k][0], &g);
@@ -1196,9 +1294,26 @@ int main(int argc, char **argv) {
                     "%s takes %s: %s", edge[k][0], edge[k][1], st ? k3_errmsg() : "");
             k3_grammar_free(g);
         }
-        st = compile(v, "{\"type\":\"integer\",\"maximum\":10000000000000000}", &g);
-        T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "beyond 16 digits"),
-                "a 17-digit bound is refused: %s", k3_errmsg());
+        /* above 2^53 ajv compares doubles: 9007199254740993 is JSON.parse's 9007199254740992, not
+         * above 9007199254740992 (the grammar wrote it: ajv refused the document) */
+        st = compile(v,
+                     "{\"type\":\"integer\",\"exclusiveMinimum\":9007199254740992,\"exclusiveMaximum\":"
+                     "9007199254740994}",
+                     &g);
+        T_CHECK(st == K3_ERR_ARG && strstr(k3_errmsg(), "compiles to nothing"),
+                "the one integer between exclusive bounds 2^53 and 2^53 + 2 is 2^53 to ajv: %s",
+                st ? k3_errmsg() : "it compiled");
+        k3_grammar_free(g);
+        static const char *const past[] = {"{\"type\":\"integer\",\"minimum\":10000000000000000}",
+                                           "{\"type\":\"integer\",\"maximum\":-1e17}",
+                                           "{\"type\":\"number\",\"exclusiveMinimum\":1e300}"};
+        for (size_t k = 0; k < sizeof past / sizeof *past; k++) {
+            st = compile(v, past[k], &g);
+            T_CHECK(st == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "beyond 16 digits"),
+                    "%s (past every number written) is refused: %s", past[k],
+                    st ? k3_errmsg() : "it compiled");
+            k3_grammar_free(g);
+        }
     }
     { /* a recursive schema nested past 128: the whole stack was bounded at 128, where the mask
        * (computed against an unknown stack) still allowed '[' and the matcher refused it (a 500
@@ -1636,6 +1751,66 @@ int main(int argc, char **argv) {
             k3_grammar_free(gg);
             free(mask);
         }
+        free(any.p);
+    }
+
+    { /* 5,000 prefixItems are refused naming prefixItems (it named minItems, which the schema
+       * does not have) */
+        k3_buf pre = {0};
+        puts_(&pre, "{\"type\":\"array\",\"prefixItems\":[");
+        for (int k = 0; k < 5000; k++)
+            puts_(&pre, k ? ",{}" : "{}");
+        puts_(&pre, "]}");
+        k3_grammar *pg = NULL;
+        k3_status   ps = compile(v, pre.p, &pg);
+        T_CHECK(ps == K3_ERR_UNSUPPORTED && strstr(k3_errmsg(), "\"prefixItems\" at #: a count above 4096"),
+                "5,000 prefixItems are refused naming prefixItems: %s", ps ? k3_errmsg() : "it compiled");
+        k3_grammar_free(pg);
+        free(pre.p);
+    }
+
+    /* the merge of the set's cached entries counts against the budget too: with every entry
+     * filled (k3_grammar_warm) and a budget of 1, a call merges one entry, so a mask over the
+     * 60 strings' positions takes a call per distinct entry; it was merged whole in the first
+     * call, uncounted (5-12 ms on the release vocabulary for hundreds of entries). The mask
+     * set at last equals k3_gmatch_mask's. */
+    {
+        k3_buf any = {0};
+        puts_(&any, "{\"anyOf\":[");
+        for (int k = 1; k <= 60; k++)
+            k3_buf_printf(&any, "%s{\"type\":\"string\",\"maxLength\":%d}", k > 1 ? "," : "", k);
+        puts_(&any, "]}");
+        k3_grammar *gg = NULL;
+        k3_gmatch  *m = NULL, *ref = NULL;
+        size_t      words = (size_t)k3_gvocab_words(v);
+        uint64_t   *mask = calloc(words, sizeof *mask), *want = calloc(words, sizeof *want);
+        int         calls = 0, done = 0, first = 0, same = 1, fed = 0, guard = 0;
+        int64_t     fill, pre;
+        if (mask && want && !compile(v, any.p, &gg) && !k3_grammar_warm(gg) && !k3_gmatch_new(gg, &m) &&
+            !k3_gmatch_new(gg, &ref)) {
+            g_match_budget(m, 1);
+            static const char *const doc[] = {"\"", "a", "b", "c"};
+            for (int t = 0; t < 4 && same; t++, fed++) {
+                if (k3_gmatch_accept_bytes(m, doc[t], 1) || k3_gmatch_accept_bytes(ref, doc[t], 1))
+                    break;
+                do
+                    done = !k3_gmatch_mask_bounded(m, mask, &done) && done;
+                while (!done && ++guard < 100000);
+                g_match_stats(m, &fill, &pre, &calls);
+                if (t == 0)
+                    first = calls;
+                same &= done && !k3_gmatch_mask(ref, want) && !memcmp(mask, want, words * sizeof *mask);
+            }
+        }
+        T_CHECK(fed == 4 && same && first >= 20,
+                "with a budget of 1 and every entry filled, a call merges one entry: the first mask inside "
+                "an anyOf of 60 strings took %d calls, and the 4 masks equal k3_gmatch_mask's (%s)",
+                first, same ? "they do" : "they differ");
+        k3_gmatch_free(m);
+        k3_gmatch_free(ref);
+        k3_grammar_free(gg);
+        free(mask);
+        free(want);
         free(any.p);
     }
 

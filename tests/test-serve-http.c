@@ -7,9 +7,11 @@
  * http_clean escapes once (a backslash stays one). The stop strings' matcher (serve-req.c,
  * sstop_feed) gives, over random texts fed in random pieces, what a search of the whole text
  * gives: the earliest stop string that ends in the new bytes, and the longest end of the text
- * that begins one (the part a stream holds back). */
+ * that begins one (the part a stream holds back). Integers past int64 in a body (serve-req.c,
+ * sreq_big_ints): reals inside a JSON Schema, else a 400 naming the field and the limit. */
 #include "serve-http.h"
 #include "serve-req.h"
+#include "serve.h"
 #include "test.h"
 
 #include <stdint.h>
@@ -172,5 +174,43 @@ int main(void) {
         "stop strings: 300 random texts fed in pieces, every feed's match and held tail as a search of the "
         "whole text gives (%d differ, %d matches)",
         bad, matches);
+
+    /* integers past int64, which jansson refuses (the whole body was "invalid JSON ... too big
+     * integer"): inside a JSON Schema they are reals, as ajv reads them; elsewhere a 400 that
+     * names the field and the limit (serve_check_body: the server's parse, no model) */
+    static const struct {
+        const char *body, *want; /* want NULL: served */
+    } big[] = {
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":"
+         "\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"integer\",\"maximum\":"
+         "100000000000000000000,\"minimum\":-99999999999999999999999}}}}",
+         NULL},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\","
+         "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{"
+         "\"enum\":[18446744073709551616,1]}}}}}]}",
+         NULL},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"99999999999999999999\"}],\"seed\":"
+         "9223372036854775807}",
+         NULL},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"seed\":18446744073709551616}",
+         "seed: the integer 18446744073709551616 is past the 64-bit integers this server reads "
+         "(-9223372036854775808 .. 9223372036854775807)"},
+        {"{\"seed\":-9223372036854775809,\"messages\":[]}", "seed: the integer -9223372036854775809"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":"
+         "\"\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+         "\"arguments\":{\"id\":[1,123456789012345678901234]}}}]}]}",
+         "messages[1].tool_calls[0].function.arguments.id[1]: the integer 123456789012345678901234 is past"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":"
+         "\"\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+         "\"arguments\":{\"id\":123456789012345678901234}}}]}]}",
+         "send the arguments as a JSON string, kept as written"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1e400}", "invalid JSON"},
+    };
+    for (size_t k = 0; k < sizeof big / sizeof *big; k++) {
+        char err[512] = "";
+        int  rc       = serve_check_body(big[k].body, strlen(big[k].body), err, sizeof err);
+        T_CHECK(big[k].want ? rc == -1 && strstr(err, big[k].want) : rc == 0, "%.90s...: %s%s", big[k].body,
+                rc ? "refused: " : "served", err);
+    }
     return t_done();
 }

@@ -44,14 +44,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum g_edge_kind { GE_BYTE = 0, GE_EPS, GE_CALL, GE_SPECIAL };
+/* GE_NUM reads a whole number, judged by its value (g_numc): only the grammars that enum/const
+ * values are checked with have them (gram-schema.c rest_grammar), never one that masks tokens. */
+enum g_edge_kind { GE_BYTE = 0, GE_EPS, GE_CALL, GE_SPECIAL, GE_NUM };
 
 typedef struct g_edge {
     uint8_t kind;   /* GE_*                                                     */
     uint8_t lo, hi; /* GE_BYTE: the byte range                                  */
-    int32_t arg;    /* GE_CALL: the rule's start node; GE_SPECIAL: the token id */
+    int32_t arg;    /* GE_CALL: the rule's start node; GE_SPECIAL: the token id; GE_NUM: num[] */
     int32_t to;     /* the next node (GE_CALL: the return node)                 */
 } g_edge;
+
+/* What a GE_NUM edge takes: the double a validator reads (JSON.parse, ajv) within the bounds,
+ * and integral when integer is set (JSON Schema's integer: 2.0 is one). */
+typedef struct g_numc {
+    double  lo, hi;       /* the bounds (-inf / inf: none) */
+    uint8_t lo_ex, hi_ex; /* 1: exclusive                  */
+    uint8_t integer;
+} g_numc;
 
 typedef struct g_node {
     g_edge *e; /* (n) edges */
@@ -121,6 +131,8 @@ struct k3_grammar {
     g_pass          *pass;     /* the cache passes' DFA, kept between passes (under lock) */
     pthread_mutex_t *lock;     /* guards cache and fill (a pointer: matchers see the grammar const) */
     char             what[64]; /* "json schema", "json object", "tool calls" */
+    g_numc          *num;      /* (n_num) the GE_NUM edges' conditions */
+    int              n_num, cap_num;
 };
 
 /* The grammar's hash indexes (matcher frames, DFA state sets, schema rules, $defs names) are one
@@ -138,6 +150,9 @@ k3_status g_eps(k3_grammar *g, int from, int to);
 k3_status g_call(k3_grammar *g, int from, int start, int to);
 k3_status g_special(k3_grammar *g, int from, int32_t id, int to);
 k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to); /* the bytes of s */
+k3_status g_number(k3_grammar *g, int from, g_numc c, int to);             /* a GE_NUM edge */
+/* Reads one number of value x (GE_NUM edges) as k3_gmatch_accept_bytes reads bytes. */
+k3_status g_match_number(k3_gmatch *m, double x);
 k3_status g_new(const k3_gvocab *v, const char *what, k3_grammar **out);
 /* Node uses rep's mask cache: the caller guarantees that both accept the same tokens and leave
  * their rule with the same ones, for every piece of the vocabulary (at most voc->max_len bytes),

@@ -6,10 +6,11 @@
  * grammar accepts validates against the schema; that is the contract the tests check with an
  * independent validator. Keywords (see the man page, k3chat(1), STRUCTURED OUTPUT):
  *   type (one or a list), enum, const (a value is kept only when the schema's other keywords
- *   allow it: value_ok checks it with their own grammar), properties, required,
+ *   allow it: value_ok checks it with their own grammar, which reads numbers by value), properties, required,
  *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, pattern
  *   (gram-re.c), format (date-time, date, uuid, email), minimum, maximum, exclusiveMinimum,
- *   exclusiveMaximum (integers; numbers without an exponent: emit_number_range), anyOf, oneOf
+ *   exclusiveMaximum (integers: exactly and as doubles, int_bound; numbers without an exponent:
+ *   emit_number_range), anyOf, oneOf
  *   (branches of distinct types, or tagged objects: tagged_apart), allOf (of objects, or of one schema), $ref
  * to #, #/$defs/NAME or #/definitions/NAME (recursion through calls), the annotations ($id at the root only).
  * Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
@@ -260,59 +261,99 @@ static k3_status int_range(sc *c, long long lo, long long hi, int from, int to) 
     return st;
 }
 
-/* A bound of an integer: floor/ceil of the value (dir -1: lower bound, rounds up). */
-static k3_status bound(const jv *v, const char *path, const char *key, int lower, int excl, long long *out) {
-    double d;
-    if (v->kind == JV_INT) { /* exactly: a double rounds 9999999999999999 up to 1e16 */
-        char     *end;
-        long long x = strtoll(v->s, &end, 10);
-        if (*end || x > G_INT_MAX || x < -G_INT_MAX)
-            return unsupported(path, key, "a bound beyond 16 digits");
-        *out = x + (excl ? (lower ? 1 : -1) : 0);
-        return K3_OK;
-    }
-    if (v->kind == JV_FLOAT)
-        d = v->d;
-    else
+/* The four bound keywords, lower ones first (emit_integer, emit_number_range, num_cond). */
+static const char *const bound_key[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+
+/* The double a validator reads for bound keyword v (JSON.parse, ajv: the nearest double). */
+static k3_status bound_value(const jv *v, const char *path, const char *key, double *d) {
+    if (v->kind == JV_TRUE || v->kind == JV_FALSE)
+        return unsupported(path, key, "the boolean form (draft 4); give the bound as a number");
+    if (v->kind != JV_INT && v->kind != JV_FLOAT)
         return bad(path, key, "a number");
-    if (!(fabs(d) <= (double)G_INT_MAX))
-        return unsupported(path, key, "a bound beyond 16 digits");
-    if (lower)
-        *out = (long long)(excl ? floor(d) + 1 : ceil(d));
-    else
-        *out = (long long)(excl ? ceil(d) - 1 : floor(d));
+    *d = v->kind == JV_FLOAT ? v->d : strtod(v->s, NULL);
     return K3_OK;
 }
 
-static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, int to) {
-    long long lo = -G_INT_MAX, hi = G_INT_MAX, x;
-    k3_status st;
-    const jv *v;
-    if ((v = jv_get(s, "minimum")) && !(st = bound(v, path, "minimum", 1, 0, &x)) && x > lo)
-        lo = x;
-    else if (v && st)
+static k3_status beyond(const char *path, const char *key) {
+    return unsupported(path, key,
+                       "a bound beyond 16 digits (the numbers written have at most 16 integer digits)");
+}
+
+/* Integers under bound keyword k (bound_key) from x: those that pass it both exactly (as a
+ * validator with exact integers reads them: Python's json) and as doubles (JSON.parse reads
+ * 9007199254740993 as 9007199254740992, which ajv does not take as above 9007199254740992); the
+ * range [*lo, *hi] narrowed to them. Writable integers have at most 16 digits: a bound past
+ * them all is refused (a bound beyond, on the other side, bounds nothing). */
+static k3_status int_bound(const jv *v, const char *path, int k, long long *lo, long long *hi) {
+    const char *key   = bound_key[k];
+    int         lower = k < 2, excl = k & 1;
+    double      d;
+    k3_status   st = bound_value(v, path, key, &d);
+    long long   t; /* the exact threshold, clamped to one past the writable ones */
+    if (st)
         return st;
-    if ((v = jv_get(s, "maximum")) && !(st = bound(v, path, "maximum", 0, 0, &x)) && x < hi)
-        hi = x;
-    else if (v && st)
-        return st;
-    if ((v = jv_get(s, "exclusiveMinimum"))) {
-        if (v->kind == JV_TRUE || v->kind == JV_FALSE)
-            return unsupported(path, "exclusiveMinimum",
-                               "the boolean form (draft 4); give the bound as a number");
-        if ((st = bound(v, path, "exclusiveMinimum", 1, 1, &x)))
-            return st;
-        if (x > lo)
-            lo = x;
+    if (v->kind == JV_INT) {
+        char     *end;
+        long long x = strtoll(v->s, &end, 10);
+        if (*end || x > G_INT_MAX || x < -G_INT_MAX) /* 17 digits or more */
+            x = v->s[0] == '-' ? -G_INT_MAX - 2 : G_INT_MAX + 2;
+        t = lower ? x + excl : x - excl;
+    } else {
+        double r = lower ? (excl ? floor(d) + 1 : ceil(d)) : (excl ? ceil(d) - 1 : floor(d));
+        t = r > (double)G_INT_MAX ? G_INT_MAX + 1 : r < -(double)G_INT_MAX ? -G_INT_MAX - 1 : (long long)r;
     }
-    if ((v = jv_get(s, "exclusiveMaximum"))) {
-        if (v->kind == JV_TRUE || v->kind == JV_FALSE)
-            return unsupported(path, "exclusiveMaximum",
-                               "the boolean form (draft 4); give the bound as a number");
-        if ((st = bound(v, path, "exclusiveMaximum", 0, 1, &x)))
+    if (lower ? t > G_INT_MAX : t < -G_INT_MAX)
+        return beyond(path, key);
+    if (lower && t > *lo)
+        *lo = t;
+    if (!lower && t < *hi)
+        *hi = t;
+        /* the double of an integer is within 1 of it here (spacing 2 at most below 10^16): the exact
+         * threshold passes the double test too, or its next integers do */
+#define PASS(x)                                                                                              \
+    (lower ? (excl ? (double)(x) > d : (double)(x) >= d) : (excl ? (double)(x) < d : (double)(x) <= d))
+    while (*lo <= *hi && !PASS(lower ? *lo : *hi)) {
+        if (lower)
+            ++*lo;
+        else
+            --*hi;
+    }
+#undef PASS
+    return K3_OK;
+}
+
+/* A number of any value (ajv's reading: a double) within s's bounds, integral when integer:
+ * one GE_NUM edge. The grammars enum/const values are checked with (value_ok) write numbers so,
+ * so a value is judged as a validator judges it, whatever its digits (0.30000000000000004,
+ * 5e-324, 1e+20, 2.0 for an integer), not as the grammar could write it. */
+static k3_status num_check(sc *c, const jv *s, const char *path, int integer, int from, int to) {
+    g_numc    n = {.lo = -INFINITY, .hi = INFINITY, .integer = (uint8_t)integer};
+    k3_status st;
+    for (int k = 0; s && k < 4; k++) {
+        const jv *v = jv_get(s, bound_key[k]);
+        double    d;
+        if (!v)
+            continue;
+        if ((st = bound_value(v, path, bound_key[k], &d)))
             return st;
-        if (x < hi)
-            hi = x;
+        int lower = k < 2, excl = k & 1;
+        if (lower && (d > n.lo || (d == n.lo && excl)))
+            n.lo = d, n.lo_ex = (uint8_t)excl;
+        if (!lower && (d < n.hi || (d == n.hi && excl)))
+            n.hi = d, n.hi_ex = (uint8_t)excl;
+    }
+    return g_number(c->g, from, n, to);
+}
+
+static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, int to) {
+    long long lo = -G_INT_MAX, hi = G_INT_MAX;
+    k3_status st;
+    if (c->top) /* a check grammar (rest_grammar) */
+        return num_check(c, s, path, 1, from, to);
+    for (int k = 0; k < 4; k++) {
+        const jv *v = jv_get(s, bound_key[k]);
+        if (v && (st = int_bound(v, path, k, &lo, &hi)))
+            return st;
     }
     return int_range(c, lo, hi, from, to);
 }
@@ -448,21 +489,21 @@ static k3_status dec_range(sc *c, g_num lo, g_num hi, int from, int to) {
  * reads it (above): no exponent, at most 16 integer and 16 fraction digits; x >= 0 unsigned,
  * x <= 0 as "-" and its magnitude (so 0 may be written "-0", which every bound treats as 0). */
 static k3_status emit_number_range(sc *c, const jv *s, const char *path, int from, int to) {
-    static const char *const key[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
-    g_num                    lo = -G_NUM_MAX, hi = G_NUM_MAX;
-    k3_status                st;
+    g_num     lo = -G_NUM_MAX, hi = G_NUM_MAX;
+    k3_status st;
+    if (c->top)
+        return num_check(c, s, path, 0, from, to);
     for (int k = 0; k < 4; k++) {
-        const jv *v     = jv_get(s, key[k]);
+        const jv *v     = jv_get(s, bound_key[k]);
         int       lower = k < 2;
-        long long x;
+        double    d;
         if (!v)
             continue;
-        if (v->kind == JV_TRUE || v->kind == JV_FALSE)
-            return unsupported(path, key[k], "the boolean form (draft 4); give the bound as a number");
-        if ((st = bound(v, path, key[k], lower, 0, &x))) /* a number, of at most 16 digits */
+        if ((st = bound_value(v, path, bound_key[k], &d)))
             return st;
-        double d = v->kind == JV_FLOAT ? v->d : strtod(v->s, NULL); /* the double a validator reads */
-        g_num  n = lower ? g_num_lo(d, k & 1) : g_num_hi(d, k & 1);
+        g_num n = lower ? g_num_lo(d, k & 1) : g_num_hi(d, k & 1);
+        if (lower ? n > G_NUM_MAX : n < -G_NUM_MAX) /* past every writable number */
+            return beyond(path, bound_key[k]);
         if (lower ? n > lo : n < hi)
             lo = lower ? n : lo, hi = lower ? hi : n;
     }
@@ -483,6 +524,8 @@ static k3_status emit_number_range(sc *c, const jv *s, const char *path, int fro
 
 /* -?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})? */
 static k3_status emit_number(sc *c, int from, int to) {
+    if (c->top)
+        return num_check(c, NULL, "#", 0, from, to);
     static const char re[] = "^-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})?$";
     return g_pattern(c->g, re, sizeof re - 1, "(number)", 0, from, to);
 }
@@ -790,8 +833,12 @@ static k3_status emit_array(sc *c, const jv *s, const char *path, int from, int 
     if (mx >= 0 && mn > mx)
         return K3_OK; /* no array: nothing (it wrote exactly maxItems, fewer than minItems) */
     long lim = mx >= 0 ? mx : (mn > np ? mn : np);
-    if (lim > G_MAX_UNROLL)
-        return unsupported(path, mx >= 0 ? "maxItems" : "minItems", "a count above 4096");
+    if (lim > G_MAX_UNROLL) /* named by what set it: a long prefixItems was blamed on minItems */
+        return unsupported(path,
+                           lim == np ? "prefixItems"
+                           : mx >= 0 ? "maxItems"
+                                     : "minItems",
+                           "a count above 4096");
     int cur = node(c);
     if ((st = g_byte(c->g, from, '[', '[', cur)))
         return st;
@@ -834,8 +881,8 @@ static int kind_type(const jv *v) {
         return T_BOOL;
     case JV_INT:
         return T_INT | T_NUM;
-    case JV_FLOAT:
-        return T_NUM;
+    case JV_FLOAT: /* JSON Schema's integer is a value: 2.0 and 1e+20 are integers (ajv agrees) */
+        return isfinite(v->d) && v->d == floor(v->d) ? T_INT | T_NUM : T_NUM;
     case JV_STRING:
         return T_STR;
     case JV_ARRAY:
@@ -1204,18 +1251,84 @@ static k3_status rest_grammar(sc *c, const jv *rest, const char *path, k3_gramma
     return st;
 }
 
-/* *ok: value x, written as value_text writes it, is a document of chk. */
-static k3_status value_ok(const k3_grammar *chk, const jv *x, int *ok) {
-    jbuf       b  = {0};
-    k3_gmatch *m  = NULL;
-    k3_status  st = jv_dump(x, JV_COMPACT, &b);
-    *ok           = 0;
-    if (!chk || st)
-        return free(b.p), st;
-    if (!(st = k3_gmatch_new(chk, &m)))
-        *ok = !k3_gmatch_accept_bytes(m, b.p, b.n) && k3_gmatch_complete(m);
-    k3_gmatch_free(m);
+/* A number's value as a validator reads it (JSON.parse: the nearest double). */
+static double jv_number(const jv *x) {
+    return x->kind == JV_FLOAT ? x->d : strtod(x->s, NULL);
+}
+
+/* Value x in compact form from -> to as a check grammar takes it (value_feed writes it so):
+ * each number one GE_NUM edge of its value (1, 1.0 and 10e-1 are one value, as ajv's enum
+ * compares them), the rest its text. */
+static k3_status value_emit(sc *c, const jv *x, int from, int to) {
+    k3_status st = K3_OK;
+    jbuf      b  = {0};
+    if (x->kind == JV_INT || x->kind == JV_FLOAT) {
+        double d = jv_number(x);
+        return g_number(c->g, from, (g_numc){.lo = d, .hi = d}, to);
+    }
+    if (x->kind != JV_ARRAY && x->kind != JV_OBJECT) {
+        if (!(st = jv_dump(x, JV_COMPACT, &b)))
+            st = g_lit(c->g, from, b.p, b.n, to);
+        free(b.p);
+        return st;
+    }
+    int cur = node(c), obj = x->kind == JV_OBJECT;
+    if (cur < 0 || (st = g_byte(c->g, from, obj ? '{' : '[', obj ? '{' : '[', cur)))
+        return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    for (size_t i = 0; i < x->n && !st; i++) {
+        int nx = node(c);
+        if (i && (cur = sep(c, cur, ',')) < 0)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        if (obj) {
+            b.n = 0;
+            if ((st = jv_dump_str(x->keys[i].s, x->keys[i].n, &b)) || (st = jbuf_add(&b, ":", 1)) ||
+                (st = g_lit(c->g, cur, b.p, b.n, nx)))
+                break;
+            cur = nx, nx = node(c);
+        }
+        st  = value_emit(c, &x->items[i], cur, nx);
+        cur = nx;
+    }
     free(b.p);
+    return st ? st : g_byte(c->g, cur, obj ? '}' : ']', obj ? '}' : ']', to);
+}
+
+/* Feeds value x to m as value_emit writes it: numbers by value, the rest as compact text. */
+static k3_status value_feed(k3_gmatch *m, const jv *x) {
+    k3_status st  = K3_OK;
+    jbuf      b   = {0};
+    int       obj = x->kind == JV_OBJECT;
+    if (x->kind == JV_INT || x->kind == JV_FLOAT)
+        return g_match_number(m, jv_number(x));
+    if (x->kind != JV_ARRAY && !obj) {
+        if (!(st = jv_dump(x, JV_COMPACT, &b)))
+            st = k3_gmatch_accept_bytes(m, b.p, b.n);
+        free(b.p);
+        return st;
+    }
+    st = k3_gmatch_accept_bytes(m, obj ? "{" : "[", 1);
+    for (size_t i = 0; i < x->n && !st; i++) {
+        b.n = 0;
+        if ((i && (st = jbuf_add(&b, ",", 1))) ||
+            (obj && ((st = jv_dump_str(x->keys[i].s, x->keys[i].n, &b)) || (st = jbuf_add(&b, ":", 1)))) ||
+            (b.n && (st = k3_gmatch_accept_bytes(m, b.p, b.n))))
+            break;
+        st = value_feed(m, &x->items[i]);
+    }
+    free(b.p);
+    return st ? st : k3_gmatch_accept_bytes(m, obj ? "}" : "]", 1);
+}
+
+/* *ok: value x is a document of chk (a check grammar: numbers by value). */
+static k3_status value_ok(const k3_grammar *chk, const jv *x, int *ok) {
+    k3_gmatch *m  = NULL;
+    k3_status  st = K3_OK;
+    *ok           = 0;
+    if (!chk)
+        return K3_OK;
+    if (!(st = k3_gmatch_new(chk, &m)))
+        *ok = !value_feed(m, x) && k3_gmatch_complete(m);
+    k3_gmatch_free(m);
     return st;
 }
 
@@ -1247,7 +1360,9 @@ static k3_status emit_enum(sc *c, const jv *s, const char *path, int types, int 
         int       ok = (!types || (kind_type(x) & types)) && (!raw || x->kind == JV_STRING);
         if (ok && rest && (st = value_ok(chk, x, &ok)))
             break;
-        if (ok && !(st = value_text(x, path, raw, &all)))
+        if (ok && c->top && !raw) /* a check grammar: numbers by value (value_emit) */
+            st = value_emit(c, x, from, to);
+        else if (ok && !(st = value_text(x, path, raw, &all)))
             end[m++] = all.n;
     }
     for (size_t i = 0; i < m && !st; i++)
@@ -1324,6 +1439,8 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
         return st;
     if (jv_get(s, "const") || jv_get(s, "enum"))
         return emit_enum(c, s, path, types, 0, from, to);
+    if (!types && c->top) /* a check grammar: every type passes, each keyword applies to its own */
+        types = T_ALL;
     if (!types) { /* no type: what the keywords imply, else any value */
         for (size_t i = 0; i < s->n; i++) {
             const char *k = s->keys[i].s;

@@ -9,6 +9,8 @@
  */
 #include "gram-impl.h"
 
+#include <math.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,7 +63,7 @@ k3_status g_edge_add(k3_grammar *g, int from, g_edge e) {
     }
     n->e[n->n++] = e;
     g->n_edge++;
-    if (e.kind == GE_BYTE || e.kind == GE_SPECIAL)
+    if (e.kind == GE_BYTE || e.kind == GE_SPECIAL || e.kind == GE_NUM)
         n->reads = 1;
     return K3_OK;
 }
@@ -77,6 +79,19 @@ k3_status g_call(k3_grammar *g, int from, int start, int to) {
 }
 k3_status g_special(k3_grammar *g, int from, int32_t id, int to) {
     return g_edge_add(g, from, (g_edge){.kind = GE_SPECIAL, .arg = id, .to = to});
+}
+
+k3_status g_number(k3_grammar *g, int from, g_numc c, int to) {
+    if (g->n_num == g->cap_num) {
+        int     cap = g->cap_num ? g->cap_num * 2 : 8;
+        g_numc *v   = realloc(g->num, (size_t)cap * sizeof *v);
+        if (!v)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        g->num     = v;
+        g->cap_num = cap;
+    }
+    g->num[g->n_num] = c;
+    return g_edge_add(g, from, (g_edge){.kind = GE_NUM, .arg = g->n_num++, .to = to});
 }
 
 k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to) {
@@ -330,7 +345,7 @@ k3_status g_finish(k3_grammar *g) {
             const g_edge *e = &n->e[j];
             if (g->node[e->to].live && (e->kind != GE_CALL || g->node[e->arg].live)) {
                 n->e[k++] = *e;
-                n->reads |= e->kind == GE_BYTE || e->kind == GE_SPECIAL;
+                n->reads |= e->kind == GE_BYTE || e->kind == GE_SPECIAL || e->kind == GE_NUM;
             }
         }
         n->n = k;
@@ -364,6 +379,7 @@ void k3_grammar_free(k3_grammar *g) {
     free(g->sh);
     free(g->first);
     free(g->follow);
+    free(g->num);
     free(g->cache);
     free(g->node);
     pthread_mutex_destroy(g->lock);
@@ -530,6 +546,7 @@ typedef struct g_walk {
     int               base; /* the shallowest depth this step started from: calls go at most
                              * G_MAX_DEPTH deeper within the step */
     int     oom;
+    double  x;     /* the number a GE_NUM step reads */
     int64_t steps; /* step()s so far, a unit more per 2 configurations stepped (a DFA transition
                     * computed: what a mask budget counts) */
 } g_walk;
@@ -719,7 +736,13 @@ static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
     }
 }
 
-/* out = the closed set after reading byte b (kind GE_BYTE) or special id b (GE_SPECIAL). */
+static int num_ok(const g_numc *c, double x) {
+    return (c->lo_ex ? x > c->lo : x >= c->lo) && (c->hi_ex ? x < c->hi : x <= c->hi) &&
+           (!c->integer || x == floor(x));
+}
+
+/* out = the closed set after reading byte b (kind GE_BYTE), special id b (GE_SPECIAL) or the
+ * number w->x (GE_NUM). */
 static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set *out, int root, int *acc,
                  int *esc) {
     w->steps += 1 + nin / 2; /* its work grows with the set it steps */
@@ -741,7 +764,9 @@ static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set
             const g_edge *e = &n->e[k];
             if (e->kind != kind)
                 continue;
-            if (kind == GE_BYTE ? (b >= e->lo && b <= e->hi) : e->arg == b)
+            if (kind == GE_BYTE  ? (b >= e->lo && b <= e->hi)
+                : kind == GE_NUM ? num_ok(&w->g->num[e->arg], w->x)
+                                 : e->arg == b)
                 if (set_push(&w->work, e->to, in[i].frame))
                     OOM_RET;
         }
@@ -759,7 +784,8 @@ static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set
 typedef struct g_dfa {
     g_cfg   *cfg;  /* state s: cfg[off[s] .. off[s + 1]), sorted */
     int32_t *off;  /* (n + 1) */
-    int32_t *row;  /* (n * 256) */
+    int32_t *row;  /* (cap * 256) mapped memory, grown by mremap: a realloc of a heap block
+                    * copied it (32 MB: 4-5 ms in one step of a bounded mask) */
     int32_t *hash; /* (hcap) state ids + 1, 0 empty */
     int      n, cap, ncfg, capcfg, hcap;
     int      root;  /* the frame whose pop completes the document */
@@ -772,10 +798,21 @@ typedef struct g_dfa {
 static void dfa_free(g_dfa *d) {
     free(d->cfg);
     free(d->off);
-    free(d->row);
+    if (d->row)
+        munmap(d->row, (size_t)d->cap * 256 * sizeof *d->row);
     free(d->hash);
     free(d->tmp.v);
     *d = (g_dfa){.root = d->root, .canon = d->canon, .g = d->g};
+}
+
+static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n);
+
+/* Starts d again from the empty set (state 0), keeping its memory (mapped, touched). */
+static int dfa_reset(g_dfa *d) {
+    d->n = d->ncfg = 0;
+    if (d->hash)
+        memset(d->hash, 0, (size_t)d->hcap * sizeof *d->hash);
+    return dfa_intern(d, NULL, 0) == 0 ? 0 : -1;
 }
 
 static int cfg_cmp(const void *a, const void *b) {
@@ -795,6 +832,10 @@ static uint32_t set_hash(const g_cfg *v, int n) {
 static uint32_t set_hash_at(const void *ctx, int s) {
     const g_dfa *d = ctx;
     return set_hash(d->cfg + d->off[s], d->off[s + 1] - d->off[s]);
+}
+
+static inline int32_t *dfa_row(const g_dfa *d, int32_t s) {
+    return d->row + (size_t)s * 256;
 }
 
 /* The id of the set v[0..n) (sorted in place), a new state if unseen; -1 on out of memory. */
@@ -832,9 +873,11 @@ static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
         int32_t *o   = realloc(d->off, (size_t)(cap + 1) * sizeof *o);
         if (!o)
             return -1;
-        d->off     = o;
-        int32_t *r = realloc(d->row, (size_t)cap * 256 * sizeof *r);
-        if (!r)
+        d->off    = o;
+        size_t sz = (size_t)cap * 256 * sizeof *d->row, was = (size_t)d->cap * 256 * sizeof *d->row;
+        void  *r = d->row ? mremap(d->row, was, sz, MREMAP_MAYMOVE)
+                          : mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (r == MAP_FAILED)
             return -1;
         d->row = r;
         d->cap = cap;
@@ -853,7 +896,7 @@ static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
         memcpy(d->cfg + d->ncfg, v, (size_t)n * sizeof *v);
     d->ncfg += n;
     d->off[d->n + 1] = d->ncfg;
-    int32_t *row     = d->row + (size_t)d->n * 256; /* bytes no edge reads lead to state 0 */
+    int32_t *row     = dfa_row(d, d->n); /* bytes no edge reads lead to state 0 */
     memset(row, 0, 256 * sizeof *row);
     for (int i = 0; i < n; i++) {
         const g_node *nd = &d->g->node[v[i].node];
@@ -868,7 +911,7 @@ static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
 
 /* The transition of state s on byte b (computing it on first use); -1 on out of memory. */
 static inline int32_t dfa_next(g_dfa *d, g_walk *w, int32_t s, uint8_t b) {
-    int32_t t = d->row[(size_t)s * 256 + b];
+    int32_t t = dfa_row(d, s)[b];
     if (t >= 0)
         return t;
     int acc, esc;
@@ -876,8 +919,8 @@ static inline int32_t dfa_next(g_dfa *d, g_walk *w, int32_t s, uint8_t b) {
     int32_t to = w->oom ? -1 : dfa_intern(d, d->tmp.v, d->tmp.n);
     if (to < 0)
         return w->oom = 1, -1;
-    t                           = to << 2 | acc << 1 | esc;
-    d->row[(size_t)s * 256 + b] = t;
+    t                = to << 2 | acc << 1 | esc;
+    dfa_row(d, s)[b] = t;
     return t;
 }
 
@@ -898,6 +941,16 @@ struct k3_gmatch {
     int64_t st_pre;           /* of which before its last fill began                        */
     int     st_calls;         /* the calls of the mask under way (or last set), that one's too */
     int     st_done;          /* the last call set the mask                               */
+    /* the mask under way over several calls (mask_some): once the set's entries are filled, its
+     * distinct entries (mk_rep) are OR-ed into the mask, then their uncertain tokens checked;
+     * mk_merged and mk_checked say how far each got, mk_bits holds the part done when a call
+     * stops */
+    uint64_t *mk_bits; /* (words) */
+    int32_t  *mk_rep;  /* (mk_n) */
+    int       mk_n, mk_cap, mk_merged, mk_checked;
+    int32_t  *mk_hash; /* (mk_hcap) reps_of's set of entries seen: entry + 1, 0 empty */
+    int       mk_hcap;
+    int       mk_ready; /* 1: mk_rep is this set's, the merge under way */
 };
 
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out) {
@@ -935,6 +988,9 @@ void k3_gmatch_free(k3_gmatch *m) {
     dfa_free(&m->dfa);
     free(m->lvs);
     free(m->lacc);
+    free(m->mk_bits);
+    free(m->mk_rep);
+    free(m->mk_hash);
     free(m->cur.v);
     free(m->nxt.v);
     free(m->tmp.v);
@@ -982,10 +1038,11 @@ static int sim_bytes(k3_gmatch *m, const char *b, size_t n, int *acc) {
 }
 
 static void commit(k3_gmatch *m, int acc) {
-    g_set t   = m->cur;
-    m->cur    = m->nxt;
-    m->nxt    = t;
-    m->accept = acc;
+    m->mk_ready = 0; /* a mask under way was of the set before */
+    g_set t     = m->cur;
+    m->cur      = m->nxt;
+    m->nxt      = t;
+    m->accept   = acc;
 }
 
 k3_status k3_gmatch_accept_bytes(k3_gmatch *m, const char *b, size_t n) {
@@ -1028,6 +1085,18 @@ k3_status k3_gmatch_accept(k3_gmatch *m, int32_t id) {
     return K3_OK;
 }
 
+k3_status g_match_number(k3_gmatch *m, double x) {
+    int acc = 0, esc;
+    if (!m->ended) {
+        m->w.x = x;
+        step(&m->w, m->cur.v, m->cur.n, GE_NUM, 0, &m->nxt, 0, &acc, &esc);
+    }
+    if (m->ended || m->w.oom || (m->nxt.n == 0 && !acc))
+        return k3_err(K3_ERR_ARG, "%s: the number does not continue a valid document here", m->g->what);
+    commit(m, acc);
+    return K3_OK;
+}
+
 int k3_gmatch_allows(k3_gmatch *m, int32_t id) {
     int acc;
     return sim_token(m, id, &acc);
@@ -1036,12 +1105,13 @@ int k3_gmatch_allows(k3_gmatch *m, int32_t id) {
 /* ==== token masks ======================================================================== */
 
 struct g_pass {
-    g_walk    w;   /* frames relative to the unknown stack G_UNK */
-    g_dfa     d;   /* root: none (G_UNK - 1) */
-    int32_t  *lvs; /* (max_len + 1) the state after each prefix length */
-    uint8_t  *esc; /* (max_len + 1) whether the step into a level left the rule */
-    uint8_t  *unc; /* (max_len + 1) whether the token depends on the stack so far */
-    uint64_t *acc; /* (words) scratch bitset */
+    g_walk    w;       /* frames relative to the unknown stack G_UNK */
+    g_dfa     d;       /* root: none (G_UNK - 1) */
+    int32_t  *lvs;     /* (max_len + 1) the state after each prefix length */
+    uint8_t  *esc;     /* (max_len + 1) whether the step into a level left the rule */
+    uint8_t  *unc;     /* (max_len + 1) whether the token depends on the stack so far */
+    uint64_t *acc;     /* (words) scratch bitset */
+    int       stopped; /* the node whose last fill stopped past its budget (-1: none) */
 };
 
 /* The grammar's cache-pass state (g_finish). */
@@ -1054,6 +1124,7 @@ static g_pass *pass_new(const k3_grammar *g) {
     f->d.root  = G_UNK - 1;
     f->d.canon = 1;
     f->d.g     = g;
+    f->stopped = -1;
     if (!(f->lvs = k3_calloc((size_t)D, sizeof *f->lvs)) || !(f->esc = k3_calloc((size_t)D, 1)) ||
         !(f->unc = k3_calloc((size_t)D, 1)) || !(f->acc = k3_calloc((size_t)g->voc->words, sizeof *f->acc)) ||
         dfa_intern(&f->d, NULL, 0) != 0) {
@@ -1103,10 +1174,13 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
     int32_t         *unc = NULL;
     g_pass          *f   = g->pass;
     g_cfg            c0  = {node, G_UNK};
-    if (f->d.n > G_PASS_DFA_MAX) /* a memo: start again rather than grow without bound */
-        dfa_free(&f->d);
-    int32_t         s0  = f->d.n || dfa_intern(&f->d, NULL, 0) == 0 ? dfa_intern(&f->d, &c0, 1) : -1;
-    int32_t        *lvs = f->lvs;
+    /* A memo: start again rather than grow without bound; past half its bound already, before
+     * a fill that is not the retry of one stopped (whose transitions so far are its progress), so
+     * that a stopped fill's retries never lose them and every fill may stop (one that was let
+     * run once the DFA passed half its bound took 10 ms in one call) */
+    int             restart = f->d.n > G_PASS_DFA_MAX || (f->d.n > G_PASS_DFA_MAX / 2 && node != f->stopped);
+    int32_t         s0      = restart && dfa_reset(&f->d) ? -1 : dfa_intern(&f->d, &c0, 1);
+    int32_t        *lvs     = f->lvs;
     uint8_t        *eb = f->esc, *u = f->unc;
     uint64_t       *acc  = f->acc;
     int32_t         nacc = 0;
@@ -1127,11 +1201,15 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
             return K3_OK;
         }
     }
-    /* A walk that computes transitions past *budget stops there (nothing filled); they stay in
-     * the DFA, so the next try reads them back and goes further. Not when the DFA is past half
-     * its bound: a start again (above) between two tries would lose them. */
-    int64_t stop_at =
-        budget && *budget >= 0 && f->d.n <= G_PASS_DFA_MAX / 2 ? steps0 + *budget / G_STEP_COST : INT64_MAX;
+    /* A walk whose transitions would take its charge (the bound and them) past *budget stops
+     * there (nothing filled); they stay in the DFA, so the next try reads them back and goes
+     * further. The first fill of a call may go a quarter of the budget past it (whatever its
+     * bound: progress); it went a whole budget past its bound (3-8 ms on 163,840 ids). */
+    int64_t stop_at = INT64_MAX;
+    if (budget && *budget >= 0) {
+        int64_t room = *budget - bound - G_STEP_COST * (f->w.steps - steps0);
+        stop_at      = f->w.steps + (room > *budget / 4 ? room : *budget / 4) / G_STEP_COST;
+    }
     memset(acc, 0, (size_t)v->words * sizeof *acc);
     lvs[0] = s0;
     eb[0] = u[0] = 0;
@@ -1165,7 +1243,10 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
                 d++;
             }
             have = d;
-            if (f->w.steps > stop_at) { /* past the budget (progress: a transition at least) */
+            /* past the budget (progress: a transition at least), unless the DFA is past its bound
+             * (the next fill starts it again: this one's transitions would be lost) */
+            if (f->w.steps > stop_at && f->d.n <= G_PASS_DFA_MAX) {
+                f->stopped = node;
                 free(unc);
                 *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
                 return K3_OK;
@@ -1200,8 +1281,9 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
         c->ids   = ids;
         c->n_ids = n;
     }
-    c->unc   = unc;
-    c->n_unc = nunc;
+    c->unc     = unc;
+    c->n_unc   = nunc;
+    f->stopped = -1;
     __atomic_store_n(&c->kind, kind, __ATOMIC_RELEASE); /* last: readers check kind without the lock */
     if (budget) /* the bound, and the transitions the walk had to compute (after the fact) */
         *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
@@ -1318,58 +1400,113 @@ void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls) 
     *calls = m->st_calls;
 }
 
+/* The work of OR-ing entry c into a mask, in budget units: a word or an id each (a trie edge of
+ * a walk costs more, so one walk's budget merges a few hundred bitsets of 163,840 ids). */
+static int64_t merge_cost(const k3_gvocab *v, const g_cache *c) {
+    return c->kind == GC_ACC ? c->n_ids : c->kind == GC_REJ ? (int64_t)v->words + c->n_ids : v->words;
+}
+
+/* m->mk_rep: the distinct entries of m->cur's nodes, in the set's order (nodes that share one
+ * merge it once); -1 on out of memory. */
+static int reps_of(k3_gmatch *m) {
+    const k3_grammar *g = m->g;
+    if (m->mk_cap < m->cur.n) {
+        int32_t *r = realloc(m->mk_rep, (size_t)m->cur.n * sizeof *r);
+        if (!r)
+            return -1;
+        m->mk_rep = r, m->mk_cap = m->cur.n;
+    }
+    if (m->mk_hcap < 2 * m->cur.n) {
+        int cap = 64;
+        while (cap < 2 * m->cur.n)
+            cap *= 2;
+        free(m->mk_hash);
+        if (!(m->mk_hash = k3_malloc((size_t)cap * sizeof *m->mk_hash)))
+            return m->mk_hcap = 0, -1;
+        m->mk_hcap = cap;
+    }
+    memset(m->mk_hash, 0, (size_t)m->mk_hcap * sizeof *m->mk_hash);
+    const uint32_t mask = (uint32_t)m->mk_hcap - 1;
+    m->mk_n             = 0;
+    for (int i = 0; i < m->cur.n; i++) {
+        int32_t  r = g->share[m->cur.v[i].node];
+        uint32_t k = ((uint32_t)r * 2654435761u) & mask;
+        while (m->mk_hash[k] && m->mk_hash[k] != r + 1)
+            k = (k + 1) & mask;
+        if (!m->mk_hash[k])
+            m->mk_hash[k] = r + 1, m->mk_rep[m->mk_n++] = r;
+    }
+    m->mk_merged = m->mk_checked = 0;
+    m->mk_ready                  = 1;
+    return 0;
+}
+
 /* A mask is the union of the set's nodes' cache entries and the uncertain tokens checked; an
  * entry is filled on its node's first visit: one walk of the vocabulary (up to the trie's edges;
  * inside a string most of them). A set of many nodes never seen (an anyOf of 100 strings keeps
  * 100 string positions alive) took one walk per node for one token: 214 ms, up to seconds under
- * load, on the engine thread every stream of the server shares. So one call begins a fill only
- * while the charge so far and the fill's bound fit in `budget` (cache_fill; INT64_MAX: no
- * bound), and always the first it needs, so each call gets further. The uncertain tokens' check
- * is charged too (G_STEP_COST per transition of the matcher's DFA, a step over the whole set):
- * past the budget, between two nodes' lists, the call stops; the next reads those transitions
- * back. *done 0: the mask is not set (all zero; what was filled or computed stays for the next
- * call); 1: it is set. */
+ * load, on the engine thread every stream of the server shares. So one call's work is bounded by
+ * `budget` (INT64_MAX: no bound), in three phases that each go on at the next call where this
+ * one stopped:
+ *   - fills: one begins only while the charge so far and its bound fit (cache_fill), or as the
+ *     call's first work;
+ *   - merges: the set's distinct entries (nodes that share one are merged once) OR-ed into the
+ *     mask, each charged merge_cost, begun on the same terms (uncounted, hundreds of bitsets
+ *     were a millisecond past the budget); a call that stops keeps its part in m->mk_bits;
+ *   - the uncertain tokens' lists: each charged its length and G_STEP_COST per transition of
+ *     the matcher's DFA (a step over the whole set); past the budget, between two lists, the
+ *     call stops, and the next reads those transitions back.
+ * *done 0: the mask is not set (all zero; what was filled, merged or computed stays for the next
+ * call); 1: it is set, the same mask whatever the budget. */
 static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *done) {
     const k3_grammar *g    = m->g;
     const k3_gvocab  *v    = g->voc;
-    int64_t           left = budget;
+    int64_t           left = budget, steps0 = m->w.steps;
     memset(bits, 0, (size_t)v->words * sizeof *bits);
     *done = 1;
     if (m->ended)
         return K3_OK;
-    m->st_pre = 0;
-    for (int i = 0; i < m->cur.n && *done; i++) { /* stack-independent part, cached per node */
-        int64_t   before = left;
-        k3_status st     = cache_get(g, m->cur.v[i].node, &left, left == budget, done);
-        if (st)
-            return st;
-        if (*done && left != before)
-            m->st_pre = budget - before;
-    }
+    if (m->st_done) /* a new mask */
+        m->mk_ready = 0;
+    m->st_pre   = 0;
     m->st_calls = m->st_done ? 1 : m->st_calls + 1;
-    if (!*done) {
-        m->st_fill = budget - left;
-        m->st_done = 0;
-        return K3_OK; /* the mask stays all zero */
+    if (!m->mk_ready) {
+        for (int i = 0; i < m->cur.n && *done; i++) { /* stack-independent part, cached per node */
+            int64_t   before = left;
+            k3_status st     = cache_get(g, m->cur.v[i].node, &left, left == budget, done);
+            if (st)
+                return st;
+            if (*done && left != before)
+                m->st_pre = budget - before;
+        }
+        if (!*done)
+            goto later;
+        if (reps_of(m))
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+    } else /* merges under way: the last call's part of the mask */
+        memcpy(bits, m->mk_bits, (size_t)v->words * sizeof *bits);
+    for (; m->mk_merged < m->mk_n; m->mk_merged++) {
+        const g_cache *c    = &g->cache[m->mk_rep[m->mk_merged]];
+        int64_t        cost = merge_cost(v, c);
+        if (cost > left && left != budget)
+            goto later;
+        cache_or(v, c, bits);
+        left -= cost;
     }
-    for (int i = 0; i < m->cur.n; i++)
-        cache_or(v, &g->cache[g->share[m->cur.v[i].node]], bits);
-    int32_t s0     = -1;
-    int64_t steps0 = m->w.steps;
-    for (int i = 0; i < m->cur.n; i++) { /* uncertain tokens: against the whole set */
-        const g_cache *c = &g->cache[g->share[m->cur.v[i].node]];
-        if (c->n_unc && s0 < 0 && (s0 = cur_state(m)) < 0)
+    int32_t s0 = -1;
+    for (; m->mk_checked < m->mk_n; m->mk_checked++) { /* uncertain tokens: against the whole set */
+        const g_cache *c = &g->cache[m->mk_rep[m->mk_checked]];
+        if (!c->n_unc)
+            continue;
+        int64_t spent = G_STEP_COST * (m->w.steps - steps0);
+        if (spent >= left && (spent || left != budget))
+            goto later;
+        if (s0 < 0 && (s0 = cur_state(m)) < 0)
             return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
         check_sorted(m, s0, c->unc, c->n_unc, bits);
-        if (i + 1 < m->cur.n && m->w.steps > steps0 && G_STEP_COST * (m->w.steps - steps0) > left) {
-            /* the set's transitions (a step over all of its configurations each) took the rest of
-             * the budget: the next call reads them back from the matcher's DFA and goes on */
-            memset(bits, 0, (size_t)v->words * sizeof *bits);
-            *done      = 0;
-            m->st_fill = budget - left + G_STEP_COST * (m->w.steps - steps0);
-            m->st_done = 0;
-            return K3_OK;
-        }
+        left -= c->n_unc;
+    }
+    for (int i = 0; i < m->cur.n; i++) {
         const g_node *n = &g->node[m->cur.v[i].node];
         for (int k = 0; k < n->n; k++)
             if (n->e[k].kind == GE_SPECIAL && n->e[k].arg < v->n_vocab)
@@ -1381,8 +1518,22 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
                 bits[v->end_id[k] >> 6] |= 1ull << (v->end_id[k] & 63);
     if (m->w.oom)
         return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+    m->st_fill  = budget - left + G_STEP_COST * (m->w.steps - steps0);
+    m->st_done  = 1;
+    m->mk_ready = 0;
+    return K3_OK;
+later: /* the mask stays all zero; the next call goes on from here (a mask of one call, the
+        * usual one, never copies its bits) */
+    if (m->mk_ready && !m->mk_bits && !(m->mk_bits = k3_malloc((size_t)v->words * sizeof *m->mk_bits)))
+        m->w.oom = 1;
+    if (m->w.oom)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
+    if (m->mk_ready)
+        memcpy(m->mk_bits, bits, (size_t)v->words * sizeof *bits);
+    memset(bits, 0, (size_t)v->words * sizeof *bits);
+    *done      = 0;
     m->st_fill = budget - left + G_STEP_COST * (m->w.steps - steps0);
-    m->st_done = 1;
+    m->st_done = 0;
     return K3_OK;
 }
 

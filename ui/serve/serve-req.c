@@ -384,11 +384,165 @@ void sreq_json_err(const json_error_t *je, char *m, size_t n) {
                  : je->text);
 }
 
+/* ---- integers past 64 bits ------------------------------------------------------------
+ * jansson keeps integers as int64 and refuses a body holding a larger one ("too big integer"
+ * at a column). Where a client may put one:
+ *   - a JSON Schema (response_format, tools, messages[i].tools): a bound or an enum value, which
+ *     ajv and JSON.parse read as the nearest double: the literal gets ".0", jansson reads that
+ *     double, and the grammar compares it as they do (a maximum of 1e20 bounds nothing written);
+ *   - anywhere else: a field that takes integers exactly (seed: 0 .. 2^63 - 1 here) or a value
+ *     that would reach the model changed (tool-call arguments sent as an object, not as
+ *     OpenAI's string, which is kept byte for byte): a 400 naming the field and the limit.
+ * A scan finds them (a body without 19 digits in a row has none: that is the only pass most
+ * bodies get). */
+
+#define BIG_DEPTH 8 /* path levels kept for the name (deeper ones print as ...) */
+
+typedef struct big_lvl {
+    int         obj;   /* 1: an object (key is its current member's), 0: an array */
+    size_t      index; /* the array's current item                                 */
+    const char *key;   /* the member's name as written (escapes kept)              */
+    size_t      klen;
+} big_lvl;
+
+static int big_literal(const char *p, size_t n, int neg) { /* the digits p[0..n) past int64's */
+    if (n != 19)
+        return n > 19;
+    return memcmp(p, neg ? "9223372036854775808" : "9223372036854775807", 19) > 0;
+}
+
+static void big_path(const big_lvl *lv, int depth, char *out, size_t n) {
+    size_t k = 0;
+    out[0]   = 0;
+    for (int d = 0; d < depth && k + 1 < n; d++) {
+        int w = d >= BIG_DEPTH ? snprintf(out + k, n - k, "...")
+                : lv[d].obj    ? snprintf(out + k, n - k, "%s%.*s", d ? "." : "",
+                                          (int)(lv[d].klen > 64 ? 64 : lv[d].klen), lv[d].key)
+                               : snprintf(out + k, n - k, "[%zu]", lv[d].index);
+        k += w > 0 ? (size_t)w : 0;
+        if (d >= BIG_DEPTH)
+            break;
+    }
+}
+
+static int big_in_schema(const big_lvl *lv, int depth) {
+    if (depth < 1 || !lv[0].obj)
+        return 0;
+#define KEY(d, s) (lv[d].obj && lv[d].klen == strlen(s) && !memcmp(lv[d].key, s, lv[d].klen))
+    return KEY(0, "response_format") || KEY(0, "tools") ||
+           (KEY(0, "messages") && depth >= 3 && KEY(2, "tools"));
+#undef KEY
+}
+
+int sreq_big_ints(const char *b, size_t n, char **out, size_t *out_n, char *err, size_t errn) {
+    size_t run = 0, i, n_big = 0, cap = 0, *at = NULL;
+    *out = NULL;
+    for (i = 0; i < n && run < 19; i++)
+        run = b[i] >= '0' && b[i] <= '9' ? run + 1 : 0;
+    if (run < 19)
+        return 0;
+    big_lvl lv[BIG_DEPTH + 1];
+    int     depth = 0, want_key = 0;
+    for (i = 0; i < n;) {
+        char ch = b[i];
+        if (ch == '"') { /* a string: a member's name when one is wanted */
+            size_t j = i + 1;
+            while (j < n && b[j] != '"')
+                j += b[j] == '\\' ? 2 : 1;
+            if (want_key && depth > 0) {
+                big_lvl *l = &lv[depth - 1 < BIG_DEPTH ? depth - 1 : BIG_DEPTH];
+                l->key = b + i + 1, l->klen = (j < n ? j : n) - i - 1;
+            }
+            want_key = 0;
+            i        = j + 1;
+        } else if (ch == '{' || ch == '[') {
+            big_lvl *l = &lv[depth < BIG_DEPTH ? depth : BIG_DEPTH];
+            *l         = (big_lvl){.obj = ch == '{', .key = "", .klen = 0};
+            depth++, i++;
+            want_key = ch == '{';
+        } else if (ch == '}' || ch == ']') {
+            depth -= depth > 0;
+            i++;
+        } else if (ch == ',') {
+            if (depth > 0) {
+                big_lvl *l = &lv[depth - 1 < BIG_DEPTH ? depth - 1 : BIG_DEPTH];
+                l->index++;
+                want_key = l->obj;
+            }
+            i++;
+        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            size_t s = i + (ch == '-'), j = s;
+            while (j < n && b[j] >= '0' && b[j] <= '9')
+                j++;
+            int frac = j < n && (b[j] == '.' || b[j] == 'e' || b[j] == 'E');
+            if (!frac && j > s && big_literal(b + s, j - s, ch == '-')) {
+                char path[300];
+                big_path(lv, depth, path, sizeof path);
+                if (!big_in_schema(lv, depth)) {
+                    free(at);
+                    snprintf(err, errn,
+                             "%s: the integer %.*s%s is past the 64-bit integers this server reads "
+                             "(-9223372036854775808 .. 9223372036854775807)%s",
+                             path[0] ? path : "(the body)", (int)(j - i > 40 ? 40 : j - i), b + i,
+                             j - i > 40 ? "..." : "",
+                             strstr(path, ".arguments")
+                                 ? "; send the arguments as a JSON string, kept as written"
+                                 : "");
+                    return -1;
+                }
+                if (n_big == cap) {
+                    size_t *a = realloc(at, (cap = cap ? 2 * cap : 8) * sizeof *a);
+                    if (!a) {
+                        free(at);
+                        snprintf(err, errn, "out of memory");
+                        return -1;
+                    }
+                    at = a;
+                }
+                at[n_big++] = j;
+            }
+            i = j;
+            while (i < n && (b[i] == '.' || b[i] == 'e' || b[i] == 'E' || b[i] == '+' || b[i] == '-' ||
+                             (b[i] >= '0' && b[i] <= '9')))
+                i++;
+        } else
+            i++;
+    }
+    if (!n_big)
+        return free(at), 0;
+    char *o = malloc(n + 2 * n_big + 1);
+    if (!o) {
+        free(at);
+        snprintf(err, errn, "out of memory");
+        return -1;
+    }
+    size_t k = 0, from = 0;
+    for (size_t x = 0; x < n_big; x++) { /* each literal, then ".0" */
+        memcpy(o + k, b + from, at[x] - from);
+        k += at[x] - from;
+        memcpy(o + k, ".0", 2);
+        k += 2;
+        from = at[x];
+    }
+    memcpy(o + k, b + from, n - from);
+    k += n - from;
+    o[k]   = 0;
+    *out   = o;
+    *out_n = k;
+    free(at);
+    return 0;
+}
+
 /* A request body through the same parser the server uses (for the fuzz target and tests):
  * 0 when it would be served, -1 with the 4xx message in err. */
 int serve_check_body(const char *body, size_t n, char *err, size_t errn) {
     json_error_t je;
-    json_t      *b = json_loadb(body, n, JSON_REJECT_DUPLICATES, &je);
+    char        *big = NULL;
+    size_t       big_n;
+    if (sreq_big_ints(body, n, &big, &big_n, err, errn))
+        return -1;
+    json_t *b = json_loadb(big ? big : body, big ? big_n : n, JSON_REJECT_DUPLICATES, &je);
+    free(big);
     if (!b) {
         sreq_json_err(&je, err, errn);
         return -1;

@@ -19,6 +19,12 @@ typedef stools_err perr; /* a 400's message and code (serve-tools.h) */
  * NUL named as such, not by jansson's flag). */
 void sreq_json_err(const json_error_t *je, char *m, size_t n);
 
+/* Integers past int64 in body b[0..n) (jansson refuses them): 0 and *out NULL when there are
+ * none; 0 and *out a copy (malloc'd, *out_n bytes) where those inside a JSON Schema are written
+ * as reals (ajv reads them as doubles); -1 with a 400's message in err for one anywhere else,
+ * naming its field and the limit. */
+int sreq_big_ints(const char *b, size_t n, char **out, size_t *out_n, char *err, size_t errn);
+
 /* ---- a parsed request ----------------------------------------------------------- */
 
 typedef struct smsg {

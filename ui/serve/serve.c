@@ -830,16 +830,28 @@ static void chat_completions(http_req *con) {
     body_feed    feed = {con->body, con->body ? con->body_n : 0, 0, 0};
     if (feed.n >= 3 && !memcmp(feed.p, "\xef\xbb\xbf", 3))
         feed.at = 3; /* a UTF-8 BOM, which RFC 8259 lets a parser ignore (Windows tools write one) */
+    char  *big = NULL, em[400];
+    size_t big_n;
+    if (sreq_big_ints(feed.p + feed.at, feed.n - feed.at, &big, &big_n, em, sizeof em)) {
+        free(con->body);
+        con->body = NULL;
+        send_error(con, 400, "invalid_request_error", "integer_too_large", em);
+        return;
+    }
+    if (big) { /* integers past int64 inside a schema, now reals: parse the copy */
+        free(con->body);
+        con->body = big;
+        feed      = (body_feed){big, big_n, 0, 0};
+    }
     parse_turn(1);
     json_t *b = json_load_callback(feed_body, &feed, JSON_REJECT_DUPLICATES, &je);
     free(con->body); /* the parsed tree holds what counts: the raw bytes go now */
     con->body = NULL;
     if (!b) {
         parse_turn(0);
-        char m[400];
-        sreq_json_err(&je, m, sizeof m);
+        sreq_json_err(&je, em, sizeof em);
         send_error(con, 400, "invalid_request_error",
-                   json_error_code(&je) == json_error_duplicate_key ? "duplicate_key" : "invalid_json", m);
+                   json_error_code(&je) == json_error_duplicate_key ? "duplicate_key" : "invalid_json", em);
         return;
     }
     job *j = calloc(1, sizeof *j);
