@@ -54,7 +54,7 @@ static void ask(k3_conv *c, k3_session *s, const char *q) {
  * index 10, the call's name, or from its own name, index 1, once that exchange is gone); a last
  * exchange. name10: the tenth result's own name (NULL: none, it has only its call id). */
 static void fit_conv(k3_conv *c, int drop, const char *name10) {
-    static char  ids[10][8], args[10][32], res[10][8];
+    static char  ids[10][16], args[10][48], res[10][16];
     k3_tool_call calls[10];
     for (int k = 0; k < 10; k++) {
         snprintf(ids[k], sizeof ids[k], "c%d", k + 1);
