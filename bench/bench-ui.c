@@ -85,6 +85,25 @@ static void write_script(const char *path, int markdown) {
     fclose(f);
 }
 
+/* k3chat (exe) on the mock engine's script in a 120x40 pseudo-terminal (*fd), its state under
+ * dir; stats (or NULL): K3_UI_STATS. Returns its pid, -1 on failure. */
+static pid_t spawn_chat(const char *exe, const char *dir, const char *script, const char *stats, int *fd) {
+    struct winsize ws  = {.ws_row = 40, .ws_col = 120};
+    pid_t          pid = forkpty(fd, NULL, NULL, &ws);
+    if (pid == 0) {
+        setenv("TERM", "xterm-256color", 1);
+        setenv("LC_ALL", "C.UTF-8", 1);
+        setenv("K3_MOCK", script, 1);
+        if (stats)
+            setenv("K3_UI_STATS", stats, 1);
+        setenv("XDG_STATE_HOME", dir, 1);
+        setenv("XDG_DATA_HOME", dir, 1);
+        execl(exe, "k3chat", "/bench/mock", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
 /* One scripted turn in k3chat; results named PREFIX_token_to_screen_ms, PREFIX_cpu_share and
  * PREFIX_frame_cpu_ms. */
 static int run_turn(const char *prefix, int markdown) {
@@ -107,21 +126,10 @@ static int run_turn(const char *prefix, int markdown) {
     snprintf(stats, sizeof stats, "%s/stats.txt", dir);
     write_script(script, markdown);
 
-    struct winsize ws = {.ws_row = 40, .ws_col = 120};
-    int            fd;
-    pid_t          pid = forkpty(&fd, NULL, NULL, &ws);
+    int   fd;
+    pid_t pid = spawn_chat(exe, dir, script, stats, &fd);
     if (pid < 0)
         return 1;
-    if (pid == 0) {
-        setenv("TERM", "xterm-256color", 1);
-        setenv("LC_ALL", "C.UTF-8", 1);
-        setenv("K3_MOCK", script, 1);
-        setenv("K3_UI_STATS", stats, 1);
-        setenv("XDG_STATE_HOME", dir, 1);
-        setenv("XDG_DATA_HOME", dir, 1);
-        execl(exe, "k3chat", "/bench/mock", (char *)NULL);
-        _exit(127);
-    }
     int ok = pump_until(fd, "mock", 10) == 0;
     if (ok && write(fd, "bench\r", 6) != 6)
         ok = 0;
@@ -225,21 +233,11 @@ static double paste_cpu(const char *exe, size_t bytes) {
         n += (size_t)snprintf(buf + n, cap - n, "paste line %07d \xc3\xa9\xe6\xbc\xa2\xf0\x9f\x8e\x89\n", i);
     n += (size_t)snprintf(buf + n, cap - n, "\033[201~Q7Q");
 
-    struct winsize ws = {.ws_row = 40, .ws_col = 120};
-    int            fd;
-    pid_t          pid = forkpty(&fd, NULL, NULL, &ws);
+    int   fd;
+    pid_t pid = spawn_chat(exe, dir, script, NULL, &fd);
     if (pid < 0) {
         free(buf);
         return -1;
-    }
-    if (pid == 0) {
-        setenv("TERM", "xterm-256color", 1);
-        setenv("LC_ALL", "C.UTF-8", 1);
-        setenv("K3_MOCK", script, 1);
-        setenv("XDG_STATE_HOME", dir, 1);
-        setenv("XDG_DATA_HOME", dir, 1);
-        execl(exe, "k3chat", "/bench/mock", (char *)NULL);
-        _exit(127);
     }
     double cpu = -1;
     if (pump_until(fd, "mock", 10) == 0) {
