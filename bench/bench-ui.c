@@ -85,6 +85,25 @@ static void write_script(const char *path, int markdown) {
     fclose(f);
 }
 
+/* k3chat (exe) on the mock engine's script in a 120x40 pseudo-terminal (*fd), its state under
+ * dir; stats (or NULL): K3_UI_STATS. Returns its pid, -1 on failure. */
+static pid_t spawn_chat(const char *exe, const char *dir, const char *script, const char *stats, int *fd) {
+    struct winsize ws  = {.ws_row = 40, .ws_col = 120};
+    pid_t          pid = forkpty(fd, NULL, NULL, &ws);
+    if (pid == 0) {
+        setenv("TERM", "xterm-256color", 1);
+        setenv("LC_ALL", "C.UTF-8", 1);
+        setenv("K3_MOCK", script, 1);
+        if (stats)
+            setenv("K3_UI_STATS", stats, 1);
+        setenv("XDG_STATE_HOME", dir, 1);
+        setenv("XDG_DATA_HOME", dir, 1);
+        execl(exe, "k3chat", "/bench/mock", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
 /* One scripted turn in k3chat; results named PREFIX_token_to_screen_ms, PREFIX_cpu_share and
  * PREFIX_frame_cpu_ms. */
 static int run_turn(const char *prefix, int markdown) {
@@ -107,21 +126,10 @@ static int run_turn(const char *prefix, int markdown) {
     snprintf(stats, sizeof stats, "%s/stats.txt", dir);
     write_script(script, markdown);
 
-    struct winsize ws = {.ws_row = 40, .ws_col = 120};
-    int            fd;
-    pid_t          pid = forkpty(&fd, NULL, NULL, &ws);
+    int   fd;
+    pid_t pid = spawn_chat(exe, dir, script, stats, &fd);
     if (pid < 0)
         return 1;
-    if (pid == 0) {
-        setenv("TERM", "xterm-256color", 1);
-        setenv("LC_ALL", "C.UTF-8", 1);
-        setenv("K3_MOCK", script, 1);
-        setenv("K3_UI_STATS", stats, 1);
-        setenv("XDG_STATE_HOME", dir, 1);
-        setenv("XDG_DATA_HOME", dir, 1);
-        execl(exe, "k3chat", "/bench/mock", (char *)NULL);
-        _exit(127);
-    }
     int ok = pump_until(fd, "mock", 10) == 0;
     if (ok && write(fd, "bench\r", 6) != 6)
         ok = 0;
@@ -187,7 +195,121 @@ static int run_turn(const char *prefix, int markdown) {
     return 0;
 }
 
+/* CPU seconds (user + system) that process pid has used */
+static double proc_cpu_s(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE  *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n]           = 0;
+    const char   *p  = strrchr(buf, ')'); /* fields 14 and 15 after the command's name */
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The CPU seconds k3chat (at exe) spends taking a bracketed paste of about `bytes` bytes of
+ * text (lines of ASCII, 2-, 3- and 4-byte characters) into its input line: from the paste's
+ * first byte until a key typed after it is on the screen. -1 on failure. */
+static double paste_cpu(const char *exe, size_t bytes) {
+    char dir[64] = "/tmp/k3bench-paste.XXXXXX", script[128];
+    if (!mkdtemp(dir))
+        return -1;
+    snprintf(script, sizeof script, "%s/mock.txt", dir);
+    FILE *f = fopen(script, "w");
+    if (!f)
+        return -1;
+    fputs("delay 0\nresponse ok\n", f);
+    fclose(f);
+    size_t cap = bytes + 64, n = 0;
+    char  *buf = malloc(cap);
+    if (!buf)
+        return -1;
+    n += (size_t)snprintf(buf, cap, "\033[200~");
+    for (int i = 0; n + 40 < cap - 16; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "paste line %07d \xc3\xa9\xe6\xbc\xa2\xf0\x9f\x8e\x89\n", i);
+    n += (size_t)snprintf(buf + n, cap - n, "\033[201~Q7Q");
+
+    int   fd;
+    pid_t pid = spawn_chat(exe, dir, script, NULL, &fd);
+    if (pid < 0) {
+        free(buf);
+        return -1;
+    }
+    double cpu = -1;
+    if (pump_until(fd, "mock", 10) == 0) {
+        pump_until(fd, NULL, 0.3); /* idle: the start's drawing is done */
+        double c0 = proc_cpu_s(pid);
+        for (size_t off = 0; off < n;) { /* write while draining the screen output */
+            struct pollfd p = {fd, POLLIN | POLLOUT, 0};
+            if (poll(&p, 1, 100) <= 0)
+                continue;
+            char sink[4096];
+            if (p.revents & POLLIN && read(fd, sink, sizeof sink) <= 0)
+                break;
+            if (p.revents & POLLOUT) {
+                ssize_t w = write(fd, buf + off, n - off < 4096 ? n - off : 4096);
+                off += w > 0 ? (size_t)w : 0;
+            }
+        }
+        if (pump_until(fd, "Q7Q", 120) == 0)
+            cpu = proc_cpu_s(pid) - c0;
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(fd);
+    free(buf);
+    remove(script);
+    rmdir(dir);
+    return cpu;
+}
+
+/* ui_paste_100k_cpu_s, ui_paste_1m_cpu_s: the paste's CPU time. Reference: the same paste into
+ * the k3chat named by K3_BENCH_REF_K3CHAT (an older build), measured in alternating rounds;
+ * without it, the other size's figure scaled by the sizes (linear cost). Medians of 3 rounds. */
+static int run_paste(void) {
+    static const struct {
+        const char *name;
+        size_t      bytes;
+    } sz[] = {{"ui_paste_100k_cpu_s", 100000}, {"ui_paste_1m_cpu_s", 1000000}};
+    char    exe[4096];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 16);
+    if (k <= 0 || (!bench_want(sz[0].name) && !bench_want(sz[1].name)))
+        return 0;
+    exe[k]      = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return 1;
+    strcpy(slash + 1, "k3chat");
+    const char *ref = getenv("K3_BENCH_REF_K3CHAT");
+    double      med[2][2]; /* [size][new, reference] */
+    for (int s = 0; s < 2; s++) {
+        double r[2][3];
+        for (int i = 0; i < 3; i++) /* rounds alternate between the two */
+            for (int w = 0; w < 1 + (ref != NULL); w++)
+                if ((r[w][i] = paste_cpu(w ? ref : exe, sz[s].bytes)) < 0) {
+                    fprintf(stderr, "bench-ui: k3chat did not take the paste\n");
+                    return 1;
+                }
+        for (int w = 0; w < 1 + (ref != NULL); w++) { /* the median of 3 */
+            double *x = r[w], lo = x[0] < x[1] ? x[0] : x[1], hi = x[0] < x[1] ? x[1] : x[0];
+            med[s][w] = x[2] < lo ? lo : x[2] > hi ? hi : x[2];
+        }
+    }
+    printf("# ui_paste: CPU seconds of k3chat taking a bracketed paste into its input line (reference: %s)\n",
+           ref ? ref : "the other size's figure times the size ratio");
+    for (int s = 0; s < 2; s++)
+        if (bench_want(sz[s].name))
+            bench_report(sz[s].name, med[s][0], "s",
+                         ref ? med[s][1] : med[!s][0] * (double)sz[s].bytes / (double)sz[!s].bytes, "s");
+    return 0;
+}
+
 int bench_ui(void) {
-    /* ui_*: a plain-text answer; ui_md_*: a Markdown-heavy one (rendered as it streams) */
-    return run_turn("ui", 0) | run_turn("ui_md", 1);
+    /* ui_*: a plain-text answer; ui_md_*: a Markdown-heavy one (rendered as it streams);
+     * ui_paste_*: a large bracketed paste */
+    return run_turn("ui", 0) | run_turn("ui_md", 1) | run_paste();
 }

@@ -19,6 +19,44 @@ check "1: the paste ended: later keys are typed after it" wait_for "› abc�de
 keys Enter
 check "1: the whole message is sent" wait_for "answer to abc�def ghiXYZ" 3
 
+# 2: a large paste is read in blocks, not one byte per read(): two 220 kB pastes with keys typed
+# right behind each (so they come in the same reads as the end markers, an arrow key among
+# them), characters of 1 to 4 bytes and a Latin-1 byte across the block edges, the end marker
+# cut by one; they arrive byte-exact, the keys in order, in few read() calls
+/usr/bin/python3 -c '
+import sys
+chars = ["a", "\u00e9", "\u6f22", "\U0001f389", "\t", "\n", "z", "\u00df", "\u2028"]
+s = "".join(chars[(i * 7 + i // 5) % len(chars)] for i in range(110000)).encode()
+s = s[:1000] + b"\xe9" + s[1000:]
+while len(s) % 96 != 93:  # the paste is read 96 bytes at a time: its end marker is cut by one
+    s += b"x"
+open(sys.argv[1], "wb").write(s)
+t = s.decode("utf-8", "replace")
+open(sys.argv[2], "w", encoding="utf-8").write(t + "XYZ" + t + "NED")' "$K3_TMP/big.txt" "$K3_TMP/big.want"
+pid=$(pgrep -P "$($T display -p '#{pane_pid}')")
+r0=$(awk '/^syscr/ { print $2 }' "/proc/$pid/io")
+$T load-buffer "$K3_TMP/big.txt"
+$T paste-buffer -p -r
+keys -l "XYZ"
+$T paste-buffer -p -r
+keys -l "ND"
+keys Left
+keys -l "E"
+check "2: two large pastes with keys typed behind each: the last keys show" wait_for "xNED" 60
+r1=$(awk '/^syscr/ { print $2 }' "/proc/$pid/io")
+check "2: 440 kB pasted in fewer than 44000 read() calls (one a byte before) ($((r1 - r0)))" \
+    test $((r1 - r0)) -lt 44000
+check "2: the invalid byte is reported as ever" wait_for "the pasted text: invalid UTF-8 (1 sequence)" 5
+keys Enter
+wait_for "answer to" 30
+type_line "/save $K3_TMP/big.jsonl"
+wait_for "saved 4 messages" 10
+check "2: the pastes and the keys arrive byte-exact and in order" /usr/bin/python3 -c '
+import json, sys
+want = open(sys.argv[2], encoding="utf-8").read()
+got = [m for m in map(json.loads, open(sys.argv[1], encoding="utf-8")) if m.get("role") == "user"][-1]["content"]
+sys.exit(got != want)' "$K3_TMP/big.jsonl" "$K3_TMP/big.want"
+
 # 4 and 12 on models/k3-nano: the engine's info lines with K3_VERBOSE=1; /load adopts the
 # transcript's settings, which the status bar shows
 M="$K3_SRC/models/k3-nano"

@@ -654,6 +654,25 @@ static void test_utf8(void) {
             "and says how many and where (%d, line %d byte %d)", info.utf8_fixed, info.utf8_line,
             info.utf8_byte);
     T_CHECK(k3_conv_save(c, q) == K3_OK, "the repaired conversation saves (%s)", k3_errmsg());
+
+    /* a NUL byte on a line with invalid UTF-8: the repaired copy was measured with strlen, cut at
+     * the NUL, and the error spoke of the end of the text, not of the NUL */
+    static const char bin[] = HDR "{\"role\":\"user\",\"content\":\"\xff a\0b\"}\n"
+                                  "{\"role\":\"user\",\"content\":\"next\"}\n";
+    path_in(p, sizeof p, "nul.jsonl");
+    write_file(p, bin, sizeof bin - 1);
+    st = k3_conv_load(c, p, &info);
+    T_CHECK(st == K3_ERR_FORMAT && strstr(k3_errmsg(), "nul.jsonl:2:") && strstr(k3_errmsg(), "NUL byte") &&
+                strstr(k3_errmsg(), "byte 30") && k3_conv_count(c) == 3,
+            "a NUL byte beside invalid UTF-8: an error naming the line and byte, the chat kept (%s)",
+            k3_errmsg());
+    /* the same as the last line of the file: a torn append (a crash leaves zeros), earlier kept */
+    path_in(p, sizeof p, "nul-last.jsonl");
+    write_file(p, bin, 69 + 32); /* the header and line 2 up to the "}" */
+    st = k3_conv_load(c, p, &info);
+    T_CHECK(st == K3_OK && k3_conv_count(c) == 0 && info.torn_line == 2 && strstr(info.torn_why, "NUL byte"),
+            "a NUL byte in the last, unfinished line: a torn line, said so (%d %s)", info.torn_line,
+            info.torn_why);
     k3_conv_free(c);
 }
 

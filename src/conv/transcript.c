@@ -1059,6 +1059,15 @@ out:
 static k3_status parse_line(const lctx *L, const char *p, size_t n, k3_conv *c, k3_load_info *info,
                             int *json_syntax) {
     *json_syntax = 0;
+    /* a raw NUL byte: JSON allows no control character, inside a string or out (a binary file, a
+     * block of zeros left by a crash); said here by its byte, as the repaired copy below is a C
+     * string and would end at it */
+    const char *nul = memchr(p, 0, n);
+    if (nul) {
+        *json_syntax = 1;
+        return LERR(L, "a NUL byte at byte %zu, which JSON does not allow (a binary file?)",
+                    (size_t)(nul - p) + 1);
+    }
     /* invalid UTF-8 (a Latin-1 byte, a cut character) becomes U+FFFD, as everywhere k3chat
      * reads text; the caller reports how many and where (k3_load_info) */
     char  *fixed = NULL;

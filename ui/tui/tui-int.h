@@ -123,8 +123,16 @@ typedef struct tui {
     int scroll;       /* conversation lines scrolled up from the bottom */
     int scroll_shown; /* the scroll the status bar shows ("scrolled ↑N")  */
     int mouse;
-    int paste;    /* inside a bracketed paste */
-    int bad_utf8; /* invalid UTF-8 sequences read (as U+FFFD) since the last notice */
+    int paste; /* inside a bracketed paste */
+    /* the paste's bytes read in blocks from stdin, not by curses (tui.c, paste_read): set only
+     * while curses holds no key read ahead */
+    int           paste_raw;
+    unsigned char paste_carry[128]; /* a cut end marker or UTF-8 sequence; after a paste, the
+                                     * start of the next one read with it */
+    int         n_carry;
+    double      paste_shown; /* when the paste so far last went into the input line */
+    signed char solo[256];   /* per byte: 0 text, 1 begins a key (key_defined) */
+    int         bad_utf8;    /* invalid UTF-8 sequences read (as U+FFFD) since the last notice */
     /* Ctrl-R: the history search the UI runs itself (label in the hint rows above the line) */
     int     srch;          /* searching                                   */
     char    srch_pat[256]; /* the pattern typed (UTF-8)                   */

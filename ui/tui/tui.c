@@ -694,6 +694,16 @@ static void on_mouse(tui *t) {
     }
 }
 
+/* A UTF-8 sequence's lead byte c: how many continuation bytes follow (0: c is invalid), the
+ * code point's bits so far, and the range the first continuation byte must be in (RFC 3629). */
+static int utf8_lead(unsigned c, unsigned *cp, unsigned *lo, unsigned *hi) {
+    int need = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : 0;
+    *cp      = c & (need == 1 ? 0x1f : need == 2 ? 0x0f : 0x07);
+    *lo      = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    *hi      = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    return need;
+}
+
 /* Wait for the next key, handling engine events and drawing meanwhile. Returns the key and
  * whether it is a function key (KEY_*), or 0 when asked to quit. */
 /* get_wch over getch, decoding UTF-8 here: curses' own decoder swallows the bytes after an
@@ -709,14 +719,13 @@ static int read_wch(tui *t, wint_t *k) {
         return KEY_CODE_YES;
     if (c < 0x80)
         return OK;
-    int      need = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : 0;
-    unsigned cp   = (unsigned)c & (need == 1 ? 0x1f : need == 2 ? 0x0f : 0x07);
-    int      lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    unsigned cp, lo, hi;
+    int      need = utf8_lead((unsigned)c, &cp, &lo, &hi);
     for (int i = 0; i < need; i++) {
         timeout(50);
         int b = getch();
         timeout(0);
-        if (b == ERR || b < lo || b > hi) {
+        if (b == ERR || b < (int)lo || b > (int)hi) {
             if (b != ERR)
                 ungetch(b);
             need = 0;
@@ -740,6 +749,184 @@ static void report_bad_utf8(tui *t, const char *what) {
     notice(t, ROLE_ERROR, "%s: invalid UTF-8 (%d sequence%s) replaced with U+FFFD; k3chat reads UTF-8 text",
            what, t->bad_utf8, t->bad_utf8 == 1 ? "" : "s");
     t->bad_utf8 = 0;
+}
+
+static void paste_flush(tui *t) {
+    t->paste_shown = ev_now();
+    if (t->paste_buf.n) {
+        inp_insert(t->in, t->paste_buf.p);
+        t->paste_buf.n    = 0;
+        t->paste_buf.p[0] = 0;
+        t->dirty |= DIRTY_INPUT;
+    }
+}
+
+/* One character of a paste (0: none); the text goes into the input line in large pieces. */
+static void paste_char(tui *t, wint_t c) {
+    char u[8];
+    if (c) {
+        utf8proc_ssize_t l = utf8proc_encode_char((utf8proc_int32_t)c, (utf8proc_uint8_t *)u);
+        txt_buf_add(&t->paste_buf, u, (size_t)l);
+    }
+    if (t->paste_buf.n > 65536)
+        paste_flush(t);
+}
+
+static void paste_end(tui *t) {
+    t->paste     = 0;
+    t->paste_raw = 0;
+    paste_flush(t);
+    report_bad_utf8(t, "the pasted text");
+    t->dirty |= DIRTY_INPUT;
+}
+
+/* A bracketed paste read in blocks. Curses reads the terminal one byte per read() (two thirds
+ * of a 2 MB paste's CPU time went there); between ESC[200~ and ESC[201~ the UI reads stdin
+ * itself, PASTE_BLOCK bytes at a time, and takes them as read_wch and on_key would have: UTF-8
+ * with U+FFFD for an invalid sequence, CR and keypad Enter as newlines, other keys dropped, the
+ * keys found in curses' own table (key_defined) as curses finds them. It starts only when curses
+ * has just returned ESC[200~, when curses holds nothing read ahead (it reads no further than a
+ * key's last byte). What follows the end marker in the same block goes back to curses in order
+ * (ungetch), decoded into keys here, as ungetch'd bytes are not decoded again; a block is small
+ * enough for curses' queue (137 keys) to take all of it. */
+enum { PASTE_BLOCK = 96, PASTE_KEY_MAX = 16 };
+
+/* Which bytes are text and which begin a key in curses' table (0 / nonzero), for key_at. */
+static void paste_keys_init(tui *t) {
+    for (int b = 1; b < 256; b++) {
+        char s[2]  = {(char)b, 0};
+        t->solo[b] = (signed char)(key_defined(s) != 0);
+    }
+}
+
+/* The key curses reads at b[0,n) and its length in *len (kgetch's rule: the longest match
+ * is not looked for, the first defined one is taken); 0 with *len 1 where b[0] is a byte of its
+ * own; -1 where b ends before it is known. */
+static int key_at(const unsigned char *b, size_t n, size_t *len) {
+    char s[PASTE_KEY_MAX + 1];
+    *len = 1;
+    for (size_t l = 1; l <= n && l <= PASTE_KEY_MAX && b[l - 1]; l++) {
+        s[l - 1] = (char)b[l - 1];
+        s[l]     = 0;
+        int k    = key_defined(s);
+        if (k > 0)
+            *len = l;
+        if (k >= 0)
+            return k;
+        if (l == n)
+            return -1;
+    }
+    return 0;
+}
+
+/* The paste ended; rest[0,n) followed it in the same read (the buffer holds PASTE_KEY_MAX more
+ * bytes). Its keys go back to curses, in order, up to a next paste's start; that paste's text is
+ * kept for its own paste_read. A key cut at the end is completed from stdin as curses would. */
+static void paste_done(tui *t, unsigned char *rest, size_t n) {
+    paste_end(t);
+    int    keys[PASTE_BLOCK + PASTE_KEY_MAX + 1];
+    size_t nk = 0, cap = n + PASTE_KEY_MAX;
+    for (size_t i = 0; i < n;) {
+        size_t len = 1;
+        int    k   = t->solo[rest[i]] ? key_at(rest + i, n - i, &len) : 0;
+        if (k < 0) {
+            struct pollfd p = {0, POLLIN, 0};
+            if (n < cap && poll(&p, 1, get_escdelay()) > 0 && read(0, rest + n, 1) == 1) {
+                n++;
+                continue;
+            }
+            k = 0, len = 1; /* not to come: the byte alone */
+        }
+        if (k == KEY_PASTE_BEGIN) {
+            keys[nk++] = k;
+            memcpy(t->paste_carry, rest + i + len, n - i - len);
+            t->n_carry = (int)(n - i - len);
+            break;
+        }
+        if (k == KEY_MOUSE) /* its report is curses' to read, and is here: dropped */
+            for (len = 3; i + len < n && rest[i + 2] == '<' && rest[i + len] != 'M' && rest[i + len] != 'm';)
+                len++;
+        else
+            keys[nk++] = k ? k : rest[i];
+        i += len + (k == KEY_MOUSE && rest[i + 2] != '<' ? 3 : k == KEY_MOUSE);
+    }
+    while (nk--)
+        ungetch(keys[nk]);
+}
+
+/* Takes b[0,n) as paste text. Returns how many bytes at its end wait for the next read (a cut
+ * key or UTF-8 sequence; none when final: a sequence still cut is invalid, as read_wch has it
+ * after its wait, and a cut key its first byte, as curses has it). May end the paste. */
+static size_t paste_block(tui *t, unsigned char *b, size_t n, int final) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = b[i];
+        if (t->solo[c]) {
+            size_t len;
+            int    k = key_at(b + i, n - i, &len);
+            if (k < 0 && !final)
+                return n - i;
+            if (k == KEY_PASTE_END) {
+                paste_done(t, b + i + len, n - i - len);
+                return 0;
+            }
+            paste_char(t, k > 0 ? (k == KEY_ENTER ? '\n' : 0) : c);
+            i += k > 0 ? len : 1;
+            continue;
+        }
+        if (c < 0x80) {
+            paste_char(t, c == '\r' ? '\n' : c);
+            i++;
+            continue;
+        }
+        unsigned cp, lo, hi;
+        int      need = utf8_lead(c, &cp, &lo, &hi);
+        size_t   j    = i + 1;
+        for (int k = 0; k < need; k++, j++) {
+            if (j == n && !final)
+                return n - i;
+            if (j == n || t->solo[b[j]] || b[j] < lo || b[j] > hi) {
+                need = 0;
+                break;
+            }
+            cp = cp << 6 | (b[j] & 0x3f);
+            lo = 0x80, hi = 0xBF;
+        }
+        if (!need) {
+            t->bad_utf8++;
+            cp = 0xFFFD;
+        }
+        paste_char(t, (wint_t)cp);
+        i = j;
+    }
+    return 0;
+}
+
+/* Reads and takes one block of a paste (t->paste_raw). Returns 0 when stdin has nothing now. */
+static int paste_read(tui *t) {
+    unsigned char b[sizeof t->paste_carry + PASTE_BLOCK + PASTE_KEY_MAX];
+    size_t        n = (size_t)t->n_carry;
+    memcpy(b, t->paste_carry, n);
+    t->n_carry = 0;
+    for (;;) {
+        /* the rest of a cut sequence: waited for as curses and read_wch would */
+        struct pollfd p = {0, POLLIN, 0};
+        ssize_t       r = 0;
+        if (poll(&p, 1, !n ? 0 : t->solo[b[0]] ? get_escdelay() : 50) > 0) {
+            r = read(0, b + n, PASTE_BLOCK);
+            if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
+                paste_end(t); /* a hang-up: curses says it, as before */
+                return 1;
+            }
+        }
+        if (r <= 0 && !n)
+            return 0;
+        n += r > 0 ? (size_t)r : 0;
+        size_t keep = paste_block(t, b, n, r <= 0);
+        if (!keep || !t->paste_raw)
+            return 1;
+        memmove(b, b + n - keep, keep);
+        n = keep;
+    }
 }
 
 /* Sleep until stdin (and, with_pipe, the event pipe) is readable or timeout ms (-1: no limit)
@@ -796,15 +983,22 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         }
         if (got_tstp)
             suspend(t);
-        if (keys) {
+        if (keys && t->paste_raw) {
+            /* a paste drawn at most every 0.2 s, not once per block */
+            if (paste_read(t) && ev_now() - t->paste_shown < 0.2)
+                continue;
+        } else if (keys) {
             int r = read_wch(t, k);
             if (r != ERR) {
                 *fn = r == KEY_CODE_YES;
                 return 1;
             }
         }
-        tui_render(t, 0);
         double now = ev_now();
+        if (t->paste && t->paste_buf.n && now - t->paste_shown >= 0.2)
+            paste_flush(t); /* what has come of a paste is seen, if its end takes time or is lost */
+        tui_render(t, 0);
+        now = ev_now();
         if ((t->streaming || !t->ready) && now >= t->next_tick) {
             /* the think timer (until the answer starts) and the load rate move even without
              * events; nothing else on the screen does */
@@ -827,6 +1021,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             timeout = 0;
         if (timeout < 0)
             timeout = 1000; /* idle: look for a SIGWINCH that came outside the sleep once a second */
+        if (t->paste && t->paste_buf.n && (timeout < 0 || timeout > 250))
+            timeout = 250;
         /* Sleeping on the event pipe: arm it first (ev.h), or take the events already there. */
         int waiting = !pending && ev_arm(t->q), key = 0, evs = 0;
         int pr = waiting ? 0 : wait_input(t, !pending, timeout, &key, &evs);
@@ -1001,14 +1197,6 @@ static int search_key(tui *t, wint_t k, int fn) {
     return 1;
 }
 
-static void paste_flush(tui *t) {
-    if (t->paste_buf.n) {
-        inp_insert(t->in, t->paste_buf.p);
-        t->paste_buf.n    = 0;
-        t->paste_buf.p[0] = 0;
-    }
-}
-
 static void on_key(tui *t, wint_t k, int fn) {
     t->dirty |= DIRTY_INPUT;
     if (t->too_small) {
@@ -1017,28 +1205,22 @@ static void on_key(tui *t, wint_t k, int fn) {
             t->quit = 1;
         else if (fn && k == KEY_RESIZE)
             ui_key(t, k, fn);
-        t->paste = 0;
+        t->paste   = 0;
+        t->n_carry = 0; /* a next paste's start, read with the last one's end: dropped too */
         return;
     }
     if (fn && k == KEY_PASTE_BEGIN) {
-        t->paste = 1;
+        t->paste       = 1;
+        t->paste_raw   = 1; /* curses holds no key after this one (paste_read) */
+        t->paste_shown = ev_now();
         return;
     }
     if (fn && k == KEY_PASTE_END) {
-        t->paste = 0;
-        paste_flush(t);
-        report_bad_utf8(t, "the pasted text");
+        paste_end(t);
         return;
     }
     if (t->paste) { /* pasted text goes in as it is, newlines included */
-        char   u[8];
-        wint_t c = fn ? (k == KEY_ENTER ? '\n' : 0) : (k == '\r' ? '\n' : k);
-        if (c) {
-            utf8proc_ssize_t l = utf8proc_encode_char((utf8proc_int32_t)c, (utf8proc_uint8_t *)u);
-            txt_buf_add(&t->paste_buf, u, (size_t)l);
-        }
-        if (t->paste_buf.n > 65536)
-            paste_flush(t);
+        paste_char(t, fn ? (k == KEY_ENTER ? '\n' : 0) : (k == '\r' ? '\n' : k));
         return;
     }
     report_bad_utf8(t, "the typed text");
@@ -1265,6 +1447,7 @@ int ui_tui_run(const ui_opts *o) {
     define_key("\033[1;5F", KEY_CTRL_END);
     define_key("\033[7^", KEY_CTRL_HOME); /* rxvt's */
     define_key("\033[8^", KEY_CTRL_END);
+    paste_keys_init(t);
     printf("\033[?2004h"); /* bracketed paste on */
     fflush(stdout);
     mouseinterval(0);
