@@ -187,6 +187,14 @@ static size_t gram_charge_locked(job *j) {
     return b;
 }
 
+/* A request refused before it queued goes, its grammar's bytes with it; unlocks srv.mu. */
+static void job_drop_locked(job *j) {
+    gram_release_locked(j);
+    pthread_mutex_unlock(&srv.mu);
+    sreq_free(&j->r);
+    free(j);
+}
+
 static void job_unref_locked(job *j) {
     if (--j->refs > 0)
         return;
@@ -928,9 +936,7 @@ static void chat_completions(http_req *con) {
     j->refs = 2; /* this connection + the worker */
     pthread_mutex_lock(&srv.mu);
     if (srv.stopping) {
-        pthread_mutex_unlock(&srv.mu);
-        sreq_free(&j->r);
-        free(j);
+        job_drop_locked(j);
         send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
         return;
     }
@@ -939,10 +945,7 @@ static void chat_completions(http_req *con) {
         int      alone = gb > budget, q = srv.n_queued, a = srv.n_active;
         size_t   held = srv.gram_held - gb;
         unsigned seq  = j->seq;
-        gram_release_locked(j);
-        pthread_mutex_unlock(&srv.mu);
-        sreq_free(&j->r);
-        free(j);
+        job_drop_locked(j);
         char m[300];
         if (alone)
             snprintf(m, sizeof m,
@@ -963,10 +966,7 @@ static void chat_completions(http_req *con) {
     if (srv.n_queued >= srv.max_queue + (srv.n_slots - srv.n_active)) { /* free slots take theirs at once */
         int      q = srv.n_queued, a = srv.n_active;
         unsigned seq = j->seq;
-        gram_release_locked(j);
-        pthread_mutex_unlock(&srv.mu);
-        sreq_free(&j->r);
-        free(j);
+        job_drop_locked(j);
         char m[160];
         snprintf(m, sizeof m, "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later",
                  q, srv.max_queue);
