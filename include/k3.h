@@ -509,6 +509,9 @@ int       k3_grammar_nodes(const k3_grammar *g);
 /* Fills every node's mask cache now (otherwise each is filled on its first visit). */
 k3_status k3_grammar_warm(const k3_grammar *g);
 int32_t   k3_grammar_words(const k3_grammar *g); /* uint64_t words of its masks */
+/* The bytes g holds now: the compiled automaton, the mask cache entries filled so far and the
+ * cache passes' DFA (which grow as outputs visit new nodes); its matchers' memory is theirs. */
+size_t    k3_grammar_bytes(const k3_grammar *g);
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out);
 void      k3_gmatch_free(k3_gmatch *m);
 /* Sets the bits of the ids that may come next ((k3_gvocab_words) words). Its first visit of an

@@ -121,6 +121,36 @@ def post_chat(port, body, timeout=60):
         return r.status, data, False
 
 
+def open_stream(port, data):
+    """A raw streaming request (data: the JSON text) whose first event has arrived: (socket, bytes so far)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n%s" % (len(data), data)).encode())
+    first = b""
+    t_end = time.time() + 30
+    while b"data: " not in first and time.time() < t_end:
+        b = s.recv(4096)
+        if not b:
+            break
+        first += b
+    return s, first
+
+
+def read_until_closed(s):
+    """Read s until the peer closes it (a stream's client that keeps reading)."""
+    try:
+        while s.recv(65536):
+            pass
+    except OSError:
+        pass
+
+
+def rss_kb(pid, field="VmRSS"):
+    """The resident set of process pid (field VmHWM: its peak so far), in kB."""
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(field + r":\s+(\d+)", f.read()).group(1))
+
+
 def sse_objects(text):
     """The JSON objects of an SSE text's data lines, and whether it ends with data: [DONE]."""
     out = []

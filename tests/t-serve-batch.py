@@ -22,7 +22,7 @@ import threading
 import time
 
 import serve_lib
-from serve_lib import ok, setup, start_server, wait_for
+from serve_lib import ok, open_stream, read_until_closed, rss_kb, setup, start_server, wait_for
 
 B, T, K3, ASAN, env = setup()
 M = os.path.join(T, "m")
@@ -79,37 +79,9 @@ def post(port, data, timeout=120):
                      o["usage"]["completion_tokens"], True)
 
 
-def open_stream(port, data):
-    """A raw streaming request whose first event has arrived: (socket, bytes so far)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    s.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-               "Content-Length: %d\r\n\r\n%s" % (len(data), data)).encode())
-    first = b""
-    t_end = time.time() + 30
-    while b"data: " not in first and time.time() < t_end:
-        b = s.recv(4096)
-        if not b:
-            break
-        first += b
-    return s, first
-
-
-def read_until_closed(s):
-    try:
-        while s.recv(65536):
-            pass
-    except OSError:
-        pass
-
-
 def same(a, b):
     """Two answers agree in text, reasoning and finish (usage only when both have it)."""
     return a[:3] == b[:3] and (a[3] is None or b[3] is None or a[3] == b[3])
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
 
 def active_counts(log):

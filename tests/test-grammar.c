@@ -1814,6 +1814,26 @@ int main(int argc, char **argv) {
         free(any.p);
     }
 
+    /* k3_grammar_bytes (the server's budget, K3_SERVE_GRAMMAR_MB) counts the automaton (at least its
+     * nodes and edges) and then the mask cache entries as they are filled (k3_grammar_warm) */
+    {
+        static const char big[] = "{\"type\":\"string\",\"maxLength\":4000}";
+        k3_grammar       *gg    = NULL;
+        size_t            b0 = 0, b1 = 0, floor_ = 0;
+        if (!compile(v, big, &gg)) {
+            floor_ = (size_t)gg->n_node * sizeof(g_node);
+            for (int i = 0; i < gg->n_node; i++)
+                floor_ += (size_t)gg->node[i].n * sizeof(g_edge);
+            b0 = k3_grammar_bytes(gg);
+            b1 = k3_grammar_warm(gg) ? 0 : k3_grammar_bytes(gg);
+        }
+        T_CHECK(gg && b0 >= floor_ && floor_ > 1000000 && b1 > b0,
+                "k3_grammar_bytes of a string of maxLength 4000: %zu bytes compiled (nodes and edges %zu), "
+                "%zu with its mask caches filled",
+                b0, floor_, b1);
+        k3_grammar_free(gg);
+    }
+
     /* k3-tools.md 1.7: the response-format message, after the tool-choice one, before the prompt */
     {
         k3_chat_msg  um = {.role = "user", .content = "hi"};

@@ -133,6 +133,7 @@ struct k3_grammar {
     char             what[64]; /* "json schema", "json object", "tool calls" */
     g_numc          *num;      /* (n_num) the GE_NUM edges' conditions */
     int              n_num, cap_num;
+    size_t           built; /* bytes the compiled automaton holds (g_finish) */
 };
 
 /* The grammar's hash indexes (matcher frames, DFA state sets, schema rules, $defs names) are one

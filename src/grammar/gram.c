@@ -237,6 +237,7 @@ static int follow_sets(k3_grammar *g) {
     g->follow = k3_calloc((size_t)nr, sizeof *g->follow);
     if (!g->first || !g->follow)
         goto oom;
+    g->built = (size_t)nr * (sizeof *g->first + sizeof *g->follow); /* g_finish adds the rest */
     for (int r = 0; r < nr; r++)
         if (g->rule_of[start[r]] != r) { /* a start inside another rule: all bytes both ways */
             memcpy(g->first[r], g_all, sizeof g_all);
@@ -359,6 +360,12 @@ k3_status g_finish(k3_grammar *g) {
         g->share[i] = i;
     for (int k = 0; k < g->n_sh; k++) /* representatives are their own (the first of a group) */
         g->share[g->sh[2 * k]] = g->share[g->sh[2 * k + 1]];
+    size_t b = sizeof *g + (size_t)g->cap_node * sizeof *g->node + (size_t)g->cap_sh * 2 * sizeof *g->sh +
+               (size_t)g->cap_num * sizeof *g->num +
+               (size_t)g->n_node * (sizeof *g->cache + sizeof *g->share + sizeof *g->rule_of);
+    for (int i = 0; i < g->n_node; i++)
+        b += (size_t)g->node[i].cap * sizeof *g->node[i].e;
+    g->built += b;
     return K3_OK;
 }
 
@@ -1105,13 +1112,14 @@ int k3_gmatch_allows(k3_gmatch *m, int32_t id) {
 /* ==== token masks ======================================================================== */
 
 struct g_pass {
-    g_walk    w;       /* frames relative to the unknown stack G_UNK */
-    g_dfa     d;       /* root: none (G_UNK - 1) */
-    int32_t  *lvs;     /* (max_len + 1) the state after each prefix length */
-    uint8_t  *esc;     /* (max_len + 1) whether the step into a level left the rule */
-    uint8_t  *unc;     /* (max_len + 1) whether the token depends on the stack so far */
-    uint64_t *acc;     /* (words) scratch bitset */
-    int       stopped; /* the node whose last fill stopped past its budget (-1: none) */
+    g_walk    w;           /* frames relative to the unknown stack G_UNK */
+    g_dfa     d;           /* root: none (G_UNK - 1) */
+    int32_t  *lvs;         /* (max_len + 1) the state after each prefix length */
+    uint8_t  *esc;         /* (max_len + 1) whether the step into a level left the rule */
+    uint8_t  *unc;         /* (max_len + 1) whether the token depends on the stack so far */
+    uint64_t *acc;         /* (words) scratch bitset */
+    int       stopped;     /* the node whose last fill stopped past its budget (-1: none) */
+    size_t    cache_bytes; /* the cache entries filled so far (k3_grammar_bytes) */
 };
 
 /* The grammar's cache-pass state (g_finish). */
@@ -1284,6 +1292,8 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
     c->unc     = unc;
     c->n_unc   = nunc;
     f->stopped = -1;
+    f->cache_bytes += (kind == GC_BITS ? (size_t)v->words * sizeof *c->bits : ((size_t)n + 1) * sizeof *ids) +
+                      (size_t)capunc * sizeof *unc;
     __atomic_store_n(&c->kind, kind, __ATOMIC_RELEASE); /* last: readers check kind without the lock */
     if (budget) /* the bound, and the transitions the walk had to compute (after the fact) */
         *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
@@ -1545,4 +1555,26 @@ k3_status k3_gmatch_mask(k3_gmatch *m, uint64_t *bits) {
 k3_status k3_gmatch_mask_bounded(k3_gmatch *m, uint64_t *bits, int *done) {
     int64_t budget = m->budget < 0 ? INT64_MAX : m->budget ? m->budget : m->g->voc->n_edges;
     return mask_some(m, bits, budget, done);
+}
+
+static size_t dfa_bytes(const g_dfa *d) {
+    return (size_t)d->cap * (256 * sizeof *d->row + sizeof *d->off) + (size_t)d->capcfg * sizeof *d->cfg +
+           (size_t)d->hcap * sizeof *d->hash;
+}
+
+size_t k3_grammar_bytes(const k3_grammar *g) {
+    if (!g)
+        return 0;
+    pthread_mutex_lock(g->lock);
+    size_t b = g->built;
+    if (g->pass) {
+        const g_walk *w = &g->pass->w;
+        b += sizeof *g->pass + g->pass->cache_bytes + dfa_bytes(&g->pass->d) +
+             (size_t)w->cap_fr * sizeof *w->fr + (size_t)w->hcap * sizeof *w->hash +
+             (size_t)w->scap * (sizeof *w->stab + sizeof *w->sgen) +
+             (size_t)(g->voc->max_len + 1) * (sizeof *g->pass->lvs + 2) +
+             (size_t)g->voc->words * sizeof *g->pass->acc;
+    }
+    pthread_mutex_unlock(g->lock);
+    return b;
 }

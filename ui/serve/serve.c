@@ -116,6 +116,8 @@ typedef struct job {
     int         open_calls; /* calls streamed whose close has not come   */
     k3_conv    *c;          /* the slot's conversation while it runs      */
     int         http;       /* 0 = success; else the error's HTTP status  */
+    size_t      gram;       /* bytes of its own grammar charged to srv.gram_held */
+    int         gram_over;  /* cancelled: its grammar took the total past the budget */
     char        err_type[32], err_code[40];
     char        err[600];
     struct job *next;
@@ -138,6 +140,8 @@ static struct server {
     job            *head, *tail;      /* queue (FIFO)                           */
     int             n_queued, max_queue;
     int             queue_secs; /* longest wait in it (K3_SERVE_QUEUE_SECS) */
+    int             gram_mb;    /* the budget of the requests' grammars (K3_SERVE_GRAMMAR_MB) */
+    size_t          gram_held;  /* bytes they hold now, queued and running */
     slot           *slots;      /* (n_slots) --parallel                   */
     int             n_slots, n_active;
     int             chunk;   /* prompt ids a prefill step feeds         */
@@ -163,9 +167,38 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The request's own grammar (a json_schema or tool-call one: gram_charge_locked counts it) goes,
+ * and its bytes leave the server's total. Lock held. */
+static void gram_release_locked(job *j) {
+    srv.gram_held -= j->gram;
+    j->gram = 0;
+    if (j->r.fmt.own)
+        k3_grammar_free(j->r.fmt.g);
+    j->r.fmt.g   = NULL;
+    j->r.fmt.own = 0;
+}
+
+/* Counts the bytes j's grammar holds now (its mask caches grow as the turn runs) in the server's
+ * total; the bytes. Lock held. */
+static size_t gram_charge_locked(job *j) {
+    size_t b = j->r.fmt.own ? k3_grammar_bytes(j->r.fmt.g) : 0;
+    srv.gram_held += b - j->gram;
+    j->gram = b;
+    return b;
+}
+
+/* A request refused before it queued goes, its grammar's bytes with it; unlocks srv.mu. */
+static void job_drop_locked(job *j) {
+    gram_release_locked(j);
+    pthread_mutex_unlock(&srv.mu);
+    sreq_free(&j->r);
+    free(j);
+}
+
 static void job_unref_locked(job *j) {
     if (--j->refs > 0)
         return;
+    gram_release_locked(j);
     sreq_free(&j->r);
     free(j->sse.p);
     free(j->resp.p);
@@ -479,6 +512,7 @@ static void job_finish(slot *sl, job *j, k3_status st) {
     if (last && (last->role != K3_ROLE_ASSISTANT || !last->has_stats))
         last = NULL; /* the turn did not start */
     pthread_mutex_lock(&srv.mu);
+    gram_release_locked(j); /* now, not when a slow client has read the answer */
     if (last) {
         j->n_prompt = last->stats.n_prompt;
         j->n_cached = last->stats.n_cached;
@@ -500,6 +534,13 @@ static void job_finish(slot *sl, job *j, k3_status st) {
          * arguments that are not JSON. The plain answer has only the complete calls (2.3). */
         if (j->r.stream && j->open_calls > 0 && !j->stopped)
             j->finish = "length";
+    } else if (st == K3_ABORTED && j->gram_over && !j->gone) {
+        char m[200];
+        snprintf(m, sizeof m,
+                 "the grammar of response_format or tool_choice grew past the server's budget for them "
+                 "(K3_SERVE_GRAMMAR_MB=%d) while it ran; retry later",
+                 srv.gram_mb);
+        job_fail_locked(j, 503, "server_error", "grammar_budget", m);
     } else if (st == K3_ABORTED && srv.stopping && !j->gone) {
         job_fail_locked(j, 503, "server_error", "shutting_down", "the server is shutting down");
     } else if (st == K3_ABORTED) {
@@ -669,6 +710,17 @@ static void *worker_main(void *arg) {
         if (st) /* a bad list: a bug here, never the client's */
             serve_log("engine: %s", k3_errmsg());
         pthread_mutex_lock(&srv.mu);
+        for (int i = 0; i < srv.n_slots; i++) { /* the mask caches the step filled count; past the
+                                                 * budget the turn that grew stops (503) */
+            slot *sl = &srv.slots[i];
+            if (sl->j && sl->g && sl->j->gram && gram_charge_locked(sl->j) &&
+                srv.gram_held > (size_t)srv.gram_mb << 20 && !sl->j->gram_over) {
+                sl->j->gram_over = 1;
+                serve_log("#%u grammar budget: %zu MB held (K3_SERVE_GRAMMAR_MB=%d); cancelled", sl->j->seq,
+                          srv.gram_held >> 20, srv.gram_mb);
+                k3_conv_cancel(sl->c);
+            }
+        }
         for (int i = 0; i < srv.n_slots; i++) {
             slot *sl = &srv.slots[i];
             if (!sl->j || !sl->g || (!st && !k3_conv_gen_done(sl->g)))
@@ -884,18 +936,37 @@ static void chat_completions(http_req *con) {
     j->refs = 2; /* this connection + the worker */
     pthread_mutex_lock(&srv.mu);
     if (srv.stopping) {
-        pthread_mutex_unlock(&srv.mu);
-        sreq_free(&j->r);
-        free(j);
+        job_drop_locked(j);
         send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
+        return;
+    }
+    size_t gb = gram_charge_locked(j), budget = (size_t)srv.gram_mb << 20;
+    if (gb && srv.gram_held > budget) { /* its grammar would take the total past the budget */
+        int      alone = gb > budget, q = srv.n_queued, a = srv.n_active;
+        size_t   held = srv.gram_held - gb;
+        unsigned seq  = j->seq;
+        job_drop_locked(j);
+        char m[300];
+        if (alone)
+            snprintf(m, sizeof m,
+                     "the grammar of response_format or tool_choice takes %zu MB, more than the server's "
+                     "budget for them (K3_SERVE_GRAMMAR_MB=%d): simplify the schema",
+                     (gb + (1 << 20) - 1) >> 20, srv.gram_mb);
+        else
+            snprintf(m, sizeof m,
+                     "the server is busy: the grammars of the requests it holds take %zu MB, and this one's "
+                     "%zu MB would pass its budget for them (K3_SERVE_GRAMMAR_MB=%d); retry later",
+                     held >> 20, (gb + (1 << 20) - 1) >> 20, srv.gram_mb);
+        serve_log("#%u %d: grammar budget (%zu MB; %zu MB held, %d active, %d queued)", seq,
+                  alone ? 400 : 503, gb >> 20, held >> 20, a, q);
+        send_error(con, alone ? 400 : 503, alone ? "invalid_request_error" : "server_error",
+                   alone ? "grammar_too_large" : "grammar_budget", m);
         return;
     }
     if (srv.n_queued >= srv.max_queue + (srv.n_slots - srv.n_active)) { /* free slots take theirs at once */
         int      q = srv.n_queued, a = srv.n_active;
         unsigned seq = j->seq;
-        pthread_mutex_unlock(&srv.mu);
-        sreq_free(&j->r);
-        free(j);
+        job_drop_locked(j);
         char m[160];
         snprintf(m, sizeof m, "the server is busy: %d requests are waiting (K3_SERVE_QUEUE=%d); retry later",
                  q, srv.max_queue);
@@ -1107,6 +1178,7 @@ static int serve_env(http_rules *rules) {
         env_count(K3_SETTING_SERVE_QUEUE, SERVE_DEFAULT(SERVE_QUEUE), &srv.max_queue) ||
         env_count(K3_SETTING_SERVE_CHUNK, SERVE_DEFAULT(SERVE_CHUNK), &srv.chunk) ||
         env_count(K3_SETTING_SERVE_QUEUE_SECS, SERVE_DEFAULT(SERVE_QUEUE_SECS), &srv.queue_secs) ||
+        env_count(K3_SETTING_SERVE_GRAMMAR_MB, SERVE_DEFAULT(SERVE_GRAMMAR_MB), &srv.gram_mb) ||
         env_count(K3_SETTING_CONV_SNAPSHOTS, 16, &srv.n_snaps))
         return -1;
     if (k3_setting_env(K3_SETTING_CONV_SNAPSHOT_MB, &srv.snap_mb)) {

@@ -1,0 +1,103 @@
+# t-serve-grammar.py: the server's budget for the requests' grammars (K3_SERVE_GRAMMAR_MB). A
+# --parallel 1 server with a budget of 64 MB, its slot held by a scripted stream (40,000 words,
+# no end of message); eight requests whose json_schema compiles to ~45 MB each arrive behind it:
+# one waits, the seven others get 503 grammar_budget naming the figures and the setting (before,
+# all eight waited, each holding its grammar: ~360 MB), and the server's RSS stays within the
+# budget plus a margin (its peak); a schema whose grammar alone passes the budget is a 400
+# grammar_too_large; two small-schema requests wait too. Once the stream's client leaves, the
+# waiting ones get their answers (scripted: "{}"), and with the grammars freed a large one is
+# answered again. The server runs on 127.0.0.1 with a kernel-picked port and is always killed;
+# every wait is bounded.
+import json
+import os
+import threading
+
+import serve_lib
+from serve_lib import ok, wait_for
+
+B, T, K3, ASAN, env = serve_lib.setup()
+M = os.path.join(T, "m")
+BUDGET = 64
+HOLD = "la " * 40000
+ANSWER = "<|open|>response<|sep|>{}<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>"
+SCRIPT = os.path.join(T, "script.txt")
+with open(SCRIPT, "w") as f:
+    f.write(HOLD + "\n---\n" + ANSWER + "\n")
+
+
+def strings(n):
+    """A schema of n optional strings of maxLength 4000 (each written out: ~9 MB of grammar)."""
+    return {"type": "object", "properties": {"p%d" % i: {"type": "string", "maxLength": 4000} for i in range(n)}}
+
+
+def body(text, schema=None, stream=False, max_tokens=8):
+    b = {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "stream": stream}
+    if schema:
+        b["response_format"] = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    return b
+
+
+def answer(r):
+    return r[1]["choices"][0]["message"]["content"] if r[0] == 200 and isinstance(r[1], dict) else None
+
+
+def err(r):
+    return r[1].get("error", {}) if isinstance(r[1], dict) else {}
+
+
+procs = []
+try:
+    srv, port, log = serve_lib.start_server(K3, M, T, env, procs, "budget", ["--serve", "127.0.0.1:0", "--parallel", "1"],
+                                            K3_SERVE_GRAMMAR_MB=str(BUDGET), K3_SERVE_SCRIPT=SCRIPT,
+                                            K3_MAXT="65536")
+    ok(port is not None, "a --parallel 1 server with K3_SERVE_GRAMMAR_MB=%d starts" % BUDGET)
+    s, first = serve_lib.open_stream(port, json.dumps(body("hold", stream=True, max_tokens=60000)))
+    ok(b"data: " in first, "the holding stream has begun")
+    threading.Thread(target=lambda: serve_lib.read_until_closed(s), daemon=True).start()
+    rss0 = serve_lib.rss_kb(srv.pid, "VmHWM")
+    res, ths = {}, []
+    reqs = [("big%d" % i, body("big %d" % i, strings(5))) for i in range(8)]
+    reqs += [("small%d" % i, body("small %d" % i, {"type": "object", "properties": {"n": {"type": "integer"}}}))
+             for i in range(2)]
+    for name, b in reqs:  # one at a time: the next once this one is refused, or 1 s (it waits)
+        n0 = len(res)
+        ths.append(threading.Thread(target=lambda name=name, b=b: res.update({name: serve_lib.post_chat(port, b, 300)})))
+        ths[-1].start()
+        wait_for(lambda: len(res) > n0, 1)
+    wait_for(lambda: len(res) >= 7, 120)  # the refused ones are answered at once
+    rss1 = serve_lib.rss_kb(srv.pid, "VmHWM")  # the peak: before, the queued grammars were all held
+    big_over = [r for k, r in res.items() if k.startswith("big")]
+    ok(len(big_over) == 7 and all(r[0] == 503 and err(r).get("code") == "grammar_budget" and
+                                  "K3_SERVE_GRAMMAR_MB=%d" % BUDGET in err(r).get("message", "") for r in big_over),
+       "7 of 8 large schemas behind the stream get 503 grammar_budget naming K3_SERVE_GRAMMAR_MB (%s)"
+       % sorted((r[0], err(r).get("code")) for r in res.values()))
+    if big_over:
+        print("# message: " + err(big_over[0]).get("message", ""))
+    if ASAN:
+        print("SKIP: server RSS under AddressSanitizer (its quarantine keeps freed memory): %d kB -> %d kB"
+              % (rss0, rss1))
+    else:
+        ok(rss1 - rss0 < (BUDGET + 64) * 1024, "server's peak RSS within the budget + 64 MB with the large "
+           "schemas queued: %d kB -> %d kB" % (rss0, rss1))
+    alone = serve_lib.post_chat(port, body("alone", strings(9)), 120)
+    ok(alone[0] == 400 and err(alone).get("code") == "grammar_too_large" and
+       "K3_SERVE_GRAMMAR_MB=%d" % BUDGET in err(alone).get("message", ""),
+       "a schema whose grammar alone passes the budget: 400 grammar_too_large (%d %s)"
+       % (alone[0], err(alone).get("message")))
+    s.close()  # the stream's client leaves: the waiting ones run
+    for t in ths:
+        t.join(300)
+    waited = {k: r for k, r in res.items() if answer(r) is not None}
+    ok(len(waited) == 3 and all(answer(r) == "{}" for r in waited.values()) and
+       sum(k.startswith("small") for k in waited) == 2,
+       "the large one that waited and both small ones get their answers (%s)"
+       % sorted((k, answer(r)) for k, r in waited.items()))
+    again = [serve_lib.post_chat(port, body("again %d" % i, strings(5)), 120) for i in range(2)]
+    ok(all(answer(r) == "{}" for r in again), "their grammars freed, large schemas are answered again (%s)"
+       % [r[0] for r in again])
+    ok("503: grammar budget" in serve_lib.read_text(log), "the refusals are logged")
+    ok("Sanitizer" not in serve_lib.read_text(log) and "runtime error" not in serve_lib.read_text(log),
+       "no sanitizer or runtime error report")
+finally:
+    serve_lib.kill_all(procs)
+raise SystemExit(serve_lib.status())
