@@ -153,7 +153,9 @@ check "/raw with a bad word" wait_for "'maybe' is not on or off" 5
 keys C-l; type_line "/copy 1 code"
 check "/copy 1 code says how much" wait_for "copied 12 characters to the clipboard" 5
 b64=$(printf 'print("hi")\n' | base64 -w0)
-check "OSC 52 with the base64 of the code block on the pane's byte stream" grep -qF "]52;c;$b64" "$K3_TMP/pane.bin"
+# pipe-pane's copy (a shell tmux starts, late on a loaded machine) may not hold it yet: wait for it
+check "OSC 52 with the base64 of the code block on the pane's byte stream" \
+    wait_until "the OSC 52 in $K3_TMP/pane.bin" 15 grep -qsF "]52;c;$b64" "$K3_TMP/pane.bin"
 check "tmux received it as its clipboard buffer" sh -c "[ \"\$($T show-buffer 2>/dev/null)\" = 'print(\"hi\")' ]"
 # the last answer: the response lines of the third scripted turn
 awk '/^---/{t++; next} t==2 && /^response/{sub(/^response ?/, ""); print}' "$m" >"$K3_TMP/ans3.txt"
@@ -201,8 +203,8 @@ $T pipe-pane -O "cat >>'$K3_TMP/pane8.bin'"
 wait_for "mock · 3 layers" 10
 type_line "links please"
 check "with OSC 8 the link shows as its text alone" wait_for "and a link and E=mc^2" 10
-sleep 0.3
-check "the link text is wrapped in an OSC 8 hyperlink on the byte stream" grep -qF "]8;;https://example.com/k3" "$K3_TMP/pane8.bin"
+check "the link text is wrapped in an OSC 8 hyperlink on the byte stream" \
+    wait_until "the OSC 8 link in $K3_TMP/pane8.bin" 15 grep -qsF "]8;;https://example.com/k3" "$K3_TMP/pane8.bin"
 keys C-d
 wait_for "EXIT=0" 5
 
@@ -215,7 +217,8 @@ $T pipe-pane -O "cat >>'$K3_TMP/evil8.bin'"
 wait_for "mock · 3 layers" 10
 type_line "evil link"
 wait_for "end-of-evil" 10
-sleep 0.3
+# the checks below read the byte stream up to the answer's end: wait until pipe-pane's copy has it
+wait_until "the answer in $K3_TMP/evil8.bin" 15 grep -qs "end-of-evil" "$K3_TMP/evil8.bin"
 check "OSC 8: the hostile URL goes percent-encoded" \
     grep -qF "]8;;http://x/%C2%9C%C2%9D52;c;ZXZpbA==%C2%9C%1B]0;T%07" "$K3_TMP/evil8.bin"
 check "OSC 8: no C1 control, raw 0x9B, BEL or title command from the model on the byte stream" $PY -c '

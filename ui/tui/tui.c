@@ -930,7 +930,9 @@ static int paste_read(tui *t) {
 }
 
 /* Sleep until stdin (and, with_pipe, the event pipe) is readable or timeout ms (-1: no limit)
- * pass; like poll(): -1 (errno), 0 or the number ready, with *key / *evs saying which. The
+ * pass; like poll(): -1 (errno), 0 or the number ready, with *key / *evs saying which; *key is
+ * -1 when the terminal hung up (its other side closed: nothing will come, and it stays
+ * "readable" for ever, each read an EOF or EIO). The
  * first call makes two epoll sets, kept for the session: a wake-up from epoll_wait costs less
  * CPU than one from poll(), which registers on the terminal's wait queues at every call (about
  * a quarter of a sleep's kernel time on the machine measured, BENCHMARKS.md; a streaming turn
@@ -959,7 +961,8 @@ static int wait_input(tui *t, int with_pipe, int timeout, int *key, int *evs) {
     if (t->ep[0] < 0) {
         struct pollfd p[2] = {{0, POLLIN, 0}, {ev_fd(t->q), POLLIN, 0}};
         int           pr   = poll(p, with_pipe ? 2 : 1, timeout);
-        *key               = pr > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR));
+        short         re   = pr > 0 ? p[0].revents : 0;
+        *key               = re & (POLLHUP | POLLERR | POLLNVAL) ? -1 : (re & POLLIN) != 0;
         *evs               = pr > 0 && (p[1].revents & POLLIN);
         return pr;
     }
@@ -967,7 +970,7 @@ static int wait_input(tui *t, int with_pipe, int timeout, int *key, int *evs) {
     int                n = epoll_wait(t->ep[with_pipe != 0], ev, 2, timeout);
     for (int k = 0; k < n; k++) {
         if (ev[k].data.fd == 0)
-            *key |= (ev[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0;
+            *key = ev[k].events & (EPOLLHUP | EPOLLERR) ? -1 : (ev[k].events & EPOLLIN) != 0;
         else
             *evs |= (ev[k].events & EPOLLIN) != 0;
     }
@@ -1029,6 +1032,12 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         t->turn_wakes += t->streaming && !waiting;
         if (pr < 0 && errno != EINTR)
             return 0;
+        /* the terminal went away: end as its SIGHUP would, which need not come (k3chat in a
+         * session of its own); reading on would spin, each read an EOF */
+        if (key < 0) {
+            got_term = SIGHUP;
+            continue;
+        }
         /* EINTR: SIGWINCH, which curses turns into KEY_RESIZE on the next get_wch */
         keys = pr < 0 || (pr == 0 && !pending && !waiting) || (pr > 0 && key);
         if (pending || waiting || evs)
