@@ -57,6 +57,28 @@ want = open(sys.argv[2], encoding="utf-8").read()
 got = [m for m in map(json.loads, open(sys.argv[1], encoding="utf-8")) if m.get("role") == "user"][-1]["content"]
 sys.exit(got != want)' "$K3_TMP/big.jsonl" "$K3_TMP/big.want"
 
+# 3: a clipboard whose text holds paste markers (a terminal that does not filter them passes them
+# on): 60 short pastes, "pNN ESC[201~ ESC[200~" over and over, in one write. What follows a next
+# paste's start is carried to its own read; reading a full block on top of that carry grew it by a
+# block per paste and overran it (a stack-buffer-overflow under ASan, garbage or a crash without).
+# Every piece arrives, in order, the keys typed after them too.
+/usr/bin/python3 -c '
+import sys
+open(sys.argv[1], "w").write("".join("p%02d\x1b[201~\x1b[200~" % i for i in range(60)) + "END")' "$K3_TMP/marks.txt"
+$T load-buffer "$K3_TMP/marks.txt"
+$T paste-buffer -p -r
+keys -l "XY"
+check "3: 60 pastes in one write, keys typed behind: the last keys show" wait_for "ENDXY" 30
+keys Enter
+marks_answered() { screen | grep -q '^p00p01p02'; } # the answer's own line (the message's starts with ›)
+wait_until "the answer to the pasted message" 30 marks_answered
+type_line "/save $K3_TMP/marks.jsonl"
+wait_for "saved 6 messages" 10
+check "3: every piece arrives, in order, the keys after them" /usr/bin/python3 -c '
+import json, sys
+got = [m for m in map(json.loads, open(sys.argv[1], encoding="utf-8")) if m.get("role") == "user"][-1]["content"]
+sys.exit(got != "".join("p%02d" % i for i in range(60)) + "ENDXY")' "$K3_TMP/marks.jsonl"
+
 # 4 and 12 on models/k3-nano: the engine's info lines with K3_VERBOSE=1; /load adopts the
 # transcript's settings, which the status bar shows
 M="$K3_SRC/models/k3-nano"

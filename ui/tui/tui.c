@@ -901,18 +901,24 @@ static size_t paste_block(tui *t, unsigned char *b, size_t n, int final) {
     return 0;
 }
 
-/* Reads and takes one block of a paste (t->paste_raw). Returns 0 when stdin has nothing now. */
+/* Reads and takes one block of a paste (t->paste_raw). Returns 0 when stdin has nothing now.
+ * b holds at most what paste_carry can, plus the PASTE_KEY_MAX bytes paste_done may read to
+ * complete a cut key: what follows a next paste's start is carried over to its own paste_read,
+ * so reading a full block on top of a carry grew it by a block per paste, and a clipboard of
+ * short pastes ("x ESC[201~ ESC[200~" over and over) overran the carry and this buffer. */
 static int paste_read(tui *t) {
-    unsigned char b[sizeof t->paste_carry + PASTE_BLOCK + PASTE_KEY_MAX];
+    unsigned char b[sizeof t->paste_carry + PASTE_KEY_MAX];
     size_t        n = (size_t)t->n_carry;
     memcpy(b, t->paste_carry, n);
     t->n_carry = 0;
     for (;;) {
-        /* the rest of a cut sequence: waited for as curses and read_wch would */
-        struct pollfd p = {0, POLLIN, 0};
-        ssize_t       r = 0;
-        if (poll(&p, 1, !n ? 0 : t->solo[b[0]] ? get_escdelay() : 50) > 0) {
-            r = read(0, b + n, PASTE_BLOCK);
+        /* the rest of a cut sequence: waited for as curses and read_wch would; a full b is
+         * taken first, and keeps at most a cut key or character of it */
+        const size_t  room = sizeof t->paste_carry - n;
+        struct pollfd p    = {0, POLLIN, 0};
+        ssize_t       r    = 0;
+        if (room && poll(&p, 1, !n ? 0 : t->solo[b[0]] ? get_escdelay() : 50) > 0) {
+            r = read(0, b + n, room < PASTE_BLOCK ? room : PASTE_BLOCK);
             if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
                 paste_end(t); /* a hang-up: curses says it, as before */
                 return 1;
@@ -921,7 +927,7 @@ static int paste_read(tui *t) {
         if (r <= 0 && !n)
             return 0;
         n += r > 0 ? (size_t)r : 0;
-        size_t keep = paste_block(t, b, n, r <= 0);
+        size_t keep = paste_block(t, b, n, room && r <= 0);
         if (!keep || !t->paste_raw)
             return 1;
         memmove(b, b + n - keep, keep);
