@@ -284,7 +284,7 @@ static int run_paste(void) {
     if (!slash)
         return 1;
     strcpy(slash + 1, "k3chat");
-    const char *ref = getenv("K3_BENCH_REF_K3CHAT");
+    const char *ref = k3_setting_env_str(K3_SETTING_BENCH_REF_K3CHAT);
     double      med[2][2]; /* [size][new, reference] */
     for (int s = 0; s < 2; s++) {
         double r[2][3];

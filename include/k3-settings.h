@@ -198,6 +198,8 @@
       "a model for decode_batch (unset: generated) (benchmarks)")                                            \
     X(BENCH_SERVE, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_SERVE", NULL, NULL, NULL,                         \
       "a model for serve_batch, serve_ttft and serve_chunk (unset: generated) (benchmarks)")                 \
+    X(BENCH_REF_K3CHAT, TEXT, 0, 0, NAN, NULL, "FILE", "K3_BENCH_REF_K3CHAT", NULL, NULL, NULL,              \
+      "an older k3chat ui_paste measures beside this one, rounds alternating (unset: none) (benchmarks)")    \
     X(BENCH_RELEASE, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_RELEASE", NULL, NULL, NULL,                     \
       "a model for the release benchmarks (unset: generated) (benchmarks)")                                  \
     X(BENCH_PSCALE, TEXT, 0, 0, NAN, NULL, "DIR", "K3_BENCH_PSCALE", NULL, NULL, NULL,                       \
