@@ -68,16 +68,24 @@ keys C-d
 check "3: with the autosave working one Ctrl-D quits" wait_for "EXIT=0" 10
 check "3: ... without the warning" hasnt "$refusal"
 
-# 4: line mode on a terminal (stderr too: the notices go there)
+# 4: line mode on a terminal (stderr too: the notices go there). A key is sent once the last row
+# written is the bare prompt again: a Ctrl-D typed while libedit is between two reads (the terminal in
+# its cooked mode) is the line discipline's end of file, not a byte, and can be lost when
+# libedit puts the terminal back into its own mode (seen once under ASan: the second Ctrl-D
+# never reached k3chat).
+plain_prompt() { [ "$(screen | sed -e 's/ *$//' -e '/^$/d' | tail -n 1)" = ">" ]; } # the last row written
+wait_plain_prompt() { wait_until "the line-mode prompt on the last row" 10 plain_prompt; }
 tui_start 110 30 -- "$bad $K3CHAT --temp 0 --max-tokens 8 --plain $nano; echo EXIT=\$?; sleep 60"
 # the line-mode prompt (k3-nano loads without a progress line; a message typed before the model
 # is ready waits for it)
 wait_for ">" 10
 type_line "What is 2 + 2?"
 wait_for "autosave:" 30
+wait_plain_prompt
 keys C-d
 check "4: line mode: the first Ctrl-D is refused and says why" wait_for "k3chat: quit: this conversation is $refusal" 5
 check "4: ... and k3chat is still running" hasnt "EXIT="
+wait_plain_prompt
 keys C-d
 check "4: line mode: the second Ctrl-D leaves" wait_for "EXIT=0" 10
 # 5: /load would replace the unsaved conversation: refused like /clear, in both modes, and a
@@ -99,8 +107,10 @@ tui_start 110 30 -- "$bad $K3CHAT --temp 0 --max-tokens 8 --plain $nano; echo EX
 wait_for ">" 10 # the line-mode prompt (as in 4)
 type_line "What is 2 + 2?"
 wait_for "autosave:" 30
+wait_plain_prompt
 type_line "/load $K3_TMP/keep.jsonl"
 check "5: line mode: the first /load is refused" wait_for "k3chat: /load: this conversation is $refusal" 5
+wait_plain_prompt
 keys C-d
 check "5: line mode: a Ctrl-D after it is refused" wait_for "k3chat: quit: this conversation is $refusal" 5
 check "5: ... and k3chat is still running" hasnt "EXIT="
