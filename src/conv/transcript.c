@@ -1291,34 +1291,40 @@ static void md_line(sbuf *b, const char *s) {
     }
 }
 
-/* s (one line) in a code span whose backticks outnumber any run of them in s. */
-static void md_code_span(sbuf *b, const char *s) {
+/* The longest run of backticks in s, and n backticks: a code span's or fence's delimiter is
+ * longer than any run inside it. */
+static size_t most_backticks(const char *s) {
     size_t run = 0, most = 0;
     for (const char *p = s; *p; p++)
         most = (run = *p == '`' ? run + 1 : 0) > most ? run : most;
-    int pad = most && (s[0] == '`' || s[strlen(s) - 1] == '`');
-    for (size_t k = 0; k <= most; k++)
-        sb_str(b, "`");
-    sb_str(b, pad ? " " : "");
-    md_line(b, s);
-    sb_str(b, pad ? " " : "");
-    for (size_t k = 0; k <= most; k++)
+    return most;
+}
+
+static void backticks(sbuf *b, size_t n) {
+    for (size_t k = 0; k < n; k++)
         sb_str(b, "`");
 }
 
+/* s (one line) in a code span whose backticks outnumber any run of them in s. */
+static void md_code_span(sbuf *b, const char *s) {
+    size_t most = most_backticks(s);
+    int    pad  = most && (s[0] == '`' || s[strlen(s) - 1] == '`');
+    backticks(b, most + 1);
+    sb_str(b, pad ? " " : "");
+    md_line(b, s);
+    sb_str(b, pad ? " " : "");
+    backticks(b, most + 1);
+}
+
 /* JSON (a call's arguments, a tool declaration) in a fenced block whose fence is longer than any
- * run of backticks in it. */
+ * run of backticks in it (and at least three). */
 static void md_json(sbuf *b, const char *s) {
-    size_t run = 0, most = 2;
-    for (const char *p = s; *p; p++)
-        most = (run = *p == '`' ? run + 1 : 0) > most ? run : most;
-    for (size_t k = 0; k <= most; k++)
-        sb_str(b, "`");
+    size_t most = most_backticks(s);
+    backticks(b, (most > 2 ? most : 2) + 1);
     sb_str(b, "json\n");
     sb_str(b, s);
     sb_str(b, "\n");
-    for (size_t k = 0; k <= most; k++)
-        sb_str(b, "`");
+    backticks(b, (most > 2 ? most : 2) + 1);
     sb_str(b, "\n\n");
 }
 
