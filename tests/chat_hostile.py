@@ -17,6 +17,8 @@
 #             pieces (the id repeated in the last), then get_time {}
 #   toolid    the same with the first call's id changed in its third piece
 #   toolidx   a call that opens at index 3
+#   toolcut   get_weather {"city": "Paris"}, then get_time cut after '{"days": ' by finish_reason
+#             "length" (max_tokens inside the call)
 #   length    "cut" with finish_reason "length" after 3 tokens (usage: prompt 5, completion 3)
 #   cr        "ok-cr" in events whose lines end with a lone CR
 #   crlf      "ok-crlf" with CR LF ends, each written as two pieces cut between the CR and the LF
@@ -30,6 +32,11 @@
 #   err400    400 {"error": {"message": "the first error"}}; err502: 502 without a body
 #   err500big 500 with an 8 MiB body, as a failing proxy's page
 #   redirect  307 to http://127.0.0.2:9/v1/chat/completions (nothing listens there)
+#   surrogate "a", then a lone high surrogate (\ud83d, its low half never comes), a pair (U+1F600), a
+#             lone low one (\udcff, surrogateescape's byte) and "\\ud800" (an escaped backslash,
+#             text, not an escape) in the reasoning and the answer, then a call note whose
+#             arguments hold a lone \ud83d; surrerr: the answer, then an "event: error" whose
+#             message holds a lone \udcff
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
 import json
@@ -129,6 +136,13 @@ class Fake(FakeHandler):
             with open(sys.argv[2] + ".forever", "w") as f:
                 f.write(str(sent))
             return
+        if last == "toolcut":  # get_weather whole, then get_time cut by max_tokens (finish_reason length)
+            out = sse(delta({"tool_calls": [{"index": 0, "id": "call_w", "type": "function", "function":
+                                             {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}))
+            out += sse(delta({"tool_calls": [{"index": 1, "id": "call_t", "type": "function", "function":
+                                              {"name": "get_time", "arguments": '{"days": '}}]}))
+            self.wfile.write(out + sse(delta({}, "length")) + b"data: [DONE]\n\n")
+            return
         if last in ("tools", "toolid", "toolidx"):  # OpenAI stream deltas of tool calls
             def tc(**c):
                 return sse(delta({"tool_calls": [c]}))
@@ -187,6 +201,17 @@ class Fake(FakeHandler):
                 self.wfile.flush()
                 time.sleep(1)
             self.wfile.write(sse(delta({"content": "-end"}, "stop")) + b"data: [DONE]\n\n")
+            return
+        if last in ("surrogate", "surrerr"):  # lone UTF-16 surrogates, as json.dumps writes them
+            odd = "a\ud83d b\U0001F600 c\udcff d\\ud800 e"
+            if last == "surrerr":
+                self.wfile.write(sse(delta({"content": odd})) + b"event: error\n" +
+                                 ("data: " + json.dumps({"message": "bad \udcff byte"}) + "\n\n").encode())
+                return
+            fn = {"name": "note", "arguments": '{"t": "x\ud83d y"}'}
+            out = sse(delta({"reasoning_content": odd})) + sse(delta({"content": odd})) + \
+                sse(delta({"tool_calls": [{"index": 0, "id": "call_s", "type": "function", "function": fn}]}))
+            self.wfile.write(out + sse(delta({}, "tool_calls")) + b"data: [DONE]\n\n")
             return
         if last == "cut":  # one event, then the connection closes: no finish_reason, no [DONE]
             self.wfile.write(sse(delta({"content": "half "})))

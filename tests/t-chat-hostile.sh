@@ -12,7 +12,8 @@
 # unencrypted (http:// to a host that is not loopback) draws a warning. A stream of keep-alives
 # without an answer is stopped after K3_ENDPOINT_IDLE_SECS (a slow one that progresses is not); a
 # /models list with a NUL or a lone surrogate in an id, an error body past 1 MiB and an error
-# without a body after one with a message are each named for what they are.
+# without a body after one with a message are each named for what they are. A lone UTF-16
+# surrogate escape in a stream's JSON is one U+FFFD, not a malformed stream.
 . "$K3_SRC/tests/tui-lib.sh"
 
 /usr/bin/python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
@@ -91,6 +92,46 @@ check "... what came of it is shown closed" grep -qx -e '-> get_weather({"city":
 check "a call that opens at index 3: refused" grep -qF \
     "malformed stream: tool call index 3 out of order (calls open in order from 0, 0 came so far, at most 128)" \
     "$K3_TMP/err8"
+
+# a tool call cut by finish_reason "length" (max_tokens inside it, doc/tool-calls.md): shown, but
+# not kept as a call, as the local engine keeps whole calls only (it was kept with arguments that
+# are not JSON and went back to the server with every later message); the whole call before it stays
+: >"$K3_TMP/reqs"
+printf 'toolcut\n/save %s/toolcut.jsonl\nhi\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8c" 2>"$K3_TMP/err8c"
+check "a call cut by length: shown as far as it came" grep -qxF -e '-> get_time({"days": )' "$K3_TMP/out8c"
+check "... the answer is said to be cut off" grep -q "^k3chat: the answer was cut off" "$K3_TMP/err8c"
+check "... the transcript keeps the whole call only" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+c = m[1].get("tool_calls") or []
+sys.exit(not ([(x["id"], x["function"]["arguments"]) for x in c] == [("call_w", "{\"city\": \"Paris\"}")]))' \
+    "$K3_TMP/toolcut.jsonl"
+check "... and so does the next request" /usr/bin/python3 -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+sys.exit(not (len(r) == 2 and r[1]["n_calls"] == 1))' "$K3_TMP/reqs"
+
+# lone UTF-16 surrogates in the JSON of a stream (\ud83d without its low half, \udcff alone), as
+# Python's json.dumps writes a string that holds one: each is one U+FFFD and the turn stands (the
+# whole turn was refused as 'malformed stream: an event is not a JSON object'); a pair is its
+# character and an escaped backslash before "ud800" is text
+printf 'surrogate\n/save %s/surr.jsonl\nsurrerr\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8s" 2>"$K3_TMP/err8s"
+check "lone surrogates in a stream: the answer comes, each one U+FFFD" \
+    grep -qxF "$(printf 'a\357\277\275 b\360\237\230\200 c\357\277\275 d\\ud800 e')" "$K3_TMP/out8s"
+check "... in a tool call's arguments too" \
+    grep -qxF -e "$(printf -- '-> note({"t": "x\357\277\275 y"})')" "$K3_TMP/out8s"
+check "... no stream is called malformed" sh -c "! grep -q malformed '$K3_TMP/err8s'"
+check "... kept whole in the transcript: reasoning, answer, call" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+odd = "a\ufffd b\U0001F600 c\ufffd d\\ud800 e"
+c = m[1].get("tool_calls") or [{}]
+sys.exit(not (m[1]["content"] == odd and m[1].get("reasoning_content") == odd and not m[1].get("interrupted") and
+              c[0].get("function", {}).get("arguments") == "{\"t\": \"x\ufffd y\"}"))' "$K3_TMP/surr.jsonl"
+check "an error event whose message holds one: the message, with U+FFFD" grep -qF \
+    "$(printf 'the server failed mid-answer: bad \357\277\275 byte (the conversation')" "$K3_TMP/err8s"
 
 # finish_reason "length" with the context far from full: the server's own default max_tokens
 # (SGLang's is 128); line mode said 'the context is full (4096 tokens); /forget drops ...'

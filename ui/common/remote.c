@@ -146,6 +146,71 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
     return rc;
 }
 
+/* The 16-bit value of the \uXXXX escape at s[0..n) (s[0] is its backslash), or -1. */
+static long u_escape(const char *s, size_t n) {
+    if (n < 6 || s[0] != '\\' || s[1] != 'u')
+        return -1;
+    long v = 0;
+    for (int k = 2; k < 6; k++) {
+        int c = (unsigned char)s[k];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0)
+            return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* Where the next lone surrogate escape at or after from (an escape's start or a byte outside
+ * one) begins: a \uD800..\uDBFF without a \uDC00..\uDFFF right after it, or a low half alone;
+ * n if none. In valid JSON every backslash begins an escape inside a string, so the scan needs
+ * no string state. */
+static size_t lone_surrogate(const char *s, size_t n, size_t from) {
+    for (size_t i = from; i + 1 < n;) {
+        if (s[i] != '\\') {
+            i++;
+            continue;
+        }
+        long v = u_escape(s + i, n - i);
+        if (v < 0xd800 || v > 0xdfff) {
+            i += v < 0 ? 2 : 6;
+            continue;
+        }
+        long lo = v < 0xdc00 ? u_escape(s + i + 6, n - i - 6) : -1;
+        if (lo < 0xdc00 || lo > 0xdfff)
+            return i;
+        i += 12; /* a pair: one character */
+    }
+    return n;
+}
+
+/* A server's JSON text s[0..n), parsed (NUL allowed). A lone UTF-16 surrogate escape is no
+ * character, and jansson refuses the whole text for one: one in a token's delta refused the whole
+ * turn as a "malformed stream". Servers write them (Python's json.dumps of a string decoded with
+ * surrogateescape, as a token that ends inside a character can be; a proxy that cuts a string
+ * between the halves of a pair), so each becomes \ufffd, U+FFFD, as invalid UTF-8 shows
+ * everywhere else; the rewrite is a copy, made only when there is one. */
+static json_t *server_json(const char *s, size_t n, json_error_t *je) {
+    size_t at = lone_surrogate(s, n, 0);
+    if (at == n)
+        return json_loadb(s, n, JSON_ALLOW_NUL, je);
+    char *fix = malloc(n);
+    if (!fix) {
+        if (je)
+            snprintf(je->text, sizeof je->text, "out of memory");
+        return NULL;
+    }
+    memcpy(fix, s, n);
+    for (; at < n; at = lone_surrogate(fix, n, at + 6))
+        memcpy(fix + at, "\\ufffd", 6);
+    json_t *o = json_loadb(fix, n, JSON_ALLOW_NUL, je);
+    free(fix);
+    return o;
+}
+
 /* vLLM before 0.10 answered errors as one flat object, {"object":"error","message":...}. */
 static int is_error_object(json_t *o) {
     const char *t = json_string_value(json_object_get(o, "object"));
@@ -178,7 +243,7 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     } else {
         /* this body's bytes only: body.p keeps an earlier answer's text past body.n (a 502 without
          * a body showed the error before it) */
-        json_t     *o   = r->body.n ? json_loadb(r->body.p, r->body.n, JSON_ALLOW_NUL, NULL) : NULL;
+        json_t     *o   = r->body.n ? server_json(r->body.p, r->body.n, NULL) : NULL;
         const char *msg = error_message(o);
         char       *to  = NULL; /* redirects are not followed (the key would go along): say where to */
         if (r->http >= 300 && r->http < 400 &&
@@ -260,6 +325,14 @@ static void call_close(remote *r, rcall *c) {
         ue_emit_token(r->u, EV_CH_RESPONSE, ")", 1);
         c->shown = 2;
     }
+}
+
+/* 1 when a call's arguments are a whole JSON object (those of a call cut short are not). */
+static int args_whole(const txt_buf *a) {
+    json_t *o     = json_loadb(a->p ? a->p : "", a->n, 0, NULL);
+    int     whole = json_is_object(o);
+    json_decref(o);
+    return whole;
 }
 
 static void calls_free(remote *r) {
@@ -387,7 +460,7 @@ static int on_event(remote *r, const char *d, size_t n) {
         return 0;
     }
     json_error_t je;
-    json_t      *o = json_loadb(d, n, JSON_ALLOW_NUL, &je);
+    json_t      *o = server_json(d, n, &je);
     if (r->ev_error) { /* "event: error": its data is the reason, JSON or text */
         const char *m = json_is_object(o) ? error_message(o) : NULL;
         if (!m && json_is_object(o))
@@ -560,7 +633,7 @@ static void not_api(remote *r, const char *path, const json_error_t *je, char *o
 /* A complete JSON answer (a server that ignored "stream"). */
 static int on_json_answer(remote *r) {
     json_error_t je;
-    json_t      *o   = json_loadb(r->body.p ? r->body.p : "", r->body.n, JSON_ALLOW_NUL, &je);
+    json_t      *o   = server_json(r->body.p ? r->body.p : "", r->body.n, &je);
     json_t      *ch  = json_array_get(json_object_get(o, "choices"), 0);
     json_t      *msg = json_object_get(ch, "message");
     if (!o) {
@@ -730,11 +803,15 @@ static void turn(remote *r, const ue_gen *g, int retry) {
         }
     }
     free(body);
-    /* the tool calls: shown closed, kept with the reply when the server named them */
+    /* the tool calls: shown closed, kept with the reply when the server named them, but for one
+     * that a length finish cut (its arguments are no JSON object): the local engine keeps only
+     * whole calls, and one cut would go back to the server in every later request */
     k3_tool_call *tc = r->n_calls ? calloc((size_t)r->n_calls, sizeof *tc) : NULL;
     int           nt = 0;
     for (int k = 0; k < r->n_calls; k++) {
         call_close(r, &r->calls[k]);
+        if (!strcmp(r->finish, "length") && !args_whole(&r->calls[k].args))
+            continue;
         if (r->calls[k].name && tc)
             tc[nt++] = (k3_tool_call){r->calls[k].id, r->calls[k].name, r->calls[k].args.p};
         else if (!failed) {
