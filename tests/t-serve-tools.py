@@ -137,36 +137,51 @@ try:
        "prompt cache reused across the tool turn: %d of %d prompt tokens cached (the previous turn's prompt and "
        "reply: %d)" % (cached, u.get("prompt_tokens", 0), prev))
 
-    # ---- 4. truncated inside a call (turns 4, 5): length, no complete call
-    code, o = post({"messages": q, "tools": TOOLS})
-    ch = o.get("choices", [{}])[0] if code == 200 else {}
-    ok(code == 200 and ch.get("finish_reason") == "length" and "tool_calls" not in ch.get("message", {}),
-       "a stream that stops inside a call: finish_reason length, no tool_calls")
-    code, text = post({"messages": q, "tools": TOOLS, "stream": True})
-    evs, done = events(text) if code == 200 else ([], False)
-    tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
-    fins = [e["choices"][0]["finish_reason"] for e in evs if e.get("choices") and e["choices"][0]["finish_reason"]]
-    ok(done and fins == ["length"] and tcs and tcs[0]["function"]["name"] == "get_weather" and
-       "".join(tc["function"]["arguments"] for tc in tcs) == '{"city": "Lon',
-       "streamed: what was streamed stays (name, partial arguments), finish_reason length")
+    def gathered(tcs):
+        """The calls a client builds from stream deltas: [(name, arguments)] by index."""
+        acc = {}
+        for tc in tcs:
+            a = acc.setdefault(tc["index"], ["", ""])
+            a[0] = tc["function"].get("name") or a[0]
+            a[1] += tc["function"].get("arguments", "")
+        return [tuple(acc[i]) for i in sorted(acc)]
 
-    # ---- 4b. the model ends inside its second call (turns 6, 7): the plain answer has the complete
-    # call (k3-tools.md 2.3); the stream, which sent the second call's start, reports length (2.4),
-    # not tool_calls (a client would parse arguments that are not JSON)
+    # ---- 4. cut inside a call (turns 4, 5): finish_reason length, streamed or not, and the cut
+    # call with the arguments it has, as OpenAI answers a call max_tokens cut (doc/tool-calls.md);
+    # the plain answer had no tool_calls while the stream had sent the call
     code, o = post({"messages": q, "tools": TOOLS})
     ch = o.get("choices", [{}])[0] if code == 200 else {}
     cs = ch.get("message", {}).get("tool_calls") or []
-    ok(code == 200 and ch.get("finish_reason") == "tool_calls" and
-       [(c["function"]["name"], c["function"]["arguments"]) for c in cs] == [("get_weather", '{"city": "Paris"}')],
-       "end of message inside the second call: the complete call, finish_reason tool_calls (%s)" % str(ch)[:200])
+    plain = [(c["function"]["name"], c["function"]["arguments"]) for c in cs]
+    ok(code == 200 and ch.get("finish_reason") == "length" and plain == [("get_weather", '{"city": "Lon')] and
+       re.fullmatch(r"call_[0-9a-f]{24}", cs[0].get("id", "")),
+       "an answer cut inside a call: finish_reason length, the cut call with its arguments so far (%s)" % str(ch)[:200])
     code, text = post({"messages": q, "tools": TOOLS, "stream": True})
     evs, done = events(text) if code == 200 else ([], False)
     tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
     fins = [e["choices"][0]["finish_reason"] for e in evs if e.get("choices") and e["choices"][0]["finish_reason"]]
-    ok(done and fins == ["length"] and [tc["function"].get("name") for tc in tcs if "id" in tc] ==
-       ["get_weather", "get_time"] and
-       "".join(tc["function"]["arguments"] for tc in tcs if tc["index"] == 0) == '{"city": "Paris"}',
-       "streamed: both calls' starts stay, finish_reason length, not tool_calls (%s)" % fins)
+    ok(done and fins == ["length"] and gathered(tcs) == plain,
+       "streamed: what was streamed stays, finish_reason length, the same call as the plain answer (%s)" % fins)
+
+    # ---- 4b. the model ends (E) inside its second call (turns 6, 7): k3-tools.md 2.3 read alone says
+    # tool_calls (one call parsed, stopped on E), 2.4 says length (ended inside an unclosed call); the
+    # plain answer said tool_calls with one call, the stream length with two. Both say length now,
+    # with the same two calls: the whole one and the cut one.
+    code, o = post({"messages": q, "tools": TOOLS})
+    ch = o.get("choices", [{}])[0] if code == 200 else {}
+    cs = ch.get("message", {}).get("tool_calls") or []
+    plain = [(c["function"]["name"], c["function"]["arguments"]) for c in cs]
+    ok(code == 200 and ch.get("finish_reason") == "length" and len(plain) == 2 and
+       plain[0] == ("get_weather", '{"city": "Paris"}') and plain[1][0] == "get_time",
+       "end of message inside the second call: finish_reason length, the whole call and the cut one (%s)"
+       % str(ch)[:300])
+    code, text = post({"messages": q, "tools": TOOLS, "stream": True})
+    evs, done = events(text) if code == 200 else ([], False)
+    tcs = [tc for e in evs if e.get("choices") for tc in e["choices"][0]["delta"].get("tool_calls", [])]
+    fins = [e["choices"][0]["finish_reason"] for e in evs if e.get("choices") and e["choices"][0]["finish_reason"]]
+    ok(done and fins == ["length"] and gathered(tcs) == plain,
+       "streamed: both calls' starts stay, finish_reason length, the same calls as the plain answer (%s, %s)"
+       % (fins, gathered(tcs)))
 
     # ---- 5. tool_choice required / none (turns 8, 9): the prompt grows by the tool-choice message
     code, o_auto = post({"messages": q, "tools": TOOLS, "tool_choice": "auto"})
@@ -309,13 +324,20 @@ try {
     tool_choice: { type: "function", function: { name: "get_date" } } });
   out.named = "no error";
 } catch (e) { out.named = [e.status, e.message]; }
+// a call cut by the model's end (CUT_BY_EOM): the answer of a plain request, and the one the SDK's
+// stream helper gathers from the deltas
+const calls = (c) => [c.choices[0].finish_reason,
+  (c.choices[0].message.tool_calls ?? []).map(t => [t.function.name, t.function.arguments])];
+out.cut_plain = calls(await client.chat.completions.create({ model: "tiny-k3", messages: q, tools }));
+const cs = client.chat.completions.stream({ model: "tiny-k3", messages: q, tools });
+out.cut_stream = calls(await cs.finalChatCompletion());
 console.log(JSON.stringify(out));
 })().catch(e => { console.error(e); process.exit(1); });
 """)
         # the SDK run takes turns 12 (TWO_CALLS, repeating from here on) ...: re-script with a fresh server
         serve_lib.stop(srv)
         with open(SCRIPT, "w") as f:
-            f.write("\n---\n".join([TWO_CALLS, TWO_CALLS, ANSWER]) + "\n")
+            f.write("\n---\n".join([TWO_CALLS, TWO_CALLS, ANSWER, CUT_BY_EOM, CUT_BY_EOM]) + "\n")
         srv = serve_lib.launch(K3, M, LOG, dict(env, K3_SERVE_SCRIPT=SCRIPT), SERVE)
         PORT = serve_lib.await_port(srv, LOG, 30)[1]
         res = serve_lib.run_node(js, ["http://127.0.0.1:%d/v1" % PORT, json.dumps(TOOLS)], cache, env, 120, cwd=cache)
@@ -333,6 +355,10 @@ console.log(JSON.stringify(out));
            "OpenAI SDK: the tool result turn is answered")
         ok(isinstance(res.get("named"), list) and res["named"][0] == 400, "OpenAI SDK: a named tool_choice of a function "
            "not in tools is a 400 error (%r)" % (res.get("named"),))
+        cp, cst = res.get("cut_plain"), res.get("cut_stream")
+        ok(cp and cp[0] == "length" and cp[1][:1] == [["get_weather", '{"city": "Paris"}']] and len(cp[1]) == 2 and
+           cst == cp, "OpenAI SDK: a call cut by the model's end: finish_reason length and the same calls, plain and "
+           "gathered by the stream helper (finalChatCompletion) (%r, %r)" % (cp, cst))
 finally:
     serve_lib.stop(srv)
 raise SystemExit(serve_lib.status())

@@ -10,14 +10,21 @@
  */
 #include "tool-json.h"
 
+#include <string.h>
+
+json_t *stools_call_json(const char *id, const char *name, const char *args, size_t n) {
+    return json_pack("{s:s,s:s,s:{s:s,s:s%}}", "id", id, "type", "function", "function", "name", name,
+                     "arguments", args, n);
+}
+
 json_t *stools_calls_json(const k3_msg *m) {
     if (!m || m->n_tool_calls <= 0)
         return NULL;
     json_t *a = json_array();
-    for (int k = 0; a && k < m->n_tool_calls; k++)
-        json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", m->tool_calls[k].id, "type",
-                                           "function", "function", "name", m->tool_calls[k].name, "arguments",
-                                           m->tool_calls[k].arguments ? m->tool_calls[k].arguments : "{}"));
+    for (int k = 0; a && k < m->n_tool_calls; k++) {
+        const char *args = m->tool_calls[k].arguments ? m->tool_calls[k].arguments : "{}";
+        json_array_append_new(a, stools_call_json(m->tool_calls[k].id, m->tool_calls[k].name, args, strlen(args)));
+    }
     return a;
 }
 

@@ -7,6 +7,9 @@
 #include <jansson.h>
 #include <stddef.h>
 
+/* One call of an answer (OpenAI shape), its arguments args[0..n) as they are (a cut call's are
+ * not JSON); NULL when a string is not UTF-8. */
+json_t *stools_call_json(const char *id, const char *name, const char *args, size_t n);
 /* The "tool_calls" array of an answer (OpenAI shape); NULL when m has none. */
 json_t *stools_calls_json(const k3_msg *m);
 /* Stream deltas: a call opening (index, id, type, name, empty arguments) and a fragment. */

@@ -113,7 +113,9 @@ typedef struct job {
     int         n_prompt, n_cached, n_gen;
     int         window;     /* its prefill's most tokens in one pass (k3_stats.window) */
     json_t     *calls;      /* the answer's tool_calls (NULL: none)       */
-    int         open_calls; /* calls streamed whose close has not come   */
+    int         open_calls; /* calls begun whose close has not come       */
+    char       *cut_id, *cut_name; /* the call begun last, while it is open   */
+    txt_buf     cut_args;          /* its arguments so far                    */
     k3_conv    *c;          /* the slot's conversation while it runs      */
     int         http;       /* 0 = success; else the error's HTTP status  */
     size_t      gram;       /* bytes of its own grammar charged to srv.gram_held */
@@ -204,6 +206,9 @@ static void job_unref_locked(job *j) {
     free(j->resp.p);
     free(j->reasoning.p);
     json_decref(j->calls);
+    free(j->cut_id);
+    free(j->cut_name);
+    free(j->cut_args.p);
     free(j);
 }
 
@@ -388,6 +393,15 @@ static void on_tool_call(int index, const char *id, const char *name, const char
     if (j->gone)
         k3_conv_cancel(j->c);
     j->open_calls += (name != NULL) - (done != 0);
+    if (name) { /* kept while open: an answer cut inside it carries it as the stream sent it */
+        free(j->cut_id);
+        free(j->cut_name);
+        j->cut_id     = strdup(id ? id : "");
+        j->cut_name   = strdup(name);
+        j->cut_args.n = 0;
+    } else if (n) {
+        txt_buf_add(&j->cut_args, args, n);
+    }
     if (j->r.stream && (name || n)) {
         if (!j->role_sent) {
             j->role_sent = 1;
@@ -525,15 +539,24 @@ static void job_finish(slot *sl, job *j, k3_status st) {
         if (!j->stopped)
             stop_filter(j, 1);
         j->finish = j->stopped || !last || last->stats.stop == K3_STOP_EOS ? "stop" : "length";
-        if (!j->stopped && last && last->n_tool_calls > 0 && last->stats.stop == K3_STOP_EOS) {
-            j->finish = "tool_calls";
-            j->calls  = stools_calls_json(last);
+        if (!j->stopped && last && last->n_tool_calls > 0) { /* the stream sent them, cut or not */
+            j->calls = stools_calls_json(last);
+            if (last->stats.stop == K3_STOP_EOS)
+                j->finish = "tool_calls";
         }
-        /* k3-tools.md 2.4: a stream that ended inside a call it had begun to send (the model
-         * stopped before the call's close) reports length, as a cut one does: its deltas hold
-         * arguments that are not JSON. The plain answer has only the complete calls (2.3). */
-        if (j->r.stream && j->open_calls > 0 && !j->stopped)
+        /* An answer that ended inside a call (max_tokens, the context, or the model's own end
+         * before the call's close) reports length, streamed or not, and carries the cut call with
+         * the arguments it has, as OpenAI does for a call that max_tokens cut: its arguments are
+         * not JSON, which "tool_calls" would promise; a stream's deltas hold the same call, so an
+         * SDK that gathers them builds the answer a plain request gets (doc/tool-calls.md). */
+        if (!j->stopped && j->open_calls > 0 && j->cut_name) {
             j->finish = "length";
+            if (!j->calls)
+                j->calls = json_array();
+            json_array_append_new(j->calls,
+                                  stools_call_json(j->cut_id, j->cut_name, j->cut_args.p ? j->cut_args.p : "",
+                                                   j->cut_args.n));
+        }
     } else if (st == K3_ABORTED && j->gram_over && !j->gone) {
         char m[200];
         snprintf(m, sizeof m,
