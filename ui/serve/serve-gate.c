@@ -679,8 +679,10 @@ static int send_all(http_req *q, const char *p, size_t n) {
                     t_taken = mono(); /* the client acknowledged bytes: it reads */
                 outq = now_q;
             }
-            if (mono() - t_taken > q->send_secs)
-                q->failed = q->stalled = 1; /* no byte taken for send_secs */
+            if (mono() - t_taken > q->send_secs) { /* no byte taken for send_secs */
+                q->failed  = 1;
+                q->stalled = HTTP_STALL_QUIET;
+            }
         } else {
             q->failed = 1; /* gone, or shut down */
         }

@@ -65,6 +65,13 @@ int http_head_scan(const char *p, size_t n, http_scan *s, int eof, const http_ru
 /* The same on a whole buffer at once. */
 int http_head_check(const char *p, size_t n, int eof, const http_rules *r, http_head *h);
 
+/* Whether a write of the response found its client not reading, and whether that was said. */
+typedef enum http_stall {
+    HTTP_STALL_NONE,   /* every write was taken (or failed for another reason)                   */
+    HTTP_STALL_QUIET,  /* a write saw no byte taken for send_secs: the response was cut, unlogged */
+    HTTP_STALL_LOGGED, /* the same, and the handler has logged it (a stream, with its number)     */
+} http_stall;
+
 /* A complete request, checked, as the handler gets it. */
 typedef struct http_req {
     int         fd;        /* the connection (writes end after send_secs untaken)         */
@@ -79,7 +86,7 @@ typedef struct http_req {
     int         sent;    /* the response has begun                                       */
     int         chunked; /* the stream is chunked (HTTP/1.1)                             */
     int         failed;  /* a write failed: the client is gone                           */
-    int         stalled; /* 1: that write saw no byte taken for send_secs (2: logged)    */
+    http_stall  stalled; /* set by a write that saw no byte taken for send_secs          */
 } http_req;
 
 /* Answers q (a thread of the layer's; may block). Returns when the response is written. */

@@ -843,10 +843,10 @@ static void send_stream(http_req *con, job *j) {
                 break;
         }
     free(p);
-    if (con->stalled) {
+    if (con->stalled == HTTP_STALL_QUIET) {
         serve_log("#%u: the client took no byte of its stream for %d s (K3_SERVE_SEND_SECS): closed", j->seq,
                   con->send_secs);
-        con->stalled = 2;
+        con->stalled = HTTP_STALL_LOGGED; /* on_request says no more */
     }
     pthread_mutex_lock(&srv.mu);
     if (j->state == J_DONE && !con->failed)
@@ -1088,7 +1088,7 @@ static void route(http_req *con) {
 static void on_request(void *cls, http_req *con) {
     (void)cls;
     route(con);
-    if (con->stalled == 1) /* a stream's line has its number (send_stream) */
+    if (con->stalled == HTTP_STALL_QUIET) /* a stream's was logged with its number (send_stream) */
         serve_log("%s %.200s: the client took no byte of its answer for %d s (K3_SERVE_SEND_SECS): closed",
                   con->method, con->path, con->send_secs);
 }
