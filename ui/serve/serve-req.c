@@ -251,7 +251,7 @@ static int parse_unsupported(json_t *b, perr *e) {
     return 0;
 }
 
-int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr *e) {
+int sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, sreq *r, perr *e) {
     if (!json_is_object(b))
         return bad(e, "invalid_type", "the body must be a JSON object");
     r->think = 1;
@@ -259,7 +259,7 @@ int sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr
              k3_setting_choice(K3_SETTING_EFFORT, (int)k3_setting(K3_SETTING_EFFORT)->def));
     r->temp  = info->gen_temp;
     r->top_p = info->gen_top_p;
-    r->seed  = (uint64_t)time(NULL) ^ ((uint64_t)seq << 32); /* a fresh seed per request */
+    r->seed  = (uint64_t)time(NULL) ^ ((uint64_t)nth << 32); /* a fresh seed per request */
     json_t *v;
     if ((v = json_object_get(b, "model")) && !json_is_string(v) && !json_is_null(v))
         return bad(e, "invalid_type", "model: expected a string");

@@ -74,7 +74,8 @@ typedef struct sreq {
     stools_msg *tx;  /* (n_msgs) each message's tool calls / result ids */
 } sreq;
 
-/* The request in body b (a JSON object; seq numbers it for the default seed; info gives the
- * model's sampling defaults). 0, or -1 with e filled (r then holds what was read: sreq_free). */
-int  sreq_parse(json_t *b, unsigned seq, const k3_model_info *info, sreq *r, perr *e);
+/* The request in body b (a JSON object; nth, a number no other request has, goes into the default
+ * seed; info gives the model's sampling defaults). 0, or -1 with e filled (r then holds what was
+ * read: sreq_free). */
+int  sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, sreq *r, perr *e);
 void sreq_free(sreq *r);

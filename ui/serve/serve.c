@@ -151,7 +151,7 @@ static struct server {
     double          snap_mb; /* and their megabytes (K3_CONV_SNAPSHOT_MB)                 */
     uint64_t        clock;   /* admissions                             */
     int             stopping;
-    unsigned        seq;
+    unsigned        seq; /* requests numbered: as they reach the queue, or are refused */
     unsigned long   n_ok, n_err, n_cancel;
     k3_model       *m;
     k3_model_info   info;
@@ -937,13 +937,14 @@ static void chat_completions(http_req *con) {
         send_error(con, 500, "server_error", "out_of_memory", "out of memory");
         return;
     }
-    pthread_mutex_lock(&srv.mu);
-    j->seq = ++srv.seq;
-    pthread_mutex_unlock(&srv.mu);
-    int rc = sreq_parse(b, j->seq, &srv.info, &j->r, &e);
+    static atomic_uint n_parsed;
+    int                rc = sreq_parse(b, atomic_fetch_add(&n_parsed, 1), &srv.info, &j->r, &e);
     json_decref(b);
     parse_turn(0);
     if (rc) {
+        pthread_mutex_lock(&srv.mu);
+        j->seq = ++srv.seq;
+        pthread_mutex_unlock(&srv.mu);
         serve_log("#%u 400: %s", j->seq, e.msg);
         sreq_free(&j->r);
         free(j);
@@ -955,9 +956,13 @@ static void chat_completions(http_req *con) {
     j->key     = con->key;
     j->created = (long long)time(NULL);
     j->t0      = now_s();
-    snprintf(j->id, sizeof j->id, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, j->seq);
-    j->refs = 2; /* this connection + the worker */
+    j->refs    = 2; /* this connection + the worker */
     pthread_mutex_lock(&srv.mu);
+    /* numbered as it reaches the queue, in the lock that appends it: the numbers of queued jobs
+     * are their queue order (they were numbered before their requests were parsed, and two parsed
+     * side by side could reach the queue out of number order) */
+    j->seq = ++srv.seq;
+    snprintf(j->id, sizeof j->id, "chatcmpl-k3-%016llx-%u", (unsigned long long)srv.id_tag, j->seq);
     if (srv.stopping) {
         job_drop_locked(j);
         send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
