@@ -229,10 +229,12 @@ wait_for "EXIT=" 10
 check "6: ... and from line mode's" sh -c "! grep -q undo-me-3 '$h'"
 
 # 19: --endpoint takes http:// and https:// only (libcurl would try ftp:// and file://)
-"$k" --endpoint ftp://x --plain </dev/null >/dev/null 2>"$K3_TMP/err19"
+# naming its scheme, never the rest: a user:password@ in it was echoed whole
+"$k" --endpoint ftp://k3user:pw-secret@x --plain </dev/null >/dev/null 2>"$K3_TMP/err19"
 rc=$?
-t "19: --endpoint ftp://x is a usage error naming the URL (status $rc)" \
-    '[ $rc -eq 2 ] && grep -q "endpoint: .ftp://x. is not an http:// or https:// URL" "$K3_TMP/err19"'
+t "19: --endpoint ftp://USER:PASSWORD@x is a usage error naming the scheme (status $rc)" \
+    '[ $rc -eq 2 ] && grep -q "endpoint: a URL of scheme .ftp. is not http:// or https://" "$K3_TMP/err19"'
+t "19: ... and the password is not shown" '! grep -q pw-secret "$K3_TMP/err19"'
 
 # 19: a drawing setting the full-screen chat would refuse (K3_EMOJI, K3_HYPERLINKS, a theme it
 # cannot load) is refused in line mode and with --prompt too: status 2 naming it, nothing sent.

@@ -427,7 +427,9 @@ static int check_args(int argc, char **argv, ui_opts *o, enum cli_mode mode) {
     }
     if (o->endpoint && strstr(o->endpoint, "://") && strncasecmp(o->endpoint, "http://", 7) &&
         strncasecmp(o->endpoint, "https://", 8)) { /* libcurl would try ftp://, file://, ... */
-        txt_term_printf(stderr, "k3chat: --endpoint: '%s' is not an http:// or https:// URL\n", o->endpoint);
+        /* the scheme only: the rest may hold a user:password@ (never shown) */
+        txt_term_printf(stderr, "k3chat: --endpoint: a URL of scheme '%.*s' is not http:// or https://\n",
+                        (int)(strstr(o->endpoint, "://") - o->endpoint), o->endpoint);
         return 2;
     }
     for (const char *k = o->endpoint && o->api_key ? o->api_key : ""; *k; k++)
