@@ -12,6 +12,13 @@
 # client sends GET /health every 50 ms for ATTACK_SECS: its latency median and p99 (a failed or
 # refused request counts as the attack's length), and the server's CPU seconds (utime + stime)
 # per attack byte sent. Then the peak RSS growth per 8 MB body, 4 bodies at once.
+#
+# KEYLESS=1 runs the server without an API key (what anyone who reaches it may do then) and adds the
+# attacks a key would stop at the head: idle connections (200 from 20 addresses that send nothing),
+# a header flood (heads of 20,000 one-byte headers, over and over), a 2 GB body announced (each
+# answered 413 from the head), smuggling (Content-Length with Transfer-Encoding: chunked, 400) and
+# pipelining (a request followed by 50 more in the same write, one answer); each of these also
+# reports CPU microseconds per attacking connection.
 import os
 import socket
 import statistics
@@ -25,7 +32,8 @@ from serve_lib import exchange, final, req  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 ATTACK_SECS = float(os.environ.get("ATTACK_SECS", "6"))
-KEY = "bench-key"
+KEYLESS = os.environ.get("KEYLESS") == "1"
+KEY = None if KEYLESS else "bench-key"
 
 
 def cpu(pid):
@@ -35,7 +43,10 @@ def cpu(pid):
 
 
 def server(build, model, log):
-    env = dict(os.environ, OMP_NUM_THREADS="1", K3_BITS="4", K3_MAXT="2048", K3_API_KEY=KEY)
+    env = dict(os.environ, OMP_NUM_THREADS="1", K3_BITS="4", K3_MAXT="2048")
+    env.pop("K3_API_KEY", None)
+    if KEY:
+        env["K3_API_KEY"] = KEY
     p = subprocess.Popen([os.path.join(build, "k3chat"), model, "--serve", "127.0.0.1:0"],
                          stdout=subprocess.DEVNULL, stderr=open(log, "wb"), env=env)
     for _ in range(600):
@@ -109,17 +120,74 @@ def burst(port, stop, sent):
             s.close()
 
 
+def idle(port, stop, sent, n=200):
+    """Connections that send nothing (a keep-alive pool left open): each waits for its 408."""
+    socks = []
+    while not stop.is_set():
+        for i in range(n - len(socks)):
+            try:
+                socks.append(socket.create_connection(("127.0.0.1", port), timeout=5,
+                                                      source_address=("127.0.0.%d" % (60 + i % 20), 0)))
+                sent[1] += 1
+            except OSError:
+                pass
+        stop.wait(1)
+        live = []
+        for s in socks:  # the closed ones (answered 408 or 503) are replaced
+            s.setblocking(False)
+            try:
+                gone = s.recv(65536) == b""
+            except BlockingIOError:
+                gone = False
+            except OSError:
+                gone = True
+            (s.close() if gone else live.append(s))
+        socks = live
+    for s in socks:
+        s.close()
+
+
+def one_shot(data, src):
+    """An attack of connections that each send data whole and read the answer, from src."""
+    def run(port, stop, sent):
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(src, 0)) as s:
+                    s.sendall(data)
+                    sent[0] += len(data)
+                    sent[1] += 1
+                    s.shutdown(socket.SHUT_WR)
+                    while s.recv(65536):
+                        pass
+            except OSError:
+                pass
+    return run
+
+
+FLOOD = req("GET", "/health", key=KEY, headers=["a:b"] * 20000)
+BIG = req("POST", "/v1/chat/completions", key=KEY)[:-len(b"Content-Length: 0\r\n\r\n")] + \
+    b"Content-Length: 2000000000\r\n\r\n" + b"x" * 1000
+SMUGGLE = req("POST", "/v1/chat/completions", b"0\r\n\r\n", key=KEY, headers=["Transfer-Encoding: chunked"]) + \
+    req("GET", "/v1/models", key=KEY)
+PIPE = req("GET", "/health", key=KEY) * 51
+
 ATTACKS = [
     ("idle", None),
     ("trickled head", trickle),
     ("slow bodies", lambda p, st, se: slow(p, st, se, ["127.0.0.%d" % (20 + i % 19) for i in range(66)], False)),
     ("slowloris", lambda p, st, se: slow(p, st, se, ["127.0.0.%d" % (40 + i % 10) for i in range(200)], True)),
     ("burst", burst),
-]
+] + ([
+    ("idle conns", idle),
+    ("header flood", one_shot(FLOOD, "127.0.0.7")),
+    ("2 GB body", one_shot(BIG, "127.0.0.8")),
+    ("smuggling", one_shot(SMUGGLE, "127.0.0.9")),
+    ("pipelining", one_shot(PIPE, "127.0.0.10")),
+] if KEYLESS else [])
 
 
 def measure(pid, port, attack):
-    stop, sent = threading.Event(), [0]
+    stop, sent = threading.Event(), [0, 0]  # bytes, connections
     th = threading.Thread(target=attack, args=(port, stop, sent)) if attack else None
     c0 = cpu(pid)
     if th:
@@ -137,7 +205,8 @@ def measure(pid, port, attack):
     c1 = cpu(pid)
     lat.sort()
     p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-    return statistics.median(lat) * 1e3, p99 * 1e3, (c1 - c0) / sent[0] * 1e6 if sent[0] else 0.0, sent[0]
+    return (statistics.median(lat) * 1e3, p99 * 1e3, (c1 - c0) / sent[0] * 1e6 if sent[0] else 0.0, sent[0],
+            (c1 - c0) / sent[1] * 1e6 if sent[1] else 0.0, sent[1])
 
 
 def hwm_kb(pid):
@@ -179,11 +248,14 @@ def main():
                 p.kill()
                 p.wait()
     print("load average: %s" % open("/proc/loadavg").read().split()[:3])
-    print("%-40s %-14s %10s %10s %14s %10s" % ("build", "attack", "median ms", "p99 ms", "CPU us/byte", "bytes"))
+    print("server: %s" % ("no API key (KEYLESS=1)" if KEYLESS else "an API key"))
+    print("%-40s %-14s %10s %10s %14s %10s %14s %8s" % ("build", "attack", "median ms", "p99 ms", "CPU us/byte",
+                                                       "bytes", "CPU us/conn", "conns"))
     for (b, name), v in res.items():
-        print("%-40s %-14s %10.1f %10.1f %14.2f %10d" % (b[-40:], name, statistics.median(x[0] for x in v),
-                                                        max(x[1] for x in v), statistics.median(x[2] for x in v),
-                                                        statistics.median(x[3] for x in v)))
+        print("%-40s %-14s %10.1f %10.1f %14.2f %10d %14.0f %8d" % (
+            b[-40:], name, statistics.median(x[0] for x in v), max(x[1] for x in v),
+            statistics.median(x[2] for x in v), statistics.median(x[3] for x in v),
+            statistics.median(x[4] for x in v), statistics.median(x[5] for x in v)))
     for b, v in mem.items():
         print("%-40s peak RSS growth per 8 MB body (4 at once): %s MB" % (b[-40:], ["%.1f" % x for x in v]))
 
