@@ -170,10 +170,10 @@ static long u_escape(const char *s, size_t n) {
  * no string state. */
 static size_t lone_surrogate(const char *s, size_t n, size_t from) {
     for (size_t i = from; i + 1 < n;) {
-        if (s[i] != '\\') {
-            i++;
-            continue;
-        }
+        const char *b = memchr(s + i, '\\', n - i);
+        if (!b)
+            break;
+        i      = (size_t)(b - s);
         long v = u_escape(s + i, n - i);
         if (v < 0xd800 || v > 0xdfff) {
             i += v < 0 ? 2 : 6;
