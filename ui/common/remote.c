@@ -11,7 +11,9 @@
  * incrementally as server-sent events: bytes are cut into lines (any split across network reads is fine),
  * "data:" lines are joined per event and each event is one JSON chunk; the think channel comes from
  * delta.reasoning_content, .reasoning or .thinking, the answer from delta.content. A server that answers with
- * one JSON body instead of a stream is accepted too.
+ * one JSON body instead of a stream is accepted too. A lone UTF-16 surrogate escape in a server's
+ * JSON is one U+FFFD (server_json), as invalid UTF-8 is everywhere else; a tool call that a
+ * finish_reason "length" cut is shown but not kept (doc/tool-calls.md).
  *
  * Failures (cannot connect, timeouts, HTTP errors with the server's error message, a malformed
  * stream, a stream cut short) become one EV_ERROR line; the user's message stays in the
