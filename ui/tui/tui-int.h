@@ -131,6 +131,7 @@ typedef struct tui {
                                      * start of the next one read with it */
     int         n_carry;
     double      paste_shown; /* when the paste so far last went into the input line */
+    double      paste_last;  /* when the paste's last byte came (PASTE_IDLE_S) */
     signed char solo[256];   /* per byte: 0 text, 1 begins a key (key_defined) */
     int         bad_utf8;    /* invalid UTF-8 sequences read (as U+FFFD) since the last notice */
     /* Ctrl-R: the history search the UI runs itself (label in the hint rows above the line) */

@@ -777,7 +777,22 @@ static void paste_end(tui *t) {
     t->paste_raw = 0;
     paste_flush(t);
     report_bad_utf8(t, "the pasted text");
-    t->dirty |= DIRTY_INPUT;
+    t->dirty |= DIRTY_INPUT | DIRTY_STATUS;
+}
+
+/* A paste whose end marker never comes (a link or a multiplexer dropped it, a program wrote
+ * ESC[200~ to the terminal alone) would take every later key as text, Enter included, for ever.
+ * Once no byte has come for PASTE_IDLE_S the paste counts as ended: what came stays in the input
+ * line as text, nothing is sent, and the notice says why keys act again. A terminal writes a
+ * paste at once; a link that stalls longer mid-paste turns the paste's rest into typed keys, so
+ * the wait is long against a stall and short against a user's patience. */
+#define PASTE_IDLE_S 2.0
+static void paste_lost(tui *t) {
+    paste_end(t);
+    notice(t, ROLE_ERROR,
+           "paste: its end marker (ESC[201~) did not come within %.0f s of the last pasted byte; the paste is "
+           "taken as ended, its text is in the input line, and keys act as keys again",
+           PASTE_IDLE_S);
 }
 
 /* A bracketed paste read in blocks. Curses reads the terminal one byte per read() (two thirds
@@ -819,39 +834,102 @@ static int key_at(const unsigned char *b, size_t n, size_t *len) {
     return 0;
 }
 
+/* A mouse report at b[0,n) whose key (ESC[< for SGR 1006, ESC[M for X10) curses has matched:
+ * 1 with the event in *m and the report's length in *len, -1 when b ends before the report does,
+ * 0 when the bytes are no report (they stay keys). Curses decodes the reports it reads itself;
+ * one read with a paste's end is ours to hand back (ungetmouse), as ungetch'd bytes are not
+ * decoded again. Buttons as curses has them: 1-3, the wheel as 4 and 5 (64 + 0/1), a motion
+ * (32) with REPORT_MOUSE_POSITION; an X10 release (3) does not say which button: button 1's. */
+static int mouse_report(const unsigned char *b, size_t n, size_t *len, MEVENT *m) {
+    unsigned v[3] = {0, 0, 0};
+    int      rel  = 0;
+    size_t   i    = 3;
+    if (b[2] == 'M') { /* X10: three bytes, each value + 32 */
+        if (n < 6)
+            return -1;
+        for (int k = 0; k < 3; k++)
+            v[k] = b[3 + k] >= 32 ? b[3 + k] - 32u : 0;
+        if (v[1] < 1 || v[2] < 1)
+            return 0;
+        rel = (v[0] & 67) == 3;
+        i   = 6;
+    } else { /* SGR: digits ; digits ; digits, then M (press) or m (release) */
+        for (int k = 0; k < 3; k++, i++) {
+            size_t d = i;
+            for (; i < n && b[i] >= '0' && b[i] <= '9' && v[k] < 100000; i++)
+                v[k] = v[k] * 10 + (b[i] - '0');
+            if (i == n)
+                return -1;
+            if (i == d || b[i] != (k < 2 ? ';' : b[i] == 'm' ? 'm' : 'M'))
+                return 0;
+        }
+        rel = b[i - 1] == 'm';
+    }
+    int btn = (v[0] & 64 ? 4 : 1) + (int)(v[0] & 3);
+    if (btn > 5 || v[1] < 1 || v[2] < 1)
+        return 0;
+    memset(m, 0, sizeof *m);
+    m->x      = (int)v[1] - 1;
+    m->y      = (int)v[2] - 1;
+    m->bstate = (v[0] & 32 ? REPORT_MOUSE_POSITION
+                 : rel     ? NCURSES_MOUSE_MASK(rel && b[2] == 'M' ? 1 : btn, NCURSES_BUTTON_RELEASED)
+                           : NCURSES_MOUSE_MASK(btn, NCURSES_BUTTON_PRESSED)) |
+                (v[0] & 4 ? BUTTON_SHIFT : 0) | (v[0] & 8 ? BUTTON_ALT : 0) | (v[0] & 16 ? BUTTON_CTRL : 0);
+    *len = i;
+    return 1;
+}
+
 /* The paste ended; rest[0,n) followed it in the same read (the buffer holds PASTE_KEY_MAX more
  * bytes). Its keys go back to curses, in order, up to a next paste's start; that paste's text is
- * kept for its own paste_read. A key cut at the end is completed from stdin as curses would. */
+ * kept for its own paste_read. A key or mouse report cut at the end is completed from stdin as
+ * curses would. Mouse reports go back as events (up to curses' queue of 8 events; ungetch and
+ * ungetmouse are both last in, first out, so both are pushed from the last key back). */
 static void paste_done(tui *t, unsigned char *rest, size_t n) {
     paste_end(t);
     int    keys[PASTE_BLOCK + PASTE_KEY_MAX + 1];
-    size_t nk = 0, cap = n + PASTE_KEY_MAX;
+    MEVENT mev[8];
+    int    mat[PASTE_BLOCK + PASTE_KEY_MAX + 1]; /* keys[j]'s event in mev, or -1 */
+    size_t nk = 0, nm = 0, cap = n + PASTE_KEY_MAX;
     for (size_t i = 0; i < n;) {
-        size_t len = 1;
-        int    k   = t->solo[rest[i]] ? key_at(rest + i, n - i, &len) : 0;
-        if (k < 0) {
+        size_t len = 1, rlen = 0;
+        MEVENT me;
+        int    k  = t->solo[rest[i]] ? key_at(rest + i, n - i, &len) : 0;
+        int    mr = k == KEY_MOUSE ? mouse_report(rest + i, n - i, &rlen, &me) : 0;
+        if (k < 0 || mr < 0) {
             struct pollfd p = {0, POLLIN, 0};
             if (n < cap && poll(&p, 1, get_escdelay()) > 0 && read(0, rest + n, 1) == 1) {
                 n++;
                 continue;
             }
-            k = 0, len = 1; /* not to come: the byte alone */
+            k = 0, len = 1, mr = 0; /* not to come: the byte alone */
         }
         if (k == KEY_PASTE_BEGIN) {
+            mat[nk]    = -1;
             keys[nk++] = k;
             memcpy(t->paste_carry, rest + i + len, n - i - len);
             t->n_carry = (int)(n - i - len);
             break;
         }
-        if (k == KEY_MOUSE) /* its report is curses' to read, and is here: dropped */
-            for (len = 3; i + len < n && rest[i + 2] == '<' && rest[i + len] != 'M' && rest[i + len] != 'm';)
-                len++;
-        else
-            keys[nk++] = k ? k : rest[i];
-        i += len + (k == KEY_MOUSE && rest[i + 2] != '<' ? 3 : k == KEY_MOUSE);
+        if (mr > 0) {
+            if (nm < 8) { /* more than curses can queue: dropped */
+                mev[nm]    = me;
+                mat[nk]    = (int)nm++;
+                keys[nk++] = KEY_MOUSE;
+            }
+            i += rlen;
+            continue;
+        }
+        if (k == KEY_MOUSE)
+            k = 0, len = 1; /* no report after all: its bytes are keys */
+        mat[nk]    = -1;
+        keys[nk++] = k ? k : rest[i];
+        i += len;
     }
     while (nk--)
-        ungetch(keys[nk]);
+        if (mat[nk] >= 0)
+            ungetmouse(&mev[mat[nk]]);
+        else
+            ungetch(keys[nk]);
 }
 
 /* Takes b[0,n) as paste text. Returns how many bytes at its end wait for the next read (a cut
@@ -923,6 +1001,8 @@ static int paste_read(tui *t) {
                 paste_end(t); /* a hang-up: curses says it, as before */
                 return 1;
             }
+            if (r > 0)
+                t->paste_last = ev_now();
         }
         if (r <= 0 && !n)
             return 0;
@@ -1004,6 +1084,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             }
         }
         double now = ev_now();
+        if (t->paste && now - t->paste_last >= PASTE_IDLE_S)
+            paste_lost(t);
         if (t->paste && t->paste_buf.n && now - t->paste_shown >= 0.2)
             paste_flush(t); /* what has come of a paste is seen, if its end takes time or is lost */
         tui_render(t, 0);
@@ -1032,6 +1114,11 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             timeout = 1000; /* idle: look for a SIGWINCH that came outside the sleep once a second */
         if (t->paste && t->paste_buf.n && (timeout < 0 || timeout > 250))
             timeout = 250;
+        if (t->paste) { /* awake when the paste counts as lost (paste_lost) */
+            int idle = (int)((t->paste_last + PASTE_IDLE_S - now) * 1000) + 1;
+            if (timeout < 0 || timeout > idle)
+                timeout = idle > 0 ? idle : 0;
+        }
         /* Sleeping on the event pipe: arm it first (ev.h), or take the events already there. */
         int waiting = !pending && ev_arm(t->q), key = 0, evs = 0;
         int pr = waiting ? 0 : wait_input(t, !pending, timeout, &key, &evs);
@@ -1227,7 +1314,8 @@ static void on_key(tui *t, wint_t k, int fn) {
     if (fn && k == KEY_PASTE_BEGIN) {
         t->paste       = 1;
         t->paste_raw   = 1; /* curses holds no key after this one (paste_read) */
-        t->paste_shown = ev_now();
+        t->paste_shown = t->paste_last = ev_now();
+        t->dirty |= DIRTY_STATUS;
         return;
     }
     if (fn && k == KEY_PASTE_END) {
