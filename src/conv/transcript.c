@@ -369,6 +369,22 @@ static k3_status write_text_file(const char *path, const sbuf *b) {
     return atomic_write(path, b->p ? b->p : "", b->n);
 }
 
+/* Messages [from, n_msgs) of c appended to path in one durable write (the autosave's append). */
+static k3_status append_msgs(const k3_conv *c, int from, const char *path) {
+    sbuf b = {0};
+    for (int i = from; i < c->n_msgs; i++)
+        sb_json_line(&b, line_json(c, i));
+    k3_status st = b.oom ? k3_err(K3_ERR_NOMEM, "%s: out of memory", path)
+                   : b.n ? durable_append(path, b.p, b.n)
+                         : K3_OK;
+    free(b.p);
+    return st;
+}
+
+k3_status k3_conv_append_to(const k3_conv *c, const char *path) {
+    return append_msgs(c, 0, path);
+}
+
 k3_status k3_conv_save(const k3_conv *c, const char *path) {
     sbuf b = {0};
     transcript_text(c, &b);
@@ -503,14 +519,10 @@ static k3_status autosave_write(k3_conv *c) {
         }
         transcript_text(c, &b);
         st = write_text_file(c->autosave_path, &b);
+        free(b.p);
     } else {
-        for (int i = c->n_saved; i < c->n_msgs; i++)
-            sb_json_line(&b, line_json(c, i));
-        st = b.oom ? k3_err(K3_ERR_NOMEM, "%s: out of memory", c->autosave_path)
-             : b.n ? durable_append(c->autosave_path, b.p, b.n)
-                   : K3_OK;
+        st = append_msgs(c, c->n_saved, c->autosave_path);
     }
-    free(b.p);
     if (st)
         return st;
     c->n_saved   = c->n_msgs;

@@ -159,6 +159,8 @@ static void start_turn(tui *t) {
 
 static void end_turn(tui *t, int status, const ue_stats *st) {
     t->quit_warned = 0; /* the answer is complete: a quit goes ahead */
+    t->stop_t      = 0;
+    t->stop_told   = 0;
     if (t->cur >= 0 && t->cur < t->n_ents) {
         entry *e  = &t->ents[t->cur];
         e->status = status;
@@ -395,6 +397,9 @@ static void on_event(tui *t, ui_ev *e) {
     case EV_UNDO:
         on_undo(t, e);
         break;
+    case EV_STOPPED: /* after ue_stop: the quit goes ahead */
+        t->stopped = t->quit = 1;
+        break;
     default:
         break;
     }
@@ -483,10 +488,28 @@ static int unsaved_refuse(tui *t, int what) {
     return 1;
 }
 
+/* Quitting waits for the worker to end, which it does at its next check of the cancel flag
+ * (a token, a prefill step, a read's time limit). One blocked in a call that does not return
+ * (a read from a hung file system, a server that does not answer) would hold the quit for
+ * ever: after QUIT_TELL_S the wait is told, and a second request, or QUIT_GRACE_S, quits without
+ * the worker (t->abandon: what the user saw of the answer goes to the autosave, ue_rescue). */
+#define QUIT_TELL_S 0.5
+#define QUIT_GRACE_S 10.0
+
+static void begin_quit(tui *t) {
+    t->quitting = ev_now();
+    ue_stop(t->eng); /* EV_STOPPED ends the loop */
+}
+
 /* A quit (Ctrl-D, /quit) while an answer streams would cut it off: the first one says so and
- * waits, the same again stops the answer and quits (the autosave keeps it, interrupted). */
+ * waits, the same again stops it and quits (the autosave keeps it, interrupted). After a
+ * Ctrl-C the user has given the answer up already: the quit goes ahead at once. */
 static void request_quit(tui *t) {
-    if ((t->streaming || t->replaying) && !t->quit_warned) {
+    if (t->quitting) { /* asked again while the worker does not end: go without it */
+        t->abandon = t->quit = 1;
+        return;
+    }
+    if ((t->streaming || t->replaying) && !t->quit_warned && !t->stop_t) {
         t->quit_warned = 1;
         notice(t, ROLE_ERROR,
                "quit: an answer is still coming; Ctrl-D or /quit again stops it and quits, Ctrl-C stops it "
@@ -494,7 +517,23 @@ static void request_quit(tui *t) {
         return;
     }
     if (!unsaved_refuse(t, UE_DROP_QUIT))
-        t->quit = 1;
+        begin_quit(t);
+}
+
+/* While quitting: tell the wait once it lasts, and give up on the worker after the grace. */
+static void quit_tick(tui *t, double now) {
+    if (!t->quitting || t->quit)
+        return;
+    if (now - t->quitting >= QUIT_GRACE_S)
+        t->abandon = t->quit = 1;
+    else if (now - t->quitting >= QUIT_TELL_S && !t->quit_told) {
+        t->quit_told = 1;
+        notice(t, ROLE_ERROR,
+               "quitting: the engine has not stopped yet (it may be blocked in a read from a file system or a "
+               "server that does not answer); Ctrl-C or Ctrl-D quits without waiting for it, as k3chat does "
+               "by itself in %.0f s%s",
+               QUIT_GRACE_S, t->streaming ? " (the answer so far is autosaved, marked interrupted)" : "");
+    }
 }
 
 static void run_command(tui *t, const char *line) {
@@ -632,6 +671,11 @@ static void submit(tui *t, char *line) {
         p++;
     if (!*p)
         return;
+    if (t->quitting) {
+        notice(t, ROLE_ERROR, "quitting: nothing more is sent; your line is back in the input line");
+        inp_insert(t->in, line);
+        return;
+    }
     inp_history_add(t->in, line);
     if (p[0] == '/' && p[1] != '/') {
         run_command(t, p);
@@ -1086,6 +1130,9 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         double now = ev_now();
         if (t->paste && now - t->paste_last >= PASTE_IDLE_S)
             paste_lost(t);
+        quit_tick(t, now);
+        if (t->quit)
+            return 0;
         if (t->paste && t->paste_buf.n && now - t->paste_shown >= 0.2)
             paste_flush(t); /* what has come of a paste is seen, if its end takes time or is lost */
         tui_render(t, 0);
@@ -1114,6 +1161,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             timeout = 1000; /* idle: look for a SIGWINCH that came outside the sleep once a second */
         if (t->paste && t->paste_buf.n && (timeout < 0 || timeout > 250))
             timeout = 250;
+        if (t->quitting && (timeout < 0 || timeout > 250))
+            timeout = 250; /* quit_tick */
         if (t->paste) { /* awake when the paste counts as lost (paste_lost) */
             int idle = (int)((t->paste_last + PASTE_IDLE_S - now) * 1000) + 1;
             if (timeout < 0 || timeout > idle)
@@ -1338,7 +1387,26 @@ static void on_key(tui *t, wint_t k, int fn) {
     if (!fn) {
         switch (k) {
         case 3: /* Ctrl-C */
+            if (t->quitting) {
+                request_quit(t);
+                return;
+            }
             if (t->streaming || t->replaying) {
+                /* a stop that does not come in a second: the engine may be blocked for good */
+                double now = ev_now();
+                if (t->stop_told) {
+                    t->abandon = t->quit = 1;
+                    return;
+                }
+                if (t->stop_t > 0 && now - t->stop_t >= 1.0) {
+                    t->stop_told = 1;
+                    notice(t, ROLE_ERROR,
+                           "stopping: the engine has not stopped the answer (it may be blocked in a read from a file "
+                           "system or a server that does not answer); Ctrl-C again quits without waiting for it "
+                           "(the answer so far is autosaved, marked interrupted)");
+                }
+                if (!t->stop_t)
+                    t->stop_t = now;
                 ue_cancel(t->eng);
                 return;
             }
@@ -1351,7 +1419,7 @@ static void on_key(tui *t, wint_t k, int fn) {
             request_quit(t);
             return;
         case 4: /* Ctrl-D at an empty prompt */
-            if (inp_empty(t->in)) {
+            if (inp_empty(t->in) || t->quitting) {
                 request_quit(t);
                 return;
             }
@@ -1456,6 +1524,46 @@ int tui_usable(char *why, size_t n) {
     if (!can)
         snprintf(why, n, "TERM '%.64s' cannot move the cursor", term);
     return can;
+}
+
+/* The end of the worker, after the screen is gone: it has ended (EV_STOPPED), or is asked to and
+ * given QUIT_GRACE_S (a signal or an error ended the loop; 0.2 s when the user chose not to
+ * wait). One that does not end is left behind, and what the user saw of the answer it was
+ * writing goes to the autosave (ue_rescue). Returns ue_rescue's result, 1 when not needed. */
+static int quit_worker(tui *t) {
+    if (!t->stopped) {
+        if (!t->quitting)
+            ue_stop(t->eng);
+        double wait = t->abandon ? 0.2 : QUIT_GRACE_S, t0 = ev_now(), left;
+        int    told = 0;
+        ui_ev  e;
+        while (!t->stopped && (left = t0 + wait - ev_now()) > 0) {
+            if (!told && left < wait - QUIT_TELL_S) {
+                txt_term_printf(stderr, "k3chat: waiting up to %.0f s for the engine to stop\n", wait);
+                told = 1;
+            }
+            if (ev_wait(t->q, &e, left < 0.25 ? left : 0.25)) {
+                t->stopped = e.type == EV_STOPPED;
+                ev_free(&e);
+            }
+        }
+    }
+    if (t->stopped) {
+        t->abandon = 0;
+        ue_close(t->eng);
+        return 1;
+    }
+    t->abandon = 1;
+    txt_term_printf(stderr,
+                    "k3chat: quitting without waiting for the engine, which did not stop (blocked in a call "
+                    "that does not return: a hung file system or server?)\n");
+    entry *e = t->streaming && t->cur >= 0 ? &t->ents[t->cur] : NULL;
+    char   msg[1024];
+    int    r = ue_rescue(t->eng, e && e->text.p ? e->text.p : "", e && e->think.n ? e->think.p : NULL,
+                         &t->cs.gen, 5, msg, sizeof msg);
+    txt_term_printf(stderr, "k3chat: %s\n", msg);
+    ue_abandon(t->eng);
+    return r;
 }
 
 int ui_tui_run(const ui_opts *o) {
@@ -1575,13 +1683,14 @@ int ui_tui_run(const ui_opts *o) {
     endwin();
     tui_stderr_end();
     write_ui_stats(t);
-    ue_close(t->eng);
+    int rescued = quit_worker(t);
     k3_log_set_callback(NULL, NULL);
     inp_free(t->in);
     for (int k = 0; k < 2; k++)
         if (t->ep[k] >= 0)
             close(t->ep[k]);
-    ev_queue_free(t->q);
+    if (!t->abandon)
+        ev_queue_free(t->q); /* else the worker left behind may still post to it */
     drop_entries(t, 0);
     free(t->ents);
     free(t->dl);
@@ -1594,5 +1703,5 @@ int ui_tui_run(const ui_opts *o) {
     tui_emoji_free();
     /* a model that failed to load is an error, as in line mode; a signal (SIGHUP when the
      * terminal goes, SIGTERM) gives the shell's 128 + its number */
-    return got_term ? 128 + got_term : t->fatal ? 1 : 0;
+    return got_term ? 128 + got_term : t->fatal || rescued < 0 ? 1 : 0;
 }
