@@ -90,12 +90,16 @@ ue *ue_start(const ui_opts *o, ev_queue *out) {
 void ue_cancel(ue *u) {
     atomic_store(&u->cancel_upto, u->posted);
     atomic_store(&u->cancel, 1);
-    if (u->be->cancel && atomic_load(&u->ready) && u->self)
+    /* after ue_stop the worker may be closing the backend: the flag alone */
+    if (u->be->cancel && atomic_load(&u->ready) && u->self && !u->stopping)
         u->be->cancel(u->self);
 }
 
 void ue_stop(ue *u) {
+    if (u->stopping)
+        return;
     ue_cancel(u);
+    u->stopping = 1;
     ui_ev q = {.type = EV_CMD_QUIT};
     ev_push(u->cmds, &q);
 }
@@ -103,7 +107,7 @@ void ue_stop(ue *u) {
 void ue_close(ue *u) {
     if (!u)
         return;
-    ue_stop(u); /* a second EV_CMD_QUIT after ue_stop's is never read */
+    ue_stop(u);
     if (u->started)
         pthread_join(u->th, NULL);
     ev_queue_free(u->cmds);

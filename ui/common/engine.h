@@ -65,6 +65,7 @@ struct ue {
     unsigned posted;               /* commands posted so far (UI thread only); each is
                                       answered by one EV_ACK, EV_CMD_QUIT excepted  */
     int       started;
+    int       stopping; /* ue_stop posted the quit (UI thread only) */
     pthread_t th;
     /* What a quit that does not wait for the worker (ue_rescue) needs, kept by the worker: */
     pthread_mutex_t mu;         /* guards the three below                                   */
