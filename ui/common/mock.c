@@ -68,7 +68,8 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
         snprintf(err, errn, "K3_MOCK: %s: cannot open", path);
         return -1;
     }
-    char line[4096];
+    char  *line = NULL; /* a line of any length (getline): a long answer is one directive */
+    size_t cap  = 0;
     int  lineno = 0, delay = 20, prefill = 0;
     m->turns = calloc(1, sizeof *m->turns);
     if (!m->turns) {
@@ -77,7 +78,7 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
     }
     m->n_turns           = 1;
     m->turns[0].delay_ms = delay;
-    while (fgets(line, sizeof line, f)) {
+    while (getline(&line, &cap, f) >= 0) {
         lineno++;
         line[strcspn(line, "\n")] = 0;
         mturn      *t             = &m->turns[m->n_turns - 1];
@@ -103,6 +104,7 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
                 snprintf(err, errn, "K3_MOCK: %s:%d: %.*s '%s': expected milliseconds in 0..3600000", path,
                          lineno, (int)kw, line, arg);
                 fclose(f);
+                free(line);
                 return -1;
             }
             if (line[0] == 'l')
@@ -126,9 +128,11 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
         } else {
             snprintf(err, errn, "K3_MOCK: %s:%d: unknown directive '%.*s'", path, lineno, (int)kw, line);
             fclose(f);
+            free(line);
             return -1;
         }
     }
+    free(line);
     fclose(f);
     return 0;
 }
