@@ -314,8 +314,8 @@ static k3_status atomic_write(const char *path, const char *p, size_t n) {
     int fd = mkstemp(tmp);
     if (fd < 0) {
         /* ENOENT: which directory is missing, the current one too (removed while k3chat ran) */
-        int         e   = errno;
-        char       *d   = e == ENOENT ? dir_of(path) : NULL;
+        int         e = errno;
+        char       *d = e == ENOENT ? dir_of(path) : NULL;
         char        cwd[2];
         struct stat sb;
         if (d && path[0] != '/' && !getcwd(cwd, sizeof cwd) && errno == ENOENT)
@@ -324,8 +324,10 @@ static k3_status atomic_write(const char *path, const char *p, size_t n) {
                         "(errno %d); give a path from /",
                         path, e);
         else if (d && stat(d, &sb) != 0 && errno == ENOENT)
-            st = k3_err(K3_ERR_IO, "%s: cannot create a temporary file next to it: directory %s does not exist (errno %d)",
-                        path, d, e);
+            st = k3_err(
+                K3_ERR_IO,
+                "%s: cannot create a temporary file next to it: directory %s does not exist (errno %d)", path,
+                d, e);
         else
             st = io_err(path, "cannot create a temporary file next to it", e);
         free(d);

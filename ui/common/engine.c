@@ -100,7 +100,7 @@ void ue_stop(ue *u) {
         return;
     ue_cancel(u);
     u->stopping = 1;
-    ui_ev q = {.type = EV_CMD_QUIT};
+    ui_ev q     = {.type = EV_CMD_QUIT};
     ev_push(u->cmds, &q);
 }
 
@@ -124,8 +124,8 @@ void ue_abandon(ue *u) {
 
 /* ue_rescue's work, on a thread of its own: the file system may hang as the worker does. */
 typedef struct rescue {
-    k3_conv   *c;      /* the turn: the message (when it is not on disk yet) and the answer */
-    char      *path;   /* the autosave file, NULL: none yet (c starts one)                  */
+    k3_conv   *c;    /* the turn: the message (when it is not on disk yet) and the answer */
+    char      *path; /* the autosave file, NULL: none yet (c starts one)                  */
     k3_status  st;
     char       err[512];
     atomic_int done;
@@ -146,10 +146,12 @@ int ue_rescue(ue *u, const char *answer, const char *think, const ue_gen *g, dou
               size_t n) {
     pthread_mutex_lock(&u->mu);
     int   type = u->run_type, on = u->autosave_on;
-    char *text = u->run_text ? strdup(u->run_text) : NULL, *path = u->saved_path ? strdup(u->saved_path) : NULL;
+    char *text = u->run_text ? strdup(u->run_text) : NULL,
+         *path = u->saved_path ? strdup(u->saved_path) : NULL;
     pthread_mutex_unlock(&u->mu);
     if (!on || (type != EV_CMD_SEND && type != EV_CMD_RETRY && type != EV_CMD_EDIT)) {
-        snprintf(msg, n, "%s", !on ? "this engine keeps no autosave" : "the autosave is as of the last command");
+        snprintf(msg, n, "%s",
+                 !on ? "this engine keeps no autosave" : "the autosave is as of the last command");
         free(text);
         free(path);
         return 1;
@@ -171,28 +173,29 @@ int ue_rescue(ue *u, const char *answer, const char *think, const ue_gen *g, dou
         k3_conv_settings set;
         ue_gen_settings(x->c, g, g->temp, g->top_p, &set);
         k3_conv_set_settings(x->c, &set);
-        k3_msg a = {.role        = K3_ROLE_ASSISTANT,
-                    .content     = (char *)(uintptr_t)answer,
-                    .reasoning   = (char *)(uintptr_t)think,
-                    .interrupted = 1};
+        k3_msg    a = {.role        = K3_ROLE_ASSISTANT,
+                       .content     = (char *)(uintptr_t)answer,
+                       .reasoning   = (char *)(uintptr_t)think,
+                       .interrupted = 1};
         pthread_t th;
         x->path = path;
         path    = NULL;
         if ((x->path || k3_conv_autosave_enable(x->c, NULL) == K3_OK) &&
-            k3_conv_add(x->c, K3_ROLE_USER, text ? text : "", NULL) == K3_OK && k3_conv_add_msg(x->c, &a) == K3_OK &&
-            pthread_create(&th, NULL, rescue_main, x) == 0) {
+            k3_conv_add(x->c, K3_ROLE_USER, text ? text : "", NULL) == K3_OK &&
+            k3_conv_add_msg(x->c, &a) == K3_OK && pthread_create(&th, NULL, rescue_main, x) == 0) {
             for (double t0 = ev_now(); !atomic_load(&x->done) && ev_now() - t0 < wait_s;)
                 usleep(10000);
             if (!atomic_load(&x->done)) { /* x is the thread's until the process exits */
                 pthread_detach(th);
-                snprintf(msg, n, "the autosave file did not answer within %.0f s%s%s", wait_s, x->path ? ": " : "",
-                         x->path ? x->path : "");
+                snprintf(msg, n, "the autosave file did not answer within %.0f s%s%s", wait_s,
+                         x->path ? ": " : "", x->path ? x->path : "");
                 x = NULL;
             } else {
                 pthread_join(th, NULL);
                 r = x->st == K3_OK ? 0 : -1;
                 if (r == 0)
-                    snprintf(msg, n, "the conversation is autosaved in %s, the last answer marked interrupted",
+                    snprintf(msg, n,
+                             "the conversation is autosaved in %s, the last answer marked interrupted",
                              x->path ? x->path : "?");
                 else
                     snprintf(msg, n, "autosave: %s", x->err);

@@ -68,9 +68,9 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
         snprintf(err, errn, "K3_MOCK: %s: cannot open", path);
         return -1;
     }
-    char  *line = NULL; /* a line of any length (getline): a long answer is one directive */
-    size_t cap  = 0;
-    int  lineno = 0, delay = 20, prefill = 0;
+    char  *line   = NULL; /* a line of any length (getline): a long answer is one directive */
+    size_t cap    = 0;
+    int    lineno = 0, delay = 20, prefill = 0;
     m->turns = calloc(1, sizeof *m->turns);
     if (!m->turns) {
         fclose(f);
@@ -96,8 +96,8 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
             m->turns[m->n_turns - 1].delay_ms   = delay;
             m->turns[m->n_turns - 1].prefill_ms = prefill;
         } else if ((kw == 4 && (!strncmp(line, "load", 4) || !strncmp(line, "hold", 4))) ||
-                   (kw == 5 && !strncmp(line, "stall", 5)) ||
-                   (kw == 5 && !strncmp(line, "delay", 5)) || (kw == 7 && !strncmp(line, "prefill", 7))) {
+                   (kw == 5 && !strncmp(line, "stall", 5)) || (kw == 5 && !strncmp(line, "delay", 5)) ||
+                   (kw == 7 && !strncmp(line, "prefill", 7))) {
             char *end;
             long  ms = strtol(arg, &end, 10);
             if (end == arg || *end || ms < 0 || ms > 3600000) {

@@ -528,11 +528,12 @@ static void quit_tick(tui *t, double now) {
         t->abandon = t->quit = 1;
     else if (now - t->quitting >= QUIT_TELL_S && !t->quit_told) {
         t->quit_told = 1;
-        notice(t, ROLE_ERROR,
-               "quitting: the engine has not stopped yet (it may be blocked in a read from a file system or a "
-               "server that does not answer); Ctrl-C or Ctrl-D quits without waiting for it, as k3chat does "
-               "by itself in %.0f s%s",
-               QUIT_GRACE_S, t->streaming ? " (the answer so far is autosaved, marked interrupted)" : "");
+        notice(
+            t, ROLE_ERROR,
+            "quitting: the engine has not stopped yet (it may be blocked in a read from a file system or a "
+            "server that does not answer); Ctrl-C or Ctrl-D quits without waiting for it, as k3chat does "
+            "by itself in %.0f s%s",
+            QUIT_GRACE_S, t->streaming ? " (the answer so far is autosaved, marked interrupted)" : "");
     }
 }
 
@@ -833,10 +834,11 @@ static void paste_end(tui *t) {
 #define PASTE_IDLE_S 2.0
 static void paste_lost(tui *t) {
     paste_end(t);
-    notice(t, ROLE_ERROR,
-           "paste: its end marker (ESC[201~) did not come within %.0f s of the last pasted byte; the paste is "
-           "taken as ended, its text is in the input line, and keys act as keys again",
-           PASTE_IDLE_S);
+    notice(
+        t, ROLE_ERROR,
+        "paste: its end marker (ESC[201~) did not come within %.0f s of the last pasted byte; the paste is "
+        "taken as ended, its text is in the input line, and keys act as keys again",
+        PASTE_IDLE_S);
 }
 
 /* A bracketed paste read in blocks. Curses reads the terminal one byte per read() (two thirds
@@ -1163,7 +1165,7 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             timeout = 250;
         if (t->quitting && (timeout < 0 || timeout > 250))
             timeout = 250; /* quit_tick */
-        if (t->paste) { /* awake when the paste counts as lost (paste_lost) */
+        if (t->paste) {    /* awake when the paste counts as lost (paste_lost) */
             int idle = (int)((t->paste_last + PASTE_IDLE_S - now) * 1000) + 1;
             if (timeout < 0 || timeout > idle)
                 timeout = idle > 0 ? idle : 0;
@@ -1400,10 +1402,12 @@ static void on_key(tui *t, wint_t k, int fn) {
                 }
                 if (t->stop_t > 0 && now - t->stop_t >= 1.0) {
                     t->stop_told = 1;
-                    notice(t, ROLE_ERROR,
-                           "stopping: the engine has not stopped the answer (it may be blocked in a read from a file "
-                           "system or a server that does not answer); Ctrl-C again quits without waiting for it "
-                           "(the answer so far is autosaved, marked interrupted)");
+                    notice(
+                        t, ROLE_ERROR,
+                        "stopping: the engine has not stopped the answer (it may be blocked in a read from a "
+                        "file "
+                        "system or a server that does not answer); Ctrl-C again quits without waiting for it "
+                        "(the answer so far is autosaved, marked interrupted)");
                 }
                 if (!t->stop_t)
                     t->stop_t = now;
