@@ -804,6 +804,11 @@ typedef struct k3_load_info {
 /* Writes the whole conversation atomically (temp file, fsync, rename, fsync dir).
  * Failure: K3_ERR_IO naming the path and errno; the conversation is untouched. */
 k3_status k3_conv_save(const k3_conv *c, const char *path);
+/* Appends c's messages (no header, no abandoned branches) to the transcript at path, one line
+ * each in one durable write, as the autosave appends a turn. For a front end that quits without
+ * the thread that owns the conversation (blocked in a call that does not return): it saves
+ * what it saw of the turn in progress into that conversation's autosave file. */
+k3_status k3_conv_append_to(const k3_conv *c, const char *path);
 /* Replaces c's messages and settings with the transcript's; on any error (K3_ERR_FORMAT /
  * K3_ERR_IO, message "FILE:LINE: what") c is untouched. info may be NULL. A torn final
  * line (no newline, unparseable: an interrupted append) is ignored and reported in info, not
@@ -822,6 +827,8 @@ k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir);
 k3_status k3_conv_autosave(k3_conv *c);
 /* Why the last autosave failed ("PATH: what: strerror (errno N)"), NULL when it worked. */
 const char *k3_conv_autosave_error(const k3_conv *c);
+/* The autosave file, NULL before the first autosave wrote one (and after k3_conv_clear). */
+const char *k3_conv_autosave_path(const k3_conv *c);
 
 #ifdef __cplusplus
 }

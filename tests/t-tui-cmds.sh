@@ -57,8 +57,8 @@ check "a second message gets its answer" wait_for "reply to second question" 5
 cmd "/save $K3_TMP/t1.jsonl" "saved 5 messages" "/save FILE"
 check "/save wrote the file" [ -s "$K3_TMP/t1.jsonl" ]
 cmd "/save" "saved 5 messages to $K3_TMP/data/k3chat/transcripts/chat-" "/save without a file uses the data directory"
-cmd "/save /nonexistent-dir/x.jsonl" "x.jsonl: cannot create a temporary file next to it" \
-    "/save to an unwritable path is an error"
+cmd "/save /nonexistent-dir/x.jsonl" "next to it: directory /nonexistent-dir" \
+    "/save into a directory that does not exist is an error naming it"
 cmd "/export $K3_TMP/t1.md" "exported 5 messages" "/export FILE.md"
 check "/export wrote Markdown with the reasoning folded" grep -q "<details>" "$K3_TMP/t1.md"
 cmd "/export" "missing the file name" "/export without a file"
@@ -109,5 +109,21 @@ type_line "next one"
 check "and the conversation continues" wait_for "reply to next one" 5
 keys C-d
 check "exit with 0" wait_for "EXIT=0" 5
+
+# the directory k3chat runs in is removed: a /save or /export to a bare name says so (it said
+# "No such file or directory" of the file), and a path from / still works
+mkdir -p "$K3_TMP/gone"
+tui_start 110 40 K3_MOCK="$m" -- "cd $K3_TMP/gone && $K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+wait_for "mock · 3 layers" 10
+type_line "hello"
+wait_for "reply to hello" 5
+rmdir "$K3_TMP/gone"
+cmd "/save here.jsonl" "the current directory was removed" \
+    "/save in a removed current directory says so"
+cmd "/export here.md" "here.md: cannot create a temporary file" \
+    "/export too"
+cmd "/save $K3_TMP/there.jsonl" "saved 2 messages" "a path from / still saves"
+keys C-d
+wait_for "EXIT=0" 5
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $K3_TMP/stderr.txt"
 finish

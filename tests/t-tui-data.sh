@@ -79,6 +79,40 @@ import json, sys
 got = [m for m in map(json.loads, open(sys.argv[1], encoding="utf-8")) if m.get("role") == "user"][-1]["content"]
 sys.exit(got != "".join("p%02d" % i for i in range(60)) + "ENDXY")' "$K3_TMP/marks.jsonl"
 
+# 13: a paste whose end marker never comes (a link dropped it, a program wrote ESC[200~ alone):
+# the chat took every later key as pasted text, Enter included, for ever. After 2 s with no byte
+# the paste counts as ended and says so; its text stays in the input line, and Enter sends again.
+keys C-u
+printf '\033[200~lost end' >"$K3_TMP/lost.txt"
+$T load-buffer "$K3_TMP/lost.txt"
+$T paste-buffer -r # the bytes as they are: ESC[200~ and no end
+check "13: a paste with no end marker is taken as ended, and the user is told" \
+    wait_for "its end marker (ESC[201~) did not come" 15
+check "13: its text is in the input line" wait_input "lost end"
+check "13: the status bar no longer says pasting" hasnt "pasting"
+keys -l "XY"
+keys Enter
+check "13: keys act as keys again: Enter sends the message" wait_for "answer to lost endXY" 5
+
+# 14: mouse reports read with a paste's end marker (a wheel turned as the paste lands) were
+# dropped; they act as when they come alone: two wheel-ups scroll 6 lines. In tmux, curses asks
+# for X10 reports (ESC[M and three bytes); with TERM=xterm-256color, for SGR ones (ESC[<64;X;YM).
+printf '\033[200~wheel\033[201~\033[M`!!\033[M`$%%' >"$K3_TMP/wheel.txt"
+$T load-buffer "$K3_TMP/wheel.txt"
+$T paste-buffer -r
+check "14: two X10 wheel reports in the paste's read scroll the conversation" wait_for "scrolled ↑6" 5
+check "14: the paste's text is in the input line, no byte of the reports" wait_input "wheel"
+/usr/bin/python3 -c 'import sys; open(sys.argv[1], "w").write("delay 0\nresponse answer to {user}" + "".join("\\n\\nline %d" % i for i in range(40)) + "\n")' "$K3_TMP/lines.txt"
+tui_start 100 24 -- "env TERM=xterm-256color K3_MOCK=$K3_TMP/lines.txt $K3CHAT /no/model; echo EXIT=\$?; sleep 60"
+wait_for "mock · 3 layers" 10
+type_line "hi"
+wait_for "line 39" 5
+printf '\033[200~sgr\033[201~\033[<64;1;1M\033[<64;30;12M' >"$K3_TMP/wheel.txt"
+$T load-buffer "$K3_TMP/wheel.txt"
+$T paste-buffer -r
+check "14: two SGR wheel reports in the paste's read scroll the conversation" wait_for "scrolled ↑6" 5
+check "14: the paste's text is in the input line, no byte of the reports" wait_input "sgr"
+
 # 4 and 12 on models/k3-nano: the engine's info lines with K3_VERBOSE=1; /load adopts the
 # transcript's settings, which the status bar shows
 M="$K3_SRC/models/k3-nano"

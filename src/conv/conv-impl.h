@@ -21,10 +21,8 @@
 
 /* Only the tests look at these (not in k3.h): the abandoned messages, oldest branch first
  * (their count is k3.h's k3_conv_abandoned_count): message i, with the index of the active
- * message it was written before (its branch point) and its branch number (1-based). The autosave
- * file's path, NULL before the first write. */
+ * message it was written before (its branch point) and its branch number (1-based). */
 const k3_msg *k3_conv_abandoned(const k3_conv *c, int i, int *at, int *branch);
-const char   *k3_conv_autosave_path(const k3_conv *c);
 
 /* A saved decode state and the ids that produced it. */
 typedef struct conv_snap {

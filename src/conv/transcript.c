@@ -272,10 +272,11 @@ static k3_status write_all(int fd, const char *p, size_t n, const char *path) {
     return K3_OK;
 }
 
-static k3_status fsync_dir_of(const char *path) {
+/* The directory path is in ("." for a bare name), malloc'd; NULL when out of memory. */
+static char *dir_of(const char *path) {
     char *d = k3_strdup(path);
     if (!d)
-        return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
+        return NULL;
     char *slash = strrchr(d, '/');
     if (slash == d)
         d[1] = 0;
@@ -283,6 +284,13 @@ static k3_status fsync_dir_of(const char *path) {
         *slash = 0;
     else
         strcpy(d, ".");
+    return d;
+}
+
+static k3_status fsync_dir_of(const char *path) {
+    char *d = dir_of(path);
+    if (!d)
+        return k3_err(K3_ERR_NOMEM, "%s: out of memory", path);
     k3_status st = K3_OK;
     int       fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -305,7 +313,24 @@ static k3_status atomic_write(const char *path, const char *p, size_t n) {
     snprintf(tmp, tl, "%s.tmp-XXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        st = io_err(path, "cannot create a temporary file next to it", errno);
+        /* ENOENT: which directory is missing, the current one too (removed while k3chat ran) */
+        int         e = errno;
+        char       *d = e == ENOENT ? dir_of(path) : NULL;
+        char        cwd[2];
+        struct stat sb;
+        if (d && path[0] != '/' && !getcwd(cwd, sizeof cwd) && errno == ENOENT)
+            st = k3_err(K3_ERR_IO,
+                        "%s: cannot create a temporary file next to it: the current directory was removed "
+                        "(errno %d); give a path from /",
+                        path, e);
+        else if (d && stat(d, &sb) != 0 && errno == ENOENT)
+            st = k3_err(
+                K3_ERR_IO,
+                "%s: cannot create a temporary file next to it: directory %s does not exist (errno %d)", path,
+                d, e);
+        else
+            st = io_err(path, "cannot create a temporary file next to it", e);
+        free(d);
         free(tmp);
         return st;
     }
@@ -367,6 +392,22 @@ static k3_status write_text_file(const char *path, const sbuf *b) {
     if (b->oom)
         return k3_err(K3_ERR_NOMEM, "%s: out of memory building the file", path);
     return atomic_write(path, b->p ? b->p : "", b->n);
+}
+
+/* Messages [from, n_msgs) of c appended to path in one durable write (the autosave's append). */
+static k3_status append_msgs(const k3_conv *c, int from, const char *path) {
+    sbuf b = {0};
+    for (int i = from; i < c->n_msgs; i++)
+        sb_json_line(&b, line_json(c, i));
+    k3_status st = b.oom ? k3_err(K3_ERR_NOMEM, "%s: out of memory", path)
+                   : b.n ? durable_append(path, b.p, b.n)
+                         : K3_OK;
+    free(b.p);
+    return st;
+}
+
+k3_status k3_conv_append_to(const k3_conv *c, const char *path) {
+    return append_msgs(c, 0, path);
 }
 
 k3_status k3_conv_save(const k3_conv *c, const char *path) {
@@ -503,14 +544,10 @@ static k3_status autosave_write(k3_conv *c) {
         }
         transcript_text(c, &b);
         st = write_text_file(c->autosave_path, &b);
+        free(b.p);
     } else {
-        for (int i = c->n_saved; i < c->n_msgs; i++)
-            sb_json_line(&b, line_json(c, i));
-        st = b.oom ? k3_err(K3_ERR_NOMEM, "%s: out of memory", c->autosave_path)
-             : b.n ? durable_append(c->autosave_path, b.p, b.n)
-                   : K3_OK;
+        st = append_msgs(c, c->n_saved, c->autosave_path);
     }
-    free(b.p);
     if (st)
         return st;
     c->n_saved   = c->n_msgs;

@@ -4,6 +4,7 @@
 #include "k3.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,10 @@ static void *worker_main(void *arg) {
             ev_free(&c);
             break;
         }
+        pthread_mutex_lock(&u->mu); /* for ue_rescue */
+        u->run_type = c.type;
+        u->run_text = c.text ? strdup(c.text) : NULL;
+        pthread_mutex_unlock(&u->mu);
         if (u->self) {
             atomic_store(&u->busy, 1);
             if (c.type == EV_CMD_SEND || c.type == EV_CMD_EDIT || c.type == EV_CMD_RETRY ||
@@ -47,8 +52,15 @@ static void *worker_main(void *arg) {
             ui_ev ack = {.type = EV_ACK, .i = c.type};
             ev_push(u->out, &ack);
         }
+        pthread_mutex_lock(&u->mu);
+        u->run_type = 0;
+        free(u->run_text);
+        u->run_text = NULL;
+        pthread_mutex_unlock(&u->mu);
         ev_free(&c);
     }
+    ui_ev end = {.type = EV_STOPPED}; /* before the close, which may take a while (a model's memory) */
+    ev_push(u->out, &end);
     if (u->self)
         u->be->close(u->self);
     u->self = NULL;
@@ -64,8 +76,10 @@ ue *ue_start(const ui_opts *o, ev_queue *out) {
     u->opts          = o;
     u->out           = out;
     u->cmds          = ev_queue_new(0);
+    pthread_mutex_init(&u->mu, NULL);
     if (!u->cmds || pthread_create(&u->th, NULL, worker_main, u) != 0) {
         ev_queue_free(u->cmds);
+        pthread_mutex_destroy(&u->mu);
         free(u);
         return NULL;
     }
@@ -76,20 +90,128 @@ ue *ue_start(const ui_opts *o, ev_queue *out) {
 void ue_cancel(ue *u) {
     atomic_store(&u->cancel_upto, u->posted);
     atomic_store(&u->cancel, 1);
-    if (u->be->cancel && atomic_load(&u->ready) && u->self)
+    /* after ue_stop the worker may be closing the backend: the flag alone */
+    if (u->be->cancel && atomic_load(&u->ready) && u->self && !u->stopping)
         u->be->cancel(u->self);
+}
+
+void ue_stop(ue *u) {
+    if (u->stopping)
+        return;
+    ue_cancel(u);
+    u->stopping = 1;
+    ui_ev q     = {.type = EV_CMD_QUIT};
+    ev_push(u->cmds, &q);
 }
 
 void ue_close(ue *u) {
     if (!u)
         return;
-    ue_cancel(u);
-    ui_ev q = {.type = EV_CMD_QUIT};
-    ev_push(u->cmds, &q);
+    ue_stop(u);
     if (u->started)
         pthread_join(u->th, NULL);
     ev_queue_free(u->cmds);
+    pthread_mutex_destroy(&u->mu);
+    free(u->run_text);
+    free(u->saved_path);
     free(u);
+}
+
+void ue_abandon(ue *u) {
+    if (u && u->started)
+        pthread_detach(u->th);
+}
+
+/* ue_rescue's work, on a thread of its own: the file system may hang as the worker does. */
+typedef struct rescue {
+    k3_conv   *c;    /* the turn: the message (when it is not on disk yet) and the answer */
+    char      *path; /* the autosave file, NULL: none yet (c starts one)                  */
+    k3_status  st;
+    char       err[512];
+    atomic_int done;
+} rescue;
+
+static void *rescue_main(void *arg) {
+    rescue *x = arg;
+    x->st     = x->path ? k3_conv_append_to(x->c, x->path) : k3_conv_autosave(x->c);
+    if (x->st != K3_OK)
+        snprintf(x->err, sizeof x->err, "%s", k3_errmsg());
+    else if (!x->path && k3_conv_autosave_path(x->c))
+        x->path = strdup(k3_conv_autosave_path(x->c));
+    atomic_store(&x->done, 1);
+    return NULL;
+}
+
+int ue_rescue(ue *u, const char *answer, const char *think, const ue_gen *g, double wait_s, char *msg,
+              size_t n) {
+    pthread_mutex_lock(&u->mu);
+    int   type = u->run_type, on = u->autosave_on;
+    char *text = u->run_text ? strdup(u->run_text) : NULL,
+         *path = u->saved_path ? strdup(u->saved_path) : NULL;
+    pthread_mutex_unlock(&u->mu);
+    if (!on || (type != EV_CMD_SEND && type != EV_CMD_RETRY && type != EV_CMD_EDIT)) {
+        snprintf(msg, n, "%s",
+                 !on ? "this engine keeps no autosave" : "the autosave is as of the last command");
+        free(text);
+        free(path);
+        return 1;
+    }
+    /* The message and its answer go on the file as the turn's end would have put them. The
+     * answer of a /retry or an /edit replaces what the file holds, which takes a rewrite from
+     * the worker's conversation: not done, the file keeps the turn before. */
+    if (type != EV_CMD_SEND) {
+        snprintf(msg, n, "the answer in progress is not in the autosave (a %s rewrites it)",
+                 type == EV_CMD_RETRY ? "/retry" : "/edit");
+        free(text);
+        free(path);
+        return -1;
+    }
+    int     r = -1;
+    rescue *x = calloc(1, sizeof *x);
+    snprintf(msg, n, "autosave: out of memory");
+    if (x && (x->c = k3_conv_new())) {
+        k3_conv_settings set;
+        ue_gen_settings(x->c, g, g->temp, g->top_p, &set);
+        k3_conv_set_settings(x->c, &set);
+        k3_msg    a = {.role        = K3_ROLE_ASSISTANT,
+                       .content     = (char *)(uintptr_t)answer,
+                       .reasoning   = (char *)(uintptr_t)think,
+                       .interrupted = 1};
+        pthread_t th;
+        x->path = path;
+        path    = NULL;
+        if ((x->path || k3_conv_autosave_enable(x->c, NULL) == K3_OK) &&
+            k3_conv_add(x->c, K3_ROLE_USER, text ? text : "", NULL) == K3_OK &&
+            k3_conv_add_msg(x->c, &a) == K3_OK && pthread_create(&th, NULL, rescue_main, x) == 0) {
+            for (double t0 = ev_now(); !atomic_load(&x->done) && ev_now() - t0 < wait_s;)
+                usleep(10000);
+            if (!atomic_load(&x->done)) { /* x is the thread's until the process exits */
+                pthread_detach(th);
+                snprintf(msg, n, "the autosave file did not answer within %.0f s%s%s", wait_s,
+                         x->path ? ": " : "", x->path ? x->path : "");
+                x = NULL;
+            } else {
+                pthread_join(th, NULL);
+                r = x->st == K3_OK ? 0 : -1;
+                if (r == 0)
+                    snprintf(msg, n,
+                             "the conversation is autosaved in %s, the last answer marked interrupted",
+                             x->path ? x->path : "?");
+                else
+                    snprintf(msg, n, "autosave: %s", x->err);
+            }
+        } else {
+            snprintf(msg, n, "autosave: %s", k3_errmsg());
+        }
+    }
+    if (x) {
+        k3_conv_free(x->c);
+        free(x->path);
+        free(x);
+    }
+    free(text);
+    free(path);
+    return r;
 }
 
 static void post(ue *u, int type, const char *text, const ue_gen *g, double x) {
@@ -331,13 +453,24 @@ void ue_conv_autosave(ue *u, k3_conv *c) {
 }
 
 void ue_conv_autosave_enable(ue *u, k3_conv *c) {
-    if (k3_conv_autosave_enable(c, NULL) != K3_OK) {
+    int ok = k3_conv_autosave_enable(c, NULL) == K3_OK;
+    if (!ok) {
         u->no_autosave = 1;
         ue_emitf(u, EV_ERROR, "autosave is off: %s", k3_errmsg());
     }
+    pthread_mutex_lock(&u->mu);
+    u->autosave_on = ok;
+    pthread_mutex_unlock(&u->mu);
 }
 
 void ue_note_saved(ue *u, const k3_conv *c) {
+    const char *p = k3_conv_autosave_path(c);
+    pthread_mutex_lock(&u->mu); /* for ue_rescue */
+    if (!u->saved_path || !p || strcmp(u->saved_path, p)) {
+        free(u->saved_path);
+        u->saved_path = p ? strdup(p) : NULL;
+    }
+    pthread_mutex_unlock(&u->mu);
     int turns = 0;
     for (int i = 0; i < k3_conv_count(c) && !turns; i++)
         turns = k3_conv_msg(c, i)->role != K3_ROLE_SYSTEM;

@@ -65,13 +65,37 @@ struct ue {
     unsigned posted;               /* commands posted so far (UI thread only); each is
                                       answered by one EV_ACK, EV_CMD_QUIT excepted  */
     int       started;
+    int       stopping; /* ue_stop posted the quit (UI thread only) */
     pthread_t th;
+    /* What a quit that does not wait for the worker (ue_rescue) needs, kept by the worker: */
+    pthread_mutex_t mu;          /* guards the three below                                   */
+    int             run_type;    /* the command it runs (EV_CMD_*), 0: none               */
+    char           *run_text;    /* that command's text (a message), NULL: none           */
+    char           *saved_path;  /* the autosave file as of the last autosave, NULL: none */
+    int             autosave_on; /* the conversation autosaves (worker.c, remote.c)      */
 };
 
 /* Start the worker (mock when K3_MOCK is set, else the real engine). NULL when out of memory. */
 ue  *ue_start(const ui_opts *o, ev_queue *out);
 void ue_close(ue *u); /* cancel, stop and join the worker, free */
 void ue_cancel(ue *u);
+/* Quitting without waiting on a worker that may never come back (blocked in a read from a hung
+ * file system, a server that does not answer, a test's "stall"): ue_stop cancels, asks the
+ * worker to end after the command it runs and returns at once; EV_STOPPED says it runs no
+ * more commands (ue_close then joins it once the engine is closed). If it never says so, the
+ * front end may give up on it:
+ * ue_rescue saves what the user saw of the command it runs, ue_abandon leaves the worker
+ * behind (detached, its memory and queues kept) for the process to exit. */
+void ue_stop(ue *u);
+void ue_abandon(ue *u);
+/* On the UI thread, the worker blocked in a turn (a message sent, g its settings): appends the
+ * message and answer / think (what the UI was shown; think NULL: no reasoning) as an
+ * interrupted answer to the conversation's autosave file, or starts one. Waits at most
+ * wait_s for the file system (which may be what blocks the worker). Returns 0 when saved,
+ * 1 when there is nothing to save (no autosave, no turn in progress), -1 on failure; msg
+ * says which, in words for the user. */
+int ue_rescue(ue *u, const char *answer, const char *think, const ue_gen *g, double wait_s, char *msg,
+              size_t n);
 
 void ue_send(ue *u, const char *user_text, const ue_gen *g);
 void ue_retry(ue *u, const ue_gen *g);

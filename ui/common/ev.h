@@ -39,6 +39,8 @@ enum ev_type {
                     to prefill, x = routed-expert bytes read so far                          */
     EV_SETTINGS, /* a loaded transcript's settings (gen: temp, top_p, think, effort), which the
                     next turns use                                                            */
+    EV_STOPPED,  /* the worker runs no more commands (after ue_stop): it closes the engine
+                    and ends; ue_close joins it                                               */
     /* commands to the worker (ue_* in engine.h) */
     EV_CMD_SEND,
     EV_CMD_RETRY,

@@ -5,6 +5,8 @@
  *     delay MS         milliseconds between tokens (default 20)
  *     prefill MS       milliseconds before the first token (default 0)
  *     hold MS          this turn stays open MS milliseconds after its last token (Ctrl-C ends it)
+ *     stall MS         this turn's worker blocks MS milliseconds after its first token, deaf to
+ *                      Ctrl-C and quit (as in a read from a hung file system or server)
  *     think TEXT       reasoning text of the current turn (several lines join with newlines)
  *     response TEXT    answer text of the current turn
  *     error TEXT       the turn fails with this message
@@ -33,7 +35,7 @@
 
 typedef struct mturn {
     char *think, *response, *error, *err_line;
-    int   delay_ms, prefill_ms, hold_ms;
+    int   delay_ms, prefill_ms, hold_ms, stall_ms;
 } mturn;
 
 typedef struct mock {
@@ -66,8 +68,9 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
         snprintf(err, errn, "K3_MOCK: %s: cannot open", path);
         return -1;
     }
-    char line[4096];
-    int  lineno = 0, delay = 20, prefill = 0;
+    char  *line   = NULL; /* a line of any length (getline): a long answer is one directive */
+    size_t cap    = 0;
+    int    lineno = 0, delay = 20, prefill = 0;
     m->turns = calloc(1, sizeof *m->turns);
     if (!m->turns) {
         fclose(f);
@@ -75,7 +78,7 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
     }
     m->n_turns           = 1;
     m->turns[0].delay_ms = delay;
-    while (fgets(line, sizeof line, f)) {
+    while (getline(&line, &cap, f) >= 0) {
         lineno++;
         line[strcspn(line, "\n")] = 0;
         mturn      *t             = &m->turns[m->n_turns - 1];
@@ -93,19 +96,23 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
             m->turns[m->n_turns - 1].delay_ms   = delay;
             m->turns[m->n_turns - 1].prefill_ms = prefill;
         } else if ((kw == 4 && (!strncmp(line, "load", 4) || !strncmp(line, "hold", 4))) ||
-                   (kw == 5 && !strncmp(line, "delay", 5)) || (kw == 7 && !strncmp(line, "prefill", 7))) {
+                   (kw == 5 && !strncmp(line, "stall", 5)) || (kw == 5 && !strncmp(line, "delay", 5)) ||
+                   (kw == 7 && !strncmp(line, "prefill", 7))) {
             char *end;
             long  ms = strtol(arg, &end, 10);
             if (end == arg || *end || ms < 0 || ms > 3600000) {
                 snprintf(err, errn, "K3_MOCK: %s:%d: %.*s '%s': expected milliseconds in 0..3600000", path,
                          lineno, (int)kw, line, arg);
                 fclose(f);
+                free(line);
                 return -1;
             }
             if (line[0] == 'l')
                 *load_ms = (int)ms;
             else if (line[0] == 'h')
                 t->hold_ms = (int)ms;
+            else if (line[0] == 's')
+                t->stall_ms = (int)ms;
             else if (kw == 5)
                 t->delay_ms = delay = (int)ms;
             else
@@ -121,9 +128,11 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
         } else {
             snprintf(err, errn, "K3_MOCK: %s:%d: unknown directive '%.*s'", path, lineno, (int)kw, line);
             fclose(f);
+            free(line);
             return -1;
         }
     }
+    free(line);
     fclose(f);
     return 0;
 }
@@ -243,8 +252,11 @@ static int stream(ue *u, mock *m, mturn *t, int ch, const char *s, double t0, do
         if (t->delay_ms)
             sleep_ms(t->delay_ms);
         ue_emit_token(u, ch, s + k, n - k < 3 ? n - k : 3);
-        if (*t_first == 0)
+        if (*t_first == 0) {
             *t_first = ev_now();
+            for (double end = ev_now() + t->stall_ms / 1e3; ev_now() < end;)
+                sleep_ms(50); /* whatever the UI asks meanwhile */
+        }
         if (ch == EV_CH_THINK) {
             (*n_think)++;
             *think_s = ev_now() - t_think0;

@@ -727,6 +727,8 @@ static void draw_status(tui *t) {
     if (t->pf_on)
         SEG(0, "prefill %llu/%llu tok · %.2f GB read", (unsigned long long)t->pf_done,
             (unsigned long long)t->pf_total, t->pf_bytes / 1e9);
+    if (t->paste) /* Enter is a newline of the paste until its end marker comes */
+        SEG(0, "pasting");
     if (!t->mouse)
         SEG(3, "mouse off (F3)");
     if (t->scroll > 0)

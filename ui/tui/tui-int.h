@@ -131,6 +131,7 @@ typedef struct tui {
                                      * start of the next one read with it */
     int         n_carry;
     double      paste_shown; /* when the paste so far last went into the input line */
+    double      paste_last;  /* when the paste's last byte came (PASTE_IDLE_S) */
     signed char solo[256];   /* per byte: 0 text, 1 begins a key (key_defined) */
     int         bad_utf8;    /* invalid UTF-8 sequences read (as U+FFFD) since the last notice */
     /* Ctrl-R: the history search the UI runs itself (label in the hint rows above the line) */
@@ -143,6 +144,14 @@ typedef struct tui {
     int     quit;
     int     unsaved_warned; /* 1 + UE_DROP_* of the last refusal (unsaved turns, tui.c) */
     int     quit_warned;    /* a quit while an answer streamed was refused (request_quit) */
+    /* Quitting waits for the worker to end (EV_STOPPED), QUIT_GRACE_S at most, or until the
+     * user asks again: then k3chat quits without it (abandon; tui.c request_quit) */
+    double quitting;  /* when the quit began (0: not quitting)                    */
+    int    quit_told; /* the wait was told (quit_tick)                             */
+    int    stopped;   /* EV_STOPPED came: the worker has ended                     */
+    int    abandon;   /* quit without waiting for the worker                       */
+    double stop_t;    /* when Ctrl-C asked the answer to stop (0: not asked)       */
+    int    stop_told; /* a second Ctrl-C was told the stop does not come           */
     /* epoll sets the main loop sleeps on (tui.c wait_input): [0] stdin, [1] stdin and the event
      * pipe; -1 before the first sleep, -2 when epoll is not available (poll() then) */
     int ep[2];

@@ -159,6 +159,8 @@ static void start_turn(tui *t) {
 
 static void end_turn(tui *t, int status, const ue_stats *st) {
     t->quit_warned = 0; /* the answer is complete: a quit goes ahead */
+    t->stop_t      = 0;
+    t->stop_told   = 0;
     if (t->cur >= 0 && t->cur < t->n_ents) {
         entry *e  = &t->ents[t->cur];
         e->status = status;
@@ -395,6 +397,9 @@ static void on_event(tui *t, ui_ev *e) {
     case EV_UNDO:
         on_undo(t, e);
         break;
+    case EV_STOPPED: /* after ue_stop: the quit goes ahead */
+        t->stopped = t->quit = 1;
+        break;
     default:
         break;
     }
@@ -483,10 +488,28 @@ static int unsaved_refuse(tui *t, int what) {
     return 1;
 }
 
+/* Quitting waits for the worker to end, which it does at its next check of the cancel flag
+ * (a token, a prefill step, a read's time limit). One blocked in a call that does not return
+ * (a read from a hung file system, a server that does not answer) would hold the quit for
+ * ever: after QUIT_TELL_S the wait is told, and a second request, or QUIT_GRACE_S, quits without
+ * the worker (t->abandon: what the user saw of the answer goes to the autosave, ue_rescue). */
+#define QUIT_TELL_S 0.5
+#define QUIT_GRACE_S 10.0
+
+static void begin_quit(tui *t) {
+    t->quitting = ev_now();
+    ue_stop(t->eng); /* EV_STOPPED ends the loop */
+}
+
 /* A quit (Ctrl-D, /quit) while an answer streams would cut it off: the first one says so and
- * waits, the same again stops the answer and quits (the autosave keeps it, interrupted). */
+ * waits, the same again stops it and quits (the autosave keeps it, interrupted). After a
+ * Ctrl-C the user has given the answer up already: the quit goes ahead at once. */
 static void request_quit(tui *t) {
-    if ((t->streaming || t->replaying) && !t->quit_warned) {
+    if (t->quitting) { /* asked again while the worker does not end: go without it */
+        t->abandon = t->quit = 1;
+        return;
+    }
+    if ((t->streaming || t->replaying) && !t->quit_warned && !t->stop_t) {
         t->quit_warned = 1;
         notice(t, ROLE_ERROR,
                "quit: an answer is still coming; Ctrl-D or /quit again stops it and quits, Ctrl-C stops it "
@@ -494,7 +517,24 @@ static void request_quit(tui *t) {
         return;
     }
     if (!unsaved_refuse(t, UE_DROP_QUIT))
-        t->quit = 1;
+        begin_quit(t);
+}
+
+/* While quitting: tell the wait once it lasts, and give up on the worker after the grace. */
+static void quit_tick(tui *t, double now) {
+    if (!t->quitting || t->quit)
+        return;
+    if (now - t->quitting >= QUIT_GRACE_S)
+        t->abandon = t->quit = 1;
+    else if (now - t->quitting >= QUIT_TELL_S && !t->quit_told) {
+        t->quit_told = 1;
+        notice(
+            t, ROLE_ERROR,
+            "quitting: the engine has not stopped yet (it may be blocked in a read from a file system or a "
+            "server that does not answer); Ctrl-C or Ctrl-D quits without waiting for it, as k3chat does "
+            "by itself in %.0f s%s",
+            QUIT_GRACE_S, t->streaming ? " (the answer so far is autosaved, marked interrupted)" : "");
+    }
 }
 
 static void run_command(tui *t, const char *line) {
@@ -632,6 +672,11 @@ static void submit(tui *t, char *line) {
         p++;
     if (!*p)
         return;
+    if (t->quitting) {
+        notice(t, ROLE_ERROR, "quitting: nothing more is sent; your line is back in the input line");
+        inp_insert(t->in, line);
+        return;
+    }
     inp_history_add(t->in, line);
     if (p[0] == '/' && p[1] != '/') {
         run_command(t, p);
@@ -777,7 +822,23 @@ static void paste_end(tui *t) {
     t->paste_raw = 0;
     paste_flush(t);
     report_bad_utf8(t, "the pasted text");
-    t->dirty |= DIRTY_INPUT;
+    t->dirty |= DIRTY_INPUT | DIRTY_STATUS;
+}
+
+/* A paste whose end marker never comes (a link or a multiplexer dropped it, a program wrote
+ * ESC[200~ to the terminal alone) would take every later key as text, Enter included, for ever.
+ * Once no byte has come for PASTE_IDLE_S the paste counts as ended: what came stays in the input
+ * line as text, nothing is sent, and the notice says why keys act again. A terminal writes a
+ * paste at once; a link that stalls longer mid-paste turns the paste's rest into typed keys, so
+ * the wait is long against a stall and short against a user's patience. */
+#define PASTE_IDLE_S 2.0
+static void paste_lost(tui *t) {
+    paste_end(t);
+    notice(
+        t, ROLE_ERROR,
+        "paste: its end marker (ESC[201~) did not come within %.0f s of the last pasted byte; the paste is "
+        "taken as ended, its text is in the input line, and keys act as keys again",
+        PASTE_IDLE_S);
 }
 
 /* A bracketed paste read in blocks. Curses reads the terminal one byte per read() (two thirds
@@ -819,39 +880,102 @@ static int key_at(const unsigned char *b, size_t n, size_t *len) {
     return 0;
 }
 
+/* A mouse report at b[0,n) whose key (ESC[< for SGR 1006, ESC[M for X10) curses has matched:
+ * 1 with the event in *m and the report's length in *len, -1 when b ends before the report does,
+ * 0 when the bytes are no report (they stay keys). Curses decodes the reports it reads itself;
+ * one read with a paste's end is ours to hand back (ungetmouse), as ungetch'd bytes are not
+ * decoded again. Buttons as curses has them: 1-3, the wheel as 4 and 5 (64 + 0/1), a motion
+ * (32) with REPORT_MOUSE_POSITION; an X10 release (3) does not say which button: button 1's. */
+static int mouse_report(const unsigned char *b, size_t n, size_t *len, MEVENT *m) {
+    unsigned v[3] = {0, 0, 0};
+    int      rel  = 0;
+    size_t   i    = 3;
+    if (b[2] == 'M') { /* X10: three bytes, each value + 32 */
+        if (n < 6)
+            return -1;
+        for (int k = 0; k < 3; k++)
+            v[k] = b[3 + k] >= 32 ? b[3 + k] - 32u : 0;
+        if (v[1] < 1 || v[2] < 1)
+            return 0;
+        rel = (v[0] & 67) == 3;
+        i   = 6;
+    } else { /* SGR: digits ; digits ; digits, then M (press) or m (release) */
+        for (int k = 0; k < 3; k++, i++) {
+            size_t d = i;
+            for (; i < n && b[i] >= '0' && b[i] <= '9' && v[k] < 100000; i++)
+                v[k] = v[k] * 10 + (b[i] - '0');
+            if (i == n)
+                return -1;
+            if (i == d || b[i] != (k < 2 ? ';' : b[i] == 'm' ? 'm' : 'M'))
+                return 0;
+        }
+        rel = b[i - 1] == 'm';
+    }
+    int btn = (v[0] & 64 ? 4 : 1) + (int)(v[0] & 3);
+    if (btn > 5 || v[1] < 1 || v[2] < 1)
+        return 0;
+    memset(m, 0, sizeof *m);
+    m->x      = (int)v[1] - 1;
+    m->y      = (int)v[2] - 1;
+    m->bstate = (v[0] & 32 ? REPORT_MOUSE_POSITION
+                 : rel     ? NCURSES_MOUSE_MASK(rel && b[2] == 'M' ? 1 : btn, NCURSES_BUTTON_RELEASED)
+                           : NCURSES_MOUSE_MASK(btn, NCURSES_BUTTON_PRESSED)) |
+                (v[0] & 4 ? BUTTON_SHIFT : 0) | (v[0] & 8 ? BUTTON_ALT : 0) | (v[0] & 16 ? BUTTON_CTRL : 0);
+    *len = i;
+    return 1;
+}
+
 /* The paste ended; rest[0,n) followed it in the same read (the buffer holds PASTE_KEY_MAX more
  * bytes). Its keys go back to curses, in order, up to a next paste's start; that paste's text is
- * kept for its own paste_read. A key cut at the end is completed from stdin as curses would. */
+ * kept for its own paste_read. A key or mouse report cut at the end is completed from stdin as
+ * curses would. Mouse reports go back as events (up to curses' queue of 8 events; ungetch and
+ * ungetmouse are both last in, first out, so both are pushed from the last key back). */
 static void paste_done(tui *t, unsigned char *rest, size_t n) {
     paste_end(t);
     int    keys[PASTE_BLOCK + PASTE_KEY_MAX + 1];
-    size_t nk = 0, cap = n + PASTE_KEY_MAX;
+    MEVENT mev[8];
+    int    mat[PASTE_BLOCK + PASTE_KEY_MAX + 1]; /* keys[j]'s event in mev, or -1 */
+    size_t nk = 0, nm = 0, cap = n + PASTE_KEY_MAX;
     for (size_t i = 0; i < n;) {
-        size_t len = 1;
-        int    k   = t->solo[rest[i]] ? key_at(rest + i, n - i, &len) : 0;
-        if (k < 0) {
+        size_t len = 1, rlen = 0;
+        MEVENT me;
+        int    k  = t->solo[rest[i]] ? key_at(rest + i, n - i, &len) : 0;
+        int    mr = k == KEY_MOUSE ? mouse_report(rest + i, n - i, &rlen, &me) : 0;
+        if (k < 0 || mr < 0) {
             struct pollfd p = {0, POLLIN, 0};
             if (n < cap && poll(&p, 1, get_escdelay()) > 0 && read(0, rest + n, 1) == 1) {
                 n++;
                 continue;
             }
-            k = 0, len = 1; /* not to come: the byte alone */
+            k = 0, len = 1, mr = 0; /* not to come: the byte alone */
         }
         if (k == KEY_PASTE_BEGIN) {
+            mat[nk]    = -1;
             keys[nk++] = k;
             memcpy(t->paste_carry, rest + i + len, n - i - len);
             t->n_carry = (int)(n - i - len);
             break;
         }
-        if (k == KEY_MOUSE) /* its report is curses' to read, and is here: dropped */
-            for (len = 3; i + len < n && rest[i + 2] == '<' && rest[i + len] != 'M' && rest[i + len] != 'm';)
-                len++;
-        else
-            keys[nk++] = k ? k : rest[i];
-        i += len + (k == KEY_MOUSE && rest[i + 2] != '<' ? 3 : k == KEY_MOUSE);
+        if (mr > 0) {
+            if (nm < 8) { /* more than curses can queue: dropped */
+                mev[nm]    = me;
+                mat[nk]    = (int)nm++;
+                keys[nk++] = KEY_MOUSE;
+            }
+            i += rlen;
+            continue;
+        }
+        if (k == KEY_MOUSE)
+            k = 0, len = 1; /* no report after all: its bytes are keys */
+        mat[nk]    = -1;
+        keys[nk++] = k ? k : rest[i];
+        i += len;
     }
     while (nk--)
-        ungetch(keys[nk]);
+        if (mat[nk] >= 0)
+            ungetmouse(&mev[mat[nk]]);
+        else
+            ungetch(keys[nk]);
 }
 
 /* Takes b[0,n) as paste text. Returns how many bytes at its end wait for the next read (a cut
@@ -923,6 +1047,8 @@ static int paste_read(tui *t) {
                 paste_end(t); /* a hang-up: curses says it, as before */
                 return 1;
             }
+            if (r > 0)
+                t->paste_last = ev_now();
         }
         if (r <= 0 && !n)
             return 0;
@@ -1004,6 +1130,11 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             }
         }
         double now = ev_now();
+        if (t->paste && now - t->paste_last >= PASTE_IDLE_S)
+            paste_lost(t);
+        quit_tick(t, now);
+        if (t->quit)
+            return 0;
         if (t->paste && t->paste_buf.n && now - t->paste_shown >= 0.2)
             paste_flush(t); /* what has come of a paste is seen, if its end takes time or is lost */
         tui_render(t, 0);
@@ -1032,6 +1163,13 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             timeout = 1000; /* idle: look for a SIGWINCH that came outside the sleep once a second */
         if (t->paste && t->paste_buf.n && (timeout < 0 || timeout > 250))
             timeout = 250;
+        if (t->quitting && (timeout < 0 || timeout > 250))
+            timeout = 250; /* quit_tick */
+        if (t->paste) {    /* awake when the paste counts as lost (paste_lost) */
+            int idle = (int)((t->paste_last + PASTE_IDLE_S - now) * 1000) + 1;
+            if (timeout < 0 || timeout > idle)
+                timeout = idle > 0 ? idle : 0;
+        }
         /* Sleeping on the event pipe: arm it first (ev.h), or take the events already there. */
         int waiting = !pending && ev_arm(t->q), key = 0, evs = 0;
         int pr = waiting ? 0 : wait_input(t, !pending, timeout, &key, &evs);
@@ -1227,7 +1365,8 @@ static void on_key(tui *t, wint_t k, int fn) {
     if (fn && k == KEY_PASTE_BEGIN) {
         t->paste       = 1;
         t->paste_raw   = 1; /* curses holds no key after this one (paste_read) */
-        t->paste_shown = ev_now();
+        t->paste_shown = t->paste_last = ev_now();
+        t->dirty |= DIRTY_STATUS;
         return;
     }
     if (fn && k == KEY_PASTE_END) {
@@ -1250,7 +1389,28 @@ static void on_key(tui *t, wint_t k, int fn) {
     if (!fn) {
         switch (k) {
         case 3: /* Ctrl-C */
+            if (t->quitting) {
+                request_quit(t);
+                return;
+            }
             if (t->streaming || t->replaying) {
+                /* a stop that does not come in a second: the engine may be blocked for good */
+                double now = ev_now();
+                if (t->stop_told) {
+                    t->abandon = t->quit = 1;
+                    return;
+                }
+                if (t->stop_t > 0 && now - t->stop_t >= 1.0) {
+                    t->stop_told = 1;
+                    notice(
+                        t, ROLE_ERROR,
+                        "stopping: the engine has not stopped the answer (it may be blocked in a read from a "
+                        "file "
+                        "system or a server that does not answer); Ctrl-C again quits without waiting for it "
+                        "(the answer so far is autosaved, marked interrupted)");
+                }
+                if (!t->stop_t)
+                    t->stop_t = now;
                 ue_cancel(t->eng);
                 return;
             }
@@ -1263,7 +1423,7 @@ static void on_key(tui *t, wint_t k, int fn) {
             request_quit(t);
             return;
         case 4: /* Ctrl-D at an empty prompt */
-            if (inp_empty(t->in)) {
+            if (inp_empty(t->in) || t->quitting) {
                 request_quit(t);
                 return;
             }
@@ -1368,6 +1528,46 @@ int tui_usable(char *why, size_t n) {
     if (!can)
         snprintf(why, n, "TERM '%.64s' cannot move the cursor", term);
     return can;
+}
+
+/* The end of the worker, after the screen is gone: it has ended (EV_STOPPED), or is asked to and
+ * given QUIT_GRACE_S (a signal or an error ended the loop; 0.2 s when the user chose not to
+ * wait). One that does not end is left behind, and what the user saw of the answer it was
+ * writing goes to the autosave (ue_rescue). Returns ue_rescue's result, 1 when not needed. */
+static int quit_worker(tui *t) {
+    if (!t->stopped) {
+        if (!t->quitting)
+            ue_stop(t->eng);
+        double wait = t->abandon ? 0.2 : QUIT_GRACE_S, t0 = ev_now(), left;
+        int    told = 0;
+        ui_ev  e;
+        while (!t->stopped && (left = t0 + wait - ev_now()) > 0) {
+            if (!told && left < wait - QUIT_TELL_S) {
+                txt_term_printf(stderr, "k3chat: waiting up to %.0f s for the engine to stop\n", wait);
+                told = 1;
+            }
+            if (ev_wait(t->q, &e, left < 0.25 ? left : 0.25)) {
+                t->stopped = e.type == EV_STOPPED;
+                ev_free(&e);
+            }
+        }
+    }
+    if (t->stopped) {
+        t->abandon = 0;
+        ue_close(t->eng);
+        return 1;
+    }
+    t->abandon = 1;
+    txt_term_printf(stderr,
+                    "k3chat: quitting without waiting for the engine, which did not stop (blocked in a call "
+                    "that does not return: a hung file system or server?)\n");
+    entry *e = t->streaming && t->cur >= 0 ? &t->ents[t->cur] : NULL;
+    char   msg[1024];
+    int    r = ue_rescue(t->eng, e && e->text.p ? e->text.p : "", e && e->think.n ? e->think.p : NULL,
+                         &t->cs.gen, 5, msg, sizeof msg);
+    txt_term_printf(stderr, "k3chat: %s\n", msg);
+    ue_abandon(t->eng);
+    return r;
 }
 
 int ui_tui_run(const ui_opts *o) {
@@ -1487,13 +1687,14 @@ int ui_tui_run(const ui_opts *o) {
     endwin();
     tui_stderr_end();
     write_ui_stats(t);
-    ue_close(t->eng);
+    int rescued = quit_worker(t);
     k3_log_set_callback(NULL, NULL);
     inp_free(t->in);
     for (int k = 0; k < 2; k++)
         if (t->ep[k] >= 0)
             close(t->ep[k]);
-    ev_queue_free(t->q);
+    if (!t->abandon)
+        ev_queue_free(t->q); /* else the worker left behind may still post to it */
     drop_entries(t, 0);
     free(t->ents);
     free(t->dl);
@@ -1506,5 +1707,5 @@ int ui_tui_run(const ui_opts *o) {
     tui_emoji_free();
     /* a model that failed to load is an error, as in line mode; a signal (SIGHUP when the
      * terminal goes, SIGTERM) gives the shell's 128 + its number */
-    return got_term ? 128 + got_term : t->fatal ? 1 : 0;
+    return got_term ? 128 + got_term : t->fatal || rescued < 0 ? 1 : 0;
 }

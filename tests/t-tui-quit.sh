@@ -1,0 +1,79 @@
+#!/bin/sh
+# t-tui-quit.sh: quitting while the engine's worker is blocked in a call that does not return (a
+# read from a hung file system, a server that does not answer). The quit used to wait for the
+# worker for ever (after the screen was gone: a terminal that took no keys and a process only
+# SIGKILL ended). Now the wait is told, a second request (or 10 s) quits without the worker, and
+# what the user saw of the answer goes to the autosave, marked interrupted.
+# The mock's "stall" blocks its worker, deaf to Ctrl-C and quit; on models/k3-nano,
+# K3_TEST_DECODE_DELAY=10000 holds each token 10 s, as deaf.
+. "$K3_SRC/tests/tui-lib.sh"
+command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
+
+# 1: Ctrl-C stops nothing; a second one, a second later, says so; a third quits without waiting
+mock_chat 100 24 'delay 0\nstall 600000\nresponse first words, then nothing\n'
+type_line "hello"
+wait_for "fir" 10
+keys C-c
+sleep 1.2
+keys C-c
+check "1: a second Ctrl-C says the answer does not stop and what a third one does" \
+    wait_for "Ctrl-C again quits without waiting for it" 5
+keys C-c
+check "1: the third Ctrl-C quits" wait_for "EXIT=0" 10
+check "1: and says it did not wait for the engine" \
+    grep -q "quitting without waiting for the engine, which did not stop" "$K3_TMP/stderr.txt"
+check "1: and that the mock keeps no autosave" grep -q "this engine keeps no autosave" "$K3_TMP/stderr.txt"
+
+# 2: /quit twice: the first one says an answer is coming, the second one waits, tells the wait,
+# and Ctrl-D then quits at once; nothing typed meanwhile is sent
+: >"$K3_TMP/stderr.txt"
+mock_chat 100 24 'delay 0\nstall 600000\nresponse first words, then nothing\n'
+type_line "hello"
+wait_for "fir" 10
+type_line "/quit"
+wait_for "an answer is still coming" 5
+type_line "/quit"
+check "2: the second /quit waits and says so" wait_for "quitting: the engine has not stopped yet" 5
+type_line "more"
+check "2: a line typed while quitting is not sent" wait_for "nothing more is sent" 5
+keys C-u C-d
+check "2: Ctrl-D while quitting quits without waiting" wait_for "EXIT=0" 10
+check "2: and says so" grep -q "quitting without waiting for the engine" "$K3_TMP/stderr.txt"
+
+# 3: a quit with nothing blocked waits for nothing and says nothing of it
+: >"$K3_TMP/stderr.txt"
+mock_chat 100 24 'delay 0\nresponse quick answer\n'
+type_line "hello"
+wait_for "quick answer" 10
+keys C-d
+check "3: a plain quit ends at once" wait_for "EXIT=0" 10
+check "3: with no word of a blocked engine" sh -c "! grep -q 'without waiting' '$K3_TMP/stderr.txt'"
+
+# 4: on k3-nano, the answer so far reaches the autosave, marked interrupted, after the message
+nano="$K3_SRC/models/k3-nano"
+if [ -f "$nano/model.safetensors" ]; then
+    : >"$K3_TMP/stderr.txt"
+    rm -rf "$K3_TMP/data"
+    tui_start 100 24 K3_TEST_DECODE_DELAY=10000 -- \
+        "$K3CHAT --think off --temp 0 $nano 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+    wait_for "k3-nano" 60
+    type_line "first message"
+    wait_for "response · Ctrl-C stops" 60 # the title once the answer has text ("waiting for the first token" before)
+    keys C-d
+    wait_for "an answer is still coming" 5
+    keys C-d
+    wait_for "quitting: the engine has not stopped yet" 10
+    keys C-d
+    check "4: the third Ctrl-D quits" wait_for "EXIT=0" 15
+    check "4: saying where the conversation is" grep -q "the conversation is autosaved in .*k3chat/.*jsonl, the last answer marked interrupted" "$K3_TMP/stderr.txt"
+    check "4: the autosave holds the message and the answer so far, marked interrupted" /usr/bin/python3 -c '
+import glob, json, sys
+files = glob.glob(sys.argv[1] + "/k3chat/*.jsonl")
+lines = [json.loads(l) for l in open(files[0], encoding="utf-8")] if len(files) == 1 else []
+msgs = [m for m in lines if m.get("role")]
+sys.exit(not (len(msgs) == 2 and msgs[0]["role"] == "user" and msgs[0]["content"] == "first message"
+              and msgs[1]["role"] == "assistant" and msgs[1].get("interrupted") is True and msgs[1]["content"]))' "$K3_TMP/data"
+else
+    echo "SKIP: 4 runs on k3-nano (models/k3-nano/model.safetensors is not there)"
+fi
+finish
