@@ -63,7 +63,7 @@ k3_status g_edge_add(k3_grammar *g, int from, g_edge e) {
     }
     n->e[n->n++] = e;
     g->n_edge++;
-    if (e.kind == GE_BYTE || e.kind == GE_SPECIAL || e.kind == GE_NUM)
+    if (e.kind == GE_BYTE || e.kind == GE_SPECIAL)
         n->reads = 1;
     return K3_OK;
 }
@@ -79,19 +79,6 @@ k3_status g_call(k3_grammar *g, int from, int start, int to) {
 }
 k3_status g_special(k3_grammar *g, int from, int32_t id, int to) {
     return g_edge_add(g, from, (g_edge){.kind = GE_SPECIAL, .arg = id, .to = to});
-}
-
-k3_status g_number(k3_grammar *g, int from, g_numc c, int to) {
-    if (g->n_num == g->cap_num) {
-        int     cap = g->cap_num ? g->cap_num * 2 : 8;
-        g_numc *v   = realloc(g->num, (size_t)cap * sizeof *v);
-        if (!v)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        g->num     = v;
-        g->cap_num = cap;
-    }
-    g->num[g->n_num] = c;
-    return g_edge_add(g, from, (g_edge){.kind = GE_NUM, .arg = g->n_num++, .to = to});
 }
 
 k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to) {
@@ -346,7 +333,7 @@ k3_status g_finish(k3_grammar *g) {
             const g_edge *e = &n->e[j];
             if (g->node[e->to].live && (e->kind != GE_CALL || g->node[e->arg].live)) {
                 n->e[k++] = *e;
-                n->reads |= e->kind == GE_BYTE || e->kind == GE_SPECIAL || e->kind == GE_NUM;
+                n->reads |= e->kind == GE_BYTE || e->kind == GE_SPECIAL;
             }
         }
         n->n = k;
@@ -361,7 +348,6 @@ k3_status g_finish(k3_grammar *g) {
     for (int k = 0; k < g->n_sh; k++) /* representatives are their own (the first of a group) */
         g->share[g->sh[2 * k]] = g->share[g->sh[2 * k + 1]];
     size_t b = sizeof *g + (size_t)g->cap_node * sizeof *g->node + (size_t)g->cap_sh * 2 * sizeof *g->sh +
-               (size_t)g->cap_num * sizeof *g->num +
                (size_t)g->n_node * (sizeof *g->cache + sizeof *g->share + sizeof *g->rule_of);
     for (int i = 0; i < g->n_node; i++)
         b += (size_t)g->node[i].cap * sizeof *g->node[i].e;
@@ -386,7 +372,6 @@ void k3_grammar_free(k3_grammar *g) {
     free(g->sh);
     free(g->first);
     free(g->follow);
-    free(g->num);
     free(g->cache);
     free(g->node);
     pthread_mutex_destroy(g->lock);
@@ -553,7 +538,6 @@ typedef struct g_walk {
     int               base; /* the shallowest depth this step started from: calls go at most
                              * G_MAX_DEPTH deeper within the step */
     int     oom;
-    double  x;     /* the number a GE_NUM step reads */
     int64_t steps; /* step()s so far, a unit more per 2 configurations stepped (a DFA transition
                     * computed: what a mask budget counts) */
 } g_walk;
@@ -743,13 +727,7 @@ static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
     }
 }
 
-static int num_ok(const g_numc *c, double x) {
-    return (c->lo_ex ? x > c->lo : x >= c->lo) && (c->hi_ex ? x < c->hi : x <= c->hi) &&
-           (!c->integer || x == floor(x));
-}
-
-/* out = the closed set after reading byte b (kind GE_BYTE), special id b (GE_SPECIAL) or the
- * number w->x (GE_NUM). */
+/* out = the closed set after reading byte b (kind GE_BYTE) or special id b (GE_SPECIAL). */
 static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set *out, int root, int *acc,
                  int *esc) {
     w->steps += 1 + nin / 2; /* its work grows with the set it steps */
@@ -771,9 +749,7 @@ static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set
             const g_edge *e = &n->e[k];
             if (e->kind != kind)
                 continue;
-            if (kind == GE_BYTE  ? (b >= e->lo && b <= e->hi)
-                : kind == GE_NUM ? num_ok(&w->g->num[e->arg], w->x)
-                                 : e->arg == b)
+            if (kind == GE_BYTE ? (b >= e->lo && b <= e->hi) : e->arg == b)
                 if (set_push(&w->work, e->to, in[i].frame))
                     OOM_RET;
         }
@@ -1088,18 +1064,6 @@ k3_status k3_gmatch_accept(k3_gmatch *m, int32_t id) {
         m->ended = 1;
         return K3_OK;
     }
-    commit(m, acc);
-    return K3_OK;
-}
-
-k3_status g_match_number(k3_gmatch *m, double x) {
-    int acc = 0, esc;
-    if (!m->ended) {
-        m->w.x = x;
-        step(&m->w, m->cur.v, m->cur.n, GE_NUM, 0, &m->nxt, 0, &acc, &esc);
-    }
-    if (m->ended || m->w.oom || (m->nxt.n == 0 && !acc))
-        return k3_err(K3_ERR_ARG, "%s: the number does not continue a valid document here", m->g->what);
     commit(m, acc);
     return K3_OK;
 }
