@@ -1886,6 +1886,31 @@ int main(int argc, char **argv) {
         k3_grammar_free(gg);
     }
 
+    /* k3_gmatch_bytes (a running answer's share of K3_SERVE_GRAMMAR_MB) counts the matcher's
+     * scratch at its start and what its masks and steps add (sets, frames, its token DFA) */
+    {
+        k3_grammar *gg = NULL;
+        k3_gmatch  *gm = NULL;
+        size_t      b0 = 0, b1 = 0;
+        uint64_t   *mask = NULL;
+        if (!k3_grammar_json_object(v, &gg) && !k3_gmatch_new(gg, &gm) &&
+            (mask = calloc((size_t)k3_grammar_words(gg), sizeof *mask))) {
+            b0                      = k3_gmatch_bytes(gm);
+            static const char doc[] = "{\"key\": [1, \"two\", {\"x\": null}], \"k2\": 3.5}";
+            for (size_t i = 0; i < sizeof doc - 1 && !k3_gmatch_mask(gm, mask); i++)
+                k3_gmatch_accept_bytes(gm, doc + i, 1);
+            b1 = k3_gmatch_bytes(gm);
+        }
+        T_CHECK(gm && b0 >= (size_t)(v->max_len + 1) * 5 && b1 > b0,
+                "k3_gmatch_bytes: %zu bytes at the start (at least the %d-byte piece scratch), %zu after the "
+                "masks "
+                "of a document",
+                b0, (v->max_len + 1) * 5, b1);
+        free(mask);
+        k3_gmatch_free(gm);
+        k3_grammar_free(gg);
+    }
+
     /* k3-tools.md 1.7: the response-format message, after the tool-choice one, before the prompt */
     {
         k3_chat_msg  um = {.role = "user", .content = "hi"};

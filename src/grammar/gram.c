@@ -1521,9 +1521,18 @@ k3_status k3_gmatch_mask_bounded(k3_gmatch *m, uint64_t *bits, int *done) {
     return mask_some(m, bits, budget, done);
 }
 
+static size_t set_bytes(const g_set *s) {
+    return (size_t)s->cap * sizeof *s->v;
+}
+
 static size_t dfa_bytes(const g_dfa *d) {
     return (size_t)d->cap * (256 * sizeof *d->row + sizeof *d->off) + (size_t)d->capcfg * sizeof *d->cfg +
-           (size_t)d->hcap * sizeof *d->hash;
+           (size_t)d->hcap * sizeof *d->hash + set_bytes(&d->tmp);
+}
+
+static size_t walk_bytes(const g_walk *w) {
+    return (size_t)w->cap_fr * sizeof *w->fr + (size_t)w->hcap * sizeof *w->hash +
+           (size_t)w->scap * (sizeof *w->stab + sizeof *w->sgen) + set_bytes(&w->seen) + set_bytes(&w->work);
 }
 
 size_t k3_grammar_bytes(const k3_grammar *g) {
@@ -1531,14 +1540,19 @@ size_t k3_grammar_bytes(const k3_grammar *g) {
         return 0;
     pthread_mutex_lock(g->lock);
     size_t b = g->built;
-    if (g->pass) {
-        const g_walk *w = &g->pass->w;
-        b += sizeof *g->pass + g->pass->cache_bytes + dfa_bytes(&g->pass->d) +
-             (size_t)w->cap_fr * sizeof *w->fr + (size_t)w->hcap * sizeof *w->hash +
-             (size_t)w->scap * (sizeof *w->stab + sizeof *w->sgen) +
+    if (g->pass)
+        b += sizeof *g->pass + g->pass->cache_bytes + dfa_bytes(&g->pass->d) + walk_bytes(&g->pass->w) +
              (size_t)(g->voc->max_len + 1) * (sizeof *g->pass->lvs + 2) +
              (size_t)g->voc->words * sizeof *g->pass->acc;
-    }
     pthread_mutex_unlock(g->lock);
     return b;
+}
+
+size_t k3_gmatch_bytes(const k3_gmatch *m) {
+    if (!m)
+        return 0;
+    return sizeof *m + walk_bytes(&m->w) + set_bytes(&m->cur) + set_bytes(&m->nxt) + set_bytes(&m->tmp) +
+           dfa_bytes(&m->dfa) + (size_t)(m->g->voc->max_len + 1) * (sizeof *m->lvs + sizeof *m->lacc) +
+           (m->mk_bits ? (size_t)m->g->voc->words * sizeof *m->mk_bits : 0) +
+           (size_t)m->mk_cap * sizeof *m->mk_rep + (size_t)m->mk_hcap * sizeof *m->mk_hash;
 }
