@@ -305,6 +305,7 @@ static int feed_ids(const k3_grammar *g, const k3_gvocab *v, const int32_t *ids,
 
 static int64_t walk_budget; /* nonzero: exact_walk's masks by k3_gmatch_mask_bounded with this budget */
 static int     walk_more;   /* masks of exact_walk that took more than one call */
+static int64_t walk_over;   /* the most a bounded call of exact_walk charged past its allowance */
 
 /* A walk of up to `steps` ids drawn from the mask; at each step every id's bit (or the bits of
  * cand[0..nc) when cand is not NULL) must equal k3_gmatch_allows (the mask is exact: no valid id
@@ -320,9 +321,15 @@ static int exact_walk(const k3_grammar *g, int32_t nv, const int32_t *cand, int3
     g_match_budget(m, walk_budget);
     for (int s = 0; s < steps && !k3_gmatch_ended(m); s++) {
         int done = 0, calls = 0;
-        while (!done && ++calls < 1000000)
+        while (!done && ++calls < 1000000) {
             if (walk_budget ? k3_gmatch_mask_bounded(m, mask, &done) : (done = 1, k3_gmatch_mask(m, mask)))
                 return k3_gmatch_free(m), free(mask), bad + 1;
+            int64_t fill, pre, allow = walk_budget + walk_budget / 4;
+            int     n_calls;
+            g_match_stats(m, &fill, &pre, &n_calls);
+            if (walk_budget && fill - allow > walk_over)
+                walk_over = fill - allow;
+        }
         walk_more += calls > 1;
         int32_t n = 0, pick = -1, diff = 0;
         for (int32_t id = 0; id < nv; id++)
@@ -518,7 +525,8 @@ static void walk_out(const char *schemas, const char *outp, int n) {
 /* The most one k3_gmatch_mask_bounded call charged (default budget) over an anyOf of n_str
  * strings (maxLength 1..n_str): the tokens of `bytes` one byte each, else up to n tokens drawn
  * from the masks; *fed: the tokens taken, *n_calls: the calls. */
-static int64_t bounded_most(const k3_gvocab *v, int n_str, const char *bytes, int n, int *fed, int *n_calls) {
+static int64_t bounded_most(const k3_gvocab *v, int n_str, const char *bytes, int n, int *fed, int *n_calls,
+                            int64_t *over) {
     k3_buf any = {0};
     puts_(&any, "{\"anyOf\":[");
     for (int k = 1; k <= n_str; k++)
@@ -539,7 +547,9 @@ static int64_t bounded_most(const k3_gvocab *v, int n_str, const char *bytes, in
                 if (k3_gmatch_mask_bounded(m, mask, &done))
                     break;
                 g_match_stats(m, &fill, &pre, &calls);
-                most = fill > most ? fill : most;
+                most          = fill > most ? fill : most;
+                int64_t allow = v->n_edges + (pre ? 0 : v->n_edges / 4); /* after the first fill: one walk */
+                *over         = fill - allow > *over ? fill - allow : *over;
                 ++*n_calls;
             } while (!done);
             if (bytes)
@@ -593,19 +603,24 @@ static void exact_release(void) {
             (int)nv, steps, nsch, (int)nc, bad);
     /* one bounded call's charge: a fill stops once its bound and the transitions it computes pass
      * what is left of one walk (the first fill of a call may take a quarter more); it went a whole
-     * walk past its bound (1.5 walks charged, 3-8 ms a call). Allowed besides: the transitions
-     * of a bound (256 first bytes) and of one piece past the stop. With 250 strings and tokens
-     * drawn from the masks, the fills' DFA passes half its bound, where a fill was let run
-     * whatever its transitions (10 ms in one call). */
-    int64_t cap = v->n_edges + v->n_edges / 4 + 2 * 256 * 256;
+     * walk past its bound (1.5 walks charged, 3-8 ms a call). Past that a call may go by one
+     * transition at most (a step over one configuration set, up to about one per string alive:
+     * G_STEP_COST * (1 + set / 2)); it went by a piece's transitions, and a fill tried with
+     * nothing left computed its bound's (up to 256). With 250 strings and tokens drawn from the
+     * masks, the fills' DFA passes half its bound, where a fill was let run whatever its
+     * transitions (10 ms in one call). */
     for (int x = 0; x < 2; x++) {
         int     n_str = x ? 250 : 100, want = x ? 10 : 6, fed = 0, n_calls = 0;
-        int64_t most = bounded_most(v, n_str, x ? NULL : "\"abcde", x ? 30 : 6, &fed, &n_calls);
+        int64_t over = INT64_MIN, step = 128 * (1 + (n_str + 16) / 2),
+                cap  = v->n_edges + v->n_edges / 4 + step;
+        int64_t most = bounded_most(v, n_str, x ? NULL : "\"abcde", x ? 30 : 6, &fed, &n_calls, &over);
         T_CHECK(
-            fed >= want && n_calls > 6 && most <= cap,
+            fed >= want && n_calls > 6 && most <= cap && over <= step,
             "an anyOf of %d strings, %d tokens in %d bounded calls: the most one charged is %.2f walks of "
-            "the vocabulary (at most %.2f)",
-            n_str, fed, n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges);
+            "the vocabulary (at most %.2f), at most %lld units past its allowance (one walk, a quarter "
+            "more for a call's first fill; one transition over %d configurations: %lld)",
+            n_str, fed, n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges,
+            (long long)over, n_str + 16, (long long)step);
     }
     free(cand);
     k3_gvocab_free(v);
@@ -1728,15 +1743,29 @@ int main(int argc, char **argv) {
 
     /* bounded masks over several calls: with a budget of 1 step each call fills one node's entry
      * (the first it needs, whatever its bound) and returns without a mask while others are left;
-     * the mask it finally sets must be as exact as k3_gmatch_mask's */
+     * the mask it finally sets must be as exact as k3_gmatch_mask's. A call charges at most its
+     * allowance (the budget, a quarter more for its first fill) and one transition (a step over
+     * one configuration set, G_STEP_COST 128 a unit per 2 configurations; these grammars' sets are
+     * below 64): it went a vocabulary piece's transitions past (20,338 units at a budget of 1,
+     * 17,523 at 4,096) */
     {
-        int nsch = 0, steps = 0;
-        walk_budget = 1, walk_more = 0;
-        int bad = exact_corpus(v, nv, NULL, 0, 24, &nsch, &steps);
-        T_CHECK(nsch >= 50 && steps > 1000 && walk_more > 100 && bad == 0,
+        int     nsch = 0, steps = 0, bad = 0;
+        int64_t over[2];
+        walk_more = 0;
+        for (int k = 0; k < 2; k++) {
+            walk_budget = k ? 4096 : 1, walk_over = 0;
+            bad += exact_corpus(v, nv, NULL, 0, 24, &nsch, &steps);
+            over[k] = walk_over;
+        }
+        T_CHECK(nsch >= 100 && steps > 2000 && walk_more > 100 && bad == 0,
                 "bounded masks set over several calls are exact: %d of %d steps of %d grammars took more "
                 "than one call, %d differ from k3_gmatch_allows",
                 walk_more, steps, nsch, bad);
+        T_CHECK(
+            over[0] <= 128 * (1 + 64 / 2) && over[1] <= 128 * (1 + 64 / 2),
+            "a bounded call charges at most its allowance and one transition: %lld and %lld units past it "
+            "at budgets of 1 and 4,096 (at most %d)",
+            (long long)over[0], (long long)over[1], 128 * (1 + 64 / 2));
         walk_budget = 0;
     }
 

@@ -155,9 +155,10 @@ k3_status g_finish(k3_grammar *g);
  * tests: the path before the bound). */
 void g_match_budget(k3_gmatch *m, int64_t budget);
 /* The last call's charge (its fills' bounds and G_STEP_COST per DFA transition computed), the
- * part of it before its last fill began (a fill begins only while the charge fits the budget,
- * or as the call's first), and the calls the mask under way (or the one the last call set) has
- * taken, the last one counted. */
+ * part of it before its last fill that charged anything (begun, stopped, or not begun: a fill
+ * begins only while the charge fits the budget, or as the call's first), and the calls the mask
+ * under way (or the one the last call set) has taken, the last one counted. A call charges at
+ * most the budget (a quarter more for its first fill) and one transition (gram.c cache_fill). */
 void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls);
 
 /* ---- pattern subset (gram-re.c) ---- */

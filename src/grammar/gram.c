@@ -1160,27 +1160,41 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
 #define FOL(x) (fol[(uint8_t)(x) >> 6] >> ((uint8_t)(x)&63) & 1)
     if (s0 < 0)
         goto oom;
-    int64_t steps0 = f->w.steps, bound = 0;
+    /* The charge: the bound, and G_STEP_COST per DFA transition the fill computes (its bound's
+     * too). A fill that is not the call's first begins only while its bound and its bound's
+     * transitions fit in *budget; its transitions then stop at what is left beside the bound,
+     * the first fill's at that or a quarter of *budget, whichever is more (progress whatever
+     * its bound). A stopped fill fills nothing; its transitions stay in the DFA, so the next try
+     * reads them back and goes further. The check follows each transition computed, so a fill
+     * charges at most max(*budget, bound + *budget / 4) and one transition: a step() over one
+     * configuration set (G_STEP_COST * (1 + set / 2)), which cannot be split. It was checked
+     * after each piece: a piece's transitions (up to max_len) past it. */
+    int64_t steps0 = f->w.steps, bound = 0, stop_at = INT64_MAX;
+    if (budget && *budget <= 0 && !force)
+        return K3_OK;           /* nothing left: not begun, nothing computed */
+    if (budget && *budget >= 0) /* the bound's transitions: within *budget (the bound is >= 0) */
+        stop_at = steps0 + *budget / G_STEP_COST;
+#define PAST_STOP (f->w.steps > stop_at && f->d.n <= G_PASS_DFA_MAX)
     if (budget) { /* the walk's bound: one table read per first byte (the walk below reads them again) */
         for (int b = 0; b < 256; b++) {
             int32_t t = v->edges[b] ? dfa_next(&f->d, &f->w, s0, (uint8_t)b) : 0;
             if (t < 0)
                 goto oom;
             bound += t >> 2 || t & 1 ? v->edges[b] : 0;
+            if (PAST_STOP)
+                break;
         }
-        if (bound + G_STEP_COST * (f->w.steps - steps0) > *budget && !force) {
-            *budget -= G_STEP_COST * (f->w.steps - steps0); /* the transitions the bound took */
+        if (PAST_STOP || (bound + G_STEP_COST * (f->w.steps - steps0) > *budget && !force)) {
+            f->stopped = PAST_STOP ? node : f->stopped;     /* its retry keeps them */
+            *budget -= G_STEP_COST * (f->w.steps - steps0); /* the walk did not begin: its transitions */
             return K3_OK;
         }
-    }
-    /* A walk whose transitions would take its charge (the bound and them) past *budget stops
-     * there (nothing filled); they stay in the DFA, so the next try reads them back and goes
-     * further. The first fill of a call may go a quarter of the budget past it (whatever its
-     * bound: progress); it went a whole budget past its bound (3-8 ms on 163,840 ids). */
-    int64_t stop_at = INT64_MAX;
-    if (budget && *budget >= 0) {
-        int64_t room = *budget - bound - G_STEP_COST * (f->w.steps - steps0);
-        stop_at      = f->w.steps + (room > *budget / 4 ? room : *budget / 4) / G_STEP_COST;
+        if (*budget >= 0) {
+            int64_t room = *budget - bound;
+            stop_at      = steps0 + (room > *budget / 4 || !force ? room : *budget / 4) / G_STEP_COST;
+            if (PAST_STOP)
+                goto stop;
+        }
     }
     memset(acc, 0, (size_t)v->words * sizeof *acc);
     lvs[0] = s0;
@@ -1209,20 +1223,16 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
                 int32_t x = dfa_next(&f->d, &f->w, lvs[d], (uint8_t)p[d]);
                 if (x < 0)
                     goto oom;
+                /* past the stop (progress: a transition at least), unless the DFA is past its
+                 * bound (the next fill starts it again: this one's transitions would be lost) */
+                if (PAST_STOP)
+                    goto stop;
                 u[d + 1]   = u[d] | (eb[d] & (uint8_t)FOL(p[d]));
                 lvs[d + 1] = x >> 2;
                 eb[d + 1]  = (uint8_t)(x & 1);
                 d++;
             }
             have = d;
-            /* past the budget (progress: a transition at least), unless the DFA is past its bound
-             * (the next fill starts it again: this one's transitions would be lost) */
-            if (f->w.steps > stop_at && f->d.n <= G_PASS_DFA_MAX) {
-                f->stopped = node;
-                free(unc);
-                *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
-                return K3_OK;
-            }
             if (d == L && (lvs[L] || eb[L])) {
                 int32_t id = v->sorted[i];
                 acc[id >> 6] |= 1ull << (id & 63);
@@ -1262,6 +1272,12 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
     if (budget) /* the bound, and the transitions the walk had to compute (after the fact) */
         *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
     return K3_OK;
+stop: /* nothing filled; the transitions stay in the DFA for the next try */
+    f->stopped = node;
+    free(unc);
+    *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
+    return K3_OK;
+#undef PAST_STOP
 oom:
     free(unc);
     return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
@@ -1450,7 +1466,7 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
             k3_status st     = cache_get(g, m->cur.v[i].node, &left, left == budget, done);
             if (st)
                 return st;
-            if (*done && left != before)
+            if (left != before) /* a fill that charged: begun, stopped or not begun */
                 m->st_pre = budget - before;
         }
         if (!*done)
