@@ -872,6 +872,24 @@ static const struct {
      "{\"p\":[]}", 1},
     {"{\"type\":\"object\",\"properties\":{\"p\":{\"enum\":[[],[1]],\"items\":{\"$ref\":\"#\"}}}}",
      "{\"p\":[1]}", 0},
+    /* $ref is a URI fragment: percent-decoded, then a JSON pointer whose ~1 is '/' (both were
+     * "names no definition") */
+    {"{\"$defs\":{\"a b\":{\"const\":1}},\"$ref\":\"#/$defs/a%20b\"}", "1", 1},
+    {"{\"$defs\":{\"a/b\":{\"const\":2}},\"$ref\":\"#/$defs/a~1b\"}", "2", 1},
+    {"{\"$defs\":{\"a/b\":{\"const\":2}},\"$ref\":\"#/$defs/a~1b\"}", "1", 0},
+    /* a required name that properties does not declare: a member every document holds, of any
+     * value additionalProperties allows (it was refused) */
+    {"{\"type\":\"object\",\"required\":[\"x\"]}", "{\"x\":[1]}", 1},
+    {"{\"type\":\"object\",\"required\":[\"x\"]}", "{}", 0},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"x\",\"x\"],\"additionalProperties\":"
+     "{\"type\":\"integer\"}}",
+     "{\"a\":null,\"x\":5}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"x\",\"x\"],\"additionalProperties\":"
+     "{\"type\":\"integer\"}}",
+     "{\"x\":\"s\"}", 0},
+    {"{\"anyOf\":[{\"type\":\"object\",\"required\":[\"x\"],\"additionalProperties\":false},{\"type\":"
+     "\"null\"}]}",
+     "null", 1},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */
@@ -1060,6 +1078,18 @@ int main(int argc, char **argv) {
     int n_edge = (int)(sizeof edge_docs / sizeof *edge_docs), ok_edge = edge_run(v);
     T_CHECK(ok_edge == n_edge, "%d of %d edge documents accepted or rejected as JSON Schema says", ok_edge,
             n_edge);
+
+    { /* bounds that hold numbers, none of them writable without an exponent: refused naming the
+       * bound (it was "no document satisfies it", which is not so: 1e-21 does) */
+        k3_grammar *g = NULL;
+        k3_status   st =
+            compile(v, "{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1e-20}", &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED &&
+                    strstr(k3_errmsg(), "\"exclusiveMinimum\" at #: bounds that hold numbers"),
+                "bounds that hold only numbers of more than 16 fraction digits are refused: %.200s",
+                st ? k3_errmsg() : "");
+        k3_grammar_free(g);
+    }
 
     { /* an $id below the root is a new base: "#/$defs/t" under it names its own $defs (ajv: b
        * an integer), but the grammar read the root's (b a string); refused, at the root kept */

@@ -471,6 +471,7 @@ static k3_status dec_range(sc *c, g_num lo, g_num hi, int from, int to) {
  * x <= 0 as "-" and its magnitude (so 0 may be written "-0", which every bound treats as 0). */
 static k3_status emit_number_range(sc *c, const jv *s, const char *path, int from, int to) {
     g_num     lo = -G_NUM_MAX, hi = G_NUM_MAX;
+    double    dlo = -INFINITY, dhi = INFINITY; /* the least and greatest doubles the bounds pass */
     k3_status st;
     for (int k = 0; k < 4; k++) {
         const jv *v     = jv_get(s, bound_key[k]);
@@ -485,7 +486,14 @@ static k3_status emit_number_range(sc *c, const jv *s, const char *path, int fro
             return beyond(path, bound_key[k]);
         if (lower ? n > lo : n < hi)
             lo = lower ? n : lo, hi = lower ? hi : n;
+        d   = k & 1 ? nextafter(d, lower ? INFINITY : -INFINITY) : d;
+        dlo = lower && d > dlo ? d : dlo, dhi = !lower && d < dhi ? d : dhi;
     }
+    if (lo > hi && dlo <= dhi) /* numbers, but none written without an exponent (1e-20) */
+        return unsupported(
+            path, jv_get(s, "exclusiveMinimum") ? "exclusiveMinimum" : "minimum",
+            "bounds that hold numbers, none of them of at most 16 fraction digits (the numbers "
+            "written have no exponent)");
     if (lo > hi)
         return K3_OK; /* no number: nothing (g_finish reports a schema left with nothing) */
     if (hi >= 0 && (st = dec_range(c, lo > 0 ? lo : 0, hi, from, to)))
@@ -708,6 +716,14 @@ done:
     return st;
 }
 
+/* Object x's member named by key k (a JSON string; may hold NUL). */
+static const jv *member(const jv *x, const jv *k) {
+    for (size_t i = 0; i < x->n; i++)
+        if (x->keys[i].n == k->n && !memcmp(x->keys[i].s, k->s, k->n))
+            return &x->items[i];
+    return NULL;
+}
+
 static int has_name(const jv *list, const jv *name) {
     for (size_t i = 0; list && i < list->n; i++)
         if (list->items[i].kind == JV_STRING && list->items[i].n == name->n &&
@@ -729,17 +745,68 @@ static k3_status check_required(const char *path, const jv *props, const jv *req
     return K3_OK;
 }
 
-static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int to) {
+/* s's object keywords with each required name that properties does not declare declared, its
+ * schema additionalProperties' (any value when absent), after the declared ones: a member every
+ * document holds, written like the others. *out NULL when every required name is declared. */
+static k3_status declare_required(sc *c, const jv *s, const jv **out) {
     const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
              *addl = jv_get(s, "additionalProperties");
+    jbuf      b    = {0};
+    k3_status st   = K3_OK;
+    size_t    n    = 0;
+    *out           = NULL;
+    for (size_t i = 0; req && req->kind == JV_ARRAY && i < req->n; i++)
+        n += req->items[i].kind == JV_STRING && !(props && member(props, &req->items[i]));
+    if (!n)
+        return K3_OK;
+    st = jbuf_add(&b, "{\"properties\":{", 15);
+    for (size_t i = 0; props && i < props->n && !st; i++)
+        if (!(i && (st = jbuf_add(&b, ",", 1))) &&
+            !(st = jv_dump_str(props->keys[i].s, props->keys[i].n, &b)) && !(st = jbuf_add(&b, ":", 1)))
+            st = jv_dump(&props->items[i], JV_COMPACT, &b);
+    for (size_t i = 0, k = props ? props->n : 0; i < req->n && !st; i++) {
+        const jv *r = &req->items[i];
+        if (r->kind != JV_STRING || (props && member(props, r)))
+            continue;
+        int dupe = 0; /* a name required twice is declared once */
+        for (size_t j = 0; j < i && !dupe; j++)
+            dupe = req->items[j].kind == JV_STRING && req->items[j].n == r->n &&
+                   !memcmp(req->items[j].s, r->s, r->n);
+        if (dupe || (k++ && (st = jbuf_add(&b, ",", 1))) || (st = jv_dump_str(r->s, r->n, &b)) ||
+            (st = jbuf_add(&b, ":", 1)))
+            continue;
+        st = addl ? jv_dump(addl, JV_COMPACT, &b) : jbuf_add(&b, "true", 4);
+    }
+    if (!st && !(st = jbuf_add(&b, "},\"required\":", 13)) && !(st = jv_dump(req, JV_COMPACT, &b)) && addl &&
+        !(st = jbuf_add(&b, ",\"additionalProperties\":", 24)))
+        st = jv_dump(addl, JV_COMPACT, &b);
+    jv *m = NULL;
+    if (!st && !(st = jbuf_add(&b, "}", 1)) && !(st = jv_parse(b.p, b.n, &m))) {
+        jv **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof *o);
+        if (!o)
+            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), jv_free(m);
+        else
+            c->owned = o, o[c->n_owned++] = m, *out = m;
+    }
+    free(b.p);
+    return st;
+}
+
+static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int to) {
+    const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
+             *addl = jv_get(s, "additionalProperties"), *full;
     k3_status st;
     char      p2[512];
     if (props && props->kind != JV_OBJECT)
         return bad(path, "properties", "an object");
-    if ((st = check_required(path, props, req)))
-        return st;
     if (addl && addl->kind != JV_TRUE && addl->kind != JV_FALSE && addl->kind != JV_OBJECT)
         return bad(path, "additionalProperties", "a boolean or a schema");
+    if (req && req->kind == JV_ARRAY && (st = declare_required(c, s, &full)))
+        return st;
+    if (req && req->kind == JV_ARRAY && full) /* JSON Schema: the name must be there, any value addl allows */
+        return emit_object(c, full, path, from, to);
+    if ((st = check_required(path, props, req)))
+        return st;
     int A = node(c), B = node(c); /* A: nothing written yet; B: a member written */
     if ((st = g_byte(c->g, from, '{', '{', A)))
         return st;
@@ -932,6 +999,12 @@ static const jv *defs_get(sc *c, const jv *defs, const char *name) {
     return NULL;
 }
 
+static int hex_val(char ch) {
+    return ch >= '0' && ch <= '9'                     ? ch - '0'
+           : (ch | 0x20) >= 'a' && (ch | 0x20) <= 'f' ? (ch | 0x20) - 'a' + 10
+                                                      : -1;
+}
+
 static k3_status resolve(sc *c, const jv *ref, const char *path, const jv **out) {
     if (ref->kind != JV_STRING)
         return bad(path, "$ref", "a string");
@@ -943,14 +1016,33 @@ static k3_status resolve(sc *c, const jv *ref, const char *path, const jv **out)
         if (strncmp(ref->s, pre[k], l))
             continue;
         const jv *defs = jv_get(c->root, k ? "definitions" : "$defs");
-        char      name[256];
-        size_t    n = 0;
-        for (const char *p = ref->s + l; *p && n + 1 < sizeof name; p++) /* JSON pointer: ~1 is /, ~0 is ~ */
-            name[n++] = p[0] == '~' && (p[1] == '0' || p[1] == '1') ? (p++, p[0] == '1' ? '/' : '~') : *p;
-        name[n]     = 0;
-        const jv *d = defs ? defs_get(c, defs, name) : NULL;
-        if (d && !strchr(name, '/'))
+        /* a URI fragment: percent-decoded first (ajv: "#/$defs/a%20b" names "a b"), then a JSON
+         * pointer of one step (a '/' goes deeper: unsupported), ~1 in it '/' and ~0 '~' */
+        char  *name = k3_malloc(ref->n + 1);
+        size_t n    = 0;
+        int    deep = 0;
+        if (!name)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        for (const char *p = ref->s + l; *p; p++) {
+            int hi = p[0] == '%' ? hex_val(p[1]) : -1, lo = hi >= 0 ? hex_val(p[2]) : -1;
+            name[n++] = lo >= 0 ? (char)(hi << 4 | lo) : *p;
+            p += lo >= 0 ? 2 : 0;
+        }
+        size_t m = 0, nul = 0;
+        for (size_t i = 0; i < n; i++) {
+            deep |= name[i] == '/';
+            nul |= !name[i];
+            name[m++] = name[i] == '~' && i + 1 < n && (name[i + 1] == '0' || name[i + 1] == '1')
+                            ? name[++i] == '1' ? '/' : '~'
+                            : name[i];
+        }
+        name[m]     = 0;
+        const jv *d = defs && !deep && !nul ? defs_get(c, defs, name) : NULL;
+        free(name);
+        if (d)
             return *out = d, K3_OK;
+        if (deep)
+            return unsupported(path, "$ref", "a pointer below a definition (only #/$defs/NAME)");
         return k3_err(K3_ERR_ARG, "json schema: \"$ref\" at %s: \"%s\" names no definition", path, ref->s);
     }
     return unsupported(path, "$ref", "only #, #/$defs/NAME and #/definitions/NAME");
@@ -1221,14 +1313,6 @@ static int num_cmp(const jv *a, const jv *b, int py) {
 
 static int is_num(const jv *x) {
     return x->kind == JV_INT || x->kind == JV_FLOAT;
-}
-
-/* Object x's member named by key k (a JSON string; may hold NUL). */
-static const jv *member(const jv *x, const jv *k) {
-    for (size_t i = 0; i < x->n; i++)
-        if (x->keys[i].n == k->n && !memcmp(x->keys[i].s, k->s, k->n))
-            return &x->items[i];
-    return NULL;
 }
 
 /* JSON equality as enum, const and uniqueItems compare: numbers by value (1 and 1.0 are one),
