@@ -136,8 +136,9 @@ static k3_status lit(sc *c, int from, const char *s, int to) {
     return g_lit(c->g, from, s, strlen(s), to);
 }
 
-/* A JSON value written compactly, members in their order, appended to b (const, enum: value_ok
- * checks that form); raw: a string's bytes themselves (a tool call's string argument). */
+/* A JSON value written compactly, members in their order, appended to b (const, enum: the value
+ * as the schema spells it, value_ok having checked it); raw: a string's bytes themselves (a tool
+ * call's string argument). */
 static k3_status value_text(const jv *v, const char *path, int raw, jbuf *b) {
     size_t    at = b->n;
     k3_status st = raw ? jbuf_add(b, v->s, v->n) : jv_dump(v, JV_COMPACT, b);
@@ -745,6 +746,22 @@ static k3_status check_required(const char *path, const jv *props, const jv *req
     return K3_OK;
 }
 
+/* A schema the compile made (a merged allOf, declared required names): b's text parsed into *out,
+ * kept until sc_finish; b is freed. st: the status of writing b (not K3_OK: nothing parsed). */
+static k3_status owned_schema(sc *c, jbuf *b, k3_status st, const jv **out) {
+    jv *m = NULL;
+    if (!st && !(st = jv_parse(b->p, b->n, &m))) {
+        jv **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof *o);
+        if (!o)
+            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), jv_free(m);
+        else
+            c->owned = o, o[c->n_owned++] = m, *out = m;
+    }
+    free(b->p);
+    b->p = NULL;
+    return st;
+}
+
 /* s's object keywords with each required name that properties does not declare declared, its
  * schema additionalProperties' (any value when absent), after the declared ones: a member every
  * document holds, written like the others. *out NULL when every required name is declared. */
@@ -780,16 +797,9 @@ static k3_status declare_required(sc *c, const jv *s, const jv **out) {
     if (!st && !(st = jbuf_add(&b, "},\"required\":", 13)) && !(st = jv_dump(req, JV_COMPACT, &b)) && addl &&
         !(st = jbuf_add(&b, ",\"additionalProperties\":", 24)))
         st = jv_dump(addl, JV_COMPACT, &b);
-    jv *m = NULL;
-    if (!st && !(st = jbuf_add(&b, "}", 1)) && !(st = jv_parse(b.p, b.n, &m))) {
-        jv **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof *o);
-        if (!o)
-            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), jv_free(m);
-        else
-            c->owned = o, o[c->n_owned++] = m, *out = m;
-    }
-    free(b.p);
-    return st;
+    if (!st)
+        st = jbuf_add(&b, "}", 1);
+    return owned_schema(c, &b, st, out);
 }
 
 static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int to) {
@@ -1171,16 +1181,7 @@ static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **ou
     const char *tail = closed ? "],\"additionalProperties\":false}" : "]}";
     if (!st)
         st = jbuf_add(&b, tail, strlen(tail));
-    jv *m = NULL;
-    if (!st && !(st = jv_parse(b.p, b.n, &m))) {
-        jv **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof *o);
-        if (!o)
-            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), jv_free(m);
-        else
-            c->owned = o, o[c->n_owned++] = m, *out = m;
-    }
-    free(b.p);
-    return st;
+    return owned_schema(c, &b, st, out);
 }
 
 /* The string constants schema p allows (const or enum of strings): *n of them at *v (an array or
