@@ -73,8 +73,9 @@
       "requests --serve keeps waiting for a slot")                                                           \
     X(SERVE_QUEUE_SECS, INT, 1, 86400, 600, NULL, "N", "K3_SERVE_QUEUE_SECS", NULL, NULL, NULL,              \
       "longest wait of a request for a slot, in seconds")                                                    \
-    X(SERVE_GRAMMAR_MB, INT, 1, 1048576, 1024, NULL, "MB", "K3_SERVE_GRAMMAR_MB", NULL, NULL, NULL,          \
-      "megabytes the grammars of the requests --serve holds (queued and running) may take together")         \
+    X(SERVE_GRAMMAR_MB, INT, 0, 1048576, 0, NULL, "MB", "K3_SERVE_GRAMMAR_MB", NULL, NULL, NULL,             \
+      "megabytes the grammars of the requests --serve holds (queued and running, with their matchers) may "  \
+      "take together; 0: 1/32 of the machine's memory, from 64 to 4096")                                     \
     X(SERVE_HEAD_SECS, INT, 1, 86400, 10, NULL, "N", "K3_SERVE_HEAD_SECS", NULL, NULL, NULL,                 \
       "longest time a request head may take to arrive after the connection, in seconds")                     \
     X(SERVE_BODY_SECS, INT, 1, 86400, 60, NULL, "N", "K3_SERVE_BODY_SECS", NULL, NULL, NULL,                 \

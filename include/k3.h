@@ -511,7 +511,10 @@ k3_status k3_grammar_warm(const k3_grammar *g);
 int32_t   k3_grammar_words(const k3_grammar *g); /* uint64_t words of its masks */
 /* The bytes g holds now: the compiled automaton, the mask cache entries filled so far and the
  * cache passes' DFA (which grow as outputs visit new nodes); its matchers' memory is theirs. */
-size_t    k3_grammar_bytes(const k3_grammar *g);
+size_t k3_grammar_bytes(const k3_grammar *g);
+/* The bytes matcher m holds now (its frames, configuration sets and token DFA, which grow as
+ * its answer runs, up to about 4 MB). */
+size_t    k3_gmatch_bytes(const k3_gmatch *m);
 k3_status k3_gmatch_new(const k3_grammar *g, k3_gmatch **out);
 void      k3_gmatch_free(k3_gmatch *m);
 /* Sets the bits of the ids that may come next ((k3_gvocab_words) words). Its first visit of an
@@ -717,6 +720,9 @@ k3_status k3_conv_gen_step(k3_conv_gen *g);
 k3_status k3_conv_gen_step_batch(k3_conv_gen *const *g, int count);
 int       k3_conv_gen_done(const k3_conv_gen *g);
 int       k3_conv_gen_prefill_left(const k3_conv_gen *g); /* prompt ids still to feed */
+/* The bytes the turn's grammar matcher and token mask hold (0 without a grammar): the server
+ * counts them with the request's grammar (K3_SERVE_GRAMMAR_MB). Not thread-safe against a step. */
+size_t    k3_conv_gen_grammar_bytes(const k3_conv_gen *g);
 k3_status k3_conv_gen_end(k3_conv_gen *g);
 /* The next k3_conv_generate writes exactly these ids instead of sampling (each is still
  * fed, so the session and the prompt cache stay exact); the turn ends at <|end_of_msg|>

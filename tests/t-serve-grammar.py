@@ -6,8 +6,10 @@
 # budget plus a margin (its peak); a schema whose grammar alone passes the budget is a 400
 # grammar_too_large; two small-schema requests wait too. Once the stream's client leaves, the
 # waiting ones get their answers (scripted: "{}"), and with the grammars freed a large one is
-# answered again. The server runs on 127.0.0.1 with a kernel-picked port and is always killed;
-# every wait is bounded.
+# answered again. Then a running answer whose grammar grows past a budget of 1 MB is cancelled
+# (503 grammar_budget), and with the variable unset the budget is derived from the machine's
+# memory. The servers run on 127.0.0.1 with a kernel-picked port and are always killed; every
+# wait is bounded.
 import json
 import os
 import threading
@@ -98,6 +100,48 @@ try:
     ok("503: grammar budget" in serve_lib.read_text(log), "the refusals are logged")
     ok("Sanitizer" not in serve_lib.read_text(log) and "runtime error" not in serve_lib.read_text(log),
        "no sanitizer or runtime error report")
+    serve_lib.kill_all(procs)
+
+    # A running answer whose grammar's memory grows past the budget is cancelled: with a budget of
+    # 1 MB, a string schema of the largest maxLength admitted (bisected on its 400s) leaves less
+    # than one string position's bytes (~0.5 KB) of room, and the answer's first mask (its matcher,
+    # token mask and cache entries, counted once the turn runs) takes more: 503 grammar_budget in
+    # the answer, whatever the model samples. Fails if the cancel is removed (the answer is a 200).
+    srv, port, log = serve_lib.start_server(K3, M, T, env, procs, "grow", ["--serve", "127.0.0.1:0", "--parallel", "1"],
+                                            K3_SERVE_GRAMMAR_MB="1")
+    ok(port is not None, "a server with K3_SERVE_GRAMMAR_MB=1 starts")
+
+    def one(n):
+        return serve_lib.post_chat(port, body("grow %d" % n, {"type": "string", "maxLength": n}, max_tokens=4), 120)
+
+    lo, hi, last = 1, 4096, None  # lo admitted (a tiny grammar), hi refused (4,096 positions: ~2 MB)
+    first, top = one(lo), one(hi)
+    ok(first[0] != 400 and top[0] == 400 and err(top).get("code") == "grammar_too_large",
+       "maxLength 1 is admitted (%d), 4096 is a 400 grammar_too_large (%d %s)" % (first[0], top[0], err(top).get("code")))
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        r = one(mid)
+        if r[0] == 400:
+            hi = mid
+        else:
+            lo, last = mid, r
+    last = last or first
+    ok(last[0] == 503 and err(last).get("code") == "grammar_budget" and
+       "while it ran" in err(last).get("message", ""),
+       "maxLength %d (the largest admitted under 1 MB): cancelled as its grammar grows, 503 grammar_budget "
+       "(%d %s)" % (lo, last[0], err(last).get("message")))
+    ok("grammar budget:" in serve_lib.read_text(log) and "cancelled" in serve_lib.read_text(log),
+       "the cancel is logged")
+    serve_lib.kill_all(procs)
+
+    # K3_SERVE_GRAMMAR_MB unset: 1/32 of the machine's memory, from 64 to 4096 MB, said at the start
+    e2 = dict(env)
+    e2.pop("K3_SERVE_GRAMMAR_MB", None)
+    srv, port, log = serve_lib.start_server(K3, M, T, e2, procs, "auto", ["--serve", "127.0.0.1:0"])
+    want = min(4096, max(64, int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 32 / (1 << 20))))
+    line = [ln for ln in serve_lib.read_text(log).splitlines() if "K3_SERVE_GRAMMAR_MB" in ln]
+    ok(port is not None and line and ("may take %d MB (K3_SERVE_GRAMMAR_MB unset" % want) in line[0],
+       "K3_SERVE_GRAMMAR_MB unset: the budget is 1/32 of the machine's memory, %d MB (%s)" % (want, line))
 finally:
     serve_lib.kill_all(procs)
 raise SystemExit(serve_lib.status())

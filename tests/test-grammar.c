@@ -305,6 +305,7 @@ static int feed_ids(const k3_grammar *g, const k3_gvocab *v, const int32_t *ids,
 
 static int64_t walk_budget; /* nonzero: exact_walk's masks by k3_gmatch_mask_bounded with this budget */
 static int     walk_more;   /* masks of exact_walk that took more than one call */
+static int64_t walk_over;   /* the most a bounded call of exact_walk charged past its allowance */
 
 /* A walk of up to `steps` ids drawn from the mask; at each step every id's bit (or the bits of
  * cand[0..nc) when cand is not NULL) must equal k3_gmatch_allows (the mask is exact: no valid id
@@ -320,9 +321,15 @@ static int exact_walk(const k3_grammar *g, int32_t nv, const int32_t *cand, int3
     g_match_budget(m, walk_budget);
     for (int s = 0; s < steps && !k3_gmatch_ended(m); s++) {
         int done = 0, calls = 0;
-        while (!done && ++calls < 1000000)
+        while (!done && ++calls < 1000000) {
             if (walk_budget ? k3_gmatch_mask_bounded(m, mask, &done) : (done = 1, k3_gmatch_mask(m, mask)))
                 return k3_gmatch_free(m), free(mask), bad + 1;
+            int64_t fill, pre, allow = walk_budget + walk_budget / 4;
+            int     n_calls;
+            g_match_stats(m, &fill, &pre, &n_calls);
+            if (walk_budget && fill - allow > walk_over)
+                walk_over = fill - allow;
+        }
         walk_more += calls > 1;
         int32_t n = 0, pick = -1, diff = 0;
         for (int32_t id = 0; id < nv; id++)
@@ -518,7 +525,8 @@ static void walk_out(const char *schemas, const char *outp, int n) {
 /* The most one k3_gmatch_mask_bounded call charged (default budget) over an anyOf of n_str
  * strings (maxLength 1..n_str): the tokens of `bytes` one byte each, else up to n tokens drawn
  * from the masks; *fed: the tokens taken, *n_calls: the calls. */
-static int64_t bounded_most(const k3_gvocab *v, int n_str, const char *bytes, int n, int *fed, int *n_calls) {
+static int64_t bounded_most(const k3_gvocab *v, int n_str, const char *bytes, int n, int *fed, int *n_calls,
+                            int64_t *over) {
     k3_buf any = {0};
     puts_(&any, "{\"anyOf\":[");
     for (int k = 1; k <= n_str; k++)
@@ -539,7 +547,9 @@ static int64_t bounded_most(const k3_gvocab *v, int n_str, const char *bytes, in
                 if (k3_gmatch_mask_bounded(m, mask, &done))
                     break;
                 g_match_stats(m, &fill, &pre, &calls);
-                most = fill > most ? fill : most;
+                most          = fill > most ? fill : most;
+                int64_t allow = v->n_edges + (pre ? 0 : v->n_edges / 4); /* after the first fill: one walk */
+                *over         = fill - allow > *over ? fill - allow : *over;
                 ++*n_calls;
             } while (!done);
             if (bytes)
@@ -593,19 +603,24 @@ static void exact_release(void) {
             (int)nv, steps, nsch, (int)nc, bad);
     /* one bounded call's charge: a fill stops once its bound and the transitions it computes pass
      * what is left of one walk (the first fill of a call may take a quarter more); it went a whole
-     * walk past its bound (1.5 walks charged, 3-8 ms a call). Allowed besides: the transitions
-     * of a bound (256 first bytes) and of one piece past the stop. With 250 strings and tokens
-     * drawn from the masks, the fills' DFA passes half its bound, where a fill was let run
-     * whatever its transitions (10 ms in one call). */
-    int64_t cap = v->n_edges + v->n_edges / 4 + 2 * 256 * 256;
+     * walk past its bound (1.5 walks charged, 3-8 ms a call). Past that a call may go by one
+     * transition at most (a step over one configuration set, up to about one per string alive:
+     * G_STEP_COST * (1 + set / 2)); it went by a piece's transitions, and a fill tried with
+     * nothing left computed its bound's (up to 256). With 250 strings and tokens drawn from the
+     * masks, the fills' DFA passes half its bound, where a fill was let run whatever its
+     * transitions (10 ms in one call). */
     for (int x = 0; x < 2; x++) {
         int     n_str = x ? 250 : 100, want = x ? 10 : 6, fed = 0, n_calls = 0;
-        int64_t most = bounded_most(v, n_str, x ? NULL : "\"abcde", x ? 30 : 6, &fed, &n_calls);
+        int64_t over = INT64_MIN, step = 128 * (1 + (n_str + 16) / 2),
+                cap  = v->n_edges + v->n_edges / 4 + step;
+        int64_t most = bounded_most(v, n_str, x ? NULL : "\"abcde", x ? 30 : 6, &fed, &n_calls, &over);
         T_CHECK(
-            fed >= want && n_calls > 6 && most <= cap,
+            fed >= want && n_calls > 6 && most <= cap && over <= step,
             "an anyOf of %d strings, %d tokens in %d bounded calls: the most one charged is %.2f walks of "
-            "the vocabulary (at most %.2f)",
-            n_str, fed, n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges);
+            "the vocabulary (at most %.2f), at most %lld units past its allowance (one walk, a quarter "
+            "more for a call's first fill; one transition over %d configurations: %lld)",
+            n_str, fed, n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges,
+            (long long)over, n_str + 16, (long long)step);
     }
     free(cand);
     k3_gvocab_free(v);
@@ -791,6 +806,90 @@ static const struct {
     /* a nested enum in the other keywords compares numbers by value: 1.0 is 1 */
     {"{\"enum\":[{\"a\":[1.0]},{\"a\":[2]}],\"properties\":{\"a\":{\"enum\":[[1]]}}}", "{\"a\":[1.0]}", 1},
     {"{\"enum\":[{\"a\":[1.0]},{\"a\":[2]}],\"properties\":{\"a\":{\"enum\":[[1]]}}}", "{\"a\":[2]}", 0},
+    /* enum/const values next to other keywords are checked as a validator checks a value (they
+     * were checked with a grammar of those keywords, which writes members in the order of
+     * properties, at most 4 additional ones with plain keys, and 32 characters around an
+     * unanchored pattern: values outside that were dropped without a word) */
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+     "\"enum\":[{\"b\":1,\"a\":2}]}",
+     "{\"b\":1,\"a\":2}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"enum\":[{\"a\":1,\"b\":2,\"c\":3,\"d\":4,\"e\":5,"
+     "\"f\":6}]}",
+     "{\"a\":1,\"b\":2,\"c\":3,\"d\":4,\"e\":5,\"f\":6}", 1},
+    {"{\"properties\":{\"x\":{}},\"enum\":[{\"a b\":1},{\"x\":[]}]}", "{\"a b\":1}", 1},
+    {"{\"enum\":[\"0123456789012345678901234567890123456789abc\",\"ab\"],\"pattern\":\"abc\"}",
+     "\"0123456789012345678901234567890123456789abc\"", 1},
+    {"{\"enum\":[\"0123456789012345678901234567890123456789abc\",\"ab\"],\"pattern\":\"abc\"}", "\"ab\"", 0},
+    {"{\"type\":\"string\",\"enum\":[\"ab\",\"xab\"],\"pattern\":\"^a\"}", "\"xab\"", 0},
+    {"{\"type\":\"string\",\"enum\":[\"ab\",\"xab\"],\"pattern\":\"^a\"}", "\"ab\"", 1},
+    /* formats as ajv-formats reads them: leap days, any case, a urn: uuid */
+    {"{\"format\":\"date\",\"enum\":[\"2024-02-29\",\"2023-02-29\"]}", "\"2024-02-29\"", 1},
+    {"{\"format\":\"date\",\"enum\":[\"2024-02-29\",\"2023-02-29\"]}", "\"2023-02-29\"", 0},
+    {"{\"format\":\"date-time\",\"enum\":[\"2024-01-01t23:59:60.5Z\",\"2024-01-01 10:00:00+0530\","
+     "\"2024-01-01T10:00:00\"]}",
+     "\"2024-01-01t23:59:60.5Z\"", 1},
+    {"{\"format\":\"date-time\",\"enum\":[\"2024-01-01t23:59:60.5Z\",\"2024-01-01 10:00:00+0530\","
+     "\"2024-01-01T10:00:00\"]}",
+     "\"2024-01-01 10:00:00+0530\"", 1},
+    {"{\"format\":\"date-time\",\"enum\":[\"2024-01-01t23:59:60.5Z\",\"2024-01-01 10:00:00+0530\","
+     "\"2024-01-01T10:00:00\"]}",
+     "\"2024-01-01T10:00:00\"", 0},
+    {"{\"format\":\"uuid\",\"enum\":[\"urn:uuid:123E4567-E89B-12D3-A456-426614174000\",\"123e4567\"]}",
+     "\"urn:uuid:123E4567-E89B-12D3-A456-426614174000\"", 1},
+    {"{\"format\":\"uuid\",\"enum\":[\"urn:uuid:123E4567-E89B-12D3-A456-426614174000\",\"123e4567\"]}",
+     "\"123e4567\"", 0},
+    {"{\"format\":\"email\",\"enum\":[\"J.O'Neil+x@Mail.Example.COM\",\"a..b@c.d\",\"a@b\"]}",
+     "\"J.O'Neil+x@Mail.Example.COM\"", 1},
+    {"{\"format\":\"email\",\"enum\":[\"J.O'Neil+x@Mail.Example.COM\",\"a..b@c.d\",\"a@b\"]}", "\"a..b@c.d\"",
+     0},
+    {"{\"format\":\"email\",\"enum\":[\"J.O'Neil+x@Mail.Example.COM\",\"a..b@c.d\",\"a@b\"]}", "\"a@b\"", 0},
+    /* keywords the grammar cannot write but a check can read: a length past 4096, a length with
+     * a pattern, uniqueItems, a oneOf whose branches overlap, a required name not in properties */
+    {"{\"enum\":[\"a\"],\"maxLength\":5000}", "\"a\"", 1},
+    {"{\"enum\":[\"ab\",\"abc\"],\"pattern\":\"^a\",\"maxLength\":2}", "\"abc\"", 0},
+    {"{\"enum\":[\"ab\",\"abc\"],\"pattern\":\"^a\",\"maxLength\":2}", "\"ab\"", 1},
+    {"{\"enum\":[[1,1.0],[1,2]],\"uniqueItems\":true}", "[1,1.0]", 0},
+    {"{\"enum\":[[1,1.0],[1,2]],\"uniqueItems\":true}", "[1,2]", 1},
+    {"{\"enum\":[{\"a\":1},{\"a\":1.5}],\"properties\":{\"a\":{\"oneOf\":[{\"type\":\"integer\"},"
+     "{\"type\":\"number\"}]}}}",
+     "{\"a\":1}", 0},
+    {"{\"enum\":[{\"a\":1},{\"a\":1.5}],\"properties\":{\"a\":{\"oneOf\":[{\"type\":\"integer\"},"
+     "{\"type\":\"number\"}]}}}",
+     "{\"a\":1.5}", 1},
+    {"{\"enum\":[{\"x\":1},{}],\"required\":[\"x\"]}", "{\"x\":1}", 1},
+    {"{\"enum\":[{\"x\":1},{}],\"required\":[\"x\"]}", "{}", 0},
+    /* lengths count code points: an emoji is one */
+    {"{\"enum\":[\"\xf0\x9f\x98\x80\xf0\x9f\x98\x80\",\"abc\"],\"maxLength\":2}",
+     "\"\xf0\x9f\x98\x80\xf0\x9f\x98\x80\"", 1},
+    /* integers past 2^53 pass a bound when they pass it exactly (Python's json) and as doubles
+     * (ajv): 9007199254740993 reads as 9007199254740992 in JSON.parse */
+    {"{\"enum\":[9007199254740993,9007199254740992],\"maximum\":9007199254740992}", "9007199254740993", 0},
+    {"{\"enum\":[9007199254740993,9007199254740992],\"maximum\":9007199254740992}", "9007199254740992", 1},
+    {"{\"enum\":[9007199254740993],\"minimum\":9007199254740993.0}", "9007199254740993", 1},
+    /* an enum whose other keywords reach it again through $ref "#": checked as far as the value
+     * goes (it was refused: a grammar of the schema compiled again at each level) */
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"enum\":[[],[1]],\"items\":{\"$ref\":\"#\"}}}}",
+     "{\"p\":[]}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"p\":{\"enum\":[[],[1]],\"items\":{\"$ref\":\"#\"}}}}",
+     "{\"p\":[1]}", 0},
+    /* $ref is a URI fragment: percent-decoded, then a JSON pointer whose ~1 is '/' (both were
+     * "names no definition") */
+    {"{\"$defs\":{\"a b\":{\"const\":1}},\"$ref\":\"#/$defs/a%20b\"}", "1", 1},
+    {"{\"$defs\":{\"a/b\":{\"const\":2}},\"$ref\":\"#/$defs/a~1b\"}", "2", 1},
+    {"{\"$defs\":{\"a/b\":{\"const\":2}},\"$ref\":\"#/$defs/a~1b\"}", "1", 0},
+    /* a required name that properties does not declare: a member every document holds, of any
+     * value additionalProperties allows (it was refused) */
+    {"{\"type\":\"object\",\"required\":[\"x\"]}", "{\"x\":[1]}", 1},
+    {"{\"type\":\"object\",\"required\":[\"x\"]}", "{}", 0},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"x\",\"x\"],\"additionalProperties\":"
+     "{\"type\":\"integer\"}}",
+     "{\"a\":null,\"x\":5}", 1},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"x\",\"x\"],\"additionalProperties\":"
+     "{\"type\":\"integer\"}}",
+     "{\"x\":\"s\"}", 0},
+    {"{\"anyOf\":[{\"type\":\"object\",\"required\":[\"x\"],\"additionalProperties\":false},{\"type\":"
+     "\"null\"}]}",
+     "null", 1},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */
@@ -980,17 +1079,15 @@ int main(int argc, char **argv) {
     T_CHECK(ok_edge == n_edge, "%d of %d edge documents accepted or rejected as JSON Schema says", ok_edge,
             n_edge);
 
-    { /* an enum whose other keywords reach it again through $ref "#": its values' check would
-       * compile the schema again without end (a stack overflow); refused at 8 checks deep */
-        k3_grammar *g  = NULL;
-        k3_status   st = compile(v,
-                                 "{\"type\":\"object\",\"properties\":{\"p\":{\"enum\":[[],[1]],"
-                                   "\"items\":{\"$ref\":\"#\"}}}}",
-                                 &g);
+    { /* bounds that hold numbers, none of them writable without an exponent: refused naming the
+       * bound (it was "no document satisfies it", which is not so: 1e-21 does) */
+        k3_grammar *g = NULL;
+        k3_status   st =
+            compile(v, "{\"type\":\"number\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":1e-20}", &g);
         T_CHECK(st == K3_ERR_UNSUPPORTED &&
-                    strstr(k3_errmsg(), "\"enum\" at #/properties/p/items/properties/p") &&
-                    strstr(k3_errmsg(), "more than 8 deep"),
-                "an enum checked against a $ref back to itself is refused: %.200s", st ? k3_errmsg() : "");
+                    strstr(k3_errmsg(), "\"exclusiveMinimum\" at #: bounds that hold numbers"),
+                "bounds that hold only numbers of more than 16 fraction digits are refused: %.200s",
+                st ? k3_errmsg() : "");
         k3_grammar_free(g);
     }
 
@@ -1676,15 +1773,29 @@ int main(int argc, char **argv) {
 
     /* bounded masks over several calls: with a budget of 1 step each call fills one node's entry
      * (the first it needs, whatever its bound) and returns without a mask while others are left;
-     * the mask it finally sets must be as exact as k3_gmatch_mask's */
+     * the mask it finally sets must be as exact as k3_gmatch_mask's. A call charges at most its
+     * allowance (the budget, a quarter more for its first fill) and one transition (a step over
+     * one configuration set, G_STEP_COST 128 a unit per 2 configurations; these grammars' sets are
+     * below 64): it went a vocabulary piece's transitions past (20,338 units at a budget of 1,
+     * 17,523 at 4,096) */
     {
-        int nsch = 0, steps = 0;
-        walk_budget = 1, walk_more = 0;
-        int bad = exact_corpus(v, nv, NULL, 0, 24, &nsch, &steps);
-        T_CHECK(nsch >= 50 && steps > 1000 && walk_more > 100 && bad == 0,
+        int     nsch = 0, steps = 0, bad = 0;
+        int64_t over[2];
+        walk_more = 0;
+        for (int k = 0; k < 2; k++) {
+            walk_budget = k ? 4096 : 1, walk_over = 0;
+            bad += exact_corpus(v, nv, NULL, 0, 24, &nsch, &steps);
+            over[k] = walk_over;
+        }
+        T_CHECK(nsch >= 100 && steps > 2000 && walk_more > 100 && bad == 0,
                 "bounded masks set over several calls are exact: %d of %d steps of %d grammars took more "
                 "than one call, %d differ from k3_gmatch_allows",
                 walk_more, steps, nsch, bad);
+        T_CHECK(
+            over[0] <= 128 * (1 + 64 / 2) && over[1] <= 128 * (1 + 64 / 2),
+            "a bounded call charges at most its allowance and one transition: %lld and %lld units past it "
+            "at budgets of 1 and 4,096 (at most %d)",
+            (long long)over[0], (long long)over[1], 128 * (1 + 64 / 2));
         walk_budget = 0;
     }
 
@@ -1831,6 +1942,31 @@ int main(int argc, char **argv) {
                 "k3_grammar_bytes of a string of maxLength 4000: %zu bytes compiled (nodes and edges %zu), "
                 "%zu with its mask caches filled",
                 b0, floor_, b1);
+        k3_grammar_free(gg);
+    }
+
+    /* k3_gmatch_bytes (a running answer's share of K3_SERVE_GRAMMAR_MB) counts the matcher's
+     * scratch at its start and what its masks and steps add (sets, frames, its token DFA) */
+    {
+        k3_grammar *gg = NULL;
+        k3_gmatch  *gm = NULL;
+        size_t      b0 = 0, b1 = 0;
+        uint64_t   *mask = NULL;
+        if (!k3_grammar_json_object(v, &gg) && !k3_gmatch_new(gg, &gm) &&
+            (mask = calloc((size_t)k3_grammar_words(gg), sizeof *mask))) {
+            b0                      = k3_gmatch_bytes(gm);
+            static const char doc[] = "{\"key\": [1, \"two\", {\"x\": null}], \"k2\": 3.5}";
+            for (size_t i = 0; i < sizeof doc - 1 && !k3_gmatch_mask(gm, mask); i++)
+                k3_gmatch_accept_bytes(gm, doc + i, 1);
+            b1 = k3_gmatch_bytes(gm);
+        }
+        T_CHECK(gm && b0 >= (size_t)(v->max_len + 1) * 5 && b1 > b0,
+                "k3_gmatch_bytes: %zu bytes at the start (at least the %d-byte piece scratch), %zu after the "
+                "masks "
+                "of a document",
+                b0, (v->max_len + 1) * 5, b1);
+        free(mask);
+        k3_gmatch_free(gm);
         k3_grammar_free(gg);
     }
 

@@ -1225,6 +1225,12 @@ int k3_conv_gen_done(const k3_conv_gen *g) {
     return g->phase == GEN_DONE;
 }
 
+size_t k3_conv_gen_grammar_bytes(const k3_conv_gen *g) {
+    return g ? k3_gmatch_bytes(g->gm) +
+                   (g->gm ? (size_t)k3_grammar_words(g->c->grammar) * sizeof *g->mask : 0)
+             : 0;
+}
+
 int k3_conv_gen_prefill_left(const k3_conv_gen *g) {
     return g->phase == GEN_PREFILL ? g->n - g->k : 0;
 }

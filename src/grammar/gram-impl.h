@@ -44,24 +44,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* GE_NUM reads a whole number, judged by its value (g_numc): only the grammars that enum/const
- * values are checked with have them (gram-schema.c rest_grammar), never one that masks tokens. */
-enum g_edge_kind { GE_BYTE = 0, GE_EPS, GE_CALL, GE_SPECIAL, GE_NUM };
+enum g_edge_kind { GE_BYTE = 0, GE_EPS, GE_CALL, GE_SPECIAL };
 
 typedef struct g_edge {
     uint8_t kind;   /* GE_*                                                     */
     uint8_t lo, hi; /* GE_BYTE: the byte range                                  */
-    int32_t arg;    /* GE_CALL: the rule's start node; GE_SPECIAL: the token id; GE_NUM: num[] */
+    int32_t arg;    /* GE_CALL: the rule's start node; GE_SPECIAL: the token id */
     int32_t to;     /* the next node (GE_CALL: the return node)                 */
 } g_edge;
-
-/* What a GE_NUM edge takes: the double a validator reads (JSON.parse, ajv) within the bounds,
- * and integral when integer is set (JSON Schema's integer: 2.0 is one). */
-typedef struct g_numc {
-    double  lo, hi;       /* the bounds (-inf / inf: none) */
-    uint8_t lo_ex, hi_ex; /* 1: exclusive                  */
-    uint8_t integer;
-} g_numc;
 
 typedef struct g_node {
     g_edge *e; /* (n) edges */
@@ -125,15 +115,14 @@ struct k3_grammar {
                              * equivalent one: g_share) */
     int32_t *sh;            /* (2 * n_sh) node, representative pairs recorded while building */
     int      n_sh, cap_sh;
-    int32_t *rule_of;          /* (n_node) the rule a node belongs to (-1: none, or several) */
-    uint64_t (*first)[4];      /* (rules) the bytes a rule may start with                     */
-    uint64_t (*follow)[4];     /* (rules) the bytes that may come right after a rule returns  */
-    g_pass          *pass;     /* the cache passes' DFA, kept between passes (under lock) */
-    pthread_mutex_t *lock;     /* guards cache and fill (a pointer: matchers see the grammar const) */
-    char             what[64]; /* "json schema", "json object", "tool calls" */
-    g_numc          *num;      /* (n_num) the GE_NUM edges' conditions */
-    int              n_num, cap_num;
-    size_t           built; /* bytes the compiled automaton holds (g_finish) */
+    int32_t *rule_of;           /* (n_node) the rule a node belongs to (-1: none, or several) */
+    uint64_t (*first)[4];       /* (rules) the bytes a rule may start with                     */
+    uint64_t (*follow)[4];      /* (rules) the bytes that may come right after a rule returns  */
+    g_pass          *pass;      /* the cache passes' DFA, kept between passes (under lock) */
+    pthread_mutex_t *lock;      /* guards cache and fill (a pointer: matchers see the grammar const) */
+    char             what[64];  /* "json schema", "json object", "tool calls" */
+    int              free_fill; /* 1: g_fill's text is unbounded (a grammar that only checks strings) */
+    size_t           built;     /* bytes the compiled automaton holds (g_finish) */
 };
 
 /* The grammar's hash indexes (matcher frames, DFA state sets, schema rules, $defs names) are one
@@ -151,9 +140,6 @@ k3_status g_eps(k3_grammar *g, int from, int to);
 k3_status g_call(k3_grammar *g, int from, int start, int to);
 k3_status g_special(k3_grammar *g, int from, int32_t id, int to);
 k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to); /* the bytes of s */
-k3_status g_number(k3_grammar *g, int from, g_numc c, int to);             /* a GE_NUM edge */
-/* Reads one number of value x (GE_NUM edges) as k3_gmatch_accept_bytes reads bytes. */
-k3_status g_match_number(k3_gmatch *m, double x);
 k3_status g_new(const k3_gvocab *v, const char *what, k3_grammar **out);
 /* Node uses rep's mask cache: the caller guarantees that both accept the same tokens and leave
  * their rule with the same ones, for every piece of the vocabulary (at most voc->max_len bytes),
@@ -169,9 +155,10 @@ k3_status g_finish(k3_grammar *g);
  * tests: the path before the bound). */
 void g_match_budget(k3_gmatch *m, int64_t budget);
 /* The last call's charge (its fills' bounds and G_STEP_COST per DFA transition computed), the
- * part of it before its last fill began (a fill begins only while the charge fits the budget,
- * or as the call's first), and the calls the mask under way (or the one the last call set) has
- * taken, the last one counted. */
+ * part of it before its last fill that charged anything (begun, stopped, or not begun: a fill
+ * begins only while the charge fits the budget, or as the call's first), and the calls the mask
+ * under way (or the one the last call set) has taken, the last one counted. A call charges at
+ * most the budget (a quarter more for its first fill) and one transition (gram.c cache_fill). */
 void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls);
 
 /* ---- pattern subset (gram-re.c) ---- */
@@ -182,7 +169,8 @@ void g_match_stats(const k3_gmatch *m, int64_t *fill, int64_t *pre, int *calls);
 k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, int raw, int from, int to);
 /* Up to G_FILL_MAX JSON string characters (raw 1: raw characters) from -> to: what the grammar
  * writes where the schema leaves free text around a match (an unanchored pattern), bounded so
- * generation ends. */
+ * generation ends; any number of them in a grammar with free_fill set (one that only checks a
+ * string against a pattern: gram-schema.c pattern_ok). */
 #define G_FILL_MAX 32
 k3_status g_fill(k3_grammar *g, int raw, int from, int to);
 /* One raw UTF-8 character of 2 to 4 bytes (tool-call string values are not escaped). */

@@ -82,6 +82,14 @@ k3_status g_str_char(k3_grammar *g, int from, int to) {
 
 k3_status g_fill(k3_grammar *g, int raw, int from, int to) {
     k3_status st = g_eps(g, from, to);
+    if (g->free_fill) { /* any text: a loop of characters on a node of its own */
+        int n = g_node_new(g);
+        if (!st && n < 0)
+            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        if (st || (st = g_eps(g, from, n)) || (st = g_eps(g, n, to)))
+            return st;
+        return raw ? ((st = g_byte(g, n, 0x00, 0x7f, n)) ? st : g_raw_multi(g, n, n)) : g_str_char(g, n, n);
+    }
     for (int k = 0; k < G_FILL_MAX && !st; k++) {
         int nx = g_node_new(g);
         if (!(st = raw ? g_byte(g, from, 0x00, 0x7f, nx) : g_str_char(g, from, nx)) &&

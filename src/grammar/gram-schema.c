@@ -6,7 +6,7 @@
  * grammar accepts validates against the schema; that is the contract the tests check with an
  * independent validator. Keywords (see the man page, k3chat(1), STRUCTURED OUTPUT):
  *   type (one or a list), enum, const (a value is kept only when the schema's other keywords
- *   allow it: value_ok checks it with their own grammar, which reads numbers by value), properties, required,
+ *   allow it: vcheck, a validator of one value), properties, required,
  *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, pattern
  *   (gram-re.c), format (date-time, date, uuid, email), minimum, maximum, exclusiveMinimum,
  *   exclusiveMaximum (integers: exactly and as doubles, int_bound; numbers without an exponent:
@@ -22,6 +22,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define G_MAX_UNROLL 4096            /* maxLength / maxItems / minItems written out at most this far */
 #define G_EXTRA_MAX 4                /* additional members of one object at most */
@@ -37,6 +38,12 @@ typedef struct sc_rule {
     char     *path;
 } sc_rule;
 
+/* A pattern keyword's automaton for the enum/const value checks (pattern_ok). */
+typedef struct sc_pat {
+    const jv   *re;
+    k3_grammar *g; /* NULL: the pattern matches no string */
+} sc_pat;
+
 typedef struct sc {
     k3_grammar *g;
     const jv   *root;
@@ -51,10 +58,9 @@ typedef struct sc {
     jv        **owned; /* merged allOf schemas */
     int         n_owned;
     char        full_at[512]; /* the innermost schema being written when the grammar got full */
-    long        checked;      /* the top compile's: nodes of the grammars enum/const values were checked
-                               * with (rest_grammar), those nested in them included */
-    struct sc *top;           /* the compile rest_grammar was called from, at the top (NULL: this one) */
-    int        nest;          /* rest_grammar calls this one is inside */
+    long        checked;      /* the enum/const value checks' work so far (vcheck, G_CHECK_MAX) */
+    sc_pat     *pat;          /* (n_pat) the patterns those checks matched, each compiled once */
+    int         n_pat;
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
@@ -130,8 +136,9 @@ static k3_status lit(sc *c, int from, const char *s, int to) {
     return g_lit(c->g, from, s, strlen(s), to);
 }
 
-/* A JSON value written compactly, members in their order, appended to b (const, enum: value_ok
- * checks that form); raw: a string's bytes themselves (a tool call's string argument). */
+/* A JSON value written compactly, members in their order, appended to b (const, enum: the value
+ * as the schema spells it, value_ok having checked it); raw: a string's bytes themselves (a tool
+ * call's string argument). */
 static k3_status value_text(const jv *v, const char *path, int raw, jbuf *b) {
     size_t    at = b->n;
     k3_status st = raw ? jbuf_add(b, v->s, v->n) : jv_dump(v, JV_COMPACT, b);
@@ -322,34 +329,9 @@ static k3_status int_bound(const jv *v, const char *path, int k, long long *lo, 
     return K3_OK;
 }
 
-/* A number of any value (ajv's reading: a double) within s's bounds, integral when integer:
- * one GE_NUM edge. The grammars enum/const values are checked with (value_ok) write numbers so,
- * so a value is judged as a validator judges it, whatever its digits (0.30000000000000004,
- * 5e-324, 1e+20, 2.0 for an integer), not as the grammar could write it. */
-static k3_status num_check(sc *c, const jv *s, const char *path, int integer, int from, int to) {
-    g_numc    n = {.lo = -INFINITY, .hi = INFINITY, .integer = (uint8_t)integer};
-    k3_status st;
-    for (int k = 0; s && k < 4; k++) {
-        const jv *v = jv_get(s, bound_key[k]);
-        double    d;
-        if (!v)
-            continue;
-        if ((st = bound_value(v, path, bound_key[k], &d)))
-            return st;
-        int lower = k < 2, excl = k & 1;
-        if (lower && (d > n.lo || (d == n.lo && excl)))
-            n.lo = d, n.lo_ex = (uint8_t)excl;
-        if (!lower && (d < n.hi || (d == n.hi && excl)))
-            n.hi = d, n.hi_ex = (uint8_t)excl;
-    }
-    return g_number(c->g, from, n, to);
-}
-
 static k3_status emit_integer(sc *c, const jv *s, const char *path, int from, int to) {
     long long lo = -G_INT_MAX, hi = G_INT_MAX;
     k3_status st;
-    if (c->top) /* a check grammar (rest_grammar) */
-        return num_check(c, s, path, 1, from, to);
     for (int k = 0; k < 4; k++) {
         const jv *v = jv_get(s, bound_key[k]);
         if (v && (st = int_bound(v, path, k, &lo, &hi)))
@@ -490,9 +472,8 @@ static k3_status dec_range(sc *c, g_num lo, g_num hi, int from, int to) {
  * x <= 0 as "-" and its magnitude (so 0 may be written "-0", which every bound treats as 0). */
 static k3_status emit_number_range(sc *c, const jv *s, const char *path, int from, int to) {
     g_num     lo = -G_NUM_MAX, hi = G_NUM_MAX;
+    double    dlo = -INFINITY, dhi = INFINITY; /* the least and greatest doubles the bounds pass */
     k3_status st;
-    if (c->top)
-        return num_check(c, s, path, 0, from, to);
     for (int k = 0; k < 4; k++) {
         const jv *v     = jv_get(s, bound_key[k]);
         int       lower = k < 2;
@@ -506,7 +487,14 @@ static k3_status emit_number_range(sc *c, const jv *s, const char *path, int fro
             return beyond(path, bound_key[k]);
         if (lower ? n > lo : n < hi)
             lo = lower ? n : lo, hi = lower ? hi : n;
+        d   = k & 1 ? nextafter(d, lower ? INFINITY : -INFINITY) : d;
+        dlo = lower && d > dlo ? d : dlo, dhi = !lower && d < dhi ? d : dhi;
     }
+    if (lo > hi && dlo <= dhi) /* numbers, but none written without an exponent (1e-20) */
+        return unsupported(
+            path, jv_get(s, "exclusiveMinimum") ? "exclusiveMinimum" : "minimum",
+            "bounds that hold numbers, none of them of at most 16 fraction digits (the numbers "
+            "written have no exponent)");
     if (lo > hi)
         return K3_OK; /* no number: nothing (g_finish reports a schema left with nothing) */
     if (hi >= 0 && (st = dec_range(c, lo > 0 ? lo : 0, hi, from, to)))
@@ -524,8 +512,6 @@ static k3_status emit_number_range(sc *c, const jv *s, const char *path, int fro
 
 /* -?(0|[1-9][0-9]{0,15})(\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})? */
 static k3_status emit_number(sc *c, int from, int to) {
-    if (c->top)
-        return num_check(c, NULL, "#", 0, from, to);
     static const char re[] = "^-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,16})?([eE][+-]?[0-9]{1,2})?$";
     return g_pattern(c->g, re, sizeof re - 1, "(number)", 0, from, to);
 }
@@ -731,6 +717,14 @@ done:
     return st;
 }
 
+/* Object x's member named by key k (a JSON string; may hold NUL). */
+static const jv *member(const jv *x, const jv *k) {
+    for (size_t i = 0; i < x->n; i++)
+        if (x->keys[i].n == k->n && !memcmp(x->keys[i].s, k->s, k->n))
+            return &x->items[i];
+    return NULL;
+}
+
 static int has_name(const jv *list, const jv *name) {
     for (size_t i = 0; list && i < list->n; i++)
         if (list->items[i].kind == JV_STRING && list->items[i].n == name->n &&
@@ -752,17 +746,77 @@ static k3_status check_required(const char *path, const jv *props, const jv *req
     return K3_OK;
 }
 
-static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int to) {
+/* A schema the compile made (a merged allOf, declared required names): b's text parsed into *out,
+ * kept until sc_finish; b is freed. st: the status of writing b (not K3_OK: nothing parsed). */
+static k3_status owned_schema(sc *c, jbuf *b, k3_status st, const jv **out) {
+    jv *m = NULL;
+    if (!st && !(st = jv_parse(b->p, b->n, &m))) {
+        jv **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof *o);
+        if (!o)
+            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), jv_free(m);
+        else
+            c->owned = o, o[c->n_owned++] = m, *out = m;
+    }
+    free(b->p);
+    b->p = NULL;
+    return st;
+}
+
+/* s's object keywords with each required name that properties does not declare declared, its
+ * schema additionalProperties' (any value when absent), after the declared ones: a member every
+ * document holds, written like the others. *out NULL when every required name is declared. */
+static k3_status declare_required(sc *c, const jv *s, const jv **out) {
     const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
              *addl = jv_get(s, "additionalProperties");
+    jbuf      b    = {0};
+    k3_status st   = K3_OK;
+    size_t    n    = 0;
+    *out           = NULL;
+    for (size_t i = 0; req && req->kind == JV_ARRAY && i < req->n; i++)
+        n += req->items[i].kind == JV_STRING && !(props && member(props, &req->items[i]));
+    if (!n)
+        return K3_OK;
+    st = jbuf_add(&b, "{\"properties\":{", 15);
+    for (size_t i = 0; props && i < props->n && !st; i++)
+        if (!(i && (st = jbuf_add(&b, ",", 1))) &&
+            !(st = jv_dump_str(props->keys[i].s, props->keys[i].n, &b)) && !(st = jbuf_add(&b, ":", 1)))
+            st = jv_dump(&props->items[i], JV_COMPACT, &b);
+    for (size_t i = 0, k = props ? props->n : 0; i < req->n && !st; i++) {
+        const jv *r = &req->items[i];
+        if (r->kind != JV_STRING || (props && member(props, r)))
+            continue;
+        int dupe = 0; /* a name required twice is declared once */
+        for (size_t j = 0; j < i && !dupe; j++)
+            dupe = req->items[j].kind == JV_STRING && req->items[j].n == r->n &&
+                   !memcmp(req->items[j].s, r->s, r->n);
+        if (dupe || (k++ && (st = jbuf_add(&b, ",", 1))) || (st = jv_dump_str(r->s, r->n, &b)) ||
+            (st = jbuf_add(&b, ":", 1)))
+            continue;
+        st = addl ? jv_dump(addl, JV_COMPACT, &b) : jbuf_add(&b, "true", 4);
+    }
+    if (!st && !(st = jbuf_add(&b, "},\"required\":", 13)) && !(st = jv_dump(req, JV_COMPACT, &b)) && addl &&
+        !(st = jbuf_add(&b, ",\"additionalProperties\":", 24)))
+        st = jv_dump(addl, JV_COMPACT, &b);
+    if (!st)
+        st = jbuf_add(&b, "}", 1);
+    return owned_schema(c, &b, st, out);
+}
+
+static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int to) {
+    const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
+             *addl = jv_get(s, "additionalProperties"), *full;
     k3_status st;
     char      p2[512];
     if (props && props->kind != JV_OBJECT)
         return bad(path, "properties", "an object");
-    if ((st = check_required(path, props, req)))
-        return st;
     if (addl && addl->kind != JV_TRUE && addl->kind != JV_FALSE && addl->kind != JV_OBJECT)
         return bad(path, "additionalProperties", "a boolean or a schema");
+    if (req && req->kind == JV_ARRAY && (st = declare_required(c, s, &full)))
+        return st;
+    if (req && req->kind == JV_ARRAY && full) /* JSON Schema: the name must be there, any value addl allows */
+        return emit_object(c, full, path, from, to);
+    if ((st = check_required(path, props, req)))
+        return st;
     int A = node(c), B = node(c); /* A: nothing written yet; B: a member written */
     if ((st = g_byte(c->g, from, '{', '{', A)))
         return st;
@@ -955,6 +1009,12 @@ static const jv *defs_get(sc *c, const jv *defs, const char *name) {
     return NULL;
 }
 
+static int hex_val(char ch) {
+    return ch >= '0' && ch <= '9'                     ? ch - '0'
+           : (ch | 0x20) >= 'a' && (ch | 0x20) <= 'f' ? (ch | 0x20) - 'a' + 10
+                                                      : -1;
+}
+
 static k3_status resolve(sc *c, const jv *ref, const char *path, const jv **out) {
     if (ref->kind != JV_STRING)
         return bad(path, "$ref", "a string");
@@ -966,14 +1026,33 @@ static k3_status resolve(sc *c, const jv *ref, const char *path, const jv **out)
         if (strncmp(ref->s, pre[k], l))
             continue;
         const jv *defs = jv_get(c->root, k ? "definitions" : "$defs");
-        char      name[256];
-        size_t    n = 0;
-        for (const char *p = ref->s + l; *p && n + 1 < sizeof name; p++) /* JSON pointer: ~1 is /, ~0 is ~ */
-            name[n++] = p[0] == '~' && (p[1] == '0' || p[1] == '1') ? (p++, p[0] == '1' ? '/' : '~') : *p;
-        name[n]     = 0;
-        const jv *d = defs ? defs_get(c, defs, name) : NULL;
-        if (d && !strchr(name, '/'))
+        /* a URI fragment: percent-decoded first (ajv: "#/$defs/a%20b" names "a b"), then a JSON
+         * pointer of one step (a '/' goes deeper: unsupported), ~1 in it '/' and ~0 '~' */
+        char  *name = k3_malloc(ref->n + 1);
+        size_t n    = 0;
+        int    deep = 0;
+        if (!name)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        for (const char *p = ref->s + l; *p; p++) {
+            int hi = p[0] == '%' ? hex_val(p[1]) : -1, lo = hi >= 0 ? hex_val(p[2]) : -1;
+            name[n++] = lo >= 0 ? (char)(hi << 4 | lo) : *p;
+            p += lo >= 0 ? 2 : 0;
+        }
+        size_t m = 0, nul = 0;
+        for (size_t i = 0; i < n; i++) {
+            deep |= name[i] == '/';
+            nul |= !name[i];
+            name[m++] = name[i] == '~' && i + 1 < n && (name[i + 1] == '0' || name[i + 1] == '1')
+                            ? name[++i] == '1' ? '/' : '~'
+                            : name[i];
+        }
+        name[m]     = 0;
+        const jv *d = defs && !deep && !nul ? defs_get(c, defs, name) : NULL;
+        free(name);
+        if (d)
             return *out = d, K3_OK;
+        if (deep)
+            return unsupported(path, "$ref", "a pointer below a definition (only #/$defs/NAME)");
         return k3_err(K3_ERR_ARG, "json schema: \"$ref\" at %s: \"%s\" names no definition", path, ref->s);
     }
     return unsupported(path, "$ref", "only #, #/$defs/NAME and #/definitions/NAME");
@@ -1102,16 +1181,7 @@ static k3_status merge_allof(sc *c, const jv *s, const char *path, const jv **ou
     const char *tail = closed ? "],\"additionalProperties\":false}" : "]}";
     if (!st)
         st = jbuf_add(&b, tail, strlen(tail));
-    jv *m = NULL;
-    if (!st && !(st = jv_parse(b.p, b.n, &m))) {
-        jv **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof *o);
-        if (!o)
-            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), jv_free(m);
-        else
-            c->owned = o, o[c->n_owned++] = m, *out = m;
-    }
-    free(b.p);
-    return st;
+    return owned_schema(c, &b, st, out);
 }
 
 /* The string constants schema p allows (const or enum of strings): *n of them at *v (an array or
@@ -1183,173 +1253,484 @@ static k3_status emit_alts(sc *c, const jv *s, const char *key, const char *path
     return K3_OK;
 }
 
-/* ---- enum and const with other keywords ---------------------------------------------------- */
+/* ---- enum and const with other keywords: a value check -------------------------------------
+ * An enum/const value is written as the schema spells it, and kept only when the schema's other
+ * keywords allow it. That is a validator's question about one JSON value, so it is answered as
+ * a validator answers it (vcheck), not with a grammar: object members in any order and any
+ * number of them, strings of any length around an unanchored pattern, numbers by value. Both
+ * readings of a number must pass (ajv's: JSON.parse's double; Python's json: integers exact),
+ * as the bounds the grammar writes do (int_bound). A pattern is matched by its own automaton
+ * (gram-re.c, with unbounded text around it); formats as ajv-formats 3 (full mode) reads them.
+ * The checks of one compile share a budget of visits (G_CHECK_MAX), so a schema whose branches
+ * multiply (an anyOf of $refs to anyOfs) is refused, not looped over. */
 
-/* s without keyword key, parsed anew into *rest (NULL when s holds nothing else but type and
- * annotations: type alone is checked by kind_type). Without a type, each keyword applies to its
- * own type and values of the others pass: rest gets the types of the values (kinds, T_*; JSON
- * integers as T_INT, which the integer grammar takes, other numbers T_NUM). */
-static k3_status schema_rest(const jv *s, const char *key, int kinds, jv **rest) {
-    jbuf      b  = {0};
-    k3_status st = jbuf_add(&b, "{", 1);
-    int       n = 0, other = 0;
-    *rest = NULL;
-    for (size_t i = 0; i < s->n && !st; i++) {
-        const char *k = s->keys[i].s;
-        if (!strcmp(k, key) || !strcmp(k, "$id")) /* rest is not the root: an $id would be refused */
-            continue;
-        other |= strcmp(k, "type") && !IN(k, annotations);
-        if ((n++ && (st = jbuf_add(&b, ",", 1))) || (st = jv_dump_str(k, s->keys[i].n, &b)) ||
-            (st = jbuf_add(&b, ":", 1)))
-            break;
-        st = jv_dump(&s->items[i], JV_SORTED_COMPACT, &b);
-    }
-    if (!st && other && !jv_get(s, "type")) {
-        static const char *const tn[] = {"null", "boolean", "integer", "number", "string", "array", "object"};
-        st                            = jbuf_add(&b, n ? ",\"type\":[" : "\"type\":[", n ? 9 : 8);
-        for (int k = 0, m = 0; k < 7 && !st; k++)
-            if (kinds & 1 << k)
-                st = k3_buf_printf(&b, "%s\"%s\"", m++ ? "," : "", tn[k])
-                         ? k3_err(K3_ERR_NOMEM, "grammar: out of memory")
-                         : K3_OK;
-        if (!st)
-            st = jbuf_add(&b, "]", 1);
-    }
-    if (!st && other && !(st = jbuf_add(&b, "}", 1)))
-        st = jv_parse(b.p, b.n, rest);
-    free(b.p);
-    return st;
-}
+#define G_CHECK_MAX 4000000 /* schema visits (and 16-byte string pieces) of one compile's checks */
+#define G_CHECK_DEPTH 256   /* schemas nested in one check ($refs included) */
 
-/* The grammar of rest (a schema of c's document: its $refs resolve against c's root), to check
- * enum/const values with: what the other keywords of their schema allow. Their grammars count
- * against one budget, so a schema of many such enums cannot multiply its compile time. */
-static k3_status rest_grammar(sc *c, const jv *rest, const char *path, k3_grammar **out) {
-    sc       *top = c->top ? c->top : c;
-    sc        t   = {.any = -1, .root = c->root, .top = top, .nest = c->nest + 1};
-    k3_status st;
-    int       none = 0;
-    *out           = NULL;
-    if (t.nest > 8) /* through a $ref back to itself it would never end */
-        return k3_err(K3_ERR_UNSUPPORTED,
-                      "json schema: unsupported keyword \"enum\" at %s: enum/const values checked "
-                      "against other keywords that hold such values themselves, more than 8 deep",
-                      path);
-    if ((st = g_new(c->g->voc, "json schema", &t.g)))
-        return st;
-    if (!(st = rule_of(&t, rest, path, &t.g->root)) && !(st = rules_emit(&t)))
-        none = g_finish(t.g) == K3_ERR_ARG; /* no document: no value passes */
-    top->checked += 16 + t.g->n_node;       /* 16: the cost of a grammar however small */
-    if (!st && top->checked > G_MAX_NODES)
-        st = k3_err(K3_ERR_UNSUPPORTED,
-                    "json schema: too large at %s: checking enum/const values against their other "
-                    "keywords needs more than %d grammar nodes",
-                    path, G_MAX_NODES);
-    st = sc_finish(&t, NULL, st, out); /* a full grammar: "too large at" the innermost path */
-    if (none)
-        k3_grammar_free(*out), *out = NULL;
-    return st;
-}
+typedef struct vc {
+    sc         *c;
+    int         py;   /* 0: numbers as doubles (ajv); 1: integers exactly (Python's json) */
+    const char *skip; /* the top schema's keyword whose values are checked (enum/const) */
+} vc;
 
 /* A number's value as a validator reads it (JSON.parse: the nearest double). */
 static double jv_number(const jv *x) {
     return x->kind == JV_FLOAT ? x->d : strtod(x->s, NULL);
 }
 
-/* Value x in compact form from -> to as a check grammar takes it (value_feed writes it so):
- * each number one GE_NUM edge of its value (1, 1.0 and 10e-1 are one value, as ajv's enum
- * compares them), the rest its text. */
-static k3_status value_emit(sc *c, const jv *x, int from, int to) {
-    k3_status st = K3_OK;
-    jbuf      b  = {0};
-    if (x->kind == JV_INT || x->kind == JV_FLOAT) {
-        double d = jv_number(x);
-        return g_number(c->g, from, (g_numc){.lo = d, .hi = d}, to);
-    }
-    if (x->kind != JV_ARRAY && x->kind != JV_OBJECT) {
-        if (!(st = jv_dump(x, JV_COMPACT, &b)))
-            st = g_lit(c->g, from, b.p, b.n, to);
-        free(b.p);
-        return st;
-    }
-    int cur = node(c), obj = x->kind == JV_OBJECT;
-    if (cur < 0 || (st = g_byte(c->g, from, obj ? '{' : '[', obj ? '{' : '[', cur)))
-        return st ? st : k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-    for (size_t i = 0; i < x->n && !st; i++) {
-        int nx = node(c);
-        if (i && (cur = sep(c, cur, ',')) < 0)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        if (obj) {
-            b.n = 0;
-            if ((st = jv_dump_str(x->keys[i].s, x->keys[i].n, &b)) || (st = jbuf_add(&b, ":", 1)) ||
-                (st = g_lit(c->g, cur, b.p, b.n, nx)))
-                break;
-            cur = nx, nx = node(c);
+/* a - b for two integer literals ("-0" is read as "0"): by sign, length, then digits. */
+static int int_text_cmp(const char *a, const char *b) {
+    int na = a[0] == '-', nb = b[0] == '-';
+    if (na != nb)
+        return na ? -1 : 1;
+    size_t la = strlen(a += na), lb = strlen(b += nb);
+    int    r = la != lb ? (la < lb ? -1 : 1) : strcmp(a, b);
+    r        = (r > 0) - (r < 0);
+    return na ? -r : r;
+}
+
+/* The sign of integer literal a - double d, exactly (Python compares an int with a float so). */
+static int int_dbl_cmp(const char *a, double d) {
+    if (isinf(d))
+        return d > 0 ? -1 : 1;
+    double f = floor(d);
+    char   t[400];
+    snprintf(t, sizeof t, "%.0f", f == 0 ? 0.0 : f); /* every digit of an integral double */
+    int r = int_text_cmp(a, t);
+    return r ? r : (d > f ? -1 : 0);
+}
+
+/* The sign of a - b for two JSON numbers in reading py (vc). */
+static int num_cmp(const jv *a, const jv *b, int py) {
+    if (py && a->kind == JV_INT && b->kind == JV_INT)
+        return int_text_cmp(a->s, b->s);
+    if (py && a->kind == JV_INT)
+        return int_dbl_cmp(a->s, b->d);
+    if (py && b->kind == JV_INT)
+        return -int_dbl_cmp(b->s, a->d);
+    double x = jv_number(a), y = jv_number(b);
+    return (x > y) - (x < y);
+}
+
+static int is_num(const jv *x) {
+    return x->kind == JV_INT || x->kind == JV_FLOAT;
+}
+
+/* JSON equality as enum, const and uniqueItems compare: numbers by value (1 and 1.0 are one),
+ * object members in any order. */
+static int value_eq(const jv *a, const jv *b, int py) {
+    if (is_num(a) && is_num(b))
+        return num_cmp(a, b, py) == 0;
+    if (a->kind != b->kind)
+        return 0;
+    switch (a->kind) {
+    case JV_STRING:
+        return a->n == b->n && !memcmp(a->s, b->s, a->n);
+    case JV_ARRAY:
+        if (a->n != b->n)
+            return 0;
+        for (size_t i = 0; i < a->n; i++)
+            if (!value_eq(&a->items[i], &b->items[i], py))
+                return 0;
+        return 1;
+    case JV_OBJECT: /* the parser keeps one member per name */
+        if (a->n != b->n)
+            return 0;
+        for (size_t i = 0; i < a->n; i++) {
+            const jv *o = member(b, &a->keys[i]);
+            if (!o || !value_eq(&a->items[i], o, py))
+                return 0;
         }
-        st  = value_emit(c, &x->items[i], cur, nx);
-        cur = nx;
+        return 1;
+    default:
+        return 1;
     }
-    free(b.p);
-    return st ? st : g_byte(c->g, cur, obj ? '}' : ']', obj ? '}' : ']', to);
 }
 
-/* Feeds value x to m as value_emit writes it: numbers by value, the rest as compact text. */
-static k3_status value_feed(k3_gmatch *m, const jv *x) {
-    k3_status st  = K3_OK;
-    jbuf      b   = {0};
-    int       obj = x->kind == JV_OBJECT;
-    if (x->kind == JV_INT || x->kind == JV_FLOAT)
-        return g_match_number(m, jv_number(x));
-    if (x->kind != JV_ARRAY && !obj) {
-        if (!(st = jv_dump(x, JV_COMPACT, &b)))
-            st = k3_gmatch_accept_bytes(m, b.p, b.n);
-        free(b.p);
-        return st;
-    }
-    st = k3_gmatch_accept_bytes(m, obj ? "{" : "[", 1);
-    for (size_t i = 0; i < x->n && !st; i++) {
-        b.n = 0;
-        if ((i && (st = jbuf_add(&b, ",", 1))) ||
-            (obj && ((st = jv_dump_str(x->keys[i].s, x->keys[i].n, &b)) || (st = jbuf_add(&b, ":", 1)))) ||
-            (b.n && (st = k3_gmatch_accept_bytes(m, b.p, b.n))))
-            break;
-        st = value_feed(m, &x->items[i]);
-    }
-    free(b.p);
-    return st ? st : k3_gmatch_accept_bytes(m, obj ? "}" : "]", 1);
+/* A string's length as JSON Schema counts it: code points (a character past U+FFFF is one). */
+static size_t code_points(const jv *x) {
+    size_t n = 0;
+    for (size_t i = 0; i < x->n; i++)
+        n += ((uint8_t)x->s[i] & 0xc0) != 0x80;
+    return n;
 }
 
-/* *ok: value x is a document of chk (a check grammar: numbers by value). */
-static k3_status value_ok(const k3_grammar *chk, const jv *x, int *ok) {
-    k3_gmatch *m  = NULL;
-    k3_status  st = K3_OK;
-    *ok           = 0;
-    if (!chk)
+/* ---- formats as ajv-formats 3.0 (full mode) reads them ---- */
+
+static int digits_at(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    return 1;
+}
+
+static int num2(const char *s) {
+    return (s[0] - '0') * 10 + s[1] - '0';
+}
+
+/* ^(\d\d\d\d)-(\d\d)-(\d\d)$, a month 1-12, a day of that month (February 29 in leap years). */
+static int fmt_date(const char *s, size_t n) {
+    static const int days[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (n != 10 || !digits_at(s, 4) || s[4] != '-' || !digits_at(s + 5, 2) || s[7] != '-' ||
+        !digits_at(s + 8, 2))
+        return 0;
+    int y = num2(s) * 100 + num2(s + 2), m = num2(s + 5), d = num2(s + 8);
+    int leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    return m >= 1 && m <= 12 && d >= 1 && d <= (m == 2 && leap ? 29 : days[m]);
+}
+
+/* ^(\d\d):(\d\d):(\d\d(?:\.\d+)?)(z|([+-])(\d\d)(?::?(\d\d))?)$ (case-insensitive; the zone is
+ * required), hours 0-23, minutes 0-59, seconds below 60, or a leap second at 23:59 UTC. */
+static int fmt_time(const char *s, size_t n) {
+    size_t i = 8;
+    if (n < 9 || !digits_at(s, 2) || s[2] != ':' || !digits_at(s + 3, 2) || s[5] != ':' ||
+        !digits_at(s + 6, 2))
+        return 0;
+    if (s[i] == '.') {
+        size_t j = ++i;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
+        if (i == j)
+            return 0;
+    }
+    char sec[64];
+    snprintf(sec, sizeof sec, "%.*s", (int)(i - 6 < 63 ? i - 6 : 63), s + 6);
+    int    hr = num2(s), mn = num2(s + 3), sign = 1, th = 0, tm = 0;
+    double sc_ = strtod(sec, NULL);
+    if (i + 1 == n && (s[i] == 'z' || s[i] == 'Z'))
+        ;
+    else if (i + 3 <= n && (s[i] == '+' || s[i] == '-') && digits_at(s + i + 1, 2)) {
+        sign = s[i] == '-' ? -1 : 1, th = num2(s + i + 1), i += 3;
+        if (i + 1 < n && s[i] == ':')
+            i++;
+        if (i + 2 == n && digits_at(s + i, 2))
+            tm = num2(s + i);
+        else if (i != n)
+            return 0;
+    } else
+        return 0;
+    if (th > 23 || tm > 59)
+        return 0;
+    if (hr <= 23 && mn <= 59 && sc_ < 60)
+        return 1;
+    int umin = mn - tm * sign, uhr = hr - th * sign - (umin < 0);
+    return (uhr == 23 || uhr == -1) && (umin == 59 || umin == -1) && sc_ < 61;
+}
+
+/* ECMAScript's \s (without the u flag the same set): the separator date-time splits on. */
+static int js_space(const char *s, size_t n, size_t *len) {
+    static const uint32_t ws[] = {0xa0,   0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004,
+                                  0x2005, 0x2006, 0x2007, 0x2008, 0x2009, 0x200a, 0x2028,
+                                  0x2029, 0x202f, 0x205f, 0x3000, 0xfeff};
+    uint8_t               c    = (uint8_t)s[0];
+    *len                       = 1;
+    if (c == ' ' || (c >= '\t' && c <= '\r'))
+        return 1;
+    if (c < 0xc2 || c >= 0xf0)
+        return 0;
+    size_t   k  = c < 0xe0 ? 2 : 3;
+    uint32_t cp = c & (k == 2 ? 0x1f : 0x0f);
+    if (k > n)
+        return 0;
+    for (size_t i = 1; i < k; i++)
+        cp = cp << 6 | ((uint8_t)s[i] & 0x3f);
+    for (size_t i = 0; i < sizeof ws / sizeof *ws; i++)
+        if (cp == ws[i])
+            return *len = k, 1;
+    return 0;
+}
+
+/* split(/t|\s/i) into exactly a date and a time. */
+static int fmt_date_time(const char *s, size_t n) {
+    size_t at = n, len = 0, l;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == 't' || s[i] == 'T' || js_space(s + i, n - i, &l)) {
+            if (at < n)
+                return 0;
+            at = i, len = s[i] == 't' || s[i] == 'T' ? 1 : l;
+        }
+    return at < n && fmt_date(s, at) && fmt_time(s + at + len, n - at - len);
+}
+
+static int hex_at(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("0123456789abcdefABCDEF", s[i]) || !s[i])
+            return 0;
+    return 1;
+}
+
+/* ^(?:urn:uuid:)?[0-9a-f]{8}-(?:[0-9a-f]{4}-){3}[0-9a-f]{12}$ (case-insensitive) */
+static int fmt_uuid(const char *s, size_t n) {
+    if (n == 45 && !strncasecmp(s, "urn:uuid:", 9))
+        s += 9, n -= 9;
+    return n == 36 && hex_at(s, 8) && s[8] == '-' && hex_at(s + 9, 4) && s[13] == '-' && hex_at(s + 14, 4) &&
+           s[18] == '-' && hex_at(s + 19, 4) && s[23] == '-' && hex_at(s + 24, 12);
+}
+
+static int alnum(char ch) {
+    return (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z');
+}
+
+/* ^[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@
+ *  (?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$ (case-insensitive) */
+static int fmt_email(const char *s, size_t n) {
+    size_t i = 0, dots = 0, start;
+    for (char prev = '.'; i < n && s[i] != '@'; prev = s[i++])
+        if (s[i] == '.' ? prev == '.' : !(alnum(s[i]) || (s[i] && strchr("!#$%&'*+/=?^_`{|}~-", s[i]))))
+            return 0;
+    if (i == 0 || i == n || s[i - 1] == '.')
+        return 0;
+    for (start = ++i; i <= n; i++) /* labels: alphanumeric at both ends, '-' inside */
+        if (i == n || s[i] == '.') {
+            if (i == start || !alnum(s[start]) || !alnum(s[i - 1]))
+                return 0;
+            dots += i < n, start = i + 1;
+        } else if (!alnum(s[i]) && s[i] != '-')
+            return 0;
+    return dots >= 1;
+}
+
+static const struct {
+    const char *name;
+    int (*ok)(const char *s, size_t n);
+} format_check[] = {
+    {"date", fmt_date}, {"date-time", fmt_date_time}, {"uuid", fmt_uuid}, {"email", fmt_email}};
+
+/* *ok: string x matches pattern re (ECMAScript: anywhere in x unless anchored), matched by the
+ * pattern's automaton with unbounded text around it (g_fill of a check grammar); compiled once
+ * per pattern keyword of the compile. */
+static k3_status pattern_ok(sc *c, const jv *re, const jv *x, const char *path, int *ok) {
+    int i = 0;
+    *ok   = 0;
+    while (i < c->n_pat && c->pat[i].re != re)
+        i++;
+    if (i == c->n_pat) {
+        k3_grammar *g = NULL;
+        k3_status   st;
+        void       *p = realloc(c->pat, (size_t)(c->n_pat + 1) * sizeof *c->pat);
+        if (!p)
+            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        c->pat = p;
+        if ((st = g_new(c->g->voc, "json schema", &g)))
+            return st;
+        g->free_fill = 1;
+        int b = g_node_new(g), e = g_node_new(g);
+        if (e < 0)
+            st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        else {
+            g->node[e].ret = 1, g->root = b;
+            if (!(st = g_pattern(g, re->s, re->n, path, 1, b, e)) && g_finish(g) == K3_ERR_ARG)
+                k3_grammar_free(g), g = NULL; /* matches no string */
+        }
+        if (st) {
+            k3_grammar_free(g);
+            return st;
+        }
+        c->checked += 16 + (g ? g->n_node : 0);
+        c->pat[c->n_pat++] = (sc_pat){re, g};
+    }
+    k3_gmatch *m = NULL;
+    k3_status  st;
+    if (!c->pat[i].g)
         return K3_OK;
-    if (!(st = k3_gmatch_new(chk, &m)))
-        *ok = !value_feed(m, x) && k3_gmatch_complete(m);
+    c->checked += 1 + (long)(x->n / 16);
+    if (!(st = k3_gmatch_new(c->pat[i].g, &m)))
+        *ok = !k3_gmatch_accept_bytes(m, x->s, x->n) && k3_gmatch_complete(m);
     k3_gmatch_free(m);
     return st;
 }
 
-/* The values of s's const (else enum) of the types given (0: any) that s's other keywords allow,
- * from -> to; raw 1: strings only, written raw (a tool call's string argument). */
-static k3_status emit_enum(sc *c, const jv *s, const char *path, int types, int raw, int from, int to) {
+static k3_status vcheck(vc *v, const jv *s, const jv *x, const char *path, int depth, int *ok);
+
+/* *ok: x is valid against every schema of list (all 1), at least one (all 0: anyOf), exactly one
+ * (all -1: oneOf). Every branch is checked, so a refusal does not depend on the value. */
+static k3_status vcheck_list(vc *v, const jv *s, const char *key, int all, const jv *x, const char *path,
+                             int depth, int *ok) {
+    const jv *l = jv_get(s, key);
+    char      p2[512];
+    int       n = 0;
+    if (l->kind != JV_ARRAY || l->n == 0)
+        return bad(path, key, "a non-empty array of schemas");
+    for (size_t i = 0; i < l->n; i++) {
+        int       one;
+        k3_status st;
+        snprintf(p2, sizeof p2, "%s/%s/%zu", path, key, i);
+        if ((st = vcheck(v, &l->items[i], x, p2, depth + 1, &one)))
+            return st;
+        n += one;
+    }
+    *ok = all > 0 ? (size_t)n == l->n : all < 0 ? n == 1 : n > 0;
+    return K3_OK;
+}
+
+static k3_status vcheck_string(vc *v, const jv *s, const jv *x, const char *path, int *ok) {
+    long      mn, mx;
+    k3_status st;
+    const jv *pat = jv_get(s, "pattern"), *fmt = jv_get(s, "format");
+    if ((st = get_count(s, "minLength", path, 0, &mn)) || (st = get_count(s, "maxLength", path, -1, &mx)))
+        return st;
+    size_t len = code_points(x);
+    *ok        = len >= (size_t)mn && (mx < 0 || len <= (size_t)mx);
+    if (pat && pat->kind != JV_STRING)
+        return bad(path, "pattern", "a string");
+    if (fmt && fmt->kind != JV_STRING)
+        return bad(path, "format", "a string");
+    if (pat && *ok && (st = pattern_ok(v->c, pat, x, path, ok)))
+        return st;
+    for (size_t k = 0; fmt && k <= sizeof format_check / sizeof *format_check; k++) {
+        if (k == sizeof format_check / sizeof *format_check) {
+            char why[160];
+            snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
+            return unsupported(path, "format", why);
+        }
+        if (!strcmp(fmt->s, format_check[k].name)) {
+            *ok = *ok && format_check[k].ok(x->s, x->n);
+            break;
+        }
+    }
+    return K3_OK;
+}
+
+static k3_status vcheck_array(vc *v, const jv *s, const jv *x, const char *path, int depth, int *ok) {
+    const jv *items = jv_get(s, "items"), *pre = jv_get(s, "prefixItems"), *uq = jv_get(s, "uniqueItems");
+    long      mn, mx;
+    k3_status st;
+    char      p2[512];
+    if (items && items->kind == JV_ARRAY)
+        return unsupported(path, "items", "the array form (use prefixItems)");
+    if (pre && pre->kind != JV_ARRAY)
+        return bad(path, "prefixItems", "an array of schemas");
+    if (uq && uq->kind != JV_TRUE && uq->kind != JV_FALSE)
+        return bad(path, "uniqueItems", "a boolean");
+    if ((st = get_count(s, "minItems", path, 0, &mn)) || (st = get_count(s, "maxItems", path, -1, &mx)))
+        return st;
+    *ok = x->n >= (size_t)mn && (mx < 0 || x->n <= (size_t)mx);
+    for (size_t i = 0; i < x->n && *ok; i++) {
+        const jv *el = pre && i < pre->n ? &pre->items[i] : items;
+        if (pre && i < pre->n)
+            snprintf(p2, sizeof p2, "%s/prefixItems/%zu", path, i);
+        else
+            sub(p2, sizeof p2, path, "items", NULL);
+        if (el && (st = vcheck(v, el, &x->items[i], p2, depth + 1, ok)))
+            return st;
+    }
+    for (size_t i = 0; uq && uq->kind == JV_TRUE && i < x->n && *ok; i++)
+        for (size_t j = 0; j < i && *ok; j++)
+            *ok = !value_eq(&x->items[i], &x->items[j], v->py);
+    return K3_OK;
+}
+
+static k3_status vcheck_object(vc *v, const jv *s, const jv *x, const char *path, int depth, int *ok) {
+    const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
+             *addl = jv_get(s, "additionalProperties");
+    k3_status st;
+    char      p2[512];
+    if (props && props->kind != JV_OBJECT)
+        return bad(path, "properties", "an object");
+    if (addl && addl->kind != JV_TRUE && addl->kind != JV_FALSE && addl->kind != JV_OBJECT)
+        return bad(path, "additionalProperties", "a boolean or a schema");
+    if (req && req->kind != JV_ARRAY)
+        return bad(path, "required", "an array of strings");
+    *ok = 1;
+    for (size_t i = 0; req && i < req->n && *ok; i++) {
+        if (req->items[i].kind != JV_STRING)
+            return bad(path, "required", "an array of strings");
+        *ok = member(x, &req->items[i]) != NULL;
+    }
+    for (size_t i = 0; i < x->n && *ok; i++) {
+        const jv *k = &x->keys[i], *ps = props ? member(props, k) : NULL;
+        if (ps)
+            snprintf(p2, sizeof p2, "%s/properties/%.*s", path, (int)(k->n > 200 ? 200 : k->n), k->s);
+        else
+            sub(p2, sizeof p2, path, "additionalProperties", NULL);
+        if ((ps || addl) && (st = vcheck(v, ps ? ps : addl, &x->items[i], p2, depth + 1, ok)))
+            return st;
+    }
+    return K3_OK;
+}
+
+/* *ok: value x is valid against schema s (the top one without v->skip), as a validator reads it.
+ * A keyword the compiler does not know is refused as emit_schema refuses it. */
+static k3_status vcheck(vc *v, const jv *s, const jv *x, const char *path, int depth, int *ok) {
+    const char *skip = depth ? NULL : v->skip;
+    const jv   *k;
+    k3_status   st;
+    int         types;
+    *ok = s->kind != JV_FALSE;
+    if (s->kind == JV_TRUE || s->kind == JV_FALSE)
+        return K3_OK;
+    if (s->kind != JV_OBJECT)
+        return k3_err(K3_ERR_ARG, "json schema: at %s: expected a schema (an object or a boolean)", path);
+    if (depth > G_CHECK_DEPTH || ++v->c->checked > G_CHECK_MAX)
+        return k3_err(K3_ERR_UNSUPPORTED,
+                      "json schema: too large at %s: checking enum/const values against their other keywords "
+                      "takes more than %s",
+                      path, depth > G_CHECK_DEPTH ? "256 nested schemas" : "4,000,000 steps");
+    for (size_t i = 0; i < s->n; i++)
+        if (!IN(s->keys[i].s, annotations) && !IN(s->keys[i].s, keywords))
+            return unsupported(path, s->keys[i].s, NULL);
+    if (s != v->c->root && jv_get(s, "$id"))
+        return unsupported(path, "$id", "below the root (a $ref under it would name its own $defs)");
+    if ((st = types_of(s, path, &types)))
+        return st;
+    if (types && !(kind_type(x) & types))
+        return *ok = 0, K3_OK;
+    for (int b = 0; b < 4 && is_num(x); b++) {
+        if (!(k = jv_get(s, bound_key[b])))
+            continue;
+        double d;
+        if ((st = bound_value(k, path, bound_key[b], &d)))
+            return st;
+        int r = num_cmp(x, k, v->py);
+        if (b == 0 ? r < 0 : b == 1 ? r <= 0 : b == 2 ? r > 0 : r >= 0)
+            return *ok = 0, K3_OK;
+    }
+    if ((k = jv_get(s, "const")) && (!skip || strcmp(skip, "const")) && !value_eq(x, k, v->py))
+        return *ok = 0, K3_OK;
+    if ((k = jv_get(s, "enum")) && (!skip || strcmp(skip, "enum"))) {
+        if (k->kind != JV_ARRAY)
+            return bad(path, "enum", "an array");
+        size_t i = 0;
+        while (i < k->n && !value_eq(x, &k->items[i], v->py))
+            i++;
+        if (i == k->n)
+            return *ok = 0, K3_OK;
+    }
+    st = x->kind == JV_STRING   ? vcheck_string(v, s, x, path, ok)
+         : x->kind == JV_ARRAY  ? vcheck_array(v, s, x, path, depth, ok)
+         : x->kind == JV_OBJECT ? vcheck_object(v, s, x, path, depth, ok)
+                                : K3_OK;
+    if (!st && *ok && (k = jv_get(s, "$ref"))) {
+        const jv *t;
+        if (!(st = resolve(v->c, k, path, &t)))
+            st = vcheck(v, t, x, path, depth + 1, ok);
+    }
+    static const char *const comb[] = {"allOf", "anyOf", "oneOf"};
+    for (int i = 0; i < 3 && !st && *ok; i++)
+        if (jv_get(s, comb[i]))
+            st = vcheck_list(v, s, comb[i], 1 - i, x, path, depth, ok);
+    return st;
+}
+
+/* *ok: value x of s's key (enum or const) passes s's other keywords in both readings of its
+ * numbers (vc.py). */
+static k3_status value_ok(sc *c, const jv *s, const char *key, const char *path, const jv *x, int *ok) {
+    k3_status st = K3_OK;
+    *ok          = 1;
+    for (int py = 0; py < 2 && *ok && !st; py++)
+        st = vcheck(&(vc){.c = c, .py = py, .skip = key}, s, x, path, 0, ok);
+    return st;
+}
+
+/* The values of s's const (else enum) that s's other keywords allow (value_ok), from -> to;
+ * raw 1: strings only, written raw (a tool call's string argument). */
+static k3_status emit_enum(sc *c, const jv *s, const char *path, int raw, int from, int to) {
     const jv   *v   = jv_get(s, "const") ? jv_get(s, "const") : jv_get(s, "enum");
     const char *key = jv_get(s, "const") ? "const" : "enum";
     size_t      n   = key[0] == 'c' ? 1 : v->n;
-    k3_status   st;
+    k3_status   st  = K3_OK;
     if (key[0] == 'e' && v->kind != JV_ARRAY)
         return bad(path, "enum", "an array");
-    jv         *rest  = NULL; /* the schema without this keyword, when it holds more than type */
-    k3_grammar *chk   = NULL;
-    int         kinds = 0;
-    for (size_t i = 0; i < n; i++) {
-        const jv *x = key[0] == 'c' ? v : &v->items[i];
-        kinds |= x->kind == JV_INT ? T_INT : kind_type(x);
-    }
-    if ((st = schema_rest(s, key, kinds, &rest)) || (rest && (st = rest_grammar(c, rest, path, &chk))))
-        return jv_free(rest), st;
     jbuf    all = {0}; /* the kept values' texts, one after another */
     size_t *end = k3_malloc((n + 1) * sizeof *end), m = 0;
     lit_t  *l = k3_malloc((n + 1) * sizeof *l);
@@ -1357,12 +1738,8 @@ static k3_status emit_enum(sc *c, const jv *s, const char *path, int types, int 
         st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     for (size_t i = 0; i < n && !st; i++) {
         const jv *x  = key[0] == 'c' ? v : &v->items[i];
-        int       ok = (!types || (kind_type(x) & types)) && (!raw || x->kind == JV_STRING);
-        if (ok && rest && (st = value_ok(chk, x, &ok)))
-            break;
-        if (ok && c->top && !raw) /* a check grammar: numbers by value (value_emit) */
-            st = value_emit(c, x, from, to);
-        else if (ok && !(st = value_text(x, path, raw, &all)))
+        int       ok = !raw || x->kind == JV_STRING;
+        if (ok && !(st = value_ok(c, s, key, path, x, &ok)) && ok && !(st = value_text(x, path, raw, &all)))
             end[m++] = all.n;
     }
     for (size_t i = 0; i < m && !st; i++)
@@ -1372,8 +1749,6 @@ static k3_status emit_enum(sc *c, const jv *s, const char *path, int types, int 
     free(all.p);
     free(end);
     free(l);
-    k3_grammar_free(chk);
-    jv_free(rest);
     return st;
 }
 
@@ -1438,9 +1813,7 @@ static k3_status emit_schema(sc *c, const jv *s, const char *path, int from, int
     if ((st = types_of(s, path, &types)))
         return st;
     if (jv_get(s, "const") || jv_get(s, "enum"))
-        return emit_enum(c, s, path, types, 0, from, to);
-    if (!types && c->top) /* a check grammar: every type passes, each keyword applies to its own */
-        types = T_ALL;
+        return emit_enum(c, s, path, 0, from, to);
     if (!types) { /* no type: what the keywords imply, else any value */
         for (size_t i = 0; i < s->n; i++) {
             const char *k = s->keys[i].s;
@@ -1576,6 +1949,9 @@ static k3_status sc_finish(sc *c, jv *js, k3_status st, k3_grammar **out) {
     free(c->owned);
     for (int i = 0; i < c->n_rule; i++)
         free(c->rule[i].path);
+    for (int i = 0; i < c->n_pat; i++)
+        k3_grammar_free(c->pat[i].g);
+    free(c->pat);
     free(c->rule);
     free(c->rh);
     free(c->dh);
@@ -1663,7 +2039,7 @@ static k3_status raw_string(sc *c, const jv *s, const char *path, int from, int 
         if (jv_get(s, comb[i]))
             return unsupported(path, comb[i], "in a string argument of a tool (written raw)");
     if (jv_get(s, "const") || jv_get(s, "enum"))
-        return emit_enum(c, s, path, T_STR, 1, from, to);
+        return emit_enum(c, s, path, 1, from, to);
     long mn, mx;
     if ((st = get_count(s, "minLength", path, 0, &mn)) || (st = get_count(s, "maxLength", path, -1, &mx)))
         return st;

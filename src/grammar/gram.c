@@ -63,7 +63,7 @@ k3_status g_edge_add(k3_grammar *g, int from, g_edge e) {
     }
     n->e[n->n++] = e;
     g->n_edge++;
-    if (e.kind == GE_BYTE || e.kind == GE_SPECIAL || e.kind == GE_NUM)
+    if (e.kind == GE_BYTE || e.kind == GE_SPECIAL)
         n->reads = 1;
     return K3_OK;
 }
@@ -79,19 +79,6 @@ k3_status g_call(k3_grammar *g, int from, int start, int to) {
 }
 k3_status g_special(k3_grammar *g, int from, int32_t id, int to) {
     return g_edge_add(g, from, (g_edge){.kind = GE_SPECIAL, .arg = id, .to = to});
-}
-
-k3_status g_number(k3_grammar *g, int from, g_numc c, int to) {
-    if (g->n_num == g->cap_num) {
-        int     cap = g->cap_num ? g->cap_num * 2 : 8;
-        g_numc *v   = realloc(g->num, (size_t)cap * sizeof *v);
-        if (!v)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        g->num     = v;
-        g->cap_num = cap;
-    }
-    g->num[g->n_num] = c;
-    return g_edge_add(g, from, (g_edge){.kind = GE_NUM, .arg = g->n_num++, .to = to});
 }
 
 k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to) {
@@ -346,7 +333,7 @@ k3_status g_finish(k3_grammar *g) {
             const g_edge *e = &n->e[j];
             if (g->node[e->to].live && (e->kind != GE_CALL || g->node[e->arg].live)) {
                 n->e[k++] = *e;
-                n->reads |= e->kind == GE_BYTE || e->kind == GE_SPECIAL || e->kind == GE_NUM;
+                n->reads |= e->kind == GE_BYTE || e->kind == GE_SPECIAL;
             }
         }
         n->n = k;
@@ -361,7 +348,6 @@ k3_status g_finish(k3_grammar *g) {
     for (int k = 0; k < g->n_sh; k++) /* representatives are their own (the first of a group) */
         g->share[g->sh[2 * k]] = g->share[g->sh[2 * k + 1]];
     size_t b = sizeof *g + (size_t)g->cap_node * sizeof *g->node + (size_t)g->cap_sh * 2 * sizeof *g->sh +
-               (size_t)g->cap_num * sizeof *g->num +
                (size_t)g->n_node * (sizeof *g->cache + sizeof *g->share + sizeof *g->rule_of);
     for (int i = 0; i < g->n_node; i++)
         b += (size_t)g->node[i].cap * sizeof *g->node[i].e;
@@ -386,7 +372,6 @@ void k3_grammar_free(k3_grammar *g) {
     free(g->sh);
     free(g->first);
     free(g->follow);
-    free(g->num);
     free(g->cache);
     free(g->node);
     pthread_mutex_destroy(g->lock);
@@ -553,7 +538,6 @@ typedef struct g_walk {
     int               base; /* the shallowest depth this step started from: calls go at most
                              * G_MAX_DEPTH deeper within the step */
     int     oom;
-    double  x;     /* the number a GE_NUM step reads */
     int64_t steps; /* step()s so far, a unit more per 2 configurations stepped (a DFA transition
                     * computed: what a mask budget counts) */
 } g_walk;
@@ -743,13 +727,7 @@ static void closure(g_walk *w, g_set *out, int root, int *acc, int *esc) {
     }
 }
 
-static int num_ok(const g_numc *c, double x) {
-    return (c->lo_ex ? x > c->lo : x >= c->lo) && (c->hi_ex ? x < c->hi : x <= c->hi) &&
-           (!c->integer || x == floor(x));
-}
-
-/* out = the closed set after reading byte b (kind GE_BYTE), special id b (GE_SPECIAL) or the
- * number w->x (GE_NUM). */
+/* out = the closed set after reading byte b (kind GE_BYTE) or special id b (GE_SPECIAL). */
 static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set *out, int root, int *acc,
                  int *esc) {
     w->steps += 1 + nin / 2; /* its work grows with the set it steps */
@@ -771,9 +749,7 @@ static void step(g_walk *w, const g_cfg *in, int nin, int kind, int32_t b, g_set
             const g_edge *e = &n->e[k];
             if (e->kind != kind)
                 continue;
-            if (kind == GE_BYTE  ? (b >= e->lo && b <= e->hi)
-                : kind == GE_NUM ? num_ok(&w->g->num[e->arg], w->x)
-                                 : e->arg == b)
+            if (kind == GE_BYTE ? (b >= e->lo && b <= e->hi) : e->arg == b)
                 if (set_push(&w->work, e->to, in[i].frame))
                     OOM_RET;
         }
@@ -1092,18 +1068,6 @@ k3_status k3_gmatch_accept(k3_gmatch *m, int32_t id) {
     return K3_OK;
 }
 
-k3_status g_match_number(k3_gmatch *m, double x) {
-    int acc = 0, esc;
-    if (!m->ended) {
-        m->w.x = x;
-        step(&m->w, m->cur.v, m->cur.n, GE_NUM, 0, &m->nxt, 0, &acc, &esc);
-    }
-    if (m->ended || m->w.oom || (m->nxt.n == 0 && !acc))
-        return k3_err(K3_ERR_ARG, "%s: the number does not continue a valid document here", m->g->what);
-    commit(m, acc);
-    return K3_OK;
-}
-
 int k3_gmatch_allows(k3_gmatch *m, int32_t id) {
     int acc;
     return sim_token(m, id, &acc);
@@ -1196,27 +1160,41 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
 #define FOL(x) (fol[(uint8_t)(x) >> 6] >> ((uint8_t)(x)&63) & 1)
     if (s0 < 0)
         goto oom;
-    int64_t steps0 = f->w.steps, bound = 0;
+    /* The charge: the bound, and G_STEP_COST per DFA transition the fill computes (its bound's
+     * too). A fill that is not the call's first begins only while its bound and its bound's
+     * transitions fit in *budget; its transitions then stop at what is left beside the bound,
+     * the first fill's at that or a quarter of *budget, whichever is more (progress whatever
+     * its bound). A stopped fill fills nothing; its transitions stay in the DFA, so the next try
+     * reads them back and goes further. The check follows each transition computed, so a fill
+     * charges at most max(*budget, bound + *budget / 4) and one transition: a step() over one
+     * configuration set (G_STEP_COST * (1 + set / 2)), which cannot be split. It was checked
+     * after each piece: a piece's transitions (up to max_len) past it. */
+    int64_t steps0 = f->w.steps, bound = 0, stop_at = INT64_MAX;
+    if (budget && *budget <= 0 && !force)
+        return K3_OK;           /* nothing left: not begun, nothing computed */
+    if (budget && *budget >= 0) /* the bound's transitions: within *budget (the bound is >= 0) */
+        stop_at = steps0 + *budget / G_STEP_COST;
+#define PAST_STOP (f->w.steps > stop_at && f->d.n <= G_PASS_DFA_MAX)
     if (budget) { /* the walk's bound: one table read per first byte (the walk below reads them again) */
         for (int b = 0; b < 256; b++) {
             int32_t t = v->edges[b] ? dfa_next(&f->d, &f->w, s0, (uint8_t)b) : 0;
             if (t < 0)
                 goto oom;
             bound += t >> 2 || t & 1 ? v->edges[b] : 0;
+            if (PAST_STOP)
+                break;
         }
-        if (bound + G_STEP_COST * (f->w.steps - steps0) > *budget && !force) {
-            *budget -= G_STEP_COST * (f->w.steps - steps0); /* the transitions the bound took */
+        if (PAST_STOP || (bound + G_STEP_COST * (f->w.steps - steps0) > *budget && !force)) {
+            f->stopped = PAST_STOP ? node : f->stopped;     /* its retry keeps them */
+            *budget -= G_STEP_COST * (f->w.steps - steps0); /* the walk did not begin: its transitions */
             return K3_OK;
         }
-    }
-    /* A walk whose transitions would take its charge (the bound and them) past *budget stops
-     * there (nothing filled); they stay in the DFA, so the next try reads them back and goes
-     * further. The first fill of a call may go a quarter of the budget past it (whatever its
-     * bound: progress); it went a whole budget past its bound (3-8 ms on 163,840 ids). */
-    int64_t stop_at = INT64_MAX;
-    if (budget && *budget >= 0) {
-        int64_t room = *budget - bound - G_STEP_COST * (f->w.steps - steps0);
-        stop_at      = f->w.steps + (room > *budget / 4 ? room : *budget / 4) / G_STEP_COST;
+        if (*budget >= 0) {
+            int64_t room = *budget - bound;
+            stop_at      = steps0 + (room > *budget / 4 || !force ? room : *budget / 4) / G_STEP_COST;
+            if (PAST_STOP)
+                goto stop;
+        }
     }
     memset(acc, 0, (size_t)v->words * sizeof *acc);
     lvs[0] = s0;
@@ -1245,20 +1223,16 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
                 int32_t x = dfa_next(&f->d, &f->w, lvs[d], (uint8_t)p[d]);
                 if (x < 0)
                     goto oom;
+                /* past the stop (progress: a transition at least), unless the DFA is past its
+                 * bound (the next fill starts it again: this one's transitions would be lost) */
+                if (PAST_STOP)
+                    goto stop;
                 u[d + 1]   = u[d] | (eb[d] & (uint8_t)FOL(p[d]));
                 lvs[d + 1] = x >> 2;
                 eb[d + 1]  = (uint8_t)(x & 1);
                 d++;
             }
             have = d;
-            /* past the budget (progress: a transition at least), unless the DFA is past its bound
-             * (the next fill starts it again: this one's transitions would be lost) */
-            if (f->w.steps > stop_at && f->d.n <= G_PASS_DFA_MAX) {
-                f->stopped = node;
-                free(unc);
-                *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
-                return K3_OK;
-            }
             if (d == L && (lvs[L] || eb[L])) {
                 int32_t id = v->sorted[i];
                 acc[id >> 6] |= 1ull << (id & 63);
@@ -1298,6 +1272,12 @@ static k3_status cache_fill(const k3_grammar *g, int node, g_cache *c, int64_t *
     if (budget) /* the bound, and the transitions the walk had to compute (after the fact) */
         *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
     return K3_OK;
+stop: /* nothing filled; the transitions stay in the DFA for the next try */
+    f->stopped = node;
+    free(unc);
+    *budget -= bound + G_STEP_COST * (f->w.steps - steps0);
+    return K3_OK;
+#undef PAST_STOP
 oom:
     free(unc);
     return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
@@ -1486,7 +1466,7 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
             k3_status st     = cache_get(g, m->cur.v[i].node, &left, left == budget, done);
             if (st)
                 return st;
-            if (*done && left != before)
+            if (left != before) /* a fill that charged: begun, stopped or not begun */
                 m->st_pre = budget - before;
         }
         if (!*done)
@@ -1557,9 +1537,18 @@ k3_status k3_gmatch_mask_bounded(k3_gmatch *m, uint64_t *bits, int *done) {
     return mask_some(m, bits, budget, done);
 }
 
+static size_t set_bytes(const g_set *s) {
+    return (size_t)s->cap * sizeof *s->v;
+}
+
 static size_t dfa_bytes(const g_dfa *d) {
     return (size_t)d->cap * (256 * sizeof *d->row + sizeof *d->off) + (size_t)d->capcfg * sizeof *d->cfg +
-           (size_t)d->hcap * sizeof *d->hash;
+           (size_t)d->hcap * sizeof *d->hash + set_bytes(&d->tmp);
+}
+
+static size_t walk_bytes(const g_walk *w) {
+    return (size_t)w->cap_fr * sizeof *w->fr + (size_t)w->hcap * sizeof *w->hash +
+           (size_t)w->scap * (sizeof *w->stab + sizeof *w->sgen) + set_bytes(&w->seen) + set_bytes(&w->work);
 }
 
 size_t k3_grammar_bytes(const k3_grammar *g) {
@@ -1567,14 +1556,19 @@ size_t k3_grammar_bytes(const k3_grammar *g) {
         return 0;
     pthread_mutex_lock(g->lock);
     size_t b = g->built;
-    if (g->pass) {
-        const g_walk *w = &g->pass->w;
-        b += sizeof *g->pass + g->pass->cache_bytes + dfa_bytes(&g->pass->d) +
-             (size_t)w->cap_fr * sizeof *w->fr + (size_t)w->hcap * sizeof *w->hash +
-             (size_t)w->scap * (sizeof *w->stab + sizeof *w->sgen) +
+    if (g->pass)
+        b += sizeof *g->pass + g->pass->cache_bytes + dfa_bytes(&g->pass->d) + walk_bytes(&g->pass->w) +
              (size_t)(g->voc->max_len + 1) * (sizeof *g->pass->lvs + 2) +
              (size_t)g->voc->words * sizeof *g->pass->acc;
-    }
     pthread_mutex_unlock(g->lock);
     return b;
+}
+
+size_t k3_gmatch_bytes(const k3_gmatch *m) {
+    if (!m)
+        return 0;
+    return sizeof *m + walk_bytes(&m->w) + set_bytes(&m->cur) + set_bytes(&m->nxt) + set_bytes(&m->tmp) +
+           dfa_bytes(&m->dfa) + (size_t)(m->g->voc->max_len + 1) * (sizeof *m->lvs + sizeof *m->lacc) +
+           (m->mk_bits ? (size_t)m->g->voc->words * sizeof *m->mk_bits : 0) +
+           (size_t)m->mk_cap * sizeof *m->mk_rep + (size_t)m->mk_hcap * sizeof *m->mk_hash;
 }

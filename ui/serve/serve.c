@@ -143,6 +143,7 @@ static struct server {
     int             n_queued, max_queue;
     int             queue_secs; /* longest wait in it (K3_SERVE_QUEUE_SECS) */
     int             gram_mb;    /* the budget of the requests' grammars (K3_SERVE_GRAMMAR_MB) */
+    int             gram_auto;  /* 1: that budget is gram_default_mb's (the variable unset or 0) */
     size_t          gram_held;  /* bytes they hold now, queued and running */
     slot           *slots;      /* (n_slots) --parallel                   */
     int             n_slots, n_active;
@@ -180,10 +181,11 @@ static void gram_release_locked(job *j) {
     j->r.fmt.own = 0;
 }
 
-/* Counts the bytes j's grammar holds now (its mask caches grow as the turn runs) in the server's
- * total; the bytes. Lock held. */
-static size_t gram_charge_locked(job *j) {
-    size_t b = j->r.fmt.own ? k3_grammar_bytes(j->r.fmt.g) : 0;
+/* Counts the bytes j's grammar holds now (its mask caches grow as the turn runs) and, once its
+ * turn g runs (NULL before), that turn's matcher and mask (the json_object grammar, shared by
+ * all, is not counted; its matchers are) in the server's total; the bytes. Lock held. */
+static size_t gram_charge_locked(job *j, const k3_conv_gen *g) {
+    size_t b = (j->r.fmt.own ? k3_grammar_bytes(j->r.fmt.g) : 0) + k3_conv_gen_grammar_bytes(g);
     srv.gram_held += b - j->gram;
     j->gram = b;
     return b;
@@ -736,7 +738,7 @@ static void *worker_main(void *arg) {
         for (int i = 0; i < srv.n_slots; i++) { /* the mask caches the step filled count; past the
                                                  * budget the turn that grew stops (503) */
             slot *sl = &srv.slots[i];
-            if (sl->j && sl->g && sl->j->gram && gram_charge_locked(sl->j) &&
+            if (sl->j && sl->g && gram_charge_locked(sl->j, sl->g) &&
                 srv.gram_held > (size_t)srv.gram_mb << 20 && !sl->j->gram_over) {
                 sl->j->gram_over = 1;
                 serve_log("#%u grammar budget: %zu MB held (K3_SERVE_GRAMMAR_MB=%d); cancelled", sl->j->seq,
@@ -968,7 +970,7 @@ static void chat_completions(http_req *con) {
         send_error(con, 503, "server_error", "shutting_down", "the server is shutting down");
         return;
     }
-    size_t gb = gram_charge_locked(j), budget = (size_t)srv.gram_mb << 20;
+    size_t gb = gram_charge_locked(j, NULL), budget = (size_t)srv.gram_mb << 20;
     if (gb && srv.gram_held > budget) { /* its grammar would take the total past the budget */
         int      alone = gb > budget, q = srv.n_queued, a = srv.n_active;
         size_t   held = srv.gram_held - gb;
@@ -1194,6 +1196,15 @@ static int is_loopback(const struct sockaddr *a) {
     return a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
 }
 
+/* K3_SERVE_GRAMMAR_MB unset (0): 1/32 of the machine's physical memory, from 64 to 4096 MB. The
+ * memory fit leaves 5% of the available memory (and 0.5 GB) beside the model's plan; 1/32 (3%)
+ * stays inside it, and the grammars of 4,096 MB serve dozens of requests at the compile limits. */
+static int gram_default_mb(void) {
+    long   pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    double mb = pages > 0 && psz > 0 ? (double)pages * (double)psz / 32 / (1 << 20) : 1024;
+    return mb < 64 ? 64 : mb > 4096 ? 4096 : (int)mb;
+}
+
 /* The server's settings from the environment, read before the port is taken and the model
  * loads (a typo costs no load): K3_SERVE_HEAD_SECS, K3_SERVE_BODY_SECS and K3_SERVE_SEND_SECS into
  * the gate's rules, the queue's, the prefill chunk's and the shared prompt cache's (more snapshots
@@ -1209,6 +1220,8 @@ static int serve_env(http_rules *rules) {
         env_count(K3_SETTING_SERVE_GRAMMAR_MB, SERVE_DEFAULT(SERVE_GRAMMAR_MB), &srv.gram_mb) ||
         env_count(K3_SETTING_CONV_SNAPSHOTS, 16, &srv.n_snaps))
         return -1;
+    if ((srv.gram_auto = !srv.gram_mb))
+        srv.gram_mb = gram_default_mb();
     if (k3_setting_env(K3_SETTING_CONV_SNAPSHOT_MB, &srv.snap_mb)) {
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         return -1;
@@ -1424,6 +1437,8 @@ int cli_serve(const ui_opts *o) {
     }
     char host[128] = "?";
     getnameinfo(ai->ai_addr, ai->ai_addrlen, host, sizeof host, NULL, 0, NI_NUMERICHOST);
+    fprintf(stderr, "k3chat: the requests' grammars may take %d MB (K3_SERVE_GRAMMAR_MB%s)\n", srv.gram_mb,
+            srv.gram_auto ? " unset: 1/32 of the machine's memory" : "");
     fprintf(stderr, "k3chat: serving %s (context %d) on http://%s%s%s:%u/v1%s\n", srv.name, srv.info.max_ctx,
             ai->ai_family == AF_INET6 ? "[" : "", host, ai->ai_family == AF_INET6 ? "]" : "",
             http_gate_port(gate), srv.n_keys ? " (API key required)" : "");
