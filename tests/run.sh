@@ -44,7 +44,10 @@
 #   # run-once    runs only for the first tree (for slow checks whose code is not under the
 #                 sanitizers, e.g. the numpy reference)
 #   # run-alone   runs with no other test beside it (RSS or timing measured against a quiet
-#                 machine); these run last, one at a time, once every other test has ended
+#                 machine); these run last, one at a time, once every other test has ended.
+#                 In the first tree only: the RSS checks SKIP under the sanitizers (ASan's
+#                 quarantine keeps freed memory), and the sanitizer tree's runs (t-serve-batch,
+#                 18 CPU-s) started after every other test, a core idle beside each
 #   # slow        starts before the others (long tests started early keep every job busy to
 #                 the end instead of leaving one long test running alone at the close)
 #   # after-build runs once every --bg command has ended (t-fuzz: make fuzz-build is then
@@ -223,9 +226,10 @@ for b in "$@"; do
         nm=$(basename "$t")
         [ -n "${TEST_FILTER:-}" ] && case "$nm" in *"$TEST_FILTER"*) ;; *) continue ;; esac
         if [ "$first" -eq 0 ] && [ "$(mark run-once "$t")" = 1 ]; then continue; fi
+        al=0; [ "$first" -eq 1 ] && al=$(mark run-alone "$t") # first tree only (above)
         case "$t" in
-            *.sh) add "$nm" "$b" "$(mark run-alone "$t")" "$(mark slow "$t")" "$(mark after-build "$t")" "sh $t" ;;
-            *.py) add "$nm" "$b" "$(mark run-alone "$t")" "$(mark slow "$t")" "$(mark after-build "$t")" "/usr/bin/python3 $t" ;;
+            *.sh) add "$nm" "$b" "$al" "$(mark slow "$t")" "$(mark after-build "$t")" "sh $t" ;;
+            *.py) add "$nm" "$b" "$al" "$(mark slow "$t")" "$(mark after-build "$t")" "/usr/bin/python3 $t" ;;
         esac
     done
     first=0
