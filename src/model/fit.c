@@ -258,8 +258,8 @@ double fit_meminfo_available(void) {
 
 k3_status fit_machine_get(fit_machine *o) {
     memset(o, 0, sizeof *o);
-    o->meminfo   = fit_meminfo_available();
-    o->cgroup    = cgroup_room();
+    o->meminfo  = fit_meminfo_available();
+    o->cgroup   = cgroup_room();
     double    g = 0, load = 0;
     k3_status st;
     if ((st = k3_setting_env(K3_SETTING_MEM_GB, &g)) || (st = k3_setting_env(K3_SETTING_TEST_LOAD, &load)))
