@@ -180,6 +180,8 @@
       "a prefill window buffer of more tokens fails as out of memory (tests)")                               \
     X(TEST_DIRECT_MIN, INT, 1, 1073741824, NAN, NULL, "N", "K3_TEST_DIRECT_MIN", NULL, NULL, NULL,           \
       "O_DIRECT from this many bytes (tests)")                                                               \
+    X(TEST_LOAD, NUM, 0, 1000000, NAN, NULL, "X", "K3_TEST_LOAD", NULL, NULL, NULL,                          \
+      "the 1-minute load average speed figures are measured under and compared with (tests)")                \
     X(REPACK_KILL_AT, INT, 0, 2147483647, NAN, NULL, "N", "K3_REPACK_KILL_AT", NULL, NULL, NULL,             \
       "k3-repack kills itself halfway through the N-th shard it writes (tests)")                             \
     /* ---- k3-bench's knobs, read by bench/ only ---- */                                                    \

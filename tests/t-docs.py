@@ -5,6 +5,10 @@
 # `k3-mkmodel --preset release` (the release's config, every figure) writes; k3chat(1)'s example
 # of the memory fit's refusal is what k3chat prints for that release.
 # The man pages render without groff warnings at every line length from 50 to 132 columns.
+# Documents, not code: the first tree only (the sanitizer tree ran 174 groff renders and the
+# 93-layer replica again, 11 CPU-s; its t-release runs the same generator and refusal on the
+# release's widths under the sanitizers).
+# run-once
 import json
 import os
 import re

@@ -7,10 +7,13 @@
 # written under a load well above today's, it is not (measured again, the file rewritten);
 # --inspect --measure measures again whatever the cache holds. Each measuring run takes a few
 # seconds; the load is read from /proc/loadavg just before each forged file is written.
+# K3_TEST_LOAD (tests/run.sh sets it for every test) stands for that load: a cache written at an
+# absurd load is used under the same K3_TEST_LOAD, and a value that is not a number is an error.
 . "$K3_SRC/tests/lib.sh" # pass, fail, check (check STATUS DESC here), ok
 set -u
 B=${K3_BUILD:?}; T=${K3_TMP:?}
 K3=$B/k3chat
+unset K3_TEST_LOAD # the machine's own load, up to the last checks
 
 M=$T/tiny
 "$B/k3-mkmodel" --preset tiny --seed 7 --quiet "$M" || { fail "k3-mkmodel --preset tiny"; exit 1; }
@@ -55,3 +58,10 @@ forge 's/^//' "$(now)"
 
 "$K3" --measure "$M" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 2 ] && grep -q "goes with --inspect" "$T/err"; check $? "--measure alone: exit 2 and why ($(head -c 120 "$T/err"))"
+
+forge 's/^//' 1000
+K3_TEST_LOAD=1000 "$K3" --inspect "$M" >"$T/out" 2>&1; rc=$?
+[ $rc -eq 0 ] && absurd && grep -q "cached in" "$T/out" && grep -q "(load now 1000.00" "$T/out"
+check $? "K3_TEST_LOAD=1000: a cache written at load 1000 is used, whatever the machine's load ($(now)) (rc $rc)"
+K3_TEST_LOAD=abc "$K3" --inspect "$M" >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "K3_TEST_LOAD: 'abc' is not" "$T/err"; check $? "K3_TEST_LOAD=abc: exit 1 naming the variable ($(head -c 120 "$T/err"))"

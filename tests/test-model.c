@@ -148,6 +148,16 @@ static void test_windows(const char *dir, const int32_t *ids, int vocab, int n_m
     for (int route = 0; route < 2; route++) {
         const char *rn = route ? "K3_ROUTE=uniform" : "model routing";
         k3_stats    st;
+#if defined(__SANITIZE_ADDRESS__)
+        /* the sanitizer tree runs the window code once, with uniform routing (its reads of each
+         * expert are checked, and test_window_cancel reads its reference file): each route's
+         * seven runs of 1,100 positions took 13 CPU-s there; the normal tree runs both */
+        if (!route) {
+            T_SKIP("model routing's window runs in the sanitizer tree (the normal tree compares them bit "
+                   "for bit; the same window code runs here with K3_ROUTE=uniform)");
+            continue;
+        }
+#endif
         if (window_run(dir, 1, 1, route, ids, ref, &st)) { /* window 1 */
             T_CHECK(0, "%s: token-at-a-time run of %d positions", rn, NWIN);
             continue;

@@ -258,12 +258,12 @@ double fit_meminfo_available(void) {
 
 k3_status fit_machine_get(fit_machine *o) {
     memset(o, 0, sizeof *o);
-    o->meminfo   = fit_meminfo_available();
-    o->cgroup    = cgroup_room();
-    double    g  = 0;
-    k3_status st = k3_setting_env(K3_SETTING_MEM_GB, &g);
-    if (st)
-        return st;
+    o->meminfo  = fit_meminfo_available();
+    o->cgroup   = cgroup_room();
+    double    g = 0, load = 0;
+    k3_status st;
+    if ((st = k3_setting_env(K3_SETTING_MEM_GB, &g)) || (st = k3_setting_env(K3_SETTING_TEST_LOAD, &load)))
+        return st; /* K3_TEST_LOAD: read by the speed figures (speed.c), checked here with the rest */
     if (g > 0) {
         o->avail = g * FIT_GB;
         o->src   = "K3_MEM_GB";
