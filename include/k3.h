@@ -298,7 +298,8 @@ k3_status k3_ids_parse(const char *text, int32_t max_id, k3_ids *out);
 k3_status k3_tok_load(const char *dir, const char *pattern, k3_tok **out);
 /* k3_tok_load(dir, NULL) for the model whose config.json gives vocab (k3_model_info.vocab):
  * K3_ERR_FORMAT naming tiktoken.model and vocab_size when the tokenizer has ids the model has
- * no embedding row for (its base ranks + 256 reserved ids > vocab). */
+ * no embedding row for (its base ranks + 256 reserved ids > vocab); a model's
+ * tokenizer_config.json is required ("DIR/tokenizer_config.json: missing (...)"). */
 k3_status k3_tok_load_model(const char *dir, int32_t vocab, k3_tok **out);
 void      k3_tok_free(k3_tok *t);
 int32_t   k3_tok_n_vocab(const k3_tok *t); /* base ranks + 256 reserved ids           */
