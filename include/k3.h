@@ -71,6 +71,11 @@ typedef struct k3_buf {
 int k3_buf_add(k3_buf *b, const char *s, size_t n);
 /* Append printf(fmt, ...) (any length): 0, or -1 when memory runs out or fmt cannot be formatted. */
 int k3_buf_printf(k3_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append what is left of stream f, to its end (any kind of file: a pipe, standard input): 0 with
+ * b->p set (an empty stream: ""), or an errno value with b's text as it was: the read's (EISDIR
+ * for a directory, which fopen opens), ENOMEM (oom set). The caller opens and closes f and words
+ * the message. */
+int k3_buf_read(k3_buf *b, FILE *f);
 
 /* ==== model and session (load.c, session.c, sample.c) ================== */
 

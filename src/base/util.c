@@ -153,6 +153,22 @@ int k3_buf_add(k3_buf *b, const char *s, size_t n) {
     return 0;
 }
 
+int k3_buf_read(k3_buf *b, FILE *f) {
+    size_t n0 = b->n, r;
+    char   chunk[65536];
+    int    err = 0;
+    errno      = 0;
+    while (!err && (r = fread(chunk, 1, sizeof chunk, f)) > 0)
+        err = k3_buf_add(b, chunk, r) ? ENOMEM : 0;
+    if (!err && ferror(f))
+        err = errno ? errno : EIO;
+    if (!err && !b->p && k3_buf_add(b, "", 0)) /* an empty stream: "" */
+        err = ENOMEM;
+    if (err && b->p) /* what this call appended goes */
+        b->p[b->n = n0] = 0;
+    return err;
+}
+
 int k3_buf_printf(k3_buf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
