@@ -1275,8 +1275,8 @@ static void md_stats(sbuf *b, const k3_msg *m) {
         return;
     const k3_turn_stats *t = &m->stats;
     k3_buf_printf(b, "<sub>%d tokens, %.1f tok/s, first token after %.2f s", t->n_gen, t->tok_s, t->ttft);
-    if (t->n_think)
-        k3_buf_printf(b, ", thought %.1f s", t->t_think);
+    if (t->n_think) /* from the first token to the end of the reasoning: the chat's "thought for X s" */
+        k3_buf_printf(b, ", thought %.1f s", t->t_think > t->ttft ? t->t_think - t->ttft : 0);
     k3_buf_printf(b, ", prompt %d tokens (%d cached)</sub>\n\n", t->n_prompt, t->n_cached);
 }
 
