@@ -76,6 +76,10 @@ int k3_buf_printf(k3_buf *b, const char *fmt, ...) __attribute__((format(printf,
  * for a directory, which fopen opens), ENOMEM (oom set). The caller opens and closes f and words
  * the message. */
 int k3_buf_read(k3_buf *b, FILE *f);
+/* open(path, O_RDONLY | O_CLOEXEC | flags) without waiting for a FIFO's writer (a FIFO with none
+ * opens and reads as empty, where a plain open would block for good); reads block as usual (a pipe
+ * being written, --load <(zcat FILE)). The descriptor, or -1 with errno. */
+int k3_open_read(const char *path, int flags);
 
 /* ==== model and session (load.c, session.c, sample.c) ================== */
 

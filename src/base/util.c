@@ -248,9 +248,16 @@ char *k3_strdup(const char *s) {
     return d;
 }
 
+int k3_open_read(const char *path, int flags) {
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags), fl = f >= 0 ? fcntl(f, F_GETFL) : -1;
+    if (fl >= 0)
+        fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    return f;
+}
+
 int k3_open_regular_fd(const char *path, int flags, uint64_t *size, const char **kind) {
     *kind = NULL;
-    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
+    int f = k3_open_read(path, flags);
     if (f < 0)
         return -1;
     struct stat sb;
@@ -270,9 +277,6 @@ int k3_open_regular_fd(const char *path, int flags, uint64_t *size, const char *
                                        : "not a file";
         return -2;
     }
-    int fl = fcntl(f, F_GETFL);
-    if (fl >= 0)
-        fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
     *size = (uint64_t)sb.st_size;
     return f;
 }

@@ -216,9 +216,7 @@ static int load_pipe(const char **path) {
     const char *dir = getenv("TMPDIR");
     char        tmp[4096];
     snprintf(tmp, sizeof tmp, "%s/k3chat-load-XXXXXX", dir && *dir ? dir : "/tmp");
-    int in = open(*path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), fl = in >= 0 ? fcntl(in, F_GETFL) : -1;
-    if (fl >= 0)
-        fcntl(in, F_SETFL, fl & ~O_NONBLOCK); /* a FIFO with no writer reads as empty (k3_conv_load) */
+    int in  = k3_open_read(*path, 0); /* a FIFO with no writer reads as empty, as in k3_conv_load */
     int out = in >= 0 ? mkstemp(tmp) : -1, err = 0;
     if (out >= 0)
         unlink(tmp);
