@@ -99,6 +99,8 @@ INC_tools := tools src/format src/kern src/base ui/common include
 # bench-uimd times the Markdown renderer of the UI
 INC_bench/bench-uimd.c := bench ui/common include
 INC_bench := bench src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include
+# bench-main quotes its argument in messages through txt_term_printf, as the tools do
+INC_bench/bench-main.c := $(INC_bench) ui/common
 INC_tests := tests src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
 INC_tests/fuzz := tests/fuzz src/grammar src/model src/vk src/format src/kern src/tok src/conv src/base include ui/common ui/tui ui/cli ui/serve
 # -I flags for source file $(1): its folder's INC_ list (an unknown folder is an error)

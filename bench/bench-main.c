@@ -15,6 +15,7 @@
  */
 #include "bench.h"
 #include "quant.h"
+#include "text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +55,9 @@ static const struct bench_entry {
 #undef ENTRY
 };
 
-static const char *filter;  /* argv[1] or NULL */
-static const char *running; /* registry name of the benchmark being run */
+static const char *filter;    /* argv[1] or NULL */
+static const char *running;   /* registry name of the benchmark being run */
+static int         n_results; /* bench_report lines printed */
 
 int bench_want(const char *name) {
     return !filter || !*filter || strstr(name, filter) || (running && strstr(running, filter));
@@ -66,6 +68,7 @@ int bench_asked(const char *what) {
 }
 
 void bench_report(const char *name, double value, const char *unit, double ref, const char *ref_unit) {
+    n_results++;
     printf("BENCH %s %.4g %s ref %.4g %s ratio %.3f\n", name, value, unit, ref, ref_unit,
            ref != 0.0 ? value / ref : 0.0);
     fflush(stdout);
@@ -114,13 +117,24 @@ double bench_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+static void usage(FILE *f) {
+    fprintf(f, "usage: k3-bench [FILTER]\nbenchmarks:");
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
+        fprintf(f, " %s", registry[i].name);
+    fprintf(f, "\n");
+}
+
 int main(int argc, char **argv) {
-    if (argc > 2 || (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")))) {
-        fprintf(stderr, "usage: k3-bench [FILTER]\nbenchmarks:");
-        for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
-            fprintf(stderr, " %s", registry[i].name);
-        fprintf(stderr, "\n");
-        return argc > 2 ? 2 : 0;
+    if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        usage(stdout);
+        return 0;
+    }
+    /* an option is no filter: '--quick' matched nothing, ran nothing and exited 0 */
+    if (argc > 2 || (argc == 2 && argv[1][0] == '-')) {
+        if (argc == 2)
+            txt_term_printf(stderr, "k3-bench: unknown option '%s'\n", argv[1]);
+        usage(stderr);
+        return 2;
     }
     /* the kernel knobs and K3_ISA: a malformed value is an error, as at a model open */
     if (kern_knobs_env() || kern_isa_env()) {
@@ -128,13 +142,24 @@ int main(int argc, char **argv) {
         return 2;
     }
     filter   = argc == 2 ? argv[1] : NULL;
-    int fail = 0;
+    int fail = 0, named = 0;
     for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++) {
         running = registry[i].name;
+        named |= filter && strstr(registry[i].name, filter) != NULL;
         if (registry[i].fn() != 0) {
             fprintf(stderr, "k3-bench: %s failed\n", registry[i].name);
             fail = 1;
         }
+    }
+    /* a filter that names no benchmark and matched no result (a typo) ran nothing: said, not 0 */
+    if (filter && *filter && !named && !n_results) {
+        txt_term_printf(
+            stderr,
+            "k3-bench: '%s' matched no benchmark and no result of this run (a benchmark that skips "
+            "on this machine reports none)\n",
+            filter);
+        usage(stderr);
+        return 2;
     }
     return fail;
 }

@@ -71,6 +71,15 @@ typedef struct k3_buf {
 int k3_buf_add(k3_buf *b, const char *s, size_t n);
 /* Append printf(fmt, ...) (any length): 0, or -1 when memory runs out or fmt cannot be formatted. */
 int k3_buf_printf(k3_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append what is left of stream f, to its end (any kind of file: a pipe, standard input): 0 with
+ * b->p set (an empty stream: ""), or an errno value with b's text as it was: the read's (EISDIR
+ * for a directory, which fopen opens), ENOMEM (oom set). The caller opens and closes f and words
+ * the message. */
+int k3_buf_read(k3_buf *b, FILE *f);
+/* open(path, O_RDONLY | O_CLOEXEC | flags) without waiting for a FIFO's writer (a FIFO with none
+ * opens and reads as empty, where a plain open would block for good); reads block as usual (a pipe
+ * being written, --load <(zcat FILE)). The descriptor, or -1 with errno. */
+int k3_open_read(const char *path, int flags);
 
 /* ==== model and session (load.c, session.c, sample.c) ================== */
 
@@ -298,7 +307,8 @@ k3_status k3_ids_parse(const char *text, int32_t max_id, k3_ids *out);
 k3_status k3_tok_load(const char *dir, const char *pattern, k3_tok **out);
 /* k3_tok_load(dir, NULL) for the model whose config.json gives vocab (k3_model_info.vocab):
  * K3_ERR_FORMAT naming tiktoken.model and vocab_size when the tokenizer has ids the model has
- * no embedding row for (its base ranks + 256 reserved ids > vocab). */
+ * no embedding row for (its base ranks + 256 reserved ids > vocab); a model's
+ * tokenizer_config.json is required ("DIR/tokenizer_config.json: missing (...)"). */
 k3_status k3_tok_load_model(const char *dir, int32_t vocab, k3_tok **out);
 void      k3_tok_free(k3_tok *t);
 int32_t   k3_tok_n_vocab(const k3_tok *t); /* base ranks + 256 reserved ids           */

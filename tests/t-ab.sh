@@ -75,8 +75,8 @@ grep -q 'positions 9,' "$T/txt" && grep -q '^AB top1' "$T/txt"
 check $? "--text: tokenized with the model's tokenizer, --max 9 keeps nine ($(grep '^positions' "$T/txt"))"
 
 "$AB" "$T/m" "$F" "K3_BITS=5" >"$T/bad" 2>&1
-[ $? -eq 1 ] && grep -q "K3_BITS" "$T/bad"
-check $? "invalid setting value: exit 1 naming the variable ($(head -c 200 "$T/bad"))"
+[ $? -eq 2 ] && grep -qF "k3-ab: setting B: K3_BITS: '5' is not 4, 8 or 32" "$T/bad"
+check $? "invalid setting value: exit 2 (before any model loads) naming the side and the variable ($(head -c 200 "$T/bad"))"
 "$AB" "$T/m" "BITS=4" "" >"$T/bad" 2>&1
 check $(( $? != 2 )) "assignment without K3_ prefix: exit 2"
 "$AB" --ids '1 x' "$T/m" "" "" >"$T/bad" 2>&1
@@ -103,6 +103,23 @@ for o in "--ids 5 --text $T/ids:--ids and --text" "--random 4 --ids 5:--random a
     [ $? -eq 2 ] && grep -qF -- "k3-ab: ${o#*:}: give the tokens one way" "$T/bad"
     check $? "k3-ab ${o%%:*}: exit 2, '$(head -c 120 "$T/bad")'"
 done
+# a setting's values are read by their rows before any model loads: a malformed one is a usage
+# error naming the side, and a name that is no row (a typo) is refused; it was set, changed
+# nothing, and the two runs were reported identical (top-1 1, KL 0)
 "$AB" "$T/m" "" "K3_MV_AHEAD=abc" >"$T/bad" 2>&1
-[ $? -eq 1 ] && grep -qF "K3_MV_AHEAD: 'abc' is not an integer in 0..64" "$T/bad"
-check $? "a malformed kernel knob in a setting: exit 1 naming it ($(head -c 120 "$T/bad"))"
+[ $? -eq 2 ] && grep -qF "k3-ab: setting B: K3_MV_AHEAD: 'abc' is not an integer in 0..64" "$T/bad"
+check $? "a malformed kernel knob in a setting: exit 2 naming it ($(head -c 120 "$T/bad"))"
+"$AB" --random 4 "$T/m" "K3_BTIS=4" "" >"$T/bad" 2>&1
+[ $? -eq 2 ] && grep -qF "k3-ab: setting A: K3_BTIS is not a variable of k3chat" "$T/bad" && ! grep -q '^AB ' "$T/bad"
+check $? "a misspelt variable in a setting: exit 2 naming it, no report ($(head -c 120 "$T/bad"))"
+"$AB" --random 4 "$T/m" "K3_EXPERT_GB=" "" >"$T/bad" 2>&1
+check $? "an empty value (unset for that run) is taken ($(head -c 120 "$T/bad"))"
+# an unknown option is said as one, also as the last argument (it read "--frob needs a value")
+"$AB" --frob "$T/m" "" "" >"$T/bad" 2>&1; rc=$?
+"$AB" --frob >>"$T/bad" 2>&1; rc2=$?
+[ $rc -eq 2 ] && [ $rc2 -eq 2 ] && [ "$(grep -c "k3-ab: unknown option '--frob'" "$T/bad")" = 2 ]
+check $? "an unknown option, first or last: exit 2 naming it ($(head -c 120 "$T/bad"))"
+# --text DIR read as empty: "no token ids"; now the reason
+"$AB" --text "$T" "$T/m" "" "" >"$T/bad" 2>&1
+[ $? -eq 1 ] && grep -qF "k3-ab: $T: Is a directory" "$T/bad"
+check $? "--text DIR: exit 1 with the reason ($(head -c 120 "$T/bad"))"

@@ -78,3 +78,19 @@ ok $? "--replay of a malformed transcript: exit 1 with the line ($(head -c 160 "
 
 "$B/k3chat" "$T/nomodel" --replay "$T/t.jsonl" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 1 ] && [ -s "$T/err" ]; ok $? "--replay with a missing model directory: exit 1 ($(head -c 120 "$T/err"))"
+
+# standard output that cannot be written (a full disk: /dev/full): every mode that ran to its end
+# says so and exits 1. The tokenizer's tools and --chat-ids exited 1 without a word, --inspect
+# did for a short report, --help and --version exited 0, and --replay exited 3 ("a turn differs")
+# with its report lost.
+printf 'hello world\n' >"$T/in.txt"
+echo "1 2 3" >"$T/ids.txt"
+bad_full=
+for a in "--tokenize $T/m $T/in.txt" "--detokenize $T/m $T/ids.txt" "--chat-ids $T/m $T/t.jsonl" \
+    "--inspect $T/m" "--help" "--version" "$T/m --replay $T/t.jsonl --max-tokens 4"; do
+    # shellcheck disable=SC2086
+    "$B/k3chat" $a >/dev/full 2>"$T/err"; rc=$?
+    [ "$rc" = 1 ] && grep -q "^k3chat: cannot write to standard output: No space left on device" "$T/err" ||
+        bad_full="$bad_full [${a%% *} rc $rc: $(tail -n 1 "$T/err" | head -c 100)]"
+done
+[ -z "$bad_full" ]; ok $? "a full standard output: exit 1 with the reason, in every mode (failed:${bad_full:- none})"

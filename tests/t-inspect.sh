@@ -248,3 +248,18 @@ timeout 120 "$K3" "$D" --prompt hi --max-tokens 1 --think off >"$T/out" 2>"$T/er
 check $? "... --inspect names it in its one line (exit $rc: $(head -c 300 "$T/err"))"
 timeout 120 "$K3" "$D" --serve 127.0.0.1:0 >"$T/out" 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && grep -qF "$want" "$T/err" && ! grep -q serving "$T/err"; check $? "... and --serve does not start (exit $rc: $(tail -n 1 "$T/err" | head -c 300))"
+
+# ---- a model directory without tokenizer_config.json ----
+# It names the reserved ids the chat format needs (<|open|>, ...) and selects the kimi pattern.
+# Without it --inspect passed the checkpoint (exit 0) and --prompt loaded the weights, then every
+# turn failed at the chat encoder ("vocabulary has no special token '<|open|>'"), naming no file.
+D=$T/notokcfg; rm -rf "$D"; cp -r "$M" "$D"; rm "$D/tokenizer_config.json"
+want="$D/tokenizer_config.json: missing (a model's tokenizer names its reserved ids there"
+"$K3" --inspect "$D" >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && [ ! -s "$T/out" ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -qF "k3chat: $want" "$T/err"
+check $? "no tokenizer_config.json: --inspect names it in its one line (exit $rc: $(head -c 300 "$T/err"))"
+timeout 120 "$K3" "$D" --prompt hi --max-tokens 1 >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 1 ] && grep -qF "k3chat: $want" "$T/err"
+check $? "... --prompt refuses it, naming it (exit $rc: $(tail -n 1 "$T/err" | head -c 300))"
+"$K3" --tokenize "$D" "$D/config.json" >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 0 ] && [ -s "$T/out" ]; check $? "... --tokenize still takes a directory with tiktoken.model alone (exit $rc)"

@@ -366,3 +366,18 @@ head -c $(($(wc -c <"$f") - 100)) "$f" >"$T/trunc" && mv "$T/trunc" "$f"
 "$RP" "$T/bad" "$T/x2" --bits 8 >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" = 1 ] && grep -q "model-00004-of-000008.safetensors" "$T/err" && [ ! -e "$T/x2/model.safetensors.index.json" ]
 ok $? "a truncated source shard: clear error naming it, no index ($(head -c 160 "$T/err"))"
+# the tokenizer files are copied, not read: a source whose tokenizer k3chat refuses (a bad line of
+# tiktoken.model, no tokenizer_config.json) was written whole and published as a container that
+# no turn could run; now it is refused before any shard is written, naming the file
+for case in tiktoken tokcfg; do
+    rm -rf "$T/badtok" "$T/x3"; cp -r "$T/src" "$T/badtok"
+    if [ $case = tiktoken ]; then
+        sed -i '5s/.*/!!!notbase64 4/' "$T/badtok/tiktoken.model"; want="tiktoken.model: line 5: bad base64"
+    else
+        rm "$T/badtok/tokenizer_config.json"; want="tokenizer_config.json: missing"
+    fi
+    "$RP" "$T/badtok" "$T/x3" --bits 8 >/dev/null 2>"$T/err"; rc=$?
+    [ "$rc" = 1 ] && grep -qF "$T/badtok/$want" "$T/err" && ! ls "$T/x3"/*.safetensors >/dev/null 2>&1 &&
+        [ ! -e "$T/x3/model.safetensors.index.json" ]
+    ok $? "a source whose tokenizer k3chat refuses ($case): clear error naming the file, nothing written ($(head -c 160 "$T/err"))"
+done

@@ -437,6 +437,10 @@ static void test_failures(void) {
         text && strstr(text, "<details>\n<summary>Reasoning</summary>\n\nLet me think… 思考\n\n</details>") &&
             strstr(text, "## User") && strstr(text, "Answer with\nnewlines") && strstr(text, "(interrupted)"),
         "Markdown has the turns, reasoning in <details>, the interrupted mark");
+    /* the reasoning's time is the chat's "thought for 0.4 s" (think_s 0.7 less ttft 0.3); the
+     * export gave 0.7 s, the time from the start of the turn, prefill included */
+    T_CHECK(text && strstr(text, "first token after 0.30 s, thought 0.4 s,"),
+            "Markdown gives the reasoning's time as the chat shows it (thought 0.4 s)");
     free(text);
     k3_conv_free(c);
     k3_conv_free(ref);

@@ -377,6 +377,30 @@ static void check_man_keys(const char *keys, const char *help) {
     T_CHECK(n >= 25, "/help's Keys: %d keys compared with the man page", n);
 }
 
+/* README.md's figures for variables ("`K3_SERVE_QUEUE`, default 32") are the table's defaults:
+ * the README restates a few of them, and a default changed in the table left it behind. */
+static void check_readme_defaults(void) {
+    char *readme = t_read_file("README.md", NULL);
+    int   n      = 0;
+    T_CHECK(readme != NULL, "README.md read");
+    for (const char *p = readme; p && (p = strstr(p, "`K3_")); p++) {
+        size_t len = strspn(p + 1, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+        if (p[1 + len] != '`' || strncmp(p + 2 + len, ", default ", 10))
+            continue;
+        double want = strtod(p + 12 + len, NULL);
+        int    row  = -1;
+        for (int i = 0; i < K3_SETTING_N; i++)
+            if (k3_setting(i)->env && strlen(k3_setting(i)->env) == len &&
+                !strncmp(k3_setting(i)->env, p + 1, len))
+                row = i;
+        n++;
+        T_CHECK(row >= 0 && k3_setting(row)->def == want, "README: %.*s's default %g is the table's %g",
+                (int)len, p + 1, want, row >= 0 ? k3_setting(row)->def : -1.0);
+    }
+    T_CHECK(n >= 3, "README: %d variables' defaults compared with the table", n);
+    free(readme);
+}
+
 static void check_docs(void) {
     /* /help: every setting command, with its row's doc */
     const char *help = chat_help_text();
@@ -575,6 +599,7 @@ int main(void) {
     check_parsers();
     check_rows();
     check_docs();
+    check_readme_defaults();
     check_sources();
     return t_done();
 }

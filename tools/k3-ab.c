@@ -4,7 +4,8 @@
  *   k3-ab [options] MODEL_DIR 'A settings' 'B settings'
  *
  * A setting is a space-separated list of K3_* environment assignments, applied on top of the
- * caller's environment for that run only ("" = the defaults), e.g.
+ * caller's environment for that run only ("" = the defaults; each name a row of the settings
+ * table and its value read by that row before any model loads, else exit 2), e.g.
  *   k3-ab m/ 'K3_BITS=32 K3_MLA_BITS=32 K3_HEAD_BITS=32 K3_IDOT=0' 'K3_BITS=4'
  * Tokens, given one way (two of these options: exit 2): --text FILE (UTF-8 text, encoded with
  * the model's tokenizer, special-token names as plain text), --ids 'ID ID ...' or --ids-file
@@ -52,7 +53,17 @@ typedef struct setting {
     int   n;
 } setting;
 
-static int setting_parse(setting *s, const char *text) {
+/* The row of the settings table whose variable is name, or -1: a name that is no row (a typo,
+ * K3_BTIS=4) changed nothing, and the two runs were reported as identical. */
+static int setting_row(const char *name) {
+    for (int i = 0; i < K3_SETTING_N; i++)
+        if (k3_setting(i)->env && !strcmp(k3_setting(i)->env, name))
+            return i;
+    return -1;
+}
+
+/* side: "A" or "B", for the messages. 0, or -1 after saying what is wrong (a usage error). */
+static int setting_parse(setting *s, const char *side, const char *text) {
     memset(s, 0, sizeof *s);
     s->buf = strdup(text);
     if (!s->buf)
@@ -61,11 +72,29 @@ static int setting_parse(setting *s, const char *text) {
          tok = strtok_r(NULL, " \t\n", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq || eq == tok || strncmp(tok, "K3_", 3) != 0 || s->n == MAX_VARS) {
-            txt_term_printf(stderr, "k3-ab: setting '%s': expected K3_NAME=VALUE assignments (at most %d)\n",
+            txt_term_printf(stderr,
+                            "k3-ab: setting %s '%s': expected K3_NAME=VALUE assignments (at most %d)\n", side,
                             tok, MAX_VARS);
             return -1;
         }
-        *eq            = '\0';
+        *eq     = '\0';
+        int row = setting_row(tok);
+        if (row < 0) {
+            txt_term_printf(stderr,
+                            "k3-ab: setting %s: %s is not a variable of k3chat (k3chat(1), ENVIRONMENT)\n",
+                            side, tok);
+            return -1;
+        }
+        double               v;
+        uint64_t             u;
+        char                 err[256];
+        enum k3_setting_type ty = k3_setting(row)->type; /* an empty value unsets it for the run */
+        if (ty != K3_TYPE_TEXT && eq[1] &&
+            (ty == K3_TYPE_U64 ? k3_setting_parse_u64(row, K3_SRC_ENV, eq + 1, &u, err, sizeof err)
+                               : k3_setting_parse(row, K3_SRC_ENV, eq + 1, &v, err, sizeof err))) {
+            txt_term_printf(stderr, "k3-ab: setting %s: %s\n", side, err); /* "K3_X: 'V' is not ..." */
+            return -1;
+        }
         s->name[s->n]  = tok;
         s->value[s->n] = eq + 1;
         s->n++;
@@ -185,6 +214,15 @@ int main(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
+        static const char *const opts[] = {"--ids", "--ids-file", "--text", "--random", "--seed", "--max"};
+        int                      known  = 0;
+        for (size_t k = 0; k < sizeof opts / sizeof *opts; k++)
+            known |= !strcmp(o, opts[k]);
+        if (!known) { /* said as such, not as "--bogus needs a value" when it came last */
+            txt_term_printf(stderr, "k3-ab: unknown option '%s'\n", o);
+            usage(stderr);
+            return 2;
+        }
         if (ai + 1 >= argc) {
             txt_term_printf(stderr, "k3-ab: %s needs a value\n", o);
             return 2;
@@ -213,14 +251,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(o, "--random")) {
             if (tool_int("k3-ab", "random", v, 1, 1 << 24, &n_random))
                 return 2;
-        } else if (!strcmp(o, "--seed")) {
-            if (tool_u64("k3-ab", "seed", v, &seed))
-                return 2;
-        } else {
-            txt_term_printf(stderr, "k3-ab: unknown option '%s'\n", o);
-            usage(stderr);
+        } else if (tool_u64("k3-ab", "seed", v, &seed)) /* --seed, the one left */
             return 2;
-        }
     }
     if (argc - ai != 3) {
         usage(stderr);
@@ -233,7 +265,7 @@ int main(int argc, char **argv) {
     char       *text = NULL;
     float      *la = NULL, *lb = NULL;
     double     *pa = NULL, *pb = NULL;
-    if (setting_parse(&sa, argv[ai + 1]) || setting_parse(&sb, argv[ai + 2]))
+    if (setting_parse(&sa, "A", argv[ai + 1]) || setting_parse(&sb, "B", argv[ai + 2]))
         goto out;
 
     /* token ids */
@@ -245,27 +277,17 @@ int main(int argc, char **argv) {
             txt_term_printf(stderr, "k3-ab: %s: %s\n", fn, strerror(errno));
             goto out;
         }
-        size_t cap = 1 << 16;
-        text       = malloc(cap + 1);
-        for (size_t r; text && (r = fread(text + len, 1, cap - len, f)) > 0;) {
-            len += r;
-            if (len == cap) {
-                char *t = realloc(text, 2 * cap + 1);
-                if (!t) {
-                    free(text);
-                    text = NULL;
-                    break;
-                }
-                text = t;
-                cap *= 2;
-            }
-        }
+        k3_buf b   = {0};
+        int    err = k3_buf_read(&b, f);
         fclose(f);
-        if (!text) {
+        if (err) { /* a directory was read as empty: "no token ids" */
+            txt_term_printf(stderr, "k3-ab: %s: %s\n", fn, strerror(err));
+            free(b.p);
             rc = 1;
             goto out;
         }
-        text[len] = '\0';
+        text = b.p;
+        len  = b.n;
         if (ids_file)
             ids_text = text;
     }

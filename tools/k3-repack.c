@@ -1294,8 +1294,12 @@ static k3_status run(ctx *c) {
         return k3_err(K3_ERR_ARG, "--shards '%s': shard %ld is past the last: %s has shards 1..%d",
                       c->o.shards, mx, c->o.src, ns);
     }
-    if ((st = cfg_check_tensors(&c->cfg, c->d)))
+    /* the tokenizer is copied, not read: one k3chat would refuse (a bad line of tiktoken.model, no
+     * tokenizer_config.json) is refused here, before the shards are written and the index published */
+    k3_tok *tok = NULL;
+    if ((st = cfg_check_tensors(&c->cfg, c->d)) || (st = k3_tok_load_model(c->o.src, c->cfg.vocab, &tok)))
         return st;
+    k3_tok_free(tok);
     if (!(c->ti = calloc((size_t)st_n_tensors(c->d) + 1, sizeof *c->ti)))
         die_oom();
     classify(c);

@@ -54,9 +54,9 @@ char     *k3_strdup(const char *s);
 /* Open a model file read-only as a regular file (every file of a model directory opens here):
  * a FIFO, a device, a directory or a socket in its place is refused, naming `what` and what the
  * path is instead, since a FIFO would block the open for ever and /dev/zero would never end a
- * read. The open itself does not block (O_NONBLOCK, cleared once the file is known to be
- * regular). *size: the file's length. missing non-NULL: an absent file (ENOENT) sets *missing = 1
- * and returns K3_OK with *fd = -1, setting no error. Errors: "WHAT: cannot open PATH: strerror"
+ * read. The open itself does not block (k3_open_read). *size: the file's length. missing
+ * non-NULL: an absent file (ENOENT) sets *missing = 1 and returns K3_OK with *fd = -1, setting
+ * no error. Errors: "WHAT: cannot open PATH: strerror"
  * (no PATH when it is WHAT), "WHAT: not a regular file (a FIFO)". */
 k3_status k3_open_regular(const char *path, const char *what, int *fd, uint64_t *size, int *missing);
 /* k3_open_regular's open, for a caller with its own messages and extra open flags (O_DIRECT): the

@@ -153,6 +153,22 @@ int k3_buf_add(k3_buf *b, const char *s, size_t n) {
     return 0;
 }
 
+int k3_buf_read(k3_buf *b, FILE *f) {
+    size_t n0 = b->n, r;
+    char   chunk[65536];
+    int    err = 0;
+    errno      = 0;
+    while (!err && (r = fread(chunk, 1, sizeof chunk, f)) > 0)
+        err = k3_buf_add(b, chunk, r) ? ENOMEM : 0;
+    if (!err && ferror(f))
+        err = errno ? errno : EIO;
+    if (!err && !b->p && k3_buf_add(b, "", 0)) /* an empty stream: "" */
+        err = ENOMEM;
+    if (err && b->p) /* what this call appended goes */
+        b->p[b->n = n0] = 0;
+    return err;
+}
+
 int k3_buf_printf(k3_buf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -232,9 +248,16 @@ char *k3_strdup(const char *s) {
     return d;
 }
 
+int k3_open_read(const char *path, int flags) {
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags), fl = f >= 0 ? fcntl(f, F_GETFL) : -1;
+    if (fl >= 0)
+        fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    return f;
+}
+
 int k3_open_regular_fd(const char *path, int flags, uint64_t *size, const char **kind) {
     *kind = NULL;
-    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
+    int f = k3_open_read(path, flags);
     if (f < 0)
         return -1;
     struct stat sb;
@@ -254,9 +277,6 @@ int k3_open_regular_fd(const char *path, int flags, uint64_t *size, const char *
                                        : "not a file";
         return -2;
     }
-    int fl = fcntl(f, F_GETFL);
-    if (fl >= 0)
-        fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
     *size = (uint64_t)sb.st_size;
     return f;
 }

@@ -1146,13 +1146,10 @@ k3_status k3_conv_load(k3_conv *c, const char *path, k3_load_info *info) {
     if (!info)
         info = &tmp_info;
     memset(info, 0, sizeof *info);
-    /* O_NONBLOCK: a FIFO that nobody writes to opens (and reads as empty) instead of blocking the
-     * chat's worker for good, and the chat's quit behind it; reads block as usual (a pipe that is
-     * being written, --load <(zcat FILE)) */
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
-    if (fl >= 0)
-        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    /* a FIFO that nobody writes to opens (and reads as empty) instead of blocking the chat's
+     * worker for good, and the chat's quit behind it */
+    int   fd = k3_open_read(path, 0);
+    FILE *f  = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
         int e = errno;
         if (fd >= 0)
@@ -1312,8 +1309,8 @@ static void md_stats(sbuf *b, const k3_msg *m) {
         return;
     const k3_turn_stats *t = &m->stats;
     k3_buf_printf(b, "<sub>%d tokens, %.1f tok/s, first token after %.2f s", t->n_gen, t->tok_s, t->ttft);
-    if (t->n_think)
-        k3_buf_printf(b, ", thought %.1f s", t->t_think);
+    if (t->n_think) /* from the first token to the end of the reasoning: the chat's "thought for X s" */
+        k3_buf_printf(b, ", thought %.1f s", t->t_think > t->ttft ? t->t_think - t->ttft : 0);
     k3_buf_printf(b, ", prompt %d tokens (%d cached)</sub>\n\n", t->n_prompt, t->n_cached);
 }
 

@@ -472,7 +472,10 @@ fail:
     return st;
 }
 
-k3_status k3_tok_load(const char *dir, const char *pattern, k3_tok **out) {
+/* k3_tok_load, and for a model's tokenizer (need_cfg) a missing tokenizer_config.json is an error:
+ * it names the reserved ids the chat format needs and picks the kimi pattern, and without it the
+ * model loaded (and --inspect passed it) only for every turn to fail at the chat encoder. */
+static k3_status tok_load_dir(const char *dir, const char *pattern, int need_cfg, k3_tok **out) {
     *out = NULL;
     char mp[4096], cp[4096];
     snprintf(mp, sizeof mp, "%s/tiktoken.model", dir);
@@ -485,6 +488,13 @@ k3_status k3_tok_load(const char *dir, const char *pattern, k3_tok **out) {
         return st;
     if ((st = k3_read_regular(cp, cp, &cfg, &clen, &missing)))
         goto done;
+    if (missing && need_cfg) {
+        st = k3_err(K3_ERR_FORMAT,
+                    "%s: missing (a model's tokenizer names its reserved ids there: the chat format's "
+                    "<|open|>, <|close|>, <|sep|>, <|end_of_msg|>)",
+                    cp);
+        goto done;
+    }
     enum tok_family f = cfg ? TOK_KIMI : TOK_O200K;
     if (pattern) {
         if (!strcmp(pattern, "kimi"))
@@ -503,8 +513,12 @@ done:
     return st;
 }
 
+k3_status k3_tok_load(const char *dir, const char *pattern, k3_tok **out) {
+    return tok_load_dir(dir, pattern, 0, out);
+}
+
 k3_status k3_tok_load_model(const char *dir, int32_t vocab, k3_tok **out) {
-    k3_status st = k3_tok_load(dir, NULL, out);
+    k3_status st = tok_load_dir(dir, NULL, 1, out);
     if (st || k3_tok_n_vocab(*out) <= vocab)
         return st;
     st = k3_err(K3_ERR_FORMAT,

@@ -68,17 +68,10 @@ static int read_schema(const ui_opts *o, k3_buf *b) {
                         strerror(errno));
         return -1;
     }
-    char   chunk[65536];
-    size_t n;
-    errno = 0;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        if (k3_buf_add(b, chunk, n))
-            break;
-    int err = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory: EISDIR */
+    int err = k3_buf_read(b, f); /* a directory: EISDIR */
     fclose(f);
-    if (err || b->oom) {
-        txt_term_printf(stderr, "k3chat: --json-schema: cannot read %s: %s\n", o->json_schema,
-                        err ? strerror(err) : "out of memory");
+    if (err) {
+        txt_term_printf(stderr, "k3chat: --json-schema: cannot read %s: %s\n", o->json_schema, strerror(err));
         free(b->p);
         memset(b, 0, sizeof *b);
         return -1;

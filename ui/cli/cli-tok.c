@@ -22,30 +22,18 @@ static char *slurp(const char *path, size_t *len) {
         txt_term_printf(stderr, "k3chat: %s: %s\n", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, n = 0;
-    char  *b = malloc(cap);
-    errno    = 0;
-    while (b) {
-        n += fread(b + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        char *nb = realloc(b, cap *= 2);
-        if (!nb)
-            free(b);
-        b = nb;
-    }
-    int err = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory: EISDIR */
+    k3_buf b   = {0};
+    int    err = k3_buf_read(&b, f);
     if (f != stdin)
         fclose(f);
-    if (!b || err) {
-        txt_term_printf(stderr, "k3chat: %s: %s%s\n", path, b ? "read error: " : "out of memory",
-                        b ? strerror(err) : "");
-        free(b);
+    if (err) {
+        txt_term_printf(stderr, "k3chat: %s: %s%s\n", path,
+                        err == ENOMEM ? "" : "read error: ", strerror(err));
+        free(b.p);
         return NULL;
     }
-    b[n] = 0;
-    *len = n;
-    return b;
+    *len = b.n;
+    return b.p;
 }
 
 static k3_tok *load(const ui_opts *o) {
@@ -82,15 +70,14 @@ static int run(const ui_opts *o, int detok) {
         txt_term_printf(stderr, "k3chat: %s: %s\n", o->file, k3_errmsg());
         goto done;
     }
-    if (detok) { /* the vocabulary's bytes: escaped on a terminal, as they are into a pipe or file */
+    if (detok) /* the vocabulary's bytes: escaped on a terminal, as they are into a pipe or file */
         txt_term_put(stdout, NULL, bytes, nb);
-        rc = fflush(stdout) || ferror(stdout) ? 1 : 0;
-    } else {
+    else {
         for (size_t i = 0; i < ids.n; i++)
             printf(i ? " %d" : "%d", ids.v[i]);
         printf("\n");
-        rc = fflush(stdout) ? 1 : 0;
     }
+    rc = 0; /* a write that failed is main's to report (stdout_done: the reason, status 1) */
 done:
     free(bytes);
     k3_ids_free(&ids);

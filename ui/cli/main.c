@@ -216,9 +216,7 @@ static int load_pipe(const char **path) {
     const char *dir = getenv("TMPDIR");
     char        tmp[4096];
     snprintf(tmp, sizeof tmp, "%s/k3chat-load-XXXXXX", dir && *dir ? dir : "/tmp");
-    int in = open(*path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), fl = in >= 0 ? fcntl(in, F_GETFL) : -1;
-    if (fl >= 0)
-        fcntl(in, F_SETFL, fl & ~O_NONBLOCK); /* a FIFO with no writer reads as empty (k3_conv_load) */
+    int in  = k3_open_read(*path, 0); /* a FIFO with no writer reads as empty, as in k3_conv_load */
     int out = in >= 0 ? mkstemp(tmp) : -1, err = 0;
     if (out >= 0)
         unlink(tmp);
@@ -285,9 +283,12 @@ static int utf8_arg(const char *what, const char **s, char **own) {
     return 0;
 }
 
-/* An answer that could not be written is a failure (plain mode reports its own). */
-static int stdout_done(int rc) {
-    if ((fflush(stdout) || ferror(stdout)) && !rc) {
+/* An answer that could not be written is a failure, said here for every mode that ran to its end:
+ * status 0, and --replay's 3 (a turn differs), whose report was lost with the write (the tools
+ * returned 1 without a word, --replay 3). A mode's own failure (1) was said by the mode; line mode
+ * reports its own write errors. */
+static int stdout_done(int rc, enum cli_mode mode) {
+    if ((fflush(stdout) || ferror(stdout)) && (!rc || (rc == 3 && mode == CLI_REPLAY))) {
         fprintf(stderr, "k3chat: cannot write to standard output: %s\n", strerror(errno ? errno : EIO));
         return 1;
     }
@@ -541,7 +542,7 @@ int main(int argc, char **argv) {
     int           plain = 0;
     int           rc    = parse_args(argc, argv, &o, &mode, &plain);
     if (rc >= 0)
-        return rc;
+        return stdout_done(rc, mode); /* --help, --version: their text written, or said why not */
     if (check_args(argc, argv, &o, mode))
         return 2;
     /* the process settings (kernels, K3_VERBOSE, K3_MEM_GB, ...), once, for the modes that run a
@@ -559,7 +560,7 @@ int main(int argc, char **argv) {
         free(prompt);
         return 1;
     }
-    rc = stdout_done(run_mode(mode, plain, &o));
+    rc = stdout_done(run_mode(mode, plain, &o), mode);
     free(prompt);
     free(system);
     return rc;
