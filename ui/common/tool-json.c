@@ -23,7 +23,8 @@ json_t *stools_calls_json(const k3_msg *m) {
     json_t *a = json_array();
     for (int k = 0; a && k < m->n_tool_calls; k++) {
         const char *args = m->tool_calls[k].arguments ? m->tool_calls[k].arguments : "{}";
-        json_array_append_new(a, stools_call_json(m->tool_calls[k].id, m->tool_calls[k].name, args, strlen(args)));
+        json_array_append_new(
+            a, stools_call_json(m->tool_calls[k].id, m->tool_calls[k].name, args, strlen(args)));
     }
     return a;
 }

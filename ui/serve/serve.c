@@ -111,15 +111,15 @@ typedef struct job {
     int         stopped;   /* a stop string ended the turn               */
     const char *finish;    /* "stop" | "length" when done without error  */
     int         n_prompt, n_cached, n_gen;
-    int         window;     /* its prefill's most tokens in one pass (k3_stats.window) */
-    json_t     *calls;      /* the answer's tool_calls (NULL: none)       */
-    int         open_calls; /* calls begun whose close has not come       */
+    int         window;            /* its prefill's most tokens in one pass (k3_stats.window) */
+    json_t     *calls;             /* the answer's tool_calls (NULL: none)       */
+    int         open_calls;        /* calls begun whose close has not come       */
     char       *cut_id, *cut_name; /* the call begun last, while it is open   */
     txt_buf     cut_args;          /* its arguments so far                    */
-    k3_conv    *c;          /* the slot's conversation while it runs      */
-    int         http;       /* 0 = success; else the error's HTTP status  */
-    size_t      gram;       /* bytes of its own grammar charged to srv.gram_held */
-    int         gram_over;  /* cancelled: its grammar took the total past the budget */
+    k3_conv    *c;                 /* the slot's conversation while it runs      */
+    int         http;              /* 0 = success; else the error's HTTP status  */
+    size_t      gram;              /* bytes of its own grammar charged to srv.gram_held */
+    int         gram_over;         /* cancelled: its grammar took the total past the budget */
     char        err_type[32], err_code[40];
     char        err[600];
     struct job *next;
@@ -555,9 +555,9 @@ static void job_finish(slot *sl, job *j, k3_status st) {
             j->finish = "length";
             if (!j->calls)
                 j->calls = json_array();
-            json_array_append_new(j->calls,
-                                  stools_call_json(j->cut_id, j->cut_name, j->cut_args.p ? j->cut_args.p : "",
-                                                   j->cut_args.n));
+            json_array_append_new(
+                j->calls,
+                stools_call_json(j->cut_id, j->cut_name, j->cut_args.p ? j->cut_args.p : "", j->cut_args.n));
         }
     } else if (st == K3_ABORTED && j->gram_over && !j->gone) {
         char m[200];
