@@ -76,12 +76,15 @@ static int ids_eq(const k3_ids *a, const k3_ids *b) {
 
 /* ---- tests ------------------------------------------------------------------ */
 
+/* tokenizer_config.json naming the chat format's four reserved ids, for model_text's vocabularies */
+static const char cfg_ok[] =
+    "{\"added_tokens_decoder\": {\"259\": {\"content\": \"<|open|>\"}, \"260\": "
+    "{\"content\": \"<|close|>\"},"
+    " \"261\": {\"content\": \"<|sep|>\"}, \"258\": {\"content\": \"<|end_of_msg|>\"}}}";
+
 static void test_vocab_errors(void) {
-    const char *cfg_ok = "{\"added_tokens_decoder\": {\"259\": {\"content\": \"<|open|>\"}, \"260\": "
-                         "{\"content\": \"<|close|>\"},"
-                         " \"261\": {\"content\": \"<|sep|>\"}, \"258\": {\"content\": \"<|end_of_msg|>\"}}}";
-    char       *good   = model_text((const char *const[]){"ab", "abc"}, 2);
-    k3_tok     *t      = NULL;
+    char   *good = model_text((const char *const[]){"ab", "abc"}, 2);
+    k3_tok *t    = NULL;
     T_CHECK(tok_load_mem(good, strlen(good), "m", cfg_ok, "c", TOK_KIMI, &t) == K3_OK && t,
             "good vocab loads (%s)", k3_errmsg());
     if (t) {
@@ -166,6 +169,9 @@ static void test_vocab_fits(void) {
     FILE *f = fopen(path, "w");
     T_CHECK(f && fputs(m, f) >= 0 && !fclose(f), "wrote %s", path);
     free(m);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir); /* a model's tokenizer needs it */
+    f = fopen(path, "w");
+    T_CHECK(f && fputs(cfg_ok, f) >= 0 && !fclose(f), "wrote %s", path);
     k3_tok *t = NULL;
     T_CHECK(k3_tok_load_model(dir, 514, &t) == K3_OK && t, "514 ids fit vocab_size 514 (%s)", k3_errmsg());
     k3_tok_free(t);
