@@ -802,15 +802,26 @@ static k3_status declare_required(sc *c, const jv *s, const jv **out) {
     return owned_schema(c, &b, st, out);
 }
 
+/* An object schema's properties, required and additionalProperties, the first and last checked
+ * for their kind (the writer and the value check read them alike). */
+static k3_status object_keywords(const jv *s, const char *path, const jv **props, const jv **req,
+                                 const jv **addl) {
+    *props = jv_get(s, "properties");
+    *req   = jv_get(s, "required");
+    *addl  = jv_get(s, "additionalProperties");
+    if (*props && (*props)->kind != JV_OBJECT)
+        return bad(path, "properties", "an object");
+    if (*addl && (*addl)->kind != JV_TRUE && (*addl)->kind != JV_FALSE && (*addl)->kind != JV_OBJECT)
+        return bad(path, "additionalProperties", "a boolean or a schema");
+    return K3_OK;
+}
+
 static k3_status emit_object(sc *c, const jv *s, const char *path, int from, int to) {
-    const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
-             *addl = jv_get(s, "additionalProperties"), *full;
+    const jv *props, *req, *addl, *full;
     k3_status st;
     char      p2[512];
-    if (props && props->kind != JV_OBJECT)
-        return bad(path, "properties", "an object");
-    if (addl && addl->kind != JV_TRUE && addl->kind != JV_FALSE && addl->kind != JV_OBJECT)
-        return bad(path, "additionalProperties", "a boolean or a schema");
+    if ((st = object_keywords(s, path, &props, &req, &addl)))
+        return st;
     if (req && req->kind == JV_ARRAY && (st = declare_required(c, s, &full)))
         return st;
     if (req && req->kind == JV_ARRAY && full) /* JSON Schema: the name must be there, any value addl allows */
@@ -1621,14 +1632,11 @@ static k3_status vcheck_array(vc *v, const jv *s, const jv *x, const char *path,
 }
 
 static k3_status vcheck_object(vc *v, const jv *s, const jv *x, const char *path, int depth, int *ok) {
-    const jv *props = jv_get(s, "properties"), *req = jv_get(s, "required"),
-             *addl = jv_get(s, "additionalProperties");
+    const jv *props, *req, *addl;
     k3_status st;
     char      p2[512];
-    if (props && props->kind != JV_OBJECT)
-        return bad(path, "properties", "an object");
-    if (addl && addl->kind != JV_TRUE && addl->kind != JV_FALSE && addl->kind != JV_OBJECT)
-        return bad(path, "additionalProperties", "a boolean or a schema");
+    if ((st = object_keywords(s, path, &props, &req, &addl)))
+        return st;
     if (req && req->kind != JV_ARRAY)
         return bad(path, "required", "an array of strings");
     *ok = 1;
