@@ -177,6 +177,14 @@ elif mode == "missing":
     out("model.safetensors.index.json", strip(victim))
 elif mode == "shape":
     hdr[key]["shape"] = hdr[key]["shape"][::-1]; write(path, hdr, data); out(shard, strip(key))
+elif mode in ("mtype", "mtypelong"):
+    # model_type's error names the value found (it said only "is not kimi_k3"), escaped: the
+    # terminal title command and the line break in it show as \xHH; a long one is cut to 48 bytes
+    cp = d + "/config.json"; cfg = json.load(open(cp))
+    cfg["model_type"] = "kimi_k3\x1b]0;t\x07\nx" if mode == "mtype" else "k" * 100
+    json.dump(cfg, open(cp, "w"))
+    out("config.json", 'model_type is "%s", expected "kimi_k3"' %
+        ("kimi_k3\\x1B]0;t\\x07\\x0Ax" if mode == "mtype" else "k" * 48 + "..."))
 elif mode in ("cfgjson", "cfgkey", "layers"):
     cp = d + "/config.json"
     cfg = json.load(open(cp)); tc = cfg.get("text_config", cfg); pre = "text_config." if "text_config" in cfg else ""
@@ -189,7 +197,7 @@ elif mode in ("cfgjson", "cfgkey", "layers"):
         out("config.json", "%slinear_attn_config.kda_layers[1] = %d is outside 1..%d" % (pre, n + 1, n))
 EOF
 
-for mode in truncated hlen overlap dtype size headerjson missing shape cfgjson cfgkey layers; do
+for mode in truncated hlen overlap dtype size headerjson missing shape cfgjson cfgkey layers mtype mtypelong; do
     D=$T/c-$mode
     rm -rf "$D"; cp -r "$M" "$D"
     exp=$(/usr/bin/python3 "$T/corrupt.py" "$mode" "$D") || { fail "$mode: corrupt.py failed"; continue; }
@@ -200,7 +208,24 @@ for mode in truncated hlen overlap dtype size headerjson missing shape cfgjson c
     [ "$(wc -l <"$T/err")" -eq 1 ]; check $? "$mode: exactly one line on stderr"
     [ ! -s "$T/out" ]; check $? "$mode: nothing on stdout"
     grep -qF -- "$a" "$T/err" && grep -qF -- "$b" "$T/err"; check $? "$mode: names '$a' and '$b' ($msg)"
+    ! grep -q "$(printf '\033')" "$T/err"; check $? "$mode: no raw escape character on stderr"
     ! grep -qE "AddressSanitizer|LeakSanitizer|runtime error" "$T/err"; check $? "$mode: no sanitizer report"
+done
+
+# ---- a model path that is not a model directory ----
+# A regular file said "config.json: cannot open F/config.json: Not a directory", a missing path
+# "... No such file or directory": each now says what the path is and that a model path is a
+# directory holding config.json, in k3chat (--inspect, --prompt) and k3-repack alike.
+: >"$T/afile"; mkdir -p "$T/nocfg"
+for p in "afile:not a directory" "nothere:no such directory" "nocfg:no config.json in this directory"; do
+    P=$T/${p%%:*}; want="$P: ${p#*:} (the model path must be a directory holding config.json)"
+    for cmd in "$K3 --inspect" "$K3 --prompt hi" "$B/k3-repack --bits 4"; do
+        [ -x "${cmd%% *}" ] || continue
+        if [ "${cmd#*k3-repack}" != "$cmd" ]; then $cmd "$P" "$T/rp-out" >"$T/out" 2>"$T/err"; else $cmd "$P" >"$T/out" 2>"$T/err"; fi
+        rc=$?
+        [ $rc -ne 0 ] && grep -qF -- "$want" "$T/err" && [ "$(wc -l <"$T/err")" -eq 1 ]
+        check $? "${cmd##*/} on ${p%%:*}: '$want' (exit $rc: $(head -c 300 "$T/err"))"
+    done
 done
 
 # ---- a model file that is not a regular file ----

@@ -33,4 +33,23 @@ for c in "moe_intermediate_size 65536 24" "routed_expert_hidden_size 65536 24" "
     [ "$n" -eq 0 ]; check $? "$key: refused before the speed probes ran (files in the speed cache: $n)"
     [ $ms -lt $((5000 * slow)) ]; check $? "$key: refused in $ms ms (bound $((5000 * slow)) ms)"
 done
+
+# A bad tokenizer is refused before any shard is opened: --prompt loaded every weight and only then
+# read tiktoken.model (on a 1.5 TB checkpoint, a whole load before the error). The order shows
+# without timing: each shard is a FIFO here, which a shard open refuses ("not a regular file (a
+# FIFO)"), so the error must be the tokenizer's. Both tokenizer files, and a vocabulary too large
+# for config.json's vocab_size.
+for bad in "tiktoken.model:line 3: bad base64" "tokenizer_config.json:line 1" "tiktoken.model:856 tokens and 256 reserved ids do not fit"; do
+    f=${bad%%:*}; want=${bad#*:}
+    rm -rf "$T/tk"; cp -r "$K3_SRC/models/k3-nano" "$T/tk"
+    for s in "$T/tk"/*.safetensors; do rm -f "$s"; mkfifo "$s"; done
+    case $want in
+    line\ 3*) $PY -c "import sys; p=sys.argv[1]; l=open(p).read().split('\n'); l[2]='!!!notbase64 2'; open(p,'w').write('\n'.join(l))" "$T/tk/$f" ;;
+    line\ 1) printf '{"added_tokens_decoder": {,}' >"$T/tk/$f" ;;
+    *) $PY -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); t=c['text_config']; t['vocab_size']-=1; [d.__setitem__('pad_token_id', 0) for d in (c, t) if 'pad_token_id' in d]; json.dump(c, open(p, 'w'))" "$T/tk/config.json" ;;
+    esac
+    timeout 60 "$K3" "$T/tk" --prompt hi --max-tokens 1 >"$T/out" 2>"$T/err"; rc=$?
+    [ $rc -eq 1 ] && grep -qF "$f: $want" "$T/err" && ! grep -q "safetensors" "$T/err"
+    check $? "bad $f ($want): refused before any shard is opened (exit $rc: $(head -c 250 "$T/err"))"
+done
 finish

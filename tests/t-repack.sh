@@ -234,6 +234,14 @@ if cc -shared -fPIC -O1 -o "$so" "$K3_SRC/tests/faultinj.c" -ldl 2>"$T/cc.err"; 
         [ -z "$(ls -a "$T/f4" | grep '\.partial$')" ] && [ ! -e "$T/f4/config.json" ] &&
         [ ! -e "$T/f4/model.safetensors.index.json" ]
     ok $? "ENOSPC in the 4th shard: exit $rc naming the file, its .partial removed, no index or config.json ($(tail -c 150 "$T/rp.err"))"
+    # the error said nothing of resuming: it now says the finished shards are kept and that the same
+    # command resumes, which the rerun shows (shards 1-3 skipped, the result equal to a clean run)
+    grep -qF "No space left on device (3 completed shards kept: run the same command again to resume)" "$T/rp.err"
+    ok $? "ENOSPC: the error says 3 shards are kept and that the same command resumes ($(tail -c 150 "$T/rp.err"))"
+    repack "$T/src" "$T/f4" --bits 4; rc=$?
+    [ "$rc" = 0 ] && [ "$(grep -c "complete, skipped" "$T/rp.err")" = 3 ] &&
+        diff -r -x '.k3-repack.lock' "$T/c4" "$T/f4" >/dev/null
+    ok $? "the rerun after ENOSPC skips the 3 completed shards and equals a clean run (exit $rc)"
     LD_PRELOAD=$so FI_PATH=/.model-00004 FI_MODE=signal FI_SIG=15 "$RP" "$T/src" "$T/g8" --bits 8 \
         >/dev/null 2>"$T/rp.err"; rc=$?
     [ "$rc" = 143 ] && grep -q "g8/.model-00004-of-000008.safetensors.partial: interrupted by signal 15" "$T/rp.err" &&
@@ -245,6 +253,8 @@ if cc -shared -fPIC -O1 -o "$so" "$K3_SRC/tests/faultinj.c" -ldl 2>"$T/cc.err"; 
     [ "$rc" = 1 ] && grep -q "h8/.model.safetensors.index.json.[0-9]*.tmp: write of .* failed: No space left on device" "$T/rp.err" &&
         [ ! -e "$T/h8/model.safetensors.index.json" ] && [ -z "$(ls -A "$T/h8" | grep '^\..*tmp$')" ]
     ok $? "ENOSPC writing the index: exit $rc naming the file and the reason, no index, no temporary ($(tail -c 150 "$T/rp.err"))"
+    grep -qF "No space left on device (7 completed shards kept: run the same command again to resume)" "$T/rp.err"
+    ok $? "ENOSPC writing the index: the error says the shards are kept and the same command resumes"
     LD_PRELOAD=$so FI_PATH=/.model.safetensors.index.json FI_MODE=signal FI_SIG=15 "$RP" "$T/src" "$T/i8" \
         --bits 8 >/dev/null 2>"$T/rp.err"; rc=$?
     [ "$rc" = 0 ] && diff -r -x '.k3-repack.lock' "$T/c8" "$T/i8" >/dev/null

@@ -246,12 +246,32 @@ static void config_cases(void) {
     json_object_set_new(j, "model_type", json_string("llama"));
     expect_cfg("model-type", j, "config.json: model_type", 0);
     /* a prefix was enough: "kimi_k3" and then anything, terminal commands too (--inspect prints it) */
-    static const char *const not_k3[] = {"kimi_k3x", "kimi_k3\x1b]0;EVIL\x07", "kimi_k"};
-    for (int i = 0; i < 3; i++) {
+    /* the error names the value found (it did not), escaped: the terminal title command shows as
+     * \xHH, a line break as \x0A, so the one error line carries neither */
+    static const char *const not_k3[][2] = {
+        {"kimi_k3x", "kimi_k3x"},
+        {"kimi_k3\x1b]0;EVIL\x07", "kimi_k3\\x1B]0;EVIL\\x07"},
+        {"kimi_k", "kimi_k"},
+        {"kimi\nk3\t\xe2\x80\xae", "kimi\\x0Ak3\\x09\\u202E"},
+    };
+    for (int i = 0; i < 4; i++) {
+        char want[128];
+        snprintf(want, sizeof want, "config.json: model_type is \"%s\", expected \"kimi_k3\"", not_k3[i][1]);
         j = base();
-        json_object_set_new(j, "model_type", json_string(not_k3[i]));
-        expect_cfg("model-type-prefix", j, "config.json: model_type is not \"kimi_k3\"", 1);
+        json_object_set_new(j, "model_type", json_string(not_k3[i][0]));
+        expect_cfg("model-type-prefix", j, want, 1);
     }
+    /* a long value is cut to 48 bytes on a character boundary (a 2-byte character straddles byte 48) */
+    j = base();
+    json_object_set_new(j, "model_type",
+                        json_string("kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk\xc3\xa9zzzz"));
+    expect_cfg("model-type-long", j,
+               "config.json: model_type is \"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...\", expected "
+               "\"kimi_k3\"",
+               1);
+    j = base();
+    json_object_set_new(j, "model_type", json_integer(3));
+    expect_cfg("model-type-int", j, "config.json: model_type is not a string, expected \"kimi_k3\"", 1);
     j = base();
     json_object_set_new(json_object_get(tc(j), "quantization_config"), "format", json_string("int4"));
     expect_cfg("quant-format", j, "config.json: text_config.quantization_config.format = \"int4\"", 0);
@@ -270,7 +290,8 @@ static void config_cases(void) {
     T_CHECK(cfg_load(dir, &c) != K3_OK && !strncmp(k3_errmsg(), "config.json: line 1", 19),
             "malformed config.json (%s)", k3_errmsg());
     dir = case_dir("absent");
-    T_CHECK(cfg_load(dir, &c) == K3_ERR_IO && !strncmp(k3_errmsg(), "config.json:", 12),
+    T_CHECK(cfg_load(dir, &c) == K3_ERR_IO && !strncmp(k3_errmsg(), dir, strlen(dir)) &&
+                strstr(k3_errmsg(), ": no config.json in this directory (the model path must be a directory"),
             "absent config.json (%s)", k3_errmsg());
 }
 

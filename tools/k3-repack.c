@@ -1337,6 +1337,7 @@ static k3_status run(ctx *c) {
             c->total += pl[s].src_bytes + (c->o.verify_full ? pl[s].exp_bytes : 0);
     }
     c->t0 = c->t_last = k3_time();
+    int writing       = !st; /* from here an I/O error (a full disk) leaves a run that a rerun resumes */
     for (int s = 0; s < ns && !st && !(st = check_stop()); s++) {
         if (!sel[s] || !pl[s].n_items)
             continue;
@@ -1385,6 +1386,12 @@ static k3_status run(ctx *c) {
         st = write_small_files(c);
     if (!st)
         st = rebuild_index(c, &n_idx);
+    if (st == K3_ERR_IO && writing) { /* the failed .partial is removed (write_shard), the rest kept */
+        char *why = xasprintf("%s", k3_errmsg());
+        st        = k3_err(st, "%s (%d completed shard%s kept: run the same command again to resume)", why,
+                           n_done + n_skip, n_done + n_skip == 1 ? "" : "s");
+        free(why);
+    }
     if (!st) {
         double el = k3_time() - c->t0;
         say(c, "%d shard(s) written, %d already complete%s; index: %d of %d shards%s (%.1f s)", n_done,

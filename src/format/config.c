@@ -24,6 +24,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #define CFG_FILE "config.json"
 #define GEN_FILE "generation_config.json"
@@ -302,6 +303,30 @@ static k3_status read_generation(const char *dir, k3_config *o) {
 
 /* ---- cfg_load ------------------------------------------------------------------------------- */
 
+/* model_type names what it found: at most MT_SHOW bytes of it (cut on a character boundary, "..."
+ * after), escaped (k3_escape, and \n, \t as \x0A, \x09), since the file is outside text and an
+ * error line must not carry a terminal command or a line break. */
+#define MT_SHOW 48
+static k3_status bad_model_type(const char *s, size_t n) {
+    size_t cut = n;
+    if (cut > MT_SHOW)
+        for (cut = MT_SHOW; cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80; cut--)
+            ;
+    k3_buf b = {0};
+    for (size_t i = 0, run = 0; i <= cut; i++) {
+        if (i < cut && s[i] != '\n' && s[i] != '\t')
+            continue;
+        k3_escape(&b, NULL, s + run, i - run); /* out of memory sets b.oom */
+        if (i < cut)
+            k3_buf_printf(&b, "\\x%02X", (unsigned)s[i]);
+        run = i + 1;
+    }
+    k3_status st = k3_err(K3_ERR_CONFIG, CFG_FILE ": model_type is \"%s%s\", expected \"kimi_k3\"",
+                          b.oom || !b.p ? "" : b.p, cut < n ? "..." : "");
+    free(b.p);
+    return st;
+}
+
 static k3_status parse(const cfg_ctx *c, k3_config *o) {
     k3_status st;
     char      path[160];
@@ -311,8 +336,10 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
     if (!(v = json_object_get(c->top, "model_type")))
         return missing("model_type");
     /* exactly: a prefix match took "kimi_k3x" and "kimi_k3\e]0;..." (printed by --inspect) */
-    if (!json_is_string(v) || strcmp(json_string_value(v), "kimi_k3"))
-        return k3_err(K3_ERR_CONFIG, CFG_FILE ": model_type is not \"kimi_k3\"");
+    if (!json_is_string(v))
+        return k3_err(K3_ERR_CONFIG, CFG_FILE ": model_type is not a string, expected \"kimi_k3\"");
+    if (strcmp(json_string_value(v), "kimi_k3"))
+        return bad_model_type(json_string_value(v), json_string_length(v));
     snprintf(o->model_type, sizeof o->model_type, "%s", json_string_value(v));
     /* both copies, when both are there: a text_config that ties the head contradicts the top level */
     for (int i = 0; i < 2; i++) {
@@ -452,15 +479,36 @@ static k3_status parse(const cfg_ctx *c, k3_config *o) {
     return read_quant(c, o);
 }
 
-k3_status cfg_load(const char *dir, k3_config *out) {
-    memset(out, 0, sizeof *out);
+/* A model path that is a file, or is not there, or holds no config.json, would otherwise be told
+ * "config.json: cannot open x/config.json: Not a directory": the message says what a model path is. */
+#define CFG_DIR_HINT "the model path must be a directory holding " CFG_FILE
+
+k3_status cfg_read_text(const char *dir, char **text, size_t *len) {
+    *text = NULL;
+    *len  = 0;
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/" CFG_FILE, dir) >= sizeof path)
         return k3_err(K3_ERR_ARG, "%s: path too long", dir);
+    struct stat sb;
+    if (stat(dir, &sb) < 0)
+        return errno == ENOENT
+                   ? k3_err(K3_ERR_IO, "%s: no such directory (" CFG_DIR_HINT ")", dir)
+                   : k3_err(K3_ERR_IO, "%s: cannot open: %s (" CFG_DIR_HINT ")", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return k3_err(K3_ERR_IO, "%s: not a directory (" CFG_DIR_HINT ")", dir);
+    int       missing;
+    k3_status st = k3_read_regular(path, CFG_FILE, text, len, &missing);
+    if (!st && missing)
+        st = k3_err(K3_ERR_IO, "%s: no " CFG_FILE " in this directory (" CFG_DIR_HINT ")", dir);
+    return st;
+}
+
+k3_status cfg_load(const char *dir, k3_config *out) {
+    memset(out, 0, sizeof *out);
     json_error_t e;
     char        *text;
     size_t       len;
-    k3_status    rs = k3_read_regular(path, CFG_FILE, &text, &len, NULL);
+    k3_status    rs = cfg_read_text(dir, &text, &len);
     if (rs)
         return rs;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);

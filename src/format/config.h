@@ -68,6 +68,10 @@ typedef struct cfg_fixed {
 #define CFG_N_FIXED 8
 extern const cfg_fixed cfg_fixed_keys[CFG_N_FIXED];
 
+/* The text of DIR/config.json (a new NUL-terminated buffer the caller frees): the one reading of it,
+ * whose errors say that a model path is a directory holding config.json (for a DIR that is a
+ * file, is not there or holds no config.json). */
+k3_status cfg_read_text(const char *dir, char **text, size_t *len);
 /* Read and validate DIR/config.json (and generation_config.json if present). */
 k3_status cfg_load(const char *dir, k3_config *out);
 /* Check that every tensor the config implies exists with the implied shape. */

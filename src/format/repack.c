@@ -6,6 +6,7 @@
  * logical shape the configuration implies. So a half-written or foreign directory fails with a
  * message naming the shard and tensor instead of being computed with wrong bytes.
  */
+#include "config.h"
 #include "repack.h"
 
 #include <jansson.h>
@@ -36,12 +37,10 @@ static k3_status info_bits(json_t *sec, const char *key, int allow32, int *out) 
 
 k3_status rp_info_load(const char *dir, rp_info *info) {
     memset(info, 0, sizeof *info);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
     json_error_t jerr;
     char        *text;
     size_t       len;
-    k3_status    rs = k3_read_regular(path, "config.json", &text, &len, NULL);
+    k3_status    rs = cfg_read_text(dir, &text, &len);
     if (rs)
         return rs;
     json_t *root = json_loadb(text, len, 0, &jerr);
