@@ -608,7 +608,10 @@ typedef struct k3_msg {
                               * k3-tools.md 1.2 "New Tools Available"), NULL when none  */
     size_t *parts;           /* (n_parts) content's text parts' byte lengths (owned), as
                               * k3_chat_msg.parts; NULL: one string                      */
-    int n_parts;
+    int   n_parts;
+    char *extra; /* members of its transcript line this k3chat does not know (a JSON object's
+                  * text, from a newer k3chat or a hand edit), written back as they were; NULL
+                  * when none                                                              */
 } k3_msg;
 
 typedef struct k3_conv_settings {

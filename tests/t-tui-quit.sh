@@ -55,7 +55,7 @@ if [ -f "$nano/model.safetensors" ]; then
     : >"$K3_TMP/stderr.txt"
     rm -rf "$K3_TMP/data"
     tui_start 100 24 K3_TEST_DECODE_DELAY=10000 -- \
-        "$K3CHAT --think off --temp 0 $nano 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
+        "$K3CHAT --think off --temp 0 --system 'Be brief.' $nano 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 60"
     wait_for "k3-nano" 60
     type_line "first message"
     wait_for "response · Ctrl-C stops" 60 # the title once the answer has text ("waiting for the first token" before)
@@ -71,8 +71,17 @@ import glob, json, sys
 files = glob.glob(sys.argv[1] + "/k3chat/*.jsonl")
 lines = [json.loads(l) for l in open(files[0], encoding="utf-8")] if len(files) == 1 else []
 msgs = [m for m in lines if m.get("role")]
-sys.exit(not (len(msgs) == 2 and msgs[0]["role"] == "user" and msgs[0]["content"] == "first message"
-              and msgs[1]["role"] == "assistant" and msgs[1].get("interrupted") is True and msgs[1]["content"]))' "$K3_TMP/data"
+sys.exit(not (len(msgs) == 3 and msgs[1]["role"] == "user" and msgs[1]["content"] == "first message"
+              and msgs[2]["role"] == "assistant" and msgs[2].get("interrupted") is True and msgs[2]["content"]))' "$K3_TMP/data"
+    # the rescue started the file: it starts as the autosave would (it had neither)
+    check "4: the new file has the model header and the --system prompt" /usr/bin/python3 -c '
+import glob, json, sys
+files = glob.glob(sys.argv[1] + "/k3chat/*.jsonl")
+lines = [json.loads(l) for l in open(files[0], encoding="utf-8")] if len(files) == 1 else []
+sys.exit(not (lines and lines[0].get("format") == "k3chat-transcript"
+              and lines[0].get("model", {}).get("dir", "").endswith("k3-nano")
+              and len(lines[0]["model"].get("config_fnv64", "")) == 16
+              and len(lines) > 1 and lines[1] == {"role": "system", "content": "Be brief."}))' "$K3_TMP/data"
 else
     echo "SKIP: 4 runs on k3-nano (models/k3-nano/model.safetensors is not there)"
 fi

@@ -252,6 +252,61 @@ static void test_round_trip(void) {
     k3_conv_free(c);
 }
 
+/* Members this k3chat does not know (a newer k3chat's, a hand edit's), in the header, its
+ * settings, a message and its stats, survive load + save and load + autosave as they
+ * were; the old load dropped them, and the next save lost them for good. */
+static void test_unknown_fields(void) {
+    static const char text[] =
+        "{\"format\":\"k3chat-transcript\",\"version\":1,\"title\":\"trip\",\"model\":{\"dir\":\"/m\","
+        "\"quant\":\"q4\"},\"settings\":{\"temperature\":0.5,\"new_knob\":[1,{\"x\":null}]}}\n"
+        "{\"role\":\"user\",\"content\":\"hi\",\"attachments\":[{\"file\":\"a.png\",\"bytes\":12}]}\n"
+        "{\"role\":\"assistant\",\"content\":\"yo\",\"feedback\":{\"score\":-1},"
+        "\"stats\":{\"completion_tokens\":2,\"energy_j\":1.5}}\n";
+    static const char *const kept[] = {"\"title\":\"trip\"", "\"new_knob\":[1,{\"x\":null}]",
+                                       "\"attachments\":[{\"file\":\"a.png\",\"bytes\":12}]",
+                                       "\"feedback\":{\"score\":-1}", "\"energy_j\":1.5"};
+    char                     p1[600], p2[600], dir[600];
+    path_in(p1, sizeof p1, "unknown.jsonl");
+    path_in(p2, sizeof p2, "unknown-saved.jsonl");
+    path_in(dir, sizeof dir, "unknown-auto");
+    write_file(p1, text, sizeof text - 1);
+    k3_conv *c = k3_conv_new();
+    T_CHECK(k3_conv_load(c, p1, NULL) == K3_OK && k3_conv_count(c) == 2, "load with unknown members (%s)",
+            k3_errmsg());
+    T_CHECK(k3_conv_save(c, p2) == K3_OK, "save (%s)", k3_errmsg());
+    T_CHECK(k3_conv_autosave_enable(c, dir) == K3_OK && k3_conv_autosave(c) == K3_OK &&
+                k3_conv_autosave_path(c),
+            "autosave (%s)", k3_errmsg());
+    const char *files[] = {p2, k3_conv_autosave_path(c)};
+    for (int f = 0; f < 2; f++) {
+        char *saved = files[f] ? t_read_file(files[f], NULL) : NULL;
+        for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+            T_CHECK(saved && strstr(saved, kept[i]), "%s keeps %s:\n%s", f ? "autosave" : "save", kept[i],
+                    saved ? saved : "(unreadable)");
+        /* the stats' known members are still this version's: one completion_tokens */
+        const char *ct = saved ? strstr(saved, "\"completion_tokens\"") : NULL;
+        T_CHECK(ct && !strstr(ct + 1, "\"completion_tokens\""), "%s: known members written once",
+                f ? "autosave" : "save");
+        free(saved);
+    }
+    /* and again: a second load + save writes the same members */
+    k3_conv *d = k3_conv_new();
+    T_CHECK(k3_conv_load(d, p2, NULL) == K3_OK && conv_eq(c, d), "the saved file loads (%s)", k3_errmsg());
+    T_CHECK(k3_conv_save(d, p1) == K3_OK, "save again (%s)", k3_errmsg());
+    char *again = t_read_file(p1, NULL);
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        T_CHECK(again && strstr(again, kept[i]), "second save keeps %s", kept[i]);
+    free(again);
+    /* a new conversation (/clear) starts a header of its own */
+    k3_conv_clear(d);
+    T_CHECK(k3_conv_save(d, p2) == K3_OK, "save after clear (%s)", k3_errmsg());
+    char *cleared = t_read_file(p2, NULL);
+    T_CHECK(cleared && !strstr(cleared, "trip"), "/clear drops the old header's members");
+    free(cleared);
+    k3_conv_free(d);
+    k3_conv_free(c);
+}
+
 /* Loads text into a conversation holding one message and checks the error and that the
  * conversation was not touched. */
 static void malformed(const char *what, const char *text, size_t n, const char *want_line, const char *want) {
@@ -305,6 +360,18 @@ static void test_malformed(void) {
     malformed("truncated final line with newline",
               S(HDR "{\"role\":\"user\",\"content\":\"x\"}\n{\"role\":\"us\n"), ":3:", "invalid JSON");
     malformed("wrong type", S(HDR "{\"role\":\"user\",\"content\":5}\n"), ":2:", "\"content\" is an integer");
+    /* members this version does not know are kept, not a licence for wrong known ones */
+    malformed("wrong type beside an unknown member",
+              S(HDR "{\"role\":\"user\",\"content\":\"x\",\"mood\":1,\"interrupted\":\"yes\"}\n"),
+              ":2:", "\"interrupted\" is a string, expected true or false");
+    malformed(
+        "wrong stats type beside an unknown one",
+        S(HDR "{\"role\":\"assistant\",\"content\":\"x\",\"stats\":{\"joules\":1,\"decode_s\":\"1\"}}\n"),
+        ":2:", "stats.\"decode_s\" is a string");
+    malformed(
+        "wrong header type beside an unknown member",
+        S("{\"format\":\"k3chat-transcript\",\"version\":1,\"title\":1,\"settings\":{\"top_k\":\"9\"}}\n"),
+        ":1:", "settings.\"top_k\" is a string");
     malformed("image part",
               S(HDR "{\"role\":\"user\",\"content\":[{\"text\":\"a\"},{\"type\":\"image_url\"}]}\n"),
               ":2:", "\"content\"[1] is of type 'image_url': only text parts");
@@ -884,6 +951,7 @@ int main(void) {
     }
     test_edits();
     test_round_trip();
+    test_unknown_fields();
     test_tools();
     test_malformed();
     test_load_fifo();

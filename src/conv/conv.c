@@ -144,6 +144,7 @@ void conv_msg_clear(k3_msg *m) {
     free(m->tool_call_id);
     free(m->tools);
     free(m->parts);
+    free(m->extra);
     memset(m, 0, sizeof *m);
 }
 
@@ -159,6 +160,7 @@ void k3_conv_free(k3_conv *c) {
     free(c->rf_schema);
     free(c->forced);
     free(c->model_dir);
+    free(c->hdr_extra);
     free(c->autosave_dir);
     free(c->autosave_path);
     if (c->gen_free) /* conv-gen.c's state: prompt cache, snapshots, chat encoder */
@@ -283,12 +285,13 @@ static k3_status msg_copy(k3_msg *dst, const k3_msg *src) {
     dst->tool_name    = src->tool_name ? k3_strdup(src->tool_name) : NULL;
     dst->tool_call_id = src->tool_call_id ? k3_strdup(src->tool_call_id) : NULL;
     dst->tools        = src->tools ? k3_strdup(src->tools) : NULL;
+    dst->extra        = src->extra ? k3_strdup(src->extra) : NULL;
     dst->parts        = NULL;
     dst->n_parts      = src->parts && src->n_parts > 0 ? src->n_parts : 0;
     if (dst->n_parts && (dst->parts = k3_malloc((size_t)dst->n_parts * sizeof *dst->parts)))
         memcpy(dst->parts, src->parts, (size_t)dst->n_parts * sizeof *dst->parts);
     bad |= (src->tool_name && !dst->tool_name) || (src->tool_call_id && !dst->tool_call_id) ||
-           (src->tools && !dst->tools) || (dst->n_parts && !dst->parts);
+           (src->tools && !dst->tools) || (src->extra && !dst->extra) || (dst->n_parts && !dst->parts);
     if (src->tool_calls && src->n_tool_calls > 0) {
         dst->tool_calls = k3_calloc((size_t)src->n_tool_calls, sizeof *dst->tool_calls);
         bad |= !dst->tool_calls;
@@ -483,6 +486,8 @@ void k3_conv_clear(k3_conv *c) {
     conv_render_forget(c, keep);
     c->sys_since = 0; /* every turn from now on has it */
     drop_abandoned(c);
+    free(c->hdr_extra); /* the old file keeps them; the new conversation has its own header */
+    c->hdr_extra = NULL;
     /* a new conversation gets a new autosave file; the old file stays as it is */
     free(c->autosave_path);
     c->autosave_path = NULL;
@@ -621,6 +626,9 @@ void conv_swap_content(k3_conv *a, k3_conv *b) {
     char            *tools = a->tools;
     a->tools               = b->tools;
     b->tools               = tools;
+    char *hx               = a->hdr_extra;
+    a->hdr_extra           = b->hdr_extra;
+    b->hdr_extra           = hx;
     a->msgs                = b->msgs;
     a->n_msgs              = b->n_msgs;
     a->cap_msgs            = b->cap_msgs;

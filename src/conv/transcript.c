@@ -87,6 +87,32 @@ static json_t *jseed(uint64_t seed) {
     return json_string(tmp);
 }
 
+/* Writes back what a load kept of members this k3chat does not know (k3_msg.extra): each
+ * member o lacks is added; one that is an object in both is merged member by member (unknown
+ * members of "settings" or "stats"); what this version writes wins. Returns nonzero on failure. */
+static int merge_unknown(json_t *o, json_t *x) {
+    const char *k;
+    json_t     *v;
+    int         bad = 0;
+    json_object_foreach(x, k, v) {
+        json_t *have = json_object_get(o, k);
+        if (!have)
+            bad |= json_object_set(o, k, v);
+        else if (json_is_object(have) && json_is_object(v))
+            bad |= merge_unknown(have, v);
+    }
+    return bad;
+}
+
+static int add_unknown(json_t *o, const char *extra) {
+    if (!o || !extra)
+        return 0;
+    json_t *x   = json_loads(extra, 0, NULL);
+    int     bad = !x || merge_unknown(o, x);
+    json_decref(x);
+    return bad;
+}
+
 static json_t *header_json(const k3_conv *c) {
     char      when[32] = "";
     time_t    now      = time(NULL);
@@ -110,6 +136,10 @@ static json_t *header_json(const k3_conv *c) {
     if (h && c->tools) { /* the declarations as given (a JSON array; kept as text if jansson cannot) */
         json_t *t = json_loads(c->tools, JSON_DECODE_ANY, NULL);
         json_object_set_new(h, "tools", t ? t : json_string(c->tools));
+    }
+    if (add_unknown(h, c->hdr_extra)) { /* a header without them would lose them for good */
+        json_decref(h);
+        return NULL;
     }
     return h;
 }
@@ -206,6 +236,7 @@ static json_t *msg_json(const k3_msg *m) {
     }
     if (m->has_stats)
         bad |= json_object_set_new(o, "stats", stats_json(&m->stats));
+    bad |= add_unknown(o, m->extra);
     if (bad) {
         json_decref(o);
         return NULL;
@@ -695,6 +726,68 @@ static k3_status get_str(const lctx *L, json_t *o, const char *obj, const char *
             return st;                                                                                       \
     } while (0)
 
+/* ---- members this version does not know ----
+ * A newer k3chat (or a hand edit) may add members to a line; they are kept as text
+ * (k3_msg.extra, the header's hdr_extra) and written back on save, not dropped. */
+static const char *const known_header[]   = {"format", "version",  "k3chat", "created",
+                                             "model",  "settings", "tools",  NULL};
+static const char *const known_settings[] = {"temperature", "top_p",     "min_p",       "top_k",      "seed",
+                                             "think",       "effort",    "tool_choice", "max_tokens", "bits",
+                                             "mla_bits",    "head_bits", NULL};
+static const char *const known_msg[]      = {
+         "role", "content", "reasoning_content", "reasoning", "thinking",  "tool_calls", "tool_call_id",
+         "name", "tools",   "interrupted",       "stats",     "token_ids", "abandoned",  "since",
+         NULL};
+static const char *const known_stats[] = {"prompt_tokens",  "cached_tokens",
+                                          "prefill_tokens", "completion_tokens",
+                                          "think_tokens",   "prefill_s",
+                                          "decode_s",       "ttft_s",
+                                          "think_s",        "tok_s",
+                                          "temperature",    "top_p",
+                                          "min_p",          "top_k",
+                                          "seed",           "think",
+                                          "stop",           NULL};
+
+/* An object member whose own members are read: those it does not know are kept under its name. */
+typedef struct {
+    const char        *key;
+    const char *const *known;
+} jsub;
+
+/* Adds o's members not in known to x, and those of its objects named in subs (NULL-ended) not
+ * in theirs. Returns nonzero on failure. */
+static int unknown_members(json_t *x, json_t *o, const char *const *known, const jsub *subs) {
+    const char *k;
+    json_t     *v;
+    int         bad = 0;
+    json_object_foreach(o, k, v) {
+        size_t i = 0, j = 0;
+        while (known[i] && strcmp(known[i], k))
+            i++;
+        while (subs && subs[j].key && strcmp(subs[j].key, k))
+            j++;
+        if (!known[i])
+            bad |= json_object_set(x, k, v);
+        else if (subs && subs[j].key && json_is_object(v)) {
+            json_t *y = json_object();
+            bad |= !y || unknown_members(y, v, subs[j].known, NULL);
+            if (y && json_object_size(y))
+                bad |= json_object_set(x, k, y);
+            json_decref(y);
+        }
+    }
+    return bad;
+}
+
+/* x's text for k3_msg.extra / hdr_extra (NULL when x is empty); takes x. */
+static k3_status unknown_text(const lctx *L, json_t *x, int bad, char **out) {
+    *out = NULL;
+    if (!bad && x && json_object_size(x))
+        bad = !(*out = json_dumps(x, JSON_COMPACT));
+    json_decref(x);
+    return bad || !x ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line) : K3_OK;
+}
+
 static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info *info) {
     k3_status   st;
     const char *fmt = NULL;
@@ -717,6 +810,12 @@ static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info
         TRY(get_str(L, model, "model.", "dir", &dir));
         TRY(get_str(L, model, "model.", "config_fnv64", &fp));
     }
+    /* "model" is not kept: the header names the model loaded when it is written */
+    static const jsub hsubs[] = {{"settings", known_settings}, {NULL, NULL}};
+    json_t           *x       = json_object();
+    int               bad     = !x || unknown_members(x, h, known_header, hsubs);
+    free(c->hdr_extra);
+    TRY(unknown_text(L, x, bad, &c->hdr_extra));
     if (info) {
         snprintf(info->version, sizeof info->version, "%s", ver ? ver : "");
         snprintf(info->model_dir, sizeof info->model_dir, "%s", dir ? dir : "");
@@ -1077,6 +1176,10 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         }
         since = json_integer_value(sj);
     }
+    static const jsub msubs[] = {{"stats", known_stats}, {NULL, NULL}};
+    json_t           *x       = json_object();
+    if ((st = unknown_text(L, x, !x || unknown_members(x, o, known_msg, msubs), &m.extra)))
+        goto out;
     m.content   = text;
     m.reasoning = reasoning;
     st          = branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch) : conv_push(c, &m);
@@ -1089,6 +1192,7 @@ out:
     free(m.ids);
     free(m.tool_calls);
     free(mtools);
+    free(m.extra);
     return st;
 }
 

@@ -114,6 +114,8 @@ void ue_close(ue *u) {
     pthread_mutex_destroy(&u->mu);
     free(u->run_text);
     free(u->saved_path);
+    free(u->saved_system);
+    free(u->saved_tools);
     free(u);
 }
 
@@ -124,16 +126,20 @@ void ue_abandon(ue *u) {
 
 /* ue_rescue's work, on a thread of its own: the file system may hang as the worker does. */
 typedef struct rescue {
-    k3_conv   *c;    /* the turn: the message (when it is not on disk yet) and the answer */
-    char      *path; /* the autosave file, NULL: none yet (c starts one)                  */
+    k3_conv   *c;     /* the turn: the message (when it is not on disk yet) and the answer */
+    char      *path;  /* the autosave file, NULL: none yet (c starts one)                  */
+    char      *model; /* a new file's header: the model directory (k3_conv_set_model), NULL: none */
     k3_status  st;
     char       err[512];
     atomic_int done;
 } rescue;
 
 static void *rescue_main(void *arg) {
-    rescue *x = arg;
-    x->st     = x->path ? k3_conv_append_to(x->c, x->path) : k3_conv_autosave(x->c);
+    rescue   *x = arg;
+    k3_params p; /* the model's identity for the header, as the worker's; without it, none */
+    if (!x->path && x->model && k3_params_default(&p) == K3_OK)
+        (void)k3_conv_set_model(x->c, x->model, &p);
+    x->st = x->path ? k3_conv_append_to(x->c, x->path) : k3_conv_autosave(x->c);
     if (x->st != K3_OK)
         snprintf(x->err, sizeof x->err, "%s", k3_errmsg());
     else if (!x->path && k3_conv_autosave_path(x->c))
@@ -180,7 +186,17 @@ int ue_rescue(ue *u, const char *answer, const char *think, const ue_gen *g, dou
         pthread_t th;
         x->path = path;
         path    = NULL;
-        if ((x->path || k3_conv_autosave_enable(x->c, NULL) == K3_OK) &&
+        /* a new file starts as the autosave would start it: the header names the model, then
+         * the system prompt and the tools the conversation has */
+        int head = 1;
+        if (!x->path) {
+            x->model = u->be == &ue_backend_real && u->opts->dir ? strdup(u->opts->dir) : NULL;
+            pthread_mutex_lock(&u->mu);
+            head = (!u->saved_system || k3_conv_set_system(x->c, u->saved_system) == K3_OK) &&
+                   (!u->saved_tools || k3_conv_set_tools(x->c, u->saved_tools) == K3_OK);
+            pthread_mutex_unlock(&u->mu);
+        }
+        if (head && (x->path || k3_conv_autosave_enable(x->c, NULL) == K3_OK) &&
             k3_conv_add(x->c, K3_ROLE_USER, text ? text : "", NULL) == K3_OK &&
             k3_conv_add_msg(x->c, &a) == K3_OK && pthread_create(&th, NULL, rescue_main, x) == 0) {
             for (double t0 = ev_now(); !atomic_load(&x->done) && ev_now() - t0 < wait_s;)
@@ -207,6 +223,7 @@ int ue_rescue(ue *u, const char *answer, const char *think, const ue_gen *g, dou
     if (x) {
         k3_conv_free(x->c);
         free(x->path);
+        free(x->model);
         free(x);
     }
     free(text);
@@ -463,13 +480,20 @@ void ue_conv_autosave_enable(ue *u, k3_conv *c) {
     pthread_mutex_unlock(&u->mu);
 }
 
+/* *dst becomes a copy of s (NULL: none), copied only when it differs. */
+static void keep_copy(char **dst, const char *s) {
+    if (!*dst || !s || strcmp(*dst, s)) {
+        free(*dst);
+        *dst = s ? strdup(s) : NULL;
+    }
+}
+
 void ue_note_saved(ue *u, const k3_conv *c) {
     const char *p = k3_conv_autosave_path(c);
     pthread_mutex_lock(&u->mu); /* for ue_rescue */
-    if (!u->saved_path || !p || strcmp(u->saved_path, p)) {
-        free(u->saved_path);
-        u->saved_path = p ? strdup(p) : NULL;
-    }
+    keep_copy(&u->saved_path, p);
+    keep_copy(&u->saved_system, k3_conv_system(c));
+    keep_copy(&u->saved_tools, k3_conv_tools(c));
     pthread_mutex_unlock(&u->mu);
     int turns = 0;
     for (int i = 0; i < k3_conv_count(c) && !turns; i++)

@@ -68,11 +68,14 @@ struct ue {
     int       stopping; /* ue_stop posted the quit (UI thread only) */
     pthread_t th;
     /* What a quit that does not wait for the worker (ue_rescue) needs, kept by the worker: */
-    pthread_mutex_t mu;          /* guards the three below                                   */
-    int             run_type;    /* the command it runs (EV_CMD_*), 0: none               */
-    char           *run_text;    /* that command's text (a message), NULL: none           */
-    char           *saved_path;  /* the autosave file as of the last autosave, NULL: none */
-    int             autosave_on; /* the conversation autosaves (worker.c, remote.c)      */
+    pthread_mutex_t mu;           /* guards the fields below                                  */
+    int             run_type;     /* the command it runs (EV_CMD_*), 0: none               */
+    char           *run_text;     /* that command's text (a message), NULL: none           */
+    char           *saved_path;   /* the autosave file as of the last autosave, NULL: none */
+    char           *saved_system; /* the system prompt then (a first turn's rescue writes it
+                                     in a new file, as the autosave would), NULL: none    */
+    char *saved_tools;            /* the tool declarations then, NULL: none                */
+    int   autosave_on;            /* the conversation autosaves (worker.c, remote.c)      */
 };
 
 /* Start the worker (mock when K3_MOCK is set, else the real engine). NULL when out of memory. */
