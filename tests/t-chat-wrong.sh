@@ -235,6 +235,15 @@ rc=$?
 t "19: --endpoint ftp://USER:PASSWORD@x is a usage error naming the scheme (status $rc)" \
     '[ $rc -eq 2 ] && grep -q "endpoint: a URL of scheme .ftp. is not http:// or https://" "$K3_TMP/err19"'
 t "19: ... and the password is not shown" '! grep -q pw-secret "$K3_TMP/err19"'
+# an http URL with no host ("http://USER:PASSWORD@") went on to warn that the password goes to ''
+# over plain http, then failed every turn: refused at the start (libcurl's URL parser), naming why
+for u in 'http://k3user:pw-secret@' 'http://k3user:pw-secret@:99999/v1'; do
+    printf 'hi\n' | "$k" --endpoint "$u" --plain >/dev/null 2>"$K3_TMP/err19"
+    rc=$?
+    t "19: --endpoint $(echo "$u" | sed 's/pw-secret/PW/') is refused naming the reason (status $rc)" \
+        '[ $rc -eq 1 ] && grep -q "endpoint: the URL cannot be used (.*); the form is http\[s\]://HOST" "$K3_TMP/err19" && ! grep -q "plain http" "$K3_TMP/err19"'
+    t "19: ... and the password is not shown" '! grep -q pw-secret "$K3_TMP/err19"'
+done
 
 # 19: a drawing setting the full-screen chat would refuse (K3_EMOJI, K3_HYPERLINKS, a theme it
 # cannot load) is refused in line mode and with --prompt too: status 2 naming it, nothing sent.

@@ -974,6 +974,27 @@ static int secret_in_clear(const remote *r, int has_key, char *host_out, size_t 
     return (has_key || pw) && !loop;
 }
 
+/* 0 when libcurl reads url as a URL with a host, else 1 with the reason in why; the URL is not
+ * repeated (it may hold a user:password@). "http://u:p@" went on to a plain-http warning naming
+ * an empty host and a failed turn. */
+static int url_unusable(const char *url, char *why, size_t n) {
+    CURLU *h    = curl_url();
+    char  *host = NULL;
+    if (!h) {
+        snprintf(why, n, "out of memory");
+        return 1;
+    }
+    CURLUcode rc = curl_url_set(h, CURLUPART_URL, url, CURLU_DEFAULT_SCHEME);
+    if (rc == CURLUE_OK)
+        rc = curl_url_get(h, CURLUPART_HOST, &host, 0);
+    if (rc != CURLUE_OK)
+        snprintf(why, n, "the URL cannot be used (%s); the form is http[s]://HOST[:PORT][/PATH]",
+                 curl_url_strerror(rc));
+    curl_free(host);
+    curl_url_cleanup(h);
+    return rc != CURLUE_OK;
+}
+
 static int remote_open(ue *u, void **self, char *err, size_t errn) {
     remote *r = calloc(1, sizeof *r);
     if (!r)
@@ -983,6 +1004,12 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
     r->idle_s  = (int)k3_setting(K3_SETTING_ENDPOINT_IDLE_SECS)->def;
     if (k3_setting_env_int(K3_SETTING_ENDPOINT_IDLE_SECS, &r->idle_s)) {
         snprintf(err, errn, "%s", k3_errmsg());
+        free(r);
+        return -1;
+    }
+    char why[200];
+    if (url_unusable(u->opts->endpoint, why, sizeof why)) {
+        snprintf(err, errn, "--endpoint: %s", why);
         free(r);
         return -1;
     }
