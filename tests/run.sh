@@ -179,6 +179,16 @@ run_one() {
     times >"$res/$id.times"
     cpu=$(awk 'END { split($1 " " $2, a, /[ms]/); printf "%d", a[1] * 60 + a[2] + a[3] * 60 + a[4] }' "$res/$id.times")
     [ -s "$sp" ] && speed_pool "$sp" "$pool"
+    # Processes the test left behind (their environment holds its K3_TMP) are killed, and the
+    # summary names them. Seen: an ASan k3chat whose tmux pane was killed as it exited spun at
+    # 100 % for the rest of the run (LeakSanitizer's exit check had ptrace-attached its tracer,
+    # and the hang-up's SIGCONT to the orphaned group cancelled the SIGSTOP it waited for).
+    left=""
+    for e in $(grep -lzxF "K3_TMP=$tmp" /proc/[0-9]*/environ 2>/dev/null); do
+        pid=${e#/proc/}; pid=${pid%/environ}
+        left="$left $pid:$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-80)"
+        kill -9 "$pid" 2>/dev/null
+    done
     rm -rf "$tmp"
     p=$(grep -c '^PASS:' "$log"); f=$(grep -c '^FAIL:' "$log"); s=$(grep -c '^SKIP:' "$log")
     {
@@ -188,6 +198,7 @@ run_one() {
         elif [ $((p + f + s)) -eq 0 ]; then
             f=1; echo "  [$b] $name: FAIL: printed no assertion (log: $log)"
         fi
+        [ -n "$left" ] && echo "  [$b] $name: note: killed what it left running:$left"
         printf '%-8s %-40s %4d passed %3d failed %3d skipped  %3ds  (cpu %3ds, from %3ds)\n' "[$b]" "$name" "$p" "$f" "$s" \
             $((t1 - t0)) "$cpu" $((t0 - start))
         echo "$p $f $s" >"$res/$id.cnt"
