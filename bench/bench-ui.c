@@ -106,6 +106,19 @@ static pid_t spawn_chat(const char *exe, const char *dir, const char *script, co
 
 /* One scripted turn in k3chat; results named PREFIX_token_to_screen_ms, PREFIX_cpu_share and
  * PREFIX_frame_cpu_ms. */
+/* The k3chat built beside this k3-bench, into exe[n]: 0, or -1 when /proc/self/exe cannot say. */
+static int sibling_k3chat(char *exe, size_t n) {
+    ssize_t k = readlink("/proc/self/exe", exe, n - 16);
+    if (k <= 0)
+        return -1;
+    exe[k]      = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return -1;
+    strcpy(slash + 1, "k3chat");
+    return 0;
+}
+
 static int run_turn(const char *prefix, int markdown) {
     char lat_name[64], cpu_name[64], frame_name[64];
     snprintf(lat_name, sizeof lat_name, "%s_token_to_screen_ms", prefix);
@@ -113,15 +126,9 @@ static int run_turn(const char *prefix, int markdown) {
     snprintf(frame_name, sizeof frame_name, "%s_frame_cpu_ms", prefix);
     if (!bench_want(lat_name) && !bench_want(cpu_name) && !bench_want(frame_name))
         return 0;
-    char    exe[4096], dir[64] = "/tmp/k3bench-ui.XXXXXX", script[128], stats[128], hist[160];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 16);
-    if (k <= 0 || !mkdtemp(dir))
+    char exe[4096], dir[64] = "/tmp/k3bench-ui.XXXXXX", script[128], stats[128], hist[160];
+    if (sibling_k3chat(exe, sizeof exe) || !mkdtemp(dir))
         return 1;
-    exe[k]      = 0;
-    char *slash = strrchr(exe, '/');
-    if (!slash)
-        return 1;
-    strcpy(slash + 1, "k3chat");
     snprintf(script, sizeof script, "%s/mock.txt", dir);
     snprintf(stats, sizeof stats, "%s/stats.txt", dir);
     write_script(script, markdown);
@@ -275,15 +282,9 @@ static int run_paste(void) {
         const char *name;
         size_t      bytes;
     } sz[] = {{"ui_paste_100k_cpu_s", 100000}, {"ui_paste_1m_cpu_s", 1000000}};
-    char    exe[4096];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 16);
-    if (k <= 0 || (!bench_want(sz[0].name) && !bench_want(sz[1].name)))
+    char exe[4096];
+    if (sibling_k3chat(exe, sizeof exe) || (!bench_want(sz[0].name) && !bench_want(sz[1].name)))
         return 0;
-    exe[k]      = 0;
-    char *slash = strrchr(exe, '/');
-    if (!slash)
-        return 1;
-    strcpy(slash + 1, "k3chat");
     const char *ref = k3_setting_env_str(K3_SETTING_BENCH_REF_K3CHAT);
     double      med[2][2]; /* [size][new, reference] */
     for (int s = 0; s < 2; s++) {
