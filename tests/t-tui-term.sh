@@ -29,6 +29,38 @@ for sig in TERM HUP INT; do
     check "SIG$sig: k3chat exits with $st" wait_for "EXIT=$st" 5
     check "SIG$sig: the terminal is restored" wait_for "icanon echo" 5
 done
+# Ctrl-Z under a shell with job control that does not ask for bracketed paste itself (dash;
+# bash turns it off before each command it runs): the shell gets the terminal as it was, its
+# pastes unwrapped (bracketed paste was left on, and cat -v showed ^[[200~), the alternate
+# screen and the mouse off; fg brings the chat back with its paste and mouse modes
+modes() { $T display -p 'alt=#{alternate_on} mouse=#{mouse_any_flag}'; }
+if command -v dash >/dev/null; then
+    echo "PS1='k3sh\$ '" >"$K3_TMP/shrc" # dash takes PS1 from \$ENV's file, not the environment
+    tui_start 80 24 K3_MOCK="$m" ENV="$K3_TMP/shrc" -- "dash -i"
+    wait_for 'k3sh$' 5
+    type_line "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt"
+    wait_for "mock · 3 layers" 10
+    keys C-z
+    check "Ctrl-Z: the shell's prompt" wait_for "Stopped" 5
+    check "... the alternate screen and the mouse off" [ "$(modes)" = "alt=0 mouse=0" ]
+    type_line "cat -v"
+    $T set-buffer "PASTED"
+    $T paste-buffer -p; keys Enter
+    check "... a paste reaches the shell's program without bracketed-paste marks" wait_for "PASTED" 5
+    check "... (no ^[[200~)" hasnt "[200~"
+    keys C-d
+    type_line "stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\\n' ' '; echo"
+    check "... the terminal in canonical mode with echo" wait_for "icanon echo" 5
+    type_line fg
+    check "fg: the chat is back on the alternate screen with the mouse" \
+        wait_until "alt=1 mouse=1" 5 sh -c '[ "$('"$T"' display -p "alt=#{alternate_on} mouse=#{mouse_any_flag}")" = "alt=1 mouse=1" ]'
+    $T set-buffer "$(printf 'one\ntwo')"
+    $T paste-buffer -p
+    check "... and a two-line paste is one message in the input, not sent" wait_for "  two" 5
+    check "... (still in the input)" has "› one"
+    keys C-u C-u C-d
+    check "... Ctrl-D ends it" wait_for 'k3sh$' 5
+fi
 tui_start 80 24 K3_MOCK="$m" -- "$K3CHAT --theme nosuch /no/model; echo EXIT=\$?; sleep 30"
 check "--theme with an unknown name: usage error 2" wait_for "EXIT=2" 5
 check "--theme names the themes there are" has "themes: "

@@ -61,11 +61,17 @@ static void suspend(tui *t) {
     dfl.sa_handler = SIG_DFL;
     got_tstp       = 0;
     def_prog_mode();
+    /* bracketed paste is ours, not curses': off for the shell (a shell that does not ask for it,
+     * dash, got every paste wrapped in ESC[200~ ... ESC[201~), on again when we are back */
+    printf("\033[?2004l");
+    fflush(stdout);
     endwin();
     sigaction(SIGTSTP, &dfl, &ours);
     kill(getpid(), SIGTSTP); /* stops here until SIGCONT */
     sigaction(SIGTSTP, &ours, NULL);
     reset_prog_mode();
+    printf("\033[?2004h");
+    fflush(stdout);
     clearok(curscr, TRUE);
     t->dirty = DIRTY_ALL;
 }
