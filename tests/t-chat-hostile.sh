@@ -65,25 +65,32 @@ check "K3_ENDPOINT_IDLE_SECS=0 is refused at start" grep -q "K3_ENDPOINT_IDLE_SE
 
 # tool calls streamed as OpenAI deltas: shown as the local engine shows them, kept with the reply
 # (saved, sent back on the next turn); they were dropped (an empty answer). A call whose id changes
-# mid-stream, or one that opens out of order, is a malformed stream.
+# mid-stream, or one that opens out of order, is a malformed stream. The turn before (thinkevil)
+# has an answer and reasoning: the calls' reply, which has neither, was saved and sent back with
+# that turn's text as its own (the buffers emptied by length only).
 : >"$K3_TMP/reqs"
-printf 'tools\n/save %s/tools.jsonl\nhi\ntoolid\ntoolidx\n' "$K3_TMP" |
+printf 'thinkevil\ntools\n/save %s/tools.jsonl\nhi\ntoolid\ntoolidx\n' "$K3_TMP" |
     timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8" 2>"$K3_TMP/err8"
 check "tool calls: shown as '-> name(arguments)'" \
     grep -qx -e '-> get_weather({"city": "Paris"})' "$K3_TMP/out8"
 check "... the second one too" grep -qx -e '-> get_time({})' "$K3_TMP/out8"
 check "... kept with the reply in the transcript" /usr/bin/python3 -c '
 import json, sys
-m = [json.loads(l) for l in open(sys.argv[1])][1:]
+m = [json.loads(l) for l in open(sys.argv[1])][3:]
 c = m[1].get("tool_calls", [])
 sys.exit(not (m[1]["role"] == "assistant" and not m[1].get("interrupted") and
               [(x["id"], x["function"]["name"], x["function"]["arguments"]) for x in c] ==
               [("call_a", "get_weather", "{\"city\": \"Paris\"}"), ("call_c", "get_time", "{}")]))' \
     "$K3_TMP/tools.jsonl"
+check "... with no text of the turn before as its own (content and reasoning empty)" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+sys.exit(not ("end" in m[1]["content"] and m[3]["content"] == "" and not m[3].get("reasoning_content")))' \
+    "$K3_TMP/tools.jsonl"
 check "... and sent back with the next message" /usr/bin/python3 -c '
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1])]
-sys.exit(not (len(r) >= 2 and r[1]["n_calls"] == 2))' "$K3_TMP/reqs"
+sys.exit(not (len(r) >= 3 and r[2]["n_calls"] == 2))' "$K3_TMP/reqs"
 printf 'jsontools\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8j" 2>"$K3_TMP/err8j"
 check "a tool call in a JSON answer (not a stream): shown too" grep -qx -e '-> lookup({"q": 1})' "$K3_TMP/out8j"
 check "a call's id that changes mid-stream: refused, saying so" grep -qF \

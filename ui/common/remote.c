@@ -764,7 +764,13 @@ static void turn(remote *r, const ue_gen *g, int retry) {
     record_settings(r, g);
     ue_tok_begin(&r->tok);
     r->n_prompt = r->n_completion = r->done = 0;
+    /* emptied as strings too: the reply below reads them as C strings, and a turn that brings
+     * no text (tool calls alone) saved the previous turn's answer and reasoning as its own */
     r->think.n = r->resp.n = 0;
+    if (r->think.p)
+        r->think.p[0] = 0;
+    if (r->resp.p)
+        r->resp.p[0] = 0;
     calls_free(r);
     r->finish[0] = r->err[0] = 0;
     char     msg[1200]       = "";
