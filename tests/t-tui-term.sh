@@ -1,7 +1,8 @@
 #!/bin/sh
 # t-tui-term.sh: the full-screen chat on other terminals: 8 colors (TERM=xterm), 256 colors with
-# NO_COLOR, a monochrome terminal (vt100), and a bad --theme; each answers a message and exits
-# cleanly.
+# NO_COLOR, a monochrome terminal (vt100), a direct-color one (xterm-direct) and a bad --theme;
+# each answers a message and exits cleanly. Signals from outside, and Ctrl-Z and fg under a shell
+# with job control, leave the terminal as it was.
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 m="$K3_TMP/mock.txt"
@@ -20,6 +21,32 @@ for term in xterm:8-color xterm-256color:NO_COLOR vt100:monochrome; do
     keys C-d
     check "$what ($tt): exits with 0" wait_for "EXIT=0" 5
 done
+# a direct-color terminal (xterm-direct: COLORS 2^24, a color number above CO's 8 indexes is its
+# RGB value; its entry compiled here, as ncurses-base lacks it): the theme's 256-color numbers
+# went out as RGB (the status bar's grey 252 on 236 was 0,0,252 on 0,0,236, its bright-blue model
+# name 0,0,12); each is the xterm palette's color, the ANSI ones indexes
+cat >"$K3_TMP/direct.ti" <<'EOF'
+xterm-direct|xterm with direct-color indexing,
+	RGB, colors#0x1000000, pairs#0x10000, CO#8,
+	initc@, initp@, ccc@, oc@, op=\E[39;49m, setb@, setf@,
+	setab=\E[%?%p1%{8}%<%t4%p1%d%e48\:2\:\:%p1%{65536}%/%d\:%p1%{256}%/%{255}%&%d\:%p1%{255}%&%d%;m,
+	setaf=\E[%?%p1%{8}%<%t3%p1%d%e38\:2\:\:%p1%{65536}%/%d\:%p1%{256}%/%{255}%&%d\:%p1%{255}%&%d%;m,
+	use=xterm-256color,
+EOF
+# bar_has TEXT: the status bar's row, with its colors, holds TEXT
+bar_has() { $T capture-pane -p -e | grep -F "mock · 3 layers" | grep -qF -- "$1"; }
+if tic -x -o "$K3_TMP/terminfo" "$K3_TMP/direct.ti" 2>/dev/null; then
+    tui_start 80 24 K3_MOCK="$m" TERMINFO="$K3_TMP/terminfo" -- "TERM=xterm-direct $K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 30"
+    wait_for "mock · 3 layers" 10
+    check "xterm-direct: the status bar is grey 252 on 236 as RGB (208 on 48)" bar_has '[38;2;208;208;208m'
+    check "... on 48,48,48" bar_has '[48;2;48;48;48m'
+    check "... its model name bright blue (92,92,255)" bar_has '[38;2;92;92;255m'
+    check "... no 256-color number taken for RGB (0,0,N)" sh -c "! $T capture-pane -p -e | grep -qF ';2;0;0;'"
+    keys C-d
+    check "xterm-direct: exits with 0" wait_for "EXIT=0" 5
+else
+    echo "SKIP: tic cannot compile an xterm-direct entry"
+fi
 # a signal from outside (TERM, HUP, INT) ends k3chat cleanly, the terminal restored
 for sig in TERM HUP INT; do
     tui_start 80 24 K3_MOCK="$m" -- "sh -c 'echo \$\$ >$K3_TMP/pid; exec $K3CHAT /no/model 2>>$K3_TMP/stderr.txt'; echo EXIT=\$?; stty -a | tr ' ' '\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\n' ' '; echo; sleep 30"

@@ -187,6 +187,15 @@ int main(void) {
     T_CHECK(fg == 2, "8 colors: light green 150 is green by its hue (got %d)", fg);
     thm_resolve(&hue, 256, &fg, &bg, &at);
     T_CHECK(fg == 150, "256 colors: unchanged (got %d)", fg);
+    /* direct color (xterm-direct, CO#8): numbers past the indexes are RGB values */
+    T_CHECK(thm_direct(-1, 8) == -1 && thm_direct(6, 8) == 6,
+            "direct color: default and ANSI 6 stay indexes");
+    T_CHECK(thm_direct(12, 8) == 0x5c5cff, "direct color: bright blue 12 is RGB 5c5cff (got %06x)",
+            thm_direct(12, 8));
+    T_CHECK(thm_direct(252, 8) == 0xd0d0d0 && thm_direct(150, 8) == 0xafd787,
+            "direct color: grey 252 and cube 150 as the xterm palette's RGB (%06x %06x)", thm_direct(252, 8),
+            thm_direct(150, 8));
+    T_CHECK(thm_direct(12, 16) == 12, "direct color with 16 indexes (xterm-direct16): 12 stays an index");
     /* every shipped theme, and the built-in one, on 8 and 16 colors: no text in its background's
      * color, none black on a dark theme, none white or yellow on the light one */
     static const char *names[] = {"(built-in)", "dark", "light", "high-contrast"};

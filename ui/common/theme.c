@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <term.h>
 #include <unistd.h>
 
 static const struct {
@@ -34,7 +35,7 @@ void thm_defaults(thm_spec t[THM_N]) {
         t[r] = roles[r].def;
 }
 
-static const char *color_names[] = {"black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"};
+static const char *ansi_names[] = {"black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"};
 
 static int parse_color(const char *w, short *out) {
     if (!strcmp(w, "default")) {
@@ -43,7 +44,7 @@ static int parse_color(const char *w, short *out) {
     }
     int bright = !strncmp(w, "bright-", 7);
     for (int k = 0; k < 8; k++)
-        if (!strcmp(w + (bright ? 7 : 0), color_names[k])) {
+        if (!strcmp(w + (bright ? 7 : 0), ansi_names[k])) {
             *out = (short)(k + (bright ? 8 : 0));
             return 0;
         }
@@ -324,6 +325,14 @@ void thm_resolve(const thm_spec *s, int colors, short *fg, short *bg, int *attrs
         *fg = -1;
 }
 
+int thm_direct(short c, int n_idx) {
+    int r, g, b;
+    if (c < 0 || c < n_idx || c > 255)
+        return c;
+    rgb256(c, &r, &g, &b);
+    return r << 16 | g << 8 | b;
+}
+
 void thm_apply(const thm_spec t[THM_N]) {
     const char *nc  = getenv("NO_COLOR");
     int         col = has_colors() && !(nc && *nc);
@@ -331,6 +340,12 @@ void thm_apply(const thm_spec t[THM_N]) {
         start_color();
         use_default_colors();
     }
+    /* a direct-color terminal (COLORS 2^24: xterm-direct) takes a color number as its RGB value
+     * but for the first CO (terminfo, 8 when not given) indexes: 256-color 252 was drawn as
+     * RGB 0,0,252 (the grey status bar blue, its bright blue title black on it) */
+    int direct = col && COLORS > 256, n_idx = direct ? tigetnum("CO") : 0;
+    if (direct && n_idx < 0)
+        n_idx = 8;
     for (int r = 0; r < THM_N; r++) {
         short fg, bg;
         int   at, a = 0;
@@ -348,7 +363,10 @@ void thm_apply(const thm_spec t[THM_N]) {
         if (at & THM_A_REVERSE)
             a |= (int)A_REVERSE;
         if (col && r + 1 < COLOR_PAIRS) {
-            init_pair((short)(r + 1), fg, bg);
+            if (direct)
+                init_extended_pair(r + 1, thm_direct(fg, n_idx), thm_direct(bg, n_idx));
+            else
+                init_pair((short)(r + 1), fg, bg);
             a |= (int)COLOR_PAIR(r + 1);
         } else if (!col && r == THM_STATUS) {
             a |= (int)A_REVERSE; /* the status bar stays visible without colors */

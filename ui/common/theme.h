@@ -87,6 +87,10 @@ void thm_list(char *buf, size_t n);
  * colors 8..15 lose their brightness below 16 colors; a foreground equal to its background
  * becomes the default. */
 void thm_resolve(const thm_spec *s, int colors, short *fg, short *bg, int *attrs);
+/* A resolved color c on a direct-color terminal (COLORS 2^24), whose color numbers are RGB values
+ * (0xRRGGBB) past its first n_idx indexed colors (terminfo CO): c itself when it is the default
+ * (-1) or below n_idx, else the xterm palette's RGB of 256-color c. */
+int thm_direct(short c, int n_idx);
 
 /* curses side: make t current (after initscr); attributes for drawing. */
 void        thm_apply(const thm_spec t[THM_N]);
