@@ -86,7 +86,38 @@ if command -v dash >/dev/null; then
     check "... and a two-line paste is one message in the input, not sent" wait_for "  two" 5
     check "... (still in the input)" has "› one"
     keys C-u C-u C-d
-    check "... Ctrl-D ends it" wait_for 'k3sh$' 5
+    type_line 'echo END=$?'
+    check "... Ctrl-D ends it with 0" wait_for "END=0" 5
+    # line mode (libedit): Ctrl-Z left the shell in libedit's raw mode (no echo: the stty line
+    # below did not show as typed) and fg brought no prompt back; now the shell gets the terminal
+    # as k3chat found it, and fg shows the prompt with the line typed so far, which goes on
+    printf 'delay 0\nresponse answer to {user}\n---\ndelay 150\nresponse slow1 slow2 slow3 slow4 slow-end\n' >"$K3_TMP/slow.txt"
+    tui_start 80 24 K3_MOCK="$K3_TMP/slow.txt" ENV="$K3_TMP/shrc" -- "dash -i"
+    wait_for 'k3sh$' 5
+    type_line "$K3CHAT --plain /no/model" # stderr the terminal: libedit
+    # last_is TEXT: the last row that is not blank is TEXT
+    last_is() { [ "$(screen | grep -v '^$' | tail -n 1)" = "$1" ]; }
+    wait_until "the line-mode prompt" 10 last_is ">"
+    keys -l draft
+    wait_until "the draft" 5 last_is "> draft"
+    keys C-z
+    check "line mode, Ctrl-Z: the shell's prompt" wait_for "Stopped" 5
+    type_line "stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\\n' ' '; echo"
+    check "... the terminal in canonical mode with echo, the command shown as typed" wait_for "icanon echo" 5
+    check "... (echoed)" has 'k3sh$ stty -a'
+    type_line fg
+    check "fg: the prompt again with the line typed so far" wait_until "the draft" 5 last_is "> draft"
+    type_line more
+    check "... which goes on and is sent whole" wait_for "answer to draftmore" 5
+    type_line slow
+    wait_for slow1 5
+    keys C-z
+    check "Ctrl-Z while an answer streams: stopped" wait_until "a second Stopped line" 5 sh -c "[ \$($T capture-pane -p | grep -c Stopped) -ge 2 ]"
+    type_line fg
+    check "... at fg the answer goes on to its end" wait_for slow-end 10
+    keys C-d
+    type_line 'echo END=$?'
+    check "... and Ctrl-D ends k3chat with 0" wait_for "END=0" 5
 fi
 tui_start 80 24 K3_MOCK="$m" -- "$K3CHAT --theme nosuch /no/model; echo EXIT=\$?; sleep 30"
 check "--theme with an unknown name: usage error 2" wait_for "EXIT=2" 5

@@ -56,6 +56,43 @@ static void           on_term(int sig) {
               raise(sig);
 }
 
+/* SIGTSTP (Ctrl-Z, which libedit leaves to the terminal driver; kill -TSTP) with libedit on the
+ * terminal: the default action stopped k3chat in libedit's raw mode, and a shell that does not
+ * restore the terminal itself (dash) was left without echo and line editing; at fg nothing showed
+ * the prompt again. The handler gives the shell the settings k3chat found, stops, and on SIGCONT
+ * puts back the ones it had. While libedit reads a line it is installed without SA_RESTART
+ * (tstp_mode), so the read returns and the loop redraws the prompt with the line typed so far
+ * (got_cont); elsewhere with it, so no write to the answer's stream fails with EINTR. */
+static volatile sig_atomic_t got_cont;
+static struct sigaction      tstp_act;
+static void                  on_tstp(int sig) {
+                     int            e = errno;
+                     struct termios cur;
+                     int            have = tcgetattr(0, &cur) == 0;
+                     tcsetattr(0, TCSANOW, &tty_found);
+                     (void)!write(2, "\n", 1); /* the shell's job line starts a line of its own */
+                     struct sigaction dfl;
+                     memset(&dfl, 0, sizeof dfl);
+                     dfl.sa_handler = SIG_DFL;
+                     sigaction(sig, &dfl, NULL);
+                     sigset_t unblock;
+                     sigemptyset(&unblock);
+                     sigaddset(&unblock, sig);
+                     sigprocmask(SIG_UNBLOCK, &unblock, NULL);
+                     raise(sig); /* stops here until SIGCONT */
+                     sigaction(sig, &tstp_act, NULL);
+                     if (have)
+        tcsetattr(0, TCSANOW, &cur);
+    got_cont = 1;
+                     errno    = e;
+}
+/* on_tstp as SIGTSTP's handler; restart: whether an interrupted read or write restarts */
+static void tstp_mode(int restart) {
+    tstp_act.sa_handler = on_tstp;
+    tstp_act.sa_flags   = restart ? SA_RESTART : 0;
+    sigaction(SIGTSTP, &tstp_act, NULL);
+}
+
 typedef struct plain {
     ue           *eng;
     ev_queue     *q;
@@ -721,6 +758,7 @@ int cli_plain(const ui_opts *o) {
             st.sa_handler = on_term;
             sigaction(SIGTERM, &st, NULL);
             sigaction(SIGHUP, &st, NULL);
+            tstp_mode(1);
         }
         if (el) {
             el_set(el, EL_EDITOR, "emacs");
@@ -751,8 +789,21 @@ int cli_plain(const ui_opts *o) {
         if (el) {
             int n;
             progress_end(p); /* the prompt starts its own line */
-            got_int       = 0;
+            got_int = got_cont = 0;
+            if (tstp_act.sa_handler)
+                tstp_mode(0);
             const char *s = el_gets(el, &n);
+            if (tstp_act.sa_handler)
+                tstp_mode(1);
+            if ((!s || n <= 0) && got_cont && !got_int) {
+                /* back from Ctrl-Z: the prompt again, with what was typed (the cursor at its end) */
+                const LineInfo *li    = el_line(el);
+                char           *draft = li ? strndup(li->buffer, (size_t)(li->lastchar - li->buffer)) : NULL;
+                if (draft && *draft)
+                    el_push(el, draft);
+                free(draft);
+                continue;
+            }
             if ((!s || n <= 0) && got_int) {
                 /* Ctrl-C at the prompt: a typed line is dropped (as in the TUI); at an empty
                  * prompt k3chat quits */
