@@ -8,6 +8,7 @@
 # file or a pipe too (txt_term_printf). --inspect's report, which names MODEL_DIR, is escaped
 # on a terminal (a directory named with OSC 0 set the pane's title). /export of such an answer in
 # --endpoint mode writes them visibly; /save keeps the bytes and loads back to the same export.
+# --replay's report escapes the transcript's name and fingerprint.
 . "$K3_SRC/tests/tui-lib.sh"
 
 python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &
@@ -174,6 +175,21 @@ printf 'e500\n' | "$K3CHAT" --endpoint "$ep" --plain >/dev/null 2>"$K3_TMP/err-5
 check "--endpoint --plain, stderr a file: the server's HTTP error text shows escaped" \
     grep -qF 'boom \x1B]52;c;ZXZpbA==\x07 \x1B]0;EVIL500\x07' "$K3_TMP/err-500"
 check "... and no raw ESC is in the file" noesc "$K3_TMP/err-500"
+
+# --replay's report names the transcript file and its model fingerprint (the file's text): both
+# went out raw, into a pipe and on a terminal (a file named with OSC 0 set the title)
+printf 'hi\n/save %s\n' "$K3_TMP/rep.jsonl" | "$K3CHAT" "$K3_SRC/models/k3-nano" --think off >/dev/null 2>&1
+rep="$K3_TMP/rep$(printf '\033]0;EVILP\007').jsonl"
+/usr/bin/python3 - "$K3_TMP/rep.jsonl" "$rep" <<'EOF'
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])]
+m[0]["model"]["config_fnv64"] = "\u001b]0;EVILF\u0007"
+open(sys.argv[2], "w").write("".join(json.dumps(x) + "\n" for x in m))
+EOF
+"$K3CHAT" --replay "$rep" "$K3_SRC/models/k3-nano" >"$K3_TMP/rep.out" 2>/dev/null
+check "--replay into a file: the file's name shows escaped" grep -qF 'replay: '"$K3_TMP"'/rep\x1B]0;EVILP\x07.jsonl: 2 messages' "$K3_TMP/rep.out"
+check "... and its fingerprint" grep -qF 'fingerprint \x1B]0;EVILF\x07, this model' "$K3_TMP/rep.out"
+check "... no raw ESC in the report" noesc "$K3_TMP/rep.out"
 "$K3CHAT" --temp "$(printf 'x\033]0;T\007')" /no/model >/dev/null 2>"$K3_TMP/err-flag"
 check "a refused option's value is quoted escaped, stderr a file" grep -qF "'x\x1B]0;T\x07' is not" "$K3_TMP/err-flag"
 

@@ -65,13 +65,17 @@ int cli_replay(const ui_opts *o) {
     ue_load_notes(&info, notes, sizeof notes);
     if (notes[0])
         txt_term_printf(stdout, "replay: %s: %s\n", o->file, notes); /* the reason may quote the file */
+    /* the file's name and its fingerprint are outside text: escaped (a name with OSC 0 set the
+     * terminal's title, into a pipe or not) */
     if (info.config_fnv64[0] && strcmp(info.config_fnv64, k3_conv_model_fingerprint(c)))
-        printf("replay: note: the transcript was made with another model configuration (config.json "
-               "fingerprint %s, this model %s)\n",
-               info.config_fnv64, k3_conv_model_fingerprint(c));
-    printf("replay: %s: %d messages; think %s, effort %s, temperature %g, top-p %g, %s\n", o->file,
-           info.n_messages, set.think ? "on" : "off", set.effort, (double)set.sampling.temp,
-           (double)set.sampling.top_p, o->has_seed ? "seed from --seed" : "each turn's recorded seed");
+        txt_term_printf(stdout,
+                        "replay: note: the transcript was made with another model configuration (config.json "
+                        "fingerprint %s, this model %s)\n",
+                        info.config_fnv64, k3_conv_model_fingerprint(c));
+    txt_term_printf(stdout, "replay: %s: %d messages; think %s, effort %s, temperature %g, top-p %g, %s\n",
+                    o->file, info.n_messages, set.think ? "on" : "off", set.effort, (double)set.sampling.temp,
+                    (double)set.sampling.top_p,
+                    o->has_seed ? "seed from --seed" : "each turn's recorded seed");
     fflush(stdout);
     unsigned flags = (o->has_seed ? 0u : (unsigned)K3_REPLAY_SEEDS) |
                      (isnan(o->temp) && isnan(o->top_p) ? (unsigned)K3_REPLAY_SAMPLING : 0u);
