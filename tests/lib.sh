@@ -45,8 +45,9 @@ check() {
     fi
 }
 finish() { [ "$fails" -eq 0 ]; exit; }
-signum() { # signum NAME: the signal's number (HUP INT KILL PIPE TERM; dash's kill -l has no names)
-    case "$1" in HUP) echo 1 ;; INT) echo 2 ;; KILL) echo 9 ;; PIPE) echo 13 ;; TERM) echo 15 ;; *) echo "lib: signum $1?" >&2; echo 0 ;; esac
+signum() { # signum NAME: the signal's number (HUP INT QUIT ABRT KILL SEGV PIPE TERM; dash's kill -l has no names)
+    case "$1" in HUP) echo 1 ;; INT) echo 2 ;; QUIT) echo 3 ;; ABRT) echo 6 ;; KILL) echo 9 ;; SEGV) echo 11 ;; PIPE) echo 13 ;; TERM) echo 15 ;;
+        *) echo "lib: signum $1?" >&2; echo 0 ;; esac
 }
 # timed_out WHAT: a wait ran out of time: a FAIL line (or, inside check, the reason on stderr)
 timed_out() {

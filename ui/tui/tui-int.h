@@ -221,6 +221,11 @@ void tui_rows_scroll(tui *t, int y0, int h, const uint64_t *hs);
  * (fd 2 is not a terminal, or no pipe or thread: stderr stays as it was). */
 int  tui_stderr_begin(ev_queue *q);
 void tui_stderr_end(void);
+/* A fatal signal (abort, crash, SIGQUIT) puts terminal fd back as found (the settings before
+ * curses) and leaves curses' modes, once armed (after initscr); disarm before endwin. */
+struct termios;
+void tui_fatal_arm(int fd, const struct termios *found);
+void tui_fatal_disarm(void);
 
 /* tui-md.c: Markdown in the panes, /raw, /copy */
 /* Lines of an assistant entry's text as rendered Markdown (cached per width); 0, or -1 when it

@@ -1,4 +1,5 @@
-/* tui-stderr.c: stderr while the full-screen chat owns the terminal.
+/* tui-stderr.c: stderr, and the terminal after a fatal signal, while the full-screen chat owns
+ * the terminal.
  *
  * Anything written to fd 2 while curses draws (a library's probe: the Vulkan loader with
  * VK_LOADER_DEBUG, a Mesa driver's warning; a stray fprintf) would land wherever the cursor is
@@ -30,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <term.h>
+#include <termios.h>
 #include <unistd.h>
 
 enum { KEPT_MAX = 1 << 20 }; /* bytes of stderr kept for the end (pages are touched as used) */
@@ -114,9 +117,42 @@ static void *reader(void *ud) {
     }
 }
 
-/* SIGABRT (an assertion): the terminal back on fd 2 with what was kept and what the pipe holds,
- * then the default action. Only async-signal-safe calls. */
-static void on_abort(int sig) {
+/* ==== fatal signals ===========================================================
+ * An abort (K3_ASSERT), a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL) or SIGQUIT from outside ended
+ * the process with the terminal as curses had it: the alternate screen, raw mode without echo,
+ * the keypad's application mode, mouse reports and bracketed paste all stayed on, and the shell
+ * read its keys as escape sequences. Once armed (after initscr: terminfo is loaded), the handler
+ * writes the prepared bytes that undo them (rmcup, cnorm, sgr0, rmkx, mouse and paste off) and
+ * puts back the settings found before curses (tcsetattr is async-signal-safe), then passes fd 2's
+ * text on (below) and ends as the signal would: by its default action, or, for a fault, by the
+ * handler that was there before (AddressSanitizer's report) when the instruction runs again. */
+static const int fatal_sigs[] = {SIGABRT, SIGQUIT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+enum { N_FATAL = sizeof fatal_sigs / sizeof fatal_sigs[0] };
+static struct {
+    int              armed, installed, fd;
+    struct termios   found;
+    char             undo[512]; /* the bytes that put the terminal back */
+    size_t           n_undo;
+    struct sigaction prev[N_FATAL];
+} fx;
+
+static void undo_add(const char *s) {
+    if (!s || s == (const char *)-1)
+        return; /* not in this terminal's entry */
+    size_t n = strlen(s);
+    if (fx.n_undo + n < sizeof fx.undo) {
+        memcpy(fx.undo + fx.n_undo, s, n);
+        fx.n_undo += n;
+    }
+}
+
+static void on_fatal(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    if (fx.armed) {
+        fx.armed = 0;
+        write_all(fx.fd, fx.undo, fx.n_undo);
+        tcsetattr(fx.fd, TCSANOW, &fx.found);
+    }
     if (ec.saved >= 0) {
         char    b[4096];
         ssize_t r;
@@ -124,9 +160,49 @@ static void on_abort(int sig) {
         write_all(2, ec.kept, atomic_load_explicit(&ec.n_kept, memory_order_acquire));
         while ((r = read(ec.rd, b, sizeof b)) > 0)
             write_all(2, b, (size_t)r);
+        ec.saved = -1;
     }
-    signal(sig, SIG_DFL);
+    int k = 0;
+    while (k < N_FATAL && fatal_sigs[k] != sig)
+        k++;
+    if (sig == SIGABRT || sig == SIGQUIT || k == N_FATAL || fx.prev[k].sa_handler == SIG_IGN) {
+        signal(sig, SIG_DFL);
+    } else {
+        sigaction(sig, &fx.prev[k], NULL);
+        if (si && si->si_code > 0)
+            return; /* a fault: the instruction faults again, into that handler */
+    }
     raise(sig);
+}
+
+void tui_fatal_arm(int fd, const struct termios *found) {
+    fx.fd     = fd;
+    fx.found  = *found;
+    fx.n_undo = 0;
+    undo_add("\033[?2004l"); /* bracketed paste: ours (tui.c) */
+    if (tigetstr("kmous") && tigetstr("kmous") != (char *)-1)
+        undo_add("\033[?1006l\033[?1003l\033[?1002l\033[?1000l"); /* curses' xterm mouse modes */
+    undo_add(tigetstr("sgr0"));
+    undo_add(tigetstr("cnorm"));
+    undo_add(tigetstr("rmkx"));
+    undo_add(tigetstr("rmcup"));
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fatal;
+    sa.sa_flags     = SA_SIGINFO;
+    for (int k = 0; k < N_FATAL; k++)
+        sigaction(fatal_sigs[k], &sa, fatal_sigs[k] == SIGABRT ? NULL : &fx.prev[k]);
+    fx.armed = fx.installed = 1;
+}
+
+void tui_fatal_disarm(void) {
+    fx.armed = 0;
+    if (!fx.installed)
+        return;
+    fx.installed = 0;
+    for (int k = 0; k < N_FATAL; k++)
+        if (fatal_sigs[k] != SIGABRT) /* tui_stderr_end's while fd 2 is the pipe */
+            sigaction(fatal_sigs[k], &fx.prev[k], NULL);
 }
 
 int tui_stderr_begin(ev_queue *q) {
@@ -162,7 +238,8 @@ int tui_stderr_begin(ev_queue *q) {
     close(p[1]);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_abort;
+    sa.sa_sigaction = on_fatal;
+    sa.sa_flags     = SA_SIGINFO;
     sigaction(SIGABRT, &sa, NULL);
     return 0;
 }

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 #include <utf8proc.h>
@@ -1645,6 +1646,8 @@ int ui_tui_run(const ui_opts *o) {
 
     if (!getenv("ESCDELAY"))
         set_escdelay(25);
+    struct termios found; /* the terminal as the shell had it: a fatal signal puts it back */
+    int            have_found = tcgetattr(STDOUT_FILENO, &found) == 0;
     initscr();
     raw();
     noecho();
@@ -1673,6 +1676,8 @@ int ui_tui_run(const ui_opts *o) {
     fflush(stdout);
     mouseinterval(0);
     set_mouse(t, k3_setting_env_str(K3_SETTING_NO_MOUSE) == NULL);
+    if (have_found)
+        tui_fatal_arm(STDOUT_FILENO, &found);
     t->ui_cpu0 = thread_cpu();
     t->osc8    = md_term_osc8();
     refresh(); /* the screen is cleared before the probe writes on it */
@@ -1687,6 +1692,7 @@ int ui_tui_run(const ui_opts *o) {
         on_key(t, k, fn);
     }
 
+    tui_fatal_disarm();
     printf("\033[?2004l");
     fflush(stdout);
     mousemask(0, NULL);
