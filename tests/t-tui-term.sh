@@ -134,6 +134,26 @@ if command -v dash >/dev/null; then
     type_line 'echo END=$?'
     check "... and Ctrl-D ends k3chat with 0" wait_for "END=0" 5
 fi
+# SIGSTOP (which cannot be caught: kill -STOP, a debugger) and fg under bash, which gives the
+# stopped job its terminal modes back: the shell's job line and prompt stayed on the chat's
+# screen until something redrew those rows; SIGCONT now repaints it all
+if command -v bash >/dev/null; then
+    echo "PS1='k3sh\$ '" >"$K3_TMP/bashrc"
+    tui_start 80 24 K3_MOCK="$m" -- "bash --rcfile $K3_TMP/bashrc --noprofile -i"
+    wait_for 'k3sh$' 5
+    type_line "$K3CHAT /no/model 2>>$K3_TMP/stderr.txt & echo \$! >$K3_TMP/pid; fg"
+    wait_for "mock · 3 layers" 10
+    kill -STOP "$(cat "$K3_TMP/pid")"
+    wait_for "Stopped" 5
+    type_line fg
+    check "SIGSTOP, fg: the shell's lines are gone from the chat's screen" wait_gone "Stopped" 5
+    type_line hi
+    check "... and the chat answers" wait_for "answer to hi" 5
+    kill -CONT "$(cat "$K3_TMP/pid")" 2>/dev/null # not stopped: a stray SIGCONT changes nothing
+    keys C-d
+    type_line 'echo END=$?'
+    check "... Ctrl-D ends it with 0" wait_for "END=0" 5
+fi
 tui_start 80 24 K3_MOCK="$m" -- "$K3CHAT --theme nosuch /no/model; echo EXIT=\$?; sleep 30"
 check "--theme with an unknown name: usage error 2" wait_for "EXIT=2" 5
 check "--theme names the themes there are" has "themes: "

@@ -42,7 +42,7 @@
 #include <unistd.h>
 #include <utf8proc.h>
 
-static volatile sig_atomic_t got_term, got_tstp; /* got_term: the signal's number */
+static volatile sig_atomic_t got_term, got_tstp, got_cont; /* got_term: the signal's number */
 static void                  on_term(int sig) {
                      got_term = sig;
 }
@@ -52,6 +52,24 @@ static void                  on_term(int sig) {
 static void on_tstp(int sig) {
     (void)sig;
     got_tstp = 1;
+}
+
+/* SIGCONT after a SIGSTOP, which cannot be caught (kill -STOP, a debugger): the shell wrote its
+ * job line and prompt over the chat and may have reset the terminal; the loop puts our modes back
+ * and repaints (the shell's lines stayed on the screen until something redrew those rows). */
+static void on_cont(int sig) {
+    (void)sig;
+    got_cont = 1;
+}
+
+/* After a stop: the terminal in our modes again, everything drawn anew. */
+static void resume(tui *t) {
+    got_cont = 0;
+    reset_prog_mode();
+    printf("\033[?2004h");
+    fflush(stdout);
+    clearok(curscr, TRUE);
+    t->dirty = DIRTY_ALL;
 }
 
 /* Stop the process (the shell's job control) with the terminal as it was before us; redraw
@@ -70,11 +88,7 @@ static void suspend(tui *t) {
     sigaction(SIGTSTP, &dfl, &ours);
     kill(getpid(), SIGTSTP); /* stops here until SIGCONT */
     sigaction(SIGTSTP, &ours, NULL);
-    reset_prog_mode();
-    printf("\033[?2004h");
-    fflush(stdout);
-    clearok(curscr, TRUE);
-    t->dirty = DIRTY_ALL;
+    resume(t);
 }
 
 static entry *add_entry(tui *t, int role, const char *text) {
@@ -1125,6 +1139,8 @@ static int next_key(tui *t, wint_t *k, int *fn) {
         }
         if (got_tstp)
             suspend(t);
+        if (got_cont)
+            resume(t);
         if (keys && t->paste_raw) {
             /* a paste drawn at most every 0.2 s, not once per block */
             if (paste_read(t) && ev_now() - t->paste_shown < 0.2)
@@ -1643,6 +1659,9 @@ int ui_tui_run(const ui_opts *o) {
     sigaction(SIGINT, &sa, NULL); /* kill -INT from outside (Ctrl-C itself is a key in raw mode) */
     sa.sa_handler = on_tstp;
     sigaction(SIGTSTP, &sa, NULL);
+    sa.sa_handler = on_cont;
+    sa.sa_flags   = SA_RESTART; /* a write cut by the stop goes on (epoll_wait still returns) */
+    sigaction(SIGCONT, &sa, NULL);
 
     if (!getenv("ESCDELAY"))
         set_escdelay(25);
