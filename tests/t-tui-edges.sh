@@ -215,6 +215,20 @@ for term in xterm-256color screen-256color; do
     check "item 13 ($term): Left steps over e+accent and a flag; Delete and Backspace take them whole" wait_for "got [y]" 10
     keys C-d; wait_for "EXIT=0" 5
 done
+# line mode (libedit on the terminal, stderr the terminal too): the same keys took one code point
+# each ('A' + the family less its girl was sent, Left stopped inside the family and an X typed
+# there split it, Backspace after e + accent left the e)
+tui_start 80 24 K3_MOCK="$m13" -- "$K3CHAT --plain /no/model; echo EXIT=\$?; sleep 60"
+wait_until "the line-mode prompt" 10 sh -c "$T capture-pane -p | grep -qx '>'"
+keys -l "$fam"; keys BSpace; keys BSpace; keys -l "C"; keys Enter
+check "item 13 (line mode): two Backspaces take B and the whole ZWJ family" wait_for "got [AC]" 10
+keys -l "$fam"; keys Left; keys Left; keys -l "X"; keys Enter
+check "... two Lefts step over B and the family: X goes before it, whole" wait_for "got [AX$(printf '\360\237\221\251\342\200\215\360\237\221\251\342\200\215\360\237\221\247')B]" 10
+keys -l "x"; keys -l "$(printf '\360\237\207\253\360\237\207\267e\314\201')"; keys -l "y"
+keys Left; keys Left; keys DC; keys Left; keys DC; keys BSpace; keys Enter
+check "... Left steps over e+accent and a flag; Delete and Backspace take them whole" wait_for "got [y]" 10
+keys C-a; keys C-d; keys C-d
+check "... Ctrl-D at an empty line ends it" wait_for "EXIT=0" 5
 
 # --- item 21: an abandoned Ctrl-R search leaves the line as it was, its label next to the line --
 for size in 80x24 40x12; do

@@ -762,6 +762,7 @@ int cli_plain(const ui_opts *o) {
         }
         if (el) {
             el_set(el, EL_EDITOR, "emacs");
+            inp_bind_clusters(el); /* after the editor: its keymap is set up anew */
             p->el = el;
             el_set(el, EL_PROMPT, prompt_fn);
             hist = history_init();

@@ -183,6 +183,7 @@ inp *inp_new(const char *histfile, inp_more_fn more, void *ud, char *err, size_t
     el_wset(in->el, EL_ADDFN, L"k3-complete", L"complete a slash command", complete_fn);
     el_wset(in->el, EL_BIND, L"^I", L"k3-complete", NULL);
     el_wset(in->el, EL_BIND, L"^W", L"ed-delete-prev-word", NULL);
+    inp_bind_clusters(in->el);
     return in;
 fail:
     inp_free(in);
@@ -245,12 +246,89 @@ const char *inp_text(inp *in, size_t *cursor) {
     return in->text ? in->text : "";
 }
 
-int inp_cluster_span(inp *in, int dir) {
-    const LineInfoW *li = el_wline(in->el);
+/* ==== editing by grapheme cluster ==========================================================
+ * libedit moves and deletes one code point at a time: Backspace after an emoji ZWJ sequence took
+ * its last emoji and left the joiner, Left stopped inside it (a letter typed there split it), and
+ * Backspace after an accented letter took the accent alone. These commands take the whole cluster
+ * (text.h's rules) and replace libedit's on the keys that move and delete a character. */
+
+/* Code points from the cursor to the next cluster boundary before it (dir < 0) or after it
+ * (dir > 0); 0 at the start or end of the line. */
+static int cluster_span(EditLine *el, int dir) {
+    const LineInfoW *li = el_wline(el);
     size_t           n = (size_t)(li->lastchar - li->buffer), cur = (size_t)(li->cursor - li->buffer);
     if (dir < 0)
         return cur ? (int)(cur - txt_wcluster_prev(li->buffer, n, cur)) : 0;
     return cur < n ? (int)(txt_wcluster_next(li->buffer, n, cur) - cur) : 0;
+}
+
+static unsigned char cl_left(EditLine *el, int ch) {
+    int k = cluster_span(el, -1);
+    (void)ch;
+    if (!k)
+        return CC_ERROR;
+    el_cursor(el, -k);
+    return CC_CURSOR;
+}
+
+static unsigned char cl_right(EditLine *el, int ch) {
+    int k = cluster_span(el, 1);
+    (void)ch;
+    if (!k)
+        return CC_ERROR;
+    el_cursor(el, k);
+    return CC_CURSOR;
+}
+
+static unsigned char cl_backspace(EditLine *el, int ch) {
+    int k = cluster_span(el, -1);
+    (void)ch;
+    if (!k)
+        return CC_ERROR;
+    el_wdeletestr(el, k);
+    return CC_REFRESH;
+}
+
+/* Ctrl-D and Delete: the cluster under the cursor; on an empty line the end of input, as
+ * libedit's em-delete-or-list */
+static unsigned char cl_delete(EditLine *el, int ch) {
+    const LineInfoW *li = el_wline(el);
+    int              k  = cluster_span(el, 1);
+    (void)ch;
+    if (li->lastchar == li->buffer)
+        return CC_EOF;
+    if (!k)
+        return CC_ERROR;
+    el_cursor(el, k);
+    el_wdeletestr(el, k);
+    return CC_REFRESH;
+}
+
+void inp_bind_clusters(EditLine *el) {
+    static const struct {
+        const wchar_t *name, *help;
+        unsigned char (*fn)(EditLine *, int);
+        const wchar_t *keys[4];
+    } cmds[] = {
+        {L"k3-cluster-left",
+         L"move back a character (a grapheme cluster)",
+         cl_left,
+         {L"^B", L"\033[D", L"\033OD"}},
+        {L"k3-cluster-right",
+         L"move on a character (a grapheme cluster)",
+         cl_right,
+         {L"^F", L"\033[C", L"\033OC"}},
+        {L"k3-cluster-backspace", L"delete the character before the cursor", cl_backspace, {L"^?", L"^H"}},
+        {L"k3-cluster-delete",
+         L"delete the character under the cursor, or end",
+         cl_delete,
+         {L"^D", L"\033[3~"}},
+    };
+    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+        el_wset(el, EL_ADDFN, cmds[c].name, cmds[c].help, cmds[c].fn);
+        for (int k = 0; k < 4 && cmds[c].keys[k]; k++)
+            el_wset(el, EL_BIND, cmds[c].keys[k], cmds[c].name, NULL);
+    }
 }
 
 int inp_empty(inp *in) {

@@ -29,10 +29,12 @@ int inp_key(inp *in, wchar_t key, char **line);
 void inp_prefeed(inp *in, wchar_t key);
 void inp_insert(inp *in, const char *utf8); /* insert text at the cursor (paste, newline)  */
 void inp_clear(inp *in);
-/* Code points from the cursor to the next grapheme-cluster boundary before it (dir < 0) or
- * after it (dir > 0); 0 at the start or end of the line. */
-int inp_cluster_span(inp *in, int dir);
-int inp_empty(inp *in);
+/* Bind Backspace, Ctrl-D and Delete, Ctrl-B, Ctrl-F and the arrows of an EditLine (the chat's
+ * input line, line mode's) to commands that act on a whole grapheme cluster (an emoji sequence,
+ * a letter with its accents). */
+typedef struct editline EditLine;
+void                    inp_bind_clusters(EditLine *el);
+int                     inp_empty(inp *in);
 /* The text to draw (UTF-8, valid until the next inp_* call) and the cursor's byte offset. */
 const char *inp_text(inp *in, size_t *cursor);
 void        inp_history_add(inp *in, const char *line);

@@ -1485,14 +1485,7 @@ static void on_key(tui *t, wint_t k, int fn) {
         return;
     if (c != '\t')
         inp_set_hint(t->in, "");
-    /* Backspace, Delete and the arrows act on a whole grapheme cluster (an emoji sequence, a
-     * letter with its accents): libedit gets the key once per code point of it */
-    int dir = c == 127 || c == 8 || c == 2 ? -1 : c == 6 || c == 4 ? 1 : 0;
-    for (int rep = dir ? inp_cluster_span(t->in, dir) : 0; rep > 1; rep--) {
-        char *l = NULL;
-        inp_key(t->in, c, &l);
-        free(l);
-    }
+    /* Backspace, Delete and the arrows act on a whole grapheme cluster: inp_bind_clusters */
     char *line = NULL;
     if (inp_key(t->in, c, &line)) {
         inp_set_hint(t->in, "");
