@@ -76,6 +76,9 @@ done
 # pastes unwrapped (bracketed paste was left on, and cat -v showed ^[[200~), the alternate
 # screen and the mouse off; fg brings the chat back with its paste and mouse modes
 modes() { $T display -p 'alt=#{alternate_on} mouse=#{mouse_any_flag}'; }
+# at_prompt: the shell's prompt is the last row that is not blank (k3chat has ended: what is typed
+# now goes to the shell, not to a k3chat still ending, as under ASan it can take seconds)
+at_prompt() { [ "$(screen | grep -v '^$' | tail -n 1)" = 'k3sh$' ]; }
 if command -v dash >/dev/null; then
     echo "PS1='k3sh\$ '" >"$K3_TMP/shrc" # dash takes PS1 from \$ENV's file, not the environment
     tui_start 80 24 K3_MOCK="$m" ENV="$K3_TMP/shrc" -- "dash -i"
@@ -101,6 +104,7 @@ if command -v dash >/dev/null; then
     check "... and a two-line paste is one message in the input, not sent" wait_for "  two" 5
     check "... (still in the input)" has "› one"
     keys C-u C-u C-d
+    wait_until "the shell's prompt" 15 at_prompt
     type_line 'echo END=$?'
     check "... Ctrl-D ends it with 0" wait_for "END=0" 5
     # line mode (libedit): Ctrl-Z left the shell in libedit's raw mode (no echo: the stty line
@@ -131,6 +135,7 @@ if command -v dash >/dev/null; then
     type_line fg
     check "... at fg the answer goes on to its end" wait_for slow-end 10
     keys C-d
+    wait_until "the shell's prompt" 15 at_prompt
     type_line 'echo END=$?'
     check "... and Ctrl-D ends k3chat with 0" wait_for "END=0" 5
 fi
@@ -151,6 +156,7 @@ if command -v bash >/dev/null; then
     check "... and the chat answers" wait_for "answer to hi" 5
     kill -CONT "$(cat "$K3_TMP/pid")" 2>/dev/null # not stopped: a stray SIGCONT changes nothing
     keys C-d
+    wait_until "the shell's prompt" 15 at_prompt
     type_line 'echo END=$?'
     check "... Ctrl-D ends it with 0" wait_for "END=0" 5
 fi
