@@ -262,22 +262,21 @@ static int cluster_span(EditLine *el, int dir) {
     return cur < n ? (int)(txt_wcluster_next(li->buffer, n, cur) - cur) : 0;
 }
 
-static unsigned char cl_left(EditLine *el, int ch) {
-    int k = cluster_span(el, -1);
-    (void)ch;
+/* the cursor over one cluster, back (dir < 0) or on */
+static unsigned char cl_move(EditLine *el, int dir) {
+    int k = cluster_span(el, dir);
     if (!k)
         return CC_ERROR;
-    el_cursor(el, -k);
+    el_cursor(el, dir * k);
     return CC_CURSOR;
 }
-
-static unsigned char cl_right(EditLine *el, int ch) {
-    int k = cluster_span(el, 1);
+static unsigned char cl_left(EditLine *el, int ch) {
     (void)ch;
-    if (!k)
-        return CC_ERROR;
-    el_cursor(el, k);
-    return CC_CURSOR;
+    return cl_move(el, -1);
+}
+static unsigned char cl_right(EditLine *el, int ch) {
+    (void)ch;
+    return cl_move(el, 1);
 }
 
 static unsigned char cl_backspace(EditLine *el, int ch) {
