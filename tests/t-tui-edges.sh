@@ -262,6 +262,20 @@ for size in 80x24 40x12; do
     has "EXIT=0" || keys C-d
     wait_for "EXIT=0" 5
 done
+# Ctrl-Z and Ctrl-L during the search: the search goes on after them (Ctrl-Z ended it keeping the
+# match, and the draft it gives back was lost). k3chat runs without job control here: the stop
+# does not happen, the suspend's way out and back does.
+run_mock 80 24 "$m31"
+wait_for "mock · 3 layers" 10
+type_line "alpha one"; wait_for "answer to alpha one" 10
+keys -l "my draft"; keys C-r; keys -l "alp"
+wait_for "history search: alp" 5
+keys C-z; keys C-l
+keys -l "ha"
+check "item 21: after Ctrl-Z and Ctrl-L the search goes on" wait_for "history search: alpha " 5
+keys C-c
+check "... and Ctrl-C gives the draft back" wait_until "the draft on the input line" 5 input_is "my draft"
+keys C-u C-d; wait_for "EXIT=0" 5
 
 # --- item 23: 8-color terminals: pane borders are not black, the light theme has no yellow text ---
 m23="$K3_TMP/m23.txt"

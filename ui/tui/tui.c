@@ -1403,6 +1403,17 @@ static void on_key(tui *t, wint_t k, int fn) {
     report_bad_utf8(t, "the typed text");
     if (ui_key(t, k, fn))
         return;
+    /* the screen's keys, before the history search's: a search goes on after them (Ctrl-Z in a
+     * search accepted its match, and the draft the search would give back was lost) */
+    if (!fn && k == 12) { /* Ctrl-L */
+        clearok(curscr, TRUE);
+        t->dirty = DIRTY_ALL;
+        return;
+    }
+    if (!fn && k == 26) { /* Ctrl-Z */
+        suspend(t);
+        return;
+    }
     if (t->srch && search_key(t, k, fn))
         return;
     if (!fn && k == 18) { /* Ctrl-R */
@@ -1451,13 +1462,6 @@ static void on_key(tui *t, wint_t k, int fn) {
                 return;
             }
             break;
-        case 12: /* Ctrl-L */
-            clearok(curscr, TRUE);
-            t->dirty = DIRTY_ALL;
-            return;
-        case 26: /* Ctrl-Z */
-            suspend(t);
-            return;
         case 27: { /* ESC: Alt-Enter inserts a newline; ESC + key is a meta key for libedit */
             wint_t k2;
             int    r;
