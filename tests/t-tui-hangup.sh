@@ -4,7 +4,8 @@
 # 129, as its SIGHUP would say, also when no SIGHUP reaches it (run here in a session of its own,
 # outside the terminal's): the terminal then stays "readable" for ever, each read an EOF, and the
 # chat used to spin on it at most of a core until SIGKILL. While idle, while an answer streams
-# (the mock), and on the real tiny model with the autosave holding the conversation.
+# (the mock), and on the real tiny model with the autosave holding the conversation. Line mode
+# killed by SIGHUP or SIGTERM while it answers autosaves the turn, marked interrupted, first.
 . "$K3_SRC/tests/tui-lib.sh"
 command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 0; }
 command -v setsid >/dev/null || { echo "SKIP: setsid is not installed"; exit 0; }
@@ -90,5 +91,32 @@ assert msgs[1]["role"] == "assistant" and msgs[1].get("token_ids"), msgs[1]
 assert msgs[2] == {"role": "user", "content": "second"}, msgs[2]
 assert msgs[3]["role"] == "assistant" and msgs[3].get("interrupted") is True, msgs[3]
 ' "${f:-/nonexistent}"
+# 5. line mode (k3chat --plain reading a pipe, as a script or a terminal's line mode does) on the
+# real tiny model: SIGHUP, then SIGTERM, while the answer streams. It died at once by the default
+# action, and the message and what came of the answer were in no autosave; now the turn stops,
+# is autosaved marked interrupted, and k3chat dies by the signal (128 + its number)
+for sig in HUP TERM; do
+    rm -rf "$K3_TMP/lm" && mkdir -p "$K3_TMP/lm" && mkfifo "$K3_TMP/lm/in"
+    XDG_DATA_HOME="$K3_TMP/lm/data" XDG_STATE_HOME="$K3_TMP/lm/state" K3_VK=0 K3_TEST_DECODE_DELAY=200 \
+        "$K3CHAT" --plain "$M" --think off --max-tokens 4000 <"$K3_TMP/lm/in" >"$K3_TMP/lm/out" 2>>"$err" &
+    pid=$!
+    pids="$pids $pid"
+    exec 7>"$K3_TMP/lm/in"
+    echo "first" >&7
+    wait_until "line mode ($sig): the answer's first token" 60 test -s "$K3_TMP/lm/out"
+    kill -"$sig" "$pid"
+    wait "$pid"
+    st=$?
+    exec 7>&-
+    check "line mode, SIG$sig while answering: k3chat dies by it ($((128 + $(signum $sig))), got $st)" \
+        [ "$st" = $((128 + $(signum $sig))) ]
+    f=$(ls "$K3_TMP"/lm/data/k3chat/*.jsonl 2>/dev/null | head -n 1)
+    check "... the autosave holds the message and the answer so far, marked interrupted" /usr/bin/python3 -c '
+import json, sys
+msgs = [r for r in (json.loads(l) for l in open(sys.argv[1]) if l.strip()) if "role" in r]
+assert msgs[0] == {"role": "user", "content": "first"}, msgs
+assert msgs[1]["role"] == "assistant" and msgs[1].get("interrupted") is True and msgs[1]["content"], msgs
+' "${f:-/nonexistent}"
+done
 check "no sanitizer or runtime error report on stderr" sh -c "! grep -q -e Sanitizer -e 'runtime error' $err"
 finish

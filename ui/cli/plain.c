@@ -44,16 +44,27 @@ static void                  on_int(int sig) {
                      got_int = 1;
 }
 
-/* SIGTERM and SIGHUP with libedit on the terminal: libedit keeps the terminal in raw mode (no
- * echo, no line editing) while it reads a line, and dying there by the default action left the
- * user's shell so. The handler puts back the terminal settings k3chat found (tcsetattr is
- * async-signal-safe), then dies by the signal as before (the shell sees 128 + its number).
- * Finished turns are in the autosave file already. */
-static struct termios tty_found;
-static void           on_term(int sig) {
-              tcsetattr(0, TCSANOW, &tty_found);
-              signal(sig, SIG_DFL);
-              raise(sig);
+/* SIGTERM and SIGHUP: libedit keeps the terminal in raw mode (no echo, no line editing) while
+ * it reads a line, and dying there by the default action left the user's shell so. The handler
+ * puts back the terminal settings k3chat found (tcsetattr is async-signal-safe; have_found: with
+ * libedit on the terminal), then dies by the signal (the shell sees 128 + its number). Finished
+ * turns are in the autosave file already; while one is under way (in_turn) the handler only
+ * notes the signal, and drain stops the turn, which the engine autosaves marked interrupted,
+ * and then dies (the message and what came of the answer were lost: no autosave had them). */
+static struct termios        tty_found;
+static volatile sig_atomic_t have_found, in_turn, got_term;
+static void                  die_by(int sig) {
+                     if (have_found)
+        tcsetattr(0, TCSANOW, &tty_found);
+    signal(sig, SIG_DFL);
+                     raise(sig);
+}
+static void on_term(int sig) {
+    if (in_turn && !got_term) {
+        got_term = sig;
+        return;
+    }
+    die_by(sig);
 }
 
 /* SIGTSTP (Ctrl-Z, which libedit leaves to the terminal driver; kill -TSTP) with libedit on the
@@ -471,6 +482,8 @@ static int md_command(plain *p, const cmd_result *r) {
 
 /* Process events until a turn ends (until_done) or the queue is idle. */
 static void drain(plain *p, int until_done) {
+    double term_t = 0; /* when SIGTERM or SIGHUP stopped the turn */
+    in_turn       = until_done;
     for (;;) {
         ui_ev e;
         if (got_int) {
@@ -478,17 +491,26 @@ static void drain(plain *p, int until_done) {
             if (until_done)
                 ue_cancel(p->eng);
         }
+        if (got_term && until_done && term_t == 0) {
+            term_t = ev_now();
+            ue_cancel(p->eng);
+        } else if (term_t > 0 && ev_now() - term_t > 5.0) {
+            die_by(got_term); /* an engine that does not stop (a hung server): not waited for */
+        }
         int got = ev_wait(p->q, &e, until_done ? 0.05 : 0.0);
         if (!got) {
             if (!until_done)
-                return;
+                break;
             continue;
         }
         int done = on_event(p, &e);
         ev_free(&e);
         if (done && until_done)
-            return;
+            break;
     }
+    in_turn = 0;
+    if (got_term) /* the turn is in the autosave (its EV_DONE comes after it) */
+        die_by(got_term);
 }
 
 /* Wait until the engine has run every command posted so far (load, save, ...) and their
@@ -746,18 +768,20 @@ int cli_plain(const ui_opts *o) {
         settle(p);
     }
 
-    EditLine *el   = NULL;
-    History  *hist = NULL;
-    char      hpath[4096];
-    int       has_hist = 0;
+    EditLine        *el   = NULL;
+    History         *hist = NULL;
+    char             hpath[4096];
+    int              has_hist = 0;
+    struct sigaction st;
+    memset(&st, 0, sizeof st);
+    st.sa_handler = on_term;
+    st.sa_flags   = SA_RESTART;
+    sigaction(SIGTERM, &st, NULL);
+    sigaction(SIGHUP, &st, NULL);
     if (isatty(0) && isatty(2)) {
         el = el_init_quiet(stdin, stderr);
         if (el && tcgetattr(0, &tty_found) == 0) {
-            struct sigaction st;
-            memset(&st, 0, sizeof st);
-            st.sa_handler = on_term;
-            sigaction(SIGTERM, &st, NULL);
-            sigaction(SIGHUP, &st, NULL);
+            have_found = 1;
             tstp_mode(1);
         }
         if (el) {
