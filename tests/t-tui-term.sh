@@ -160,6 +160,18 @@ if command -v bash >/dev/null; then
     type_line 'echo END=$?'
     check "... Ctrl-D ends it with 0" wait_for "END=0" 5
 fi
+# a slow link (ssh with 1.5 s of latency, slow_tty.py): the emoji probe's replies came after it
+# stopped waiting (PROBE_MS), and curses read them as keys: the device attributes reply's tail
+# ("1;2c") was typed into the input line and sent with the message
+tui_start 80 24 K3_MOCK="$m" -- "/usr/bin/python3 $K3_SRC/tests/slow_tty.py 1.5 $K3CHAT /no/model 2>>$K3_TMP/stderr.txt; echo EXIT=\$?; sleep 30"
+wait_for "mock · 3 layers" 10
+keys -l "hi"
+check "a slow link: the input line holds what was typed, no reply of the terminal's" \
+    wait_until "'› hi' on the input line" 10 input_is "hi"
+keys Enter
+check "... and that is sent" wait_for "answer to hi" 10
+keys C-d
+check "... Ctrl-D ends it with 0" wait_for "EXIT=0" 10
 tui_start 80 24 K3_MOCK="$m" -- "$K3CHAT --theme nosuch /no/model; echo EXIT=\$?; sleep 30"
 check "--theme with an unknown name: usage error 2" wait_for "EXIT=2" 5
 check "--theme names the themes there are" has "themes: "

@@ -17,7 +17,8 @@
  * sample is written at the top-left cell and the cursor position asked for (ESC [ 6 n); a
  * kind that advanced the cursor 2 columns (or 1) is drawn whole. A device attributes request
  * (ESC [ c) ends the probe; a terminal that answers nothing within PROBE_MS gets the
- * stand-ins. Keys typed meanwhile are given back to curses (ungetch).
+ * stand-ins, and its replies are still taken off the input when they come later (a slow link),
+ * for LATE_MS. Keys typed meanwhile are given back to curses (ungetch).
  *
  * Escape sequences: ESC 7 / ESC 8 (save, restore cursor and attributes), CSI row;col H,
  * CSI ... m (SGR: the cell's colors and attributes), CSI 6 n and CSI c (the probe), CSI 2 K.
@@ -58,6 +59,58 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* The probe's replies as they come: pr holds what was read and not yet scanned (an incomplete
+ * reply) until the device attributes reply ends the probe. Over a slow link (ssh with a second
+ * of latency) the replies come after PROBE_MS: read by curses, the DA reply's tail ("1;2c") was
+ * typed into the input line; so the probe stays open (pending) until that reply or LATE_MS, and
+ * tui_emoji_late takes the replies from the terminal's input before curses does. */
+#define LATE_MS 10000.0
+static struct {
+    int    pending;
+    double deadline;
+    char   buf[512];
+    size_t have;
+    int    widths[EMJ_PROBE_N], n_w;
+} pr;
+
+/* Read what the terminal sent within wait_ms, scan it; keys typed meanwhile go back to curses,
+ * first typed first read. Returns 1 when the probe ended (its reply came). */
+static int probe_read(int wait_ms) {
+    char   other[256];
+    size_t n_other = 0;
+    int    fin     = 0;
+    double t_end   = now_ms() + wait_ms;
+    while (!fin) {
+        int           left = (int)(t_end - now_ms());
+        struct pollfd p    = {0, POLLIN, 0};
+        if (poll(&p, 1, left > 0 ? left : 0) <= 0)
+            break;
+        ssize_t r = read(0, pr.buf + pr.have, sizeof pr.buf - pr.have);
+        if (r <= 0)
+            break;
+        pr.have += (size_t)r;
+        size_t used =
+            emj_probe_scan(pr.buf, pr.have, pr.widths, &pr.n_w, &fin, other, &n_other, sizeof other);
+        memmove(pr.buf, pr.buf + used, pr.have - used);
+        pr.have -= used;
+        if (pr.have == sizeof pr.buf || n_other == sizeof other)
+            break; /* no reply this long, or many keys: give them to curses now */
+    }
+    for (size_t k = n_other; k > 0; k--)
+        ungetch((unsigned char)other[k - 1]);
+    return fin;
+}
+
+/* The probe over (its reply came, or LATE_MS passed): the kinds measured, what is held to
+ * curses as keys (ahead of those given back already, which were typed later). */
+static void probe_end(void) {
+    pr.pending = 0;
+    E.kinds    = emj_probe_result(pr.widths, pr.n_w);
+    for (size_t k = pr.have; k > 0; k--)
+        ungetch((unsigned char)pr.buf[k - 1]);
+    pr.have = 0;
+}
+
 void tui_emoji_probe(void) {
     if (E.mode != EMJ_MODE_PROBE || !isatty(0) || !isatty(1))
         return;
@@ -71,36 +124,27 @@ void tui_emoji_probe(void) {
             goto done;
         off += (size_t)w;
     }
-    char   buf[512], other[256];
-    size_t have = 0, n_other        = 0;
-    int    widths[EMJ_PROBE_N], n_w = 0, fin = 0;
-    double t_end = now_ms() + PROBE_MS;
-    while (!fin) {
-        int left = (int)(t_end - now_ms());
-        if (left <= 0)
-            break;
-        struct pollfd p = {0, POLLIN, 0};
-        if (poll(&p, 1, left) <= 0)
-            continue;
-        ssize_t r = read(0, buf + have, sizeof buf - have);
-        if (r <= 0)
-            break;
-        have += (size_t)r;
-        size_t used = emj_probe_scan(buf, have, widths, &n_w, &fin, other, &n_other, sizeof other);
-        memmove(buf, buf + used, have - used);
-        have -= used;
-        if (have == sizeof buf) /* no reply this long: give it up as keys */
-            have = 0;
+    pr.have = 0;
+    pr.n_w  = 0;
+    if (probe_read(PROBE_MS)) {
+        probe_end();
+    } else { /* stand-ins until the replies come */
+        E.kinds     = emj_probe_result(pr.widths, pr.n_w);
+        pr.pending  = 1;
+        pr.deadline = now_ms() + LATE_MS;
     }
-    E.kinds = emj_probe_result(widths, n_w);
-    /* keys typed during the probe go back to curses, first typed first read */
-    for (size_t k = have; k > 0; k--)
-        ungetch((unsigned char)buf[k - 1]);
-    for (size_t k = n_other; k > 0; k--)
-        ungetch((unsigned char)other[k - 1]);
 done:
     free(req.p);
     clearok(curscr, TRUE); /* the probe wrote on the screen */
+}
+
+int tui_emoji_late(void) {
+    if (!pr.pending)
+        return 0;
+    int kinds = E.kinds;
+    if (probe_read(0) || now_ms() > pr.deadline)
+        probe_end();
+    return pr.pending ? 0 : E.kinds != kinds;
 }
 
 /* The look of attribute a as SGR. */

@@ -247,6 +247,9 @@ void tui_md_entry_free(tui *t, entry *e);
  * terminal can, over a stand-in curses holds (emoji.h) */
 int  tui_emoji_setup(char *err, size_t n); /* K3_EMOJI, before initscr; -1 with a message */
 void tui_emoji_probe(void);                /* after the first refresh: measure the terminal */
+/* Before curses reads keys: the probe's late replies taken off the terminal's input (keys typed
+ * go back to curses); 1 when they changed which kinds are drawn whole (repaint). */
+int tui_emoji_late(void);
 /* Draw the cluster s[0..n) at (y, x) in w columns in role when it is a multi-emoji one;
  * returns 1 when it did, 0 for other clusters. */
 int  tui_emoji_cell(int y, int x, int w, const char *s, size_t n, int role);

@@ -1141,6 +1141,10 @@ static int next_key(tui *t, wint_t *k, int *fn) {
             suspend(t);
         if (got_cont)
             resume(t);
+        if (keys && tui_emoji_late()) {
+            clearok(curscr, TRUE);
+            t->dirty = DIRTY_ALL;
+        }
         if (keys && t->paste_raw) {
             /* a paste drawn at most every 0.2 s, not once per block */
             if (paste_read(t) && ev_now() - t->paste_shown < 0.2)
