@@ -11,14 +11,16 @@
  *
  * A notice lives on the chat's screen, which goes when the chat ends (the alternate screen), and
  * a line that comes in the chat's last moments may never be drawn (read, queued, and the display
- * gone before it took it). So the reader also keeps every byte it reads (the first KEPT_MAX), and
- * at the end, once fd 2 is the terminal again (after endwin, before the engine thread is joined)
- * and the reader has drained the pipe into that store, all of it is written there in the order
- * it came, through txt_term_put (control characters escaped, as everywhere outside text reaches
- * a terminal): nothing written to stderr while the chat ran is lost, the notices only showed it
- * as it came. The pipe's write end does not block: a writer that outruns the reader (1 MiB of pipe)
- * loses text rather than hangs the engine. An abort (K3_ASSERT) puts fd 2 back and passes on what
- * was kept and what the pipe still holds before the process dies, so its message is not lost.
+ * gone before it took it). So the reader also keeps what it reads (the first KEPT_MAX bytes),
+ * escaped as it keeps it (txt_escape: control characters shown, as everywhere outside text
+ * reaches a terminal), and at the end, once fd 2 is the terminal again (after endwin, before the
+ * engine thread is joined) and the reader has drained the pipe into that store, all of it is
+ * written there in the order it came: nothing written to stderr while the chat ran is lost, the
+ * notices only showed it as it came. The pipe's write end does not block: a writer that outruns
+ * the reader (1 MiB of pipe) loses text rather than hangs the engine. An abort (K3_ASSERT) puts
+ * fd 2 back and passes on what was kept and what the pipe still holds (its control bytes as '?':
+ * a signal handler cannot allocate to escape) before the process dies, so its message is not
+ * lost and runs no command on the terminal.
  */
 #include "tui-int.h"
 
@@ -46,6 +48,7 @@ static struct {
     char         *kept;   /* (KEPT_MAX) what came, for the terminal at the end          */
     atomic_size_t n_kept; /* bytes of kept written (the reader publishes, on_abort reads) */
     size_t        lost;   /* bytes that came after kept was full                       */
+    txt_esc       esc;    /* a character cut between two reads, held for kept          */
 } ec = {.saved = -1, .rd = -1};
 
 static void write_all(int fd, const char *p, size_t n) {
@@ -60,14 +63,29 @@ static void write_all(int fd, const char *p, size_t n) {
     }
 }
 
+/* Append s[0..n) to kept, escaped (txt_escape) as it is stored: an abort's handler writes kept
+ * as it is, with no escaping of its own (it may not allocate); it wrote a library's line
+ * quoting a file's name with OSC 0 raw, and the title changed as k3chat died. */
+static void keep(const char *s, size_t n, txt_esc *st) {
+    txt_buf e = {0};
+    if (txt_escape(&e, st, s, n) || !e.p) {
+        ec.lost += n;
+        free(e.p);
+        return;
+    }
+    size_t k = atomic_load_explicit(&ec.n_kept, memory_order_relaxed),
+           c = e.n < KEPT_MAX - k ? e.n : KEPT_MAX - k;
+    memcpy(ec.kept + k, e.p, c);
+    atomic_store_explicit(&ec.n_kept, k + c, memory_order_release);
+    if (c < e.n)
+        ec.lost += n;
+    free(e.p);
+}
+
 /* Pass on p[0..n) (whole lines, or a partial one that timed out): kept for the end, and a
  * notice while the display runs. Only the reader thread calls this. */
 static void emit(const char *p, size_t n) {
-    size_t k = atomic_load_explicit(&ec.n_kept, memory_order_relaxed),
-           c = n < KEPT_MAX - k ? n : KEPT_MAX - k;
-    memcpy(ec.kept + k, p, c);
-    atomic_store_explicit(&ec.n_kept, k + c, memory_order_release);
-    ec.lost += n - c;
+    keep(p, n, &ec.esc);
     if (atomic_load(&ec.gone))
         return;
     char   msg[2 * 4096];
@@ -158,8 +176,16 @@ static void on_fatal(int sig, siginfo_t *si, void *uc) {
         ssize_t r;
         dup2(ec.saved, 2);
         write_all(2, ec.kept, atomic_load_explicit(&ec.n_kept, memory_order_acquire));
-        while ((r = read(ec.rd, b, sizeof b)) > 0)
+        while ((r = read(ec.rd, b, sizeof b)) > 0) { /* not read yet: its controls as '?' */
+            for (ssize_t i = 0; i < r; i++) {
+                unsigned char c = (unsigned char)b[i], d = i + 1 < r ? (unsigned char)b[i + 1] : 0;
+                if (c == 0xc2 && d >= 0x80 && d < 0xa0) /* a C1 control, U+0080..U+009F */
+                    b[i] = b[i + 1] = '?', i++;
+                else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f)
+                    b[i] = '?';
+            }
             write_all(2, b, (size_t)r);
+        }
         ec.saved = -1;
     }
     int k = 0;
@@ -217,7 +243,8 @@ int tui_stderr_begin(ev_queue *q) {
     ec.q = q;
     atomic_store(&ec.gone, 0);
     atomic_store(&ec.n_kept, 0);
-    ec.lost = 0;
+    ec.esc.n = 0;
+    ec.lost  = 0;
     fcntl(p[0], F_SETPIPE_SZ, 1 << 20); /* room for a burst (a loader's debug output) */
     fcntl(p[0], F_SETFL, O_NONBLOCK);   /* the reader polls; on_abort must not block   */
     fcntl(p[1], F_SETFL, O_NONBLOCK);   /* a full pipe loses text, never hangs a writer */
@@ -252,11 +279,14 @@ void tui_stderr_end(void) {
     dup2(ec.saved, 2);         /* the last write end closes: the reader drains and ends */
     pthread_join(ec.th, NULL);
     signal(SIGABRT, SIG_DFL);
-    /* all that came, in order, through the one escaping function: fd 2 is a terminal here, and
-     * what a library wrote may quote a file's or a server's text */
-    txt_esc st = {0};
-    txt_term_put(stderr, &st, ec.kept, atomic_load(&ec.n_kept));
-    txt_term_end(stderr, &st);
+    /* all that came, in order, escaped as it was kept (keep: what a library wrote may quote a
+     * file's or a server's text), with a character cut at the very end */
+    if (ec.esc.n) {
+        txt_esc held = ec.esc;
+        ec.esc.n     = 0;
+        keep(held.hold, (size_t)held.n, NULL);
+    }
+    fwrite(ec.kept, 1, atomic_load(&ec.n_kept), stderr);
     fflush(stderr);
     if (ec.lost)
         fprintf(stderr,
