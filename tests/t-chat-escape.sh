@@ -84,31 +84,20 @@ keys C-d
 # what came on fd 2 while the full-screen chat ran goes to the terminal when it ends: escaped
 # (it was written raw, so a library's line quoting a file could set the title)
 printf 'delay 0\nstderr e-err \033]0;EVILE\007 e-end\nresponse fine\n' >"$K3_TMP/err.txt"
-tui_start 120 30 K3_MOCK="$K3_TMP/err.txt" -- "$K3CHAT /no/model; echo EXIT=\$?; sleep 60"
-$T set-option -g allow-rename on 2>/dev/null
-before=$(state)
-wait_for "mock · 3 layers" 10
-type_line hi
-wait_for "fine" 10
-keys C-d
-wait_for "EXIT=0" 10
-after=$(state)
-check "full-screen: stderr's text after the chat leaves the title alone ('$before' -> '$after')" \
-    [ "$before" = "$after" ]
-check "... and shows its commands escaped" has 'e-err \x1B]0;EVILE\x07 e-end'
 # ... and when the chat dies of an abort (K3_ASSERT's): the kept text went to the terminal raw
-tui_start 120 30 K3_MOCK="$K3_TMP/err.txt" -- "sh -c 'echo \$\$ >$K3_TMP/pid; exec $K3CHAT /no/model'; echo EXIT=\$?; sleep 60"
-$T set-option -g allow-rename on 2>/dev/null
-before=$(state)
-wait_for "mock · 3 layers" 10
-type_line hi
-wait_for "fine" 10
-kill -ABRT "$(cat "$K3_TMP/pid")"
-wait_for "EXIT=134" 10
-after=$(state)
-check "full-screen, aborted: stderr's text leaves the title alone ('$before' -> '$after')" \
-    [ "$before" = "$after" ]
-check "... and shows its commands escaped" has 'e-err \x1B]0;EVILE\x07 e-end'
+for how in quit abort; do
+    tui_start 120 30 K3_MOCK="$K3_TMP/err.txt" -- "sh -c 'echo \$\$ >$K3_TMP/pid; exec $K3CHAT /no/model'; echo EXIT=\$?; sleep 60"
+    $T set-option -g allow-rename on 2>/dev/null
+    before=$(state)
+    wait_for "mock · 3 layers" 10
+    type_line hi
+    wait_for "fine" 10
+    if [ $how = quit ]; then keys C-d; wait_for "EXIT=0" 10; else kill -ABRT "$(cat "$K3_TMP/pid")"; wait_for "EXIT=134" 10; fi
+    after=$(state)
+    check "full-screen ($how): stderr's text after the chat leaves the title alone ('$before' -> '$after')" \
+        [ "$before" = "$after" ]
+    check "... and shows its commands escaped" has 'e-err \x1B]0;EVILE\x07 e-end'
+done
 
 # watch_run W H CMD END: CMD in a W x H pane (clipboard and renaming on), $before and $after
 # the pane's state() before it and once END (its exit line) shows
