@@ -609,9 +609,10 @@ typedef struct k3_msg {
     size_t *parts;           /* (n_parts) content's text parts' byte lengths (owned), as
                               * k3_chat_msg.parts; NULL: one string                      */
     int   n_parts;
-    char *extra; /* members of its transcript line this k3chat does not know (a JSON object's
-                  * text, from a newer k3chat or a hand edit), written back as they were; NULL
-                  * when none                                                              */
+    char *extra; /* members of its transcript line that a save would not write from the fields
+                  * above (unknown ones, from a newer k3chat or a hand edit; known ones this
+                  * version does not store, as a tool_call_id on a user message), as a JSON
+                  * object's text, written back as they were; NULL when none               */
 } k3_msg;
 
 typedef struct k3_conv_settings {

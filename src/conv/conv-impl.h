@@ -74,7 +74,7 @@ struct k3_conv {
     char *model_dir; /* NULL when unknown                                          */
     char  config_fnv64[17];
     int   bits, mla_bits, head_bits; /* K3_BITS, K3_MLA_BITS, K3_HEAD_BITS (0 unknown)  */
-    char *hdr_extra;                 /* the loaded header's members this k3chat does not know (JSON object
+    char *hdr_extra;                 /* the loaded header's members a save would not write (JSON object
                                         text, written back as they were; k3_msg.extra), NULL when none  */
 
     /* autosave */
