@@ -705,6 +705,62 @@ static int count_files(const char *dir) {
     return n;
 }
 
+static int gate_calls, gate_answer;
+static int gate(void *ud) {
+    (void)ud;
+    gate_calls++;
+    return gate_answer;
+}
+
+/* Two writers of one autosave (a chat's worker and a quit's rescue, ui/common/engine.c): a copy
+ * of the conversation as a turn began writes what the conversation's own autosave would (here
+ * a /retry's rewrite, with the answer the rescue saw), and the gate keeps the owner's write
+ * off the file once the other writer has it. */
+static void test_copy_gate(void) {
+    char dir[600];
+    path_in(dir, sizeof dir, "gate");
+    k3_conv *c = sample_conv();
+    T_CHECK(k3_conv_autosave_enable(c, dir) == K3_OK && k3_conv_autosave(c) == K3_OK &&
+                k3_conv_autosave_path(c),
+            "autosave the sample (%s)", k3_errmsg());
+    char *path = k3_strdup(k3_conv_autosave_path(c));
+    T_CHECK(k3_conv_retry_last(c) == 1, "/retry: the last answer becomes a branch");
+    k3_conv *x = k3_conv_copy(c);
+    T_CHECK(x && k3_conv_count(x) == k3_conv_count(c) && k3_conv_abandoned_count(x) == 1,
+            "the copy has the messages and the branch");
+    k3_msg a = {.role = K3_ROLE_ASSISTANT, .content = "seen so far", .interrupted = 1};
+    T_CHECK(x && k3_conv_add_msg(x, &a) == K3_OK && k3_conv_autosave(x) == K3_OK &&
+                !strcmp(k3_conv_autosave_path(x), path),
+            "the copy's autosave writes the conversation's file (%s)", k3_errmsg());
+    k3_conv *back = k3_conv_new();
+    T_CHECK(k3_conv_load(back, path, NULL) == K3_OK && k3_conv_count(back) == 5 &&
+                k3_conv_abandoned_count(back) == 1 && !strcmp(k3_conv_msg(back, 4)->content, "seen so far") &&
+                k3_conv_msg(back, 4)->interrupted &&
+                !strcmp(k3_conv_abandoned(back, 0, NULL, NULL)->content, "partial ans"),
+            "rewritten: the replaced answer as a branch, then the answer seen, interrupted (%s)",
+            k3_errmsg());
+    /* the owner comes back and ends its turn: the gate says the file is the other writer's */
+    k3_conv_set_autosave_gate(c, gate, NULL);
+    gate_answer  = 0;
+    char *before = t_read_file(path, NULL);
+    add_reply(c, "the owner's answer", NULL, 0, 2);
+    T_CHECK(k3_conv_autosave(c) == K3_OK && gate_calls == 1 && !k3_conv_autosave_error(c),
+            "a write the gate refuses: K3_OK, no error (%d calls)", gate_calls);
+    char *after = t_read_file(path, NULL);
+    T_CHECK(before && after && !strcmp(before, after) && count_files(dir) == 1,
+            "... and the file is as the other writer left it");
+    gate_answer = 1;
+    T_CHECK(k3_conv_autosave(c) == K3_OK && gate_calls == 2 && k3_conv_load(back, path, NULL) == K3_OK &&
+                !strcmp(k3_conv_msg(back, 4)->content, "the owner's answer"),
+            "a write the gate allows is made (%s)", k3_errmsg());
+    free(before);
+    free(after);
+    free(path);
+    k3_conv_free(back);
+    k3_conv_free(x);
+    k3_conv_free(c);
+}
+
 static void test_full_disk(void) {
     char dir[600], p[700];
     path_in(dir, sizeof dir, "full");
@@ -1140,6 +1196,7 @@ int main(void) {
     test_export_long();
     test_failures();
     test_full_disk();
+    test_copy_gate();
     test_crash();
     return t_done();
 }

@@ -85,6 +85,8 @@ struct k3_conv {
     int              rewrite;           /* history below n_saved changed: rewrite the whole file      */
     k3_conv_settings saved_set;         /* settings in the autosave file's header                  */
     char             autosave_err[768]; /* "" when the last autosave worked                       */
+    int (*gate)(void *ud);              /* k3_conv_set_autosave_gate: asked before a write, NULL: none */
+    void *gate_ud;
 
     /* prompt cache (conv-gen.c) */
     const k3_session *cache_sess; /* session the cache describes                           */

@@ -437,10 +437,6 @@ static k3_status append_msgs(const k3_conv *c, int from, const char *path) {
     return st;
 }
 
-k3_status k3_conv_append_to(const k3_conv *c, const char *path) {
-    return append_msgs(c, 0, path);
-}
-
 k3_status k3_conv_save(const k3_conv *c, const char *path) {
     sbuf b = {0};
     transcript_text(c, &b);
@@ -558,6 +554,8 @@ static k3_status autosave_write(k3_conv *c) {
         has_turn |= c->msgs[i].role != K3_ROLE_SYSTEM;
     if (!has_turn && !c->autosave_path)
         return K3_OK; /* nothing worth a file yet */
+    if (c->gate && !c->gate(c->gate_ud))
+        return K3_OK; /* another writer has the file (k3_conv_set_autosave_gate) */
     int       whole = !c->autosave_path || c->rewrite || !settings_equal(&c->set, &c->saved_set);
     sbuf      b     = {0};
     k3_status st;

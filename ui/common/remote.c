@@ -762,6 +762,7 @@ static void turn(remote *r, const ue_gen *g, int retry) {
     ui_ev e = {.type = EV_TURN};
     ev_push(r->u->out, &e);
     record_settings(r, g);
+    ue_turn_begin(r->u, r->c); /* what a quit that cannot wait for this turn saves (ue_rescue) */
     ue_tok_begin(&r->tok);
     r->n_prompt = r->n_completion = r->done = 0;
     r->think.n = r->resp.n = 0;
