@@ -444,6 +444,15 @@ static void test_members_survive(void) {
     if (sample)
         members_survive("a saved conversation", sample);
     free(sample);
+    const char *src = getenv("K3_SRC"); /* the fuzzer's transcript corpus: autosaves of a model's turns */
+    char        corpus[700];
+    snprintf(corpus, sizeof corpus, "%s/tests/fuzz/corpus/fuzz-transcript/autosave.jsonl", src ? src : ".");
+    char *fixture = t_read_file(corpus, NULL);
+    if (fixture)
+        members_survive(corpus, fixture);
+    else
+        printf("SKIP: %s: not found (K3_SRC)\n", corpus);
+    free(fixture);
     members_survive(
         "other writers' spellings",
         "{\"format\":\"k3chat-transcript\",\"version\":1}\n"

@@ -134,6 +134,13 @@ void ue_turn_begin(ue *u, const k3_conv *c) {
     pthread_mutex_unlock(&u->mu);
 }
 
+int ue_turn_rescued(ue *u) {
+    pthread_mutex_lock(&u->mu);
+    int r = u->turn_saved == 2;
+    pthread_mutex_unlock(&u->mu);
+    return r;
+}
+
 /* The autosave gate of the worker's conversation (k3_conv_set_autosave_gate): a turn's end is
  * written by the worker or by ue_rescue, whichever comes first, never by both. */
 static int may_autosave(void *ud) {

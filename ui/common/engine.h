@@ -169,6 +169,9 @@ void ue_conv_autosave_enable(ue *u, struct k3_conv *c);
  * /retry's or an /edit's branch made): keeps a copy of c for ue_rescue. The command's end
  * drops it (worker_main). */
 void ue_turn_begin(ue *u, const struct k3_conv *c);
+/* 1 once ue_rescue has taken the turn in progress (the worker's end of turn then writes nothing);
+ * any thread. */
+int ue_turn_rescued(ue *u);
 /* After an autosave attempt (a turn's or an edit's): u->unsaved says whether c's turns are on
  * disk. Call it before the events that end the command, so the UI sees the state with them. */
 void ue_note_saved(ue *u, const struct k3_conv *c);

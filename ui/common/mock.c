@@ -9,6 +9,8 @@
  *                      Ctrl-C and quit (as in a read from a hung file system or server)
  *     stall-end MS     this turn's worker blocks so after its end of turn is autosaved, before it
  *                      tells the UI the turn is done
+ *     stall-rescue MS  this turn's worker blocks after its first token until a quit's rescue took
+ *                      the turn (ue_rescue), or MS milliseconds, then ends the turn
  *     autosave         the conversation autosaves (in $XDG_DATA_HOME/k3chat), as a model's does
  *     think TEXT       reasoning text of the current turn (several lines join with newlines)
  *     response TEXT    answer text of the current turn
@@ -38,7 +40,7 @@
 
 typedef struct mturn {
     char *think, *response, *error, *err_line;
-    int   delay_ms, prefill_ms, hold_ms, stall_ms, stall_end_ms;
+    int   delay_ms, prefill_ms, hold_ms, stall_ms, stall_end_ms, stall_rescue_ms;
 } mturn;
 
 typedef struct mock {
@@ -101,6 +103,7 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
             m->turns[m->n_turns - 1].prefill_ms = prefill;
         } else if ((kw == 4 && (!strncmp(line, "load", 4) || !strncmp(line, "hold", 4))) ||
                    (kw == 5 && !strncmp(line, "stall", 5)) || (kw == 9 && !strncmp(line, "stall-end", 9)) ||
+                   (kw == 12 && !strncmp(line, "stall-rescue", 12)) ||
                    (kw == 5 && !strncmp(line, "delay", 5)) || (kw == 7 && !strncmp(line, "prefill", 7))) {
             char *end;
             long  ms = strtol(arg, &end, 10);
@@ -117,6 +120,8 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
                 t->hold_ms = (int)ms;
             else if (kw == 9)
                 t->stall_end_ms = (int)ms;
+            else if (kw == 12)
+                t->stall_rescue_ms = (int)ms;
             else if (line[0] == 's')
                 t->stall_ms = (int)ms;
             else if (kw == 5)
@@ -266,6 +271,8 @@ static int stream(ue *u, mock *m, mturn *t, int ch, const char *s, double t0, do
             *t_first = ev_now();
             for (double end = ev_now() + t->stall_ms / 1e3; ev_now() < end;)
                 sleep_ms(50); /* whatever the UI asks meanwhile */
+            for (double end = ev_now() + t->stall_rescue_ms / 1e3; ev_now() < end && !ue_turn_rescued(u);)
+                sleep_ms(20);
         }
         if (ch == EV_CH_THINK) {
             (*n_think)++;
