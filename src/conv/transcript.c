@@ -1165,8 +1165,15 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
     }
     m.content   = text;
     m.reasoning = reasoning;
-    /* what the line would be written as: the message, its branch and its "since" */
-    json_t *w = msg_json(&m), *x = json_object();
+    /* what the line would be written as: the message, its branch and its "since"; the members
+     * are all that is compared at this level, so its long values (text, token ids) are cut short */
+    k3_msg shape    = m;
+    shape.content   = "";
+    shape.reasoning = m.reasoning ? "" : NULL;
+    shape.parts     = NULL;
+    shape.n_parts   = 0;
+    shape.n_ids     = m.n_ids > 1 ? 1 : m.n_ids;
+    json_t *w = msg_json(&shape), *x = json_object();
     int     bad = !w || !x || (branch && json_object_set_new(w, "abandoned", json_integer(branch))) ||
               (since && json_object_set_new(w, "since", json_integer(since))) ||
               unwritten_members(x, o, w, rkey && strcmp(rkey, "reasoning_content") ? rkey : NULL);
