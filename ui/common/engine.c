@@ -176,7 +176,10 @@ static void *rescue_main(void *arg) {
 int ue_rescue(ue *u, const char *answer, const char *think, double wait_s, char *msg, size_t n) {
     pthread_mutex_lock(&u->mu);
     int      type = u->run_type, on = u->autosave_on, saved = u->turn_saved;
-    k3_conv *c = NULL;
+    k3_conv *c          = NULL;
+    char     where[600] = ""; /* the file the worker wrote to, when it had one before the turn */
+    if (saved && u->turn_conv && k3_conv_autosave_path(u->turn_conv))
+        snprintf(where, sizeof where, " in %s", k3_conv_autosave_path(u->turn_conv));
     if (on && is_turn(type) && !saved && u->turn_conv) { /* the turn's end is the rescue's from now on */
         c             = u->turn_conv;
         u->turn_conv  = NULL;
@@ -189,7 +192,9 @@ int ue_rescue(ue *u, const char *answer, const char *think, double wait_s, char 
         return 1;
     }
     if (saved) {
-        snprintf(msg, n, "the engine autosaved the turn before it stopped answering");
+        snprintf(msg, n,
+                 "the engine had autosaved the turn itself%s (or was writing it) when it stopped answering",
+                 where);
         return 0;
     }
     if (!c) {
