@@ -492,6 +492,16 @@ static void test_members_survive(void) {
             "kept members stay unread: no tool_call_id on a user or assistant message, no tools (%s)",
             k3_errmsg());
     k3_conv_free(c);
+    /* members of a tool call, of its function and of a content part (arrays' objects) */
+    members_survive("members inside arrays",
+                    "{\"format\":\"k3chat-transcript\",\"version\":1}\n"
+                    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\",\"cache_control\":{"
+                    "\"type\":\"ephemeral\"}},{\"type\":\"text\",\"text\":\"b\"}]}\n"
+                    "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":"
+                    "\"function\",\"index\":0,\"function\":{\"name\":\"f\",\"arguments\":\"{}\",\"strict\":"
+                    "true}},{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":"
+                    "\"{}\"}}]}\n"
+                    "{\"role\":\"tool\",\"content\":\"r\",\"tool_call_id\":\"c1\"}\n");
 }
 
 /* Loads text into a conversation holding one message and checks the error and that the

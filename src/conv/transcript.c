@@ -87,21 +87,32 @@ static json_t *jseed(uint64_t seed) {
     return json_string(tmp);
 }
 
-/* Writes back what a load kept of members this k3chat does not know (k3_msg.extra): each
- * member o lacks is added; one that is an object in both is merged member by member (unknown
- * members of "settings" or "stats"); what this version writes wins. Returns nonzero on failure. */
+/* Writes back what a load kept of a line (k3_msg.extra, unwritten_members): each member o lacks
+ * is added; one that is an object in both is merged member by member (unknown members of
+ * "settings" or "stats"), and one that is an array of as many elements in both element by
+ * element (a tool call's or a content part's own members); what this version writes wins.
+ * Returns nonzero on failure. */
+static int merge_value(json_t *have, json_t *v);
+
 static int merge_unknown(json_t *o, json_t *x) {
     const char *k;
     json_t     *v;
     int         bad = 0;
     json_object_foreach(x, k, v) {
         json_t *have = json_object_get(o, k);
-        if (!have)
-            bad |= json_object_set(o, k, v);
-        else if (json_is_object(have) && json_is_object(v))
-            bad |= merge_unknown(have, v);
+        bad |= have ? merge_value(have, v) : json_object_set(o, k, v);
     }
     return bad;
+}
+
+static int merge_value(json_t *have, json_t *v) {
+    int bad = 0;
+    if (json_is_object(have) && json_is_object(v))
+        bad = merge_unknown(have, v);
+    else if (json_is_array(have) && json_is_array(v) && json_array_size(have) == json_array_size(v))
+        for (size_t i = 0; i < json_array_size(v); i++)
+            bad |= merge_value(json_array_get(have, i), json_array_get(v, i));
+    return bad; /* else the message changed since (an edited system prompt): it is as written */
 }
 
 static int add_unknown(json_t *o, const char *extra) {
@@ -734,28 +745,54 @@ static k3_status get_str(const lctx *L, json_t *o, const char *obj, const char *
  * (merge_unknown), so a load and save loses nothing. The writer is the one list of what is
  * kept: no table of known names to fall behind it. */
 
+/* What of in (a value as read) out (the same value as written) lacks: the members of an object
+ * that out's lacks, recursively, and of an array of objects as long as out's, element by element
+ * ({} where an element lacks nothing); NULL when nothing, or out of memory (*bad set). */
+static json_t *unwritten_value(json_t *in, json_t *out, int *bad);
+
 /* Adds to x the members of in (a line as read) that out (the same line as written) lacks, and
- * those of in's objects that out's objects of the same name lack; skip (NULL: none) is a member
- * out holds under another name (reasoning read from "thinking"). Returns nonzero on failure. */
+ * what it lacks of the others (unwritten_value); skip (NULL: none) is a member out holds under
+ * another name (reasoning read from "thinking"). Returns nonzero on failure. */
 static int unwritten_members(json_t *x, json_t *in, json_t *out, const char *skip) {
     const char *k;
     json_t     *v;
     int         bad = 0;
     json_object_foreach(in, k, v) {
-        json_t *w = json_object_get(out, k);
+        json_t *w = json_object_get(out, k), *y;
         if (skip && !strcmp(k, skip))
             continue;
         if (!w)
             bad |= json_object_set(x, k, v);
-        else if (json_is_object(v) && json_is_object(w)) {
-            json_t *y = json_object();
-            bad |= !y || unwritten_members(y, v, w, NULL);
-            if (y && json_object_size(y))
-                bad |= json_object_set(x, k, y);
-            json_decref(y);
-        }
+        else if ((y = unwritten_value(v, w, &bad)))
+            bad |= json_object_set_new(x, k, y);
     }
     return bad;
+}
+
+static json_t *unwritten_value(json_t *in, json_t *out, int *bad) {
+    json_t *y = NULL;
+    if (json_is_object(in) && json_is_object(out)) {
+        y = json_object();
+        *bad |= !y || unwritten_members(y, in, out, NULL);
+    } else if (json_is_array(in) && json_is_array(out) && json_array_size(in) == json_array_size(out)) {
+        int any = 0;
+        y       = json_array();
+        for (size_t i = 0; y && i < json_array_size(in); i++) {
+            json_t *e = unwritten_value(json_array_get(in, i), json_array_get(out, i), bad);
+            any |= e != NULL;
+            *bad |= json_array_append_new(y, e ? e : json_object());
+        }
+        *bad |= !y;
+        if (!any) {
+            json_decref(y);
+            y = NULL;
+        }
+    }
+    if (y && json_is_object(y) && !json_object_size(y)) {
+        json_decref(y);
+        y = NULL;
+    }
+    return y;
 }
 
 /* x's text for k3_msg.extra / hdr_extra (NULL when x is empty); takes x. */
@@ -1165,13 +1202,12 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
     }
     m.content   = text;
     m.reasoning = reasoning;
-    /* what the line would be written as: the message, its branch and its "since"; the members
-     * are all that is compared at this level, so its long values (text, token ids) are cut short */
+    /* what the line would be written as: the message, its branch and its "since"; its long
+     * values (text, token ids) are cut short, as only objects and their members are compared
+     * (content parts too, whose text stays when there are parts) */
     k3_msg shape    = m;
-    shape.content   = "";
+    shape.content   = m.n_parts > 1 ? m.content : "";
     shape.reasoning = m.reasoning ? "" : NULL;
-    shape.parts     = NULL;
-    shape.n_parts   = 0;
     shape.n_ids     = m.n_ids > 1 ? 1 : m.n_ids;
     json_t *w = msg_json(&shape), *x = json_object();
     int     bad = !w || !x || (branch && json_object_set_new(w, "abandoned", json_integer(branch))) ||
