@@ -2,7 +2,10 @@
 # only). Usage: python3 chat_hostile.py PORTFILE LOGFILE
 # It listens on 127.0.0.1 (a free port, written to PORTFILE once it listens) and appends one JSON
 # line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
-# header or null, "n_calls": the tool calls its messages carry}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
+# header or null, "n_calls": the tool calls its messages carry, "path": the request's path and
+# query}; each GET's path and query go to LOGFILE.get, a line each. It serves [::1] too, its port
+# written to PORTFILE.6 (none where the machine has no IPv6). GET .../models under a path starting
+# /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
 # "fake-model" with max_model_len 4096 (under /nulid/ followed by a model whose id holds a NUL; under
 # /surr/ instead one id "m\udcff", a lone surrogate as vLLM writes a path's Latin-1 byte); under
@@ -61,6 +64,8 @@ class Fake(FakeHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        with open(sys.argv[2] + ".get", "a") as f:
+            f.write(self.path + "\n")
         if self.path.startswith("/html/"):
             self.html()
             return
@@ -87,7 +92,7 @@ class Fake(FakeHandler):
         with open(sys.argv[2], "a") as f:
             calls = [c for m in req["messages"] for c in m.get("tool_calls") or []]
             f.write(json.dumps({"model": req.get("model"), "auth": self.headers.get("Authorization"),
-                                "n_calls": len(calls)}) + "\n")
+                                "n_calls": len(calls), "path": self.path}) + "\n")
         last = req["messages"][-1]["content"]
         if last == "jsontools":  # one JSON answer (no stream) whose message is a tool call
             call = {"id": "call_j", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
@@ -228,6 +233,12 @@ class Fake(FakeHandler):
 
 
 srv = start_fake(Fake)
+try:
+    srv6 = start_fake(Fake, "::1")
+    with open(sys.argv[1] + ".6", "w") as f:
+        f.write(str(srv6.server_address[1]))
+except OSError:
+    pass
 with open(sys.argv[1] + ".tmp", "w") as f:
     f.write(str(srv.server_address[1]))
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])

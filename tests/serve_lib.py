@@ -247,9 +247,14 @@ def delta(d, finish=None, **more):
     return dict(more, choices=[{"index": 0, "delta": d, "finish_reason": finish}])
 
 
-def start_fake(handler):
-    """A threading HTTP server of handler on 127.0.0.1 (a free port), served from a daemon thread."""
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+class _Fake6(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def start_fake(handler, addr="127.0.0.1"):
+    """A threading HTTP server of handler on addr (127.0.0.1, or an IPv6 one such as ::1; a free
+    port), served from a daemon thread."""
+    srv = (_Fake6 if ":" in addr else http.server.ThreadingHTTPServer)((addr, 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 

@@ -51,8 +51,9 @@ typedef struct rcall { /* a tool call of the answer, as it streams */
 typedef struct remote {
     ue      *u;
     k3_conv *c;
-    char     base[1024];  /* ".../v1" without a trailing slash */
-    char     shown[1024]; /* base without a user:password@ (for messages and the status bar) */
+    CURLU   *url;         /* --endpoint as libcurl reads it; each request sets its path (url_read) */
+    char    *path;        /* the API base's path: "/v1", "" for the root (no trailing slash)      */
+    char    *shown;       /* the base without user:password@ or query (messages, the status bar)  */
     char    *model;       /* NULL = not known yet (heap: a server's id may be long) */
     char    *auth;        /* "Authorization: Bearer KEY" or NULL (heap: a JWT may run to kilobytes) */
     int      ctx_max;     /* from /models max_model_len, -1 unknown */
@@ -100,10 +101,14 @@ static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_o
     return 1;
 }
 
-/* GET or POST (body != NULL) base+path; the answer goes through on_body. */
+/* GET or POST (body != NULL) the base's path + path; the answer goes through on_body. */
 static CURLcode http(remote *r, const char *path, const char *body, long timeout_s) {
-    char url[1200];
-    snprintf(url, sizeof url, "%s%s", r->base, path);
+    k3_buf at = {0};
+    k3_buf_printf(&at, "%s%s", r->path, path);
+    CURLUcode uc = at.p ? curl_url_set(r->url, CURLUPART_PATH, at.p, 0) : CURLUE_OUT_OF_MEMORY;
+    free(at.p);
+    if (uc != CURLUE_OK)
+        return CURLE_OUT_OF_MEMORY;
     struct curl_slist *h = NULL;
     h                    = curl_slist_append(h, "Content-Type: application/json");
     h                    = curl_slist_append(h,
@@ -112,12 +117,10 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
         h = curl_slist_append(h, r->auth);
     CURL *c = r->curl;
     curl_easy_reset(c);
-    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CURLU, r->url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    /* http and https only; a URL without a scheme is http (libcurl guessed from the host's name:
-     * ftp.HOST spoke FTP, dict.HOST DICT, ldap.HOST LDAP) */
-    curl_easy_setopt(c, CURLOPT_DEFAULT_PROTOCOL, "http");
+    /* http and https only (url_read gives a URL without a scheme http://) */
 #if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 #else
@@ -919,80 +922,101 @@ static void remote_cmd(ue *u, void *self, const ui_ev *c) {
     }
 }
 
-/* URL as given, without a trailing "/" or "/chat/completions"; a bare host gets "/v1". */
-static void set_base(remote *r, const char *url) {
-    snprintf(r->base, sizeof r->base, "%s", url);
-    size_t n = strlen(r->base);
-    while (n && r->base[n - 1] == '/')
-        r->base[--n] = 0;
-    static const char tail[] = "/chat/completions";
-    if (n >= sizeof tail - 1 && !strcmp(r->base + n - (sizeof tail - 1), tail))
-        r->base[n -= sizeof tail - 1] = 0;
-    const char *host = strstr(r->base, "://");
-    if (!strchr(host ? host + 3 : r->base, '/') && n + 3 < sizeof r->base)
-        strcat(r->base, "/v1");
-    /* what messages show: without the user:password@ of the authority (libcurl sends it as Basic
-     * authentication; on the status bar or in an error line it would be on screen) */
-    const char *a   = host ? host + 3 : r->base;
-    size_t      end = strcspn(a, "/?#");
-    const char *at  = NULL;
-    for (const char *q = a; q < a + end; q++)
-        if (*q == '@')
-            at = q;
-    if (at)
-        snprintf(r->shown, sizeof r->shown, "%.*s%s", (int)(a - r->base), r->base, at + 1);
-    else
-        snprintf(r->shown, sizeof r->shown, "%s", r->base);
-}
+/* ---- the URL ---------------------------------------------------------------------------- */
 
-/* 1 when the URL sends a secret (an API key, or a password in it) in the clear: http:// to a host
- * that is not a loopback address or name; *host_out gets the host as shown. */
-static int secret_in_clear(const remote *r, int has_key, char *host_out, size_t hn) {
-    const char *sch = strstr(r->base, "://"); /* none: libcurl takes http:// */
-    if (sch && strncasecmp(r->base, "http://", 7))
-        return 0;
-    const char *a   = sch ? sch + 3 : r->base;
-    size_t      end = strcspn(a, "/?#");
-    int         pw  = 0;
-    for (const char *q = a; q < a + end; q++)
-        if (*q == '@') { /* userinfo: a password if it has a ':' */
-            pw |= memchr(a, ':', (size_t)(q - a)) != NULL;
-            end -= (size_t)(q + 1 - a);
-            a = q + 1;
-        }
-    size_t hl = a[0] == '[' ? strcspn(a, "]") + (a[strcspn(a, "]")] == ']') : strcspn(a, ":/?#");
-    if (hl > end)
-        hl = end;
-    snprintf(host_out, hn, "%.*s", (int)hl, a);
-    char h[256];
-    snprintf(h, sizeof h, "%.*s", (int)(a[0] == '[' && hl >= 2 ? hl - 2 : hl), a[0] == '[' ? a + 1 : a);
-    unsigned char ip[16];
-    size_t        k    = strlen(h);
-    int           loop = !strcasecmp(h, "localhost") || (k > 10 && !strcasecmp(h + k - 10, ".localhost")) ||
-               (inet_pton(AF_INET, h, ip) == 1 && ip[0] == 127) ||
-               (inet_pton(AF_INET6, h, ip) == 1 && !memcmp(ip, in6addr_loopback.s6_addr, 16));
-    return (has_key || pw) && !loop;
-}
-
-/* 0 when libcurl reads url as a URL with a host, else 1 with the reason in why; the URL is not
- * repeated (it may hold a user:password@). "http://u:p@" went on to a plain-http warning naming
- * an empty host and a failed turn. */
-static int url_unusable(const char *url, char *why, size_t n) {
-    CURLU *h    = curl_url();
-    char  *host = NULL;
-    if (!h) {
-        snprintf(why, n, "out of memory");
-        return 1;
-    }
-    CURLUcode rc = curl_url_set(h, CURLUPART_URL, url, CURLU_DEFAULT_SCHEME);
+/* --endpoint read by libcurl's URL parser, the one that connects (a second reading by hand beside
+ * it put a query or a fragment before each request's path, "http://h:1?x=1" asked for
+ * "/?x=1/v1/models", and took "127.1" for a host that is not loopback). The API base is the
+ * URL's path without trailing slashes and without "/chat/completions"; a URL without a path gets
+ * "/v1". Each request's path goes after the base, its query (Azure's api-version) stays the
+ * query, a fragment is dropped, a user:password goes as Basic authentication. A URL without a
+ * scheme is http (libcurl alone guessed FTP for ftp.HOST, DICT for dict.HOST, and its URL parser
+ * takes https). Sets r->url, r->path and r->shown (the base without user:password or query, for
+ * messages and the status bar); 1 with the reason in why when libcurl cannot read the URL or it
+ * names no host (the URL is not repeated: it may hold a password; "http://u:p@" went on to a
+ * plain-http warning naming an empty host and a failed turn). */
+static int url_read(remote *r, const char *url, char *why, size_t n) {
+    k3_buf full = {0};
+    k3_buf_printf(&full, "%s%s", strstr(url, "://") ? "" : "http://", url);
+    char     *host = NULL, *path = NULL;
+    CURLUcode rc = !full.p || !(r->url = curl_url()) ? CURLUE_OUT_OF_MEMORY
+                                                     : curl_url_set(r->url, CURLUPART_URL, full.p, 0);
+    free(full.p);
     if (rc == CURLUE_OK)
-        rc = curl_url_get(h, CURLUPART_HOST, &host, 0);
+        rc = curl_url_get(r->url, CURLUPART_HOST, &host, 0);
+    if (rc == CURLUE_OK)
+        rc = curl_url_get(r->url, CURLUPART_PATH, &path, 0);
+    if (rc == CURLUE_OK)
+        rc = curl_url_set(r->url, CURLUPART_FRAGMENT, NULL, 0);
+    if (rc == CURLUE_OK) {
+        static const char tail[] = "/chat/completions";
+        size_t            len = strlen(path), t = sizeof tail - 1;
+        while (len && path[len - 1] == '/')
+            len--;
+        int named = len >= t && !memcmp(path + len - t, tail, t); /* the URL of the chat itself */
+        for (len -= named ? t : 0; len && path[len - 1] == '/';)
+            len--;
+        r->path  = len || named ? strndup(path, len) : strdup("/v1");
+        CURLU *s = r->path ? curl_url_dup(r->url) : NULL;
+        rc = !s || curl_url_set(s, CURLUPART_USER, NULL, 0) || curl_url_set(s, CURLUPART_PASSWORD, NULL, 0) ||
+                     curl_url_set(s, CURLUPART_QUERY, NULL, 0) ||
+                     curl_url_set(s, CURLUPART_PATH, r->path, 0) ||
+                     curl_url_get(s, CURLUPART_URL, &r->shown, 0)
+                 ? CURLUE_OUT_OF_MEMORY
+                 : CURLUE_OK;
+        if (rc == CURLUE_OK && !r->path[0]) /* the API at the root: no "/" to put before "/models" */
+            r->shown[strlen(r->shown) - 1] = 0;
+        curl_url_cleanup(s);
+    }
     if (rc != CURLUE_OK)
         snprintf(why, n, "the URL cannot be used (%s); the form is http[s]://HOST[:PORT][/PATH]",
                  curl_url_strerror(rc));
     curl_free(host);
-    curl_url_cleanup(h);
+    curl_free(path);
     return rc != CURLUE_OK;
+}
+
+/* What the URL sends in the clear, NULL if nothing: http:// to a host that is not a loopback
+ * address or name carrying an API key, a password, or a user name alone (Basic authentication
+ * with a key as the user, as some APIs take one); *host_out gets the host as shown. The host is
+ * libcurl's reading, the address it connects to ("127.1" is 127.0.0.1). */
+static const char *secret_in_clear(const remote *r, int has_key, char *host_out, size_t hn) {
+    char       *sch = NULL, *host = NULL, *user = NULL, *pw = NULL;
+    const char *what = NULL;
+    curl_url_get(r->url, CURLUPART_SCHEME, &sch, 0);
+    curl_url_get(r->url, CURLUPART_HOST, &host, 0);
+    curl_url_get(r->url, CURLUPART_USER, &user, 0);
+    curl_url_get(r->url, CURLUPART_PASSWORD, &pw, 0);
+    if (sch && host && !strcasecmp(sch, "http")) {
+        char          h[256];
+        unsigned char ip[16];
+        size_t        k = strlen(host);
+        snprintf(h, sizeof h, "%.*s", (int)(host[0] == '[' && k >= 2 ? k - 2 : k), host + (host[0] == '['));
+        k = strlen(h);
+        /* the IPv4-mapped ::ffff:127.x.y.z is 127.x.y.z */
+        static const unsigned char v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        int loop = !strcasecmp(h, "localhost") || (k > 10 && !strcasecmp(h + k - 10, ".localhost")) ||
+                   (inet_pton(AF_INET, h, ip) == 1 && ip[0] == 127) ||
+                   (inet_pton(AF_INET6, h, ip) == 1 &&
+                    (!memcmp(ip, in6addr_loopback.s6_addr, 16) || (!memcmp(ip, v4, 12) && ip[12] == 127)));
+        what = loop            ? NULL
+               : has_key       ? "the API key"
+               : pw && *pw     ? "the password in the URL"
+               : user && *user ? "the user name in the URL"
+                               : NULL;
+        snprintf(host_out, hn, "%s", host);
+    }
+    curl_free(sch);
+    curl_free(host);
+    curl_free(user);
+    curl_free(pw);
+    return what;
+}
+
+static void url_free(remote *r) {
+    curl_url_cleanup(r->url);
+    free(r->path);
+    curl_free(r->shown);
 }
 
 static int remote_open(ue *u, void **self, char *err, size_t errn) {
@@ -1008,12 +1032,12 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         return -1;
     }
     char why[200];
-    if (url_unusable(u->opts->endpoint, why, sizeof why)) {
+    if (url_read(r, u->opts->endpoint, why, sizeof why)) {
         snprintf(err, errn, "--endpoint: %s", why);
+        url_free(r);
         free(r);
         return -1;
     }
-    set_base(r, u->opts->endpoint);
     if (u->opts->model_name)
         r->model = strdup(u->opts->model_name);
     if (u->opts->api_key && (r->auth = malloc(strlen(u->opts->api_key) + 32)))
@@ -1023,6 +1047,7 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         snprintf(err, errn, "cannot start libcurl");
         if (r->curl)
             curl_easy_cleanup(r->curl);
+        url_free(r);
         free(r->model);
         free(r->auth);
         free(r);
@@ -1041,12 +1066,13 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
           .temp = -1, .top_p = -1, .think = 1, .effort = 2, .max_tokens = -1}; /* the server's, unknown */
     ev_push(u->out, &e);
     free(desc.p);
-    char host[300];
-    if (secret_in_clear(r, r->auth != NULL, host, sizeof host))
+    char        host[300];
+    const char *open = secret_in_clear(r, r->auth != NULL, host, sizeof host);
+    if (open)
         ue_emitf(u, EV_ERROR,
                  "warning: %s goes to %s over plain http://, which anyone on the network between can read: "
                  "use https:// (a server on this machine is reached safely through 127.0.0.1 or localhost)",
-                 r->auth ? "the API key" : "the password in the URL", host);
+                 open, host);
     if (down) /* not fatal: the server may come up; each turn tries again */
         ue_emitf(u, EV_ERROR, "%s", msg);
     *self = r;
@@ -1058,6 +1084,7 @@ static void remote_close(void *self) {
     curl_easy_cleanup(r->curl);
     curl_global_cleanup();
     k3_conv_free(r->c);
+    url_free(r);
     free(r->model);
     free(r->auth);
     calls_free(r);
