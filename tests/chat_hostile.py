@@ -40,6 +40,12 @@
 #             text, not an escape) in the reasoning and the answer, then a call note whose
 #             arguments hold a lone \ud83d; surrerr: the answer, then an "event: error" whose
 #             message holds a lone \udcff
+#   surrsplit the halves of U+1F600 (\ud83d, \ude00) split between two events of the reasoning, of
+#             the content (an empty piece and a reasoning piece between), of a call's arguments;
+#             a high half followed by a piece without its low one, a low one mid-piece, a low one
+#             at a piece's start with no high one before it, and a high one before the call
+#   surrend   "g" and a high half, then U+100400 (the private-use code point k3chat parses such a
+#             low half as) and "h", then "i" and a high half that ends the answer
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
 import json
@@ -217,6 +223,21 @@ class Fake(FakeHandler):
             out = sse(delta({"reasoning_content": odd})) + sse(delta({"content": odd})) + \
                 sse(delta({"tool_calls": [{"index": 0, "id": "call_s", "type": "function", "function": fn}]}))
             self.wfile.write(out + sse(delta({}, "tool_calls")) + b"data: [DONE]\n\n")
+            return
+        if last == "surrsplit":  # the halves of U+1F600 split between two events of the same field
+            hi, lo = "\ud83d", "\ude00"
+            ev = [{"reasoning_content": "r" + hi}, {"reasoning_content": lo + "s"}, {"content": "a" + hi},
+                  {"content": lo + "b " + hi}, {"reasoning_content": "!"}, {"content": lo + " c" + hi},
+                  {"content": ""}, {"content": "d " + lo + "e"}, {"content": lo + "f" + hi},
+                  {"tool_calls": [{"index": 0, "id": "call_h", "type": "function",
+                                   "function": {"name": "note", "arguments": '{"t": "x' + hi}}]},
+                  {"tool_calls": [{"index": 0, "function": {"arguments": lo + 'y"}'}}]}]
+            self.wfile.write(b"".join(sse(delta(d)) for d in ev) + sse(delta({}, "tool_calls")) + b"data: [DONE]\n\n")
+            return
+        if last == "surrend":  # high halves whose low ones never come; a private-use character between
+            out = sse(delta({"content": "g\ud83d"})) + sse(delta({"content": "\U00100400h"})) + \
+                sse(delta({"content": "i\ud83d"}, "stop"))
+            self.wfile.write(out + b"data: [DONE]\n\n")
             return
         if last == "cut":  # one event, then the connection closes: no finish_reason, no [DONE]
             self.wfile.write(sse(delta({"content": "half "})))

@@ -13,7 +13,8 @@
 # without an answer is stopped after K3_ENDPOINT_IDLE_SECS (a slow one that progresses is not); a
 # /models list with a NUL or a lone surrogate in an id, an error body past 1 MiB and an error
 # without a body after one with a message are each named for what they are. A lone UTF-16
-# surrogate escape in a stream's JSON is one U+FFFD, not a malformed stream. --endpoint URLs are
+# surrogate escape in a stream's JSON is one U+FFFD, not a malformed stream; the halves of a pair
+# split between two events of one field are joined. --endpoint URLs are
 # read as libcurl reads them: a query, a fragment, IPv6 and loopback forms, encoded userinfo.
 . "$K3_SRC/tests/tui-lib.sh"
 
@@ -133,6 +134,25 @@ sys.exit(not (m[1]["content"] == odd and m[1].get("reasoning_content") == odd an
               c[0].get("function", {}).get("arguments") == "{\"t\": \"x\ufffd y\"}"))' "$K3_TMP/surr.jsonl"
 check "an error event whose message holds one: the message, with U+FFFD" grep -qF \
     "$(printf 'the server failed mid-answer: bad \357\277\275 byte (the conversation')" "$K3_TMP/err8s"
+
+# the halves of a surrogate pair split between two events of one field, as a token that ends
+# between them is streamed: joined into the character, as a JavaScript client shows it (each half
+# was one U+FFFD); a half without its other half is still U+FFFD, at the answer's end too
+printf 'surrsplit\n/save %s/split.jsonl\nsurrend\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8h" 2>"$K3_TMP/err8h"
+check "a pair split between two content events: the character" grep -qxF \
+    "$(printf 'a\360\237\230\200b \360\237\230\200 c\357\277\275d \357\277\275e\357\277\275f\357\277\275')" \
+    "$K3_TMP/out8h"
+check "... in the reasoning, in the arguments, and U+FFFD for each half alone: the transcript" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+c = m[1].get("tool_calls") or [{}]
+sys.exit(not (m[1]["content"] == "a\U0001F600b \U0001F600 c\ufffdd \ufffde\ufffdf\ufffd" and
+              m[1].get("reasoning_content") == "r\U0001F600s!" and
+              c[0].get("function", {}).get("arguments") == "{\"t\": \"x\U0001F600y\"}"))' "$K3_TMP/split.jsonl"
+check "... the call shows whole" grep -qxF -e "$(printf -- '-> note({"t": "x\360\237\230\200y"})')" "$K3_TMP/out8h"
+check "a high half before U+100400, and one that ends the answer: U+FFFD; U+100400 is itself" grep -qxF \
+    "$(printf 'g\357\277\275\364\200\220\200hi\357\277\275')" "$K3_TMP/out8h"
 
 # finish_reason "length" with the context far from full: the server's own default max_tokens
 # (SGLang's is 128); line mode said 'the context is full (4096 tokens); /forget drops ...'

@@ -12,7 +12,8 @@
  * "data:" lines are joined per event and each event is one JSON chunk; the think channel comes from
  * delta.reasoning_content, .reasoning or .thinking, the answer from delta.content. A server that answers with
  * one JSON body instead of a stream is accepted too. A lone UTF-16 surrogate escape in a server's
- * JSON is one U+FFFD (server_json), as invalid UTF-8 is everywhere else; a tool call that a
+ * JSON is one U+FFFD (server_json), as invalid UTF-8 is everywhere else, but the halves of a pair
+ * split between two events of one field are joined (halves_join); a tool call that a
  * finish_reason "length" cut is shown but not kept (doc/tool-calls.md).
  *
  * Failures (cannot connect, timeouts, HTTP errors with the server's error message, a malformed
@@ -46,6 +47,7 @@ typedef struct rcall { /* a tool call of the answer, as it streams */
     char   *id, *name; /* NULL until the server names them */
     txt_buf args;      /* the arguments' JSON text so far   */
     int     shown;     /* "-> name(" went to the UI         */
+    long    half;      /* the high surrogate that ended the last piece of args, 0 if none (halves_join) */
 } rcall;
 
 typedef struct remote {
@@ -72,6 +74,8 @@ typedef struct remote {
     int         n_events;    /* events read (data: lines ended)       */
     txt_buf     body;        /* a non-stream body                  */
     txt_buf     think, resp; /* the answer so far                  */
+    long        half[2];     /* per channel (EV_CH_THINK, EV_CH_RESPONSE): halves_join's pending high */
+    txt_buf     joined;      /* halves_join's text of one piece    */
     rcall      *calls;       /* (n_calls) its tool calls           */
     int         n_calls;
     int         done, n_prompt, n_completion;
@@ -192,28 +196,95 @@ static size_t lone_surrogate(const char *s, size_t n, size_t from) {
     return n;
 }
 
+/* 1 when the lone surrogate escape at s[at] stands at an edge of its string: a high half right
+ * before the closing quote, or a low half right after the opening one (a quote with an even run of
+ * backslashes before it is no escaped quote). Those are the halves of a pair that a server split
+ * between two events (a token that ends between them, JavaScript's string cut at a UTF-16 unit). */
+static int at_edge(const char *s, size_t n, size_t at) {
+    if (u_escape(s + at, n - at) < 0xdc00)
+        return at + 6 < n && s[at + 6] == '"';
+    if (!at || s[at - 1] != '"')
+        return 0;
+    size_t k = at - 1;
+    while (k && s[k - 1] == '\\')
+        k--;
+    return (at - 1 - k) % 2 == 0;
+}
+
+/* halves_join's marks: a lone half at an edge, value v (0xD800..0xDFFF), is parsed as the code
+ * point U+100000 + (v - 0xD800) (private use), UTF-8 F4 80 [80..9F] [80..BF]; marks are made only
+ * in a text that holds none of those code points itself (marks_free), so each in the parsed
+ * strings is one. The value of a mark at s[0..n), or -1. */
+static long mark_of(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    if (n < 4 || u[0] != 0xf4 || u[1] != 0x80 || (u[2] & 0xe0) != 0x80 || (u[3] & 0xc0) != 0x80)
+        return -1;
+    return 0xd800 + ((long)(u[2] & 0x1f) << 6 | (u[3] & 0x3f));
+}
+
+/* 1 when s[0..n) holds nothing that parses as a mark: no bytes F4 80, no escape \uDBC0 or \uDBC1
+ * (the high halves of U+100000..U+1007FF); conservative (any F4 80 counts). */
+static int marks_free(const char *s, size_t n) {
+    if (memmem(s, n, "\xf4\x80", 2))
+        return 0;
+    for (size_t i = 0; i + 1 < n;) {
+        const char *b = memchr(s + i, '\\', n - i);
+        if (!b)
+            break;
+        i      = (size_t)(b - s);
+        long v = u_escape(s + i, n - i);
+        if (v == 0xdbc0 || v == 0xdbc1)
+            return 0;
+        i += v < 0 ? 2 : 6;
+    }
+    return 1;
+}
+
 /* A server's JSON text s[0..n), parsed (NUL allowed). A lone UTF-16 surrogate escape is no
  * character, and jansson refuses the whole text for one: one in a token's delta refused the whole
  * turn as a "malformed stream". Servers write them (Python's json.dumps of a string decoded with
  * surrogateescape, as a token that ends inside a character can be; a proxy that cuts a string
  * between the halves of a pair), so each becomes \ufffd, U+FFFD, as invalid UTF-8 shows
- * everywhere else; the rewrite is a copy, made only when there is one. */
-static json_t *server_json(const char *s, size_t n, json_error_t *je) {
+ * everywhere else; the rewrite is a copy, made only when there is one. mark: one at an edge of its
+ * string becomes its mark instead (mark_of; the caller checked marks_free), for halves_join. */
+static json_t *server_json(const char *s, size_t n, json_error_t *je, int mark) {
     size_t at = lone_surrogate(s, n, 0);
     if (at == n)
         return json_loadb(s, n, JSON_ALLOW_NUL, je);
-    char *fix = malloc(n);
+    char *fix = malloc(n); /* a mark (4 bytes) and \ufffd (6) are no longer than the escape */
     if (!fix) {
         if (je)
             snprintf(je->text, sizeof je->text, "out of memory");
         return NULL;
     }
-    memcpy(fix, s, n);
-    for (; at < n; at = lone_surrogate(fix, n, at + 6))
-        memcpy(fix + at, "\\ufffd", 6);
-    json_t *o = json_loadb(fix, n, JSON_ALLOW_NUL, je);
+    size_t o = 0, from = 0;
+    for (; at < n; at = lone_surrogate(s, n, from)) {
+        memcpy(fix + o, s + from, at - from);
+        o += at - from;
+        long v = u_escape(s + at, n - at) - 0xd800;
+        if (mark && at_edge(s, n, at)) {
+            unsigned char m[4] = {0xf4, 0x80, (unsigned char)(0x80 | v >> 6),
+                                  (unsigned char)(0x80 | (v & 0x3f))};
+            memcpy(fix + o, m, 4);
+            o += 4;
+        } else {
+            memcpy(fix + o, "\\ufffd", 6);
+            o += 6;
+        }
+        from = at + 6;
+    }
+    memcpy(fix + o, s + from, n - from);
+    json_t *obj = json_loadb(fix, o + n - from, JSON_ALLOW_NUL, je);
     free(fix);
-    return o;
+    return obj;
+}
+
+/* 1 when s[0..n) has a lone surrogate escape at an edge of a string (at_edge). */
+static int edge_halves(const char *s, size_t n) {
+    for (size_t at = lone_surrogate(s, n, 0); at < n; at = lone_surrogate(s, n, at + 6))
+        if (at_edge(s, n, at))
+            return 1;
+    return 0;
 }
 
 /* vLLM before 0.10 answered errors as one flat object, {"object":"error","message":...}. */
@@ -248,7 +319,7 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     } else {
         /* this body's bytes only: body.p keeps an earlier answer's text past body.n (a 502 without
          * a body showed the error before it) */
-        json_t     *o   = r->body.n ? server_json(r->body.p, r->body.n, NULL) : NULL;
+        json_t     *o   = r->body.n ? server_json(r->body.p, r->body.n, NULL, 0) : NULL;
         const char *msg = error_message(o);
         char       *to  = NULL; /* redirects are not followed (the key would go along): say where to */
         if (r->http >= 300 && r->http < 400 &&
@@ -317,6 +388,8 @@ static int answer_room(remote *r, size_t n) {
 static void call_show(remote *r, rcall *c) {
     if (c->shown || !c->name)
         return;
+    if (r->half[1] && !piece(r, EV_CH_RESPONSE, "\xef\xbf\xbd", 3)) /* the text ends before the call */
+        r->half[1] = 0;
     c->shown = 1;
     ue_emit_token(r->u, EV_CH_RESPONSE, "\n-> ", 4);
     ue_emit_token(r->u, EV_CH_RESPONSE, c->name, strlen(c->name));
@@ -372,8 +445,40 @@ static int call_field(remote *r, int idx, const char *what, char **have, json_t 
     return 0;
 }
 
-/* The tool_calls of a stream delta (whole = 0: pieces by "index") or of a whole message. */
-static int on_calls(remote *r, json_t *arr, int whole) {
+/* The text of one piece of a field (the reasoning, the content, a call's arguments) into
+ * r->joined, with the halves of a surrogate pair that a server split between two events joined (a
+ * JavaScript client shows the character; each half alone was one U+FFFD). *half is the field's
+ * pending high half, 0 if none: a low half that begins this piece completes it; a pending one
+ * without it, or a low one without a pending one, is U+FFFD; a high half that ends this piece
+ * waits in *half for the field's next piece (an empty piece leaves it waiting, as a string's
+ * concatenation would). marked: str came from a parse with marks (server_json). 0, or -1 when
+ * memory runs out. */
+static int halves_join(remote *r, long *half, json_t *str, int marked) {
+    const char *s = json_string_value(str);
+    size_t      n = json_string_length(str);
+    r->joined.n   = 0;
+    if (!n)
+        return 0;
+    long lo = marked ? mark_of(s, n) : -1;
+    if (lo >= 0xdc00 || *half) {
+        long cp = lo >= 0xdc00 && *half ? 0x10000 + ((*half - 0xd800) << 10) + (lo - 0xdc00) : 0xfffd;
+        unsigned char u[4] = {0xf0 | (unsigned char)(cp >> 18), 0x80 | (cp >> 12 & 0x3f),
+                              0x80 | (cp >> 6 & 0x3f), 0x80 | (cp & 0x3f)};
+        if (cp == 0xfffd ? txt_buf_add(&r->joined, "\xef\xbf\xbd", 3) : txt_buf_add(&r->joined, (char *)u, 4))
+            return -1;
+        if (lo >= 0xdc00)
+            s += 4, n -= 4;
+        *half = 0;
+    }
+    long hi = marked && n >= 4 ? mark_of(s + n - 4, 4) : -1;
+    if (hi >= 0 && hi < 0xdc00)
+        *half = hi, n -= 4;
+    return txt_buf_add(&r->joined, s, n);
+}
+
+/* The tool_calls of a stream delta (whole = 0: pieces by "index") or of a whole message; texts:
+ * the same array from the parse with marks, or arr (halves_join). */
+static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole) {
     size_t  i;
     json_t *t;
     json_array_foreach(arr, i, t) {
@@ -407,10 +512,15 @@ static int on_calls(remote *r, json_t *arr, int whole) {
         if (call_field(r, (int)idx, "id", &c->id, json_object_get(t, "id")) ||
             call_field(r, (int)idx, "name", &c->name, json_object_get(fn, "name")))
             return -1;
+        args = json_object_get(json_object_get(json_array_get(texts, i), "function"), "arguments");
         if (json_is_string(args) && json_string_length(args)) {
-            const char *a = json_string_value(args);
-            size_t      n = json_string_length(args);
-            if (answer_room(r, n) || txt_buf_add(&c->args, a, n))
+            if (halves_join(r, &c->half, args, marked)) {
+                snprintf(r->err, sizeof r->err, "out of memory");
+                return -1;
+            }
+            const char *a = r->joined.p;
+            size_t      n = r->joined.n;
+            if (n && (answer_room(r, n) || txt_buf_add(&c->args, a, n)))
                 return -1;
             if (c->shown == 1)
                 ue_emit_token(r->u, EV_CH_RESPONSE, a, n);
@@ -432,14 +542,37 @@ static json_t *reasoning_of(json_t *o) {
 
 /* A message's (or delta's) reasoning and content to their channels, whole: a model may write a
  * NUL byte (JSON "\u0000", parsed with JSON_ALLOW_NUL), which the text path escapes like any
- * other control character instead of cutting the piece there. */
-static int message_pieces(remote *r, json_t *m, int whole) {
-    json_t *t = reasoning_of(m), *c = json_object_get(m, "content"), *tc = json_object_get(m, "tool_calls");
-    if (t && piece(r, EV_CH_THINK, json_string_value(t), json_string_length(t)))
-        return -1;
-    if (json_is_string(c) && piece(r, EV_CH_RESPONSE, json_string_value(c), json_string_length(c)))
-        return -1;
-    return json_is_array(tc) ? on_calls(r, tc, whole) : 0;
+ * other control character instead of cutting the piece there. texts: the same object from the
+ * parse with marks, or m (halves_join). */
+static int message_pieces(remote *r, json_t *m, json_t *texts, int marked, int whole) {
+    json_t *t = reasoning_of(texts), *c = json_object_get(texts, "content"),
+           *tc = json_object_get(m, "tool_calls");
+    for (int k = 0; k < 2; k++) {
+        json_t *s  = k ? c : t;
+        int     ch = k ? EV_CH_RESPONSE : EV_CH_THINK;
+        if (!json_is_string(s))
+            continue;
+        if (halves_join(r, &r->half[ch == EV_CH_RESPONSE], s, marked)) {
+            snprintf(r->err, sizeof r->err, "out of memory");
+            return -1;
+        }
+        if (piece(r, ch, r->joined.p, r->joined.n))
+            return -1;
+    }
+    return json_is_array(tc) ? on_calls(r, tc, json_object_get(texts, "tool_calls"), marked, whole) : 0;
+}
+
+/* At the answer's end: a high half that still waits (halves_join) is U+FFFD in its field. */
+static void halves_end(remote *r) {
+    for (int k = 0; k < 2; k++)
+        if (r->half[k] && !piece(r, k ? EV_CH_RESPONSE : EV_CH_THINK, "\xef\xbf\xbd", 3))
+            r->half[k] = 0;
+    for (int k = 0; k < r->n_calls; k++) {
+        rcall *c = &r->calls[k];
+        if (c->half && !answer_room(r, 3) && !txt_buf_add(&c->args, "\xef\xbf\xbd", 3) && c->shown == 1)
+            ue_emit_token(r->u, EV_CH_RESPONSE, "\xef\xbf\xbd", 3);
+        c->half = 0;
+    }
 }
 
 /* A token count the server reports: 0 when absent or out of any real range (a negative or huge
@@ -465,7 +598,7 @@ static int on_event(remote *r, const char *d, size_t n) {
         return 0;
     }
     json_error_t je;
-    json_t      *o = server_json(d, n, &je);
+    json_t      *o = server_json(d, n, &je, 0);
     if (r->ev_error) { /* "event: error": its data is the reason, JSON or text */
         const char *m = json_is_object(o) ? error_message(o) : NULL;
         if (!m && json_is_object(o))
@@ -493,7 +626,13 @@ static int on_event(remote *r, const char *d, size_t n) {
     json_t *ch  = json_array_get(json_object_get(o, "choices"), 0);
     json_t *dl  = json_object_get(ch, "delta");
     size_t  had = answer_size(r), calls = (size_t)r->n_calls;
-    if (json_is_object(dl) && message_pieces(r, dl, 0)) {
+    /* the texts from a second parse with marks when a pair's half stands at a string's edge */
+    int     marked = marks_free(d, n);
+    json_t *om     = marked && edge_halves(d, n) ? server_json(d, n, NULL, 1) : NULL;
+    json_t *texts  = om ? json_object_get(json_array_get(json_object_get(om, "choices"), 0), "delta") : dl;
+    int rc = json_is_object(dl) ? message_pieces(r, dl, json_is_object(texts) ? texts : dl, marked, 0) : 0;
+    json_decref(om);
+    if (rc) {
         json_decref(o);
         return -1;
     }
@@ -638,7 +777,7 @@ static void not_api(remote *r, const char *path, const json_error_t *je, char *o
 /* A complete JSON answer (a server that ignored "stream"). */
 static int on_json_answer(remote *r) {
     json_error_t je;
-    json_t      *o   = server_json(r->body.p ? r->body.p : "", r->body.n, &je);
+    json_t      *o   = server_json(r->body.p ? r->body.p : "", r->body.n, &je, 0);
     json_t      *ch  = json_array_get(json_object_get(o, "choices"), 0);
     json_t      *msg = json_object_get(ch, "message");
     if (!o) {
@@ -651,7 +790,7 @@ static int on_json_answer(remote *r) {
         json_decref(o);
         return -1;
     }
-    if (message_pieces(r, msg, 1)) {
+    if (message_pieces(r, msg, msg, 0, 1)) {
         json_decref(o);
         return -1;
     }
@@ -768,6 +907,7 @@ static void turn(remote *r, const ue_gen *g, int retry) {
     ue_tok_begin(&r->tok);
     r->n_prompt = r->n_completion = r->done = 0;
     r->think.n = r->resp.n = 0;
+    r->half[0] = r->half[1] = 0;
     calls_free(r);
     r->finish[0] = r->err[0] = 0;
     char     msg[1200]       = "";
@@ -811,6 +951,7 @@ static void turn(remote *r, const ue_gen *g, int retry) {
     /* the tool calls: shown closed, kept with the reply when the server named them, but for one
      * that a length finish cut (its arguments are no JSON object): the local engine keeps only
      * whole calls, and one cut would go back to the server in every later request */
+    halves_end(r);
     k3_tool_call *tc = r->n_calls ? calloc((size_t)r->n_calls, sizeof *tc) : NULL;
     int           nt = 0;
     for (int k = 0; k < r->n_calls; k++) {
@@ -1093,6 +1234,7 @@ static void remote_close(void *self) {
     free(r->body.p);
     free(r->think.p);
     free(r->resp.p);
+    free(r->joined.p);
     free(r);
 }
 
