@@ -12,7 +12,8 @@
 # parameter it has a field for: accepted ones answer (the same seed twice gives the same text,
 # stream_options.include_usage ends the stream with usage, max_tokens and max_completion_tokens
 # both bound the answer), refused ones raise its BadRequestError with .param and .code, and
-# /v1/models lists and retrieves the model (an unknown one: NotFoundError).
+# /v1/models lists and retrieves the model (an unknown one: NotFoundError). With
+# stream_options.include_usage every chunk has "usage", null but in the last, as OpenAI writes it.
 # The server is killed at the end; every wait is bounded.
 import json
 import os
@@ -86,6 +87,18 @@ try:
     st, _, body = final(exchange(PORT, req("GET", "/v1/nothing"))[0])
     e = json.loads(body).get("error", {})
     ok(st == 404 and "param" in e and e["param"] is None, "a 404 has error.param null (%d %s)" % (st, body[:160]))
+
+    # ---- stream_options.include_usage: every chunk has "usage", null but in the last one (which has
+    # no choices), as OpenAI documents it (the field was absent from the others)
+    st, _, body = final(exchange(PORT, req("POST", "/v1/chat/completions", chat(
+        max_tokens=3, stream=True, stream_options={"include_usage": True})))[0])
+    ev = [x for x in serve_lib.sse_events(body) if x != "[DONE]"]
+    ok(st == 200 and len(ev) >= 3 and all("usage" in x and x["usage"] is None and x["choices"] for x in ev[:-1]) and
+       ev[-1]["choices"] == [] and ev[-1]["usage"]["completion_tokens"] == 3,
+       "include_usage: usage null in every chunk but the last, which has it and no choices (%d chunks)" % len(ev))
+    st, _, body = final(exchange(PORT, req("POST", "/v1/chat/completions", chat(max_tokens=3, stream=True)))[0])
+    ev = [x for x in serve_lib.sse_events(body) if x != "[DONE]"]
+    ok(st == 200 and ev and not any("usage" in x for x in ev), "without include_usage no chunk has usage")
 
     # ---- OpenAI's fields that change nothing in the answer: taken, with their types checked
     st, o = post(user="u-1", metadata={"k": "v"}, store=True, service_tier="auto", prompt_cache_key="c",

@@ -299,8 +299,11 @@ static json_t *usage_obj(const job *j) {
 static json_t *chunk(job *j, json_t *delta, const char *finish) {
     json_t *ch = json_pack("{s:i,s:o,s:o}", "index", 0, "delta", delta, "finish_reason",
                            finish ? json_string(finish) : json_null());
-    return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk", "created",
-                     (json_int_t)j->created, "model", srv.name, "choices", ch);
+    json_t *o  = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk",
+                           "created", (json_int_t)j->created, "model", srv.name, "choices", ch);
+    if (o && j->r.include_usage) /* OpenAI: with include_usage every chunk has usage, null but the last */
+        json_object_set_new(o, "usage", json_null());
+    return o;
 }
 
 /* Reasoning goes out under both names with the same text: "reasoning" (vLLM since 0.16) and
