@@ -110,14 +110,10 @@ try:
     # ---- the official OpenAI SDK for JavaScript
     cache = serve_lib.openai_sdk(["openai@5"])
     if cache:
-        js = os.path.join(T, "walk.cjs")
-        with open(js, "w") as f:
-            f.write(r"""
-const OpenAI = require("openai").default;  // CommonJS: found through NODE_PATH
-(async () => {
-const client = new OpenAI({ baseURL: process.argv[2], apiKey: "none", maxRetries: 0 });
+        body = r"""
 const base = { model: "m", messages: [{ role: "user", content: "hi" }] };
-const out = { ok: {}, err: {} };
+out.ok = {};
+out.err = {};
 const text = (r) => (r.choices[0].message.reasoning ?? "") + "|" + (r.choices[0].message.content ?? "");
 const accepted = {
   n1: { n: 1 }, stop_string: { stop: "zz" }, stop_array: { stop: ["zz", "yy"] }, logprobs_false: { logprobs: false },
@@ -163,10 +159,8 @@ out.models = (await client.models.list()).data.map((m) => [m.id, m.object, typeo
 out.model = (await client.models.retrieve("m")).id;
 try { await client.models.retrieve("nope"); out.nope = "found"; }
 catch (e) { out.nope = [e.constructor.name, e.status, e.code ?? null]; }
-console.log(JSON.stringify(out));
-})().catch((e) => { console.error(e); process.exit(1); });
-""")
-        res = serve_lib.run_node(js, ["http://127.0.0.1:%d/v1" % PORT], cache, env, 300, cwd=cache)
+"""
+        res = serve_lib.run_sdk(body, ["http://127.0.0.1:%d/v1" % PORT], cache, env, 300, T, "walk.cjs", cwd=cache)
         good = {k: v for k, v in res.get("ok", {}).items() if v[:2] == ["chat.completion", 1]}
         ok(res.get("ok") and len(good) == len(res["ok"]),
            "OpenAI SDK: n 1, stop (string, array), logprobs false, temperature 2, top_p 0, penalties 0, an empty "
