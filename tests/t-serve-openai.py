@@ -33,7 +33,7 @@ def post(**kw):
     try:
         return st, json.loads(body)
     except ValueError:
-        return st, {"raw": body[:200]}
+        return st, {"raw": body[:200].decode("utf-8", "replace")}
 
 
 def refused(o, code, param):
@@ -67,6 +67,10 @@ try:
         ("metadata a string", dict(metadata="x"), "invalid_type", "metadata"),
         ("store 'yes'", dict(store="yes"), "invalid_type", "store"),
         ("modalities a string", dict(modalities="text"), "invalid_type", "modalities"),
+        ("a typo in stream_options", dict(stream=True, stream_options={"include_usgae": True}), "unknown_parameter",
+         "stream_options.include_usgae"),
+        ("stream_options.include_obfuscation 1", dict(stream=True, stream_options={"include_obfuscation": 1}),
+         "invalid_type", "stream_options.include_obfuscation"),
     ]
     for name, kw, code, param in cases:
         st, o = post(**kw)
@@ -106,6 +110,10 @@ try:
                  verbosity="medium", web_search_options=None, functions=None)
     ok(st == 200 and o.get("choices"), "user, metadata, store, service_tier, prediction, prompt_cache_key, "
        "safety_identifier, modalities text, verbosity medium, and null fields -> 200 (%d %s)" % (st, json.dumps(o)[:120]))
+    st, _, body = final(exchange(PORT, req("POST", "/v1/chat/completions", chat(
+        max_tokens=2, stream=True, stream_options={"include_usage": False, "include_obfuscation": False})))[0])
+    ok(st == 200 and body.rstrip().endswith(b"data: [DONE]"), "stream_options include_usage and include_obfuscation "
+       "false -> a stream (%d)" % st)
 
     # ---- the official OpenAI SDK for JavaScript
     cache = serve_lib.openai_sdk(["openai@5"])

@@ -383,6 +383,17 @@ int sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, sreq *r, perr
             return bad(e, "invalid_value", "stream_options: only allowed with \"stream\": true");
         if (get_bool(v, "include_usage", "stream_options.include_usage", &r->include_usage, e))
             return -1;
+        int         obf = 0; /* OpenAI's padding of stream chunks: none is sent, whatever it asks */
+        const char *key;
+        json_t     *x;
+        if (get_bool(v, "include_obfuscation", "stream_options.include_obfuscation", &obf, e))
+            return -1;
+        json_object_foreach(v, key, x) {
+            if (strcmp(key, "include_usage") && strcmp(key, "include_obfuscation"))
+                return bad(e, "unknown_parameter",
+                           "stream_options.%.60s: unknown parameter (include_usage, include_obfuscation)",
+                           key);
+        }
     }
     /* max_completion_tokens and its deprecated name max_tokens: each one given is checked; both
      * with one value is that value (vLLM takes max_completion_tokens first), two different
