@@ -13,7 +13,8 @@
 # stream_options.include_usage ends the stream with usage, max_tokens and max_completion_tokens
 # both bound the answer), refused ones raise its BadRequestError with .param and .code, and
 # /v1/models lists and retrieves the model (an unknown one: NotFoundError). With
-# stream_options.include_usage every chunk has "usage", null but in the last, as OpenAI writes it.
+# stream_options.include_usage every chunk has "usage", null but in the last, as OpenAI writes it;
+# usage.completion_tokens_details.reasoning_tokens counts the think channel's tokens.
 # The server is killed at the end; every wait is bounded.
 import json
 import os
@@ -103,6 +104,24 @@ try:
     st, _, body = final(exchange(PORT, req("POST", "/v1/chat/completions", chat(max_tokens=3, stream=True)))[0])
     ev = [x for x in serve_lib.sse_events(body) if x != "[DONE]"]
     ok(st == 200 and ev and not any("usage" in x for x in ev), "without include_usage no chunk has usage")
+
+    # ---- usage.completion_tokens_details.reasoning_tokens: the think channel's share of the
+    # completion tokens, as OpenAI reports a reasoning model's (it was missing)
+    st, o = post(max_tokens=6)
+    u = o.get("usage", {})
+    ok(st == 200 and o["choices"][0]["message"].get("reasoning") and
+       0 < u.get("completion_tokens_details", {}).get("reasoning_tokens", -1) <= u["completion_tokens"],
+       "thinking on: usage.completion_tokens_details.reasoning_tokens counts the reasoning (%r)" % u)
+    st, o = post(max_tokens=6, reasoning_effort="none")
+    u = o.get("usage", {})
+    ok(st == 200 and u.get("completion_tokens_details") == {"reasoning_tokens": 0},
+       "thinking off: reasoning_tokens 0 (%r)" % u)
+    st, _, body = final(exchange(PORT, req("POST", "/v1/chat/completions", chat(
+        max_tokens=4, stream=True, stream_options={"include_usage": True})))[0])
+    ev = [x for x in serve_lib.sse_events(body) if x != "[DONE]"]
+    u = ev[-1].get("usage") or {} if ev else {}
+    ok(0 < u.get("completion_tokens_details", {}).get("reasoning_tokens", -1) <= 4,
+       "... and in a stream's usage chunk (%r)" % u)
 
     # ---- OpenAI's fields that change nothing in the answer: taken, with their types checked
     st, o = post(user="u-1", metadata={"k": "v"}, store=True, service_tier="auto", prompt_cache_key="c",

@@ -111,8 +111,9 @@ typedef struct job {
     int         stopped;   /* a stop string ended the turn               */
     const char *finish;    /* "stop" | "length" when done without error  */
     int         n_prompt, n_cached, n_gen;
-    int         window;            /* its prefill's most tokens in one pass (k3_stats.window) */
-    json_t     *calls;             /* the answer's tool_calls (NULL: none)       */
+    int         n_think; /* of n_gen, the think channel's: usage.completion_tokens_details.reasoning_tokens */
+    int         window;  /* its prefill's most tokens in one pass (k3_stats.window) */
+    json_t     *calls;   /* the answer's tool_calls (NULL: none)       */
     int         open_calls;        /* calls begun whose close has not come       */
     char       *cut_id, *cut_name; /* the call begun last, while it is open   */
     txt_buf     cut_args;          /* its arguments so far                    */
@@ -291,9 +292,10 @@ static void sse_json(job *j, json_t *o) {
 }
 
 static json_t *usage_obj(const job *j) {
-    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", j->n_prompt, "completion_tokens", j->n_gen,
-                     "total_tokens", j->n_prompt + j->n_gen, "prompt_tokens_details", "cached_tokens",
-                     j->n_cached);
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", j->n_prompt, "completion_tokens",
+                     j->n_gen, "total_tokens", j->n_prompt + j->n_gen, "prompt_tokens_details",
+                     "cached_tokens", j->n_cached, "completion_tokens_details", "reasoning_tokens",
+                     j->n_think);
 }
 
 static json_t *chunk(job *j, json_t *delta, const char *finish) {
@@ -536,6 +538,7 @@ static void job_finish(slot *sl, job *j, k3_status st) {
         j->n_prompt = last->stats.n_prompt;
         j->n_cached = last->stats.n_cached;
         j->n_gen    = last->stats.n_gen;
+        j->n_think  = last->stats.n_think;
         k3_stats ks;
         k3_session_stats(sl->s, &ks);
         j->window = ks.window;
