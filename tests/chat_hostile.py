@@ -30,6 +30,7 @@
 #   keepalive "ka-", then keep-alive comments and empty deltas every 0.1 s for 120 s: no answer
 #   drip      "d0" .. "d7", one a second, then "-end" and the stream's end
 #   nodata    a JSON chunk on a line of its own, without "data:"
+#   rtokens   reasoning in 3 pieces, "ok-rt"; usage: 10 completion tokens, 7 of them reasoning
 #   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
 #   jsontools one JSON answer (not a stream) whose message calls lookup {"q": 1}
 #   err400    400 {"error": {"message": "the first error"}}; err502: 502 without a body
@@ -170,6 +171,13 @@ class Fake(FakeHandler):
         if last == "length":  # cut by the server's own default max_tokens, the context far from full
             out = sse(delta({"content": "cut"}, "length")) + \
                 sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
+            self.wfile.write(out + b"data: [DONE]\n\n")
+            return
+        if last == "rtokens":  # reasoning in 3 pieces of 7 tokens as usage counts them, the answer in 1 of 3
+            out = b"".join(sse(delta({"reasoning_content": t})) for t in ("ab", "cd", "ef")) + \
+                sse(delta({"content": "ok-rt"}, "stop")) + \
+                sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 10,
+                                              "completion_tokens_details": {"reasoning_tokens": 7}}})
             self.wfile.write(out + b"data: [DONE]\n\n")
             return
         if last == "usage":  # token counts no server could mean: prompt + completion overflow an int

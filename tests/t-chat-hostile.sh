@@ -14,7 +14,8 @@
 # /models list with a NUL or a lone surrogate in an id, an error body past 1 MiB and an error
 # without a body after one with a message are each named for what they are. A lone UTF-16
 # surrogate escape in a stream's JSON is one U+FFFD, not a malformed stream; the halves of a pair
-# split between two events of one field are joined. --endpoint URLs are
+# split between two events of one field are joined. The reasoning's token count is the server's
+# usage.completion_tokens_details.reasoning_tokens. --endpoint URLs are
 # read as libcurl reads them: a query, a fragment, IPv6 and loopback forms, encoded userinfo.
 . "$K3_SRC/tests/tui-lib.sh"
 
@@ -167,6 +168,12 @@ check "... and the answer is shown" grep -qx "cut" "$K3_TMP/out9"
 printf 'usage\n/stats\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out10" 2>"$K3_TMP/err10"
 check "usage of 2^31 - 1 tokens: the answer comes" grep -qx "ok-usage" "$K3_TMP/out10"
 check "... and /stats counts the context as nothing known" grep -q "^k3chat: context: 0 of 4096 tokens" "$K3_TMP/err10"
+
+# usage.completion_tokens_details.reasoning_tokens: the server's count of the reasoning (the pieces
+# streamed were counted as tokens: 3 reasoning + 7 answer where the server said 7 + 3)
+printf 'rtokens\n/stats\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out10r" 2>"$K3_TMP/err10r"
+check "reasoning_tokens 7 of 10: /stats says 7 reasoning + 3 answer tokens" \
+    grep -q "^k3chat: last turn: 7 reasoning + 3 answer tokens" "$K3_TMP/err10r"
 
 # an API key of 3000 bytes (a JWT can run to kilobytes) goes whole: it was cut at 578 bytes
 : >"$K3_TMP/reqs"

@@ -79,6 +79,7 @@ typedef struct remote {
     rcall      *calls;       /* (n_calls) its tool calls           */
     int         n_calls;
     int         done, n_prompt, n_completion;
+    int         n_reason; /* usage.completion_tokens_details.reasoning_tokens, -1 when not said */
     ue_tokstats tok;
     char        finish[32];
     char        err[600]; /* why the stream was rejected        */
@@ -587,6 +588,11 @@ static void usage_of(remote *r, json_t *o) {
     if (json_is_object(u)) {
         r->n_prompt     = count_of(json_object_get(u, "prompt_tokens"));
         r->n_completion = count_of(json_object_get(u, "completion_tokens"));
+        /* the reasoning's share as the server counted it (OpenAI, vLLM, k3chat --serve); the
+         * pieces streamed are no token count where a server sends several tokens in one */
+        json_t *rt = json_object_get(json_object_get(u, "completion_tokens_details"), "reasoning_tokens");
+        if (json_is_integer(rt) && json_integer_value(rt) >= 0 && json_integer_value(rt) <= r->n_completion)
+            r->n_reason = (int)json_integer_value(rt);
     }
 }
 
@@ -906,6 +912,7 @@ static void turn(remote *r, const ue_gen *g, int retry) {
     record_settings(r, g);
     ue_tok_begin(&r->tok);
     r->n_prompt = r->n_completion = r->done = 0;
+    r->n_reason                             = -1;
     r->think.n = r->resp.n = 0;
     r->half[0] = r->half[1] = 0;
     calls_free(r);
@@ -995,8 +1002,8 @@ static void turn(remote *r, const ue_gen *g, int retry) {
                              ? (r->n_completion - 1) / (now - r->tok.t_first)
                              : -1;
     d.st.prefill_tok_s = d.st.think_s = d.st.expert_hit = d.st.expert_gb = -1;
-    d.st.n_think                                                         = r->tok.n_think;
-    d.st.n_response = r->n_completion > r->tok.n_think ? r->n_completion - r->tok.n_think : r->tok.n_resp;
+    d.st.n_think    = r->n_reason >= 0 ? r->n_reason : r->tok.n_think;
+    d.st.n_response = r->n_completion > d.st.n_think ? r->n_completion - d.st.n_think : r->tok.n_resp;
     d.st.n_prefill  = r->n_prompt;
     if (r->n_prompt)
         r->ctx_used = r->n_prompt + r->n_completion;
