@@ -609,9 +609,10 @@ typedef struct k3_msg {
     size_t *parts;           /* (n_parts) content's text parts' byte lengths (owned), as
                               * k3_chat_msg.parts; NULL: one string                      */
     int   n_parts;
-    char *extra; /* members of its transcript line this k3chat does not know (a JSON object's
-                  * text, from a newer k3chat or a hand edit), written back as they were; NULL
-                  * when none                                                              */
+    char *extra; /* members of its transcript line that a save would not write from the fields
+                  * above (unknown ones, from a newer k3chat or a hand edit; known ones this
+                  * version does not store, as a tool_call_id on a user message), as a JSON
+                  * object's text, written back as they were; NULL when none               */
 } k3_msg;
 
 typedef struct k3_conv_settings {
@@ -823,11 +824,6 @@ typedef struct k3_load_info {
 /* Writes the whole conversation atomically (temp file, fsync, rename, fsync dir).
  * Failure: K3_ERR_IO naming the path and errno; the conversation is untouched. */
 k3_status k3_conv_save(const k3_conv *c, const char *path);
-/* Appends c's messages (no header, no abandoned branches) to the transcript at path, one line
- * each in one durable write, as the autosave appends a turn. For a front end that quits without
- * the thread that owns the conversation (blocked in a call that does not return): it saves
- * what it saw of the turn in progress into that conversation's autosave file. */
-k3_status k3_conv_append_to(const k3_conv *c, const char *path);
 /* Replaces c's messages and settings with the transcript's; on any error (K3_ERR_FORMAT /
  * K3_ERR_IO, message "FILE:LINE: what") c is untouched. info may be NULL. A torn final
  * line (no newline, unparseable: an interrupted append) is ignored and reported in info, not
@@ -844,6 +840,16 @@ k3_status k3_conv_autosave_enable(k3_conv *c, const char *dir);
  * On failure the conversation stays in memory, the error is also kept for
  * k3_conv_autosave_error and the next call tries again. */
 k3_status k3_conv_autosave(k3_conv *c);
+/* A copy of c that a thread of its own may use: its messages, abandoned branches, settings,
+ * tools, model identity, header extras and autosave state, so the copy's next autosave writes
+ * the same file as c's would (append, rewrite or a new file), but not the prompt cache, the
+ * grammar, a forced reply or the autosave gate. NULL when out of memory (k3_errmsg says so). */
+k3_conv *k3_conv_copy(const k3_conv *c);
+/* Two writers of one autosave file (a front end that saves the turn in progress from another
+ * thread while the owner is blocked, and the owner's end of turn): before each write the
+ * autosave calls may_write(ud), from the thread that autosaves; 0 and it writes nothing and
+ * returns K3_OK, the file being the other writer's. NULL: it always writes. */
+void k3_conv_set_autosave_gate(k3_conv *c, int (*may_write)(void *ud), void *ud);
 /* Why the last autosave failed ("PATH: what: strerror (errno N)"), NULL when it worked. */
 const char *k3_conv_autosave_error(const k3_conv *c);
 /* The autosave file, NULL before the first autosave wrote one (and after k3_conv_clear). */

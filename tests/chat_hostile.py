@@ -2,7 +2,10 @@
 # only). Usage: python3 chat_hostile.py PORTFILE LOGFILE
 # It listens on 127.0.0.1 (a free port, written to PORTFILE once it listens) and appends one JSON
 # line per chat request to LOGFILE: {"model": the requested model, "auth": the Authorization
-# header or null, "n_calls": the tool calls its messages carry}. GET .../models under a path starting /long/ names a model id of 302 bytes (two
+# header or null, "n_calls": the tool calls its messages carry, "path": the request's path and
+# query}; each GET's path and query go to LOGFILE.get, a line each. It serves [::1] too, its port
+# written to PORTFILE.6 (none where the machine has no IPv6). GET .../models under a path starting
+# /long/ names a model id of 302 bytes (two
 # bytes a character past the first two, so a cut at 255 bytes falls inside one); anything else names
 # "fake-model" with max_model_len 4096 (under /nulid/ followed by a model whose id holds a NUL; under
 # /surr/ instead one id "m\udcff", a lone surrogate as vLLM writes a path's Latin-1 byte); under
@@ -27,6 +30,7 @@
 #   keepalive "ka-", then keep-alive comments and empty deltas every 0.1 s for 120 s: no answer
 #   drip      "d0" .. "d7", one a second, then "-end" and the stream's end
 #   nodata    a JSON chunk on a line of its own, without "data:"
+#   rtokens   reasoning in 3 pieces, "ok-rt"; usage: 10 completion tokens, 7 of them reasoning
 #   usage     "ok-usage" with usage prompt_tokens and completion_tokens 2^31 - 1 each
 #   jsontools one JSON answer (not a stream) whose message calls lookup {"q": 1}
 #   err400    400 {"error": {"message": "the first error"}}; err502: 502 without a body
@@ -37,6 +41,12 @@
 #             text, not an escape) in the reasoning and the answer, then a call note whose
 #             arguments hold a lone \ud83d; surrerr: the answer, then an "event: error" whose
 #             message holds a lone \udcff
+#   surrsplit the halves of U+1F600 (\ud83d, \ude00) split between two events of the reasoning, of
+#             the content (an empty piece and a reasoning piece between), of a call's arguments;
+#             a high half followed by a piece without its low one, a low one mid-piece, a low one
+#             at a piece's start with no high one before it, and a high one before the call
+#   surrend   "g" and a high half, then U+100400 (the private-use code point k3chat parses such a
+#             low half as) and "h", then "i" and a high half that ends the answer
 #   anything else streams "ok"
 # It runs until killed, 300 s at the most.
 import json
@@ -61,6 +71,8 @@ class Fake(FakeHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        with open(sys.argv[2] + ".get", "a") as f:
+            f.write(self.path + "\n")
         if self.path.startswith("/html/"):
             self.html()
             return
@@ -87,7 +99,7 @@ class Fake(FakeHandler):
         with open(sys.argv[2], "a") as f:
             calls = [c for m in req["messages"] for c in m.get("tool_calls") or []]
             f.write(json.dumps({"model": req.get("model"), "auth": self.headers.get("Authorization"),
-                                "n_calls": len(calls)}) + "\n")
+                                "n_calls": len(calls), "path": self.path}) + "\n")
         last = req["messages"][-1]["content"]
         if last == "jsontools":  # one JSON answer (no stream) whose message is a tool call
             call = {"id": "call_j", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
@@ -161,6 +173,13 @@ class Fake(FakeHandler):
                 sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
             self.wfile.write(out + b"data: [DONE]\n\n")
             return
+        if last == "rtokens":  # reasoning in 3 pieces of 7 tokens as usage counts them, the answer in 1 of 3
+            out = b"".join(sse(delta({"reasoning_content": t})) for t in ("ab", "cd", "ef")) + \
+                sse(delta({"content": "ok-rt"}, "stop")) + \
+                sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 10,
+                                              "completion_tokens_details": {"reasoning_tokens": 7}}})
+            self.wfile.write(out + b"data: [DONE]\n\n")
+            return
         if last == "usage":  # token counts no server could mean: prompt + completion overflow an int
             big = 2 ** 31 - 1
             out = sse(delta({"content": "ok-usage"}, "stop")) + \
@@ -213,6 +232,21 @@ class Fake(FakeHandler):
                 sse(delta({"tool_calls": [{"index": 0, "id": "call_s", "type": "function", "function": fn}]}))
             self.wfile.write(out + sse(delta({}, "tool_calls")) + b"data: [DONE]\n\n")
             return
+        if last == "surrsplit":  # the halves of U+1F600 split between two events of the same field
+            hi, lo = "\ud83d", "\ude00"
+            ev = [{"reasoning_content": "r" + hi}, {"reasoning_content": lo + "s"}, {"content": "a" + hi},
+                  {"content": lo + "b " + hi}, {"reasoning_content": "!"}, {"content": lo + " c" + hi},
+                  {"content": ""}, {"content": "d " + lo + "e"}, {"content": lo + "f" + hi},
+                  {"tool_calls": [{"index": 0, "id": "call_h", "type": "function",
+                                   "function": {"name": "note", "arguments": '{"t": "x' + hi}}]},
+                  {"tool_calls": [{"index": 0, "function": {"arguments": lo + 'y"}'}}]}]
+            self.wfile.write(b"".join(sse(delta(d)) for d in ev) + sse(delta({}, "tool_calls")) + b"data: [DONE]\n\n")
+            return
+        if last == "surrend":  # high halves whose low ones never come; a private-use character between
+            out = sse(delta({"content": "g\ud83d"})) + sse(delta({"content": "\U00100400h"})) + \
+                sse(delta({"content": "i\ud83d"}, "stop"))
+            self.wfile.write(out + b"data: [DONE]\n\n")
+            return
         if last == "cut":  # one event, then the connection closes: no finish_reason, no [DONE]
             self.wfile.write(sse(delta({"content": "half "})))
             return
@@ -228,6 +262,12 @@ class Fake(FakeHandler):
 
 
 srv = start_fake(Fake)
+try:
+    srv6 = start_fake(Fake, "::1")
+    with open(sys.argv[1] + ".6", "w") as f:
+        f.write(str(srv6.server_address[1]))
+except OSError:
+    pass
 with open(sys.argv[1] + ".tmp", "w") as f:
     f.write(str(srv.server_address[1]))
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])

@@ -192,6 +192,19 @@ def _openai_install(cache, packages):
     return cache
 
 
+def run_sdk(body, args, cache, env, timeout, tmp, name, requires="", cwd=None):
+    """Run body, JavaScript that fills the object `out`, with `client` in scope (the official SDK's
+    OpenAI client at the base URL args[0], without retries) and args[1:] as process.argv[3:], as
+    the file tmp/name; requires: lines before it (more modules). The object, as run_node gives it."""
+    js = os.path.join(tmp, name)
+    with open(js, "w") as f:
+        f.write('const OpenAI = require("openai").default;  // CommonJS: found through NODE_PATH\n' + requires +
+                '(async () => {\nconst client = new OpenAI({ baseURL: process.argv[2], apiKey: "none", maxRetries: 0 });\n'
+                'const out = {};\n' + body + '\nconsole.log(JSON.stringify(out));\n'
+                '})().catch((e) => { console.error(e); process.exit(1); });\n')
+    return run_node(js, args, cache, env, timeout, cwd)
+
+
 def run_node(script, args, cache, env, timeout, cwd=None):
     """Run the JavaScript file script with node (modules from cache): the JSON object of its last
     stdout line, {} (and its stderr's end printed) when there is none."""
@@ -247,9 +260,14 @@ def delta(d, finish=None, **more):
     return dict(more, choices=[{"index": 0, "delta": d, "finish_reason": finish}])
 
 
-def start_fake(handler):
-    """A threading HTTP server of handler on 127.0.0.1 (a free port), served from a daemon thread."""
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+class _Fake6(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def start_fake(handler, addr="127.0.0.1"):
+    """A threading HTTP server of handler on addr (127.0.0.1, or an IPv6 one such as ::1; a free
+    port), served from a daemon thread."""
+    srv = (_Fake6 if ":" in addr else http.server.ThreadingHTTPServer)((addr, 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 

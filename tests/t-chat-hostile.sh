@@ -13,7 +13,10 @@
 # without an answer is stopped after K3_ENDPOINT_IDLE_SECS (a slow one that progresses is not); a
 # /models list with a NUL or a lone surrogate in an id, an error body past 1 MiB and an error
 # without a body after one with a message are each named for what they are. A lone UTF-16
-# surrogate escape in a stream's JSON is one U+FFFD, not a malformed stream.
+# surrogate escape in a stream's JSON is one U+FFFD, not a malformed stream; the halves of a pair
+# split between two events of one field are joined. The reasoning's token count is the server's
+# usage.completion_tokens_details.reasoning_tokens. --endpoint URLs are
+# read as libcurl reads them: a query, a fragment, IPv6 and loopback forms, encoded userinfo.
 . "$K3_SRC/tests/tui-lib.sh"
 
 /usr/bin/python3 "$K3_SRC/tests/chat_hostile.py" "$K3_TMP/port" "$K3_TMP/reqs" &
@@ -140,6 +143,25 @@ sys.exit(not (m[1]["content"] == odd and m[1].get("reasoning_content") == odd an
 check "an error event whose message holds one: the message, with U+FFFD" grep -qF \
     "$(printf 'the server failed mid-answer: bad \357\277\275 byte (the conversation')" "$K3_TMP/err8s"
 
+# the halves of a surrogate pair split between two events of one field, as a token that ends
+# between them is streamed: joined into the character, as a JavaScript client shows it (each half
+# was one U+FFFD); a half without its other half is still U+FFFD, at the answer's end too
+printf 'surrsplit\n/save %s/split.jsonl\nsurrend\n' "$K3_TMP" |
+    timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out8h" 2>"$K3_TMP/err8h"
+check "a pair split between two content events: the character" grep -qxF \
+    "$(printf 'a\360\237\230\200b \360\237\230\200 c\357\277\275d \357\277\275e\357\277\275f\357\277\275')" \
+    "$K3_TMP/out8h"
+check "... in the reasoning, in the arguments, and U+FFFD for each half alone: the transcript" /usr/bin/python3 -c '
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+c = m[1].get("tool_calls") or [{}]
+sys.exit(not (m[1]["content"] == "a\U0001F600b \U0001F600 c\ufffdd \ufffde\ufffdf\ufffd" and
+              m[1].get("reasoning_content") == "r\U0001F600s!" and
+              c[0].get("function", {}).get("arguments") == "{\"t\": \"x\U0001F600y\"}"))' "$K3_TMP/split.jsonl"
+check "... the call shows whole" grep -qxF -e "$(printf -- '-> note({"t": "x\360\237\230\200y"})')" "$K3_TMP/out8h"
+check "a high half before U+100400, and one that ends the answer: U+FFFD; U+100400 is itself" grep -qxF \
+    "$(printf 'g\357\277\275\364\200\220\200hi\357\277\275')" "$K3_TMP/out8h"
+
 # finish_reason "length" with the context far from full: the server's own default max_tokens
 # (SGLang's is 128); line mode said 'the context is full (4096 tokens); /forget drops ...'
 printf 'length\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out9" 2>"$K3_TMP/err9"
@@ -153,6 +175,12 @@ check "... and the answer is shown" grep -qx "cut" "$K3_TMP/out9"
 printf 'usage\n/stats\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out10" 2>"$K3_TMP/err10"
 check "usage of 2^31 - 1 tokens: the answer comes" grep -qx "ok-usage" "$K3_TMP/out10"
 check "... and /stats counts the context as nothing known" grep -q "^k3chat: context: 0 of 4096 tokens" "$K3_TMP/err10"
+
+# usage.completion_tokens_details.reasoning_tokens: the server's count of the reasoning (the pieces
+# streamed were counted as tokens: 3 reasoning + 7 answer where the server said 7 + 3)
+printf 'rtokens\n/stats\n' | timeout 60 "$K3CHAT" --endpoint "$ep" --plain >"$K3_TMP/out10r" 2>"$K3_TMP/err10r"
+check "reasoning_tokens 7 of 10: /stats says 7 reasoning + 3 answer tokens" \
+    grep -q "^k3chat: last turn: 7 reasoning + 3 answer tokens" "$K3_TMP/err10r"
 
 # an API key of 3000 bytes (a JWT can run to kilobytes) goes whole: it was cut at 578 bytes
 : >"$K3_TMP/reqs"
@@ -293,6 +321,74 @@ check "... and nothing was sent" [ ! -s "$K3_TMP/reqs" ]
 printf 'hi\n' | K3_API_KEY=k3-secret-key timeout 60 "$K3CHAT" --endpoint "http://localhost:$port" --plain \
     >/dev/null 2>"$K3_TMP/err7"
 check "... to localhost: none" sh -c "! grep -q warning '$K3_TMP/err7'"
+
+# --endpoint is read by libcurl's URL parser, the one that connects (a reading by hand beside it
+# put a query or a fragment before each request's path, kept "/v1" before an explicit
+# "/chat/completions", cut a URL at 1 KiB, took 127.1 and ::ffff:127.0.0.1 for hosts that are not
+# loopback and a user name alone for no secret). url_to URL [KEY]: 'hi' to URL (with API key KEY);
+# url_went CHAT MODELS: the answer came, the chat request went to CHAT and /models to MODELS
+url_to() {
+    : >"$K3_TMP/reqs"
+    : >"$K3_TMP/reqs.get"
+    printf 'hi\n' | K3_API_KEY="${2:-}" timeout 60 "$K3CHAT" --endpoint "$1" --plain >"$K3_TMP/outu" 2>"$K3_TMP/erru"
+}
+url_went() {
+    grep -qx ok "$K3_TMP/outu" && [ "$(head -n 1 "$K3_TMP/reqs.get")" = "$2" ] &&
+        [ "$(/usr/bin/python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["path"])' \
+            "$K3_TMP/reqs")" = "$1" ]
+}
+nowarn() { ! grep -q warning "$K3_TMP/erru"; }
+url_to "$ep?api-version=2"
+check "a URL with a query and no path: /v1, the query after each request's path" \
+    url_went "/v1/chat/completions?api-version=2" "/v1/models?api-version=2"
+url_to "$ep/v1/?api-version=2#top"
+check "... with /v1/ and a fragment: the fragment is not sent" \
+    url_went "/v1/chat/completions?api-version=2" "/v1/models?api-version=2"
+url_to "$ep/v1#top"
+check "a fragment alone is dropped" url_went "/v1/chat/completions" "/v1/models"
+url_to "$ep/chat/completions"
+check "a URL that names /chat/completions at the root: the API is at the root" \
+    url_went "/chat/completions" "/models"
+url_to "$ep/v1/chat/completions/"
+check "... /v1/chat/completions/: the base is /v1" url_went "/v1/chat/completions" "/v1/models"
+url_to "$ep//"
+check "a path of slashes only: /v1" url_went "/v1/chat/completions" "/v1/models"
+long=$(/usr/bin/python3 -c 'print("/" + "p" * 1100)')
+url_to "$ep$long/v1"
+check "a 1.1 KiB path goes whole (it was cut at 1 KiB)" url_went "$long/v1/chat/completions" "$long/v1/models"
+url_to "http://127.1:$port" k3-secret-key
+check "an API key to http://127.1 (libcurl's 127.0.0.1): answered" url_went "/v1/chat/completions" "/v1/models"
+check "... and no warning: it is loopback" nowarn
+url_to "http://[::ffff:127.0.0.1]:$port" k3-secret-key
+check "an API key to [::ffff:127.0.0.1] (IPv4-mapped loopback): answered, no warning" \
+    sh -c "grep -qx ok '$K3_TMP/outu' && ! grep -q warning '$K3_TMP/erru'"
+url_to "http://k3-token@0.0.0.0:$port"
+check "a user name alone in the URL (a key sent as Basic authentication): a warning" grep -q \
+    "^k3chat: warning: the user name in the URL goes to 0.0.0.0 over plain http://" "$K3_TMP/erru"
+check "... and it is sent" grep -q '"auth": "Basic ' "$K3_TMP/reqs"
+url_to "http://k3%40user:pw%3Asecret@0.0.0.0:$port/v1"
+check "a user and password with a percent-encoded @ and : go decoded as Basic authentication" \
+    grep -qF "\"auth\": \"Basic $(printf 'k3@user:pw:secret' | base64)\"" "$K3_TMP/reqs"
+check "... with the warning about the password" grep -q \
+    "^k3chat: warning: the password in the URL goes to 0.0.0.0 over plain http://" "$K3_TMP/erru"
+check "... which shows nowhere" sh -c "! grep -q 'pw%3Asecret\|pw:secret' '$K3_TMP/erru'"
+printf 'evterr\n' | timeout 60 "$K3CHAT" --endpoint "http://u:pw-secret@127.0.0.1:$port/v1/?api-version=2" --plain \
+    >/dev/null 2>"$K3_TMP/erru"
+check "an error line shows the base without the password or the query" \
+    grep -q "^k3chat: http://127.0.0.1:$port/v1: the server failed mid-answer: quota" "$K3_TMP/erru"
+if [ -s "$K3_TMP/port.6" ]; then
+    port6=$(cat "$K3_TMP/port.6")
+    url_to "http://k3user:pw-secret@[::1]:$port6" k3-secret-key
+    check "an IPv6 literal [::1] with a user and password: answered at /v1" \
+        url_went "/v1/chat/completions" "/v1/models"
+    check "... no warning (loopback)" nowarn
+    printf 'evterr\n' | timeout 60 "$K3CHAT" --endpoint "http://k3user:pw-secret@[::1]:$port6/v1/" --plain \
+        >/dev/null 2>"$K3_TMP/erru"
+    check "... its error line names [::1] without the password" \
+        grep -q "^k3chat: http://\[::1\]:$port6/v1: the server failed mid-answer" "$K3_TMP/erru"
+else
+    echo "SKIP: no IPv6 loopback here ([::1] endpoints)"
+fi
 
 # Ctrl-C while the server has not answered the model query (/models): 'stopped', not libcurl's
 # 'Callback aborted' as an error line

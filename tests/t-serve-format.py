@@ -352,20 +352,14 @@ try:
     # serve_lib.openai_sdk into K3_OPENAI_JS, default ~/.cache/k3chat/openai-js)
     cache = serve_lib.openai_sdk(["openai@5", "zod@3"])
     if cache:
-        js = os.path.join(T, "sdk.cjs")
-        with open(js, "w") as f:
-            f.write(r"""
-const OpenAI = require("openai").default;  // CommonJS: found through NODE_PATH
-const { zodResponseFormat } = require("openai/helpers/zod");
-const { z } = require("zod");
-(async () => {
-const client = new OpenAI({ baseURL: process.argv[2], apiKey: "none", maxRetries: 0 });
+        body = r"""
 const schema = JSON.parse(process.argv[3]), tools = JSON.parse(process.argv[4]);
 const base = { model: "k3-nano", messages: [{ role: "user", content: "A person, as JSON." }], temperature: 1,
                max_tokens: 300, chat_template_kwargs: { thinking: false } };
 const Person = z.object({ name: z.string().max(10), age: z.number().int().min(0).max(120),
                           tags: z.array(z.enum(["a", "b", "c"])).max(3) });
-const out = { zod: [], raw: [] };
+out.zod = [];
+out.raw = [];
 for (let seed = 0; seed < 3; seed++) {
   const r = await client.chat.completions.parse({ ...base, seed, response_format: zodResponseFormat(Person, "person") });
   out.zod.push(r.choices[0].message.parsed);
@@ -385,11 +379,10 @@ for await (const ch of s)
     acc[tc.index].args += tc.function?.arguments ?? "";
   }
 out.named = Object.values(acc).map(c => [c.name, JSON.parse(c.args)]);
-console.log(JSON.stringify(out));
-})().catch(e => { console.error(e); process.exit(1); });
-""")
-        res = serve_lib.run_node(js, ["http://127.0.0.1:%d/v1" % PORT, json.dumps(SCHEMA), json.dumps(TOOLS)], cache,
-                                 env, 300)
+"""
+        res = serve_lib.run_sdk(body, ["http://127.0.0.1:%d/v1" % PORT, json.dumps(SCHEMA), json.dumps(TOOLS)], cache,
+                                env, 300, T, "sdk.cjs", requires='const { zodResponseFormat } = require("openai/helpers/zod");\n'
+                                'const { z } = require("zod");\n')
         zod = res.get("zod", [])
         ok(len(zod) == 3 and all(isinstance(d, dict) and set(d) == {"name", "age", "tags"} and valid(d) for d in zod),
            "OpenAI SDK: chat.completions.parse with zodResponseFormat: 3 seeds, parsed objects valid (%r)" % (zod[:1],))

@@ -287,15 +287,9 @@ try:
     # ---- 7. the official OpenAI SDK (npm openai 5)
     cache = serve_lib.openai_sdk(["openai@5"])
     if cache:
-        js = os.path.join(T, "sdk.cjs")
-        with open(js, "w") as f:
-            f.write(r"""
-const OpenAI = require("openai").default;  // CommonJS: found through NODE_PATH
-(async () => {
-const client = new OpenAI({ baseURL: process.argv[2], apiKey: "none", maxRetries: 0 });
+        body = r"""
 const tools = JSON.parse(process.argv[3]);
 const q = [{ role: "user", content: "Weather in Paris, and the time?" }];
-const out = {};
 const r = await client.chat.completions.create({ model: "tiny-k3", messages: q, tools });
 out.plain = { finish: r.choices[0].finish_reason, content: r.choices[0].message.content,
               reasoning: [r.choices[0].message.reasoning, r.choices[0].message.reasoning_content],
@@ -331,16 +325,15 @@ const calls = (c) => [c.choices[0].finish_reason,
 out.cut_plain = calls(await client.chat.completions.create({ model: "tiny-k3", messages: q, tools }));
 const cs = client.chat.completions.stream({ model: "tiny-k3", messages: q, tools });
 out.cut_stream = calls(await cs.finalChatCompletion());
-console.log(JSON.stringify(out));
-})().catch(e => { console.error(e); process.exit(1); });
-""")
+"""
         # the SDK run takes turns 12 (TWO_CALLS, repeating from here on) ...: re-script with a fresh server
         serve_lib.stop(srv)
         with open(SCRIPT, "w") as f:
             f.write("\n---\n".join([TWO_CALLS, TWO_CALLS, ANSWER, CUT_BY_EOM, CUT_BY_EOM]) + "\n")
         srv = serve_lib.launch(K3, M, LOG, dict(env, K3_SERVE_SCRIPT=SCRIPT), SERVE)
         PORT = serve_lib.await_port(srv, LOG, 30)[1]
-        res = serve_lib.run_node(js, ["http://127.0.0.1:%d/v1" % PORT, json.dumps(TOOLS)], cache, env, 120, cwd=cache)
+        res = serve_lib.run_sdk(body, ["http://127.0.0.1:%d/v1" % PORT, json.dumps(TOOLS)], cache, env, 120, T,
+                                "sdk.cjs", cwd=cache)
         pl, st = res.get("plain", {}), res.get("stream", {})
         ok(pl.get("finish") == "tool_calls" and pl.get("content") is None and
            [c[1:] for c in pl.get("calls", [])] == [["get_weather", WANT_ARGS[0]], ["get_time", WANT_ARGS[1]]],

@@ -3,7 +3,9 @@
 # read from a hung file system, a server that does not answer). The quit used to wait for the
 # worker for ever (after the screen was gone: a terminal that took no keys and a process only
 # SIGKILL ended). Now the wait is told, a second request (or 10 s) quits without the worker, and
-# what the user saw of the answer goes to the autosave, marked interrupted.
+# what the user saw of the answer goes to the autosave, marked interrupted: as the turn's end
+# would have written it after a /retry, an /edit or a /load too (5-7), and once only when the
+# worker wrote the turn itself before it blocked (8).
 # The mock's "stall" blocks its worker, deaf to Ctrl-C and quit; on models/k3-nano,
 # K3_TEST_DECODE_DELAY=10000 holds each token 10 s, as deaf.
 . "$K3_SRC/tests/tui-lib.sh"
@@ -85,4 +87,109 @@ sys.exit(not (lines and lines[0].get("format") == "k3chat-transcript"
 else
     echo "SKIP: 4 runs on k3-nano (models/k3-nano/model.safetensors is not there)"
 fi
+# 5-8: the mock's autosave (the script's "autosave"); each quits as 2 does, the worker stalled
+quit_blocked() { # quit_blocked N: /quit, /quit, Ctrl-D: k3chat quits without the blocked worker
+    type_line "/quit"
+    wait_for "an answer is still coming" 5
+    type_line "/quit"
+    wait_for "quitting: the engine has not stopped yet" 5
+    keys C-d
+    check "$1: quits without waiting for the stalled engine" wait_for "EXIT=" 10
+}
+# the active messages and the abandoned ones of FILE as "role:content[:abandoned N][:interrupted]"
+# lines, the header left out
+cat >"$K3_TMP/msgs.py" <<'PY'
+import json, sys
+for l in open(sys.argv[1], encoding="utf-8"):
+    m = json.loads(l)
+    if "role" in m:
+        print(m["role"] + ":" + m["content"] + (":abandoned %d" % m["abandoned"] if "abandoned" in m else "")
+              + (":interrupted" if m.get("interrupted") else ""))
+PY
+msgs_are() { # msgs_are FILE LINES: FILE's messages (msgs.py) are LINES
+    [ -f "$1" ] && [ "$(/usr/bin/python3 "$K3_TMP/msgs.py" "$1")" = "$2" ]
+}
+autosaves() { ls "$K3_TMP"/data/k3chat/*.jsonl 2>/dev/null; }
+one_autosave() { [ "$(autosaves | wc -l)" -eq 1 ]; }
+
+# 5: the worker blocks in a /retry: the autosave holds the conversation as the screen showed it,
+# the answer the /retry replaced as its abandoned branch and the new one so far, interrupted (it
+# used to keep the file as of the turn before, the /retry and its answer lost)
+rm -rf "$K3_TMP/data"
+: >"$K3_TMP/stderr.txt"
+mock_chat 100 24 'autosave\ndelay 0\nresponse first answer\n---\nstall 600000\nresponse xyzzy words\n'
+type_line "hello"
+wait_for "first answer" 10
+type_line "/retry"
+wait_for "xyz" 10
+quit_blocked 5
+check "5: the rescue says where" grep -q "the conversation is autosaved in .*k3chat/.*jsonl, the last answer marked interrupted" "$K3_TMP/stderr.txt"
+check "5: the autosave holds the /retry's branch and its answer so far" msgs_are "$(autosaves)" "user:hello
+assistant:first answer:abandoned 1
+assistant:xyz:interrupted"
+# /load shows it as the user last saw it
+f5=$(autosaves)
+mock_chat 100 24 'delay 0\nresponse r\n'
+type_line "/load $f5"
+check "5: /load of that autosave" wait_for "loaded 2 messages" 5
+check "5: shows the interrupted answer, marked" sh -c "$T capture-pane -p | grep -A1 -x 'xyz' | grep -qx '\\[stopped\\]'"
+check "5: and not the answer the /retry replaced" hasnt "first answer"
+keys C-d
+wait_for "EXIT=" 10
+
+# 6: the worker blocks in an /edit: the old exchange as the abandoned branch, the edited message
+# and its answer so far, interrupted
+rm -rf "$K3_TMP/data"
+: >"$K3_TMP/stderr.txt"
+mock_chat 100 24 'autosave\ndelay 0\nresponse first answer\n---\nstall 600000\nresponse xyzzy words\n'
+type_line "hello"
+wait_for "first answer" 10
+type_line "/edit"
+wait_input "hello" 5
+keys C-u
+type_line "better"
+wait_for "xyz" 10
+quit_blocked 6
+check "6: the autosave holds the /edit's branch, the edited message and its answer so far" msgs_are "$(autosaves)" "user:hello:abandoned 1
+assistant:first answer:abandoned 1
+user:better
+assistant:xyz:interrupted"
+
+# 7: the worker blocks in the first turn after a /load: the loaded conversation goes on in a new
+# autosave file holding all of it (the rescue appended the turn to the file of the conversation
+# before the /load, or started one with the turn alone)
+rm -rf "$K3_TMP/data"
+: >"$K3_TMP/stderr.txt"
+printf '%s\n' '{"format":"k3chat-transcript","version":1}' '{"role":"user","content":"old question"}' \
+    '{"role":"assistant","content":"old answer"}' >"$K3_TMP/old.jsonl"
+mock_chat 100 24 'autosave\ndelay 0\nresponse first answer\n---\nstall 600000\nresponse xyzzy words\n'
+type_line "hello"
+wait_for "first answer" 10
+f7=$(autosaves)
+type_line "/load $K3_TMP/old.jsonl"
+wait_for "loaded 2 messages" 5
+type_line "next"
+wait_for "xyz" 10
+quit_blocked 7
+check "7: the conversation before the /load keeps its file as it was" msgs_are "$f7" "user:hello
+assistant:first answer"
+f7b=$(autosaves | grep -vxF "$f7")
+check "7: a new file holds the loaded conversation and the turn, interrupted" msgs_are "$f7b" "user:old question
+assistant:old answer
+user:next
+assistant:xyz:interrupted"
+
+# 8: the worker autosaved its end of turn and then blocked (before it told the UI): the rescue
+# does not write the turn a second time
+rm -rf "$K3_TMP/data"
+: >"$K3_TMP/stderr.txt"
+mock_chat 100 24 'autosave\ndelay 0\nstall-end 600000\nresponse whole answer\n'
+type_line "hello"
+wait_for "whole answer" 10
+wait_until "the worker's autosave" 10 sh -c "grep -qs 'whole answer' $K3_TMP/data/k3chat/*.jsonl"
+quit_blocked 8
+check "8: one autosave file" one_autosave
+check "8: holding the turn once" msgs_are "$(autosaves)" "user:hello
+assistant:whole answer"
+check "8: the rescue says the engine saved it" grep -q "the engine had autosaved the turn itself.* (or was writing it) when it stopped answering" "$K3_TMP/stderr.txt"
 finish

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -307,6 +308,202 @@ static void test_unknown_fields(void) {
     k3_conv_free(c);
 }
 
+/* ---- every member survives a load and save ------------------------------------------------ */
+
+/* in's value survives as out: the same JSON, but that an object may have gained members and a
+ * number keeps 7 significant digits (k3chat(5): a sampling setting is single precision, as the
+ * sampler uses it; other numbers are written with 9). */
+static int value_survives(json_t *in, json_t *out) {
+    if (json_is_number(in) && json_is_number(out)) {
+        double a = json_number_value(in), b = json_number_value(out);
+        return fabs(a - b) <= 1e-7 * (fabs(a) > fabs(b) ? fabs(a) : fabs(b));
+    }
+    if (json_is_object(in) && json_is_object(out)) {
+        const char *k;
+        json_t     *v;
+        json_object_foreach(in, k, v) {
+            json_t *w = json_object_get(out, k);
+            if (!w || !value_survives(v, w))
+                return 0;
+        }
+        return 1;
+    }
+    if (json_is_array(in) && json_is_array(out) && json_array_size(in) == json_array_size(out)) {
+        for (size_t i = 0; i < json_array_size(in); i++)
+            if (!value_survives(json_array_get(in, i), json_array_get(out, i)))
+                return 0;
+        return 1;
+    }
+    return json_equal(in, out);
+}
+
+/* The rewrites k3chat(5) documents: the header's "model" object and the members that go with it
+ * (the model loaded when the file is written), its "created" and "k3chat" (when and by what),
+ * "developer" written as "system", a null content as "", "abandoned": true as 1, and reasoning
+ * read from "reasoning" or "thinking" written as "reasoning_content". Where the reasoning
+ * was read from, the test's own files hold a string (the same text) or parts (their text). */
+static int documented_rewrite(int header, const char *key, json_t *in, json_t *line) {
+    static const char *const hdr[] = {"model", "created", "k3chat"};
+    for (size_t i = 0; header && i < sizeof hdr / sizeof hdr[0]; i++)
+        if (!strcmp(key, hdr[i]))
+            return 1;
+    if (header && !strcmp(key, "settings")) { /* bits, mla_bits, head_bits: the model's */
+        json_t *x = json_deep_copy(in), *o = json_object_get(line, "settings");
+        json_object_del(x, "bits");
+        json_object_del(x, "mla_bits");
+        json_object_del(x, "head_bits");
+        int ok = value_survives(x, o);
+        json_decref(x);
+        return ok;
+    }
+    const char *s   = json_string_value(in);
+    json_t     *out = json_object_get(line, key);
+    if (!strcmp(key, "role"))
+        return s && !strcmp(s, "developer") && !strcmp(json_string_value(out), "system");
+    if (!strcmp(key, "content"))
+        return json_is_null(in) && !strcmp(json_string_value(out), "");
+    if (!strcmp(key, "abandoned"))
+        return json_is_true(in) && json_integer_value(out) == 1;
+    if (!strcmp(key, "reasoning") || !strcmp(key, "thinking")) {
+        const char *r = json_string_value(json_object_get(line, "reasoning_content"));
+        if (s)
+            return r && !strcmp(r, s);
+        size_t  k, at = 0;
+        json_t *part;
+        json_array_foreach(in, k, part) {
+            const char *t = json_string_value(json_object_get(part, "text"));
+            if (!r || !t || strncmp(r + at, t, strlen(t)))
+                return 0;
+            at += strlen(t);
+        }
+        return r && !r[at];
+    }
+    return 0;
+}
+
+/* Loads text, saves it and compares line by line: every member of every line must be in the
+ * saved line with the same value, or be one of k3chat(5)'s documented rewrites. */
+static void members_survive(const char *what, const char *text) {
+    char p1[600], p2[600];
+    path_in(p1, sizeof p1, "members.jsonl");
+    path_in(p2, sizeof p2, "members-saved.jsonl");
+    write_file(p1, text, strlen(text));
+    k3_conv  *c  = k3_conv_new();
+    k3_status st = k3_conv_load(c, p1, NULL);
+    if (!st)
+        st = k3_conv_save(c, p2);
+    T_CHECK(!st, "%s: load and save (%s)", what, st ? k3_errmsg() : "ok");
+    k3_conv_free(c);
+    char *saved = st ? NULL : t_read_file(p2, NULL);
+    if (!saved)
+        return;
+    const char *a = text, *b = saved;
+    int         line = 0, lost = 0;
+    while (*a && *b) {
+        size_t  na = strcspn(a, "\n"), nb = strcspn(b, "\n");
+        json_t *in = json_loadb(a, na, 0, NULL), *out = json_loadb(b, nb, 0, NULL);
+        line++;
+        if (line == 1 && !json_object_get(in, "format")) { /* a file without header gets one */
+            json_decref(in);
+            json_decref(out);
+            b += nb + (b[nb] == '\n');
+            continue;
+        }
+        const char *k;
+        json_t     *v;
+        json_object_foreach(in, k, v) {
+            json_t *w = json_object_get(out, k);
+            if ((!w || !value_survives(v, w)) && !documented_rewrite(line == 1, k, v, out)) {
+                char *vi = json_dumps(v, JSON_ENCODE_ANY), *vo = w ? json_dumps(w, JSON_ENCODE_ANY) : NULL;
+                T_CHECK(0, "%s: line %d: \"%s\": %s was saved as %s", what, line, k, vi,
+                        vo ? vo : "nothing (lost)");
+                free(vi);
+                free(vo);
+                lost++;
+            }
+        }
+        json_decref(in);
+        json_decref(out);
+        a += na + (a[na] == '\n');
+        b += nb + (b[nb] == '\n');
+    }
+    T_CHECK(!lost && !*a && !*b, "%s: every member of all %d lines survives a load and save", what, line);
+    free(saved);
+}
+
+/* The property over the test's transcripts and odd hand-written ones. A load used to drop
+ * "tools" on a non-system message and "tool_call_id" on a non-tool one (read, not stored), a
+ * stats' top_p without its temperature, "tools": [] and members that are null or false. */
+static void test_members_survive(void) {
+    char     p[600];
+    k3_conv *c = sample_conv();
+    path_in(p, sizeof p, "sample.jsonl");
+    T_CHECK(k3_conv_save(c, p) == K3_OK, "save the sample (%s)", k3_errmsg());
+    k3_conv_free(c);
+    char *sample = t_read_file(p, NULL);
+    if (sample)
+        members_survive("a saved conversation", sample);
+    free(sample);
+    const char *src = getenv("K3_SRC"); /* the fuzzer's transcript corpus: autosaves of a model's turns */
+    char        corpus[700];
+    snprintf(corpus, sizeof corpus, "%s/tests/fuzz/corpus/fuzz-transcript/autosave.jsonl", src ? src : ".");
+    char *fixture = t_read_file(corpus, NULL);
+    if (fixture)
+        members_survive(corpus, fixture);
+    else
+        printf("SKIP: %s: not found (K3_SRC)\n", corpus);
+    free(fixture);
+    members_survive(
+        "other writers' spellings",
+        "{\"format\":\"k3chat-transcript\",\"version\":1}\n"
+        "{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"sys \"},{\"type\":\"text\","
+        "\"text\":\"two\"}]}\n"
+        "{\"role\":\"user\",\"content\":\"q\"}\n"
+        "{\"role\":\"assistant\",\"content\":null,\"reasoning\":[{\"type\":\"text\",\"text\":\"r\"},"
+        "{\"type\":\"text\",\"text\":\"1\"}]}\n"
+        "{\"role\":\"user\",\"content\":\"q2\"}\n"
+        "{\"role\":\"assistant\",\"content\":\"a2\",\"thinking\":\"r2\"}\n");
+    members_survive(
+        "unknown members",
+        "{\"format\":\"k3chat-transcript\",\"version\":1,\"title\":\"trip\","
+        "\"settings\":{\"temperature\":0.5,\"new_knob\":[1,{\"x\":null}]}}\n"
+        "{\"role\":\"user\",\"content\":\"hi\",\"attachments\":[{\"file\":\"a.png\",\"bytes\":12}]}\n"
+        "{\"role\":\"assistant\",\"content\":\"yo\",\"feedback\":{\"score\":-1},"
+        "\"stats\":{\"completion_tokens\":2,\"energy_j\":1.5}}\n");
+    members_survive(
+        "known members a load reads but does not store",
+        "{\"format\":\"k3chat-transcript\",\"version\":1,\"tools\":[],\"settings\":{\"tool_choice\":\"auto\","
+        "\"seed\":\"18446744073709551615\",\"top_p\":0.123456789}}\n"
+        "{\"role\":\"system\",\"content\":\"s\",\"tools\":[],\"since\":0,\"name\":null}\n"
+        "{\"role\":\"user\",\"content\":\"u\",\"tool_call_id\":\"call_9\",\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"f\"}}],\"interrupted\":false,\"abandoned\":false}\n"
+        "{\"role\":\"assistant\",\"content\":\"a\",\"tool_call_id\":\"call_8\",\"tools\":\"not an array\","
+        "\"tool_calls\":[],\"token_ids\":[],\"stats\":{\"top_p\":0.5,\"top_k\":3,\"seed\":7,"
+        "\"prefill_s\":0.123456789012}}\n"
+        "{\"role\":\"user\",\"content\":\"v\",\"abandoned\":true}\n"
+        "{\"role\":\"assistant\",\"content\":\"w\",\"abandoned\":1,\"interrupted\":true}\n"
+        "{\"role\":\"tool\",\"content\":\"t\",\"tool_call_id\":null,\"name\":\"f\",\"tools\":null}\n");
+    /* the kept members are not read back as what they are not */
+    path_in(p, sizeof p, "members-saved.jsonl");
+    c = k3_conv_new();
+    T_CHECK(k3_conv_load(c, p, NULL) == K3_OK && k3_conv_count(c) == 4 && !k3_conv_msg(c, 1)->tool_call_id &&
+                !k3_conv_msg(c, 1)->tools && !k3_conv_msg(c, 2)->tool_call_id &&
+                !k3_conv_msg(c, 2)->stats.has_sampling && !k3_conv_msg(c, 0)->tools && !k3_conv_tools(c),
+            "kept members stay unread: no tool_call_id on a user or assistant message, no tools (%s)",
+            k3_errmsg());
+    k3_conv_free(c);
+    /* members of a tool call, of its function and of a content part (arrays' objects) */
+    members_survive("members inside arrays",
+                    "{\"format\":\"k3chat-transcript\",\"version\":1}\n"
+                    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\",\"cache_control\":{"
+                    "\"type\":\"ephemeral\"}},{\"type\":\"text\",\"text\":\"b\"}]}\n"
+                    "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":"
+                    "\"function\",\"index\":0,\"function\":{\"name\":\"f\",\"arguments\":\"{}\",\"strict\":"
+                    "true}},{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":"
+                    "\"{}\"}}]}\n"
+                    "{\"role\":\"tool\",\"content\":\"r\",\"tool_call_id\":\"c1\"}\n");
+}
+
 /* Loads text into a conversation holding one message and checks the error and that the
  * conversation was not touched. */
 static void malformed(const char *what, const char *text, size_t n, const char *want_line, const char *want) {
@@ -525,6 +722,62 @@ static int count_files(const char *dir) {
     if (d)
         closedir(d);
     return n;
+}
+
+static int gate_calls, gate_answer;
+static int gate(void *ud) {
+    (void)ud;
+    gate_calls++;
+    return gate_answer;
+}
+
+/* Two writers of one autosave (a chat's worker and a quit's rescue, ui/common/engine.c): a copy
+ * of the conversation as a turn began writes what the conversation's own autosave would (here
+ * a /retry's rewrite, with the answer the rescue saw), and the gate keeps the owner's write
+ * off the file once the other writer has it. */
+static void test_copy_gate(void) {
+    char dir[600];
+    path_in(dir, sizeof dir, "gate");
+    k3_conv *c = sample_conv();
+    T_CHECK(k3_conv_autosave_enable(c, dir) == K3_OK && k3_conv_autosave(c) == K3_OK &&
+                k3_conv_autosave_path(c),
+            "autosave the sample (%s)", k3_errmsg());
+    char *path = k3_strdup(k3_conv_autosave_path(c));
+    T_CHECK(k3_conv_retry_last(c) == 1, "/retry: the last answer becomes a branch");
+    k3_conv *x = k3_conv_copy(c);
+    T_CHECK(x && k3_conv_count(x) == k3_conv_count(c) && k3_conv_abandoned_count(x) == 1,
+            "the copy has the messages and the branch");
+    k3_msg a = {.role = K3_ROLE_ASSISTANT, .content = "seen so far", .interrupted = 1};
+    T_CHECK(x && k3_conv_add_msg(x, &a) == K3_OK && k3_conv_autosave(x) == K3_OK &&
+                !strcmp(k3_conv_autosave_path(x), path),
+            "the copy's autosave writes the conversation's file (%s)", k3_errmsg());
+    k3_conv *back = k3_conv_new();
+    T_CHECK(k3_conv_load(back, path, NULL) == K3_OK && k3_conv_count(back) == 5 &&
+                k3_conv_abandoned_count(back) == 1 && !strcmp(k3_conv_msg(back, 4)->content, "seen so far") &&
+                k3_conv_msg(back, 4)->interrupted &&
+                !strcmp(k3_conv_abandoned(back, 0, NULL, NULL)->content, "partial ans"),
+            "rewritten: the replaced answer as a branch, then the answer seen, interrupted (%s)",
+            k3_errmsg());
+    /* the owner comes back and ends its turn: the gate says the file is the other writer's */
+    k3_conv_set_autosave_gate(c, gate, NULL);
+    gate_answer  = 0;
+    char *before = t_read_file(path, NULL);
+    add_reply(c, "the owner's answer", NULL, 0, 2);
+    T_CHECK(k3_conv_autosave(c) == K3_OK && gate_calls == 1 && !k3_conv_autosave_error(c),
+            "a write the gate refuses: K3_OK, no error (%d calls)", gate_calls);
+    char *after = t_read_file(path, NULL);
+    T_CHECK(before && after && !strcmp(before, after) && count_files(dir) == 1,
+            "... and the file is as the other writer left it");
+    gate_answer = 1;
+    T_CHECK(k3_conv_autosave(c) == K3_OK && gate_calls == 2 && k3_conv_load(back, path, NULL) == K3_OK &&
+                !strcmp(k3_conv_msg(back, 4)->content, "the owner's answer"),
+            "a write the gate allows is made (%s)", k3_errmsg());
+    free(before);
+    free(after);
+    free(path);
+    k3_conv_free(back);
+    k3_conv_free(x);
+    k3_conv_free(c);
 }
 
 static void test_full_disk(void) {
@@ -952,6 +1205,7 @@ int main(void) {
     test_edits();
     test_round_trip();
     test_unknown_fields();
+    test_members_survive();
     test_tools();
     test_malformed();
     test_load_fifo();
@@ -961,6 +1215,7 @@ int main(void) {
     test_export_long();
     test_failures();
     test_full_disk();
+    test_copy_gate();
     test_crash();
     return t_done();
 }

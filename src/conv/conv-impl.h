@@ -74,7 +74,7 @@ struct k3_conv {
     char *model_dir; /* NULL when unknown                                          */
     char  config_fnv64[17];
     int   bits, mla_bits, head_bits; /* K3_BITS, K3_MLA_BITS, K3_HEAD_BITS (0 unknown)  */
-    char *hdr_extra;                 /* the loaded header's members this k3chat does not know (JSON object
+    char *hdr_extra;                 /* the loaded header's members a save would not write (JSON object
                                         text, written back as they were; k3_msg.extra), NULL when none  */
 
     /* autosave */
@@ -85,6 +85,8 @@ struct k3_conv {
     int              rewrite;           /* history below n_saved changed: rewrite the whole file      */
     k3_conv_settings saved_set;         /* settings in the autosave file's header                  */
     char             autosave_err[768]; /* "" when the last autosave worked                       */
+    int (*gate)(void *ud);              /* k3_conv_set_autosave_gate: asked before a write, NULL: none */
+    void *gate_ud;
 
     /* prompt cache (conv-gen.c) */
     const k3_session *cache_sess; /* session the cache describes                           */

@@ -619,6 +619,52 @@ int k3_conv_drop_oldest(k3_conv *c) {
     return j - i;
 }
 
+/* *dst becomes a copy of src (NULL stays NULL); nonzero when out of memory. */
+static int copy_str(char **dst, const char *src) {
+    *dst = src ? k3_strdup(src) : NULL;
+    return src && !*dst;
+}
+
+k3_conv *k3_conv_copy(const k3_conv *c) {
+    k3_conv *d = k3_conv_new();
+    if (!d)
+        return NULL;
+    int bad = 0;
+    for (int i = 0; i < c->n_msgs && !bad; i++)
+        bad = conv_push(d, &c->msgs[i]) != K3_OK;
+    for (int k = 0; k < c->n_aban && !bad; k++)
+        if (!(bad = conv_push_abandoned(d, &c->aban[k].m, c->aban[k].at, c->aban[k].branch) != K3_OK))
+            d->aban[k].before_sys = c->aban[k].before_sys;
+    d->n_branches      = c->n_branches;
+    d->sys_since       = c->sys_since;
+    d->set             = c->set;
+    d->n_turns_started = c->n_turns_started;
+    memcpy(d->rf_type, c->rf_type, sizeof d->rf_type);
+    memcpy(d->config_fnv64, c->config_fnv64, sizeof d->config_fnv64);
+    d->bits      = c->bits;
+    d->mla_bits  = c->mla_bits;
+    d->head_bits = c->head_bits;
+    /* the autosave as it stands: the copy's next autosave writes what c's would */
+    d->autosave_on = c->autosave_on;
+    d->n_saved     = c->n_saved;
+    d->rewrite     = c->rewrite;
+    d->saved_set   = c->saved_set;
+    bad |= copy_str(&d->tools, c->tools) || copy_str(&d->rf_schema, c->rf_schema) ||
+           copy_str(&d->model_dir, c->model_dir) || copy_str(&d->hdr_extra, c->hdr_extra) ||
+           copy_str(&d->autosave_dir, c->autosave_dir) || copy_str(&d->autosave_path, c->autosave_path);
+    if (bad) {
+        k3_conv_free(d);
+        k3_err(K3_ERR_NOMEM, "conversation: out of memory copying it");
+        return NULL;
+    }
+    return d;
+}
+
+void k3_conv_set_autosave_gate(k3_conv *c, int (*may_write)(void *ud), void *ud) {
+    c->gate    = may_write;
+    c->gate_ud = ud;
+}
+
 void conv_swap_content(k3_conv *a, k3_conv *b) {
     k3_msg          *m = a->msgs;
     int              n = a->n_msgs, cap = a->cap_msgs;

@@ -87,21 +87,32 @@ static json_t *jseed(uint64_t seed) {
     return json_string(tmp);
 }
 
-/* Writes back what a load kept of members this k3chat does not know (k3_msg.extra): each
- * member o lacks is added; one that is an object in both is merged member by member (unknown
- * members of "settings" or "stats"); what this version writes wins. Returns nonzero on failure. */
+/* Writes back what a load kept of a line (k3_msg.extra, unwritten_members): each member o lacks
+ * is added; one that is an object in both is merged member by member (unknown members of
+ * "settings" or "stats"), and one that is an array of as many elements in both element by
+ * element (a tool call's or a content part's own members); what this version writes wins.
+ * Returns nonzero on failure. */
+static int merge_value(json_t *have, json_t *v);
+
 static int merge_unknown(json_t *o, json_t *x) {
     const char *k;
     json_t     *v;
     int         bad = 0;
     json_object_foreach(x, k, v) {
         json_t *have = json_object_get(o, k);
-        if (!have)
-            bad |= json_object_set(o, k, v);
-        else if (json_is_object(have) && json_is_object(v))
-            bad |= merge_unknown(have, v);
+        bad |= have ? merge_value(have, v) : json_object_set(o, k, v);
     }
     return bad;
+}
+
+static int merge_value(json_t *have, json_t *v) {
+    int bad = 0;
+    if (json_is_object(have) && json_is_object(v))
+        bad = merge_unknown(have, v);
+    else if (json_is_array(have) && json_is_array(v) && json_array_size(have) == json_array_size(v))
+        for (size_t i = 0; i < json_array_size(v); i++)
+            bad |= merge_value(json_array_get(have, i), json_array_get(v, i));
+    return bad; /* else the message changed since (an edited system prompt): it is as written */
 }
 
 static int add_unknown(json_t *o, const char *extra) {
@@ -437,10 +448,6 @@ static k3_status append_msgs(const k3_conv *c, int from, const char *path) {
     return st;
 }
 
-k3_status k3_conv_append_to(const k3_conv *c, const char *path) {
-    return append_msgs(c, 0, path);
-}
-
 k3_status k3_conv_save(const k3_conv *c, const char *path) {
     sbuf b = {0};
     transcript_text(c, &b);
@@ -558,6 +565,8 @@ static k3_status autosave_write(k3_conv *c) {
         has_turn |= c->msgs[i].role != K3_ROLE_SYSTEM;
     if (!has_turn && !c->autosave_path)
         return K3_OK; /* nothing worth a file yet */
+    if (c->gate && !c->gate(c->gate_ud))
+        return K3_OK; /* another writer has the file (k3_conv_set_autosave_gate) */
     int       whole = !c->autosave_path || c->rewrite || !settings_equal(&c->set, &c->saved_set);
     sbuf      b     = {0};
     k3_status st;
@@ -726,57 +735,64 @@ static k3_status get_str(const lctx *L, json_t *o, const char *obj, const char *
             return st;                                                                                       \
     } while (0)
 
-/* ---- members this version does not know ----
- * A newer k3chat (or a hand edit) may add members to a line; they are kept as text
- * (k3_msg.extra, the header's hdr_extra) and written back on save, not dropped. */
-static const char *const known_header[]   = {"format", "version",  "k3chat", "created",
-                                             "model",  "settings", "tools",  NULL};
-static const char *const known_settings[] = {"temperature", "top_p",     "min_p",       "top_k",      "seed",
-                                             "think",       "effort",    "tool_choice", "max_tokens", "bits",
-                                             "mla_bits",    "head_bits", NULL};
-static const char *const known_msg[]      = {
-         "role", "content", "reasoning_content", "reasoning", "thinking",  "tool_calls", "tool_call_id",
-         "name", "tools",   "interrupted",       "stats",     "token_ids", "abandoned",  "since",
-         NULL};
-static const char *const known_stats[] = {"prompt_tokens",  "cached_tokens",
-                                          "prefill_tokens", "completion_tokens",
-                                          "think_tokens",   "prefill_s",
-                                          "decode_s",       "ttft_s",
-                                          "think_s",        "tok_s",
-                                          "temperature",    "top_p",
-                                          "min_p",          "top_k",
-                                          "seed",           "think",
-                                          "stop",           NULL};
+/* ---- members a save would not write back ----
+ * A line may hold members this version does not know (a newer k3chat's, another tool's, a hand
+ * edit's) and known ones it reads but does not store: a tool_call_id on a user message, "tools"
+ * on an assistant message or "tools": [] on a system one, a stats' top_p without its
+ * temperature, a null or false where absence means the same. What was read is written back
+ * (header_json, line_json) and compared with the line: each member the writer would not write
+ * is kept as it was (k3_msg.extra, the header's hdr_extra) and added back on save
+ * (merge_unknown), so a load and save loses nothing. The writer is the one list of what is
+ * kept: no table of known names to fall behind it. */
 
-/* An object member whose own members are read: those it does not know are kept under its name. */
-typedef struct {
-    const char        *key;
-    const char *const *known;
-} jsub;
+/* What of in (a value as read) out (the same value as written) lacks: the members of an object
+ * that out's lacks, recursively, and of an array of objects as long as out's, element by element
+ * ({} where an element lacks nothing); NULL when nothing, or out of memory (*bad set). */
+static json_t *unwritten_value(json_t *in, json_t *out, int *bad);
 
-/* Adds o's members not in known to x, and those of its objects named in subs (NULL-ended) not
- * in theirs. Returns nonzero on failure. */
-static int unknown_members(json_t *x, json_t *o, const char *const *known, const jsub *subs) {
+/* Adds to x the members of in (a line as read) that out (the same line as written) lacks, and
+ * what it lacks of the others (unwritten_value); skip (NULL: none) is a member out holds under
+ * another name (reasoning read from "thinking"). Returns nonzero on failure. */
+static int unwritten_members(json_t *x, json_t *in, json_t *out, const char *skip) {
     const char *k;
     json_t     *v;
     int         bad = 0;
-    json_object_foreach(o, k, v) {
-        size_t i = 0, j = 0;
-        while (known[i] && strcmp(known[i], k))
-            i++;
-        while (subs && subs[j].key && strcmp(subs[j].key, k))
-            j++;
-        if (!known[i])
+    json_object_foreach(in, k, v) {
+        json_t *w = json_object_get(out, k), *y;
+        if (skip && !strcmp(k, skip))
+            continue;
+        if (!w)
             bad |= json_object_set(x, k, v);
-        else if (subs && subs[j].key && json_is_object(v)) {
-            json_t *y = json_object();
-            bad |= !y || unknown_members(y, v, subs[j].known, NULL);
-            if (y && json_object_size(y))
-                bad |= json_object_set(x, k, y);
-            json_decref(y);
-        }
+        else if ((y = unwritten_value(v, w, &bad)))
+            bad |= json_object_set_new(x, k, y);
     }
     return bad;
+}
+
+static json_t *unwritten_value(json_t *in, json_t *out, int *bad) {
+    json_t *y = NULL;
+    if (json_is_object(in) && json_is_object(out)) {
+        y = json_object();
+        *bad |= !y || unwritten_members(y, in, out, NULL);
+    } else if (json_is_array(in) && json_is_array(out) && json_array_size(in) == json_array_size(out)) {
+        int any = 0;
+        y       = json_array();
+        for (size_t i = 0; y && i < json_array_size(in); i++) {
+            json_t *e = unwritten_value(json_array_get(in, i), json_array_get(out, i), bad);
+            any |= e != NULL;
+            *bad |= json_array_append_new(y, e ? e : json_object());
+        }
+        *bad |= !y;
+        if (!any) {
+            json_decref(y);
+            y = NULL;
+        }
+    }
+    if (y && json_is_object(y) && !json_object_size(y)) {
+        json_decref(y);
+        y = NULL;
+    }
+    return y;
 }
 
 /* x's text for k3_msg.extra / hdr_extra (NULL when x is empty); takes x. */
@@ -786,6 +802,17 @@ static k3_status unknown_text(const lctx *L, json_t *x, int bad, char **out) {
         bad = !(*out = json_dumps(x, JSON_COMPACT));
     json_decref(x);
     return bad || !x ? k3_err(K3_ERR_NOMEM, "%s:%d: out of memory", L->path, L->line) : K3_OK;
+}
+
+/* The header's members that header_json would not write back from what was read of h, into
+ * c->hdr_extra. "model" is not kept: the header names the model loaded when it is written. */
+static k3_status header_extra(const lctx *L, json_t *h, k3_conv *c) {
+    free(c->hdr_extra);
+    c->hdr_extra = NULL;
+    json_t *w = header_json(c), *x = json_object();
+    int     bad = !w || !x || unwritten_members(x, h, w, "model");
+    json_decref(w);
+    return unknown_text(L, x, bad, &c->hdr_extra);
 }
 
 static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info *info) {
@@ -810,12 +837,6 @@ static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info
         TRY(get_str(L, model, "model.", "dir", &dir));
         TRY(get_str(L, model, "model.", "config_fnv64", &fp));
     }
-    /* "model" is not kept: the header names the model loaded when it is written */
-    static const jsub hsubs[] = {{"settings", known_settings}, {NULL, NULL}};
-    json_t           *x       = json_object();
-    int               bad     = !x || unknown_members(x, h, known_header, hsubs);
-    free(c->hdr_extra);
-    TRY(unknown_text(L, x, bad, &c->hdr_extra));
     if (info) {
         snprintf(info->version, sizeof info->version, "%s", ver ? ver : "");
         snprintf(info->model_dir, sizeof info->model_dir, "%s", dir ? dir : "");
@@ -833,7 +854,7 @@ static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info
     }
     json_t *s = json_object_get(h, "settings");
     if (!s)
-        return K3_OK;
+        return header_extra(L, h, c);
     if (info)
         info->has_settings = 1;
     if (!json_is_object(s))
@@ -872,7 +893,7 @@ static k3_status parse_header(const lctx *L, json_t *h, k3_conv *c, k3_load_info
         snprintf(msg, sizeof msg, "%s", k3_errmsg());
         return LERR(L, "%s", msg);
     }
-    return K3_OK;
+    return header_extra(L, h, c);
 }
 
 static k3_status parse_stats(const lctx *L, json_t *s, k3_turn_stats *t) {
@@ -1102,12 +1123,15 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
     /* reasoning: reasoning_content (ours, DeepSeek/vLLM), reasoning, thinking; a string or text
      * parts, as the server reads them */
     static const char *const rkeys[] = {"reasoning_content", "reasoning", "thinking"};
+    const char              *rkey    = NULL; /* the one read */
     for (size_t k = 0; k < 3 && !reasoning; k++) {
         json_t *rj = json_object_get(o, rkeys[k]);
         if (rj && !json_is_null(rj) && k3_content_parse(rj, &reasoning, NULL, NULL, &ce)) {
             st = content_lerr(L, rkeys[k], &ce);
             goto out;
         }
+        if (reasoning)
+            rkey = rkeys[k];
     }
     if (reasoning && m.role != K3_ROLE_ASSISTANT) {
         st = LERR(L, "a %s message has reasoning; only assistant messages do", role);
@@ -1176,13 +1200,23 @@ static k3_status parse_msg(const lctx *L, json_t *o, k3_conv *c) {
         }
         since = json_integer_value(sj);
     }
-    static const jsub msubs[] = {{"stats", known_stats}, {NULL, NULL}};
-    json_t           *x       = json_object();
-    if ((st = unknown_text(L, x, !x || unknown_members(x, o, known_msg, msubs), &m.extra)))
-        goto out;
     m.content   = text;
     m.reasoning = reasoning;
-    st          = branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch) : conv_push(c, &m);
+    /* what the line would be written as: the message, its branch and its "since"; its long
+     * values (text, token ids) are cut short, as only objects and their members are compared
+     * (content parts too, whose text stays when there are parts) */
+    k3_msg shape    = m;
+    shape.content   = m.n_parts > 1 ? m.content : "";
+    shape.reasoning = m.reasoning ? "" : NULL;
+    shape.n_ids     = m.n_ids > 1 ? 1 : m.n_ids;
+    json_t *w = msg_json(&shape), *x = json_object();
+    int     bad = !w || !x || (branch && json_object_set_new(w, "abandoned", json_integer(branch))) ||
+              (since && json_object_set_new(w, "since", json_integer(since))) ||
+              unwritten_members(x, o, w, rkey && strcmp(rkey, "reasoning_content") ? rkey : NULL);
+    json_decref(w);
+    if ((st = unknown_text(L, x, bad, &m.extra)))
+        goto out;
+    st = branch ? conv_push_abandoned(c, &m, c->n_msgs, (int)branch) : conv_push(c, &m);
     if (!st && since)
         c->sys_since = (int)since;
 out:

@@ -30,7 +30,6 @@ static void *worker_main(void *arg) {
         }
         pthread_mutex_lock(&u->mu); /* for ue_rescue */
         u->run_type = c.type;
-        u->run_text = c.text ? strdup(c.text) : NULL;
         pthread_mutex_unlock(&u->mu);
         if (u->self) {
             atomic_store(&u->busy, 1);
@@ -54,8 +53,10 @@ static void *worker_main(void *arg) {
         }
         pthread_mutex_lock(&u->mu);
         u->run_type = 0;
-        free(u->run_text);
-        u->run_text = NULL;
+        k3_conv_free(u->turn_conv); /* the turn ended: its autosave is the worker's */
+        u->turn_conv = NULL;
+        if (u->turn_saved != 2) /* after a rescue the worker writes no more */
+            u->turn_saved = 0;
         pthread_mutex_unlock(&u->mu);
         ev_free(&c);
     }
@@ -112,10 +113,7 @@ void ue_close(ue *u) {
         pthread_join(u->th, NULL);
     ev_queue_free(u->cmds);
     pthread_mutex_destroy(&u->mu);
-    free(u->run_text);
-    free(u->saved_path);
-    free(u->saved_system);
-    free(u->saved_tools);
+    k3_conv_free(u->turn_conv);
     free(u);
 }
 
@@ -124,110 +122,122 @@ void ue_abandon(ue *u) {
         pthread_detach(u->th);
 }
 
+static int is_turn(int type) {
+    return type == EV_CMD_SEND || type == EV_CMD_RETRY || type == EV_CMD_EDIT;
+}
+
+void ue_turn_begin(ue *u, const k3_conv *c) {
+    k3_conv *copy = u->autosave_on ? k3_conv_copy(c) : NULL; /* NULL: the rescue says why */
+    pthread_mutex_lock(&u->mu);
+    k3_conv_free(u->turn_conv);
+    u->turn_conv = copy;
+    pthread_mutex_unlock(&u->mu);
+}
+
+int ue_turn_rescued(ue *u) {
+    pthread_mutex_lock(&u->mu);
+    int r = u->turn_saved == 2;
+    pthread_mutex_unlock(&u->mu);
+    return r;
+}
+
+/* The autosave gate of the worker's conversation (k3_conv_set_autosave_gate): a turn's end is
+ * written by the worker or by ue_rescue, whichever comes first, never by both. */
+static int may_autosave(void *ud) {
+    ue *u = ud;
+    pthread_mutex_lock(&u->mu);
+    int may = u->turn_saved != 2;
+    if (may && is_turn(u->run_type))
+        u->turn_saved = 1;
+    pthread_mutex_unlock(&u->mu);
+    return may;
+}
+
 /* ue_rescue's work, on a thread of its own: the file system may hang as the worker does. */
 typedef struct rescue {
-    k3_conv   *c;     /* the turn: the message (when it is not on disk yet) and the answer */
-    char      *path;  /* the autosave file, NULL: none yet (c starts one)                  */
-    char      *model; /* a new file's header: the model directory (k3_conv_set_model), NULL: none */
+    k3_conv   *c;    /* the conversation as the turn began, and the answer as the UI showed it */
+    char      *path; /* the autosave file written, NULL: none                              */
     k3_status  st;
     char       err[512];
     atomic_int done;
 } rescue;
 
 static void *rescue_main(void *arg) {
-    rescue   *x = arg;
-    k3_params p; /* the model's identity for the header, as the worker's; without it, none */
-    if (!x->path && x->model && k3_params_default(&p) == K3_OK)
-        (void)k3_conv_set_model(x->c, x->model, &p);
-    x->st = x->path ? k3_conv_append_to(x->c, x->path) : k3_conv_autosave(x->c);
+    rescue *x = arg;
+    x->st     = k3_conv_autosave(x->c);
     if (x->st != K3_OK)
-        snprintf(x->err, sizeof x->err, "%s", k3_errmsg());
-    else if (!x->path && k3_conv_autosave_path(x->c))
+        snprintf(x->err, sizeof x->err, "%s", k3_conv_autosave_error(x->c));
+    else if (k3_conv_autosave_path(x->c))
         x->path = strdup(k3_conv_autosave_path(x->c));
     atomic_store(&x->done, 1);
     return NULL;
 }
 
-int ue_rescue(ue *u, const char *answer, const char *think, const ue_gen *g, double wait_s, char *msg,
-              size_t n) {
+int ue_rescue(ue *u, const char *answer, const char *think, double wait_s, char *msg, size_t n) {
     pthread_mutex_lock(&u->mu);
-    int   type = u->run_type, on = u->autosave_on;
-    char *text = u->run_text ? strdup(u->run_text) : NULL,
-         *path = u->saved_path ? strdup(u->saved_path) : NULL;
+    int      type = u->run_type, on = u->autosave_on, saved = u->turn_saved;
+    k3_conv *c          = NULL;
+    char     where[600] = ""; /* the file the worker wrote to, when it had one before the turn */
+    if (saved && u->turn_conv && k3_conv_autosave_path(u->turn_conv))
+        snprintf(where, sizeof where, " in %s", k3_conv_autosave_path(u->turn_conv));
+    if (on && is_turn(type) && !saved && u->turn_conv) { /* the turn's end is the rescue's from now on */
+        c             = u->turn_conv;
+        u->turn_conv  = NULL;
+        u->turn_saved = 2;
+    }
     pthread_mutex_unlock(&u->mu);
-    if (!on || (type != EV_CMD_SEND && type != EV_CMD_RETRY && type != EV_CMD_EDIT)) {
+    if (!on || !is_turn(type)) {
         snprintf(msg, n, "%s",
                  !on ? "this engine keeps no autosave" : "the autosave is as of the last command");
-        free(text);
-        free(path);
         return 1;
     }
-    /* The message and its answer go on the file as the turn's end would have put them. The
-     * answer of a /retry or an /edit replaces what the file holds, which takes a rewrite from
-     * the worker's conversation: not done, the file keeps the turn before. */
-    if (type != EV_CMD_SEND) {
-        snprintf(msg, n, "the answer in progress is not in the autosave (a %s rewrites it)",
-                 type == EV_CMD_RETRY ? "/retry" : "/edit");
-        free(text);
-        free(path);
+    if (saved) {
+        snprintf(msg, n,
+                 "the engine had autosaved the turn itself%s (or was writing it) when it stopped answering",
+                 where);
+        return 0;
+    }
+    if (!c) {
+        snprintf(msg, n, "the message is not in the autosave: the engine blocked before its turn began");
         return -1;
     }
-    int     r = -1;
-    rescue *x = calloc(1, sizeof *x);
-    snprintf(msg, n, "autosave: out of memory");
-    if (x && (x->c = k3_conv_new())) {
-        k3_conv_settings set;
-        ue_gen_settings(x->c, g, g->temp, g->top_p, &set);
-        k3_conv_set_settings(x->c, &set);
-        k3_msg    a = {.role        = K3_ROLE_ASSISTANT,
-                       .content     = (char *)(uintptr_t)answer,
-                       .reasoning   = (char *)(uintptr_t)think,
-                       .interrupted = 1};
-        pthread_t th;
-        x->path = path;
-        path    = NULL;
-        /* a new file starts as the autosave would start it: the header names the model, then
-         * the system prompt and the tools the conversation has */
-        int head = 1;
-        if (!x->path) {
-            x->model = u->be == &ue_backend_real && u->opts->dir ? strdup(u->opts->dir) : NULL;
-            pthread_mutex_lock(&u->mu);
-            head = (!u->saved_system || k3_conv_set_system(x->c, u->saved_system) == K3_OK) &&
-                   (!u->saved_tools || k3_conv_set_tools(x->c, u->saved_tools) == K3_OK);
-            pthread_mutex_unlock(&u->mu);
-        }
-        if (head && (x->path || k3_conv_autosave_enable(x->c, NULL) == K3_OK) &&
-            k3_conv_add(x->c, K3_ROLE_USER, text ? text : "", NULL) == K3_OK &&
-            k3_conv_add_msg(x->c, &a) == K3_OK && pthread_create(&th, NULL, rescue_main, x) == 0) {
-            for (double t0 = ev_now(); !atomic_load(&x->done) && ev_now() - t0 < wait_s;)
-                usleep(10000);
-            if (!atomic_load(&x->done)) { /* x is the thread's until the process exits */
-                pthread_detach(th);
-                snprintf(msg, n, "the autosave file did not answer within %.0f s%s%s", wait_s,
-                         x->path ? ": " : "", x->path ? x->path : "");
-                x = NULL;
-            } else {
-                pthread_join(th, NULL);
-                r = x->st == K3_OK ? 0 : -1;
-                if (r == 0)
-                    snprintf(msg, n,
-                             "the conversation is autosaved in %s, the last answer marked interrupted",
-                             x->path ? x->path : "?");
-                else
-                    snprintf(msg, n, "autosave: %s", x->err);
-            }
-        } else {
-            snprintf(msg, n, "autosave: %s", k3_errmsg());
-        }
+    /* the answer goes on the file as the turn's end would have put it */
+    k3_msg    a = {.role        = K3_ROLE_ASSISTANT,
+                   .content     = (char *)(uintptr_t)answer,
+                   .reasoning   = (char *)(uintptr_t)think,
+                   .interrupted = 1};
+    int       r = -1;
+    rescue   *x = calloc(1, sizeof *x);
+    pthread_t th;
+    if (!x) {
+        snprintf(msg, n, "autosave: out of memory");
+        k3_conv_free(c);
+        return -1;
     }
-    if (x) {
-        k3_conv_free(x->c);
-        free(x->path);
-        free(x->model);
-        free(x);
+    x->c = c;
+    /* the file written, named before the thread may name a new one */
+    const char *p = k3_conv_autosave_path(c);
+    snprintf(msg, n, "the autosave file did not answer within %.0f s%s%s", wait_s, p ? ": " : "", p ? p : "");
+    if (k3_conv_add_msg(x->c, &a) == K3_OK && pthread_create(&th, NULL, rescue_main, x) == 0) {
+        for (double t0 = ev_now(); !atomic_load(&x->done) && ev_now() - t0 < wait_s;)
+            usleep(10000);
+        if (!atomic_load(&x->done)) { /* x is the thread's until the process exits */
+            pthread_detach(th);
+            return -1;
+        }
+        pthread_join(th, NULL);
+        r = x->st == K3_OK ? 0 : -1;
+        if (r == 0)
+            snprintf(msg, n, "the conversation is autosaved in %s, the last answer marked interrupted",
+                     x->path ? x->path : "?");
+        else
+            snprintf(msg, n, "autosave: %s", x->err);
+    } else {
+        snprintf(msg, n, "autosave: %s", k3_errmsg());
     }
-    free(text);
-    free(path);
+    k3_conv_free(x->c);
+    free(x->path);
+    free(x);
     return r;
 }
 
@@ -471,6 +481,7 @@ void ue_conv_autosave(ue *u, k3_conv *c) {
 
 void ue_conv_autosave_enable(ue *u, k3_conv *c) {
     int ok = k3_conv_autosave_enable(c, NULL) == K3_OK;
+    k3_conv_set_autosave_gate(c, may_autosave, u);
     if (!ok) {
         u->no_autosave = 1;
         ue_emitf(u, EV_ERROR, "autosave is off: %s", k3_errmsg());
@@ -480,21 +491,7 @@ void ue_conv_autosave_enable(ue *u, k3_conv *c) {
     pthread_mutex_unlock(&u->mu);
 }
 
-/* *dst becomes a copy of s (NULL: none), copied only when it differs. */
-static void keep_copy(char **dst, const char *s) {
-    if (!*dst || !s || strcmp(*dst, s)) {
-        free(*dst);
-        *dst = s ? strdup(s) : NULL;
-    }
-}
-
 void ue_note_saved(ue *u, const k3_conv *c) {
-    const char *p = k3_conv_autosave_path(c);
-    pthread_mutex_lock(&u->mu); /* for ue_rescue */
-    keep_copy(&u->saved_path, p);
-    keep_copy(&u->saved_system, k3_conv_system(c));
-    keep_copy(&u->saved_tools, k3_conv_tools(c));
-    pthread_mutex_unlock(&u->mu);
     int turns = 0;
     for (int i = 0; i < k3_conv_count(c) && !turns; i++)
         turns = k3_conv_msg(c, i)->role != K3_ROLE_SYSTEM;

@@ -68,14 +68,14 @@ struct ue {
     int       stopping; /* ue_stop posted the quit (UI thread only) */
     pthread_t th;
     /* What a quit that does not wait for the worker (ue_rescue) needs, kept by the worker: */
-    pthread_mutex_t mu;           /* guards the fields below                                  */
-    int             run_type;     /* the command it runs (EV_CMD_*), 0: none               */
-    char           *run_text;     /* that command's text (a message), NULL: none           */
-    char           *saved_path;   /* the autosave file as of the last autosave, NULL: none */
-    char           *saved_system; /* the system prompt then (a first turn's rescue writes it
-                                     in a new file, as the autosave would), NULL: none    */
-    char *saved_tools;            /* the tool declarations then, NULL: none                */
-    int   autosave_on;            /* the conversation autosaves (worker.c, remote.c)      */
+    pthread_mutex_t mu;        /* guards the fields below                                   */
+    int             run_type;  /* the command it runs (EV_CMD_*), 0: none                */
+    struct k3_conv *turn_conv; /* the conversation as the turn in progress began, with its
+                                  autosave state (ue_turn_begin), NULL: none             */
+    int turn_saved;            /* who wrote the turn's end to the autosave: 0 nobody yet, 1
+                                  the worker, 2 ue_rescue (then the worker writes no more):
+                                  the two writers are exclusive (ue_conv_autosave_enable) */
+    int autosave_on;           /* the conversation autosaves (worker.c, remote.c)      */
 };
 
 /* Start the worker (mock when K3_MOCK is set, else the real engine). NULL when out of memory. */
@@ -91,14 +91,16 @@ void ue_cancel(ue *u);
  * behind (detached, its memory and queues kept) for the process to exit. */
 void ue_stop(ue *u);
 void ue_abandon(ue *u);
-/* On the UI thread, the worker blocked in a turn (a message sent, g its settings): appends the
- * message and answer / think (what the UI was shown; think NULL: no reasoning) as an
- * interrupted answer to the conversation's autosave file, or starts one. Waits at most
- * wait_s for the file system (which may be what blocks the worker). Returns 0 when saved,
- * 1 when there is nothing to save (no autosave, no turn in progress), -1 on failure; msg
- * says which, in words for the user. */
-int ue_rescue(ue *u, const char *answer, const char *think, const ue_gen *g, double wait_s, char *msg,
-              size_t n);
+/* On the UI thread, the worker blocked in a turn (a message, a /retry or an /edit): writes the
+ * conversation as the turn began (ue_turn_begin) with answer / think (what the UI was shown;
+ * think NULL: no reasoning) as an interrupted answer to the conversation's autosave, as the
+ * turn's end would have: appended, the file rewritten (a /retry's or an /edit's branch), or a
+ * new file holding the whole conversation (the first turn, or the first after a /load). The
+ * worker's own end of turn, should it come back, then writes nothing (u->turn_saved), and one
+ * it wrote already is not written again. Waits at most wait_s for the file system (which may
+ * be what blocks the worker). Returns 0 when saved, 1 when there is nothing to save (no
+ * autosave, no turn in progress), -1 on failure; msg says which, in words for the user. */
+int ue_rescue(ue *u, const char *answer, const char *think, double wait_s, char *msg, size_t n);
 
 void ue_send(ue *u, const char *user_text, const ue_gen *g);
 void ue_retry(ue *u, const ue_gen *g);
@@ -159,8 +161,17 @@ int    ue_conv_cmd(ue *u, struct k3_conv *c, const ui_ev *cmd);
 double ue_mem_gb(void); /* resident set size of the process */
 /* Bring c's autosave file up to date now, reporting a failure as EV_ERROR. */
 void ue_conv_autosave(ue *u, struct k3_conv *c);
-/* Turn c's autosave on (in $XDG_DATA_HOME/k3chat), reporting a failure as EV_ERROR. */
+/* Turn c's autosave on (in $XDG_DATA_HOME/k3chat), reporting a failure as EV_ERROR; its writes
+ * then ask u->turn_saved first (k3_conv_set_autosave_gate), so ue_rescue and they never both
+ * write one turn. */
 void ue_conv_autosave_enable(ue *u, struct k3_conv *c);
+/* On the worker, once a turn's history and settings are in c (the user's message added, or a
+ * /retry's or an /edit's branch made): keeps a copy of c for ue_rescue. The command's end
+ * drops it (worker_main). */
+void ue_turn_begin(ue *u, const struct k3_conv *c);
+/* 1 once ue_rescue has taken the turn in progress (the worker's end of turn then writes nothing);
+ * any thread. */
+int ue_turn_rescued(ue *u);
 /* After an autosave attempt (a turn's or an edit's): u->unsaved says whether c's turns are on
  * disk. Call it before the events that end the command, so the UI sees the state with them. */
 void ue_note_saved(ue *u, const struct k3_conv *c);

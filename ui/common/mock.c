@@ -7,6 +7,11 @@
  *     hold MS          this turn stays open MS milliseconds after its last token (Ctrl-C ends it)
  *     stall MS         this turn's worker blocks MS milliseconds after its first token, deaf to
  *                      Ctrl-C and quit (as in a read from a hung file system or server)
+ *     stall-end MS     this turn's worker blocks so after its end of turn is autosaved, before it
+ *                      tells the UI the turn is done
+ *     stall-rescue MS  this turn's worker blocks after its first token until a quit's rescue took
+ *                      the turn (ue_rescue), or MS milliseconds, then ends the turn
+ *     autosave         the conversation autosaves (in $XDG_DATA_HOME/k3chat), as a model's does
  *     think TEXT       reasoning text of the current turn (several lines join with newlines)
  *     response TEXT    answer text of the current turn
  *     error TEXT       the turn fails with this message
@@ -18,7 +23,7 @@
  * The conversation is a k3_conv with no model attached, as in the remote backend (remote.c):
  * /undo, /edit, /forget, /clear, /system, /save, /load and /export run the engine's transcript
  * code (ue_conv_cmd), so the UI tests exercise it; a /load adopts the transcript's settings.
- * No autosave: the mock writes only the files it is asked to.
+ * No autosave unless the script asks for one: the mock writes only the files it is asked to.
  * What a model-less engine can show, it shows as a local model does (remote.c has no expert
  * cache, no layers): the status bar's "3 layers", an expert cache of 4 GB with 90% hits, and
  * /experts GB, which sets that cache figure and says "expert-cache budget now GB" as the local
@@ -35,7 +40,7 @@
 
 typedef struct mturn {
     char *think, *response, *error, *err_line;
-    int   delay_ms, prefill_ms, hold_ms, stall_ms;
+    int   delay_ms, prefill_ms, hold_ms, stall_ms, stall_end_ms, stall_rescue_ms;
 } mturn;
 
 typedef struct mock {
@@ -44,6 +49,7 @@ typedef struct mock {
     k3_conv *c; /* the conversation (no model) */
     double   expert_gb;
     int      ctx_used;
+    int      autosave; /* the script's "autosave" */
 } mock;
 
 static void sleep_ms(int ms) {
@@ -96,8 +102,9 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
             m->turns[m->n_turns - 1].delay_ms   = delay;
             m->turns[m->n_turns - 1].prefill_ms = prefill;
         } else if ((kw == 4 && (!strncmp(line, "load", 4) || !strncmp(line, "hold", 4))) ||
-                   (kw == 5 && !strncmp(line, "stall", 5)) || (kw == 5 && !strncmp(line, "delay", 5)) ||
-                   (kw == 7 && !strncmp(line, "prefill", 7))) {
+                   (kw == 5 && !strncmp(line, "stall", 5)) || (kw == 9 && !strncmp(line, "stall-end", 9)) ||
+                   (kw == 12 && !strncmp(line, "stall-rescue", 12)) ||
+                   (kw == 5 && !strncmp(line, "delay", 5)) || (kw == 7 && !strncmp(line, "prefill", 7))) {
             char *end;
             long  ms = strtol(arg, &end, 10);
             if (end == arg || *end || ms < 0 || ms > 3600000) {
@@ -111,12 +118,18 @@ static int parse_script(mock *m, const char *path, int *load_ms, char *err, size
                 *load_ms = (int)ms;
             else if (line[0] == 'h')
                 t->hold_ms = (int)ms;
+            else if (kw == 9)
+                t->stall_end_ms = (int)ms;
+            else if (kw == 12)
+                t->stall_rescue_ms = (int)ms;
             else if (line[0] == 's')
                 t->stall_ms = (int)ms;
             else if (kw == 5)
                 t->delay_ms = delay = (int)ms;
             else
                 t->prefill_ms = prefill = (int)ms;
+        } else if (kw == 8 && !sp && !strncmp(line, "autosave", 8)) {
+            m->autosave = 1;
         } else if (kw == 5 && !strncmp(line, "think", 5)) {
             append(&t->think, arg);
         } else if (kw == 8 && !strncmp(line, "response", 8)) {
@@ -191,6 +204,8 @@ static int mock_open(ue *u, void **self, char *err, size_t errn) {
         return -1;
     }
     m->expert_gb = 4.0;
+    if (m->autosave)
+        ue_conv_autosave_enable(u, m->c);
     /* simulated loading: 20 steps over load_ms, 3 files of 100 MB each */
     uint64_t total = 300u << 20;
     for (int k = 0; k <= 20 && load_ms > 0; k++) {
@@ -256,6 +271,8 @@ static int stream(ue *u, mock *m, mturn *t, int ch, const char *s, double t0, do
             *t_first = ev_now();
             for (double end = ev_now() + t->stall_ms / 1e3; ev_now() < end;)
                 sleep_ms(50); /* whatever the UI asks meanwhile */
+            for (double end = ev_now() + t->stall_rescue_ms / 1e3; ev_now() < end && !ue_turn_rescued(u);)
+                sleep_ms(20);
         }
         if (ch == EV_CH_THINK) {
             (*n_think)++;
@@ -292,6 +309,7 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     k3_conv_settings set; /* for the transcript, as a model would have run the turn */
     ue_gen_settings(m->c, g, g->temp, g->top_p, &set);
     k3_conv_set_settings(m->c, &set);
+    ue_turn_begin(u, m->c);
     m->ctx_used = mock_ctx(m);
     for (int k = 0; k < t->prefill_ms / 10 && !ue_cancelled(u); k++)
         sleep_ms(10);
@@ -328,6 +346,10 @@ static void gen_turn(ue *u, mock *m, const char *user, const ue_gen *g) {
     a.stats.stop    = cancelled ? K3_STOP_CANCEL : K3_STOP_EOS;
     if (k3_conv_add_msg(m->c, &a) != K3_OK)
         ue_emitf(u, EV_ERROR, "%s", k3_errmsg());
+    else if (m->autosave)
+        ue_conv_autosave(u, m->c);
+    for (double end = ev_now() + t->stall_end_ms / 1e3; ev_now() < end;)
+        sleep_ms(50); /* deaf, as stall */
     ui_ev d = {.type = EV_DONE, .i = cancelled ? UE_DONE_CANCELLED : UE_DONE_OK};
     fill_stats(m, &d.st, t0, t_first, n_think, n_resp, think_s);
     ev_push(u->out, &d);

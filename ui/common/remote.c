@@ -12,7 +12,8 @@
  * "data:" lines are joined per event and each event is one JSON chunk; the think channel comes from
  * delta.reasoning_content, .reasoning or .thinking, the answer from delta.content. A server that answers with
  * one JSON body instead of a stream is accepted too. A lone UTF-16 surrogate escape in a server's
- * JSON is one U+FFFD (server_json), as invalid UTF-8 is everywhere else; a tool call that a
+ * JSON is one U+FFFD (server_json), as invalid UTF-8 is everywhere else, but the halves of a pair
+ * split between two events of one field are joined (halves_join); a tool call that a
  * finish_reason "length" cut is shown but not kept (doc/tool-calls.md).
  *
  * Failures (cannot connect, timeouts, HTTP errors with the server's error message, a malformed
@@ -46,13 +47,15 @@ typedef struct rcall { /* a tool call of the answer, as it streams */
     char   *id, *name; /* NULL until the server names them */
     txt_buf args;      /* the arguments' JSON text so far   */
     int     shown;     /* "-> name(" went to the UI         */
+    long    half;      /* the high surrogate that ended the last piece of args, 0 if none (halves_join) */
 } rcall;
 
 typedef struct remote {
     ue      *u;
     k3_conv *c;
-    char     base[1024];  /* ".../v1" without a trailing slash */
-    char     shown[1024]; /* base without a user:password@ (for messages and the status bar) */
+    CURLU   *url;         /* --endpoint as libcurl reads it; each request sets its path (url_read) */
+    char    *path;        /* the API base's path: "/v1", "" for the root (no trailing slash)      */
+    char    *shown;       /* the base without user:password@ or query (messages, the status bar)  */
     char    *model;       /* NULL = not known yet (heap: a server's id may be long) */
     char    *auth;        /* "Authorization: Bearer KEY" or NULL (heap: a JWT may run to kilobytes) */
     int      ctx_max;     /* from /models max_model_len, -1 unknown */
@@ -71,9 +74,12 @@ typedef struct remote {
     int         n_events;    /* events read (data: lines ended)       */
     txt_buf     body;        /* a non-stream body                  */
     txt_buf     think, resp; /* the answer so far                  */
+    long        half[2];     /* per channel (EV_CH_THINK, EV_CH_RESPONSE): halves_join's pending high */
+    txt_buf     joined;      /* halves_join's text of one piece    */
     rcall      *calls;       /* (n_calls) its tool calls           */
     int         n_calls;
     int         done, n_prompt, n_completion;
+    int         n_reason; /* usage.completion_tokens_details.reasoning_tokens, -1 when not said */
     ue_tokstats tok;
     char        finish[32];
     char        err[600]; /* why the stream was rejected        */
@@ -100,10 +106,14 @@ static int on_xfer(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_o
     return 1;
 }
 
-/* GET or POST (body != NULL) base+path; the answer goes through on_body. */
+/* GET or POST (body != NULL) the base's path + path; the answer goes through on_body. */
 static CURLcode http(remote *r, const char *path, const char *body, long timeout_s) {
-    char url[1200];
-    snprintf(url, sizeof url, "%s%s", r->base, path);
+    k3_buf at = {0};
+    k3_buf_printf(&at, "%s%s", r->path, path);
+    CURLUcode uc = at.p ? curl_url_set(r->url, CURLUPART_PATH, at.p, 0) : CURLUE_OUT_OF_MEMORY;
+    free(at.p);
+    if (uc != CURLUE_OK)
+        return CURLE_OUT_OF_MEMORY;
     struct curl_slist *h = NULL;
     h                    = curl_slist_append(h, "Content-Type: application/json");
     h                    = curl_slist_append(h,
@@ -112,12 +122,10 @@ static CURLcode http(remote *r, const char *path, const char *body, long timeout
         h = curl_slist_append(h, r->auth);
     CURL *c = r->curl;
     curl_easy_reset(c);
-    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CURLU, r->url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    /* http and https only; a URL without a scheme is http (libcurl guessed from the host's name:
-     * ftp.HOST spoke FTP, dict.HOST DICT, ldap.HOST LDAP) */
-    curl_easy_setopt(c, CURLOPT_DEFAULT_PROTOCOL, "http");
+    /* http and https only (url_read gives a URL without a scheme http://) */
 #if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 #else
@@ -189,28 +197,95 @@ static size_t lone_surrogate(const char *s, size_t n, size_t from) {
     return n;
 }
 
+/* 1 when the lone surrogate escape at s[at] stands at an edge of its string: a high half right
+ * before the closing quote, or a low half right after the opening one (a quote with an even run of
+ * backslashes before it is no escaped quote). Those are the halves of a pair that a server split
+ * between two events (a token that ends between them, JavaScript's string cut at a UTF-16 unit). */
+static int at_edge(const char *s, size_t n, size_t at) {
+    if (u_escape(s + at, n - at) < 0xdc00)
+        return at + 6 < n && s[at + 6] == '"';
+    if (!at || s[at - 1] != '"')
+        return 0;
+    size_t k = at - 1;
+    while (k && s[k - 1] == '\\')
+        k--;
+    return (at - 1 - k) % 2 == 0;
+}
+
+/* halves_join's marks: a lone half at an edge, value v (0xD800..0xDFFF), is parsed as the code
+ * point U+100000 + (v - 0xD800) (private use), UTF-8 F4 80 [80..9F] [80..BF]; marks are made only
+ * in a text that holds none of those code points itself (marks_free), so each in the parsed
+ * strings is one. The value of a mark at s[0..n), or -1. */
+static long mark_of(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    if (n < 4 || u[0] != 0xf4 || u[1] != 0x80 || (u[2] & 0xe0) != 0x80 || (u[3] & 0xc0) != 0x80)
+        return -1;
+    return 0xd800 + ((long)(u[2] & 0x1f) << 6 | (u[3] & 0x3f));
+}
+
+/* 1 when s[0..n) holds nothing that parses as a mark: no bytes F4 80, no escape \uDBC0 or \uDBC1
+ * (the high halves of U+100000..U+1007FF); conservative (any F4 80 counts). */
+static int marks_free(const char *s, size_t n) {
+    if (memmem(s, n, "\xf4\x80", 2))
+        return 0;
+    for (size_t i = 0; i + 1 < n;) {
+        const char *b = memchr(s + i, '\\', n - i);
+        if (!b)
+            break;
+        i      = (size_t)(b - s);
+        long v = u_escape(s + i, n - i);
+        if (v == 0xdbc0 || v == 0xdbc1)
+            return 0;
+        i += v < 0 ? 2 : 6;
+    }
+    return 1;
+}
+
 /* A server's JSON text s[0..n), parsed (NUL allowed). A lone UTF-16 surrogate escape is no
  * character, and jansson refuses the whole text for one: one in a token's delta refused the whole
  * turn as a "malformed stream". Servers write them (Python's json.dumps of a string decoded with
  * surrogateescape, as a token that ends inside a character can be; a proxy that cuts a string
  * between the halves of a pair), so each becomes \ufffd, U+FFFD, as invalid UTF-8 shows
- * everywhere else; the rewrite is a copy, made only when there is one. */
-static json_t *server_json(const char *s, size_t n, json_error_t *je) {
+ * everywhere else; the rewrite is a copy, made only when there is one. mark: one at an edge of its
+ * string becomes its mark instead (mark_of; the caller checked marks_free), for halves_join. */
+static json_t *server_json(const char *s, size_t n, json_error_t *je, int mark) {
     size_t at = lone_surrogate(s, n, 0);
     if (at == n)
         return json_loadb(s, n, JSON_ALLOW_NUL, je);
-    char *fix = malloc(n);
+    char *fix = malloc(n); /* a mark (4 bytes) and \ufffd (6) are no longer than the escape */
     if (!fix) {
         if (je)
             snprintf(je->text, sizeof je->text, "out of memory");
         return NULL;
     }
-    memcpy(fix, s, n);
-    for (; at < n; at = lone_surrogate(fix, n, at + 6))
-        memcpy(fix + at, "\\ufffd", 6);
-    json_t *o = json_loadb(fix, n, JSON_ALLOW_NUL, je);
+    size_t o = 0, from = 0;
+    for (; at < n; at = lone_surrogate(s, n, from)) {
+        memcpy(fix + o, s + from, at - from);
+        o += at - from;
+        long v = u_escape(s + at, n - at) - 0xd800;
+        if (mark && at_edge(s, n, at)) {
+            unsigned char m[4] = {0xf4, 0x80, (unsigned char)(0x80 | v >> 6),
+                                  (unsigned char)(0x80 | (v & 0x3f))};
+            memcpy(fix + o, m, 4);
+            o += 4;
+        } else {
+            memcpy(fix + o, "\\ufffd", 6);
+            o += 6;
+        }
+        from = at + 6;
+    }
+    memcpy(fix + o, s + from, n - from);
+    json_t *obj = json_loadb(fix, o + n - from, JSON_ALLOW_NUL, je);
     free(fix);
-    return o;
+    return obj;
+}
+
+/* 1 when s[0..n) has a lone surrogate escape at an edge of a string (at_edge). */
+static int edge_halves(const char *s, size_t n) {
+    for (size_t at = lone_surrogate(s, n, 0); at < n; at = lone_surrogate(s, n, at + 6))
+        if (at_edge(s, n, at))
+            return 1;
+    return 0;
 }
 
 /* vLLM before 0.10 answered errors as one flat object, {"object":"error","message":...}. */
@@ -245,7 +320,7 @@ static void describe_failure(remote *r, CURLcode rc, char *out, size_t n) {
     } else {
         /* this body's bytes only: body.p keeps an earlier answer's text past body.n (a 502 without
          * a body showed the error before it) */
-        json_t     *o   = r->body.n ? server_json(r->body.p, r->body.n, NULL) : NULL;
+        json_t     *o   = r->body.n ? server_json(r->body.p, r->body.n, NULL, 0) : NULL;
         const char *msg = error_message(o);
         char       *to  = NULL; /* redirects are not followed (the key would go along): say where to */
         if (r->http >= 300 && r->http < 400 &&
@@ -314,6 +389,8 @@ static int answer_room(remote *r, size_t n) {
 static void call_show(remote *r, rcall *c) {
     if (c->shown || !c->name)
         return;
+    if (r->half[1] && !piece(r, EV_CH_RESPONSE, "\xef\xbf\xbd", 3)) /* the text ends before the call */
+        r->half[1] = 0;
     c->shown = 1;
     ue_emit_token(r->u, EV_CH_RESPONSE, "\n-> ", 4);
     ue_emit_token(r->u, EV_CH_RESPONSE, c->name, strlen(c->name));
@@ -369,8 +446,40 @@ static int call_field(remote *r, int idx, const char *what, char **have, json_t 
     return 0;
 }
 
-/* The tool_calls of a stream delta (whole = 0: pieces by "index") or of a whole message. */
-static int on_calls(remote *r, json_t *arr, int whole) {
+/* The text of one piece of a field (the reasoning, the content, a call's arguments) into
+ * r->joined, with the halves of a surrogate pair that a server split between two events joined (a
+ * JavaScript client shows the character; each half alone was one U+FFFD). *half is the field's
+ * pending high half, 0 if none: a low half that begins this piece completes it; a pending one
+ * without it, or a low one without a pending one, is U+FFFD; a high half that ends this piece
+ * waits in *half for the field's next piece (an empty piece leaves it waiting, as a string's
+ * concatenation would). marked: str came from a parse with marks (server_json). 0, or -1 when
+ * memory runs out. */
+static int halves_join(remote *r, long *half, json_t *str, int marked) {
+    const char *s = json_string_value(str);
+    size_t      n = json_string_length(str);
+    r->joined.n   = 0;
+    if (!n)
+        return 0;
+    long lo = marked ? mark_of(s, n) : -1;
+    if (lo >= 0xdc00 || *half) {
+        long cp = lo >= 0xdc00 && *half ? 0x10000 + ((*half - 0xd800) << 10) + (lo - 0xdc00) : 0xfffd;
+        unsigned char u[4] = {0xf0 | (unsigned char)(cp >> 18), 0x80 | (cp >> 12 & 0x3f),
+                              0x80 | (cp >> 6 & 0x3f), 0x80 | (cp & 0x3f)};
+        if (cp == 0xfffd ? txt_buf_add(&r->joined, "\xef\xbf\xbd", 3) : txt_buf_add(&r->joined, (char *)u, 4))
+            return -1;
+        if (lo >= 0xdc00)
+            s += 4, n -= 4;
+        *half = 0;
+    }
+    long hi = marked && n >= 4 ? mark_of(s + n - 4, 4) : -1;
+    if (hi >= 0 && hi < 0xdc00)
+        *half = hi, n -= 4;
+    return txt_buf_add(&r->joined, s, n);
+}
+
+/* The tool_calls of a stream delta (whole = 0: pieces by "index") or of a whole message; texts:
+ * the same array from the parse with marks, or arr (halves_join). */
+static int on_calls(remote *r, json_t *arr, json_t *texts, int marked, int whole) {
     size_t  i;
     json_t *t;
     json_array_foreach(arr, i, t) {
@@ -404,10 +513,15 @@ static int on_calls(remote *r, json_t *arr, int whole) {
         if (call_field(r, (int)idx, "id", &c->id, json_object_get(t, "id")) ||
             call_field(r, (int)idx, "name", &c->name, json_object_get(fn, "name")))
             return -1;
+        args = json_object_get(json_object_get(json_array_get(texts, i), "function"), "arguments");
         if (json_is_string(args) && json_string_length(args)) {
-            const char *a = json_string_value(args);
-            size_t      n = json_string_length(args);
-            if (answer_room(r, n) || txt_buf_add(&c->args, a, n))
+            if (halves_join(r, &c->half, args, marked)) {
+                snprintf(r->err, sizeof r->err, "out of memory");
+                return -1;
+            }
+            const char *a = r->joined.p;
+            size_t      n = r->joined.n;
+            if (n && (answer_room(r, n) || txt_buf_add(&c->args, a, n)))
                 return -1;
             if (c->shown == 1)
                 ue_emit_token(r->u, EV_CH_RESPONSE, a, n);
@@ -429,14 +543,37 @@ static json_t *reasoning_of(json_t *o) {
 
 /* A message's (or delta's) reasoning and content to their channels, whole: a model may write a
  * NUL byte (JSON "\u0000", parsed with JSON_ALLOW_NUL), which the text path escapes like any
- * other control character instead of cutting the piece there. */
-static int message_pieces(remote *r, json_t *m, int whole) {
-    json_t *t = reasoning_of(m), *c = json_object_get(m, "content"), *tc = json_object_get(m, "tool_calls");
-    if (t && piece(r, EV_CH_THINK, json_string_value(t), json_string_length(t)))
-        return -1;
-    if (json_is_string(c) && piece(r, EV_CH_RESPONSE, json_string_value(c), json_string_length(c)))
-        return -1;
-    return json_is_array(tc) ? on_calls(r, tc, whole) : 0;
+ * other control character instead of cutting the piece there. texts: the same object from the
+ * parse with marks, or m (halves_join). */
+static int message_pieces(remote *r, json_t *m, json_t *texts, int marked, int whole) {
+    json_t *t = reasoning_of(texts), *c = json_object_get(texts, "content"),
+           *tc = json_object_get(m, "tool_calls");
+    for (int k = 0; k < 2; k++) {
+        json_t *s  = k ? c : t;
+        int     ch = k ? EV_CH_RESPONSE : EV_CH_THINK;
+        if (!json_is_string(s))
+            continue;
+        if (halves_join(r, &r->half[ch == EV_CH_RESPONSE], s, marked)) {
+            snprintf(r->err, sizeof r->err, "out of memory");
+            return -1;
+        }
+        if (piece(r, ch, r->joined.p, r->joined.n))
+            return -1;
+    }
+    return json_is_array(tc) ? on_calls(r, tc, json_object_get(texts, "tool_calls"), marked, whole) : 0;
+}
+
+/* At the answer's end: a high half that still waits (halves_join) is U+FFFD in its field. */
+static void halves_end(remote *r) {
+    for (int k = 0; k < 2; k++)
+        if (r->half[k] && !piece(r, k ? EV_CH_RESPONSE : EV_CH_THINK, "\xef\xbf\xbd", 3))
+            r->half[k] = 0;
+    for (int k = 0; k < r->n_calls; k++) {
+        rcall *c = &r->calls[k];
+        if (c->half && !answer_room(r, 3) && !txt_buf_add(&c->args, "\xef\xbf\xbd", 3) && c->shown == 1)
+            ue_emit_token(r->u, EV_CH_RESPONSE, "\xef\xbf\xbd", 3);
+        c->half = 0;
+    }
 }
 
 /* A token count the server reports: 0 when absent or out of any real range (a negative or huge
@@ -451,6 +588,11 @@ static void usage_of(remote *r, json_t *o) {
     if (json_is_object(u)) {
         r->n_prompt     = count_of(json_object_get(u, "prompt_tokens"));
         r->n_completion = count_of(json_object_get(u, "completion_tokens"));
+        /* the reasoning's share as the server counted it (OpenAI, vLLM, k3chat --serve); the
+         * pieces streamed are no token count where a server sends several tokens in one */
+        json_t *rt = json_object_get(json_object_get(u, "completion_tokens_details"), "reasoning_tokens");
+        if (json_is_integer(rt) && json_integer_value(rt) >= 0 && json_integer_value(rt) <= r->n_completion)
+            r->n_reason = (int)json_integer_value(rt);
     }
 }
 
@@ -462,7 +604,7 @@ static int on_event(remote *r, const char *d, size_t n) {
         return 0;
     }
     json_error_t je;
-    json_t      *o = server_json(d, n, &je);
+    json_t      *o = server_json(d, n, &je, 0);
     if (r->ev_error) { /* "event: error": its data is the reason, JSON or text */
         const char *m = json_is_object(o) ? error_message(o) : NULL;
         if (!m && json_is_object(o))
@@ -490,7 +632,13 @@ static int on_event(remote *r, const char *d, size_t n) {
     json_t *ch  = json_array_get(json_object_get(o, "choices"), 0);
     json_t *dl  = json_object_get(ch, "delta");
     size_t  had = answer_size(r), calls = (size_t)r->n_calls;
-    if (json_is_object(dl) && message_pieces(r, dl, 0)) {
+    /* the texts from a second parse with marks when a pair's half stands at a string's edge */
+    int     marked = marks_free(d, n);
+    json_t *om     = marked && edge_halves(d, n) ? server_json(d, n, NULL, 1) : NULL;
+    json_t *texts  = om ? json_object_get(json_array_get(json_object_get(om, "choices"), 0), "delta") : dl;
+    int rc = json_is_object(dl) ? message_pieces(r, dl, json_is_object(texts) ? texts : dl, marked, 0) : 0;
+    json_decref(om);
+    if (rc) {
         json_decref(o);
         return -1;
     }
@@ -635,7 +783,7 @@ static void not_api(remote *r, const char *path, const json_error_t *je, char *o
 /* A complete JSON answer (a server that ignored "stream"). */
 static int on_json_answer(remote *r) {
     json_error_t je;
-    json_t      *o   = server_json(r->body.p ? r->body.p : "", r->body.n, &je);
+    json_t      *o   = server_json(r->body.p ? r->body.p : "", r->body.n, &je, 0);
     json_t      *ch  = json_array_get(json_object_get(o, "choices"), 0);
     json_t      *msg = json_object_get(ch, "message");
     if (!o) {
@@ -648,7 +796,7 @@ static int on_json_answer(remote *r) {
         json_decref(o);
         return -1;
     }
-    if (message_pieces(r, msg, 1)) {
+    if (message_pieces(r, msg, msg, 0, 1)) {
         json_decref(o);
         return -1;
     }
@@ -762,8 +910,10 @@ static void turn(remote *r, const ue_gen *g, int retry) {
     ui_ev e = {.type = EV_TURN};
     ev_push(r->u->out, &e);
     record_settings(r, g);
+    ue_turn_begin(r->u, r->c); /* what a quit that cannot wait for this turn saves (ue_rescue) */
     ue_tok_begin(&r->tok);
     r->n_prompt = r->n_completion = r->done = 0;
+    r->n_reason                             = -1;
     /* emptied as strings too: the reply below reads them as C strings, and a turn that brings
      * no text (tool calls alone) saved the previous turn's answer and reasoning as its own */
     r->think.n = r->resp.n = 0;
@@ -771,6 +921,7 @@ static void turn(remote *r, const ue_gen *g, int retry) {
         r->think.p[0] = 0;
     if (r->resp.p)
         r->resp.p[0] = 0;
+    r->half[0] = r->half[1] = 0;
     calls_free(r);
     r->finish[0] = r->err[0] = 0;
     char     msg[1200]       = "";
@@ -814,6 +965,7 @@ static void turn(remote *r, const ue_gen *g, int retry) {
     /* the tool calls: shown closed, kept with the reply when the server named them, but for one
      * that a length finish cut (its arguments are no JSON object): the local engine keeps only
      * whole calls, and one cut would go back to the server in every later request */
+    halves_end(r);
     k3_tool_call *tc = r->n_calls ? calloc((size_t)r->n_calls, sizeof *tc) : NULL;
     int           nt = 0;
     for (int k = 0; k < r->n_calls; k++) {
@@ -857,8 +1009,8 @@ static void turn(remote *r, const ue_gen *g, int retry) {
                              ? (r->n_completion - 1) / (now - r->tok.t_first)
                              : -1;
     d.st.prefill_tok_s = d.st.think_s = d.st.expert_hit = d.st.expert_gb = -1;
-    d.st.n_think                                                         = r->tok.n_think;
-    d.st.n_response = r->n_completion > r->tok.n_think ? r->n_completion - r->tok.n_think : r->tok.n_resp;
+    d.st.n_think    = r->n_reason >= 0 ? r->n_reason : r->tok.n_think;
+    d.st.n_response = r->n_completion > d.st.n_think ? r->n_completion - d.st.n_think : r->tok.n_resp;
     d.st.n_prefill  = r->n_prompt;
     if (r->n_prompt)
         r->ctx_used = r->n_prompt + r->n_completion;
@@ -925,80 +1077,101 @@ static void remote_cmd(ue *u, void *self, const ui_ev *c) {
     }
 }
 
-/* URL as given, without a trailing "/" or "/chat/completions"; a bare host gets "/v1". */
-static void set_base(remote *r, const char *url) {
-    snprintf(r->base, sizeof r->base, "%s", url);
-    size_t n = strlen(r->base);
-    while (n && r->base[n - 1] == '/')
-        r->base[--n] = 0;
-    static const char tail[] = "/chat/completions";
-    if (n >= sizeof tail - 1 && !strcmp(r->base + n - (sizeof tail - 1), tail))
-        r->base[n -= sizeof tail - 1] = 0;
-    const char *host = strstr(r->base, "://");
-    if (!strchr(host ? host + 3 : r->base, '/') && n + 3 < sizeof r->base)
-        strcat(r->base, "/v1");
-    /* what messages show: without the user:password@ of the authority (libcurl sends it as Basic
-     * authentication; on the status bar or in an error line it would be on screen) */
-    const char *a   = host ? host + 3 : r->base;
-    size_t      end = strcspn(a, "/?#");
-    const char *at  = NULL;
-    for (const char *q = a; q < a + end; q++)
-        if (*q == '@')
-            at = q;
-    if (at)
-        snprintf(r->shown, sizeof r->shown, "%.*s%s", (int)(a - r->base), r->base, at + 1);
-    else
-        snprintf(r->shown, sizeof r->shown, "%s", r->base);
-}
+/* ---- the URL ---------------------------------------------------------------------------- */
 
-/* 1 when the URL sends a secret (an API key, or a password in it) in the clear: http:// to a host
- * that is not a loopback address or name; *host_out gets the host as shown. */
-static int secret_in_clear(const remote *r, int has_key, char *host_out, size_t hn) {
-    const char *sch = strstr(r->base, "://"); /* none: libcurl takes http:// */
-    if (sch && strncasecmp(r->base, "http://", 7))
-        return 0;
-    const char *a   = sch ? sch + 3 : r->base;
-    size_t      end = strcspn(a, "/?#");
-    int         pw  = 0;
-    for (const char *q = a; q < a + end; q++)
-        if (*q == '@') { /* userinfo: a password if it has a ':' */
-            pw |= memchr(a, ':', (size_t)(q - a)) != NULL;
-            end -= (size_t)(q + 1 - a);
-            a = q + 1;
-        }
-    size_t hl = a[0] == '[' ? strcspn(a, "]") + (a[strcspn(a, "]")] == ']') : strcspn(a, ":/?#");
-    if (hl > end)
-        hl = end;
-    snprintf(host_out, hn, "%.*s", (int)hl, a);
-    char h[256];
-    snprintf(h, sizeof h, "%.*s", (int)(a[0] == '[' && hl >= 2 ? hl - 2 : hl), a[0] == '[' ? a + 1 : a);
-    unsigned char ip[16];
-    size_t        k    = strlen(h);
-    int           loop = !strcasecmp(h, "localhost") || (k > 10 && !strcasecmp(h + k - 10, ".localhost")) ||
-               (inet_pton(AF_INET, h, ip) == 1 && ip[0] == 127) ||
-               (inet_pton(AF_INET6, h, ip) == 1 && !memcmp(ip, in6addr_loopback.s6_addr, 16));
-    return (has_key || pw) && !loop;
-}
-
-/* 0 when libcurl reads url as a URL with a host, else 1 with the reason in why; the URL is not
- * repeated (it may hold a user:password@). "http://u:p@" went on to a plain-http warning naming
- * an empty host and a failed turn. */
-static int url_unusable(const char *url, char *why, size_t n) {
-    CURLU *h    = curl_url();
-    char  *host = NULL;
-    if (!h) {
-        snprintf(why, n, "out of memory");
-        return 1;
-    }
-    CURLUcode rc = curl_url_set(h, CURLUPART_URL, url, CURLU_DEFAULT_SCHEME);
+/* --endpoint read by libcurl's URL parser, the one that connects (a second reading by hand beside
+ * it put a query or a fragment before each request's path, "http://h:1?x=1" asked for
+ * "/?x=1/v1/models", and took "127.1" for a host that is not loopback). The API base is the
+ * URL's path without trailing slashes and without "/chat/completions"; a URL without a path gets
+ * "/v1". Each request's path goes after the base, its query (Azure's api-version) stays the
+ * query, a fragment is dropped, a user:password goes as Basic authentication. A URL without a
+ * scheme is http (libcurl alone guessed FTP for ftp.HOST, DICT for dict.HOST, and its URL parser
+ * takes https). Sets r->url, r->path and r->shown (the base without user:password or query, for
+ * messages and the status bar); 1 with the reason in why when libcurl cannot read the URL or it
+ * names no host (the URL is not repeated: it may hold a password; "http://u:p@" went on to a
+ * plain-http warning naming an empty host and a failed turn). */
+static int url_read(remote *r, const char *url, char *why, size_t n) {
+    k3_buf full = {0};
+    k3_buf_printf(&full, "%s%s", strstr(url, "://") ? "" : "http://", url);
+    char     *host = NULL, *path = NULL;
+    CURLUcode rc = !full.p || !(r->url = curl_url()) ? CURLUE_OUT_OF_MEMORY
+                                                     : curl_url_set(r->url, CURLUPART_URL, full.p, 0);
+    free(full.p);
     if (rc == CURLUE_OK)
-        rc = curl_url_get(h, CURLUPART_HOST, &host, 0);
+        rc = curl_url_get(r->url, CURLUPART_HOST, &host, 0);
+    if (rc == CURLUE_OK)
+        rc = curl_url_get(r->url, CURLUPART_PATH, &path, 0);
+    if (rc == CURLUE_OK)
+        rc = curl_url_set(r->url, CURLUPART_FRAGMENT, NULL, 0);
+    if (rc == CURLUE_OK) {
+        static const char tail[] = "/chat/completions";
+        size_t            len = strlen(path), t = sizeof tail - 1;
+        while (len && path[len - 1] == '/')
+            len--;
+        int named = len >= t && !memcmp(path + len - t, tail, t); /* the URL of the chat itself */
+        for (len -= named ? t : 0; len && path[len - 1] == '/';)
+            len--;
+        r->path  = len || named ? strndup(path, len) : strdup("/v1");
+        CURLU *s = r->path ? curl_url_dup(r->url) : NULL;
+        rc = !s || curl_url_set(s, CURLUPART_USER, NULL, 0) || curl_url_set(s, CURLUPART_PASSWORD, NULL, 0) ||
+                     curl_url_set(s, CURLUPART_QUERY, NULL, 0) ||
+                     curl_url_set(s, CURLUPART_PATH, r->path, 0) ||
+                     curl_url_get(s, CURLUPART_URL, &r->shown, 0)
+                 ? CURLUE_OUT_OF_MEMORY
+                 : CURLUE_OK;
+        if (rc == CURLUE_OK && !r->path[0]) /* the API at the root: no "/" to put before "/models" */
+            r->shown[strlen(r->shown) - 1] = 0;
+        curl_url_cleanup(s);
+    }
     if (rc != CURLUE_OK)
         snprintf(why, n, "the URL cannot be used (%s); the form is http[s]://HOST[:PORT][/PATH]",
                  curl_url_strerror(rc));
     curl_free(host);
-    curl_url_cleanup(h);
+    curl_free(path);
     return rc != CURLUE_OK;
+}
+
+/* What the URL sends in the clear, NULL if nothing: http:// to a host that is not a loopback
+ * address or name carrying an API key, a password, or a user name alone (Basic authentication
+ * with a key as the user, as some APIs take one); *host_out gets the host as shown. The host is
+ * libcurl's reading, the address it connects to ("127.1" is 127.0.0.1). */
+static const char *secret_in_clear(const remote *r, int has_key, char *host_out, size_t hn) {
+    char       *sch = NULL, *host = NULL, *user = NULL, *pw = NULL;
+    const char *what = NULL;
+    curl_url_get(r->url, CURLUPART_SCHEME, &sch, 0);
+    curl_url_get(r->url, CURLUPART_HOST, &host, 0);
+    curl_url_get(r->url, CURLUPART_USER, &user, 0);
+    curl_url_get(r->url, CURLUPART_PASSWORD, &pw, 0);
+    if (sch && host && !strcasecmp(sch, "http")) {
+        char          h[256];
+        unsigned char ip[16];
+        size_t        k = strlen(host);
+        snprintf(h, sizeof h, "%.*s", (int)(host[0] == '[' && k >= 2 ? k - 2 : k), host + (host[0] == '['));
+        k = strlen(h);
+        /* the IPv4-mapped ::ffff:127.x.y.z is 127.x.y.z */
+        static const unsigned char v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        int loop = !strcasecmp(h, "localhost") || (k > 10 && !strcasecmp(h + k - 10, ".localhost")) ||
+                   (inet_pton(AF_INET, h, ip) == 1 && ip[0] == 127) ||
+                   (inet_pton(AF_INET6, h, ip) == 1 &&
+                    (!memcmp(ip, in6addr_loopback.s6_addr, 16) || (!memcmp(ip, v4, 12) && ip[12] == 127)));
+        what = loop            ? NULL
+               : has_key       ? "the API key"
+               : pw && *pw     ? "the password in the URL"
+               : user && *user ? "the user name in the URL"
+                               : NULL;
+        snprintf(host_out, hn, "%s", host);
+    }
+    curl_free(sch);
+    curl_free(host);
+    curl_free(user);
+    curl_free(pw);
+    return what;
+}
+
+static void url_free(remote *r) {
+    curl_url_cleanup(r->url);
+    free(r->path);
+    curl_free(r->shown);
 }
 
 static int remote_open(ue *u, void **self, char *err, size_t errn) {
@@ -1014,12 +1187,12 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         return -1;
     }
     char why[200];
-    if (url_unusable(u->opts->endpoint, why, sizeof why)) {
+    if (url_read(r, u->opts->endpoint, why, sizeof why)) {
         snprintf(err, errn, "--endpoint: %s", why);
+        url_free(r);
         free(r);
         return -1;
     }
-    set_base(r, u->opts->endpoint);
     if (u->opts->model_name)
         r->model = strdup(u->opts->model_name);
     if (u->opts->api_key && (r->auth = malloc(strlen(u->opts->api_key) + 32)))
@@ -1029,6 +1202,7 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
         snprintf(err, errn, "cannot start libcurl");
         if (r->curl)
             curl_easy_cleanup(r->curl);
+        url_free(r);
         free(r->model);
         free(r->auth);
         free(r);
@@ -1047,12 +1221,13 @@ static int remote_open(ue *u, void **self, char *err, size_t errn) {
           .temp = -1, .top_p = -1, .think = 1, .effort = 2, .max_tokens = -1}; /* the server's, unknown */
     ev_push(u->out, &e);
     free(desc.p);
-    char host[300];
-    if (secret_in_clear(r, r->auth != NULL, host, sizeof host))
+    char        host[300];
+    const char *open = secret_in_clear(r, r->auth != NULL, host, sizeof host);
+    if (open)
         ue_emitf(u, EV_ERROR,
                  "warning: %s goes to %s over plain http://, which anyone on the network between can read: "
                  "use https:// (a server on this machine is reached safely through 127.0.0.1 or localhost)",
-                 r->auth ? "the API key" : "the password in the URL", host);
+                 open, host);
     if (down) /* not fatal: the server may come up; each turn tries again */
         ue_emitf(u, EV_ERROR, "%s", msg);
     *self = r;
@@ -1064,6 +1239,7 @@ static void remote_close(void *self) {
     curl_easy_cleanup(r->curl);
     curl_global_cleanup();
     k3_conv_free(r->c);
+    url_free(r);
     free(r->model);
     free(r->auth);
     calls_free(r);
@@ -1072,6 +1248,7 @@ static void remote_close(void *self) {
     free(r->body.p);
     free(r->think.p);
     free(r->resp.p);
+    free(r->joined.p);
     free(r);
 }
 

@@ -156,6 +156,7 @@ static void turn(real *r, const ue_gen *g, int redo) {
         r->ctx_cap   = r->info.max_ctx;
     }
     k3_status st = apply_gen(r, g);
+    ue_turn_begin(r->u, r->c); /* what a quit that cannot wait for this turn saves (ue_rescue) */
     if (st == K3_OK && ue_cancelled(r->u)) {
         st = K3_ABORTED; /* stopped before it began: the conversation keeps the user's message */
     } else if (st == K3_OK) {

@@ -41,7 +41,7 @@
  * each list, and every event costs constant work whatever the number of connections.
  *
  * Every answer the gate writes is one complete HTTP/1.1 response with a JSON error body
- * {"error":{"message","type","code"}} and Connection: close. Refusals are logged at most one
+ * {"error":{"message","type","param":null,"code"}} and Connection: close. Refusals are logged at most one
  * line a second (with a count of those not shown), so an attack cannot flood the log.
  */
 #include "serve-http.h"
@@ -246,7 +246,7 @@ static void to_linger(http_gate *g, hrec *x) {
 /* Answer x with a JSON error and move it to LINGER (lock held; x not ACTIVE). */
 static void gate_answer(http_gate *g, hrec *x, int status, const char *type, const char *code,
                         const char *msg) {
-    char *body = http_error_json(type, code, msg);
+    char *body = http_error_json(type, code, NULL, msg);
     char  out[1600];
     int   hn = snprintf(out, sizeof out,
                         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s"

@@ -96,10 +96,11 @@ void serve_log(const char *fmt, ...) {
     fprintf(stderr, "k3chat: serve: %s\n", line);
 }
 
-char *http_error_json(const char *type, const char *code, const char *msg) {
+char *http_error_json(const char *type, const char *code, const char *param, const char *msg) {
     char clean[1024];
     http_clean(clean, sizeof clean, msg, strlen(msg));
-    json_t *o = json_pack("{s:{s:s,s:s,s:s}}", "error", "message", clean, "type", type, "code", code);
+    json_t *o = json_pack("{s:{s:s,s:s,s:s?,s:s}}", "error", "message", clean, "type", type, "param", param,
+                          "code", code);
     char   *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;

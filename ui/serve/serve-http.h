@@ -134,5 +134,6 @@ size_t http_clean(char *dst, size_t cap, const char *src, size_t n);
 /* One line to stderr, "k3chat: serve: " + the formatted text, control characters escaped. */
 void serve_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* The JSON error body {"error":{"message","type","code"}} (message cleaned), malloc'd. */
-char *http_error_json(const char *type, const char *code, const char *msg);
+/* The JSON error body {"error":{"message","type","param","code"}} (message cleaned; param: the
+ * request field at fault, NULL for none: null, as OpenAI writes it), malloc'd. */
+char *http_error_json(const char *type, const char *code, const char *param, const char *msg);

@@ -251,9 +251,114 @@ static int parse_unsupported(json_t *b, perr *e) {
     return 0;
 }
 
+/* The chat request's top-level fields, one row each: READ, parsed by sreq_parse and the modules
+ * it calls; a type (STR, BOOL, OBJ, ARR), OpenAI's fields that change nothing in the answer
+ * (bookkeeping, a latency hint, a tier), only checked, with the values allowed where only some
+ * are ("a|b"); NO, fields that ask for what this server does not do, refused with the reason. A
+ * name not here is refused as OpenAI refuses one (unknown_parameter): a typo, or a field of
+ * another server (vLLM's ignore_eos, min_tokens), changed the answer without a word. */
+enum { F_READ, F_STR, F_BOOL, F_OBJ, F_ARR, F_NO };
+static const struct sreq_field {
+    const char *name;
+    int         how;
+    const char *values; /* F_STR, F_ARR: the values allowed ("a|b"), NULL: any; F_NO: why */
+} sreq_fields[] = {
+    {"messages", F_READ, NULL},
+    {"model", F_READ, NULL},
+    {"stream", F_READ, NULL},
+    {"stream_options", F_READ, NULL},
+    {"temperature", F_READ, NULL},
+    {"top_p", F_READ, NULL},
+    {"max_tokens", F_READ, NULL},
+    {"max_completion_tokens", F_READ, NULL},
+    {"seed", F_READ, NULL},
+    {"n", F_READ, NULL},
+    {"stop", F_READ, NULL},
+    {"frequency_penalty", F_READ, NULL},
+    {"presence_penalty", F_READ, NULL},
+    {"repetition_penalty", F_READ, NULL},
+    {"logprobs", F_READ, NULL},
+    {"top_logprobs", F_READ, NULL},
+    {"logit_bias", F_READ, NULL},
+    {"top_k", F_READ, NULL},
+    {"min_p", F_READ, NULL},
+    {"tools", F_READ, NULL},
+    {"tool_choice", F_READ, NULL},
+    {"parallel_tool_calls", F_READ, NULL},
+    {"response_format", F_READ, NULL},
+    {"reasoning_effort", F_READ, NULL},
+    {"enable_thinking", F_READ, NULL},
+    {"chat_template_kwargs", F_READ, NULL},
+    {"thinking_budget", F_READ, NULL},
+    {"user", F_STR, NULL},
+    {"safety_identifier", F_STR, NULL},
+    {"prompt_cache_key", F_STR, NULL},
+    {"service_tier", F_STR, "auto|default|flex|scale|priority"},
+    {"verbosity", F_STR, "medium"}, /* OpenAI's default; Kimi has no other */
+    {"modalities", F_ARR, "text"},
+    {"store", F_BOOL, NULL},
+    {"metadata", F_OBJ, NULL},
+    {"prediction", F_OBJ, NULL}, /* predicted output: it only speeds an answer up */
+    {"functions", F_NO, "deprecated by OpenAI and not supported: declare them as tools"},
+    {"function_call", F_NO, "deprecated by OpenAI and not supported: use tool_choice"},
+    {"audio", F_NO, "audio output is not supported"},
+    {"web_search_options", F_NO, "web search is not supported"},
+};
+
+/* 1 when s is one of the '|'-separated values. */
+static int one_of(const char *values, const char *s) {
+    size_t n = strlen(s);
+    for (const char *v = values; *v; v += strcspn(v, "|"), v += *v == '|')
+        if (strcspn(v, "|") == n && !strncmp(v, s, n))
+            return 1;
+    return 0;
+}
+
+/* Every top-level field of the request is one of sreq_fields, of its type and values (null is
+ * absent, as everywhere). */
+static int parse_fields(json_t *b, perr *e) {
+    const char *key;
+    json_t     *v;
+    json_object_foreach(b, key, v) {
+        const struct sreq_field *f = NULL;
+        for (size_t k = 0; k < sizeof sreq_fields / sizeof *sreq_fields && !f; k++)
+            if (!strcmp(key, sreq_fields[k].name))
+                f = &sreq_fields[k];
+        if (!f)
+            return bad(e, "unknown_parameter",
+                       "%.60s: unknown parameter (k3chat(1) lists those the server takes)", key);
+        if (f->how == F_READ || json_is_null(v))
+            continue;
+        if (f->how == F_NO)
+            return bad(e, "unsupported_parameter", "%s: %s", key, f->values);
+        static const char *type[] = {"", "a string", "true or false", "an object", "an array of strings"};
+        int                fit    = f->how == F_STR    ? json_is_string(v)
+                                    : f->how == F_BOOL ? json_is_boolean(v)
+                                    : f->how == F_OBJ  ? json_is_object(v)
+                                                       : json_is_array(v);
+        if (!fit)
+            return bad(e, "invalid_type", "%s: expected %s", key, type[f->how]);
+        for (size_t k = 0; f->how == F_ARR && k < json_array_size(v); k++) {
+            const char *s = json_string_value(json_array_get(v, k));
+            if (!s)
+                return bad(e, "invalid_type", "%s[%zu]: expected a string", key, k);
+            if (f->values && !one_of(f->values, s))
+                return bad(e, "unsupported_value", "%s[%zu]: '%.40s' is not supported (only %s)", key, k, s,
+                           f->values);
+        }
+        if (f->how == F_STR && f->values && !one_of(f->values, json_string_value(v)))
+            return bad(e, strchr(f->values, '|') ? "invalid_value" : "unsupported_value",
+                       "%s: '%.40s' is not %s %s", key, json_string_value(v),
+                       strchr(f->values, '|') ? "one of" : "supported: only", f->values);
+    }
+    return 0;
+}
+
 int sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, sreq *r, perr *e) {
     if (!json_is_object(b))
         return bad(e, "invalid_type", "the body must be a JSON object");
+    if (parse_fields(b, e))
+        return -1;
     r->think = 1;
     snprintf(r->effort, sizeof r->effort, "%s",
              k3_setting_choice(K3_SETTING_EFFORT, (int)k3_setting(K3_SETTING_EFFORT)->def));
@@ -278,6 +383,17 @@ int sreq_parse(json_t *b, unsigned nth, const k3_model_info *info, sreq *r, perr
             return bad(e, "invalid_value", "stream_options: only allowed with \"stream\": true");
         if (get_bool(v, "include_usage", "stream_options.include_usage", &r->include_usage, e))
             return -1;
+        int         obf = 0; /* OpenAI's padding of stream chunks: none is sent, whatever it asks */
+        const char *key;
+        json_t     *x;
+        if (get_bool(v, "include_obfuscation", "stream_options.include_obfuscation", &obf, e))
+            return -1;
+        json_object_foreach(v, key, x) {
+            if (strcmp(key, "include_usage") && strcmp(key, "include_obfuscation"))
+                return bad(e, "unknown_parameter",
+                           "stream_options.%.60s: unknown parameter (include_usage, include_obfuscation)",
+                           key);
+        }
     }
     /* max_completion_tokens and its deprecated name max_tokens: each one given is checked; both
      * with one value is that value (vLLM takes max_completion_tokens first), two different

@@ -34,6 +34,9 @@ int serve_bad(stools_err *e, const char *code, const char *fmt, ...) {
     /* the text may echo the client's (cut inside a character, control characters) */
     http_clean(e->msg, sizeof e->msg, raw, n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1);
     snprintf(e->code, sizeof e->code, "%s", code);
+    size_t p = strspn(e->msg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]");
+    snprintf(e->param, sizeof e->param, "%.*s", p && e->msg[p] == ':' && p < sizeof e->param ? (int)p : 0,
+             e->msg);
     return -1;
 }
 

@@ -10,8 +10,11 @@
 typedef struct stools_err {
     char msg[400];
     char code[40];
+    char param[80]; /* the field the message names ("" if none): OpenAI's error.param */
 } stools_err;
-/* Fills e (message from fmt, code) and returns -1: every 400 of the server goes through it. */
+/* Fills e (message from fmt, code) and returns -1: every 400 of the server goes through it. A
+ * message about a field begins with the field's path and a colon ("stop[2]: expected a string",
+ * "messages[0].role: ..."); that path is e->param. */
 int serve_bad(stools_err *e, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* The request's tools (compact JSON text, NULL: none) and tool_choice. */

@@ -34,9 +34,9 @@
  * is really gone answers with a reset (serve-gate.c, http_peer_gone).
  *
  * Each request is answered once, with Connection: close. Errors are {"error": {"message",
- * "type", "code"}} with 400 (bad JSON, duplicate keys, wrong types, over the context, bad
- * framing), 401 (bearer token), 403 (Host), 404, 405 (with Allow), 408, 411, 413
- * (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 417, 431, 500, 503 (busy or
+ * "type", "param", "code"}} (param: the request field at fault, else null) with 400 (bad JSON, duplicate
+ * keys, wrong types, over the context, bad framing), 401 (bearer token), 403 (Host), 404, 405 (with Allow),
+ * 408, 411, 413 (Content-Length over SERVE_MAX_BODY, from the head), 414, 415, 417, 431, 500, 503 (busy or
  * queue full, with Retry-After; shutting down), 505. Messages that echo the client's text
  * are cut on a character boundary with control characters escaped, and so is every log line.
  * SIGINT/SIGTERM/SIGHUP: stop accepting, cancel the running turns (a stream ends with an error event
@@ -111,8 +111,9 @@ typedef struct job {
     int         stopped;   /* a stop string ended the turn               */
     const char *finish;    /* "stop" | "length" when done without error  */
     int         n_prompt, n_cached, n_gen;
-    int         window;            /* its prefill's most tokens in one pass (k3_stats.window) */
-    json_t     *calls;             /* the answer's tool_calls (NULL: none)       */
+    int         n_think; /* of n_gen, the think channel's: usage.completion_tokens_details.reasoning_tokens */
+    int         window;  /* its prefill's most tokens in one pass (k3_stats.window) */
+    json_t     *calls;   /* the answer's tool_calls (NULL: none)       */
     int         open_calls;        /* calls begun whose close has not come       */
     char       *cut_id, *cut_name; /* the call begun last, while it is open   */
     txt_buf     cut_args;          /* its arguments so far                    */
@@ -291,16 +292,20 @@ static void sse_json(job *j, json_t *o) {
 }
 
 static json_t *usage_obj(const job *j) {
-    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", j->n_prompt, "completion_tokens", j->n_gen,
-                     "total_tokens", j->n_prompt + j->n_gen, "prompt_tokens_details", "cached_tokens",
-                     j->n_cached);
+    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", j->n_prompt, "completion_tokens",
+                     j->n_gen, "total_tokens", j->n_prompt + j->n_gen, "prompt_tokens_details",
+                     "cached_tokens", j->n_cached, "completion_tokens_details", "reasoning_tokens",
+                     j->n_think);
 }
 
 static json_t *chunk(job *j, json_t *delta, const char *finish) {
     json_t *ch = json_pack("{s:i,s:o,s:o}", "index", 0, "delta", delta, "finish_reason",
                            finish ? json_string(finish) : json_null());
-    return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk", "created",
-                     (json_int_t)j->created, "model", srv.name, "choices", ch);
+    json_t *o  = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", j->id, "object", "chat.completion.chunk",
+                           "created", (json_int_t)j->created, "model", srv.name, "choices", ch);
+    if (o && j->r.include_usage) /* OpenAI: with include_usage every chunk has usage, null but the last */
+        json_object_set_new(o, "usage", json_null());
+    return o;
 }
 
 /* Reasoning goes out under both names with the same text: "reasoning" (vLLM since 0.16) and
@@ -533,6 +538,7 @@ static void job_finish(slot *sl, job *j, k3_status st) {
         j->n_prompt = last->stats.n_prompt;
         j->n_cached = last->stats.n_cached;
         j->n_gen    = last->stats.n_gen;
+        j->n_think  = last->stats.n_think;
         k3_stats ks;
         k3_session_stats(sl->s, &ks);
         j->window = ks.window;
@@ -583,8 +589,8 @@ static void job_finish(slot *sl, job *j, k3_status st) {
         job_fail_locked(j, 500, "server_error", "engine_error", k3_errmsg());
     }
     if (j->http && j->http != 499 && j->r.stream && j->role_sent) { /* failed mid-stream */
-        sse_json(j, json_pack("{s:{s:s,s:s,s:s}}", "error", "message", j->err, "type", j->err_type, "code",
-                              j->err_code));
+        sse_json(j, json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", j->err, "type", j->err_type,
+                              "param", "code", j->err_code));
     } else if (!j->http && j->r.stream) {
         if (!j->role_sent) {
             j->role_sent = 1;
@@ -785,13 +791,14 @@ static int send_json(http_req *con, unsigned code, json_t *o) {
 }
 
 static int send_error(http_req *con, unsigned code, const char *type, const char *ecode, const char *msg) {
-    return send_text(con, code, http_error_json(type, ecode, msg), NULL);
+    return send_text(con, code, http_error_json(type, ecode, NULL, msg), NULL);
 }
 
 static int send_405(http_req *con, const char *allow) {
     char m[64];
     snprintf(m, sizeof m, "use %s", allow);
-    return send_text(con, 405, http_error_json("invalid_request_error", "method_not_allowed", m), allow);
+    return send_text(con, 405, http_error_json("invalid_request_error", "method_not_allowed", NULL, m),
+                     allow);
 }
 
 static json_t *model_obj(void) {
@@ -932,7 +939,7 @@ static void chat_completions(http_req *con) {
         return;
     }
     job *j = calloc(1, sizeof *j);
-    perr e = {{0}, {0}};
+    perr e = {{0}, {0}, {0}};
     if (!j) {
         json_decref(b);
         parse_turn(0);
@@ -950,7 +957,8 @@ static void chat_completions(http_req *con) {
         serve_log("#%u 400: %s", j->seq, e.msg);
         sreq_free(&j->r);
         free(j);
-        send_error(con, 400, "invalid_request_error", e.code, e.msg);
+        send_text(con, 400,
+                  http_error_json("invalid_request_error", e.code, e.param[0] ? e.param : NULL, e.msg), NULL);
         return;
     }
     j->fd      = con->fd;

@@ -1587,8 +1587,8 @@ static int quit_worker(tui *t) {
                     "that does not return: a hung file system or server?)\n");
     entry *e = t->streaming && t->cur >= 0 ? &t->ents[t->cur] : NULL;
     char   msg[1024];
-    int    r = ue_rescue(t->eng, e && e->text.p ? e->text.p : "", e && e->think.n ? e->think.p : NULL,
-                         &t->cs.gen, 5, msg, sizeof msg);
+    int    r = ue_rescue(t->eng, e && e->text.p ? e->text.p : "", e && e->think.n ? e->think.p : NULL, 5, msg,
+                         sizeof msg);
     txt_term_printf(stderr, "k3chat: %s\n", msg);
     ue_abandon(t->eng);
     return r;

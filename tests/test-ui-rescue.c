@@ -1,0 +1,96 @@
+/* test-ui-rescue.c: the two writers of a turn's autosave (ui/common/engine.c). When a quit gives up
+ * on a blocked worker, ue_rescue writes the turn from a thread of its own; a worker that then comes
+ * back ends its turn and autosaves too. Both writing made the turn twice (here: two files, as the
+ * first turn starts one). The mock's "stall-rescue" holds its worker after the first token until
+ * the rescue took the turn, so the interleaving is forced by events, not by timing: the worker's
+ * end of turn (its EV_ACK) comes after the rescue, and the file must hold the turn once, as the
+ * rescue wrote it. The other order (the worker wrote first, then blocked) is t-tui-quit's 8. */
+#include "engine.h"
+#include "k3.h"
+#include "test.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Waits (up to s seconds) for an event of type on q, dropping the others; 1 when it came. */
+static int wait_ev(ev_queue *q, int type, double s) {
+    double end = ev_now() + s;
+    ui_ev  e;
+    while (ev_now() < end) {
+        if (!ev_wait(q, &e, 0.25))
+            continue;
+        int got = e.type == type;
+        ev_free(&e);
+        if (got)
+            return 1;
+    }
+    return 0;
+}
+
+int main(void) {
+    const char *t = getenv("K3_TMP");
+    char        dir[512], path[700], data[600], files[800] = "";
+    snprintf(dir, sizeof dir, "%s/rescue-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror(dir);
+        return 1;
+    }
+    snprintf(data, sizeof data, "%s/data", dir);
+    setenv("XDG_DATA_HOME", data, 1); /* the autosave goes to data/k3chat */
+    snprintf(path, sizeof path, "%s/mock.txt", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    fputs("autosave\ndelay 0\nstall-rescue 600000\nresponse xyzzy words\n", f);
+    fclose(f);
+    setenv("K3_MOCK", path, 1);
+
+    ui_opts   o = {.dir = "/no/model", .max_tokens = -1, .think = -1, .temp = NAN, .top_p = NAN};
+    ev_queue *q = ev_queue_new(0);
+    ue       *u = q ? ue_start(&o, q) : NULL;
+    T_CHECK(u && wait_ev(q, EV_READY, 60), "the mock engine starts");
+    if (!u)
+        return t_done();
+    ue_gen g = {.temp = 1, .top_p = 1, .think = 0, .effort = 2, .max_tokens = -1};
+    ue_send(u, "hello", &g);
+    T_CHECK(wait_ev(q, EV_TOKEN, 60), "the turn's first token (the worker then stalls)");
+    char msg[1024];
+    int  r = ue_rescue(u, "xyz", NULL, 60, msg, sizeof msg);
+    T_CHECK(r == 0 && strstr(msg, "autosaved in"), "the rescue saves the turn: %s", msg);
+    T_CHECK(wait_ev(q, EV_ACK, 60), "the worker comes back and ends its turn");
+    ue_close(u);
+
+    /* the autosave directory: one file, holding the turn once, as the rescue wrote it */
+    char kdir[700];
+    snprintf(kdir, sizeof kdir, "%s/k3chat", data);
+    DIR           *d = opendir(kdir);
+    struct dirent *e;
+    int            n         = 0;
+    char           one[1024] = "";
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        n++;
+        snprintf(one, sizeof one, "%s/%s", kdir, e->d_name);
+        size_t l = strlen(files);
+        snprintf(files + l, sizeof files - l, " %s", e->d_name);
+    }
+    if (d)
+        closedir(d);
+    T_CHECK(n == 1, "one autosave file, not the rescue's and the worker's (%d:%s)", n, files);
+    k3_conv  *c  = k3_conv_new();
+    k3_status st = n == 1 ? k3_conv_load(c, one, NULL) : K3_ERR_IO;
+    T_CHECK(!st && k3_conv_count(c) == 2 && !strcmp(k3_conv_msg(c, 0)->content, "hello") &&
+                !strcmp(k3_conv_msg(c, 1)->content, "xyz") && k3_conv_msg(c, 1)->interrupted,
+            "it holds the message and the answer the rescue saw, interrupted, once (%d messages; %s)",
+            st ? -1 : k3_conv_count(c), st ? k3_errmsg() : "ok");
+    k3_conv_free(c);
+    ev_queue_free(q);
+    return t_done();
+}
