@@ -495,7 +495,11 @@ static void drain(plain *p, int until_done) {
             term_t = ev_now();
             ue_cancel(p->eng);
         } else if (term_t > 0 && ev_now() - term_t > 5.0) {
-            die_by(got_term); /* an engine that does not stop (a hung server): not waited for */
+            /* an engine that does not stop (a hung server or file system): not waited for; what
+             * came of the answer goes to the autosave with its message all the same */
+            char msg[512];
+            ue_rescue(p->eng, p->cur.p ? p->cur.p : "", NULL, 2, msg, sizeof msg);
+            die_by(got_term);
         }
         int got = ev_wait(p->q, &e, until_done ? 0.05 : 0.0);
         if (!got) {
