@@ -10,7 +10,7 @@
 #   - the 45-schema corpus (tests/fixtures/grammar-corpus.jsonl) x 20 seeds at temperature 1
 #     (tests/test-grammar-nano --emit: the engine loop of --json-schema): every output ends with
 #     <|end_of_msg|>, parses and validates;
-#   - tests/fixtures/grammar-walk.jsonl (81 schemas: patterns with Unicode classes, enum/const
+#   - tests/fixtures/grammar-walk.jsonl (90 schemas: patterns with Unicode classes, patterns and formats within lengths, enum/const
 #     with other keywords, number bounds (fractional ones too), a tagged oneOf, tricky strings)
 #     x 40 walks, each token drawn uniformly from the mask (test-grammar --walk): every finished document validates;
 #   - k3chat --prompt --json-schema FILE, one seed per schema: stdout is one valid document;

@@ -890,6 +890,34 @@ static const struct {
     {"{\"anyOf\":[{\"type\":\"object\",\"required\":[\"x\"],\"additionalProperties\":false},{\"type\":"
      "\"null\"}]}",
      "null", 1},
+    /* minLength / maxLength beside a pattern or format, in code points: an escape (\n, \u0001) is
+     * one, a UTF-8 sequence is one (they were refused) */
+    {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":3}", "\"aaa\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":3}", "\"aaaa\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^a*$\",\"maxLength\":3}", "\"\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}", "\"\\n\\\"\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}", "\"\\u0001\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}",
+     "\"\\u0001\\u0002\\u0003\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}",
+     "\"\\u0001\\u0002\\u0003\\u0004\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}",
+     "\"\xc3\xa9\xc3\xa9\xc3\xa9\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}",
+     "\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}",
+     "\"\xf0\x9f\x98\x80\xf0\x9f\x98\x80\"", 1},
+    /* an unanchored pattern: the text around it counts, and may pass G_FILL_MAX to reach minLength */
+    {"{\"type\":\"string\",\"pattern\":\"b\",\"maxLength\":3}", "\"abc\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"b\",\"maxLength\":3}", "\"abcd\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"b\",\"maxLength\":3}", "\"aac\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^a\",\"minLength\":40}",
+     "\"axxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^a\",\"minLength\":40}",
+     "\"axxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"", 0},
+    {"{\"type\":\"string\",\"format\":\"date\",\"maxLength\":10}", "\"2024-01-31\"", 1},
+    {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"a@b.c\"", 1},
+    {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"ab@c.d\"", 0},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */
@@ -1503,6 +1531,27 @@ int main(int argc, char **argv) {
         st = compile(v, "{\"type\":\"string\",\"maxLength\":4096}", &g);
         T_CHECK(st == K3_OK, "one string of maxLength 4096 still compiles: %s", st ? k3_errmsg() : "");
         k3_grammar_free(g);
+        /* a length bound beside a pattern multiplies the pattern's automaton (the reachable part):
+         * past G_LEN_MAX_NODES the bound is refused naming the path; [^x] and \\w within 4096 fit */
+        st = compile(v,
+                     "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^.*$\","
+                     "\"maxLength\":4096}}}",
+                     &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && !g && strstr(k3_errmsg(), "\"maxLength\" at #/properties/s") &&
+                    strstr(k3_errmsg(), "131072 grammar nodes"),
+                "a pattern of 36 nodes a character under maxLength 4096 is refused naming it: %s",
+                st ? k3_errmsg() : "it compiled");
+        k3_grammar_free(g);
+        static const char *const fit[] = {
+            "{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"maxLength\":4096}",
+            "{\"type\":\"string\",\"pattern\":\"^\\\\w+@\\\\w+$\",\"minLength\":4096}",
+            "{\"type\":\"string\",\"pattern\":\"^.*$\",\"maxLength\":800}"};
+        for (size_t k = 0; k < sizeof fit / sizeof *fit; k++) {
+            st = compile(v, fit[k], &g);
+            T_CHECK(st == K3_OK, "%s compiles (%d nodes): %s", fit[k], k3_grammar_nodes(g),
+                    st ? k3_errmsg() : "");
+            k3_grammar_free(g);
+        }
     }
 
     /* recursive $ref, 4 deep */
@@ -1706,6 +1755,17 @@ int main(int argc, char **argv) {
             {"{\"type\":\"string\",\"enum\":[\"abc\",\"a\"],\"maxLength\":2}", "a", 1},
             {"{\"type\":\"string\",\"const\":\"a\\\"b\"}", "a\"b", 1},
             {"{\"type\":\"string\",\"format\":\"date\"}", "2024-01-31", 1},
+            /* with minLength / maxLength, in code points of the raw text (they were refused) */
+            {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":2}", "aa", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":2}", "aaa", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"maxLength\":2}", "\"\\", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"maxLength\":2}", "\xc3\xa9\n", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"maxLength\":2}", "\\u0041", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"maxLength\":2}", "\xc3\xa9\xc3\xa9\xc3\xa9", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"minLength\":3}", "\xc3\xa9\xc3\xa9", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"minLength\":3}", "\\\\\\", 1},
+            {"{\"type\":\"string\",\"format\":\"uuid\",\"minLength\":36,\"maxLength\":36}",
+             "0123abcd-0000-1111-2222-333344445555", 1},
         };
         int n_raw = (int)(sizeof raw / sizeof *raw), ok_raw = 0;
         for (int k = 0; k < n_raw; k++) {
@@ -1722,8 +1782,10 @@ int main(int argc, char **argv) {
                 "%d of %d raw string arguments of a tool call taken or refused as the schema says", ok_raw,
                 n_raw);
         static const char *const refused[][2] = {
-            {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":2}",
-             "\"maxLength\" at tools[f].parameters/properties/s"},
+            {"{\"type\":\"string\",\"pattern\":\"^[a-z]*[^x]{0,40}$\",\"maxLength\":4096}",
+             "\"maxLength\" at tools[f].parameters/properties/s: with this pattern the length bound needs "
+             "more "
+             "than 131072 grammar nodes"},
             {"{\"type\":\"string\",\"contentEncoding\":\"base64\"}",
              "\"contentEncoding\" at tools[f].parameters/properties/s"},
             {"{\"type\":\"string\",\"anyOf\":[{\"maxLength\":1},{\"pattern\":\"^a\"}]}",

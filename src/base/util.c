@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -128,6 +129,23 @@ _Noreturn void k3_assert_fail(const char *expr, const char *file, int line) {
 }
 
 /* ---- allocation ---- */
+
+void *k3_grow(void *p, int *cap, size_t need, size_t elem, int first) {
+    if (need <= (size_t)*cap && *cap > 0)
+        return p;
+    size_t c = *cap > 0 ? (size_t)*cap : (size_t)(first > 0 ? first : 1);
+    while (c < need) {
+        if (c > INT_MAX / 2)
+            return NULL;
+        c *= 2;
+    }
+    if (c > SIZE_MAX / elem)
+        return NULL;
+    void *q = realloc(p, c * elem);
+    if (q)
+        *cap = (int)c;
+    return q;
+}
 
 int k3_buf_add(k3_buf *b, const char *s, size_t n) {
     if (n > SIZE_MAX / 2 - b->n) {

@@ -7,10 +7,10 @@
  * independent validator. Keywords (see the man page, k3chat(1), STRUCTURED OUTPUT):
  *   type (one or a list), enum, const (a value is kept only when the schema's other keywords
  *   allow it: vcheck, a validator of one value), properties, required,
- *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, pattern
- *   (gram-re.c), format (date-time, date, uuid, email), minimum, maximum, exclusiveMinimum,
- *   exclusiveMaximum (integers: exactly and as doubles, int_bound; numbers without an exponent:
- *   emit_number_range), anyOf, oneOf
+ *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength (beside a
+ *   pattern or format too: g_pattern_len), pattern (gram-re.c), format (date-time, date, uuid,
+ *   email), minimum, maximum, exclusiveMinimum, exclusiveMaximum (integers: exactly and as
+ *   doubles, int_bound; numbers without an exponent: emit_number_range), anyOf, oneOf
  *   (branches of distinct types, or tagged objects: tagged_apart), allOf (of objects, or of one schema), $ref
  * to #, #/$defs/NAME or #/definitions/NAME (recursion through calls), the annotations ($id at the root only).
  * Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
@@ -529,6 +529,47 @@ static const struct {
     {"email", "^[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){0,2}@[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){1,3}$"},
 };
 
+/* minLength mn and maxLength mx (-1: none) of a string: *none 1 when no length is both (the
+ * string writes nothing: g_finish reports a schema left with nothing); one past G_MAX_UNROLL
+ * is refused. */
+static k3_status str_lengths(const char *path, long mn, long mx, int *none) {
+    *none = mx >= 0 && mn > mx;
+    if (!*none && (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL))
+        return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
+    return K3_OK;
+}
+
+/* A string of pattern pat or format fmt (one of them) within minLength mn and maxLength mx (-1:
+ * none), JSON-escaped or raw, from -> to (between the quotes). */
+static k3_status pattern_string(sc *c, const jv *pat, const jv *fmt, const char *path, int raw, long mn,
+                                long mx, int from, int to) {
+    const char *re = NULL;
+    size_t      n  = 0;
+    if (pat && fmt)
+        return unsupported(path, "format", "together with pattern");
+    if (pat && pat->kind != JV_STRING)
+        return bad(path, "pattern", "a string");
+    if (fmt && fmt->kind != JV_STRING)
+        return bad(path, "format", "a string");
+    if (pat)
+        re = pat->s, n = pat->n;
+    for (size_t k = 0; fmt && k < sizeof formats / sizeof *formats; k++)
+        if (!strcmp(fmt->s, formats[k].name))
+            re = formats[k].re, n = strlen(formats[k].re);
+    if (!re) {
+        char why[160];
+        snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
+        return unsupported(path, "format", why);
+    }
+    k3_status st;
+    int       none;
+    if ((st = str_lengths(path, mn, mx, &none)) || none)
+        return st;
+    if (mn == 0 && mx < 0)
+        return g_pattern(c->g, re, n, path, raw, from, to);
+    return g_pattern_len(c->g, re, n, path, raw, mn, mx, from, to);
+}
+
 static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int to) {
     long      mn, mx;
     k3_status st;
@@ -538,29 +579,11 @@ static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int
     const jv *pat = jv_get(s, "pattern"), *fmt = jv_get(s, "format");
     if ((st = g_byte(c->g, from, '"', '"', a)) || (st = g_byte(c->g, b, '"', '"', to)))
         return st;
-    if (pat || fmt) {
-        if (pat && fmt)
-            return unsupported(path, "format", "together with pattern");
-        if (mn > 0 || mx >= 0)
-            return unsupported(path, mn > 0 ? "minLength" : "maxLength", "together with pattern or format");
-        if (pat) {
-            if (pat->kind != JV_STRING)
-                return bad(path, "pattern", "a string");
-            return g_pattern(c->g, pat->s, pat->n, path, 0, a, b);
-        }
-        if (fmt->kind != JV_STRING)
-            return bad(path, "format", "a string");
-        for (size_t k = 0; k < sizeof formats / sizeof *formats; k++)
-            if (!strcmp(fmt->s, formats[k].name))
-                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, 0, a, b);
-        char why[160];
-        snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
-        return unsupported(path, "format", why);
-    }
-    if (mx >= 0 && mn > mx)
-        return K3_OK; /* no string: nothing (g_finish reports a schema left with nothing) */
-    if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
-        return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
+    int none;
+    if (pat || fmt)
+        return pattern_string(c, pat, fmt, path, 0, mn, mx, a, b);
+    if ((st = str_lengths(path, mn, mx, &none)) || none)
+        return st;
     /* A position more than max_len + 1 characters from both bounds cannot see them within one
      * vocabulary piece: it shares the mask cache of the first such position (its reading node
      * and the nodes inside its character, created in the same order each time). */
@@ -2051,25 +2074,11 @@ static k3_status raw_string(sc *c, const jv *s, const char *path, int from, int 
     long mn, mx;
     if ((st = get_count(s, "minLength", path, 0, &mn)) || (st = get_count(s, "maxLength", path, -1, &mx)))
         return st;
-    if (jv_get(s, "pattern") || jv_get(s, "format")) {
-        const jv *p = jv_get(s, "pattern"), *f = jv_get(s, "format");
-        if (p && f)
-            return unsupported(path, "format", "together with pattern");
-        if (mn > 0 || mx >= 0)
-            return unsupported(path, mn > 0 ? "minLength" : "maxLength", "together with pattern or format");
-        if (p && p->kind != JV_STRING)
-            return bad(path, "pattern", "a string");
-        if (p)
-            return g_pattern(c->g, p->s, p->n, path, 1, from, to);
-        for (size_t k = 0; f && f->kind == JV_STRING && k < sizeof formats / sizeof *formats; k++)
-            if (!strcmp(f->s, formats[k].name))
-                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, 1, from, to);
-        return unsupported(path, "format", "a format other than date-time, date, uuid, email");
-    }
-    if (mx >= 0 && mn > mx)
-        return K3_OK; /* no string: nothing */
-    if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
-        return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
+    int none;
+    if (jv_get(s, "pattern") || jv_get(s, "format"))
+        return pattern_string(c, jv_get(s, "pattern"), jv_get(s, "format"), path, 1, mn, mx, from, to);
+    if ((st = str_lengths(path, mn, mx, &none)) || none)
+        return st;
     int cur = from;
     for (long k = 0; k < mn; k++) { /* one raw character: ASCII or a UTF-8 sequence */
         int nx = node(c);
