@@ -388,7 +388,14 @@ static int exact_corpus(const k3_gvocab *v, int32_t nv, const int32_t *cand, int
         "400},\"t\":{\"type\":\"string\",\"maxLength\":300}},\"required\":[\"s\",\"t\"],"
         "\"additionalProperties\":false}",
         "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":130},\"maxItems\":3}",
-        "{\"type\":\"string\",\"minLength\":120}"};
+        "{\"type\":\"string\",\"minLength\":120}",
+        /* the same beside patterns (g_pattern_len: counts far from both bounds share) */
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^[^x]*$\","
+        "\"minLength\":"
+        "150,\"maxLength\":400},\"t\":{\"type\":\"string\",\"pattern\":\"b\",\"maxLength\":300}},"
+        "\"required\":"
+        "[\"s\",\"t\"],\"additionalProperties\":false}",
+        "{\"type\":\"string\",\"pattern\":\"^\\\\w\",\"minLength\":120}"};
     for (size_t i = 0; i < sizeof longs / sizeof *longs; i++)
         if (k3_grammar_json_schema(v, longs[i], strlen(longs[i]), &eg) == K3_OK) {
             for (int r = 0; r < 2; r++)
