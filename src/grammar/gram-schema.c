@@ -56,11 +56,11 @@ typedef struct sc {
     int         dhcap;
     int         any;   /* start of the any-value rule, -1 until made */
     jv        **owned; /* merged allOf schemas */
-    int         n_owned;
+    int         n_owned, cap_owned;
     char        full_at[512]; /* the innermost schema being written when the grammar got full */
     long        checked;      /* the enum/const value checks' work so far (vcheck, G_CHECK_MAX) */
     sc_pat     *pat;          /* (n_pat) the patterns those checks matched, each compiled once */
-    int         n_pat;
+    int         n_pat, cap_pat;
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
@@ -774,7 +774,7 @@ static k3_status check_required(const char *path, const jv *props, const jv *req
 static k3_status owned_schema(sc *c, jbuf *b, k3_status st, const jv **out) {
     jv *m = NULL;
     if (!st && !(st = jv_parse(b->p, b->n, &m))) {
-        jv **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof *o);
+        jv **o = k3_grow(c->owned, &c->cap_owned, (size_t)c->n_owned + 1, sizeof *o, 8);
         if (!o)
             st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), jv_free(m);
         else
@@ -1541,7 +1541,7 @@ static k3_status pattern_ok(sc *c, const jv *re, const jv *x, const char *path, 
     if (i == c->n_pat) {
         k3_grammar *g = NULL;
         k3_status   st;
-        void       *p = realloc(c->pat, (size_t)(c->n_pat + 1) * sizeof *c->pat);
+        sc_pat     *p = k3_grow(c->pat, &c->cap_pat, (size_t)c->n_pat + 1, sizeof *p, 4);
         if (!p)
             return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
         c->pat = p;
@@ -1895,14 +1895,10 @@ static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
     for (uint32_t k = rule_hash(s) & mask; c->rhcap && c->rh[k]; k = (k + 1) & mask)
         if (c->rule[c->rh[k] - 1].s == s)
             return *start = c->rule[c->rh[k] - 1].start, K3_OK;
-    if (c->n_rule == c->cap_rule) {
-        int      cap = c->cap_rule ? c->cap_rule * 2 : 16;
-        sc_rule *r   = realloc(c->rule, (size_t)cap * sizeof *r);
-        if (!r)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        c->rule     = r;
-        c->cap_rule = cap;
-    }
+    sc_rule *r = k3_grow(c->rule, &c->cap_rule, (size_t)c->n_rule + 1, sizeof *r, 16);
+    if (!r)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    c->rule = r;
     if (2 * (c->n_rule + 1) > c->rhcap) {
         int      cap = c->rhcap ? c->rhcap * 2 : 64;
         int32_t *h   = g_index_build(cap, c->n_rule, rule_hash_at, c);

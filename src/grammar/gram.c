@@ -35,14 +35,10 @@ static g_pass *pass_new(const k3_grammar *g);
 int g_node_new(k3_grammar *g) {
     if (g->n_node >= G_MAX_NODES)
         return g->full = 1, -1;
-    if (g->n_node == g->cap_node) {
-        int     cap = g->cap_node ? g->cap_node * 2 : 256;
-        g_node *n   = realloc(g->node, (size_t)cap * sizeof *n);
-        if (!n)
-            return -1;
-        g->node     = n;
-        g->cap_node = cap;
-    }
+    g_node *n = k3_grow(g->node, &g->cap_node, (size_t)g->n_node + 1, sizeof *n, 256);
+    if (!n)
+        return -1;
+    g->node            = n;
     g->node[g->n_node] = (g_node){0};
     return g->n_node++;
 }
@@ -53,14 +49,10 @@ k3_status g_edge_add(k3_grammar *g, int from, g_edge e) {
     if (g->n_edge >= G_MAX_EDGES)
         return g->full = 1, k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     g_node *n = &g->node[from];
-    if (n->n == n->cap) {
-        int     cap = n->cap ? n->cap * 2 : 2;
-        g_edge *v   = realloc(n->e, (size_t)cap * sizeof *v);
-        if (!v)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        n->e   = v;
-        n->cap = cap;
-    }
+    g_edge *v = k3_grow(n->e, &n->cap, (size_t)n->n + 1, sizeof *v, 2);
+    if (!v)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    n->e         = v;
     n->e[n->n++] = e;
     g->n_edge++;
     if (e.kind == GE_BYTE || e.kind == GE_SPECIAL)
@@ -95,14 +87,10 @@ k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to) {
 }
 
 k3_status g_share(k3_grammar *g, int node, int rep) {
-    if (g->n_sh == g->cap_sh) {
-        int      cap = g->cap_sh ? g->cap_sh * 2 : 64;
-        int32_t *s   = realloc(g->sh, (size_t)cap * 2 * sizeof *s);
-        if (!s)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        g->sh     = s;
-        g->cap_sh = cap;
-    }
+    int32_t *s = k3_grow(g->sh, &g->cap_sh, (size_t)g->n_sh + 1, 2 * sizeof *s, 64); /* pairs */
+    if (!s)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    g->sh                  = s;
     g->sh[2 * g->n_sh]     = node;
     g->sh[2 * g->n_sh + 1] = rep;
     g->n_sh++;
@@ -543,14 +531,10 @@ typedef struct g_walk {
 } g_walk;
 
 static int set_push(g_set *s, int32_t node, int32_t frame) {
-    if (s->n == s->cap) {
-        int    cap = s->cap ? s->cap * 2 : 16;
-        g_cfg *v   = realloc(s->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return -1;
-        s->v   = v;
-        s->cap = cap;
-    }
+    g_cfg *v = k3_grow(s->v, &s->cap, (size_t)s->n + 1, sizeof *v, 16);
+    if (!v)
+        return -1;
+    s->v         = v;
     s->v[s->n++] = (g_cfg){node, frame};
     return 0;
 }
@@ -609,14 +593,10 @@ static int32_t frame_get(g_walk *w, int32_t ret, int32_t parent) {
         if (f->ret == ret && f->parent == parent)
             return w->hash[k] - 1;
     }
-    if (w->n_fr == w->cap_fr) {
-        int      cap = w->cap_fr ? w->cap_fr * 2 : 64;
-        g_frame *f   = realloc(w->fr, (size_t)cap * sizeof *f);
-        if (!f)
-            return w->oom = 1, -2;
-        w->fr     = f;
-        w->cap_fr = cap;
-    }
+    g_frame *f = k3_grow(w->fr, &w->cap_fr, (size_t)w->n_fr + 1, sizeof *f, 64);
+    if (!f)
+        return w->oom = 1, -2;
+    w->fr          = f;
     w->fr[w->n_fr] = (g_frame){ret, parent, depth};
     w->hash[k]     = w->n_fr + 1;
     return w->n_fr++;
@@ -865,16 +845,10 @@ static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
         d->row = r;
         d->cap = cap;
     }
-    if (d->ncfg + n > d->capcfg) {
-        int cap = d->capcfg ? d->capcfg : 256;
-        while (cap < d->ncfg + n)
-            cap *= 2;
-        g_cfg *c = realloc(d->cfg, (size_t)cap * sizeof *c);
-        if (!c)
-            return -1;
-        d->cfg    = c;
-        d->capcfg = cap;
-    }
+    g_cfg *c = k3_grow(d->cfg, &d->capcfg, (size_t)d->ncfg + (size_t)n, sizeof *c, 256);
+    if (!c)
+        return -1;
+    d->cfg = c;
     if (n)
         memcpy(d->cfg + d->ncfg, v, (size_t)n * sizeof *v);
     d->ncfg += n;
@@ -1119,14 +1093,10 @@ static void fill_free(g_pass *f) {
 }
 
 static int push_id(int32_t **v, int *n, int *cap, int32_t id) {
-    if (*n == *cap) {
-        int      c  = *cap ? *cap * 2 : 64;
-        int32_t *nv = realloc(*v, (size_t)c * sizeof *nv);
-        if (!nv)
-            return -1;
-        *v   = nv;
-        *cap = c;
-    }
+    int32_t *nv = k3_grow(*v, cap, (size_t)*n + 1, sizeof *nv, 64);
+    if (!nv)
+        return -1;
+    *v           = nv;
     (*v)[(*n)++] = id;
     return 0;
 }
