@@ -12,6 +12,7 @@
  *
  *   test-grammar --release-vocab          exact masks on the release-size vocabulary (t-grammar.sh)
  *   test-grammar --walk SCHEMAS OUT N     uniform random walks for ajv (t-grammar.sh; walk_out)
+ *   test-grammar --walk-tools SCHEMAS OUT N   the same through a tool call's raw string argument
  */
 #include "test.h"
 #include "gram-impl.h" /* g_match_budget, g_match_stats: the mask's work */
@@ -439,8 +440,11 @@ static k3_status compile(const k3_gvocab *v, const char *s, k3_grammar **g) {
  * steps), each one accepted. Uniform draws reach what a model's distribution seldom does (a no-break space, a
  * digit of another script, a quote in a raw pattern). OUT gets "LINE<TAB>WALK<TAB>end<TAB>TEXT" for each walk
  * that ended. Checks: every schema compiles, no mask is empty before the end, and at least 90 % of the walks
- * end within 400 tokens. */
-static void walk_out(const char *schemas, const char *outp, int n) {
+ * end within 400 tokens, the at least `least` schemas.
+ * tools 1 (--walk-tools): each schema is a string argument's (a tool f of one required argument
+ * s), walked through the tool-call grammar; TEXT is the raw value the call holds (between the
+ * argument's <|sep|> and its <|close|>), written as a JSON string for the validator. */
+static void walk_out(const char *schemas, const char *outp, int n, int tools, int least) {
     k3_tok    *tok;
     k3_gvocab *v;
     size_t     len;
@@ -467,7 +471,15 @@ static void walk_out(const char *schemas, const char *outp, int n) {
             continue;
         lines++;
         k3_grammar *g;
-        if (compile(v, line, &g)) {
+        k3_buf      tl = {0};
+        if (tools)
+            k3_buf_printf(&tl,
+                          "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
+                          "\"object\",\"properties\":{\"s\":%s},\"required\":[\"s\"]}}}]",
+                          line);
+        k3_status cst = tools ? k3_grammar_tool_calls(v, tl.p, NULL, 1, 0, &g) : compile(v, line, &g);
+        free(tl.p);
+        if (cst) {
             printf("# line %d does not compile: %s\n", lines, k3_errmsg());
             bad++;
             continue;
@@ -475,7 +487,7 @@ static void walk_out(const char *schemas, const char *outp, int n) {
         for (int w = 0; w < n; w++, walks++) {
             k3_gmatch *m;
             k3_ids     ids = {0};
-            int        end = 0, special = 0;
+            int        end = 0, special = 0, n_spec = 0;
             if (k3_gmatch_new(g, &m))
                 break;
             for (int i = 0; i < 400 && !end; i++) {
@@ -497,13 +509,25 @@ static void walk_out(const char *schemas, const char *outp, int n) {
                 }
                 end = k3_gmatch_ended(m);
                 special |= k3_tok_is_special(tok, t); /* the closes after the document are not its text */
-                if (!special)
+                n_spec += k3_tok_is_special(tok, t);
+                if (tools ? n_spec == 8 && !k3_tok_is_special(tok, t)
+                          : !special) /* a call's value: after CSOSOSOS */
                     k3_ids_push(&ids, t);
             }
             char  *doc = NULL;
             size_t dl;
             if (end && !k3_tok_decode(tok, ids.v, ids.n, &doc, &dl)) {
-                fprintf(out, "%d\t%d\tend\t%s\n", lines, w, doc);
+                fprintf(out, "%d\t%d\tend\t%s", lines, w, tools ? "\"" : doc);
+                for (size_t k = 0; tools && k < dl; k++) { /* the raw value as a JSON string */
+                    unsigned char ch = (unsigned char)doc[k];
+                    if (ch == '"' || ch == '\\')
+                        fprintf(out, "\\%c", ch);
+                    else if (ch < 0x20)
+                        fprintf(out, "\\u%04x", ch);
+                    else
+                        fputc(ch, out);
+                }
+                fputs(tools ? "\"\n" : "\n", out);
                 ended++;
             }
             free(doc);
@@ -513,8 +537,8 @@ static void walk_out(const char *schemas, const char *outp, int n) {
         k3_grammar_free(g);
     }
     fclose(out);
-    T_CHECK(lines >= 40 && bad == 0, "--walk: %d of %d schemas compile (at least 40 asked)", lines - bad,
-            lines);
+    T_CHECK(lines >= least && bad == 0, "--walk: %d of %d schemas compile (at least %d asked)", lines - bad,
+            lines, least);
     T_CHECK(dead == 0, "--walk: no mask is empty before the end (%d were, %d walks)", dead, walks);
     T_CHECK(refused == 0, "--walk: every id drawn from a mask is accepted (%d were not)", refused);
     T_CHECK(walks > 0 && ended * 10 >= walks * 9, "--walk: %d of %d walks end within 400 tokens", ended,
@@ -1122,8 +1146,9 @@ static int tool_value(const k3_gvocab *v, const k3_tok *tok, const char *arg, co
 }
 
 int main(int argc, char **argv) {
-    if (argc == 5 && !strcmp(argv[1], "--walk")) { /* t-grammar.sh */
-        walk_out(argv[2], argv[3], atoi(argv[4]));
+    if (argc == 5 && (!strcmp(argv[1], "--walk") || !strcmp(argv[1], "--walk-tools"))) { /* t-grammar.sh */
+        int tools = !strcmp(argv[1], "--walk-tools");
+        walk_out(argv[2], argv[3], atoi(argv[4]), tools, tools ? 10 : 40);
         return t_done();
     }
     if (argc == 2 && !strcmp(argv[1], "--release-vocab")) { /* t-grammar.sh */
