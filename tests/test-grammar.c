@@ -1589,6 +1589,19 @@ int main(int argc, char **argv) {
                     "schema %zu of %zu that writes out millions of nodes is refused naming where: %s", k + 1,
                     sizeof big / sizeof *big, k3_errmsg());
         }
+        /* a oneOf branch whose "required" is a string: the tagged-union check read the string as
+         * an array (a NULL items pointer: the server crashed on the request) */
+        st = compile(
+            v,
+            "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"a\"}},\"required\":"
+            "\"tt\"},{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"b\"}},\"required\":[\"t\"]}]}",
+            &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && !g &&
+                    strstr(k3_errmsg(), "\"oneOf\" at #: branches that may match"),
+                "a oneOf branch whose required is a string is refused (as branches that may overlap), no "
+                "crash: %s",
+                st ? k3_errmsg() : "compiled");
+        k3_grammar_free(g);
         st = compile(v, "{\"type\":\"string\",\"maxLength\":4096}", &g);
         T_CHECK(st == K3_OK, "one string of maxLength 4096 still compiles: %s", st ? k3_errmsg() : "");
         k3_grammar_free(g);

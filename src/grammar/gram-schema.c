@@ -748,8 +748,10 @@ static const jv *member(const jv *x, const jv *k) {
     return NULL;
 }
 
+/* 1 when list, a "required" array, holds name (anything else holds nothing: a oneOf's branches
+ * are compared (tagged_apart) before each is checked, and a string's n is its length). */
 static int has_name(const jv *list, const jv *name) {
-    for (size_t i = 0; list && i < list->n; i++)
+    for (size_t i = 0; list && list->kind == JV_ARRAY && i < list->n; i++)
         if (list->items[i].kind == JV_STRING && list->items[i].n == name->n &&
             !memcmp(list->items[i].s, name->s, name->n))
             return 1;
