@@ -182,6 +182,8 @@
       "O_DIRECT from this many bytes (tests)")                                                               \
     X(TEST_LOAD, NUM, 0, 1000000, NAN, NULL, "X", "K3_TEST_LOAD", NULL, NULL, NULL,                          \
       "the 1-minute load average speed figures are measured under and compared with (tests)")                \
+    X(TEST_CGROUP, TEXT, 0, 0, NAN, NULL, "DIR", "K3_TEST_CGROUP", NULL, NULL, NULL,                         \
+      "read DIR/self for /proc/self/cgroup and DIR/fs for /sys/fs/cgroup (tests)")                           \
     X(REPACK_KILL_AT, INT, 0, 2147483647, NAN, NULL, "N", "K3_REPACK_KILL_AT", NULL, NULL, NULL,             \
       "k3-repack kills itself halfway through the N-th shard it writes (tests)")                             \
     /* ---- k3-bench's knobs, read by bench/ only ---- */                                                    \

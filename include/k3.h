@@ -80,6 +80,13 @@ int k3_buf_read(k3_buf *b, FILE *f);
  * opens and reads as empty, where a plain open would block for good); reads block as usual (a pipe
  * being written, --load <(zcat FILE)). The descriptor, or -1 with errno. */
 int k3_open_read(const char *path, int flags);
+/* This machine's memory in bytes, the one reading of it the memory fit (fit.c) and the server's
+ * grammar budget (K3_SERVE_GRAMMAR_MB) share: *phys the physical memory (0: unknown); *limit
+ * the tightest memory limit of the process's cgroup and those above it (v2 memory.max, v1
+ * memory.limit_in_bytes; 0: none), *room the least of those limits less what each has charged
+ * (memory.current, memory.usage_in_bytes; at least 1 where a limit is set, 0: none).
+ * K3_TEST_CGROUP=DIR (tests) reads DIR/self for /proc/self/cgroup and DIR/fs for /sys/fs/cgroup. */
+void k3_machine_memory(double *phys, double *limit, double *room);
 
 /* ==== model and session (load.c, session.c, sample.c) ================== */
 

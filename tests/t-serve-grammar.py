@@ -8,7 +8,7 @@
 # waiting ones get their answers (scripted: "{}"), and with the grammars freed a large one is
 # answered again. Then a running answer whose grammar grows past a budget of 1 MB is cancelled
 # (503 grammar_budget), and with the variable unset the budget is derived from the machine's
-# memory. The servers run on 127.0.0.1 with a kernel-picked port and are always killed; every
+# memory or the process's cgroup limit (faked by K3_TEST_CGROUP), the smaller. The servers run on 127.0.0.1 with a kernel-picked port and are always killed; every
 # wait is bounded.
 import json
 import os
@@ -134,14 +134,30 @@ try:
        "the cancel is logged")
     serve_lib.kill_all(procs)
 
-    # K3_SERVE_GRAMMAR_MB unset: 1/32 of the machine's memory, from 64 to 4096 MB, said at the start
+    # K3_SERVE_GRAMMAR_MB unset: 1/32 of the machine's memory, or of the process's cgroup limit when
+    # smaller (a container's), from 64 to 4096 MB, said at the start. The cgroup files are fakes
+    # (K3_TEST_CGROUP: DIR/self for /proc/self/cgroup, DIR/fs for /sys/fs/cgroup): none, then a v2
+    # memory.max of 2.5 GiB on the parent of the process's cgroup (80 MB; it was physical/32)
     e2 = dict(env)
     e2.pop("K3_SERVE_GRAMMAR_MB", None)
-    srv, port, log = serve_lib.start_server(K3, M, T, e2, procs, "auto", ["--serve", "127.0.0.1:0"])
-    want = min(4096, max(64, int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 32 / (1 << 20))))
-    line = [ln for ln in serve_lib.read_text(log).splitlines() if "K3_SERVE_GRAMMAR_MB" in ln]
-    ok(port is not None and line and ("may take %d MB (K3_SERVE_GRAMMAR_MB unset" % want) in line[0],
-       "K3_SERVE_GRAMMAR_MB unset: the budget is 1/32 of the machine's memory, %d MB (%s)" % (want, line))
+    phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for name, limit in (("none", None), ("v2", 5 << 29)):
+        cg = os.path.join(T, "cgroup-" + name)
+        os.makedirs(os.path.join(cg, "fs", "k3", "srv"))
+        with open(os.path.join(cg, "self"), "w") as f:
+            f.write("0::/k3/srv\n")
+        if limit:
+            for fn, text in (("memory.max", str(limit)), ("memory.current", "1000")):
+                with open(os.path.join(cg, "fs", "k3", fn), "w") as f:
+                    f.write(text + "\n")
+        srv, port, log = serve_lib.start_server(K3, M, T, dict(e2, K3_TEST_CGROUP=cg), procs, "auto-" + name,
+                                                ["--serve", "127.0.0.1:0"])
+        want = min(4096, max(64, int(min(phys, limit or phys) / 32 / (1 << 20))))
+        line = [ln for ln in serve_lib.read_text(log).splitlines() if "K3_SERVE_GRAMMAR_MB" in ln]
+        ok(port is not None and line and ("may take %d MB (K3_SERVE_GRAMMAR_MB unset" % want) in line[0],
+           "K3_SERVE_GRAMMAR_MB unset, cgroup limit %s: the budget is 1/32 of the smaller of it and the machine's "
+           "memory, %d MB (%s)" % (limit, want, line))
+        serve_lib.kill_all(procs)
 finally:
     serve_lib.kill_all(procs)
 raise SystemExit(serve_lib.status())

@@ -34,7 +34,53 @@ static fit_machine machine(double gb) {
     return m;
 }
 
+/* A fake cgroup tree for K3_TEST_CGROUP (k3_machine_memory): files "PATH=TEXT" under t_tmp()/cg-NAME
+ * (self: /proc/self/cgroup, fs/...: /sys/fs/cgroup/...), then the figures read through it. */
+static void cgroup_case(const char *name, const char *const *files, double want_limit, double want_room) {
+    char dir[1024], path[2048];
+    snprintf(dir, sizeof dir, "%s/cg-%s", t_tmp(), name);
+    t_sh("rm -rf '%s'", dir);
+    for (const char *const *f = files; *f; f++) {
+        const char *eq = strchr(*f, '=');
+        snprintf(path, sizeof path, "%s/%.*s", dir, (int)(eq - *f), *f);
+        t_sh("mkdir -p \"$(dirname '%s')\" && printf '%%b\\n' '%s' > '%s'", path, eq + 1, path);
+    }
+    setenv("K3_TEST_CGROUP", dir, 1);
+    double phys, limit, room;
+    k3_machine_memory(&phys, &limit, &room);
+    fit_machine mc;
+    k3_status   st = fit_machine_get(&mc);
+    unsetenv("K3_TEST_CGROUP");
+    T_CHECK(
+        phys > 0 && limit == want_limit && room == want_room && !st && mc.cgroup == room &&
+            (room == 0 || mc.meminfo <= room || (mc.avail == room && !strcmp(mc.src, "cgroup memory limit"))),
+        "cgroup %s: limit %.0f (want %.0f), room %.0f (want %.0f), the fit's available %.0f (%s)", name,
+        limit, want_limit, room, want_room, mc.avail, mc.src);
+}
+
 int main(void) {
+    /* The process's cgroup memory limit, read once for the fit and the server's grammar budget:
+     * cgroup v2 from the process's own up (the least room, the least limit), v1's memory
+     * controller (which the fit did not read), v1 "no limit" (about 2^63) and v2 "max" */
+    static const char *const v2[]     = {"self=0::/a/b",
+                                         "fs/a/b/memory.max=500000000",
+                                         "fs/a/b/memory.current=490000000",
+                                         "fs/a/memory.max=300000000",
+                                         "fs/a/memory.current=0",
+                                         NULL};
+    static const char *const v1[]     = {"self=4:cpu,memory:/docker/x\\n0::/",
+                                         "fs/memory/memory.limit_in_bytes=300000000",
+                                         "fs/memory/memory.usage_in_bytes=100000000", NULL};
+    static const char *const v1none[] = {"self=4:memory:/",
+                                         "fs/memory/memory.limit_in_bytes=9223372036854771712", NULL};
+    static const char *const v2max[]  = {"self=0::/", "fs/memory.max=max", NULL};
+    static const char *const absent[] = {NULL};
+    cgroup_case("v2", v2, 300000000, 10000000);
+    cgroup_case("v1", v1, 300000000, 200000000);
+    cgroup_case("v1-unlimited", v1none, 0, 0);
+    cgroup_case("v2-max", v2max, 0, 0);
+    cgroup_case("absent", absent, 0, 0);
+
     fit_table t     = table();
     fit_set   given = {.bits = 4, .mla_bits = 4, .head_bits = 4, .expert_gb = -1, .maxt = 8192, .chunk = 32};
     int       mask  = K3_SET_BITS | K3_SET_MLA_BITS | K3_SET_HEAD_BITS;

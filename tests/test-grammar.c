@@ -12,6 +12,7 @@
  *
  *   test-grammar --release-vocab          exact masks on the release-size vocabulary (t-grammar.sh)
  *   test-grammar --walk SCHEMAS OUT N     uniform random walks for ajv (t-grammar.sh; walk_out)
+ *   test-grammar --walk-tools SCHEMAS OUT N   the same through a tool call's raw string argument
  */
 #include "test.h"
 #include "gram-impl.h" /* g_match_budget, g_match_stats: the mask's work */
@@ -388,7 +389,14 @@ static int exact_corpus(const k3_gvocab *v, int32_t nv, const int32_t *cand, int
         "400},\"t\":{\"type\":\"string\",\"maxLength\":300}},\"required\":[\"s\",\"t\"],"
         "\"additionalProperties\":false}",
         "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":130},\"maxItems\":3}",
-        "{\"type\":\"string\",\"minLength\":120}"};
+        "{\"type\":\"string\",\"minLength\":120}",
+        /* the same beside patterns (g_pattern_len: counts far from both bounds share) */
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^[^x]*$\","
+        "\"minLength\":"
+        "150,\"maxLength\":400},\"t\":{\"type\":\"string\",\"pattern\":\"b\",\"maxLength\":300}},"
+        "\"required\":"
+        "[\"s\",\"t\"],\"additionalProperties\":false}",
+        "{\"type\":\"string\",\"pattern\":\"^\\\\w\",\"minLength\":120}"};
     for (size_t i = 0; i < sizeof longs / sizeof *longs; i++)
         if (k3_grammar_json_schema(v, longs[i], strlen(longs[i]), &eg) == K3_OK) {
             for (int r = 0; r < 2; r++)
@@ -432,8 +440,11 @@ static k3_status compile(const k3_gvocab *v, const char *s, k3_grammar **g) {
  * steps), each one accepted. Uniform draws reach what a model's distribution seldom does (a no-break space, a
  * digit of another script, a quote in a raw pattern). OUT gets "LINE<TAB>WALK<TAB>end<TAB>TEXT" for each walk
  * that ended. Checks: every schema compiles, no mask is empty before the end, and at least 90 % of the walks
- * end within 400 tokens. */
-static void walk_out(const char *schemas, const char *outp, int n) {
+ * end within 400 tokens, the at least `least` schemas.
+ * tools 1 (--walk-tools): each schema is a string argument's (a tool f of one required argument
+ * s), walked through the tool-call grammar; TEXT is the raw value the call holds (between the
+ * argument's <|sep|> and its <|close|>), written as a JSON string for the validator. */
+static void walk_out(const char *schemas, const char *outp, int n, int tools, int least) {
     k3_tok    *tok;
     k3_gvocab *v;
     size_t     len;
@@ -460,7 +471,15 @@ static void walk_out(const char *schemas, const char *outp, int n) {
             continue;
         lines++;
         k3_grammar *g;
-        if (compile(v, line, &g)) {
+        k3_buf      tl = {0};
+        if (tools)
+            k3_buf_printf(&tl,
+                          "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
+                          "\"object\",\"properties\":{\"s\":%s},\"required\":[\"s\"]}}}]",
+                          line);
+        k3_status cst = tools ? k3_grammar_tool_calls(v, tl.p, NULL, 1, 0, &g) : compile(v, line, &g);
+        free(tl.p);
+        if (cst) {
             printf("# line %d does not compile: %s\n", lines, k3_errmsg());
             bad++;
             continue;
@@ -468,7 +487,7 @@ static void walk_out(const char *schemas, const char *outp, int n) {
         for (int w = 0; w < n; w++, walks++) {
             k3_gmatch *m;
             k3_ids     ids = {0};
-            int        end = 0, special = 0;
+            int        end = 0, special = 0, n_spec = 0;
             if (k3_gmatch_new(g, &m))
                 break;
             for (int i = 0; i < 400 && !end; i++) {
@@ -490,13 +509,25 @@ static void walk_out(const char *schemas, const char *outp, int n) {
                 }
                 end = k3_gmatch_ended(m);
                 special |= k3_tok_is_special(tok, t); /* the closes after the document are not its text */
-                if (!special)
+                n_spec += k3_tok_is_special(tok, t);
+                if (tools ? n_spec == 8 && !k3_tok_is_special(tok, t)
+                          : !special) /* a call's value: after CSOSOSOS */
                     k3_ids_push(&ids, t);
             }
             char  *doc = NULL;
             size_t dl;
             if (end && !k3_tok_decode(tok, ids.v, ids.n, &doc, &dl)) {
-                fprintf(out, "%d\t%d\tend\t%s\n", lines, w, doc);
+                fprintf(out, "%d\t%d\tend\t%s", lines, w, tools ? "\"" : doc);
+                for (size_t k = 0; tools && k < dl; k++) { /* the raw value as a JSON string */
+                    unsigned char ch = (unsigned char)doc[k];
+                    if (ch == '"' || ch == '\\')
+                        fprintf(out, "\\%c", ch);
+                    else if (ch < 0x20)
+                        fprintf(out, "\\u%04x", ch);
+                    else
+                        fputc(ch, out);
+                }
+                fputs(tools ? "\"\n" : "\n", out);
                 ended++;
             }
             free(doc);
@@ -506,8 +537,8 @@ static void walk_out(const char *schemas, const char *outp, int n) {
         k3_grammar_free(g);
     }
     fclose(out);
-    T_CHECK(lines >= 40 && bad == 0, "--walk: %d of %d schemas compile (at least 40 asked)", lines - bad,
-            lines);
+    T_CHECK(lines >= least && bad == 0, "--walk: %d of %d schemas compile (at least %d asked)", lines - bad,
+            lines, least);
     T_CHECK(dead == 0, "--walk: no mask is empty before the end (%d were, %d walks)", dead, walks);
     T_CHECK(refused == 0, "--walk: every id drawn from a mask is accepted (%d were not)", refused);
     T_CHECK(walks > 0 && ended * 10 >= walks * 9, "--walk: %d of %d walks end within 400 tokens", ended,
@@ -622,6 +653,35 @@ static void exact_release(void) {
             n_str, fed, n_calls, (double)most / (double)v->n_edges, (double)cap / (double)v->n_edges,
             (long long)over, n_str + 16, (long long)step);
     }
+    /* the uncertain tokens' lists (those that leave a rule before their last byte and go on with
+     * a byte that may follow it: 533 in one list of this schema's on this vocabulary) under a
+     * bounded mask: a call stops inside a list at its budget, after one transition at most; a
+     * begun list was checked whole with its transitions (21,801 units past a budget of 1, 19,243
+     * past 4,096) */
+    k3_grammar *ug;
+    int64_t     uover[2] = {0, 0};
+    int         usteps = 0, ubad = 0, umore = 0;
+    if (!compile(v,
+                 "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"array\",\"items\":{\"type\":"
+                 "\"string\"}}}",
+                 &ug) &&
+        !k3_grammar_warm(ug)) { /* every entry filled: the calls merge and check lists only */
+        for (int k = 0; k < 2; k++) {
+            walk_budget = k ? 4096 : 1, walk_over = 0, walk_more = 0;
+            for (int r = 0; r < 2; r++)
+                ubad += exact_walk(ug, nv, cand, nc, 24, &usteps);
+            uover[k] = walk_over, umore += walk_more;
+        }
+        walk_budget = 0;
+        k3_grammar_free(ug);
+    }
+    T_CHECK(
+        usteps > 50 && umore > 10 && ubad == 0 && uover[0] <= 128 * (1 + 64 / 2) &&
+            uover[1] <= 128 * (1 + 64 / 2),
+        "bounded masks over long uncertain-token lists: %d steps (%d of several calls) exact (%d differ); a "
+        "call charges at most its allowance and one transition: %lld and %lld units past it at budgets of 1 "
+        "and 4,096 (at most %d)",
+        usteps, umore, ubad, (long long)uover[0], (long long)uover[1], 128 * (1 + 64 / 2));
     free(cand);
     k3_gvocab_free(v);
     k3_tok_free(tok);
@@ -890,6 +950,34 @@ static const struct {
     {"{\"anyOf\":[{\"type\":\"object\",\"required\":[\"x\"],\"additionalProperties\":false},{\"type\":"
      "\"null\"}]}",
      "null", 1},
+    /* minLength / maxLength beside a pattern or format, in code points: an escape (\n, \u0001) is
+     * one, a UTF-8 sequence is one (they were refused) */
+    {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":3}", "\"aaa\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":3}", "\"aaaa\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^a*$\",\"maxLength\":3}", "\"\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}", "\"\\n\\\"\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}", "\"\\u0001\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}",
+     "\"\\u0001\\u0002\\u0003\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}",
+     "\"\\u0001\\u0002\\u0003\\u0004\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}",
+     "\"\xc3\xa9\xc3\xa9\xc3\xa9\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}",
+     "\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"minLength\":2,\"maxLength\":3}",
+     "\"\xf0\x9f\x98\x80\xf0\x9f\x98\x80\"", 1},
+    /* an unanchored pattern: the text around it counts, and may pass G_FILL_MAX to reach minLength */
+    {"{\"type\":\"string\",\"pattern\":\"b\",\"maxLength\":3}", "\"abc\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"b\",\"maxLength\":3}", "\"abcd\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"b\",\"maxLength\":3}", "\"aac\"", 0},
+    {"{\"type\":\"string\",\"pattern\":\"^a\",\"minLength\":40}",
+     "\"axxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"", 1},
+    {"{\"type\":\"string\",\"pattern\":\"^a\",\"minLength\":40}",
+     "\"axxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"", 0},
+    {"{\"type\":\"string\",\"format\":\"date\",\"maxLength\":10}", "\"2024-01-31\"", 1},
+    {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"a@b.c\"", 1},
+    {"{\"type\":\"string\",\"format\":\"email\",\"maxLength\":5}", "\"ab@c.d\"", 0},
 };
 
 /* Each edge_docs row: the number that went as wanted (a failure is printed). */
@@ -1058,8 +1146,9 @@ static int tool_value(const k3_gvocab *v, const k3_tok *tok, const char *arg, co
 }
 
 int main(int argc, char **argv) {
-    if (argc == 5 && !strcmp(argv[1], "--walk")) { /* t-grammar.sh */
-        walk_out(argv[2], argv[3], atoi(argv[4]));
+    if (argc == 5 && (!strcmp(argv[1], "--walk") || !strcmp(argv[1], "--walk-tools"))) { /* t-grammar.sh */
+        int tools = !strcmp(argv[1], "--walk-tools");
+        walk_out(argv[2], argv[3], atoi(argv[4]), tools, tools ? 10 : 40);
         return t_done();
     }
     if (argc == 2 && !strcmp(argv[1], "--release-vocab")) { /* t-grammar.sh */
@@ -1500,9 +1589,43 @@ int main(int argc, char **argv) {
                     "schema %zu of %zu that writes out millions of nodes is refused naming where: %s", k + 1,
                     sizeof big / sizeof *big, k3_errmsg());
         }
+        /* a oneOf branch whose "required" is a string: the tagged-union check read the string as
+         * an array (a NULL items pointer: the server crashed on the request) */
+        st = compile(
+            v,
+            "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"a\"}},\"required\":"
+            "\"tt\"},{\"type\":\"object\",\"properties\":{\"t\":{\"const\":\"b\"}},\"required\":[\"t\"]}]}",
+            &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && !g &&
+                    strstr(k3_errmsg(), "\"oneOf\" at #: branches that may match"),
+                "a oneOf branch whose required is a string is refused (as branches that may overlap), no "
+                "crash: %s",
+                st ? k3_errmsg() : "compiled");
+        k3_grammar_free(g);
         st = compile(v, "{\"type\":\"string\",\"maxLength\":4096}", &g);
         T_CHECK(st == K3_OK, "one string of maxLength 4096 still compiles: %s", st ? k3_errmsg() : "");
         k3_grammar_free(g);
+        /* a length bound beside a pattern multiplies the pattern's automaton (the reachable part):
+         * past G_LEN_MAX_NODES the bound is refused naming the path; [^x] and \\w within 4096 fit */
+        st = compile(v,
+                     "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^.*$\","
+                     "\"maxLength\":4096}}}",
+                     &g);
+        T_CHECK(st == K3_ERR_UNSUPPORTED && !g && strstr(k3_errmsg(), "\"maxLength\" at #/properties/s") &&
+                    strstr(k3_errmsg(), "131072 grammar nodes"),
+                "a pattern of 36 nodes a character under maxLength 4096 is refused naming it: %s",
+                st ? k3_errmsg() : "it compiled");
+        k3_grammar_free(g);
+        static const char *const fit[] = {
+            "{\"type\":\"string\",\"pattern\":\"^[^x]*$\",\"maxLength\":4096}",
+            "{\"type\":\"string\",\"pattern\":\"^\\\\w+@\\\\w+$\",\"minLength\":4096}",
+            "{\"type\":\"string\",\"pattern\":\"^.*$\",\"maxLength\":800}"};
+        for (size_t k = 0; k < sizeof fit / sizeof *fit; k++) {
+            st = compile(v, fit[k], &g);
+            T_CHECK(st == K3_OK, "%s compiles (%d nodes): %s", fit[k], k3_grammar_nodes(g),
+                    st ? k3_errmsg() : "");
+            k3_grammar_free(g);
+        }
     }
 
     /* recursive $ref, 4 deep */
@@ -1706,6 +1829,17 @@ int main(int argc, char **argv) {
             {"{\"type\":\"string\",\"enum\":[\"abc\",\"a\"],\"maxLength\":2}", "a", 1},
             {"{\"type\":\"string\",\"const\":\"a\\\"b\"}", "a\"b", 1},
             {"{\"type\":\"string\",\"format\":\"date\"}", "2024-01-31", 1},
+            /* with minLength / maxLength, in code points of the raw text (they were refused) */
+            {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":2}", "aa", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":2}", "aaa", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"maxLength\":2}", "\"\\", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"maxLength\":2}", "\xc3\xa9\n", 1},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"maxLength\":2}", "\\u0041", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"maxLength\":2}", "\xc3\xa9\xc3\xa9\xc3\xa9", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"minLength\":3}", "\xc3\xa9\xc3\xa9", 0},
+            {"{\"type\":\"string\",\"pattern\":\"^[^x]+$\",\"minLength\":3}", "\\\\\\", 1},
+            {"{\"type\":\"string\",\"format\":\"uuid\",\"minLength\":36,\"maxLength\":36}",
+             "0123abcd-0000-1111-2222-333344445555", 1},
         };
         int n_raw = (int)(sizeof raw / sizeof *raw), ok_raw = 0;
         for (int k = 0; k < n_raw; k++) {
@@ -1722,8 +1856,10 @@ int main(int argc, char **argv) {
                 "%d of %d raw string arguments of a tool call taken or refused as the schema says", ok_raw,
                 n_raw);
         static const char *const refused[][2] = {
-            {"{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":2}",
-             "\"maxLength\" at tools[f].parameters/properties/s"},
+            {"{\"type\":\"string\",\"pattern\":\"^[a-z]*[^x]{0,40}$\",\"maxLength\":4096}",
+             "\"maxLength\" at tools[f].parameters/properties/s: with this pattern the length bound needs "
+             "more "
+             "than 131072 grammar nodes"},
             {"{\"type\":\"string\",\"contentEncoding\":\"base64\"}",
              "\"contentEncoding\" at tools[f].parameters/properties/s"},
             {"{\"type\":\"string\",\"anyOf\":[{\"maxLength\":1},{\"pattern\":\"^a\"}]}",

@@ -3,6 +3,7 @@
 #include "k3-impl.h"
 #include "test.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,7 +110,31 @@ static void check_names(void) {
     T_CHECK(!t.slot && !t.cap && !t.n && k3_names_find(&t, "w.1") == -1, "freed: empty again");
 }
 
+/* k3_grow, the one doubling growth of the engine's arrays: capacities first, 2 first, ... or
+ * twice the last; what it holds kept; NULL with the array and capacity untouched past INT_MAX
+ * elements or SIZE_MAX bytes (overflow checked, never a short allocation). */
+static void grow_checks(void) {
+    int  cap = 0, *a = k3_grow(NULL, &cap, 1, sizeof *a, 4), ok = a && cap == 4;
+    int *same = a ? k3_grow(a, &cap, 4, sizeof *a, 4) : NULL;
+    ok        = ok && same == a && cap == 4;
+    for (int i = 0; ok && i < 4; i++)
+        a[i] = i * 7;
+    int *b = ok ? k3_grow(a, &cap, 9, sizeof *b, 4) : NULL; /* 4 -> 8 -> 16 */
+    ok     = ok && b && cap == 16 && b[3] == 21;
+    a      = b ? b : a;
+    T_CHECK(ok, "k3_grow: 4 from nothing, kept at 4 for 4, 16 for 9 (twice, twice), contents kept (cap %d)",
+            cap);
+    int   big = INT_MAX / 2 + 1;
+    void *n1  = k3_grow(a, &big, (size_t)INT_MAX + 1, 1, 4);
+    int   c2  = 1 << 20;
+    void *n2  = k3_grow(a, &c2, (size_t)c2 + 1, SIZE_MAX / 1024, 4);
+    T_CHECK(!n1 && big == INT_MAX / 2 + 1 && !n2 && c2 == 1 << 20,
+            "k3_grow: NULL past INT_MAX elements and past SIZE_MAX bytes, the capacity untouched");
+    free(a);
+}
+
 int main(void) {
+    grow_checks();
     k3_status st = k3_err(K3_ERR_FORMAT, "%s: tensor '%s' is bad", "x.safetensors", "w");
     T_CHECK(st == K3_ERR_FORMAT, "k3_err returns its status");
     T_CHECK(!strcmp(k3_errmsg(), "x.safetensors: tensor 'w' is bad"), "message recorded (%s)", k3_errmsg());

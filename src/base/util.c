@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -127,7 +128,90 @@ _Noreturn void k3_assert_fail(const char *expr, const char *file, int line) {
     abort();
 }
 
+/* ---- memory: the machine's and the process's cgroup limit ---- */
+
+/* The number a cgroup file starts with; -1 when unreadable or not a number ("max": no limit). */
+static double cg_num(const char *path) {
+    FILE *f       = fopen(path, "r");
+    char  buf[64] = "", *end;
+    if (!f)
+        return -1;
+    if (!fgets(buf, sizeof buf, f))
+        buf[0] = 0;
+    fclose(f);
+    double v = strtod(buf, &end);
+    return end == buf ? -1 : v;
+}
+
+/* 1 when the comma-separated list l names w. */
+static int cg_names(const char *l, const char *w) {
+    for (size_t n = strlen(w); *l; l += strcspn(l, ",") + (l[strcspn(l, ",")] == ','))
+        if (!strncmp(l, w, n) && (l[n] == ',' || !l[n]))
+            return 1;
+    return 0;
+}
+
+void k3_machine_memory(double *phys, double *limit, double *room) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    *phys  = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+    *limit = *room   = 0;
+    const char *root = k3_setting_env_str(K3_SETTING_TEST_CGROUP);
+    char        self[4200], fs[4200], line[4096], path[8500];
+    snprintf(self, sizeof self, "%s%s", root ? root : "/proc", root ? "/self" : "/self/cgroup");
+    snprintf(fs, sizeof fs, "%s", root ? root : "/sys/fs/cgroup");
+    snprintf(fs + strlen(fs), sizeof fs - strlen(fs), "%s", root ? "/fs" : "");
+    FILE *f = fopen(self, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) { /* ID:CONTROLLERS:PATH; v2's is 0::PATH */
+        line[strcspn(line, "\n")] = 0;
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2 || c2[1] != '/')
+            continue;
+        *c1 = *c2 = 0;
+        int v1 = cg_names(c1 + 1, "memory"), v2 = !strcmp(line, "0") && c1 + 1 == c2;
+        if (!v1 && !v2)
+            continue;
+        for (char *cg = c2 + 1;;) { /* the process's cgroup, then each one above it, the root too */
+            const char *at = strcmp(cg, "/") ? cg : "";
+            snprintf(path, sizeof path, "%s%s%s/%s", fs, v1 ? "/memory" : "", at,
+                     v1 ? "memory.limit_in_bytes" : "memory.max");
+            double mx = cg_num(path);
+            if (mx > 0 && mx < 0x1p60) { /* v1 writes no limit as about 2^63 */
+                snprintf(path, sizeof path, "%s%s%s/%s", fs, v1 ? "/memory" : "", at,
+                         v1 ? "memory.usage_in_bytes" : "memory.current");
+                double cur = cg_num(path), r = mx - (cur > 0 ? cur : 0);
+                r      = r >= 1 ? r : 1; /* full: a limit still, of (almost) no room */
+                *limit = *limit == 0 || mx < *limit ? mx : *limit;
+                *room  = *room == 0 || r < *room ? r : *room;
+            }
+            char *slash = strrchr(cg, '/');
+            if (!strcmp(cg, "/") || !slash)
+                break;
+            slash[slash == cg] = 0; /* "/a" goes on to "/": a v1 container's own limit is at the root */
+        }
+    }
+    fclose(f);
+}
+
 /* ---- allocation ---- */
+
+void *k3_grow(void *p, int *cap, size_t need, size_t elem, int first) {
+    if (need <= (size_t)*cap && *cap > 0)
+        return p;
+    size_t c = *cap > 0 ? (size_t)*cap : (size_t)(first > 0 ? first : 1);
+    while (c < need) {
+        if (c > INT_MAX / 2)
+            return NULL;
+        c *= 2;
+    }
+    if (c > SIZE_MAX / elem)
+        return NULL;
+    void *q = realloc(p, c * elem);
+    if (q)
+        *cap = (int)c;
+    return q;
+}
 
 int k3_buf_add(k3_buf *b, const char *s, size_t n) {
     if (n > SIZE_MAX / 2 - b->n) {

@@ -900,14 +900,10 @@ static k3_status emit(const k3_chat_out *o, const k3_conv_callbacks *cb, k3_buf 
     if (!o->call_name && !o->call_args_len && !o->call_done)
         return st;
     if (o->call_name && o->call_index == ci->n) { /* a new call: its id */
-        if (ci->n == ci->cap) {
-            int   cap = ci->cap ? 2 * ci->cap : 4;
-            void *p   = realloc(ci->id, (size_t)cap * sizeof *ci->id);
-            if (!p)
-                return k3_err(K3_ERR_NOMEM, "conversation: out of memory for tool calls");
-            ci->id  = p;
-            ci->cap = cap;
-        }
+        void *p = k3_grow(ci->id, &ci->cap, (size_t)ci->n + 1, sizeof *ci->id, 4);
+        if (!p)
+            return k3_err(K3_ERR_NOMEM, "conversation: out of memory for tool calls");
+        ci->id = p;
         make_call_id(ci->id[ci->n++], seed);
     }
     if (o->call_index < 0 || o->call_index >= ci->n || !cb || !cb->on_tool_call)

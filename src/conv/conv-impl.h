@@ -114,7 +114,7 @@ void        conv_store_unref(conv_store *sn);
 void conv_msg_clear(k3_msg *m);
 /* Appends a copy of m (strings and ids duplicated). */
 k3_status conv_push(k3_conv *c, const k3_msg *m);
-/* Room for `need` elements of `elem` bytes in *arr (capacity *cap, doubling from `first`);
+/* Room for `need` elements of `elem` bytes in *arr (capacity *cap, doubling from `first`: k3_grow);
  * K3_ERR_NOMEM names `what`. */
 k3_status conv_grow(void **arr, int *cap, int need, size_t elem, int first, const char *what);
 /* Validates settings; K3_ERR_ARG naming the field (prefix "where" in the message). */

@@ -240,14 +240,10 @@ void conv_touched(k3_conv *c, int i) {
 k3_status conv_grow(void **arr, int *cap, int need, size_t elem, int first, const char *what) {
     if (need <= *cap)
         return K3_OK;
-    int ncap = *cap ? *cap : first;
-    while (ncap < need)
-        ncap *= 2;
-    void *p = realloc(*arr, (size_t)ncap * elem);
+    void *p = k3_grow(*arr, cap, (size_t)need, elem, first);
     if (!p)
-        return k3_err(K3_ERR_NOMEM, "conversation: out of memory for %d %s", ncap, what);
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory for %d %s", need, what);
     *arr = p;
-    *cap = ncap;
     return K3_OK;
 }
 

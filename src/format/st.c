@@ -65,7 +65,7 @@ typedef struct st_shard {
 struct st_dir {
     char           *path;
     int             has_prefix;
-    int             n_shards;
+    int             n_shards, cap_shards;
     st_shard       *shards; /* [n_shards]                                  */
     int             n_tensors;
     int             cap_tensors;
@@ -188,14 +188,10 @@ static int cmp_entry_begin(const void *a, const void *b) {
 }
 
 static k3_status add_tensor(st_dir *d, const st_tensor *t) {
-    if (d->n_tensors == d->cap_tensors) {
-        int        cap = d->cap_tensors ? d->cap_tensors * 2 : 256;
-        st_tensor *nt  = realloc(d->tensors, (size_t)cap * sizeof *nt);
-        if (!nt)
-            return k3_err(K3_ERR_NOMEM, "out of memory for the tensor table");
-        d->tensors     = nt;
-        d->cap_tensors = cap;
-    }
+    st_tensor *nt = k3_grow(d->tensors, &d->cap_tensors, (size_t)d->n_tensors + 1, sizeof *nt, 256);
+    if (!nt)
+        return k3_err(K3_ERR_NOMEM, "out of memory for the tensor table");
+    d->tensors                 = nt;
     d->tensors[d->n_tensors++] = *t;
     return K3_OK;
 }
@@ -386,7 +382,8 @@ typedef struct shard_load {
     int            *found; /* [index's items]: 1 + the shard that first held the item, or 0 */
     size_t          n_found;
     hdr_entry      *ents; /* every entry's range (the overlap check) */
-    size_t          ne, cap;
+    size_t          ne;
+    int             cap;
     k3_status       st; /* the first entry's error */
 } shard_load;
 
@@ -400,15 +397,12 @@ static int take_entry(void *ud, const wm_tensor *w) {
     hdr_entry   e;
     if (L->st || (L->st = entry_check(L->file, w, L->data_size, &t, &e)))
         return 0;
-    if (L->ne == L->cap) {
-        size_t     nc = L->cap ? 2 * L->cap : 256;
-        hdr_entry *n  = realloc(L->ents, nc * sizeof *n);
-        if (!n) {
-            L->st = k3_err(K3_ERR_NOMEM, "%s: out of memory", L->file);
-            return 0;
-        }
-        L->ents = n, L->cap = nc;
+    hdr_entry *n = k3_grow(L->ents, &L->cap, L->ne + 1, sizeof *n, 256);
+    if (!n) {
+        L->st = k3_err(K3_ERR_NOMEM, "%s: out of memory", L->file);
+        return 0;
     }
+    L->ents          = n;
     L->ents[L->ne++] = e;
     long item        = L->index ? k3_names_find(L->index, strip_prefix(w->name)) : -1;
     if (is_vision(w->name) || (L->index && item < 0))
@@ -524,7 +518,7 @@ static k3_status add_shard(st_dir *d, const char *name, int *idx) {
             *idx = i;
             return K3_OK;
         }
-    st_shard *ns = realloc(d->shards, (size_t)(d->n_shards + 1) * sizeof *ns);
+    st_shard *ns = k3_grow(d->shards, &d->cap_shards, (size_t)d->n_shards + 1, sizeof *ns, 8);
     if (!ns)
         return k3_err(K3_ERR_NOMEM, "out of memory for the shard list");
     d->shards   = ns;

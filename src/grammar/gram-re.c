@@ -9,7 +9,8 @@
  * quantifiers * + ? {n} {n,} {n,m} (lazy forms too: same language), ^ at the start and $ at the
  * end. A class is a set of ASCII characters plus code point ranges, written as UTF-8 byte ranges.
  * Without ^ (or $) the match may start (or end) anywhere, as ECMAScript's RegExp.test; the
- * text before (after) it is at most G_FILL_MAX characters, so a model cannot ramble there.
+ * text before (after) it is at most G_FILL_MAX characters, so a model cannot ramble there
+ * (with minLength or maxLength beside the pattern, any text the bounds allow: g_pattern_len).
  * Refused with the construct named: lookaround, backreferences, \b, \p, \u{...}, named groups,
  * anchors elsewhere, classes of more than RE_MAX_RANGES ranges, more than G_RE_MAX_REP
  * repetitions, groups nested more than G_RE_MAX_DEPTH deep, and {n,m} (n or m above 1) of a
@@ -313,13 +314,42 @@ static size_t utf8_cp(const char *s, size_t n, uint32_t *cp) {
     return len;
 }
 
+static int esc_cmp(const void *a, const void *b) {
+    return strcmp(a, b);
+}
+
+/* The JSON escapes esc[0..n) (\" \\ \n \u0001 ...; no one a prefix of another) from -> to as a
+ * trie: one node per common prefix, and the last bytes of escapes that differ only there in runs
+ * (\u0000-\u0008 is one edge), so the 30 controls of a negated class take 7 nodes, not 140 (a
+ * length bound multiplies them: g_pattern_len). Sorts esc. */
+static void emit_escapes(re_p *p, char (*esc)[8], int n, int from, int to) {
+    int at[8] = {from}; /* at[j]: the node after the first j bytes of the escape being written */
+    qsort(esc, (size_t)n, sizeof *esc, esc_cmp);
+    for (int i = 0, k; i < n && !p->st; i = k) {
+        size_t len = strlen(esc[i]), l = 0;
+        while (i && esc[i - 1][l] == esc[i][l])
+            l++;
+        for (size_t j = l + 1; j < len && !p->st; j++)
+            if ((at[j] = g_node_new(p->g)) < 0)
+                p->st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+            else
+                p->st = g_byte(p->g, at[j - 1], (uint8_t)esc[i][j - 1], (uint8_t)esc[i][j - 1], at[j]);
+        for (k = i + 1; k < n && strlen(esc[k]) == len && !memcmp(esc[k], esc[i], len - 1) &&
+                        esc[k][len - 1] == esc[k - 1][len - 1] + 1;)
+            k++;
+        if (!p->st)
+            p->st = g_byte(p->g, at[len - 1], (uint8_t)esc[i][len - 1], (uint8_t)esc[k - 1][len - 1], to);
+    }
+}
+
 /* Emits the set's characters (escaped as JSON needs) from -> to. */
 static void emit_set(re_p *p, const re_set *c, int from, int to) {
     k3_grammar *g = p->g;
+    char        esc[34][8]; /* the members JSON escapes: " \ and the 32 controls */
+    int         n_esc = 0;
     for (int k = 0; k < 128 && !p->st; k++) {
         if (!c->ascii[k])
             continue;
-        char buf[8];
         if (p->raw) { /* a run of members as one byte range */
             int hi = k;
             while (hi + 1 < 128 && c->ascii[hi + 1])
@@ -327,7 +357,7 @@ static void emit_set(re_p *p, const re_set *c, int from, int to) {
             p->st = g_byte(g, from, k, hi, to);
             k     = hi;
         } else if (k == '"' || k == '\\')
-            p->st = g_lit(g, from, (snprintf(buf, sizeof buf, "\\%c", k), buf), 2, to);
+            snprintf(esc[n_esc++], sizeof *esc, "\\%c", k);
         else if (k < 0x20) {
             const char *sh = k == '\n'   ? "\\n"
                              : k == '\t' ? "\\t"
@@ -335,9 +365,10 @@ static void emit_set(re_p *p, const re_set *c, int from, int to) {
                              : k == '\f' ? "\\f"
                              : k == '\b' ? "\\b"
                                          : NULL;
-            if (!sh)
-                snprintf(buf, sizeof buf, "\\u%04x", k), sh = buf;
-            p->st = g_lit(g, from, sh, strlen(sh), to);
+            if (sh)
+                snprintf(esc[n_esc++], sizeof *esc, "%s", sh);
+            else
+                snprintf(esc[n_esc++], sizeof *esc, "\\u%04x", k);
         } else {
             int hi = k;
             while (hi + 1 < 128 && c->ascii[hi + 1] && hi + 1 != '"' && hi + 1 != '\\')
@@ -346,6 +377,8 @@ static void emit_set(re_p *p, const re_set *c, int from, int to) {
             k     = hi;
         }
     }
+    if (n_esc && !p->st)
+        emit_escapes(p, esc, n_esc, from, to);
     if (c->n == 1 && c->lo[0] == 0x80 && c->hi[0] == RE_MAX_CP && !p->st) /* any: the shared form */
         p->st = utf8_multi(g, from, to);
     else
@@ -628,4 +661,174 @@ k3_status g_pattern(k3_grammar *g, const char *re, size_t n, const char *path, i
     if ((st = anch_s ? g_eps(g, from, a) : g_fill(g, raw, from, a)))
         return st;
     return anch_e ? g_eps(g, b, to) : g_fill(g, raw, b, to);
+}
+
+/* ---- a pattern within length bounds ---------------------------------------------------------
+ * minLength / maxLength beside a pattern (or format): the strings both allow are the product of
+ * the pattern's automaton, built in a scratch grammar, with a counter of code points: 0..mx, or
+ * 0..mn saturating (mx < 0: no maxLength). Only the reachable triples (node, reading state,
+ * count) are written. A byte begins a character unless it is a UTF-8 continuation byte or, in
+ * the escaped form, part of an escape after its backslash (the letter, \u's four hex digits):
+ * the reading state (LC_*) tells which. The text around an unanchored pattern is a loop there
+ * (free_fill): the counter bounds it, and a minLength past G_FILL_MAX characters stays
+ * reachable. The product has at most G_LEN_MAX_NODES nodes (about the pattern's nodes times the
+ * length bound); past that the schema is refused naming the path and the bound. */
+
+enum { LC_CHAR, LC_ESC, LC_HEX4, LC_HEX3, LC_HEX2, LC_HEX1, LC_N };
+
+/* Reading byte b in state d: the next state; *inc 1 when b begins a character. */
+static int lc_step(int raw, int d, int b, int *inc) {
+    *inc = 0;
+    if (d == LC_CHAR) {
+        if (b >= 0x80 && b <= 0xbf) /* a UTF-8 continuation byte */
+            return LC_CHAR;
+        *inc = 1;
+        return !raw && b == '\\' ? LC_ESC : LC_CHAR;
+    }
+    if (d == LC_ESC)
+        return b == 'u' ? LC_HEX4 : LC_CHAR;
+    return d == LC_HEX1 ? LC_CHAR : d + 1;
+}
+
+/* The first byte above b where lc_step's result may change in state d (256: none). */
+static int lc_cut(int raw, int d, int b) {
+    static const int cuts[][5] = {{'\\', '\\' + 1, 0x80, 0xc0, 256}, {'u', 'u' + 1, 256}, {256}};
+    const int       *c         = d == LC_CHAR ? cuts[0] : d == LC_ESC ? cuts[1] : cuts[2];
+    if (raw && d == LC_CHAR)
+        c += 2; /* no escapes: only the continuation bytes differ */
+    while (*c <= b)
+        c++;
+    return *c;
+}
+
+typedef struct lc_prod {
+    k3_grammar *g;
+    struct lc_ent {
+        int64_t key; /* ((node * LC_N + state) * (top + 1) + count) of a product node */
+        int32_t id;  /* its node in g */
+    } * e;           /* (n), in the order made: the breadth-first queue */
+    int32_t *hash;   /* (hcap) entry + 1 by key (g_index_build), 0 empty */
+    int32_t *rep;    /* (scratch nodes * LC_N * 2) node + 1 of each zone's first (g_share) */
+    int      n, cap, hcap, top, over;
+    long     mn, mx, far;
+} lc_prod;
+
+static uint32_t lc_hash(int64_t k) {
+    return (uint32_t)(((uint64_t)k * 0x9e3779b97f4a7c15ull) >> 32);
+}
+static uint32_t lc_hash_at(const void *ctx, int i) {
+    return lc_hash(((const lc_prod *)ctx)->e[i].key);
+}
+
+/* The product node of (node, state d, count c): its index in P (created if new), -1 on out of
+ * memory or past G_LEN_MAX_NODES (P->over). */
+static int lc_get(lc_prod *P, int node, int d, long c) {
+    int64_t key = ((int64_t)node * LC_N + d) * (P->top + 1) + c;
+    if (P->hash) {
+        uint32_t k = lc_hash(key) & (uint32_t)(P->hcap - 1);
+        for (; P->hash[k]; k = (k + 1) & (uint32_t)(P->hcap - 1))
+            if (P->e[P->hash[k] - 1].key == key)
+                return P->hash[k] - 1;
+    }
+    if (P->n == G_LEN_MAX_NODES)
+        return P->over = 1, -1;
+    struct lc_ent *ne = k3_grow(P->e, &P->cap, P->n + 1, sizeof *ne, 256);
+    if (!ne)
+        return -1;
+    P->e = ne;
+    if (2 * (P->n + 1) > P->hcap) {
+        int      cap = P->hcap ? 2 * P->hcap : 1024;
+        int32_t *h   = g_index_build(cap, P->n, lc_hash_at, P);
+        if (!h)
+            return -1;
+        free(P->hash);
+        P->hash = h, P->hcap = cap;
+    }
+    int gid = g_node_new(P->g);
+    if (gid < 0)
+        return -1;
+    int i      = P->n++;
+    P->e[i]    = (struct lc_ent){key, gid};
+    uint32_t k = lc_hash(key) & (uint32_t)(P->hcap - 1);
+    while (P->hash[k])
+        k = (k + 1) & (uint32_t)(P->hcap - 1);
+    P->hash[k] = i + 1;
+    /* A count more than far characters from both bounds cannot meet them within one piece of
+     * the vocabulary: its node takes the mask cache of the first node of the same (node,
+     * state) in the same zone (1: below minLength, 2: at or above it, maxLength far). */
+    int zone = c + P->far < P->mn && (P->mx < 0 || c + P->far < P->mx) ? 1
+               : c >= P->mn && P->mx >= 0 && c + P->far < P->mx        ? 2
+                                                                       : 0;
+    if (zone) {
+        int32_t *r = &P->rep[((size_t)node * LC_N + (size_t)d) * 2 + (size_t)zone - 1];
+        if (!*r)
+            *r = gid + 1;
+        else if (g_share(P->g, gid, *r - 1))
+            return -1;
+    }
+    return i;
+}
+
+k3_status g_pattern_len(k3_grammar *g, const char *re, size_t n, const char *path, int raw, long mn, long mx,
+                        int from, int to) {
+    k3_grammar *s = NULL;
+    lc_prod     P = {.g = g, .mn = mn, .mx = mx, .top = (int)(mx >= 0 ? mx : mn)};
+    k3_status   st;
+    int         a, b;
+    P.far = (long)g->voc->max_len + 1;
+    if ((st = g_new(g->voc, g->what, &s)))
+        return st;
+    s->free_fill = 1;
+    if ((a = g_node_new(s)) < 0 || (b = g_node_new(s)) < 0) {
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+        goto done;
+    }
+    if ((st = g_pattern(s, re, n, path, raw, a, b)))
+        goto done;
+    if (!(P.rep = k3_calloc((size_t)s->n_node * LC_N * 2, sizeof *P.rep)) || lc_get(&P, a, LC_CHAR, 0) < 0 ||
+        (st = g_eps(g, from, P.e[0].id)))
+        goto fail;
+    for (int i = 0; i < P.n; i++) { /* breadth first: P.e[] is the queue */
+        int64_t       key = P.e[i].key;
+        long          c   = (long)(key % (P.top + 1));
+        int           d = (int)(key / (P.top + 1) % LC_N), nd = (int)(key / (P.top + 1) / LC_N);
+        const g_node *sn   = &s->node[nd];
+        int32_t       here = P.e[i].id;
+        if (nd == b && d == LC_CHAR && c >= mn && (st = g_eps(g, here, to)))
+            goto fail;
+        for (int k = 0; k < sn->n; k++) {
+            const g_edge *e = &sn->e[k];
+            K3_ASSERT(e->kind == GE_BYTE || e->kind == GE_EPS); /* a pattern reads bytes only */
+            if (e->kind == GE_EPS) {
+                int j = lc_get(&P, e->to, d, c);
+                if (j < 0 || (st = g_eps(g, here, P.e[j].id)))
+                    goto fail;
+                continue;
+            }
+            for (int lo = e->lo, hi; lo <= e->hi; lo = hi + 1) { /* runs of one next state */
+                int inc, d2 = lc_step(raw, d, lo, &inc), cut = lc_cut(raw, d, lo);
+                hi      = cut - 1 < e->hi ? cut - 1 : e->hi;
+                long c2 = c + inc;
+                if (mx >= 0 && c2 > mx)
+                    continue;
+                int j = lc_get(&P, e->to, d2, mx < 0 && c2 > mn ? mn : c2);
+                if (j < 0 || (st = g_byte(g, here, lo, hi, P.e[j].id)))
+                    goto fail;
+            }
+        }
+    }
+    goto done;
+fail:
+    if (P.over)
+        st = k3_err(K3_ERR_UNSUPPORTED,
+                    "json schema: unsupported keyword \"%s\" at %s: with this pattern the length bound "
+                    "needs more than %d grammar nodes (the pattern's nodes times the bound; a smaller "
+                    "bound or a simpler pattern fits)",
+                    mx >= 0 ? "maxLength" : "minLength", path, G_LEN_MAX_NODES);
+    else if (!st)
+        st = k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+done:
+    free(P.e), free(P.hash), free(P.rep);
+    k3_grammar_free(s);
+    return st;
 }

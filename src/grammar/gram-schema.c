@@ -7,10 +7,10 @@
  * independent validator. Keywords (see the man page, k3chat(1), STRUCTURED OUTPUT):
  *   type (one or a list), enum, const (a value is kept only when the schema's other keywords
  *   allow it: vcheck, a validator of one value), properties, required,
- *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength, pattern
- *   (gram-re.c), format (date-time, date, uuid, email), minimum, maximum, exclusiveMinimum,
- *   exclusiveMaximum (integers: exactly and as doubles, int_bound; numbers without an exponent:
- *   emit_number_range), anyOf, oneOf
+ *   additionalProperties, items, prefixItems, minItems, maxItems, minLength, maxLength (beside a
+ *   pattern or format too: g_pattern_len), pattern (gram-re.c), format (date-time, date, uuid,
+ *   email), minimum, maximum, exclusiveMinimum, exclusiveMaximum (integers: exactly and as
+ *   doubles, int_bound; numbers without an exponent: emit_number_range), anyOf, oneOf
  *   (branches of distinct types, or tagged objects: tagged_apart), allOf (of objects, or of one schema), $ref
  * to #, #/$defs/NAME or #/definitions/NAME (recursion through calls), the annotations ($id at the root only).
  * Anything else is refused with K3_ERR_UNSUPPORTED naming the keyword and its JSON path.
@@ -56,11 +56,11 @@ typedef struct sc {
     int         dhcap;
     int         any;   /* start of the any-value rule, -1 until made */
     jv        **owned; /* merged allOf schemas */
-    int         n_owned;
+    int         n_owned, cap_owned;
     char        full_at[512]; /* the innermost schema being written when the grammar got full */
     long        checked;      /* the enum/const value checks' work so far (vcheck, G_CHECK_MAX) */
     sc_pat     *pat;          /* (n_pat) the patterns those checks matched, each compiled once */
-    int         n_pat;
+    int         n_pat, cap_pat;
 } sc;
 
 static k3_status emit(sc *c, const jv *s, const char *path, int from, int to);
@@ -529,6 +529,47 @@ static const struct {
     {"email", "^[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){0,2}@[a-z0-9]{1,16}(\\.[a-z0-9]{1,16}){1,3}$"},
 };
 
+/* minLength mn and maxLength mx (-1: none) of a string: *none 1 when no length is both (the
+ * string writes nothing: g_finish reports a schema left with nothing); one past G_MAX_UNROLL
+ * is refused. */
+static k3_status str_lengths(const char *path, long mn, long mx, int *none) {
+    *none = mx >= 0 && mn > mx;
+    if (!*none && (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL))
+        return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
+    return K3_OK;
+}
+
+/* A string of pattern pat or format fmt (one of them) within minLength mn and maxLength mx (-1:
+ * none), JSON-escaped or raw, from -> to (between the quotes). */
+static k3_status pattern_string(sc *c, const jv *pat, const jv *fmt, const char *path, int raw, long mn,
+                                long mx, int from, int to) {
+    const char *re = NULL;
+    size_t      n  = 0;
+    if (pat && fmt)
+        return unsupported(path, "format", "together with pattern");
+    if (pat && pat->kind != JV_STRING)
+        return bad(path, "pattern", "a string");
+    if (fmt && fmt->kind != JV_STRING)
+        return bad(path, "format", "a string");
+    if (pat)
+        re = pat->s, n = pat->n;
+    for (size_t k = 0; fmt && k < sizeof formats / sizeof *formats; k++)
+        if (!strcmp(fmt->s, formats[k].name))
+            re = formats[k].re, n = strlen(formats[k].re);
+    if (!re) {
+        char why[160];
+        snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
+        return unsupported(path, "format", why);
+    }
+    k3_status st;
+    int       none;
+    if ((st = str_lengths(path, mn, mx, &none)) || none)
+        return st;
+    if (mn == 0 && mx < 0)
+        return g_pattern(c->g, re, n, path, raw, from, to);
+    return g_pattern_len(c->g, re, n, path, raw, mn, mx, from, to);
+}
+
 static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int to) {
     long      mn, mx;
     k3_status st;
@@ -538,29 +579,11 @@ static k3_status emit_string(sc *c, const jv *s, const char *path, int from, int
     const jv *pat = jv_get(s, "pattern"), *fmt = jv_get(s, "format");
     if ((st = g_byte(c->g, from, '"', '"', a)) || (st = g_byte(c->g, b, '"', '"', to)))
         return st;
-    if (pat || fmt) {
-        if (pat && fmt)
-            return unsupported(path, "format", "together with pattern");
-        if (mn > 0 || mx >= 0)
-            return unsupported(path, mn > 0 ? "minLength" : "maxLength", "together with pattern or format");
-        if (pat) {
-            if (pat->kind != JV_STRING)
-                return bad(path, "pattern", "a string");
-            return g_pattern(c->g, pat->s, pat->n, path, 0, a, b);
-        }
-        if (fmt->kind != JV_STRING)
-            return bad(path, "format", "a string");
-        for (size_t k = 0; k < sizeof formats / sizeof *formats; k++)
-            if (!strcmp(fmt->s, formats[k].name))
-                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, 0, a, b);
-        char why[160];
-        snprintf(why, sizeof why, "format \"%.64s\" (supported: date-time, date, uuid, email)", fmt->s);
-        return unsupported(path, "format", why);
-    }
-    if (mx >= 0 && mn > mx)
-        return K3_OK; /* no string: nothing (g_finish reports a schema left with nothing) */
-    if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
-        return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
+    int none;
+    if (pat || fmt)
+        return pattern_string(c, pat, fmt, path, 0, mn, mx, a, b);
+    if ((st = str_lengths(path, mn, mx, &none)) || none)
+        return st;
     /* A position more than max_len + 1 characters from both bounds cannot see them within one
      * vocabulary piece: it shares the mask cache of the first such position (its reading node
      * and the nodes inside its character, created in the same order each time). */
@@ -725,8 +748,10 @@ static const jv *member(const jv *x, const jv *k) {
     return NULL;
 }
 
+/* 1 when list, a "required" array, holds name (anything else holds nothing: a oneOf's branches
+ * are compared (tagged_apart) before each is checked, and a string's n is its length). */
 static int has_name(const jv *list, const jv *name) {
-    for (size_t i = 0; list && i < list->n; i++)
+    for (size_t i = 0; list && list->kind == JV_ARRAY && i < list->n; i++)
         if (list->items[i].kind == JV_STRING && list->items[i].n == name->n &&
             !memcmp(list->items[i].s, name->s, name->n))
             return 1;
@@ -751,7 +776,7 @@ static k3_status check_required(const char *path, const jv *props, const jv *req
 static k3_status owned_schema(sc *c, jbuf *b, k3_status st, const jv **out) {
     jv *m = NULL;
     if (!st && !(st = jv_parse(b->p, b->n, &m))) {
-        jv **o = realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof *o);
+        jv **o = k3_grow(c->owned, &c->cap_owned, (size_t)c->n_owned + 1, sizeof *o, 8);
         if (!o)
             st = k3_err(K3_ERR_NOMEM, "grammar: out of memory"), jv_free(m);
         else
@@ -1518,7 +1543,7 @@ static k3_status pattern_ok(sc *c, const jv *re, const jv *x, const char *path, 
     if (i == c->n_pat) {
         k3_grammar *g = NULL;
         k3_status   st;
-        void       *p = realloc(c->pat, (size_t)(c->n_pat + 1) * sizeof *c->pat);
+        sc_pat     *p = k3_grow(c->pat, &c->cap_pat, (size_t)c->n_pat + 1, sizeof *p, 4);
         if (!p)
             return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
         c->pat = p;
@@ -1872,14 +1897,10 @@ static k3_status rule_of(sc *c, const jv *s, const char *path, int *start) {
     for (uint32_t k = rule_hash(s) & mask; c->rhcap && c->rh[k]; k = (k + 1) & mask)
         if (c->rule[c->rh[k] - 1].s == s)
             return *start = c->rule[c->rh[k] - 1].start, K3_OK;
-    if (c->n_rule == c->cap_rule) {
-        int      cap = c->cap_rule ? c->cap_rule * 2 : 16;
-        sc_rule *r   = realloc(c->rule, (size_t)cap * sizeof *r);
-        if (!r)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        c->rule     = r;
-        c->cap_rule = cap;
-    }
+    sc_rule *r = k3_grow(c->rule, &c->cap_rule, (size_t)c->n_rule + 1, sizeof *r, 16);
+    if (!r)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    c->rule = r;
     if (2 * (c->n_rule + 1) > c->rhcap) {
         int      cap = c->rhcap ? c->rhcap * 2 : 64;
         int32_t *h   = g_index_build(cap, c->n_rule, rule_hash_at, c);
@@ -2051,25 +2072,11 @@ static k3_status raw_string(sc *c, const jv *s, const char *path, int from, int 
     long mn, mx;
     if ((st = get_count(s, "minLength", path, 0, &mn)) || (st = get_count(s, "maxLength", path, -1, &mx)))
         return st;
-    if (jv_get(s, "pattern") || jv_get(s, "format")) {
-        const jv *p = jv_get(s, "pattern"), *f = jv_get(s, "format");
-        if (p && f)
-            return unsupported(path, "format", "together with pattern");
-        if (mn > 0 || mx >= 0)
-            return unsupported(path, mn > 0 ? "minLength" : "maxLength", "together with pattern or format");
-        if (p && p->kind != JV_STRING)
-            return bad(path, "pattern", "a string");
-        if (p)
-            return g_pattern(c->g, p->s, p->n, path, 1, from, to);
-        for (size_t k = 0; f && f->kind == JV_STRING && k < sizeof formats / sizeof *formats; k++)
-            if (!strcmp(f->s, formats[k].name))
-                return g_pattern(c->g, formats[k].re, strlen(formats[k].re), path, 1, from, to);
-        return unsupported(path, "format", "a format other than date-time, date, uuid, email");
-    }
-    if (mx >= 0 && mn > mx)
-        return K3_OK; /* no string: nothing */
-    if (mn > G_MAX_UNROLL || mx > G_MAX_UNROLL)
-        return unsupported(path, mn > G_MAX_UNROLL ? "minLength" : "maxLength", "a length above 4096");
+    int none;
+    if (jv_get(s, "pattern") || jv_get(s, "format"))
+        return pattern_string(c, jv_get(s, "pattern"), jv_get(s, "format"), path, 1, mn, mx, from, to);
+    if ((st = str_lengths(path, mn, mx, &none)) || none)
+        return st;
     int cur = from;
     for (long k = 0; k < mn; k++) { /* one raw character: ASCII or a UTF-8 sequence */
         int nx = node(c);

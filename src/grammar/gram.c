@@ -35,14 +35,10 @@ static g_pass *pass_new(const k3_grammar *g);
 int g_node_new(k3_grammar *g) {
     if (g->n_node >= G_MAX_NODES)
         return g->full = 1, -1;
-    if (g->n_node == g->cap_node) {
-        int     cap = g->cap_node ? g->cap_node * 2 : 256;
-        g_node *n   = realloc(g->node, (size_t)cap * sizeof *n);
-        if (!n)
-            return -1;
-        g->node     = n;
-        g->cap_node = cap;
-    }
+    g_node *n = k3_grow(g->node, &g->cap_node, (size_t)g->n_node + 1, sizeof *n, 256);
+    if (!n)
+        return -1;
+    g->node            = n;
     g->node[g->n_node] = (g_node){0};
     return g->n_node++;
 }
@@ -53,14 +49,10 @@ k3_status g_edge_add(k3_grammar *g, int from, g_edge e) {
     if (g->n_edge >= G_MAX_EDGES)
         return g->full = 1, k3_err(K3_ERR_NOMEM, "grammar: out of memory");
     g_node *n = &g->node[from];
-    if (n->n == n->cap) {
-        int     cap = n->cap ? n->cap * 2 : 2;
-        g_edge *v   = realloc(n->e, (size_t)cap * sizeof *v);
-        if (!v)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        n->e   = v;
-        n->cap = cap;
-    }
+    g_edge *v = k3_grow(n->e, &n->cap, (size_t)n->n + 1, sizeof *v, 2);
+    if (!v)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    n->e         = v;
     n->e[n->n++] = e;
     g->n_edge++;
     if (e.kind == GE_BYTE || e.kind == GE_SPECIAL)
@@ -95,14 +87,10 @@ k3_status g_lit(k3_grammar *g, int from, const char *s, size_t n, int to) {
 }
 
 k3_status g_share(k3_grammar *g, int node, int rep) {
-    if (g->n_sh == g->cap_sh) {
-        int      cap = g->cap_sh ? g->cap_sh * 2 : 64;
-        int32_t *s   = realloc(g->sh, (size_t)cap * 2 * sizeof *s);
-        if (!s)
-            return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
-        g->sh     = s;
-        g->cap_sh = cap;
-    }
+    int32_t *s = k3_grow(g->sh, &g->cap_sh, (size_t)g->n_sh + 1, 2 * sizeof *s, 64); /* pairs */
+    if (!s)
+        return k3_err(K3_ERR_NOMEM, "grammar: out of memory");
+    g->sh                  = s;
     g->sh[2 * g->n_sh]     = node;
     g->sh[2 * g->n_sh + 1] = rep;
     g->n_sh++;
@@ -543,14 +531,10 @@ typedef struct g_walk {
 } g_walk;
 
 static int set_push(g_set *s, int32_t node, int32_t frame) {
-    if (s->n == s->cap) {
-        int    cap = s->cap ? s->cap * 2 : 16;
-        g_cfg *v   = realloc(s->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return -1;
-        s->v   = v;
-        s->cap = cap;
-    }
+    g_cfg *v = k3_grow(s->v, &s->cap, (size_t)s->n + 1, sizeof *v, 16);
+    if (!v)
+        return -1;
+    s->v         = v;
     s->v[s->n++] = (g_cfg){node, frame};
     return 0;
 }
@@ -609,14 +593,10 @@ static int32_t frame_get(g_walk *w, int32_t ret, int32_t parent) {
         if (f->ret == ret && f->parent == parent)
             return w->hash[k] - 1;
     }
-    if (w->n_fr == w->cap_fr) {
-        int      cap = w->cap_fr ? w->cap_fr * 2 : 64;
-        g_frame *f   = realloc(w->fr, (size_t)cap * sizeof *f);
-        if (!f)
-            return w->oom = 1, -2;
-        w->fr     = f;
-        w->cap_fr = cap;
-    }
+    g_frame *f = k3_grow(w->fr, &w->cap_fr, (size_t)w->n_fr + 1, sizeof *f, 64);
+    if (!f)
+        return w->oom = 1, -2;
+    w->fr          = f;
     w->fr[w->n_fr] = (g_frame){ret, parent, depth};
     w->hash[k]     = w->n_fr + 1;
     return w->n_fr++;
@@ -865,16 +845,10 @@ static int32_t dfa_intern(g_dfa *d, g_cfg *v, int n) {
         d->row = r;
         d->cap = cap;
     }
-    if (d->ncfg + n > d->capcfg) {
-        int cap = d->capcfg ? d->capcfg : 256;
-        while (cap < d->ncfg + n)
-            cap *= 2;
-        g_cfg *c = realloc(d->cfg, (size_t)cap * sizeof *c);
-        if (!c)
-            return -1;
-        d->cfg    = c;
-        d->capcfg = cap;
-    }
+    g_cfg *c = k3_grow(d->cfg, &d->capcfg, (size_t)d->ncfg + (size_t)n, sizeof *c, 256);
+    if (!c)
+        return -1;
+    d->cfg = c;
     if (n)
         memcpy(d->cfg + d->ncfg, v, (size_t)n * sizeof *v);
     d->ncfg += n;
@@ -926,11 +900,11 @@ struct k3_gmatch {
     int     st_done;          /* the last call set the mask                               */
     /* the mask under way over several calls (mask_some): once the set's entries are filled, its
      * distinct entries (mk_rep) are OR-ed into the mask, then their uncertain tokens checked;
-     * mk_merged and mk_checked say how far each got, mk_bits holds the part done when a call
-     * stops */
+     * mk_merged and mk_checked say how far each got (mk_at: the token of mk_checked's list),
+     * mk_bits holds the part done when a call stops */
     uint64_t *mk_bits; /* (words) */
     int32_t  *mk_rep;  /* (mk_n) */
-    int       mk_n, mk_cap, mk_merged, mk_checked;
+    int       mk_n, mk_cap, mk_merged, mk_checked, mk_at;
     int32_t  *mk_hash; /* (mk_hcap) reps_of's set of entries seen: entry + 1, 0 empty */
     int       mk_hcap;
     int       mk_ready; /* 1: mk_rep is this set's, the merge under way */
@@ -1119,14 +1093,10 @@ static void fill_free(g_pass *f) {
 }
 
 static int push_id(int32_t **v, int *n, int *cap, int32_t id) {
-    if (*n == *cap) {
-        int      c  = *cap ? *cap * 2 : 64;
-        int32_t *nv = realloc(*v, (size_t)c * sizeof *nv);
-        if (!nv)
-            return -1;
-        *v   = nv;
-        *cap = c;
-    }
+    int32_t *nv = k3_grow(*v, cap, (size_t)*n + 1, sizeof *nv, 64);
+    if (!nv)
+        return -1;
+    *v           = nv;
     (*v)[(*n)++] = id;
     return 0;
 }
@@ -1283,10 +1253,18 @@ oom:
     return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
 }
 
-/* Sets the bits of ids[0..n) (ordinary tokens in sorted piece order) that continue m->cur,
+/* Sets the bits of ids[k0..n) (ordinary tokens in sorted piece order) that continue m->cur,
  * sharing the steps of common prefixes as cache_fill does, through the matcher's DFA; ids
- * already set are skipped. s0: m->cur's state. */
-static void check_sorted(k3_gmatch *m, int32_t s0, const int32_t *ids, int n, uint64_t *bits) {
+ * already set are skipped. s0: m->cur's state. The charge is mask_some's: *left less one a
+ * token checked, against G_STEP_COST a transition m->w computed since steps0. It stops before
+ * a token once the charge reaches the budget (unless the call has charged nothing yet), and
+ * right after a transition that passes it (the token is checked again by the next call, which
+ * reads that transition back): a list charges at most the budget and one transition, where it
+ * was checked whole once begun (a list of 533 tokens past the budget on the release's
+ * vocabulary, with their transitions). Returns the index it stopped at (n: the list is done,
+ * or the DFA ran out of memory: m->w.oom). */
+static int check_sorted(k3_gmatch *m, int32_t s0, const int32_t *ids, int k0, int n, uint64_t *bits,
+                        int64_t *left, int64_t steps0, int64_t budget) {
     const k3_gvocab *v    = m->g->voc;
     const char      *prev = NULL;
     int              have = 0, plen = 0;
@@ -1294,29 +1272,38 @@ static void check_sorted(k3_gmatch *m, int32_t s0, const int32_t *ids, int n, ui
     uint8_t         *lacc = m->lacc;
     lvs[0]                = s0;
     lacc[0]               = (uint8_t)m->accept;
-    for (int k = 0; k < n; k++) {
+#define SPENT (G_STEP_COST * (m->w.steps - steps0))
+    for (int k = k0; k < n; k++) {
         int32_t id = ids[k];
         if (bits[id >> 6] >> (id & 63) & 1)
             continue;
+        if (SPENT >= *left && (m->w.steps != steps0 || *left != budget))
+            return k;
         const char *p = v->piece[id];
         int         L = (int)v->plen[id], d = 0;
         while (prev && d < have && d < L && d < plen && prev[d] == p[d])
             d++;
         /* level d holds the state after p[0..d); level 0 is m->cur's */
         while (d < L && lvs[d]) {
-            int32_t x = dfa_next(&m->dfa, &m->w, lvs[d], (uint8_t)p[d]);
+            int64_t before = m->w.steps;
+            int32_t x      = dfa_next(&m->dfa, &m->w, lvs[d], (uint8_t)p[d]);
             if (x < 0)
-                return;
+                return n;
+            if (m->w.steps != before && SPENT > *left)
+                return k;
             lvs[d + 1]  = x >> 2;
             lacc[d + 1] = (uint8_t)(x >> 1 & 1);
             d++;
         }
+        *left -= 1;
         have = d;
         prev = p;
         plen = L;
         if (d == L && (lvs[L] || lacc[L]))
             bits[id >> 6] |= 1ull << (id & 63);
     }
+#undef SPENT
+    return n;
 }
 
 /* bits |= the cached part of node's entry c. */
@@ -1426,8 +1413,8 @@ static int reps_of(k3_gmatch *m) {
         if (!m->mk_hash[k])
             m->mk_hash[k] = r + 1, m->mk_rep[m->mk_n++] = r;
     }
-    m->mk_merged = m->mk_checked = 0;
-    m->mk_ready                  = 1;
+    m->mk_merged = m->mk_checked = m->mk_at = 0;
+    m->mk_ready                             = 1;
     return 0;
 }
 
@@ -1443,9 +1430,10 @@ static int reps_of(k3_gmatch *m) {
  *   - merges: the set's distinct entries (nodes that share one are merged once) OR-ed into the
  *     mask, each charged merge_cost, begun on the same terms (uncounted, hundreds of bitsets
  *     were a millisecond past the budget); a call that stops keeps its part in m->mk_bits;
- *   - the uncertain tokens' lists: each charged its length and G_STEP_COST per transition of
- *     the matcher's DFA (a step over the whole set); past the budget, between two lists, the
- *     call stops, and the next reads those transitions back.
+ *   - the uncertain tokens' lists: each token charged one and G_STEP_COST per transition of
+ *     the matcher's DFA (a step over the whole set); at the budget, before a token or after the
+ *     transition that passed it, the call stops (check_sorted), and the next goes on from that
+ *     token, reading those transitions back.
  * *done 0: the mask is not set (all zero; what was filled, merged or computed stays for the next
  * call); 1: it is set, the same mask whatever the budget. */
 static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *done) {
@@ -1484,17 +1472,15 @@ static k3_status mask_some(k3_gmatch *m, uint64_t *bits, int64_t budget, int *do
         left -= cost;
     }
     int32_t s0 = -1;
-    for (; m->mk_checked < m->mk_n; m->mk_checked++) { /* uncertain tokens: against the whole set */
+    for (; m->mk_checked < m->mk_n; m->mk_checked++, m->mk_at = 0) { /* uncertain tokens: against the set */
         const g_cache *c = &g->cache[m->mk_rep[m->mk_checked]];
         if (!c->n_unc)
             continue;
-        int64_t spent = G_STEP_COST * (m->w.steps - steps0);
-        if (spent >= left && (spent || left != budget))
-            goto later;
         if (s0 < 0 && (s0 = cur_state(m)) < 0)
             return k3_err(K3_ERR_NOMEM, "grammar: out of memory computing a token mask");
-        check_sorted(m, s0, c->unc, c->n_unc, bits);
-        left -= c->n_unc;
+        if ((m->mk_at = check_sorted(m, s0, c->unc, m->mk_at, c->n_unc, bits, &left, steps0, budget)) <
+            c->n_unc)
+            goto later;
     }
     for (int i = 0; i < m->cur.n; i++) {
         const g_node *n = &g->node[m->cur.v[i].node];

@@ -127,14 +127,10 @@ static void part_name(char *buf, size_t n, int l, int e, int p) {
 static void keep_old_fd(ex_tier *t, int fd) {
     if (fd < 0)
         return;
-    if (t->n_old == t->cap_old) {
-        int  cap = t->cap_old ? 2 * t->cap_old : 16;
-        int *n   = realloc(t->old_fds, (size_t)cap * sizeof *n);
-        if (!n)
-            return; /* keep it open and forgotten rather than close it under a reader */
-        t->old_fds = n;
-        t->cap_old = cap;
-    }
+    int *n = k3_grow(t->old_fds, &t->cap_old, (size_t)t->n_old + 1, sizeof *n, 16);
+    if (!n)
+        return; /* keep it open and forgotten rather than close it under a reader */
+    t->old_fds             = n;
     t->old_fds[t->n_old++] = fd;
 }
 

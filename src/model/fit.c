@@ -191,58 +191,6 @@ void fit_plan_at(const fit_table *t, const fit_set *s, fit_plan *p) {
 
 /* ---- the machine --------------------------------------------------------------------------- */
 
-static double read_num(const char *path, int *is_max) {
-    FILE *f       = fopen(path, "r");
-    char  buf[64] = "";
-    if (!f)
-        return -1;
-    if (!fgets(buf, sizeof buf, f))
-        buf[0] = 0;
-    fclose(f);
-    if (is_max)
-        *is_max = !strncmp(buf, "max", 3);
-    char  *end;
-    double v = strtod(buf, &end);
-    return end == buf ? -1 : v;
-}
-
-/* memory.max - memory.current of the tightest cgroup (v2) from the process's own up; 0 if none. */
-static double cgroup_room(void) {
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    char  line[4096], path[4200];
-    char *cg = NULL;
-    if (!f)
-        return 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "0::", 3)) {
-            cg                    = line + 3;
-            cg[strcspn(cg, "\n")] = 0;
-            break;
-        }
-    fclose(f);
-    if (!cg)
-        return 0;
-    double best = 0;
-    for (;;) {
-        int is_max = 1;
-        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", strcmp(cg, "/") ? cg : "");
-        double mx = read_num(path, &is_max);
-        if (mx > 0 && !is_max) {
-            snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.current", strcmp(cg, "/") ? cg : "");
-            double cur = read_num(path, NULL), room = mx - (cur > 0 ? cur : 0);
-            if (room < 0)
-                room = 0;
-            if (best == 0 || room < best)
-                best = room > 0 ? room : 1;
-        }
-        char *slash = strrchr(cg, '/');
-        if (!slash || slash == cg)
-            break;
-        *slash = 0;
-    }
-    return best;
-}
-
 double fit_meminfo_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f)
@@ -258,8 +206,9 @@ double fit_meminfo_available(void) {
 
 k3_status fit_machine_get(fit_machine *o) {
     memset(o, 0, sizeof *o);
-    o->meminfo  = fit_meminfo_available();
-    o->cgroup   = cgroup_room();
+    o->meminfo = fit_meminfo_available();
+    double phys, limit;
+    k3_machine_memory(&phys, &limit, &o->cgroup);
     double    g = 0, load = 0;
     k3_status st;
     if ((st = k3_setting_env(K3_SETTING_MEM_GB, &g)) || (st = k3_setting_env(K3_SETTING_TEST_LOAD, &load)))
@@ -269,7 +218,7 @@ k3_status fit_machine_get(fit_machine *o) {
         o->src   = "K3_MEM_GB";
     } else if (o->cgroup > 0 && (o->meminfo <= 0 || o->cgroup < o->meminfo)) {
         o->avail = o->cgroup;
-        o->src   = "cgroup memory.max";
+        o->src   = "cgroup memory limit";
     } else {
         o->avail = o->meminfo;
         o->src   = "MemAvailable";

@@ -21,8 +21,9 @@
  * Only the layers that run (K3_LAYERS) are counted.
  *
  * What the machine can give ("available"): K3_MEM_GB when set (an override, for users and
- * tests), else the smaller of MemAvailable (/proc/meminfo) and, when the process's cgroup (v2)
- * or one above it sets memory.max, memory.max - memory.current. The plan must fit in
+ * tests), else the smaller of MemAvailable (/proc/meminfo) and, when the process's cgroup or one
+ * above it sets a limit (v2 memory.max, v1 memory.limit_in_bytes), that limit less what it has
+ * charged, the least of them (k3_machine_memory, util.c). The plan must fit in
  * "usable" = available - reserve, reserve = 0.5 GB + 5% of available (activations, logits,
  * the 64 MB load bands, the OS).
  *
@@ -110,9 +111,9 @@ typedef struct fit_plan {
 
 typedef struct fit_machine {
     double      avail, usable; /* bytes                                                      */
-    const char *src;           /* "K3_MEM_GB", "MemAvailable", "cgroup memory.max"           */
+    const char *src;           /* "K3_MEM_GB", "MemAvailable", "cgroup memory limit"         */
     double      meminfo;       /* MemAvailable (0: unknown)                                  */
-    double      cgroup;        /* memory.max - memory.current (0: no limit found)            */
+    double      cgroup;        /* a cgroup's limit less its charge (0: no limit found)       */
 } fit_machine;
 
 /* Which settings were given explicitly (k3_params.set, K3_SET_* in k3.h). */

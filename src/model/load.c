@@ -118,14 +118,10 @@ k3_status k3_init(void) {
 /* ==== loading helpers ======================================================= */
 
 static k3_status own(k3_model *m, void *p) {
-    if (m->n_owned == m->cap_owned) {
-        int    cap = m->cap_owned ? 2 * m->cap_owned : 256;
-        void **n   = realloc(m->owned, (size_t)cap * sizeof *n);
-        if (!n)
-            return k3_err(K3_ERR_NOMEM, "model: out of memory");
-        m->owned     = n;
-        m->cap_owned = cap;
-    }
+    void **n = k3_grow(m->owned, &m->cap_owned, (size_t)m->n_owned + 1, sizeof *n, 256);
+    if (!n)
+        return k3_err(K3_ERR_NOMEM, "model: out of memory");
+    m->owned               = n;
     m->owned[m->n_owned++] = p;
     return K3_OK;
 }

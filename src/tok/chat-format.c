@@ -753,16 +753,12 @@ static k3_status open_call(k3_chat_parser *p) {
         free(name.p);
         return K3_OK;
     }
-    if (p->n_calls == p->cap_calls) {
-        int    cap = p->cap_calls ? 2 * p->cap_calls : 4;
-        pcall *c   = realloc(p->calls, (size_t)cap * sizeof *c);
-        if (!c) {
-            free(name.p);
-            return k3_err(K3_ERR_NOMEM, "chat parser: out of memory");
-        }
-        p->calls     = c;
-        p->cap_calls = cap;
+    pcall *nc = k3_grow(p->calls, &p->cap_calls, (size_t)p->n_calls + 1, sizeof *nc, 4);
+    if (!nc) {
+        free(name.p);
+        return k3_err(K3_ERR_NOMEM, "chat parser: out of memory");
     }
+    p->calls = nc;
     pcall *c = &p->calls[p->n_calls++];
     memset(c, 0, sizeof *c);
     c->name    = name.p;

@@ -1204,12 +1204,15 @@ static int is_loopback(const struct sockaddr *a) {
     return a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr);
 }
 
-/* K3_SERVE_GRAMMAR_MB unset (0): 1/32 of the machine's physical memory, from 64 to 4096 MB. The
- * memory fit leaves 5% of the available memory (and 0.5 GB) beside the model's plan; 1/32 (3%)
- * stays inside it, and the grammars of 4,096 MB serve dozens of requests at the compile limits. */
+/* K3_SERVE_GRAMMAR_MB unset (0): 1/32 of the machine's physical memory, or of the process's
+ * cgroup memory limit when that is smaller (a container's), from 64 to 4096 MB. The memory fit
+ * leaves 5% of the available memory (and 0.5 GB) beside the model's plan; 1/32 (3%) stays
+ * inside it, and the grammars of 4,096 MB serve dozens of requests at the compile limits. */
 static int gram_default_mb(void) {
-    long   pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    double mb = pages > 0 && psz > 0 ? (double)pages * (double)psz / 32 / (1 << 20) : 1024;
+    double phys, limit, room;
+    k3_machine_memory(&phys, &limit, &room);
+    double mem = limit > 0 && (phys <= 0 || limit < phys) ? limit : phys;
+    double mb  = mem > 0 ? mem / 32 / (1 << 20) : 1024;
     return mb < 64 ? 64 : mb > 4096 ? 4096 : (int)mb;
 }
 
@@ -1446,7 +1449,7 @@ int cli_serve(const ui_opts *o) {
     char host[128] = "?";
     getnameinfo(ai->ai_addr, ai->ai_addrlen, host, sizeof host, NULL, 0, NI_NUMERICHOST);
     fprintf(stderr, "k3chat: the requests' grammars may take %d MB (K3_SERVE_GRAMMAR_MB%s)\n", srv.gram_mb,
-            srv.gram_auto ? " unset: 1/32 of the machine's memory" : "");
+            srv.gram_auto ? " unset: 1/32 of the machine's memory or its cgroup limit" : "");
     fprintf(stderr, "k3chat: serving %s (context %d) on http://%s%s%s:%u/v1%s\n", srv.name, srv.info.max_ctx,
             ai->ai_family == AF_INET6 ? "[" : "", host, ai->ai_family == AF_INET6 ? "]" : "",
             http_gate_port(gate), srv.n_keys ? " (API key required)" : "");
