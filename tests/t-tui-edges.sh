@@ -35,7 +35,7 @@ wait_input_empty 5
 check "item 31: /retry keeps the /save notice shown after the last message" wait_for "saved 2 messages" 5
 # both commands in one write: the /clear reaches the UI before the save's notice does
 keys -l "$(printf '/save %s/t31.jsonl\r/clear\r' "$K3_TMP")"
-wait_for "type a message and press Enter" 5
+wait_for "type a message and press Enter" 15
 check "item 31: the file was saved" wait_for_file "$K3_TMP/t31.jsonl"
 sleep 0.3
 check "item 31: the save's notice is not in the new, empty conversation" hasnt "saved 2 messages to $K3_TMP/t31"
@@ -189,7 +189,7 @@ wait_for "third answer" 10
 type_line "/save $K3_TMP/s15.jsonl"
 wait_for "saved 6 messages" 5
 keys C-l; type_line "/clear"
-wait_for "type a message and press Enter" 5
+wait_for "type a message and press Enter" 15
 type_line "/load $K3_TMP/s15.jsonl"
 wait_for "loaded 6 messages" 5
 check "item 15: loaded turns keep their reasoning figures" sh -c "! $T capture-pane -p | grep -q '0.0 s · 0 tokens'"
@@ -315,7 +315,7 @@ if [ -f "$nano/model.safetensors" ]; then
     type_line "/save $K3_TMP/n15.jsonl"
     wait_for "saved 2 messages" 5
     type_line "/clear"
-    wait_for "type a message and press Enter" 5
+    wait_for "type a message and press Enter" 15
     check "item 24 (k3-nano): /clear lowers the context figure (below $full)" \
         wait_until "a context figure below $full" 5 nctx_is -lt "$full"
     type_line "/load $K3_TMP/n15.jsonl"
