@@ -80,7 +80,7 @@ int bench_history(void) {
               k3_conv_add(seed, K3_ROLE_USER, "What is 2 + 3?", NULL) == K3_OK &&
               k3_conv_generate(seed, m, s, NULL) == K3_OK);
     const k3_msg *user = k3_conv_msg(seed, 0), *reply = k3_conv_msg(seed, 1);
-    k3_tok       *tok;
+    const k3_tok *tok;
     char          load[64] = "?";
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
         char name[64];

@@ -3,6 +3,15 @@
  *   BENCH tok_encode_o200k       X MB/s ref Y MB/s   (ref: js-tiktoken, pure JS)
  *   BENCH tok_encode_o200k_wasm  X MB/s ref Y MB/s   (ref: tiktoken, the Rust crate as WASM)
  *   BENCH tok_encode_kimi        X MB/s ref Y MB/s   (ref: WASM tiktoken with the Kimi regex)
+ *   BENCH tok_model_open         X ms ref Y ms       a model with the release's vocabulary opened
+ *                                                    and its tokenizer taken (k3_model_tok); ref:
+ *                                                    the open followed by a parse of the tokenizer
+ *                                                    of its own (k3_tok_load_model), as the front
+ *                                                    ends did until they borrowed the model's
+ *   BENCH tok_parse_release      X ms                that parse alone (163,584 ranks + 256 ids)
+ *
+ * The tok_model_open pair: `k3-mkmodel --preset tiny --merges 163328 --seed 1` (the release's
+ * tokenizer files with small weights, K3_BENCH_DIR), median of 5 opens each, wall time.
  *
  * The corpus is tools/mkcorpus.js's 1.2 MB multilingual text without its 25,000-char runs
  * (tiktoken's quadratic BPE takes js-tiktoken minutes on those), the vocabulary is
@@ -84,7 +93,54 @@ static double encode_mbs(const k3_tok *t, const char *text, size_t len) {
     return (double)len / 1e6 / best;
 }
 
+/* The tok_model_open pair and tok_parse_release (above). */
+static int model_open(void) {
+    char gen[1024];
+    if (bench_mkmodel("--preset tiny --merges 163328 --seed 1", "k3-bench-tokopen", gen, sizeof gen))
+        return 1;
+    enum { RUNS = 5 };
+    double    borrow[RUNS], own[RUNS], parse[RUNS];
+    int       rc = 0;
+    k3_params p;
+    for (int r = 0; r < RUNS && !rc; r++) {
+        k3_model     *m = NULL;
+        const k3_tok *bt;
+        k3_tok       *t  = NULL;
+        double        t0 = now();
+        if (k3_params_default(&p) || k3_model_open(gen, &p, &m) || k3_model_tok(m, &bt)) {
+            rc = 1;
+            break;
+        }
+        borrow[r] = now() - t0;
+        k3_model_free(m);
+        t0 = now();
+        if (k3_model_open(gen, &p, &m)) {
+            rc = 1;
+            break;
+        }
+        k3_model_info info;
+        k3_model_get_info(m, &info);
+        double t1 = now();
+        rc        = k3_tok_load_model(gen, info.vocab, &t) != K3_OK;
+        own[r]    = now() - t0;
+        parse[r]  = now() - t1;
+        k3_tok_free(t);
+        k3_model_free(m);
+    }
+    if (rc)
+        fprintf(stderr, "bench-tok: %s: %s\n", gen, k3_errmsg());
+    else {
+        bench_report("tok_model_open", 1e3 * bench_median(borrow, RUNS), "ms", 1e3 * bench_median(own, RUNS),
+                     "ms");
+        bench_report("tok_parse_release", 1e3 * bench_median(parse, RUNS), "ms", 0, "");
+    }
+    bench_rmmodel(gen);
+    return rc;
+}
+
 int bench_tok(void) {
+    if ((bench_want("tok_model_open") || bench_want("tok_parse_release")) && model_open())
+        return 1;
     if (!bench_want("tok_encode_o200k") && !bench_want("tok_encode_kimi"))
         return 0;
     if (access("tools/mkcorpus.js", R_OK) || access("tools/tiktoken-ref.cjs", R_OK)) {

@@ -317,6 +317,10 @@ k3_status k3_tok_load(const char *dir, const char *pattern, k3_tok **out);
  * no embedding row for (its base ranks + 256 reserved ids > vocab); a model's
  * tokenizer_config.json is required ("DIR/tokenizer_config.json: missing (...)"). */
 k3_status k3_tok_load_model(const char *dir, int32_t vocab, k3_tok **out);
+/* The model's tokenizer: k3_model_open reads DIR's (k3_tok_load_model, before any shard) and keeps
+ * it; the caller borrows it while the model lives (never k3_tok_free). K3_ERR_IO naming
+ * DIR/tiktoken.model when the directory has none (a model runs on token ids without one). */
+k3_status k3_model_tok(const k3_model *m, const k3_tok **out);
 void      k3_tok_free(k3_tok *t);
 int32_t   k3_tok_n_vocab(const k3_tok *t); /* base ranks + 256 reserved ids           */
 

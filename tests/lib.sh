@@ -17,6 +17,9 @@
 #                              a FAIL line (stderr, so that $(settled ...) keeps it visible)
 #   tiny_model DIR SEED [K3-MKMODEL OPTION...]  a tiny model in DIR, or a FAIL line naming
 #                              k3-mkmodel's error and exit 1
+#   tmux_end TMUX              the tmux server TMUX (a command: "tmux -L NAME -f /dev/null") goes,
+#                              once the programs in its panes have ended (SIGTERM, waited for),
+#                              and its panes' processes are waited for
 # Time limits are multiplied by $slow (3 in a sanitizer tree, else 1): a limit only catches a
 # hang, so a slow tree must not turn into a failure. Library variables start with _ (tests own
 # the other names).
@@ -87,4 +90,48 @@ tiny_model() {
         return 0
     echo "FAIL: k3-mkmodel --preset tiny --seed $_s $* ($(tail -c 200 "$K3_TMP/mkmodel.err"))"
     exit 1
+}
+# tmux_end TMUX: the programs in the panes of the tmux server TMUX (each process in a pane's tree
+# but its shells and its closing sleep) get SIGTERM and are waited for, 30 s (x$slow) at most;
+# then kill-server, and the panes' processes (the shells and sleeps too, which the hang-up ends)
+# are waited for. What does not end in time is a FAIL line naming it. Killing the server under
+# a running k3chat hung it up in the middle of what it did: a turn or a load that takes seconds
+# to stop outlived its test, and an ASan k3chat hung up inside LeakSanitizer's exit check spun
+# at 100 % for good (the hang-up's SIGCONT to its orphaned process group cancelled the SIGSTOP
+# its tracer waited for). k3chat takes SIGTERM as a quit (128 + 15 after the usual end).
+tmux_end() {
+    _ep=$($1 list-panes -a -F '#{pane_pid}' 2>/dev/null)
+    if [ -n "$_ep" ]; then
+        _el=$(_pane_procs 0 $_ep)
+        for _p in $(echo "$_el" | awk '{ print $1 }'); do kill -TERM "$_p" 2>/dev/null; done
+        # a stopped one (Ctrl-Z in a test) takes the signal once continued
+        for _p in $(echo "$_el" | awk '$2 ~ /^T/ { print $1 }'); do kill -CONT "$_p" 2>/dev/null; done
+        [ -n "$_el" ] && ! wait_until "the programs in the panes to end after SIGTERM" 30 _pane_none 0 $_ep &&
+            echo "    still running: $(_pane_procs 0 $_ep | tr '\n' ' ')"
+        _el=$(_pane_procs 1 $_ep | awk '{ print $1 }')
+    fi
+    $1 kill-server 2>/dev/null
+    [ -n "$_ep" ] && [ -n "$_el" ] && ! wait_until "the panes' processes to end with the server" 10 _gone $_el &&
+        echo "    still running: $(ps -o pid=,stat=,args= -p "$(echo $_el | tr ' ' ,)" | tr '\n' ' ')"
+    return 0
+}
+# _pane_procs ALL PID...: "pid stat comm" of each live process in the trees under the PIDs (the
+# PIDs included), with ALL 0 but the shells and sleep
+_pane_procs() {
+    _pa=$1; shift
+    ps -e -o pid=,ppid=,stat=,comm= | awk -v roots="$*" -v all="$_pa" '
+        BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) t[r[i]] = 1 }
+        { pid[NR] = $1; pp[NR] = $2; st[NR] = $3; cm[NR] = $4 }
+        END {
+            do { more = 0; for (i = 1; i <= NR; i++) if (!(pid[i] in t) && (pp[i] in t)) { t[pid[i]] = 1; more = 1 } } while (more)
+            for (i = 1; i <= NR; i++)
+                if ((pid[i] in t) && st[i] !~ /^Z/ && (all || cm[i] !~ /^(sh|dash|bash|sleep)$/)) print pid[i], st[i], cm[i]
+        }'
+}
+_pane_none() { [ -z "$(_pane_procs "$@")" ]; }
+_gone() { # _gone PID...: none of them is alive (a zombie left to its parent counts as gone)
+    for _p in "$@"; do
+        ps -o stat= -p "$_p" 2>/dev/null | grep -qv '^Z' && return 1
+    done
+    return 0
 }

@@ -13,7 +13,7 @@
 # Protocol (any language): a test prints one line per assertion, starting with
 #   PASS: <description>     FAIL: <description>     SKIP: <description and why>
 # A test that exits non-zero without printing a FAIL line, or prints no assertion
-# at all, counts as one failure. Tests:
+# at all, counts as one failure; so does one that leaves a process running (below). Tests:
 #   BUILD/tests/test-*   C tests (tests/test-*.c, see tests/test.h)
 #   tests/t-*.sh         shell tests, run with sh
 #   tests/t-*.py         Python tests, run with /usr/bin/python3 (Debian's, with numpy)
@@ -179,10 +179,12 @@ run_one() {
     times >"$res/$id.times"
     cpu=$(awk 'END { split($1 " " $2, a, /[ms]/); printf "%d", a[1] * 60 + a[2] + a[3] * 60 + a[4] }' "$res/$id.times")
     [ -s "$sp" ] && speed_pool "$sp" "$pool"
-    # Processes the test left behind (their environment holds its K3_TMP) are killed, and the
-    # summary names them. Seen: an ASan k3chat whose tmux pane was killed as it exited spun at
-    # 100 % for the rest of the run (LeakSanitizer's exit check had ptrace-attached its tracer,
-    # and the hang-up's SIGCONT to the orphaned group cancelled the SIGSTOP it waited for).
+    # Processes the test left running (their environment holds its K3_TMP) are a failure that
+    # names them, and are killed. A test ends what it started and waits for it (tmux_end in
+    # lib.sh for what runs in tmux): seen, an ASan k3chat whose tmux pane was killed as it exited
+    # spun at 100 % for the rest of the run (LeakSanitizer's exit check had ptrace-attached its
+    # tracer, and the hang-up's SIGCONT to the orphaned group cancelled the SIGSTOP it waited
+    # for), and a k3chat hung up while it loaded or streamed outlived its test by seconds.
     left=""
     for e in $(grep -lzxF "K3_TMP=$tmp" /proc/[0-9]*/environ 2>/dev/null); do
         pid=${e#/proc/}; pid=${pid%/environ}
@@ -198,7 +200,9 @@ run_one() {
         elif [ $((p + f + s)) -eq 0 ]; then
             f=1; echo "  [$b] $name: FAIL: printed no assertion (log: $log)"
         fi
-        [ -n "$left" ] && echo "  [$b] $name: note: killed what it left running:$left"
+        if [ -n "$left" ]; then
+            f=$((f + 1)); echo "  [$b] $name: FAIL: left running when it ended (killed now):$left"
+        fi
         printf '%-8s %-40s %4d passed %3d failed %3d skipped  %3ds  (cpu %3ds, from %3ds)\n' "[$b]" "$name" "$p" "$f" "$s" \
             $((t1 - t0)) "$cpu" $((t0 - start))
         echo "$p $f $s" >"$res/$id.cnt"

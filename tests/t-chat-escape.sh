@@ -13,7 +13,7 @@
 
 python3 "$K3_SRC/tests/chat_fake.py" "$K3_TMP/port" "$K3_TMP/reqs" &
 fpid=$!
-trap '$T kill-server 2>/dev/null; kill $fpid 2>/dev/null' EXIT
+trap 'tmux_end "$T"; kill $fpid 2>/dev/null; wait $fpid' EXIT
 wait_until "the fake server's port in $K3_TMP/port" 10 test -s "$K3_TMP/port"
 port=$(cat "$K3_TMP/port")
 ep="http://127.0.0.1:$port"

@@ -77,7 +77,7 @@ if command -v tmux >/dev/null; then
     keys -l "/save $d/a"; keys M-Enter; keys -l "b.jsonl"; keys Enter
     check "the full-screen chat refuses a file name with a newline" wait_for "a name is one line" 5
     check "... and writes no file" sh -c "! ls '$d' | grep -q '^a'"
-    $T kill-server 2>/dev/null
+    tmux_end "$T"
 fi
 
 # 5: /retry keeps the replaced answer, abandoned, in memory (/save) and in the autosave

@@ -52,4 +52,34 @@ for bad in "tiktoken.model:line 3: bad base64" "tokenizer_config.json:line 1" "t
     [ $rc -eq 1 ] && grep -qF "$f: $want" "$T/err" && ! grep -q "safetensors" "$T/err"
     check $? "bad $f ($want): refused before any shard is opened (exit $rc: $(head -c 250 "$T/err"))"
 done
+# The tokenizer is read once, at the model's open, and the front ends take the model's
+# (k3_model_tok): --prompt, line mode (the chat's turns, as the full-screen chat runs them) and
+# the server each read tiktoken.model once, as K3_VERBOSE's line for each read counts. They read
+# it again after the open (a second parse, 163,584 ranks on the release: BENCHMARKS.md).
+reads() { grep -c "k3-nano/tiktoken.model: 856 ranks and 256 reserved ids read in" "$1"; }
+K3_VERBOSE=1 timeout 120 "$K3" "$K3_SRC/models/k3-nano" --prompt hi --think off --max-tokens 1 >/dev/null 2>"$T/err"
+n=$(reads "$T/err"); check "--prompt reads the tokenizer once ($n reads)" [ "$n" -eq 1 ]
+printf 'hi\n' | K3_VERBOSE=1 timeout 120 "$K3" "$K3_SRC/models/k3-nano" --plain --think off --max-tokens 1 >/dev/null 2>"$T/err"
+n=$(reads "$T/err"); check "--plain reads the tokenizer once, a turn included ($n reads)" [ "$n" -eq 1 ]
+# the server: two slots answering at once (each slot's conversation read its own copy at its first
+# request, the structured-output vocabulary another: 4 reads)
+K3_VERBOSE=1 "$K3" "$K3_SRC/models/k3-nano" --serve 127.0.0.1:0 --parallel 2 2>"$T/err" &
+pid=$!
+serving() { grep -q "serving" "$T/err" || ! kill -0 $pid 2>/dev/null; }
+wait_until "the server to say it is serving" 60 serving
+url=$(grep -o 'http://[^ ]*/v1' "$T/err" | head -n 1)
+rq=""
+for i in 1 2; do
+    $PY -c 'import json, sys, urllib.request as u
+b = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}).encode()
+u.urlopen(u.Request(sys.argv[1] + "/chat/completions", b, {"Content-Type": "application/json"}), timeout=120).read()' \
+        "$url" >"$T/req$i" 2>&1 &
+    rq="$rq $!"
+done
+wait $rq
+kill -TERM $pid 2>/dev/null
+wait $pid
+n=$(reads "$T/err"); a=$(grep -c " 200: " "$T/err")
+[ "$n" -eq 1 ] && [ "$a" -eq 2 ]
+check $? "--serve --parallel 2, two requests at once: the tokenizer read once ($n reads, $a answers; $(cat "$T/req1" "$T/req2" | head -c 100))"
 finish

@@ -323,7 +323,7 @@ if command -v tmux >/dev/null; then
         sleep 0.1; i=$((i + 1))
     done
     check $ok "TUI: the speed estimate is shown while the model loads ($(echo "$scr" | grep -m1 -o 'expected speed.*' | head -c 120))"
-    $S kill-server 2>/dev/null
+    tmux_end "$S" # k3chat, still loading, quit and waited for
 else
     echo "SKIP: TUI speed estimate while loading (tmux is not installed)"
 fi

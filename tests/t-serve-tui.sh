@@ -14,7 +14,7 @@ d="$K3_TMP/tiny"
 "$K3_BUILD/k3-mkmodel" --preset tiny --seed 1 "$d" >/dev/null 2>&1 || { echo "FAIL: k3-mkmodel"; exit 1; }
 spid=""
 stop_server() { [ -n "$spid" ] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null; spid=""; }
-trap 'stop_server; $T kill-server 2>/dev/null' EXIT
+trap 'tmux_end "$T"; stop_server' EXIT
 # start_server PORT: a server on 127.0.0.1:PORT; waits (bounded) until it says it is serving or
 # has ended (a port in use ends it at once). Status 0 and $port set when it serves.
 up_or_ended() { grep -q "serving" "$K3_TMP/serve.log" || ! kill -0 "$spid" 2>/dev/null; }

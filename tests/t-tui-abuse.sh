@@ -52,7 +52,7 @@ type_line "dumb"
 check "TERM=dumb: answers in line mode" wait_for "THE-END" 10
 keys C-d
 check "TERM=dumb: exits with 0" wait_for "EXIT=0" 5
-$T kill-server 2>/dev/null
+tmux_end "$T"
 
 # 4. closed stdout and SIGPIPE in line mode (bounded with timeout)
 printf 'hi\nagain\n' | K3_MOCK="$m" timeout 20 "$k" --plain /no/model >&- 2>"$K3_TMP/e4"

@@ -18,7 +18,7 @@ SKIN=$(printf '\360\237\221\215\360\237\217\275')                               
 # What this tmux does with the samples (the same question the probe asks it).
 tmux_width() { # tmux_width TEXT: columns the cursor advances
     _W="tmux -L k3emw -f /dev/null"
-    $_W kill-server 2>/dev/null
+    tmux_end "$_W"
     $_W new-session -d -x 40 -y 5 -e LANG=C.UTF-8 -e LC_ALL=C.UTF-8 "printf '%s' '$1'; sleep 30"
     _i=0; _x=""
     while [ $_i -lt 40 ]; do
@@ -26,7 +26,7 @@ tmux_width() { # tmux_width TEXT: columns the cursor advances
         [ -n "$_x" ] && [ "$_x" != 0 ] && break
         sleep 0.05; _i=$((_i + 1))
     done
-    $_W kill-server 2>/dev/null
+    tmux_end "$_W"
     echo "${_x:-0}"
 }
 w_fam=$(tmux_width "$FAM"); w_jp=$(tmux_width "$JP"); w_skin=$(tmux_width "$SKIN")

@@ -117,7 +117,7 @@ if command -v tmux >/dev/null; then
     # SIGTERM and SIGHUP while libedit reads a line (the terminal raw, echo off): k3chat dies by
     # the signal (128 + its number) with the terminal as it found it (it stayed -icanon -echo)
     for sig in TERM HUP; do
-        $tm kill-server 2>/dev/null
+        tmux_end "$tm"
         tm="tmux -L k3plain$sig -f /dev/null" # a fresh server: one shutting down cannot take it
         $tm new-session -d -x 80 -y 20 -e K3_MOCK="$m" -e HOME="$K3_TMP" -e XDG_STATE_HOME="$K3_TMP/state" \
             "sh -c 'echo \$\$ >$K3_TMP/pid; exec env TERM=xterm-256color $k --plain /no/model'; echo EXIT=\$?; stty -a | tr ' ' '\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\n' ' '; echo; sleep 30"
@@ -132,7 +132,7 @@ if command -v tmux >/dev/null; then
     # /edit offers a loaded transcript's message on the prompt: its control characters are text,
     # not keys (^A moved the cursor, so 'x^Ay' was sent as 'yx'; ESC ] ran a meta key)
     printf '{"format":"k3chat-transcript","version":1}\n{"role":"user","content":"x\\u0001y \\u001b]0;T\\u0007 z"}\n{"role":"assistant","content":"a"}\n' >"$K3_TMP/ctl.jsonl"
-    $tm kill-server 2>/dev/null
+    tmux_end "$tm"
     tm="tmux -L k3plainedit -f /dev/null"
     $tm new-session -d -x 100 -y 20 -e K3_MOCK="$m" -e HOME="$K3_TMP" -e XDG_STATE_HOME="$K3_TMP/state" \
         "env TERM=xterm-256color $k --plain --load $K3_TMP/ctl.jsonl /no/model; echo EXIT=\$?; sleep 30"
@@ -143,7 +143,7 @@ if command -v tmux >/dev/null; then
     check "/edit of a message with control characters sends it as it was" \
         wait_until "'answer to x\\x01y \\x1B]0;T\\x07 z'" 5 on_screen 'answer to x\\x01y \\x1B]0;T\\x07 z'
     $tm send-keys C-d
-    $tm kill-server 2>/dev/null
+    tmux_end "$tm"
 else
     echo "SKIP: tmux is not installed"
 fi

@@ -300,7 +300,7 @@ int main(void) {
     K3_ASSERT(k3_conv_set_settings(c, &set) == K3_OK);
     K3_ASSERT(k3_conv_set_model(c, model_dir, &par) == K3_OK);
     K3_ASSERT(k3_conv_autosave_enable(c, NULL) == K3_OK);
-    k3_tok *tok;
+    const k3_tok *tok;
     K3_ASSERT(conv_get_tok(c, m, &tok) == K3_OK);
     test_forged_ids(tok);
 

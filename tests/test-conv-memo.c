@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static k3_model *m;
-static k3_tok   *tok;
-static int       step;
+static k3_model     *m;
+static const k3_tok *tok;
+static int           step;
 
 /* The kept rendering of c equals one from scratch, and the context figure counts it. */
 static int same_render(k3_conv *c, const char *what) {

@@ -12,16 +12,17 @@ T="tmux -L k3tui0 -f /dev/null"
 # a failed check or wait shows the screen (up to its last row that is not blank)
 on_fail() { screen | awk 'NF { for (; n > 0; n--) print "    |"; print "    | " $0; next } { n++ }'; }
 finish() { # exit status 1 when a FAIL was printed through fail/check or a wait
-    $T kill-server 2>/dev/null
+    tmux_end "$T" # k3chat quit and waited for first (lib.sh)
     [ "$fails" -eq 0 ]
     exit
 }
-trap '$T kill-server 2>/dev/null' EXIT
+trap 'tmux_end "$T"' EXIT
 
-# tui_start COLS ROWS ENV... -- SHELL-COMMAND : a fresh server with one window
+# tui_start COLS ROWS ENV... -- SHELL-COMMAND : a fresh server with one window (the last one's
+# programs quit and waited for, then it goes: tmux_end)
 tui_start() {
     _cols=$1 _rows=$2; shift 2
-    $T kill-server 2>/dev/null
+    tmux_end "$T"
     # a fresh socket name: a server that is still shutting down cannot take the new session
     nserv=$((nserv + 1))
     T="tmux -L k3tui$nserv -f /dev/null"

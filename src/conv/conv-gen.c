@@ -3,8 +3,8 @@
  *
  * DESIGN
  * Rendering goes through the chat encoder (k3_chat_encode, chat-format.c) with the
- * conversation's think mode and effort; the tokenizer is loaded once per model
- * directory and kept in c->render.
+ * conversation's think mode and effort, with the model's tokenizer (k3_model_tok, read
+ * once at the model's open); c->render keeps what rendering memoizes for it.
  *
  * Prompt cache. c->cache_ids holds exactly the ids the session has processed (the
  * session's position equals n_cache). A new turn renders the whole history R and keeps
@@ -48,9 +48,9 @@ typedef struct render_memo {
 } render_memo;
 
 typedef struct conv_render {
-    char       *dir; /* model directory the tokenizer came from */
-    k3_tok     *tok;
-    render_memo memo;
+    char         *dir; /* the directory of the model whose tokenizer it was built for */
+    const k3_tok *tok; /* that model's tokenizer (borrowed)                            */
+    render_memo   memo;
 } conv_render;
 
 static void memo_free(render_memo *mm);
@@ -103,7 +103,6 @@ void k3_conv_set_cache_owner(k3_conv *c, uint64_t owner) {
 static void gen_free(k3_conv *c) {
     conv_render *r = c->render;
     if (r) {
-        k3_tok_free(r->tok);
         memo_free(&r->memo);
         free(r->dir);
         free(r);
@@ -116,29 +115,29 @@ static void gen_free(k3_conv *c) {
     c->cap_cache = 0;
 }
 
-/* The tokenizer of m's directory (loaded on first use). */
-k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out) {
+/* m's tokenizer (k3_model_tok), and c->render set up for it: a new one the first time and for
+ * another model (its directory or its tokenizer: a freed model's address may come back), its
+ * memo started afresh. */
+k3_status conv_get_tok(k3_conv *c, const k3_model *m, const k3_tok **out) {
     k3_model_info info;
-    k3_model_get_info(m, &info);
-    conv_render *r = c->render;
-    if (r && !strcmp(r->dir, info.dir)) {
-        *out = r->tok;
-        return K3_OK;
-    }
-    k3_tok   *tok;
-    k3_status st = k3_tok_load_model(info.dir, info.vocab, &tok);
+    const k3_tok *tok;
+    k3_status     st = k3_model_tok(m, &tok);
     if (st)
         return st;
+    k3_model_get_info(m, &info);
+    conv_render *r = c->render;
+    if (r && r->tok == tok && !strcmp(r->dir, info.dir)) {
+        *out = tok;
+        return K3_OK;
+    }
     conv_render *nr  = k3_calloc(1, sizeof *nr);
     char        *dir = k3_strdup(info.dir);
     if (!nr || !dir) {
         free(nr);
         free(dir);
-        k3_tok_free(tok);
         return k3_err(K3_ERR_NOMEM, "conversation: out of memory");
     }
     if (r) {
-        k3_tok_free(r->tok);
         memo_free(&r->memo);
         free(r->dir);
         free(r);
@@ -578,7 +577,7 @@ k3_status conv_render_kept(k3_conv *c, const k3_tok *tok, k3_ids *out, int *n) {
 }
 
 k3_status k3_conv_context(k3_conv *c, k3_model *m, int *used, int *capacity) {
-    k3_tok       *tok;
+    const k3_tok *tok;
     k3_model_info info;
     int           n  = 0;
     k3_status     st = conv_get_tok(c, m, &tok);
@@ -635,7 +634,7 @@ static int reads_back(const k3_conv *c, int from) {
 }
 
 k3_status k3_conv_fit(k3_conv *c, k3_model *m, int room, int apply, k3_fit_info *fi) {
-    k3_tok       *tok;
+    const k3_tok *tok;
     k3_model_info info;
     memset(fi, 0, sizeof *fi);
     k3_status st = conv_get_tok(c, m, &tok);
@@ -936,7 +935,7 @@ struct k3_conv_gen {
     k3_conv_callbacks cb; /* copy; has_cb says whether one was given */
     int               has_cb;
     k3_model_info     info;
-    k3_tok           *tok;
+    const k3_tok     *tok;
     int32_t          *forced; /* (n_forced) k3_conv_force_reply of this turn */
     int               n_forced;
     k3_ids            R;     /* the prompt (until prefilled)                */

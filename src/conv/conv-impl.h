@@ -126,8 +126,8 @@ k3_status conv_check_sampling(const k3_sampler_params *p, const char *where);
 /* Marks that messages from index i on changed (autosave bookkeeping). */
 void        conv_touched(k3_conv *c, int i);
 const char *conv_role_str(k3_role r);
-/* conv-gen.c: the tokenizer of m's directory, loaded once and kept in c. */
-k3_status conv_get_tok(k3_conv *c, const k3_model *m, k3_tok **out);
+/* conv-gen.c: m's tokenizer (borrowed, k3_model_tok), with c->render set up for it. */
+k3_status conv_get_tok(k3_conv *c, const k3_model *m, const k3_tok **out);
 /* conv-gen.c: the ids generation prefills: k3_conv_render, except that replies generated
  * here whose ids decode to their text are rendered as generated (see conv-gen.c). */
 k3_status conv_render_prompt(const k3_conv *c, const k3_tok *tok, int gen_prompt, k3_ids *out);

@@ -159,9 +159,9 @@ static k3_status replay_context(k3_conv *r, k3_model *m, const k3_msg *saved, co
 
 k3_status k3_conv_replay(k3_conv *saved, k3_model *m, k3_session *s, const k3_conv_settings *set,
                          unsigned flags, k3_replay_cb cb, void *ud, int *n_diff) {
-    k3_conv  *r   = k3_conv_new();
-    k3_tok   *tok = NULL;
-    k3_status st  = r ? k3_conv_set_settings(r, set) : k3_err(K3_ERR_NOMEM, "replay: out of memory");
+    k3_conv      *r   = k3_conv_new();
+    const k3_tok *tok = NULL;
+    k3_status     st  = r ? k3_conv_set_settings(r, set) : k3_err(K3_ERR_NOMEM, "replay: out of memory");
     if (!st)
         st = conv_get_tok(r, m, &tok);
     int turn = 0, diffs = 0;

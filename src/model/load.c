@@ -825,27 +825,25 @@ static void estimate_line(const k3_model *m, char *buf, size_t n) {
  * memory fit (refuses what cannot fit), the shards' headers (st_open), every tensor the config
  * implies with its shape and dtype, and the exact fit. The speed estimate's probes, the caches and
  * the weights' reads come after it (k3_model_open). */
-/* The tokenizer (tiktoken.model, tokenizer_config.json) checked against config.json's vocab_size
- * before any shard is opened: the front ends load it after the model, and a bad tokenizer beside a
- * 1.5 TB checkpoint cost a whole weight load before its error. A directory without tiktoken.model
- * (the engine alone needs none) is left to whoever loads a tokenizer. */
-static k3_status check_tokenizer(const k3_model *m, const char *dir) {
+/* The tokenizer (tiktoken.model, tokenizer_config.json), read and checked against config.json's
+ * vocab_size before any shard is opened, and kept: a bad tokenizer beside a 1.5 TB checkpoint
+ * cost a whole weight load before its error when the front ends read it after the model, and
+ * once checked here they borrow this one (k3_model_tok) rather than parse it again (a second
+ * parse of the release's 163,584 ranks: BENCHMARKS.md, "Tokenizer at model open"). A directory
+ * without tiktoken.model (the engine alone needs none) leaves m->tok NULL. */
+static k3_status load_tokenizer(k3_model *m, const char *dir) {
     char        path[4096];
     struct stat sb;
     snprintf(path, sizeof path, "%s/tiktoken.model", dir);
     if (lstat(path, &sb) < 0 && errno == ENOENT)
         return K3_OK;
-    k3_tok   *tok;
-    k3_status st = k3_tok_load_model(dir, m->cfg.vocab, &tok);
-    if (!st)
-        k3_tok_free(tok);
-    return st;
+    return k3_tok_load_model(dir, m->cfg.vocab, &m->tok);
 }
 
 static k3_status open_checked(k3_model *m, const char *dir, const k3_params *p) {
     k3_params given;
     k3_status st;
-    if ((st = open_plan(m, dir, p, &given)) || (st = check_tokenizer(m, dir)))
+    if ((st = open_plan(m, dir, p, &given)) || (st = load_tokenizer(m, dir)))
         return st;
     m->par = given;
     if ((st = st_open(dir, &m->st)) || (st = cfg_check_tensors(&m->cfg, m->st)) || (st = model_fit(m)))
@@ -936,8 +934,18 @@ void k3_model_free(k3_model *m) {
     free(m->layers);
     if (m->st)
         st_close(m->st);
+    k3_tok_free(m->tok);
     free(m->dir);
     free(m);
+}
+
+k3_status k3_model_tok(const k3_model *m, const k3_tok **out) {
+    *out = m->tok;
+    if (m->tok)
+        return K3_OK;
+    return k3_err(K3_ERR_IO,
+                  "%s/tiktoken.model: missing (the model has no tokenizer: it runs on token ids, --ids)",
+                  m->dir);
 }
 
 void k3_model_get_info(const k3_model *m, k3_model_info *out) {

@@ -87,6 +87,7 @@ struct k3_model {
     k3_config      cfg;
     k3_params      par;
     st_dir        *st;
+    k3_tok        *tok;         /* DIR's tokenizer, read at open; NULL: none there  */
     int            n_run;       /* layers run (K3_LAYERS, else all)                 */
     int            embed_dtype; /* st_dtype of embed_tokens                         */
     const void    *embed;       /* embed_tokens (V, D) as stored (F32/F16/BF16)    */

@@ -483,6 +483,7 @@ static k3_status tok_load_dir(const char *dir, const char *pattern, int need_cfg
     char     *model = NULL, *cfg = NULL;
     size_t    mlen = 0, clen = 0;
     int       missing = 0;
+    double    t0      = k3_time();
     k3_status st      = k3_read_regular(mp, mp, &model, &mlen, NULL);
     if (st)
         return st;
@@ -507,6 +508,9 @@ static k3_status tok_load_dir(const char *dir, const char *pattern, int need_cfg
         }
     }
     st = tok_load_mem(model, mlen, mp, cfg, cp, f, out);
+    if (!st) /* K3_VERBOSE: what a model's open spends on its tokenizer, and how often it is read */
+        K3_LOG_INFO("%s: %d ranks and %d reserved ids read in %.0f ms", mp, (*out)->n_base, TOK_N_RESERVED,
+                    1e3 * (k3_time() - t0));
 done:
     free(model);
     free(cfg);

@@ -103,7 +103,7 @@ static int load_grammar(const ui_opts *o, const k3_buf *schema, const k3_tok *to
 
 static int oneshot_prompt(const ui_opts *o, const k3_buf *schema, k3_model *m, k3_session *s,
                           const k3_sampler_params *sp) {
-    k3_tok         *tok  = NULL;
+    const k3_tok   *tok  = NULL;
     k3_gvocab      *voc  = NULL;
     k3_grammar     *gram = NULL;
     k3_gmatch      *gm   = NULL;
@@ -121,8 +121,8 @@ static int oneshot_prompt(const ui_opts *o, const k3_buf *schema, k3_model *m, k
     k3_chat_opts  opt = {.think = think, .effort = o->effort, .gen_prompt = 1};
     k3_model_info info;
     k3_model_get_info(m, &info);
-    if ((st = k3_tok_load_model(o->dir, info.vocab, &tok)) ||
-        (st = k3_chat_encode(tok, msgs, nm, &opt, &ids)) || (st = k3_chat_parser_new(tok, think, &prs)) ||
+    if ((st = k3_model_tok(m, &tok)) || (st = k3_chat_encode(tok, msgs, nm, &opt, &ids)) ||
+        (st = k3_chat_parser_new(tok, think, &prs)) ||
         (think && o->think_budget > 0 && (st = k3_chat_think_close(tok, &tclose)))) {
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
@@ -208,7 +208,6 @@ done:
     k3_chat_parser_free(prs);
     k3_ids_free(&ids);
     k3_ids_free(&tclose);
-    k3_tok_free(tok);
     return rc;
 }
 

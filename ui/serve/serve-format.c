@@ -20,12 +20,12 @@
 #define STOOLS_MAX_CALLS 8 /* calls in one answer when parallel calls are allowed */
 #include <string.h>
 
-static k3_tok     *tok;  /* the model's tokenizer            */
-static k3_gvocab  *voc;  /* its ids as bytes, mask width     */
-static k3_grammar *gobj; /* json_object, shared              */
+static const k3_tok *tok;  /* the model's tokenizer (borrowed) */
+static k3_gvocab    *voc;  /* its ids as bytes, mask width     */
+static k3_grammar   *gobj; /* json_object, shared              */
 
-k3_status sformat_init(const char *dir, const k3_model_info *info) {
-    k3_status st = k3_tok_load_model(dir, info->vocab, &tok);
+k3_status sformat_init(const k3_model *m, const k3_model_info *info) {
+    k3_status st = k3_model_tok(m, &tok);
     if (!st)
         st = k3_gvocab_new(tok, info->vocab, info->eos_id, &voc);
     if (!st)
@@ -36,7 +36,6 @@ k3_status sformat_init(const char *dir, const k3_model_info *info) {
 void sformat_done(void) {
     k3_grammar_free(gobj);
     k3_gvocab_free(voc);
-    k3_tok_free(tok);
     gobj = NULL;
     voc  = NULL;
     tok  = NULL;

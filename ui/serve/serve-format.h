@@ -15,8 +15,9 @@ typedef struct sformat_req {
     int         own;      /* 1: g is this request's (a json_schema), 0: shared          */
 } sformat_req;
 
-/* Once the model is loaded: the vocabulary masks are built over (its tokenizer in dir). */
-k3_status sformat_init(const char *dir, const k3_model_info *info);
+/* Once the model is loaded: the vocabulary masks are built over (its tokenizer, borrowed while
+ * the model lives: sformat_done comes before k3_model_free). */
+k3_status sformat_init(const k3_model *m, const k3_model_info *info);
 void      sformat_done(void);
 /* response_format of body: 400 (e filled, -1) for a malformed one, an unsupported schema
  * keyword (named with its path) or a schema no document satisfies. */

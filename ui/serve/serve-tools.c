@@ -380,12 +380,12 @@ static struct {
     int     n, next;
 } script;
 
-int stools_script_load(const char *path, const char *model_dir, stools_err *e) {
+int stools_script_load(const char *path, const k3_model *m, stools_err *e) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return bad(e, "script", "K3_SERVE_SCRIPT: cannot open %s", path);
-    k3_tok *tok = NULL;
-    if (k3_tok_load(model_dir, NULL, &tok)) {
+    const k3_tok *tok = NULL;
+    if (k3_model_tok(m, &tok)) {
         fclose(f);
         return bad(e, "script", "K3_SERVE_SCRIPT: %s", k3_errmsg());
     }
@@ -424,7 +424,6 @@ int stools_script_load(const char *path, const char *model_dir, stools_err *e) {
     free(line);
     free(text);
     fclose(f);
-    k3_tok_free(tok);
     return rc;
 }
 

@@ -55,5 +55,5 @@ int stools_msg_same(const k3_msg *m, const stools_msg *x);
 /* K3_SERVE_SCRIPT=FILE (tests): turns of model output in the chat format's notation
  * (<|open|> etc. are the control ids), separated by lines "---", used in order, the last
  * repeating. stools_script_next returns the next turn's ids (0 when no script is set). */
-int stools_script_load(const char *path, const char *model_dir, stools_err *e);
+int stools_script_load(const char *path, const k3_model *m, stools_err *e);
 int stools_script_next(k3_conv *c);

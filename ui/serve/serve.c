@@ -1265,7 +1265,7 @@ static int serve_slots(const ui_opts *o) {
     }
     const char *script = k3_setting_env_str(K3_SETTING_SERVE_SCRIPT);
     stools_err  se;
-    if (script && stools_script_load(script, o->dir, &se)) {
+    if (script && stools_script_load(script, srv.m, &se)) {
         txt_term_printf(stderr, "k3chat: %s\n", se.msg);
         return -1;
     }
@@ -1422,7 +1422,7 @@ int cli_serve(const ui_opts *o) {
     if (serve_slots(o))
         goto done;
     k3_model_get_info(srv.m, &srv.info);
-    if (sformat_init(o->dir, &srv.info)) {
+    if (sformat_init(srv.m, &srv.info)) {
         txt_term_printf(stderr, "k3chat: %s\n", k3_errmsg());
         goto done;
     }
