@@ -71,10 +71,18 @@ t "4: and a later /save writes them" 'head -n 1 "$K3_TMP/s4b.jsonl" | grep -q "\
 # Ctrl-C once the load has started (its first progress line, polled for up to 20 s; a fixed
 # half second was too short on a busy machine): the load takes 4 s, the interrupt ends it early
 printf 'load 4000\ndelay 0\nresponse answer to {user}\n' >"$K3_TMP/slow.txt"
-(printf 'hello\n'; sleep 6) | K3_MOCK="$K3_TMP/slow.txt" "$k" /no/model >"$K3_TMP/o5" 2>"$K3_TMP/e5" &
+# stdin stays open (fd 7 holds the FIFO's write end) until the test is done with k3chat, so
+# no EOF ends the chat before the interrupt, and no feeder process outlives the test
+mkfifo "$K3_TMP/in5"
+K3_MOCK="$K3_TMP/slow.txt" "$k" /no/model <"$K3_TMP/in5" >"$K3_TMP/o5" 2>"$K3_TMP/e5" &
 pid=$!
+exec 7>"$K3_TMP/in5"
+printf 'hello\n' >&7
 wait_until "the first 'k3chat: loading' line" 20 grep -q "k3chat: loading" "$K3_TMP/e5"
 kill -INT $pid 2>/dev/null
+# the chat goes on after a Ctrl-C: its end of input comes once the stop was said
+wait_until "the 'k3chat: stopped' line" 20 grep -q "k3chat: stopped" "$K3_TMP/e5"
+exec 7>&-
 wait $pid
 t "5: the queued message is stopped" 'grep -q "k3chat: stopped" "$K3_TMP/e5"'
 t "5: no answer arrives after the model loads" '! grep -q "answer to hello" "$K3_TMP/o5"'
