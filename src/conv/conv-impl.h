@@ -59,6 +59,8 @@ struct k3_conv {
     char              rf_type[16]; /* response_format: "" (text), "json_object", "json_schema"  */
     char             *rf_schema;   /* json_schema: the schema (JSON text), NULL otherwise        */
     const k3_grammar *grammar;     /* answers drawn under its masks (k3_conv_set_grammar), NULL  */
+    k3_logit_bias    *bias;        /* (n_bias) k3_conv_set_logit_bias's, copied                  */
+    int               n_bias;
     int               n_msgs, cap_msgs;
     int               sys_since; /* the system prompt was set after this many of the other messages
                                     (a /system mid-chat): those were answered without it

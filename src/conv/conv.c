@@ -75,6 +75,9 @@ k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
         return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not %s%s", where, (int)sizeof s->effort, s->effort,
                       k3_setting_expect(K3_SETTING_EFFORT, K3_SRC_API, err, sizeof err),
                       strncmp(s->effort, "medium", sizeof s->effort) ? "" : " (the release rejects medium)");
+    if ((s->logprobs != 0 && s->logprobs != 1) || s->top_logprobs < 0 || s->top_logprobs > K3_TOP_LOGPROBS)
+        return k3_err(K3_ERR_ARG, "%s: logprobs %d, top_logprobs %d (expected 0 or 1, and 0..%d)", where,
+                      s->logprobs, s->top_logprobs, K3_TOP_LOGPROBS);
     if (k3_setting_check(K3_SETTING_MAX_TOKENS, K3_SRC_API, s->max_tokens, err, sizeof err) ||
         k3_setting_check(K3_SETTING_THINK_BUDGET, K3_SRC_API, s->think_budget, err, sizeof err))
         return k3_err(K3_ERR_ARG, "%s: %s", where, err); /* --max-tokens's and --think-budget's rows */
@@ -90,6 +93,11 @@ k3_status conv_check_sampling(const k3_sampler_params *p, const char *where) {
         return k3_err(K3_ERR_ARG, "%s: min_p %g is outside 0..1", where, (double)p->min_p);
     if (p->top_k < 0)
         return k3_err(K3_ERR_ARG, "%s: top_k %d is negative", where, p->top_k);
+    const float pen[2] = {p->presence_penalty, p->frequency_penalty};
+    for (int k = 0; k < 2; k++)
+        if (!(pen[k] >= -2.0f && pen[k] <= 2.0f))
+            return k3_err(K3_ERR_ARG, "%s: %s %g is outside -2..2", where,
+                          k ? "frequency_penalty" : "presence_penalty", (double)pen[k]);
     return K3_OK;
 }
 
@@ -158,6 +166,7 @@ void k3_conv_free(k3_conv *c) {
     free(c->aban);
     free(c->tools);
     free(c->rf_schema);
+    free(c->bias);
     free(c->forced);
     free(c->model_dir);
     free(c->hdr_extra);
@@ -379,6 +388,21 @@ k3_status k3_conv_set_response_format(k3_conv *c, const char *type, const char *
 
 void k3_conv_set_grammar(k3_conv *c, const k3_grammar *g) {
     c->grammar = g;
+}
+
+k3_status k3_conv_set_logit_bias(k3_conv *c, const k3_logit_bias *b, int n) {
+    k3_status st = k3_sampler_set_bias(NULL, b, n);
+    if (st)
+        return st;
+    k3_logit_bias *copy = n ? k3_malloc((size_t)n * sizeof *copy) : NULL;
+    if (n && !copy)
+        return k3_err(K3_ERR_NOMEM, "conversation: out of memory for the logit bias");
+    if (n)
+        memcpy(copy, b, (size_t)n * sizeof *copy);
+    free(c->bias);
+    c->bias   = copy;
+    c->n_bias = n;
+    return K3_OK;
 }
 
 k3_status k3_conv_set_tools(k3_conv *c, const char *json) {
