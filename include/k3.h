@@ -734,12 +734,14 @@ int k3_conv_drop_oldest(k3_conv *c);
 /* A generated token (valid during the on_token call). */
 typedef struct k3_gen_token {
     int32_t id;
-    int     content;       /* 1: a token of the answer's text (the response channel, not a
-                            * special token, not inside a tool call)                     */
-    const k3_tok *tok;     /* the tokenizer: k3_tok_piece gives each id's bytes          */
-    float         logprob; /* content tokens with settings.logprobs: k3_logprobs of the
-                            * logits it was drawn from; else NAN                         */
-    const k3_logprob *top; /* (n_top) the settings.top_logprobs most likely ids          */
+    /* 1: a token of the answer's text (the response channel, outside markers and tool calls;
+     * a special id only where the parser shows it as text) */
+    int           content;
+    const k3_tok *tok; /* the tokenizer: k3_tok_piece gives each id's bytes */
+    /* content tokens with settings.logprobs: k3_logprobs of the logits it was drawn from (the
+     * model's, before bias, penalties, temperature and mask); else NAN */
+    float             logprob;
+    const k3_logprob *top; /* (n_top) the settings.top_logprobs most likely ids */
     int               n_top;
 } k3_gen_token;
 /* Generation (conv-gen.c). Callbacks get UTF-8 pieces of each channel as they decode
@@ -754,8 +756,8 @@ typedef struct k3_conv_callbacks {
      * and is the one the appended message stores. */
     void (*on_tool_call)(int index, const char *id, const char *name, const char *args, size_t n, int done,
                          void *ud);
-    /* Each generated token, after the text callbacks it caused (a token whose text the parser
-     * holds back, as part of a character, shows it with a later one). */
+    /* Each generated token, before the text callbacks it causes (a token whose text the parser
+     * holds back, as part of a character, shows it with a later token's). */
     void (*on_token)(const k3_gen_token *t, void *ud);
 } k3_conv_callbacks;
 /* Renders the history (which must end with a user message or a tool result) with the generation prompt,

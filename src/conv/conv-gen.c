@@ -1074,18 +1074,21 @@ static void step_prepare(k3_conv_gen *g) {
     if (!g->gen.n)
         g->ts.ttft = k3_time() - g->t0;
     int in_think = k3_chat_parser_channel(g->par) == K3_CHAN_THINK;
-    int content  = k3_chat_parser_in_text(g->par) && !k3_tok_is_special(g->tok, id);
+    int text     = k3_chat_parser_in_text(g->par); /* before the feed: where this id lands */
+    if ((g->st = k3_ids_push(&g->gen, id)) || (g->st = k3_chat_parser_feed(g->par, id, &g->out)))
+        return;
+    /* the answer's text: an ordinary id, or a special one the parser shows as text */
+    int content = text && (!k3_tok_is_special(g->tok, id) || g->out.response_len);
     if (content) /* the penalties count the answer's text */
         k3_sampler_accept(g->smp, id);
-    if ((g->st = k3_ids_push(&g->gen, id)) || (g->st = k3_chat_parser_feed(g->par, id, &g->out)) ||
-        (g->st = emit(&g->out, g->has_cb ? &g->cb : NULL, &g->think, &g->resp, &g->ci, g->ts.sampling.seed)))
-        return;
     if (g->has_cb && g->cb.on_token) {
         k3_gen_token t = {.id = id, .content = content, .tok = g->tok, .logprob = NAN, .top = g->top};
         if (content && c->set.logprobs)
             t.logprob = k3_logprobs(logits, g->info.vocab, id, c->set.top_logprobs, g->top, &t.n_top);
         g->cb.on_token(&t, g->cb.ud);
     }
+    if ((g->st = emit(&g->out, g->has_cb ? &g->cb : NULL, &g->think, &g->resp, &g->ci, g->ts.sampling.seed)))
+        return;
     g->ts.n_think += in_think;
     if (!g->think_done && k3_chat_parser_channel(g->par) != K3_CHAN_THINK) {
         g->think_done = 1;

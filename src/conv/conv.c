@@ -75,9 +75,10 @@ k3_status conv_check_settings(const k3_conv_settings *s, const char *where) {
         return k3_err(K3_ERR_ARG, "%s: effort '%.*s' is not %s%s", where, (int)sizeof s->effort, s->effort,
                       k3_setting_expect(K3_SETTING_EFFORT, K3_SRC_API, err, sizeof err),
                       strncmp(s->effort, "medium", sizeof s->effort) ? "" : " (the release rejects medium)");
-    if ((s->logprobs != 0 && s->logprobs != 1) || s->top_logprobs < 0 || s->top_logprobs > K3_TOP_LOGPROBS)
-        return k3_err(K3_ERR_ARG, "%s: logprobs %d, top_logprobs %d (expected 0 or 1, and 0..%d)", where,
-                      s->logprobs, s->top_logprobs, K3_TOP_LOGPROBS);
+    if (s->logprobs != 0 && s->logprobs != 1)
+        return k3_err(K3_ERR_ARG, "%s: logprobs = %d, expected 0 or 1", where, s->logprobs);
+    if (k3_setting_check(K3_SETTING_TOP_LOGPROBS, K3_SRC_API, s->top_logprobs, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "%s: %s", where, err);
     if (k3_setting_check(K3_SETTING_MAX_TOKENS, K3_SRC_API, s->max_tokens, err, sizeof err) ||
         k3_setting_check(K3_SETTING_THINK_BUDGET, K3_SRC_API, s->think_budget, err, sizeof err))
         return k3_err(K3_ERR_ARG, "%s: %s", where, err); /* --max-tokens's and --think-budget's rows */
@@ -93,11 +94,9 @@ k3_status conv_check_sampling(const k3_sampler_params *p, const char *where) {
         return k3_err(K3_ERR_ARG, "%s: min_p %g is outside 0..1", where, (double)p->min_p);
     if (p->top_k < 0)
         return k3_err(K3_ERR_ARG, "%s: top_k %d is negative", where, p->top_k);
-    const float pen[2] = {p->presence_penalty, p->frequency_penalty};
-    for (int k = 0; k < 2; k++)
-        if (!(pen[k] >= -2.0f && pen[k] <= 2.0f))
-            return k3_err(K3_ERR_ARG, "%s: %s %g is outside -2..2", where,
-                          k ? "frequency_penalty" : "presence_penalty", (double)pen[k]);
+    if (k3_setting_check(K3_SETTING_PRESENCE_PENALTY, K3_SRC_API, p->presence_penalty, err, sizeof err) ||
+        k3_setting_check(K3_SETTING_FREQUENCY_PENALTY, K3_SRC_API, p->frequency_penalty, err, sizeof err))
+        return k3_err(K3_ERR_ARG, "%s: %s", where, err);
     return K3_OK;
 }
 
