@@ -173,6 +173,9 @@ static void test_logprobs(void) {
     lp         = k3_logprobs(y, 3, 1, 3, top, &nt);
     T_NEAR(lp, -1.0 - log1p(exp(-1.0)), 1e-6, "no overflow at logit 1000 (%g)", (double)lp);
     T_CHECK(nt == 2, "-inf (probability 0) is not an alternative (%d)", nt);
+    T_CHECK(k3_setting(K3_SETTING_TOP_LOGPROBS)->hi == K3_TOP_LOGPROBS,
+            "top_logprobs' row allows what k3_logprobs lists (%g, %d)",
+            k3_setting(K3_SETTING_TOP_LOGPROBS)->hi, K3_TOP_LOGPROBS);
 }
 
 int main(void) {
