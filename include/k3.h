@@ -696,7 +696,9 @@ k3_status k3_conv_set_tools(k3_conv *c, const char *json);
  * is k3_conv_set_grammar's. */
 k3_status k3_conv_set_response_format(k3_conv *c, const char *type, const char *schema);
 /* The logit bias of the next turns' answers (k3_sampler_set_bias; the reasoning is drawn
- * without it). Copied; n 0 clears. K3_ERR_ARG for a bad entry, K3_ERR_NOMEM; both keep the old. */
+ * without it). b is not copied (each turn's sampler copies it when the turn begins to draw): it
+ * must outlive those turns, as k3_conv_set_grammar's g. n 0 clears. K3_ERR_ARG for a bad entry
+ * (nothing changed). */
 k3_status k3_conv_set_logit_bias(k3_conv *c, const k3_logit_bias *b, int n);
 /* The next turns' answers are drawn under g's token masks from the response channel on
  * (reasoning stays free); NULL: none. g is not copied: it must outlive those turns. */

@@ -15,7 +15,7 @@ import os
 import subprocess
 
 import serve_lib
-from serve_lib import chat, exchange, final, ok, req
+from serve_lib import ok
 
 B, T, K3, ASAN, env = serve_lib.setup()
 M = os.path.join(T, "m")
@@ -24,13 +24,10 @@ FORCED = 300  # an ordinary id of the tiny vocabulary ("00")
 
 
 def post(**kw):
-    """POST a chat request with fields kw (max_tokens 2 unless given): (status, parsed body)."""
-    kw.setdefault("max_tokens", 2)
-    st, _, body = final(exchange(PORT, req("POST", "/v1/chat/completions", chat(**kw)))[0])
-    try:
-        return st, json.loads(body)
-    except ValueError:
-        return st, {"raw": body[:200].decode("utf-8", "replace")}
+    """POST a chat request ("hi"; max_tokens 2 unless given) with fields kw: (status, parsed body)."""
+    st, o, _ = serve_lib.post_chat(PORT, dict({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+                                              **kw))
+    return st, o if isinstance(o, dict) else {"raw": str(o)[:200]}
 
 
 def openai_token(b):

@@ -165,7 +165,6 @@ void k3_conv_free(k3_conv *c) {
     free(c->aban);
     free(c->tools);
     free(c->rf_schema);
-    free(c->bias);
     free(c->forced);
     free(c->model_dir);
     free(c->hdr_extra);
@@ -390,16 +389,10 @@ void k3_conv_set_grammar(k3_conv *c, const k3_grammar *g) {
 }
 
 k3_status k3_conv_set_logit_bias(k3_conv *c, const k3_logit_bias *b, int n) {
-    k3_status st = k3_sampler_set_bias(NULL, b, n);
+    k3_status st = k3_sampler_set_bias(NULL, b, n); /* checked only: each turn's sampler copies it */
     if (st)
         return st;
-    k3_logit_bias *copy = n ? k3_malloc((size_t)n * sizeof *copy) : NULL;
-    if (n && !copy)
-        return k3_err(K3_ERR_NOMEM, "conversation: out of memory for the logit bias");
-    if (n)
-        memcpy(copy, b, (size_t)n * sizeof *copy);
-    free(c->bias);
-    c->bias   = copy;
+    c->bias   = n ? b : NULL;
     c->n_bias = n;
     return K3_OK;
 }

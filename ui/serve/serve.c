@@ -641,7 +641,8 @@ static void job_finish(slot *sl, job *j, k3_status st) {
     const sreq   *r    = &j->r;
     int           n    = k3_conv_count(sl->c);
     const k3_msg *last = n ? k3_conv_msg(sl->c, n - 1) : NULL;
-    k3_conv_set_grammar(sl->c, NULL); /* the job's grammar goes with it */
+    k3_conv_set_grammar(sl->c, NULL); /* the job's grammar and bias go with it */
+    k3_conv_set_logit_bias(sl->c, NULL, 0);
     if (last && (last->role != K3_ROLE_ASSISTANT || !last->has_stats))
         last = NULL; /* the turn did not start */
     pthread_mutex_lock(&srv.mu);
