@@ -77,10 +77,40 @@ try:
        "300 bias entries, penalties in range, logprobs false -> 200 without logprobs (%d %s)"
        % (st, json.dumps(o)[:160]))
 
+    # ---- the same behaviour over raw HTTP (checked without node too)
+    forced = tool("--detokenize", b"%d\n" % FORCED)
+    st, o = post(max_tokens=4, temperature=0, reasoning_effort="none", logprobs=True, logit_bias={str(FORCED): 100})
+    lp = (o.get("choices") or [{}])[0].get("logprobs") or {}
+    ok(st == 200 and o["choices"][0]["message"]["content"] == forced.decode() * 4 and
+       [bytes(e["bytes"]) for e in lp.get("content", [])] == [forced] * 4 and lp.get("refusal", 1) is None,
+       "raw HTTP: bias +100 on id %d forces %r, and logprobs.content lists it 4 times (%s)"
+       % (FORCED, forced, json.dumps(o)[:200]))
+    seeded = dict(max_tokens=8, temperature=1, seed=9, reasoning_effort="none", logprobs=True, top_logprobs=2,
+                  stop=["\u00ff\u00fe"])
+    st, o = post(**seeded)
+    st2, sse, streamed = serve_lib.post_chat(PORT, dict(seeded, messages=[{"role": "user", "content": "hi"}],
+                                                        stream=True))
+    chunks = [x for x in serve_lib.sse_events(sse.encode()) if x != "[DONE]"] if streamed else []
+    text = "".join((c["choices"][0]["delta"].get("content") or "") for c in chunks if c.get("choices"))
+    entries = [e for c in chunks if c.get("choices") for e in ((c["choices"][0].get("logprobs") or {})
+                                                               .get("content") or [])]
+    plain = o["choices"][0] if st == 200 else {}
+    ok(st == 200 and st2 == 200 and plain["logprobs"]["content"] and text == plain["message"]["content"] and
+       entries == plain["logprobs"]["content"],
+       "raw HTTP: a streamed answer's chunks carry the plain answer's logprobs, in order (%d entries / %d)"
+       % (len(entries), len(plain.get("logprobs", {}).get("content", []))))
+    with_lp = [c["choices"][0] for c in chunks if c.get("choices") and
+               (c["choices"][0].get("logprobs") or {}).get("content")]
+    ok(with_lp and all(ch["delta"].get("content") for ch in with_lp),
+       "raw HTTP: each chunk with logprobs entries carries their text (%d chunks)" % len(with_lp))
+    st, o = post(max_tokens=10, temperature=0, reasoning_effort="high", logprobs=True)
+    m = o.get("choices", [{}])[0]
+    ok(st == 200 and m["message"].get("reasoning") and m["logprobs"]["content"] == [] and
+       m["message"]["content"] == "", "raw HTTP: reasoning tokens get no logprobs (%r)" % m.get("logprobs"))
+
     # ---- the official OpenAI SDK for JavaScript
     cache = serve_lib.openai_sdk(["openai@5"])
     if cache:
-        forced = tool("--detokenize", b"%d\n" % FORCED)
         body = r"""
 const [gidOf, forced] = [process.argv[3], process.argv[4]];
 const base = { model: "m", messages: [{ role: "user", content: "hi" }], temperature: 0, reasoning_effort: "none" };
