@@ -70,7 +70,6 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#include <utf8proc.h>
 
 #define SERVE_MAX_BODY (8u << 20) /* bytes of a request body                        */
 #define SERVE_DRAIN_SECS 10       /* at shutdown, for responses to finish           */
@@ -434,39 +433,29 @@ static void on_response(const char *text, size_t n, void *ud) {
     pthread_mutex_unlock(&srv.mu);
 }
 
-/* A token's text as OpenAI's logprobs give it: its bytes when they are UTF-8, else "bytes:"
- * then each byte as \xHH (a token that is part of a character); bytes: the exact bytes. */
+/* A token's text as OpenAI's logprobs give it: its bytes when they are UTF-8 (as jansson, which
+ * writes the string, checks them), else "bytes:" then each byte as \xHH (a token that is part of a
+ * character); bytes: the exact bytes. NULL when out of memory. */
 static json_t *lp_token(const k3_tok *tok, int32_t id, float logprob) {
-    size_t         n;
-    const char    *p     = k3_tok_piece(tok, id, &n);
-    const uint8_t *b     = (const uint8_t *)(p ? p : "");
-    json_t        *bytes = json_array(), *o;
-    txt_buf        t     = {0};
-    if (!p)
-        n = 0;
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(bytes, json_integer(b[i]));
-    utf8proc_int32_t cp;
-    int              ok = 1;
-    for (size_t i = 0; ok && i < n;) {
-        utf8proc_ssize_t k = utf8proc_iterate(b + i, (utf8proc_ssize_t)(n - i), &cp);
-        ok                 = k > 0;
-        i += k > 0 ? (size_t)k : 0;
-    }
-    if (!ok) {
+    size_t      n     = 0;
+    const char *p     = k3_tok_piece(tok, id, &n);
+    json_t     *bytes = json_array(), *text = p ? json_stringn(p, n) : json_string("");
+    for (size_t i = 0; p && i < n; i++)
+        json_array_append_new(bytes, json_integer((unsigned char)p[i]));
+    if (!text) { /* not whole characters */
+        txt_buf t = {0};
         txt_buf_add(&t, "bytes:", 6);
         for (size_t i = 0; i < n; i++) {
             char h[5];
-            snprintf(h, sizeof h, "\\x%02x", b[i]);
+            snprintf(h, sizeof h, "\\x%02x", (unsigned char)p[i]);
             txt_buf_add(&t, h, 4);
         }
+        text = t.p ? json_stringn(t.p, t.n) : NULL;
+        free(t.p);
     }
     /* -inf (probability 0) as OpenAI writes a very unlikely token, which JSON cannot hold */
     double lp = isinf(logprob) || isnan(logprob) ? -9999.0 : (double)logprob;
-    o = json_pack("{s:s%,s:f,s:o}", "token", ok ? (const char *)b : (t.p ? t.p : ""), ok ? n : t.n, "logprob",
-                  lp, "bytes", bytes);
-    free(t.p);
-    return o;
+    return json_pack("{s:o,s:f,s:o}", "token", text, "logprob", lp, "bytes", bytes);
 }
 
 static int grow_lp(job *j) {
@@ -486,7 +475,10 @@ static void on_token(const k3_gen_token *t, void *ud) {
     json_t *o = lp_token(t->tok, t->id, t->logprob), *top = json_array();
     for (int i = 0; i < t->n_top; i++)
         json_array_append_new(top, lp_token(t->tok, t->top[i].id, t->top[i].logprob));
-    json_object_set_new(o, "top_logprobs", top);
+    if (json_object_set_new(o, "top_logprobs", top)) {
+        json_decref(o); /* out of memory: this entry is left out, the answer goes on */
+        return;
+    }
     pthread_mutex_lock(&srv.mu);
     if (j->stopped || (j->n_lp == j->cap_lp && !grow_lp(j)))
         json_decref(o); /* past a stop string; or out of memory: the entry is left out */
