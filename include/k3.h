@@ -275,9 +275,10 @@ int32_t k3_sampler_sample(k3_sampler *s, const float *logits, int n);
  * id / 64; NULL: every id): masked ids are removed after the bias and penalties, before
  * temperature, top-k, min-p and top-p. -1 when the mask allows no id. */
 int32_t k3_sampler_sample_masked(k3_sampler *s, const float *logits, int n, const uint64_t *mask);
-/* OpenAI's logit_bias: bias[i] (in [-100, 100]) added to logit ids[i] before each draw; ids at
- * or past the draw's n are ignored. Copied; n 0 clears. K3_ERR_ARG for a negative id or a bias
- * out of range (naming it), K3_ERR_NOMEM; either leaves the bias as it was. s NULL: only checks. */
+/* OpenAI's logit_bias: each entry's bias (in [-100, 100]) is added to its id's logit before each
+ * draw; ids at or past the draw's n are ignored. Copied; n 0 clears. K3_ERR_ARG for a negative id
+ * or a bias out of range (naming it), K3_ERR_NOMEM; either leaves the bias as it was. s NULL: only
+ * checks. */
 typedef struct k3_logit_bias {
     int32_t id;
     float   bias;
@@ -659,7 +660,8 @@ typedef struct k3_conv_settings {
     k3_sampler_params sampling; /* temp, top_p, min_p, top_k, seed, penalties (these two
                                  * and k3_conv_set_logit_bias's apply to the answer only:
                                  * the reasoning is drawn as the model gives it, and
-                                 * the counts are the answer's ordinary tokens)        */
+                                 * the counts are the answer's text tokens, those
+                                 * on_token marks content)                             */
     char tool_choice[12];       /* "auto" (or "") | "required" | "none" (k3-tools.md 1.6) */
     int  logprobs;              /* 1: on_token gets each answer text token's log-probability */
     int  top_logprobs;          /* and that many alternatives (0..K3_TOP_LOGPROBS)        */
