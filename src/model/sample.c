@@ -329,7 +329,9 @@ float k3_logprobs(const float *logits, int n, int32_t id, int k, k3_logprob *top
     for (int i = 0; i < n; i++) {
         if (isnan(logits[i]))
             continue;
-        sum += exp((double)logits[i] - mx);
+        /* expf of the float difference, summed in double: each term within 1e-7 relative (the
+         * result is a float anyway), at a third of the cost of exp in double */
+        sum += (double)expf(logits[i] - logits[best]);
         if (k && !isinf(logits[i]) &&
             (nt < k || logits[i] > top[nt - 1].logprob)) { /* sorted insertion, ties: lower id */
             int at = nt < k ? nt++ : k - 1;
