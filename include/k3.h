@@ -291,10 +291,10 @@ void k3_sampler_accept(k3_sampler *s, int32_t id);
 void k3_sampler_set_adjust(k3_sampler *s, int on);
 
 /* Log-probabilities in the model's distribution: log_softmax(logits) as given (before any bias,
- * penalty, temperature, truncation or mask), in double precision. Returns id's; top gets the k
- * most likely ids (0 <= k <= K3_TOP_LOGPROBS), most likely first, ties by lower id, and the
- * count written (fewer when fewer ids have a number) in *n_top. NaN logits have probability 0.
- * NAN when no logit is a number or id is out of range. */
+ * penalty, temperature, truncation or mask), its normaliser summed in double. Returns id's; top
+ * gets the k most likely ids (0 <= k <= K3_TOP_LOGPROBS), most likely first, ties by lower id,
+ * and the count written (fewer when fewer ids have a number) in *n_top. NaN logits have
+ * probability 0. NAN when no logit is a number or id is out of range. */
 #define K3_TOP_LOGPROBS 20
 typedef struct k3_logprob {
     int32_t id;
